@@ -1,0 +1,3 @@
+from accelify.cli import main
+
+main()

@@ -1,0 +1,110 @@
+"""The `accelify` command: parse arguments, call one function, render its result.
+
+Nothing here imports torch at import time; `launch`, `config --default` and `env` import it when
+they run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from accelify import __version__
+from accelify.errors import UserError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(error: UserError) -> None:
+    click.echo(f"accelify: error: {error}", err=True)
+    sys.exit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="accelify")
+def main() -> None:
+    """Make a single-device PyTorch training script distributed, and keep it correct."""
+
+
+@main.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("-n", "--num-processes", "--num_processes", type=click.IntRange(min=1),
+              help="Processes per machine (default: the config file, else one per GPU, else 1).")
+@click.option("--num-machines", "--num_machines", type=click.IntRange(min=1),
+              help="Machines taking part (default 1).")
+@click.option("--machine-rank", "--machine_rank", type=click.IntRange(min=0),
+              help="This machine's index, 0 on the machine that hosts the rendezvous.")
+@click.option("--main-process-ip", "--main_process_ip", help="Address of machine 0.")
+@click.option("--main-process-port", "--main_process_port", type=click.IntRange(1, 65535),
+              help="Port on machine 0 (default: a free port when on one machine).")
+@click.option("--mixed-precision", "--mixed_precision", type=click.Choice(["no", "bf16", "fp16"]),
+              help="Precision for Accelerator(mixed_precision=None).")
+@click.option("--gradient-accumulation-steps", "--gradient_accumulation_steps",
+              type=click.IntRange(min=1), help="Accumulation for Accelerator() left at default.")
+@click.option("--cpu", "use_cpu", is_flag=True, default=None,
+              help="Run on the CPU (gloo) even where GPUs are present.")
+@click.option("--backend", type=click.Choice(["ddp"]), help="The engine that wraps models.")
+@click.option("--max-restarts", "--max_restarts", type=click.IntRange(min=0),
+              help="Restart the whole group this many times when a rank fails.")
+@click.option("--config-file", "--config_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="YAML config (default: ~/.config/accelify/config.yaml when it exists).")
+@click.option("-m", "--module", is_flag=True, help="SCRIPT is a module name, as in `python -m`.")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def launch(config_file: Path | None, module: bool, script: str, script_args: tuple[str, ...],
+           **flags: Any) -> None:
+    """Run SCRIPT on N processes (torchrun's elastic agent; gloo on CPU, nccl on GPU).
+
+    Flags win over the config file. Settings reach the script's Accelerator as ACCELIFY_*
+    environment variables, so the same script also runs under plain torchrun.
+
+    \b
+    Examples:
+      accelify launch --cpu -n 2 train.py --epochs 3
+      accelify launch --config-file cluster.yaml -m mypkg.train
+    """
+    from accelify.runtime.config import LaunchConfig, default_config_path, load_config
+    from accelify.runtime.launcher import LaunchPlan, launch as run_plan, merge
+
+    try:
+        path = config_file or default_config_path()
+        if config_file is not None and not config_file.exists():
+            raise UserError("config file not found", str(config_file))
+        file_config = load_config(path) if path.exists() else LaunchConfig()
+        plan = LaunchPlan(merge(file_config, flags), script, script_args, module)
+        sys.exit(run_plan(plan))
+    except UserError as error:
+        _fail(error)
+
+
+@main.command()
+@click.option("--default", "use_defaults", is_flag=True,
+              help="Detect the hardware and write a config without asking.")
+@click.option("--config-file", "--config_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write (default: ~/.config/accelify/config.yaml).")
+def config(use_defaults: bool, config_file: Path | None) -> None:
+    """Write the config file `accelify launch` reads (asks questions unless --default)."""
+    from accelify.runtime.config import default_config_path, write_config
+    from accelify.runtime.config_questions import ask, detect
+
+    path = config_file or default_config_path()
+    settings = detect() if use_defaults else ask()
+    write_config(settings, path)
+    click.echo(f"accelify config written to {path}")
+
+
+@main.command()
+def env() -> None:
+    """Print versions, devices and the launch config: the block to paste into a bug report."""
+    from accelify.runtime.report import environment_report
+
+    click.echo(environment_report())
+
+
+if __name__ == "__main__":
+    main()

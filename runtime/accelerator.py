@@ -1,0 +1,554 @@
+"""`Accelerator`: the object a converted script talks to, with Hugging Face Accelerate's names.
+
+It holds the process state and delegates: models to the chosen backend, batches to
+`PreparedDataLoader`, steps to `PreparedOptimizer`/`PreparedScheduler`, collectives to
+`operations`, checkpoints to `checkpoint`. One process with no launcher is plain single-device
+training: nothing is wrapped, nothing is communicated, and the losses are those of the
+unprepared script, bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from accelify.runtime import checkpoint, operations
+from accelify.runtime.backends import create_backend
+from accelify.runtime.data import PreparedDataLoader
+from accelify.runtime.environment import LaunchSettings
+from accelify.runtime.gradient_state import GradientState
+from accelify.runtime.optimizer import PreparedOptimizer
+from accelify.runtime.precision import Precision, restore_forward
+from accelify.runtime.scheduler import PreparedScheduler
+from accelify.runtime.serialization import save_model_files, write_atomically
+from accelify.runtime.state import ProcessState
+
+_SCHEDULER_TYPES: tuple[type, ...] = (
+    torch.optim.lr_scheduler.LRScheduler,
+    torch.optim.lr_scheduler.ReduceLROnPlateau,
+)
+
+
+class Accelerator:
+    """Run the same training code on one device or on N processes.
+
+    Example::
+
+        accelerator = Accelerator()
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for inputs, targets in loader:
+            optimizer.zero_grad()
+            loss = loss_fn(model(inputs), targets)
+            accelerator.backward(loss)
+            optimizer.step()
+
+    Arguments left at their defaults take the launcher's settings (``ACCELIFY_*`` variables, see
+    `accelify.runtime.environment`); explicit arguments win.
+    """
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool = False,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int = 1,
+        cpu: bool = False,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        project_dir: str | os.PathLike[str] | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        even_batches: bool = True,
+        log_with: Any = None,
+    ) -> None:
+        if deepspeed_plugin is not None or fsdp_plugin is not None:
+            raise NotImplementedError(
+                "deepspeed_plugin and fsdp_plugin are not supported yet; this runtime runs DDP"
+            )
+        if log_with is not None:
+            raise NotImplementedError("experiment trackers (log_with=...) are not supported yet")
+        if split_batches:
+            raise NotImplementedError(
+                "split_batches=True is not supported: each rank reads whole batches of the "
+                "DataLoader's batch_size"
+            )
+        settings = LaunchSettings.from_env()
+        if gradient_accumulation_steps == 1 and settings.gradient_accumulation_steps:
+            gradient_accumulation_steps = settings.gradient_accumulation_steps
+        if gradient_accumulation_steps < 1:
+            raise ValueError(
+                f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}"
+            )
+        self.state = ProcessState.from_env(cpu=cpu or settings.use_cpu)
+        self.precision = Precision(mixed_precision or settings.mixed_precision or "no", self.device)
+        self.backend = create_backend(settings.backend, self.state)
+        self.gradient_state = GradientState(accumulation_steps=gradient_accumulation_steps)
+        self.scaler = self.precision.make_scaler()
+        self.device_placement = device_placement
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.even_batches = even_batches
+        self.project_dir = Path(project_dir) if project_dir is not None else None
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[PreparedOptimizer] = []
+        self._schedulers: list[PreparedScheduler] = []
+        self._dataloaders: list[PreparedDataLoader] = []
+        self._custom_objects: list[Any] = []
+        self._prepared: dict[int, Any] = {}
+        self._trigger = torch.tensor(0.0, device=self.device)
+        self._save_count = 0
+
+    # --- where this process stands ------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def process_index(self) -> int:
+        return self.state.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.state.local_process_index
+
+    @property
+    def num_processes(self) -> int:
+        return self.state.num_processes
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.state.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.state.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.process_index == self.num_processes - 1
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.state.distributed
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.precision.mode
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self.gradient_state.sync_gradients
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.gradient_state.accumulation_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        self.gradient_state.accumulation_steps = steps
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    # --- prepare ------------------------------------------------------------------------------
+    def prepare(self, *objects: Any, device_placement: list[bool] | None = None) -> Any:
+        """Prepare models, optimizers, DataLoaders and LR schedulers; returned in input order.
+
+        Models come first so that optimizers and schedulers find their prepared partners,
+        whatever order they were passed in. Anything else is returned unchanged, and so is an
+        object prepared before.
+        """
+        placements = device_placement or [self.device_placement] * len(objects)
+        if len(placements) != len(objects):
+            raise ValueError("device_placement needs one entry per object passed to prepare()")
+        results: list[Any] = list(objects)
+        for kind in (_is_model, _is_optimizer, _is_dataloader, _is_scheduler):
+            for index, obj in enumerate(objects):
+                if kind(obj):
+                    results[index] = self._prepare_one(obj, placements[index])
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _prepare_one(self, obj: Any, device_placement: bool) -> Any:
+        if id(obj) in self._prepared:
+            return self._prepared[id(obj)]
+        if isinstance(obj, (PreparedOptimizer, PreparedScheduler, PreparedDataLoader)):
+            return obj
+        if any(obj is model for model in self._models):
+            return obj
+        prepared = self._prepare_new(obj, device_placement)
+        self._prepared[id(obj)] = prepared
+        return prepared
+
+    def _prepare_new(self, obj: Any, device_placement: bool) -> Any:
+        if isinstance(obj, torch.nn.Module):
+            self.precision.wrap_forward(obj)
+            model = self.backend.wrap_model(obj) if device_placement else obj
+            self._models.append(model)
+            return model
+        if isinstance(obj, torch.optim.Optimizer):
+            optimizer = PreparedOptimizer(obj, self.gradient_state, self.scaler)
+            self._optimizers.append(optimizer)
+            return optimizer
+        if isinstance(obj, DataLoader):
+            loader = PreparedDataLoader(
+                obj,
+                self.state,
+                self.gradient_state,
+                device_placement=device_placement,
+                even_batches=self.even_batches,
+            )
+            self._dataloaders.append(loader)
+            return loader
+        inner_optimizer = getattr(obj, "optimizer", None)
+        partners = [opt for opt in self._optimizers if opt.optimizer is inner_optimizer]
+        scheduler = PreparedScheduler(
+            obj,
+            partners or list(self._optimizers),
+            self.gradient_state,
+            self.num_processes,
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+        )
+        self._schedulers.append(scheduler)
+        return scheduler
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> Any:
+        placement = self.device_placement if device_placement is None else device_placement
+        return self._prepare_one(model, placement)
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> PreparedOptimizer:
+        return self._prepare_one(optimizer, True)
+
+    def prepare_data_loader(self, loader: DataLoader, device_placement: bool | None = None) -> Any:
+        placement = self.device_placement if device_placement is None else device_placement
+        return self._prepare_one(loader, placement)
+
+    def prepare_scheduler(self, scheduler: Any) -> PreparedScheduler:
+        return self._prepare_one(scheduler, True)
+
+    # --- the training step ---------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward(**kwargs)``, divided for gradient accumulation and scaled for fp16."""
+        if self.gradient_accumulation_steps > 1:
+            loss = loss / self.gradient_accumulation_steps
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward(**kwargs)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One micro-batch: gradients are synchronised (and the optimizer steps) every
+        ``gradient_accumulation_steps`` calls and on a DataLoader's last batch."""
+        self.gradient_state.advance()
+        with contextlib.ExitStack() as stack:
+            if not self.sync_gradients:
+                for model in models:
+                    stack.enter_context(self.backend.no_sync(model))
+            yield
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        return self.backend.no_sync(model)
+
+    def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager[None]:
+        return self.precision.autocast()
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        if self.scaler is None:
+            return
+        targets = [optimizer] if optimizer is not None else self._optimizers
+        for opt in targets:
+            inner = opt.optimizer if isinstance(opt, PreparedOptimizer) else opt
+            with contextlib.suppress(RuntimeError):  # already unscaled since the last step
+                self.scaler.unscale_(inner)
+
+    def clip_grad_norm_(
+        self, parameters: Any, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        parameters = list(parameters)
+        self.unscale_gradients()
+        return self.backend.clip_grad_norm_(parameters, max_norm, norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        parameters = list(parameters)
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    # --- collectives ---------------------------------------------------------------------------
+    def gather(self, tensor: Any) -> Any:
+        return operations.gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather for metrics: the samples repeated to even out the last round are dropped, so a
+        metric over an evaluation loop counts every sample of the dataset exactly once."""
+        tensors_only = _contains_only_tensors(input_data)
+        if use_gather_object or not tensors_only:
+            gathered = operations.gather_object(input_data)
+        else:
+            gathered = operations.gather(input_data)
+        loader = self.gradient_state.active_loader
+        if loader is None or not loader.at_last_batch or loader.padding == 0:
+            return gathered
+        if isinstance(gathered, list) and not tensors_only:
+            return gathered[: len(gathered) - loader.padding]
+        rows = operations.first_dim(gathered)
+        if rows is None or rows <= loader.padding:
+            return gathered
+        return operations.truncate(gathered, rows - loader.padding)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        return operations.reduce(tensor, reduction, scale)
+
+    def pad_across_processes(
+        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+    ) -> Any:
+        return operations.pad_across_processes(tensor, dim, pad_index, pad_first)
+
+    def wait_for_everyone(self) -> None:
+        if self.state.distributed:
+            dist.barrier()
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """The main process runs the block first (downloads, caches); the others follow."""
+        with self._first(self.is_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def local_main_process_first(self) -> Iterator[None]:
+        with self._first(self.is_local_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def _first(self, leads: bool) -> Iterator[None]:
+        if not leads:
+            self.wait_for_everyone()
+        yield
+        if leads:
+            self.wait_for_everyone()
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+        """This rank's contiguous share of a list, tuple, dict of lists or tensor."""
+        yield _split(inputs, self.process_index, self.num_processes, apply_padding)
+
+    def set_trigger(self) -> None:
+        """Raise a flag on this rank; `check_trigger` on every rank then sees it."""
+        self._trigger.fill_(1.0)
+
+    def check_trigger(self) -> bool:
+        """True on every rank when any rank called `set_trigger` (a collective: call it on all)."""
+        flag = operations.reduce(self._trigger, "sum")
+        if flag.item() > 0:
+            self._trigger.zero_()
+            return True
+        return False
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs) if self.is_main_process else None
+
+        return run
+
+    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs) if self.is_local_main_process else None
+
+        return run
+
+    # --- models and saving ---------------------------------------------------------------------
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True) -> Any:
+        inner = self.backend.unwrap_model(model)
+        if not keep_fp32_wrapper:
+            restore_forward(inner)
+        return inner
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        if not unwrap:
+            return model.state_dict()
+        return self.backend.model_state_dict(model)
+
+    def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
+        """`torch.save` on the main process only, written to a temporary name and renamed."""
+        if not self.is_main_process:
+            return
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            write_atomically(Path(f), lambda tmp: save_file(obj, str(tmp), metadata={"format": "pt"}))
+        else:
+            write_atomically(Path(f), lambda tmp: torch.save(obj, tmp))
+
+    def save_model(
+        self,
+        model: torch.nn.Module,
+        save_directory: str | os.PathLike[str],
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        state_dict = self.get_state_dict(model)
+        if self.is_main_process:
+            save_model_files(state_dict, Path(save_directory), max_shard_size, safe_serialization)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        for obj in objects:
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+                raise TypeError(
+                    f"{type(obj).__name__} cannot be checkpointed: it needs state_dict() and "
+                    "load_state_dict()"
+                )
+        self._custom_objects.extend(objects)
+
+    def _checkpoint_parts(self) -> list[checkpoint.Checkpointable]:
+        parts = [
+            checkpoint.Checkpointable(
+                "model",
+                self._models,
+                self.get_state_dict,
+                lambda model, state: self.unwrap_model(model).load_state_dict(state),
+            ),
+            checkpoint.Checkpointable(
+                "optimizer", self._optimizers, _state_dict, _load_state_dict
+            ),
+            checkpoint.Checkpointable(
+                "scheduler", self._schedulers, _state_dict, _load_state_dict, trusted_pickle=True
+            ),
+            checkpoint.Checkpointable(
+                "dataloader", self._dataloaders, _state_dict, _load_state_dict
+            ),
+            checkpoint.Checkpointable(
+                "custom", self._custom_objects, _state_dict, _load_state_dict, trusted_pickle=True
+            ),
+        ]
+        if self.scaler is not None:
+            parts.append(
+                checkpoint.Checkpointable("scaler", [self.scaler], _state_dict, _load_state_dict)
+            )
+        return parts
+
+    def save_state(self, output_dir: str | os.PathLike[str] | None = None) -> str:
+        """Save models, optimizers, schedulers, scaler, data positions, custom objects and every
+        rank's RNG states; a collective: call it on every rank."""
+        if output_dir is None:
+            if self.project_dir is None:
+                raise ValueError("save_state() needs output_dir when no project_dir was given")
+            output_dir = self.project_dir / "checkpoints" / f"checkpoint_{self._save_count}"
+        self._save_count += 1
+        saved = checkpoint.save(
+            output_dir,
+            self._checkpoint_parts(),
+            self.process_index,
+            self.is_main_process,
+            self.wait_for_everyone,
+        )
+        return str(saved)
+
+    def load_state(self, input_dir: str | os.PathLike[str] | None = None) -> None:
+        """Restore what `save_state` wrote; prepared DataLoaders resume the interrupted pass."""
+        if input_dir is None:
+            input_dir = self._latest_checkpoint()
+        checkpoint.load(input_dir, self._checkpoint_parts(), self.process_index)
+        self.wait_for_everyone()
+
+    def _latest_checkpoint(self) -> Path:
+        if self.project_dir is None:
+            raise ValueError("load_state() needs input_dir when no project_dir was given")
+        folder = self.project_dir / "checkpoints"
+        found = sorted(folder.glob("checkpoint_*"), key=lambda p: int(p.name.split("_")[-1]))
+        if not found:
+            raise FileNotFoundError(f"no checkpoint_* directory in {folder}")
+        self._save_count = int(found[-1].name.split("_")[-1]) + 1
+        return found[-1]
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """The loader, its next pass starting ``num_batches`` batches in (resuming mid-epoch)."""
+        if isinstance(dataloader, PreparedDataLoader):
+            return dataloader.skip_first_batches(num_batches)
+        return _SkippingLoader(dataloader, num_batches)
+
+    def free_memory(self) -> None:
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        self._prepared.clear()
+
+    def end_training(self) -> None:
+        """Wait for every rank, then close the process group."""
+        if self.state.distributed and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+class _SkippingLoader:
+    def __init__(self, loader: Any, num_batches: int) -> None:
+        self.loader = loader
+        self.num_batches = num_batches
+
+    def __iter__(self) -> Iterator[Any]:
+        for index, batch in enumerate(self.loader):
+            if index >= self.num_batches:
+                yield batch
+
+    def __len__(self) -> int:
+        return max(len(self.loader) - self.num_batches, 0)
+
+
+def _is_model(obj: Any) -> bool:
+    return isinstance(obj, torch.nn.Module)
+
+
+def _is_optimizer(obj: Any) -> bool:
+    return isinstance(obj, torch.optim.Optimizer)
+
+
+def _is_dataloader(obj: Any) -> bool:
+    return isinstance(obj, (DataLoader, PreparedDataLoader))
+
+
+def _is_scheduler(obj: Any) -> bool:
+    return isinstance(obj, (*_SCHEDULER_TYPES, PreparedScheduler))
+
+
+def _state_dict(obj: Any) -> Any:
+    return obj.state_dict()
+
+
+def _load_state_dict(obj: Any, state: Any) -> None:
+    obj.load_state_dict(state)
+
+
+def _contains_only_tensors(data: Any) -> bool:
+    if isinstance(data, torch.Tensor):
+        return True
+    if isinstance(data, (list, tuple)):
+        return all(_contains_only_tensors(item) for item in data)
+    if isinstance(data, dict):
+        return all(_contains_only_tensors(item) for item in data.values())
+    return False
+
+
+def _split(inputs: Any, rank: int, world: int, apply_padding: bool) -> Any:
+    if isinstance(inputs, dict):
+        return {key: _split(value, rank, world, apply_padding) for key, value in inputs.items()}
+    length = len(inputs)
+    per_rank, extra = divmod(length, world)
+    start = rank * per_rank + min(rank, extra)
+    end = start + per_rank + (1 if rank < extra else 0)
+    share = inputs[start:end]
+    if apply_padding and extra and rank >= extra and length:
+        last = inputs[-1:]
+        share = torch.cat([share, last]) if isinstance(inputs, torch.Tensor) else share + last
+    return share
+

@@ -1,0 +1,52 @@
+"""PyTorch DistributedDataParallel; on one process the model is left unwrapped.
+
+``gradient_as_bucket_view=True``: gradients live in DDP's all-reduce buckets instead of being
+copied out of them after every backward; results are bit-identical (bench/runtime_overhead.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from accelify.runtime.state import ProcessState
+
+
+class DDPBackend:
+    name = "ddp"
+
+    def __init__(self, state: ProcessState, **ddp_kwargs: Any) -> None:
+        self.state = state
+        self.ddp_kwargs = {"gradient_as_bucket_view": True, **ddp_kwargs}
+
+    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        model = model.to(self.state.device)
+        if not self.state.distributed or not _has_trainable_parameters(model):
+            return model
+        device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
+
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        while isinstance(model, (DistributedDataParallel, torch.nn.DataParallel)):
+            model = model.module
+        compiled = getattr(model, "_orig_mod", None)
+        return compiled if isinstance(compiled, torch.nn.Module) else model
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        if isinstance(model, DistributedDataParallel):
+            return model.no_sync()
+        return contextlib.nullcontext()
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float) -> torch.Tensor:
+        # DDP gradients are already averaged across ranks: the local norm is the global one.
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return self.unwrap_model(model).state_dict()
+
+
+def _has_trainable_parameters(model: torch.nn.Module) -> bool:
+    return any(p.requires_grad for p in model.parameters())

@@ -1,0 +1,176 @@
+"""The launch config file: accelify's own YAML keys, and Hugging Face Accelerate's.
+
+Read with ``yaml.safe_load``; every error names the file, the key and its line. The module is
+torch-free so that ``accelify config`` and ``accelify launch --help`` stay quick.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from accelify.errors import UserError
+from accelify.runtime.environment import BACKEND_CHOICES, MIXED_PRECISION_CHOICES
+
+
+@dataclass
+class LaunchConfig:
+    num_processes: int | None = None
+    num_machines: int = 1
+    machine_rank: int = 0
+    main_process_ip: str | None = None
+    main_process_port: int | None = None
+    mixed_precision: str | None = None
+    gradient_accumulation_steps: int | None = None
+    use_cpu: bool = False
+    backend: str = "ddp"
+    max_restarts: int = 0
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(asdict(self), sort_keys=False)
+
+
+def default_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "accelify" / "config.yaml"
+
+
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("expected an integer >= 1")
+    return value
+
+
+def _non_negative_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError("expected an integer >= 0")
+    return value
+
+
+def _port(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ValueError("expected a port number between 1 and 65535")
+    return value
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
+def _optional_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value is False:  # YAML 1.1 reads a bare `no` as false
+            value = "no"
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return check
+
+
+_ACCELIFY_KEYS: dict[str, Callable[[Any], Any]] = {
+    "num_processes": _positive_int,
+    "num_machines": _positive_int,
+    "machine_rank": _non_negative_int,
+    "main_process_ip": _optional_str,
+    "main_process_port": _port,
+    "mixed_precision": _choice(MIXED_PRECISION_CHOICES),
+    "gradient_accumulation_steps": _positive_int,
+    "use_cpu": _boolean,
+    "backend": _choice(BACKEND_CHOICES),
+    "max_restarts": _non_negative_int,
+}
+
+# Hugging Face Accelerate's `default_config.yaml`: keys with a meaning here, and keys that only
+# concern features accelify does not have (accepted so that an Accelerate config loads as is).
+_HF_DISTRIBUTED_TYPES = {"NO": "ddp", "MULTI_CPU": "ddp", "MULTI_GPU": "ddp"}
+_HF_IGNORED_KEYS = {
+    "compute_environment",
+    "debug",
+    "downcast_bf16",
+    "enable_cpu_affinity",
+    "gpu_ids",
+    "main_training_function",
+    "rdzv_backend",
+    "same_network",
+    "tpu_env",
+    "tpu_use_cluster",
+    "tpu_use_sudo",
+    "dynamo_config",
+    "ipex_config",
+    "mpirun_config",
+}
+
+
+def _hf_distributed_type(value: Any) -> str:
+    if value not in _HF_DISTRIBUTED_TYPES:
+        raise ValueError(
+            f"distributed_type {value!r} is not supported; expected one of "
+            f"{', '.join(_HF_DISTRIBUTED_TYPES)}"
+        )
+    return _HF_DISTRIBUTED_TYPES[value]
+
+
+def load_config(path: Path) -> LaunchConfig:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"cannot read config file: {error.strerror}", str(path)) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        values = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error)
+        raise UserError(
+            f"invalid YAML: {problem}", str(path), mark.line + 1 if mark else None
+        ) from None
+    if values is None:
+        return LaunchConfig()
+    if not isinstance(values, dict) or root is None:
+        raise UserError("expected a mapping of keys to values", str(path), 1)
+    lines = {key_node.value: key_node.start_mark.line + 1 for key_node, _ in root.value}
+    settings: dict[str, Any] = {}
+    for key, value in values.items():
+        line = lines.get(key)
+        try:
+            if key in _ACCELIFY_KEYS:
+                settings[key] = _ACCELIFY_KEYS[key](value)
+            elif key == "distributed_type":
+                settings["backend"] = _hf_distributed_type(value)
+            elif key in _HF_IGNORED_KEYS:
+                continue
+            else:
+                known = ", ".join(sorted(_ACCELIFY_KEYS))
+                raise ValueError(f"unknown key; expected one of {known}")
+        except ValueError as error:
+            raise UserError(f"{key}: {error} (got {value!r})", str(path), line) from None
+    if settings.get("use_cpu") is None:
+        settings.pop("use_cpu", None)
+    return LaunchConfig(**settings)
+
+
+def write_config(config: LaunchConfig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(config.to_yaml(), encoding="utf-8")
+    return path
+
+
+CONFIG_KEYS = tuple(field.name for field in fields(LaunchConfig))

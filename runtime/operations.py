@@ -1,0 +1,143 @@
+"""Collectives and device moves over nested batches (tensors inside tuples, lists, dicts).
+
+Every function here is a no-op on one process, so a prepared script on one device does exactly
+what the unprepared one did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def apply_to_tensors(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
+    """Rebuild ``data`` with ``fn`` applied to every tensor, keeping containers' types."""
+    if isinstance(data, torch.Tensor):
+        return fn(data)
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(apply_to_tensors(fn, item) for item in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(apply_to_tensors(fn, item) for item in data)
+    if isinstance(data, Mapping):
+        rebuilt = {key: apply_to_tensors(fn, value) for key, value in data.items()}
+        try:
+            return type(data)(rebuilt)
+        except TypeError:
+            return rebuilt
+    return data
+
+
+def send_to_device(data: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(device, non_blocking=non_blocking)
+
+    return apply_to_tensors(move, data)
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
+    """all_gather along dim 0, allowing ranks to hold different numbers of rows."""
+    if tensor.ndim == 0:
+        tensor = tensor.unsqueeze(0)
+    tensor = tensor.contiguous()
+    rows = torch.tensor([tensor.shape[0]], device=tensor.device)
+    all_rows = [torch.zeros_like(rows) for _ in range(_world())]
+    dist.all_gather(all_rows, rows)
+    counts = [int(count.item()) for count in all_rows]
+    longest = max(counts)
+    padded = _pad_rows(tensor, longest)
+    pieces = [torch.empty_like(padded) for _ in counts]
+    dist.all_gather(pieces, padded)
+    return torch.cat([piece[:count] for piece, count in zip(pieces, counts, strict=True)])
+
+
+def _pad_rows(tensor: torch.Tensor, rows: int, value: float = 0, first: bool = False) -> torch.Tensor:
+    missing = rows - tensor.shape[0]
+    if missing == 0:
+        return tensor
+    filler = tensor.new_full((missing, *tensor.shape[1:]), value)
+    return torch.cat([filler, tensor] if first else [tensor, filler])
+
+
+def gather(data: Any) -> Any:
+    """Concatenate every rank's tensors along the first dimension, in rank order."""
+    if _world() == 1:
+        return apply_to_tensors(lambda t: t.unsqueeze(0) if t.ndim == 0 else t, data)
+    return apply_to_tensors(_gather_one, data)
+
+
+def gather_object(obj: Any) -> list[Any]:
+    """Every rank's picklable object; lists are flattened, like Accelerate's."""
+    if _world() == 1:
+        return list(obj) if isinstance(obj, (list, tuple)) else [obj]
+    gathered: list[Any] = [None] * _world()
+    dist.all_gather_object(gathered, obj)
+    if all(isinstance(item, (list, tuple)) for item in gathered):
+        return [element for item in gathered for element in item]
+    return gathered
+
+
+def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+    if reduction not in ("sum", "mean", "none"):
+        raise ValueError(f"reduction must be 'sum', 'mean' or 'none', got {reduction!r}")
+
+    def reduce_one(tensor: torch.Tensor) -> torch.Tensor:
+        result = tensor.clone()
+        if _world() > 1 and reduction != "none":
+            dist.all_reduce(result, op=dist.ReduceOp.SUM)
+        if reduction == "mean":
+            result = result / _world()
+        return result * scale if scale != 1.0 else result
+
+    return apply_to_tensors(reduce_one, data)
+
+
+def broadcast(data: Any, from_process: int = 0) -> Any:
+    def broadcast_one(tensor: torch.Tensor) -> torch.Tensor:
+        if _world() > 1:
+            tensor = tensor.contiguous()
+            dist.broadcast(tensor, src=from_process)
+        return tensor
+
+    return apply_to_tensors(broadcast_one, data)
+
+
+def pad_across_processes(
+    data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+) -> Any:
+    """Pad ``dim`` of every tensor to the largest size any rank holds, so it can be gathered."""
+
+    def pad_one(tensor: torch.Tensor) -> torch.Tensor:
+        if _world() == 1 or dim >= tensor.ndim:
+            return tensor
+        size = torch.tensor([tensor.shape[dim]], device=tensor.device)
+        sizes = [torch.zeros_like(size) for _ in range(_world())]
+        dist.all_gather(sizes, size)
+        longest = max(int(s.item()) for s in sizes)
+        moved = tensor.movedim(dim, 0)
+        return _pad_rows(moved, longest, pad_index, pad_first).movedim(0, dim)
+
+    return apply_to_tensors(pad_one, data)
+
+
+def first_dim(data: Any) -> int | None:
+    """Rows in the first tensor found: the batch size of a nested batch."""
+    found: list[int] = []
+
+    def note(tensor: torch.Tensor) -> torch.Tensor:
+        if not found and tensor.ndim > 0:
+            found.append(tensor.shape[0])
+        return tensor
+
+    apply_to_tensors(note, data)
+    return found[0] if found else None
+
+
+def truncate(data: Any, rows: int) -> Any:
+    return apply_to_tensors(lambda t: t[:rows] if t.ndim > 0 else t, data)

@@ -1,0 +1,97 @@
+"""The prepared optimizer: steps only when gradients are in sync, through the scaler under fp16."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from accelify.runtime.gradient_state import GradientState
+
+
+class PreparedOptimizer(torch.optim.Optimizer):
+    """Wraps the user's optimizer; ``step``/``zero_grad`` are skipped on accumulation steps.
+
+    Subclassing `torch.optim.Optimizer` (without running its constructor) keeps
+    ``isinstance(opt, torch.optim.Optimizer)`` true for LR schedulers and user code, while
+    ``param_groups``, ``state`` and ``defaults`` stay the wrapped optimizer's own objects.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_state: GradientState,
+        scaler: torch.amp.GradScaler | None = None,
+    ) -> None:
+        self.optimizer = optimizer
+        self.gradient_state = gradient_state
+        self.scaler = scaler
+        self.step_was_skipped = False
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups: list[dict[str, Any]]) -> None:
+        self.optimizer.param_groups = groups
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.optimizer.state = value
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value: dict[str, Any]) -> None:
+        self.optimizer.defaults = value
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(param_group)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state_dict)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self.gradient_state.sync_gradients:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Any = None) -> Any:
+        self.step_was_skipped = False
+        if not self.gradient_state.sync_gradients:
+            return None
+        if self.scaler is None:
+            return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+        scale_before = self.scaler.get_scale()
+        result = self.scaler.step(self.optimizer, closure) if closure else self.scaler.step(
+            self.optimizer
+        )
+        self.scaler.update()
+        self.step_was_skipped = self.scaler.get_scale() < scale_before
+        return result
+
+    def train(self) -> None:
+        if hasattr(self.optimizer, "train"):
+            self.optimizer.train()
+
+    def eval(self) -> None:
+        if hasattr(self.optimizer, "eval"):
+            self.optimizer.eval()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"PreparedOptimizer({self.optimizer!r})"

@@ -1,0 +1,66 @@
+"""The prepared LR scheduler: it moves only when its optimizer really stepped.
+
+With ``step_with_optimizer`` (Accelerate's ``step_scheduler_with_optimizer``, on by default) a call
+is skipped on accumulation steps and on fp16 steps the scaler skipped, and otherwise steps the
+schedule once per rank: a schedule sized in one-process steps (``len(loader) * epochs`` measured
+before `prepare`) then ends on time when each rank sees 1/N of the batches, exactly as on
+Hugging Face Accelerate. Per-epoch schedules are prepared with ``step_with_optimizer=False``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelify.runtime.gradient_state import GradientState
+from accelify.runtime.optimizer import PreparedOptimizer
+
+
+class PreparedScheduler:
+    def __init__(
+        self,
+        scheduler: Any,
+        optimizers: list[PreparedOptimizer],
+        gradient_state: GradientState,
+        num_processes: int,
+        step_with_optimizer: bool = True,
+        split_batches: bool = False,
+    ) -> None:
+        self.scheduler = scheduler
+        self.optimizers = optimizers
+        self.gradient_state = gradient_state
+        self.num_processes = num_processes
+        self.step_with_optimizer = step_with_optimizer
+        self.split_batches = split_batches
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        if not self.step_with_optimizer:
+            self.scheduler.step(*args, **kwargs)
+            return
+        if not self.gradient_state.sync_gradients:
+            return
+        if any(opt.step_was_skipped for opt in self.optimizers):
+            return
+        repeats = 1 if self.split_batches else self.num_processes
+        for _ in range(repeats):
+            total = getattr(self.scheduler, "total_steps", None)
+            # OneCycleLR refuses to step past its end; rounding up the last round can ask for it.
+            if total is not None and self.scheduler.last_epoch + 1 > total:
+                break
+            self.scheduler.step(*args, **kwargs)
+
+    def get_last_lr(self) -> list[float]:
+        return self.scheduler.get_last_lr()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state_dict)
+
+    def get_lr(self) -> Any:
+        return self.scheduler.get_lr()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "scheduler":
+            raise AttributeError(name)
+        return getattr(self.scheduler, name)

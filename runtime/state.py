@@ -1,0 +1,90 @@
+"""Where this process stands: its rank, the world, its device, and the process group.
+
+Read from the variables torchrun's elastic agent sets (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``); without them this is one plain process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT = timedelta(minutes=30)
+
+
+@dataclass
+class ProcessState:
+    process_index: int
+    local_process_index: int
+    num_processes: int
+    device: torch.device
+    backend: str | None
+
+    @property
+    def distributed(self) -> bool:
+        return self.num_processes > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @classmethod
+    def from_env(cls, cpu: bool, timeout: timedelta = DEFAULT_TIMEOUT) -> ProcessState:
+        rank = int(os.environ.get("RANK", "0"))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        device = _pick_device(cpu, local_rank)
+        backend = None
+        if world_size > 1:
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            _init_process_group(backend, rank, world_size, device, timeout)
+        return cls(rank, local_rank, world_size, device, backend)
+
+
+def _pick_device(cpu: bool, local_rank: int) -> torch.device:
+    if cpu or not torch.cuda.is_available():
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def _init_process_group(
+    backend: str, rank: int, world_size: int, device: torch.device, timeout: timedelta
+) -> None:
+    """Start the group on a store private to this restart attempt.
+
+    After an elastic restart the agent's store still holds the peer addresses the dead attempt
+    published; gloo would read them and connect to processes that no longer exist (a hang or a
+    refused connection in about half the restarts). A prefix per attempt makes every attempt start
+    on clean keys.
+    """
+    if dist.is_initialized():
+        return
+    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(os.environ.get("MASTER_PORT", "29500"))
+    agent_hosts_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        host_name=host,
+        port=port,
+        world_size=world_size,
+        is_master=rank == 0 and not agent_hosts_store,
+        timeout=timeout,
+    )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.PrefixStore(f"accelify/attempt_{attempt}", store)
+    dist.init_process_group(
+        backend=backend,
+        store=store,
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+        device_id=device if device.type == "cuda" else None,
+    )
