@@ -30,34 +30,150 @@ def main() -> None:
     """Make a single-device PyTorch training script distributed, and keep it correct."""
 
 
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--write", "write_files", is_flag=True, help="Rewrite the files in place (atomic).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the converted script here instead (one input file).",
+)
+@click.option(
+    "--diff/--no-diff",
+    "show_diff",
+    default=None,
+    help="Show the unified diff (default: on, unless --write).",
+)
+@click.option("--check", is_flag=True, help="Exit 1 when a file would change (for CI).")
+@click.option(
+    "--target",
+    type=click.Choice(["accelify", "accelerate"]),
+    default="accelify",
+    show_default=True,
+    help="Emit imports for accelify's runtime or HF Accelerate.",
+)
+@click.option(
+    "--mixed-precision",
+    type=click.Choice(["no", "bf16", "fp16"]),
+    help="Set Accelerator(mixed_precision=...) in the converted script.",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Convert files in parallel.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and the final count.")
+def convert(
+    paths: tuple[Path, ...],
+    write_files: bool,
+    output: Path | None,
+    show_diff: bool | None,
+    check: bool,
+    target: str,
+    mixed_precision: str | None,
+    jobs: int,
+    quiet: bool,
+) -> None:
+    """Convert single-device training scripts to run on N processes.
+
+    Without --write this is a preview: the diff and a summary of what was prepared, each change
+    and every place to review; nothing is written. A directory converts the training scripts
+    under it (files without `.backward()` are skipped).
+
+    \b
+    Examples:
+      accelify convert train.py                 # preview
+      accelify convert train.py --write         # apply
+      accelify convert src/ --check             # CI: exit 1 if anything would change
+    """
+    from accelify.convert.cli import run_convert
+
+    sys.exit(
+        run_convert(
+            list(paths),
+            write_files=write_files,
+            output=output,
+            show_diff=show_diff,
+            check=check,
+            target=target,
+            mixed_precision=mixed_precision,
+            jobs=jobs,
+            quiet=quiet,
+        )
+    )
+
+
 @main.command(
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option("-n", "--num-processes", "--num_processes", type=click.IntRange(min=1),
-              help="Processes per machine (default: the config file, else one per GPU, else 1).")
-@click.option("--num-machines", "--num_machines", type=click.IntRange(min=1),
-              help="Machines taking part (default 1).")
-@click.option("--machine-rank", "--machine_rank", type=click.IntRange(min=0),
-              help="This machine's index, 0 on the machine that hosts the rendezvous.")
+@click.option(
+    "-n",
+    "--num-processes",
+    "--num_processes",
+    type=click.IntRange(min=1),
+    help="Processes per machine (default: the config file, else one per GPU, else 1).",
+)
+@click.option(
+    "--num-machines",
+    "--num_machines",
+    type=click.IntRange(min=1),
+    help="Machines taking part (default 1).",
+)
+@click.option(
+    "--machine-rank",
+    "--machine_rank",
+    type=click.IntRange(min=0),
+    help="This machine's index, 0 on the machine that hosts the rendezvous.",
+)
 @click.option("--main-process-ip", "--main_process_ip", help="Address of machine 0.")
-@click.option("--main-process-port", "--main_process_port", type=click.IntRange(1, 65535),
-              help="Port on machine 0 (default: a free port when on one machine).")
-@click.option("--mixed-precision", "--mixed_precision", type=click.Choice(["no", "bf16", "fp16"]),
-              help="Precision for Accelerator(mixed_precision=None).")
-@click.option("--gradient-accumulation-steps", "--gradient_accumulation_steps",
-              type=click.IntRange(min=1), help="Accumulation for Accelerator() left at default.")
-@click.option("--cpu", "use_cpu", is_flag=True, default=None,
-              help="Run on the CPU (gloo) even where GPUs are present.")
+@click.option(
+    "--main-process-port",
+    "--main_process_port",
+    type=click.IntRange(1, 65535),
+    help="Port on machine 0 (default: a free port when on one machine).",
+)
+@click.option(
+    "--mixed-precision",
+    "--mixed_precision",
+    type=click.Choice(["no", "bf16", "fp16"]),
+    help="Precision for Accelerator(mixed_precision=None).",
+)
+@click.option(
+    "--gradient-accumulation-steps",
+    "--gradient_accumulation_steps",
+    type=click.IntRange(min=1),
+    help="Accumulation for Accelerator() left at default.",
+)
+@click.option(
+    "--cpu",
+    "use_cpu",
+    is_flag=True,
+    default=None,
+    help="Run on the CPU (gloo) even where GPUs are present.",
+)
 @click.option("--backend", type=click.Choice(["ddp"]), help="The engine that wraps models.")
-@click.option("--max-restarts", "--max_restarts", type=click.IntRange(min=0),
-              help="Restart the whole group this many times when a rank fails.")
-@click.option("--config-file", "--config_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="YAML config (default: ~/.config/accelify/config.yaml when it exists).")
+@click.option(
+    "--max-restarts",
+    "--max_restarts",
+    type=click.IntRange(min=0),
+    help="Restart the whole group this many times when a rank fails.",
+)
+@click.option(
+    "--config-file",
+    "--config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML config (default: ~/.config/accelify/config.yaml when it exists).",
+)
 @click.option("-m", "--module", is_flag=True, help="SCRIPT is a module name, as in `python -m`.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def launch(config_file: Path | None, module: bool, script: str, script_args: tuple[str, ...],
-           **flags: Any) -> None:
+def launch(
+    config_file: Path | None, module: bool, script: str, script_args: tuple[str, ...], **flags: Any
+) -> None:
     """Run SCRIPT on N processes (torchrun's elastic agent; gloo on CPU, nccl on GPU).
 
     Flags win over the config file. Settings reach the script's Accelerator as ACCELIFY_*
@@ -69,7 +185,8 @@ def launch(config_file: Path | None, module: bool, script: str, script_args: tup
       accelify launch --config-file cluster.yaml -m mypkg.train
     """
     from accelify.runtime.config import LaunchConfig, default_config_path, load_config
-    from accelify.runtime.launcher import LaunchPlan, launch as run_plan, merge
+    from accelify.runtime.launcher import LaunchPlan, merge
+    from accelify.runtime.launcher import launch as run_plan
 
     try:
         path = config_file or default_config_path()
@@ -83,10 +200,18 @@ def launch(config_file: Path | None, module: bool, script: str, script_args: tup
 
 
 @main.command()
-@click.option("--default", "use_defaults", is_flag=True,
-              help="Detect the hardware and write a config without asking.")
-@click.option("--config-file", "--config_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write (default: ~/.config/accelify/config.yaml).")
+@click.option(
+    "--default",
+    "use_defaults",
+    is_flag=True,
+    help="Detect the hardware and write a config without asking.",
+)
+@click.option(
+    "--config-file",
+    "--config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write (default: ~/.config/accelify/config.yaml).",
+)
 def config(use_defaults: bool, config_file: Path | None) -> None:
     """Write the config file `accelify launch` reads (asks questions unless --default)."""
     from accelify.runtime.config import default_config_path, write_config

@@ -1,4 +1,4 @@
-"""Errors a user can cause: a value with a message and a place, turned into exit code 2 by the CLI."""
+"""Errors a user can cause: a message and a place, turned into exit code 2 by the CLI."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ class UserError(Exception):
     message: str
     path: str | None = None
     line: int | None = None
+    column: int | None = None
 
     def __str__(self) -> str:
-        if self.path is None:
-            return self.message
-        where = self.path if self.line is None else f"{self.path}:{self.line}"
-        return f"{where}: {self.message}"
+        place = [str(part) for part in (self.path, self.line, self.column) if part is not None]
+        return ": ".join([":".join(place), self.message]) if place else self.message

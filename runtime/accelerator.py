@@ -386,7 +386,9 @@ class Accelerator:
         if safe_serialization:
             from safetensors.torch import save_file
 
-            write_atomically(Path(f), lambda tmp: save_file(obj, str(tmp), metadata={"format": "pt"}))
+            write_atomically(
+                Path(f), lambda tmp: save_file(obj, str(tmp), metadata={"format": "pt"})
+            )
         else:
             write_atomically(Path(f), lambda tmp: torch.save(obj, tmp))
 
@@ -418,9 +420,7 @@ class Accelerator:
                 self.get_state_dict,
                 lambda model, state: self.unwrap_model(model).load_state_dict(state),
             ),
-            checkpoint.Checkpointable(
-                "optimizer", self._optimizers, _state_dict, _load_state_dict
-            ),
+            checkpoint.Checkpointable("optimizer", self._optimizers, _state_dict, _load_state_dict),
             checkpoint.Checkpointable(
                 "scheduler", self._schedulers, _state_dict, _load_state_dict, trusted_pickle=True
             ),
@@ -551,4 +551,3 @@ def _split(inputs: Any, rank: int, world: int, apply_padding: bool) -> Any:
         last = inputs[-1:]
         share = torch.cat([share, last]) if isinstance(inputs, torch.Tensor) else share + last
     return share
-

@@ -32,7 +32,8 @@ class LaunchConfig:
     max_restarts: int = 0
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(asdict(self), sort_keys=False)
+        values = {key: value for key, value in asdict(self).items() if value is not None}
+        return yaml.safe_dump(values, sort_keys=False)
 
 
 def default_config_path() -> Path:
@@ -52,9 +53,12 @@ def _non_negative_int(value: Any) -> int:
     return value
 
 
-def _port(value: Any) -> int | None:
-    if value is None:
-        return None
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``key: null`` (or ``~``) in the file means "not set", as if the key were absent."""
+    return lambda value: None if value is None else check(value)
+
+
+def _port(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
         raise ValueError("expected a port number between 1 and 65535")
     return value
@@ -66,9 +70,7 @@ def _boolean(value: Any) -> bool:
     return value
 
 
-def _optional_str(value: Any) -> str | None:
-    if value is None:
-        return None
+def _string(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("expected a string")
     return value
@@ -86,13 +88,13 @@ def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
 
 
 _ACCELIFY_KEYS: dict[str, Callable[[Any], Any]] = {
-    "num_processes": _positive_int,
+    "num_processes": _optional(_positive_int),
     "num_machines": _positive_int,
     "machine_rank": _non_negative_int,
-    "main_process_ip": _optional_str,
-    "main_process_port": _port,
-    "mixed_precision": _choice(MIXED_PRECISION_CHOICES),
-    "gradient_accumulation_steps": _positive_int,
+    "main_process_ip": _optional(_string),
+    "main_process_port": _optional(_port),
+    "mixed_precision": _optional(_choice(MIXED_PRECISION_CHOICES)),
+    "gradient_accumulation_steps": _optional(_positive_int),
     "use_cpu": _boolean,
     "backend": _choice(BACKEND_CHOICES),
     "max_restarts": _non_negative_int,
@@ -162,8 +164,6 @@ def load_config(path: Path) -> LaunchConfig:
                 raise ValueError(f"unknown key; expected one of {known}")
         except ValueError as error:
             raise UserError(f"{key}: {error} (got {value!r})", str(path), line) from None
-    if settings.get("use_cpu") is None:
-        settings.pop("use_cpu", None)
     return LaunchConfig(**settings)
 
 

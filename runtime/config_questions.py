@@ -29,19 +29,17 @@ def ask() -> LaunchConfig:
             type=click.IntRange(0, machines - 1),
         )
         ip = click.prompt("What is the IP address of machine 0?", type=str)
-        port = click.prompt("Which port on machine 0?", default=29500, type=click.IntRange(1, 65535))
+        port = click.prompt(
+            "Which port on machine 0?", default=29500, type=click.IntRange(1, 65535)
+        )
     use_cpu = click.confirm("Run on the CPU only?", default=False)
-    processes = click.prompt(
-        "How many processes per machine?", default=1, type=click.IntRange(1)
-    )
+    processes = click.prompt("How many processes per machine?", default=1, type=click.IntRange(1))
     precision = click.prompt(
         "Mixed precision?", default="no", type=click.Choice(MIXED_PRECISION_CHOICES)
     )
     if precision == "fp16" and use_cpu:
         raise click.BadParameter("fp16 needs CUDA GPUs; on the CPU choose bf16 or no")
-    accumulation = click.prompt(
-        "Gradient accumulation steps?", default=1, type=click.IntRange(1)
-    )
+    accumulation = click.prompt("Gradient accumulation steps?", default=1, type=click.IntRange(1))
     return LaunchConfig(
         num_processes=processes,
         num_machines=machines,

@@ -242,7 +242,7 @@ class PreparedDataLoader:
             self._sampler.seeds.restore_state = state["generator_state"]
 
     def skip_first_batches(self, num_batches: int) -> PreparedDataLoader:
-        """This loader, its next pass starting ``num_batches`` in (replacing a restored position)."""
+        """This loader, its next pass starting ``num_batches`` in (replaces a restored position)."""
         self._resume_skip = num_batches
         return self
 

@@ -20,7 +20,7 @@ BACKEND = "ACCELIFY_BACKEND"
 #: Every variable of the contract, with what it means; `accelify env` and the README list these.
 DOCUMENTED = {
     MIXED_PRECISION: "no | bf16 | fp16: precision when Accelerator(mixed_precision=None)",
-    GRADIENT_ACCUMULATION_STEPS: "integer >= 1: used when Accelerator(gradient_accumulation_steps=1)",
+    GRADIENT_ACCUMULATION_STEPS: "integer >= 1: when Accelerator(gradient_accumulation_steps=1)",
     USE_CPU: "true | false: force the CPU even where CUDA is available",
     BACKEND: "ddp: the engine that wraps prepared models",
 }

@@ -57,7 +57,9 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat([piece[:count] for piece, count in zip(pieces, counts, strict=True)])
 
 
-def _pad_rows(tensor: torch.Tensor, rows: int, value: float = 0, first: bool = False) -> torch.Tensor:
+def _pad_rows(
+    tensor: torch.Tensor, rows: int, value: float = 0, first: bool = False
+) -> torch.Tensor:
     missing = rows - tensor.shape[0]
     if missing == 0:
         return tensor

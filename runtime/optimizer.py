@@ -72,8 +72,10 @@ class PreparedOptimizer(torch.optim.Optimizer):
         if self.scaler is None:
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
         scale_before = self.scaler.get_scale()
-        result = self.scaler.step(self.optimizer, closure) if closure else self.scaler.step(
-            self.optimizer
+        result = (
+            self.scaler.step(self.optimizer, closure)
+            if closure
+            else self.scaler.step(self.optimizer)
         )
         self.scaler.update()
         self.step_was_skipped = self.scaler.get_scale() < scale_before

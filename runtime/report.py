@@ -38,8 +38,10 @@ def environment_report() -> str:
         lines.append(f"- bf16 on GPU: {torch.cuda.is_bf16_supported()}")
     else:
         lines.append("- GPUs: none (CPU runs use gloo)")
-    lines.append(f"- distributed backends: gloo={torch.distributed.is_gloo_available()}, "
-                 f"nccl={torch.distributed.is_nccl_available()}")
+    lines.append(
+        f"- distributed backends: gloo={torch.distributed.is_gloo_available()}, "
+        f"nccl={torch.distributed.is_nccl_available()}"
+    )
     path = default_config_path()
     if path.exists():
         try:

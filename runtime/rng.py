@@ -1,4 +1,4 @@
-"""Seeding and the RNG states a checkpoint carries, in a form ``torch.load(weights_only=True)`` reads."""
+"""Seeding, and the RNG states a checkpoint carries in a form ``weights_only`` loading reads."""
 
 from __future__ import annotations
 

@@ -55,7 +55,9 @@ def save_model_files(
     if len(shards) > 1:
         index = {
             "metadata": {"total_size": sum(_nbytes(t) for t in tensors.values())},
-            "weight_map": {key: name for name, shard in zip(names, shards, strict=True) for key in shard},
+            "weight_map": {
+                key: name for name, shard in zip(names, shards, strict=True) for key in shard
+            },
         }
         write_atomically(
             directory / f"{stem}{suffix}.index.json",

@@ -52,7 +52,9 @@ def shard_batches(
         yield round_[rank]
 
 
-def sharded_length(batches: int, rank: int, world: int, *, even_batches: bool, drop_last: bool) -> int:
+def sharded_length(
+    batches: int, rank: int, world: int, *, even_batches: bool, drop_last: bool
+) -> int:
     full_rounds, leftover = divmod(batches, world)
     if leftover == 0 or drop_last:
         return full_rounds

@@ -20,9 +20,7 @@ class Backend(Protocol):
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Skip the gradient all-reduce for the backward passes inside."""
 
-    def clip_grad_norm_(
-        self, parameters: Any, max_norm: float, norm_type: float
-    ) -> torch.Tensor:
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float) -> torch.Tensor:
         """Clip over every rank's gradients; returns the total norm before clipping."""
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:

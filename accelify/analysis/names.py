@@ -1,0 +1,68 @@
+"""What the analysis recognises, by fully qualified name (aliases resolved by libcst)."""
+
+from __future__ import annotations
+
+DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+OPTIMIZER_PREFIXES = ("torch.optim.", "transformers.optimization.", "bitsandbytes.optim.")
+OPTIMIZER_EXCLUDED_PREFIXES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+SCHEDULER_PREFIXES = ("torch.optim.lr_scheduler.",)
+SCHEDULER_FUNCTIONS_PREFIXES = (
+    "transformers.get_",
+    "transformers.optimization.get_",
+    "diffusers.optimization.get_",
+)
+MODEL_PREFIXES = ("torchvision.models.", "timm.create_model", "transformers.")
+NN_PREFIX = "torch.nn."
+NN_NOT_MODELS = ("torch.nn.functional.", "torch.nn.utils.", "torch.nn.init.", "torch.nn.parallel.")
+MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+DEVICE_CALLS = {"torch.device"}
+GRAD_SCALERS = {
+    "torch.cuda.amp.GradScaler",
+    "torch.amp.GradScaler",
+    "torch.cuda.amp.grad_scaler.GradScaler",
+    "torch.amp.grad_scaler.GradScaler",
+}
+AUTOCASTS = {
+    "torch.autocast",
+    "torch.cuda.amp.autocast",
+    "torch.amp.autocast",
+    "torch.cpu.amp.autocast",
+    "torch.autocast_mode.autocast",
+}
+DDP_WRAPPERS = {
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+}
+DISTRIBUTED_SAMPLERS = {
+    "torch.utils.data.distributed.DistributedSampler",
+    "torch.utils.data.DistributedSampler",
+}
+ACCELERATORS = {
+    "accelify.Accelerator",
+    "accelify.runtime.Accelerator",
+    "accelify.runtime.accelerator.Accelerator",
+    "accelerate.Accelerator",
+    "accelerate.accelerator.Accelerator",
+}
+CLIP_FUNCTIONS = {
+    "torch.nn.utils.clip_grad_norm_": "clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_norm_": "clip_grad_norm_",
+    "torch.nn.utils.clip_grad_value_": "clip_grad_value_",
+    "torch.nn.utils.clip_grad.clip_grad_value_": "clip_grad_value_",
+}
+NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
+TORCH_SAVE = {"torch.save"}
+INIT_PROCESS_GROUP = {"torch.distributed.init_process_group"}
+DESTROY_PROCESS_GROUP = {"torch.distributed.destroy_process_group"}
+BARRIER = {"torch.distributed.barrier"}
+GET_RANK = {"torch.distributed.get_rank"}
+GET_WORLD_SIZE = {"torch.distributed.get_world_size"}
+SET_CUDA_DEVICE = {"torch.cuda.set_device"}
+TQDM = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange"}
+PRINT = {"builtins.print"}
+# Methods that return the module itself (or a moved copy): `Net().to(device).train()` is a model.
+MODULE_SELF_METHODS = {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval"}
+DEVICE_MOVES = {"to", "cuda"}

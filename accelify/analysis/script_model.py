@@ -1,0 +1,412 @@
+"""`ScriptModel`: one analysis of one training script, shared by the codemod and the lint rules.
+
+It knows which names hold models, optimizers, DataLoaders, LR schedulers, gradient scalers,
+device variables and the accelerator; which calls are ``.backward()``; which loops train and
+which evaluate; and the scope (module or function) each lives in. Names are resolved through
+libcst's QualifiedNameProvider, so ``import torch.optim as optim`` and ``from torch import nn``
+are seen for what they are.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import libcst as cst
+from libcst._metadata_dependent import LazyValue
+from libcst.metadata import (
+    CodeRange,
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+)
+
+from accelify.analysis import names
+
+Scope = cst.Module | cst.FunctionDef
+
+
+class Kind(enum.Enum):
+    MODEL = "model"
+    OPTIMIZER = "optimizer"
+    DATALOADER = "dataloader"
+    SCHEDULER = "scheduler"
+    SCALER = "scaler"
+    DEVICE = "device"
+    WRAPPER = "ddp wrapper"
+    SAMPLER = "distributed sampler"
+    ACCELERATOR = "accelerator"
+
+
+@dataclass
+class Binding:
+    """A name (``model``, ``self.model``) bound to one of the objects the analysis tracks."""
+
+    name: str
+    kind: Kind
+    scope: Scope
+    statement: cst.SimpleStatementLine
+    assign: cst.Assign | cst.AnnAssign
+    value: cst.BaseExpression
+    line: int
+
+
+@dataclass
+class Loop:
+    node: cst.For
+    scope: Scope
+    iterable: str | None
+    batch_names: set[str]
+    trains: bool
+    evaluates: bool
+
+
+@dataclass
+class ScriptModel:
+    module: cst.Module
+    wrapper: MetadataWrapper
+    bindings: list[Binding] = field(default_factory=list)
+    backward_calls: list[cst.Call] = field(default_factory=list)
+    loops: list[Loop] = field(default_factory=list)
+    functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    module_classes: set[str] = field(default_factory=set)
+    _resolved: dict[type, Mapping[cst.CSTNode, Any]] = field(default_factory=dict, repr=False)
+
+    # --- metadata ---------------------------------------------------------------------------
+    def qualified(self, node: cst.CSTNode) -> set[str]:
+        found = self._metadata(QualifiedNameProvider).get(node, set())
+        if isinstance(found, LazyValue):  # QualifiedNameProvider computes names on demand
+            found = found()
+        return {qualified.name for qualified in found}
+
+    def _metadata(self, provider: type) -> Mapping[cst.CSTNode, Any]:
+        cached = self._resolved.get(provider)
+        if cached is None:
+            cached = self._resolved[provider] = self.wrapper.resolve(provider)
+        return cached
+
+    def position(self, node: cst.CSTNode) -> CodeRange:
+        return self._metadata(PositionProvider)[node]
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self.position(node).start.line
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._metadata(ParentNodeProvider).get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        current = self.parent(node)
+        while current is not None:
+            yield current
+            current = self.parent(current)
+
+    def scope_of(self, node: cst.CSTNode) -> Scope:
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Module)):
+                return ancestor
+        return self.module
+
+    def call_names(self, call: cst.Call) -> set[str]:
+        return self.qualified(call.func)
+
+    # --- queries ------------------------------------------------------------------------------
+    def of_kind(self, *kinds: Kind) -> list[Binding]:
+        return [binding for binding in self.bindings if binding.kind in kinds]
+
+    def names_of(self, *kinds: Kind) -> set[str]:
+        return {binding.name for binding in self.of_kind(*kinds)}
+
+    @property
+    def uses_accelerator(self) -> bool:
+        return bool(self.of_kind(Kind.ACCELERATOR))
+
+    @property
+    def trains(self) -> bool:
+        return bool(self.backward_calls)
+
+
+def analyze(module: cst.Module) -> ScriptModel:
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    wrapper.resolve_many([QualifiedNameProvider, PositionProvider, ParentNodeProvider])
+    model = ScriptModel(module=module, wrapper=wrapper)
+    module.visit(_Collector(model))
+    _add_models_fed_to_optimizers(model)
+    return model
+
+
+def dotted(node: cst.BaseExpression) -> str | None:
+    """``model`` or ``self.model`` for a Name or an attribute chain of Names."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def strip_self_methods(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``Net().to(device).train()`` -> ``Net()``: calls that hand the module back."""
+    while (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in names.MODULE_SELF_METHODS
+    ):
+        node = node.func.value
+    return node
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self, model: ScriptModel) -> None:
+        self.model = model
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        for base in node.bases:
+            qualified = self.model.qualified(base.value)
+            base_name = dotted(base.value)
+            if qualified & names.MODULE_BASES or base_name in self.model.module_classes:
+                self.model.module_classes.add(node.name.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if isinstance(self.model.parent(node), cst.Module):
+            self.model.functions[node.name.value] = node
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind(target.target, node.value, node)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind(node.target, node.value, node)
+
+    def _bind(
+        self,
+        target: cst.BaseExpression,
+        value: cst.BaseExpression,
+        assign: cst.Assign | cst.AnnAssign,
+    ) -> None:
+        name = dotted(target)
+        if name is None:
+            return
+        kind = self._classify(value, name)
+        if kind is None:
+            return
+        statement = self.model.parent(assign)
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return
+        self.model.bindings.append(
+            Binding(
+                name=name,
+                kind=kind,
+                scope=self.model.scope_of(assign),
+                statement=statement,
+                assign=assign,
+                value=value,
+                line=self.model.line(assign),
+            )
+        )
+
+    def _classify(self, value: cst.BaseExpression, name: str) -> Kind | None:
+        core = strip_self_methods(value)
+        if isinstance(core, cst.Call):
+            return self._classify_call(core)
+        if name.split(".")[-1] == "device" and _is_device_literal(value):
+            return Kind.DEVICE
+        return None
+
+    def _classify_call(self, call: cst.Call) -> Kind | None:
+        qualified = self.model.call_names(call)
+        local = dotted(call.func)
+        if qualified & names.ACCELERATORS:
+            return Kind.ACCELERATOR
+        if qualified & names.DATALOADERS:
+            return Kind.DATALOADER
+        if qualified & names.DDP_WRAPPERS:
+            return Kind.WRAPPER
+        if qualified & names.DISTRIBUTED_SAMPLERS:
+            return Kind.SAMPLER
+        if qualified & names.GRAD_SCALERS:
+            return Kind.SCALER
+        if qualified & names.DEVICE_CALLS:
+            return Kind.DEVICE
+        for qualified_name in qualified:
+            if qualified_name.startswith(names.SCHEDULER_PREFIXES) or (
+                qualified_name.startswith(names.SCHEDULER_FUNCTIONS_PREFIXES)
+                and "schedule" in qualified_name
+            ):
+                return Kind.SCHEDULER
+            if qualified_name.startswith(
+                names.OPTIMIZER_PREFIXES
+            ) and not qualified_name.startswith(names.OPTIMIZER_EXCLUDED_PREFIXES):
+                last = qualified_name.rsplit(".", 1)[-1]
+                if last[:1].isupper():
+                    return Kind.OPTIMIZER
+            if _is_nn_model(qualified_name) or qualified_name.startswith(names.MODEL_PREFIXES):
+                return Kind.MODEL
+        if local in self.model.module_classes:
+            return Kind.MODEL
+        return None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if (
+            isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "backward"
+            and not _is_accelerator_call(node, self.model)
+        ):
+            self.model.backward_calls.append(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        iterable = _loop_source(node.iter)
+        batch_names = _target_names(node.target)
+        if isinstance(node.iter, cst.Call) and dotted(node.iter.func) == "enumerate":
+            batch_names -= _first_enumerate_name(node.target)
+        has_backward = any(True for _ in _find_backward(node))
+        under_no_grad = any(self._is_no_grad(ancestor) for ancestor in self.model.ancestors(node))
+        self.model.loops.append(
+            Loop(
+                node=node,
+                scope=self.model.scope_of(node),
+                iterable=iterable,
+                batch_names=batch_names,
+                trains=has_backward,
+                evaluates=under_no_grad and not has_backward,
+            )
+        )
+
+    def _is_no_grad(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.With):
+            for item in node.items:
+                call = item.item
+                target = call.func if isinstance(call, cst.Call) else call
+                if self.model.qualified(target) & names.NO_GRAD_CONTEXTS:
+                    return True
+        if isinstance(node, cst.FunctionDef):
+            for decorator in node.decorators:
+                target = decorator.decorator
+                target = target.func if isinstance(target, cst.Call) else target
+                if self.model.qualified(target) & names.NO_GRAD_CONTEXTS:
+                    return True
+        return False
+
+
+def _is_nn_model(qualified_name: str) -> bool:
+    if not qualified_name.startswith(names.NN_PREFIX):
+        return False
+    if qualified_name.startswith(names.NN_NOT_MODELS):
+        return False
+    last = qualified_name.rsplit(".", 1)[-1]
+    return last[:1].isupper() and not last.endswith("Loss") and last != "Parameter"
+
+
+def _is_device_literal(value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.SimpleString):
+        text = value.evaluated_value
+        return isinstance(text, str) and text.split(":")[0] in ("cuda", "cpu", "mps")
+    if isinstance(value, cst.IfExp):
+        return _is_device_literal(value.body) and _is_device_literal(value.orelse)
+    return False
+
+
+def _is_accelerator_call(call: cst.Call, model: ScriptModel) -> bool:
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    return receiver is not None and dotted(receiver) in model.names_of(Kind.ACCELERATOR)
+
+
+def _loop_source(node: cst.BaseExpression) -> str | None:
+    """The loader a ``for`` reads: ``loader``, ``enumerate(loader)``, ``tqdm(loader, ...)``."""
+    if isinstance(node, cst.Call) and node.args:
+        return _loop_source(node.args[0].value)
+    return dotted(node)
+
+
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        found: set[str] = set()
+        for element in target.elements:
+            found |= _target_names(element.value)
+        return found
+    return set()
+
+
+def _first_enumerate_name(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
+        first = target.elements[0].value
+        if isinstance(first, cst.Name):
+            return {first.value}
+    return set()
+
+
+def _find_backward(node: cst.CSTNode) -> Iterator[cst.Call]:
+    class Finder(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.found: list[cst.Call] = []
+
+        def visit_Call(self, call: cst.Call) -> None:
+            if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward") or (
+                dotted(call.func) and str(dotted(call.func)).endswith(".backward")
+            ):
+                self.found.append(call)
+
+    finder = Finder()
+    node.visit(finder)
+    yield from finder.found
+
+
+def _add_models_fed_to_optimizers(model: ScriptModel) -> None:
+    """Whatever's ``.parameters()`` an optimizer is built from is a model, whatever made it."""
+    known = {(b.name, id(b.scope)) for b in model.bindings}
+    fed: set[str] = set()
+    for optimizer in model.of_kind(Kind.OPTIMIZER):
+        core = strip_self_methods(optimizer.value)
+        if not isinstance(core, cst.Call):
+            continue
+
+        class Params(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                func = call.func
+                if isinstance(func, cst.Attribute) and func.attr.value in (
+                    "parameters",
+                    "named_parameters",
+                ):
+                    name = dotted(func.value)
+                    if name:
+                        fed.add(name)
+
+        for argument in core.args:
+            argument.value.visit(Params())
+    for name, assign, value in _assignments(model):
+        if name in fed and (name, id(model.scope_of(assign))) not in known:
+            statement = model.parent(assign)
+            if isinstance(statement, cst.SimpleStatementLine):
+                model.bindings.append(
+                    Binding(
+                        name,
+                        Kind.MODEL,
+                        model.scope_of(assign),
+                        statement,
+                        assign,
+                        value,
+                        model.line(assign),
+                    )
+                )
+                known.add((name, id(model.scope_of(assign))))
+
+
+def _assignments(model: ScriptModel) -> Iterator[tuple[str, cst.Assign, cst.BaseExpression]]:
+    class Assignments(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.found: list[tuple[str, cst.Assign, cst.BaseExpression]] = []
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                name = dotted(target.target)
+                if name:
+                    self.found.append((name, node, node.value))
+
+    finder = Assignments()
+    model.module.visit(finder)
+    yield from finder.found

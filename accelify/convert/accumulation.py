@@ -1,0 +1,223 @@
+"""Manual gradient accumulation, and whether it can become ``accelerator.accumulate``.
+
+The shape recognised::
+
+    loss = criterion(output, target) / accum      # or: loss = loss / accum, loss /= accum
+    loss.backward()
+    if (step + 1) % accum == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+
+It becomes ``Accelerator(gradient_accumulation_steps=accum)``, the loop body runs inside
+``with accelerator.accumulate(model):`` (no gradient all-reduce on the steps that only
+accumulate), the division goes (``accelerator.backward`` divides), and the ``if`` tests
+``accelerator.sync_gradients``. That is only the same program when every later use of the divided
+loss can be rewritten: ``loss.item() * accum`` becomes ``loss.item()``; any other use keeps the
+manual pattern, which is correct as it stands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind, Loop, ScriptModel, dotted
+from accelify.convert.plan import Plan, expression
+
+
+@dataclass
+class ManualAccumulation:
+    line: int
+    steps_code: str
+    loss: str
+    loop: cst.For
+    division: cst.CSTNode
+    division_statement: cst.SimpleStatementLine
+    condition: cst.If
+    multiplied: list[cst.BinaryOperation] = field(default_factory=list)
+    unaccounted: str | None = None
+
+    def apply(self, plan: Plan, acc: str, models: list[str]) -> None:
+        if isinstance(self.division, cst.AugAssign) or (
+            isinstance(self.division, cst.Assign)
+            and isinstance(self.division.value, cst.BinaryOperation)
+            and dotted(self.division.value.left) == self.loss
+        ):
+            plan.remove(
+                self.division_statement,
+                self.line,
+                f"removed `{self.loss} / {self.steps_code}` (accelerator.backward divides)",
+            )
+        else:
+            plan.replace(
+                self.division.value,
+                lambda updated: updated.left,
+                self.line,  # type: ignore[union-attr]
+                f"removed `/ {self.steps_code}` (accelerator.backward divides)",
+            )
+        for product in self.multiplied:
+            plan.replace(
+                product,
+                lambda updated: updated.left,
+                self.line,
+                f"`{self.loss}.item() * {self.steps_code}` -> `{self.loss}.item()`",
+            )
+        plan.replace(
+            self.condition.test,
+            lambda _: expression(f"{acc}.sync_gradients"),
+            self.line,
+            f"accumulation step test -> {acc}.sync_gradients",
+        )
+        context = f"{acc}.accumulate({', '.join(models)})"
+
+        def wrap(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.For)
+            inner = cst.With(items=[cst.WithItem(expression(context))], body=updated.body)
+            return updated.with_changes(body=cst.IndentedBlock(body=[inner]))
+
+        previous = plan.replacements.get(self.loop)
+        plan.replacements[self.loop] = wrap if previous is None else (lambda u: wrap(previous(u)))
+        plan.change(
+            self.line,
+            f"manual accumulation -> Accelerator(gradient_accumulation_steps={self.steps_code}) "
+            f"and `with {context}:` (also steps at the end of each epoch)",
+        )
+
+
+def find_manual_accumulation(loop: Loop, model: ScriptModel, scopes) -> ManualAccumulation | None:
+    body = list(scopes.walk(loop.node.body))
+    backward = next(
+        (
+            c
+            for c in body
+            if isinstance(c, cst.Call)
+            and isinstance(c.func, cst.Attribute)
+            and c.func.attr.value == "backward"
+        ),
+        None,
+    )
+    if backward is None:
+        return None
+    loss = dotted(backward.func.value)  # type: ignore[union-attr]
+    if loss is None:
+        return None
+    division = _find_division(body, loss)
+    if division is None:
+        return None
+    node, steps = division
+    steps_code = model.module.code_for_node(steps)
+    condition = next(
+        (
+            n
+            for n in body
+            if isinstance(n, cst.If)
+            and _tests_modulo(n.test, steps_code, model)
+            and _steps_optimizer(n, scopes, model)
+        ),
+        None,
+    )
+    if condition is None:
+        return None
+    statement = model.parent(node)
+    assert isinstance(statement, cst.SimpleStatementLine)
+    found = ManualAccumulation(
+        line=model.line(node),
+        steps_code=steps_code,
+        loss=loss,
+        loop=loop.node,
+        division=node,
+        division_statement=statement,
+        condition=condition,
+    )
+    division_line = model.line(node)
+    for name in body:
+        if not isinstance(name, cst.Name) or name.value != loss or model.line(name) < division_line:
+            continue
+        parent = model.parent(name)
+        if scopes.inside(name, node):
+            continue
+        if (
+            isinstance(parent, cst.Attribute)
+            and parent.value is name
+            and parent.attr.value == "backward"
+        ):
+            continue
+        product = _times_steps(name, steps_code, model)
+        if product is not None:
+            found.multiplied.append(product)
+            continue
+        found.unaccounted = (
+            f"`{loss}` is used at line {model.line(name)} after the division by {steps_code}; "
+            "its value would change"
+        )
+        break
+    if not scopes.model_names_in_scope(loop.scope):
+        found.unaccounted = "no model found to pass to accelerator.accumulate()"
+    return found
+
+
+def _find_division(
+    body: list[cst.CSTNode], loss: str
+) -> tuple[cst.CSTNode, cst.BaseExpression] | None:
+    for node in body:
+        if (
+            isinstance(node, cst.AugAssign)
+            and dotted(node.target) == loss
+            and isinstance(node.operator, cst.DivideAssign)
+        ):
+            return node, node.value
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and dotted(node.targets[0].target) == loss
+            and isinstance(node.value, cst.BinaryOperation)
+            and isinstance(node.value.operator, cst.Divide)
+        ):
+            return node, node.value.right
+    return None
+
+
+def _tests_modulo(test: cst.BaseExpression, steps_code: str, model: ScriptModel) -> bool:
+    class Modulo(cst.CSTVisitor):
+        found = False
+
+        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+            if (
+                isinstance(node.operator, cst.Modulo)
+                and model.module.code_for_node(node.right) == steps_code
+            ):
+                self.found = True
+
+    visitor = Modulo()
+    test.visit(visitor)
+    return visitor.found
+
+
+def _steps_optimizer(condition: cst.If, scopes, model: ScriptModel) -> bool:
+    for node in scopes.walk(condition.body):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "step"
+        ):
+            if scopes.kind_of(dotted(node.func.value), node) is Kind.OPTIMIZER:
+                return True
+    return False
+
+
+def _times_steps(name: cst.Name, steps_code: str, model: ScriptModel) -> cst.BinaryOperation | None:
+    """``loss.item() * accum``: the undivided value, read back."""
+    attribute = model.parent(name)
+    call = model.parent(attribute) if isinstance(attribute, cst.Attribute) else None
+    product = model.parent(call) if isinstance(call, cst.Call) else None
+    if (
+        isinstance(attribute, cst.Attribute)
+        and attribute.attr.value == "item"
+        and isinstance(product, cst.BinaryOperation)
+        and isinstance(product.operator, cst.Multiply)
+        and product.left is call
+        and model.module.code_for_node(product.right) == steps_code
+    ):
+        return product
+    return None

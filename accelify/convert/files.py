@@ -1,0 +1,81 @@
+"""Which files a `convert` run reads, converting them (in parallel with ``--jobs``), writing them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from accelify.convert import Conversion, Options, convert_source
+from accelify.errors import UserError
+from accelify.source import write_atomically
+
+_SKIPPED_DIRS = {
+    ".git",
+    ".hg",
+    ".venv",
+    "venv",
+    "__pycache__",
+    "node_modules",
+    "build",
+    "dist",
+    ".tox",
+}
+
+
+def collect(paths: list[Path]) -> Iterator[tuple[Path, bool]]:
+    """Files to convert, and whether each was named directly (named files are never skipped)."""
+    for path in paths:
+        if path.is_dir():
+            for root, dirs, files in os.walk(path):
+                dirs[:] = sorted(
+                    d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith(".")
+                )
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        yield Path(root) / name, False
+        else:
+            yield path, True
+
+
+def convert_file(path: Path, options: Options, named: bool) -> Conversion | UserError:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        return UserError(f"cannot read: {error.strerror}", str(path))
+    if not named and b".backward(" not in data:
+        return Conversion(
+            str(path), data, data, skipped="no .backward() call: not a training script"
+        )
+    try:
+        return convert_source(data, path, options)
+    except UserError as error:
+        return error
+
+
+def convert_all(
+    files: list[tuple[Path, bool]],
+    options: Options,
+    jobs: int,
+    progress: Callable[[int], None] | None = None,
+) -> list[Conversion | UserError]:
+    if jobs <= 1 or len(files) < 2:
+        results = []
+        for path, named in files:
+            results.append(convert_file(path, options, named))
+            if progress:
+                progress(1)
+        return results
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(convert_file, path, options, named) for path, named in files]
+        results = []
+        for future in futures:
+            results.append(future.result())
+            if progress:
+                progress(1)
+        return results
+
+
+def write(conversion: Conversion, destination: Path | None = None) -> None:
+    write_atomically(destination or Path(conversion.path), conversion.converted)

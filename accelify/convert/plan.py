@@ -1,0 +1,68 @@
+"""A conversion before it is applied: edits keyed by the original nodes, and the notes for the
+summary. Planning reads the `ScriptModel` of the untouched tree; `transform.py` applies the plan
+in one pass, so every decision is made against the code the user wrote."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+Replace = Callable[[cst.CSTNode], cst.CSTNode]
+
+
+@dataclass(frozen=True)
+class Note:
+    line: int
+    text: str
+
+
+@dataclass
+class Plan:
+    accelerator: str = "accelerator"
+    replacements: dict[cst.CSTNode, Replace] = field(default_factory=dict)
+    removals: set[cst.CSTNode] = field(default_factory=set)
+    before: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    after: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    new_parameters: dict[cst.FunctionDef, str] = field(default_factory=dict)
+    changes: list[Note] = field(default_factory=list)
+    reviews: list[Note] = field(default_factory=list)
+    prepared: list[str] = field(default_factory=list)
+    add_import: str | None = None
+
+    def replace(self, node: cst.CSTNode, replace: Replace, line: int, text: str) -> None:
+        self.replacements[node] = replace
+        self.change(line, text)
+
+    def remove(self, statement: cst.CSTNode, line: int, text: str) -> None:
+        self.removals.add(statement)
+        self.change(line, text)
+
+    def insert_before(self, statement: cst.CSTNode, *new: cst.BaseStatement) -> None:
+        self.before.setdefault(statement, []).extend(new)
+
+    def insert_after(self, statement: cst.CSTNode, *new: cst.BaseStatement) -> None:
+        self.after.setdefault(statement, []).extend(new)
+
+    def change(self, line: int, text: str) -> None:
+        note = Note(line, text)
+        if note not in self.changes:
+            self.changes.append(note)
+
+    def review(self, line: int, text: str) -> None:
+        note = Note(line, text)
+        if note not in self.reviews:
+            self.reviews.append(note)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.replacements or self.removals or self.before or self.after)
+
+
+def statement(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code)
+
+
+def expression(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)

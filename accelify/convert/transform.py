@@ -1,0 +1,88 @@
+"""Apply a `Plan` to the tree in one pass.
+
+Replacements are functions of the *updated* node, so edits nested inside an edited node survive.
+Statements are never removed by their own ``leave_*``; their block drops them, moving the
+comment lines above a dropped statement onto the next one, and puts ``pass`` in a block that
+would be left empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from accelify.convert.plan import Plan
+
+
+class ApplyPlan(cst.CSTTransformer):
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def on_leave(
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
+        replace = self.plan.replacements.get(original_node)
+        if replace is not None:
+            updated_node = replace(updated_node)
+        if isinstance(original_node, cst.FunctionDef) and original_node in self.plan.new_parameters:
+            updated_node = _add_parameter(updated_node, self.plan.new_parameters[original_node])
+        if isinstance(original_node, (cst.IndentedBlock, cst.Module)):
+            updated_node = self._rebuild_body(original_node, updated_node)
+        return updated_node
+
+    def _rebuild_body(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+        old_body: Sequence[cst.CSTNode] = original.body  # type: ignore[attr-defined]
+        new_body: Sequence[cst.CSTNode] = updated.body  # type: ignore[attr-defined]
+        if len(old_body) != len(new_body):  # pragma: no cover - statements are never removed
+            return updated
+        rebuilt: list[cst.CSTNode] = []
+        carried_comments: list[cst.EmptyLine] = []
+        for old, new in zip(old_body, new_body, strict=True):
+            rebuilt.extend(self.plan.before.get(old, []))
+            if old in self.plan.removals:
+                carried_comments.extend(_comment_lines(new))
+            else:
+                if carried_comments:
+                    new = _with_leading(new, carried_comments)
+                    carried_comments = []
+                rebuilt.append(new)
+            rebuilt.extend(self.plan.after.get(old, []))
+        if carried_comments and rebuilt:
+            pass  # comments of a dropped last statement go with it
+        if isinstance(updated, cst.Module):
+            return updated.with_changes(body=rebuilt)
+        if not rebuilt:
+            rebuilt = [cst.SimpleStatementLine([cst.Pass()])]
+        return updated.with_changes(body=rebuilt)
+
+
+def _comment_lines(node: cst.CSTNode) -> list[cst.EmptyLine]:
+    leading = getattr(node, "leading_lines", ())
+    return [line for line in leading if line.comment is not None]
+
+
+def _with_leading(node: cst.CSTNode, lines: list[cst.EmptyLine]) -> cst.CSTNode:
+    if not hasattr(node, "leading_lines"):
+        return node
+    return node.with_changes(leading_lines=[*lines, *node.leading_lines])  # type: ignore[attr-defined]
+
+
+def _add_parameter(function: cst.FunctionDef, name: str) -> cst.FunctionDef:
+    """Add ``name`` as the last positional parameter, before any defaults' tail would break it:
+    appended as keyword-only when the function has ``*args`` or defaulted parameters."""
+    params = function.params
+    existing = {
+        p.name.value for p in (*params.params, *params.kwonly_params, *params.posonly_params)
+    }
+    if name in existing:
+        return function
+    new_param = cst.Param(cst.Name(name))
+    has_default = any(p.default is not None for p in params.params)
+    if has_default or params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params:
+        if params.star_arg is cst.MaybeSentinel.DEFAULT:
+            params = params.with_changes(star_arg=cst.ParamStar())
+        params = params.with_changes(kwonly_params=[*params.kwonly_params, new_param])
+    else:
+        params = params.with_changes(params=[*params.params, new_param])
+    return function.with_changes(params=params)

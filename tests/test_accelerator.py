@@ -1,0 +1,258 @@
+"""The Accelerator on one process: the API a converted script calls, with no launcher."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from accelify import Accelerator, set_seed
+from accelify.runtime.data import PreparedDataLoader
+from accelify.runtime.optimizer import PreparedOptimizer
+from accelify.runtime.precision import PrecisionError
+from accelify.runtime.scheduler import PreparedScheduler
+
+DESIGN_API = [
+    "device",
+    "is_main_process",
+    "is_local_main_process",
+    "num_processes",
+    "process_index",
+    "local_process_index",
+    "sync_gradients",
+    "prepare",
+    "backward",
+    "accumulate",
+    "no_sync",
+    "autocast",
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "gather",
+    "gather_for_metrics",
+    "reduce",
+    "pad_across_processes",
+    "wait_for_everyone",
+    "main_process_first",
+    "print",
+    "save",
+    "save_model",
+    "save_state",
+    "load_state",
+    "unwrap_model",
+    "get_state_dict",
+    "skip_first_batches",
+    "split_between_processes",
+    "set_trigger",
+    "check_trigger",
+    "end_training",
+    "register_for_checkpointing",
+]
+
+
+def parts(samples: int = 10, batch_size: int = 4):
+    model = nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(
+        TensorDataset(torch.randn(samples, 3), torch.randn(samples, 1)), batch_size=batch_size
+    )
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    return model, optimizer, loader, scheduler
+
+
+def test_every_name_of_the_design_is_there():
+    accelerator = Accelerator()
+    missing = [name for name in DESIGN_API if not hasattr(accelerator, name)]
+    assert missing == []
+
+
+def test_prepare_keeps_input_order_and_types():
+    accelerator = Accelerator()
+    model, optimizer, loader, scheduler = parts()
+    prepared = accelerator.prepare(scheduler, loader, optimizer, model, "other")
+    assert isinstance(prepared[0], PreparedScheduler)
+    assert isinstance(prepared[1], PreparedDataLoader)
+    assert isinstance(prepared[2], PreparedOptimizer)
+    assert prepared[3] is model  # one process: no wrapper
+    assert prepared[4] == "other"
+    assert prepared[0].optimizers == [prepared[2]]
+    assert isinstance(prepared[2], torch.optim.Optimizer)
+
+
+def test_preparing_twice_changes_nothing():
+    accelerator = Accelerator()
+    model, optimizer, loader, _ = parts()
+    first = accelerator.prepare(model, optimizer, loader)
+    again = accelerator.prepare(*first)
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    assert accelerator.prepare(optimizer) is first[1]
+    assert len(accelerator._optimizers) == 1
+
+
+def test_fp16_on_cpu_is_an_error_not_a_silent_fp32_run():
+    with pytest.raises(PrecisionError, match=r"fp16.*needs a CUDA device"):
+        Accelerator(mixed_precision="fp16", cpu=True)
+
+
+class RecordsInnerDtype(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.seen = []
+
+    def forward(self, x):
+        out = self.linear(x)
+        self.seen.append(out.dtype)
+        return out
+
+
+def test_bf16_runs_the_forward_in_bf16_and_returns_fp32():
+    accelerator = Accelerator(mixed_precision="bf16", cpu=True)
+    model = accelerator.prepare(RecordsInnerDtype())
+    output = model(torch.randn(2, 4))
+    assert model.seen == [torch.bfloat16]
+    assert output.dtype == torch.float32
+    with accelerator.autocast():
+        assert (torch.randn(2, 2) @ torch.randn(2, 2)).dtype == torch.bfloat16
+    plain = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+    plain(torch.randn(2, 4))
+    assert model.seen[-1] == torch.float32
+
+
+def test_accumulate_syncs_every_k_steps_and_at_the_end_of_the_loader():
+    accelerator = Accelerator(gradient_accumulation_steps=3)
+    model, optimizer, loader, _ = parts(samples=20, batch_size=4)  # 5 batches
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    syncs = []
+    for x, y in loader:
+        with accelerator.accumulate(model):
+            accelerator.backward(nn.functional.mse_loss(model(x), y))
+            syncs.append(accelerator.sync_gradients)
+            optimizer.step()
+            optimizer.zero_grad()
+    assert syncs == [False, False, True, False, True]
+
+
+def test_backward_divides_by_the_accumulation_steps():
+    accelerator = Accelerator(gradient_accumulation_steps=4)
+    weight = torch.ones(1, requires_grad=True)
+    accelerator.backward((weight * 8).sum())
+    assert weight.grad.item() == 2.0
+
+
+def test_one_cycle_schedule_is_never_stepped_past_its_end():
+    accelerator = Accelerator()
+    _, optimizer, _, _ = parts()
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=3)
+    optimizer, scheduler = accelerator.prepare(optimizer, scheduler)
+    for _ in range(5):
+        optimizer.step()
+        scheduler.step()
+    assert scheduler.last_epoch == 3
+
+
+def test_per_epoch_schedule_steps_once_per_call_without_step_with_optimizer():
+    accelerator = Accelerator(step_scheduler_with_optimizer=False, gradient_accumulation_steps=2)
+    _, optimizer, _, scheduler = parts()
+    optimizer, scheduler = accelerator.prepare(optimizer, scheduler)
+    accelerator.gradient_state.advance()  # an accumulation step: the optimizer skips it
+    assert not accelerator.sync_gradients
+    optimizer.step()
+    scheduler.step()
+    assert scheduler.last_epoch == 1
+
+
+def test_gather_for_metrics_on_one_process_returns_the_batch():
+    accelerator = Accelerator()
+    loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(5)), batch_size=2))
+    seen = [accelerator.gather_for_metrics(batch) for (batch,) in loader]
+    assert torch.cat(seen).tolist() == [0, 1, 2, 3, 4]
+    assert accelerator.gather_for_metrics(["a", "b"]) == ["a", "b"]
+
+
+def test_split_between_processes_on_one_process_is_everything():
+    accelerator = Accelerator()
+    with accelerator.split_between_processes([1, 2, 3]) as share:
+        assert share == [1, 2, 3]
+
+
+def test_trigger_is_seen_and_reset():
+    accelerator = Accelerator()
+    assert not accelerator.check_trigger()
+    accelerator.set_trigger()
+    assert accelerator.check_trigger()
+    assert not accelerator.check_trigger()
+
+
+def test_skip_first_batches_applies_to_the_next_pass_only():
+    accelerator = Accelerator()
+    loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(6)), batch_size=2))
+    skipped = accelerator.skip_first_batches(loader, 2)
+    assert [b.tolist() for (b,) in skipped] == [[4, 5]]
+    assert [b.tolist() for (b,) in loader] == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_save_writes_atomically_and_leaves_no_temporary(tmp_path):
+    accelerator = Accelerator()
+    target = tmp_path / "sub" / "weights.pt"
+    accelerator.save({"w": torch.ones(2)}, target)
+    assert torch.load(target, weights_only=True)["w"].tolist() == [1.0, 1.0]
+    assert [p.name for p in target.parent.iterdir()] == ["weights.pt"]
+
+
+def test_save_model_shards_and_loads_into_a_plain_module(tmp_path):
+    from safetensors.torch import load_file
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64)))
+    accelerator.save_model(model, tmp_path, max_shard_size="20KB")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names[-1] == "model.safetensors.index.json"
+    assert len(names) > 2
+    state = {}
+    for shard in tmp_path.glob("model-*.safetensors"):
+        state.update(load_file(shard))
+    fresh = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64))
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh[0].weight, model[0].weight)
+
+
+def test_save_model_handles_tied_weights(tmp_path):
+    from safetensors.torch import load_file
+
+    accelerator = Accelerator()
+    model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 5, bias=False))
+    model[1].weight = model[0].weight
+    accelerator.save_model(accelerator.prepare(model), tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    assert torch.equal(state["0.weight"], state["1.weight"])
+
+
+def test_register_for_checkpointing_needs_state_dict():
+    with pytest.raises(TypeError, match="needs state_dict"):
+        Accelerator().register_for_checkpointing(object())
+
+
+def test_save_and_load_state_round_trip_on_one_process(tmp_path):
+    set_seed(0)
+    accelerator = Accelerator()
+    model, optimizer, loader, scheduler = accelerator.prepare(*parts())
+    for x, y in loader:
+        accelerator.backward(nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        scheduler.step()
+    accelerator.save_state(tmp_path / "ck")
+    expected = [p.detach().clone() for p in model.parameters()]
+    draw = torch.rand(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    accelerator.load_state(tmp_path / "ck")
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), expected, strict=True))
+    assert torch.equal(torch.rand(3), draw)
+    assert scheduler.last_epoch == 3
+
+
+def test_load_state_of_a_missing_directory_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint directory"):
+        Accelerator().load_state(tmp_path / "missing")

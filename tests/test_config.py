@@ -1,0 +1,129 @@
+"""`accelify config` writes what `accelify launch` reads; bad files fail with the key and line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accelify.errors import UserError
+from accelify.runtime.config import LaunchConfig, load_config
+from conftest import FIXTURES, assert_ok, run_accelify
+
+WHOAMI = FIXTURES / "runtime" / "whoami.py"
+
+
+def ranks(stdout: str) -> list[dict]:
+    return sorted(
+        (json.loads(line) for line in stdout.splitlines() if line.startswith("{")),
+        key=lambda r: r["rank"],
+    )
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_default_config_then_launch_with_it(tmp_path):
+    path = tmp_path / "accelify.yaml"
+    assert_ok(run_accelify("config", "--default", "--config-file", path))
+    assert load_config(path) == LaunchConfig(num_processes=1, use_cpu=True, mixed_precision="no")
+    result = run_accelify("launch", "--config-file", path, WHOAMI)
+    assert_ok(result)
+    assert [r["world"] for r in ranks(result.stdout)] == [1]
+
+
+def test_flags_win_over_the_file(tmp_path):
+    path = write(tmp_path, "num_processes: 1\nuse_cpu: true\ngradient_accumulation_steps: 2\n")
+    result = run_accelify(
+        "launch",
+        "--config-file",
+        path,
+        "-n",
+        "2",
+        "--gradient-accumulation-steps",
+        "4",
+        "--mixed-precision",
+        "bf16",
+        WHOAMI,
+    )
+    assert_ok(result)
+    seen = ranks(result.stdout)
+    assert [r["rank"] for r in seen] == [0, 1]
+    assert {r["gradient_accumulation_steps"] for r in seen} == {4}
+    assert {r["mixed_precision"] for r in seen} == {"bf16"}
+
+
+def test_hugging_face_accelerate_config_is_understood(tmp_path):
+    path = write(
+        tmp_path,
+        """\
+compute_environment: LOCAL_MACHINE
+debug: false
+distributed_type: MULTI_CPU
+downcast_bf16: 'no'
+machine_rank: 0
+main_training_function: main
+mixed_precision: 'no'
+num_machines: 1
+num_processes: 2
+rdzv_backend: static
+same_network: true
+tpu_env: []
+tpu_use_cluster: false
+tpu_use_sudo: false
+use_cpu: true
+""",
+    )
+    result = run_accelify("launch", "--config-file", path, WHOAMI)
+    assert_ok(result)
+    assert [(r["rank"], r["world"], r["device"]) for r in ranks(result.stdout)] == [
+        (0, 2, "cpu"),
+        (1, 2, "cpu"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("num_processes: 2\nmixed_precision: fp8\n", 2, "mixed_precision: expected one of"),
+        ("num_processes: two\n", 1, "num_processes: expected an integer"),
+        ("use_cpu: true\nnum_gpus: 2\n", 2, "num_gpus: unknown key"),
+        ("num_processes: [2\nuse_cpu: true\n", None, "invalid YAML"),
+        ("distributed_type: TPU\n", 1, "distributed_type 'TPU' is not supported"),
+    ],
+)
+def test_bad_config_names_the_key_and_line(tmp_path, text, line, words):
+    path = write(tmp_path, text)
+    with pytest.raises(UserError) as caught:
+        load_config(path)
+    assert words in caught.value.message
+    if line is not None:
+        assert caught.value.line == line
+    result = run_accelify("launch", "--config-file", path, WHOAMI)
+    assert result.returncode == 2
+    assert str(path) in result.stderr and words in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_malformed_yaml_reports_its_line(tmp_path):
+    path = write(tmp_path, "num_processes: 2\nuse_cpu: true\n  extra: 1\n")
+    result = run_accelify("launch", "--config-file", path, WHOAMI)
+    assert result.returncode == 2
+    assert f"{path}:3: invalid YAML: mapping values are not allowed here" in result.stderr
+
+
+def test_fp16_on_cpu_is_refused_before_any_rank_starts(tmp_path):
+    result = run_accelify("launch", "--cpu", "-n", "2", "--mixed-precision", "fp16", WHOAMI)
+    assert result.returncode == 2
+    assert "fp16 needs CUDA GPUs" in result.stderr
+    assert '"rank"' not in result.stdout
+
+
+def test_missing_script_is_a_usage_error(tmp_path):
+    result = run_accelify("launch", "--cpu", "-n", "2", tmp_path / "nope.py")
+    assert result.returncode == 2
+    assert "no such script" in result.stderr

@@ -1,0 +1,147 @@
+"""The runtime on real processes: `accelify launch --cpu -n 2`, gloo, 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from conftest import FIXTURES, assert_ok, launch, run_accelify, run_python
+
+pytestmark = pytest.mark.distributed
+RUNTIME = FIXTURES / "runtime"
+
+
+def last_json(result: subprocess.CompletedProcess[str]):
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("[", "{"))]
+    assert lines, f"no JSON in stdout:\n{result.stdout}\n{result.stderr}"
+    return json.loads(lines[-1])
+
+
+def test_every_sample_is_seen_exactly_once_per_pass():
+    result = launch(RUNTIME / "sharding.py")
+    assert_ok(result)
+    for case in last_json(result):
+        size = case["size"]
+        for n, one_pass in enumerate(case["passes"]):
+            label = f"size={size} batch={case['batch_size']} shuffle={case['shuffle']} pass={n}"
+            metrics = one_pass["metrics"]
+            assert len(metrics) == size, label
+            if case["shuffle"]:
+                assert sorted(metrics) == list(range(size)), label
+            else:
+                assert metrics == list(range(size)), label
+            # `gather` keeps the repeats that even out the last round; the real samples lead.
+            assert one_pass["seen"][:size] == metrics, label
+        first, second = case["passes"]
+        if case["shuffle"] and size > case["batch_size"] * 2:
+            assert first["metrics"] != second["metrics"], f"size={size}: reshuffle per pass"
+
+
+def test_two_ranks_match_one_process_with_the_global_batch():
+    result = launch(RUNTIME / "equivalence.py")
+    assert_ok(result)
+    for case in last_json(result):
+        assert case["ranks_agree"], case
+        assert case["max_difference"] < 1e-6, case
+
+
+def test_one_prepared_process_trains_exactly_like_the_plain_script(tmp_path):
+    plain = run_python(RUNTIME / "parity.py", cwd=tmp_path)
+    prepared = run_python(RUNTIME / "parity.py", "--prepared", cwd=tmp_path)
+    assert_ok(plain)
+    assert_ok(prepared)
+    assert prepared.stdout.splitlines() == plain.stdout.splitlines()
+    assert len(plain.stdout.splitlines()) == 21
+
+
+def test_one_process_bf16_trains_on_cpu(tmp_path):
+    result = run_python(RUNTIME / "parity.py", "--prepared", "--mixed-precision", "bf16")
+    assert_ok(result)
+    losses = [float(line.split()[-1]) for line in result.stdout.splitlines()]
+    assert sum(losses[-7:]) < sum(losses[:7])
+
+
+def test_resume_after_save_state_continues_bit_for_bit(tmp_path):
+    script = RUNTIME / "resume.py"
+    straight, first, second = (tmp_path / name for name in ("a.json", "b.json", "c.json"))
+    checkpoint = tmp_path / "checkpoint"
+    assert_ok(launch(script, "--total-steps", "30", "--out", straight))
+    assert_ok(
+        launch(
+            script,
+            "--total-steps",
+            "30",
+            "--save-at",
+            "17",
+            "--checkpoint",
+            checkpoint,
+            "--stop-after-save",
+            "--out",
+            first,
+        )
+    )
+    assert sorted(p.name for p in checkpoint.iterdir()) == [
+        "custom.bin",
+        "dataloader.bin",
+        "model.bin",
+        "optimizer.bin",
+        "random_states_0.bin",
+        "random_states_1.bin",
+        "scheduler.bin",
+    ]
+    assert not checkpoint.with_name("checkpoint.accelify-tmp").exists()
+    assert_ok(launch(script, "--total-steps", "30", "--checkpoint", checkpoint, "--out", second))
+    expected = json.loads(straight.read_text())
+    before, after = json.loads(first.read_text()), json.loads(second.read_text())
+    assert next(iter(after["losses"])) == "18"
+    assert {**before["losses"], **after["losses"]} == expected["losses"]
+    assert after["parameters"] == expected["parameters"]
+
+
+def test_a_failing_rank_ends_the_run_with_its_traceback():
+    started = time.monotonic()
+    result = launch(RUNTIME / "fail.py", timeout=60)
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert elapsed < 30, f"took {elapsed:.1f}s"
+    assert "RuntimeError: boom on rank 1 at step 3" in result.stderr
+    assert "rank 1 failed" in result.stderr
+    assert "unreachable" not in result.stdout
+    leftovers = subprocess.run(["pgrep", "-f", str(RUNTIME / "fail.py")], capture_output=True)
+    assert leftovers.stdout == b"", "worker processes outlived the launcher"
+
+
+def test_max_restarts_resumes_from_the_checkpoint_every_time(tmp_path):
+    script = RUNTIME / "resume.py"
+    straight = tmp_path / "straight.json"
+    assert_ok(launch(script, "--total-steps", "24", "--out", straight))
+    expected = json.loads(straight.read_text())
+    for attempt in range(5):
+        out, checkpoint = tmp_path / f"restarted{attempt}.json", tmp_path / f"ck{attempt}"
+        result = run_accelify(
+            "launch",
+            "--cpu",
+            "-n",
+            "2",
+            "--max-restarts",
+            "1",
+            script,
+            "--total-steps",
+            "24",
+            "--save-at",
+            "13",
+            "--checkpoint",
+            checkpoint,
+            "--crash-after-save",
+            "--out",
+            out,
+            timeout=120,
+        )
+        assert_ok(result)
+        assert "rank 1 stops on purpose" in result.stderr, f"attempt {attempt}: no crash happened"
+        restarted = json.loads(out.read_text())
+        assert next(iter(restarted["losses"])) == "14", f"attempt {attempt}"
+        assert restarted["parameters"] == expected["parameters"], f"attempt {attempt}"

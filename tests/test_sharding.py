@@ -1,0 +1,74 @@
+"""Whole batches strided across ranks; the last round evened out with repeats that are counted."""
+
+import pytest
+
+from accelify.runtime.sharding import ShardPass, shard_batches, sharded_length
+
+
+def shards(batches, world, even_batches=True, drop_last=False):
+    per_rank, records = [], []
+    for rank in range(world):
+        record = ShardPass()
+        per_rank.append(
+            list(
+                shard_batches(
+                    batches,
+                    rank,
+                    world,
+                    even_batches=even_batches,
+                    drop_last=drop_last,
+                    size_of=len,
+                    record=record,
+                )
+            )
+        )
+        records.append(record.padding)
+    return per_rank, records
+
+
+def test_batches_are_strided_so_rank_order_is_dataset_order():
+    batches = [[0, 1], [2, 3], [4, 5], [6, 7]]
+    (rank0, rank1), padding = shards(batches, 2)
+    assert rank0 == [[0, 1], [4, 5]]
+    assert rank1 == [[2, 3], [6, 7]]
+    assert padding == [0, 0]
+
+
+def test_short_last_round_repeats_first_batches_and_counts_them():
+    batches = [[0, 1], [2, 3], [4]]
+    (rank0, rank1), padding = shards(batches, 2)
+    assert rank0 == [[0, 1], [4]]
+    assert rank1 == [[2, 3], [0, 1]]
+    assert padding == [2, 2]  # every rank knows the two repeated samples
+
+
+def test_uneven_batches_leave_the_last_rank_short():
+    batches = [[0, 1], [2, 3], [4]]
+    (rank0, rank1), padding = shards(batches, 2, even_batches=False)
+    assert rank0 == [[0, 1], [4]]
+    assert rank1 == [[2, 3]]
+    assert padding == [0, 0]
+
+
+def test_drop_last_drops_an_incomplete_round():
+    batches = [[0, 1], [2, 3], [4, 5]]
+    (rank0, rank1), _ = shards(batches, 2, drop_last=True)
+    assert rank0 == [[0, 1]] and rank1 == [[2, 3]]
+
+
+def test_fewer_batches_than_ranks_still_gives_every_rank_one():
+    (r0, r1, r2), padding = shards([[0, 1, 2]], 3)
+    assert r0 == r1 == r2 == [[0, 1, 2]]
+    assert padding == [6, 6, 6]
+
+
+@pytest.mark.parametrize("batches", range(0, 12))
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("even", [True, False])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_length_matches_what_is_yielded(batches, world, even, drop_last):
+    stream = [[i] for i in range(batches)]
+    per_rank, _ = shards(stream, world, even_batches=even, drop_last=drop_last)
+    for rank, got in enumerate(per_rank):
+        expected = sharded_length(batches, rank, world, even_batches=even, drop_last=drop_last)
+        assert len(got) == expected
