@@ -9,6 +9,7 @@ before any process starts.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 from dataclasses import dataclass, replace
@@ -122,10 +123,10 @@ def launch(plan: LaunchPlan) -> int:
         torchrun.run(arguments)
     except ChildFailedError as error:
         rank, failure = error.get_first_failure()
-        print(
-            f"accelify launch: rank {rank} failed with exit code {failure.exitcode}; "
-            "the other ranks were stopped (its traceback is above)",
-            file=sys.stderr,
-        )
+        if failure.exitcode < 0:
+            how = f"was killed by {signal.Signals(-failure.exitcode).name}"
+        else:
+            how = f"failed with exit code {failure.exitcode} (its traceback is above)"
+        print(f"accelify launch: rank {rank} {how}; the other ranks were stopped", file=sys.stderr)
         return failure.exitcode if failure.exitcode > 0 else 1
     return 0

@@ -6,7 +6,9 @@ Read from the variables torchrun's elastic agent sets (``RANK``, ``LOCAL_RANK``,
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -88,3 +90,42 @@ def _init_process_group(
         timeout=timeout,
         device_id=device if device.type == "cuda" else None,
     )
+    _ExitGuard.install(dist.PrefixStore(f"accelify/exit_{attempt}", store), rank, world_size)
+
+
+class _ExitGuard:
+    """Close the process group when a script ends without `end_training`.
+
+    Left open, a gloo group can abort one rank at interpreter exit ("terminate called without
+    an active exception", about one run in ten) when its peer has already gone. Waiting for
+    every rank first avoids that. The wait goes through the store, not a collective, so it is
+    bounded: after an uncaught exception nobody waits (the other ranks are being stopped), and
+    a rank that leaves early with ``sys.exit`` waits at most `EXIT_WAIT` for ranks that will not
+    come.
+    """
+
+    EXIT_WAIT = timedelta(seconds=10)
+    crashed = False
+
+    @classmethod
+    def install(cls, store: dist.Store, rank: int, world_size: int) -> None:
+        previous = sys.excepthook
+
+        def record(*exc_info: object) -> None:
+            cls.crashed = True
+            previous(*exc_info)  # type: ignore[arg-type]
+
+        sys.excepthook = record
+        atexit.register(cls.close, store, rank, world_size)
+
+    @classmethod
+    def close(cls, store: dist.Store, rank: int, world_size: int) -> None:
+        if not dist.is_initialized():
+            return
+        if not cls.crashed:
+            try:
+                store.set(f"left/{rank}", "1")
+                store.wait([f"left/{other}" for other in range(world_size)], cls.EXIT_WAIT)
+            except RuntimeError:  # DistStoreError included
+                pass  # a rank that left early, or a store already gone: nothing to wait for
+        dist.destroy_process_group()

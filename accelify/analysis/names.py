@@ -66,3 +66,16 @@ PRINT = {"builtins.print"}
 # Methods that return the module itself (or a moved copy): `Net().to(device).train()` is a model.
 MODULE_SELF_METHODS = {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval"}
 DEVICE_MOVES = {"to", "cuda"}
+# torch.nn.Module's own API: reachable through a DDP wrapper too (DDP is a Module).
+MODULE_API = {
+    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double",
+    "eval", "extra_repr", "float", "forward", "get_buffer", "get_extra_state", "get_parameter",
+    "get_submodule", "half", "ipu", "load_state_dict", "modules", "mtia", "named_buffers",
+    "named_children", "named_modules", "named_parameters", "parameters", "register_backward_hook",
+    "register_buffer", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_full_backward_pre_hook",
+    "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook", "register_module",
+    "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook",
+    "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to",
+    "to_empty", "train", "training", "type", "xpu", "zero_grad",
+}  # fmt: skip

@@ -262,7 +262,7 @@ class _Collector(cst.CSTVisitor):
         batch_names = _target_names(node.target)
         if isinstance(node.iter, cst.Call) and dotted(node.iter.func) == "enumerate":
             batch_names -= _first_enumerate_name(node.target)
-        has_backward = any(True for _ in _find_backward(node))
+        has_backward = any(True for _ in _find_backward(node.body, skip_loops=True))
         under_no_grad = any(self._is_no_grad(ancestor) for ancestor in self.model.ancestors(node))
         self.model.loops.append(
             Loop(
@@ -340,10 +340,18 @@ def _first_enumerate_name(target: cst.BaseExpression) -> set[str]:
     return set()
 
 
-def _find_backward(node: cst.CSTNode) -> Iterator[cst.Call]:
+def _find_backward(node: cst.CSTNode, skip_loops: bool = False) -> Iterator[cst.Call]:
+    """``.backward()`` calls under ``node``; with ``skip_loops``, not those of nested loops."""
+
     class Finder(cst.CSTVisitor):
         def __init__(self) -> None:
             self.found: list[cst.Call] = []
+
+        def visit_For(self, loop: cst.For) -> bool:
+            return not skip_loops
+
+        def visit_While(self, loop: cst.While) -> bool:
+            return not skip_loops
 
         def visit_Call(self, call: cst.Call) -> None:
             if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward") or (
@@ -358,7 +366,7 @@ def _find_backward(node: cst.CSTNode) -> Iterator[cst.Call]:
 
 def _add_models_fed_to_optimizers(model: ScriptModel) -> None:
     """Whatever's ``.parameters()`` an optimizer is built from is a model, whatever made it."""
-    known = {(b.name, id(b.scope)) for b in model.bindings}
+    known = {(b.name, id(b.scope)) for b in model.of_kind(Kind.MODEL)}
     fed: set[str] = set()
     for optimizer in model.of_kind(Kind.OPTIMIZER):
         core = strip_self_methods(optimizer.value)

@@ -196,13 +196,13 @@ def _tests_modulo(test: cst.BaseExpression, steps_code: str, model: ScriptModel)
 
 def _steps_optimizer(condition: cst.If, scopes, model: ScriptModel) -> bool:
     for node in scopes.walk(condition.body):
-        if (
+        is_step = (
             isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute)
             and node.func.attr.value == "step"
-        ):
-            if scopes.kind_of(dotted(node.func.value), node) is Kind.OPTIMIZER:
-                return True
+        )
+        if is_step and scopes.kind_of(dotted(node.func.value), node) is Kind.OPTIMIZER:
+            return True
     return False
 
 

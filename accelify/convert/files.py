@@ -1,4 +1,4 @@
-"""Which files a `convert` run reads, converting them (in parallel with ``--jobs``), writing them."""
+"""The files a `convert` run reads, their conversion (parallel with ``--jobs``), and writing."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ in one pass, so every decision is made against the code the user wrote."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -58,6 +58,17 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not (self.replacements or self.removals or self.before or self.after)
+
+
+def with_keyword(args: Sequence[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
+    """``args`` plus ``name=value``, written as a formatter writes it (no spaces around ``=``)."""
+    result = list(args)
+    if result and result[-1].comma is cst.MaybeSentinel.DEFAULT:
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        result[-1] = result[-1].with_changes(comma=comma)
+    tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+    result.append(cst.Arg(value, keyword=cst.Name(name), equal=tight))
+    return result
 
 
 def statement(code: str) -> cst.BaseStatement:

@@ -14,9 +14,16 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.analysis import names
-from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel, dotted
+from accelify.analysis.script_model import (
+    Kind,
+    Loop,
+    Scope,
+    ScriptModel,
+    dotted,
+    strip_self_methods,
+)
 from accelify.convert.accumulation import find_manual_accumulation
-from accelify.convert.plan import Plan, expression, statement
+from accelify.convert.plan import Plan, expression, statement, with_keyword
 from accelify.convert.scopes import Scopes
 
 TARGET_IMPORTS = {
@@ -52,7 +59,7 @@ class Planner:
         self.needs: list[cst.CSTNode] = []
         self.acc = "accelerator"
 
-    # --- entry ------------------------------------------------------------------------------
+    # --- entry -----------------------------------------------------------------------------------
     def run(self) -> Plan:
         prepare_scope = self.scopes.prepare_scope()
         if prepare_scope is None:
@@ -64,13 +71,13 @@ class Planner:
         self.plan.accelerator = self.acc
         self._plan_prepare(prepare_scope)
         self._plan_backward()
-        self._plan_model_moves()
         self._plan_wrappers_and_process_groups()
+        self._plan_model_moves()
         self._plan_batch_moves()
         self._plan_devices()
         self._plan_amp()
         self._plan_clipping()
-        self._plan_state_dicts()
+        self._plan_unwrapped_access()
         self._plan_saving()
         self._plan_prints_and_progress_bars()
         self._plan_evaluation_gather()
@@ -85,9 +92,12 @@ class Planner:
         self.plan.add_import = TARGET_IMPORTS[self.options.target]
         return self.plan
 
-    # --- helpers ------------------------------------------------------------------------------
+    # --- helpers ---------------------------------------------------------------------------------
     def need(self, node: cst.CSTNode) -> None:
         self.needs.append(node)
+
+    def _code(self, node: cst.CSTNode) -> str:
+        return self.model.module.code_for_node(node)
 
     def line(self, node: cst.CSTNode) -> int:
         return self.model.line(node)
@@ -95,7 +105,7 @@ class Planner:
     def a(self, member: str) -> str:
         return f"{self.acc}.{member}"
 
-    # --- 3. prepare ---------------------------------------------------------------------------
+    # --- 3. prepare ------------------------------------------------------------------------------
     def _plan_prepare(self, scope: Scope) -> None:
         kinds = (Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER, Kind.SCHEDULER)
         chosen: dict[str, object] = {}
@@ -139,13 +149,13 @@ class Planner:
             self.line(last_statement), f"prepare {targets} after line {self.line(last_statement)}"
         )
 
-    # --- 4. backward ---------------------------------------------------------------------------
+    # --- 4. backward -----------------------------------------------------------------------------
     def _plan_backward(self) -> None:
+        acc = self.acc
         for call in self.model.backward_calls:
             receiver = call.func.value  # type: ignore[union-attr]
             scaled = _unscaled(receiver, self.model)
             loss = scaled if scaled is not None else receiver
-            acc = self.acc
 
             def rewrite(updated: cst.CSTNode, loss=loss, scaled=scaled) -> cst.CSTNode:
                 assert isinstance(updated, cst.Call)
@@ -154,18 +164,20 @@ class Planner:
                 args = [cst.Arg(target), *updated.args]
                 return updated.with_changes(func=expression(f"{acc}.backward"), args=args)
 
-            code = self.model.module.code_for_node(loss)
+            code = self._code(loss)
             self.plan.replace(
                 call, rewrite, self.line(call), f"{code}.backward() -> {self.a('backward')}({code})"
             )
             self.need(call)
 
-    # --- 5. devices ----------------------------------------------------------------------------
+    # --- 5. devices ------------------------------------------------------------------------------
     def _plan_model_moves(self) -> None:
         model_names = self.model.names_of(Kind.MODEL)
         for binding in self.model.of_kind(Kind.MODEL):
             stripped = _strip_moves(binding.value)
-            if stripped is binding.value:
+            if stripped is binding.value or binding.statement in self.plan.removals:
+                continue
+            if binding.value in self.plan.replacements:  # a DataParallel(...) already unwrapped
                 continue
             if dotted(stripped) == binding.name:
                 self.plan.remove(
@@ -223,9 +235,6 @@ class Planner:
                     self.line(move),
                     "removed batch device move (batches arrive on accelerator.device)",
                 )
-        for small in line_statement.body:
-            if isinstance(small, cst.Expr) or isinstance(small, cst.Assign):
-                pass
 
     def _plan_devices(self) -> None:
         for binding in self.model.of_kind(Kind.DEVICE):
@@ -256,16 +265,16 @@ class Planner:
             elif (
                 m.matches(call, m.Call(func=m.Attribute(attr=m.Name("to"))))
                 and call not in self.plan.replacements
+                and call.args
+                and _is_cuda_literal(call.args[0].value)
             ):
-                if call.args and _is_cuda_literal(call.args[0].value):
-                    literal = call.args[0].value
-                    self.plan.replace(
-                        literal,
-                        lambda _: expression(self.a("device")),
-                        self.line(call),
-                        f'.to("cuda") -> .to({self.a("device")})',
-                    )
-                    self.need(call)
+                self.plan.replace(
+                    call.args[0].value,
+                    lambda _: expression(self.a("device")),
+                    self.line(call),
+                    f'.to("cuda") -> .to({self.a("device")})',
+                )
+                self.need(call)
             for argument in call.args:
                 if (
                     argument.keyword is not None
@@ -280,26 +289,19 @@ class Planner:
                     )
                     self.need(call)
 
-    # --- 6. hand-written DDP -----------------------------------------------------------------------
+    # --- 6. hand-written DDP ---------------------------------------------------------------------
     def _plan_wrappers_and_process_groups(self) -> None:
         for binding in self.model.of_kind(Kind.WRAPPER):
-            call = binding.value
+            call = strip_self_methods(binding.value)
             if not isinstance(call, cst.Call) or not call.args:
                 continue
-            inner = call.args[0].value
+            inner = _strip_moves(call.args[0].value)
+            wrapper = self._code(call.func)
+            text = f"removed {wrapper} wrapping and device moves (prepare wraps the model)"
             if dotted(inner) == binding.name:
-                self.plan.remove(
-                    binding.statement,
-                    binding.line,
-                    f"removed {self.model.module.code_for_node(call.func)} wrapping (prepare wraps the model)",
-                )
+                self.plan.remove(binding.statement, binding.line, text)
             else:
-                self.plan.replace(
-                    binding.value,
-                    lambda updated: updated.args[0].value,
-                    binding.line,
-                    f"removed {self.model.module.code_for_node(call.func)} wrapping (prepare wraps the model)",
-                )
+                self.plan.replace(binding.value, lambda _, inner=inner: inner, binding.line, text)
         samplers = {b.name for b in self.model.of_kind(Kind.SAMPLER)}
         for binding in self.model.of_kind(Kind.SAMPLER):
             self.plan.remove(
@@ -347,7 +349,7 @@ class Planner:
                     call,
                     lambda _, r=replacement: expression(r),
                     self.line(call),
-                    f"{self.model.module.code_for_node(call)} -> {replacement}",
+                    f"{self._code(call)} -> {replacement}",
                 )
                 self.need(call)
             if self.model.call_names(call) & names.DATALOADERS:
@@ -361,12 +363,12 @@ class Planner:
                             call,
                             _drop_sampler_argument(samplers),
                             self.line(call),
-                            "DataLoader(sampler=DistributedSampler) -> shuffle=True (prepare shards the data)",
+                            "DataLoader(sampler=DistributedSampler) -> shuffle=True "
+                            "(prepare shards the data)",
                         )
         for attribute in self.scopes.attributes():
-            if attribute.attr.value == "module" and self.scopes.is_model_name(
-                dotted(attribute.value), attribute
-            ):
+            name = dotted(attribute.value)
+            if attribute.attr.value == "module" and self.scopes.is_model_name(name, attribute):
                 acc = self.acc
                 self.plan.replace(
                     attribute,
@@ -374,11 +376,11 @@ class Planner:
                         expression(f"{acc}.unwrap_model"), [cst.Arg(updated.value)]
                     ),
                     self.line(attribute),
-                    f"{dotted(attribute.value)}.module -> {self.a('unwrap_model')}({dotted(attribute.value)})",
+                    f"{name}.module -> {self.a('unwrap_model')}({name})",
                 )
                 self.need(attribute)
 
-    # --- 7. AMP -------------------------------------------------------------------------------------
+    # --- 7. AMP ----------------------------------------------------------------------------------
     def _plan_amp(self) -> None:
         scalers = {b.name for b in self.model.of_kind(Kind.SCALER)}
         amp_used = bool(scalers)
@@ -406,23 +408,21 @@ class Planner:
                             cst.Attribute(updated.args[0].value, cst.Name("step"))
                         ),
                         self.line(call),
-                        f"{dotted(call.func)}({self.model.module.code_for_node(optimizer)}) -> "
-                        f"{self.model.module.code_for_node(optimizer)}.step()",
+                        f"{dotted(call.func)}({self._code(optimizer)}) -> "
+                        f"{self._code(optimizer)}.step()",
                     )
         for with_node in self.scopes.withs():
             for item in with_node.items:
                 call = item.item
                 if isinstance(call, cst.Call) and self.model.call_names(call) & names.AUTOCASTS:
                     amp_used = True
-                    if any(
-                        "bfloat16" in self.model.module.code_for_node(a.value) for a in call.args
-                    ):
+                    if any("bfloat16" in self._code(a.value) for a in call.args):
                         dtype = "bf16"
                     self.plan.replace(
                         call,
                         lambda _: expression(f"{self.acc}.autocast()"),
                         self.line(call),
-                        f"{self.model.module.code_for_node(call.func)}(...) -> {self.a('autocast')}()",
+                        f"{self._code(call.func)}(...) -> {self.a('autocast')}()",
                     )
                     self.need(call)
         if amp_used and not self.options.mixed_precision:
@@ -434,10 +434,11 @@ class Planner:
                 )
             self.plan.change(
                 0,
-                f"mixed precision moved to Accelerator(mixed_precision={self.constructor.kwargs['mixed_precision']})",
+                "mixed precision moved to Accelerator(mixed_precision="
+                f"{self.constructor.kwargs['mixed_precision']})",
             )
 
-    # --- 8. clipping ----------------------------------------------------------------------------------
+    # --- 8. clipping -----------------------------------------------------------------------------
     def _plan_clipping(self) -> None:
         for call in self.scopes.calls():
             for qualified in self.model.call_names(call):
@@ -454,18 +455,22 @@ class Planner:
                     self.need(call)
                     break
 
-    # --- 9. saving and loading state -----------------------------------------------------------------
-    def _plan_state_dicts(self) -> None:
-        for call in self.scopes.calls():
-            if not isinstance(call.func, cst.Attribute) or call.func.attr.value not in (
-                "state_dict",
-                "load_state_dict",
-            ):
+    # --- 9. saving and loading state -------------------------------------------------------------
+    def _plan_unwrapped_access(self) -> None:
+        """After prepare, a model may be a DDP wrapper: its state dict, its own attributes and
+        methods (``model.fc1``, ``model.generate()``) are reached through ``unwrap_model``."""
+        for attribute in self.scopes.attributes():
+            member = attribute.attr.value
+            if member in names.MODULE_API and member not in ("state_dict", "load_state_dict"):
                 continue
-            owner = call.func.value
-            if not self.scopes.is_model_name(dotted(owner), call) or not self.scopes.after_prepare(
-                call
-            ):
+            if member == "module" or member.startswith("__"):
+                continue
+            owner = attribute.value
+            if not isinstance(owner, (cst.Name, cst.Attribute)) or owner in self.plan.replacements:
+                continue
+            if not self.scopes.is_model_name(dotted(owner), attribute):
+                continue
+            if not self.scopes.after_prepare(attribute) or self._is_binding_target(attribute):
                 continue
             acc = self.acc
             self.plan.replace(
@@ -473,10 +478,18 @@ class Planner:
                 lambda updated, acc=acc: cst.Call(
                     expression(f"{acc}.unwrap_model"), [cst.Arg(updated)]
                 ),
-                self.line(call),
-                f"{dotted(owner)}.{call.func.attr.value} -> {self.a('unwrap_model')}({dotted(owner)}).{call.func.attr.value}",
+                self.line(attribute),
+                f"{dotted(owner)}.{member} -> {self.a('unwrap_model')}({dotted(owner)}).{member}",
             )
-            self.need(call)
+            self.need(attribute)
+
+    def _is_binding_target(self, attribute: cst.Attribute) -> bool:
+        """``self.model = ...`` binds a name; it is not a use of the model."""
+        parent = self.model.parent(attribute)
+        return isinstance(parent, cst.AssignTarget) or (
+            isinstance(parent, cst.Attribute)
+            and isinstance(self.model.parent(parent), cst.AssignTarget)
+        )
 
     def _plan_saving(self) -> None:
         for line_statement, call in self.scopes.expression_statements():
@@ -496,14 +509,15 @@ class Planner:
         for call in self.scopes.calls():
             if dotted(call.func) == "open" and len(call.args) > 1:
                 mode = call.args[1].value
-                if isinstance(mode, cst.SimpleString) and any(
+                writes = isinstance(mode, cst.SimpleString) and any(
                     c in str(mode.evaluated_value) for c in "wa"
-                ):
-                    if not self.scopes.under_rank_guard(call):
-                        self.plan.review(
-                            self.line(call),
-                            "a file is written on every rank: guard it with `if accelerator.is_main_process:`",
-                        )
+                )
+                if writes and not self.scopes.under_rank_guard(call):
+                    self.plan.review(
+                        self.line(call),
+                        "a file is written on every rank: "
+                        "guard it with `if accelerator.is_main_process:`",
+                    )
 
     def _plan_prints_and_progress_bars(self) -> None:
         for call in self.scopes.calls():
@@ -523,20 +537,16 @@ class Planner:
                 self.plan.replace(
                     call,
                     lambda updated, acc=acc: updated.with_changes(
-                        args=[
-                            *updated.args,
-                            cst.Arg(
-                                expression(f"not {acc}.is_local_main_process"),
-                                keyword=cst.Name("disable"),
-                            ),
-                        ]
+                        args=with_keyword(
+                            updated.args, "disable", expression(f"not {acc}.is_local_main_process")
+                        )
                     ),
                     self.line(call),
                     "progress bar shown on the local main process only",
                 )
                 self.need(call)
 
-    # --- 10. evaluation ----------------------------------------------------------------------------
+    # --- 10. evaluation --------------------------------------------------------------------------
     def _plan_evaluation_gather(self) -> None:
         for loop in self.model.loops:
             if not loop.evaluates or not self.scopes.reads_loader(loop):
@@ -559,7 +569,8 @@ class Planner:
             if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
                 self.plan.review(
                     self.line(assign),
-                    "evaluation output is not a plain name: gather predictions and labels with accelerator.gather_for_metrics",
+                    "evaluation output is not a plain name: "
+                    "gather predictions and labels with accelerator.gather_for_metrics",
                 )
                 return
             output = assign.targets[0].target.value
@@ -587,10 +598,11 @@ class Planner:
             return
         self.plan.review(
             self.line(loop.node),
-            "evaluation loop without a recognised forward pass: gather predictions and labels with accelerator.gather_for_metrics",
+            "evaluation loop without a recognised forward pass: "
+            "gather predictions and labels with accelerator.gather_for_metrics",
         )
 
-    # --- gradient accumulation, collective stops, data ------------------------------------------------
+    # --- gradient accumulation, collective stops, data -------------------------------------------
     def _plan_accumulation(self) -> None:
         for loop in self.model.loops:
             if not loop.trains:
@@ -608,8 +620,8 @@ class Planner:
             self.need(loop.node)
 
     def _plan_collective_stops(self) -> None:
+        acc = self.acc
         for if_node, break_statement in self.scopes.per_process_breaks():
-            acc = self.acc
             self.plan.replace(
                 break_statement,
                 lambda _: statement(f"{acc}.set_trigger()"),
@@ -635,8 +647,24 @@ class Planner:
                 "on every rank with DDP-averaged gradients; check it",
             )
 
-    # --- 2. the Accelerator itself --------------------------------------------------------------------
+    # --- 2. the Accelerator itself ---------------------------------------------------------------
+    def _drop_unreachable(self, prepare_scope: Scope) -> None:
+        """``self.accelerator`` exists only inside its class: edits elsewhere are not made."""
+        owner = self.model.parent(self.model.parent(prepare_scope))
+        kept = []
+        for need in self.needs:
+            if self.scopes.inside(need, owner):  # type: ignore[arg-type]
+                kept.append(need)
+                continue
+            self.plan.replacements.pop(need, None)
+            line = self.line(need)
+            self.plan.changes = [note for note in self.plan.changes if note.line != line]
+            self.plan.review(line, f"left as is: {self.acc} is not reachable outside its class")
+        self.needs = kept
+
     def _place_accelerator(self, prepare_scope: Scope) -> None:
+        if self.acc.startswith("self."):
+            self._drop_unreachable(prepare_scope)
         create = f"{self.acc} = {self.constructor.code()}"
         home = self.scopes.accelerator_home(prepare_scope, self.needs, self.acc)
         threaded = self.scopes.thread(home, self.needs, self.acc, self.plan)
@@ -650,7 +678,8 @@ class Planner:
         for name, line in late:
             self.plan.review(
                 line,
-                f"{name} is set after the Accelerator is created; move it before line {self.line(anchor)}",
+                f"{name} is set after the Accelerator is created; "
+                f"move it before line {self.line(anchor)}",
             )
 
 
@@ -760,7 +789,8 @@ def _identity_comprehension_moves(node: cst.CSTNode, batch: set[str]) -> list[cs
 
 
 def _is_identity_assignment(assign: cst.Assign, batch: set[str], planner: Planner) -> bool:
-    """``x = x.to(device)``, ``a, b = a.to(d), b.to(d)``, ``batch = {k: v.to(d) for k, v in batch.items()}``."""
+    """``x = x.to(device)``, ``a, b = a.to(d), b.to(d)``,
+    ``batch = {k: v.to(d) for k, v in batch.items()}``: the statement does nothing else."""
     if len(assign.targets) != 1:
         return False
     target, value = assign.targets[0].target, assign.value
@@ -824,24 +854,10 @@ def _environ_rank(call: cst.Call) -> str | None:
 def _drop_sampler_argument(samplers: set[str]):
     def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.Call)
-        args = [
+        kept = [
             a for a in updated.args if not (a.keyword and a.keyword.value in ("sampler", "shuffle"))
         ]
-        args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("shuffle")))
-        return updated.with_changes(args=_fix_commas(args))
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(args=with_keyword(kept, "shuffle", cst.Name("True")))
 
     return rewrite
-
-
-def _fix_commas(args: list[cst.Arg]) -> list[cst.Arg]:
-    fixed = []
-    for index, arg in enumerate(args):
-        last = index == len(args) - 1
-        fixed.append(
-            arg.with_changes(
-                comma=cst.MaybeSentinel.DEFAULT
-                if last
-                else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-            )
-        )
-    return fixed

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel, dotted
-from accelify.convert.plan import Plan
+from accelify.convert.plan import Plan, with_keyword
 
 _RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
 
@@ -24,7 +24,7 @@ class Scopes:
         self.params = self._parameters_from_call_sites()
         self.prepare_anchor: cst.CSTNode | None = None
 
-    # --- traversal ------------------------------------------------------------------------------
+    # --- traversal -------------------------------------------------------------------------------
     def all_nodes(self) -> list[cst.CSTNode]:
         if self._nodes is None:
             collected: list[cst.CSTNode] = []
@@ -67,12 +67,14 @@ class Scopes:
     def names_in(self, node: cst.CSTNode) -> Iterator[cst.Name]:
         return (n for n in self.walk(node) if isinstance(n, cst.Name))
 
-    # --- scopes and statements ---------------------------------------------------------------------
+    # --- scopes and statements -------------------------------------------------------------------
     def prepare_scope(self) -> Scope | None:
         for kind in (Kind.OPTIMIZER, Kind.MODEL):
             bindings = self.model.of_kind(kind)
             if bindings:
                 return bindings[0].scope
+        if self.model.backward_calls:
+            return self.model.scope_of(self.model.backward_calls[0])
         return None
 
     def is_method(self, scope: Scope) -> bool:
@@ -107,7 +109,7 @@ class Scopes:
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return node is container or any(a is container for a in self.model.ancestors(node))
 
-    # --- what helper parameters receive ----------------------------------------------------------------
+    # --- what helper parameters receive ----------------------------------------------------------
     def _parameters_from_call_sites(self) -> dict[cst.FunctionDef, dict[str, Kind]]:
         """``train(args, model, device, train_loader, ...)``: ``train``'s ``model`` is a model."""
         kinds_by_name: dict[str, Kind] = {}
@@ -138,23 +140,38 @@ class Scopes:
         return {name for params in self.params.values() for name, k in params.items() if k is kind}
 
     def kind_of(self, name: str | None, at: cst.CSTNode) -> Kind | None:
+        """What ``name`` holds where ``at`` is: the scope's own bindings, module globals,
+        ``self.x`` of the same class, a helper's parameters, or an enclosing function's names.
+        A name bound several ways (``model = DataParallel(net)``) counts as a model first."""
         if name is None:
             return None
         scope = self.model.scope_of(at)
-        for binding in self.model.bindings:
-            if binding.name == name and (
-                binding.scope is scope or isinstance(binding.scope, cst.Module)
-            ):
-                return binding.kind
+        found = {
+            binding.kind
+            for binding in self.model.bindings
+            if binding.name == name and self._visible(binding.scope, scope, name, at)
+        }
         function = self.enclosing_function(at)
-        while function is not None:
+        while function is not None and not found:
             kind = self.params.get(function, {}).get(name)
             if kind is not None:
-                return kind
+                found.add(kind)
             function = self.enclosing_function(function)
-        for binding in self.model.bindings:  # a name bound in an enclosing function (closures)
-            if binding.name == name and self.inside(at, binding.scope):
-                return binding.kind
+        return min(found, key=list(Kind).index) if found else None
+
+    def _visible(self, bound_in: Scope, scope: Scope, name: str, at: cst.CSTNode) -> bool:
+        if bound_in is scope or isinstance(bound_in, cst.Module) or self.inside(at, bound_in):
+            return True
+        if name.startswith("self."):
+            return self._class_of(bound_in) is not None and self._class_of(
+                bound_in
+            ) is self._class_of(scope)
+        return False
+
+    def _class_of(self, scope: Scope) -> cst.ClassDef | None:
+        for ancestor in self.model.ancestors(scope):
+            if isinstance(ancestor, cst.ClassDef):
+                return ancestor
         return None
 
     def is_model_name(self, name: str | None, at: cst.CSTNode) -> bool:
@@ -182,7 +199,7 @@ class Scopes:
                         derived |= _target_names(target.target)
         return derived
 
-    # --- placement questions -----------------------------------------------------------------------
+    # --- placement questions ---------------------------------------------------------------------
     def after_prepare(self, node: cst.CSTNode) -> bool:
         anchor = self.prepare_anchor
         if anchor is None:
@@ -252,7 +269,7 @@ class Scopes:
             yield node, body[-1]  # type: ignore[misc]
 
     def _counters(self) -> set[str]:
-        """Names only ever set to integer literals or incremented by them: the same on every rank."""
+        """Names only set to integer literals or incremented by them: equal on every rank."""
         assigned: dict[str, bool] = {}
         for node in self.all_nodes():
             if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
@@ -296,7 +313,7 @@ class Scopes:
         children = [c for c in test.children if isinstance(c, cst.BaseExpression)]
         return all(self._rank_uniform(child, counters) for child in children)
 
-    # --- the accelerator's home and its threading ---------------------------------------------------
+    # --- the accelerator's home and its threading ------------------------------------------------
     def accelerator_home(self, prepare_scope: Scope, needs: list[cst.CSTNode], acc: str) -> Scope:
         if acc.startswith("self."):
             return prepare_scope
@@ -307,7 +324,7 @@ class Scopes:
     def thread(
         self, home: Scope, needs: list[cst.CSTNode], acc: str, plan: Plan
     ) -> list[cst.CSTNode]:
-        """Give every helper that needs the accelerator a parameter, and its callers the argument."""
+        """Give each helper that needs the accelerator a parameter, and its callers the argument."""
         if isinstance(home, cst.Module):
             return []
         if acc.startswith("self."):
@@ -348,7 +365,8 @@ class Scopes:
             if not callers:
                 plan.review(
                     self.model.line(function),
-                    f"{function.name.value}() now takes `accelerator`; its callers elsewhere must pass it",
+                    f"{function.name.value}() now takes `accelerator`; "
+                    "its callers elsewhere must pass it",
                 )
             for call in callers:
                 previous = plan.replacements.get(call)
@@ -428,19 +446,7 @@ def _with_accelerator_argument(acc: str, previous):
         assert isinstance(updated, cst.Call)
         if any(a.keyword and a.keyword.value == acc for a in updated.args):
             return updated
-        args = list(updated.args)
-        if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
-            args[-1] = args[-1].with_changes(
-                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-            )
-        args.append(
-            cst.Arg(
-                cst.Name(acc),
-                keyword=cst.Name(acc),
-                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-            )
-        )
-        return updated.with_changes(args=args)
+        return updated.with_changes(args=with_keyword(updated.args, acc, cst.Name(acc)))
 
     return rewrite
 

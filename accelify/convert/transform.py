@@ -39,7 +39,13 @@ class ApplyPlan(cst.CSTTransformer):
         rebuilt: list[cst.CSTNode] = []
         carried_comments: list[cst.EmptyLine] = []
         for old, new in zip(old_body, new_body, strict=True):
-            rebuilt.extend(self.plan.before.get(old, []))
+            inserted = self.plan.before.get(old, [])
+            if inserted:
+                # Blank lines that separated this statement from the one above now separate
+                # the inserted code; comments stay with the statement they describe.
+                blank, new = _split_leading_blank_lines(new)
+                inserted = [_with_leading(inserted[0], blank), *inserted[1:]]
+            rebuilt.extend(inserted)
             if old in self.plan.removals:
                 carried_comments.extend(_comment_lines(new))
             else:
@@ -48,13 +54,21 @@ class ApplyPlan(cst.CSTTransformer):
                     carried_comments = []
                 rebuilt.append(new)
             rebuilt.extend(self.plan.after.get(old, []))
-        if carried_comments and rebuilt:
-            pass  # comments of a dropped last statement go with it
         if isinstance(updated, cst.Module):
             return updated.with_changes(body=rebuilt)
         if not rebuilt:
             rebuilt = [cst.SimpleStatementLine([cst.Pass()])]
         return updated.with_changes(body=rebuilt)
+
+
+def _split_leading_blank_lines(node: cst.CSTNode) -> tuple[list[cst.EmptyLine], cst.CSTNode]:
+    leading = list(getattr(node, "leading_lines", ()))
+    count = 0
+    while count < len(leading) and leading[count].comment is None:
+        count += 1
+    if count == 0:
+        return [], node
+    return leading[:count], node.with_changes(leading_lines=leading[count:])  # type: ignore[attr-defined]
 
 
 def _comment_lines(node: cst.CSTNode) -> list[cst.EmptyLine]:

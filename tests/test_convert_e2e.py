@@ -1,0 +1,119 @@
+"""Runnable scripts (fixtures/scripts/), converted, then run for real.
+
+1. Original and conversion on one process, same seed: the printed lines are identical.
+2. The conversion on 2 ranks (`accelify launch --cpu -n 2`): exits 0, prints each line once (only
+   the main process prints), and evaluation reports cover the whole evaluation set.
+3. `--target accelerate` runs under Hugging Face Accelerate with identical lines.
+4. Converting the conversion changes nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from accelify.convert import convert_source
+from conftest import FIXTURES, assert_ok, launch, run_accelify, run_python
+
+pytestmark = pytest.mark.distributed
+SCRIPTS = sorted((FIXTURES / "scripts").glob("*.py"))
+SAMPLE_COUNTS = re.compile(r"(\d+)/(\d+)|over (\d+) samples")
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def convert_to(script: Path, destination: Path, *args: str) -> Path:
+    result = run_accelify("convert", script, "-o", destination, "--quiet", *args)
+    assert_ok(result)
+    return destination
+
+
+def line_shapes(output: str) -> Counter[str]:
+    """Lines with their numbers blanked out: what was logged, not the values."""
+    return Counter(re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "N", line) for line in output.splitlines())
+
+
+def eval_totals(output: str) -> list[str]:
+    """The denominators of `correct/total` and `over N samples`: how much was evaluated."""
+    totals = []
+    for match in SAMPLE_COUNTS.finditer(output):
+        totals.append(match.group(2) or match.group(3))
+    return totals
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_one_process_prints_exactly_what_the_original_prints(script: Path, workdir: Path):
+    converted = convert_to(script, workdir / script.name)
+    original = run_python(script, cwd=workdir)
+    ours = run_python(converted, cwd=workdir)
+    assert_ok(original)
+    assert_ok(ours)
+    assert original.stdout.strip(), "the fixture prints nothing to compare"
+    assert ours.stdout == original.stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_two_ranks_run_print_once_and_evaluate_everything(script: Path, workdir: Path):
+    converted = convert_to(script, workdir / script.name)
+    single = run_python(script, cwd=workdir)
+    result = launch(converted, cwd=workdir)
+    assert_ok(result)
+    assert eval_totals(result.stdout) == eval_totals(single.stdout)
+    # Each rank trains on half the batches, so it logs at most as often as the single process;
+    # a line printed by both ranks would show up twice as often.
+    two_ranks, one = line_shapes(result.stdout), line_shapes(single.stdout)
+    assert all(two_ranks[shape] <= one[shape] for shape in two_ranks), (two_ranks, one)
+
+
+def test_checkpoints_are_written_once_and_load(workdir: Path):
+    script = FIXTURES / "scripts" / "checkpointing.py"
+    converted = convert_to(script, workdir / script.name)
+    assert_ok(launch(converted, "--out", "run", cwd=workdir))
+    import torch
+
+    final = torch.load(workdir / "run_final.pt", weights_only=True)
+    assert set(final) == {"weight", "bias"}  # unwrapped: no "module." prefix
+    epoch = torch.load(workdir / "run_epoch2.pt", weights_only=True)
+    assert epoch["epoch"] == 2 and set(epoch["model"]) == {"weight", "bias"}
+    assert not list(workdir.glob("*.tmp"))
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("accelerate") is None, reason="HF Accelerate not installed"
+)
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_accelerate_target_runs_on_hugging_face_accelerate(script: Path, workdir: Path):
+    converted = convert_to(script, workdir / script.name, "--target", "accelerate")
+    assert "from accelerate import Accelerator" in converted.read_text()
+    original = run_python(script, cwd=workdir)
+    theirs = run_python(converted, cwd=workdir)
+    assert_ok(theirs)
+    assert theirs.stdout == original.stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_converting_twice_changes_nothing(script: Path):
+    once = convert_source(script.read_bytes(), script)
+    twice = convert_source(once.converted, script)
+    assert twice.converted == once.converted
+
+
+def test_write_converts_in_place_atomically_keeping_the_mode(tmp_path: Path):
+    script = tmp_path / "train.py"
+    shutil.copy(FIXTURES / "scripts" / "gan.py", script)
+    script.chmod(0o755)
+    result = run_accelify("convert", script, "--write")
+    assert_ok(result)
+    assert "accelerator.backward(d_loss, retain_graph=True)" in script.read_text()
+    assert script.stat().st_mode & 0o777 == 0o755
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+    check = run_accelify("convert", script, "--check")
+    assert check.returncode == 0

@@ -1,0 +1,87 @@
+"""Golden conversions: fixtures/convert/<case>/before.py becomes after.py, with summary.txt.
+
+Each case is one shape of training script; the pair reads like a migration guide. To add a
+case, write its before.py and review the after.py and summary.txt the tool produces.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accelify.convert import Conversion, Options, convert_source
+from accelify.errors import UserError
+from conftest import FIXTURES, run_accelify
+
+CASES = sorted(path for path in (FIXTURES / "convert").iterdir() if path.is_dir())
+CONVERTIBLE = [case for case in CASES if (case / "after.py").exists()]
+
+
+def summary_text(conversion: Conversion) -> str:
+    if conversion.prepared:
+        head = f"prepared: {', '.join(conversion.prepared)}"
+    elif conversion.skipped:
+        head = f"skipped: {conversion.skipped}"
+    else:
+        head = "prepared: nothing"
+    lines = [head]
+    lines += [f"{note.line}: {note.text}" for note in conversion.changes]
+    lines += [f"review {note.line}: {note.text}" for note in conversion.reviews]
+    return "\n".join(lines) + "\n"
+
+
+def convert_case(case: Path, **options: str) -> Conversion:
+    before = (case / "before.py").read_bytes()
+    return convert_source(before, f"{case.name}/before.py", Options(**options))
+
+
+def test_there_are_at_least_25_shapes():
+    assert len(CASES) >= 25
+
+
+@pytest.mark.parametrize("case", CONVERTIBLE, ids=lambda case: case.name)
+def test_conversion_matches_the_golden_file(case: Path):
+    conversion = convert_case(case)
+    assert conversion.converted.decode() == (case / "after.py").read_text()
+    assert summary_text(conversion) == (case / "summary.txt").read_text()
+
+
+@pytest.mark.parametrize("case", CONVERTIBLE, ids=lambda case: case.name)
+def test_converting_the_conversion_changes_nothing(case: Path):
+    after = (case / "after.py").read_bytes()
+    again = convert_source(after, f"{case.name}/after.py")
+    assert again.converted == after
+
+
+@pytest.mark.parametrize("case", CONVERTIBLE, ids=lambda case: case.name)
+def test_conversion_parses(case: Path):
+    compile((case / "after.py").read_bytes(), str(case / "after.py"), "exec")
+
+
+@pytest.mark.parametrize("case", CONVERTIBLE, ids=lambda case: case.name)
+def test_accelerate_target_differs_only_in_the_import(case: Path):
+    if convert_case(case).skipped:
+        pytest.skip("left unchanged")
+    ours = convert_case(case).converted.decode()
+    theirs = convert_case(case, target="accelerate").converted.decode()
+    assert theirs == ours.replace(
+        "from accelify import Accelerator", "from accelerate import Accelerator"
+    )
+
+
+def test_syntax_error_is_exit_2_with_position_and_the_file_untouched(tmp_path):
+    case = FIXTURES / "convert" / "syntax_error"
+    script = tmp_path / "broken.py"
+    script.write_bytes((case / "before.py").read_bytes())
+    with pytest.raises(UserError) as caught:
+        convert_source(script.read_bytes(), script)
+    expected = (
+        (case / "error.txt").read_text().strip().replace("syntax_error/before.py", str(script))
+    )
+    assert str(caught.value) == expected
+    result = run_accelify("convert", script, "--write")
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert script.read_bytes() == (case / "before.py").read_bytes()
