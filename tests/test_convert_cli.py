@@ -1,0 +1,74 @@
+"""`accelify convert` as a command: preview, --write, --check, directories, errors."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import FIXTURES, assert_ok, run_accelify
+
+GAN = FIXTURES / "scripts" / "gan.py"
+
+
+def test_preview_shows_the_diff_and_summary_and_writes_nothing(tmp_path: Path):
+    script = tmp_path / "gan.py"
+    shutil.copy(GAN, script)
+    result = run_accelify("convert", script)
+    assert_ok(result)
+    assert "-            d_loss.backward(retain_graph=True)" in result.stdout
+    assert "+            accelerator.backward(d_loss, retain_graph=True)" in result.stdout
+    assert f"{script}: prepared generator, discriminator, opt_g, opt_d, loader" in result.stdout
+    assert "1 of 1 file would be converted (run with --write to apply)" in result.stderr
+    assert script.read_bytes() == GAN.read_bytes()
+
+
+def test_check_exits_1_until_written_then_0(tmp_path: Path):
+    script = tmp_path / "gan.py"
+    shutil.copy(GAN, script)
+    assert run_accelify("convert", "--check", "--quiet", script).returncode == 1
+    assert_ok(run_accelify("convert", "--write", script))
+    assert run_accelify("convert", "--check", script).returncode == 0
+
+
+def test_a_directory_converts_training_scripts_and_skips_the_rest(tmp_path: Path):
+    shutil.copy(GAN, tmp_path / "gan.py")
+    (tmp_path / "utils.py").write_text("def helper():\n    return 1\n")
+    result = run_accelify("convert", tmp_path, "--write", "--jobs", "2")
+    assert_ok(result)
+    assert f"{tmp_path / 'utils.py'}: skipped (no .backward() call" in result.stdout
+    assert "accelerator.backward" in (tmp_path / "gan.py").read_text()
+    assert (tmp_path / "utils.py").read_text() == "def helper():\n    return 1\n"
+
+
+def test_output_takes_one_input(tmp_path: Path):
+    result = run_accelify("convert", GAN, GAN, "-o", tmp_path / "out.py")
+    assert result.returncode == 2
+    assert "exactly one input file" in result.stderr
+
+
+def test_bom_crlf_and_comments_survive(tmp_path: Path):
+    source = (FIXTURES / "convert" / "flat_script" / "before.py").read_text()
+    source = source.replace("loss.backward()", "loss.backward()  # keep me")
+    script = tmp_path / "train.py"
+    script.write_bytes(b"\xef\xbb\xbf" + source.replace("\n", "\r\n").encode())
+    assert_ok(run_accelify("convert", "--write", script))
+    data = script.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf")
+    assert b"accelerator.backward(loss)  # keep me\r\n" in data
+    assert b"\n" not in data.replace(b"\r\n", b"")
+
+
+def test_a_single_file_conversion_does_not_import_torch(tmp_path: Path):
+    code = (
+        "import sys\n"
+        "from accelify.cli import main\n"
+        "try:\n"
+        f"    main(['convert', {str(GAN)!r}, '--quiet'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('torch imported:', 'torch' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "torch imported: False" in result.stdout, result.stderr
