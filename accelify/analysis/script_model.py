@@ -194,7 +194,7 @@ class _Collector(cst.CSTVisitor):
         if kind is None:
             return
         statement = self.model.parent(assign)
-        if not isinstance(statement, cst.SimpleStatementLine):
+        if not isinstance(statement, cst.SimpleStatementLine) or self._inside_model_class(assign):
             return
         self.model.bindings.append(
             Binding(
@@ -207,6 +207,14 @@ class _Collector(cst.CSTVisitor):
                 line=self.model.line(assign),
             )
         )
+
+    def _inside_model_class(self, node: cst.CSTNode) -> bool:
+        """``self.fc = nn.Linear(...)`` in a model's ``__init__`` is a layer, not a model to
+        prepare; classes are visited before their bodies, so `module_classes` knows them."""
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.ClassDef):
+                return ancestor.name.value in self.model.module_classes
+        return False
 
     def _classify(self, value: cst.BaseExpression, name: str) -> Kind | None:
         core = strip_self_methods(value)
@@ -387,7 +395,11 @@ def _add_models_fed_to_optimizers(model: ScriptModel) -> None:
         for argument in core.args:
             argument.value.visit(Params())
     for name, assign, value in _assignments(model):
-        if name in fed and (name, id(model.scope_of(assign))) not in known:
+        if (
+            name in fed
+            and (name, id(model.scope_of(assign))) not in known
+            and not _in_model_class(assign, model)
+        ):
             statement = model.parent(assign)
             if isinstance(statement, cst.SimpleStatementLine):
                 model.bindings.append(
@@ -402,6 +414,13 @@ def _add_models_fed_to_optimizers(model: ScriptModel) -> None:
                     )
                 )
                 known.add((name, id(model.scope_of(assign))))
+
+
+def _in_model_class(node: cst.CSTNode, model: ScriptModel) -> bool:
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, cst.ClassDef):
+            return ancestor.name.value in model.module_classes
+    return False
 
 
 def _assignments(model: ScriptModel) -> Iterator[tuple[str, cst.Assign, cst.BaseExpression]]:

@@ -492,9 +492,13 @@ class Planner:
         )
 
     def _plan_saving(self) -> None:
+        guarded_writes = self._plan_file_writes()
         for line_statement, call in self.scopes.expression_statements():
             if not self.model.call_names(call) & names.TORCH_SAVE:
                 continue
+            self._unwrap_saved_model(call)
+            if any(self.scopes.inside(call, block) for block in guarded_writes):
+                continue  # writes into a file only the main process opens
             self.plan.replace(
                 call,
                 lambda updated: updated.with_changes(func=expression(f"{self.acc}.save")),
@@ -506,18 +510,58 @@ class Planner:
                 self.plan.insert_before(
                     line_statement, statement(f"{self.acc}.wait_for_everyone()")
                 )
+
+    def _unwrap_saved_model(self, call: cst.Call) -> None:
+        """``torch.save(model, path)`` of a prepared model pickles the DDP wrapper otherwise."""
+        if not call.args:
+            return
+        saved = call.args[0].value
+        if isinstance(saved, (cst.Name, cst.Attribute)) and self.scopes.is_model_name(
+            dotted(saved), call
+        ):
+            acc = self.acc
+            self.plan.replace(
+                saved,
+                lambda updated, acc=acc: cst.Call(
+                    expression(f"{acc}.unwrap_model"), [cst.Arg(updated)]
+                ),
+                self.line(call),
+                f"saves {self.a('unwrap_model')}({dotted(saved)}), not the DDP wrapper",
+            )
+            self.need(call)
+
+    def _plan_file_writes(self) -> list[cst.With]:
+        """``with open(path, "w") as f:`` runs on the main process only; every rank truncating
+        and writing the same file races. A bare ``open`` for writing is left for review."""
+        guarded = []
+        for with_node in self.scopes.withs():
+            if self.scopes.under_rank_guard(with_node) or not any(
+                _opens_for_writing(item.item) for item in with_node.items
+            ):
+                continue
+            acc = self.acc
+            self.plan.replace(
+                with_node,
+                lambda updated, acc=acc: cst.If(
+                    test=expression(f"{acc}.is_main_process"),
+                    body=cst.IndentedBlock([updated.with_changes(leading_lines=[])]),
+                    leading_lines=updated.leading_lines,
+                ),
+                self.line(with_node),
+                f"file written on the main process only (if {self.a('is_main_process')}:)",
+            )
+            self.need(with_node)
+            guarded.append(with_node)
         for call in self.scopes.calls():
-            if dotted(call.func) == "open" and len(call.args) > 1:
-                mode = call.args[1].value
-                writes = isinstance(mode, cst.SimpleString) and any(
-                    c in str(mode.evaluated_value) for c in "wa"
-                )
-                if writes and not self.scopes.under_rank_guard(call):
+            inside_guarded = any(self.scopes.inside(call, block) for block in guarded)
+            if _opens_for_writing(call) and not inside_guarded:
+                if not self.scopes.under_rank_guard(call):
                     self.plan.review(
                         self.line(call),
                         "a file is written on every rank: "
                         "guard it with `if accelerator.is_main_process:`",
                     )
+        return guarded
 
     def _plan_prints_and_progress_bars(self) -> None:
         for call in self.scopes.calls():
@@ -649,18 +693,31 @@ class Planner:
 
     # --- 2. the Accelerator itself ---------------------------------------------------------------
     def _drop_unreachable(self, prepare_scope: Scope) -> None:
-        """``self.accelerator`` exists only inside its class: edits elsewhere are not made."""
+        """``self.accelerator`` exists only inside its class: nothing outside it is changed, and
+        each place that would have needed it is listed for review."""
         owner = self.model.parent(self.model.parent(prepare_scope))
-        kept = []
+        plan = self.plan
+
+        def outside(node: cst.CSTNode) -> bool:
+            return not self.scopes.inside(node, owner)  # type: ignore[arg-type]
+
+        dropped_lines = set()
+        for node in [n for n in plan.replacements if outside(n)]:
+            del plan.replacements[node]
+            dropped_lines.add(self.line(node))
+        for node in [n for n in plan.removals if outside(n)]:
+            plan.removals.discard(node)
+            dropped_lines.add(self.line(node))
+        for inserts in (plan.before, plan.after):
+            for node in [n for n in inserts if outside(n)]:
+                del inserts[node]
+        plan.changes = [note for note in plan.changes if note.line not in dropped_lines]
         for need in self.needs:
-            if self.scopes.inside(need, owner):  # type: ignore[arg-type]
-                kept.append(need)
-                continue
-            self.plan.replacements.pop(need, None)
-            line = self.line(need)
-            self.plan.changes = [note for note in self.plan.changes if note.line != line]
-            self.plan.review(line, f"left as is: {self.acc} is not reachable outside its class")
-        self.needs = kept
+            if outside(need):
+                plan.review(
+                    self.line(need), f"left as is: {self.acc} is not reachable outside its class"
+                )
+        self.needs = [need for need in self.needs if not outside(need)]
 
     def _place_accelerator(self, prepare_scope: Scope) -> None:
         if self.acc.startswith("self."):
@@ -820,6 +877,16 @@ def _is_identity_assignment(assign: cst.Assign, batch: set[str], planner: Planne
 def _drop_move(updated: cst.CSTNode) -> cst.CSTNode:
     assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
     return updated.func.value
+
+
+def _opens_for_writing(node: cst.BaseExpression) -> bool:
+    if not isinstance(node, cst.Call) or dotted(node.func) != "open":
+        return False
+    mode = next(
+        (a.value for a in node.args[1:2] if a.keyword is None),
+        next((a.value for a in node.args if a.keyword and a.keyword.value == "mode"), None),
+    )
+    return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in "wax")
 
 
 def _is_cuda_literal(node: cst.BaseExpression) -> bool:
