@@ -554,13 +554,16 @@ class Planner:
             guarded.append(with_node)
         for call in self.scopes.calls():
             inside_guarded = any(self.scopes.inside(call, block) for block in guarded)
-            if _opens_for_writing(call) and not inside_guarded:
-                if not self.scopes.under_rank_guard(call):
-                    self.plan.review(
-                        self.line(call),
-                        "a file is written on every rank: "
-                        "guard it with `if accelerator.is_main_process:`",
-                    )
+            if (
+                _opens_for_writing(call)
+                and not inside_guarded
+                and not self.scopes.under_rank_guard(call)
+            ):
+                self.plan.review(
+                    self.line(call),
+                    "a file is written on every rank: "
+                    "guard it with `if accelerator.is_main_process:`",
+                )
         return guarded
 
     def _plan_prints_and_progress_bars(self) -> None:
