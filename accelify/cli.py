@@ -107,6 +107,69 @@ def convert(
     )
 
 
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.option("--fix", is_flag=True, help="Apply the safe fixes in place.")
+@click.option("--diff", is_flag=True, help="Show the fixes as a diff; write nothing.")
+@click.option("--select", default="", help="Comma-separated codes or prefixes to check.")
+@click.option("--ignore", default="", help="Comma-separated codes or prefixes to skip.")
+@click.option(
+    "--output-format",
+    type=click.Choice(["text", "json", "github", "sarif"]),
+    default="text",
+    show_default=True,
+)
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when something is reported.")
+@click.option("--statistics", "show_statistics", is_flag=True, help="Count findings per code.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True)
+def lint(
+    paths: tuple[Path, ...],
+    fix: bool,
+    diff: bool,
+    select: str,
+    ignore: str,
+    output_format: str,
+    exit_zero: bool,
+    show_statistics: bool,
+    jobs: int,
+) -> None:
+    """Report distributed-training misuse in Accelerator scripts (ACC codes).
+
+    Exit 0 when clean, 1 when something is reported, 2 on usage errors. `# noqa: ACC201` on a
+    line suppresses; `[tool.accelify]` in pyproject.toml sets select, ignore,
+    per-file-ignores and exclude. Scripts without an Accelerator are only checked by codes
+    named in --select.
+    """
+    from accelify.lint.cli import run_lint
+
+    sys.exit(
+        run_lint(
+            list(paths),
+            fix=fix,
+            diff=diff,
+            select=_codes(select),
+            ignore=_codes(ignore),
+            output_format=output_format,
+            exit_zero=exit_zero,
+            show_statistics=show_statistics,
+            jobs=jobs,
+        )
+    )
+
+
+def _codes(text: str) -> list[str]:
+    return [code.strip().upper() for code in text.split(",") if code.strip()]
+
+
+@main.command()
+@click.argument("code", required=False)
+def rules(code: str | None) -> None:
+    """List the lint rules, or print one rule's page (what, why, example, fix)."""
+    from accelify.lint.cli import show_rules
+
+    sys.exit(show_rules(code))
+
+
 @main.command(
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )

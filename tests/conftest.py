@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,14 +20,32 @@ def run_accelify(
 ) -> subprocess.CompletedProcess[str]:
     """`python -m accelify ARGS`, as a user runs it, with the user's config kept out of the way."""
     environment = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "accelify", *map(str, args)],
+    command = [sys.executable, "-m", "accelify", *map(str, args)]
+    return run_in_own_group(command, cwd=cwd, timeout=timeout, env=environment)
+
+
+def run_in_own_group(
+    command: list[str], cwd: Path | None, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run in a new session; on timeout kill the whole group, so no rank outlives its test."""
+    process = subprocess.Popen(
+        command,
         cwd=cwd,
-        capture_output=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        env=environment,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise AssertionError(
+            f"timed out after {timeout}s: {command}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        ) from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def launch(
@@ -38,9 +57,7 @@ def launch(
 def run_python(
     script: Path, *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(script), *args], cwd=cwd, capture_output=True, text=True, timeout=240
-    )
+    return run_in_own_group([sys.executable, str(script), *args], cwd=cwd, timeout=240)
 
 
 def assert_ok(result: subprocess.CompletedProcess[str]) -> None:

@@ -65,6 +65,16 @@ class Loop:
 
 
 @dataclass
+class PrepareCall:
+    """``model, optimizer = accelerator.prepare(model, optimizer)``: what went in, what came out."""
+
+    call: cst.Call = field(repr=False)
+    inputs: list[str]
+    outputs: list[str]
+    line: int
+
+
+@dataclass
 class ScriptModel:
     module: cst.Module
     wrapper: MetadataWrapper
@@ -73,6 +83,7 @@ class ScriptModel:
     loops: list[Loop] = field(default_factory=list)
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     module_classes: set[str] = field(default_factory=set)
+    prepare_calls: list[PrepareCall] = field(default_factory=list)
     _resolved: dict[type, Mapping[cst.CSTNode, Any]] = field(default_factory=dict, repr=False)
 
     # --- metadata ---------------------------------------------------------------------------
@@ -120,6 +131,10 @@ class ScriptModel:
         return {binding.name for binding in self.of_kind(*kinds)}
 
     @property
+    def prepared_names(self) -> set[str]:
+        return {name for call in self.prepare_calls for name in call.outputs if name}
+
+    @property
     def uses_accelerator(self) -> bool:
         return bool(self.of_kind(Kind.ACCELERATOR))
 
@@ -133,6 +148,12 @@ def analyze(module: cst.Module) -> ScriptModel:
     wrapper.resolve_many([QualifiedNameProvider, PositionProvider, ParentNodeProvider])
     model = ScriptModel(module=module, wrapper=wrapper)
     module.visit(_Collector(model))
+    accelerators = model.names_of(Kind.ACCELERATOR) | {"accelerator", "self.accelerator"}
+    model.backward_calls = [
+        call
+        for call in model.backward_calls
+        if dotted(call.func.value) not in accelerators  # type: ignore[union-attr]
+    ]
     _add_models_fed_to_optimizers(model)
     return model
 
@@ -176,6 +197,28 @@ class _Collector(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             self._bind(target.target, node.value, node)
+        value = node.value
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "prepare"
+            and dotted(value.func.value) in self.model.names_of(Kind.ACCELERATOR)
+        ):
+            outputs: list[str] = []
+            for target in node.targets:
+                elements = (
+                    target.target.elements
+                    if isinstance(target.target, (cst.Tuple, cst.List))
+                    else [target]
+                )
+                outputs += [
+                    dotted(e.value if isinstance(e, cst.Element) else e.target) or ""
+                    for e in elements
+                ]
+            inputs = [dotted(argument.value) or "" for argument in value.args]
+            self.model.prepare_calls.append(
+                PrepareCall(value, inputs, outputs, self.model.line(node))
+            )
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
@@ -258,12 +301,8 @@ class _Collector(cst.CSTVisitor):
         return None
 
     def visit_Call(self, node: cst.Call) -> None:
-        if (
-            isinstance(node.func, cst.Attribute)
-            and node.func.attr.value == "backward"
-            and not _is_accelerator_call(node, self.model)
-        ):
-            self.model.backward_calls.append(node)
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
+            self.model.backward_calls.append(node)  # accelerator.backward is dropped after
 
     def visit_For(self, node: cst.For) -> None:
         iterable = _loop_source(node.iter)
@@ -315,11 +354,6 @@ def _is_device_literal(value: cst.BaseExpression) -> bool:
     if isinstance(value, cst.IfExp):
         return _is_device_literal(value.body) and _is_device_literal(value.orelse)
     return False
-
-
-def _is_accelerator_call(call: cst.Call, model: ScriptModel) -> bool:
-    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-    return receiver is not None and dotted(receiver) in model.names_of(Kind.ACCELERATOR)
 
 
 def _loop_source(node: cst.BaseExpression) -> str | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from accelify.convert import Conversion, Options
+from accelify.convert.conversion import Conversion, Options
 from accelify.convert.files import collect, convert_all, write
 from accelify.convert.report import colorize, summary, unified_diff
 from accelify.errors import UserError

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from accelify.convert import Conversion, Options, convert_source
+from accelify.convert.conversion import Conversion, Options, convert_source
 from accelify.errors import UserError
 from accelify.source import write_atomically
 

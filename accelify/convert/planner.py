@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
 
 from accelify.analysis import names
 from accelify.analysis.script_model import (
@@ -246,10 +245,7 @@ class Planner:
             )
             self.need(binding.statement)
         for call in self.scopes.calls():
-            if (
-                m.matches(call, m.Call(func=m.Attribute(attr=m.Name("cuda"))))
-                and call not in self.plan.replacements
-            ):
+            if _calls_method(call, "cuda") and call not in self.plan.replacements:
                 if not call.args:
                     acc = self.acc
                     self.plan.replace(
@@ -263,7 +259,7 @@ class Planner:
                     )
                     self.need(call)
             elif (
-                m.matches(call, m.Call(func=m.Attribute(attr=m.Name("to"))))
+                _calls_method(call, "to")
                 and call not in self.plan.replacements
                 and call.args
                 and _is_cuda_literal(call.args[0].value)
@@ -741,6 +737,10 @@ class Planner:
                 f"{name} is set after the Accelerator is created; "
                 f"move it before line {self.line(anchor)}",
             )
+
+
+def _calls_method(call: cst.Call, method: str) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == method
 
 
 def _unscaled(receiver: cst.BaseExpression, model: ScriptModel) -> cst.BaseExpression | None:

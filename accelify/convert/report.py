@@ -6,7 +6,7 @@ import difflib
 
 import click
 
-from accelify.convert import Conversion
+from accelify.convert.conversion import Conversion
 
 
 def unified_diff(conversion: Conversion) -> str:

@@ -1,0 +1,102 @@
+"""One script in, its distributed version and a summary out.
+
+Data flows one way: bytes -> libcst module -> `ScriptModel` -> `Plan` -> new module -> bytes.
+Nothing here writes files; `accelify.convert.files` does that for the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from accelify.analysis.script_model import analyze
+from accelify.convert.plan import Note, statement
+from accelify.convert.planner import Options, Planner
+from accelify.convert.transform import ApplyPlan
+from accelify.errors import UserError
+from accelify.source import parse
+
+
+@dataclass
+class Conversion:
+    path: str
+    original: bytes
+    converted: bytes
+    changes: list[Note] = field(default_factory=list)
+    reviews: list[Note] = field(default_factory=list)
+    prepared: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.converted != self.original
+
+
+def convert_source(data: bytes, path: str | Path, options: Options | None = None) -> Conversion:
+    """Convert one script's source; raises `UserError` for a file that does not parse."""
+    label = str(path)
+    module = parse(data, label)
+    model = analyze(module)
+    if model.uses_accelerator:
+        return Conversion(label, data, data, skipped="already uses an Accelerator")
+    if not model.trains:
+        return Conversion(label, data, data, skipped="no .backward() call: not a training script")
+    plan = Planner(model, options or Options()).run()
+    if plan.empty:
+        return Conversion(label, data, data, reviews=plan.reviews, skipped="nothing to convert")
+    converted = module.visit(ApplyPlan(plan))
+    if plan.add_import:
+        converted = _add_import(converted, plan.add_import, model.module.body)
+    rendered = _render(data, converted)
+    _check_parses(rendered, label)
+    return Conversion(
+        label,
+        data,
+        rendered,
+        changes=sorted(plan.changes, key=lambda n: n.line),
+        reviews=sorted(plan.reviews, key=lambda n: n.line),
+        prepared=plan.prepared,
+    )
+
+
+def _add_import(module: cst.Module, code: str, original_body) -> cst.Module:
+    """After the last top-level import (or after the docstring and ``__future__`` imports)."""
+    body = list(module.body)
+    position = 0
+    for index, line in enumerate(body):
+        if isinstance(line, cst.SimpleStatementLine) and any(
+            isinstance(small, (cst.Import, cst.ImportFrom)) for small in line.body
+        ):
+            position = index + 1
+        elif index == 0 and _is_docstring(line):
+            position = 1
+    body.insert(position, statement(code))
+    return module.with_changes(body=body)
+
+
+def _is_docstring(line: cst.CSTNode) -> bool:
+    return (
+        isinstance(line, cst.SimpleStatementLine)
+        and isinstance(line.body[0], cst.Expr)
+        and isinstance(line.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _render(original: bytes, module: cst.Module) -> bytes:
+    rendered = module.bytes
+    bom = b"\xef\xbb\xbf"
+    return bom + rendered if original.startswith(bom) and not rendered.startswith(bom) else rendered
+
+
+def _check_parses(rendered: bytes, label: str) -> None:
+    """The output always parses; if our edit broke that, it is our bug, reported as such."""
+    try:
+        compile(rendered, label, "exec", dont_inherit=True, flags=0x400)  # ast.PyCF_ONLY_AST
+    except SyntaxError as error:
+        raise UserError(
+            f"internal error: the conversion does not parse ({error.msg}); please report this file",
+            label,
+            error.lineno,
+        ) from None

@@ -1,0 +1,111 @@
+"""What a lint rule is: a code, a message that says what to do, examples that are its tests,
+and a `check` over the shared `ScriptModel`. A fix is a set of edits in the converter's `Plan`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind, ScriptModel, dotted
+from accelify.convert.plan import Plan
+
+
+@dataclass(frozen=True)
+class Example:
+    """A bad example: the code, where the finding is (1-based line and column), the fixed code."""
+
+    code: str
+    line: int
+    column: int
+    fixed: str | None = None
+
+
+@dataclass
+class Finding:
+    code: str
+    message: str
+    line: int
+    column: int
+    fix: Plan | None = None
+    path: str = ""
+
+
+class Rule:
+    """Subclasses set the attributes and implement `check`; the class docstring is its page."""
+
+    code: str = ""
+    name: str = ""
+    message: str = ""
+    why: str = ""
+    bad: tuple[Example, ...] = ()
+    good: tuple[str, ...] = ()
+    # Most rules are about Accelerator scripts; on a plain single-device script they stay
+    # silent unless selected by code.
+    accelerator_only: bool = True
+
+    @property
+    def fixable(self) -> bool:
+        return any(example.fixed is not None for example in self.bad)
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        raise NotImplementedError
+
+    def finding(self, script: ScriptModel, node: cst.CSTNode, fix: Plan | None = None) -> Finding:
+        start = script.position(node).start
+        return Finding(self.code, self.message, start.line, start.column + 1, fix)
+
+
+def accelerator_name(script: ScriptModel) -> str:
+    names = [b.name for b in script.of_kind(Kind.ACCELERATOR)]
+    return names[0] if names else "accelerator"
+
+
+def prepared(script: ScriptModel, node: cst.CSTNode) -> set[str]:
+    """Names that hold prepared objects at ``node``: outputs of a prepare call above it."""
+    line = script.line(node)
+    return {
+        name for call in script.prepare_calls if call.line <= line for name in call.outputs if name
+    }
+
+
+def loop_of(script: ScriptModel, node: cst.CSTNode) -> cst.For | None:
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, cst.For):
+            return ancestor
+    return None
+
+
+def under_rank_guard(script: ScriptModel, node: cst.CSTNode) -> bool:
+    """Inside ``if accelerator.is_main_process:``, ``if rank == 0:`` and the like."""
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, cst.If):
+            test = script.module.code_for_node(ancestor.test)
+            if any(word in test for word in ("main_process", "rank", "is_master")):
+                return True
+    return False
+
+
+def receiver(call: cst.Call) -> str | None:
+    return dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
+
+
+@dataclass
+class Walk(cst.CSTVisitor):
+    """Every Call node of a module, collected once per check."""
+
+    calls: list[cst.Call] = field(default_factory=list)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+
+def calls(script: ScriptModel) -> list[cst.Call]:
+    walk = Walk()
+    script.module.visit(walk)
+    return walk.calls
+
+
+#: The two lines most examples start with: an Accelerator script.
+HEADER = "from accelify import Accelerator\naccelerator = Accelerator()\n"

@@ -1,0 +1,45 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.script_model import ScriptModel
+from accelify.convert.plan import Plan, expression
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
+
+
+class LossBackward(Rule):
+    """``loss.backward()`` bypasses the Accelerator: no division for gradient accumulation, no
+    fp16 loss scaling, and DeepSpeed's engine never sees the backward pass."""
+
+    code = "ACC301"
+    name = "loss-backward"
+    message = "Call accelerator.backward(loss) instead of loss.backward()"
+    why = (
+        "With gradient accumulation the gradients come out k times too large, with fp16 they "
+        "underflow unscaled, and under DeepSpeed the engine never runs its backward."
+    )
+    bad = (
+        Example(
+            HEADER + "loss = model(x).sum()\nloss.backward()\n",
+            4,
+            1,
+            HEADER + "loss = model(x).sum()\naccelerator.backward(loss)\n",
+        ),
+        Example(
+            HEADER + "(out - y).pow(2).mean().backward(retain_graph=True)\n",
+            3,
+            1,
+            HEADER + "accelerator.backward((out - y).pow(2).mean(), retain_graph=True)\n",
+        ),
+    )
+    good = (HEADER + "accelerator.backward(loss)\n",)
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        acc = accelerator_name(script)
+        for call in script.backward_calls:
+            plan = Plan()
+            plan.replacements[call] = lambda updated, acc=acc: updated.with_changes(
+                func=expression(f"{acc}.backward"),
+                args=[cst.Arg(updated.func.value), *updated.args],
+            )
+            yield self.finding(script, call, plan)

@@ -1,0 +1,47 @@
+from collections.abc import Iterator
+
+from accelify.analysis import names
+from accelify.analysis.script_model import ScriptModel
+from accelify.convert.plan import Plan, expression
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls
+
+_IMPORT_VALUE = "from torch.nn.utils import clip_grad_value_\n"
+
+
+class TorchClipGrad(Rule):
+    """``torch.nn.utils.clip_grad_norm_`` on gradients the Accelerator manages: under fp16 they
+    are still scaled (the clip threshold is meaningless), and under FSDP each rank sees only its
+    shard, so the norm is wrong."""
+
+    code = "ACC302"
+    name = "torch-clip-grad"
+    message = "Use accelerator.clip_grad_norm_ / accelerator.clip_grad_value_"
+    why = "fp16 gradients must be unscaled first, and sharded gradients need a global norm."
+    bad = (
+        Example(
+            HEADER + "import torch\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+            4,
+            1,
+            HEADER + "import torch\naccelerator.clip_grad_norm_(model.parameters(), 1.0)\n",
+        ),
+        Example(
+            HEADER + _IMPORT_VALUE + "clip_grad_value_(params, 0.5)\n",
+            4,
+            1,
+            HEADER + _IMPORT_VALUE + "accelerator.clip_grad_value_(params, 0.5)\n",
+        ),
+    )
+    good = (HEADER + "accelerator.clip_grad_norm_(model.parameters(), 1.0)\n",)
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        acc = accelerator_name(script)
+        for call in calls(script):
+            for qualified in script.call_names(call):
+                method = names.CLIP_FUNCTIONS.get(qualified)
+                if method:
+                    plan = Plan()
+                    plan.replacements[call] = lambda updated, m=method: updated.with_changes(
+                        func=expression(f"{acc}.{m}")
+                    )
+                    yield self.finding(script, call, plan)
+                    break

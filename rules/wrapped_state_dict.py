@@ -1,0 +1,64 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.script_model import Kind, ScriptModel, dotted
+from accelify.convert.plan import Plan, expression
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls, prepared
+
+_PREPARED = HEADER + "import torch\nmodel = accelerator.prepare(torch.nn.Linear(2, 2))\n"
+
+
+class WrappedStateDict(Rule):
+    """The state dict of a prepared model is the wrapper's: under DDP every key starts with
+    ``module.``, so the file does not load into the plain model later."""
+
+    code = "ACC204"
+    name = "wrapped-state-dict"
+    message = (
+        "Save accelerator.unwrap_model(model).state_dict() (or accelerator.get_state_dict(model))"
+    )
+    why = "DDP prefixes every key with `module.`; FSDP and DeepSpeed hold only a shard."
+    bad = (
+        Example(
+            _PREPARED + "accelerator.save(model.state_dict(), 'm.pt')\n",
+            5,
+            18,
+            _PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",
+        ),
+    )
+    good = (_PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",)
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        acc = accelerator_name(script)
+        for call in calls(script):
+            is_save = script.call_names(call) & names.TORCH_SAVE or (
+                isinstance(call.func, cst.Attribute) and call.func.attr.value == "save"
+            )
+            if not is_save or not call.args:
+                continue
+            for node in _state_dict_calls(call.args[0].value):
+                owner = node.func.value  # type: ignore[union-attr]
+                not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
+                if dotted(owner) in prepared(script, call) - not_models:
+                    plan = Plan()
+                    plan.replacements[owner] = lambda updated: cst.Call(
+                        expression(f"{acc}.unwrap_model"), [cst.Arg(updated)]
+                    )
+                    yield self.finding(script, node, plan)
+
+
+def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:
+    found = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if (
+            isinstance(current, cst.Call)
+            and isinstance(current.func, cst.Attribute)
+            and current.func.attr.value == "state_dict"
+        ):
+            found.append(current)
+        stack.extend(current.children)
+    return found

@@ -1,0 +1,215 @@
+"""`accelify lint` as users run it: output formats, exit codes, noqa, config, fixes, corpus."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelify.lint.engine import lint_source
+from accelify.lint.selection import Selection
+from conftest import FIXTURES, assert_ok, run_accelify
+
+BAD = """\
+import torch
+from accelify import Accelerator
+
+accelerator = Accelerator()
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    loss = model(x).sum()
+    loss.backward()
+    print(loss.item())
+torch.save(model.state_dict(), "model.pt")
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text(BAD)
+    return tmp_path
+
+
+def test_text_output_is_path_line_col_code_message(project: Path):
+    result = run_accelify("lint", "train.py", cwd=project)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert (
+        "train.py:8:5: ACC301 Call accelerator.backward(loss) instead of loss.backward()" in lines
+    )
+    assert any(line.startswith("train.py:9:5: ACC203 ") for line in lines)
+    assert any(line.startswith("train.py:10:1: ACC201 ") for line in lines)
+    assert any(line.startswith("train.py:10:12: ACC204 ") for line in lines)
+    assert "Found 4 errors." in result.stderr
+
+
+def test_clean_file_exits_0(tmp_path: Path):
+    shutil.copy(FIXTURES / "examples" / "classify.py", tmp_path / "classify.py")
+    result = run_accelify("lint", "classify.py", cwd=tmp_path)
+    assert_ok(result)
+    assert "All checks passed!" in result.stderr
+
+
+def test_fix_applies_safe_fixes_and_fixing_again_changes_nothing(project: Path):
+    assert run_accelify("lint", "--fix", "train.py", cwd=project).returncode == 0
+    fixed = (project / "train.py").read_text()
+    assert "accelerator.backward(loss)" in fixed
+    assert "accelerator.print(loss.item())" in fixed
+    assert 'accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")' in fixed
+    assert_ok(run_accelify("lint", "--fix", "train.py", cwd=project))
+    assert (project / "train.py").read_text() == fixed
+
+
+def test_diff_shows_fixes_without_writing(project: Path):
+    result = run_accelify("lint", "--diff", "train.py", cwd=project)
+    assert "+    accelerator.backward(loss)" in result.stdout
+    assert (project / "train.py").read_text() == BAD
+
+
+def test_noqa_suppresses_one_code_or_all(project: Path):
+    source = BAD.replace("loss.backward()", "loss.backward()  # noqa: ACC301")
+    source = source.replace("print(loss.item())", "print(loss.item())  # noqa")
+    (project / "train.py").write_text(source)
+    codes = {f.code for f in lint_source(source.encode(), "train.py", Selection()).findings}
+    assert codes == {"ACC201", "ACC204"}
+
+
+def test_select_ignore_and_pyproject_settings(project: Path):
+    result = run_accelify("lint", "--select", "ACC3", "train.py", cwd=project)
+    assert {line.split()[1] for line in result.stdout.splitlines()} == {"ACC301"}
+    (project / "pyproject.toml").write_text('[tool.accelify]\nignore = ["ACC2"]\n')
+    result = run_accelify("lint", "train.py", cwd=project)
+    assert {line.split()[1] for line in result.stdout.splitlines()} == {"ACC301"}
+    (project / "pyproject.toml").write_text(
+        '[tool.accelify]\nper-file-ignores = {"train.py" = ["ACC301", "ACC2"]}\n'
+    )
+    assert_ok(run_accelify("lint", "train.py", cwd=project))
+
+
+def test_plain_single_device_scripts_are_left_alone_unless_selected(tmp_path: Path):
+    shutil.copy(FIXTURES / "scripts" / "gan.py", tmp_path / "gan.py")
+    assert_ok(run_accelify("lint", "gan.py", cwd=tmp_path))
+    result = run_accelify("lint", "--select", "ACC301", "gan.py", cwd=tmp_path)
+    assert result.returncode == 1 and "ACC301" in result.stdout
+
+
+def test_syntax_error_is_acc000_not_a_crash(tmp_path: Path):
+    (tmp_path / "broken.py").write_text("import torch\nfor x in range(3)\n    pass\n")
+    result = run_accelify("lint", "broken.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.startswith("broken.py:2:18: ACC000 syntax error")
+    assert "Traceback" not in result.stderr
+
+
+def test_json_and_github_formats(project: Path):
+    data = json.loads(
+        run_accelify("lint", "--output-format", "json", "train.py", cwd=project).stdout
+    )
+    assert {"code", "message", "filename", "location", "fixable"} <= set(data[0])
+    github = run_accelify("lint", "--output-format", "github", "train.py", cwd=project).stdout
+    assert "::error title=accelify (ACC301),file=train.py,line=8,col=5::ACC301 " in github
+
+
+def test_sarif_has_the_fields_code_scanning_reads(project: Path):
+    sarif = json.loads(
+        run_accelify("lint", "--output-format", "sarif", "train.py", cwd=project).stdout
+    )
+    assert sarif["version"] == "2.1.0" and "$schema" in sarif
+    run = sarif["runs"][0]
+    driver = run["tool"]["driver"]
+    assert driver["name"] == "accelify" and driver["rules"]
+    assert all({"id", "shortDescription"} <= set(rule) for rule in driver["rules"])
+    rule_ids = {rule["id"] for rule in driver["rules"]}
+    for result in run["results"]:
+        assert result["ruleId"] in rule_ids
+        assert result["message"]["text"]
+        region = result["locations"][0]["physicalLocation"]["region"]
+        assert region["startLine"] >= 1 and region["startColumn"] >= 1
+
+
+def test_rules_lists_and_documents_every_rule():
+    listing = run_accelify("rules")
+    assert_ok(listing)
+    assert "ACC301  loss-backward" in listing.stdout
+    page = run_accelify("rules", "acc201")
+    assert_ok(page)
+    for heading in (
+        "## What it does",
+        "## Why it breaks on N processes",
+        "## Example",
+        "## Use instead",
+        "## Fix",
+    ):
+        assert heading in page.stdout
+    assert run_accelify("rules", "ACC999").returncode == 2
+
+
+def test_converter_output_lints_clean_except_where_it_asked_for_review():
+    for case in sorted((FIXTURES / "convert").iterdir()):
+        after = case / "after.py"
+        if not after.exists():
+            continue
+        before_lines = (case / "before.py").read_text().splitlines()
+        after_lines = after.read_text().splitlines()
+        reviewed = {  # review notes give lines of before.py; compare the code on them
+            before_lines[int(line.split()[1].rstrip(":")) - 1].strip()
+            for line in (case / "summary.txt").read_text().splitlines()
+            if line.startswith("review ")
+        }
+        findings = lint_source(after.read_bytes(), str(after), Selection()).findings
+        unexpected = [f for f in findings if after_lines[f.line - 1].strip() not in reviewed]
+        assert unexpected == [], case.name
+
+
+def test_the_whole_fixture_corpus_lints_without_crashing():
+    result = run_accelify("lint", "--exit-zero", "--statistics", FIXTURES)
+    assert_ok(result)
+    assert "Traceback" not in result.stderr
+
+
+def test_lint_does_not_import_torch(project: Path):
+    code = (
+        "import sys\nfrom accelify.cli import main\n"
+        f"try:\n    main(['lint', {str(project / 'train.py')!r}])\nexcept SystemExit:\n    pass\n"
+        "print('torch imported:', 'torch' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "torch imported: False" in result.stdout, result.stderr
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is needed for pre-commit")
+def test_pre_commit_hook_rejects_a_bad_file_and_accepts_a_good_one(tmp_path: Path):
+    pre_commit = shutil.which("pre-commit") or str(Path(sys.executable).with_name("pre-commit"))
+    if not Path(pre_commit).exists():
+        pytest.skip("pre-commit is not installed")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    accelify = Path(sys.executable).with_name("accelify")
+    (repo / ".pre-commit-config.yaml").write_text(
+        "repos:\n- repo: local\n  hooks:\n  - id: accelify-lint\n    name: accelify lint\n"
+        f"    entry: {accelify} lint\n    language: system\n    types: [python]\n"
+    )
+    env_home = {"PRE_COMMIT_HOME": str(tmp_path / "cache")}
+    import os
+
+    env = {**os.environ, **env_home}
+    subprocess.run([pre_commit, "install"], cwd=repo, check=True, env=env, capture_output=True)
+    (repo / "train.py").write_text(BAD)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    rejected = subprocess.run(
+        [*git, "commit", "-qm", "bad"], cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert rejected.returncode != 0
+    assert "ACC301" in rejected.stdout + rejected.stderr
+    shutil.copy(FIXTURES / "examples" / "classify.py", repo / "train.py")
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    accepted = subprocess.run(
+        [*git, "commit", "-qm", "good"], cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr

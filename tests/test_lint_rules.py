@@ -1,0 +1,45 @@
+"""Every rule's examples are its tests: each bad example is reported at its line and column and
+fixes to its fixed form; each good example is silent."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelify.lint.engine import lint_source
+from accelify.lint.registry import all_rules
+from accelify.lint.selection import Selection
+
+RULES = all_rules()
+BAD = [(rule, example) for rule in RULES for example in rule.bad]
+GOOD = [(rule, code) for rule in RULES for code in rule.good]
+
+
+def lint(code: str, rule_code: str, fix: bool = False):
+    return lint_source(code.encode(), "example.py", Selection(select=[rule_code]), fix=fix)
+
+
+def test_codes_are_unique_and_well_formed():
+    codes = [rule.code for rule in RULES]
+    assert len(codes) == len(set(codes))
+    assert all(code.startswith("ACC") and len(code) == 6 for code in codes)
+    assert all(rule.__doc__ and rule.message and rule.bad and rule.good for rule in RULES)
+
+
+@pytest.mark.parametrize(("rule", "example"), BAD, ids=lambda v: getattr(v, "code", "")[:6])
+def test_bad_example_is_reported_where_it_is(rule, example):
+    found = [(f.code, f.line, f.column) for f in lint(example.code, rule.code).findings]
+    assert (rule.code, example.line, example.column) in found, example.code
+
+
+@pytest.mark.parametrize(("rule", "example"), [(r, e) for r, e in BAD if e.fixed is not None])
+def test_fix_turns_the_bad_example_into_the_fixed_one(rule, example):
+    result = lint(example.code, rule.code, fix=True)
+    assert result.fixed is not None
+    assert result.fixed.decode() == example.fixed
+    again = lint(example.fixed, rule.code, fix=True)
+    assert again.fixed in (None, example.fixed.encode())  # fixing twice changes nothing
+
+
+@pytest.mark.parametrize(("rule", "code"), GOOD)
+def test_good_example_is_silent(rule, code):
+    assert [f for f in lint(code, rule.code).findings if f.code == rule.code] == []
