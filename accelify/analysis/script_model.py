@@ -84,6 +84,7 @@ class ScriptModel:
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     module_classes: set[str] = field(default_factory=set)
     prepare_calls: list[PrepareCall] = field(default_factory=list)
+    calls: list[cst.Call] = field(default_factory=list, repr=False)
     _resolved: dict[type, Mapping[cst.CSTNode, Any]] = field(default_factory=dict, repr=False)
 
     # --- metadata ---------------------------------------------------------------------------
@@ -301,6 +302,7 @@ class _Collector(cst.CSTVisitor):
         return None
 
     def visit_Call(self, node: cst.Call) -> None:
+        self.model.calls.append(node)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
             self.model.backward_calls.append(node)  # accelerator.backward is dropped after
 

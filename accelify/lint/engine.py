@@ -36,6 +36,8 @@ def lint_source(data: bytes, path: str, selection: Selection, fix: bool = False)
                 Finding("ACC000", error.message, error.line or 1, error.column or 1, None, path)
             )
         return result
+    if b"Accelerator" not in data and not _plain_script_rules(selection):
+        return result  # no Accelerator, and no rule asked for on plain scripts: no analysis
     script = analyze(module)
     result.findings = _check(script, data, path, selection)
     if fix and any(f.fix for f in result.findings):
@@ -44,6 +46,13 @@ def lint_source(data: bytes, path: str, selection: Selection, fix: bool = False)
             script = analyze(parse(result.fixed, path))
             result.findings = _check(script, result.fixed, path, selection)
     return result
+
+
+def _plain_script_rules(selection: Selection) -> bool:
+    return any(
+        not rule.accelerator_only or selection.explicitly_selected(rule.code)
+        for rule in all_rules()
+    )
 
 
 def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) -> list[Finding]:
