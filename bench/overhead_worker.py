@@ -8,6 +8,7 @@ final parameters (the three must train the same model on the same data).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import time
@@ -44,38 +45,25 @@ def ddp_options(args):
     return {"gradient_as_bucket_view": args.bucket_view, "static_graph": args.static_graph}
 
 
-def accelify(args):
-    from accelify import Accelerator
+def with_accelerator(package: str):
+    """The same loop on accelify's or HF Accelerate's Accelerator (same API)."""
 
-    accelerator = Accelerator(cpu=True)
-    model, optimizer, data = build(args.width, args.samples)
-    loader = DataLoader(data, batch_size=args.batch_size)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    return (
-        model,
-        optimizer,
-        loader,
-        accelerator.backward,
-        accelerator.is_main_process,
-        accelerator.wait_for_everyone,
-    )
+    def setup(args):
+        accelerator_class = importlib.import_module(package).Accelerator
+        accelerator = accelerator_class(cpu=True)
+        model, optimizer, data = build(args.width, args.samples)
+        loader = DataLoader(data, batch_size=args.batch_size)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        return (
+            model,
+            optimizer,
+            loader,
+            accelerator.backward,
+            accelerator.is_main_process,
+            accelerator.wait_for_everyone,
+        )
 
-
-def accelerate(args):
-    from accelerate import Accelerator
-
-    accelerator = Accelerator(cpu=True)
-    model, optimizer, data = build(args.width, args.samples)
-    loader = DataLoader(data, batch_size=args.batch_size)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    return (
-        model,
-        optimizer,
-        loader,
-        accelerator.backward,
-        accelerator.is_main_process,
-        accelerator.wait_for_everyone,
-    )
+    return setup
 
 
 def main():
@@ -88,7 +76,12 @@ def main():
     parser.add_argument("--bucket-view", type=int, default=0)
     parser.add_argument("--static-graph", type=int, default=0)
     args = parser.parse_args()
-    setup = {"ddp": raw_ddp, "accelify": accelify, "accelerate": accelerate}[args.impl]
+    setups = {
+        "ddp": raw_ddp,
+        "accelify": with_accelerator("accelify"),
+        "accelerate": with_accelerator("accelerate"),
+    }
+    setup = setups[args.impl]
     model, optimizer, loader, backward, is_main, barrier = setup(args)
     loss_fn = nn.MSELoss()
     started = None

@@ -2,7 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import ScriptModel, dotted
+from accelify.analysis.script_model import ScriptModel, dotted, root_name
 from accelify.convert.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, prepared
 
@@ -46,7 +46,7 @@ class ManualDeviceMove(Rule):
                 continue
             target = dotted(func.value)
             names = prepared(script, call)
-            if target in names or _root(func.value) in _batch_names(script, call, names):
+            if target in names or root_name(func.value) in _batch_names(script, call, names):
                 yield self.finding(script, call, _removal(script, call))
 
 
@@ -82,12 +82,6 @@ def _device_argument(call: cst.Call) -> bool:
     if isinstance(first, cst.SimpleString):
         return str(first.evaluated_value).split(":")[0] in ("cuda", "cpu")
     return text.split(".")[-1] in ("device", "local_rank", "rank")
-
-
-def _root(node: cst.BaseExpression) -> str | None:
-    while isinstance(node, (cst.Subscript, cst.Attribute)):
-        node = node.value
-    return node.value if isinstance(node, cst.Name) else None
 
 
 def _batch_names(script: ScriptModel, node: cst.CSTNode, loaders: set[str]) -> set[str]:

@@ -127,3 +127,17 @@ def test_missing_script_is_a_usage_error(tmp_path):
     result = run_accelify("launch", "--cpu", "-n", "2", tmp_path / "nope.py")
     assert result.returncode == 2
     assert "no such script" in result.stderr
+
+
+def test_interactive_config_asks_and_writes(tmp_path):
+    from click.testing import CliRunner
+
+    from accelify.cli import main
+
+    path = tmp_path / "asked.yaml"
+    answers = "\n".join(["1", "y", "2", "bf16", "4"]) + "\n"
+    result = CliRunner().invoke(main, ["config", "--config-file", str(path)], input=answers)
+    assert result.exit_code == 0, result.output
+    assert load_config(path) == LaunchConfig(
+        num_processes=2, use_cpu=True, mixed_precision="bf16", gradient_accumulation_steps=4
+    )

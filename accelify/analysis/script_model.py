@@ -169,6 +169,13 @@ def dotted(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def root_name(node: cst.BaseExpression) -> str | None:
+    """``batch`` for ``batch["x"]``, ``batch.x``, ``batch[0].y``."""
+    while isinstance(node, (cst.Subscript, cst.Attribute)):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
 def strip_self_methods(node: cst.BaseExpression) -> cst.BaseExpression:
     """``Net().to(device).train()`` -> ``Net()``: calls that hand the module back."""
     while (
@@ -308,7 +315,7 @@ class _Collector(cst.CSTVisitor):
 
     def visit_For(self, node: cst.For) -> None:
         iterable = _loop_source(node.iter)
-        batch_names = _target_names(node.target)
+        batch_names = target_names(node.target)
         if isinstance(node.iter, cst.Call) and dotted(node.iter.func) == "enumerate":
             batch_names -= _first_enumerate_name(node.target)
         has_backward = any(True for _ in _find_backward(node.body, skip_loops=True))
@@ -365,13 +372,13 @@ def _loop_source(node: cst.BaseExpression) -> str | None:
     return dotted(node)
 
 
-def _target_names(target: cst.BaseExpression) -> set[str]:
+def target_names(target: cst.BaseExpression) -> set[str]:
     if isinstance(target, cst.Name):
         return {target.value}
     if isinstance(target, (cst.Tuple, cst.List)):
         found: set[str] = set()
         for element in target.elements:
-            found |= _target_names(element.value)
+            found |= target_names(element.value)
         return found
     return set()
 

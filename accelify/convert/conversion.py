@@ -48,7 +48,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
         return Conversion(label, data, data, reviews=plan.reviews, skipped="nothing to convert")
     converted = module.visit(ApplyPlan(plan))
     if plan.add_import:
-        converted = _add_import(converted, plan.add_import, model.module.body)
+        converted = _add_import(converted, plan.add_import)
     rendered = _render(data, converted)
     _check_parses(rendered, label)
     return Conversion(
@@ -61,7 +61,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
     )
 
 
-def _add_import(module: cst.Module, code: str, original_body) -> cst.Module:
+def _add_import(module: cst.Module, code: str) -> cst.Module:
     """After the last top-level import (or after the docstring and ``__future__`` imports)."""
     body = list(module.body)
     position = 0

@@ -19,6 +19,7 @@ from accelify.analysis.script_model import (
     Scope,
     ScriptModel,
     dotted,
+    root_name,
     strip_self_methods,
 )
 from accelify.convert.accumulation import find_manual_accumulation
@@ -217,10 +218,10 @@ class Planner:
         for small in line_statement.body:
             if not isinstance(small, cst.Assign):
                 continue
-            moves = _batch_moves_in(small.value, batch, self)
+            moves = _batch_moves_in(small.value, batch)
             if not moves:
                 continue
-            if _is_identity_assignment(small, batch, self):
+            if _is_identity_assignment(small, batch):
                 self.plan.remove(
                     line_statement,
                     self.line(small),
@@ -809,23 +810,14 @@ def _move_receiver(call: cst.Call) -> cst.BaseExpression | None:
     return None
 
 
-def _root_name(node: cst.BaseExpression) -> str | None:
-    while isinstance(node, (cst.Subscript, cst.Attribute)):
-        node = node.value
-    return node.value if isinstance(node, cst.Name) else None
-
-
-def _batch_moves_in(node: cst.CSTNode, batch: set[str], planner: Planner) -> list[cst.Call]:
+def _batch_moves_in(node: cst.CSTNode, batch: set[str]) -> list[cst.Call]:
     found: list[cst.Call] = []
 
     class Moves(cst.CSTVisitor):
         def visit_Call(self, call: cst.Call) -> None:
             receiver = _move_receiver(call)
-            if receiver is not None and _root_name(receiver) in batch:
+            if receiver is not None and root_name(receiver) in batch:
                 found.append(call)
-
-        def visit_DictComp(self, comp: cst.DictComp) -> bool:
-            return True
 
     node.visit(Moves())
     comps = _identity_comprehension_moves(node, batch)
@@ -842,13 +834,13 @@ def _identity_comprehension_moves(node: cst.CSTNode, batch: set[str]) -> list[cs
             receiver is not None
             and isinstance(source, cst.Call)
             and isinstance(source.func, cst.Attribute)
-            and _root_name(source.func.value) in batch
+            and root_name(source.func.value) in batch
         ):
             found.append(node.value)
     return found
 
 
-def _is_identity_assignment(assign: cst.Assign, batch: set[str], planner: Planner) -> bool:
+def _is_identity_assignment(assign: cst.Assign, batch: set[str]) -> bool:
     """``x = x.to(device)``, ``a, b = a.to(d), b.to(d)``,
     ``batch = {k: v.to(d) for k, v in batch.items()}``: the statement does nothing else."""
     if len(assign.targets) != 1:

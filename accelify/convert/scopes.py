@@ -11,7 +11,15 @@ from collections.abc import Iterable, Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel, dotted
+from accelify.analysis.script_model import (
+    Kind,
+    Loop,
+    Scope,
+    ScriptModel,
+    dotted,
+    root_name,
+    target_names,
+)
 from accelify.convert.plan import Plan, with_keyword
 
 _RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
@@ -194,9 +202,9 @@ class Scopes:
             if not isinstance(line, cst.SimpleStatementLine):
                 continue
             for small in line.body:
-                if isinstance(small, cst.Assign) and _root(small.value) in batch | derived:
+                if isinstance(small, cst.Assign) and root_name(small.value) in batch | derived:
                     for target in small.targets:
-                        derived |= _target_names(target.target)
+                        derived |= target_names(target.target)
         return derived
 
     # --- placement questions ---------------------------------------------------------------------
@@ -277,7 +285,7 @@ class Scopes:
                 assigned[node.target.value] = assigned.get(node.target.value, True) and uniform
             elif isinstance(node, cst.Assign):
                 for target in node.targets:
-                    for name in _target_names(target.target):
+                    for name in target_names(target.target):
                         uniform = isinstance(node.value, cst.Integer)
                         assigned[name] = assigned.get(name, True) and uniform
             elif isinstance(node, cst.For):
@@ -286,7 +294,7 @@ class Scopes:
                     "range",
                     "enumerate",
                 )
-                for name in _target_names(node.target):
+                for name in target_names(node.target):
                     if is_range and (
                         dotted(iterable.func) == "range" or _is_first_target(node.target, name)
                     ):  # type: ignore[union-attr]
@@ -300,7 +308,7 @@ class Scopes:
         if isinstance(test, cst.Call):
             return False
         if isinstance(test, cst.Attribute):
-            root = _root(test)
+            root = root_name(test)
             return root in ("args", "config", "cfg", "opt", "opts", "self") or root in counters
         if isinstance(test, cst.Name):
             return (
@@ -434,7 +442,7 @@ class Scopes:
         for line in body[start:]:
             for node in self.walk(line):
                 if isinstance(node, cst.AssignTarget):
-                    for name in _target_names(node.target) & wanted:
+                    for name in target_names(node.target) & wanted:
                         late.append((name, self.model.line(node)))
         return late
 
@@ -449,23 +457,6 @@ def _with_accelerator_argument(acc: str, previous):
         return updated.with_changes(args=with_keyword(updated.args, acc, cst.Name(acc)))
 
     return rewrite
-
-
-def _root(node: cst.BaseExpression) -> str | None:
-    while isinstance(node, (cst.Subscript, cst.Attribute)):
-        node = node.value
-    return node.value if isinstance(node, cst.Name) else None
-
-
-def _target_names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        found: set[str] = set()
-        for element in target.elements:
-            found |= _target_names(element.value)
-        return found
-    return set()
 
 
 def _is_first_target(target: cst.BaseExpression, name: str) -> bool:
