@@ -7,8 +7,10 @@ Read from the variables torchrun's elastic agent sets (``RANK``, ``LOCAL_RANK``,
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import sys
+import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -129,3 +131,19 @@ class _ExitGuard:
             except RuntimeError:  # DistStoreError included
                 pass  # a rank that left early, or a store already gone: nothing to wait for
         dist.destroy_process_group()
+        _release_wrapped_models()
+
+
+def _release_wrapped_models() -> None:
+    """DDP wrappers that are module globals outlive `destroy_process_group` and free the group
+    during interpreter finalization, where gloo's worker threads can no longer take the GIL to
+    drop the tensors they hold (SIGABRT). Dropping the wrappers' references to the group while
+    the interpreter is still whole lets it be freed here instead."""
+    for model in list(WRAPPED_MODELS):
+        for attribute in ("reducer", "process_group", "logger"):
+            model.__dict__.pop(attribute, None)
+    gc.collect()
+
+
+#: DDP wrappers created by this process (weakly held), released at exit.
+WRAPPED_MODELS: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()

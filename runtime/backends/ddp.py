@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accelify.runtime.state import ProcessState
+from accelify.runtime.state import WRAPPED_MODELS, ProcessState
 
 
 class DDPBackend:
@@ -27,7 +27,9 @@ class DDPBackend:
         if not self.state.distributed or not _has_trainable_parameters(model):
             return model
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
+        wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
+        WRAPPED_MODELS.add(wrapped)
+        return wrapped
 
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         while isinstance(model, (DistributedDataParallel, torch.nn.DataParallel)):
