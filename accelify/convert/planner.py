@@ -469,16 +469,22 @@ class Planner:
                 continue
             if not self.scopes.after_prepare(attribute) or self._is_binding_target(attribute):
                 continue
-            acc = self.acc
-            self.plan.replace(
+            self._unwrap(
                 owner,
-                lambda updated, acc=acc: cst.Call(
-                    expression(f"{acc}.unwrap_model"), [cst.Arg(updated)]
-                ),
-                self.line(attribute),
+                attribute,
                 f"{dotted(owner)}.{member} -> {self.a('unwrap_model')}({dotted(owner)}).{member}",
             )
-            self.need(attribute)
+
+    def _unwrap(self, model: cst.BaseExpression, at: cst.CSTNode, text: str) -> None:
+        """``model`` -> ``accelerator.unwrap_model(model)``."""
+        acc = self.acc
+        self.plan.replace(
+            model,
+            lambda updated: cst.Call(expression(f"{acc}.unwrap_model"), [cst.Arg(updated)]),
+            self.line(at),
+            text,
+        )
+        self.need(at)
 
     def _is_binding_target(self, attribute: cst.Attribute) -> bool:
         """``self.model = ...`` binds a name; it is not a use of the model."""
@@ -516,16 +522,9 @@ class Planner:
         if isinstance(saved, (cst.Name, cst.Attribute)) and self.scopes.is_model_name(
             dotted(saved), call
         ):
-            acc = self.acc
-            self.plan.replace(
-                saved,
-                lambda updated, acc=acc: cst.Call(
-                    expression(f"{acc}.unwrap_model"), [cst.Arg(updated)]
-                ),
-                self.line(call),
-                f"saves {self.a('unwrap_model')}({dotted(saved)}), not the DDP wrapper",
+            self._unwrap(
+                saved, call, f"saves {self.a('unwrap_model')}({dotted(saved)}), not the DDP wrapper"
             )
-            self.need(call)
 
     def _plan_file_writes(self) -> list[cst.With]:
         """``with open(path, "w") as f:`` runs on the main process only; every rank truncating
