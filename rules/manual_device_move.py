@@ -2,7 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import ScriptModel, dotted, root_name
+from accelify.analysis.script_model import Kind, ScriptModel, dotted, root_name
 from accelify.convert.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, prepared
 
@@ -34,20 +34,44 @@ class ManualDeviceMove(Rule):
     )
     good = (
         _PREPARED + "for x, y in loader:\n    y_hat = model(x)\n",
+        _PREPARED + "for batch in loader:\n    batch.to(accelerator.device)\n",
         HEADER + "mask = torch.ones(3).to(accelerator.device)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        if _placement_disabled(script):
+            return  # Accelerator(device_placement=False): moving batches is the script's job
+        accelerators = script.names_of(Kind.ACCELERATOR)
         for call in calls(script):
             func = call.func
             if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
                 continue
             if func.attr.value == "to" and not _device_argument(call):
                 continue
+            if func.attr.value == "to" and _is_accelerator_device(call, accelerators):
+                continue  # a no-op: already on accelerator.device
             target = dotted(func.value)
             names = prepared(script, call)
             if target in names or root_name(func.value) in _batch_names(script, call, names):
                 yield self.finding(script, call, _removal(script, call))
+
+
+def _placement_disabled(script: ScriptModel) -> bool:
+    return any(
+        isinstance(b.value, cst.Call)
+        and any(
+            a.keyword is not None
+            and a.keyword.value == "device_placement"
+            and dotted(a.value) == "False"
+            for a in b.value.args
+        )
+        for b in script.of_kind(Kind.ACCELERATOR)
+    )
+
+
+def _is_accelerator_device(call: cst.Call, accelerators: set[str]) -> bool:
+    target = dotted(call.args[0].value) or ""
+    return target.endswith(".device") and target.rsplit(".", 1)[0] in accelerators
 
 
 def _removal(script: ScriptModel, call: cst.Call) -> Plan:

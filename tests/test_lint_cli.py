@@ -213,3 +213,9 @@ def test_pre_commit_hook_rejects_a_bad_file_and_accepts_a_good_one(tmp_path: Pat
         [*git, "commit", "-qm", "good"], cwd=repo, env=env, capture_output=True, text=True
     )
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+
+
+def test_accelerate_style_scripts_lint_clean():
+    script = FIXTURES / "lint" / "accelerate_style_clean.py"
+    findings = lint_source(script.read_bytes(), str(script), Selection()).findings
+    assert findings == []
