@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
@@ -19,27 +18,32 @@ from accelify.errors import UserError
 BOM = b"\xef\xbb\xbf"
 
 
-@dataclass
-class SourceFile:
-    path: Path
-    data: bytes
-    module: cst.Module
-
-    @property
-    def had_bom(self) -> bool:
-        return self.data.startswith(BOM)
-
-    def render(self, module: cst.Module) -> bytes:
-        rendered = module.bytes
-        return BOM + rendered if self.had_bom and not rendered.startswith(BOM) else rendered
+def render(module: cst.Module, original: bytes) -> bytes:
+    """The module's bytes, with the BOM the original file started with (libcst drops it)."""
+    rendered = module.bytes
+    return BOM + rendered if original.startswith(BOM) and not rendered.startswith(BOM) else rendered
 
 
-def read(path: Path) -> SourceFile:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise UserError(f"cannot read: {error.strerror}", str(path)) from None
-    return SourceFile(path, data, parse(data, str(path)))
+SKIPPED_DIRS = {
+    ".git",
+    ".hg",
+    ".venv",
+    "venv",
+    "__pycache__",
+    "node_modules",
+    "build",
+    "dist",
+    ".tox",
+}
+
+
+def python_files(folder: Path) -> list[Path]:
+    """The ``.py`` files under ``folder``, sorted, skipping virtualenvs, caches and hidden dirs."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
+        found += [Path(root) / name for name in sorted(files) if name.endswith(".py")]
+    return found
 
 
 def parse(data: bytes, label: str) -> cst.Module:

@@ -14,19 +14,14 @@ import argparse
 import importlib.util
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+from accelify.runtime.launcher import free_port
+
 WORKER = Path(__file__).with_name("overhead_worker.py")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run(impl: str, width: int, extra: list[str]) -> dict:

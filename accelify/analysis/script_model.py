@@ -27,6 +27,7 @@ from libcst.metadata import (
 from accelify.analysis import names
 
 Scope = cst.Module | cst.FunctionDef
+_RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
 
 
 class Kind(enum.Enum):
@@ -120,6 +121,16 @@ class ScriptModel:
             if isinstance(ancestor, (cst.FunctionDef, cst.Module)):
                 return ancestor
         return self.module
+
+    def under_rank_guard(self, node: cst.CSTNode) -> bool:
+        """Inside ``if accelerator.is_main_process:``, ``if rank == 0:`` and the like: code only
+        some ranks run."""
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.If):
+                test = self.module.code_for_node(ancestor.test)
+                if any(word in test for word in _RANK_WORDS):
+                    return True
+        return False
 
     def call_names(self, call: cst.Call) -> set[str]:
         return self.qualified(call.func)

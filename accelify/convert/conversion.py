@@ -14,9 +14,10 @@ import libcst as cst
 from accelify.analysis.script_model import analyze
 from accelify.convert.plan import Note, statement
 from accelify.convert.planner import Options, Planner
+from accelify.convert.scopes import is_docstring
 from accelify.convert.transform import ApplyPlan
 from accelify.errors import UserError
-from accelify.source import parse
+from accelify.source import parse, render
 
 
 @dataclass
@@ -49,7 +50,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
     converted = module.visit(ApplyPlan(plan))
     if plan.add_import:
         converted = _add_import(converted, plan.add_import)
-    rendered = _render(data, converted)
+    rendered = render(converted, data)
     _check_parses(rendered, label)
     return Conversion(
         label,
@@ -70,24 +71,10 @@ def _add_import(module: cst.Module, code: str) -> cst.Module:
             isinstance(small, (cst.Import, cst.ImportFrom)) for small in line.body
         ):
             position = index + 1
-        elif index == 0 and _is_docstring(line):
+        elif index == 0 and is_docstring(line):
             position = 1
     body.insert(position, statement(code))
     return module.with_changes(body=body)
-
-
-def _is_docstring(line: cst.CSTNode) -> bool:
-    return (
-        isinstance(line, cst.SimpleStatementLine)
-        and isinstance(line.body[0], cst.Expr)
-        and isinstance(line.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
-
-
-def _render(original: bytes, module: cst.Module) -> bytes:
-    rendered = module.bytes
-    bom = b"\xef\xbb\xbf"
-    return bom + rendered if original.startswith(bom) and not rendered.startswith(bom) else rendered
 
 
 def _check_parses(rendered: bytes, label: str) -> None:

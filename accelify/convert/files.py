@@ -2,39 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from accelify.convert.conversion import Conversion, Options, convert_source
 from accelify.errors import UserError
-from accelify.source import write_atomically
-
-_SKIPPED_DIRS = {
-    ".git",
-    ".hg",
-    ".venv",
-    "venv",
-    "__pycache__",
-    "node_modules",
-    "build",
-    "dist",
-    ".tox",
-}
+from accelify.source import python_files, write_atomically
 
 
 def collect(paths: list[Path]) -> Iterator[tuple[Path, bool]]:
     """Files to convert, and whether each was named directly (named files are never skipped)."""
     for path in paths:
         if path.is_dir():
-            for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(
-                    d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith(".")
-                )
-                for name in sorted(files):
-                    if name.endswith(".py"):
-                        yield Path(root) / name, False
+            for found in python_files(path):
+                yield found, False
         else:
             yield path, True
 

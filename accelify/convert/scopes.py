@@ -22,8 +22,6 @@ from accelify.analysis.script_model import (
 )
 from accelify.convert.plan import Plan, with_keyword
 
-_RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
-
 
 class Scopes:
     def __init__(self, model: ScriptModel) -> None:
@@ -54,7 +52,7 @@ class Scopes:
             stack.extend(reversed(current.children))
 
     def calls(self) -> Iterator[cst.Call]:
-        return (n for n in self.all_nodes() if isinstance(n, cst.Call))
+        return iter(self.model.calls)
 
     def attributes(self) -> Iterator[cst.Attribute]:
         return (n for n in self.all_nodes() if isinstance(n, cst.Attribute))
@@ -218,12 +216,7 @@ class Scopes:
         return True
 
     def under_rank_guard(self, node: cst.CSTNode) -> bool:
-        for ancestor in self.model.ancestors(node):
-            if isinstance(ancestor, cst.If):
-                test = self.model.module.code_for_node(ancestor.test)
-                if any(word in test for word in _RANK_WORDS):
-                    return True
-        return False
+        return self.model.under_rank_guard(node)
 
     def per_epoch_schedulers(self, scope: Scope, prepared: set[str]) -> set[str]:
         schedulers = {b.name for b in self.model.of_kind(Kind.SCHEDULER) if b.name in prepared}
@@ -413,7 +406,7 @@ class Scopes:
         body = self.body_of(home)
         floor = 0
         for index, line in enumerate(body):
-            if index == 0 and _is_docstring(line):
+            if index == 0 and is_docstring(line):
                 floor = 1
             if (
                 isinstance(home, cst.Module)
@@ -474,7 +467,7 @@ def _is_break(line: cst.CSTNode) -> bool:
     )
 
 
-def _is_docstring(line: cst.CSTNode) -> bool:
+def is_docstring(line: cst.CSTNode) -> bool:
     return (
         isinstance(line, cst.SimpleStatementLine)
         and len(line.body) == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,19 +14,7 @@ from accelify.lint.engine import FileResult, lint_source
 from accelify.lint.output import render, statistics
 from accelify.lint.registry import all_rules, rule_by_code
 from accelify.lint.selection import Selection, load_settings
-from accelify.source import write_atomically
-
-_SKIPPED_DIRS = {
-    ".git",
-    ".hg",
-    ".venv",
-    "venv",
-    "__pycache__",
-    "node_modules",
-    ".tox",
-    "build",
-    "dist",
-}
+from accelify.source import python_files, write_atomically
 
 
 def run_lint(
@@ -109,7 +96,7 @@ def _collect(paths: list[Path], selection: Selection):
             yield path
             continue
         listed = _git_files(path)
-        candidates = listed if listed is not None else _walk(path)
+        candidates = listed if listed is not None else python_files(path)
         for candidate in candidates:
             if candidate.suffix == ".py" and not selection.excluded(candidate):
                 yield candidate
@@ -128,14 +115,6 @@ def _git_files(folder: Path) -> list[Path] | None:
         return None
     names = [name for name in listed.decode().split("\0") if name]
     return sorted(folder / name for name in names if (folder / name).is_file())
-
-
-def _walk(folder: Path) -> list[Path]:
-    found = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith("."))
-        found += [Path(root) / name for name in sorted(files)]
-    return found
 
 
 def show_rules(code: str | None) -> int:

@@ -78,13 +78,7 @@ def loop_of(script: ScriptModel, node: cst.CSTNode) -> cst.For | None:
 
 
 def under_rank_guard(script: ScriptModel, node: cst.CSTNode) -> bool:
-    """Inside ``if accelerator.is_main_process:``, ``if rank == 0:`` and the like."""
-    for ancestor in script.ancestors(node):
-        if isinstance(ancestor, cst.If):
-            test = script.module.code_for_node(ancestor.test)
-            if any(word in test for word in ("main_process", "rank", "is_master")):
-                return True
-    return False
+    return script.under_rank_guard(node)
 
 
 def receiver(call: cst.Call) -> str | None:
