@@ -10,10 +10,12 @@ import ast
 import os
 import tempfile
 from pathlib import Path
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from accelify.errors import UserError
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 BOM = b"\xef\xbb\xbf"
 
@@ -47,6 +49,8 @@ def python_files(folder: Path) -> list[Path]:
 
 
 def parse(data: bytes, label: str) -> cst.Module:
+    import libcst as cst  # ~0.25 s: paid only when a file is parsed
+
     try:
         return cst.parse_module(data[len(BOM) :] if data.startswith(BOM) else data)
     except cst.ParserSyntaxError as error:

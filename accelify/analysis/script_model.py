@@ -2,29 +2,23 @@
 
 It knows which names hold models, optimizers, DataLoaders, LR schedulers, gradient scalers,
 device variables and the accelerator; which calls are ``.backward()``; which loops train and
-which evaluate; and the scope (module or function) each lives in. Names are resolved through
-libcst's QualifiedNameProvider, so ``import torch.optim as optim`` and ``from torch import nn``
-are seen for what they are.
+which evaluate; and the scope (module or function) each lives in. Names are resolved through the
+file's imports (`imports.ImportTable`), so ``import torch.optim as optim`` and ``from torch import
+nn`` are seen for what they are.
 """
 
 from __future__ import annotations
 
+import builtins
 import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import libcst as cst
-from libcst._metadata_dependent import LazyValue
-from libcst.metadata import (
-    CodeRange,
-    MetadataWrapper,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-)
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from accelify.analysis import names
+from accelify.analysis.imports import ImportTable
 
 Scope = cst.Module | cst.FunctionDef
 _RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
@@ -52,7 +46,11 @@ class Binding:
     statement: cst.SimpleStatementLine
     assign: cst.Assign | cst.AnnAssign
     value: cst.BaseExpression
-    line: int
+    script: ScriptModel = field(repr=False, compare=False)
+
+    @property
+    def line(self) -> int:
+        return self.script.line(self.assign)
 
 
 @dataclass
@@ -72,13 +70,19 @@ class PrepareCall:
     call: cst.Call = field(repr=False)
     inputs: list[str]
     outputs: list[str]
-    line: int
+    script: ScriptModel = field(repr=False, compare=False)
+
+    @property
+    def line(self) -> int:
+        return self.script.line(self.call)
 
 
 @dataclass
 class ScriptModel:
     module: cst.Module
-    wrapper: MetadataWrapper
+    imports: ImportTable = field(default_factory=ImportTable)
+    parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict, repr=False)
+    assignments: list[cst.Assign] = field(default_factory=list, repr=False)
     bindings: list[Binding] = field(default_factory=list)
     backward_calls: list[cst.Call] = field(default_factory=list)
     loops: list[Loop] = field(default_factory=list)
@@ -86,29 +90,34 @@ class ScriptModel:
     module_classes: set[str] = field(default_factory=set)
     prepare_calls: list[PrepareCall] = field(default_factory=list)
     calls: list[cst.Call] = field(default_factory=list, repr=False)
-    _resolved: dict[type, Mapping[cst.CSTNode, Any]] = field(default_factory=dict, repr=False)
+    _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
 
-    # --- metadata ---------------------------------------------------------------------------
+    # --- names, positions, parents ----------------------------------------------------------
     def qualified(self, node: cst.CSTNode) -> set[str]:
-        found = self._metadata(QualifiedNameProvider).get(node, set())
-        if isinstance(found, LazyValue):  # QualifiedNameProvider computes names on demand
-            found = found()
-        return {qualified.name for qualified in found}
-
-    def _metadata(self, provider: type) -> Mapping[cst.CSTNode, Any]:
-        cached = self._resolved.get(provider)
-        if cached is None:
-            cached = self._resolved[provider] = self.wrapper.resolve(provider)
-        return cached
+        """What a name or attribute chain refers to through the file's imports:
+        ``optim.SGD`` -> ``torch.optim.SGD`` after ``import torch.optim as optim``."""
+        name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        if name is None:
+            return set()
+        resolved = self.imports.resolve(name)
+        if resolved is not None:
+            return {resolved}
+        if "." not in name and hasattr(builtins, name):
+            return {f"builtins.{name}"}
+        return {name}
 
     def position(self, node: cst.CSTNode) -> CodeRange:
-        return self._metadata(PositionProvider)[node]
+        # Positions cost a code-generation pass over the file: resolved on first use only.
+        if self._positions is None:
+            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+            self._positions = wrapper.resolve(PositionProvider)
+        return self._positions[node]
 
     def line(self, node: cst.CSTNode) -> int:
         return self.position(node).start.line
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self._metadata(ParentNodeProvider).get(node)
+        return self.parents.get(node)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = self.parent(node)
@@ -156,9 +165,9 @@ class ScriptModel:
 
 
 def analyze(module: cst.Module) -> ScriptModel:
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    wrapper.resolve_many([QualifiedNameProvider, PositionProvider, ParentNodeProvider])
-    model = ScriptModel(module=module, wrapper=wrapper)
+    """One traversal collects everything; positions are left for the first finding that needs
+    one (libcst's scope analysis is not used: an import table answers what a name is)."""
+    model = ScriptModel(module=module, imports=ImportTable.of_module(module))
     module.visit(_Collector(model))
     accelerators = model.names_of(Kind.ACCELERATOR) | {"accelerator", "self.accelerator"}
     model.backward_calls = [
@@ -201,6 +210,23 @@ def strip_self_methods(node: cst.BaseExpression) -> cst.BaseExpression:
 class _Collector(cst.CSTVisitor):
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
+        self._open: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._open:
+            self.model.parents[node] = self._open[-1]
+        self._open.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._open.pop()
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.model.imports.add(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.model.imports.add(node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         for base in node.bases:
@@ -214,6 +240,7 @@ class _Collector(cst.CSTVisitor):
             self.model.functions[node.name.value] = node
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        self.model.assignments.append(node)
         for target in node.targets:
             self._bind(target.target, node.value, node)
         value = node.value
@@ -235,9 +262,7 @@ class _Collector(cst.CSTVisitor):
                     for e in elements
                 ]
             inputs = [dotted(argument.value) or "" for argument in value.args]
-            self.model.prepare_calls.append(
-                PrepareCall(value, inputs, outputs, self.model.line(node))
-            )
+            self.model.prepare_calls.append(PrepareCall(value, inputs, outputs, self.model))
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
@@ -266,7 +291,7 @@ class _Collector(cst.CSTVisitor):
                 statement=statement,
                 assign=assign,
                 value=value,
-                line=self.model.line(assign),
+                script=self.model,
             )
         )
 
@@ -464,7 +489,7 @@ def _add_models_fed_to_optimizers(model: ScriptModel) -> None:
                         statement,
                         assign,
                         value,
-                        model.line(assign),
+                        model,
                     )
                 )
                 known.add((name, id(model.scope_of(assign))))
@@ -478,16 +503,8 @@ def _in_model_class(node: cst.CSTNode, model: ScriptModel) -> bool:
 
 
 def _assignments(model: ScriptModel) -> Iterator[tuple[str, cst.Assign, cst.BaseExpression]]:
-    class Assignments(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.found: list[tuple[str, cst.Assign, cst.BaseExpression]] = []
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                name = dotted(target.target)
-                if name:
-                    self.found.append((name, node, node.value))
-
-    finder = Assignments()
-    model.module.visit(finder)
-    yield from finder.found
+    for node in model.assignments:
+        for target in node.targets:
+            name = dotted(target.target)
+            if name:
+                yield name, node, node.value

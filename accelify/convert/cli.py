@@ -9,8 +9,9 @@ import click
 
 from accelify.convert.conversion import Conversion, Options
 from accelify.convert.files import collect, convert_all, write
-from accelify.convert.report import colorize, summary, unified_diff
+from accelify.convert.report import summary, unified_diff
 from accelify.errors import UserError
+from accelify.terminal import colorize
 
 
 def run_convert(

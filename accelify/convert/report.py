@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import difflib
 
-import click
-
 from accelify.convert.conversion import Conversion
 
 
@@ -16,22 +14,6 @@ def unified_diff(conversion: Conversion) -> str:
         before, after, f"{conversion.path}\t(original)", f"{conversion.path}\t(converted)"
     )
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-
-
-def colorize(diff: str) -> str:
-    colored = []
-    for line in diff.splitlines(keepends=True):
-        if line.startswith(("+++", "---")):
-            colored.append(click.style(line, bold=True))
-        elif line.startswith("+"):
-            colored.append(click.style(line, fg="green"))
-        elif line.startswith("-"):
-            colored.append(click.style(line, fg="red"))
-        elif line.startswith("@@"):
-            colored.append(click.style(line, fg="cyan"))
-        else:
-            colored.append(line)
-    return "".join(colored)
 
 
 def summary(conversion: Conversion) -> str:

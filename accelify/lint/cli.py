@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
-from accelify.convert.report import colorize
 from accelify.errors import UserError
 from accelify.lint.engine import FileResult, lint_source
+from accelify.lint.finding import Finding
 from accelify.lint.output import render, statistics
-from accelify.lint.registry import all_rules, rule_by_code
 from accelify.lint.selection import Selection, load_settings
 from accelify.source import python_files, write_atomically
+from accelify.terminal import colorize
 
 
 def run_lint(
@@ -73,8 +73,6 @@ def _lint_one(path: Path, selection: Selection, fix: bool) -> FileResult:
     try:
         data = path.read_bytes()
     except OSError as error:
-        from accelify.lint.rule import Finding
-
         return FileResult(
             str(path), [Finding("ACC000", f"cannot read: {error.strerror}", 1, 1, None, str(path))]
         )
@@ -118,6 +116,8 @@ def _git_files(folder: Path) -> list[Path] | None:
 
 
 def show_rules(code: str | None) -> int:
+    from accelify.lint.registry import all_rules, rule_by_code
+
     if code is None:
         for rule in all_rules():
             mark = "fixable" if rule.fixable else ""

@@ -4,14 +4,15 @@ apply the safe fixes (until nothing changes) when asked."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from accelify.analysis.script_model import ScriptModel, analyze
-from accelify.convert.transform import ApplyPlan
 from accelify.errors import UserError
-from accelify.lint.registry import all_rules
-from accelify.lint.rule import Finding
+from accelify.lint.finding import Finding
 from accelify.lint.selection import Selection, suppressed
 from accelify.source import parse
+
+if TYPE_CHECKING:
+    from accelify.analysis.script_model import ScriptModel
 
 MARKERS = (b"torch", b"accelerate", b"accelify")
 
@@ -38,6 +39,8 @@ def lint_source(data: bytes, path: str, selection: Selection, fix: bool = False)
         return result
     if b"Accelerator" not in data and not _plain_script_rules(selection):
         return result  # no Accelerator, and no rule asked for on plain scripts: no analysis
+    from accelify.analysis.script_model import analyze
+
     script = analyze(module)
     result.findings = _check(script, data, path, selection)
     if fix and any(f.fix for f in result.findings):
@@ -49,6 +52,8 @@ def lint_source(data: bytes, path: str, selection: Selection, fix: bool = False)
 
 
 def _plain_script_rules(selection: Selection) -> bool:
+    from accelify.lint.registry import all_rules
+
     return any(
         not rule.accelerator_only or selection.explicitly_selected(rule.code)
         for rule in all_rules()
@@ -56,6 +61,8 @@ def _plain_script_rules(selection: Selection) -> bool:
 
 
 def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) -> list[Finding]:
+    from accelify.lint.registry import all_rules
+
     lines = data.decode("utf-8", errors="replace").splitlines()
     found: list[Finding] = []
     for rule in all_rules():
@@ -73,6 +80,9 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
 
 def _fix(data: bytes, path: str, selection: Selection, rounds: int = 5) -> bytes:
     """One fix per node per round; later rounds see the earlier rounds' code."""
+    from accelify.analysis.script_model import analyze
+    from accelify.convert.transform import ApplyPlan
+
     current = data
     for _ in range(rounds):
         module = parse(current, path)

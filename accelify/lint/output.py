@@ -7,8 +7,7 @@ import json
 from collections import Counter
 
 from accelify import __version__
-from accelify.lint.registry import all_rules
-from accelify.lint.rule import Finding
+from accelify.lint.finding import Finding
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -46,6 +45,8 @@ def _as_dict(finding: Finding) -> dict[str, object]:
 
 
 def _sarif(findings: list[Finding]) -> dict[str, object]:
+    from accelify.lint.registry import all_rules
+
     rules = [
         {
             "id": rule.code,

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, ScriptModel, dotted
+from accelify.analysis.script_model import Kind, ScriptModel, dotted, strip_self_methods
 from accelify.convert.plan import Plan
+from accelify.lint.finding import Finding
 
 
 @dataclass(frozen=True)
@@ -20,16 +21,6 @@ class Example:
     line: int
     column: int
     fixed: str | None = None
-
-
-@dataclass
-class Finding:
-    code: str
-    message: str
-    line: int
-    column: int
-    fix: Plan | None = None
-    path: str = ""
 
 
 class Rule:
@@ -52,9 +43,15 @@ class Rule:
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         raise NotImplementedError
 
-    def finding(self, script: ScriptModel, node: cst.CSTNode, fix: Plan | None = None) -> Finding:
+    def finding(
+        self,
+        script: ScriptModel,
+        node: cst.CSTNode,
+        fix: Plan | None = None,
+        message: str | None = None,
+    ) -> Finding:
         start = script.position(node).start
-        return Finding(self.code, self.message, start.line, start.column + 1, fix)
+        return Finding(self.code, message or self.message, start.line, start.column + 1, fix)
 
 
 def accelerator_name(script: ScriptModel) -> str:
@@ -88,6 +85,25 @@ def receiver(call: cst.Call) -> str | None:
 def calls(script: ScriptModel) -> list[cst.Call]:
     """Every call in the file, in source order (collected once, by the analysis)."""
     return script.calls
+
+
+def optimizer_models(script: ScriptModel) -> dict[str, str]:
+    """Optimizer name -> the model whose ``.parameters()`` it was built from."""
+    owners: dict[str, str] = {}
+    for binding in script.of_kind(Kind.OPTIMIZER):
+        core = strip_self_methods(binding.value)
+        if not isinstance(core, cst.Call) or not core.args:
+            continue
+        first = core.args[0].value
+        if (
+            isinstance(first, cst.Call)
+            and isinstance(first.func, cst.Attribute)
+            and first.func.attr.value in ("parameters", "named_parameters")
+        ):
+            model = dotted(first.func.value)
+            if model:
+                owners[binding.name] = model
+    return owners
 
 
 #: The two lines most examples start with: an Accelerator script.
