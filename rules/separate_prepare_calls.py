@@ -1,9 +1,7 @@
 from collections.abc import Iterator
 
-import libcst as cst
-
-from accelify.analysis.script_model import Kind, ScriptModel, dotted, strip_self_methods
-from accelify.lint.rule import HEADER, Example, Finding, Rule
+from accelify.analysis.script_model import ScriptModel
+from accelify.lint.rule import HEADER, Example, Finding, Rule, optimizer_models
 
 
 class SeparatePrepareCalls(Rule):
@@ -31,27 +29,9 @@ class SeparatePrepareCalls(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        owners = _optimizer_models(script)
+        owners = optimizer_models(script)
         for call in script.prepare_calls:
             for optimizer, model in owners.items():
                 apart = optimizer in call.inputs and model not in call.inputs
                 if apart and any(model in other.inputs for other in script.prepare_calls):
                     yield self.finding(script, call.call)
-
-
-def _optimizer_models(script: ScriptModel) -> dict[str, str]:
-    owners: dict[str, str] = {}
-    for binding in script.of_kind(Kind.OPTIMIZER):
-        core = strip_self_methods(binding.value)
-        if not isinstance(core, cst.Call) or not core.args:
-            continue
-        first = core.args[0].value
-        if (
-            isinstance(first, cst.Call)
-            and isinstance(first.func, cst.Attribute)
-            and first.func.attr.value in ("parameters", "named_parameters")
-        ):
-            model = dotted(first.func.value)
-            if model:
-                owners[binding.name] = model
-    return owners

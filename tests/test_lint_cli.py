@@ -215,7 +215,9 @@ def test_pre_commit_hook_rejects_a_bad_file_and_accepts_a_good_one(tmp_path: Pat
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
-def test_accelerate_style_scripts_lint_clean():
-    script = FIXTURES / "lint" / "accelerate_style_clean.py"
+@pytest.mark.parametrize(
+    "script", sorted((FIXTURES / "lint").glob("accelerate_*.py")), ids=lambda p: p.stem
+)
+def test_accelerate_style_scripts_lint_clean(script: Path):
     findings = lint_source(script.read_bytes(), str(script), Selection()).findings
     assert findings == []

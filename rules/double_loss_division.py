@@ -1,0 +1,158 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind, ScriptModel, dotted
+from accelify.lint.rule import Example, Finding, Rule, calls
+
+_SETUP = (
+    "from accelify import Accelerator\n"
+    "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
+    "for x, y in loader:\n"
+    "    with accelerator.accumulate(model):\n"
+)
+
+
+class DoubleLossDivision(Rule):
+    """With ``gradient_accumulation_steps`` set, ``accelerator.backward`` already divides the
+    loss by the number of accumulation steps. Dividing it by hand as well divides it twice: the
+    gradients, and so the effective learning rate, shrink by that factor again. The division
+    belongs to the single-device script; after conversion it has to go (keep it in what you
+    log, if the logged value should stay the same)."""
+
+    code = "ACC303"
+    name = "double-loss-division"
+    message = (
+        "Remove the division by the accumulation steps: accelerator.backward already divides "
+        "when gradient_accumulation_steps is set"
+    )
+    why = "The loss is divided twice, so every update is accumulation-steps times too small."
+    bad = (
+        Example(
+            _SETUP
+            + "        loss = criterion(model(x), y) / 4\n"
+            + "        accelerator.backward(loss)\n",
+            5,
+            16,
+        ),
+        Example(
+            _SETUP
+            + "        loss = criterion(model(x), y)\n"
+            + "        loss = loss / accelerator.gradient_accumulation_steps\n"
+            + "        accelerator.backward(loss)\n",
+            6,
+            16,
+        ),
+        Example(
+            _SETUP
+            + "        loss = criterion(model(x), y)\n"
+            + "        loss /= args.grad_accum_steps\n"
+            + "        accelerator.backward(loss)\n",
+            6,
+            9,
+        ),
+        Example(
+            _SETUP + "        accelerator.backward(criterion(model(x), y) / accum_steps)\n",
+            5,
+            30,
+        ),
+    )
+    good = (
+        _SETUP + "        loss = criterion(model(x), y)\n        accelerator.backward(loss)\n",
+        # dividing by something else (a batch size, a token count) is the script's own business
+        _SETUP
+        + "        loss = criterion(model(x), y) / num_tokens\n"
+        + "        accelerator.backward(loss)\n",
+        # no accumulation configured: the manual division is the accumulation
+        "from accelify import Accelerator\naccelerator = Accelerator()\nfor x, y in loader:\n"
+        "    loss = criterion(model(x), y) / accum_steps\n    accelerator.backward(loss)\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        steps = _configured_steps(script)
+        if steps is None:
+            return
+        accelerators = script.names_of(Kind.ACCELERATOR)
+        for call in calls(script):
+            func = call.func
+            if not (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "backward"
+                and dotted(func.value) in accelerators
+                and call.args
+            ):
+                continue
+            loss = call.args[0].value
+            if _divides_by_steps(script, loss, steps):
+                yield self.finding(script, loss)
+                continue
+            name = dotted(loss)
+            if name is not None:
+                division = _division_of(script, call, name, steps)
+                if division is not None:
+                    yield self.finding(script, division)
+
+
+def _configured_steps(script: ScriptModel) -> str | None:
+    """The code of ``gradient_accumulation_steps=...`` when it is set (and not to 1)."""
+    for binding in script.of_kind(Kind.ACCELERATOR):
+        if isinstance(binding.value, cst.Call):
+            for argument in binding.value.args:
+                if argument.keyword and argument.keyword.value == "gradient_accumulation_steps":
+                    code = script.module.code_for_node(argument.value)
+                    return None if code == "1" else code
+    for name in script.names_of(Kind.ACCELERATOR):
+        if f"{name}.gradient_accumulation_steps =" in script.module.code:
+            return f"{name}.gradient_accumulation_steps"
+    return None
+
+
+def _divides_by_steps(script: ScriptModel, node: cst.BaseExpression, steps: str) -> bool:
+    return (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Divide)
+        and _is_steps(script.module.code_for_node(node.right), steps)
+    )
+
+
+def _is_steps(code: str, steps: str) -> bool:
+    """The configured value itself, or a name that says it counts accumulation steps."""
+    lowered = code.lower()
+    return code == steps or "accum" in lowered or "gradient_accumulation" in lowered
+
+
+def _division_of(
+    script: ScriptModel, backward: cst.Call, loss: str, steps: str
+) -> cst.CSTNode | None:
+    """``loss = ... / steps`` or ``loss /= steps`` earlier in the statements around ``backward``."""
+    block = _enclosing_block(script, backward)
+    if block is None:
+        return None
+    backward_line = script.line(backward)
+    for statement in block.body:
+        if script.line(statement) >= backward_line or not isinstance(
+            statement, cst.SimpleStatementLine
+        ):
+            continue
+        for small in statement.body:
+            if (
+                isinstance(small, cst.AugAssign)
+                and dotted(small.target) == loss
+                and isinstance(small.operator, cst.DivideAssign)
+                and _is_steps(script.module.code_for_node(small.value), steps)
+            ):
+                return small
+            if (
+                isinstance(small, cst.Assign)
+                and any(dotted(target.target) == loss for target in small.targets)
+                and _divides_by_steps(script, small.value, steps)
+            ):
+                return small.value
+    return None
+
+
+def _enclosing_block(script: ScriptModel, node: cst.CSTNode) -> cst.IndentedBlock | None:
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+            return ancestor if isinstance(ancestor, cst.IndentedBlock) else None
+    return None

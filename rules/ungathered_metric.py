@@ -1,0 +1,159 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind, Loop, ScriptModel, dotted, target_names
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
+
+_EVAL = (
+    HEADER
+    + "import torch\n"
+    + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+    + "correct = 0\n"
+    + "with torch.no_grad():\n"
+    + "    for x, y in eval_loader:\n"
+    + "        preds = model(x).argmax(-1)\n"
+)
+_COLLECTIVES = ("gather", "gather_for_metrics", "reduce", "gather_object", "pad_across_processes")
+_ACCUMULATING_METHODS = ("append", "extend", "add_batch", "update", "add")
+
+
+class UngatheredMetric(Rule):
+    """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
+    accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``)
+    without ``accelerator.gather_for_metrics`` (in the loop) or ``accelerator.reduce``/``gather``
+    (of the total, after it) is the metric of 1/N of the evaluation set, and each rank reports
+    a different number."""
+
+    code = "ACC403"
+    name = "ungathered-metric"
+    message = (
+        "Gather before accumulating the metric: accelerator.gather_for_metrics(...) on the "
+        "predictions and labels, or accelerator.reduce the total after the loop"
+    )
+    why = "Each rank evaluates only its shard of a prepared DataLoader."
+    bad = (
+        Example(_EVAL + "        correct += (preds == y).sum().item()\n", 9, 9),
+        Example(_EVAL + "        metric.add_batch(predictions=preds, references=y)\n", 9, 9),
+    )
+    good = (
+        _EVAL
+        + "        preds, y = accelerator.gather_for_metrics((preds, y))\n"
+        + "        correct += (preds == y).sum().item()\n",
+        _EVAL
+        + "        correct += (preds == y).sum()\n"
+        + "correct = accelerator.reduce(correct, reduction='sum')\n",
+        # an unprepared loader seen whole by each rank is another rule's business (ACC401)
+        HEADER
+        + "import torch\ncorrect = 0\nwith torch.no_grad():\n    for x, y in eval_loader:\n"
+        + "        correct += (model(x).argmax(-1) == y).sum().item()\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        prepared = script.prepared_names
+        accelerators = script.names_of(Kind.ACCELERATOR)
+        all_calls = calls(script)
+        for loop in script.loops:
+            if not loop.evaluates or loop.iterable not in prepared:
+                continue
+            inside = [c for c in all_calls if any(a is loop.node for a in script.ancestors(c))]
+            if any(_is_collective(call, accelerators) for call in inside):
+                continue
+            local = _assigned_in(loop.node.body) | loop.batch_names
+            accumulation = _first_accumulation(loop, local)
+            if accumulation is None:
+                continue
+            target, node = accumulation
+            if _reduced_later(script, loop, target, all_calls, accelerators):
+                continue
+            yield self.finding(script, node)
+
+
+def _is_collective(call: cst.Call, accelerators: set[str]) -> bool:
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _COLLECTIVES:
+        owner = dotted(func.value)
+        return owner in accelerators or owner in ("dist", "torch.distributed")
+    return isinstance(func, cst.Attribute) and func.attr.value in ("all_reduce", "all_gather")
+
+
+def _first_accumulation(loop: Loop, local: set[str]) -> tuple[str, cst.CSTNode] | None:
+    """The first ``total += <per-batch value>`` or ``total.append(<per-batch value>)`` whose
+    target lives outside the loop."""
+
+    class Finder(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.found: tuple[str, cst.CSTNode] | None = None
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            target = dotted(node.target)
+            if (
+                self.found is None
+                and target
+                and target not in local
+                and _mentions(node.value, local)
+            ):
+                self.found = (target, node)
+
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if (
+                self.found is None
+                and isinstance(func, cst.Attribute)
+                and func.attr.value in _ACCUMULATING_METHODS
+            ):
+                owner = dotted(func.value)
+                inputs = [argument.value for argument in node.args]
+                if (
+                    owner
+                    and owner.split(".")[0] not in local
+                    and any(_mentions(value, local) for value in inputs)
+                ):
+                    self.found = (owner, node)
+
+    finder = Finder()
+    loop.node.body.visit(finder)
+    return finder.found
+
+
+def _mentions(node: cst.CSTNode, names: set[str]) -> bool:
+    class Names(cst.CSTVisitor):
+        found = False
+
+        def visit_Name(self, name: cst.Name) -> None:
+            if name.value in names:
+                self.found = True
+
+    visitor = Names()
+    node.visit(visitor)
+    return visitor.found
+
+
+def _assigned_in(body: cst.CSTNode) -> set[str]:
+    class Assigned(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.names: set[str] = set()
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self.names |= target_names(node.target)
+
+        def visit_For(self, node: cst.For) -> None:
+            self.names |= target_names(node.target)
+
+    visitor = Assigned()
+    body.visit(visitor)
+    return visitor.names
+
+
+def _reduced_later(
+    script: ScriptModel, loop: Loop, target: str, all_calls: list[cst.Call], accelerators: set[str]
+) -> bool:
+    """``total = accelerator.reduce(total)`` (or a gather of it) after the loop."""
+    after = script.line(loop.node)
+    root = target.split(".")[0]
+    for call in all_calls:
+        if script.line(call) <= after or not _is_collective(call, accelerators):
+            continue
+        if any(_mentions(argument.value, {root}) for argument in call.args):
+            return True
+    return False

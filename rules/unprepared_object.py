@@ -1,0 +1,169 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind, Loop, ScriptModel, dotted
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, optimizer_models
+
+_OBJECTS = (
+    "import torch\n"
+    "model = torch.nn.Linear(4, 1)\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+)
+_LOOP = (
+    "for x, y in loader:\n"
+    "    loss = (model(x) - y).pow(2).mean()\n"
+    "    accelerator.backward(loss)\n"
+    "    optimizer.step()\n"
+)
+
+
+class UnpreparedObject(Rule):
+    """A DataLoader, a trained model, its optimizer or a per-step LR scheduler that the training
+    loop uses without it having gone through ``accelerator.prepare`` (or under its old name after
+    ``new = accelerator.prepare(old)``). An unprepared DataLoader feeds every rank the whole
+    dataset; an unprepared model's gradients are never averaged across ranks, so the copies
+    drift apart; an unprepared optimizer skips the accumulation and mixed-precision handling.
+    Models outside every optimizer (a frozen encoder, a teacher) and schedulers stepped once
+    per epoch are left alone: not preparing them is correct."""
+
+    code = "ACC401"
+    name = "unprepared-object"
+    message = "Pass this to accelerator.prepare and use what it returns"
+    why = "Unprepared loaders are not sharded and unprepared models are not synchronised."
+    bad = (
+        Example(
+            HEADER
+            + _OBJECTS
+            + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            + _LOOP,
+            8,
+            13,
+        ),
+        Example(
+            HEADER
+            + _OBJECTS
+            + "ddp_model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + _LOOP,
+            9,
+            13,
+        ),
+        Example(
+            HEADER
+            + _OBJECTS
+            + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)\n"
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + _LOOP
+            + "    scheduler.step()\n",
+            13,
+            5,
+        ),
+    )
+    good = (
+        HEADER
+        + _OBJECTS
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + _LOOP,
+        # a frozen model outside every optimizer, and a per-epoch scheduler
+        HEADER
+        + _OBJECTS
+        + "teacher = torch.nn.Linear(4, 1)\n"
+        + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for epoch in range(3):\n"
+        + "    for x, y in loader:\n"
+        + "        loss = (model(x) - teacher(x)).pow(2).mean()\n"
+        + "        accelerator.backward(loss)\n"
+        + "        optimizer.step()\n"
+        + "    scheduler.step()\n",
+        # the main process alone evaluates on the whole set
+        HEADER
+        + _OBJECTS
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "full = torch.utils.data.DataLoader(data, batch_size=8)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    with torch.no_grad():\n"
+        + "        for x, y in full:\n"
+        + "            print(model(x))\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        if not script.prepare_calls:
+            return  # nothing is prepared at all: not a script this rule can reason about
+        prepared = _prepared_names(script)
+        dataloaders = script.names_of(Kind.DATALOADER)
+        training = [loop for loop in script.loops if loop.trains]
+        for loop in script.loops:
+            if not (loop.trains or loop.evaluates) or script.under_rank_guard(loop.node):
+                continue
+            source = loop.iterable
+            if source in dataloaders and source not in prepared and not _prepared_inline(loop):
+                yield self.finding(
+                    script, loop.node.iter, message=_message("DataLoader", source, "sharded")
+                )
+        trained_models = set(optimizer_models(script).values())
+        optimizers = script.names_of(Kind.OPTIMIZER)
+        schedulers = script.names_of(Kind.SCHEDULER)
+        inside = {id(n) for loop in training for n in _direct_calls(script, loop)}
+        for call in calls(script):
+            if id(call) not in inside or script.under_rank_guard(call):
+                continue
+            func = call.func
+            called = dotted(func)
+            if called in trained_models and called not in prepared:
+                yield self.finding(
+                    script, call, message=_message("model", called, "synchronised across ranks")
+                )
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "step"):
+                continue
+            owner = dotted(func.value)
+            if owner in optimizers and owner not in prepared:
+                yield self.finding(
+                    script, call, message=_message("optimizer", owner, "aware of accumulation")
+                )
+            elif owner in schedulers and owner not in prepared:
+                yield self.finding(
+                    script, call, message=_message("scheduler", owner, "stepped with the optimizer")
+                )
+
+
+def _message(what: str, name: str | None, effect: str) -> str:
+    return (
+        f"Pass {what} `{name}` to accelerator.prepare and use what it returns: "
+        f"unprepared, it is not {effect}"
+    )
+
+
+def _prepared_names(script: ScriptModel) -> set[str]:
+    """Names that hold what a prepare call returned, including ``prepare_data_loader`` and the
+    other single-object forms."""
+    names = set(script.prepared_names)
+    accelerators = script.names_of(Kind.ACCELERATOR)
+    for call in calls(script):
+        func = call.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value.startswith("prepare_")
+            and dotted(func.value) in accelerators
+        ):
+            names |= {dotted(argument.value) for argument in call.args} - {None}
+    return names
+
+
+def _prepared_inline(loop: Loop) -> bool:
+    """``for batch in accelerator.prepare(loader)`` or ``skip_first_batches(...)``."""
+    node: cst.BaseExpression = loop.node.iter
+    while isinstance(node, cst.Call):
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value.startswith(
+            ("prepare", "skip_first_batches")
+        ):
+            return True
+        if not node.args:
+            return False
+        node = node.args[0].value
+    return False
+
+
+def _direct_calls(script: ScriptModel, loop: Loop) -> list[cst.Call]:
+    return [call for call in calls(script) if any(a is loop.node for a in script.ancestors(call))]
