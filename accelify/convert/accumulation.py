@@ -131,8 +131,12 @@ def find_manual_accumulation(loop: Loop, model: ScriptModel, scopes) -> ManualAc
         condition=condition,
     )
     division_line = model.line(node)
-    for name in body:
+    # Every later use in the function (or module), not only in the loop: a loss logged after
+    # the loop changes value too when the division goes.
+    for name in scopes.walk(loop.scope):
         if not isinstance(name, cst.Name) or name.value != loss or model.line(name) < division_line:
+            continue
+        if model.scope_of(name) is not loop.scope:
             continue
         parent = model.parent(name)
         if scopes.inside(name, node):

@@ -727,16 +727,24 @@ class Planner:
         anchor = self.scopes.first_need(home, self.needs, threaded)
         if anchor is None:
             return
-        self.plan.insert_before(anchor, statement(create))
-        self.plan.change(self.line(anchor), f"created {create} before line {self.line(anchor)}")
         used = set(self.constructor.kwargs.values())
         late = self.scopes.assigned_after(anchor, home, used)
+        body = self.scopes.body_of(home)
         for name, line in late:
+            hoisted = self.scopes.hoistable(body, anchor, name)
+            if hoisted is not None:
+                self.plan.removals.add(hoisted)
+                self.plan.insert_before(anchor, hoisted.deep_clone())
+                code = self.model.module.code_for_node(hoisted).strip()
+                self.plan.change(line, f"moved `{code}` up before line {self.line(anchor)}")
+                continue
             self.plan.review(
                 line,
                 f"{name} is set after the Accelerator is created; "
                 f"move it before line {self.line(anchor)}",
             )
+        self.plan.insert_before(anchor, statement(create))
+        self.plan.change(self.line(anchor), f"created {create} before line {self.line(anchor)}")
 
 
 def _calls_method(call: cst.Call, method: str) -> bool:

@@ -416,6 +416,42 @@ class Scopes:
                 floor = index + 1
         return floor
 
+    def hoistable(
+        self, body: list[cst.CSTNode], anchor: cst.CSTNode, name: str
+    ) -> cst.SimpleStatementLine | None:
+        """``accum = 2`` written after the place the Accelerator is created, when moving it up
+        changes nothing else: a plain assignment of ``name`` alone, no call in its value, nothing
+        it reads assigned in between, and ``name`` neither read nor set in between."""
+        start = body.index(anchor)
+        for index in range(start, len(body)):
+            line = body[index]
+            assigns = [n for n in self.walk(line) if isinstance(n, cst.AssignTarget)]
+            if not any(name in target_names(a.target) for a in assigns):
+                continue
+            if not (
+                isinstance(line, cst.SimpleStatementLine)
+                and len(line.body) == 1
+                and isinstance(line.body[0], cst.Assign)
+                and [dotted(t.target) for t in line.body[0].targets] == [name]
+            ):
+                return None
+            value = line.body[0].value
+            reads = {n.value for n in self.walk(value) if isinstance(n, cst.Name)}
+            if any(isinstance(n, (cst.Call, cst.Await, cst.Yield)) for n in self.walk(value)):
+                return None
+            between = [n for statement in body[start:index] for n in self.walk(statement)]
+            touched = {n.value for n in between if isinstance(n, cst.Name)}
+            set_between = {
+                name
+                for n in between
+                if isinstance(n, cst.AssignTarget)
+                for name in target_names(n.target)
+            }
+            if name in touched or reads & set_between:
+                return None
+            return line
+        return None
+
     def assigned_after(
         self, anchor: cst.CSTNode, home: Scope, codes: Iterable[str]
     ) -> list[tuple[str, int]]:
