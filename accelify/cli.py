@@ -262,6 +262,97 @@ def launch(
         _fail(error)
 
 
+class _ScriptArgsCommand(click.Command):
+    """Everything after ``--`` goes to the scripts untouched (click would mix it into the
+    positional arguments, where it could not be told from CONVERTED.py)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["script_args"] = tuple(args[cut + 1 :])
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+@main.command(cls=_ScriptArgsCommand)
+@click.argument("original", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "converted", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Optimizer steps to compare.",
+)
+@click.option(
+    "-n",
+    "--num-processes",
+    type=click.IntRange(min=2),
+    default=2,
+    show_default=True,
+    help="Ranks for check 2.",
+)
+@click.option(
+    "--atol",
+    type=click.FloatRange(min=0),
+    help="Tolerance for losses and parameters [default: exact; 1e-2 when the conversion "
+    "added mixed precision].",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=300,
+    show_default=True,
+    help="Seconds each run may take; a run still going is reported as a hang.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def verify(
+    ctx: click.Context,
+    original: Path,
+    converted: Path | None,
+    steps: int,
+    num_processes: int,
+    atol: float | None,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Show that a conversion trains like the original: ORIGINAL.py and CONVERTED.py (default:
+    ORIGINAL.py converted in memory, nothing written) run side by side for a few optimizer
+    steps.
+
+    Check 1 runs both on one process: losses and parameters must match step by step. Check 2
+    runs the conversion on N ranks: parameters identical on every rank, losses finite and
+    different per rank (the data is sharded), and the run ends on every rank. Each script runs
+    unmodified, in a fresh process and a scratch directory, seeded the same. Arguments after
+    `--` go to both scripts. Exit 0 when both checks pass, 1 when one fails, 2 when a script
+    cannot run at all.
+
+    \b
+    Examples:
+      accelify verify train.py
+      accelify verify train.py train_accelify.py --steps 10 -- --epochs 1
+    """
+    from accelify.verify.cli import run_verify
+
+    try:
+        code = run_verify(
+            original,
+            converted,
+            steps=steps,
+            processes=num_processes,
+            atol=atol,
+            timeout=timeout,
+            as_json=as_json,
+            script_args=ctx.meta.get("script_args", ()),
+        )
+    except UserError as error:
+        _fail(error)
+    sys.exit(code)
+
+
 @main.command()
 @click.option(
     "--default",

@@ -1,0 +1,193 @@
+"""The two checks, as verdicts over the probe's records.
+
+Check 1 (one process): the converted script makes the same optimizer steps as the original,
+with the same losses and parameter fingerprints (exactly, or within ``atol``).
+Check 2 (K ranks): every rank holds the same parameters after every step, losses are finite,
+the ranks' losses differ (the data is sharded), and the run ends on all ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from accelify.verify.records import StepRecord
+from accelify.verify.runs import Run
+
+
+@dataclass
+class CheckResult:
+    title: str
+    passed: bool
+    verdict: str
+    header: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    diverged_at: StepRecord | None = None  # the converted script's record at the divergence
+    output: str = ""  # the failing script's output, when it failed
+
+
+def close(a: float, b: float, atol: float) -> bool:
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return a == b if atol == 0 else math.isclose(a, b, rel_tol=atol, abs_tol=atol)
+
+
+def _all_close(a: tuple[float, ...], b: tuple[float, ...], atol: float) -> bool:
+    return len(a) == len(b) and all(close(x, y, atol) for x, y in zip(a, b, strict=True))
+
+
+def _max_diff(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    if len(a) != len(b):
+        return math.inf
+    return max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
+
+
+def _losses(record: StepRecord | None) -> str:
+    if record is None:
+        return "-"
+    return ", ".join(f"{loss:.8g}" for loss in record.losses) or "(none)"
+
+
+def check_equivalence(original: Run, converted: Run, atol: float) -> CheckResult:
+    tolerance = "exact" if atol == 0 else f"within {atol:g}"
+    result = CheckResult(
+        f"check 1: one process, original vs converted ({tolerance})",
+        False,
+        "",
+        ["step", "original loss", "converted loss", "params max |diff|", "verdict"],
+    )
+    if converted.failed:
+        result.verdict = _failure("the converted script", converted)
+        result.output = converted.tail()
+    theirs, ours = original.ranks[0], converted.ranks[0]
+    first_bad: int | None = None
+    for index in range(max(len(theirs), len(ours))):
+        a = theirs[index] if index < len(theirs) else None
+        b = ours[index] if index < len(ours) else None
+        same = (
+            a is not None
+            and b is not None
+            and a.optimizer == b.optimizer
+            and _all_close(a.losses, b.losses, atol)
+            and _all_close(a.params, b.params, atol)
+        )
+        difference = _max_diff(a.params, b.params) if a and b else math.inf
+        result.rows.append(
+            [
+                str(index + 1),
+                _losses(a),
+                _losses(b),
+                "-" if difference == math.inf else f"{difference:.3g}",
+                "same" if same else "DIFFERS",
+            ]
+        )
+        if not same and first_bad is None:
+            first_bad = index
+            result.diverged_at = b or (ours[-1] if ours else None)
+    if converted.failed:
+        return result
+    if first_bad is None and theirs:
+        result.passed = True
+        result.verdict = f"pass: {len(theirs)} steps, losses and parameters {tolerance}"
+    elif first_bad is None:
+        result.verdict = "the original script made no optimizer step: nothing to compare"
+    else:
+        a = theirs[first_bad] if first_bad < len(theirs) else None
+        b = ours[first_bad] if first_bad < len(ours) else None
+        result.verdict = f"FAIL: the scripts diverge at step {first_bad + 1}: " + _what_differs(
+            a, b, atol
+        )
+    return result
+
+
+def _what_differs(a: StepRecord | None, b: StepRecord | None, atol: float) -> str:
+    if a is None:
+        return "the converted script makes more optimizer steps than the original"
+    if b is None:
+        return "the converted script stops before this step"
+    if a.optimizer != b.optimizer:
+        return "a different optimizer steps"
+    if not _all_close(a.losses, b.losses, atol):
+        return f"loss {_losses(a)} (original) vs {_losses(b)} (converted)"
+    return f"parameters differ after the step (max |norm diff| {_max_diff(a.params, b.params):.3g})"
+
+
+def check_ranks(run: Run, atol: float) -> CheckResult:
+    ranks = run.processes
+    result = CheckResult(
+        f"check 2: {ranks} ranks, the converted script",
+        False,
+        "",
+        ["step", *(f"loss rank {r}" for r in range(ranks)), "params across ranks", "verdict"],
+    )
+    steps = max((len(records) for records in run.ranks), default=0)
+    problems: list[str] = []
+    for index in range(steps):
+        at = [records[index] if index < len(records) else None for records in run.ranks]
+        present = [record for record in at if record is not None]
+        identical = len(present) == ranks and all(
+            _all_close(present[0].params, other.params, atol) for other in present[1:]
+        )
+        finite = all(math.isfinite(loss) for record in present for loss in record.losses)
+        verdict = "ok"
+        if not identical:
+            verdict = "DIVERGE" if len(present) == ranks else "MISSING"
+            if len(present) == ranks:
+                problems.append(f"the ranks' parameters differ after step {index + 1}")
+        if not finite:
+            verdict = "NOT FINITE"
+            problems.append(f"a loss is not finite at step {index + 1}")
+        result.rows.append(
+            [
+                str(index + 1),
+                *(_losses(record) for record in at),
+                "identical" if identical else "differ",
+                verdict,
+            ]
+        )
+    last_steps = ", ".join(f"rank {r}: {len(records)}" for r, records in enumerate(run.ranks))
+    if run.timed_out:
+        result.verdict = (
+            f"FAIL: the run did not end within the timeout: a hang (steps made per rank: "
+            f"{last_steps})"
+        )
+        result.output = run.tail()
+        return result
+    if run.failed:
+        result.verdict = _failure(f"the converted script on {ranks} ranks", run)
+        result.output = run.tail()
+        return result
+    if steps == 0:
+        result.verdict = "FAIL: no optimizer step was made on any rank"
+        return result
+    if len({len(records) for records in run.ranks}) > 1:
+        problems.append(f"the ranks made different numbers of optimizer steps ({last_steps})")
+    if ranks > 1 and _same_losses_everywhere(run.ranks):
+        problems.append(
+            "every rank computed the same loss at every step: the data is not sharded "
+            "(is the training DataLoader passed to accelerator.prepare?)"
+        )
+    if problems:
+        result.verdict = "FAIL: " + problems[0]
+    else:
+        result.passed = True
+        result.verdict = (
+            f"pass: {steps} steps, parameters identical on every rank, losses differ per shard"
+        )
+    return result
+
+
+def _same_losses_everywhere(ranks: list[list[StepRecord]]) -> bool:
+    steps = min(len(records) for records in ranks)
+    if steps == 0:
+        return False
+    return all(
+        all(ranks[r][i].losses == ranks[0][i].losses for r in range(1, len(ranks)))
+        for i in range(steps)
+    )
+
+
+def _failure(what: str, run: Run) -> str:
+    if run.timed_out:
+        return f"FAIL: {what} did not end within the timeout"
+    return f"FAIL: {what} exited with code {run.returncode}"

@@ -1,0 +1,143 @@
+"""`accelify verify`: run the original and the converted script under the probe, compare."""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from accelify.errors import UserError
+from accelify.verify.checks import CheckResult, check_equivalence, check_ranks
+from accelify.verify.records import PROBE_FAILED
+from accelify.verify.report import nearest_changes, render_json, render_text
+from accelify.verify.runs import Run, RunSettings, start_run
+
+MIXED_PRECISION = re.compile(r"mixed_precision\s*=\s*['\"](bf16|fp16)['\"]")
+MIXED_PRECISION_ATOL = 1e-2
+
+
+def run_verify(
+    original: Path,
+    converted: Path | None,
+    *,
+    steps: int,
+    processes: int,
+    atol: float | None,
+    timeout: float,
+    as_json: bool,
+    script_args: tuple[str, ...],
+) -> int:
+    original_code = _read(original)
+    converted_code = _read(converted) if converted is not None else _convert(original)
+    if atol is None:
+        added = MIXED_PRECISION.search(converted_code) and not MIXED_PRECISION.search(original_code)
+        atol = MIXED_PRECISION_ATOL if added else 0.0
+    settings = RunSettings(steps, timeout, search_path=original.resolve().parent, args=script_args)
+    with tempfile.TemporaryDirectory(prefix="accelify-verify-") as folder:
+        scratch = Path(folder)
+        # Copies under the same name: the scripts' own writes (next to __file__ or in the working
+        # directory) land in the scratch folder, never beside the user's files.
+        original_copy = _place(scratch / "original" / original.name, original_code)
+        converted_copy = _place(scratch / "converted" / original.name, converted_code)
+        _progress(as_json, f"running {original} and its conversion ({steps} steps each)")
+        runs = [
+            start_run(original_copy, "original", scratch, 1, settings),
+            start_run(converted_copy, "converted", scratch, 1, settings),
+            start_run(converted_copy, "ranks", scratch, processes, settings),
+        ]
+        try:
+            first = runs[0].finish()
+            _probe_worked(first)
+            if first.failed:
+                return _original_fails(first, timeout)
+            if not first.ranks[0]:
+                raise UserError(
+                    "the original script makes no optimizer step: nothing to compare",
+                    str(original),
+                )
+            second = runs[1].finish()
+            _probe_worked(second)
+            checks = [check_equivalence(first, second, atol)]
+            checks.append(check_ranks(runs[2].finish(), atol))
+        finally:
+            for run in runs:
+                run.stop()
+    passed = all(check.passed for check in checks)
+    verdict = _verdict(passed, checks, processes)
+    if as_json:
+        click.echo(render_json(checks, verdict, passed))
+    else:
+        near = _lines_near_divergence(checks[0])
+        changes = nearest_changes(original_code, converted_code, near)
+        click.echo(render_text(checks, verdict, changes))
+    return 0 if passed else 1
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise UserError(f"cannot read: {error.strerror}", str(path)) from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"not UTF-8: {error.reason}", str(path)) from None
+
+
+def _convert(original: Path) -> str:
+    from accelify.convert.conversion import convert_source
+
+    conversion = convert_source(original.read_bytes(), original)
+    if conversion.skipped:
+        raise UserError(f"nothing to verify: {conversion.skipped}", str(original))
+    return conversion.converted.decode("utf-8")
+
+
+def _place(path: Path, code: str) -> Path:
+    path.parent.mkdir(parents=True)
+    path.write_text(code, encoding="utf-8")
+    return path
+
+
+def _probe_worked(run: Run) -> None:
+    if run.returncode == PROBE_FAILED:
+        raise UserError(f"internal error: accelify's probe failed to start:\n{run.tail()}")
+
+
+def _original_fails(run: Run, timeout: float) -> int:
+    reason = (
+        f"did not finish within {timeout:g} s"
+        if run.timed_out
+        else f"exited with code {run.returncode}"
+    )
+    click.echo(
+        f"accelify: error: the original script fails on its own ({reason}), before any "
+        "conversion is involved; its output:",
+        err=True,
+    )
+    click.echo("\n".join("  | " + line for line in run.tail().splitlines()[-40:]), err=True)
+    return 2
+
+
+def _lines_near_divergence(check: CheckResult) -> list[int]:
+    record = check.diverged_at
+    if record is None:
+        return []
+    return [line for line in (record.backward_line, record.step_line) if line is not None]
+
+
+def _verdict(passed: bool, checks: list[CheckResult], processes: int) -> str:
+    if passed:
+        return (
+            f"verdict: PASS - the conversion trains like the original on 1 process and keeps "
+            f"{processes} ranks in step"
+        )
+    failed = [check.title.split(":")[0] for check in checks if not check.passed]
+    return "verdict: FAIL - " + "; ".join(failed)
+
+
+def _progress(as_json: bool, message: str) -> None:
+    if not as_json:
+        click.echo(f"accelify verify: {message}", err=True)
+    sys.stderr.flush()

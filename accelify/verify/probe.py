@@ -1,0 +1,158 @@
+"""The probe: ``python -m accelify.verify.probe SCRIPT [ARGS...]`` runs SCRIPT unmodified as
+``__main__`` and records, for every optimizer step, the losses passed to backward since the
+previous step and a fingerprint of the stepped parameters (one float64 norm per tensor). After
+the configured number of steps it stops the script.
+
+It uses torch's global entry points only: the optimizer step post-hook that every optimizer
+calls, and ``torch.autograd.backward``, which ``Tensor.backward`` calls. Nothing in the user's
+code is touched. Records are written one JSON line per step and flushed, so the parent can see
+how far each rank got even when it has to kill a hung run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import runpy
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from accelify.verify.records import (
+    ENV_DEADLINE,
+    ENV_OUT,
+    ENV_PATH,
+    ENV_SEED,
+    ENV_STEPS,
+    PROBE_FAILED,
+    STOPPED_AT_DEADLINE,
+    hang_marker,
+    record_file,
+)
+
+
+class StepLimitReached(BaseException):
+    """Raised from the step hook to end the script; a BaseException so that the script's own
+    ``except Exception`` does not swallow it."""
+
+
+class Probe:
+    def __init__(self, script: Path, out: Path, steps: int) -> None:
+        self.script = str(script)
+        self.steps = steps
+        self.step = 0
+        self.losses: list[float] = []
+        self.backward_line: int | None = None
+        self.optimizers: dict[int, int] = {}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self.stream = out.open("w", buffering=1, encoding="utf-8")
+
+    def install(self) -> None:
+        register_optimizer_step_post_hook(self.after_step)
+        entry = torch.autograd.backward
+
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            self.before_backward(tensors)
+            return entry(tensors, *args, **kwargs)
+
+        torch.autograd.backward = backward
+
+    def before_backward(self, tensors: Any) -> None:
+        first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+        if isinstance(first, torch.Tensor) and first.numel() == 1:
+            self.losses.append(float(first.detach().double()))
+            self.backward_line = self._script_line()
+
+    def after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.step += 1
+        index = self.optimizers.setdefault(id(optimizer), len(self.optimizers))
+        with torch.no_grad():
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            norms = [float(torch.linalg.vector_norm(p, dtype=torch.float64)) for p in params]
+        record = {
+            "step": self.step,
+            "optimizer": index,
+            "losses": self.losses,
+            "params": norms,
+            "step_line": self._script_line(),
+            "backward_line": self.backward_line,
+        }
+        self.stream.write(json.dumps(record) + "\n")
+        self.losses = []
+        if self.step >= self.steps:
+            raise StepLimitReached
+
+    def _script_line(self) -> int | None:
+        """The line of the script that is running now (the innermost frame in the script)."""
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == self.script:
+                return frame.f_lineno
+            frame = frame.f_back
+        return None
+
+
+def stop_at_deadline(deadline: float, marker: Path, probe: Probe) -> None:
+    """A rank blocked in a collective never returns to Python on its own; this thread (gloo
+    and NCCL waits release the GIL) ends it at the deadline and leaves a marker saying so. The
+    launcher's workers run in their own sessions, so the parent could not reach them."""
+
+    def watch() -> None:
+        time.sleep(max(0.0, deadline - time.time()))
+        marker.write_text(str(probe.step), encoding="utf-8")
+        print(
+            f"accelify verify: still running at the deadline after step {probe.step}: stopped",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(STOPPED_AT_DEADLINE)
+
+    threading.Thread(target=watch, name="accelify-verify-deadline", daemon=True).start()
+
+
+def seed_everything(seed: int) -> None:
+    """Both scripts start from the same random state (torch's default seed differs per
+    process); a script that seeds itself overrides this, identically in both."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m accelify.verify.probe SCRIPT [ARGS...]")
+    script = Path(sys.argv[1]).resolve()
+    try:
+        rank = int(os.environ.get("RANK", "0"))
+        folder = Path(os.environ[ENV_OUT])
+        probe = Probe(script, record_file(folder, rank), int(os.environ[ENV_STEPS]))
+        if ENV_DEADLINE in os.environ:
+            stop_at_deadline(float(os.environ[ENV_DEADLINE]), hang_marker(folder, rank), probe)
+        seed_everything(int(os.environ.get(ENV_SEED, "0")))
+        probe.install()
+    except Exception as error:  # ours, not the script's: say so and use our own exit code
+        print(f"accelify verify: the probe could not start: {error!r}", file=sys.stderr)
+        sys.exit(PROBE_FAILED)
+    sys.argv = [str(script), *sys.argv[2:]]
+    sys.path.insert(0, os.environ.get(ENV_PATH) or str(script.parent))
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except StepLimitReached:
+        pass
+    finally:
+        probe.stream.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""What the probe writes and the parent reads: one JSON line per optimizer step, per rank."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_OUT = "ACCELIFY_VERIFY_OUT"
+ENV_STEPS = "ACCELIFY_VERIFY_STEPS"
+ENV_SEED = "ACCELIFY_VERIFY_SEED"
+ENV_PATH = "ACCELIFY_VERIFY_PATH"
+ENV_DEADLINE = "ACCELIFY_VERIFY_DEADLINE"  # time.time() after which a rank stops itself
+PROBE_FAILED = 86  # the probe's own failure, told apart from the script's exit codes
+STOPPED_AT_DEADLINE = 87
+
+
+def hang_marker(folder: Path, rank: int) -> Path:
+    return folder / f"rank{rank}.hung"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    optimizer: int
+    losses: tuple[float, ...]
+    params: tuple[float, ...]
+    step_line: int | None
+    backward_line: int | None
+
+
+def record_file(folder: Path, rank: int) -> Path:
+    return folder / f"rank{rank}.jsonl"
+
+
+def read_records(folder: Path, rank: int) -> list[StepRecord]:
+    path = record_file(folder, rank)
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a line cut short by a kill
+        records.append(
+            StepRecord(
+                raw["step"],
+                raw["optimizer"],
+                tuple(raw["losses"]),
+                tuple(raw["params"]),
+                raw["step_line"],
+                raw["backward_line"],
+            )
+        )
+    return records

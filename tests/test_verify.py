@@ -1,0 +1,84 @@
+"""`accelify verify`: the runnable conversion fixtures verify clean on 1 and 2 processes, and
+deliberately broken conversions are caught by the check that should catch them.
+
+Each broken conversion in fixtures/verify/broken/ is the converter's output for
+fixtures/verify/original.py with one mistake, named by its first line: ``# expect: check N:
+<words of that check's verdict>``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, assert_ok, run_accelify
+
+SCRIPTS = sorted((FIXTURES / "scripts").glob("*.py"))
+ORIGINAL = FIXTURES / "verify" / "original.py"
+BROKEN = sorted((FIXTURES / "verify" / "broken").glob("*.py"))
+STEPS = "3"
+
+
+def verify(*args: str | Path, cwd: Path, timeout: float = 300):
+    return run_accelify("verify", "--steps", STEPS, *args, cwd=cwd, timeout=timeout)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_runnable_conversions_verify_clean(script: Path, tmp_path: Path):
+    before = sorted(p.name for p in script.parent.iterdir())
+    result = verify(script, cwd=tmp_path)
+    assert_ok(result)
+    assert "check 1" in result.stdout and "check 2" in result.stdout
+    assert "verdict: PASS" in result.stdout
+    # the scripts ran in a scratch directory: nothing written beside them or in the cwd
+    assert sorted(p.name for p in script.parent.iterdir()) == before
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("broken", BROKEN, ids=lambda p: p.stem)
+def test_broken_conversions_are_caught_by_the_right_check(broken: Path, tmp_path: Path):
+    expect = broken.read_text().splitlines()[0].removeprefix("# expect: ")
+    check, words = expect.split(": ", 1)
+    result = verify(ORIGINAL, broken, "--json", "--timeout", "45", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["passed"] is False
+    by_title = {c["title"].split(":")[0]: c for c in report["checks"]}
+    assert by_title[check]["passed"] is False, report
+    assert words in by_title[check]["verdict"], by_title[check]["verdict"]
+
+
+def test_the_first_divergence_shows_the_nearest_changed_lines(tmp_path: Path):
+    broken = FIXTURES / "verify" / "broken" / "loss_divided_twice.py"
+    result = verify(ORIGINAL, broken, cwd=tmp_path)
+    assert result.returncode == 1
+    assert "diverge at step 1" in result.stdout
+    assert "nearest to the code that ran" in result.stdout
+    assert "+             loss = nn.functional.mse_loss(model(x), y) / accum" in result.stdout
+
+
+def test_an_original_that_fails_on_its_own_is_not_blamed_on_the_conversion(tmp_path: Path):
+    script = tmp_path / "needs_data.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        "data = torch.load('missing-data.pt')\n"
+        "loader = DataLoader(data, batch_size=4)\nmodel = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in loader:\n    model(x).sum().backward()\n    opt.step()\n"
+    )
+    result = verify(script, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "the original script fails on its own" in result.stderr
+    assert "missing-data.pt" in result.stderr
+    assert "Traceback (most recent call last)" in result.stderr  # the script's, shown as its own
+
+
+def test_usage_errors_exit_2(tmp_path: Path):
+    plain = tmp_path / "plain.py"
+    plain.write_text("print('no training here')\n")
+    result = verify(plain, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "nothing to verify" in result.stderr
+    assert run_accelify("verify", tmp_path / "missing.py").returncode == 2
