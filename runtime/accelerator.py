@@ -27,7 +27,7 @@ from accelify.runtime.environment import LaunchSettings
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.optimizer import PreparedOptimizer
 from accelify.runtime.precision import Precision, restore_forward
-from accelify.runtime.scheduler import PreparedScheduler
+from accelify.runtime.scheduler import PreparedScheduler, repoint_scheduler
 from accelify.runtime.serialization import save_model_files, write_atomically
 from accelify.runtime.state import ProcessState
 
@@ -70,7 +70,8 @@ class Accelerator:
     ) -> None:
         if deepspeed_plugin is not None or fsdp_plugin is not None:
             raise NotImplementedError(
-                "deepspeed_plugin and fsdp_plugin are not supported yet; this runtime runs DDP"
+                "deepspeed_plugin and fsdp_plugin are not supported: choose the engine at launch, "
+                "accelify launch --backend fsdp|deepspeed (or in the config file)"
             )
         if log_with is not None:
             raise NotImplementedError("experiment trackers (log_with=...) are not supported yet")
@@ -88,9 +89,15 @@ class Accelerator:
             )
         self.state = ProcessState.from_env(cpu=cpu or settings.use_cpu)
         self.precision = Precision(mixed_precision or settings.mixed_precision or "no", self.device)
-        self.backend = create_backend(settings.backend, self.state)
         self.gradient_state = GradientState(accumulation_steps=gradient_accumulation_steps)
-        self.scaler = self.precision.make_scaler()
+        self.backend = create_backend(
+            settings.backend,
+            self.state,
+            self.precision.mode,
+            settings.backend_options,
+            self.gradient_state,
+        )
+        self.scaler = None if self.backend.scales_fp16 else self.precision.make_scaler()
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.even_batches = even_batches
@@ -101,6 +108,8 @@ class Accelerator:
         self._dataloaders: list[PreparedDataLoader] = []
         self._custom_objects: list[Any] = []
         self._prepared: dict[int, Any] = {}
+        self._rebound: dict[int, torch.optim.Optimizer] = {}  # user optimizer -> engine's
+        self._companions: tuple[Any, ...] = ()  # the objects of the prepare call in progress
         self._trigger = torch.tensor(0.0, device=self.device)
         self._save_count = 0
 
@@ -169,10 +178,14 @@ class Accelerator:
         if len(placements) != len(objects):
             raise ValueError("device_placement needs one entry per object passed to prepare()")
         results: list[Any] = list(objects)
-        for kind in (_is_model, _is_optimizer, _is_dataloader, _is_scheduler):
-            for index, obj in enumerate(objects):
-                if kind(obj):
-                    results[index] = self._prepare_one(obj, placements[index])
+        self._companions = objects
+        try:
+            for kind in (_is_model, _is_optimizer, _is_dataloader, _is_scheduler):
+                for index, obj in enumerate(objects):
+                    if kind(obj):
+                        results[index] = self._prepare_one(obj, placements[index])
+        finally:
+            self._companions = ()
         return results[0] if len(results) == 1 else tuple(results)
 
     def _prepare_one(self, obj: Any, device_placement: bool) -> Any:
@@ -188,12 +201,16 @@ class Accelerator:
 
     def _prepare_new(self, obj: Any, device_placement: bool) -> Any:
         if isinstance(obj, torch.nn.Module):
-            self.precision.wrap_forward(obj)
-            model = self.backend.wrap_model(obj) if device_placement else obj
+            if not self.backend.casts_model():
+                self.precision.wrap_forward(obj)
+            model = self.backend.wrap_model(obj, self._companions) if device_placement else obj
             self._models.append(model)
             return model
         if isinstance(obj, torch.optim.Optimizer):
-            optimizer = PreparedOptimizer(obj, self.gradient_state, self.scaler)
+            inner = self.backend.bind_optimizer(obj)
+            if inner is not obj:
+                self._rebound[id(obj)] = inner
+            optimizer = PreparedOptimizer(inner, self.gradient_state, self.scaler)
             self._optimizers.append(optimizer)
             return optimizer
         if isinstance(obj, DataLoader):
@@ -207,6 +224,9 @@ class Accelerator:
             self._dataloaders.append(loader)
             return loader
         inner_optimizer = getattr(obj, "optimizer", None)
+        if id(inner_optimizer) in self._rebound:
+            inner_optimizer = self._rebound[id(inner_optimizer)]
+            repoint_scheduler(obj, inner_optimizer)
         partners = [opt for opt in self._optimizers if opt.optimizer is inner_optimizer]
         scheduler = PreparedScheduler(
             obj,
@@ -235,11 +255,11 @@ class Accelerator:
     # --- the training step ---------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward(**kwargs)``, divided for gradient accumulation and scaled for fp16."""
-        if self.gradient_accumulation_steps > 1:
+        if self.gradient_accumulation_steps > 1 and not self.backend.scales_loss_for_accumulation:
             loss = loss / self.gradient_accumulation_steps
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
-        loss.backward(**kwargs)
+        self.backend.backward(loss, self.sync_gradients, **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
@@ -413,6 +433,7 @@ class Accelerator:
         self._custom_objects.extend(objects)
 
     def _checkpoint_parts(self) -> list[checkpoint.Checkpointable]:
+        engine_parts = ("model", "optimizer") if self.backend.owns_checkpoints else ()
         parts = [
             checkpoint.Checkpointable(
                 "model",
@@ -435,7 +456,13 @@ class Accelerator:
             parts.append(
                 checkpoint.Checkpointable("scaler", [self.scaler], _state_dict, _load_state_dict)
             )
-        return parts
+        return [part for part in parts if part.stem not in engine_parts]
+
+    def _engine_checkpoint(self, save: bool) -> Callable[[Path], None] | None:
+        if not self.backend.owns_checkpoints:
+            return None
+        method = self.backend.save_checkpoint if save else self.backend.load_checkpoint
+        return lambda directory: method(self._models, self._optimizers, directory)
 
     def save_state(self, output_dir: str | os.PathLike[str] | None = None) -> str:
         """Save models, optimizers, schedulers, scaler, data positions, custom objects and every
@@ -451,6 +478,7 @@ class Accelerator:
             self.process_index,
             self.is_main_process,
             self.wait_for_everyone,
+            self._engine_checkpoint(save=True),
         )
         return str(saved)
 
@@ -458,7 +486,12 @@ class Accelerator:
         """Restore what `save_state` wrote; prepared DataLoaders resume the interrupted pass."""
         if input_dir is None:
             input_dir = self._latest_checkpoint()
-        checkpoint.load(input_dir, self._checkpoint_parts(), self.process_index)
+        checkpoint.load(
+            input_dir,
+            self._checkpoint_parts(),
+            self.process_index,
+            self._engine_checkpoint(save=False),
+        )
         self.wait_for_everyone()
 
     def _latest_checkpoint(self) -> Path:

@@ -4,6 +4,8 @@ Layout of a checkpoint directory (one file per prepared object, in prepare order
 
     model.bin, model_1.bin, ...        state dicts of the unwrapped models
     optimizer.bin, ...                 optimizer state dicts
+    fsdp_model_0/, deepspeed/          instead of the two above under FSDP or DeepSpeed: the
+                                       engine's own sharded format, one part per rank
     scheduler.bin, ...                 LR scheduler state dicts
     dataloader.bin, ...                position in the current pass and the pass's shuffle seed
     scaler.bin                         fp16 gradient scaler
@@ -54,13 +56,18 @@ def save(
     process_index: int,
     is_main_process: bool,
     barrier: Callable[[], None],
+    engine_save: Callable[[Path], None] | None = None,
 ) -> Path:
+    """``engine_save`` writes what a sharding engine keeps itself (models and optimizers under
+    FSDP or DeepSpeed), on every rank, into the same staging directory."""
     final = Path(output_dir)
     staging = final.with_name(final.name + ".accelify-tmp")
     if is_main_process:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
     barrier()
+    if engine_save is not None:
+        engine_save(staging)
     for part in parts:
         if part.main_process_only and not is_main_process:
             continue
@@ -75,11 +82,16 @@ def save(
 
 
 def load(
-    input_dir: str | os.PathLike[str], parts: Sequence[Checkpointable], process_index: int
+    input_dir: str | os.PathLike[str],
+    parts: Sequence[Checkpointable],
+    process_index: int,
+    engine_load: Callable[[Path], None] | None = None,
 ) -> None:
     source = Path(input_dir)
     if not source.is_dir():
         raise FileNotFoundError(f"no checkpoint directory at {source}")
+    if engine_load is not None:
+        engine_load(source)
     for part in parts:
         for index, obj in enumerate(part.objects):
             path = source / file_name(part.stem, index)

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from accelify.errors import UserError
+from accelify.runtime.backend_options import (
+    DeepSpeedOptions,
+    FSDPOptions,
+    deepspeed_from_hf,
+    fsdp_from_hf,
+)
 from accelify.runtime.environment import BACKEND_CHOICES, MIXED_PRECISION_CHOICES
 
 
@@ -30,9 +36,17 @@ class LaunchConfig:
     use_cpu: bool = False
     backend: str = "ddp"
     max_restarts: int = 0
+    fsdp: FSDPOptions = field(default_factory=FSDPOptions)
+    deepspeed: DeepSpeedOptions = field(default_factory=DeepSpeedOptions)
 
     def to_yaml(self) -> str:
-        values = {key: value for key, value in asdict(self).items() if value is not None}
+        values: dict[str, Any] = {}
+        for key, value in asdict(self).items():
+            if isinstance(value, dict):  # backend options: only those given, as plain values
+                value = {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}
+                value = {k: v for k, v in value.items() if v is not None} or None
+            if value is not None:
+                values[key] = value
         return yaml.safe_dump(values, sort_keys=False)
 
 
@@ -102,7 +116,13 @@ _ACCELIFY_KEYS: dict[str, Callable[[Any], Any]] = {
 
 # Hugging Face Accelerate's `default_config.yaml`: keys with a meaning here, and keys that only
 # concern features accelify does not have (accepted so that an Accelerate config loads as is).
-_HF_DISTRIBUTED_TYPES = {"NO": "ddp", "MULTI_CPU": "ddp", "MULTI_GPU": "ddp"}
+_HF_DISTRIBUTED_TYPES = {
+    "NO": "ddp",
+    "MULTI_CPU": "ddp",
+    "MULTI_GPU": "ddp",
+    "FSDP": "fsdp",
+    "DEEPSPEED": "deepspeed",
+}
 _HF_IGNORED_KEYS = {
     "compute_environment",
     "debug",
@@ -157,14 +177,43 @@ def load_config(path: Path) -> LaunchConfig:
                 settings[key] = _ACCELIFY_KEYS[key](value)
             elif key == "distributed_type":
                 settings["backend"] = _hf_distributed_type(value)
+            elif key == "fsdp":
+                settings["fsdp"] = _options(value, FSDPOptions)
+            elif key == "deepspeed":
+                settings["deepspeed"] = _options(value, DeepSpeedOptions)
+            elif key == "fsdp_config":
+                settings["fsdp"] = fsdp_from_hf(_mapping(value))
+            elif key == "deepspeed_config":
+                settings["deepspeed"], carried = deepspeed_from_hf(_mapping(value))
+                settings.update(carried)
             elif key in _HF_IGNORED_KEYS:
                 continue
             else:
-                known = ", ".join(sorted(_ACCELIFY_KEYS))
+                known = ", ".join(sorted([*_ACCELIFY_KEYS, "fsdp", "deepspeed"]))
                 raise ValueError(f"unknown key; expected one of {known}")
         except ValueError as error:
             raise UserError(f"{key}: {error} (got {value!r})", str(path), line) from None
     return LaunchConfig(**settings)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("expected a mapping")
+    return value
+
+
+def _options(value: Any, options: type) -> Any:
+    """``fsdp:``/``deepspeed:`` sections with accelify's own option names."""
+    values = _mapping(value)
+    names = {item.name for item in fields(options)}
+    unknown = set(values) - names
+    if unknown:
+        raise ValueError(f"unknown option {sorted(unknown)[0]!r}; expected one of {sorted(names)}")
+    if "auto_wrap" in values:
+        values = {**values, "auto_wrap": tuple(values["auto_wrap"])}
+    return options(**values)
 
 
 def write_config(config: LaunchConfig, path: Path) -> Path:

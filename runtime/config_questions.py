@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
+from accelify.runtime.backend_options import DeepSpeedOptions, FSDPOptions
 from accelify.runtime.config import LaunchConfig
-from accelify.runtime.environment import MIXED_PRECISION_CHOICES
+from accelify.runtime.environment import BACKEND_CHOICES, MIXED_PRECISION_CHOICES
 
 
 def detect() -> LaunchConfig:
@@ -40,7 +41,44 @@ def ask() -> LaunchConfig:
     if precision == "fp16" and use_cpu:
         raise click.BadParameter("fp16 needs CUDA GPUs; on the CPU choose bf16 or no")
     accumulation = click.prompt("Gradient accumulation steps?", default=1, type=click.IntRange(1))
+    backend = click.prompt(
+        "Which engine wraps the model (ddp, fsdp: PyTorch FSDP2, deepspeed: DeepSpeed ZeRO)?",
+        default="ddp",
+        type=click.Choice(BACKEND_CHOICES),
+    )
+    fsdp, deepspeed = FSDPOptions(), DeepSpeedOptions()
+    if backend == "fsdp":
+        blocks = click.prompt(
+            "FSDP: module class names to shard as their own units (comma-separated, empty: "
+            "the whole model as one unit)?",
+            default="",
+            show_default=False,
+        )
+        fsdp = FSDPOptions(
+            reshard_after_forward=click.confirm(
+                "FSDP: reshard parameters after forward (full shard; no: shard grad-op)?",
+                default=True,
+            ),
+            auto_wrap=tuple(n.strip() for n in blocks.split(",") if n.strip()) or None,
+            activation_checkpointing=click.confirm(
+                "FSDP: recompute the blocks' activations in backward?", default=False
+            )
+            or None,
+        )
+    elif backend == "deepspeed":
+        deepspeed = DeepSpeedOptions(
+            zero_stage=click.prompt("DeepSpeed: ZeRO stage?", default=2, type=click.IntRange(0, 3)),
+            config_file=click.prompt(
+                "DeepSpeed: a DeepSpeed JSON config file (empty: none)?",
+                default="",
+                show_default=False,
+            )
+            or None,
+        )
     return LaunchConfig(
+        backend=backend,
+        fsdp=fsdp,
+        deepspeed=deepspeed,
         num_processes=processes,
         num_machines=machines,
         machine_rank=machine_rank,

@@ -16,17 +16,19 @@ MIXED_PRECISION = "ACCELIFY_MIXED_PRECISION"
 GRADIENT_ACCUMULATION_STEPS = "ACCELIFY_GRADIENT_ACCUMULATION_STEPS"
 USE_CPU = "ACCELIFY_USE_CPU"
 BACKEND = "ACCELIFY_BACKEND"
+BACKEND_OPTIONS = "ACCELIFY_BACKEND_OPTIONS"
 
 #: Every variable of the contract, with what it means; `accelify env` and the README list these.
 DOCUMENTED = {
     MIXED_PRECISION: "no | bf16 | fp16: precision when Accelerator(mixed_precision=None)",
     GRADIENT_ACCUMULATION_STEPS: "integer >= 1: when Accelerator(gradient_accumulation_steps=1)",
     USE_CPU: "true | false: force the CPU even where CUDA is available",
-    BACKEND: "ddp: the engine that wraps prepared models",
+    BACKEND: "ddp | fsdp | deepspeed: the engine that wraps prepared models",
+    BACKEND_OPTIONS: "JSON: the chosen backend's options (sharding, offload, ZeRO stage, ...)",
 }
 
 MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
-BACKEND_CHOICES = ("ddp",)
+BACKEND_CHOICES = ("ddp", "fsdp", "deepspeed")
 
 
 def parse_bool(value: str) -> bool:
@@ -46,9 +48,14 @@ class LaunchSettings:
     gradient_accumulation_steps: int | None = None
     use_cpu: bool = False
     backend: str = "ddp"
+    backend_options: str = ""  # JSON, see accelify.runtime.backend_options
 
     def to_env(self) -> dict[str, str]:
-        env = {USE_CPU: "true" if self.use_cpu else "false", BACKEND: self.backend}
+        env = {
+            USE_CPU: "true" if self.use_cpu else "false",
+            BACKEND: self.backend,
+            BACKEND_OPTIONS: self.backend_options,
+        }
         if self.mixed_precision is not None:
             env[MIXED_PRECISION] = self.mixed_precision
         if self.gradient_accumulation_steps is not None:
@@ -72,4 +79,5 @@ class LaunchSettings:
             gradient_accumulation_steps=int(steps) if steps is not None else None,
             use_cpu=parse_bool(environ.get(USE_CPU, "false")),
             backend=backend,
+            backend_options=environ.get(BACKEND_OPTIONS, ""),
         )

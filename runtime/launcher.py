@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accelify.errors import UserError
+from accelify.runtime import backend_options
 from accelify.runtime.config import LaunchConfig
 from accelify.runtime.environment import LaunchSettings
 
@@ -31,9 +32,34 @@ class LaunchPlan:
 
 
 def merge(file_config: LaunchConfig, overrides: dict[str, object]) -> LaunchConfig:
-    """Flags win over the file: only flags the user gave (not None) replace file values."""
+    """Flags win over the file: only flags the user gave (not None) replace file values,
+    option by option for the backends' options too."""
     given = {key: value for key, value in overrides.items() if value is not None}
+    if isinstance(given.get("auto_wrap"), str):
+        given["auto_wrap"] = tuple(n.strip() for n in str(given["auto_wrap"]).split(",") if n)
+    for section in ("fsdp", "deepspeed"):
+        flags = {
+            option: given.pop(flag)
+            for flag, (owner, option) in _BACKEND_FLAGS.items()
+            if owner == section and flag in given
+        }
+        if flags:
+            given[section] = replace(getattr(file_config, section), **flags)
     return replace(file_config, **given)
+
+
+#: Backend option flags: their destination names, and the option each sets.
+_BACKEND_FLAGS = {
+    "reshard_after_forward": ("fsdp", "reshard_after_forward"),
+    "auto_wrap": ("fsdp", "auto_wrap"),
+    "min_num_params": ("fsdp", "min_num_params"),
+    "cpu_offload": ("fsdp", "cpu_offload"),
+    "activation_checkpointing": ("fsdp", "activation_checkpointing"),
+    "zero_stage": ("deepspeed", "zero_stage"),
+    "offload_optimizer": ("deepspeed", "offload_optimizer"),
+    "offload_params": ("deepspeed", "offload_params"),
+    "deepspeed_config_file": ("deepspeed", "config_file"),
+}
 
 
 def check(plan: LaunchPlan, cuda_available: bool) -> None:
@@ -42,6 +68,7 @@ def check(plan: LaunchPlan, cuda_available: bool) -> None:
     if not plan.module and not Path(plan.script).is_file():
         raise UserError(f"no such script: {plan.script}")
     on_cpu = config.use_cpu or not cuda_available
+    backend_options.check(config.backend, config.fsdp, config.deepspeed, on_cpu)
     if config.mixed_precision == "fp16" and on_cpu:
         raise UserError(
             "--mixed-precision fp16 needs CUDA GPUs, and this run is on the CPU"
@@ -100,6 +127,7 @@ def runtime_settings(config: LaunchConfig) -> LaunchSettings:
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         use_cpu=config.use_cpu,
         backend=config.backend,
+        backend_options=backend_options.to_env(config.backend, config.fsdp, config.deepspeed),
     )
 
 

@@ -9,7 +9,10 @@ Hugging Face Accelerate. Per-epoch schedules are prepared with ``step_with_optim
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+import torch
 
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.optimizer import PreparedOptimizer
@@ -64,3 +67,22 @@ class PreparedScheduler:
         if name.startswith("__") or name == "scheduler":
             raise AttributeError(name)
         return getattr(self.scheduler, name)
+
+
+def repoint_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> None:
+    """Point an LR scheduler at the optimizer an engine rebuilt (FSDP), which carries the old
+    one's param_groups settings (``lr``, ``initial_lr``). torch's scheduler tracks whether the
+    optimizer stepped through a wrapper on ``optimizer.step``; the new optimizer gets the same
+    wrapper, or every scheduler step would warn that it ran before the optimizer's."""
+    scheduler.optimizer = optimizer
+    step = optimizer.step
+    if hasattr(step, "_wrapped_by_lr_sched"):
+        return
+
+    @functools.wraps(step)
+    def tracked(*args: Any, **kwargs: Any) -> Any:
+        optimizer._opt_called = True  # type: ignore[attr-defined]
+        return step(*args, **kwargs)
+
+    tracked._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    optimizer.step = tracked  # type: ignore[method-assign]

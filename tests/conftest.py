@@ -49,9 +49,16 @@ def run_in_own_group(
 
 
 def launch(
-    script: Path, *args: str | os.PathLike[str], processes: int = 2, **kwargs: object
+    script: Path,
+    *args: str | os.PathLike[str],
+    processes: int = 2,
+    flags: tuple[str, ...] = (),
+    cpu: bool = True,
+    **kwargs: object,
 ) -> subprocess.CompletedProcess[str]:
-    return run_accelify("launch", "--cpu", "-n", str(processes), script, *args, **kwargs)
+    """`accelify launch [--cpu] -n PROCESSES FLAGS... SCRIPT ARGS...`."""
+    device = ("--cpu",) if cpu else ()
+    return run_accelify("launch", *device, "-n", str(processes), *flags, script, *args, **kwargs)
 
 
 def run_python(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from accelify.errors import UserError
+from accelify.runtime.backend_options import DeepSpeedOptions, FSDPOptions
 from accelify.runtime.config import LaunchConfig, load_config
 from conftest import FIXTURES, assert_ok, run_accelify
 
@@ -135,9 +136,98 @@ def test_interactive_config_asks_and_writes(tmp_path):
     from accelify.cli import main
 
     path = tmp_path / "asked.yaml"
-    answers = "\n".join(["1", "y", "2", "bf16", "4"]) + "\n"
+    answers = "\n".join(["1", "y", "2", "bf16", "4", "ddp"]) + "\n"
     result = CliRunner().invoke(main, ["config", "--config-file", str(path)], input=answers)
     assert result.exit_code == 0, result.output
     assert load_config(path) == LaunchConfig(
         num_processes=2, use_cpu=True, mixed_precision="bf16", gradient_accumulation_steps=4
     )
+
+
+def test_interactive_config_asks_for_the_backend_options(tmp_path):
+    from click.testing import CliRunner
+
+    from accelify.cli import main
+
+    path = tmp_path / "asked.yaml"
+    answers = "\n".join(["1", "y", "2", "no", "1", "fsdp", "Block", "n", "y"]) + "\n"
+    result = CliRunner().invoke(main, ["config", "--config-file", str(path)], input=answers)
+    assert result.exit_code == 0, result.output
+    config = load_config(path)
+    assert config.backend == "fsdp"
+    assert config.fsdp == FSDPOptions(
+        reshard_after_forward=False, auto_wrap=("Block",), activation_checkpointing=True
+    )
+
+
+def test_backend_options_from_the_file_and_flags_option_by_option(tmp_path):
+    path = write(
+        tmp_path,
+        "num_processes: 2\nuse_cpu: true\nbackend: fsdp\n"
+        "fsdp:\n  auto_wrap: [Block]\n  reshard_after_forward: true\n",
+    )
+    result = run_accelify("launch", "--config-file", path, "--fsdp-keep-after-forward", WHOAMI)
+    assert_ok(result)
+    for rank in ranks(result.stdout):
+        assert rank["backend"] == "fsdp"
+        assert rank["options"] == {"auto_wrap": ["Block"], "reshard_after_forward": False}
+
+
+def test_accelerate_fsdp_config_is_understood(tmp_path):
+    path = write(
+        tmp_path,
+        """\
+distributed_type: FSDP
+fsdp_config:
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_transformer_layer_cls_to_wrap: BertLayer,Block
+  fsdp_sharding_strategy: SHARD_GRAD_OP
+  fsdp_offload_params: false
+  fsdp_state_dict_type: SHARDED_STATE_DICT
+  fsdp_version: 2
+num_processes: 2
+use_cpu: true
+""",
+    )
+    config = load_config(path)
+    assert config.backend == "fsdp"
+    assert config.fsdp == FSDPOptions(
+        reshard_after_forward=False, auto_wrap=("BertLayer", "Block"), cpu_offload=False
+    )
+
+
+def test_accelerate_deepspeed_config_is_understood(tmp_path):
+    path = write(
+        tmp_path,
+        """\
+distributed_type: DEEPSPEED
+deepspeed_config:
+  gradient_accumulation_steps: 2
+  offload_optimizer_device: none
+  offload_param_device: none
+  zero3_init_flag: false
+  zero_stage: 3
+num_processes: 2
+use_cpu: true
+""",
+    )
+    config = load_config(path)
+    assert config.backend == "deepspeed"
+    assert config.deepspeed == DeepSpeedOptions(
+        zero_stage=3, offload_optimizer=False, offload_params=False
+    )
+    assert config.gradient_accumulation_steps == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("fsdp:\n  shard: true\n", "unknown option 'shard'"),
+        ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n", "NO_SHARD"),
+        ("deepspeed_config:\n  offload_param_device: nvme\n", "'nvme' is not supported"),
+    ],
+)
+def test_bad_backend_sections_are_errors(tmp_path, text, words):
+    with pytest.raises(UserError) as raised:
+        load_config(write(tmp_path, text))
+    assert words in str(raised.value)

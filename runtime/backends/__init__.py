@@ -1,17 +1,37 @@
-"""Engines that wrap a prepared model; each is one module behind `Backend`, chosen once."""
+"""Engines that wrap a prepared model; each is one module behind `Backend`, chosen once.
+
+DeepSpeed is imported only when ``--backend deepspeed`` is used (it is an optional extra).
+"""
 
 from __future__ import annotations
 
+from accelify.runtime import backend_options
 from accelify.runtime.backends.base import Backend
+from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.state import ProcessState
 
 
-def create_backend(name: str, state: ProcessState) -> Backend:
+def create_backend(
+    name: str,
+    state: ProcessState,
+    mixed_precision: str = "no",
+    options_json: str = "",
+    gradient_state: GradientState | None = None,
+) -> Backend:
+    options = backend_options.from_env(name, options_json)
     if name == "ddp":
         from accelify.runtime.backends.ddp import DDPBackend
 
-        return DDPBackend(state)
-    raise ValueError(f"unknown backend {name!r}: expected 'ddp'")
+        return DDPBackend(state, mixed_precision)
+    if name == "fsdp":
+        from accelify.runtime.backends.fsdp import FSDPBackend
+
+        return FSDPBackend(state, mixed_precision, options)  # type: ignore[arg-type]
+    if name == "deepspeed":
+        from accelify.runtime.backends.deepspeed import DeepSpeedBackend
+
+        return DeepSpeedBackend(state, mixed_precision, options, gradient_state)  # type: ignore[arg-type]
+    raise ValueError(f"unknown backend {name!r}: expected ddp, fsdp or deepspeed")
 
 
 __all__ = ["Backend", "create_backend"]

@@ -1,27 +1,79 @@
-"""What the Accelerator asks of an engine; everything engine-specific stays behind this."""
+"""What the Accelerator asks of an engine; everything engine-specific stays behind this.
+
+The defaults are what plain data parallelism needs; DDP, FSDP and DeepSpeed override what they
+do differently. One process with no launcher uses the same backend object, which then wraps
+nothing.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Protocol
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 
+from accelify.runtime.state import ProcessState
 
-class Backend(Protocol):
-    name: str
 
-    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Place the model on the device and wrap it for this engine."""
+class Backend:
+    name = ""
+    #: The engine divides the loss by its own accumulation steps (the Accelerator must not).
+    scales_loss_for_accumulation = False
+    #: The engine scales fp16 losses itself (the Accelerator keeps no GradScaler).
+    scales_fp16 = False
+
+    def __init__(self, state: ProcessState, mixed_precision: str = "no") -> None:
+        self.state = state
+        self.mixed_precision = mixed_precision
+
+    def casts_model(self) -> bool:
+        """The engine runs the model in the mixed-precision dtype itself (so no autocast)."""
+        return False
+
+    def wrap_model(self, model: torch.nn.Module, companions: Sequence[Any]) -> torch.nn.Module:
+        """Place the model on the device and wrap it; ``companions`` are the other objects of
+        the same ``prepare`` call (an engine that needs the optimizer finds it there)."""
+        return model.to(self.state.device)
+
+    def bind_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The optimizer to step: the user's, or one rebuilt on the engine's parameters."""
+        return optimizer
 
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The user's module inside whatever `wrap_model` returned."""
+        compiled = getattr(model, "_orig_mod", None)
+        return compiled if isinstance(compiled, torch.nn.Module) else model
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
-        """Skip the gradient all-reduce for the backward passes inside."""
+        """Skip the gradient reduction for the backward passes inside."""
+        return contextlib.nullcontext()
 
-    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float) -> torch.Tensor:
+    def backward(self, loss: torch.Tensor, sync: bool, **kwargs: Any) -> None:
+        loss.backward(**kwargs)
+
+    def clip_grad_norm_(
+        self, parameters: Any, max_norm: float, norm_type: float
+    ) -> torch.Tensor | None:
         """Clip over every rank's gradients; returns the total norm before clipping."""
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """A full, unwrapped state dict (keys as in the user's module)."""
+        """A full, unwrapped state dict (keys as in the user's module); a collective for the
+        sharding engines, and then only the main process gets the tensors."""
+        return self.unwrap_model(model).state_dict()
+
+    # --- checkpoints -------------------------------------------------------------------------
+    #: The engine writes models and optimizers into checkpoints itself (sharded, every rank).
+    owns_checkpoints = False
+
+    def save_checkpoint(
+        self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
+    ) -> None:
+        raise NotImplementedError
+
+    def load_checkpoint(
+        self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
+    ) -> None:
+        raise NotImplementedError

@@ -7,24 +7,26 @@ copied out of them after every backward; results are bit-identical (bench/runtim
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from accelify.runtime.backends.base import Backend
 from accelify.runtime.state import WRAPPED_MODELS, ProcessState
 
 
-class DDPBackend:
+class DDPBackend(Backend):
     name = "ddp"
 
-    def __init__(self, state: ProcessState, **ddp_kwargs: Any) -> None:
-        self.state = state
+    def __init__(self, state: ProcessState, mixed_precision: str = "no", **ddp_kwargs: Any):
+        super().__init__(state, mixed_precision)
         self.ddp_kwargs = {"gradient_as_bucket_view": True, **ddp_kwargs}
 
-    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+    def wrap_model(self, model: torch.nn.Module, companions: Sequence[Any]) -> torch.nn.Module:
         model = model.to(self.state.device)
-        if not self.state.distributed or not _has_trainable_parameters(model):
+        if not self.state.distributed or not has_trainable_parameters(model):
             return model
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
         wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
@@ -34,21 +36,16 @@ class DDPBackend:
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         while isinstance(model, (DistributedDataParallel, torch.nn.DataParallel)):
             model = model.module
-        compiled = getattr(model, "_orig_mod", None)
-        return compiled if isinstance(compiled, torch.nn.Module) else model
+        return super().unwrap_model(model)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         if isinstance(model, DistributedDataParallel):
             return model.no_sync()
         return contextlib.nullcontext()
 
-    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float) -> torch.Tensor:
-        # DDP gradients are already averaged across ranks: the local norm is the global one.
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-
-    def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        return self.unwrap_model(model).state_dict()
+    # clip_grad_norm_: DDP gradients are already averaged across ranks, so the local norm is the
+    # global one (the default).
 
 
-def _has_trainable_parameters(model: torch.nn.Module) -> bool:
+def has_trainable_parameters(model: torch.nn.Module) -> bool:
     return any(p.requires_grad for p in model.parameters())

@@ -1,0 +1,289 @@
+"""DeepSpeed ZeRO stages 0-3 (``deepspeed.initialize``), imported only when chosen.
+
+``prepare(model, optimizer, loader)`` builds the engine from the model and the user's torch
+optimizer; the DeepSpeed config is the user's JSON (``--deepspeed-config``) with its ``"auto"``
+values (and missing ones) filled from what accelify knows: the prepared DataLoader's batch size,
+the Accelerator's accumulation steps, the mixed precision and the ZeRO stage flag. Then
+``accelerator.backward`` is ``engine.backward`` (DeepSpeed divides by its own accumulation
+steps; accelify tells it where each accumulation boundary is), the prepared optimizer's ``step``
+is ``engine.step`` and its ``zero_grad`` a no-op, ``clip_grad_norm_`` becomes the engine's
+``gradient_clipping``, and checkpoints are the engine's own (``save_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import deepspeed
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from accelify.runtime.backend_options import DeepSpeedOptions, read_deepspeed_config
+from accelify.runtime.backends.base import Backend
+from accelify.runtime.gradient_state import GradientState
+from accelify.runtime.state import ProcessState
+
+DEFAULT_STAGE = 2
+QUIET = 2**31 - 1  # steps_per_print: DeepSpeed's own progress lines stay off unless asked for
+
+
+class DeepSpeedBackend(Backend):
+    name = "deepspeed"
+    scales_loss_for_accumulation = True
+
+    def __init__(
+        self,
+        state: ProcessState,
+        mixed_precision: str = "no",
+        options: DeepSpeedOptions | None = None,
+        gradient_state: GradientState | None = None,
+    ) -> None:
+        super().__init__(state, mixed_precision)
+        self.options = options or DeepSpeedOptions()
+        self.gradient_state = gradient_state or GradientState()
+        self._engines: dict[int, tuple[Any, Any]] = {}  # id(user optimizer) -> engine, its opt
+        self.engines: list[Any] = []
+
+    @property
+    def owns_checkpoints(self) -> bool:  # type: ignore[override]
+        return self.state.distributed
+
+    @property
+    def scales_fp16(self) -> bool:
+        return True
+
+    def wrap_model(self, model: torch.nn.Module, companions: Sequence[Any]) -> torch.nn.Module:
+        model = model.to(self.state.device)
+        if not self.state.distributed:
+            return model
+        config = self._config(companions)
+        optimizer = _optimizer_of(model, companions)
+        if optimizer is None and "optimizer" not in config:
+            raise RuntimeError(
+                "with --backend deepspeed, prepare the model together with its optimizer: "
+                "accelerator.prepare(model, optimizer, ...) (DeepSpeed builds one engine of both)"
+            )
+        if optimizer is not None and "optimizer" in config:
+            raise RuntimeError(
+                "the DeepSpeed config names an optimizer and the script prepares one too: "
+                "remove one of them"
+            )
+        engine, engine_optimizer, _, _ = deepspeed.initialize(
+            model=model,
+            optimizer=optimizer,
+            model_parameters=None if optimizer is not None else model.parameters(),
+            config=config,
+        )
+        if optimizer is not None:
+            self._engines[id(optimizer)] = (engine, engine_optimizer)
+        self.engines.append(engine)
+        return engine
+
+    def _config(self, companions: Sequence[Any]) -> dict[str, Any]:
+        config = (
+            read_deepspeed_config(self.options.config_file)
+            if self.options.config_file is not None
+            else {}
+        )
+        zero = config.setdefault("zero_optimization", {})
+        if _auto(zero.get("stage")):
+            zero["stage"] = (
+                self.options.zero_stage if self.options.zero_stage is not None else DEFAULT_STAGE
+            )
+        if self.options.offload_optimizer:
+            zero.setdefault("offload_optimizer", {"device": "cpu"})
+        if self.options.offload_params:
+            zero.setdefault("offload_param", {"device": "cpu"})
+        if _auto(config.get("train_micro_batch_size_per_gpu")):
+            config["train_micro_batch_size_per_gpu"] = _batch_size(companions)
+        if _auto(config.get("gradient_accumulation_steps")):
+            config["gradient_accumulation_steps"] = self.gradient_state.accumulation_steps
+        else:  # the user's JSON wins: the Accelerator accumulates as DeepSpeed does
+            self.gradient_state.accumulation_steps = int(config["gradient_accumulation_steps"])
+        if _auto(config.get("train_batch_size")):
+            config.pop("train_batch_size", None)  # DeepSpeed derives it
+        if _auto(config.get("gradient_clipping")):
+            config.pop("gradient_clipping", None)  # set by accelerator.clip_grad_norm_
+        for section, mode in (("bf16", "bf16"), ("fp16", "fp16")):
+            wanted = self.mixed_precision == mode
+            current = config.get(section, {}).get("enabled")
+            if _auto(current):
+                config[section] = {**config.get(section, {}), "enabled": wanted}
+            elif bool(current) != wanted:
+                raise RuntimeError(
+                    f"the DeepSpeed config has {section}.enabled={current} but the run uses "
+                    f"--mixed-precision {self.mixed_precision}: make them agree"
+                )
+        config.setdefault("zero_allow_untested_optimizer", True)  # the user's torch optimizer
+        config.setdefault("steps_per_print", QUIET)
+        return config
+
+    def bind_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        found = self._engines.get(id(optimizer))
+        if found is None:
+            if self.state.distributed:
+                raise RuntimeError(
+                    "with --backend deepspeed, prepare this optimizer together with its model"
+                )
+            return optimizer
+        engine, engine_optimizer = found
+        return EngineStepOptimizer(engine, engine_optimizer, optimizer)
+
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        inner = model.module if isinstance(model, deepspeed.DeepSpeedEngine) else model
+        return super().unwrap_model(inner)
+
+    def backward(self, loss: torch.Tensor, sync: bool, **kwargs: Any) -> None:
+        engine = self._engine_of(loss)
+        if engine is None:
+            loss.backward(**kwargs)
+            return
+        engine.set_gradient_accumulation_boundary(sync)
+        engine.backward(loss, **kwargs)
+
+    def _engine_of(self, loss: torch.Tensor) -> Any:
+        if len(self.engines) == 1:
+            return self.engines[0]
+        if not self.engines:
+            return None
+        raise RuntimeError(
+            "with --backend deepspeed and several prepared models, each backward belongs to one "
+            "engine; call engine.backward(loss) on the model's engine directly"
+        )
+
+    def clip_grad_norm_(
+        self, parameters: Any, max_norm: float, norm_type: float
+    ) -> torch.Tensor | None:
+        """DeepSpeed clips inside ``engine.step`` (over the partitioned gradients): the limit goes
+        to the engine, and the norm is not known before the step, so None is returned."""
+        if not self.engines:
+            return super().clip_grad_norm_(parameters, max_norm, norm_type)
+        if float(norm_type) != 2.0:
+            raise ValueError("DeepSpeed clips by the L2 norm only (norm_type=2)")
+        for engine in self.engines:
+            engine._config.gradient_clipping = float(max_norm)
+            if hasattr(engine.optimizer, "clip_grad"):
+                engine.optimizer.clip_grad = float(max_norm)
+        return None
+
+    def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        if not isinstance(model, deepspeed.DeepSpeedEngine):
+            return super().model_state_dict(model)
+        if model.bfloat16_enabled() or model.fp16_enabled():
+            return _fp32_from_checkpoint(model, self.state.is_main_process)
+        module = model.module
+        if model.zero_optimization_stage() == 3:
+            with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+                return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+        return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+    def save_checkpoint(
+        self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
+    ) -> None:
+        for index, engine in enumerate(self.engines):
+            engine.save_checkpoint(str(directory / f"deepspeed_{index}"), tag="state")
+
+    def load_checkpoint(
+        self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
+    ) -> None:
+        for index, engine in enumerate(self.engines):
+            source = directory / f"deepspeed_{index}"
+            if not source.is_dir():
+                raise FileNotFoundError(
+                    f"{source} is missing: the checkpoint was not written with --backend deepspeed"
+                )
+            loaded, _ = engine.load_checkpoint(
+                str(source), tag="state", load_lr_scheduler_states=False
+            )
+            if loaded is None:
+                raise FileNotFoundError(f"DeepSpeed found no checkpoint in {source}")
+
+
+class EngineStepOptimizer(torch.optim.Optimizer):
+    """The optimizer the script steps: ``step`` is ``engine.step`` (which steps at accumulation
+    boundaries and zeroes the gradients), ``zero_grad`` does nothing. ``param_groups`` are the
+    user optimizer's, so LR schedulers built on it keep working."""
+
+    def __init__(self, engine: Any, engine_optimizer: Any, user_optimizer: Any) -> None:
+        self.engine = engine
+        self.engine_optimizer = engine_optimizer
+        self.user_optimizer = user_optimizer
+        self.defaults = user_optimizer.defaults
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.user_optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups: list[dict[str, Any]]) -> None:
+        self.user_optimizer.param_groups = groups
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.user_optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.user_optimizer.state = value
+
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        self.engine.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.engine_optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.engine_optimizer.load_state_dict(state_dict)
+
+
+def _auto(value: Any) -> bool:
+    return value is None or value == "auto"
+
+
+def _batch_size(companions: Sequence[Any]) -> int:
+    for obj in companions:
+        if isinstance(obj, DataLoader) and obj.batch_size is not None:
+            return int(obj.batch_size)
+    raise RuntimeError(
+        "with --backend deepspeed, pass the training DataLoader to the same "
+        "accelerator.prepare(...) call as the model (DeepSpeed needs its batch size), or set "
+        "train_micro_batch_size_per_gpu in the DeepSpeed config"
+    )
+
+
+def _optimizer_of(model: torch.nn.Module, companions: Sequence[Any]) -> Any:
+    ids = {id(p) for p in model.parameters()}
+    for obj in companions:
+        if isinstance(obj, torch.optim.Optimizer) and any(
+            id(p) in ids for group in obj.param_groups for p in group["params"]
+        ):
+            return obj
+    return None
+
+
+def _fp32_from_checkpoint(engine: Any, is_main_process: bool) -> dict[str, torch.Tensor]:
+    """The fp32 master weights of a bf16/fp16 run, through DeepSpeed's own zero_to_fp32 on a
+    temporary checkpoint (a collective; the main process gets the tensors)."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    folder = [tempfile.mkdtemp(prefix="accelify-fp32-") if is_main_process else ""]
+    dist.broadcast_object_list(folder, src=0)
+    try:
+        engine.save_checkpoint(folder[0], tag="fp32")
+        dist.barrier()
+        if not is_main_process:
+            return {}
+        state = get_fp32_state_dict_from_zero_checkpoint(folder[0], tag="fp32")
+        return {key: value.cpu() for key, value in state.items()}
+    finally:
+        dist.barrier()
+        if is_main_process:
+            shutil.rmtree(folder[0], ignore_errors=True)

@@ -1,0 +1,264 @@
+"""FSDP2 and DeepSpeed ZeRO behind the same calls, on real processes (2 ranks, CPU, gloo).
+
+Every run is fixtures/runtime/engines.py: the same model, data, optimizer (SGD with momentum),
+LR scheduler and gradient clipping, under `accelify launch --backend ...`. DDP is the
+reference. DeepSpeed JIT-builds its shared-memory comm op on first use; torch caches it in one
+directory (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions), so a test run builds it once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from accelify.cli import main
+from accelify.convert import convert_source
+from accelify.runtime import backend_options
+from conftest import FIXTURES, assert_ok, launch, run_accelify
+
+pytestmark = pytest.mark.distributed
+ENGINES = FIXTURES / "runtime" / "engines.py"
+needs_deepspeed = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed"
+)
+needs_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA GPUs (NCCL, fp16, offload)"
+)
+
+FSDP = ("--backend", "fsdp", "--fsdp-auto-wrap", "Block")
+FSDP_BY_SIZE = ("--backend", "fsdp", "--fsdp-min-num-params", "1000")
+ZERO = {stage: ("--backend", "deepspeed", "--zero-stage", str(stage)) for stage in (1, 2, 3)}
+
+
+def train(
+    tmp_path: Path, name: str, *flags: str, args: tuple[str | Path, ...] = (), cpu: bool = True
+) -> dict:
+    out = tmp_path / f"{name}.json"
+    result = launch(ENGINES, "--out", out, *args, cwd=tmp_path, flags=flags, cpu=cpu)
+    assert_ok(result)
+    return json.loads(out.read_text())
+
+
+def max_difference(a: dict, b: dict) -> float:
+    assert a["params"].keys() == b["params"].keys()
+    return max(
+        abs(x - y)
+        for name in a["params"]
+        for x, y in zip(a["params"][name], b["params"][name], strict=True)
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """DDP, 6 steps."""
+    return train(tmp_path_factory.mktemp("ddp"), "ddp")
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(FSDP, id="fsdp-blocks"),
+        pytest.param(FSDP_BY_SIZE, id="fsdp-by-size"),
+        *(pytest.param(ZERO[s], id=f"zero{s}", marks=needs_deepspeed) for s in (1, 2, 3)),
+    ],
+)
+def test_each_engine_reaches_ddps_parameters(flags, reference, tmp_path):
+    run = train(tmp_path, "run", *flags)
+    assert max_difference(run, reference) < 1e-6
+    assert run["losses"] == pytest.approx(reference["losses"], abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(("--fsdp-activation-checkpointing", *FSDP), id="fsdp-checkpointed"),
+        pytest.param(ZERO[2], id="zero2", marks=needs_deepspeed),
+    ],
+)
+def test_accumulation_matches_ddps(flags, tmp_path):
+    accumulate = ("--accumulate", "2")
+    ddp = train(tmp_path, "ddp", args=accumulate)
+    run = train(tmp_path, "run", *flags, args=accumulate)
+    assert max_difference(run, ddp) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(("--backend", "ddp"), id="ddp"),
+        pytest.param(FSDP, id="fsdp"),
+        pytest.param(ZERO[3], id="zero3", marks=needs_deepspeed),
+    ],
+)
+def test_bf16_trains_and_the_loss_decreases(flags, tmp_path):
+    run = train(
+        tmp_path,
+        "bf16",
+        "--mixed-precision",
+        "bf16",
+        *flags,
+        args=("--steps", "12", "--lr", "0.02"),
+    )
+    losses = run["losses"]
+    assert all(loss == loss for loss in losses)  # no NaN
+    assert sum(losses[-4:]) < sum(losses[:4])
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [pytest.param(FSDP, id="fsdp"), pytest.param(ZERO[3], id="zero3", marks=needs_deepspeed)],
+)
+def test_resume_continues_exactly_and_save_model_loads_into_a_plain_module(
+    flags, reference, tmp_path
+):
+    checkpoint = tmp_path / "checkpoint"
+    first = train(tmp_path, "first", *flags, args=("--save-at", "3", "--checkpoint", checkpoint))
+    assert first["losses"] == pytest.approx(reference["losses"][:3], abs=1e-6)
+    saved = tmp_path / "saved"
+    second = train(
+        tmp_path,
+        "second",
+        *flags,
+        args=("--steps", "3", "--resume", "--checkpoint", checkpoint, "--save-model", saved),
+    )
+    assert second["losses"] == pytest.approx(reference["losses"][3:], abs=1e-6)
+    assert max_difference(second, reference) < 1e-6
+
+    from safetensors.torch import load_file
+
+    state = load_file(saved / "model.safetensors")
+    plain = _build_model()
+    plain.load_state_dict(state)  # strict: every key, no `module.` prefix
+    for name, tensor in plain.state_dict().items():
+        assert tensor.flatten().tolist() == pytest.approx(second["params"][name], abs=1e-7)
+
+
+def _build_model() -> torch.nn.Module:
+    import importlib.machinery
+
+    loader = importlib.machinery.SourceFileLoader("engines_fixture", str(ENGINES))
+    spec = importlib.util.spec_from_loader("engines_fixture", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module.build_model()
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(("--backend", "fsdp"), id="fsdp"),
+        pytest.param(ZERO[2], id="zero2", marks=needs_deepspeed),
+    ],
+)
+def test_a_converted_script_runs_unchanged(flags, tmp_path):
+    original = FIXTURES / "scripts" / "mnist_helpers.py"
+    converted = tmp_path / "mnist_accelify.py"
+    converted.write_bytes(convert_source(original.read_bytes(), original).converted)
+    ddp = launch(converted, cwd=tmp_path)
+    run = launch(converted, cwd=tmp_path, flags=flags)
+    assert_ok(ddp)
+    assert_ok(run)
+    # the same training, so the same report (accuracy counts are exact integers)
+    accuracy = [line for line in ddp.stdout.splitlines() if "Accuracy" in line]
+    assert accuracy and accuracy == [line for line in run.stdout.splitlines() if "Accuracy" in line]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--backend", "fsdp", "--mixed-precision", "fp16"), "fp16 needs CUDA GPUs"),
+        (("--backend", "fsdp", "--zero-stage", "2"), "--zero-stage applies to --backend deepspeed"),
+        (("--fsdp-cpu-offload",), "--fsdp-cpu-offload applies to --backend fsdp"),
+        (
+            ("--backend", "fsdp", "--fsdp-activation-checkpointing"),
+            "name them with --fsdp-auto-wrap",
+        ),
+    ],
+)
+def test_misconfigurations_exit_2_before_any_rank_starts(flags, message, tmp_path):
+    result = run_accelify("launch", "--cpu", "-n", "2", *flags, ENGINES, "--out", "x", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "x").exists()
+
+
+@needs_deepspeed
+@pytest.mark.parametrize(
+    ("flags", "config", "message"),
+    [
+        (("--offload-optimizer",), None, "offloading to CPU memory needs a GPU run"),
+        (("--zero-stage", "2", "--offload-params"), None, "--offload-params needs --zero-stage 3"),
+        (("--zero-stage", "3"), {"zero_optimization": {"stage": 1}}, "make them agree"),
+        ((), {"fp16": {"enabled": True}}, "fp16 needs CUDA GPUs"),
+        ((), "{not json", "invalid JSON"),
+    ],
+)
+def test_deepspeed_misconfigurations_exit_2(flags, config, message, tmp_path):
+    extra: tuple[str, ...] = ()
+    if config is not None:
+        path = tmp_path / "ds.json"
+        path.write_text(config if isinstance(config, str) else json.dumps(config))
+        extra = ("--deepspeed-config", str(path))
+    result = run_accelify(
+        "launch",
+        "--cpu",
+        "-n",
+        "2",
+        "--backend",
+        "deepspeed",
+        *flags,
+        *extra,
+        ENGINES,
+        "--out",
+        "x",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+
+
+def test_deepspeed_missing_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(backend_options, "deepspeed_installed", lambda: False)
+    result = CliRunner().invoke(
+        main, ["launch", "--cpu", "-n", "2", "--backend", "deepspeed", str(ENGINES)]
+    )
+    assert result.exit_code == 2
+    assert "pip install 'accelify[deepspeed]'" in result.output
+
+
+def test_import_accelify_does_not_import_deepspeed():
+    code = "import sys\nfrom accelify import Accelerator\nprint('deepspeed' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout == "False\n"
+
+
+@needs_gpu
+@needs_deepspeed
+def test_deepspeed_fp16_with_optimizer_offload_on_gpus(tmp_path):
+    run = train(
+        tmp_path,
+        "fp16",
+        "--mixed-precision",
+        "fp16",
+        *ZERO[2],
+        "--offload-optimizer",
+        args=("--steps", "12", "--lr", "0.02"),
+        cpu=False,
+    )
+    assert sum(run["losses"][-4:]) < sum(run["losses"][:4])
+
+
+@needs_gpu
+def test_fsdp_bf16_on_gpus_with_nccl(tmp_path):
+    run = train(
+        tmp_path, "gpu", "--mixed-precision", "bf16", *FSDP, args=("--steps", "12"), cpu=False
+    )
+    assert sum(run["losses"][-4:]) < sum(run["losses"][:4])
