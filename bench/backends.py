@@ -1,11 +1,14 @@
-"""Engines side by side: steps/s and peak memory per rank for DDP, FSDP and ZeRO-1/2/3 on the
-same model, 2 CPU ranks, and the same through Hugging Face Accelerate where it is installed.
+"""Engines side by side: steps/s and memory per rank for DDP, FSDP (one unit, and one unit per
+layer) and ZeRO-1/2/3 on the same model, 2 CPU ranks, and through Hugging Face Accelerate where
+it is installed and really runs the engine (on CPU it answers FSDP/DeepSpeed requests with DDP:
+the row says so).
 
     python bench/backends.py [--width 1024] [--layers 8] [--steps 6]
 
-Memory is the peak resident memory of each rank above what it held before the model was built
-(parameters, gradients, Adam state, activations, communication buffers): sharding engines should
-cut it as they promise. The ratios are against accelify's DDP.
+Memory per rank, above what the process held before the model was built: the peak resident
+memory (including the engines' transient gathers and buffers), and what is resident right after
+an optimizer step (parameters, gradients and optimizer state held). Ratios are against
+accelify's DDP.
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from accelify.runtime.launcher import LOOPBACK, free_port
+
 WORKER = Path(__file__).resolve().parent / "engines_worker.py"
+TIMEOUT = 600
 
 ACCELIFY = {
     "DDP": ["--backend", "ddp"],
     "FSDP": ["--backend", "fsdp"],
+    "FSDP/layer": ["--backend", "fsdp", "--fsdp-min-num-params", "1000000"],
     "ZeRO-1": ["--backend", "deepspeed", "--zero-stage", "1"],
     "ZeRO-2": ["--backend", "deepspeed", "--zero-stage", "2"],
     "ZeRO-3": ["--backend", "deepspeed", "--zero-stage", "3"],
@@ -47,7 +54,13 @@ ACCELERATE = {
 
 
 def run(command: list[str], env: dict[str, str]) -> list[dict] | None:
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    try:
+        result = subprocess.run(
+            command, capture_output=True, text=True, env=env, check=False, timeout=TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        print(f"    no result within {TIMEOUT} s: {' '.join(command[:8])}", file=sys.stderr)
+        return None
     reports = [
         json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"rank"')
     ]
@@ -58,12 +71,16 @@ def run(command: list[str], env: dict[str, str]) -> list[dict] | None:
     return reports
 
 
-def summarise(reports: list[dict] | None) -> tuple[float, float] | None:
+def summarise(reports: list[dict] | None, engine: str) -> tuple[float, float, float] | str | None:
+    """Slowest rank's steps/s and largest peak; a note instead when the package quietly ran
+    another engine (Accelerate falls back to DDP for FSDP/DeepSpeed requests on CPU)."""
     if reports is None:
         return None
+    wrapper = reports[0]["model"]
+    if engine != "DDP" and wrapper == "DistributedDataParallel":
+        return f"ran DDP instead ({wrapper})"
     steps = min(r["steps_per_s"] for r in reports)
-    memory = max(r["peak_mib"] for r in reports)
-    return steps, memory
+    return steps, max(r["peak_mib"] for r in reports), max(r["held_mib"] for r in reports)
 
 
 def main() -> None:
@@ -77,34 +94,41 @@ def main() -> None:
     has_accelerate = importlib.util.find_spec("accelerate") is not None
     parameters = args.layers * (args.width * args.width + args.width) + args.width + 1
     print(f"model: {parameters / 1e6:.1f}M parameters (fp32, Adam), 2 CPU ranks")
-    results: dict[tuple[str, str], tuple[float, float] | None] = {}
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    results: dict[tuple[str, str], tuple[float, float, float] | str | None] = {}
+    # glibc keeps freed blocks below its (self-raising) mmap threshold in the heap, so resident
+    # memory would count tensors long gone; a fixed threshold returns them to the OS at once.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "131072"}
     for engine, flags in ACCELIFY.items():
         if engine.startswith("ZeRO") and not has_deepspeed:
             continue
         command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", *flags]
         results[("accelify", engine)] = summarise(
-            run([*command, str(WORKER), "accelify", *sizes], env)
+            run([*command, str(WORKER), "accelify", *sizes], env), engine
         )
-        if not has_accelerate:
+        if not has_accelerate or engine not in ACCELERATE:
             continue
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-        torchrun += ["--master-addr", "127.0.0.1", "--master-port", "0"]
+        torchrun += ["--master-addr", LOOPBACK, "--master-port", str(free_port())]
         hf_env = {**env, **ACCELERATE[engine], "ACCELERATE_USE_CPU": "true"}
         results[("accelerate", engine)] = summarise(
-            run([*torchrun, str(WORKER), "accelerate", *sizes], hf_env)
+            run([*torchrun, str(WORKER), "accelerate", *sizes], hf_env), engine
         )
     reference = results.get(("accelify", "DDP"))
-    header = ("engine", "package", "steps/s", "peak MiB/rank", "vs DDP", "memory vs DDP")
-    print("{:8} {:11} {:>8} {:>14} {:>7} {:>14}".format(*header))
+    if not isinstance(reference, tuple):
+        reference = None
+    header = ("engine", "package", "steps/s", "vs DDP", "peak MiB", "vs DDP", "held MiB", "vs DDP")
+    print("{:10} {:11} {:>8} {:>7} {:>9} {:>7} {:>9} {:>7}".format(*header))
     for (package, engine), measured in results.items():
-        if measured is None:
-            print(f"{engine:8} {package:11} {'failed':>8}")
+        if measured is None or isinstance(measured, str):
+            print(f"{engine:10} {package:11} {measured or 'failed'}")
             continue
-        steps, memory = measured
-        speed = steps / reference[0] if reference else float("nan")
-        share = memory / reference[1] if reference else float("nan")
-        print(f"{engine:8} {package:11} {steps:8.2f} {memory:14.0f} {speed:7.2f} {share:14.2f}")
+        cells = [f"{engine:10}", f"{package:11}"]
+        for index, width in ((0, 8), (1, 9), (2, 9)):
+            value = measured[index]
+            ratio = value / reference[index] if reference else float("nan")
+            shown = f"{value:{width}.2f}" if index == 0 else f"{value:{width}.0f}"
+            cells += [shown, f"{ratio:7.2f}"]
+        print(" ".join(cells))
 
 
 if __name__ == "__main__":

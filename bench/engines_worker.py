@@ -4,8 +4,9 @@
 
 Under `accelify launch --backend ...` (accelify) or torchrun with Accelerate's environment
 variables for FSDP/DeepSpeed (accelerate). Adam, so that optimizer state is a large part of the
-memory, as in real training. Prints one JSON line per rank: steps/s over the timed steps and the
-peak resident memory above what the process held before the model was built (MiB).
+memory, as in real training. Prints one JSON line per rank: steps/s over the timed steps, the
+peak resident memory above what the process held before the model was built, and the resident
+memory right after an optimizer step (parameters, gradients and optimizer state held), in MiB.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import importlib
 import json
 import resource
+import sys
 import time
 
 import torch
@@ -60,6 +62,7 @@ def main() -> None:
         loss = nn.functional.mse_loss(model(x), y)
         accelerator.backward(loss)
         optimizer.step()
+        held = resident_mib() - baseline  # parameters, gradients and optimizer state, after a step
         optimizer.zero_grad()
         if step + 1 == args.steps + 2:
             break
@@ -69,8 +72,12 @@ def main() -> None:
         "rank": accelerator.process_index,
         "steps_per_s": args.steps / elapsed,
         "peak_mib": peak_mib() - baseline,
+        "held_mib": held,
+        "model": type(model).__name__,  # what the engine made of it: a check that it ran
     }
-    print(json.dumps(report), flush=True)
+    # One write per line: both ranks share the pipe, and print() writes the newline separately.
+    sys.stdout.write(json.dumps(report) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

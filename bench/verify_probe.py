@@ -5,7 +5,7 @@
 Runs one training loop (an MLP on random data, SGD, one backward and one step per iteration)
 three ways, alternating over several rounds, and prints the median steps/s of each:
 the script alone; the script computing the probe's fingerprint itself after every step (one
-float64 norm per parameter, the part of the probe's cost that buys information); and the
+fp32 norm per parameter, the part of the probe's cost that buys information); and the
 script run under the probe (`python -m accelify.verify.probe`). The last two should match: the
 hooks add nothing measurable beyond the fingerprint.
 """
@@ -37,7 +37,7 @@ for _ in range(steps):
     optimizer.step()
     if fingerprint:
         with torch.no_grad():
-            norms = [float(torch.linalg.vector_norm(p, dtype=torch.float64))
+            norms = [float(torch.linalg.vector_norm(p, dtype=torch.float32))
                      for p in model.parameters()]
         float(loss.detach().double())
 print(steps / (time.perf_counter() - started))

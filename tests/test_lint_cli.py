@@ -64,6 +64,18 @@ def test_fix_applies_safe_fixes_and_fixing_again_changes_nothing(project: Path):
     assert (project / "train.py").read_text() == fixed
 
 
+def test_jobs_report_and_fix_the_same_as_one_process(project: Path):
+    for index in range(3):
+        (project / f"copy_{index}.py").write_text(BAD)
+    serial = run_accelify("lint", "--exit-zero", ".", cwd=project)
+    parallel = run_accelify("lint", "--exit-zero", "--jobs", "2", ".", cwd=project)
+    assert_ok(parallel)
+    assert parallel.stdout == serial.stdout
+    assert parallel.stderr == serial.stderr  # the summary, with the fixable count
+    assert_ok(run_accelify("lint", "--fix", "--jobs", "2", ".", cwd=project))
+    assert all("accelerator.backward(loss)" in p.read_text() for p in project.glob("*.py"))
+
+
 def test_diff_shows_fixes_without_writing(project: Path):
     result = run_accelify("lint", "--diff", "train.py", cwd=project)
     assert "+    accelerator.backward(loss)" in result.stdout

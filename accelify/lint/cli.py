@@ -59,7 +59,7 @@ def run_lint(
     if show_statistics and findings:
         click.echo(statistics(findings))
     if output_format == "text" and not diff:
-        fixable = sum(1 for f in findings if f.fix is not None)
+        fixable = sum(1 for f in findings if f.fixable)
         summary = f"Found {len(findings)} error{'s' if len(findings) != 1 else ''}."
         if fixable and not fix:
             summary += f" [*] {fixable} fixable with `accelify lint --fix`."
@@ -85,7 +85,14 @@ def _lint_all(files: list[Path], selection: Selection, fix: bool, jobs: int) -> 
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_lint_one, files, [selection] * len(files), [fix] * len(files)))
+        return list(pool.map(_lint_in_worker, files, [selection] * len(files), [fix] * len(files)))
+
+
+def _lint_in_worker(path: Path, selection: Selection, fix: bool) -> FileResult:
+    """A worker's result, made picklable: fixes were applied there (``fixed``); the plans stay."""
+    result = _lint_one(path, selection, fix)
+    result.findings = [finding.portable() for finding in result.findings]
+    return result
 
 
 def _collect(paths: list[Path], selection: Selection):

@@ -40,7 +40,7 @@ def _as_dict(finding: Finding) -> dict[str, object]:
         "message": finding.message,
         "filename": finding.path,
         "location": {"row": finding.line, "column": finding.column},
-        "fixable": finding.fix is not None,
+        "fixable": finding.fixable,
     }
 
 

@@ -1,6 +1,6 @@
 """The probe: ``python -m accelify.verify.probe SCRIPT [ARGS...]`` runs SCRIPT unmodified as
 ``__main__`` and records, for every optimizer step, the losses passed to backward since the
-previous step and a fingerprint of the stepped parameters (one float64 norm per tensor). After
+previous step and a fingerprint of the stepped parameters (one fp32 norm per tensor). After
 the configured number of steps it stops the script.
 
 It uses torch's global entry points only: the optimizer step post-hook that every optimizer
@@ -75,7 +75,7 @@ class Probe:
         index = self.optimizers.setdefault(id(optimizer), len(self.optimizers))
         with torch.no_grad():
             params = [p for group in optimizer.param_groups for p in group["params"]]
-            norms = [float(torch.linalg.vector_norm(p, dtype=torch.float64)) for p in params]
+            norms = [float(torch.linalg.vector_norm(p, dtype=torch.float32)) for p in params]
         record = {
             "step": self.step,
             "optimizer": index,

@@ -136,9 +136,10 @@ class FSDPBackend(Backend):
                 "with --backend fsdp, prepare the optimizer before it steps: its state belongs to "
                 "parameters that sharding replaces"
             )
+        models = {id(model): model for model, _ in self._names.values()}.values()
         sharded = {
             (id(model), name): parameter
-            for model, _ in self._names.values()
+            for model in models
             for name, parameter in model.named_parameters()
         }
         groups = []
