@@ -2,7 +2,14 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, Loop, ScriptModel, dotted, target_names
+from accelify.analysis.script_model import (
+    Kind,
+    Loop,
+    ScriptModel,
+    Visitor,
+    dotted,
+    target_names,
+)
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
 
 _EVAL = (
@@ -81,7 +88,7 @@ def _first_accumulation(loop: Loop, local: set[str]) -> tuple[str, cst.CSTNode] 
     """The first ``total += <per-batch value>`` or ``total.append(<per-batch value>)`` whose
     target lives outside the loop."""
 
-    class Finder(cst.CSTVisitor):
+    class Finder(Visitor):
         def __init__(self) -> None:
             self.found: tuple[str, cst.CSTNode] | None = None
 
@@ -117,7 +124,7 @@ def _first_accumulation(loop: Loop, local: set[str]) -> tuple[str, cst.CSTNode] 
 
 
 def _mentions(node: cst.CSTNode, names: set[str]) -> bool:
-    class Names(cst.CSTVisitor):
+    class Names(Visitor):
         found = False
 
         def visit_Name(self, name: cst.Name) -> None:
@@ -130,7 +137,7 @@ def _mentions(node: cst.CSTNode, names: set[str]) -> bool:
 
 
 def _assigned_in(body: cst.CSTNode) -> set[str]:
-    class Assigned(cst.CSTVisitor):
+    class Assigned(Visitor):
         def __init__(self) -> None:
             self.names: set[str] = set()
 

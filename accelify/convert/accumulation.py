@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, Loop, ScriptModel, dotted
+from accelify.analysis.script_model import Kind, Loop, ScriptModel, Visitor, dotted
 from accelify.convert.plan import Plan, expression
 
 
@@ -183,7 +183,7 @@ def _find_division(
 
 
 def _tests_modulo(test: cst.BaseExpression, steps_code: str, model: ScriptModel) -> bool:
-    class Modulo(cst.CSTVisitor):
+    class Modulo(Visitor):
         found = False
 
         def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:

@@ -18,6 +18,7 @@ from accelify.analysis.script_model import (
     Loop,
     Scope,
     ScriptModel,
+    Visitor,
     dotted,
     root_name,
     strip_self_methods,
@@ -820,7 +821,7 @@ def _move_receiver(call: cst.Call) -> cst.BaseExpression | None:
 def _batch_moves_in(node: cst.CSTNode, batch: set[str]) -> list[cst.Call]:
     found: list[cst.Call] = []
 
-    class Moves(cst.CSTVisitor):
+    class Moves(Visitor):
         def visit_Call(self, call: cst.Call) -> None:
             receiver = _move_receiver(call)
             if receiver is not None and root_name(receiver) in batch:

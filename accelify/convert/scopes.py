@@ -16,6 +16,7 @@ from accelify.analysis.script_model import (
     Loop,
     Scope,
     ScriptModel,
+    Visitor,
     dotted,
     root_name,
     target_names,
@@ -35,7 +36,7 @@ class Scopes:
         if self._nodes is None:
             collected: list[cst.CSTNode] = []
 
-            class Everything(cst.CSTVisitor):
+            class Everything(Visitor):
                 def on_visit(self, node: cst.CSTNode) -> bool:
                     collected.append(node)
                     return True
