@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,6 +80,10 @@ def _no_user_config(
 ) -> None:
     """Tests never read the developer's ~/.config/accelify/config.yaml."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
+    if shutil.which("nvidia-smi") is None:
+        # HF Accelerate imports DeepSpeed when it is installed, and DeepSpeed then prints a
+        # "Setting accelerator to CPU" warning on stdout; on a machine without GPUs, say it first.
+        monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     for name in list(os.environ):
         if name.startswith("ACCELIFY_"):
             monkeypatch.delenv(name)

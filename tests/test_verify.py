@@ -41,7 +41,7 @@ def test_runnable_conversions_verify_clean(script: Path, tmp_path: Path):
 def test_broken_conversions_are_caught_by_the_right_check(broken: Path, tmp_path: Path):
     expect = broken.read_text().splitlines()[0].removeprefix("# expect: ")
     check, words = expect.split(": ", 1)
-    result = verify(ORIGINAL, broken, "--json", "--timeout", "45", cwd=tmp_path)
+    result = verify(ORIGINAL, broken, "--json", "--timeout", "30", cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["passed"] is False

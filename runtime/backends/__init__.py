@@ -5,6 +5,8 @@ DeepSpeed is imported only when ``--backend deepspeed`` is used (it is an option
 
 from __future__ import annotations
 
+import os
+
 from accelify.runtime import backend_options
 from accelify.runtime.backends.base import Backend
 from accelify.runtime.gradient_state import GradientState
@@ -28,6 +30,10 @@ def create_backend(
 
         return FSDPBackend(state, mixed_precision, options)  # type: ignore[arg-type]
     if name == "deepspeed":
+        if state.device.type == "cpu":
+            # DeepSpeed would probe for GPUs and print a warning on stdout before choosing the
+            # CPU; this run is on the CPU by decision, so say so.
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
         from accelify.runtime.backends.deepspeed import DeepSpeedBackend
 
         return DeepSpeedBackend(state, mixed_precision, options, gradient_state)  # type: ignore[arg-type]
