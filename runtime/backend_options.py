@@ -100,6 +100,11 @@ def check(
     if backend == "fsdp":
         if fsdp.min_num_params is not None and fsdp.min_num_params < 1:
             raise UserError("--fsdp-min-num-params must be >= 1")
+        if fsdp.cpu_offload and on_cpu:
+            raise UserError(
+                "--fsdp-cpu-offload moves parameters from GPU to CPU memory, and this run is on "
+                "the CPU already; drop it"
+            )
         if fsdp.activation_checkpointing and not (fsdp.auto_wrap or fsdp.min_num_params):
             raise UserError(
                 "--fsdp-activation-checkpointing recomputes the wrapped blocks: name them with "

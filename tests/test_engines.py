@@ -33,7 +33,7 @@ needs_gpu = pytest.mark.skipif(
 )
 
 FSDP = ("--backend", "fsdp", "--fsdp-auto-wrap", "Block")
-FSDP_BY_SIZE = ("--backend", "fsdp", "--fsdp-min-num-params", "1000")
+FSDP_BY_SIZE = ("--backend", "fsdp", "--fsdp-min-num-params", "1000", "--fsdp-keep-after-forward")
 ACCUMULATE = ("--accumulate", "2")
 ZERO = {stage: ("--backend", "deepspeed", "--zero-stage", str(stage)) for stage in (1, 2, 3)}
 
@@ -181,6 +181,7 @@ def test_a_converted_script_runs_unchanged(flags, tmp_path):
         (("--backend", "fsdp", "--mixed-precision", "fp16"), "fp16 needs CUDA GPUs"),
         (("--backend", "fsdp", "--zero-stage", "2"), "--zero-stage applies to --backend deepspeed"),
         (("--fsdp-cpu-offload",), "--fsdp-cpu-offload applies to --backend fsdp"),
+        (("--backend", "fsdp", "--fsdp-cpu-offload"), "this run is on the CPU already"),
         (
             ("--backend", "fsdp", "--fsdp-activation-checkpointing"),
             "name them with --fsdp-auto-wrap",
@@ -262,8 +263,7 @@ def test_deepspeed_fp16_with_optimizer_offload_on_gpus(tmp_path):
 
 
 @needs_gpu
-def test_fsdp_bf16_on_gpus_with_nccl(tmp_path):
-    run = train(
-        tmp_path, "gpu", "--mixed-precision", "bf16", *FSDP, args=("--steps", "12"), cpu=False
-    )
+def test_fsdp_bf16_with_cpu_offload_on_gpus_with_nccl(tmp_path):
+    flags = ("--mixed-precision", "bf16", *FSDP, "--fsdp-cpu-offload")
+    run = train(tmp_path, "gpu", *flags, args=("--steps", "12"), cpu=False)
     assert sum(run["losses"][-4:]) < sum(run["losses"][:4])
