@@ -242,7 +242,11 @@ def rules(code: str | None) -> None:
     help="FSDP: shard every submodule with at least this many parameters as its own unit.",
 )
 @click.option(
-    "--fsdp-cpu-offload", "cpu_offload", is_flag=True, default=None, help="FSDP: parameters on CPU."
+    "--fsdp-cpu-offload",
+    "cpu_offload",
+    is_flag=True,
+    default=None,
+    help="FSDP: parameters in CPU memory (GPU runs).",
 )
 @click.option(
     "--fsdp-activation-checkpointing",
