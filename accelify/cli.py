@@ -308,6 +308,8 @@ def launch(
     \b
     Examples:
       accelify launch --cpu -n 2 train.py --epochs 3
+      accelify launch -n 8 --backend fsdp --fsdp-auto-wrap DecoderLayer train.py
+      accelify launch -n 8 --backend deepspeed --zero-stage 3 train.py
       accelify launch --config-file cluster.yaml -m mypkg.train
     """
     from accelify.runtime.config import LaunchConfig, default_config_path, load_config
