@@ -45,17 +45,39 @@ class DeepSpeedOptions:
 
 
 OPTIONS = {"fsdp": FSDPOptions, "deepspeed": DeepSpeedOptions}
-FLAG_NAMES = {
-    "reshard_after_forward": "--fsdp-reshard-after-forward",
-    "auto_wrap": "--fsdp-auto-wrap",
-    "min_num_params": "--fsdp-min-num-params",
-    "cpu_offload": "--fsdp-cpu-offload",
-    "activation_checkpointing": "--fsdp-activation-checkpointing",
-    "zero_stage": "--zero-stage",
-    "offload_optimizer": "--offload-optimizer",
-    "offload_params": "--offload-params",
-    "config_file": "--deepspeed-config",
+#: Each option's `accelify launch` flag: its click destination -> (backend, option, flag).
+FLAGS = {
+    "reshard_after_forward": ("fsdp", "reshard_after_forward", "--fsdp-reshard-after-forward"),
+    "auto_wrap": ("fsdp", "auto_wrap", "--fsdp-auto-wrap"),
+    "min_num_params": ("fsdp", "min_num_params", "--fsdp-min-num-params"),
+    "cpu_offload": ("fsdp", "cpu_offload", "--fsdp-cpu-offload"),
+    "activation_checkpointing": (
+        "fsdp",
+        "activation_checkpointing",
+        "--fsdp-activation-checkpointing",
+    ),
+    "zero_stage": ("deepspeed", "zero_stage", "--zero-stage"),
+    "offload_optimizer": ("deepspeed", "offload_optimizer", "--offload-optimizer"),
+    "offload_params": ("deepspeed", "offload_params", "--offload-params"),
+    "deepspeed_config_file": ("deepspeed", "config_file", "--deepspeed-config"),
 }
+_FLAG_OF = {(backend, option): flag for backend, option, flag in FLAGS.values()}
+
+
+def class_names(text: str) -> tuple[str, ...]:
+    """``"BertLayer, Block"`` -> ``("BertLayer", "Block")``."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def parse_options(options: type[Any], values: Mapping[str, Any]) -> Any:
+    """An options object from a mapping of option names (config file section, environment)."""
+    names = {item.name for item in fields(options)}
+    unknown = set(values) - names
+    if unknown:
+        raise ValueError(f"unknown option {sorted(unknown)[0]!r}; expected one of {sorted(names)}")
+    if "auto_wrap" in values:
+        values = {**values, "auto_wrap": tuple(values["auto_wrap"])}
+    return options(**values)
 
 
 def given(options: FSDPOptions | DeepSpeedOptions) -> dict[str, Any]:
@@ -72,14 +94,7 @@ def from_env(backend: str, text: str | None) -> FSDPOptions | DeepSpeedOptions |
     options = OPTIONS.get(backend)
     if options is None:
         return None
-    values = json.loads(text) if text else {}
-    names = {field.name for field in fields(options)}
-    unknown = set(values) - names
-    if unknown:
-        raise ValueError(f"unknown {backend} options: {', '.join(sorted(unknown))}")
-    if "auto_wrap" in values:
-        values["auto_wrap"] = tuple(values["auto_wrap"])
-    return options(**values)
+    return parse_options(options, json.loads(text) if text else {})
 
 
 def deepspeed_installed() -> bool:
@@ -95,7 +110,7 @@ def check(
     """Refuse what the chosen backend cannot honour, with the flag to change."""
     for name, options in (("fsdp", fsdp), ("deepspeed", deepspeed)):
         if name != backend and given(options):
-            flags = ", ".join(FLAG_NAMES[key] for key in given(options))
+            flags = ", ".join(_FLAG_OF[(name, key)] for key in given(options))
             raise UserError(f"{flags} applies to --backend {name}, and this run uses {backend}")
     if backend == "fsdp":
         if fsdp.min_num_params is not None and fsdp.min_num_params < 1:
@@ -202,8 +217,8 @@ def fsdp_from_hf(values: Mapping[str, Any]) -> FSDPOptions:
         elif key == "fsdp_reshard_after_forward":
             settings["reshard_after_forward"] = _bool(key, value)
         elif key == "fsdp_transformer_layer_cls_to_wrap":
-            names = value if isinstance(value, list) else str(value).split(",")
-            settings["auto_wrap"] = tuple(name.strip() for name in names if name.strip())
+            names = ",".join(value) if isinstance(value, list) else str(value)
+            settings["auto_wrap"] = class_names(names)
         elif key == "fsdp_min_num_params":
             settings["min_num_params"] = int(value)
         elif key == "fsdp_offload_params":

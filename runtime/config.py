@@ -20,6 +20,7 @@ from accelify.runtime.backend_options import (
     FSDPOptions,
     deepspeed_from_hf,
     fsdp_from_hf,
+    parse_options,
 )
 from accelify.runtime.environment import BACKEND_CHOICES, MIXED_PRECISION_CHOICES
 
@@ -178,9 +179,9 @@ def load_config(path: Path) -> LaunchConfig:
             elif key == "distributed_type":
                 settings["backend"] = _hf_distributed_type(value)
             elif key == "fsdp":
-                settings["fsdp"] = _options(value, FSDPOptions)
+                settings["fsdp"] = parse_options(FSDPOptions, _mapping(value))
             elif key == "deepspeed":
-                settings["deepspeed"] = _options(value, DeepSpeedOptions)
+                settings["deepspeed"] = parse_options(DeepSpeedOptions, _mapping(value))
             elif key == "fsdp_config":
                 settings["fsdp"] = fsdp_from_hf(_mapping(value))
             elif key == "deepspeed_config":
@@ -202,18 +203,6 @@ def _mapping(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError("expected a mapping")
     return value
-
-
-def _options(value: Any, options: type) -> Any:
-    """``fsdp:``/``deepspeed:`` sections with accelify's own option names."""
-    values = _mapping(value)
-    names = {item.name for item in fields(options)}
-    unknown = set(values) - names
-    if unknown:
-        raise ValueError(f"unknown option {sorted(unknown)[0]!r}; expected one of {sorted(names)}")
-    if "auto_wrap" in values:
-        values = {**values, "auto_wrap": tuple(values["auto_wrap"])}
-    return options(**values)
 
 
 def write_config(config: LaunchConfig, path: Path) -> Path:

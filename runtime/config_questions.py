@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from accelify.runtime.backend_options import DeepSpeedOptions, FSDPOptions
+from accelify.runtime.backend_options import DeepSpeedOptions, FSDPOptions, class_names
 from accelify.runtime.config import LaunchConfig
 from accelify.runtime.environment import BACKEND_CHOICES, MIXED_PRECISION_CHOICES
 
@@ -59,7 +59,7 @@ def ask() -> LaunchConfig:
                 "FSDP: reshard parameters after forward (full shard; no: shard grad-op)?",
                 default=True,
             ),
-            auto_wrap=tuple(n.strip() for n in blocks.split(",") if n.strip()) or None,
+            auto_wrap=class_names(blocks) or None,
             activation_checkpointing=click.confirm(
                 "FSDP: recompute the blocks' activations in backward?", default=False
             )

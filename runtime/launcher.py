@@ -36,30 +36,16 @@ def merge(file_config: LaunchConfig, overrides: dict[str, object]) -> LaunchConf
     option by option for the backends' options too."""
     given = {key: value for key, value in overrides.items() if value is not None}
     if isinstance(given.get("auto_wrap"), str):
-        given["auto_wrap"] = tuple(n.strip() for n in str(given["auto_wrap"]).split(",") if n)
+        given["auto_wrap"] = backend_options.class_names(str(given["auto_wrap"]))
     for section in ("fsdp", "deepspeed"):
         flags = {
-            option: given.pop(flag)
-            for flag, (owner, option) in _BACKEND_FLAGS.items()
-            if owner == section and flag in given
+            option: given.pop(dest)
+            for dest, (owner, option, _) in backend_options.FLAGS.items()
+            if owner == section and dest in given
         }
         if flags:
             given[section] = replace(getattr(file_config, section), **flags)
     return replace(file_config, **given)
-
-
-#: Backend option flags: their destination names, and the option each sets.
-_BACKEND_FLAGS = {
-    "reshard_after_forward": ("fsdp", "reshard_after_forward"),
-    "auto_wrap": ("fsdp", "auto_wrap"),
-    "min_num_params": ("fsdp", "min_num_params"),
-    "cpu_offload": ("fsdp", "cpu_offload"),
-    "activation_checkpointing": ("fsdp", "activation_checkpointing"),
-    "zero_stage": ("deepspeed", "zero_stage"),
-    "offload_optimizer": ("deepspeed", "offload_optimizer"),
-    "offload_params": ("deepspeed", "offload_params"),
-    "deepspeed_config_file": ("deepspeed", "config_file"),
-}
 
 
 def check(plan: LaunchPlan, cuda_available: bool) -> None:
