@@ -3,7 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, ScriptModel, dotted
-from accelify.lint.rule import Example, Finding, Rule, calls
+from accelify.lint.rule import Example, Finding, Rule, calls, steps_argument
 
 _IMPORT = "from accelify import Accelerator\n"
 
@@ -43,7 +43,7 @@ class AccumulationSettings(Rule):
         if not accelerators:
             return
         names = {binding.name for binding in accelerators}
-        steps_set = any(_sets_steps(binding.value) for binding in accelerators)
+        steps_set = any(steps_argument(binding.value) is not None for binding in accelerators)
         accumulate_calls = [
             call
             for call in calls(script)
@@ -55,15 +55,8 @@ class AccumulationSettings(Rule):
             yield self.finding(script, accumulate_calls[0])
         elif steps_set and not accumulate_calls:
             for binding in accelerators:
-                if _sets_steps(binding.value):
+                if steps_argument(binding.value) is not None:
                     yield self.finding(script, binding.value)
-
-
-def _sets_steps(value: cst.BaseExpression) -> bool:
-    return isinstance(value, cst.Call) and any(
-        a.keyword is not None and a.keyword.value == "gradient_accumulation_steps"
-        for a in value.args
-    )
 
 
 def _steps_assigned(script: ScriptModel, names: set[str]) -> bool:

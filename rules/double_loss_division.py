@@ -3,7 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, ScriptModel, dotted
-from accelify.lint.rule import Example, Finding, Rule, calls
+from accelify.lint.rule import Example, Finding, Rule, calls, steps_argument
 
 _SETUP = (
     "from accelify import Accelerator\n"
@@ -96,11 +96,10 @@ class DoubleLossDivision(Rule):
 def _configured_steps(script: ScriptModel) -> str | None:
     """The code of ``gradient_accumulation_steps=...`` when it is set (and not to 1)."""
     for binding in script.of_kind(Kind.ACCELERATOR):
-        if isinstance(binding.value, cst.Call):
-            for argument in binding.value.args:
-                if argument.keyword and argument.keyword.value == "gradient_accumulation_steps":
-                    code = script.module.code_for_node(argument.value)
-                    return None if code == "1" else code
+        argument = steps_argument(binding.value)
+        if argument is not None:
+            code = script.module.code_for_node(argument.value)
+            return None if code == "1" else code
     for name in script.names_of(Kind.ACCELERATOR):
         if f"{name}.gradient_accumulation_steps =" in script.module.code:
             return f"{name}.gradient_accumulation_steps"

@@ -10,7 +10,7 @@ from accelify.analysis.script_model import (
     dotted,
     target_names,
 )
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_in
 
 _EVAL = (
     HEADER
@@ -63,8 +63,7 @@ class UngatheredMetric(Rule):
         for loop in script.loops:
             if not loop.evaluates or loop.iterable not in prepared:
                 continue
-            inside = [c for c in all_calls if any(a is loop.node for a in script.ancestors(c))]
-            if any(_is_collective(call, accelerators) for call in inside):
+            if any(_is_collective(call, accelerators) for call in calls_in(script, loop.node)):
                 continue
             local = _assigned_in(loop.node.body) | loop.batch_names
             accumulation = _first_accumulation(loop, local)

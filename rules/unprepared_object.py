@@ -3,7 +3,15 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, Loop, ScriptModel, dotted
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, optimizer_models
+from accelify.lint.rule import (
+    HEADER,
+    Example,
+    Finding,
+    Rule,
+    calls,
+    calls_in,
+    optimizer_models,
+)
 
 _OBJECTS = (
     "import torch\n"
@@ -105,7 +113,7 @@ class UnpreparedObject(Rule):
         trained_models = set(optimizer_models(script).values())
         optimizers = script.names_of(Kind.OPTIMIZER)
         schedulers = script.names_of(Kind.SCHEDULER)
-        inside = {id(n) for loop in training for n in _direct_calls(script, loop)}
+        inside = {id(call) for loop in training for call in calls_in(script, loop.node)}
         for call in calls(script):
             if id(call) not in inside or script.under_rank_guard(call):
                 continue
@@ -163,7 +171,3 @@ def _prepared_inline(loop: Loop) -> bool:
             return False
         node = node.args[0].value
     return False
-
-
-def _direct_calls(script: ScriptModel, loop: Loop) -> list[cst.Call]:
-    return [call for call in calls(script) if any(a is loop.node for a in script.ancestors(call))]

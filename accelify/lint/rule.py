@@ -74,6 +74,11 @@ def loop_of(script: ScriptModel, node: cst.CSTNode) -> cst.For | None:
     return None
 
 
+def calls_in(script: ScriptModel, node: cst.CSTNode) -> list[cst.Call]:
+    """The calls somewhere under ``node`` (a loop, a block), in source order."""
+    return [call for call in script.calls if any(a is node for a in script.ancestors(call))]
+
+
 def under_rank_guard(script: ScriptModel, node: cst.CSTNode) -> bool:
     return script.under_rank_guard(node)
 
@@ -85,6 +90,21 @@ def receiver(call: cst.Call) -> str | None:
 def calls(script: ScriptModel) -> list[cst.Call]:
     """Every call in the file, in source order (collected once, by the analysis)."""
     return script.calls
+
+
+def steps_argument(accelerator: cst.BaseExpression) -> cst.Arg | None:
+    """The ``gradient_accumulation_steps=`` argument of an ``Accelerator(...)`` call, if given."""
+    if not isinstance(accelerator, cst.Call):
+        return None
+    return next(
+        (
+            argument
+            for argument in accelerator.args
+            if argument.keyword is not None
+            and argument.keyword.value == "gradient_accumulation_steps"
+        ),
+        None,
+    )
 
 
 def optimizer_models(script: ScriptModel) -> dict[str, str]:
