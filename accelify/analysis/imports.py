@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
+from libcst.helpers import get_full_name_for_node
 
 
 @dataclass
@@ -60,11 +61,9 @@ class ImportTable:
 
 
 def _name(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return f"{_name(node.value)}.{node.attr.value}"
-    raise TypeError(f"not a dotted name: {type(node).__name__}")
+    name = get_full_name_for_node(node)  # import names are always dotted Names
+    assert name is not None
+    return name
 
 
 def _top_level_statements(body: object) -> list[cst.CSTNode]:
