@@ -34,11 +34,7 @@ class Run:
     returncode: int | None  # None: stopped by the parent
     output: str
     ranks: list[list[StepRecord]] = field(default_factory=list)
-    hung: bool = False  # a rank was still running at the deadline
-
-    @property
-    def timed_out(self) -> bool:
-        return self.hung
+    timed_out: bool = False  # a rank was still running at the deadline
 
     @property
     def failed(self) -> bool:
@@ -71,7 +67,7 @@ class StartedRun:
 
     def finish(self) -> Run:
         returncode = _wait(self.process, max(0.0, self.deadline - time.time()) + GRACE)
-        hung = returncode is None or any(
+        timed_out = returncode is None or any(
             hang_marker(self.records, rank).exists() for rank in range(self.processes)
         )
         return Run(
@@ -80,7 +76,7 @@ class StartedRun:
             returncode,
             self.log.read_bytes().decode("utf-8", errors="replace"),
             [read_records(self.records, rank) for rank in range(self.processes)],
-            hung,
+            timed_out,
         )
 
     def stop(self) -> None:

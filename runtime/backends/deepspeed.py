@@ -12,6 +12,7 @@ is ``engine.step`` and its ``zero_grad`` a no-op, ``clip_grad_norm_`` becomes th
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ QUIET = 2**31 - 1  # steps_per_print: DeepSpeed's own progress lines stay off un
 class DeepSpeedBackend(Backend):
     name = "deepspeed"
     scales_loss_for_accumulation = True
+    scales_fp16 = True
 
     def __init__(
         self,
@@ -52,10 +54,6 @@ class DeepSpeedBackend(Backend):
     @property
     def owns_checkpoints(self) -> bool:  # type: ignore[override]
         return self.state.distributed
-
-    @property
-    def scales_fp16(self) -> bool:
-        return True
 
     def wrap_model(self, model: torch.nn.Module, companions: Sequence[Any]) -> torch.nn.Module:
         model = model.to(self.state.device)
@@ -177,10 +175,13 @@ class DeepSpeedBackend(Backend):
         if model.bfloat16_enabled() or model.fp16_enabled():
             return _fp32_from_checkpoint(model, self.state.is_main_process)
         module = model.module
-        if model.zero_optimization_stage() == 3:
-            with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
-                return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-        return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+        gathered = (
+            deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
+            if model.zero_optimization_stage() == 3  # partitioned: gather the full tensors
+            else contextlib.nullcontext()
+        )
+        with gathered:
+            return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 
     def save_checkpoint(
         self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
