@@ -83,10 +83,6 @@ def under_rank_guard(script: ScriptModel, node: cst.CSTNode) -> bool:
     return script.under_rank_guard(node)
 
 
-def receiver(call: cst.Call) -> str | None:
-    return dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
-
-
 def calls(script: ScriptModel) -> list[cst.Call]:
     """Every call in the file, in source order (collected once, by the analysis)."""
     return script.calls
