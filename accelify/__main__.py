@@ -1,3 +1,3 @@
 from accelify.cli import main
 
-main()
+main(prog_name="accelify")

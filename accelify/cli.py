@@ -15,6 +15,7 @@ import click
 
 from accelify import __version__
 from accelify.errors import UserError
+from accelify.requirements import require_runtime, version_line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,8 +25,21 @@ def _fail(error: UserError) -> None:
     sys.exit(2)
 
 
+def _show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_line(__version__))
+        ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="accelify")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show accelify's version and the torch and DeepSpeed it would run with.",
+)
 def main() -> None:
     """Make a single-device PyTorch training script distributed, and keep it correct."""
 
@@ -170,9 +184,7 @@ def rules(code: str | None) -> None:
     sys.exit(show_rules(code))
 
 
-@main.command(
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-)
+@main.command(context_settings={"allow_interspersed_args": False})
 @click.option(
     "-n",
     "--num-processes",
@@ -317,6 +329,7 @@ def launch(
     from accelify.runtime.launcher import launch as run_plan
 
     try:
+        require_runtime("accelify launch")
         path = config_file or default_config_path()
         if config_file is not None and not config_file.exists():
             raise UserError("config file not found", str(config_file))
@@ -325,6 +338,9 @@ def launch(
         sys.exit(run_plan(plan))
     except UserError as error:
         _fail(error)
+    except KeyboardInterrupt:  # Ctrl-C before any rank started (torch still importing)
+        click.echo("accelify launch: stopped by SIGINT before any rank started", err=True)
+        sys.exit(130)
 
 
 class _ScriptArgsCommand(click.Command):
@@ -403,6 +419,7 @@ def verify(
     from accelify.verify.cli import run_verify
 
     try:
+        require_runtime("accelify verify")
         code = run_verify(
             original,
             converted,
@@ -437,6 +454,11 @@ def config(use_defaults: bool, config_file: Path | None) -> None:
     from accelify.runtime.config_questions import ask, detect
 
     path = config_file or default_config_path()
+    if use_defaults:
+        try:
+            require_runtime("accelify config --default (it looks for GPUs through torch)")
+        except UserError as error:
+            _fail(error)
     settings = detect() if use_defaults else ask()
     write_config(settings, path)
     click.echo(f"accelify config written to {path}")

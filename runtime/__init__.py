@@ -24,5 +24,13 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ModuleNotFoundError as error:
+            from accelify.requirements import RUNTIME_MODULES, runtime_import_error
+
+            if error.name not in RUNTIME_MODULES:
+                raise
+            raise runtime_import_error(error) from None
+        return getattr(module, name)
     raise AttributeError(f"module 'accelify.runtime' has no attribute {name!r}")

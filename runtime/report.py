@@ -2,36 +2,46 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import sys
 
 from accelify import __version__
 from accelify.errors import UserError
+from accelify.requirements import INSTALL_RUNTIME, installed_version
 from accelify.runtime.config import default_config_path, load_config
 from accelify.runtime.environment import DOCUMENTED
 
 
 def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+    return installed_version(package) or "not installed"
 
 
 def environment_report() -> str:
-    import torch
-
     lines = [
         f"- accelify: {__version__}",
         f"- Python: {sys.version.split()[0]} ({sys.executable})",
         f"- platform: {platform.platform()}",
-        f"- torch: {torch.__version__} (CUDA build: {torch.version.cuda or 'none'})",
+    ]
+    if installed_version("torch") is None:
+        lines.append(f"- torch: not installed (launch and verify need {INSTALL_RUNTIME})")
+    else:
+        lines += _torch_lines()
+    lines += [
         f"- libcst: {_version('libcst')}",
         f"- deepspeed: {_version('deepspeed')}",
         f"- CPU cores: {os.cpu_count()}",
     ]
+    lines += _config_lines()
+    set_vars = {name: os.environ[name] for name in DOCUMENTED if name in os.environ}
+    lines.append(f"- ACCELIFY_* set: {set_vars or 'none'}")
+    return "\n".join(lines)
+
+
+def _torch_lines() -> list[str]:
+    import torch
+
+    lines = [f"- torch: {torch.__version__} (CUDA build: {torch.version.cuda or 'none'})"]
     if torch.cuda.is_available():
         names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         lines.append(f"- GPUs: {len(names)} ({', '.join(names)})")
@@ -42,6 +52,11 @@ def environment_report() -> str:
         f"- distributed backends: gloo={torch.distributed.is_gloo_available()}, "
         f"nccl={torch.distributed.is_nccl_available()}"
     )
+    return lines
+
+
+def _config_lines() -> list[str]:
+    lines = []
     path = default_config_path()
     if path.exists():
         try:
@@ -52,6 +67,4 @@ def environment_report() -> str:
             lines.append(f"- config ({path}): invalid: {error}")
     else:
         lines.append(f"- config: none ({path} does not exist)")
-    set_vars = {name: os.environ[name] for name in DOCUMENTED if name in os.environ}
-    lines.append(f"- ACCELIFY_* set: {set_vars or 'none'}")
-    return "\n".join(lines)
+    return lines
