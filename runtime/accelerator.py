@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from accelify.runtime import checkpoint, operations
+from accelify.runtime import checkpoint, operations, pending_work
 from accelify.runtime.backends import create_backend
 from accelify.runtime.data import PreparedDataLoader
 from accelify.runtime.environment import LaunchSettings
@@ -259,7 +259,8 @@ class Accelerator:
             loss = loss / self.gradient_accumulation_steps
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
-        self.backend.backward(loss, self.sync_gradients, **kwargs)
+        with pending_work.tracked(self.state.distributed):
+            self.backend.backward(loss, self.sync_gradients, **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import atexit
 import gc
 import os
-import sys
 import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from accelify.runtime import failure_record, pending_work
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
 
@@ -96,14 +97,15 @@ def _init_process_group(
 
 
 class _ExitGuard:
-    """Close the process group when a script ends without `end_training`.
+    """Leave the process group cleanly at exit, whether or not the script called `end_training`.
 
-    Left open, a gloo group can abort one rank at interpreter exit ("terminate called without
-    an active exception", about one run in ten) when its peer has already gone. Waiting for
-    every rank first avoids that. The wait goes through the store, not a collective, so it is
-    bounded: after an uncaught exception nobody waits (the other ranks are being stopped), and
-    a rank that leaves early with ``sys.exit`` waits at most `EXIT_WAIT` for ranks that will not
-    come.
+    Three things must happen while the interpreter is still whole (see
+    `accelify.runtime.pending_work` for what goes wrong otherwise): every rank has finished its
+    collectives, DDP wrappers have let go of the group, and the communication threads have freed
+    every work a backward launched. Waiting for the other ranks goes through the store, not a
+    collective, so it is bounded: after an uncaught exception nobody waits (the other ranks are
+    being stopped), and a rank that leaves early with ``sys.exit`` waits at most `EXIT_WAIT` for
+    ranks that will not come.
     """
 
     EXIT_WAIT = timedelta(seconds=10)
@@ -111,27 +113,25 @@ class _ExitGuard:
 
     @classmethod
     def install(cls, store: dist.Store, rank: int, world_size: int) -> None:
-        previous = sys.excepthook
-
-        def record(*exc_info: object) -> None:
-            cls.crashed = True
-            previous(*exc_info)  # type: ignore[arg-type]
-
-        sys.excepthook = record
+        failure_record.install(rank, on_exception=cls.mark_crashed)
         atexit.register(cls.close, store, rank, world_size)
 
     @classmethod
+    def mark_crashed(cls) -> None:
+        cls.crashed = True
+
+    @classmethod
     def close(cls, store: dist.Store, rank: int, world_size: int) -> None:
-        if not dist.is_initialized():
-            return
-        if not cls.crashed:
-            try:
-                store.set(f"left/{rank}", "1")
-                store.wait([f"left/{other}" for other in range(world_size)], cls.EXIT_WAIT)
-            except RuntimeError:  # DistStoreError included
-                pass  # a rank that left early, or a store already gone: nothing to wait for
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            if not cls.crashed:
+                try:
+                    store.set(f"left/{rank}", "1")
+                    store.wait([f"left/{other}" for other in range(world_size)], cls.EXIT_WAIT)
+                except RuntimeError:  # DistStoreError included
+                    pass  # a rank that left early, or a store already gone: nothing to wait for
+            dist.destroy_process_group()
         _release_wrapped_models()
+        pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())
 
 
 def _release_wrapped_models() -> None:
