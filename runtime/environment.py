@@ -17,6 +17,7 @@ GRADIENT_ACCUMULATION_STEPS = "ACCELIFY_GRADIENT_ACCUMULATION_STEPS"
 USE_CPU = "ACCELIFY_USE_CPU"
 BACKEND = "ACCELIFY_BACKEND"
 BACKEND_OPTIONS = "ACCELIFY_BACKEND_OPTIONS"
+FAILURE_DIR = "ACCELIFY_FAILURE_DIR"
 
 #: Every variable of the contract, with what it means; `accelify env` and the README list these.
 DOCUMENTED = {
@@ -25,6 +26,7 @@ DOCUMENTED = {
     USE_CPU: "true | false: force the CPU even where CUDA is available",
     BACKEND: "ddp | fsdp | deepspeed: the engine that wraps prepared models",
     BACKEND_OPTIONS: "JSON: the chosen backend's options (sharding, offload, ZeRO stage, ...)",
+    FAILURE_DIR: "a directory: each rank records its uncaught exception there (set by launch)",
 }
 
 MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")

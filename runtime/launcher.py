@@ -8,17 +8,19 @@ before any process starts.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import sys
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accelify.errors import UserError
-from accelify.runtime import backend_options
+from accelify.runtime import backend_options, foreign_accelerator, launch_outcome
 from accelify.runtime.config import LaunchConfig
-from accelify.runtime.environment import LaunchSettings
+from accelify.runtime.environment import FAILURE_DIR, LaunchSettings
 
 LOOPBACK = "127.0.0.1"
 
@@ -118,29 +120,57 @@ def runtime_settings(config: LaunchConfig) -> LaunchSettings:
 
 
 def launch(plan: LaunchPlan) -> int:
-    """Run the plan; returns the exit code (the first failed rank's, or 0)."""
+    """Run the plan; returns the exit code (the failed rank's, 128 + N for signal N, or 0)."""
     import torch
     from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     check(plan, torch.cuda.is_available())
     processes = plan.config.num_processes
     if processes is None:
         processes = 1 if plan.config.use_cpu else max(torch.cuda.device_count(), 1)
+    _check_foreign_accelerator(plan, processes, torch.cuda.is_available())
     os.environ.update(runtime_settings(plan.config).to_env())
     if plan.config.use_cpu or not torch.cuda.is_available():
         # torchrun would set 1 thread per process and warn; a CPU run shares the cores out.
         threads = max((os.cpu_count() or 1) // max(processes, 1), 1)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     arguments = torchrun.parse_args(torchrun_arguments(plan, processes))
-    try:
-        torchrun.run(arguments)
-    except ChildFailedError as error:
-        rank, failure = error.get_first_failure()
-        if failure.exitcode < 0:
-            how = f"was killed by {signal.Signals(-failure.exitcode).name}"
+    _quiet_agent_warnings()
+    with tempfile.TemporaryDirectory(prefix="accelify-launch-") as records:
+        os.environ[FAILURE_DIR] = records
+        try:
+            torchrun.run(arguments)
+        except ChildFailedError as error:
+            text, code = launch_outcome.failed_run(error.failures, Path(records))
+        except SignalException as error:
+            text, code = launch_outcome.stopped(int(error.sigval))
+        except KeyboardInterrupt:  # before the agent took over SIGINT
+            text, code = launch_outcome.stopped(signal.SIGINT)
         else:
-            how = f"failed with exit code {failure.exitcode} (its traceback is above)"
-        print(f"accelify launch: rank {rank} {how}; the other ranks were stopped", file=sys.stderr)
-        return failure.exitcode if failure.exitcode > 0 else 1
-    return 0
+            return 0
+    print(text, file=sys.stderr)
+    return code
+
+
+def _quiet_agent_warnings() -> None:
+    """The agent's warnings ("Sending process N closing signal SIGTERM", "Received 2 death
+    signal") say less well what the launcher's own report says; its errors stay. Each of its
+    loggers sets its level from ``LOGLEVEL`` when created, so a user who sets it keeps it."""
+    if "LOGLEVEL" in os.environ:
+        return
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed.elastic"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _check_foreign_accelerator(plan: LaunchPlan, processes: int, cuda_available: bool) -> None:
+    if plan.module or processes * plan.config.num_machines < 2:
+        return
+    found = foreign_accelerator.accelerate_import(Path(plan.script))
+    if found is None:
+        return
+    if plan.config.use_cpu or not cuda_available:
+        raise UserError(foreign_accelerator.refusal(plan.script, found, processes))
+    print(foreign_accelerator.warning(plan.script, found), file=sys.stderr)
