@@ -87,3 +87,15 @@ def _no_user_config(
     for name in list(os.environ):
         if name.startswith("ACCELIFY_"):
             monkeypatch.delenv(name)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Fast tests first, then the ones that launch ranks, then the package builds: a broken
+    change shows in the first minute, not after the launches."""
+
+    def weight(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow"):
+            return 2
+        return 1 if item.get_closest_marker("distributed") else 0
+
+    items.sort(key=weight)
