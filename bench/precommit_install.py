@@ -53,7 +53,7 @@ def one_round(
     subprocess.run([pre_commit, "install-hooks"], cwd=user, env=environment, check=True)
     elapsed = time.monotonic() - started
     hook_environments = list(home.glob("repo*/py_env-*"))
-    has_torch = any(env.glob("lib/python*/site-packages/torch") for env in hook_environments)
+    has_torch = any(list(env.glob("lib/python*/site-packages/torch")) for env in hook_environments)
     return elapsed, sum(size_mb(env) for env in hook_environments), has_torch
 
 
