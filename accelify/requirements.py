@@ -7,8 +7,6 @@ must not download torch); launch, verify and `from accelify import Accelerator` 
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import sys
 
 from accelify.errors import UserError
@@ -19,6 +17,8 @@ INSTALL_RUNTIME = "pip install 'accelify[runtime]'"
 
 
 def installed_version(distribution: str) -> str | None:
+    import importlib.metadata  # not at import time: `accelify lint` never asks (14 ms)
+
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -26,6 +26,8 @@ def installed_version(distribution: str) -> str | None:
 
 
 def missing_runtime_modules() -> list[str]:
+    import importlib.util
+
     return [name for name in RUNTIME_MODULES if importlib.util.find_spec(name) is None]
 
 
