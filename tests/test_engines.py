@@ -1,8 +1,9 @@
 """FSDP2 and DeepSpeed ZeRO behind the same calls, on real processes (2 ranks, CPU, gloo).
 
-Every run is fixtures/runtime/engines.py: the same model, data, optimizer (SGD with momentum),
-LR scheduler and gradient clipping, under `accelify launch --backend ...`. DDP is the
-reference. DeepSpeed JIT-builds its shared-memory comm op on first use; torch caches it in one
+Every run is fixtures/runtime/engines.py: the same model, data, optimizer and LR scheduler under
+`accelify launch --backend ...`. Every engine must train exactly like one process with the
+global batch, unclipped (with SGD and Adam, with and without accumulation), and clip like DDP
+(with a limit that is not DeepSpeed's default). DeepSpeed JIT-builds its shared-memory comm op on first use; torch caches it in one
 directory (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions), so a test run builds it once.
 """
 
@@ -24,7 +25,7 @@ from accelify.runtime import backend_options
 from conftest import FIXTURES, assert_ok, launch, run_accelify
 
 pytestmark = pytest.mark.distributed
-ENGINES = FIXTURES / "runtime" / "engines.py"
+SCRIPT = FIXTURES / "runtime" / "engines.py"
 needs_deepspeed = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed"
 )
@@ -39,10 +40,17 @@ ZERO = {stage: ("--backend", "deepspeed", "--zero-stage", str(stage)) for stage 
 
 
 def train(
-    tmp_path: Path, name: str, *flags: str, args: tuple[str | Path, ...] = (), cpu: bool = True
+    tmp_path: Path,
+    name: str,
+    *flags: str,
+    args: tuple[str | Path, ...] = (),
+    cpu: bool = True,
+    processes: int = 2,
 ) -> dict:
     out = tmp_path / f"{name}.json"
-    result = launch(ENGINES, "--out", out, *args, cwd=tmp_path, flags=flags, cpu=cpu)
+    result = launch(
+        SCRIPT, "--out", out, *args, cwd=tmp_path, flags=flags, cpu=cpu, processes=processes
+    )
     assert_ok(result)
     return json.loads(out.read_text())
 
@@ -62,36 +70,56 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return train(tmp_path_factory.mktemp("ddp"), "ddp")
 
 
+ENGINES = [
+    pytest.param(("--backend", "ddp"), id="ddp"),
+    pytest.param(FSDP, id="fsdp-blocks"),
+    pytest.param(FSDP_BY_SIZE, id="fsdp-by-size"),
+    *(pytest.param(ZERO[s], id=f"zero{s}", marks=needs_deepspeed) for s in (1, 2, 3)),
+]
+#: Each engine with both optimizers and with and without accumulation, never clipped: clipping
+#: (DeepSpeed clipped at 1.0 by default) hides any constant scale of the gradients.
+UNCLIPPED = {
+    "sgd": ("--optimizer", "sgd", "--max-grad-norm", "0", "--constant-lr", "--steps", "8"),
+    "adam-accumulated": (
+        *("--optimizer", "adam", "--max-grad-norm", "0", "--constant-lr", "--steps", "6"),
+        *ACCUMULATE,
+    ),
+}
+
+
 @pytest.fixture(scope="module")
-def accumulated_reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """DDP, 6 optimizer steps of 2 accumulated micro-batches."""
-    return train(tmp_path_factory.mktemp("ddp"), "ddp", args=ACCUMULATE)
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """The single-process runs every engine must reach: batch 8 on 1 process is batch 4 on 2."""
+    folder = tmp_path_factory.mktemp("one_process")
+    return {
+        name: train(folder, name, args=(*args, "--batch-size", "8"), processes=1)
+        for name, args in UNCLIPPED.items()
+    }
 
 
-@pytest.mark.parametrize(
-    "flags",
-    [
-        pytest.param(FSDP, id="fsdp-blocks"),
-        pytest.param(FSDP_BY_SIZE, id="fsdp-by-size"),
-        *(pytest.param(ZERO[s], id=f"zero{s}", marks=needs_deepspeed) for s in (1, 2, 3)),
-    ],
-)
-def test_each_engine_reaches_ddps_parameters(flags, reference, tmp_path):
+@pytest.mark.parametrize("setting", list(UNCLIPPED))
+@pytest.mark.parametrize("flags", ENGINES)
+def test_each_engine_trains_like_one_process_without_clipping(
+    flags, setting, one_process, tmp_path
+):
+    run = train(tmp_path, "run", *flags, args=UNCLIPPED[setting])
+    expected = one_process[setting]
+    assert run["losses"][0] == pytest.approx(expected["losses"][0], abs=1e-6)
+    assert max_difference(run, expected) < 1e-6
+    assert run["losses"] == pytest.approx(expected["losses"], abs=1e-5)
+
+
+@pytest.mark.parametrize("flags", ENGINES[1:])
+def test_each_engine_clips_like_ddp(flags, reference, tmp_path):
     run = train(tmp_path, "run", *flags)
     assert max_difference(run, reference) < 1e-6
     assert run["losses"] == pytest.approx(reference["losses"], abs=1e-6)
 
 
-@pytest.mark.parametrize(
-    "flags",
-    [
-        pytest.param(("--fsdp-activation-checkpointing", *FSDP), id="fsdp-checkpointed"),
-        pytest.param(ZERO[2], id="zero2", marks=needs_deepspeed),
-    ],
-)
-def test_accumulation_matches_ddps(flags, accumulated_reference, tmp_path):
-    run = train(tmp_path, "run", *flags, args=ACCUMULATE)
-    assert max_difference(run, accumulated_reference) < 1e-6
+def test_accumulation_with_activation_checkpointing_trains_like_one_process(one_process, tmp_path):
+    flags = ("--fsdp-activation-checkpointing", *FSDP)
+    run = train(tmp_path, "run", *flags, args=UNCLIPPED["adam-accumulated"])
+    assert max_difference(run, one_process["adam-accumulated"]) < 1e-6
 
 
 @pytest.mark.parametrize(
@@ -148,7 +176,7 @@ def test_resume_continues_exactly_and_save_model_loads_into_a_plain_module(
 def _build_model() -> torch.nn.Module:
     import importlib.machinery
 
-    loader = importlib.machinery.SourceFileLoader("engines_fixture", str(ENGINES))
+    loader = importlib.machinery.SourceFileLoader("engines_fixture", str(SCRIPT))
     spec = importlib.util.spec_from_loader("engines_fixture", loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
@@ -189,7 +217,7 @@ def test_a_converted_script_runs_unchanged(flags, tmp_path):
     ],
 )
 def test_misconfigurations_exit_2_before_any_rank_starts(flags, message, tmp_path):
-    result = run_accelify("launch", "--cpu", "-n", "2", *flags, ENGINES, "--out", "x", cwd=tmp_path)
+    result = run_accelify("launch", "--cpu", "-n", "2", *flags, SCRIPT, "--out", "x", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -222,7 +250,7 @@ def test_deepspeed_misconfigurations_exit_2(flags, config, message, tmp_path):
         "deepspeed",
         *flags,
         *extra,
-        ENGINES,
+        SCRIPT,
         "--out",
         "x",
         cwd=tmp_path,
@@ -234,7 +262,7 @@ def test_deepspeed_misconfigurations_exit_2(flags, config, message, tmp_path):
 def test_deepspeed_missing_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setattr(backend_options, "deepspeed_installed", lambda: False)
     result = CliRunner().invoke(
-        main, ["launch", "--cpu", "-n", "2", "--backend", "deepspeed", str(ENGINES)]
+        main, ["launch", "--cpu", "-n", "2", "--backend", "deepspeed", str(SCRIPT)]
     )
     assert result.exit_code == 2
     assert "pip install 'accelify[deepspeed]'" in result.output

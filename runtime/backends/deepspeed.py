@@ -106,7 +106,9 @@ class DeepSpeedBackend(Backend):
         if _auto(config.get("train_batch_size")):
             config.pop("train_batch_size", None)  # DeepSpeed derives it
         if _auto(config.get("gradient_clipping")):
-            config.pop("gradient_clipping", None)  # set by accelerator.clip_grad_norm_
+            # DeepSpeed's default is 1.0: every step of a script that never clips would be
+            # clipped. Off, as in the script; accelerator.clip_grad_norm_ sets the limit.
+            config["gradient_clipping"] = 0.0
         for section, mode in (("bf16", "bf16"), ("fp16", "fp16")):
             wanted = self.mixed_precision == mode
             current = config.get(section, {}).get("enabled")
