@@ -330,6 +330,7 @@ class Accelerator:
     ) -> Any:
         return operations.pad_across_processes(tensor, dim, pad_index, pad_first)
 
+    @pending_work.tracks
     def wait_for_everyone(self) -> None:
         if self.state.distributed:
             dist.barrier()
@@ -521,7 +522,7 @@ class Accelerator:
     def end_training(self) -> None:
         """Wait for every rank, then close the process group."""
         if self.state.distributed and dist.is_initialized():
-            dist.barrier()
+            self.wait_for_everyone()
             dist.destroy_process_group()
 
 

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
+from accelify.runtime import pending_work
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.operations import first_dim, send_to_device
 from accelify.runtime.sharding import ShardPass, shard_batches, sharded_length
@@ -47,6 +48,7 @@ class _PassSeeds:
         self.pass_start_state: torch.Tensor | None = None
         self.restore_state: torch.Tensor | None = None
 
+    @pending_work.tracks
     def start_pass(self) -> None:
         if self.generator is None:
             return

@@ -23,12 +23,18 @@ def failed_run(failures: dict[int, Any], records: Path) -> tuple[str, int]:
     """The report and exit code for torch's `ChildFailedError.failures` (rank -> ProcessFailure).
 
     The root cause is the rank whose exception came first by the ranks' own records; without
-    records (a script that does not use accelify's runtime), the agent's first failure."""
+    records (a script that does not use accelify's runtime, a rank killed by a signal), the
+    agent's first failure that the agent did not cause itself by stopping the group."""
     first = first_failure(records, set(failures))
     if first is None:
-        rank = min(failures, key=lambda r: (failures[r].timestamp, r))
+        rank = min(
+            failures,
+            key=lambda r: (failures[r].exitcode in AGENT_STOPS, failures[r].timestamp, r),
+        )
         how = describe_exit(failures[rank].exitcode)
-        text = f"{PREFIX} rank {rank} {how} (its traceback is above); the other ranks were stopped"
+        if failures[rank].exitcode > 0:
+            how += " (its traceback is above)"
+        text = f"{PREFIX} rank {rank} {how}; the other ranks were stopped"
         return text, _exit_code(failures[rank].exitcode)
     # Ranks the agent ended itself (SIGTERM, then SIGKILL) are "the other ranks" below.
     others = [

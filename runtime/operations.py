@@ -12,6 +12,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from accelify.runtime import pending_work
+
 
 def apply_to_tensors(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
     """Rebuild ``data`` with ``fn`` applied to every tensor, keeping containers' types."""
@@ -67,6 +69,7 @@ def _pad_rows(
     return torch.cat([filler, tensor] if first else [tensor, filler])
 
 
+@pending_work.tracks
 def gather(data: Any) -> Any:
     """Concatenate every rank's tensors along the first dimension, in rank order."""
     if _world() == 1:
@@ -74,6 +77,7 @@ def gather(data: Any) -> Any:
     return apply_to_tensors(_gather_one, data)
 
 
+@pending_work.tracks
 def gather_object(obj: Any) -> list[Any]:
     """Every rank's picklable object; lists are flattened, like Accelerate's."""
     if _world() == 1:
@@ -85,6 +89,7 @@ def gather_object(obj: Any) -> list[Any]:
     return gathered
 
 
+@pending_work.tracks
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     if reduction not in ("sum", "mean", "none"):
         raise ValueError(f"reduction must be 'sum', 'mean' or 'none', got {reduction!r}")
@@ -100,6 +105,7 @@ def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     return apply_to_tensors(reduce_one, data)
 
 
+@pending_work.tracks
 def broadcast(data: Any, from_process: int = 0) -> Any:
     def broadcast_one(tensor: torch.Tensor) -> torch.Tensor:
         if _world() > 1:
@@ -110,6 +116,7 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
     return apply_to_tensors(broadcast_one, data)
 
 
+@pending_work.tracks
 def pad_across_processes(
     data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
 ) -> Any:

@@ -11,20 +11,30 @@ that asks for the GIL is ended with `pthread_exit`, the unwind runs through a `n
 destructor, and C++ calls `std::terminate`. The process group cannot be destroyed first to join
 those threads: torch keeps references to it that live until finalization.
 
-So each `Accelerator.backward` puts a token of ours into the same thread-local state. Every work
-launched in that backward holds the token exactly as long as it holds torch's Context, so when
-the last token is gone no work that can touch Python is left, and exiting is safe. At exit the
-runtime waits for that, with the GIL released, rather than for a guessed amount of time.
+The same holds for the tensors a collective keeps: a tensor whose Python object was dropped
+while the work still held it (the outputs of a gather, once concatenated) is freed by the worker
+thread through the same GIL-taking path.
+
+So each `Accelerator.backward`, and each collective the runtime itself launches (`tracks`), puts
+a token of ours into the same thread-local state. Every work launched meanwhile holds the token
+for exactly as long as it holds torch's Context and its tensors, so when the last token is gone
+no work that can touch Python is left, and exiting is safe. At exit the runtime waits for that,
+with the GIL released, rather than for a guessed amount of time. Collectives a script launches
+through `torch.distributed` itself are not tagged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import torch
+import torch.distributed as dist
 
 _KEY = "accelify.backward_in_flight"
 _stash = getattr(torch._C, "_stash_obj_in_tls", None)
@@ -38,22 +48,37 @@ class _Token:
 
 
 _in_flight: weakref.WeakSet[_Token] = weakref.WeakSet()
+_thread = threading.local()  # .active: a token is stashed on this thread (blocks nest)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @contextlib.contextmanager
 def tracked(enabled: bool) -> Iterator[None]:
     """Track the collectives launched inside this block (a backward on N ranks)."""
-    if not enabled or _stash is None or _remove is None:
+    if not enabled or _stash is None or _remove is None or getattr(_thread, "active", False):
         yield
         return
     token = _Token()
     _in_flight.add(token)
     _stash(_KEY, token)
     del token  # from here on only the thread-local state and the works hold it
+    _thread.active = True
     try:
         yield
     finally:
+        _thread.active = False
         _remove(_KEY)
+
+
+def tracks(function: F) -> F:
+    """Track the collectives `function` launches, when a process group is up."""
+
+    @functools.wraps(function)
+    def tracking(*args: Any, **kwargs: Any) -> Any:
+        with tracked(dist.is_available() and dist.is_initialized()):
+            return function(*args, **kwargs)
+
+    return tracking  # type: ignore[return-value]
 
 
 def wait_until_freed(timeout: float) -> bool:
