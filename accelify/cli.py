@@ -314,8 +314,10 @@ def launch(
 ) -> None:
     """Run SCRIPT on N processes (torchrun's elastic agent; gloo on CPU, nccl on GPU).
 
-    Flags win over the config file. Settings reach the script's Accelerator as ACCELIFY_*
-    environment variables, so the same script also runs under plain torchrun.
+    Options go before SCRIPT; everything after it is the script's. Flags win over the config
+    file. Settings reach the script's Accelerator as ACCELIFY_* environment variables, so the
+    same script also runs under plain torchrun. When a rank fails, the report names the rank
+    that failed first and ends with its traceback; Ctrl-C stops every rank (exit 130).
 
     \b
     Examples:
