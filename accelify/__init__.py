@@ -19,7 +19,25 @@ __all__ = ["Accelerator", "__version__", "set_seed"]
 
 def __getattr__(name: str) -> Any:
     if name in ("Accelerator", "set_seed"):
-        from accelify import runtime
-
+        try:
+            from accelify import runtime
+        except ImportError as error:
+            raise _explain(error) from None
         return getattr(runtime, name)
     raise AttributeError(f"module 'accelify' has no attribute {name!r}")
+
+
+def _explain(error: ImportError) -> ImportError:
+    """In a source checkout `runtime/` sits beside this folder and is mapped into the package at
+    install; a script run from the checkout's root imports this folder instead of the installed
+    package (its directory comes first on sys.path), and finds no runtime in it."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    if (here / "runtime").is_dir() or not (here.parent / "runtime" / "accelerator.py").is_file():
+        return error
+    return ImportError(
+        f"{here} is accelify's source folder, imported instead of the installed package because "
+        "the script runs from the checkout's root: install the checkout with `pip install -e .` "
+        "(its runtime/ folder is then found), or run the script from another directory"
+    )
