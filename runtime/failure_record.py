@@ -4,7 +4,9 @@ When one rank raises, its peers fail a moment later with "Connection closed by p
 next collective, and torch's agent sees them all fail in the same poll, with timestamps in whole
 seconds: it cannot tell cause from consequence. A rank knows the exact time of its own exception,
 so it writes it down (``ACCELIFY_FAILURE_DIR``, set by `accelify launch`), and the launcher names
-the earliest. Nothing here imports torch: the launcher reads the records.
+the earliest. With ``--max-restarts`` records go to one folder per attempt: the run fails only
+once the restarts are spent, so only the last attempt's count. Nothing here imports torch: the
+launcher reads the records.
 """
 
 from __future__ import annotations
@@ -68,16 +70,19 @@ def _write(directory: Path, rank: int, error: BaseException) -> None:
         "summary": "".join(traceback.format_exception_only(error)).strip(),
         "traceback": "".join(traceback.format_exception(error)),
     }
-    temporary = directory / f".{rank}.json.tmp"
+    attempt = directory / os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    temporary = attempt / f".{rank}.json.tmp"
     try:
+        attempt.mkdir(exist_ok=True)
         temporary.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(temporary, directory / f"{rank}.json")
+        os.replace(temporary, attempt / f"{rank}.json")
     except OSError:
         pass  # the record only improves the launcher's report; the traceback still prints
 
 
-def first_failure(directory: Path, ranks: set[int]) -> Failure | None:
-    """The earliest recorded exception among `ranks` (the ones the agent saw fail)."""
-    failures = [Failure.read(directory / f"{rank}.json") for rank in ranks]
+def first_failure(directory: Path, attempt: int, ranks: set[int]) -> Failure | None:
+    """The earliest exception recorded in `attempt` among `ranks` (the ones the agent saw
+    fail)."""
+    failures = [Failure.read(directory / str(attempt) / f"{rank}.json") for rank in ranks]
     recorded = [failure for failure in failures if failure is not None]
     return min(recorded, key=lambda failure: failure.time_ns, default=None)

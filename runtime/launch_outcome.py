@@ -19,13 +19,14 @@ def describe_exit(exitcode: int) -> str:
     return f"failed with exit code {exitcode}"
 
 
-def failed_run(failures: dict[int, Any], records: Path) -> tuple[str, int]:
-    """The report and exit code for torch's `ChildFailedError.failures` (rank -> ProcessFailure).
+def failed_run(failures: dict[int, Any], records: Path, attempt: int) -> tuple[str, int]:
+    """The report and exit code for torch's `ChildFailedError.failures` (rank -> ProcessFailure)
+    of restart `attempt` (the last: the agent gives up once the restarts are spent).
 
     The root cause is the rank whose exception came first by the ranks' own records; without
     records (a script that does not use accelify's runtime, a rank killed by a signal), the
     agent's first failure that the agent did not cause itself by stopping the group."""
-    first = first_failure(records, set(failures))
+    first = first_failure(records, attempt, set(failures))
     if first is None:
         rank = min(
             failures,

@@ -143,7 +143,9 @@ def launch(plan: LaunchPlan) -> int:
         try:
             torchrun.run(arguments)
         except ChildFailedError as error:
-            text, code = launch_outcome.failed_run(error.failures, Path(records))
+            text, code = launch_outcome.failed_run(
+                error.failures, Path(records), attempt=plan.config.max_restarts
+            )
         except SignalException as error:
             text, code = launch_outcome.stopped(int(error.sigval))
         except KeyboardInterrupt:  # before the agent took over SIGINT

@@ -102,10 +102,10 @@ class _ExitGuard:
     Three things must happen while the interpreter is still whole (see
     `accelify.runtime.pending_work` for what goes wrong otherwise): every rank has finished its
     collectives, DDP wrappers have let go of the group, and the communication threads have freed
-    every work a backward launched. Waiting for the other ranks goes through the store, not a
-    collective, so it is bounded: after an uncaught exception nobody waits (the other ranks are
-    being stopped), and a rank that leaves early with ``sys.exit`` waits at most `EXIT_WAIT` for
-    ranks that will not come.
+    every work a backward or the runtime launched. Waiting for the other ranks goes through the
+    store, not a collective, so it is bounded: after an uncaught exception nobody waits (the
+    other ranks are being stopped), and a rank that leaves early with ``sys.exit`` waits at most
+    `EXIT_WAIT` for ranks that will not come.
     """
 
     EXIT_WAIT = timedelta(seconds=10)

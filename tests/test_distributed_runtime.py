@@ -113,12 +113,20 @@ def test_a_failing_rank_is_named_as_the_cause_with_its_traceback():
     # Rank 0 fails too ("Connection closed by peer" in its all-reduce), a moment later: the
     # report names rank 1, ends with its error, and shows its traceback.
     report = result.stderr[result.stderr.index("accelify launch: rank 1 failed first; its") :]
-    assert 'raise RuntimeError("boom on rank 1 at step 3")' in report
+    assert 'raise RuntimeError(f"boom on rank {failing} at step 3 (attempt {attempt})")' in report
     assert report.rstrip().splitlines()[-1] == "accelify launch: the other ranks were stopped"
-    assert "rank 1 failed first: RuntimeError: boom on rank 1 at step 3" in report
+    assert "rank 1 failed first: RuntimeError: boom on rank 1 at step 3 (attempt 0)" in report
     assert "unreachable" not in result.stdout
     leftovers = subprocess.run(["pgrep", "-f", str(RUNTIME / "fail.py")], capture_output=True)
     assert leftovers.stdout == b"", "worker processes outlived the launcher"
+
+
+def test_after_restarts_the_last_attempts_cause_is_named():
+    result = launch(RUNTIME / "fail.py", flags=("--max-restarts", "1"), timeout=90)
+    assert result.returncode == 1
+    cause = "rank 0 failed first: RuntimeError: boom on rank 0 at step 3 (attempt 1)"
+    assert cause in result.stderr
+    assert "(attempt 0)" not in result.stderr.split("accelify launch:", 1)[1]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

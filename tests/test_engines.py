@@ -3,8 +3,9 @@
 Every run is fixtures/runtime/engines.py: the same model, data, optimizer and LR scheduler under
 `accelify launch --backend ...`. Every engine must train exactly like one process with the
 global batch, unclipped (with SGD and Adam, with and without accumulation), and clip like DDP
-(with a limit that is not DeepSpeed's default). DeepSpeed JIT-builds its shared-memory comm op on first use; torch caches it in one
-directory (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions), so a test run builds it once.
+(with a limit that is not DeepSpeed's default). DeepSpeed JIT-builds its shared-memory comm op
+on first use; torch caches it in one directory (TORCH_EXTENSIONS_DIR, else
+~/.cache/torch_extensions), so a test run builds it once.
 """
 
 from __future__ import annotations
