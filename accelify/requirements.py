@@ -33,7 +33,7 @@ def missing_runtime_modules() -> list[str]:
 
 def runtime_missing_message(missing: list[str], what: str) -> str:
     return (
-        f"{what} needs {' and '.join(missing)}, not installed for {sys.executable}: "
+        f"{what} needs {', '.join(missing)}, not installed for {sys.executable}: "
         f"{INSTALL_RUNTIME} (where torch must be a particular build, install it first)"
     )
 
