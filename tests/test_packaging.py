@@ -148,6 +148,37 @@ def test_the_installed_wheel_converts_lints_verifies_and_launches(dist: Path, tm
     assert_ok(verified)
 
 
+def _oldest_python() -> str | None:
+    """An interpreter of the oldest Python that pyproject.toml admits (3.10), if this machine
+    has one: on PATH, or through pyenv."""
+    found = shutil.which("python3.10")
+    if found and subprocess.run([found, "-c", ""], capture_output=True).returncode == 0:
+        return found
+    if shutil.which("pyenv"):
+        prefix = subprocess.run(["pyenv", "prefix", "3.10"], capture_output=True, text=True)
+        candidate = Path(prefix.stdout.strip()) / "bin" / "python3.10"
+        if prefix.returncode == 0 and candidate.is_file():
+            return str(candidate)
+    return None
+
+
+@pytest.mark.skipif(_oldest_python() is None, reason="no Python 3.10 on this machine")
+def test_the_static_tools_run_on_python_3_10(dist: Path, tmp_path: Path):
+    python = _oldest_python()
+    assert python is not None
+    subprocess.run([python, "-m", "venv", str(tmp_path / "venv")], check=True)
+    bin_dir = tmp_path / "venv" / "bin"
+    _pip_install(bin_dir, next(dist.glob("accelify-*.whl")))
+    (tmp_path / "bad.py").write_text(BAD)
+    (tmp_path / "pyproject.toml").write_text('[tool.accelify]\nignore = ["ACC2"]\n')
+    result = _run(bin_dir, "accelify", "lint", "bad.py", cwd=tmp_path)
+    assert result.returncode == 1 and "ACC301" in result.stdout, result.stderr
+    converted = _run(
+        bin_dir, "accelify", "convert", FIXTURES / "scripts" / "mnist_helpers.py", cwd=tmp_path
+    )
+    assert_ok(converted)
+
+
 def test_the_sdist_installs_and_lints(dist: Path, tmp_path: Path):
     bin_dir = _fresh_venv(tmp_path / "venv")
     _pip_install(bin_dir, next(dist.glob("accelify-*.tar.gz")))
