@@ -36,13 +36,13 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-_KEY = "accelify.backward_in_flight"
+_KEY = "accelify.collectives_in_flight"
 _stash = getattr(torch._C, "_stash_obj_in_tls", None)
 _remove = getattr(torch._C, "_remove_obj_from_tls", None)
 
 
 class _Token:
-    """Held only by the C++ state of the works launched in one backward."""
+    """Held only by the C++ state of the works launched in one tracked block."""
 
     __slots__ = ("__weakref__",)
 
@@ -54,7 +54,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @contextlib.contextmanager
 def tracked(enabled: bool) -> Iterator[None]:
-    """Track the collectives launched inside this block (a backward on N ranks)."""
+    """Track the collectives launched inside this block (a backward, a gather, a barrier)."""
     if not enabled or _stash is None or _remove is None or getattr(_thread, "active", False):
         yield
         return
