@@ -126,13 +126,14 @@ def launch(plan: LaunchPlan) -> int:
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    check(plan, torch.cuda.is_available())
+    cuda_available = torch.cuda.is_available()
+    check(plan, cuda_available)
     processes = plan.config.num_processes
     if processes is None:
         processes = 1 if plan.config.use_cpu else max(torch.cuda.device_count(), 1)
-    _check_foreign_accelerator(plan, processes, torch.cuda.is_available())
+    _check_foreign_accelerator(plan, processes, cuda_available)
     os.environ.update(runtime_settings(plan.config).to_env())
-    if plan.config.use_cpu or not torch.cuda.is_available():
+    if plan.config.use_cpu or not cuda_available:
         # torchrun would set 1 thread per process and warn; a CPU run shares the cores out.
         threads = max((os.cpu_count() or 1) // max(processes, 1), 1)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))

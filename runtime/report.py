@@ -8,7 +8,7 @@ import sys
 
 from accelify import __version__
 from accelify.errors import UserError
-from accelify.requirements import INSTALL_RUNTIME, installed_version
+from accelify.requirements import INSTALL_RUNTIME, installed_version, missing_runtime_modules
 from accelify.runtime.config import default_config_path, load_config
 from accelify.runtime.environment import DOCUMENTED
 
@@ -23,7 +23,7 @@ def environment_report() -> str:
         f"- Python: {sys.version.split()[0]} ({sys.executable})",
         f"- platform: {platform.platform()}",
     ]
-    if installed_version("torch") is None:
+    if "torch" in missing_runtime_modules():
         lines.append(f"- torch: not installed (launch and verify need {INSTALL_RUNTIME})")
     else:
         lines += _torch_lines()
