@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import venv
 import zipfile
 from pathlib import Path
 
@@ -54,8 +53,8 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _fresh_venv(path: Path) -> Path:
-    venv.EnvBuilder(with_pip=True).create(path)
+def _fresh_venv(path: Path, python: str = sys.executable) -> Path:
+    subprocess.run([python, "-m", "venv", str(path)], check=True)
     return path / "bin"
 
 
@@ -166,8 +165,7 @@ def _oldest_python() -> str | None:
 def test_the_static_tools_run_on_python_3_10(dist: Path, tmp_path: Path):
     python = _oldest_python()
     assert python is not None
-    subprocess.run([python, "-m", "venv", str(tmp_path / "venv")], check=True)
-    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir = _fresh_venv(tmp_path / "venv", python)
     _pip_install(bin_dir, next(dist.glob("accelify-*.whl")))
     (tmp_path / "bad.py").write_text(BAD)
     (tmp_path / "pyproject.toml").write_text('[tool.accelify]\nignore = ["ACC2"]\n')
