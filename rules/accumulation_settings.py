@@ -2,7 +2,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, ScriptModel, dotted
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.lint.rule import Example, Finding, Rule, calls, steps_argument
 
 _IMPORT = "from accelify import Accelerator\n"

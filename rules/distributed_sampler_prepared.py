@@ -3,7 +3,8 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.script_model import Kind, ScriptModel, dotted, strip_self_methods
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, strip_self_methods
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 _IMPORTS = (

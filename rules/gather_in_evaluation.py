@@ -2,7 +2,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, ScriptModel, dotted
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, loop_of
 
 _EVAL = (
@@ -42,7 +43,7 @@ class GatherInEvaluation(Rule):
                 continue
             loop = loop_of(script, call)
             if dotted(func.value) in accelerators and loop is not None and id(loop) in evaluating:
-                from accelify.convert.plan import Plan
+                from accelify.edits.plan import Plan
 
                 plan = Plan()
                 plan.replacements[func.attr] = lambda _: cst.Name("gather_for_metrics")

@@ -3,7 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import ScriptModel
-from accelify.convert.plan import Plan, expression
+from accelify.edits.plan import Plan, expression
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls
 
 

@@ -2,8 +2,9 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, ScriptModel, dotted, root_name
-from accelify.convert.plan import Plan
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, root_name
+from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, prepared
 
 _PREPARED = HEADER + "model, loader = accelerator.prepare(model, loader)\n"

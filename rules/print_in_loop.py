@@ -4,7 +4,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import ScriptModel
-from accelify.convert.plan import Plan, expression
+from accelify.edits.plan import Plan, expression
 from accelify.lint.rule import (
     HEADER,
     Example,

@@ -2,7 +2,7 @@ from collections.abc import Iterator
 
 from accelify.analysis import names
 from accelify.analysis.script_model import ScriptModel
-from accelify.convert.plan import Plan, expression
+from accelify.edits.plan import Plan, expression
 from accelify.lint.rule import (
     HEADER,
     Example,

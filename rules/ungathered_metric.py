@@ -2,14 +2,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import (
-    Kind,
-    Loop,
-    ScriptModel,
-    Visitor,
-    dotted,
-    target_names,
-)
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.syntax import Visitor, dotted, target_names
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_in
 
 _EVAL = (

@@ -3,8 +3,9 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.script_model import Kind, ScriptModel, dotted
-from accelify.convert.plan import Plan, expression
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted
+from accelify.edits.plan import Plan, expression
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls, prepared
 
 _PREPARED = HEADER + "import torch\nmodel = accelerator.prepare(torch.nn.Linear(2, 2))\n"

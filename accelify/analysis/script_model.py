@@ -19,6 +19,8 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable
+from accelify.analysis.loops import find_backward, first_enumerate_name, loop_source
+from accelify.analysis.syntax import Visitor, dotted, strip_self_methods, target_names
 
 Scope = cst.Module | cst.FunctionDef
 _RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
@@ -175,47 +177,10 @@ def analyze(module: cst.Module) -> ScriptModel:
         for call in model.backward_calls
         if dotted(call.func.value) not in accelerators  # type: ignore[union-attr]
     ]
-    _add_models_fed_to_optimizers(model)
+    from accelify.analysis.optimizer_models import add_models_fed_to_optimizers
+
+    add_models_fed_to_optimizers(model)
     return model
-
-
-def dotted(node: cst.BaseExpression) -> str | None:
-    """``model`` or ``self.model`` for a Name or an attribute chain of Names."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = dotted(node.value)
-        return f"{base}.{node.attr.value}" if base else None
-    return None
-
-
-def root_name(node: cst.BaseExpression) -> str | None:
-    """``batch`` for ``batch["x"]``, ``batch.x``, ``batch[0].y``."""
-    while isinstance(node, (cst.Subscript, cst.Attribute)):
-        node = node.value
-    return node.value if isinstance(node, cst.Name) else None
-
-
-def strip_self_methods(node: cst.BaseExpression) -> cst.BaseExpression:
-    """``Net().to(device).train()`` -> ``Net()``: calls that hand the module back."""
-    while (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in names.MODULE_SELF_METHODS
-    ):
-        node = node.func.value
-    return node
-
-
-class Visitor(cst.CSTVisitor):
-    """A libcst visitor without ``visit_<Node>_<attribute>`` hooks: libcst looks such hooks up by
-    name for every attribute of every node, which is 40% of a walk; none of ours uses them."""
-
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass
 
 
 class _Collector(Visitor):
@@ -361,11 +326,11 @@ class _Collector(Visitor):
             self.model.backward_calls.append(node)  # accelerator.backward is dropped after
 
     def visit_For(self, node: cst.For) -> None:
-        iterable = _loop_source(node.iter)
+        iterable = loop_source(node.iter)
         batch_names = target_names(node.target)
         if isinstance(node.iter, cst.Call) and dotted(node.iter.func) == "enumerate":
-            batch_names -= _first_enumerate_name(node.target)
-        has_backward = any(True for _ in _find_backward(node.body, skip_loops=True))
+            batch_names -= first_enumerate_name(node.target)
+        has_backward = any(True for _ in find_backward(node.body, skip_loops=True))
         under_no_grad = any(self._is_no_grad(ancestor) for ancestor in self.model.ancestors(node))
         self.model.loops.append(
             Loop(
@@ -410,112 +375,3 @@ def _is_device_literal(value: cst.BaseExpression) -> bool:
     if isinstance(value, cst.IfExp):
         return _is_device_literal(value.body) and _is_device_literal(value.orelse)
     return False
-
-
-def _loop_source(node: cst.BaseExpression) -> str | None:
-    """The loader a ``for`` reads: ``loader``, ``enumerate(loader)``, ``tqdm(loader, ...)``."""
-    if isinstance(node, cst.Call) and node.args:
-        return _loop_source(node.args[0].value)
-    return dotted(node)
-
-
-def target_names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        found: set[str] = set()
-        for element in target.elements:
-            found |= target_names(element.value)
-        return found
-    return set()
-
-
-def _first_enumerate_name(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
-        first = target.elements[0].value
-        if isinstance(first, cst.Name):
-            return {first.value}
-    return set()
-
-
-def _find_backward(node: cst.CSTNode, skip_loops: bool = False) -> Iterator[cst.Call]:
-    """``.backward()`` calls under ``node``; with ``skip_loops``, not those of nested loops."""
-
-    class Finder(Visitor):
-        def __init__(self) -> None:
-            self.found: list[cst.Call] = []
-
-        def visit_For(self, loop: cst.For) -> bool:
-            return not skip_loops
-
-        def visit_While(self, loop: cst.While) -> bool:
-            return not skip_loops
-
-        def visit_Call(self, call: cst.Call) -> None:
-            if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward") or (
-                dotted(call.func) and str(dotted(call.func)).endswith(".backward")
-            ):
-                self.found.append(call)
-
-    finder = Finder()
-    node.visit(finder)
-    yield from finder.found
-
-
-def _add_models_fed_to_optimizers(model: ScriptModel) -> None:
-    """Whatever's ``.parameters()`` an optimizer is built from is a model, whatever made it."""
-    known = {(b.name, id(b.scope)) for b in model.of_kind(Kind.MODEL)}
-    fed: set[str] = set()
-    for optimizer in model.of_kind(Kind.OPTIMIZER):
-        core = strip_self_methods(optimizer.value)
-        if not isinstance(core, cst.Call):
-            continue
-
-        class Params(Visitor):
-            def visit_Call(self, call: cst.Call) -> None:
-                func = call.func
-                if isinstance(func, cst.Attribute) and func.attr.value in (
-                    "parameters",
-                    "named_parameters",
-                ):
-                    name = dotted(func.value)
-                    if name:
-                        fed.add(name)
-
-        for argument in core.args:
-            argument.value.visit(Params())
-    for name, assign, value in _assignments(model):
-        if (
-            name in fed
-            and (name, id(model.scope_of(assign))) not in known
-            and not _in_model_class(assign, model)
-        ):
-            statement = model.parent(assign)
-            if isinstance(statement, cst.SimpleStatementLine):
-                model.bindings.append(
-                    Binding(
-                        name,
-                        Kind.MODEL,
-                        model.scope_of(assign),
-                        statement,
-                        assign,
-                        value,
-                        model,
-                    )
-                )
-                known.add((name, id(model.scope_of(assign))))
-
-
-def _in_model_class(node: cst.CSTNode, model: ScriptModel) -> bool:
-    for ancestor in model.ancestors(node):
-        if isinstance(ancestor, cst.ClassDef):
-            return ancestor.name.value in model.module_classes
-    return False
-
-
-def _assignments(model: ScriptModel) -> Iterator[tuple[str, cst.Assign, cst.BaseExpression]]:
-    for node in model.assignments:
-        for target in node.targets:
-            name = dotted(target.target)
-            if name:
-                yield name, node, node.value

@@ -9,7 +9,8 @@ import click
 
 from accelify.convert.conversion import Conversion, Options
 from accelify.convert.files import collect, convert_all, write
-from accelify.convert.report import summary, unified_diff
+from accelify.convert.report import summary
+from accelify.edits.diff import unified_diff
 from accelify.errors import UserError
 from accelify.terminal import colorize
 
@@ -62,7 +63,7 @@ def _show(result: Conversion, show_diff: bool, quiet: bool, color: bool) -> None
     if quiet:
         return
     if show_diff and result.changed:
-        diff = unified_diff(result)
+        diff = unified_diff(result.path, result.original, result.converted)
         click.echo(colorize(diff) if color else diff, nl=False)
     click.echo(summary(result))
 

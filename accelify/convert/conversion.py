@@ -12,10 +12,10 @@ from pathlib import Path
 import libcst as cst
 
 from accelify.analysis.script_model import analyze
-from accelify.convert.plan import Note, statement
-from accelify.convert.planner import Options, Planner
-from accelify.convert.scopes import is_docstring
-from accelify.convert.transform import ApplyPlan
+from accelify.analysis.syntax import is_docstring
+from accelify.convert.planner import Options, plan_conversion
+from accelify.edits.apply import ApplyPlan
+from accelify.edits.plan import Note, statement
 from accelify.errors import UserError
 from accelify.source import parse, render
 
@@ -44,7 +44,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
         return Conversion(label, data, data, skipped="already uses an Accelerator")
     if not model.trains:
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
-    plan = Planner(model, options or Options()).run()
+    plan = plan_conversion(model, options or Options())
     if plan.empty:
         return Conversion(label, data, data, reviews=plan.reviews, skipped="nothing to convert")
     converted = module.visit(ApplyPlan(plan))

@@ -1,19 +1,8 @@
-"""How a conversion is shown: a unified diff (colored on a terminal) and a summary per file."""
+"""How a conversion is shown: the summary per file (the diff is `accelify.edits.diff`)."""
 
 from __future__ import annotations
 
-import difflib
-
 from accelify.convert.conversion import Conversion
-
-
-def unified_diff(conversion: Conversion) -> str:
-    before = conversion.original.decode("utf-8", errors="replace").splitlines(keepends=True)
-    after = conversion.converted.decode("utf-8", errors="replace").splitlines(keepends=True)
-    lines = difflib.unified_diff(
-        before, after, f"{conversion.path}\t(original)", f"{conversion.path}\t(converted)"
-    )
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
 def summary(conversion: Conversion) -> str:

@@ -47,10 +47,9 @@ def run_lint(
         if result.fixed is None or result.fixed == result.original:
             continue
         if diff:
-            from accelify.convert.conversion import Conversion
-            from accelify.convert.report import unified_diff
+            from accelify.edits.diff import unified_diff
 
-            text = unified_diff(Conversion(result.path, result.original, result.fixed))
+            text = unified_diff(result.path, result.original, result.fixed)
             click.echo(colorize(text) if sys.stdout.isatty() else text, nl=False)
         elif fix:
             write_atomically(Path(result.path), result.fixed)

@@ -81,7 +81,7 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
 def _fix(data: bytes, path: str, selection: Selection, rounds: int = 5) -> bytes:
     """One fix per node per round; later rounds see the earlier rounds' code."""
     from accelify.analysis.script_model import analyze
-    from accelify.convert.transform import ApplyPlan
+    from accelify.edits.apply import ApplyPlan
 
     current = data
     for _ in range(rounds):

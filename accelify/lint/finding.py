@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from accelify.convert.plan import Plan
+    from accelify.edits.plan import Plan
 
 
 @dataclass

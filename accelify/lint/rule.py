@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, ScriptModel, dotted, strip_self_methods
-from accelify.convert.plan import Plan
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, strip_self_methods
+from accelify.edits.plan import Plan
 from accelify.lint.finding import Finding
 
 

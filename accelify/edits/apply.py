@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from accelify.convert.plan import Plan
+from accelify.edits.plan import Plan
 
 
 class ApplyPlan(cst.CSTTransformer):

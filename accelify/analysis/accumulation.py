@@ -19,11 +19,15 @@ manual pattern, which is correct as it stands.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, Loop, ScriptModel, Visitor, dotted
-from accelify.convert.plan import Plan, expression
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.syntax import Visitor, dotted, walk
+
+if TYPE_CHECKING:
+    from accelify.analysis.facts import Facts
 
 
 @dataclass
@@ -38,55 +42,10 @@ class ManualAccumulation:
     multiplied: list[cst.BinaryOperation] = field(default_factory=list)
     unaccounted: str | None = None
 
-    def apply(self, plan: Plan, acc: str, models: list[str]) -> None:
-        if isinstance(self.division, cst.AugAssign) or (
-            isinstance(self.division, cst.Assign)
-            and isinstance(self.division.value, cst.BinaryOperation)
-            and dotted(self.division.value.left) == self.loss
-        ):
-            plan.remove(
-                self.division_statement,
-                self.line,
-                f"removed `{self.loss} / {self.steps_code}` (accelerator.backward divides)",
-            )
-        else:
-            plan.replace(
-                self.division.value,
-                lambda updated: updated.left,
-                self.line,  # type: ignore[union-attr]
-                f"removed `/ {self.steps_code}` (accelerator.backward divides)",
-            )
-        for product in self.multiplied:
-            plan.replace(
-                product,
-                lambda updated: updated.left,
-                self.line,
-                f"`{self.loss}.item() * {self.steps_code}` -> `{self.loss}.item()`",
-            )
-        plan.replace(
-            self.condition.test,
-            lambda _: expression(f"{acc}.sync_gradients"),
-            self.line,
-            f"accumulation step test -> {acc}.sync_gradients",
-        )
-        context = f"{acc}.accumulate({', '.join(models)})"
 
-        def wrap(updated: cst.CSTNode) -> cst.CSTNode:
-            assert isinstance(updated, cst.For)
-            inner = cst.With(items=[cst.WithItem(expression(context))], body=updated.body)
-            return updated.with_changes(body=cst.IndentedBlock(body=[inner]))
-
-        previous = plan.replacements.get(self.loop)
-        plan.replacements[self.loop] = wrap if previous is None else (lambda u: wrap(previous(u)))
-        plan.change(
-            self.line,
-            f"manual accumulation -> Accelerator(gradient_accumulation_steps={self.steps_code}) "
-            f"and `with {context}:` (also steps at the end of each epoch)",
-        )
-
-
-def find_manual_accumulation(loop: Loop, model: ScriptModel, scopes) -> ManualAccumulation | None:
-    body = list(scopes.walk(loop.node.body))
+def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | None:
+    model = facts.model
+    body = list(walk(loop.node.body))
     backward = next(
         (
             c
@@ -113,7 +72,7 @@ def find_manual_accumulation(loop: Loop, model: ScriptModel, scopes) -> ManualAc
             for n in body
             if isinstance(n, cst.If)
             and _tests_modulo(n.test, steps_code, model)
-            and _steps_optimizer(n, scopes, model)
+            and _steps_optimizer(n, facts)
         ),
         None,
     )
@@ -133,13 +92,13 @@ def find_manual_accumulation(loop: Loop, model: ScriptModel, scopes) -> ManualAc
     division_line = model.line(node)
     # Every later use in the function (or module), not only in the loop: a loss logged after
     # the loop changes value too when the division goes.
-    for name in scopes.walk(loop.scope):
+    for name in walk(loop.scope):
         if not isinstance(name, cst.Name) or name.value != loss or model.line(name) < division_line:
             continue
         if model.scope_of(name) is not loop.scope:
             continue
         parent = model.parent(name)
-        if scopes.inside(name, node):
+        if facts.placement.inside(name, node):
             continue
         if (
             isinstance(parent, cst.Attribute)
@@ -156,7 +115,7 @@ def find_manual_accumulation(loop: Loop, model: ScriptModel, scopes) -> ManualAc
             "its value would change"
         )
         break
-    if not scopes.model_names_in_scope(loop.scope):
+    if not facts.flow.model_names_in_scope(loop.scope):
         found.unaccounted = "no model found to pass to accelerator.accumulate()"
     return found
 
@@ -198,14 +157,14 @@ def _tests_modulo(test: cst.BaseExpression, steps_code: str, model: ScriptModel)
     return visitor.found
 
 
-def _steps_optimizer(condition: cst.If, scopes, model: ScriptModel) -> bool:
-    for node in scopes.walk(condition.body):
+def _steps_optimizer(condition: cst.If, facts: Facts) -> bool:
+    for node in walk(condition.body):
         is_step = (
             isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute)
             and node.func.attr.value == "step"
         )
-        if is_step and scopes.kind_of(dotted(node.func.value), node) is Kind.OPTIMIZER:
+        if is_step and facts.flow.kind_of(dotted(node.func.value), node) is Kind.OPTIMIZER:
             return True
     return False
 

@@ -1,0 +1,125 @@
+"""Device moves: ``.to(device)``, ``.cuda()``, ``.to("cuda")``, and the assignments that do
+nothing but move a batch. Only pure moves count: ``.to(torch.float16)`` changes a dtype and stays.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.syntax import Visitor, dotted, root_name
+
+
+def strip_moves(node: cst.CSTNode) -> cst.CSTNode:
+    """``Net().to(device).train()`` -> ``Net().train()``: only the device moves go."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        inner = strip_moves(node.func.value)
+        if node.func.attr.value in names.DEVICE_MOVES and is_pure_move(node):
+            return inner
+        if inner is not node.func.value:
+            return node.with_changes(func=node.func.with_changes(value=inner))
+    return node
+
+
+def is_pure_move(call: cst.Call) -> bool:
+    if call.func.attr.value == "cuda":  # type: ignore[union-attr]
+        return (
+            all(a.keyword is not None and a.keyword.value == "non_blocking" for a in call.args)
+            or len(call.args) <= 1
+        )
+    positional = [a for a in call.args if a.keyword is None]
+    keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+    if keywords - {"device", "non_blocking"}:
+        return False
+    if len(positional) + ("device" in keywords) != 1:
+        return False
+    value = (
+        positional[0].value
+        if positional
+        else next(a.value for a in call.args if a.keyword and a.keyword.value == "device")
+    )
+    return looks_like_device(value)
+
+
+def looks_like_device(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.SimpleString):
+        return str(node.evaluated_value).split(":")[0] in ("cuda", "cpu", "mps")
+    name = dotted(node) or ""
+    if name.split(".")[-1] in ("device", "dev", "rank", "local_rank", "gpu"):
+        return True
+    if isinstance(node, cst.Call):
+        func = dotted(node.func) or ""
+        return func.endswith("device")
+    return isinstance(node, cst.Integer)
+
+
+def move_receiver(call: cst.Call) -> cst.BaseExpression | None:
+    if (
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in names.DEVICE_MOVES
+        and is_pure_move(call)
+    ):
+        return call.func.value
+    return None
+
+
+def batch_moves_in(node: cst.CSTNode, batch: set[str]) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Moves(Visitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            receiver = move_receiver(call)
+            if receiver is not None and root_name(receiver) in batch:
+                found.append(call)
+
+    node.visit(Moves())
+    comps = identity_comprehension_moves(node, batch)
+    return found + comps
+
+
+def identity_comprehension_moves(node: cst.CSTNode, batch: set[str]) -> list[cst.Call]:
+    """Moves inside ``{k: v.to(device) for k, v in batch.items()}``, whose variable is local."""
+    found: list[cst.Call] = []
+    if isinstance(node, cst.DictComp) and isinstance(node.value, cst.Call):
+        receiver = move_receiver(node.value)
+        source = node.for_in.iter
+        if (
+            receiver is not None
+            and isinstance(source, cst.Call)
+            and isinstance(source.func, cst.Attribute)
+            and root_name(source.func.value) in batch
+        ):
+            found.append(node.value)
+    return found
+
+
+def is_identity_assignment(assign: cst.Assign, batch: set[str]) -> bool:
+    """``x = x.to(device)``, ``a, b = a.to(d), b.to(d)``,
+    ``batch = {k: v.to(d) for k, v in batch.items()}``: the statement does nothing else."""
+    if len(assign.targets) != 1:
+        return False
+    target, value = assign.targets[0].target, assign.value
+    if isinstance(value, cst.DictComp):
+        source = value.for_in.iter
+        return (
+            bool(identity_comprehension_moves(value, batch))
+            and isinstance(source, cst.Call)
+            and dotted(source.func.value) == dotted(target)
+        )  # type: ignore[union-attr]
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+        if len(target.elements) != len(value.elements):
+            return False
+        return all(
+            move_receiver(v.value) is not None and dotted(move_receiver(v.value)) == dotted(t.value)  # type: ignore[arg-type]
+            if isinstance(v.value, cst.Call)
+            else dotted(v.value) == dotted(t.value)
+            for t, v in zip(target.elements, value.elements, strict=True)
+        )
+    if isinstance(value, cst.Call):
+        receiver = move_receiver(value)
+        return receiver is not None and dotted(receiver) == dotted(target)
+    return False
+
+
+def is_cuda_literal(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.SimpleString) and str(node.evaluated_value).split(":")[0] == "cuda"

@@ -1,0 +1,145 @@
+"""Where the tracked objects go: what a helper's parameters receive from its call sites, what a
+name holds at a given place, which loops read a DataLoader, which schedulers step per epoch.
+
+``train(args, model, device, train_loader, optimizer)`` called from ``main()`` makes ``train``'s
+``model`` a model and its ``train_loader`` a loader, so a rule or a conversion step sees a loop
+in a helper the same as the loop written inline.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.placement import Placement
+from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
+from accelify.analysis.syntax import dotted, root_name, target_names
+
+
+class ObjectFlow:
+    def __init__(self, model: ScriptModel, placement: Placement) -> None:
+        self.model = model
+        self.placement = placement
+        self.params = self._parameters_from_call_sites()
+
+    def _parameters_from_call_sites(self) -> dict[cst.FunctionDef, dict[str, Kind]]:
+        kinds_by_name: dict[str, Kind] = {}
+        for binding in self.model.bindings:
+            kinds_by_name.setdefault(binding.name, binding.kind)
+        result: dict[cst.FunctionDef, dict[str, Kind]] = {}
+        for call in self.model.calls:
+            if not isinstance(call.func, cst.Name):
+                continue
+            function = self.model.functions.get(call.func.value)
+            if function is None:
+                continue
+            for parameter, argument in _bound_arguments(function, call):
+                kind = kinds_by_name.get(dotted(argument.value) or "")
+                if kind is not None:
+                    result.setdefault(function, {})[parameter] = kind
+        return result
+
+    def param_names(self, kind: Kind) -> set[str]:
+        return {name for params in self.params.values() for name, k in params.items() if k is kind}
+
+    def kind_of(self, name: str | None, at: cst.CSTNode) -> Kind | None:
+        """What ``name`` holds where ``at`` is: the scope's own bindings, module globals,
+        ``self.x`` of the same class, a helper's parameters, or an enclosing function's names.
+        A name bound several ways (``model = DataParallel(net)``) counts as a model first."""
+        if name is None:
+            return None
+        scope = self.model.scope_of(at)
+        found = {
+            binding.kind
+            for binding in self.model.bindings
+            if binding.name == name and self._visible(binding.scope, scope, name, at)
+        }
+        function = self.placement.enclosing_function(at)
+        while function is not None and not found:
+            kind = self.params.get(function, {}).get(name)
+            if kind is not None:
+                found.add(kind)
+            function = self.placement.enclosing_function(function)
+        return min(found, key=list(Kind).index) if found else None
+
+    def _visible(self, bound_in: Scope, scope: Scope, name: str, at: cst.CSTNode) -> bool:
+        if (
+            bound_in is scope
+            or isinstance(bound_in, cst.Module)
+            or self.placement.inside(at, bound_in)
+        ):
+            return True
+        if name.startswith("self."):
+            owner = self.placement.class_of(bound_in)
+            return owner is not None and owner is self.placement.class_of(scope)
+        return False
+
+    def is_model_name(self, name: str | None, at: cst.CSTNode) -> bool:
+        return self.kind_of(name, at) is Kind.MODEL
+
+    def model_names_in_scope(self, scope: Scope) -> list[str]:
+        found = [b.name for b in self.model.of_kind(Kind.MODEL) if b.scope is scope]
+        if isinstance(scope, cst.FunctionDef):
+            found += [n for n, k in self.params.get(scope, {}).items() if k is Kind.MODEL]
+        return list(dict.fromkeys(found))
+
+    def reads_loader(self, loop: Loop) -> bool:
+        return self.kind_of(loop.iterable, loop.node) is Kind.DATALOADER
+
+    def derived_batch_names(self, loop: Loop) -> set[str]:
+        """Names unpacked or indexed out of the batch at the top of the loop body."""
+        batch = set(loop.batch_names)
+        derived: set[str] = set()
+        for line in loop.node.body.body:
+            if not isinstance(line, cst.SimpleStatementLine):
+                continue
+            for small in line.body:
+                if isinstance(small, cst.Assign) and root_name(small.value) in batch | derived:
+                    for target in small.targets:
+                        derived |= target_names(target.target)
+        return derived
+
+    def per_epoch_schedulers(self, prepared: set[str]) -> set[str]:
+        """Prepared schedulers stepped somewhere, but never inside a loop over batches."""
+        schedulers = {b.name for b in self.model.of_kind(Kind.SCHEDULER) if b.name in prepared}
+        per_step: set[str] = set()
+        stepped: set[str] = set()
+        batch_loops = [
+            loop.node for loop in self.model.loops if loop.trains or self.reads_loader(loop)
+        ]
+        for call in self.model.calls:
+            if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"):
+                continue
+            owner = dotted(call.func.value)
+            if self.kind_of(owner, call) is not Kind.SCHEDULER:
+                continue
+            outer_name = owner if owner in schedulers else self.outer_name(owner, call)
+            stepped.add(outer_name or "")
+            if any(self.placement.inside(call, loop) for loop in batch_loops):
+                per_step.add(outer_name or "")
+        return {name for name in schedulers if name in stepped and name not in per_step}
+
+    def outer_name(self, parameter: str | None, at: cst.CSTNode) -> str | None:
+        """The caller's name for a helper's parameter: ``scheduler`` for ``sched`` in
+        ``def train(sched)`` called as ``train(scheduler)``."""
+        function = self.placement.enclosing_function(at)
+        if function is None or parameter is None:
+            return parameter
+        for call in self.placement.callers(function):
+            for name, argument in _bound_arguments(function, call):
+                if name == parameter:
+                    return dotted(argument.value)
+        return parameter
+
+
+def _bound_arguments(function: cst.FunctionDef, call: cst.Call) -> list[tuple[str, cst.Arg]]:
+    """(parameter, argument) pairs of one call, by position or keyword; ``*args`` skipped."""
+    positional = [p.name.value for p in function.params.params]
+    pairs = []
+    for index, argument in enumerate(call.args):
+        if argument.star:
+            continue
+        if argument.keyword is not None:
+            pairs.append((argument.keyword.value, argument))
+        elif index < len(positional):
+            pairs.append((positional[index], argument))
+    return pairs

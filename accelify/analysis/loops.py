@@ -1,0 +1,49 @@
+"""What a ``for`` loop reads and binds, and whether it trains: the loader behind
+``enumerate(tqdm(loader))``, the batch names, the ``.backward()`` calls of its own body."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.syntax import Visitor, dotted
+
+
+def loop_source(node: cst.BaseExpression) -> str | None:
+    """The loader a ``for`` reads: ``loader``, ``enumerate(loader)``, ``tqdm(loader, ...)``."""
+    if isinstance(node, cst.Call) and node.args:
+        return loop_source(node.args[0].value)
+    return dotted(node)
+
+
+def first_enumerate_name(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
+        first = target.elements[0].value
+        if isinstance(first, cst.Name):
+            return {first.value}
+    return set()
+
+
+def find_backward(node: cst.CSTNode, skip_loops: bool = False) -> Iterator[cst.Call]:
+    """``.backward()`` calls under ``node``; with ``skip_loops``, not those of nested loops."""
+
+    class Finder(Visitor):
+        def __init__(self) -> None:
+            self.found: list[cst.Call] = []
+
+        def visit_For(self, loop: cst.For) -> bool:
+            return not skip_loops
+
+        def visit_While(self, loop: cst.While) -> bool:
+            return not skip_loops
+
+        def visit_Call(self, call: cst.Call) -> None:
+            if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward") or (
+                dotted(call.func) and str(dotted(call.func)).endswith(".backward")
+            ):
+                self.found.append(call)
+
+    finder = Finder()
+    node.visit(finder)
+    yield from finder.found

@@ -1,0 +1,70 @@
+"""Whatever's ``.parameters()`` an optimizer is built from is a model, whatever made it: a model
+from a factory function, a hub, or a class in another file is found through its optimizer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.analysis.syntax import Visitor, dotted, strip_self_methods
+
+
+def add_models_fed_to_optimizers(model: ScriptModel) -> None:
+    """Whatever's ``.parameters()`` an optimizer is built from is a model, whatever made it."""
+    known = {(b.name, id(b.scope)) for b in model.of_kind(Kind.MODEL)}
+    fed: set[str] = set()
+    for optimizer in model.of_kind(Kind.OPTIMIZER):
+        core = strip_self_methods(optimizer.value)
+        if not isinstance(core, cst.Call):
+            continue
+
+        class Params(Visitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                func = call.func
+                if isinstance(func, cst.Attribute) and func.attr.value in (
+                    "parameters",
+                    "named_parameters",
+                ):
+                    name = dotted(func.value)
+                    if name:
+                        fed.add(name)
+
+        for argument in core.args:
+            argument.value.visit(Params())
+    for name, assign, value in _assignments(model):
+        if (
+            name in fed
+            and (name, id(model.scope_of(assign))) not in known
+            and not _in_model_class(assign, model)
+        ):
+            statement = model.parent(assign)
+            if isinstance(statement, cst.SimpleStatementLine):
+                model.bindings.append(
+                    Binding(
+                        name,
+                        Kind.MODEL,
+                        model.scope_of(assign),
+                        statement,
+                        assign,
+                        value,
+                        model,
+                    )
+                )
+                known.add((name, id(model.scope_of(assign))))
+
+
+def _in_model_class(node: cst.CSTNode, model: ScriptModel) -> bool:
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, cst.ClassDef):
+            return ancestor.name.value in model.module_classes
+    return False
+
+
+def _assignments(model: ScriptModel) -> Iterator[tuple[str, cst.Assign, cst.BaseExpression]]:
+    for node in model.assignments:
+        for target in node.targets:
+            name = dotted(target.target)
+            if name:
+                yield name, node, node.value

@@ -1,0 +1,187 @@
+"""Where things are in the script: which statement of a scope holds a node, what encloses it,
+where new code may go. Conversion steps and rules ask these; nothing here edits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind, Scope, ScriptModel
+from accelify.analysis.syntax import Visitor, dotted, is_docstring, target_names, walk
+
+
+class Placement:
+    def __init__(self, model: ScriptModel) -> None:
+        self.model = model
+        self._nodes: list[cst.CSTNode] | None = None
+
+    # --- traversal -------------------------------------------------------------------------------
+    def all_nodes(self) -> list[cst.CSTNode]:
+        if self._nodes is None:
+            collected: list[cst.CSTNode] = []
+
+            class Everything(Visitor):
+                def on_visit(self, node: cst.CSTNode) -> bool:
+                    collected.append(node)
+                    return True
+
+            self.model.module.visit(Everything())
+            self._nodes = collected
+        return self._nodes
+
+    def attributes(self) -> Iterator[cst.Attribute]:
+        return (n for n in self.all_nodes() if isinstance(n, cst.Attribute))
+
+    def withs(self) -> Iterator[cst.With]:
+        return (n for n in self.all_nodes() if isinstance(n, cst.With))
+
+    def expression_statements(self) -> Iterator[tuple[cst.SimpleStatementLine, cst.Call]]:
+        for node in self.all_nodes():
+            if (
+                isinstance(node, cst.SimpleStatementLine)
+                and len(node.body) == 1
+                and isinstance(node.body[0], cst.Expr)
+                and isinstance(node.body[0].value, cst.Call)
+            ):
+                yield node, node.body[0].value
+
+    def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """Calls of a module-level function by its plain name."""
+        return [
+            c
+            for c in self.model.calls
+            if isinstance(c.func, cst.Name) and c.func.value == function.name.value
+        ]
+
+    # --- scopes and statements -------------------------------------------------------------------
+    def prepare_scope(self) -> Scope | None:
+        """The scope that owns training: where the first optimizer (else model) is created."""
+        for kind in (Kind.OPTIMIZER, Kind.MODEL):
+            bindings = self.model.of_kind(kind)
+            if bindings:
+                return bindings[0].scope
+        if self.model.backward_calls:
+            return self.model.scope_of(self.model.backward_calls[0])
+        return None
+
+    def is_method(self, scope: Scope) -> bool:
+        parent = self.model.parent(scope)
+        return parent is not None and isinstance(self.model.parent(parent), cst.ClassDef)
+
+    def body_of(self, scope: cst.CSTNode) -> list[cst.CSTNode]:
+        if isinstance(scope, cst.Module):
+            return list(scope.body)
+        body = scope.body  # type: ignore[attr-defined]
+        return list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
+
+    def top_statement(self, node: cst.CSTNode, scope: cst.CSTNode) -> cst.CSTNode | None:
+        """The statement of ``scope``'s own body that holds ``node``."""
+        body = self.body_of(scope)
+        if node in body:
+            return node
+        for ancestor in self.model.ancestors(node):
+            if ancestor in body:
+                return ancestor
+        return None
+
+    def index(self, top: cst.CSTNode, scope: Scope) -> int:
+        return self.body_of(scope).index(top)
+
+    def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef):
+                return ancestor
+        return None
+
+    def top_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        found = None
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef):
+                found = ancestor
+        return found
+
+    def class_of(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.ClassDef):
+                return ancestor
+        return None
+
+    def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        return node is container or any(a is container for a in self.model.ancestors(node))
+
+    def first_free_index(self, home: cst.CSTNode) -> int:
+        """The first statement new code may precede: after a docstring, and in a module after
+        the imports."""
+        body = self.body_of(home)
+        floor = 0
+        for index, line in enumerate(body):
+            if index == 0 and is_docstring(line):
+                floor = 1
+            if (
+                isinstance(home, cst.Module)
+                and isinstance(line, cst.SimpleStatementLine)
+                and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in line.body)
+            ):
+                floor = index + 1
+        return floor
+
+    # --- moving a constant up --------------------------------------------------------------------
+    def hoistable(
+        self, body: list[cst.CSTNode], anchor: cst.CSTNode, name: str
+    ) -> cst.SimpleStatementLine | None:
+        """``accum = 2`` written after ``anchor``, when moving it up changes nothing else: a plain
+        assignment of ``name`` alone, no call in its value, nothing it reads assigned in
+        between, and ``name`` neither read nor set in between."""
+        start = body.index(anchor)
+        for index in range(start, len(body)):
+            line = body[index]
+            assigns = [n for n in walk(line) if isinstance(n, cst.AssignTarget)]
+            if not any(name in target_names(a.target) for a in assigns):
+                continue
+            if not (
+                isinstance(line, cst.SimpleStatementLine)
+                and len(line.body) == 1
+                and isinstance(line.body[0], cst.Assign)
+                and [dotted(t.target) for t in line.body[0].targets] == [name]
+            ):
+                return None
+            value = line.body[0].value
+            reads = {n.value for n in walk(value) if isinstance(n, cst.Name)}
+            if any(isinstance(n, (cst.Call, cst.Await, cst.Yield)) for n in walk(value)):
+                return None
+            between = [n for statement in body[start:index] for n in walk(statement)]
+            touched = {n.value for n in between if isinstance(n, cst.Name)}
+            set_between = {
+                name
+                for n in between
+                if isinstance(n, cst.AssignTarget)
+                for name in target_names(n.target)
+            }
+            if name in touched or reads & set_between:
+                return None
+            return line
+        return None
+
+    def assigned_after(
+        self, anchor: cst.CSTNode, home: cst.CSTNode, codes: Iterable[str]
+    ) -> list[tuple[str, int]]:
+        """Names read by ``codes`` that ``home`` assigns at or after ``anchor``."""
+        wanted = set()
+        for code in codes:
+            for node in walk(cst.parse_expression(code)):
+                if isinstance(node, cst.Name) and node.value not in (
+                    "torch",
+                    "True",
+                    "False",
+                    "None",
+                ):
+                    wanted.add(node.value)
+        body = self.body_of(home)
+        late = []
+        for line in body[body.index(anchor) :]:
+            for node in walk(line):
+                if isinstance(node, cst.AssignTarget):
+                    for name in target_names(node.target) & wanted:
+                        late.append((name, self.model.line(node)))
+        return late

@@ -1,0 +1,72 @@
+"""Gradient accumulation written by hand becomes ``Accelerator(gradient_accumulation_steps=...)``
+and ``with accelerator.accumulate(model):`` when the analysis found it rewritable; otherwise it
+stays (it is correct as written) and a review line says why."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.accumulation import ManualAccumulation
+from accelify.analysis.syntax import dotted
+from accelify.convert.steps.context import Context
+from accelify.edits.plan import Plan, expression
+
+
+def run(ctx: Context) -> None:
+    for loop in ctx.model.loops:
+        found = ctx.facts.accumulation_in(loop)
+        if found is None:
+            continue
+        if found.unaccounted is not None:
+            ctx.plan.review(found.line, f"manual gradient accumulation kept: {found.unaccounted}")
+            continue
+        ctx.constructor["gradient_accumulation_steps"] = found.steps_code
+        _apply(found, ctx.plan, ctx.acc, ctx.facts.flow.model_names_in_scope(loop.scope))
+        ctx.need(loop.node)
+
+
+def _apply(found: ManualAccumulation, plan: Plan, acc: str, models: list[str]) -> None:
+    if isinstance(found.division, cst.AugAssign) or (
+        isinstance(found.division, cst.Assign)
+        and isinstance(found.division.value, cst.BinaryOperation)
+        and dotted(found.division.value.left) == found.loss
+    ):
+        plan.remove(
+            found.division_statement,
+            found.line,
+            f"removed `{found.loss} / {found.steps_code}` (accelerator.backward divides)",
+        )
+    else:
+        plan.replace(
+            found.division.value,
+            lambda updated: updated.left,
+            found.line,  # type: ignore[union-attr]
+            f"removed `/ {found.steps_code}` (accelerator.backward divides)",
+        )
+    for product in found.multiplied:
+        plan.replace(
+            product,
+            lambda updated: updated.left,
+            found.line,
+            f"`{found.loss}.item() * {found.steps_code}` -> `{found.loss}.item()`",
+        )
+    plan.replace(
+        found.condition.test,
+        lambda _: expression(f"{acc}.sync_gradients"),
+        found.line,
+        f"accumulation step test -> {acc}.sync_gradients",
+    )
+    context = f"{acc}.accumulate({', '.join(models)})"
+
+    def wrap(updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.For)
+        inner = cst.With(items=[cst.WithItem(expression(context))], body=updated.body)
+        return updated.with_changes(body=cst.IndentedBlock(body=[inner]))
+
+    previous = plan.replacements.get(found.loop)
+    plan.replacements[found.loop] = wrap if previous is None else (lambda u: wrap(previous(u)))
+    plan.change(
+        found.line,
+        f"manual accumulation -> Accelerator(gradient_accumulation_steps={found.steps_code}) "
+        f"and `with {context}:` (also steps at the end of each epoch)",
+    )

@@ -1,0 +1,80 @@
+"""What every conversion step reads and writes: the script's analysis, the plan being built,
+the accelerator's name and constructor arguments, and the nodes that need the accelerator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.script_model import ScriptModel
+from accelify.edits.plan import Plan, expression
+
+TARGET_IMPORTS = {
+    "accelify": "from accelify import Accelerator",
+    "accelerate": "from accelerate import Accelerator",
+}
+
+
+@dataclass
+class Options:
+    target: str = "accelify"
+    mixed_precision: str | None = None
+
+
+@dataclass
+class Context:
+    model: ScriptModel
+    options: Options
+    plan: Plan = field(default_factory=Plan)
+    #: ``accelerator``, or ``self.accelerator`` when training lives in a method.
+    acc: str = "accelerator"
+    #: keyword arguments of the ``Accelerator(...)`` call, as source text.
+    constructor: dict[str, str] = field(default_factory=dict)
+    #: nodes whose edits use the accelerator: it is created before the first of them.
+    needs: list[cst.CSTNode] = field(default_factory=list)
+    #: the statement the ``prepare`` call follows.
+    prepare_anchor: cst.CSTNode | None = None
+
+    @property
+    def facts(self) -> Facts:
+        return facts_of(self.model)
+
+    def need(self, node: cst.CSTNode) -> None:
+        self.needs.append(node)
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.model.module.code_for_node(node)
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self.model.line(node)
+
+    def a(self, member: str) -> str:
+        return f"{self.acc}.{member}"
+
+    def constructor_code(self) -> str:
+        arguments = ", ".join(f"{key}={value}" for key, value in self.constructor.items())
+        return f"Accelerator({arguments})"
+
+    def after_prepare(self, node: cst.CSTNode) -> bool:
+        anchor = self.prepare_anchor
+        if anchor is None:
+            return False
+        scope = self.model.scope_of(anchor)
+        placement = self.facts.placement
+        if placement.inside(node, scope) and self.model.scope_of(node) is scope:
+            return self.model.line(node) > self.model.line(anchor)
+        return True
+
+
+def unwrap(ctx: Context, model: cst.BaseExpression, at: cst.CSTNode, text: str) -> None:
+    """``model`` -> ``accelerator.unwrap_model(model)``."""
+    acc = ctx.acc
+    ctx.plan.replace(
+        model,
+        lambda updated: cst.Call(expression(f"{acc}.unwrap_model"), [cst.Arg(updated)]),
+        ctx.line(at),
+        text,
+    )
+    ctx.need(at)

@@ -1,0 +1,89 @@
+"""9. Saving and other writes meant to happen once: ``torch.save`` -> ``accelerator.save`` after a
+barrier every rank reaches, files opened for writing on the main process only."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.syntax import dotted
+from accelify.convert.steps.context import Context, unwrap
+from accelify.edits.plan import expression, statement
+
+
+def run(ctx: Context) -> None:
+    guarded_writes = _plan_file_writes(ctx)
+    for line_statement, call in ctx.facts.placement.expression_statements():
+        if not ctx.model.call_names(call) & names.TORCH_SAVE:
+            continue
+        _unwrap_saved_model(ctx, call)
+        if any(ctx.facts.placement.inside(call, block) for block in guarded_writes):
+            continue  # writes into a file only the main process opens
+        ctx.plan.replace(
+            call,
+            lambda updated: updated.with_changes(func=expression(f"{ctx.acc}.save")),
+            ctx.line(call),
+            f"torch.save -> {ctx.a('save')} (main process only)",
+        )
+        ctx.need(call)
+        if not ctx.facts.ranks.under_rank_guard(call):
+            ctx.plan.insert_before(line_statement, statement(f"{ctx.acc}.wait_for_everyone()"))
+
+
+def _unwrap_saved_model(ctx: Context, call: cst.Call) -> None:
+    """``torch.save(model, path)`` of a prepared model pickles the DDP wrapper otherwise."""
+    if not call.args:
+        return
+    saved = call.args[0].value
+    if isinstance(saved, (cst.Name, cst.Attribute)) and ctx.facts.flow.is_model_name(
+        dotted(saved), call
+    ):
+        unwrap(
+            ctx, saved, call, f"saves {ctx.a('unwrap_model')}({dotted(saved)}), not the DDP wrapper"
+        )
+
+
+def _plan_file_writes(ctx: Context) -> list[cst.With]:
+    """``with open(path, "w") as f:`` runs on the main process only; every rank truncating
+    and writing the same file races. A bare ``open`` for writing is left for review."""
+    guarded = []
+    for with_node in ctx.facts.placement.withs():
+        if ctx.facts.ranks.under_rank_guard(with_node) or not any(
+            _opens_for_writing(item.item) for item in with_node.items
+        ):
+            continue
+        acc = ctx.acc
+        ctx.plan.replace(
+            with_node,
+            lambda updated, acc=acc: cst.If(
+                test=expression(f"{acc}.is_main_process"),
+                body=cst.IndentedBlock([updated.with_changes(leading_lines=[])]),
+                leading_lines=updated.leading_lines,
+            ),
+            ctx.line(with_node),
+            f"file written on the main process only (if {ctx.a('is_main_process')}:)",
+        )
+        ctx.need(with_node)
+        guarded.append(with_node)
+    for call in ctx.model.calls:
+        inside_guarded = any(ctx.facts.placement.inside(call, block) for block in guarded)
+        if (
+            _opens_for_writing(call)
+            and not inside_guarded
+            and not ctx.facts.ranks.under_rank_guard(call)
+        ):
+            ctx.plan.review(
+                ctx.line(call),
+                "a file is written on every rank: guard it with `if accelerator.is_main_process:`",
+            )
+    return guarded
+
+
+def _opens_for_writing(node: cst.BaseExpression) -> bool:
+    if not isinstance(node, cst.Call) or dotted(node.func) != "open":
+        return False
+    mode = next(
+        (a.value for a in node.args[1:2] if a.keyword is None),
+        next((a.value for a in node.args if a.keyword and a.keyword.value == "mode"), None),
+    )
+    return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in "wax")

@@ -1,0 +1,43 @@
+"""11. After prepare a model may be a DDP wrapper: ``model.module``, its state dict, its own
+attributes and methods (``model.fc1``, ``model.generate()``) are reached through
+``unwrap_model``."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.syntax import dotted
+from accelify.convert.steps.context import Context, unwrap
+
+
+def run(ctx: Context) -> None:
+    """After prepare, a model may be a DDP wrapper: its state dict, its own attributes and
+    methods (``model.fc1``, ``model.generate()``) are reached through ``unwrap_model``."""
+    for attribute in ctx.facts.placement.attributes():
+        member = attribute.attr.value
+        if member in names.MODULE_API and member not in ("state_dict", "load_state_dict"):
+            continue
+        if member == "module" or member.startswith("__"):
+            continue
+        owner = attribute.value
+        if not isinstance(owner, (cst.Name, cst.Attribute)) or owner in ctx.plan.replacements:
+            continue
+        if not ctx.facts.flow.is_model_name(dotted(owner), attribute):
+            continue
+        if not ctx.after_prepare(attribute) or _is_binding_target(ctx, attribute):
+            continue
+        unwrap(
+            ctx,
+            owner,
+            attribute,
+            f"{dotted(owner)}.{member} -> {ctx.a('unwrap_model')}({dotted(owner)}).{member}",
+        )
+
+
+def _is_binding_target(ctx: Context, attribute: cst.Attribute) -> bool:
+    """``ctx.model = ...`` binds a name; it is not a use of the model."""
+    parent = ctx.model.parent(attribute)
+    return isinstance(parent, cst.AssignTarget) or (
+        isinstance(parent, cst.Attribute) and isinstance(ctx.model.parent(parent), cst.AssignTarget)
+    )
