@@ -1,10 +1,454 @@
-"""placeholder"""
+"""What an evaluation loop computes, and whether gathering can make its metrics global.
+
+An evaluation loop reads a DataLoader, runs a model, has no ``.backward()``, and folds per-batch
+values into something that outlives the batch: ``correct += ...``, ``preds.append(...)``,
+``metric.add_batch(...)`` (the *sinks*). On N ranks each rank sees 1/N of the set, so every
+sink must be fed from values gathered across ranks, predictions and labels alike.
+
+The gather goes right after the statement holding the first forward pass. It gathers the
+forward's outputs (a name, a tuple of names, or the fields read from a dict-like output such as
+``out.logits``) and every batch value read after it (``y``, or ``batch["labels"]`` when the batch
+itself was fed to the model). Then every sink is checked: one that still reads a per-rank value
+(a count taken before the gather, an output field that is a scalar loss, anything computed from
+an ungathered name, or under a condition on one) makes the whole loop *unsure*: it is left as
+it is, with the reason, rather than gathered on one side only.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-class Evaluation: ...
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.script_model import Loop, ScriptModel
+from accelify.analysis.syntax import dotted, root_name, target_names, walk
+
+if TYPE_CHECKING:
+    from accelify.analysis.facts import Facts
+
+SINK_METHODS = ("append", "extend", "add_batch", "update", "add", "add_")
+COLLECTIVE_METHODS = ("gather", "gather_for_metrics", "reduce", "all_gather", "all_reduce")
+_SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_COMPUTATIONS = (
+    cst.BinaryOperation,
+    cst.UnaryOperation,
+    cst.Comparison,
+    cst.BooleanOperation,
+    cst.IfExp,
+    *_SCOPES,
+)
 
 
-def evaluation_of(loop, facts):
+@dataclass
+class GatheredField:
+    """``out.logits`` / ``batch["labels"]``: read after the forward, gathered into ``name``."""
+
+    name: str
+    code: str
+    uses: list[cst.CSTNode]
+
+
+@dataclass
+class Evaluation:
+    loop: Loop
+    #: the statement holding the first forward pass, and the forward call itself.
+    statement: cst.SimpleStatementLine | None = None
+    forward: cst.Call | None = None
+    #: the forward sits inside an expression: it is bound to ``extracted`` first.
+    extracted: str | None = None
+    #: names gathered as they are (outputs, then labels), and fields gathered into new names.
+    gathered: list[str] = field(default_factory=list)
+    fields: list[GatheredField] = field(default_factory=list)
+    sinks: list[cst.CSTNode] = field(default_factory=list)
+    already_gathered: bool = False
+    unsure: str | None = None
+    #: where the reason is: the metric that would stay per-rank, else the forward or the loop.
+    unsure_at: cst.CSTNode | None = None
+
+    @property
+    def line_node(self) -> cst.CSTNode:
+        return self.unsure_at or self.statement or self.loop.node
+
+
+def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
+    """The `Evaluation` of ``loop``, or None when it is not an evaluation over a DataLoader."""
+    model = facts.model
+    if loop.trains or not facts.flow.reads_loader(loop):
+        return None
+    found = Evaluation(loop)
+    body = list(_statements(loop.node.body))
+    found.sinks = [sink for sink in body if _is_sink(sink, loop, model)]
+    forward = _first_forward(loop, facts)
+    if not found.sinks:
+        return found if forward is not None else None
+    found.already_gathered = _gathers(loop, facts)
+    if found.already_gathered:
+        return found
+    if forward is None:
+        found.unsure = "no forward pass of a known model found"
+        return found
+    found.forward = forward
+    statement = next(a for a in model.ancestors(forward) if isinstance(a, cst.SimpleStatementLine))
+    found.statement = statement
+    found.unsure = _place(found, facts) or _check_sinks(found, body, facts)
+    return found
+
+
+def _place(found: Evaluation, facts: Facts) -> str | None:
+    """Decide what is gathered; a reason when it cannot be decided safely."""
+    model, statement, forward = facts.model, found.statement, found.forward
+    assert statement is not None and forward is not None
+    for ancestor in model.ancestors(statement):
+        if ancestor is found.loop.node:
+            break
+        if isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.FunctionDef)):
+            return "the forward pass runs under a condition: a gather there could hang"
+    if len(statement.body) != 1:
+        return "the forward pass shares its line with other statements"
+    small = statement.body[0]
+    taken = _names_in_scope(model, found.loop.scope)
+    if isinstance(small, cst.Assign) and small.value is forward and len(small.targets) == 1:
+        outputs = _plain_targets(small.targets[0].target)
+        if outputs is None:
+            return "the forward's output is not bound to plain names"
+    else:
+        if any(isinstance(a, _SCOPES) for a in _between(model, forward, statement)):
+            return "the forward pass runs inside a lambda or comprehension"
+        found.extracted = _fresh("outputs", taken)
+        outputs = [found.extracted]
+    later = _uses_after(found, facts)
+    for output in outputs:
+        fields = _fields_only(later.get(output, []), model, allow_index=False)
+        if fields is None:
+            found.gathered.append(output)
+        else:
+            _add_fields(found, fields, taken)
+    fed = {n.value for n in walk(forward) if isinstance(n, cst.Name)}
+    for name in sorted(_batch_names(found.loop, facts, statement)):
+        uses = later.get(name, [])
+        if not uses:
+            continue
+        if name not in fed:
+            found.gathered.append(name)
+            continue
+        # Fed to the model and read again: only the fields read (``batch["labels"]``) when
+        # that is all, else the whole input (``data`` compared with its reconstruction).
+        fields = _fields_only(uses, model, allow_index=True)
+        if fields is None:
+            found.gathered.append(name)
+        else:
+            _add_fields(found, fields, taken)
     return None
+
+
+def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """Every sink must read only gathered values (or values computed from them)."""
+    model = facts.model
+    per_rank = set(_batch_names(found.loop, facts, found.statement))
+    # Read through a gathered field, or inside the forward that moves out of its statement:
+    # not reads of the per-rank names they mention.
+    replaced = {id(use) for f in found.fields for use in f.uses}
+    if found.extracted is not None and found.forward is not None:
+        replaced.add(id(found.forward))
+    gathered_after = set(found.gathered) | {f.name for f in found.fields}
+    seen_forward = False
+    for small in body:
+        reads = _reads(small, replaced, model, found.loop)
+        is_forward = found.statement is not None and found.statement.body[0] is small
+        if is_forward:
+            seen_forward = True
+            per_rank -= gathered_after
+            if found.extracted is None:
+                continue
+        if small in found.sinks:
+            bad = reads & per_rank
+            if bad or not seen_forward:
+                found.unsure_at = small
+                line = model.line(small)
+                if not seen_forward:
+                    return f"the metric at line {line} is taken before the forward pass"
+                return (
+                    f"the metric at line {line} reads {', '.join(sorted(bad))}, this rank's alone"
+                )
+            continue
+        bound = _bound_by(small)
+        forward = found.forward if is_forward else None
+        if reads & per_rank or _calls_a_model(small, facts, forward):
+            per_rank |= bound
+        else:
+            per_rank -= bound
+    return None
+
+
+# --- pieces -------------------------------------------------------------------------------------
+def _statements(block: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The small statements under ``block`` in source order (not inside nested functions)."""
+    for node in walk(block):
+        if isinstance(node, cst.SimpleStatementLine):
+            yield from node.body
+
+
+def _is_sink(small: cst.CSTNode, loop: Loop, model: ScriptModel) -> bool:
+    local = _assigned_in(loop.node)
+    if isinstance(small, cst.AugAssign):
+        return root_name(small.target) not in local
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        func = small.value.func
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in SINK_METHODS
+            and root_name(func.value) not in local
+        )
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        target = dotted(small.targets[0].target)
+        reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
+        return target is not None and target in reads and target not in local - {target}
+    return False
+
+
+def _assigned_in(loop: cst.For) -> set[str]:
+    """Names the loop binds itself (its targets and plain assignments): per-batch values."""
+    bound = set(target_names(loop.target))
+    for node in walk(loop.body):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                value_names = {n.value for n in walk(node.value) if isinstance(n, cst.Name)}
+                bound |= {t for t in target_names(target.target) if t not in value_names}
+        elif isinstance(node, cst.For):
+            bound |= target_names(node.target)
+    return bound
+
+
+def _first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
+    for node in walk(loop.node.body):
+        if isinstance(node, cst.Call) and facts.flow.is_model_name(dotted(node.func), node):
+            return node
+    return None
+
+
+def _gathers(loop: Loop, facts: Facts) -> bool:
+    for node in walk(loop.node.body):
+        if isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in COLLECTIVE_METHODS:
+                return True
+            if facts.model.call_names(node) & names.DISTRIBUTED_COLLECTIVES:
+                return True
+    return False
+
+
+def _calls_a_model(small: cst.CSTNode, facts: Facts, gathered: cst.Call | None) -> bool:
+    """A forward pass other than ``gathered`` (whose output the gather covers)."""
+    return any(
+        isinstance(n, cst.Call)
+        and n is not gathered
+        and facts.flow.is_model_name(dotted(n.func), n)
+        for n in walk(small)
+    )
+
+
+def _batch_names(loop: Loop, facts: Facts, before: cst.CSTNode | None) -> set[str]:
+    """The loop's batch names and those unpacked or indexed from them before the forward."""
+    batch = set(loop.batch_names)
+    limit = facts.model.line(before) if before is not None else None
+    for small in _statements(loop.node.body):
+        if limit is not None and facts.model.line(small) >= limit:
+            break
+        if isinstance(small, cst.Assign) and _pure_access(small.value):
+            reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
+            if reads and reads <= batch | {"device"} | _device_names(small.value):
+                for target in small.targets:
+                    batch |= target_names(target.target)
+    return batch
+
+
+def _pure_access(value: cst.BaseExpression) -> bool:
+    """``batch[0]``, ``batch["x"]``, ``a, b = batch``, ``x.to(device)``: no computation."""
+    for node in walk(value):
+        if isinstance(node, cst.Call):
+            func = node.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value in names.DEVICE_MOVES):
+                return False
+        elif isinstance(node, _COMPUTATIONS):
+            return False
+    return True
+
+
+def _device_names(value: cst.BaseExpression) -> set[str]:
+    found = set()
+    for node in walk(value):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            for argument in node.args:
+                found |= {n.value for n in walk(argument.value) if isinstance(n, cst.Name)}
+    return found
+
+
+def _uses_after(found: Evaluation, facts: Facts) -> dict[str, list[cst.Name]]:
+    """Name uses in the loop after the forward statement (and inside it, when extracted)."""
+    model, statement = facts.model, found.statement
+    assert statement is not None
+    start = model.line(statement)
+    uses: dict[str, list[cst.Name]] = {}
+    for node in walk(found.loop.node.body):
+        if not isinstance(node, cst.Name) or model.line(node) < start:
+            continue
+        inside = any(a is statement for a in model.ancestors(node))
+        if inside and (found.extracted is None or _within(model, node, found.forward)):
+            continue
+        if _is_binding(model, node):
+            continue
+        uses.setdefault(node.value, []).append(node)
+    return uses
+
+
+def _fields_only(
+    uses: list[cst.Name], model: ScriptModel, allow_index: bool
+) -> dict[str, list[cst.CSTNode]] | None:
+    """``{"out.logits": [nodes]}`` when every use reads a field (not a method, not the whole
+    object); None when the name is used as a value of its own."""
+    if not uses:
+        return None
+    fields: dict[str, list[cst.CSTNode]] = {}
+    for use in uses:
+        access = _field_access(use, model, allow_index)
+        if access is None or _is_binding(model, access):
+            return None
+        fields.setdefault(model.module.code_for_node(access), []).append(access)
+    return fields
+
+
+def _field_access(use: cst.Name, model: ScriptModel, allow_index: bool) -> cst.CSTNode | None:
+    """``out.logits`` or ``batch["labels"]`` (``batch[1]`` with ``allow_index``) around ``use``."""
+    parent = model.parent(use)
+    if isinstance(parent, cst.Attribute) and parent.value is use:
+        caller = model.parent(parent)
+        is_method = isinstance(caller, cst.Call) and caller.func is parent
+        return None if is_method else parent
+    if isinstance(parent, cst.Subscript) and parent.value is use and len(parent.slice) == 1:
+        index = parent.slice[0].slice
+        kinds = (cst.SimpleString, cst.Integer) if allow_index else (cst.SimpleString,)
+        if isinstance(index, cst.Index) and isinstance(index.value, kinds):
+            return parent
+    return None
+
+
+def _add_fields(found: Evaluation, fields: dict[str, list[cst.CSTNode]], taken: set[str]) -> None:
+    for code, uses in fields.items():
+        node = uses[0]
+        if isinstance(node, cst.Attribute):
+            base = node.attr.value
+        else:
+            index = node.slice[0].slice.value  # type: ignore[union-attr]
+            text = str(getattr(index, "evaluated_value", ""))
+            base = text if text.isidentifier() else "labels"
+        if "loss" in base:
+            continue  # a scalar per batch: gathering it would not give a per-sample value
+        name = _fresh(base, taken)
+        found.fields.append(GatheredField(name, code, uses))
+
+
+def _reads(small: cst.CSTNode, replaced: set[int], model: ScriptModel, loop: Loop) -> set[str]:
+    """Names ``small`` reads, including the tests of the ``if``s and loops around it inside the
+    evaluation loop (a count under ``if pred == y:`` depends on both)."""
+    skipped: set[int] = set()
+    for node in walk(small):
+        if id(node) in replaced:
+            skipped |= {id(n) for n in walk(node)}
+    reads = {
+        n.value
+        for n in walk(small)
+        if isinstance(n, cst.Name) and id(n) not in skipped and not _is_binding(model, n)
+    }
+    if isinstance(small, cst.AugAssign):
+        reads.discard(root_name(small.target) or "")
+    for ancestor in model.ancestors(small):
+        if ancestor is loop.node:
+            break
+        test = (
+            getattr(ancestor, "test", None) if isinstance(ancestor, (cst.If, cst.While)) else None
+        )
+        if isinstance(ancestor, cst.For):
+            test = ancestor.iter
+        if test is not None:
+            reads |= {n.value for n in walk(test) if isinstance(n, cst.Name)}
+    return reads
+
+
+def _bound_by(small: cst.CSTNode) -> set[str]:
+    if isinstance(small, cst.Assign):
+        return {n for t in small.targets for n in target_names(t.target)}
+    if isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+        return target_names(small.target)
+    return set()
+
+
+def _plain_targets(target: cst.BaseExpression) -> list[str] | None:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)) and all(
+        isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements
+    ):
+        return [e.value.value for e in target.elements]  # type: ignore[union-attr]
+    return None
+
+
+def _is_binding(model: ScriptModel, node: cst.CSTNode) -> bool:
+    """``node`` is (part of) an assignment target, not a read."""
+    current: cst.CSTNode | None = node
+    while current is not None:
+        parent = model.parent(current)
+        if isinstance(parent, (cst.AssignTarget,)):
+            return True
+        if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is current:
+            return True
+        if isinstance(parent, cst.For) and parent.target is current:
+            return True
+        if not isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+            return False
+        current = parent
+    return False
+
+
+def _within(model: ScriptModel, node: cst.CSTNode, container: cst.CSTNode | None) -> bool:
+    return container is not None and (
+        node is container or any(a is container for a in model.ancestors(node))
+    )
+
+
+def _between(model: ScriptModel, node: cst.CSTNode, top: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    for ancestor in model.ancestors(node):
+        if ancestor is top:
+            return
+        yield ancestor
+
+
+def _names_in_scope(model: ScriptModel, scope: cst.CSTNode) -> set[str]:
+    """Names a new local of ``scope`` could shadow: its own, and the module's globals."""
+
+    def names(node: cst.CSTNode) -> set[str]:
+        return {
+            n.value
+            for n in walk(node)
+            if isinstance(n, cst.Name)
+            and not (isinstance(model.parent(n), cst.Attribute) and model.parent(n).attr is n)
+        }
+
+    taken = names(scope)
+    for statement in model.module.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            taken.add(statement.name.value)
+        else:
+            taken |= names(statement)
+    return taken
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    taken.add(name)
+    return name

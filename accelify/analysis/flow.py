@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names
@@ -19,24 +20,40 @@ class ObjectFlow:
     def __init__(self, model: ScriptModel, placement: Placement) -> None:
         self.model = model
         self.placement = placement
-        self.params = self._parameters_from_call_sites()
+        self.params: dict[cst.FunctionDef, dict[str, Kind]] = self._trained_parameters()
+        self._add_parameters_from_call_sites()
 
-    def _parameters_from_call_sites(self) -> dict[cst.FunctionDef, dict[str, Kind]]:
+    def _trained_parameters(self) -> dict[cst.FunctionDef, dict[str, Kind]]:
+        """``def main(model): optimizer = SGD(model.parameters())``: ``model`` is a model."""
+        found: dict[cst.FunctionDef, dict[str, Kind]] = {}
+        for optimizer in self.model.of_kind(Kind.OPTIMIZER):
+            function = optimizer.scope
+            if not isinstance(function, cst.FunctionDef):
+                continue
+            parameters = {
+                p.name.value for p in (*function.params.params, *function.params.kwonly_params)
+            }
+            for name in parameter_owners(optimizer) & parameters:
+                found.setdefault(function, {})[name] = Kind.MODEL
+        return found
+
+    def _add_parameters_from_call_sites(self) -> None:
+        """``train(args, model, device, train_loader, ...)``: ``train``'s ``model`` is a model."""
         kinds_by_name: dict[str, Kind] = {}
         for binding in self.model.bindings:
             kinds_by_name.setdefault(binding.name, binding.kind)
-        result: dict[cst.FunctionDef, dict[str, Kind]] = {}
         for call in self.model.calls:
             if not isinstance(call.func, cst.Name):
                 continue
             function = self.model.functions.get(call.func.value)
             if function is None:
                 continue
+            caller = self.placement.enclosing_function(call)
             for parameter, argument in _bound_arguments(function, call):
-                kind = kinds_by_name.get(dotted(argument.value) or "")
+                name = dotted(argument.value) or ""
+                kind = kinds_by_name.get(name) or self.params.get(caller, {}).get(name)  # type: ignore[arg-type]
                 if kind is not None:
-                    result.setdefault(function, {})[parameter] = kind
-        return result
+                    self.params.setdefault(function, {}).setdefault(parameter, kind)
 
     def param_names(self, kind: Kind) -> set[str]:
         return {name for params in self.params.values() for name, k in params.items() if k is kind}

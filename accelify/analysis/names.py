@@ -66,6 +66,10 @@ PRINT = {"builtins.print"}
 # Methods that return the module itself (or a moved copy): `Net().to(device).train()` is a model.
 MODULE_SELF_METHODS = {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval"}
 DEVICE_MOVES = {"to", "cuda"}
+DISTRIBUTED_COLLECTIVES = {
+    f"torch.distributed.{name}"
+    for name in ("all_gather", "all_gather_object", "all_reduce", "gather", "reduce")
+}
 # torch.nn.Module's own API: reachable through a DDP wrapper too (DDP is a Module).
 MODULE_API = {
     "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double",

@@ -11,28 +11,35 @@ from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import Visitor, dotted, strip_self_methods
 
 
+def parameter_owners(optimizer: Binding) -> set[str]:
+    """The names whose ``.parameters()``/``.named_parameters()`` build ``optimizer``."""
+    core = strip_self_methods(optimizer.value)
+    if not isinstance(core, cst.Call):
+        return set()
+    owners: set[str] = set()
+
+    class Params(Visitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in (
+                "parameters",
+                "named_parameters",
+            ):
+                name = dotted(func.value)
+                if name:
+                    owners.add(name)
+
+    for argument in core.args:
+        argument.value.visit(Params())
+    return owners
+
+
 def add_models_fed_to_optimizers(model: ScriptModel) -> None:
     """Whatever's ``.parameters()`` an optimizer is built from is a model, whatever made it."""
     known = {(b.name, id(b.scope)) for b in model.of_kind(Kind.MODEL)}
-    fed: set[str] = set()
-    for optimizer in model.of_kind(Kind.OPTIMIZER):
-        core = strip_self_methods(optimizer.value)
-        if not isinstance(core, cst.Call):
-            continue
-
-        class Params(Visitor):
-            def visit_Call(self, call: cst.Call) -> None:
-                func = call.func
-                if isinstance(func, cst.Attribute) and func.attr.value in (
-                    "parameters",
-                    "named_parameters",
-                ):
-                    name = dotted(func.value)
-                    if name:
-                        fed.add(name)
-
-        for argument in core.args:
-            argument.value.visit(Params())
+    fed = {
+        name for optimizer in model.of_kind(Kind.OPTIMIZER) for name in parameter_owners(optimizer)
+    }
     for name, assign, value in _assignments(model):
         if (
             name in fed

@@ -39,7 +39,10 @@ class ApplyPlan(cst.CSTTransformer):
         rebuilt: list[cst.CSTNode] = []
         carried_comments: list[cst.EmptyLine] = []
         for old, new in zip(old_body, new_body, strict=True):
-            inserted = self.plan.before.get(old, [])
+            # A deferred insert is built now, from nodes this pass has already rewritten.
+            inserted = [
+                item() if callable(item) else item for item in self.plan.before.get(old, [])
+            ]
             if inserted:
                 # Blank lines that separated this statement from the one above now separate
                 # the inserted code; comments stay with the statement they describe.

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 Replace = Callable[[cst.CSTNode], cst.CSTNode]
+#: A statement to insert, or a function that builds it while the plan is applied (from nodes
+#: the pass has already rewritten).
+Insert = cst.BaseStatement | Callable[[], cst.BaseStatement]
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ class Plan:
     accelerator: str = "accelerator"
     replacements: dict[cst.CSTNode, Replace] = field(default_factory=dict)
     removals: set[cst.CSTNode] = field(default_factory=set)
-    before: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    before: dict[cst.CSTNode, list[Insert]] = field(default_factory=dict)
     after: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
     new_parameters: dict[cst.FunctionDef, str] = field(default_factory=dict)
     changes: list[Note] = field(default_factory=list)
@@ -39,7 +42,7 @@ class Plan:
         self.removals.add(statement)
         self.change(line, text)
 
-    def insert_before(self, statement: cst.CSTNode, *new: cst.BaseStatement) -> None:
+    def insert_before(self, statement: cst.CSTNode, *new: Insert) -> None:
         self.before.setdefault(statement, []).extend(new)
 
     def insert_after(self, statement: cst.CSTNode, *new: cst.BaseStatement) -> None:

@@ -21,8 +21,22 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
     if anchor is None:
         return
     _move_constructor_arguments_up(ctx, home, anchor)
+    if anchor is ctx.prepare_anchor and not _needed_by(ctx, anchor):
+        # Nothing before the prepare call needs it: created right above that call, after the
+        # last object it prepares, not between a model and its optimizer.
+        ctx.plan.after[anchor] = [statement(create), *ctx.plan.after.get(anchor, [])]
+        ctx.plan.change(ctx.line(anchor), f"created {create} after line {ctx.line(anchor)}")
+        return
     ctx.plan.insert_before(anchor, statement(create))
     ctx.plan.change(ctx.line(anchor), f"created {create} before line {ctx.line(anchor)}")
+
+
+def _needed_by(ctx: Context, statement_node: cst.CSTNode) -> bool:
+    """An edit inside ``statement_node`` itself uses the accelerator."""
+    placement = ctx.facts.placement
+    return any(
+        need is not statement_node and placement.inside(need, statement_node) for need in ctx.needs
+    )
 
 
 def _move_constructor_arguments_up(ctx: Context, home: Scope, anchor: cst.CSTNode) -> None:

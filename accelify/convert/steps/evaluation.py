@@ -1,65 +1,81 @@
 """10. Evaluation: predictions and labels are gathered together with ``gather_for_metrics``, so
-totals and accuracies cover the whole evaluation set, not one rank's shard."""
+totals and accuracies cover the whole evaluation set, not one rank's shard. What is gathered,
+and whether that is safe, is the analysis's (`accelify.analysis.evaluation`); a loop it is unsure
+of stays as it is, with a review line that says why."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.script_model import Loop
-from accelify.analysis.syntax import dotted, names_in
+from accelify.analysis.evaluation import Evaluation
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import statement
 
 
 def run(ctx: Context) -> None:
-    for loop in ctx.model.loops:
-        if not loop.evaluates or not ctx.facts.flow.reads_loader(loop):
+    for evaluation in ctx.facts.evaluations:
+        if evaluation.already_gathered or not evaluation.sinks:
             continue
-        _gather_after_forward(ctx, loop)
-
-
-def _gather_after_forward(ctx: Context, loop: Loop) -> None:
-    body = loop.node.body.body
-    for index, line_statement in enumerate(body):
-        if not isinstance(line_statement, cst.SimpleStatementLine) or len(line_statement.body) != 1:
-            continue
-        assign = line_statement.body[0]
-        if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
-            continue
-        if not ctx.facts.flow.is_model_name(dotted(assign.value.func), assign):
-            continue
-        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        if evaluation.unsure is not None:
             ctx.plan.review(
-                ctx.line(assign),
-                "evaluation output is not a plain name: "
-                "gather predictions and labels with accelerator.gather_for_metrics",
+                ctx.line(evaluation.line_node),
+                f"evaluation left as is: {evaluation.unsure}; gather predictions and labels "
+                f"together with {ctx.a('gather_for_metrics')} before the metrics",
             )
-            return
-        output = assign.targets[0].target.value
-        fed = {n.value for n in names_in(assign.value)}
-        later = set()
-        for following in body[index + 1 :]:
-            later |= {n.value for n in names_in(following)}
-        labels = sorted(
-            name
-            for name in loop.batch_names | ctx.facts.flow.derived_batch_names(loop)
-            if name not in fed and name in later
-        )
-        gathered = [output, *labels]
-        if len(gathered) == 1:
-            code = f"{output} = {ctx.a('gather_for_metrics')}({output})"
-        else:
-            joined = ", ".join(gathered)
-            code = f"{joined} = {ctx.a('gather_for_metrics')}(({joined}))"
-        ctx.plan.insert_after(line_statement, statement(code))
-        ctx.plan.change(
-            ctx.line(assign),
-            f"evaluation: {', '.join(gathered)} gathered from every rank (gather_for_metrics)",
-        )
-        ctx.need(line_statement)
-        return
-    ctx.plan.review(
-        ctx.line(loop.node),
-        "evaluation loop without a recognised forward pass: "
-        "gather predictions and labels with accelerator.gather_for_metrics",
+            continue
+        _gather(ctx, evaluation)
+
+
+def _gather(ctx: Context, evaluation: Evaluation) -> None:
+    assert evaluation.statement is not None and evaluation.forward is not None
+    targets = [*evaluation.gathered, *(f.name for f in evaluation.fields)]
+    values = [*evaluation.gathered, *(f.code for f in evaluation.fields)]
+    gather = statement(_gather_code(ctx, targets, values))
+    for gathered_field in evaluation.fields:
+        for use in gathered_field.uses:
+            ctx.plan.replacements[use] = lambda _, name=gathered_field.name: cst.Name(name)
+    if evaluation.extracted is None:
+        ctx.plan.insert_after(evaluation.statement, gather)
+    else:
+        _extract_forward(ctx, evaluation, gather)
+    ctx.plan.change(
+        ctx.line(evaluation.statement),
+        f"evaluation: {', '.join(targets)} gathered from every rank (gather_for_metrics)",
     )
+    ctx.need(evaluation.statement)
+
+
+def _extract_forward(ctx: Context, evaluation: Evaluation, gather: cst.BaseStatement) -> None:
+    """``se += ((model(x) - y) ** 2).sum()`` -> ``outputs = model(x)``, the gather, then
+    ``se += ((outputs - y) ** 2).sum()``: the forward as this pass rewrote it moves up."""
+    name = evaluation.extracted
+    assert name is not None and evaluation.forward is not None
+    rewritten: list[cst.BaseExpression] = []
+    previous = ctx.plan.replacements.get(evaluation.forward)
+
+    def take(updated: cst.CSTNode) -> cst.CSTNode:
+        if previous is not None:
+            updated = previous(updated)
+        rewritten.append(updated)  # type: ignore[arg-type]
+        return cst.Name(name)
+
+    def bind() -> cst.BaseStatement:
+        return cst.SimpleStatementLine(
+            [cst.Assign([cst.AssignTarget(cst.Name(name))], rewritten[-1])]
+        )
+
+    ctx.plan.replacements[evaluation.forward] = take
+    ctx.plan.insert_before(evaluation.statement, bind, gather)
+
+
+def _gather_code(ctx: Context, targets: list[str], values: list[str]) -> str:
+    call = ctx.a("gather_for_metrics")
+    if len(targets) == 1:
+        code = f"{targets[0]} = {call}({values[0]})"
+    else:
+        code = f"{', '.join(targets)} = {call}(({', '.join(values)}))"
+    if len(code) <= 80:
+        return code
+    if len(targets) == 1:
+        return f"{targets[0]} = {call}(\n    {values[0]}\n)"
+    return f"{', '.join(targets)} = {call}(\n    ({', '.join(values)})\n)"

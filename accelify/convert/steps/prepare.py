@@ -3,26 +3,39 @@ that owns training, after the last of them is created, unpacked back into the sa
 
 from __future__ import annotations
 
-from accelify.analysis.script_model import Kind, Scope
+import libcst as cst
+
+from accelify.analysis.optimizer_models import parameter_owners
+from accelify.analysis.script_model import Binding, Kind, Scope
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import statement
 
 
 def run(ctx: Context, scope: Scope) -> None:
     kinds = (Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER, Kind.SCHEDULER)
-    chosen: dict[str, object] = {}
+    placement = ctx.facts.placement
+    chosen: dict[str, Kind] = {}
     last_statement = None
     for binding in ctx.model.of_kind(*kinds):
-        if binding.scope is not scope:
+        if binding.scope is not scope or binding.name in chosen:
             continue
-        top = ctx.facts.placement.top_statement(binding.statement, scope)
+        top = placement.top_statement(binding.statement, scope)
         if top is None:
             continue
-        chosen.setdefault(binding.name, binding.kind)
-        if last_statement is None or ctx.facts.placement.index(
-            top, scope
-        ) > ctx.facts.placement.index(last_statement, scope):
+        if _conditional(ctx, binding):
+            _prepare_where_created(ctx, binding)
+            continue
+        chosen[binding.name] = binding.kind
+        if last_statement is None or placement.index(top, scope) > placement.index(
+            last_statement, scope
+        ):
             last_statement = top
+    if isinstance(scope, cst.FunctionDef) and last_statement is not None:
+        # A model handed in as a parameter and trained here (``def main(model):``).
+        for name, kind in ctx.facts.flow.params.get(scope, {}).items():
+            if kind is Kind.MODEL and name in _trained_here(ctx, scope):
+                chosen.setdefault(name, kind)
     per_epoch = ctx.facts.flow.per_epoch_schedulers(set(chosen))
     per_step = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER} - per_epoch
     if per_epoch and not per_step:
@@ -45,8 +58,61 @@ def run(ctx: Context, scope: Scope) -> None:
     prepare = statement(code)
     ctx.plan.insert_after(last_statement, prepare)
     ctx.need(last_statement)
-    ctx.plan.prepared = order
+    ctx.plan.prepared = [*order, *ctx.plan.prepared]
     ctx.prepare_anchor = last_statement
     ctx.plan.change(
         ctx.line(last_statement), f"prepare {targets} after line {ctx.line(last_statement)}"
+    )
+
+
+def _trained_here(ctx: Context, scope: Scope) -> set[str]:
+    return {
+        name
+        for optimizer in ctx.model.of_kind(Kind.OPTIMIZER)
+        if optimizer.scope is scope
+        for name in parameter_owners(optimizer)
+    }
+
+
+def _conditional(ctx: Context, binding: Binding) -> bool:
+    """Created under an ``if`` (or in a loop or ``try``) that may not run: a prepare call after
+    the block would raise NameError on the runs that skip it. An ``if``/``else`` that binds the
+    name on every branch is not conditional."""
+    for ancestor in ctx.model.ancestors(binding.statement):
+        if ancestor is binding.scope:
+            return False
+        if isinstance(ancestor, (cst.For, cst.While, cst.Try)):
+            return True
+        if isinstance(ancestor, cst.If) and not _bound_on_every_branch(ancestor, binding.name):
+            return True
+    return False
+
+
+def _bound_on_every_branch(branch: cst.If, name: str) -> bool:
+    blocks: list[cst.CSTNode] = [branch.body]
+    rest = branch.orelse
+    while isinstance(rest, cst.If):
+        blocks.append(rest.body)
+        rest = rest.orelse
+    if rest is None:
+        return False
+    blocks.append(rest.body)
+    return all(_binds(block, name) for block in blocks)
+
+
+def _binds(block: cst.CSTNode, name: str) -> bool:
+    return any(
+        isinstance(node, cst.AssignTarget) and dotted(node.target) == name for node in walk(block)
+    )
+
+
+def _prepare_where_created(ctx: Context, binding: Binding) -> None:
+    ctx.plan.insert_after(
+        binding.statement, statement(f"{binding.name} = {ctx.a('prepare')}({binding.name})")
+    )
+    ctx.need(binding.statement)
+    ctx.plan.prepared.append(binding.name)
+    ctx.plan.change(
+        binding.line,
+        f"{binding.name} is created under a condition: prepared where it is created",
     )
