@@ -66,8 +66,9 @@ def test_accelerate_target_differs_only_in_the_import(case: Path):
     ours = convert_case(case).converted.decode()
     theirs = convert_case(case, target="accelerate").converted.decode()
     assert theirs == ours.replace(
-        "from accelify import Accelerator", "from accelerate import Accelerator"
-    )
+        "from accelify import Accelerator, set_seed",
+        "from accelerate import Accelerator\nfrom accelerate.utils import set_seed",
+    ).replace("from accelify import Accelerator\n", "from accelerate import Accelerator\n")
 
 
 def test_syntax_error_is_exit_2_with_position_and_the_file_untouched(tmp_path):

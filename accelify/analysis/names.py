@@ -83,3 +83,84 @@ MODULE_API = {
     "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to",
     "to_empty", "train", "training", "type", "xpu", "zero_grad",
 }  # fmt: skip
+#: Functions that write or delete files: run once, on the main process.
+FILE_WRITERS = {
+    "torchvision.utils.save_image",
+    "matplotlib.pyplot.savefig",
+    "matplotlib.pyplot.imsave",
+    "numpy.save",
+    "numpy.savez",
+    "numpy.savez_compressed",
+    "numpy.savetxt",
+    "json.dump",
+    "pickle.dump",
+    "yaml.dump",
+    "yaml.safe_dump",
+    "safetensors.torch.save_file",
+    "safetensors.torch.save_model",
+    "shutil.rmtree",
+    "shutil.copy",
+    "shutil.copy2",
+    "shutil.copyfile",
+    "shutil.copytree",
+    "shutil.move",
+    "os.remove",
+    "os.unlink",
+    "os.rename",
+    "os.replace",
+    "os.rmdir",
+}
+#: Methods that write files whatever their receiver (a figure, a DataFrame, a Path, a model).
+FILE_WRITING_METHODS = {
+    "savefig",
+    "save_pretrained",
+    "to_csv",
+    "to_json",
+    "to_parquet",
+    "write_text",
+    "write_bytes",
+    "unlink",
+    "rmdir",
+}
+MAKEDIRS = {"os.makedirs", "os.mkdir"}
+PATH_EXISTS = {"os.path.exists", "os.path.isdir"}
+SUMMARY_WRITERS = {
+    "torch.utils.tensorboard.SummaryWriter",
+    "torch.utils.tensorboard.writer.SummaryWriter",
+    "tensorboardX.SummaryWriter",
+}
+#: Calls that seed the random generators (any of them counts as the script's seed).
+SEEDS = {
+    "torch.manual_seed",
+    "torch.random.manual_seed",
+    "torch.cuda.manual_seed_all",
+    "random.seed",
+    "numpy.random.seed",
+    "accelerate.utils.set_seed",
+    "accelerate.utils.random.set_seed",
+    "accelify.set_seed",
+    "accelify.runtime.set_seed",
+    "transformers.set_seed",
+    "transformers.trainer_utils.set_seed",
+    "pytorch_lightning.seed_everything",
+    "lightning.seed_everything",
+    "lightning.pytorch.seed_everything",
+}
+#: Draws from the global generators (``torch.Generator()``-based draws are seeded by the script).
+RANDOM_DRAWS_TORCH = {
+    f"torch.{name}"
+    for name in (
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "normal",
+        "bernoulli",
+        "multinomial",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "poisson",
+    )
+} | {"torch.utils.data.random_split"}
+RANDOM_MODULES = ("numpy.random.", "random.")

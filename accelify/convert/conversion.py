@@ -48,8 +48,8 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
     if plan.empty:
         return Conversion(label, data, data, reviews=plan.reviews, skipped="nothing to convert")
     converted = module.visit(ApplyPlan(plan))
-    if plan.add_import:
-        converted = _add_import(converted, plan.add_import)
+    for code in plan.imports:
+        converted = _add_import(converted, code)
     rendered = render(converted, data)
     _check_parses(rendered, label)
     return Conversion(

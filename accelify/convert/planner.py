@@ -23,9 +23,11 @@ from accelify.convert.steps import (
     output,
     prepare,
     saving,
+    seeding,
+    side_effects,
     unwrap,
 )
-from accelify.convert.steps.context import TARGET_IMPORTS, Context, Options
+from accelify.convert.steps.context import Context, Options, import_lines
 from accelify.edits.plan import Plan
 
 __all__ = ["STEPS", "Options", "plan_conversion"]
@@ -41,11 +43,13 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     clipping.run,
     unwrap.run,
     saving.run,
+    side_effects.run,
     output.run,
     evaluation.run,
     accumulation.run,
     collective_stops.run,
     data_notes.run,
+    seeding.run,
 )
 
 
@@ -66,5 +70,5 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     if options.mixed_precision:
         ctx.constructor.setdefault("mixed_precision", repr(options.mixed_precision))
     accelerator.run(ctx, prepare_scope)
-    ctx.plan.add_import = TARGET_IMPORTS[options.target]
+    ctx.plan.imports = import_lines(options.target, ["Accelerator", *ctx.uses])
     return ctx.plan

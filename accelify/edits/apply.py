@@ -36,7 +36,7 @@ class ApplyPlan(cst.CSTTransformer):
         new_body: Sequence[cst.CSTNode] = updated.body  # type: ignore[attr-defined]
         if len(old_body) != len(new_body):  # pragma: no cover - statements are never removed
             return updated
-        rebuilt: list[cst.CSTNode] = []
+        rebuilt: list[tuple[cst.CSTNode, str | None]] = []
         carried_comments: list[cst.EmptyLine] = []
         for old, new in zip(old_body, new_body, strict=True):
             # A deferred insert is built now, from nodes this pass has already rewritten.
@@ -48,20 +48,50 @@ class ApplyPlan(cst.CSTTransformer):
                 # the inserted code; comments stay with the statement they describe.
                 blank, new = _split_leading_blank_lines(new)
                 inserted = [_with_leading(inserted[0], blank), *inserted[1:]]
-            rebuilt.extend(inserted)
+            rebuilt.extend((node, None) for node in inserted)
             if old in self.plan.removals:
                 carried_comments.extend(_comment_lines(new))
             else:
                 if carried_comments:
                     new = _with_leading(new, carried_comments)
                     carried_comments = []
-                rebuilt.append(new)
-            rebuilt.extend(self.plan.after.get(old, []))
-        if isinstance(updated, cst.Module):
-            return updated.with_changes(body=rebuilt)
-        if not rebuilt:
-            rebuilt = [cst.SimpleStatementLine([cst.Pass()])]
+                rebuilt.append((new, self.plan.guards.get(old)))
+            rebuilt.extend((node, None) for node in self.plan.after.get(old, []))
+        return _with_body(updated, _fold_guards(rebuilt))
+
+
+def _with_body(updated: cst.CSTNode, rebuilt: list[cst.CSTNode]) -> cst.CSTNode:
+    if isinstance(updated, cst.Module):
         return updated.with_changes(body=rebuilt)
+    if not rebuilt:
+        rebuilt = [cst.SimpleStatementLine([cst.Pass()])]
+    return updated.with_changes(body=rebuilt)
+
+
+def _fold_guards(statements: list[tuple[cst.CSTNode, str | None]]) -> list[cst.CSTNode]:
+    """Consecutive statements guarded by the same test go under one ``if`` of that test."""
+    folded: list[cst.CSTNode] = []
+    group: list[cst.CSTNode] = []
+    test: str | None = None
+    for node, guard in [*statements, (None, None)]:
+        if group and guard != test:
+            first = group[0]
+            folded.append(
+                cst.If(
+                    test=cst.parse_expression(test),  # type: ignore[arg-type]
+                    body=cst.IndentedBlock([first.with_changes(leading_lines=[]), *group[1:]]),  # type: ignore[list-item]
+                    leading_lines=getattr(first, "leading_lines", ()),
+                )
+            )
+            group = []
+        if node is None:
+            break
+        if guard is None:
+            folded.append(node)
+        else:
+            group.append(node)
+        test = guard
+    return folded
 
 
 def _split_leading_blank_lines(node: cst.CSTNode) -> tuple[list[cst.EmptyLine], cst.CSTNode]:

@@ -29,10 +29,14 @@ class Plan:
     before: dict[cst.CSTNode, list[Insert]] = field(default_factory=dict)
     after: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
     new_parameters: dict[cst.FunctionDef, str] = field(default_factory=dict)
+    #: statements run only where a test holds (``accelerator.is_main_process``); consecutive
+    #: ones with the same test share one ``if``.
+    guards: dict[cst.CSTNode, str] = field(default_factory=dict)
     changes: list[Note] = field(default_factory=list)
     reviews: list[Note] = field(default_factory=list)
     prepared: list[str] = field(default_factory=list)
-    add_import: str | None = None
+    #: import lines the edits need, added after the file's last top-level import.
+    imports: list[str] = field(default_factory=list)
 
     def replace(self, node: cst.CSTNode, replace: Replace, line: int, text: str) -> None:
         self.replacements[node] = replace
@@ -48,6 +52,10 @@ class Plan:
     def insert_after(self, statement: cst.CSTNode, *new: cst.BaseStatement) -> None:
         self.after.setdefault(statement, []).extend(new)
 
+    def guard(self, statement: cst.CSTNode, test: str, line: int, text: str) -> None:
+        self.guards[statement] = test
+        self.change(line, text)
+
     def change(self, line: int, text: str) -> None:
         note = Note(line, text)
         if note not in self.changes:
@@ -60,7 +68,7 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not (self.replacements or self.removals or self.before or self.after)
+        return not (self.replacements or self.removals or self.before or self.after or self.guards)
 
 
 def with_keyword(args: Sequence[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:

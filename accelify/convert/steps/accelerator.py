@@ -140,11 +140,16 @@ def _drop_unreachable(ctx: Context, prepare_scope: Scope) -> None:
     plan = ctx.plan
 
     def outside(node: cst.CSTNode) -> bool:
+        if node in ctx.reachable_outside:
+            return False
         return not ctx.facts.placement.inside(node, owner)  # type: ignore[arg-type]
 
     dropped_lines = set()
     for node in [n for n in plan.replacements if outside(n)]:
         del plan.replacements[node]
+        dropped_lines.add(ctx.line(node))
+    for node in [n for n in plan.guards if outside(n)]:
+        del plan.guards[node]
         dropped_lines.add(ctx.line(node))
     for node in [n for n in plan.removals if outside(n)]:
         plan.removals.discard(node)

@@ -11,10 +11,19 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.edits.plan import Plan, expression
 
-TARGET_IMPORTS = {
-    "accelify": "from accelify import Accelerator",
-    "accelerate": "from accelerate import Accelerator",
+#: Where each name the converted code uses comes from, per target runtime.
+TARGET_MODULES = {
+    "accelify": {"Accelerator": "accelify", "set_seed": "accelify"},
+    "accelerate": {"Accelerator": "accelerate", "set_seed": "accelerate.utils"},
 }
+
+
+def import_lines(target: str, used: list[str]) -> list[str]:
+    """``from accelify import Accelerator, set_seed``: one line per module, in first-use order."""
+    by_module: dict[str, list[str]] = {}
+    for name in used:
+        by_module.setdefault(TARGET_MODULES[target][name], []).append(name)
+    return [f"from {module} import {', '.join(names)}" for module, names in by_module.items()]
 
 
 @dataclass
@@ -36,6 +45,10 @@ class Context:
     needs: list[cst.CSTNode] = field(default_factory=list)
     #: the statement the ``prepare`` call follows.
     prepare_anchor: cst.CSTNode | None = None
+    #: edits outside the class that owns ``self.accelerator`` that reach it through an instance.
+    reachable_outside: list[cst.CSTNode] = field(default_factory=list)
+    #: runtime names the converted code uses besides ``Accelerator``.
+    uses: list[str] = field(default_factory=list)
 
     @property
     def facts(self) -> Facts:

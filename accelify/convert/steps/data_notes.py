@@ -3,6 +3,7 @@ DataLoader, parameters updated by hand."""
 
 from __future__ import annotations
 
+from accelify.analysis.randomness import randomness_of
 from accelify.analysis.script_model import Kind
 from accelify.convert.steps.context import Context
 
@@ -10,11 +11,24 @@ from accelify.convert.steps.context import Context
 def run(ctx: Context) -> None:
     if not ctx.model.of_kind(Kind.DATALOADER):
         line = ctx.line(ctx.model.backward_calls[0])
-        ctx.plan.review(
-            line,
-            "batches do not come from a DataLoader: every rank trains on the same data; "
-            "wrap the data in a DataLoader and prepare it to shard it",
-        )
+        randomness = randomness_of(ctx.model)
+        # Seeded by the script, or by the seeding step because of draws before training.
+        seeded = randomness.seeded or bool(randomness.setup_draws)
+        if randomness.step_draws and not seeded:
+            text = None  # every rank draws its own batches: data-parallel as it is
+        elif randomness.step_draws:
+            text = (
+                "batches are drawn from the random generator, not a DataLoader: seeded alike, "
+                "every rank draws the same batches (correct, not data-parallel); seed each rank "
+                "apart before the loop (set_seed(seed, device_specific=True)) to split the work"
+            )
+        else:
+            text = (
+                "batches do not come from a DataLoader: every rank trains on the same data; "
+                "wrap the data in a DataLoader and prepare it to shard it"
+            )
+        if text is not None:
+            ctx.plan.review(line, text)
     if not ctx.model.of_kind(Kind.OPTIMIZER):
         line = ctx.line(ctx.model.backward_calls[0])
         ctx.plan.review(

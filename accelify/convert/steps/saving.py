@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis import names
+from accelify.analysis import names, side_effects
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context, unwrap
 from accelify.edits.plan import expression, statement
@@ -27,7 +27,42 @@ def run(ctx: Context) -> None:
         )
         ctx.need(call)
         if not ctx.facts.ranks.under_rank_guard(call):
-            ctx.plan.insert_before(line_statement, statement(f"{ctx.acc}.wait_for_everyone()"))
+            for anchor in _barrier_places(ctx, line_statement):
+                _barrier_before(ctx, anchor)
+
+
+def _barrier_places(ctx: Context, save: cst.CSTNode) -> list[cst.CSTNode]:
+    """Where the barrier before a save goes so that every rank reaches it: before the save, or
+    before the outermost branch around it whose condition the ranks may disagree on
+    (``if acc > best:`` on a per-rank metric), also at the call sites of a helper that saves."""
+    function = ctx.facts.placement.enclosing_function(save)
+    branch = ctx.facts.ranks.divergent_branch(save, within=function)
+    if branch is not None:
+        return [_top_of_chain(ctx, branch)]
+    if function is None or not isinstance(ctx.model.parent(ctx.model.parent(function)), cst.Module):
+        return [save]
+    places = []
+    for call in ctx.facts.placement.callers(function):
+        outer = ctx.facts.ranks.divergent_branch(call, ctx.facts.placement.enclosing_function(call))
+        if outer is not None:
+            places.append(_top_of_chain(ctx, outer))
+    return places or [save]
+
+
+def _top_of_chain(ctx: Context, branch: cst.If) -> cst.CSTNode:
+    """An ``elif`` is not a statement of its own: the barrier goes before its first ``if``."""
+    while isinstance(ctx.model.parent(branch), cst.If):
+        branch = ctx.model.parent(branch)  # type: ignore[assignment]
+    return branch
+
+
+def _barrier_before(ctx: Context, anchor: cst.CSTNode) -> None:
+    code = f"{ctx.acc}.wait_for_everyone()"
+    existing = ctx.plan.before.get(anchor, [])
+    if any(isinstance(item, cst.CSTNode) and ctx.code(item).strip() == code for item in existing):
+        return
+    ctx.plan.insert_before(anchor, statement(code))
+    ctx.need(anchor)
 
 
 def _unwrap_saved_model(ctx: Context, call: cst.Call) -> None:
@@ -49,17 +84,12 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
     guarded = []
     for with_node in ctx.facts.placement.withs():
         if ctx.facts.ranks.under_rank_guard(with_node) or not any(
-            _opens_for_writing(item.item) for item in with_node.items
+            side_effects.opens_for_writing(item.item) for item in with_node.items
         ):
             continue
-        acc = ctx.acc
-        ctx.plan.replace(
+        ctx.plan.guard(
             with_node,
-            lambda updated, acc=acc: cst.If(
-                test=expression(f"{acc}.is_main_process"),
-                body=cst.IndentedBlock([updated.with_changes(leading_lines=[])]),
-                leading_lines=updated.leading_lines,
-            ),
+            ctx.a("is_main_process"),
             ctx.line(with_node),
             f"file written on the main process only (if {ctx.a('is_main_process')}:)",
         )
@@ -68,7 +98,7 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
     for call in ctx.model.calls:
         inside_guarded = any(ctx.facts.placement.inside(call, block) for block in guarded)
         if (
-            _opens_for_writing(call)
+            side_effects.opens_for_writing(call)
             and not inside_guarded
             and not ctx.facts.ranks.under_rank_guard(call)
         ):
@@ -77,13 +107,3 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
                 "a file is written on every rank: guard it with `if accelerator.is_main_process:`",
             )
     return guarded
-
-
-def _opens_for_writing(node: cst.BaseExpression) -> bool:
-    if not isinstance(node, cst.Call) or dotted(node.func) != "open":
-        return False
-    mode = next(
-        (a.value for a in node.args[1:2] if a.keyword is None),
-        next((a.value for a in node.args if a.keyword and a.keyword.value == "mode"), None),
-    )
-    return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in "wax")

@@ -12,8 +12,27 @@ from accelify.convert.steps.context import Context, unwrap
 
 
 def run(ctx: Context) -> None:
-    """After prepare, a model may be a DDP wrapper: its state dict, its own attributes and
-    methods (``model.fc1``, ``model.generate()``) are reached through ``unwrap_model``."""
+    _attributes(ctx)
+    _layers_by_index(ctx)
+
+
+def _layers_by_index(ctx: Context) -> None:
+    """``model[0]`` of an ``nn.Sequential``: the wrapper cannot be indexed."""
+    for node in ctx.facts.placement.all_nodes():
+        if not isinstance(node, cst.Subscript):
+            continue
+        owner = node.value
+        if not isinstance(owner, (cst.Name, cst.Attribute)) or owner in ctx.plan.replacements:
+            continue
+        if not ctx.facts.flow.is_model_name(dotted(owner), node) or not ctx.after_prepare(node):
+            continue
+        if isinstance(ctx.model.parent(node), cst.AssignTarget):
+            continue
+        name = dotted(owner)
+        unwrap(ctx, owner, node, f"{name}[...] -> {ctx.a('unwrap_model')}({name})[...]")
+
+
+def _attributes(ctx: Context) -> None:
     for attribute in ctx.facts.placement.attributes():
         member = attribute.attr.value
         if member in names.MODULE_API and member not in ("state_dict", "load_state_dict"):

@@ -1,0 +1,149 @@
+"""Effects meant to happen once per run, not once per rank: files written or deleted by any API
+(``save_image``, ``savefig``, ``np.save``, ``json.dump``, safetensors, ``save_pretrained``,
+``shutil.rmtree``...), TensorBoard writers, and directories created with a check-then-create race
+(``if not os.path.exists(d): os.makedirs(d)``: two ranks pass the check, one dies with
+FileExistsError)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.placement import Placement
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted, walk
+
+
+@dataclass
+class Write:
+    """A statement that writes or deletes files; ``call`` is the writing call in it."""
+
+    statement: cst.SimpleStatementLine
+    call: cst.Call
+
+
+@dataclass
+class MakedirsRace:
+    """``os.makedirs(d)``/``os.mkdir(d)`` without ``exist_ok``, bare or under ``if not exists``."""
+
+    statement: cst.CSTNode  # the call's statement, or the whole ``if``
+    call: cst.Call
+
+
+@dataclass
+class SummaryWriterUse:
+    """A TensorBoard writer: its creation and every statement that uses it, or why not all
+    uses can be guarded (the writer passed on, returned, used in an expression)."""
+
+    name: str
+    created: cst.SimpleStatementLine
+    uses: list[cst.SimpleStatementLine]
+    escapes: int | None  # line of a use that is not a statement of its own
+
+
+def writes(model: ScriptModel, placement: Placement) -> list[Write]:
+    found = []
+    for line, call in placement.expression_statements():
+        if model.call_names(call) & names.FILE_WRITERS or (
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in names.FILE_WRITING_METHODS
+        ):
+            found.append(Write(line, call))
+    return found
+
+
+def makedirs_races(model: ScriptModel, placement: Placement) -> list[MakedirsRace]:
+    found = []
+    for line, call in placement.expression_statements():
+        if not model.call_names(call) & names.MAKEDIRS:
+            continue
+        if any(a.keyword is not None and a.keyword.value == "exist_ok" for a in call.args):
+            continue
+        guard = model.parent(model.parent(line))
+        if (
+            isinstance(guard, cst.If)
+            and guard.orelse is None
+            and len(guard.body.body) == 1  # type: ignore[union-attr]
+            and _tests_missing(model, guard.test, call)
+        ):
+            found.append(MakedirsRace(guard, call))
+        else:
+            found.append(MakedirsRace(line, call))
+    return found
+
+
+def _tests_missing(model: ScriptModel, test: cst.BaseExpression, call: cst.Call) -> bool:
+    """``not os.path.exists(d)`` for the ``d`` that ``call`` creates."""
+    if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)):
+        return False
+    check = test.expression
+    return (
+        isinstance(check, cst.Call)
+        and bool(model.call_names(check) & names.PATH_EXISTS)
+        and bool(check.args)
+        and bool(call.args)
+        and model.module.code_for_node(check.args[0].value)
+        == model.module.code_for_node(call.args[0].value)
+    )
+
+
+def summary_writers(model: ScriptModel, placement: Placement) -> list[SummaryWriterUse]:
+    found = []
+    for node in placement.all_nodes():
+        if not (
+            isinstance(node, cst.SimpleStatementLine)
+            and len(node.body) == 1
+            and isinstance(node.body[0], cst.Assign)
+            and isinstance(node.body[0].value, cst.Call)
+            and model.call_names(node.body[0].value) & names.SUMMARY_WRITERS
+            and len(node.body[0].targets) == 1
+        ):
+            continue
+        name = dotted(node.body[0].targets[0].target)
+        if name is None:
+            continue
+        found.append(_writer_uses(model, node, name))
+    return found
+
+
+def _writer_uses(
+    model: ScriptModel, created: cst.SimpleStatementLine, name: str
+) -> SummaryWriterUse:
+    scope = model.scope_of(created)
+    use = SummaryWriterUse(name, created, [], None)
+    for node in walk(model.module):
+        if not isinstance(node, (cst.Name, cst.Attribute)) or dotted(node) != name:
+            continue
+        if any(a is created for a in model.ancestors(node)):
+            continue
+        parent = model.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            call = model.parent(parent)
+            statement = model.parent(model.parent(call)) if isinstance(call, cst.Call) else None
+            if (
+                isinstance(statement, cst.SimpleStatementLine)
+                and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr)
+                and statement.body[0].value is call
+                and (model.scope_of(node) is scope or name.startswith("self."))
+            ):
+                use.uses.append(statement)
+                continue
+        if isinstance(parent, cst.Attribute) and parent.value is not node:
+            continue  # ``self.writer`` seen as the attribute chain itself
+        use.escapes = model.line(node)
+        break
+    return use
+
+
+def opens_for_writing(node: cst.BaseExpression) -> bool:
+    """``open(path, "w")`` (or ``"a"``, ``"x"``, ``mode="wb"``...)."""
+    if not isinstance(node, cst.Call) or dotted(node.func) != "open":
+        return False
+    mode = next(
+        (a.value for a in node.args[1:2] if a.keyword is None),
+        next((a.value for a in node.args if a.keyword and a.keyword.value == "mode"), None),
+    )
+    return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in "wax")

@@ -1,0 +1,153 @@
+"""9. Other writes meant to happen once: files written or deleted by any API run on the main
+process, with the code that only feeds them (a visualisation under ``if i == 0:``); TensorBoard
+writers exist on the main process only; check-then-create directory races become
+``os.makedirs(d, exist_ok=True)``. A block that also runs the model or a collective is never
+guarded whole: only its write is (a forward on one rank alone can hang DDP)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis import names, side_effects
+from accelify.analysis.syntax import dotted, walk
+from accelify.convert.steps.context import Context, unwrap
+from accelify.edits.plan import expression, statement, with_keyword
+
+
+def run(ctx: Context) -> None:
+    guarded: list[cst.CSTNode] = []
+    model, placement = ctx.model, ctx.facts.placement
+    for write in side_effects.writes(model, placement):
+        if _already_once(ctx, write.statement):
+            continue
+        region = _feeding_region(ctx, write.statement)
+        if any(placement.inside(region, done) for done in guarded):
+            continue
+        _unwrap_receiver(ctx, write.call)
+        _guard(ctx, region, f"{ctx.code(write.call.func)}(...) runs on the main process only")
+        guarded.append(region)
+    for writer in side_effects.summary_writers(model, placement):
+        _guard_writer(ctx, writer)
+    for race in side_effects.makedirs_races(model, placement):
+        if not ctx.facts.ranks.under_rank_guard(race.call):
+            _fix_makedirs(ctx, race)
+
+
+def _already_once(ctx: Context, node: cst.CSTNode) -> bool:
+    """Under a rank guard, or inside ``with open(path, "w")`` (guarded by the saving step)."""
+    if ctx.facts.ranks.under_rank_guard(node):
+        return True
+    return any(
+        isinstance(ancestor, cst.With)
+        and any(side_effects.opens_for_writing(i.item) for i in ancestor.items)
+        for ancestor in ctx.model.ancestors(node)
+    )
+
+
+def _feeding_region(ctx: Context, write: cst.SimpleStatementLine) -> cst.CSTNode:
+    """The write, or the ``if`` blocks around it that do nothing but feed it."""
+    region: cst.CSTNode = write
+    while True:
+        block = ctx.model.parent(region)
+        branch = ctx.model.parent(block) if block is not None else None
+        if not (
+            isinstance(branch, cst.If)
+            and branch.orelse is None
+            and not isinstance(ctx.model.parent(branch), cst.If)  # not an elif
+            and not _runs_shared_work(ctx, branch.test)
+        ):
+            return region
+        others = [s for s in branch.body.body if s is not region]  # type: ignore[union-attr]
+        if not all(_only_feeds(ctx, s, branch) for s in others):
+            return region
+        region = branch
+
+
+def _only_feeds(ctx: Context, line: cst.CSTNode, block: cst.CSTNode) -> bool:
+    """A simple statement with no shared work whose names are not read outside ``block``."""
+    if not isinstance(line, cst.SimpleStatementLine) or _runs_shared_work(ctx, line):
+        return False
+    bound = {
+        n
+        for small in line.body
+        if isinstance(small, cst.Assign)
+        for t in small.targets
+        for n in _names(t.target)
+    }
+    outside = {
+        n.value
+        for n in walk(ctx.model.scope_of(block))
+        if isinstance(n, cst.Name) and not ctx.facts.placement.inside(n, block)
+    }
+    return not bound & outside
+
+
+def _names(target: cst.BaseExpression) -> set[str]:
+    return {n.value for n in walk(target) if isinstance(n, cst.Name)}
+
+
+def _runs_shared_work(ctx: Context, node: cst.CSTNode) -> bool:
+    """A forward of a model, or a call on the accelerator (collectives among them)."""
+    for inner in walk(node):
+        if not isinstance(inner, cst.Call):
+            continue
+        func = dotted(inner.func) or ""
+        if ctx.facts.flow.is_model_name(func, inner) or func.startswith(
+            ("accelerator.", "self.accelerator.")
+        ):
+            return True
+        if ctx.model.call_names(inner) & names.DISTRIBUTED_COLLECTIVES:
+            return True
+    return False
+
+
+def _unwrap_receiver(ctx: Context, call: cst.Call) -> None:
+    """``model.save_pretrained(d)`` of a prepared model: the wrapper has no such method."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and ctx.facts.flow.is_model_name(dotted(func.value), call):
+        name = dotted(func.value)
+        unwrap(
+            ctx, func.value, call, f"{name}.{func.attr.value} -> {ctx.a('unwrap_model')}({name})"
+        )
+
+
+def _guard(ctx: Context, node: cst.CSTNode, text: str) -> None:
+    ctx.plan.guard(node, ctx.a("is_main_process"), ctx.line(node), text)
+    ctx.need(node)
+
+
+def _guard_writer(ctx: Context, writer: side_effects.SummaryWriterUse) -> None:
+    if ctx.facts.ranks.under_rank_guard(writer.created):
+        return
+    if writer.escapes is not None:
+        ctx.plan.review(
+            writer.escapes,
+            f"{writer.name} (a TensorBoard writer) is used here on every rank: create and use it "
+            f"under `if {ctx.a('is_main_process')}:`",
+        )
+        return
+    _guard(ctx, writer.created, f"{writer.name} = SummaryWriter(...) on the main process only")
+    for use in writer.uses:
+        if not ctx.facts.ranks.under_rank_guard(use):
+            _guard(ctx, use, f"{writer.name} used on the main process only")
+
+
+def _fix_makedirs(ctx: Context, race: side_effects.MakedirsRace) -> None:
+    call = race.call
+    func = dotted(call.func) or ""
+    if not func.endswith(("makedirs", "mkdir")) or "." not in func:
+        ctx.plan.review(ctx.line(call), "directory created on every rank: use exist_ok=True")
+        return
+    makedirs = func.rsplit(".", 1)[0] + ".makedirs"
+    path = ctx.code(call.args[0].value) if call.args else ""
+    fixed = f"{makedirs}({path}, exist_ok=True)"
+    if isinstance(race.statement, cst.If):
+        ctx.plan.replacements[race.statement] = lambda updated: statement(fixed).with_changes(
+            leading_lines=updated.leading_lines
+        )
+    else:
+        ctx.plan.replacements[call] = lambda updated: updated.with_changes(
+            func=expression(makedirs),
+            args=with_keyword(updated.args, "exist_ok", cst.Name("True")),
+        )
+    ctx.plan.change(ctx.line(call), f"every rank creates the directory: {fixed}")
