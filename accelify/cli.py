@@ -370,6 +370,12 @@ class _ScriptArgsCommand(click.Command):
     help="Optimizer steps to compare.",
 )
 @click.option(
+    "--to-end",
+    is_flag=True,
+    help="Run both scripts to their end instead: also compare every printed line, and check "
+    "that evaluation loops gather what they compute.",
+)
+@click.option(
     "-n",
     "--num-processes",
     type=click.IntRange(min=2),
@@ -397,6 +403,7 @@ def verify(
     original: Path,
     converted: Path | None,
     steps: int,
+    to_end: bool,
     num_processes: int,
     atol: float | None,
     timeout: float,
@@ -411,11 +418,14 @@ def verify(
     different per rank (the data is sharded), and the run ends on every rank. Each script runs
     unmodified, in a fresh process and a scratch directory, seeded the same. Arguments after
     `--` go to both scripts. Exit 0 when both checks pass, 1 when one fails, 2 when a script
-    cannot run at all.
+    cannot run at all. With --to-end both run to completion: check 1 then also compares every
+    printed line, and check 2 fails an evaluation loop that computes from its rank's shard
+    without gathering.
 
     \b
     Examples:
       accelify verify train.py
+      accelify verify train.py --to-end
       accelify verify train.py train_accelify.py --steps 10 -- --epochs 1
     """
     from accelify.verify.cli import run_verify
@@ -425,7 +435,7 @@ def verify(
         code = run_verify(
             original,
             converted,
-            steps=steps,
+            steps=0 if to_end else steps,
             processes=num_processes,
             atol=atol,
             timeout=timeout,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from accelify.convert import convert_source
 from conftest import FIXTURES, assert_ok, run_accelify
 
 SCRIPTS = sorted((FIXTURES / "scripts").glob("*.py"))
@@ -82,3 +83,45 @@ def test_usage_errors_exit_2(tmp_path: Path):
     assert result.returncode == 2
     assert "nothing to verify" in result.stderr
     assert run_accelify("verify", tmp_path / "missing.py").returncode == 2
+
+
+EVALUATION = FIXTURES / "verify" / "evaluation"
+
+
+def test_to_the_end_every_printed_line_is_compared(tmp_path: Path):
+    result = run_accelify("verify", EVALUATION / "original.py", "--to-end", cwd=tmp_path)
+    assert_ok(result)
+    assert "all 2 printed lines identical" in result.stdout
+    assert "verdict: PASS" in result.stdout
+
+
+def test_to_the_end_a_different_printed_line_fails_check_1(tmp_path: Path):
+    converted = convert_source((EVALUATION / "original.py").read_bytes(), "original.py")
+    changed = tmp_path / "changed.py"
+    changed.write_bytes(converted.converted.replace(b"accuracy {correct}", b"acc {correct}"))
+    result = run_accelify(
+        "verify", EVALUATION / "original.py", changed, "--to-end", "--json", cwd=tmp_path
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    check_1 = json.loads(result.stdout)["checks"][0]
+    assert check_1["passed"] is False
+    assert "the printed output differs: line 1" in check_1["verdict"]
+
+
+def test_an_evaluation_computed_from_one_shard_fails_check_2(tmp_path: Path):
+    """The converter's output with its gather removed: on 2 ranks the accuracy covers half the
+    evaluation set, and verify names the loop."""
+    result = run_accelify(
+        "verify",
+        EVALUATION / "original.py",
+        EVALUATION / "ungathered.py",
+        "--to-end",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    check_1, check_2 = json.loads(result.stdout)["checks"]
+    assert check_1["passed"] is True  # on one process nothing is missing
+    assert check_2["passed"] is False
+    assert "the evaluation loop at line 30" in check_2["verdict"]
+    assert "gathers nothing" in check_2["verdict"]

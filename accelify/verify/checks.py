@@ -4,6 +4,8 @@ Check 1 (one process): the converted script makes the same optimizer steps as th
 with the same losses and parameter fingerprints (exactly, or within ``atol``).
 Check 2 (K ranks): every rank holds the same parameters after every step, losses are finite,
 the ranks' losses differ (the data is sharded), and the run ends on all ranks.
+Run to the end, check 1 also compares every printed line, and check 2 requires every evaluation
+loop over a sharded loader to gather or reduce what it computes.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def _losses(record: StepRecord | None) -> str:
     return ", ".join(f"{loss:.8g}" for loss in record.losses) or "(none)"
 
 
-def check_equivalence(original: Run, converted: Run, atol: float) -> CheckResult:
+def check_equivalence(
+    original: Run, converted: Run, atol: float, compare_output: bool = False
+) -> CheckResult:
     tolerance = "exact" if atol == 0 else f"within {atol:g}"
     result = CheckResult(
         f"check 1: one process, original vs converted ({tolerance})",
@@ -86,9 +90,15 @@ def check_equivalence(original: Run, converted: Run, atol: float) -> CheckResult
             result.diverged_at = b or (ours[-1] if ours else None)
     if converted.failed:
         return result
-    if first_bad is None and theirs:
+    printed = _first_printed_difference(original, converted) if compare_output else None
+    if first_bad is None and theirs and printed is not None:
+        result.verdict = f"FAIL: the printed output differs: {printed}"
+    elif first_bad is None and theirs:
         result.passed = True
         result.verdict = f"pass: {len(theirs)} steps, losses and parameters {tolerance}"
+        if compare_output:
+            lines = len(original.stdout.splitlines())
+            result.verdict += f", all {lines} printed lines identical"
     elif first_bad is None:
         result.verdict = "the original script made no optimizer step: nothing to compare"
     else:
@@ -98,6 +108,16 @@ def check_equivalence(original: Run, converted: Run, atol: float) -> CheckResult
             a, b, atol
         )
     return result
+
+
+def _first_printed_difference(original: Run, converted: Run) -> str | None:
+    theirs, ours = original.stdout.splitlines(), converted.stdout.splitlines()
+    for number, (a, b) in enumerate(zip(theirs, ours, strict=False), start=1):
+        if a != b:
+            return f"line {number}: {a!r} (original) vs {b!r} (converted)"
+    if len(theirs) != len(ours):
+        return f"{len(theirs)} lines printed by the original, {len(ours)} by the conversion"
+    return None
 
 
 def _what_differs(a: StepRecord | None, b: StepRecord | None, atol: float) -> str:
@@ -112,7 +132,7 @@ def _what_differs(a: StepRecord | None, b: StepRecord | None, atol: float) -> st
     return f"parameters differ after the step (max |norm diff| {_max_diff(a.params, b.params):.3g})"
 
 
-def check_ranks(run: Run, atol: float) -> CheckResult:
+def check_ranks(run: Run, atol: float, single: Run | None = None) -> CheckResult:
     ranks = run.processes
     result = CheckResult(
         f"check 2: {ranks} ranks, the converted script",
@@ -167,6 +187,8 @@ def check_ranks(run: Run, atol: float) -> CheckResult:
             "every rank computed the same loss at every step: the data is not sharded "
             "(is the training DataLoader passed to accelerator.prepare?)"
         )
+    if single is not None:
+        problems += _ungathered_evaluations(run, single)
     if problems:
         result.verdict = "FAIL: " + problems[0]
     else:
@@ -175,6 +197,33 @@ def check_ranks(run: Run, atol: float) -> CheckResult:
             f"pass: {steps} steps, parameters identical on every rank, losses differ per shard"
         )
     return result
+
+
+def _ungathered_evaluations(run: Run, single: Run) -> list[str]:
+    """Passes with no backward over a loader that is sharded here (fewer batches per rank than
+    the same pass on one process) that gather and reduce nothing: their metrics cover a shard."""
+    if not run.passes or not single.passes:
+        return []
+    problems = []
+    seen: dict[int, int] = {}
+    reference = single.passes[0]
+    for loader_pass in run.passes[0]:
+        occurrence = seen.get(loader_pass.line, 0)
+        seen[loader_pass.line] = occurrence + 1
+        same = [p for p in reference if p.line == loader_pass.line]
+        if occurrence >= len(same):
+            continue
+        whole = same[occurrence]
+        sharded = 0 < loader_pass.batches < whole.batches
+        if sharded and loader_pass.backward == 0 and loader_pass.collectives == 0:
+            problems.append(
+                f"the evaluation loop at line {loader_pass.line} runs over {loader_pass.batches} "
+                f"of {whole.batches} batches on each rank and gathers nothing: what it computes "
+                "covers one rank's shard (gather predictions and labels with "
+                "accelerator.gather_for_metrics)"
+            )
+            break
+    return problems
 
 
 def _same_losses_everywhere(ranks: list[list[StepRecord]]) -> bool:

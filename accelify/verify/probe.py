@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from accelify.verify.loader_passes import LoaderPasses
 from accelify.verify.records import (
     ENV_DEADLINE,
     ENV_OUT,
@@ -34,6 +35,7 @@ from accelify.verify.records import (
     PROBE_FAILED,
     STOPPED_AT_DEADLINE,
     hang_marker,
+    passes_file,
     record_file,
 )
 
@@ -51,11 +53,13 @@ class Probe:
         self.losses: list[float] = []
         self.backward_line: int | None = None
         self.optimizers: dict[int, int] = {}
+        self.passes = LoaderPasses(self.script, self._script_line)
         out.parent.mkdir(parents=True, exist_ok=True)
         self.stream = out.open("w", buffering=1, encoding="utf-8")
 
     def install(self) -> None:
         register_optimizer_step_post_hook(self.after_step)
+        self.passes.install()
         entry = torch.autograd.backward
 
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
@@ -65,6 +69,7 @@ class Probe:
         torch.autograd.backward = backward
 
     def before_backward(self, tensors: Any) -> None:
+        self.passes.backward += 1
         first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
         if isinstance(first, torch.Tensor) and first.numel() == 1:
             self.losses.append(float(first.detach().double()))
@@ -86,7 +91,7 @@ class Probe:
         }
         self.stream.write(json.dumps(record) + "\n")
         self.losses = []
-        if self.step >= self.steps:
+        if self.steps and self.step >= self.steps:  # 0: run to the end
             raise StepLimitReached
 
     def _script_line(self) -> int | None:
@@ -152,6 +157,7 @@ def main() -> None:
         pass
     finally:
         probe.stream.close()
+        probe.passes.write(passes_file(folder, rank))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,33 @@ def record_file(folder: Path, rank: int) -> Path:
     return folder / f"rank{rank}.jsonl"
 
 
+def passes_file(folder: Path, rank: int) -> Path:
+    return folder / f"rank{rank}.passes.json"
+
+
+@dataclass(frozen=True)
+class LoaderPass:
+    """One ``for`` over a DataLoader: where, how many batches, and what happened from its start
+    to the start of the next pass (or the end): backward calls, gathers and reductions made by
+    the script's code."""
+
+    line: int
+    batches: int
+    backward: int
+    collectives: int
+
+
+def read_passes(folder: Path, rank: int) -> list[LoaderPass]:
+    path = passes_file(folder, rank)
+    if not path.exists():
+        return []
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return []
+    return [LoaderPass(**item) for item in raw]
+
+
 def read_records(folder: Path, rank: int) -> list[StepRecord]:
     path = record_file(folder, rank)
     if not path.exists():

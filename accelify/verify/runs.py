@@ -18,8 +18,10 @@ from accelify.verify.records import (
     ENV_PATH,
     ENV_SEED,
     ENV_STEPS,
+    LoaderPass,
     StepRecord,
     hang_marker,
+    read_passes,
     read_records,
 )
 
@@ -35,6 +37,8 @@ class Run:
     output: str
     ranks: list[list[StepRecord]] = field(default_factory=list)
     timed_out: bool = False  # a rank was still running at the deadline
+    stdout: str = ""  # what the script printed (the output above also holds stderr)
+    passes: list[list[LoaderPass]] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -63,6 +67,7 @@ class StartedRun:
     process: subprocess.Popen[bytes]
     records: Path
     log: Path
+    errors: Path
     deadline: float
 
     def finish(self) -> Run:
@@ -70,13 +75,17 @@ class StartedRun:
         timed_out = returncode is None or any(
             hang_marker(self.records, rank).exists() for rank in range(self.processes)
         )
+        stdout = self.log.read_bytes().decode("utf-8", errors="replace")
+        stderr = self.errors.read_bytes().decode("utf-8", errors="replace")
         return Run(
             self.label,
             self.processes,
             returncode,
-            self.log.read_bytes().decode("utf-8", errors="replace"),
+            stdout + stderr,
             [read_records(self.records, rank) for rank in range(self.processes)],
             timed_out,
+            stdout,
+            [read_passes(self.records, rank) for rank in range(self.processes)],
         )
 
     def stop(self) -> None:
@@ -89,6 +98,7 @@ def start_run(
     records = scratch / f"{label}-records"
     workdir = scratch / f"{label}-work"
     log = scratch / f"{label}.log"
+    errors = scratch / f"{label}.err"
     records.mkdir(parents=True)
     workdir.mkdir(parents=True)
     deadline = time.time() + settings.timeout
@@ -110,16 +120,16 @@ def start_run(
         command = [sys.executable, "-m", "accelify", "launch", "-n", str(processes)]
         command += [*_device_flags(), *probe]
     # Output goes to a file, not a pipe: nothing can keep the parent waiting on a pipe end.
-    with log.open("wb") as output:
+    with log.open("wb") as output, errors.open("wb") as error_output:
         process = subprocess.Popen(
             command,
             cwd=workdir,
             env=env,
             stdout=output,
-            stderr=subprocess.STDOUT,
+            stderr=error_output,
             start_new_session=True,
         )
-    return StartedRun(label, processes, process, records, log, deadline)
+    return StartedRun(label, processes, process, records, log, errors, deadline)
 
 
 def _wait(process: subprocess.Popen[bytes], timeout: float) -> int | None:

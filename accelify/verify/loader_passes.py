@@ -1,0 +1,108 @@
+"""The probe's view of evaluation: every ``for`` loop over a DataLoader is a *pass*; the probe
+counts its batches, and the backward calls and the script's own gathers and reductions from its
+start until the next pass starts. A pass with no backward is an evaluation; on N ranks over a
+sharded loader it must gather or reduce something, or whatever it computes covers one shard.
+
+Collectives are counted at torch.distributed's Python entry points, which accelify's runtime,
+Hugging Face Accelerate and hand-written code all go through; those made while the script is on
+a ``for`` line belong to the loader itself (shard bookkeeping), not to the metric."""
+
+from __future__ import annotations
+
+import json
+import linecache
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+COLLECTIVES = (
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_reduce",
+    "gather",
+    "gather_object",
+    "reduce",
+    "reduce_scatter_tensor",
+)
+
+
+class _CountingIterator:
+    def __init__(self, inner: Iterator[Any], record: dict[str, int]) -> None:
+        self._inner = inner
+        self._record = record
+
+    def __iter__(self) -> _CountingIterator:
+        return self
+
+    def __next__(self) -> Any:
+        batch = next(self._inner)
+        self._record["batches"] += 1
+        return batch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class LoaderPasses:
+    def __init__(self, script: str, script_line: Callable[[], int | None]) -> None:
+        self.script = script
+        self.script_line = script_line
+        self.backward = 0
+        self.collectives = 0
+        self.passes: list[dict[str, int]] = []
+        self._open: dict[str, int] | None = None
+
+    def install(self) -> None:
+        loader_iter = torch.utils.data.DataLoader.__iter__
+        passes = self
+
+        def __iter__(loader: Any) -> Any:
+            record = passes.start(passes.script_line())
+            iterator = loader_iter(loader)
+            return iterator if record is None else _CountingIterator(iterator, record)
+
+        torch.utils.data.DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+        for name in COLLECTIVES:
+            entry = getattr(dist, name, None)
+            if entry is not None:
+                setattr(dist, name, self._counted(entry))
+
+    def _counted(self, entry: Callable[..., Any]) -> Callable[..., Any]:
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            line = self.script_line()
+            if line is not None and not self._is_for_line(line):
+                self.collectives += 1
+            return entry(*args, **kwargs)
+
+        return collective
+
+    def start(self, line: int | None) -> dict[str, int] | None:
+        if line is None or not self._is_for_line(line):
+            return None  # ``next(iter(loader))`` peeks at a batch: not a pass
+        self.close_last()
+        self._open = {
+            "line": line,
+            "batches": 0,
+            "backward": self.backward,
+            "collectives": self.collectives,
+        }
+        self.passes.append(self._open)
+        return self._open
+
+    def close_last(self) -> None:
+        """The open pass's window ends here: its counters become the counts since its start."""
+        if self._open is not None:
+            self._open["backward"] = self.backward - self._open["backward"]
+            self._open["collectives"] = self.collectives - self._open["collectives"]
+            self._open = None
+
+    def write(self, path: Path) -> None:
+        self.close_last()
+        path.write_text(json.dumps(self.passes), encoding="utf-8")
+
+    def _is_for_line(self, line: int) -> bool:
+        return linecache.getline(self.script, line).lstrip().startswith(("for ", "async for "))
