@@ -129,6 +129,10 @@ class _ExitGuard:
                     store.wait([f"left/{other}" for other in range(world_size)], cls.EXIT_WAIT)
                 except RuntimeError:  # DistStoreError included
                     pass  # a rank that left early, or a store already gone: nothing to wait for
+            # Before the group can be freed: freeing it joins the communication threads while
+            # this thread holds the GIL, and a thread still dropping a work that holds Python
+            # objects (the last gather before exit) waits for the GIL forever.
+            pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())
             dist.destroy_process_group()
         _release_wrapped_models()
         pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())

@@ -283,8 +283,20 @@ class _Collector(Visitor):
         core = strip_self_methods(value)
         if isinstance(core, cst.Call):
             return self._classify_call(core)
+        if isinstance(core, cst.IfExp):
+            return self._classify_choice(core, name)
         if name.split(".")[-1] == "device" and _is_device_literal(value):
             return Kind.DEVICE
+        return None
+
+    def _classify_choice(self, choice: cst.IfExp, name: str) -> Kind | None:
+        """``torch.device("cuda") if c else torch.device("cpu")``: a device either way;
+        ``DDP(model) if distributed else model``: a hand-written wrapper."""
+        kinds = {self._classify(branch, name) for branch in (choice.body, choice.orelse)} - {None}
+        if kinds == {Kind.DEVICE}:
+            return Kind.DEVICE
+        if kinds == {Kind.WRAPPER} and name in {dotted(choice.body), dotted(choice.orelse)}:
+            return Kind.WRAPPER
         return None
 
     def _classify_call(self, call: cst.Call) -> Kind | None:

@@ -17,6 +17,7 @@ from accelify.convert.steps import (
     clipping,
     collective_stops,
     data_notes,
+    dead_branches,
     devices,
     evaluation,
     handwritten_ddp,
@@ -50,6 +51,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     collective_stops.run,
     data_notes.run,
     seeding.run,
+    dead_branches.run,
 )
 
 
@@ -64,6 +66,7 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     if facts_of(model).placement.is_method(prepare_scope):
         ctx.acc = "self.accelerator"
     ctx.plan.accelerator = ctx.acc
+    ctx.scope = prepare_scope
     prepare.run(ctx, prepare_scope)
     for step in STEPS:
         step(ctx)

@@ -36,6 +36,8 @@ class Options:
 class Context:
     model: ScriptModel
     options: Options
+    #: the scope that owns training: where prepare goes.
+    scope: cst.Module | cst.FunctionDef | None = None
     plan: Plan = field(default_factory=Plan)
     #: ``accelerator``, or ``self.accelerator`` when training lives in a method.
     acc: str = "accelerator"

@@ -16,8 +16,8 @@ from accelify.edits.plan import expression, with_keyword
 
 def run(ctx: Context) -> None:
     for binding in ctx.model.of_kind(Kind.WRAPPER):
-        call = strip_self_methods(binding.value)
-        if not isinstance(call, cst.Call) or not call.args:
+        call = _wrapper_call(binding.value)
+        if call is None or not call.args:
             continue
         inner = strip_moves(call.args[0].value)
         wrapper = ctx.code(call.func)
@@ -103,6 +103,18 @@ def run(ctx: Context) -> None:
                 f"{name}.module -> {ctx.a('unwrap_model')}({name})",
             )
             ctx.need(attribute)
+
+
+def _wrapper_call(value: cst.BaseExpression) -> cst.Call | None:
+    """``DDP(model, ...)``, also as the branch of ``DDP(model) if distributed else model``."""
+    core = strip_self_methods(value)
+    if isinstance(core, cst.IfExp):
+        for branch in (core.body, core.orelse):
+            found = _wrapper_call(branch)
+            if found is not None:
+                return found
+        return None
+    return core if isinstance(core, cst.Call) else None
 
 
 def _environ_rank(call: cst.Call) -> str | None:

@@ -1,9 +1,12 @@
 """12. Random state drawn before training is the same on every rank: a script that sets no seed
 and draws from the global generators outside its training loops (a synthetic dataset, a random
-target function, ``random_split``) is seeded with ``set_seed(0)`` right after its imports.
-A script that seeds itself is left as it is."""
+target function, ``random_split``) is seeded with ``set_seed(0)`` before the first such draw at
+module level, else at the start of the function that owns training. A script that seeds itself
+is left as it is."""
 
 from __future__ import annotations
+
+import libcst as cst
 
 from accelify.analysis.randomness import randomness_of
 from accelify.convert.steps.context import Context
@@ -14,12 +17,10 @@ def run(ctx: Context) -> None:
     randomness = randomness_of(ctx.model)
     if randomness.seeded or not randomness.setup_draws:
         return
-    module = ctx.model.module
-    body = ctx.facts.placement.body_of(module)
-    first = ctx.facts.placement.first_free_index(module)
-    if first >= len(body):
+    anchor = _seed_anchor(ctx, randomness.setup_draws)
+    if anchor is None:
         return
-    ctx.plan.insert_before(body[first], statement("set_seed(0)"))
+    ctx.plan.insert_before(anchor, statement("set_seed(0)"))
     ctx.uses.append("set_seed")
     draw = randomness.setup_draws[0]
     ctx.plan.change(
@@ -27,3 +28,22 @@ def run(ctx: Context) -> None:
         "random values drawn before training with no seed set: set_seed(0) after the imports "
         "makes them the same on every rank",
     )
+
+
+def _seed_anchor(ctx: Context, draws: list[cst.Call]) -> cst.CSTNode | None:
+    placement, module = ctx.facts.placement, ctx.model.module
+    body = placement.body_of(module)
+    at_module = [d for d in draws if isinstance(ctx.model.scope_of(d), cst.Module)]
+    if at_module:
+        return placement.top_statement(at_module[0], module)
+    scope = ctx.scope
+    if isinstance(scope, cst.FunctionDef):
+        inner = placement.body_of(scope)
+        first = placement.first_free_index(scope)
+        return inner[first] if first < len(inner) else None
+    executable = [
+        line
+        for line in body[placement.first_free_index(module) :]
+        if not isinstance(line, (cst.FunctionDef, cst.ClassDef))
+    ]
+    return executable[0] if executable else None

@@ -1,0 +1,82 @@
+"""12. No dead branches left behind: an ``if`` whose every statement the conversion removed
+(``if world_size > 1: dist.init_process_group(...)``) goes, and an ``if``/``else`` that now
+sets the same device on every branch becomes that one assignment. Runs after the steps that
+remove and replace; a condition with a call that might matter is kept."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind
+from accelify.analysis.syntax import dotted, walk
+from accelify.convert.steps.context import Context
+
+PURE_CALL_PREFIXES = ("torch.cuda.", "torch.backends.", "torch.distributed.", "os.environ.get")
+PURE_CALLS = {"builtins.len", "builtins.int", "builtins.bool", "os.getenv"}
+
+
+def run(ctx: Context) -> None:
+    for node in ctx.facts.placement.all_nodes():
+        if not isinstance(node, cst.If) or isinstance(ctx.model.parent(node), cst.If):
+            continue
+        blocks = _branches(node)
+        if not _pure(ctx, node):
+            continue
+        if all(_all_removed(ctx, block) for block in blocks):
+            ctx.plan.remove(node, ctx.line(node), "removed the `if` the conversion left empty")
+        elif len(blocks) > 1 and node not in ctx.plan.replacements and _same_device(ctx, blocks):
+            ctx.plan.replacements[node] = _first_branch
+            ctx.plan.change(ctx.line(node), "every branch sets the same device: one assignment")
+
+
+def _branches(node: cst.If) -> list[cst.BaseSuite]:
+    blocks: list[cst.BaseSuite] = [node.body]
+    rest = node.orelse
+    while isinstance(rest, cst.If):
+        blocks.append(rest.body)
+        rest = rest.orelse
+    if rest is not None:
+        blocks.append(rest.body)
+    return blocks
+
+
+def _all_removed(ctx: Context, block: cst.BaseSuite) -> bool:
+    body = block.body if isinstance(block, cst.IndentedBlock) else []
+    return bool(body) and all(statement in ctx.plan.removals for statement in body)
+
+
+def _same_device(ctx: Context, blocks: list[cst.BaseSuite]) -> bool:
+    devices = {binding.assign: binding.name for binding in ctx.model.of_kind(Kind.DEVICE)}
+    names = set()
+    for block in blocks:
+        body = block.body if isinstance(block, cst.IndentedBlock) else []
+        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
+            return False
+        line = body[0]
+        if len(line.body) != 1 or line.body[0] not in devices:
+            return False
+        names.add(devices[line.body[0]])
+    return len(names) == 1
+
+
+def _first_branch(updated: cst.CSTNode) -> cst.CSTNode:
+    assert isinstance(updated, cst.If) and isinstance(updated.body, cst.IndentedBlock)
+    return updated.body.body[0].with_changes(leading_lines=updated.leading_lines)
+
+
+def _pure(ctx: Context, node: cst.If) -> bool:
+    """Every condition of the chain reads values and calls nothing that could matter."""
+    tests = [node.test]
+    rest = node.orelse
+    while isinstance(rest, cst.If):
+        tests.append(rest.test)
+        rest = rest.orelse
+    for test in tests:
+        for inner in walk(test):
+            if isinstance(inner, (cst.Await, cst.Yield, cst.NamedExpr)):
+                return False
+            if isinstance(inner, cst.Call):
+                qualified = ctx.model.call_names(inner) or {dotted(inner.func) or ""}
+                if not any(q in PURE_CALLS or q.startswith(PURE_CALL_PREFIXES) for q in qualified):
+                    return False
+    return True
