@@ -107,12 +107,28 @@ def _binds(block: cst.CSTNode, name: str) -> bool:
 
 
 def _prepare_where_created(ctx: Context, binding: Binding) -> None:
-    ctx.plan.insert_after(
-        binding.statement, statement(f"{binding.name} = {ctx.a('prepare')}({binding.name})")
-    )
+    """Prepared on its own, right where it exists. A scheduler is not: prepared before its
+    optimizer it would not see the prepared one, and one stepped per epoch must stay as it is
+    (a prepared scheduler steps once per rank)."""
+    name = binding.name
+    if binding.kind is Kind.SCHEDULER:
+        if name not in ctx.facts.flow.per_epoch_schedulers({name}):
+            ctx.plan.review(
+                binding.line,
+                f"{name} is created under a condition and left unprepared: it steps once per "
+                "optimizer step on each rank; prepare it with its optimizer if it should "
+                "follow the global step count",
+            )
+        return
+    ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
     ctx.need(binding.statement)
-    ctx.plan.prepared.append(binding.name)
+    ctx.plan.prepared.append(name)
     ctx.plan.change(
-        binding.line,
-        f"{binding.name} is created under a condition: prepared where it is created",
+        binding.line, f"{name} is created under a condition: prepared where it is created"
     )
+    if binding.kind in (Kind.MODEL, Kind.OPTIMIZER):
+        ctx.plan.review(
+            binding.line,
+            f"{name} is prepared on its own: with --backend fsdp or deepspeed, models and "
+            "optimizers must be prepared in one call",
+        )
