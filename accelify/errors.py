@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import NoReturn
 
 
 @dataclass
@@ -17,3 +19,11 @@ class UserError(Exception):
     def __str__(self) -> str:
         place = [str(part) for part in (self.path, self.line, self.column) if part is not None]
         return ": ".join([":".join(place), self.message]) if place else self.message
+
+
+def fail(error: UserError) -> NoReturn:
+    """How every command reports a user error: one line on stderr, exit 2, no traceback."""
+    import click
+
+    click.echo(f"accelify: error: {error}", err=True)
+    sys.exit(2)

@@ -89,35 +89,39 @@ def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | N
         division_statement=statement,
         condition=condition,
     )
-    division_line = model.line(node)
-    # Every later use in the function (or module), not only in the loop: a loss logged after
-    # the loop changes value too when the division goes.
+    _account_for_later_uses(found, loop, facts)
+    if not facts.flow.model_names_in_scope(loop.scope):
+        found.unaccounted = "no model found to pass to accelerator.accumulate()"
+    return found
+
+
+def _account_for_later_uses(found: ManualAccumulation, loop: Loop, facts: Facts) -> None:
+    """Every later use in the function (or module), not only in the loop: a loss logged after
+    the loop changes value too when the division goes. ``loss.item() * accum`` can be
+    rewritten; any other use leaves the manual pattern in place."""
+    model, loss = facts.model, found.loss
+    division_line = model.line(found.division)
     for name in walk(loop.scope):
         if not isinstance(name, cst.Name) or name.value != loss or model.line(name) < division_line:
             continue
-        if model.scope_of(name) is not loop.scope:
+        if model.scope_of(name) is not loop.scope or facts.placement.inside(name, found.division):
             continue
         parent = model.parent(name)
-        if facts.placement.inside(name, node):
-            continue
         if (
             isinstance(parent, cst.Attribute)
             and parent.value is name
             and parent.attr.value == "backward"
         ):
             continue
-        product = _times_steps(name, steps_code, model)
+        product = _times_steps(name, found.steps_code, model)
         if product is not None:
             found.multiplied.append(product)
             continue
         found.unaccounted = (
-            f"`{loss}` is used at line {model.line(name)} after the division by {steps_code}; "
-            "its value would change"
+            f"`{loss}` is used at line {model.line(name)} after the division by "
+            f"{found.steps_code}; its value would change"
         )
-        break
-    if not facts.flow.model_names_in_scope(loop.scope):
-        found.unaccounted = "no model found to pass to accelerator.accumulate()"
-    return found
+        return
 
 
 def _find_division(

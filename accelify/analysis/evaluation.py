@@ -16,13 +16,23 @@ it is, with the reason, rather than gathered on one side only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.dataflow import (
+    between,
+    bound_by,
+    fresh,
+    is_binding,
+    names_in_scope,
+    names_read,
+    plain_targets,
+    statements,
+    within,
+)
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names, walk
 
@@ -79,7 +89,7 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     if loop.trains or not facts.flow.reads_loader(loop):
         return None
     found = Evaluation(loop)
-    body = list(_statements(loop.node.body))
+    body = list(statements(loop.node.body))
     found.sinks = [sink for sink in body if _is_sink(sink, loop, model)]
     forward = _first_forward(loop, facts)
     if not found.sinks:
@@ -109,15 +119,15 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
     if len(statement.body) != 1:
         return "the forward pass shares its line with other statements"
     small = statement.body[0]
-    taken = _names_in_scope(model, found.loop.scope)
+    taken = names_in_scope(model, found.loop.scope)
     if isinstance(small, cst.Assign) and small.value is forward and len(small.targets) == 1:
-        outputs = _plain_targets(small.targets[0].target)
+        outputs = plain_targets(small.targets[0].target)
         if outputs is None:
             return "the forward's output is not bound to plain names"
     else:
-        if any(isinstance(a, _SCOPES) for a in _between(model, forward, statement)):
+        if any(isinstance(a, _SCOPES) for a in between(model, forward, statement)):
             return "the forward pass runs inside a lambda or comprehension"
-        found.extracted = _fresh("outputs", taken)
+        found.extracted = fresh("outputs", taken)
         outputs = [found.extracted]
     later = _uses_after(found, facts)
     for output in outputs:
@@ -156,7 +166,7 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
     gathered_after = set(found.gathered) | {f.name for f in found.fields}
     seen_forward = False
     for small in body:
-        reads = _reads(small, replaced, model, found.loop)
+        reads = names_read(small, replaced, model, found.loop)
         is_forward = found.statement is not None and found.statement.body[0] is small
         if is_forward:
             seen_forward = True
@@ -174,7 +184,7 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
                     f"the metric at line {line} reads {', '.join(sorted(bad))}, this rank's alone"
                 )
             continue
-        bound = _bound_by(small)
+        bound = bound_by(small)
         forward = found.forward if is_forward else None
         if reads & per_rank or _calls_a_model(small, facts, forward):
             per_rank |= bound
@@ -184,13 +194,6 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
 
 
 # --- pieces -------------------------------------------------------------------------------------
-def _statements(block: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """The small statements under ``block`` in source order (not inside nested functions)."""
-    for node in walk(block):
-        if isinstance(node, cst.SimpleStatementLine):
-            yield from node.body
-
-
 def _is_sink(small: cst.CSTNode, loop: Loop, model: ScriptModel) -> bool:
     local = _assigned_in(loop.node)
     if isinstance(small, cst.AugAssign):
@@ -254,7 +257,7 @@ def _batch_names(loop: Loop, facts: Facts, before: cst.CSTNode | None) -> set[st
     """The loop's batch names and those unpacked or indexed from them before the forward."""
     batch = set(loop.batch_names)
     limit = facts.model.line(before) if before is not None else None
-    for small in _statements(loop.node.body):
+    for small in statements(loop.node.body):
         if limit is not None and facts.model.line(small) >= limit:
             break
         if isinstance(small, cst.Assign) and _pure_access(small.value):
@@ -296,9 +299,9 @@ def _uses_after(found: Evaluation, facts: Facts) -> dict[str, list[cst.Name]]:
         if not isinstance(node, cst.Name) or model.line(node) < start:
             continue
         inside = any(a is statement for a in model.ancestors(node))
-        if inside and (found.extracted is None or _within(model, node, found.forward)):
+        if inside and (found.extracted is None or within(model, node, found.forward)):
             continue
-        if _is_binding(model, node):
+        if is_binding(model, node):
             continue
         uses.setdefault(node.value, []).append(node)
     return uses
@@ -314,7 +317,7 @@ def _fields_only(
     fields: dict[str, list[cst.CSTNode]] = {}
     for use in uses:
         access = _field_access(use, model, allow_index)
-        if access is None or _is_binding(model, access):
+        if access is None or is_binding(model, access):
             return None
         fields.setdefault(model.module.code_for_node(access), []).append(access)
     return fields
@@ -346,109 +349,5 @@ def _add_fields(found: Evaluation, fields: dict[str, list[cst.CSTNode]], taken: 
             base = text if text.isidentifier() else "labels"
         if "loss" in base:
             continue  # a scalar per batch: gathering it would not give a per-sample value
-        name = _fresh(base, taken)
+        name = fresh(base, taken)
         found.fields.append(GatheredField(name, code, uses))
-
-
-def _reads(small: cst.CSTNode, replaced: set[int], model: ScriptModel, loop: Loop) -> set[str]:
-    """Names ``small`` reads, including the tests of the ``if``s and loops around it inside the
-    evaluation loop (a count under ``if pred == y:`` depends on both)."""
-    skipped: set[int] = set()
-    for node in walk(small):
-        if id(node) in replaced:
-            skipped |= {id(n) for n in walk(node)}
-    reads = {
-        n.value
-        for n in walk(small)
-        if isinstance(n, cst.Name) and id(n) not in skipped and not _is_binding(model, n)
-    }
-    if isinstance(small, cst.AugAssign):
-        reads.discard(root_name(small.target) or "")
-    for ancestor in model.ancestors(small):
-        if ancestor is loop.node:
-            break
-        test = (
-            getattr(ancestor, "test", None) if isinstance(ancestor, (cst.If, cst.While)) else None
-        )
-        if isinstance(ancestor, cst.For):
-            test = ancestor.iter
-        if test is not None:
-            reads |= {n.value for n in walk(test) if isinstance(n, cst.Name)}
-    return reads
-
-
-def _bound_by(small: cst.CSTNode) -> set[str]:
-    if isinstance(small, cst.Assign):
-        return {n for t in small.targets for n in target_names(t.target)}
-    if isinstance(small, (cst.AnnAssign, cst.AugAssign)):
-        return target_names(small.target)
-    return set()
-
-
-def _plain_targets(target: cst.BaseExpression) -> list[str] | None:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)) and all(
-        isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements
-    ):
-        return [e.value.value for e in target.elements]  # type: ignore[union-attr]
-    return None
-
-
-def _is_binding(model: ScriptModel, node: cst.CSTNode) -> bool:
-    """``node`` is (part of) an assignment target, not a read."""
-    current: cst.CSTNode | None = node
-    while current is not None:
-        parent = model.parent(current)
-        if isinstance(parent, (cst.AssignTarget,)):
-            return True
-        if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is current:
-            return True
-        if isinstance(parent, cst.For) and parent.target is current:
-            return True
-        if not isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
-            return False
-        current = parent
-    return False
-
-
-def _within(model: ScriptModel, node: cst.CSTNode, container: cst.CSTNode | None) -> bool:
-    return container is not None and (
-        node is container or any(a is container for a in model.ancestors(node))
-    )
-
-
-def _between(model: ScriptModel, node: cst.CSTNode, top: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    for ancestor in model.ancestors(node):
-        if ancestor is top:
-            return
-        yield ancestor
-
-
-def _names_in_scope(model: ScriptModel, scope: cst.CSTNode) -> set[str]:
-    """Names a new local of ``scope`` could shadow: its own, and the module's globals."""
-
-    def names(node: cst.CSTNode) -> set[str]:
-        return {
-            n.value
-            for n in walk(node)
-            if isinstance(n, cst.Name)
-            and not (isinstance(model.parent(n), cst.Attribute) and model.parent(n).attr is n)
-        }
-
-    taken = names(scope)
-    for statement in model.module.body:
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            taken.add(statement.name.value)
-        else:
-            taken |= names(statement)
-    return taken
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}_{n}"
-    taken.add(name)
-    return name

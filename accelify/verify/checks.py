@@ -141,30 +141,7 @@ def check_ranks(run: Run, atol: float, single: Run | None = None) -> CheckResult
         ["step", *(f"loss rank {r}" for r in range(ranks)), "params across ranks", "verdict"],
     )
     steps = max((len(records) for records in run.ranks), default=0)
-    problems: list[str] = []
-    for index in range(steps):
-        at = [records[index] if index < len(records) else None for records in run.ranks]
-        present = [record for record in at if record is not None]
-        identical = len(present) == ranks and all(
-            _all_close(present[0].params, other.params, atol) for other in present[1:]
-        )
-        finite = all(math.isfinite(loss) for record in present for loss in record.losses)
-        verdict = "ok"
-        if not identical:
-            verdict = "DIVERGE" if len(present) == ranks else "MISSING"
-            if len(present) == ranks:
-                problems.append(f"the ranks' parameters differ after step {index + 1}")
-        if not finite:
-            verdict = "NOT FINITE"
-            problems.append(f"a loss is not finite at step {index + 1}")
-        result.rows.append(
-            [
-                str(index + 1),
-                *(_losses(record) for record in at),
-                "identical" if identical else "differ",
-                verdict,
-            ]
-        )
+    problems = _step_rows(run, atol, result)
     last_steps = ", ".join(f"rank {r}: {len(records)}" for r, records in enumerate(run.ranks))
     if run.timed_out:
         result.verdict = (
@@ -197,6 +174,30 @@ def check_ranks(run: Run, atol: float, single: Run | None = None) -> CheckResult
             f"pass: {steps} steps, parameters identical on every rank, losses differ per shard"
         )
     return result
+
+
+def _step_rows(run: Run, atol: float, result: CheckResult) -> list[str]:
+    """One row per step across the ranks; the problems seen, in step order."""
+    ranks = run.processes
+    problems: list[str] = []
+    for index in range(max((len(records) for records in run.ranks), default=0)):
+        at = [records[index] if index < len(records) else None for records in run.ranks]
+        present = [record for record in at if record is not None]
+        identical = len(present) == ranks and all(
+            _all_close(present[0].params, other.params, atol) for other in present[1:]
+        )
+        finite = all(math.isfinite(loss) for record in present for loss in record.losses)
+        verdict = "ok"
+        if not identical:
+            verdict = "DIVERGE" if len(present) == ranks else "MISSING"
+            if len(present) == ranks:
+                problems.append(f"the ranks' parameters differ after step {index + 1}")
+        if not finite:
+            verdict = "NOT FINITE"
+            problems.append(f"a loss is not finite at step {index + 1}")
+        identity = "identical" if identical else "differ"
+        result.rows.append([str(index + 1), *(_losses(record) for record in at), identity, verdict])
+    return problems
 
 
 def _ungathered_evaluations(run: Run, single: Run) -> list[str]:

@@ -15,6 +15,14 @@ from accelify.edits.plan import expression, with_keyword
 
 
 def run(ctx: Context) -> None:
+    _remove_wrappers(ctx)
+    samplers = _remove_samplers(ctx)
+    _process_group_calls(ctx, samplers)
+    _rank_reads_and_loaders(ctx, samplers)
+    _module_access(ctx)
+
+
+def _remove_wrappers(ctx: Context) -> None:
     for binding in ctx.model.of_kind(Kind.WRAPPER):
         call = _wrapper_call(binding.value)
         if call is None or not call.args:
@@ -26,6 +34,9 @@ def run(ctx: Context) -> None:
             ctx.plan.remove(binding.statement, binding.line, text)
         else:
             ctx.plan.replace(binding.value, lambda _, inner=inner: inner, binding.line, text)
+
+
+def _remove_samplers(ctx: Context) -> set[str]:
     samplers = {b.name for b in ctx.model.of_kind(Kind.SAMPLER)}
     for binding in ctx.model.of_kind(Kind.SAMPLER):
         ctx.plan.remove(
@@ -33,6 +44,11 @@ def run(ctx: Context) -> None:
             binding.line,
             f"removed DistributedSampler {binding.name} (prepare shards the data)",
         )
+    return samplers
+
+
+def _process_group_calls(ctx: Context, samplers: set[str]) -> None:
+    """Setup goes, teardown becomes ``end_training``, ``sampler.set_epoch`` goes."""
     for line_statement, call in ctx.facts.placement.expression_statements():
         qualified = ctx.model.call_names(call)
         if qualified & (names.INIT_PROCESS_GROUP | names.SET_CUDA_DEVICE):
@@ -57,6 +73,11 @@ def run(ctx: Context) -> None:
                     ctx.line(call),
                     "removed sampler.set_epoch (the prepared loader reshuffles each epoch)",
                 )
+
+
+def _rank_reads_and_loaders(ctx: Context, samplers: set[str]) -> None:
+    """Barriers, rank and world-size reads become the Accelerator's; a loader given the
+    removed DistributedSampler shuffles instead."""
     for call in ctx.model.calls:
         qualified = ctx.model.call_names(call)
         replacement = None
@@ -90,6 +111,10 @@ def run(ctx: Context) -> None:
                         "DataLoader(sampler=DistributedSampler) -> shuffle=True "
                         "(prepare shards the data)",
                     )
+
+
+def _module_access(ctx: Context) -> None:
+    """``model.module`` (the DataParallel/DDP inner model) -> ``unwrap_model(model)``."""
     for attribute in ctx.facts.placement.attributes():
         name = dotted(attribute.value)
         if attribute.attr.value == "module" and ctx.facts.flow.is_model_name(name, attribute):

@@ -1,0 +1,123 @@
+"""Reads and writes of names inside a block, for questions like "does this metric read a value
+that was never gathered": which names a statement reads (with the conditions around it), which it
+binds, whether a name is a target, and a fresh local name that shadows nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.script_model import Loop, ScriptModel
+from accelify.analysis.syntax import root_name, target_names, walk
+
+
+def statements(block: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The small statements under ``block`` in source order (not inside nested functions)."""
+    for node in walk(block):
+        if isinstance(node, cst.SimpleStatementLine):
+            yield from node.body
+
+
+def names_read(small: cst.CSTNode, replaced: set[int], model: ScriptModel, loop: Loop) -> set[str]:
+    """Names ``small`` reads, including the tests of the ``if``s and loops around it inside the
+    evaluation loop (a count under ``if pred == y:`` depends on both)."""
+    skipped: set[int] = set()
+    for node in walk(small):
+        if id(node) in replaced:
+            skipped |= {id(n) for n in walk(node)}
+    reads = {
+        n.value
+        for n in walk(small)
+        if isinstance(n, cst.Name) and id(n) not in skipped and not is_binding(model, n)
+    }
+    if isinstance(small, cst.AugAssign):
+        reads.discard(root_name(small.target) or "")
+    for ancestor in model.ancestors(small):
+        if ancestor is loop.node:
+            break
+        test = (
+            getattr(ancestor, "test", None) if isinstance(ancestor, (cst.If, cst.While)) else None
+        )
+        if isinstance(ancestor, cst.For):
+            test = ancestor.iter
+        if test is not None:
+            reads |= {n.value for n in walk(test) if isinstance(n, cst.Name)}
+    return reads
+
+
+def bound_by(small: cst.CSTNode) -> set[str]:
+    if isinstance(small, cst.Assign):
+        return {n for t in small.targets for n in target_names(t.target)}
+    if isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+        return target_names(small.target)
+    return set()
+
+
+def plain_targets(target: cst.BaseExpression) -> list[str] | None:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)) and all(
+        isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements
+    ):
+        return [e.value.value for e in target.elements]  # type: ignore[union-attr]
+    return None
+
+
+def is_binding(model: ScriptModel, node: cst.CSTNode) -> bool:
+    """``node`` is (part of) an assignment target, not a read."""
+    current: cst.CSTNode | None = node
+    while current is not None:
+        parent = model.parent(current)
+        if isinstance(parent, (cst.AssignTarget,)):
+            return True
+        if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is current:
+            return True
+        if isinstance(parent, cst.For) and parent.target is current:
+            return True
+        if not isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+            return False
+        current = parent
+    return False
+
+
+def within(model: ScriptModel, node: cst.CSTNode, container: cst.CSTNode | None) -> bool:
+    return container is not None and (
+        node is container or any(a is container for a in model.ancestors(node))
+    )
+
+
+def between(model: ScriptModel, node: cst.CSTNode, top: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    for ancestor in model.ancestors(node):
+        if ancestor is top:
+            return
+        yield ancestor
+
+
+def names_in_scope(model: ScriptModel, scope: cst.CSTNode) -> set[str]:
+    """Names a new local of ``scope`` could shadow: its own, and the module's globals."""
+
+    def names(node: cst.CSTNode) -> set[str]:
+        return {
+            n.value
+            for n in walk(node)
+            if isinstance(n, cst.Name)
+            and not (isinstance(model.parent(n), cst.Attribute) and model.parent(n).attr is n)
+        }
+
+    taken = names(scope)
+    for statement in model.module.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            taken.add(statement.name.value)
+        else:
+            taken |= names(statement)
+    return taken
+
+
+def fresh(base: str, taken: set[str]) -> str:
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    taken.add(name)
+    return name

@@ -1,0 +1,313 @@
+"""The run-side commands of `accelify`: launch, verify, config and env. They need torch when
+they run (each says how to install it when it is missing), never when they are imported."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from accelify.errors import UserError, fail
+from accelify.requirements import require_runtime
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.option(
+    "-n",
+    "--num-processes",
+    "--num_processes",
+    type=click.IntRange(min=1),
+    help="Processes per machine (default: the config file, else one per GPU, else 1).",
+)
+@click.option(
+    "--num-machines",
+    "--num_machines",
+    type=click.IntRange(min=1),
+    help="Machines taking part (default 1).",
+)
+@click.option(
+    "--machine-rank",
+    "--machine_rank",
+    type=click.IntRange(min=0),
+    help="This machine's index, 0 on the machine that hosts the rendezvous.",
+)
+@click.option("--main-process-ip", "--main_process_ip", help="Address of machine 0.")
+@click.option(
+    "--main-process-port",
+    "--main_process_port",
+    type=click.IntRange(1, 65535),
+    help="Port on machine 0 (default: a free port when on one machine).",
+)
+@click.option(
+    "--mixed-precision",
+    "--mixed_precision",
+    type=click.Choice(["no", "bf16", "fp16"]),
+    help="Precision for Accelerator(mixed_precision=None).",
+)
+@click.option(
+    "--gradient-accumulation-steps",
+    "--gradient_accumulation_steps",
+    type=click.IntRange(min=1),
+    help="Accumulation for Accelerator() left at default.",
+)
+@click.option(
+    "--cpu",
+    "use_cpu",
+    is_flag=True,
+    default=None,
+    help="Run on the CPU (gloo) even where GPUs are present.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["ddp", "fsdp", "deepspeed"]),
+    help="The engine that wraps models: PyTorch DDP, PyTorch FSDP2 or DeepSpeed ZeRO.",
+)
+@click.option(
+    "--fsdp-reshard-after-forward/--fsdp-keep-after-forward",
+    "reshard_after_forward",
+    default=None,
+    help="FSDP: reshard parameters after forward (full shard, the default) or keep them "
+    "gathered until backward (shard grad-op).",
+)
+@click.option(
+    "--fsdp-auto-wrap",
+    "auto_wrap",
+    help="FSDP: comma-separated module class names to shard as their own units.",
+)
+@click.option(
+    "--fsdp-min-num-params",
+    "min_num_params",
+    type=click.IntRange(min=1),
+    help="FSDP: shard every submodule with at least this many parameters as its own unit.",
+)
+@click.option(
+    "--fsdp-cpu-offload",
+    "cpu_offload",
+    is_flag=True,
+    default=None,
+    help="FSDP: parameters in CPU memory (GPU runs).",
+)
+@click.option(
+    "--fsdp-activation-checkpointing",
+    "activation_checkpointing",
+    is_flag=True,
+    default=None,
+    help="FSDP: recompute the wrapped blocks' activations in backward.",
+)
+@click.option(
+    "--zero-stage",
+    "zero_stage",
+    type=click.IntRange(0, 3),
+    help="DeepSpeed: ZeRO stage (default 2).",
+)
+@click.option(
+    "--offload-optimizer",
+    "offload_optimizer",
+    is_flag=True,
+    default=None,
+    help="DeepSpeed: optimizer state in CPU memory (GPU runs).",
+)
+@click.option(
+    "--offload-params",
+    "offload_params",
+    is_flag=True,
+    default=None,
+    help="DeepSpeed: parameters in CPU memory (ZeRO-3, GPU runs).",
+)
+@click.option(
+    "--deepspeed-config",
+    "--deepspeed_config_file",
+    "deepspeed_config_file",
+    type=click.Path(dir_okay=False),
+    help='DeepSpeed: a DeepSpeed JSON config; its values win, "auto" ones are filled in.',
+)
+@click.option(
+    "--max-restarts",
+    "--max_restarts",
+    type=click.IntRange(min=0),
+    help="Restart the whole group this many times when a rank fails.",
+)
+@click.option(
+    "--config-file",
+    "--config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML config (default: ~/.config/accelify/config.yaml when it exists).",
+)
+@click.option("-m", "--module", is_flag=True, help="SCRIPT is a module name, as in `python -m`.")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def launch(
+    config_file: Path | None, module: bool, script: str, script_args: tuple[str, ...], **flags: Any
+) -> None:
+    """Run SCRIPT on N processes (torchrun's elastic agent; gloo on CPU, nccl on GPU).
+
+    Options go before SCRIPT; everything after it is the script's. Flags win over the config
+    file. Settings reach the script's Accelerator as ACCELIFY_* environment variables, so the
+    same script also runs under plain torchrun. When a rank fails, the report names the rank
+    that failed first and ends with its traceback; Ctrl-C stops every rank (exit 130).
+
+    \b
+    Examples:
+      accelify launch --cpu -n 2 train.py --epochs 3
+      accelify launch -n 8 --backend fsdp --fsdp-auto-wrap DecoderLayer train.py
+      accelify launch -n 8 --backend deepspeed --zero-stage 3 train.py
+      accelify launch --config-file cluster.yaml -m mypkg.train
+    """
+    from accelify.runtime.config import LaunchConfig, default_config_path, load_config
+    from accelify.runtime.launcher import LaunchPlan, merge
+    from accelify.runtime.launcher import launch as run_plan
+
+    try:
+        require_runtime("accelify launch")
+        path = config_file or default_config_path()
+        if config_file is not None and not config_file.exists():
+            raise UserError("config file not found", str(config_file))
+        file_config = load_config(path) if path.exists() else LaunchConfig()
+        plan = LaunchPlan(merge(file_config, flags), script, script_args, module)
+        sys.exit(run_plan(plan))
+    except UserError as error:
+        fail(error)
+    except KeyboardInterrupt:  # Ctrl-C before any rank started (torch still importing)
+        click.echo("accelify launch: stopped by SIGINT before any rank started", err=True)
+        sys.exit(130)
+
+
+class _ScriptArgsCommand(click.Command):
+    """Everything after ``--`` goes to the scripts untouched (click would mix it into the
+    positional arguments, where it could not be told from CONVERTED.py)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["script_args"] = tuple(args[cut + 1 :])
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_ScriptArgsCommand)
+@click.argument("original", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "converted", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Optimizer steps to compare.",
+)
+@click.option(
+    "--to-end",
+    is_flag=True,
+    help="Run both scripts to their end instead: also compare every printed line, and check "
+    "that evaluation loops gather what they compute.",
+)
+@click.option(
+    "-n",
+    "--num-processes",
+    type=click.IntRange(min=2),
+    default=2,
+    show_default=True,
+    help="Ranks for check 2.",
+)
+@click.option(
+    "--atol",
+    type=click.FloatRange(min=0),
+    help="Tolerance for losses and parameters [default: exact; 1e-2 when the conversion "
+    "added mixed precision].",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=300,
+    show_default=True,
+    help="Seconds each run may take; a run still going is reported as a hang.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def verify(
+    ctx: click.Context,
+    original: Path,
+    converted: Path | None,
+    steps: int,
+    to_end: bool,
+    num_processes: int,
+    atol: float | None,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Show that a conversion trains like the original: ORIGINAL.py and CONVERTED.py (default:
+    ORIGINAL.py converted in memory, nothing written) run side by side for a few optimizer
+    steps.
+
+    Check 1 runs both on one process: losses and parameters must match step by step. Check 2
+    runs the conversion on N ranks: parameters identical on every rank, losses finite and
+    different per rank (the data is sharded), and the run ends on every rank. Each script runs
+    unmodified, in a fresh process and a scratch directory, seeded the same. Arguments after
+    `--` go to both scripts. Exit 0 when both checks pass, 1 when one fails, 2 when a script
+    cannot run at all. With --to-end both run to completion: check 1 then also compares every
+    printed line, and check 2 fails an evaluation loop that computes from its rank's shard
+    without gathering.
+
+    \b
+    Examples:
+      accelify verify train.py
+      accelify verify train.py --to-end
+      accelify verify train.py train_accelify.py --steps 10 -- --epochs 1
+    """
+    from accelify.verify.cli import run_verify
+
+    try:
+        require_runtime("accelify verify")
+        code = run_verify(
+            original,
+            converted,
+            steps=0 if to_end else steps,
+            processes=num_processes,
+            atol=atol,
+            timeout=timeout,
+            as_json=as_json,
+            script_args=ctx.meta.get("script_args", ()),
+        )
+    except UserError as error:
+        fail(error)
+    sys.exit(code)
+
+
+@click.command()
+@click.option(
+    "--default",
+    "use_defaults",
+    is_flag=True,
+    help="Detect the hardware and write a config without asking.",
+)
+@click.option(
+    "--config-file",
+    "--config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write (default: ~/.config/accelify/config.yaml).",
+)
+def config(use_defaults: bool, config_file: Path | None) -> None:
+    """Write the config file `accelify launch` reads (asks questions unless --default)."""
+    from accelify.runtime.config import default_config_path, write_config
+    from accelify.runtime.config_questions import ask, detect
+
+    path = config_file or default_config_path()
+    if use_defaults:
+        try:
+            require_runtime("accelify config --default (it looks for GPUs through torch)")
+        except UserError as error:
+            fail(error)
+    settings = detect() if use_defaults else ask()
+    write_config(settings, path)
+    click.echo(f"accelify config written to {path}")
+
+
+@click.command()
+def env() -> None:
+    """Print versions, devices and the launch config: the block to paste into a bug report."""
+    from accelify.runtime.report import environment_report
+
+    click.echo(environment_report())
