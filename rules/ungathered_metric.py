@@ -2,6 +2,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.evaluation import first_forward as _first_forward
+from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import Visitor, dotted, target_names
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_in
@@ -36,6 +38,33 @@ class UngatheredMetric(Rule):
     bad = (
         Example(_EVAL + "        correct += (preds == y).sum().item()\n", 9, 9),
         Example(_EVAL + "        metric.add_batch(predictions=preds, references=y)\n", 9, 9),
+        # no_grad inside the loop, as Accelerate's own examples write it
+        Example(
+            HEADER
+            + "import torch\n"
+            + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+            + "for batch in eval_loader:\n"
+            + "    with torch.no_grad():\n"
+            + "        outputs = model(**batch)\n"
+            + "    preds = outputs.logits.argmax(-1)\n"
+            + "    metric.add_batch(predictions=preds, references=batch['labels'])\n",
+            9,
+            5,
+        ),
+        # a helper that receives the prepared loader
+        Example(
+            HEADER
+            + "import torch\n"
+            + "def evaluate(model, loader):\n"
+            + "    correct = 0\n"
+            + "    for x, y in loader:\n"
+            + "        correct += (model(x).argmax(-1) == y).sum().item()\n"
+            + "    return correct\n"
+            + "model, test_loader = accelerator.prepare(model, test_loader)\n"
+            + "print(evaluate(model, test_loader))\n",
+            7,
+            9,
+        ),
     )
     good = (
         _EVAL
@@ -44,6 +73,13 @@ class UngatheredMetric(Rule):
         _EVAL
         + "        correct += (preds == y).sum()\n"
         + "correct = accelerator.reduce(correct, reduction='sum')\n",
+        # no_grad inside the loop, the forward inside an expression: gathered, so clean
+        _EVAL.replace(
+            "with torch.no_grad():\n    for x, y in eval_loader:\n",
+            "for x, y in eval_loader:\n    with torch.no_grad():\n",
+        )
+        + "        preds, y = accelerator.gather_for_metrics((preds, y))\n"
+        + "        correct += (preds == y).sum().item()\n",
         # an unprepared loader seen whole by each rank is another rule's business (ACC401)
         HEADER
         + "import torch\ncorrect = 0\nwith torch.no_grad():\n    for x, y in eval_loader:\n"
@@ -51,11 +87,12 @@ class UngatheredMetric(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        prepared = script.prepared_names
+        facts = facts_of(script)
         accelerators = script.names_of(Kind.ACCELERATOR)
         all_calls = calls(script)
-        for loop in script.loops:
-            if not loop.evaluates or loop.iterable not in prepared:
+        for evaluation in facts.evaluations:
+            loop = evaluation.loop
+            if _first_forward(loop, facts) is None or not _prepared_loader(script, facts, loop):
                 continue
             if any(_is_collective(call, accelerators) for call in calls_in(script, loop.node)):
                 continue
@@ -67,6 +104,15 @@ class UngatheredMetric(Rule):
             if _reduced_later(script, loop, target, all_calls, accelerators):
                 continue
             yield self.finding(script, node)
+
+
+def _prepared_loader(script: ScriptModel, facts: Facts, loop: Loop) -> bool:
+    """The loop reads a prepared loader: by name, or as a helper's parameter that a call site
+    fills with one (``evaluate(model, test_loader)`` after prepare)."""
+    prepared = script.prepared_names
+    if loop.iterable in prepared:
+        return True
+    return facts.flow.outer_name(loop.iterable, loop.node) in prepared
 
 
 def _is_collective(call: cst.Call, accelerators: set[str]) -> bool:

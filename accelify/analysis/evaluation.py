@@ -91,7 +91,7 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     found = Evaluation(loop)
     body = list(statements(loop.node.body))
     found.sinks = [sink for sink in body if _is_sink(sink, loop, model)]
-    forward = _first_forward(loop, facts)
+    forward = first_forward(loop, facts)
     if not found.sinks:
         return found if forward is not None else None
     found.already_gathered = _gathers(loop, facts)
@@ -225,9 +225,9 @@ def _assigned_in(loop: cst.For) -> set[str]:
     return bound
 
 
-def _first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
+def first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
     for node in walk(loop.node.body):
-        if isinstance(node, cst.Call) and facts.flow.is_model_name(dotted(node.func), node):
+        if isinstance(node, cst.Call) and facts.flow.is_forward(node):
             return node
     return None
 
@@ -246,9 +246,7 @@ def _gathers(loop: Loop, facts: Facts) -> bool:
 def _calls_a_model(small: cst.CSTNode, facts: Facts, gathered: cst.Call | None) -> bool:
     """A forward pass other than ``gathered`` (whose output the gather covers)."""
     return any(
-        isinstance(n, cst.Call)
-        and n is not gathered
-        and facts.flow.is_model_name(dotted(n.func), n)
+        isinstance(n, cst.Call) and n is not gathered and facts.flow.is_forward(n)
         for n in walk(small)
     )
 

@@ -100,7 +100,21 @@ class ObjectFlow:
         return list(dict.fromkeys(found))
 
     def reads_loader(self, loop: Loop) -> bool:
-        return self.kind_of(loop.iterable, loop.node) is Kind.DATALOADER
+        """Over a DataLoader; in an Accelerator script also over anything that came out of
+        ``prepare`` (only loaders are iterated), here or at a helper's call site."""
+        if self.kind_of(loop.iterable, loop.node) is Kind.DATALOADER:
+            return True
+        prepared = self.model.prepared_names
+        return loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared
+
+    def is_forward(self, call: cst.Call) -> bool:
+        """A call of a model; in an Accelerator script also of anything that came out of
+        ``prepare`` (only models are called)."""
+        name = dotted(call.func)
+        if self.is_model_name(name, call):
+            return True
+        prepared = self.model.prepared_names
+        return name in prepared or self.outer_name(name, call) in prepared
 
     def derived_batch_names(self, loop: Loop) -> set[str]:
         """Names unpacked or indexed out of the batch at the top of the loop body."""
