@@ -14,6 +14,7 @@ import libcst as cst
 from accelify.analysis.script_model import analyze
 from accelify.analysis.syntax import is_docstring
 from accelify.convert.planner import Options, plan_conversion
+from accelify.convert.wrap_lines import wrap_long_lines
 from accelify.edits.apply import ApplyPlan
 from accelify.edits.plan import Note, statement
 from accelify.errors import UserError
@@ -50,6 +51,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
     converted = module.visit(ApplyPlan(plan))
     for code in plan.imports:
         converted = _add_import(converted, code)
+    converted = wrap_long_lines(converted, data)
     rendered = render(converted, data)
     _check_parses(rendered, label)
     return Conversion(

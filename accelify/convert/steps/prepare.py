@@ -52,10 +52,7 @@ def run(ctx: Context, scope: Scope) -> None:
         return
     order = sorted(chosen, key=lambda n: list(Kind).index(chosen[n]))  # type: ignore[arg-type]
     targets = ", ".join(order)
-    code = f"{targets} = {ctx.a('prepare')}({targets})"
-    if len(code) > 88:
-        code = f"{targets} = {ctx.a('prepare')}(\n    {targets}\n)"
-    prepare = statement(code)
+    prepare = statement(_prepare_code(ctx, order, last_statement))
     ctx.plan.insert_after(last_statement, prepare)
     ctx.need(last_statement)
     ctx.plan.prepared = [*order, *ctx.plan.prepared]
@@ -132,3 +129,19 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
             f"{name} is prepared on its own: with --backend fsdp or deepspeed, models and "
             "optimizers must be prepared in one call",
         )
+
+
+def _prepare_code(ctx: Context, order: list[str], anchor: cst.CSTNode) -> str:
+    """``a, b = accelerator.prepare(a, b)``, wrapped as black wraps it when too long."""
+    indent = 4 * sum(isinstance(a, cst.IndentedBlock) for a in ctx.model.ancestors(anchor))
+    targets = ", ".join(order)
+    call = ctx.a("prepare")
+    code = f"{targets} = {call}({targets})"
+    if indent + len(code) <= 88:
+        return code
+    if indent + len(f"{targets} = {call}(") <= 88 and indent + 4 + len(targets) <= 88:
+        return f"{targets} = {call}(\n    {targets}\n)"
+    one_per_line = "".join(f"    {name},\n" for name in order)
+    if indent + 4 + len(targets) <= 88:
+        return f"(\n{one_per_line}) = {call}(\n    {targets}\n)"
+    return f"(\n{one_per_line}) = {call}(\n{one_per_line})"
