@@ -69,6 +69,8 @@ class Evaluation:
     forward: cst.Call | None = None
     #: the forward sits inside an expression: it is bound to ``extracted`` first.
     extracted: str | None = None
+    #: the names the forward's output is bound to (``extracted`` when it is moved out).
+    outputs: list[str] = field(default_factory=list)
     #: names gathered as they are (outputs, then labels), and fields gathered into new names.
     gathered: list[str] = field(default_factory=list)
     fields: list[GatheredField] = field(default_factory=list)
@@ -129,6 +131,7 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
             return "the forward pass runs inside a lambda or comprehension"
         found.extracted = fresh("outputs", taken)
         outputs = [found.extracted]
+    found.outputs = outputs
     later = _uses_after(found, facts)
     for output in outputs:
         fields = _fields_only(later.get(output, []), model, allow_index=False)
@@ -171,6 +174,9 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
         if is_forward:
             seen_forward = True
             per_rank -= gathered_after
+            # An output read through a field that is not gathered (``outputs.loss``) is this
+            # rank's; the gathered fields' uses are skipped above.
+            per_rank |= set(found.outputs) - set(found.gathered)
             if found.extracted is None:
                 continue
         if small in found.sinks:
