@@ -12,13 +12,13 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from accelify.runtime.accelerator import Accelerator
-    from accelify.runtime.rng import set_seed
+    from accelify.runtime.rng import set_seed, synchronize_rng_states
 
-__all__ = ["Accelerator", "__version__", "set_seed"]
+__all__ = ["Accelerator", "__version__", "set_seed", "synchronize_rng_states"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Accelerator", "set_seed"):
+    if name in ("Accelerator", "set_seed", "synchronize_rng_states"):
         try:
             from accelify import runtime
         except ImportError as error:

@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from accelify.runtime.accelerator import Accelerator
-    from accelify.runtime.rng import set_seed
+    from accelify.runtime.rng import set_seed, synchronize_rng_states
 
 _LAZY = {
     "Accelerator": "accelify.runtime.accelerator",
     "set_seed": "accelify.runtime.rng",
+    "synchronize_rng_states": "accelify.runtime.rng",
 }
 
-__all__ = ["Accelerator", "set_seed"]
+__all__ = ["Accelerator", "set_seed", "synchronize_rng_states"]
 
 
 def __getattr__(name: str) -> Any:

@@ -66,3 +66,49 @@ def restore(states: dict[str, Any]) -> None:
         )
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def synchronize_rng_states(rng_types: list[str] | None = None, generator: Any = None) -> None:
+    """Every rank takes rank 0's random state (Python, NumPy, torch, and the current CUDA
+    device; or only the named ``rng_types``, as in Hugging Face Accelerate). Values drawn after
+    this are the same on every rank; on one process it changes nothing, so a script that never
+    seeded itself draws exactly what it drew before."""
+    import torch.distributed as dist
+
+    from accelify.runtime import pending_work
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    wanted = set(rng_types or ("python", "numpy", "torch", "cuda"))
+    states: list[dict[str, Any] | None] = [None]
+    if dist.get_rank() == 0:
+        states[0] = capture()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            states[0]["cuda_current"] = torch.cuda.get_rng_state()
+    with pending_work.tracked(True):
+        dist.broadcast_object_list(states, src=0)
+    state = states[0]
+    assert state is not None
+    if "python" in wanted:
+        python = state["python"]
+        random.setstate((python["version"], tuple(python["internal"]), python["gauss"]))
+    if "torch" in wanted:
+        torch.set_rng_state(state["torch"])
+    if "numpy" in wanted and np is not None and "numpy" in state:
+        numpy_state = state["numpy"]
+        np.random.set_state(
+            (
+                numpy_state["kind"],
+                numpy_state["keys"].numpy().astype(np.uint32),
+                numpy_state["pos"],
+                numpy_state["has_gauss"],
+                numpy_state["cached_gaussian"],
+            )
+        )
+    if "cuda" in wanted and "cuda_current" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda_current"])  # this rank's device takes rank 0's
+    if "generator" in wanted and generator is not None:
+        shared = [generator.get_state() if dist.get_rank() == 0 else None]
+        with pending_work.tracked(True):
+            dist.broadcast_object_list(shared, src=0)
+        generator.set_state(shared[0])

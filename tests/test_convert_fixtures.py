@@ -65,10 +65,16 @@ def test_accelerate_target_differs_only_in_the_import(case: Path):
         pytest.skip("left unchanged")
     ours = convert_case(case).converted.decode()
     theirs = convert_case(case, target="accelerate").converted.decode()
-    assert theirs == ours.replace(
-        "from accelify import Accelerator, set_seed",
-        "from accelerate import Accelerator\nfrom accelerate.utils import set_seed",
-    ).replace("from accelify import Accelerator\n", "from accelerate import Accelerator\n")
+    expected = ours
+    for helper in ("set_seed", "synchronize_rng_states"):
+        expected = expected.replace(
+            f"from accelify import Accelerator, {helper}",
+            f"from accelerate import Accelerator\nfrom accelerate.utils import {helper}",
+        )
+    expected = expected.replace(
+        "from accelify import Accelerator\n", "from accelerate import Accelerator\n"
+    )
+    assert theirs == expected
 
 
 def test_syntax_error_is_exit_2_with_position_and_the_file_untouched(tmp_path):

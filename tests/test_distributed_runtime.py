@@ -196,3 +196,20 @@ def test_max_restarts_resumes_from_the_checkpoint_every_time(tmp_path):
         restarted = json.loads(out.read_text())
         assert next(iter(restarted["losses"])) == "14", f"attempt {attempt}"
         assert restarted["parameters"] == expected["parameters"], f"attempt {attempt}"
+
+
+def test_synchronize_rng_states_gives_every_rank_rank_0s_draws():
+    result = launch(RUNTIME / "rng_sync.py")
+    assert_ok(result)
+    reports = sorted(
+        (json.loads(line) for line in result.stdout.splitlines()), key=lambda r: r["rank"]
+    )
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert reports[0]["draws"] == reports[1]["draws"]
+    assert reports[0]["unchanged"] and not reports[1]["unchanged"]
+
+
+def test_synchronize_rng_states_on_one_process_changes_nothing(tmp_path):
+    result = run_python(RUNTIME / "rng_sync.py", cwd=tmp_path)
+    assert_ok(result)
+    assert json.loads(result.stdout)["unchanged"] is True

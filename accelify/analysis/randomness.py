@@ -20,6 +20,8 @@ class Randomness:
     setup_draws: list[cst.Call]
     #: draws inside a training loop (per-step random batches).
     step_draws: list[cst.Call]
+    #: every setup draw is from torch's generator (not NumPy's or Python's).
+    torch_only: bool = True
 
 
 def randomness_of(model: ScriptModel) -> Randomness:
@@ -31,7 +33,8 @@ def randomness_of(model: ScriptModel) -> Randomness:
             continue
         in_training = any(any(a is loop for a in model.ancestors(call)) for loop in training)
         (step if in_training else setup).append(call)
-    return Randomness(seeded, setup, step)
+    torch_only = all(model.call_names(call) & names.RANDOM_DRAWS_TORCH for call in setup)
+    return Randomness(seeded, setup, step, torch_only)
 
 
 def _draws(model: ScriptModel, call: cst.Call) -> bool:

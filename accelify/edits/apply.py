@@ -56,7 +56,8 @@ class ApplyPlan(cst.CSTTransformer):
                     new = _with_leading(new, carried_comments)
                     carried_comments = []
                 rebuilt.append((new, self.plan.guards.get(old)))
-            rebuilt.extend((node, None) for node in self.plan.after.get(old, []))
+            after = self.plan.after.get(old, [])
+            rebuilt.extend((item() if callable(item) else item, None) for item in after)
         return _with_body(updated, _fold_guards(rebuilt))
 
 

@@ -27,7 +27,7 @@ class Plan:
     replacements: dict[cst.CSTNode, Replace] = field(default_factory=dict)
     removals: set[cst.CSTNode] = field(default_factory=set)
     before: dict[cst.CSTNode, list[Insert]] = field(default_factory=dict)
-    after: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    after: dict[cst.CSTNode, list[Insert]] = field(default_factory=dict)
     new_parameters: dict[cst.FunctionDef, str] = field(default_factory=dict)
     #: statements run only where a test holds (``accelerator.is_main_process``); consecutive
     #: ones with the same test share one ``if``.
@@ -49,7 +49,7 @@ class Plan:
     def insert_before(self, statement: cst.CSTNode, *new: Insert) -> None:
         self.before.setdefault(statement, []).extend(new)
 
-    def insert_after(self, statement: cst.CSTNode, *new: cst.BaseStatement) -> None:
+    def insert_after(self, statement: cst.CSTNode, *new: Insert) -> None:
         self.after.setdefault(statement, []).extend(new)
 
     def guard(self, statement: cst.CSTNode, test: str, line: int, text: str) -> None:

@@ -20,14 +20,17 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
     anchor = _first_need(ctx, home, threaded)
     if anchor is None:
         return
+    planned = ctx.plan.before.pop(anchor, [])  # what other steps put there comes after it
     _move_constructor_arguments_up(ctx, home, anchor)
     if anchor is ctx.prepare_anchor and not _needed_by(ctx, anchor):
+        if planned:
+            ctx.plan.before[anchor] = [*ctx.plan.before.get(anchor, []), *planned]
         # Nothing before the prepare call needs it: created right above that call, after the
         # last object it prepares, not between a model and its optimizer.
         ctx.plan.after[anchor] = [statement(create), *ctx.plan.after.get(anchor, [])]
         ctx.plan.change(ctx.line(anchor), f"created {create} after line {ctx.line(anchor)}")
         return
-    ctx.plan.insert_before(anchor, statement(create))
+    ctx.plan.insert_before(anchor, statement(create), *planned)
     ctx.plan.change(ctx.line(anchor), f"created {create} before line {ctx.line(anchor)}")
 
 

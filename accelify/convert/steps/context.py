@@ -13,8 +13,16 @@ from accelify.edits.plan import Plan, expression
 
 #: Where each name the converted code uses comes from, per target runtime.
 TARGET_MODULES = {
-    "accelify": {"Accelerator": "accelify", "set_seed": "accelify"},
-    "accelerate": {"Accelerator": "accelerate", "set_seed": "accelerate.utils"},
+    "accelify": {
+        "Accelerator": "accelify",
+        "set_seed": "accelify",
+        "synchronize_rng_states": "accelify",
+    },
+    "accelerate": {
+        "Accelerator": "accelerate",
+        "set_seed": "accelerate.utils",
+        "synchronize_rng_states": "accelerate.utils",
+    },
 }
 
 

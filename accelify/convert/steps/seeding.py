@@ -1,8 +1,11 @@
 """12. Random state drawn before training is the same on every rank: a script that sets no seed
 and draws from the global generators outside its training loops (a synthetic dataset, a random
-target function, ``random_split``) is seeded with ``set_seed(0)`` before the first such draw at
-module level, else at the start of the function that owns training. A script that seeds itself
-is left as it is."""
+target function, ``random_split``) gets ``synchronize_rng_states()`` before the first such draw
+at module level, else at the start of the function that owns training: every rank takes rank
+0's random state, and on one process nothing changes, so the conversion prints what the
+original printed. (For Hugging Face Accelerate, which synchronizes torch's generators only, a
+script that also draws from NumPy or ``random`` gets ``set_seed(0)``.) A script that seeds
+itself is left as it is."""
 
 from __future__ import annotations
 
@@ -20,14 +23,20 @@ def run(ctx: Context) -> None:
     anchor = _seed_anchor(ctx, randomness.setup_draws)
     if anchor is None:
         return
-    ctx.plan.insert_before(anchor, statement("set_seed(0)"))
-    ctx.uses.append("set_seed")
+    if ctx.options.target == "accelify" or randomness.torch_only:
+        # Only the generators the script draws from before training, named as Accelerate does.
+        torch_only = 'synchronize_rng_states(["torch"])'
+        code = torch_only if randomness.torch_only else "synchronize_rng_states()"
+        ctx.uses.append("synchronize_rng_states")
+        ctx.need(anchor)  # a broadcast from rank 0: the Accelerator comes first
+        text = f"{code} before it: every rank draws what rank 0 draws"
+    else:
+        code = "set_seed(0)"  # Accelerate synchronizes torch's generators only
+        ctx.uses.append("set_seed")
+        text = "set_seed(0) before it makes them the same on every rank"
+    ctx.plan.insert_before(anchor, statement(code))
     draw = randomness.setup_draws[0]
-    ctx.plan.change(
-        ctx.line(draw),
-        "random values drawn before training with no seed set: set_seed(0) after the imports "
-        "makes them the same on every rank",
-    )
+    ctx.plan.change(ctx.line(draw), f"random values drawn before training with no seed set: {text}")
 
 
 def _seed_anchor(ctx: Context, draws: list[cst.Call]) -> cst.CSTNode | None:
