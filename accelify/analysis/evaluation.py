@@ -39,6 +39,8 @@ from accelify.analysis.syntax import dotted, root_name, target_names, walk
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
 
+RESHAPES = ("view", "reshape", "expand", "unflatten", "resize_")
+BATCH_SIZE_NAMES = ("batch_size", "bs", "batch_sz", "test_batch_size", "eval_batch_size")
 SINK_METHODS = ("append", "extend", "add_batch", "update", "add", "add_")
 COLLECTIVE_METHODS = ("gather", "gather_for_metrics", "reduce", "all_gather", "all_reduce")
 _SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -105,7 +107,11 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     found.forward = forward
     statement = next(a for a in model.ancestors(forward) if isinstance(a, cst.SimpleStatementLine))
     found.statement = statement
-    found.unsure = _place(found, facts) or _check_sinks(found, body, facts)
+    found.unsure = (
+        _place(found, facts) or _per_rank_shapes(found, facts) or _check_sinks(found, body, facts)
+    )
+    if found.unsure is not None and found.unsure_at is None:
+        found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
 
 
@@ -154,6 +160,30 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
             found.gathered.append(name)
         else:
             _add_fields(found, fields, taken)
+    return None
+
+
+def _per_rank_shapes(found: Evaluation, facts: Facts) -> str | None:
+    """``recon.view(args.batch_size, 1, 28, 28)`` after the gather: the gathered tensor holds
+    every rank's batch, so a reshape to one rank's batch size fails."""
+    model, statement = facts.model, found.statement
+    assert statement is not None
+    gathered = set(found.gathered)
+    for node in walk(found.loop.node.body):
+        if not (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in RESHAPES
+            and model.line(node) > model.line(statement)
+            and root_name(node.func.value) in gathered
+        ):
+            continue
+        sizes = {dotted(n) or "" for n in walk(node) if isinstance(n, (cst.Name, cst.Attribute))}
+        if any(size.rsplit(".", 1)[-1].lower() in BATCH_SIZE_NAMES for size in sizes):
+            return (
+                f"line {model.line(node)} reshapes {root_name(node.func.value)} to the batch size, "
+                "which a gathered tensor (every rank's batch) does not have"
+            )
     return None
 
 
@@ -214,7 +244,7 @@ def _is_sink(small: cst.CSTNode, loop: Loop, model: ScriptModel) -> bool:
     if isinstance(small, cst.Assign) and len(small.targets) == 1:
         target = dotted(small.targets[0].target)
         reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
-        return target is not None and target in reads and target not in local - {target}
+        return target is not None and target in reads and target not in local
     return False
 
 
