@@ -49,12 +49,16 @@ def capture() -> dict[str, Any]:
     return states
 
 
-def restore(states: dict[str, Any]) -> None:
-    python = states["python"]
-    random.setstate((python["version"], tuple(python["internal"]), python["gauss"]))
-    torch.set_rng_state(states["torch"])
+def restore(states: dict[str, Any], parts: set[str] | None = None) -> None:
+    """Put back what `capture` took (only ``parts`` of it, when named)."""
+    wanted = parts if parts is not None else {"python", "torch", "numpy", "cuda"}
+    if "python" in wanted:
+        python = states["python"]
+        random.setstate((python["version"], tuple(python["internal"]), python["gauss"]))
+    if "torch" in wanted:
+        torch.set_rng_state(states["torch"])
     numpy_state = states.get("numpy")
-    if np is not None and numpy_state is not None:
+    if "numpy" in wanted and np is not None and numpy_state is not None:
         np.random.set_state(
             (
                 numpy_state["kind"],
@@ -64,7 +68,7 @@ def restore(states: dict[str, Any]) -> None:
                 numpy_state["cached_gaussian"],
             )
         )
-    if "cuda" in states and torch.cuda.is_available():
+    if "cuda" in wanted and "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
@@ -89,22 +93,7 @@ def synchronize_rng_states(rng_types: list[str] | None = None, generator: Any = 
         dist.broadcast_object_list(states, src=0)
     state = states[0]
     assert state is not None
-    if "python" in wanted:
-        python = state["python"]
-        random.setstate((python["version"], tuple(python["internal"]), python["gauss"]))
-    if "torch" in wanted:
-        torch.set_rng_state(state["torch"])
-    if "numpy" in wanted and np is not None and "numpy" in state:
-        numpy_state = state["numpy"]
-        np.random.set_state(
-            (
-                numpy_state["kind"],
-                numpy_state["keys"].numpy().astype(np.uint32),
-                numpy_state["pos"],
-                numpy_state["has_gauss"],
-                numpy_state["cached_gaussian"],
-            )
-        )
+    restore(state, wanted & {"python", "torch", "numpy"})
     if "cuda" in wanted and "cuda_current" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda_current"])  # this rank's device takes rank 0's
     if "generator" in wanted and generator is not None:
