@@ -18,7 +18,7 @@ def run(ctx: Context) -> None:
     guarded: list[cst.CSTNode] = []
     model, placement = ctx.model, ctx.facts.placement
     for write in side_effects.writes(model, placement):
-        if _already_once(ctx, write.statement):
+        if _already_once(ctx, write.statement) or _per_rank_path(write.call):
             continue
         region = _feeding_region(ctx, write.statement)
         if any(placement.inside(region, done) for done in guarded):
@@ -42,6 +42,16 @@ def _already_once(ctx: Context, node: cst.CSTNode) -> bool:
         and any(side_effects.opens_for_writing(i.item) for i in ancestor.items)
         for ancestor in ctx.model.ancestors(node)
     )
+
+
+def _per_rank_path(call: cst.Call) -> bool:
+    """``np.save(f"preds_{rank}.npy", ...)``: one file per rank, meant to be written by each."""
+    for argument in call.args:
+        for node in walk(argument.value):
+            name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+            if name and ("rank" in name.rsplit(".", 1)[-1] or name.endswith("process_index")):
+                return True
+    return False
 
 
 def _feeding_region(ctx: Context, write: cst.SimpleStatementLine) -> cst.CSTNode:
