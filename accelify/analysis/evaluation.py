@@ -71,6 +71,8 @@ class Evaluation:
     forward: cst.Call | None = None
     #: the forward sits inside an expression: it is bound to ``extracted`` first.
     extracted: str | None = None
+    #: the loop's batch names and those unpacked or indexed from them before the forward.
+    batch: set[str] = field(default_factory=set)
     #: the names the forward's output is bound to (``extracted`` when it is moved out).
     outputs: list[str] = field(default_factory=list)
     #: names gathered as they are (outputs, then labels), and fields gathered into new names.
@@ -94,7 +96,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         return None
     found = Evaluation(loop)
     body = list(statements(loop.node.body))
-    found.sinks = [sink for sink in body if _is_sink(sink, loop, model)]
+    local = _assigned_in(loop.node)
+    found.sinks = [sink for sink in body if _is_sink(sink, local)]
     forward = first_forward(loop, facts)
     if not found.sinks:
         return found if forward is not None else None
@@ -107,6 +110,7 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     found.forward = forward
     statement = next(a for a in model.ancestors(forward) if isinstance(a, cst.SimpleStatementLine))
     found.statement = statement
+    found.batch = _batch_names(loop, facts, statement)
     found.unsure = (
         _place(found, facts) or _per_rank_shapes(found, facts) or _check_sinks(found, body, facts)
     )
@@ -146,7 +150,7 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
         else:
             _add_fields(found, fields, taken)
     fed = {n.value for n in walk(forward) if isinstance(n, cst.Name)}
-    for name in sorted(_batch_names(found.loop, facts, statement)):
+    for name in sorted(found.batch):
         uses = later.get(name, [])
         if not uses:
             continue
@@ -190,7 +194,7 @@ def _per_rank_shapes(found: Evaluation, facts: Facts) -> str | None:
 def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
     """Every sink must read only gathered values (or values computed from them)."""
     model = facts.model
-    per_rank = set(_batch_names(found.loop, facts, found.statement))
+    per_rank = set(found.batch)
     # Read through a gathered field, or inside the forward that moves out of its statement:
     # not reads of the per-rank names they mention.
     replaced = {id(use) for f in found.fields for use in f.uses}
@@ -230,8 +234,8 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
 
 
 # --- pieces -------------------------------------------------------------------------------------
-def _is_sink(small: cst.CSTNode, loop: Loop, model: ScriptModel) -> bool:
-    local = _assigned_in(loop.node)
+def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
+    """Folds a per-batch value into something the loop does not bind itself (``local``)."""
     if isinstance(small, cst.AugAssign):
         return root_name(small.target) not in local
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):

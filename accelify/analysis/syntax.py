@@ -69,10 +69,6 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(reversed(current.children))
 
 
-def names_in(node: cst.CSTNode) -> Iterator[cst.Name]:
-    return (n for n in walk(node) if isinstance(n, cst.Name))
-
-
 def is_docstring(line: cst.CSTNode) -> bool:
     return (
         isinstance(line, cst.SimpleStatementLine)
