@@ -69,6 +69,20 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(reversed(current.children))
 
 
+def if_chain(node: cst.If) -> tuple[list[cst.BaseExpression], list[cst.BaseSuite], bool]:
+    """An ``if``/``elif``/``else`` chain as its tests, its blocks (the ``else`` block last) and
+    whether it ends in an ``else``."""
+    tests, blocks = [node.test], [node.body]
+    rest = node.orelse
+    while isinstance(rest, cst.If):
+        tests.append(rest.test)
+        blocks.append(rest.body)
+        rest = rest.orelse
+    if rest is not None:
+        blocks.append(rest.body)
+    return tests, blocks, rest is not None
+
+
 def is_docstring(line: cst.CSTNode) -> bool:
     return (
         isinstance(line, cst.SimpleStatementLine)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, if_chain, walk
 from accelify.convert.steps.context import Context
 
 PURE_CALL_PREFIXES = ("torch.cuda.", "torch.backends.", "torch.distributed.", "os.environ.get")
@@ -19,7 +19,7 @@ def run(ctx: Context) -> None:
     for node in ctx.facts.placement.all_nodes():
         if not isinstance(node, cst.If) or isinstance(ctx.model.parent(node), cst.If):
             continue
-        blocks = _branches(node)
+        _, blocks, _ = if_chain(node)
         if not _pure(ctx, node):
             continue
         if all(_all_removed(ctx, block) for block in blocks):
@@ -27,17 +27,6 @@ def run(ctx: Context) -> None:
         elif len(blocks) > 1 and node not in ctx.plan.replacements and _same_device(ctx, blocks):
             ctx.plan.replacements[node] = _first_branch
             ctx.plan.change(ctx.line(node), "every branch sets the same device: one assignment")
-
-
-def _branches(node: cst.If) -> list[cst.BaseSuite]:
-    blocks: list[cst.BaseSuite] = [node.body]
-    rest = node.orelse
-    while isinstance(rest, cst.If):
-        blocks.append(rest.body)
-        rest = rest.orelse
-    if rest is not None:
-        blocks.append(rest.body)
-    return blocks
 
 
 def _all_removed(ctx: Context, block: cst.BaseSuite) -> bool:
@@ -66,11 +55,7 @@ def _first_branch(updated: cst.CSTNode) -> cst.CSTNode:
 
 def _pure(ctx: Context, node: cst.If) -> bool:
     """Every condition of the chain reads values and calls nothing that could matter."""
-    tests = [node.test]
-    rest = node.orelse
-    while isinstance(rest, cst.If):
-        tests.append(rest.test)
-        rest = rest.orelse
+    tests, _, _ = if_chain(node)
     for test in tests:
         for inner in walk(test):
             if isinstance(inner, (cst.Await, cst.Yield, cst.NamedExpr)):

@@ -7,7 +7,7 @@ import libcst as cst
 
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, if_chain, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import statement
 
@@ -86,15 +86,8 @@ def _conditional(ctx: Context, binding: Binding) -> bool:
 
 
 def _bound_on_every_branch(branch: cst.If, name: str) -> bool:
-    blocks: list[cst.CSTNode] = [branch.body]
-    rest = branch.orelse
-    while isinstance(rest, cst.If):
-        blocks.append(rest.body)
-        rest = rest.orelse
-    if rest is None:
-        return False
-    blocks.append(rest.body)
-    return all(_binds(block, name) for block in blocks)
+    _, blocks, has_else = if_chain(branch)
+    return has_else and all(_binds(block, name) for block in blocks)
 
 
 def _binds(block: cst.CSTNode, name: str) -> bool:
