@@ -68,13 +68,19 @@ def _feeding_region(ctx: Context, write: cst.SimpleStatementLine) -> cst.CSTNode
         ):
             return region
         others = [s for s in branch.body.body if s is not region]  # type: ignore[union-attr]
-        if not all(_only_feeds(ctx, s, branch) for s in others):
+        outside = {
+            n.value
+            for n in walk(ctx.model.scope_of(branch))
+            if isinstance(n, cst.Name) and not ctx.facts.placement.inside(n, branch)
+        }
+        if not all(_only_feeds(ctx, s, outside) for s in others):
             return region
         region = branch
 
 
-def _only_feeds(ctx: Context, line: cst.CSTNode, block: cst.CSTNode) -> bool:
-    """A simple statement with no shared work whose names are not read outside ``block``."""
+def _only_feeds(ctx: Context, line: cst.CSTNode, outside: set[str]) -> bool:
+    """A simple statement with no shared work whose names are not read outside its block
+    (``outside``: the names used elsewhere in the scope)."""
     if not isinstance(line, cst.SimpleStatementLine) or _runs_shared_work(ctx, line):
         return False
     bound = {
@@ -83,11 +89,6 @@ def _only_feeds(ctx: Context, line: cst.CSTNode, block: cst.CSTNode) -> bool:
         if isinstance(small, cst.Assign)
         for t in small.targets
         for n in _names(t.target)
-    }
-    outside = {
-        n.value
-        for n in walk(ctx.model.scope_of(block))
-        if isinstance(n, cst.Name) and not ctx.facts.placement.inside(n, block)
     }
     return not bound & outside
 
