@@ -146,8 +146,9 @@ def lint(
 
     Exit 0 when clean, 1 when something is reported, 2 on usage errors. `# noqa: ACC201` on a
     line suppresses; `[tool.accelify]` in pyproject.toml sets select, ignore,
-    per-file-ignores and exclude. Scripts without an Accelerator are only checked by codes
-    named in --select.
+    per-file-ignores and exclude. --select/--ignore take codes or prefixes (ACC2, ALL); ACC000
+    (a file that cannot be read or parsed) is always reported. Files without an Accelerator are
+    checked for ACC000 only.
     """
     from accelify.lint.cli import run_lint
 

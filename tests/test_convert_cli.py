@@ -28,8 +28,12 @@ def test_check_exits_1_until_written_then_0(tmp_path: Path):
     script = tmp_path / "gan.py"
     shutil.copy(GAN, script)
     assert run_accelify("convert", "--check", "--quiet", script).returncode == 1
+    check = run_accelify("convert", "--check", script)
+    assert check.returncode == 1
+    assert check.stdout == f"Would convert: {script}\n"  # as `ruff format --check`: no diff
     assert_ok(run_accelify("convert", "--write", script))
-    assert run_accelify("convert", "--check", script).returncode == 0
+    check = run_accelify("convert", "--check", script)
+    assert check.returncode == 0 and "Would convert" not in check.stdout
 
 
 def test_a_directory_converts_training_scripts_and_skips_the_rest(tmp_path: Path):

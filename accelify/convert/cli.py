@@ -40,7 +40,7 @@ def run_convert(
     else:
         results = convert_all(files, options, jobs)
     if show_diff is None:
-        show_diff = not (write_files or output is not None or quiet)
+        show_diff = not (write_files or output is not None or quiet or check)
     errors = 0
     changed = 0
     color = sys.stdout.isatty()
@@ -50,6 +50,11 @@ def run_convert(
             errors += 1
             continue
         changed += result.changed
+        if check:  # as `ruff format --check`: one line per file that would change
+            if result.changed and not quiet:
+                _show(result, show_diff, quiet, color, summarize=False)
+                click.echo(f"Would convert: {result.path}")
+            continue
         _show(result, show_diff, quiet, color)
         if result.changed and (write_files or output is not None):
             write(result, output)
@@ -59,13 +64,16 @@ def run_convert(
     return 1 if check and changed else 0
 
 
-def _show(result: Conversion, show_diff: bool, quiet: bool, color: bool) -> None:
+def _show(
+    result: Conversion, show_diff: bool, quiet: bool, color: bool, summarize: bool = True
+) -> None:
     if quiet:
         return
     if show_diff and result.changed:
         diff = unified_diff(result.path, result.original, result.converted)
         click.echo(colorize(diff) if color else diff, nl=False)
-    click.echo(summary(result))
+    if summarize:
+        click.echo(summary(result))
 
 
 def _final_line(results: list, changed: int, errors: int, wrote: bool, check: bool) -> None:

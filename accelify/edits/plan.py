@@ -66,9 +66,25 @@ class Plan:
         if note not in self.reviews:
             self.reviews.append(note)
 
+    def merge(self, other: Plan) -> None:
+        """``other``'s edits added where they do not touch a node this plan already edits; an
+        insert already planned at the same place (a second finding's barrier) is not doubled."""
+        for node, replace in other.replacements.items():
+            self.replacements.setdefault(node, replace)
+        self.removals |= other.removals
+        for mine, theirs in ((self.before, other.before), (self.after, other.after)):
+            for anchor, inserts in theirs.items():
+                planned = mine.setdefault(anchor, [])
+                known = {_code(item) for item in planned}
+                planned.extend(i for i in inserts if _code(i) is None or _code(i) not in known)
+
     @property
     def empty(self) -> bool:
         return not (self.replacements or self.removals or self.before or self.after or self.guards)
+
+
+def _code(item: Insert) -> str | None:
+    return cst.Module([]).code_for_node(item) if isinstance(item, cst.CSTNode) else None
 
 
 def with_keyword(args: Sequence[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:

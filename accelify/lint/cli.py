@@ -12,7 +12,7 @@ from accelify.errors import UserError
 from accelify.lint.engine import FileResult, lint_source
 from accelify.lint.finding import Finding
 from accelify.lint.output import render, statistics
-from accelify.lint.selection import Selection, load_settings
+from accelify.lint.selection import Selection, load_settings, resolve_selectors
 from accelify.source import python_files, write_atomically
 from accelify.terminal import colorize
 
@@ -30,111 +30,157 @@ def run_lint(
     jobs: int,
 ) -> int:
     try:
-        settings = load_settings(Path.cwd())
+        selection = _selection(select, ignore)
     except UserError as error:
         click.echo(f"accelify: error: {error}", err=True)
         return 2
-    selection = Selection(
-        select=select or settings.select,
-        ignore=[*settings.ignore, *ignore],
-        per_file_ignores=settings.per_file_ignores,
-        exclude=settings.exclude,
-    )
     files = list(_collect(paths or [Path(".")], selection))
-    results = _lint_all(files, selection, fix or diff, jobs)
+    if not files:
+        click.echo("accelify: warning: No Python files found under the given paths", err=True)
+        return 0
+    portable = output_format in ("json", "sarif")
+    results = _lint_all(files, selection, fix or diff, jobs, portable)
+    changed = [r for r in results if r.fixed is not None and r.fixed != r.original]
     findings = [f for result in results for f in result.findings]
-    for result in results:
-        if result.fixed is None or result.fixed == result.original:
-            continue
-        if diff:
-            from accelify.edits.diff import unified_diff
-
-            text = unified_diff(result.path, result.original, result.fixed)
-            click.echo(colorize(text) if sys.stdout.isatty() else text, nl=False)
-        elif fix:
-            write_atomically(Path(result.path), result.fixed)
-    if (findings and not diff) or (output_format in ("json", "sarif") and not diff):
+    if diff:
+        _show_diffs(changed)
+        fixes = sum(r.fixed_count for r in changed)
+        click.echo(f"Would fix {fixes} error{_plural(fixes)}." if fixes else "No fixes.", err=True)
+        return 1 if changed and not exit_zero else 0
+    for result in changed if fix else ():
+        write_atomically(Path(result.path), result.fixed)
+    if show_statistics:
+        if findings:
+            click.echo(statistics(findings))
+    elif findings or output_format in ("json", "sarif"):
         click.echo(render(findings, output_format))
-    if show_statistics and findings:
-        click.echo(statistics(findings))
-    if output_format == "text" and not diff:
-        fixable = sum(1 for f in findings if f.fixable)
-        summary = f"Found {len(findings)} error{'s' if len(findings) != 1 else ''}."
-        if fixable and not fix:
-            summary += f" [*] {fixable} fixable with `accelify lint --fix`."
-        click.echo(summary if findings else "All checks passed!", err=True)
+    if output_format == "text" and not show_statistics:
+        click.echo(_summary(findings, sum(r.fixed_count for r in changed) if fix else 0), err=True)
     if exit_zero:
         return 0
     return 1 if findings else 0
 
 
-def _lint_one(path: Path, selection: Selection, fix: bool) -> FileResult:
+def _selection(select: list[str], ignore: list[str]) -> Selection:
+    """The command line's selectors over pyproject's, each checked against the catalog."""
+    settings = load_settings(Path.cwd())
+    from_settings = settings.resolved(settings.source or "pyproject.toml")
+    return Selection(
+        select=resolve_selectors(select, "--select") if select else from_settings.select,
+        ignore=[*from_settings.ignore, *resolve_selectors(ignore, "--ignore")],
+        per_file_ignores=from_settings.per_file_ignores,
+        exclude=settings.exclude,
+    )
+
+
+def _show_diffs(changed: list[FileResult]) -> None:
+    from accelify.edits.diff import unified_diff
+
+    for result in changed:
+        text = unified_diff(result.path, result.original, result.fixed, change="fixed")
+        click.echo(colorize(text) if sys.stdout.isatty() else text, nl=False)
+
+
+def _summary(findings: list[Finding], fixed: int) -> str:
+    """ruff's last line: what was found, what --fix would fix, or what it fixed."""
+    if fixed:
+        return f"Fixed {fixed} error{_plural(fixed)} ({len(findings)} remaining)."
+    if not findings:
+        return "All checks passed!"
+    text = f"Found {len(findings)} error{_plural(len(findings))}."
+    fixable = sum(1 for f in findings if f.fixable)
+    if fixable:
+        text += f" [*] {fixable} fixable with `accelify lint --fix`."
+    return text
+
+
+def _plural(count: int) -> str:
+    return "" if count == 1 else "s"
+
+
+def _lint_one(path: Path, selection: Selection, fix: bool, portable: bool = False) -> FileResult:
     try:
         data = path.read_bytes()
     except OSError as error:
         return FileResult(
             str(path), [Finding("ACC000", f"cannot read: {error.strerror}", 1, 1, None, str(path))]
         )
-    return lint_source(data, str(path), selection, fix)
+    return lint_source(data, str(path), selection, fix, portable)
 
 
-def _lint_all(files: list[Path], selection: Selection, fix: bool, jobs: int) -> list[FileResult]:
+def _lint_all(
+    files: list[Path], selection: Selection, fix: bool, jobs: int, portable: bool
+) -> list[FileResult]:
     if jobs <= 1 or len(files) < 2:
-        return [_lint_one(path, selection, fix) for path in files]
+        return [_lint_one(path, selection, fix, portable) for path in files]
     from concurrent.futures import ProcessPoolExecutor
 
+    count = len(files)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_lint_in_worker, files, [selection] * len(files), [fix] * len(files)))
-
-
-def _lint_in_worker(path: Path, selection: Selection, fix: bool) -> FileResult:
-    """A worker's result, made picklable: fixes were applied there (``fixed``); the plans stay."""
-    result = _lint_one(path, selection, fix)
-    result.findings = [finding.portable() for finding in result.findings]
-    return result
+        # findings come back with their fixes as text edits (plain data): plans do not pickle
+        return list(pool.map(_lint_one, files, [selection] * count, [fix] * count, [True] * count))
 
 
 def _collect(paths: list[Path], selection: Selection):
+    """Named files always; under a named folder, what git would track (``.gitignore`` holds for
+    what is found below, not for the folder named: as in ruff, naming a path asks for it)."""
     for path in paths:
         if path.is_file():
             yield path
             continue
-        listed = _git_files(path)
+        listed = None if _git_ignored(path) else _git_files(path)
         candidates = listed if listed is not None else python_files(path)
         for candidate in candidates:
             if candidate.suffix == ".py" and not selection.excluded(candidate):
                 yield candidate
 
 
+def _git(folder: Path, *args: str) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(["git", *args], cwd=folder, capture_output=True)
+    except OSError:
+        return None  # no git
+
+
+def _git_ignored(folder: Path) -> bool:
+    done = _git(folder, "check-ignore", "-q", ".")
+    return done is not None and done.returncode == 0
+
+
 def _git_files(folder: Path) -> list[Path] | None:
     """Files git tracks or would track (``.gitignore`` respected); None outside a repository."""
-    try:
-        listed = subprocess.run(
-            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", "."],
-            cwd=folder,
-            capture_output=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
+    done = _git(folder, "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", ".")
+    if done is None or done.returncode != 0:
         return None
-    names = [name for name in listed.decode().split("\0") if name]
+    names = [name for name in done.stdout.decode().split("\0") if name]
     return sorted(folder / name for name in names if (folder / name).is_file())
 
 
 def show_rules(code: str | None) -> int:
-    from accelify.lint.registry import all_rules, rule_by_code
+    from accelify.lint.registry import REDIRECTS, all_rules, rule_by_code
 
     if code is None:
         for rule in all_rules():
             mark = "fixable" if rule.fixable else ""
             click.echo(f"{rule.code}  {rule.name:30} {mark:8} {rule.message}")
+        click.echo(f"\n{PLAIN_SCRIPTS}")
         return 0
     rule = rule_by_code(code)
     if rule is None:
         click.echo(f"accelify: error: no rule {code}; `accelify rules` lists them", err=True)
         return 2
+    if code.upper() in REDIRECTS:
+        click.echo(f"({code.upper()} is now {rule.code}.)\n")
     click.echo(rule_page(rule))
     return 0
+
+
+#: What runs where, said in `accelify rules` and the README.
+PLAIN_SCRIPTS = (
+    "Every rule checks files that use an Accelerator (accelify's or Hugging Face Accelerate's);\n"
+    "a file without one is checked for ACC000 (a file that cannot be read or parsed) only,\n"
+    "whatever --select says: run `accelify convert` on it first."
+)
 
 
 def rule_page(rule) -> str:

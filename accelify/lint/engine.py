@@ -23,9 +23,14 @@ class FileResult:
     findings: list[Finding] = field(default_factory=list)
     original: bytes = b""
     fixed: bytes | None = None
+    fixed_count: int = 0  # findings whose fix was applied to `fixed`
 
 
-def lint_source(data: bytes, path: str, selection: Selection, fix: bool = False) -> FileResult:
+def lint_source(
+    data: bytes, path: str, selection: Selection, fix: bool = False, portable: bool = False
+) -> FileResult:
+    """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
+    plan over this process's tree."""
     result = FileResult(path, original=data)
     if not any(marker in data for marker in MARKERS):
         return result  # cannot match any rule: skipped before parsing
@@ -37,27 +42,22 @@ def lint_source(data: bytes, path: str, selection: Selection, fix: bool = False)
                 Finding("ACC000", error.message, error.line or 1, error.column or 1, None, path)
             )
         return result
-    if b"Accelerator" not in data and not _plain_script_rules(selection):
-        return result  # no Accelerator, and no rule asked for on plain scripts: no analysis
+    if b"Accelerator" not in data:
+        return result  # every rule is about Accelerator scripts (see `accelify rules`)
     from accelify.analysis.script_model import analyze
 
     script = analyze(module)
     result.findings = _check(script, data, path, selection)
+    if portable and not fix:
+        result.findings = [finding.portable(module) for finding in result.findings]
     if fix and any(f.fix for f in result.findings):
-        result.fixed = _fix(data, path, selection)
+        result.fixed, result.fixed_count = _fix(data, path, selection)
         if result.fixed != data:
-            script = analyze(parse(result.fixed, path))
-            result.findings = _check(script, result.fixed, path, selection)
+            module = parse(result.fixed, path)
+            result.findings = _check(analyze(module), result.fixed, path, selection)
+        if portable:
+            result.findings = [finding.portable(module) for finding in result.findings]
     return result
-
-
-def _plain_script_rules(selection: Selection) -> bool:
-    from accelify.lint.registry import all_rules
-
-    return any(
-        not rule.accelerator_only or selection.explicitly_selected(rule.code)
-        for rule in all_rules()
-    )
 
 
 def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) -> list[Finding]:
@@ -66,10 +66,7 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
     lines = data.decode("utf-8", errors="replace").splitlines()
     found: list[Finding] = []
     for rule in all_rules():
-        if not selection.enabled(rule.code, path):
-            continue
-        plain_script = rule.accelerator_only and not script.uses_accelerator
-        if plain_script and not selection.explicitly_selected(rule.code):
+        if not selection.enabled(rule.code, path) or not script.uses_accelerator:
             continue
         for finding in rule.check(script):
             finding.path = path
@@ -78,12 +75,13 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
     return sorted(found, key=lambda f: (f.line, f.column, f.code))
 
 
-def _fix(data: bytes, path: str, selection: Selection, rounds: int = 5) -> bytes:
-    """One fix per node per round; later rounds see the earlier rounds' code."""
+def _fix(data: bytes, path: str, selection: Selection, rounds: int = 5) -> tuple[bytes, int]:
+    """One fix per node per round; later rounds see the earlier rounds' code. A result that
+    Python cannot compile is never returned: the file stays as it was."""
     from accelify.analysis.script_model import analyze
     from accelify.edits.apply import ApplyPlan
 
-    current = data
+    current, applied = data, 0
     for _ in range(rounds):
         module = parse(current, path)
         findings = _check(analyze(module), current, path, selection)
@@ -92,11 +90,26 @@ def _fix(data: bytes, path: str, selection: Selection, rounds: int = 5) -> bytes
             break
         merged = plans[0]
         for plan in plans[1:]:
-            for node, replace in plan.replacements.items():
-                merged.replacements.setdefault(node, replace)
-            merged.removals |= plan.removals
+            merged.merge(plan)
         updated = module.visit(ApplyPlan(merged)).bytes
         if updated == current:
             break
-        current = updated
-    return current
+        current, applied = updated, applied + len(plans)
+    if current != data and not _compiles(current, path):
+        return data, 0
+    return current, applied
+
+
+def _compiles(data: bytes, path: str) -> bool:
+    try:
+        compile(data, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        import sys
+
+        print(
+            f"accelify: warning: {path}: the fixes gave code that does not compile; "
+            "left unchanged (please report this)",
+            file=sys.stderr,
+        )
+        return False
+    return True

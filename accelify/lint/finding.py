@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from accelify.edits.plan import Plan
+    from accelify.edits.text_edit import TextEdit
 
 
 @dataclass
@@ -18,10 +19,17 @@ class Finding:
     fix: Plan | None = None  # the edits that fix it, when the fix is safe
     path: str = ""
     fixable: bool = False  # kept when `fix` is dropped (a Plan does not cross processes)
+    edit: TextEdit | None = None  # the fix as plain data (see `portable`)
 
     def __post_init__(self) -> None:
         self.fixable = self.fixable or self.fix is not None
 
-    def portable(self) -> Finding:
-        """This finding without its edit plan (it holds closures), to send to another process."""
-        return replace(self, fix=None)
+    def portable(self, module: object) -> Finding:
+        """This finding with its fix as a text edit on ``module`` (the parsed file) instead of
+        an edit plan, which holds functions of that tree: to send to another process, or to
+        print as JSON."""
+        if self.fix is None:
+            return self
+        from accelify.edits.text_edit import text_edit
+
+        return replace(self, fix=None, edit=text_edit(module, self.fix), fixable=True)

@@ -41,6 +41,7 @@ def _as_dict(finding: Finding) -> dict[str, object]:
         "filename": finding.path,
         "location": {"row": finding.line, "column": finding.column},
         "fixable": finding.fixable,
+        "fix": {"edits": [finding.edit.as_dict()]} if finding.edit is not None else None,
     }
 
 

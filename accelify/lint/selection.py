@@ -19,23 +19,26 @@ else:  # Python 3.10: the same parser, as a package (a dependency on 3.10 only)
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
 
 
+#: Reported whatever is selected or ignored: a file that cannot be read or parsed was not checked.
+ALWAYS_REPORTED = "ACC000"
+
+
 @dataclass
 class Selection:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=list)
-
-    def explicitly_selected(self, code: str) -> bool:
-        """Named by a prefix longer than the bare ``ACC``: asked for even on plain scripts."""
-        return any(code.startswith(prefix) and prefix != "ACC" for prefix in self.select)
+    source: str | None = None  # the pyproject.toml it was read from
 
     def enabled(self, code: str, path: str) -> bool:
-        selected = not self.select or any(code.startswith(prefix) for prefix in self.select)
-        ignored = any(code.startswith(prefix) for prefix in self.ignore)
+        if code == ALWAYS_REPORTED:
+            return True
+        selected = not self.select or _matches(code, self.select)
+        ignored = _matches(code, self.ignore)
         for pattern, codes in self.per_file_ignores.items():
             if fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(Path(path).name, pattern):
-                ignored = ignored or any(code.startswith(prefix) for prefix in codes)
+                ignored = ignored or _matches(code, codes)
         return selected and not ignored
 
     def excluded(self, path: Path) -> bool:
@@ -46,6 +49,50 @@ class Selection:
             or any(fnmatch.fnmatch(part, pattern) for part in path.parts)
             for pattern in self.exclude
         )
+
+    def resolved(self, where: str) -> Selection:
+        """This selection with every selector checked and spelled as the catalog spells it."""
+        return Selection(
+            select=resolve_selectors(self.select, where),
+            ignore=resolve_selectors(self.ignore, where),
+            per_file_ignores={
+                pattern: resolve_selectors(codes, where)
+                for pattern, codes in self.per_file_ignores.items()
+            },
+            exclude=self.exclude,
+            source=self.source,
+        )
+
+
+def _matches(code: str, selectors: list[str]) -> bool:
+    return any(code.startswith(selector) for selector in selectors)
+
+
+def resolve_selectors(selectors: list[str], where: str) -> list[str]:
+    """``ALL`` and ``ACC`` select every rule, a prefix (``ACC2``) its group, a moved code the rule
+    it names now. A selector that matches no rule is a usage error, as in ruff: a typo would
+    otherwise silently check nothing."""
+    from accelify.lint.registry import REDIRECTS, all_codes
+
+    codes = (ALWAYS_REPORTED, *all_codes())
+    resolved = []
+    for selector in selectors:
+        wanted = selector.strip().upper()
+        if wanted == "ALL":
+            wanted = "ACC"
+        if wanted in REDIRECTS:
+            _warn(f"{wanted} is now {REDIRECTS[wanted]}; update {where}")
+            wanted = REDIRECTS[wanted]
+        if not any(code.startswith(wanted) for code in codes):
+            raise UserError(
+                f"unknown rule selector {selector!r}: `accelify rules` lists the codes", where
+            )
+        resolved.append(wanted)
+    return resolved
+
+
+def _warn(text: str) -> None:
+    print(f"accelify: warning: {text}", file=sys.stderr)
 
 
 def load_settings(start: Path) -> Selection:
@@ -73,6 +120,7 @@ def _from_table(table: dict, source: Path) -> Selection:
         ignore=list(table.get("ignore", [])),
         per_file_ignores={k: list(v) for k, v in table.get("per-file-ignores", {}).items()},
         exclude=list(table.get("exclude", [])),
+        source=str(source),
     )
 
 
@@ -83,4 +131,8 @@ def suppressed(lines: list[str], line: int, code: str) -> bool:
     if match is None:
         return False
     codes = match.group("codes")
-    return codes is None or code in {c.strip().upper() for c in codes.split(",")}
+    if codes is None:
+        return True
+    from accelify.lint.registry import current_code
+
+    return code in {current_code(c.strip()) for c in codes.split(",")}
