@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.lint.rule import Example, Finding, Rule, calls, steps_argument
@@ -10,25 +11,23 @@ _IMPORT = "from accelify import Accelerator\n"
 
 
 class AccumulationSettings(Rule):
-    """``accelerator.accumulate()`` without ``gradient_accumulation_steps`` accumulates nothing
-    (every step syncs and steps). The reverse, steps set but no ``accumulate()``, divides every
-    loss by the steps while the optimizer still steps every batch: the learning rate is
-    silently divided."""
+    """``gradient_accumulation_steps`` set on the Accelerator but no ``accelerator.accumulate()``
+    and no accumulation by hand: ``backward`` divides every loss by the steps while the optimizer
+    still steps every batch, so the learning rate is silently divided. (``accumulate()`` with no
+    steps in the script is not reported: the steps can come from the launcher, the config or a
+    DeepSpeed JSON.)"""
 
     code = "ACC304"
     name = "accumulation-settings"
-    message = "Use gradient_accumulation_steps and accelerator.accumulate() together"
-    why = "One without the other either accumulates nothing or shrinks every update."
+    message = (
+        "Wrap the step in accelerator.accumulate(model): gradient_accumulation_steps is set, so "
+        "every loss is divided while the optimizer still steps every batch"
+    )
+    why = "Steps set without accumulate() shrink every update."
     bad = (
         Example(
-            _IMPORT
-            + "accelerator = Accelerator()\nwith accelerator.accumulate(model):\n    pass\n",
-            3,
-            6,
-        ),
-        Example(
             _IMPORT + "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
-            "accelerator.backward(loss)\n",
+            "accelerator.backward(loss)\noptimizer.step()\n",
             2,
             15,
         ),
@@ -37,29 +36,53 @@ class AccumulationSettings(Rule):
         _IMPORT
         + "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
         + "with accelerator.accumulate(model):\n    accelerator.backward(loss)\n",
+        _IMPORT + "accelerator = Accelerator(gradient_accumulation_steps=1)\n"
+        "accelerator.backward(loss)\n",
+        _IMPORT + "accelerator = Accelerator()\nwith accelerator.accumulate(model):\n    pass\n",
+        _IMPORT
+        + "accelerator = Accelerator(gradient_accumulation_steps=args.steps)\n"
+        + "for step, batch in enumerate(loader):\n"
+        + "    with accelerator.no_sync(model):\n        accelerator.backward(loss)\n"
+        + "    if (step + 1) % args.steps == 0:\n        optimizer.step()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        accelerators = script.of_kind(Kind.ACCELERATOR)
-        if not accelerators:
+        facts = facts_of(script)
+        accelerators = script.names_of(Kind.ACCELERATOR) | facts.flow.param_names(Kind.ACCELERATOR)
+        if any(
+            _method_of(call, accelerators) in ("accumulate", "no_sync") for call in calls(script)
+        ):
             return
-        names = {binding.name for binding in accelerators}
-        steps_set = any(steps_argument(binding.value) is not None for binding in accelerators)
-        accumulate_calls = [
-            call
-            for call in calls(script)
-            if isinstance(call.func, cst.Attribute)
-            and call.func.attr.value == "accumulate"
-            and dotted(call.func.value) in names
-        ]
-        if accumulate_calls and not steps_set and not _steps_assigned(script, names):
-            yield self.finding(script, accumulate_calls[0])
-        elif steps_set and not accumulate_calls:
-            for binding in accelerators:
-                if steps_argument(binding.value) is not None:
-                    yield self.finding(script, binding.value)
+        if _steps_by_hand(script):
+            return
+        for binding in script.of_kind(Kind.ACCELERATOR):
+            argument = steps_argument(binding.value)
+            if argument is None or _is_one(argument.value):
+                continue
+            yield self.finding(script, binding.value)
 
 
-def _steps_assigned(script: ScriptModel, names: set[str]) -> bool:
-    """``accelerator.gradient_accumulation_steps = k`` set after construction."""
-    return any(f"{name}.gradient_accumulation_steps" in script.module.code for name in names)
+def _method_of(call: cst.Call, receivers: set[str]) -> str | None:
+    func = call.func
+    if isinstance(func, cst.Attribute) and dotted(func.value) in receivers:
+        return func.attr.value
+    return None
+
+
+def _is_one(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Integer) and value.evaluated_value == 1
+
+
+def _steps_by_hand(script: ScriptModel) -> bool:
+    """An optimizer step under ``if ... % k == 0``: the script accumulates by hand."""
+    optimizers = script.names_of(Kind.OPTIMIZER)
+    for call in calls(script):
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "step"):
+            continue
+        if optimizers and dotted(func.value) not in optimizers:
+            continue
+        for ancestor in script.ancestors(call):
+            if isinstance(ancestor, cst.If) and "%" in script.module.code_for_node(ancestor.test):
+                return True
+    return False

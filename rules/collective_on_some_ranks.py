@@ -2,27 +2,22 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.collectives import backends_in_view, named
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, under_rank_guard
+from accelify.lint.rule import HEADER, Example, Finding, Rule
 
-COLLECTIVES = {
-    "wait_for_everyone",
-    "gather",
-    "gather_for_metrics",
-    "reduce",
-    "save_state",
-    "prepare",
-    "backward",
-    "pad_across_processes",
-    "check_trigger",
-}
+_HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
 
 
 class CollectiveOnSomeRanks(Rule):
-    """A collective (``wait_for_everyone``, ``gather``, ``reduce``, ``save_state``, ``prepare``,
-    ``backward``...) inside a block only some ranks enter. Those ranks wait for the others, who
-    never arrive: the job hangs until the timeout, 30 minutes later."""
+    """A collective (``wait_for_everyone``, ``gather``, ``reduce``, ``main_process_first``,
+    ``save_state`` under DeepSpeed/FSDP or accelify's runtime, ``get_state_dict`` under FSDP
+    and ZeRO-3...) inside a block only some ranks enter, directly or through a function of the
+    script. Those ranks wait for the others, who never arrive: the job hangs until the timeout,
+    30 minutes later. A guard that lets every rank in where the call is a collective
+    (``is_main_process or distributed_type == DistributedType.DEEPSPEED``) is right."""
 
     code = "ACC202"
     name = "collective-on-some-ranks"
@@ -35,16 +30,61 @@ class CollectiveOnSomeRanks(Rule):
             HEADER + "if accelerator.is_main_process:\n    accelerator.wait_for_everyone()\n", 4, 5
         ),
         Example(HEADER + "if rank == 0:\n    accelerator.save_state('ckpt')\n", 4, 5),
+        Example(
+            HEADER
+            + "def finish():\n    accelerator.wait_for_everyone()\n\n\n"
+            + "if accelerator.is_main_process:\n    finish()\n",
+            8,
+            5,
+        ),
+        Example(
+            _HF + "if accelerator.distributed_type == DistributedType.DEEPSPEED:\n    pass\n"
+            "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n",
+            6,
+            5,
+        ),
     )
     good = (
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",
+        _HF
+        + "if accelerator.is_main_process or "
+        + "accelerator.distributed_type == DistributedType.DEEPSPEED:\n"
+        + "    accelerator.save_state('ckpt')\n",
+        _HF
+        + "save_everywhere = accelerator.state.deepspeed_plugin is not None\n"
+        + "if accelerator.is_main_process or save_everywhere:\n"
+        + "    accelerator.save_state('ckpt')\n",
+        _HF + "if accelerator.is_main_process:\n    sd = accelerator.get_state_dict(model)\n",
+        HEADER
+        + "def finish():\n    if accelerator.is_main_process:\n        print('done')\n\n\n"
+        + "if accelerator.is_main_process:\n    finish()\n",
+        HEADER
+        + "if accelerator.is_main_process:\n    download()\n    accelerator.wait_for_everyone()\n"
+        + "else:\n    accelerator.wait_for_everyone()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        accelerators = script.names_of(Kind.ACCELERATOR)
-        for call in calls(script):
-            func = call.func
-            if not isinstance(func, cst.Attribute) or func.attr.value not in COLLECTIVES:
+        in_view = backends_in_view(script)
+        for use in facts_of(script).collective_uses:
+            hang_on = use.skipped_on & in_view
+            if not hang_on:
                 continue
-            if dotted(func.value) in accelerators and under_rank_guard(script, call):
-                yield self.finding(script, call)
+            name = _called(use.collective)
+            where = f"under {named(hang_on)}" if hang_on != in_view else ""
+            if use.through_helper:
+                helper = _called(use.call)
+                line = script.line(use.collective)
+                text = (
+                    f"Call {helper}() on every rank: it reaches {name}() (line {line}), a "
+                    f"collective{' ' + where if where else ''}, and the other ranks never do (hang)"
+                )
+            else:
+                text = (
+                    f"Call {name}() on every rank: it is a collective{' ' + where if where else ''}"
+                    ", and the other ranks never reach it (hang)"
+                )
+            yield self.finding(script, use.call, message=text)
+
+
+def _called(call: cst.Call) -> str:
+    return dotted(call.func) or "this"

@@ -2,14 +2,17 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.edits.plan import Plan, expression
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, calls
 
 
 class HardCodedCuda(Rule):
-    """``torch.device("cuda")``, ``"cuda:0"`` or a bare ``.cuda()`` names one GPU for every rank:
-    all ranks pile onto GPU 0 and the others sit idle (or run out of memory)."""
+    """``torch.device("cuda:0")``, ``device="cuda:0"`` or ``.cuda(0)`` names GPU 0 for every
+    rank: all ranks pile onto it and the others sit idle (or run out of memory). A bare
+    ``"cuda"`` is this rank's GPU in an Accelerator script (the device is set per rank), and is
+    reported only where the script must also run without CUDA (``Accelerator(cpu=...)``)."""
 
     code = "ACC102"
     name = "hard-coded-cuda"
@@ -17,39 +20,91 @@ class HardCodedCuda(Rule):
     why = "Each rank has its own GPU; only accelerator.device knows which."
     bad = (
         Example(
-            HEADER + 'import torch\ndevice = torch.device("cuda")\n',
+            HEADER + 'import torch\ndevice = torch.device("cuda:0")\n',
             4,
             10,
             HEADER + "import torch\ndevice = accelerator.device\n",
         ),
         Example(
-            HEADER + 'mask = torch.ones(4, device="cuda:0")\n',
-            3,
+            HEADER + 'import torch\nmask = torch.ones(4, device="cuda:0")\n',
+            4,
             29,
-            HEADER + "mask = torch.ones(4, device=accelerator.device)\n",
+            HEADER + "import torch\nmask = torch.ones(4, device=accelerator.device)\n",
         ),
+        Example(
+            "import torch\nfrom accelify import Accelerator\n"
+            "accelerator = Accelerator(cpu=args.cpu)\n"
+            'mask = torch.ones(4, device="cuda")\n',
+            4,
+            29,
+            "import torch\nfrom accelify import Accelerator\n"
+            "accelerator = Accelerator(cpu=args.cpu)\n"
+            "mask = torch.ones(4, device=accelerator.device)\n",
+        ),
+        Example(HEADER + "mask = torch.ones(4).cuda(0)\n", 3, 8),
     )
-    good = (HEADER + "device = accelerator.device\n", HEADER + 'cpu = torch.device("cpu")\n')
+    good = (
+        HEADER + "device = accelerator.device\n",
+        HEADER + 'cpu = torch.device("cpu")\n',
+        HEADER + 'mask = torch.ones(4, device="cuda")\n',
+        HEADER + "mask = torch.ones(4).cuda()\n",
+    )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        acc = accelerator_name(script)
+        also_cpu = _must_run_without_cuda(script)
         for call in calls(script):
+            if "torch.device" in script.call_names(call) and _names_gpu(call, also_cpu):
+                yield self.finding(script, call, _use_accelerator_device(script, call))
+                continue
+            func = call.func
             if (
-                "torch.device" in script.call_names(call)
-                and call.args
-                and _cuda(call.args[0].value)
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "cuda"
+                and len(call.args) == 1
+                and isinstance(call.args[0].value, cst.Integer)
+                and call.args[0].keyword is None
             ):
-                plan = Plan()
-                plan.replacements[call] = lambda _: expression(f"{acc}.device")
-                yield self.finding(script, call, plan)
+                yield self.finding(script, call)  # the receiver's move is ACC101's when prepared
                 continue
             for argument in call.args:
                 keyword = argument.keyword.value if argument.keyword else None
-                if keyword == "device" and _cuda(argument.value):
-                    plan = Plan()
-                    plan.replacements[argument.value] = lambda _: expression(f"{acc}.device")
-                    yield self.finding(script, argument.value, plan)
+                if keyword == "device" and _cuda_literal(argument.value, also_cpu):
+                    fix = _use_accelerator_device(script, argument.value)
+                    yield self.finding(script, argument.value, fix)
 
 
-def _cuda(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.SimpleString) and str(node.evaluated_value).startswith("cuda")
+def _use_accelerator_device(script: ScriptModel, node: cst.CSTNode) -> Plan | None:
+    accelerator = accelerator_at(script, node)
+    if accelerator is None:
+        return None  # no Accelerator bound here: the fix would not run
+    plan = Plan()
+    plan.replacements[node] = lambda _: expression(f"{accelerator}.device")
+    return plan
+
+
+def _names_gpu(call: cst.Call, also_cpu: bool) -> bool:
+    if not call.args:
+        return False
+    if len(call.args) == 2:
+        return isinstance(call.args[1].value, cst.Integer) and _cuda_literal(
+            call.args[0].value, True
+        )
+    return _cuda_literal(call.args[0].value, also_cpu)
+
+
+def _cuda_literal(node: cst.BaseExpression, bare_counts: bool) -> bool:
+    """``"cuda:N"``; a bare ``"cuda"`` only when ``bare_counts``."""
+    if not isinstance(node, cst.SimpleString):
+        return False
+    text = str(node.evaluated_value)
+    return text.startswith("cuda:") or (bare_counts and text == "cuda")
+
+
+def _must_run_without_cuda(script: ScriptModel) -> bool:
+    """``Accelerator(cpu=...)``: the script is meant to run on CPU too, where "cuda" fails."""
+    return any(
+        isinstance(b.value, cst.Call)
+        and any(a.keyword is not None and a.keyword.value == "cpu" for a in b.value.args)
+        and dotted(b.value.func) is not None
+        for b in script.of_kind(Kind.ACCELERATOR)
+    )

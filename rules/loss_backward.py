@@ -4,7 +4,7 @@ import libcst as cst
 
 from accelify.analysis.script_model import ScriptModel
 from accelify.edits.plan import Plan, expression
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 
 class LossBackward(Rule):
@@ -35,8 +35,11 @@ class LossBackward(Rule):
     good = (HEADER + "accelerator.backward(loss)\n",)
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        acc = accelerator_name(script)
         for call in script.backward_calls:
+            acc = accelerator_at(script, call)
+            if acc is None:
+                yield self.finding(script, call)
+                continue
             plan = Plan()
             plan.replacements[call] = lambda updated, acc=acc: updated.with_changes(
                 func=expression(f"{acc}.backward"),

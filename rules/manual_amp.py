@@ -3,16 +3,20 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
 
 
 class ManualAmp(Rule):
-    """A hand-made ``GradScaler`` or ``autocast("cuda")`` beside an Accelerator: the loss is
-    scaled twice (or by a scaler the Accelerator never unscales before clipping), and a
-    ``"cuda"`` autocast does nothing on a CPU rank. Mixed precision belongs to the Accelerator."""
+    """A hand-made ``GradScaler``, or a ``torch.autocast``/``torch.cuda.amp.autocast`` around the
+    training forward (its body computes what reaches a backward), beside an Accelerator: the loss
+    is scaled twice (or by a scaler the Accelerator never unscales before clipping), DeepSpeed
+    and FSDP run their own precision under it, and a ``"cuda"`` autocast does nothing on a CPU
+    rank. An autocast around validation, inference or a frozen model is not reported: nothing
+    there competes with the Accelerator's mixed precision."""
 
-    code = "ACC305"
+    code = "ACC504"
     name = "manual-amp"
     message = "Use Accelerator(mixed_precision=...) and accelerator.autocast() instead"
     why = "Two scalers scale the loss twice; a CUDA autocast is off on CPU ranks."
@@ -20,27 +24,75 @@ class ManualAmp(Rule):
         Example(HEADER + "import torch\nscaler = torch.cuda.amp.GradScaler()\n", 4, 10),
         Example(
             HEADER
-            + "import torch\nwith torch.autocast('cuda', dtype=torch.float16):\n    y = f(x)\n",
+            + "import torch\nwith torch.autocast('cuda', dtype=torch.float16):\n"
+            + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
+            4,
+            6,
+        ),
+        Example(
+            HEADER
+            + "import torch\nwith torch.cuda.amp.autocast():\n    loss = model(x).sum()\n"
+            + "    loss.backward()\n",
             4,
             6,
         ),
     )
-    good = (HEADER + "with accelerator.autocast():\n    y = f(x)\n",)
+    good = (
+        HEADER + "with accelerator.autocast():\n    y = f(x)\n",
+        HEADER + "import torch\nwith torch.autocast('cuda'):\n    images = pipeline(prompt)\n",
+        HEADER
+        + "import torch\nwith torch.no_grad(), torch.autocast('cuda'):\n"
+        + "    logits = model(x)\naccelerator.backward(other_loss)\n",
+    )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         for call in calls(script):
             qualified = script.call_names(call)
-            cuda_autocast = qualified & names.AUTOCASTS and _targets_cuda(script, call)
-            if qualified & names.GRAD_SCALERS or cuda_autocast:
+            scaler = bool(qualified & names.GRAD_SCALERS)
+            if scaler or (qualified & names.AUTOCASTS and _around_training(script, call)):
                 yield self.finding(script, call)
 
 
-def _targets_cuda(script: ScriptModel, call: cst.Call) -> bool:
-    if "torch.cuda.amp.autocast" in script.call_names(call):
+def _around_training(script: ScriptModel, call: cst.Call) -> bool:
+    """The ``with`` of this autocast holds a backward, or binds a name a backward reads."""
+    block = script.parent(script.parent(call))
+    if not isinstance(block, cst.With):
+        return False
+    through_accelerator = _accelerator_backwards(script)
+    backwards = [*script.backward_calls, *through_accelerator]
+    if any(any(a is block for a in script.ancestors(b)) for b in backwards):
         return True
-    for argument in call.args:
-        keyword = argument.keyword.value if argument.keyword else "device_type"
-        value = argument.value
-        if keyword == "device_type" and isinstance(value, cst.SimpleString):
-            return str(value.evaluated_value) == "cuda"
-    return False
+    bound = {
+        name
+        for node in walk(block.body)
+        if isinstance(node, cst.Assign)
+        for target in node.targets
+        for name in target_names(target.target)
+    }
+    return any(_backward_reads(b, b in through_accelerator) & bound for b in backwards)
+
+
+def _accelerator_backwards(script: ScriptModel) -> list[cst.Call]:
+    accelerators = script.names_of(Kind.ACCELERATOR)
+    return [
+        c
+        for c in script.calls
+        if isinstance(c.func, cst.Attribute)
+        and c.func.attr.value == "backward"
+        and dotted(c.func.value) in accelerators
+    ]
+
+
+def _backward_reads(call: cst.Call, through_accelerator: bool) -> set[str]:
+    """``loss`` of ``loss.backward()``, ``accelerator.backward(loss)``,
+    ``scaler.scale(loss).backward()``."""
+    if through_accelerator:
+        roots = [call.args[0].value] if call.args else []
+    else:
+        roots = [call.func.value] if isinstance(call.func, cst.Attribute) else []
+    found = set()
+    for root in roots:
+        for node in walk(root):
+            if isinstance(node, cst.Name):
+                found.add(node.value)
+    return found

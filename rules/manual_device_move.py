@@ -11,50 +11,93 @@ _PREPARED = HEADER + "model, loader = accelerator.prepare(model, loader)\n"
 
 
 class ManualDeviceMove(Rule):
-    """A ``.to(device)``/``.cuda()`` of a prepared model or of a batch from a prepared DataLoader.
-    Prepare already placed them; a hard-coded ``.cuda()`` sends every rank's copy to GPU 0."""
+    """A prepared model, or a batch from a prepared DataLoader, moved to a fixed device:
+    ``.cuda(0)``, ``.to("cuda:0")``, ``.to("cpu")``. Prepare placed them on this rank's device;
+    the move sends every rank's copy to the same GPU (or off the GPU), where the DDP wrapper
+    and the other ranks' tensors are not. A move to ``accelerator.device``, a bare ``.cuda()``
+    (the device torch was set to for this rank) or any other per-rank device is harmless and
+    not reported."""
 
     code = "ACC101"
     name = "manual-device-move"
-    message = "Remove this device move: prepare() already placed the model and the batches"
-    why = "`.cuda()` means GPU 0 on every rank; prepared objects are already on each rank's device."
+    message = (
+        "Remove this device move: prepare() placed it on this rank's device, and this moves "
+        "every rank's copy to one fixed device"
+    )
+    why = (
+        "`.cuda(0)` means GPU 0 on every rank; prepared objects are already on each rank's device."
+    )
     bad = (
         Example(
-            _PREPARED + "for x, y in loader:\n    x = x.cuda()\n    loss = model(x)\n",
+            _PREPARED + "for x, y in loader:\n    x = x.cuda(0)\n    loss = model(x)\n",
             5,
             9,
             _PREPARED + "for x, y in loader:\n    loss = model(x)\n",
         ),
-        Example(_PREPARED + "model.to(device)\n", 4, 1, _PREPARED),
+        Example(_PREPARED + "model.to('cuda:0')\n", 4, 1, _PREPARED),
         Example(
-            _PREPARED + "for x, y in loader:\n    loss = model(x.to(device))\n",
+            _PREPARED + "for x, y in loader:\n    loss = model(x.to('cuda:0'))\n",
             5,
             18,
             _PREPARED + "for x, y in loader:\n    loss = model(x)\n",
+        ),
+        Example(
+            _PREPARED
+            + "import torch\nfor x, y in loader:\n    y = y.to('cuda:0', dtype=torch.long)\n",
+            6,
+            9,
+            _PREPARED + "import torch\nfor x, y in loader:\n    y = y.to(dtype=torch.long)\n",
         ),
     )
     good = (
         _PREPARED + "for x, y in loader:\n    y_hat = model(x)\n",
         _PREPARED + "for batch in loader:\n    batch.to(accelerator.device)\n",
-        HEADER + "mask = torch.ones(3).to(accelerator.device)\n",
+        _PREPARED + "model.to(device=accelerator.device, dtype=torch.float16)\n",
+        _PREPARED + "device = accelerator.device\nfor x, y in loader:\n    x = x.to(device)\n",
+        _PREPARED + "for x, y in loader:\n    x = x.cuda()\n",
+        HEADER + "vae = Vae()\nvae.to('cuda:0')\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         if _placement_disabled(script):
             return  # Accelerator(device_placement=False): moving batches is the script's job
-        accelerators = script.names_of(Kind.ACCELERATOR)
         for call in calls(script):
             func = call.func
             if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
                 continue
-            if func.attr.value == "to" and not _device_argument(call):
+            if not _fixed_device(call):
                 continue
-            if func.attr.value == "to" and _is_accelerator_device(call, accelerators):
-                continue  # a no-op: already on accelerator.device
-            target = dotted(func.value)
             names = prepared(script, call)
-            if target in names or root_name(func.value) in _batch_names(script, call, names):
-                yield self.finding(script, call, _removal(script, call))
+            if dotted(func.value) in names or root_name(func.value) in _batch_names(
+                script, call, names
+            ):
+                fix = _removal(script, call) if len(call.args) == 1 else _device_dropped(call)
+                yield self.finding(script, call, fix)
+
+
+def _fixed_device(call: cst.Call) -> bool:
+    """The same device on every rank: ``.cuda(N)``, ``.to("cuda:N")``, ``.to("cpu")``,
+    ``.to(torch.device("cuda", N))``."""
+    func = call.func
+    if func.attr.value == "cuda":  # type: ignore[union-attr]
+        return bool(call.args) and isinstance(call.args[0].value, cst.Integer)
+    device = next(
+        (a.value for a in call.args if a.keyword is not None and a.keyword.value == "device"),
+        call.args[0].value if call.args and call.args[0].keyword is None else None,
+    )
+    if isinstance(device, cst.SimpleString):
+        return _fixed_literal(device)
+    if isinstance(device, cst.Call) and dotted(device.func) == "torch.device" and device.args:
+        first = device.args[0].value
+        if len(device.args) > 1:
+            return isinstance(device.args[1].value, cst.Integer)
+        return isinstance(first, cst.SimpleString) and _fixed_literal(first)
+    return False
+
+
+def _fixed_literal(node: cst.SimpleString) -> bool:
+    text = str(node.evaluated_value)
+    return text == "cpu" or (text.startswith("cuda:") and text[5:].isdigit())
 
 
 def _placement_disabled(script: ScriptModel) -> bool:
@@ -68,11 +111,6 @@ def _placement_disabled(script: ScriptModel) -> bool:
         )
         for b in script.of_kind(Kind.ACCELERATOR)
     )
-
-
-def _is_accelerator_device(call: cst.Call, accelerators: set[str]) -> bool:
-    target = dotted(call.args[0].value) or ""
-    return target.endswith(".device") and target.rsplit(".", 1)[0] in accelerators
 
 
 def _removal(script: ScriptModel, call: cst.Call) -> Plan:
@@ -99,14 +137,25 @@ def _removal(script: ScriptModel, call: cst.Call) -> Plan:
     return plan
 
 
-def _device_argument(call: cst.Call) -> bool:
-    if not call.args:
-        return False
-    first = call.args[0].value
-    text = dotted(first) or ""
-    if isinstance(first, cst.SimpleString):
-        return str(first.evaluated_value).split(":")[0] in ("cuda", "cpu")
-    return text.split(".")[-1] in ("device", "local_rank", "rank")
+def _device_dropped(call: cst.Call) -> Plan:
+    """``.to("cuda:0", dtype=torch.long)`` -> ``.to(dtype=torch.long)``: only the move goes."""
+    index = next(
+        (
+            i
+            for i, a in enumerate(call.args)
+            if a.keyword is not None and a.keyword.value == "device"
+        ),
+        0,
+    )
+    plan = Plan()
+
+    def drop(updated: cst.Call) -> cst.Call:
+        kept = [a for i, a in enumerate(updated.args) if i != index]
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(args=kept)
+
+    plan.replacements[call] = drop
+    return plan
 
 
 def _batch_names(script: ScriptModel, node: cst.CSTNode, loaders: set[str]) -> set[str]:

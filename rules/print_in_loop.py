@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.edits.plan import Plan, expression
 from accelify.lint.rule import (
@@ -10,16 +11,18 @@ from accelify.lint.rule import (
     Example,
     Finding,
     Rule,
-    accelerator_name,
+    accelerator_at,
     calls,
-    loop_of,
     under_rank_guard,
 )
 
+_PREPARED = HEADER + "loader = accelerator.prepare(loader)\n"
+
 
 class PrintInLoop(Rule):
-    """``print`` inside a training or evaluation loop prints once per process: N copies of every
-    log line, interleaved."""
+    """``print`` inside a training or evaluation loop (over a DataLoader, around one, or running
+    a forward, backward or optimizer step) prints once per process: N copies of every log line,
+    interleaved. Setup loops (over tokens, config entries) are not reported."""
 
     code = "ACC203"
     name = "print-in-loop"
@@ -27,32 +30,46 @@ class PrintInLoop(Rule):
     why = "Every rank runs the loop, so every rank prints."
     bad = (
         Example(
-            HEADER + "for batch in loader:\n    print(loss.item())\n",
-            4,
+            _PREPARED + "for batch in loader:\n    print(loss.item())\n",
             5,
-            HEADER + "for batch in loader:\n    accelerator.print(loss.item())\n",
+            5,
+            _PREPARED + "for batch in loader:\n    accelerator.print(loss.item())\n",
+        ),
+        Example(
+            _PREPARED + "for epoch in range(3):\n    for batch in loader:\n        pass\n"
+            "    print(epoch)\n",
+            7,
+            5,
+            _PREPARED + "for epoch in range(3):\n    for batch in loader:\n        pass\n"
+            "    accelerator.print(epoch)\n",
         ),
     )
     good = (
         HEADER + "for batch in loader:\n    accelerator.print(loss.item())\n",
         HEADER + "print('starting')\n",
         HEADER + "for batch in loader:\n    if accelerator.is_main_process:\n        print(1)\n",
+        HEADER + "for token in tokenizer.additional_special_tokens:\n    print(token)\n",
+        HEADER + "for name, value in vars(args).items():\n    print(name, value)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        acc = accelerator_name(script)
         for call in calls(script):
-            if not script.call_names(call) & names.PRINT or loop_of(script, call) is None:
+            if not script.call_names(call) & names.PRINT or not _in_work_loop(script, call):
                 continue
             if under_rank_guard(script, call):
                 continue
-            reachable = not acc.startswith("self.") or any(
-                isinstance(a, cst.ClassDef) for a in script.ancestors(call)
-            )
+            acc = accelerator_at(script, call)
             plan = None
-            if reachable:
+            if acc is not None:
                 plan = Plan()
-                plan.replacements[call] = lambda updated: updated.with_changes(
-                    func=expression(f"{acc}.print")
+                plan.replacements[call] = lambda updated, a=acc: updated.with_changes(
+                    func=expression(f"{a}.print")
                 )
             yield self.finding(script, call, plan)
+
+
+def _in_work_loop(script: ScriptModel, call: cst.Call) -> bool:
+    work = facts_of(script).work_loops
+    return any(
+        isinstance(a, (cst.For, cst.While)) and id(a) in work for a in script.ancestors(call)
+    )

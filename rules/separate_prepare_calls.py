@@ -9,7 +9,7 @@ class SeparatePrepareCalls(Rule):
     in ``prepare``; an optimizer prepared on its own keeps the unsharded parameters, so under
     those backends it updates tensors the model no longer uses."""
 
-    code = "ACC502"
+    code = "ACC306"
     name = "separate-prepare-calls"
     message = "Prepare the model and its optimizer in one accelerator.prepare(...) call"
     why = "Sharding backends must bind the optimizer to the sharded parameters."
@@ -31,7 +31,7 @@ class SeparatePrepareCalls(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         owners = optimizer_models(script)
         for call in script.prepare_calls:
-            for optimizer, model in owners.items():
-                apart = optimizer in call.inputs and model not in call.inputs
-                if apart and any(model in other.inputs for other in script.prepare_calls):
+            for optimizer, models in owners.items():
+                apart = optimizer in call.inputs and not models & set(call.inputs)
+                if apart and any(models & set(other.inputs) for other in script.prepare_calls):
                     yield self.finding(script, call.call)

@@ -3,7 +3,7 @@ from collections.abc import Iterator
 from accelify.analysis import names
 from accelify.analysis.script_model import ScriptModel
 from accelify.edits.plan import Plan, expression
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, calls
 
 _IMPORT_VALUE = "from torch.nn.utils import clip_grad_value_\n"
 
@@ -34,14 +34,16 @@ class TorchClipGrad(Rule):
     good = (HEADER + "accelerator.clip_grad_norm_(model.parameters(), 1.0)\n",)
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        acc = accelerator_name(script)
         for call in calls(script):
             for qualified in script.call_names(call):
                 method = names.CLIP_FUNCTIONS.get(qualified)
                 if method:
-                    plan = Plan()
-                    plan.replacements[call] = lambda updated, m=method: updated.with_changes(
-                        func=expression(f"{acc}.{m}")
-                    )
+                    acc = accelerator_at(script, call)
+                    plan = None
+                    if acc is not None:
+                        plan = Plan()
+                        plan.replacements[call] = lambda u, m=method, a=acc: u.with_changes(
+                            func=expression(f"{a}.{m}")
+                        )
                     yield self.finding(script, call, plan)
                     break

@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.lint.rule import (
@@ -25,6 +26,15 @@ _LOOP = (
     "    loss = (model(x) - y).pow(2).mean()\n"
     "    accelerator.backward(loss)\n"
     "    optimizer.step()\n"
+)
+
+
+_HELPER = (
+    "def train(net, batches):\n"
+    "    for x, y in batches:\n"
+    "        loss = (net(x) - y).pow(2).mean()\n"
+    "        accelerator.backward(loss)\n"
+    "        optimizer.step()\n"
 )
 
 
@@ -68,12 +78,26 @@ class UnpreparedObject(Rule):
             13,
             5,
         ),
+        Example(
+            HEADER
+            + _OBJECTS
+            + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            + _HELPER
+            + "train(model, loader)\n",
+            13,
+            14,
+        ),
     )
     good = (
         HEADER
         + _OBJECTS
         + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
         + _LOOP,
+        HEADER
+        + _OBJECTS
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + _HELPER
+        + "train(model, loader)\n",
         # a frozen model outside every optimizer, and a per-epoch scheduler
         HEADER
         + _OBJECTS
@@ -111,7 +135,8 @@ class UnpreparedObject(Rule):
                 yield self.finding(
                     script, loop.node.iter, message=_message("DataLoader", source, "sharded")
                 )
-        trained_models = set(optimizer_models(script).values())
+            yield from self._unprepared_arguments(script, loop, dataloaders, prepared)
+        trained_models = set().union(*optimizer_models(script).values())
         optimizers = script.names_of(Kind.OPTIMIZER)
         schedulers = script.names_of(Kind.SCHEDULER)
         inside = {id(call) for loop in training for call in calls_in(script, loop.node)}
@@ -134,6 +159,26 @@ class UnpreparedObject(Rule):
             elif owner in schedulers and owner not in prepared:
                 yield self.finding(
                     script, call, message=_message("scheduler", owner, "stepped with the optimizer")
+                )
+
+    def _unprepared_arguments(
+        self, script: ScriptModel, loop: Loop, dataloaders: set[str], prepared: set[str]
+    ) -> Iterator[Finding]:
+        """``def train(model, loader): for batch in loader`` called as ``train(net, raw_loader)``
+        with a DataLoader that was never prepared: reported at the argument."""
+        flow = facts_of(script).flow
+        for argument in flow.call_site_arguments(loop.iterable, loop.node):
+            name = dotted(argument.value)
+            if (
+                name in dataloaders
+                and name not in prepared
+                and not script.under_rank_guard(argument)
+            ):
+                yield self.finding(
+                    script,
+                    argument.value,
+                    message=_message("DataLoader", name, "sharded")
+                    + f" (the loop at line {script.line(loop.node)} reads it)",
                 )
 
 

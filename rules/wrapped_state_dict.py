@@ -3,10 +3,11 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.edits.plan import Plan, expression
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls, prepared
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, calls, prepared
 
 _PREPARED = HEADER + "import torch\nmodel = accelerator.prepare(torch.nn.Linear(2, 2))\n"
 
@@ -15,7 +16,7 @@ class WrappedStateDict(Rule):
     """The state dict of a prepared model is the wrapper's: under DDP every key starts with
     ``module.``, so the file does not load into the plain model later."""
 
-    code = "ACC204"
+    code = "ACC503"
     name = "wrapped-state-dict"
     message = (
         "Save accelerator.unwrap_model(model).state_dict() (or accelerator.get_state_dict(model))"
@@ -29,10 +30,13 @@ class WrappedStateDict(Rule):
             _PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",
         ),
     )
-    good = (_PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",)
+    good = (
+        _PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",
+        _PREPARED
+        + "model = accelerator.unwrap_model(model)\naccelerator.save(model.state_dict(), 'm.pt')\n",
+    )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        acc = accelerator_name(script)
         for call in calls(script):
             is_save = script.call_names(call) & names.TORCH_SAVE or (
                 isinstance(call.func, cst.Attribute) and call.func.attr.value == "save"
@@ -42,12 +46,19 @@ class WrappedStateDict(Rule):
             for node in _state_dict_calls(call.args[0].value):
                 owner = node.func.value  # type: ignore[union-attr]
                 not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
-                if dotted(owner) in prepared(script, call) - not_models:
+                name = dotted(owner)
+                if name not in prepared(script, call) - not_models:
+                    continue
+                if _unwrapped_since_prepare(script, name, call):
+                    continue
+                acc = accelerator_at(script, call)
+                plan = None
+                if acc is not None:
                     plan = Plan()
-                    plan.replacements[owner] = lambda updated: cst.Call(
-                        expression(f"{acc}.unwrap_model"), [cst.Arg(updated)]
+                    plan.replacements[owner] = lambda updated, a=acc: cst.Call(
+                        expression(f"{a}.unwrap_model"), [cst.Arg(updated)]
                     )
-                    yield self.finding(script, node, plan)
+                yield self.finding(script, node, plan)
 
 
 def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:
@@ -63,3 +74,26 @@ def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:
             found.append(current)
         stack.extend(current.children)
     return found
+
+
+_UNWRAPPING = ("unwrap_model", "get_state_dict", "extract_model_from_parallel")
+
+
+def _unwrapped_since_prepare(script: ScriptModel, name: str | None, call: cst.Call) -> bool:
+    """``model = accelerator.unwrap_model(model)`` (or ``= model.module``) between the last
+    prepare of ``name`` and ``call``: the name holds the plain model again."""
+    line = script.line(call)
+    prepared_at = max(
+        (p.line for p in script.prepare_calls if p.line <= line and name in p.outputs), default=0
+    )
+    for node in facts_of(script).placement.all_nodes():
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            continue
+        if dotted(node.targets[0].target) != name or not prepared_at < script.line(node) < line:
+            continue
+        value = node.value
+        if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith(_UNWRAPPING):
+            return True
+        if isinstance(value, cst.Attribute) and value.attr.value == "module":
+            return True
+    return False

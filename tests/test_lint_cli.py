@@ -43,7 +43,7 @@ def test_text_output_is_path_line_col_code_message(project: Path):
     )
     assert any(line.startswith("train.py:9:5: ACC203 ") for line in lines)
     assert any(line.startswith("train.py:10:1: ACC201 ") for line in lines)
-    assert any(line.startswith("train.py:10:12: ACC204 ") for line in lines)
+    assert any(line.startswith("train.py:10:12: ACC503 ") for line in lines)
     assert "Found 4 errors." in result.stderr
 
 
@@ -55,13 +55,48 @@ def test_clean_file_exits_0(tmp_path: Path):
 
 
 def test_fix_applies_safe_fixes_and_fixing_again_changes_nothing(project: Path):
-    assert run_accelify("lint", "--fix", "train.py", cwd=project).returncode == 0
+    result = run_accelify("lint", "--fix", "train.py", cwd=project)
+    assert result.returncode == 0
+    assert "Fixed 4 errors (0 remaining)." in result.stderr
     fixed = (project / "train.py").read_text()
     assert "accelerator.backward(loss)" in fixed
     assert "accelerator.print(loss.item())" in fixed
-    assert 'accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")' in fixed
+    assert (  # the barrier `convert` puts before a save comes with the fix
+        "accelerator.wait_for_everyone()\n"
+        'accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")'
+    ) in fixed
     assert_ok(run_accelify("lint", "--fix", "train.py", cwd=project))
     assert (project / "train.py").read_text() == fixed
+
+
+def test_fix_reports_what_remains(project: Path):
+    (project / "train.py").write_text(
+        BAD + "if accelerator.is_main_process:\n    accelerator.wait_for_everyone()\n"
+    )
+    result = run_accelify("lint", "--fix", "train.py", cwd=project)
+    assert result.returncode == 1
+    assert "Fixed 4 errors (1 remaining)." in result.stderr
+    assert "ACC202" in result.stdout
+
+
+def test_fixes_use_an_accelerator_only_where_one_is_bound(tmp_path: Path):
+    source = (
+        "from accelify import Accelerator\n\n\n"
+        "def train(model, loader):\n"
+        "    for x, y in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        print(loss.item())\n\n\n"
+        "def main():\n"
+        "    accelerator = Accelerator()\n"
+        "    model, loader = accelerator.prepare(model, loader)\n"
+        "    train(model, loader)\n"
+    )
+    (tmp_path / "train.py").write_text(source)
+    result = run_accelify("lint", "--fix", "train.py", cwd=tmp_path)
+    assert result.returncode == 1  # reported, not fixed: `accelerator` is not visible in train()
+    assert "ACC301" in result.stdout
+    assert (tmp_path / "train.py").read_text() == source
 
 
 def test_jobs_report_and_fix_the_same_as_one_process(project: Path):
@@ -76,10 +111,23 @@ def test_jobs_report_and_fix_the_same_as_one_process(project: Path):
     assert all("accelerator.backward(loss)" in p.read_text() for p in project.glob("*.py"))
 
 
-def test_diff_shows_fixes_without_writing(project: Path):
+def test_diff_shows_fixes_without_writing_and_exits_1(project: Path):
     result = run_accelify("lint", "--diff", "train.py", cwd=project)
+    assert result.returncode == 1
     assert "+    accelerator.backward(loss)" in result.stdout
+    assert "+++ train.py\t(fixed)" in result.stdout
+    assert "Would fix 4 errors." in result.stderr
     assert (project / "train.py").read_text() == BAD
+    (project / "clean.py").write_text("print('nothing to fix')\n")
+    assert_ok(run_accelify("lint", "--diff", "clean.py", cwd=project))
+
+
+def test_statistics_prints_only_the_counts(project: Path):
+    result = run_accelify("lint", "--statistics", "train.py", cwd=project)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 4 and all(line.split()[0] == "1" for line in lines)
+    assert result.stderr == ""
 
 
 def test_noqa_suppresses_one_code_or_all(project: Path):
@@ -87,26 +135,76 @@ def test_noqa_suppresses_one_code_or_all(project: Path):
     source = source.replace("print(loss.item())", "print(loss.item())  # noqa")
     (project / "train.py").write_text(source)
     codes = {f.code for f in lint_source(source.encode(), "train.py", Selection()).findings}
-    assert codes == {"ACC201", "ACC204"}
+    assert codes == {"ACC201", "ACC503"}
+    moved = BAD.replace('"model.pt")', '"model.pt")  # noqa: ACC204, ACC201')
+    codes = {f.code for f in lint_source(moved.encode(), "train.py", Selection()).findings}
+    assert codes == {"ACC203", "ACC301"}  # ACC204 is ACC503 now; the old code still suppresses
 
 
 def test_select_ignore_and_pyproject_settings(project: Path):
     result = run_accelify("lint", "--select", "ACC3", "train.py", cwd=project)
     assert {line.split()[1] for line in result.stdout.splitlines()} == {"ACC301"}
-    (project / "pyproject.toml").write_text('[tool.accelify]\nignore = ["ACC2"]\n')
+    (project / "pyproject.toml").write_text('[tool.accelify]\nignore = ["ACC2", "ACC5"]\n')
     result = run_accelify("lint", "train.py", cwd=project)
     assert {line.split()[1] for line in result.stdout.splitlines()} == {"ACC301"}
     (project / "pyproject.toml").write_text(
-        '[tool.accelify]\nper-file-ignores = {"train.py" = ["ACC301", "ACC2"]}\n'
+        '[tool.accelify]\nper-file-ignores = {"train.py" = ["ACC301", "ACC2", "ACC503"]}\n'
     )
     assert_ok(run_accelify("lint", "train.py", cwd=project))
 
 
-def test_plain_single_device_scripts_are_left_alone_unless_selected(tmp_path: Path):
+def test_selectors_are_prefixes_all_and_acc_select_everything(project: Path):
+    default = run_accelify("lint", "train.py", cwd=project).stdout
+    assert run_accelify("lint", "--select", "ALL", "train.py", cwd=project).stdout == default
+    assert run_accelify("lint", "--select", "ACC", "train.py", cwd=project).stdout == default
+    group = run_accelify("lint", "--select", "acc2", "train.py", cwd=project).stdout
+    assert {line.split()[1] for line in group.splitlines()} == {"ACC201", "ACC203"}
+
+
+def test_an_unknown_selector_is_a_usage_error(project: Path):
+    for option in ("--select", "--ignore"):
+        result = run_accelify("lint", option, "FOO", "train.py", cwd=project)
+        assert result.returncode == 2
+        assert "'FOO'" in result.stderr and "Traceback" not in result.stderr
+    (project / "pyproject.toml").write_text('[tool.accelify]\nselect = ["ACC9"]\n')
+    result = run_accelify("lint", "train.py", cwd=project)
+    assert result.returncode == 2 and "pyproject.toml" in result.stderr
+
+
+def test_a_moved_code_still_selects_its_rule_with_a_warning(project: Path):
+    result = run_accelify("lint", "--select", "ACC204", "train.py", cwd=project)
+    assert [line.split()[1] for line in result.stdout.splitlines()] == ["ACC503"]
+    assert "ACC204 is now ACC503" in result.stderr
+
+
+def test_syntax_errors_are_reported_whatever_is_selected(tmp_path: Path):
+    (tmp_path / "broken.py").write_text("import torch\nfor x in range(3)\n    pass\n")
+    for selection in (["--select", "ACC3"], ["--ignore", "ACC0"], ["--ignore", "ALL"]):
+        result = run_accelify("lint", *selection, "broken.py", cwd=tmp_path)
+        assert result.returncode == 1 and "ACC000" in result.stdout, selection
+
+
+def test_plain_single_device_scripts_are_left_alone_whatever_is_selected(tmp_path: Path):
     shutil.copy(FIXTURES / "scripts" / "gan.py", tmp_path / "gan.py")
     assert_ok(run_accelify("lint", "gan.py", cwd=tmp_path))
-    result = run_accelify("lint", "--select", "ACC301", "gan.py", cwd=tmp_path)
-    assert result.returncode == 1 and "ACC301" in result.stdout
+    assert_ok(run_accelify("lint", "--select", "ACC301", "gan.py", cwd=tmp_path))
+
+
+def test_nothing_to_check_is_a_warning_not_a_pass(tmp_path: Path):
+    (tmp_path / "empty").mkdir()
+    result = run_accelify("lint", "empty", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "No Python files found" in result.stderr and "All checks passed" not in result.stderr
+
+
+def test_a_named_folder_is_linted_even_when_gitignored(project: Path):
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    (project / ".gitignore").write_text("build/\n")
+    (project / "build").mkdir()
+    shutil.move(project / "train.py", project / "build" / "train.py")
+    assert "No Python files found" in run_accelify("lint", ".", cwd=project).stderr
+    named = run_accelify("lint", "build", cwd=project)
+    assert named.returncode == 1 and "build/train.py:8:5: ACC301" in named.stdout
 
 
 def test_syntax_error_is_acc000_not_a_crash(tmp_path: Path):
@@ -199,3 +297,16 @@ def test_lint_does_not_import_torch(project: Path):
 def test_accelerate_style_scripts_lint_clean(script: Path):
     findings = lint_source(script.read_bytes(), str(script), Selection()).findings
     assert findings == []
+
+
+def test_a_fix_is_plain_data_in_json_and_across_jobs(project: Path):
+    (project / "other.py").write_text(BAD)
+    serial = run_accelify("lint", "--output-format", "json", ".", cwd=project)
+    parallel = run_accelify("lint", "--output-format", "json", "--jobs", "2", ".", cwd=project)
+    assert parallel.stdout == serial.stdout
+    findings = json.loads(serial.stdout)
+    backward = next(f for f in findings if f["code"] == "ACC301" and f["filename"] == "train.py")
+    (edit,) = backward["fix"]["edits"]
+    fixed = BAD[: edit["start"]] + edit["content"] + BAD[edit["end"] :]
+    assert "    accelerator.backward(loss)\n" in fixed and "loss.backward()" not in fixed
+    assert next(f for f in findings if f["code"] == "ACC203")["fix"] is not None

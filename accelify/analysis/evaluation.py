@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.collectives import GATHERING_FUNCTIONS, GATHERING_METHODS
 from accelify.analysis.dataflow import (
     between,
     bound_by,
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 RESHAPES = ("view", "reshape", "expand", "unflatten", "resize_")
 BATCH_SIZE_NAMES = ("batch_size", "bs", "batch_sz", "test_batch_size", "eval_batch_size")
 SINK_METHODS = ("append", "extend", "add_batch", "update", "add", "add_")
-COLLECTIVE_METHODS = ("gather", "gather_for_metrics", "reduce", "all_gather", "all_reduce")
 _SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _COMPUTATIONS = (
     cst.BinaryOperation,
@@ -276,9 +276,9 @@ def _gathers(loop: Loop, facts: Facts) -> bool:
     for node in walk(loop.node.body):
         if isinstance(node, cst.Call):
             func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in COLLECTIVE_METHODS:
+            if isinstance(func, cst.Attribute) and func.attr.value in GATHERING_METHODS:
                 return True
-            if facts.model.call_names(node) & names.DISTRIBUTED_COLLECTIVES:
+            if facts.model.call_names(node) & GATHERING_FUNCTIONS:
                 return True
     return False
 

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import libcst as cst
+
 from accelify.analysis.accumulation import ManualAccumulation, find_manual_accumulation
+from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
-from accelify.analysis.script_model import Loop, ScriptModel
+from accelify.analysis.repeated_effects import RepeatedEffect, repeated_effects
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.syntax import dotted
 
 
 class Facts:
@@ -21,6 +26,43 @@ class Facts:
         self.placement = Placement(model)
         self.flow = ObjectFlow(model, self.placement)
         self.ranks = RankDependence(model, self.placement)
+
+    @cached_property
+    def collective_uses(self) -> list[CollectiveUse]:
+        """Calls that are or reach a collective, and the backends some ranks skip them on."""
+        return CollectiveReach(
+            self.model, self.placement, self.flow, self.ranks.backend_guards
+        ).uses()
+
+    @cached_property
+    def repeated_effects(self) -> list[RepeatedEffect]:
+        """Files every rank writes or deletes together (directly or through a helper)."""
+        return repeated_effects(self.model, self.placement, self.ranks.backend_guards)
+
+    @cached_property
+    def work_loops(self) -> set[int]:
+        """The ``id`` of every loop that trains or evaluates: over a DataLoader, around one (the
+        epoch loop), or running a forward pass, a backward or an optimizer step. A loop over
+        tokens, config entries or text encoders is setup, run once per process by design."""
+        marked: set[int] = set()
+        anchors: list[cst.CSTNode] = [
+            loop.node for loop in self.model.loops if self.flow.reads_loader(loop)
+        ]
+        optimizers = self.model.names_of(Kind.OPTIMIZER) | self.flow.param_names(Kind.OPTIMIZER)
+        for call in self.model.calls:
+            func = call.func
+            stepping = (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "step"
+                and dotted(func.value) in optimizers
+            )
+            if stepping or self.flow.is_forward(call) or call in self.model.backward_calls:
+                anchors.append(call)
+        for anchor in anchors:
+            for node in (anchor, *self.model.ancestors(anchor)):
+                if isinstance(node, (cst.For, cst.While)):
+                    marked.add(id(node))
+        return marked
 
     @cached_property
     def evaluations(self) -> list[Evaluation]:

@@ -149,6 +149,19 @@ class ObjectFlow:
                 per_step.add(outer_name or "")
         return {name for name in schedulers if name in stepped and name not in per_step}
 
+    def call_site_arguments(self, parameter: str | None, at: cst.CSTNode) -> list[cst.Arg]:
+        """What each call of the function around ``at`` passes for its ``parameter`` (empty
+        when ``parameter`` is not one of its parameters)."""
+        function = self.placement.enclosing_function(at)
+        if function is None or parameter is None:
+            return []
+        return [
+            argument
+            for call in self.placement.callers(function)
+            for name, argument in _bound_arguments(function, call)
+            if name == parameter
+        ]
+
     def outer_name(self, parameter: str | None, at: cst.CSTNode) -> str | None:
         """The caller's name for a helper's parameter: ``scheduler`` for ``sched`` in
         ``def train(sched)`` called as ``train(scheduler)``."""

@@ -66,10 +66,6 @@ PRINT = {"builtins.print"}
 # Methods that return the module itself (or a moved copy): `Net().to(device).train()` is a model.
 MODULE_SELF_METHODS = {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval"}
 DEVICE_MOVES = {"to", "cuda"}
-DISTRIBUTED_COLLECTIVES = {
-    f"torch.distributed.{name}"
-    for name in ("all_gather", "all_gather_object", "all_reduce", "gather", "reduce")
-}
 # torch.nn.Module's own API: reachable through a DDP wrapper too (DDP is a Module).
 MODULE_API = {
     "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double",
@@ -122,6 +118,9 @@ FILE_WRITING_METHODS = {
     "unlink",
     "rmdir",
 }
+#: Of those, the ones that delete: a second rank deleting the same path fails.
+FILE_DELETERS = {"shutil.rmtree", "os.remove", "os.unlink", "os.rmdir"}
+FILE_DELETING_METHODS = {"unlink", "rmdir"}
 MAKEDIRS = {"os.makedirs", "os.mkdir"}
 PATH_EXISTS = {"os.path.exists", "os.path.isdir"}
 SUMMARY_WRITERS = {

@@ -10,11 +10,13 @@ run mutates may differ between ranks.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import libcst as cst
 
+from accelify.analysis.collectives import DDP, DEEPSPEED, EVERY_BACKEND, FSDP, ZERO3
 from accelify.analysis.placement import Placement
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import RANK_WORDS, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names
 
 SETTINGS_ROOTS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS")
@@ -25,6 +27,7 @@ class RankDependence:
         self.model = model
         self.placement = placement
         self._counters: set[str] | None = None
+        self.backend_guards = BackendGuards(model, placement)
 
     def under_rank_guard(self, node: cst.CSTNode) -> bool:
         return self.model.under_rank_guard(node)
@@ -56,6 +59,32 @@ class RankDependence:
             if isinstance(ancestor, cst.If) and not self.uniform(ancestor.test):
                 found = ancestor
         return found
+
+    def barrier_places(self, save: cst.CSTNode) -> list[cst.CSTNode]:
+        """Where a barrier before a save goes so that every rank reaches it: before the save, or
+        before the outermost branch around it whose condition the ranks may disagree on
+        (``if acc > best:`` on a per-rank metric), also at the call sites of a helper that
+        saves."""
+        function = self.placement.enclosing_function(save)
+        branch = self.divergent_branch(save, within=function)
+        if branch is not None:
+            return [self._top_of_chain(branch)]
+        if function is None or not isinstance(
+            self.model.parent(self.model.parent(function)), cst.Module
+        ):
+            return [save]
+        places = []
+        for call in self.placement.callers(function):
+            outer = self.divergent_branch(call, self.placement.enclosing_function(call))
+            if outer is not None:
+                places.append(self._top_of_chain(outer))
+        return places or [save]
+
+    def _top_of_chain(self, branch: cst.If) -> cst.CSTNode:
+        """An ``elif`` is not a statement of its own: the barrier goes before its first ``if``."""
+        while isinstance(self.model.parent(branch), cst.If):
+            branch = self.model.parent(branch)  # type: ignore[assignment]
+        return branch
 
     def counters(self) -> set[str]:
         """Names only set to integer literals or stepped by them: equal on every rank."""
@@ -123,3 +152,144 @@ def _is_break(line: cst.CSTNode) -> bool:
         and len(line.body) == 1
         and isinstance(line.body[0], cst.Break)
     )
+
+
+@dataclass(frozen=True)
+class _Truth:
+    """Per backend: where every rank computes the same value, where it is True on every rank,
+    where False on every rank."""
+
+    agree: frozenset[str]
+    true: frozenset[str]
+    false: frozenset[str]
+
+
+_UNKNOWN_UNIFORM = _Truth(EVERY_BACKEND, frozenset(), frozenset())
+_PER_RANK = _Truth(frozenset(), frozenset(), frozenset())
+
+_BACKEND_MEMBERS = {
+    "DEEPSPEED": frozenset({DEEPSPEED, ZERO3}),
+    "FSDP": frozenset({FSDP}),
+    "MULTI_GPU": frozenset({DDP}),
+    "MULTI_CPU": frozenset({DDP}),
+    "MULTI_XPU": frozenset({DDP}),
+    "MULTI_NPU": frozenset({DDP}),
+    "MULTI_MLU": frozenset({DDP}),
+}
+
+
+class BackendGuards:
+    """Which ranks enter a branch, per backend. ``if accelerator.is_main_process or
+    accelerator.distributed_type == DistributedType.DEEPSPEED:`` is entered by every rank under
+    DeepSpeed and by one rank elsewhere: a ``save_state`` there (a collective under DeepSpeed)
+    is called by every rank exactly where it must be."""
+
+    def __init__(self, model: ScriptModel, placement: Placement) -> None:
+        self.model = model
+        self.placement = placement
+        self._assigned: dict[str, list[cst.BaseExpression]] | None = None
+
+    def agreed_on(self, node: cst.CSTNode, within: cst.CSTNode | None = None) -> frozenset[str]:
+        """The backends on which every rank reaches ``node`` or none does (as far as the
+        ``if`` statements around it, inside ``within``, go)."""
+        agreed = EVERY_BACKEND
+        for truth, _ in self._branches_around(node, within):
+            agreed &= truth.agree
+        return agreed
+
+    def entered_by_all(
+        self, node: cst.CSTNode, within: cst.CSTNode | None = None
+    ) -> frozenset[str]:
+        """The backends on which, whenever ``node`` runs, every rank runs it (a write there is
+        N writes of one file)."""
+        entered = EVERY_BACKEND
+        for truth, in_body in self._branches_around(node, within):
+            entered &= truth.agree - (truth.false if in_body else truth.true)
+        return entered
+
+    def _branches_around(
+        self, node: cst.CSTNode, within: cst.CSTNode | None
+    ) -> Iterator[tuple[_Truth, bool]]:
+        """The test of each ``if`` around ``node`` (inside ``within``), and whether ``node`` is
+        in its body (else in its ``else``/``elif``)."""
+        child: cst.CSTNode = node
+        for ancestor in self.model.ancestors(node):
+            if ancestor is within:
+                return
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                yield self.truth(ancestor.test), child is ancestor.body
+            child = ancestor
+
+    def truth(self, test: cst.BaseExpression, depth: int = 0) -> _Truth:
+        if isinstance(test, cst.BooleanOperation):
+            left, right = self.truth(test.left, depth), self.truth(test.right, depth)
+            if isinstance(test.operator, cst.Or):
+                true = left.true | right.true
+                false = left.false & right.false
+                return _Truth(true | false | (left.agree & right.agree), true, false)
+            true = left.true & right.true
+            false = left.false | right.false
+            return _Truth(true | false | (left.agree & right.agree), true, false)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self.truth(test.expression, depth)
+            return _Truth(inner.agree, inner.false, inner.true)
+        backends = _backend_test(test)
+        if backends is not None:
+            return _Truth(EVERY_BACKEND, backends, EVERY_BACKEND - backends)
+        if isinstance(test, cst.Name) and depth < 3:
+            values = self._assignments().get(test.value, [])
+            if len(values) == 1:
+                return self.truth(values[0], depth + 1)
+        text = self.model.module.code_for_node(test)
+        return _PER_RANK if any(word in text for word in RANK_WORDS) else _UNKNOWN_UNIFORM
+
+    def _assignments(self) -> dict[str, list[cst.BaseExpression]]:
+        if self._assigned is None:
+            self._assigned = {}
+            for node in self.placement.all_nodes():
+                if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                    target = node.targets[0].target
+                    if isinstance(target, cst.Name):
+                        self._assigned.setdefault(target.value, []).append(node.value)
+        return self._assigned
+
+
+def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
+    """``distributed_type == DistributedType.DEEPSPEED`` (``!=``, ``in (...)``),
+    ``state.deepspeed_plugin is not None``, ``is_deepspeed_zero3_enabled()``: where it holds."""
+    if isinstance(test, cst.Call) and (dotted(test.func) or "").endswith("zero3_enabled"):
+        return frozenset({ZERO3})
+    plugin = _plugin_backends(test)
+    if plugin is not None:
+        return plugin
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    comparison = test.comparisons[0]
+    left, right = dotted(test.left) or "", comparison.comparator
+    if isinstance(comparison.operator, (cst.Is, cst.IsNot)) and dotted(right) == "None":
+        plugin = _plugin_backends(test.left)
+        if plugin is None:
+            return None
+        return plugin if isinstance(comparison.operator, cst.IsNot) else EVERY_BACKEND - plugin
+    if not left.endswith("distributed_type"):
+        return None
+    members = (
+        [e.value for e in right.elements] if isinstance(right, (cst.Tuple, cst.List)) else [right]
+    )
+    named_backends = frozenset().union(
+        *(_BACKEND_MEMBERS.get((dotted(m) or "").rsplit(".", 1)[-1], frozenset()) for m in members)
+    )
+    if isinstance(comparison.operator, (cst.Equal, cst.In)):
+        return named_backends
+    if isinstance(comparison.operator, (cst.NotEqual, cst.NotIn)):
+        return EVERY_BACKEND - named_backends
+    return None
+
+
+def _plugin_backends(node: cst.BaseExpression) -> frozenset[str] | None:
+    name = dotted(node) or ""
+    if name.endswith("deepspeed_plugin"):
+        return frozenset({DEEPSPEED, ZERO3})
+    if name.endswith("fsdp_plugin"):
+        return frozenset({FSDP})
+    return None

@@ -23,7 +23,7 @@ from accelify.analysis.loops import find_backward, first_enumerate_name, loop_so
 from accelify.analysis.syntax import Visitor, dotted, strip_self_methods, target_names
 
 Scope = cst.Module | cst.FunctionDef
-_RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
+RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
 
 
 class Kind(enum.Enum):
@@ -139,7 +139,7 @@ class ScriptModel:
         for ancestor in self.ancestors(node):
             if isinstance(ancestor, cst.If):
                 test = self.module.code_for_node(ancestor.test)
-                if any(word in test for word in _RANK_WORDS):
+                if any(word in test for word in RANK_WORDS):
                     return True
         return False
 

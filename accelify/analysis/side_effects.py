@@ -43,15 +43,43 @@ class SummaryWriterUse:
     escapes: int | None  # line of a use that is not a statement of its own
 
 
-def writes(model: ScriptModel, placement: Placement) -> list[Write]:
+def writes(model: ScriptModel, placement: Placement, with_torch_save: bool = False) -> list[Write]:
+    """Statements whose call writes or deletes files (``torch.save`` too when asked: the
+    saving step handles it apart)."""
+    writers = names.FILE_WRITERS | names.TORCH_SAVE if with_torch_save else names.FILE_WRITERS
     found = []
     for line, call in placement.expression_statements():
-        if model.call_names(call) & names.FILE_WRITERS or (
+        if model.call_names(call) & writers or (
             isinstance(call.func, cst.Attribute)
             and call.func.attr.value in names.FILE_WRITING_METHODS
         ):
             found.append(Write(line, call))
     return found
+
+
+def per_rank_path(call: cst.Call) -> bool:
+    """``np.save(f"preds_{rank}.npy", ...)``: one file per rank, meant to be written by each."""
+    for argument in call.args:
+        for node in walk(argument.value):
+            name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+            if name and ("rank" in name.rsplit(".", 1)[-1] or name.endswith("process_index")):
+                return True
+    return False
+
+
+def deletes(model: ScriptModel, call: cst.Call) -> bool:
+    return bool(model.call_names(call) & names.FILE_DELETERS) or (
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in names.FILE_DELETING_METHODS
+    )
+
+
+def main_process_only(call: cst.Call) -> bool:
+    """``save_pretrained(d, is_main_process=accelerator.is_main_process, save_function=...)``:
+    the callee writes on the main process only."""
+    return any(
+        a.keyword is not None and a.keyword.value in ("is_main_process", "save_function")
+        for a in call.args
+    )
 
 
 def makedirs_races(model: ScriptModel, placement: Placement) -> list[MakedirsRace]:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods
 from accelify.edits.plan import Plan
 from accelify.lint.finding import Finding
 
@@ -33,9 +33,6 @@ class Rule:
     why: str = ""
     bad: tuple[Example, ...] = ()
     good: tuple[str, ...] = ()
-    # Most rules are about Accelerator scripts; on a plain single-device script they stay
-    # silent unless selected by code.
-    accelerator_only: bool = True
 
     @property
     def fixable(self) -> bool:
@@ -55,9 +52,32 @@ class Rule:
         return Finding(self.code, message or self.message, start.line, start.column + 1, fix)
 
 
-def accelerator_name(script: ScriptModel) -> str:
-    names = [b.name for b in script.of_kind(Kind.ACCELERATOR)]
-    return names[0] if names else "accelerator"
+def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
+    """The name of an Accelerator bound where ``node`` runs: created above it in the same or an
+    enclosing scope, ``self.<name>`` in a method of the class that sets it, or a parameter that
+    call sites pass one to. None when there is none: a fix there would not run."""
+    from accelify.analysis.facts import facts_of
+
+    facts = facts_of(script)
+    line = script.line(node)
+    for binding in script.of_kind(Kind.ACCELERATOR):
+        if binding.name.startswith("self."):
+            owner = facts.placement.class_of(binding.scope)
+            if owner is not None and owner is facts.placement.class_of(node):
+                return binding.name
+            continue
+        visible = isinstance(binding.scope, cst.Module) or facts.placement.inside(
+            node, binding.scope
+        )
+        if visible and binding.line < line:
+            return binding.name
+    function = facts.placement.enclosing_function(node)
+    while function is not None:
+        for name, kind in facts.flow.params.get(function, {}).items():
+            if kind is Kind.ACCELERATOR:
+                return name
+        function = facts.placement.enclosing_function(function)
+    return None
 
 
 def prepared(script: ScriptModel, node: cst.CSTNode) -> set[str]:
@@ -104,23 +124,9 @@ def steps_argument(accelerator: cst.BaseExpression) -> cst.Arg | None:
     )
 
 
-def optimizer_models(script: ScriptModel) -> dict[str, str]:
-    """Optimizer name -> the model whose ``.parameters()`` it was built from."""
-    owners: dict[str, str] = {}
-    for binding in script.of_kind(Kind.OPTIMIZER):
-        core = strip_self_methods(binding.value)
-        if not isinstance(core, cst.Call) or not core.args:
-            continue
-        first = core.args[0].value
-        if (
-            isinstance(first, cst.Call)
-            and isinstance(first.func, cst.Attribute)
-            and first.func.attr.value in ("parameters", "named_parameters")
-        ):
-            model = dotted(first.func.value)
-            if model:
-                owners[binding.name] = model
-    return owners
+def optimizer_models(script: ScriptModel) -> dict[str, set[str]]:
+    """Optimizer name -> the models whose ``.parameters()`` it was built from."""
+    return {binding.name: parameter_owners(binding) for binding in script.of_kind(Kind.OPTIMIZER)}
 
 
 #: The two lines most examples start with: an Accelerator script.

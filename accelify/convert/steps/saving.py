@@ -27,33 +27,8 @@ def run(ctx: Context) -> None:
         )
         ctx.need(call)
         if not ctx.facts.ranks.under_rank_guard(call):
-            for anchor in _barrier_places(ctx, line_statement):
+            for anchor in ctx.facts.ranks.barrier_places(line_statement):
                 _barrier_before(ctx, anchor)
-
-
-def _barrier_places(ctx: Context, save: cst.CSTNode) -> list[cst.CSTNode]:
-    """Where the barrier before a save goes so that every rank reaches it: before the save, or
-    before the outermost branch around it whose condition the ranks may disagree on
-    (``if acc > best:`` on a per-rank metric), also at the call sites of a helper that saves."""
-    function = ctx.facts.placement.enclosing_function(save)
-    branch = ctx.facts.ranks.divergent_branch(save, within=function)
-    if branch is not None:
-        return [_top_of_chain(ctx, branch)]
-    if function is None or not isinstance(ctx.model.parent(ctx.model.parent(function)), cst.Module):
-        return [save]
-    places = []
-    for call in ctx.facts.placement.callers(function):
-        outer = ctx.facts.ranks.divergent_branch(call, ctx.facts.placement.enclosing_function(call))
-        if outer is not None:
-            places.append(_top_of_chain(ctx, outer))
-    return places or [save]
-
-
-def _top_of_chain(ctx: Context, branch: cst.If) -> cst.CSTNode:
-    """An ``elif`` is not a statement of its own: the barrier goes before its first ``if``."""
-    while isinstance(ctx.model.parent(branch), cst.If):
-        branch = ctx.model.parent(branch)  # type: ignore[assignment]
-    return branch
 
 
 def _barrier_before(ctx: Context, anchor: cst.CSTNode) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis import names, side_effects
+from accelify.analysis import collectives, side_effects
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
 from accelify.edits.plan import expression, statement, with_keyword
@@ -18,7 +18,7 @@ def run(ctx: Context) -> None:
     guarded: list[cst.CSTNode] = []
     model, placement = ctx.model, ctx.facts.placement
     for write in side_effects.writes(model, placement):
-        if _already_once(ctx, write.statement) or _per_rank_path(write.call):
+        if _already_once(ctx, write.statement) or side_effects.per_rank_path(write.call):
             continue
         region = _feeding_region(ctx, write.statement)
         if any(placement.inside(region, done) for done in guarded):
@@ -42,16 +42,6 @@ def _already_once(ctx: Context, node: cst.CSTNode) -> bool:
         and any(side_effects.opens_for_writing(i.item) for i in ancestor.items)
         for ancestor in ctx.model.ancestors(node)
     )
-
-
-def _per_rank_path(call: cst.Call) -> bool:
-    """``np.save(f"preds_{rank}.npy", ...)``: one file per rank, meant to be written by each."""
-    for argument in call.args:
-        for node in walk(argument.value):
-            name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
-            if name and ("rank" in name.rsplit(".", 1)[-1] or name.endswith("process_index")):
-                return True
-    return False
 
 
 def _feeding_region(ctx: Context, write: cst.SimpleStatementLine) -> cst.CSTNode:
@@ -107,7 +97,7 @@ def _runs_shared_work(ctx: Context, node: cst.CSTNode) -> bool:
             ("accelerator.", "self.accelerator.")
         ):
             return True
-        if ctx.model.call_names(inner) & names.DISTRIBUTED_COLLECTIVES:
+        if ctx.model.call_names(inner) & collectives.FUNCTIONS:
             return True
     return False
 

@@ -1,0 +1,96 @@
+"""Where a script calls a collective, directly or through its own functions, and on which
+backends some ranks skip it: what ACC202 (a hang) and ACC206 (one rank's save) report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accelify.analysis.collectives import EVERY_BACKEND, collective_backends
+from accelify.analysis.flow import ObjectFlow
+from accelify.analysis.placement import Placement
+from accelify.analysis.rank_dependence import BackendGuards
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import walk
+
+
+@dataclass(frozen=True)
+class CollectiveUse:
+    call: cst.Call  # the call some ranks may skip: the collective, or a helper that reaches one
+    collective: cst.Call  # the collective itself (``call`` when called directly)
+    backends: frozenset[str]  # where it is a collective
+    skipped_on: frozenset[str]  # where some ranks do not reach ``call``
+
+    @property
+    def through_helper(self) -> bool:
+        return self.call is not self.collective
+
+
+class CollectiveReach:
+    def __init__(
+        self, model: ScriptModel, placement: Placement, flow: ObjectFlow, guards: BackendGuards
+    ) -> None:
+        self.model = model
+        self.placement = placement
+        self.guards = guards
+        self.accelerators = model.names_of(Kind.ACCELERATOR) | flow.param_names(Kind.ACCELERATOR)
+        self._reached: dict[cst.FunctionDef, list[tuple[cst.Call, frozenset[str]]]] = {}
+
+    def uses(self) -> list[CollectiveUse]:
+        """Every call that is or reaches a collective, with the backends some ranks skip it on
+        (empty when every rank gets there together)."""
+        found = []
+        for call in self.model.calls:
+            for collective, backends in self._collectives_of(call):
+                skipped = backends - self.guards.agreed_on(call)
+                if skipped and self._mirrored(call):
+                    skipped = frozenset()
+                found.append(CollectiveUse(call, collective, backends, skipped))
+        return found
+
+    def _mirrored(self, call: cst.Call) -> bool:
+        """``if is_main: ...; wait_for_everyone()`` with ``else: wait_for_everyone()``: the
+        ranks the branch skips make the same call in the other branch."""
+        child: cst.CSTNode = call
+        for ancestor in self.model.ancestors(call):
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                other = ancestor.orelse if child is ancestor.body else ancestor.body
+                called = self.model.module.code_for_node(call.func)
+                return other is not None and any(
+                    isinstance(node, cst.Call)
+                    and self.model.module.code_for_node(node.func) == called
+                    for node in walk(other)
+                )
+            child = ancestor
+        return False
+
+    def _collectives_of(self, call: cst.Call) -> list[tuple[cst.Call, frozenset[str]]]:
+        backends = collective_backends(self.model, call, self.accelerators)
+        if backends:
+            return [(call, backends)]
+        function = self._local_function(call)
+        if function is None:
+            return []
+        return self.reached_by(function)[:1]
+
+    def reached_by(self, function: cst.FunctionDef) -> list[tuple[cst.Call, frozenset[str]]]:
+        """Collectives every rank running ``function`` reaches (not those under a rank guard
+        inside it: they are reported where they are), through its own calls too."""
+        if function in self._reached:
+            return self._reached[function]
+        self._reached[function] = []  # a recursive call reaches nothing new
+        found = []
+        for call in self.model.calls:
+            if self.placement.enclosing_function(call) is not function:
+                continue
+            if self.guards.agreed_on(call, within=function) != EVERY_BACKEND:
+                continue
+            found += self._collectives_of(call)
+        self._reached[function] = found
+        return found
+
+    def _local_function(self, call: cst.Call) -> cst.FunctionDef | None:
+        if not isinstance(call.func, cst.Name):
+            return None
+        return self.model.functions.get(call.func.value)

@@ -1,0 +1,161 @@
+"""Which calls are collectives, on which backend: the one table every rule and step asks.
+
+A collective completes only when every rank calls it, so a rank that skips one leaves the
+others waiting (a hang). Whether a call is one depends on the backend and, for a few
+checkpoint calls, on whose runtime runs the script:
+
+- HF Accelerate: ``save_state``/``load_state`` are collectives under FSDP and DeepSpeed (each
+  rank writes its shard or engine files); under DDP they are not (unless
+  ``automatic_checkpoint_naming`` is on), and a main-process-only ``save_state`` saves only that
+  rank's RNG state. ``get_state_dict``/``save_model`` gather the full weights under FSDP and
+  ZeRO-3 only.
+- accelify's runtime: ``save_state`` and ``load_state`` are collectives on every backend (a
+  barrier makes the checkpoint complete before any rank goes on); the rest as HF.
+
+``unwrap_model``, ``print``, ``log`` and ``save`` are never collectives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accelify.analysis.script_model import ScriptModel
+
+DDP, FSDP, DEEPSPEED, ZERO3 = "ddp", "fsdp", "deepspeed", "deepspeed-zero3"
+EVERY_BACKEND = frozenset({DDP, FSDP, DEEPSPEED, ZERO3})
+SHARDING = frozenset({FSDP, DEEPSPEED, ZERO3})
+FULL_WEIGHTS_GATHERED = frozenset({FSDP, ZERO3})
+BACKEND_NAMES = {DDP: "DDP", FSDP: "FSDP", DEEPSPEED: "DeepSpeed", ZERO3: "DeepSpeed ZeRO-3"}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """The backends on which a call is a collective, under each runtime."""
+
+    hf: frozenset[str]
+    accelify: frozenset[str]
+
+    def on(self, runtime: str) -> frozenset[str]:
+        return self.accelify if runtime == "accelify" else self.hf
+
+
+_ALWAYS = Collective(EVERY_BACKEND, EVERY_BACKEND)
+
+#: ``accelerator.<method>(...)``
+ACCELERATOR_METHODS = {
+    "wait_for_everyone": _ALWAYS,
+    "gather": _ALWAYS,
+    "gather_for_metrics": _ALWAYS,
+    "reduce": _ALWAYS,
+    "pad_across_processes": _ALWAYS,
+    "check_trigger": _ALWAYS,
+    "main_process_first": _ALWAYS,
+    "local_main_process_first": _ALWAYS,
+    "prepare": _ALWAYS,
+    "backward": _ALWAYS,
+    "save_state": Collective(SHARDING, EVERY_BACKEND),
+    "load_state": Collective(SHARDING, EVERY_BACKEND),
+    "get_state_dict": Collective(FULL_WEIGHTS_GATHERED, FULL_WEIGHTS_GATHERED),
+    "save_model": Collective(FULL_WEIGHTS_GATHERED, FULL_WEIGHTS_GATHERED),
+}
+
+#: Functions, by qualified name: collectives whatever the backend.
+FUNCTIONS = frozenset(
+    {
+        *(
+            f"torch.distributed.{name}"
+            for name in (
+                "barrier",
+                "all_reduce",
+                "all_gather",
+                "all_gather_object",
+                "all_to_all",
+                "broadcast",
+                "broadcast_object_list",
+                "reduce",
+                "gather",
+                "gather_object",
+                "scatter",
+                "reduce_scatter",
+                "monitored_barrier",
+            )
+        ),
+        *(
+            f"accelerate.utils.{name}"
+            for name in (
+                "gather",
+                "gather_object",
+                "broadcast",
+                "broadcast_object_list",
+                "reduce",
+                "pad_across_processes",
+                "wait_for_everyone",
+            )
+        ),
+    }
+)
+
+#: The collectives that combine every rank's values into one: what makes an evaluation metric
+#: cover the whole set (methods of any receiver: ``accelerator.gather``, ``dist.all_reduce``).
+GATHERING_METHODS = frozenset(
+    {"gather", "gather_for_metrics", "reduce", "all_gather", "all_reduce"}
+)
+GATHERING_FUNCTIONS = frozenset(
+    name
+    for name in FUNCTIONS
+    if name.rsplit(".", 1)[-1].startswith(("all_gather", "all_reduce"))
+    or name.rsplit(".", 1)[-1] in ("gather", "gather_object", "reduce")
+)
+
+#: Words that show a script means to run on a sharding backend.
+_MENTIONS = {
+    FSDP: ("FSDP", "fsdp_plugin", "FullyShardedDataParallel", "fully_shard"),
+    DEEPSPEED: (
+        "DEEPSPEED",
+        "deepspeed_plugin",
+        "DeepSpeedPlugin",
+        "import deepspeed",
+        "zero_stage",
+    ),
+}
+
+
+def runtime_of(script: ScriptModel) -> str:
+    """``accelify`` when the script's Accelerator is ours, else ``hf``."""
+    bound = script.imports.bound.values()
+    return "accelify" if any(name.split(".")[0] == "accelify" for name in bound) else "hf"
+
+
+def backends_in_view(script: ScriptModel) -> frozenset[str]:
+    """DDP always; FSDP and DeepSpeed (with ZeRO-3) when the script names them."""
+    code = script.module.code
+    found = {DDP}
+    if any(word in code for word in _MENTIONS[FSDP]):
+        found.add(FSDP)
+    if any(word in code for word in _MENTIONS[DEEPSPEED]):
+        found |= {DEEPSPEED, ZERO3}
+    return frozenset(found)
+
+
+def collective_backends(
+    script: ScriptModel, call: cst.Call, accelerators: set[str]
+) -> frozenset[str]:
+    """Where ``call`` is a collective under the script's runtime; empty when it is none."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in ACCELERATOR_METHODS:
+        from accelify.analysis.syntax import dotted
+
+        if dotted(func.value) in accelerators:
+            return ACCELERATOR_METHODS[func.attr.value].on(runtime_of(script))
+    if script.call_names(call) & FUNCTIONS:
+        return EVERY_BACKEND
+    return frozenset()
+
+
+def named(backends: frozenset[str]) -> str:
+    names = [BACKEND_NAMES[b] for b in (DDP, FSDP, DEEPSPEED, ZERO3) if b in backends]
+    if DEEPSPEED in backends:
+        names = [n for n in names if n != BACKEND_NAMES[ZERO3]]
+    return " and ".join(names)

@@ -1,0 +1,66 @@
+from collections.abc import Iterator
+
+from accelify.analysis.collectives import EVERY_BACKEND, backends_in_view, named
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted
+from accelify.lint.rule import HEADER, Example, Finding, Rule
+
+_HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
+
+
+class DeleteOnEveryRank(Rule):
+    """Files or directories deleted on every rank (``shutil.rmtree``, ``os.remove``...), most
+    often old checkpoints pruned in a block every rank enters (``if accelerator.is_main_process
+    or accelerator.distributed_type == DistributedType.DEEPSPEED:``, right for ``save_state`` under
+    DeepSpeed, wrong for the pruning beside it). The fastest rank deletes; the others list the
+    same entries and fail with FileNotFoundError."""
+
+    code = "ACC205"
+    name = "delete-on-every-rank"
+    message = (
+        "Delete on the main process only: every rank deletes the same path, and all but one fail"
+    )
+    why = "A path deleted by one rank is gone for the others: FileNotFoundError."
+    bad = (
+        Example(HEADER + "import shutil\nshutil.rmtree('old-checkpoint')\n", 4, 1),
+        Example(
+            _HF + "import os, shutil\n"
+            "if accelerator.is_main_process or "
+            "accelerator.distributed_type == DistributedType.DEEPSPEED:\n"
+            "    for old in os.listdir('out')[:-2]:\n"
+            "        shutil.rmtree(os.path.join('out', old))\n"
+            "    accelerator.save_state('out/checkpoint-9')\n",
+            6,
+            9,
+        ),
+    )
+    good = (
+        HEADER + "import shutil\nif accelerator.is_main_process:\n    shutil.rmtree('old')\n",
+        _HF + "import os, shutil\n"
+        "if accelerator.is_main_process:\n"
+        "    for old in os.listdir('out')[:-2]:\n"
+        "        shutil.rmtree(os.path.join('out', old))\n"
+        "if accelerator.is_main_process or "
+        "accelerator.distributed_type == DistributedType.DEEPSPEED:\n"
+        "    accelerator.save_state('out/checkpoint-9')\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        in_view = backends_in_view(script)
+        for effect in facts_of(script).repeated_effects:
+            if not effect.deletes or not effect.backends & in_view:
+                continue
+            message = None
+            if effect.backends != EVERY_BACKEND:
+                message = (
+                    "Delete on the main process only: every rank runs this under "
+                    f"{named(effect.backends & in_view)}, and all but one fail "
+                    "with FileNotFoundError"
+                )
+            if effect.through_helper:
+                message = (
+                    f"Call {dotted(effect.reported.func)}() on the main process only: it deletes "
+                    f"files (line {script.line(effect.effect)}) and every rank calls it here"
+                )
+            yield self.finding(script, effect.reported, message=message)

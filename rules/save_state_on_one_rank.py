@@ -1,0 +1,49 @@
+from collections.abc import Iterator
+
+from accelify.analysis.collectives import backends_in_view, runtime_of
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted
+from accelify.lint.rule import Example, Finding, Rule
+
+_HF = "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+
+
+class SaveStateOnOneRank(Rule):
+    """``accelerator.save_state`` under a main-process guard in a DDP script. Under HF
+    Accelerate's DDP it is not a collective, so nothing hangs; but each rank saves its own RNG
+    state (``random_states_<rank>.pkl``) in ``save_state``, so a checkpoint written by the main
+    process alone resumes the other ranks with fresh random streams (different shuffling,
+    dropout and augmentation than the uninterrupted run). Under FSDP and DeepSpeed the same
+    guard hangs (ACC202); on accelify's runtime too."""
+
+    code = "ACC206"
+    name = "save-state-on-one-rank"
+    message = (
+        "Call save_state on every rank: it writes the weights once, but saves each rank's RNG "
+        "state; from the main process alone the other ranks resume with fresh random state"
+    )
+    why = "Each rank's random state is saved by that rank's own save_state call."
+    bad = (
+        Example(
+            _HF + "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n", 4, 5
+        ),
+    )
+    good = (
+        _HF + "accelerator.save_state('ckpt')\n",
+        _HF + "if accelerator.is_main_process:\n    accelerator.save_model(model, 'out')\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        if runtime_of(script) != "hf":
+            return  # on accelify's runtime save_state is a collective everywhere: ACC202
+        in_view = backends_in_view(script)
+        for use in facts_of(script).collective_uses:
+            if use.through_helper or not (dotted(use.call.func) or "").endswith(".save_state"):
+                continue
+            if use.skipped_on & in_view:
+                continue  # a hang on a backend the script names: ACC202
+            if not facts_of(script).ranks.backend_guards.agreed_on(use.call):
+                # a plain rank guard; one that lets every rank in on some backend
+                # (``or distributed_type == DEEPSPEED``) is a deliberate choice
+                yield self.finding(script, use.call)

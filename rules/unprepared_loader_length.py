@@ -1,0 +1,101 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, target_names
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
+
+_DATA = (
+    "import torch\n"
+    "train_set = torch.utils.data.TensorDataset(torch.zeros(64, 2))\n"
+    "loader = torch.utils.data.DataLoader(train_set, batch_size=8)\n"
+    "counting = torch.utils.data.DataLoader(train_set, batch_size=8)\n"
+)
+
+
+class UnpreparedLoaderLength(Rule):
+    """``len()`` of a DataLoader that is never prepared, used for step counts (total steps,
+    steps per epoch, the scheduler's ``num_training_steps``). Each rank iterates only its shard
+    of the prepared loader, ``len(loader) / num_processes`` batches, so a count taken from the
+    unsharded loader is N times too many: the LR schedule is stretched N times and a
+    ``max_steps`` loop runs N times as many epochs."""
+
+    code = "ACC405"
+    name = "unprepared-loader-length"
+    message = (
+        "Count steps with len() of the prepared DataLoader: this one is never prepared, so it "
+        "counts every rank's batches, N times what each rank steps through"
+    )
+    why = "A prepared loader yields 1/N of the batches on each of N ranks."
+    bad = (
+        Example(
+            HEADER + _DATA + "loader = accelerator.prepare(loader)\n"
+            "total_steps = len(counting) * 3\n",
+            8,
+            15,
+        ),
+        Example(
+            HEADER + _DATA + "loader = accelerator.prepare(loader)\n"
+            "scheduler = get_scheduler('linear', num_training_steps=len(counting))\n",
+            8,
+            56,
+        ),
+    )
+    good = (
+        HEADER + _DATA + "loader = accelerator.prepare(loader)\ntotal_steps = len(loader) * 3\n",
+        HEADER + _DATA + "loader = accelerator.prepare(loader)\n"
+        "print(f'{len(counting)} batches in all')\n",
+        HEADER + _DATA + "steps_per_epoch = len(loader)\nloader = accelerator.prepare(loader)\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        prepared_any = {
+            name for call in script.prepare_calls for name in (*call.inputs, *call.outputs)
+        }
+        loaders = script.names_of(Kind.DATALOADER)
+        if not script.prepare_calls:
+            return  # nothing is sharded: every count is the script's own business
+        for call in calls(script):
+            if dotted(call.func) != "len" or len(call.args) != 1:
+                continue
+            name = dotted(call.args[0].value)
+            if name not in loaders or name in prepared_any or _prepared_later(script, name):
+                continue
+            if _counts_steps(script, call):
+                yield self.finding(script, call)
+
+
+def _prepared_later(script: ScriptModel, name: str) -> bool:
+    """``accelerator.prepare_data_loader(name)`` or ``skip_first_batches(name, ...)``."""
+    return any(
+        isinstance(c.func, cst.Attribute)
+        and c.func.attr.value.startswith(("prepare", "skip_first_batches"))
+        and any(dotted(a.value) == name for a in c.args)
+        for c in script.calls
+    )
+
+
+def _counts_steps(script: ScriptModel, node: cst.CSTNode) -> bool:
+    """Inside an assignment to a ``*step*``/``total*`` name, or an argument named
+    ``*steps*``, or the bound of a ``range``."""
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, cst.Arg):
+            keyword = ancestor.keyword.value if ancestor.keyword else ""
+            if "steps" in keyword:
+                return True
+        if isinstance(ancestor, cst.Call) and dotted(ancestor.func) in ("print", "range"):
+            return dotted(ancestor.func) == "range"
+        if isinstance(ancestor, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = (
+                [t.target for t in ancestor.targets]
+                if isinstance(ancestor, cst.Assign)
+                else [ancestor.target]
+            )
+            names = {n for t in targets for n in target_names(t)} | {
+                dotted(t) or "" for t in targets
+            }
+            return any("step" in n or n.rsplit(".", 1)[-1].startswith("total") for n in names)
+        if isinstance(ancestor, (cst.SimpleStatementLine, cst.FunctionDef)):
+            return False
+    return False
