@@ -102,7 +102,7 @@ def _configured_steps(script: ScriptModel) -> str | None:
             code = script.module.code_for_node(argument.value)
             return None if code == "1" else code
     for name in script.names_of(Kind.ACCELERATOR):
-        if f"{name}.gradient_accumulation_steps =" in script.module.code:
+        if f"{name}.gradient_accumulation_steps =" in script.source:
             return f"{name}.gradient_accumulation_steps"
     return None
 
@@ -128,9 +128,9 @@ def _division_of(
     block = _enclosing_block(script, backward)
     if block is None:
         return None
-    backward_line = script.line(backward)
+    backward_at = script.order(backward)
     for statement in block.body:
-        if script.line(statement) >= backward_line or not isinstance(
+        if script.order(statement) >= backward_at or not isinstance(
             statement, cst.SimpleStatementLine
         ):
             continue

@@ -24,7 +24,7 @@ class LoadStateBeforePrepare(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         accelerators = script.names_of(Kind.ACCELERATOR)
-        first_prepare = min((call.line for call in script.prepare_calls), default=None)
+        first_prepare = min((script.order(p.call) for p in script.prepare_calls), default=None)
         if first_prepare is None:
             return
         for call in calls(script):
@@ -33,7 +33,7 @@ class LoadStateBeforePrepare(Rule):
                 isinstance(func, cst.Attribute)
                 and func.attr.value == "load_state"
                 and dotted(func.value) in accelerators
-                and script.line(call) < first_prepare
+                and script.order(call) < first_prepare
                 and script.scope_of(call) is script.scope_of(script.prepare_calls[0].call)
             ):
                 yield self.finding(script, call)

@@ -195,10 +195,10 @@ def _reduced_later(
     script: ScriptModel, loop: Loop, target: str, all_calls: list[cst.Call], accelerators: set[str]
 ) -> bool:
     """``total = accelerator.reduce(total)`` (or a gather of it) after the loop."""
-    after = script.line(loop.node)
+    after = script.order(loop.node)
     root = target.split(".")[0]
     for call in all_calls:
-        if script.line(call) <= after or not _is_collective(call, accelerators):
+        if script.order(call) <= after or not _is_collective(call, accelerators):
             continue
         if any(_mentions(argument.value, {root}) for argument in call.args):
             return True

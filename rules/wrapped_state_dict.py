@@ -82,14 +82,19 @@ _UNWRAPPING = ("unwrap_model", "get_state_dict", "extract_model_from_parallel")
 def _unwrapped_since_prepare(script: ScriptModel, name: str | None, call: cst.Call) -> bool:
     """``model = accelerator.unwrap_model(model)`` (or ``= model.module``) between the last
     prepare of ``name`` and ``call``: the name holds the plain model again."""
-    line = script.line(call)
+    here = script.order(call)
     prepared_at = max(
-        (p.line for p in script.prepare_calls if p.line <= line and name in p.outputs), default=0
+        (
+            script.order(p.call)
+            for p in script.prepare_calls
+            if script.order(p.call) <= here and name in p.outputs
+        ),
+        default=0,
     )
     for node in facts_of(script).placement.all_nodes():
         if not isinstance(node, cst.Assign) or len(node.targets) != 1:
             continue
-        if dotted(node.targets[0].target) != name or not prepared_at < script.line(node) < line:
+        if dotted(node.targets[0].target) != name or not prepared_at < script.order(node) < here:
             continue
         value = node.value
         if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith(_UNWRAPPING):

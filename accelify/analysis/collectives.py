@@ -130,7 +130,7 @@ def runtime_of(script: ScriptModel) -> str:
 
 def backends_in_view(script: ScriptModel) -> frozenset[str]:
     """DDP always; FSDP and DeepSpeed (with ZeRO-3) when the script names them."""
-    code = script.module.code
+    code = script.source
     found = {DDP}
     if any(word in code for word in _MENTIONS[FSDP]):
         found.add(FSDP)

@@ -294,9 +294,9 @@ def _calls_a_model(small: cst.CSTNode, facts: Facts, gathered: cst.Call | None) 
 def _batch_names(loop: Loop, facts: Facts, before: cst.CSTNode | None) -> set[str]:
     """The loop's batch names and those unpacked or indexed from them before the forward."""
     batch = set(loop.batch_names)
-    limit = facts.model.line(before) if before is not None else None
+    limit = facts.model.order(before) if before is not None else None
     for small in statements(loop.node.body):
-        if limit is not None and facts.model.line(small) >= limit:
+        if limit is not None and facts.model.order(small) >= limit:
             break
         if isinstance(small, cst.Assign) and _pure_access(small.value):
             reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
@@ -331,10 +331,10 @@ def _uses_after(found: Evaluation, facts: Facts) -> dict[str, list[cst.Name]]:
     """Name uses in the loop after the forward statement (and inside it, when extracted)."""
     model, statement = facts.model, found.statement
     assert statement is not None
-    start = model.line(statement)
+    start = model.order(statement)
     uses: dict[str, list[cst.Name]] = {}
     for node in walk(found.loop.node.body):
-        if not isinstance(node, cst.Name) or model.line(node) < start:
+        if not isinstance(node, cst.Name) or model.order(node) < start:
             continue
         inside = any(a is statement for a in model.ancestors(node))
         if inside and (found.extracted is None or within(model, node, found.forward)):

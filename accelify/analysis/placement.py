@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, Scope, ScriptModel
-from accelify.analysis.syntax import Visitor, dotted, is_docstring, target_names, walk
+from accelify.analysis.syntax import dotted, is_docstring, target_names, walk
 
 
 class Placement:
@@ -18,16 +18,9 @@ class Placement:
 
     # --- traversal -------------------------------------------------------------------------------
     def all_nodes(self) -> list[cst.CSTNode]:
+        """Every node in source order: the analysis's one walk recorded them."""
         if self._nodes is None:
-            collected: list[cst.CSTNode] = []
-
-            class Everything(Visitor):
-                def on_visit(self, node: cst.CSTNode) -> bool:
-                    collected.append(node)
-                    return True
-
-            self.model.module.visit(Everything())
-            self._nodes = collected
+            self._nodes = list(self.model.orders)
         return self._nodes
 
     def attributes(self) -> Iterator[cst.Attribute]:

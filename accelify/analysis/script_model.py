@@ -13,6 +13,7 @@ import builtins
 import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -20,7 +21,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable
 from accelify.analysis.loops import find_backward, first_enumerate_name, loop_source
-from accelify.analysis.syntax import Visitor, dotted, strip_self_methods, target_names
+from accelify.analysis.syntax import Visitor, dotted, strip_self_methods, target_names, visit_code
 
 Scope = cst.Module | cst.FunctionDef
 RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
@@ -92,6 +93,9 @@ class ScriptModel:
     module_classes: set[str] = field(default_factory=set)
     prepare_calls: list[PrepareCall] = field(default_factory=list)
     calls: list[cst.Call] = field(default_factory=list, repr=False)
+    #: each node's place in source order (its index in the analysis's pre-order walk): "above"
+    #: without a code-generation pass for positions
+    orders: dict[cst.CSTNode, int] = field(default_factory=dict, repr=False)
     _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
 
     # --- names, positions, parents ----------------------------------------------------------
@@ -117,6 +121,16 @@ class ScriptModel:
 
     def line(self, node: cst.CSTNode) -> int:
         return self.position(node).start.line
+
+    def order(self, node: cst.CSTNode) -> int:
+        """Source order: a statement comes before the statements below it and before what it
+        contains. Compare with this, not `line`, when only "above or below" matters."""
+        return self.orders[node]
+
+    @cached_property
+    def source(self) -> str:
+        """The file's text (libcst round-trips it exactly), generated once."""
+        return self.module.code
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
@@ -166,11 +180,13 @@ class ScriptModel:
         return bool(self.backward_calls)
 
 
-def analyze(module: cst.Module) -> ScriptModel:
+def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     """One traversal collects everything; positions are left for the first finding that needs
     one (libcst's scope analysis is not used: an import table answers what a name is)."""
     model = ScriptModel(module=module, imports=ImportTable.of_module(module))
-    module.visit(_Collector(model))
+    if source is not None:  # the text the module was parsed from: no code generation for it
+        model.__dict__["source"] = source
+    visit_code(module, _Collector(model))
     accelerators = model.names_of(Kind.ACCELERATOR) | {"accelerator", "self.accelerator"}
     model.backward_calls = [
         call
@@ -189,6 +205,7 @@ class _Collector(Visitor):
         self._open: list[cst.CSTNode] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        self.model.orders[node] = len(self.model.orders)
         if self._open:
             self.model.parents[node] = self._open[-1]
         self._open.append(node)

@@ -46,7 +46,7 @@ def lint_source(
         return result  # every rule is about Accelerator scripts (see `accelify rules`)
     from accelify.analysis.script_model import analyze
 
-    script = analyze(module)
+    script = analyze(module, data.decode("utf-8", errors="replace"))
     result.findings = _check(script, data, path, selection)
     if portable and not fix:
         result.findings = [finding.portable(module) for finding in result.findings]

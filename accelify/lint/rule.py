@@ -59,7 +59,7 @@ def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
     from accelify.analysis.facts import facts_of
 
     facts = facts_of(script)
-    line = script.line(node)
+    here = script.order(node)
     for binding in script.of_kind(Kind.ACCELERATOR):
         if binding.name.startswith("self."):
             owner = facts.placement.class_of(binding.scope)
@@ -69,7 +69,7 @@ def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
         visible = isinstance(binding.scope, cst.Module) or facts.placement.inside(
             node, binding.scope
         )
-        if visible and binding.line < line:
+        if visible and script.order(binding.assign) < here:
             return binding.name
     function = facts.placement.enclosing_function(node)
     while function is not None:
@@ -82,9 +82,13 @@ def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
 
 def prepared(script: ScriptModel, node: cst.CSTNode) -> set[str]:
     """Names that hold prepared objects at ``node``: outputs of a prepare call above it."""
-    line = script.line(node)
+    here = script.order(node)
     return {
-        name for call in script.prepare_calls if call.line <= line for name in call.outputs if name
+        name
+        for call in script.prepare_calls
+        if script.order(call.call) <= here
+        for name in call.outputs
+        if name
     }
 
 
