@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from accelify import __version__
+from accelify.lint.registry import all_codes
 from conftest import FIXTURES, ROOT, assert_ok, run_in_own_group
 
 pytestmark = pytest.mark.slow
@@ -126,6 +127,10 @@ def test_the_installed_wheel_converts_lints_verifies_and_launches(dist: Path, tm
     assert_ok(_run(bin_dir, "accelify", "lint", "train_acc.py", cwd=work))
     bad = _run(bin_dir, "accelify", "lint", "bad.py", cwd=work)
     assert bad.returncode == 1 and "ACC301" in bad.stdout
+    listed = _run(bin_dir, "accelify", "rules", cwd=work).stdout  # the catalog walked installed
+    assert [line.split()[0] for line in listed.splitlines() if line.startswith("ACC")] == list(
+        all_codes()
+    )
 
     # Without torch the run side says what to install, instead of a traceback.
     refused = _run(bin_dir, "accelify", "launch", "--cpu", "-n", "2", "train_acc.py", cwd=work)
