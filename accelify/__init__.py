@@ -12,12 +12,39 @@ __version__ = "0.2.0"
 
 if TYPE_CHECKING:
     from accelify.runtime.accelerator import Accelerator
+    from accelify.runtime.kwargs_handlers import (
+        DistributedDataParallelKwargs,
+        DistributedType,
+        GradScalerKwargs,
+        InitProcessGroupKwargs,
+    )
     from accelify.runtime.rng import set_seed, synchronize_rng_states
 
-__all__ = ["Accelerator", "__version__", "set_seed", "synchronize_rng_states"]
+#: Configuration names HF Accelerate exports at its top level too (plain dataclasses: no torch).
+_CONFIGURATION = (
+    "DistributedDataParallelKwargs",
+    "DistributedType",
+    "GradScalerKwargs",
+    "InitProcessGroupKwargs",
+)
+
+__all__ = [
+    "Accelerator",
+    "DistributedDataParallelKwargs",
+    "DistributedType",
+    "GradScalerKwargs",
+    "InitProcessGroupKwargs",
+    "__version__",
+    "set_seed",
+    "synchronize_rng_states",
+]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _CONFIGURATION:
+        from accelify.runtime import kwargs_handlers
+
+        return getattr(kwargs_handlers, name)
     if name in ("Accelerator", "set_seed", "synchronize_rng_states"):
         try:
             from accelify import runtime

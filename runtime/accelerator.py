@@ -20,16 +20,27 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from accelify.runtime import checkpoint, operations, pending_work
+from accelify.runtime import kwargs_handlers as kwargs_handlers_module
+from accelify.runtime import operations, pending_work, tracking
+from accelify.runtime.accelerator_checkpoints import CheckpointMethods
 from accelify.runtime.backends import create_backend
 from accelify.runtime.data import PreparedDataLoader
 from accelify.runtime.environment import LaunchSettings
 from accelify.runtime.gradient_state import GradientState
+from accelify.runtime.kwargs_handlers import (
+    DistributedDataParallelKwargs,
+    DistributedType,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    distributed_type_of,
+)
 from accelify.runtime.optimizer import PreparedOptimizer
 from accelify.runtime.precision import Precision, restore_forward
+from accelify.runtime.project import ProjectConfiguration
 from accelify.runtime.scheduler import PreparedScheduler, repoint_scheduler
 from accelify.runtime.serialization import save_model_files, write_atomically
-from accelify.runtime.state import ProcessState
+from accelify.runtime.state import DEFAULT_TIMEOUT, ProcessState
+from accelify.runtime.tracking import TrackerMethods
 
 _SCHEDULER_TYPES: tuple[type, ...] = (
     torch.optim.lr_scheduler.LRScheduler,
@@ -37,7 +48,7 @@ _SCHEDULER_TYPES: tuple[type, ...] = (
 )
 
 
-class Accelerator:
+class Accelerator(CheckpointMethods, TrackerMethods):
     """Run the same training code on one device or on N processes.
 
     Example::
@@ -67,14 +78,14 @@ class Accelerator:
         step_scheduler_with_optimizer: bool = True,
         even_batches: bool = True,
         log_with: Any = None,
+        project_config: ProjectConfiguration | None = None,
+        kwargs_handlers: list[Any] | None = None,
     ) -> None:
         if deepspeed_plugin is not None or fsdp_plugin is not None:
             raise NotImplementedError(
                 "deepspeed_plugin and fsdp_plugin are not supported: choose the engine at launch, "
                 "accelify launch --backend fsdp|deepspeed (or in the config file)"
             )
-        if log_with is not None:
-            raise NotImplementedError("experiment trackers (log_with=...) are not supported yet")
         if split_batches:
             raise NotImplementedError(
                 "split_batches=True is not supported: each rank reads whole batches of the "
@@ -87,7 +98,10 @@ class Accelerator:
             raise ValueError(
                 f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}"
             )
-        self.state = ProcessState.from_env(cpu=cpu or settings.use_cpu)
+        group = kwargs_handlers_module.of_type(kwargs_handlers, InitProcessGroupKwargs)
+        self.state = ProcessState.from_env(
+            cpu=cpu or settings.use_cpu, timeout=group.get("timeout") or DEFAULT_TIMEOUT
+        )
         self.precision = Precision(mixed_precision or settings.mixed_precision or "no", self.device)
         self.gradient_state = GradientState(accumulation_steps=gradient_accumulation_steps)
         self.backend = create_backend(
@@ -96,12 +110,21 @@ class Accelerator:
             self.precision.mode,
             settings.backend_options,
             self.gradient_state,
+            kwargs_handlers_module.of_type(kwargs_handlers, DistributedDataParallelKwargs),
         )
-        self.scaler = None if self.backend.scales_fp16 else self.precision.make_scaler()
+        scaler_options = kwargs_handlers_module.of_type(kwargs_handlers, GradScalerKwargs)
+        self.scaler = (
+            None if self.backend.scales_fp16 else self.precision.make_scaler(scaler_options)
+        )
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.even_batches = even_batches
-        self.project_dir = Path(project_dir) if project_dir is not None else None
+        self.project_configuration = project_config or ProjectConfiguration()
+        if project_dir is not None:
+            self.project_configuration.set_directories(project_dir)
+        self.log_with = tracking.requested(log_with)
+        self.trackers: list[tracking.GeneralTracker] = []
+        self._init_checkpoint_hooks()
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[PreparedOptimizer] = []
         self._schedulers: list[PreparedScheduler] = []
@@ -111,7 +134,6 @@ class Accelerator:
         self._rebound: dict[int, torch.optim.Optimizer] = {}  # user optimizer -> engine's
         self._companions: tuple[Any, ...] = ()  # the objects of the prepare call in progress
         self._trigger = torch.tensor(0.0, device=self.device)
-        self._save_count = 0
 
     # --- where this process stands ------------------------------------------------------------
     @property
@@ -145,6 +167,20 @@ class Accelerator:
     @property
     def use_distributed(self) -> bool:
         return self.state.distributed
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        return distributed_type_of(self.backend.name, self.num_processes, self.device.type)
+
+    @property
+    def project_dir(self) -> Path | None:
+        directory = self.project_configuration.project_dir
+        return None if directory is None else Path(directory)
+
+    @property
+    def logging_dir(self) -> Path | None:
+        directory = self.project_configuration.logging_dir
+        return None if directory is None else Path(directory)
 
     @property
     def mixed_precision(self) -> str:
@@ -425,87 +461,6 @@ class Accelerator:
         if self.is_main_process:
             save_model_files(state_dict, Path(save_directory), max_shard_size, safe_serialization)
 
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        for obj in objects:
-            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-                raise TypeError(
-                    f"{type(obj).__name__} cannot be checkpointed: it needs state_dict() and "
-                    "load_state_dict()"
-                )
-        self._custom_objects.extend(objects)
-
-    def _checkpoint_parts(self) -> list[checkpoint.Checkpointable]:
-        engine_parts = ("model", "optimizer") if self.backend.owns_checkpoints else ()
-        parts = [
-            checkpoint.Checkpointable(
-                "model",
-                self._models,
-                self.get_state_dict,
-                lambda model, state: self.unwrap_model(model).load_state_dict(state),
-            ),
-            checkpoint.Checkpointable("optimizer", self._optimizers, _state_dict, _load_state_dict),
-            checkpoint.Checkpointable(
-                "scheduler", self._schedulers, _state_dict, _load_state_dict, trusted_pickle=True
-            ),
-            checkpoint.Checkpointable(
-                "dataloader", self._dataloaders, _state_dict, _load_state_dict
-            ),
-            checkpoint.Checkpointable(
-                "custom", self._custom_objects, _state_dict, _load_state_dict, trusted_pickle=True
-            ),
-        ]
-        if self.scaler is not None:
-            parts.append(
-                checkpoint.Checkpointable("scaler", [self.scaler], _state_dict, _load_state_dict)
-            )
-        return [part for part in parts if part.stem not in engine_parts]
-
-    def _engine_checkpoint(self, save: bool) -> Callable[[Path], None] | None:
-        if not self.backend.owns_checkpoints:
-            return None
-        method = self.backend.save_checkpoint if save else self.backend.load_checkpoint
-        return lambda directory: method(self._models, self._optimizers, directory)
-
-    def save_state(self, output_dir: str | os.PathLike[str] | None = None) -> str:
-        """Save models, optimizers, schedulers, scaler, data positions, custom objects and every
-        rank's RNG states; a collective: call it on every rank."""
-        if output_dir is None:
-            if self.project_dir is None:
-                raise ValueError("save_state() needs output_dir when no project_dir was given")
-            output_dir = self.project_dir / "checkpoints" / f"checkpoint_{self._save_count}"
-        self._save_count += 1
-        saved = checkpoint.save(
-            output_dir,
-            self._checkpoint_parts(),
-            self.process_index,
-            self.is_main_process,
-            self.wait_for_everyone,
-            self._engine_checkpoint(save=True),
-        )
-        return str(saved)
-
-    def load_state(self, input_dir: str | os.PathLike[str] | None = None) -> None:
-        """Restore what `save_state` wrote; prepared DataLoaders resume the interrupted pass."""
-        if input_dir is None:
-            input_dir = self._latest_checkpoint()
-        checkpoint.load(
-            input_dir,
-            self._checkpoint_parts(),
-            self.process_index,
-            self._engine_checkpoint(save=False),
-        )
-        self.wait_for_everyone()
-
-    def _latest_checkpoint(self) -> Path:
-        if self.project_dir is None:
-            raise ValueError("load_state() needs input_dir when no project_dir was given")
-        folder = self.project_dir / "checkpoints"
-        found = sorted(folder.glob("checkpoint_*"), key=lambda p: int(p.name.split("_")[-1]))
-        if not found:
-            raise FileNotFoundError(f"no checkpoint_* directory in {folder}")
-        self._save_count = int(found[-1].name.split("_")[-1]) + 1
-        return found[-1]
-
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """The loader, its next pass starting ``num_batches`` batches in (resuming mid-epoch)."""
         if isinstance(dataloader, PreparedDataLoader):
@@ -520,7 +475,10 @@ class Accelerator:
         self._prepared.clear()
 
     def end_training(self) -> None:
-        """Wait for every rank, then close the process group."""
+        """Finish the trackers, wait for every rank, then close the process group."""
+        for tracker in self.trackers:
+            tracker.finish()
+        self.trackers = []
         if self.state.distributed and dist.is_initialized():
             self.wait_for_everyone()
             dist.destroy_process_group()
@@ -554,14 +512,6 @@ def _is_dataloader(obj: Any) -> bool:
 
 def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (*_SCHEDULER_TYPES, PreparedScheduler))
-
-
-def _state_dict(obj: Any) -> Any:
-    return obj.state_dict()
-
-
-def _load_state_dict(obj: Any, state: Any) -> None:
-    obj.load_state_dict(state)
 
 
 def _contains_only_tensors(data: Any) -> bool:

@@ -57,15 +57,20 @@ def save(
     is_main_process: bool,
     barrier: Callable[[], None],
     engine_save: Callable[[Path], None] | None = None,
+    before_write: Callable[[Path], None] | None = None,
 ) -> Path:
     """``engine_save`` writes what a sharding engine keeps itself (models and optimizers under
-    FSDP or DeepSpeed), on every rank, into the same staging directory."""
+    FSDP or DeepSpeed), on every rank, into the same staging directory; ``before_write`` runs
+    on every rank once that directory exists (the save pre-hooks: what they write there ends
+    up in the checkpoint)."""
     final = Path(output_dir)
     staging = final.with_name(final.name + ".accelify-tmp")
     if is_main_process:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
     barrier()
+    if before_write is not None:
+        before_write(staging)
     if engine_save is not None:
         engine_save(staging)
     for part in parts:

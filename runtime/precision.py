@@ -40,8 +40,11 @@ class Precision:
     def dtype(self) -> torch.dtype | None:
         return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.mode)
 
-    def make_scaler(self) -> torch.amp.GradScaler | None:
-        return torch.amp.GradScaler(self.device.type) if self.mode == "fp16" else None
+    def make_scaler(self, options: dict[str, Any] | None = None) -> torch.amp.GradScaler | None:
+        """``options``: the script's `GradScalerKwargs`."""
+        if self.mode != "fp16":
+            return None
+        return torch.amp.GradScaler(self.device.type, **(options or {}))
 
     @contextlib.contextmanager
     def autocast(self, enabled: bool = True) -> Iterator[None]:

@@ -6,6 +6,7 @@ DeepSpeed is imported only when ``--backend deepspeed`` is used (it is an option
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from accelify.runtime import backend_options
 from accelify.runtime.backends.base import Backend
@@ -19,12 +20,14 @@ def create_backend(
     mixed_precision: str = "no",
     options_json: str = "",
     gradient_state: GradientState | None = None,
+    ddp_kwargs: dict[str, Any] | None = None,
 ) -> Backend:
+    """``ddp_kwargs``: the script's `DistributedDataParallelKwargs` (DDP only, as in HF)."""
     options = backend_options.from_env(name, options_json)
     if name == "ddp":
         from accelify.runtime.backends.ddp import DDPBackend
 
-        return DDPBackend(state, mixed_precision)
+        return DDPBackend(state, mixed_precision, **(ddp_kwargs or {}))
     if name == "fsdp":
         from accelify.runtime.backends.fsdp import FSDPBackend
 

@@ -1,0 +1,44 @@
+"""HF Accelerate's ``accelerate.utils`` names that scripts import, at ``accelify.utils``.
+
+The configuration classes are plain dataclasses (no torch); the functions that need torch are
+resolved on first use (PEP 562), so ``import accelify.utils`` stays as light as the rest of the
+static side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelify.runtime.kwargs_handlers import (
+    DistributedDataParallelKwargs,
+    DistributedType,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+)
+from accelify.runtime.project import ProjectConfiguration
+from accelify.runtime.tracking import LoggerType
+
+_LAZY = {
+    "set_seed": "accelify.runtime.rng",
+    "synchronize_rng_states": "accelify.runtime.rng",
+}
+
+__all__ = [
+    "DistributedDataParallelKwargs",
+    "DistributedType",
+    "GradScalerKwargs",
+    "InitProcessGroupKwargs",
+    "KwargsHandler",
+    "LoggerType",
+    "ProjectConfiguration",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'accelify.utils' has no attribute {name!r}")
