@@ -5,6 +5,7 @@ numbered project checkpoints and ``register_for_checkpointing``. The files thems
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.hooks import RemovableHandle
 
-from accelify.runtime import checkpoint, project
+from accelify.runtime import checkpoint, operations, project
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +37,7 @@ class CheckpointMethods:
     _custom_objects: list[Any]
     is_main_process: bool
     process_index: int
+    num_processes: int
     get_state_dict: Callable[..., Any]
     unwrap_model: Callable[..., Any]
     wait_for_everyone: Callable[[], None]
@@ -99,8 +101,10 @@ class CheckpointMethods:
         rank's RNG states; a collective: call it on every rank. With
         ``ProjectConfiguration(automatic_checkpoint_naming=True)`` (or no ``output_dir`` and a
         project directory) it writes ``<project_dir>/checkpoints/checkpoint_<iteration>``."""
-        output_dir = project.checkpoint_to_write(
-            self.project_configuration, output_dir, self.is_main_process
+        output_dir = self._agreed_directory(
+            project.checkpoint_to_write(
+                self.project_configuration, output_dir, self.is_main_process
+            )
         )
         model_states: list[Any] = []
         saved = checkpoint.save(
@@ -113,6 +117,20 @@ class CheckpointMethods:
             before_write=lambda staging: self._run_save_hooks(staging, model_states),
         )
         return str(saved)
+
+    def _agreed_directory(self, output_dir: Path) -> Path:
+        """The main process's directory, on every rank: a rank given another one (a path built
+        from its rank, a clock) would write its part where no one reads it."""
+        if self.num_processes == 1:
+            return output_dir
+        chosen = Path(operations.gather_object(str(output_dir))[0])
+        if chosen != output_dir:
+            warnings.warn(
+                f"save_state: rank {self.process_index} was given {output_dir}, the main process "
+                f"{chosen}; every rank saves into {chosen}",
+                stacklevel=3,
+            )
+        return chosen
 
     def _run_save_hooks(self, staging: Path, model_states: list[Any]) -> None:
         """The state dicts to save, after the pre-hooks had their say: a hook that saves a

@@ -21,7 +21,12 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 from accelify.runtime import pending_work
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.operations import first_dim, send_to_device
-from accelify.runtime.sharding import ShardPass, shard_batches, sharded_length
+from accelify.runtime.sharding import (
+    ShardPass,
+    shard_batches,
+    shard_index_batches,
+    sharded_length,
+)
 from accelify.runtime.state import ProcessState
 
 _LOADER_ARGS = (
@@ -99,15 +104,27 @@ class _ShardedBatchSampler:
         # after the DataLoader iterator has drawn its own base seed, exactly as without prepare.
         self.seeds.start_pass()
         self.current = ShardPass()
-        batches = shard_batches(
-            self.batch_sampler,
-            self.state.process_index,
-            self.state.num_processes,
-            even_batches=self.even_batches,
-            drop_last=self.drop_last,
-            size_of=len,
-            record=self.current,
-        )
+        batch_size = getattr(self.batch_sampler, "batch_size", None)
+        if isinstance(batch_size, int) and batch_size > 0:
+            batches = shard_index_batches(
+                self.batch_sampler,
+                self.state.process_index,
+                self.state.num_processes,
+                batch_size=batch_size,
+                even_batches=self.even_batches,
+                drop_last=self.drop_last,
+                record=self.current,
+            )
+        else:  # a batch sampler of its own sizes: whole batches, the end evened out by repeats
+            batches = shard_batches(
+                self.batch_sampler,
+                self.state.process_index,
+                self.state.num_processes,
+                even_batches=self.even_batches,
+                drop_last=self.drop_last,
+                size_of=len,
+                record=self.current,
+            )
         skip, self.skip = self.skip, 0
         yield from itertools.islice(batches, skip, None)
 

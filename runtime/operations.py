@@ -91,13 +91,16 @@ def gather_object(obj: Any) -> list[Any]:
 
 @pending_work.tracks
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-    if reduction not in ("sum", "mean", "none"):
-        raise ValueError(f"reduction must be 'sum', 'mean' or 'none', got {reduction!r}")
+    operations = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN", "none": None}
+    if reduction not in operations:
+        raise ValueError(
+            f"reduction must be 'sum', 'mean', 'max', 'min' or 'none', got {reduction!r}"
+        )
 
     def reduce_one(tensor: torch.Tensor) -> torch.Tensor:
         result = tensor.clone()
-        if _world() > 1 and reduction != "none":
-            dist.all_reduce(result, op=dist.ReduceOp.SUM)
+        if _world() > 1 and operations[reduction] is not None:
+            dist.all_reduce(result, op=getattr(dist.ReduceOp, operations[reduction]))
         if reduction == "mean":
             result = result / _world()
         return result * scale if scale != 1.0 else result

@@ -2,9 +2,11 @@
 
 Rank ``r`` of ``N`` takes batches ``r, r+N, r+2N, ...`` of the original order, so gathering one
 step's batches in rank order gives the original order back, and N ranks with batch ``b`` see the
-same samples per step as one process with batch ``N*b``. When the last round is short, the ranks
-without a batch repeat batches from the first round (``even_batches``), so every rank runs the same
-number of steps and no collective is left waiting; `gather_for_metrics` drops those repeats.
+same samples per step as one process with batch ``N*b``. With ``even_batches`` every rank runs the
+same number of steps, so no collective is left waiting: index batches of known size are completed
+sample by sample from the start of the pass (`shard_index_batches`, HF Accelerate's way), other
+streams repeat whole batches of the first round (`shard_batches`). `gather_for_metrics` drops
+the repeats either way: each pass records how many samples were added.
 """
 
 from __future__ import annotations
@@ -61,3 +63,63 @@ def sharded_length(
     if even_batches:
         return full_rounds + 1
     return full_rounds + (1 if rank < leftover else 0)
+
+
+def shard_index_batches(
+    batches: Iterable[list[int]],
+    rank: int,
+    world: int,
+    *,
+    batch_size: int,
+    even_batches: bool,
+    drop_last: bool,
+    record: ShardPass,
+) -> Iterator[list[int]]:
+    """Index batches of a map-style dataset, as HF Accelerate shards them: strided whole
+    batches, and with ``even_batches`` a short end is completed sample by sample from the start
+    of the pass (7 samples, batch 2, 2 ranks: rank 1 gets ``[6, 0]``, a full batch), so every
+    rank's every batch has ``batch_size`` samples. ``record.padding`` counts the samples added.
+    One process is not sharded at all: its last batch stays short, as without prepare."""
+    if drop_last or not even_batches or world == 1:
+        yield from shard_batches(
+            batches,
+            rank,
+            world,
+            even_batches=even_batches,
+            drop_last=drop_last,
+            size_of=len,
+            record=record,
+        )
+        return
+    start: list[int] = []  # the first round's indices, to complete the end with
+    round_: list[list[int]] = []
+    for index, batch in enumerate(batches):
+        if index < world:
+            start += batch
+        round_.append(batch)
+        if len(round_) == world and len(batch) == batch_size:
+            yield round_[rank]
+            round_ = []
+    if not round_ or not start:
+        return
+    final, record.padding = _completed_round(round_, start, world, batch_size)
+    yield final[rank]
+
+
+def _completed_round(
+    round_: list[list[int]], start: list[int], world: int, batch_size: int
+) -> tuple[list[list[int]], int]:
+    """The last round with its short batch filled and its missing batches made, from ``start``
+    (cycled when the dataset is smaller than one round); and how many samples that took."""
+    pool = list(start)
+    while len(pool) < world * batch_size:
+        pool += start
+    final = [batch for batch in round_ if len(batch) == batch_size]
+    partial = [] if len(round_[-1]) == batch_size else list(round_[-1])
+    taken = 0
+    while len(final) < world:
+        need = batch_size - len(partial)
+        final.append(partial + pool[taken : taken + need])
+        taken += need
+        partial = []
+    return final, taken

@@ -213,3 +213,21 @@ def test_synchronize_rng_states_on_one_process_changes_nothing(tmp_path):
     result = run_python(RUNTIME / "rng_sync.py", cwd=tmp_path)
     assert_ok(result)
     assert json.loads(result.stdout)["unchanged"] is True
+
+
+def test_save_state_with_a_directory_per_rank_saves_once_into_the_main_processs(tmp_path):
+    result = launch(RUNTIME / "save_state_paths.py", tmp_path)
+    assert_ok(result)
+    records = sorted(
+        (json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
+        key=lambda record: record["rank"],
+    )
+    assert [r["saved"] for r in records] == [str(tmp_path / "rank_0")] * 2
+    assert [r["warned"] for r in records] == [False, True]  # the rank whose path was overridden
+    assert [r["max_rank"] for r in records] == [1.0, 1.0]  # reduce(..., "max")
+    assert sorted(p.name for p in (tmp_path / "rank_0").iterdir()) == [
+        "model.bin",
+        "random_states_0.bin",
+        "random_states_1.bin",
+    ]
+    assert not (tmp_path / "rank_1").exists()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from accelify.runtime.sharding import ShardPass, shard_batches, sharded_length
+from accelify.runtime.sharding import ShardPass, shard_batches, shard_index_batches, sharded_length
 
 
 def shards(batches, world, even_batches=True, drop_last=False):
@@ -72,3 +72,72 @@ def test_length_matches_what_is_yielded(batches, world, even, drop_last):
     for rank, got in enumerate(per_rank):
         expected = sharded_length(batches, rank, world, even_batches=even, drop_last=drop_last)
         assert len(got) == expected
+
+
+def index_shards(batches, world, batch_size, even_batches=True, drop_last=False):
+    per_rank, records = [], []
+    for rank in range(world):
+        record = ShardPass()
+        per_rank.append(
+            list(
+                shard_index_batches(
+                    batches,
+                    rank,
+                    world,
+                    batch_size=batch_size,
+                    even_batches=even_batches,
+                    drop_last=drop_last,
+                    record=record,
+                )
+            )
+        )
+        records.append(record.padding)
+    return per_rank, records
+
+
+def test_a_short_last_batch_is_completed_from_the_start_as_in_accelerate():
+    batches = [[0, 1], [2, 3], [4, 5], [6]]  # 7 samples, batch 2
+    (rank0, rank1), padding = index_shards(batches, 2, 2)
+    assert rank0 == [[0, 1], [4, 5]]
+    assert rank1 == [[2, 3], [6, 0]]  # HF Accelerate: [2, 2] samples, not [2, 1]
+    assert padding == [1, 1]
+
+
+def test_missing_batches_of_the_last_round_are_made_from_the_start():
+    batches = [[0, 1], [2, 3], [4]]  # 5 samples, batch 2
+    (rank0, rank1), padding = index_shards(batches, 2, 2)
+    assert rank0 == [[0, 1], [4, 0]]
+    assert rank1 == [[2, 3], [1, 2]]
+    assert padding == [3, 3]
+
+
+def test_a_dataset_smaller_than_a_round_is_cycled():
+    (r0, r1, r2), padding = index_shards([[0, 1]], 3, 2)
+    assert r0 == [[0, 1]] and r1 == [[0, 1]] and r2 == [[0, 1]]
+    assert padding == [4, 4, 4]
+
+
+@pytest.mark.parametrize("samples", range(0, 15))
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("batch_size", [1, 2, 4])
+def test_completed_ends_keep_every_sample_once_and_full_batches(samples, world, batch_size):
+    stream = [list(range(i, min(i + batch_size, samples))) for i in range(0, samples, batch_size)]
+    per_rank, padding = index_shards(stream, world, batch_size)
+    for rank, got in enumerate(per_rank):
+        expected = sharded_length(len(stream), rank, world, even_batches=True, drop_last=False)
+        assert len(got) == expected
+        if world > 1:  # one process keeps its short last batch, as without prepare
+            assert all(len(batch) == batch_size for batch in got)
+    gathered = [i for step in zip(*per_rank, strict=True) for batch in step for i in batch]
+    assert gathered[: len(gathered) - padding[0]] == list(range(samples))
+
+
+@pytest.mark.parametrize("even", [True, False])
+def test_without_even_batches_or_with_drop_last_whole_batches_are_strided(even):
+    batches = [[0, 1], [2, 3], [4]]
+    assert index_shards(batches, 2, 2, even_batches=even, drop_last=True)[0] == [
+        [[0, 1]],
+        [[2, 3]],
+    ]
+    if not even:
+        assert index_shards(batches, 2, 2, even_batches=False)[0] == [[[0, 1], [4]], [[2, 3]]]
