@@ -16,22 +16,33 @@ from accelify.runtime.kwargs_handlers import (
     InitProcessGroupKwargs,
     KwargsHandler,
 )
+from accelify.runtime.memory import find_executable_batch_size
+from accelify.runtime.plugins import DataLoaderConfiguration, GradientAccumulationPlugin
 from accelify.runtime.project import ProjectConfiguration
 from accelify.runtime.tracking import LoggerType
 
 _LAZY = {
     "set_seed": "accelify.runtime.rng",
     "synchronize_rng_states": "accelify.runtime.rng",
+    "gather": "accelify.runtime.operations",
+    "gather_object": "accelify.runtime.operations",
+    "reduce": "accelify.runtime.operations",
+    "broadcast": "accelify.runtime.operations",
+    "pad_across_processes": "accelify.runtime.operations",
+    "send_to_device": "accelify.runtime.operations",
 }
 
 __all__ = [
+    "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",
     "GradScalerKwargs",
+    "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
     "KwargsHandler",
     "LoggerType",
     "ProjectConfiguration",
+    "find_executable_batch_size",
     *_LAZY,
 ]
 

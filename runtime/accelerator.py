@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ from accelify.runtime.kwargs_handlers import (
     distributed_type_of,
 )
 from accelify.runtime.optimizer import PreparedOptimizer
+from accelify.runtime.plugins import DataLoaderConfiguration, GradientAccumulationPlugin
 from accelify.runtime.precision import Precision, restore_forward
 from accelify.runtime.project import ProjectConfiguration
 from accelify.runtime.scheduler import PreparedScheduler, repoint_scheduler
@@ -80,17 +82,24 @@ class Accelerator(CheckpointMethods, TrackerMethods):
         log_with: Any = None,
         project_config: ProjectConfiguration | None = None,
         kwargs_handlers: list[Any] | None = None,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
     ) -> None:
         if deepspeed_plugin is not None or fsdp_plugin is not None:
             raise NotImplementedError(
                 "deepspeed_plugin and fsdp_plugin are not supported: choose the engine at launch, "
                 "accelify launch --backend fsdp|deepspeed (or in the config file)"
             )
-        if split_batches:
-            raise NotImplementedError(
-                "split_batches=True is not supported: each rank reads whole batches of the "
-                "DataLoader's batch_size"
-            )
+        dataloader_config = dataloader_config or DataLoaderConfiguration(
+            split_batches=split_batches, even_batches=even_batches
+        )
+        dataloader_config.check()
+        if gradient_accumulation_plugin is not None:
+            if gradient_accumulation_steps != 1:
+                raise ValueError(
+                    "give gradient_accumulation_steps or gradient_accumulation_plugin, not both"
+                )
+            gradient_accumulation_steps = gradient_accumulation_plugin.steps()
         settings = LaunchSettings.from_env()
         if gradient_accumulation_steps == 1 and settings.gradient_accumulation_steps:
             gradient_accumulation_steps = settings.gradient_accumulation_steps
@@ -118,7 +127,8 @@ class Accelerator(CheckpointMethods, TrackerMethods):
         )
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
-        self.even_batches = even_batches
+        self.dataloader_config = dataloader_config
+        self.even_batches = dataloader_config.even_batches
         self.project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
@@ -256,6 +266,7 @@ class Accelerator(CheckpointMethods, TrackerMethods):
                 self.gradient_state,
                 device_placement=device_placement,
                 even_batches=self.even_batches,
+                non_blocking=self.dataloader_config.non_blocking,
             )
             self._dataloaders.append(loader)
             return loader
@@ -412,18 +423,33 @@ class Accelerator(CheckpointMethods, TrackerMethods):
             print(*args, **kwargs)
 
     def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(function)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if self.is_main_process else None
-
-        return run
+        return _only_where(function, lambda: self.is_main_process)
 
     def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(function)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if self.is_local_main_process else None
+        return _only_where(function, lambda: self.is_local_main_process)
 
-        return run
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        return _only_where(function, lambda: self.is_last_process)
+
+    def on_process(
+        self, function: Callable[..., Any] | None = None, process_index: int | None = None
+    ) -> Any:
+        """``@accelerator.on_process(process_index=1)``: run on that rank only."""
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        if process_index is None:
+            raise ValueError("on_process needs a process_index")
+        return _only_where(function, lambda: self.process_index == process_index)
+
+    def on_local_process(
+        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """``@accelerator.on_local_process(local_process_index=0)``: that rank of each node."""
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        if local_process_index is None:
+            raise ValueError("on_local_process needs a local_process_index")
+        return _only_where(function, lambda: self.local_process_index == local_process_index)
 
     # --- models and saving ---------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True) -> Any:
@@ -467,12 +493,27 @@ class Accelerator(CheckpointMethods, TrackerMethods):
             return dataloader.skip_first_batches(num_batches)
         return _SkippingLoader(dataloader, num_batches)
 
-    def free_memory(self) -> None:
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget every prepared object, collect garbage and empty the CUDA cache; returns one
+        ``None`` per object given, to rebind them (``model, optimizer = free_memory(model,
+        optimizer)``) as in Accelerate."""
         self._models.clear()
         self._optimizers.clear()
         self._schedulers.clear()
         self._dataloaders.clear()
         self._prepared.clear()
+        self._rebound.clear()
+        count = len(objects)
+        del objects  # this call's references; the caller drops its own by rebinding
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return [None] * count
+
+    @property
+    def native_amp(self) -> bool:
+        """Mixed precision through torch's autocast (HF's name)."""
+        return self.mixed_precision in ("fp16", "bf16")
 
     def end_training(self) -> None:
         """Finish the trackers, wait for every rank, then close the process group."""
@@ -482,6 +523,16 @@ class Accelerator(CheckpointMethods, TrackerMethods):
         if self.state.distributed and dist.is_initialized():
             self.wait_for_everyone()
             dist.destroy_process_group()
+
+
+def _only_where(function: Callable[..., Any], here: Callable[[], bool]) -> Callable[..., Any]:
+    """``function``, run only where ``here()`` holds (None elsewhere)."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs) if here() else None
+
+    return run
 
 
 class _SkippingLoader:

@@ -140,8 +140,10 @@ class PreparedDataLoader:
         *,
         device_placement: bool = True,
         even_batches: bool = True,
+        non_blocking: bool = False,
     ) -> None:
         self.base_dataloader = loader
+        self.non_blocking = non_blocking
         self.state = state
         self.gradient_state = gradient_state
         self.device_placement = device_placement
@@ -222,7 +224,9 @@ class PreparedDataLoader:
             for batch, is_last in stream:
                 self.batches_yielded += 1
                 self.at_last_batch = is_last
-                yield send_to_device(batch, self.state.device) if self.device_placement else batch
+                if self.device_placement:
+                    batch = send_to_device(batch, self.state.device, self.non_blocking)
+                yield batch
         finally:
             self.at_last_batch = False
             if self in self.gradient_state.active_loaders:

@@ -256,3 +256,74 @@ def test_save_and_load_state_round_trip_on_one_process(tmp_path):
 def test_load_state_of_a_missing_directory_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint directory"):
         Accelerator().load_state(tmp_path / "missing")
+
+
+def test_option_groups_with_accelerates_names():
+    from accelify.utils import DataLoaderConfiguration, GradientAccumulationPlugin
+
+    accelerator = Accelerator(
+        dataloader_config=DataLoaderConfiguration(even_batches=False, non_blocking=True),
+        gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=3),
+    )
+    assert accelerator.gradient_accumulation_steps == 3
+    loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(6.0)), batch_size=2))
+    assert loader.even_batches is False and loader.non_blocking is True
+    assert accelerator.distributed_type == "NO" and accelerator.native_amp is False
+    with pytest.raises(ValueError, match="not both"):
+        Accelerator(
+            gradient_accumulation_steps=2,
+            gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2),
+        )
+    with pytest.raises(NotImplementedError, match="sync_each_batch"):
+        Accelerator(
+            gradient_accumulation_plugin=GradientAccumulationPlugin(2, sync_each_batch=True)
+        )
+    with pytest.raises(NotImplementedError, match="dispatch_batches"):
+        Accelerator(dataloader_config=DataLoaderConfiguration(dispatch_batches=True))
+
+
+def test_process_decorators_and_free_memory():
+    accelerator = Accelerator()
+    calls = []
+
+    @accelerator.on_process(process_index=0)
+    def here():
+        calls.append("here")
+
+    @accelerator.on_process(process_index=1)
+    def elsewhere():
+        calls.append("elsewhere")
+
+    @accelerator.on_last_process
+    def last():
+        calls.append("last")
+
+    here(), elsewhere(), last()
+    assert calls == ["here", "last"]  # one process: it is rank 0 and the last
+    model = accelerator.prepare(nn.Linear(2, 2))
+    model, other = accelerator.free_memory(model, object())
+    assert model is None and other is None and accelerator._models == []
+
+
+def test_find_executable_batch_size_halves_after_out_of_memory():
+    from accelify.utils import find_executable_batch_size
+
+    tried = []
+
+    @find_executable_batch_size(starting_batch_size=32)
+    def train(batch_size, scale):
+        tried.append(batch_size)
+        if batch_size > 8:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return batch_size * scale
+
+    assert train(10) == 80 and tried == [32, 16, 8]
+    with pytest.raises(TypeError, match="first argument"):
+        train(16, 10)
+
+    @find_executable_batch_size(starting_batch_size=4)
+    def broken(batch_size):
+        raise ValueError("not memory")
+
+    with pytest.raises(ValueError, match="not memory"):
+        broken()
