@@ -1,21 +1,26 @@
 """`save_state`/`load_state`: everything a run needs to continue as if it had not stopped.
 
-Layout of a checkpoint directory (one file per prepared object, in prepare order)::
+A checkpoint directory has HF Accelerate's layout, so either library reads the other's (DDP):
 
-    model.bin, model_1.bin, ...        state dicts of the unwrapped models
-    optimizer.bin, ...                 optimizer state dicts
-    fsdp_model_0/, deepspeed/          instead of the two above under FSDP or DeepSpeed: the
-                                       engine's own sharded format, one part per rank
-    scheduler.bin, ...                 LR scheduler state dicts
-    dataloader.bin, ...                position in the current pass and the pass's shuffle seed
-    scaler.bin                         fp16 gradient scaler
-    custom_0.bin, ...                  objects given to register_for_checkpointing
-    random_states_<rank>.bin           Python, NumPy and torch RNG states of every rank
+    model.safetensors, model_1.safetensors, ...   the unwrapped models' weights (safetensors)
+    optimizer.bin, optimizer_1.bin, ...           optimizer state dicts
+    scheduler.bin, ...                            LR scheduler state dicts
+    scaler.pt                                     the fp16 gradient scaler
+    custom_checkpoint_0.pkl, ...                  objects given to register_for_checkpointing
+    random_states_<rank>.pkl                      every rank's Python, NumPy, torch (CUDA) RNG
+    dataloader.bin, ...                           accelify only: each prepared DataLoader's
+                                                  position in its pass (Accelerate ignores it)
+    fsdp_model_0/, deepspeed/                     instead of models and optimizers under FSDP or
+                                                  DeepSpeed: the engine's own sharded format
+
+Reading also accepts Accelerate's ``pytorch_model.bin`` and the names accelify 0.1 wrote
+(``model.bin``, ``scaler.bin``, ``custom.bin``, ``random_states_<rank>.bin``).
 
 Every rank writes into ``<dir>.accelify-tmp``; once all are done, the main process swaps it into
 place, so a crash mid-save never leaves a half-written checkpoint under the real name. Everything
-is read back with ``torch.load(weights_only=True)``; only a scheduler or custom object whose state
-holds other Python objects falls back to a full unpickle (with a warning).
+is read back with ``torch.load(weights_only=True)`` (NumPy's RNG arrays allowed); only a scheduler
+or custom object whose state holds other Python objects falls back to a full unpickle (with a
+warning).
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from typing import Any
 import torch
 
 from accelify.runtime import rng
+from accelify.runtime.serialization import unshare
 
 
 @dataclass
 class Checkpointable:
-    """One kind of object in a checkpoint: its file stem and how to get and set its state."""
+    """One kind of object in a checkpoint: what it is called, its files' names (the first is
+    written, any is read) and how to get and set its state."""
 
     stem: str
     objects: Sequence[Any]
@@ -45,9 +52,27 @@ class Checkpointable:
     main_process_only: bool = True
     trusted_pickle: bool = False
 
+    def file_names(self, index: int) -> tuple[str, ...]:
+        return FILE_NAMES.get(self.stem, _numbered(self.stem, ".bin"))(index)
 
-def file_name(stem: str, index: int) -> str:
-    return f"{stem}.bin" if index == 0 else f"{stem}_{index}.bin"
+
+def _numbered(stem: str, suffix: str) -> Callable[[int], tuple[str, ...]]:
+    return lambda i: (f"{stem}{suffix}" if i == 0 else f"{stem}_{i}{suffix}",)
+
+
+FILE_NAMES: dict[str, Callable[[int], tuple[str, ...]]] = {
+    "model": lambda i: (
+        *_numbered("model", ".safetensors")(i),
+        *_numbered("pytorch_model", ".bin")(i),
+        *_numbered("model", ".bin")(i),
+    ),
+    "scaler": lambda i: ("scaler.pt", "scaler.bin"),
+    "custom": lambda i: (f"custom_checkpoint_{i}.pkl", *_numbered("custom", ".bin")(i)),
+}
+
+
+def rng_file_names(process_index: int) -> tuple[str, str]:
+    return f"random_states_{process_index}.pkl", f"random_states_{process_index}.bin"
 
 
 def save(
@@ -77,8 +102,8 @@ def save(
         if part.main_process_only and not is_main_process:
             continue
         for index, obj in enumerate(part.objects):
-            torch.save(part.get_state(obj), staging / file_name(part.stem, index))
-    torch.save(rng.capture(), staging / f"random_states_{process_index}.bin")
+            _write(part.get_state(obj), staging / part.file_names(index)[0])
+    torch.save(rng.capture_as_accelerate(), staging / rng_file_names(process_index)[0])
     barrier()
     if is_main_process:
         _swap_into_place(staging, final)
@@ -99,26 +124,45 @@ def load(
         engine_load(source)
     for part in parts:
         for index, obj in enumerate(part.objects):
-            path = source / file_name(part.stem, index)
-            if not path.exists():
+            path = _first_existing(source, part.file_names(index))
+            if path is None:
                 raise FileNotFoundError(
-                    f"{path} is missing: the checkpoint holds fewer {part.stem}s than were prepared"
+                    f"{source / part.file_names(index)[0]} is missing: the checkpoint holds "
+                    f"fewer {part.stem}s than were prepared"
                 )
             part.set_state(obj, _load(path, part.trusted_pickle))
-    rng_path = source / f"random_states_{process_index}.bin"
-    if rng_path.exists():
-        rng.restore(_load(rng_path, trusted_pickle=False))
+    rng_path = _first_existing(source, rng_file_names(process_index))
+    if rng_path is not None:
+        rng.restore_any(_load(rng_path, trusted_pickle=False))
     else:
         warnings.warn(
-            f"{rng_path.name} not in {source}: the checkpoint was written by fewer processes; "
-            "this rank keeps its current RNG state",
+            f"{rng_file_names(process_index)[0]} not in {source}: the checkpoint was written by "
+            "fewer processes; this rank keeps its current RNG state",
             stacklevel=3,
         )
 
 
+def _write(state: Any, path: Path) -> None:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file(unshare(state), str(path), metadata={"format": "pt"})
+    else:
+        torch.save(state, path)
+
+
+def _first_existing(folder: Path, names: Sequence[str]) -> Path | None:
+    return next((folder / name for name in names if (folder / name).exists()), None)
+
+
 def _load(path: Path, trusted_pickle: bool) -> Any:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path), device="cpu")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(rng.NUMPY_STATE_GLOBALS):
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         if not trusted_pickle:
             raise

@@ -49,6 +49,46 @@ def capture() -> dict[str, Any]:
     return states
 
 
+def capture_as_accelerate(step: int = 0) -> dict[str, Any]:
+    """This process's RNG state in HF Accelerate's ``random_states_<rank>.pkl`` form, which
+    either library's ``load_state`` reads."""
+    states: dict[str, Any] = {
+        "step": step,
+        "random_state": random.getstate(),
+        "torch_manual_seed": torch.get_rng_state(),
+    }
+    if np is not None:
+        states["numpy_random_seed"] = np.random.get_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["torch_cuda_manual_seed"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_any(states: dict[str, Any]) -> None:
+    """A checkpoint's RNG state: HF Accelerate's form, or accelify 0.1's (`capture`'s)."""
+    if "random_state" not in states:
+        restore(states)
+        return
+    random.setstate(states["random_state"])
+    torch.set_rng_state(states["torch_manual_seed"])
+    if np is not None and "numpy_random_seed" in states:
+        np.random.set_state(states["numpy_random_seed"])
+    if "torch_cuda_manual_seed" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["torch_cuda_manual_seed"])
+
+
+#: What NumPy's RNG state needs to come back through ``torch.load(weights_only=True)``: arrays
+#: of numbers and their dtypes (the same list HF Accelerate allows), nothing that runs code.
+NUMPY_STATE_GLOBALS: list[Any] = []
+if np is not None:
+    import codecs
+
+    _core = getattr(np, "_core", None) or np.core
+    NUMPY_STATE_GLOBALS = [_core.multiarray._reconstruct, np.ndarray, np.dtype, codecs.encode]
+    if hasattr(np, "dtypes"):
+        NUMPY_STATE_GLOBALS.append(np.dtypes.UInt32DType)
+
+
 def restore(states: dict[str, Any], parts: set[str] | None = None) -> None:
     """Put back what `capture` took (only ``parts`` of it, when named)."""
     wanted = parts if parts is not None else {"python", "torch", "numpy", "cuda"}

@@ -42,7 +42,7 @@ def save_model_files(
     """Write ``model.safetensors`` (or ``pytorch_model.bin``), split into numbered shards with an
     index file when larger than ``max_shard_size``, as Transformers lays them out."""
     directory.mkdir(parents=True, exist_ok=True)
-    tensors = _unshare(state_dict) if safe_serialization else state_dict
+    tensors = unshare(state_dict) if safe_serialization else state_dict
     shards = _split_into_shards(tensors, parse_size(max_shard_size))
     stem, suffix = ("model", ".safetensors") if safe_serialization else ("pytorch_model", ".bin")
     names = (
@@ -74,7 +74,7 @@ def _writer(shard: dict[str, torch.Tensor], safe: bool) -> Callable[[Path], None
     return lambda tmp: torch.save(shard, tmp)
 
 
-def _unshare(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def unshare(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """safetensors refuses tensors that share storage (tied weights): give each its own copy."""
     seen: set[int] = set()
     result = {}

@@ -41,9 +41,9 @@ def test_trackers_logging_project_configuration_and_hooks_on_two_ranks(tmp_path:
     # automatic_checkpoint_naming counts 0, 1, 2; total_limit=2 keeps the newest two
     assert report["checkpoints"] == ["checkpoint_1", "checkpoint_2"]
     assert report["iteration"] == 3  # load_state() read checkpoint_2 and counts on after it
-    # the save hook wrote the model itself and popped its weights: no model.bin
-    assert "model.pt" in report["files"] and "model.bin" not in report["files"]
-    assert {"random_states_0.bin", "random_states_1.bin"} <= set(report["files"])
+    # the save hook wrote the model itself and popped its weights: no model.safetensors
+    assert "model.pt" in report["files"] and "model.safetensors" not in report["files"]
+    assert {"random_states_0.pkl", "random_states_1.pkl"} <= set(report["files"])
     assert report["restored"] and report["hooks"] == ["save", "save", "save", "load"]
     run = Path(report["tracker_dir"])
     assert run == tmp_path / "docs_run"

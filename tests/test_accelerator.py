@@ -327,3 +327,25 @@ def test_find_executable_batch_size_halves_after_out_of_memory():
 
     with pytest.raises(ValueError, match="not memory"):
         broken()
+
+
+def test_checkpoints_written_by_accelify_0_1_still_load(tmp_path):
+    from safetensors.torch import load_file
+
+    from accelify.runtime import rng
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(nn.Linear(3, 2))
+    accelerator.save_state(tmp_path / "ckpt")
+    folder = tmp_path / "ckpt"
+    torch.save(load_file(folder / "model.safetensors"), folder / "model.bin")
+    (folder / "model.safetensors").unlink()
+    torch.save(rng.capture(), folder / "random_states_0.bin")  # 0.1's RNG form
+    (folder / "random_states_0.pkl").unlink()
+    expected = torch.rand(3)
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        model.weight.zero_()
+    accelerator.load_state(folder)
+    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(torch.rand(3), expected)  # the RNG went back to the saved state

@@ -86,13 +86,13 @@ def test_resume_after_save_state_continues_bit_for_bit(tmp_path):
             first,
         )
     )
-    assert sorted(p.name for p in checkpoint.iterdir()) == [
-        "custom.bin",
+    assert sorted(p.name for p in checkpoint.iterdir()) == [  # HF Accelerate's layout
+        "custom_checkpoint_0.pkl",
         "dataloader.bin",
-        "model.bin",
+        "model.safetensors",
         "optimizer.bin",
-        "random_states_0.bin",
-        "random_states_1.bin",
+        "random_states_0.pkl",
+        "random_states_1.pkl",
         "scheduler.bin",
     ]
     assert not checkpoint.with_name("checkpoint.accelify-tmp").exists()
@@ -226,8 +226,8 @@ def test_save_state_with_a_directory_per_rank_saves_once_into_the_main_processs(
     assert [r["warned"] for r in records] == [False, True]  # the rank whose path was overridden
     assert [r["max_rank"] for r in records] == [1.0, 1.0]  # reduce(..., "max")
     assert sorted(p.name for p in (tmp_path / "rank_0").iterdir()) == [
-        "model.bin",
-        "random_states_0.bin",
-        "random_states_1.bin",
+        "model.safetensors",
+        "random_states_0.pkl",
+        "random_states_1.pkl",
     ]
     assert not (tmp_path / "rank_1").exists()
