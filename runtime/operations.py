@@ -126,12 +126,24 @@ def pad_across_processes(
     """Pad ``dim`` of every tensor to the largest size any rank holds, so it can be gathered."""
 
     def pad_one(tensor: torch.Tensor) -> torch.Tensor:
-        if _world() == 1 or dim >= tensor.ndim:
+        if _world() == 1:
             return tensor
-        size = torch.tensor([tensor.shape[dim]], device=tensor.device)
-        sizes = [torch.zeros_like(size) for _ in range(_world())]
-        dist.all_gather(sizes, size)
-        longest = max(int(s.item()) for s in sizes)
+        # every rank sends its rank (number of dims) with its size, so that all see a mismatch
+        # together and raise together, instead of one skipping the collective the others wait in
+        size = tensor.shape[dim] if dim < tensor.ndim else -1
+        mine = torch.tensor([tensor.ndim, size], device=tensor.device)
+        theirs = [torch.zeros_like(mine) for _ in range(_world())]
+        dist.all_gather(theirs, mine)
+        dims = [int(t[0].item()) for t in theirs]
+        if len(set(dims)) > 1:
+            raise ValueError(
+                "pad_across_processes: the tensors have different numbers of dimensions on the "
+                f"ranks ({', '.join(f'rank {r}: {d}' for r, d in enumerate(dims))}); they can "
+                "only be padded along one dimension"
+            )
+        if dim >= tensor.ndim:
+            return tensor
+        longest = max(int(t[1].item()) for t in theirs)
         moved = tensor.movedim(dim, 0)
         return _pad_rows(moved, longest, pad_index, pad_first).movedim(0, dim)
 

@@ -231,3 +231,11 @@ def test_save_state_with_a_directory_per_rank_saves_once_into_the_main_processs(
         "random_states_1.pkl",
     ]
     assert not (tmp_path / "rank_1").exists()
+
+
+def test_pad_across_processes_with_different_ranks_raises_on_every_rank():
+    result = launch(RUNTIME / "pad_mismatch.py")
+    assert_ok(result)  # a clear error on both ranks, then padding works as before: no hang
+    lines = set(result.stdout.splitlines())
+    assert {"rank 0 raised: True", "rank 1 raised: True"} <= lines
+    assert {"rank 0 padded to (2, 2)", "rank 1 padded to (2, 2)"} <= lines
