@@ -67,6 +67,11 @@ class SaveOutsideMainProcess(Rule):
         + "model.save_pretrained('out', is_main_process=accelerator.is_main_process, "
         + "save_function=accelerator.save)\n",
         HEADER + "import numpy as np\nnp.save(f'preds_{accelerator.process_index}.npy', p)\n",
+        HEADER
+        + "import torch\n\n\nclass Trainer:\n    def save(self, path):\n"
+        + "        torch.save(state, path)\n\n    def fit(self):\n"
+        + "        if accelerator.is_main_process:\n            self.save('x.pt')\n\n\n"
+        + "accelerator.save(state, 'y.pt')\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

@@ -5,23 +5,16 @@ import pytest
 from accelify.runtime.sharding import ShardPass, shard_batches, shard_index_batches, sharded_length
 
 
-def shards(batches, world, even_batches=True, drop_last=False):
+def shards(batches, world, even_batches=True, drop_last=False, batch_size=None):
     per_rank, records = [], []
     for rank in range(world):
         record = ShardPass()
-        per_rank.append(
-            list(
-                shard_batches(
-                    batches,
-                    rank,
-                    world,
-                    even_batches=even_batches,
-                    drop_last=drop_last,
-                    size_of=len,
-                    record=record,
-                )
-            )
-        )
+        options = {"even_batches": even_batches, "drop_last": drop_last, "record": record}
+        if batch_size is None:
+            sharded = shard_batches(batches, rank, world, size_of=len, **options)
+        else:
+            sharded = shard_index_batches(batches, rank, world, batch_size=batch_size, **options)
+        per_rank.append(list(sharded))
         records.append(record.padding)
     return per_rank, records
 
@@ -75,24 +68,8 @@ def test_length_matches_what_is_yielded(batches, world, even, drop_last):
 
 
 def index_shards(batches, world, batch_size, even_batches=True, drop_last=False):
-    per_rank, records = [], []
-    for rank in range(world):
-        record = ShardPass()
-        per_rank.append(
-            list(
-                shard_index_batches(
-                    batches,
-                    rank,
-                    world,
-                    batch_size=batch_size,
-                    even_batches=even_batches,
-                    drop_last=drop_last,
-                    record=record,
-                )
-            )
-        )
-        records.append(record.padding)
-    return per_rank, records
+    """`shards` through `shard_index_batches`, which completes batches of ``batch_size``."""
+    return shards(batches, world, even_batches, drop_last, batch_size=batch_size)
 
 
 def test_a_short_last_batch_is_completed_from_the_start_as_in_accelerate():

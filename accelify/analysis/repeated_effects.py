@@ -18,6 +18,7 @@ from accelify.analysis import side_effects
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted
 
 _MAX_DEPTH = 4
 
@@ -75,10 +76,19 @@ def _every_rank_sites(
 
 
 def _callers(model: ScriptModel, placement: Placement, function: cst.FunctionDef) -> list[cst.Call]:
-    """Calls of ``function`` by name (``save(...)``) or, for a method, as ``x.save(...)``."""
-    if placement.class_of(function) is None:
+    """Calls of ``function`` by name (``save(...)``) or, for a method, as ``self.save(...)``
+    inside its class; calls through other objects cannot be told from same-named methods of
+    other classes (``accelerator.save``), so a method called only that way counts as never
+    called."""
+    owner = placement.class_of(function)
+    if owner is None:
         return placement.callers(function)
     name = function.name.value
     return [
-        c for c in model.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value == name
+        call
+        for call in model.calls
+        if isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == name
+        and dotted(call.func.value) == "self"
+        and placement.class_of(call) is owner
     ]
