@@ -38,12 +38,13 @@ class SaveStateOnOneRank(Rule):
         if runtime_of(script) != "hf":
             return  # on accelify's runtime save_state is a collective everywhere: ACC202
         in_view = backends_in_view(script)
-        for use in facts_of(script).collective_uses:
+        facts = facts_of(script)
+        for use in facts.collective_uses:
             if use.through_helper or not (dotted(use.call.func) or "").endswith(".save_state"):
                 continue
             if use.skipped_on & in_view:
                 continue  # a hang on a backend the script names: ACC202
-            if not facts_of(script).ranks.backend_guards.agreed_on(use.call):
+            if not facts.ranks.backend_guards.agreed_on(use.call):
                 # a plain rank guard; one that lets every rank in on some backend
                 # (``or distributed_type == DEEPSPEED``) is a deliberate choice
                 yield self.finding(script, use.call)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted
 
 DDP, FSDP, DEEPSPEED, ZERO3 = "ddp", "fsdp", "deepspeed", "deepspeed-zero3"
 EVERY_BACKEND = frozenset({DDP, FSDP, DEEPSPEED, ZERO3})
@@ -144,11 +145,12 @@ def collective_backends(
 ) -> frozenset[str]:
     """Where ``call`` is a collective under the script's runtime; empty when it is none."""
     func = call.func
-    if isinstance(func, cst.Attribute) and func.attr.value in ACCELERATOR_METHODS:
-        from accelify.analysis.syntax import dotted
-
-        if dotted(func.value) in accelerators:
-            return ACCELERATOR_METHODS[func.attr.value].on(runtime_of(script))
+    if (
+        isinstance(func, cst.Attribute)
+        and func.attr.value in ACCELERATOR_METHODS
+        and dotted(func.value) in accelerators
+    ):
+        return ACCELERATOR_METHODS[func.attr.value].on(runtime_of(script))
     if script.call_names(call) & FUNCTIONS:
         return EVERY_BACKEND
     return frozenset()
