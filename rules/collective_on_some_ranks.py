@@ -38,6 +38,12 @@ class CollectiveOnSomeRanks(Rule):
             5,
         ),
         Example(
+            HEADER + "def finish():\n    if not accelerator.is_main_process:\n        return\n"
+            "    accelerator.wait_for_everyone()\n",
+            6,
+            5,
+        ),
+        Example(
             _HF + "if accelerator.distributed_type == DistributedType.DEEPSPEED:\n    pass\n"
             "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n",
             6,

@@ -68,6 +68,9 @@ class SaveOutsideMainProcess(Rule):
         + "save_function=accelerator.save)\n",
         HEADER + "import numpy as np\nnp.save(f'preds_{accelerator.process_index}.npy', p)\n",
         HEADER
+        + "import torch\n\n\ndef save(path):\n    if not accelerator.is_main_process:\n"
+        + "        return\n    torch.save(state, path)\n\n\nsave('a.pt')\n",
+        HEADER
         + "import torch\n\n\nclass Trainer:\n    def save(self, path):\n"
         + "        torch.save(state, path)\n\n    def fit(self):\n"
         + "        if accelerator.is_main_process:\n            self.save('x.pt')\n\n\n"

@@ -218,6 +218,14 @@ class BackendGuards:
                 return
             if isinstance(ancestor, cst.If) and child is not ancestor.test:
                 yield self.truth(ancestor.test), child is ancestor.body
+            if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+                # ``if not accelerator.is_main_process: return`` above: what follows in the
+                # block runs where that test is false
+                for statement in ancestor.body:
+                    if statement is child:
+                        break
+                    if _leaves_block(statement):
+                        yield self.truth(statement.test), False  # type: ignore[attr-defined]
             child = ancestor
 
     def truth(self, test: cst.BaseExpression, depth: int = 0) -> _Truth:
@@ -252,6 +260,20 @@ class BackendGuards:
                     if isinstance(target, cst.Name):
                         self._assigned.setdefault(target.value, []).append(node.value)
         return self._assigned
+
+
+def _leaves_block(statement: cst.CSTNode) -> bool:
+    """An ``if`` without ``else`` whose body ends in ``return``, ``raise``, ``continue`` or
+    ``break``."""
+    if not isinstance(statement, cst.If) or statement.orelse is not None:
+        return False
+    body = statement.body
+    last = body.body[-1] if body.body else None
+    if isinstance(body, cst.IndentedBlock):
+        if not isinstance(last, cst.SimpleStatementLine):
+            return False
+        last = last.body[-1]
+    return isinstance(last, (cst.Return, cst.Raise, cst.Continue, cst.Break))
 
 
 def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
