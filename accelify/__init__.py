@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         GradScalerKwargs,
         InitProcessGroupKwargs,
     )
+    from accelify.runtime.partial_state import PartialState
     from accelify.runtime.rng import set_seed, synchronize_rng_states
 
 #: Configuration names HF Accelerate exports at its top level too (plain dataclasses: no torch).
@@ -34,6 +35,7 @@ __all__ = [
     "DistributedType",
     "GradScalerKwargs",
     "InitProcessGroupKwargs",
+    "PartialState",
     "__version__",
     "set_seed",
     "synchronize_rng_states",
@@ -45,7 +47,7 @@ def __getattr__(name: str) -> Any:
         from accelify.runtime import kwargs_handlers
 
         return getattr(kwargs_handlers, name)
-    if name in ("Accelerator", "set_seed", "synchronize_rng_states"):
+    if name in ("Accelerator", "PartialState", "set_seed", "synchronize_rng_states"):
         try:
             from accelify import runtime
         except ImportError as error:

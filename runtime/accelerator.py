@@ -10,10 +10,9 @@ unprepared script, bit for bit.
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +35,13 @@ from accelify.runtime.kwargs_handlers import (
     distributed_type_of,
 )
 from accelify.runtime.optimizer import PreparedOptimizer
+from accelify.runtime.partial_state import ProcessMethods
 from accelify.runtime.plugins import DataLoaderConfiguration, GradientAccumulationPlugin
 from accelify.runtime.precision import Precision, restore_forward
 from accelify.runtime.project import ProjectConfiguration
 from accelify.runtime.scheduler import PreparedScheduler, repoint_scheduler
 from accelify.runtime.serialization import save_model_files, write_atomically
-from accelify.runtime.state import DEFAULT_TIMEOUT, ProcessState
+from accelify.runtime.state import DEFAULT_TIMEOUT, shared_state
 from accelify.runtime.tracking import TrackerMethods
 
 _SCHEDULER_TYPES: tuple[type, ...] = (
@@ -50,7 +50,7 @@ _SCHEDULER_TYPES: tuple[type, ...] = (
 )
 
 
-class Accelerator(CheckpointMethods, TrackerMethods):
+class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
     """Run the same training code on one device or on N processes.
 
     Example::
@@ -108,7 +108,7 @@ class Accelerator(CheckpointMethods, TrackerMethods):
                 f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}"
             )
         group = kwargs_handlers_module.of_type(kwargs_handlers, InitProcessGroupKwargs)
-        self.state = ProcessState.from_env(
+        self.state = shared_state(
             cpu=cpu or settings.use_cpu, timeout=group.get("timeout") or DEFAULT_TIMEOUT
         )
         self.precision = Precision(mixed_precision or settings.mixed_precision or "no", self.device)
@@ -144,39 +144,6 @@ class Accelerator(CheckpointMethods, TrackerMethods):
         self._rebound: dict[int, torch.optim.Optimizer] = {}  # user optimizer -> engine's
         self._companions: tuple[Any, ...] = ()  # the objects of the prepare call in progress
         self._trigger = torch.tensor(0.0, device=self.device)
-
-    # --- where this process stands ------------------------------------------------------------
-    @property
-    def device(self) -> torch.device:
-        return self.state.device
-
-    @property
-    def process_index(self) -> int:
-        return self.state.process_index
-
-    @property
-    def local_process_index(self) -> int:
-        return self.state.local_process_index
-
-    @property
-    def num_processes(self) -> int:
-        return self.state.num_processes
-
-    @property
-    def is_main_process(self) -> bool:
-        return self.state.is_main_process
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self.state.is_local_main_process
-
-    @property
-    def is_last_process(self) -> bool:
-        return self.process_index == self.num_processes - 1
-
-    @property
-    def use_distributed(self) -> bool:
-        return self.state.distributed
 
     @property
     def distributed_type(self) -> DistributedType:
@@ -377,35 +344,6 @@ class Accelerator(CheckpointMethods, TrackerMethods):
     ) -> Any:
         return operations.pad_across_processes(tensor, dim, pad_index, pad_first)
 
-    @pending_work.tracks
-    def wait_for_everyone(self) -> None:
-        if self.state.distributed:
-            dist.barrier()
-
-    @contextlib.contextmanager
-    def main_process_first(self) -> Iterator[None]:
-        """The main process runs the block first (downloads, caches); the others follow."""
-        with self._first(self.is_main_process):
-            yield
-
-    @contextlib.contextmanager
-    def local_main_process_first(self) -> Iterator[None]:
-        with self._first(self.is_local_main_process):
-            yield
-
-    @contextlib.contextmanager
-    def _first(self, leads: bool) -> Iterator[None]:
-        if not leads:
-            self.wait_for_everyone()
-        yield
-        if leads:
-            self.wait_for_everyone()
-
-    @contextlib.contextmanager
-    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
-        """This rank's contiguous share of a list, tuple, dict of lists or tensor."""
-        yield _split(inputs, self.process_index, self.num_processes, apply_padding)
-
     def set_trigger(self) -> None:
         """Raise a flag on this rank; `check_trigger` on every rank then sees it."""
         self._trigger.fill_(1.0)
@@ -417,39 +355,6 @@ class Accelerator(CheckpointMethods, TrackerMethods):
             self._trigger.zero_()
             return True
         return False
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        if self.is_local_main_process:
-            print(*args, **kwargs)
-
-    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        return _only_where(function, lambda: self.is_main_process)
-
-    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        return _only_where(function, lambda: self.is_local_main_process)
-
-    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        return _only_where(function, lambda: self.is_last_process)
-
-    def on_process(
-        self, function: Callable[..., Any] | None = None, process_index: int | None = None
-    ) -> Any:
-        """``@accelerator.on_process(process_index=1)``: run on that rank only."""
-        if function is None:
-            return functools.partial(self.on_process, process_index=process_index)
-        if process_index is None:
-            raise ValueError("on_process needs a process_index")
-        return _only_where(function, lambda: self.process_index == process_index)
-
-    def on_local_process(
-        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
-    ) -> Any:
-        """``@accelerator.on_local_process(local_process_index=0)``: that rank of each node."""
-        if function is None:
-            return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        if local_process_index is None:
-            raise ValueError("on_local_process needs a local_process_index")
-        return _only_where(function, lambda: self.local_process_index == local_process_index)
 
     # --- models and saving ---------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True) -> Any:
@@ -525,16 +430,6 @@ class Accelerator(CheckpointMethods, TrackerMethods):
             dist.destroy_process_group()
 
 
-def _only_where(function: Callable[..., Any], here: Callable[[], bool]) -> Callable[..., Any]:
-    """``function``, run only where ``here()`` holds (None elsewhere)."""
-
-    @functools.wraps(function)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        return function(*args, **kwargs) if here() else None
-
-    return run
-
-
 class _SkippingLoader:
     def __init__(self, loader: Any, num_batches: int) -> None:
         self.loader = loader
@@ -573,17 +468,3 @@ def _contains_only_tensors(data: Any) -> bool:
     if isinstance(data, dict):
         return all(_contains_only_tensors(item) for item in data.values())
     return False
-
-
-def _split(inputs: Any, rank: int, world: int, apply_padding: bool) -> Any:
-    if isinstance(inputs, dict):
-        return {key: _split(value, rank, world, apply_padding) for key, value in inputs.items()}
-    length = len(inputs)
-    per_rank, extra = divmod(length, world)
-    start = rank * per_rank + min(rank, extra)
-    end = start + per_rank + (1 if rank < extra else 0)
-    share = inputs[start:end]
-    if apply_padding and extra and rank >= extra and length:
-        last = inputs[-1:]
-        share = torch.cat([share, last]) if isinstance(inputs, torch.Tensor) else share + last
-    return share

@@ -151,3 +151,16 @@ def _release_wrapped_models() -> None:
 
 #: DDP wrappers created by this process (weakly held), released at exit.
 WRAPPED_MODELS: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+
+
+_SHARED: dict[bool, ProcessState] = {}
+
+
+def shared_state(cpu: bool, timeout: timedelta = DEFAULT_TIMEOUT) -> ProcessState:
+    """One `ProcessState` per process (per device choice): an `Accelerator` and any
+    `PartialState` agree on the rank, the device and the process group."""
+    known = _SHARED.get(cpu)
+    if known is None or (known.distributed and not dist.is_initialized()):
+        # first use, or the group was closed (end_training): start again
+        _SHARED[cpu] = ProcessState.from_env(cpu=cpu, timeout=timeout)
+    return _SHARED[cpu]

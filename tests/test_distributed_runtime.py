@@ -239,3 +239,17 @@ def test_pad_across_processes_with_different_ranks_raises_on_every_rank():
     lines = set(result.stdout.splitlines())
     assert {"rank 0 raised: True", "rank 1 raised: True"} <= lines
     assert {"rank 0 padded to (2, 2)", "rank 1 padded to (2, 2)"} <= lines
+
+
+def test_partial_state_without_and_beside_an_accelerator():
+    result = launch(RUNTIME / "partial_state.py")
+    assert_ok(result)
+    records = sorted(
+        (json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
+        key=lambda record: record["rank"],
+    )
+    assert [r["world"] for r in records] == [2, 2]
+    assert [r["type"] for r in records] == ["MULTI_CPU", "MULTI_CPU"]
+    assert all(r["same"] for r in records)
+    assert [r["share"] for r in records] == [[0, 1, 2], [3, 4]]
+    assert [r["total"] for r in records] == [5.0, 5.0]  # the shared group reduces across both
