@@ -5,7 +5,7 @@ import libcst as cst
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
-from accelify.lint.rule import Example, Finding, Rule, calls, steps_argument
+from accelify.lint.rule import Example, Finding, Rule, accelerator_argument, calls
 
 _IMPORT = "from accelify import Accelerator\n"
 
@@ -48,7 +48,7 @@ class AccumulationSettings(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         facts = facts_of(script)
-        accelerators = script.names_of(Kind.ACCELERATOR) | facts.flow.param_names(Kind.ACCELERATOR)
+        accelerators = facts.flow.names_of(Kind.ACCELERATOR)
         if any(
             _method_of(call, accelerators) in ("accumulate", "no_sync") for call in calls(script)
         ):
@@ -56,7 +56,7 @@ class AccumulationSettings(Rule):
         if _steps_by_hand(script):
             return
         for binding in script.of_kind(Kind.ACCELERATOR):
-            argument = steps_argument(binding.value)
+            argument = accelerator_argument(binding.value, "gradient_accumulation_steps")
             if argument is None or _is_one(argument.value):
                 continue
             yield self.finding(script, binding.value)

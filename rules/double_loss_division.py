@@ -4,7 +4,7 @@ import libcst as cst
 
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
-from accelify.lint.rule import Example, Finding, Rule, calls, steps_argument
+from accelify.lint.rule import Example, Finding, Rule, accelerator_argument, calls
 
 _SETUP = (
     "from accelify import Accelerator\n"
@@ -97,7 +97,7 @@ class DoubleLossDivision(Rule):
 def _configured_steps(script: ScriptModel) -> str | None:
     """The code of ``gradient_accumulation_steps=...`` when it is set (and not to 1)."""
     for binding in script.of_kind(Kind.ACCELERATOR):
-        argument = steps_argument(binding.value)
+        argument = accelerator_argument(binding.value, "gradient_accumulation_steps")
         if argument is not None:
             code = script.module.code_for_node(argument.value)
             return None if code == "1" else code

@@ -3,9 +3,16 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
 from accelify.edits.plan import Plan, expression
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, calls
+from accelify.lint.rule import (
+    HEADER,
+    Example,
+    Finding,
+    Rule,
+    accelerator_argument,
+    accelerator_at,
+    calls,
+)
 
 
 class HardCodedCuda(Rule):
@@ -103,8 +110,5 @@ def _cuda_literal(node: cst.BaseExpression, bare_counts: bool) -> bool:
 def _must_run_without_cuda(script: ScriptModel) -> bool:
     """``Accelerator(cpu=...)``: the script is meant to run on CPU too, where "cuda" fails."""
     return any(
-        isinstance(b.value, cst.Call)
-        and any(a.keyword is not None and a.keyword.value == "cpu" for a in b.value.args)
-        and dotted(b.value.func) is not None
-        for b in script.of_kind(Kind.ACCELERATOR)
+        accelerator_argument(b.value, "cpu") is not None for b in script.of_kind(Kind.ACCELERATOR)
     )

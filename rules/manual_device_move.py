@@ -5,7 +5,7 @@ import libcst as cst
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, root_name
 from accelify.edits.plan import Plan
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, prepared
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_argument, calls, prepared
 
 _PREPARED = HEADER + "model, loader = accelerator.prepare(model, loader)\n"
 
@@ -101,16 +101,11 @@ def _fixed_literal(node: cst.SimpleString) -> bool:
 
 
 def _placement_disabled(script: ScriptModel) -> bool:
-    return any(
-        isinstance(b.value, cst.Call)
-        and any(
-            a.keyword is not None
-            and a.keyword.value == "device_placement"
-            and dotted(a.value) == "False"
-            for a in b.value.args
-        )
-        for b in script.of_kind(Kind.ACCELERATOR)
-    )
+    for binding in script.of_kind(Kind.ACCELERATOR):
+        argument = accelerator_argument(binding.value, "device_placement")
+        if argument is not None and dotted(argument.value) == "False":
+            return True
+    return False
 
 
 def _removal(script: ScriptModel, call: cst.Call) -> Plan:

@@ -29,10 +29,8 @@ from accelify.runtime.environment import LaunchSettings
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.kwargs_handlers import (
     DistributedDataParallelKwargs,
-    DistributedType,
     GradScalerKwargs,
     InitProcessGroupKwargs,
-    distributed_type_of,
 )
 from accelify.runtime.optimizer import PreparedOptimizer
 from accelify.runtime.partial_state import ProcessMethods
@@ -121,6 +119,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             self.gradient_state,
             kwargs_handlers_module.of_type(kwargs_handlers, DistributedDataParallelKwargs),
         )
+        self.backend_name = self.backend.name
         scaler_options = kwargs_handlers_module.of_type(kwargs_handlers, GradScalerKwargs)
         self.scaler = (
             None if self.backend.scales_fp16 else self.precision.make_scaler(scaler_options)
@@ -144,10 +143,6 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         self._rebound: dict[int, torch.optim.Optimizer] = {}  # user optimizer -> engine's
         self._companions: tuple[Any, ...] = ()  # the objects of the prepare call in progress
         self._trigger = torch.tensor(0.0, device=self.device)
-
-    @property
-    def distributed_type(self) -> DistributedType:
-        return distributed_type_of(self.backend.name, self.num_processes, self.device.type)
 
     @property
     def project_dir(self) -> Path | None:

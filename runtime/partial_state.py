@@ -23,6 +23,11 @@ class ProcessMethods:
     """Mixed into `Accelerator` and `PartialState`; reads ``self.state``."""
 
     state: ProcessState
+    backend_name: str  # the engine chosen at launch: ddp, fsdp or deepspeed
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        return distributed_type_of(self.backend_name, self.num_processes, self.device.type)
 
     @property
     def device(self) -> torch.device:
@@ -129,11 +134,7 @@ class PartialState(ProcessMethods):
             raise TypeError(f"PartialState() got unexpected arguments {sorted(unknown)}")
         settings = LaunchSettings.from_env()
         self.state = shared_state(cpu=cpu or settings.use_cpu)
-        self._backend_name = settings.backend
-
-    @property
-    def distributed_type(self) -> DistributedType:
-        return distributed_type_of(self._backend_name, self.num_processes, self.device.type)
+        self.backend_name = settings.backend
 
     def destroy_process_group(self) -> None:
         if dist.is_available() and dist.is_initialized():

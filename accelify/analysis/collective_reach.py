@@ -34,7 +34,7 @@ class CollectiveReach:
         self.model = model
         self.placement = placement
         self.guards = guards
-        self.accelerators = model.names_of(Kind.ACCELERATOR) | flow.param_names(Kind.ACCELERATOR)
+        self.accelerators = flow.names_of(Kind.ACCELERATOR)
         self._reached: dict[cst.FunctionDef, list[tuple[cst.Call, frozenset[str]]]] = {}
 
     def uses(self) -> list[CollectiveUse]:

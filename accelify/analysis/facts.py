@@ -48,7 +48,8 @@ class Facts:
         anchors: list[cst.CSTNode] = [
             loop.node for loop in self.model.loops if self.flow.reads_loader(loop)
         ]
-        optimizers = self.model.names_of(Kind.OPTIMIZER) | self.flow.param_names(Kind.OPTIMIZER)
+        optimizers = self.flow.names_of(Kind.OPTIMIZER)
+        backwards = {id(call) for call in self.model.backward_calls}
         for call in self.model.calls:
             func = call.func
             stepping = (
@@ -56,7 +57,7 @@ class Facts:
                 and func.attr.value == "step"
                 and dotted(func.value) in optimizers
             )
-            if stepping or self.flow.is_forward(call) or call in self.model.backward_calls:
+            if stepping or self.flow.is_forward(call) or id(call) in backwards:
                 anchors.append(call)
         for anchor in anchors:
             for node in (anchor, *self.model.ancestors(anchor)):

@@ -58,6 +58,10 @@ class ObjectFlow:
     def param_names(self, kind: Kind) -> set[str]:
         return {name for params in self.params.values() for name, k in params.items() if k is kind}
 
+    def names_of(self, kind: Kind) -> set[str]:
+        """Names bound to ``kind`` anywhere: the script's bindings and helpers' parameters."""
+        return self.model.names_of(kind) | self.param_names(kind)
+
     def kind_of(self, name: str | None, at: cst.CSTNode) -> Kind | None:
         """What ``name`` holds where ``at`` is: the scope's own bindings, module globals,
         ``self.x`` of the same class, a helper's parameters, or an enclosing function's names.

@@ -22,11 +22,11 @@ class TextEdit:
         return asdict(self)
 
 
-def text_edit(module: cst.Module, plan: Plan) -> TextEdit | None:
-    """The one span of ``module`` that ``plan`` rewrites (None when it changes nothing)."""
+def text_edit(module: cst.Module, plan: Plan, before: str) -> TextEdit | None:
+    """The one span of ``module`` (whose code is ``before``) that ``plan`` rewrites (None when
+    it changes nothing)."""
     from accelify.edits.apply import ApplyPlan
 
-    before = module.code
     after = module.visit(ApplyPlan(plan)).code
     if after == before:
         return None

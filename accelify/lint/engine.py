@@ -12,6 +12,8 @@ from accelify.lint.selection import Selection, suppressed
 from accelify.source import parse
 
 if TYPE_CHECKING:
+    import libcst as cst
+
     from accelify.analysis.script_model import ScriptModel
 
 MARKERS = (b"torch", b"accelerate", b"accelify")
@@ -49,15 +51,23 @@ def lint_source(
     script = analyze(module, data.decode("utf-8", errors="replace"))
     result.findings = _check(script, data, path, selection)
     if portable and not fix:
-        result.findings = [finding.portable(module) for finding in result.findings]
+        result.findings = _portable(result.findings, module)
     if fix and any(f.fix for f in result.findings):
         result.fixed, result.fixed_count = _fix(data, path, selection)
         if result.fixed != data:
             module = parse(result.fixed, path)
             result.findings = _check(analyze(module), result.fixed, path, selection)
         if portable:
-            result.findings = [finding.portable(module) for finding in result.findings]
+            result.findings = _portable(result.findings, module)
     return result
+
+
+def _portable(findings: list[Finding], module: cst.Module) -> list[Finding]:
+    """The findings with their fixes as text edits; the file's code is generated once."""
+    if not any(finding.fix for finding in findings):
+        return findings
+    code = module.code
+    return [finding.portable(module, code) for finding in findings]
 
 
 def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) -> list[Finding]:

@@ -113,16 +113,15 @@ def calls(script: ScriptModel) -> list[cst.Call]:
     return script.calls
 
 
-def steps_argument(accelerator: cst.BaseExpression) -> cst.Arg | None:
-    """The ``gradient_accumulation_steps=`` argument of an ``Accelerator(...)`` call, if given."""
+def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.Arg | None:
+    """The ``keyword=`` argument of an ``Accelerator(...)`` call, if given."""
     if not isinstance(accelerator, cst.Call):
         return None
     return next(
         (
             argument
             for argument in accelerator.args
-            if argument.keyword is not None
-            and argument.keyword.value == "gradient_accumulation_steps"
+            if argument.keyword is not None and argument.keyword.value == keyword
         ),
         None,
     )
