@@ -18,25 +18,38 @@ if TYPE_CHECKING:
         GradScalerKwargs,
         InitProcessGroupKwargs,
     )
-    from accelify.runtime.partial_state import PartialState
+    from accelify.runtime.memory import find_executable_batch_size
+    from accelify.runtime.partial_state import AcceleratorState, PartialState
+    from accelify.runtime.plugins import DataLoaderConfiguration, GradientAccumulationPlugin
+    from accelify.runtime.project import ProjectConfiguration
     from accelify.runtime.rng import set_seed, synchronize_rng_states
 
-#: Configuration names HF Accelerate exports at its top level too (plain dataclasses: no torch).
+#: Configuration names HF Accelerate exports at its top level too (torch-free, from accelify.utils)
 _CONFIGURATION = (
+    "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",
     "GradScalerKwargs",
+    "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
+    "ProjectConfiguration",
+    "find_executable_batch_size",
 )
+_RUNTIME = ("Accelerator", "AcceleratorState", "PartialState", "set_seed", "synchronize_rng_states")
 
 __all__ = [
     "Accelerator",
+    "AcceleratorState",
+    "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",
     "GradScalerKwargs",
+    "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
     "PartialState",
+    "ProjectConfiguration",
     "__version__",
+    "find_executable_batch_size",
     "set_seed",
     "synchronize_rng_states",
 ]
@@ -44,10 +57,10 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _CONFIGURATION:
-        from accelify.runtime import kwargs_handlers
+        from accelify import utils
 
-        return getattr(kwargs_handlers, name)
-    if name in ("Accelerator", "PartialState", "set_seed", "synchronize_rng_states"):
+        return getattr(utils, name)
+    if name in _RUNTIME:
         try:
             from accelify import runtime
         except ImportError as error:

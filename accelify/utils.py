@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelify.runtime.availability import PROBES
 from accelify.runtime.kwargs_handlers import (
     DistributedDataParallelKwargs,
     DistributedType,
@@ -30,6 +31,10 @@ _LAZY = {
     "broadcast": "accelify.runtime.operations",
     "pad_across_processes": "accelify.runtime.operations",
     "send_to_device": "accelify.runtime.operations",
+    "broadcast_object_list": "accelify.runtime.operations",
+    "copy_tensor_to_devices": "accelify.runtime.operations",
+    "DistributedOperationException": "accelify.runtime.operations",
+    **dict.fromkeys(PROBES, "accelify.runtime.availability"),
 }
 
 __all__ = [

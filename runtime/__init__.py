@@ -10,17 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from accelify.runtime.accelerator import Accelerator
-    from accelify.runtime.partial_state import PartialState
+    from accelify.runtime.partial_state import AcceleratorState, PartialState
     from accelify.runtime.rng import set_seed, synchronize_rng_states
 
 _LAZY = {
     "Accelerator": "accelify.runtime.accelerator",
     "PartialState": "accelify.runtime.partial_state",
+    "AcceleratorState": "accelify.runtime.partial_state",
     "set_seed": "accelify.runtime.rng",
     "synchronize_rng_states": "accelify.runtime.rng",
 }
 
-__all__ = ["Accelerator", "PartialState", "set_seed", "synchronize_rng_states"]
+__all__ = ["Accelerator", "AcceleratorState", "PartialState", "set_seed", "synchronize_rng_states"]
 
 
 def __getattr__(name: str) -> Any:

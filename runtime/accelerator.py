@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,17 @@ from accelify.runtime import operations, pending_work, tracking
 from accelify.runtime.accelerator_checkpoints import CheckpointMethods
 from accelify.runtime.backends import create_backend
 from accelify.runtime.data import PreparedDataLoader
+from accelify.runtime.data_loader_api import skip_first_batches
 from accelify.runtime.environment import LaunchSettings
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.kwargs_handlers import (
     DistributedDataParallelKwargs,
+    DistributedType,
     GradScalerKwargs,
     InitProcessGroupKwargs,
 )
 from accelify.runtime.optimizer import PreparedOptimizer
-from accelify.runtime.partial_state import ProcessMethods
+from accelify.runtime.partial_state import AcceleratorState, ProcessMethods
 from accelify.runtime.plugins import DataLoaderConfiguration, GradientAccumulationPlugin
 from accelify.runtime.precision import Precision, restore_forward
 from accelify.runtime.project import ProjectConfiguration
@@ -98,6 +101,9 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
                     "give gradient_accumulation_steps or gradient_accumulation_plugin, not both"
                 )
             gradient_accumulation_steps = gradient_accumulation_plugin.steps()
+        sync_each_batch = bool(
+            gradient_accumulation_plugin and gradient_accumulation_plugin.sync_each_batch
+        )
         settings = LaunchSettings.from_env()
         if gradient_accumulation_steps == 1 and settings.gradient_accumulation_steps:
             gradient_accumulation_steps = settings.gradient_accumulation_steps
@@ -106,14 +112,18 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
                 f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}"
             )
         group = kwargs_handlers_module.of_type(kwargs_handlers, InitProcessGroupKwargs)
-        self.state = shared_state(
+        self.process = shared_state(
             cpu=cpu or settings.use_cpu, timeout=group.get("timeout") or DEFAULT_TIMEOUT
         )
+        self.state = AcceleratorState(cpu=cpu or settings.use_cpu)
         self.precision = Precision(mixed_precision or settings.mixed_precision or "no", self.device)
-        self.gradient_state = GradientState(accumulation_steps=gradient_accumulation_steps)
+        self.process.mixed_precision = self.precision.mode
+        self.gradient_state = GradientState(
+            accumulation_steps=gradient_accumulation_steps, sync_each_batch=sync_each_batch
+        )
         self.backend = create_backend(
             settings.backend,
-            self.state,
+            self.process,
             self.precision.mode,
             settings.backend_options,
             self.gradient_state,
@@ -127,7 +137,6 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.dataloader_config = dataloader_config
-        self.even_batches = dataloader_config.even_batches
         self.project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
@@ -153,6 +162,22 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
     def logging_dir(self) -> Path | None:
         directory = self.project_configuration.logging_dir
         return None if directory is None else Path(directory)
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self.dataloader_config.even_batches = value
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self.dataloader_config.dispatch_batches
 
     @property
     def mixed_precision(self) -> str:
@@ -182,6 +207,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         whatever order they were passed in. Anything else is returned unchanged, and so is an
         object prepared before.
         """
+        self.state.check_current()
         placements = device_placement or [self.device_placement] * len(objects)
         if len(placements) != len(objects):
             raise ValueError("device_placement needs one entry per object passed to prepare()")
@@ -224,11 +250,10 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         if isinstance(obj, DataLoader):
             loader = PreparedDataLoader(
                 obj,
-                self.state,
+                self.process,
                 self.gradient_state,
                 device_placement=device_placement,
-                even_batches=self.even_batches,
-                non_blocking=self.dataloader_config.non_blocking,
+                config=self.dataloader_config,
             )
             self._dataloaders.append(loader)
             return loader
@@ -268,7 +293,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             loss = loss / self.gradient_accumulation_steps
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
-        with pending_work.tracked(self.state.distributed):
+        with pending_work.tracked(self.process.distributed):
             self.backend.backward(loss, self.sync_gradients, **kwargs)
 
     @contextlib.contextmanager
@@ -277,13 +302,60 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         ``gradient_accumulation_steps`` calls and on a DataLoader's last batch."""
         self.gradient_state.advance()
         with contextlib.ExitStack() as stack:
-            if not self.sync_gradients:
+            if not self.sync_gradients and not self.gradient_state.sync_each_batch:
                 for model in models:
                     stack.enter_context(self.backend.no_sync(model))
             yield
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         return self.backend.no_sync(model)
+
+    def trigger_sync_in_backward(
+        self, model: torch.nn.Module
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Reduce the gradients in the backward inside, though its forward ran under `no_sync`
+        (several forwards, then their backwards, the last one synced)."""
+        return self.backend.sync_in_backward(model)
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(
+        self, joinables: list[Any], even_batches: bool | None = None
+    ) -> Iterator[None]:
+        """Let ranks with fewer batches finish early: DDP models in ``joinables`` shadow the
+        collectives of the ranks that are done (`torch.distributed.algorithms.Join`).
+        ``even_batches`` overrides the prepared map-style DataLoaders' setting inside."""
+        ddp_kinds = (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
+        if self.distributed_type not in ddp_kinds or not all(
+            self.backend.joinable(model) for model in joinables
+        ):
+            warnings.warn(
+                "Joining uneven inputs is only supported for multi-GPU and multi-CPU DDP "
+                "training, as a result `join_uneven_inputs` will have no effect.",
+                stacklevel=3,
+            )
+            yield
+            return
+        from torch.distributed.algorithms import Join
+
+        restore: list[tuple[PreparedDataLoader, bool]] = []
+        if even_batches is not None:
+            streams = [loader for loader in self._dataloaders if not loader.map_style]
+            if streams:
+                warnings.warn(
+                    "Overriding even_batches is only supported for map-style datasets, yet some "
+                    "dataloaders given were iterable",
+                    stacklevel=3,
+                )
+            for loader in self._dataloaders:
+                if loader not in streams:
+                    restore.append((loader, loader.even_batches))
+                    loader.even_batches = even_batches
+        try:
+            with Join(joinables, enable=True, throw_on_early_termination=False):
+                yield
+        finally:
+            for loader, value in restore:
+                loader.even_batches = value
 
     def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager[None]:
         return self.precision.autocast()
@@ -389,9 +461,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """The loader, its next pass starting ``num_batches`` batches in (resuming mid-epoch)."""
-        if isinstance(dataloader, PreparedDataLoader):
-            return dataloader.skip_first_batches(num_batches)
-        return _SkippingLoader(dataloader, num_batches)
+        return skip_first_batches(dataloader, num_batches)
 
     def free_memory(self, *objects: Any) -> list[None]:
         """Forget every prepared object, collect garbage and empty the CUDA cache; returns one
@@ -420,23 +490,9 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         for tracker in self.trackers:
             tracker.finish()
         self.trackers = []
-        if self.state.distributed and dist.is_initialized():
+        if self.process.distributed and dist.is_initialized():
             self.wait_for_everyone()
             dist.destroy_process_group()
-
-
-class _SkippingLoader:
-    def __init__(self, loader: Any, num_batches: int) -> None:
-        self.loader = loader
-        self.num_batches = num_batches
-
-    def __iter__(self) -> Iterator[Any]:
-        for index, batch in enumerate(self.loader):
-            if index >= self.num_batches:
-                yield batch
-
-    def __len__(self) -> int:
-        return max(len(self.loader) - self.num_batches, 0)
 
 
 def _is_model(obj: Any) -> bool:

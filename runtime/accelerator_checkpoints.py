@@ -104,7 +104,9 @@ class CheckpointMethods:
         output_dir = self._agreed_directory(
             project.checkpoint_to_write(
                 self.project_configuration, output_dir, self.is_main_process
-            )
+            ),
+            "save_state",
+            "saves into",
         )
         model_states: list[Any] = []
         saved = checkpoint.save(
@@ -118,16 +120,17 @@ class CheckpointMethods:
         )
         return str(saved)
 
-    def _agreed_directory(self, output_dir: Path) -> Path:
+    def _agreed_directory(self, directory: Path, operation: str, verb: str) -> Path:
         """The main process's directory, on every rank: a rank given another one (a path built
-        from its rank, a clock) would write its part where no one reads it."""
+        from its rank, a clock, a `tempfile.TemporaryDirectory()` of its own) would write its
+        part where no one reads it, or read a checkpoint that is not there."""
         if self.num_processes == 1:
-            return output_dir
-        chosen = Path(operations.gather_object(str(output_dir))[0])
-        if chosen != output_dir:
+            return directory
+        chosen = Path(operations.gather_object(str(directory))[0])
+        if chosen != directory:
             warnings.warn(
-                f"save_state: rank {self.process_index} was given {output_dir}, the main process "
-                f"{chosen}; every rank saves into {chosen}",
+                f"{operation}: rank {self.process_index} was given {directory}, the main process "
+                f"{chosen}; every rank {verb} {chosen}",
                 stacklevel=3,
             )
         return chosen
@@ -150,6 +153,7 @@ class CheckpointMethods:
         """Restore what `save_state` wrote; prepared DataLoaders resume the interrupted pass."""
         if input_dir is None:
             input_dir = project.latest_checkpoint(self.project_configuration)
+        input_dir = self._agreed_directory(Path(input_dir), "load_state", "reads")
         models = list(self._models)
         for hook in self._load_state_pre_hooks.values():
             hook(models, str(input_dir))

@@ -16,16 +16,20 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
 from accelify.runtime import pending_work
+from accelify.runtime.dispatch import dispatched
 from accelify.runtime.gradient_state import GradientState
-from accelify.runtime.operations import first_dim, send_to_device
+from accelify.runtime.operations import broadcast_object_list, first_dim, send_to_device
+from accelify.runtime.plugins import DataLoaderConfiguration
+from accelify.runtime.samplers import SeedableRandomSampler, seedable
 from accelify.runtime.sharding import (
     ShardPass,
     shard_batches,
     shard_index_batches,
     sharded_length,
+    split_index_batches,
 )
 from accelify.runtime.state import ProcessState
 
@@ -46,15 +50,26 @@ class _PassSeeds:
 
     def __init__(self, sampler: Any, state: ProcessState) -> None:
         self.state = state
-        self.owns_generator = isinstance(sampler, RandomSampler) and sampler.generator is None
+        self.seedable = sampler if isinstance(sampler, SeedableRandomSampler) else None
+        self.owns_generator = (
+            isinstance(sampler, RandomSampler) and sampler.generator is None and not self.seedable
+        )
         if self.owns_generator:
             sampler.generator = torch.Generator()
-        self.generator: torch.Generator | None = getattr(sampler, "generator", None)
+        self.generator: torch.Generator | None = (
+            None if self.seedable else getattr(sampler, "generator", None)
+        )
         self.pass_start_state: torch.Tensor | None = None
         self.restore_state: torch.Tensor | None = None
+        self.pass_start_epoch: int | None = None
+        self.restore_epoch: int | None = None
+        self.seed_agreed = False
 
     @pending_work.tracks
     def start_pass(self) -> None:
+        if self.seedable is not None:
+            self._start_seedable_pass(self.seedable)
+            return
         if self.generator is None:
             return
         if self.restore_state is not None:
@@ -72,58 +87,123 @@ class _PassSeeds:
             self.generator.set_state(generator_state)
         self.pass_start_state = self.generator.get_state()
 
+    def _start_seedable_pass(self, sampler: SeedableRandomSampler) -> None:
+        """Its seed and epoch decide the pass; rank 0's seed is taken once, so that ranks that
+        were not seeded alike still shuffle alike."""
+        if self.state.distributed and not self.seed_agreed:
+            sampler.initial_seed = broadcast_object_list([sampler.initial_seed])[0]
+            self.seed_agreed = True
+        if self.restore_epoch is not None:
+            sampler.set_epoch(self.restore_epoch)
+            self.restore_epoch = None
+        self.pass_start_epoch = sampler.epoch
+
 
 class _ShardedBatchSampler:
-    """This rank's index batches of one pass; a batch sampler the inner DataLoader can use."""
+    """This rank's index batches of one pass; a batch sampler the inner DataLoader can use.
+
+    ``batch_sampler`` is (a copy of) the user's, ``even_batches`` can be changed between passes
+    (`Accelerator.join_uneven_inputs` does), as on HF's ``BatchSamplerShard``.
+    """
 
     def __init__(
-        self, batch_sampler: Any, state: ProcessState, even_batches: bool, drop_last: bool
+        self,
+        batch_sampler: Any,
+        state: ProcessState,
+        even_batches: bool,
+        drop_last: bool,
+        *,
+        split_batches: bool = False,
+        seedable_sampler: bool = False,
+        data_seed: int | None = None,
+        size_of: Any = len,
     ) -> None:
         self.batch_sampler = copy.copy(batch_sampler)
-        sampler = getattr(self.batch_sampler, "sampler", None)
-        if sampler is not None:
-            self.batch_sampler.sampler = copy.copy(sampler)
-        self.seeds = _PassSeeds(getattr(self.batch_sampler, "sampler", None), state)
+        if hasattr(self.batch_sampler, "sampler"):
+            sampler = copy.copy(self.batch_sampler.sampler)
+            if seedable_sampler and type(sampler) is RandomSampler:
+                sampler = seedable(sampler, data_seed)
+            self.batch_sampler.sampler = sampler
+        else:  # the sampler itself (a DataLoader with batch_size=None): each item is one step
+            if seedable_sampler and type(self.batch_sampler) is RandomSampler:
+                self.batch_sampler = seedable(self.batch_sampler, data_seed)
+            sampler = self.batch_sampler
+        self.seeds = _PassSeeds(sampler, state)
         self.state = state
         self.even_batches = even_batches
         self.drop_last = drop_last
+        self.split_batches = split_batches
+        self.size_of = size_of
         self.current = ShardPass()
         self.skip = 0
+        if split_batches:
+            size = self.batch_size
+            if size is None or size % state.num_processes:
+                raise ValueError(
+                    "split_batches=True needs a batch size that is a multiple of the number of "
+                    f"processes ({state.num_processes}); the DataLoader's is {size}"
+                )
+
+    @property
+    def batch_size(self) -> int | None:
+        size = getattr(self.batch_sampler, "batch_size", None)
+        return size if isinstance(size, int) and size > 0 else None
 
     def __len__(self) -> int:
+        batches = len(self.batch_sampler)
+        if self.split_batches:
+            return self._split_length(batches)
         return sharded_length(
-            len(self.batch_sampler),
+            batches,
             self.state.process_index,
             self.state.num_processes,
             even_batches=self.even_batches,
             drop_last=self.drop_last,
         )
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def _split_length(self, batches: int) -> int:
+        assert self.batch_size is not None
+        samples = len(getattr(self.batch_sampler, "sampler", ()) or ()) or batches * self.batch_size
+        last = samples % self.batch_size
+        if last == 0 or self.drop_last or self.even_batches:
+            return batches
+        per_rank = self.batch_size // self.state.num_processes
+        return batches if last > self.state.process_index * per_rank else batches - 1
+
+    def __iter__(self) -> Iterator[Any]:
         # A generator, like torch's BatchSampler: the shuffle seed is drawn at the first batch,
         # after the DataLoader iterator has drawn its own base seed, exactly as without prepare.
         self.seeds.start_pass()
         self.current = ShardPass()
-        batch_size = getattr(self.batch_sampler, "batch_size", None)
-        if isinstance(batch_size, int) and batch_size > 0:
+        rank, world = self.state.process_index, self.state.num_processes
+        options = {"even_batches": self.even_batches, "drop_last": self.drop_last}
+        if self.split_batches:
+            assert self.batch_size is not None
+            batches = split_index_batches(
+                self.batch_sampler,
+                rank,
+                world,
+                batch_size=self.batch_size,
+                record=self.current,
+                **options,
+            )
+        elif self.batch_size is not None and self.size_of is len:
             batches = shard_index_batches(
                 self.batch_sampler,
-                self.state.process_index,
-                self.state.num_processes,
-                batch_size=batch_size,
-                even_batches=self.even_batches,
-                drop_last=self.drop_last,
+                rank,
+                world,
+                batch_size=self.batch_size,
                 record=self.current,
+                **options,
             )
         else:  # a batch sampler of its own sizes: whole batches, the end evened out by repeats
             batches = shard_batches(
                 self.batch_sampler,
-                self.state.process_index,
-                self.state.num_processes,
-                even_batches=self.even_batches,
-                drop_last=self.drop_last,
-                size_of=len,
+                rank,
+                world,
+                size_of=self.size_of,
                 record=self.current,
+                **options,
             )
         skip, self.skip = self.skip, 0
         yield from itertools.islice(batches, skip, None)
@@ -139,32 +219,45 @@ class PreparedDataLoader:
         gradient_state: GradientState,
         *,
         device_placement: bool = True,
-        even_batches: bool = True,
-        non_blocking: bool = False,
+        config: DataLoaderConfiguration | None = None,
     ) -> None:
+        config = config or DataLoaderConfiguration()
         self.base_dataloader = loader
-        self.non_blocking = non_blocking
+        self.non_blocking = config.non_blocking
         self.state = state
         self.gradient_state = gradient_state
         self.device_placement = device_placement
-        self.even_batches = even_batches
+        self.split_batches = config.split_batches
+        self.dispatch_batches = bool(config.dispatch_batches) and state.distributed
         self.iteration = 0
         self.batches_yielded = 0
         self.at_last_batch = False
+        self._even_batches = config.even_batches
         self._resume_skip = 0
+        self._pass_finished = True  # no pass in progress
         self._iterable = isinstance(loader.dataset, IterableDataset)
-        self._iterable_pass = ShardPass()
-        if self._iterable:
-            self._sampler: _ShardedBatchSampler | None = None
-            self._inner = loader
-        else:
-            self._sampler = _ShardedBatchSampler(
-                loader.batch_sampler or BatchSampler(loader.sampler, 1, False),
-                state,
-                even_batches,
-                drop_last=loader.drop_last,
-            )
-            self._inner = _rebuild(loader, self._sampler)
+        self._stream_pass = ShardPass()
+        self._sampler: _ShardedBatchSampler | None = None
+        self._inner: DataLoader = loader
+        if self._iterable or self.dispatch_batches:
+            if self.split_batches and not self.dispatch_batches and state.distributed:
+                raise NotImplementedError(
+                    "split_batches=True over an IterableDataset needs dispatch_batches=True "
+                    "(the main process reads each batch and sends every rank its slice)"
+                )
+            return
+        automatic_batches = loader.batch_sampler is not None
+        self._sampler = _ShardedBatchSampler(
+            loader.batch_sampler if automatic_batches else loader.sampler,
+            state,
+            config.even_batches,
+            drop_last=loader.drop_last,
+            split_batches=self.split_batches,
+            seedable_sampler=config.use_seedable_sampler,
+            data_seed=config.data_seed,
+            size_of=len if automatic_batches else _items_in,
+        )
+        self._inner = _rebuild(loader, self._sampler, automatic_batches)
 
     # --- what scripts read off a DataLoader -------------------------------------------------
     def __getattr__(self, name: str) -> Any:
@@ -172,11 +265,34 @@ class PreparedDataLoader:
             raise AttributeError(name)
         return getattr(self.base_dataloader, name)
 
+    @property
+    def batch_sampler(self) -> Any:
+        """The sampler of this rank's batches (``.batch_sampler`` is the user's, HF's shape)."""
+        return self._sampler if self._sampler is not None else self.base_dataloader.batch_sampler
+
+    @property
+    def map_style(self) -> bool:
+        """Sharded by index batches on each rank (not a stream, not dispatched)."""
+        return self._sampler is not None
+
+    @property
+    def even_batches(self) -> bool:
+        return self._sampler.even_batches if self._sampler is not None else self._even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        if self._sampler is not None:
+            self._sampler.even_batches = value
+        self._even_batches = value
+
     def __len__(self) -> int:
         if self._sampler is not None:
             return len(self._sampler)
+        batches = len(self.base_dataloader)
+        if self.split_batches:
+            return batches
         return sharded_length(
-            len(self.base_dataloader),
+            batches,
             self.state.process_index,
             self.state.num_processes,
             even_batches=self.even_batches,
@@ -188,7 +304,7 @@ class PreparedDataLoader:
         """Samples repeated in the current pass's last round (0 before the last round)."""
         if self._sampler is not None:
             return self._sampler.current.padding
-        return self._iterable_pass.padding
+        return self._stream_pass.padding
 
     def set_epoch(self, epoch: int) -> None:
         for owner in (getattr(self._sampler, "batch_sampler", None), self.base_dataloader.dataset):
@@ -204,8 +320,22 @@ class PreparedDataLoader:
             batches: Iterator[Any] = self._start_inner_pass()
             expected = len(self._sampler) - skip
             stream = _count_to_end(batches, expected)
+        elif self.dispatch_batches:
+            self._stream_pass = ShardPass()
+            stream = itertools.islice(
+                dispatched(
+                    self._inner,
+                    self.state,
+                    split_batches=self.split_batches,
+                    even_batches=self.even_batches,
+                    drop_last=self.base_dataloader.drop_last,
+                    record=self._stream_pass,
+                ),
+                skip,
+                None,
+            )
         else:
-            self._iterable_pass = ShardPass()
+            self._stream_pass = ShardPass()
             batches = shard_batches(
                 self._inner,
                 self.state.process_index,
@@ -213,20 +343,22 @@ class PreparedDataLoader:
                 even_batches=self.even_batches,
                 drop_last=self.base_dataloader.drop_last,
                 size_of=lambda batch: first_dim(batch) or 1,
-                record=self._iterable_pass,
+                record=self._stream_pass,
             )
             stream = _look_ahead(itertools.islice(batches, skip, None))
         self.iteration += 1
         self.batches_yielded = skip
         self.at_last_batch = False
+        self._pass_finished = False
         self.gradient_state.active_loaders.append(self)
         try:
             for batch, is_last in stream:
                 self.batches_yielded += 1
-                self.at_last_batch = is_last
+                self.at_last_batch = self._pass_finished = is_last
                 if self.device_placement:
                     batch = send_to_device(batch, self.state.device, self.non_blocking)
                 yield batch
+            self._pass_finished = True
         finally:
             self.at_last_batch = False
             if self in self.gradient_state.active_loaders:
@@ -246,23 +378,31 @@ class PreparedDataLoader:
     # --- checkpoints --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         seeds = self._sampler.seeds if self._sampler is not None else None
-        generator_state = seeds.pass_start_state if seeds is not None else None
-        return {
+        state = {
             "iteration": self.iteration,
             "batches_yielded": self.batches_yielded,
-            "generator_state": generator_state,
+            "generator_state": seeds.pass_start_state if seeds is not None else None,
+            "pass_finished": self._pass_finished,
         }
+        if seeds is not None and seeds.pass_start_epoch is not None:
+            state["sampler_epoch"] = seeds.pass_start_epoch
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next pass resume the interrupted one: same order, the seen batches skipped."""
         self.iteration = int(state["iteration"])
         yielded = int(state["batches_yielded"])
-        if yielded >= len(self) or self.iteration == 0:
+        finished = state.get("pass_finished")
+        if finished is None:  # written by accelify 0.2 (map-style loaders only)
+            finished = yielded >= len(self)
+        if finished or self.iteration == 0:
             return
         self.iteration -= 1
         self._resume_skip = yielded
         if self._sampler is not None and state["generator_state"] is not None:
             self._sampler.seeds.restore_state = state["generator_state"]
+        if self._sampler is not None and state.get("sampler_epoch") is not None:
+            self._sampler.seeds.restore_epoch = int(state["sampler_epoch"])
 
     def skip_first_batches(self, num_batches: int) -> PreparedDataLoader:
         """This loader, its next pass starting ``num_batches`` in (replaces a restored position)."""
@@ -270,13 +410,38 @@ class PreparedDataLoader:
         return self
 
 
-def _rebuild(loader: DataLoader, batch_sampler: _ShardedBatchSampler) -> DataLoader:
+def _rebuild(
+    loader: DataLoader, sharded: _ShardedBatchSampler, automatic_batches: bool
+) -> DataLoader:
+    """The user's DataLoader on this rank's share: batches of indices, or (``batch_size=None``)
+    the sampler's items, each handed to the dataset whole, as the user's loader does."""
     kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS}
     if loader.num_workers > 0:
         kwargs["prefetch_factor"] = loader.prefetch_factor
     else:
         kwargs["persistent_workers"] = False
-    return DataLoader(loader.dataset, batch_sampler=batch_sampler, **kwargs)
+    if automatic_batches:
+        return DataLoader(loader.dataset, batch_sampler=sharded, **kwargs)
+    return DataLoader(loader.dataset, sampler=_Items(sharded), batch_size=None, **kwargs)
+
+
+class _Items:
+    """The sharded items as a sampler (without automatic batching a DataLoader takes a sampler,
+    and the shard yields one item per step)."""
+
+    def __init__(self, sharded: _ShardedBatchSampler) -> None:
+        self.sharded = sharded
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.sharded)
+
+    def __len__(self) -> int:
+        return len(self.sharded)
+
+
+def _items_in(item: Any) -> int:
+    """Samples in one sampler item: a list of indices, or one index."""
+    return len(item) if isinstance(item, (list, tuple)) else 1
 
 
 def _count_to_end(batches: Iterator[Any], expected: int) -> Iterator[tuple[Any, bool]]:

@@ -15,11 +15,38 @@ class GradientState:
     accumulation_steps: int = 1
     sync_gradients: bool = True
     step: int = 0
+    sync_each_batch: bool = False  # reduce in every backward, though the step waits
     active_loaders: list[Any] = field(default_factory=list)
 
     @property
     def active_loader(self) -> Any | None:
         return self.active_loaders[-1] if self.active_loaders else None
+
+    @property
+    def active_dataloader(self) -> Any | None:
+        """HF's name: the prepared DataLoader being iterated (the innermost), or None."""
+        return self.active_loader
+
+    @property
+    def in_dataloader(self) -> bool:
+        return bool(self.active_loaders)
+
+    @property
+    def num_steps(self) -> int:
+        return self.accumulation_steps
+
+    @property
+    def remainder(self) -> int:
+        """Samples the last batch repeated to even out the ranks (-1 before the last batch)."""
+        loader = self.active_loader
+        if loader is None or not loader.at_last_batch:
+            return -1
+        return loader.padding
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        """HF resets its process-wide singleton between Accelerators; each accelify Accelerator
+        has its own GradientState, so there is nothing to reset."""
 
     @property
     def end_of_dataloader(self) -> bool:

@@ -26,6 +26,7 @@ class DistributedType(str, enum.Enum):
     MULTI_MUSA = "MULTI_MUSA"
     MULTI_XPU = "MULTI_XPU"
     MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
     XLA = "XLA"
     TPU = "TPU"
     MEGATRON_LM = "MEGATRON_LM"

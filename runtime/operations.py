@@ -6,13 +6,22 @@ what the unprepared one did.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from accelify.runtime import pending_work
+from accelify.runtime.state import debug_mode
+
+Operation = TypeVar("Operation", bound=Callable[..., Any])
+
+
+class DistributedOperationException(ValueError):
+    """A collective given data the ranks disagree on (HF Accelerate's name): raised on every
+    rank together, instead of a hang or a wrong result."""
 
 
 def apply_to_tensors(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
@@ -69,6 +78,27 @@ def _pad_rows(
     return torch.cat([filler, tensor] if first else [tensor, filler])
 
 
+def same_shapes_in_debug_mode(operation: Operation) -> Operation:
+    """In debug mode (``ACCELIFY_DEBUG_MODE=1``, or ``state.debug = True``), first check that
+    every rank passes tensors of the same shapes, as HF's debug mode does."""
+
+    @functools.wraps(operation)
+    def checked(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if _world() > 1 and debug_mode():
+            shapes = apply_to_tensors(lambda tensor: tuple(tensor.shape), data)
+            every: list[Any] = [None] * _world()
+            dist.all_gather_object(every, shapes)
+            if any(other != every[0] for other in every):
+                listed = "\n  - ".join(f"Process {rank}: {s}" for rank, s in enumerate(every))
+                raise DistributedOperationException(
+                    f"Cannot apply {operation.__name__}: the ranks' tensors have different "
+                    f"shapes.\nInput shapes:\n  - {listed}"
+                )
+        return operation(data, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
 @pending_work.tracks
 def gather(data: Any) -> Any:
     """Concatenate every rank's tensors along the first dimension, in rank order."""
@@ -90,6 +120,7 @@ def gather_object(obj: Any) -> list[Any]:
 
 
 @pending_work.tracks
+@same_shapes_in_debug_mode
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     operations = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN", "none": None}
     if reduction not in operations:
@@ -109,6 +140,7 @@ def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
 
 
 @pending_work.tracks
+@same_shapes_in_debug_mode
 def broadcast(data: Any, from_process: int = 0) -> Any:
     def broadcast_one(tensor: torch.Tensor) -> torch.Tensor:
         if _world() > 1:
@@ -136,7 +168,7 @@ def pad_across_processes(
         dist.all_gather(theirs, mine)
         dims = [int(t[0].item()) for t in theirs]
         if len(set(dims)) > 1:
-            raise ValueError(
+            raise DistributedOperationException(
                 "pad_across_processes: the tensors have different numbers of dimensions on the "
                 f"ranks ({', '.join(f'rank {r}: {d}' for r, d in enumerate(dims))}); they can "
                 "only be padded along one dimension"
@@ -148,6 +180,32 @@ def pad_across_processes(
         return _pad_rows(moved, longest, pad_index, pad_first).movedim(0, dim)
 
     return apply_to_tensors(pad_one, data)
+
+
+@pending_work.tracks
+def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any]:
+    """Every rank's list replaced, in place, by the ``from_process`` rank's objects."""
+    if _world() > 1:
+        dist.broadcast_object_list(objects, src=from_process)
+    return objects
+
+
+def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
+    """The main process's tensor on every rank (the others pass None), HF's name."""
+    if _world() == 1:
+        assert tensor is not None
+        return tensor
+    meta = broadcast_object_list([None if tensor is None else (tensor.shape, tensor.dtype)])[0]
+    if tensor is None:
+        shape, dtype = meta
+        device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if dist.get_backend() == "nccl"
+            else torch.device("cpu")
+        )
+        tensor = torch.empty(shape, dtype=dtype, device=device)
+    dist.broadcast(tensor, src=0)
+    return tensor
 
 
 def first_dim(data: Any) -> int | None:

@@ -15,43 +15,55 @@ import torch.distributed as dist
 
 from accelify.runtime import pending_work
 from accelify.runtime.environment import LaunchSettings
-from accelify.runtime.kwargs_handlers import DistributedType, distributed_type_of
+from accelify.runtime.kwargs_handlers import DistributedType
 from accelify.runtime.state import ProcessState, shared_state
 
 
 class ProcessMethods:
-    """Mixed into `Accelerator` and `PartialState`; reads ``self.state``."""
+    """Mixed into `Accelerator`, `PartialState` and `AcceleratorState`; reads ``self.process``,
+    the one `ProcessState` of this process."""
 
-    state: ProcessState
-    backend_name: str  # the engine chosen at launch: ddp, fsdp or deepspeed
+    process: ProcessState
 
     @property
     def distributed_type(self) -> DistributedType:
-        return distributed_type_of(self.backend_name, self.num_processes, self.device.type)
+        return self.process.distributed_type
+
+    @distributed_type.setter
+    def distributed_type(self, kind: DistributedType) -> None:
+        self.process.distributed_type = kind
+
+    @property
+    def debug(self) -> bool:
+        return self.process.debug
+
+    @debug.setter
+    def debug(self, on: bool) -> None:
+        self.process.debug = on
 
     @property
     def device(self) -> torch.device:
-        return self.state.device
+        return self.process.device
 
     @property
     def process_index(self) -> int:
-        return self.state.process_index
+        return self.process.process_index
 
     @property
     def local_process_index(self) -> int:
-        return self.state.local_process_index
+        return self.process.local_process_index
 
     @property
     def num_processes(self) -> int:
-        return self.state.num_processes
+        return self.process.num_processes
 
     @property
     def is_main_process(self) -> bool:
-        return self.state.is_main_process
+        return self.process.is_main_process
 
     @property
     def is_local_main_process(self) -> bool:
-        return self.state.is_local_main_process
+        return self.process.is_local_main_process
 
     @property
     def is_last_process(self) -> bool:
@@ -59,11 +71,11 @@ class ProcessMethods:
 
     @property
     def use_distributed(self) -> bool:
-        return self.state.distributed
+        return self.process.distributed
 
     @pending_work.tracks
     def wait_for_everyone(self) -> None:
-        if self.state.distributed:
+        if self.process.distributed:
             dist.barrier()
 
     @contextlib.contextmanager
@@ -133,12 +145,67 @@ class PartialState(ProcessMethods):
         if unknown:
             raise TypeError(f"PartialState() got unexpected arguments {sorted(unknown)}")
         settings = LaunchSettings.from_env()
-        self.state = shared_state(cpu=cpu or settings.use_cpu)
-        self.backend_name = settings.backend
+        self.process = shared_state(cpu=cpu or settings.use_cpu)
 
-    def destroy_process_group(self) -> None:
+    @property
+    def backend(self) -> str | None:
+        """The process group's backend (gloo, nccl), None on one process: HF's meaning."""
+        return self.process.backend
+
+    def destroy_process_group(self, group: Any = None) -> None:
         if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+            dist.destroy_process_group(group)
+
+    def __repr__(self) -> str:
+        backend = f"  Backend: {self.backend}" if self.backend else ""
+        return (
+            f"Distributed environment: {self.distributed_type}{backend}\n"
+            f"Num processes: {self.num_processes}\n"
+            f"Process index: {self.process_index}\n"
+            f"Local process index: {self.local_process_index}\n"
+            f"Device: {self.device}\n"
+        )
+
+
+class AcceleratorState(PartialState):
+    """HF Accelerate's `AcceleratorState`: the process's place plus the Accelerator-level
+    settings scripts read (``accelerator.state.mixed_precision``), one per process.
+
+    `_reset_state()` is HF's way to build an Accelerator with other settings in the same process;
+    an Accelerator from before the reset refuses to prepare anything, with HF's message, rather
+    than run on settings that no longer hold.
+    """
+
+    _generation = 0
+
+    def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
+        super().__init__(
+            cpu=cpu, **{k: v for k, v in kwargs.items() if k in ("backend", "timeout")}
+        )
+        self.generation = AcceleratorState._generation
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.process.mixed_precision
+
+    @property
+    def use_fp16(self) -> bool:
+        return self.mixed_precision == "fp16"
+
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        cls._generation += 1
+
+    def check_current(self) -> None:
+        if self.generation != AcceleratorState._generation:
+            raise AttributeError(
+                "`AcceleratorState` object has no attribute `distributed_type`. This happens if "
+                "`AcceleratorState._reset_state()` was called and an `Accelerator` or "
+                "`PartialState` was not reinitialized."
+            )
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()}Mixed precision type: {self.mixed_precision}\n"
 
 
 def _only_where(function: Callable[..., Any], here: Callable[[], bool]) -> Callable[..., Any]:

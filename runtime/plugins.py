@@ -4,33 +4,30 @@ implement is refused when the Accelerator is built, never silently ignored."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 
 @dataclass
 class DataLoaderConfiguration:
+    """How prepared DataLoaders shard (see `accelify.runtime.data`): whole batches per rank, or
+    each batch split across the ranks (``split_batches``); read by every rank, or by the main
+    process and sent (``dispatch_batches``); shuffled by seed and epoch
+    (``use_seedable_sampler``, ``data_seed``)."""
+
     split_batches: bool = False
     dispatch_batches: bool | None = None
     even_batches: bool = True
-    use_seedable_sampler: bool = False  # accelify's samplers are seeded per pass either way
+    use_seedable_sampler: bool = False
     data_seed: int | None = None
     non_blocking: bool = False
     use_stateful_dataloader: bool = False  # prepared loaders save their position either way
 
     def check(self) -> None:
-        if self.split_batches:
-            raise NotImplementedError(
-                "split_batches=True is not supported: each rank reads whole batches of the "
-                "DataLoader's batch_size"
-            )
-        if self.dispatch_batches:
-            raise NotImplementedError(
-                "dispatch_batches=True is not supported: every rank reads its own batches"
-            )
-        if self.data_seed is not None:
-            raise NotImplementedError(
-                "data_seed is not supported: the shuffle seed comes from the global RNG, as in "
-                "an unprepared DataLoader (seed it with set_seed)"
+        if self.data_seed is not None and not self.use_seedable_sampler:
+            warnings.warn(
+                "data_seed has no effect without use_seedable_sampler=True (it seeds that sampler)",
+                stacklevel=3,
             )
 
 
@@ -39,7 +36,7 @@ class GradientAccumulationPlugin:
     num_steps: int | None = None
     adjust_scheduler: bool = True  # accelify steps schedulers only when the optimizer stepped
     sync_with_dataloader: bool = True  # and syncs at the end of a pass
-    sync_each_batch: bool = False
+    sync_each_batch: bool = False  # reduce every micro-batch (less memory), step every num_steps
 
     def steps(self) -> int:
         if self.num_steps is None or self.num_steps < 1:
@@ -49,7 +46,6 @@ class GradientAccumulationPlugin:
         for option, wanted in (
             ("adjust_scheduler", True),
             ("sync_with_dataloader", True),
-            ("sync_each_batch", False),
         ):
             if getattr(self, option) != wanted:
                 raise NotImplementedError(

@@ -35,23 +35,16 @@ def shard_batches(
     size_of: Callable[[Any], int],
     record: ShardPass,
 ) -> Iterator[Batch]:
-    first_round: list[Batch] = []
-    round_: list[Batch] = []
-    for batch in batches:
-        if len(first_round) < world:
-            first_round.append(batch)
-        round_.append(batch)
-        if len(round_) == world:
+    for round_ in batch_rounds(
+        batches,
+        world,
+        even_batches=even_batches,
+        drop_last=drop_last,
+        size_of=size_of,
+        record=record,
+    ):
+        if rank < len(round_):
             yield round_[rank]
-            round_ = []
-    if not round_ or drop_last:
-        return
-    repeats = [first_round[(r - len(round_)) % len(first_round)] for r in range(len(round_), world)]
-    if even_batches:
-        record.padding = sum(size_of(batch) for batch in repeats)
-        round_.extend(repeats)
-    if rank < len(round_):
-        yield round_[rank]
 
 
 def sharded_length(
@@ -123,3 +116,71 @@ def _completed_round(
         taken += need
         partial = []
     return final, taken
+
+
+def split_index_batches(
+    batches: Iterable[list[int]],
+    rank: int,
+    world: int,
+    *,
+    batch_size: int,
+    even_batches: bool,
+    drop_last: bool,
+    record: ShardPass,
+) -> Iterator[list[int]]:
+    """``split_batches``: every batch is cut into ``world`` equal slices and rank ``r`` takes the
+    r-th, so N ranks step as often as one process and together see its batches. A short last
+    batch is completed from the start of the pass with ``even_batches`` (HF's way) and otherwise
+    cut as far as it goes."""
+    per_rank = batch_size // world
+    first: list[int] = []
+    batch: list[int] = []
+    for index, batch in enumerate(batches):
+        if index == 0:
+            first = list(batch)
+        if len(batch) == batch_size:
+            yield batch[rank * per_rank : (rank + 1) * per_rank]
+    if drop_last or not first or len(batch) == batch_size:
+        return
+    if not even_batches:
+        if len(batch) > rank * per_rank:
+            yield batch[rank * per_rank : (rank + 1) * per_rank]
+        return
+    pool = list(first)
+    while len(pool) < batch_size:
+        pool += first
+    record.padding = batch_size - len(batch)
+    completed = list(batch) + pool[: record.padding]
+    yield completed[rank * per_rank : (rank + 1) * per_rank]
+
+
+def batch_rounds(
+    batches: Iterable[Batch],
+    world: int,
+    *,
+    even_batches: bool,
+    drop_last: bool,
+    size_of: Callable[[Any], int],
+    record: ShardPass,
+) -> Iterator[list[Batch]]:
+    """The stream in rounds of ``world`` batches, batch ``r`` of a round for rank ``r``; the
+    last round completed as `shard_batches` completes it (it may be short without
+    ``even_batches``)."""
+    first_round: list[Batch] = []
+    round_: list[Batch] = []
+    for batch in batches:
+        if len(first_round) < world:
+            first_round.append(batch)
+        round_.append(batch)
+        if len(round_) == world:
+            yield round_
+            round_ = []
+    if not round_ or drop_last:
+        return
+    if even_batches:
+        repeats = [
+            first_round[(r - len(round_)) % len(first_round)] for r in range(len(round_), world)
+        ]
+        record.padding = sum(size_of(batch) for batch in repeats)
+        round_.extend(repeats)
+    yield round_

@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 
 from accelify.runtime import failure_record, pending_work
+from accelify.runtime.environment import LaunchSettings, parse_bool
+from accelify.runtime.kwargs_handlers import DistributedType, distributed_type_of
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
 
@@ -28,6 +30,12 @@ class ProcessState:
     num_processes: int
     device: torch.device
     backend: str | None
+    #: how the run is distributed; HF's test scripts set it to try other engines' code paths
+    distributed_type: DistributedType = DistributedType.NO
+    #: check that collectives get the same shapes on every rank first (HF's debug mode)
+    debug: bool = False
+    #: the mixed precision of the most recent Accelerator (HF's AcceleratorState reports it)
+    mixed_precision: str = "no"
 
     @property
     def distributed(self) -> bool:
@@ -51,7 +59,13 @@ class ProcessState:
         if world_size > 1:
             backend = "nccl" if device.type == "cuda" else "gloo"
             _init_process_group(backend, rank, world_size, device, timeout)
-        return cls(rank, local_rank, world_size, device, backend)
+        settings = LaunchSettings.from_env()
+        debug = any(
+            parse_bool(os.environ.get(name, "false"))
+            for name in ("ACCELIFY_DEBUG_MODE", "ACCELERATE_DEBUG_MODE")
+        )
+        kind = distributed_type_of(settings.backend, world_size, device.type)
+        return cls(rank, local_rank, world_size, device, backend, kind, debug)
 
 
 def _pick_device(cpu: bool, local_rank: int) -> torch.device:
@@ -164,3 +178,8 @@ def shared_state(cpu: bool, timeout: timedelta = DEFAULT_TIMEOUT) -> ProcessStat
         # first use, or the group was closed (end_training): start again
         _SHARED[cpu] = ProcessState.from_env(cpu=cpu, timeout=timeout)
     return _SHARED[cpu]
+
+
+def debug_mode() -> bool:
+    """HF's debug mode is on in this process (checks before collectives)."""
+    return any(state.debug for state in _SHARED.values())

@@ -274,12 +274,12 @@ def test_option_groups_with_accelerates_names():
             gradient_accumulation_steps=2,
             gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2),
         )
-    with pytest.raises(NotImplementedError, match="sync_each_batch"):
+    with pytest.raises(NotImplementedError, match="sync_with_dataloader"):
         Accelerator(
-            gradient_accumulation_plugin=GradientAccumulationPlugin(2, sync_each_batch=True)
+            gradient_accumulation_plugin=GradientAccumulationPlugin(2, sync_with_dataloader=False)
         )
-    with pytest.raises(NotImplementedError, match="dispatch_batches"):
-        Accelerator(dataloader_config=DataLoaderConfiguration(dispatch_batches=True))
+    with pytest.warns(UserWarning, match="data_seed has no effect"):
+        Accelerator(dataloader_config=DataLoaderConfiguration(data_seed=3))
 
 
 def test_process_decorators_and_free_memory():

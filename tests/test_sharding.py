@@ -2,7 +2,13 @@
 
 import pytest
 
-from accelify.runtime.sharding import ShardPass, shard_batches, shard_index_batches, sharded_length
+from accelify.runtime.sharding import (
+    ShardPass,
+    shard_batches,
+    shard_index_batches,
+    sharded_length,
+    split_index_batches,
+)
 
 
 def shards(batches, world, even_batches=True, drop_last=False, batch_size=None):
@@ -118,3 +124,35 @@ def test_without_even_batches_or_with_drop_last_whole_batches_are_strided(even):
     ]
     if not even:
         assert index_shards(batches, 2, 2, even_batches=False)[0] == [[[0, 1], [4]], [[2, 3]]]
+
+
+@pytest.mark.parametrize(
+    ("samples", "batch_size", "even_batches", "expected"),
+    [
+        # HF's BatchSamplerShard(split_batches=True): each batch cut in 2, the short end completed
+        (8, 4, True, ([[0, 1], [4, 5]], [[2, 3], [6, 7]], 0)),
+        (6, 4, True, ([[0, 1], [4, 5]], [[2, 3], [0, 1]], 2)),
+        (6, 4, False, ([[0, 1], [4, 5]], [[2, 3]], 0)),
+        (5, 4, False, ([[0, 1], [4]], [[2, 3]], 0)),
+    ],
+)
+def test_split_batches_cut_every_batch_across_the_ranks(
+    samples: int, batch_size: int, even_batches: bool, expected: tuple
+) -> None:
+    batches = [list(range(i, min(i + batch_size, samples))) for i in range(0, samples, batch_size)]
+    records = [ShardPass(), ShardPass()]
+    shards = [
+        list(
+            split_index_batches(
+                batches,
+                rank,
+                2,
+                batch_size=batch_size,
+                even_batches=even_batches,
+                drop_last=False,
+                record=records[rank],
+            )
+        )
+        for rank in (0, 1)
+    ]
+    assert (shards[0], shards[1], records[0].padding) == expected

@@ -50,6 +50,15 @@ class Backend:
         """Skip the gradient reduction for the backward passes inside."""
         return contextlib.nullcontext()
 
+    def sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """Reduce the gradients in the backward passes inside, even under `no_sync` (for a
+        backward of a forward that ran under it)."""
+        return contextlib.nullcontext()
+
+    def joinable(self, model: torch.nn.Module) -> bool:
+        """Whether ``model`` can join uneven inputs (`torch.distributed.algorithms.Join`)."""
+        return False
+
     def backward(self, loss: torch.Tensor, sync: bool, **kwargs: Any) -> None:
         loss.backward(**kwargs)
 

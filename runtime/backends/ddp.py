@@ -7,7 +7,7 @@ copied out of them after every backward; results are bit-identical (bench/runtim
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -43,9 +43,31 @@ class DDPBackend(Backend):
             return model.no_sync()
         return contextlib.nullcontext()
 
+    def sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        if isinstance(model, DistributedDataParallel):
+            return _synced_backward(model)
+        return contextlib.nullcontext()
+
+    def joinable(self, model: torch.nn.Module) -> bool:
+        return isinstance(model, DistributedDataParallel)
+
     # clip_grad_norm_: DDP gradients are already averaged across ranks, so the local norm is the
     # global one (the default).
 
 
 def has_trainable_parameters(model: torch.nn.Module) -> bool:
     return any(p.requires_grad for p in model.parameters())
+
+
+@contextlib.contextmanager
+def _synced_backward(model: DistributedDataParallel) -> Iterator[None]:
+    """DDP reduces in a backward only when its forward ran with sync on; this turns sync on
+    and readies the reducer for a backward whose forward ran under `no_sync` (HF's
+    `trigger_sync_in_backward`)."""
+    saved = model.require_backward_grad_sync, model.require_forward_param_sync
+    model.require_backward_grad_sync = model.require_forward_param_sync = True
+    model.reducer.prepare_for_backward([])
+    try:
+        yield
+    finally:
+        model.require_backward_grad_sync, model.require_forward_param_sync = saved

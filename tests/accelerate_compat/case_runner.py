@@ -1,0 +1,138 @@
+"""Runs one of HF Accelerate's test scripts on every rank, one case at a time.
+
+A case is one call, in the script's `main()`, of one of the script's own functions as a statement
+(`test_gather(state)`, `training_check(use_seedable_sampler=True)`): each is wrapped, its outcome
+written to `RESULTS/NNN.RANK.json`, and the ranks wait for each other through those files, not
+through a collective, so a case that hangs or fails on one rank is seen as such. The first failing
+case ends the launch (its ranks may be out of step in their collectives); the driver relaunches
+from the next one, skipping the cases before it.
+
+    case_runner.py SCRIPT RESULTS START accelify|accelerate
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+PEER_WAIT_S = 90.0
+
+
+def main_calls(script: Path) -> set[str]:
+    """Names of the module-level functions that `main()` calls as statements."""
+    tree = ast.parse(script.read_text())
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+    called = set()
+    for node in ast.walk(main):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+        ):
+            called.add(node.value.func.id)
+    return called & functions
+
+
+class Cases:
+    def __init__(self, results: Path, start: int, rank: int, world: int) -> None:
+        self.results = results
+        self.start = start
+        self.rank = rank
+        self.world = world
+        self.count = 0
+        self.seen: Counter[str] = Counter()
+        self.depth = 0
+
+    def wrap(self, name: str, function: Any) -> Any:
+        @functools.wraps(function)
+        def case(*args: Any, **kwargs: Any) -> Any:
+            if self.depth:
+                return function(*args, **kwargs)
+            index = self.count
+            self.count += 1
+            self.seen[name] += 1
+            label = name if self.seen[name] == 1 else f"{name}#{self.seen[name]}"
+            if index < self.start:
+                return None
+            self._write(f"{index:03d}.{self.rank}.start", {"case": label})
+            self.depth += 1
+            try:
+                function(*args, **kwargs)
+                outcome = {"case": label, "ok": True}
+            except BaseException as error:
+                outcome = {
+                    "case": label,
+                    "ok": False,
+                    "error": f"{type(error).__name__}: {error}"[:2000],
+                    "traceback": traceback.format_exc()[-6000:],
+                }
+            finally:
+                self.depth -= 1
+            self._write(f"{index:03d}.{self.rank}.json", outcome)
+            self._agree(index, outcome["ok"])
+            return None
+
+        return case
+
+    def _write(self, name: str, payload: dict[str, Any]) -> None:
+        partial = self.results / f".{name}.tmp"
+        partial.write_text(json.dumps(payload))
+        partial.rename(self.results / name)
+
+    def _agree(self, index: int, ok: bool) -> None:
+        """Wait for every rank's outcome of this case; end the launch unless all passed."""
+        deadline = time.monotonic() + (PEER_WAIT_S if ok else 2.0)
+        while time.monotonic() < deadline:
+            outcomes = [self.results / f"{index:03d}.{r}.json" for r in range(self.world)]
+            done = [p for p in outcomes if p.exists()]
+            if any(not json.loads(p.read_text())["ok"] for p in done):
+                break
+            if len(done) == self.world:
+                return
+            time.sleep(0.05)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(3)
+
+
+def run(script: Path, results: Path, start: int, runtime: str) -> None:
+    if runtime == "accelify":
+        import resolve  # beside this file: the test-only name resolution
+
+        resolve.install()
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    cases = Cases(results, start, rank, world)
+    spec = importlib.util.spec_from_file_location(f"hf_{script.stem}", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        for name in main_calls(script):
+            setattr(module, name, cases.wrap(name, getattr(module, name)))
+        module.main()
+    except BaseException as error:
+        cases._write(
+            f"setup.{rank}.json",
+            {
+                "error": f"{type(error).__name__}: {error}"[:2000],
+                "traceback": traceback.format_exc()[-6000:],
+            },
+        )
+        sys.stdout.flush()
+        os._exit(4)
+    cases._write(f"done.{rank}.json", {"cases": cases.count})
+
+
+if __name__ == "__main__":
+    run(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -1,0 +1,145 @@
+"""Runs one HF test script case by case on 2 CPU ranks, relaunching after each failing case.
+
+The same runner serves both sides: `accelerate` (HF Accelerate itself, under torchrun with
+`ACCELERATE_USE_CPU`, which is how HF's multi-CPU mode is entered) and `accelify` (through
+`accelify launch --cpu`, with `accelerate` names resolved to accelify's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+RUNNER = Path(__file__).with_name("case_runner.py")
+#: A case that has not finished on every rank by then hangs (the slowest case here takes ~5 s).
+CASE_TIMEOUT_S = 60.0
+RANKS = 2
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    index: int
+    case: str
+    ok: bool
+    error: str = ""
+
+
+def hf_script(name: str) -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("accelerate")
+    assert spec is not None and spec.origin is not None, "accelerate is in the test extra"
+    return Path(spec.origin).parent / "test_utils" / "scripts" / f"{name}.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _command(runtime: str, script: Path, results: Path, start: int) -> list[str]:
+    runner_args = [str(RUNNER), str(script), str(results), str(start), runtime]
+    if runtime == "accelify":
+        return [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", str(RANKS), *runner_args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(RANKS),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        *runner_args,
+    ]
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _launch(runtime: str, script: Path, results: Path, start: int, log: Path) -> None:
+    """One launch from case `start`, killed when a case outlives CASE_TIMEOUT_S."""
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "PYTHONUNBUFFERED": "1"}
+    with log.open("a") as out:
+        out.write(f"--- launch from case {start}\n")
+        out.flush()
+        process = subprocess.Popen(
+            _command(runtime, script, results, start),
+            cwd=results.parent,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        started: dict[str, float] = {}
+        while process.poll() is None:
+            now = time.monotonic()
+            for marker in results.glob("*.start"):
+                index = marker.name.split(".")[0]
+                started.setdefault(index, now)
+                finished = len(list(results.glob(f"{index}.*.json")))
+                if finished < RANKS and now - started[index] > CASE_TIMEOUT_S:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+                    (results / f"{index}.hang").write_text(
+                        f"not finished on {RANKS - finished} rank(s) after {CASE_TIMEOUT_S:.0f} s"
+                    )
+                    return
+            time.sleep(0.1)
+
+
+def run_cases(runtime: str, name: str, workdir: Path) -> list[CaseResult]:
+    """Every case of HF's `name` script, in order, with its outcome on `runtime`."""
+    script = hf_script(name)
+    results = workdir / f"{runtime}-{name}"
+    results.mkdir(parents=True)
+    log = workdir / f"{runtime}-{name}.log"
+    outcomes: list[CaseResult] = []
+    start = 0
+    while True:
+        _launch(runtime, script, results, start, log)
+        indices = sorted({int(p.name.split(".")[0]) for p in results.glob("[0-9]*.start")})
+        for index in [i for i in indices if i >= start]:
+            outcomes.append(_outcome(results, index))
+            if not outcomes[-1].ok:
+                break
+        if outcomes and not outcomes[-1].ok and outcomes[-1].index >= start:
+            start = outcomes[-1].index + 1
+            continue
+        setups = sorted(results.glob("setup.*.json"))
+        if setups:
+            error = _read(setups[0])["error"]
+            outcomes.append(CaseResult(len(outcomes), "main() outside any case", False, error))
+        elif len(list(results.glob("done.*.json"))) < RANKS:
+            outcomes.append(
+                CaseResult(len(outcomes), "main() outside any case", False, "a rank died: see log")
+            )
+        return outcomes
+
+
+def _outcome(results: Path, index: int) -> CaseResult:
+    stem = f"{index:03d}"
+    label = _read(next(results.glob(f"{stem}.*.start")))["case"]
+    errors = []
+    for rank in range(RANKS):
+        path = results / f"{stem}.{rank}.json"
+        if not path.exists():
+            errors.append(f"rank {rank}: no result")
+            continue
+        outcome = _read(path)
+        if not outcome["ok"]:
+            errors.append(f"rank {rank}: {outcome['error']}")
+    hang = results / f"{stem}.hang"
+    if hang.exists():
+        errors.insert(0, f"hang: {hang.read_text()}")
+    return CaseResult(index, label, not errors, "; ".join(errors))
