@@ -155,9 +155,9 @@ def launch(
       accelify launch -n 8 --backend deepspeed --zero-stage 3 train.py
       accelify launch --config-file cluster.yaml -m mypkg.train
     """
-    from accelify.runtime.config import LaunchConfig, default_config_path, load_config
-    from accelify.runtime.launcher import LaunchPlan, merge
-    from accelify.runtime.launcher import launch as run_plan
+    from accelify.runtime.launch.config import LaunchConfig, default_config_path, load_config
+    from accelify.runtime.launch.launcher import LaunchPlan, merge
+    from accelify.runtime.launch.launcher import launch as run_plan
 
     try:
         require_runtime("accelify launch")
@@ -291,8 +291,8 @@ def verify(
 )
 def config(use_defaults: bool, config_file: Path | None) -> None:
     """Write the config file `accelify launch` reads (asks questions unless --default)."""
-    from accelify.runtime.config import default_config_path, write_config
-    from accelify.runtime.config_questions import ask, detect
+    from accelify.runtime.launch.config import default_config_path, write_config
+    from accelify.runtime.launch.config_questions import ask, detect
 
     path = config_file or default_config_path()
     if use_defaults:
@@ -308,6 +308,6 @@ def config(use_defaults: bool, config_file: Path | None) -> None:
 @click.command()
 def env() -> None:
     """Print versions, devices and the launch config: the block to paste into a bug report."""
-    from accelify.runtime.report import environment_report
+    from accelify.runtime.launch.report import environment_report
 
     click.echo(environment_report())

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accelify.runtime.launcher import LOOPBACK, free_port
+from accelify.runtime.launch.launcher import LOOPBACK, free_port
 
 WORKER = Path(__file__).resolve().parent / "engines_worker.py"
 TIMEOUT = 600

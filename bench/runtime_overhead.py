@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accelify.runtime.launcher import free_port
+from accelify.runtime.launch.launcher import free_port
 
 WORKER = Path(__file__).with_name("overhead_worker.py")
 

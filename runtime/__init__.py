@@ -1,7 +1,7 @@
 """The run side of accelify: `Accelerator`, `set_seed`, and the launcher's counterpart.
 
 Names are resolved on first use (PEP 562) so that importing a torch-free module of this package,
-such as `accelify.runtime.config`, does not import torch.
+such as `accelify.runtime.launch.config`, does not import torch.
 """
 
 from __future__ import annotations

@@ -7,9 +7,8 @@ Read from the variables torchrun's elastic agent sets (``RANK``, ``LOCAL_RANK``,
 from __future__ import annotations
 
 import atexit
-import gc
 import os
-import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -148,23 +147,24 @@ class _ExitGuard:
             # objects (the last gather before exit) waits for the GIL forever.
             pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())
             dist.destroy_process_group()
-        _release_wrapped_models()
+        _run_exit_hooks()
         pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())
 
 
-def _release_wrapped_models() -> None:
-    """DDP wrappers that are module globals outlive `destroy_process_group` and free the group
-    during interpreter finalization, where gloo's worker threads can no longer take the GIL to
-    drop the tensors they hold (SIGABRT). Dropping the wrappers' references to the group while
-    the interpreter is still whole lets it be freed here instead."""
-    for model in list(WRAPPED_MODELS):
-        for attribute in ("reducer", "process_group", "logger"):
-            model.__dict__.pop(attribute, None)
-    gc.collect()
+#: Engine cleanups (`Backend.at_exit`) run at exit, once the group is destroyed and while the
+#: interpreter is still whole.
+_EXIT_HOOKS: list[Callable[[], None]] = []
 
 
-#: DDP wrappers created by this process (weakly held), released at exit.
-WRAPPED_MODELS: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+def on_exit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` at exit, after the group is destroyed, before interpreter finalization."""
+    if hook not in _EXIT_HOOKS:
+        _EXIT_HOOKS.append(hook)
+
+
+def _run_exit_hooks() -> None:
+    for hook in _EXIT_HOOKS:
+        hook()
 
 
 _SHARED: dict[bool, ProcessState] = {}

@@ -27,8 +27,8 @@ def test_help_lists_the_commands():
 
 def test_cli_and_package_import_without_torch():
     code = (
-        "import sys, accelify, accelify.cli, accelify.runtime, accelify.runtime.config;"
-        "from accelify.runtime import launcher;"
+        "import sys, accelify, accelify.cli, accelify.runtime, accelify.runtime.launch.config;"
+        "from accelify.runtime.launch import launcher;"
         "print('torch' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

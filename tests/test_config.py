@@ -9,7 +9,7 @@ import pytest
 
 from accelify.errors import UserError
 from accelify.runtime.backend_options import DeepSpeedOptions, FSDPOptions
-from accelify.runtime.config import LaunchConfig, load_config
+from accelify.runtime.launch.config import LaunchConfig, load_config
 from conftest import FIXTURES, assert_ok, run_accelify
 
 WHOAMI = FIXTURES / "runtime" / "whoami.py"

@@ -1,17 +1,24 @@
-"""Engines that wrap a prepared model; each is one module behind `Backend`, chosen once.
-
-DeepSpeed is imported only when ``--backend deepspeed`` is used (it is an optional extra).
+"""Engines that wrap a prepared model; each is one module behind `Backend`, chosen once from
+`BACKENDS`. A backend's module is imported only when it is chosen (DeepSpeed is an optional
+extra), and what an engine needs at exit is its own `Backend.at_exit`.
 """
 
 from __future__ import annotations
 
-import os
+import importlib
 from typing import Any
 
 from accelify.runtime import backend_options
 from accelify.runtime.backends.base import Backend
 from accelify.runtime.gradient_state import GradientState
-from accelify.runtime.state import ProcessState
+from accelify.runtime.state import ProcessState, on_exit
+
+#: ``--backend`` name -> "module:class" of its engine
+BACKENDS = {
+    "ddp": "accelify.runtime.backends.ddp:DDPBackend",
+    "fsdp": "accelify.runtime.backends.fsdp:FSDPBackend",
+    "deepspeed": "accelify.runtime.backends.deepspeed:DeepSpeedBackend",
+}
 
 
 def create_backend(
@@ -23,24 +30,20 @@ def create_backend(
     ddp_kwargs: dict[str, Any] | None = None,
 ) -> Backend:
     """``ddp_kwargs``: the script's `DistributedDataParallelKwargs` (DDP only, as in HF)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}: expected {', '.join(BACKENDS)}")
     options = backend_options.from_env(name, options_json)
-    if name == "ddp":
-        from accelify.runtime.backends.ddp import DDPBackend
-
-        return DDPBackend(state, mixed_precision, **(ddp_kwargs or {}))
-    if name == "fsdp":
-        from accelify.runtime.backends.fsdp import FSDPBackend
-
-        return FSDPBackend(state, mixed_precision, options)  # type: ignore[arg-type]
-    if name == "deepspeed":
-        if state.device.type == "cpu":
-            # DeepSpeed would probe for GPUs and print a warning on stdout before choosing the
-            # CPU; this run is on the CPU by decision, so say so.
-            os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        from accelify.runtime.backends.deepspeed import DeepSpeedBackend
-
-        return DeepSpeedBackend(state, mixed_precision, options, gradient_state)  # type: ignore[arg-type]
-    raise ValueError(f"unknown backend {name!r}: expected ddp, fsdp or deepspeed")
+    module, _, class_name = BACKENDS[name].partition(":")
+    engine: type[Backend] = getattr(importlib.import_module(module), class_name)
+    backend = engine.create(
+        state,
+        mixed_precision,
+        options=options,
+        gradient_state=gradient_state or GradientState(),
+        ddp_kwargs=ddp_kwargs or {},
+    )
+    on_exit(engine.at_exit)
+    return backend
 
 
-__all__ = ["Backend", "create_backend"]
+__all__ = ["BACKENDS", "Backend", "create_backend"]

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.state import ProcessState
 
 
@@ -27,6 +28,24 @@ class Backend:
     def __init__(self, state: ProcessState, mixed_precision: str = "no") -> None:
         self.state = state
         self.mixed_precision = mixed_precision
+
+    @classmethod
+    def create(
+        cls,
+        state: ProcessState,
+        mixed_precision: str,
+        *,
+        options: Any,
+        gradient_state: GradientState,
+        ddp_kwargs: dict[str, Any],
+    ) -> Backend:
+        """Build from what the Accelerator has; each engine takes the parts it uses."""
+        return cls(state, mixed_precision)
+
+    @classmethod
+    def at_exit(cls) -> None:
+        """At exit, once the process group is destroyed and while the interpreter is still
+        whole: let go of what still refers to the group (nothing, for most engines)."""
 
     def casts_model(self) -> bool:
         """The engine runs the model in the mixed-precision dtype itself (so no autocast)."""

@@ -7,6 +7,8 @@ copied out of them after every backward; results are bit-identical (bench/runtim
 from __future__ import annotations
 
 import contextlib
+import gc
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -14,7 +16,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from accelify.runtime.backends.base import Backend
-from accelify.runtime.state import WRAPPED_MODELS, ProcessState
+from accelify.runtime.gradient_state import GradientState
+from accelify.runtime.state import ProcessState
 
 
 class DDPBackend(Backend):
@@ -23,6 +26,29 @@ class DDPBackend(Backend):
     def __init__(self, state: ProcessState, mixed_precision: str = "no", **ddp_kwargs: Any):
         super().__init__(state, mixed_precision)
         self.ddp_kwargs = {"gradient_as_bucket_view": True, **ddp_kwargs}
+
+    @classmethod
+    def create(
+        cls,
+        state: ProcessState,
+        mixed_precision: str,
+        *,
+        options: Any,
+        gradient_state: GradientState,
+        ddp_kwargs: dict[str, Any],
+    ) -> Backend:
+        return cls(state, mixed_precision, **ddp_kwargs)
+
+    @classmethod
+    def at_exit(cls) -> None:
+        """DDP wrappers that are module globals outlive `destroy_process_group` and free the
+        group during interpreter finalization, where gloo's worker threads can no longer take
+        the GIL to drop the tensors they hold (SIGABRT). Dropping the wrappers' references to
+        the group while the interpreter is still whole lets it be freed here instead."""
+        for model in list(WRAPPED_MODELS):
+            for attribute in ("reducer", "process_group", "logger"):
+                model.__dict__.pop(attribute, None)
+        gc.collect()
 
     def wrap_model(self, model: torch.nn.Module, companions: Sequence[Any]) -> torch.nn.Module:
         model = model.to(self.state.device)
@@ -53,6 +79,10 @@ class DDPBackend(Backend):
 
     # clip_grad_norm_: DDP gradients are already averaged across ranks, so the local norm is the
     # global one (the default).
+
+
+#: DDP wrappers created by this process (weakly held), released at exit.
+WRAPPED_MODELS: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
 def has_trainable_parameters(model: torch.nn.Module) -> bool:

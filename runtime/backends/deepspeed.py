@@ -13,13 +13,13 @@ is ``engine.step`` and its ``zero_grad`` a no-op, ``clip_grad_norm_`` becomes th
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import deepspeed
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
@@ -31,6 +31,16 @@ from accelify.runtime.state import ProcessState
 
 DEFAULT_STAGE = 2
 QUIET = 2**31 - 1  # steps_per_print: DeepSpeed's own progress lines stay off unless asked for
+
+
+def _import_deepspeed(state: ProcessState) -> Any:
+    """DeepSpeed, imported for a run on ``state``'s device. On the CPU it is told so first:
+    otherwise it probes for GPUs and prints a warning on stdout before choosing the CPU."""
+    if state.device.type == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+
+    return deepspeed
 
 
 class DeepSpeedBackend(Backend):
@@ -46,10 +56,23 @@ class DeepSpeedBackend(Backend):
         gradient_state: GradientState | None = None,
     ) -> None:
         super().__init__(state, mixed_precision)
+        self.deepspeed = _import_deepspeed(state)
         self.options = options or DeepSpeedOptions()
         self.gradient_state = gradient_state or GradientState()
         self._engines: dict[int, tuple[Any, Any]] = {}  # id(user optimizer) -> engine, its opt
         self.engines: list[Any] = []
+
+    @classmethod
+    def create(
+        cls,
+        state: ProcessState,
+        mixed_precision: str,
+        *,
+        options: Any,
+        gradient_state: GradientState,
+        ddp_kwargs: dict[str, Any],
+    ) -> Backend:
+        return cls(state, mixed_precision, options, gradient_state)
 
     @property
     def owns_checkpoints(self) -> bool:  # type: ignore[override]
@@ -71,7 +94,7 @@ class DeepSpeedBackend(Backend):
                 "the DeepSpeed config names an optimizer and the script prepares one too: "
                 "remove one of them"
             )
-        engine, engine_optimizer, _, _ = deepspeed.initialize(
+        engine, engine_optimizer, _, _ = self.deepspeed.initialize(
             model=model,
             optimizer=optimizer,
             model_parameters=None if optimizer is not None else model.parameters(),
@@ -135,7 +158,7 @@ class DeepSpeedBackend(Backend):
         return EngineStepOptimizer(engine, engine_optimizer, optimizer)
 
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        inner = model.module if isinstance(model, deepspeed.DeepSpeedEngine) else model
+        inner = model.module if isinstance(model, self.deepspeed.DeepSpeedEngine) else model
         return super().unwrap_model(inner)
 
     def backward(self, loss: torch.Tensor, sync: bool, **kwargs: Any) -> None:
@@ -172,13 +195,13 @@ class DeepSpeedBackend(Backend):
         return None
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        if not isinstance(model, deepspeed.DeepSpeedEngine):
+        if not isinstance(model, self.deepspeed.DeepSpeedEngine):
             return super().model_state_dict(model)
         if model.bfloat16_enabled() or model.fp16_enabled():
             return _fp32_from_checkpoint(model, self.state.is_main_process)
         module = model.module
         gathered = (
-            deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
+            self.deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
             if model.zero_optimization_stage() == 3  # partitioned: gather the full tensors
             else contextlib.nullcontext()
         )

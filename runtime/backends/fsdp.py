@@ -29,6 +29,7 @@ from torch.distributed.fsdp import (
 
 from accelify.runtime.backend_options import FSDPOptions
 from accelify.runtime.backends.base import Backend
+from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.state import ProcessState
 
 
@@ -42,6 +43,18 @@ class FSDPBackend(Backend):
         self.options = options or FSDPOptions()
         self._names: dict[int, tuple[torch.nn.Module, str]] = {}  # id(original param) -> where
         self._bound: set[int] = set()  # ids of parameters held by optimizers already bound
+
+    @classmethod
+    def create(
+        cls,
+        state: ProcessState,
+        mixed_precision: str,
+        *,
+        options: Any,
+        gradient_state: GradientState,
+        ddp_kwargs: dict[str, Any],
+    ) -> Backend:
+        return cls(state, mixed_precision, options)
 
     @property
     def owns_checkpoints(self) -> bool:  # type: ignore[override]

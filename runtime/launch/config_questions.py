@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from accelify.runtime.backend_options import DeepSpeedOptions, FSDPOptions, class_names
-from accelify.runtime.config import LaunchConfig
 from accelify.runtime.environment import BACKEND_CHOICES, MIXED_PRECISION_CHOICES
+from accelify.runtime.launch.config import LaunchConfig
 
 
 def detect() -> LaunchConfig:

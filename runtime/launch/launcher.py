@@ -18,9 +18,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accelify.errors import UserError
-from accelify.runtime import backend_options, foreign_accelerator, launch_outcome
-from accelify.runtime.config import LaunchConfig
+from accelify.runtime import backend_options
 from accelify.runtime.environment import FAILURE_DIR, LaunchSettings
+from accelify.runtime.launch import foreign_accelerator
+from accelify.runtime.launch import outcome as launch_outcome
+from accelify.runtime.launch.config import LaunchConfig
 
 LOOPBACK = "127.0.0.1"
 

@@ -9,8 +9,8 @@ import sys
 from accelify import __version__
 from accelify.errors import UserError
 from accelify.requirements import INSTALL_RUNTIME, installed_version, missing_runtime_modules
-from accelify.runtime.config import default_config_path, load_config
 from accelify.runtime.environment import DOCUMENTED
+from accelify.runtime.launch.config import default_config_path, load_config
 
 
 def _version(package: str) -> str:
