@@ -325,6 +325,9 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         collectives of the ranks that are done (`torch.distributed.algorithms.Join`).
         ``even_batches`` overrides the prepared map-style DataLoaders' setting inside."""
         ddp_kinds = (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
+        if self.distributed_type == DistributedType.NO:
+            yield  # one process: nothing to join
+            return
         if self.distributed_type not in ddp_kinds or not all(
             self.backend.joinable(model) for model in joinables
         ):

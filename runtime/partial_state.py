@@ -143,7 +143,7 @@ class PartialState(ProcessMethods):
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
         unknown = set(kwargs) - {"backend", "timeout"}
         if unknown:
-            raise TypeError(f"PartialState() got unexpected arguments {sorted(unknown)}")
+            raise TypeError(f"{type(self).__name__}() got unexpected arguments {sorted(unknown)}")
         settings = LaunchSettings.from_env()
         self.process = shared_state(cpu=cpu or settings.use_cpu)
 
@@ -179,9 +179,7 @@ class AcceleratorState(PartialState):
     _generation = 0
 
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
-        super().__init__(
-            cpu=cpu, **{k: v for k, v in kwargs.items() if k in ("backend", "timeout")}
-        )
+        super().__init__(cpu=cpu, **kwargs)
         self.generation = AcceleratorState._generation
 
     @property
