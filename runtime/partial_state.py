@@ -99,7 +99,9 @@ class ProcessMethods:
 
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
-        """This rank's contiguous share of a list, tuple, dict of lists or tensor."""
+        """This rank's contiguous share of a list, tuple, dict of lists, tensor or
+        ``datasets.Dataset`` (its rows); ``apply_padding`` repeats the last item on the ranks
+        that get one fewer, so every rank holds as many."""
         yield _split(inputs, self.process_index, self.num_processes, apply_padding)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -223,8 +225,18 @@ def _split(inputs: Any, rank: int, world: int, apply_padding: bool) -> Any:
     per_rank, extra = divmod(length, world)
     start = rank * per_rank + min(rank, extra)
     end = start + per_rank + (1 if rank < extra else 0)
+    if _is_hf_dataset(inputs):  # rows, not the columns its slicing returns
+        rows = list(range(start, end))
+        if apply_padding and extra and rank >= extra and length:
+            rows.append(length - 1)
+        return inputs.select(rows)
     share = inputs[start:end]
     if apply_padding and extra and rank >= extra and length:
         last = inputs[-1:]
         share = torch.cat([share, last]) if isinstance(inputs, torch.Tensor) else share + last
     return share
+
+
+def _is_hf_dataset(inputs: Any) -> bool:
+    """A Hugging Face ``datasets.Dataset`` (checked without importing datasets)."""
+    return type(inputs).__module__.startswith("datasets.") and hasattr(inputs, "select")
