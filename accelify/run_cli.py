@@ -11,6 +11,7 @@ import click
 
 from accelify.errors import UserError, fail
 from accelify.requirements import require_runtime
+from accelify.runtime.options import launch_flags
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -64,65 +65,7 @@ from accelify.requirements import require_runtime
     type=click.Choice(["ddp", "fsdp", "deepspeed"]),
     help="The engine that wraps models: PyTorch DDP, PyTorch FSDP2 or DeepSpeed ZeRO.",
 )
-@click.option(
-    "--fsdp-reshard-after-forward/--fsdp-keep-after-forward",
-    "reshard_after_forward",
-    default=None,
-    help="FSDP: reshard parameters after forward (full shard, the default) or keep them "
-    "gathered until backward (shard grad-op).",
-)
-@click.option(
-    "--fsdp-auto-wrap",
-    "auto_wrap",
-    help="FSDP: comma-separated module class names to shard as their own units.",
-)
-@click.option(
-    "--fsdp-min-num-params",
-    "min_num_params",
-    type=click.IntRange(min=1),
-    help="FSDP: shard every submodule with at least this many parameters as its own unit.",
-)
-@click.option(
-    "--fsdp-cpu-offload",
-    "cpu_offload",
-    is_flag=True,
-    default=None,
-    help="FSDP: parameters in CPU memory (GPU runs).",
-)
-@click.option(
-    "--fsdp-activation-checkpointing",
-    "activation_checkpointing",
-    is_flag=True,
-    default=None,
-    help="FSDP: recompute the wrapped blocks' activations in backward.",
-)
-@click.option(
-    "--zero-stage",
-    "zero_stage",
-    type=click.IntRange(0, 3),
-    help="DeepSpeed: ZeRO stage (default 2).",
-)
-@click.option(
-    "--offload-optimizer",
-    "offload_optimizer",
-    is_flag=True,
-    default=None,
-    help="DeepSpeed: optimizer state in CPU memory (GPU runs).",
-)
-@click.option(
-    "--offload-params",
-    "offload_params",
-    is_flag=True,
-    default=None,
-    help="DeepSpeed: parameters in CPU memory (ZeRO-3, GPU runs).",
-)
-@click.option(
-    "--deepspeed-config",
-    "--deepspeed_config_file",
-    "deepspeed_config_file",
-    type=click.Path(dir_okay=False),
-    help='DeepSpeed: a DeepSpeed JSON config; its values win, "auto" ones are filled in.',
-)
+@launch_flags
 @click.option(
     "--max-restarts",
     "--max_restarts",

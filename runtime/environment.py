@@ -50,7 +50,7 @@ class LaunchSettings:
     gradient_accumulation_steps: int | None = None
     use_cpu: bool = False
     backend: str = "ddp"
-    backend_options: str = ""  # JSON, see accelify.runtime.backend_options
+    backend_options: str = ""  # JSON, see accelify.runtime.options
 
     def to_env(self) -> dict[str, str]:
         env = {

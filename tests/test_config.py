@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from accelify.errors import UserError
-from accelify.runtime.backend_options import DeepSpeedOptions, FSDPOptions
 from accelify.runtime.launch.config import LaunchConfig, load_config
+from accelify.runtime.options import DeepSpeedOptions, FSDPOptions
 from conftest import FIXTURES, assert_ok, run_accelify
 
 WHOAMI = FIXTURES / "runtime" / "whoami.py"

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from accelify.cli import main
 from accelify.convert import convert_source
-from accelify.runtime import backend_options
+from accelify.runtime.options import deepspeed as deepspeed_options
 from conftest import FIXTURES, assert_ok, launch, run_accelify
 
 pytestmark = pytest.mark.distributed
@@ -261,7 +261,7 @@ def test_deepspeed_misconfigurations_exit_2(flags, config, message, tmp_path):
 
 
 def test_deepspeed_missing_says_how_to_install_it(monkeypatch, tmp_path):
-    monkeypatch.setattr(backend_options, "deepspeed_installed", lambda: False)
+    monkeypatch.setattr(deepspeed_options, "installed", lambda: False)
     result = CliRunner().invoke(
         main, ["launch", "--cpu", "-n", "2", "--backend", "deepspeed", str(SCRIPT)]
     )

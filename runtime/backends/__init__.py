@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from accelify.runtime import backend_options
+from accelify.runtime import options as backend_options
 from accelify.runtime.backends.base import Backend
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.state import ProcessState, on_exit

@@ -24,9 +24,10 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from accelify.runtime.backend_options import DeepSpeedOptions, read_deepspeed_config
 from accelify.runtime.backends.base import Backend
 from accelify.runtime.gradient_state import GradientState
+from accelify.runtime.options import DeepSpeedOptions
+from accelify.runtime.options.deepspeed import read_config as read_deepspeed_config
 from accelify.runtime.state import ProcessState
 
 DEFAULT_STAGE = 2

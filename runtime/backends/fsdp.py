@@ -27,9 +27,9 @@ from torch.distributed.fsdp import (
     fully_shard,
 )
 
-from accelify.runtime.backend_options import FSDPOptions
 from accelify.runtime.backends.base import Backend
 from accelify.runtime.gradient_state import GradientState
+from accelify.runtime.options import FSDPOptions
 from accelify.runtime.state import ProcessState
 
 

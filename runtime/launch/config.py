@@ -15,14 +15,8 @@ from typing import Any
 import yaml
 
 from accelify.errors import UserError
-from accelify.runtime.backend_options import (
-    DeepSpeedOptions,
-    FSDPOptions,
-    deepspeed_from_hf,
-    fsdp_from_hf,
-    parse_options,
-)
 from accelify.runtime.environment import BACKEND_CHOICES, MIXED_PRECISION_CHOICES
+from accelify.runtime.options import DECLARED, DeepSpeedOptions, FSDPOptions, parse_options
 
 
 @dataclass
@@ -37,8 +31,13 @@ class LaunchConfig:
     use_cpu: bool = False
     backend: str = "ddp"
     max_restarts: int = 0
+    # one field per backend with options (`accelify.runtime.options.DECLARED`), named after it
     fsdp: FSDPOptions = field(default_factory=FSDPOptions)
     deepspeed: DeepSpeedOptions = field(default_factory=DeepSpeedOptions)
+
+    def backend_options(self) -> dict[str, Any]:
+        """Each backend's options, by backend name."""
+        return {backend: getattr(self, backend) for backend in DECLARED}
 
     def to_yaml(self) -> str:
         values: dict[str, Any] = {}
@@ -178,23 +177,24 @@ def load_config(path: Path) -> LaunchConfig:
                 settings[key] = _ACCELIFY_KEYS[key](value)
             elif key == "distributed_type":
                 settings["backend"] = _hf_distributed_type(value)
-            elif key == "fsdp":
-                settings["fsdp"] = parse_options(FSDPOptions, _mapping(value))
-            elif key == "deepspeed":
-                settings["deepspeed"] = parse_options(DeepSpeedOptions, _mapping(value))
-            elif key == "fsdp_config":
-                settings["fsdp"] = fsdp_from_hf(_mapping(value))
-            elif key == "deepspeed_config":
-                settings["deepspeed"], carried = deepspeed_from_hf(_mapping(value))
+            elif key in DECLARED:
+                settings[key] = parse_options(DECLARED[key].options, _mapping(value))
+            elif key in _HF_SECTIONS:
+                backend = _HF_SECTIONS[key]
+                settings[backend], carried = DECLARED[backend].from_hf(_mapping(value))
                 settings.update(carried)
             elif key in _HF_IGNORED_KEYS:
                 continue
             else:
-                known = ", ".join(sorted([*_ACCELIFY_KEYS, "fsdp", "deepspeed"]))
+                known = ", ".join(sorted([*_ACCELIFY_KEYS, *DECLARED]))
                 raise ValueError(f"unknown key; expected one of {known}")
         except ValueError as error:
             raise UserError(f"{key}: {error} (got {value!r})", str(path), line) from None
     return LaunchConfig(**settings)
+
+
+#: HF Accelerate's per-backend sections: "fsdp_config" -> "fsdp"
+_HF_SECTIONS = {declaration.hf_section: name for name, declaration in DECLARED.items()}
 
 
 def _mapping(value: Any) -> dict[str, Any]:

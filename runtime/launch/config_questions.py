@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from accelify.runtime.backend_options import DeepSpeedOptions, FSDPOptions, class_names
 from accelify.runtime.environment import BACKEND_CHOICES, MIXED_PRECISION_CHOICES
 from accelify.runtime.launch.config import LaunchConfig
+from accelify.runtime.options import DECLARED
 
 
 def detect() -> LaunchConfig:
@@ -46,39 +46,12 @@ def ask() -> LaunchConfig:
         default="ddp",
         type=click.Choice(BACKEND_CHOICES),
     )
-    fsdp, deepspeed = FSDPOptions(), DeepSpeedOptions()
-    if backend == "fsdp":
-        blocks = click.prompt(
-            "FSDP: module class names to shard as their own units (comma-separated, empty: "
-            "the whole model as one unit)?",
-            default="",
-            show_default=False,
-        )
-        fsdp = FSDPOptions(
-            reshard_after_forward=click.confirm(
-                "FSDP: reshard parameters after forward (full shard; no: shard grad-op)?",
-                default=True,
-            ),
-            auto_wrap=class_names(blocks) or None,
-            activation_checkpointing=click.confirm(
-                "FSDP: recompute the blocks' activations in backward?", default=False
-            )
-            or None,
-        )
-    elif backend == "deepspeed":
-        deepspeed = DeepSpeedOptions(
-            zero_stage=click.prompt("DeepSpeed: ZeRO stage?", default=2, type=click.IntRange(0, 3)),
-            config_file=click.prompt(
-                "DeepSpeed: a DeepSpeed JSON config file (empty: none)?",
-                default="",
-                show_default=False,
-            )
-            or None,
-        )
+    chosen = {name: declaration.options() for name, declaration in DECLARED.items()}
+    if backend in DECLARED:
+        chosen[backend] = DECLARED[backend].ask()
     return LaunchConfig(
         backend=backend,
-        fsdp=fsdp,
-        deepspeed=deepspeed,
+        **chosen,
         num_processes=processes,
         num_machines=machines,
         machine_rank=machine_rank,

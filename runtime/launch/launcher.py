@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accelify.errors import UserError
-from accelify.runtime import backend_options
+from accelify.runtime import options as backend_options
 from accelify.runtime.environment import FAILURE_DIR, LaunchSettings
 from accelify.runtime.launch import foreign_accelerator
 from accelify.runtime.launch import outcome as launch_outcome
@@ -41,10 +41,10 @@ def merge(file_config: LaunchConfig, overrides: dict[str, object]) -> LaunchConf
     given = {key: value for key, value in overrides.items() if value is not None}
     if isinstance(given.get("auto_wrap"), str):
         given["auto_wrap"] = backend_options.class_names(str(given["auto_wrap"]))
-    for section in ("fsdp", "deepspeed"):
+    for section in backend_options.DECLARED:
         flags = {
-            option: given.pop(dest)
-            for dest, (owner, option, _) in backend_options.FLAGS.items()
+            flag.option: given.pop(dest)
+            for dest, (owner, flag) in backend_options.FLAGS.items()
             if owner == section and dest in given
         }
         if flags:
@@ -58,7 +58,7 @@ def check(plan: LaunchPlan, cuda_available: bool) -> None:
     if not plan.module and not Path(plan.script).is_file():
         raise UserError(f"no such script: {plan.script}")
     on_cpu = config.use_cpu or not cuda_available
-    backend_options.check(config.backend, config.fsdp, config.deepspeed, on_cpu)
+    backend_options.check(config.backend, config.backend_options(), on_cpu)
     if config.mixed_precision == "fp16" and on_cpu:
         raise UserError(
             "--mixed-precision fp16 needs CUDA GPUs, and this run is on the CPU"
@@ -117,7 +117,9 @@ def runtime_settings(config: LaunchConfig) -> LaunchSettings:
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         use_cpu=config.use_cpu,
         backend=config.backend,
-        backend_options=backend_options.to_env(config.backend, config.fsdp, config.deepspeed),
+        backend_options=backend_options.to_env(
+            config.backend, config.backend_options().get(config.backend)
+        ),
     )
 
 
