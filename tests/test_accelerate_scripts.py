@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from accelerate_compat.driver import CaseResult, run_cases
+from accelerate_compat.driver import ScriptRun, run_cases
 
 pytestmark = pytest.mark.distributed
 
@@ -29,38 +29,37 @@ ACCELIFY_FAILS: dict[str, str] = {}
 #:   accelify joins DDP on gloo too.
 #: - test_stateful_dataloader and test_stateful_dataloader_save_state need torchdata's
 #:   StatefulDataLoader; accelify's prepared loaders save their position themselves.
+#: - Under torch 2.13 an HF rank sometimes aborts at exit, after its last case (SIGABRT in the
+#:   process group's teardown, the race accelify's runtime waits out): a problem of HF's run,
+#:   recorded and not asserted. accelify's runs must end with every rank leaving cleanly.
 #: One difference makes a case pass on accelify for another reason than on HF: training_check's
 #: fp16 part runs only where `is_fp16_available()`; HF says True on CPU and trains in fp32
 #: (mixed_precision="fp16" is silently not fp16), accelify refuses fp16 on CPU and its
 #: `is_fp16_available()` says False there, so the part is skipped. The bf16 part runs on both.
 
 
-def _by_name(results: list[CaseResult]) -> dict[str, CaseResult]:
-    return {result.case: result for result in results}
-
-
 @pytest.fixture(scope="module")
-def hf_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[CaseResult]]:
+def hf_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ScriptRun]:
     workdir = tmp_path_factory.mktemp("hf")
     return {name: run_cases("accelerate", name, workdir) for name in SCRIPTS}
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_accelerates_test_script_passes_on_accelify(
-    script: str, hf_results: dict[str, list[CaseResult]], tmp_path: Path
+    script: str, hf_runs: dict[str, ScriptRun], tmp_path: Path
 ) -> None:
     ours = run_cases("accelify", script, tmp_path)
-    theirs = hf_results[script]
+    theirs = hf_runs[script]
     log = (tmp_path / f"accelify-{script}.log").read_text()[-4000:]
-    report = "\n".join(f"  {r.case}: {'pass' if r.ok else 'FAIL ' + r.error[:400]}" for r in ours)
+    report = "\n".join(
+        f"  {r.case}: {'pass' if r.ok else 'FAIL ' + r.error[:400]}" for r in ours.cases
+    )
+    details = f"accelify:\n{report}\nproblems: {ours.problems}\nlog tail:\n{log}"
 
-    assert [r.case for r in ours] == [r.case for r in theirs], (
-        f"the two runs did not run the same cases\naccelify:\n{report}\nlog tail:\n{log}"
-    )
-    failing = {r.case for r in ours if not r.ok}
-    assert failing == {case for case in ACCELIFY_FAILS if case in _by_name(ours)}, (
-        f"cases failing on accelify differ from the decided list\n{report}\nlog tail:\n{log}"
-    )
-    hf_only = {r.case for r in theirs if r.ok} & failing
-    assert hf_only <= set(ACCELIFY_FAILS)
-    assert sum(r.ok for r in ours) >= sum(r.ok for r in theirs)
+    # every case ran, and every rank left cleanly (HF's own exit problems are HF's: not asserted)
+    assert ours.problems == [], details
+    ran = [r.case for r in ours.cases]
+    assert set(r.case for r in theirs.cases) <= set(ran), details
+    failing = {r.case for r in ours.cases if not r.ok}
+    assert failing == {case for case in ACCELIFY_FAILS if case in ran}, details
+    assert sum(r.ok for r in ours.cases) >= sum(r.ok for r in theirs.cases), details

@@ -31,6 +31,15 @@ class CaseResult:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class ScriptRun:
+    """A script's cases, and what went wrong outside them: `main()` failing before or between
+    cases, or a rank dying after the last one (HF under torch 2.13 sometimes aborts at exit)."""
+
+    cases: list[CaseResult]
+    problems: list[str]
+
+
 def hf_script(name: str) -> Path:
     import importlib.util
 
@@ -98,7 +107,7 @@ def _launch(runtime: str, script: Path, results: Path, start: int, log: Path) ->
             time.sleep(0.1)
 
 
-def run_cases(runtime: str, name: str, workdir: Path) -> list[CaseResult]:
+def run_cases(runtime: str, name: str, workdir: Path) -> ScriptRun:
     """Every case of HF's `name` script, in order, with its outcome on `runtime`."""
     script = hf_script(name)
     results = workdir / f"{runtime}-{name}"
@@ -116,15 +125,14 @@ def run_cases(runtime: str, name: str, workdir: Path) -> list[CaseResult]:
         if outcomes and not outcomes[-1].ok and outcomes[-1].index >= start:
             start = outcomes[-1].index + 1
             continue
-        setups = sorted(results.glob("setup.*.json"))
-        if setups:
-            error = _read(setups[0])["error"]
-            outcomes.append(CaseResult(len(outcomes), "main() outside any case", False, error))
-        elif len(list(results.glob("done.*.json"))) < RANKS:
-            outcomes.append(
-                CaseResult(len(outcomes), "main() outside any case", False, "a rank died: see log")
-            )
-        return outcomes
+        problems = [
+            f"main() outside any case, rank {path.name.split('.')[1]}: {_read(path)['error']}"
+            for path in sorted(results.glob("setup.*.json"))
+        ]
+        finished = len(list(results.glob("done.*.json")))
+        if not problems and finished < RANKS:
+            problems.append(f"{RANKS - finished} rank(s) died after the last case: see {log}")
+        return ScriptRun(outcomes, problems)
 
 
 def _outcome(results: Path, index: int) -> CaseResult:
