@@ -377,7 +377,8 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
     ) -> torch.Tensor:
         parameters = list(parameters)
         self.unscale_gradients()
-        return self.backend.clip_grad_norm_(parameters, max_norm, norm_type)
+        with pending_work.tracked(self.process.distributed):  # a norm over shards communicates
+            return self.backend.clip_grad_norm_(parameters, max_norm, norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         parameters = list(parameters)

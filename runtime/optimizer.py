@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from accelify.runtime import pending_work
 from accelify.runtime.gradient_state import GradientState
 
 
@@ -65,6 +66,7 @@ class PreparedOptimizer(torch.optim.Optimizer):
         if self.gradient_state.sync_gradients:
             self.optimizer.zero_grad(set_to_none=set_to_none)
 
+    @pending_work.tracks  # an engine's step communicates (DeepSpeed gathers the new partitions)
     def step(self, closure: Any = None) -> Any:
         self.step_was_skipped = False
         if not self.gradient_state.sync_gradients:
