@@ -147,16 +147,22 @@ def _drop_unreachable(ctx: Context, prepare_scope: Scope) -> None:
             return False
         return not ctx.facts.placement.inside(node, owner)  # type: ignore[arg-type]
 
-    dropped_lines = set()
+    dropped_lines: set[int] = set()
+
+    def drop(node: cst.CSTNode) -> None:
+        """Every line of the node: a change noted at a line inside it is not made either."""
+        span = ctx.model.position(node)
+        dropped_lines.update(range(span.start.line, span.end.line + 1))
+
     for node in [n for n in plan.replacements if outside(n)]:
         del plan.replacements[node]
-        dropped_lines.add(ctx.line(node))
+        drop(node)
     for node in [n for n in plan.guards if outside(n)]:
         del plan.guards[node]
-        dropped_lines.add(ctx.line(node))
+        drop(node)
     for node in [n for n in plan.removals if outside(n)]:
         plan.removals.discard(node)
-        dropped_lines.add(ctx.line(node))
+        drop(node)
     for inserts in (plan.before, plan.after):
         for node in [n for n in inserts if outside(n)]:
             del inserts[node]

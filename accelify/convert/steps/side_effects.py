@@ -142,6 +142,8 @@ def _fix_makedirs(ctx: Context, race: side_effects.MakedirsRace) -> None:
     makedirs = func.rsplit(".", 1)[0] + ".makedirs"
     path = ctx.code(call.args[0].value) if call.args else ""
     fixed = f"{makedirs}({path}, exist_ok=True)"
+    ctx.reachable_outside.append(race.statement)  # needs no accelerator: fixed anywhere
+    ctx.reachable_outside.append(call)
     if isinstance(race.statement, cst.If):
         ctx.plan.replacements[race.statement] = lambda updated: statement(fixed).with_changes(
             leading_lines=updated.leading_lines
