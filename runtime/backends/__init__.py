@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 from accelify.runtime import options as backend_options
-from accelify.runtime.backends.base import Backend
+from accelify.runtime.backends.base import Backend, BackendInputs
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.state import ProcessState, on_exit
 
@@ -36,11 +36,9 @@ def create_backend(
     module, _, class_name = BACKENDS[name].partition(":")
     engine: type[Backend] = getattr(importlib.import_module(module), class_name)
     backend = engine.create(
-        state,
-        mixed_precision,
-        options=options,
-        gradient_state=gradient_state or GradientState(),
-        ddp_kwargs=ddp_kwargs or {},
+        BackendInputs(
+            state, mixed_precision, options, gradient_state or GradientState(), ddp_kwargs or {}
+        )
     )
     on_exit(engine.at_exit)
     return backend

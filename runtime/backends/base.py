@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,17 @@ import torch
 
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.state import ProcessState
+
+
+@dataclass(frozen=True)
+class BackendInputs:
+    """What the Accelerator hands the engine it builds; each engine takes the parts it uses."""
+
+    state: ProcessState
+    mixed_precision: str
+    options: Any  # the engine's options (`accelify.runtime.options`), None for DDP
+    gradient_state: GradientState
+    ddp_kwargs: dict[str, Any]  # the script's DistributedDataParallelKwargs (DDP only)
 
 
 class Backend:
@@ -30,17 +42,9 @@ class Backend:
         self.mixed_precision = mixed_precision
 
     @classmethod
-    def create(
-        cls,
-        state: ProcessState,
-        mixed_precision: str,
-        *,
-        options: Any,
-        gradient_state: GradientState,
-        ddp_kwargs: dict[str, Any],
-    ) -> Backend:
+    def create(cls, inputs: BackendInputs) -> Backend:
         """Build from what the Accelerator has; each engine takes the parts it uses."""
-        return cls(state, mixed_precision)
+        return cls(inputs.state, inputs.mixed_precision)
 
     @classmethod
     def at_exit(cls) -> None:

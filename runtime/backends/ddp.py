@@ -15,8 +15,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accelify.runtime.backends.base import Backend
-from accelify.runtime.gradient_state import GradientState
+from accelify.runtime.backends.base import Backend, BackendInputs
 from accelify.runtime.state import ProcessState
 
 
@@ -28,16 +27,8 @@ class DDPBackend(Backend):
         self.ddp_kwargs = {"gradient_as_bucket_view": True, **ddp_kwargs}
 
     @classmethod
-    def create(
-        cls,
-        state: ProcessState,
-        mixed_precision: str,
-        *,
-        options: Any,
-        gradient_state: GradientState,
-        ddp_kwargs: dict[str, Any],
-    ) -> Backend:
-        return cls(state, mixed_precision, **ddp_kwargs)
+    def create(cls, inputs: BackendInputs) -> Backend:
+        return cls(inputs.state, inputs.mixed_precision, **inputs.ddp_kwargs)
 
     @classmethod
     def at_exit(cls) -> None:

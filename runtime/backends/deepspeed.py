@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from accelify.runtime.backends.base import Backend
+from accelify.runtime.backends.base import Backend, BackendInputs
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.options import DeepSpeedOptions
 from accelify.runtime.options.deepspeed import read_config as read_deepspeed_config
@@ -64,16 +64,8 @@ class DeepSpeedBackend(Backend):
         self.engines: list[Any] = []
 
     @classmethod
-    def create(
-        cls,
-        state: ProcessState,
-        mixed_precision: str,
-        *,
-        options: Any,
-        gradient_state: GradientState,
-        ddp_kwargs: dict[str, Any],
-    ) -> Backend:
-        return cls(state, mixed_precision, options, gradient_state)
+    def create(cls, inputs: BackendInputs) -> Backend:
+        return cls(inputs.state, inputs.mixed_precision, inputs.options, inputs.gradient_state)
 
     @property
     def owns_checkpoints(self) -> bool:  # type: ignore[override]

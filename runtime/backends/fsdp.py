@@ -27,8 +27,7 @@ from torch.distributed.fsdp import (
     fully_shard,
 )
 
-from accelify.runtime.backends.base import Backend
-from accelify.runtime.gradient_state import GradientState
+from accelify.runtime.backends.base import Backend, BackendInputs
 from accelify.runtime.options import FSDPOptions
 from accelify.runtime.state import ProcessState
 
@@ -45,16 +44,8 @@ class FSDPBackend(Backend):
         self._bound: set[int] = set()  # ids of parameters held by optimizers already bound
 
     @classmethod
-    def create(
-        cls,
-        state: ProcessState,
-        mixed_precision: str,
-        *,
-        options: Any,
-        gradient_state: GradientState,
-        ddp_kwargs: dict[str, Any],
-    ) -> Backend:
-        return cls(state, mixed_precision, options)
+    def create(cls, inputs: BackendInputs) -> Backend:
+        return cls(inputs.state, inputs.mixed_precision, inputs.options)
 
     @property
     def owns_checkpoints(self) -> bool:  # type: ignore[override]
