@@ -129,7 +129,6 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             self.gradient_state,
             kwargs_handlers_module.of_type(kwargs_handlers, DistributedDataParallelKwargs),
         )
-        self.backend_name = self.backend.name
         scaler_options = kwargs_handlers_module.of_type(kwargs_handlers, GradScalerKwargs)
         self.scaler = (
             None if self.backend.scales_fp16 else self.precision.make_scaler(scaler_options)
@@ -340,19 +339,18 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             return
         from torch.distributed.algorithms import Join
 
-        restore: list[tuple[PreparedDataLoader, bool]] = []
+        restore = [
+            (loader, loader.even_batches) for loader in self._dataloaders if loader.map_style
+        ]
         if even_batches is not None:
-            streams = [loader for loader in self._dataloaders if not loader.map_style]
-            if streams:
+            if len(restore) < len(self._dataloaders):
                 warnings.warn(
                     "Overriding even_batches is only supported for map-style datasets, yet some "
                     "dataloaders given were iterable",
                     stacklevel=3,
                 )
-            for loader in self._dataloaders:
-                if loader not in streams:
-                    restore.append((loader, loader.even_batches))
-                    loader.even_batches = even_batches
+            for loader, _ in restore:
+                loader.even_batches = even_batches
         try:
             with Join(joinables, enable=True, throw_on_early_termination=False):
                 yield

@@ -235,11 +235,10 @@ class PreparedDataLoader:
         self._even_batches = config.even_batches
         self._resume_skip = 0
         self._pass_finished = True  # no pass in progress
-        self._iterable = isinstance(loader.dataset, IterableDataset)
         self._stream_pass = ShardPass()
         self._sampler: _ShardedBatchSampler | None = None
         self._inner: DataLoader = loader
-        if self._iterable or self.dispatch_batches:
+        if isinstance(loader.dataset, IterableDataset) or self.dispatch_batches:
             if self.split_batches and not self.dispatch_batches and state.distributed:
                 raise NotImplementedError(
                     "split_batches=True over an IterableDataset needs dispatch_batches=True "
@@ -422,21 +421,7 @@ def _rebuild(
         kwargs["persistent_workers"] = False
     if automatic_batches:
         return DataLoader(loader.dataset, batch_sampler=sharded, **kwargs)
-    return DataLoader(loader.dataset, sampler=_Items(sharded), batch_size=None, **kwargs)
-
-
-class _Items:
-    """The sharded items as a sampler (without automatic batching a DataLoader takes a sampler,
-    and the shard yields one item per step)."""
-
-    def __init__(self, sharded: _ShardedBatchSampler) -> None:
-        self.sharded = sharded
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.sharded)
-
-    def __len__(self) -> int:
-        return len(self.sharded)
+    return DataLoader(loader.dataset, sampler=sharded, batch_size=None, **kwargs)
 
 
 def _items_in(item: Any) -> int:

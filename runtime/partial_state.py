@@ -225,13 +225,11 @@ def _split(inputs: Any, rank: int, world: int, apply_padding: bool) -> Any:
     per_rank, extra = divmod(length, world)
     start = rank * per_rank + min(rank, extra)
     end = start + per_rank + (1 if rank < extra else 0)
+    pad = bool(apply_padding and extra and rank >= extra and length)  # one fewer here: repeat
     if _is_hf_dataset(inputs):  # rows, not the columns its slicing returns
-        rows = list(range(start, end))
-        if apply_padding and extra and rank >= extra and length:
-            rows.append(length - 1)
-        return inputs.select(rows)
+        return inputs.select([*range(start, end), *([length - 1] if pad else [])])
     share = inputs[start:end]
-    if apply_padding and extra and rank >= extra and length:
+    if pad:
         last = inputs[-1:]
         share = torch.cat([share, last]) if isinstance(inputs, torch.Tensor) else share + last
     return share

@@ -97,15 +97,14 @@ def _helpers(name: str, file: str, names: tuple[str, ...] | None) -> types.Modul
     path = _hf_source(file)
     tree = ast.parse(path.read_text(), filename=str(path))
     if names is not None:
-        imports = [
-            ast.parse(
-                "from contextlib import contextmanager\nimport torch\n"
-                "from accelerate.state import AcceleratorState\n"
-                "from accelerate.utils import gather\n"
-            )
-        ]
+        # what the named functions use, from the swapped modules
+        imports = ast.parse(
+            "from contextlib import contextmanager\nimport torch\n"
+            "from accelerate.state import AcceleratorState\n"
+            "from accelerate.utils import gather\n"
+        )
         wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
-        tree = ast.Module(body=[*imports[0].body, *wanted], type_ignores=[])
+        tree = ast.Module(body=[*imports.body, *wanted], type_ignores=[])
     module = types.ModuleType(name)
     module.__file__ = str(path)
     exec(compile(tree, str(path), "exec"), module.__dict__)
