@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -98,6 +99,11 @@ def _init_process_group(
     )
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.PrefixStore(f"accelify/attempt_{attempt}", store)
+    # Its functions take ``group=group.WORLD`` as a default, evaluated when the module is first
+    # imported (DDP imports it). Imported after the group exists, it would hold the group until
+    # interpreter finalization; imported now, the default is None.
+    import torch.distributed.nn  # noqa: F401
+
     dist.init_process_group(
         backend=backend,
         store=store,
@@ -112,21 +118,31 @@ def _init_process_group(
 class _ExitGuard:
     """Leave the process group cleanly at exit, whether or not the script called `end_training`.
 
-    Three things must happen while the interpreter is still whole (see
+    Four things must happen while the interpreter is still whole (see
     `accelify.runtime.pending_work` for what goes wrong otherwise): every rank has finished its
-    collectives, DDP wrappers have let go of the group, and the communication threads have freed
-    every work a backward or the runtime launched. Waiting for the other ranks goes through the
-    store, not a collective, so it is bounded: after an uncaught exception nobody waits (the
-    other ranks are being stopped), and a rank that leaves early with ``sys.exit`` waits at most
-    `EXIT_WAIT` for ranks that will not come.
+    collectives, DDP wrappers have let go of the group, the communication threads have freed
+    every work a backward or the runtime launched, and the group itself is freed. Waiting for
+    the other ranks goes through the store, not a collective, so it is bounded: after an
+    uncaught exception nobody waits (the other ranks are being stopped), and a rank that leaves
+    early with ``sys.exit`` waits at most `EXIT_WAIT` for ranks that will not come.
+
+    The group is freed through its Python handle, held here from the start, and only here at
+    the end. Freeing a gloo group joins its worker threads, and one of them may still be
+    dropping the tensors of the last collective, which takes the GIL. Through the handle torch
+    frees the group with the GIL released. Through a C++ owner (a DDP reducer, when the model
+    goes out of scope after `end_training`, or its release at exit) the GIL stays held, and
+    both threads wait forever: a rank that printed everything and never exited.
     """
 
     EXIT_WAIT = timedelta(seconds=10)
     crashed = False
+    #: the Python handles of the groups this process started, let go of last
+    groups: ClassVar[list[dist.ProcessGroup]] = []
 
     @classmethod
     def install(cls, store: dist.Store, rank: int, world_size: int) -> None:
         failure_record.install(rank, on_exception=cls.mark_crashed)
+        cls.groups.append(dist.distributed_c10d._get_default_group())
         atexit.register(cls.close, store, rank, world_size)
 
     @classmethod
@@ -142,13 +158,14 @@ class _ExitGuard:
                     store.wait([f"left/{other}" for other in range(world_size)], cls.EXIT_WAIT)
                 except RuntimeError:  # DistStoreError included
                     pass  # a rank that left early, or a store already gone: nothing to wait for
-            # Before the group can be freed: freeing it joins the communication threads while
-            # this thread holds the GIL, and a thread still dropping a work that holds Python
-            # objects (the last gather before exit) waits for the GIL forever.
+            # A group something else still holds is freed only at finalization, where a
+            # communication thread still dropping a work that holds Python objects can no
+            # longer take the GIL. Those works are let go of first.
             pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())
             dist.destroy_process_group()
         _run_exit_hooks()
         pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())
+        cls.groups.clear()
 
 
 #: Engine cleanups (`Backend.at_exit`) run at exit, once the group is destroyed and while the

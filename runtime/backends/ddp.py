@@ -35,7 +35,8 @@ class DDPBackend(Backend):
         """DDP wrappers that are module globals outlive `destroy_process_group` and free the
         group during interpreter finalization, where gloo's worker threads can no longer take
         the GIL to drop the tensors they hold (SIGABRT). Dropping the wrappers' references to
-        the group while the interpreter is still whole lets it be freed here instead."""
+        the group while the interpreter is still whole lets the exit guard free it (through
+        its Python handle: see `accelify.runtime.state._ExitGuard`)."""
         for model in list(WRAPPED_MODELS):
             for attribute in ("reducer", "process_group", "logger"):
                 model.__dict__.pop(attribute, None)
