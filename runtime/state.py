@@ -142,7 +142,7 @@ class _ExitGuard:
     @classmethod
     def install(cls, store: dist.Store, rank: int, world_size: int) -> None:
         failure_record.install(rank, on_exception=cls.mark_crashed)
-        cls.groups.append(dist.distributed_c10d._get_default_group())
+        cls.groups.append(dist.group.WORLD)
         atexit.register(cls.close, store, rank, world_size)
 
     @classmethod
