@@ -64,7 +64,9 @@ class Cases:
             label = name if self.seen[name] == 1 else f"{name}#{self.seen[name]}"
             if index < self.start:
                 return None
-            self._write(f"{index:03d}.{self.rank}.start", {"case": label})
+            # the pid: the launchers start ranks in sessions of their own, so the driver ends a
+            # hung rank by its pid
+            self._write(f"{index:03d}.{self.rank}.start", {"case": label, "pid": os.getpid()})
             self.depth += 1
             try:
                 function(*args, **kwargs)

@@ -7,6 +7,7 @@ The same runner serves both sides: `accelerate` (HF Accelerate itself, under tor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -100,11 +101,21 @@ def _launch(runtime: str, script: Path, results: Path, start: int, log: Path) ->
                 if finished < RANKS and now - started[index] > CASE_TIMEOUT_S:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
+                    _kill_ranks(results, start, int(index))
                     (results / f"{index}.hang").write_text(
                         f"not finished on {RANKS - finished} rank(s) after {CASE_TIMEOUT_S:.0f} s"
                     )
                     return
             time.sleep(0.1)
+
+
+def _kill_ranks(results: Path, start: int, hung: int) -> None:
+    """The ranks of this launch, by the pids their case markers hold: both launchers run ranks
+    in sessions of their own, which outlive the launcher's process group."""
+    for marker in results.glob("*.start"):
+        if start <= int(marker.name.split(".")[0]) <= hung:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(_read(marker)["pid"], signal.SIGKILL)
 
 
 def run_cases(runtime: str, name: str, workdir: Path) -> ScriptRun:
