@@ -8,8 +8,9 @@ gradient all-reduce, FSDP's reduce-scatter) copies that state into its work obje
 communication library's worker thread is usually the last owner of the work. Freeing it there
 drops the Python object, which needs the GIL; once the interpreter has begun to finalize, a thread
 that asks for the GIL is ended with `pthread_exit`, the unwind runs through a `noexcept`
-destructor, and C++ calls `std::terminate`. The process group cannot be destroyed first to join
-those threads: torch keeps references to it that live until finalization.
+destructor, and C++ calls `std::terminate`. The runtime frees its own group at exit, which joins
+those threads (`accelify.runtime.state._ExitGuard`), but a group something else holds (DeepSpeed
+keeps its groups in module globals) lives until finalization.
 
 The same holds for the tensors a collective keeps: a tensor whose Python object was dropped
 while the work still held it (the outputs of a gather, once concatenated) is freed by the worker
