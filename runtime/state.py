@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 import torch.distributed as dist
 
-from accelify.runtime import failure_record, pending_work
+from accelify.runtime import collective_record, failure_record, pending_work
 from accelify.runtime.environment import LaunchSettings, parse_bool
 from accelify.runtime.kwargs_handlers import DistributedType, distributed_type_of
 
@@ -142,15 +142,18 @@ class _ExitGuard:
     @classmethod
     def install(cls, store: dist.Store, rank: int, world_size: int) -> None:
         failure_record.install(rank, on_exception=cls.mark_crashed)
+        collective_record.install(rank)
         cls.groups.append(dist.group.WORLD)
         atexit.register(cls.close, store, rank, world_size)
 
     @classmethod
     def mark_crashed(cls) -> None:
         cls.crashed = True
+        collective_record.crashed()
 
     @classmethod
     def close(cls, store: dist.Store, rank: int, world_size: int) -> None:
+        collective_record.leaving()
         if dist.is_initialized():
             if not cls.crashed:
                 try:

@@ -162,6 +162,9 @@ class DeepSpeedBackend(Backend):
         engine.set_gradient_accumulation_boundary(sync)
         engine.backward(loss, **kwargs)
 
+    def reduces_in_backward(self, models: Sequence[torch.nn.Module], sync: bool) -> bool:
+        return sync and bool(self.engines)
+
     def _engine_of(self, loss: torch.Tensor) -> Any:
         if len(self.engines) == 1:
             return self.engines[0]

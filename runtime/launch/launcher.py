@@ -23,8 +23,10 @@ from accelify.runtime.environment import FAILURE_DIR, LaunchSettings
 from accelify.runtime.launch import foreign_accelerator
 from accelify.runtime.launch import outcome as launch_outcome
 from accelify.runtime.launch.config import LaunchConfig
+from accelify.runtime.launch.watch import Watcher
 
 LOOPBACK = "127.0.0.1"
+DEFAULT_HANG_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True)
@@ -145,11 +147,14 @@ def launch(plan: LaunchPlan) -> int:
     _quiet_agent_warnings()
     with tempfile.TemporaryDirectory(prefix="accelify-launch-") as records:
         os.environ[FAILURE_DIR] = records
+        watcher = Watcher(Path(records), hang_timeout=_hang_timeout(plan.config))
+        watcher.start()
         try:
             torchrun.run(arguments)
         except ChildFailedError as error:
+            attempt = plan.config.max_restarts
             text, code = launch_outcome.failed_run(
-                error.failures, Path(records), attempt=plan.config.max_restarts
+                error.failures, Path(records), attempt, watcher.verdict(attempt)
             )
         except SignalException as error:
             text, code = launch_outcome.stopped(int(error.sigval))
@@ -157,8 +162,14 @@ def launch(plan: LaunchPlan) -> int:
             text, code = launch_outcome.stopped(signal.SIGINT)
         else:
             return 0
+        finally:
+            watcher.stop()
     print(text, file=sys.stderr)
     return code
+
+
+def _hang_timeout(config: LaunchConfig) -> float:
+    return float(getattr(config, "hang_timeout", DEFAULT_HANG_TIMEOUT))
 
 
 def _quiet_agent_warnings() -> None:
@@ -170,6 +181,8 @@ def _quiet_agent_warnings() -> None:
     for name in list(logging.root.manager.loggerDict):
         if name.startswith("torch.distributed.elastic"):
             logging.getLogger(name).setLevel(logging.ERROR)
+    # "failed (exitcode: 1) local_rank: 1 (pid: N) of binary: ...": the report says it better
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
 
 
 def _check_foreign_accelerator(plan: LaunchPlan, processes: int, cuda_available: bool) -> None:
