@@ -26,7 +26,7 @@ DOCUMENTED = {
     USE_CPU: "true | false: force the CPU even where CUDA is available",
     BACKEND: "ddp | fsdp | deepspeed: the engine that wraps prepared models",
     BACKEND_OPTIONS: "JSON: the chosen backend's options (sharding, offload, ZeRO stage, ...)",
-    FAILURE_DIR: "a directory: each rank records its uncaught exception there (set by launch)",
+    FAILURE_DIR: "a directory: each rank records its exception and collectives there (by launch)",
 }
 
 MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
