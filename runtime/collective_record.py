@@ -30,9 +30,10 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import CodeType
 from typing import IO, Any, TypeVar
 
 from accelify.runtime.environment import FAILURE_DIR
@@ -45,6 +46,8 @@ STACK_SIGNAL = signal.SIGUSR2
 # backward passes, time the state began, main thread id, operation, where (path:line)
 _LAYOUT = struct.Struct("<IiiiqqdQ32s240s")
 _GENERATION = struct.Struct("<I")
+_STATE, _STATE_OFFSET = struct.Struct("<i"), 8
+_SINCE, _SINCE_OFFSET = struct.Struct("<d"), 32
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -116,6 +119,7 @@ class _Recorder:
         self._generation = 0
         self._pid = os.getpid()
         self._main = threading.main_thread().ident or 0
+        self._places: dict[tuple[CodeType, int], bytes] = {}
         self.depth = 0
         self.sequence = 0
         self.passes = 0
@@ -144,6 +148,16 @@ class _Recorder:
         self._generation += 1
         _GENERATION.pack_into(self._map, 0, self._generation)
 
+    def _write_state(self, state: int) -> None:
+        """Only the state and its time (leaving a collective: the rest stays as it was)."""
+        self.state = state
+        self._generation += 1
+        _GENERATION.pack_into(self._map, 0, self._generation)
+        _STATE.pack_into(self._map, _STATE_OFFSET, state)
+        _SINCE.pack_into(self._map, _SINCE_OFFSET, time.time())
+        self._generation += 1
+        _GENERATION.pack_into(self._map, 0, self._generation)
+
     def enter(self, operation: bytes) -> None:
         self.depth += 1
         if self.depth > 1:
@@ -156,7 +170,7 @@ class _Recorder:
     def leave(self) -> None:
         self.depth -= 1
         if self.depth == 0 and self.state == IN_COLLECTIVE:
-            self._write(RUNNING)
+            self._write_state(RUNNING)
 
     def finish(self, state: int) -> None:
         if self.state != CRASHED:
@@ -170,7 +184,11 @@ class _Recorder:
             frame = frame.f_back
         if frame is None:
             return b""
-        return f"{frame.f_code.co_filename}:{frame.f_lineno}".encode()[:240]
+        key = (frame.f_code, frame.f_lineno)
+        where = self._places.get(key)
+        if where is None:
+            where = self._places[key] = f"{key[0].co_filename}:{key[1]}".encode()[:240]
+        return where
 
 
 _recorder: _Recorder | None = None
@@ -232,20 +250,27 @@ def collective(operation: str) -> Callable[[F], F]:
     return decorate
 
 
-@contextlib.contextmanager
-def _recorded(recorder: _Recorder, operation: bytes) -> Iterator[None]:
-    recorder.enter(operation)
-    try:
-        yield
-    finally:
-        recorder.leave()
+class _Recorded:
+    """A block recorded as one collective (a class: cheaper than a generator, on every step)."""
+
+    __slots__ = ("_operation", "_recorder")
+
+    def __init__(self, recorder: _Recorder, operation: bytes) -> None:
+        self._recorder = recorder
+        self._operation = operation
+
+    def __enter__(self) -> None:
+        self._recorder.enter(self._operation)
+
+    def __exit__(self, *exc: object) -> None:
+        self._recorder.leave()
 
 
 def during(operation: str | None) -> contextlib.AbstractContextManager[None]:
     """Record the block as the collective ``operation`` (None: not a collective this time)."""
     if _recorder is None or operation is None:
         return contextlib.nullcontext()
-    return _recorded(_recorder, operation.encode())
+    return _Recorded(_recorder, operation.encode())
 
 
 _BACKWARD = b"backward"
@@ -259,7 +284,7 @@ def backward_pass(reduces: Callable[[], bool]) -> contextlib.AbstractContextMana
     recorder.passes += 1
     if not reduces():
         return contextlib.nullcontext()
-    return _recorded(recorder, _BACKWARD)
+    return _Recorded(recorder, _BACKWARD)
 
 
 def recording() -> bool:
