@@ -73,6 +73,14 @@ from accelify.runtime.options import launch_flags
     help="Restart the whole group this many times when a rank fails.",
 )
 @click.option(
+    "--hang-timeout",
+    "--hang_timeout",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Seconds a rank may wait in a collective that a peer has not reached before the run "
+    "is stopped with every rank's place and the stragglers' stacks (default 300; 0: off).",
+)
+@click.option(
     "--config-file",
     "--config_file",
     type=click.Path(dir_okay=False, path_type=Path),

@@ -31,6 +31,9 @@ class LaunchConfig:
     use_cpu: bool = False
     backend: str = "ddp"
     max_restarts: int = 0
+    #: seconds a rank may wait in a collective while a peer is in none, before the launcher
+    #: reports the hang and stops the run; 0 turns the watch off
+    hang_timeout: float = 300.0
     # one field per backend with options (`accelify.runtime.options.DECLARED`), named after it
     fsdp: FSDPOptions = field(default_factory=FSDPOptions)
     deepspeed: DeepSpeedOptions = field(default_factory=DeepSpeedOptions)
@@ -65,6 +68,12 @@ def _non_negative_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError("expected an integer >= 0")
     return value
+
+
+def _non_negative_seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError("expected a number of seconds >= 0 (0: off)")
+    return float(value)
 
 
 def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -112,6 +121,7 @@ _ACCELIFY_KEYS: dict[str, Callable[[Any], Any]] = {
     "use_cpu": _boolean,
     "backend": _choice(BACKEND_CHOICES),
     "max_restarts": _non_negative_int,
+    "hang_timeout": _non_negative_seconds,
 }
 
 # Hugging Face Accelerate's `default_config.yaml`: keys with a meaning here, and keys that only
