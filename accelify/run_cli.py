@@ -3,6 +3,7 @@ they run (each says how to install it when it is missing), never when they are i
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,7 @@ def launch(
         if config_file is not None and not config_file.exists():
             raise UserError("config file not found", str(config_file))
         file_config = load_config(path) if path.exists() else LaunchConfig()
-        plan = LaunchPlan(merge(file_config, flags), script, script_args, module)
+        plan = LaunchPlan(merge(file_config, flags, os.environ), script, script_args, module)
         sys.exit(run_plan(plan))
     except UserError as error:
         fail(error)

@@ -14,13 +14,14 @@ import signal
 import socket
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accelify.errors import UserError
 from accelify.runtime import options as backend_options
 from accelify.runtime.environment import FAILURE_DIR, LaunchSettings
-from accelify.runtime.launch import foreign_accelerator
+from accelify.runtime.launch import foreign_accelerator, slurm
 from accelify.runtime.launch import outcome as launch_outcome
 from accelify.runtime.launch.config import LaunchConfig
 
@@ -35,10 +36,21 @@ class LaunchPlan:
     module: bool = False
 
 
-def merge(file_config: LaunchConfig, overrides: dict[str, object]) -> LaunchConfig:
+def merge(
+    file_config: LaunchConfig,
+    overrides: dict[str, object],
+    environ: Mapping[str, str] | None = None,
+) -> LaunchConfig:
     """Flags win over the file: only flags the user gave (not None) replace file values,
-    option by option for the backends' options too."""
+    option by option for the backends' options too. Inside a Slurm allocation (``environ``,
+    the launcher's environment) the allocation's placement sits between the two."""
     given = {key: value for key, value in overrides.items() if value is not None}
+    if environ is not None:
+        use_cpu = bool(given.get("use_cpu", file_config.use_cpu))
+        allocation = slurm.placement(environ, use_cpu)
+        file_config = replace(
+            file_config, **{key: v for key, v in allocation.items() if key not in given}
+        )
     if isinstance(given.get("auto_wrap"), str):
         given["auto_wrap"] = backend_options.class_names(str(given["auto_wrap"]))
     for section in backend_options.DECLARED:
