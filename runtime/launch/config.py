@@ -18,6 +18,9 @@ from accelify.errors import UserError
 from accelify.runtime.environment import BACKEND_CHOICES, MIXED_PRECISION_CHOICES
 from accelify.runtime.options import DECLARED, DeepSpeedOptions, FSDPOptions, parse_options
 
+#: torchrun's rendezvous backends
+RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
+
 
 @dataclass
 class LaunchConfig:
@@ -34,6 +37,19 @@ class LaunchConfig:
     #: seconds a rank may wait in a collective while a peer is in none, before the launcher
     #: reports the hang and stops the run; 0 turns the watch off
     hang_timeout: float = 300.0
+    #: HF's debug mode in every rank: collectives first check that all ranks pass the same shapes
+    debug: bool = False
+    #: OMP_NUM_THREADS of each rank (default: on the CPU, the cores shared out; else torch's)
+    num_cpu_threads_per_process: int | None = None
+    #: CUDA_VISIBLE_DEVICES of the ranks: "0,1,3" ("all" or None: every GPU)
+    gpu_ids: str | None = None
+    # torchrun's own settings, passed on as they are
+    rdzv_backend: str = "static"
+    rdzv_conf: str | None = None
+    monitor_interval: float | None = None
+    tee: str | None = None
+    log_dir: str | None = None
+    role: str | None = None
     # one field per backend with options (`accelify.runtime.options.DECLARED`), named after it
     fsdp: FSDPOptions = field(default_factory=FSDPOptions)
     deepspeed: DeepSpeedOptions = field(default_factory=DeepSpeedOptions)
@@ -73,6 +89,12 @@ def _non_negative_int(value: Any) -> int:
 def _non_negative_seconds(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ValueError("expected a number of seconds >= 0 (0: off)")
+    return float(value)
+
+
+def _positive_seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError("expected a number of seconds > 0")
     return float(value)
 
 
@@ -122,6 +144,15 @@ _ACCELIFY_KEYS: dict[str, Callable[[Any], Any]] = {
     "backend": _choice(BACKEND_CHOICES),
     "max_restarts": _non_negative_int,
     "hang_timeout": _non_negative_seconds,
+    "debug": _boolean,
+    "num_cpu_threads_per_process": _optional(_positive_int),
+    "gpu_ids": _optional(lambda value: _string(str(value) if isinstance(value, int) else value)),
+    "rdzv_backend": _choice(RDZV_BACKENDS),
+    "rdzv_conf": _optional(_string),
+    "monitor_interval": _optional(_positive_seconds),
+    "tee": _optional(lambda value: _string(str(value) if isinstance(value, int) else value)),
+    "log_dir": _optional(_string),
+    "role": _optional(_string),
 }
 
 # Hugging Face Accelerate's `default_config.yaml`: keys with a meaning here, and keys that only
@@ -135,12 +166,9 @@ _HF_DISTRIBUTED_TYPES = {
 }
 _HF_IGNORED_KEYS = {
     "compute_environment",
-    "debug",
     "downcast_bf16",
     "enable_cpu_affinity",
-    "gpu_ids",
     "main_training_function",
-    "rdzv_backend",
     "same_network",
     "tpu_env",
     "tpu_use_cluster",

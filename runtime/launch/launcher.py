@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
 import signal
 import socket
 import sys
@@ -34,6 +36,7 @@ class LaunchPlan:
     script: str
     script_args: tuple[str, ...]
     module: bool = False
+    no_python: bool = False  # SCRIPT is an executable, run without python (torchrun's own)
 
 
 def merge(
@@ -61,15 +64,50 @@ def merge(
         }
         if flags:
             given[section] = replace(getattr(file_config, section), **flags)
-    return replace(file_config, **given)
+    config = replace(file_config, **given)
+    gpus = selected_gpus(config)
+    if gpus and config.num_processes is None:
+        config = replace(config, num_processes=len(gpus))
+    return config
+
+
+def selected_gpus(config: LaunchConfig) -> list[str]:
+    """The GPU ids --gpu-ids names (none: every GPU)."""
+    if config.gpu_ids is None or config.gpu_ids.strip().lower() == "all":
+        return []
+    return [part.strip() for part in config.gpu_ids.split(",") if part.strip()]
+
+
+_TEE = re.compile(r"[0-3]|\d+:[0-3](,\d+:[0-3])*")
 
 
 def check(plan: LaunchPlan, cuda_available: bool) -> None:
     """Refuse, before any rank starts, what the runtime would refuse on every rank."""
     config = plan.config
-    if not plan.module and not Path(plan.script).is_file():
+    if plan.module and plan.no_python:
+        raise UserError("--module and --no-python contradict each other: give one")
+    if plan.no_python:
+        if shutil.which(plan.script) is None:
+            raise UserError(f"no such executable: {plan.script}")
+    elif not plan.module and not Path(plan.script).is_file():
         raise UserError(f"no such script: {plan.script}")
     on_cpu = config.use_cpu or not cuda_available
+    gpus = selected_gpus(config)
+    if gpus and on_cpu:
+        raise UserError(
+            f"--gpu-ids {config.gpu_ids} selects GPUs, and this run is on the CPU"
+            + (" (--cpu)" if config.use_cpu else " (no CUDA device found)")
+        )
+    if gpus and config.num_processes is not None and config.num_processes > len(gpus):
+        raise UserError(
+            f"--num-processes {config.num_processes} needs as many GPUs, and --gpu-ids "
+            f"{config.gpu_ids} names {len(gpus)}"
+        )
+    if config.tee is not None and not _TEE.fullmatch(config.tee):
+        raise UserError(
+            f"--tee {config.tee}: expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or "
+            "per local rank as 0:3,1:1"
+        )
     backend_options.check(config.backend, config.backend_options(), on_cpu)
     if config.mixed_precision == "fp16" and on_cpu:
         raise UserError(
@@ -100,6 +138,15 @@ def torchrun_arguments(plan: LaunchPlan, processes_per_machine: int) -> list[str
         address, port = LOOPBACK, config.main_process_port or free_port()
     else:
         address, port = str(config.main_process_ip), int(config.main_process_port or 0)
+    agent = {  # torchrun's own settings, as given
+        "--rdzv-conf": config.rdzv_conf,
+        "--monitor-interval": config.monitor_interval,
+        "--tee": config.tee,
+        "--log-dir": config.log_dir,
+        "--role": config.role,
+    }
+    if config.rdzv_backend != "static":  # a dynamic rendezvous is found at an endpoint
+        agent["--rdzv-endpoint"] = f"{address}:{port}"
     arguments = [
         "--nproc-per-node",
         str(processes_per_machine),
@@ -114,12 +161,17 @@ def torchrun_arguments(plan: LaunchPlan, processes_per_machine: int) -> list[str
         "--max-restarts",
         str(config.max_restarts),
         "--rdzv-backend",
-        "static",
+        config.rdzv_backend,
     ]
+    for flag, value in agent.items():
+        if value is not None:
+            arguments += [flag, str(value)]
     if config.num_machines == 1:
         arguments += ["--local-addr", LOOPBACK]
     if plan.module:
         arguments.append("--module")
+    if plan.no_python:
+        arguments.append("--no-python")
     return [*arguments, plan.script, *plan.script_args]
 
 
@@ -132,6 +184,9 @@ def runtime_settings(config: LaunchConfig) -> LaunchSettings:
         backend_options=backend_options.to_env(
             config.backend, config.backend_options().get(config.backend)
         ),
+        debug=config.debug,
+        cpu_threads=config.num_cpu_threads_per_process,
+        visible_gpus=",".join(selected_gpus(config)) or None,
     )
 
 
@@ -185,7 +240,7 @@ def _quiet_agent_warnings() -> None:
 
 
 def _check_foreign_accelerator(plan: LaunchPlan, processes: int, cuda_available: bool) -> None:
-    if plan.module or processes * plan.config.num_machines < 2:
+    if plan.module or plan.no_python or processes * plan.config.num_machines < 2:
         return
     found = foreign_accelerator.accelerate_import(Path(plan.script))
     if found is None:
