@@ -93,7 +93,7 @@ HF_FLAGS = (
     ),
     HFFlag(
         "zero3_save_16bit_model",
-        "expected true or false",
+        "expected true or false (either way, save_model gathers the full weights under ZeRO-3)",
         accepts=("true", "false"),
         help="true or false: save_model always gathers the full weights under ZeRO-3 (fp32).",
     ),
