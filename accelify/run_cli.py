@@ -52,7 +52,8 @@ class _LaunchCommand(click.Command):
     "--num-processes",
     "--num_processes",
     type=click.IntRange(min=1),
-    help="Processes per machine (default: the config file, else one per GPU, else 1).",
+    help="Processes in all, over every machine, as in HF Accelerate (default: the config file, "
+    "else one per GPU of each machine, else 1 per machine).",
 )
 @click.option(
     "--num-machines",

@@ -365,3 +365,27 @@ def test_hf_launcher_flags_reach_every_rank(tmp_path):
     assert all(r["debug"] and r["threads"] == 1 and r["role"] == "trainer" for r in ranks)
     logs = sorted(p.name for p in (tmp_path / "logs").rglob("*.log"))
     assert logs == ["stderr.log", "stderr.log", "stdout.log", "stdout.log"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "per_machine"),
+    [
+        (["-n", "8"], 8),
+        (["--num_processes", "8", "--num_machines", "2", "--main_process_ip", "10.0.0.1"], 4),
+        (["--num_machines", "2", "--main_process_ip", "10.0.0.1"], 3),  # not given: the default
+    ],
+    ids=["one-machine", "total-shared-by-two", "default-per-machine"],
+)
+def test_num_processes_is_the_total_over_all_machines_as_in_hf(arguments, per_machine):
+    plan = parsed(*arguments, "--main_process_port", "29400")
+    check(plan, cuda_available=True)
+    arguments = torchrun_arguments(plan, plan.config.num_processes or 3)
+    assert arguments[arguments.index("--nproc-per-node") + 1] == str(per_machine)
+
+
+def test_a_total_that_machines_cannot_share_is_refused():
+    plan = parsed(
+        "-n", "3", "--num_machines", "2", "--main_process_ip", "a", "--main_process_port", "1"
+    )
+    with pytest.raises(UserError, match="2 machines cannot share it evenly"):
+        check(plan, cuda_available=True)

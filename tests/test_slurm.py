@@ -73,7 +73,7 @@ def test_the_allocation_places_the_launcher():
         "machine_rank": 2,
         "main_process_ip": "gpu11",
         "main_process_port": port(allocation()),
-        "num_processes": 8,
+        "num_processes": 32,  # the total: 8 GPUs on each of 4 nodes
     }
 
 
@@ -96,8 +96,8 @@ def test_a_cpu_run_does_not_take_its_process_count_from_the_gpus():
 
 def test_flags_win_over_the_allocation_and_the_allocation_over_the_file():
     file_config = LaunchConfig(num_machines=1, machine_rank=0, main_process_port=7000)
-    config = merge(file_config, {"machine_rank": 3, "num_processes": 2}, allocation())
-    assert (config.machine_rank, config.num_processes) == (3, 2)
+    config = merge(file_config, {"machine_rank": 3, "num_processes": 8}, allocation())
+    assert (config.machine_rank, config.num_processes) == (3, 8)
     assert (config.num_machines, config.main_process_ip) == (4, "gpu11")
     assert config.main_process_port == port(allocation())
 

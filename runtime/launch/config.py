@@ -24,6 +24,7 @@ RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
 
 @dataclass
 class LaunchConfig:
+    #: processes over all machines, as HF Accelerate's num_processes (each machine runs its share)
     num_processes: int | None = None
     num_machines: int = 1
     machine_rank: int = 0

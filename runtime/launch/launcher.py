@@ -67,8 +67,16 @@ def merge(
     config = replace(file_config, **given)
     gpus = selected_gpus(config)
     if gpus and config.num_processes is None:
-        config = replace(config, num_processes=len(gpus))
+        config = replace(config, num_processes=len(gpus) * config.num_machines)
     return config
+
+
+def per_machine(config: LaunchConfig, default: int) -> int:
+    """Processes on each machine: ``num_processes`` is the total over all machines (HF's
+    meaning); ``default`` is this machine's count when it is not set."""
+    if config.num_processes is None:
+        return default
+    return config.num_processes // config.num_machines
 
 
 def selected_gpus(config: LaunchConfig) -> list[str]:
@@ -98,10 +106,15 @@ def check(plan: LaunchPlan, cuda_available: bool) -> None:
             f"--gpu-ids {config.gpu_ids} selects GPUs, and this run is on the CPU"
             + (" (--cpu)" if config.use_cpu else " (no CUDA device found)")
         )
-    if gpus and config.num_processes is not None and config.num_processes > len(gpus):
+    if config.num_processes is not None and config.num_processes % config.num_machines:
         raise UserError(
-            f"--num-processes {config.num_processes} needs as many GPUs, and --gpu-ids "
-            f"{config.gpu_ids} names {len(gpus)}"
+            f"--num-processes {config.num_processes} is the total over all machines (as in HF "
+            f"Accelerate), and {config.num_machines} machines cannot share it evenly"
+        )
+    if gpus and per_machine(config, len(gpus)) > len(gpus):
+        raise UserError(
+            f"{per_machine(config, len(gpus))} processes per machine need as many GPUs, and "
+            f"--gpu-ids {config.gpu_ids} names {len(gpus)}"
         )
     if config.tee is not None and not _TEE.fullmatch(config.tee):
         raise UserError(
@@ -132,8 +145,11 @@ def free_port(host: str = LOOPBACK) -> int:
         return sock.getsockname()[1]
 
 
-def torchrun_arguments(plan: LaunchPlan, processes_per_machine: int) -> list[str]:
+def torchrun_arguments(plan: LaunchPlan, processes: int) -> list[str]:
+    """torchrun's command line; ``processes``: ``num_processes`` (the total over all machines)
+    or, when it is not set, this machine's default count."""
     config = plan.config
+    processes_per_machine = per_machine(config, processes)
     if config.num_machines == 1:
         address, port = LOOPBACK, config.main_process_port or free_port()
     else:

@@ -136,5 +136,5 @@ def placement(environ: Mapping[str, str], use_cpu: bool) -> dict[str, Any]:
         )
     gpus = _integer(environ, "SLURM_GPUS_ON_NODE")
     if gpus and not use_cpu:
-        settings["num_processes"] = gpus
+        settings["num_processes"] = gpus * nodes  # the total, as HF's num_processes
     return settings
