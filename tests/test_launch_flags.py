@@ -3,6 +3,7 @@ own parser is honoured or refused with one line that says why (exit 2, no traceb
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 from dataclasses import replace
@@ -389,3 +390,21 @@ def test_a_total_that_machines_cannot_share_is_refused():
     )
     with pytest.raises(UserError, match="2 machines cannot share it evenly"):
         check(plan, cuda_available=True)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed"
+)
+def test_gradient_clipping_reaches_the_deepspeed_config(monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    from torch.utils.data import DataLoader
+
+    from accelify.runtime.backends.deepspeed import DeepSpeedBackend
+    from accelify.runtime.state import ProcessState
+
+    state = ProcessState.from_env(cpu=True)
+    loader = DataLoader(list(range(8)), batch_size=4)
+    options = parsed("--use_deepspeed", "--gradient_clipping", "0.5").config.deepspeed
+    assert DeepSpeedBackend(state, "no", options)._config([loader])["gradient_clipping"] == 0.5
+    unclipped = DeepSpeedBackend(state, "no", DeepSpeedOptions())._config([loader])
+    assert unclipped["gradient_clipping"] == 0.0  # DeepSpeed's default 1.0 stays off
