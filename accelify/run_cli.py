@@ -71,8 +71,8 @@ class _LaunchCommand(click.Command):
 @click.option(
     "--main-process-port",
     "--main_process_port",
-    type=click.IntRange(1, 65535),
-    help="Port on machine 0 (default: a free port when on one machine).",
+    type=click.IntRange(0, 65535),
+    help="Port on machine 0 (default, or 0: a free port when on one machine).",
 )
 @click.option(
     "--num-cpu-threads-per-process",

@@ -238,6 +238,11 @@ def parsed(*arguments: str, environ: dict[str, str] | None = None) -> LaunchPlan
         ),
         (["--use_fsdp", "--fsdp_offload_params", "true"], "fsdp", FSDPOptions(cpu_offload=True)),
         (
+            ["--use_fsdp", "--fsdp_reshard_after_forward", "SHARD_GRAD_OP"],
+            "fsdp",
+            FSDPOptions(reshard_after_forward=False),
+        ),
+        (
             ["--use_deepspeed", "--offload_optimizer_device", "cpu", "--gradient_clipping", "1"],
             "deepspeed",
             DeepSpeedOptions(offload_optimizer=True, gradient_clipping=1.0),
@@ -259,6 +264,7 @@ def parsed(*arguments: str, environ: dict[str, str] | None = None) -> LaunchPlan
         "activation-checkpointing-true",
         "activation-checkpointing-false",
         "fsdp-offload",
+        "reshard-fsdp1-spelling",
         "deepspeed-offload-and-clipping",
         "what-fsdp2-does-anyway",
         "multi-gpu-is-ddp",
@@ -408,3 +414,11 @@ def test_gradient_clipping_reaches_the_deepspeed_config(monkeypatch):
     assert DeepSpeedBackend(state, "no", options)._config([loader])["gradient_clipping"] == 0.5
     unclipped = DeepSpeedBackend(state, "no", DeepSpeedOptions())._config([loader])
     assert unclipped["gradient_clipping"] == 0.0  # DeepSpeed's default 1.0 stays off
+
+
+def test_port_0_is_a_free_port_on_one_machine_and_refused_on_several():
+    arguments = torchrun_arguments(parsed("--main_process_port", "0"), 1)
+    assert int(arguments[arguments.index("--master-port") + 1]) > 0
+    plan = parsed("--main_process_port", "0", "--num_machines", "2", "--main_process_ip", "a")
+    with pytest.raises(UserError, match="needs --main-process-port"):
+        check(plan, cuda_available=True)

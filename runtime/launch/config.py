@@ -105,8 +105,8 @@ def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 def _port(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-        raise ValueError("expected a port number between 1 and 65535")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 65536:
+        raise ValueError("expected a port number between 1 and 65535 (0: a free one)")
     return value
 
 

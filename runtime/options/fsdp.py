@@ -42,7 +42,13 @@ FLAGS = (
         "FSDP: reshard parameters after forward (full shard, the default) or keep them "
         "gathered until backward (shard grad-op).",
         click={"default": None},
-        hf_values={"true": _RESHARD, "false": _KEEP},
+        # HF's FSDP1 spelling names the sharding strategy
+        hf_values={
+            "true": _RESHARD,
+            "false": _KEEP,
+            "full_shard": _RESHARD,
+            "shard_grad_op": _KEEP,
+        },
     ),
     Flag(
         "auto_wrap",
