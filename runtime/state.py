@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from accelify.runtime import collective_record, failure_record, pending_work
-from accelify.runtime.environment import LaunchSettings, parse_bool
+from accelify.runtime.environment import DEBUG_MODE, LaunchSettings, parse_bool
 from accelify.runtime.kwargs_handlers import DistributedType, distributed_type_of
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
@@ -62,7 +62,7 @@ class ProcessState:
         settings = LaunchSettings.from_env()
         debug = any(
             parse_bool(os.environ.get(name, "false"))
-            for name in ("ACCELIFY_DEBUG_MODE", "ACCELERATE_DEBUG_MODE")
+            for name in (DEBUG_MODE, "ACCELERATE_DEBUG_MODE")
         )
         kind = distributed_type_of(settings.backend, world_size, device.type)
         return cls(rank, local_rank, world_size, device, backend, kind, debug)
