@@ -264,7 +264,8 @@ def _quiet_agent_warnings() -> None:
 
 
 def _check_foreign_accelerator(plan: LaunchPlan, processes: int, cuda_available: bool) -> None:
-    if plan.module or plan.no_python or processes * plan.config.num_machines < 2:
+    ranks = per_machine(plan.config, processes) * plan.config.num_machines
+    if plan.module or plan.no_python or ranks < 2:
         return
     found = foreign_accelerator.accelerate_import(Path(plan.script))
     if found is None:
