@@ -260,10 +260,10 @@ def test_a_collective_under_a_main_process_guard_is_a_mismatch_reported_in_secon
 def test_a_rank_busy_past_the_hang_timeout_is_shown_with_its_stack():
     result = launched("sleeper.py", "--hang-timeout", "3")
     assert result.returncode == 1, result.stderr
-    assert "rank 0 has waited" in result.stderr and "in gather at sleeper.py:14" in result.stderr
+    assert "rank 0 has waited" in result.stderr and "in gather at sleeper.py:13" in result.stderr
     assert "rank 1 has not reached a collective" in result.stderr
-    assert "it is at sleeper.py:13 (`time.sleep(600)" in result.stderr
-    assert 'File "sleeper.py", line 18, in <module>' in result.stderr
+    assert "it is at sleeper.py:12 (`time.sleep(600)" in result.stderr
+    assert 'File "sleeper.py", line 17, in <module>' in result.stderr
     assert_user_lines_only(result)
 
 

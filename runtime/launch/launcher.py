@@ -223,7 +223,8 @@ def launch(plan: LaunchPlan) -> int:
     os.environ.update(runtime_settings(plan.config).to_env())
     if plan.config.use_cpu or not cuda_available:
         # torchrun would set 1 thread per process and warn; a CPU run shares the cores out.
-        threads = max((os.cpu_count() or 1) // max(processes, 1), 1)
+        local = per_machine(plan.config, processes)
+        threads = max((os.cpu_count() or 1) // max(local, 1), 1)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     arguments = torchrun.parse_args(torchrun_arguments(plan, processes))
     _quiet_agent_warnings()
