@@ -18,6 +18,7 @@ USE_CPU = "ACCELIFY_USE_CPU"
 BACKEND = "ACCELIFY_BACKEND"
 BACKEND_OPTIONS = "ACCELIFY_BACKEND_OPTIONS"
 FAILURE_DIR = "ACCELIFY_FAILURE_DIR"
+RANK_TRACEBACKS = "ACCELIFY_RANK_TRACEBACKS"
 DEBUG_MODE = "ACCELIFY_DEBUG_MODE"
 
 #: Every variable of the contract, with what it means; `accelify env` and the README list these.
@@ -28,6 +29,7 @@ DOCUMENTED = {
     BACKEND: "ddp | fsdp | deepspeed: the engine that wraps prepared models",
     BACKEND_OPTIONS: "JSON: the chosen backend's options (sharding, offload, ZeRO stage, ...)",
     FAILURE_DIR: "a directory: each rank records its exception and collectives there (by launch)",
+    RANK_TRACEBACKS: "true: a rank prints its own traceback too (set by launch with --tee)",
     DEBUG_MODE: "true: collectives first check that every rank passes the same shapes",
 }
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from accelify.runtime.environment import FAILURE_DIR
+from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,8 @@ def install(rank: int, on_exception: Callable[[], None]) -> None:
     """Chain a `sys.excepthook` that records the exception (when launched by accelify) and calls
     `on_exception`. A recorded traceback is printed once, by the launcher, with the ranks it
     took down named in one line each; a rank prints its own only when the launcher will not
-    (no record, or an elastic restart is still to come). An interrupt the launcher forwarded
+    (no record, or an elastic restart is still to come) or when its output is kept apart
+    (``--tee``: each rank's log file holds its own traceback). An interrupt the launcher forwarded
     (Ctrl-C) is not a failure of this rank: no record, and no traceback on every rank."""
     previous: ExceptHook = sys.excepthook
     directory = os.environ.get(FAILURE_DIR)
@@ -79,7 +80,8 @@ def install(rank: int, on_exception: Callable[[], None]) -> None:
         on_exception()
         if directory and issubclass(kind, KeyboardInterrupt):
             return
-        if directory and _write(Path(directory), rank, error) and not _restarts_left():
+        recorded = directory and _write(Path(directory), rank, error)
+        if recorded and not _restarts_left() and not os.environ.get(RANK_TRACEBACKS):
             return
         previous(kind, error, tb)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from accelify.errors import UserError
 from accelify.runtime import options as backend_options
-from accelify.runtime.environment import FAILURE_DIR, LaunchSettings
+from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS, LaunchSettings
 from accelify.runtime.launch import foreign_accelerator, slurm
 from accelify.runtime.launch import outcome as launch_outcome
 from accelify.runtime.launch.config import LaunchConfig
@@ -221,6 +221,8 @@ def launch(plan: LaunchPlan) -> int:
         processes = 1 if plan.config.use_cpu else max(torch.cuda.device_count(), 1)
     _check_foreign_accelerator(plan, processes, cuda_available)
     os.environ.update(runtime_settings(plan.config).to_env())
+    if plan.config.tee not in (None, "0"):
+        os.environ[RANK_TRACEBACKS] = "true"  # each rank's log file keeps its own traceback
     if plan.config.use_cpu or not cuda_available:
         # torchrun would set 1 thread per process and warn; a CPU run shares the cores out.
         local = per_machine(plan.config, processes)
