@@ -270,6 +270,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             self.gradient_state,
             self.num_processes,
             step_with_optimizer=self.step_scheduler_with_optimizer,
+            split_batches=self.split_batches,
         )
         self._schedulers.append(scheduler)
         return scheduler
