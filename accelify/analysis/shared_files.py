@@ -243,12 +243,21 @@ class SharedFiles:
             helpers = grown
         return helpers
 
-    def _shared_work(self, node: cst.CSTNode) -> bool:
+    def _shared_work(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Work every rank must do in step, never inside a block the main process runs first:
         a forward or backward, a collective, an optimizer step, a save (the conversion puts a
-        barrier before it), a loop over a DataLoader."""
+        barrier before it), a loop over a DataLoader; here or in a function of the file that
+        ``node`` calls."""
         backwards = {id(c) for c in self.model.backward_calls}
         for inner in walk(node):
+            callee = self._callee(inner)
+            if (
+                callee is not None
+                and callee is not node
+                and depth < _MAX_DEPTH
+                and self._shared_work(callee, depth + 1)
+            ):
+                return True
             if isinstance(inner, cst.For):
                 loop = next((loop for loop in self.model.loops if loop.node is inner), None)
                 if loop is not None and (loop.trains or self.flow.reads_loader(loop)):
@@ -266,6 +275,24 @@ class SharedFiles:
             ):
                 return True
         return False
+
+    def _callee(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        """The function of this file that ``node`` calls: ``helper(...)``, or ``self.m(...)``
+        in the class that defines ``m``."""
+        if not isinstance(node, cst.Call):
+            return None
+        if isinstance(node.func, cst.Name):
+            return self.model.functions.get(node.func.value)
+        if isinstance(node.func, cst.Attribute) and dotted(node.func.value) == "self":
+            owner = self.placement.class_of(node)
+            if owner is not None:
+                for statement in owner.body.body:
+                    if (
+                        isinstance(statement, cst.FunctionDef)
+                        and statement.name.value == node.func.attr.value
+                    ):
+                        return statement
+        return None
 
     def _line_of(self, node: cst.CSTNode) -> cst.CSTNode:
         for ancestor in (node, *self.model.ancestors(node)):
