@@ -120,6 +120,8 @@ class Download:
     #: the ``if`` around it that the ranks may disagree on, or a call site of its function in
     #: one: no block every rank must enter can go there.
     divergent: cst.CSTNode | None
+    #: the statement also does work every rank must do in step (a forward, a collective)
+    with_shared_work: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,9 +198,13 @@ class SharedFiles:
                 continue
             if self.placement.enclosing_function(call) in helpers:
                 continue  # the helper's call sites are the downloads
-            if self.model.under_rank_guard(call) or self._shared_work(self._line_of(call)):
+            if self.model.under_rank_guard(call):
                 continue
-            statement = self._widened(self._line_of(call))
+            line = self._line_of(call)
+            if self._shared_work(line):
+                found.append(Download(line, call, None, with_shared_work=True))
+                continue
+            statement = self._widened(line)
             if any(self.placement.inside(statement, d.statement) for d in found):
                 continue
             found.append(Download(statement, call, self._divergent(statement)))

@@ -29,6 +29,14 @@ def run(ctx: Context) -> None:
 
 def _download_once(ctx: Context, download: Download) -> None:
     line, what = ctx.line(download.statement), f"{ctx.code(download.call.func)}(...)"
+    if download.with_shared_work:
+        ctx.plan.review(
+            line,
+            f"{what} downloads data on every rank at once; left as is: the same statement "
+            "does work every rank must do in step (a forward, a collective), so the main "
+            "process cannot go first: download in a statement of its own",
+        )
+        return
     if download.divergent is not None:
         ctx.plan.review(
             line,
