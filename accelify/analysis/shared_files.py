@@ -53,6 +53,8 @@ CLOCK = {
 READERS = {
     "torch.load": (0, "f"),
     "numpy.load": (0, "file"),
+    "numpy.loadtxt": (0, "fname"),
+    "numpy.genfromtxt": (0, "fname"),
     "safetensors.torch.load_file": (0, "filename"),
     "safetensors.torch.load_model": (1, "filename"),
     "pandas.read_csv": (0, "filepath_or_buffer"),
@@ -282,13 +284,17 @@ class SharedFiles:
                 return True
         return False
 
-    def _callee(self, node: cst.CSTNode) -> cst.FunctionDef | None:
-        """The function of this file that ``node`` calls: ``helper(...)``, or ``self.m(...)``
-        in the class that defines ``m``."""
+    def _callee(self, node: cst.CSTNode) -> cst.FunctionDef | cst.ClassDef | None:
+        """The function of this file that ``node`` calls: ``helper(...)``, ``self.m(...)`` in
+        the class that defines ``m``, or a class of the file it builds (its methods run)."""
         if not isinstance(node, cst.Call):
             return None
         if isinstance(node.func, cst.Name):
-            return self.model.functions.get(node.func.value)
+            name = node.func.value
+            classes = (s for s in self.model.module.body if isinstance(s, cst.ClassDef))
+            return self.model.functions.get(name) or next(
+                (c for c in classes if c.name.value == name), None
+            )
         if isinstance(node.func, cst.Attribute) and dotted(node.func.value) == "self":
             owner = self.placement.class_of(node)
             if owner is not None:

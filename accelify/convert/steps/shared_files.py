@@ -33,8 +33,9 @@ def _download_once(ctx: Context, download: Download) -> None:
         ctx.plan.review(
             line,
             f"{what} downloads data on every rank at once; left as is: the same statement "
-            "does work every rank must do in step (a forward, a collective), so the main "
-            "process cannot go first: download in a statement of its own",
+            "does work every rank must do in step (a forward, a collective, a save the "
+            "conversion puts behind a barrier), so the main process cannot go first: "
+            "download in a statement of its own",
         )
         return
     if download.divergent is not None:
