@@ -54,6 +54,12 @@ def read_back(body: str) -> list[tuple[str, str]]:
             id="helper-parameter",
         ),
         pytest.param(
+            "def save(m, path):\n    torch.save(m.state_dict(), path)\n"
+            "def load(m, path):\n    m.load_state_dict(torch.load(path))\n",
+            [],
+            id="two-helpers-parameters-of-one-name",
+        ),
+        pytest.param(
             "def main(m):\n    m.load_state_dict(torch.load('w.pt'))\n"
             "    torch.save(m.state_dict(), 'w.pt')\n",
             [],

@@ -381,7 +381,11 @@ class SharedFiles:
         if not isinstance(path, cst.Name) or depth > _MAX_DEPTH:
             return spellings
         values = self._values_of(path.value, path)
-        if not values:
+        function = self.placement.enclosing_function(path)
+        if not values and function is not None and path.value in _parameters(function):
+            # a parameter is its function's own name for what the callers pass: ``path`` of
+            # one helper is not ``path`` of another
+            spellings = {f"{function.name.value}({path.value})"}
             values = [a.value for a in self.flow.call_site_arguments(path.value, path)]
         if len(values) == 1:
             spellings |= self._spellings(values[0], depth + 1)
@@ -417,6 +421,11 @@ class SharedFiles:
             isinstance(loop, (cst.For, cst.While)) and self.placement.inside(write, loop)
             for loop in self.model.ancestors(read)
         )
+
+
+def _parameters(function: cst.FunctionDef) -> set[str]:
+    params = function.params
+    return {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
 
 
 def _tests_rank(model: ScriptModel, node: cst.CSTNode) -> bool:
