@@ -204,3 +204,18 @@ def test_the_same_statement_is_not_inserted_twice_at_one_place():
     plan.insert_before(module.body[0], statement("acc.wait_for_everyone()"))
     plan.insert_before(module.body[0], statement("acc.wait_for_everyone()"))
     assert module.visit(ApplyPlan(plan)).code == "acc.wait_for_everyone()\na = 1\n"
+
+
+def test_a_method_called_in_a_branch_the_ranks_may_disagree_on_runs_under_it():
+    body = (
+        "class Trainer:\n"
+        "    def load_best(self):\n        self.model.load_state_dict(torch.load('b.pt'))\n"
+        "    def fit(self, total):\n"
+        "        if total < self.best:\n            self.load_best()\n"
+        "        self.load_best()\n"
+    )
+    model = script(body)
+    files = facts_of(model).shared_files
+    read = next(c for c in model.calls if code(model, c) == "torch.load('b.pt')")
+    branch = files.divergent_around(read)
+    assert branch is not None and code(model, branch.test) == "total < self.best"

@@ -329,16 +329,35 @@ class SharedFiles:
                 return current
             current = owner
 
-    def _divergent(self, statement: cst.CSTNode) -> cst.CSTNode | None:
-        function = self.placement.enclosing_function(statement)
-        branch = self._ranks.divergent_branch(statement, within=function)
-        if branch is not None or function is None:
+    def divergent_around(self, node: cst.CSTNode, depth: int = 0) -> cst.CSTNode | None:
+        """The ``if`` the ranks may disagree on that ``node`` runs under: in its function, or
+        around a call of that function (by name, or ``self.method()`` in its class), so far as
+        the file shows. None: every rank that runs the function's callers gets there."""
+        function = self.placement.enclosing_function(node)
+        branch = self._ranks.divergent_branch(node, within=function)
+        if branch is not None or function is None or depth >= _MAX_DEPTH:
             return branch
-        for call in self.placement.callers(function):
-            outer = self._ranks.divergent_branch(call, self.placement.enclosing_function(call))
+        for call in self._calls_of(function):
+            outer = self.divergent_around(call, depth + 1)
             if outer is not None:
                 return outer
         return None
+
+    def _calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
+        owner = self.placement.class_of(function)
+        if owner is None:
+            return self.placement.callers(function)
+        return [
+            call
+            for call in self.model.calls
+            if isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == function.name.value
+            and dotted(call.func.value) == "self"
+            and self.placement.class_of(call) is owner
+        ]
+
+    def _divergent(self, statement: cst.CSTNode) -> cst.CSTNode | None:
+        return self.divergent_around(statement)
 
     # --- the calls ------------------------------------------------------------------------------
     def _writes(self) -> list[tuple[cst.Call, cst.BaseExpression]]:

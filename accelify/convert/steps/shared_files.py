@@ -86,6 +86,18 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
             "them; read it after the branch, behind accelerator.wait_for_everyone()",
         )
         return
+    unreached = next(
+        (b for b in map(ctx.facts.shared_files.divergent_around, places) if b is not None), None
+    )
+    if unreached is not None:
+        ctx.plan.review(
+            ctx.line(read),
+            f"{path} is saved on the main process at line {ctx.line(write)} and read here by "
+            f"every rank that gets here; left without a barrier: the ranks may disagree on "
+            f"line {ctx.line(unreached)}, and a barrier must be reached by every rank: read it "
+            "where every rank does, after accelerator.wait_for_everyone()",
+        )
+        return
     code = f"{ctx.acc}.wait_for_everyone()"
     for place in places:
         ctx.plan.insert_before(place, statement(code))
