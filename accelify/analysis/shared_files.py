@@ -329,7 +329,7 @@ class SharedFiles:
                 return current
             current = owner
 
-    def divergent_around(self, node: cst.CSTNode, depth: int = 0) -> cst.CSTNode | None:
+    def divergent_around(self, node: cst.CSTNode, depth: int = 0) -> cst.If | None:
         """The ``if`` the ranks may disagree on that ``node`` runs under: in its function, or
         around a call of that function (by name, or ``self.method()`` in its class), so far as
         the file shows. None: every rank that runs the function's callers gets there."""

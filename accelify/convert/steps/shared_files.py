@@ -122,8 +122,7 @@ def _kept_on_every_rank(ctx: Context, shared: SharedFile) -> None:
             "once: make it one path for the run, or put accelerator.process_index in it",
         )
         return
-    function = ctx.facts.placement.enclosing_function(shared.write)
-    branch = ctx.facts.ranks.divergent_branch(shared.write, within=function)
+    branch = ctx.facts.shared_files.divergent_around(shared.write)
     if branch is not None:
         ctx.plan.review(
             ctx.line(shared.write),
