@@ -17,6 +17,7 @@ from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.shared_files import SharedFiles
 from accelify.analysis.syntax import dotted
 
 
@@ -26,6 +27,7 @@ class Facts:
         self.placement = Placement(model)
         self.flow = ObjectFlow(model, self.placement)
         self.ranks = RankDependence(model, self.placement)
+        self.shared_files = SharedFiles(model, self.placement, self.flow, self.ranks)
 
     @cached_property
     def collective_uses(self) -> list[CollectiveUse]:
@@ -37,7 +39,9 @@ class Facts:
     @cached_property
     def repeated_effects(self) -> list[RepeatedEffect]:
         """Files every rank writes or deletes together (directly or through a helper)."""
-        return repeated_effects(self.model, self.placement, self.ranks.backend_guards)
+        return repeated_effects(
+            self.model, self.placement, self.ranks.backend_guards, self.shared_files
+        )
 
     @cached_property
     def work_loops(self) -> set[int]:

@@ -31,6 +31,15 @@ class ApplyPlan(cst.CSTTransformer):
             updated_node = self._rebuild_body(original_node, updated_node)
         return updated_node
 
+    def _block_around(self, statement: cst.CSTNode) -> tuple[str, str] | None:
+        """``("if", test)`` for a guarded statement, ``("with", context)`` for one run in a
+        context manager, None for the rest."""
+        if statement in self.plan.guards:
+            return "if", self.plan.guards[statement]
+        if statement in self.plan.contexts:
+            return "with", self.plan.contexts[statement]
+        return None
+
     def _rebuild_body(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
         old_body: Sequence[cst.CSTNode] = original.body  # type: ignore[attr-defined]
         new_body: Sequence[cst.CSTNode] = updated.body  # type: ignore[attr-defined]
@@ -55,10 +64,18 @@ class ApplyPlan(cst.CSTTransformer):
                 if carried_comments:
                     new = _with_leading(new, carried_comments)
                     carried_comments = []
-                rebuilt.append((new, self.plan.guards.get(old)))
+                rebuilt.append((new, self._block_around(old)))
             after = self.plan.after.get(old, [])
             rebuilt.extend((item() if callable(item) else item, None) for item in after)
         return _with_body(updated, _fold_guards(rebuilt))
+
+
+def _block_header(kind: str, code: str, body: list[cst.CSTNode], leading) -> cst.CSTNode:
+    block = cst.IndentedBlock(body)  # type: ignore[arg-type]
+    if kind == "with":
+        item = cst.WithItem(cst.parse_expression(code))
+        return cst.With(items=[item], body=block, leading_lines=leading)
+    return cst.If(test=cst.parse_expression(code), body=block, leading_lines=leading)
 
 
 def _with_body(updated: cst.CSTNode, rebuilt: list[cst.CSTNode]) -> cst.CSTNode:
@@ -69,21 +86,20 @@ def _with_body(updated: cst.CSTNode, rebuilt: list[cst.CSTNode]) -> cst.CSTNode:
     return updated.with_changes(body=rebuilt)
 
 
-def _fold_guards(statements: list[tuple[cst.CSTNode, str | None]]) -> list[cst.CSTNode]:
-    """Consecutive statements guarded by the same test go under one ``if`` of that test."""
+def _fold_guards(
+    statements: list[tuple[cst.CSTNode, tuple[str, str] | None]],
+) -> list[cst.CSTNode]:
+    """Consecutive statements guarded by the same test go under one ``if`` of that test, and
+    consecutive ones run in the same context under one ``with``."""
     folded: list[cst.CSTNode] = []
     group: list[cst.CSTNode] = []
-    test: str | None = None
+    test: tuple[str, str] | None = None
     for node, guard in [*statements, (None, None)]:
         if group and guard != test:
             first = group[0]
-            folded.append(
-                cst.If(
-                    test=cst.parse_expression(test),  # type: ignore[arg-type]
-                    body=cst.IndentedBlock([first.with_changes(leading_lines=[]), *group[1:]]),  # type: ignore[list-item]
-                    leading_lines=getattr(first, "leading_lines", ()),
-                )
-            )
+            body = [first.with_changes(leading_lines=[]), *group[1:]]  # type: ignore[attr-defined]
+            leading = getattr(first, "leading_lines", ())
+            folded.append(_block_header(*test, body, leading))  # type: ignore[misc]
             group = []
         if node is None:
             break

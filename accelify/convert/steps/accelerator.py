@@ -160,6 +160,9 @@ def _drop_unreachable(ctx: Context, prepare_scope: Scope) -> None:
     for node in [n for n in plan.guards if outside(n)]:
         del plan.guards[node]
         drop(node)
+    for node in [n for n in plan.contexts if outside(n)]:
+        del plan.contexts[node]
+        drop(node)
     for node in [n for n in plan.removals if outside(n)]:
         plan.removals.discard(node)
         drop(node)
