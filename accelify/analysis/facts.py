@@ -1,7 +1,8 @@
 """Every fact about one script that a conversion step or a lint rule asks for, built once from
-its `ScriptModel`: where things are (`placement`), where objects go (`flow`), which conditions
-the ranks agree on (`ranks`), what each evaluation loop computes and what manual accumulation
-there is. Computed on first use, then kept."""
+its `ScriptModel`: where things are (`placement`), where objects go (`flow`), which calls reach
+which functions and methods (`calls`), which conditions the ranks agree on (`ranks`), what each
+evaluation loop computes and what manual accumulation there is. Computed on first use, then
+kept."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from functools import cached_property
 import libcst as cst
 
 from accelify.analysis.accumulation import ManualAccumulation, find_manual_accumulation
+from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
@@ -26,6 +28,7 @@ class Facts:
         self.placement = Placement(model)
         self.flow = ObjectFlow(model, self.placement)
         self.ranks = RankDependence(model, self.placement)
+        self.calls = CallGraph(model, self.placement)
 
     @cached_property
     def collective_uses(self) -> list[CollectiveUse]:
