@@ -16,6 +16,7 @@ from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
+from accelify.analysis.precision import Precision, precision_of
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
@@ -67,6 +68,12 @@ class Facts:
                 if isinstance(node, (cst.For, cst.While)):
                     marked.add(id(node))
         return marked
+
+    @cached_property
+    def precision(self) -> Precision:
+        """The script's autocasts and scalers, and the ``mixed_precision`` that means the same
+        where training is set up (or why there is none)."""
+        return precision_of(self.model, self.placement.prepare_scope())
 
     @cached_property
     def evaluations(self) -> list[Evaluation]:

@@ -36,18 +36,49 @@ def _remove_wrappers(ctx: Context) -> None:
             ctx.plan.replace(binding.value, lambda _, inner=inner: inner, binding.line, text)
 
 
-def _remove_samplers(ctx: Context) -> set[str]:
-    samplers = {b.name for b in ctx.model.of_kind(Kind.SAMPLER)}
+def _remove_samplers(ctx: Context) -> dict[str, str]:
+    """Each DistributedSampler goes; what the loader must do instead is its ``shuffle=``."""
+    samplers: dict[str, str] = {}
     for binding in ctx.model.of_kind(Kind.SAMPLER):
+        shuffle, dropped = _sampler_arguments(ctx, binding.value)
+        samplers[binding.name] = shuffle
         ctx.plan.remove(
             binding.statement,
             binding.line,
             f"removed DistributedSampler {binding.name} (prepare shards the data)",
         )
+        if dropped:
+            ctx.plan.review(
+                binding.line,
+                f"DistributedSampler's {', '.join(dropped)} not carried over: the prepared "
+                "loader shuffles with the run's seed and evens out the last batch itself",
+            )
     return samplers
 
 
-def _process_group_calls(ctx: Context, samplers: set[str]) -> None:
+#: DistributedSampler(dataset, num_replicas, rank, shuffle, seed, drop_last)
+_SAMPLER_POSITIONS = ("dataset", "num_replicas", "rank", "shuffle", "seed", "drop_last")
+
+
+def _sampler_arguments(ctx: Context, value: cst.BaseExpression) -> tuple[str, list[str]]:
+    """The sampler's ``shuffle`` as code (``True`` by default), and the arguments whose meaning
+    the prepared loader does not keep."""
+    shuffle, dropped = "True", []
+    call = strip_self_methods(value)
+    if not isinstance(call, cst.Call):
+        return shuffle, dropped
+    for index, argument in enumerate(call.args):
+        name = argument.keyword.value if argument.keyword is not None else None
+        if name is None and not argument.star and index < len(_SAMPLER_POSITIONS):
+            name = _SAMPLER_POSITIONS[index]
+        if name == "shuffle":
+            shuffle = ctx.code(argument.value)
+        elif name in ("seed", "drop_last"):
+            dropped.append(f"{name}={ctx.code(argument.value)}")
+    return shuffle, dropped
+
+
+def _process_group_calls(ctx: Context, samplers: dict[str, str]) -> None:
     """Setup goes, teardown becomes ``end_training``, ``sampler.set_epoch`` goes."""
     for line_statement, call in ctx.facts.placement.expression_statements():
         qualified = ctx.model.call_names(call)
@@ -75,9 +106,9 @@ def _process_group_calls(ctx: Context, samplers: set[str]) -> None:
                 )
 
 
-def _rank_reads_and_loaders(ctx: Context, samplers: set[str]) -> None:
+def _rank_reads_and_loaders(ctx: Context, samplers: dict[str, str]) -> None:
     """Barriers, rank and world-size reads become the Accelerator's; a loader given the
-    removed DistributedSampler shuffles instead."""
+    removed DistributedSampler shuffles as the sampler did."""
     for call in ctx.model.calls:
         qualified = ctx.model.call_names(call)
         replacement = None
@@ -104,11 +135,12 @@ def _rank_reads_and_loaders(ctx: Context, samplers: set[str]) -> None:
                     and argument.keyword.value == "sampler"
                     and dotted(argument.value) in samplers
                 ):
+                    shuffle = samplers[dotted(argument.value) or ""]
                     ctx.plan.replace(
                         call,
-                        _drop_sampler_argument(samplers),
+                        _drop_sampler_argument(shuffle),
                         ctx.line(call),
-                        "DataLoader(sampler=DistributedSampler) -> shuffle=True "
+                        f"DataLoader(sampler=DistributedSampler) -> shuffle={shuffle} "
                         "(prepare shards the data)",
                     )
 
@@ -167,13 +199,13 @@ def _environ_rank(call: cst.Call) -> str | None:
     }.get(str(key))
 
 
-def _drop_sampler_argument(samplers: set[str]):
+def _drop_sampler_argument(shuffle: str):
     def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.Call)
         kept = [
             a for a in updated.args if not (a.keyword and a.keyword.value in ("sampler", "shuffle"))
         ]
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(args=with_keyword(kept, "shuffle", cst.Name("True")))
+        return updated.with_changes(args=with_keyword(kept, "shuffle", expression(shuffle)))
 
     return rewrite
