@@ -119,3 +119,56 @@ def test_a_bug_of_ours_is_one_error_line_for_that_file_not_a_traceback(tmp_path,
         f"{script}: internal error, the file is left as it is "
         "(ValueError: an edit went wrong); please report this file"
     )
+
+
+HANDED_ON = """\
+import threading
+
+import torch
+from torch import nn
+
+
+def report(step):
+    print("step", step)
+
+
+class Runner:
+    def run(self, model, optimizer):
+        loss = model(torch.randn(2, 2)).sum()
+        loss.backward()
+        optimizer.step()
+        threading.Thread(target=report, args=(1,)).start()
+
+
+def build():
+    return Runner()
+
+
+def main():
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    runner = build()
+    runner.run(model, optimizer)
+    report(0)
+
+
+main()
+"""
+
+
+def test_calls_the_conversion_cannot_give_the_accelerator_are_review_lines():
+    conversion = convert_source(HANDED_ON.encode(), "handed_on.py")
+    reviews = {(note.line, note.text) for note in conversion.reviews}
+    assert (
+        16,
+        "report is handed on here, not called: whoever calls it must pass accelerator=accelerator",
+    ) in reviews
+    assert (
+        27,
+        "if this calls Runner.run(), it must pass accelerator=accelerator "
+        "(the conversion cannot tell what the object is)",
+    ) in reviews
+    assert not any("nothing in this file calls it" in text for _, text in reviews)
+    after = conversion.converted.decode()
+    assert "    report(0, accelerator=accelerator)\n" in after  # the call it can see is passed it
+    assert unbound_calls(HANDED_ON, after) == []

@@ -213,13 +213,14 @@ def _thread(ctx: Context, home: Scope) -> list[cst.CSTNode]:
                 ctx.line(reference),
                 f"{name} is handed on here, not called: whoever calls it must pass {acc}={acc}",
             )
-        for call in graph.uncertain_callers(function):
+        uncertain = graph.uncertain_callers(function)
+        for call in uncertain:
             plan.review(
                 ctx.line(call),
                 f"if this calls {name}(), it must pass {acc}={acc} (the conversion cannot tell "
                 "what the object is)",
             )
-        if not called and not passed:
+        if not called and not passed and not uncertain:
             plan.review(
                 ctx.line(function),
                 f"{name}() now takes `{acc}` and nothing in this file calls it: "
