@@ -18,7 +18,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods, walk
+from accelify.analysis.syntax import dotted, strip_self_methods
 
 #: Method names every torch object has: ``x.train()`` on an unknown ``x`` is not a Trainer's.
 _LIBRARY_METHODS = names.MODULE_API | {"step", "zero_grad", "backward", "item", "numpy"}
@@ -199,18 +199,24 @@ class CallGraph:
         owner = self._instance_class(receiver, node) if receiver else None
         return self.lookup(owner, name) if owner is not None else None
 
+    @cached_property
+    def _nested_defs(self) -> dict[cst.FunctionDef, dict[str, cst.FunctionDef]]:
+        """The functions defined directly inside each function, by name."""
+        found: dict[cst.FunctionDef, dict[str, cst.FunctionDef]] = {}
+        for node in self.placement.all_nodes():
+            if isinstance(node, cst.FunctionDef):
+                outer = self.placement.enclosing_function(node)
+                if outer is not None and self.owner(node) is None:
+                    found.setdefault(outer, {}).setdefault(node.name.value, node)
+        return found
+
     def _local_def(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | None:
         """A function ``name`` defined inside one of the functions around ``at``."""
         for ancestor in self.model.ancestors(at):
-            if not isinstance(ancestor, cst.FunctionDef):
-                continue
-            for node in walk(ancestor.body):
-                if (
-                    isinstance(node, cst.FunctionDef)
-                    and node.name.value == name
-                    and self.placement.enclosing_function(node) is ancestor
-                ):
-                    return node
+            if isinstance(ancestor, cst.FunctionDef):
+                found = self._nested_defs.get(ancestor, {}).get(name)
+                if found is not None:
+                    return found
         return None
 
     def _enclosing_class(self, at: cst.CSTNode) -> cst.ClassDef | None:
@@ -231,26 +237,33 @@ class CallGraph:
         params = [*method.params.posonly_params, *method.params.params]
         return bool(params) and params[0].name.value == receiver.value
 
+    @cached_property
+    def _constructions(self) -> dict[str, list[tuple[cst.Assign, cst.ClassDef]]]:
+        """``trainer = Trainer(...)`` (also ``Trainer(...).to(device)``), by target name."""
+        found: dict[str, list[tuple[cst.Assign, cst.ClassDef]]] = {}
+        for assign in self.model.assignments:
+            value = strip_self_methods(assign.value)
+            if not isinstance(value, cst.Call) or dotted(value.func) not in self.classes:
+                continue
+            for target in assign.targets:
+                name = dotted(target.target)
+                if name is not None:
+                    found.setdefault(name, []).append((assign, self.classes[dotted(value.func)]))
+        return found
+
     def _instance_class(self, receiver: str, at: cst.CSTNode) -> cst.ClassDef | None:
         """``trainer`` after ``trainer = Trainer(...)`` in the same scope (or the module), or
         ``self.trainer`` after ``self.trainer = Trainer(...)`` in the same class."""
         scope = self.model.scope_of(at)
         owner = self._enclosing_class(at) if receiver.startswith("self.") else None
-        for assign in self.model.assignments:
-            value = strip_self_methods(assign.value)
-            if not isinstance(value, cst.Call):
-                continue
-            class_name = dotted(value.func)
-            if class_name not in self.classes:
-                continue
-            if not any(dotted(t.target) == receiver for t in assign.targets):
-                continue
-            where = self.model.scope_of(assign)
+        for assign, built in self._constructions.get(receiver, []):
             if owner is not None:
                 if self._enclosing_class(assign) is owner:
-                    return self.classes[class_name]
-            elif where is scope or isinstance(where, cst.Module):
-                return self.classes[class_name]
+                    return built
+            elif self.model.scope_of(assign) is scope or isinstance(
+                self.model.scope_of(assign), cst.Module
+            ):
+                return built
         return None
 
 

@@ -246,13 +246,15 @@ def _qualified_name(ctx: Context, function: cst.FunctionDef) -> str:
 def _first_need(ctx: Context, home: Scope, call_sites: list[cst.CSTNode]) -> cst.CSTNode | None:
     placement = ctx.facts.placement
     body = placement.body_of(home)
+    position = {id(line): index for index, line in enumerate(body)}
     indices = []
     for node in [*ctx.needs, *call_sites]:
         if isinstance(home, cst.Module) and not isinstance(ctx.model.scope_of(node), cst.Module):
             continue
-        top = placement.top_statement(node, home)
-        if top is not None:
-            indices.append(body.index(top))
+        for candidate in (node, *ctx.model.ancestors(node)):
+            if id(candidate) in position:
+                indices.append(position[id(candidate)])
+                break
     if not indices:
         return None
     first = max(min(indices), placement.first_free_index(home))
