@@ -50,7 +50,7 @@ def _unaccepted(call: cst.Call, accepted: tuple[str, ...]) -> str | None:
     """The first argument the Accelerator's method would not take, as written."""
     for index, argument in enumerate(call.args):
         if argument.star:
-            return f"{argument.star}{ctx_code(argument.value)}"
+            return f"{argument.star}{_code(argument.value)}"
         if argument.keyword is not None and argument.keyword.value == "foreach":
             continue
         if argument.keyword is not None and argument.keyword.value not in accepted:
@@ -67,5 +67,5 @@ def _without_foreach(args: Sequence[cst.Arg]) -> list[cst.Arg]:
     return kept
 
 
-def ctx_code(node: cst.CSTNode) -> str:
+def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
