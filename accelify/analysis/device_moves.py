@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import Visitor, dotted, root_name
 
 
@@ -123,3 +124,29 @@ def is_identity_assignment(assign: cst.Assign, batch: set[str]) -> bool:
 
 def is_cuda_literal(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.SimpleString) and str(node.evaluated_value).split(":")[0] == "cuda"
+
+
+#: ``device.startswith("cuda")``: methods of a string, not of a torch.device
+_STRING_METHODS = {"startswith", "endswith", "split", "replace", "lower", "upper", "strip"}
+
+
+def read_as_string(model: ScriptModel, name: str) -> bool:
+    """``device = "cuda"`` read as the string it is: ``"cuda" in device``, ``device.split(":")``,
+    or a configurator that overrides globals by type (``exec(...)``, ``globals()``). Such a name
+    must stay a string (``str(accelerator.device)``), not become a torch.device."""
+    for node in model.orders:
+        if isinstance(node, cst.Call) and dotted(node.func) in ("exec", "globals"):
+            return True
+        if (
+            isinstance(node, cst.ComparisonTarget)
+            and isinstance(node.operator, (cst.In, cst.NotIn))
+            and dotted(node.comparator) == name
+        ):
+            return True
+        if (
+            isinstance(node, cst.Attribute)
+            and node.attr.value in _STRING_METHODS
+            and dotted(node.value) == name
+        ):
+            return True
+    return False

@@ -133,20 +133,81 @@ def _with_leading(node: cst.CSTNode, lines: list[cst.EmptyLine]) -> cst.CSTNode:
 
 
 def _add_parameter(function: cst.FunctionDef, name: str) -> cst.FunctionDef:
-    """Add ``name`` as the last positional parameter, before any defaults' tail would break it:
-    appended as keyword-only when the function has ``*args`` or defaulted parameters."""
+    """Add ``name`` as the last positional parameter; keyword-only (after ``*`` or ``*args``)
+    when a positional one cannot follow: after defaulted parameters, ``*args`` or keyword-only
+    ones. Call sites pass it by keyword, so either binds."""
     params = function.params
+    star = params.star_arg
     existing = {
-        p.name.value for p in (*params.params, *params.kwonly_params, *params.posonly_params)
+        p.name.value
+        for p in (*params.params, *params.kwonly_params, *params.posonly_params, star)
+        if isinstance(p, cst.Param)
     }
+    if isinstance(params.star_kwarg, cst.Param):
+        existing.add(params.star_kwarg.name.value)
     if name in existing:
         return function
     new_param = cst.Param(cst.Name(name))
-    has_default = any(p.default is not None for p in params.params)
-    if has_default or params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params:
-        if params.star_arg is cst.MaybeSentinel.DEFAULT:
-            params = params.with_changes(star_arg=cst.ParamStar())
-        params = params.with_changes(kwonly_params=[*params.kwonly_params, new_param])
+    defaulted = any(p.default is not None for p in (*params.posonly_params, *params.params))
+    if defaulted or star is not cst.MaybeSentinel.DEFAULT or params.kwonly_params:
+        if star is cst.MaybeSentinel.DEFAULT:
+            star = cst.ParamStar()
+        changed = params.with_changes(
+            star_arg=star, kwonly_params=[*params.kwonly_params, new_param]
+        )
     else:
-        params = params.with_changes(params=[*params.params, new_param])
-    return function.with_changes(params=params)
+        changed = params.with_changes(params=[*params.params, new_param])
+    return function.with_changes(params=_with_commas(params, changed))
+
+
+_PARAMETER_FIELDS = ("posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params")
+
+
+def _elements(params: cst.Parameters) -> list[tuple[str, int]]:
+    """(field, index) of each comma-bearing part of a signature, in source order."""
+    found = []
+    for name in (*_PARAMETER_FIELDS, "star_kwarg"):
+        value = getattr(params, name)
+        if isinstance(value, (list, tuple)):
+            found += [(name, index) for index in range(len(value))]
+        elif isinstance(value, (cst.Param, cst.ParamStar, cst.ParamSlash)):
+            found.append((name, -1))
+    return found
+
+
+def _get(params: cst.Parameters, where: tuple[str, int]) -> cst.CSTNode:
+    value = getattr(params, where[0])
+    return value if where[1] < 0 else value[where[1]]
+
+
+def _set(params: cst.Parameters, where: tuple[str, int], node: cst.CSTNode) -> cst.Parameters:
+    name, index = where
+    if index < 0:
+        return params.with_changes(**{name: node})
+    items = list(getattr(params, name))
+    items[index] = node
+    return params.with_changes(**{name: items})
+
+
+def _with_commas(original: cst.Parameters, changed: cst.Parameters) -> cst.Parameters:
+    """Commas laid out as the user laid out the original: the separator they used between
+    parameters (one per line, or ``, ``), and their trailing comma, if any, on the new last."""
+    old = [_get(original, where) for where in _elements(original)]
+    commas = [getattr(node, "comma", cst.MaybeSentinel.DEFAULT) for node in old]
+    separator = next(
+        (c for c in commas[:-1] if isinstance(c, cst.Comma)),
+        cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+    )
+    trailing = commas[-1] if commas else cst.MaybeSentinel.DEFAULT
+    places = _elements(changed)
+    for position, where in enumerate(places):
+        node = _get(changed, where)
+        last = position == len(places) - 1
+        if last:
+            comma = trailing
+        elif any(node is kept for kept in old[:-1]):
+            continue
+        else:
+            comma = separator
+        changed = _set(changed, where, node.with_changes(comma=comma))
+    return changed
