@@ -28,16 +28,26 @@ class Facts:
         self.ranks = RankDependence(model, self.placement)
 
     @cached_property
+    def collective_reach(self) -> CollectiveReach:
+        return CollectiveReach(self.model, self.placement, self.flow, self.ranks.backend_guards)
+
+    @cached_property
     def collective_uses(self) -> list[CollectiveUse]:
         """Calls that are or reach a collective, and the backends some ranks skip them on."""
-        return CollectiveReach(
-            self.model, self.placement, self.flow, self.ranks.backend_guards
-        ).uses()
+        return self.collective_reach.uses()
+
+    def synchronising_call(self, function: cst.FunctionDef) -> cst.Call | None:
+        """The ``prepare``, ``backward`` or collective that ``function`` runs, if any: a
+        function that must never be run on one rank only."""
+        return self.collective_reach.synchronising_call(function)
 
     @cached_property
     def repeated_effects(self) -> list[RepeatedEffect]:
-        """Files every rank writes or deletes together (directly or through a helper)."""
-        return repeated_effects(self.model, self.placement, self.ranks.backend_guards)
+        """Files every rank writes or deletes together: at the write, or at the call sites of
+        a helper that other call sites run on the main process only."""
+        return repeated_effects(
+            self.model, self.placement, self.ranks.backend_guards, self.synchronising_call
+        )
 
     @cached_property
     def work_loops(self) -> set[int]:

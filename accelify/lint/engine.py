@@ -17,6 +17,16 @@ if TYPE_CHECKING:
     from accelify.analysis.script_model import ScriptModel
 
 MARKERS = (b"torch", b"accelerate", b"accelify")
+#: Text every file that uses an accelerator has: one it creates, gets from a factory, holds on a
+#: class or receives as a parameter (named so, or used with members only an accelerator has).
+ACCELERATOR_MARKERS = (
+    b"ccelerator",
+    b".prepare(",
+    b".unwrap_model(",
+    b".gather_for_metrics(",
+    b".accumulate(",
+    b".save_state(",
+)
 
 
 @dataclass
@@ -44,8 +54,8 @@ def lint_source(
                 Finding("ACC000", error.message, error.line or 1, error.column or 1, None, path)
             )
         return result
-    if b"Accelerator" not in data:
-        return result  # every rule is about Accelerator scripts (see `accelify rules`)
+    if not any(marker in data for marker in ACCELERATOR_MARKERS):
+        return result  # every rule is about files that use an accelerator (`accelify rules`)
     from accelify.analysis.script_model import analyze
 
     script = analyze(module, data.decode("utf-8", errors="replace"))

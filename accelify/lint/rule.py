@@ -3,6 +3,7 @@ and a `check` over the shared `ScriptModel`. A fix is a set of edits in the conv
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -10,6 +11,7 @@ import libcst as cst
 
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.edits.plan import Plan
 from accelify.lint.finding import Finding
 
@@ -49,7 +51,17 @@ class Rule:
         message: str | None = None,
     ) -> Finding:
         start = script.position(node).start
-        return Finding(self.code, message or self.message, start.line, start.column + 1, fix)
+        if message is None:
+            message = _with_accelerator_name(self.message, accelerator_at(script, node))
+        return Finding(self.code, message, start.line, start.column + 1, fix)
+
+
+def _with_accelerator_name(message: str, name: str | None) -> str:
+    """The rule's message in the file's words: ``self.accelerator.backward(loss)``,
+    ``acc.backward(loss)`` where the accelerator goes by that name."""
+    if name is None or name == "accelerator":
+        return message
+    return re.sub(r"\baccelerator\.", f"{name}.", message)
 
 
 def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
@@ -114,8 +126,12 @@ def calls(script: ScriptModel) -> list[cst.Call]:
 
 
 def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.Arg | None:
-    """The ``keyword=`` argument of an ``Accelerator(...)`` call, if given."""
-    if not isinstance(accelerator, cst.Call):
+    """The ``keyword=`` argument of an ``Accelerator(...)`` call, if given (not of a factory's
+    call: its arguments mean what the factory makes of them)."""
+    if (
+        not isinstance(accelerator, cst.Call)
+        or (dotted(accelerator.func) or "").rsplit(".")[-1] != "Accelerator"
+    ):
         return None
     return next(
         (
