@@ -35,6 +35,14 @@ class Rule:
     why: str = ""
     bad: tuple[Example, ...] = ()
     good: tuple[str, ...] = ()
+    #: Why the rule is left out of the default set, for a rule whose findings are not a hang, a
+    #: crash, a lost or corrupted file or a silently wrong number; empty for the default set.
+    opt_in: str = ""
+
+    @property
+    def default(self) -> bool:
+        """On unless ``--select`` says otherwise (ruff's default set: bugs only)."""
+        return not self.opt_in
 
     @property
     def fixable(self) -> bool:
