@@ -19,75 +19,16 @@ from accelify.analysis import names
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
 
-#: Members only an Accelerator has (not a PartialState, a GradientState, an FSDP or DeepSpeed
-#: model, a tensor or a settings object).
-ACCELERATOR_ONLY = frozenset(
-    {
-        "prepare",
-        "prepare_model",
-        "prepare_optimizer",
-        "prepare_data_loader",
-        "prepare_scheduler",
-        "unwrap_model",
-        "gather_for_metrics",
-        "accumulate",
-        "save_state",
-        "load_state",
-        "get_state_dict",
-        "save_model",
-        "init_trackers",
-        "get_tracker",
-        "end_training",
-        "register_for_checkpointing",
-        "register_save_state_pre_hook",
-        "register_load_state_pre_hook",
-        "skip_first_batches",
-        "free_memory",
-    }
-)
-#: Members an Accelerator shares with process states: evidence only for a name that says it is
-#: an accelerator (``accelerator``, ``self.accelerator``, ``trainer_accelerator``).
-SHARED = frozenset(
-    {
-        "is_main_process",
-        "is_local_main_process",
-        "wait_for_everyone",
-        "main_process_first",
-        "local_main_process_first",
-        "gather",
-        "reduce",
-        "pad_across_processes",
-        "backward",
-        "device",
-        "print",
-        "log",
-        "save",
-        "autocast",
-        "num_processes",
-        "process_index",
-        "local_process_index",
-        "distributed_type",
-        "state",
-        "split_between_processes",
-        "mixed_precision",
-        "trackers",
-        "no_sync",
-        "use_distributed",
-        "sync_gradients",
-        "clip_grad_norm_",
-        "clip_grad_value_",
-        "gradient_accumulation_steps",
-    }
-)
 _SETTINGS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS", "training_args")
 
 
 def add_accelerator_objects(model: ScriptModel) -> None:
     """Bind every accelerator the file got from elsewhere (see the module docstring)."""
-    evidence = _used_like_an_accelerator(model)
+    uses = _accelerator_uses(model)
+    evidence = set(uses)
     factories = _local_factories(model)
     known = {(b.name, id(b.scope)) for b in model.of_kind(Kind.ACCELERATOR)}
-    for assign in model.assignments:
+    for assign in model.assignments if evidence or factories else ():
         if len(assign.targets) != 1:
             continue
         name = dotted(assign.targets[0].target)
@@ -114,15 +55,17 @@ def add_accelerator_objects(model: ScriptModel) -> None:
         model.bindings.append(
             Binding(name, Kind.ACCELERATOR, scope, statement, assign, assign.value, model)
         )
-    for function in _functions(model):
-        parameters = {
-            p.name.value
-            for p in (*function.params.params, *function.params.kwonly_params)
-            if p.name.value not in ("self", "cls")
-        }
-        used = parameters & _used_like_an_accelerator(model, function)
-        if used:
-            model.accelerator_params[function] = used
+    for name, nodes in uses.items():
+        if "." in name:
+            continue
+        for node in nodes:
+            for function in _functions_around(model, node):
+                parameters = {
+                    p.name.value for p in (*function.params.params, *function.params.kwonly_params)
+                }
+                if name in parameters:
+                    model.accelerator_params.setdefault(function, set()).add(name)
+                    break
 
 
 def _may_hold_an_object(value: cst.BaseExpression) -> bool:
@@ -130,24 +73,18 @@ def _may_hold_an_object(value: cst.BaseExpression) -> bool:
     return isinstance(value, (cst.Call, cst.Name, cst.Attribute, cst.IfExp, cst.Subscript))
 
 
-def _used_like_an_accelerator(
-    model: ScriptModel, within: cst.FunctionDef | None = None
-) -> set[str]:
-    """Receivers (``x``, ``self.x``) of accelerator members, in the file or in one function."""
-    nodes = walk(within) if within is not None else model.orders
-    found: set[str] = set()
-    for node in nodes:
-        if not isinstance(node, cst.Attribute):
-            continue
-        member = node.attr.value
-        if member not in ACCELERATOR_ONLY and member not in SHARED:
-            continue
+def _accelerator_uses(model: ScriptModel) -> dict[str, list[cst.Attribute]]:
+    """Receivers (``x``, ``self.x``) used as accelerators, with the attributes that show it."""
+    candidates: dict[str, list[cst.Attribute]] = {}
+    proven: set[str] = set()
+    for node in model.member_uses:
         receiver = dotted(node.value)
-        if receiver is None or receiver in found or not _may_be_an_accelerator(model, receiver):
+        if receiver is None or not _may_be_an_accelerator(model, receiver):
             continue
-        if member in ACCELERATOR_ONLY or _named_accelerator(receiver):
-            found.add(receiver)
-    return found
+        candidates.setdefault(receiver, []).append(node)
+        if node.attr.value in names.ACCELERATOR_ONLY_MEMBERS or _named_accelerator(receiver):
+            proven.add(receiver)
+    return {name: nodes for name, nodes in candidates.items() if name in proven}
 
 
 def _may_be_an_accelerator(model: ScriptModel, receiver: str) -> bool:
@@ -156,31 +93,38 @@ def _may_be_an_accelerator(model: ScriptModel, receiver: str) -> bool:
         return False
     if len(parts) == 1 and (receiver in model.imports.bound or receiver in _SETTINGS):
         return False
-    return receiver != "self"
+    return receiver not in ("self", "cls")
 
 
 def _named_accelerator(receiver: str) -> bool:
-    last = receiver.rsplit(".", 1)[-1].lower()
-    return last.endswith("accelerator") or last in ("accel", "acc")
+    return receiver.rsplit(".", 1)[-1].lower().endswith("accelerator")
 
 
-def _functions(model: ScriptModel) -> list[cst.FunctionDef]:
-    return [node for node in model.orders if isinstance(node, cst.FunctionDef)]
+def _functions_around(model: ScriptModel, node: cst.CSTNode) -> list[cst.FunctionDef]:
+    return [a for a in model.ancestors(node) if isinstance(a, cst.FunctionDef)]
 
 
 def _local_factories(model: ScriptModel) -> set[str]:
     """Module-level functions that return an ``Accelerator(...)`` (directly or through a name
     bound to one)."""
     found = set()
-    for name, function in model.functions.items():
-        bound = {b.name for b in model.of_kind(Kind.ACCELERATOR) if b.scope is function}
-        for node in walk(function.body):
-            if not isinstance(node, cst.Return) or node.value is None:
-                continue
-            value = node.value
-            if (isinstance(value, cst.Call) and model.call_names(value) & names.ACCELERATORS) or (
-                dotted(value) in bound
-            ):
-                found.add(name)
-                break
+    for call in model.calls:
+        if not model.call_names(call) & names.ACCELERATORS:
+            continue
+        functions = _functions_around(model, call)
+        if not functions or functions[-1].name.value not in model.functions:
+            continue
+        function = functions[0]
+        parent = model.parent(call)
+        if isinstance(parent, cst.Return):
+            found.add(function.name.value)
+            continue
+        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
+            continue
+        bound = dotted(parent.targets[0].target)
+        if any(
+            isinstance(node, cst.Return) and node.value is not None and dotted(node.value) == bound
+            for node in walk(function.body)
+        ):
+            found.add(function.name.value)
     return found

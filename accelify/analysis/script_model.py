@@ -93,6 +93,8 @@ class ScriptModel:
     module_classes: set[str] = field(default_factory=set)
     prepare_calls: list[PrepareCall] = field(default_factory=list)
     calls: list[cst.Call] = field(default_factory=list, repr=False)
+    #: ``x.prepare``, ``self.accelerator.is_main_process``...: what shows an accelerator
+    member_uses: list[cst.Attribute] = field(default_factory=list, repr=False)
     #: parameters that receive an accelerator (``def train(accelerator, model)``), by function
     accelerator_params: dict[cst.FunctionDef, set[str]] = field(default_factory=dict, repr=False)
     #: each node's place in source order (its index in the analysis's pre-order walk): "above"
@@ -369,6 +371,10 @@ class _Collector(Visitor):
         if local in self.model.module_classes:
             return Kind.MODEL
         return None
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in names.ACCELERATOR_MEMBERS:
+            self.model.member_uses.append(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         self.model.calls.append(node)

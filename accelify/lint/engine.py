@@ -25,7 +25,6 @@ ACCELERATOR_MARKERS = (
     b".unwrap_model(",
     b".gather_for_metrics(",
     b".accumulate(",
-    b".save_state(",
 )
 
 
