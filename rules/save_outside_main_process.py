@@ -138,8 +138,9 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
     func = effect.effect.func
     if isinstance(func, cst.Attribute) and func.attr.value == "save_pretrained":
         return (
-            f"Pass is_main_process={accelerator}.is_main_process (and "
-            f"save_function={accelerator}.save) to save_pretrained, or guard it: every rank "
+            f"Save on the main process only: guard with `if {accelerator}.is_main_process:`, or "
+            f"pass is_main_process={accelerator}.is_main_process and "
+            f"save_function={accelerator}.save to a Hugging Face save_pretrained; every rank "
             f"writes these files{where}, racing on the same path"
         )
     if script.call_names(effect.effect) & names.TORCH_SAVE:

@@ -72,7 +72,7 @@ class CollectiveReach:
         backends = collective_backends(self.model, call, self.accelerators)
         if backends:
             return [(call, backends)]
-        function = self._local_function(call)
+        function = self._local_function(call) or self._own_method(call)
         if function is None:
             return []
         return self.reached_by(function)[:1]

@@ -65,14 +65,12 @@ def repeated_effects(
         if function is None:
             found.append(RepeatedEffect(call, call, deletes, entered))
             continue
-        sites = _CallSites(model, placement, guards)
-        every_rank, guarded = sites.of(function, 0, set())
+        sites = _CallSites(model, placement, guards, synchronising)
+        every_rank, guarded = sites.of(function, 0, frozenset())
         every_rank = [(site, backends & entered) for site, backends in every_rank]
         every_rank = [(site, backends) for site, backends in every_rank if backends]
         if not every_rank:
-            # called nowhere in the file (an entry point, a callback) or only on some ranks:
-            # it writes on every rank only if it must run there, synchronising them
-            if not guarded and synchronising(function) is not None:
+            if not guarded and sites.entry_point(function):
                 found.append(RepeatedEffect(call, call, deletes, entered))
             continue
         if guarded and synchronising(function) is None:
@@ -87,13 +85,29 @@ class _CallSites:
     """Where a function is called by every rank (with the backends on which that holds), and
     whether some call of it runs on some ranks only (under a main-process guard)."""
 
-    def __init__(self, model: ScriptModel, placement: Placement, guards: BackendGuards) -> None:
+    def __init__(
+        self,
+        model: ScriptModel,
+        placement: Placement,
+        guards: BackendGuards,
+        synchronising: Synchronising,
+    ) -> None:
         self.model = model
         self.placement = placement
         self.guards = guards
+        self.synchronising = synchronising
+
+    def entry_point(self, function: cst.FunctionDef) -> bool:
+        """Called nowhere in the file (from another module, ``trainer.fit()``, a callback) yet
+        synchronising the ranks: every rank runs it. One that synchronises nothing may be a hook
+        that runs on one rank: not counted."""
+        return (
+            not _callers(self.model, self.placement, function)
+            and self.synchronising(function) is not None
+        )
 
     def of(
-        self, function: cst.FunctionDef, depth: int, seen: set[int]
+        self, function: cst.FunctionDef, depth: int, seen: frozenset[int]
     ) -> tuple[list[tuple[cst.Call, frozenset[str]]], bool]:
         if depth >= _MAX_DEPTH or id(function) in seen:
             return [], False
@@ -106,7 +120,7 @@ class _CallSites:
             if not entered:
                 guarded = True
                 continue
-            if outer is None:
+            if outer is None or self.entry_point(outer):
                 every_rank.append((site, entered))
                 continue
             outer_sites, _ = self.of(outer, depth + 1, seen)
