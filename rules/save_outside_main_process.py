@@ -110,11 +110,12 @@ class SaveOutsideMainProcess(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         in_view = backends_in_view(script)
-        for effect in facts_of(script).repeated_effects:
+        facts = facts_of(script)
+        for effect in facts.repeated_effects:
             if effect.deletes or not effect.backends & in_view:
                 continue
-            if side_effects.same_on_every_rank(script, effect.effect) and _barrier_after(
-                script, effect.reported
+            if side_effects.same_on_every_rank(script, effect.effect) and facts.barrier_after(
+                effect.reported
             ):
                 continue
             yield self.finding(
@@ -136,6 +137,12 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
             f"this one{where}, racing on the same path"
         )
     func = effect.effect.func
+    if side_effects.same_on_every_rank(script, effect.effect):
+        return (
+            f"Write this on the main process only (`if {accelerator}.is_main_process:`), or "
+            f"call {accelerator}.wait_for_everyone() after it: every rank writes the same "
+            f"file{where} and nothing waits for the writes to finish before it is read"
+        )
     if isinstance(func, cst.Attribute) and func.attr.value == "save_pretrained":
         return (
             f"Save on the main process only: guard with `if {accelerator}.is_main_process:`, or "
@@ -152,20 +159,6 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
     return (
         f"Write on the main process only: guard with `if {accelerator}.is_main_process:`; every "
         f"rank runs this{where} and races on the same path"
-    )
-
-
-def _barrier_after(script: ScriptModel, node: cst.CSTNode) -> bool:
-    """A collective every rank reaches after ``node`` in the same function (or module): the
-    ranks that read the file wait there until every rank has written it."""
-    facts = facts_of(script)
-    function = facts.placement.enclosing_function(node)
-    here = script.order(node)
-    return any(
-        not use.skipped_on
-        and script.order(use.call) > here
-        and facts.placement.enclosing_function(use.call) is function
-        for use in facts.collective_uses
     )
 
 

@@ -15,7 +15,7 @@ from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
-from accelify.analysis.repeated_effects import RepeatedEffect, repeated_effects
+from accelify.analysis.repeated_effects import RepeatedEffect, callers_of, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import dotted
 
@@ -40,6 +40,26 @@ class Facts:
         """The ``prepare``, ``backward`` or collective that ``function`` runs, if any: a
         function that must never be run on one rank only."""
         return self.collective_reach.synchronising_call(function)
+
+    def barrier_after(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """A collective every rank reaches after ``node``: later in its function (or module), or
+        after a call of that function. Whatever every rank did before, all of them have done
+        when any rank goes on from there."""
+        function = self.placement.enclosing_function(node)
+        here = self.model.order(node)
+        if any(
+            not use.skipped_on
+            and self.model.order(use.call) > here
+            and self.placement.enclosing_function(use.call) is function
+            for use in self.collective_uses
+        ):
+            return True
+        if function is None or depth >= 3:
+            return False
+        return any(
+            self.barrier_after(site, depth + 1)
+            for site in callers_of(self.model, self.placement, function)
+        )
 
     @cached_property
     def repeated_effects(self) -> list[RepeatedEffect]:

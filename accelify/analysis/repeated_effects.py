@@ -102,7 +102,7 @@ class _CallSites:
         synchronising the ranks: every rank runs it. One that synchronises nothing may be a hook
         that runs on one rank: not counted."""
         return (
-            not _callers(self.model, self.placement, function)
+            not callers_of(self.model, self.placement, function)
             and self.synchronising(function) is not None
         )
 
@@ -114,7 +114,7 @@ class _CallSites:
         seen = seen | {id(function)}
         every_rank: list[tuple[cst.Call, frozenset[str]]] = []
         guarded = False
-        for site in _callers(self.model, self.placement, function):
+        for site in callers_of(self.model, self.placement, function):
             outer = self.placement.enclosing_function(site)
             entered = self.guards.entered_by_all(site, within=outer)
             if not entered:
@@ -130,7 +130,9 @@ class _CallSites:
         return every_rank, guarded
 
 
-def _callers(model: ScriptModel, placement: Placement, function: cst.FunctionDef) -> list[cst.Call]:
+def callers_of(
+    model: ScriptModel, placement: Placement, function: cst.FunctionDef
+) -> list[cst.Call]:
     """Calls of ``function`` by name (``save(...)``) or, for a method, as ``self.save(...)``
     inside its class; calls through other objects cannot be told from same-named methods of
     other classes (``accelerator.save``), so a method called only that way counts as never
