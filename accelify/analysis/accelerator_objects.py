@@ -1,7 +1,8 @@
 """Accelerators the file did not construct itself: returned by a factory (of this module or
-another one of the project), held by a class (``self.accelerator``, also in an ``nn.Module``),
-or received as a parameter. A file that uses an accelerator object it got from anywhere is an
-Accelerator file, and every fact about accelerators covers these names too.
+another one of the project), held by a class (``self.accelerator``, also in an ``nn.Module``,
+also set by a base class such as HF's ``Trainer``), or received as a parameter. A file that
+uses an accelerator object it got from anywhere is an Accelerator file, and every fact about
+accelerators covers these names too.
 
 From this file alone: a name assigned from a call of a local function that returns an
 ``Accelerator(...)`` is one; so is a name (a local, ``self.x``, a parameter) used the way only an
@@ -55,6 +56,8 @@ def add_accelerator_objects(model: ScriptModel) -> None:
         model.bindings.append(
             Binding(name, Kind.ACCELERATOR, scope, statement, assign, assign.value, model)
         )
+    bound = {binding.name for binding in model.of_kind(Kind.ACCELERATOR)}
+    model.inherited_accelerators = {n for n in uses if n.startswith("self.") and n not in bound}
     for name, nodes in uses.items():
         if "." in name:
             continue

@@ -97,6 +97,8 @@ class ScriptModel:
     member_uses: list[cst.Attribute] = field(default_factory=list, repr=False)
     #: parameters that receive an accelerator (``def train(accelerator, model)``), by function
     accelerator_params: dict[cst.FunctionDef, set[str]] = field(default_factory=dict, repr=False)
+    #: ``self.accelerator`` used in a class that never sets it (a subclass of HF's ``Trainer``)
+    inherited_accelerators: set[str] = field(default_factory=set, repr=False)
     #: each node's place in source order (its index in the analysis's pre-order walk): "above"
     #: without a code-generation pass for positions
     orders: dict[cst.CSTNode, int] = field(default_factory=dict, repr=False)
@@ -172,7 +174,7 @@ class ScriptModel:
         """Names bound to ``kinds``; for accelerators also the parameters that receive one."""
         found = {binding.name for binding in self.of_kind(*kinds)}
         if Kind.ACCELERATOR in kinds:
-            found.update(*self.accelerator_params.values())
+            found.update(*self.accelerator_params.values(), self.inherited_accelerators)
         return found
 
     @property
@@ -182,7 +184,9 @@ class ScriptModel:
     @property
     def uses_accelerator(self) -> bool:
         """Created here, returned by a factory, held by a class or received as a parameter."""
-        return bool(self.of_kind(Kind.ACCELERATOR) or self.accelerator_params)
+        return bool(
+            self.of_kind(Kind.ACCELERATOR) or self.accelerator_params or self.inherited_accelerators
+        )
 
     @property
     def trains(self) -> bool:

@@ -43,7 +43,7 @@ def lint_source(
     """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
     plan over this process's tree."""
     result = FileResult(path, original=data)
-    if not any(marker in data for marker in MARKERS):
+    if not any(marker in data for marker in (*MARKERS, *ACCELERATOR_MARKERS)):
         return result  # cannot match any rule: skipped before parsing
     try:
         module = parse(data, path)

@@ -97,6 +97,10 @@ def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
             if kind is Kind.ACCELERATOR:
                 return name
         function = facts.placement.enclosing_function(function)
+    if script.inherited_accelerators and facts.placement.is_method(
+        facts.placement.enclosing_function(node) or script.module
+    ):
+        return min(script.inherited_accelerators)
     return None
 
 
