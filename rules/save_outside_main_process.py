@@ -76,6 +76,13 @@ class SaveOutsideMainProcess(Rule):
             5,
             5,
         ),
+        Example(  # get_state_dict gathers under FSDP: no guard around it, accelerator.save
+            HEADER + "import torch\ntorch.save(accelerator.get_state_dict(model), 'm.pt')\n",
+            4,
+            1,
+            HEADER + "import torch\naccelerator.wait_for_everyone()\n"
+            "accelerator.save(accelerator.get_state_dict(model), 'm.pt')\n",
+        ),
         Example(  # a tokenizer written by every rank with nothing waiting for it
             HEADER + "tokenizer.save_pretrained('out')\n", 3, 1
         ),
@@ -137,6 +144,20 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
             f"this one{where}, racing on the same path"
         )
     func = effect.effect.func
+    inner = facts_of(script).synchronising_in(effect.effect)
+    if inner is not None:  # a guard around the write would run this on one rank: a hang
+        computed = f"{dotted(inner.func) or 'this call'}() (line {script.line(inner)})"
+        if script.call_names(effect.effect) & names.TORCH_SAVE:
+            return (
+                f"Save with {accelerator}.save(...): it writes on the main process only, and "
+                f"{computed} still runs on every rank, as it must; every rank writes this "
+                f"file{where}, racing on the same path"
+            )
+        return (
+            f"Compute {computed} on every rank into a variable, then write it under `if "
+            f"{accelerator}.is_main_process:`; every rank writes this file{where}, racing on "
+            "the same path"
+        )
     if side_effects.same_on_every_rank(script, effect.effect):
         return (
             f"Write this on the main process only (`if {accelerator}.is_main_process:`), or "

@@ -12,6 +12,7 @@ import pytest
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel, analyze
+from accelify.analysis.syntax import dotted
 from accelify.lint.engine import lint_source
 from accelify.lint.finding import Finding
 from accelify.lint.registry import all_rules
@@ -82,13 +83,19 @@ def _corpus() -> list[tuple[str, str]]:
 ONE_RANK_ADVICE = re.compile(r"main process only|is_main_process|on one rank|guard", re.I)
 
 
+def _call_at(script: ScriptModel, finding: Finding) -> cst.Call | None:
+    for call in script.calls:
+        start = script.position(call).start
+        if (start.line, start.column + 1) == (finding.line, finding.column):
+            return call
+    return None
+
+
 def _called_function(script: ScriptModel, finding: Finding) -> cst.FunctionDef | None:
     """The file's own function (or the class's method) called where the finding sits."""
     facts = facts_of(script)
-    for call in script.calls:
-        start = script.position(call).start
-        if (start.line, start.column + 1) != (finding.line, finding.column):
-            continue
+    call = _call_at(script, finding)
+    if call is not None:
         func = call.func
         if isinstance(func, cst.Name) and func.value in script.functions:
             return script.functions[func.value]
@@ -112,6 +119,16 @@ def test_findings_sit_where_the_bug_is_and_never_send_training_to_one_rank(case:
     script = analyze(cst.parse_module(code))
     facts = facts_of(script)
     for finding in findings:
+        call = _call_at(script, finding)
+        inner = facts.synchronising_in(call) if call is not None else None
+        if inner is not None and ONE_RANK_ADVICE.search(finding.message):
+            # a guard around this statement would run ``inner`` on one rank: the advice must
+            # keep it on every rank, and say so
+            name = (dotted(inner.func) or "").rsplit(".", 1)[-1]
+            assert f"{name}()" in finding.message and "every rank" in finding.message, (
+                f"{finding.code} advises guarding a statement that calls {name}(), which every "
+                f"rank must run: {finding.message}"
+            )
         function = _called_function(script, finding)
         if function is None:
             continue  # at the offending statement itself

@@ -113,6 +113,21 @@ class CollectiveReach:
         self._synchronising[function] = found
         return found
 
+    def synchronising_in(self, node: cst.CSTNode) -> cst.Call | None:
+        """A call inside ``node`` (not ``node`` itself) that is a collective or reaches one:
+        ``torch.save(accelerator.get_state_dict(model), p)``, ``json.dump(evaluate(...), f)``.
+        Guarding ``node`` would run it on one rank."""
+        backwards = {id(call) for call in self.model.backward_calls}
+        for call in self.model.calls:
+            if call is node or not any(a is node for a in self.model.ancestors(call)):
+                continue
+            if id(call) in backwards or collective_backends(self.model, call, self.accelerators):
+                return call
+            callee = self._local_function(call) or self._own_method(call)
+            if callee is not None and self.synchronising_call(callee) is not None:
+                return call
+        return None
+
     def _calls_inside(self, function: cst.FunctionDef) -> list[cst.Call]:
         if self._calls_in is None:
             self._calls_in = {}

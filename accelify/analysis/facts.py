@@ -61,6 +61,11 @@ class Facts:
             for site in callers_of(self.model, self.placement, function)
         )
 
+    def synchronising_in(self, node: cst.CSTNode) -> cst.Call | None:
+        """A call inside ``node`` that every rank must make (a collective, or a function that
+        reaches one): a guard around ``node`` would hang."""
+        return self.collective_reach.synchronising_in(node)
+
     @cached_property
     def repeated_effects(self) -> list[RepeatedEffect]:
         """Files every rank writes or deletes together: at the write, or at the call sites of
