@@ -108,6 +108,9 @@ class SaveOutsideMainProcess(Rule):
         + "        torch.save(state, path)\n\n    def fit(self):\n"
         + "        if accelerator.is_main_process:\n            self.save('x.pt')\n\n\n"
         + "accelerator.save(state, 'y.pt')\n",
+        HEADER
+        + "with accelerator.main_process_first():\n"
+        + "    tokenizer.save_pretrained(args.output_dir)\n",
         # identical small files every rank writes before a barrier: whole when read
         HEADER
         + "import json\ntokenizer.save_pretrained(args.output_dir)\n"

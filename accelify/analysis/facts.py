@@ -45,6 +45,8 @@ class Facts:
         """A collective every rank reaches after ``node``: later in its function (or module), or
         after a call of that function. Whatever every rank did before, all of them have done
         when any rank goes on from there."""
+        if any(_takes_turns(ancestor) for ancestor in self.model.ancestors(node)):
+            return True  # ``with accelerator.main_process_first():`` one rank after another
         function = self.placement.enclosing_function(node)
         here = self.model.order(node)
         if any(
@@ -123,6 +125,15 @@ class Facts:
 
     def accumulation_in(self, loop: Loop) -> ManualAccumulation | None:
         return self.accumulations.get(id(loop.node))
+
+
+def _takes_turns(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.With) and any(
+        isinstance(item.item, cst.Call)
+        and isinstance(item.item.func, cst.Attribute)
+        and item.item.func.attr.value in ("main_process_first", "local_main_process_first")
+        for item in node.items
+    )
 
 
 def facts_of(model: ScriptModel) -> Facts:
