@@ -55,14 +55,31 @@ def test_an_accelerator_is_known_however_the_file_got_it():
     assert {"acc", "accelerator"} <= accelerators("parameter.py")
 
 
-def test_a_file_that_only_uses_settings_or_modules_named_alike_is_not_an_accelerator_file():
-    code = (
+NOT_ACCELERATORS = {
+    "settings-and-modules": (
         "import torch\n\n\ndef step(args, state, loss):\n"
         "    if args.is_main_process and state.is_main_process:\n"
         "        print(args.process_index)\n"
         "    with torch.autocast('cuda'):\n        loss.backward()\n"
         "    state.wait_for_everyone()\n"
-    )
+    ),
+    "deepspeed-accelerator": (
+        "import torch\nfrom deepspeed.accelerator import get_accelerator\n\n\n"
+        "class Engine:\n    def __init__(self):\n        self.accelerator = get_accelerator()\n"
+        "        self.device = self.accelerator.device(0)\n\n"
+        "    def step(self, x):\n        self.accelerator.synchronize()\n"
+        "        torch.save(x, 'x.pt')\n"
+    ),
+    "hf-trainer": (
+        "from transformers import Trainer\n\n"
+        "trainer = Trainer(model=model, args=args)\ntrainer.train()\n"
+        "trainer.save_model()\ntrainer.save_state()\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("code", NOT_ACCELERATORS.values(), ids=NOT_ACCELERATORS.keys())
+def test_objects_that_only_look_like_an_accelerator_are_not_one(code: str):
     assert not analyze(cst.parse_module(code)).uses_accelerator
 
 

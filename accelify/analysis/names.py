@@ -71,7 +71,8 @@ ACCELERATOR_ONLY_MEMBERS = frozenset(
     }
 )
 #: Members an Accelerator shares with process states: evidence only for a name that says it is
-#: an accelerator (``accelerator``, ``self.accelerator``, ``trainer_accelerator``).
+#: an accelerator (``accelerator``, ``self.accelerator``, ``trainer_accelerator``). Not
+#: ``device``: DeepSpeed's ``get_accelerator()`` objects have one too.
 ACCELERATOR_SHARED_MEMBERS = frozenset(
     {
         "is_main_process",
@@ -83,7 +84,6 @@ ACCELERATOR_SHARED_MEMBERS = frozenset(
         "reduce",
         "pad_across_processes",
         "backward",
-        "device",
         "print",
         "log",
         "save",
