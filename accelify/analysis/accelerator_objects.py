@@ -1,6 +1,7 @@
 """Accelerators the file did not construct itself: returned by a factory (of this module or
 another one of the project), held by a class (``self.accelerator``, also in an ``nn.Module``,
-also set by a base class such as HF's ``Trainer``), or received as a parameter. A file that
+also set by a base class such as HF's ``Trainer``), received as a parameter, or imported from
+a module of the project (``from .common import accelerator``). A file that
 uses an accelerator object it got from anywhere is an Accelerator file, and every fact about
 accelerators covers these names too.
 
@@ -20,6 +21,7 @@ from accelify.analysis import names
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
 
+_LIBRARIES = ("torch", "deepspeed", "accelerate", "accelify", "lightning", "pytorch_lightning")
 _SETTINGS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS", "training_args")
 
 
@@ -30,34 +32,43 @@ def add_accelerator_objects(model: ScriptModel) -> None:
     factories = _local_factories(model)
     known = {(b.name, id(b.scope)) for b in model.of_kind(Kind.ACCELERATOR)}
     for assign in model.assignments if evidence or factories else ():
-        if len(assign.targets) != 1:
+        if len(assign.targets) != 1 or not _may_hold_an_object(assign.value):
             continue
-        name = dotted(assign.targets[0].target)
-        if (
-            name is None
-            or name.count(".") > 1
-            or (name.count(".") and not name.startswith("self."))
-        ):
-            continue
-        scope = model.scope_of(assign)
-        if (name, id(scope)) in known or not _may_hold_an_object(assign.value):
-            continue
+        target = assign.targets[0].target
         from_factory = (
             isinstance(assign.value, cst.Call)
             and isinstance(assign.value.func, cst.Name)
             and assign.value.func.value in factories
         )
-        if not from_factory and name not in evidence:
-            continue
-        statement = model.parent(assign)
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        known.add((name, id(scope)))
-        model.bindings.append(
-            Binding(name, Kind.ACCELERATOR, scope, statement, assign, assign.value, model)
-        )
+        # ``accelerator, logger = setup(args)``: an element used as an accelerator is one
+        unpacked = isinstance(target, (cst.Tuple, cst.List))
+        elements = [e.value for e in target.elements] if unpacked else [target]  # type: ignore[union-attr]
+        for element in elements:
+            name = dotted(element)
+            if (
+                name is None
+                or name.count(".") > 1
+                or (name.count(".") and not name.startswith("self."))
+            ):
+                continue
+            scope = model.scope_of(assign)
+            if (name, id(scope)) in known:
+                continue
+            if name not in evidence and not (from_factory and not unpacked):
+                continue
+            statement = model.parent(assign)
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            known.add((name, id(scope)))
+            model.bindings.append(
+                Binding(name, Kind.ACCELERATOR, scope, statement, assign, assign.value, model)
+            )
     bound = {binding.name for binding in model.of_kind(Kind.ACCELERATOR)}
-    model.inherited_accelerators = {n for n in uses if n.startswith("self.") and n not in bound}
+    model.inherited_accelerators = {
+        name
+        for name in uses
+        if name not in bound and (name.startswith("self.") or name in model.imports.bound)
+    }
     for name, nodes in uses.items():
         if "." in name:
             continue
@@ -94,7 +105,11 @@ def _may_be_an_accelerator(model: ScriptModel, receiver: str) -> bool:
     parts = receiver.split(".")
     if len(parts) > 2 or (len(parts) == 2 and parts[0] != "self"):
         return False
-    if len(parts) == 1 and (receiver in model.imports.bound or receiver in _SETTINGS):
+    if len(parts) == 1 and receiver in model.imports.bound:
+        # ``from .common import accelerator``: the project's own, shared accelerator
+        imported = model.imports.bound[receiver]
+        return _named_accelerator(receiver) and not imported.startswith(_LIBRARIES)
+    if receiver in _SETTINGS:
         return False
     return receiver not in ("self", "cls")
 

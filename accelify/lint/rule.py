@@ -97,6 +97,9 @@ def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
             if kind is Kind.ACCELERATOR:
                 return name
         function = facts.placement.enclosing_function(function)
+    imported = sorted(name for name in script.inherited_accelerators if "." not in name)
+    if imported:
+        return imported[0]
     if script.inherited_accelerators and facts.placement.is_method(
         facts.placement.enclosing_function(node) or script.module
     ):
