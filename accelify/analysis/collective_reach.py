@@ -37,7 +37,7 @@ class CollectiveReach:
         self.guards = guards
         self.accelerators = flow.names_of(Kind.ACCELERATOR)
         self._reached: dict[cst.FunctionDef, list[tuple[cst.Call, frozenset[str]]]] = {}
-        self._synchronising: dict[cst.FunctionDef, cst.Call | None] = {}
+        self._synchronising: dict[tuple[cst.FunctionDef, bool], cst.Call | None] = {}
         self._calls_in: dict[cst.FunctionDef, list[cst.Call]] | None = None
 
     def uses(self) -> list[CollectiveUse]:
@@ -93,24 +93,35 @@ class CollectiveReach:
         self._reached[function] = found
         return found
 
-    def synchronising_call(self, function: cst.FunctionDef) -> cst.Call | None:
+    def synchronising_call(
+        self, function: cst.FunctionDef, everywhere: bool = False
+    ) -> cst.Call | None:
         """The first ``prepare``, ``backward`` or other collective that ``function`` runs (also
         under a condition, also through the file's functions and its class's ``self.`` methods),
-        or None: such a function must run on every rank, never on one."""
-        if function in self._synchronising:
-            return self._synchronising[function]
-        self._synchronising[function] = None  # a recursive call finds nothing new
+        or None: such a function must run on every rank, never on one. ``everywhere``: only
+        collectives on every backend (not ``save_state``, which HF's DDP runs on one rank)."""
+        key = (function, everywhere)
+        if key in self._synchronising:
+            return self._synchronising[key]
+        self._synchronising[key] = None  # a recursive call finds nothing new
         backwards = {id(call) for call in self.model.backward_calls}
         found = None
         for call in self._calls_inside(function):
-            if id(call) in backwards or collective_backends(self.model, call, self.accelerators):
+            backends = collective_backends(self.model, call, self.accelerators)
+            if id(call) in backwards or (
+                backends and (backends == EVERY_BACKEND or not everywhere)
+            ):
                 found = call
                 break
             callee = self._local_function(call) or self._own_method(call)
-            if callee is not None and callee is not function and self.synchronising_call(callee):
+            if (
+                callee is not None
+                and callee is not function
+                and self.synchronising_call(callee, everywhere)
+            ):
                 found = call
                 break
-        self._synchronising[function] = found
+        self._synchronising[key] = found
         return found
 
     def synchronising_in(self, node: cst.CSTNode) -> cst.Call | None:

@@ -36,10 +36,13 @@ class Facts:
         """Calls that are or reach a collective, and the backends some ranks skip them on."""
         return self.collective_reach.uses()
 
-    def synchronising_call(self, function: cst.FunctionDef) -> cst.Call | None:
+    def synchronising_call(
+        self, function: cst.FunctionDef, everywhere: bool = False
+    ) -> cst.Call | None:
         """The ``prepare``, ``backward`` or collective that ``function`` runs, if any: a
-        function that must never be run on one rank only."""
-        return self.collective_reach.synchronising_call(function)
+        function that must never be run on one rank only (``everywhere``: a collective on
+        every backend, so that every rank certainly runs the function)."""
+        return self.collective_reach.synchronising_call(function, everywhere)
 
     def barrier_after(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """A collective every rank reaches after ``node``: later in its function (or module), or

@@ -43,7 +43,7 @@ class RepeatedEffect:
         return self.reported is not self.effect
 
 
-Synchronising = Callable[[cst.FunctionDef], "cst.Call | None"]
+Synchronising = Callable[..., "cst.Call | None"]
 
 
 def repeated_effects(
@@ -99,11 +99,12 @@ class _CallSites:
 
     def entry_point(self, function: cst.FunctionDef) -> bool:
         """Called nowhere in the file (from another module, ``trainer.fit()``, a callback) yet
-        synchronising the ranks: every rank runs it. One that synchronises nothing may be a hook
-        that runs on one rank: not counted."""
+        synchronising the ranks on every backend: every rank runs it. One that synchronises
+        nothing (a hook), or only where a checkpoint is a collective (``save_state``, called on
+        the main process alone under HF's DDP), may run on one rank: not counted."""
         return (
             not callers_of(self.model, self.placement, function)
-            and self.synchronising(function) is not None
+            and self.synchronising(function, everywhere=True) is not None
         )
 
     def of(
