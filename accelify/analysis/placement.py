@@ -51,7 +51,7 @@ class Placement:
     def prepare_scope(self) -> Scope | None:
         """The scope that owns training: where the first optimizer (else model) is created."""
         for kind in (Kind.OPTIMIZER, Kind.MODEL):
-            bindings = self.model.of_kind(kind)
+            bindings = [b for b in self.model.of_kind(kind) if not b.received]
             if bindings:
                 return bindings[0].scope
         if self.model.backward_calls:

@@ -50,6 +50,9 @@ class Binding:
     assign: cst.Assign | cst.AnnAssign
     value: cst.BaseExpression
     script: ScriptModel = field(repr=False, compare=False)
+    #: made elsewhere and handed in: ``self.loader = loader`` in a constructor that receives a
+    #: loader. The same object as the caller's; not where it is created.
+    received: bool = False
 
     @property
     def line(self) -> int:
@@ -91,6 +94,12 @@ class ScriptModel:
     loops: list[Loop] = field(default_factory=list)
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     module_classes: set[str] = field(default_factory=set)
+    #: the file's module-level classes by name
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
+    #: what the file's functions and methods receive at their call sites (`objects`)
+    received_parameters: dict[cst.FunctionDef, dict[str, Kind]] = field(
+        default_factory=dict, repr=False
+    )
     prepare_calls: list[PrepareCall] = field(default_factory=list)
     calls: list[cst.Call] = field(default_factory=list, repr=False)
     #: each node's place in source order (its index in the analysis's pre-order walk): "above"
@@ -193,8 +202,10 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
         for call in model.backward_calls
         if dotted(call.func.value) not in accelerators  # type: ignore[union-attr]
     ]
+    from accelify.analysis.objects import add_object_bindings
     from accelify.analysis.optimizer_models import add_models_fed_to_optimizers
 
+    add_object_bindings(model, _Collector(model).classify)
     add_models_fed_to_optimizers(model)
     return model
 
@@ -222,6 +233,8 @@ class _Collector(Visitor):
         self.model.imports.add(node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if isinstance(self.model.parent(node), cst.Module):
+            self.model.classes[node.name.value] = node
         for base in node.bases:
             qualified = self.model.qualified(base.value)
             base_name = dotted(base.value)
@@ -271,7 +284,7 @@ class _Collector(Visitor):
         if name is None:
             return
         kind = self._classify(value, name)
-        if kind is None:
+        if kind is None or (kind is Kind.MODEL and self._is_layer(name)):
             return
         statement = self.model.parent(assign)
         if not isinstance(statement, cst.SimpleStatementLine) or self._inside_model_class(assign):
@@ -287,6 +300,15 @@ class _Collector(Visitor):
                 script=self.model,
             )
         )
+
+    def _is_layer(self, name: str) -> bool:
+        """``model.fc = nn.Linear(...)`` (or ``self.model.fc = ...``) replaces a layer of a model:
+        not a model of its own."""
+        return owning_model(name) != name
+
+    def classify(self, value: cst.BaseExpression, name: str) -> Kind | None:
+        """What ``value`` makes, when bound to ``name``: the test every binding passes."""
+        return self._classify(value, name)
 
     def _inside_model_class(self, node: cst.CSTNode) -> bool:
         """``self.fc = nn.Linear(...)`` in a model's ``__init__`` is a layer, not a model to
@@ -386,6 +408,14 @@ class _Collector(Visitor):
                 if self.model.qualified(target) & names.NO_GRAD_CONTEXTS:
                     return True
         return False
+
+
+def owning_model(name: str) -> str:
+    """The model an attribute chain belongs to: ``model`` for ``model.fc``, ``self.model`` for
+    ``self.model.head.proj``. An optimizer over a submodule's parameters trains that model."""
+    parts = name.split(".")
+    keep = 2 if parts[0] == "self" and len(parts) > 1 else 1
+    return ".".join(parts[:keep])
 
 
 def _is_nn_model(qualified_name: str) -> bool:

@@ -55,6 +55,9 @@ class Context:
     needs: list[cst.CSTNode] = field(default_factory=list)
     #: the statement the ``prepare`` call follows.
     prepare_anchor: cst.CSTNode | None = None
+    #: the statement each prepared name's ``prepare`` call follows (a script that trains one
+    #: model after another prepares each before its first use).
+    prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)
     #: edits outside the class that owns ``self.accelerator`` that reach it through an instance.
     reachable_outside: list[cst.CSTNode] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.
@@ -80,8 +83,9 @@ class Context:
         arguments = ", ".join(f"{key}={value}" for key, value in self.constructor.items())
         return f"Accelerator({arguments})"
 
-    def after_prepare(self, node: cst.CSTNode) -> bool:
-        anchor = self.prepare_anchor
+    def after_prepare(self, node: cst.CSTNode, name: str | None = None) -> bool:
+        """``node`` runs after the prepare call (of ``name``, when given)."""
+        anchor = self.prepared_after.get(name or "", self.prepare_anchor)
         if anchor is None:
             return False
         scope = self.model.scope_of(anchor)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.objects import callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope
 from accelify.analysis.syntax import dotted, if_chain, walk
@@ -16,7 +17,7 @@ def run(ctx: Context, scope: Scope) -> None:
     kinds = (Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER, Kind.SCHEDULER)
     placement = ctx.facts.placement
     chosen: dict[str, Kind] = {}
-    last_statement = None
+    created: dict[str, int] = {}
     for binding in ctx.model.of_kind(*kinds):
         if binding.scope is not scope or binding.name in chosen:
             continue
@@ -27,15 +28,14 @@ def run(ctx: Context, scope: Scope) -> None:
             _prepare_where_created(ctx, binding)
             continue
         chosen[binding.name] = binding.kind
-        if last_statement is None or placement.index(top, scope) > placement.index(
-            last_statement, scope
-        ):
-            last_statement = top
-    if isinstance(scope, cst.FunctionDef) and last_statement is not None:
+        created[binding.name] = placement.index(top, scope)
+    if isinstance(scope, cst.FunctionDef) and created:
         # A model handed in as a parameter and trained here (``def main(model):``).
         for name, kind in ctx.facts.flow.params.get(scope, {}).items():
             if kind is Kind.MODEL and name in _trained_here(ctx, scope):
                 chosen.setdefault(name, kind)
+    body = placement.body_of(scope)
+    last_statement = body[max(created.values())] if created else None
     per_epoch = ctx.facts.flow.per_epoch_schedulers(set(chosen))
     per_step = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER} - per_epoch
     if per_epoch and not per_step:
@@ -50,16 +50,82 @@ def run(ctx: Context, scope: Scope) -> None:
             )
     if not chosen or last_statement is None:
         return
-    order = sorted(chosen, key=lambda n: list(Kind).index(chosen[n]))  # type: ignore[arg-type]
+    groups = [
+        (anchor, sorted(names, key=lambda n: list(Kind).index(chosen[n])))
+        for anchor, names in _groups(ctx, scope, chosen, created)
+    ]
+    for anchor, names in groups:
+        _insert_prepare(ctx, anchor, names)
+        ctx.prepared_after.update(dict.fromkeys(names, anchor))
+    ctx.plan.prepared = [*(n for _, names in groups for n in names), *ctx.plan.prepared]
+    ctx.prepare_anchor = groups[0][0]
+    trained = [names for _, names in groups if {chosen[n] for n in names} & _TRAINED_KINDS]
+    if len(trained) > 1:
+        ctx.plan.review(
+            ctx.line(groups[0][0]),
+            "models trained one after the other are prepared in separate calls, each before "
+            "its first use: with --backend fsdp or deepspeed, models and optimizers must be "
+            "prepared in one call",
+        )
+
+
+_TRAINED_KINDS = {Kind.MODEL, Kind.OPTIMIZER}
+
+
+def _insert_prepare(ctx: Context, anchor: cst.CSTNode, order: list[str]) -> None:
     targets = ", ".join(order)
-    prepare = statement(_prepare_code(ctx, order, last_statement))
-    ctx.plan.insert_after(last_statement, prepare)
-    ctx.need(last_statement)
-    ctx.plan.prepared = [*order, *ctx.plan.prepared]
-    ctx.prepare_anchor = last_statement
-    ctx.plan.change(
-        ctx.line(last_statement), f"prepare {targets} after line {ctx.line(last_statement)}"
-    )
+    ctx.plan.insert_after(anchor, statement(_prepare_code(ctx, order, anchor)))
+    ctx.need(anchor)
+    ctx.plan.change(ctx.line(anchor), f"prepare {targets} after line {ctx.line(anchor)}")
+
+
+def _groups(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], created: dict[str, int]
+) -> list[tuple[cst.CSTNode, list[str]]]:
+    """One prepare after the last object is created, unless something trains or evaluates in
+    between (a script that trains one model, then builds another): then each group of objects
+    is prepared after its last creation and before the first statement that uses it. A
+    parameter (no creation in this scope) goes with the first group."""
+    body = ctx.facts.placement.body_of(scope)
+    uses = [index for index, line in enumerate(body) if _uses_objects(ctx, line)]
+    groups: dict[int, list[str]] = {}
+    for name in chosen:
+        made = created.get(name, -1)
+        first_use = next((index for index in uses if index > made), len(body))
+        groups.setdefault(first_use, []).append(name)
+    placed = []
+    for _, names in sorted(groups.items()):
+        last = max(created.get(name, -1) for name in names)
+        placed.append((last, names))
+    if placed[0][0] < 0:  # only parameters before the first use: go with the next group
+        return [(body[max(created.values())], list(chosen))]
+    return [(body[last], names) for last, names in placed]
+
+
+def _uses_objects(ctx: Context, line: cst.CSTNode) -> bool:
+    """A top-level statement that trains or evaluates: a training or evaluation loop, a
+    backward, or a call of a function of this file that holds one."""
+    flow = ctx.facts.flow
+    for loop in ctx.model.loops:
+        if ctx.facts.placement.inside(loop.node, line) and (loop.trains or flow.reads_loader(loop)):
+            return True
+    for call in ctx.model.backward_calls:
+        if ctx.facts.placement.inside(call, line):
+            return True
+    for node in walk(line):
+        if isinstance(node, cst.Call):
+            target = callee(ctx.model, node)
+            if target is not None and _trains_or_evaluates(ctx, target[0]):
+                return True
+    return False
+
+
+def _trains_or_evaluates(ctx: Context, function: cst.FunctionDef) -> bool:
+    return any(
+        ctx.facts.placement.inside(loop.node, function)
+        and (loop.trains or ctx.facts.flow.reads_loader(loop))
+        for loop in ctx.model.loops
+    ) or any(ctx.facts.placement.inside(call, function) for call in ctx.model.backward_calls)
 
 
 def _trained_here(ctx: Context, scope: Scope) -> set[str]:

@@ -24,7 +24,9 @@ def _layers_by_index(ctx: Context) -> None:
         owner = node.value
         if not isinstance(owner, (cst.Name, cst.Attribute)) or owner in ctx.plan.replacements:
             continue
-        if not ctx.facts.flow.is_model_name(dotted(owner), node) or not ctx.after_prepare(node):
+        if not ctx.facts.flow.is_model_name(dotted(owner), node) or not ctx.after_prepare(
+            node, dotted(owner)
+        ):
             continue
         if isinstance(ctx.model.parent(node), cst.AssignTarget):
             continue
@@ -44,7 +46,7 @@ def _attributes(ctx: Context) -> None:
             continue
         if not ctx.facts.flow.is_model_name(dotted(owner), attribute):
             continue
-        if not ctx.after_prepare(attribute) or _is_binding_target(ctx, attribute):
+        if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
             continue
         unwrap(
             ctx,
