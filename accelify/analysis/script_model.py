@@ -324,6 +324,8 @@ class _Collector(Visitor):
             return self._classify_call(core)
         if isinstance(core, cst.IfExp):
             return self._classify_choice(core, name)
+        if isinstance(core, cst.Dict) and _loaders_by_key(core, self):
+            return Kind.DATALOADER
         if name.split(".")[-1] == "device" and _is_device_literal(value):
             return Kind.DEVICE
         return None
@@ -416,6 +418,16 @@ def owning_model(name: str) -> str:
     parts = name.split(".")
     keep = 2 if parts[0] == "self" and len(parts) > 1 else 1
     return ".".join(parts[:keep])
+
+
+def _loaders_by_key(value: cst.Dict, collector: _Collector) -> bool:
+    """``{"train": DataLoader(...), "val": DataLoader(...)}``: a dict of loaders, read as
+    ``loaders[phase]``."""
+    return bool(value.elements) and all(
+        isinstance(element, cst.DictElement)
+        and collector.classify(element.value, "") is Kind.DATALOADER
+        for element in value.elements
+    )
 
 
 def _is_nn_model(qualified_name: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.objects import callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope
@@ -26,6 +27,9 @@ def run(ctx: Context, scope: Scope) -> None:
             continue
         if _conditional(ctx, binding):
             _prepare_where_created(ctx, binding)
+            continue
+        if isinstance(binding.value, cst.Dict):
+            _prepare_each_value(ctx, binding)
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
@@ -188,6 +192,22 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
             f"{name} is prepared on its own: with --backend fsdp or deepspeed, models and "
             "optimizers must be prepared in one call",
         )
+
+
+def _prepare_each_value(ctx: Context, binding: Binding) -> None:
+    """``loaders = {"train": DataLoader(...), ...}``: each loader prepared, the dict kept."""
+    name = binding.name
+    taken = names_in_scope(ctx.model, binding.scope)
+    key, loader = fresh("key", taken), fresh("loader", taken)
+    comprehension = f"{key}: {ctx.a('prepare')}({loader}) for {key}, {loader} in {name}.items()"
+    indent = 4 * sum(isinstance(a, cst.IndentedBlock) for a in ctx.model.ancestors(binding.assign))
+    code = f"{name} = {{{comprehension}}}"
+    if indent + len(code) > 88:
+        code = f"{name} = {{\n    {comprehension}\n}}"
+    ctx.plan.insert_after(binding.statement, statement(code))
+    ctx.need(binding.statement)
+    ctx.plan.prepared.append(name)
+    ctx.plan.change(binding.line, f"each loader of {name} prepared where the dict is created")
 
 
 def _prepare_code(ctx: Context, order: list[str], anchor: cst.CSTNode) -> str:
