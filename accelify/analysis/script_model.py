@@ -188,6 +188,18 @@ class ScriptModel:
     def trains(self) -> bool:
         return bool(self.backward_calls)
 
+    def self_training_models(self) -> list[tuple[str, cst.Call]]:
+        """Model classes (``nn.Module`` subclasses) whose own methods call ``.backward()``: the
+        class name and the first such call. Such a model trains itself, through ``self``."""
+        found: dict[str, cst.Call] = {}
+        for call in self.backward_calls:
+            for ancestor in self.ancestors(call):
+                if isinstance(ancestor, cst.ClassDef):
+                    if ancestor.name.value in self.module_classes:
+                        found.setdefault(ancestor.name.value, call)
+                    break
+        return list(found.items())
+
 
 def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     """One traversal collects everything; positions are left for the first finding that needs
@@ -238,7 +250,11 @@ class _Collector(Visitor):
         for base in node.bases:
             qualified = self.model.qualified(base.value)
             base_name = dotted(base.value)
-            if qualified & names.MODULE_BASES or base_name in self.model.module_classes:
+            if (
+                qualified & names.MODULE_BASES
+                or any(_is_nn_model(name) for name in qualified)
+                or base_name in self.model.module_classes
+            ):
                 self.model.module_classes.add(node.name.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:

@@ -17,11 +17,13 @@ TARGET_MODULES = {
         "Accelerator": "accelify",
         "set_seed": "accelify",
         "synchronize_rng_states": "accelify",
+        "DistributedDataParallelKwargs": "accelify",
     },
     "accelerate": {
         "Accelerator": "accelerate",
         "set_seed": "accelerate.utils",
         "synchronize_rng_states": "accelerate.utils",
+        "DistributedDataParallelKwargs": "accelerate",
     },
 }
 
@@ -60,6 +62,8 @@ class Context:
     prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)
     #: edits outside the class that owns ``self.accelerator`` that reach it through an instance.
     reachable_outside: list[cst.CSTNode] = field(default_factory=list)
+    #: models no optimizer trains: not prepared, so their device moves stay.
+    frozen: set[str] = field(default_factory=set)
     #: runtime names the converted code uses besides ``Accelerator``.
     uses: list[str] = field(default_factory=list)
 

@@ -19,8 +19,10 @@ from accelify.edits.plan import expression
 
 
 def run_model_moves(ctx: Context) -> None:
-    model_names = ctx.model.names_of(Kind.MODEL)
+    model_names = ctx.model.names_of(Kind.MODEL) - ctx.frozen
     for binding in ctx.model.of_kind(Kind.MODEL):
+        if binding.name in ctx.frozen:
+            continue
         stripped = strip_moves(binding.value)
         if stripped is binding.value or binding.statement in ctx.plan.removals:
             continue

@@ -8,7 +8,7 @@ import libcst as cst
 from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.objects import callee
 from accelify.analysis.optimizer_models import parameter_owners
-from accelify.analysis.script_model import Binding, Kind, Scope
+from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
 from accelify.analysis.syntax import dotted, if_chain, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import statement
@@ -38,6 +38,15 @@ def run(ctx: Context, scope: Scope) -> None:
         for name, kind in ctx.facts.flow.params.get(scope, {}).items():
             if kind is Kind.MODEL and name in _trained_here(ctx, scope):
                 chosen.setdefault(name, kind)
+    for name in _untrained_models(ctx, scope, chosen):
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.frozen.add(name)
+        ctx.plan.change(
+            _binding_line(ctx, name, scope),
+            f"{name} is trained by no optimizer: not prepared (a DDP wrapper of a model "
+            "without trained parameters fails); it stays where the script puts it",
+        )
     body = placement.body_of(scope)
     last_statement = body[max(created.values())] if created else None
     per_epoch = ctx.facts.flow.per_epoch_schedulers(set(chosen))
@@ -130,6 +139,41 @@ def _trains_or_evaluates(ctx: Context, function: cst.FunctionDef) -> bool:
         and (loop.trains or ctx.facts.flow.reads_loader(loop))
         for loop in ctx.model.loops
     ) or any(ctx.facts.placement.inside(call, function) for call in ctx.model.backward_calls)
+
+
+def _binding_line(ctx: Context, name: str, scope: Scope) -> int:
+    return next(b.line for b in ctx.model.bindings if b.name == name and b.scope is scope)
+
+
+def _untrained_models(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> list[str]:
+    """Models of ``scope`` that no optimizer trains (a frozen feature extractor, a teacher;
+    style transfer optimises an image: ``Adam([target])``). Only when every optimizer's
+    parameters are known: built from ``.parameters()`` of named models, or a list of tensors."""
+    optimizers = [b for b in ctx.model.of_kind(Kind.OPTIMIZER) if b.name in chosen]
+    if not optimizers:
+        return []
+    models = {n for n, kind in chosen.items() if kind is Kind.MODEL}
+    trained: set[str] = set()
+    for optimizer in optimizers:
+        owners = parameter_owners(optimizer)
+        if not owners and not _tensor_list(optimizer, models):
+            return []
+        trained |= owners
+    return [name for name in models if name not in trained]
+
+
+def _tensor_list(optimizer: Binding, models: set[str]) -> bool:
+    """``Adam([target], lr=...)``: the optimizer's parameters are named tensors, no model's."""
+    value = optimizer.value
+    if not isinstance(value, cst.Call) or not value.args or value.args[0].keyword is not None:
+        return False
+    first = value.args[0].value
+    if not isinstance(first, (cst.List, cst.Tuple)) or not first.elements:
+        return False
+    names = [dotted(e.value) for e in first.elements if isinstance(e, cst.Element)]
+    return len(names) == len(first.elements) and all(
+        name is not None and owning_model(name) not in models for name in names
+    )
 
 
 def _trained_here(ctx: Context, scope: Scope) -> set[str]:
