@@ -44,8 +44,8 @@ def run(ctx: Context, scope: Scope) -> None:
         ctx.frozen.add(name)
         ctx.plan.change(
             _binding_line(ctx, name, scope),
-            f"{name} is trained by no optimizer: not prepared (a DDP wrapper of a model "
-            "without trained parameters fails); it stays where the script puts it",
+            f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
+            "nothing to train); it stays where the script places it",
         )
     body = placement.body_of(scope)
     last_statement = body[max(created.values())] if created else None

@@ -37,16 +37,18 @@ def run(ctx: Context) -> None:
 
 
 def _drops_outputs(ctx: Context, call: cst.Call) -> bool:
-    """``a, _, _ = model(x)``, ``a, *_ = model(x)`` or ``model(x)[0]``."""
+    """``a, _, _ = model(x)`` or ``a, *_ = model(x)`` where a backward follows (in the same
+    function): the dropped heads get no gradient in that step."""
     parent = ctx.model.parent(call)
-    if isinstance(parent, cst.Subscript) and parent.value is call:
-        return True
     if not isinstance(parent, cst.Assign) or parent.value is not call:
+        return False
+    scope = ctx.model.scope_of(call)
+    if not any(ctx.model.scope_of(backward) is scope for backward in ctx.model.backward_calls):
         return False
     for target in parent.targets:
         if isinstance(target.target, (cst.Tuple, cst.List)):
             for element in target.target.elements:
-                value = element.value
+                value = element.value  # ``_`` of an Element, ``*_`` of a StarredElement
                 if isinstance(value, cst.Name) and value.value.startswith("_"):
                     return True
     return False
