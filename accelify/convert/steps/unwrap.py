@@ -10,10 +10,35 @@ from accelify.analysis import names
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context, unwrap
 
+#: Calls that trace or export a model: a DDP wrapper's forward does not trace
+#: (``SummaryWriter.add_graph``, ``torch.jit.trace``, ``torch.onnx.export``).
+TRACERS = {"add_graph"}
+TRACE_FUNCTIONS = {"torch.jit.trace", "torch.jit.script", "torch.onnx.export"}
+
 
 def run(ctx: Context) -> None:
     _attributes(ctx)
     _layers_by_index(ctx)
+    _traced(ctx)
+
+
+def _traced(ctx: Context) -> None:
+    """``writer.add_graph(model, x)`` of a prepared model -> ``add_graph(unwrap_model(model),
+    x)``: the graph of the model, not of its wrapper."""
+    for call in ctx.model.calls:
+        func = call.func
+        traces = (isinstance(func, cst.Attribute) and func.attr.value in TRACERS) or bool(
+            ctx.model.call_names(call) & TRACE_FUNCTIONS
+        )
+        if not traces or not call.args:
+            continue
+        model = call.args[0].value
+        if not isinstance(model, (cst.Name, cst.Attribute)) or model in ctx.plan.replacements:
+            continue
+        name = dotted(model)
+        if not ctx.facts.flow.is_model_name(name, call) or not ctx.after_prepare(call, name):
+            continue
+        unwrap(ctx, model, call, f"traces {ctx.a('unwrap_model')}({name}), not the DDP wrapper")
 
 
 def _layers_by_index(ctx: Context) -> None:
