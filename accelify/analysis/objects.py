@@ -135,8 +135,26 @@ def add_object_bindings(model: ScriptModel, classify: Classify) -> None:
         added = _receive(model, parameters, known, classify) + _factories(model, classify, known)
         if not added:
             break
+    _record_sources(model)
     model.bindings.sort(key=lambda b: model.order(b.assign))
     model.received_parameters = parameters
+
+
+def _record_sources(model: ScriptModel) -> None:
+    """For each received attribute, the callers' names for what it received: ``self.loader``
+    of ``Trainer(train_loader)`` came from ``train_loader`` (so it is prepared when that is)."""
+    for binding in model.bindings:
+        if not binding.received or not isinstance(binding.scope, cst.FunctionDef):
+            continue
+        parameter = dotted(strip_self_methods(binding.value))
+        for call in model.calls:
+            target = callee(model, call)
+            if target is None or target[0] is not binding.scope:
+                continue
+            for name, argument in bound_arguments(target[0], call, target[1]):
+                source = dotted(argument.value)
+                if name == parameter and source is not None:
+                    binding.sources.append(source)
 
 
 def _kind_at(

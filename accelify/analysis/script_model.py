@@ -53,6 +53,8 @@ class Binding:
     #: made elsewhere and handed in: ``self.loader = loader`` in a constructor that receives a
     #: loader. The same object as the caller's; not where it is created.
     received: bool = False
+    #: what the callers passed for a received binding (``train_loader`` for ``self.loader``)
+    sources: list[str] = field(default_factory=list, compare=False)
 
     @property
     def line(self) -> int:
@@ -178,7 +180,16 @@ class ScriptModel:
 
     @property
     def prepared_names(self) -> set[str]:
-        return {name for call in self.prepare_calls for name in call.outputs if name}
+        """What came out of ``prepare``, and the attributes that received it
+        (``self.loader = loader`` in a class built with a prepared loader)."""
+        prepared = {name for call in self.prepare_calls for name in call.outputs if name}
+        received = [b for b in self.bindings if b.received and b.sources]
+        for _ in range(len(received)):
+            grown = {b.name for b in received if prepared.intersection(b.sources)} - prepared
+            if not grown:
+                break
+            prepared |= grown
+        return prepared
 
     @property
     def uses_accelerator(self) -> bool:
