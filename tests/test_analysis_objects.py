@@ -164,3 +164,15 @@ def test_a_module_whose_own_method_runs_backward_trains_itself():
         """
     )
     assert [name for name, _ in model.self_training_models()] == ["Layer"]
+
+
+def test_configure_optimizers_of_a_model_from_another_file_builds_its_optimizer():
+    model = script(
+        """
+        from model import GPT
+
+        model = GPT()
+        optimizer = model.configure_optimizers(0.1, 6e-4)
+        """
+    )
+    assert kinds(model) == {"model": Kind.MODEL, "optimizer": Kind.OPTIMIZER}

@@ -7,7 +7,13 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import Binding, Kind, ScriptModel, owning_model
+from accelify.analysis.script_model import (
+    OPTIMIZER_METHODS,
+    Binding,
+    Kind,
+    ScriptModel,
+    owning_model,
+)
 from accelify.analysis.syntax import Visitor, dotted, strip_self_methods
 
 
@@ -32,6 +38,11 @@ def parameter_owners(optimizer: Binding) -> set[str]:
 
     for argument in core.args:
         argument.value.visit(Params())
+    func = core.func
+    if isinstance(func, cst.Attribute) and func.attr.value in OPTIMIZER_METHODS:
+        receiver = dotted(func.value)  # ``model.configure_optimizers(...)`` trains ``model``
+        if receiver:
+            owners.add(owning_model(receiver))
     return owners
 
 

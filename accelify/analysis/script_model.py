@@ -25,6 +25,8 @@ from accelify.analysis.syntax import Visitor, dotted, strip_self_methods, target
 
 Scope = cst.Module | cst.FunctionDef
 RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
+#: A model's method that builds its optimizer, by convention (nanoGPT, PyTorch Lightning).
+OPTIMIZER_METHODS = {"configure_optimizers"}
 
 
 class Kind(enum.Enum):
@@ -398,7 +400,23 @@ class _Collector(Visitor):
                 return Kind.MODEL
         if local in self.model.module_classes:
             return Kind.MODEL
+        if self._imported_model_optimizer(call):
+            return Kind.OPTIMIZER
         return None
+
+    def _imported_model_optimizer(self, call: cst.Call) -> bool:
+        """``model.configure_optimizers(...)`` of a model class from another file (nanoGPT's
+        ``GPT``, a LightningModule): the convention's name says it builds the optimizer. A
+        class of this file with that method is read instead (`objects`)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in OPTIMIZER_METHODS):
+            return False
+        return not any(
+            isinstance(line, cst.FunctionDef) and line.name.value in OPTIMIZER_METHODS
+            for definition in self.model.classes.values()
+            if isinstance(definition.body, cst.IndentedBlock)
+            for line in definition.body.body
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         self.model.calls.append(node)
