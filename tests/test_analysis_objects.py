@@ -176,3 +176,14 @@ def test_configure_optimizers_of_a_model_from_another_file_builds_its_optimizer(
         """
     )
     assert kinds(model) == {"model": Kind.MODEL, "optimizer": Kind.OPTIMIZER}
+
+
+def test_a_dict_of_loaders_prepared_value_by_value_is_prepared():
+    model = script(
+        """
+        accelerator = Accelerator()
+        loaders = {"train": DataLoader(range(8)), "val": DataLoader(range(4))}
+        loaders = {key: accelerator.prepare(loader) for key, loader in loaders.items()}
+        """
+    )
+    assert "loaders" in model.prepared_names

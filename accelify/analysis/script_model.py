@@ -21,7 +21,14 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable
 from accelify.analysis.loops import find_backward, first_enumerate_name, loop_source
-from accelify.analysis.syntax import Visitor, dotted, strip_self_methods, target_names, visit_code
+from accelify.analysis.syntax import (
+    Visitor,
+    dotted,
+    root_name,
+    strip_self_methods,
+    target_names,
+    visit_code,
+)
 
 Scope = cst.Module | cst.FunctionDef
 RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
@@ -298,6 +305,21 @@ class _Collector(Visitor):
                 ]
             inputs = [dotted(argument.value) or "" for argument in value.args]
             self.model.prepare_calls.append(PrepareCall(value, inputs, outputs, self.model))
+        elif isinstance(value, cst.DictComp) and self._is_prepare(value.value):
+            # ``loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}``
+            outputs = [dotted(target.target) or "" for target in node.targets]
+            inputs = [root_name(value.for_in.iter) or ""]
+            self.model.prepare_calls.append(
+                PrepareCall(value.value, inputs, outputs, self.model)  # type: ignore[arg-type]
+            )
+
+    def _is_prepare(self, value: cst.BaseExpression) -> bool:
+        return (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "prepare"
+            and dotted(value.func.value) in self.model.names_of(Kind.ACCELERATOR)
+        )
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
