@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.objects import methods_of
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context, unwrap
 
@@ -59,10 +60,33 @@ def _layers_by_index(ctx: Context) -> None:
         unwrap(ctx, owner, node, f"{name}[...] -> {ctx.a('unwrap_model')}({name})[...]")
 
 
+#: nn.Module methods' own parameters: a model class of the file that overrides one with others
+#: (``def train(self, x_pos, x_neg)``) is called through ``unwrap_model``.
+MODULE_SIGNATURES = {"train": ["mode"], "eval": [], "to": None, "cuda": ["device"]}
+
+
+def _overridden_apart(ctx: Context, member: str) -> bool:
+    """A model class of this file defines ``member`` with parameters nn.Module's has not: the
+    DDP wrapper's own ``member`` would take the call."""
+    expected = MODULE_SIGNATURES.get(member)
+    for name in ctx.model.module_classes:
+        method = methods_of(ctx.model, name).get(member)
+        if method is None or expected is None:
+            continue
+        own = [p.name.value for p in method.params.params][1:]
+        if own != expected or method.params.star_arg or method.params.kwonly_params:
+            return True
+    return False
+
+
 def _attributes(ctx: Context) -> None:
     for attribute in ctx.facts.placement.attributes():
         member = attribute.attr.value
-        if member in names.MODULE_API and member not in ("state_dict", "load_state_dict"):
+        if (
+            member in names.MODULE_API
+            and member not in ("state_dict", "load_state_dict")
+            and not _overridden_apart(ctx, member)
+        ):
             continue
         if member == "module" or member.startswith("__"):
             continue
