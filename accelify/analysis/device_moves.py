@@ -22,6 +22,33 @@ def strip_moves(node: cst.CSTNode) -> cst.CSTNode:
     return node
 
 
+def model_chain_moves(call: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """``model.eval().cpu()`` / ``model.to(device).train()``: a statement that only switches a
+    model's mode and device. Its root (``model``) and the chain without the device moves
+    (``model.eval()``, ``model.train()``, or ``model`` alone); None for anything else."""
+    links: list[cst.Call] = []
+    node: cst.BaseExpression = call
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        if node.func.attr.value not in names.MODULE_SELF_METHODS:
+            return None
+        links.append(node)
+        node = node.func.value
+    if not isinstance(node, (cst.Name, cst.Attribute)) or not any(map(_moves, links)):
+        return None
+    kept: cst.BaseExpression = node
+    for link in reversed(links):
+        if not _moves(link):
+            kept = link.with_changes(func=link.func.with_changes(value=kept))  # type: ignore[union-attr]
+    return node, kept
+
+
+def _moves(call: cst.Call) -> bool:
+    method = call.func.attr.value  # type: ignore[union-attr]
+    if method == "cpu":
+        return not call.args
+    return method in names.DEVICE_MOVES and is_pure_move(call)
+
+
 def is_pure_move(call: cst.Call) -> bool:
     if call.func.attr.value == "cuda":  # type: ignore[union-attr]
         return (

@@ -92,8 +92,10 @@ class Evaluation:
 def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     """The `Evaluation` of ``loop``, or None when it is not an evaluation over a DataLoader."""
     model = facts.model
-    if loop.trains or not facts.flow.reads_loader(loop):
+    if not facts.flow.reads_loader(loop):
         return None
+    if loop.trains:
+        return _phase_evaluation(loop, facts)
     found = Evaluation(loop)
     body = list(statements(loop.node.body))
     local = _assigned_in(loop.node)
@@ -116,6 +118,37 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     )
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
+    return found
+
+
+def _phase_evaluation(loop: Loop, facts: Facts) -> Evaluation | None:
+    """``for x, y in loaders[phase]:`` with ``if phase == "train": loss.backward()``: one loop
+    trains in one phase and evaluates in the other. Its totals are this rank's in evaluation,
+    and a gather could only run in one phase: left as it is, with the reason."""
+    model = facts.model
+    backwards = [call for call in model.backward_calls if within(model, call, loop.node)]
+    conditions = []
+    for call in backwards:
+        tests = [
+            model.module.code_for_node(a.test)
+            for a in between(model, call, loop.node)
+            if isinstance(a, cst.If)
+        ]
+        if not tests:
+            return None
+        conditions += tests
+    if not any(word in test for test in conditions for word in ("train", "phase", "mode")):
+        return None
+    local = _assigned_in(loop.node)
+    sinks = [sink for sink in statements(loop.node.body) if _is_sink(sink, local)]
+    if not sinks:
+        return None
+    found = Evaluation(loop, sinks=sinks, unsure_at=sinks[0])
+    found.already_gathered = _gathers(loop, facts)
+    found.unsure = (
+        "this loop trains in one phase and evaluates in the other (the backward runs under "
+        f"`if {conditions[0]}`): its evaluation totals cover one rank's shard"
+    )
     return found
 
 

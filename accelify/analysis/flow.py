@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
@@ -41,22 +42,35 @@ class ObjectFlow:
         return found
 
     def _add_parameters_from_call_sites(self) -> None:
-        """``train(args, model, device, train_loader, ...)``: ``train``'s ``model`` is a model."""
+        """``train(args, model, device, train_loader, ...)``: ``train``'s ``model`` is a model;
+        ``Trainer(model, loader)`` and ``self.evaluate(loader)`` likewise for the methods they
+        run (the analysis's `objects` pass found them)."""
+        for function, received in self.model.received_parameters.items():
+            for parameter, kind in received.items():
+                self.params.setdefault(function, {}).setdefault(parameter, kind)
         kinds_by_name: dict[str, Kind] = {}
         for binding in self.model.bindings:
             kinds_by_name.setdefault(binding.name, binding.kind)
         for call in self.model.calls:
-            if not isinstance(call.func, cst.Name):
+            target = callee(self.model, call)
+            if target is None:
                 continue
-            function = self.model.functions.get(call.func.value)
-            if function is None:
-                continue
+            function, implicit = target
             caller = self.placement.enclosing_function(call)
-            for parameter, argument in _bound_arguments(function, call):
+            for parameter, argument in bound_arguments(function, call, implicit):
                 name = dotted(argument.value) or ""
                 kind = kinds_by_name.get(name) or self.params.get(caller, {}).get(name)  # type: ignore[arg-type]
                 if kind is not None:
                     self.params.setdefault(function, {}).setdefault(parameter, kind)
+
+    def _calls_of(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]]:
+        """Every call in the file that runs ``function``, with its implicit ``self``."""
+        found = []
+        for call in self.model.calls:
+            target = callee(self.model, call)
+            if target is not None and target[0] is function:
+                found.append((call, target[1]))
+        return found
 
     def param_names(self, kind: Kind) -> set[str]:
         return {name for params in self.params.values() for name, k in params.items() if k is kind}
@@ -164,8 +178,8 @@ class ObjectFlow:
             return []
         return [
             argument
-            for call in self.placement.callers(function)
-            for name, argument in _bound_arguments(function, call)
+            for call, implicit in self._calls_of(function)
+            for name, argument in bound_arguments(function, call, implicit)
             if name == parameter
         ]
 
@@ -175,22 +189,8 @@ class ObjectFlow:
         function = self.placement.enclosing_function(at)
         if function is None or parameter is None:
             return parameter
-        for call in self.placement.callers(function):
-            for name, argument in _bound_arguments(function, call):
+        for call, implicit in self._calls_of(function):
+            for name, argument in bound_arguments(function, call, implicit):
                 if name == parameter:
                     return dotted(argument.value)
         return parameter
-
-
-def _bound_arguments(function: cst.FunctionDef, call: cst.Call) -> list[tuple[str, cst.Arg]]:
-    """(parameter, argument) pairs of one call, by position or keyword; ``*args`` skipped."""
-    positional = [p.name.value for p in function.params.params]
-    pairs = []
-    for index, argument in enumerate(call.args):
-        if argument.star:
-            continue
-        if argument.keyword is not None:
-            pairs.append((argument.keyword.value, argument))
-        elif index < len(positional):
-            pairs.append((positional[index], argument))
-    return pairs

@@ -11,9 +11,12 @@ from accelify.analysis.syntax import Visitor, dotted
 
 
 def loop_source(node: cst.BaseExpression) -> str | None:
-    """The loader a ``for`` reads: ``loader``, ``enumerate(loader)``, ``tqdm(loader, ...)``."""
+    """The loader a ``for`` reads: ``loader``, ``enumerate(loader)``, ``tqdm(loader, ...)``, or
+    the dict ``loaders[phase]`` reads one from."""
     if isinstance(node, cst.Call) and node.args:
         return loop_source(node.args[0].value)
+    if isinstance(node, cst.Subscript):
+        return dotted(node.value)
     return dotted(node)
 
 

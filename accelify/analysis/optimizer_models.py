@@ -7,12 +7,19 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.analysis.script_model import (
+    OPTIMIZER_METHODS,
+    Binding,
+    Kind,
+    ScriptModel,
+    owning_model,
+)
 from accelify.analysis.syntax import Visitor, dotted, strip_self_methods
 
 
 def parameter_owners(optimizer: Binding) -> set[str]:
-    """The names whose ``.parameters()``/``.named_parameters()`` build ``optimizer``."""
+    """The models whose ``.parameters()``/``.named_parameters()`` build ``optimizer``
+    (``model`` for ``model.fc.parameters()``)."""
     core = strip_self_methods(optimizer.value)
     if not isinstance(core, cst.Call):
         return set()
@@ -27,10 +34,15 @@ def parameter_owners(optimizer: Binding) -> set[str]:
             ):
                 name = dotted(func.value)
                 if name:
-                    owners.add(name)
+                    owners.add(owning_model(name))
 
     for argument in core.args:
         argument.value.visit(Params())
+    func = core.func
+    if isinstance(func, cst.Attribute) and func.attr.value in OPTIMIZER_METHODS:
+        receiver = dotted(func.value)  # ``model.configure_optimizers(...)`` trains ``model``
+        if receiver:
+            owners.add(owning_model(receiver))
     return owners
 
 

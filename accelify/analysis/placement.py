@@ -49,14 +49,39 @@ class Placement:
 
     # --- scopes and statements -------------------------------------------------------------------
     def prepare_scope(self) -> Scope | None:
-        """The scope that owns training: where the first optimizer (else model) is created."""
+        """The scope that owns training: the constructor of the class whose methods train, when
+        it holds a model and an optimizer (made there or handed in); else where the first
+        optimizer (else model) is created."""
+        trainer = self.trainer_constructor()
+        if trainer is not None:
+            return trainer
         for kind in (Kind.OPTIMIZER, Kind.MODEL):
-            bindings = self.model.of_kind(kind)
+            bindings = [b for b in self.model.of_kind(kind) if not b.received]
             if bindings:
                 return bindings[0].scope
         if self.model.backward_calls:
             return self.model.scope_of(self.model.backward_calls[0])
         return None
+
+    def trainer_constructor(self) -> cst.FunctionDef | None:
+        """``Trainer.__init__`` when every ``.backward()`` is in methods of ``Trainer`` (not a
+        model class) and its constructor stores a model and an optimizer, whoever made them:
+        the class assembles what it trains with, so the accelerator lives on its instance."""
+        owners = {self.class_of(call) for call in self.model.backward_calls}
+        if len(owners) != 1:
+            return None
+        (owner,) = owners
+        if owner is None or owner.name.value in self.model.module_classes:
+            return None
+        body = owner.body.body if isinstance(owner.body, cst.IndentedBlock) else []
+        init = next(
+            (m for m in body if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"),
+            None,
+        )
+        if init is None:
+            return None
+        held = {b.kind for b in self.model.bindings if b.scope is init}
+        return init if {Kind.MODEL, Kind.OPTIMIZER} <= held else None
 
     def is_method(self, scope: Scope) -> bool:
         parent = self.model.parent(scope)

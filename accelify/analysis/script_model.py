@@ -21,10 +21,19 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable
 from accelify.analysis.loops import find_backward, first_enumerate_name, loop_source
-from accelify.analysis.syntax import Visitor, dotted, strip_self_methods, target_names, visit_code
+from accelify.analysis.syntax import (
+    Visitor,
+    dotted,
+    root_name,
+    strip_self_methods,
+    target_names,
+    visit_code,
+)
 
 Scope = cst.Module | cst.FunctionDef
 RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
+#: A model's method that builds its optimizer, by convention (nanoGPT, PyTorch Lightning).
+OPTIMIZER_METHODS = {"configure_optimizers"}
 
 
 class Kind(enum.Enum):
@@ -50,6 +59,11 @@ class Binding:
     assign: cst.Assign | cst.AnnAssign
     value: cst.BaseExpression
     script: ScriptModel = field(repr=False, compare=False)
+    #: made elsewhere and handed in: ``self.loader = loader`` in a constructor that receives a
+    #: loader. The same object as the caller's; not where it is created.
+    received: bool = False
+    #: what the callers passed for a received binding (``train_loader`` for ``self.loader``)
+    sources: list[str] = field(default_factory=list, compare=False)
 
     @property
     def line(self) -> int:
@@ -91,6 +105,12 @@ class ScriptModel:
     loops: list[Loop] = field(default_factory=list)
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     module_classes: set[str] = field(default_factory=set)
+    #: the file's module-level classes by name
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
+    #: what the file's functions and methods receive at their call sites (`objects`)
+    received_parameters: dict[cst.FunctionDef, dict[str, Kind]] = field(
+        default_factory=dict, repr=False
+    )
     prepare_calls: list[PrepareCall] = field(default_factory=list)
     calls: list[cst.Call] = field(default_factory=list, repr=False)
     #: ``x.prepare``, ``self.accelerator.is_main_process``...: what shows an accelerator
@@ -179,7 +199,16 @@ class ScriptModel:
 
     @property
     def prepared_names(self) -> set[str]:
-        return {name for call in self.prepare_calls for name in call.outputs if name}
+        """What came out of ``prepare``, and the attributes that received it
+        (``self.loader = loader`` in a class built with a prepared loader)."""
+        prepared = {name for call in self.prepare_calls for name in call.outputs if name}
+        received = [b for b in self.bindings if b.received and b.sources]
+        for _ in range(len(received)):
+            grown = {b.name for b in received if prepared.intersection(b.sources)} - prepared
+            if not grown:
+                break
+            prepared |= grown
+        return prepared
 
     @property
     def uses_accelerator(self) -> bool:
@@ -191,6 +220,18 @@ class ScriptModel:
     @property
     def trains(self) -> bool:
         return bool(self.backward_calls)
+
+    def self_training_models(self) -> list[tuple[str, cst.Call]]:
+        """Model classes (``nn.Module`` subclasses) whose own methods call ``.backward()``: the
+        class name and the first such call. Such a model trains itself, through ``self``."""
+        found: dict[str, cst.Call] = {}
+        for call in self.backward_calls:
+            for ancestor in self.ancestors(call):
+                if isinstance(ancestor, cst.ClassDef):
+                    if ancestor.name.value in self.module_classes:
+                        found.setdefault(ancestor.name.value, call)
+                    break
+        return list(found.items())
 
 
 def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
@@ -214,8 +255,10 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
         for call in model.backward_calls
         if dotted(call.func.value) not in accelerators  # type: ignore[union-attr]
     ]
+    from accelify.analysis.objects import add_object_bindings
     from accelify.analysis.optimizer_models import add_models_fed_to_optimizers
 
+    add_object_bindings(model, _Collector(model).classify)
     add_models_fed_to_optimizers(model)
     return model
 
@@ -223,8 +266,13 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
 def _prepare_call(
     model: ScriptModel, node: cst.Assign, accelerators: set[str]
 ) -> PrepareCall | None:
-    """``model, optimizer = accelerator.prepare(model, optimizer)``, for any accelerator."""
+    """``model, optimizer = accelerator.prepare(model, optimizer)``, for any accelerator; and
+    ``loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}``."""
     value = node.value
+    if isinstance(value, cst.DictComp) and _is_prepare(value.value, accelerators):
+        outputs = [dotted(target.target) or "" for target in node.targets]
+        inputs = [root_name(value.for_in.iter) or ""]
+        return PrepareCall(value.value, inputs, outputs, model)  # type: ignore[arg-type]
     if not (
         isinstance(value, cst.Call)
         and isinstance(value.func, cst.Attribute)
@@ -242,6 +290,15 @@ def _prepare_call(
         ]
     inputs = [dotted(argument.value) or "" for argument in value.args]
     return PrepareCall(value, inputs, outputs, model)
+
+
+def _is_prepare(value: cst.BaseExpression, accelerators: set[str]) -> bool:
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "prepare"
+        and dotted(value.func.value) in accelerators
+    )
 
 
 class _Collector(Visitor):
@@ -267,10 +324,16 @@ class _Collector(Visitor):
         self.model.imports.add(node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if isinstance(self.model.parent(node), cst.Module):
+            self.model.classes[node.name.value] = node
         for base in node.bases:
             qualified = self.model.qualified(base.value)
             base_name = dotted(base.value)
-            if qualified & names.MODULE_BASES or base_name in self.model.module_classes:
+            if (
+                qualified & names.MODULE_BASES
+                or any(_is_nn_model(name) for name in qualified)
+                or base_name in self.model.module_classes
+            ):
                 self.model.module_classes.add(node.name.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -296,7 +359,7 @@ class _Collector(Visitor):
         if name is None:
             return
         kind = self._classify(value, name)
-        if kind is None:
+        if kind is None or (kind is Kind.MODEL and self._is_layer(name)):
             return
         statement = self.model.parent(assign)
         if not isinstance(statement, cst.SimpleStatementLine):
@@ -315,6 +378,15 @@ class _Collector(Visitor):
             )
         )
 
+    def _is_layer(self, name: str) -> bool:
+        """``model.fc = nn.Linear(...)`` (or ``self.model.fc = ...``) replaces a layer of a model:
+        not a model of its own."""
+        return owning_model(name) != name
+
+    def classify(self, value: cst.BaseExpression, name: str) -> Kind | None:
+        """What ``value`` makes, when bound to ``name``: the test every binding passes."""
+        return self._classify(value, name)
+
     def _inside_model_class(self, node: cst.CSTNode) -> bool:
         """``self.fc = nn.Linear(...)`` in a model's ``__init__`` is a layer, not a model to
         prepare; classes are visited before their bodies, so `module_classes` knows them."""
@@ -329,6 +401,8 @@ class _Collector(Visitor):
             return self._classify_call(core)
         if isinstance(core, cst.IfExp):
             return self._classify_choice(core, name)
+        if isinstance(core, cst.Dict) and _loaders_by_key(core, self):
+            return Kind.DATALOADER
         if name.split(".")[-1] == "device" and _is_device_literal(value):
             return Kind.DEVICE
         return None
@@ -374,11 +448,27 @@ class _Collector(Visitor):
                 return Kind.MODEL
         if local in self.model.module_classes:
             return Kind.MODEL
+        if self._imported_model_optimizer(call):
+            return Kind.OPTIMIZER
         return None
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value in names.ACCELERATOR_MEMBERS:
             self.model.member_uses.append(node)
+
+    def _imported_model_optimizer(self, call: cst.Call) -> bool:
+        """``model.configure_optimizers(...)`` of a model class from another file (nanoGPT's
+        ``GPT``, a LightningModule): the convention's name says it builds the optimizer. A
+        class of this file with that method is read instead (`objects`)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in OPTIMIZER_METHODS):
+            return False
+        return not any(
+            isinstance(line, cst.FunctionDef) and line.name.value in OPTIMIZER_METHODS
+            for definition in self.model.classes.values()
+            if isinstance(definition.body, cst.IndentedBlock)
+            for line in definition.body.body
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         self.model.calls.append(node)
@@ -417,6 +507,24 @@ class _Collector(Visitor):
                 if self.model.qualified(target) & names.NO_GRAD_CONTEXTS:
                     return True
         return False
+
+
+def owning_model(name: str) -> str:
+    """The model an attribute chain belongs to: ``model`` for ``model.fc``, ``self.model`` for
+    ``self.model.head.proj``. An optimizer over a submodule's parameters trains that model."""
+    parts = name.split(".")
+    keep = 2 if parts[0] == "self" and len(parts) > 1 else 1
+    return ".".join(parts[:keep])
+
+
+def _loaders_by_key(value: cst.Dict, collector: _Collector) -> bool:
+    """``{"train": DataLoader(...), "val": DataLoader(...)}``: a dict of loaders, read as
+    ``loaders[phase]``."""
+    return bool(value.elements) and all(
+        isinstance(element, cst.DictElement)
+        and collector.classify(element.value, "") is Kind.DATALOADER
+        for element in value.elements
+    )
 
 
 def _is_nn_model(qualified_name: str) -> bool:

@@ -27,6 +27,7 @@ from accelify.convert.steps import (
     seeding,
     shared_files,
     side_effects,
+    unused_outputs,
     unwrap,
 )
 from accelify.convert.steps.context import Context, Options, import_lines
@@ -44,6 +45,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     amp.run,
     clipping.run,
     unwrap.run,
+    unused_outputs.run,
     saving.run,
     side_effects.run,
     shared_files.run,
@@ -59,6 +61,8 @@ STEPS: tuple[Callable[[Context], None], ...] = (
 
 def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     ctx = Context(model, options)
+    if _trains_itself(ctx):
+        return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()
     if prepare_scope is None:
         ctx.plan.review(
@@ -77,3 +81,19 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     accelerator.run(ctx, prepare_scope)
     ctx.plan.imports = import_lines(options.target, ["Accelerator", *ctx.uses])
     return ctx.plan
+
+
+def _trains_itself(ctx: Context) -> bool:
+    """A model whose own method runs the backward (``layer.train(x_pos, x_neg)`` of a
+    forward-forward layer): wrapped by ``prepare`` it loses that method, and unwrapped its
+    gradients are never synchronised. Left as it is, with the reason."""
+    found = ctx.model.self_training_models()
+    for name, call in found:
+        ctx.plan.review(
+            ctx.line(call),
+            f"{name} trains itself in its own method: once prepared, the DDP wrapper has no "
+            "such method, and called unwrapped its gradients are never synchronised across "
+            "ranks; move the training step out of the model class (forward through the "
+            "prepared model), then convert",
+        )
+    return bool(found)

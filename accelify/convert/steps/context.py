@@ -17,11 +17,13 @@ TARGET_MODULES = {
         "Accelerator": "accelify",
         "set_seed": "accelify",
         "synchronize_rng_states": "accelify",
+        "DistributedDataParallelKwargs": "accelify",
     },
     "accelerate": {
         "Accelerator": "accelerate",
         "set_seed": "accelerate.utils",
         "synchronize_rng_states": "accelerate.utils",
+        "DistributedDataParallelKwargs": "accelerate",
     },
 }
 
@@ -55,8 +57,13 @@ class Context:
     needs: list[cst.CSTNode] = field(default_factory=list)
     #: the statement the ``prepare`` call follows.
     prepare_anchor: cst.CSTNode | None = None
+    #: the statement each prepared name's ``prepare`` call follows (a script that trains one
+    #: model after another prepares each before its first use).
+    prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)
     #: edits outside the class that owns ``self.accelerator`` that reach it through an instance.
     reachable_outside: list[cst.CSTNode] = field(default_factory=list)
+    #: models no optimizer trains: not prepared, so their device moves stay.
+    frozen: set[str] = field(default_factory=set)
     #: runtime names the converted code uses besides ``Accelerator``.
     uses: list[str] = field(default_factory=list)
 
@@ -80,8 +87,9 @@ class Context:
         arguments = ", ".join(f"{key}={value}" for key, value in self.constructor.items())
         return f"Accelerator({arguments})"
 
-    def after_prepare(self, node: cst.CSTNode) -> bool:
-        anchor = self.prepare_anchor
+    def after_prepare(self, node: cst.CSTNode, name: str | None = None) -> bool:
+        """``node`` runs after the prepare call (of ``name``, when given)."""
+        anchor = self.prepared_after.get(name or "", self.prepare_anchor)
         if anchor is None:
             return False
         scope = self.model.scope_of(anchor)

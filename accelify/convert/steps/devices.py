@@ -9,6 +9,7 @@ from accelify.analysis.device_moves import (
     batch_moves_in,
     is_cuda_literal,
     is_identity_assignment,
+    model_chain_moves,
     move_receiver,
     read_as_string,
     strip_moves,
@@ -20,8 +21,10 @@ from accelify.edits.plan import expression
 
 
 def run_model_moves(ctx: Context) -> None:
-    model_names = ctx.model.names_of(Kind.MODEL)
+    model_names = ctx.model.names_of(Kind.MODEL) - ctx.frozen
     for binding in ctx.model.of_kind(Kind.MODEL):
+        if binding.name in ctx.frozen:
+            continue
         stripped = strip_moves(binding.value)
         if stripped is binding.value or binding.statement in ctx.plan.removals:
             continue
@@ -50,6 +53,31 @@ def run_model_moves(ctx: Context) -> None:
                 ctx.line(call),
                 f"removed {dotted(target)} device move (prepare places the model)",
             )
+        elif target is None:
+            _mode_and_device(ctx, line_statement, call)
+
+
+def _mode_and_device(ctx: Context, line: cst.SimpleStatementLine, call: cst.Call) -> None:
+    """``model.eval().cpu()`` before a checkpoint and ``model.to(device).train()`` after it: a
+    prepared model is not moved off its device and back (DDP's buckets stay where they were
+    made); only its mode switches. The saved state dict is unwrapped and written by the main
+    process, as ``accelerator.save`` does."""
+    chain = model_chain_moves(call)
+    if chain is None:
+        return
+    root, kept = chain
+    name = dotted(root)
+    if name not in ctx.plan.prepared or not ctx.after_prepare(call, name):
+        return
+    if kept is root:
+        ctx.plan.remove(line, ctx.line(call), f"removed {name} device move (prepared model)")
+        return
+    ctx.plan.replace(
+        call,
+        lambda _: kept,
+        ctx.line(call),
+        f"{ctx.code(call)} -> {ctx.code(kept)} (a prepared model stays on its device)",
+    )
 
 
 def run_batch_moves(ctx: Context) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.dataflow import fresh, names_in_scope
+from accelify.analysis.objects import callee
 from accelify.analysis.optimizer_models import parameter_owners
-from accelify.analysis.script_model import Binding, Kind, Scope
+from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
 from accelify.analysis.syntax import dotted, if_chain, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import statement
@@ -16,7 +18,7 @@ def run(ctx: Context, scope: Scope) -> None:
     kinds = (Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER, Kind.SCHEDULER)
     placement = ctx.facts.placement
     chosen: dict[str, Kind] = {}
-    last_statement = None
+    created: dict[str, int] = {}
     for binding in ctx.model.of_kind(*kinds):
         if binding.scope is not scope or binding.name in chosen:
             continue
@@ -26,16 +28,27 @@ def run(ctx: Context, scope: Scope) -> None:
         if _conditional(ctx, binding):
             _prepare_where_created(ctx, binding)
             continue
+        if isinstance(binding.value, cst.Dict):
+            _prepare_each_value(ctx, binding)
+            continue
         chosen[binding.name] = binding.kind
-        if last_statement is None or placement.index(top, scope) > placement.index(
-            last_statement, scope
-        ):
-            last_statement = top
-    if isinstance(scope, cst.FunctionDef) and last_statement is not None:
+        created[binding.name] = placement.index(top, scope)
+    if isinstance(scope, cst.FunctionDef) and created:
         # A model handed in as a parameter and trained here (``def main(model):``).
         for name, kind in ctx.facts.flow.params.get(scope, {}).items():
             if kind is Kind.MODEL and name in _trained_here(ctx, scope):
                 chosen.setdefault(name, kind)
+    for name in _untrained_models(ctx, scope, chosen):
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.frozen.add(name)
+        ctx.plan.change(
+            _binding_line(ctx, name, scope),
+            f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
+            "nothing to train); it stays where the script places it",
+        )
+    body = placement.body_of(scope)
+    last_statement = body[max(created.values())] if created else None
     per_epoch = ctx.facts.flow.per_epoch_schedulers(set(chosen))
     per_step = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER} - per_epoch
     if per_epoch and not per_step:
@@ -50,15 +63,116 @@ def run(ctx: Context, scope: Scope) -> None:
             )
     if not chosen or last_statement is None:
         return
-    order = sorted(chosen, key=lambda n: list(Kind).index(chosen[n]))  # type: ignore[arg-type]
+    groups = [
+        (anchor, sorted(names, key=lambda n: list(Kind).index(chosen[n])))
+        for anchor, names in _groups(ctx, scope, chosen, created)
+    ]
+    for anchor, names in groups:
+        _insert_prepare(ctx, anchor, names)
+        ctx.prepared_after.update(dict.fromkeys(names, anchor))
+    ctx.plan.prepared = [*(n for _, names in groups for n in names), *ctx.plan.prepared]
+    ctx.prepare_anchor = groups[0][0]
+    trained = [names for _, names in groups if {chosen[n] for n in names} & _TRAINED_KINDS]
+    if len(trained) > 1:
+        ctx.plan.review(
+            ctx.line(groups[0][0]),
+            "models trained one after the other are prepared in separate calls, each before "
+            "its first use: with --backend fsdp or deepspeed, models and optimizers must be "
+            "prepared in one call",
+        )
+
+
+_TRAINED_KINDS = {Kind.MODEL, Kind.OPTIMIZER}
+
+
+def _insert_prepare(ctx: Context, anchor: cst.CSTNode, order: list[str]) -> None:
     targets = ", ".join(order)
-    prepare = statement(_prepare_code(ctx, order, last_statement))
-    ctx.plan.insert_after(last_statement, prepare)
-    ctx.need(last_statement)
-    ctx.plan.prepared = [*order, *ctx.plan.prepared]
-    ctx.prepare_anchor = last_statement
-    ctx.plan.change(
-        ctx.line(last_statement), f"prepare {targets} after line {ctx.line(last_statement)}"
+    ctx.plan.insert_after(anchor, statement(_prepare_code(ctx, order, anchor)))
+    ctx.need(anchor)
+    ctx.plan.change(ctx.line(anchor), f"prepare {targets} after line {ctx.line(anchor)}")
+
+
+def _groups(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], created: dict[str, int]
+) -> list[tuple[cst.CSTNode, list[str]]]:
+    """One prepare after the last object is created, unless something trains or evaluates in
+    between (a script that trains one model, then builds another): then each group of objects
+    is prepared after its last creation and before the first statement that uses it. A
+    parameter (no creation in this scope) goes with the first group."""
+    body = ctx.facts.placement.body_of(scope)
+    uses = [index for index, line in enumerate(body) if _uses_objects(ctx, line)]
+    groups: dict[int, list[str]] = {}
+    for name in chosen:
+        made = created.get(name, -1)
+        first_use = next((index for index in uses if index > made), len(body))
+        groups.setdefault(first_use, []).append(name)
+    placed = []
+    for _, names in sorted(groups.items()):
+        last = max(created.get(name, -1) for name in names)
+        placed.append((last, names))
+    if placed[0][0] < 0:  # only parameters before the first use: go with the next group
+        return [(body[max(created.values())], list(chosen))]
+    return [(body[last], names) for last, names in placed]
+
+
+def _uses_objects(ctx: Context, line: cst.CSTNode) -> bool:
+    """A top-level statement that trains or evaluates: a training or evaluation loop, a
+    backward, or a call of a function of this file that holds one."""
+    flow = ctx.facts.flow
+    for loop in ctx.model.loops:
+        if ctx.facts.placement.inside(loop.node, line) and (loop.trains or flow.reads_loader(loop)):
+            return True
+    for call in ctx.model.backward_calls:
+        if ctx.facts.placement.inside(call, line):
+            return True
+    for node in walk(line):
+        if isinstance(node, cst.Call):
+            target = callee(ctx.model, node)
+            if target is not None and _trains_or_evaluates(ctx, target[0]):
+                return True
+    return False
+
+
+def _trains_or_evaluates(ctx: Context, function: cst.FunctionDef) -> bool:
+    return any(
+        ctx.facts.placement.inside(loop.node, function)
+        and (loop.trains or ctx.facts.flow.reads_loader(loop))
+        for loop in ctx.model.loops
+    ) or any(ctx.facts.placement.inside(call, function) for call in ctx.model.backward_calls)
+
+
+def _binding_line(ctx: Context, name: str, scope: Scope) -> int:
+    return next(b.line for b in ctx.model.bindings if b.name == name and b.scope is scope)
+
+
+def _untrained_models(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> list[str]:
+    """Models of ``scope`` that no optimizer trains (a frozen feature extractor, a teacher;
+    style transfer optimises an image: ``Adam([target])``). Only when every optimizer's
+    parameters are known: built from ``.parameters()`` of named models, or a list of tensors."""
+    optimizers = [b for b in ctx.model.of_kind(Kind.OPTIMIZER) if b.name in chosen]
+    if not optimizers:
+        return []
+    models = {n for n, kind in chosen.items() if kind is Kind.MODEL}
+    trained: set[str] = set()
+    for optimizer in optimizers:
+        owners = parameter_owners(optimizer)
+        if not owners and not _tensor_list(optimizer, models):
+            return []
+        trained |= owners
+    return [name for name in models if name not in trained]
+
+
+def _tensor_list(optimizer: Binding, models: set[str]) -> bool:
+    """``Adam([target], lr=...)``: the optimizer's parameters are named tensors, no model's."""
+    value = optimizer.value
+    if not isinstance(value, cst.Call) or not value.args or value.args[0].keyword is not None:
+        return False
+    first = value.args[0].value
+    if not isinstance(first, (cst.List, cst.Tuple)) or not first.elements:
+        return False
+    names = [dotted(e.value) for e in first.elements if isinstance(e, cst.Element)]
+    return len(names) == len(first.elements) and all(
+        name is not None and owning_model(name) not in models for name in names
     )
 
 
@@ -122,6 +236,22 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
             f"{name} is prepared on its own: with --backend fsdp or deepspeed, models and "
             "optimizers must be prepared in one call",
         )
+
+
+def _prepare_each_value(ctx: Context, binding: Binding) -> None:
+    """``loaders = {"train": DataLoader(...), ...}``: each loader prepared, the dict kept."""
+    name = binding.name
+    taken = names_in_scope(ctx.model, binding.scope)
+    key, loader = fresh("key", taken), fresh("loader", taken)
+    comprehension = f"{key}: {ctx.a('prepare')}({loader}) for {key}, {loader} in {name}.items()"
+    indent = 4 * sum(isinstance(a, cst.IndentedBlock) for a in ctx.model.ancestors(binding.assign))
+    code = f"{name} = {{{comprehension}}}"
+    if indent + len(code) > 88:
+        code = f"{name} = {{\n    {comprehension}\n}}"
+    ctx.plan.insert_after(binding.statement, statement(code))
+    ctx.need(binding.statement)
+    ctx.plan.prepared.append(name)
+    ctx.plan.change(binding.line, f"each loader of {name} prepared where the dict is created")
 
 
 def _prepare_code(ctx: Context, order: list[str], anchor: cst.CSTNode) -> str:

@@ -7,13 +7,39 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.objects import methods_of
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context, unwrap
+
+#: Calls that trace or export a model: a DDP wrapper's forward does not trace
+#: (``SummaryWriter.add_graph``, ``torch.jit.trace``, ``torch.onnx.export``).
+TRACERS = {"add_graph"}
+TRACE_FUNCTIONS = {"torch.jit.trace", "torch.jit.script", "torch.onnx.export"}
 
 
 def run(ctx: Context) -> None:
     _attributes(ctx)
     _layers_by_index(ctx)
+    _traced(ctx)
+
+
+def _traced(ctx: Context) -> None:
+    """``writer.add_graph(model, x)`` of a prepared model -> ``add_graph(unwrap_model(model),
+    x)``: the graph of the model, not of its wrapper."""
+    for call in ctx.model.calls:
+        func = call.func
+        traces = (isinstance(func, cst.Attribute) and func.attr.value in TRACERS) or bool(
+            ctx.model.call_names(call) & TRACE_FUNCTIONS
+        )
+        if not traces or not call.args:
+            continue
+        model = call.args[0].value
+        if not isinstance(model, (cst.Name, cst.Attribute)) or model in ctx.plan.replacements:
+            continue
+        name = dotted(model)
+        if not ctx.facts.flow.is_model_name(name, call) or not ctx.after_prepare(call, name):
+            continue
+        unwrap(ctx, model, call, f"traces {ctx.a('unwrap_model')}({name}), not the DDP wrapper")
 
 
 def _layers_by_index(ctx: Context) -> None:
@@ -24,7 +50,9 @@ def _layers_by_index(ctx: Context) -> None:
         owner = node.value
         if not isinstance(owner, (cst.Name, cst.Attribute)) or owner in ctx.plan.replacements:
             continue
-        if not ctx.facts.flow.is_model_name(dotted(owner), node) or not ctx.after_prepare(node):
+        if not ctx.facts.flow.is_model_name(dotted(owner), node) or not ctx.after_prepare(
+            node, dotted(owner)
+        ):
             continue
         if isinstance(ctx.model.parent(node), cst.AssignTarget):
             continue
@@ -32,10 +60,33 @@ def _layers_by_index(ctx: Context) -> None:
         unwrap(ctx, owner, node, f"{name}[...] -> {ctx.a('unwrap_model')}({name})[...]")
 
 
+#: nn.Module methods' own parameters: a model class of the file that overrides one with others
+#: (``def train(self, x_pos, x_neg)``) is called through ``unwrap_model``.
+MODULE_SIGNATURES = {"train": ["mode"], "eval": [], "to": None, "cuda": ["device"]}
+
+
+def _overridden_apart(ctx: Context, member: str) -> bool:
+    """A model class of this file defines ``member`` with parameters nn.Module's has not: the
+    DDP wrapper's own ``member`` would take the call."""
+    expected = MODULE_SIGNATURES.get(member)
+    for name in ctx.model.module_classes:
+        method = methods_of(ctx.model, name).get(member)
+        if method is None or expected is None:
+            continue
+        own = [p.name.value for p in method.params.params][1:]
+        if own != expected or method.params.star_arg or method.params.kwonly_params:
+            return True
+    return False
+
+
 def _attributes(ctx: Context) -> None:
     for attribute in ctx.facts.placement.attributes():
         member = attribute.attr.value
-        if member in names.MODULE_API and member not in ("state_dict", "load_state_dict"):
+        if (
+            member in names.MODULE_API
+            and member not in ("state_dict", "load_state_dict")
+            and not _overridden_apart(ctx, member)
+        ):
             continue
         if member == "module" or member.startswith("__"):
             continue
@@ -44,7 +95,7 @@ def _attributes(ctx: Context) -> None:
             continue
         if not ctx.facts.flow.is_model_name(dotted(owner), attribute):
             continue
-        if not ctx.after_prepare(attribute) or _is_binding_target(ctx, attribute):
+        if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
             continue
         unwrap(
             ctx,

@@ -1,0 +1,189 @@
+"""The analysis sees objects across calls: an attribute, a parameter and a return value are the
+same object as the local they came from."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from accelify.analysis.facts import facts_of
+from accelify.analysis.optimizer_models import parameter_owners
+from accelify.analysis.script_model import Kind, ScriptModel, analyze
+
+HEADER = (
+    "import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
+    "from accelify import Accelerator\n"
+)
+
+
+def script(code: str) -> ScriptModel:
+    return analyze(cst.parse_module(HEADER + textwrap.dedent(code)))
+
+
+def kinds(model: ScriptModel) -> dict[str, Kind]:
+    return {binding.name: binding.kind for binding in model.bindings}
+
+
+def test_what_a_constructor_receives_becomes_the_attribute_it_is_stored_in():
+    model = script(
+        """
+        class Trainer:
+            def __init__(self, net, loader):
+                self.model = net.to("cpu")
+                self.loader = loader
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+        def main():
+            train_loader = DataLoader(range(8))
+            Trainer(nn.Linear(2, 1), train_loader)
+        """
+    )
+    found = {b.name: b for b in model.bindings}
+    assert found["self.model"].kind is Kind.MODEL and found["self.model"].received
+    assert found["self.loader"].kind is Kind.DATALOADER and found["self.loader"].received
+    assert found["self.loader"].sources == ["train_loader"]
+    assert not found["self.optimizer"].received  # made here: where the class prepares
+
+
+def test_an_attribute_that_received_a_prepared_loader_is_prepared():
+    model = script(
+        """
+        class Evaluator:
+            def __init__(self, loader):
+                self.loader = loader
+
+        def main():
+            accelerator = Accelerator()
+            loader = DataLoader(range(8))
+            loader = accelerator.prepare(loader)
+            Evaluator(loader)
+        """
+    )
+    assert "self.loader" in model.prepared_names
+
+
+def test_a_method_call_passes_objects_to_the_method_it_runs():
+    model = script(
+        """
+        class Trainer:
+            def fit(self, loader):
+                self.run(loader)
+
+            def run(self, data):
+                for batch in data:
+                    pass
+
+        def main():
+            loader = DataLoader(range(8))
+            trainer = Trainer()
+            trainer.fit(loader)
+        """
+    )
+    facts = facts_of(model)
+    loop = model.loops[0]
+    assert facts.flow.kind_of("data", loop.node) is Kind.DATALOADER
+    assert facts.flow.reads_loader(loop)
+
+
+def test_a_factory_binds_what_it_returns_to_its_callers_names():
+    model = script(
+        """
+        def get_loaders():
+            train_loader = DataLoader(range(8))
+            return train_loader, DataLoader(range(4))
+
+        def build():
+            return nn.Linear(2, 1)
+
+        def main():
+            train, val = get_loaders()
+            net = build()
+        """
+    )
+    assert {"train": Kind.DATALOADER, "val": Kind.DATALOADER, "net": Kind.MODEL}.items() <= (
+        kinds(model).items()
+    )
+
+
+def test_an_optimizer_returned_by_a_model_method_is_an_optimizer():
+    model = script(
+        """
+        class GPT(nn.Module):
+            def configure_optimizers(self, lr):
+                optimizer = torch.optim.AdamW(self.parameters(), lr=lr)
+                return optimizer
+
+        def make():
+            return GPT()
+
+        model = make()
+        optimizer = model.configure_optimizers(1e-3)
+        """
+    )
+    assert kinds(model)["optimizer"] is Kind.OPTIMIZER
+
+
+def test_a_replaced_head_is_a_layer_and_its_optimizer_trains_the_whole_model():
+    model = script(
+        """
+        model = nn.Sequential(nn.Linear(2, 4))
+        model.fc = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.fc.parameters(), lr=0.1)
+        """
+    )
+    assert "model.fc" not in kinds(model)
+    (optimizer,) = model.of_kind(Kind.OPTIMIZER)
+    assert parameter_owners(optimizer) == {"model"}
+
+
+def test_a_dict_of_loaders_read_by_phase_is_a_loader():
+    model = script(
+        """
+        loaders = {"train": DataLoader(range(8)), "val": DataLoader(range(4))}
+        for phase in ["train", "val"]:
+            for batch in loaders[phase]:
+                pass
+        """
+    )
+    assert kinds(model)["loaders"] is Kind.DATALOADER
+    inner = next(loop for loop in model.loops if loop.iterable == "loaders")
+    assert facts_of(model).flow.reads_loader(inner)
+
+
+def test_a_module_whose_own_method_runs_backward_trains_itself():
+    model = script(
+        """
+        class Layer(nn.Linear):
+            def train(self, x):
+                self(x).sum().backward()
+
+        class Net(nn.Module):
+            def forward(self, x):
+                return x
+        """
+    )
+    assert [name for name, _ in model.self_training_models()] == ["Layer"]
+
+
+def test_configure_optimizers_of_a_model_from_another_file_builds_its_optimizer():
+    model = script(
+        """
+        from model import GPT
+
+        model = GPT()
+        optimizer = model.configure_optimizers(0.1, 6e-4)
+        """
+    )
+    assert kinds(model) == {"model": Kind.MODEL, "optimizer": Kind.OPTIMIZER}
+
+
+def test_a_dict_of_loaders_prepared_value_by_value_is_prepared():
+    model = script(
+        """
+        accelerator = Accelerator()
+        loaders = {"train": DataLoader(range(8)), "val": DataLoader(range(4))}
+        loaders = {key: accelerator.prepare(loader) for key, loader in loaders.items()}
+        """
+    )
+    assert "loaders" in model.prepared_names
