@@ -1,7 +1,8 @@
 """The `accelify` command: parse arguments, call one function, render its result.
 
 Nothing here imports torch at import time; `launch`, `config --default` and `env` import it when
-they run.
+they run. The run-side commands are defined in `accelify.run_cli`, imported only when one of them
+is asked for (or `--help` lists them): `accelify lint` starts without it.
 """
 
 from __future__ import annotations
@@ -14,19 +15,36 @@ from typing import Any, TypeVar
 import click
 
 from accelify import __version__
-from accelify.requirements import version_line
-from accelify.run_cli import config, env, launch, verify
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Commands defined in `accelify.run_cli`, by name.
+RUN_COMMANDS = ("config", "env", "launch", "verify")
+
+
+class _Commands(click.Group):
+    """The group, with the run-side commands imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *RUN_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in RUN_COMMANDS:
+            from accelify import run_cli
+
+            return getattr(run_cli, name)
+        return super().get_command(ctx, name)
 
 
 def _show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
+        from accelify.requirements import version_line
+
         click.echo(version_line(__version__))
         ctx.exit()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--version",
     is_flag=True,
@@ -178,12 +196,6 @@ def rules(code: str | None) -> None:
     from accelify.lint.cli import show_rules
 
     sys.exit(show_rules(code))
-
-
-main.add_command(launch)
-main.add_command(verify)
-main.add_command(config)
-main.add_command(env)
 
 
 if __name__ == "__main__":
