@@ -3,13 +3,14 @@ apply the safe fixes (until nothing changes) when asked."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from accelify.errors import UserError
 from accelify.lint.finding import Finding
 from accelify.lint.selection import Selection, suppressed
-from accelify.source import parse
+from accelify.source import check_syntax, parse
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
     from accelify.analysis.script_model import ScriptModel
 
 MARKERS = (b"torch", b"accelerate", b"accelify")
+#: A file that can hold an accelerator names it somewhere: an import of accelerate or accelify,
+#: an ``Accelerator`` annotation, an ``accelerator`` parameter or ``self.accelerator``. One that
+#: never does is only syntax-checked: no tree, no model.
+ACCELERATOR_WORDS = re.compile(rb"accelerat|accelify", re.IGNORECASE)
 
 
 @dataclass
@@ -36,7 +41,11 @@ def lint_source(
     result = FileResult(path, original=data)
     if not any(marker in data for marker in MARKERS):
         return result  # cannot match any rule: skipped before parsing
+    deep = ACCELERATOR_WORDS.search(data) is not None
     try:
+        if not deep:
+            check_syntax(data, path)
+            return result
         module = parse(data, path)
     except UserError as error:
         if selection.enabled("ACC000", path):
@@ -73,10 +82,12 @@ def _portable(findings: list[Finding], module: cst.Module) -> list[Finding]:
 def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) -> list[Finding]:
     from accelify.lint.registry import all_rules
 
+    if not script.uses_accelerator:
+        return []
     lines = data.decode("utf-8", errors="replace").splitlines()
     found: list[Finding] = []
     for rule in all_rules():
-        if not selection.enabled(rule.code, path) or not script.uses_accelerator:
+        if not selection.enabled(rule.code, path):
             continue
         for finding in rule.check(script):
             finding.path = path
