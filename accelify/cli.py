@@ -149,6 +149,13 @@ def convert(
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when something is reported.")
 @click.option("--statistics", "show_statistics", is_flag=True, help="Count findings per code.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--no-cache", is_flag=True, help="Lint every file again; read and write no cache.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The cache folder [default: ACCELIFY_CACHE_DIR, else [tool.accelify] cache-dir, "
+    "else .accelify_cache at the project root].",
+)
 def lint(
     paths: tuple[Path, ...],
     fix: bool,
@@ -159,14 +166,17 @@ def lint(
     exit_zero: bool,
     show_statistics: bool,
     jobs: int,
+    no_cache: bool,
+    cache_dir: Path | None,
 ) -> None:
     """Report distributed-training misuse in Accelerator scripts (ACC codes).
 
     Exit 0 when clean, 1 when something is reported, 2 on usage errors. `# noqa: ACC201` on a
     line suppresses; `[tool.accelify]` in pyproject.toml sets select, ignore,
-    per-file-ignores and exclude. --select/--ignore take codes or prefixes (ACC2, ALL); ACC000
-    (a file that cannot be read or parsed) is always reported. Files without an Accelerator are
-    checked for ACC000 only.
+    per-file-ignores, exclude and cache-dir. --select/--ignore take codes or prefixes (ACC2,
+    ALL); ACC000 (a file that cannot be read or parsed) is always reported. Files without an
+    Accelerator are checked for ACC000 only. Findings are cached per file content (as in ruff):
+    an unchanged file is not linted twice.
     """
     from accelify.lint.cli import run_lint
 
@@ -181,6 +191,8 @@ def lint(
             exit_zero=exit_zero,
             show_statistics=show_statistics,
             jobs=jobs,
+            cache=not no_cache,
+            cache_dir=cache_dir,
         )
     )
 

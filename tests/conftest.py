@@ -87,6 +87,8 @@ def _no_user_config(
     for name in list(os.environ):
         if name.startswith("ACCELIFY_"):
             monkeypatch.delenv(name)
+    # `accelify lint` caches its findings: in the test's own folder, never in the checkout
+    monkeypatch.setenv("ACCELIFY_CACHE_DIR", str(tmp_path_factory.mktemp("lint_cache")))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -17,10 +17,10 @@ if TYPE_CHECKING:
 
     from accelify.analysis.script_model import ScriptModel
 
-MARKERS = (b"torch", b"accelerate", b"accelify")
 #: A file that can hold an accelerator names it somewhere: an import of accelerate or accelify,
 #: an ``Accelerator`` annotation, an ``accelerator`` parameter or ``self.accelerator``. One that
-#: never does is only syntax-checked: no tree, no model.
+#: never does is only syntax-checked (no tree, no model); one that names neither this nor torch
+#: is skipped before parsing.
 ACCELERATOR_WORDS = re.compile(rb"accelerat|accelify", re.IGNORECASE)
 
 
@@ -39,9 +39,9 @@ def lint_source(
     """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
     plan over this process's tree."""
     result = FileResult(path, original=data)
-    if not any(marker in data for marker in MARKERS):
-        return result  # cannot match any rule: skipped before parsing
     deep = ACCELERATOR_WORDS.search(data) is not None
+    if not deep and b"torch" not in data:
+        return result  # cannot match any rule: skipped before parsing
     try:
         if not deep:
             check_syntax(data, path)

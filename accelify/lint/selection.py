@@ -30,6 +30,7 @@ class Selection:
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=list)
     source: str | None = None  # the pyproject.toml it was read from
+    cache_dir: str | None = None  # where findings are cached (see `accelify.lint.cache`)
 
     def enabled(self, code: str, path: str) -> bool:
         if code == ALWAYS_REPORTED:
@@ -110,18 +111,21 @@ def load_settings(start: Path) -> Selection:
 
 
 def _from_table(table: dict, source: Path) -> Selection:
-    known = {"select", "ignore", "per-file-ignores", "exclude", "target"}
+    known = {"select", "ignore", "per-file-ignores", "exclude", "target", "cache-dir"}
     for key in table:
         if key not in known:
             raise UserError(
                 f"[tool.accelify] unknown key {key!r}; expected one of {sorted(known)}", str(source)
             )
+    if not isinstance(table.get("cache-dir", ""), str):
+        raise UserError("[tool.accelify] cache-dir must be a string (a folder)", str(source))
     return Selection(
         select=list(table.get("select", [])),
         ignore=list(table.get("ignore", [])),
         per_file_ignores={k: list(v) for k, v in table.get("per-file-ignores", {}).items()},
         exclude=list(table.get("exclude", [])),
         source=str(source),
+        cache_dir=table.get("cache-dir"),
     )
 
 
