@@ -197,11 +197,18 @@ def test_fix_leaves_the_cache_true_to_the_fixed_file(project: Path):
     assert "Fixed 4 errors (0 remaining)." in again.stderr  # a cached finding still gets fixed
 
 
-def test_a_warm_one_file_lint_imports_no_parser_no_rules_no_torch(project: Path):
-    assert_ok(run_accelify("lint", "--exit-zero", "train.py", cwd=project))
+@pytest.mark.parametrize("case", ["warm-cache", "no-accelerator"])
+def test_lint_imports_no_parser_no_rules_no_torch_when_it_parses_nothing(project: Path, case):
+    """A warm cache, or a file that never names an accelerator (ast checks its syntax)."""
+    if case == "warm-cache":
+        assert_ok(run_accelify("lint", "--exit-zero", "train.py", cwd=project))
+        args = "'--exit-zero', 'train.py'"
+    else:
+        (project / "plain.py").write_text("import torch\n\nmodel = torch.nn.Linear(2, 2)\n")
+        args = "'--no-cache', 'plain.py'"
     code = (
         "import sys\nfrom accelify.cli import main\n"
-        "try:\n    main(['lint', '--exit-zero', 'train.py'])\nexcept SystemExit:\n    pass\n"
+        f"try:\n    main(['lint', {args}])\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'libcst')"
         " or m.startswith(('accelify.rules', 'accelify.runtime', 'accelify.run_cli'))))\n"
     )
