@@ -1,7 +1,8 @@
 """The `accelify` command: parse arguments, call one function, render its result.
 
 Nothing here imports torch at import time; `launch`, `config --default` and `env` import it when
-they run.
+they run. The run-side commands are defined in `accelify.run_cli`, imported only when one of them
+is asked for (or `--help` lists them): `accelify lint` starts without it.
 """
 
 from __future__ import annotations
@@ -14,19 +15,36 @@ from typing import Any, TypeVar
 import click
 
 from accelify import __version__
-from accelify.requirements import version_line
-from accelify.run_cli import config, env, launch, verify
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Commands defined in `accelify.run_cli`, by name.
+RUN_COMMANDS = ("config", "env", "launch", "verify")
+
+
+class _Commands(click.Group):
+    """The group, with the run-side commands imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *RUN_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in RUN_COMMANDS:
+            from accelify import run_cli
+
+            return getattr(run_cli, name)
+        return super().get_command(ctx, name)
 
 
 def _show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
+        from accelify.requirements import version_line
+
         click.echo(version_line(__version__))
         ctx.exit()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--version",
     is_flag=True,
@@ -136,6 +154,13 @@ def convert(
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when something is reported.")
 @click.option("--statistics", "show_statistics", is_flag=True, help="Count findings per code.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--no-cache", is_flag=True, help="Lint every file again; read and write no cache.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The cache folder [default: ACCELIFY_CACHE_DIR, else [tool.accelify] cache-dir, "
+    "else .accelify_cache at the project root].",
+)
 def lint(
     paths: tuple[Path, ...],
     fix: bool,
@@ -147,15 +172,18 @@ def lint(
     exit_zero: bool,
     show_statistics: bool,
     jobs: int,
+    no_cache: bool,
+    cache_dir: Path | None,
 ) -> None:
     """Report distributed-training misuse in Accelerator scripts (ACC codes).
 
     Exit 0 when clean, 1 when something is reported, 2 on usage errors. `# noqa: ACC201` on a
     line suppresses; `[tool.accelify]` in pyproject.toml sets select, extend-select, ignore,
-    per-file-ignores and exclude. Without --select the default set runs (bugs only: `accelify
-    rules` marks it); --select/--extend-select/--ignore take codes or prefixes (ACC2, ALL); ACC000
-    (a file that cannot be read or parsed) is always reported. Files without an Accelerator are
-    checked for ACC000 only.
+    per-file-ignores, exclude and cache-dir. Without --select the default set runs (bugs only:
+    `accelify rules` marks it); --select/--extend-select/--ignore take codes or prefixes (ACC2,
+    ALL); ACC000 (a file that cannot be read or parsed) is always reported. Files without an
+    Accelerator are checked for ACC000 only. Findings are cached per file content (as in ruff):
+    an unchanged file is not linted twice.
     """
     from accelify.lint.cli import run_lint
 
@@ -171,6 +199,8 @@ def lint(
             exit_zero=exit_zero,
             show_statistics=show_statistics,
             jobs=jobs,
+            cache=not no_cache,
+            cache_dir=cache_dir,
         )
     )
 
@@ -186,12 +216,6 @@ def rules(code: str | None) -> None:
     from accelify.lint.cli import show_rules
 
     sys.exit(show_rules(code))
-
-
-main.add_command(launch)
-main.add_command(verify)
-main.add_command(config)
-main.add_command(env)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,8 @@ def _no_user_config(
         # SLURM_*: a suite run inside a Slurm job must not place its launches on the job's nodes
         if name.startswith(("ACCELIFY_", "SLURM_")):
             monkeypatch.delenv(name)
+    # `accelify lint` caches its findings: in the test's own folder, never in the checkout
+    monkeypatch.setenv("ACCELIFY_CACHE_DIR", str(tmp_path_factory.mktemp("lint_cache")))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

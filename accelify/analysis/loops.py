@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.syntax import Visitor, dotted
+from accelify.analysis.syntax import Visitor, dotted, visit_code
 
 
 def loop_source(node: cst.BaseExpression) -> str | None:
@@ -48,5 +48,5 @@ def find_backward(node: cst.CSTNode, skip_loops: bool = False) -> Iterator[cst.C
                 self.found.append(call)
 
     finder = Finder()
-    node.visit(finder)
+    visit_code(node, finder)
     yield from finder.found

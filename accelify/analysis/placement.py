@@ -15,6 +15,7 @@ class Placement:
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
         self._nodes: list[cst.CSTNode] | None = None
+        self._calls_by_name: dict[str, list[cst.Call]] | None = None
 
     # --- traversal -------------------------------------------------------------------------------
     def all_nodes(self) -> list[cst.CSTNode]:
@@ -41,11 +42,12 @@ class Placement:
 
     def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
         """Calls of a module-level function by its plain name."""
-        return [
-            c
-            for c in self.model.calls
-            if isinstance(c.func, cst.Name) and c.func.value == function.name.value
-        ]
+        if self._calls_by_name is None:  # asked for every helper parameter: indexed once
+            self._calls_by_name = {}
+            for call in self.model.calls:
+                if isinstance(call.func, cst.Name):
+                    self._calls_by_name.setdefault(call.func.value, []).append(call)
+        return list(self._calls_by_name.get(function.name.value, ()))
 
     # --- scopes and statements -------------------------------------------------------------------
     def prepare_scope(self) -> Scope | None:

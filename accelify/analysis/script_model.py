@@ -141,8 +141,10 @@ class ScriptModel:
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions cost a code-generation pass over the file: resolved on first use only.
         if self._positions is None:
+            # The provider's pass alone, as `MetadataWrapper.resolve` runs it: resolve also walks
+            # the whole tree for "batchable" providers when there are none, which doubles it.
             wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-            self._positions = wrapper.resolve(PositionProvider)
+            self._positions = PositionProvider()._gen(wrapper)
         return self._positions[node]
 
     def line(self, node: cst.CSTNode) -> int:

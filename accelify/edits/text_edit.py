@@ -6,10 +6,12 @@ Fixes are applied from plans, where the tree is (``lint --fix`` applies them in 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import libcst as cst
+if TYPE_CHECKING:  # a TextEdit read back from the lint cache needs no parser
+    import libcst as cst
 
-from accelify.edits.plan import Plan
+    from accelify.edits.plan import Plan
 
 
 @dataclass(frozen=True)

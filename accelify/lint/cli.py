@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from accelify.errors import UserError
+from accelify.lint.cache import LintCache, cache_root, open_cache
 from accelify.lint.engine import FileResult, lint_source
 from accelify.lint.finding import Finding
 from accelify.lint.output import render, statistics
@@ -29,9 +30,12 @@ def run_lint(
     exit_zero: bool,
     show_statistics: bool,
     jobs: int,
+    cache: bool = True,
+    cache_dir: Path | None = None,
 ) -> int:
     try:
-        selection = _selection(select, ignore, list(extend_select))
+        settings = load_settings(Path.cwd())
+        selection = _selection(settings, select, ignore, list(extend_select))
     except UserError as error:
         click.echo(f"accelify: error: {error}", err=True)
         return 2
@@ -40,7 +44,8 @@ def run_lint(
         click.echo("accelify: warning: No Python files found under the given paths", err=True)
         return 0
     portable = output_format in ("json", "sarif")
-    results = _lint_all(files, selection, fix or diff, jobs, portable)
+    cached = open_cache(cache_root(cache_dir, settings, Path.cwd()), selection) if cache else None
+    results = _lint_all(files, selection, fix or diff, jobs, portable, cached)
     changed = [r for r in results if r.fixed is not None and r.fixed != r.original]
     findings = [f for result in results for f in result.findings]
     if diff:
@@ -62,9 +67,10 @@ def run_lint(
     return 1 if findings else 0
 
 
-def _selection(select: list[str], ignore: list[str], extend_select: list[str]) -> Selection:
+def _selection(
+    settings: Selection, select: list[str], ignore: list[str], extend_select: list[str]
+) -> Selection:
     """The command line's selectors over pyproject's, each checked against the catalog."""
-    settings = load_settings(Path.cwd())
     from_settings = settings.resolved(settings.source or "pyproject.toml")
     return Selection(
         select=resolve_selectors(select, "--select") if select else from_settings.select,
@@ -103,27 +109,55 @@ def _plural(count: int) -> str:
     return "" if count == 1 else "s"
 
 
-def _lint_one(path: Path, selection: Selection, fix: bool, portable: bool = False) -> FileResult:
+def _lint_one(
+    path: Path,
+    selection: Selection,
+    fix: bool,
+    portable: bool = False,
+    cache: LintCache | None = None,
+) -> FileResult:
     try:
         data = path.read_bytes()
     except OSError as error:
         return FileResult(
             str(path), [Finding("ACC000", f"cannot read: {error.strerror}", 1, 1, None, str(path))]
         )
-    return lint_source(data, str(path), selection, fix, portable)
+    if cache is not None:
+        findings = cache.get(str(path), data)
+        # --fix needs the tree of a file with something to fix; the rest is done
+        if findings is not None and not (fix and any(f.fixable for f in findings)):
+            return FileResult(str(path), findings, original=data)
+    result = lint_source(data, str(path), selection, fix, portable or cache is not None)
+    if cache is not None:  # after a fix, the findings are those of the fixed content
+        cache.put(str(path), data if result.fixed is None else result.fixed, result.findings)
+    return result
 
 
 def _lint_all(
-    files: list[Path], selection: Selection, fix: bool, jobs: int, portable: bool
+    files: list[Path],
+    selection: Selection,
+    fix: bool,
+    jobs: int,
+    portable: bool,
+    cache: LintCache | None = None,
 ) -> list[FileResult]:
     if jobs <= 1 or len(files) < 2:
-        return [_lint_one(path, selection, fix, portable) for path in files]
+        return [_lint_one(path, selection, fix, portable, cache) for path in files]
     from concurrent.futures import ProcessPoolExecutor
 
     count = len(files)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         # findings come back with their fixes as text edits (plain data): plans do not pickle
-        return list(pool.map(_lint_one, files, [selection] * count, [fix] * count, [True] * count))
+        return list(
+            pool.map(
+                _lint_one,
+                files,
+                [selection] * count,
+                [fix] * count,
+                [True] * count,
+                [cache] * count,
+            )
+        )
 
 
 def _collect(paths: list[Path], selection: Selection):

@@ -3,28 +3,28 @@ apply the safe fixes (until nothing changes) when asked."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from accelify.errors import UserError
 from accelify.lint.finding import Finding
 from accelify.lint.selection import Selection, suppressed
-from accelify.source import parse
+from accelify.source import check_syntax, parse
 
 if TYPE_CHECKING:
     import libcst as cst
 
     from accelify.analysis.script_model import ScriptModel
 
-MARKERS = (b"torch", b"accelerate", b"accelify")
-#: Text every file that uses an accelerator has: one it creates, gets from a factory, holds on a
-#: class or receives as a parameter (named so, or used with members only an accelerator has).
-ACCELERATOR_MARKERS = (
-    b"ccelerator",
-    b".prepare(",
-    b".unwrap_model(",
-    b".gather_for_metrics(",
-    b".accumulate(",
+#: A file that can hold an accelerator names it somewhere: an import of accelerate or accelify,
+#: an ``Accelerator`` annotation, an ``accelerator`` parameter or ``self.accelerator``, or uses
+#: members only an accelerator has (one a factory returned under another name). One that never
+#: does is only syntax-checked (no tree, no model); one that names neither this nor torch is
+#: skipped before parsing.
+ACCELERATOR_WORDS = re.compile(
+    rb"accelerat|accelify|\.prepare\(|\.unwrap_model\(|\.gather_for_metrics\(|\.accumulate\(",
+    re.IGNORECASE,
 )
 
 
@@ -43,9 +43,13 @@ def lint_source(
     """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
     plan over this process's tree."""
     result = FileResult(path, original=data)
-    if not any(marker in data for marker in (*MARKERS, *ACCELERATOR_MARKERS)):
+    deep = ACCELERATOR_WORDS.search(data) is not None
+    if not deep and b"torch" not in data:
         return result  # cannot match any rule: skipped before parsing
     try:
+        if not deep:
+            check_syntax(data, path)
+            return result
         module = parse(data, path)
     except UserError as error:
         if selection.enabled("ACC000", path):
@@ -53,8 +57,6 @@ def lint_source(
                 Finding("ACC000", error.message, error.line or 1, error.column or 1, None, path)
             )
         return result
-    if not any(marker in data for marker in ACCELERATOR_MARKERS):
-        return result  # every rule is about files that use an accelerator (`accelify rules`)
     from accelify.analysis.script_model import analyze
 
     script = analyze(module, data.decode("utf-8", errors="replace"))
@@ -82,10 +84,12 @@ def _portable(findings: list[Finding], module: cst.Module) -> list[Finding]:
 def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) -> list[Finding]:
     from accelify.lint.registry import all_rules
 
+    if not script.uses_accelerator:
+        return []
     lines = data.decode("utf-8", errors="replace").splitlines()
     found: list[Finding] = []
     for rule in all_rules():
-        if not selection.enabled(rule.code, path) or not script.uses_accelerator:
+        if not selection.enabled(rule.code, path):
             continue
         for finding in rule.check(script):
             finding.path = path

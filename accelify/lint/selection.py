@@ -32,6 +32,7 @@ class Selection:
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=list)
     source: str | None = None  # the pyproject.toml it was read from
+    cache_dir: str | None = None  # where findings are cached (see `accelify.lint.cache`)
 
     def enabled(self, code: str, path: str) -> bool:
         if code == ALWAYS_REPORTED:
@@ -81,14 +82,15 @@ def resolve_selectors(selectors: list[str], where: str) -> list[str]:
     """``ALL`` and ``ACC`` select every rule, a prefix (``ACC2``) its group, a moved code the rule
     it names now. A selector that matches no rule is a usage error, as in ruff: a typo would
     otherwise silently check nothing."""
-    from accelify.lint.registry import REDIRECTS, all_codes
-
-    codes = (ALWAYS_REPORTED, *all_codes())
     resolved = []
     for selector in selectors:
         wanted = selector.strip().upper()
-        if wanted == "ALL":
-            wanted = "ACC"
+        if wanted in ("ALL", "ACC"):
+            resolved.append("ACC")  # every rule: no need to load the catalog to know it
+            continue
+        from accelify.lint.registry import REDIRECTS, all_codes
+
+        codes = (ALWAYS_REPORTED, *all_codes())
         if wanted in REDIRECTS:
             _warn(f"{wanted} is now {REDIRECTS[wanted]}; update {where}")
             wanted = REDIRECTS[wanted]
@@ -118,12 +120,22 @@ def load_settings(start: Path) -> Selection:
 
 
 def _from_table(table: dict, source: Path) -> Selection:
-    known = {"select", "extend-select", "ignore", "per-file-ignores", "exclude", "target"}
+    known = {
+        "select",
+        "extend-select",
+        "ignore",
+        "per-file-ignores",
+        "exclude",
+        "target",
+        "cache-dir",
+    }
     for key in table:
         if key not in known:
             raise UserError(
                 f"[tool.accelify] unknown key {key!r}; expected one of {sorted(known)}", str(source)
             )
+    if not isinstance(table.get("cache-dir", ""), str):
+        raise UserError("[tool.accelify] cache-dir must be a string (a folder)", str(source))
     return Selection(
         select=list(table.get("select", [])),
         extend_select=list(table.get("extend-select", [])),
@@ -131,6 +143,7 @@ def _from_table(table: dict, source: Path) -> Selection:
         per_file_ignores={k: list(v) for k, v in table.get("per-file-ignores", {}).items()},
         exclude=list(table.get("exclude", [])),
         source=str(source),
+        cache_dir=table.get("cache-dir"),
     )
 
 

@@ -1,0 +1,252 @@
+"""`accelify lint`'s cache (ruff's): the same findings with and without it, on every fixture and
+across --jobs; kept out of git; invalidated by content, settings, fixes; never a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelify.lint import engine
+from accelify.lint.cache import open_cache
+from accelify.lint.cli import _lint_all
+from accelify.lint.output import render
+from accelify.lint.selection import Selection
+from conftest import FIXTURES, assert_ok, run_accelify
+
+BAD = """\
+import torch
+from accelify import Accelerator
+
+accelerator = Accelerator()
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    loss = model(x).sum()
+    loss.backward()
+    print(loss.item())
+torch.save(model.state_dict(), "model.pt")
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project with a bad script, its cache where users have it (`.accelify_cache/`)."""
+    monkeypatch.delenv("ACCELIFY_CACHE_DIR")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "train.py").write_text(BAD)
+    return tmp_path
+
+
+def entries(cache: Path) -> list[Path]:
+    return sorted(cache.glob("*/*.json"))
+
+
+def lint_json(*args: str | Path, cwd: Path) -> list[dict]:
+    result = run_accelify("lint", "--exit-zero", "--output-format", "json", *args, cwd=cwd)
+    assert_ok(result)
+    return json.loads(result.stdout)
+
+
+def test_every_fixture_has_the_same_findings_with_a_cold_and_a_warm_cache(tmp_path: Path):
+    files = sorted(FIXTURES.rglob("*.py"))
+    selection = Selection(select=["ACC"])
+    cache = open_cache(tmp_path / "cache", selection)
+    assert cache is not None
+
+    def findings(cache_or_none) -> dict[str, str]:
+        results = _lint_all(files, selection, False, 1, True, cache_or_none)
+        return {result.path: render(result.findings, "json") for result in results}
+
+    uncached = findings(None)
+    assert any(text != "[]" for text in uncached.values())  # the corpus has findings to compare
+    cold = findings(cache)
+    assert len(entries(tmp_path / "cache")) == len(files)
+    warm = findings(cache)
+    assert [path for path in uncached if cold[path] != uncached[path]] == []
+    assert [path for path in uncached if warm[path] != uncached[path]] == []
+
+
+def test_jobs_with_and_without_the_cache_report_the_same(tmp_path: Path):
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    for index, source in enumerate(sorted((FIXTURES / "convert").glob("*/after.py"))[:6]):
+        (scripts / f"{index}_{source.parent.name}.py").write_text(source.read_text())
+    (scripts / "train.py").write_text(BAD)
+    baseline = lint_json("--no-cache", "--select", "ALL", "scripts", cwd=tmp_path)
+    assert baseline
+    cache = tmp_path / "cache"
+    for jobs in ("2", "1", "2"):  # cold with 2 processes, then warm with 1 and 2
+        found = lint_json(
+            "--cache-dir", cache, "--jobs", jobs, "--select", "ALL", "scripts", cwd=tmp_path
+        )
+        assert found == baseline, jobs
+    assert len(entries(cache)) == 7
+
+
+def test_the_cache_is_at_the_project_root_and_keeps_out_of_git(project: Path):
+    (project / "src").mkdir()
+    (project / "src" / "train.py").write_text(BAD)
+    result = run_accelify("lint", "--exit-zero", "train.py", cwd=project / "src")
+    assert_ok(result)
+    cache = project / ".accelify_cache"
+    assert (cache / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert (cache / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172")
+    assert len(entries(cache)) == 1
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    untracked = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert ".accelify_cache" not in untracked
+    assert "train.py" in untracked
+
+
+@pytest.mark.parametrize("where", ["flag", "environment", "pyproject"])
+def test_the_cache_folder_can_be_chosen(project: Path, where: str):
+    env, args = {}, []
+    if where == "flag":
+        args = ["--cache-dir", "elsewhere"]
+    elif where == "environment":
+        env = {"ACCELIFY_CACHE_DIR": str(project / "elsewhere")}
+    else:
+        (project / "pyproject.toml").write_text("[tool.accelify]\ncache-dir = 'elsewhere'\n")
+    result = run_accelify("lint", "--exit-zero", *args, "train.py", cwd=project, env=env)
+    assert_ok(result)
+    assert len(entries(project / "elsewhere")) == 1
+    assert not (project / ".accelify_cache").exists()
+
+
+def test_no_cache_reads_and_writes_nothing(project: Path):
+    result = run_accelify("lint", "--no-cache", "--exit-zero", "train.py", cwd=project)
+    assert_ok(result)
+    assert not (project / ".accelify_cache").exists()
+
+
+def test_a_stored_entry_is_what_a_warm_run_reports_and_a_foreign_one_is_ignored(project: Path):
+    first = lint_json("train.py", cwd=project)
+    (entry,) = entries(project / ".accelify_cache")
+    stored = json.loads(entry.read_text())
+    stored["findings"] = [{**stored["findings"][0], "message": "read from the cache"}]
+    entry.write_text(json.dumps(stored))
+    assert [f["message"] for f in lint_json("train.py", cwd=project)] == ["read from the cache"]
+    entry.write_text(json.dumps({**stored, "accelify": "0.0.1"}))
+    assert lint_json("train.py", cwd=project) == first
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["garbage", "empty", "wrong-shape", "folder"],
+)
+def test_a_corrupt_cache_is_ignored(project: Path, damage: str):
+    first = lint_json("train.py", cwd=project)
+    (entry,) = entries(project / ".accelify_cache")
+    if damage == "garbage":
+        entry.write_bytes(b"\x00\xffnot json")
+    elif damage == "empty":
+        entry.write_text("")
+    elif damage == "wrong-shape":
+        entry.write_text(json.dumps({"accelify": "x", "findings": 3}))
+    else:
+        entry.unlink()
+        entry.mkdir()
+    result = run_accelify("lint", "--output-format", "json", "train.py", cwd=project)
+    assert "Traceback" not in result.stderr
+    assert json.loads(result.stdout) == first
+
+
+def test_a_cache_that_cannot_be_written_is_no_cache(project: Path):
+    (project / "blocked").write_text("a file where the cache folder would be")
+    env = {"ACCELIFY_CACHE_DIR": str(project / "blocked" / "cache")}
+    result = run_accelify("lint", "--output-format", "json", "train.py", cwd=project, env=env)
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 1
+    assert {f["code"] for f in json.loads(result.stdout)} == {"ACC201", "ACC301", "ACC503"}
+
+
+def test_changed_content_or_settings_are_linted_again(project: Path):
+    assert len(lint_json("train.py", cwd=project)) == 3
+    assert {f["code"] for f in lint_json("--select", "ACC3", "train.py", cwd=project)} == {"ACC301"}
+    (project / "train.py").write_text(BAD.replace("loss.backward()", "loss.backward()  # noqa"))
+    assert len(lint_json("train.py", cwd=project)) == 2
+    extended = lint_json("--extend-select", "ACC203", "train.py", cwd=project)
+    assert {f["code"] for f in extended} == {"ACC201", "ACC203", "ACC503"}
+
+
+def test_fix_leaves_the_cache_true_to_the_fixed_file(project: Path):
+    assert len(lint_json("train.py", cwd=project)) == 3  # the cache holds the unfixed file's
+    fixed = run_accelify("lint", "--fix", "train.py", cwd=project)
+    assert "Fixed 3 errors (0 remaining)." in fixed.stderr
+    warm = run_accelify("lint", "train.py", cwd=project)
+    cold = run_accelify("lint", "--no-cache", "train.py", cwd=project)
+    assert_ok(warm)
+    assert (warm.stdout, warm.stderr) == (cold.stdout, cold.stderr)
+    (project / "train.py").write_text(BAD)  # back to the content cached before the fix
+    again = run_accelify("lint", "--fix", "train.py", cwd=project)
+    assert "Fixed 3 errors (0 remaining)." in again.stderr  # a cached finding still gets fixed
+
+
+@pytest.mark.parametrize("case", ["warm-cache", "no-accelerator"])
+def test_lint_imports_no_parser_no_rules_no_torch_when_it_parses_nothing(project: Path, case):
+    """A warm cache, or a file that never names an accelerator (ast checks its syntax)."""
+    if case == "warm-cache":
+        assert_ok(run_accelify("lint", "--exit-zero", "train.py", cwd=project))
+        args = "'--exit-zero', 'train.py'"
+    else:
+        (project / "plain.py").write_text("import torch\n\nmodel = torch.nn.Linear(2, 2)\n")
+        args = "'--no-cache', 'plain.py'"
+    code = (
+        "import sys\nfrom accelify.cli import main\n"
+        f"try:\n    main(['lint', {args}])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'libcst')"
+        " or m.startswith(('accelify.rules', 'accelify.runtime', 'accelify.run_cli'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=project, env=os.environ
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
+
+
+def test_a_file_that_never_names_an_accelerator_is_not_built_into_a_tree(monkeypatch):
+    parsed: list[str] = []
+    real_parse = engine.parse
+    monkeypatch.setattr(
+        engine, "parse", lambda data, path: parsed.append(path) or real_parse(data, path)
+    )
+    sources = {
+        "plain.py": "import torch\nmodel = torch.nn.Linear(2, 2)\n",
+        "parameter.py": "import torch\ndef train(accelerator, x):\n    accelerator.backward(x)",
+        "attribute.py": "class T:\n    def f(self):\n        self.accelerator.print(1)  # torch",
+        "imported.py": "import torch\nfrom accelerate.utils import set_seed\n",
+        "annotated.py": "import torch\ndef f(a: 'Accelerator'):\n    pass\n",
+    }
+    for path, source in sources.items():
+        engine.lint_source(source.encode(), path, Selection())
+    assert parsed == ["parameter.py", "attribute.py", "imported.py", "annotated.py"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nfor x in range(3)\n    pass\n",
+        "import torch\nx = (1,\n",
+        "import torch\ndef f():\n\treturn 1\n        return 2\n",
+        b"import torch\nname = '\xff'\n",
+        "# -*- coding: latin-1 -*-\nimport torch\nx = 'caf\xe9'\nfor\n",
+    ],
+    ids=["missing-colon", "unclosed-paren", "bad-indent", "not-utf8", "latin1-cookie"],
+)
+def test_a_syntax_error_is_reported_alike_with_or_without_an_accelerator(source):
+    data = source if isinstance(source, bytes) else source.encode("latin-1")
+    plain = engine.lint_source(data, "plain.py", Selection()).findings
+    named = engine.lint_source(data + b"\n# accelerator\n", "plain.py", Selection()).findings
+    assert [f.code for f in plain] == ["ACC000"]
+    assert [(f.message, f.line, f.column) for f in plain] == [
+        (f.message, f.line, f.column) for f in named
+    ]
