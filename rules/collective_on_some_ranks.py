@@ -60,6 +60,10 @@ class CollectiveOnSomeRanks(Rule):
         + "save_everywhere = accelerator.state.deepspeed_plugin is not None\n"
         + "if accelerator.is_main_process or save_everywhere:\n"
         + "    accelerator.save_state('ckpt')\n",
+        _HF
+        + 'is_fsdp = getattr(accelerator.state, "fsdp_plugin", None) is not None\n'
+        + "if accelerator.is_main_process or is_fsdp:\n"
+        + "    accelerator.save_state('ckpt')\n",
         _HF + "if accelerator.is_main_process:\n    sd = accelerator.get_state_dict(model)\n",
         HEADER
         + "def finish():\n    if accelerator.is_main_process:\n        print('done')\n\n\n"

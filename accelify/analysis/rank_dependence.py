@@ -309,7 +309,12 @@ def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
 
 
 def _plugin_backends(node: cst.BaseExpression) -> frozenset[str] | None:
+    """``state.fsdp_plugin``, also spelled ``getattr(accelerator.state, "fsdp_plugin", None)``."""
     name = dotted(node) or ""
+    if isinstance(node, cst.Call) and dotted(node.func) == "getattr" and len(node.args) >= 2:
+        attribute = node.args[1].value
+        if isinstance(attribute, cst.SimpleString) and isinstance(attribute.evaluated_value, str):
+            name = attribute.evaluated_value
     if name.endswith("deepspeed_plugin"):
         return frozenset({DEEPSPEED, ZERO3})
     if name.endswith("fsdp_plugin"):
