@@ -13,7 +13,7 @@ import libcst as cst
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
-from accelify.analysis.syntax import dotted, root_name, target_names
+from accelify.analysis.syntax import dotted, root_name, target_names, walk
 
 
 class ObjectFlow:
@@ -152,6 +152,50 @@ class ObjectFlow:
             if any(self.placement.inside(call, loop) for loop in batch_loops):
                 per_step.add(outer_name or "")
         return {name for name in schedulers if name in stepped and name not in per_step}
+
+    def sized_per_process_and_stepped_with_optimizer(self, step: cst.Call) -> bool:
+        """``scheduler.step()`` of an unprepared scheduler that needs no preparing: built after
+        ``accelerator.prepare`` (so from the prepared optimizer, sized from the prepared loader's
+        per-process length) and stepped right beside the optimizer's step, in the same block,
+        outside ``accumulate()`` (where the prepared optimizer skips steps the scheduler would
+        not) unless under ``if accelerator.sync_gradients``."""
+        owner = dotted(step.func.value) if isinstance(step.func, cst.Attribute) else None
+        bindings = [b for b in self.model.of_kind(Kind.SCHEDULER) if b.name == owner]
+        prepares = [self.model.order(call.call) for call in self.model.prepare_calls]
+        if len(bindings) != 1 or not prepares:
+            return False
+        if self.model.order(bindings[0].assign) < min(prepares):
+            return False
+        statement = self.model.parent(step)
+        line = self.model.parent(statement) if isinstance(statement, cst.Expr) else None
+        block = self.model.parent(line) if line is not None else None
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return False
+        optimizers = self.names_of(Kind.OPTIMIZER)
+        beside = any(
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "step"
+            and dotted(node.func.value) in optimizers
+            for sibling in block.body
+            if isinstance(sibling, cst.SimpleStatementLine)
+            for node in walk(sibling)
+        )
+        if not beside:
+            return False
+        for ancestor in self.model.ancestors(step):
+            if isinstance(ancestor, cst.If) and "sync_gradients" in self.model.module.code_for_node(
+                ancestor.test
+            ):
+                return True
+            if isinstance(ancestor, cst.With) and any(
+                isinstance(item.item, cst.Call)
+                and isinstance(item.item.func, cst.Attribute)
+                and item.item.func.attr.value == "accumulate"
+                for item in ancestor.items
+            ):
+                return False
+        return True
 
     def call_site_arguments(self, parameter: str | None, at: cst.CSTNode) -> list[cst.Arg]:
         """What each call of the function around ``at`` passes for its ``parameter`` (empty
