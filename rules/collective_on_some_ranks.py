@@ -49,6 +49,25 @@ class CollectiveOnSomeRanks(Rule):
             6,
             5,
         ),
+        # DeepSpeed turned on through the script's own flag: the first checkpoint hangs
+        Example(
+            _HF
+            + "import argparse\nparser = argparse.ArgumentParser()\n"
+            + "parser.add_argument('--use_deepspeed', action='store_true')\n"
+            + "args = parser.parse_args()\n"
+            + "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n",
+            8,
+            5,
+        ),
+        Example(
+            _HF
+            + "from accelerate import FullyShardedDataParallelPlugin\n"
+            + "plugin = FullyShardedDataParallelPlugin(sharding_strategy=args.sharding)\n"
+            + "if accelerator.is_main_process:\n"
+            + "    state = accelerator.get_state_dict(model)\n",
+            6,
+            13,
+        ),
     )
     good = (
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",

@@ -110,15 +110,29 @@ GATHERING_FUNCTIONS = frozenset(
     or name.rsplit(".", 1)[-1] in ("gather", "gather_object", "reduce")
 )
 
-#: Words that show a script means to run on a sharding backend.
+#: Words that show a script means to run on a sharding backend, also turned on through its own
+#: flag or config (``--deepspeed``, ``args.use_fsdp``, a plugin built from args).
 _MENTIONS = {
-    FSDP: ("FSDP", "fsdp_plugin", "FullyShardedDataParallel", "fully_shard"),
+    FSDP: (
+        "FSDP",
+        "fsdp_plugin",
+        "FullyShardedDataParallel",
+        "fully_shard",
+        "--fsdp",
+        "use_fsdp",
+        "args.fsdp",
+        "config.fsdp",
+    ),
     DEEPSPEED: (
         "DEEPSPEED",
         "deepspeed_plugin",
         "DeepSpeedPlugin",
         "import deepspeed",
         "zero_stage",
+        "--deepspeed",
+        "use_deepspeed",
+        "args.deepspeed",
+        "config.deepspeed",
     ),
 }
 
