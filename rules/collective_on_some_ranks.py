@@ -14,9 +14,11 @@ _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accele
 class CollectiveOnSomeRanks(Rule):
     """A collective (``wait_for_everyone``, ``gather``, ``reduce``, ``main_process_first``,
     ``save_state`` under DeepSpeed/FSDP or accelify's runtime, ``get_state_dict`` under FSDP
-    and ZeRO-3...) inside a block only some ranks enter, directly or through a function of the
-    script. Those ranks wait for the others, who never arrive: the job hangs until the timeout,
-    30 minutes later. A guard that lets every rank in where the call is a collective
+    and ZeRO-3, the forward or ``generate`` of a prepared model under FSDP...) inside a block
+    only some ranks enter, directly or through a function of the script. A backend counts when
+    the script names it, also through its own flag (``--deepspeed``, ``args.use_fsdp``). Those
+    ranks wait for the others, who never arrive: the job hangs until the timeout, 30 minutes
+    later. A guard that lets every rank in where the call is a collective
     (``is_main_process or distributed_type == DistributedType.DEEPSPEED``) is right."""
 
     code = "ACC202"
@@ -68,9 +70,35 @@ class CollectiveOnSomeRanks(Rule):
             6,
             13,
         ),
+        # evaluation on the main process only, through a model FSDP shards
+        Example(
+            _HF
+            + "import torch\nfrom accelerate import FullyShardedDataParallelPlugin\n"
+            + "plugin = FullyShardedDataParallelPlugin()\n"
+            + "model, loader = accelerator.prepare(model, loader)\n\n\n"
+            + "def evaluate(net, batches):\n    with torch.no_grad():\n"
+            + "        return [net(x) for x, y in batches]\n\n\n"
+            + "if accelerator.is_main_process:\n    outputs = evaluate(model, loader)\n",
+            15,
+            15,
+        ),
+        Example(
+            _HF
+            + "import torch\nparser.add_argument('--fsdp', action='store_true')\n"
+            + "model = accelerator.prepare(model)\n"
+            + "if accelerator.is_main_process:\n    with torch.no_grad():\n"
+            + "        samples = model.generate(prompt)\n",
+            8,
+            19,
+        ),
     )
     good = (
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",
+        # the same evaluation on DDP: every rank holds the whole model
+        _HF
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "if accelerator.is_main_process:\n    with torch.no_grad():\n"
+        + "        outputs = [model(x) for x, y in loader]\n",
         _HF
         + "if accelerator.is_main_process or "
         + "accelerator.distributed_type == DistributedType.DEEPSPEED:\n"
@@ -99,13 +127,26 @@ class CollectiveOnSomeRanks(Rule):
             if not hang_on:
                 continue
             name = _called(use.collective)
+            forward = facts_of(script).flow.forward_of_prepared(use.collective)
             where = f"under {named(hang_on)}" if hang_on != in_view else ""
-            if use.through_helper:
+            if use.through_helper and forward:
+                text = (
+                    f"Call {_called(use.call)}() on every rank: it runs {name}() (line "
+                    f"{script.line(use.collective)}), the forward of a model sharded under FSDP, "
+                    "which waits for the other ranks' parameters (hang)"
+                )
+            elif use.through_helper:
                 helper = _called(use.call)
                 line = script.line(use.collective)
                 text = (
                     f"Call {helper}() on every rank: it reaches {name}() (line {line}), a "
                     f"collective{' ' + where if where else ''}, and the other ranks never do (hang)"
+                )
+            elif forward:
+                text = (
+                    f"Run {name}() on every rank (gather the results for the main process): the "
+                    "model is sharded under FSDP, and its forward waits for the "
+                    "other ranks' parameters (hang)"
                 )
             else:
                 text = (

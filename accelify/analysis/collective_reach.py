@@ -1,5 +1,6 @@
 """Where a script calls a collective, directly or through its own functions, and on which
-backends some ranks skip it: what ACC202 (a hang) and ACC206 (one rank's save) report."""
+backends some ranks skip it: what ACC202 (a hang) and ACC206 (one rank's save) report. The
+forward of a prepared model counts: under FSDP it gathers parameters from every rank."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.analysis.collectives import EVERY_BACKEND, collective_backends
+from accelify.analysis.collectives import EVERY_BACKEND, SHARDED_FORWARD, collective_backends
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
@@ -34,6 +35,7 @@ class CollectiveReach:
         self.model = model
         self.placement = placement
         self.guards = guards
+        self.flow = flow
         self.accelerators = flow.names_of(Kind.ACCELERATOR)
         self._reached: dict[cst.FunctionDef, list[tuple[cst.Call, frozenset[str]]]] = {}
 
@@ -67,6 +69,8 @@ class CollectiveReach:
 
     def _collectives_of(self, call: cst.Call) -> list[tuple[cst.Call, frozenset[str]]]:
         backends = collective_backends(self.model, call, self.accelerators)
+        if not backends and self.flow.forward_of_prepared(call):
+            backends = SHARDED_FORWARD
         if backends:
             return [(call, backends)]
         function = self._local_function(call)

@@ -28,6 +28,9 @@ DDP, FSDP, DEEPSPEED, ZERO3 = "ddp", "fsdp", "deepspeed", "deepspeed-zero3"
 EVERY_BACKEND = frozenset({DDP, FSDP, DEEPSPEED, ZERO3})
 SHARDING = frozenset({FSDP, DEEPSPEED, ZERO3})
 FULL_WEIGHTS_GATHERED = frozenset({FSDP, ZERO3})
+#: The forward (or ``generate``) of a prepared model: FSDP gathers each layer's parameters
+#: from every rank as it runs, so a forward on one rank waits for the others.
+SHARDED_FORWARD = frozenset({FSDP})
 BACKEND_NAMES = {DDP: "DDP", FSDP: "FSDP", DEEPSPEED: "DeepSpeed", ZERO3: "DeepSpeed ZeRO-3"}
 
 

@@ -120,6 +120,18 @@ class ObjectFlow:
         prepared = self.model.prepared_names
         return name in prepared or self.outer_name(name, call) in prepared
 
+    def forward_of_prepared(self, call: cst.Call) -> bool:
+        """``model(x)`` or ``model.generate(x)`` of an object ``prepare`` returned (here or at a
+        helper's call site): under FSDP its forward gathers each layer's parameters from every
+        rank."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "generate":
+            name = dotted(func.value)
+        else:
+            name = dotted(func)
+        prepared = self.model.prepared_names
+        return name is not None and (name in prepared or self.outer_name(name, call) in prepared)
+
     def derived_batch_names(self, loop: Loop) -> set[str]:
         """Names unpacked or indexed out of the batch at the top of the loop body."""
         batch = set(loop.batch_names)
