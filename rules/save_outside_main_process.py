@@ -2,7 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis import names
+from accelify.analysis import names, side_effects
 from accelify.analysis.collectives import EVERY_BACKEND, backends_in_view, named
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
@@ -82,6 +82,8 @@ class SaveOutsideMainProcess(Rule):
         for effect in facts_of(script).repeated_effects:
             if effect.deletes or not effect.backends & in_view:
                 continue
+            if side_effects.uploads(script, effect.effect):
+                continue  # ACC207
             yield self.finding(
                 script,
                 effect.reported,
