@@ -32,6 +32,11 @@ class RankDependence:
     def under_rank_guard(self, node: cst.CSTNode) -> bool:
         return self.model.under_rank_guard(node)
 
+    def is_rank_test(self, test: cst.BaseExpression) -> bool:
+        """``accelerator.is_main_process``, ``rank == 0``, a name set from one: true on some
+        ranks only, on every backend."""
+        return not self.backend_guards.truth(test).agree
+
     def per_process_breaks(self) -> Iterator[tuple[cst.If, cst.SimpleStatementLine]]:
         """``if <value this rank computed>: break`` inside a loop: other ranks would hang."""
         for node in self.placement.all_nodes():

@@ -61,6 +61,20 @@ def writes(model: ScriptModel, placement: Placement, with_torch_save: bool = Fal
     return found
 
 
+def once_per_run(model: ScriptModel, call: cst.Call) -> bool:
+    """A call that must run on one rank: it writes, deletes or uploads files, or reads the
+    terminal (``input()``: only the launcher's first process has one)."""
+    qualified = model.call_names(call)
+    return (
+        bool(qualified & (names.FILE_WRITERS | names.TORCH_SAVE | {"builtins.input"}))
+        or (
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in names.FILE_WRITING_METHODS
+        )
+        or uploads(model, call)
+    )
+
+
 def uploads(model: ScriptModel, call: cst.Call) -> bool:
     """An upload to the Hub: ``api.upload_folder(...)``, ``model.push_to_hub(...)``,
     ``create_repo(...)`` from ``huggingface_hub``. Not ``create_repo(..., exist_ok=True)`` (every
