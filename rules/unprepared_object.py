@@ -80,6 +80,18 @@ class UnpreparedObject(Rule):
             13,
             5,
         ),
+        # built after prepare, but sized by the loader that was never prepared (total steps)
+        Example(
+            HEADER
+            + _OBJECTS
+            + "model, optimizer, train_loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
+            + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
+            + _LOOP.replace("in loader", "in train_loader")
+            + "    scheduler.step()\n",
+            15,
+            5,
+        ),
         # built after prepare but stepped on every batch inside accumulate(): the prepared
         # optimizer skips the steps that only accumulate, the scheduler does not
         Example(

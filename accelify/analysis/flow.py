@@ -167,16 +167,26 @@ class ObjectFlow:
 
     def sized_per_process_and_stepped_with_optimizer(self, step: cst.Call) -> bool:
         """``scheduler.step()`` of an unprepared scheduler that needs no preparing: built after
-        ``accelerator.prepare`` (so from the prepared optimizer, sized from the prepared loader's
-        per-process length) and stepped right beside the optimizer's step, in the same block,
-        outside ``accumulate()`` (where the prepared optimizer skips steps the scheduler would
-        not) unless under ``if accelerator.sync_gradients``."""
+        ``accelerator.prepare`` (so from the prepared optimizer), sized from the prepared loader's
+        per-process length (``len()`` of a name ``prepare`` returned, if any), and stepped right
+        beside the optimizer's step, in the same block, outside ``accumulate()`` (where the
+        prepared optimizer skips steps the scheduler would not) unless under ``if
+        accelerator.sync_gradients``."""
         owner = dotted(step.func.value) if isinstance(step.func, cst.Attribute) else None
         bindings = [b for b in self.model.of_kind(Kind.SCHEDULER) if b.name == owner]
         prepares = [self.model.order(call.call) for call in self.model.prepare_calls]
         if len(bindings) != 1 or not prepares:
             return False
         if self.model.order(bindings[0].assign) < min(prepares):
+            return False
+        prepared = self.model.prepared_names
+        if any(  # sized from a loader that was never prepared under that name: total steps
+            isinstance(node, cst.Call)
+            and dotted(node.func) == "len"
+            and node.args
+            and dotted(node.args[0].value) not in prepared
+            for node in walk(bindings[0].value)
+        ):
             return False
         statement = self.model.parent(step)
         line = self.model.parent(statement) if isinstance(statement, cst.Expr) else None
