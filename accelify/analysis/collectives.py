@@ -136,6 +136,7 @@ _MENTIONS = {
         "use_deepspeed",
         "args.deepspeed",
         "config.deepspeed",
+        "ds_config",
     ),
 }
 
