@@ -76,8 +76,8 @@ class CollectiveOnSomeRanks(Rule):
             + "import torch\nfrom accelerate import FullyShardedDataParallelPlugin\n"
             + "plugin = FullyShardedDataParallelPlugin()\n"
             + "model, loader = accelerator.prepare(model, loader)\n\n\n"
-            + "def evaluate(net, batches):\n    with torch.no_grad():\n"
-            + "        return [net(x) for x, y in batches]\n\n\n"
+            + "def evaluate(model, batches):\n    with torch.no_grad():\n"
+            + "        return [model(x) for x, y in batches]\n\n\n"
             + "if accelerator.is_main_process:\n    outputs = evaluate(model, loader)\n",
             15,
             15,
@@ -94,6 +94,18 @@ class CollectiveOnSomeRanks(Rule):
     )
     good = (
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",
+        # a model loaded for evaluation on the main process, not the prepared one
+        _HF
+        + "import torch\nfrom accelerate import FullyShardedDataParallelPlugin\n\n\n"
+        + "def train():\n    model = accelerator.prepare(Net())\n\n\n"
+        + "def export():\n    model = Net.from_pretrained('out')\n"
+        + "    if accelerator.is_main_process:\n        print(model(sample))\n",
+        # the helper's parameter shadows the prepared model: a teacher never prepared
+        _HF
+        + "import torch\nfrom accelerate import FullyShardedDataParallelPlugin\n"
+        + "model = accelerator.prepare(model)\n\n\n"
+        + "def score(model, x):\n    return model(x)\n\n\n"
+        + "if accelerator.is_main_process:\n    print(score(teacher, sample))\n",
         # the same evaluation on DDP: every rank holds the whole model
         _HF
         + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"

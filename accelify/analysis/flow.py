@@ -129,8 +129,31 @@ class ObjectFlow:
             name = dotted(func.value)
         else:
             name = dotted(func)
-        prepared = self.model.prepared_names
-        return name is not None and (name in prepared or self.outer_name(name, call) in prepared)
+        if name is None:
+            return False
+        here = self.model.order(call)
+        scopes = {id(s) for s in self.model.ancestors(call) if isinstance(s, cst.FunctionDef)}
+        prepared_above = {
+            output
+            for prepare in self.model.prepare_calls
+            if self.model.order(prepare.call) < here
+            and (
+                isinstance(self.model.scope_of(prepare.call), cst.Module)
+                or id(self.model.scope_of(prepare.call)) in scopes
+            )
+            for output in prepare.outputs
+        }
+        function = self.placement.enclosing_function(call)
+        parameters = (
+            {p.name.value for p in function.params.params + function.params.kwonly_params}
+            if function is not None
+            else set()
+        )
+        if name in parameters:  # a helper's parameter: prepared if what its callers pass is
+            return bool(self.placement.callers(function)) and (  # type: ignore[arg-type]
+                self.outer_name(name, call) in self.model.prepared_names
+            )
+        return name in prepared_above
 
     def derived_batch_names(self, loop: Loop) -> set[str]:
         """Names unpacked or indexed out of the batch at the top of the loop body."""
