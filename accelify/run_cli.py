@@ -3,6 +3,7 @@ they run (each says how to install it when it is missing), never when they are i
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,16 +12,48 @@ import click
 
 from accelify.errors import UserError, fail
 from accelify.requirements import require_runtime
+from accelify.runtime.launch import hf_flags
+from accelify.runtime.launch.config import RDZV_BACKENDS
 from accelify.runtime.options import launch_flags
 
 
-@click.command(context_settings={"allow_interspersed_args": False})
+class _LaunchCommand(click.Command):
+    """`accelify launch`: reads HF's `accelerate launch` command lines as written (see
+    `accelify.runtime.launch.hf_flags`), and groups its help as HF does."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value = {
+            spelling: not (param.is_flag or param.count)
+            for param in self.params
+            if isinstance(param, click.Option)
+            for spelling in (*param.opts, *param.secondary_opts)
+        }
+        try:
+            args = hf_flags.rewrite(args, takes_value)
+        except UserError as error:
+            fail(error)
+        return super().parse_args(ctx, args)
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        records: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
+            if record is not None:
+                group = hf_flags.GROUP_OF.get(param.name or "", "Options")
+                records.setdefault(group, []).append(record)
+        for group, rows in hf_flags.help_sections(records):
+            with formatter.section(group):
+                formatter.write_dl(rows)
+
+
+@click.command(cls=_LaunchCommand, context_settings={"allow_interspersed_args": False})
 @click.option(
     "-n",
     "--num-processes",
     "--num_processes",
     type=click.IntRange(min=1),
-    help="Processes per machine (default: the config file, else one per GPU, else 1).",
+    help="Processes in all, over every machine, as in HF Accelerate (default: the config file, "
+    "else one per GPU of each machine, else 1 per machine).",
 )
 @click.option(
     "--num-machines",
@@ -38,13 +71,19 @@ from accelify.runtime.options import launch_flags
 @click.option(
     "--main-process-port",
     "--main_process_port",
-    type=click.IntRange(1, 65535),
-    help="Port on machine 0 (default: a free port when on one machine).",
+    type=click.IntRange(0, 65535),
+    help="Port on machine 0 (default, or 0: a free port when on one machine).",
+)
+@click.option(
+    "--num-cpu-threads-per-process",
+    "--num_cpu_threads_per_process",
+    type=click.IntRange(min=1),
+    help="OMP_NUM_THREADS of each rank (default: on the CPU, the cores shared out).",
 )
 @click.option(
     "--mixed-precision",
     "--mixed_precision",
-    type=click.Choice(["no", "bf16", "fp16"]),
+    type=click.Choice(["no", "bf16", "fp16", "fp8"]),
     help="Precision for Accelerator(mixed_precision=None).",
 )
 @click.option(
@@ -55,6 +94,8 @@ from accelify.runtime.options import launch_flags
 )
 @click.option(
     "--cpu",
+    "--use-cpu",
+    "--use_cpu",
     "use_cpu",
     is_flag=True,
     default=None,
@@ -73,16 +114,78 @@ from accelify.runtime.options import launch_flags
     help="Restart the whole group this many times when a rank fails.",
 )
 @click.option(
+    "--gpu-ids",
+    "--gpu_ids",
+    metavar="IDS",
+    help="GPUs of this machine to run on, comma-separated (CUDA_VISIBLE_DEVICES of the ranks; "
+    "default: all); the processes default to one per id.",
+)
+@click.option(
+    "--rdzv-backend",
+    "--rdzv_backend",
+    type=click.Choice(RDZV_BACKENDS),
+    help="torchrun's rendezvous: static (default: fixed machine ranks) or a dynamic one, found "
+    "at --main-process-ip:--main-process-port.",
+)
+@click.option("--rdzv-conf", "--rdzv_conf", help="torchrun's rendezvous settings: key=value,...")
+@click.option(
+    "--monitor-interval",
+    "--monitor_interval",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="How often torchrun's agent checks the ranks (default 0.1).",
+)
+@click.option(
+    "-t",
+    "--tee",
+    help="Also copy the ranks' output to files under --log-dir: 0 none, 1 stdout, 2 stderr, 3 "
+    "both, or per local rank (0:3,1:1).",
+)
+@click.option(
+    "--log-dir",
+    "--log_dir",
+    type=click.Path(file_okay=False),
+    help="Directory for torchrun's per-rank logs.",
+)
+@click.option("--role", help="Name of the ranks' role in torchrun's logs (default: default).")
+@click.option(
+    "--hang-timeout",
+    "--hang_timeout",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Seconds a rank may wait in a collective that a peer has not reached before the run "
+    "is stopped with every rank's place and the stragglers' stacks (default 300; 0: off).",
+)
+@click.option(
     "--config-file",
     "--config_file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="YAML config (default: ~/.config/accelify/config.yaml when it exists).",
 )
 @click.option("-m", "--module", is_flag=True, help="SCRIPT is a module name, as in `python -m`.")
+@click.option(
+    "--no-python",
+    "--no_python",
+    is_flag=True,
+    help="SCRIPT is an executable, run without python (as torchrun's --no-python).",
+)
+@click.option(
+    "--debug",
+    is_flag=True,
+    default=None,
+    help="HF's debug mode in every rank: collectives first check that all ranks pass tensors "
+    "of the same shapes (ACCELIFY_DEBUG_MODE).",
+)
+@hf_flags.click_options
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch(
-    config_file: Path | None, module: bool, script: str, script_args: tuple[str, ...], **flags: Any
+    config_file: Path | None,
+    module: bool,
+    no_python: bool,
+    script: str,
+    script_args: tuple[str, ...],
+    **flags: Any,
 ) -> None:
     """Run SCRIPT on N processes (torchrun's elastic agent; gloo on CPU, nccl on GPU).
 
@@ -103,12 +206,14 @@ def launch(
     from accelify.runtime.launch.launcher import launch as run_plan
 
     try:
+        flags = hf_flags.resolve(flags)
         require_runtime("accelify launch")
         path = config_file or default_config_path()
         if config_file is not None and not config_file.exists():
             raise UserError("config file not found", str(config_file))
         file_config = load_config(path) if path.exists() else LaunchConfig()
-        plan = LaunchPlan(merge(file_config, flags), script, script_args, module)
+        config = merge(file_config, flags, os.environ)
+        plan = LaunchPlan(config, script, script_args, module, no_python)
         sys.exit(run_plan(plan))
     except UserError as error:
         fail(error)

@@ -17,7 +17,8 @@ class SaveOutsideMainProcess(Rule):
     """A file written on every rank (``torch.save``, ``save_pretrained``, safetensors'
     ``save_file``, ``np.save``, ``json.dump``, ``save_image``, ``savefig``...): N processes write
     the same path at once, the writes race, and a reader can see a truncated file. A helper that
-    writes counts where it is called on every rank. ``accelerator.save`` writes on the main
+    writes counts where it is called on every rank; a path made per process (a temporary
+    directory, a pid) is a file of each rank's own. ``accelerator.save`` writes on the main
     process only, to a temporary name that is then renamed."""
 
     code = "ACC201"
@@ -67,6 +68,11 @@ class SaveOutsideMainProcess(Rule):
         + "model.save_pretrained('out', is_main_process=accelerator.is_main_process, "
         + "save_function=accelerator.save)\n",
         HEADER + "import numpy as np\nnp.save(f'preds_{accelerator.process_index}.npy', p)\n",
+        # a path made per process: each rank writes (and reads back) a file of its own
+        HEADER
+        + "import os, tempfile, torch\nwith tempfile.TemporaryDirectory() as tmp:\n"
+        + "    path = os.path.join(tmp, 'best.pt')\n    torch.save(state, path)\n"
+        + "    state = torch.load(path)\n",
         HEADER
         + "import torch\n\n\ndef save(path):\n    if not accelerator.is_main_process:\n"
         + "        return\n    torch.save(state, path)\n\n\nsave('a.pt')\n",

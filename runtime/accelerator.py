@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
+from accelify.runtime import collective_record, operations, pending_work, tracking
 from accelify.runtime import kwargs_handlers as kwargs_handlers_module
-from accelify.runtime import operations, pending_work, tracking
 from accelify.runtime.accelerator_checkpoints import CheckpointMethods
 from accelify.runtime.backends import create_backend
 from accelify.runtime.data import PreparedDataLoader
@@ -212,11 +212,14 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             raise ValueError("device_placement needs one entry per object passed to prepare()")
         results: list[Any] = list(objects)
         self._companions = objects
+        # wrapping a model communicates (DDP checks and broadcasts its parameters)
+        wraps_models = self.process.distributed and any(map(_is_model, objects))
         try:
-            for kind in (_is_model, _is_optimizer, _is_dataloader, _is_scheduler):
-                for index, obj in enumerate(objects):
-                    if kind(obj):
-                        results[index] = self._prepare_one(obj, placements[index])
+            with collective_record.during("prepare" if wraps_models else None):
+                for kind in (_is_model, _is_optimizer, _is_dataloader, _is_scheduler):
+                    for index, obj in enumerate(objects):
+                        if kind(obj):
+                            results[index] = self._prepare_one(obj, placements[index])
         finally:
             self._companions = ()
         return results[0] if len(results) == 1 else tuple(results)
@@ -267,6 +270,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             self.gradient_state,
             self.num_processes,
             step_with_optimizer=self.step_scheduler_with_optimizer,
+            split_batches=self.split_batches,
         )
         self._schedulers.append(scheduler)
         return scheduler
@@ -292,8 +296,14 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             loss = loss / self.gradient_accumulation_steps
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
-        with pending_work.tracked(self.process.distributed):
-            self.backend.backward(loss, self.sync_gradients, **kwargs)
+        sync = self.sync_gradients
+        with (
+            collective_record.backward_pass(
+                lambda: self.backend.reduces_in_backward(self._models, sync)
+            ),
+            pending_work.tracked(self.process.distributed),
+        ):
+            self.backend.backward(loss, sync, **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:

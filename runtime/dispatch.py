@@ -63,8 +63,10 @@ def dispatched(
 def _split_rounds(
     loader: Iterable[Any], world: int, even_batches: bool, drop_last: bool, record: ShardPass
 ) -> Iterator[list[Any]]:
-    """Each batch cut into ``world`` equal row slices; a short last batch completed with rows
-    of the first batch under ``even_batches``."""
+    """Each batch cut into ``world`` equal row slices. A short last batch is completed with rows
+    of the first batch: to the full batch size under ``even_batches``, else (HF's
+    `DataLoaderDispatcher`) only up to the next multiple of ``world``, so every rank still gets
+    a slice, of equal size, and steps as often as the DataLoader has batches."""
     first: Any = None
     size = 0
     for batch in loader:
@@ -76,12 +78,10 @@ def _split_rounds(
             continue
         if drop_last:
             return
-        if even_batches:
-            record.padding = size - rows
+        record.padding = size - rows if even_batches else -rows % world
+        if record.padding:
             batch = _concat_rows(batch, first, record.padding)
-            yield _slices(batch, world)
-        else:
-            yield [piece for piece in _slices(batch, world) if (first_dim(piece) or 0) > 0]
+        yield _slices(batch, world)
         return
 
 

@@ -18,6 +18,8 @@ USE_CPU = "ACCELIFY_USE_CPU"
 BACKEND = "ACCELIFY_BACKEND"
 BACKEND_OPTIONS = "ACCELIFY_BACKEND_OPTIONS"
 FAILURE_DIR = "ACCELIFY_FAILURE_DIR"
+RANK_TRACEBACKS = "ACCELIFY_RANK_TRACEBACKS"
+DEBUG_MODE = "ACCELIFY_DEBUG_MODE"
 
 #: Every variable of the contract, with what it means; `accelify env` and the README list these.
 DOCUMENTED = {
@@ -26,7 +28,9 @@ DOCUMENTED = {
     USE_CPU: "true | false: force the CPU even where CUDA is available",
     BACKEND: "ddp | fsdp | deepspeed: the engine that wraps prepared models",
     BACKEND_OPTIONS: "JSON: the chosen backend's options (sharding, offload, ZeRO stage, ...)",
-    FAILURE_DIR: "a directory: each rank records its uncaught exception there (set by launch)",
+    FAILURE_DIR: "a directory: each rank records its exception and collectives there (by launch)",
+    RANK_TRACEBACKS: "true: a rank prints its own traceback too (set by launch with --tee)",
+    DEBUG_MODE: "true: collectives first check that every rank passes the same shapes",
 }
 
 MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
@@ -51,6 +55,10 @@ class LaunchSettings:
     use_cpu: bool = False
     backend: str = "ddp"
     backend_options: str = ""  # JSON, see accelify.runtime.options
+    debug: bool = False
+    # standard variables the launcher also sets for the ranks
+    cpu_threads: int | None = None  # OMP_NUM_THREADS
+    visible_gpus: str | None = None  # CUDA_VISIBLE_DEVICES
 
     def to_env(self) -> dict[str, str]:
         env = {
@@ -58,6 +66,12 @@ class LaunchSettings:
             BACKEND: self.backend,
             BACKEND_OPTIONS: self.backend_options,
         }
+        if self.debug:
+            env[DEBUG_MODE] = "true"
+        if self.cpu_threads is not None:
+            env["OMP_NUM_THREADS"] = str(self.cpu_threads)
+        if self.visible_gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.visible_gpus
         if self.mixed_precision is not None:
             env[MIXED_PRECISION] = self.mixed_precision
         if self.gradient_accumulation_steps is not None:
@@ -82,4 +96,5 @@ class LaunchSettings:
             use_cpu=parse_bool(environ.get(USE_CPU, "false")),
             backend=backend,
             backend_options=environ.get(BACKEND_OPTIONS, ""),
+            debug=parse_bool(environ.get(DEBUG_MODE, "false")),
         )

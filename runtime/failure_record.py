@@ -4,8 +4,9 @@ When one rank raises, its peers fail a moment later with "Connection closed by p
 next collective, and torch's agent sees them all fail in the same poll, with timestamps in whole
 seconds: it cannot tell cause from consequence. A rank knows the exact time of its own exception,
 so it writes it down (``ACCELIFY_FAILURE_DIR``, set by `accelify launch`), and the launcher names
-the earliest. With ``--max-restarts`` records go to one folder per attempt: the run fails only
-once the restarts are spent, so only the last attempt's count. Nothing here imports torch: the
+the earliest that is not a consequence of a peer's leaving (`PEER_GONE`). With
+``--max-restarts`` records go to one folder per attempt: the run fails only once the restarts
+are spent, so only the last attempt's count. Nothing here imports torch: the
 launcher reads the records.
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from accelify.runtime.environment import FAILURE_DIR
+from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,32 @@ class Failure:
 ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
 
 
+#: What a rank raises when a peer has gone (exited, crashed, been stopped): it is a victim, and
+#: the cause is elsewhere. Gloo, NCCL and the rendezvous store each say it their own way.
+PEER_GONE = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Connection refused",
+    "DistStoreError",
+    "Socket Timeout",
+    "failed to recv, got 0 bytes",
+    "NCCL communicator was aborted",
+    "remote process exited or there was a network error",
+    "Timed out waiting",
+)
+
+
+def is_peer_gone(summary: str) -> bool:
+    return any(words in summary for words in PEER_GONE)
+
+
 def install(rank: int, on_exception: Callable[[], None]) -> None:
     """Chain a `sys.excepthook` that records the exception (when launched by accelify) and calls
-    `on_exception`, then shows the traceback as before. An interrupt the launcher forwarded
+    `on_exception`. A recorded traceback is printed once, by the launcher, with the ranks it
+    took down named in one line each; a rank prints its own only when the launcher will not
+    (no record, or an elastic restart is still to come) or when its output is kept apart
+    (``--tee``: each rank's log file holds its own traceback). An interrupt the launcher forwarded
     (Ctrl-C) is not a failure of this rank: no record, and no traceback on every rank."""
     previous: ExceptHook = sys.excepthook
     directory = os.environ.get(FAILURE_DIR)
@@ -56,14 +80,21 @@ def install(rank: int, on_exception: Callable[[], None]) -> None:
         on_exception()
         if directory and issubclass(kind, KeyboardInterrupt):
             return
-        if directory:
-            _write(Path(directory), rank, error)
+        recorded = directory and _write(Path(directory), rank, error)
+        if recorded and not _restarts_left() and not os.environ.get(RANK_TRACEBACKS):
+            return
         previous(kind, error, tb)
 
     sys.excepthook = hook
 
 
-def _write(directory: Path, rank: int, error: BaseException) -> None:
+def _restarts_left() -> bool:
+    restarts = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return restarts.isdigit() and attempt.isdigit() and int(attempt) < int(restarts)
+
+
+def _write(directory: Path, rank: int, error: BaseException) -> bool:
     record = {
         "rank": rank,
         "time_ns": time.time_ns(),
@@ -77,12 +108,11 @@ def _write(directory: Path, rank: int, error: BaseException) -> None:
         temporary.write_text(json.dumps(record), encoding="utf-8")
         os.replace(temporary, attempt / f"{rank}.json")
     except OSError:
-        pass  # the record only improves the launcher's report; the traceback still prints
+        return False  # the record only improves the launcher's report; the rank prints it
+    return True
 
 
-def first_failure(directory: Path, attempt: int, ranks: set[int]) -> Failure | None:
-    """The earliest exception recorded in `attempt` among `ranks` (the ones the agent saw
-    fail)."""
-    failures = [Failure.read(directory / str(attempt) / f"{rank}.json") for rank in ranks]
-    recorded = [failure for failure in failures if failure is not None]
-    return min(recorded, key=lambda failure: failure.time_ns, default=None)
+def recorded_failures(directory: Path, attempt: int, ranks: set[int]) -> dict[int, Failure]:
+    """The exceptions recorded in `attempt` by `ranks` (the ones the agent saw fail)."""
+    found = {rank: Failure.read(directory / str(attempt) / f"{rank}.json") for rank in ranks}
+    return {rank: failure for rank, failure in found.items() if failure is not None}

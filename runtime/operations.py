@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from accelify.runtime import pending_work
+from accelify.runtime import collective_record, pending_work
 from accelify.runtime.state import debug_mode
 
 Operation = TypeVar("Operation", bound=Callable[..., Any])
@@ -99,6 +99,7 @@ def same_shapes_in_debug_mode(operation: Operation) -> Operation:
     return checked  # type: ignore[return-value]
 
 
+@collective_record.collective("gather")
 @pending_work.tracks
 def gather(data: Any) -> Any:
     """Concatenate every rank's tensors along the first dimension, in rank order."""
@@ -107,6 +108,7 @@ def gather(data: Any) -> Any:
     return apply_to_tensors(_gather_one, data)
 
 
+@collective_record.collective("gather_object")
 @pending_work.tracks
 def gather_object(obj: Any) -> list[Any]:
     """Every rank's picklable object; lists are flattened, like Accelerate's."""
@@ -119,6 +121,7 @@ def gather_object(obj: Any) -> list[Any]:
     return gathered
 
 
+@collective_record.collective("reduce")
 @pending_work.tracks
 @same_shapes_in_debug_mode
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
@@ -139,6 +142,7 @@ def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     return apply_to_tensors(reduce_one, data)
 
 
+@collective_record.collective("broadcast")
 @pending_work.tracks
 @same_shapes_in_debug_mode
 def broadcast(data: Any, from_process: int = 0) -> Any:
@@ -151,6 +155,7 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
     return apply_to_tensors(broadcast_one, data)
 
 
+@collective_record.collective("pad_across_processes")
 @pending_work.tracks
 def pad_across_processes(
     data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
@@ -182,6 +187,7 @@ def pad_across_processes(
     return apply_to_tensors(pad_one, data)
 
 
+@collective_record.collective("broadcast_object_list")
 @pending_work.tracks
 def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any]:
     """Every rank's list replaced, in place, by the ``from_process`` rank's objects."""

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from accelify.runtime import pending_work
+from accelify.runtime import collective_record, pending_work
 from accelify.runtime.environment import LaunchSettings
 from accelify.runtime.kwargs_handlers import DistributedType
 from accelify.runtime.state import ProcessState, shared_state
@@ -73,6 +73,7 @@ class ProcessMethods:
     def use_distributed(self) -> bool:
         return self.process.distributed
 
+    @collective_record.collective("wait_for_everyone")
     @pending_work.tracks
     def wait_for_everyone(self) -> None:
         if self.process.distributed:

@@ -16,8 +16,8 @@ from typing import ClassVar
 import torch
 import torch.distributed as dist
 
-from accelify.runtime import failure_record, pending_work
-from accelify.runtime.environment import LaunchSettings, parse_bool
+from accelify.runtime import collective_record, failure_record, pending_work
+from accelify.runtime.environment import DEBUG_MODE, LaunchSettings, parse_bool
 from accelify.runtime.kwargs_handlers import DistributedType, distributed_type_of
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
@@ -62,7 +62,7 @@ class ProcessState:
         settings = LaunchSettings.from_env()
         debug = any(
             parse_bool(os.environ.get(name, "false"))
-            for name in ("ACCELIFY_DEBUG_MODE", "ACCELERATE_DEBUG_MODE")
+            for name in (DEBUG_MODE, "ACCELERATE_DEBUG_MODE")
         )
         kind = distributed_type_of(settings.backend, world_size, device.type)
         return cls(rank, local_rank, world_size, device, backend, kind, debug)
@@ -142,15 +142,18 @@ class _ExitGuard:
     @classmethod
     def install(cls, store: dist.Store, rank: int, world_size: int) -> None:
         failure_record.install(rank, on_exception=cls.mark_crashed)
+        collective_record.install(rank)
         cls.groups.append(dist.group.WORLD)
         atexit.register(cls.close, store, rank, world_size)
 
     @classmethod
     def mark_crashed(cls) -> None:
         cls.crashed = True
+        collective_record.crashed()
 
     @classmethod
     def close(cls, store: dist.Store, rank: int, world_size: int) -> None:
+        collective_record.leaving()
         if dist.is_initialized():
             if not cls.crashed:
                 try:

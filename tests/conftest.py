@@ -85,7 +85,8 @@ def _no_user_config(
         # "Setting accelerator to CPU" warning on stdout; on a machine without GPUs, say it first.
         monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     for name in list(os.environ):
-        if name.startswith("ACCELIFY_"):
+        # SLURM_*: a suite run inside a Slurm job must not place its launches on the job's nodes
+        if name.startswith(("ACCELIFY_", "SLURM_")):
             monkeypatch.delenv(name)
 
 

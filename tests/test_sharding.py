@@ -156,3 +156,32 @@ def test_split_batches_cut_every_batch_across_the_ranks(
         for rank in (0, 1)
     ]
     assert (shards[0], shards[1], records[0].padding) == expected
+
+
+@pytest.mark.parametrize(
+    ("samples", "even_batches", "padding"),
+    [
+        (8, True, 0),
+        (9, True, 3),  # the short end completed to a full batch from the first one
+        (9, False, 1),  # HF's dispatcher: completed only to a multiple of the ranks
+        (10, False, 0),
+        (5, False, 1),
+    ],
+)
+def test_dispatched_split_batches_give_every_rank_a_slice_of_every_batch(
+    samples: int, even_batches: bool, padding: int
+) -> None:
+    """dispatch_batches + split_batches: rank 0 cuts each batch for every rank, so each rank
+    steps len(loader) times, as HF's DataLoaderDispatcher does; none is left without the last."""
+    torch = pytest.importorskip("torch")
+    from accelify.runtime.dispatch import _split_rounds
+
+    loader = list(torch.arange(samples).split(4))
+    record = ShardPass()
+    rounds = list(_split_rounds(loader, 2, even_batches, False, record))
+    assert len(rounds) == len(loader)
+    for pieces in rounds:
+        assert len(pieces) == 2 and len(pieces[0]) == len(pieces[1]) > 0
+    assert record.padding == padding
+    gathered = torch.cat([piece for pieces in rounds for piece in pieces]).tolist()
+    assert gathered[: len(gathered) - padding] == list(range(samples))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from accelify.convert import convert_source
+from accelify.verify.evaluation_code import check_evaluation_code
 from conftest import FIXTURES, assert_ok, run_accelify
 
 SCRIPTS = sorted((FIXTURES / "scripts").glob("*.py"))
@@ -125,3 +126,43 @@ def test_an_evaluation_computed_from_one_shard_fails_check_2(tmp_path: Path):
     assert check_2["passed"] is False
     assert "the evaluation loop at line 30" in check_2["verdict"]
     assert "gathers nothing" in check_2["verdict"]
+
+
+def test_a_short_run_reads_the_evaluation_from_the_code():
+    """Check 3 of a run cut short: the gathered conversion passes, the same code with its gather
+    removed fails at the line that accumulates one rank's shard."""
+    gathered = convert_source((EVALUATION / "original.py").read_bytes(), "original.py")
+    check = check_evaluation_code(gathered.converted.decode(), "original.py", steps=5)
+    assert check.passed, check.verdict
+    assert check.rows == [["29", "for x, y in eval_loader:", "gathered"]]
+    ungathered = (EVALUATION / "ungathered.py").read_text()
+    check = check_evaluation_code(ungathered, "ungathered.py", steps=5)
+    assert not check.passed
+    assert check.verdict.startswith("FAIL: converted line 32 accumulates a metric"), check.verdict
+    assert check.rows == [["30", "for x, y in eval_loader:", "ONE SHARD at line 32"]]
+
+
+@pytest.mark.distributed
+def test_the_default_run_fails_a_conversion_that_evaluates_one_shard(tmp_path: Path):
+    """The converter leaves this evaluation as it is (a review line); 5 steps end before it
+    runs, and check 3 fails it from the code instead of passing what was not run."""
+    script = EVALUATION / "left_for_review.py"
+    assert convert_source(script.read_bytes(), script).reviews  # left for review, not gathered
+    result = run_accelify("verify", script, "--json", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    check_1, check_2, check_3 = report["checks"]
+    assert check_1["passed"] and check_2["passed"]  # the steps themselves are right
+    assert check_3["passed"] is False
+    assert "accumulates a metric from this rank's shard" in check_3["verdict"]
+    assert report["verdict"] == "verdict: FAIL - check 3"
+
+
+@pytest.mark.distributed
+def test_the_default_run_says_the_evaluation_was_read_not_run(tmp_path: Path):
+    result = run_accelify("verify", EVALUATION / "original.py", cwd=tmp_path)
+    assert_ok(result)
+    assert "check 3: evaluation, read from the converted code" in result.stdout
+    assert result.stdout.rstrip().endswith(
+        "its evaluation was read from the code, not run (`--to-end` runs it)"
+    )

@@ -95,6 +95,36 @@ def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | N
     return found
 
 
+def stepped_every(loop: Loop, facts: Facts) -> cst.If | None:
+    """``if (step + 1) % accum == 0: optimizer.step()`` (or ``scaler.step(optimizer)``) in a
+    training loop, whatever else the accumulation looks like: gradients summed over several
+    backwards by hand."""
+    for node in walk(loop.node.body):
+        if not isinstance(node, cst.If) or facts.placement.enclosing_function(
+            node
+        ) is not facts.placement.enclosing_function(loop.node):
+            continue
+        modulo = any(
+            isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+            for n in walk(node.test)
+        )
+        if modulo and (_steps_optimizer(node, facts) or _scaler_steps(node, facts)):
+            return node
+    return None
+
+
+def _scaler_steps(condition: cst.If, facts: Facts) -> bool:
+    for node in walk(condition.body):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "step"
+            and facts.flow.kind_of(dotted(node.func.value), node) is Kind.SCALER
+        ):
+            return True
+    return False
+
+
 def _account_for_later_uses(found: ManualAccumulation, loop: Loop, facts: Facts) -> None:
     """Every later use in the function (or module), not only in the loop: a loss logged after
     the loop changes value too when the division goes. ``loss.item() * accum`` can be

@@ -159,3 +159,29 @@ def moved_to(call: cst.Call) -> cst.BaseExpression | None:
         (a.value for a in call.args if a.keyword is not None and a.keyword.value == "device"),
         call.args[0].value if call.args and call.args[0].keyword is None else None,
     )
+
+
+#: ``device.startswith("cuda")``: methods of a string, not of a torch.device
+_STRING_METHODS = {"startswith", "endswith", "split", "replace", "lower", "upper", "strip"}
+
+
+def read_as_string(model: ScriptModel, name: str) -> bool:
+    """``device = "cuda"`` read as the string it is: ``"cuda" in device``, ``device.split(":")``,
+    or a configurator that overrides globals by type (``exec(...)``, ``globals()``). Such a name
+    must stay a string (``str(accelerator.device)``), not become a torch.device."""
+    for node in model.orders:
+        if isinstance(node, cst.Call) and dotted(node.func) in ("exec", "globals"):
+            return True
+        if (
+            isinstance(node, cst.ComparisonTarget)
+            and isinstance(node.operator, (cst.In, cst.NotIn))
+            and dotted(node.comparator) == name
+        ):
+            return True
+        if (
+            isinstance(node, cst.Attribute)
+            and node.attr.value in _STRING_METHODS
+            and dotted(node.value) == name
+        ):
+            return True
+    return False

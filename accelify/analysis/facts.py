@@ -1,7 +1,8 @@
 """Every fact about one script that a conversion step or a lint rule asks for, built once from
-its `ScriptModel`: where things are (`placement`), where objects go (`flow`), which conditions
-the ranks agree on (`ranks`), what each evaluation loop computes and what manual accumulation
-there is. Computed on first use, then kept."""
+its `ScriptModel`: where things are (`placement`), where objects go (`flow`), which calls reach
+which functions and methods (`calls`), which conditions the ranks agree on (`ranks`), what each
+evaluation loop computes and what manual accumulation there is. Computed on first use, then
+kept."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from functools import cached_property
 import libcst as cst
 
 from accelify.analysis.accumulation import ManualAccumulation, find_manual_accumulation
+from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
+from accelify.analysis.precision import Precision, precision_of
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.shared_files import SharedFiles
 from accelify.analysis.syntax import dotted
 
 
@@ -26,6 +30,8 @@ class Facts:
         self.placement = Placement(model)
         self.flow = ObjectFlow(model, self.placement)
         self.ranks = RankDependence(model, self.placement)
+        self.calls = CallGraph(model, self.placement)
+        self.shared_files = SharedFiles(model, self.placement, self.flow, self.ranks)
 
     @cached_property
     def collective_uses(self) -> list[CollectiveUse]:
@@ -37,7 +43,9 @@ class Facts:
     @cached_property
     def repeated_effects(self) -> list[RepeatedEffect]:
         """Files every rank writes or deletes together (directly or through a helper)."""
-        return repeated_effects(self.model, self.placement, self.ranks.backend_guards)
+        return repeated_effects(
+            self.model, self.placement, self.ranks.backend_guards, self.shared_files
+        )
 
     @cached_property
     def work_loops(self) -> set[int]:
@@ -64,6 +72,12 @@ class Facts:
                 if isinstance(node, (cst.For, cst.While)):
                     marked.add(id(node))
         return marked
+
+    @cached_property
+    def precision(self) -> Precision:
+        """The script's autocasts and scalers, and the ``mixed_precision`` that means the same
+        where training is set up (or why there is none)."""
+        return precision_of(self.model, self.placement.prepare_scope())
 
     @cached_property
     def evaluations(self) -> list[Evaluation]:

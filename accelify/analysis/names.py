@@ -56,6 +56,12 @@ CLIP_FUNCTIONS = {
 NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
 TORCH_SAVE = {"torch.save"}
 INIT_PROCESS_GROUP = {"torch.distributed.init_process_group"}
+SPAWN = {"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"}
+ALL_REDUCE = {"torch.distributed.all_reduce"}
+#: ``dist.ReduceOp.X`` -> ``accelerator.reduce(..., reduction=...)`` (those HF Accelerate has too)
+REDUCTIONS = {"SUM": "sum", "AVG": "mean"}
+#: What the launcher sets for each process: a script that sets them itself would override it.
+LAUNCHER_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK"}
 DESTROY_PROCESS_GROUP = {"torch.distributed.destroy_process_group"}
 BARRIER = {"torch.distributed.barrier"}
 GET_RANK = {"torch.distributed.get_rank"}

@@ -135,7 +135,7 @@ class RankDependence:
         if isinstance(test, cst.Name):
             return (
                 test.value in counters
-                or test.value in ("True", "False", "None")
+                or test.value in ("True", "False", "None", "__name__")
                 or test.value.isupper()
             )
         if isinstance(test, cst.Subscript):

@@ -5,7 +5,8 @@ A write counts where every rank that runs it runs it together: outside any rank 
 block every rank enters on some backend (``if accelerator.is_main_process or
 accelerator.distributed_type == DistributedType.DEEPSPEED:`` under DeepSpeed). A write inside a
 function counts at the function's call sites: a helper called only under a main-process guard
-(or never called, like a hook handed to the Accelerator) writes once.
+(or never called, like a hook handed to the Accelerator) writes once. A path made per process
+(a temporary directory, a pid) is N files, none racing another.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from accelify.analysis import side_effects
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.shared_files import SharedFiles
 from accelify.analysis.syntax import dotted
 
 _MAX_DEPTH = 4
@@ -36,13 +38,15 @@ class RepeatedEffect:
 
 
 def repeated_effects(
-    model: ScriptModel, placement: Placement, guards: BackendGuards
+    model: ScriptModel, placement: Placement, guards: BackendGuards, files: SharedFiles
 ) -> list[RepeatedEffect]:
     found = []
     for write in side_effects.writes(model, placement, with_torch_save=True):
         call = write.call
         if side_effects.per_rank_path(call) or side_effects.main_process_only(call):
             continue
+        if files.unique_per_process(call):
+            continue  # a temporary directory, a pid: each rank its own file
         deletes = side_effects.deletes(model, call)
         for reported, backends in _every_rank_sites(model, placement, guards, call, 0):
             found.append(RepeatedEffect(reported, call, deletes, backends))

@@ -34,6 +34,12 @@ def convert_file(path: Path, options: Options, named: bool) -> Conversion | User
         return convert_source(data, path, options)
     except UserError as error:
         return error
+    except Exception as error:  # our bug, not the user's: one line, the file left untouched
+        return UserError(
+            f"internal error, the file is left as it is ({type(error).__name__}: {error}); "
+            "please report this file",
+            str(path),
+        )
 
 
 def convert_all(

@@ -25,6 +25,7 @@ from accelify.convert.steps import (
     prepare,
     saving,
     seeding,
+    shared_files,
     side_effects,
     unwrap,
 )
@@ -45,6 +46,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     unwrap.run,
     saving.run,
     side_effects.run,
+    shared_files.run,
     output.run,
     evaluation.run,
     accumulation.run,

@@ -31,6 +31,15 @@ class ApplyPlan(cst.CSTTransformer):
             updated_node = self._rebuild_body(original_node, updated_node)
         return updated_node
 
+    def _block_around(self, statement: cst.CSTNode) -> tuple[str, str] | None:
+        """``("if", test)`` for a guarded statement, ``("with", context)`` for one run in a
+        context manager, None for the rest."""
+        if statement in self.plan.guards:
+            return "if", self.plan.guards[statement]
+        if statement in self.plan.contexts:
+            return "with", self.plan.contexts[statement]
+        return None
+
     def _rebuild_body(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
         old_body: Sequence[cst.CSTNode] = original.body  # type: ignore[attr-defined]
         new_body: Sequence[cst.CSTNode] = updated.body  # type: ignore[attr-defined]
@@ -55,10 +64,18 @@ class ApplyPlan(cst.CSTTransformer):
                 if carried_comments:
                     new = _with_leading(new, carried_comments)
                     carried_comments = []
-                rebuilt.append((new, self.plan.guards.get(old)))
+                rebuilt.append((new, self._block_around(old)))
             after = self.plan.after.get(old, [])
             rebuilt.extend((item() if callable(item) else item, None) for item in after)
         return _with_body(updated, _fold_guards(rebuilt))
+
+
+def _block_header(kind: str, code: str, body: list[cst.CSTNode], leading) -> cst.CSTNode:
+    block = cst.IndentedBlock(body)  # type: ignore[arg-type]
+    if kind == "with":
+        item = cst.WithItem(cst.parse_expression(code))
+        return cst.With(items=[item], body=block, leading_lines=leading)
+    return cst.If(test=cst.parse_expression(code), body=block, leading_lines=leading)
 
 
 def _with_body(updated: cst.CSTNode, rebuilt: list[cst.CSTNode]) -> cst.CSTNode:
@@ -69,21 +86,20 @@ def _with_body(updated: cst.CSTNode, rebuilt: list[cst.CSTNode]) -> cst.CSTNode:
     return updated.with_changes(body=rebuilt)
 
 
-def _fold_guards(statements: list[tuple[cst.CSTNode, str | None]]) -> list[cst.CSTNode]:
-    """Consecutive statements guarded by the same test go under one ``if`` of that test."""
+def _fold_guards(
+    statements: list[tuple[cst.CSTNode, tuple[str, str] | None]],
+) -> list[cst.CSTNode]:
+    """Consecutive statements guarded by the same test go under one ``if`` of that test, and
+    consecutive ones run in the same context under one ``with``."""
     folded: list[cst.CSTNode] = []
     group: list[cst.CSTNode] = []
-    test: str | None = None
+    test: tuple[str, str] | None = None
     for node, guard in [*statements, (None, None)]:
         if group and guard != test:
             first = group[0]
-            folded.append(
-                cst.If(
-                    test=cst.parse_expression(test),  # type: ignore[arg-type]
-                    body=cst.IndentedBlock([first.with_changes(leading_lines=[]), *group[1:]]),  # type: ignore[list-item]
-                    leading_lines=getattr(first, "leading_lines", ()),
-                )
-            )
+            body = [first.with_changes(leading_lines=[]), *group[1:]]  # type: ignore[attr-defined]
+            leading = getattr(first, "leading_lines", ())
+            folded.append(_block_header(*test, body, leading))  # type: ignore[misc]
             group = []
         if node is None:
             break
@@ -117,20 +133,81 @@ def _with_leading(node: cst.CSTNode, lines: list[cst.EmptyLine]) -> cst.CSTNode:
 
 
 def _add_parameter(function: cst.FunctionDef, name: str) -> cst.FunctionDef:
-    """Add ``name`` as the last positional parameter, before any defaults' tail would break it:
-    appended as keyword-only when the function has ``*args`` or defaulted parameters."""
+    """Add ``name`` as the last positional parameter; keyword-only (after ``*`` or ``*args``)
+    when a positional one cannot follow: after defaulted parameters, ``*args`` or keyword-only
+    ones. Call sites pass it by keyword, so either binds."""
     params = function.params
+    star = params.star_arg
     existing = {
-        p.name.value for p in (*params.params, *params.kwonly_params, *params.posonly_params)
+        p.name.value
+        for p in (*params.params, *params.kwonly_params, *params.posonly_params, star)
+        if isinstance(p, cst.Param)
     }
+    if isinstance(params.star_kwarg, cst.Param):
+        existing.add(params.star_kwarg.name.value)
     if name in existing:
         return function
     new_param = cst.Param(cst.Name(name))
-    has_default = any(p.default is not None for p in params.params)
-    if has_default or params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params:
-        if params.star_arg is cst.MaybeSentinel.DEFAULT:
-            params = params.with_changes(star_arg=cst.ParamStar())
-        params = params.with_changes(kwonly_params=[*params.kwonly_params, new_param])
+    defaulted = any(p.default is not None for p in (*params.posonly_params, *params.params))
+    if defaulted or star is not cst.MaybeSentinel.DEFAULT or params.kwonly_params:
+        if star is cst.MaybeSentinel.DEFAULT:
+            star = cst.ParamStar()
+        changed = params.with_changes(
+            star_arg=star, kwonly_params=[*params.kwonly_params, new_param]
+        )
     else:
-        params = params.with_changes(params=[*params.params, new_param])
-    return function.with_changes(params=params)
+        changed = params.with_changes(params=[*params.params, new_param])
+    return function.with_changes(params=_with_commas(params, changed))
+
+
+_PARAMETER_FIELDS = ("posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params")
+
+
+def _elements(params: cst.Parameters) -> list[tuple[str, int]]:
+    """(field, index) of each comma-bearing part of a signature, in source order."""
+    found = []
+    for name in (*_PARAMETER_FIELDS, "star_kwarg"):
+        value = getattr(params, name)
+        if isinstance(value, (list, tuple)):
+            found += [(name, index) for index in range(len(value))]
+        elif isinstance(value, (cst.Param, cst.ParamStar, cst.ParamSlash)):
+            found.append((name, -1))
+    return found
+
+
+def _get(params: cst.Parameters, where: tuple[str, int]) -> cst.CSTNode:
+    value = getattr(params, where[0])
+    return value if where[1] < 0 else value[where[1]]
+
+
+def _set(params: cst.Parameters, where: tuple[str, int], node: cst.CSTNode) -> cst.Parameters:
+    name, index = where
+    if index < 0:
+        return params.with_changes(**{name: node})
+    items = list(getattr(params, name))
+    items[index] = node
+    return params.with_changes(**{name: items})
+
+
+def _with_commas(original: cst.Parameters, changed: cst.Parameters) -> cst.Parameters:
+    """Commas laid out as the user laid out the original: the separator they used between
+    parameters (one per line, or ``, ``), and their trailing comma, if any, on the new last."""
+    old = [_get(original, where) for where in _elements(original)]
+    commas = [getattr(node, "comma", cst.MaybeSentinel.DEFAULT) for node in old]
+    separator = next(
+        (c for c in commas[:-1] if isinstance(c, cst.Comma)),
+        cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+    )
+    trailing = commas[-1] if commas else cst.MaybeSentinel.DEFAULT
+    places = _elements(changed)
+    for position, where in enumerate(places):
+        node = _get(changed, where)
+        last = position == len(places) - 1
+        if last:
+            comma = trailing
+        elif any(node is kept for kept in old[:-1]):
+            continue
+        else:
+            comma = separator
+        changed = _set(changed, where, node.with_changes(comma=comma))
+    return changed

@@ -32,6 +32,9 @@ class Plan:
     #: statements run only where a test holds (``accelerator.is_main_process``); consecutive
     #: ones with the same test share one ``if``.
     guards: dict[cst.CSTNode, str] = field(default_factory=dict)
+    #: statements run inside ``with <context>:`` (``accelerator.main_process_first()``);
+    #: consecutive ones with the same context share one block.
+    contexts: dict[cst.CSTNode, str] = field(default_factory=dict)
     changes: list[Note] = field(default_factory=list)
     reviews: list[Note] = field(default_factory=list)
     prepared: list[str] = field(default_factory=list)
@@ -47,13 +50,26 @@ class Plan:
         self.change(line, text)
 
     def insert_before(self, statement: cst.CSTNode, *new: Insert) -> None:
-        self.before.setdefault(statement, []).extend(new)
+        """``new`` before ``statement``; a statement already planned there (a second edit's
+        barrier) is not doubled."""
+        planned = self.before.setdefault(statement, [])
+        known = {_code(item) for item in planned}
+        planned.extend(item for item in new if _code(item) is None or _code(item) not in known)
 
     def insert_after(self, statement: cst.CSTNode, *new: Insert) -> None:
         self.after.setdefault(statement, []).extend(new)
 
     def guard(self, statement: cst.CSTNode, test: str, line: int, text: str) -> None:
         self.guards[statement] = test
+        self.change(line, text)
+
+    def wrap_in(self, statement: cst.CSTNode, context: str, line: int, text: str) -> None:
+        """Run ``statement`` inside ``with context:``; a statement already guarded is left as
+        it is, with a review line: one statement, one block around it."""
+        if statement in self.guards:
+            self.review(line, f"left as is: already run under `if {self.guards[statement]}:`")
+            return
+        self.contexts[statement] = context
         self.change(line, text)
 
     def change(self, line: int, text: str) -> None:
@@ -80,7 +96,14 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not (self.replacements or self.removals or self.before or self.after or self.guards)
+        return not (
+            self.replacements
+            or self.removals
+            or self.before
+            or self.after
+            or self.guards
+            or self.contexts
+        )
 
 
 def _code(item: Insert) -> str | None:

@@ -85,6 +85,11 @@ class Backend:
     def backward(self, loss: torch.Tensor, sync: bool, **kwargs: Any) -> None:
         loss.backward(**kwargs)
 
+    def reduces_in_backward(self, models: Sequence[torch.nn.Module], sync: bool) -> bool:
+        """Whether a backward now reduces gradients across ranks, so that every rank must
+        reach it (`accelify.runtime.collective_record` records it as a collective then)."""
+        return False
+
     def clip_grad_norm_(
         self, parameters: Any, max_norm: float, norm_type: float
     ) -> torch.Tensor | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from accelify.runtime import collective_record
 from accelify.runtime.backends.base import Backend, BackendInputs
 from accelify.runtime.state import ProcessState
 
@@ -49,6 +51,8 @@ class DDPBackend(Backend):
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
         wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
         WRAPPED_MODELS.add(wrapped)
+        if collective_record.recording():
+            _record_communicating_forwards(wrapped)
         return wrapped
 
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -69,8 +73,40 @@ class DDPBackend(Backend):
     def joinable(self, model: torch.nn.Module) -> bool:
         return isinstance(model, DistributedDataParallel)
 
+    def reduces_in_backward(self, models: Sequence[torch.nn.Module], sync: bool) -> bool:
+        """DDP reduces unless its `no_sync` is on, whatever the accumulation state says."""
+        return any(
+            isinstance(model, DistributedDataParallel) and model.require_backward_grad_sync
+            for model in models
+        )
+
     # clip_grad_norm_: DDP gradients are already averaged across ranks, so the local norm is the
     # global one (the default).
+
+
+def _record_communicating_forwards(model: DistributedDataParallel) -> None:
+    """A DDP forward is a collective when it broadcasts the module's buffers (BatchNorm
+    statistics, every forward after a training one) and once, early on, when the reducer
+    rebuilds its buckets (the second training forward): a rank stuck there waits for a peer
+    that went elsewhere, and the record says so."""
+    forwards = itertools.count(1)
+    begun: list[bool] = []
+
+    def before(module: DistributedDataParallel, args: Any) -> None:
+        number = next(forwards)
+        rebuilds = torch.is_grad_enabled() and number <= 2 and not module._has_rebuilt_buckets
+        begun.append(
+            collective_record.begin("forward")
+            if rebuilds or module.will_sync_module_buffers()
+            else False
+        )
+
+    def after(module: DistributedDataParallel, args: Any, output: Any) -> None:
+        if begun:
+            collective_record.end(begun.pop())
+
+    model.register_forward_pre_hook(before)
+    model.register_forward_hook(after, always_call=True)
 
 
 #: DDP wrappers created by this process (weakly held), released at exit.

@@ -123,8 +123,10 @@ class DeepSpeedBackend(Backend):
             config.pop("train_batch_size", None)  # DeepSpeed derives it
         if _auto(config.get("gradient_clipping")):
             # DeepSpeed's default is 1.0: every step of a script that never clips would be
-            # clipped. Off, as in the script; accelerator.clip_grad_norm_ sets the limit.
-            config["gradient_clipping"] = 0.0
+            # clipped. Off, as in the script, unless --gradient-clipping asks;
+            # accelerator.clip_grad_norm_ sets the limit.
+            clipping = self.options.gradient_clipping
+            config["gradient_clipping"] = 0.0 if clipping is None else float(clipping)
         for section, mode in (("bf16", "bf16"), ("fp16", "fp16")):
             wanted = self.mixed_precision == mode
             current = config.get(section, {}).get("enabled")
@@ -161,6 +163,9 @@ class DeepSpeedBackend(Backend):
             return
         engine.set_gradient_accumulation_boundary(sync)
         engine.backward(loss, **kwargs)
+
+    def reduces_in_backward(self, models: Sequence[torch.nn.Module], sync: bool) -> bool:
+        return sync and bool(self.engines)
 
     def _engine_of(self, loss: torch.Tensor) -> Any:
         if len(self.engines) == 1:

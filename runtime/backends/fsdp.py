@@ -162,6 +162,9 @@ class FSDPBackend(Backend):
         self._bound.update(id(p) for group in groups for p in group["params"])
         return rebuilt
 
+    def reduces_in_backward(self, models: Sequence[torch.nn.Module], sync: bool) -> bool:
+        return sync and any(isinstance(model, FSDPModule) for model in models)
+
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         if isinstance(model, FSDPModule):
             return _without_gradient_sync(model)

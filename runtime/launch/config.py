@@ -18,9 +18,13 @@ from accelify.errors import UserError
 from accelify.runtime.environment import BACKEND_CHOICES, MIXED_PRECISION_CHOICES
 from accelify.runtime.options import DECLARED, DeepSpeedOptions, FSDPOptions, parse_options
 
+#: torchrun's rendezvous backends
+RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
+
 
 @dataclass
 class LaunchConfig:
+    #: processes over all machines, as HF Accelerate's num_processes (each machine runs its share)
     num_processes: int | None = None
     num_machines: int = 1
     machine_rank: int = 0
@@ -31,6 +35,22 @@ class LaunchConfig:
     use_cpu: bool = False
     backend: str = "ddp"
     max_restarts: int = 0
+    #: seconds a rank may wait in a collective while a peer is in none, before the launcher
+    #: reports the hang and stops the run; 0 turns the watch off
+    hang_timeout: float = 300.0
+    #: HF's debug mode in every rank: collectives first check that all ranks pass the same shapes
+    debug: bool = False
+    #: OMP_NUM_THREADS of each rank (default: on the CPU, the cores shared out; else torch's)
+    num_cpu_threads_per_process: int | None = None
+    #: CUDA_VISIBLE_DEVICES of the ranks: "0,1,3" ("all" or None: every GPU)
+    gpu_ids: str | None = None
+    # torchrun's own settings, passed on as they are
+    rdzv_backend: str = "static"
+    rdzv_conf: str | None = None
+    monitor_interval: float | None = None
+    tee: str | None = None
+    log_dir: str | None = None
+    role: str | None = None
     # one field per backend with options (`accelify.runtime.options.DECLARED`), named after it
     fsdp: FSDPOptions = field(default_factory=FSDPOptions)
     deepspeed: DeepSpeedOptions = field(default_factory=DeepSpeedOptions)
@@ -67,14 +87,26 @@ def _non_negative_int(value: Any) -> int:
     return value
 
 
+def _non_negative_seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError("expected a number of seconds >= 0 (0: off)")
+    return float(value)
+
+
+def _positive_seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError("expected a number of seconds > 0")
+    return float(value)
+
+
 def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``key: null`` (or ``~``) in the file means "not set", as if the key were absent."""
     return lambda value: None if value is None else check(value)
 
 
 def _port(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-        raise ValueError("expected a port number between 1 and 65535")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 65536:
+        raise ValueError("expected a port number between 1 and 65535 (0: a free one)")
     return value
 
 
@@ -112,6 +144,16 @@ _ACCELIFY_KEYS: dict[str, Callable[[Any], Any]] = {
     "use_cpu": _boolean,
     "backend": _choice(BACKEND_CHOICES),
     "max_restarts": _non_negative_int,
+    "hang_timeout": _non_negative_seconds,
+    "debug": _boolean,
+    "num_cpu_threads_per_process": _optional(_positive_int),
+    "gpu_ids": _optional(lambda value: _string(str(value) if isinstance(value, int) else value)),
+    "rdzv_backend": _choice(RDZV_BACKENDS),
+    "rdzv_conf": _optional(_string),
+    "monitor_interval": _optional(_positive_seconds),
+    "tee": _optional(lambda value: _string(str(value) if isinstance(value, int) else value)),
+    "log_dir": _optional(_string),
+    "role": _optional(_string),
 }
 
 # Hugging Face Accelerate's `default_config.yaml`: keys with a meaning here, and keys that only
@@ -125,12 +167,9 @@ _HF_DISTRIBUTED_TYPES = {
 }
 _HF_IGNORED_KEYS = {
     "compute_environment",
-    "debug",
     "downcast_bf16",
     "enable_cpu_affinity",
-    "gpu_ids",
     "main_training_function",
-    "rdzv_backend",
     "same_network",
     "tpu_env",
     "tpu_use_cluster",

@@ -52,7 +52,7 @@ def ask() -> LaunchConfig:
     return LaunchConfig(
         backend=backend,
         **chosen,
-        num_processes=processes,
+        num_processes=processes * machines,  # the total, as HF's num_processes
         num_machines=machines,
         machine_rank=machine_rank,
         main_process_ip=ip,

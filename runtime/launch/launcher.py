@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
 import signal
 import socket
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accelify.errors import UserError
 from accelify.runtime import options as backend_options
-from accelify.runtime.environment import FAILURE_DIR, LaunchSettings
-from accelify.runtime.launch import foreign_accelerator
+from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS, LaunchSettings
+from accelify.runtime.launch import foreign_accelerator, slurm
 from accelify.runtime.launch import outcome as launch_outcome
 from accelify.runtime.launch.config import LaunchConfig
+from accelify.runtime.launch.watch import Watcher
 
 LOOPBACK = "127.0.0.1"
 
@@ -33,12 +37,24 @@ class LaunchPlan:
     script: str
     script_args: tuple[str, ...]
     module: bool = False
+    no_python: bool = False  # SCRIPT is an executable, run without python (torchrun's own)
 
 
-def merge(file_config: LaunchConfig, overrides: dict[str, object]) -> LaunchConfig:
+def merge(
+    file_config: LaunchConfig,
+    overrides: dict[str, object],
+    environ: Mapping[str, str] | None = None,
+) -> LaunchConfig:
     """Flags win over the file: only flags the user gave (not None) replace file values,
-    option by option for the backends' options too."""
+    option by option for the backends' options too. Inside a Slurm allocation (``environ``,
+    the launcher's environment) the allocation's placement sits between the two."""
     given = {key: value for key, value in overrides.items() if value is not None}
+    if environ is not None:
+        use_cpu = bool(given.get("use_cpu", file_config.use_cpu))
+        allocation = slurm.placement(environ, use_cpu)
+        file_config = replace(
+            file_config, **{key: v for key, v in allocation.items() if key not in given}
+        )
     if isinstance(given.get("auto_wrap"), str):
         given["auto_wrap"] = backend_options.class_names(str(given["auto_wrap"]))
     for section in backend_options.DECLARED:
@@ -49,15 +65,63 @@ def merge(file_config: LaunchConfig, overrides: dict[str, object]) -> LaunchConf
         }
         if flags:
             given[section] = replace(getattr(file_config, section), **flags)
-    return replace(file_config, **given)
+    config = replace(file_config, **given)
+    gpus = selected_gpus(config)
+    if gpus and config.num_processes is None:
+        config = replace(config, num_processes=len(gpus) * config.num_machines)
+    return config
+
+
+def per_machine(config: LaunchConfig, default: int) -> int:
+    """Processes on each machine: ``num_processes`` is the total over all machines (HF's
+    meaning); ``default`` is this machine's count when it is not set."""
+    if config.num_processes is None:
+        return default
+    return config.num_processes // config.num_machines
+
+
+def selected_gpus(config: LaunchConfig) -> list[str]:
+    """The GPU ids --gpu-ids names (none: every GPU)."""
+    if config.gpu_ids is None or config.gpu_ids.strip().lower() == "all":
+        return []
+    return [part.strip() for part in config.gpu_ids.split(",") if part.strip()]
+
+
+_TEE = re.compile(r"[0-3]|\d+:[0-3](,\d+:[0-3])*")
 
 
 def check(plan: LaunchPlan, cuda_available: bool) -> None:
     """Refuse, before any rank starts, what the runtime would refuse on every rank."""
     config = plan.config
-    if not plan.module and not Path(plan.script).is_file():
+    if plan.module and plan.no_python:
+        raise UserError("--module and --no-python contradict each other: give one")
+    if plan.no_python:
+        if shutil.which(plan.script) is None:
+            raise UserError(f"no such executable: {plan.script}")
+    elif not plan.module and not Path(plan.script).is_file():
         raise UserError(f"no such script: {plan.script}")
     on_cpu = config.use_cpu or not cuda_available
+    gpus = selected_gpus(config)
+    if gpus and on_cpu:
+        raise UserError(
+            f"--gpu-ids {config.gpu_ids} selects GPUs, and this run is on the CPU"
+            + (" (--cpu)" if config.use_cpu else " (no CUDA device found)")
+        )
+    if config.num_processes is not None and config.num_processes % config.num_machines:
+        raise UserError(
+            f"--num-processes {config.num_processes} is the total over all machines (as in HF "
+            f"Accelerate), and {config.num_machines} machines cannot share it evenly"
+        )
+    if gpus and per_machine(config, len(gpus)) > len(gpus):
+        raise UserError(
+            f"{per_machine(config, len(gpus))} processes per machine need as many GPUs, and "
+            f"--gpu-ids {config.gpu_ids} names {len(gpus)}"
+        )
+    if config.tee is not None and not _TEE.fullmatch(config.tee):
+        raise UserError(
+            f"--tee {config.tee}: expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or "
+            "per local rank as 0:3,1:1"
+        )
     backend_options.check(config.backend, config.backend_options(), on_cpu)
     if config.mixed_precision == "fp16" and on_cpu:
         raise UserError(
@@ -82,12 +146,24 @@ def free_port(host: str = LOOPBACK) -> int:
         return sock.getsockname()[1]
 
 
-def torchrun_arguments(plan: LaunchPlan, processes_per_machine: int) -> list[str]:
+def torchrun_arguments(plan: LaunchPlan, processes: int) -> list[str]:
+    """torchrun's command line; ``processes``: ``num_processes`` (the total over all machines)
+    or, when it is not set, this machine's default count."""
     config = plan.config
+    processes_per_machine = per_machine(config, processes)
     if config.num_machines == 1:
         address, port = LOOPBACK, config.main_process_port or free_port()
     else:
         address, port = str(config.main_process_ip), int(config.main_process_port or 0)
+    agent = {  # torchrun's own settings, as given
+        "--rdzv-conf": config.rdzv_conf,
+        "--monitor-interval": config.monitor_interval,
+        "--tee": config.tee,
+        "--log-dir": config.log_dir,
+        "--role": config.role,
+    }
+    if config.rdzv_backend != "static":  # a dynamic rendezvous is found at an endpoint
+        agent["--rdzv-endpoint"] = f"{address}:{port}"
     arguments = [
         "--nproc-per-node",
         str(processes_per_machine),
@@ -102,12 +178,17 @@ def torchrun_arguments(plan: LaunchPlan, processes_per_machine: int) -> list[str
         "--max-restarts",
         str(config.max_restarts),
         "--rdzv-backend",
-        "static",
+        config.rdzv_backend,
     ]
+    for flag, value in agent.items():
+        if value is not None:
+            arguments += [flag, str(value)]
     if config.num_machines == 1:
         arguments += ["--local-addr", LOOPBACK]
     if plan.module:
         arguments.append("--module")
+    if plan.no_python:
+        arguments.append("--no-python")
     return [*arguments, plan.script, *plan.script_args]
 
 
@@ -120,6 +201,9 @@ def runtime_settings(config: LaunchConfig) -> LaunchSettings:
         backend_options=backend_options.to_env(
             config.backend, config.backend_options().get(config.backend)
         ),
+        debug=config.debug,
+        cpu_threads=config.num_cpu_threads_per_process,
+        visible_gpus=",".join(selected_gpus(config)) or None,
     )
 
 
@@ -137,19 +221,25 @@ def launch(plan: LaunchPlan) -> int:
         processes = 1 if plan.config.use_cpu else max(torch.cuda.device_count(), 1)
     _check_foreign_accelerator(plan, processes, cuda_available)
     os.environ.update(runtime_settings(plan.config).to_env())
+    if plan.config.tee not in (None, "0"):
+        os.environ[RANK_TRACEBACKS] = "true"  # each rank's log file keeps its own traceback
     if plan.config.use_cpu or not cuda_available:
         # torchrun would set 1 thread per process and warn; a CPU run shares the cores out.
-        threads = max((os.cpu_count() or 1) // max(processes, 1), 1)
+        local = per_machine(plan.config, processes)
+        threads = max((os.cpu_count() or 1) // max(local, 1), 1)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     arguments = torchrun.parse_args(torchrun_arguments(plan, processes))
     _quiet_agent_warnings()
     with tempfile.TemporaryDirectory(prefix="accelify-launch-") as records:
         os.environ[FAILURE_DIR] = records
+        watcher = Watcher(Path(records), hang_timeout=plan.config.hang_timeout)
+        watcher.start()
         try:
             torchrun.run(arguments)
         except ChildFailedError as error:
+            attempt = plan.config.max_restarts
             text, code = launch_outcome.failed_run(
-                error.failures, Path(records), attempt=plan.config.max_restarts
+                error.failures, Path(records), attempt, watcher.verdict(attempt)
             )
         except SignalException as error:
             text, code = launch_outcome.stopped(int(error.sigval))
@@ -157,6 +247,8 @@ def launch(plan: LaunchPlan) -> int:
             text, code = launch_outcome.stopped(signal.SIGINT)
         else:
             return 0
+        finally:
+            watcher.stop()
     print(text, file=sys.stderr)
     return code
 
@@ -170,10 +262,13 @@ def _quiet_agent_warnings() -> None:
     for name in list(logging.root.manager.loggerDict):
         if name.startswith("torch.distributed.elastic"):
             logging.getLogger(name).setLevel(logging.ERROR)
+    # "failed (exitcode: 1) local_rank: 1 (pid: N) of binary: ...": the report says it better
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
 
 
 def _check_foreign_accelerator(plan: LaunchPlan, processes: int, cuda_available: bool) -> None:
-    if plan.module or processes * plan.config.num_machines < 2:
+    ranks = per_machine(plan.config, processes) * plan.config.num_machines
+    if plan.module or plan.no_python or ranks < 2:
         return
     found = foreign_accelerator.accelerate_import(Path(plan.script))
     if found is None:

@@ -1,5 +1,14 @@
-"""What `accelify launch` says when a run does not end well: which rank failed first and why,
-or that the user stopped it. One short block, the root cause last, where the eye lands."""
+"""What `accelify launch` says when a run does not end well: which rank caused it and why, the
+ranks it took down, or that the user stopped it. One short block, the cause first and its
+traceback once.
+
+The cause is found in this order: what the watcher saw while the run went on (mismatched
+collectives, a rank that left while its peers waited, a hang: `watch.Verdict`); else the earliest
+exception a rank raised on its own, by the ranks' own records; else a rank that exited on its own
+(``sys.exit(3)``, a signal); else a rank that left the run with exit code 0 while its peers still
+needed it. A rank whose exception says its peer has gone ("Connection closed by peer", a broken
+pipe, a store timeout) is a victim, never the cause.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +16,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from accelify.runtime.failure_record import Failure, first_failure
+from accelify.runtime import collective_record
+from accelify.runtime.collective_record import LEAVING, Record
+from accelify.runtime.failure_record import Failure, is_peer_gone, recorded_failures
+from accelify.runtime.launch.watch import Verdict, place
 
 PREFIX = "accelify launch:"
 AGENT_STOPS = (-signal.SIGTERM, -signal.SIGKILL)
@@ -19,39 +31,143 @@ def describe_exit(exitcode: int) -> str:
     return f"failed with exit code {exitcode}"
 
 
-def failed_run(failures: dict[int, Any], records: Path, attempt: int) -> tuple[str, int]:
+def failed_run(
+    failures: dict[int, Any], records: Path, attempt: int, verdict: Verdict | None = None
+) -> tuple[str, int]:
     """The report and exit code for torch's `ChildFailedError.failures` (rank -> ProcessFailure)
-    of restart `attempt` (the last: the agent gives up once the restarts are spent).
-
-    The root cause is the rank whose exception came first by the ranks' own records; without
-    records (a script that does not use accelify's runtime, a rank killed by a signal), the
-    agent's first failure that the agent did not cause itself by stopping the group."""
-    first = first_failure(records, attempt, set(failures))
-    if first is None:
-        rank = min(
-            failures,
-            key=lambda r: (failures[r].exitcode in AGENT_STOPS, failures[r].timestamp, r),
-        )
-        how = describe_exit(failures[rank].exitcode)
-        if failures[rank].exitcode > 0:
-            how += " (its traceback is above)"
-        text = f"{PREFIX} rank {rank} {how}; the other ranks were stopped"
-        return text, _exit_code(failures[rank].exitcode)
-    # Ranks the agent ended itself (SIGTERM, then SIGKILL) are "the other ranks" below.
-    others = [
-        f"rank {rank} {describe_exit(failure.exitcode)}"
-        for rank, failure in sorted(failures.items())
-        if rank != first.rank and failure.exitcode not in AGENT_STOPS
+    of restart `attempt` (the last: the agent gives up once the restarts are spent)."""
+    raised = recorded_failures(records, attempt, set(failures))
+    states = _states(records, attempt)
+    victims = {rank: f for rank, f in raised.items() if is_peer_gone(f.summary)}
+    if verdict is not None:
+        return _after_verdict(verdict, failures, victims)
+    causes = {rank: f for rank, f in raised.items() if rank not in victims}
+    if causes:
+        first = min(causes.values(), key=lambda failure: failure.time_ns)
+        return _raised(first, failures, raised)
+    exited = {
+        rank: failure
+        for rank, failure in failures.items()
+        if rank not in raised and failure.exitcode not in AGENT_STOPS
+    }
+    if exited:
+        rank = min(exited, key=lambda r: (_left_at(states.get(r), exited[r].timestamp), r))
+        return _exited(rank, exited[rank].exitcode, states.get(rank), failures, victims)
+    left = [
+        rank for rank, state in states.items() if state.state == LEAVING and rank not in failures
     ]
+    if victims and left:
+        return _exited(min(left), 0, states[min(left)], failures, victims)
+    return _unexplained(failures)
+
+
+def _after_verdict(
+    verdict: Verdict, failures: dict[int, Any], victims: dict[int, Failure]
+) -> tuple[str, int]:
+    """The watcher has printed what it found; the final block says what came of it."""
+    lines = []
+    code = 1
+    if verdict.culprit is not None:
+        failure = failures.get(verdict.culprit)
+        if failure is not None and failure.exitcode > 0:
+            code = failure.exitcode
+            lines.append(f"{PREFIX} rank {verdict.culprit} {describe_exit(code)}")
+    lines += _victim_lines(victims, exclude=verdict.culprit)
+    cause = {
+        "mismatch": "mismatched collectives",
+        "left": f"rank {verdict.culprit} left while its peers waited",
+        "hang": "a hang",
+    }[verdict.kind]
+    lines.append(f"{PREFIX} the run was stopped: {cause} (above)")
+    return "\n".join(lines), code
+
+
+def _raised(
+    first: Failure, failures: dict[int, Any], raised: dict[int, Failure]
+) -> tuple[str, int]:
     lines = [
         f"{PREFIX} rank {first.rank} failed first; its traceback:",
         first.traceback.rstrip(),
         f"{PREFIX} rank {first.rank} failed first: {_one_line(first)}",
     ]
+    others = [
+        f"rank {rank} {describe_exit(failure.exitcode)}"
+        for rank, failure in sorted(failures.items())
+        if rank != first.rank and failure.exitcode not in AGENT_STOPS and rank not in raised
+    ]
     if others:
         lines.append(f"{PREFIX} after it, {', '.join(others)}")
+    lines += _victim_lines(
+        {rank: f for rank, f in raised.items() if rank != first.rank}, exclude=first.rank
+    )
     lines.append(f"{PREFIX} the other ranks were stopped")
     return "\n".join(lines), _exit_code(failures[first.rank].exitcode)
+
+
+def _exited(
+    rank: int,
+    exitcode: int,
+    state: Record | None,
+    failures: dict[int, Any],
+    victims: dict[int, Failure],
+) -> tuple[str, int]:
+    """A rank that left without an exception (``sys.exit``, the end of its script, a signal)
+    while its peers still needed it."""
+    how = describe_exit(exitcode) if exitcode != 0 else "exited with code 0"
+    where = ""
+    if state is not None:
+        passes = f"{state.passes} backward pass{'es' if state.passes != 1 else ''}"
+        last = (
+            f"; its last collective: {state.operation} at {place(state)}" if state.sequence else ""
+        )
+        where = f" after {passes}{last}"
+    lines = [f"{PREFIX} rank {rank} {how}{where}, while its peers were still running"]
+    lines += _victim_lines(victims, exclude=rank)
+    if exitcode == 0:
+        lines.append(
+            f"{PREFIX} rank {rank} left the loop the others were still in: every rank must run "
+            "as many steps (a break on one rank's own value needs accelerator.set_trigger() and "
+            "check_trigger())"
+        )
+    lines.append(f"{PREFIX} the other ranks were stopped")
+    return "\n".join(lines), _exit_code(exitcode)
+
+
+def _unexplained(failures: dict[int, Any]) -> tuple[str, int]:
+    """No record says more: the agent's first failure that it did not cause itself."""
+    rank = min(
+        failures,
+        key=lambda r: (failures[r].exitcode in AGENT_STOPS, failures[r].timestamp, r),
+    )
+    how = describe_exit(failures[rank].exitcode)
+    if failures[rank].exitcode > 0:
+        how += " (its traceback is above)"
+    return f"{PREFIX} rank {rank} {how}; the other ranks were stopped", _exit_code(
+        failures[rank].exitcode
+    )
+
+
+def _victim_lines(victims: dict[int, Failure], exclude: int | None) -> list[str]:
+    return [
+        f"{PREFIX} rank {rank} failed because its peer had gone: {_one_line(failure)}"
+        for rank, failure in sorted(victims.items())
+        if rank != exclude
+    ]
+
+
+def _states(records: Path, attempt: int) -> dict[int, Record]:
+    directory = collective_record.attempt_directory(records, attempt)
+    found = {}
+    for path in directory.glob("*.state"):
+        if path.stem.isdigit():
+            record = collective_record.read(directory, int(path.stem))
+            if record is not None:
+                found[int(path.stem)] = record
+    return found
+
+
+def _left_at(state: Record | None, fallback: float) -> float:
+    return state.since if state is not None and state.state == LEAVING else fallback
 
 
 def stopped(signum: int) -> tuple[str, int]:

@@ -16,6 +16,9 @@ class Flag:
     help: str
     dest: str = ""  # click's destination, when it is not the option's name
     click: Mapping[str, Any] = field(default_factory=dict)  # type=, is_flag=...
+    #: a boolean flag that HF spells with a value (``--fsdp_activation_checkpointing true``):
+    #: each such value, lower-case, and the spelling of this flag it means
+    hf_values: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def destination(self) -> str:
@@ -25,6 +28,42 @@ class Flag:
     def name(self) -> str:
         """The flag as a user types it (the first declaration, before any ``/``)."""
         return self.declarations[0].split("/")[0]
+
+
+@dataclass(frozen=True)
+class HFFlag:
+    """One flag of HF ``accelerate launch`` with no accelify flag of the same meaning: its value
+    is either translated (``translated``: read as the HF config key of the same name, by the
+    code that reads HF config files) or accepted only when it asks for what accelify does anyway
+    (``accepts``, compared lower-case; a flag without a value is accepted when ``accepts`` holds
+    ``""``); anything else is refused with ``refusal``, one line that says why."""
+
+    name: str  # HF's snake_case spelling, without dashes: "fsdp_offload_params"
+    refusal: str = ""
+    takes_value: bool = True
+    translated: bool = False
+    accepts: tuple[str, ...] = ()
+    help: str = ""
+    short: str = ""  # "-q"
+
+    @property
+    def declarations(self) -> tuple[str, ...]:
+        """Both spellings, as HF accepts them (and its short one)."""
+        snake = f"--{self.name}"
+        kebab = snake.replace("_", "-")
+        spellings = (snake,) if kebab == snake else (snake, kebab)
+        return (self.short, *spellings) if self.short else spellings
+
+    @property
+    def destination(self) -> str:
+        return f"hf_{self.name}"
+
+    def refused(self, value: object) -> str | None:
+        """Why this value is refused, or None when it is accepted (or translated)."""
+        if self.translated:
+            return None
+        text = "" if value is True else str(value).lower()
+        return None if text in self.accepts else self.refusal
 
 
 @dataclass(frozen=True)
@@ -42,6 +81,8 @@ class BackendOptions:
     check: Callable[[Any, bool], None]
     #: `accelify config`'s questions for this backend
     ask: Callable[[], Any]
+    #: HF `accelerate launch` flags of this backend that are not among `flags`
+    hf_flags: tuple[HFFlag, ...] = ()
 
 
 def given(options: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from accelify.errors import UserError
-from accelify.runtime.options.base import BackendOptions, Flag
+from accelify.runtime.options.base import BackendOptions, Flag, HFFlag
 
 INSTALL = "pip install 'accelify[deepspeed]'"
 
@@ -28,12 +28,14 @@ class DeepSpeedOptions:
     offload_optimizer: bool | None = None  # to CPU memory
     offload_params: bool | None = None  # to CPU memory (ZeRO-3)
     config_file: str | None = None  # a DeepSpeed JSON; it wins over the options above
+    #: clip every step to this L2 norm, as DeepSpeed's ``gradient_clipping`` (the JSON's wins)
+    gradient_clipping: float | None = None
 
 
 FLAGS = (
     Flag(
         "zero_stage",
-        ("--zero-stage",),
+        ("--zero-stage", "--zero_stage"),
         "DeepSpeed: ZeRO stage (default 2).",
         click={"type": click.IntRange(0, 3)},
     ),
@@ -51,10 +53,62 @@ FLAGS = (
     ),
     Flag(
         "config_file",
-        ("--deepspeed-config", "--deepspeed_config_file"),
+        ("--deepspeed-config", "--deepspeed_config_file", "--deepspeed-config-file"),
         'DeepSpeed: a DeepSpeed JSON config; its values win, "auto" ones are filled in.',
         dest="deepspeed_config_file",
         click={"type": click.Path(dir_okay=False)},
+    ),
+    Flag(
+        "gradient_clipping",
+        ("--gradient-clipping", "--gradient_clipping"),
+        "DeepSpeed: clip the gradients to this L2 norm at every step (DeepSpeed's "
+        "gradient_clipping; default: only where the script calls clip_grad_norm_).",
+        click={"type": click.FloatRange(min=0)},
+    ),
+)
+
+_LAUNCHER = (
+    "configures DeepSpeed's own multi-machine launcher (pdsh, MPI); accelify starts each "
+    "machine's ranks with torchrun: run accelify launch on every machine, or under Slurm"
+)
+_NVME = (
+    "NVMe offload is set in the DeepSpeed JSON (zero_optimization.offload_optimizer/"
+    "offload_param: device nvme, nvme_path): pass it with --deepspeed_config_file"
+)
+
+#: `accelerate launch`'s DeepSpeed flags that are not among FLAGS: the translated ones are read
+#: as the `deepspeed_config` keys of the same name (`from_hf`); the others are accepted only when
+#: they ask for what accelify does anyway.
+HF_FLAGS = (
+    HFFlag("offload_optimizer_device", translated=True, help="none or cpu."),
+    HFFlag("offload_param_device", translated=True, help="none or cpu (ZeRO-3)."),
+    HFFlag("offload_optimizer_nvme_path", _NVME),
+    HFFlag("offload_param_nvme_path", _NVME),
+    HFFlag(
+        "zero3_init_flag",
+        "building models already partitioned (deepspeed.zero.Init) is a transformers "
+        "integration of HF Accelerate that accelify does not have",
+        accepts=("false",),
+        help="false (models are built whole, then partitioned at prepare).",
+    ),
+    HFFlag(
+        "zero3_save_16bit_model",
+        "expected true or false (either way, save_model gathers the full weights under ZeRO-3)",
+        accepts=("true", "false"),
+        help="true or false: save_model always gathers the full weights under ZeRO-3 (fp32).",
+    ),
+    HFFlag(
+        "deepspeed_multinode_launcher",
+        _LAUNCHER,
+        accepts=("standard",),
+        help="standard (torchrun on every machine, what accelify does).",
+    ),
+    HFFlag("deepspeed_hostfile", _LAUNCHER),
+    HFFlag("deepspeed_exclusion_filter", _LAUNCHER),
+    HFFlag("deepspeed_inclusion_filter", _LAUNCHER),
+    HFFlag(
+        "deepspeed_moe_layer_cls_names",
+        "marking mixture-of-experts layers as ZeRO-3 leaf modules is not supported",
     ),
 )
 
@@ -154,12 +208,12 @@ def from_hf(values: Mapping[str, Any]) -> tuple[DeepSpeedOptions, dict[str, Any]
         elif key == "gradient_accumulation_steps":
             launch["gradient_accumulation_steps"] = int(value)
         elif key == "gradient_clipping":
-            continue  # accelerator.clip_grad_norm_ sets it
+            settings["gradient_clipping"] = float(value)
         else:
             raise ValueError(f"deepspeed_config: unknown key {key!r}")
     return DeepSpeedOptions(**settings), launch
 
 
 DECLARATION = BackendOptions(
-    "deepspeed", DeepSpeedOptions, FLAGS, "deepspeed_config", from_hf, check, ask
+    "deepspeed", DeepSpeedOptions, FLAGS, "deepspeed_config", from_hf, check, ask, HF_FLAGS
 )

@@ -1,13 +1,14 @@
 """Runs one of HF Accelerate's test scripts on every rank, one case at a time.
 
 A case is one call, in the script's `main()`, of one of the script's own functions as a statement
-(`test_gather(state)`, `training_check(use_seedable_sampler=True)`): each is wrapped, its outcome
-written to `RESULTS/NNN.RANK.json`, and the ranks wait for each other through those files, not
-through a collective, so a case that hangs or fails on one rank is seen as such. The first failing
-case ends the launch (its ranks may be out of step in their collectives); the driver relaunches
-from the next one, skipping the cases before it.
+(`test_gather(state)`, `training_check(use_seedable_sampler=True)`), or, given CALLS (a JSON list of
+`[function, [arguments]]`), one of those calls made instead of `main()`: each is wrapped, its
+outcome written to `RESULTS/NNN.RANK.json`, and the ranks wait for each other through those files,
+not through a collective, so a case that hangs or fails on one rank is seen as such. The first
+failing case ends the launch (its ranks may be out of step in their collectives); the driver
+relaunches from the next one, skipping the cases before it.
 
-    case_runner.py SCRIPT RESULTS START accelify|accelerate
+    case_runner.py SCRIPT RESULTS START accelify|accelerate [CALLS]
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class Cases:
         self.seen: Counter[str] = Counter()
         self.depth = 0
 
-    def wrap(self, name: str, function: Any) -> Any:
+    def wrap(self, name: str, function: Any, label: str | None = None) -> Any:
         @functools.wraps(function)
         def case(*args: Any, **kwargs: Any) -> Any:
             if self.depth:
@@ -61,19 +62,19 @@ class Cases:
             index = self.count
             self.count += 1
             self.seen[name] += 1
-            label = name if self.seen[name] == 1 else f"{name}#{self.seen[name]}"
+            title = label or (name if self.seen[name] == 1 else f"{name}#{self.seen[name]}")
             if index < self.start:
                 return None
             # the pid: the launchers start ranks in sessions of their own, so the driver ends a
             # hung rank by its pid
-            self._write(f"{index:03d}.{self.rank}.start", {"case": label, "pid": os.getpid()})
+            self._write(f"{index:03d}.{self.rank}.start", {"case": title, "pid": os.getpid()})
             self.depth += 1
             try:
                 function(*args, **kwargs)
-                outcome = {"case": label, "ok": True}
+                outcome = {"case": title, "ok": True}
             except BaseException as error:
                 outcome = {
-                    "case": label,
+                    "case": title,
                     "ok": False,
                     "error": f"{type(error).__name__}: {error}"[:2000],
                     "traceback": traceback.format_exc()[-6000:],
@@ -107,7 +108,14 @@ class Cases:
         os._exit(3)
 
 
-def run(script: Path, results: Path, start: int, runtime: str) -> None:
+def call_label(name: str, arguments: list[Any]) -> str:
+    """`test_x(True, False)`: a call's case name, the same on both runtimes."""
+    return f"{name}({', '.join(map(repr, arguments))})"
+
+
+def run(
+    script: Path, results: Path, start: int, runtime: str, calls: list[Any] | None = None
+) -> None:
     if runtime == "accelify":
         import resolve  # beside this file: the test-only name resolution
 
@@ -120,9 +128,14 @@ def run(script: Path, results: Path, start: int, runtime: str) -> None:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-        for name in main_calls(script):
-            setattr(module, name, cases.wrap(name, getattr(module, name)))
-        module.main()
+        if calls is not None:
+            for name, arguments in calls:
+                label = call_label(name, arguments)
+                cases.wrap(name, getattr(module, name), label)(*arguments)
+        else:
+            for name in main_calls(script):
+                setattr(module, name, cases.wrap(name, getattr(module, name)))
+            module.main()
     except BaseException as error:
         cases._write(
             f"setup.{rank}.json",
@@ -137,4 +150,5 @@ def run(script: Path, results: Path, start: int, runtime: str) -> None:
 
 
 if __name__ == "__main__":
-    run(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    given = json.loads(sys.argv[5]) if len(sys.argv) > 5 else None
+    run(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], given)

@@ -17,11 +17,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 RUNNER = Path(__file__).with_name("case_runner.py")
 #: A case that has not finished on every rank by then hangs (the slowest case here takes ~5 s).
 CASE_TIMEOUT_S = 60.0
 RANKS = 2
+#: Calls of a script's functions made instead of its `main()`: `(function, arguments)`.
+Calls = list[tuple[str, list[Any]]]
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,12 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _command(runtime: str, script: Path, results: Path, start: int) -> list[str]:
+def _command(
+    runtime: str, script: Path, results: Path, start: int, calls: Calls | None
+) -> list[str]:
     runner_args = [str(RUNNER), str(script), str(results), str(start), runtime]
+    if calls is not None:
+        runner_args.append(json.dumps(calls))
     if runtime == "accelify":
         return [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", str(RANKS), *runner_args]
     return [
@@ -77,14 +84,16 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _launch(runtime: str, script: Path, results: Path, start: int, log: Path) -> None:
+def _launch(
+    runtime: str, script: Path, results: Path, start: int, log: Path, calls: Calls | None
+) -> None:
     """One launch from case `start`, killed when a case outlives CASE_TIMEOUT_S."""
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "PYTHONUNBUFFERED": "1"}
     with log.open("a") as out:
         out.write(f"--- launch from case {start}\n")
         out.flush()
         process = subprocess.Popen(
-            _command(runtime, script, results, start),
+            _command(runtime, script, results, start, calls),
             cwd=results.parent,
             env=env,
             stdout=out,
@@ -118,16 +127,17 @@ def _kill_ranks(results: Path, start: int, hung: int) -> None:
                 os.kill(_read(marker)["pid"], signal.SIGKILL)
 
 
-def run_cases(runtime: str, name: str, workdir: Path) -> ScriptRun:
-    """Every case of HF's `name` script, in order, with its outcome on `runtime`."""
+def run_cases(runtime: str, name: str, workdir: Path, calls: Calls | None = None) -> ScriptRun:
+    """Every case of HF's `name` script, in order, with its outcome on `runtime`: the calls its
+    `main()` makes, or the given `calls` (`(function, arguments)`) instead of `main()`."""
     script = hf_script(name)
-    results = workdir / f"{runtime}-{name}"
+    results = workdir / f"{runtime}-{name}{'-calls' if calls is not None else ''}"
     results.mkdir(parents=True)
-    log = workdir / f"{runtime}-{name}.log"
+    log = results.with_name(f"{results.name}.log")
     outcomes: list[CaseResult] = []
     start = 0
     while True:
-        _launch(runtime, script, results, start, log)
+        _launch(runtime, script, results, start, log, calls)
         indices = sorted({int(p.name.split(".")[0]) for p in results.glob("[0-9]*.start")})
         for index in [i for i in indices if i >= start]:
             outcomes.append(_outcome(results, index))

@@ -4,9 +4,12 @@ every edit that needs the accelerator and every constructor argument the other s
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import libcst as cst
 
 from accelify.analysis.script_model import Scope
+from accelify.analysis.syntax import walk
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import statement, with_keyword
 
@@ -62,17 +65,130 @@ def _move_constructor_arguments_up(ctx: Context, home: Scope, anchor: cst.CSTNod
 
 
 def _home(ctx: Context, prepare_scope: Scope) -> Scope:
+    """Where the accelerator is created: the scope that prepares, unless a function that needs
+    it is called where it cannot be passed (``main()`` at the module's end): then the function
+    that calls the preparing one from there (``main``), else the module."""
     if ctx.acc.startswith("self."):
         return prepare_scope
     if any(isinstance(ctx.model.scope_of(n), cst.Module) for n in ctx.needs):
         return ctx.model.module
-    return prepare_scope
+    home = prepare_scope
+    for _ in range(10):
+        stranded = _threading(ctx, home).stranded
+        if not stranded:
+            return home
+        callees = {f for call in stranded for f in ctx.facts.calls.targets(call)}
+        roots = [f for f in callees if _reaches(ctx, f, home)]
+        if len(roots) == 1 and _may_create_in(ctx, roots[0], prepare_scope):
+            home = roots[0]
+        elif _may_create_in(ctx, ctx.model.module, prepare_scope):
+            return ctx.model.module
+        else:
+            return home
+    return home
+
+
+def _reaches(ctx: Context, function: cst.FunctionDef, target: Scope) -> bool:
+    """``function`` runs ``target``: itself, or through the calls in its body."""
+    placement, graph = ctx.facts.placement, ctx.facts.calls
+    seen: set[cst.FunctionDef] = set()
+    pending = [function]
+    while pending:
+        current = pending.pop()
+        if current is target or placement.inside(target, current):
+            return True
+        if current in seen:
+            continue
+        seen.add(current)
+        for call in ctx.model.calls:
+            if placement.inside(call, current):
+                pending += graph.targets(call)
+    return False
+
+
+def _may_create_in(ctx: Context, scope: Scope, prepare_scope: Scope) -> bool:
+    """The constructor's arguments read nothing that only the preparing scope defines."""
+    if scope is prepare_scope:
+        return True
+    local = {
+        n.value
+        for n in walk(prepare_scope)
+        if isinstance(n, cst.Name)
+        and isinstance(ctx.model.parent(n), (cst.Param, cst.AssignTarget))
+    }
+    for code in ctx.constructor.values():
+        read = {n.value for n in walk(cst.parse_expression(code)) if isinstance(n, cst.Name)}
+        if read & local:
+            return False
+    return True
+
+
+@dataclass
+class _Threading:
+    """What giving the accelerator to the functions that need it takes."""
+
+    #: functions and methods that gain the parameter
+    functions: list[cst.FunctionDef] = field(default_factory=list)
+    #: calls of them that pass it
+    calls: list[cst.Call] = field(default_factory=list)
+    #: calls of them where no accelerator exists to pass
+    stranded: list[cst.Call] = field(default_factory=list)
+
+
+def _threading(ctx: Context, home: Scope) -> _Threading:
+    """Every function that needs the accelerator and is not inside ``home`` takes it; so does
+    every function around a call of one of those, up to ``home``; and every function a call
+    that passes it may run (an override of the same method)."""
+    placement, graph = ctx.facts.placement, ctx.facts.calls
+    found = _Threading()
+    if isinstance(home, cst.Module):
+        return found
+    pending = [placement.top_function(need) for need in ctx.needs]
+    seen_calls: set[cst.Call] = set()
+    while pending:
+        function = pending.pop()
+        if function is None or function in found.functions:
+            continue
+        if placement.inside(function, home) or placement.inside(home, function):
+            continue
+        found.functions.append(function)
+        for call in graph.callers(function):
+            if call in seen_calls:
+                continue
+            seen_calls.add(call)
+            caller = placement.top_function(call)
+            if caller is None:
+                found.stranded.append(call)
+                continue
+            found.calls.append(call)
+            pending += [caller, *graph.targets(call)]
+    return found
+
+
+def _module_level_calls(ctx: Context) -> list[cst.CSTNode]:
+    """Calls at the module's top level that run a function needing the (global) accelerator:
+    it is created before the first of them."""
+    placement, graph = ctx.facts.placement, ctx.facts.calls
+    pending = [placement.top_function(need) for need in ctx.needs]
+    seen: set[cst.FunctionDef] = set()
+    found: list[cst.CSTNode] = []
+    while pending:
+        function = pending.pop()
+        if function is None or function in seen:
+            continue
+        seen.add(function)
+        for call in graph.callers(function):
+            caller = placement.top_function(call)
+            if caller is None:
+                found.append(call)
+            else:
+                pending.append(caller)
+    return found
 
 
 def _thread(ctx: Context, home: Scope) -> list[cst.CSTNode]:
-    """Give each helper that needs the accelerator a parameter, and its callers the argument."""
-    if isinstance(home, cst.Module):
-        return []
+    """Give each function that needs the accelerator a parameter, and every call of it in the
+    file the argument; returns the calls in ``home`` (it is created before the first)."""
     placement, plan, acc = ctx.facts.placement, ctx.plan, ctx.acc
     if acc.startswith("self."):
         owner = ctx.model.parent(ctx.model.parent(home))
@@ -82,42 +198,63 @@ def _thread(ctx: Context, home: Scope) -> list[cst.CSTNode]:
                     ctx.line(need), f"needs {acc} outside its class: pass the accelerator in"
                 )
         return []
-    call_sites: list[cst.CSTNode] = []
-    pending = list(ctx.needs)
-    done: set[cst.FunctionDef] = set()
-    while pending:
-        function = placement.top_function(pending.pop())
-        if function is None or function in done or placement.inside(function, home):
-            continue
-        if placement.inside(home, function):
-            continue
-        done.add(function)
+    if isinstance(home, cst.Module):
+        return _module_level_calls(ctx)
+    graph = ctx.facts.calls
+    threading = _threading(ctx, home)
+    for function in threading.functions:
         plan.new_parameters[function] = acc
-        name = function.name.value
+        name = _qualified_name(ctx, function)
         plan.change(ctx.line(function), f"{name}() takes the accelerator as a parameter")
-        callers = placement.callers(function)
-        if not callers:
+        called = [c for c in graph.callers(function) if c not in threading.stranded]
+        passed = graph.references(function)
+        for reference in passed:
+            plan.review(
+                ctx.line(reference),
+                f"{name} is handed on here, not called: whoever calls it must pass {acc}={acc}",
+            )
+        uncertain = graph.uncertain_callers(function)
+        for call in uncertain:
+            plan.review(
+                ctx.line(call),
+                f"if this calls {name}(), it must pass {acc}={acc} (the conversion cannot tell "
+                "what the object is)",
+            )
+        if not called and not passed and not uncertain:
             plan.review(
                 ctx.line(function),
-                f"{name}() now takes `accelerator`; its callers elsewhere must pass it",
+                f"{name}() now takes `{acc}` and nothing in this file calls it: "
+                f"callers in other files must pass {acc}={acc}",
             )
-        for call in callers:
-            plan.replacements[call] = _with_accelerator_argument(acc, plan.replacements.get(call))
-            call_sites.append(call)
-            pending.append(call)
-    return call_sites
+    for call in threading.calls:
+        plan.replacements[call] = _with_accelerator_argument(acc, plan.replacements.get(call))
+    for call in threading.stranded:
+        plan.review(
+            ctx.line(call),
+            f"no {acc} exists here to pass to {ctx.code(call.func)}(): create one and pass "
+            f"{acc}={acc}",
+        )
+    return [call for call in threading.calls if placement.inside(call, home)]
+
+
+def _qualified_name(ctx: Context, function: cst.FunctionDef) -> str:
+    owner = ctx.facts.calls.owner(function)
+    name = function.name.value
+    return f"{owner.name.value}.{name}" if owner is not None else name
 
 
 def _first_need(ctx: Context, home: Scope, call_sites: list[cst.CSTNode]) -> cst.CSTNode | None:
     placement = ctx.facts.placement
     body = placement.body_of(home)
+    position = {id(line): index for index, line in enumerate(body)}
     indices = []
     for node in [*ctx.needs, *call_sites]:
         if isinstance(home, cst.Module) and not isinstance(ctx.model.scope_of(node), cst.Module):
             continue
-        top = placement.top_statement(node, home)
-        if top is not None:
-            indices.append(body.index(top))
+        for candidate in (node, *ctx.model.ancestors(node)):
+            if id(candidate) in position:
+                indices.append(position[id(candidate)])
+                break
     if not indices:
         return None
     first = max(min(indices), placement.first_free_index(home))
@@ -159,6 +296,9 @@ def _drop_unreachable(ctx: Context, prepare_scope: Scope) -> None:
         drop(node)
     for node in [n for n in plan.guards if outside(n)]:
         del plan.guards[node]
+        drop(node)
+    for node in [n for n in plan.contexts if outside(n)]:
+        del plan.contexts[node]
         drop(node)
     for node in [n for n in plan.removals if outside(n)]:
         plan.removals.discard(node)

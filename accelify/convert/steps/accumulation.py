@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.accumulation import ManualAccumulation
+from accelify.analysis.accumulation import ManualAccumulation, stepped_every
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import Plan, expression
@@ -16,6 +16,14 @@ def run(ctx: Context) -> None:
     for loop in ctx.model.loops:
         found = ctx.facts.accumulation_in(loop)
         if found is None:
+            kept = stepped_every(loop, ctx.facts) if loop.trains else None
+            if kept is not None:
+                ctx.plan.review(
+                    ctx.line(kept),
+                    "manual gradient accumulation kept as written (not a shape the conversion "
+                    "rewrites): correct, but every backward all-reduces; use "
+                    "accelerator.accumulate(model) to skip the syncs between steps",
+                )
             continue
         if found.unaccounted is not None:
             ctx.plan.review(found.line, f"manual gradient accumulation kept: {found.unaccounted}")

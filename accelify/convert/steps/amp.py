@@ -1,22 +1,37 @@
 """7. AMP: the GradScaler and its calls go, ``autocast`` blocks become ``accelerator.autocast()``,
-and the precision moves to the Accelerator, keeping the original's CUDA-only condition."""
+and the precision moves to the Accelerator with every argument's meaning (``enabled=``, the
+dtype, the CUDA-only device). When that cannot be said in one ``mixed_precision`` value, the
+script's AMP stays as written and a review line says why."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis import names
-from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import expression
 
 
 def run(ctx: Context) -> None:
-    scalers = {b.name for b in ctx.model.of_kind(Kind.SCALER)}
-    amp_used = bool(scalers)
-    dtype = "fp16"
-    for binding in ctx.model.of_kind(Kind.SCALER):
+    precision = ctx.facts.precision
+    if not precision.used:
+        return
+    if not precision.carried:
+        for autocast in precision.autocasts:
+            ctx.plan.review(
+                ctx.line(autocast.call),
+                f"autocast left as is: {precision.reason}; no single "
+                "Accelerator(mixed_precision=...) means the same",
+            )
+        for scaler in precision.scalers:
+            ctx.plan.review(
+                scaler.binding.line,
+                f"GradScaler {scaler.binding.name} left as is: {precision.reason}",
+            )
+        return
+    scalers = {scaler.binding.name for scaler in precision.scalers}
+    for scaler in precision.scalers:
+        binding = scaler.binding
         ctx.plan.remove(
             binding.statement,
             binding.line,
@@ -41,27 +56,18 @@ def run(ctx: Context) -> None:
                     ctx.line(call),
                     f"{dotted(call.func)}({ctx.code(optimizer)}) -> {ctx.code(optimizer)}.step()",
                 )
-    for with_node in ctx.facts.placement.withs():
-        for item in with_node.items:
-            call = item.item
-            if isinstance(call, cst.Call) and ctx.model.call_names(call) & names.AUTOCASTS:
-                amp_used = True
-                if any("bfloat16" in ctx.code(a.value) for a in call.args):
-                    dtype = "bf16"
-                ctx.plan.replace(
-                    call,
-                    lambda _: expression(f"{ctx.acc}.autocast()"),
-                    ctx.line(call),
-                    f"{ctx.code(call.func)}(...) -> {ctx.a('autocast')}()",
-                )
-                ctx.need(call)
-    if amp_used and not ctx.options.mixed_precision:
-        if dtype == "bf16":
-            ctx.constructor["mixed_precision"] = '"bf16"'
-        else:
-            ctx.constructor["mixed_precision"] = '"fp16" if torch.cuda.is_available() else "no"'
+    for autocast in precision.autocasts:
+        call = autocast.call
+        ctx.plan.replace(
+            call,
+            lambda _: expression(f"{ctx.acc}.autocast()"),
+            ctx.line(call),
+            f"{ctx.code(call.func)}(...) -> {ctx.a('autocast')}()",
+        )
+        ctx.need(call)
+    if not ctx.options.mixed_precision and precision.mixed_precision is not None:
+        ctx.constructor["mixed_precision"] = precision.mixed_precision
         ctx.plan.change(
             0,
-            "mixed precision moved to Accelerator(mixed_precision="
-            f"{ctx.constructor['mixed_precision']})",
+            f"mixed precision moved to Accelerator(mixed_precision={precision.mixed_precision})",
         )

@@ -1,5 +1,6 @@
 """4. ``loss.backward(...)`` -> ``accelerator.backward(loss, ...)``; a ``scaler.scale(loss)``
-receiver loses its scaling (the Accelerator scales fp16 losses)."""
+receiver loses its scaling when the precision moved to the Accelerator (which scales fp16
+losses), and keeps it when the script's AMP stays as written."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ def run(ctx: Context) -> None:
     acc = ctx.acc
     for call in ctx.model.backward_calls:
         receiver = call.func.value  # type: ignore[union-attr]
-        scaled = _unscaled(receiver, ctx.model)
+        # A scaler kept as written (its meaning could not move to the Accelerator) keeps scaling.
+        carried = ctx.facts.precision.carried
+        scaled = _unscaled(receiver, ctx.model) if carried else None
         loss = scaled if scaled is not None else receiver
 
         def rewrite(updated: cst.CSTNode, loss=loss, scaled=scaled) -> cst.CSTNode:

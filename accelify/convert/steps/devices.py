@@ -10,6 +10,7 @@ from accelify.analysis.device_moves import (
     is_cuda_literal,
     is_identity_assignment,
     move_receiver,
+    read_as_string,
     strip_moves,
 )
 from accelify.analysis.script_model import Kind
@@ -63,11 +64,14 @@ def run_batch_moves(ctx: Context) -> None:
 
 def run_devices(ctx: Context) -> None:
     for binding in ctx.model.of_kind(Kind.DEVICE):
+        device = ctx.a("device")
+        if _is_string(binding.value) and read_as_string(ctx.model, binding.name):
+            device = f"str({device})"  # a string the script reads as one stays one
         ctx.plan.replace(
             binding.value,
-            lambda _: expression(ctx.a("device")),
+            lambda _, device=device: expression(device),
             binding.line,
-            f"{binding.name} = {ctx.a('device')}",
+            f"{binding.name} = {device}",
         )
         ctx.need(binding.statement)
     for call in ctx.model.calls:
@@ -135,6 +139,12 @@ def _batch_move_statement(
                 ctx.line(move),
                 "removed batch device move (batches arrive on accelerator.device)",
             )
+
+
+def _is_string(value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.IfExp):
+        return _is_string(value.body) and _is_string(value.orelse)
+    return isinstance(value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString))
 
 
 def _calls_method(call: cst.Call, method: str) -> bool:

@@ -20,6 +20,128 @@ def run(ctx: Context) -> None:
     _process_group_calls(ctx, samplers)
     _rank_reads_and_loaders(ctx, samplers)
     _module_access(ctx)
+    _spawns(ctx)
+    _launcher_variables(ctx)
+    _all_reduces(ctx)
+
+
+def _spawns(ctx: Context) -> None:
+    """``mp.spawn(main_worker, nprocs=n, args=(a, b))`` -> ``main_worker(LOCAL_RANK, a, b)``: the
+    launcher starts the processes, each runs the worker once with its local index."""
+    os_imported = ctx.model.imports.bound.get("os") == "os"
+    for _, call in ctx.facts.placement.expression_statements():
+        if not ctx.model.call_names(call) & names.SPAWN:
+            continue
+        worker = call.args[0].value if call.args and not call.args[0].keyword else None
+        extra = _spawn_arguments(call)
+        if worker is None or extra is None or not os_imported:
+            ctx.plan.review(
+                ctx.line(call),
+                f"{ctx.code(call.func)}(...) left as is: the launcher starts the processes; call "
+                "the worker once per process with its local index (LOCAL_RANK)",
+            )
+            continue
+        index = 'int(os.environ.get("LOCAL_RANK", 0))'
+        code = f"{ctx.code(worker)}({', '.join([index, *extra])})"
+        ctx.plan.replace(
+            call,
+            lambda _, code=code: expression(code),
+            ctx.line(call),
+            f"{ctx.code(call.func)}(...) -> {code}",
+        )
+        ctx.plan.review(
+            ctx.line(call),
+            "the launcher starts the processes now (accelify launch -n N): "
+            f"what the script computed for its own spawn ({_spawn_sizes(ctx, call)}) is kept as "
+            "written; check what it is used for",
+        )
+
+
+def _spawn_arguments(call: cst.Call) -> list[str] | None:
+    """The worker's arguments after the process index, as code; None when not a literal tuple."""
+    for index, argument in enumerate(call.args):
+        if (argument.keyword and argument.keyword.value == "args") or (
+            index == 1 and argument.keyword is None
+        ):
+            value = argument.value
+            if not isinstance(value, cst.Tuple) or any(
+                not isinstance(e, cst.Element) for e in value.elements
+            ):
+                return None
+            return [cst.Module([]).code_for_node(e.value) for e in value.elements]
+    return []
+
+
+def _spawn_sizes(ctx: Context, call: cst.Call) -> str:
+    sizes = [
+        f"{a.keyword.value}={ctx.code(a.value)}"
+        for a in call.args
+        if a.keyword is not None and a.keyword.value == "nprocs"
+    ]
+    return ", ".join(sizes) or "nprocs"
+
+
+def _launcher_variables(ctx: Context) -> None:
+    """``os.environ["MASTER_PORT"] = "29500"`` would point the ranks away from the launcher's."""
+    for assign in ctx.model.assignments:
+        keys = [_environ_key(t.target) for t in assign.targets]
+        if keys and all(key in names.LAUNCHER_VARIABLES for key in keys):
+            statement = ctx.model.parent(assign)
+            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+                ctx.plan.remove(
+                    statement,
+                    ctx.line(assign),
+                    f"removed os.environ[{keys[0]!r}] = ... (the launcher sets it)",
+                )
+
+
+def _environ_key(target: cst.BaseExpression) -> str | None:
+    if isinstance(target, cst.Subscript) and dotted(target.value) == "os.environ":
+        index = target.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            value = index.value.evaluated_value
+            return value if isinstance(value, str) else None
+    return None
+
+
+def _all_reduces(ctx: Context) -> None:
+    """``dist.all_reduce(t)`` -> ``t.copy_(accelerator.reduce(t, reduction="sum"))``: the same
+    in-place sum, and on one process (no process group) the tensor as it is."""
+    for _, call in ctx.facts.placement.expression_statements():
+        if not ctx.model.call_names(call) & names.ALL_REDUCE or not call.args:
+            continue
+        op = next(
+            (
+                a.value
+                for i, a in enumerate(call.args)
+                if (a.keyword and a.keyword.value == "op") or (i == 1 and not a.keyword)
+            ),
+            None,
+        )
+        reduction = (
+            "sum" if op is None else names.REDUCTIONS.get((dotted(op) or "").rsplit(".", 1)[-1])
+        )
+        others = [
+            a
+            for a in call.args[1:]
+            if not (a.keyword and a.keyword.value == "op") and a.keyword is not None
+        ]
+        if reduction is None or others or call.args[0].keyword or call.args[0].star:
+            ctx.plan.review(
+                ctx.line(call),
+                "all_reduce left as is: it needs a process group on one process too; "
+                f"use {ctx.a('reduce')}(tensor, reduction=...)",
+            )
+            continue
+        tensor = ctx.code(call.args[0].value)
+        code = f'{tensor}.copy_({ctx.a("reduce")}({tensor}, reduction="{reduction}"))'
+        ctx.plan.replace(
+            call,
+            lambda _, code=code: expression(code),
+            ctx.line(call),
+            f"{ctx.code(call.func)}({tensor}) -> {code}",
+        )
+        ctx.need(call)
 
 
 def _remove_wrappers(ctx: Context) -> None:
@@ -36,18 +158,49 @@ def _remove_wrappers(ctx: Context) -> None:
             ctx.plan.replace(binding.value, lambda _, inner=inner: inner, binding.line, text)
 
 
-def _remove_samplers(ctx: Context) -> set[str]:
-    samplers = {b.name for b in ctx.model.of_kind(Kind.SAMPLER)}
+def _remove_samplers(ctx: Context) -> dict[str, str]:
+    """Each DistributedSampler goes; what the loader must do instead is its ``shuffle=``."""
+    samplers: dict[str, str] = {}
     for binding in ctx.model.of_kind(Kind.SAMPLER):
+        shuffle, dropped = _sampler_arguments(ctx, binding.value)
+        samplers[binding.name] = shuffle
         ctx.plan.remove(
             binding.statement,
             binding.line,
             f"removed DistributedSampler {binding.name} (prepare shards the data)",
         )
+        if dropped:
+            ctx.plan.review(
+                binding.line,
+                f"DistributedSampler's {', '.join(dropped)} not carried over: the prepared "
+                "loader shuffles with the run's seed and evens out the last batch itself",
+            )
     return samplers
 
 
-def _process_group_calls(ctx: Context, samplers: set[str]) -> None:
+#: DistributedSampler(dataset, num_replicas, rank, shuffle, seed, drop_last)
+_SAMPLER_POSITIONS = ("dataset", "num_replicas", "rank", "shuffle", "seed", "drop_last")
+
+
+def _sampler_arguments(ctx: Context, value: cst.BaseExpression) -> tuple[str, list[str]]:
+    """The sampler's ``shuffle`` as code (``True`` by default), and the arguments whose meaning
+    the prepared loader does not keep."""
+    shuffle, dropped = "True", []
+    call = strip_self_methods(value)
+    if not isinstance(call, cst.Call):
+        return shuffle, dropped
+    for index, argument in enumerate(call.args):
+        name = argument.keyword.value if argument.keyword is not None else None
+        if name is None and not argument.star and index < len(_SAMPLER_POSITIONS):
+            name = _SAMPLER_POSITIONS[index]
+        if name == "shuffle":
+            shuffle = ctx.code(argument.value)
+        elif name in ("seed", "drop_last"):
+            dropped.append(f"{name}={ctx.code(argument.value)}")
+    return shuffle, dropped
+
+
+def _process_group_calls(ctx: Context, samplers: dict[str, str]) -> None:
     """Setup goes, teardown becomes ``end_training``, ``sampler.set_epoch`` goes."""
     for line_statement, call in ctx.facts.placement.expression_statements():
         qualified = ctx.model.call_names(call)
@@ -75,10 +228,13 @@ def _process_group_calls(ctx: Context, samplers: set[str]) -> None:
                 )
 
 
-def _rank_reads_and_loaders(ctx: Context, samplers: set[str]) -> None:
+def _rank_reads_and_loaders(ctx: Context, samplers: dict[str, str]) -> None:
     """Barriers, rank and world-size reads become the Accelerator's; a loader given the
-    removed DistributedSampler shuffles instead."""
+    removed DistributedSampler shuffles as the sampler did."""
+    launched_tests = _launched_tests(ctx)
     for call in ctx.model.calls:
+        if any(ctx.facts.placement.inside(call, test) for test in launched_tests):
+            continue
         qualified = ctx.model.call_names(call)
         replacement = None
         if qualified & names.BARRIER:
@@ -104,11 +260,12 @@ def _rank_reads_and_loaders(ctx: Context, samplers: set[str]) -> None:
                     and argument.keyword.value == "sampler"
                     and dotted(argument.value) in samplers
                 ):
+                    shuffle = samplers[dotted(argument.value) or ""]
                     ctx.plan.replace(
                         call,
-                        _drop_sampler_argument(samplers),
+                        _drop_sampler_argument(shuffle),
                         ctx.line(call),
-                        "DataLoader(sampler=DistributedSampler) -> shuffle=True "
+                        f"DataLoader(sampler=DistributedSampler) -> shuffle={shuffle} "
                         "(prepare shards the data)",
                     )
 
@@ -142,6 +299,60 @@ def _wrapper_call(value: cst.BaseExpression) -> cst.Call | None:
     return core if isinstance(core, cst.Call) else None
 
 
+def _launched_tests(ctx: Context) -> list[cst.Comparison]:
+    """``int(os.environ.get("RANK", -1)) != -1`` (torchrun's variables set: "is this run
+    distributed?") -> ``accelerator.num_processes > 1``; a rank read would be always set."""
+    found = []
+    for node in ctx.facts.placement.all_nodes():
+        if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+            continue
+        target = node.comparisons[0]
+        distributed = _launch_test(node.left, target)
+        if distributed is None:
+            continue
+        code = f"{ctx.a('num_processes')} {'>' if distributed else '=='} 1"
+        ctx.plan.replace(
+            node,
+            lambda _, code=code: expression(code),
+            ctx.line(node),
+            f"{ctx.code(node)} -> {code}",
+        )
+        ctx.need(node)
+        found.append(node)
+    return found
+
+
+def _launch_test(left: cst.BaseExpression, target: cst.ComparisonTarget) -> bool | None:
+    """True for a test that holds when launched distributed, False for its negation, None for
+    anything else."""
+    operator = target.operator
+    if isinstance(left, cst.SimpleString) and isinstance(operator, (cst.In, cst.NotIn)):
+        if dotted(target.comparator) == "os.environ" and left.evaluated_value in (
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+        ):
+            return isinstance(operator, cst.In)
+        return None
+    if not isinstance(operator, (cst.Equal, cst.NotEqual)):
+        return None
+    inner = left
+    if isinstance(inner, cst.Call) and dotted(inner.func) == "int" and len(inner.args) == 1:
+        inner = inner.args[0].value
+    if not (
+        isinstance(inner, cst.Call)
+        and dotted(inner.func) in ("os.environ.get", "os.getenv")
+        and len(inner.args) == 2
+        and isinstance(inner.args[0].value, cst.SimpleString)
+        and inner.args[0].value.evaluated_value in ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+    ):
+        return None
+    default = cst.Module([]).code_for_node(inner.args[1].value)
+    if cst.Module([]).code_for_node(target.comparator) != default:
+        return None
+    return isinstance(operator, cst.NotEqual)
+
+
 def _environ_rank(call: cst.Call) -> str | None:
     """``int(os.environ["LOCAL_RANK"])`` -> the Accelerator attribute that replaces it."""
     if dotted(call.func) != "int" or len(call.args) != 1:
@@ -167,13 +378,13 @@ def _environ_rank(call: cst.Call) -> str | None:
     }.get(str(key))
 
 
-def _drop_sampler_argument(samplers: set[str]):
+def _drop_sampler_argument(shuffle: str):
     def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.Call)
         kept = [
             a for a in updated.args if not (a.keyword and a.keyword.value in ("sampler", "shuffle"))
         ]
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(args=with_keyword(kept, "shuffle", cst.Name("True")))
+        return updated.with_changes(args=with_keyword(kept, "shuffle", expression(shuffle)))
 
     return rewrite

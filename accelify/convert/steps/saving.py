@@ -19,6 +19,8 @@ def run(ctx: Context) -> None:
         _unwrap_saved_model(ctx, call)
         if any(ctx.facts.placement.inside(call, block) for block in guarded_writes):
             continue  # writes into a file only the main process opens
+        if ctx.facts.shared_files.kept_on_every_rank(call):
+            continue  # a per-process path read back: each rank saves its own file
         ctx.plan.replace(
             call,
             lambda updated: updated.with_changes(func=expression(f"{ctx.acc}.save")),
@@ -59,7 +61,9 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
     guarded = []
     for with_node in ctx.facts.placement.withs():
         if ctx.facts.ranks.under_rank_guard(with_node) or not any(
-            side_effects.opens_for_writing(item.item) for item in with_node.items
+            side_effects.opens_for_writing(item.item)
+            and not ctx.facts.shared_files.kept_on_every_rank(item.item)  # type: ignore[arg-type]
+            for item in with_node.items
         ):
             continue
         ctx.plan.guard(
@@ -75,6 +79,7 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
         if (
             side_effects.opens_for_writing(call)
             and not inside_guarded
+            and not ctx.facts.shared_files.kept_on_every_rank(call)
             and not ctx.facts.ranks.under_rank_guard(call)
         ):
             ctx.plan.review(

@@ -20,6 +20,8 @@ def run(ctx: Context) -> None:
     for write in side_effects.writes(model, placement):
         if _already_once(ctx, write.statement) or side_effects.per_rank_path(write.call):
             continue
+        if ctx.facts.shared_files.kept_on_every_rank(write.call):
+            continue  # a per-process path read back: each rank writes its own file
         region = _feeding_region(ctx, write.statement)
         if any(placement.inside(region, done) for done in guarded):
             continue

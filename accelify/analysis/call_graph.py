@@ -1,0 +1,271 @@
+"""Which calls of the file reach each of its functions and methods.
+
+``train(model, loader)`` calls the module's ``train``; inside a class, ``self.train_one_epoch()``
+calls the class's method (or a subclass's override), ``super().fit()`` the base class's;
+``trainer.fit()`` after ``trainer = Trainer(...)`` calls ``Trainer.fit``, and ``Trainer(...)``
+itself calls ``Trainer.__init__``. A function named where it is not called (``mp.spawn(worker)``,
+``Thread(target=train)``) is a reference: someone else calls it, with arguments the file does not
+show. A call through an object the analysis cannot place (``runner.fit()`` on a value from a
+factory) is an uncertain caller of every method of that name.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.placement import Placement
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted, strip_self_methods
+
+#: Method names every torch object has: ``x.train()`` on an unknown ``x`` is not a Trainer's.
+_LIBRARY_METHODS = names.MODULE_API | {"step", "zero_grad", "backward", "item", "numpy"}
+
+
+class CallGraph:
+    def __init__(self, model: ScriptModel, placement: Placement) -> None:
+        self.model = model
+        self.placement = placement
+
+    # --- what the file defines -------------------------------------------------------------------
+    @cached_property
+    def classes(self) -> dict[str, cst.ClassDef]:
+        return {n.name.value: n for n in self.placement.all_nodes() if isinstance(n, cst.ClassDef)}
+
+    def methods(self, owner: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+        body = owner.body.body if isinstance(owner.body, cst.IndentedBlock) else []
+        return {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
+
+    def owner(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+        """The class ``function`` is a method of (directly in its body)."""
+        block = self.model.parent(function)
+        parent = self.model.parent(block) if block is not None else None
+        return parent if isinstance(parent, cst.ClassDef) else None
+
+    def bases(self, owner: cst.ClassDef) -> list[cst.ClassDef]:
+        found = []
+        for base in owner.bases:
+            name = dotted(base.value)
+            if name in self.classes and self.classes[name] is not owner:
+                found.append(self.classes[name])
+        return found
+
+    def subclasses(self, owner: cst.ClassDef) -> list[cst.ClassDef]:
+        found: list[cst.ClassDef] = []
+        for other in self.classes.values():
+            if other is not owner and self._derives(other, owner, 0):
+                found.append(other)
+        return found
+
+    def _derives(self, cls: cst.ClassDef, base: cst.ClassDef, depth: int) -> bool:
+        if depth > 20:
+            return False
+        return any(b is base or self._derives(b, base, depth + 1) for b in self.bases(cls))
+
+    def lookup(self, owner: cst.ClassDef, name: str, depth: int = 0) -> cst.FunctionDef | None:
+        """``name`` as an instance of ``owner`` finds it: its own, else a base class's."""
+        found = self.methods(owner).get(name)
+        if found is not None or depth > 20:
+            return found
+        for base in self.bases(owner):
+            found = self.lookup(base, name, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    # --- calls -----------------------------------------------------------------------------------
+    @cached_property
+    def _targets(self) -> dict[cst.Call, list[cst.FunctionDef]]:
+        return {call: self._resolve(call) for call in self.model.calls}
+
+    def targets(self, call: cst.Call) -> list[cst.FunctionDef]:
+        """The functions of this file ``call`` may run."""
+        return self._targets.get(call, [])
+
+    def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """Every call in the file that may run ``function``."""
+        return [call for call, found in self._targets.items() if function in found]
+
+    def uncertain_callers(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """``x.fit()`` where ``x`` could be an instance of ``function``'s class: the analysis
+        does not know what ``x`` is."""
+        owner = self.owner(function)
+        name = function.name.value
+        if owner is None or name in _LIBRARY_METHODS or name.startswith("__"):
+            return []
+        found = []
+        for call, targets in self._targets.items():
+            func = call.func
+            if targets or not (isinstance(func, cst.Attribute) and func.attr.value == name):
+                continue
+            receiver = dotted(func.value)
+            root = (receiver or "").split(".")[0]
+            if receiver is not None and root in self.model.imports.bound:
+                continue  # a module's function: ``np.save``, ``torch.save``
+            if receiver is not None and self._instance_class(receiver, call) is not None:
+                continue  # an instance of another class of the file, which has no such method
+            found.append(call)
+        return found
+
+    def references(self, function: cst.FunctionDef) -> list[cst.CSTNode]:
+        """Places that name ``function`` without calling it: handed to someone who will."""
+        name = function.name.value
+        owner = self.owner(function)
+        found: list[cst.CSTNode] = []
+        for node in self.placement.all_nodes():
+            if owner is None and isinstance(node, cst.Name) and node.value == name:
+                parent = self.model.parent(node)
+                if isinstance(parent, cst.Call) and parent.func is node:
+                    continue
+                if isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is node:
+                    continue
+                if isinstance(parent, cst.Attribute) and parent.attr is node:
+                    continue
+                if isinstance(parent, cst.Arg) and parent.keyword is node:
+                    continue
+                if isinstance(parent, (cst.ImportAlias, cst.Param)):
+                    continue
+                if (
+                    self.model.functions.get(name) is function
+                    or self._local_def(name, node) is function
+                ):
+                    found.append(node)
+            elif owner is not None and isinstance(node, cst.Attribute):
+                if node.attr.value != name:
+                    continue
+                parent = self.model.parent(node)
+                if isinstance(parent, cst.Call) and parent.func is node:
+                    continue
+                if self._attribute_target(node, name) is function:
+                    found.append(node)
+        return found
+
+    def _resolve(self, call: cst.Call) -> list[cst.FunctionDef]:
+        func = call.func
+        if isinstance(func, cst.Name):
+            local = self._local_def(func.value, call)
+            if local is not None:
+                return [local]
+            function = self.model.functions.get(func.value)
+            if function is not None:
+                return [function]
+            owner = self.classes.get(func.value)
+            init = self.lookup(owner, "__init__") if owner is not None else None
+            return [init] if init is not None else []
+        if not isinstance(func, cst.Attribute):
+            return []
+        name = func.attr.value
+        receiver = func.value
+        if _is_super_call(receiver):
+            owner = self.placement.class_of(call)
+            for base in self.bases(owner) if owner is not None else []:
+                found = self.lookup(base, name)
+                if found is not None:
+                    return [found]
+            return []
+        if self._is_self(receiver, call):
+            owner = self._enclosing_class(call)
+            if owner is None:
+                return []
+            found_here = self.lookup(owner, name)
+            overrides = [
+                sub_method
+                for sub in self.subclasses(owner)
+                if (sub_method := self.methods(sub).get(name)) is not None
+            ]
+            return [f for f in [found_here, *overrides] if f is not None]
+        built = strip_self_methods(receiver)
+        if isinstance(built, cst.Call) and dotted(built.func) in self.classes:
+            found = self.lookup(self.classes[dotted(built.func)], name)  # ``Trainer(...).fit()``
+            return [found] if found is not None else []
+        receiver_name = dotted(receiver)
+        if receiver_name in self.classes:  # ``Trainer.fit(trainer)``, a static or class method
+            found = self.lookup(self.classes[receiver_name], name)
+            return [found] if found is not None else []
+        if receiver_name is not None:
+            owner = self._instance_class(receiver_name, call)
+            if owner is not None:
+                found = self.lookup(owner, name)
+                return [found] if found is not None else []
+        return []
+
+    def _attribute_target(self, node: cst.Attribute, name: str) -> cst.FunctionDef | None:
+        if self._is_self(node.value, node):
+            owner = self._enclosing_class(node)
+            return self.lookup(owner, name) if owner is not None else None
+        receiver = dotted(node.value)
+        owner = self._instance_class(receiver, node) if receiver else None
+        return self.lookup(owner, name) if owner is not None else None
+
+    @cached_property
+    def _nested_defs(self) -> dict[cst.FunctionDef, dict[str, cst.FunctionDef]]:
+        """The functions defined directly inside each function, by name."""
+        found: dict[cst.FunctionDef, dict[str, cst.FunctionDef]] = {}
+        for node in self.placement.all_nodes():
+            if isinstance(node, cst.FunctionDef):
+                outer = self.placement.enclosing_function(node)
+                if outer is not None and self.owner(node) is None:
+                    found.setdefault(outer, {}).setdefault(node.name.value, node)
+        return found
+
+    def _local_def(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | None:
+        """A function ``name`` defined inside one of the functions around ``at``."""
+        for ancestor in self.model.ancestors(at):
+            if isinstance(ancestor, cst.FunctionDef):
+                found = self._nested_defs.get(ancestor, {}).get(name)
+                if found is not None:
+                    return found
+        return None
+
+    def _enclosing_class(self, at: cst.CSTNode) -> cst.ClassDef | None:
+        method = self._enclosing_method(at)
+        return self.owner(method) if method is not None else None
+
+    def _enclosing_method(self, at: cst.CSTNode) -> cst.FunctionDef | None:
+        for ancestor in self.model.ancestors(at):
+            if isinstance(ancestor, cst.FunctionDef) and self.owner(ancestor) is not None:
+                return ancestor
+        return None
+
+    def _is_self(self, receiver: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """The method's first parameter (``self``), read in the method or a closure inside it."""
+        method = self._enclosing_method(at)
+        if method is None or not isinstance(receiver, cst.Name):
+            return False
+        params = [*method.params.posonly_params, *method.params.params]
+        return bool(params) and params[0].name.value == receiver.value
+
+    @cached_property
+    def _constructions(self) -> dict[str, list[tuple[cst.Assign, cst.ClassDef]]]:
+        """``trainer = Trainer(...)`` (also ``Trainer(...).to(device)``), by target name."""
+        found: dict[str, list[tuple[cst.Assign, cst.ClassDef]]] = {}
+        for assign in self.model.assignments:
+            value = strip_self_methods(assign.value)
+            if not isinstance(value, cst.Call) or dotted(value.func) not in self.classes:
+                continue
+            for target in assign.targets:
+                name = dotted(target.target)
+                if name is not None:
+                    found.setdefault(name, []).append((assign, self.classes[dotted(value.func)]))
+        return found
+
+    def _instance_class(self, receiver: str, at: cst.CSTNode) -> cst.ClassDef | None:
+        """``trainer`` after ``trainer = Trainer(...)`` in the same scope (or the module), or
+        ``self.trainer`` after ``self.trainer = Trainer(...)`` in the same class."""
+        scope = self.model.scope_of(at)
+        owner = self._enclosing_class(at) if receiver.startswith("self.") else None
+        for assign, built in self._constructions.get(receiver, []):
+            if owner is not None:
+                if self._enclosing_class(assign) is owner:
+                    return built
+            elif self.model.scope_of(assign) is scope or isinstance(
+                self.model.scope_of(assign), cst.Module
+            ):
+                return built
+        return None
+
+
+def _is_super_call(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and dotted(node.func) == "super"

@@ -1,0 +1,213 @@
+"""What the script's own mixed precision means, and whether ``Accelerator(mixed_precision=...)``
+can say the same.
+
+Every argument counts: ``torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)`` is
+bf16 only when ``args.bf16`` is set (``"bf16" if args.bf16 else "no"``); a ``"cuda"`` autocast
+does nothing on a CPU run (``... and torch.cuda.is_available()``); a scaler's ``enabled=`` must
+agree with the autocast's. When the autocasts disagree, or a precision or a condition cannot be
+read (a dtype in a variable, a condition over another function's locals), nothing is carried:
+the script's AMP stays as written and `reason` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.analysis.syntax import dotted, walk
+
+#: positional order of each autocast's parameters
+_AUTOCAST_POSITIONS = {
+    "torch.cuda.amp.autocast": ("enabled", "dtype", "cache_enabled"),
+    "torch.cpu.amp.autocast": ("enabled", "dtype", "cache_enabled"),
+}
+_DEFAULT_POSITIONS = ("device_type", "dtype", "enabled", "cache_enabled")
+_DEVICE_OF = {"torch.cuda.amp.autocast": "cuda", "torch.cpu.amp.autocast": "cpu"}
+_DEFAULT_DTYPE = {"cuda": "fp16", "cpu": "bf16"}
+_DTYPES = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+}
+
+
+@dataclass
+class Autocast:
+    call: cst.Call
+    #: ``"fp16"``/``"bf16"``, or None when the dtype cannot be read
+    precision: str | None
+    #: ``"cuda"``/``"cpu"``, or None when the device type is not a literal
+    device: str | None
+    #: the ``enabled=`` condition as written; None when always on
+    enabled: cst.BaseExpression | None
+
+
+@dataclass
+class Scaler:
+    binding: Binding
+    enabled: cst.BaseExpression | None
+
+
+@dataclass
+class Precision:
+    autocasts: list[Autocast] = field(default_factory=list)
+    scalers: list[Scaler] = field(default_factory=list)
+    #: ``Accelerator(mixed_precision=...)`` that means what the script does; None: not carried
+    mixed_precision: str | None = None
+    #: why the script's AMP cannot be carried over (then it stays as written)
+    reason: str | None = None
+
+    @property
+    def used(self) -> bool:
+        return bool(self.autocasts or self.scalers)
+
+    @property
+    def carried(self) -> bool:
+        return self.used and self.reason is None
+
+
+def precision_of(model: ScriptModel, prepare_scope: cst.CSTNode | None) -> Precision:
+    """The script's autocasts (as ``with`` items) and gradient scalers, and their meaning as one
+    ``mixed_precision`` value, valid where the Accelerator is created (``prepare_scope``)."""
+    found = Precision()
+    for node in model.orders:
+        if isinstance(node, cst.WithItem) and isinstance(node.item, cst.Call):
+            qualified = model.call_names(node.item) & names.AUTOCASTS
+            if qualified:
+                found.autocasts.append(_autocast(model, node.item, min(qualified)))
+    for binding in model.of_kind(Kind.SCALER):
+        value = binding.value
+        enabled = _argument(value, "enabled", ()) if isinstance(value, cst.Call) else None
+        found.scalers.append(Scaler(binding, _unless_true(enabled)))
+    if found.used:
+        found.mixed_precision, found.reason = _carried(model, found, prepare_scope)
+    return found
+
+
+def _autocast(model: ScriptModel, call: cst.Call, qualified: str) -> Autocast:
+    positions = _AUTOCAST_POSITIONS.get(qualified, _DEFAULT_POSITIONS)
+    device = _DEVICE_OF.get(qualified)
+    device_arg = _argument(call, "device_type", positions)
+    if device_arg is not None:
+        text = device_arg.evaluated_value if isinstance(device_arg, cst.SimpleString) else None
+        device = text if text in _DEFAULT_DTYPE else None
+    dtype_arg = _argument(call, "dtype", positions)
+    if dtype_arg is None:
+        precision = _DEFAULT_DTYPE.get(device or "")
+    else:
+        last = (dotted(dtype_arg) or "").rsplit(".", 1)[-1]
+        precision = _DTYPES.get(last) if (dotted(dtype_arg) or "").startswith("torch.") else None
+    enabled = _unless_true(_argument(call, "enabled", positions))
+    return Autocast(call, precision, device, enabled)
+
+
+def _argument(call: cst.Call, name: str, positions: tuple[str, ...]) -> cst.BaseExpression | None:
+    for index, argument in enumerate(call.args):
+        if argument.keyword is not None and argument.keyword.value == name:
+            return argument.value
+        positional = argument.keyword is None and not argument.star and index < len(positions)
+        if positional and positions[index] == name:
+            return argument.value
+    return None
+
+
+def _unless_true(expression: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    if isinstance(expression, cst.Name) and expression.value == "True":
+        return None
+    return expression
+
+
+def _carried(
+    model: ScriptModel, found: Precision, prepare_scope: cst.CSTNode | None
+) -> tuple[str | None, str | None]:
+    code = model.module.code_for_node
+
+    def text(expression: cst.BaseExpression | None) -> str | None:
+        return None if expression is None else code(expression)
+
+    settings = {(a.precision, a.device, text(a.enabled)) for a in found.autocasts}
+    if len(settings) > 1:
+        return None, "the autocasts differ in dtype, device or enabled="
+    if found.autocasts:
+        precision, device, enabled = settings.pop()
+        if precision is None:
+            return None, "the autocast's dtype or device type is not a literal torch dtype/device"
+        condition = found.autocasts[0].enabled
+    else:  # a scaler alone: fp16 on CUDA
+        precision, device, enabled, condition = "fp16", "cuda", None, None
+    for scaler in found.scalers:
+        scaler_enabled = text(scaler.enabled)
+        if scaler_enabled is not None and scaler_enabled != enabled:
+            if found.autocasts:
+                return None, "the GradScaler's enabled= differs from the autocast's"
+            enabled, condition = scaler_enabled, scaler.enabled
+    if condition is not None and not _readable_from(model, condition, prepare_scope):
+        return None, f"enabled={enabled} reads names the Accelerator's scope does not have"
+    if condition is not None:
+        condition, enabled = _inlined(model, condition)
+    tests = [] if enabled is None else [enabled if _simple(condition) else f"({enabled})"]
+    if device == "cuda" and "torch.cuda.is_available()" not in tests:
+        tests.append("torch.cuda.is_available()")
+    if not tests:
+        return f'"{precision}"', None
+    return f'"{precision}" if {" and ".join(tests)} else "no"', None
+
+
+def _inlined(model: ScriptModel, condition: cst.BaseExpression) -> tuple[cst.BaseExpression, str]:
+    """``use_amp`` set once by ``use_amp = torch.cuda.is_available()`` in the same function reads
+    as its value, which the Accelerator can be given wherever it is created; other conditions
+    stay as written."""
+    if not isinstance(condition, cst.Name):
+        return condition, model.module.code_for_node(condition)
+    scope = model.scope_of(condition)
+    assigned = [
+        assign
+        for assign in model.assignments
+        if model.scope_of(assign) is scope
+        and any(
+            isinstance(t.target, cst.Name) and t.target.value == condition.value
+            for t in assign.targets
+        )
+    ]
+    if len(assigned) == 1 and len(assigned[0].targets) == 1:
+        value = assigned[0].value
+        roots = {
+            n.value
+            for n in walk(value)
+            if isinstance(n, cst.Name)
+            and not (isinstance(model.parent(n), cst.Attribute) and model.parent(n).attr is n)
+        }
+        if roots <= set(model.imports.bound) and _simple(value):
+            return value, model.module.code_for_node(value)
+    return condition, model.module.code_for_node(condition)
+
+
+def _simple(expression: cst.BaseExpression | None) -> bool:
+    return isinstance(expression, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+
+
+def _readable_from(
+    model: ScriptModel, condition: cst.BaseExpression, scope: cst.CSTNode | None
+) -> bool:
+    """The condition's names are the module's, or bound where the condition is and that place is
+    the scope the Accelerator is created in."""
+    where = model.scope_of(condition)
+    if where is scope:
+        return True
+    module_names = {
+        n.value
+        for n in model.orders
+        if isinstance(n, cst.Name)
+        and isinstance(model.parent(n), cst.AssignTarget)
+        and model.scope_of(n) is model.module
+    } | set(model.imports.bound)
+    roots = {
+        n.value
+        for n in walk(condition)
+        if isinstance(n, cst.Name)
+        and not (isinstance(model.parent(n), cst.Attribute) and model.parent(n).attr is n)
+    }
+    return roots <= module_names | {"True", "False", "None"}

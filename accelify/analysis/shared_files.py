@@ -1,0 +1,476 @@
+"""Files the ranks share: one written once (on the main process, as the conversion makes every
+save) and read back by every rank, and paths made per process.
+
+A checkpoint saved on the main process and loaded again by every rank (best weights reloaded
+after training, a tutorial's save-then-load-for-inference) needs a barrier between the save and
+the loads: without it rank 1 reads before rank 0 has written. A path made per process (a
+``tempfile.TemporaryDirectory()``, ``os.getpid()``, a timestamp) is another file on every rank:
+saved on one rank and read on all, the others find nothing, so such a save stays on every rank.
+A data set downloaded or prepared by every rank at once (``download=True``, ``urlretrieve``,
+extracting an archive, a helper that does those) races on its folder (``FileExistsError``): the
+main process should do it first, the others then read what it wrote.
+
+Two paths are the same file when their code is the same, after a name assigned once in its scope
+is replaced by its value (``path = os.path.join(out, "best.pt")``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import libcst as cst
+
+from accelify.analysis import collectives, names, side_effects
+from accelify.analysis.flow import ObjectFlow
+from accelify.analysis.placement import Placement
+from accelify.analysis.rank_dependence import RankDependence
+from accelify.analysis.script_model import RANK_WORDS, ScriptModel
+from accelify.analysis.syntax import dotted, target_names, walk
+
+#: Where a path comes from when it is another file on every process: always (a temporary
+#: directory, a pid) or by the clock (two ranks may get the same value, or not).
+UNIQUE_PER_PROCESS = {
+    "tempfile.TemporaryDirectory",
+    "tempfile.mkdtemp",
+    "tempfile.NamedTemporaryFile",
+    "tempfile.mkstemp",
+    "os.getpid",
+    "uuid.uuid1",
+    "uuid.uuid4",
+}
+CLOCK = {
+    "time.time",
+    "time.time_ns",
+    "time.strftime",
+    "time.localtime",
+    "datetime.datetime.now",
+    "datetime.datetime.today",
+    "datetime.datetime.utcnow",
+    "datetime.date.today",
+}
+#: Calls that read a file, and the position and keyword of their path argument.
+READERS = {
+    "torch.load": (0, "f"),
+    "numpy.load": (0, "file"),
+    "numpy.loadtxt": (0, "fname"),
+    "numpy.genfromtxt": (0, "fname"),
+    "safetensors.torch.load_file": (0, "filename"),
+    "safetensors.torch.load_model": (1, "filename"),
+    "pandas.read_csv": (0, "filepath_or_buffer"),
+    "pandas.read_json": (0, "path_or_buf"),
+    "pandas.read_parquet": (0, "path"),
+    "builtins.open": (0, "file"),
+}
+READING_METHODS = {"from_pretrained": (0, "pretrained_model_name_or_path")}
+#: Calls that write a file, and where their path is.
+WRITERS = {
+    "torch.save": (1, "f"),
+    "numpy.save": (0, "file"),
+    "numpy.savez": (0, "file"),
+    "numpy.savez_compressed": (0, "file"),
+    "numpy.savetxt": (0, "fname"),
+    "torchvision.utils.save_image": (1, "fp"),
+    "safetensors.torch.save_file": (1, "filename"),
+    "safetensors.torch.save_model": (1, "filename"),
+    "matplotlib.pyplot.savefig": (0, "fname"),
+}
+WRITING_METHODS = {
+    "save_pretrained": (0, "save_directory"),
+    "savefig": (0, "fname"),
+    "to_csv": (0, "path_or_buf"),
+}
+#: Calls that download or unpack data into a folder.
+DOWNLOADERS = {
+    "urllib.request.urlretrieve",
+    "torchvision.datasets.utils.download_url",
+    "torchvision.datasets.utils.download_and_extract_archive",
+    "torchvision.datasets.utils.extract_archive",
+    "torchvision.datasets.utils.download_file_from_google_drive",
+    "torch.hub.download_url_to_file",
+    "torch_geometric.data.download_url",
+    "torch_geometric.data.extract_zip",
+    "torch_geometric.data.extract_tar",
+    "torch_geometric.data.extract_gz",
+    "shutil.unpack_archive",
+    "gdown.download",
+    "wget.download",
+    "nltk.download",
+}
+DOWNLOADING_METHODS = {"extractall"}
+#: Data set classes that download into their root folder when it is empty, asked or not.
+DOWNLOADING_DATASETS = ("torch_geometric.datasets.", "ogb.nodeproppred.", "ogb.graphproppred.")
+_MAX_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class PerProcessPath:
+    """A path made per process, and the call that makes it so (``tempfile.mkdtemp()``)."""
+
+    source: cst.Call
+    clock: bool  # a timestamp: two ranks may get another path, or the same one
+
+
+@dataclass(frozen=True)
+class Download:
+    """A statement that downloads or prepares data: ``call`` (a download, or the call of a helper
+    that downloads) inside ``statement``, widened to the ``if``/``with``/``try`` blocks around it
+    that do nothing else (``if not os.path.exists(root): ...`` checks and creates together)."""
+
+    statement: cst.CSTNode
+    call: cst.Call
+    #: the ``if`` around it that the ranks may disagree on, or a call site of its function in
+    #: one: no block every rank must enter can go there.
+    divergent: cst.CSTNode | None
+    #: the statement also does work every rank must do in step (a forward, a collective)
+    with_shared_work: bool = False
+
+
+@dataclass(frozen=True)
+class SharedFile:
+    """``write`` saves a file that ``read`` loads on every rank."""
+
+    write: cst.Call
+    read: cst.Call
+    path: cst.BaseExpression  # as the write spells it
+    per_process: PerProcessPath | None
+
+
+class SharedFiles:
+    def __init__(
+        self, model: ScriptModel, placement: Placement, flow: ObjectFlow, ranks: RankDependence
+    ) -> None:
+        self.model = model
+        self.placement = placement
+        self.flow = flow
+        self._ranks = ranks
+
+    @cached_property
+    def read_back(self) -> list[SharedFile]:
+        """Each file written where every rank runs the write (the conversion makes it the main
+        process's) and read on every rank after it: at most one pair per read."""
+        found = []
+        writes = self._writes()
+        for read, read_path in self._reads():
+            if self.model.under_rank_guard(read):
+                continue
+            for write, path in writes:
+                if self._same_file(path, read_path) and self._may_follow(read, write):
+                    found.append(SharedFile(write, read, path, self.per_process(path)))
+                    break
+        return found
+
+    def kept_on_every_rank(self, write: cst.Call) -> SharedFile | None:
+        """A write of a per-process path that is read back: it stays on every rank."""
+        return next(
+            (s for s in self.read_back if s.write is write and s.per_process is not None), None
+        )
+
+    def unique_per_process(self, write: cst.Call) -> bool:
+        """``write`` writes a path that is another file on every process (a temporary
+        directory, a pid): N ranks write N files, none racing another."""
+        path = _path(self.model, write, WRITERS, WRITING_METHODS)
+        found = self.per_process(path) if path is not None else None
+        return found is not None and not found.clock
+
+    def per_process(self, path: cst.BaseExpression, depth: int = 0) -> PerProcessPath | None:
+        """The call that makes ``path`` another file on every process, followed through the
+        names it reads (assignments and ``with ... as name`` in scope)."""
+        if depth > _MAX_DEPTH:
+            return None
+        for node in walk(path):
+            if isinstance(node, cst.Call):
+                called = self.model.call_names(node)
+                if called & UNIQUE_PER_PROCESS or called & CLOCK:
+                    return PerProcessPath(node, clock=not called & UNIQUE_PER_PROCESS)
+            if isinstance(node, cst.Name):
+                for value in self._values_of(node.value, path):
+                    found = self.per_process(value, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    @cached_property
+    def downloads(self) -> list[Download]:
+        """Statements that download or prepare data on every rank, outermost first."""
+        helpers = self._download_helpers()
+        found: list[Download] = []
+        for call in self.model.calls:
+            if not (self._downloads(call) or self._helper_called(call, helpers)):
+                continue
+            if self.placement.enclosing_function(call) in helpers:
+                continue  # the helper's call sites are the downloads
+            if self.model.under_rank_guard(call):
+                continue
+            line = self._line_of(call)
+            if self._shared_work(line):
+                found.append(Download(line, call, None, with_shared_work=True))
+                continue
+            statement = self._widened(line)
+            if any(self.placement.inside(statement, d.statement) for d in found):
+                continue
+            found.append(Download(statement, call, self._divergent(statement)))
+        return found
+
+    def _downloads(self, call: cst.Call) -> bool:
+        called = self.model.call_names(call)
+        if called & DOWNLOADERS or any(n.startswith(DOWNLOADING_DATASETS) for n in called):
+            return True
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in DOWNLOADING_METHODS:
+            return True
+        return any(
+            a.keyword is not None
+            and a.keyword.value == "download"
+            and not (isinstance(a.value, cst.Name) and a.value.value in ("False", "None"))
+            for a in call.args
+        )
+
+    def _helper_called(self, call: cst.Call, helpers: set[cst.FunctionDef]) -> bool:
+        return isinstance(call.func, cst.Name) and self.model.functions.get(call.func.value) in (
+            helpers
+        )
+
+    def _download_helpers(self) -> set[cst.FunctionDef]:
+        """Module-level functions that download (or call one that does) and do no training
+        work: calling one is a download."""
+        helpers: set[cst.FunctionDef] = set()
+        for _ in range(_MAX_DEPTH):
+            grown = set(helpers)
+            for call in self.model.calls:
+                function = self.placement.enclosing_function(call)
+                if function is None or function in grown:
+                    continue
+                if self.model.functions.get(function.name.value) is not function:
+                    continue
+                if (self._downloads(call) or self._helper_called(call, grown)) and not (
+                    self._shared_work(function)
+                ):
+                    grown.add(function)
+            if grown == helpers:
+                break
+            helpers = grown
+        return helpers
+
+    def _shared_work(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Work every rank must do in step, never inside a block the main process runs first:
+        a forward or backward, a collective, an optimizer step, a save (the conversion puts a
+        barrier before it), a loop over a DataLoader; here or in a function of the file that
+        ``node`` calls."""
+        backwards = {id(c) for c in self.model.backward_calls}
+        for inner in walk(node):
+            callee = self._callee(inner)
+            if (
+                callee is not None
+                and callee is not node
+                and depth < _MAX_DEPTH
+                and self._shared_work(callee, depth + 1)
+            ):
+                return True
+            if isinstance(inner, cst.For):
+                loop = next((loop for loop in self.model.loops if loop.node is inner), None)
+                if loop is not None and (loop.trains or self.flow.reads_loader(loop)):
+                    return True
+            if not isinstance(inner, cst.Call):
+                continue
+            called = self.model.call_names(inner)
+            func = dotted(inner.func) or ""
+            if (
+                id(inner) in backwards
+                or self.flow.is_forward(inner)
+                or called & (collectives.FUNCTIONS | names.TORCH_SAVE)
+                or func.startswith(("accelerator.", "self.accelerator."))
+                or func.endswith((".step", ".prepare"))
+            ):
+                return True
+        return False
+
+    def _callee(self, node: cst.CSTNode) -> cst.FunctionDef | cst.ClassDef | None:
+        """The function of this file that ``node`` calls: ``helper(...)``, ``self.m(...)`` in
+        the class that defines ``m``, or a class of the file it builds (its methods run)."""
+        if not isinstance(node, cst.Call):
+            return None
+        if isinstance(node.func, cst.Name):
+            name = node.func.value
+            classes = (s for s in self.model.module.body if isinstance(s, cst.ClassDef))
+            return self.model.functions.get(name) or next(
+                (c for c in classes if c.name.value == name), None
+            )
+        if isinstance(node.func, cst.Attribute) and dotted(node.func.value) == "self":
+            owner = self.placement.class_of(node)
+            if owner is not None:
+                for statement in owner.body.body:
+                    if (
+                        isinstance(statement, cst.FunctionDef)
+                        and statement.name.value == node.func.attr.value
+                    ):
+                        return statement
+        return None
+
+    def _line_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        for ancestor in (node, *self.model.ancestors(node)):
+            if isinstance(self.model.parent(ancestor), (cst.IndentedBlock, cst.Module)):
+                return ancestor
+        return node
+
+    def _widened(self, statement: cst.CSTNode) -> cst.CSTNode:
+        """Out through the ``if``/``with``/``try`` blocks around ``statement`` that do no
+        shared work, up to the function's (or module's) own body."""
+        current = statement
+        while True:
+            block = self.model.parent(current)
+            owner = self.model.parent(block) if block is not None else None
+            while isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally, cst.If)) and not (
+                isinstance(self.model.parent(owner), (cst.IndentedBlock, cst.Module))
+            ):
+                owner = self.model.parent(owner)  # an elif, an else, a handler: its statement
+            if not isinstance(owner, (cst.If, cst.With, cst.Try)) or self._shared_work(owner):
+                return current
+            if self.model.under_rank_guard(owner) or _tests_rank(self.model, owner):
+                return current
+            current = owner
+
+    def divergent_around(self, node: cst.CSTNode, depth: int = 0) -> cst.If | None:
+        """The ``if`` the ranks may disagree on that ``node`` runs under: in its function, or
+        around a call of that function (by name, or ``self.method()`` in its class), so far as
+        the file shows. None: every rank that runs the function's callers gets there."""
+        function = self.placement.enclosing_function(node)
+        branch = self._ranks.divergent_branch(node, within=function)
+        if branch is not None or function is None or depth >= _MAX_DEPTH:
+            return branch
+        for call in self._calls_of(function):
+            outer = self.divergent_around(call, depth + 1)
+            if outer is not None:
+                return outer
+        return None
+
+    def _calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
+        owner = self.placement.class_of(function)
+        if owner is None:
+            return self.placement.callers(function)
+        return [
+            call
+            for call in self.model.calls
+            if isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == function.name.value
+            and dotted(call.func.value) == "self"
+            and self.placement.class_of(call) is owner
+        ]
+
+    def _divergent(self, statement: cst.CSTNode) -> cst.CSTNode | None:
+        return self.divergent_around(statement)
+
+    # --- the calls ------------------------------------------------------------------------------
+    def _writes(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
+        found = []
+        for call in self.model.calls:
+            if self.model.under_rank_guard(call) or side_effects.per_rank_path(call):
+                continue
+            path = _path(self.model, call, WRITERS, WRITING_METHODS)
+            if path is not None:
+                found.append((call, path))
+        for with_node in self.placement.withs():
+            for item in with_node.items:
+                opened = item.item
+                if (
+                    side_effects.opens_for_writing(opened)
+                    and opened.args  # type: ignore[attr-defined]
+                    and not self.model.under_rank_guard(with_node)
+                ):
+                    found.append((opened, opened.args[0].value))  # type: ignore[attr-defined]
+        return found
+
+    def _reads(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
+        found = []
+        for call in self.model.calls:
+            if side_effects.opens_for_writing(call):
+                continue
+            path = _path(self.model, call, READERS, READING_METHODS)
+            if path is not None:
+                found.append((call, path))
+        return found
+
+    # --- paths ----------------------------------------------------------------------------------
+    def _same_file(self, a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+        return bool(self._spellings(a) & self._spellings(b))
+
+    def _spellings(self, path: cst.BaseExpression, depth: int = 0) -> set[str]:
+        """The path's code, and that of the one value its name holds: assigned once in scope,
+        or passed for this parameter at every call site of the helper."""
+        spellings = {self.model.module.code_for_node(path).strip()}
+        if not isinstance(path, cst.Name) or depth > _MAX_DEPTH:
+            return spellings
+        values = self._values_of(path.value, path)
+        function = self.placement.enclosing_function(path)
+        if not values and function is not None and path.value in _parameters(function):
+            # a parameter is its function's own name for what the callers pass: ``path`` of
+            # one helper is not ``path`` of another
+            spellings = {f"{function.name.value}({path.value})"}
+            values = [a.value for a in self.flow.call_site_arguments(path.value, path)]
+        if len(values) == 1:
+            spellings |= self._spellings(values[0], depth + 1)
+        return spellings
+
+    def _values_of(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
+        """What ``name`` is bound to in the scope of ``at`` (or the module's): assignments and
+        ``with X as name``."""
+        scopes = {self.model.scope_of(at), self.model.module}
+        values: list[cst.BaseExpression] = []
+        for assign in self.model.assignments:
+            if self.model.scope_of(assign) not in scopes:
+                continue
+            if any(name in target_names(t.target) for t in assign.targets):
+                values.append(assign.value)
+        for with_node in self.placement.withs():
+            if self.model.scope_of(with_node) not in scopes:
+                continue
+            for item in with_node.items:
+                if item.asname is not None and name in target_names(item.asname.name):
+                    values.append(item.item)
+        return values
+
+    def _may_follow(self, read: cst.Call, write: cst.Call) -> bool:
+        """``read`` can run after ``write``: below it, in a loop around both, or in another
+        function (called in an order the file does not show)."""
+        function = self.placement.enclosing_function(read)
+        if function is not self.placement.enclosing_function(write):
+            return True
+        if self.model.order(read) > self.model.order(write):
+            return True
+        return any(
+            isinstance(loop, (cst.For, cst.While)) and self.placement.inside(write, loop)
+            for loop in self.model.ancestors(read)
+        )
+
+
+def _parameters(function: cst.FunctionDef) -> set[str]:
+    params = function.params
+    return {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+
+
+def _tests_rank(model: ScriptModel, node: cst.CSTNode) -> bool:
+    """An ``if`` whose own test reads the rank (``if rank == 0:``)."""
+    if not isinstance(node, cst.If):
+        return False
+    test = model.module.code_for_node(node.test)
+    return any(word in test for word in RANK_WORDS)
+
+
+def _path(
+    model: ScriptModel,
+    call: cst.Call,
+    functions: dict[str, tuple[int, str]],
+    methods: dict[str, tuple[int, str]],
+) -> cst.BaseExpression | None:
+    where = next((functions[n] for n in model.call_names(call) if n in functions), None)
+    if where is None and isinstance(call.func, cst.Attribute):
+        where = methods.get(call.func.attr.value)
+        if where is not None and dotted(call.func.value) in ("self", None):
+            where = None
+    if where is None:
+        return None
+    position, keyword = where
+    for argument in call.args:
+        if argument.keyword is not None and argument.keyword.value == keyword:
+            return argument.value
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return positional[position].value if position < len(positional) else None

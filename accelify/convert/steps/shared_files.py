@@ -1,0 +1,147 @@
+"""9. Files the ranks share: a file the main process saves and every rank loads again gets
+``accelerator.wait_for_everyone()`` between the save and the loads, where every rank reaches it
+(never inside a branch the ranks may disagree on); a save whose path is made per process
+(``tempfile.TemporaryDirectory()``, ``os.getpid()``, a timestamp) and read back stays on every
+rank, each rank writing and reading its own file, and the summary says so. Data downloaded or
+prepared by every rank at once is downloaded by the main process first
+(``with accelerator.main_process_first():``, a barrier every rank reaches, so never inside a
+branch the ranks may disagree on); a bare download statement whose result nothing reads runs on
+the main process alone, the others waiting for it."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.shared_files import Download, SharedFile
+from accelify.convert.steps.context import Context
+from accelify.edits.plan import statement
+
+
+def run(ctx: Context) -> None:
+    for shared in ctx.facts.shared_files.read_back:
+        if shared.per_process is not None:
+            _kept_on_every_rank(ctx, shared)
+        else:
+            _barrier_before_read(ctx, shared)
+    for download in ctx.facts.shared_files.downloads:
+        _download_once(ctx, download)
+
+
+def _download_once(ctx: Context, download: Download) -> None:
+    line, what = ctx.line(download.statement), f"{ctx.code(download.call.func)}(...)"
+    if download.with_shared_work:
+        ctx.plan.review(
+            line,
+            f"{what} downloads data on every rank at once; left as is: the same statement "
+            "does work every rank must do in step (a forward, a collective, a save the "
+            "conversion puts behind a barrier), so the main process cannot go first: "
+            "download in a statement of its own",
+        )
+        return
+    if download.divergent is not None:
+        ctx.plan.review(
+            line,
+            f"{what} downloads data on every rank that gets here, at once; left as is: the "
+            f"ranks may disagree on line {ctx.line(download.divergent)}, and the block that "
+            f"makes the main process go first ({ctx.a('main_process_first()')}) must be "
+            "reached by every rank: download before that branch",
+        )
+        return
+    if _effects_only(download.statement):
+        ctx.plan.guard(
+            download.statement,
+            ctx.a("is_main_process"),
+            line,
+            f"{what} downloads on the main process only; every rank then waits for it "
+            f"({ctx.a('wait_for_everyone()')})",
+        )
+        ctx.plan.insert_after(download.statement, statement(ctx.a("wait_for_everyone()")))
+    else:
+        ctx.plan.wrap_in(
+            download.statement,
+            ctx.a("main_process_first()"),
+            line,
+            f"{what} downloads data: in `with {ctx.a('main_process_first()')}:` the main "
+            "process downloads first, then the others read what it wrote",
+        )
+    ctx.need(download.statement)
+
+
+def _effects_only(node: cst.CSTNode) -> bool:
+    """A line of bare calls (``urlretrieve(url, path)``): nothing it returns is kept."""
+    return isinstance(node, cst.SimpleStatementLine) and all(
+        isinstance(small, cst.Expr) for small in node.body
+    )
+
+
+def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
+    read, write = shared.read, shared.write
+    places = ctx.facts.ranks.barrier_places(_statement_of(ctx, read))
+    path = ctx.code(shared.path)
+    if any(ctx.facts.placement.inside(write, place) for place in places):
+        ctx.plan.review(
+            ctx.line(read),
+            f"{path} is saved at line {ctx.line(write)} on the main process and read here by "
+            "every rank, in a branch the ranks may disagree on: no barrier can go between "
+            "them; read it after the branch, behind accelerator.wait_for_everyone()",
+        )
+        return
+    unreached = next(
+        (b for b in map(ctx.facts.shared_files.divergent_around, places) if b is not None), None
+    )
+    if unreached is not None:
+        ctx.plan.review(
+            ctx.line(read),
+            f"{path} is saved on the main process at line {ctx.line(write)} and read here by "
+            f"every rank that gets here; left without a barrier: the ranks may disagree on "
+            f"line {ctx.line(unreached)}, and a barrier must be reached by every rank: read it "
+            "where every rank does, after accelerator.wait_for_everyone()",
+        )
+        return
+    code = f"{ctx.acc}.wait_for_everyone()"
+    for place in places:
+        ctx.plan.insert_before(place, statement(code))
+        ctx.need(place)
+    ctx.plan.change(
+        ctx.line(read),
+        f"{code} before the read: {path} is saved on the main process at line "
+        f"{ctx.line(write)} and read by every rank",
+    )
+
+
+def _kept_on_every_rank(ctx: Context, shared: SharedFile) -> None:
+    source = shared.per_process
+    assert source is not None
+    made = f"{ctx.code(source.source.func)}() (line {ctx.line(source.source)})"
+    where = f"saved and read back at line {ctx.line(shared.read)} on every rank"
+    if source.clock:
+        ctx.plan.review(
+            ctx.line(shared.write),
+            f"the path comes from {made}, a timestamp: ranks may get different paths or the "
+            f"same one; {where}, each its own file, and two ranks with one path write it at "
+            "once: make it one path for the run, or put accelerator.process_index in it",
+        )
+        return
+    branch = ctx.facts.shared_files.divergent_around(shared.write)
+    if branch is not None:
+        ctx.plan.review(
+            ctx.line(shared.write),
+            f"kept on every rank (the path comes from {made}, another file on each process), "
+            f"but whether to save is decided by `{ctx.code(branch.test)}` (line "
+            f"{ctx.line(branch)}), which the ranks may decide differently: each rank reads "
+            f"back its own file at line {ctx.line(shared.read)} and the ranks no longer agree; "
+            "decide on a value every rank shares (accelerator.reduce it) or make the path one",
+        )
+        return
+    ctx.plan.change(
+        ctx.line(shared.write),
+        f"kept on every rank: the path comes from {made}, another file on each process; {where}",
+    )
+
+
+def _statement_of(ctx: Context, node: cst.CSTNode) -> cst.CSTNode:
+    """The statement of a block that holds ``node`` (a line, or the ``with``/``if`` it heads)."""
+    for ancestor in (node, *ctx.model.ancestors(node)):
+        if isinstance(ctx.model.parent(ancestor), (cst.IndentedBlock, cst.Module)):
+            return ancestor
+    return node

@@ -1,0 +1,61 @@
+"""Check 3, for runs cut short by ``--steps``: the conversion's evaluation, read from its code.
+
+A few optimizer steps end before most scripts evaluate, so the runs cannot show that an
+evaluation covers the whole set. What they could not show is checked the way ``accelify lint``
+checks it (ACC403, the same analysis): an evaluation loop over a prepared DataLoader that
+accumulates a metric and gathers nothing computes it from one rank's shard. A ``# noqa`` does
+not silence it here: the verdict says what the conversion computes.
+"""
+
+from __future__ import annotations
+
+from accelify.errors import UserError
+from accelify.verify.checks import CheckResult
+
+TITLE = "check 3: evaluation, read from the converted code (the runs stopped after {steps} steps)"
+
+
+def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
+    from accelify.analysis.facts import facts_of
+    from accelify.analysis.script_model import analyze
+    from accelify.lint.registry import rule_by_code
+    from accelify.source import parse
+
+    result = CheckResult(TITLE.format(steps=steps), False, "", ["line", "loop", "verdict"])
+    try:
+        script = analyze(parse(code.encode("utf-8"), label), code)
+    except UserError as error:
+        result.verdict = f"FAIL: the converted script does not parse: {error}"
+        return result
+    rule = rule_by_code("ACC403")
+    assert rule is not None, "ACC403 is the rule this check runs"
+    findings = list(rule.check(script)) if script.uses_accelerator else []
+    loops = [evaluation.loop.node for evaluation in facts_of(script).evaluations]
+    one_shard: list[int] = []
+    for loop in loops:
+        span = script.position(loop)
+        first, last = span.start.line, span.end.line
+        found = [f.line for f in findings if first <= f.line <= last]
+        one_shard += found
+        header = script.module.code_for_node(loop).splitlines()[0].strip()
+        verdict = f"ONE SHARD at line {found[0]}" if found else "gathered"
+        result.rows.append([str(first), header, verdict])
+    if not loops:
+        result.passed = True
+        result.verdict = "pass: no evaluation loop over a DataLoader in the conversion"
+    elif one_shard:
+        result.verdict = (
+            f"FAIL: converted line {one_shard[0]} accumulates a metric from this rank's shard "
+            "of the evaluation set and nothing gathers it: on N ranks it covers 1/N of the set "
+            "(gather predictions and labels with accelerator.gather_for_metrics; "
+            "`--to-end` runs the evaluation)"
+        )
+    else:
+        lines = ", ".join(row[0] for row in result.rows)
+        which = f"loops at converted lines {lines}" if len(loops) > 1 else f"loop at line {lines}"
+        result.passed = True
+        result.verdict = (
+            f"pass: the evaluation {which} gathers what it accumulates "
+            "(read from the code, not run: `--to-end` runs it)"
+        )
+    return result

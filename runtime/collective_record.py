@@ -1,0 +1,316 @@
+"""Where each rank stands, for the launcher to read while the run goes on: the collective it is
+in (the operation, its sequence number, and the user's ``file:line`` that called it), how many
+backward passes it has made, and whether it is leaving or has crashed.
+
+A hang in a distributed run is one rank waiting in a collective that a peer never reaches. Torch
+says nothing about it until its 30-minute timeout, and then only that it timed out. Each rank
+keeps one small record, a fixed-size file it writes through a shared memory map (a few
+microseconds per collective, no system call), and `accelify.runtime.launch.watch` compares the
+ranks' records: two ranks in different collectives, a rank waiting while its peer leaves, a rank
+waiting past ``--hang-timeout`` while a peer is busy elsewhere. For the last, each rank lets the
+launcher ask for its Python stack (`faulthandler` on `STACK_SIGNAL`), into a file beside the
+record.
+
+Only the outermost collective is recorded (a ``gather_for_metrics`` that gathers is one
+``gather``), and only what is a collective on every rank that calls it: a backward counts when
+it reduces gradients. Nothing is recorded on one process or outside `accelify launch`. This
+module does not import torch at import time: the launcher reads records with `read`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import functools
+import json
+import mmap
+import os
+import signal
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import CodeType
+from typing import IO, Any, TypeVar
+
+from accelify.runtime.environment import FAILURE_DIR
+
+#: What the rank is doing, as the launcher sees it.
+RUNNING, IN_COLLECTIVE, LEAVING, CRASHED = 0, 1, 2, 3
+STACK_SIGNAL = signal.SIGUSR2
+
+# generation (odd while a write is under way), pid, state, spare, collective sequence number,
+# backward passes, time the state began, main thread id, operation, where (path:line)
+_LAYOUT = struct.Struct("<IiiiqqdQ32s240s")
+_GENERATION = struct.Struct("<I")
+_STATE, _STATE_OFFSET = struct.Struct("<i"), 8
+_SINCE, _SINCE_OFFSET = struct.Struct("<d"), 32
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Record:
+    rank: int
+    pid: int
+    state: int
+    sequence: int  # collectives entered so far; the current one while in one
+    passes: int  # backward passes so far
+    since: float  # time.time() when the current state began
+    operation: str  # the current or the last collective
+    where: str  # "path:line" of the user's call of that collective
+
+    @property
+    def file(self) -> str:
+        return self.where.rpartition(":")[0]
+
+    @property
+    def line(self) -> int:
+        text = self.where.rpartition(":")[2]
+        return int(text) if text.isdigit() else 0
+
+
+def record_path(directory: Path, rank: int) -> Path:
+    return directory / f"{rank}.state"
+
+
+def stack_path(directory: Path, rank: int) -> Path:
+    return directory / f"{rank}.stack"
+
+
+def attempt_directory(root: Path, attempt: int | str) -> Path:
+    """One folder per elastic restart attempt, shared with the failure records."""
+    return root / str(attempt)
+
+
+def read(directory: Path, rank: int) -> Record | None:
+    """The rank's record, or None while it has none or is in the middle of writing it (two
+    reads that agree, with an even generation, are one whole write)."""
+    path = record_path(directory, rank)
+    try:
+        data, again = path.read_bytes(), path.read_bytes()
+    except OSError:
+        return None
+    if len(data) < _LAYOUT.size or data != again:
+        return None
+    generation, pid, state, _, sequence, passes, since, _, op, where = _LAYOUT.unpack_from(data)
+    if generation % 2 or generation == 0:
+        return None  # torn: read again at the next poll
+    return Record(rank, pid, state, sequence, passes, since, _text(op), _text(where))
+
+
+def _text(raw: bytes) -> str:
+    return raw.rstrip(b"\0").decode("utf-8", "replace")
+
+
+class _Recorder:
+    """This rank's record, written in place through a memory map."""
+
+    def __init__(self, directory: Path, rank: int, skip: tuple[str, ...]) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = record_path(directory, rank)
+        with open(path, "wb") as created:
+            created.write(b"\0" * _LAYOUT.size)
+        self._file = open(path, "r+b")  # noqa: SIM115 - held for the life of the process
+        self._map = mmap.mmap(self._file.fileno(), _LAYOUT.size)
+        self._skip = skip
+        self._generation = 0
+        self._pid = os.getpid()
+        self._main = threading.main_thread().ident or 0
+        self._places: dict[tuple[CodeType, int], bytes] = {}
+        self.depth = 0
+        self.sequence = 0
+        self.passes = 0
+        self.operation = b""
+        self.where = b""
+        self.state = RUNNING
+        self._write(RUNNING)
+
+    def _write(self, state: int) -> None:
+        self.state = state
+        self._generation += 1  # odd while the fields change: a reader skips the record
+        _LAYOUT.pack_into(
+            self._map,
+            0,
+            self._generation,
+            self._pid,
+            state,
+            0,
+            self.sequence,
+            self.passes,
+            time.time(),
+            self._main,
+            self.operation,
+            self.where,
+        )
+        self._generation += 1
+        _GENERATION.pack_into(self._map, 0, self._generation)
+
+    def _write_state(self, state: int) -> None:
+        """Only the state and its time (leaving a collective: the rest stays as it was)."""
+        self.state = state
+        self._generation += 1
+        _GENERATION.pack_into(self._map, 0, self._generation)
+        _STATE.pack_into(self._map, _STATE_OFFSET, state)
+        _SINCE.pack_into(self._map, _SINCE_OFFSET, time.time())
+        self._generation += 1
+        _GENERATION.pack_into(self._map, 0, self._generation)
+
+    def enter(self, operation: bytes) -> None:
+        self.depth += 1
+        if self.depth > 1:
+            return
+        self.sequence += 1
+        self.operation = operation
+        self.where = self._caller()
+        self._write(IN_COLLECTIVE)
+
+    def leave(self) -> None:
+        self.depth -= 1
+        if self.depth == 0 and self.state == IN_COLLECTIVE:
+            self._write_state(RUNNING)
+
+    def finish(self, state: int) -> None:
+        if self.state != CRASHED:
+            self._write(state)
+
+    def _caller(self) -> bytes:
+        """The innermost frame outside accelify, torch and the standard library: the line of
+        the user's script that called the collective."""
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename.startswith(self._skip):
+            frame = frame.f_back
+        if frame is None:
+            return b""
+        key = (frame.f_code, frame.f_lineno)
+        where = self._places.get(key)
+        if where is None:
+            where = self._places[key] = f"{key[0].co_filename}:{key[1]}".encode()[:240]
+        return where
+
+
+_recorder: _Recorder | None = None
+_stack_file: IO[str] | None = None
+
+
+def install(rank: int) -> None:
+    """Start this rank's record (under `accelify launch`, once the process group is up)."""
+    global _recorder, _stack_file
+    root = os.environ.get(FAILURE_DIR)
+    if not root or _recorder is not None:
+        return
+    directory = attempt_directory(Path(root), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    skip = _library_prefixes()
+    try:
+        _recorder = _Recorder(directory, rank, skip)
+    except OSError:
+        return  # the record only improves the launcher's report
+    if signal.getsignal(STACK_SIGNAL) is signal.SIG_DFL:
+        try:
+            _stack_file = open(stack_path(directory, rank), "w", encoding="utf-8")  # noqa: SIM115
+            header = {"main_thread": threading.main_thread().ident, "skip": list(skip)}
+            _stack_file.write(json.dumps(header) + "\n")
+            _stack_file.flush()
+            faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
+        except (OSError, RuntimeError, ValueError):
+            _stack_file = None
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    """Folders whose frames are never "the user's line": accelify (its source folders, which an
+    editable install keeps apart), torch, DeepSpeed and the standard library."""
+    folders = {os.path.dirname(contextlib.__file__)}
+    for name in ("accelify", "accelify.runtime", "accelify.rules", "torch", "deepspeed"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            folders.add(os.path.dirname(module.__file__))
+    return tuple(folder + os.sep for folder in sorted(folders))
+
+
+def collective(operation: str) -> Callable[[F], F]:
+    """Record calls of the decorated function as the collective ``operation``."""
+    encoded = operation.encode()
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            recorder = _recorder
+            if recorder is None:
+                return function(*args, **kwargs)
+            recorder.enter(encoded)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                recorder.leave()
+
+        return recorded  # type: ignore[return-value]
+
+    return decorate
+
+
+class _Recorded:
+    """A block recorded as one collective (a class: cheaper than a generator, on every step)."""
+
+    __slots__ = ("_operation", "_recorder")
+
+    def __init__(self, recorder: _Recorder, operation: bytes) -> None:
+        self._recorder = recorder
+        self._operation = operation
+
+    def __enter__(self) -> None:
+        self._recorder.enter(self._operation)
+
+    def __exit__(self, *exc: object) -> None:
+        self._recorder.leave()
+
+
+def during(operation: str | None) -> contextlib.AbstractContextManager[None]:
+    """Record the block as the collective ``operation`` (None: not a collective this time)."""
+    if _recorder is None or operation is None:
+        return contextlib.nullcontext()
+    return _Recorded(_recorder, operation.encode())
+
+
+_BACKWARD = b"backward"
+
+
+def backward_pass(reduces: Callable[[], bool]) -> contextlib.AbstractContextManager[None]:
+    """One backward pass; a collective when ``reduces()`` (asked only when recording)."""
+    recorder = _recorder
+    if recorder is None:
+        return contextlib.nullcontext()
+    recorder.passes += 1
+    if not reduces():
+        return contextlib.nullcontext()
+    return _Recorded(recorder, _BACKWARD)
+
+
+def recording() -> bool:
+    return _recorder is not None
+
+
+def begin(operation: str) -> bool:
+    """Enter the collective ``operation`` (for hooks, which cannot wrap a call); returns
+    whether it was recorded, to pass to `end`."""
+    if _recorder is None:
+        return False
+    _recorder.enter(operation.encode())
+    return True
+
+
+def end(begun: bool) -> None:
+    if begun and _recorder is not None:
+        _recorder.leave()
+
+
+def leaving() -> None:
+    """The rank is past the end of its script (at exit, before it waits for its peers)."""
+    if _recorder is not None:
+        _recorder.finish(LEAVING)
+
+
+def crashed() -> None:
+    if _recorder is not None:
+        _recorder.finish(CRASHED)

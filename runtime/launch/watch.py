@@ -1,0 +1,391 @@
+"""Watch the ranks while the run goes on, and say at once when they can no longer finish.
+
+Each rank keeps a record of the collective it is in (`accelify.runtime.collective_record`).
+Read side by side, the records show the three ways a distributed run hangs:
+
+- ranks waiting in *different* collectives: neither can finish (a collective under
+  ``if accelerator.is_main_process:``, one rank leaving the loop while the others train on);
+- a rank waiting in a collective while a peer has left the script: its peer will never come;
+- a rank waiting longer than ``--hang-timeout`` while a peer is busy outside any collective: the
+  peer's Python stack says where it is (a rank looping alone, a slow main-process-only section).
+
+The first two are certain once they have lasted a few seconds (`GRACE`: a healthy rank leaves a
+collective within milliseconds of its peers), so they are reported then, not after torch's
+30-minute timeout. The report names each rank's place as the user's ``file:line`` and source line.
+The watcher then stops the ranks (a rank that is leaving is let finish, so that its own exit code
+is the run's); the launcher's final report (`outcome`) uses the `Verdict`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import linecache
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from accelify.runtime import collective_record as records
+from accelify.runtime.collective_record import (
+    CRASHED,
+    IN_COLLECTIVE,
+    LEAVING,
+    RUNNING,
+    STACK_SIGNAL,
+    Record,
+)
+
+PREFIX = "accelify launch:"
+#: How long a situation that cannot resolve itself must last before it is reported.
+GRACE = 5.0
+POLL = 0.5
+#: After SIGTERM, how long a rank has to end before SIGKILL.
+STOP_WAIT = 10.0
+#: How long a leaving rank waits for its peers at exit (`accelify.runtime.state._ExitGuard`).
+EXIT_WAIT = 10.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the watcher found: the report it printed, and the rank it names as the cause (None
+    when the ranks are at fault together, as in mismatched collectives)."""
+
+    text: str
+    culprit: int | None
+    kind: str  # "mismatch", "left", "hang"
+
+
+class Watcher:
+    def __init__(
+        self,
+        root: Path,
+        hang_timeout: float,
+        out: TextIO | None = None,
+        grace: float = GRACE,
+        poll: float = POLL,
+    ) -> None:
+        self.root = root
+        self.hang_timeout = hang_timeout
+        self.out = out or sys.stderr
+        self.grace = grace
+        self.poll = poll
+        self.verdicts: dict[int, Verdict] = {}  # attempt -> what was found in it
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="accelify-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def verdict(self, attempt: int) -> Verdict | None:
+        return self.verdicts.get(attempt)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll):
+            attempt = self._current_attempt()
+            if attempt is None or attempt in self.verdicts:
+                continue
+            directory = records.attempt_directory(self.root, attempt)
+            ranks = _read_all(directory)
+            verdict = self.inspect(ranks, time.time(), directory)
+            if verdict is None:
+                continue
+            self.verdicts[attempt] = verdict
+            print(verdict.text, file=self.out, flush=True)
+            self._end(verdict, directory)
+
+    def _current_attempt(self) -> int | None:
+        try:
+            attempts = [int(p.name) for p in self.root.iterdir() if p.name.isdigit()]
+        except OSError:
+            return None
+        return max(attempts, default=None)
+
+    # --- what the records say ---------------------------------------------------------------
+    def inspect(self, ranks: dict[int, Record], now: float, directory: Path) -> Verdict | None:
+        waiting = {
+            r: rec
+            for r, rec in ranks.items()
+            if rec.state == IN_COLLECTIVE and now - rec.since >= self.grace and _alive(rec.pid)
+        }
+        if not waiting or any(rec.state == CRASHED for rec in ranks.values()):
+            return None  # a rank that raised ends the run through the agent, with its traceback
+        if len({rec.operation for rec in waiting.values()}) > 1:
+            return _mismatch(ranks, waiting)
+        left = {
+            r: rec
+            for r, rec in ranks.items()
+            if rec.state == LEAVING and now - rec.since >= self.grace
+        }
+        if left:
+            return _left(ranks, waiting, left)
+        if self.hang_timeout <= 0:
+            return None
+        stuck = {r: rec for r, rec in waiting.items() if now - rec.since >= self.hang_timeout}
+        busy = {r: rec for r, rec in ranks.items() if rec.state == RUNNING and _alive(rec.pid)}
+        if stuck and busy:
+            stacks = {r: _stack(directory, r, rec.pid) for r, rec in busy.items()}
+            return _hang(stuck, busy, stacks, now, self.hang_timeout)
+        return None
+
+    # --- ending the run -----------------------------------------------------------------------
+    def _end(self, verdict: Verdict, directory: Path) -> None:
+        """Stop the ranks. A rank that is leaving is let go first (its exit code is the run's),
+        then the ranks left waiting, which cannot finish, are stopped."""
+        ranks = _read_all(directory)
+        leaving = [rec.pid for rec in ranks.values() if rec.state == LEAVING]
+        deadline = time.monotonic() + STOP_WAIT + EXIT_WAIT
+        while any(_alive(pid) for pid in leaving) and time.monotonic() < deadline:
+            if self._stop.wait(self.poll):
+                return
+        if self._stop.wait(self.grace if leaving else 0):
+            return  # ranks that failed on their own once their peer left: the run is over
+        others = [rec.pid for rec in _read_all(directory).values() if rec.pid not in leaving]
+        _terminate(others, self._stop)
+
+
+def _read_all(directory: Path) -> dict[int, Record]:
+    found: dict[int, Record] = {}
+    try:
+        names = [p.name for p in directory.iterdir() if p.suffix == ".state"]
+    except OSError:
+        return found
+    for name in names:
+        rank = name.partition(".")[0]
+        if rank.isdigit():
+            record = records.read(directory, int(rank))
+            if record is not None:
+                found[int(rank)] = record
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie waiting for the agent to collect it."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return not sys.platform.startswith("linux")
+
+
+def _terminate(pids: list[int], stopped: threading.Event) -> None:
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        if stopped.wait(POLL):
+            return
+    for pid in pids:
+        if _alive(pid):
+            _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+# --- the words ----------------------------------------------------------------------------------
+def place(record: Record) -> str:
+    """``train.py:88 (`total = accelerator.gather(loss)`)``: the user's line, as they wrote it."""
+    if not record.where:
+        return "an unknown place"
+    return _source_place(record.file, record.line)
+
+
+def _source_place(path: str, line: int) -> str:
+    shown = _shown_path(path)
+    text = linecache.getline(path, line).strip()
+    return f"{shown}:{line} (`{text}`)" if text else f"{shown}:{line}"
+
+
+def _shown_path(path: str) -> str:
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if relative.startswith("..") else relative
+
+
+#: Collectives the user did not call by name, said so.
+_OPERATION_WORDS = {
+    "forward": "the model's forward (DDP synchronises buffers there)",
+    "backward": "backward (DDP reduces gradients there)",
+}
+
+
+def _waits(record: Record) -> str:
+    operation = _OPERATION_WORDS.get(record.operation, record.operation)
+    return (
+        f"rank {record.rank} waits in {operation} at {place(record)}, "
+        f"collective #{record.sequence}, {_passes(record)}"
+    )
+
+
+def _passes(record: Record) -> str:
+    count = record.passes
+    return f"after {count} backward pass{'es' if count != 1 else ''}"
+
+
+def _mismatch(ranks: dict[int, Record], waiting: dict[int, Record]) -> Verdict:
+    lines = [
+        f"{PREFIX} mismatched collectives: the ranks wait in different calls, none can finish:"
+    ]
+    lines += [f"  {_waits(rec)}" for _, rec in sorted(waiting.items())]
+    for rank, rec in sorted(ranks.items()):
+        if rank not in waiting:
+            lines.append(f"  rank {rank} is {_state_words(rec)}")
+    culprit = _fewest_passes(waiting)
+    if culprit is not None:
+        most = max(rec.passes for rec in waiting.values())
+        lines.append(
+            f"{PREFIX} rank {culprit} left the training loop early: it stopped after "
+            f"{waiting[culprit].passes} backward passes, the others went on to {most} (a break "
+            "on one rank's own value needs accelerator.set_trigger()/check_trigger())"
+        )
+    lines.append(
+        f"{PREFIX} every rank must make the same collective calls in the same order: look for "
+        "one under a condition that differs between ranks (is_main_process, a rank's own "
+        "metric, a loop of a different length); stopping every rank"
+    )
+    return Verdict("\n".join(lines), culprit, "mismatch")
+
+
+def _fewest_passes(waiting: dict[int, Record]) -> int | None:
+    """The rank behind the others in backward passes left the training loop early; when all
+    made as many, no one rank is to blame."""
+    counts = {rank: rec.passes for rank, rec in waiting.items()}
+    fewest = min(counts.values())
+    behind = [rank for rank, count in counts.items() if count == fewest]
+    return behind[0] if len(behind) == 1 and len(set(counts.values())) > 1 else None
+
+
+def _left(ranks: dict[int, Record], waiting: dict[int, Record], left: dict[int, Record]) -> Verdict:
+    leaver, record = min(left.items())
+    how = "is leaving" if _alive(record.pid) else "has exited"
+    last = (
+        f"its last collective: {record.operation} at {place(record)}"
+        if record.sequence
+        else "it made no collective call"
+    )
+    lines = [
+        f"{PREFIX} rank {leaver} {how} (its script ended, or it called sys.exit) "
+        f"{_passes(record)} ({last}), while:"
+    ]
+    lines += [f"  {_waits(rec)}: it cannot finish" for _, rec in sorted(waiting.items())]
+    lines.append(
+        f"{PREFIX} rank {leaver} left the loop the others are still in: every rank must run "
+        "as many steps (a break or return on one rank's own value needs "
+        "accelerator.set_trigger()/check_trigger() to be taken by every rank)"
+    )
+    return Verdict("\n".join(lines), leaver, "left")
+
+
+def _hang(
+    stuck: dict[int, Record],
+    busy: dict[int, Record],
+    stacks: dict[int, list[tuple[str, int, str]]],
+    now: float,
+    timeout: float,
+) -> Verdict:
+    lines = [
+        f"{PREFIX} rank {rank} has waited {now - rec.since:.0f} s in {rec.operation} at "
+        f"{place(rec)}, collective #{rec.sequence}"
+        for rank, rec in sorted(stuck.items())
+    ]
+    for rank, rec in sorted(busy.items()):
+        frames = stacks.get(rank) or []
+        here = frames[-1] if frames else None
+        at = f"; it is at {_source_place(here[0], here[1])}" if here else ""
+        lines.append(
+            f"{PREFIX} rank {rank} has not reached a collective for {now - rec.since:.0f} s{at}"
+        )
+        if frames:
+            lines.append("  its stack (most recent call last):")
+            lines += [f'    File "{_shown_path(p)}", line {n}, in {f}' for p, n, f in frames]
+    lines.append(
+        f"{PREFIX} no rank can go on (--hang-timeout {timeout:g} s); if a rank was meant to "
+        "work alone that long (a long main-process-only section), raise --hang-timeout; "
+        "stopping every rank"
+    )
+    culprit = min(busy) if len(busy) == 1 else None
+    return Verdict("\n".join(lines), culprit, "hang")
+
+
+def _state_words(record: Record) -> str:
+    if record.state == LEAVING:
+        return f"leaving the script ({_passes(record)})"
+    if record.state == CRASHED:
+        return "failing with an exception"
+    return f"outside any collective ({_passes(record)})"
+
+
+# --- stacks -------------------------------------------------------------------------------------
+def _stack(directory: Path, rank: int, pid: int) -> list[tuple[str, int, str]]:
+    """The rank's main-thread Python stack, oldest frame first, without accelify's, torch's and
+    the standard library's frames below the user's (faulthandler on `STACK_SIGNAL`)."""
+    path = records.stack_path(directory, rank)
+    try:
+        before = path.stat().st_size
+    except OSError:
+        return []
+    _signal(pid, STACK_SIGNAL)
+    deadline = time.monotonic() + 3.0
+    text = ""
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        if len(text.encode()) > before and text.endswith("\n"):
+            break
+    return parse_stack(text)
+
+
+def parse_stack(text: str) -> list[tuple[str, int, str]]:
+    """faulthandler's dump (the last one in the file) → the main thread's frames, oldest first,
+    cut to end at the user's innermost frame."""
+    header, _, dumps = text.partition("\n")
+    try:
+        info = json.loads(header)
+        main = int(info["main_thread"])
+        skip = tuple(info["skip"])
+    except (ValueError, KeyError, TypeError):
+        return []
+    sections = _thread_sections(dumps)
+    frames = sections.get(main) or []
+    frames = list(reversed(frames))  # faulthandler lists the most recent call first
+    while frames and frames[-1][0].startswith(skip):
+        frames.pop()
+    return frames
+
+
+def _thread_sections(text: str) -> dict[int, list[tuple[str, int, str]]]:
+    """Only the last dump counts (the file keeps every dump the launcher asked for)."""
+    sections: dict[int, list[tuple[str, int, str]]] = {}
+    current: list[tuple[str, int, str]] | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("Thread 0x", "Current thread 0x")):
+            ident = int(stripped.split("0x", 1)[1].split()[0], 16)
+            current = sections[ident] = []
+        elif stripped.startswith('File "') and current is not None:
+            path, _, rest = stripped[len('File "') :].partition('", line ')
+            number, _, function = rest.partition(" in ")
+            if number.isdigit():
+                current.append((path, int(number), function))
+    return sections

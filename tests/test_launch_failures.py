@@ -1,0 +1,275 @@
+"""When a distributed run goes wrong, the launcher names the rank, the user's line and why, in
+seconds: the ranks' collective records, the watcher that reads them, the final report."""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from accelify.runtime import collective_record, failure_record
+from accelify.runtime.collective_record import IN_COLLECTIVE, LEAVING, RUNNING, Record
+from accelify.runtime.launch import outcome
+from accelify.runtime.launch.watch import Watcher, parse_stack
+from conftest import FIXTURES, launch
+
+FAILURES = FIXTURES / "runtime" / "failures"
+HERE = Path(__file__).name
+
+
+def record(rank: int, state: int, operation: str = "", where: str = "", **fields) -> Record:
+    values = {"pid": os.getpid(), "sequence": 7, "passes": 3, "since": time.time() - 60.0}
+    values.update(fields)
+    return Record(rank, values["pid"], state, values["sequence"], values["passes"],
+                  values["since"], operation, where)  # fmt: skip
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+# --- the rank's record ------------------------------------------------------------------------
+def test_a_rank_records_the_collective_it_is_in_at_the_users_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(collective_record, "_recorder", None)
+    recorder = collective_record._Recorder(tmp_path, 3, skip=(collective_record.__file__,))
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+
+    @collective_record.collective("gather")
+    def gather() -> Record | None:
+        inner()  # nested collectives are the outer one
+        return collective_record.read(tmp_path, 3)
+
+    @collective_record.collective("reduce")
+    def inner() -> None:
+        pass
+
+    line = sys._getframe().f_lineno + 1
+    inside = gather()
+    after = collective_record.read(tmp_path, 3)
+    assert inside is not None and after is not None
+    assert (inside.state, inside.operation, inside.sequence) == (IN_COLLECTIVE, "gather", 1)
+    assert inside.where == f"{__file__}:{line}"
+    assert (after.state, after.operation, after.sequence) == (RUNNING, "gather", 1)
+    collective_record.leaving()
+    assert collective_record.read(tmp_path, 3).state == LEAVING
+
+
+def test_a_backward_counts_as_a_collective_only_when_it_reduces(tmp_path, monkeypatch):
+    recorder = collective_record._Recorder(tmp_path, 0, skip=())
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+    with collective_record.backward_pass(lambda: False):
+        assert collective_record.read(tmp_path, 0).state == RUNNING
+    with collective_record.backward_pass(lambda: True):
+        inside = collective_record.read(tmp_path, 0)
+    assert (inside.state, inside.operation, inside.passes) == (IN_COLLECTIVE, "backward", 2)
+
+
+# --- the watcher --------------------------------------------------------------------------------
+def watcher() -> Watcher:
+    return Watcher(Path("/nonexistent"), hang_timeout=300.0)
+
+
+def test_ranks_waiting_in_different_collectives_are_a_mismatch_naming_both_lines():
+    ranks = {
+        0: record(0, IN_COLLECTIVE, "gather", "train.py:88", passes=5),
+        1: record(1, IN_COLLECTIVE, "wait_for_everyone", "train.py:120", passes=4),
+    }
+    verdict = watcher().inspect(ranks, time.time(), Path("/nonexistent"))
+    assert verdict is not None and verdict.kind == "mismatch"
+    assert "rank 0 waits in gather at train.py:88" in verdict.text
+    assert "rank 1 waits in wait_for_everyone at train.py:120" in verdict.text
+    assert verdict.culprit == 1  # it stopped training first
+    assert "rank 1 left the training loop early" in verdict.text
+
+
+def test_a_collective_entered_a_moment_ago_is_not_yet_a_mismatch():
+    now = time.time()
+    ranks = {
+        0: record(0, IN_COLLECTIVE, "gather", "train.py:88"),
+        1: record(1, IN_COLLECTIVE, "backward", "train.py:60", since=now - 1.0),
+    }
+    assert watcher().inspect(ranks, now, Path("/nonexistent")) is None
+
+
+def test_a_rank_leaving_while_its_peer_waits_is_named():
+    ranks = {
+        0: record(0, IN_COLLECTIVE, "backward", "train.py:60", passes=5),
+        1: record(1, LEAVING, "backward", "train.py:60", passes=4),
+    }
+    verdict = watcher().inspect(ranks, time.time(), Path("/nonexistent"))
+    assert verdict is not None and (verdict.kind, verdict.culprit) == ("left", 1)
+    assert "rank 1 is leaving" in verdict.text and "after 4 backward passes" in verdict.text
+
+
+def test_a_long_wait_for_a_busy_peer_is_a_hang_only_past_the_timeout():
+    now = time.time()
+    waiting = record(0, IN_COLLECTIVE, "gather", "train.py:88", since=now - 100.0)
+    busy = record(1, RUNNING, "gather", "train.py:88", since=now - 100.0)
+    patient = Watcher(Path("/nonexistent"), hang_timeout=300.0)
+    assert patient.inspect({0: waiting, 1: busy}, now, Path("/nonexistent")) is None
+    off = Watcher(Path("/nonexistent"), hang_timeout=0)
+    assert off.inspect({0: waiting, 1: busy}, now + 1000, Path("/nonexistent")) is None
+
+
+def test_a_rank_that_crashed_is_left_to_the_agent():
+    ranks = {
+        0: record(0, IN_COLLECTIVE, "gather", "train.py:88"),
+        1: record(1, collective_record.CRASHED, "reduce", "train.py:90"),
+    }
+    assert watcher().inspect(ranks, time.time(), Path("/nonexistent")) is None
+
+
+def test_a_dead_ranks_wait_is_no_wait():
+    ranks = {
+        0: record(0, IN_COLLECTIVE, "gather", "train.py:88", pid=dead_pid()),
+        1: record(1, IN_COLLECTIVE, "reduce", "train.py:90"),
+    }
+    assert watcher().inspect(ranks, time.time(), Path("/nonexistent")) is None
+
+
+def test_the_stack_shows_the_main_threads_frames_down_to_the_users_line(tmp_path):
+    dump = tmp_path / "0.stack"
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait)
+    helper.start()
+    try:
+        with dump.open("w") as out:
+            skip = [os.path.dirname(threading.__file__) + os.sep]
+            out.write(json.dumps({"main_thread": threading.main_thread().ident, "skip": skip}))
+            out.write("\n")
+            out.flush()
+            line = sys._getframe().f_lineno + 1
+            faulthandler.dump_traceback(out, all_threads=True)
+    finally:
+        stop.set()
+        helper.join()
+    frames = parse_stack(dump.read_text())
+    assert frames[-1] == (
+        __file__,
+        line,
+        "test_the_stack_shows_the_main_threads_frames_down_to_the_users_line",
+    )
+
+
+# --- the final report ---------------------------------------------------------------------------
+def failure(exitcode: int, timestamp: float = 0.0) -> SimpleNamespace:
+    return SimpleNamespace(exitcode=exitcode, timestamp=timestamp)
+
+
+def write_failure(records: Path, rank: int, summary: str, at: int) -> None:
+    attempt = records / "0"
+    attempt.mkdir(parents=True, exist_ok=True)
+    text = {"rank": rank, "time_ns": at, "summary": summary, "traceback": f"Traceback\n{summary}\n"}
+    (attempt / f"{rank}.json").write_text(json.dumps(text))
+
+
+def test_a_rank_whose_peer_left_is_a_victim_and_the_leavers_exit_code_is_the_runs(tmp_path):
+    write_failure(tmp_path, 0, "RuntimeError: [pair.cc:553] Connection closed by peer", at=1)
+    text, code = outcome.failed_run({0: failure(1), 1: failure(3)}, tmp_path, attempt=0)
+    assert code == 3
+    assert text.splitlines()[0].startswith("accelify launch: rank 1 failed with exit code 3")
+    assert "rank 0 failed because its peer had gone: RuntimeError" in text
+
+
+def test_the_earliest_exception_that_is_not_a_victims_is_the_cause(tmp_path):
+    write_failure(tmp_path, 0, "RuntimeError: Connection closed by peer", at=1)
+    write_failure(tmp_path, 1, "ValueError: boom", at=2)
+    text, code = outcome.failed_run({0: failure(1), 1: failure(1)}, tmp_path, attempt=0)
+    assert code == 1
+    assert "rank 1 failed first: ValueError: boom" in text
+    assert text.count("Traceback") == 1
+
+
+def test_the_peer_gone_messages_of_gloo_nccl_and_the_store_are_victims():
+    for summary in (
+        "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:2",
+        "torch.distributed.DistStoreError: Socket Timeout",
+        "RuntimeError: NCCL communicator was aborted on rank 0.",
+    ):
+        assert failure_record.is_peer_gone(summary), summary
+    assert not failure_record.is_peer_gone("ValueError: Connection settings are wrong")
+
+
+# --- on real ranks ------------------------------------------------------------------------------
+def launched(script: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return launch(FAILURES / script, flags=flags, timeout=180, cwd=FAILURES)
+
+
+def launcher_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [
+        line
+        for line in result.stderr.splitlines()
+        if "accelify launch:" in line or line.startswith("  ")
+    ]
+
+
+def assert_user_lines_only(result: subprocess.CompletedProcess[str]) -> None:
+    for line in launcher_lines(result):
+        for ours in ("runtime/", "accelify/", "site-packages"):
+            assert ours not in line, line
+
+
+@pytest.mark.distributed
+def test_a_rank_that_exits_with_3_is_named_and_its_code_is_the_runs():
+    result = launched("exit_code.py")
+    assert result.returncode == 3, result.stderr
+    assert "accelify launch: rank 1 is leaving" in result.stderr
+    assert "rank 1 failed with exit code 3" in result.stderr
+    assert "rank 0 failed first" not in result.stderr
+    assert result.stderr.count("Traceback") == 0  # a victim's traceback is one line
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_that_breaks_out_of_its_loop_alone_is_named_with_its_step():
+    result = launched("early_stop.py")
+    assert result.returncode == 1, result.stderr
+    assert "mismatched collectives" in result.stderr
+    assert "at early_stop.py:15 (`accelerator.backward(loss)`)" in result.stderr
+    assert "rank 1 waits in wait_for_everyone at early_stop.py:21" in result.stderr
+    assert (
+        "rank 1 left the training loop early: it stopped after 4 backward passes" in result.stderr
+    )
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_collective_under_a_main_process_guard_is_a_mismatch_reported_in_seconds():
+    started = time.monotonic()
+    result = launched("main_only_gather.py")
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert "rank 0 waits in gather at main_only_gather.py:18" in result.stderr
+    assert "rank 1 waits in the model's forward" in result.stderr
+    assert "main_only_gather.py:13" in result.stderr
+    assert elapsed < 120, f"took {elapsed:.0f} s"  # torch's own timeout is 30 minutes
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_busy_past_the_hang_timeout_is_shown_with_its_stack():
+    result = launched("sleeper.py", "--hang-timeout", "3")
+    assert result.returncode == 1, result.stderr
+    assert "rank 0 has waited" in result.stderr and "in gather at sleeper.py:13" in result.stderr
+    assert "rank 1 has not reached a collective" in result.stderr
+    assert "it is at sleeper.py:12 (`time.sleep(600)" in result.stderr
+    assert 'File "sleeper.py", line 17, in <module>' in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_main_process_section_shorter_than_the_timeout_is_healthy():
+    result = launched("main_process_section.py", "--hang-timeout", "60")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "done: 2 ranks"
+    assert "accelify launch:" not in result.stderr

@@ -1,0 +1,424 @@
+"""`accelify launch` takes `accelerate launch` command lines as written: every flag of HF's
+own parser is honoured or refused with one line that says why (exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from accelify.errors import UserError
+from accelify.run_cli import launch
+from accelify.runtime.launch import hf_flags
+from accelify.runtime.launch.config import LaunchConfig, load_config
+from accelify.runtime.launch.hf_flags import refused_family, snake
+from accelify.runtime.launch.launcher import (
+    LaunchPlan,
+    check,
+    merge,
+    runtime_settings,
+    torchrun_arguments,
+)
+from accelify.runtime.options import DeepSpeedOptions, FSDPOptions
+from conftest import FIXTURES, run_accelify
+
+WHOAMI = FIXTURES / "runtime" / "whoami.py"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+# --- --hang-timeout / hang_timeout ----------------------------------------------------------
+
+
+def test_hang_timeout_defaults_to_five_minutes_and_zero_turns_it_off(tmp_path):
+    assert LaunchConfig().hang_timeout == 300.0
+    assert load_config(write(tmp_path, "hang_timeout: 0\n")).hang_timeout == 0.0
+    assert load_config(write(tmp_path, "hang_timeout: 42.5\n")).hang_timeout == 42.5
+
+
+def test_hang_timeout_flag_wins_over_the_file(tmp_path):
+    file_config = load_config(write(tmp_path, "hang_timeout: 60\n"))
+    assert merge(file_config, {"hang_timeout": 5.0}).hang_timeout == 5.0
+    assert merge(file_config, {"hang_timeout": None}).hang_timeout == 60.0
+
+
+@pytest.mark.parametrize("value", ["-1", "soon"], ids=["negative", "not-a-number"])
+def test_bad_hang_timeout_in_the_file_names_the_key_and_line(tmp_path, value):
+    with pytest.raises(UserError) as caught:
+        load_config(write(tmp_path, f"use_cpu: true\nhang_timeout: {value}\n"))
+    assert caught.value.line == 2
+    assert "hang_timeout: expected a number of seconds >= 0" in caught.value.message
+
+
+def test_bad_hang_timeout_flag_is_a_usage_error():
+    result = run_accelify("launch", "--cpu", "--hang-timeout", "-3", WHOAMI)
+    assert result.returncode == 2
+    assert "--hang-timeout" in result.stderr and "Traceback" not in result.stderr
+
+
+# --- HF's own parser: every option of `accelerate launch` is known ---------------------------
+
+
+def accelerate_options() -> list[tuple[str, tuple[str, ...], bool, tuple[str, ...]]]:
+    """(name, spellings, takes a value, choices) of each option of HF's `accelerate launch`."""
+    try:
+        from accelerate.commands.launch import launch_command_parser
+    except ImportError:  # the test extra installs it; without it the walk below is skipped
+        return []
+    options = []
+    for action in launch_command_parser()._actions:
+        if not action.option_strings or "--help" in action.option_strings:
+            continue
+        long_name = next(s for s in action.option_strings if s.startswith("--"))
+        choices = tuple(str(c) for c in action.choices or ())
+        options.append((snake(long_name), tuple(action.option_strings), action.nargs != 0, choices))
+    return options
+
+
+HF_OPTIONS = accelerate_options()
+needs_accelerate = pytest.mark.skipif(not HF_OPTIONS, reason="HF accelerate is not installed")
+
+#: the options of `accelerate launch` that accelify honours (by HF's name); every other one is
+#: refused, with its reason, at least for the value tried below
+HONOURED = {
+    "config_file", "quiet", "module", "no_python", "debug",
+    "cpu", "multi_gpu",
+    "mixed_precision", "num_processes", "num_machines", "num_cpu_threads_per_process",
+    "use_deepspeed", "use_fsdp",
+    "gpu_ids", "same_network", "machine_rank", "main_process_ip", "main_process_port", "tee",
+    "log_dir", "role", "rdzv_backend", "rdzv_conf", "max_restarts", "monitor_interval",
+    "deepspeed_config_file", "zero_stage", "offload_optimizer_device", "offload_param_device",
+    "gradient_accumulation_steps", "gradient_clipping", "zero3_init_flag",
+    "zero3_save_16bit_model", "deepspeed_multinode_launcher",
+    "fsdp_version", "fsdp_offload_params", "fsdp_min_num_params", "fsdp_sharding_strategy",
+    "fsdp_reshard_after_forward", "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap",
+    "fsdp_backward_prefetch", "fsdp_state_dict_type", "fsdp_forward_prefetch",
+    "fsdp_use_orig_params", "fsdp_cpu_ram_efficient_loading", "fsdp_sync_module_states",
+    "fsdp_activation_checkpointing", "fsdp_activation_checkpointing_offload", "dynamo_backend",
+}  # fmt: skip
+
+
+def our_spellings() -> set[str]:
+    return {
+        spelling
+        for param in launch.params
+        if isinstance(param, click.Option)
+        for spelling in (*param.opts, *param.secondary_opts)
+    }
+
+
+@needs_accelerate
+@pytest.mark.parametrize(
+    ("name", "spellings"), [(o[0], o[1]) for o in HF_OPTIONS], ids=[o[0] for o in HF_OPTIONS]
+)
+def test_every_accelerate_launch_option_is_known(name, spellings):
+    """Each spelling of each HF option (snake and kebab) is an accelify option, or belongs to
+    a family accelify refuses with its reason."""
+    if name in HONOURED:
+        assert set(spellings) <= our_spellings()
+    else:
+        known = our_spellings()
+        assert all(s in known or refused_family(s) is not None for s in spellings)
+
+
+def refused_value(name: str, takes_value: bool, choices: tuple[str, ...]) -> str | None:
+    """A value of HF's that accelify refuses for this option (None: a flag without value)."""
+    if not takes_value:
+        return None
+    accepted = next((f.accepts for _, f in hf_flags.HF_OPTIONS.values() if f.name == name), ())
+    return next((c for c in choices if c.lower() not in accepted), "1")
+
+
+#: honoured options that are accepted only with the values that ask for what accelify does
+VALUE_CHECKED = {
+    "fsdp_version", "fsdp_use_orig_params", "fsdp_backward_prefetch", "fsdp_forward_prefetch",
+    "fsdp_state_dict_type", "fsdp_sync_module_states", "fsdp_cpu_ram_efficient_loading",
+    "fsdp_activation_checkpointing_offload", "zero3_init_flag", "zero3_save_16bit_model",
+    "deepspeed_multinode_launcher", "dynamo_backend",
+}  # fmt: skip
+
+REFUSED_CASES = [
+    pytest.param(
+        name,
+        spelling,
+        refused_value(name, takes, choices),
+        id=spelling if not takes else f"{spelling}={refused_value(name, takes, choices)}",
+    )
+    for name, spellings, takes, choices in HF_OPTIONS
+    if name not in HONOURED or name in VALUE_CHECKED
+    for spelling in spellings
+    if spelling.startswith("--")
+]
+
+
+@needs_accelerate
+@pytest.mark.parametrize(("name", "spelling", "value"), REFUSED_CASES)
+def test_a_refused_option_exits_2_with_its_one_line_reason(name, spelling, value):
+    given = [spelling] if value is None else [spelling, value]
+    result = CliRunner().invoke(launch, ["--cpu", *given, str(WHOAMI)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    # the flag as typed (a family refused whatever its value), or by HF's name with the value
+    heads = [f"accelify: error: {spelling}: ", f"accelify: error: --{name}: "]
+    if value is not None:
+        heads.append(f"accelify: error: --{name} {value}: ")
+    head = next((h for h in heads if lines[0].startswith(h)), None)
+    assert head is not None, lines[0]
+    assert len(lines[0]) > len(head) + 30, "the reason is missing"
+
+
+@needs_accelerate
+def test_hf_options_are_all_honoured_or_refused():
+    names = {name for name, *_ in HF_OPTIONS}
+    assert names >= HONOURED, HONOURED - names  # a name here that HF no longer has
+    refused = names - HONOURED
+    assert len(refused) > 60  # TPU, Megatron-LM, FP8, AWS, MPI, N-D parallelism, compile ...
+
+
+# --- honoured: what each HF flag becomes -----------------------------------------------------
+
+
+def parsed(*arguments: str, environ: dict[str, str] | None = None) -> LaunchPlan:
+    """The plan `accelify launch ARGUMENTS train.py` would run (nothing is started)."""
+    context = launch.make_context("launch", [*arguments, str(WHOAMI)])
+    params = dict(context.params)
+    script, args = params.pop("script"), params.pop("script_args")
+    module, no_python = params.pop("module"), params.pop("no_python")
+    params.pop("config_file")
+    config = merge(LaunchConfig(), hf_flags.resolve(params), environ or {})
+    return LaunchPlan(config, script, args, module, no_python)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "backend", "options"),
+    [
+        (["--use_fsdp"], "fsdp", FSDPOptions()),
+        (["--use-deepspeed", "--zero_stage", "3"], "deepspeed", DeepSpeedOptions(zero_stage=3)),
+        (
+            ["--use_fsdp", "--fsdp_sharding_strategy", "SHARD_GRAD_OP"],
+            "fsdp",
+            FSDPOptions(reshard_after_forward=False),
+        ),
+        (
+            ["--use_fsdp", "--fsdp-reshard-after-forward", "false"],
+            "fsdp",
+            FSDPOptions(reshard_after_forward=False),
+        ),
+        (
+            ["--use_fsdp", "--fsdp_transformer_layer_cls_to_wrap", "Block,Head"],
+            "fsdp",
+            FSDPOptions(auto_wrap=("Block", "Head")),
+        ),
+        (
+            ["--use_fsdp", "--fsdp_auto_wrap_policy=SIZE_BASED_WRAP", "--fsdp_min_num_params=99"],
+            "fsdp",
+            FSDPOptions(min_num_params=99),
+        ),
+        (
+            ["--use_fsdp", "--fsdp_activation_checkpointing", "true", "--fsdp-auto-wrap", "B"],
+            "fsdp",
+            FSDPOptions(auto_wrap=("B",), activation_checkpointing=True),
+        ),
+        (
+            ["--use_fsdp", "--fsdp_activation_checkpointing=false"],
+            "fsdp",
+            FSDPOptions(activation_checkpointing=False),
+        ),
+        (["--use_fsdp", "--fsdp_offload_params", "true"], "fsdp", FSDPOptions(cpu_offload=True)),
+        (
+            ["--use_fsdp", "--fsdp_reshard_after_forward", "SHARD_GRAD_OP"],
+            "fsdp",
+            FSDPOptions(reshard_after_forward=False),
+        ),
+        (
+            ["--use_deepspeed", "--offload_optimizer_device", "cpu", "--gradient_clipping", "1"],
+            "deepspeed",
+            DeepSpeedOptions(offload_optimizer=True, gradient_clipping=1.0),
+        ),
+        (
+            ["--use_fsdp", "--fsdp_version", "2", "--fsdp_use_orig_params", "true"],
+            "fsdp",
+            FSDPOptions(),
+        ),
+        (["--multi_gpu"], "ddp", None),
+    ],
+    ids=[
+        "use-fsdp",
+        "use-deepspeed-zero-stage",
+        "sharding-strategy",
+        "reshard-false-kebab",
+        "transformer-layers",
+        "size-based-policy",
+        "activation-checkpointing-true",
+        "activation-checkpointing-false",
+        "fsdp-offload",
+        "reshard-fsdp1-spelling",
+        "deepspeed-offload-and-clipping",
+        "what-fsdp2-does-anyway",
+        "multi-gpu-is-ddp",
+    ],
+)
+def test_hf_flags_become_the_backend_and_its_options(arguments, backend, options):
+    config = parsed(*arguments).config
+    assert config.backend == backend
+    if options is not None:
+        assert getattr(config, backend) == options
+
+
+def test_the_script_after_a_boolean_flag_is_not_read_as_its_value():
+    plan = parsed("--use_fsdp", "--fsdp_activation_checkpointing", "--fsdp-auto-wrap", "B")
+    assert plan.config.fsdp.activation_checkpointing is True
+    assert plan.script == str(WHOAMI)
+
+
+def test_agent_flags_reach_torchrun():
+    plan = parsed(
+        "--tee", "3", "--log_dir", "logs", "--role", "trainer", "--monitor-interval", "0.5",
+        "--rdzv_backend", "c10d", "--rdzv_conf", "join_timeout=60", "--main_process_port", "29400",
+    )  # fmt: skip
+    arguments = torchrun_arguments(plan, 2)
+    pairs = dict(itertools.pairwise(arguments))
+    assert pairs["--tee"] == "3" and pairs["--log-dir"] == "logs"
+    assert pairs["--role"] == "trainer" and pairs["--monitor-interval"] == "0.5"
+    assert pairs["--rdzv-backend"] == "c10d" and pairs["--rdzv-conf"] == "join_timeout=60"
+    assert pairs["--rdzv-endpoint"] == "127.0.0.1:29400"
+    static = torchrun_arguments(parsed("--main_process_port", "29400"), 2)
+    assert "--rdzv-endpoint" not in static and static[static.index("--rdzv-backend") + 1] == (
+        "static"
+    )
+
+
+def test_no_python_runs_an_executable():
+    plan = replace(parsed("--no_python"), script="bash")
+    assert "--no-python" in torchrun_arguments(plan, 1)
+    check(plan, cuda_available=False)  # found on PATH, not as a file here
+    with pytest.raises(UserError, match="contradict"):
+        check(replace(plan, module=True), cuda_available=False)
+
+
+def test_rank_settings_reach_the_environment():
+    env = runtime_settings(
+        parsed("--debug", "--num_cpu_threads_per_process", "3", "--gpu_ids", "1,3").config
+    ).to_env()
+    assert env["ACCELIFY_DEBUG_MODE"] == "true"
+    assert env["OMP_NUM_THREADS"] == "3"
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,3"
+    plain = runtime_settings(parsed("--gpu_ids", "all").config).to_env()
+    assert not {"ACCELIFY_DEBUG_MODE", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"} & set(plain)
+
+
+def test_gpu_ids_choose_the_process_count_and_are_refused_on_the_cpu():
+    plan = parsed("--gpu_ids", "0,2")
+    assert plan.config.num_processes == 2
+    check(plan, cuda_available=True)
+    with pytest.raises(UserError, match="selects GPUs, and this run is on the CPU"):
+        check(plan, cuda_available=False)
+    with pytest.raises(UserError, match="names 2"):
+        check(parsed("--gpu_ids", "0,2", "-n", "3"), cuda_available=True)
+
+
+@pytest.mark.parametrize("tee", ["4", "x", "0:3,1"], ids=["out-of-range", "word", "half-map"])
+def test_a_bad_tee_is_refused(tee):
+    with pytest.raises(UserError, match="--tee"):
+        check(parsed("--tee", tee), cuda_available=False)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        (["--use_fsdp", "--backend", "deepspeed"], "ask for two engines"),
+        (["--multi_gpu", "--cpu"], "--multi_gpu asks for GPUs and --cpu for the CPU"),
+        (["--fsdp_offload_params", "true"], "applies to --backend fsdp"),
+    ],
+    ids=["two-engines", "multi-gpu-and-cpu", "fsdp-flag-without-fsdp"],
+)
+def test_contradictions_are_refused(arguments, words):
+    with pytest.raises(UserError, match=words):
+        check(parsed(*arguments), cuda_available=False)
+
+
+def test_hf_config_keys_that_now_mean_something(tmp_path):
+    path = write(tmp_path, "distributed_type: MULTI_CPU\ndebug: true\ngpu_ids: all\n")
+    config = load_config(path)
+    assert config.debug is True and config.gpu_ids == "all"
+    ds = load_config(write(tmp_path, "deepspeed_config:\n  gradient_clipping: 1.0\n"))
+    assert ds.deepspeed.gradient_clipping == 1.0
+
+
+@pytest.mark.distributed
+def test_hf_launcher_flags_reach_every_rank(tmp_path):
+    result = run_accelify(
+        "launch", "--cpu", "--num_processes", "2", "--debug", "--num_cpu_threads_per_process",
+        "1", "--tee", "3", "--log_dir", tmp_path / "logs", "--role", "trainer", "-q",
+        "--same_network", "--rdzv_backend", "c10d", "--monitor_interval", "0.2",
+        FIXTURES / "runtime" / "launch_env.py",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = [line.partition(":")[2] for line in result.stdout.splitlines() if "{" in line]
+    ranks = sorted((json.loads(line) for line in lines), key=lambda r: r["rank"])
+    assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)]
+    assert all(r["debug"] and r["threads"] == 1 and r["role"] == "trainer" for r in ranks)
+    logs = sorted(p.name for p in (tmp_path / "logs").rglob("*.log"))
+    assert logs == ["stderr.log", "stderr.log", "stdout.log", "stdout.log"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "per_machine"),
+    [
+        (["-n", "8"], 8),
+        (["--num_processes", "8", "--num_machines", "2", "--main_process_ip", "10.0.0.1"], 4),
+        (["--num_machines", "2", "--main_process_ip", "10.0.0.1"], 3),  # not given: the default
+    ],
+    ids=["one-machine", "total-shared-by-two", "default-per-machine"],
+)
+def test_num_processes_is_the_total_over_all_machines_as_in_hf(arguments, per_machine):
+    plan = parsed(*arguments, "--main_process_port", "29400")
+    check(plan, cuda_available=True)
+    arguments = torchrun_arguments(plan, plan.config.num_processes or 3)
+    assert arguments[arguments.index("--nproc-per-node") + 1] == str(per_machine)
+
+
+def test_a_total_that_machines_cannot_share_is_refused():
+    plan = parsed(
+        "-n", "3", "--num_machines", "2", "--main_process_ip", "a", "--main_process_port", "1"
+    )
+    with pytest.raises(UserError, match="2 machines cannot share it evenly"):
+        check(plan, cuda_available=True)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed"
+)
+def test_gradient_clipping_reaches_the_deepspeed_config(monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    from torch.utils.data import DataLoader
+
+    from accelify.runtime.backends.deepspeed import DeepSpeedBackend
+    from accelify.runtime.state import ProcessState
+
+    state = ProcessState.from_env(cpu=True)
+    loader = DataLoader(list(range(8)), batch_size=4)
+    options = parsed("--use_deepspeed", "--gradient_clipping", "0.5").config.deepspeed
+    assert DeepSpeedBackend(state, "no", options)._config([loader])["gradient_clipping"] == 0.5
+    unclipped = DeepSpeedBackend(state, "no", DeepSpeedOptions())._config([loader])
+    assert unclipped["gradient_clipping"] == 0.0  # DeepSpeed's default 1.0 stays off
+
+
+def test_port_0_is_a_free_port_on_one_machine_and_refused_on_several():
+    arguments = torchrun_arguments(parsed("--main_process_port", "0"), 1)
+    assert int(arguments[arguments.index("--master-port") + 1]) > 0
+    plan = parsed("--main_process_port", "0", "--num_machines", "2", "--main_process_ip", "a")
+    with pytest.raises(UserError, match="needs --main-process-port"):
+        check(plan, cuda_available=True)
