@@ -120,7 +120,12 @@ def convert(
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option("--fix", is_flag=True, help="Apply the safe fixes in place.")
 @click.option("--diff", is_flag=True, help="Show the fixes as a diff; write nothing.")
-@click.option("--select", default="", help="Comma-separated codes or prefixes to check.")
+@click.option(
+    "--select", default="", help="Comma-separated codes or prefixes to check (default: bugs only)."
+)
+@click.option(
+    "--extend-select", default="", help="Codes or prefixes to check on top of the selection."
+)
 @click.option("--ignore", default="", help="Comma-separated codes or prefixes to skip.")
 @click.option(
     "--output-format",
@@ -136,6 +141,7 @@ def lint(
     fix: bool,
     diff: bool,
     select: str,
+    extend_select: str,
     ignore: str,
     output_format: str,
     exit_zero: bool,
@@ -145,8 +151,9 @@ def lint(
     """Report distributed-training misuse in Accelerator scripts (ACC codes).
 
     Exit 0 when clean, 1 when something is reported, 2 on usage errors. `# noqa: ACC201` on a
-    line suppresses; `[tool.accelify]` in pyproject.toml sets select, ignore,
-    per-file-ignores and exclude. --select/--ignore take codes or prefixes (ACC2, ALL); ACC000
+    line suppresses; `[tool.accelify]` in pyproject.toml sets select, extend-select, ignore,
+    per-file-ignores and exclude. Without --select the default set runs (bugs only: `accelify
+    rules` marks it); --select/--extend-select/--ignore take codes or prefixes (ACC2, ALL); ACC000
     (a file that cannot be read or parsed) is always reported. Files without an Accelerator are
     checked for ACC000 only.
     """
@@ -158,6 +165,7 @@ def lint(
             fix=fix,
             diff=diff,
             select=_codes(select),
+            extend_select=tuple(_codes(extend_select)),
             ignore=_codes(ignore),
             output_format=output_format,
             exit_zero=exit_zero,

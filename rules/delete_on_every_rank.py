@@ -4,7 +4,7 @@ from accelify.analysis.collectives import EVERY_BACKEND, backends_in_view, named
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
-from accelify.lint.rule import HEADER, Example, Finding, Rule
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
 
@@ -24,6 +24,12 @@ class DeleteOnEveryRank(Rule):
     why = "A path deleted by one rank is gone for the others: FileNotFoundError."
     bad = (
         Example(HEADER + "import shutil\nshutil.rmtree('old-checkpoint')\n", 4, 1),
+        Example(  # in a function every rank runs: at the delete, not at the call of train()
+            HEADER + "import shutil\n\n\ndef train():\n    accelerator.backward(loss)\n"
+            "    shutil.rmtree('old')\n\n\ntrain()\n",
+            8,
+            5,
+        ),
         Example(
             _HF + "import os, shutil\n"
             "if accelerator.is_main_process or "
@@ -47,6 +53,9 @@ class DeleteOnEveryRank(Rule):
     )
     good = (
         HEADER + "import shutil\nif accelerator.is_main_process:\n    shutil.rmtree('old')\n",
+        # a function that trains runs on every rank: no advice ever guards it
+        HEADER + "import shutil\n\n\ndef train():\n    accelerator.backward(loss)\n"
+        "    if accelerator.is_main_process:\n        shutil.rmtree('old')\n\n\ntrain()\n",
         _HF + "import os, shutil\n"
         "if accelerator.is_main_process:\n"
         "    for old in os.listdir('out')[:-2]:\n"
@@ -61,16 +70,22 @@ class DeleteOnEveryRank(Rule):
         for effect in facts_of(script).repeated_effects:
             if not effect.deletes or not effect.backends & in_view:
                 continue
-            message = None
-            if effect.backends != EVERY_BACKEND:
-                message = (
-                    "Delete on the main process only: every rank runs this under "
-                    f"{named(effect.backends & in_view)}, and all but one fail "
-                    "with FileNotFoundError"
-                )
+            accelerator = accelerator_at(script, effect.reported) or "accelerator"
+            where = (
+                f" under {named(effect.backends & in_view)}"
+                if effect.backends != EVERY_BACKEND
+                else ""
+            )
+            message = (
+                f"Delete on the main process only: guard with `if {accelerator}.is_main_process:`"
+                f"; every rank deletes the same path{where}, and all but one fail with "
+                "FileNotFoundError"
+            )
             if effect.through_helper:
                 message = (
-                    f"Call {dotted(effect.reported.func)}() on the main process only: it deletes "
-                    f"files (line {script.line(effect.effect)}) and every rank calls it here"
+                    f"Call {dotted(effect.reported.func)}() under `if {accelerator}."
+                    f"is_main_process:` here too: it deletes files (line "
+                    f"{script.line(effect.effect)}), its other calls are guarded, and every rank "
+                    f"runs this one{where}"
                 )
             yield self.finding(script, effect.reported, message=message)

@@ -10,18 +10,24 @@ from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
 
 class ManualAmp(Rule):
     """A hand-made ``GradScaler``, or a ``torch.autocast``/``torch.cuda.amp.autocast`` around the
-    training forward (its body computes what reaches a backward), beside an Accelerator: the loss
-    is scaled twice (or by a scaler the Accelerator never unscales before clipping), DeepSpeed
-    and FSDP run their own precision under it, and a ``"cuda"`` autocast does nothing on a CPU
-    rank. An autocast around validation, inference or a frozen model is not reported: nothing
-    there competes with the Accelerator's mixed precision."""
+    training forward (its body computes what reaches a backward), in a file that trains with an
+    Accelerator: the loss is scaled twice (or by a scaler the Accelerator never unscales before
+    clipping), DeepSpeed and FSDP run their own precision under it, and a ``"cuda"`` autocast
+    does nothing on a CPU rank. An autocast around validation, inference or a frozen model is
+    not reported: nothing there competes with the Accelerator's mixed precision; nor is a
+    bfloat16 autocast (nothing to scale, and fp32 on a CPU rank: the numbers stay right)."""
 
     code = "ACC504"
     name = "manual-amp"
     message = "Use Accelerator(mixed_precision=...) and accelerator.autocast() instead"
     why = "Two scalers scale the loss twice; a CUDA autocast is off on CPU ranks."
     bad = (
-        Example(HEADER + "import torch\nscaler = torch.cuda.amp.GradScaler()\n", 4, 10),
+        Example(
+            HEADER + "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+            "accelerator.backward(scaler.scale(loss))\n",
+            4,
+            10,
+        ),
         Example(
             HEADER
             + "import torch\nwith torch.autocast('cuda', dtype=torch.float16):\n"
@@ -39,6 +45,12 @@ class ManualAmp(Rule):
     )
     good = (
         HEADER + "with accelerator.autocast():\n    y = f(x)\n",
+        HEADER
+        + "import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n"
+        + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
+        "import torch\n\n\ndef save_fsdp_model(accelerator, model, path):\n"
+        "    if accelerator.is_main_process:\n        torch.save(model.state_dict(), path)\n\n\n"
+        "def get_grad_scaler(**kwargs):\n    return torch.amp.GradScaler(**kwargs)\n",
         HEADER + "import torch\nwith torch.autocast('cuda'):\n    images = pipeline(prompt)\n",
         HEADER
         + "import torch\nwith torch.no_grad(), torch.autocast('cuda'):\n"
@@ -46,11 +58,28 @@ class ManualAmp(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        # a scaler competes with the Accelerator's only where the file trains (a helper module
+        # that builds one for a caller elsewhere is not reported)
+        trains = script.trains or bool(_accelerator_backwards(script))
         for call in calls(script):
             qualified = script.call_names(call)
-            scaler = bool(qualified & names.GRAD_SCALERS)
-            if scaler or (qualified & names.AUTOCASTS and _around_training(script, call)):
+            scaler = bool(qualified & names.GRAD_SCALERS) and trains
+            if scaler or (
+                qualified & names.AUTOCASTS
+                and not _bfloat16(call)
+                and _around_training(script, call)
+            ):
                 yield self.finding(script, call)
+
+
+def _bfloat16(call: cst.Call) -> bool:
+    """``autocast("cuda", dtype=torch.bfloat16)``: bf16 needs no loss scaling, and a CPU rank
+    runs it in fp32; nothing trains wrong, so it is not reported."""
+    dtype = next((a.value for a in call.args if a.keyword and a.keyword.value == "dtype"), None)
+    positional = [a.value for a in call.args if a.keyword is None]
+    if dtype is None and len(positional) > 1 and not isinstance(positional[0], cst.Name):
+        dtype = positional[1]  # torch.autocast("cuda", torch.bfloat16)
+    return (dotted(dtype) or "").endswith(("bfloat16", "bf16")) if dtype is not None else False
 
 
 def _around_training(script: ScriptModel, call: cst.Call) -> bool:

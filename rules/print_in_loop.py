@@ -28,6 +28,10 @@ class PrintInLoop(Rule):
     name = "print-in-loop"
     message = "Use accelerator.print in loops: it prints on the local main process only"
     why = "Every rank runs the loop, so every rank prints."
+    opt_in = (
+        "N copies of a log line are noise, not a wrong result: nothing hangs, crashes, loses a "
+        "file or computes a wrong number"
+    )
     bad = (
         Example(
             _PREPARED + "for batch in loader:\n    print(loss.item())\n",

@@ -5,6 +5,7 @@ import libcst as cst
 from accelify.analysis import names, side_effects
 from accelify.analysis.collectives import EVERY_BACKEND, backends_in_view, named
 from accelify.analysis.facts import facts_of
+from accelify.analysis.repeated_effects import RepeatedEffect
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.edits.plan import Plan, expression, statement
@@ -16,10 +17,16 @@ _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accele
 class SaveOutsideMainProcess(Rule):
     """A file written on every rank (``torch.save``, ``save_pretrained``, safetensors'
     ``save_file``, ``np.save``, ``json.dump``, ``save_image``, ``savefig``...): N processes write
-    the same path at once, the writes race, and a reader can see a truncated file. A helper that
-    writes counts where it is called on every rank; a path made per process (a temporary
-    directory, a pid) is a file of each rank's own. ``accelerator.save`` writes on the main
-    process only, to a temporary name that is then renamed."""
+    the same path at once, the writes race, and a reader can see a truncated file. A path made per
+    process (a temporary directory, a pid) is a file of each rank's own. A write in a
+    function counts when every rank calls the function; it is reported at the write, where a
+    guard fixes it (or ``is_main_process=`` for ``save_pretrained``), and at a call site only
+    when other call sites of the same function run it on the main process alone (never for a
+    function that reaches ``prepare``, ``backward`` or a collective: that must run everywhere).
+    ``accelerator.save`` writes on the main process only, to a temporary name that is then
+    renamed. Small files every rank writes with the same bytes (a tokenizer's or a config's
+    ``save_pretrained``, the settings dumped to JSON) before a barrier are whole when read: not
+    reported."""
 
     code = "ACC201"
     name = "save-outside-main-process"
@@ -40,10 +47,26 @@ class SaveOutsideMainProcess(Rule):
             HEADER + "import json\nwith open('m.json', 'w') as f:\n    json.dump(m, f)\n", 5, 5
         ),
         Example(HEADER + "model.save_pretrained('out')\n", 3, 1),
-        Example(
+        Example(  # at the write: the function is called by every rank
             HEADER + "import torch\n\n\ndef save(path):\n    torch.save(state, path)\n\n\n"
             "save('a.pt')\n",
-            10,
+            7,
+            5,
+        ),
+        Example(  # main() prepares: never "call main() on the main process only"
+            "import json\nfrom accelerate import Accelerator\n\n\ndef main():\n"
+            "    accelerator = Accelerator()\n"
+            "    model = accelerator.prepare(model)\n"
+            "    with open('metrics.json', 'w') as f:\n"
+            "        json.dump(metrics, f)\n\n\nmain()\n",
+            9,
+            9,
+        ),
+        Example(  # called guarded once and unguarded once: the unguarded call is the bug
+            HEADER + "import json\n\n\ndef dump(path):\n"
+            "    with open(path, 'w') as f:\n        json.dump(metrics, f)\n\n\n"
+            "if accelerator.is_main_process:\n    dump('a.json')\ndump('b.json')\n",
+            13,
             1,
         ),
         Example(
@@ -53,6 +76,16 @@ class SaveOutsideMainProcess(Rule):
             "    np.save('preds.npy', preds)\n",
             5,
             5,
+        ),
+        Example(  # get_state_dict gathers under FSDP: no guard around it, accelerator.save
+            HEADER + "import torch\ntorch.save(accelerator.get_state_dict(model), 'm.pt')\n",
+            4,
+            1,
+            HEADER + "import torch\naccelerator.wait_for_everyone()\n"
+            "accelerator.save(accelerator.get_state_dict(model), 'm.pt')\n",
+        ),
+        Example(  # a tokenizer written by every rank with nothing waiting for it
+            HEADER + "tokenizer.save_pretrained('out')\n", 3, 1
         ),
     )
     good = (
@@ -81,15 +114,28 @@ class SaveOutsideMainProcess(Rule):
         + "        torch.save(state, path)\n\n    def fit(self):\n"
         + "        if accelerator.is_main_process:\n            self.save('x.pt')\n\n\n"
         + "accelerator.save(state, 'y.pt')\n",
+        HEADER
+        + "with accelerator.main_process_first():\n"
+        + "    tokenizer.save_pretrained(args.output_dir)\n",
+        # identical small files every rank writes before a barrier: whole when read
+        HEADER
+        + "import json\ntokenizer.save_pretrained(args.output_dir)\n"
+        + "with open('args.json', 'w') as f:\n    json.dump(vars(args), f)\n"
+        + "accelerator.wait_for_everyone()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         in_view = backends_in_view(script)
-        for effect in facts_of(script).repeated_effects:
+        facts = facts_of(script)
+        for effect in facts.repeated_effects:
             if effect.deletes or not effect.backends & in_view:
                 continue
             if side_effects.uploads(script, effect.effect):
                 continue  # ACC207
+            if side_effects.same_on_every_rank(script, effect.effect) and facts.barrier_after(
+                effect.reported
+            ):
+                continue
             yield self.finding(
                 script,
                 effect.reported,
@@ -98,17 +144,54 @@ class SaveOutsideMainProcess(Rule):
             )
 
 
-def _message(script: ScriptModel, effect, in_view: frozenset[str]) -> str | None:
+def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str]) -> str:
     where = "" if effect.backends == EVERY_BACKEND else f" under {named(effect.backends & in_view)}"
+    accelerator = accelerator_at(script, effect.reported) or "accelerator"
     if effect.through_helper:
         return (
-            f"Call {dotted(effect.reported.func)}() on the main process only: it writes files "
-            f"({dotted(effect.effect.func)}, line {script.line(effect.effect)}) and every rank "
-            f"calls it here{where}, racing on the same path"
+            f"Call {dotted(effect.reported.func)}() under `if {accelerator}.is_main_process:` "
+            f"here too: it writes files ({dotted(effect.effect.func)}, line "
+            f"{script.line(effect.effect)}), its other calls are guarded, and every rank runs "
+            f"this one{where}, racing on the same path"
         )
-    if where:
-        return f"Write on the main process only: every rank runs this{where} and races on the path"
-    return None
+    func = effect.effect.func
+    inner = facts_of(script).synchronising_in(effect.effect)
+    if inner is not None:  # a guard around the write would run this on one rank: a hang
+        computed = f"{dotted(inner.func) or 'this call'}() (line {script.line(inner)})"
+        if script.call_names(effect.effect) & names.TORCH_SAVE:
+            return (
+                f"Save with {accelerator}.save(...): it writes on the main process only, and "
+                f"{computed} still runs on every rank, as it must; every rank writes this "
+                f"file{where}, racing on the same path"
+            )
+        return (
+            f"Compute {computed} on every rank into a variable, then write it under `if "
+            f"{accelerator}.is_main_process:`; every rank writes this file{where}, racing on "
+            "the same path"
+        )
+    if side_effects.same_on_every_rank(script, effect.effect):
+        return (
+            f"Write this on the main process only (`if {accelerator}.is_main_process:`), or "
+            f"call {accelerator}.wait_for_everyone() after it: every rank writes the same "
+            f"file{where} and nothing waits for the writes to finish before it is read"
+        )
+    if isinstance(func, cst.Attribute) and func.attr.value == "save_pretrained":
+        return (
+            f"Save on the main process only: guard with `if {accelerator}.is_main_process:`, or "
+            f"pass is_main_process={accelerator}.is_main_process and "
+            f"save_function={accelerator}.save to a Hugging Face save_pretrained; every rank "
+            f"writes these files{where}, racing on the same path"
+        )
+    if script.call_names(effect.effect) & names.TORCH_SAVE:
+        return (
+            f"Save on the main process only: {accelerator}.save(...) or guard with "
+            f"`if {accelerator}.is_main_process:`; every rank writes this file{where}, racing "
+            "on the same path"
+        )
+    return (
+        f"Write on the main process only: guard with `if {accelerator}.is_main_process:`; every "
+        f"rank runs this{where} and races on the same path"
+    )
 
 
 def _fix(script: ScriptModel, call: cst.Call) -> Plan | None:

@@ -24,6 +24,12 @@ class SaveStateOnOneRank(Rule):
         "state; from the main process alone the other ranks resume with fresh random state"
     )
     why = "Each rank's random state is saved by that rank's own save_state call."
+    opt_in = (
+        "the documented idiom of Accelerate's and diffusers' examples: weights, optimizer and "
+        "the main process's RNG state are saved; only the other ranks' random streams differ "
+        "after a resume (where save_state is a collective, the same guard is a hang: ACC202, "
+        "in the default set)"
+    )
     bad = (
         Example(
             _HF + "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n", 4, 5

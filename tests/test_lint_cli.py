@@ -41,10 +41,13 @@ def test_text_output_is_path_line_col_code_message(project: Path):
     assert (
         "train.py:8:5: ACC301 Call accelerator.backward(loss) instead of loss.backward()" in lines
     )
-    assert any(line.startswith("train.py:9:5: ACC203 ") for line in lines)
     assert any(line.startswith("train.py:10:1: ACC201 ") for line in lines)
     assert any(line.startswith("train.py:10:12: ACC503 ") for line in lines)
-    assert "Found 4 errors." in result.stderr
+    assert "Found 3 errors." in result.stderr
+    assert "ACC203" not in result.stdout  # opt-in: N copies of a log line are not a bug
+    extended = run_accelify("lint", "--extend-select", "ACC203", "train.py", cwd=project)
+    assert any(line.startswith("train.py:9:5: ACC203 ") for line in extended.stdout.splitlines())
+    assert "Found 4 errors." in extended.stderr
 
 
 def test_clean_file_exits_0(tmp_path: Path):
@@ -55,7 +58,7 @@ def test_clean_file_exits_0(tmp_path: Path):
 
 
 def test_fix_applies_safe_fixes_and_fixing_again_changes_nothing(project: Path):
-    result = run_accelify("lint", "--fix", "train.py", cwd=project)
+    result = run_accelify("lint", "--fix", "--extend-select", "ACC203", "train.py", cwd=project)
     assert result.returncode == 0
     assert "Fixed 4 errors (0 remaining)." in result.stderr
     fixed = (project / "train.py").read_text()
@@ -75,7 +78,7 @@ def test_fix_reports_what_remains(project: Path):
     )
     result = run_accelify("lint", "--fix", "train.py", cwd=project)
     assert result.returncode == 1
-    assert "Fixed 4 errors (1 remaining)." in result.stderr
+    assert "Fixed 3 errors (1 remaining)." in result.stderr
     assert "ACC202" in result.stdout
 
 
@@ -116,7 +119,7 @@ def test_diff_shows_fixes_without_writing_and_exits_1(project: Path):
     assert result.returncode == 1
     assert "+    accelerator.backward(loss)" in result.stdout
     assert "+++ train.py\t(fixed)" in result.stdout
-    assert "Would fix 4 errors." in result.stderr
+    assert "Would fix 3 errors." in result.stderr
     assert (project / "train.py").read_text() == BAD
     (project / "clean.py").write_text("print('nothing to fix')\n")
     assert_ok(run_accelify("lint", "--diff", "clean.py", cwd=project))
@@ -139,7 +142,7 @@ def test_statistics_prints_only_the_counts(project: Path):
     result = run_accelify("lint", "--statistics", "train.py", cwd=project)
     assert result.returncode == 1
     lines = result.stdout.splitlines()
-    assert len(lines) == 4 and all(line.split()[0] == "1" for line in lines)
+    assert len(lines) == 3 and all(line.split()[0] == "1" for line in lines)
     assert result.stderr == ""
 
 
@@ -151,7 +154,7 @@ def test_noqa_suppresses_one_code_or_all(project: Path):
     assert codes == {"ACC201", "ACC503"}
     moved = BAD.replace('"model.pt")', '"model.pt")  # noqa: ACC204, ACC201')
     codes = {f.code for f in lint_source(moved.encode(), "train.py", Selection()).findings}
-    assert codes == {"ACC203", "ACC301"}  # ACC204 is ACC503 now; the old code still suppresses
+    assert codes == {"ACC301"}  # ACC204 is ACC503 now; the old code still suppresses
 
 
 def test_select_ignore_and_pyproject_settings(project: Path):
@@ -164,12 +167,25 @@ def test_select_ignore_and_pyproject_settings(project: Path):
         '[tool.accelify]\nper-file-ignores = {"train.py" = ["ACC301", "ACC2", "ACC503"]}\n'
     )
     assert_ok(run_accelify("lint", "train.py", cwd=project))
+    (project / "pyproject.toml").write_text(
+        '[tool.accelify]\nextend-select = ["ACC203"]\nignore = ["ACC5"]\n'
+    )
+    result = run_accelify("lint", "train.py", cwd=project)
+    assert {line.split()[1] for line in result.stdout.splitlines()} == {
+        "ACC201",
+        "ACC203",
+        "ACC301",
+    }
 
 
 def test_selectors_are_prefixes_all_and_acc_select_everything(project: Path):
     default = run_accelify("lint", "train.py", cwd=project).stdout
-    assert run_accelify("lint", "--select", "ALL", "train.py", cwd=project).stdout == default
-    assert run_accelify("lint", "--select", "ACC", "train.py", cwd=project).stdout == default
+    everything = run_accelify("lint", "--select", "ALL", "train.py", cwd=project).stdout
+    assert run_accelify("lint", "--select", "ACC", "train.py", cwd=project).stdout == everything
+    assert set(everything.splitlines()) - set(default.splitlines()) == {  # the opt-in rule
+        "train.py:9:5: ACC203 Use accelerator.print in loops: it prints on the local main "
+        "process only"
+    }
     group = run_accelify("lint", "--select", "acc2", "train.py", cwd=project).stdout
     assert {line.split()[1] for line in group.splitlines()} == {"ACC201", "ACC203"}
 
@@ -258,6 +274,13 @@ def test_rules_lists_and_documents_every_rule():
     listing = run_accelify("rules")
     assert_ok(listing)
     assert "ACC301  loss-backward" in listing.stdout
+    marks = {
+        line.split()[0]: line.split()[2]
+        for line in listing.stdout.splitlines()
+        if line.startswith("ACC")
+    }
+    assert marks["ACC201"] == "default" and marks["ACC206"] == "opt-in"
+    assert "RNG state" in run_accelify("rules", "ACC206").stdout.split("## Default set")[1]
     page = run_accelify("rules", "acc201")
     assert_ok(page)
     for heading in (
@@ -305,4 +328,4 @@ def test_a_fix_is_plain_data_in_json_and_across_jobs(project: Path):
     (edit,) = backward["fix"]["edits"]
     fixed = BAD[: edit["start"]] + edit["content"] + BAD[edit["end"] :]
     assert "    accelerator.backward(loss)\n" in fixed and "loss.backward()" not in fixed
-    assert next(f for f in findings if f["code"] == "ACC203")["fix"] is not None
+    assert next(f for f in findings if f["code"] == "ACC503")["fix"] is not None

@@ -1,5 +1,6 @@
 """Where a script calls a collective, directly or through its own functions, and on which
-backends some ranks skip it: what ACC202 (a hang) and ACC206 (one rank's save) report. The
+backends some ranks skip it: what ACC202 (a hang) and ACC206 (one rank's save) report; and
+which functions synchronise the ranks, so that no advice ever runs one on a single rank. The
 forward of a prepared model counts: under FSDP it gathers parameters from every rank."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import walk
+from accelify.analysis.syntax import dotted, walk
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class CollectiveReach:
         self.flow = flow
         self.accelerators = flow.names_of(Kind.ACCELERATOR)
         self._reached: dict[cst.FunctionDef, list[tuple[cst.Call, frozenset[str]]]] = {}
+        self._synchronising: dict[tuple[cst.FunctionDef, bool], cst.Call | None] = {}
+        self._calls_in: dict[cst.FunctionDef, list[cst.Call]] | None = None
 
     def uses(self) -> list[CollectiveUse]:
         """Every call that is or reaches a collective, with the backends some ranks skip it on
@@ -73,7 +76,7 @@ class CollectiveReach:
             backends = SHARDED_FORWARD
         if backends:
             return [(call, backends)]
-        function = self._local_function(call)
+        function = self._local_function(call) or self._own_method(call)
         if function is None:
             return []
         return self.reached_by(function)[:1]
@@ -94,7 +97,80 @@ class CollectiveReach:
         self._reached[function] = found
         return found
 
+    def synchronising_call(
+        self, function: cst.FunctionDef, everywhere: bool = False
+    ) -> cst.Call | None:
+        """The first ``prepare``, ``backward`` or other collective that ``function`` runs (also
+        under a condition, also through the file's functions and its class's ``self.`` methods),
+        or None: such a function must run on every rank, never on one. ``everywhere``: only
+        collectives on every backend (not ``save_state``, which HF's DDP runs on one rank)."""
+        key = (function, everywhere)
+        if key in self._synchronising:
+            return self._synchronising[key]
+        self._synchronising[key] = None  # a recursive call finds nothing new
+        backwards = {id(call) for call in self.model.backward_calls}
+        found = None
+        for call in self._calls_inside(function):
+            backends = collective_backends(self.model, call, self.accelerators)
+            if id(call) in backwards or (
+                backends and (backends == EVERY_BACKEND or not everywhere)
+            ):
+                found = call
+                break
+            callee = self._local_function(call) or self._own_method(call)
+            if (
+                callee is not None
+                and callee is not function
+                and self.synchronising_call(callee, everywhere)
+            ):
+                found = call
+                break
+        self._synchronising[key] = found
+        return found
+
+    def synchronising_in(self, node: cst.CSTNode) -> cst.Call | None:
+        """A call inside ``node`` (not ``node`` itself) that is a collective or reaches one:
+        ``torch.save(accelerator.get_state_dict(model), p)``, ``json.dump(evaluate(...), f)``.
+        Guarding ``node`` would run it on one rank."""
+        backwards = {id(call) for call in self.model.backward_calls}
+        for call in self.model.calls:
+            if call is node or not any(a is node for a in self.model.ancestors(call)):
+                continue
+            if id(call) in backwards or collective_backends(self.model, call, self.accelerators):
+                return call
+            callee = self._local_function(call) or self._own_method(call)
+            if callee is not None and self.synchronising_call(callee) is not None:
+                return call
+        return None
+
+    def _calls_inside(self, function: cst.FunctionDef) -> list[cst.Call]:
+        if self._calls_in is None:
+            self._calls_in = {}
+            for call in self.model.calls:
+                for ancestor in self.model.ancestors(call):
+                    if isinstance(ancestor, cst.FunctionDef):
+                        self._calls_in.setdefault(ancestor, []).append(call)
+        return self._calls_in.get(function, [])
+
     def _local_function(self, call: cst.Call) -> cst.FunctionDef | None:
         if not isinstance(call.func, cst.Name):
             return None
         return self.model.functions.get(call.func.value)
+
+    def _own_method(self, call: cst.Call) -> cst.FunctionDef | None:
+        """``self.train_step(...)``: the method of the class the call is in."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and dotted(func.value) == "self"):
+            return None
+        owner = self.placement.class_of(call)
+        if owner is None:
+            return None
+        return next(
+            (
+                statement
+                for statement in owner.body.body
+                if isinstance(statement, cst.FunctionDef)
+                and statement.name.value == func.attr.value
+            ),
+            None,
+        )

@@ -18,7 +18,7 @@ from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.precision import Precision, precision_of
 from accelify.analysis.rank_dependence import RankDependence
-from accelify.analysis.repeated_effects import RepeatedEffect, repeated_effects
+from accelify.analysis.repeated_effects import RepeatedEffect, callers_of, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.shared_files import SharedFiles
 from accelify.analysis.syntax import dotted
@@ -34,17 +34,59 @@ class Facts:
         self.shared_files = SharedFiles(model, self.placement, self.flow, self.ranks)
 
     @cached_property
+    def collective_reach(self) -> CollectiveReach:
+        return CollectiveReach(self.model, self.placement, self.flow, self.ranks.backend_guards)
+
+    @cached_property
     def collective_uses(self) -> list[CollectiveUse]:
         """Calls that are or reach a collective, and the backends some ranks skip them on."""
-        return CollectiveReach(
-            self.model, self.placement, self.flow, self.ranks.backend_guards
-        ).uses()
+        return self.collective_reach.uses()
+
+    def synchronising_call(
+        self, function: cst.FunctionDef, everywhere: bool = False
+    ) -> cst.Call | None:
+        """The ``prepare``, ``backward`` or collective that ``function`` runs, if any: a
+        function that must never be run on one rank only (``everywhere``: a collective on
+        every backend, so that every rank certainly runs the function)."""
+        return self.collective_reach.synchronising_call(function, everywhere)
+
+    def barrier_after(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """A collective every rank reaches after ``node``: later in its function (or module), or
+        after a call of that function. Whatever every rank did before, all of them have done
+        when any rank goes on from there."""
+        if any(_takes_turns(ancestor) for ancestor in self.model.ancestors(node)):
+            return True  # ``with accelerator.main_process_first():`` one rank after another
+        function = self.placement.enclosing_function(node)
+        here = self.model.order(node)
+        if any(
+            not use.skipped_on
+            and self.model.order(use.call) > here
+            and self.placement.enclosing_function(use.call) is function
+            for use in self.collective_uses
+        ):
+            return True
+        if function is None or depth >= 3:
+            return False
+        return any(
+            self.barrier_after(site, depth + 1)
+            for site in callers_of(self.model, self.placement, function)
+        )
+
+    def synchronising_in(self, node: cst.CSTNode) -> cst.Call | None:
+        """A call inside ``node`` that every rank must make (a collective, or a function that
+        reaches one): a guard around ``node`` would hang."""
+        return self.collective_reach.synchronising_in(node)
 
     @cached_property
     def repeated_effects(self) -> list[RepeatedEffect]:
-        """Files every rank writes or deletes together (directly or through a helper)."""
+        """Files every rank writes or deletes together: at the write, or at the call sites of
+        a helper that other call sites run on the main process only."""
         return repeated_effects(
-            self.model, self.placement, self.ranks.backend_guards, self.shared_files
+            self.model,
+            self.placement,
+            self.ranks.backend_guards,
+            self.synchronising_call,
+            self.shared_files,
         )
 
     @cached_property
@@ -102,6 +144,15 @@ class Facts:
 
     def accumulation_in(self, loop: Loop) -> ManualAccumulation | None:
         return self.accumulations.get(id(loop.node))
+
+
+def _takes_turns(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.With) and any(
+        isinstance(item.item, cst.Call)
+        and isinstance(item.item.func, cst.Attribute)
+        and item.item.func.attr.value in ("main_process_first", "local_main_process_first")
+        for item in node.items
+    )
 
 
 def facts_of(model: ScriptModel) -> Facts:

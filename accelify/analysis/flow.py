@@ -21,6 +21,9 @@ class ObjectFlow:
         self.model = model
         self.placement = placement
         self.params: dict[cst.FunctionDef, dict[str, Kind]] = self._trained_parameters()
+        for function, accelerators in model.accelerator_params.items():
+            for name in accelerators:
+                self.params.setdefault(function, {})[name] = Kind.ACCELERATOR
         self._add_parameters_from_call_sites()
 
     def _trained_parameters(self) -> dict[cst.FunctionDef, dict[str, Kind]]:

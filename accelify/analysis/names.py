@@ -47,6 +47,67 @@ ACCELERATORS = {
     "accelerate.Accelerator",
     "accelerate.accelerator.Accelerator",
 }
+#: Members only an Accelerator has (not a PartialState, a GradientState, an HF Trainer, an FSDP
+#: or DeepSpeed model, a tensor or a settings object): what shows a name holds an accelerator.
+ACCELERATOR_ONLY_MEMBERS = frozenset(
+    {
+        "prepare",
+        "prepare_model",
+        "prepare_optimizer",
+        "prepare_data_loader",
+        "prepare_scheduler",
+        "unwrap_model",
+        "gather_for_metrics",
+        "accumulate",
+        "get_state_dict",
+        "init_trackers",
+        "get_tracker",
+        "end_training",
+        "register_for_checkpointing",
+        "register_save_state_pre_hook",
+        "register_load_state_pre_hook",
+        "skip_first_batches",
+        "free_memory",
+    }
+)
+#: Members an Accelerator shares with process states: evidence only for a name that says it is
+#: an accelerator (``accelerator``, ``self.accelerator``, ``trainer_accelerator``). Not
+#: ``device``: DeepSpeed's ``get_accelerator()`` objects have one too.
+ACCELERATOR_SHARED_MEMBERS = frozenset(
+    {
+        "is_main_process",
+        "is_local_main_process",
+        "wait_for_everyone",
+        "main_process_first",
+        "local_main_process_first",
+        "gather",
+        "reduce",
+        "pad_across_processes",
+        "backward",
+        "print",
+        "log",
+        "save",
+        "autocast",
+        "num_processes",
+        "process_index",
+        "local_process_index",
+        "distributed_type",
+        "state",
+        "split_between_processes",
+        "mixed_precision",
+        "trackers",
+        "no_sync",
+        "use_distributed",
+        "sync_gradients",
+        "clip_grad_norm_",
+        "clip_grad_value_",
+        "gradient_accumulation_steps",
+        "save_state",  # also an HF Trainer's
+        "load_state",
+        "save_model",  # also an HF Trainer's
+    }
+)
+ACCELERATOR_MEMBERS = ACCELERATOR_ONLY_MEMBERS | ACCELERATOR_SHARED_MEMBERS
 CLIP_FUNCTIONS = {
     "torch.nn.utils.clip_grad_norm_": "clip_grad_norm_",
     "torch.nn.utils.clip_grad.clip_grad_norm_": "clip_grad_norm_",

@@ -4,13 +4,21 @@ file), and N deleters of one path fail on every rank but the fastest (FileNotFou
 A write counts where every rank that runs it runs it together: outside any rank guard, or in a
 block every rank enters on some backend (``if accelerator.is_main_process or
 accelerator.distributed_type == DistributedType.DEEPSPEED:`` under DeepSpeed). A write inside a
-function counts at the function's call sites: a helper called only under a main-process guard
-(or never called, like a hook handed to the Accelerator) writes once. A path made per process
-(a temporary directory, a pid) is N files, none racing another.
+function counts when some call of the function is run by every rank, or when nothing in the file
+calls it but it synchronises the ranks (``prepare``, ``backward``, a collective: it runs on all
+of them). A helper called only under a main-process guard, or a hook handed to the Accelerator,
+writes once. A path made per process (a temporary directory, a pid) is N files, none racing
+another.
+
+It is reported at the write, where a guard (or ``is_main_process=`` for ``save_pretrained``)
+fixes it; at the call sites every rank runs only when other call sites of the same function are
+guarded (the author meant it for the main process) and the function synchronises nothing: a
+function that reaches ``prepare``, ``backward`` or a collective must never run on one rank.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -27,7 +35,7 @@ _MAX_DEPTH = 4
 
 @dataclass(frozen=True)
 class RepeatedEffect:
-    reported: cst.Call  # the write itself, or the call of the helper that writes
+    reported: cst.Call  # the write itself, or a call of the helper that writes
     effect: cst.Call  # the call that writes or deletes
     deletes: bool
     backends: frozenset[str]  # where every rank runs it
@@ -37,8 +45,15 @@ class RepeatedEffect:
         return self.reported is not self.effect
 
 
+Synchronising = Callable[..., "cst.Call | None"]
+
+
 def repeated_effects(
-    model: ScriptModel, placement: Placement, guards: BackendGuards, files: SharedFiles
+    model: ScriptModel,
+    placement: Placement,
+    guards: BackendGuards,
+    synchronising: Synchronising,
+    files: SharedFiles,
 ) -> list[RepeatedEffect]:
     found = []
     for write in side_effects.writes(model, placement, with_torch_save=True):
@@ -48,38 +63,82 @@ def repeated_effects(
         if files.unique_per_process(call):
             continue  # a temporary directory, a pid: each rank its own file
         deletes = side_effects.deletes(model, call)
-        for reported, backends in _every_rank_sites(model, placement, guards, call, 0):
-            found.append(RepeatedEffect(reported, call, deletes, backends))
+        function = placement.enclosing_function(call)
+        entered = guards.entered_by_all(call, within=function)
+        if not entered:
+            continue
+        if function is None:
+            found.append(RepeatedEffect(call, call, deletes, entered))
+            continue
+        sites = _CallSites(model, placement, guards, synchronising)
+        every_rank, guarded = sites.of(function, 0, frozenset())
+        every_rank = [(site, backends & entered) for site, backends in every_rank]
+        every_rank = [(site, backends) for site, backends in every_rank if backends]
+        if not every_rank:
+            if not guarded and sites.entry_point(function):
+                found.append(RepeatedEffect(call, call, deletes, entered))
+            continue
+        if guarded and synchronising(function) is None:
+            found += [RepeatedEffect(site, call, deletes, b) for site, b in every_rank]
+        else:
+            backends = frozenset().union(*(b for _, b in every_rank))
+            found.append(RepeatedEffect(call, call, deletes, backends))
     return found
 
 
-def _every_rank_sites(
-    model: ScriptModel,
-    placement: Placement,
-    guards: BackendGuards,
-    node: cst.Call,
-    depth: int,
-) -> list[tuple[cst.Call, frozenset[str]]]:
-    """Where ``node`` is run by every rank: itself, or the outermost call sites of the
-    functions around it, with the backends on which that holds."""
-    function = placement.enclosing_function(node)
-    entered = guards.entered_by_all(node, within=function)
-    if not entered:
-        return []
-    if function is None:
-        return [(node, entered)]
-    callers = _callers(model, placement, function)
-    if depth >= _MAX_DEPTH:
-        return []
-    sites = []
-    for caller in callers:
-        for site, backends in _every_rank_sites(model, placement, guards, caller, depth + 1):
-            if backends & entered:
-                sites.append((site, backends & entered))
-    return sites
+class _CallSites:
+    """Where a function is called by every rank (with the backends on which that holds), and
+    whether some call of it runs on some ranks only (under a main-process guard)."""
+
+    def __init__(
+        self,
+        model: ScriptModel,
+        placement: Placement,
+        guards: BackendGuards,
+        synchronising: Synchronising,
+    ) -> None:
+        self.model = model
+        self.placement = placement
+        self.guards = guards
+        self.synchronising = synchronising
+
+    def entry_point(self, function: cst.FunctionDef) -> bool:
+        """Called nowhere in the file (from another module, ``trainer.fit()``, a callback) yet
+        synchronising the ranks on every backend: every rank runs it. One that synchronises
+        nothing (a hook), or only where a checkpoint is a collective (``save_state``, called on
+        the main process alone under HF's DDP), may run on one rank: not counted."""
+        return (
+            not callers_of(self.model, self.placement, function)
+            and self.synchronising(function, everywhere=True) is not None
+        )
+
+    def of(
+        self, function: cst.FunctionDef, depth: int, seen: frozenset[int]
+    ) -> tuple[list[tuple[cst.Call, frozenset[str]]], bool]:
+        if depth >= _MAX_DEPTH or id(function) in seen:
+            return [], False
+        seen = seen | {id(function)}
+        every_rank: list[tuple[cst.Call, frozenset[str]]] = []
+        guarded = False
+        for site in callers_of(self.model, self.placement, function):
+            outer = self.placement.enclosing_function(site)
+            entered = self.guards.entered_by_all(site, within=outer)
+            if not entered:
+                guarded = True
+                continue
+            if outer is None or self.entry_point(outer):
+                every_rank.append((site, entered))
+                continue
+            outer_sites, _ = self.of(outer, depth + 1, seen)
+            reached = frozenset().union(*(b for _, b in outer_sites)) & entered
+            if reached:
+                every_rank.append((site, reached))
+        return every_rank, guarded
 
 
-def _callers(model: ScriptModel, placement: Placement, function: cst.FunctionDef) -> list[cst.Call]:
+def callers_of(
+    model: ScriptModel, placement: Placement, function: cst.FunctionDef
+) -> list[cst.Call]:
     """Calls of ``function`` by name (``save(...)``) or, for a method, as ``self.save(...)``
     inside its class; calls through other objects cannot be told from same-named methods of
     other classes (``accelerator.save``), so a method called only that way counts as never

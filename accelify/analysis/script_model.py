@@ -93,6 +93,12 @@ class ScriptModel:
     module_classes: set[str] = field(default_factory=set)
     prepare_calls: list[PrepareCall] = field(default_factory=list)
     calls: list[cst.Call] = field(default_factory=list, repr=False)
+    #: ``x.prepare``, ``self.accelerator.is_main_process``...: what shows an accelerator
+    member_uses: list[cst.Attribute] = field(default_factory=list, repr=False)
+    #: parameters that receive an accelerator (``def train(accelerator, model)``), by function
+    accelerator_params: dict[cst.FunctionDef, set[str]] = field(default_factory=dict, repr=False)
+    #: ``self.accelerator`` used in a class that never sets it (a subclass of HF's ``Trainer``)
+    inherited_accelerators: set[str] = field(default_factory=set, repr=False)
     #: each node's place in source order (its index in the analysis's pre-order walk): "above"
     #: without a code-generation pass for positions
     orders: dict[cst.CSTNode, int] = field(default_factory=dict, repr=False)
@@ -165,7 +171,11 @@ class ScriptModel:
         return [binding for binding in self.bindings if binding.kind in kinds]
 
     def names_of(self, *kinds: Kind) -> set[str]:
-        return {binding.name for binding in self.of_kind(*kinds)}
+        """Names bound to ``kinds``; for accelerators also the parameters that receive one."""
+        found = {binding.name for binding in self.of_kind(*kinds)}
+        if Kind.ACCELERATOR in kinds:
+            found.update(*self.accelerator_params.values(), self.inherited_accelerators)
+        return found
 
     @property
     def prepared_names(self) -> set[str]:
@@ -173,7 +183,10 @@ class ScriptModel:
 
     @property
     def uses_accelerator(self) -> bool:
-        return bool(self.of_kind(Kind.ACCELERATOR))
+        """Created here, returned by a factory, held by a class or received as a parameter."""
+        return bool(
+            self.of_kind(Kind.ACCELERATOR) or self.accelerator_params or self.inherited_accelerators
+        )
 
     @property
     def trains(self) -> bool:
@@ -187,6 +200,14 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     if source is not None:  # the text the module was parsed from: no code generation for it
         model.__dict__["source"] = source
     visit_code(module, _Collector(model))
+    from accelify.analysis.accelerator_objects import add_accelerator_objects
+
+    add_accelerator_objects(model)
+    model.prepare_calls = [
+        prepare
+        for assign in model.assignments
+        if (prepare := _prepare_call(model, assign, model.names_of(Kind.ACCELERATOR))) is not None
+    ]
     accelerators = model.names_of(Kind.ACCELERATOR) | {"accelerator", "self.accelerator"}
     model.backward_calls = [
         call
@@ -197,6 +218,30 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
 
     add_models_fed_to_optimizers(model)
     return model
+
+
+def _prepare_call(
+    model: ScriptModel, node: cst.Assign, accelerators: set[str]
+) -> PrepareCall | None:
+    """``model, optimizer = accelerator.prepare(model, optimizer)``, for any accelerator."""
+    value = node.value
+    if not (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "prepare"
+        and dotted(value.func.value) in accelerators
+    ):
+        return None
+    outputs: list[str] = []
+    for target in node.targets:
+        elements = (
+            target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) else [target]
+        )
+        outputs += [
+            dotted(e.value if isinstance(e, cst.Element) else e.target) or "" for e in elements
+        ]
+    inputs = [dotted(argument.value) or "" for argument in value.args]
+    return PrepareCall(value, inputs, outputs, model)
 
 
 class _Collector(Visitor):
@@ -236,26 +281,6 @@ class _Collector(Visitor):
         self.model.assignments.append(node)
         for target in node.targets:
             self._bind(target.target, node.value, node)
-        value = node.value
-        if (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value == "prepare"
-            and dotted(value.func.value) in self.model.names_of(Kind.ACCELERATOR)
-        ):
-            outputs: list[str] = []
-            for target in node.targets:
-                elements = (
-                    target.target.elements
-                    if isinstance(target.target, (cst.Tuple, cst.List))
-                    else [target]
-                )
-                outputs += [
-                    dotted(e.value if isinstance(e, cst.Element) else e.target) or ""
-                    for e in elements
-                ]
-            inputs = [dotted(argument.value) or "" for argument in value.args]
-            self.model.prepare_calls.append(PrepareCall(value, inputs, outputs, self.model))
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
@@ -274,7 +299,9 @@ class _Collector(Visitor):
         if kind is None:
             return
         statement = self.model.parent(assign)
-        if not isinstance(statement, cst.SimpleStatementLine) or self._inside_model_class(assign):
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return
+        if kind is not Kind.ACCELERATOR and self._inside_model_class(assign):
             return
         self.model.bindings.append(
             Binding(
@@ -348,6 +375,10 @@ class _Collector(Visitor):
         if local in self.model.module_classes:
             return Kind.MODEL
         return None
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in names.ACCELERATOR_MEMBERS:
+            self.model.member_uses.append(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         self.model.calls.append(node)

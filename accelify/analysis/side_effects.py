@@ -214,3 +214,34 @@ def opens_for_writing(node: cst.BaseExpression) -> bool:
         next((a.value for a in node.args if a.keyword and a.keyword.value == "mode"), None),
     )
     return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in "wax")
+
+
+#: Objects whose files are small and the same on every rank: settings, tokenizers, processors,
+#: scheduler configs (``tokenizer.save_pretrained(d)``, ``json.dump(vars(args), f)``).
+_SAME_EVERYWHERE = ("tokenizer", "processor", "config", "feature_extractor", "scheduler", "args")
+_DUMPERS = {"json.dump", "yaml.dump", "yaml.safe_dump"}
+
+
+def same_on_every_rank(model: ScriptModel, call: cst.Call) -> bool:
+    """A small file every rank writes with the same bytes: a tokenizer's, a processor's or a
+    config's ``save_pretrained``, the run's settings dumped to JSON or YAML. Written by every
+    rank before a barrier, the file is whole when anyone reads it (unlike a checkpoint, whose
+    ranks may hold different state and whose size makes a torn read likely)."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in ("save_pretrained", "to_json_file"):
+        return _names_settings(func.value)
+    if model.call_names(call) & _DUMPERS and call.args:
+        value = call.args[0].value
+        if isinstance(value, cst.Call) and dotted(value.func) == "vars" and value.args:
+            value = value.args[0].value
+        return _names_settings(value)
+    return False
+
+
+def _names_settings(node: cst.BaseExpression) -> bool:
+    name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+    if name is None:
+        return False
+    name = name.removesuffix(".__dict__")
+    last = name.rsplit(".", 1)[-1].lower()
+    return any(word in last for word in _SAME_EVERYWHERE) or last in ("cfg", "opt", "hparams")

@@ -25,12 +25,13 @@ def run_lint(
     select: list[str],
     ignore: list[str],
     output_format: str,
+    extend_select: tuple[str, ...] = (),
     exit_zero: bool,
     show_statistics: bool,
     jobs: int,
 ) -> int:
     try:
-        selection = _selection(select, ignore)
+        selection = _selection(select, ignore, list(extend_select))
     except UserError as error:
         click.echo(f"accelify: error: {error}", err=True)
         return 2
@@ -61,12 +62,16 @@ def run_lint(
     return 1 if findings else 0
 
 
-def _selection(select: list[str], ignore: list[str]) -> Selection:
+def _selection(select: list[str], ignore: list[str], extend_select: list[str]) -> Selection:
     """The command line's selectors over pyproject's, each checked against the catalog."""
     settings = load_settings(Path.cwd())
     from_settings = settings.resolved(settings.source or "pyproject.toml")
     return Selection(
         select=resolve_selectors(select, "--select") if select else from_settings.select,
+        extend_select=[
+            *from_settings.extend_select,
+            *resolve_selectors(extend_select, "--extend-select"),
+        ],
         ignore=[*from_settings.ignore, *resolve_selectors(ignore, "--ignore")],
         per_file_ignores=from_settings.per_file_ignores,
         exclude=settings.exclude,
@@ -162,8 +167,9 @@ def show_rules(code: str | None) -> int:
     if code is None:
         for rule in all_rules():
             mark = "fixable" if rule.fixable else ""
-            click.echo(f"{rule.code}  {rule.name:30} {mark:8} {rule.message}")
-        click.echo(f"\n{PLAIN_SCRIPTS}")
+            default = "default" if rule.default else "opt-in"
+            click.echo(f"{rule.code}  {rule.name:30} {default:8} {mark:8} {rule.message}")
+        click.echo(f"\n{DEFAULT_SET}\n\n{PLAIN_SCRIPTS}")
         return 0
     rule = rule_by_code(code)
     if rule is None:
@@ -175,11 +181,19 @@ def show_rules(code: str | None) -> int:
     return 0
 
 
+#: What runs by default, said in `accelify rules` and the README.
+DEFAULT_SET = (
+    "default: runs unless --select says otherwise; each finding is a bug (a hang, a crash, a\n"
+    "lost or corrupted file, a silently wrong number). opt-in: runs when selected\n"
+    "(--extend-select ACC203, --select ALL); `accelify rules CODE` says why it is opt-in."
+)
+
 #: What runs where, said in `accelify rules` and the README.
 PLAIN_SCRIPTS = (
-    "Every rule checks files that use an Accelerator (accelify's or Hugging Face Accelerate's);\n"
-    "a file without one is checked for ACC000 (a file that cannot be read or parsed) only,\n"
-    "whatever --select says: run `accelify convert` on it first."
+    "Every rule checks files that use an accelerator (accelify's or Hugging Face Accelerate's):\n"
+    "created there, returned by a factory, held by a class or received as a parameter. A file\n"
+    "without one is checked for ACC000 (a file that cannot be read or parsed) only, whatever\n"
+    "--select says: run `accelify convert` on it first."
 )
 
 
@@ -201,6 +215,11 @@ def rule_page(rule) -> str:
     if rule.good:
         lines += ["## Use instead", "```python", rule.good[0].rstrip(), "```", ""]
     lines += [
+        "## Default set",
+        f"Opt-in (`--extend-select {rule.code}` or `--select ALL`): {rule.opt_in}."
+        if rule.opt_in
+        else "In the default set: a finding is a bug.",
+        "",
         "## Fix",
         "Safe fix available (`accelify lint --fix`)."
         if rule.fixable

@@ -17,6 +17,15 @@ if TYPE_CHECKING:
     from accelify.analysis.script_model import ScriptModel
 
 MARKERS = (b"torch", b"accelerate", b"accelify")
+#: Text every file that uses an accelerator has: one it creates, gets from a factory, holds on a
+#: class or receives as a parameter (named so, or used with members only an accelerator has).
+ACCELERATOR_MARKERS = (
+    b"ccelerator",
+    b".prepare(",
+    b".unwrap_model(",
+    b".gather_for_metrics(",
+    b".accumulate(",
+)
 
 
 @dataclass
@@ -34,7 +43,7 @@ def lint_source(
     """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
     plan over this process's tree."""
     result = FileResult(path, original=data)
-    if not any(marker in data for marker in MARKERS):
+    if not any(marker in data for marker in (*MARKERS, *ACCELERATOR_MARKERS)):
         return result  # cannot match any rule: skipped before parsing
     try:
         module = parse(data, path)
@@ -44,8 +53,8 @@ def lint_source(
                 Finding("ACC000", error.message, error.line or 1, error.column or 1, None, path)
             )
         return result
-    if b"Accelerator" not in data:
-        return result  # every rule is about Accelerator scripts (see `accelify rules`)
+    if not any(marker in data for marker in ACCELERATOR_MARKERS):
+        return result  # every rule is about files that use an accelerator (`accelify rules`)
     from accelify.analysis.script_model import analyze
 
     script = analyze(module, data.decode("utf-8", errors="replace"))

@@ -43,6 +43,13 @@ def all_codes() -> tuple[str, ...]:
     return tuple(rule.code for rule in all_rules())
 
 
+@functools.cache
+def default_codes() -> frozenset[str]:
+    """The rules that run when nothing is selected: each finding is a bug (a hang, a crash, a
+    lost or corrupted file, a silently wrong number); the others run when selected."""
+    return frozenset(rule.code for rule in all_rules() if rule.default)
+
+
 def current_code(code: str) -> str:
     """The code a rule has now, for a code a user may have written before it moved."""
     code = code.upper()

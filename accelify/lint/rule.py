@@ -3,6 +3,7 @@ and a `check` over the shared `ScriptModel`. A fix is a set of edits in the conv
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -10,6 +11,7 @@ import libcst as cst
 
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.edits.plan import Plan
 from accelify.lint.finding import Finding
 
@@ -33,6 +35,14 @@ class Rule:
     why: str = ""
     bad: tuple[Example, ...] = ()
     good: tuple[str, ...] = ()
+    #: Why the rule is left out of the default set, for a rule whose findings are not a hang, a
+    #: crash, a lost or corrupted file or a silently wrong number; empty for the default set.
+    opt_in: str = ""
+
+    @property
+    def default(self) -> bool:
+        """On unless ``--select`` says otherwise (ruff's default set: bugs only)."""
+        return not self.opt_in
 
     @property
     def fixable(self) -> bool:
@@ -49,7 +59,17 @@ class Rule:
         message: str | None = None,
     ) -> Finding:
         start = script.position(node).start
-        return Finding(self.code, message or self.message, start.line, start.column + 1, fix)
+        if message is None:
+            message = _with_accelerator_name(self.message, accelerator_at(script, node))
+        return Finding(self.code, message, start.line, start.column + 1, fix)
+
+
+def _with_accelerator_name(message: str, name: str | None) -> str:
+    """The rule's message in the file's words: ``self.accelerator.backward(loss)``,
+    ``acc.backward(loss)`` where the accelerator goes by that name."""
+    if name is None or name == "accelerator":
+        return message
+    return re.sub(r"\baccelerator\.", f"{name}.", message)
 
 
 def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
@@ -77,6 +97,13 @@ def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
             if kind is Kind.ACCELERATOR:
                 return name
         function = facts.placement.enclosing_function(function)
+    imported = sorted(name for name in script.inherited_accelerators if "." not in name)
+    if imported:
+        return imported[0]
+    if script.inherited_accelerators and facts.placement.is_method(
+        facts.placement.enclosing_function(node) or script.module
+    ):
+        return min(script.inherited_accelerators)
     return None
 
 
@@ -114,8 +141,12 @@ def calls(script: ScriptModel) -> list[cst.Call]:
 
 
 def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.Arg | None:
-    """The ``keyword=`` argument of an ``Accelerator(...)`` call, if given."""
-    if not isinstance(accelerator, cst.Call):
+    """The ``keyword=`` argument of an ``Accelerator(...)`` call, if given (not of a factory's
+    call: its arguments mean what the factory makes of them)."""
+    if (
+        not isinstance(accelerator, cst.Call)
+        or (dotted(accelerator.func) or "").rsplit(".")[-1] != "Accelerator"
+    ):
         return None
     return next(
         (

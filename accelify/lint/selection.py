@@ -1,5 +1,6 @@
-"""Which rules run on a file: ``--select``/``--ignore`` by code prefix (ruff's way), the
-``[tool.accelify]`` table of the nearest ``pyproject.toml``, and ``# noqa`` comments."""
+"""Which rules run on a file: the default set (bugs only), ``--select``, ``--extend-select`` and
+``--ignore`` by code prefix (ruff's way), the ``[tool.accelify]`` table of the nearest
+``pyproject.toml``, and ``# noqa`` comments."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ ALWAYS_REPORTED = "ACC000"
 
 @dataclass
 class Selection:
-    select: list[str] = field(default_factory=list)
+    select: list[str] = field(default_factory=list)  # empty: the default set
+    extend_select: list[str] = field(default_factory=list)  # added to select or the default set
     ignore: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=list)
@@ -34,7 +36,13 @@ class Selection:
     def enabled(self, code: str, path: str) -> bool:
         if code == ALWAYS_REPORTED:
             return True
-        selected = not self.select or _matches(code, self.select)
+        if self.select:
+            selected = _matches(code, self.select)
+        else:
+            from accelify.lint.registry import default_codes
+
+            selected = code in default_codes()
+        selected = selected or _matches(code, self.extend_select)
         ignored = _matches(code, self.ignore)
         for pattern, codes in self.per_file_ignores.items():
             if fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(Path(path).name, pattern):
@@ -54,6 +62,7 @@ class Selection:
         """This selection with every selector checked and spelled as the catalog spells it."""
         return Selection(
             select=resolve_selectors(self.select, where),
+            extend_select=resolve_selectors(self.extend_select, where),
             ignore=resolve_selectors(self.ignore, where),
             per_file_ignores={
                 pattern: resolve_selectors(codes, where)
@@ -109,7 +118,7 @@ def load_settings(start: Path) -> Selection:
 
 
 def _from_table(table: dict, source: Path) -> Selection:
-    known = {"select", "ignore", "per-file-ignores", "exclude", "target"}
+    known = {"select", "extend-select", "ignore", "per-file-ignores", "exclude", "target"}
     for key in table:
         if key not in known:
             raise UserError(
@@ -117,6 +126,7 @@ def _from_table(table: dict, source: Path) -> Selection:
             )
     return Selection(
         select=list(table.get("select", [])),
+        extend_select=list(table.get("extend-select", [])),
         ignore=list(table.get("ignore", [])),
         per_file_ignores={k: list(v) for k, v in table.get("per-file-ignores", {}).items()},
         exclude=list(table.get("exclude", [])),

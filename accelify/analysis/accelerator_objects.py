@@ -1,0 +1,148 @@
+"""Accelerators the file did not construct itself: returned by a factory (of this module or
+another one of the project), held by a class (``self.accelerator``, also in an ``nn.Module``,
+also set by a base class such as HF's ``Trainer``), received as a parameter, or imported from
+a module of the project (``from .common import accelerator``). A file that
+uses an accelerator object it got from anywhere is an Accelerator file, and every fact about
+accelerators covers these names too.
+
+From this file alone: a name assigned from a call of a local function that returns an
+``Accelerator(...)`` is one; so is a name (a local, ``self.x``, a parameter) used the way only an
+accelerator is used (``.prepare(``, ``.unwrap_model(``, ``.gather_for_metrics(``,
+``.accumulate(``...), or named ``accelerator`` and used as one (``.is_main_process``,
+``.wait_for_everyone()``). Modules (``torch.autocast``) and settings (``args.process_index``)
+never are.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.analysis.syntax import dotted, walk
+
+_LIBRARIES = ("torch", "deepspeed", "accelerate", "accelify", "lightning", "pytorch_lightning")
+_SETTINGS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS", "training_args")
+
+
+def add_accelerator_objects(model: ScriptModel) -> None:
+    """Bind every accelerator the file got from elsewhere (see the module docstring)."""
+    uses = _accelerator_uses(model)
+    evidence = set(uses)
+    factories = _local_factories(model)
+    known = {(b.name, id(b.scope)) for b in model.of_kind(Kind.ACCELERATOR)}
+    for assign in model.assignments if evidence or factories else ():
+        if len(assign.targets) != 1 or not _may_hold_an_object(assign.value):
+            continue
+        target = assign.targets[0].target
+        from_factory = (
+            isinstance(assign.value, cst.Call)
+            and isinstance(assign.value.func, cst.Name)
+            and assign.value.func.value in factories
+        )
+        # ``accelerator, logger = setup(args)``: an element used as an accelerator is one
+        unpacked = isinstance(target, (cst.Tuple, cst.List))
+        elements = [e.value for e in target.elements] if unpacked else [target]  # type: ignore[union-attr]
+        for element in elements:
+            name = dotted(element)
+            if (
+                name is None
+                or name.count(".") > 1
+                or (name.count(".") and not name.startswith("self."))
+            ):
+                continue
+            scope = model.scope_of(assign)
+            if (name, id(scope)) in known:
+                continue
+            if name not in evidence and not (from_factory and not unpacked):
+                continue
+            statement = model.parent(assign)
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            known.add((name, id(scope)))
+            model.bindings.append(
+                Binding(name, Kind.ACCELERATOR, scope, statement, assign, assign.value, model)
+            )
+    bound = {binding.name for binding in model.of_kind(Kind.ACCELERATOR)}
+    model.inherited_accelerators = {
+        name
+        for name in uses
+        if name not in bound and (name.startswith("self.") or name in model.imports.bound)
+    }
+    for name, nodes in uses.items():
+        if "." in name:
+            continue
+        for node in nodes:
+            for function in _functions_around(model, node):
+                parameters = {
+                    p.name.value for p in (*function.params.params, *function.params.kwonly_params)
+                }
+                if name in parameters:
+                    model.accelerator_params.setdefault(function, set()).add(name)
+                    break
+
+
+def _may_hold_an_object(value: cst.BaseExpression) -> bool:
+    """Not a literal, a comparison or arithmetic: something that can be an accelerator."""
+    return isinstance(value, (cst.Call, cst.Name, cst.Attribute, cst.IfExp, cst.Subscript))
+
+
+def _accelerator_uses(model: ScriptModel) -> dict[str, list[cst.Attribute]]:
+    """Receivers (``x``, ``self.x``) used as accelerators, with the attributes that show it."""
+    candidates: dict[str, list[cst.Attribute]] = {}
+    proven: set[str] = set()
+    for node in model.member_uses:
+        receiver = dotted(node.value)
+        if receiver is None or not _may_be_an_accelerator(model, receiver):
+            continue
+        candidates.setdefault(receiver, []).append(node)
+        if node.attr.value in names.ACCELERATOR_ONLY_MEMBERS or _named_accelerator(receiver):
+            proven.add(receiver)
+    return {name: nodes for name, nodes in candidates.items() if name in proven}
+
+
+def _may_be_an_accelerator(model: ScriptModel, receiver: str) -> bool:
+    parts = receiver.split(".")
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] != "self"):
+        return False
+    if len(parts) == 1 and receiver in model.imports.bound:
+        # ``from .common import accelerator``: the project's own, shared accelerator
+        imported = model.imports.bound[receiver]
+        return _named_accelerator(receiver) and not imported.startswith(_LIBRARIES)
+    if receiver in _SETTINGS:
+        return False
+    return receiver not in ("self", "cls")
+
+
+def _named_accelerator(receiver: str) -> bool:
+    return receiver.rsplit(".", 1)[-1].lower().endswith("accelerator")
+
+
+def _functions_around(model: ScriptModel, node: cst.CSTNode) -> list[cst.FunctionDef]:
+    return [a for a in model.ancestors(node) if isinstance(a, cst.FunctionDef)]
+
+
+def _local_factories(model: ScriptModel) -> set[str]:
+    """Module-level functions that return an ``Accelerator(...)`` (directly or through a name
+    bound to one)."""
+    found = set()
+    for call in model.calls:
+        if not model.call_names(call) & names.ACCELERATORS:
+            continue
+        functions = _functions_around(model, call)
+        if not functions or functions[-1].name.value not in model.functions:
+            continue
+        function = functions[0]
+        parent = model.parent(call)
+        if isinstance(parent, cst.Return):
+            found.add(function.name.value)
+            continue
+        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
+            continue
+        bound = dotted(parent.targets[0].target)
+        if any(
+            isinstance(node, cst.Return) and node.value is not None and dotted(node.value) == bound
+            for node in walk(function.body)
+        ):
+            found.add(function.name.value)
+    return found
