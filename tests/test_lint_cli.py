@@ -135,7 +135,9 @@ def test_diff_of_a_file_without_final_newline_ends_its_last_line(project: Path):
         text=True,
     )
     assert merged.returncode == 1
-    assert merged.stdout.endswith("\nWould fix 4 errors.\n"), merged.stdout
+    *diff, summary = merged.stdout.splitlines()
+    assert diff[-1] == '+accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")'
+    assert summary.startswith("Would fix "), merged.stdout
 
 
 def test_statistics_prints_only_the_counts(project: Path):
