@@ -2,10 +2,10 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.accumulation import accumulation_unhandled
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
-from accelify.lint.rule import Example, Finding, Rule, accelerator_argument, calls
+from accelify.lint.rule import Example, Finding, Rule, accelerator_argument
 
 _IMPORT = "from accelify import Accelerator\n"
 
@@ -15,7 +15,9 @@ class AccumulationSettings(Rule):
     and no accumulation by hand: ``backward`` divides every loss by the steps while the optimizer
     still steps every batch, so the learning rate is silently divided. (``accumulate()`` with no
     steps in the script is not reported: the steps can come from the launcher, the config or a
-    DeepSpeed JSON.)"""
+    DeepSpeed JSON.) Not reported: a script without a backward (inference, pseudo-labelling), an
+    Accelerator a factory returns (its callers accumulate), and accumulation by hand (``no_sync``,
+    an optimizer step under ``% k``, the loss multiplied back by the steps)."""
 
     code = "ACC304"
     name = "accumulation-settings"
@@ -33,6 +35,38 @@ class AccumulationSettings(Rule):
         ),
     )
     good = (
+        # an inference script passing the setting as boilerplate: no backward, nothing shrinks
+        _IMPORT
+        + "accelerator = Accelerator(gradient_accumulation_steps=args.accumulation_steps)\n"
+        + "model, loader = accelerator.prepare(model, loader)\n"
+        + "for batch in loader:\n    labels.append(model(batch).argmax(-1))\n",
+        # a factory: the training scripts that call it wrap their steps in accumulate()
+        _IMPORT
+        + "def prepare_accelerator(args):\n"
+        + "    accelerator = Accelerator(gradient_accumulation_steps=args.steps)\n"
+        + "    return accelerator\n\n\n"
+        + "def train_step(accelerator, loss):\n    accelerator.backward(loss)\n",
+        # a trainer's accelerator: accumulate() on self.accelerator counts
+        _IMPORT
+        + "class Trainer:\n"
+        + "    def __init__(self, args):\n"
+        + "        self.accelerator = Accelerator(gradient_accumulation_steps=args.steps)\n\n"
+        + "    def step(self, model, loss):\n"
+        + "        with self.accelerator.accumulate(model):\n"
+        + "            self.accelerator.backward(loss)\n",
+        # accumulation by hand: the division is multiplied back, the step waits on a flag
+        _IMPORT
+        + "accelerator = Accelerator(gradient_accumulation_steps=args.steps)\n"
+        + "for step, batch in enumerate(loader):\n"
+        + "    loss = model(batch) / args.steps\n"
+        + "    accelerator.backward(loss * args.steps)\n"
+        + "    optimizer.step()\n",
+        _IMPORT
+        + "accelerator = Accelerator(gradient_accumulation_steps=args.steps)\n"
+        + "for step, batch in enumerate(loader):\n"
+        + "    accelerator.backward(model(batch))\n"
+        + "    do_step = (step + 1) % args.steps == 0\n"
+        + "    if do_step:\n        optimizer.step()\n",
         _IMPORT
         + "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
         + "with accelerator.accumulate(model):\n    accelerator.backward(loss)\n",
@@ -47,42 +81,16 @@ class AccumulationSettings(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        facts = facts_of(script)
-        accelerators = facts.flow.names_of(Kind.ACCELERATOR)
-        if any(
-            _method_of(call, accelerators) in ("accumulate", "no_sync") for call in calls(script)
-        ):
-            return
-        if _steps_by_hand(script):
-            return
+        placement = facts_of(script).placement
         for binding in script.of_kind(Kind.ACCELERATOR):
             argument = accelerator_argument(binding.value, "gradient_accumulation_steps")
             if argument is None or _is_one(argument.value):
                 continue
-            yield self.finding(script, binding.value)
-
-
-def _method_of(call: cst.Call, receivers: set[str]) -> str | None:
-    func = call.func
-    if isinstance(func, cst.Attribute) and dotted(func.value) in receivers:
-        return func.attr.value
-    return None
+            if placement.returns_name(binding.scope, binding.name):
+                continue  # a factory: its callers decide how to accumulate
+            if accumulation_unhandled(script, argument.value):
+                yield self.finding(script, binding.value)
 
 
 def _is_one(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.Integer) and value.evaluated_value == 1
-
-
-def _steps_by_hand(script: ScriptModel) -> bool:
-    """An optimizer step under ``if ... % k == 0``: the script accumulates by hand."""
-    optimizers = script.names_of(Kind.OPTIMIZER)
-    for call in calls(script):
-        func = call.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "step"):
-            continue
-        if optimizers and dotted(func.value) not in optimizers:
-            continue
-        for ancestor in script.ancestors(call):
-            if isinstance(ancestor, cst.If) and "%" in script.module.code_for_node(ancestor.test):
-                return True
-    return False

@@ -14,9 +14,11 @@ _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accele
 class CollectiveOnSomeRanks(Rule):
     """A collective (``wait_for_everyone``, ``gather``, ``reduce``, ``main_process_first``,
     ``save_state`` under DeepSpeed/FSDP or accelify's runtime, ``get_state_dict`` under FSDP
-    and ZeRO-3...) inside a block only some ranks enter, directly or through a function of the
-    script. Those ranks wait for the others, who never arrive: the job hangs until the timeout,
-    30 minutes later. A guard that lets every rank in where the call is a collective
+    and ZeRO-3, the forward or ``generate`` of a prepared model under FSDP...) inside a block
+    only some ranks enter, directly or through a function of the script. A backend counts when
+    the script names it, also through its own flag (``--deepspeed``, ``args.use_fsdp``). Those
+    ranks wait for the others, who never arrive: the job hangs until the timeout, 30 minutes
+    later. A guard that lets every rank in where the call is a collective
     (``is_main_process or distributed_type == DistributedType.DEEPSPEED``) is right."""
 
     code = "ACC202"
@@ -49,9 +51,66 @@ class CollectiveOnSomeRanks(Rule):
             6,
             5,
         ),
+        # DeepSpeed turned on through the script's own flag: the first checkpoint hangs
+        Example(
+            _HF
+            + "import argparse\nparser = argparse.ArgumentParser()\n"
+            + "parser.add_argument('--use_deepspeed', action='store_true')\n"
+            + "args = parser.parse_args()\n"
+            + "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n",
+            8,
+            5,
+        ),
+        Example(
+            _HF
+            + "from accelerate import FullyShardedDataParallelPlugin\n"
+            + "plugin = FullyShardedDataParallelPlugin(sharding_strategy=args.sharding)\n"
+            + "if accelerator.is_main_process:\n"
+            + "    state = accelerator.get_state_dict(model)\n",
+            6,
+            13,
+        ),
+        # evaluation on the main process only, through a model FSDP shards
+        Example(
+            _HF
+            + "import torch\nfrom accelerate import FullyShardedDataParallelPlugin\n"
+            + "plugin = FullyShardedDataParallelPlugin()\n"
+            + "model, loader = accelerator.prepare(model, loader)\n\n\n"
+            + "def evaluate(model, batches):\n    with torch.no_grad():\n"
+            + "        return [model(x) for x, y in batches]\n\n\n"
+            + "if accelerator.is_main_process:\n    outputs = evaluate(model, loader)\n",
+            15,
+            15,
+        ),
+        Example(
+            _HF
+            + "import torch\nparser.add_argument('--fsdp', action='store_true')\n"
+            + "model = accelerator.prepare(model)\n"
+            + "if accelerator.is_main_process:\n    with torch.no_grad():\n"
+            + "        samples = model.generate(prompt)\n",
+            8,
+            19,
+        ),
     )
     good = (
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",
+        # a model loaded for evaluation on the main process, not the prepared one
+        _HF
+        + "import torch\nfrom accelerate import FullyShardedDataParallelPlugin\n\n\n"
+        + "def train():\n    model = accelerator.prepare(Net())\n\n\n"
+        + "def export():\n    model = Net.from_pretrained('out')\n"
+        + "    if accelerator.is_main_process:\n        print(model(sample))\n",
+        # the helper's parameter shadows the prepared model: a teacher never prepared
+        _HF
+        + "import torch\nfrom accelerate import FullyShardedDataParallelPlugin\n"
+        + "model = accelerator.prepare(model)\n\n\n"
+        + "def score(model, x):\n    return model(x)\n\n\n"
+        + "if accelerator.is_main_process:\n    print(score(teacher, sample))\n",
+        # the same evaluation on DDP: every rank holds the whole model
+        _HF
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "if accelerator.is_main_process:\n    with torch.no_grad():\n"
+        + "        outputs = [model(x) for x, y in loader]\n",
         _HF
         + "if accelerator.is_main_process or "
         + "accelerator.distributed_type == DistributedType.DEEPSPEED:\n"
@@ -59,6 +118,10 @@ class CollectiveOnSomeRanks(Rule):
         _HF
         + "save_everywhere = accelerator.state.deepspeed_plugin is not None\n"
         + "if accelerator.is_main_process or save_everywhere:\n"
+        + "    accelerator.save_state('ckpt')\n",
+        _HF
+        + 'is_fsdp = getattr(accelerator.state, "fsdp_plugin", None) is not None\n'
+        + "if accelerator.is_main_process or is_fsdp:\n"
         + "    accelerator.save_state('ckpt')\n",
         _HF + "if accelerator.is_main_process:\n    sd = accelerator.get_state_dict(model)\n",
         HEADER
@@ -76,13 +139,26 @@ class CollectiveOnSomeRanks(Rule):
             if not hang_on:
                 continue
             name = _called(use.collective)
+            forward = facts_of(script).flow.forward_of_prepared(use.collective)
             where = f"under {named(hang_on)}" if hang_on != in_view else ""
-            if use.through_helper:
+            if use.through_helper and forward:
+                text = (
+                    f"Call {_called(use.call)}() on every rank: it runs {name}() (line "
+                    f"{script.line(use.collective)}), the forward of a model sharded under FSDP, "
+                    "which waits for the other ranks' parameters (hang)"
+                )
+            elif use.through_helper:
                 helper = _called(use.call)
                 line = script.line(use.collective)
                 text = (
                     f"Call {helper}() on every rank: it reaches {name}() (line {line}), a "
                     f"collective{' ' + where if where else ''}, and the other ranks never do (hang)"
+                )
+            elif forward:
+                text = (
+                    f"Run {name}() on every rank (gather the results for the main process): the "
+                    "model is sharded under FSDP, and its forward waits for the "
+                    "other ranks' parameters (hang)"
                 )
             else:
                 text = (

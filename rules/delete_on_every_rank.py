@@ -40,6 +40,16 @@ class DeleteOnEveryRank(Rule):
             6,
             9,
         ),
+        Example(
+            _HF + "import os, shutil\n"
+            'is_fsdp = getattr(accelerator.state, "fsdp_plugin", None) is not None\n'
+            "if accelerator.is_main_process or is_fsdp:\n"
+            "    for old in os.listdir('out')[:-2]:\n"
+            "        shutil.rmtree(os.path.join('out', old))\n"
+            "    accelerator.save_state('out/checkpoint-9')\n",
+            7,
+            9,
+        ),
     )
     good = (
         HEADER + "import shutil\nif accelerator.is_main_process:\n    shutil.rmtree('old')\n",

@@ -2,6 +2,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.evaluation import gather_counts_padding
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, loop_of
@@ -16,7 +18,8 @@ _EVAL = (
 class GatherInEvaluation(Rule):
     """``accelerator.gather`` in an evaluation loop keeps the samples repeated to give every rank
     a full last batch, so they are counted twice and the metric is off. ``gather_for_metrics``
-    drops exactly those repeats."""
+    drops exactly those repeats. Not reported where the loop runs no forward pass or drops the
+    repeats by hand (slicing the gathered tensors to the dataset's length)."""
 
     code = "ACC404"
     name = "gather-in-evaluation"
@@ -31,18 +34,53 @@ class GatherInEvaluation(Rule):
             17,
             _EVAL + "        preds = accelerator.gather_for_metrics(model(x))\n",
         ),
+        # gradients turned off inside the loop; the padding makes the count wrong
+        Example(
+            HEADER
+            + "import torch\nmodel, loader = accelerator.prepare(model, loader)\npreds = []\n"
+            + "for x, y in loader:\n    with torch.no_grad():\n        logits = model(x)\n"
+            + "    preds.append(accelerator.gather(logits.argmax(-1)))\n"
+            + "preds = torch.cat(preds)\nassert len(preds) == len(data)\n",
+            9,
+            18,
+            HEADER
+            + "import torch\nmodel, loader = accelerator.prepare(model, loader)\npreds = []\n"
+            + "for x, y in loader:\n    with torch.no_grad():\n        logits = model(x)\n"
+            + "    preds.append(accelerator.gather_for_metrics(logits.argmax(-1)))\n"
+            + "preds = torch.cat(preds)\nassert len(preds) == len(data)\n",
+        ),
     )
-    good = (_EVAL + "        preds = accelerator.gather_for_metrics(model(x))\n",)
+    good = (
+        _EVAL + "        preds = accelerator.gather_for_metrics(model(x))\n",
+        # the duplicates dropped by hand, as before gather_for_metrics existed
+        _EVAL
+        + "        preds, refs = accelerator.gather((model(x), y))\n"
+        + "        if step == len(loader) - 1:\n"
+        + "            preds = preds[: len(loader.dataset) - seen]\n",
+        # a training loop gathers its losses for logging: no evaluation, no padding to drop
+        HEADER
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for x, y in loader:\n    loss = model(x).mean()\n    accelerator.backward(loss)\n"
+        + "    logged = accelerator.gather(loss).mean()\n",
+    )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         accelerators = script.names_of(Kind.ACCELERATOR)
-        evaluating = {id(loop.node) for loop in script.loops if loop.evaluates}
+        facts = facts_of(script)
+        evaluating = {id(loop.node): loop for loop in script.loops if loop.evaluates} | {
+            id(evaluation.loop.node): evaluation.loop for evaluation in facts.evaluations
+        }
         for call in calls(script):
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value == "gather"):
                 continue
             loop = loop_of(script, call)
-            if dotted(func.value) in accelerators and loop is not None and id(loop) in evaluating:
+            if (
+                dotted(func.value) in accelerators
+                and loop is not None
+                and id(loop) in evaluating
+                and gather_counts_padding(evaluating[id(loop)], call, facts)
+            ):
                 from accelify.edits.plan import Plan
 
                 plan = Plan()

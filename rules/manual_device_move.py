@@ -2,6 +2,12 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.device_moves import (
+    hard_coded_cuda,
+    is_identity_assignment,
+    is_pure_move,
+    moved_to,
+)
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, root_name
 from accelify.edits.plan import Plan
@@ -14,9 +20,12 @@ class ManualDeviceMove(Rule):
     """A prepared model, or a batch from a prepared DataLoader, moved to a fixed device:
     ``.cuda(0)``, ``.to("cuda:0")``, ``.to("cpu")``. Prepare placed them on this rank's device;
     the move sends every rank's copy to the same GPU (or off the GPU), where the DDP wrapper
-    and the other ranks' tensors are not. A move to ``accelerator.device``, a bare ``.cuda()``
-    (the device torch was set to for this rank) or any other per-rank device is harmless and
-    not reported."""
+    and the other ranks' tensors are not. Moved to a hard-coded CUDA device (``.cuda()``,
+    ``.to("cuda")``, ``.to(device)`` after ``device = torch.device("cuda")``), it is already
+    there on GPUs and the script crashes where there is no CUDA (``--cpu``, MPS), the runs the
+    Accelerator's choice of device exists for. A move to ``accelerator.device`` or another
+    per-rank device, and moves of objects that were never prepared (an EMA copy kept on the GPU
+    on purpose), are not reported."""
 
     code = "ACC101"
     name = "manual-device-move"
@@ -48,13 +57,43 @@ class ManualDeviceMove(Rule):
             9,
             _PREPARED + "import torch\nfor x, y in loader:\n    y = y.to(dtype=torch.long)\n",
         ),
+        Example(
+            _PREPARED
+            + 'import torch\ndevice = torch.device("cuda")\n'
+            + "for xb, yb in loader:\n    xb = xb.to(device)\n    loss = model(xb)\n",
+            7,
+            10,
+            _PREPARED
+            + 'import torch\ndevice = torch.device("cuda")\n'
+            + "for xb, yb in loader:\n    loss = model(xb)\n",
+        ),
+        Example(
+            _PREPARED
+            + 'import torch\ndevice = torch.device("cuda")\n'
+            + "for xb, yb in loader:\n    xb, yb = xb.to(device), yb.to(device)\n",
+            7,
+            14,
+            _PREPARED
+            + 'import torch\ndevice = torch.device("cuda")\nfor xb, yb in loader:\n    pass\n',
+        ),
+        Example(_PREPARED + "model.cuda()\n", 4, 1, _PREPARED),
+        Example(
+            _PREPARED + "for x, y in loader:\n    out = model(x.to('cuda', non_blocking=True))\n",
+            5,
+            17,
+            _PREPARED + "for x, y in loader:\n    out = model(x)\n",
+        ),
     )
     good = (
         _PREPARED + "for x, y in loader:\n    y_hat = model(x)\n",
+        # an EMA copy that was never prepared, kept on the GPU on purpose
+        _PREPARED + "import copy\nema = copy.deepcopy(model)\nema.to('cuda')\n",
+        _PREPARED
+        + "import torch\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        + "teacher = Teacher().to(device)\n",
         _PREPARED + "for batch in loader:\n    batch.to(accelerator.device)\n",
         _PREPARED + "model.to(device=accelerator.device, dtype=torch.float16)\n",
         _PREPARED + "device = accelerator.device\nfor x, y in loader:\n    x = x.to(device)\n",
-        _PREPARED + "for x, y in loader:\n    x = x.cuda()\n",
         HEADER + "vae = Vae()\nvae.to('cuda:0')\n",
     )
 
@@ -65,14 +104,30 @@ class ManualDeviceMove(Rule):
             func = call.func
             if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
                 continue
-            if not _fixed_device(call):
+            fixed = _fixed_device(call)
+            cuda = not fixed and _hard_coded_cuda(script, call)
+            if not (fixed or cuda):
                 continue
             names = prepared(script, call)
             if dotted(func.value) in names or root_name(func.value) in _batch_names(
                 script, call, names
             ):
-                fix = _removal(script, call) if len(call.args) == 1 else _device_dropped(call)
-                yield self.finding(script, call, fix)
+                pure = len(call.args) == 1 if fixed else is_pure_move(call)
+                fix = _removal(script, call) if pure else _device_dropped(call)
+                yield self.finding(script, call, fix, message=None if fixed else _CUDA_MESSAGE)
+
+
+_CUDA_MESSAGE = (
+    "Remove this device move: prepare() already placed it on accelerator.device, and a "
+    "hard-coded CUDA device breaks runs without CUDA (--cpu, MPS)"
+)
+
+
+def _hard_coded_cuda(script: ScriptModel, call: cst.Call) -> bool:
+    """``.cuda()``, ``.to("cuda")``, ``.to(device)`` after ``device = torch.device("cuda")``."""
+    if call.func.attr.value == "cuda":  # type: ignore[union-attr]
+        return is_pure_move(call)
+    return hard_coded_cuda(script, moved_to(call))
 
 
 def _fixed_device(call: cst.Call) -> bool:
@@ -114,6 +169,14 @@ def _removal(script: ScriptModel, call: cst.Call) -> Plan:
     parent = script.parent(call)
     line = script.parent(parent) if parent is not None else None
     receiver = call.func.value  # type: ignore[union-attr]
+    element = script.parent(parent) if isinstance(parent, cst.Element) else None
+    assign = script.parent(element) if isinstance(element, cst.Tuple) else None
+    if isinstance(assign, cst.Assign) and is_identity_assignment(assign, set()):
+        # ``xb, yb = xb.to(device), yb.to(device)``: the statement does nothing but move
+        line = script.parent(assign)
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            plan.removals.add(line)
+            return plan
     if (
         isinstance(line, cst.SimpleStatementLine)
         and len(line.body) == 1

@@ -130,6 +130,8 @@ class SaveOutsideMainProcess(Rule):
         for effect in facts.repeated_effects:
             if effect.deletes or not effect.backends & in_view:
                 continue
+            if side_effects.uploads(script, effect.effect):
+                continue  # ACC207
             if side_effects.same_on_every_rank(script, effect.effect) and facts.barrier_after(
                 effect.reported
             ):

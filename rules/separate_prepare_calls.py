@@ -1,13 +1,15 @@
 from collections.abc import Iterator
 
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
 from accelify.lint.rule import HEADER, Example, Finding, Rule, optimizer_models
 
 
 class SeparatePrepareCalls(Rule):
     """A model and its optimizer prepared in separate calls. FSDP and DeepSpeed shard the model
     in ``prepare``; an optimizer prepared on its own keeps the unsharded parameters, so under
-    those backends it updates tensors the model no longer uses."""
+    those backends it updates tensors the model no longer uses. An optimizer created after the
+    model's ``prepare``, from the prepared model's parameters, is bound to the sharded ones (the
+    order FSDP documents) and is not reported."""
 
     code = "ACC306"
     name = "separate-prepare-calls"
@@ -26,12 +28,33 @@ class SeparatePrepareCalls(Rule):
         HEADER
         + "import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         + "model, optimizer = accelerator.prepare(model, optimizer)\n",
+        # FSDP's documented order: the optimizer built from the prepared (sharded) parameters
+        HEADER
+        + "import torch\nmodel = accelerator.prepare(model)\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "optimizer, loader = accelerator.prepare(optimizer, loader)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         owners = optimizer_models(script)
+        built = {b.name: script.order(b.assign) for b in script.of_kind(Kind.OPTIMIZER)}
         for call in script.prepare_calls:
             for optimizer, models in owners.items():
                 apart = optimizer in call.inputs and not models & set(call.inputs)
-                if apart and any(models & set(other.inputs) for other in script.prepare_calls):
+                if not apart:
+                    continue
+                model_prepares = [o for o in script.prepare_calls if models & set(o.inputs)]
+                if model_prepares and not _built_from_prepared(
+                    script, built.get(optimizer), models, model_prepares
+                ):
                     yield self.finding(script, call.call)
+
+
+def _built_from_prepared(
+    script: ScriptModel, built: int | None, models: set[str], prepares: list[PrepareCall]
+) -> bool:
+    """The optimizer was created after ``model = accelerator.prepare(model)``, from the prepared
+    model's parameters: the order FSDP documents, bound to the sharded parameters."""
+    return built is not None and all(
+        script.order(prepare.call) < built and models & set(prepare.outputs) for prepare in prepares
+    )

@@ -5,7 +5,7 @@ import libcst as cst
 from accelify.analysis.evaluation import first_forward as _first_forward
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import Visitor, dotted, target_names
+from accelify.analysis.syntax import Visitor, dotted, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_in
 
 _EVAL = (
@@ -65,8 +65,25 @@ class UngatheredMetric(Rule):
             7,
             9,
         ),
+        # a validation loss over each rank's shard, logged by the main process
+        Example(
+            HEADER
+            + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+            + "losses = [model(**batch).loss.item() for batch in val_loader]\n"
+            + "if accelerator.is_main_process:\n"
+            + "    accelerator.log({'val_loss': sum(losses) / len(losses)})\n",
+            4,
+            10,
+        ),
     )
     good = (
+        HEADER
+        + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+        + "losses = [accelerator.gather_for_metrics(model(**b).loss) for b in val_loader]\n",
+        HEADER
+        + "import torch\nmodel, val_loader = accelerator.prepare(model, val_loader)\n"
+        + "losses = torch.tensor([model(**batch).loss.item() for batch in val_loader])\n"
+        + "losses = accelerator.reduce(losses)\n",
         _EVAL
         + "        preds, y = accelerator.gather_for_metrics((preds, y))\n"
         + "        correct += (preds == y).sum().item()\n",
@@ -101,7 +118,36 @@ class UngatheredMetric(Rule):
             if accumulation is None:
                 continue
             target, node = accumulation
-            if _reduced_later(script, loop, target, all_calls, accelerators):
+            if _reduced_later(script, loop.node, target, all_calls, accelerators):
+                continue
+            yield self.finding(script, node)
+        yield from self._comprehensions(script, facts, accelerators, all_calls)
+
+    def _comprehensions(
+        self, script: ScriptModel, facts: Facts, accelerators: set[str], all_calls: list[cst.Call]
+    ) -> Iterator[Finding]:
+        """``losses = [model(**b).loss.item() for b in val_loader]`` over a prepared loader: the
+        list holds this rank's batches only."""
+        prepared = script.prepared_names
+        for node in facts.placement.all_nodes():
+            if not isinstance(node, (cst.ListComp, cst.GeneratorExp)):
+                continue
+            source = dotted(node.for_in.iter)
+            if source not in prepared and facts.flow.outer_name(source, node) not in prepared:
+                continue
+            inside = [n for n in walk(node.elt) if isinstance(n, cst.Call)]
+            if not any(facts.flow.is_forward(call) for call in inside):
+                continue
+            if any(_is_collective(call, accelerators) for call in inside) or any(
+                isinstance(a, cst.Call) and _is_collective(a, accelerators)
+                for a in script.ancestors(node)
+            ):
+                continue
+            assign = script.parent(node)
+            if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+                continue
+            target = dotted(assign.targets[0].target)
+            if target is None or _reduced_later(script, node, target, all_calls, accelerators):
                 continue
             yield self.finding(script, node)
 
@@ -192,10 +238,14 @@ def _assigned_in(body: cst.CSTNode) -> set[str]:
 
 
 def _reduced_later(
-    script: ScriptModel, loop: Loop, target: str, all_calls: list[cst.Call], accelerators: set[str]
+    script: ScriptModel,
+    loop: cst.CSTNode,
+    target: str,
+    all_calls: list[cst.Call],
+    accelerators: set[str],
 ) -> bool:
     """``total = accelerator.reduce(total)`` (or a gather of it) after the loop."""
-    after = script.order(loop.node)
+    after = script.order(loop)
     root = target.split(".")[0]
     for call in all_calls:
         if script.order(call) <= after or not _is_collective(call, accelerators):

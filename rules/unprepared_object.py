@@ -44,8 +44,10 @@ class UnpreparedObject(Rule):
     ``new = accelerator.prepare(old)``). An unprepared DataLoader feeds every rank the whole
     dataset; an unprepared model's gradients are never averaged across ranks, so the copies
     drift apart; an unprepared optimizer skips the accumulation and mixed-precision handling.
-    Models outside every optimizer (a frozen encoder, a teacher) and schedulers stepped once
-    per epoch are left alone: not preparing them is correct."""
+    Models outside every optimizer (a frozen encoder, a teacher), schedulers stepped once per
+    epoch, and a scheduler built after ``prepare`` (sized in per-process steps) and stepped
+    beside the optimizer outside ``accumulate()`` are left alone: not preparing them is
+    correct."""
 
     code = "ACC401"
     name = "unprepared-object"
@@ -77,6 +79,34 @@ class UnpreparedObject(Rule):
             + "    scheduler.step()\n",
             13,
             5,
+        ),
+        # built after prepare, but sized by the loader that was never prepared (total steps)
+        Example(
+            HEADER
+            + _OBJECTS
+            + "model, optimizer, train_loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
+            + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
+            + _LOOP.replace("in loader", "in train_loader")
+            + "    scheduler.step()\n",
+            15,
+            5,
+        ),
+        # built after prepare but stepped on every batch inside accumulate(): the prepared
+        # optimizer skips the steps that only accumulate, the scheduler does not
+        Example(
+            HEADER
+            + _OBJECTS
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
+            + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
+            + "for x, y in loader:\n"
+            + "    with accelerator.accumulate(model):\n"
+            + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+            + "        optimizer.step()\n"
+            + "        scheduler.step()\n",
+            15,
+            9,
         ),
         Example(
             HEADER
@@ -110,6 +140,15 @@ class UnpreparedObject(Rule):
         + "        accelerator.backward(loss)\n"
         + "        optimizer.step()\n"
         + "    scheduler.step()\n",
+        # a scheduler left unprepared on purpose: built after prepare from the prepared
+        # optimizer, sized in per-process steps, stepped beside the optimizer
+        HEADER
+        + _OBJECTS
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
+        + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
+        + _LOOP
+        + "    scheduler.step()\n",
         # the main process alone evaluates on the whole set
         HEADER
         + _OBJECTS
@@ -139,6 +178,7 @@ class UnpreparedObject(Rule):
         trained_models = set().union(*optimizer_models(script).values())
         optimizers = script.names_of(Kind.OPTIMIZER)
         schedulers = script.names_of(Kind.SCHEDULER)
+        flow = facts_of(script).flow
         inside = {id(call) for loop in training for call in calls_in(script, loop.node)}
         for call in calls(script):
             if id(call) not in inside or script.under_rank_guard(call):
@@ -156,7 +196,11 @@ class UnpreparedObject(Rule):
                 yield self.finding(
                     script, call, message=_message("optimizer", owner, "aware of accumulation")
                 )
-            elif owner in schedulers and owner not in prepared:
+            elif (
+                owner in schedulers
+                and owner not in prepared
+                and not flow.sized_per_process_and_stepped_with_optimizer(call)
+            ):
                 yield self.finding(
                     script, call, message=_message("scheduler", owner, "stepped with the optimizer")
                 )

@@ -36,6 +36,17 @@ def test_check_exits_1_until_written_then_0(tmp_path: Path):
     assert check.returncode == 0 and "Would convert" not in check.stdout
 
 
+def test_quiet_check_names_the_file_that_would_change(tmp_path: Path):
+    """The pre-commit hook runs `convert --check --quiet`: its output must say which file."""
+    script = tmp_path / "gan.py"
+    shutil.copy(GAN, script)
+    (tmp_path / "utils.py").write_text("def helper():\n    return 1\n")
+    check = run_accelify("convert", "--check", "--quiet", script, tmp_path / "utils.py")
+    assert check.returncode == 1
+    assert check.stdout == f"Would convert: {script}\n"
+    assert "1 of 2 files would be converted" in check.stderr
+
+
 def test_a_directory_converts_training_scripts_and_skips_the_rest(tmp_path: Path):
     shutil.copy(GAN, tmp_path / "gan.py")
     (tmp_path / "utils.py").write_text("def helper():\n    return 1\n")

@@ -125,6 +125,21 @@ def test_diff_shows_fixes_without_writing_and_exits_1(project: Path):
     assert_ok(run_accelify("lint", "--diff", "clean.py", cwd=project))
 
 
+def test_diff_of_a_file_without_final_newline_ends_its_last_line(project: Path):
+    (project / "train.py").write_text(BAD.rstrip("\n"))
+    merged = subprocess.run(
+        [sys.executable, "-m", "accelify", "lint", "--diff", "train.py"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert merged.returncode == 1
+    *diff, summary = merged.stdout.splitlines()
+    assert diff[-1] == '+accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")'
+    assert summary.startswith("Would fix "), merged.stdout
+
+
 def test_statistics_prints_only_the_counts(project: Path):
     result = run_accelify("lint", "--statistics", "train.py", cwd=project)
     assert result.returncode == 1

@@ -218,3 +218,71 @@ def _times_steps(name: cst.Name, steps_code: str, model: ScriptModel) -> cst.Bin
     ):
         return product
     return None
+
+
+def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> bool:
+    """Whether ``Accelerator(gradient_accumulation_steps=steps)`` in ``model`` shrinks every
+    update: the script calls a backward and nothing in it accumulates. Not when no backward runs
+    (an inference or pseudo-labelling script passing the setting as boilerplate), when any
+    ``accumulate()``/``no_sync()`` context is used (whatever object it is called on: a trainer's
+    ``self.accelerator``, one from a factory), when an optimizer step waits on ``% k`` (directly
+    or through a name set from one), or when the loss is multiplied back by the steps before its
+    backward (the script undoes the division and accumulates by hand)."""
+    steps_code = model.module.code_for_node(steps)
+    backwards = [call for call in model.calls if _method(call) == "backward"]
+    if not backwards:
+        return False
+    if any(_method(call) in ("accumulate", "no_sync") for call in model.calls):
+        return False
+    if any(_multiplied_back(call, steps_code, model) for call in backwards):
+        return False
+    modulo_names = {
+        dotted(target.target)
+        for node in model.assignments
+        if _has_modulo(node.value)
+        for target in node.targets
+    }
+    for call in model.calls:
+        if _method(call) != "step" or "sched" in (dotted(call.func.value) or ""):  # type: ignore[union-attr]
+            continue
+        for ancestor in model.ancestors(call):
+            if isinstance(ancestor, cst.If) and (
+                _has_modulo(ancestor.test)
+                or any(dotted(n) in modulo_names for n in walk(ancestor.test))
+            ):
+                return False
+    return True
+
+
+def _method(call: cst.Call) -> str | None:
+    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+
+
+def _has_modulo(node: cst.CSTNode) -> bool:
+    return any(
+        isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+        for n in walk(node)
+    )
+
+
+def _multiplied_back(backward: cst.Call, steps_code: str, model: ScriptModel) -> bool:
+    """``accelerator.backward(loss * steps)`` (or ``(loss * steps).backward()``)."""
+    func = backward.func
+    subjects = [argument.value for argument in backward.args[:1]]
+    if isinstance(func, cst.Attribute):
+        subjects.append(func.value)
+    losses = {dotted(subject) for subject in subjects} - {None}
+    subjects += [  # ``loss = loss * steps`` above the backward
+        node.value
+        for node in model.assignments
+        if any(dotted(target.target) in losses for target in node.targets)
+    ]
+    for subject in subjects:
+        for node in walk(subject):
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+                operands = {model.module.code_for_node(o) for o in (node.left, node.right)}
+                if steps_code in operands or any(
+                    o.endswith("gradient_accumulation_steps") for o in operands
+                ):
+                    return True
+    return False

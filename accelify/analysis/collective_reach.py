@@ -1,6 +1,7 @@
 """Where a script calls a collective, directly or through its own functions, and on which
 backends some ranks skip it: what ACC202 (a hang) and ACC206 (one rank's save) report; and
-which functions synchronise the ranks, so that no advice ever runs one on a single rank."""
+which functions synchronise the ranks, so that no advice ever runs one on a single rank. The
+forward of a prepared model counts: under FSDP it gathers parameters from every rank."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.analysis.collectives import EVERY_BACKEND, collective_backends
+from accelify.analysis.collectives import EVERY_BACKEND, SHARDED_FORWARD, collective_backends
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
@@ -35,6 +36,7 @@ class CollectiveReach:
         self.model = model
         self.placement = placement
         self.guards = guards
+        self.flow = flow
         self.accelerators = flow.names_of(Kind.ACCELERATOR)
         self._reached: dict[cst.FunctionDef, list[tuple[cst.Call, frozenset[str]]]] = {}
         self._synchronising: dict[tuple[cst.FunctionDef, bool], cst.Call | None] = {}
@@ -70,6 +72,8 @@ class CollectiveReach:
 
     def _collectives_of(self, call: cst.Call) -> list[tuple[cst.Call, frozenset[str]]]:
         backends = collective_backends(self.model, call, self.accelerators)
+        if not backends and self.flow.forward_of_prepared(call):
+            backends = SHARDED_FORWARD
         if backends:
             return [(call, backends)]
         function = self._local_function(call) or self._own_method(call)

@@ -28,6 +28,9 @@ DDP, FSDP, DEEPSPEED, ZERO3 = "ddp", "fsdp", "deepspeed", "deepspeed-zero3"
 EVERY_BACKEND = frozenset({DDP, FSDP, DEEPSPEED, ZERO3})
 SHARDING = frozenset({FSDP, DEEPSPEED, ZERO3})
 FULL_WEIGHTS_GATHERED = frozenset({FSDP, ZERO3})
+#: The forward (or ``generate``) of a prepared model: FSDP gathers each layer's parameters
+#: from every rank as it runs, so a forward on one rank waits for the others.
+SHARDED_FORWARD = frozenset({FSDP})
 BACKEND_NAMES = {DDP: "DDP", FSDP: "FSDP", DEEPSPEED: "DeepSpeed", ZERO3: "DeepSpeed ZeRO-3"}
 
 
@@ -110,15 +113,30 @@ GATHERING_FUNCTIONS = frozenset(
     or name.rsplit(".", 1)[-1] in ("gather", "gather_object", "reduce")
 )
 
-#: Words that show a script means to run on a sharding backend.
+#: Words that show a script means to run on a sharding backend, also turned on through its own
+#: flag or config (``--deepspeed``, ``args.use_fsdp``, a plugin built from args).
 _MENTIONS = {
-    FSDP: ("FSDP", "fsdp_plugin", "FullyShardedDataParallel", "fully_shard"),
+    FSDP: (
+        "FSDP",
+        "fsdp_plugin",
+        "FullyShardedDataParallel",
+        "fully_shard",
+        "--fsdp",
+        "use_fsdp",
+        "args.fsdp",
+        "config.fsdp",
+    ),
     DEEPSPEED: (
         "DEEPSPEED",
         "deepspeed_plugin",
         "DeepSpeedPlugin",
         "import deepspeed",
         "zero_stage",
+        "--deepspeed",
+        "use_deepspeed",
+        "args.deepspeed",
+        "config.deepspeed",
+        "ds_config",
     ),
 }
 

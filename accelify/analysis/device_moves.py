@@ -7,7 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import Visitor, dotted, root_name
 
 
@@ -151,6 +151,41 @@ def is_identity_assignment(assign: cst.Assign, batch: set[str]) -> bool:
 
 def is_cuda_literal(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.SimpleString) and str(node.evaluated_value).split(":")[0] == "cuda"
+
+
+def hard_coded_cuda(model: ScriptModel, node: cst.BaseExpression | None) -> bool:
+    """``"cuda"``, ``torch.device("cuda")`` or a name only ever bound to one of them (``device
+    = torch.device("cuda")``): a device that exists only where CUDA does."""
+    if node is None:
+        return False
+    if isinstance(node, cst.SimpleString):
+        return str(node.evaluated_value) == "cuda"
+    if isinstance(node, cst.Call):
+        return (
+            "torch.device" in model.call_names(node)
+            and len(node.args) == 1
+            and hard_coded_cuda(model, node.args[0].value)
+        )
+    name = dotted(node)
+    if name is None:
+        return False
+    values = [b.value for b in model.of_kind(Kind.DEVICE) if b.name == name]
+    bound = [a for a in model.assignments if any(dotted(t.target) == name for t in a.targets)]
+    return (
+        bool(values)
+        and len(values) == len(bound)
+        and all(not isinstance(v, cst.Name) and hard_coded_cuda(model, v) for v in values)
+    )
+
+
+def moved_to(call: cst.Call) -> cst.BaseExpression | None:
+    """The device a ``.to(...)`` names (positional or ``device=``); None for ``.cuda()``."""
+    if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "to":
+        return None
+    return next(
+        (a.value for a in call.args if a.keyword is not None and a.keyword.value == "device"),
+        call.args[0].value if call.args and call.args[0].keyword is None else None,
+    )
 
 
 #: ``device.startswith("cuda")``: methods of a string, not of a torch.device

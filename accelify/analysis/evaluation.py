@@ -422,3 +422,29 @@ def _add_fields(found: Evaluation, fields: dict[str, list[cst.CSTNode]], taken: 
             continue  # a scalar per batch: gathering it would not give a per-sample value
         name = fresh(base, taken)
         found.fields.append(GatheredField(name, code, uses))
+
+
+def gather_counts_padding(loop: Loop, gather: cst.Call, facts: Facts) -> bool:
+    """``accelerator.gather`` in ``loop``, an evaluation of a model, keeps the samples a prepared
+    DataLoader repeats to even out the last batch: they are counted twice. Not when the script
+    drops them by hand (``predictions = predictions[: len(dataset) - samples_seen]``, the idiom
+    from before ``gather_for_metrics``) or the loop runs no forward pass (a test of the gather
+    itself)."""
+    if first_forward(loop, facts) is None:
+        return False
+    model = facts.model
+    assign = next((a for a in model.ancestors(gather) if isinstance(a, cst.Assign)), None)
+    gathered = (
+        {name for target in assign.targets for name in target_names(target.target)}
+        if assign is not None
+        else set()
+    )
+    for node in walk(loop.node.body):
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Subscript)
+            and dotted(node.value.value) in gathered
+            and any(isinstance(e.slice, cst.Slice) for e in node.value.slice)
+        ):
+            return False
+    return True

@@ -14,7 +14,7 @@ from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
-from accelify.analysis.syntax import dotted, root_name, target_names
+from accelify.analysis.syntax import dotted, root_name, target_names, walk
 
 
 class ObjectFlow:
@@ -137,6 +137,41 @@ class ObjectFlow:
         prepared = self.model.prepared_names
         return name in prepared or self.outer_name(name, call) in prepared
 
+    def forward_of_prepared(self, call: cst.Call) -> bool:
+        """``model(x)`` or ``model.generate(x)`` of an object ``prepare`` returned (here or at a
+        helper's call site): under FSDP its forward gathers each layer's parameters from every
+        rank."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "generate":
+            name = dotted(func.value)
+        else:
+            name = dotted(func)
+        if name is None:
+            return False
+        here = self.model.order(call)
+        scopes = {id(s) for s in self.model.ancestors(call) if isinstance(s, cst.FunctionDef)}
+        prepared_above = {
+            output
+            for prepare in self.model.prepare_calls
+            if self.model.order(prepare.call) < here
+            and (
+                isinstance(self.model.scope_of(prepare.call), cst.Module)
+                or id(self.model.scope_of(prepare.call)) in scopes
+            )
+            for output in prepare.outputs
+        }
+        function = self.placement.enclosing_function(call)
+        parameters = (
+            {p.name.value for p in function.params.params + function.params.kwonly_params}
+            if function is not None
+            else set()
+        )
+        if name in parameters:  # a helper's parameter: prepared if what its callers pass is
+            return bool(self.placement.callers(function)) and (  # type: ignore[arg-type]
+                self.outer_name(name, call) in self.model.prepared_names
+            )
+        return name in prepared_above
+
     def derived_batch_names(self, loop: Loop) -> set[str]:
         """Names unpacked or indexed out of the batch at the top of the loop body."""
         batch = set(loop.batch_names)
@@ -169,6 +204,60 @@ class ObjectFlow:
             if any(self.placement.inside(call, loop) for loop in batch_loops):
                 per_step.add(outer_name or "")
         return {name for name in schedulers if name in stepped and name not in per_step}
+
+    def sized_per_process_and_stepped_with_optimizer(self, step: cst.Call) -> bool:
+        """``scheduler.step()`` of an unprepared scheduler that needs no preparing: built after
+        ``accelerator.prepare`` (so from the prepared optimizer), sized from the prepared loader's
+        per-process length (``len()`` of a name ``prepare`` returned, if any), and stepped right
+        beside the optimizer's step, in the same block, outside ``accumulate()`` (where the
+        prepared optimizer skips steps the scheduler would not) unless under ``if
+        accelerator.sync_gradients``."""
+        owner = dotted(step.func.value) if isinstance(step.func, cst.Attribute) else None
+        bindings = [b for b in self.model.of_kind(Kind.SCHEDULER) if b.name == owner]
+        prepares = [self.model.order(call.call) for call in self.model.prepare_calls]
+        if len(bindings) != 1 or not prepares:
+            return False
+        if self.model.order(bindings[0].assign) < min(prepares):
+            return False
+        prepared = self.model.prepared_names
+        if any(  # sized from a loader that was never prepared under that name: total steps
+            isinstance(node, cst.Call)
+            and dotted(node.func) == "len"
+            and node.args
+            and dotted(node.args[0].value) not in prepared
+            for node in walk(bindings[0].value)
+        ):
+            return False
+        statement = self.model.parent(step)
+        line = self.model.parent(statement) if isinstance(statement, cst.Expr) else None
+        block = self.model.parent(line) if line is not None else None
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return False
+        optimizers = self.names_of(Kind.OPTIMIZER)
+        beside = any(
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "step"
+            and dotted(node.func.value) in optimizers
+            for sibling in block.body
+            if isinstance(sibling, cst.SimpleStatementLine)
+            for node in walk(sibling)
+        )
+        if not beside:
+            return False
+        for ancestor in self.model.ancestors(step):
+            if isinstance(ancestor, cst.If) and "sync_gradients" in self.model.module.code_for_node(
+                ancestor.test
+            ):
+                return True
+            if isinstance(ancestor, cst.With) and any(
+                isinstance(item.item, cst.Call)
+                and isinstance(item.item.func, cst.Attribute)
+                and item.item.func.attr.value == "accumulate"
+                for item in ancestor.items
+            ):
+                return False
+        return True
 
     def call_site_arguments(self, parameter: str | None, at: cst.CSTNode) -> list[cst.Arg]:
         """What each call of the function around ``at`` passes for its ``parameter`` (empty

@@ -185,6 +185,16 @@ FILE_WRITING_METHODS = {
     "unlink",
     "rmdir",
 }
+#: Uploads to the Hugging Face Hub (``api.upload_folder``, ``model.push_to_hub``,
+#: ``huggingface_hub.create_repo``...): once per run, or N commits race on one repo.
+HUB_UPLOAD_METHODS = {
+    "upload_folder",
+    "upload_file",
+    "upload_large_folder",
+    "push_to_hub",
+    "create_commit",
+    "create_repo",
+}
 #: Of those, the ones that delete: a second rank deleting the same path fails.
 FILE_DELETERS = {"shutil.rmtree", "os.remove", "os.unlink", "os.rmdir"}
 FILE_DELETING_METHODS = {"unlink", "rmdir"}

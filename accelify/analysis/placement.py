@@ -127,6 +127,19 @@ class Placement:
                 return ancestor
         return None
 
+    def returns_name(self, scope: Scope, name: str) -> bool:
+        """``scope`` is a function that returns ``name`` (alone or in a tuple): a factory."""
+        if not isinstance(scope, cst.FunctionDef):
+            return False
+        for node in walk(scope.body):
+            if isinstance(node, cst.Return) and node.value is not None:
+                value = node.value
+                parts = value.elements if isinstance(value, cst.Tuple) else [value]
+                values = [p.value if isinstance(p, cst.Element) else p for p in parts]
+                if any(dotted(v) == name for v in values):
+                    return self.enclosing_function(node) is scope
+        return False
+
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return node is container or any(a is container for a in self.model.ancestors(node))
 

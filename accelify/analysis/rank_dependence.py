@@ -32,6 +32,11 @@ class RankDependence:
     def under_rank_guard(self, node: cst.CSTNode) -> bool:
         return self.model.under_rank_guard(node)
 
+    def is_rank_test(self, test: cst.BaseExpression) -> bool:
+        """``accelerator.is_main_process``, ``rank == 0``, a name set from one: true on some
+        ranks only, on every backend."""
+        return not self.backend_guards.truth(test).agree
+
     def per_process_breaks(self) -> Iterator[tuple[cst.If, cst.SimpleStatementLine]]:
         """``if <value this rank computed>: break`` inside a loop: other ranks would hang."""
         for node in self.placement.all_nodes():
@@ -309,7 +314,12 @@ def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
 
 
 def _plugin_backends(node: cst.BaseExpression) -> frozenset[str] | None:
+    """``state.fsdp_plugin``, also spelled ``getattr(accelerator.state, "fsdp_plugin", None)``."""
     name = dotted(node) or ""
+    if isinstance(node, cst.Call) and dotted(node.func) == "getattr" and len(node.args) >= 2:
+        attribute = node.args[1].value
+        if isinstance(attribute, cst.SimpleString) and isinstance(attribute.evaluated_value, str):
+            name = attribute.evaluated_value
     if name.endswith("deepspeed_plugin"):
         return frozenset({DEEPSPEED, ZERO3})
     if name.endswith("fsdp_plugin"):

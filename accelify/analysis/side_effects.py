@@ -2,7 +2,7 @@
 (``save_image``, ``savefig``, ``np.save``, ``json.dump``, safetensors, ``save_pretrained``,
 ``shutil.rmtree``...), TensorBoard writers, and directories created with a check-then-create race
 (``if not os.path.exists(d): os.makedirs(d)``: two ranks pass the check, one dies with
-FileExistsError)."""
+FileExistsError), and uploads to the Hub (N commits racing on one repo)."""
 
 from __future__ import annotations
 
@@ -49,12 +49,51 @@ def writes(model: ScriptModel, placement: Placement, with_torch_save: bool = Fal
     writers = names.FILE_WRITERS | names.TORCH_SAVE if with_torch_save else names.FILE_WRITERS
     found = []
     for line, call in placement.expression_statements():
-        if model.call_names(call) & writers or (
-            isinstance(call.func, cst.Attribute)
-            and call.func.attr.value in names.FILE_WRITING_METHODS
+        if (
+            model.call_names(call) & writers
+            or (
+                isinstance(call.func, cst.Attribute)
+                and call.func.attr.value in names.FILE_WRITING_METHODS
+            )
+            or uploads(model, call)
         ):
             found.append(Write(line, call))
     return found
+
+
+def once_per_run(model: ScriptModel, call: cst.Call) -> bool:
+    """A call that must run on one rank: it writes, deletes or uploads files, or reads the
+    terminal (``input()``: only the launcher's first process has one)."""
+    qualified = model.call_names(call)
+    return (
+        bool(qualified & (names.FILE_WRITERS | names.TORCH_SAVE | {"builtins.input"}))
+        or (
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in names.FILE_WRITING_METHODS
+        )
+        or uploads(model, call)
+    )
+
+
+def uploads(model: ScriptModel, call: cst.Call) -> bool:
+    """An upload to the Hub: ``api.upload_folder(...)``, ``model.push_to_hub(...)``,
+    ``create_repo(...)`` from ``huggingface_hub``. Not ``create_repo(..., exist_ok=True)`` (every
+    rank may run it) nor a Trainer's ``push_to_hub`` (it uploads from the main process itself)."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        method = func.attr.value
+        receiver = (dotted(func.value) or "").rsplit(".", 1)[-1].lower()
+        if method not in names.HUB_UPLOAD_METHODS or "trainer" in receiver:
+            return False
+    else:
+        qualified = {q for q in model.call_names(call) if q.startswith("huggingface_hub.")}
+        method = next(iter(qualified), "").rsplit(".", 1)[-1]
+        if method not in names.HUB_UPLOAD_METHODS:
+            return False
+    return not any(
+        a.keyword is not None and a.keyword.value == "exist_ok" and dotted(a.value) == "True"
+        for a in call.args
+    )
 
 
 def per_rank_path(call: cst.Call) -> bool:

@@ -50,8 +50,8 @@ def run_convert(
             errors += 1
             continue
         changed += result.changed
-        if check:  # as `ruff format --check`: one line per file that would change
-            if result.changed and not quiet:
+        if check:  # as `ruff format --check`: one line per file that would change, even quiet
+            if result.changed:
                 _show(result, show_diff, quiet, color, summarize=False)
                 click.echo(f"Would convert: {result.path}")
             continue

@@ -1,0 +1,153 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis import side_effects
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import walk
+from accelify.lint.rule import HEADER, Example, Finding, Rule
+
+
+class GuardDefeatedByPrecedence(Rule):
+    """A rank guard written as ``is_main and X or Y``: ``and`` binds tighter than ``or``, so it
+    reads ``(is_main and X) or Y``, and ``Y`` runs on every rank where the guard is false. When
+    ``Y`` must run once (an ``input()`` prompt, which only the first process can answer, an
+    ``rmtree``, a write, an upload), the other ranks crash, hang or race on it. Reported at that
+    call in ``Y``; ``Y`` without such a call (a default value) is the idiom working as meant.
+    In an ``if`` test, the block runs on every rank where ``Y`` holds: reported at ``Y`` when the
+    block writes, deletes or uploads and synchronises nothing (parenthesizing must not put a
+    collective on one rank)."""
+
+    code = "ACC208"
+    name = "guard-defeated-by-precedence"
+    message = (
+        "Guard this with an `if`: `guard and X or Y` runs Y on every rank where the guard is "
+        "false, and this must run once"
+    )
+    why = "`and` binds tighter than `or`: the right side of `or` escapes the rank guard."
+    bad = (
+        Example(
+            HEADER + "answer = accelerator.is_main_process and args.ask or input('Overwrite? ')\n",
+            3,
+            54,
+        ),
+        Example(
+            HEADER
+            + "import shutil\nis_main = accelerator.is_main_process\n"
+            + "is_main and args.keep or shutil.rmtree(args.output_dir)\n",
+            5,
+            26,
+        ),
+        # the guard of a block: at the last step every rank saves
+        Example(
+            HEADER
+            + "import torch\n"
+            + "if accelerator.is_main_process and step % 100 == 0 or step == last:\n"
+            + "    torch.save(state, 'ckpt.pt')\n",
+            4,
+            55,
+        ),
+    )
+    good = (
+        HEADER + "name = accelerator.is_main_process and args.name or 'default'\n",
+        HEADER
+        + "import torch\n"
+        + "if accelerator.is_main_process and args.save or accelerator.is_local_main_process:\n"
+        + "    torch.save(state, 'ckpt.pt')\n",
+        # a collective in the block: parenthesizing would hang it; not this rule's advice
+        HEADER
+        + "import torch\n"
+        + "if accelerator.is_main_process and step % 100 == 0 or step == last:\n"
+        + "    accelerator.wait_for_everyone()\n    torch.save(state, 'ckpt.pt')\n",
+        HEADER
+        + "import shutil\n"
+        + "accelerator.is_main_process and (args.keep or shutil.rmtree(args.output_dir))\n",
+        HEADER + "import shutil\nargs.clean and args.keep or shutil.rmtree(args.output_dir)\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        ranks = facts_of(script).ranks
+        for node in facts_of(script).placement.all_nodes():
+            if not (
+                isinstance(node, cst.BooleanOperation)
+                and isinstance(node.operator, cst.Or)
+                and isinstance(node.left, cst.BooleanOperation)
+                and isinstance(node.left.operator, cst.And)
+            ):
+                continue
+            guards = _operands(node.left)
+            if not any(ranks.is_rank_test(guard) for guard in guards):
+                continue
+            if any(ranks.is_rank_test(part) for part in _or_operands(node.right)):
+                continue  # ``is_main and X or rank == -1``: the other side is a guard too
+            guard = script.module.code_for_node(next(g for g in guards if ranks.is_rank_test(g)))
+            branch = script.parent(node)
+            if isinstance(branch, cst.If) and branch.test is node:
+                effect = _once_per_run_in(script, branch.body)
+                if effect is not None and not _synchronises(script, branch.body):
+                    yield self.finding(
+                        script,
+                        node.right,
+                        message=(
+                            f"Parenthesize the guard: `{guard} and X or Y` reads "
+                            f"`({guard} and X) or Y`, so where this is true every rank runs the "
+                            f"block ({script.module.code_for_node(effect.func)}, line "
+                            f"{script.line(effect)}); write `{guard} and (X or Y)`"
+                        ),
+                    )
+                continue
+            for call in walk(node.right):
+                if isinstance(call, cst.Call) and side_effects.once_per_run(script, call):
+                    yield self.finding(
+                        script,
+                        call,
+                        message=(
+                            f"Guard this with `if {guard}:`: `{guard} and ... or ...` reads "
+                            f"`({guard} and ...) or ...`, so this runs on every rank where "
+                            "the guard is false, and it must run once"
+                        ),
+                    )
+
+
+def _operands(chain: cst.BooleanOperation) -> list[cst.BaseExpression]:
+    """``a and b and c`` -> ``[a, b, c]``."""
+    found: list[cst.BaseExpression] = []
+    for side in (chain.left, chain.right):
+        if isinstance(side, cst.BooleanOperation) and isinstance(side.operator, cst.And):
+            found += _operands(side)
+        else:
+            found.append(side)
+    return found
+
+
+def _or_operands(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or):
+        return _or_operands(node.left) + _or_operands(node.right)
+    return [node]
+
+
+def _once_per_run_in(script: ScriptModel, block: cst.CSTNode) -> cst.Call | None:
+    return next(
+        (
+            n
+            for n in walk(block)
+            if isinstance(n, cst.Call) and side_effects.once_per_run(script, n)
+        ),
+        None,
+    )
+
+
+def _synchronises(script: ScriptModel, block: cst.CSTNode) -> bool:
+    """A collective in the block, or a call of the script's own function (which may reach
+    one): parenthesizing would put it on one rank."""
+    facts = facts_of(script)
+    collectives = {id(use.call) for use in facts.collective_uses}
+    return any(
+        isinstance(n, cst.Call)
+        and (
+            id(n) in collectives
+            or (isinstance(n.func, cst.Name) and n.func.value in script.functions)
+        )
+        for n in walk(block)
+    )
