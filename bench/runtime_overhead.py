@@ -3,13 +3,15 @@
     python bench/runtime_overhead.py [--rounds 5] [--widths 32 512 2048]
 
 Each implementation runs under the same `torch.distributed.run` command, the rounds alternate the
-implementations so that machine noise hits all alike, and the median of the rounds is reported
-with the ratios of steps/s (above 1: accelify is faster), each the median of the rounds' own
-ratios. Width 32 is a model whose step is mostly fixed costs (the all-reduce's latency, Python),
-where accelify's per-step bookkeeping would show; 2048 is compute-bound. "raw DDP, accelify's
-options" is the raw loop with the DDP options accelify sets (`gradient_as_bucket_view=True`):
-accelify against it measures what accelify does beyond DDP. The checksum column shows that all
-trained the same model. `--ddp-options` also measures DDP's other options on the raw loop.
+implementations so that machine noise hits all alike, and the median of the rounds is reported with
+the ratios of steps/s (above 1: accelify is faster) and of rank 0's CPU time per step (above 1:
+accelify costs more), each the median of the rounds' own ratios. On a shared machine the CPU time is
+the steadier of the two. Width 32 is a model whose step is mostly fixed costs (the all-reduce's
+latency, Python), where accelify's per-step bookkeeping would show; 2048 is compute-bound. "raw DDP,
+accelify's options" is the raw loop with the DDP options accelify sets
+(`gradient_as_bucket_view=True`): accelify against it measures what accelify does beyond DDP. The
+checksum column shows that all trained the same model. `--ddp-options` also measures DDP's other
+options on the raw loop.
 """
 
 from __future__ import annotations
@@ -55,16 +57,18 @@ def run(impl: str, width: int, extra: list[str]) -> dict:
 
 def measure(
     variants: dict[str, tuple[str, list[str]]], width: int, rounds: int
-) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Each variant's steps/s in each round, and its checksum."""
-    samples: dict[str, list[float]] = {name: [] for name in variants}
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float]]:
+    """Each variant's steps/s and CPU ms per step in each round, and its checksum."""
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     checksums: dict[str, float] = {}
     for _ in range(rounds):
         for name, (impl, extra) in variants.items():
             result = run(impl, width, extra)
-            samples[name].append(result["steps_per_s"])
+            rates[name].append(result["steps_per_s"])
+            cpu[name].append(result["cpu_ms_per_step"])
             checksums[name] = result["checksum"]
-    return samples, checksums
+    return rates, cpu, checksums
 
 
 def ratio(samples: dict[str, list[float]], name: str, other: str) -> float:
@@ -89,14 +93,21 @@ def main() -> None:
         variants["raw DDP, static_graph"] = ("ddp", ["--static-graph", "1"])
         variants["raw DDP, both"] = ("ddp", ["--bucket-view", "1", "--static-graph", "1"])
     for width in args.widths:
-        samples, checksums = measure(variants, width, args.rounds)
+        rates, cpu, checksums = measure(variants, width, args.rounds)
         print(f"\nMLP width {width}, 2 CPU ranks, median of {args.rounds} rounds")
-        print(f"{'implementation':40} {'steps/s':>9} {'checksum':>14}")
-        for name, rates in samples.items():
-            print(f"{name:40} {statistics.median(rates):9.1f} {checksums[name]:14.6f}")
+        print(f"{'implementation':40} {'steps/s':>9} {'CPU ms/step':>12} {'checksum':>14}")
+        for name in variants:
+            print(
+                f"{name:40} {statistics.median(rates[name]):9.1f} "
+                f"{statistics.median(cpu[name]):12.3f} {checksums[name]:14.6f}"
+            )
+        print(f"{'accelify / ...':40} {'steps/s':>9} {'CPU ms/step':>12}")
         for other in ("raw DDP", "raw DDP, accelify's options", "HF Accelerate"):
-            if other in samples:
-                print(f"accelify / {other + ':':30} {ratio(samples, 'accelify', other):.3f}")
+            if other in variants:
+                print(
+                    f"{'  ' + other:40} {ratio(rates, 'accelify', other):9.3f} "
+                    f"{ratio(cpu, 'accelify', other):12.3f}"
+                )
 
 
 if __name__ == "__main__":
