@@ -43,6 +43,10 @@ def apply_to_tensors(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
 
 def send_to_device(data: Any, device: torch.device, non_blocking: bool = False) -> Any:
     def move(tensor: torch.Tensor) -> torch.Tensor:
+        # `to` returns the tensor itself when it is already there; asking first is cheaper
+        # (this runs on every batch of a prepared DataLoader)
+        if tensor.device == device:
+            return tensor
         return tensor.to(device, non_blocking=non_blocking)
 
     return apply_to_tensors(move, data)

@@ -26,12 +26,11 @@ through `torch.distributed` itself are not tagged.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -48,27 +47,39 @@ class _Token:
     __slots__ = ("__weakref__",)
 
 
-_in_flight: weakref.WeakSet[_Token] = weakref.WeakSet()
+#: A weak reference to each token still held; a token's reference removes itself when the
+#: token is freed. Plain C calls (no Python frame) on the training step's path.
+_in_flight: set[weakref.ref[_Token]] = set()
 _thread = threading.local()  # .active: a token is stashed on this thread (blocks nest)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@contextlib.contextmanager
-def tracked(enabled: bool) -> Iterator[None]:
-    """Track the collectives launched inside this block (a backward, a gather, a barrier)."""
-    if not enabled or _stash is None or _remove is None or getattr(_thread, "active", False):
-        yield
-        return
-    token = _Token()
-    _in_flight.add(token)
-    _stash(_KEY, token)
-    del token  # from here on only the thread-local state and the works hold it
-    _thread.active = True
-    try:
-        yield
-    finally:
-        _thread.active = False
-        _remove(_KEY)
+class tracked:  # used as a function: `with tracked(enabled):`
+    """Track the collectives launched inside this block (a backward, a gather, a barrier).
+
+    A class rather than a generator context manager: it runs on every training step (in
+    `Accelerator.backward` and the prepared optimizer's step), so entering costs no generator.
+    """
+
+    __slots__ = ("enabled", "stashed")
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.stashed = False
+
+    def __enter__(self) -> None:
+        if not self.enabled or _stash is None or getattr(_thread, "active", False):
+            return
+        token = _Token()
+        _in_flight.add(weakref.ref(token, _in_flight.discard))
+        _stash(_KEY, token)
+        del token  # from here on only the thread-local state and the works hold it
+        _thread.active = self.stashed = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.stashed:
+            self.stashed = _thread.active = False
+            _remove(_KEY)  # type: ignore[misc]
 
 
 def tracks(function: F) -> F:
