@@ -23,14 +23,17 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+from accelify.runtime.environment import FAILURE_DIR
 from accelify.runtime.launch.launcher import free_port
 
 WORKER = Path(__file__).with_name("overhead_worker.py")
+RECORDED = "accelify, collectives recorded"
 
 
-def run(impl: str, width: int, extra: list[str]) -> dict:
+def run(impl: str, width: int, extra: list[str], records: str | None = None) -> dict:
     command = [
         sys.executable,
         "-m",
@@ -49,6 +52,9 @@ def run(impl: str, width: int, extra: list[str]) -> dict:
         *extra,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(WORKER.parent.parent)}
+    env.pop(FAILURE_DIR, None)
+    if records is not None:  # what accelify launch sets: each rank records its collectives
+        env[FAILURE_DIR] = records
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if result.returncode != 0:
         raise SystemExit(f"{impl} failed:\n{result.stderr[-3000:]}")
@@ -64,7 +70,9 @@ def measure(
     checksums: dict[str, float] = {}
     for _ in range(rounds):
         for name, (impl, extra) in variants.items():
-            result = run(impl, width, extra)
+            with tempfile.TemporaryDirectory() as records:
+                recording = name == RECORDED
+                result = run(impl, width, extra, records if recording else None)
             rates[name].append(result["steps_per_s"])
             cpu[name].append(result["cpu_ms_per_step"])
             checksums[name] = result["checksum"]
@@ -86,6 +94,7 @@ def main() -> None:
         "raw DDP": ("ddp", []),
         "raw DDP, accelify's options": ("ddp", ["--bucket-view", "1"]),
         "accelify": ("accelify", []),
+        RECORDED: ("accelify", []),
     }
     if importlib.util.find_spec("accelerate") is not None:
         variants["HF Accelerate"] = ("accelerate", [])
@@ -108,6 +117,15 @@ def main() -> None:
                     f"{'  ' + other:40} {ratio(rates, 'accelify', other):9.3f} "
                     f"{ratio(cpu, 'accelify', other):12.3f}"
                 )
+        mine = "raw DDP, accelify's options"
+        print(
+            f"{'accelify recorded / ' + mine:40} {ratio(rates, RECORDED, mine):9.3f} "
+            f"{ratio(cpu, RECORDED, mine):12.3f}"
+        )
+        print(
+            f"{'accelify recorded / accelify':40} {ratio(rates, RECORDED, 'accelify'):9.3f} "
+            f"{ratio(cpu, RECORDED, 'accelify'):12.3f}"
+        )
 
 
 if __name__ == "__main__":
