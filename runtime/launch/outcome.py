@@ -19,7 +19,7 @@ from typing import Any
 from accelify.runtime import collective_record
 from accelify.runtime.collective_record import LEAVING, Record
 from accelify.runtime.failure_record import Failure, is_peer_gone, recorded_failures
-from accelify.runtime.launch.watch import Verdict, place
+from accelify.runtime.launch.watch import Verdict, place, read_all
 
 PREFIX = "accelify launch:"
 AGENT_STOPS = (-signal.SIGTERM, -signal.SIGKILL)
@@ -156,14 +156,7 @@ def _victim_lines(victims: dict[int, Failure], exclude: int | None) -> list[str]
 
 
 def _states(records: Path, attempt: int) -> dict[int, Record]:
-    directory = collective_record.attempt_directory(records, attempt)
-    found = {}
-    for path in directory.glob("*.state"):
-        if path.stem.isdigit():
-            record = collective_record.read(directory, int(path.stem))
-            if record is not None:
-                found[int(path.stem)] = record
-    return found
+    return read_all(collective_record.attempt_directory(records, attempt))
 
 
 def _left_at(state: Record | None, fallback: float) -> float:

@@ -94,7 +94,7 @@ class Watcher:
             if attempt is None or attempt in self.verdicts:
                 continue
             directory = records.attempt_directory(self.root, attempt)
-            ranks = _read_all(directory)
+            ranks = read_all(directory)
             verdict = self.inspect(ranks, time.time(), directory)
             if verdict is None:
                 continue
@@ -140,7 +140,7 @@ class Watcher:
     def _end(self, verdict: Verdict, directory: Path) -> None:
         """Stop the ranks. A rank that is leaving is let go first (its exit code is the run's),
         then the ranks left waiting, which cannot finish, are stopped."""
-        ranks = _read_all(directory)
+        ranks = read_all(directory)
         leaving = [rec.pid for rec in ranks.values() if rec.state == LEAVING]
         deadline = time.monotonic() + STOP_WAIT + EXIT_WAIT
         while any(_alive(pid) for pid in leaving) and time.monotonic() < deadline:
@@ -148,11 +148,12 @@ class Watcher:
                 return
         if self._stop.wait(self.grace if leaving else 0):
             return  # ranks that failed on their own once their peer left: the run is over
-        others = [rec.pid for rec in _read_all(directory).values() if rec.pid not in leaving]
+        others = [rec.pid for rec in read_all(directory).values() if rec.pid not in leaving]
         _terminate(others, self._stop)
 
 
-def _read_all(directory: Path) -> dict[int, Record]:
+def read_all(directory: Path) -> dict[int, Record]:
+    """Every rank's record in one attempt's folder (ranks mid-write left out)."""
     found: dict[int, Record] = {}
     try:
         names = [p.name for p in directory.iterdir() if p.suffix == ".state"]
