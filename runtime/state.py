@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 import torch.distributed as dist
 
-from accelify.runtime import collective_record, failure_record, pending_work
+from accelify.runtime import collective_record, failure_record, pending_work, rank_output
 from accelify.runtime.environment import DEBUG_MODE, LaunchSettings, parse_bool
 from accelify.runtime.kwargs_handlers import DistributedType, distributed_type_of
 
@@ -141,6 +141,7 @@ class _ExitGuard:
 
     @classmethod
     def install(cls, store: dist.Store, rank: int, world_size: int) -> None:
+        rank_output.write_whole_lines()
         failure_record.install(rank, on_exception=cls.mark_crashed)
         collective_record.install(rank)
         cls.groups.append(dist.group.WORLD)

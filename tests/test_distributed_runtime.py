@@ -174,6 +174,17 @@ def test_the_group_is_freed_without_the_gil_while_a_worker_still_needs_it():
     assert sorted(result.stdout.splitlines()) == [f"rank {rank}: freed" for rank in (0, 1)]
 
 
+def test_lines_printed_by_both_ranks_at_once_arrive_whole_even_unbuffered():
+    """``PYTHONUNBUFFERED=1`` writes print's text and its newline in two calls: two ranks
+    printing at once interleave mid-line unless each line is written in one."""
+    result = launch(RUNTIME / "many_lines.py", env={"PYTHONUNBUFFERED": "1"})
+    assert_ok(result)
+    expected = [
+        f"rank {rank} line {index:03d} " + "x" * 40 for rank in (0, 1) for index in range(300)
+    ]
+    assert sorted(result.stdout.splitlines()) == expected
+
+
 def test_max_restarts_resumes_from_the_checkpoint_every_time(tmp_path):
     script = RUNTIME / "resume.py"
     straight = tmp_path / "straight.json"
