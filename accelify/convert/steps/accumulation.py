@@ -71,8 +71,7 @@ def _apply(found: ManualAccumulation, plan: Plan, acc: str, models: list[str]) -
         inner = cst.With(items=[cst.WithItem(expression(context))], body=updated.body)
         return updated.with_changes(body=cst.IndentedBlock(body=[inner]))
 
-    previous = plan.replacements.get(found.loop)
-    plan.replacements[found.loop] = wrap if previous is None else (lambda u: wrap(previous(u)))
+    plan.wrap(found.loop, wrap)
     plan.change(
         found.line,
         f"manual accumulation -> Accelerator(gradient_accumulation_steps={found.steps_code}) "
