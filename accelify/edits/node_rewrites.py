@@ -46,12 +46,15 @@ class CallInstead:
 
 @dataclass(frozen=True)
 class Wrapped:
-    """``x`` -> ``function(x)`` (``accelerator.unwrap_model(model)``)."""
+    """``x`` -> ``function(x)`` (``accelerator.unwrap_model(model)``); with ``owner``,
+    ``x.attr`` -> ``function(x)`` (``model.module`` -> ``accelerator.unwrap_model(model)``)."""
 
     function: str
+    owner: bool = False
 
     def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
-        return cst.Call(expression(self.function), [cst.Arg(updated)])  # type: ignore[arg-type]
+        inner = updated.value if self.owner else updated  # type: ignore[attr-defined]
+        return cst.Call(expression(self.function), [cst.Arg(inner)])
 
 
 @dataclass(frozen=True)

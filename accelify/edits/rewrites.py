@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterable
 
 import libcst as cst
 
-from accelify.edits.kinds import Edit, Guard, InsertBefore, Remove, Replace
+from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove, Replace
 from accelify.edits.node_rewrites import (
     CallInstead,
     MethodInstead,
@@ -103,9 +103,20 @@ def barrier(anchor: cst.CSTNode, acc: str) -> InsertBefore:
     return InsertBefore(anchor, statement(f"{acc}.wait_for_everyone()"))
 
 
+def barrier_after(anchor: cst.CSTNode, acc: str) -> InsertAfter:
+    """``acc.wait_for_everyone()`` after ``anchor``: the others wait for what it did."""
+    return InsertAfter(anchor, statement(f"{acc}.wait_for_everyone()"))
+
+
 def unwrap(model: cst.CSTNode, acc: str) -> Replace:
     """``model`` -> ``acc.unwrap_model(model)``: the model itself, not its DDP wrapper."""
     return Replace(model, Wrapped(f"{acc}.unwrap_model"))
+
+
+def unwrap_module(attribute: cst.Attribute, acc: str) -> Replace:
+    """``model.module`` (a DataParallel's inner model) -> ``acc.unwrap_model(model)``, which
+    is the model whether or not it was wrapped."""
+    return Replace(attribute, Wrapped(f"{acc}.unwrap_model", owner=True))
 
 
 def use_device(node: cst.CSTNode, acc: str, *, as_string: bool = False) -> Replace:

@@ -9,7 +9,7 @@ from accelify.analysis import names
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
-from accelify.edits.plan import expression, with_keyword
+from accelify.edits.node_rewrites import WithKeyword
 
 
 def run(ctx: Context) -> None:
@@ -32,11 +32,7 @@ def run(ctx: Context) -> None:
             acc = ctx.acc
             ctx.plan.replace(
                 call,
-                lambda updated, acc=acc: updated.with_changes(
-                    args=with_keyword(
-                        updated.args, "disable", expression(f"not {acc}.is_local_main_process")
-                    )
-                ),
+                WithKeyword("disable", f"not {acc}.is_local_main_process"),
                 ctx.line(call),
                 "progress bar shown on the local main process only",
             )

@@ -14,7 +14,7 @@ import libcst as cst
 
 from accelify.analysis.shared_files import Download, SharedFile
 from accelify.convert.steps.context import Context
-from accelify.edits.plan import statement
+from accelify.edits import rewrites
 
 
 def run(ctx: Context) -> None:
@@ -48,14 +48,13 @@ def _download_once(ctx: Context, download: Download) -> None:
         )
         return
     if _effects_only(download.statement):
-        ctx.plan.guard(
-            download.statement,
-            ctx.a("is_main_process"),
-            line,
-            f"{what} downloads on the main process only; every rank then waits for it "
+        ctx.plan.add(
+            rewrites.main_process_only(download.statement, ctx.acc),
+            rewrites.barrier_after(download.statement, ctx.acc),
+            line=line,
+            text=f"{what} downloads on the main process only; every rank then waits for it "
             f"({ctx.a('wait_for_everyone()')})",
         )
-        ctx.plan.insert_after(download.statement, statement(ctx.a("wait_for_everyone()")))
     else:
         ctx.plan.wrap_in(
             download.statement,
@@ -100,7 +99,7 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
         return
     code = f"{ctx.acc}.wait_for_everyone()"
     for place in places:
-        ctx.plan.insert_before(place, statement(code))
+        ctx.plan.add(rewrites.barrier(place, ctx.acc))
         ctx.need(place)
     ctx.plan.change(
         ctx.line(read),
