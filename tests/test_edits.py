@@ -282,7 +282,7 @@ def test_convert_and_the_rule_s_fix_write_the_same_code(script: str, rule: str, 
 
 PLAN_INTERNALS = re.compile(
     r"\.(_?replacements|_?removals|_?before|_?after|_?guards|_?contexts|_?new_parameters"
-    r"|_?wraps|_?fallbacks|_?emptied)\b"
+    r"|_?wraps|_?fallbacks|_?emptied|_edits)\b"
 )
 
 

@@ -9,9 +9,9 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from accelify.edits.code import expression, statement
 from accelify.edits.kinds import Edit, InsertAfter, InsertBefore, Replace, Wrap
 from accelify.edits.node_rewrites import Swap
-from accelify.edits.plan import expression, statement
 
 
 def gather_for_metrics(

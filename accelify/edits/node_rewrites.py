@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.edits.plan import expression, with_keyword
+from accelify.edits.code import expression, with_keyword
 
 
 @dataclass(frozen=True)

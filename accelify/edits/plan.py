@@ -9,7 +9,7 @@ The plan, not its callers, decides how edits compose, so no step reads or undoes
 - a rewrite asked for twice (equal edits) is made once and noted once;
 - two different replacements of one node are a conflict: the second is refused with a review
   line; the declared ways for two rewrites to meet on one node are `Wrap` (rewrites that stack)
-  and edits that give way (`gives_way_to`: a default dropped where another edit decides);
+  and edits that give way (``gives_way_to``: a default dropped where another edit decides);
 - a plan confined to part of the file (the class that owns ``self.accelerator``) refuses edits
   outside it, and drops the notes of the lines those edits would have changed.
 """
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from accelify.edits.code import expression, statement, with_keyword
 from accelify.edits.kinds import (
     Edit,
     Guard,
@@ -34,6 +35,7 @@ from accelify.edits.kinds import (
     Wrap,
     target,
 )
+from accelify.edits.table import EditTable, Emptied, Fallback
 
 __all__ = [
     "Insert",
@@ -53,14 +55,6 @@ class Note:
     text: str
 
 
-@dataclass
-class _Fallback:
-    """Edits made only where no other edit replaces or removes one of ``gives_way_to``."""
-
-    edits: tuple[Edit, ...]
-    gives_way_to: tuple[cst.CSTNode, ...]
-
-
 @dataclass(frozen=True)
 class Planned:
     """What became of a rewrite: accepted or not, and whether it is in effect once the plan is
@@ -73,15 +67,8 @@ class Planned:
         return self.accepted
 
 
-_NO = Planned(False, lambda: False)
-_YES = Planned(True, lambda: True)
-
-
-@dataclass
-class _Emptied:
-    """A statement removed when every statement of each of its blocks is removed."""
-
-    blocks: tuple[Sequence[cst.CSTNode], ...]
+_REFUSED = Planned(False, lambda: False)
+_MADE = Planned(True, lambda: True)
 
 
 @dataclass
@@ -91,23 +78,14 @@ class Plan:
     prepared: list[str] = field(default_factory=list)
     #: import lines the edits need, added after the file's last top-level import.
     imports: list[str] = field(default_factory=list)
-    _replacements: dict[cst.CSTNode, Rewrite] = field(default_factory=dict, repr=False)
-    _wraps: dict[cst.CSTNode, list[Rewrite]] = field(default_factory=dict, repr=False)
-    _removals: set[cst.CSTNode] = field(default_factory=set, repr=False)
-    _emptied: dict[cst.CSTNode, _Emptied] = field(default_factory=dict, repr=False)
-    _fallbacks: list[_Fallback] = field(default_factory=list, repr=False)
-    #: inserts at each anchor: the early ones (set up what the others use) come first.
-    _before: dict[cst.CSTNode, list[tuple[bool, Insert]]] = field(default_factory=dict, repr=False)
-    _after: dict[cst.CSTNode, list[tuple[bool, Insert]]] = field(default_factory=dict, repr=False)
-    _guards: dict[cst.CSTNode, str] = field(default_factory=dict, repr=False)
-    _contexts: dict[cst.CSTNode, str] = field(default_factory=dict, repr=False)
-    _new_parameters: dict[cst.CSTNode, str] = field(default_factory=dict, repr=False)
-    _notes: list[tuple[Note, Callable[[], bool] | None]] = field(default_factory=list, repr=False)
-    _reach: Callable[[cst.CSTNode], bool] | None = field(default=None, repr=False)
-    _lines: Callable[[cst.CSTNode], range] | None = field(default=None, repr=False)
-    _refused_lines: set[int] = field(default_factory=set, repr=False)
-
-    # -- building -------------------------------------------------------------------------
+    _edits: EditTable = field(default_factory=EditTable, init=False, repr=False)
+    #: each note with what tells whether its edit is in effect once the plan is complete
+    _notes: list[tuple[Note, Callable[[], bool] | None]] = field(
+        default_factory=list, init=False, repr=False
+    )
+    _reach: Callable[[cst.CSTNode], bool] | None = field(default=None, init=False, repr=False)
+    _lines: Callable[[cst.CSTNode], range] | None = field(default=None, init=False, repr=False)
+    _refused_lines: set[int] = field(default_factory=set, init=False, repr=False)
 
     @classmethod
     def of(cls, *edits: Edit) -> Plan:
@@ -125,36 +103,36 @@ class Plan:
         anywhere: bool = False,
         early: bool = False,
     ) -> Planned:
-        """Plan ``edits``, one rewrite, noted as ``text`` at ``line``. False when it was refused
-        (a conflict, with a review line) or was already planned (not noted twice).
+        """Plan ``edits``, one rewrite, noted as ``text`` at ``line``. Falsy when it was refused
+        (a conflict, with a review line) or was planned already (then not noted twice).
 
         ``gives_way_to``: nodes whose replacement or removal by another edit drops this one
         (and its note). ``anywhere``: the edits need no accelerator, so a confined plan makes
         them outside its part of the file too. ``early``: inserts go ahead of the others
-        planned at the same place."""
+        planned at the same place (the Accelerator before what uses it)."""
+        table = self._edits
         kept = [edit for edit in edits if anywhere or self._reaches_or_refuse(edit)]
         if not kept and edits:
             self._note(line, text)  # dropped with the refused lines, as the edit is
-            return _NO
-        new = [edit for edit in kept if not self._planned(edit)]
+            return _REFUSED
+        new = [edit for edit in kept if not table.planned(edit)]
         if kept and not new:  # asked for again: in effect as the first asking is
-            fallback = self._fallback_of(kept[0])
-            return Planned(False, lambda: fallback is None or self._in_effect(fallback))
-        conflict = next((edit for edit in new if self._conflicts(edit)), None)
-        if conflict is not None and gives_way_to is None:
+            first = table.fallback_of(kept[0])
+            return Planned(False, lambda: first is None or table.in_effect(first))
+        if gives_way_to is not None:
+            fallback = Fallback(tuple(new), tuple(gives_way_to))
+            table.fallbacks.append(fallback)
+            self._note(line, text, lambda: table.in_effect(fallback))
+            return Planned(True, lambda: table.in_effect(fallback))
+        if any(table.conflicts(edit) for edit in new):
             if line is not None:
                 what = f"`{text}`" if text else "an edit"
                 self.review(line, f"{what} not made: another edit already rewrites this code")
-            return _NO
-        if gives_way_to is not None:
-            fallback = _Fallback(tuple(new), tuple(gives_way_to))
-            self._fallbacks.append(fallback)
-            self._note(line, text, lambda: self._in_effect(fallback))
-            return Planned(True, lambda: self._in_effect(fallback))
+            return _REFUSED
         for edit in new:
-            self._store(edit, early)
+            table.store(edit, early)
         self._note(line, text)
-        return _YES
+        return _MADE
 
     def replace(
         self, node: cst.CSTNode, rewrite: Rewrite, line: int | None = None, text: str = "", **how
@@ -178,9 +156,9 @@ class Plan:
         its ``blocks``: known only once every other edit is planned, so decided when applied."""
         if not blocks or not all(blocks) or not self.reaches(statement):
             return
-        emptied = _Emptied(tuple(blocks))
-        self._emptied[statement] = emptied
-        self._note(line, text, lambda: self._all_removed(emptied))
+        emptied = Emptied(tuple(blocks))
+        self._edits.emptied[statement] = emptied
+        self._note(line, text, lambda: self._edits.all_removed(emptied))
 
     def insert_before(self, statement: cst.CSTNode, *new: Insert, early: bool = False) -> None:
         """``new`` before ``statement``; a statement already planned there (a second edit's
@@ -196,13 +174,14 @@ class Plan:
     def wrap_in(self, statement: cst.CSTNode, context: str, line: int, text: str) -> None:
         """Run ``statement`` inside ``with context:``; a statement already guarded is left as
         it is, with a review line: one statement, one block around it."""
-        if statement in self._guards:
-            self.review(line, f"left as is: already run under `if {self._guards[statement]}:`")
+        guarded = self._edits.guards.get(statement)
+        if guarded is not None:
+            self.review(line, f"left as is: already run under `if {guarded}:`")
             return
         self.add(Within(statement, context), line=line, text=text)
 
     def add_parameter(self, function: cst.FunctionDef, name: str) -> None:
-        self._new_parameters[function] = name
+        self._edits.new_parameters[function] = name
 
     def change(self, line: int, text: str) -> None:
         self._note(line, text)
@@ -225,21 +204,10 @@ class Plan:
     def merge(self, other: Plan) -> None:
         """``other``'s edits added where they do not conflict with this plan's (lint applies
         one fix per node per round)."""
-        for node, rewrite in other._replacements.items():
-            self.add(Replace(node, rewrite))
-        for node, wrappers in other._wraps.items():
-            self.add(*(Wrap(node, wrapper) for wrapper in wrappers))
-        self.add(*(Remove(node) for node in other._removals))
-        for node, test in other._guards.items():
-            self.add(Guard(node, test))
-        for node, context in other._contexts.items():
-            self.add(Within(node, context))
-        for inserts, kind in ((other._before, InsertBefore), (other._after, InsertAfter)):
-            for anchor, items in inserts.items():
-                for early, item in items:
-                    self.add(kind(anchor, item), early=early)
+        for edit, early in other._edits.every_edit():
+            self.add(edit, early=early)
 
-    # -- reading, for `apply` and the summary -------------------------------------------
+    # -- reading, for `apply` and the summary ----------------------------------------------
 
     @property
     def changes(self) -> list[Note]:
@@ -254,65 +222,27 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not (
-            self._replacements
-            or self._wraps
-            or self._removals
-            or self._before
-            or self._after
-            or self._guards
-            or self._contexts
-            or any(self._in_effect(f) for f in self._fallbacks)
-        )
+        return self._edits.empty
 
     def rewrite_of(self, node: cst.CSTNode) -> Rewrite | None:
-        """The replacement of ``node`` (or the default that stands in for one), then its wraps."""
-        replace = self._replacements.get(node) or self._fallback_rewrite(node)
-        wrappers = self._wraps.get(node, [])
-        if replace is None and not wrappers:
-            return None
-
-        def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
-            if replace is not None:
-                updated = replace(updated)
-            for wrapper in wrappers:
-                updated = wrapper(updated)
-            return updated
-
-        return rewrite
+        return self._edits.rewrite_of(node)
 
     def removes(self, statement: cst.CSTNode) -> bool:
-        if statement in self._removals:
-            return True
-        if any(
-            isinstance(e, Remove) and e.statement is statement
-            for f in self._fallbacks
-            if self._in_effect(f)
-            for e in f.edits
-        ):
-            return True
-        emptied = self._emptied.get(statement)
-        return emptied is not None and self._all_removed(emptied)
+        return self._edits.removes(statement)
 
     def inserted_before(self, statement: cst.CSTNode) -> list[Insert]:
-        return _in_order(self._before.get(statement, []))
+        return self._edits.inserted(statement, after=False)
 
     def inserted_after(self, statement: cst.CSTNode) -> list[Insert]:
-        return _in_order(self._after.get(statement, []))
+        return self._edits.inserted(statement, after=True)
 
     def block_around(self, statement: cst.CSTNode) -> tuple[str, str] | None:
         """``("if", test)`` for a guarded statement, ``("with", context)`` for one run in a
         context manager, None for the rest."""
-        if statement in self._guards:
-            return "if", self._guards[statement]
-        if statement in self._contexts:
-            return "with", self._contexts[statement]
-        return None
+        return self._edits.block_around(statement)
 
     def new_parameter(self, function: cst.CSTNode) -> str | None:
-        return self._new_parameters.get(function)
-
-    # -- composition rules ------------------------------------------------------------------
+        return self._edits.new_parameters.get(function)
 
     def _reaches_or_refuse(self, edit: Edit) -> bool:
         node = target(edit)
@@ -322,98 +252,6 @@ class Plan:
             self._refused_lines.update(self._lines(node))
         return False
 
-    def _planned(self, edit: Edit) -> bool:
-        """``edit`` is in the plan already (asked for by a second site or step)."""
-        if isinstance(edit, Replace):
-            return self._replacements.get(edit.node) == edit.rewrite or any(
-                edit == other for f in self._fallbacks for other in f.edits
-            )
-        if isinstance(edit, Wrap):
-            return edit.wrapper in self._wraps.get(edit.node, [])
-        if isinstance(edit, Remove):
-            return edit.statement in self._removals
-        if isinstance(edit, Guard):
-            return self._guards.get(edit.statement) == edit.test
-        if isinstance(edit, Within):
-            return self._contexts.get(edit.statement) == edit.context
-        inserts = self._before if isinstance(edit, InsertBefore) else self._after
-        code = _code(edit.statement)
-        return code is not None and any(
-            _code(item) == code for _, item in inserts.get(edit.anchor, [])
-        )
-
-    def _conflicts(self, edit: Edit) -> bool:
-        """A second, different replacement of one node (or a second test around a statement)."""
-        if isinstance(edit, Replace):
-            return edit.node in self._replacements
-        if isinstance(edit, Guard):
-            return edit.statement in self._guards
-        return False
-
-    def _store(self, edit: Edit, early: bool) -> None:
-        if isinstance(edit, Replace):
-            self._replacements[edit.node] = edit.rewrite
-        elif isinstance(edit, Wrap):
-            self._wraps.setdefault(edit.node, []).append(edit.wrapper)
-        elif isinstance(edit, Remove):
-            self._removals.add(edit.statement)
-        elif isinstance(edit, Guard):
-            self._guards[edit.statement] = edit.test
-        elif isinstance(edit, Within):
-            self._contexts[edit.statement] = edit.context
-        elif isinstance(edit, InsertBefore):
-            self._before.setdefault(edit.anchor, []).append((early, edit.statement))
-        else:
-            self._after.setdefault(edit.anchor, []).append((early, edit.statement))
-
-    def _in_effect(self, fallback: _Fallback) -> bool:
-        return not any(
-            node in self._replacements
-            or node in self._removals
-            or (node in self._emptied and self._all_removed(self._emptied[node]))
-            for node in fallback.gives_way_to
-        )
-
-    def _fallback_of(self, edit: Edit) -> _Fallback | None:
-        return next((f for f in self._fallbacks if edit in f.edits), None)
-
-    def _fallback_rewrite(self, node: cst.CSTNode) -> Rewrite | None:
-        for fallback in self._fallbacks:
-            for edit in fallback.edits:
-                if isinstance(edit, Replace) and edit.node is node and self._in_effect(fallback):
-                    return edit.rewrite
-        return None
-
-    def _all_removed(self, emptied: _Emptied) -> bool:
-        return all(s in self._removals for block in emptied.blocks for s in block)
-
     def _note(self, line: int | None, text: str | None, in_effect=None) -> None:
         if line is not None and text:
             self._notes.append((Note(line, text), in_effect))
-
-
-def _in_order(items: list[tuple[bool, Insert]]) -> list[Insert]:
-    return [item for early, item in items if early] + [item for early, item in items if not early]
-
-
-def _code(item: Insert) -> str | None:
-    return cst.Module([]).code_for_node(item) if isinstance(item, cst.CSTNode) else None
-
-
-def with_keyword(args: Sequence[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
-    """``args`` plus ``name=value``, written as a formatter writes it (no spaces around ``=``)."""
-    result = list(args)
-    if result and result[-1].comma is cst.MaybeSentinel.DEFAULT:
-        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        result[-1] = result[-1].with_changes(comma=comma)
-    tight = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
-    result.append(cst.Arg(value, keyword=cst.Name(name), equal=tight))
-    return result
-
-
-def statement(code: str) -> cst.BaseStatement:
-    return cst.parse_statement(code)
-
-
-def expression(code: str) -> cst.BaseExpression:
-    return cst.parse_expression(code)

@@ -9,6 +9,7 @@ from collections.abc import Collection, Iterable
 
 import libcst as cst
 
+from accelify.edits.code import statement
 from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove, Replace
 from accelify.edits.node_rewrites import (
     CallInstead,
@@ -18,7 +19,6 @@ from accelify.edits.node_rewrites import (
     WithoutArgument,
     Wrapped,
 )
-from accelify.edits.plan import statement
 
 #: The parameters of the Accelerator's clipping methods, in order.
 CLIP_PARAMETERS = {
