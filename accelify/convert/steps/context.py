@@ -103,6 +103,14 @@ class Context:
     def line(self, node: cst.CSTNode) -> int:
         return self.model.line(node)
 
+    def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The statement of a block that holds ``node`` (a line, or the ``with``/``if`` it
+        heads)."""
+        for ancestor in (node, *self.model.ancestors(node)):
+            if isinstance(self.model.parent(ancestor), (cst.IndentedBlock, cst.Module)):
+                return ancestor
+        return node
+
     def a(self, member: str) -> str:
         return f"{self.acc}.{member}"
 

@@ -111,7 +111,8 @@ def run_devices(ctx: Context) -> None:
                     rewrites.cuda_to_device(call, ctx.acc),
                     line=ctx.line(call),
                     text=f".cuda() -> .to({ctx.a('device')})",
-                    gives_way_to=[call],  # a move that another step removes or rewrites
+                    # a move that another step rewrites, or a line it removes
+                    gives_way_to=[call, ctx.statement_of(call)],
                 )
                 ctx.need(call, when=planned.in_effect)
         elif _calls_method(call, "to") and call.args and is_cuda_literal(call.args[0].value):
@@ -119,7 +120,7 @@ def run_devices(ctx: Context) -> None:
                 rewrites.use_device(call.args[0].value, ctx.acc),
                 line=ctx.line(call),
                 text=f'.to("cuda") -> .to({ctx.a("device")})',
-                gives_way_to=[call],
+                gives_way_to=[call, ctx.statement_of(call)],
             )
             ctx.need(call, when=planned.in_effect)
         for argument in call.args:

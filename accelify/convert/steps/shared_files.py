@@ -75,7 +75,7 @@ def _effects_only(node: cst.CSTNode) -> bool:
 
 def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
     read, write = shared.read, shared.write
-    places = ctx.facts.ranks.barrier_places(_statement_of(ctx, read))
+    places = ctx.facts.ranks.barrier_places(ctx.statement_of(read))
     path = ctx.code(shared.path)
     if any(ctx.facts.placement.inside(write, place) for place in places):
         ctx.plan.review(
@@ -136,11 +136,3 @@ def _kept_on_every_rank(ctx: Context, shared: SharedFile) -> None:
         ctx.line(shared.write),
         f"kept on every rank: the path comes from {made}, another file on each process; {where}",
     )
-
-
-def _statement_of(ctx: Context, node: cst.CSTNode) -> cst.CSTNode:
-    """The statement of a block that holds ``node`` (a line, or the ``with``/``if`` it heads)."""
-    for ancestor in (node, *ctx.model.ancestors(node)):
-        if isinstance(ctx.model.parent(ancestor), (cst.IndentedBlock, cst.Module)):
-            return ancestor
-    return node
