@@ -57,7 +57,9 @@ class Context:
     constructor: dict[str, str] = field(default_factory=dict)
     #: nodes whose edits use the accelerator, each with what tells whether its edit is in
     #: effect once the plan is complete (None: it is).
-    _needs: list[tuple[cst.CSTNode, Callable[[], bool] | None]] = field(default_factory=list)
+    _needs: list[tuple[cst.CSTNode, Callable[[], bool] | None]] = field(
+        default_factory=list, init=False
+    )
     #: the statement the ``prepare`` call follows.
     prepare_anchor: cst.CSTNode | None = None
     #: the statement each prepared name's ``prepare`` call follows (a script that trains one

@@ -1,7 +1,8 @@
 """12. No dead branches left behind: an ``if`` whose every statement the conversion removed
 (``if world_size > 1: dist.init_process_group(...)``) goes, and an ``if``/``else`` that now
-sets the same device on every branch becomes that one assignment. Runs after the steps that
-remove and replace; a condition with a call that might matter is kept."""
+sets the same device on every branch becomes that one assignment. Whether the other steps
+left a block empty is the plan's to tell once every edit is planned (`Plan.remove_if_emptied`);
+a condition with a call that might matter is kept."""
 
 from __future__ import annotations
 
