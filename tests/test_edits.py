@@ -299,3 +299,51 @@ def test_no_step_or_rule_reads_or_writes_a_plan_s_edits(module: Path):
         if PLAN_INTERNALS.search(line)
     ]
     assert found == []
+
+
+TRAINER_AND_MODULE_CODE = """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self):
+        self.model = nn.Linear(4, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)))
+
+    def fit(self):
+        for x, y in self.loader:
+            self.optimizer.zero_grad()
+            loss = (self.model(x) - y).pow(2).mean()
+            loss.backward()
+            self.optimizer.step()
+
+
+trainer = Trainer()
+trainer.fit()
+print("done")
+loss = trainer.model(torch.randn(2, 4)).sum()
+loss.backward()
+"""
+
+
+def test_a_conversion_in_a_class_changes_outside_it_only_what_needs_no_accelerator():
+    """``self.accelerator`` exists in the class alone: outside it, a print goes through the
+    instance (``trainer.accelerator``); the backward and the seed sync, which need the
+    accelerator itself, stay as written, each with a review line and no note or import."""
+    conversion = convert_source(TRAINER_AND_MODULE_CODE.encode(), "train.py")
+    converted = conversion.converted.decode()
+    assert "            self.accelerator.backward(loss)\n" in converted
+    assert converted.endswith(
+        'trainer.accelerator.print("done")\n'
+        "loss = trainer.model(torch.randn(2, 4)).sum()\nloss.backward()\n"
+    )
+    assert "from accelify import Accelerator\n" in converted  # no unused synchronize_rng_states
+    unreachable = "left as is: self.accelerator is not reachable outside its class"
+    assert [(n.line, n.text) for n in conversion.reviews] == [
+        (23, unreachable),
+        (24, unreachable),
+    ]
+    assert not any(note.line in (23, 24) for note in conversion.changes)

@@ -112,8 +112,7 @@ class Plan:
         planned at the same place (the Accelerator before what uses it)."""
         table = self._edits
         kept = [edit for edit in edits if anywhere or self._reaches_or_refuse(edit)]
-        if not kept and edits:
-            self._note(line, text)  # dropped with the refused lines, as the edit is
+        if not kept and edits:  # nothing of it is made: nothing of it is noted
             return _REFUSED
         new = [edit for edit in kept if not table.planned(edit)]
         if kept and not new:  # asked for again: in effect as the first asking is
