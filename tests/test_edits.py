@@ -288,11 +288,18 @@ PLAN_INTERNALS = re.compile(
 
 @pytest.mark.parametrize(
     "module",
-    sorted([*(ROOT / "accelify/convert").rglob("*.py"), *(ROOT / "rules").glob("*.py")]),
+    sorted(
+        [
+            *(ROOT / "accelify/convert").rglob("*.py"),
+            *(ROOT / "accelify/lint").rglob("*.py"),
+            *(ROOT / "rules").glob("*.py"),
+        ]
+    ),
     ids=lambda path: str(path.relative_to(ROOT)),
 )
 def test_no_step_or_rule_reads_or_writes_a_plan_s_edits(module: Path):
-    """Steps and fixes add edits through `Plan`'s methods; how edits compose is the plan's."""
+    """Steps and fixes add edits through `Plan`'s methods, and lint merges fixes through
+    `Plan.merge`; how edits compose is the plan's."""
     found = [
         f"{module.name}:{number}: {line.strip()}"
         for number, line in enumerate(module.read_text().splitlines(), 1)
