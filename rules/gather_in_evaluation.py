@@ -6,6 +6,8 @@ from accelify.analysis.evaluation import gather_counts_padding
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
+from accelify.edits import rewrites
+from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, loop_of
 
 _EVAL = (
@@ -81,8 +83,4 @@ class GatherInEvaluation(Rule):
                 and id(loop) in evaluating
                 and gather_counts_padding(evaluating[id(loop)], call, facts)
             ):
-                from accelify.edits.plan import Plan
-
-                plan = Plan()
-                plan.replacements[func.attr] = lambda _: cst.Name("gather_for_metrics")
-                yield self.finding(script, call, plan)
+                yield self.finding(script, call, Plan.of(rewrites.use_gather_for_metrics(call)))

@@ -3,7 +3,8 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.edits.plan import Plan, expression
+from accelify.edits import rewrites
+from accelify.edits.plan import Plan
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -84,9 +85,7 @@ def _use_accelerator_device(script: ScriptModel, node: cst.CSTNode) -> Plan | No
     accelerator = accelerator_at(script, node)
     if accelerator is None:
         return None  # no Accelerator bound here: the fix would not run
-    plan = Plan()
-    plan.replacements[node] = lambda _: expression(f"{accelerator}.device")
-    return plan
+    return Plan.of(rewrites.use_device(node, accelerator))
 
 
 def _names_gpu(call: cst.Call, also_cpu: bool) -> bool:

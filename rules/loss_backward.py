@@ -1,9 +1,8 @@
 from collections.abc import Iterator
 
-import libcst as cst
-
 from accelify.analysis.script_model import ScriptModel
-from accelify.edits.plan import Plan, expression
+from accelify.edits import rewrites
+from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 
@@ -40,9 +39,6 @@ class LossBackward(Rule):
             if acc is None:
                 yield self.finding(script, call)
                 continue
-            plan = Plan()
-            plan.replacements[call] = lambda updated, acc=acc: updated.with_changes(
-                func=expression(f"{acc}.backward"),
-                args=[cst.Arg(updated.func.value), *updated.args],
-            )
-            yield self.finding(script, call, plan)
+            # The script still uses its scaler (if any): the scaling stays.
+            fix = Plan.of(rewrites.backward(call, acc, keep_scaling=True))
+            yield self.finding(script, call, fix)

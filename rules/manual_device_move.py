@@ -10,6 +10,7 @@ from accelify.analysis.device_moves import (
 )
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, root_name
+from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_argument, calls, prepared
 
@@ -165,7 +166,6 @@ def _placement_disabled(script: ScriptModel) -> bool:
 
 def _removal(script: ScriptModel, call: cst.Call) -> Plan:
     """Drop the move; a statement left doing nothing (``x = x``, ``model``) goes entirely."""
-    plan = Plan()
     parent = script.parent(call)
     line = script.parent(parent) if parent is not None else None
     receiver = call.func.value  # type: ignore[union-attr]
@@ -175,8 +175,7 @@ def _removal(script: ScriptModel, call: cst.Call) -> Plan:
         # ``xb, yb = xb.to(device), yb.to(device)``: the statement does nothing but move
         line = script.parent(assign)
         if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-            plan.removals.add(line)
-            return plan
+            return Plan.of(rewrites.drop_statement(line))
     if (
         isinstance(line, cst.SimpleStatementLine)
         and len(line.body) == 1
@@ -189,10 +188,8 @@ def _removal(script: ScriptModel, call: cst.Call) -> Plan:
             )
         )
     ):
-        plan.removals.add(line)
-    else:
-        plan.replacements[call] = lambda updated: updated.func.value
-    return plan
+        return Plan.of(rewrites.drop_statement(line))
+    return Plan.of(rewrites.drop_move(call))
 
 
 def _device_dropped(call: cst.Call) -> Plan:
@@ -205,15 +202,7 @@ def _device_dropped(call: cst.Call) -> Plan:
         ),
         0,
     )
-    plan = Plan()
-
-    def drop(updated: cst.Call) -> cst.Call:
-        kept = [a for i, a in enumerate(updated.args) if i != index]
-        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(args=kept)
-
-    plan.replacements[call] = drop
-    return plan
+    return Plan.of(rewrites.drop_device_argument(call, index))
 
 
 def _batch_names(script: ScriptModel, node: cst.CSTNode, loaders: set[str]) -> set[str]:

@@ -5,7 +5,8 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.edits.plan import Plan, expression
+from accelify.edits import rewrites
+from accelify.edits.plan import Plan
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -63,13 +64,8 @@ class PrintInLoop(Rule):
             if under_rank_guard(script, call):
                 continue
             acc = accelerator_at(script, call)
-            plan = None
-            if acc is not None:
-                plan = Plan()
-                plan.replacements[call] = lambda updated, a=acc: updated.with_changes(
-                    func=expression(f"{a}.print")
-                )
-            yield self.finding(script, call, plan)
+            fix = Plan.of(rewrites.print_once(call, acc)) if acc is not None else None
+            yield self.finding(script, call, fix)
 
 
 def _in_work_loop(script: ScriptModel, call: cst.Call) -> bool:

@@ -8,7 +8,8 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.repeated_effects import RepeatedEffect
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
-from accelify.edits.plan import Plan, expression, statement
+from accelify.edits import rewrites
+from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
@@ -202,11 +203,5 @@ def _fix(script: ScriptModel, call: cst.Call) -> Plan | None:
     accelerator = accelerator_at(script, call)
     if accelerator is None or facts.ranks.under_rank_guard(call):
         return None
-    plan = Plan()
-    plan.replacements[call] = lambda updated: updated.with_changes(
-        func=expression(f"{accelerator}.save")
-    )
     line = script.parent(script.parent(call))
-    for anchor in facts.ranks.barrier_places(line):
-        plan.insert_before(anchor, statement(f"{accelerator}.wait_for_everyone()"))
-    return plan
+    return Plan.of(*rewrites.save(call, accelerator, facts.ranks.barrier_places(line)))

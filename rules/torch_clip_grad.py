@@ -2,7 +2,8 @@ from collections.abc import Iterator
 
 from accelify.analysis import names
 from accelify.analysis.script_model import ScriptModel
-from accelify.edits.plan import Plan, expression
+from accelify.edits import rewrites
+from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, calls
 
 _IMPORT_VALUE = "from torch.nn.utils import clip_grad_value_\n"
@@ -39,11 +40,6 @@ class TorchClipGrad(Rule):
                 method = names.CLIP_FUNCTIONS.get(qualified)
                 if method:
                     acc = accelerator_at(script, call)
-                    plan = None
-                    if acc is not None:
-                        plan = Plan()
-                        plan.replacements[call] = lambda u, m=method, a=acc: u.with_changes(
-                            func=expression(f"{a}.{m}")
-                        )
-                    yield self.finding(script, call, plan)
+                    clip = rewrites.clip_grad(call, acc, method) if acc is not None else None
+                    yield self.finding(script, call, None if clip is None else Plan.of(clip))
                     break

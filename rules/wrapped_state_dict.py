@@ -6,7 +6,8 @@ from accelify.analysis import names
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
-from accelify.edits.plan import Plan, expression
+from accelify.edits import rewrites
+from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, calls, prepared
 
 _PREPARED = HEADER + "import torch\nmodel = accelerator.prepare(torch.nn.Linear(2, 2))\n"
@@ -52,13 +53,8 @@ class WrappedStateDict(Rule):
                 if _unwrapped_since_prepare(script, name, call):
                     continue
                 acc = accelerator_at(script, call)
-                plan = None
-                if acc is not None:
-                    plan = Plan()
-                    plan.replacements[owner] = lambda updated, a=acc: cst.Call(
-                        expression(f"{a}.unwrap_model"), [cst.Arg(updated)]
-                    )
-                yield self.finding(script, node, plan)
+                fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
+                yield self.finding(script, node, fix)
 
 
 def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:

@@ -35,7 +35,8 @@ from accelify.edits.plan import Plan
 
 __all__ = ["STEPS", "Options", "plan_conversion"]
 
-#: In order: later steps see (and leave alone) the nodes earlier ones replaced.
+#: In order. No step reads another's edits: how they compose (nested, stacked, giving way, in
+#: conflict) is the plan's (`accelify.edits.plan`).
 STEPS: tuple[Callable[[Context], None], ...] = (
     backward.run,
     handwritten_ddp.run,
@@ -71,6 +72,7 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
         return ctx.plan
     if facts_of(model).placement.is_method(prepare_scope):
         ctx.acc = "self.accelerator"
+        ctx.confine_to_class(model.parent(model.parent(prepare_scope)))  # type: ignore[arg-type]
     ctx.plan.accelerator = ctx.acc
     ctx.scope = prepare_scope
     prepare.run(ctx, prepare_scope)

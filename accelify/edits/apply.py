@@ -22,23 +22,15 @@ class ApplyPlan(cst.CSTTransformer):
     def on_leave(
         self, original_node: cst.CSTNode, updated_node: cst.CSTNode
     ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
-        replace = self.plan.replacements.get(original_node)
-        if replace is not None:
-            updated_node = replace(updated_node)
-        if isinstance(original_node, cst.FunctionDef) and original_node in self.plan.new_parameters:
-            updated_node = _add_parameter(updated_node, self.plan.new_parameters[original_node])
+        rewrite = self.plan.rewrite_of(original_node)
+        if rewrite is not None:
+            updated_node = rewrite(updated_node)
+        parameter = self.plan.new_parameter(original_node)
+        if isinstance(original_node, cst.FunctionDef) and parameter is not None:
+            updated_node = _add_parameter(updated_node, parameter)
         if isinstance(original_node, (cst.IndentedBlock, cst.Module)):
             updated_node = self._rebuild_body(original_node, updated_node)
         return updated_node
-
-    def _block_around(self, statement: cst.CSTNode) -> tuple[str, str] | None:
-        """``("if", test)`` for a guarded statement, ``("with", context)`` for one run in a
-        context manager, None for the rest."""
-        if statement in self.plan.guards:
-            return "if", self.plan.guards[statement]
-        if statement in self.plan.contexts:
-            return "with", self.plan.contexts[statement]
-        return None
 
     def _rebuild_body(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
         old_body: Sequence[cst.CSTNode] = original.body  # type: ignore[attr-defined]
@@ -50,7 +42,7 @@ class ApplyPlan(cst.CSTTransformer):
         for old, new in zip(old_body, new_body, strict=True):
             # A deferred insert is built now, from nodes this pass has already rewritten.
             inserted = [
-                item() if callable(item) else item for item in self.plan.before.get(old, [])
+                item() if callable(item) else item for item in self.plan.inserted_before(old)
             ]
             if inserted:
                 # Blank lines that separated this statement from the one above now separate
@@ -58,14 +50,14 @@ class ApplyPlan(cst.CSTTransformer):
                 blank, new = _split_leading_blank_lines(new)
                 inserted = [_with_leading(inserted[0], blank), *inserted[1:]]
             rebuilt.extend((node, None) for node in inserted)
-            if old in self.plan.removals:
+            if self.plan.removes(old):
                 carried_comments.extend(_comment_lines(new))
             else:
                 if carried_comments:
                     new = _with_leading(new, carried_comments)
                     carried_comments = []
-                rebuilt.append((new, self._block_around(old)))
-            after = self.plan.after.get(old, [])
+                rebuilt.append((new, self.plan.block_around(old)))
+            after = self.plan.inserted_after(old)
             rebuilt.extend((item() if callable(item) else item, None) for item in after)
         return _with_body(updated, _fold_guards(rebuilt))
 

@@ -11,29 +11,27 @@ import libcst as cst
 from accelify.analysis.script_model import Scope
 from accelify.analysis.syntax import walk
 from accelify.convert.steps.context import Context
-from accelify.edits.plan import statement, with_keyword
+from accelify.edits.node_rewrites import WithKeyword
+from accelify.edits.plan import statement
 
 
 def run(ctx: Context, prepare_scope: Scope) -> None:
-    if ctx.acc.startswith("self."):
-        _drop_unreachable(ctx, prepare_scope)
     create = f"{ctx.acc} = {ctx.constructor_code()}"
     home = _home(ctx, prepare_scope)
     threaded = _thread(ctx, home)
     anchor = _first_need(ctx, home, threaded)
     if anchor is None:
         return
-    planned = ctx.plan.before.pop(anchor, [])  # what other steps put there comes after it
+    # Early inserts: the Accelerator (and what its constructor reads) comes before whatever
+    # other steps put at the same place, which uses it.
     _move_constructor_arguments_up(ctx, home, anchor)
     if anchor is ctx.prepare_anchor and not _needed_by(ctx, anchor):
-        if planned:
-            ctx.plan.before[anchor] = [*ctx.plan.before.get(anchor, []), *planned]
         # Nothing before the prepare call needs it: created right above that call, after the
         # last object it prepares, not between a model and its optimizer.
-        ctx.plan.after[anchor] = [statement(create), *ctx.plan.after.get(anchor, [])]
+        ctx.plan.insert_after(anchor, statement(create), early=True)
         ctx.plan.change(ctx.line(anchor), f"created {create} after line {ctx.line(anchor)}")
         return
-    ctx.plan.insert_before(anchor, statement(create), *planned)
+    ctx.plan.insert_before(anchor, statement(create), early=True)
     ctx.plan.change(ctx.line(anchor), f"created {create} before line {ctx.line(anchor)}")
 
 
@@ -52,8 +50,8 @@ def _move_constructor_arguments_up(ctx: Context, home: Scope, anchor: cst.CSTNod
     for name, line in placement.assigned_after(anchor, home, set(ctx.constructor.values())):
         hoisted = placement.hoistable(body, anchor, name)
         if hoisted is not None:
-            ctx.plan.removals.add(hoisted)
-            ctx.plan.insert_before(anchor, hoisted.deep_clone())
+            ctx.plan.remove(hoisted)
+            ctx.plan.insert_before(anchor, hoisted.deep_clone(), early=True)
             code = ctx.code(hoisted).strip()
             ctx.plan.change(line, f"moved `{code}` up before line {ctx.line(anchor)}")
             continue
@@ -191,19 +189,13 @@ def _thread(ctx: Context, home: Scope) -> list[cst.CSTNode]:
     file the argument; returns the calls in ``home`` (it is created before the first)."""
     placement, plan, acc = ctx.facts.placement, ctx.plan, ctx.acc
     if acc.startswith("self."):
-        owner = ctx.model.parent(ctx.model.parent(home))
-        for need in ctx.needs:
-            if not placement.inside(need, owner):  # type: ignore[arg-type]
-                plan.review(
-                    ctx.line(need), f"needs {acc} outside its class: pass the accelerator in"
-                )
-        return []
+        return []  # the plan is confined to the class: every need is inside it
     if isinstance(home, cst.Module):
         return _module_level_calls(ctx)
     graph = ctx.facts.calls
     threading = _threading(ctx, home)
     for function in threading.functions:
-        plan.new_parameters[function] = acc
+        plan.add_parameter(function, acc)
         name = _qualified_name(ctx, function)
         plan.change(ctx.line(function), f"{name}() takes the accelerator as a parameter")
         called = [c for c in graph.callers(function) if c not in threading.stranded]
@@ -227,7 +219,7 @@ def _thread(ctx: Context, home: Scope) -> list[cst.CSTNode]:
                 f"callers in other files must pass {acc}={acc}",
             )
     for call in threading.calls:
-        plan.replacements[call] = _with_accelerator_argument(acc, plan.replacements.get(call))
+        plan.wrap(call, WithKeyword(acc, acc))  # after whatever else rewrites the call
     for call in threading.stranded:
         plan.review(
             ctx.line(call),
@@ -259,55 +251,3 @@ def _first_need(ctx: Context, home: Scope, call_sites: list[cst.CSTNode]) -> cst
         return None
     first = max(min(indices), placement.first_free_index(home))
     return body[first] if first < len(body) else body[-1]
-
-
-def _with_accelerator_argument(acc: str, previous):
-    def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
-        if previous is not None:
-            updated = previous(updated)
-        assert isinstance(updated, cst.Call)
-        if any(a.keyword and a.keyword.value == acc for a in updated.args):
-            return updated
-        return updated.with_changes(args=with_keyword(updated.args, acc, cst.Name(acc)))
-
-    return rewrite
-
-
-def _drop_unreachable(ctx: Context, prepare_scope: Scope) -> None:
-    """``self.accelerator`` exists only inside its class: nothing outside it is changed, and
-    each place that would have needed it is listed for review."""
-    owner = ctx.model.parent(ctx.model.parent(prepare_scope))
-    plan = ctx.plan
-
-    def outside(node: cst.CSTNode) -> bool:
-        if node in ctx.reachable_outside:
-            return False
-        return not ctx.facts.placement.inside(node, owner)  # type: ignore[arg-type]
-
-    dropped_lines: set[int] = set()
-
-    def drop(node: cst.CSTNode) -> None:
-        """Every line of the node: a change noted at a line inside it is not made either."""
-        span = ctx.model.position(node)
-        dropped_lines.update(range(span.start.line, span.end.line + 1))
-
-    for node in [n for n in plan.replacements if outside(n)]:
-        del plan.replacements[node]
-        drop(node)
-    for node in [n for n in plan.guards if outside(n)]:
-        del plan.guards[node]
-        drop(node)
-    for node in [n for n in plan.contexts if outside(n)]:
-        del plan.contexts[node]
-        drop(node)
-    for node in [n for n in plan.removals if outside(n)]:
-        plan.removals.discard(node)
-        drop(node)
-    for inserts in (plan.before, plan.after):
-        for node in [n for n in inserts if outside(n)]:
-            del inserts[node]
-    plan.changes = [note for note in plan.changes if note.line not in dropped_lines]
-    for need in ctx.needs:
-        if outside(need):
-            plan.review(ctx.line(need), f"left as is: {ctx.acc} is not reachable outside its class")
-    ctx.needs = [need for need in ctx.needs if not outside(need)]

@@ -9,6 +9,7 @@ import libcst as cst
 from accelify.analysis.accumulation import ManualAccumulation, stepped_every
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
+from accelify.edits.node_rewrites import Swap
 from accelify.edits.plan import Plan, expression
 
 
@@ -60,7 +61,7 @@ def _apply(found: ManualAccumulation, plan: Plan, acc: str, models: list[str]) -
         )
     plan.replace(
         found.condition.test,
-        lambda _: expression(f"{acc}.sync_gradients"),
+        Swap(f"{acc}.sync_gradients"),
         found.line,
         f"accumulation step test -> {acc}.sync_gradients",
     )
@@ -71,8 +72,7 @@ def _apply(found: ManualAccumulation, plan: Plan, acc: str, models: list[str]) -
         inner = cst.With(items=[cst.WithItem(expression(context))], body=updated.body)
         return updated.with_changes(body=cst.IndentedBlock(body=[inner]))
 
-    previous = plan.replacements.get(found.loop)
-    plan.replacements[found.loop] = wrap if previous is None else (lambda u: wrap(previous(u)))
+    plan.wrap(found.loop, wrap)
     plan.change(
         found.line,
         f"manual accumulation -> Accelerator(gradient_accumulation_steps={found.steps_code}) "

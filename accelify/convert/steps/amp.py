@@ -9,7 +9,7 @@ import libcst as cst
 
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
-from accelify.edits.plan import expression
+from accelify.edits.node_rewrites import Swap
 
 
 def run(ctx: Context) -> None:
@@ -60,7 +60,7 @@ def run(ctx: Context) -> None:
         call = autocast.call
         ctx.plan.replace(
             call,
-            lambda _: expression(f"{ctx.acc}.autocast()"),
+            Swap(f"{ctx.acc}.autocast()"),
             ctx.line(call),
             f"{ctx.code(call.func)}(...) -> {ctx.a('autocast')}()",
         )

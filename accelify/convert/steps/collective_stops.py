@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.convert.steps.context import Context
-from accelify.edits.plan import expression, statement
+from accelify.edits.collective_rewrites import collective_stop
 
 
 def run(ctx: Context) -> None:
@@ -17,23 +17,9 @@ def run(ctx: Context) -> None:
 
 
 def _make_collective(ctx: Context, if_node: cst.If) -> None:
-    acc = ctx.acc
-    bodies: list[cst.BaseSuite] = []
-    previous = ctx.plan.replacements.get(if_node)
-
-    def trigger(updated: cst.CSTNode) -> cst.CSTNode:
-        if previous is not None:
-            updated = previous(updated)
-        assert isinstance(updated, cst.If)
-        bodies.append(updated.body)
-        return updated.with_changes(body=cst.IndentedBlock([statement(f"{acc}.set_trigger()")]))
-
-    def check() -> cst.BaseStatement:
-        return cst.If(test=expression(f"{acc}.check_trigger()"), body=bodies[-1])
-
-    ctx.plan.replacements[if_node] = trigger
-    ctx.plan.insert_after(if_node, check)
-    ctx.plan.change(
-        ctx.line(if_node), "per-process stop made collective: set_trigger() / check_trigger()"
+    ctx.plan.add(
+        *collective_stop(if_node, ctx.acc),
+        line=ctx.line(if_node),
+        text="per-process stop made collective: set_trigger() / check_trigger()",
     )
     ctx.need(if_node)

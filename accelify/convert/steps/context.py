@@ -3,13 +3,15 @@ the accelerator's name and constructor arguments, and the nodes that need the ac
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.edits.plan import Plan, expression
+from accelify.edits import rewrites
+from accelify.edits.plan import Plan
 
 #: Where each name the converted code uses comes from, per target runtime.
 TARGET_MODULES = {
@@ -53,15 +55,16 @@ class Context:
     acc: str = "accelerator"
     #: keyword arguments of the ``Accelerator(...)`` call, as source text.
     constructor: dict[str, str] = field(default_factory=dict)
-    #: nodes whose edits use the accelerator: it is created before the first of them.
-    needs: list[cst.CSTNode] = field(default_factory=list)
+    #: nodes whose edits use the accelerator, each with what tells whether its edit is in
+    #: effect once the plan is complete (None: it is).
+    _needs: list[tuple[cst.CSTNode, Callable[[], bool] | None]] = field(
+        default_factory=list, init=False
+    )
     #: the statement the ``prepare`` call follows.
     prepare_anchor: cst.CSTNode | None = None
     #: the statement each prepared name's ``prepare`` call follows (a script that trains one
     #: model after another prepares each before its first use).
     prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)
-    #: edits outside the class that owns ``self.accelerator`` that reach it through an instance.
-    reachable_outside: list[cst.CSTNode] = field(default_factory=list)
     #: models no optimizer trains: not prepared, so their device moves stay.
     frozen: set[str] = field(default_factory=set)
     #: runtime names the converted code uses besides ``Accelerator``.
@@ -71,14 +74,44 @@ class Context:
     def facts(self) -> Facts:
         return facts_of(self.model)
 
-    def need(self, node: cst.CSTNode) -> None:
-        self.needs.append(node)
+    @property
+    def needs(self) -> list[cst.CSTNode]:
+        """Nodes whose edits use the accelerator: it is created before the first of them."""
+        return [node for node, when in self._needs if when is None or when()]
+
+    def need(self, node: cst.CSTNode, when: Callable[[], bool] | None = None) -> None:
+        """``node``'s edit uses the accelerator (if ``when()`` holds once the plan is done)."""
+        if not self.plan.reaches(node):
+            self.plan.review(
+                self.line(node), f"left as is: {self.acc} is not reachable outside its class"
+            )
+            return
+        self._needs.append((node, when))
+
+    def confine_to_class(self, owner: cst.ClassDef) -> None:
+        """``self.accelerator`` exists only inside ``owner``: nothing outside it that needs
+        the accelerator is changed, and each such place is listed for review."""
+        placement = self.facts.placement
+
+        def lines(node: cst.CSTNode) -> range:
+            span = self.model.position(node)
+            return range(span.start.line, span.end.line + 1)
+
+        self.plan.confine(lambda node: placement.inside(node, owner), lines)
 
     def code(self, node: cst.CSTNode) -> str:
         return self.model.module.code_for_node(node)
 
     def line(self, node: cst.CSTNode) -> int:
         return self.model.line(node)
+
+    def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The statement of a block that holds ``node`` (a line, or the ``with``/``if`` it
+        heads)."""
+        for ancestor in (node, *self.model.ancestors(node)):
+            if isinstance(self.model.parent(ancestor), (cst.IndentedBlock, cst.Module)):
+                return ancestor
+        return node
 
     def a(self, member: str) -> str:
         return f"{self.acc}.{member}"
@@ -99,13 +132,7 @@ class Context:
         return True
 
 
-def unwrap(ctx: Context, model: cst.BaseExpression, at: cst.CSTNode, text: str) -> None:
+def unwrap(ctx: Context, model: cst.BaseExpression, at: cst.CSTNode, text: str, **how) -> None:
     """``model`` -> ``accelerator.unwrap_model(model)``."""
-    acc = ctx.acc
-    ctx.plan.replace(
-        model,
-        lambda updated: cst.Call(expression(f"{acc}.unwrap_model"), [cst.Arg(updated)]),
-        ctx.line(at),
-        text,
-    )
-    ctx.need(at)
+    planned = ctx.plan.add(rewrites.unwrap(model, ctx.acc), line=ctx.line(at), text=text, **how)
+    ctx.need(at, when=planned.in_effect)

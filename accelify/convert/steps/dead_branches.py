@@ -1,7 +1,8 @@
 """12. No dead branches left behind: an ``if`` whose every statement the conversion removed
 (``if world_size > 1: dist.init_process_group(...)``) goes, and an ``if``/``else`` that now
-sets the same device on every branch becomes that one assignment. Runs after the steps that
-remove and replace; a condition with a call that might matter is kept."""
+sets the same device on every branch becomes that one assignment. Whether the other steps
+left a block empty is the plan's to tell once every edit is planned (`Plan.remove_if_emptied`);
+a condition with a call that might matter is kept."""
 
 from __future__ import annotations
 
@@ -22,16 +23,20 @@ def run(ctx: Context) -> None:
         _, blocks, _ = if_chain(node)
         if not _pure(ctx, node):
             continue
-        if all(_all_removed(ctx, block) for block in blocks):
-            ctx.plan.remove(node, ctx.line(node), "removed the `if` the conversion left empty")
-        elif len(blocks) > 1 and node not in ctx.plan.replacements and _same_device(ctx, blocks):
-            ctx.plan.replacements[node] = _first_branch
-            ctx.plan.change(ctx.line(node), "every branch sets the same device: one assignment")
-
-
-def _all_removed(ctx: Context, block: cst.BaseSuite) -> bool:
-    body = block.body if isinstance(block, cst.IndentedBlock) else []
-    return bool(body) and all(statement in ctx.plan.removals for statement in body)
+        ctx.plan.remove_if_emptied(
+            node,
+            [block.body if isinstance(block, cst.IndentedBlock) else [] for block in blocks],
+            ctx.line(node),
+            "removed the `if` the conversion left empty",
+        )
+        if len(blocks) > 1 and _same_device(ctx, blocks):
+            ctx.plan.replace(
+                node,
+                _first_branch,
+                ctx.line(node),
+                "every branch sets the same device: one assignment",
+                gives_way_to=[node],
+            )
 
 
 def _same_device(ctx: Context, blocks: list[cst.BaseSuite]) -> bool:

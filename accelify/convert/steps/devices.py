@@ -17,7 +17,7 @@ from accelify.analysis.device_moves import (
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
-from accelify.edits.plan import expression
+from accelify.edits import rewrites
 
 
 def run_model_moves(ctx: Context) -> None:
@@ -26,15 +26,17 @@ def run_model_moves(ctx: Context) -> None:
         if binding.name in ctx.frozen:
             continue
         stripped = strip_moves(binding.value)
-        if stripped is binding.value or binding.statement in ctx.plan.removals:
+        if stripped is binding.value:
             continue
-        if binding.value in ctx.plan.replacements:  # a DataParallel(...) already unwrapped
-            continue
+        # Another edit of the statement (a DataParallel(...) unwrapped, the line removed)
+        # decides what becomes of it: these moves give way.
+        gives_way_to = [binding.value, binding.statement]
         if dotted(stripped) == binding.name:
             ctx.plan.remove(
                 binding.statement,
                 binding.line,
                 f"removed {binding.name} device move (prepare places the model)",
+                gives_way_to=[binding.value],
             )
             continue
         ctx.plan.replace(
@@ -42,6 +44,7 @@ def run_model_moves(ctx: Context) -> None:
             lambda updated: strip_moves(updated),
             binding.line,
             f"removed .to(device) of {binding.name} (prepare places the model)",
+            gives_way_to=gives_way_to,
         )
     for line_statement, call in ctx.facts.placement.expression_statements():
         target = move_receiver(call)
@@ -92,54 +95,44 @@ def run_batch_moves(ctx: Context) -> None:
 
 def run_devices(ctx: Context) -> None:
     for binding in ctx.model.of_kind(Kind.DEVICE):
-        device = ctx.a("device")
-        if _is_string(binding.value) and read_as_string(ctx.model, binding.name):
-            device = f"str({device})"  # a string the script reads as one stays one
-        ctx.plan.replace(
-            binding.value,
-            lambda _, device=device: expression(device),
-            binding.line,
-            f"{binding.name} = {device}",
+        # a string the script reads as one stays one
+        as_string = _is_string(binding.value) and read_as_string(ctx.model, binding.name)
+        device = f"str({ctx.a('device')})" if as_string else ctx.a("device")
+        ctx.plan.add(
+            rewrites.use_device(binding.value, ctx.acc, as_string=as_string),
+            line=binding.line,
+            text=f"{binding.name} = {device}",
         )
         ctx.need(binding.statement)
     for call in ctx.model.calls:
-        if _calls_method(call, "cuda") and call not in ctx.plan.replacements:
+        if _calls_method(call, "cuda"):
             if not call.args:
-                acc = ctx.acc
-                ctx.plan.replace(
-                    call,
-                    lambda updated, acc=acc: updated.with_changes(
-                        func=updated.func.with_changes(attr=cst.Name("to")),
-                        args=[cst.Arg(expression(f"{acc}.device"))],
-                    ),
-                    ctx.line(call),
-                    f".cuda() -> .to({ctx.a('device')})",
+                planned = ctx.plan.add(
+                    rewrites.cuda_to_device(call, ctx.acc),
+                    line=ctx.line(call),
+                    text=f".cuda() -> .to({ctx.a('device')})",
+                    # a move that another step rewrites, or a line it removes
+                    gives_way_to=[call, ctx.statement_of(call)],
                 )
-                ctx.need(call)
-        elif (
-            _calls_method(call, "to")
-            and call not in ctx.plan.replacements
-            and call.args
-            and is_cuda_literal(call.args[0].value)
-        ):
-            ctx.plan.replace(
-                call.args[0].value,
-                lambda _: expression(ctx.a("device")),
-                ctx.line(call),
-                f'.to("cuda") -> .to({ctx.a("device")})',
+                ctx.need(call, when=planned.in_effect)
+        elif _calls_method(call, "to") and call.args and is_cuda_literal(call.args[0].value):
+            planned = ctx.plan.add(
+                rewrites.use_device(call.args[0].value, ctx.acc),
+                line=ctx.line(call),
+                text=f'.to("cuda") -> .to({ctx.a("device")})',
+                gives_way_to=[call, ctx.statement_of(call)],
             )
-            ctx.need(call)
+            ctx.need(call, when=planned.in_effect)
         for argument in call.args:
             if (
                 argument.keyword is not None
                 and argument.keyword.value == "device"
                 and is_cuda_literal(argument.value)
             ):
-                ctx.plan.replace(
-                    argument.value,
-                    lambda _: expression(ctx.a("device")),
-                    ctx.line(call),
-                    f'device="cuda" -> device={ctx.a("device")}',
+                ctx.plan.add(
+                    rewrites.use_device(argument.value, ctx.acc),
+                    line=ctx.line(call),
+                    text=f'device="cuda" -> device={ctx.a("device")}',
                 )
                 ctx.need(call)
 
@@ -154,18 +147,17 @@ def _batch_move_statement(
         if not moves:
             continue
         if is_identity_assignment(small, batch):
-            ctx.plan.remove(
-                line_statement,
-                ctx.line(small),
-                "removed batch device move (batches arrive on accelerator.device)",
+            ctx.plan.add(
+                rewrites.drop_statement(line_statement),
+                line=ctx.line(small),
+                text="removed batch device move (batches arrive on accelerator.device)",
             )
             return
         for move in moves:
-            ctx.plan.replace(
-                move,
-                _drop_move,
-                ctx.line(move),
-                "removed batch device move (batches arrive on accelerator.device)",
+            ctx.plan.add(
+                rewrites.drop_move(move),
+                line=ctx.line(move),
+                text="removed batch device move (batches arrive on accelerator.device)",
             )
 
 
@@ -177,8 +169,3 @@ def _is_string(value: cst.BaseExpression) -> bool:
 
 def _calls_method(call: cst.Call, method: str) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == method
-
-
-def _drop_move(updated: cst.CSTNode) -> cst.CSTNode:
-    assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
-    return updated.func.value

@@ -5,11 +5,9 @@ of stays as it is, with a review line that says why."""
 
 from __future__ import annotations
 
-import libcst as cst
-
 from accelify.analysis.evaluation import Evaluation
 from accelify.convert.steps.context import Context
-from accelify.edits.plan import statement
+from accelify.edits.collective_rewrites import gather_for_metrics
 
 
 def run(ctx: Context) -> None:
@@ -30,42 +28,20 @@ def _gather(ctx: Context, evaluation: Evaluation) -> None:
     assert evaluation.statement is not None and evaluation.forward is not None
     targets = [*evaluation.gathered, *(f.name for f in evaluation.fields)]
     values = [*evaluation.gathered, *(f.code for f in evaluation.fields)]
-    gather = statement(_gather_code(ctx, targets, values))
-    for gathered_field in evaluation.fields:
-        for use in gathered_field.uses:
-            ctx.plan.replacements[use] = lambda _, name=gathered_field.name: cst.Name(name)
-    if evaluation.extracted is None:
-        ctx.plan.insert_after(evaluation.statement, gather)
-    else:
-        _extract_forward(ctx, evaluation, gather)
-    ctx.plan.change(
-        ctx.line(evaluation.statement),
-        f"evaluation: {', '.join(targets)} gathered from every rank (gather_for_metrics)",
+    renamed = [(use, f.name) for f in evaluation.fields for use in f.uses]
+    extract = None
+    if evaluation.extracted is not None:
+        # ``se += ((model(x) - y) ** 2).sum()`` -> ``outputs = model(x)``, the gather, then
+        # ``se += ((outputs - y) ** 2).sum()``.
+        extract = (evaluation.forward, evaluation.extracted)
+    ctx.plan.add(
+        *gather_for_metrics(
+            evaluation.statement, _gather_code(ctx, targets, values), renamed, extract
+        ),
+        line=ctx.line(evaluation.statement),
+        text=f"evaluation: {', '.join(targets)} gathered from every rank (gather_for_metrics)",
     )
     ctx.need(evaluation.statement)
-
-
-def _extract_forward(ctx: Context, evaluation: Evaluation, gather: cst.BaseStatement) -> None:
-    """``se += ((model(x) - y) ** 2).sum()`` -> ``outputs = model(x)``, the gather, then
-    ``se += ((outputs - y) ** 2).sum()``: the forward as this pass rewrote it moves up."""
-    name = evaluation.extracted
-    assert name is not None and evaluation.forward is not None
-    rewritten: list[cst.BaseExpression] = []
-    previous = ctx.plan.replacements.get(evaluation.forward)
-
-    def take(updated: cst.CSTNode) -> cst.CSTNode:
-        if previous is not None:
-            updated = previous(updated)
-        rewritten.append(updated)  # type: ignore[arg-type]
-        return cst.Name(name)
-
-    def bind() -> cst.BaseStatement:
-        return cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(cst.Name(name))], rewritten[-1])]
-        )
-
-    ctx.plan.replacements[evaluation.forward] = take
-    ctx.plan.insert_before(evaluation.statement, bind, gather)
 
 
 def _gather_code(ctx: Context, targets: list[str], values: list[str]) -> str:

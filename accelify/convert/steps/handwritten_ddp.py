@@ -11,6 +11,8 @@ from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, strip_self_methods
 from accelify.convert.steps.context import Context
+from accelify.edits import rewrites
+from accelify.edits.node_rewrites import Swap
 from accelify.edits.plan import expression, with_keyword
 
 
@@ -45,7 +47,7 @@ def _spawns(ctx: Context) -> None:
         code = f"{ctx.code(worker)}({', '.join([index, *extra])})"
         ctx.plan.replace(
             call,
-            lambda _, code=code: expression(code),
+            Swap(code),
             ctx.line(call),
             f"{ctx.code(call.func)}(...) -> {code}",
         )
@@ -137,7 +139,7 @@ def _all_reduces(ctx: Context) -> None:
         code = f'{tensor}.copy_({ctx.a("reduce")}({tensor}, reduction="{reduction}"))'
         ctx.plan.replace(
             call,
-            lambda _, code=code: expression(code),
+            Swap(code),
             ctx.line(call),
             f"{ctx.code(call.func)}({tensor}) -> {code}",
         )
@@ -213,7 +215,7 @@ def _process_group_calls(ctx: Context, samplers: dict[str, str]) -> None:
         elif qualified & names.DESTROY_PROCESS_GROUP:
             ctx.plan.replace(
                 call,
-                lambda _: expression(f"{ctx.acc}.end_training()"),
+                Swap(f"{ctx.acc}.end_training()"),
                 ctx.line(call),
                 f"destroy_process_group() -> {ctx.a('end_training')}()",
             )
@@ -248,7 +250,7 @@ def _rank_reads_and_loaders(ctx: Context, samplers: dict[str, str]) -> None:
         if replacement is not None:
             ctx.plan.replace(
                 call,
-                lambda _, r=replacement: expression(r),
+                Swap(replacement),
                 ctx.line(call),
                 f"{ctx.code(call)} -> {replacement}",
             )
@@ -275,14 +277,10 @@ def _module_access(ctx: Context) -> None:
     for attribute in ctx.facts.placement.attributes():
         name = dotted(attribute.value)
         if attribute.attr.value == "module" and ctx.facts.flow.is_model_name(name, attribute):
-            acc = ctx.acc
-            ctx.plan.replace(
-                attribute,
-                lambda updated, acc=acc: cst.Call(
-                    expression(f"{acc}.unwrap_model"), [cst.Arg(updated.value)]
-                ),
-                ctx.line(attribute),
-                f"{name}.module -> {ctx.a('unwrap_model')}({name})",
+            ctx.plan.add(
+                rewrites.unwrap_module(attribute, ctx.acc),
+                line=ctx.line(attribute),
+                text=f"{name}.module -> {ctx.a('unwrap_model')}({name})",
             )
             ctx.need(attribute)
 
@@ -313,7 +311,7 @@ def _launched_tests(ctx: Context) -> list[cst.Comparison]:
         code = f"{ctx.a('num_processes')} {'>' if distributed else '=='} 1"
         ctx.plan.replace(
             node,
-            lambda _, code=code: expression(code),
+            Swap(code),
             ctx.line(node),
             f"{ctx.code(node)} -> {code}",
         )

@@ -8,7 +8,8 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
-from accelify.edits.plan import expression, with_keyword
+from accelify.edits import rewrites
+from accelify.edits.node_rewrites import WithKeyword
 
 
 def run(ctx: Context) -> None:
@@ -17,27 +18,21 @@ def run(ctx: Context) -> None:
         if qualified & names.PRINT and not ctx.facts.ranks.under_rank_guard(call):
             outside = _instance_outside_class(ctx, call)
             acc = ctx.acc if outside is None else f"{outside}.accelerator"
-            ctx.plan.replace(
-                call,
-                lambda updated, acc=acc: updated.with_changes(func=expression(f"{acc}.print")),
-                ctx.line(call),
-                f"print -> {acc}.print (local main process only)",
+            ctx.plan.add(
+                rewrites.print_once(call, acc),
+                line=ctx.line(call),
+                text=f"print -> {acc}.print (local main process only)",
+                anywhere=outside is not None,  # reached through the instance
             )
             if outside is None:
                 ctx.need(call)
-            else:
-                ctx.reachable_outside.append(call)
         elif qualified & names.TQDM and not any(
             a.keyword and a.keyword.value == "disable" for a in call.args
         ):
             acc = ctx.acc
             ctx.plan.replace(
                 call,
-                lambda updated, acc=acc: updated.with_changes(
-                    args=with_keyword(
-                        updated.args, "disable", expression(f"not {acc}.is_local_main_process")
-                    )
-                ),
+                WithKeyword("disable", f"not {acc}.is_local_main_process"),
                 ctx.line(call),
                 "progress bar shown on the local main process only",
             )

@@ -8,7 +8,7 @@ import libcst as cst
 from accelify.analysis import names, side_effects
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context, unwrap
-from accelify.edits.plan import expression, statement
+from accelify.edits import rewrites
 
 
 def run(ctx: Context) -> None:
@@ -21,25 +21,17 @@ def run(ctx: Context) -> None:
             continue  # writes into a file only the main process opens
         if ctx.facts.shared_files.kept_on_every_rank(call):
             continue  # a per-process path read back: each rank saves its own file
-        ctx.plan.replace(
-            call,
-            lambda updated: updated.with_changes(func=expression(f"{ctx.acc}.save")),
-            ctx.line(call),
-            f"torch.save -> {ctx.a('save')} (main process only)",
+        barriers = []
+        if not ctx.facts.ranks.under_rank_guard(call):
+            barriers = ctx.facts.ranks.barrier_places(line_statement)
+        ctx.plan.add(
+            *rewrites.save(call, ctx.acc, barriers),
+            line=ctx.line(call),
+            text=f"torch.save -> {ctx.a('save')} (main process only)",
         )
         ctx.need(call)
-        if not ctx.facts.ranks.under_rank_guard(call):
-            for anchor in ctx.facts.ranks.barrier_places(line_statement):
-                _barrier_before(ctx, anchor)
-
-
-def _barrier_before(ctx: Context, anchor: cst.CSTNode) -> None:
-    code = f"{ctx.acc}.wait_for_everyone()"
-    existing = ctx.plan.before.get(anchor, [])
-    if any(isinstance(item, cst.CSTNode) and ctx.code(item).strip() == code for item in existing):
-        return
-    ctx.plan.insert_before(anchor, statement(code))
-    ctx.need(anchor)
+        for anchor in barriers:
+            ctx.need(anchor)
 
 
 def _unwrap_saved_model(ctx: Context, call: cst.Call) -> None:
@@ -66,11 +58,10 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
             for item in with_node.items
         ):
             continue
-        ctx.plan.guard(
-            with_node,
-            ctx.a("is_main_process"),
-            ctx.line(with_node),
-            f"file written on the main process only (if {ctx.a('is_main_process')}:)",
+        ctx.plan.add(
+            rewrites.main_process_only(with_node, ctx.acc),
+            line=ctx.line(with_node),
+            text=f"file written on the main process only (if {ctx.a('is_main_process')}:)",
         )
         ctx.need(with_node)
         guarded.append(with_node)

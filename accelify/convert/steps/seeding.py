@@ -13,6 +13,7 @@ import libcst as cst
 
 from accelify.analysis.randomness import randomness_of
 from accelify.convert.steps.context import Context
+from accelify.edits.kinds import InsertBefore
 from accelify.edits.plan import statement
 
 
@@ -27,16 +28,21 @@ def run(ctx: Context) -> None:
         # Only the generators the script draws from before training, named as Accelerate does.
         torch_only = 'synchronize_rng_states(["torch"])'
         code = torch_only if randomness.torch_only else "synchronize_rng_states()"
-        ctx.uses.append("synchronize_rng_states")
+        used = "synchronize_rng_states"
         ctx.need(anchor)  # a broadcast from rank 0: the Accelerator comes first
         text = f"{code} before it: every rank draws what rank 0 draws"
     else:
         code = "set_seed(0)"  # Accelerate synchronizes torch's generators only
-        ctx.uses.append("set_seed")
+        used = "set_seed"
         text = "set_seed(0) before it makes them the same on every rank"
-    ctx.plan.insert_before(anchor, statement(code))
     draw = randomness.setup_draws[0]
-    ctx.plan.change(ctx.line(draw), f"random values drawn before training with no seed set: {text}")
+    made = ctx.plan.add(
+        InsertBefore(anchor, statement(code)),
+        line=ctx.line(draw),
+        text=f"random values drawn before training with no seed set: {text}",
+    )
+    if made:  # not where self.accelerator cannot reach
+        ctx.uses.append(used)
 
 
 def _seed_anchor(ctx: Context, draws: list[cst.Call]) -> cst.CSTNode | None:

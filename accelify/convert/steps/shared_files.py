@@ -14,7 +14,7 @@ import libcst as cst
 
 from accelify.analysis.shared_files import Download, SharedFile
 from accelify.convert.steps.context import Context
-from accelify.edits.plan import statement
+from accelify.edits import rewrites
 
 
 def run(ctx: Context) -> None:
@@ -48,14 +48,13 @@ def _download_once(ctx: Context, download: Download) -> None:
         )
         return
     if _effects_only(download.statement):
-        ctx.plan.guard(
-            download.statement,
-            ctx.a("is_main_process"),
-            line,
-            f"{what} downloads on the main process only; every rank then waits for it "
+        ctx.plan.add(
+            rewrites.main_process_only(download.statement, ctx.acc),
+            rewrites.barrier_after(download.statement, ctx.acc),
+            line=line,
+            text=f"{what} downloads on the main process only; every rank then waits for it "
             f"({ctx.a('wait_for_everyone()')})",
         )
-        ctx.plan.insert_after(download.statement, statement(ctx.a("wait_for_everyone()")))
     else:
         ctx.plan.wrap_in(
             download.statement,
@@ -76,7 +75,7 @@ def _effects_only(node: cst.CSTNode) -> bool:
 
 def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
     read, write = shared.read, shared.write
-    places = ctx.facts.ranks.barrier_places(_statement_of(ctx, read))
+    places = ctx.facts.ranks.barrier_places(ctx.statement_of(read))
     path = ctx.code(shared.path)
     if any(ctx.facts.placement.inside(write, place) for place in places):
         ctx.plan.review(
@@ -100,7 +99,7 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
         return
     code = f"{ctx.acc}.wait_for_everyone()"
     for place in places:
-        ctx.plan.insert_before(place, statement(code))
+        ctx.plan.add(rewrites.barrier(place, ctx.acc))
         ctx.need(place)
     ctx.plan.change(
         ctx.line(read),
@@ -137,11 +136,3 @@ def _kept_on_every_rank(ctx: Context, shared: SharedFile) -> None:
         ctx.line(shared.write),
         f"kept on every rank: the path comes from {made}, another file on each process; {where}",
     )
-
-
-def _statement_of(ctx: Context, node: cst.CSTNode) -> cst.CSTNode:
-    """The statement of a block that holds ``node`` (a line, or the ``with``/``if`` it heads)."""
-    for ancestor in (node, *ctx.model.ancestors(node)):
-        if isinstance(ctx.model.parent(ancestor), (cst.IndentedBlock, cst.Module)):
-            return ancestor
-    return node

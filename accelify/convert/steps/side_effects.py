@@ -11,6 +11,7 @@ import libcst as cst
 from accelify.analysis import collectives, side_effects
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
+from accelify.edits import rewrites
 from accelify.edits.plan import expression, statement, with_keyword
 
 
@@ -115,7 +116,7 @@ def _unwrap_receiver(ctx: Context, call: cst.Call) -> None:
 
 
 def _guard(ctx: Context, node: cst.CSTNode, text: str) -> None:
-    ctx.plan.guard(node, ctx.a("is_main_process"), ctx.line(node), text)
+    ctx.plan.add(rewrites.main_process_only(node, ctx.acc), line=ctx.line(node), text=text)
     ctx.need(node)
 
 
@@ -144,15 +145,24 @@ def _fix_makedirs(ctx: Context, race: side_effects.MakedirsRace) -> None:
     makedirs = func.rsplit(".", 1)[0] + ".makedirs"
     path = ctx.code(call.args[0].value) if call.args else ""
     fixed = f"{makedirs}({path}, exist_ok=True)"
-    ctx.reachable_outside.append(race.statement)  # needs no accelerator: fixed anywhere
-    ctx.reachable_outside.append(call)
+    text = f"every rank creates the directory: {fixed}"
+    # Needs no accelerator: fixed anywhere.
     if isinstance(race.statement, cst.If):
-        ctx.plan.replacements[race.statement] = lambda updated: statement(fixed).with_changes(
-            leading_lines=updated.leading_lines
+        ctx.plan.replace(
+            race.statement,
+            lambda updated: statement(fixed).with_changes(leading_lines=updated.leading_lines),
+            ctx.line(call),
+            text,
+            anywhere=True,
         )
     else:
-        ctx.plan.replacements[call] = lambda updated: updated.with_changes(
-            func=expression(makedirs),
-            args=with_keyword(updated.args, "exist_ok", cst.Name("True")),
+        ctx.plan.replace(
+            call,
+            lambda updated: updated.with_changes(
+                func=expression(makedirs),
+                args=with_keyword(updated.args, "exist_ok", cst.Name("True")),
+            ),
+            ctx.line(call),
+            text,
+            anywhere=True,
         )
-    ctx.plan.change(ctx.line(call), f"every rank creates the directory: {fixed}")

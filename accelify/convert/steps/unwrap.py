@@ -34,12 +34,18 @@ def _traced(ctx: Context) -> None:
         if not traces or not call.args:
             continue
         model = call.args[0].value
-        if not isinstance(model, (cst.Name, cst.Attribute)) or model in ctx.plan.replacements:
+        if not isinstance(model, (cst.Name, cst.Attribute)):
             continue
         name = dotted(model)
         if not ctx.facts.flow.is_model_name(name, call) or not ctx.after_prepare(call, name):
             continue
-        unwrap(ctx, model, call, f"traces {ctx.a('unwrap_model')}({name}), not the DDP wrapper")
+        unwrap(
+            ctx,
+            model,
+            call,
+            f"traces {ctx.a('unwrap_model')}({name}), not the DDP wrapper",
+            gives_way_to=[model],
+        )
 
 
 def _layers_by_index(ctx: Context) -> None:
@@ -48,7 +54,7 @@ def _layers_by_index(ctx: Context) -> None:
         if not isinstance(node, cst.Subscript):
             continue
         owner = node.value
-        if not isinstance(owner, (cst.Name, cst.Attribute)) or owner in ctx.plan.replacements:
+        if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
         if not ctx.facts.flow.is_model_name(dotted(owner), node) or not ctx.after_prepare(
             node, dotted(owner)
@@ -57,7 +63,8 @@ def _layers_by_index(ctx: Context) -> None:
         if isinstance(ctx.model.parent(node), cst.AssignTarget):
             continue
         name = dotted(owner)
-        unwrap(ctx, owner, node, f"{name}[...] -> {ctx.a('unwrap_model')}({name})[...]")
+        text = f"{name}[...] -> {ctx.a('unwrap_model')}({name})[...]"
+        unwrap(ctx, owner, node, text, gives_way_to=[owner])
 
 
 #: nn.Module methods' own parameters: a model class of the file that overrides one with others
@@ -91,7 +98,7 @@ def _attributes(ctx: Context) -> None:
         if member == "module" or member.startswith("__"):
             continue
         owner = attribute.value
-        if not isinstance(owner, (cst.Name, cst.Attribute)) or owner in ctx.plan.replacements:
+        if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
         if not ctx.facts.flow.is_model_name(dotted(owner), attribute):
             continue
@@ -102,6 +109,7 @@ def _attributes(ctx: Context) -> None:
             owner,
             attribute,
             f"{dotted(owner)}.{member} -> {ctx.a('unwrap_model')}({dotted(owner)}).{member}",
+            gives_way_to=[owner],  # ``model.module`` already unwrapped
         )
 
 

@@ -1,0 +1,63 @@
+"""The rewrites that make a rank's own values collective: an evaluation's predictions and labels
+gathered from every rank, a stop one rank decides made every rank's. Each moves code the pass
+has already rewritten (a forward, an ``if``'s body) to a new place, so each is a `Wrap` that
+keeps what it took, plus the insert built from it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from accelify.edits.code import expression, statement
+from accelify.edits.kinds import Edit, InsertAfter, InsertBefore, Replace, Wrap
+from accelify.edits.node_rewrites import Swap
+
+
+def gather_for_metrics(
+    evaluated: cst.CSTNode,
+    gather: str,
+    renamed: Iterable[tuple[cst.CSTNode, str]] = (),
+    extract: tuple[cst.CSTNode, str] | None = None,
+) -> list[Edit]:
+    """``gather`` (``preds, y = acc.gather_for_metrics((preds, y))``) after ``evaluated``, the
+    statement that computes what it gathers; each of ``renamed`` then reads the gathered name.
+    With ``extract`` (``(forward, "outputs")``) the forward inside ``evaluated``
+    (``se += ((model(x) - y) ** 2).sum()``) moves up into ``outputs = model(x)``, as this pass
+    rewrote it, and the gather comes before ``evaluated``, which reads ``outputs``."""
+    edits: list[Edit] = [Replace(use, Swap(name)) for use, name in renamed]
+    if extract is None:
+        return [*edits, InsertAfter(evaluated, statement(gather))]
+    forward, name = extract
+    taken: list[cst.BaseExpression] = []
+
+    def take(updated: cst.CSTNode) -> cst.CSTNode:
+        taken.append(updated)  # type: ignore[arg-type]
+        return cst.Name(name)
+
+    def bind() -> cst.BaseStatement:
+        return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], taken[-1])])
+
+    return [
+        *edits,
+        Wrap(forward, take),
+        InsertBefore(evaluated, bind),
+        InsertBefore(evaluated, statement(gather)),
+    ]
+
+
+def collective_stop(if_node: cst.If, acc: str) -> list[Edit]:
+    """``if <this rank's test>: ...; break`` -> ``if ...: acc.set_trigger()`` and, after it,
+    ``if acc.check_trigger(): ...; break``: every rank stops when any rank would, and does what
+    the ``if`` did before breaking."""
+    bodies: list[cst.BaseSuite] = []
+
+    def trigger(updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.If)
+        bodies.append(updated.body)
+        return updated.with_changes(body=cst.IndentedBlock([statement(f"{acc}.set_trigger()")]))
+
+    def check() -> cst.BaseStatement:
+        return cst.If(test=expression(f"{acc}.check_trigger()"), body=bodies[-1])
+
+    return [Wrap(if_node, trigger), InsertAfter(if_node, check)]

@@ -1,0 +1,117 @@
+"""Rewrites of one node, as values: two equal rewrites of one node are one edit, which a lambda
+could not say. Each is a function of the node as the pass has rewritten it so far."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accelify.edits.code import expression, with_keyword
+
+
+@dataclass(frozen=True)
+class Swap:
+    """The node becomes ``code`` (``accelerator.device``), whatever it was."""
+
+    code: str
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        return expression(self.code)
+
+
+@dataclass(frozen=True)
+class CallInstead:
+    """``f(args)`` -> ``function(args)``; with ``receiver_first``, ``x.f(args)`` ->
+    ``function(x, args)``, and with ``unscale`` too, ``scaler.scale(x).f()`` ->
+    ``function(x)``. Keyword arguments named in ``dropped`` go (``foreach=``: a speed choice
+    the new function does not take)."""
+
+    function: str
+    receiver_first: bool = False
+    unscale: bool = False
+    dropped: tuple[str, ...] = ()
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call)
+        args = _without(updated.args, self.dropped)
+        if self.receiver_first:
+            receiver = updated.func.value  # type: ignore[attr-defined]
+            if self.unscale:
+                receiver = receiver.args[0].value
+            args = [cst.Arg(receiver), *args]
+        return updated.with_changes(func=expression(self.function), args=args)
+
+
+@dataclass(frozen=True)
+class Wrapped:
+    """``x`` -> ``function(x)`` (``accelerator.unwrap_model(model)``); with ``owner``,
+    ``x.attr`` -> ``function(x)`` (``model.module`` -> ``accelerator.unwrap_model(model)``)."""
+
+    function: str
+    owner: bool = False
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        inner = updated.value if self.owner else updated  # type: ignore[attr-defined]
+        return cst.Call(expression(self.function), [cst.Arg(inner)])
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """``x.to(device)`` -> ``x``: the move goes, what was moved stays."""
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
+        return updated.func.value
+
+
+@dataclass(frozen=True)
+class MethodInstead:
+    """``x.cuda()`` -> ``x.to(accelerator.device)``: another method, other arguments."""
+
+    method: str
+    arguments: tuple[str, ...]
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
+        return updated.with_changes(
+            func=updated.func.with_changes(attr=cst.Name(self.method)),
+            args=[cst.Arg(expression(code)) for code in self.arguments],
+        )
+
+
+@dataclass(frozen=True)
+class WithoutArgument:
+    """``.to("cuda:0", dtype=torch.long)`` -> ``.to(dtype=torch.long)``: one argument goes."""
+
+    index: int
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call)
+        kept = [a for i, a in enumerate(updated.args) if i != self.index]
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(args=kept)
+
+
+@dataclass(frozen=True)
+class WithKeyword:
+    """``f(a)`` -> ``f(a, name=code)``, unless the call passes ``name`` already."""
+
+    name: str
+    code: str
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call)
+        if any(a.keyword and a.keyword.value == self.name for a in updated.args):
+            return updated
+        return updated.with_changes(
+            args=with_keyword(updated.args, self.name, expression(self.code))
+        )
+
+
+def _without(args: Sequence[cst.Arg], dropped: tuple[str, ...]) -> list[cst.Arg]:
+    kept = [a for a in args if not (a.keyword is not None and a.keyword.value in dropped)]
+    if kept and len(kept) < len(args):
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return kept

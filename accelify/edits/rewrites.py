@@ -1,0 +1,167 @@
+"""The rewrites `accelify convert` and `accelify lint --fix` share, each written once: a convert
+step calls one for each site it converts, a rule's fix for its one finding. Each returns plain
+edits (`accelify.edits.kinds`) for a `Plan` to compose; what is rewritten where is the caller's
+decision, made on the analysis."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+import libcst as cst
+
+from accelify.edits.code import statement
+from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove, Replace
+from accelify.edits.node_rewrites import (
+    CallInstead,
+    MethodInstead,
+    Receiver,
+    Swap,
+    WithoutArgument,
+    Wrapped,
+)
+
+#: The parameters of the Accelerator's clipping methods, in order.
+CLIP_PARAMETERS = {
+    "clip_grad_norm_": ("parameters", "max_norm", "norm_type"),
+    "clip_grad_value_": ("parameters", "clip_value"),
+}
+
+
+def backward(
+    call: cst.Call, acc: str, *, keep_scaling: bool = True, scalers: Collection[str] = ()
+) -> Replace:
+    """``loss.backward(...)`` -> ``acc.backward(loss, ...)``. A ``scaler.scale(loss)`` receiver
+    (``scaler`` one of ``scalers``) keeps its scaling unless ``keep_scaling`` is False: convert
+    drops it when the precision moved to the Accelerator (which scales fp16 losses itself), and
+    keeps it when the script's AMP stays as written, as a lint fix does."""
+    unscale = not keep_scaling and scaled_loss(call, scalers) is not None
+    return Replace(call, CallInstead(f"{acc}.backward", receiver_first=True, unscale=unscale))
+
+
+def backward_loss(
+    call: cst.Call, *, keep_scaling: bool = True, scalers: Collection[str] = ()
+) -> cst.BaseExpression:
+    """The loss `backward` passes to ``acc.backward``."""
+    receiver = call.func.value  # type: ignore[attr-defined]
+    scaled = None if keep_scaling else scaled_loss(call, scalers)
+    return scaled if scaled is not None else receiver
+
+
+def scaled_loss(call: cst.Call, scalers: Collection[str]) -> cst.BaseExpression | None:
+    """``loss`` of ``scaler.scale(loss).backward()``."""
+    receiver = call.func.value  # type: ignore[attr-defined]
+    if (
+        isinstance(receiver, cst.Call)
+        and isinstance(receiver.func, cst.Attribute)
+        and receiver.func.attr.value == "scale"
+        and _dotted(receiver.func.value) in scalers
+        and receiver.args
+    ):
+        return receiver.args[0].value
+    return None
+
+
+def clip_grad(call: cst.Call, acc: str, method: str) -> Replace | None:
+    """``torch.nn.utils.clip_grad_norm_(...)`` -> ``acc.clip_grad_norm_(...)`` (and
+    ``clip_grad_value_``): the Accelerator's unscale fp16 gradients first and clip what each
+    backend holds. ``foreach=`` (a speed choice) goes; None when the call passes what the
+    Accelerator's method does not take (`unaccepted_clip_argument`)."""
+    if unaccepted_clip_argument(call, method) is not None:
+        return None
+    return Replace(call, CallInstead(f"{acc}.{method}", dropped=("foreach",)))
+
+
+def unaccepted_clip_argument(call: cst.Call, method: str) -> str | None:
+    """The first argument the Accelerator's ``method`` would not take, as written."""
+    accepted = CLIP_PARAMETERS[method]
+    for index, argument in enumerate(call.args):
+        if argument.star:
+            return f"{argument.star}{cst.Module([]).code_for_node(argument.value)}"
+        if argument.keyword is not None and argument.keyword.value == "foreach":
+            continue
+        if argument.keyword is not None and argument.keyword.value not in accepted:
+            return f"{argument.keyword.value}="
+        if argument.keyword is None and index >= len(accepted):
+            return f"argument {index + 1}"
+    return None
+
+
+def print_once(call: cst.Call, acc: str) -> Replace:
+    """``print(...)`` -> ``acc.print(...)``: printed by the local main process only."""
+    return Replace(call, CallInstead(f"{acc}.print"))
+
+
+def save(call: cst.Call, acc: str, barriers: Iterable[cst.CSTNode] = ()) -> list[Edit]:
+    """``torch.save(...)`` -> ``acc.save(...)`` (written by the main process), with
+    ``acc.wait_for_everyone()`` before each of ``barriers``: the places every rank reaches
+    before the save (`Ranks.barrier_places`), so no rank reads the file before it is whole."""
+    return [Replace(call, CallInstead(f"{acc}.save")), *(barrier(b, acc) for b in barriers)]
+
+
+def barrier(anchor: cst.CSTNode, acc: str) -> InsertBefore:
+    """``acc.wait_for_everyone()`` before ``anchor``, a statement every rank reaches."""
+    return InsertBefore(anchor, statement(f"{acc}.wait_for_everyone()"))
+
+
+def barrier_after(anchor: cst.CSTNode, acc: str) -> InsertAfter:
+    """``acc.wait_for_everyone()`` after ``anchor``: the others wait for what it did."""
+    return InsertAfter(anchor, statement(f"{acc}.wait_for_everyone()"))
+
+
+def unwrap(model: cst.CSTNode, acc: str) -> Replace:
+    """``model`` -> ``acc.unwrap_model(model)``: the model itself, not its DDP wrapper."""
+    return Replace(model, Wrapped(f"{acc}.unwrap_model"))
+
+
+def unwrap_module(attribute: cst.Attribute, acc: str) -> Replace:
+    """``model.module`` (a DataParallel's inner model) -> ``acc.unwrap_model(model)``, which
+    is the model whether or not it was wrapped."""
+    return Replace(attribute, Wrapped(f"{acc}.unwrap_model", owner=True))
+
+
+def use_device(node: cst.CSTNode, acc: str, *, as_string: bool = False) -> Replace:
+    """A device (``torch.device("cuda:0")``, ``"cuda"``) -> ``acc.device``, this rank's; a string
+    the script reads as one stays one (``str(acc.device)``)."""
+    device = f"{acc}.device"
+    return Replace(node, Swap(f"str({device})" if as_string else device))
+
+
+def cuda_to_device(call: cst.Call, acc: str) -> Replace:
+    """A ``.cuda()`` that stays -> ``.to(acc.device)``: this rank's GPU, or the CPU."""
+    return Replace(call, MethodInstead("to", (f"{acc}.device",)))
+
+
+def drop_move(call: cst.Call) -> Replace:
+    """``x.to(device)`` -> ``x``: prepare already placed it."""
+    return Replace(call, Receiver())
+
+
+def drop_device_argument(call: cst.Call, index: int) -> Replace:
+    """``x.to("cuda:0", dtype=...)`` -> ``x.to(dtype=...)``: only the move goes."""
+    return Replace(call, WithoutArgument(index))
+
+
+def drop_statement(statement_node: cst.CSTNode) -> Remove:
+    """A statement left doing nothing once its move goes (``x = x``, ``model.to(device)``)."""
+    return Remove(statement_node)
+
+
+def main_process_only(statement_node: cst.CSTNode, acc: str) -> Guard:
+    """``statement`` runs under ``if acc.is_main_process:``; consecutive ones share the ``if``."""
+    return Guard(statement_node, f"{acc}.is_main_process")
+
+
+def use_gather_for_metrics(gather: cst.Call) -> Replace:
+    """``acc.gather(x)`` -> ``acc.gather_for_metrics(x)``, which drops the samples repeated to
+    even out the last batch."""
+    return Replace(gather.func.attr, Swap("gather_for_metrics"))  # type: ignore[attr-defined]
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    """``self.scaler`` of a name or an attribute chain; None for other expressions."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        owner = _dotted(node.value)
+        return None if owner is None else f"{owner}.{node.attr.value}"
+    return None
