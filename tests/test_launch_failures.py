@@ -92,6 +92,27 @@ def test_ranks_waiting_in_different_collectives_are_a_mismatch_naming_both_lines
     assert "rank 1 left the training loop early" in verdict.text
 
 
+def test_ranks_waiting_in_the_same_call_at_different_places_in_the_sequence_are_a_mismatch():
+    """Two gathers that cannot pair: rank 0's is its 8th collective, rank 1's its 7th."""
+    ranks = {
+        0: record(0, IN_COLLECTIVE, "gather", "train.py:88", sequence=8),
+        1: record(1, IN_COLLECTIVE, "gather", "train.py:88", sequence=7),
+    }
+    verdict = watcher().inspect(ranks, time.time(), Path("/nonexistent"))
+    assert verdict is not None and verdict.kind == "mismatch"
+    assert "collective #8" in verdict.text and "collective #7" in verdict.text
+
+
+def test_ranks_waiting_in_the_same_collective_are_not_a_mismatch():
+    ranks = {r: record(r, IN_COLLECTIVE, "gather", "train.py:88") for r in (0, 1)}
+    assert (
+        Watcher(Path("/nonexistent"), hang_timeout=0).inspect(
+            ranks, time.time(), Path("/nonexistent")
+        )
+        is None
+    )
+
+
 def test_a_collective_entered_a_moment_ago_is_not_yet_a_mismatch():
     now = time.time()
     ranks = {

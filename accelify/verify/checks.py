@@ -11,6 +11,7 @@ loop over a sharded loader to gather or reduce what it computes.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from accelify.verify.records import StepRecord
@@ -237,7 +238,14 @@ def _same_losses_everywhere(ranks: list[list[StepRecord]]) -> bool:
     )
 
 
+#: The launcher's last word when its watcher stopped a run that could not finish.
+_STOPPED = re.compile(r"^accelify launch: the run was stopped: (.+) \(above\)$", re.MULTILINE)
+
+
 def _failure(what: str, run: Run) -> str:
     if run.timed_out:
         return f"FAIL: {what} did not end within the timeout"
+    stopped = _STOPPED.search(run.output)
+    if stopped:
+        return f"FAIL: {what} could not finish: {stopped.group(1)} (the launcher's report below)"
     return f"FAIL: {what} exited with code {run.returncode}"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -86,15 +85,20 @@ class DDPBackend(Backend):
 
 def _record_communicating_forwards(model: DistributedDataParallel) -> None:
     """A DDP forward is a collective when it broadcasts the module's buffers (BatchNorm
-    statistics, every forward after a training one) and once, early on, when the reducer
-    rebuilds its buckets (the second training forward): a rank stuck there waits for a peer
-    that went elsewhere, and the record says so."""
-    forwards = itertools.count(1)
+    statistics, every forward after a training one) and once, when the reducer rebuilds its
+    buckets: the first training forward after the first backward that reduced (the third under
+    an accumulation of 2). A rank stuck there waits for a peer that went elsewhere, and the
+    record says so; a forward that does not communicate is not recorded, or a slow one would
+    look like a rank waiting."""
     begun: list[bool] = []
 
     def before(module: DistributedDataParallel, args: Any) -> None:
-        number = next(forwards)
-        rebuilds = torch.is_grad_enabled() and number <= 2 and not module._has_rebuilt_buckets
+        rebuilds = (
+            module in REDUCED
+            and torch.is_grad_enabled()
+            and not module._has_rebuilt_buckets
+            and (module.static_graph or not module.find_unused_parameters)
+        )
         begun.append(
             collective_record.begin("forward")
             if rebuilds or module.will_sync_module_buffers()
@@ -102,6 +106,8 @@ def _record_communicating_forwards(model: DistributedDataParallel) -> None:
         )
 
     def after(module: DistributedDataParallel, args: Any, output: Any) -> None:
+        if torch.is_grad_enabled() and module.require_backward_grad_sync:
+            REDUCED.add(module)  # a training forward with sync on: its backward reduces
         if begun:
             collective_record.end(begun.pop())
 
@@ -109,6 +115,9 @@ def _record_communicating_forwards(model: DistributedDataParallel) -> None:
     model.register_forward_hook(after, always_call=True)
 
 
+#: DDP wrappers whose reducer has readied a backward that reduces: their next training forward
+#: rebuilds the buckets (until `_has_rebuilt_buckets`).
+REDUCED: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 #: DDP wrappers created by this process (weakly held), released at exit.
 WRAPPED_MODELS: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
@@ -125,6 +134,7 @@ def _synced_backward(model: DistributedDataParallel) -> Iterator[None]:
     saved = model.require_backward_grad_sync, model.require_forward_param_sync
     model.require_backward_grad_sync = model.require_forward_param_sync = True
     model.reducer.prepare_for_backward([])
+    REDUCED.add(model)
     try:
         yield
     finally:

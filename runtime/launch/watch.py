@@ -3,8 +3,9 @@
 Each rank keeps a record of the collective it is in (`accelify.runtime.collective_record`).
 Read side by side, the records show the three ways a distributed run hangs:
 
-- ranks waiting in *different* collectives: neither can finish (a collective under
-  ``if accelerator.is_main_process:``, one rank leaving the loop while the others train on);
+- ranks waiting in *different* collectives (another call, or the same call at another place in
+  the sequence): neither can finish (a collective under ``if accelerator.is_main_process:``,
+  one rank leaving the loop while the others train on);
 - a rank waiting in a collective while a peer has left the script: its peer will never come;
 - a rank waiting longer than ``--hang-timeout`` while a peer is busy outside any collective: the
   peer's Python stack says where it is (a rank looping alone, a slow main-process-only section).
@@ -118,7 +119,7 @@ class Watcher:
         }
         if not waiting or any(rec.state == CRASHED for rec in ranks.values()):
             return None  # a rank that raised ends the run through the agent, with its traceback
-        if len({rec.operation for rec in waiting.values()}) > 1:
+        if len({(rec.operation, rec.sequence) for rec in waiting.values()}) > 1:
             return _mismatch(ranks, waiting)
         left = {
             r: rec
@@ -223,7 +224,7 @@ def _shown_path(path: str) -> str:
 
 #: Collectives the user did not call by name, said so.
 _OPERATION_WORDS = {
-    "forward": "the model's forward (DDP synchronises buffers there)",
+    "forward": "the model's forward (DDP synchronises buffers and buckets there)",
     "backward": "backward (DDP reduces gradients there)",
 }
 
