@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -36,6 +37,43 @@ def convert_to(script: Path, destination: Path, *args: str) -> Path:
     return destination
 
 
+class Runs:
+    """What several tests compare against, made once per script: the conversion through the
+    CLI (per target) and the original's run on one process, each in a folder of its own. A test
+    runs the conversion from a copy in its own folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._conversions: dict[tuple[Path, str], str] = {}
+        self._originals: dict[Path, subprocess.CompletedProcess[str]] = {}
+
+    def converted(self, script: Path, workdir: Path, target: str = "accelify") -> Path:
+        key = (script, target)
+        if key not in self._conversions:
+            folder = self.root / f"{script.stem}-{target}"
+            folder.mkdir()
+            path = convert_to(script, folder / script.name, "--target", target)
+            self._conversions[key] = path.read_text()
+        copy = workdir / script.name
+        copy.write_text(self._conversions[key])
+        return copy
+
+    def original(self, script: Path) -> subprocess.CompletedProcess[str]:
+        if script not in self._originals:
+            folder = self.root / f"{script.stem}-original"
+            folder.mkdir()
+            result = run_python(script, cwd=folder)
+            assert_ok(result)
+            assert result.stdout.strip(), "the fixture prints nothing to compare"
+            self._originals[script] = result
+        return self._originals[script]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return Runs(tmp_path_factory.mktemp("e2e"))
+
+
 def line_shapes(output: str) -> Counter[str]:
     """Lines with their numbers blanked out: what was logged, not the values."""
     return Counter(re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "N", line) for line in output.splitlines())
@@ -50,21 +88,18 @@ def eval_totals(output: str) -> list[str]:
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
-def test_one_process_prints_exactly_what_the_original_prints(script: Path, workdir: Path):
-    converted = convert_to(script, workdir / script.name)
-    original = run_python(script, cwd=workdir)
-    ours = run_python(converted, cwd=workdir)
-    assert_ok(original)
+def test_one_process_prints_exactly_what_the_original_prints(
+    script: Path, runs: Runs, workdir: Path
+):
+    ours = run_python(runs.converted(script, workdir), cwd=workdir)
     assert_ok(ours)
-    assert original.stdout.strip(), "the fixture prints nothing to compare"
-    assert ours.stdout == original.stdout
+    assert ours.stdout == runs.original(script).stdout
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
-def test_two_ranks_run_print_once_and_evaluate_everything(script: Path, workdir: Path):
-    converted = convert_to(script, workdir / script.name)
-    single = run_python(script, cwd=workdir)
-    result = launch(converted, cwd=workdir)
+def test_two_ranks_run_print_once_and_evaluate_everything(script: Path, runs: Runs, workdir: Path):
+    single = runs.original(script)
+    result = launch(runs.converted(script, workdir), cwd=workdir)
     assert_ok(result)
     assert eval_totals(result.stdout) == eval_totals(single.stdout)
     # Each rank trains on half the batches, so it logs at most as often as the single process;
@@ -90,13 +125,12 @@ def test_checkpoints_are_written_once_and_load(workdir: Path):
     importlib.util.find_spec("accelerate") is None, reason="HF Accelerate not installed"
 )
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
-def test_accelerate_target_runs_on_hugging_face_accelerate(script: Path, workdir: Path):
-    converted = convert_to(script, workdir / script.name, "--target", "accelerate")
+def test_accelerate_target_runs_on_hugging_face_accelerate(script: Path, runs: Runs, workdir: Path):
+    converted = runs.converted(script, workdir, target="accelerate")
     assert "from accelerate import Accelerator" in converted.read_text()
-    original = run_python(script, cwd=workdir)
     theirs = run_python(converted, cwd=workdir)
     assert_ok(theirs)
-    assert theirs.stdout == original.stdout
+    assert theirs.stdout == runs.original(script).stdout
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)

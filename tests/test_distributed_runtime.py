@@ -190,7 +190,7 @@ def test_max_restarts_resumes_from_the_checkpoint_every_time(tmp_path):
     straight = tmp_path / "straight.json"
     assert_ok(launch(script, "--total-steps", "24", "--out", straight))
     expected = json.loads(straight.read_text())
-    for attempt in range(5):
+    for attempt in range(2):  # twice: a restart that resumes only sometimes is a bug too
         out, checkpoint = tmp_path / f"restarted{attempt}.json", tmp_path / f"ck{attempt}"
         result = run_accelify(
             "launch",

@@ -1,5 +1,5 @@
-"""`accelify verify`: the runnable conversion fixtures verify clean on 1 and 2 processes, and
-deliberately broken conversions are caught by the check that should catch them.
+"""`accelify verify`: conversions of runnable fixtures of different shapes verify clean on 1 and 2
+processes, and deliberately broken conversions are caught by the check that should catch them.
 
 Each broken conversion in fixtures/verify/broken/ is the converter's output for
 fixtures/verify/original.py with one mistake, named by its first line: ``# expect: check N:
@@ -21,7 +21,14 @@ from conftest import FIXTURES, assert_ok, run_accelify
 #: cannot compare it (test below); the conversion itself is run on 1 and 2 ranks by
 #: test_convert_e2e.
 SPAWNS = FIXTURES / "scripts" / "spawn_worker.py"
-SCRIPTS = sorted(p for p in (FIXTURES / "scripts").glob("*.py") if p != SPAWNS)
+#: One of each shape verify must not fail (mixed precision added, accumulation, a trainer class,
+#: early stopping, evaluations of several shapes). Every conversion of fixtures/scripts/ runs on 1
+#: and 2 ranks in test_convert_e2e, and the runnable golden cases pass `verify --to-end` in
+#: test_convert_runnable.
+SCRIPTS = [
+    FIXTURES / "scripts" / f"{name}.py"
+    for name in ("amp_clip", "class_trainer", "early_stop", "eval_shapes", "grad_accumulation")
+]
 ORIGINAL = FIXTURES / "verify" / "original.py"
 BROKEN = sorted((FIXTURES / "verify" / "broken").glob("*.py"))
 STEPS = "3"

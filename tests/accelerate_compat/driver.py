@@ -21,7 +21,9 @@ from typing import Any
 
 RUNNER = Path(__file__).with_name("case_runner.py")
 #: A case that has not finished on every rank by then hangs (the slowest case here takes ~5 s).
-CASE_TIMEOUT_S = 60.0
+#: HF's own run hangs in one case on every run (test_can_join_uneven_inputs, see
+#: tests/test_accelerate_scripts.py), and only the cases it passes matter: it waits less.
+CASE_TIMEOUT_S = {"accelify": 60.0, "accelerate": 20.0}
 RANKS = 2
 #: Calls of a script's functions made instead of its `main()`: `(function, arguments)`.
 Calls = list[tuple[str, list[Any]]]
@@ -87,7 +89,8 @@ def _read(path: Path) -> dict:
 def _launch(
     runtime: str, script: Path, results: Path, start: int, log: Path, calls: Calls | None
 ) -> None:
-    """One launch from case `start`, killed when a case outlives CASE_TIMEOUT_S."""
+    """One launch from case `start`, killed when a case outlives its CASE_TIMEOUT_S."""
+    timeout = CASE_TIMEOUT_S[runtime]
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "PYTHONUNBUFFERED": "1"}
     with log.open("a") as out:
         out.write(f"--- launch from case {start}\n")
@@ -107,12 +110,12 @@ def _launch(
                 index = marker.name.split(".")[0]
                 started.setdefault(index, now)
                 finished = len(list(results.glob(f"{index}.*.json")))
-                if finished < RANKS and now - started[index] > CASE_TIMEOUT_S:
+                if finished < RANKS and now - started[index] > timeout:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
                     _kill_ranks(results, start, int(index))
                     (results / f"{index}.hang").write_text(
-                        f"not finished on {RANKS - finished} rank(s) after {CASE_TIMEOUT_S:.0f} s"
+                        f"not finished on {RANKS - finished} rank(s) after {timeout:.0f} s"
                     )
                     return
             time.sleep(0.1)
