@@ -1,6 +1,6 @@
 """Steps/s of one training loop on 2 CPU ranks: raw DDP, accelify, and HF Accelerate if installed.
 
-    python bench/runtime_overhead.py [--rounds 5] [--widths 32 512 2048]
+    python bench/runtime_overhead.py [--rounds 5] [--widths 32 512 2048] [--steps 420]
 
 Each implementation runs under the same `torch.distributed.run` command, the rounds alternate the
 implementations so that machine noise hits all alike, and the median of the rounds is reported with
@@ -89,7 +89,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--widths", type=int, nargs="+", default=[32, 512, 2048])
     parser.add_argument("--ddp-options", action="store_true")
+    parser.add_argument(
+        "--steps", type=int, default=420, help="steps per rank per run (batch 32 per rank)"
+    )
     args = parser.parse_args()
+    length = ["--samples", str(32 * 2 * args.steps)]
     variants = {
         "raw DDP": ("ddp", []),
         "raw DDP, accelify's options": ("ddp", ["--bucket-view", "1"]),
@@ -102,8 +106,12 @@ def main() -> None:
         variants["raw DDP, static_graph"] = ("ddp", ["--static-graph", "1"])
         variants["raw DDP, both"] = ("ddp", ["--bucket-view", "1", "--static-graph", "1"])
     for width in args.widths:
-        rates, cpu, checksums = measure(variants, width, args.rounds)
-        print(f"\nMLP width {width}, 2 CPU ranks, median of {args.rounds} rounds")
+        sized = {name: (impl, [*extra, *length]) for name, (impl, extra) in variants.items()}
+        rates, cpu, checksums = measure(sized, width, args.rounds)
+        print(
+            f"\nMLP width {width}, 2 CPU ranks, {args.steps} steps per run, "
+            f"median of {args.rounds} rounds"
+        )
         print(f"{'implementation':40} {'steps/s':>9} {'CPU ms/step':>12} {'checksum':>14}")
         for name in variants:
             print(

@@ -4,7 +4,8 @@ resolved to accelify's by `tests/accelerate_compat/resolve.py`; HF's files are n
 
 A case is one test function `main()` calls, or one call of GPU_GATED. Every case HF passes on the
 same machine must pass on accelify, and every case that fails on accelify is a decision written
-down here (README's "HF Accelerate's test scripts" table says the same).
+down here (README's "HF Accelerate's test scripts" table says the same). HF's outcomes are
+recorded (tests/accelerate_compat/hf_outcomes.json, by hf_record.py) for the pinned versions.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+from accelerate_compat import hf_record
 from accelerate_compat.driver import Calls, ScriptRun, run_cases
 
 pytestmark = pytest.mark.distributed
@@ -54,20 +56,21 @@ ACCELIFY_FAILS: dict[str, str] = {}
 #: `is_fp16_available()` says False there, so the part is skipped. The bf16 part runs on both.
 
 
-def _run(runtime: str, run: str, workdir: Path) -> ScriptRun:
+def run_on(runtime: str, run: str, workdir: Path) -> ScriptRun:
     script, _, gated = run.partition(":")
     return run_cases(runtime, script, workdir, GPU_GATED[script] if gated else None)
 
 
 class _HFRuns(dict[str, ScriptRun]):
-    """HF's outcome of each run, made the first time a test asks for it (so `-k` runs one)."""
+    """HF's outcome of each run: recorded with the installed versions (hf_record.py), else run
+    the first time a test asks for it (so `-k` runs one)."""
 
     def __init__(self, workdir: Path) -> None:
         super().__init__()
         self.workdir = workdir
 
     def __missing__(self, run: str) -> ScriptRun:
-        self[run] = _run("accelerate", run, self.workdir)
+        self[run] = hf_record.recorded(run) or run_on("accelerate", run, self.workdir)
         return self[run]
 
 
@@ -80,7 +83,7 @@ def hf_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ScriptRun]:
 def test_accelerates_test_script_passes_on_accelify(
     run: str, hf_runs: dict[str, ScriptRun], tmp_path: Path
 ) -> None:
-    ours = _run("accelify", run, tmp_path)
+    ours = run_on("accelify", run, tmp_path)
     theirs = hf_runs[run]
     log = next(tmp_path.glob("accelify-*.log")).read_text()[-4000:]
     report = "\n".join(
