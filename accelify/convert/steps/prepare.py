@@ -9,7 +9,7 @@ from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.objects import callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
-from accelify.analysis.syntax import dotted, if_chain, walk
+from accelify.analysis.syntax import dotted, if_chain, strip_self_methods, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import statement
 
@@ -33,12 +33,15 @@ def run(ctx: Context, scope: Scope) -> None:
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
+    aliases = _attribute_aliases(ctx, scope, chosen)
     if isinstance(scope, cst.FunctionDef) and created:
-        # A model handed in as a parameter and trained here (``def main(model):``).
+        # A model handed in as a parameter and trained here (``def main(model):``); a
+        # constructor that keeps it (``self.model = model``) prepares the attribute instead:
+        # preparing both would wrap one module twice.
         for name, kind in ctx.facts.flow.params.get(scope, {}).items():
-            if kind is Kind.MODEL and name in _trained_here(ctx, scope):
+            if kind is Kind.MODEL and name in _trained_here(ctx, scope) and name not in aliases:
                 chosen.setdefault(name, kind)
-    for name in _untrained_models(ctx, scope, chosen):
+    for name in _untrained_models(ctx, scope, chosen, aliases):
         chosen.pop(name)
         created.pop(name, None)
         ctx.frozen.add(name)
@@ -145,10 +148,26 @@ def _binding_line(ctx: Context, name: str, scope: Scope) -> int:
     return next(b.line for b in ctx.model.bindings if b.name == name and b.scope is scope)
 
 
-def _untrained_models(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> list[str]:
+def _attribute_aliases(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dict[str, str]:
+    """``self.model = model`` in a constructor that received ``model``: the parameter's name
+    -> the attribute's, one object under two names."""
+    aliases = {}
+    for binding in ctx.model.bindings:
+        if binding.scope is scope and binding.received and binding.name in chosen:
+            source = dotted(strip_self_methods(binding.value))
+            if source is not None and "." not in source:
+                aliases[source] = binding.name
+    return aliases
+
+
+def _untrained_models(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], aliases: dict[str, str]
+) -> list[str]:
     """Models of ``scope`` that no optimizer trains (a frozen feature extractor, a teacher;
     style transfer optimises an image: ``Adam([target])``). Only when every optimizer's
-    parameters are known: built from ``.parameters()`` of named models, or a list of tensors."""
+    parameters are known: built from ``.parameters()`` of named models, or a list of tensors.
+    An optimizer built from a received parameter (``SGD(model.parameters())`` beside
+    ``self.model = model``) trains the attribute too."""
     optimizers = [b for b in ctx.model.of_kind(Kind.OPTIMIZER) if b.name in chosen]
     if not optimizers:
         return []
@@ -158,7 +177,7 @@ def _untrained_models(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> li
         owners = parameter_owners(optimizer)
         if not owners and not _tensor_list(optimizer, models):
             return []
-        trained |= owners
+        trained |= owners | {aliases[owner] for owner in owners if owner in aliases}
     return [name for name in models if name not in trained]
 
 
