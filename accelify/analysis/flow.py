@@ -128,6 +128,43 @@ class ObjectFlow:
         prepared = self.model.prepared_names
         return loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared
 
+    def origins(self, name: str | None, at: cst.CSTNode) -> set[str | None]:
+        """Where a helper's parameter comes from, followed back through every call site of
+        every helper in between: ``{"val_loader"}`` for ``loader`` in ``def predict(self,
+        loader)`` called as ``self.predict(val_loader)`` in ``fit(self, train_loader,
+        val_loader)``, called as ``trainer.fit(train_loader, val_loader)`` in ``main()``.
+        None stands for an argument that is not a name (``fit(DataLoader(...))``)."""
+        found: set[str | None] = set()
+        pending = [(name, at)]
+        seen: set[tuple[str | None, int]] = set()
+        while pending:
+            current, place = pending.pop()
+            function = self.placement.enclosing_function(place)
+            if (current, id(function)) in seen:
+                continue
+            seen.add((current, id(function)))
+            parameters = (
+                {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+                if function is not None
+                else set()
+            )
+            calls = self._calls_of(function) if current in parameters else []  # type: ignore[arg-type]
+            passed = [
+                (argument, call)
+                for call, implicit in calls
+                for parameter, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
+                if parameter == current
+            ]
+            if not passed:
+                found.add(current)
+            for argument, call in passed:
+                source = dotted(argument.value)
+                if source is None:
+                    found.add(None)
+                else:
+                    pending.append((source, call))
+        return found
+
     def is_forward(self, call: cst.Call) -> bool:
         """A call of a model; in an Accelerator script also of anything that came out of
         ``prepare`` (only models are called)."""

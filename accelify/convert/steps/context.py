@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accelify.analysis.facts import Facts, facts_of
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 
@@ -119,6 +119,17 @@ class Context:
     def constructor_code(self) -> str:
         arguments = ", ".join(f"{key}={value}" for key, value in self.constructor.items())
         return f"Accelerator({arguments})"
+
+    def unprepared_loaders(self, loop: Loop) -> list[str | None]:
+        """The DataLoaders ``loop`` reads that no ``prepare`` call takes, followed back through
+        the helpers' parameters to where they are made (None: made inline, in a call's
+        arguments). Empty when the loop reads no known DataLoader."""
+        flow = self.facts.flow
+        if flow.kind_of(loop.iterable, loop.node) is not Kind.DATALOADER:
+            return []
+        prepared = set(self.plan.prepared) | self.model.prepared_names
+        origins = flow.origins(loop.iterable, loop.node)
+        return sorted((o for o in origins if o not in prepared), key=lambda o: o or "")
 
     def after_prepare(self, node: cst.CSTNode, name: str | None = None) -> bool:
         """``node`` runs after the prepare call (of ``name``, when given)."""

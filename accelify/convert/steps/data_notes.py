@@ -1,11 +1,12 @@
 """Review lines for what prepare cannot shard or synchronise: batches that do not come from a
-DataLoader, parameters updated by hand."""
+DataLoader or from one that is not prepared, parameters updated by hand."""
 
 from __future__ import annotations
 
 from accelify.analysis.randomness import randomness_of
 from accelify.analysis.script_model import Kind
 from accelify.convert.steps.context import Context
+from accelify.convert.steps.evaluation import loader_names
 
 
 def run(ctx: Context) -> None:
@@ -29,6 +30,15 @@ def run(ctx: Context) -> None:
             )
         if text is not None:
             ctx.plan.review(line, text)
+    for loop in ctx.model.loops:
+        unprepared = ctx.unprepared_loaders(loop) if loop.trains else []
+        if unprepared:
+            ctx.plan.review(
+                ctx.line(loop.node),
+                f"this training loop reads {loader_names(unprepared)}, which is not prepared: "
+                "every rank trains on all of it (correct, not data-parallel); prepare it to "
+                "shard it",
+            )
     if not ctx.model.of_kind(Kind.OPTIMIZER):
         line = ctx.line(ctx.model.backward_calls[0])
         ctx.plan.review(

@@ -21,7 +21,24 @@ def run(ctx: Context) -> None:
                 f"together with {ctx.a('gather_for_metrics')} before the metrics",
             )
             continue
+        unprepared = ctx.unprepared_loaders(evaluation.loop)
+        if unprepared:
+            ctx.plan.review(
+                ctx.line(evaluation.loop.node),
+                f"evaluation left as is: it reads {loader_names(unprepared)}, which is not "
+                "prepared (every rank reads all of it): gathering would count each sample once "
+                "per rank; prepare the loader, then gather predictions and labels together with "
+                f"{ctx.a('gather_for_metrics')}",
+            )
+            continue
         _gather(ctx, evaluation)
+
+
+def loader_names(unprepared: list[str | None]) -> str:
+    named = [f"`{name}`" for name in unprepared if name is not None]
+    if None in unprepared:
+        named.append("a loader made in a call's arguments")
+    return " and ".join(named)
 
 
 def _gather(ctx: Context, evaluation: Evaluation) -> None:
