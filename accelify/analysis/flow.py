@@ -225,6 +225,18 @@ class ObjectFlow:
     def per_epoch_schedulers(self, prepared: set[str]) -> set[str]:
         """Prepared schedulers stepped somewhere, but never inside a loop over batches."""
         schedulers = {b.name for b in self.model.of_kind(Kind.SCHEDULER) if b.name in prepared}
+        stepped, per_step = self._scheduler_steps(schedulers)
+        return {name for name in schedulers if name in stepped and name not in per_step}
+
+    def unstepped_schedulers(self, prepared: set[str]) -> set[str]:
+        """Prepared schedulers whose ``step()`` is nowhere to be seen: stepped through a name the
+        analysis does not follow (a dataclass field, a callback), at a pace it cannot tell."""
+        schedulers = {b.name for b in self.model.of_kind(Kind.SCHEDULER) if b.name in prepared}
+        stepped, _ = self._scheduler_steps(schedulers)
+        return schedulers - stepped
+
+    def _scheduler_steps(self, schedulers: set[str]) -> tuple[set[str], set[str]]:
+        """The schedulers stepped somewhere, and those stepped inside a loop over batches."""
         per_step: set[str] = set()
         stepped: set[str] = set()
         batch_loops = [
@@ -240,7 +252,7 @@ class ObjectFlow:
             stepped.add(outer_name or "")
             if any(self.placement.inside(call, loop) for loop in batch_loops):
                 per_step.add(outer_name or "")
-        return {name for name in schedulers if name in stepped and name not in per_step}
+        return stepped, per_step
 
     def sized_per_process_and_stepped_with_optimizer(self, step: cst.Call) -> bool:
         """``scheduler.step()`` of an unprepared scheduler that needs no preparing: built after

@@ -52,6 +52,16 @@ def run(ctx: Context, scope: Scope) -> None:
         )
     body = placement.body_of(scope)
     last_statement = body[max(created.values())] if created else None
+    for name in sorted(ctx.facts.flow.unstepped_schedulers(set(chosen))):
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.plan.review(
+            _binding_line(ctx, name, scope),
+            f"{name} is left unprepared: its step() is not called through a name the "
+            "conversion follows, so whether it steps per batch or per epoch is unknown (a "
+            "prepared scheduler steps once per rank at each call: ReduceLROnPlateau's patience "
+            "would run N times faster); prepare it if it steps with the optimizer",
+        )
     per_epoch = ctx.facts.flow.per_epoch_schedulers(set(chosen))
     per_step = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER} - per_epoch
     if per_epoch and not per_step:
