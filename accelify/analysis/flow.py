@@ -63,7 +63,7 @@ class ObjectFlow:
                 if kind is not None:
                     self.params.setdefault(function, {}).setdefault(parameter, kind)
 
-    def _calls_of(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]]:
+    def calls_of(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]]:
         """Every call in the file that runs ``function``, with its implicit ``self``."""
         found = []
         for call in self.model.calls:
@@ -128,12 +128,15 @@ class ObjectFlow:
         prepared = self.model.prepared_names
         return loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared
 
-    def origins(self, name: str | None, at: cst.CSTNode) -> set[str | None]:
+    def origins(
+        self, name: str | None, at: cst.CSTNode, stop: set[str] | frozenset[str] = frozenset()
+    ) -> set[str | None]:
         """Where a helper's parameter comes from, followed back through every call site of
         every helper in between: ``{"val_loader"}`` for ``loader`` in ``def predict(self,
         loader)`` called as ``self.predict(val_loader)`` in ``fit(self, train_loader,
         val_loader)``, called as ``trainer.fit(train_loader, val_loader)`` in ``main()``.
-        None stands for an argument that is not a name (``fit(DataLoader(...))``)."""
+        None stands for an argument that is not a name (``fit(DataLoader(...))``); a name in
+        ``stop`` (one ``prepare`` returned) is an origin of its own, not followed further."""
         found: set[str | None] = set()
         pending = [(name, at)]
         seen: set[tuple[str | None, int]] = set()
@@ -148,7 +151,8 @@ class ObjectFlow:
                 if function is not None
                 else set()
             )
-            calls = self._calls_of(function) if current in parameters else []  # type: ignore[arg-type]
+            followed = current in parameters and current not in stop
+            calls = self.calls_of(function) if followed else []  # type: ignore[arg-type]
             passed = [
                 (argument, call)
                 for call, implicit in calls
@@ -316,7 +320,7 @@ class ObjectFlow:
             return []
         return [
             argument
-            for call, implicit in self._calls_of(function)
+            for call, implicit in self.calls_of(function)
             for name, argument in bound_arguments(function, call, implicit)
             if name == parameter
         ]
@@ -327,7 +331,7 @@ class ObjectFlow:
         function = self.placement.enclosing_function(at)
         if function is None or parameter is None:
             return parameter
-        for call, implicit in self._calls_of(function):
+        for call, implicit in self.calls_of(function):
             for name, argument in bound_arguments(function, call, implicit):
                 if name == parameter:
                     return dotted(argument.value)

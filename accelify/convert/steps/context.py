@@ -128,7 +128,7 @@ class Context:
         if flow.kind_of(loop.iterable, loop.node) is not Kind.DATALOADER:
             return []
         prepared = set(self.plan.prepared) | self.model.prepared_names
-        origins = flow.origins(loop.iterable, loop.node)
+        origins = flow.origins(loop.iterable, loop.node, stop=prepared)
         return sorted((o for o in origins if o not in prepared), key=lambda o: o or "")
 
     def after_prepare(self, node: cst.CSTNode, name: str | None = None) -> bool:

@@ -74,6 +74,8 @@ def run(ctx: Context, scope: Scope) -> None:
                 f"{name} is stepped once per epoch and another scheduler once per step: "
                 f"{name} is left unprepared so its schedule keeps its pace",
             )
+    if ctx.acc == "self.accelerator":
+        _prepare_received_loaders(ctx, scope)
     if not chosen or last_statement is None:
         return
     groups = [
@@ -297,3 +299,59 @@ def _prepare_code(ctx: Context, order: list[str], anchor: cst.CSTNode) -> str:
     if indent + 4 + len(targets) <= 88:
         return f"(\n{one_per_line}) = {call}(\n    {targets}\n)"
     return f"(\n{one_per_line}) = {call}(\n{one_per_line})"
+
+
+def _prepare_received_loaders(ctx: Context, scope: Scope) -> None:
+    """``trainer.fit(train_loader, val_loader)``: a method of the trainer class receives loaders
+    the caller never prepared. They are prepared as the method starts, when every call of it
+    comes from outside the class and runs once (not in a loop: one called every epoch with the
+    same loader would wrap it anew each time); else they stay, and their loops get review
+    lines (`data_notes`, `evaluation`)."""
+    owner = ctx.facts.placement.class_of(scope)
+    flow = ctx.facts.flow
+    if owner is None:
+        return
+    for method in ctx.facts.placement.body_of(owner):
+        if not isinstance(method, cst.FunctionDef) or method is scope:
+            continue
+        parameters = [p.name.value for p in method.params.params]
+        received = flow.params.get(method, {})
+        loaders = [p for p in parameters if received.get(p) is Kind.DATALOADER]
+        calls = [call for call, _ in flow.calls_of(method)]
+        if not loaders or not calls or not all(_once_outside(ctx, call, owner) for call in calls):
+            continue
+        prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+        unprepared = [
+            name
+            for name in loaders
+            if any(o not in prepared for o in flow.origins(name, method.body, stop=prepared))
+        ]
+        body = ctx.facts.placement.body_of(method)
+        if not unprepared or not body:
+            continue
+        first = body[ctx.facts.placement.first_free_index(method)] if body else None
+        if first is None:
+            continue
+        targets = ", ".join(unprepared)
+        code = f"{targets} = {ctx.a('prepare')}({targets})"
+        ctx.plan.insert_before(first, statement(code))
+        ctx.need(first)
+        ctx.plan.prepared.extend(unprepared)
+        ctx.plan.change(
+            ctx.line(method),
+            f"{method.name.value}() prepares the loaders it receives: {targets}",
+        )
+
+
+def _once_outside(ctx: Context, call: cst.Call, owner: cst.ClassDef) -> bool:
+    """``call`` is made outside ``owner`` and not inside a loop of its function."""
+    placement = ctx.facts.placement
+    if placement.inside(call, owner):
+        return False
+    function = placement.enclosing_function(call)
+    for ancestor in ctx.model.ancestors(call):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, (cst.For, cst.While, cst.Lambda)):
+            return False
+    return True
