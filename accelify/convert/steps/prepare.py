@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.dataflow import fresh, names_in_scope
+from accelify.analysis.loops import loop_source
 from accelify.analysis.objects import callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
@@ -52,6 +53,17 @@ def run(ctx: Context, scope: Scope) -> None:
         )
     body = placement.body_of(scope)
     last_statement = body[max(created.values())] if created else None
+    inline = _comprehension_evaluations(ctx)
+    for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in inline]:
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.plan.review(
+            ctx.line(inline[name]),
+            f"{name} is evaluated in a comprehension (the forward inside it): its totals "
+            "would cover one rank's shard, and no gather fits inside it; left unprepared, so "
+            "every rank evaluates all of it (correct, not sharded); write it as a for loop to "
+            "shard it and gather the predictions",
+        )
     for name in sorted(ctx.facts.flow.unstepped_schedulers(set(chosen))):
         chosen.pop(name)
         created.pop(name, None)
@@ -355,3 +367,28 @@ def _once_outside(ctx: Context, call: cst.Call, owner: cst.ClassDef) -> bool:
         if isinstance(ancestor, (cst.For, cst.While, cst.Lambda)):
             return False
     return True
+
+
+_COMPREHENSIONS = (cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp)
+
+
+def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
+    """``sum((model(x).argmax(1) == y).sum().item() for x, y in val_loader)``: a loader a
+    comprehension reads and runs a model over, by the name it was made under (followed back
+    through the helpers' parameters), with the comprehension."""
+    flow = ctx.facts.flow
+    found: dict[str, cst.CSTNode] = {}
+    for node in ctx.facts.placement.all_nodes():
+        if not isinstance(node, _COMPREHENSIONS):
+            continue
+        if not any(isinstance(n, cst.Call) and flow.is_forward(n) for n in walk(node)):
+            continue
+        for_in: cst.CompFor | None = node.for_in
+        while for_in is not None:
+            name = loop_source(for_in.iter)
+            if flow.kind_of(name, node) is Kind.DATALOADER:
+                for origin in flow.origins(name, node):
+                    if origin is not None:
+                        found.setdefault(origin, node)
+            for_in = for_in.inner_for_in
+    return found
