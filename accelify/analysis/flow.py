@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.names import DATALOADERS
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
@@ -21,6 +22,7 @@ class ObjectFlow:
     def __init__(self, model: ScriptModel, placement: Placement) -> None:
         self.model = model
         self.placement = placement
+        self._following: set[tuple[str, int]] = set()
         self.params: dict[cst.FunctionDef, dict[str, Kind]] = self._trained_parameters()
         for function, accelerators in model.accelerator_params.items():
             for name in accelerators:
@@ -97,7 +99,45 @@ class ObjectFlow:
             if kind is not None:
                 found.add(kind)
             function = self.placement.enclosing_function(function)
+        if not found and (name, id(at)) not in self._following:
+            self._following.add((name, id(at)))  # ``Trainer(self.loader)`` in Trainer itself
+            for value, call in self.dataclass_arguments(name, at) or []:
+                source = dotted(value)
+                if source is not None:
+                    kind = self.kind_of(source, call)
+                elif isinstance(value, cst.Call) and self.model.call_names(value) & DATALOADERS:
+                    kind = Kind.DATALOADER
+                else:
+                    kind = None
+                if kind is not None:
+                    found.add(kind)
+            self._following.discard((name, id(at)))
         return min(found, key=list(Kind).index) if found else None
+
+    def dataclass_arguments(
+        self, name: str | None, at: cst.CSTNode
+    ) -> list[tuple[cst.BaseExpression, cst.Call]] | None:
+        """``self.loader`` in a method of a ``@dataclass`` with a field ``loader``: what each
+        ``Trainer(...)`` call of the file passes for it (by keyword, or by the fields' order),
+        with the call. None when ``name`` is no such field."""
+        owner = self.placement.class_of(at)
+        if name is None or owner is None or not name.startswith("self.") or name.count(".") != 1:
+            return None
+        fields = dataclass_fields(owner)
+        if name[len("self.") :] not in fields:
+            return None
+        found = []
+        for call in self.model.calls:
+            if dotted(call.func) != owner.name.value:
+                continue
+            for index, argument in enumerate(call.args):
+                if argument.star:
+                    continue
+                keyword = argument.keyword.value if argument.keyword is not None else None
+                field = keyword or (fields[index] if index < len(fields) else None)
+                if field == name[len("self.") :]:
+                    found.append((argument.value, call))
+        return found
 
     def _visible(self, bound_in: Scope, scope: Scope, name: str, at: cst.CSTNode) -> bool:
         if (
@@ -154,15 +194,17 @@ class ObjectFlow:
             followed = current in parameters and current not in stop
             calls = self.calls_of(function) if followed else []  # type: ignore[arg-type]
             passed = [
-                (argument, call)
+                (argument.value, call)
                 for call, implicit in calls
                 for parameter, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
                 if parameter == current
             ]
+            if current not in stop and not passed:
+                passed = self.dataclass_arguments(current, place) or []
             if not passed:
                 found.add(current)
-            for argument, call in passed:
-                source = dotted(argument.value)
+            for value, call in passed:
+                source = dotted(value)
                 if source is None:
                     found.add(None)
                 else:
@@ -253,6 +295,10 @@ class ObjectFlow:
             if self.kind_of(owner, call) is not Kind.SCHEDULER:
                 continue
             outer_name = owner if owner in schedulers else self.outer_name(owner, call)
+            if outer_name not in schedulers:  # a dataclass field, a helper's helper
+                outer_name = next(
+                    (o for o in self.origins(owner, call) if o in schedulers), outer_name
+                )
             stepped.add(outer_name or "")
             if any(self.placement.inside(call, loop) for loop in batch_loops):
                 per_step.add(outer_name or "")
@@ -336,3 +382,25 @@ class ObjectFlow:
                 if name == parameter:
                     return dotted(argument.value)
         return parameter
+
+
+def dataclass_fields(owner: cst.ClassDef) -> list[str]:
+    """The fields of a ``@dataclass`` class that has no ``__init__`` of its own, in order (its
+    generated ``__init__``'s parameters); empty for any other class."""
+    decorators = {
+        dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+        for d in owner.decorators
+    }
+    if not decorators & {"dataclass", "dataclasses.dataclass"}:
+        return []
+    if not isinstance(owner.body, cst.IndentedBlock):
+        return []
+    fields = []
+    for line in owner.body.body:
+        if isinstance(line, cst.FunctionDef) and line.name.value == "__init__":
+            return []
+        if isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.AnnAssign):
+            target = line.body[0].target
+            if isinstance(target, cst.Name):
+                fields.append(target.value)
+    return fields

@@ -13,6 +13,17 @@ from accelify.convert.steps.evaluation import loader_names
 
 
 def run(ctx: Context) -> None:
+    noted = False
+    for loop in ctx.model.loops:
+        unprepared = ctx.unprepared_loaders(loop) if loop.trains else []
+        if unprepared:
+            noted = True
+            ctx.plan.review(
+                ctx.line(loop.node),
+                f"this training loop reads {loader_names(unprepared)}, which is not prepared: "
+                "every rank trains on all of it (correct, not data-parallel); prepare it to "
+                "shard it",
+            )
     if not ctx.model.of_kind(Kind.DATALOADER):
         line = ctx.line(ctx.model.backward_calls[0])
         randomness = randomness_of(ctx.model)
@@ -26,6 +37,8 @@ def run(ctx: Context) -> None:
                 "every rank draws the same batches (correct, not data-parallel); seed each rank "
                 "apart before the loop (set_seed(seed, device_specific=True)) to split the work"
             )
+        elif noted:
+            text = None  # the training loop's own line says it
         elif inline := _inline_loaders(ctx):
             text = (
                 f"the DataLoader made at line {ctx.line(inline[0])} is handed straight to a "
@@ -40,15 +53,6 @@ def run(ctx: Context) -> None:
             )
         if text is not None:
             ctx.plan.review(line, text)
-    for loop in ctx.model.loops:
-        unprepared = ctx.unprepared_loaders(loop) if loop.trains else []
-        if unprepared:
-            ctx.plan.review(
-                ctx.line(loop.node),
-                f"this training loop reads {loader_names(unprepared)}, which is not prepared: "
-                "every rank trains on all of it (correct, not data-parallel); prepare it to "
-                "shard it",
-            )
     if not ctx.model.of_kind(Kind.OPTIMIZER):
         line = ctx.line(ctx.model.backward_calls[0])
         ctx.plan.review(
