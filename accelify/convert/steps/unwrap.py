@@ -158,12 +158,28 @@ def _runs_layers(ctx: Context, class_name: str, member: str) -> bool:
         if func == "self" or func == "self.forward":
             return True
         layer = func.split(".", 1)[1] if func and func.count(".") == 1 else None
-        if (  # a layer: ``self.head(x)``
+        if (  # a layer: ``self.head(x)``, not a loss (``self.criterion(logits, y)``)
             func
             and func.startswith("self.")
             and layer is not None
             and layer not in methods
             and layer not in names.MODULE_API
+            and layer not in _losses(methods.get("__init__"))
         ):
             return True
     return False
+
+
+def _losses(init: cst.FunctionDef | None) -> set[str]:
+    """Attributes ``__init__`` sets to a loss (``self.criterion = nn.CrossEntropyLoss()``): no
+    parameters, so calling them outside the wrapper loses nothing."""
+    found = set()
+    for node in walk(init) if init is not None else ():
+        if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
+            continue
+        made = dotted(node.value.func) or ""
+        for target in node.targets:
+            name = dotted(target.target) or ""
+            if name.startswith("self.") and made.endswith("Loss"):
+                found.add(name[len("self.") :])
+    return found
