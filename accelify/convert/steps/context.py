@@ -67,6 +67,8 @@ class Context:
     prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)
     #: models no optimizer trains: not prepared, so their device moves stay.
     frozen: set[str] = field(default_factory=set)
+    #: loaders prepared where they are handed to a trainer's method, by the caller's name.
+    prepared_arguments: set[str] = field(default_factory=set)
     #: runtime names the converted code uses besides ``Accelerator``.
     uses: list[str] = field(default_factory=list)
 
@@ -127,7 +129,7 @@ class Context:
         flow = self.facts.flow
         if flow.kind_of(loop.iterable, loop.node) is not Kind.DATALOADER:
             return []
-        prepared = set(self.plan.prepared) | self.model.prepared_names
+        prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
         origins = flow.origins(loop.iterable, loop.node, stop=prepared)
         return sorted((o for o in origins if o not in prepared), key=lambda o: o or "")
 

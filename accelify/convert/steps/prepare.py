@@ -7,7 +7,7 @@ import libcst as cst
 
 from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.loops import loop_source
-from accelify.analysis.objects import callee
+from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
 from accelify.analysis.syntax import dotted, if_chain, strip_self_methods, walk
@@ -87,7 +87,7 @@ def run(ctx: Context, scope: Scope) -> None:
                 f"{name} is left unprepared so its schedule keeps its pace",
             )
     if ctx.acc == "self.accelerator":
-        _prepare_received_loaders(ctx, scope)
+        _prepare_received_loaders(ctx, scope, set(chosen))
     if not chosen or last_statement is None:
         return
     groups = [
@@ -313,12 +313,14 @@ def _prepare_code(ctx: Context, order: list[str], anchor: cst.CSTNode) -> str:
     return f"(\n{one_per_line}) = {call}(\n{one_per_line})"
 
 
-def _prepare_received_loaders(ctx: Context, scope: Scope) -> None:
+def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> None:
     """``trainer.fit(train_loader, val_loader)``: a method of the trainer class receives loaders
     the caller never prepared. They are prepared as the method starts, when every call of it
     comes from outside the class and runs once (not in a loop: one called every epoch with the
-    same loader would wrap it anew each time); else they stay, and their loops get review
-    lines (`data_notes`, `evaluation`)."""
+    same loader would wrap it anew each time); a method also called inside the class
+    (``self.evaluate(self.val_loader)``) gets them prepared at the outside call instead
+    (``trainer.evaluate(trainer.accelerator.prepare(test_loader))``). Else they stay, and their
+    loops get review lines (`data_notes`, `evaluation`)."""
     owner = ctx.facts.placement.class_of(scope)
     flow = ctx.facts.flow
     if owner is None:
@@ -330,9 +332,17 @@ def _prepare_received_loaders(ctx: Context, scope: Scope) -> None:
         received = flow.params.get(method, {})
         loaders = [p for p in parameters if received.get(p) is Kind.DATALOADER]
         calls = [call for call, _ in flow.calls_of(method)]
-        if not loaders or not calls or not all(_once_outside(ctx, call, owner) for call in calls):
+        prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | chosen
+        outside = [c for c in calls if not ctx.facts.placement.inside(c, owner)]
+        if not loaders or not outside:
             continue
-        prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+        if len(outside) < len(calls):
+            if all(_once_outside(ctx, call, owner) for call in outside):
+                for call in outside:
+                    _prepare_at_call(ctx, method, call, set(loaders), prepared)
+            continue
+        if not all(_once_outside(ctx, call, owner) for call in calls):
+            continue
         unprepared = [
             name
             for name in loaders
@@ -353,6 +363,33 @@ def _prepare_received_loaders(ctx: Context, scope: Scope) -> None:
             ctx.line(method),
             f"{method.name.value}() prepares the loaders it receives: {targets}",
         )
+
+
+def _prepare_at_call(
+    ctx: Context, method: cst.FunctionDef, call: cst.Call, loaders: set[str], prepared: set[str]
+) -> None:
+    """``trainer.evaluate(test_loader)`` -> ``trainer.evaluate(trainer.accelerator.prepare(
+    test_loader))``, for each loader argument no ``prepare`` took."""
+    func = call.func
+    receiver = dotted(func.value) if isinstance(func, cst.Attribute) else None
+    if receiver is None or receiver.startswith("self"):
+        return
+    flow = ctx.facts.flow
+    for parameter, argument in bound_arguments(method, call, 1):
+        value = argument.value
+        if parameter not in loaders or not isinstance(value, cst.Name):
+            continue
+        if all(o in prepared for o in flow.origins(value.value, call, stop=prepared)):
+            continue
+        code = f"{receiver}.accelerator.prepare({value.value})"
+        ctx.plan.replace(
+            value,
+            lambda _node, code=code: cst.parse_expression(code),
+            ctx.line(call),
+            f"{value.value} prepared where it is handed to {method.name.value}()",
+            anywhere=True,
+        )
+        ctx.prepared_arguments.add(value.value)
 
 
 def _once_outside(ctx: Context, call: cst.Call, owner: cst.ClassDef) -> bool:
