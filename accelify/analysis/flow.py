@@ -300,9 +300,21 @@ class ObjectFlow:
                     (o for o in self.origins(owner, call) if o in schedulers), outer_name
                 )
             stepped.add(outer_name or "")
-            if any(self.placement.inside(call, loop) for loop in batch_loops):
+            if self._in_batch_loop(call, batch_loops, depth=3):
                 per_step.add(outer_name or "")
         return stepped, per_step
+
+    def _in_batch_loop(self, node: cst.CSTNode, batch_loops: list[cst.For], depth: int) -> bool:
+        """``node`` runs once per batch: inside a loop over batches, or in a helper called from
+        one (``train_step(model, optimizer, scheduler, batch)`` in the loop)."""
+        if any(self.placement.inside(node, loop) for loop in batch_loops):
+            return True
+        function = self.placement.enclosing_function(node)
+        if function is None or depth == 0:
+            return False
+        return any(
+            self._in_batch_loop(call, batch_loops, depth - 1) for call, _ in self.calls_of(function)
+        )
 
     def sized_per_process_and_stepped_with_optimizer(self, step: cst.Call) -> bool:
         """``scheduler.step()`` of an unprepared scheduler that needs no preparing: built after
