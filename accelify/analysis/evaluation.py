@@ -34,6 +34,7 @@ from accelify.analysis.dataflow import (
     statements,
     within,
 )
+from accelify.analysis.objects import callee
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names, walk
 
@@ -96,6 +97,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         return None
     if loop.trains:
         return _phase_evaluation(loop, facts)
+    if _calls_a_training_step(loop, facts):
+        return None
     found = Evaluation(loop)
     body = list(statements(loop.node.body))
     local = _assigned_in(loop.node)
@@ -119,6 +122,21 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
+
+
+def _calls_a_training_step(loop: Loop, facts: Facts) -> bool:
+    """``for batch in train_loader: metrics = train_step(model, optimizer, batch)``: the
+    backward is in a function of this file the loop calls; a training loop, not an evaluation."""
+    model, placement = facts.model, facts.placement
+    for node in walk(loop.node.body):
+        if not isinstance(node, cst.Call):
+            continue
+        target = callee(model, node)
+        if target is not None and any(
+            placement.inside(backward, target[0]) for backward in model.backward_calls
+        ):
+            return True
+    return False
 
 
 def _phase_evaluation(loop: Loop, facts: Facts) -> Evaluation | None:

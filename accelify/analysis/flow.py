@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.names import DATALOADERS
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
@@ -21,6 +22,7 @@ class ObjectFlow:
     def __init__(self, model: ScriptModel, placement: Placement) -> None:
         self.model = model
         self.placement = placement
+        self._following: set[tuple[str, int]] = set()
         self.params: dict[cst.FunctionDef, dict[str, Kind]] = self._trained_parameters()
         for function, accelerators in model.accelerator_params.items():
             for name in accelerators:
@@ -63,7 +65,7 @@ class ObjectFlow:
                 if kind is not None:
                     self.params.setdefault(function, {}).setdefault(parameter, kind)
 
-    def _calls_of(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]]:
+    def calls_of(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]]:
         """Every call in the file that runs ``function``, with its implicit ``self``."""
         found = []
         for call in self.model.calls:
@@ -97,7 +99,45 @@ class ObjectFlow:
             if kind is not None:
                 found.add(kind)
             function = self.placement.enclosing_function(function)
+        if not found and (name, id(at)) not in self._following:
+            self._following.add((name, id(at)))  # ``Trainer(self.loader)`` in Trainer itself
+            for value, call in self.dataclass_arguments(name, at) or []:
+                source = dotted(value)
+                if source is not None:
+                    kind = self.kind_of(source, call)
+                elif isinstance(value, cst.Call) and self.model.call_names(value) & DATALOADERS:
+                    kind = Kind.DATALOADER
+                else:
+                    kind = None
+                if kind is not None:
+                    found.add(kind)
+            self._following.discard((name, id(at)))
         return min(found, key=list(Kind).index) if found else None
+
+    def dataclass_arguments(
+        self, name: str | None, at: cst.CSTNode
+    ) -> list[tuple[cst.BaseExpression, cst.Call]] | None:
+        """``self.loader`` in a method of a ``@dataclass`` with a field ``loader``: what each
+        ``Trainer(...)`` call of the file passes for it (by keyword, or by the fields' order),
+        with the call. None when ``name`` is no such field."""
+        owner = self.placement.class_of(at)
+        if name is None or owner is None or not name.startswith("self.") or name.count(".") != 1:
+            return None
+        fields = dataclass_fields(owner)
+        if name[len("self.") :] not in fields:
+            return None
+        found = []
+        for call in self.model.calls:
+            if dotted(call.func) != owner.name.value:
+                continue
+            for index, argument in enumerate(call.args):
+                if argument.star:
+                    continue
+                keyword = argument.keyword.value if argument.keyword is not None else None
+                field = keyword or (fields[index] if index < len(fields) else None)
+                if field == name[len("self.") :]:
+                    found.append((argument.value, call))
+        return found
 
     def _visible(self, bound_in: Scope, scope: Scope, name: str, at: cst.CSTNode) -> bool:
         if (
@@ -127,6 +167,49 @@ class ObjectFlow:
             return True
         prepared = self.model.prepared_names
         return loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared
+
+    def origins(
+        self, name: str | None, at: cst.CSTNode, stop: set[str] | frozenset[str] = frozenset()
+    ) -> set[str | None]:
+        """Where a helper's parameter comes from, followed back through every call site of
+        every helper in between: ``{"val_loader"}`` for ``loader`` in ``def predict(self,
+        loader)`` called as ``self.predict(val_loader)`` in ``fit(self, train_loader,
+        val_loader)``, called as ``trainer.fit(train_loader, val_loader)`` in ``main()``.
+        None stands for an argument that is not a name (``fit(DataLoader(...))``); a name in
+        ``stop`` (one ``prepare`` returned) is an origin of its own, not followed further."""
+        found: set[str | None] = set()
+        pending = [(name, at)]
+        seen: set[tuple[str | None, int]] = set()
+        while pending:
+            current, place = pending.pop()
+            function = self.placement.enclosing_function(place)
+            if (current, id(function)) in seen:
+                continue
+            seen.add((current, id(function)))
+            parameters = (
+                {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+                if function is not None
+                else set()
+            )
+            followed = current in parameters and current not in stop
+            calls = self.calls_of(function) if followed else []  # type: ignore[arg-type]
+            passed = [
+                (argument.value, call)
+                for call, implicit in calls
+                for parameter, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
+                if parameter == current
+            ]
+            if current not in stop and not passed:
+                passed = self.dataclass_arguments(current, place) or []
+            if not passed:
+                found.add(current)
+            for value, call in passed:
+                source = dotted(value)
+                if source is None:
+                    found.add(None)
+                else:
+                    pending.append((source, call))
+        return found
 
     def is_forward(self, call: cst.Call) -> bool:
         """A call of a model; in an Accelerator script also of anything that came out of
@@ -188,6 +271,18 @@ class ObjectFlow:
     def per_epoch_schedulers(self, prepared: set[str]) -> set[str]:
         """Prepared schedulers stepped somewhere, but never inside a loop over batches."""
         schedulers = {b.name for b in self.model.of_kind(Kind.SCHEDULER) if b.name in prepared}
+        stepped, per_step = self._scheduler_steps(schedulers)
+        return {name for name in schedulers if name in stepped and name not in per_step}
+
+    def unstepped_schedulers(self, prepared: set[str]) -> set[str]:
+        """Prepared schedulers whose ``step()`` is nowhere to be seen: stepped through a name the
+        analysis does not follow (a dataclass field, a callback), at a pace it cannot tell."""
+        schedulers = {b.name for b in self.model.of_kind(Kind.SCHEDULER) if b.name in prepared}
+        stepped, _ = self._scheduler_steps(schedulers)
+        return schedulers - stepped
+
+    def _scheduler_steps(self, schedulers: set[str]) -> tuple[set[str], set[str]]:
+        """The schedulers stepped somewhere, and those stepped inside a loop over batches."""
         per_step: set[str] = set()
         stepped: set[str] = set()
         batch_loops = [
@@ -200,10 +295,26 @@ class ObjectFlow:
             if self.kind_of(owner, call) is not Kind.SCHEDULER:
                 continue
             outer_name = owner if owner in schedulers else self.outer_name(owner, call)
+            if outer_name not in schedulers:  # a dataclass field, a helper's helper
+                outer_name = next(
+                    (o for o in self.origins(owner, call) if o in schedulers), outer_name
+                )
             stepped.add(outer_name or "")
-            if any(self.placement.inside(call, loop) for loop in batch_loops):
+            if self._in_batch_loop(call, batch_loops, depth=3):
                 per_step.add(outer_name or "")
-        return {name for name in schedulers if name in stepped and name not in per_step}
+        return stepped, per_step
+
+    def _in_batch_loop(self, node: cst.CSTNode, batch_loops: list[cst.For], depth: int) -> bool:
+        """``node`` runs once per batch: inside a loop over batches, or in a helper called from
+        one (``train_step(model, optimizer, scheduler, batch)`` in the loop)."""
+        if any(self.placement.inside(node, loop) for loop in batch_loops):
+            return True
+        function = self.placement.enclosing_function(node)
+        if function is None or depth == 0:
+            return False
+        return any(
+            self._in_batch_loop(call, batch_loops, depth - 1) for call, _ in self.calls_of(function)
+        )
 
     def sized_per_process_and_stepped_with_optimizer(self, step: cst.Call) -> bool:
         """``scheduler.step()`` of an unprepared scheduler that needs no preparing: built after
@@ -267,7 +378,7 @@ class ObjectFlow:
             return []
         return [
             argument
-            for call, implicit in self._calls_of(function)
+            for call, implicit in self.calls_of(function)
             for name, argument in bound_arguments(function, call, implicit)
             if name == parameter
         ]
@@ -278,8 +389,30 @@ class ObjectFlow:
         function = self.placement.enclosing_function(at)
         if function is None or parameter is None:
             return parameter
-        for call, implicit in self._calls_of(function):
+        for call, implicit in self.calls_of(function):
             for name, argument in bound_arguments(function, call, implicit):
                 if name == parameter:
                     return dotted(argument.value)
         return parameter
+
+
+def dataclass_fields(owner: cst.ClassDef) -> list[str]:
+    """The fields of a ``@dataclass`` class that has no ``__init__`` of its own, in order (its
+    generated ``__init__``'s parameters); empty for any other class."""
+    decorators = {
+        dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+        for d in owner.decorators
+    }
+    if not decorators & {"dataclass", "dataclasses.dataclass"}:
+        return []
+    if not isinstance(owner.body, cst.IndentedBlock):
+        return []
+    fields = []
+    for line in owner.body.body:
+        if isinstance(line, cst.FunctionDef) and line.name.value == "__init__":
+            return []
+        if isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.AnnAssign):
+            target = line.body[0].target
+            if isinstance(target, cst.Name):
+                fields.append(target.value)
+    return fields

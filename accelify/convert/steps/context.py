@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accelify.analysis.facts import Facts, facts_of
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 
@@ -67,6 +68,8 @@ class Context:
     prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)
     #: models no optimizer trains: not prepared, so their device moves stay.
     frozen: set[str] = field(default_factory=set)
+    #: loaders prepared where they are handed to a trainer's method, by the caller's name.
+    prepared_arguments: set[str] = field(default_factory=set)
     #: runtime names the converted code uses besides ``Accelerator``.
     uses: list[str] = field(default_factory=list)
 
@@ -119,6 +122,54 @@ class Context:
     def constructor_code(self) -> str:
         arguments = ", ".join(f"{key}={value}" for key, value in self.constructor.items())
         return f"Accelerator({arguments})"
+
+    def unprepared_loaders(self, loop: Loop) -> list[str | None]:
+        """The DataLoaders ``loop`` reads that no ``prepare`` call takes, followed back through
+        the helpers' parameters to where they are made (None: made inline, in a call's
+        arguments). Empty when the loop reads no known DataLoader."""
+        flow = self.facts.flow
+        if flow.kind_of(loop.iterable, loop.node) is not Kind.DATALOADER:
+            return []
+        prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
+        origins = flow.origins(loop.iterable, loop.node, stop=prepared)
+        return sorted((o for o in origins if o not in prepared), key=lambda o: o or "")
+
+    def instance_outside_class(self, node: cst.CSTNode) -> str | None:
+        """``trainer`` for ``node`` outside the class that owns ``self.accelerator``, in a scope
+        where ``trainer = Trainer(...)`` was created before it: the accelerator is reached
+        there as ``trainer.accelerator``."""
+        if not self.acc.startswith("self.") or self.prepare_anchor is None:
+            return None
+        owner = self.facts.placement.class_of(self.prepare_anchor)
+        if owner is None or self.facts.placement.inside(node, owner):
+            return None
+        scope = self.model.scope_of(node)
+        for assign in self.model.assignments:
+            value = assign.value
+            if (
+                self.model.scope_of(assign) is scope
+                and self.line(assign) < self.line(node)
+                and isinstance(value, cst.Call)
+                and dotted(value.func) == owner.name.value
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)
+            ):
+                return assign.targets[0].target.value
+        return None
+
+    def guard_main_process(self, node: cst.CSTNode, text: str) -> None:
+        """``node`` under ``if accelerator.is_main_process:`` (``trainer.accelerator`` outside
+        the class that owns it, through an instance the scope made)."""
+        outside = self.instance_outside_class(node)
+        acc = self.acc if outside is None else f"{outside}.accelerator"
+        self.plan.add(
+            rewrites.main_process_only(node, acc),
+            line=self.line(node),
+            text=text.replace(self.acc, acc),
+            anywhere=outside is not None,
+        )
+        if outside is None:
+            self.need(node)
 
     def after_prepare(self, node: cst.CSTNode, name: str | None = None) -> bool:
         """``node`` runs after the prepare call (of ``name``, when given)."""

@@ -1,14 +1,29 @@
 """Review lines for what prepare cannot shard or synchronise: batches that do not come from a
-DataLoader, parameters updated by hand."""
+DataLoader or from one that is not prepared, parameters updated by hand."""
 
 from __future__ import annotations
 
+import libcst as cst
+
+from accelify.analysis import names
 from accelify.analysis.randomness import randomness_of
 from accelify.analysis.script_model import Kind
 from accelify.convert.steps.context import Context
+from accelify.convert.steps.evaluation import loader_names
 
 
 def run(ctx: Context) -> None:
+    noted = False
+    for loop in ctx.model.loops:
+        unprepared = ctx.unprepared_loaders(loop) if loop.trains else []
+        if unprepared:
+            noted = True
+            ctx.plan.review(
+                ctx.line(loop.node),
+                f"this training loop reads {loader_names(unprepared)}, which is not prepared: "
+                "every rank trains on all of it (correct, not data-parallel); prepare it to "
+                "shard it",
+            )
     if not ctx.model.of_kind(Kind.DATALOADER):
         line = ctx.line(ctx.model.backward_calls[0])
         randomness = randomness_of(ctx.model)
@@ -21,6 +36,15 @@ def run(ctx: Context) -> None:
                 "batches are drawn from the random generator, not a DataLoader: seeded alike, "
                 "every rank draws the same batches (correct, not data-parallel); seed each rank "
                 "apart before the loop (set_seed(seed, device_specific=True)) to split the work"
+            )
+        elif noted:
+            text = None  # the training loop's own line says it
+        elif inline := _inline_loaders(ctx):
+            text = (
+                f"the DataLoader made at line {ctx.line(inline[0])} is handed straight to a "
+                "call the conversion does not follow: it is not prepared, so every rank trains "
+                "on all of it (correct, not data-parallel); bind it to a name and prepare it to "
+                "shard it"
             )
         else:
             text = (
@@ -36,3 +60,13 @@ def run(ctx: Context) -> None:
             "parameters are updated by hand (no torch.optim optimizer): the update runs "
             "on every rank with DDP-averaged gradients; check it",
         )
+
+
+def _inline_loaders(ctx: Context) -> list[cst.Call]:
+    """``Trainer(train_loader=DataLoader(...))``: DataLoaders bound to no name."""
+    return [
+        call
+        for call in ctx.model.calls
+        if ctx.model.call_names(call) & names.DATALOADERS
+        and isinstance(ctx.model.parent(call), cst.Arg)
+    ]

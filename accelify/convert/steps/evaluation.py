@@ -5,7 +5,11 @@ of stays as it is, with a review line that says why."""
 
 from __future__ import annotations
 
+import libcst as cst
+
 from accelify.analysis.evaluation import Evaluation
+from accelify.analysis.script_model import Kind
+from accelify.analysis.syntax import dotted, root_name, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.collective_rewrites import gather_for_metrics
 
@@ -20,8 +24,26 @@ def run(ctx: Context) -> None:
                 f"evaluation left as is: {evaluation.unsure}; gather predictions and labels "
                 f"together with {ctx.a('gather_for_metrics')} before the metrics",
             )
+            _metric_driven_steps(ctx, evaluation)
+            continue
+        unprepared = ctx.unprepared_loaders(evaluation.loop)
+        if unprepared:
+            ctx.plan.review(
+                ctx.line(evaluation.loop.node),
+                f"evaluation left as is: it reads {loader_names(unprepared)}, which is not "
+                "prepared (every rank reads all of it): gathering would count each sample once "
+                "per rank; prepare the loader, then gather predictions and labels together with "
+                f"{ctx.a('gather_for_metrics')}",
+            )
             continue
         _gather(ctx, evaluation)
+
+
+def loader_names(unprepared: list[str | None]) -> str:
+    named = [f"`{name}`" for name in unprepared if name is not None]
+    if None in unprepared:
+        named.append("a loader made in a call's arguments")
+    return " and ".join(named)
 
 
 def _gather(ctx: Context, evaluation: Evaluation) -> None:
@@ -55,3 +77,68 @@ def _gather_code(ctx: Context, targets: list[str], values: list[str]) -> str:
     if len(targets) == 1:
         return f"{targets[0]} = {call}(\n    {values[0]}\n)"
     return f"{', '.join(targets)} = {call}(\n    ({', '.join(values)})\n)"
+
+
+def _metric_driven_steps(ctx: Context, evaluation: Evaluation) -> None:
+    """``scheduler.step(val_loss)`` (ReduceLROnPlateau) fed by an evaluation left per rank: each
+    rank decides its own learning rate, and the ranks' parameters drift apart."""
+    scope = ctx.model.scope_of(evaluation.loop.node)
+    metrics = {name for sink in evaluation.sinks for name in _written(sink)}
+    fed = _fed_by(ctx, scope, metrics)
+    for call in ctx.model.calls:
+        func = call.func
+        if not (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "step"
+            and call.args
+            and ctx.model.scope_of(call) is scope
+            and ctx.facts.flow.kind_of(dotted(func.value), call) is Kind.SCHEDULER
+        ):
+            continue
+        read = {n.value for a in call.args for n in walk(a.value) if isinstance(n, cst.Name)}
+        if read & fed:
+            ctx.plan.review(
+                ctx.line(call),
+                f"{ctx.code(func.value)}.step(...) reads a metric of the evaluation at line "
+                f"{ctx.line(evaluation.loop.node)}, which stays this rank's: each rank would "
+                "change its learning rate on its own shard's metric and the ranks' parameters "
+                "drift apart; gather the evaluation first",
+            )
+
+
+def _written(sink: cst.CSTNode) -> set[str]:
+    """The names a metric statement folds into: ``total += ...``, ``losses.append(...)``."""
+    found = set()
+    for node in walk(sink):
+        if isinstance(node, cst.AugAssign | cst.AssignTarget):
+            name = root_name(node.target)
+            if name:
+                found.add(name)
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            name = root_name(node.func.value)
+            if name:
+                found.add(name)
+    return found
+
+
+def _fed_by(ctx: Context, scope: cst.CSTNode, sources: set[str]) -> set[str]:
+    """``sources`` and every name of ``scope`` assigned from them, transitively."""
+    fed = set(sources)
+    assignments = [
+        node
+        for node in walk(scope)
+        if isinstance(node, cst.Assign) and ctx.model.scope_of(node) is scope
+    ]
+    grown = True
+    while grown and fed:
+        grown = False
+        for assign in assignments:
+            read = {n.value for n in walk(assign.value) if isinstance(n, cst.Name)}
+            if not read & fed:
+                continue
+            for target in assign.targets:
+                for node in walk(target.target):
+                    if isinstance(node, cst.Name) and node.value not in fed:
+                        fed.add(node.value)
+                        grown = True
+    return fed

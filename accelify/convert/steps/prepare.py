@@ -6,10 +6,11 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.dataflow import fresh, names_in_scope
-from accelify.analysis.objects import callee
+from accelify.analysis.loops import loop_source
+from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
-from accelify.analysis.syntax import dotted, if_chain, walk
+from accelify.analysis.syntax import dotted, if_chain, strip_self_methods, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import statement
 
@@ -33,12 +34,15 @@ def run(ctx: Context, scope: Scope) -> None:
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
+    aliases = _attribute_aliases(ctx, scope, chosen)
     if isinstance(scope, cst.FunctionDef) and created:
-        # A model handed in as a parameter and trained here (``def main(model):``).
+        # A model handed in as a parameter and trained here (``def main(model):``); a
+        # constructor that keeps it (``self.model = model``) prepares the attribute instead:
+        # preparing both would wrap one module twice.
         for name, kind in ctx.facts.flow.params.get(scope, {}).items():
-            if kind is Kind.MODEL and name in _trained_here(ctx, scope):
+            if kind is Kind.MODEL and name in _trained_here(ctx, scope) and name not in aliases:
                 chosen.setdefault(name, kind)
-    for name in _untrained_models(ctx, scope, chosen):
+    for name in _untrained_models(ctx, scope, chosen, aliases):
         chosen.pop(name)
         created.pop(name, None)
         ctx.frozen.add(name)
@@ -49,6 +53,27 @@ def run(ctx: Context, scope: Scope) -> None:
         )
     body = placement.body_of(scope)
     last_statement = body[max(created.values())] if created else None
+    inline = _comprehension_evaluations(ctx)
+    for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in inline]:
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.plan.review(
+            ctx.line(inline[name]),
+            f"{name} is evaluated in a comprehension (the forward inside it): its totals "
+            "would cover one rank's shard, and no gather fits inside it; left unprepared, so "
+            "every rank evaluates all of it (correct, not sharded); write it as a for loop to "
+            "shard it and gather the predictions",
+        )
+    for name in sorted(ctx.facts.flow.unstepped_schedulers(set(chosen))):
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.plan.review(
+            _binding_line(ctx, name, scope),
+            f"{name} is left unprepared: its step() is not called through a name the "
+            "conversion follows, so whether it steps per batch or per epoch is unknown (a "
+            "prepared scheduler steps once per rank at each call: ReduceLROnPlateau's patience "
+            "would run N times faster); prepare it if it steps with the optimizer",
+        )
     per_epoch = ctx.facts.flow.per_epoch_schedulers(set(chosen))
     per_step = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER} - per_epoch
     if per_epoch and not per_step:
@@ -61,6 +86,8 @@ def run(ctx: Context, scope: Scope) -> None:
                 f"{name} is stepped once per epoch and another scheduler once per step: "
                 f"{name} is left unprepared so its schedule keeps its pace",
             )
+    if ctx.acc == "self.accelerator":
+        _prepare_received_loaders(ctx, scope, set(chosen))
     if not chosen or last_statement is None:
         return
     groups = [
@@ -145,10 +172,26 @@ def _binding_line(ctx: Context, name: str, scope: Scope) -> int:
     return next(b.line for b in ctx.model.bindings if b.name == name and b.scope is scope)
 
 
-def _untrained_models(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> list[str]:
+def _attribute_aliases(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dict[str, str]:
+    """``self.model = model`` in a constructor that received ``model``: the parameter's name
+    -> the attribute's, one object under two names."""
+    aliases = {}
+    for binding in ctx.model.bindings:
+        if binding.scope is scope and binding.received and binding.name in chosen:
+            source = dotted(strip_self_methods(binding.value))
+            if source is not None and "." not in source:
+                aliases[source] = binding.name
+    return aliases
+
+
+def _untrained_models(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], aliases: dict[str, str]
+) -> list[str]:
     """Models of ``scope`` that no optimizer trains (a frozen feature extractor, a teacher;
     style transfer optimises an image: ``Adam([target])``). Only when every optimizer's
-    parameters are known: built from ``.parameters()`` of named models, or a list of tensors."""
+    parameters are known: built from ``.parameters()`` of named models, or a list of tensors.
+    An optimizer built from a received parameter (``SGD(model.parameters())`` beside
+    ``self.model = model``) trains the attribute too."""
     optimizers = [b for b in ctx.model.of_kind(Kind.OPTIMIZER) if b.name in chosen]
     if not optimizers:
         return []
@@ -158,7 +201,7 @@ def _untrained_models(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> li
         owners = parameter_owners(optimizer)
         if not owners and not _tensor_list(optimizer, models):
             return []
-        trained |= owners
+        trained |= owners | {aliases[owner] for owner in owners if owner in aliases}
     return [name for name in models if name not in trained]
 
 
@@ -268,3 +311,121 @@ def _prepare_code(ctx: Context, order: list[str], anchor: cst.CSTNode) -> str:
     if indent + 4 + len(targets) <= 88:
         return f"(\n{one_per_line}) = {call}(\n    {targets}\n)"
     return f"(\n{one_per_line}) = {call}(\n{one_per_line})"
+
+
+def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> None:
+    """``trainer.fit(train_loader, val_loader)``: a method of the trainer class receives loaders
+    the caller never prepared. They are prepared as the method starts, when every call of it
+    comes from outside the class and runs once (not in a loop: one called every epoch with the
+    same loader would wrap it anew each time); a method also called inside the class
+    (``self.evaluate(self.val_loader)``) gets them prepared at the outside call instead
+    (``trainer.evaluate(trainer.accelerator.prepare(test_loader))``). Else they stay, and their
+    loops get review lines (`data_notes`, `evaluation`)."""
+    owner = ctx.facts.placement.class_of(scope)
+    flow = ctx.facts.flow
+    if owner is None:
+        return
+    for method in ctx.facts.placement.body_of(owner):
+        if not isinstance(method, cst.FunctionDef) or method is scope:
+            continue
+        parameters = [p.name.value for p in method.params.params]
+        received = flow.params.get(method, {})
+        loaders = [p for p in parameters if received.get(p) is Kind.DATALOADER]
+        calls = [call for call, _ in flow.calls_of(method)]
+        prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | chosen
+        outside = [c for c in calls if not ctx.facts.placement.inside(c, owner)]
+        if not loaders or not outside:
+            continue
+        if len(outside) < len(calls):
+            if all(_once_outside(ctx, call, owner) for call in outside):
+                for call in outside:
+                    _prepare_at_call(ctx, method, call, set(loaders), prepared)
+            continue
+        if not all(_once_outside(ctx, call, owner) for call in calls):
+            continue
+        unprepared = [
+            name
+            for name in loaders
+            if any(o not in prepared for o in flow.origins(name, method.body, stop=prepared))
+        ]
+        body = ctx.facts.placement.body_of(method)
+        if not unprepared or not body:
+            continue
+        first = body[ctx.facts.placement.first_free_index(method)] if body else None
+        if first is None:
+            continue
+        targets = ", ".join(unprepared)
+        code = f"{targets} = {ctx.a('prepare')}({targets})"
+        ctx.plan.insert_before(first, statement(code))
+        ctx.need(first)
+        ctx.plan.prepared.extend(unprepared)
+        ctx.plan.change(
+            ctx.line(method),
+            f"{method.name.value}() prepares the loaders it receives: {targets}",
+        )
+
+
+def _prepare_at_call(
+    ctx: Context, method: cst.FunctionDef, call: cst.Call, loaders: set[str], prepared: set[str]
+) -> None:
+    """``trainer.evaluate(test_loader)`` -> ``trainer.evaluate(trainer.accelerator.prepare(
+    test_loader))``, for each loader argument no ``prepare`` took."""
+    func = call.func
+    receiver = dotted(func.value) if isinstance(func, cst.Attribute) else None
+    if receiver is None or receiver.startswith("self"):
+        return
+    flow = ctx.facts.flow
+    for parameter, argument in bound_arguments(method, call, 1):
+        value = argument.value
+        if parameter not in loaders or not isinstance(value, cst.Name):
+            continue
+        if all(o in prepared for o in flow.origins(value.value, call, stop=prepared)):
+            continue
+        code = f"{receiver}.accelerator.prepare({value.value})"
+        ctx.plan.replace(
+            value,
+            lambda _node, code=code: cst.parse_expression(code),
+            ctx.line(call),
+            f"{value.value} prepared where it is handed to {method.name.value}()",
+            anywhere=True,
+        )
+        ctx.prepared_arguments.add(value.value)
+
+
+def _once_outside(ctx: Context, call: cst.Call, owner: cst.ClassDef) -> bool:
+    """``call`` is made outside ``owner`` and not inside a loop of its function."""
+    placement = ctx.facts.placement
+    if placement.inside(call, owner):
+        return False
+    function = placement.enclosing_function(call)
+    for ancestor in ctx.model.ancestors(call):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, (cst.For, cst.While, cst.Lambda)):
+            return False
+    return True
+
+
+_COMPREHENSIONS = (cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp)
+
+
+def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
+    """``sum((model(x).argmax(1) == y).sum().item() for x, y in val_loader)``: a loader a
+    comprehension reads and runs a model over, by the name it was made under (followed back
+    through the helpers' parameters), with the comprehension."""
+    flow = ctx.facts.flow
+    found: dict[str, cst.CSTNode] = {}
+    for node in ctx.facts.placement.all_nodes():
+        if not isinstance(node, _COMPREHENSIONS):
+            continue
+        if not any(isinstance(n, cst.Call) and flow.is_forward(n) for n in walk(node)):
+            continue
+        for_in: cst.CompFor | None = node.for_in
+        while for_in is not None:
+            name = loop_source(for_in.iter)
+            if flow.kind_of(name, node) is Kind.DATALOADER:
+                for origin in flow.origins(name, node):
+                    if origin is not None:
+                        found.setdefault(origin, node)
+            for_in = for_in.inner_for_in
+    return found

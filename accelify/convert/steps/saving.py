@@ -58,12 +58,9 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
             for item in with_node.items
         ):
             continue
-        ctx.plan.add(
-            rewrites.main_process_only(with_node, ctx.acc),
-            line=ctx.line(with_node),
-            text=f"file written on the main process only (if {ctx.a('is_main_process')}:)",
+        ctx.guard_main_process(
+            with_node, f"file written on the main process only (if {ctx.a('is_main_process')}:)"
         )
-        ctx.need(with_node)
         guarded.append(with_node)
     for call in ctx.model.calls:
         inside_guarded = any(ctx.facts.placement.inside(call, block) for block in guarded)

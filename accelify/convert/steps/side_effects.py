@@ -11,7 +11,6 @@ import libcst as cst
 from accelify.analysis import collectives, side_effects
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
-from accelify.edits import rewrites
 from accelify.edits.plan import expression, statement, with_keyword
 
 
@@ -116,8 +115,7 @@ def _unwrap_receiver(ctx: Context, call: cst.Call) -> None:
 
 
 def _guard(ctx: Context, node: cst.CSTNode, text: str) -> None:
-    ctx.plan.add(rewrites.main_process_only(node, ctx.acc), line=ctx.line(node), text=text)
-    ctx.need(node)
+    ctx.guard_main_process(node, text)
 
 
 def _guard_writer(ctx: Context, writer: side_effects.SummaryWriterUse) -> None:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.objects import methods_of
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
 
 #: Calls that trace or export a model: a DDP wrapper's forward does not trace
@@ -104,6 +104,15 @@ def _attributes(ctx: Context) -> None:
             continue
         if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
             continue
+        if _forward_in_training(ctx, attribute):
+            ctx.plan.review(
+                ctx.line(attribute),
+                f"{dotted(owner)}.{member}() runs the model's layers in its own method during "
+                "training: through unwrap_model it would bypass the DDP wrapper and the "
+                "gradients would not be synchronised across ranks (the wrapper has no such "
+                "method); left as is: compute it in forward() or call the prepared model",
+            )
+            continue
         unwrap(
             ctx,
             owner,
@@ -119,3 +128,58 @@ def _is_binding_target(ctx: Context, attribute: cst.Attribute) -> bool:
     return isinstance(parent, cst.AssignTarget) or (
         isinstance(parent, cst.Attribute) and isinstance(ctx.model.parent(parent), cst.AssignTarget)
     )
+
+
+def _forward_in_training(ctx: Context, attribute: cst.Attribute) -> bool:
+    """``model.compute_loss(x, y)`` in a training step, where the model's class runs its layers
+    in ``compute_loss`` (``self(x)``, ``self.forward(x)``, ``self.head(x)``): a forward that the
+    DDP wrapper never sees, so no gradient of it is reduced."""
+    call = ctx.model.parent(attribute)
+    if not (isinstance(call, cst.Call) and call.func is attribute):
+        return False
+    if not any(_runs_layers(ctx, name, attribute.attr.value) for name in ctx.model.module_classes):
+        return False
+    placement = ctx.facts.placement
+    function = placement.enclosing_function(call)
+    return any(
+        placement.inside(backward, function) for backward in ctx.model.backward_calls
+    ) or any(loop.trains and placement.inside(call, loop.node) for loop in ctx.model.loops)
+
+
+def _runs_layers(ctx: Context, class_name: str, member: str) -> bool:
+    methods = methods_of(ctx.model, class_name)
+    method = methods.get(member)
+    if method is None or member in names.MODULE_API:
+        return False
+    for node in walk(method.body):
+        if not isinstance(node, cst.Call):
+            continue
+        func = dotted(node.func)
+        if func == "self" or func == "self.forward":
+            return True
+        layer = func.split(".", 1)[1] if func and func.count(".") == 1 else None
+        if (  # a layer: ``self.head(x)``, not a loss (``self.criterion(logits, y)``)
+            func
+            and func.startswith("self.")
+            and layer is not None
+            and layer not in methods
+            and layer not in names.MODULE_API
+            and layer not in _losses(methods.get("__init__"))
+        ):
+            return True
+    return False
+
+
+def _losses(init: cst.FunctionDef | None) -> set[str]:
+    """Attributes ``__init__`` sets to a loss (``self.criterion = nn.CrossEntropyLoss()``): no
+    parameters, so calling them outside the wrapper loses nothing."""
+    found = set()
+    for node in walk(init) if init is not None else ():
+        if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
+            continue
+        made = dotted(node.value.func) or ""
+        for target in node.targets:
+            name = dotted(target.target) or ""
+            if name.startswith("self.") and made.endswith("Loss"):
+                found.add(name[len("self.") :])
+    return found
