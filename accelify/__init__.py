@@ -13,6 +13,7 @@ __version__ = "0.3.0"
 if TYPE_CHECKING:
     from accelify.runtime.accelerator import Accelerator
     from accelify.runtime.kwargs_handlers import (
+        DDPCommunicationHookType,
         DistributedDataParallelKwargs,
         DistributedType,
         GradScalerKwargs,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 #: Configuration names HF Accelerate exports at its top level too (torch-free, from accelify.utils)
 _CONFIGURATION = (
+    "DDPCommunicationHookType",
     "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",
@@ -40,6 +42,7 @@ _RUNTIME = ("Accelerator", "AcceleratorState", "PartialState", "set_seed", "sync
 __all__ = [
     "Accelerator",
     "AcceleratorState",
+    "DDPCommunicationHookType",
     "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",

@@ -11,6 +11,7 @@ from typing import Any
 
 from accelify.runtime.availability import PROBES
 from accelify.runtime.kwargs_handlers import (
+    DDPCommunicationHookType,
     DistributedDataParallelKwargs,
     DistributedType,
     GradScalerKwargs,
@@ -38,6 +39,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "DDPCommunicationHookType",
     "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",

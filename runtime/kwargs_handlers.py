@@ -6,7 +6,7 @@ Torch-free: the handlers are plain dataclasses a script builds before anything r
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
@@ -54,10 +54,27 @@ class KwargsHandler:
         }
 
 
+class DDPCommunicationHookType(str, enum.Enum):
+    """How DDP communicates gradients (HF's names): compressed to fp16/bf16 for the all-reduce,
+    or PowerSGD's low-rank approximation, or plainly (``NO``)."""
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    POWER_SGD = "power_sgd"
+    BATCHED_POWER_SGD = "batched_power_sgd"
+
+
+#: The handler's fields that are not DistributedDataParallel's arguments: the DDP backend
+#: registers the communication hook they describe on the wrapped model.
+COMM_HOOK_FIELDS = ("comm_hook", "comm_wrapper", "comm_state_option")
+
+
 @dataclass
 class DistributedDataParallelKwargs(KwargsHandler):
     """Passed to ``torch.nn.parallel.DistributedDataParallel`` under the DDP backend;
-    ``find_unused_parameters`` has no other way in."""
+    ``find_unused_parameters`` has no other way in. ``comm_hook`` (wrapped in ``comm_wrapper``'s
+    compression, PowerSGD configured by ``comm_state_option``) is registered on the model."""
 
     dim: int = 0
     broadcast_buffers: bool = True
@@ -66,6 +83,22 @@ class DistributedDataParallelKwargs(KwargsHandler):
     check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_state_option: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # HF takes the plain strings too (comm_hook="fp16")
+        self.comm_hook = DDPCommunicationHookType(self.comm_hook)
+        self.comm_wrapper = DDPCommunicationHookType(self.comm_wrapper)
+        if self.comm_wrapper not in (
+            DDPCommunicationHookType.NO,
+            DDPCommunicationHookType.FP16,
+            DDPCommunicationHookType.BF16,
+        ):
+            raise ValueError(
+                f"comm_wrapper={self.comm_wrapper.value!r}: a wrapper compresses to fp16 or bf16"
+            )
 
     def to_kwargs(self) -> dict[str, Any]:
         found = super().to_kwargs()

@@ -185,6 +185,21 @@ def test_lines_printed_by_both_ranks_at_once_arrive_whole_even_unbuffered():
     assert sorted(result.stdout.splitlines()) == expected
 
 
+def test_ddp_communication_hooks_are_registered_and_train_like_plain_ddp():
+    result = launch(RUNTIME / "comm_hooks.py")
+    assert_ok(result)
+    assert sorted(result.stdout.splitlines()) == sorted(
+        f"rank {rank}: {hook} hook, {wrapper} wrapper: same gradients"
+        for rank in (0, 1)
+        for hook, wrapper in [
+            ("fp16", "no"),
+            ("power_sgd", "no"),
+            ("power_sgd", "fp16"),
+            ("batched_power_sgd", "no"),
+        ]
+    )
+
+
 def test_max_restarts_resumes_from_the_checkpoint_every_time(tmp_path):
     script = RUNTIME / "resume.py"
     straight = tmp_path / "straight.json"

@@ -73,3 +73,17 @@ def test_kwargs_handlers_pass_only_what_was_changed():
         of_type([GradScalerKwargs(), GradScalerKwargs()], GradScalerKwargs)
     with pytest.raises(TypeError, match="not one accelify reads"):
         of_type([object()], GradScalerKwargs)
+
+
+def test_ddp_kwargs_take_hfs_communication_hook_names_as_enums_or_strings():
+    from accelify import DDPCommunicationHookType, DistributedDataParallelKwargs
+
+    kwargs = DistributedDataParallelKwargs(comm_hook="power_sgd", comm_wrapper="fp16")
+    assert kwargs.comm_hook is DDPCommunicationHookType.POWER_SGD
+    assert kwargs.to_kwargs() == {
+        "comm_hook": DDPCommunicationHookType.POWER_SGD,
+        "comm_wrapper": DDPCommunicationHookType.FP16,
+    }
+    assert DistributedDataParallelKwargs().to_kwargs() == {}
+    with pytest.raises(ValueError, match="compresses to fp16 or bf16"):
+        DistributedDataParallelKwargs(comm_wrapper=DDPCommunicationHookType.POWER_SGD)

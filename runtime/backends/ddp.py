@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accelify.runtime import collective_record
 from accelify.runtime.backends.base import Backend, BackendInputs
+from accelify.runtime.kwargs_handlers import COMM_HOOK_FIELDS, DDPCommunicationHookType
 from accelify.runtime.state import ProcessState
 
 
@@ -25,6 +26,7 @@ class DDPBackend(Backend):
 
     def __init__(self, state: ProcessState, mixed_precision: str = "no", **ddp_kwargs: Any):
         super().__init__(state, mixed_precision)
+        self.comm_hook = {k: ddp_kwargs.pop(k) for k in COMM_HOOK_FIELDS if k in ddp_kwargs}
         self.ddp_kwargs = {"gradient_as_bucket_view": True, **ddp_kwargs}
 
     @classmethod
@@ -50,6 +52,7 @@ class DDPBackend(Backend):
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
         wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
         WRAPPED_MODELS.add(wrapped)
+        register_comm_hook(wrapped, **self.comm_hook)
         if collective_record.recording():
             _record_communicating_forwards(wrapped)
         return wrapped
@@ -81,6 +84,39 @@ class DDPBackend(Backend):
 
     # clip_grad_norm_: DDP gradients are already averaged across ranks, so the local norm is the
     # global one (the default).
+
+
+def register_comm_hook(
+    model: DistributedDataParallel,
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO,
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO,
+    comm_state_option: dict[str, Any] | None = None,
+) -> None:
+    """The script's `DistributedDataParallelKwargs` communication hook, as HF registers it:
+    torch's own hooks, PowerSGD with its state built from ``comm_state_option``."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    hooks = {
+        DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
+        DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook,
+        DDPCommunicationHookType.POWER_SGD: powerSGD_hook.powerSGD_hook,
+        DDPCommunicationHookType.BATCHED_POWER_SGD: powerSGD_hook.batched_powerSGD_hook,
+    }
+    wrappers = {
+        DDPCommunicationHookType.FP16: default_hooks.fp16_compress_wrapper,
+        DDPCommunicationHookType.BF16: default_hooks.bf16_compress_wrapper,
+    }
+    hook = hooks.get(comm_hook)
+    if hook is None:
+        return
+    if comm_wrapper in wrappers:
+        hook = wrappers[comm_wrapper](hook)
+    power_sgd = comm_hook in (
+        DDPCommunicationHookType.POWER_SGD,
+        DDPCommunicationHookType.BATCHED_POWER_SGD,
+    )
+    state = powerSGD_hook.PowerSGDState(None, **(comm_state_option or {})) if power_sgd else None
+    model.register_comm_hook(state=state, hook=hook)
 
 
 def _record_communicating_forwards(model: DistributedDataParallel) -> None:
