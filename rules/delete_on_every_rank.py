@@ -53,6 +53,8 @@ class DeleteOnEveryRank(Rule):
     )
     good = (
         HEADER + "import shutil\nif accelerator.is_main_process:\n    shutil.rmtree('old')\n",
+        HEADER + "import shutil\nis_main = accelerator.is_main_process\n"
+        "if is_main and args.clear:\n    shutil.rmtree('old')\n",
         # a function that trains runs on every rank: no advice ever guards it
         HEADER + "import shutil\n\n\ndef train():\n    accelerator.backward(loss)\n"
         "    if accelerator.is_main_process:\n        shutil.rmtree('old')\n\n\ntrain()\n",

@@ -118,6 +118,22 @@ class SaveOutsideMainProcess(Rule):
         HEADER
         + "with accelerator.main_process_first():\n"
         + "    tokenizer.save_pretrained(args.output_dir)\n",
+        # a trainer's own name for the rank test (a property, an attribute set from one)
+        "import torch\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
+        "    def __init__(self, model):\n        self.accelerator = Accelerator()\n"
+        "        self.model = self.accelerator.prepare(model)\n"
+        "        self.can_save = self.is_local_main if local else self.is_main\n\n"
+        "    @property\n    def is_main(self):\n"
+        "        return self.accelerator.is_main_process\n\n"
+        "    @property\n    def is_local_main(self):\n"
+        "        return self.accelerator.is_local_main_process\n\n"
+        "    def save(self, path):\n        torch.save(self.model.state_dict(), path)\n\n"
+        "    def save_last(self, path):\n        if not self.can_save:\n            return\n"
+        "        torch.save(self.model.state_dict(), path)\n\n"
+        "    def train(self):\n        for step in range(10):\n"
+        "            self.accelerator.backward(self.model(step))\n"
+        "            if self.is_main and step % 5 == 0:\n                self.save('m.pt')\n"
+        "        self.save_last('last.pt')\n",
         # identical small files every rank writes before a barrier: whole when read
         HEADER
         + "import json\ntokenizer.save_pretrained(args.output_dir)\n"
