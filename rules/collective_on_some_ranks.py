@@ -107,6 +107,11 @@ class CollectiveOnSomeRanks(Rule):
     )
     good = (
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",
+        # FSDP named only to refuse it: get_state_dict gathers nothing on the backends left
+        _HF
+        + "assert accelerator.distributed_type != DistributedType.FSDP, 'not supported'\n"
+        + "model = accelerator.prepare(model)\nif accelerator.is_main_process:\n"
+        + "    state = accelerator.get_state_dict(model)\n",
         # a model loaded for evaluation on the main process, not the prepared one
         _HF
         + "import torch\nfrom accelerate import FullyShardedDataParallelPlugin\n\n\n"
