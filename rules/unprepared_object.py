@@ -222,9 +222,7 @@ class UnpreparedObject(Rule):
                 and owner not in prepared
                 and not flow.sized_per_process_and_stepped_with_optimizer(call)
             ):
-                yield self.finding(
-                    script, call, message=_message("scheduler", owner, "stepped with the optimizer")
-                )
+                yield self.finding(script, call, message=_scheduler_message(script, call, owner))
 
     def _unprepared_arguments(
         self, script: ScriptModel, loop: Loop, dataloaders: set[str], prepared: set[str]
@@ -262,6 +260,25 @@ def _combines_ranks(script: ScriptModel, loop: Loop) -> bool:
         isinstance(call.func, cst.Attribute) and call.func.attr.value in _COMBINING
         for call in calls_in(script, scope)
     )
+
+
+def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) -> str:
+    """Inside ``accumulate()`` the fix that keeps the schedule's meaning is to step it when the
+    optimizer steps; ``prepare`` also does that, but steps it once per process as well."""
+    for ancestor in script.ancestors(step):
+        items = ancestor.items if isinstance(ancestor, cst.With) else ()
+        for item in items:
+            func = item.item.func if isinstance(item.item, cst.Call) else None
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "accumulate"):
+                continue
+            accelerator = dotted(func.value)
+            return (
+                f"Step scheduler `{name}` only when the optimizer steps (under `if "
+                f"{accelerator}.sync_gradients:`), or pass it to accelerator.prepare: inside "
+                "accumulate() it steps on every batch, gradient_accumulation_steps times per "
+                "optimizer step"
+            )
+    return _message("scheduler", name, "stepped with the optimizer")
 
 
 def _message(what: str, name: str | None, effect: str) -> str:
