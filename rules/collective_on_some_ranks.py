@@ -39,6 +39,19 @@ class CollectiveOnSomeRanks(Rule):
             8,
             5,
         ),
+        Example(  # the barrier in save() behind a trainer's own name for the rank test
+            "from accelerate import Accelerator\n\n\nclass Trainer:\n"
+            "    def __init__(self):\n        self.accelerator = Accelerator()\n"
+            "        self.can_checkpoint = self.accelerator.is_main_process\n\n"
+            "    def save(self, path):\n        self.accelerator.wait_for_everyone()\n"
+            "        if not self.can_checkpoint:\n            return\n"
+            "        self.accelerator.save(self.state, path)\n\n"
+            "    def checkpoint(self):\n        self.accelerator.wait_for_everyone()\n"
+            "        if not self.can_checkpoint:\n            return\n"
+            "        self.save('ckpt.pt')\n",
+            19,
+            9,
+        ),
         Example(
             HEADER + "def finish():\n    if not accelerator.is_main_process:\n        return\n"
             "    accelerator.wait_for_everyone()\n",
@@ -94,6 +107,11 @@ class CollectiveOnSomeRanks(Rule):
     )
     good = (
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",
+        # FSDP named only to refuse it: get_state_dict gathers nothing on the backends left
+        _HF
+        + "assert accelerator.distributed_type != DistributedType.FSDP, 'not supported'\n"
+        + "model = accelerator.prepare(model)\nif accelerator.is_main_process:\n"
+        + "    state = accelerator.get_state_dict(model)\n",
         # a model loaded for evaluation on the main process, not the prepared one
         _HF
         + "import torch\nfrom accelerate import FullyShardedDataParallelPlugin\n\n\n"

@@ -1,9 +1,11 @@
 from collections.abc import Iterator
 
+import libcst as cst
+
 from accelify.analysis.collectives import EVERY_BACKEND, backends_in_view, named
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
@@ -23,6 +25,13 @@ class DeleteOnEveryRank(Rule):
     )
     why = "A path deleted by one rank is gone for the others: FileNotFoundError."
     bad = (
+        Example(  # the prompt in the condition runs on every rank too: guard the condition
+            HEADER + "import shutil\n\n\ndef yes_or_no(question):\n"
+            "    return input(question) == 'y'\n\n\n"
+            "if len(old) > 0 and yes_or_no('clear?'):\n    shutil.rmtree('results')\n",
+            11,
+            5,
+        ),
         Example(HEADER + "import shutil\nshutil.rmtree('old-checkpoint')\n", 4, 1),
         Example(  # in a function every rank runs: at the delete, not at the call of train()
             HEADER + "import shutil\n\n\ndef train():\n    accelerator.backward(loss)\n"
@@ -53,6 +62,12 @@ class DeleteOnEveryRank(Rule):
     )
     good = (
         HEADER + "import shutil\nif accelerator.is_main_process:\n    shutil.rmtree('old')\n",
+        HEADER + "import shutil\n\n\ndef yes_or_no(question):\n"
+        "    return input(question) == 'y'\n\n\n"
+        "if accelerator.is_main_process and (args.clear or yes_or_no('clear?')):\n"
+        "    shutil.rmtree('results')\n",
+        HEADER + "import shutil\nis_main = accelerator.is_main_process\n"
+        "if is_main and args.clear:\n    shutil.rmtree('old')\n",
         # a function that trains runs on every rank: no advice ever guards it
         HEADER + "import shutil\n\n\ndef train():\n    accelerator.backward(loss)\n"
         "    if accelerator.is_main_process:\n        shutil.rmtree('old')\n\n\ntrain()\n",
@@ -81,6 +96,16 @@ class DeleteOnEveryRank(Rule):
                 f"; every rank deletes the same path{where}, and all but one fail with "
                 "FileNotFoundError"
             )
+            prompt = _prompting_branch(script, effect.effect)
+            if prompt is not None and facts_of(script).synchronising_in(prompt[0]) is None:
+                branch, asked = prompt
+                message = (
+                    f"Delete on the main process only: start the condition at line "
+                    f"{script.line(branch)} with `{accelerator}.is_main_process and (...)`, not "
+                    f"only the delete: it asks for input ({dotted(asked.func)}, line "
+                    f"{script.line(asked)}), and every rank would wait at the prompt; every rank "
+                    f"deletes the same path{where}"
+                )
             if effect.through_helper:
                 message = (
                     f"Call {dotted(effect.reported.func)}() under `if {accelerator}."
@@ -89,3 +114,30 @@ class DeleteOnEveryRank(Rule):
                     f"runs this one{where}"
                 )
             yield self.finding(script, effect.reported, message=message)
+
+
+def _prompting_branch(script: ScriptModel, delete: cst.Call) -> tuple[cst.If, cst.Call] | None:
+    """The ``if`` whose body holds the delete and whose test asks the user
+    (``if len(old) > 0 and yes_or_no('clear?'):``, with ``input()`` in the file's
+    ``yes_or_no``): a guard around the delete alone still prompts on every rank."""
+    child: cst.CSTNode = delete
+    for ancestor in script.ancestors(delete):
+        if isinstance(ancestor, cst.FunctionDef):
+            return None
+        if isinstance(ancestor, cst.If) and child is ancestor.body:
+            for node in walk(ancestor.test):
+                if isinstance(node, cst.Call) and _asks(script, node):
+                    return ancestor, node
+            return None
+        child = ancestor
+    return None
+
+
+def _asks(script: ScriptModel, call: cst.Call) -> bool:
+    name = dotted(call.func)
+    if name == "input":
+        return True
+    helper = script.functions.get(name or "")
+    return helper is not None and any(
+        isinstance(node, cst.Call) and dotted(node.func) == "input" for node in walk(helper)
+    )

@@ -27,6 +27,17 @@ class GuardDefeatedByPrecedence(Rule):
     )
     why = "`and` binds tighter than `or`: the right side of `or` escapes the rank guard."
     bad = (
+        Example(  # a trainer's property for the rank test: the prompt and rmtree on every rank
+            "import shutil\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
+            "    def __init__(self, clear=None):\n        self.accelerator = Accelerator()\n"
+            "        if self.is_main and clear is True or (clear is None and "
+            "input('clear?') == 'y'):\n"
+            "            shutil.rmtree('results')\n\n"
+            "    @property\n    def is_main(self):\n"
+            "        return self.accelerator.is_main_process\n",
+            8,
+            47,
+        ),
         Example(
             HEADER + "answer = accelerator.is_main_process and args.ask or input('Overwrite? ')\n",
             3,

@@ -52,6 +52,10 @@ class ManualAmp(Rule):
         "    if accelerator.is_main_process:\n        torch.save(model.state_dict(), path)\n\n\n"
         "def get_grad_scaler(**kwargs):\n    return torch.amp.GradScaler(**kwargs)\n",
         HEADER + "import torch\nwith torch.autocast('cuda'):\n    images = pipeline(prompt)\n",
+        # one scaler per model, handed to the Accelerator in turn: it scales once (imagen)
+        HEADER
+        + "import torch\nscalers = [torch.cuda.amp.GradScaler(enabled=fp16) for _ in unets]\n"
+        + "accelerator.scaler = scalers[index]\naccelerator.backward(loss)\n",
         HEADER
         + "import torch\nwith torch.no_grad(), torch.autocast('cuda'):\n"
         + "    logits = model(x)\naccelerator.backward(other_loss)\n",
@@ -61,15 +65,26 @@ class ManualAmp(Rule):
         # a scaler competes with the Accelerator's only where the file trains (a helper module
         # that builds one for a caller elsewhere is not reported)
         trains = script.trains or bool(_accelerator_backwards(script))
+        scales = trains and _scales_by_hand(script)
         for call in calls(script):
             qualified = script.call_names(call)
-            scaler = bool(qualified & names.GRAD_SCALERS) and trains
+            scaler = bool(qualified & names.GRAD_SCALERS) and scales
             if scaler or (
                 qualified & names.AUTOCASTS
                 and not _bfloat16(call)
                 and _around_training(script, call)
             ):
                 yield self.finding(script, call)
+
+
+def _scales_by_hand(script: ScriptModel) -> bool:
+    """The file scales a loss or unscales gradients itself (``scaler.scale(loss)``,
+    ``scaler.unscale_(optimizer)``): a scaler it never uses so is no second scaler (one handed
+    to the Accelerator as ``accelerator.scaler`` is the Accelerator's own)."""
+    return any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in ("scale", "unscale_")
+        for call in script.calls
+    )
 
 
 def _bfloat16(call: cst.Call) -> bool:

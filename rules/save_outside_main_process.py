@@ -3,10 +3,15 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names, side_effects
-from accelify.analysis.collectives import EVERY_BACKEND, backends_in_view, named
+from accelify.analysis.collectives import (
+    EVERY_BACKEND,
+    FULL_WEIGHTS_GATHERED,
+    backends_in_view,
+    named,
+)
 from accelify.analysis.facts import facts_of
 from accelify.analysis.repeated_effects import RepeatedEffect
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
@@ -85,6 +90,12 @@ class SaveOutsideMainProcess(Rule):
             HEADER + "import torch\naccelerator.wait_for_everyone()\n"
             "accelerator.save(accelerator.get_state_dict(model), 'm.pt')\n",
         ),
+        Example(  # under FSDP the advice is is_main_process=, never a guard (it would hang)
+            HEADER + "fsdp = accelerator.state.fsdp_plugin is not None\n"
+            "model = accelerator.prepare(model)\nmodel.save_pretrained('out')\n",
+            5,
+            1,
+        ),
         Example(  # a tokenizer written by every rank with nothing waiting for it
             HEADER + "tokenizer.save_pretrained('out')\n", 3, 1
         ),
@@ -118,6 +129,22 @@ class SaveOutsideMainProcess(Rule):
         HEADER
         + "with accelerator.main_process_first():\n"
         + "    tokenizer.save_pretrained(args.output_dir)\n",
+        # a trainer's own name for the rank test (a property, an attribute set from one)
+        "import torch\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
+        "    def __init__(self, model):\n        self.accelerator = Accelerator()\n"
+        "        self.model = self.accelerator.prepare(model)\n"
+        "        self.can_save = self.is_local_main if local else self.is_main\n\n"
+        "    @property\n    def is_main(self):\n"
+        "        return self.accelerator.is_main_process\n\n"
+        "    @property\n    def is_local_main(self):\n"
+        "        return self.accelerator.is_local_main_process\n\n"
+        "    def save(self, path):\n        torch.save(self.model.state_dict(), path)\n\n"
+        "    def save_last(self, path):\n        if not self.can_save:\n            return\n"
+        "        torch.save(self.model.state_dict(), path)\n\n"
+        "    def train(self):\n        for step in range(10):\n"
+        "            self.accelerator.backward(self.model(step))\n"
+        "            if self.is_main and step % 5 == 0:\n                self.save('m.pt')\n"
+        "        self.save_last('last.pt')\n",
         # identical small files every rank writes before a barrier: whole when read
         HEADER
         + "import json\ntokenizer.save_pretrained(args.output_dir)\n"
@@ -177,6 +204,17 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
             f"file{where} and nothing waits for the writes to finish before it is read"
         )
     if isinstance(func, cst.Attribute) and func.attr.value == "save_pretrained":
+        gathered = FULL_WEIGHTS_GATHERED & in_view
+        if gathered and facts_of(script).flow.kind_of(dotted(func.value), func) is Kind.MODEL:
+            # the model's state_dict gathers the shards there: a guard would hang
+            model = dotted(func.value)
+            return (
+                f"Save on the main process only: pass is_main_process="
+                f"{accelerator}.is_main_process, save_function={accelerator}.save and "
+                f"state_dict={accelerator}.get_state_dict({model}) (not an `if` around it: the "
+                f"state dict gathers the weights from every rank under {named(gathered)}); "
+                f"every rank writes these files{where}, racing on the same path"
+            )
         return (
             f"Save on the main process only: guard with `if {accelerator}.is_main_process:`, or "
             f"pass is_main_process={accelerator}.is_main_process and "

@@ -1,4 +1,4 @@
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import libcst as cst
 
@@ -6,7 +6,7 @@ from accelify.analysis.evaluation import first_forward as _first_forward
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import Visitor, dotted, target_names, walk
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_in
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
 
 _EVAL = (
     HEADER
@@ -65,6 +65,19 @@ class UngatheredMetric(Rule):
             7,
             9,
         ),
+        # the predictions are gathered, the loss beside them is not (peft's seq2seq example)
+        Example(
+            HEADER
+            + "import torch\nmodel, eval_loader = accelerator.prepare(model, eval_loader)\n"
+            + "eval_loss, preds = 0, []\n"
+            + "for batch in eval_loader:\n"
+            + "    with torch.no_grad():\n        outputs = model(**batch)\n"
+            + "    eval_loss += outputs.loss.detach().float()\n"
+            + "    preds.extend(accelerator.gather_for_metrics(outputs.logits.argmax(-1)))\n"
+            + "accelerator.print(torch.exp(eval_loss / len(eval_loader)))\n",
+            9,
+            5,
+        ),
         # a validation loss over each rank's shard, logged by the main process
         Example(
             HEADER
@@ -97,6 +110,16 @@ class UngatheredMetric(Rule):
         )
         + "        preds, y = accelerator.gather_for_metrics((preds, y))\n"
         + "        correct += (preds == y).sum().item()\n",
+        # gathered, then trimmed and counted by hand (Accelerate's older examples)
+        HEADER
+        + "model, eval_loader = accelerator.prepare(model, eval_loader)\nseen = 0\n"
+        + "for step, batch in enumerate(eval_loader):\n"
+        + "    preds = model(**batch).logits.argmax(-1)\n"
+        + "    preds, refs = accelerator.gather((preds, batch['labels']))\n"
+        + "    if step == len(eval_loader) - 1:\n"
+        + "        refs = refs[: len(eval_loader.dataset) - seen]\n"
+        + "    else:\n        seen += refs.shape[0]\n"
+        + "    metric.add_batch(predictions=preds, references=refs)\n",
         # an unprepared loader seen whole by each rank is another rule's business (ACC401)
         HEADER
         + "import torch\ncorrect = 0\nwith torch.no_grad():\n    for x, y in eval_loader:\n"
@@ -111,10 +134,9 @@ class UngatheredMetric(Rule):
             loop = evaluation.loop
             if _first_forward(loop, facts) is None or not _prepared_loader(script, facts, loop):
                 continue
-            if any(_is_collective(call, accelerators) for call in calls_in(script, loop.node)):
-                continue
             local = _assigned_in(loop.node.body) | loop.batch_names
-            accumulation = _first_accumulation(loop, local)
+            values = _RankValues(script, loop, local, accelerators)
+            accumulation = _first_accumulation(loop, values.this_rank_only)
             if accumulation is None:
                 continue
             target, node = accumulation
@@ -169,9 +191,62 @@ def _is_collective(call: cst.Call, accelerators: set[str]) -> bool:
     return isinstance(func, cst.Attribute) and func.attr.value in ("all_reduce", "all_gather")
 
 
-def _first_accumulation(loop: Loop, local: set[str]) -> tuple[str, cst.CSTNode] | None:
+class _RankValues:
+    """Which per-batch values in an evaluation loop are this rank's alone: a batch, a forward's
+    output, what is computed from them. A value gathered or reduced on the spot, or a name last
+    set from one (``preds, refs = accelerator.gather_for_metrics((preds, refs))``), is every
+    rank's: a loop that gathers its predictions may still sum its loss unreduced."""
+
+    def __init__(
+        self, script: ScriptModel, loop: Loop, local: set[str], accelerators: set[str]
+    ) -> None:
+        self.script = script
+        self.local = local
+        self.accelerators = accelerators
+        self.assigns = [
+            node
+            for node in walk(loop.node.body)
+            if isinstance(node, cst.Assign) and len(node.targets) == 1
+        ]
+
+    def this_rank_only(self, value: cst.CSTNode, depth: int = 0) -> bool:
+        if self._collective_in(value):
+            return False
+        mentioned = {
+            n.value for n in walk(value) if isinstance(n, cst.Name) and n.value in self.local
+        }
+        return any(not self._gathered(name, value, depth) for name in mentioned)
+
+    def _gathered(self, name: str, value: cst.CSTNode, depth: int) -> bool:
+        """Whether ``name``, where ``value`` reads it, was last set from every rank's values
+        (``predictions = predictions[:n]`` reads the gathered one set above it)."""
+        at = self.script.order(value)
+        around = {id(a) for a in self.script.ancestors(value)}
+        last = None
+        for assign in self.assigns:
+            if (
+                self.script.order(assign) < at
+                and id(assign) not in around
+                and name in target_names(assign.targets[0].target)
+            ):
+                last = assign
+        if last is None or depth >= 4:
+            return False  # the batch itself, or too far to follow: this rank's
+        return not self.this_rank_only(last.value, depth + 1)
+
+    def _collective_in(self, node: cst.CSTNode) -> bool:
+        return any(
+            isinstance(call, cst.Call) and _is_collective(call, self.accelerators)
+            for call in walk(node)
+        )
+
+
+def _first_accumulation(
+    loop: Loop, this_rank_only: Callable[[cst.CSTNode], bool]
+) -> tuple[str, cst.CSTNode] | None:
     """The first ``total += <per-batch value>`` or ``total.append(<per-batch value>)`` whose
-    target lives outside the loop."""
+    target lives outside the loop and whose value is this rank's alone."""
+    local = _assigned_in(loop.node.body) | loop.batch_names
 
     class Finder(Visitor):
         def __init__(self) -> None:
@@ -179,12 +254,7 @@ def _first_accumulation(loop: Loop, local: set[str]) -> tuple[str, cst.CSTNode] 
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
             target = dotted(node.target)
-            if (
-                self.found is None
-                and target
-                and target not in local
-                and _mentions(node.value, local)
-            ):
+            if self.found is None and target and target not in local and this_rank_only(node.value):
                 self.found = (target, node)
 
         def visit_Call(self, node: cst.Call) -> None:
@@ -199,7 +269,7 @@ def _first_accumulation(loop: Loop, local: set[str]) -> tuple[str, cst.CSTNode] 
                 if (
                     owner
                     and owner.split(".")[0] not in local
-                    and any(_mentions(value, local) for value in inputs)
+                    and any(this_rank_only(value) for value in inputs)
                 ):
                     self.found = (owner, node)
 

@@ -108,6 +108,17 @@ class UnpreparedObject(Rule):
             15,
             9,
         ),
+        # gathered over an unprepared loader: every rank brings the whole set, counted N times
+        Example(
+            HEADER
+            + _OBJECTS
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "test_loader = torch.utils.data.DataLoader(test, batch_size=8)\n"
+            + "seen = 0\nwith torch.no_grad():\n    for x, y in test_loader:\n"
+            + "        seen += len(accelerator.gather_for_metrics(model(x)))\n",
+            11,
+            17,
+        ),
         Example(
             HEADER
             + _OBJECTS
@@ -149,6 +160,14 @@ class UnpreparedObject(Rule):
         + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
         + _LOOP
         + "    scheduler.step()\n",
+        # every rank evaluates the whole test set and combines nothing: the numbers are right
+        HEADER
+        + _OBJECTS
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "test_loader = torch.utils.data.DataLoader(test, batch_size=8)\n"
+        + "correct = 0\nwith torch.no_grad():\n    for x, y in test_loader:\n"
+        + "        correct += (model(x).argmax(1) == y).sum().item()\n"
+        + "accuracy = correct / len(test_loader.dataset)\n",
         # the main process alone evaluates on the whole set
         HEADER
         + _OBJECTS
@@ -169,6 +188,8 @@ class UnpreparedObject(Rule):
         for loop in script.loops:
             if not (loop.trains or loop.evaluates) or script.under_rank_guard(loop.node):
                 continue
+            if not loop.trains and not _combines_ranks(script, loop):
+                continue  # every rank evaluates the whole set: right, if N times the work
             source = loop.iterable
             if source in dataloaders and source not in prepared and not _prepared_inline(loop):
                 yield self.finding(
@@ -201,9 +222,7 @@ class UnpreparedObject(Rule):
                 and owner not in prepared
                 and not flow.sized_per_process_and_stepped_with_optimizer(call)
             ):
-                yield self.finding(
-                    script, call, message=_message("scheduler", owner, "stepped with the optimizer")
-                )
+                yield self.finding(script, call, message=_scheduler_message(script, call, owner))
 
     def _unprepared_arguments(
         self, script: ScriptModel, loop: Loop, dataloaders: set[str], prepared: set[str]
@@ -224,6 +243,42 @@ class UnpreparedObject(Rule):
                     message=_message("DataLoader", name, "sharded")
                     + f" (the loop at line {script.line(loop.node)} reads it)",
                 )
+
+
+#: What combines the ranks' evaluation results: over an unprepared loader, N copies of the set.
+_COMBINING = {"gather", "gather_for_metrics", "reduce", "all_gather", "all_reduce", "gather_object"}
+
+
+def _combines_ranks(script: ScriptModel, loop: Loop) -> bool:
+    """An evaluation loop whose results are gathered or reduced (in the loop, or after it in the
+    same function): over an unprepared loader every rank brings the whole set, and the totals
+    count it N times. One that combines nothing computes the whole set's numbers on each rank;
+    preparing its loader without adding a gather would make them one shard's."""
+    function = facts_of(script).placement.enclosing_function(loop.node)
+    scope: cst.CSTNode = function if function is not None else script.module
+    return any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in _COMBINING
+        for call in calls_in(script, scope)
+    )
+
+
+def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) -> str:
+    """Inside ``accumulate()`` the fix that keeps the schedule's meaning is to step it when the
+    optimizer steps; ``prepare`` also does that, but steps it once per process as well."""
+    for ancestor in script.ancestors(step):
+        items = ancestor.items if isinstance(ancestor, cst.With) else ()
+        for item in items:
+            func = item.item.func if isinstance(item.item, cst.Call) else None
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "accumulate"):
+                continue
+            accelerator = dotted(func.value)
+            return (
+                f"Step scheduler `{name}` only when the optimizer steps (under `if "
+                f"{accelerator}.sync_gradients:`), or pass it to accelerator.prepare: inside "
+                "accumulate() it steps on every batch, gradient_accumulation_steps times per "
+                "optimizer step"
+            )
+    return _message("scheduler", name, "stepped with the optimizer")
 
 
 def _message(what: str, name: str | None, effect: str) -> str:

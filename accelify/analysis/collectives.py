@@ -148,14 +148,37 @@ def runtime_of(script: ScriptModel) -> str:
 
 
 def backends_in_view(script: ScriptModel) -> frozenset[str]:
-    """DDP always; FSDP and DeepSpeed (with ZeRO-3) when the script names them."""
+    """DDP always; FSDP and DeepSpeed (with ZeRO-3) when the script names them, other than to
+    rule them out (``assert accelerator.distributed_type != DistributedType.FSDP``)."""
     code = script.source
     found = {DDP}
-    if any(word in code for word in _MENTIONS[FSDP]):
+    mentions = {b: any(word in code for word in _MENTIONS[b]) for b in (FSDP, DEEPSPEED)}
+    if any(mentions.values()):
+        for refusal in _refusals(script):
+            code = code.replace(script.module.code_for_node(refusal), "")
+    if mentions[FSDP] and any(word in code for word in _MENTIONS[FSDP]):
         found.add(FSDP)
-    if any(word in code for word in _MENTIONS[DEEPSPEED]):
+    if mentions[DEEPSPEED] and any(word in code for word in _MENTIONS[DEEPSPEED]):
         found |= {DEEPSPEED, ZERO3}
     return frozenset(found)
+
+
+def _refusals(script: ScriptModel) -> list[cst.Assert]:
+    """``assert x != DistributedType.FSDP`` (``not in``, ``is None``): a script that names a
+    backend only to refuse it never runs on it."""
+    found = []
+    for node in script.orders:
+        if not isinstance(node, cst.Assert) or not isinstance(node.test, cst.Comparison):
+            continue
+        if len(node.test.comparisons) != 1:
+            continue
+        comparison = node.test.comparisons[0]
+        refuses = isinstance(comparison.operator, (cst.NotEqual, cst.NotIn)) or (
+            isinstance(comparison.operator, cst.Is) and dotted(comparison.comparator) == "None"
+        )
+        if refuses:
+            found.append(node)
+    return found
 
 
 def collective_backends(

@@ -16,7 +16,7 @@ import libcst as cst
 
 from accelify.analysis.collectives import DDP, DEEPSPEED, EVERY_BACKEND, FSDP, ZERO3
 from accelify.analysis.placement import Placement
-from accelify.analysis.script_model import RANK_WORDS, ScriptModel
+from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names
 
 SETTINGS_ROOTS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS")
@@ -254,7 +254,7 @@ class BackendGuards:
             if len(values) == 1:
                 return self.truth(values[0], depth + 1)
         text = self.model.module.code_for_node(test)
-        return _PER_RANK if any(word in text for word in RANK_WORDS) else _UNKNOWN_UNIFORM
+        return _PER_RANK if self.model.mentions_rank(text) else _UNKNOWN_UNIFORM
 
     def _assignments(self) -> dict[str, list[cst.BaseExpression]]:
         if self._assigned is None:

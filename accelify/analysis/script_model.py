@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import enum
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -179,11 +180,68 @@ class ScriptModel:
         """Inside ``if accelerator.is_main_process:``, ``if rank == 0:`` and the like: code only
         some ranks run."""
         for ancestor in self.ancestors(node):
-            if isinstance(ancestor, cst.If):
-                test = self.module.code_for_node(ancestor.test)
-                if any(word in test for word in RANK_WORDS):
-                    return True
+            if isinstance(ancestor, cst.If) and self.mentions_rank(
+                self.module.code_for_node(ancestor.test)
+            ):
+                return True
         return False
+
+    def mentions_rank(self, text: str) -> bool:
+        """The text of a test reads the rank: a rank word (``is_main_process``, ``rank``) or a
+        name of the file's that stands for one (`rank_aliases`)."""
+        if any(word in text for word in RANK_WORDS):
+            return True
+        pattern = self._rank_alias_pattern
+        return pattern is not None and pattern.search(text) is not None
+
+    @cached_property
+    def rank_aliases(self) -> frozenset[str]:
+        """Names, ``self.`` attributes, properties and methods whose every value is a rank test:
+        ``is_main = accelerator.is_main_process``; a trainer's ``def is_main(self): return
+        self.accelerator.is_main_process``; ``self.can_checkpoint = self.is_local_main if local
+        else self.is_main``. A test that reads one is a rank guard like the test it stands for.
+        Only values shaped like a test count (names, ``and``/``or``/``not``, comparisons,
+        conditional expressions): ``f"cuda:{rank}"`` is a device, not a guard."""
+        values: dict[str, list[cst.BaseExpression]] = {}
+        for assign in self.assignments:
+            if len(assign.targets) != 1:
+                continue
+            target = assign.targets[0].target
+            if isinstance(target, cst.Name):
+                values.setdefault(target.value, []).append(assign.value)
+            elif isinstance(target, cst.Attribute) and dotted(target.value) == "self":
+                values.setdefault(target.attr.value, []).append(assign.value)
+        methods = [
+            statement
+            for owner in self.classes.values()
+            for statement in owner.body.body
+            if isinstance(statement, cst.FunctionDef)
+        ]
+        for function in (*self.functions.values(), *methods):
+            returned = _only_return(function)
+            if returned is not None:
+                values.setdefault(function.name.value, []).append(returned)
+        aliases: set[str] = set()
+        for _ in range(3):  # an alias of an alias: ``can_checkpoint`` from ``is_main``
+            pattern = _alias_pattern(aliases)
+            found = {
+                name
+                for name, exprs in values.items()
+                if name not in aliases
+                and all(
+                    isinstance(value, _TEST_SHAPES)
+                    and _reads_rank(self.module.code_for_node(value), pattern)
+                    for value in exprs
+                )
+            }
+            if not found:
+                break
+            aliases |= found
+        return frozenset(aliases)
+
+    @cached_property
+    def _rank_alias_pattern(self) -> re.Pattern[str] | None:
+        return _alias_pattern(self.rank_aliases)
 
     def call_names(self, call: cst.Call) -> set[str]:
         return self.qualified(call.func)
@@ -263,6 +321,52 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     add_object_bindings(model, _Collector(model).classify)
     add_models_fed_to_optimizers(model)
     return model
+
+
+_TEST_SHAPES = (
+    cst.Name,
+    cst.Attribute,
+    cst.BooleanOperation,
+    cst.UnaryOperation,
+    cst.Comparison,
+    cst.IfExp,
+)
+
+
+def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
+    """What a one-statement function (a property, after its docstring) returns."""
+    body = function.body
+    if not isinstance(body, cst.IndentedBlock):
+        return None
+    statements = [
+        statement
+        for statement in body.body
+        if not (
+            isinstance(statement, cst.SimpleStatementLine)
+            and isinstance(statement.body[0], cst.Expr)
+            and isinstance(statement.body[0].value, cst.SimpleString)
+        )
+    ]
+    if len(statements) != 1 or not isinstance(statements[0], cst.SimpleStatementLine):
+        return None
+    line = statements[0].body
+    if len(line) == 1 and isinstance(line[0], cst.Return) and line[0].value is not None:
+        return line[0].value
+    return None
+
+
+def _alias_pattern(aliases: set[str] | frozenset[str]) -> re.Pattern[str] | None:
+    """``is_main`` as a name or as ``self.is_main``, not ``args.is_main``."""
+    if not aliases:
+        return None
+    names_ = "|".join(sorted(map(re.escape, aliases)))
+    return re.compile(rf"(?:(?<![\w.])|(?<=\bself\.))(?:{names_})\b")
+
+
+def _reads_rank(text: str, aliases: re.Pattern[str] | None) -> bool:
+    if any(word in text for word in RANK_WORDS):
+        return True
+    return aliases is not None and aliases.search(text) is not None
 
 
 def _prepare_call(

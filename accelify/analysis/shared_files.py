@@ -25,7 +25,7 @@ from accelify.analysis import collectives, names, side_effects
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
-from accelify.analysis.script_model import RANK_WORDS, ScriptModel
+from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 
 #: Where a path comes from when it is another file on every process: always (a temporary
@@ -451,8 +451,7 @@ def _tests_rank(model: ScriptModel, node: cst.CSTNode) -> bool:
     """An ``if`` whose own test reads the rank (``if rank == 0:``)."""
     if not isinstance(node, cst.If):
         return False
-    test = model.module.code_for_node(node.test)
-    return any(word in test for word in RANK_WORDS)
+    return model.mentions_rank(model.module.code_for_node(node.test))
 
 
 def _path(
