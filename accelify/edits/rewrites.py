@@ -9,6 +9,7 @@ from collections.abc import Collection, Iterable
 
 import libcst as cst
 
+from accelify.analysis.syntax import dotted
 from accelify.edits.code import statement
 from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove, Replace
 from accelify.edits.node_rewrites import (
@@ -54,7 +55,7 @@ def scaled_loss(call: cst.Call, scalers: Collection[str]) -> cst.BaseExpression 
         isinstance(receiver, cst.Call)
         and isinstance(receiver.func, cst.Attribute)
         and receiver.func.attr.value == "scale"
-        and _dotted(receiver.func.value) in scalers
+        and dotted(receiver.func.value) in scalers
         and receiver.args
     ):
         return receiver.args[0].value
@@ -155,13 +156,3 @@ def use_gather_for_metrics(gather: cst.Call) -> Replace:
     """``acc.gather(x)`` -> ``acc.gather_for_metrics(x)``, which drops the samples repeated to
     even out the last batch."""
     return Replace(gather.func.attr, Swap("gather_for_metrics"))  # type: ignore[attr-defined]
-
-
-def _dotted(node: cst.BaseExpression) -> str | None:
-    """``self.scaler`` of a name or an attribute chain; None for other expressions."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        owner = _dotted(node.value)
-        return None if owner is None else f"{owner}.{node.attr.value}"
-    return None

@@ -94,6 +94,8 @@ def register_comm_hook(
 ) -> None:
     """The script's `DistributedDataParallelKwargs` communication hook, as HF registers it:
     torch's own hooks, PowerSGD with its state built from ``comm_state_option``."""
+    if comm_hook is DDPCommunicationHookType.NO:
+        return
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     hooks = {
@@ -106,9 +108,7 @@ def register_comm_hook(
         DDPCommunicationHookType.FP16: default_hooks.fp16_compress_wrapper,
         DDPCommunicationHookType.BF16: default_hooks.bf16_compress_wrapper,
     }
-    hook = hooks.get(comm_hook)
-    if hook is None:
-        return
+    hook = hooks[comm_hook]
     if comm_wrapper in wrappers:
         hook = wrappers[comm_wrapper](hook)
     power_sgd = comm_hook in (
