@@ -187,3 +187,31 @@ def test_a_dict_of_loaders_prepared_value_by_value_is_prepared():
         """
     )
     assert "loaders" in model.prepared_names
+
+
+def test_a_variable_named_like_a_function_of_the_module_is_not_that_function():
+    model = script(
+        """
+        def train(model, loader):
+            for x in loader:
+                model(x).sum().backward()
+
+        class Pairs:
+            def __init__(self, root, train, transform=None):
+                self.data = load(root, train=train)
+
+        def fit(train, loader):
+            (train, evaluate) = (train, None)
+            return train(loader)
+
+        def main():
+            spawn(train)
+            sort(items, key=lambda train: train.size)
+            return Pairs("data", train=True), fit(train, None), train(None, None)
+        """
+    )
+    graph = facts_of(model).calls
+    train = model.functions["train"]
+    main = model.line(model.functions["main"])
+    assert [model.line(node) for node in graph.references(train)] == [main + 1, main + 3]
+    assert [model.line(call) for call in graph.callers(train)] == [main + 3]

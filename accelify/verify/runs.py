@@ -154,4 +154,3 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
             break
         except subprocess.TimeoutExpired:
             continue
-
