@@ -8,6 +8,7 @@ import textwrap
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
+from accelify.analysis.idle_members import idle_members
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel, analyze
 
@@ -215,3 +216,44 @@ def test_a_variable_named_like_a_function_of_the_module_is_not_that_function():
     main = model.line(model.functions["main"])
     assert [model.line(node) for node in graph.references(train)] == [main + 1, main + 3]
     assert [model.line(call) for call in graph.callers(train)] == [main + 3]
+
+
+def test_parameters_the_forward_never_computes_with_are_idle():
+    model = script(
+        """
+        class Base(nn.Module):
+            def head(self, x):
+                return self.out(x)
+
+        class Net(Base):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(4, 4)
+                self.out = nn.Linear(4, 1)
+                self.unused = nn.Linear(4, 4)
+                self.anchor = nn.Parameter(torch.empty(0))
+                self.drop = nn.Dropout(0.1)
+                self.act = nn.ReLU()
+
+            def forward(self, x):
+                x = x.to(self.anchor.device)
+                return self.head(self.body(x))
+
+        class Dynamic(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(4, 4)
+                self.b = nn.Linear(4, 4)
+
+            def forward(self, x):
+                return getattr(self, "a")(x)
+
+        class Handed(Dynamic):
+            def forward(self, x):
+                return run_layers(self, x)
+        """
+    )
+    assert [name for name, _ in idle_members(model, "Net")] == ["unused", "anchor"]
+    assert idle_members(model, "Dynamic") == []  # getattr(self, ...): not followed
+    assert idle_members(model, "Handed") == []  # self handed to a function
+    assert idle_members(model, "Base") == []  # no __init__ or forward of its own
