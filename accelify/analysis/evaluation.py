@@ -419,11 +419,21 @@ def _batch_names(loop: Loop, facts: Facts, before: cst.CSTNode | None) -> set[st
         if limit is not None and facts.model.order(small) >= limit:
             break
         if isinstance(small, cst.Assign) and _pure_access(small.value):
-            reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
+            reads = {
+                n.value
+                for n in walk(small.value)
+                if isinstance(n, cst.Name) and not _is_attribute_name(facts.model, n)
+            }
             if reads and reads <= batch | {"device"} | _device_names(small.value):
                 for target in small.targets:
                     batch |= target_names(target.target)
     return batch
+
+
+def _is_attribute_name(model: ScriptModel, name: cst.Name) -> bool:
+    """The ``to`` of ``x.to(device)``: a member looked up, not a variable read."""
+    parent = model.parent(name)
+    return isinstance(parent, cst.Attribute) and parent.attr is name
 
 
 def _pure_access(value: cst.BaseExpression) -> bool:
