@@ -145,6 +145,10 @@ class SaveOutsideMainProcess(Rule):
         "            self.accelerator.backward(self.model(step))\n"
         "            if self.is_main and step % 5 == 0:\n                self.save('m.pt')\n"
         "        self.save_last('last.pt')\n",
+        # the config file copied into the run's folder by every rank, before a barrier
+        "import shutil\nfrom accelerate import Accelerator\n\n\ndef main(config_path, log_dir):\n"
+        "    shutil.copy(config_path, log_dir)\n    accelerator = Accelerator()\n"
+        "    model = accelerator.prepare(net)\n    accelerator.wait_for_everyone()\n",
         # identical small files every rank writes before a barrier: whole when read
         HEADER
         + "import json\ntokenizer.save_pretrained(args.output_dir)\n"

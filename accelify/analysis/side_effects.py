@@ -220,16 +220,21 @@ def opens_for_writing(node: cst.BaseExpression) -> bool:
 #: scheduler configs (``tokenizer.save_pretrained(d)``, ``json.dump(vars(args), f)``).
 _SAME_EVERYWHERE = ("tokenizer", "processor", "config", "feature_extractor", "scheduler", "args")
 _DUMPERS = {"json.dump", "yaml.dump", "yaml.safe_dump"}
+#: Copies whose bytes are the source file's: the same on every rank when the source is.
+_COPIES = {"shutil.copy", "shutil.copy2", "shutil.copyfile"}
 
 
 def same_on_every_rank(model: ScriptModel, call: cst.Call) -> bool:
     """A small file every rank writes with the same bytes: a tokenizer's, a processor's or a
-    config's ``save_pretrained``, the run's settings dumped to JSON or YAML. Written by every
+    config's ``save_pretrained``, the run's settings dumped to JSON or YAML or the config file
+    copied (``shutil.copy(config_path, log_dir)``) into the run's folder. Written by every
     rank before a barrier, the file is whole when anyone reads it (unlike a checkpoint, whose
     ranks may hold different state and whose size makes a torn read likely)."""
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value in ("save_pretrained", "to_json_file"):
         return _names_settings(func.value)
+    if model.call_names(call) & _COPIES and call.args:
+        return _names_settings(call.args[0].value)
     if model.call_names(call) & _DUMPERS and call.args:
         value = call.args[0].value
         if isinstance(value, cst.Call) and dotted(value.func) == "vars" and value.args:
