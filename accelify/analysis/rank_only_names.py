@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.syntax import walk
-
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
 
@@ -30,18 +28,37 @@ class RankOnlyRead:
 
 def rank_only_reads(facts: Facts) -> list[RankOnlyRead]:
     model = facts.model
-    scopes: list[cst.CSTNode] = [model.module, *_functions(model.module)]
+    tests: dict[int, bool] = {}
+
+    def guard_of(node: cst.CSTNode, scope: cst.CSTNode) -> cst.If | None:
+        for ancestor in model.ancestors(node):
+            if ancestor is scope or isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return None
+            if isinstance(ancestor, cst.If):
+                if id(ancestor) not in tests:
+                    tests[id(ancestor)] = facts.ranks.is_rank_test(ancestor.test)
+                if tests[id(ancestor)]:
+                    return ancestor
+        return None
+
+    # only the scopes that assign a plain name under a rank test are read in full
+    candidates: dict[int, tuple[cst.CSTNode, set[str]]] = {}
+    for assign in model.assignments:
+        names = {n.value for t in assign.targets for n in _stored_names(t.target)}
+        if not names:
+            continue
+        scope = facts.placement.enclosing_function(assign) or model.module
+        if guard_of(assign, scope) is not None:
+            candidates.setdefault(id(scope), (scope, set()))[1].update(names)
     found = []
-    for scope in scopes:
+    for scope, names in candidates.values():
         bindings, reads = _names_in(scope)
-        for name, targets in bindings.items():
-            guards = [_rank_guard(facts, target, scope) for target in targets]
-            if not guards or any(g is None for g in guards):
+        for name in sorted(names & set(bindings)):
+            targets = bindings[name]
+            guards = [guard_of(target, scope) for target in targets]
+            if any(g is None for g in guards):
                 continue
-            if any(
-                _in_orelse(model, target, guard)
-                for target, guard in zip(targets, guards, strict=True)
-            ):
+            if any(_in_orelse(model, t, g) for t, g in zip(targets, guards, strict=True)):
                 continue
             first = min(model.order(t) for t in targets)
             for read in reads.get(name, []):
@@ -66,19 +83,6 @@ def _tested_inline(facts: Facts, read: cst.Name) -> bool:
         if isinstance(ancestor, cst.BooleanOperation) and facts.ranks.is_rank_test(ancestor.left):
             return True
     return False
-
-
-def _functions(module: cst.Module) -> list[cst.FunctionDef]:
-    return [node for node in walk(module) if isinstance(node, cst.FunctionDef)]
-
-
-def _rank_guard(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> cst.If | None:
-    for ancestor in facts.model.ancestors(node):
-        if ancestor is scope:
-            return None
-        if isinstance(ancestor, cst.If) and facts.ranks.is_rank_test(ancestor.test):
-            return ancestor
-    return None
 
 
 def _in_orelse(model, node: cst.CSTNode, guard: cst.If | None) -> bool:
