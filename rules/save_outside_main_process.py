@@ -30,7 +30,10 @@ class SaveOutsideMainProcess(Rule):
     when other call sites of the same function run it on the main process alone (never for a
     function that reaches ``prepare``, ``backward`` or a collective: that must run everywhere).
     ``accelerator.save`` writes on the main process only, to a temporary name that is then
-    renamed. Small files every rank writes with the same bytes (a tokenizer's or a config's
+    renamed. In a loop over a prepared DataLoader, one file per batch named by the loop's
+    counter (``f"{i}.pt"``) collides across ranks (each counts its shard from 0): the advice is
+    a global index, not a guard; named by the batch itself, each rank's files are its own.
+    Small files every rank writes with the same bytes (a tokenizer's or a config's
     ``save_pretrained``, the settings dumped to JSON) before a barrier are whole when read: not
     reported."""
 
@@ -96,6 +99,14 @@ class SaveOutsideMainProcess(Rule):
             5,
             1,
         ),
+        Example(  # one file per batch of a prepared loader, named by the loop's counter: the
+            # ranks' shards collide under the same names (no guard: it would keep one shard)
+            HEADER + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+            "for i, batch in enumerate(loader):\n    with torch.no_grad():\n"
+            "        feats = model(batch)\n    torch.save(feats, f'cache/{i}.pt')\n",
+            8,
+            5,
+        ),
         Example(  # a tokenizer written by every rank with nothing waiting for it
             HEADER + "tokenizer.save_pretrained('out')\n", 3, 1
         ),
@@ -145,6 +156,15 @@ class SaveOutsideMainProcess(Rule):
         "            self.accelerator.backward(self.model(step))\n"
         "            if self.is_main and step % 5 == 0:\n                self.save('m.pt')\n"
         "        self.save_last('last.pt')\n",
+        # one file per item of a prepared loader, named by the item: each rank writes its own
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "for i, (images, names) in enumerate(loader):\n    with torch.no_grad():\n"
+        + "        feats = model(images)\n    torch.save(feats, f'cache/{names[0]}.pt')\n",
+        # the config file copied into the run's folder by every rank, before a barrier
+        "import shutil\nfrom accelerate import Accelerator\n\n\ndef main(config_path, log_dir):\n"
+        "    shutil.copy(config_path, log_dir)\n    accelerator = Accelerator()\n"
+        "    model = accelerator.prepare(net)\n    accelerator.wait_for_everyone()\n",
         # identical small files every rank writes before a barrier: whole when read
         HEADER
         + "import json\ntokenizer.save_pretrained(args.output_dir)\n"
@@ -164,12 +184,30 @@ class SaveOutsideMainProcess(Rule):
                 effect.reported
             ):
                 continue
+            per_batch = side_effects.per_batch_files(script, effect.effect)
+            if per_batch is not None and not effect.through_helper:
+                loop, collide = per_batch
+                if collide:
+                    message = _per_batch_message(script, effect, loop)
+                    yield self.finding(script, effect.reported, None, message)
+                continue
             yield self.finding(
                 script,
                 effect.reported,
                 _fix(script, effect.reported),
                 _message(script, effect, in_view),
             )
+
+
+def _per_batch_message(script: ScriptModel, effect: RepeatedEffect, loop: cst.For) -> str:
+    accelerator = accelerator_at(script, effect.reported) or "accelerator"
+    return (
+        f"Name this file by the batch's global index (e.g. index * {accelerator}.num_processes "
+        f"+ {accelerator}.process_index) or gather before writing: the loop at line "
+        f"{script.line(loop)} reads each rank's shard of a prepared DataLoader and counts from "
+        "0 on every rank, so the ranks overwrite each other's files; a main-process guard would "
+        "keep one shard only"
+    )
 
 
 def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str]) -> str:

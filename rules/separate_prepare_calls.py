@@ -7,7 +7,9 @@ from accelify.lint.rule import HEADER, Example, Finding, Rule, optimizer_models
 class SeparatePrepareCalls(Rule):
     """A model and its optimizer prepared in separate calls. FSDP and DeepSpeed shard the model
     in ``prepare``; an optimizer prepared on its own keeps the unsharded parameters, so under
-    those backends it updates tensors the model no longer uses. An optimizer created after the
+    those backends it updates tensors the model no longer uses. The optimizer's model is the one
+    whose ``.parameters()`` it is built from, or the one a project's helper is handed
+    (``build_optimizer(model, cfg)``). An optimizer created after the
     model's ``prepare``, from the prepared model's parameters, is bound to the sharded ones (the
     order FSDP documents) and is not reported."""
 
@@ -23,6 +25,14 @@ class SeparatePrepareCalls(Rule):
             6,
             13,
         ),
+        Example(  # built by the project's helper from the model it is handed, before prepare
+            HEADER
+            + "optimizer = build_optimizer(model, cfg.optimizer)\n"
+            + "model = accelerator.prepare(model)\n"
+            + "optimizer, loader = accelerator.prepare(optimizer, loader)\n",
+            5,
+            21,
+        ),
     )
     good = (
         HEADER
@@ -33,6 +43,10 @@ class SeparatePrepareCalls(Rule):
         + "import torch\nmodel = accelerator.prepare(model)\n"
         + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         + "optimizer, loader = accelerator.prepare(optimizer, loader)\n",
+        HEADER
+        + "model = accelerator.prepare(model)\n"
+        + "optimizer = build_optimizer(model, cfg.optimizer)\n"
+        + "optimizer = accelerator.prepare(optimizer)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

@@ -4,6 +4,7 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import dotted
 from accelify.lint.rule import (
     HEADER,
@@ -45,15 +46,28 @@ class UnpreparedObject(Rule):
     dataset; an unprepared model's gradients are never averaged across ranks, so the copies
     drift apart; an unprepared optimizer skips the accumulation and mixed-precision handling.
     Models outside every optimizer (a frozen encoder, a teacher), schedulers stepped once per
-    epoch, and a scheduler built after ``prepare`` (sized in per-process steps) and stepped
-    beside the optimizer outside ``accumulate()`` are left alone: not preparing them is
-    correct."""
+    epoch, a scheduler built after ``prepare`` (sized in per-process steps) and stepped
+    beside the optimizer outside ``accumulate()``, and a DataLoader rebuilt every step over the
+    rollouts this rank just made (``DataLoader(TensorDataset(*rollouts))`` in a helper the
+    training loop calls) are left alone: not preparing them is correct."""
 
     code = "ACC401"
     name = "unprepared-object"
     message = "Pass this to accelerator.prepare and use what it returns"
     why = "Unprepared loaders are not sharded and unprepared models are not synchronised."
     bad = (
+        Example(  # a loader made once, in a helper, over the whole data: not sharded
+            HEADER
+            + "from torch.utils.data import DataLoader, TensorDataset\n"
+            + "model, optimizer = accelerator.prepare(model, optimizer)\n\n\n"
+            + "def learn(x, y):\n"
+            + "    loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)\n"
+            + "    for xb, yb in loader:\n        loss = (model(xb) - yb).pow(2).mean()\n"
+            + "        accelerator.backward(loss)\n        optimizer.step()\n\n\n"
+            + "learn(features, labels)\n",
+            9,
+            19,
+        ),
         Example(
             HEADER
             + _OBJECTS
@@ -130,6 +144,15 @@ class UnpreparedObject(Rule):
         ),
     )
     good = (
+        # rollouts made this step on this rank, batched for the update: already this rank's data
+        HEADER
+        + "from torch.utils.data import DataLoader, TensorDataset\n"
+        + "model, optimizer, prompts = accelerator.prepare(model, optimizer, prompts)\n\n\n"
+        + "def learn(rollouts):\n"
+        + "    loader = DataLoader(TensorDataset(*rollouts), batch_size=8, shuffle=True)\n"
+        + "    for x, y in loader:\n        loss = (model(x) - y).pow(2).mean()\n"
+        + "        accelerator.backward(loss)\n        optimizer.step()\n\n\n"
+        + "for batch in prompts:\n    learn(generate(model, batch))\n",
         HEADER
         + _OBJECTS
         + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
@@ -191,7 +214,12 @@ class UnpreparedObject(Rule):
             if not loop.trains and not _combines_ranks(script, loop):
                 continue  # every rank evaluates the whole set: right, if N times the work
             source = loop.iterable
-            if source in dataloaders and source not in prepared and not _prepared_inline(loop):
+            if (
+                source in dataloaders
+                and source not in prepared
+                and not _prepared_inline(loop)
+                and not over_step_data(facts_of(script), loop)
+            ):
                 yield self.finding(
                     script, loop.node.iter, message=_message("DataLoader", source, "sharded")
                 )

@@ -6,6 +6,15 @@ DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataL
 OPTIMIZER_PREFIXES = ("torch.optim.", "transformers.optimization.", "bitsandbytes.optim.")
 OPTIMIZER_EXCLUDED_PREFIXES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 SCHEDULER_PREFIXES = ("torch.optim.lr_scheduler.",)
+#: Project helpers that build the optimizer for a model they are handed (mmcv's and PixArt's
+#: ``build_optimizer(model, cfg)``, timm's ``create_optimizer_v2(model, ...)``).
+OPTIMIZER_FACTORIES = {
+    "build_optimizer",
+    "create_optimizer",
+    "create_optimizer_v2",
+    "get_optimizer",
+    "make_optimizer",
+}
 SCHEDULER_FUNCTIONS_PREFIXES = (
     "transformers.get_",
     "transformers.optimization.get_",

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.names import OPTIMIZER_FACTORIES
 from accelify.analysis.script_model import (
     OPTIMIZER_METHODS,
     Binding,
@@ -38,6 +39,15 @@ def parameter_owners(optimizer: Binding) -> set[str]:
 
     for argument in core.args:
         argument.value.visit(Params())
+    if (dotted(core.func) or "").rsplit(".", 1)[-1] in OPTIMIZER_FACTORIES:
+        # ``build_optimizer(model, cfg)``, ``create_optimizer(model=net)``: handed the model
+        handed = next(
+            (a.value for a in core.args if a.keyword and a.keyword.value == "model"),
+            core.args[0].value if core.args and core.args[0].keyword is None else None,
+        )
+        name = dotted(handed) if isinstance(handed, (cst.Name, cst.Attribute)) else None
+        if name:
+            owners.add(owning_model(name))
     func = core.func
     if isinstance(func, cst.Attribute) and func.attr.value in OPTIMIZER_METHODS:
         receiver = dotted(func.value)  # ``model.configure_optimizers(...)`` trains ``model``

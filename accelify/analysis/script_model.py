@@ -554,6 +554,8 @@ class _Collector(Visitor):
                 return Kind.MODEL
         if local in self.model.module_classes:
             return Kind.MODEL
+        if _optimizer_factory_call(call):
+            return Kind.OPTIMIZER
         if self._imported_model_optimizer(call):
             return Kind.OPTIMIZER
         return None
@@ -613,6 +615,18 @@ class _Collector(Visitor):
                 if self.model.qualified(target) & names.NO_GRAD_CONTEXTS:
                     return True
         return False
+
+
+def _optimizer_factory_call(call: cst.Call) -> bool:
+    """``build_optimizer(model, cfg)`` or ``create_optimizer(model=net, ...)``: a project's
+    helper handed the model it builds the optimizer for (not a dict of parameter groups)."""
+    if (dotted(call.func) or "").rsplit(".", 1)[-1] not in names.OPTIMIZER_FACTORIES:
+        return False
+    handed = next(
+        (a.value for a in call.args if a.keyword and a.keyword.value == "model"),
+        call.args[0].value if call.args and call.args[0].keyword is None else None,
+    )
+    return isinstance(handed, (cst.Name, cst.Attribute))
 
 
 def owning_model(name: str) -> str:

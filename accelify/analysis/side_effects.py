@@ -11,9 +11,10 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.loops import first_enumerate_name
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, target_names, walk
 
 
 @dataclass
@@ -220,16 +221,21 @@ def opens_for_writing(node: cst.BaseExpression) -> bool:
 #: scheduler configs (``tokenizer.save_pretrained(d)``, ``json.dump(vars(args), f)``).
 _SAME_EVERYWHERE = ("tokenizer", "processor", "config", "feature_extractor", "scheduler", "args")
 _DUMPERS = {"json.dump", "yaml.dump", "yaml.safe_dump"}
+#: Copies whose bytes are the source file's: the same on every rank when the source is.
+_COPIES = {"shutil.copy", "shutil.copy2", "shutil.copyfile"}
 
 
 def same_on_every_rank(model: ScriptModel, call: cst.Call) -> bool:
     """A small file every rank writes with the same bytes: a tokenizer's, a processor's or a
-    config's ``save_pretrained``, the run's settings dumped to JSON or YAML. Written by every
+    config's ``save_pretrained``, the run's settings dumped to JSON or YAML or the config file
+    copied (``shutil.copy(config_path, log_dir)``) into the run's folder. Written by every
     rank before a barrier, the file is whole when anyone reads it (unlike a checkpoint, whose
     ranks may hold different state and whose size makes a torn read likely)."""
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value in ("save_pretrained", "to_json_file"):
         return _names_settings(func.value)
+    if model.call_names(call) & _COPIES and call.args:
+        return _names_settings(call.args[0].value)
     if model.call_names(call) & _DUMPERS and call.args:
         value = call.args[0].value
         if isinstance(value, cst.Call) and dotted(value.func) == "vars" and value.args:
@@ -245,3 +251,35 @@ def _names_settings(node: cst.BaseExpression) -> bool:
     name = name.removesuffix(".__dict__")
     last = name.rsplit(".", 1)[-1].lower()
     return any(word in last for word in _SAME_EVERYWHERE) or last in ("cfg", "opt", "hparams")
+
+
+def per_batch_files(model: ScriptModel, write: cst.Call) -> tuple[cst.For, bool] | None:
+    """A write inside a loop over a prepared DataLoader whose path is made from the loop's own
+    names: one file per batch. Named by the loop's counter (``f"{data_id}.pth"``), the files
+    collide: each rank reads its own shard but counts from 0, so the ranks write different data
+    under the same names, and a guard would keep the main process's shard only (``True``).
+    Named by the batch itself (its file names, ids), each rank writes files of its own
+    (``False``): nothing races."""
+    here = model.order(write)
+    loaded = {
+        name
+        for call in model.prepare_calls
+        if model.order(call.call) <= here
+        for name in call.outputs
+        if name
+    }
+    for loop in model.loops:
+        if loop.iterable not in loaded or not any(a is loop.node for a in model.ancestors(write)):
+            continue
+        counter = first_enumerate_name(loop.node.target)
+        batch = target_names(loop.node.target) - counter
+        for argument in write.args:
+            value = argument.value
+            if isinstance(value, (cst.Name, cst.Attribute, cst.SimpleString)):
+                continue  # the object written, or a fixed path
+            used = {n.value for n in walk(value) if isinstance(n, cst.Name)}
+            if used & counter:
+                return loop.node, True
+            if used & batch:
+                return loop.node, False
+    return None

@@ -1,0 +1,162 @@
+"""DataLoaders rebuilt on every step over tensors the run has just made on this rank.
+
+An RL trainer batches the rollouts it generated this step (``DataLoader(TensorDataset(*rollouts))``
+inside ``step_with_rollouts(rollouts)``, called once per step of the training loop); so do
+pseudo-labelling and replay-buffer loops. Each rank made its own rollouts from its own shard of
+the prompts: the loader already holds this rank's data, and ``prepare`` would shard it again and
+drop (N-1)/N of it. A loader built once over the dataset (even through a helper, or in a loop
+over folds of a global dataset) is not one of these.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from accelify.analysis.names import DATALOADERS
+from accelify.analysis.objects import callee
+from accelify.analysis.repeated_effects import callers_of
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.syntax import strip_self_methods, walk
+
+if TYPE_CHECKING:
+    from accelify.analysis.facts import Facts
+
+
+def over_step_data(facts: Facts, loop: Loop) -> bool:
+    """``loop`` reads a DataLoader made, on every step of an outer loop, over a dataset built
+    from nothing but the arguments of the function that makes it."""
+    model = facts.model
+    function = facts.placement.enclosing_function(loop.node)
+    binding = next(
+        (
+            b
+            for b in model.bindings
+            if b.name == loop.iterable
+            and b.kind is Kind.DATALOADER
+            and facts.placement.enclosing_function(b.assign) is function
+            and model.order(b.assign) < model.order(loop.node)
+        ),
+        None,
+    )
+    if binding is None or function is None:
+        return False
+    value = strip_self_methods(binding.value)
+    if not isinstance(value, cst.Call):
+        return False
+    home, constructor = function, value
+    if not model.call_names(value) & DATALOADERS:
+        target = callee(model, value)
+        if target is None:
+            return False
+        home = target[0]
+        constructor = next(
+            (
+                c
+                for c in model.calls
+                if model.call_names(c) & DATALOADERS and _within(model, c, home)
+            ),
+            None,
+        )
+        if constructor is None or not _from_arguments(model, value, function):
+            return False
+    return _dataset_from_arguments(model, constructor, home) and _per_iteration(
+        facts, binding.assign, 0
+    )
+
+
+def _within(model: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return any(a is container for a in model.ancestors(node))
+
+
+def _parameters(function: cst.FunctionDef) -> set[str]:
+    params = function.params
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    return {p.name.value for p in every} - {"self", "cls"}
+
+
+def _value_names(node: cst.CSTNode) -> set[str]:
+    """Names read as values in ``node`` (not the functions it calls, not attribute names,
+    not the targets of its own comprehensions)."""
+    read: set[str] = set()
+    bound: set[str] = set()
+    for sub in walk(node):
+        if isinstance(sub, cst.CompFor):
+            bound |= {n.value for n in walk(sub.target) if isinstance(n, cst.Name)}
+        elif isinstance(sub, cst.Call) and isinstance(sub.func, cst.Name):
+            bound.add(sub.func.value)  # ``list(...)``, ``TensorDataset(...)``: the callee
+        elif isinstance(sub, cst.Attribute):
+            bound.add(sub.attr.value)
+    for sub in walk(node):
+        if isinstance(sub, cst.Name):
+            read.add(sub.value)
+    return read - bound
+
+
+def _from_arguments(model: ScriptModel, call: cst.Call, function: cst.FunctionDef) -> bool:
+    """Every value ``call`` passes comes from ``function``'s own parameters."""
+    names = set().union(*(_value_names(a.value) for a in call.args)) if call.args else set()
+    return bool(names) and names <= _parameters(function)
+
+
+def _dataset_from_arguments(
+    model: ScriptModel, constructor: cst.Call, home: cst.FunctionDef
+) -> bool:
+    """The loader's dataset is built in ``home`` (``TensorDataset(...)``, directly or through a
+    local) from ``home``'s parameters alone: not a dataset that exists outside the call."""
+    dataset = next(
+        (a.value for a in constructor.args if a.keyword and a.keyword.value == "dataset"),
+        constructor.args[0].value
+        if constructor.args and constructor.args[0].keyword is None
+        else None,
+    )
+    if dataset is None:
+        return False
+    if isinstance(dataset, cst.Name):
+        made = [
+            assign.value
+            for assign in model.assignments
+            if _within(model, assign, home)
+            and any(
+                isinstance(t.target, cst.Name) and t.target.value == dataset.value
+                for t in assign.targets
+            )
+        ]
+        if len(made) != 1:
+            return False
+        dataset = made[0]
+    if not isinstance(dataset, cst.Call):
+        return False
+    names = _value_names(dataset)
+    return bool(names) and names <= _parameters(home) | _locals_from_parameters(model, home)
+
+
+def _locals_from_parameters(model: ScriptModel, home: cst.FunctionDef) -> set[str]:
+    """Locals of ``home`` assigned only from its parameters (``keys = tuple(rollouts.keys())``)."""
+    params = _parameters(home)
+    found: set[str] = set()
+    for assign in model.assignments:
+        if not _within(model, assign, home) or len(assign.targets) != 1:
+            continue
+        target = assign.targets[0].target
+        if isinstance(target, cst.Name) and _value_names(assign.value) <= params:
+            found.add(target.value)
+    return found
+
+
+def _per_iteration(facts: Facts, node: cst.CSTNode, depth: int) -> bool:
+    """``node`` runs on every pass of some loop: inside one, or in a function called in one."""
+    model = facts.model
+    function = facts.placement.enclosing_function(node)
+    for ancestor in model.ancestors(node):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, (cst.For, cst.While)):
+            return True
+    if function is None or depth >= 3:
+        return False
+    return any(
+        _per_iteration(facts, site, depth + 1)
+        for site in callers_of(model, facts.placement, function)
+    )

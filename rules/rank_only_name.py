@@ -1,0 +1,57 @@
+from collections.abc import Iterator
+
+from accelify.analysis.facts import facts_of
+from accelify.analysis.rank_only_names import rank_only_reads
+from accelify.analysis.script_model import ScriptModel
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+
+
+class RankOnlyName(Rule):
+    """A local bound only under ``if accelerator.is_main_process:`` (or another rank test) and
+    read outside it: ``result = {...}`` in the guarded block, ``accelerator.log(result)`` after
+    it. The other ranks never bind the name and stop with a ``NameError`` when they reach the
+    read; the main process then waits for them at its next collective. A name also bound
+    before the test or in its ``else``, and a read made under a rank test of its own
+    (``if accelerator.is_main_process and save:``), are not reported."""
+
+    code = "ACC209"
+    name = "rank-only-name"
+    message = (
+        "Bind this name on every rank: it is assigned only under a rank test, and the other "
+        "ranks reach this read with it unbound (NameError)"
+    )
+    why = "A name bound on the main process only does not exist on the other ranks."
+    bad = (
+        Example(
+            HEADER
+            + "if accelerator.is_main_process:\n    result = {'loss': loss.item()}\n"
+            + "accelerator.log(result)\n",
+            5,
+            17,
+        ),
+    )
+    good = (
+        HEADER
+        + "result = {}\nif accelerator.is_main_process:\n    result = {'loss': loss.item()}\n"
+        + "accelerator.log(result)\n",
+        HEADER
+        + "if accelerator.is_main_process:\n    best = True\nelse:\n    best = False\n"
+        + "print(best)\n",
+        HEADER
+        + "if accelerator.is_main_process:\n    tracker = make_tracker()\n"
+        + "log = tracker.log if accelerator.is_main_process else print\n",
+        HEADER
+        + "if accelerator.is_main_process:\n    save = loss < best\n"
+        + "if accelerator.is_main_process and save:\n    accelerator.save_state('best')\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        for found in rank_only_reads(facts_of(script)):
+            accelerator = accelerator_at(script, found.read) or "accelerator"
+            message = (
+                f"Bind `{found.read.value}` on every rank: it is assigned only under the rank "
+                f"test at line {script.line(found.guard)}, and the other ranks reach this read "
+                f"with it unbound (NameError); assign it before `if {accelerator}."
+                "is_main_process:` or read it under the same test"
+            )
+            yield self.finding(script, found.read, message=message)
