@@ -161,9 +161,45 @@ def test_a_module_whose_own_method_runs_backward_trains_itself():
         class Net(nn.Module):
             def forward(self, x):
                 return x
+
+        layer = Layer(4, 4)
         """
     )
-    assert [name for name, _ in model.self_training_models()] == ["Layer"]
+    (entry,) = facts_of(model).self_training
+    assert entry.name == "Layer"
+    assert [b.name for b in entry.instances] == ["layer"]
+    assert entry.receivers == {entry.backward_calls[0]: "self"}
+    assert entry.blocker is None
+
+
+def test_a_self_training_module_made_in_a_list_cannot_average_by_hand():
+    """Its instances are not names the conversion can move and broadcast."""
+    model = script(
+        """
+        class Layer(nn.Linear):
+            def train(self, x):
+                self(x).sum().backward()
+
+        layers = [Layer(4, 4) for _ in range(3)]
+        """
+    )
+    (entry,) = facts_of(model).self_training
+    assert entry.blocker is not None and "not bound to a name" in entry.blocker
+
+
+def test_a_self_training_module_also_trained_from_outside_is_blocked():
+    model = script(
+        """
+        class Layer(nn.Linear):
+            def train(self, x):
+                self(x).sum().backward()
+
+        layer = Layer(4, 4)
+        optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+        """
+    )
+    (entry,) = facts_of(model).self_training
+    assert entry.blocker is not None and "trains it too" in entry.blocker
 
 
 def test_configure_optimizers_of_a_model_from_another_file_builds_its_optimizer():

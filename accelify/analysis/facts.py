@@ -20,6 +20,7 @@ from accelify.analysis.precision import Precision, precision_of
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, callers_of, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.self_training import SelfTraining, self_training_of
 from accelify.analysis.shared_files import SharedFiles
 from accelify.analysis.syntax import dotted
 
@@ -120,6 +121,16 @@ class Facts:
         """The script's autocasts and scalers, and the ``mixed_precision`` that means the same
         where training is set up (or why there is none)."""
         return precision_of(self.model, self.placement.prepare_scope())
+
+    @cached_property
+    def self_training(self) -> list[SelfTraining]:
+        """Model classes whose own methods run the backward, with their instances and, where
+        their gradients cannot be averaged by hand, why."""
+        return self_training_of(self.model, self.placement, self.calls, self.precision)
+
+    def trains_itself(self, backward: cst.Call) -> bool:
+        """``backward`` runs in a method of a model class that trains itself."""
+        return any(backward in entry.backward_calls for entry in self.self_training)
 
     @cached_property
     def evaluations(self) -> list[Evaluation]:

@@ -281,18 +281,6 @@ class ScriptModel:
     def trains(self) -> bool:
         return bool(self.backward_calls)
 
-    def self_training_models(self) -> list[tuple[str, cst.Call]]:
-        """Model classes (``nn.Module`` subclasses) whose own methods call ``.backward()``: the
-        class name and the first such call. Such a model trains itself, through ``self``."""
-        found: dict[str, cst.Call] = {}
-        for call in self.backward_calls:
-            for ancestor in self.ancestors(call):
-                if isinstance(ancestor, cst.ClassDef):
-                    if ancestor.name.value in self.module_classes:
-                        found.setdefault(ancestor.name.value, call)
-                    break
-        return list(found.items())
-
 
 def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     """One traversal collects everything; positions are left for the first finding that needs

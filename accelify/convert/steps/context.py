@@ -21,12 +21,14 @@ TARGET_MODULES = {
         "set_seed": "accelify",
         "synchronize_rng_states": "accelify",
         "DistributedDataParallelKwargs": "accelify",
+        "broadcast": "accelify.utils",
     },
     "accelerate": {
         "Accelerator": "accelerate",
         "set_seed": "accelerate.utils",
         "synchronize_rng_states": "accelerate.utils",
         "DistributedDataParallelKwargs": "accelerate",
+        "broadcast": "accelerate.utils",
     },
 }
 

@@ -53,8 +53,9 @@ def run(ctx: Context) -> None:
             )
         if text is not None:
             ctx.plan.review(line, text)
-    if not ctx.model.of_kind(Kind.OPTIMIZER):
-        line = ctx.line(ctx.model.backward_calls[0])
+    by_hand = [c for c in ctx.model.backward_calls if not ctx.facts.trains_itself(c)]
+    if by_hand and not ctx.model.of_kind(Kind.OPTIMIZER):
+        line = ctx.line(by_hand[0])
         ctx.plan.review(
             line,
             "parameters are updated by hand (no torch.optim optimizer): the update runs "

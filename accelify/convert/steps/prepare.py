@@ -34,6 +34,11 @@ def run(ctx: Context, scope: Scope) -> None:
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
+    for entry in ctx.facts.self_training:
+        for instance in entry.instances:  # it trains itself: see `self_training`
+            chosen.pop(instance.name, None)
+            created.pop(instance.name, None)
+            ctx.frozen.add(instance.name)
     aliases = _attribute_aliases(ctx, scope, chosen)
     if isinstance(scope, cst.FunctionDef) and created:
         # A model handed in as a parameter and trained here (``def main(model):``); a
