@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 
@@ -157,7 +158,39 @@ class Context:
                 and isinstance(assign.targets[0].target, cst.Name)
             ):
                 return assign.targets[0].target.value
-        return None
+        return self._instance_parameter(node, owner)
+
+    def _instance_parameter(self, node: cst.CSTNode, owner: cst.ClassDef) -> str | None:
+        """``trainer`` of ``def on_epoch_end(self, trainer, logs)`` in a callback class, when
+        every call in the file that may run that method passes the owner's ``self`` there
+        (``callback.on_epoch_end(self, logs)`` in a method of the trainer)."""
+        placement, graph = self.facts.placement, self.facts.calls
+        function = placement.enclosing_function(node)
+        if function is None:
+            return None
+        calls = [*graph.callers(function), *graph.uncertain_callers(function)]
+        implicit = 1 if graph.owner(function) is not None else 0
+        found: set[str] = set()
+        for call in calls:
+            method = placement.enclosing_function(call)
+            if method is None or graph.owner(method) is not owner or not method.params.params:
+                return None
+            itself = method.params.params[0].name.value
+            passed = [
+                parameter
+                for parameter, argument in bound_arguments(function, call, implicit)
+                if dotted(argument.value) == itself
+            ]
+            if len(passed) != 1:
+                return None
+            found.add(passed[0])
+        if len(found) != 1:
+            return None
+        (name,) = found
+        rebound = any(
+            isinstance(n, cst.AssignTarget) and dotted(n.target) == name for n in walk(function)
+        )
+        return None if rebound else name
 
     def guard_main_process(self, node: cst.CSTNode, text: str) -> None:
         """``node`` under ``if accelerator.is_main_process:`` (``trainer.accelerator`` outside
