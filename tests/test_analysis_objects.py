@@ -223,3 +223,17 @@ def test_a_dict_of_loaders_prepared_value_by_value_is_prepared():
         """
     )
     assert "loaders" in model.prepared_names
+
+
+def test_an_optimizer_class_looked_up_by_name_in_a_factory_trains_the_model_passed_in():
+    model = script(
+        """
+        def build_optimizer(cfg, net):
+            return getattr(torch.optim, cfg["optimizer"])(net.parameters(), lr=cfg["lr"])
+
+        model = build_model(cfg)
+        optimizer = build_optimizer(cfg, model)
+        """
+    )
+    assert kinds(model)["optimizer"] is Kind.OPTIMIZER
+    assert kinds(model)["model"] is Kind.MODEL

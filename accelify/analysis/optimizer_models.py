@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import (
     OPTIMIZER_METHODS,
     Binding,
@@ -38,6 +39,17 @@ def parameter_owners(optimizer: Binding) -> set[str]:
 
     for argument in core.args:
         argument.value.visit(Params())
+    factory = optimizer.script.functions.get(dotted(core.func) or "")
+    if factory is not None:  # ``build_optimizer(cfg, model)`` over ``model.parameters()``
+        inner = Params()
+        found_before = set(owners)
+        factory.body.visit(inner)
+        fed = owners - found_before
+        owners -= fed
+        for parameter, argument in bound_arguments(factory, core):
+            name = dotted(argument.value)
+            if parameter in fed and name is not None:
+                owners.add(owning_model(name))
     func = core.func
     if isinstance(func, cst.Attribute) and func.attr.value in OPTIMIZER_METHODS:
         receiver = dotted(func.value)  # ``model.configure_optimizers(...)`` trains ``model``

@@ -512,6 +512,11 @@ class _Collector(Visitor):
         return None
 
     def _classify_call(self, call: cst.Call) -> Kind | None:
+        looked_up = _looked_up_in(call, self.model)
+        if looked_up == "torch.optim.lr_scheduler":
+            return Kind.SCHEDULER
+        if looked_up == "torch.optim":
+            return Kind.OPTIMIZER
         qualified = self.model.call_names(call)
         local = dotted(call.func)
         if qualified & names.ACCELERATORS:
@@ -601,6 +606,16 @@ class _Collector(Visitor):
                 if self.model.qualified(target) & names.NO_GRAD_CONTEXTS:
                     return True
         return False
+
+
+def _looked_up_in(call: cst.Call, model: ScriptModel) -> str | None:
+    """``torch.optim`` for ``getattr(torch.optim, cfg.optimizer)(...)``: a class chosen by name
+    from a module, as configs do."""
+    func = call.func
+    if not (isinstance(func, cst.Call) and dotted(func.func) == "getattr" and func.args):
+        return None
+    found = model.qualified(func.args[0].value)
+    return found.pop() if len(found) == 1 else None
 
 
 def owning_model(name: str) -> str:

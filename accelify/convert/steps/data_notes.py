@@ -56,11 +56,19 @@ def run(ctx: Context) -> None:
     by_hand = [c for c in ctx.model.backward_calls if not ctx.facts.trains_itself(c)]
     if by_hand and not ctx.model.of_kind(Kind.OPTIMIZER):
         line = ctx.line(by_hand[0])
-        ctx.plan.review(
-            line,
-            "parameters are updated by hand (no torch.optim optimizer): the update runs "
-            "on every rank with DDP-averaged gradients; check it",
-        )
+        models = {b.name for b in ctx.model.of_kind(Kind.MODEL)}
+        if models & set(ctx.plan.prepared):
+            text = (
+                "parameters are updated by hand (no torch.optim optimizer): the update runs "
+                "on every rank with DDP-averaged gradients; check it"
+            )
+        else:
+            text = (
+                "no optimizer and no model the conversion recognises, so nothing that trains "
+                "is prepared: no gradient is averaged across ranks, each rank trains its own "
+                "copy; prepare the model and its optimizer"
+            )
+        ctx.plan.review(line, text)
 
 
 def _inline_loaders(ctx: Context) -> list[cst.Call]:

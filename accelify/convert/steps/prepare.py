@@ -91,6 +91,18 @@ def run(ctx: Context, scope: Scope) -> None:
                 f"{name} is stepped once per epoch and another scheduler once per step: "
                 f"{name} is left unprepared so its schedule keeps its pace",
             )
+    if _nothing_trained(ctx, chosen):
+        for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER]:
+            chosen.pop(name)
+            created.pop(name, None)
+            ctx.plan.review(
+                _binding_line(ctx, name, scope),
+                f"{name} is left unprepared: no model or optimizer the conversion recognises "
+                "is prepared, so sharding the data would train each rank's copy on its own "
+                "shard, never synchronised; every rank trains on all of it (correct, not "
+                "data-parallel); prepare the model and its optimizer with it",
+            )
+        last_statement = body[max(created.values())] if created else None
     if ctx.acc == "self.accelerator":
         _prepare_received_loaders(ctx, scope, set(chosen))
     if not chosen or last_statement is None:
@@ -115,6 +127,18 @@ def run(ctx: Context, scope: Scope) -> None:
 
 
 _TRAINED_KINDS = {Kind.MODEL, Kind.OPTIMIZER}
+
+
+def _nothing_trained(ctx: Context, chosen: dict[str, Kind]) -> bool:
+    """Loaders to prepare, and a backward through the prepared code, but no model or optimizer
+    is prepared anywhere (an optimizer made in a way the analysis does not follow): sharded
+    data would then train unsynchronised copies."""
+    if set(chosen.values()) & _TRAINED_KINDS or Kind.DATALOADER not in chosen.values():
+        return False
+    trained = {b.name for b in ctx.model.of_kind(*_TRAINED_KINDS)}
+    if trained & (set(ctx.plan.prepared) | ctx.model.prepared_names):
+        return False
+    return any(not ctx.facts.trains_itself(call) for call in ctx.model.backward_calls)
 
 
 def _insert_prepare(ctx: Context, anchor: cst.CSTNode, order: list[str]) -> None:
