@@ -237,3 +237,22 @@ def test_an_optimizer_class_looked_up_by_name_in_a_factory_trains_the_model_pass
     )
     assert kinds(model)["optimizer"] is Kind.OPTIMIZER
     assert kinds(model)["model"] is Kind.MODEL
+
+
+def test_what_a_subclass_hands_to_super_init_is_received_by_the_base_constructor():
+    model = script(
+        """
+        class Base:
+            def __init__(self, model, optimizer):
+                self.model = model
+                self.optimizer = optimizer
+
+        class Child(Base):
+            def __init__(self):
+                model = nn.Linear(2, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                super().__init__(model, optimizer)
+        """
+    )
+    received = {b.name: b.kind for b in model.bindings if b.received}
+    assert received == {"self.model": Kind.MODEL, "self.optimizer": Kind.OPTIMIZER}

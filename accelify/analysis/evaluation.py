@@ -297,7 +297,9 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
             and root_name(func.value) not in local
         )
     if isinstance(small, cst.Assign) and len(small.targets) == 1:
-        target = dotted(small.targets[0].target)
+        written = small.targets[0].target
+        # ``total = total + x``, and ``sums[key] = sums.get(key, 0) + value``
+        target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
         reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
         return target is not None and target in reads and target not in local
     return False

@@ -47,6 +47,8 @@ def callee(model: ScriptModel, call: cst.Call) -> tuple[cst.FunctionDef, int] | 
         return (init, 1) if init is not None else None
     if not isinstance(func, cst.Attribute):
         return None
+    if _is_super(func.value):  # ``super().__init__(model, ...)``: the base class's method
+        return _base_method(model, _enclosing_class(model, call), func.attr.value)
     receiver = dotted(func.value)
     if receiver is None:
         return None
@@ -64,6 +66,30 @@ def callee(model: ScriptModel, call: cst.Call) -> tuple[cst.FunctionDef, int] | 
         return None
     method = methods_of(model, owner).get(func.attr.value)
     return (method, 1) if method is not None else None
+
+
+def _is_super(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and dotted(node.func) == "super"
+
+
+def _base_method(
+    model: ScriptModel, owner: str | None, name: str, depth: int = 0
+) -> tuple[cst.FunctionDef, int] | None:
+    """The method ``name`` of the nearest base class of ``owner`` defined in this file."""
+    definition = model.classes.get(owner or "")
+    if definition is None or depth > 10:
+        return None
+    for base in definition.bases:
+        base_name = dotted(base.value)
+        if base_name is None or base_name not in model.classes:
+            continue
+        method = methods_of(model, base_name).get(name)
+        if method is not None:
+            return method, 1
+        found = _base_method(model, base_name, name, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def instance_class(model: ScriptModel, name: str, at: cst.CSTNode) -> str | None:
