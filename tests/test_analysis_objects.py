@@ -10,6 +10,7 @@ import libcst as cst
 from accelify.analysis.facts import facts_of
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel, analyze
+from accelify.analysis.syntax import dotted
 
 HEADER = (
     "import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
@@ -256,3 +257,23 @@ def test_what_a_subclass_hands_to_super_init_is_received_by_the_base_constructor
     )
     received = {b.name: b.kind for b in model.bindings if b.received}
     assert received == {"self.model": Kind.MODEL, "self.optimizer": Kind.OPTIMIZER}
+
+
+def test_self_called_in_a_model_that_trains_itself_is_a_forward_pass():
+    model = script(
+        """
+        class Net(nn.Module):
+            def fit(self, x):
+                self(x).sum().backward()
+
+            def evaluate(self, x):
+                return self(x)
+
+        class Plain(nn.Module):
+            def twice(self, x):
+                return self(x)
+        """
+    )
+    flow = facts_of(model).flow
+    forwards = [c for c in model.calls if dotted(c.func) == "self"]
+    assert [flow.is_forward(c) for c in forwards] == [True, True, False]

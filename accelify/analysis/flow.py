@@ -217,8 +217,19 @@ class ObjectFlow:
         name = dotted(call.func)
         if self.is_model_name(name, call):
             return True
+        if name in ("self", "self.forward") and self._in_self_training_model(call):
+            return True  # ``self(x)`` in a method of a model that trains itself
         prepared = self.model.prepared_names
         return name in prepared or self.outer_name(name, call) in prepared
+
+    def _in_self_training_model(self, node: cst.CSTNode) -> bool:
+        """Inside a model class of the file whose own methods run a backward."""
+        owner = self.placement.class_of(node)
+        return (
+            owner is not None
+            and owner.name.value in self.model.module_classes
+            and any(self.placement.inside(call, owner) for call in self.model.backward_calls)
+        )
 
     def forward_of_prepared(self, call: cst.Call) -> bool:
         """``model(x)`` or ``model.generate(x)`` of an object ``prepare`` returned (here or at a
