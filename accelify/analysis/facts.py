@@ -21,6 +21,7 @@ from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, callers_of, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.self_training import SelfTraining, self_training_of
+from accelify.analysis.shard_totals import ShardTotal, totals_over_dataset
 from accelify.analysis.shared_files import SharedFiles
 from accelify.analysis.syntax import dotted
 
@@ -127,6 +128,11 @@ class Facts:
         """Model classes whose own methods run the backward, with their instances and, where
         their gradients cannot be averaged by hand, why."""
         return self_training_of(self.model, self.placement, self.calls, self.precision)
+
+    @cached_property
+    def shard_totals(self) -> list[ShardTotal]:
+        """Training totals summed per batch and divided by ``len(loader.dataset)``."""
+        return totals_over_dataset(self.model, self.placement, self.flow.reads_loader)
 
     def trains_itself(self, backward: cst.Call) -> bool:
         """``backward`` runs in a method of a model class that trains itself."""

@@ -13,6 +13,7 @@ from accelify.convert.steps.evaluation import loader_names
 
 
 def run(ctx: Context) -> None:
+    _totals_over_dataset(ctx)
     noted = False
     for loop in ctx.model.loops:
         unprepared = ctx.unprepared_loaders(loop) if loop.trains else []
@@ -69,6 +70,23 @@ def run(ctx: Context) -> None:
                 "copy; prepare the model and its optimizer"
             )
         ctx.plan.review(line, text)
+
+
+def _totals_over_dataset(ctx: Context) -> None:
+    """``running_loss / len(train_loader.dataset)`` over a prepared loader: this rank's sum
+    over the whole set's size."""
+    for found in ctx.facts.shard_totals:
+        if ctx.unprepared_loaders(found.loop):
+            continue  # every rank reads all of it: the quotient is right
+        loader = found.loop.iterable
+        ctx.plan.review(
+            ctx.line(found.division),
+            f"{found.total} sums this rank's batches of {loader} and is divided by the whole "
+            f"set's size (len({loader}.dataset)): on N ranks it reads about 1/N of the value; "
+            "reducing the total is not enough (the prepared loader repeats samples to even out "
+            f"the last batch): gather each batch's values with "
+            f"{ctx.a('gather_for_metrics')} before summing them",
+        )
 
 
 def _inline_loaders(ctx: Context) -> list[cst.Call]:
