@@ -9,6 +9,7 @@ the conversion names these places for review instead of rewriting them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -27,7 +28,9 @@ class ShardTotal:
     division: cst.BinaryOperation
 
 
-def totals_over_dataset(model: ScriptModel, placement: Placement, reads_loader) -> list[ShardTotal]:
+def totals_over_dataset(
+    model: ScriptModel, placement: Placement, reads_loader: Callable[[Loop], bool]
+) -> list[ShardTotal]:
     """Every training loop over a loader (``reads_loader(loop)``) whose ``+=`` total is divided
     by ``len(<that loader>.dataset)`` after the loop, in the same scope."""
     found = []
