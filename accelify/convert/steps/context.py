@@ -213,6 +213,8 @@ class Context:
             return False
         scope = self.model.scope_of(anchor)
         placement = self.facts.placement
+        if node is anchor or placement.inside(node, anchor):
+            return False  # the statement the prepare call follows (a multi-line optimizer)
         if placement.inside(node, scope) and self.model.scope_of(node) is scope:
             return self.model.line(node) > self.model.line(anchor)
         return True
