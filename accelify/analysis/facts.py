@@ -15,6 +15,7 @@ from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
+from accelify.analysis.helper_evaluation import HelperEvaluation, helper_evaluation_of
 from accelify.analysis.placement import Placement
 from accelify.analysis.precision import Precision, precision_of
 from accelify.analysis.rank_dependence import RankDependence
@@ -146,6 +147,17 @@ class Facts:
             evaluation = evaluation_of(loop, self)
             if evaluation is not None:
                 found.append(evaluation)
+        return found
+
+    @cached_property
+    def helper_evaluations(self) -> dict[int, HelperEvaluation]:
+        """Evaluation loops whose forward runs in a helper called per batch (``eval_step``),
+        by the loop's ``id``, where the helper's gather makes every metric global."""
+        found = {}
+        for loop in self.model.loops:
+            helper = helper_evaluation_of(loop, self)
+            if helper is not None:
+                found[id(loop.node)] = helper
         return found
 
     @cached_property

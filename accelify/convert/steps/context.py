@@ -95,15 +95,17 @@ class Context:
         self._needs.append((node, when))
 
     def confine_to_class(self, owner: cst.ClassDef) -> None:
-        """``self.accelerator`` exists only inside ``owner``: nothing outside it that needs
-        the accelerator is changed, and each such place is listed for review."""
+        """``self.accelerator`` exists only inside ``owner`` (and its subclasses that run its
+        constructor): nothing outside them that needs the accelerator is changed, and each
+        such place is listed for review."""
         placement = self.facts.placement
+        classes = [owner, *(c for c in self.facts.calls.subclasses(owner) if _runs_base_init(c))]
 
         def lines(node: cst.CSTNode) -> range:
             span = self.model.position(node)
             return range(span.start.line, span.end.line + 1)
 
-        self.plan.confine(lambda node: placement.inside(node, owner), lines)
+        self.plan.confine(lambda node: any(placement.inside(node, c) for c in classes), lines)
 
     def code(self, node: cst.CSTNode) -> str:
         return self.model.module.code_for_node(node)
@@ -218,6 +220,25 @@ class Context:
         if placement.inside(node, scope) and self.model.scope_of(node) is scope:
             return self.model.line(node) > self.model.line(anchor)
         return True
+
+
+def _runs_base_init(cls: cst.ClassDef) -> bool:
+    """A subclass whose instances run the base class's constructor (no ``__init__`` of its own,
+    or one that calls ``super().__init__``): ``self.accelerator`` set there exists in it too."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
+    init = next(
+        (m for m in body if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None
+    )
+    if init is None:
+        return True
+    return any(
+        isinstance(n, cst.Call)
+        and isinstance(n.func, cst.Attribute)
+        and n.func.attr.value == "__init__"
+        and isinstance(n.func.value, cst.Call)
+        and dotted(n.func.value.func) == "super"
+        for n in walk(init)
+    )
 
 
 def unwrap(ctx: Context, model: cst.BaseExpression, at: cst.CSTNode, text: str, **how) -> None:
