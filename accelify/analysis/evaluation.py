@@ -117,11 +117,46 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     found.statement = statement
     found.batch = _batch_names(loop, facts, statement)
     found.unsure = (
-        _place(found, facts) or _per_rank_shapes(found, facts) or _check_sinks(found, body, facts)
+        _place(found, facts)
+        or _per_rank_shapes(found, facts)
+        or _check_sinks(found, body, facts)
+        or padded_per_batch(loop, facts)
     )
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
+
+
+#: Calls that pad a batch to its own longest sequence.
+PADDING_CALLS = ("pad_sequence", "pad", "pad_packed_sequence", "DataCollatorWithPadding")
+
+
+def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
+    """The loop's loader is made with a ``collate_fn`` of this file that pads each batch to its
+    own longest sequence (``pad_sequence``): the ranks' batches differ in length, and a gather
+    of them fails (a tensor of another size on each rank)."""
+    model = facts.model
+    origins = facts.flow.origins(loop.iterable, loop.node)
+    for binding in model.bindings:
+        if binding.name not in origins or not isinstance(binding.value, cst.Call):
+            continue
+        for argument in binding.value.args:
+            if argument.keyword is None or argument.keyword.value != "collate_fn":
+                continue
+            collate = model.functions.get(dotted(argument.value) or "")
+            if collate is None:
+                continue
+            for node in walk(collate):
+                name = dotted(node.func) if isinstance(node, cst.Call) else None
+                if name is not None and name.rsplit(".", 1)[-1] in PADDING_CALLS:
+                    return (
+                        f"its loader's collate_fn ({collate.name.value}) pads each batch to its "
+                        "own longest sequence, so the ranks' batches differ in length and a "
+                        "gather of them would fail; pad them to one length first with "
+                        "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
+                        "metric ignores>)"
+                    )
+    return None
 
 
 def _calls_a_training_step(loop: Loop, facts: Facts) -> bool:

@@ -28,6 +28,7 @@ from accelify.analysis.evaluation import (
     _per_rank_shapes,
     _place,
     first_forward,
+    padded_per_batch,
 )
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Loop
@@ -56,7 +57,7 @@ def helper_evaluation_of(loop: Loop, facts: Facts) -> HelperEvaluation | None:
     local = _assigned_in(loop.node)
     body = list(statements(loop.node.body))
     sinks = [small for small in body if _is_sink(small, local)]
-    if not sinks or _gathers(loop, facts):
+    if not sinks or _gathers(loop, facts) or padded_per_batch(loop, facts):
         return None
     found = _one_helper_call(loop, facts)
     if found is None:
