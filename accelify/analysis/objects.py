@@ -52,6 +52,12 @@ def callee(model: ScriptModel, call: cst.Call) -> tuple[cst.FunctionDef, int] | 
     receiver = dotted(func.value)
     if receiver is None:
         return None
+    if receiver in model.classes:  # ``Regressor.load(path)``: a class or static method
+        method = methods_of(model, receiver).get(func.attr.value)
+        if method is None:
+            return None
+        decorators = {dotted(d.decorator) for d in method.decorators}
+        return method, 1 if "classmethod" in decorators else 0
     if receiver == "self":
         owner = _enclosing_class(model, call)
     else:
