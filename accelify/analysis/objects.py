@@ -98,6 +98,36 @@ def _base_method(
     return None
 
 
+def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
+    """A dict of DataLoaders (``{"train": DataLoader(...), ...}``), made here or returned by a
+    factory (``loaders = get_dataloaders()``): ``prepare`` hands a dict back untouched, so each
+    loader in it must be prepared on its own."""
+    value = binding.value
+    if binding.kind is not Kind.DATALOADER:
+        return False
+    if isinstance(value, cst.Dict):
+        return True
+    target = callee(model, value) if isinstance(value, cst.Call) else None
+    if target is None:
+        return False
+    returned = [
+        node.value
+        for node in _own_nodes(target[0])
+        if isinstance(node, cst.Return) and node.value is not None
+    ]
+    for result in returned:
+        if isinstance(result, cst.Name):
+            values = [
+                a.value
+                for a in _assignments_in(target[0])
+                if any(dotted(t.target) == result.value for t in a.targets)
+            ]
+            result = values[0] if len(values) == 1 else result
+        if not isinstance(result, cst.Dict):
+            return False
+    return bool(returned)
+
+
 def instance_class(model: ScriptModel, name: str, at: cst.CSTNode) -> str | None:
     """The class of this file that made ``name``: ``trainer = Trainer(...)``, or
     ``model = build_model()`` where ``build_model`` returns ``Net(...)``. Failing that, for a

@@ -7,7 +7,7 @@ import libcst as cst
 
 from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.loops import loop_source
-from accelify.analysis.objects import bound_arguments, callee
+from accelify.analysis.objects import bound_arguments, callee, is_loader_dict
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
 from accelify.analysis.syntax import dotted, if_chain, strip_self_methods, walk
@@ -29,7 +29,7 @@ def run(ctx: Context, scope: Scope) -> None:
         if _conditional(ctx, binding):
             _prepare_where_created(ctx, binding)
             continue
-        if isinstance(binding.value, cst.Dict) or _dict_from_factory(ctx, binding):
+        if is_loader_dict(ctx.model, binding):
             _prepare_each_value(ctx, binding)
             continue
         chosen[binding.name] = binding.kind
@@ -308,38 +308,6 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
             f"{name} is prepared on its own: with --backend fsdp or deepspeed, models and "
             "optimizers must be prepared in one call",
         )
-
-
-def _dict_from_factory(ctx: Context, binding: Binding) -> bool:
-    """``loaders = get_dataloaders()`` where the factory returns ``{"train": DataLoader(...),
-    ...}``: a dict, which ``prepare`` would hand back untouched."""
-    value = binding.value
-    if binding.kind is not Kind.DATALOADER or not isinstance(value, cst.Call):
-        return False
-    target = callee(ctx.model, value)
-    if target is None:
-        return False
-    returned = [
-        node.value
-        for node in walk(target[0].body)
-        if isinstance(node, cst.Return) and node.value is not None
-    ]
-    if not returned:
-        return False
-    for result in returned:
-        if isinstance(result, cst.Name):
-            values = [
-                a.value
-                for a in walk(target[0].body)
-                if isinstance(a, cst.Assign)
-                and any(dotted(t.target) == result.value for t in a.targets)
-            ]
-            if len(values) != 1:
-                return False
-            result = values[0]
-        if not isinstance(result, cst.Dict):
-            return False
-    return True
 
 
 def _prepare_each_value(ctx: Context, binding: Binding) -> None:
