@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 RESHAPES = ("view", "reshape", "expand", "unflatten", "resize_")
 BATCH_SIZE_NAMES = ("batch_size", "bs", "batch_sz", "test_batch_size", "eval_batch_size")
+#: A tensor's own attributes: ``outputs.data`` reads the tensor, not a field of an output.
+TENSOR_ATTRIBUTES = {"data", "shape", "T", "mT", "device", "dtype", "grad", "real", "imag"}
 SINK_METHODS = ("append", "extend", "add_batch", "update", "add", "add_")
 _SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _COMPUTATIONS = (
@@ -424,6 +426,9 @@ def _uses_after(found: Evaluation, facts: Facts) -> dict[str, list[cst.Name]]:
     for node in walk(found.loop.node.body):
         if not isinstance(node, cst.Name) or model.order(node) < start:
             continue
+        parent = model.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            continue  # ``outputs.data``: the attribute's name, not a use of ``data``
         inside = any(a is statement for a in model.ancestors(node))
         if inside and (found.extracted is None or within(model, node, found.forward)):
             continue
@@ -452,6 +457,8 @@ def _fields_only(
 def _field_access(use: cst.Name, model: ScriptModel, allow_index: bool) -> cst.CSTNode | None:
     """``out.logits`` or ``batch["labels"]`` (``batch[1]`` with ``allow_index``) around ``use``."""
     parent = model.parent(use)
+    if isinstance(parent, cst.Attribute) and parent.attr.value in TENSOR_ATTRIBUTES:
+        return None  # ``outputs.data``: the tensor itself, not a field of a dict-like output
     if isinstance(parent, cst.Attribute) and parent.value is use:
         caller = model.parent(parent)
         is_method = isinstance(caller, cst.Call) and caller.func is parent
