@@ -8,6 +8,7 @@ import textwrap
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
+from accelify.analysis.idle_members import idle_members
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel, analyze
 from accelify.analysis.syntax import dotted
@@ -277,3 +278,72 @@ def test_self_called_in_a_model_that_trains_itself_is_a_forward_pass():
     flow = facts_of(model).flow
     forwards = [c for c in model.calls if dotted(c.func) == "self"]
     assert [flow.is_forward(c) for c in forwards] == [True, True, False]
+
+
+def test_a_variable_named_like_a_function_of_the_module_is_not_that_function():
+    model = script(
+        """
+        def train(model, loader):
+            for x in loader:
+                model(x).sum().backward()
+
+        class Pairs:
+            def __init__(self, root, train, transform=None):
+                self.data = load(root, train=train)
+
+        def fit(train, loader):
+            (train, evaluate) = (train, None)
+            return train(loader)
+
+        def main():
+            spawn(train)
+            sort(items, key=lambda train: train.size)
+            return Pairs("data", train=True), fit(train, None), train(None, None)
+        """
+    )
+    graph = facts_of(model).calls
+    train = model.functions["train"]
+    main = model.line(model.functions["main"])
+    assert [model.line(node) for node in graph.references(train)] == [main + 1, main + 3]
+    assert [model.line(call) for call in graph.callers(train)] == [main + 3]
+
+
+def test_parameters_the_forward_never_computes_with_are_idle():
+    model = script(
+        """
+        class Base(nn.Module):
+            def head(self, x):
+                return self.out(x)
+
+        class Net(Base):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(4, 4)
+                self.out = nn.Linear(4, 1)
+                self.unused = nn.Linear(4, 4)
+                self.anchor = nn.Parameter(torch.empty(0))
+                self.drop = nn.Dropout(0.1)
+                self.act = nn.ReLU()
+
+            def forward(self, x):
+                x = x.to(self.anchor.device)
+                return self.head(self.body(x))
+
+        class Dynamic(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(4, 4)
+                self.b = nn.Linear(4, 4)
+
+            def forward(self, x):
+                return getattr(self, "a")(x)
+
+        class Handed(Dynamic):
+            def forward(self, x):
+                return run_layers(self, x)
+        """
+    )
+    assert [name for name, _ in idle_members(model, "Net")] == ["unused", "anchor"]
+    assert idle_members(model, "Dynamic") == []  # getattr(self, ...): not followed
+    assert idle_members(model, "Handed") == []  # self handed to a function
+    assert idle_members(model, "Base") == []  # no __init__ or forward of its own

@@ -3,7 +3,8 @@
 Every run is fixtures/runtime/engines.py: the same model, data, optimizer and LR scheduler under
 `accelify launch --backend ...`. Every engine must train exactly like one process with the
 global batch, unclipped (with SGD and Adam, with and without accumulation), and clip like DDP
-(with a limit that is not DeepSpeed's default). DeepSpeed JIT-builds its shared-memory comm op
+(with a limit that is not DeepSpeed's default). One launch per engine trains all of these in turn
+(the script's --runs), each with its own Accelerator. DeepSpeed JIT-builds its shared-memory comm op
 on first use; torch caches it in one directory (TORCH_EXTENSIONS_DIR, else
 ~/.cache/torch_extensions), so a test run builds it once.
 """
@@ -14,6 +15,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -65,18 +67,13 @@ def max_difference(a: dict, b: dict) -> float:
     )
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """DDP, 6 steps."""
-    return train(tmp_path_factory.mktemp("ddp"), "ddp")
-
-
 ENGINES = [
     pytest.param(("--backend", "ddp"), id="ddp"),
     pytest.param(FSDP, id="fsdp-blocks"),
     pytest.param(FSDP_BY_SIZE, id="fsdp-by-size"),
     *(pytest.param(ZERO[s], id=f"zero{s}", marks=needs_deepspeed) for s in (1, 2, 3)),
 ]
+DDP = ENGINES[0].values[0]
 #: Each engine with both optimizers and with and without accumulation, never clipped: clipping
 #: (DeepSpeed clipped at 1.0 by default) hides any constant scale of the gradients.
 UNCLIPPED = {
@@ -86,24 +83,54 @@ UNCLIPPED = {
         *ACCUMULATE,
     ),
 }
+#: What each engine trains: the unclipped settings, and the script's defaults (6 steps clipped
+#: at 0.5), which DDP's run makes the reference of clipping.
+SETTINGS = {**UNCLIPPED, "clipped": ()}
+
+
+def train_each(
+    folder: Path, settings: dict[str, tuple[str, ...]], *flags: str, processes: int = 2
+) -> dict[str, dict]:
+    """Every setting trained in turn by one launch (the script's --runs), each with its own
+    Accelerator: what one launch per setting would train, for one launch's start-up."""
+    runs = [[*args, "--out", str(folder / f"{name}.json")] for name, args in settings.items()]
+    plan = folder / "runs.json"
+    plan.write_text(json.dumps(runs))
+    result = launch(SCRIPT, "--runs", plan, cwd=folder, flags=flags, processes=processes)
+    assert_ok(result)
+    return {name: json.loads((folder / f"{name}.json").read_text()) for name in settings}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[[tuple[str, ...]], dict]:
+    """An engine's runs of SETTINGS, launched once for all the tests that read them."""
+    launched: dict[tuple[str, ...], dict[str, dict]] = {}
+
+    def runs(flags: tuple[str, ...]) -> dict[str, dict]:
+        if flags not in launched:
+            launched[flags] = train_each(tmp_path_factory.mktemp("engine"), SETTINGS, *flags)
+        return launched[flags]
+
+    return runs
+
+
+@pytest.fixture(scope="module")
+def reference(trained: Callable[[tuple[str, ...]], dict]) -> dict:
+    """DDP, 6 steps, clipped."""
+    return trained(DDP)["clipped"]
 
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """The single-process runs every engine must reach: batch 8 on 1 process is batch 4 on 2."""
-    folder = tmp_path_factory.mktemp("one_process")
-    return {
-        name: train(folder, name, args=(*args, "--batch-size", "8"), processes=1)
-        for name, args in UNCLIPPED.items()
-    }
+    settings = {name: (*args, "--batch-size", "8") for name, args in UNCLIPPED.items()}
+    return train_each(tmp_path_factory.mktemp("one_process"), settings, processes=1)
 
 
 @pytest.mark.parametrize("setting", list(UNCLIPPED))
 @pytest.mark.parametrize("flags", ENGINES)
-def test_each_engine_trains_like_one_process_without_clipping(
-    flags, setting, one_process, tmp_path
-):
-    run = train(tmp_path, "run", *flags, args=UNCLIPPED[setting])
+def test_each_engine_trains_like_one_process_without_clipping(flags, setting, one_process, trained):
+    run = trained(flags)[setting]
     expected = one_process[setting]
     assert run["losses"][0] == pytest.approx(expected["losses"][0], abs=1e-6)
     assert max_difference(run, expected) < 1e-6
@@ -111,8 +138,8 @@ def test_each_engine_trains_like_one_process_without_clipping(
 
 
 @pytest.mark.parametrize("flags", ENGINES[1:])
-def test_each_engine_clips_like_ddp(flags, reference, tmp_path):
-    run = train(tmp_path, "run", *flags)
+def test_each_engine_clips_like_ddp(flags, reference, trained):
+    run = trained(flags)["clipped"]
     assert max_difference(run, reference) < 1e-6
     assert run["losses"] == pytest.approx(reference["losses"], abs=1e-6)
 

@@ -11,6 +11,7 @@ factory) is an uncertain caller of every method of that name.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cached_property
 
 import libcst as cst
@@ -20,6 +21,7 @@ from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, strip_self_methods
 
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 #: Method names every torch object has: ``x.train()`` on an unknown ``x`` is not a Trainer's.
 _LIBRARY_METHODS = names.MODULE_API | {"step", "zero_grad", "backward", "item", "numpy"}
 
@@ -127,9 +129,11 @@ class CallGraph:
                     continue
                 if isinstance(parent, (cst.ImportAlias, cst.Param)):
                     continue
-                if (
-                    self.model.functions.get(name) is function
-                    or self._local_def(name, node) is function
+                local = self._local_def(name, node)
+                if local is function or (
+                    local is None
+                    and self.model.functions.get(name) is function
+                    and not self._shadowed(name, node)
                 ):
                     found.append(node)
             elif owner is not None and isinstance(node, cst.Attribute):
@@ -148,6 +152,8 @@ class CallGraph:
             local = self._local_def(func.value, call)
             if local is not None:
                 return [local]
+            if self._shadowed(func.value, call):
+                return []  # ``def fit(step): step()``: the parameter, not the module's step
             function = self.model.functions.get(func.value)
             if function is not None:
                 return [function]
@@ -219,6 +225,44 @@ class CallGraph:
                     return found
         return None
 
+    @cached_property
+    def _local_names(self) -> dict[cst.FunctionDef, set[str]]:
+        """The names each function binds itself (parameters, assignment and loop targets,
+        ``as`` names): there a name is the function's own variable, whatever the module defines
+        under it (``def __init__(self, root, train): MNIST(root, train=train)``)."""
+        found: dict[cst.FunctionDef, set[str]] = {}
+        for node in self.placement.all_nodes():
+            if isinstance(node, cst.Param):
+                if isinstance(self.model.parent(self.model.parent(node)), cst.Lambda):
+                    continue  # the lambda's own
+                bound: list[str] = [node.name.value]
+            elif isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For)):
+                bound = _target_names(node.target)
+            elif isinstance(node, cst.AsName):
+                bound = _target_names(node.name)
+            else:
+                continue
+            function = self.placement.enclosing_function(node)
+            if function is not None:
+                found.setdefault(function, set()).update(bound)
+        return found
+
+    def _shadowed(self, name: str, at: cst.CSTNode) -> bool:
+        """``name`` at ``at`` is a variable of a function, lambda or comprehension around it,
+        not a module-level name."""
+        for ancestor in self.model.ancestors(at):
+            if isinstance(ancestor, cst.FunctionDef):
+                bound: Iterable[str] = self._local_names.get(ancestor, ())
+            elif isinstance(ancestor, cst.Lambda):
+                bound = [param.name.value for param in _all_params(ancestor.params)]
+            elif isinstance(ancestor, _COMPREHENSIONS):
+                bound = _comprehension_names(ancestor.for_in)
+            else:
+                continue
+            if name in bound:
+                return True
+        return False
+
     def _enclosing_class(self, at: cst.CSTNode) -> cst.ClassDef | None:
         method = self._enclosing_method(at)
         return self.owner(method) if method is not None else None
@@ -269,3 +313,25 @@ class CallGraph:
 
 def _is_super_call(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Call) and dotted(node.func) == "super"
+
+
+def _target_names(target: cst.BaseExpression | cst.BaseAssignTargetExpression) -> list[str]:
+    """The plain names an assignment target binds: ``a``, ``a, (b, *c)``."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _target_names(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return []
+
+
+def _all_params(params: cst.Parameters) -> list[cst.Param]:
+    star = [params.star_arg] if isinstance(params.star_arg, cst.Param) else []
+    double = [params.star_kwarg] if params.star_kwarg is not None else []
+    return [*params.posonly_params, *params.params, *star, *params.kwonly_params, *double]
+
+
+def _comprehension_names(for_in: cst.CompFor) -> list[str]:
+    names = _target_names(for_in.target)
+    return names + _comprehension_names(for_in.inner_for_in) if for_in.inner_for_in else names

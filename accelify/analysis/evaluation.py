@@ -83,6 +83,9 @@ class Evaluation:
     fields: list[GatheredField] = field(default_factory=list)
     sinks: list[cst.CSTNode] = field(default_factory=list)
     already_gathered: bool = False
+    #: a reshape to one rank's batch size that keeps the local values: everything is gathered
+    #: under new names that only the metrics read.
+    kept_local: cst.Call | None = None
     unsure: str | None = None
     #: where the reason is: the metric that would stay per-rank, else the forward or the loop.
     unsure_at: cst.CSTNode | None = None
@@ -118,12 +121,15 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     statement = next(a for a in model.ancestors(forward) if isinstance(a, cst.SimpleStatementLine))
     found.statement = statement
     found.batch = _batch_names(loop, facts, statement)
-    found.unsure = (
-        _place(found, facts)
-        or _per_rank_shapes(found, facts)
-        or _check_sinks(found, body, facts)
-        or padded_per_batch(loop, facts)
-    )
+    found.unsure = _place(found, facts)
+    if found.unsure is None:
+        reshape = _per_rank_reshape(found, facts)
+        if reshape is not None:
+            found.unsure = _gather_for_the_metrics_only(found, facts, reshape)
+    if found.unsure is None:
+        found.unsure = _check_sinks(found, body, facts)
+    if found.unsure is None:
+        found.unsure = padded_per_batch(loop, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
@@ -255,9 +261,9 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
     return None
 
 
-def _per_rank_shapes(found: Evaluation, facts: Facts) -> str | None:
+def _per_rank_reshape(found: Evaluation, facts: Facts) -> cst.Call | None:
     """``recon.view(args.batch_size, 1, 28, 28)`` after the gather: the gathered tensor holds
-    every rank's batch, so a reshape to one rank's batch size fails."""
+    every rank's batch, so a reshape to one rank's batch size would fail."""
     model, statement = facts.model, found.statement
     assert statement is not None
     gathered = set(found.gathered)
@@ -267,16 +273,78 @@ def _per_rank_shapes(found: Evaluation, facts: Facts) -> str | None:
             and isinstance(node.func, cst.Attribute)
             and node.func.attr.value in RESHAPES
             and model.line(node) > model.line(statement)
-            and root_name(node.func.value) in gathered
+            and _reads(node.func.value) & gathered
         ):
             continue
         sizes = {dotted(n) or "" for n in walk(node) if isinstance(n, (cst.Name, cst.Attribute))}
         if any(size.rsplit(".", 1)[-1].lower() in BATCH_SIZE_NAMES for size in sizes):
-            return (
-                f"line {model.line(node)} reshapes {root_name(node.func.value)} to the batch size, "
-                "which a gathered tensor (every rank's batch) does not have"
-            )
+            return node
     return None
+
+
+def _gather_for_the_metrics_only(found: Evaluation, facts: Facts, reshape: cst.Call) -> str | None:
+    """The reshape to one rank's batch size (``save_image(recon.view(args.batch_size, ...))``
+    of the first batch) does not feed the metrics: the gathered values go under new names that
+    only the metrics and the statements computing them read, and everything else keeps this
+    rank's batch. When the reshape feeds a metric, or reads what the metrics' statements
+    compute, the loop cannot be split so: the reason."""
+    model = facts.model
+    assert isinstance(reshape.func, cst.Attribute)
+    reshaped = ", ".join(sorted(_reads(reshape.func.value) & set(found.gathered)))
+    reason = (
+        f"line {model.line(reshape)} reshapes {reshaped} to the batch size, which a gathered "
+        "tensor (every rank's batch) does not have"
+    )
+    if found.extracted is not None:
+        return reason
+    metric_statements = _metric_statements(found, facts)
+    reshaping = next(
+        small for small in statements(found.loop.node.body) if within(model, reshape, small)
+    )
+    computed = {name for small in metric_statements for name in bound_by(small)}
+    reads = names_read(reshaping, set(), model, found.loop)
+    if reshaping in metric_statements or reads & computed:
+        return reason
+    taken = names_in_scope(model, found.loop.scope) | {f.name for f in found.fields}
+    later = _uses_after(found, facts)
+    for name in found.gathered:
+        uses: list[cst.CSTNode] = [
+            use
+            for use in later.get(name, [])
+            if any(within(model, use, s) for s in metric_statements)
+        ]
+        if uses:
+            found.fields.append(GatheredField(fresh(f"{name}_all", taken), name, uses))
+    found.gathered = []
+    found.kept_local = reshape
+    return None
+
+
+def _reads(expression: cst.CSTNode) -> set[str]:
+    return {n.value for n in walk(expression) if isinstance(n, cst.Name)}
+
+
+def _metric_statements(found: Evaluation, facts: Facts) -> list[cst.CSTNode]:
+    """The sinks and the statements after the forward whose values they read, transitively."""
+    model, statement = facts.model, found.statement
+    assert statement is not None
+    after = [
+        small
+        for small in statements(found.loop.node.body)
+        if model.order(small) > model.order(statement) and small not in statement.body
+    ]
+    chosen = [small for small in after if small in found.sinks]
+    needed: set[str] = set()
+    grown = True
+    while grown:
+        grown = False
+        for small in chosen:
+            needed |= names_read(small, set(), model, found.loop)
+        for small in after:
+            if small not in chosen and bound_by(small) & needed:
+                chosen.append(small)
+                grown = True
+    return chosen
 
 
 def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
@@ -389,11 +457,21 @@ def _batch_names(loop: Loop, facts: Facts, before: cst.CSTNode | None) -> set[st
         if limit is not None and facts.model.order(small) >= limit:
             break
         if isinstance(small, cst.Assign) and _pure_access(small.value):
-            reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
+            reads = {
+                n.value
+                for n in walk(small.value)
+                if isinstance(n, cst.Name) and not _is_attribute_name(facts.model, n)
+            }
             if reads and reads <= batch | {"device"} | _device_names(small.value):
                 for target in small.targets:
                     batch |= target_names(target.target)
     return batch
+
+
+def _is_attribute_name(model: ScriptModel, name: cst.Name) -> bool:
+    """The ``to`` of ``x.to(device)``: a member looked up, not a variable read."""
+    parent = model.parent(name)
+    return isinstance(parent, cst.Attribute) and parent.attr is name
 
 
 def _pure_access(value: cst.BaseExpression) -> bool:

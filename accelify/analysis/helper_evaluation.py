@@ -25,7 +25,7 @@ from accelify.analysis.evaluation import (
     _check_sinks,
     _gathers,
     _is_sink,
-    _per_rank_shapes,
+    _per_rank_reshape,
     _place,
     first_forward,
     padded_per_batch,
@@ -86,12 +86,9 @@ def helper_evaluation_of(loop: Loop, facts: Facts) -> HelperEvaluation | None:
         a for a in model.ancestors(forward) if isinstance(a, cst.SimpleStatementLine)
     )
     evaluation.batch = _batch_names(view, facts, evaluation.statement)
-    unsure = (
-        _place(evaluation, facts)
-        or _per_rank_shapes(evaluation, facts)
-        or _check_sinks(evaluation, list(statements(helper.body)), facts)
-    )
-    if unsure is not None:
+    if _place(evaluation, facts) is not None or _per_rank_reshape(evaluation, facts) is not None:
+        return None
+    if _check_sinks(evaluation, list(statements(helper.body)), facts) is not None:
         return None
     return HelperEvaluation(loop, call, helper, evaluation)
 

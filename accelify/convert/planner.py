@@ -21,6 +21,7 @@ from accelify.convert.steps import (
     devices,
     evaluation,
     handwritten_ddp,
+    logging_once,
     output,
     prepare,
     saving,
@@ -53,6 +54,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     side_effects.run,
     shared_files.run,
     output.run,
+    logging_once.run,
     evaluation.run,
     accumulation.run,
     collective_stops.run,
@@ -64,7 +66,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
 
 def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     ctx = Context(model, options)
-    if _trains_itself(ctx):
+    if _trains_itself(ctx) or unwrap.forwards_outside_the_wrapper(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()
     if prepare_scope is None:

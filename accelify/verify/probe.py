@@ -80,7 +80,8 @@ class Probe:
         index = self.optimizers.setdefault(id(optimizer), len(self.optimizers))
         with torch.no_grad():
             params = [p for group in optimizer.param_groups for p in group["params"]]
-            norms = [float(torch.linalg.vector_norm(p, dtype=torch.float32)) for p in params]
+            # In float64: exact for every floating dtype a model has (bf16 to double).
+            norms = [float(torch.linalg.vector_norm(p.double())) for p in params]
         record = {
             "step": self.step,
             "optimizer": index,

@@ -117,8 +117,9 @@ def start_run(
     if processes == 1:
         command = [sys.executable, *probe]
     else:
-        command = [sys.executable, "-m", "accelify", "launch", "-n", str(processes)]
-        command += [*_device_flags(), *probe]
+        # No device flag: the launcher runs on the CPU where there is no GPU, and the parent
+        # need not import torch to ask.
+        command = [sys.executable, "-m", "accelify", "launch", "-n", str(processes), *probe]
     # Output goes to a file, not a pipe: nothing can keep the parent waiting on a pipe end.
     with log.open("wb") as output, errors.open("wb") as error_output:
         process = subprocess.Popen(
@@ -153,10 +154,3 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
             break
         except subprocess.TimeoutExpired:
             continue
-
-
-def _device_flags() -> list[str]:
-    """``--cpu`` unless a GPU is present (then the launcher's defaults apply)."""
-    import torch  # the parent needs torch only to ask this
-
-    return [] if torch.cuda.is_available() else ["--cpu"]

@@ -25,13 +25,14 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
     # Early inserts: the Accelerator (and what its constructor reads) comes before whatever
     # other steps put at the same place, which uses it.
     _move_constructor_arguments_up(ctx, home, anchor)
+    created = [statement(create), *(statement(code) for code in ctx.after_creation)]
     if anchor is ctx.prepare_anchor and not _needed_by(ctx, anchor):
         # Nothing before the prepare call needs it: created right above that call, after the
         # last object it prepares, not between a model and its optimizer.
-        ctx.plan.insert_after(anchor, statement(create), early=True)
+        ctx.plan.insert_after(anchor, *created, early=True)
         ctx.plan.change(ctx.line(anchor), f"created {create} after line {ctx.line(anchor)}")
         return
-    ctx.plan.insert_before(anchor, statement(create), early=True)
+    ctx.plan.insert_before(anchor, *created, early=True)
     ctx.plan.change(ctx.line(anchor), f"created {create} before line {ctx.line(anchor)}")
 
 

@@ -75,6 +75,8 @@ class Context:
     prepared_arguments: set[str] = field(default_factory=set)
     #: runtime names the converted code uses besides ``Accelerator``.
     uses: list[str] = field(default_factory=list)
+    #: statements that go right after the ``Accelerator(...)`` is created.
+    after_creation: list[str] = field(default_factory=list)
 
     @property
     def facts(self) -> Facts:

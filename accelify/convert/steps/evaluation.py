@@ -80,11 +80,21 @@ def _gather(ctx: Context, evaluation: Evaluation) -> bool:
             evaluation.statement, _gather_code(ctx, targets, values), renamed, extract
         ),
         line=ctx.line(evaluation.statement),
-        text=f"evaluation: {', '.join(targets)} gathered from every rank (gather_for_metrics)",
+        text=f"evaluation: {', '.join(targets)} gathered from every rank (gather_for_metrics)"
+        + _kept_local(ctx, evaluation),
     )
     if made:
         ctx.need(evaluation.statement)
     return bool(made)
+
+
+def _kept_local(ctx: Context, evaluation: Evaluation) -> str:
+    if evaluation.kept_local is None:
+        return ""
+    return (
+        f" for the metrics only: line {ctx.line(evaluation.kept_local)} reshapes to one rank's "
+        "batch size and keeps this rank's values"
+    )
 
 
 def _gather_code(ctx: Context, targets: list[str], values: list[str]) -> str:

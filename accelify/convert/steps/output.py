@@ -14,14 +14,6 @@ from accelify.edits.node_rewrites import WithKeyword
 def run(ctx: Context) -> None:
     for call in ctx.model.calls:
         qualified = ctx.model.call_names(call)
-        if qualified & names.STDLIB_LOGGERS and isinstance(ctx.model.parent(call), cst.Assign):
-            module = "accelify" if ctx.options.target == "accelify" else "accelerate"
-            ctx.plan.review(
-                ctx.line(call),
-                "records logged through this logger are emitted by every rank (N copies): get "
-                f"it from {module}.logging.get_logger(...), which logs on the main process "
-                "only, or guard the calls with `if accelerator.is_main_process:`",
-            )
         if qualified & names.PRINT and not _print_arguments(call):
             continue  # ``tqdm.write(s, nolock=True)``: not a print the Accelerator's takes
         if qualified & names.PRINT and not ctx.facts.ranks.under_rank_guard(call):

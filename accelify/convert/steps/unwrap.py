@@ -112,15 +112,6 @@ def _attributes(ctx: Context) -> None:
             continue
         if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
             continue
-        if _forward_in_training(ctx, attribute):
-            ctx.plan.review(
-                ctx.line(attribute),
-                f"{dotted(owner)}.{member}() runs the model's layers in its own method during "
-                "training: through unwrap_model it would bypass the DDP wrapper and the "
-                "gradients would not be synchronised across ranks (the wrapper has no such "
-                "method); left as is: compute it in forward() or call the prepared model",
-            )
-            continue
         unwrap(
             ctx,
             owner,
@@ -128,6 +119,32 @@ def _attributes(ctx: Context) -> None:
             f"{dotted(owner)}.{member} -> {ctx.a('unwrap_model')}({dotted(owner)}).{member}",
             gives_way_to=[owner],  # ``model.module`` already unwrapped
         )
+
+
+def forwards_outside_the_wrapper(ctx: Context) -> bool:
+    """``model.compute_loss(x, y)`` in a training step, where the model's class runs its layers
+    in that method: prepared, the DDP wrapper has no such method (the first call on 2 ranks
+    raises AttributeError), and called through ``unwrap_model`` its gradients are never
+    synchronised. Either way the conversion would be wrong, so the script is left as it is,
+    with the reason at each such call."""
+    found = False
+    for attribute in ctx.facts.placement.attributes():
+        member, owner = attribute.attr.value, attribute.value
+        if member in names.MODULE_API or not isinstance(owner, (cst.Name, cst.Attribute)):
+            continue
+        if not ctx.facts.flow.is_model_name(dotted(owner), attribute):
+            continue
+        if _is_binding_target(ctx, attribute) or not _forward_in_training(ctx, attribute):
+            continue
+        found = True
+        ctx.plan.review(
+            ctx.line(attribute),
+            f"{dotted(owner)}.{member}() runs the model's layers in its own method during "
+            "training: a prepared (DDP-wrapped) model has no such method, and called through "
+            "unwrap_model its gradients would never be synchronised across ranks; left as it "
+            "is: compute it in forward() (or call the model itself), then convert",
+        )
+    return found
 
 
 def _is_binding_target(ctx: Context, attribute: cst.Attribute) -> bool:

@@ -1,0 +1,140 @@
+"""Parameters a model holds and its forward pass never computes with.
+
+``self.dummy_param = nn.Parameter(torch.empty(0))`` read only for its ``.device``, or a layer
+built in ``__init__`` that ``forward`` never calls: in every step such parameters get no
+gradient, and DDP stops at the second forward with "Expected to have finished reduction in the
+prior iteration" unless it was told to expect them (``find_unused_parameters=True``).
+
+Only what can be read from the class's own code counts: a forward that reaches its members in a
+way the analysis does not follow (``getattr(self, name)``, ``self.children()``, ``self`` handed
+to a function) has none idle. Members without parameters (activations, dropout, pooling,
+losses) never matter to DDP and are not looked at.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.objects import methods_of
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted, walk
+
+#: torch.nn layers without parameters of their own.
+_PARAMETERLESS = re.compile(
+    r"(Identity|Flatten|Unflatten|Dropout\w*|AlphaDropout|\w*Pool\w*|\w*Loss|\w*Pad\w*|"
+    r"Upsample\w*|PixelShuffle|PixelUnshuffle|ChannelShuffle|ReLU6?|LeakyReLU|R?ReLU|C?ELU|"
+    r"SELU|GELU|SiLU|Mish|GLU|Sigmoid|LogSigmoid|Hard\w+|Tanh\w*|Soft\w+|LogSoftmax|"
+    r"Threshold|CosineSimilarity|PairwiseDistance)"
+)
+#: ``self.<member>.<attribute>`` reads that compute nothing with the member's values.
+_METADATA = {"device", "dtype", "shape", "is_cuda", "requires_grad", "ndim"}
+#: methods of the module itself that reach every member at once.
+_WHOLE_MODULE = {
+    "children", "modules", "named_children", "named_modules", "parameters", "named_parameters",
+    "state_dict", "apply", "_modules", "_parameters", "__dict__",
+}  # fmt: skip
+
+
+def idle_members(model: ScriptModel, class_name: str) -> list[tuple[str, cst.CSTNode]]:
+    """The members of ``class_name`` (with their assignments in ``__init__``) that hold
+    parameters and that its forward pass never computes with."""
+    methods = _methods(model, class_name)
+    init, forward = methods.get("__init__"), methods.get("forward")
+    if init is None or forward is None:
+        return []
+    members = _parameter_members(model, init)
+    if not members:
+        return []
+    used = _used_in(model, forward, methods)
+    if used is None:
+        return []
+    return [(name, node) for name, node in members.items() if name not in used]
+
+
+def _methods(model: ScriptModel, class_name: str) -> dict[str, cst.FunctionDef]:
+    """The class's methods and those it inherits from classes of this file (its own first)."""
+    found: dict[str, cst.FunctionDef] = {}
+    pending, seen = [class_name], set()
+    while pending:
+        name = pending.pop(0)
+        definition = model.classes.get(name)
+        if name in seen or definition is None:
+            continue
+        seen.add(name)
+        for method, node in methods_of(model, name).items():
+            found.setdefault(method, node)
+        pending += [dotted(base.value) or "" for base in definition.bases]
+    return found
+
+
+def _self_name(function: cst.FunctionDef) -> str | None:
+    params = [*function.params.posonly_params, *function.params.params]
+    return params[0].name.value if params else None
+
+
+def _parameter_members(model: ScriptModel, init: cst.FunctionDef) -> dict[str, cst.CSTNode]:
+    """``self.fc = nn.Linear(...)``, ``self.scale = nn.Parameter(...)``: members that hold
+    parameters, by name. A name assigned twice, or anything else, is left out."""
+    me = _self_name(init)
+    found: dict[str, cst.CSTNode] = {}
+    assigned: dict[str, int] = {}
+    for node in walk(init.body):
+        if not isinstance(node, cst.Assign):
+            continue
+        for target in node.targets:
+            member = target.target
+            if not (isinstance(member, cst.Attribute) and dotted(member.value) == me):
+                continue
+            name = member.attr.value
+            assigned[name] = assigned.get(name, 0) + 1
+            if _holds_parameters(model, node.value):
+                found[name] = node
+    return {name: node for name, node in found.items() if assigned[name] == 1}
+
+
+def _holds_parameters(model: ScriptModel, value: cst.BaseExpression) -> bool:
+    if not isinstance(value, cst.Call):
+        return False
+    if dotted(value.func) in model.module_classes:
+        return True
+    for qualified in model.qualified(value.func):
+        if not qualified.startswith(names.NN_PREFIX) or qualified.startswith(names.NN_NOT_MODELS):
+            continue
+        layer = qualified.rsplit(".", 1)[-1]
+        if layer == "Parameter" or not _PARAMETERLESS.fullmatch(layer):
+            return True
+    return False
+
+
+def _used_in(
+    model: ScriptModel, forward: cst.FunctionDef, methods: dict[str, cst.FunctionDef]
+) -> set[str] | None:
+    """The members that ``forward`` (and the methods it calls on ``self``) compute with; None
+    when it reaches its members in a way this does not follow."""
+    used: set[str] = set()
+    pending, seen = [forward], set()
+    while pending:
+        function = pending.pop()
+        if function in seen:
+            continue
+        seen.add(function)
+        me = _self_name(function)
+        for node in walk(function.body):
+            if isinstance(node, cst.Name) and node.value == me:
+                parent = model.parent(node)
+                if not (isinstance(parent, cst.Attribute) and parent.value is node):
+                    return None  # ``self`` handed on, or ``getattr(self, name)``
+                member = parent.attr.value
+                if member in _WHOLE_MODULE:
+                    return None
+                if member in methods:
+                    pending.append(methods[member])
+                    continue
+                outer = model.parent(parent)
+                if isinstance(outer, cst.Attribute) and outer.attr.value in _METADATA:
+                    continue
+                used.add(member)
+    return used

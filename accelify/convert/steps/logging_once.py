@@ -1,0 +1,61 @@
+"""Log records once, as prints are: a script that logs through the ``logging`` module
+(``logger.info(...)``, ``logging.warning(...)``) would write every record once per rank. Right
+after the Accelerator is created, the other processes stop logging below ERROR, as HF
+Accelerate's examples set their libraries' verbosity to errors off the main process. On one
+process nothing changes."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.syntax import dotted
+from accelify.convert.steps.context import Context
+
+#: What logs a record: the module's own functions and the methods of a logger from
+#: ``logging.getLogger``.
+EMITTERS = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
+
+
+def run(ctx: Context) -> None:
+    loggers = _loggers(ctx)
+    calls = [call for call in ctx.model.calls if _logs(ctx, call, loggers)]
+    if not calls:
+        return
+    module = next(
+        (name for name, what in ctx.model.imports.bound.items() if what == "logging"), None
+    )
+    if module is None:
+        ctx.plan.review(
+            ctx.line(calls[0]),
+            "records logged through `logging` are written by every rank; `import logging` and, "
+            "once the Accelerator exists, `logging.disable(logging.WARNING)` on the processes "
+            "that are not the main one",
+        )
+        return
+    ctx.after_creation.append(
+        f"if not {ctx.acc}.is_local_main_process:\n"
+        f"    {module}.disable({module}.WARNING)  # log records once, on the main process\n"
+    )
+    ctx.plan.change(
+        ctx.line(calls[0]),
+        "logging: records below ERROR are logged on the main process only (as prints are)",
+    )
+
+
+def _loggers(ctx: Context) -> set[str]:
+    """Names bound to ``logging.getLogger(...)``: ``logger``, ``self.log``."""
+    found = set()
+    for assign in ctx.model.assignments:
+        value = assign.value
+        if isinstance(value, cst.Call) and "logging.getLogger" in ctx.model.qualified(value.func):
+            found |= {dotted(target.target) for target in assign.targets} - {None}
+    return found  # type: ignore[return-value]
+
+
+def _logs(ctx: Context, call: cst.Call, loggers: set[str]) -> bool:
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in EMITTERS):
+        return False
+    if dotted(func.value) in loggers:
+        return True
+    return any(q.rpartition(".")[0] == "logging" for q in ctx.model.qualified(func))
