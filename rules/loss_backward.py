@@ -1,5 +1,6 @@
 from collections.abc import Iterator
 
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
@@ -8,7 +9,11 @@ from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 class LossBackward(Rule):
     """``loss.backward()`` bypasses the Accelerator: no division for gradient accumulation, no
-    fp16 loss scaling, and DeepSpeed's engine never sees the backward pass."""
+    fp16 loss scaling, and DeepSpeed's engine never sees the backward pass.
+
+    A model that trains itself (its own method runs the backward and steps an optimizer the
+    model holds, which ``prepare`` never sees) keeps ``loss.backward()``: the Accelerator's
+    scaling and division would reach an optimizer that never undoes them."""
 
     code = "ACC301"
     name = "loss-backward"
@@ -31,10 +36,25 @@ class LossBackward(Rule):
             HEADER + "accelerator.backward((out - y).pow(2).mean(), retain_graph=True)\n",
         ),
     )
-    good = (HEADER + "accelerator.backward(loss)\n",)
+    good = (
+        HEADER + "accelerator.backward(loss)\n",
+        HEADER
+        + "import torch\n"
+        + "class Layer(torch.nn.Linear):\n"
+        + "    def fit(self, x, accelerator):\n"
+        + "        self.opt.zero_grad()\n"
+        + "        self(x).pow(2).mean().backward()\n"
+        + "        for param in self.parameters():\n"
+        + '            param.grad = accelerator.reduce(param.grad, "mean")\n'
+        + "        self.opt.step()\n"
+        + "layer = Layer(4, 4)\n",
+    )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        facts = facts_of(script)
         for call in script.backward_calls:
+            if facts.trains_itself(call):
+                continue  # the model's own optimizer: nothing would undo the scaling
             acc = accelerator_at(script, call)
             if acc is None:
                 yield self.finding(script, call)

@@ -90,6 +90,18 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # ``outputs.data`` reads the gathered outputs, not the batch named ``data``
+        HEADER
+        + "import torch\n"
+        + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+        + "correct = 0\n"
+        + "with torch.no_grad():\n"
+        + "    for data in eval_loader:\n"
+        + "        images, labels = data\n"
+        + "        outputs = model(images)\n"
+        + "        outputs, labels = accelerator.gather_for_metrics((outputs, labels))\n"
+        + "        _, predicted = torch.max(outputs.data, 1)\n"
+        + "        correct += (predicted == labels).sum().item()\n",
         HEADER
         + "model, val_loader = accelerator.prepare(model, val_loader)\n"
         + "losses = [accelerator.gather_for_metrics(model(**b).loss) for b in val_loader]\n",
@@ -213,9 +225,16 @@ class _RankValues:
         if self._collective_in(value):
             return False
         mentioned = {
-            n.value for n in walk(value) if isinstance(n, cst.Name) and n.value in self.local
+            n.value
+            for n in walk(value)
+            if isinstance(n, cst.Name) and n.value in self.local and not self._member_name(n)
         }
         return any(not self._gathered(name, value, depth) for name in mentioned)
+
+    def _member_name(self, name: cst.Name) -> bool:
+        """``data`` of ``outputs.data``: a member, not the batch named ``data``."""
+        parent = self.script.parent(name)
+        return isinstance(parent, cst.Attribute) and parent.attr is name
 
     def _gathered(self, name: str, value: cst.CSTNode, depth: int) -> bool:
         """Whether ``name``, where ``value`` reads it, was last set from every rank's values

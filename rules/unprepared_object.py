@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
+from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import dotted
@@ -141,6 +142,16 @@ class UnpreparedObject(Rule):
             + "train(model, loader)\n",
             13,
             14,
+        ),
+        # a dict of loaders handed to prepare whole: it comes back untouched
+        Example(
+            HEADER
+            + _OBJECTS
+            + 'loaders = {"train": torch.utils.data.DataLoader(data, batch_size=8)}\n'
+            + "model, optimizer, loaders = accelerator.prepare(model, optimizer, loaders)\n"
+            + _LOOP.replace("in loader", 'in loaders["train"]'),
+            9,
+            13,
         ),
     )
     good = (
@@ -321,6 +332,13 @@ def _prepared_names(script: ScriptModel) -> set[str]:
     other single-object forms."""
     names = set(script.prepared_names)
     accelerators = script.names_of(Kind.ACCELERATOR)
+    for prepare in script.prepare_calls:  # a dict of loaders comes back untouched
+        passed = {dotted(argument.value) for argument in prepare.call.args}
+        for given, returned in zip(prepare.inputs, prepare.outputs, strict=False):
+            if given in passed and any(
+                b.name == given and is_loader_dict(script, b) for b in script.bindings
+            ):
+                names.discard(returned)
     for call in calls(script):
         func = call.func
         if (

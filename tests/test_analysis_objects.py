@@ -11,6 +11,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.idle_members import idle_members
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel, analyze
+from accelify.analysis.syntax import dotted
 
 HEADER = (
     "import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
@@ -162,9 +163,45 @@ def test_a_module_whose_own_method_runs_backward_trains_itself():
         class Net(nn.Module):
             def forward(self, x):
                 return x
+
+        layer = Layer(4, 4)
         """
     )
-    assert [name for name, _ in model.self_training_models()] == ["Layer"]
+    (entry,) = facts_of(model).self_training
+    assert entry.name == "Layer"
+    assert [b.name for b in entry.instances] == ["layer"]
+    assert entry.receivers == {entry.backward_calls[0]: "self"}
+    assert entry.blocker is None
+
+
+def test_a_self_training_module_made_in_a_list_cannot_average_by_hand():
+    """Its instances are not names the conversion can move and broadcast."""
+    model = script(
+        """
+        class Layer(nn.Linear):
+            def train(self, x):
+                self(x).sum().backward()
+
+        layers = [Layer(4, 4) for _ in range(3)]
+        """
+    )
+    (entry,) = facts_of(model).self_training
+    assert entry.blocker is not None and "not bound to a name" in entry.blocker
+
+
+def test_a_self_training_module_also_trained_from_outside_is_blocked():
+    model = script(
+        """
+        class Layer(nn.Linear):
+            def train(self, x):
+                self(x).sum().backward()
+
+        layer = Layer(4, 4)
+        optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+        """
+    )
+    (entry,) = facts_of(model).self_training
+    assert entry.blocker is not None and "trains it too" in entry.blocker
 
 
 def test_configure_optimizers_of_a_model_from_another_file_builds_its_optimizer():
@@ -188,6 +225,59 @@ def test_a_dict_of_loaders_prepared_value_by_value_is_prepared():
         """
     )
     assert "loaders" in model.prepared_names
+
+
+def test_an_optimizer_class_looked_up_by_name_in_a_factory_trains_the_model_passed_in():
+    model = script(
+        """
+        def build_optimizer(cfg, net):
+            return getattr(torch.optim, cfg["optimizer"])(net.parameters(), lr=cfg["lr"])
+
+        model = build_model(cfg)
+        optimizer = build_optimizer(cfg, model)
+        """
+    )
+    assert kinds(model)["optimizer"] is Kind.OPTIMIZER
+    assert kinds(model)["model"] is Kind.MODEL
+
+
+def test_what_a_subclass_hands_to_super_init_is_received_by_the_base_constructor():
+    model = script(
+        """
+        class Base:
+            def __init__(self, model, optimizer):
+                self.model = model
+                self.optimizer = optimizer
+
+        class Child(Base):
+            def __init__(self):
+                model = nn.Linear(2, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                super().__init__(model, optimizer)
+        """
+    )
+    received = {b.name: b.kind for b in model.bindings if b.received}
+    assert received == {"self.model": Kind.MODEL, "self.optimizer": Kind.OPTIMIZER}
+
+
+def test_self_called_in_a_model_that_trains_itself_is_a_forward_pass():
+    model = script(
+        """
+        class Net(nn.Module):
+            def fit(self, x):
+                self(x).sum().backward()
+
+            def evaluate(self, x):
+                return self(x)
+
+        class Plain(nn.Module):
+            def twice(self, x):
+                return self(x)
+        """
+    )
+    flow = facts_of(model).flow
+    forwards = [c for c in model.calls if dotted(c.func) == "self"]
+    assert [flow.is_forward(c) for c in forwards] == [True, True, False]
 
 
 def test_a_variable_named_like_a_function_of_the_module_is_not_that_function():

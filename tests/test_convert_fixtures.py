@@ -78,6 +78,7 @@ def test_accelerate_target_differs_only_in_the_import(case: Path):
     expected = expected.replace(
         "from accelify import Accelerator\n", "from accelerate import Accelerator\n"
     )
+    expected = expected.replace("from accelify.utils import ", "from accelerate.utils import ")
     expected = expected.replace(
         "from accelify import Accelerator, DistributedDataParallelKwargs\n",
         "from accelerate import Accelerator, DistributedDataParallelKwargs\n",

@@ -29,7 +29,10 @@ def names_read(small: cst.CSTNode, replaced: set[int], model: ScriptModel, loop:
     reads = {
         n.value
         for n in walk(small)
-        if isinstance(n, cst.Name) and id(n) not in skipped and not is_binding(model, n)
+        if isinstance(n, cst.Name)
+        and id(n) not in skipped
+        and not is_binding(model, n)
+        and not _attribute_name(model, n)
     }
     if isinstance(small, cst.AugAssign):
         reads.discard(root_name(small.target) or "")
@@ -44,6 +47,12 @@ def names_read(small: cst.CSTNode, replaced: set[int], model: ScriptModel, loop:
         if test is not None:
             reads |= {n.value for n in walk(test) if isinstance(n, cst.Name)}
     return reads
+
+
+def _attribute_name(model: ScriptModel, name: cst.Name) -> bool:
+    """``data`` of ``outputs.data``: a member's name, not a read of a variable."""
+    parent = model.parent(name)
+    return isinstance(parent, cst.Attribute) and parent.attr is name
 
 
 def bound_by(small: cst.CSTNode) -> set[str]:

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 RESHAPES = ("view", "reshape", "expand", "unflatten", "resize_")
 BATCH_SIZE_NAMES = ("batch_size", "bs", "batch_sz", "test_batch_size", "eval_batch_size")
+#: A tensor's own attributes: ``outputs.data`` reads the tensor, not a field of an output.
+TENSOR_ATTRIBUTES = {"data", "shape", "T", "mT", "device", "dtype", "grad", "real", "imag"}
 SINK_METHODS = ("append", "extend", "add_batch", "update", "add", "add_")
 _SCOPES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _COMPUTATIONS = (
@@ -126,9 +128,43 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
             found.unsure = _gather_for_the_metrics_only(found, facts, reshape)
     if found.unsure is None:
         found.unsure = _check_sinks(found, body, facts)
+    if found.unsure is None:
+        found.unsure = padded_per_batch(loop, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
+
+
+#: Calls that pad a batch to its own longest sequence.
+PADDING_CALLS = ("pad_sequence", "pad", "pad_packed_sequence", "DataCollatorWithPadding")
+
+
+def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
+    """The loop's loader is made with a ``collate_fn`` of this file that pads each batch to its
+    own longest sequence (``pad_sequence``): the ranks' batches differ in length, and a gather
+    of them fails (a tensor of another size on each rank)."""
+    model = facts.model
+    origins = facts.flow.origins(loop.iterable, loop.node)
+    for binding in model.bindings:
+        if binding.name not in origins or not isinstance(binding.value, cst.Call):
+            continue
+        for argument in binding.value.args:
+            if argument.keyword is None or argument.keyword.value != "collate_fn":
+                continue
+            collate = model.functions.get(dotted(argument.value) or "")
+            if collate is None:
+                continue
+            for node in walk(collate):
+                name = dotted(node.func) if isinstance(node, cst.Call) else None
+                if name is not None and name.rsplit(".", 1)[-1] in PADDING_CALLS:
+                    return (
+                        f"its loader's collate_fn ({collate.name.value}) pads each batch to its "
+                        "own longest sequence, so the ranks' batches differ in length and a "
+                        "gather of them would fail; pad them to one length first with "
+                        "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
+                        "metric ignores>)"
+                    )
+    return None
 
 
 def _calls_a_training_step(loop: Loop, facts: Facts) -> bool:
@@ -366,7 +402,9 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
             and root_name(func.value) not in local
         )
     if isinstance(small, cst.Assign) and len(small.targets) == 1:
-        target = dotted(small.targets[0].target)
+        written = small.targets[0].target
+        # ``total = total + x``, and ``sums[key] = sums.get(key, 0) + value``
+        target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
         reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
         return target is not None and target in reads and target not in local
     return False
@@ -466,6 +504,9 @@ def _uses_after(found: Evaluation, facts: Facts) -> dict[str, list[cst.Name]]:
     for node in walk(found.loop.node.body):
         if not isinstance(node, cst.Name) or model.order(node) < start:
             continue
+        parent = model.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            continue  # ``outputs.data``: the attribute's name, not a use of ``data``
         inside = any(a is statement for a in model.ancestors(node))
         if inside and (found.extracted is None or within(model, node, found.forward)):
             continue
@@ -494,6 +535,8 @@ def _fields_only(
 def _field_access(use: cst.Name, model: ScriptModel, allow_index: bool) -> cst.CSTNode | None:
     """``out.logits`` or ``batch["labels"]`` (``batch[1]`` with ``allow_index``) around ``use``."""
     parent = model.parent(use)
+    if isinstance(parent, cst.Attribute) and parent.attr.value in TENSOR_ATTRIBUTES:
+        return None  # ``outputs.data``: the tensor itself, not a field of a dict-like output
     if isinstance(parent, cst.Attribute) and parent.value is use:
         caller = model.parent(parent)
         is_method = isinstance(caller, cst.Call) and caller.func is parent

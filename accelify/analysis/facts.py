@@ -15,11 +15,14 @@ from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
+from accelify.analysis.helper_evaluation import HelperEvaluation, helper_evaluation_of
 from accelify.analysis.placement import Placement
 from accelify.analysis.precision import Precision, precision_of
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, callers_of, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.self_training import SelfTraining, self_training_of
+from accelify.analysis.shard_totals import ShardTotal, totals_over_dataset
 from accelify.analysis.shared_files import SharedFiles
 from accelify.analysis.syntax import dotted
 
@@ -122,6 +125,21 @@ class Facts:
         return precision_of(self.model, self.placement.prepare_scope())
 
     @cached_property
+    def self_training(self) -> list[SelfTraining]:
+        """Model classes whose own methods run the backward, with their instances and, where
+        their gradients cannot be averaged by hand, why."""
+        return self_training_of(self.model, self.placement, self.calls, self.precision)
+
+    @cached_property
+    def shard_totals(self) -> list[ShardTotal]:
+        """Training totals summed per batch and divided by ``len(loader.dataset)``."""
+        return totals_over_dataset(self.model, self.placement, self.flow.reads_loader)
+
+    def trains_itself(self, backward: cst.Call) -> bool:
+        """``backward`` runs in a method of a model class that trains itself."""
+        return any(backward in entry.backward_calls for entry in self.self_training)
+
+    @cached_property
     def evaluations(self) -> list[Evaluation]:
         """Loops over a DataLoader that evaluate (no backward, gradients off around or inside)."""
         found = []
@@ -129,6 +147,17 @@ class Facts:
             evaluation = evaluation_of(loop, self)
             if evaluation is not None:
                 found.append(evaluation)
+        return found
+
+    @cached_property
+    def helper_evaluations(self) -> dict[int, HelperEvaluation]:
+        """Evaluation loops whose forward runs in a helper called per batch (``eval_step``),
+        by the loop's ``id``, where the helper's gather makes every metric global."""
+        found = {}
+        for loop in self.model.loops:
+            helper = helper_evaluation_of(loop, self)
+            if helper is not None:
+                found[id(loop.node)] = helper
         return found
 
     @cached_property

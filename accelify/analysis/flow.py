@@ -148,7 +148,21 @@ class ObjectFlow:
             return True
         if name.startswith("self."):
             owner = self.placement.class_of(bound_in)
-            return owner is not None and owner is self.placement.class_of(scope)
+            here = self.placement.class_of(scope)
+            return owner is not None and here is not None and self._derives(here, owner)
+        return False
+
+    def _derives(self, cls: cst.ClassDef, base: cst.ClassDef, depth: int = 0) -> bool:
+        """``cls`` is ``base`` or a subclass of it in this file: ``self.model`` set in a base
+        class's constructor is the same attribute in the subclass's methods."""
+        if cls is base:
+            return True
+        if depth > 10:
+            return False
+        for parent in cls.bases:
+            found = self.model.classes.get(dotted(parent.value) or "")
+            if found is not None and found is not cls and self._derives(found, base, depth + 1):
+                return True
         return False
 
     def is_model_name(self, name: str | None, at: cst.CSTNode) -> bool:
@@ -217,8 +231,19 @@ class ObjectFlow:
         name = dotted(call.func)
         if self.is_model_name(name, call):
             return True
+        if name in ("self", "self.forward") and self._in_self_training_model(call):
+            return True  # ``self(x)`` in a method of a model that trains itself
         prepared = self.model.prepared_names
         return name in prepared or self.outer_name(name, call) in prepared
+
+    def _in_self_training_model(self, node: cst.CSTNode) -> bool:
+        """Inside a model class of the file whose own methods run a backward."""
+        owner = self.placement.class_of(node)
+        return (
+            owner is not None
+            and owner.name.value in self.model.module_classes
+            and any(self.placement.inside(call, owner) for call in self.model.backward_calls)
+        )
 
     def forward_of_prepared(self, call: cst.Call) -> bool:
         """``model(x)`` or ``model.generate(x)`` of an object ``prepare`` returned (here or at a

@@ -138,7 +138,8 @@ GET_RANK = {"torch.distributed.get_rank"}
 GET_WORLD_SIZE = {"torch.distributed.get_world_size"}
 SET_CUDA_DEVICE = {"torch.cuda.set_device"}
 TQDM = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange"}
-PRINT = {"builtins.print"}
+#: ``tqdm.write(...)`` prints a line (above the bars) on every rank, as ``print`` does.
+PRINT = {"builtins.print", *(f"{bar}.write" for bar in TQDM - {"tqdm.trange"})}
 # Methods that return the module itself (or a moved copy): `Net().to(device).train()` is a model.
 MODULE_SELF_METHODS = {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval"}
 DEVICE_MOVES = {"to", "cuda"}

@@ -47,9 +47,17 @@ def callee(model: ScriptModel, call: cst.Call) -> tuple[cst.FunctionDef, int] | 
         return (init, 1) if init is not None else None
     if not isinstance(func, cst.Attribute):
         return None
+    if _is_super(func.value):  # ``super().__init__(model, ...)``: the base class's method
+        return _base_method(model, _enclosing_class(model, call), func.attr.value)
     receiver = dotted(func.value)
     if receiver is None:
         return None
+    if receiver in model.classes:  # ``Regressor.load(path)``: a class or static method
+        method = methods_of(model, receiver).get(func.attr.value)
+        if method is None:
+            return None
+        decorators = {dotted(d.decorator) for d in method.decorators}
+        return method, 1 if "classmethod" in decorators else 0
     if receiver == "self":
         owner = _enclosing_class(model, call)
     else:
@@ -64,6 +72,60 @@ def callee(model: ScriptModel, call: cst.Call) -> tuple[cst.FunctionDef, int] | 
         return None
     method = methods_of(model, owner).get(func.attr.value)
     return (method, 1) if method is not None else None
+
+
+def _is_super(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and dotted(node.func) == "super"
+
+
+def _base_method(
+    model: ScriptModel, owner: str | None, name: str, depth: int = 0
+) -> tuple[cst.FunctionDef, int] | None:
+    """The method ``name`` of the nearest base class of ``owner`` defined in this file."""
+    definition = model.classes.get(owner or "")
+    if definition is None or depth > 10:
+        return None
+    for base in definition.bases:
+        base_name = dotted(base.value)
+        if base_name is None or base_name not in model.classes:
+            continue
+        method = methods_of(model, base_name).get(name)
+        if method is not None:
+            return method, 1
+        found = _base_method(model, base_name, name, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
+    """A dict of DataLoaders (``{"train": DataLoader(...), ...}``), made here or returned by a
+    factory (``loaders = get_dataloaders()``): ``prepare`` hands a dict back untouched, so each
+    loader in it must be prepared on its own."""
+    value = binding.value
+    if binding.kind is not Kind.DATALOADER:
+        return False
+    if isinstance(value, cst.Dict):
+        return True
+    target = callee(model, value) if isinstance(value, cst.Call) else None
+    if target is None:
+        return False
+    returned = [
+        node.value
+        for node in _own_nodes(target[0])
+        if isinstance(node, cst.Return) and node.value is not None
+    ]
+    for result in returned:
+        if isinstance(result, cst.Name):
+            values = [
+                a.value
+                for a in _assignments_in(target[0])
+                if any(dotted(t.target) == result.value for t in a.targets)
+            ]
+            result = values[0] if len(values) == 1 else result
+        if not isinstance(result, cst.Dict):
+            return False
+    return bool(returned)
 
 
 def instance_class(model: ScriptModel, name: str, at: cst.CSTNode) -> str | None:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.names import OPTIMIZER_FACTORIES
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import (
     OPTIMIZER_METHODS,
     Binding,
@@ -39,6 +40,17 @@ def parameter_owners(optimizer: Binding) -> set[str]:
 
     for argument in core.args:
         argument.value.visit(Params())
+    factory = optimizer.script.functions.get(dotted(core.func) or "")
+    if factory is not None:  # ``build_optimizer(cfg, model)`` over ``model.parameters()``
+        inner = Params()
+        found_before = set(owners)
+        factory.body.visit(inner)
+        fed = owners - found_before
+        owners -= fed
+        for parameter, argument in bound_arguments(factory, core):
+            name = dotted(argument.value)
+            if parameter in fed and name is not None:
+                owners.add(owning_model(name))
     if (dotted(core.func) or "").rsplit(".", 1)[-1] in OPTIMIZER_FACTORIES:
         # ``build_optimizer(model, cfg)``, ``create_optimizer(model=net)``: handed the model
         handed = next(

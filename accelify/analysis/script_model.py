@@ -281,18 +281,6 @@ class ScriptModel:
     def trains(self) -> bool:
         return bool(self.backward_calls)
 
-    def self_training_models(self) -> list[tuple[str, cst.Call]]:
-        """Model classes (``nn.Module`` subclasses) whose own methods call ``.backward()``: the
-        class name and the first such call. Such a model trains itself, through ``self``."""
-        found: dict[str, cst.Call] = {}
-        for call in self.backward_calls:
-            for ancestor in self.ancestors(call):
-                if isinstance(ancestor, cst.ClassDef):
-                    if ancestor.name.value in self.module_classes:
-                        found.setdefault(ancestor.name.value, call)
-                    break
-        return list(found.items())
-
 
 def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     """One traversal collects everything; positions are left for the first finding that needs
@@ -524,6 +512,11 @@ class _Collector(Visitor):
         return None
 
     def _classify_call(self, call: cst.Call) -> Kind | None:
+        looked_up = _looked_up_in(call, self.model)
+        if looked_up == "torch.optim.lr_scheduler":
+            return Kind.SCHEDULER
+        if looked_up == "torch.optim":
+            return Kind.OPTIMIZER
         qualified = self.model.call_names(call)
         local = dotted(call.func)
         if qualified & names.ACCELERATORS:
@@ -627,6 +620,16 @@ def _optimizer_factory_call(call: cst.Call) -> bool:
         call.args[0].value if call.args and call.args[0].keyword is None else None,
     )
     return isinstance(handed, (cst.Name, cst.Attribute))
+
+
+def _looked_up_in(call: cst.Call, model: ScriptModel) -> str | None:
+    """``torch.optim`` for ``getattr(torch.optim, cfg.optimizer)(...)``: a class chosen by name
+    from a module, as configs do."""
+    func = call.func
+    if not (isinstance(func, cst.Call) and dotted(func.func) == "getattr" and func.args):
+        return None
+    found = model.qualified(func.args[0].value)
+    return found.pop() if len(found) == 1 else None
 
 
 def owning_model(name: str) -> str:

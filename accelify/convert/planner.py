@@ -26,6 +26,7 @@ from accelify.convert.steps import (
     prepare,
     saving,
     seeding,
+    self_training,
     shared_files,
     side_effects,
     unused_outputs,
@@ -40,6 +41,7 @@ __all__ = ["STEPS", "Options", "plan_conversion"]
 #: conflict) is the plan's (`accelify.edits.plan`).
 STEPS: tuple[Callable[[Context], None], ...] = (
     backward.run,
+    self_training.run,
     handwritten_ddp.run,
     devices.run_model_moves,
     devices.run_batch_moves,
@@ -89,15 +91,17 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
 
 def _trains_itself(ctx: Context) -> bool:
     """A model whose own method runs the backward (``layer.train(x_pos, x_neg)`` of a
-    forward-forward layer): wrapped by ``prepare`` it loses that method, and unwrapped its
-    gradients are never synchronised. Left as it is, with the reason."""
-    found = ctx.model.self_training_models()
-    for name, call in found:
+    forward-forward layer) and whose gradients cannot be averaged by hand
+    (`accelify.analysis.self_training`): wrapped by ``prepare`` it loses that method, and
+    unwrapped its gradients are never synchronised. Left as it is, with the reason."""
+    blocked = [entry for entry in ctx.facts.self_training if entry.blocker is not None]
+    for entry in blocked:
         ctx.plan.review(
-            ctx.line(call),
-            f"{name} trains itself in its own method: once prepared, the DDP wrapper has no "
-            "such method, and called unwrapped its gradients are never synchronised across "
-            "ranks; move the training step out of the model class (forward through the "
-            "prepared model), then convert",
+            ctx.line(entry.backward_calls[0]),
+            f"{entry.name} trains itself in its own method, and its gradients cannot be "
+            f"averaged by hand here: {entry.blocker}. Left as it is: once prepared, the DDP "
+            "wrapper has no such method, and called unwrapped its gradients are never "
+            "synchronised across ranks; move the training step out of the model class "
+            "(forward through the prepared model), then convert",
         )
-    return bool(found)
+    return bool(blocked)

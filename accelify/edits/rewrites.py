@@ -152,6 +152,27 @@ def main_process_only(statement_node: cst.CSTNode, acc: str) -> Guard:
     return Guard(statement_node, f"{acc}.is_main_process")
 
 
+def average_gradients(after: cst.CSTNode, module: str, acc: str, param: str) -> InsertAfter:
+    """After a backward through a model no wrapper synchronises (one that trains itself, in its
+    own method): each gradient of ``module`` becomes its mean over the ranks, as DDP makes it,
+    before the optimizer reads it. On one process the mean is the gradient itself."""
+    code = (
+        f"for {param} in {module}.parameters():\n"
+        f"    if {param}.grad is not None:\n"
+        f'        {param}.grad = {acc}.reduce({param}.grad, "mean")\n'
+    )
+    return InsertAfter(after, statement(code))
+
+
+def start_alike(created: cst.CSTNode, model: str, acc: str, *, move: bool) -> list[InsertAfter]:
+    """After ``model`` is made: on this rank's device (``move``), and with rank 0's weights and
+    buffers on every rank, which is what DDP does when it wraps a model; a model that is not
+    wrapped (one that trains itself) needs both said."""
+    edits = [InsertAfter(created, statement(f"{model}.to({acc}.device)"))] if move else []
+    edits.append(InsertAfter(created, statement(f"broadcast({model}.state_dict())")))
+    return edits
+
+
 def use_gather_for_metrics(gather: cst.Call) -> Replace:
     """``acc.gather(x)`` -> ``acc.gather_for_metrics(x)``, which drops the samples repeated to
     even out the last batch."""

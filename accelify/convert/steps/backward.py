@@ -16,6 +16,8 @@ def run(ctx: Context) -> None:
         "scalers": ctx.model.names_of(Kind.SCALER),
     }
     for call in ctx.model.backward_calls:
+        if ctx.facts.trains_itself(call):
+            continue  # its optimizer is its own, not prepared: see `self_training`
         code = ctx.code(rewrites.backward_loss(call, **how))
         ctx.plan.add(
             rewrites.backward(call, ctx.acc, **how),

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 
@@ -21,12 +22,14 @@ TARGET_MODULES = {
         "set_seed": "accelify",
         "synchronize_rng_states": "accelify",
         "DistributedDataParallelKwargs": "accelify",
+        "broadcast": "accelify.utils",
     },
     "accelerate": {
         "Accelerator": "accelerate",
         "set_seed": "accelerate.utils",
         "synchronize_rng_states": "accelerate.utils",
         "DistributedDataParallelKwargs": "accelerate",
+        "broadcast": "accelerate.utils",
     },
 }
 
@@ -94,15 +97,17 @@ class Context:
         self._needs.append((node, when))
 
     def confine_to_class(self, owner: cst.ClassDef) -> None:
-        """``self.accelerator`` exists only inside ``owner``: nothing outside it that needs
-        the accelerator is changed, and each such place is listed for review."""
+        """``self.accelerator`` exists only inside ``owner`` (and its subclasses that run its
+        constructor): nothing outside them that needs the accelerator is changed, and each
+        such place is listed for review."""
         placement = self.facts.placement
+        classes = [owner, *(c for c in self.facts.calls.subclasses(owner) if _runs_base_init(c))]
 
         def lines(node: cst.CSTNode) -> range:
             span = self.model.position(node)
             return range(span.start.line, span.end.line + 1)
 
-        self.plan.confine(lambda node: placement.inside(node, owner), lines)
+        self.plan.confine(lambda node: any(placement.inside(node, c) for c in classes), lines)
 
     def code(self, node: cst.CSTNode) -> str:
         return self.model.module.code_for_node(node)
@@ -157,7 +162,39 @@ class Context:
                 and isinstance(assign.targets[0].target, cst.Name)
             ):
                 return assign.targets[0].target.value
-        return None
+        return self._instance_parameter(node, owner)
+
+    def _instance_parameter(self, node: cst.CSTNode, owner: cst.ClassDef) -> str | None:
+        """``trainer`` of ``def on_epoch_end(self, trainer, logs)`` in a callback class, when
+        every call in the file that may run that method passes the owner's ``self`` there
+        (``callback.on_epoch_end(self, logs)`` in a method of the trainer)."""
+        placement, graph = self.facts.placement, self.facts.calls
+        function = placement.enclosing_function(node)
+        if function is None:
+            return None
+        calls = [*graph.callers(function), *graph.uncertain_callers(function)]
+        implicit = 1 if graph.owner(function) is not None else 0
+        found: set[str] = set()
+        for call in calls:
+            method = placement.enclosing_function(call)
+            if method is None or graph.owner(method) is not owner or not method.params.params:
+                return None
+            itself = method.params.params[0].name.value
+            passed = [
+                parameter
+                for parameter, argument in bound_arguments(function, call, implicit)
+                if dotted(argument.value) == itself
+            ]
+            if len(passed) != 1:
+                return None
+            found.add(passed[0])
+        if len(found) != 1:
+            return None
+        (name,) = found
+        rebound = any(
+            isinstance(n, cst.AssignTarget) and dotted(n.target) == name for n in walk(function)
+        )
+        return None if rebound else name
 
     def guard_main_process(self, node: cst.CSTNode, text: str) -> None:
         """``node`` under ``if accelerator.is_main_process:`` (``trainer.accelerator`` outside
@@ -180,9 +217,30 @@ class Context:
             return False
         scope = self.model.scope_of(anchor)
         placement = self.facts.placement
+        if node is anchor or placement.inside(node, anchor):
+            return False  # the statement the prepare call follows (a multi-line optimizer)
         if placement.inside(node, scope) and self.model.scope_of(node) is scope:
             return self.model.line(node) > self.model.line(anchor)
         return True
+
+
+def _runs_base_init(cls: cst.ClassDef) -> bool:
+    """A subclass whose instances run the base class's constructor (no ``__init__`` of its own,
+    or one that calls ``super().__init__``): ``self.accelerator`` set there exists in it too."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
+    init = next(
+        (m for m in body if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None
+    )
+    if init is None:
+        return True
+    return any(
+        isinstance(n, cst.Call)
+        and isinstance(n.func, cst.Attribute)
+        and n.func.attr.value == "__init__"
+        and isinstance(n.func.value, cst.Call)
+        and dotted(n.func.value.func) == "super"
+        for n in walk(init)
+    )
 
 
 def unwrap(ctx: Context, model: cst.BaseExpression, at: cst.CSTNode, text: str, **how) -> None:

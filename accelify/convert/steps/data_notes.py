@@ -13,6 +13,7 @@ from accelify.convert.steps.evaluation import loader_names
 
 
 def run(ctx: Context) -> None:
+    _totals_over_dataset(ctx)
     noted = False
     for loop in ctx.model.loops:
         unprepared = ctx.unprepared_loaders(loop) if loop.trains else []
@@ -53,12 +54,38 @@ def run(ctx: Context) -> None:
             )
         if text is not None:
             ctx.plan.review(line, text)
-    if not ctx.model.of_kind(Kind.OPTIMIZER):
-        line = ctx.line(ctx.model.backward_calls[0])
+    by_hand = [c for c in ctx.model.backward_calls if not ctx.facts.trains_itself(c)]
+    if by_hand and not ctx.model.of_kind(Kind.OPTIMIZER):
+        line = ctx.line(by_hand[0])
+        models = {b.name for b in ctx.model.of_kind(Kind.MODEL)}
+        if models & set(ctx.plan.prepared):
+            text = (
+                "parameters are updated by hand (no torch.optim optimizer): the update runs "
+                "on every rank with DDP-averaged gradients; check it"
+            )
+        else:
+            text = (
+                "no optimizer and no model the conversion recognises, so nothing that trains "
+                "is prepared: no gradient is averaged across ranks, each rank trains its own "
+                "copy; prepare the model and its optimizer"
+            )
+        ctx.plan.review(line, text)
+
+
+def _totals_over_dataset(ctx: Context) -> None:
+    """``running_loss / len(train_loader.dataset)`` over a prepared loader: this rank's sum
+    over the whole set's size."""
+    for found in ctx.facts.shard_totals:
+        if ctx.unprepared_loaders(found.loop):
+            continue  # every rank reads all of it: the quotient is right
+        loader = found.loop.iterable
         ctx.plan.review(
-            line,
-            "parameters are updated by hand (no torch.optim optimizer): the update runs "
-            "on every rank with DDP-averaged gradients; check it",
+            ctx.line(found.division),
+            f"{found.total} sums this rank's batches of {loader} and is divided by the whole "
+            f"set's size (len({loader}.dataset)): on N ranks it reads about 1/N of the value; "
+            "reducing the total is not enough (the prepared loader repeats samples to even out "
+            f"the last batch): gather each batch's values with "
+            f"{ctx.a('gather_for_metrics')} before summing them",
         )
 
 

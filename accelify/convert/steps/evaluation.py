@@ -8,6 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.evaluation import Evaluation
+from accelify.analysis.helper_evaluation import HelperEvaluation
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, root_name, walk
 from accelify.convert.steps.context import Context
@@ -15,8 +16,12 @@ from accelify.edits.collective_rewrites import gather_for_metrics
 
 
 def run(ctx: Context) -> None:
+    gathered_helpers: set[int] = set()
     for evaluation in ctx.facts.evaluations:
         if evaluation.already_gathered or not evaluation.sinks:
+            continue
+        helper = ctx.facts.helper_evaluations.get(id(evaluation.loop.node))
+        if helper is not None and _gather_in_helper(ctx, helper, gathered_helpers):
             continue
         if evaluation.unsure is not None:
             ctx.plan.review(
@@ -39,6 +44,20 @@ def run(ctx: Context) -> None:
         _gather(ctx, evaluation)
 
 
+def _gather_in_helper(ctx: Context, helper: HelperEvaluation, done: set[int]) -> bool:
+    """``eval_step(model, batch)`` per batch: its forward's outputs and labels gathered inside
+    it, once for all the loops that call it. False (the loop's own review line stands) when
+    the loop reads an unprepared loader or the gather cannot be made there."""
+    if ctx.unprepared_loaders(helper.loop):
+        return False
+    if id(helper.helper) in done:
+        return True
+    made = _gather(ctx, helper.evaluation)
+    if made:
+        done.add(id(helper.helper))
+    return bool(made)
+
+
 def loader_names(unprepared: list[str | None]) -> str:
     named = [f"`{name}`" for name in unprepared if name is not None]
     if None in unprepared:
@@ -46,7 +65,7 @@ def loader_names(unprepared: list[str | None]) -> str:
     return " and ".join(named)
 
 
-def _gather(ctx: Context, evaluation: Evaluation) -> None:
+def _gather(ctx: Context, evaluation: Evaluation) -> bool:
     assert evaluation.statement is not None and evaluation.forward is not None
     targets = [*evaluation.gathered, *(f.name for f in evaluation.fields)]
     values = [*evaluation.gathered, *(f.code for f in evaluation.fields)]
@@ -56,7 +75,7 @@ def _gather(ctx: Context, evaluation: Evaluation) -> None:
         # ``se += ((model(x) - y) ** 2).sum()`` -> ``outputs = model(x)``, the gather, then
         # ``se += ((outputs - y) ** 2).sum()``.
         extract = (evaluation.forward, evaluation.extracted)
-    ctx.plan.add(
+    made = ctx.plan.add(
         *gather_for_metrics(
             evaluation.statement, _gather_code(ctx, targets, values), renamed, extract
         ),
@@ -64,7 +83,9 @@ def _gather(ctx: Context, evaluation: Evaluation) -> None:
         text=f"evaluation: {', '.join(targets)} gathered from every rank (gather_for_metrics)"
         + _kept_local(ctx, evaluation),
     )
-    ctx.need(evaluation.statement)
+    if made:
+        ctx.need(evaluation.statement)
+    return bool(made)
 
 
 def _kept_local(ctx: Context, evaluation: Evaluation) -> str:

@@ -3,6 +3,8 @@ process), ``tqdm(...)`` disabled on the other processes."""
 
 from __future__ import annotations
 
+import libcst as cst
+
 from accelify.analysis import names
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
@@ -12,13 +14,15 @@ from accelify.edits.node_rewrites import WithKeyword
 def run(ctx: Context) -> None:
     for call in ctx.model.calls:
         qualified = ctx.model.call_names(call)
+        if qualified & names.PRINT and not _print_arguments(call):
+            continue  # ``tqdm.write(s, nolock=True)``: not a print the Accelerator's takes
         if qualified & names.PRINT and not ctx.facts.ranks.under_rank_guard(call):
             outside = ctx.instance_outside_class(call)
             acc = ctx.acc if outside is None else f"{outside}.accelerator"
             ctx.plan.add(
                 rewrites.print_once(call, acc),
                 line=ctx.line(call),
-                text=f"print -> {acc}.print (local main process only)",
+                text=f"{ctx.code(call.func)} -> {acc}.print (local main process only)",
                 anywhere=outside is not None,  # reached through the instance
             )
             if outside is None:
@@ -34,3 +38,10 @@ def run(ctx: Context) -> None:
                 "progress bar shown on the local main process only",
             )
             ctx.need(call)
+
+
+def _print_arguments(call: cst.Call) -> bool:
+    """Every keyword is one ``print`` takes (``accelerator.print`` passes them on)."""
+    return all(
+        a.keyword is None or a.keyword.value in ("sep", "end", "file", "flush") for a in call.args
+    )

@@ -7,7 +7,7 @@ import libcst as cst
 
 from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.loops import loop_source
-from accelify.analysis.objects import bound_arguments, callee
+from accelify.analysis.objects import bound_arguments, callee, is_loader_dict
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
 from accelify.analysis.syntax import dotted, if_chain, strip_self_methods, walk
@@ -29,11 +29,16 @@ def run(ctx: Context, scope: Scope) -> None:
         if _conditional(ctx, binding):
             _prepare_where_created(ctx, binding)
             continue
-        if isinstance(binding.value, cst.Dict):
+        if is_loader_dict(ctx.model, binding):
             _prepare_each_value(ctx, binding)
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
+    for entry in ctx.facts.self_training:
+        for instance in entry.instances:  # it trains itself: see `self_training`
+            chosen.pop(instance.name, None)
+            created.pop(instance.name, None)
+            ctx.frozen.add(instance.name)
     aliases = _attribute_aliases(ctx, scope, chosen)
     if isinstance(scope, cst.FunctionDef) and created:
         # A model handed in as a parameter and trained here (``def main(model):``); a
@@ -86,6 +91,18 @@ def run(ctx: Context, scope: Scope) -> None:
                 f"{name} is stepped once per epoch and another scheduler once per step: "
                 f"{name} is left unprepared so its schedule keeps its pace",
             )
+    if _nothing_trained(ctx, chosen):
+        for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER]:
+            chosen.pop(name)
+            created.pop(name, None)
+            ctx.plan.review(
+                _binding_line(ctx, name, scope),
+                f"{name} is left unprepared: no model or optimizer the conversion recognises "
+                "is prepared, so sharding the data would train each rank's copy on its own "
+                "shard, never synchronised; every rank trains on all of it (correct, not "
+                "data-parallel); prepare the model and its optimizer with it",
+            )
+        last_statement = body[max(created.values())] if created else None
     if ctx.acc == "self.accelerator":
         _prepare_received_loaders(ctx, scope, set(chosen))
     if not chosen or last_statement is None:
@@ -110,6 +127,18 @@ def run(ctx: Context, scope: Scope) -> None:
 
 
 _TRAINED_KINDS = {Kind.MODEL, Kind.OPTIMIZER}
+
+
+def _nothing_trained(ctx: Context, chosen: dict[str, Kind]) -> bool:
+    """Loaders to prepare, and a backward through the prepared code, but no model or optimizer
+    is prepared anywhere (an optimizer made in a way the analysis does not follow): sharded
+    data would then train unsynchronised copies."""
+    if set(chosen.values()) & _TRAINED_KINDS or Kind.DATALOADER not in chosen.values():
+        return False
+    trained = {b.name for b in ctx.model.of_kind(*_TRAINED_KINDS)}
+    if trained & (set(ctx.plan.prepared) | ctx.model.prepared_names):
+        return False
+    return any(not ctx.facts.trains_itself(call) for call in ctx.model.backward_calls)
 
 
 def _insert_prepare(ctx: Context, anchor: cst.CSTNode, order: list[str]) -> None:

@@ -24,6 +24,10 @@ def run(ctx: Context) -> None:
         barriers = []
         if not ctx.facts.ranks.under_rank_guard(call):
             barriers = ctx.facts.ranks.barrier_places(line_statement)
+        outside = ctx.instance_outside_class(call)
+        if outside is not None:
+            _save_through_instance(ctx, call, outside, barriers)
+            continue
         ctx.plan.add(
             *rewrites.save(call, ctx.acc, barriers),
             line=ctx.line(call),
@@ -32,6 +36,47 @@ def run(ctx: Context) -> None:
         ctx.need(call)
         for anchor in barriers:
             ctx.need(anchor)
+
+
+def _save_through_instance(
+    ctx: Context, call: cst.Call, instance: str, barriers: list[cst.CSTNode]
+) -> None:
+    """``torch.save(trainer.model.state_dict(), path)`` outside the class that owns
+    ``self.accelerator`` (a callback handed the trainer, ``main()`` after ``trainer.fit()``):
+    saved through ``trainer.accelerator``, the model unwrapped, when every barrier before it is
+    in the same function (where ``trainer`` is the same name); else left for review."""
+    function = ctx.facts.placement.enclosing_function(call)
+    if any(ctx.facts.placement.enclosing_function(b) is not function for b in barriers):
+        ctx.plan.review(
+            ctx.line(call),
+            f"left as is: the barrier before this save would be outside the reach of {instance}",
+        )
+        return
+    acc = f"{instance}.accelerator"
+    saved = call.args[0].value if call.args else None
+    if (
+        isinstance(saved, cst.Call)
+        and isinstance(saved.func, cst.Attribute)
+        and saved.func.attr.value == "state_dict"
+        and not saved.args
+    ):
+        saved = saved.func.value
+    owned = dotted(saved) if isinstance(saved, cst.Attribute) else None
+    if owned is not None and owned.startswith(f"{instance}.") and owned.count(".") == 1:
+        attribute = "self." + owned.split(".", 1)[1]
+        if attribute in ctx.plan.prepared and ctx.facts.flow.is_model_name(attribute, ctx.scope):
+            ctx.plan.add(
+                rewrites.unwrap(saved, acc),
+                line=ctx.line(call),
+                text=f"saves {acc}.unwrap_model({owned}), not the DDP wrapper",
+                anywhere=True,
+            )
+    ctx.plan.add(
+        *rewrites.save(call, acc, barriers),
+        line=ctx.line(call),
+        text=f"torch.save -> {acc}.save (main process only)",
+        anywhere=True,
+    )
 
 
 def _unwrap_saved_model(ctx: Context, call: cst.Call) -> None:

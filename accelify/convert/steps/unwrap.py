@@ -37,7 +37,11 @@ def _traced(ctx: Context) -> None:
         if not isinstance(model, (cst.Name, cst.Attribute)):
             continue
         name = dotted(model)
-        if not ctx.facts.flow.is_model_name(name, call) or not ctx.after_prepare(call, name):
+        if (
+            name in ctx.frozen
+            or not ctx.facts.flow.is_model_name(name, call)
+            or not ctx.after_prepare(call, name)
+        ):
             continue
         unwrap(
             ctx,
@@ -56,6 +60,8 @@ def _layers_by_index(ctx: Context) -> None:
         owner = node.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
+        if dotted(owner) in ctx.frozen:
+            continue  # not prepared: never wrapped
         if not ctx.facts.flow.is_model_name(dotted(owner), node) or not ctx.after_prepare(
             node, dotted(owner)
         ):
@@ -100,7 +106,9 @@ def _attributes(ctx: Context) -> None:
         owner = attribute.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
-        if not ctx.facts.flow.is_model_name(dotted(owner), attribute):
+        if dotted(owner) in ctx.frozen or not ctx.facts.flow.is_model_name(
+            dotted(owner), attribute
+        ):
             continue
         if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
             continue

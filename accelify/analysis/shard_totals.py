@@ -1,0 +1,100 @@
+"""Totals a training loop sums over its batches and then divides by the size of the whole data
+set: ``running_loss += loss.item() * x.size(0)`` ... ``running_loss / len(loader.dataset)``.
+
+Over a prepared loader each rank sums its own shard, so the quotient reads about 1/N of the
+value on N ranks. Reducing the total is not enough to make it right: the prepared loader repeats
+samples to even out the last batch, and only ``gather_for_metrics`` (per batch) drops them. So
+the conversion names these places for review instead of rewriting them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accelify.analysis.placement import Placement
+from accelify.analysis.script_model import Loop, ScriptModel
+from accelify.analysis.syntax import dotted, walk
+
+
+@dataclass
+class ShardTotal:
+    loop: Loop
+    #: the name the loop sums into
+    total: str
+    #: the division by the data set's size, after the loop
+    division: cst.BinaryOperation
+
+
+def totals_over_dataset(
+    model: ScriptModel, placement: Placement, reads_loader: Callable[[Loop], bool]
+) -> list[ShardTotal]:
+    """Every training loop over a loader (``reads_loader(loop)``) whose ``+=`` total is divided
+    by ``len(<that loader>.dataset)`` after the loop, in the same scope."""
+    found = []
+    for loop in model.loops:
+        if not loop.trains or loop.iterable is None or not reads_loader(loop):
+            continue
+        totals = _summed_in(loop)
+        if not totals:
+            continue
+        sizes = _dataset_sizes(model, loop)
+        for node in walk(loop.scope):
+            if not (
+                isinstance(node, cst.BinaryOperation)
+                and isinstance(node.operator, cst.Divide)
+                and model.order(node) > model.order(loop.node)
+                and not placement.inside(node, loop.node)
+                and model.scope_of(node) is loop.scope
+                and _is_size(node.right, loop.iterable, sizes)
+            ):
+                continue
+            for name in sorted(_names(node.left) & totals):
+                found.append(ShardTotal(loop, name, node))
+    return found
+
+
+def _summed_in(loop: Loop) -> set[str]:
+    """``total += ...`` in the loop's body (plain names, not in nested functions)."""
+    found = set()
+    for node in walk(loop.node.body):
+        if (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.AddAssign)
+            and isinstance(node.target, cst.Name)
+        ):
+            found.add(node.target.value)
+    return found
+
+
+def _dataset_sizes(model: ScriptModel, loop: Loop) -> set[str]:
+    """Names of the loop's scope assigned ``len(<loader>.dataset)``: ``n = len(loader.dataset)``."""
+    found = set()
+    for assign in model.assignments:
+        if model.scope_of(assign) is not loop.scope or len(assign.targets) != 1:
+            continue
+        target = assign.targets[0].target
+        if isinstance(target, cst.Name) and _is_len_of_dataset(assign.value, loop.iterable):
+            found.add(target.value)
+    return found
+
+
+def _is_size(node: cst.BaseExpression, loader: str | None, sizes: set[str]) -> bool:
+    if isinstance(node, cst.Name) and node.value in sizes:
+        return True
+    return _is_len_of_dataset(node, loader)
+
+
+def _is_len_of_dataset(node: cst.BaseExpression, loader: str | None) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and dotted(node.func) == "len"
+        and len(node.args) == 1
+        and dotted(node.args[0].value) == f"{loader}.dataset"
+    )
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
