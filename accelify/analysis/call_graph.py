@@ -16,8 +16,7 @@ from functools import cached_property
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.placement import Placement
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, strip_self_methods
 
 #: Method names every torch object has: ``x.train()`` on an unknown ``x`` is not a Trainer's.
@@ -25,14 +24,22 @@ _LIBRARY_METHODS = names.MODULE_API | {"step", "zero_grad", "backward", "item", 
 
 
 class CallGraph:
-    def __init__(self, model: ScriptModel, placement: Placement) -> None:
+    """The file's one call resolver, built on first use (`ScriptModel.call_graph`); each
+    answer is computed once (what depends on the bindings the analysis is still adding, once
+    the analysis is complete)."""
+
+    def __init__(self, model: ScriptModel) -> None:
         self.model = model
-        self.placement = placement
+        self.index = model.index
+        self._callees: dict[cst.Call, tuple[tuple[cst.FunctionDef, int] | None, str | None]] = {}
+        self._instances: dict[tuple[str, str | None], str | None] = {}
+        self._made: dict[tuple[cst.BaseExpression, int], str | None] = {}
+        self._by_callee: dict[cst.FunctionDef, list[tuple[cst.Call, int]]] | None = None
 
     # --- what the file defines -------------------------------------------------------------------
     @cached_property
     def classes(self) -> dict[str, cst.ClassDef]:
-        return {n.name.value: n for n in self.placement.all_nodes() if isinstance(n, cst.ClassDef)}
+        return {n.name.value: n for n in self.model.orders if isinstance(n, cst.ClassDef)}
 
     def methods(self, owner: cst.ClassDef) -> dict[str, cst.FunctionDef]:
         body = owner.body.body if isinstance(owner.body, cst.IndentedBlock) else []
@@ -114,7 +121,7 @@ class CallGraph:
         name = function.name.value
         owner = self.owner(function)
         found: list[cst.CSTNode] = []
-        for node in self.placement.all_nodes():
+        for node in self.model.orders:
             if owner is None and isinstance(node, cst.Name) and node.value == name:
                 parent = self.model.parent(node)
                 if isinstance(parent, cst.Call) and parent.func is node:
@@ -159,7 +166,7 @@ class CallGraph:
         name = func.attr.value
         receiver = func.value
         if _is_super_call(receiver):
-            owner = self.placement.class_of(call)
+            owner = self.index.enclosing_class(call)
             for base in self.bases(owner) if owner is not None else []:
                 found = self.lookup(base, name)
                 if found is not None:
@@ -191,6 +198,114 @@ class CallGraph:
                 return [found] if found is not None else []
         return []
 
+    # --- one target, with the implicit ``self`` (the object analysis's question) ---------------
+    def callee(self, call: cst.Call) -> tuple[cst.FunctionDef, int] | None:
+        """The function of this file that ``call`` runs, and how many of its leading parameters
+        the call binds implicitly (``self``): ``train(...)``, ``Trainer(...)`` (its
+        ``__init__``), ``self.evaluate(...)``, ``trainer.fit(...)`` and
+        ``model.configure_optimizers(...)`` when the receiver was made by a class of this file.
+        Failing that, a method of the one model class of the file that has it, called on a
+        model (from a hub or a loader)."""
+        cached = self._callees.get(call)
+        if cached is None:
+            cached = self._callees[call] = self._own_callee(call)
+        found, receiver = cached
+        if receiver is None:
+            return found
+        method = call.func.attr.value  # type: ignore[attr-defined]
+        having = self.index.model_classes_with(method)
+        if len(having) != 1 or receiver not in self.model.names_of(Kind.MODEL):
+            return None
+        return self.index.methods_of(having[0])[method], 1
+
+    def _own_callee(self, call: cst.Call) -> tuple[tuple[cst.FunctionDef, int] | None, str | None]:
+        """`callee` from the file's definitions alone, and the receiver when only the model
+        fallback (which depends on the bindings) can still answer."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            if func.value in self.model.functions:
+                return (self.model.functions[func.value], 0), None
+            init = self.index.methods_of(func.value).get("__init__")
+            return ((init, 1) if init is not None else None), None
+        if not isinstance(func, cst.Attribute):
+            return None, None
+        receiver = dotted(func.value)
+        if receiver is None:
+            return None, None
+        if receiver == "self":
+            owner = self.index.enclosing_class_name(call)
+        else:
+            owner = self.instance_class(receiver, call)
+        if owner is None:
+            return None, receiver
+        method = self.index.methods_of(owner).get(func.attr.value)
+        return ((method, 1) if method is not None else None), None
+
+    def calls_by_callee(self) -> dict[cst.FunctionDef, list[tuple[cst.Call, int]]]:
+        """Every call of the file grouped by the function `callee` says it runs, in source
+        order, with the implicit ``self``."""
+        if self._by_callee is not None:
+            return self._by_callee
+        found: dict[cst.FunctionDef, list[tuple[cst.Call, int]]] = {}
+        for call in self.model.calls:
+            target = self.callee(call)
+            if target is not None:
+                found.setdefault(target[0], []).append((call, target[1]))
+        if self.model.complete:
+            self._by_callee = found
+        return found
+
+    def calls_of(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]]:
+        """Every call in the file that runs ``function`` (`callee`), with its implicit ``self``."""
+        return list(self.calls_by_callee().get(function, ()))
+
+    def instance_class(self, name: str, at: cst.CSTNode) -> str | None:
+        """The class of this file that made ``name``: ``trainer = Trainer(...)``, or
+        ``model = build_model()`` where ``build_model`` returns ``Net(...)``; for ``self.x``,
+        an assignment in the class around ``at``. The last such assignment of the file that
+        tells decides."""
+        wanted = self.index.enclosing_class_name(at) if name.startswith("self.") else None
+        key = (name, wanted)
+        if key in self._instances:
+            return self._instances[key]
+        found = None
+        for assign in self.index.assignments_to(name):
+            if wanted is not None and self.index.enclosing_class_name(assign) != wanted:
+                continue
+            found = self._made_by(assign.value, depth=2) or found
+        self._instances[key] = found
+        return found
+
+    def _made_by(self, value: cst.BaseExpression, depth: int) -> str | None:
+        key = (value, depth)
+        if key not in self._made:
+            self._made[key] = self._make(value, depth)
+        return self._made[key]
+
+    def _make(self, value: cst.BaseExpression, depth: int) -> str | None:
+        core = strip_self_methods(value)
+        if not (isinstance(core, cst.Call) and isinstance(core.func, cst.Name)):
+            return None
+        if core.func.value in self.model.classes:
+            return core.func.value
+        factory = self.model.functions.get(core.func.value)
+        if factory is None or depth == 0:
+            return None
+        made = set()
+        for node in self.index.own_returns(factory):
+            returned = node.value
+            name = dotted(returned)  # type: ignore[arg-type]
+            if name is not None:
+                values = [
+                    a.value
+                    for a in self.index.own_assignments(factory)
+                    if any(dotted(t.target) == name for t in a.targets)
+                ]
+                made |= {self._made_by(v, depth - 1) for v in values}
+            else:
+                made.add(self._made_by(returned, depth - 1))  # type: ignore[arg-type]
+        return made.pop() if len(made) == 1 else None
+
     def _attribute_target(self, node: cst.Attribute, name: str) -> cst.FunctionDef | None:
         if self._is_self(node.value, node):
             owner = self._enclosing_class(node)
@@ -203,9 +318,9 @@ class CallGraph:
     def _nested_defs(self) -> dict[cst.FunctionDef, dict[str, cst.FunctionDef]]:
         """The functions defined directly inside each function, by name."""
         found: dict[cst.FunctionDef, dict[str, cst.FunctionDef]] = {}
-        for node in self.placement.all_nodes():
+        for node in self.model.orders:
             if isinstance(node, cst.FunctionDef):
-                outer = self.placement.enclosing_function(node)
+                outer = self.index.enclosing_function(node)
                 if outer is not None and self.owner(node) is None:
                     found.setdefault(outer, {}).setdefault(node.name.value, node)
         return found

@@ -15,12 +15,14 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable
+from accelify.analysis.index import Index
 from accelify.analysis.loops import find_backward, first_enumerate_name, loop_source
 from accelify.analysis.syntax import (
     Visitor,
@@ -30,6 +32,9 @@ from accelify.analysis.syntax import (
     target_names,
     visit_code,
 )
+
+if TYPE_CHECKING:
+    from accelify.analysis.call_graph import CallGraph
 
 Scope = cst.Module | cst.FunctionDef
 RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
@@ -124,6 +129,8 @@ class ScriptModel:
     #: without a code-generation pass for positions
     orders: dict[cst.CSTNode, int] = field(default_factory=dict, repr=False)
     _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
+    #: the analysis has added every binding: answers that depend on them may be kept
+    complete: bool = field(default=False, repr=False)
 
     # --- names, positions, parents ----------------------------------------------------------
     def qualified(self, node: cst.CSTNode) -> set[str]:
@@ -170,11 +177,20 @@ class ScriptModel:
             yield current
             current = self.parent(current)
 
+    @cached_property
+    def index(self) -> Index:
+        """What encloses a node, assignments and calls by name, functions' own bodies: kept."""
+        return Index(self)
+
+    @cached_property
+    def call_graph(self) -> CallGraph:
+        """The file's one call resolver: which function or method each call runs."""
+        from accelify.analysis.call_graph import CallGraph
+
+        return CallGraph(self)
+
     def scope_of(self, node: cst.CSTNode) -> Scope:
-        for ancestor in self.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.Module)):
-                return ancestor
-        return self.module
+        return self.index.scope_of(node)
 
     def under_rank_guard(self, node: cst.CSTNode) -> bool:
         """Inside ``if accelerator.is_main_process:``, ``if rank == 0:`` and the like: code only
@@ -320,6 +336,7 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
 
     add_object_bindings(model, _Collector(model).classify)
     add_models_fed_to_optimizers(model)
+    model.complete = True
     return model
 
 
