@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.syntax import children_of, dotted
+from accelify.analysis.syntax import children_of, dotted, target_names
 
 if TYPE_CHECKING:
     from accelify.analysis.script_model import Scope, ScriptModel
@@ -30,6 +30,7 @@ class Index:
         self.model = model
         self._nearest: dict[type | tuple[type, ...], dict[cst.CSTNode, cst.CSTNode | None]] = {}
         self._own: dict[cst.FunctionDef, list[cst.CSTNode]] = {}
+        self._of_type: dict[type, list[cst.CSTNode]] = {}
 
     # --- what encloses a node --------------------------------------------------------------------
     def nearest(self, node: cst.CSTNode, kinds: type | tuple[type, ...]) -> cst.CSTNode | None:
@@ -77,6 +78,14 @@ class Index:
         owner = self.enclosing_class(node)
         return owner.name.value if owner is not None else None
 
+    # --- nodes by type ------------------------------------------------------------------------
+    def of_type(self, kind: type) -> list[cst.CSTNode]:
+        """Every node of type ``kind`` in source order (from the analysis's walk)."""
+        found = self._of_type.get(kind)
+        if found is None:
+            found = self._of_type[kind] = [n for n in self.model.orders if isinstance(n, kind)]
+        return found
+
     # --- assignments and calls by name -----------------------------------------------------------
     @cached_property
     def _assignments_by_target(self) -> dict[str, list[cst.Assign]]:
@@ -86,6 +95,27 @@ class Index:
                 if name is not None:
                     found.setdefault(name, []).append(assign)
         return found
+
+    @cached_property
+    def _names_bound(self) -> dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]]:
+        found: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = {}
+        for assign in self.model.assignments:
+            names = set()
+            for target in assign.targets:
+                names |= target_names(target.target)
+            for name in names:
+                found.setdefault(name, []).append((assign, assign.value))
+        for with_node in self.of_type(cst.With):
+            for item in with_node.items:  # type: ignore[attr-defined]
+                if item.asname is not None:
+                    for name in target_names(item.asname.name):
+                        found.setdefault(name, []).append((with_node, item.item))
+        return found
+
+    def values_bound_to(self, name: str) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+        """What the plain name ``name`` is bound to anywhere in the file, with the statement
+        that binds it: assignments (also unpacking) in source order, then ``with X as name``."""
+        return self._names_bound.get(name, [])
 
     def assignments_to(self, name: str) -> list[cst.Assign]:
         """Every ``name = ...`` of the file (``self.model = ...`` for ``self.model``), in
@@ -103,6 +133,18 @@ class Index:
     def calls_named(self, name: str) -> list[cst.Call]:
         """Calls of a plain name (``train(...)``), in source order."""
         return self._calls_by_name.get(name, [])
+
+    @cached_property
+    def _calls_by_function(self) -> dict[cst.FunctionDef | None, list[cst.Call]]:
+        found: dict[cst.FunctionDef | None, list[cst.Call]] = {}
+        for call in self.model.calls:
+            found.setdefault(self.enclosing_function(call), []).append(call)
+        return found
+
+    def calls_directly_in(self, function: cst.FunctionDef | None) -> list[cst.Call]:
+        """The calls whose closest enclosing function is ``function`` (None: the module's own
+        code and class bodies), in source order."""
+        return self._calls_by_function.get(function, [])
 
     # --- classes and their methods ---------------------------------------------------------------
     @cached_property

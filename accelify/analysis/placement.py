@@ -24,13 +24,13 @@ class Placement:
         return self._nodes
 
     def attributes(self) -> Iterator[cst.Attribute]:
-        return (n for n in self.all_nodes() if isinstance(n, cst.Attribute))
+        return iter(self.model.index.of_type(cst.Attribute))  # type: ignore[arg-type]
 
     def withs(self) -> Iterator[cst.With]:
-        return (n for n in self.all_nodes() if isinstance(n, cst.With))
+        return iter(self.model.index.of_type(cst.With))  # type: ignore[arg-type]
 
     def expression_statements(self) -> Iterator[tuple[cst.SimpleStatementLine, cst.Call]]:
-        for node in self.all_nodes():
+        for node in self.model.index.of_type(cst.SimpleStatementLine):
             if (
                 isinstance(node, cst.SimpleStatementLine)
                 and len(node.body) == 1
