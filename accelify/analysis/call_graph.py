@@ -7,10 +7,19 @@ itself calls ``Trainer.__init__``. A function named where it is not called (``mp
 ``Thread(target=train)``) is a reference: someone else calls it, with arguments the file does not
 show. A call through an object the analysis cannot place (``runner.fit()`` on a value from a
 factory) is an uncertain caller of every method of that name.
+
+One resolution serves the conversion and the rules: `targets` (every function a call may run)
+and `callee` (the one it runs, with the ``self`` the call binds) are the same answer. A receiver
+is placed by its construction in scope (``trainer = Trainer(...)``), else by any assignment of
+the file that makes it, also through a factory (``model = build_model()`` where ``build_model``
+returns ``Net(...)``), else, for a model, by the one model class of the file that has the
+method. The last depends on the bindings the analysis is still adding, so it is asked again
+until the analysis is complete; everything else is computed once per call.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 
 import libcst as cst
@@ -31,7 +40,8 @@ class CallGraph:
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
         self.index = model.index
-        self._callees: dict[cst.Call, tuple[tuple[cst.FunctionDef, int] | None, str | None]] = {}
+        self._resolved: dict[cst.Call, _Resolution] = {}
+        self._methods_around: dict[cst.CSTNode, cst.FunctionDef | None] = {}
         self._instances: dict[tuple[str, str | None], str | None] = {}
         self._made: dict[tuple[cst.BaseExpression, int], str | None] = {}
         self._by_callee: dict[cst.FunctionDef, list[tuple[cst.Call, int]]] | None = None
@@ -85,15 +95,25 @@ class CallGraph:
     # --- calls -----------------------------------------------------------------------------------
     @cached_property
     def _targets(self) -> dict[cst.Call, list[cst.FunctionDef]]:
-        return {call: self._resolve(call) for call in self.model.calls}
+        """Asked once the analysis is complete (the conversion and the rules ask)."""
+        return {call: self._all_targets(call) for call in self.model.calls}
 
     def targets(self, call: cst.Call) -> list[cst.FunctionDef]:
-        """The functions of this file ``call`` may run."""
+        """The functions of this file ``call`` may run: the method a call through ``self``
+        finds and its subclasses' overrides."""
         return self._targets.get(call, [])
+
+    @cached_property
+    def _callers(self) -> dict[cst.FunctionDef, list[cst.Call]]:
+        found: dict[cst.FunctionDef, list[cst.Call]] = {}
+        for call, targets in self._targets.items():
+            for function in dict.fromkeys(targets):
+                found.setdefault(function, []).append(call)
+        return found
 
     def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
         """Every call in the file that may run ``function``."""
-        return [call for call, found in self._targets.items() if function in found]
+        return list(self._callers.get(function, ()))
 
     def uncertain_callers(self, function: cst.FunctionDef) -> list[cst.Call]:
         """``x.fit()`` where ``x`` could be an instance of ``function``'s class: the analysis
@@ -111,7 +131,7 @@ class CallGraph:
             root = (receiver or "").split(".")[0]
             if receiver is not None and root in self.model.imports.bound:
                 continue  # a module's function: ``np.save``, ``torch.save``
-            if receiver is not None and self._instance_class(receiver, call) is not None:
+            if receiver is not None and self._receiver_class(receiver, call) is not None:
                 continue  # an instance of another class of the file, which has no such method
             found.append(call)
         return found
@@ -149,20 +169,55 @@ class CallGraph:
                     found.append(node)
         return found
 
-    def _resolve(self, call: cst.Call) -> list[cst.FunctionDef]:
+    def callee(self, call: cst.Call) -> tuple[cst.FunctionDef, int] | None:
+        """The function of this file that ``call`` runs (the first of `targets`), and how many
+        of its leading parameters the call binds implicitly (``self``): ``train(...)``,
+        ``Trainer(...)`` (its ``__init__``), ``self.evaluate(...)``, ``trainer.fit(...)``,
+        ``model.configure_optimizers(...)`` when a class of this file made the receiver."""
+        resolution = self._resolution(call)
+        if resolution.targets:
+            return resolution.targets[0], resolution.implicit
+        method = self._model_method(call, resolution)
+        return (method, 1) if method is not None else None
+
+    def _all_targets(self, call: cst.Call) -> list[cst.FunctionDef]:
+        resolution = self._resolution(call)
+        if resolution.targets:
+            return resolution.targets
+        method = self._model_method(call, resolution)
+        return [method] if method is not None else []
+
+    def _model_method(self, call: cst.Call, resolution: _Resolution) -> cst.FunctionDef | None:
+        """A method of the one model class of the file that has it, called on a model the
+        file did not make (from a hub or a loader)."""
+        if resolution.unplaced is None:
+            return None
+        method = call.func.attr.value  # type: ignore[attr-defined]
+        having = self.index.model_classes_with(method)
+        if len(having) != 1 or resolution.unplaced not in self.model.names_of(Kind.MODEL):
+            return None
+        return self.index.methods_of(having[0])[method]
+
+    def _resolution(self, call: cst.Call) -> _Resolution:
+        found = self._resolved.get(call)
+        if found is None:
+            found = self._resolved[call] = self._resolve(call)
+        return found
+
+    def _resolve(self, call: cst.Call) -> _Resolution:
         func = call.func
         if isinstance(func, cst.Name):
             local = self._local_def(func.value, call)
             if local is not None:
-                return [local]
+                return _Resolution([local], 0)
             function = self.model.functions.get(func.value)
             if function is not None:
-                return [function]
+                return _Resolution([function], 0)
             owner = self.classes.get(func.value)
             init = self.lookup(owner, "__init__") if owner is not None else None
-            return [init] if init is not None else []
+            return _Resolution([init] if init is not None else [], 1)
         if not isinstance(func, cst.Attribute):
-            return []
+            return _Resolution([], 0)
         name = func.attr.value
         receiver = func.value
         if _is_super_call(receiver):
@@ -170,76 +225,43 @@ class CallGraph:
             for base in self.bases(owner) if owner is not None else []:
                 found = self.lookup(base, name)
                 if found is not None:
-                    return [found]
-            return []
+                    return _Resolution([found], 1)
+            return _Resolution([], 1)
         if self._is_self(receiver, call):
             owner = self._enclosing_class(call)
             if owner is None:
-                return []
+                return _Resolution([], 1)
             found_here = self.lookup(owner, name)
             overrides = [
                 sub_method
                 for sub in self.subclasses(owner)
                 if (sub_method := self.methods(sub).get(name)) is not None
             ]
-            return [f for f in [found_here, *overrides] if f is not None]
+            return _Resolution([f for f in [found_here, *overrides] if f is not None], 1)
         built = strip_self_methods(receiver)
         if isinstance(built, cst.Call) and dotted(built.func) in self.classes:
             found = self.lookup(self.classes[dotted(built.func)], name)  # ``Trainer(...).fit()``
-            return [found] if found is not None else []
+            return _Resolution([found] if found is not None else [], 1)
         receiver_name = dotted(receiver)
         if receiver_name in self.classes:  # ``Trainer.fit(trainer)``, a static or class method
             found = self.lookup(self.classes[receiver_name], name)
-            return [found] if found is not None else []
-        if receiver_name is not None:
-            owner = self._instance_class(receiver_name, call)
-            if owner is not None:
-                found = self.lookup(owner, name)
-                return [found] if found is not None else []
-        return []
-
-    # --- one target, with the implicit ``self`` (the object analysis's question) ---------------
-    def callee(self, call: cst.Call) -> tuple[cst.FunctionDef, int] | None:
-        """The function of this file that ``call`` runs, and how many of its leading parameters
-        the call binds implicitly (``self``): ``train(...)``, ``Trainer(...)`` (its
-        ``__init__``), ``self.evaluate(...)``, ``trainer.fit(...)`` and
-        ``model.configure_optimizers(...)`` when the receiver was made by a class of this file.
-        Failing that, a method of the one model class of the file that has it, called on a
-        model (from a hub or a loader)."""
-        cached = self._callees.get(call)
-        if cached is None:
-            cached = self._callees[call] = self._own_callee(call)
-        found, receiver = cached
-        if receiver is None:
-            return found
-        method = call.func.attr.value  # type: ignore[attr-defined]
-        having = self.index.model_classes_with(method)
-        if len(having) != 1 or receiver not in self.model.names_of(Kind.MODEL):
-            return None
-        return self.index.methods_of(having[0])[method], 1
-
-    def _own_callee(self, call: cst.Call) -> tuple[tuple[cst.FunctionDef, int] | None, str | None]:
-        """`callee` from the file's definitions alone, and the receiver when only the model
-        fallback (which depends on the bindings) can still answer."""
-        func = call.func
-        if isinstance(func, cst.Name):
-            if func.value in self.model.functions:
-                return (self.model.functions[func.value], 0), None
-            init = self.index.methods_of(func.value).get("__init__")
-            return ((init, 1) if init is not None else None), None
-        if not isinstance(func, cst.Attribute):
-            return None, None
-        receiver = dotted(func.value)
-        if receiver is None:
-            return None, None
-        if receiver == "self":
-            owner = self.index.enclosing_class_name(call)
-        else:
-            owner = self.instance_class(receiver, call)
+            return _Resolution([found] if found is not None else [], 0)
+        if receiver_name is None:
+            return _Resolution([], 1)
+        owner = self._receiver_class(receiver_name, call)
         if owner is None:
-            return None, receiver
-        method = self.index.methods_of(owner).get(func.attr.value)
-        return ((method, 1) if method is not None else None), None
+            return _Resolution([], 1, unplaced=receiver_name)
+        found = self.lookup(owner, name)
+        return _Resolution([found] if found is not None else [], 1)
+
+    def _receiver_class(self, receiver: str, at: cst.CSTNode) -> cst.ClassDef | None:
+        """The class of this file that made ``receiver``: built in scope, else by any
+        assignment of the file (`instance_class`)."""
+        built = self._instance_class(receiver, at)
+        if built is not None:
+            return built
+        made = self.instance_class(receiver, at)
+        return self.model.classes.get(made) if made is not None else None
 
     def calls_by_callee(self) -> dict[cst.FunctionDef, list[tuple[cst.Call, int]]]:
         """Every call of the file grouped by the function `callee` says it runs, in source
@@ -311,7 +333,7 @@ class CallGraph:
             owner = self._enclosing_class(node)
             return self.lookup(owner, name) if owner is not None else None
         receiver = dotted(node.value)
-        owner = self._instance_class(receiver, node) if receiver else None
+        owner = self._receiver_class(receiver, node) if receiver else None
         return self.lookup(owner, name) if owner is not None else None
 
     @cached_property
@@ -339,10 +361,16 @@ class CallGraph:
         return self.owner(method) if method is not None else None
 
     def _enclosing_method(self, at: cst.CSTNode) -> cst.FunctionDef | None:
-        for ancestor in self.model.ancestors(at):
-            if isinstance(ancestor, cst.FunctionDef) and self.owner(ancestor) is not None:
-                return ancestor
-        return None
+        if at not in self._methods_around:
+            self._methods_around[at] = next(
+                (
+                    ancestor
+                    for ancestor in self.model.ancestors(at)
+                    if isinstance(ancestor, cst.FunctionDef) and self.owner(ancestor) is not None
+                ),
+                None,
+            )
+        return self._methods_around[at]
 
     def _is_self(self, receiver: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """The method's first parameter (``self``), read in the method or a closure inside it."""
@@ -380,6 +408,16 @@ class CallGraph:
             ):
                 return built
         return None
+
+
+@dataclass
+class _Resolution:
+    """What a call runs as far as the file's definitions tell: its targets, the parameters it
+    binds implicitly, and the receiver when only the model fallback can still place it."""
+
+    targets: list[cst.FunctionDef]
+    implicit: int
+    unplaced: str | None = None
 
 
 def _is_super_call(node: cst.BaseExpression) -> bool:
