@@ -349,11 +349,14 @@ class CallGraph:
 
     def _local_def(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | None:
         """A function ``name`` defined inside one of the functions around ``at``."""
-        for ancestor in self.model.ancestors(at):
-            if isinstance(ancestor, cst.FunctionDef):
-                found = self._nested_defs.get(ancestor, {}).get(name)
-                if found is not None:
-                    return found
+        if not self._nested_defs:
+            return None
+        function = self.index.enclosing_function(at)
+        while function is not None:
+            found = self._nested_defs.get(function, {}).get(name)
+            if found is not None:
+                return found
+            function = self.index.enclosing_function(function)
         return None
 
     def _enclosing_class(self, at: cst.CSTNode) -> cst.ClassDef | None:
@@ -362,14 +365,10 @@ class CallGraph:
 
     def _enclosing_method(self, at: cst.CSTNode) -> cst.FunctionDef | None:
         if at not in self._methods_around:
-            self._methods_around[at] = next(
-                (
-                    ancestor
-                    for ancestor in self.model.ancestors(at)
-                    if isinstance(ancestor, cst.FunctionDef) and self.owner(ancestor) is not None
-                ),
-                None,
-            )
+            function = self.index.enclosing_function(at)
+            while function is not None and self.owner(function) is None:
+                function = self.index.enclosing_function(function)
+            self._methods_around[at] = function
         return self._methods_around[at]
 
     def _is_self(self, receiver: cst.BaseExpression, at: cst.CSTNode) -> bool:

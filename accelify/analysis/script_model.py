@@ -276,7 +276,11 @@ class ScriptModel:
     @property
     def prepared_names(self) -> set[str]:
         """What came out of ``prepare``, and the attributes that received it
-        (``self.loader = loader`` in a class built with a prepared loader)."""
+        (``self.loader = loader`` in a class built with a prepared loader). Asked for every
+        call and loop a rule looks at: kept once the analysis is complete (a copy is given)."""
+        kept = self.__dict__.get("_prepared_names")
+        if kept is not None:
+            return set(kept)
         prepared = {name for call in self.prepare_calls for name in call.outputs if name}
         received = [b for b in self.bindings if b.received and b.sources]
         for _ in range(len(received)):
@@ -284,6 +288,8 @@ class ScriptModel:
             if not grown:
                 break
             prepared |= grown
+        if self.complete:
+            self.__dict__["_prepared_names"] = frozenset(prepared)
         return prepared
 
     @property
