@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import enum
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -26,11 +26,11 @@ from accelify.analysis.index import Index
 from accelify.analysis.loops import find_backward, first_enumerate_name, loop_source
 from accelify.analysis.syntax import (
     Visitor,
+    children_of,
     dotted,
     root_name,
     strip_self_methods,
     target_names,
-    visit_code,
 )
 
 if TYPE_CHECKING:
@@ -322,7 +322,7 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     model = ScriptModel(module=module, imports=ImportTable.of_module(module))
     if source is not None:  # the text the module was parsed from: no code generation for it
         model.__dict__["source"] = source
-    visit_code(module, _Collector(model))
+    _collect(model, _Collector(model))
     from accelify.analysis.accelerator_objects import add_accelerator_objects
 
     add_accelerator_objects(model)
@@ -430,21 +430,36 @@ def _is_prepare(value: cst.BaseExpression, accelerators: set[str]) -> bool:
     )
 
 
+def _collect(model: ScriptModel, collector: _Collector) -> None:
+    """The analysis's one walk, the largest cost after the parse: each node's parent and place
+    in source order, then the collector's ``visit_<Node>`` for it, parents before children.
+    Written out (not a visitor's ``on_visit``/``on_leave``) because it runs for every node."""
+    orders, parents = model.orders, model.parents
+    handlers: dict[type, Callable[[cst.CSTNode], object] | None] = {}
+
+    def visit(node: cst.CSTNode, parent: cst.CSTNode | None) -> None:
+        orders[node] = len(orders)
+        if parent is not None:
+            parents[node] = parent
+        kind = type(node)
+        if kind in handlers:
+            handler = handlers[kind]
+        else:
+            handler = handlers[kind] = getattr(collector, f"visit_{kind.__name__}", None)
+        if handler is not None:
+            handler(node)
+        for child in children_of(node):
+            visit(child, node)
+
+    visit(model.module, None)
+
+
 class _Collector(Visitor):
+    """What the one walk records about each kind of node (its ``visit_<Node>`` methods never
+    stop the walk)."""
+
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
-        self._open: list[cst.CSTNode] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.model.orders[node] = len(self.model.orders)
-        if self._open:
-            self.model.parents[node] = self._open[-1]
-        self._open.append(node)
-        return super().on_visit(node)
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
-        self._open.pop()
 
     def visit_Import(self, node: cst.Import) -> None:
         self.model.imports.add(node)
