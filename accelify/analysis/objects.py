@@ -35,11 +35,6 @@ def callee(model: ScriptModel, call: cst.Call) -> tuple[cst.FunctionDef, int] | 
     return model.call_graph.callee(call)
 
 
-def instance_class(model: ScriptModel, name: str, at: cst.CSTNode) -> str | None:
-    """The class of this file that made ``name`` (see `CallGraph.instance_class`)."""
-    return model.call_graph.instance_class(name, at)
-
-
 def bound_arguments(
     function: cst.FunctionDef, call: cst.Call, implicit: int = 0
 ) -> list[tuple[str, cst.Arg]]:
