@@ -140,8 +140,11 @@ class Runner:
         threading.Thread(target=report, args=(1,)).start()
 
 
+RUNNERS = {"default": Runner}
+
+
 def build():
-    return Runner()
+    return RUNNERS["default"]()
 
 
 def main():
@@ -164,7 +167,7 @@ def test_calls_the_conversion_cannot_give_the_accelerator_are_review_lines():
         "report is handed on here, not called: whoever calls it must pass accelerator=accelerator",
     ) in reviews
     assert (
-        27,
+        30,
         "if this calls Runner.run(), it must pass accelerator=accelerator "
         "(the conversion cannot tell what the object is)",
     ) in reviews
@@ -172,3 +175,14 @@ def test_calls_the_conversion_cannot_give_the_accelerator_are_review_lines():
     after = conversion.converted.decode()
     assert "    report(0, accelerator=accelerator)\n" in after  # the call it can see is passed it
     assert unbound_calls(HANDED_ON, after) == []
+
+
+def test_a_method_called_on_what_a_factory_of_the_file_built_is_passed_the_accelerator():
+    """``runner = build()`` where ``build`` returns ``Runner()``: the one call resolver places
+    ``runner`` for the conversion as it does for the object analysis."""
+    source = HANDED_ON.replace('return RUNNERS["default"]()', "return Runner()")
+    conversion = convert_source(source.encode(), "built.py")
+    after = conversion.converted.decode()
+    assert "    runner.run(model, optimizer, accelerator=accelerator)\n" in after
+    assert not any("cannot tell what the object is" in note.text for note in conversion.reviews)
+    assert unbound_calls(source, after) == []

@@ -11,11 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from accelify.analysis.script_model import analyze
+from accelify.errors import UserError
 from accelify.lint import engine
 from accelify.lint.cache import open_cache
 from accelify.lint.cli import _lint_all
 from accelify.lint.output import render
+from accelify.lint.registry import all_rules
 from accelify.lint.selection import Selection
+from accelify.source import parse
 from conftest import FIXTURES, assert_ok, run_accelify
 
 BAD = """\
@@ -213,7 +217,7 @@ def test_lint_imports_no_parser_no_rules_no_torch_when_it_parses_nothing(project
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
 
 
-def test_a_file_that_never_names_an_accelerator_is_not_built_into_a_tree(monkeypatch):
+def test_a_file_that_cannot_hold_an_accelerator_is_not_built_into_a_tree(monkeypatch):
     parsed: list[str] = []
     real_parse = engine.parse
     monkeypatch.setattr(
@@ -225,10 +229,37 @@ def test_a_file_that_never_names_an_accelerator_is_not_built_into_a_tree(monkeyp
         "attribute.py": "class T:\n    def f(self):\n        self.accelerator.print(1)  # torch",
         "imported.py": "import torch\nfrom accelerate.utils import set_seed\n",
         "annotated.py": "import torch\ndef f(a: 'Accelerator'):\n    pass\n",
+        "factory.py": "import torch\nacc = make()\nmodel = acc.prepare(model)\n",
+        "settings.py": "import torch\nif args.process_index == 0:\n    print(accelerate)\n",
     }
     for path, source in sources.items():
         engine.lint_source(source.encode(), path, Selection())
-    assert parsed == ["parameter.py", "attribute.py", "imported.py", "annotated.py"]
+    assert parsed == ["parameter.py", "attribute.py", "annotated.py", "factory.py"]
+
+
+def _examples() -> list[tuple[str, str]]:
+    found = [(str(path), path.read_text()) for path in sorted(FIXTURES.rglob("*.py"))]
+    for rule in all_rules():
+        found += [(f"{rule.code}-bad", example.code) for example in rule.bad]
+        found += [(f"{rule.code}-good", code) for code in rule.good]
+    return found
+
+
+def test_every_accelerator_file_of_the_fixtures_and_rule_examples_passes_the_text_test():
+    """`MAY_USE_ACCELERATOR` decides, before parsing, which files are analysed: a file the
+    analysis calls an Accelerator file must never fail it (its findings would be lost)."""
+    accelerator_files, missed = 0, []
+    for label, code in _examples():
+        try:
+            script = analyze(parse(code.encode(), label), code)
+        except UserError:
+            continue
+        if script.uses_accelerator:
+            accelerator_files += 1
+            if engine.MAY_USE_ACCELERATOR.search(code.encode()) is None:
+                missed.append(label)
+    assert accelerator_files > 300
+    assert missed == []
 
 
 @pytest.mark.parametrize(

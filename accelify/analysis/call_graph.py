@@ -7,18 +7,26 @@ itself calls ``Trainer.__init__``. A function named where it is not called (``mp
 ``Thread(target=train)``) is a reference: someone else calls it, with arguments the file does not
 show. A call through an object the analysis cannot place (``runner.fit()`` on a value from a
 factory) is an uncertain caller of every method of that name.
+
+One resolution serves the conversion and the rules: `targets` (every function a call may run)
+and `callee` (the one it runs, with the ``self`` the call binds) are the same answer. A receiver
+is placed by its construction in scope (``trainer = Trainer(...)``), else by any assignment of
+the file that makes it, also through a factory (``model = build_model()`` where ``build_model``
+returns ``Net(...)``), else, for a model, by the one model class of the file that has the
+method. The last depends on the bindings the analysis is still adding, so it is asked again
+until the analysis is complete; everything else is computed once per call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cached_property
 
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.placement import Placement
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, strip_self_methods
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -27,14 +35,23 @@ _LIBRARY_METHODS = names.MODULE_API | {"step", "zero_grad", "backward", "item", 
 
 
 class CallGraph:
-    def __init__(self, model: ScriptModel, placement: Placement) -> None:
+    """The file's one call resolver, built on first use (`ScriptModel.call_graph`); each
+    answer is computed once (what depends on the bindings the analysis is still adding, once
+    the analysis is complete)."""
+
+    def __init__(self, model: ScriptModel) -> None:
         self.model = model
-        self.placement = placement
+        self.index = model.index
+        self._resolved: dict[cst.Call, _Resolution] = {}
+        self._methods_around: dict[cst.CSTNode, cst.FunctionDef | None] = {}
+        self._instances: dict[tuple[str, str | None], str | None] = {}
+        self._made: dict[tuple[cst.BaseExpression, int], str | None] = {}
+        self._by_callee: dict[cst.FunctionDef, list[tuple[cst.Call, int]]] | None = None
 
     # --- what the file defines -------------------------------------------------------------------
     @cached_property
     def classes(self) -> dict[str, cst.ClassDef]:
-        return {n.name.value: n for n in self.placement.all_nodes() if isinstance(n, cst.ClassDef)}
+        return {n.name.value: n for n in self.model.orders if isinstance(n, cst.ClassDef)}
 
     def methods(self, owner: cst.ClassDef) -> dict[str, cst.FunctionDef]:
         body = owner.body.body if isinstance(owner.body, cst.IndentedBlock) else []
@@ -80,15 +97,25 @@ class CallGraph:
     # --- calls -----------------------------------------------------------------------------------
     @cached_property
     def _targets(self) -> dict[cst.Call, list[cst.FunctionDef]]:
-        return {call: self._resolve(call) for call in self.model.calls}
+        """Asked once the analysis is complete (the conversion and the rules ask)."""
+        return {call: self._all_targets(call) for call in self.model.calls}
 
     def targets(self, call: cst.Call) -> list[cst.FunctionDef]:
-        """The functions of this file ``call`` may run."""
+        """The functions of this file ``call`` may run: the method a call through ``self``
+        finds and its subclasses' overrides."""
         return self._targets.get(call, [])
+
+    @cached_property
+    def _callers(self) -> dict[cst.FunctionDef, list[cst.Call]]:
+        found: dict[cst.FunctionDef, list[cst.Call]] = {}
+        for call, targets in self._targets.items():
+            for function in dict.fromkeys(targets):
+                found.setdefault(function, []).append(call)
+        return found
 
     def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
         """Every call in the file that may run ``function``."""
-        return [call for call, found in self._targets.items() if function in found]
+        return list(self._callers.get(function, ()))
 
     def uncertain_callers(self, function: cst.FunctionDef) -> list[cst.Call]:
         """``x.fit()`` where ``x`` could be an instance of ``function``'s class: the analysis
@@ -106,7 +133,7 @@ class CallGraph:
             root = (receiver or "").split(".")[0]
             if receiver is not None and root in self.model.imports.bound:
                 continue  # a module's function: ``np.save``, ``torch.save``
-            if receiver is not None and self._instance_class(receiver, call) is not None:
+            if receiver is not None and self._receiver_class(receiver, call) is not None:
                 continue  # an instance of another class of the file, which has no such method
             found.append(call)
         return found
@@ -116,7 +143,7 @@ class CallGraph:
         name = function.name.value
         owner = self.owner(function)
         found: list[cst.CSTNode] = []
-        for node in self.placement.all_nodes():
+        for node in self.model.orders:
             if owner is None and isinstance(node, cst.Name) and node.value == name:
                 parent = self.model.parent(node)
                 if isinstance(parent, cst.Call) and parent.func is node:
@@ -146,83 +173,200 @@ class CallGraph:
                     found.append(node)
         return found
 
-    def _resolve(self, call: cst.Call) -> list[cst.FunctionDef]:
+    def callee(self, call: cst.Call) -> tuple[cst.FunctionDef, int] | None:
+        """The function of this file that ``call`` runs (the first of `targets`), and how many
+        of its leading parameters the call binds implicitly (``self``): ``train(...)``,
+        ``Trainer(...)`` (its ``__init__``), ``self.evaluate(...)``, ``trainer.fit(...)``,
+        ``model.configure_optimizers(...)`` when a class of this file made the receiver."""
+        resolution = self._resolution(call)
+        if resolution.targets:
+            return resolution.targets[0], resolution.implicit
+        method = self._model_method(call, resolution)
+        return (method, 1) if method is not None else None
+
+    def _all_targets(self, call: cst.Call) -> list[cst.FunctionDef]:
+        resolution = self._resolution(call)
+        if resolution.targets:
+            return resolution.targets
+        method = self._model_method(call, resolution)
+        return [method] if method is not None else []
+
+    def _model_method(self, call: cst.Call, resolution: _Resolution) -> cst.FunctionDef | None:
+        """A method of the one model class of the file that has it, called on a model the
+        file did not make (from a hub or a loader)."""
+        if resolution.unplaced is None:
+            return None
+        method = call.func.attr.value  # type: ignore[attr-defined]
+        having = self.index.model_classes_with(method)
+        if len(having) != 1 or resolution.unplaced not in self.model.names_of(Kind.MODEL):
+            return None
+        return self.index.methods_of(having[0])[method]
+
+    def _resolution(self, call: cst.Call) -> _Resolution:
+        found = self._resolved.get(call)
+        if found is None:
+            found = self._resolved[call] = self._resolve(call)
+        return found
+
+    def _resolve(self, call: cst.Call) -> _Resolution:
         func = call.func
         if isinstance(func, cst.Name):
             local = self._local_def(func.value, call)
             if local is not None:
-                return [local]
+                return _Resolution([local], 0)
             if self._shadowed(func.value, call):
-                return []  # ``def fit(step): step()``: the parameter, not the module's step
+                # ``def fit(step): step()``: the parameter, not the module's step
+                return _Resolution([], 0)
             function = self.model.functions.get(func.value)
             if function is not None:
-                return [function]
+                return _Resolution([function], 0)
             owner = self.classes.get(func.value)
             init = self.lookup(owner, "__init__") if owner is not None else None
-            return [init] if init is not None else []
+            return _Resolution([init] if init is not None else [], 1)
         if not isinstance(func, cst.Attribute):
-            return []
+            return _Resolution([], 0)
         name = func.attr.value
         receiver = func.value
         if _is_super_call(receiver):
-            owner = self.placement.class_of(call)
+            owner = self.index.enclosing_class(call)
             for base in self.bases(owner) if owner is not None else []:
                 found = self.lookup(base, name)
                 if found is not None:
-                    return [found]
-            return []
+                    return _Resolution([found], 1)
+            return _Resolution([], 1)
         if self._is_self(receiver, call):
             owner = self._enclosing_class(call)
             if owner is None:
-                return []
+                return _Resolution([], 1)
             found_here = self.lookup(owner, name)
             overrides = [
                 sub_method
                 for sub in self.subclasses(owner)
                 if (sub_method := self.methods(sub).get(name)) is not None
             ]
-            return [f for f in [found_here, *overrides] if f is not None]
+            return _Resolution([f for f in [found_here, *overrides] if f is not None], 1)
         built = strip_self_methods(receiver)
         if isinstance(built, cst.Call) and dotted(built.func) in self.classes:
             found = self.lookup(self.classes[dotted(built.func)], name)  # ``Trainer(...).fit()``
-            return [found] if found is not None else []
+            return _Resolution([found] if found is not None else [], 1)
         receiver_name = dotted(receiver)
         if receiver_name in self.classes:  # ``Trainer.fit(trainer)``, a static or class method
             found = self.lookup(self.classes[receiver_name], name)
-            return [found] if found is not None else []
-        if receiver_name is not None:
-            owner = self._instance_class(receiver_name, call)
-            if owner is not None:
-                found = self.lookup(owner, name)
-                return [found] if found is not None else []
-        return []
+            if found is None:
+                return _Resolution([], 0)
+            decorators = {dotted(d.decorator) for d in found.decorators}
+            return _Resolution([found], 1 if "classmethod" in decorators else 0)
+        if receiver_name is None:
+            return _Resolution([], 1)
+        owner = self._receiver_class(receiver_name, call)
+        if owner is None:
+            return _Resolution([], 1, unplaced=receiver_name)
+        found = self.lookup(owner, name)
+        return _Resolution([found] if found is not None else [], 1)
+
+    def _receiver_class(self, receiver: str, at: cst.CSTNode) -> cst.ClassDef | None:
+        """The class of this file that made ``receiver``: built in scope, else by any
+        assignment of the file (`instance_class`)."""
+        built = self._instance_class(receiver, at)
+        if built is not None:
+            return built
+        made = self.instance_class(receiver, at)
+        return self.model.classes.get(made) if made is not None else None
+
+    def calls_by_callee(self) -> dict[cst.FunctionDef, list[tuple[cst.Call, int]]]:
+        """Every call of the file grouped by the function `callee` says it runs, in source
+        order, with the implicit ``self``."""
+        if self._by_callee is not None:
+            return self._by_callee
+        found: dict[cst.FunctionDef, list[tuple[cst.Call, int]]] = {}
+        for call in self.model.calls:
+            target = self.callee(call)
+            if target is not None:
+                found.setdefault(target[0], []).append((call, target[1]))
+        if self.model.complete:
+            self._by_callee = found
+        return found
+
+    def calls_of(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]]:
+        """Every call in the file that runs ``function`` (`callee`), with its implicit ``self``."""
+        return list(self.calls_by_callee().get(function, ()))
+
+    def instance_class(self, name: str, at: cst.CSTNode) -> str | None:
+        """The class of this file that made ``name``: ``trainer = Trainer(...)``, or
+        ``model = build_model()`` where ``build_model`` returns ``Net(...)``; for ``self.x``,
+        an assignment in the class around ``at``. The last such assignment of the file that
+        tells decides."""
+        wanted = self.index.enclosing_class_name(at) if name.startswith("self.") else None
+        key = (name, wanted)
+        if key in self._instances:
+            return self._instances[key]
+        found = None
+        for assign in self.index.assignments_to(name):
+            if wanted is not None and self.index.enclosing_class_name(assign) != wanted:
+                continue
+            found = self._made_by(assign.value, depth=2) or found
+        self._instances[key] = found
+        return found
+
+    def _made_by(self, value: cst.BaseExpression, depth: int) -> str | None:
+        key = (value, depth)
+        if key not in self._made:
+            self._made[key] = self._make(value, depth)
+        return self._made[key]
+
+    def _make(self, value: cst.BaseExpression, depth: int) -> str | None:
+        core = strip_self_methods(value)
+        if not (isinstance(core, cst.Call) and isinstance(core.func, cst.Name)):
+            return None
+        if core.func.value in self.model.classes:
+            return core.func.value
+        factory = self.model.functions.get(core.func.value)
+        if factory is None or depth == 0:
+            return None
+        made = set()
+        for node in self.index.own_returns(factory):
+            returned = node.value
+            name = dotted(returned)  # type: ignore[arg-type]
+            if name is not None:
+                values = [
+                    a.value
+                    for a in self.index.own_assignments(factory)
+                    if any(dotted(t.target) == name for t in a.targets)
+                ]
+                made |= {self._made_by(v, depth - 1) for v in values}
+            else:
+                made.add(self._made_by(returned, depth - 1))  # type: ignore[arg-type]
+        return made.pop() if len(made) == 1 else None
 
     def _attribute_target(self, node: cst.Attribute, name: str) -> cst.FunctionDef | None:
         if self._is_self(node.value, node):
             owner = self._enclosing_class(node)
             return self.lookup(owner, name) if owner is not None else None
         receiver = dotted(node.value)
-        owner = self._instance_class(receiver, node) if receiver else None
+        owner = self._receiver_class(receiver, node) if receiver else None
         return self.lookup(owner, name) if owner is not None else None
 
     @cached_property
     def _nested_defs(self) -> dict[cst.FunctionDef, dict[str, cst.FunctionDef]]:
         """The functions defined directly inside each function, by name."""
         found: dict[cst.FunctionDef, dict[str, cst.FunctionDef]] = {}
-        for node in self.placement.all_nodes():
+        for node in self.model.orders:
             if isinstance(node, cst.FunctionDef):
-                outer = self.placement.enclosing_function(node)
+                outer = self.index.enclosing_function(node)
                 if outer is not None and self.owner(node) is None:
                     found.setdefault(outer, {}).setdefault(node.name.value, node)
         return found
 
     def _local_def(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | None:
         """A function ``name`` defined inside one of the functions around ``at``."""
-        for ancestor in self.model.ancestors(at):
-            if isinstance(ancestor, cst.FunctionDef):
-                found = self._nested_defs.get(ancestor, {}).get(name)
-                if found is not None:
-                    return found
+        if not self._nested_defs:
+            return None
+        function = self.index.enclosing_function(at)
+        while function is not None:
+            found = self._nested_defs.get(function, {}).get(name)
+            if found is not None:
+                return found
+            function = self.index.enclosing_function(function)
         return None
 
     @cached_property
@@ -231,7 +375,7 @@ class CallGraph:
         ``as`` names): there a name is the function's own variable, whatever the module defines
         under it (``def __init__(self, root, train): MNIST(root, train=train)``)."""
         found: dict[cst.FunctionDef, set[str]] = {}
-        for node in self.placement.all_nodes():
+        for node in self.model.orders:
             if isinstance(node, cst.Param):
                 if isinstance(self.model.parent(self.model.parent(node)), cst.Lambda):
                     continue  # the lambda's own
@@ -242,7 +386,7 @@ class CallGraph:
                 bound = _target_names(node.name)
             else:
                 continue
-            function = self.placement.enclosing_function(node)
+            function = self.index.enclosing_function(node)
             if function is not None:
                 found.setdefault(function, set()).update(bound)
         return found
@@ -268,10 +412,12 @@ class CallGraph:
         return self.owner(method) if method is not None else None
 
     def _enclosing_method(self, at: cst.CSTNode) -> cst.FunctionDef | None:
-        for ancestor in self.model.ancestors(at):
-            if isinstance(ancestor, cst.FunctionDef) and self.owner(ancestor) is not None:
-                return ancestor
-        return None
+        if at not in self._methods_around:
+            function = self.index.enclosing_function(at)
+            while function is not None and self.owner(function) is None:
+                function = self.index.enclosing_function(function)
+            self._methods_around[at] = function
+        return self._methods_around[at]
 
     def _is_self(self, receiver: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """The method's first parameter (``self``), read in the method or a closure inside it."""
@@ -309,6 +455,16 @@ class CallGraph:
             ):
                 return built
         return None
+
+
+@dataclass
+class _Resolution:
+    """What a call runs as far as the file's definitions tell: its targets, the parameters it
+    binds implicitly, and the receiver when only the model fallback can still place it."""
+
+    targets: list[cst.FunctionDef]
+    implicit: int
+    unplaced: str | None = None
 
 
 def _is_super_call(node: cst.BaseExpression) -> bool:

@@ -88,9 +88,7 @@ class CollectiveReach:
             return self._reached[function]
         self._reached[function] = []  # a recursive call reaches nothing new
         found = []
-        for call in self.model.calls:
-            if self.placement.enclosing_function(call) is not function:
-                continue
+        for call in self.model.index.calls_directly_in(function):
             if self.guards.agreed_on(call, within=function) != EVERY_BACKEND:
                 continue
             found += self._collectives_of(call)

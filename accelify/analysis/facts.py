@@ -11,7 +11,6 @@ from functools import cached_property
 import libcst as cst
 
 from accelify.analysis.accumulation import ManualAccumulation, find_manual_accumulation
-from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
@@ -33,7 +32,7 @@ class Facts:
         self.placement = Placement(model)
         self.flow = ObjectFlow(model, self.placement)
         self.ranks = RankDependence(model, self.placement)
-        self.calls = CallGraph(model, self.placement)
+        self.calls = model.call_graph
         self.shared_files = SharedFiles(model, self.placement, self.flow, self.ranks)
 
     @cached_property

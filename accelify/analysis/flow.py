@@ -67,12 +67,7 @@ class ObjectFlow:
 
     def calls_of(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]]:
         """Every call in the file that runs ``function``, with its implicit ``self``."""
-        found = []
-        for call in self.model.calls:
-            target = callee(self.model, call)
-            if target is not None and target[0] is function:
-                found.append((call, target[1]))
-        return found
+        return self.model.call_graph.calls_of(function)
 
     def param_names(self, kind: Kind) -> set[str]:
         return {name for params in self.params.values() for name, k in params.items() if k is kind}

@@ -15,7 +15,6 @@ class Placement:
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
         self._nodes: list[cst.CSTNode] | None = None
-        self._calls_by_name: dict[str, list[cst.Call]] | None = None
 
     # --- traversal -------------------------------------------------------------------------------
     def all_nodes(self) -> list[cst.CSTNode]:
@@ -25,13 +24,13 @@ class Placement:
         return self._nodes
 
     def attributes(self) -> Iterator[cst.Attribute]:
-        return (n for n in self.all_nodes() if isinstance(n, cst.Attribute))
+        return iter(self.model.index.of_type(cst.Attribute))  # type: ignore[arg-type]
 
     def withs(self) -> Iterator[cst.With]:
-        return (n for n in self.all_nodes() if isinstance(n, cst.With))
+        return iter(self.model.index.of_type(cst.With))  # type: ignore[arg-type]
 
     def expression_statements(self) -> Iterator[tuple[cst.SimpleStatementLine, cst.Call]]:
-        for node in self.all_nodes():
+        for node in self.model.index.of_type(cst.SimpleStatementLine):
             if (
                 isinstance(node, cst.SimpleStatementLine)
                 and len(node.body) == 1
@@ -42,12 +41,7 @@ class Placement:
 
     def callers(self, function: cst.FunctionDef) -> list[cst.Call]:
         """Calls of a module-level function by its plain name."""
-        if self._calls_by_name is None:  # asked for every helper parameter: indexed once
-            self._calls_by_name = {}
-            for call in self.model.calls:
-                if isinstance(call.func, cst.Name):
-                    self._calls_by_name.setdefault(call.func.value, []).append(call)
-        return list(self._calls_by_name.get(function.name.value, ()))
+        return list(self.model.index.calls_named(function.name.value))
 
     # --- scopes and statements -------------------------------------------------------------------
     def prepare_scope(self) -> Scope | None:
@@ -109,10 +103,7 @@ class Placement:
         return self.body_of(scope).index(top)
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
-        for ancestor in self.model.ancestors(node):
-            if isinstance(ancestor, cst.FunctionDef):
-                return ancestor
-        return None
+        return self.model.index.enclosing_function(node)
 
     def top_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         found = None
@@ -122,10 +113,7 @@ class Placement:
         return found
 
     def class_of(self, node: cst.CSTNode) -> cst.ClassDef | None:
-        for ancestor in self.model.ancestors(node):
-            if isinstance(ancestor, cst.ClassDef):
-                return ancestor
-        return None
+        return self.model.index.enclosing_class(node)
 
     def returns_name(self, scope: Scope, name: str) -> bool:
         """``scope`` is a function that returns ``name`` (alone or in a tuple): a factory."""

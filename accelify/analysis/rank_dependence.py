@@ -193,6 +193,7 @@ class BackendGuards:
         self.model = model
         self.placement = placement
         self._assigned: dict[str, list[cst.BaseExpression]] | None = None
+        self._truths: dict[tuple[cst.BaseExpression, int], _Truth] = {}
 
     def agreed_on(self, node: cst.CSTNode, within: cst.CSTNode | None = None) -> frozenset[str]:
         """The backends on which every rank reaches ``node`` or none does (as far as the
@@ -234,6 +235,15 @@ class BackendGuards:
             child = ancestor
 
     def truth(self, test: cst.BaseExpression, depth: int = 0) -> _Truth:
+        """Asked for every ``if`` around every node a rule looks at: each answer is kept (it
+        reads the test's code)."""
+        key = (test, depth)
+        found = self._truths.get(key)
+        if found is None:
+            found = self._truths[key] = self._truth(test, depth)
+        return found
+
+    def _truth(self, test: cst.BaseExpression, depth: int) -> _Truth:
         if isinstance(test, cst.BooleanOperation):
             left, right = self.truth(test.left, depth), self.truth(test.right, depth)
             if isinstance(test.operator, cst.Or):

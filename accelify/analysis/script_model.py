@@ -12,24 +12,29 @@ from __future__ import annotations
 import builtins
 import enum
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable
+from accelify.analysis.index import Index
 from accelify.analysis.loops import find_backward, first_enumerate_name, loop_source
 from accelify.analysis.syntax import (
     Visitor,
+    children_of,
     dotted,
     root_name,
     strip_self_methods,
     target_names,
-    visit_code,
 )
+
+if TYPE_CHECKING:
+    from accelify.analysis.call_graph import CallGraph
 
 Scope = cst.Module | cst.FunctionDef
 RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
@@ -124,6 +129,8 @@ class ScriptModel:
     #: without a code-generation pass for positions
     orders: dict[cst.CSTNode, int] = field(default_factory=dict, repr=False)
     _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
+    #: the analysis has added every binding: answers that depend on them may be kept
+    complete: bool = field(default=False, repr=False)
 
     # --- names, positions, parents ----------------------------------------------------------
     def qualified(self, node: cst.CSTNode) -> set[str]:
@@ -170,11 +177,20 @@ class ScriptModel:
             yield current
             current = self.parent(current)
 
+    @cached_property
+    def index(self) -> Index:
+        """What encloses a node, assignments and calls by name, functions' own bodies: kept."""
+        return Index(self)
+
+    @cached_property
+    def call_graph(self) -> CallGraph:
+        """The file's one call resolver: which function or method each call runs."""
+        from accelify.analysis.call_graph import CallGraph
+
+        return CallGraph(self)
+
     def scope_of(self, node: cst.CSTNode) -> Scope:
-        for ancestor in self.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.Module)):
-                return ancestor
-        return self.module
+        return self.index.scope_of(node)
 
     def under_rank_guard(self, node: cst.CSTNode) -> bool:
         """Inside ``if accelerator.is_main_process:``, ``if rank == 0:`` and the like: code only
@@ -260,7 +276,11 @@ class ScriptModel:
     @property
     def prepared_names(self) -> set[str]:
         """What came out of ``prepare``, and the attributes that received it
-        (``self.loader = loader`` in a class built with a prepared loader)."""
+        (``self.loader = loader`` in a class built with a prepared loader). Asked for every
+        call and loop a rule looks at: kept once the analysis is complete (a copy is given)."""
+        kept = self.__dict__.get("_prepared_names")
+        if kept is not None:
+            return set(kept)
         prepared = {name for call in self.prepare_calls for name in call.outputs if name}
         received = [b for b in self.bindings if b.received and b.sources]
         for _ in range(len(received)):
@@ -268,6 +288,8 @@ class ScriptModel:
             if not grown:
                 break
             prepared |= grown
+        if self.complete:
+            self.__dict__["_prepared_names"] = frozenset(prepared)
         return prepared
 
     @property
@@ -288,7 +310,7 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     model = ScriptModel(module=module, imports=ImportTable.of_module(module))
     if source is not None:  # the text the module was parsed from: no code generation for it
         model.__dict__["source"] = source
-    visit_code(module, _Collector(model))
+    _collect(model, _Collector(model))
     from accelify.analysis.accelerator_objects import add_accelerator_objects
 
     add_accelerator_objects(model)
@@ -308,6 +330,7 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
 
     add_object_bindings(model, _Collector(model).classify)
     add_models_fed_to_optimizers(model)
+    model.complete = True
     return model
 
 
@@ -395,21 +418,36 @@ def _is_prepare(value: cst.BaseExpression, accelerators: set[str]) -> bool:
     )
 
 
+def _collect(model: ScriptModel, collector: _Collector) -> None:
+    """The analysis's one walk, the largest cost after the parse: each node's parent and place
+    in source order, then the collector's ``visit_<Node>`` for it, parents before children.
+    Written out (not a visitor's ``on_visit``/``on_leave``) because it runs for every node."""
+    orders, parents = model.orders, model.parents
+    handlers: dict[type, Callable[[cst.CSTNode], object] | None] = {}
+
+    def visit(node: cst.CSTNode, parent: cst.CSTNode | None) -> None:
+        orders[node] = len(orders)
+        if parent is not None:
+            parents[node] = parent
+        kind = type(node)
+        if kind in handlers:
+            handler = handlers[kind]
+        else:
+            handler = handlers[kind] = getattr(collector, f"visit_{kind.__name__}", None)
+        if handler is not None:
+            handler(node)
+        for child in children_of(node):
+            visit(child, node)
+
+    visit(model.module, None)
+
+
 class _Collector(Visitor):
+    """What the one walk records about each kind of node (its ``visit_<Node>`` methods never
+    stop the walk)."""
+
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
-        self._open: list[cst.CSTNode] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.model.orders[node] = len(self.model.orders)
-        if self._open:
-            self.model.parents[node] = self._open[-1]
-        self._open.append(node)
-        return super().on_visit(node)
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
-        self._open.pop()
 
     def visit_Import(self, node: cst.Import) -> None:
         self.model.imports.add(node)

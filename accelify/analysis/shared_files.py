@@ -26,7 +26,7 @@ from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import dotted, walk
 
 #: Where a path comes from when it is another file on every process: always (a temporary
 #: directory, a pid) or by the clock (two ranks may get the same value, or not).
@@ -414,19 +414,11 @@ class SharedFiles:
         """What ``name`` is bound to in the scope of ``at`` (or the module's): assignments and
         ``with X as name``."""
         scopes = {self.model.scope_of(at), self.model.module}
-        values: list[cst.BaseExpression] = []
-        for assign in self.model.assignments:
-            if self.model.scope_of(assign) not in scopes:
-                continue
-            if any(name in target_names(t.target) for t in assign.targets):
-                values.append(assign.value)
-        for with_node in self.placement.withs():
-            if self.model.scope_of(with_node) not in scopes:
-                continue
-            for item in with_node.items:
-                if item.asname is not None and name in target_names(item.asname.name):
-                    values.append(item.item)
-        return values
+        return [
+            value
+            for statement, value in self.model.index.values_bound_to(name)
+            if self.model.scope_of(statement) in scopes
+        ]
 
     def _may_follow(self, read: cst.Call, write: cst.Call) -> bool:
         """``read`` can run after ``write``: below it, in a loop around both, or in another

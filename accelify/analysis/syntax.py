@@ -3,8 +3,12 @@ names a target binds, a walk that skips libcst's per-attribute visitor hooks."""
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
-from collections.abc import Iterator
+import functools
+import types
+import typing
+from collections.abc import Callable, Iterator
 
 import libcst as cst
 
@@ -41,13 +45,37 @@ def strip_self_methods(node: cst.BaseExpression) -> cst.BaseExpression:
 
 class Visitor(cst.CSTVisitor):
     """A libcst visitor without ``visit_<Node>_<attribute>`` hooks: libcst looks such hooks up by
-    name for every attribute of every node, which is 40% of a walk; none of ours uses them."""
+    name for every attribute of every node, which is 40% of a walk; none of ours uses them. Its
+    ``visit_<Node>``/``leave_<Node>`` methods are looked up once per node type, not formatted
+    and looked up at every node."""
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        handler = _handler(type(self), type(node), "visit_")
+        return handler is None or handler(self, node) is not False
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        handler = _handler(type(self), type(original_node), "leave_")
+        if handler is not None:
+            handler(self, original_node)
 
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
         pass
 
     def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
         pass
+
+
+def _handler(visitor: type, node_type: type, prefix: str) -> Callable[..., object] | None:
+    """``visitor``'s ``visit_Call`` (or ``leave_Call``) for ``node_type``, kept on the visitor
+    class itself (a class made per call is freed with its handlers)."""
+    handlers = visitor.__dict__.get("_handlers")
+    if handlers is None:
+        handlers = {}
+        type.__setattr__(visitor, "_handlers", handlers)
+    key = (prefix, node_type)
+    if key not in handlers:
+        handlers[key] = getattr(visitor, prefix + node_type.__name__, None)
+    return handlers[key]
 
 
 #: Whitespace, comments and punctuation: 60% of a tree's nodes, and nothing any analysis reads.
@@ -119,13 +147,37 @@ def _kind_of(value_type: type) -> str:
 
 
 def _fields_of(node_type: type) -> tuple[str, ...]:
+    """The fields of ``node_type`` that can hold a node other than trivia, in source order."""
     found = _FIELDS.get(node_type)
     if found is None:
-        found = _SOURCE_ORDER.get(node_type) or tuple(
-            field.name for field in dataclasses.fields(node_type)
-        )
+        declared = {field.name: field.type for field in dataclasses.fields(node_type)}
+        order = _SOURCE_ORDER.get(node_type) or tuple(declared)
+        found = tuple(name for name in order if not _trivia_only(declared[name]))
         _FIELDS[node_type] = found
     return found
+
+
+#: Bases whose every subclass is trivia (a field of such a type holds no node of interest).
+_TRIVIA_BASES = (*TRIVIA, cst.BaseParenthesizableWhitespace)
+_PLAIN = (str, bool, int, float, type(None), cst.MaybeSentinel)
+
+
+@functools.cache
+def _trivia_only(annotation: object) -> bool:
+    """A field declared to hold only trivia, text or flags (``whitespace_after_func``,
+    ``lpar``, ``encoding``): reading it finds nothing, so the walk skips it. Anything the
+    declaration does not spell out as such (a string annotation, an unknown form) is read."""
+    if isinstance(annotation, type):
+        return issubclass(annotation, _TRIVIA_BASES) or issubclass(annotation, _PLAIN)
+    arguments = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return all(isinstance(argument, _PLAIN) for argument in arguments)
+    if origin in (typing.Union, types.UnionType, collections.abc.Sequence, list, tuple):
+        return bool(arguments) and all(
+            argument is Ellipsis or _trivia_only(argument) for argument in arguments
+        )
+    return False
 
 
 def target_names(target: cst.BaseExpression) -> set[str]:

@@ -4,9 +4,11 @@ apply the safe fixes (until nothing changes) when asked."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from accelify.analysis import names
 from accelify.errors import UserError
 from accelify.lint.finding import Finding
 from accelify.lint.selection import Selection, suppressed
@@ -17,14 +19,35 @@ if TYPE_CHECKING:
 
     from accelify.analysis.script_model import ScriptModel
 
-#: A file that can hold an accelerator names it somewhere: an import of accelerate or accelify,
+#: A file that may hold an accelerator names it somewhere: an import of accelerate or accelify,
 #: an ``Accelerator`` annotation, an ``accelerator`` parameter or ``self.accelerator``, or uses
-#: members only an accelerator has (one a factory returned under another name). One that never
-#: does is only syntax-checked (no tree, no model); one that names neither this nor torch is
-#: skipped before parsing.
+#: members only an accelerator has (one a factory returned under another name). One that names
+#: neither this nor torch is skipped before parsing; one that names no accelerator is only
+#: syntax-checked.
 ACCELERATOR_WORDS = re.compile(
     rb"accelerat|accelify|\.prepare\(|\.unwrap_model\(|\.gather_for_metrics\(|\.accumulate\(",
     re.IGNORECASE,
+)
+
+
+def _alternatives(words: Iterable[str]) -> bytes:
+    return b"|".join(re.escape(word).encode() for word in sorted(words))
+
+
+#: What the analysis needs to see before it calls a file an Accelerator file
+#: (`ScriptModel.uses_accelerator`), as text: an accelerator class's name (it is constructed),
+#: a member only an accelerator has, or a name that says it is one (``accelerator``,
+#: ``self.trainer_accelerator``) followed by a member it shares with process states. A file
+#: without any of them is syntax-checked only, not built into a tree and a model: on a whole
+#: tree that is most files, and no rule reports on them. Derived from the tables the analysis
+#: reads, so the two cannot drift apart (a test holds every fixture and rule example to it).
+MAY_USE_ACCELERATOR = re.compile(
+    _alternatives({name.rsplit(".", 1)[-1] for name in names.ACCELERATORS})
+    + rb"|\b(?:"
+    + _alternatives(names.ACCELERATOR_ONLY_MEMBERS)
+    + rb")\b|(?i:accelerator)[\s\\]*\.[\s\\]*(?:"
+    + _alternatives(names.ACCELERATOR_SHARED_MEMBERS)
+    + rb")\b"
 )
 
 
@@ -43,12 +66,11 @@ def lint_source(
     """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
     plan over this process's tree."""
     result = FileResult(path, original=data)
-    deep = ACCELERATOR_WORDS.search(data) is not None
-    if not deep and b"torch" not in data:
+    if ACCELERATOR_WORDS.search(data) is None and b"torch" not in data:
         return result  # cannot match any rule: skipped before parsing
     try:
-        if not deep:
-            check_syntax(data, path)
+        if MAY_USE_ACCELERATOR.search(data) is None:
+            check_syntax(data, path)  # no rule reports on it: its syntax only
             return result
         module = parse(data, path)
     except UserError as error:

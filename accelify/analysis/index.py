@@ -1,0 +1,201 @@
+"""Lookups that the analysis repeats thousands of times per file, each built once on first use.
+
+"Which function encloses this node", "which assignments bind ``self.model``", "which calls name
+``train``" and "what does this function's own body hold" were each answered by walking the
+tree or scanning every assignment or call again at every question: on a file with a few
+thousand calls that was most of lint's time. The answers never change once the analysis's walk
+has recorded the parents, so each is computed once per `ScriptModel` and kept (nothing is built
+before a rule or a step asks).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from accelify.analysis.syntax import children_of, dotted, target_names
+
+if TYPE_CHECKING:
+    from accelify.analysis.script_model import Scope, ScriptModel
+
+_SCOPES = (cst.FunctionDef, cst.Module)
+#: Where a function's own body stops: the bodies of functions and classes defined inside it.
+_NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+class Index:
+    def __init__(self, model: ScriptModel) -> None:
+        self.model = model
+        self._nearest: dict[type | tuple[type, ...], dict[cst.CSTNode, cst.CSTNode | None]] = {}
+        self._own: dict[cst.FunctionDef, list[cst.CSTNode]] = {}
+        self._of_type: dict[type, list[cst.CSTNode]] = {}
+
+    # --- what encloses a node --------------------------------------------------------------------
+    def nearest(self, node: cst.CSTNode, kinds: type | tuple[type, ...]) -> cst.CSTNode | None:
+        """The closest ancestor of ``node`` (not ``node`` itself) of one of ``kinds``. The answer
+        is kept for every node on the way up, so a question about a neighbour costs a step."""
+        memo = self._nearest.setdefault(kinds, {})
+        if node in memo:
+            return memo[node]
+        parents = self.model.parents
+        path = []
+        current = node
+        result = None
+        while True:
+            parent = parents.get(current)
+            if parent is None:
+                # a node outside the walk is not remembered: its parent may be recorded later
+                if current is not self.model.module:
+                    return None
+                break
+            path.append(current)
+            if isinstance(parent, kinds):
+                result = parent
+                break
+            if parent in memo:
+                result = memo[parent]
+                break
+            current = parent
+        for step in path:
+            memo[step] = result
+        return result
+
+    def scope_of(self, node: cst.CSTNode) -> Scope:
+        """The function (or the module) ``node`` lives in."""
+        found = self.nearest(node, _SCOPES)
+        return found if found is not None else self.model.module  # type: ignore[return-value]
+
+    def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        return self.nearest(node, cst.FunctionDef)  # type: ignore[return-value]
+
+    def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        """The closest class around ``node``, at any depth (through its methods)."""
+        return self.nearest(node, cst.ClassDef)  # type: ignore[return-value]
+
+    def enclosing_class_name(self, node: cst.CSTNode) -> str | None:
+        owner = self.enclosing_class(node)
+        return owner.name.value if owner is not None else None
+
+    # --- nodes by type ------------------------------------------------------------------------
+    def of_type(self, kind: type) -> list[cst.CSTNode]:
+        """Every node of type ``kind`` in source order (from the analysis's walk)."""
+        found = self._of_type.get(kind)
+        if found is None:
+            found = self._of_type[kind] = [n for n in self.model.orders if isinstance(n, kind)]
+        return found
+
+    # --- assignments and calls by name -----------------------------------------------------------
+    @cached_property
+    def _assignments_by_target(self) -> dict[str, list[cst.Assign]]:
+        found: dict[str, list[cst.Assign]] = {}
+        for assign in self.model.assignments:
+            for name in dict.fromkeys(dotted(t.target) for t in assign.targets):
+                if name is not None:
+                    found.setdefault(name, []).append(assign)
+        return found
+
+    @cached_property
+    def _names_bound(self) -> dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]]:
+        found: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = {}
+        for assign in self.model.assignments:
+            names = set()
+            for target in assign.targets:
+                names |= target_names(target.target)
+            for name in names:
+                found.setdefault(name, []).append((assign, assign.value))
+        for with_node in self.of_type(cst.With):
+            for item in with_node.items:  # type: ignore[attr-defined]
+                if item.asname is not None:
+                    for name in target_names(item.asname.name):
+                        found.setdefault(name, []).append((with_node, item.item))
+        return found
+
+    def values_bound_to(self, name: str) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+        """What the plain name ``name`` is bound to anywhere in the file, with the statement
+        that binds it: assignments (also unpacking) in source order, then ``with X as name``."""
+        return self._names_bound.get(name, [])
+
+    def assignments_to(self, name: str) -> list[cst.Assign]:
+        """Every ``name = ...`` of the file (``self.model = ...`` for ``self.model``), in
+        source order; an assignment to several targets once."""
+        return self._assignments_by_target.get(name, [])
+
+    @cached_property
+    def _calls_by_name(self) -> dict[str, list[cst.Call]]:
+        found: dict[str, list[cst.Call]] = {}
+        for call in self.model.calls:
+            if isinstance(call.func, cst.Name):
+                found.setdefault(call.func.value, []).append(call)
+        return found
+
+    def calls_named(self, name: str) -> list[cst.Call]:
+        """Calls of a plain name (``train(...)``), in source order."""
+        return self._calls_by_name.get(name, [])
+
+    @cached_property
+    def _calls_by_function(self) -> dict[cst.FunctionDef | None, list[cst.Call]]:
+        found: dict[cst.FunctionDef | None, list[cst.Call]] = {}
+        for call in self.model.calls:
+            found.setdefault(self.enclosing_function(call), []).append(call)
+        return found
+
+    def calls_directly_in(self, function: cst.FunctionDef | None) -> list[cst.Call]:
+        """The calls whose closest enclosing function is ``function`` (None: the module's own
+        code and class bodies), in source order."""
+        return self._calls_by_function.get(function, [])
+
+    # --- classes and their methods ---------------------------------------------------------------
+    @cached_property
+    def _methods(self) -> dict[str, dict[str, cst.FunctionDef]]:
+        found = {}
+        for name, definition in self.model.classes.items():
+            body = definition.body.body if isinstance(definition.body, cst.IndentedBlock) else ()
+            found[name] = {
+                line.name.value: line for line in body if isinstance(line, cst.FunctionDef)
+            }
+        return found
+
+    def methods_of(self, class_name: str) -> dict[str, cst.FunctionDef]:
+        """The methods written in the body of the module-level class ``class_name``."""
+        return self._methods.get(class_name, {})
+
+    @cached_property
+    def _model_classes_by_method(self) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for name in sorted(self.model.module_classes):
+            for method in self.methods_of(name):
+                found.setdefault(method, []).append(name)
+        return found
+
+    def model_classes_with(self, method: str) -> list[str]:
+        """The model classes (``nn.Module`` subclasses) of the file that define ``method``."""
+        return self._model_classes_by_method.get(method, [])
+
+    # --- a function's own body -------------------------------------------------------------------
+    def own_nodes(self, function: cst.FunctionDef) -> list[cst.CSTNode]:
+        """``function``'s body in source order, not the bodies of functions, classes or lambdas
+        defined inside it (their headers are included)."""
+        found = self._own.get(function)
+        if found is None:
+            found = []
+            stack: list[cst.CSTNode] = [function.body]
+            while stack:
+                node = stack.pop()
+                found.append(node)
+                if not isinstance(node, _NESTED):
+                    stack.extend(reversed(children_of(node)))
+            self._own[function] = found
+        return found
+
+    def own_assignments(self, function: cst.FunctionDef) -> list[cst.Assign]:
+        return [node for node in self.own_nodes(function) if isinstance(node, cst.Assign)]
+
+    def own_returns(self, function: cst.FunctionDef) -> list[cst.Return]:
+        """``return <value>`` statements of ``function`` itself (a bare ``return`` is left out)."""
+        return [
+            node
+            for node in self.own_nodes(function)
+            if isinstance(node, cst.Return) and node.value is not None
+        ]
