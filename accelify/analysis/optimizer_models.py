@@ -51,8 +51,9 @@ def parameter_owners(optimizer: Binding) -> set[str]:
             name = dotted(argument.value)
             if parameter in fed and name is not None:
                 owners.add(owning_model(name))
-    if (dotted(core.func) or "").rsplit(".", 1)[-1] in OPTIMIZER_FACTORIES:
-        # ``build_optimizer(model, cfg)``, ``create_optimizer(model=net)``: handed the model
+    if factory is None and (dotted(core.func) or "").rsplit(".", 1)[-1] in OPTIMIZER_FACTORIES:
+        # ``build_optimizer(model, cfg)``, ``create_optimizer(model=net)`` of a library (one of
+        # this file is read above): handed the model
         handed = next(
             (a.value for a in core.args if a.keyword and a.keyword.value == "model"),
             core.args[0].value if core.args and core.args[0].keyword is None else None,

@@ -139,7 +139,21 @@ class Context:
             return []
         prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
         origins = flow.origins(loop.iterable, loop.node, stop=prepared)
-        return sorted((o for o in origins if o not in prepared), key=lambda o: o or "")
+        return sorted(
+            (o for o in origins if o not in prepared and not self._received_prepared(o, prepared)),
+            key=lambda o: o or "",
+        )
+
+    def _received_prepared(self, name: str | None, prepared: set[str]) -> bool:
+        """``self.loader`` a constructor received (``Trainer(model, optimizer, loader)``, also a
+        base class's) where every caller handed it a prepared loader."""
+        sources = [
+            source
+            for binding in self.model.bindings
+            if binding.name == name and binding.received
+            for source in binding.sources
+        ]
+        return bool(sources) and all(source in prepared for source in sources)
 
     def instance_outside_class(self, node: cst.CSTNode) -> str | None:
         """``trainer`` for ``node`` outside the class that owns ``self.accelerator``, in a scope
