@@ -66,7 +66,11 @@ STEPS: tuple[Callable[[Context], None], ...] = (
 
 def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     ctx = Context(model, options)
-    if _trains_itself(ctx) or unwrap.forwards_outside_the_wrapper(ctx):
+    if (
+        _trains_itself(ctx)
+        or unwrap.forwards_outside_the_wrapper(ctx)
+        or handwritten_ddp.replaces_the_inner_model(ctx)
+    ):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()
     if prepare_scope is None:

@@ -272,6 +272,28 @@ def _rank_reads_and_loaders(ctx: Context, samplers: dict[str, str]) -> None:
                     )
 
 
+def replaces_the_inner_model(ctx: Context) -> bool:
+    """``net.module = new_model``: the script swaps the wrapper's inner model by hand. Without
+    the wrapper that assignment would add a submodule named ``module`` to the model, and
+    ``unwrap_model(net) = ...`` is not Python: the script is left as it is, with the reason."""
+    found = False
+    for attribute in ctx.facts.placement.attributes():
+        name = dotted(attribute.value)
+        if (
+            attribute.attr.value == "module"
+            and ctx.facts.flow.is_model_name(name, attribute)
+            and _assigned(ctx, attribute)
+        ):
+            found = True
+            ctx.plan.review(
+                ctx.line(attribute),
+                f"{name}.module is assigned here: the script replaces the DDP wrapper's inner "
+                "model by hand, which neither prepare nor unwrap_model can express; left as it "
+                "is: build the new model first and prepare that one, then convert",
+            )
+    return found
+
+
 def _module_access(ctx: Context) -> None:
     """``model.module`` (the DataParallel/DDP inner model) -> ``unwrap_model(model)``."""
     for attribute in ctx.facts.placement.attributes():
@@ -283,6 +305,19 @@ def _module_access(ctx: Context) -> None:
                 text=f"{name}.module -> {ctx.a('unwrap_model')}({name})",
             )
             ctx.need(attribute)
+
+
+def _assigned(ctx: Context, node: cst.CSTNode) -> bool:
+    """``node`` is (part of) an assignment target: ``net.module = ...``, ``a, net.module = ...``,
+    ``del net.module``, ``net.module.fc = ...`` keeps ``net.module`` a read and is not."""
+    child, parent = node, ctx.model.parent(node)
+    while isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+        child, parent = parent, ctx.model.parent(parent)
+    if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+        return parent.target is child
+    return isinstance(parent, (cst.Del, cst.For, cst.WithItem, cst.CompFor)) and (
+        getattr(parent, "target", None) is child or getattr(parent, "asname", None) is child
+    )
 
 
 def _wrapper_call(value: cst.BaseExpression) -> cst.Call | None:
