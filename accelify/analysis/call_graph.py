@@ -27,7 +27,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods
+from accelify.analysis.syntax import all_params, dotted, strip_self_methods, target_names
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 #: Method names every torch object has: ``x.train()`` on an unknown ``x`` is not a Trainer's.
@@ -379,11 +379,11 @@ class CallGraph:
             if isinstance(node, cst.Param):
                 if isinstance(self.model.parent(self.model.parent(node)), cst.Lambda):
                     continue  # the lambda's own
-                bound: list[str] = [node.name.value]
+                bound: set[str] = {node.name.value}
             elif isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For)):
-                bound = _target_names(node.target)
+                bound = target_names(node.target)
             elif isinstance(node, cst.AsName):
-                bound = _target_names(node.name)
+                bound = target_names(node.name)
             else:
                 continue
             function = self.index.enclosing_function(node)
@@ -398,7 +398,7 @@ class CallGraph:
             if isinstance(ancestor, cst.FunctionDef):
                 bound: Iterable[str] = self._local_names.get(ancestor, ())
             elif isinstance(ancestor, cst.Lambda):
-                bound = [param.name.value for param in _all_params(ancestor.params)]
+                bound = [param.name.value for param in all_params(ancestor.params)]
             elif isinstance(ancestor, _COMPREHENSIONS):
                 bound = _comprehension_names(ancestor.for_in)
             else:
@@ -471,23 +471,6 @@ def _is_super_call(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Call) and dotted(node.func) == "super"
 
 
-def _target_names(target: cst.BaseExpression | cst.BaseAssignTargetExpression) -> list[str]:
-    """The plain names an assignment target binds: ``a``, ``a, (b, *c)``."""
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [name for element in target.elements for name in _target_names(element.value)]
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return []
-
-
-def _all_params(params: cst.Parameters) -> list[cst.Param]:
-    star = [params.star_arg] if isinstance(params.star_arg, cst.Param) else []
-    double = [params.star_kwarg] if params.star_kwarg is not None else []
-    return [*params.posonly_params, *params.params, *star, *params.kwonly_params, *double]
-
-
-def _comprehension_names(for_in: cst.CompFor) -> list[str]:
-    names = _target_names(for_in.target)
-    return names + _comprehension_names(for_in.inner_for_in) if for_in.inner_for_in else names
+def _comprehension_names(for_in: cst.CompFor) -> set[str]:
+    names = target_names(for_in.target)
+    return names | _comprehension_names(for_in.inner_for_in) if for_in.inner_for_in else names

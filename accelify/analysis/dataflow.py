@@ -32,7 +32,7 @@ def names_read(small: cst.CSTNode, replaced: set[int], model: ScriptModel, loop:
         if isinstance(n, cst.Name)
         and id(n) not in skipped
         and not is_binding(model, n)
-        and not _attribute_name(model, n)
+        and not is_attribute_name(model, n)
     }
     if isinstance(small, cst.AugAssign):
         reads.discard(root_name(small.target) or "")
@@ -49,10 +49,18 @@ def names_read(small: cst.CSTNode, replaced: set[int], model: ScriptModel, loop:
     return reads
 
 
-def _attribute_name(model: ScriptModel, name: cst.Name) -> bool:
+def is_attribute_name(model: ScriptModel, name: cst.Name) -> bool:
     """``data`` of ``outputs.data``: a member's name, not a read of a variable."""
     parent = model.parent(name)
     return isinstance(parent, cst.Attribute) and parent.attr is name
+
+
+def variables_in(model: ScriptModel, node: cst.CSTNode) -> set[str]:
+    """The variable names under ``node``: ``x`` and ``args`` of ``x.view(args.batch_size)``,
+    not the member names ``view`` and ``batch_size``."""
+    return {
+        n.value for n in walk(node) if isinstance(n, cst.Name) and not is_attribute_name(model, n)
+    }
 
 
 def bound_by(small: cst.CSTNode) -> set[str]:
@@ -106,20 +114,12 @@ def between(model: ScriptModel, node: cst.CSTNode, top: cst.CSTNode) -> Iterator
 def names_in_scope(model: ScriptModel, scope: cst.CSTNode) -> set[str]:
     """Names a new local of ``scope`` could shadow: its own, and the module's globals."""
 
-    def names(node: cst.CSTNode) -> set[str]:
-        return {
-            n.value
-            for n in walk(node)
-            if isinstance(n, cst.Name)
-            and not (isinstance(model.parent(n), cst.Attribute) and model.parent(n).attr is n)
-        }
-
-    taken = names(scope)
+    taken = variables_in(model, scope)
     for statement in model.module.body:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             taken.add(statement.name.value)
         else:
-            taken |= names(statement)
+            taken |= variables_in(model, statement)
     return taken
 
 

@@ -32,6 +32,7 @@ from accelify.analysis.dataflow import (
     names_read,
     plain_targets,
     statements,
+    variables_in,
     within,
 )
 from accelify.analysis.objects import callee
@@ -273,7 +274,7 @@ def _per_rank_reshape(found: Evaluation, facts: Facts) -> cst.Call | None:
             and isinstance(node.func, cst.Attribute)
             and node.func.attr.value in RESHAPES
             and model.line(node) > model.line(statement)
-            and _reads(node.func.value) & gathered
+            and variables_in(model, node.func.value) & gathered
         ):
             continue
         sizes = {dotted(n) or "" for n in walk(node) if isinstance(n, (cst.Name, cst.Attribute))}
@@ -290,7 +291,7 @@ def _gather_for_the_metrics_only(found: Evaluation, facts: Facts, reshape: cst.C
     compute, the loop cannot be split so: the reason."""
     model = facts.model
     assert isinstance(reshape.func, cst.Attribute)
-    reshaped = ", ".join(sorted(_reads(reshape.func.value) & set(found.gathered)))
+    reshaped = ", ".join(sorted(variables_in(model, reshape.func.value) & set(found.gathered)))
     reason = (
         f"line {model.line(reshape)} reshapes {reshaped} to the batch size, which a gathered "
         "tensor (every rank's batch) does not have"
@@ -318,10 +319,6 @@ def _gather_for_the_metrics_only(found: Evaluation, facts: Facts, reshape: cst.C
     found.gathered = []
     found.kept_local = reshape
     return None
-
-
-def _reads(expression: cst.CSTNode) -> set[str]:
-    return {n.value for n in walk(expression) if isinstance(n, cst.Name)}
 
 
 def _metric_statements(found: Evaluation, facts: Facts) -> list[cst.CSTNode]:
@@ -457,21 +454,11 @@ def _batch_names(loop: Loop, facts: Facts, before: cst.CSTNode | None) -> set[st
         if limit is not None and facts.model.order(small) >= limit:
             break
         if isinstance(small, cst.Assign) and _pure_access(small.value):
-            reads = {
-                n.value
-                for n in walk(small.value)
-                if isinstance(n, cst.Name) and not _is_attribute_name(facts.model, n)
-            }
+            reads = variables_in(facts.model, small.value)
             if reads and reads <= batch | {"device"} | _device_names(small.value):
                 for target in small.targets:
                     batch |= target_names(target.target)
     return batch
-
-
-def _is_attribute_name(model: ScriptModel, name: cst.Name) -> bool:
-    """The ``to`` of ``x.to(device)``: a member looked up, not a variable read."""
-    parent = model.parent(name)
-    return isinstance(parent, cst.Attribute) and parent.attr is name
 
 
 def _pure_access(value: cst.BaseExpression) -> bool:

@@ -20,7 +20,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.objects import methods_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, self_parameter, walk
 
 #: torch.nn layers without parameters of their own.
 _PARAMETERLESS = re.compile(
@@ -70,15 +70,10 @@ def _methods(model: ScriptModel, class_name: str) -> dict[str, cst.FunctionDef]:
     return found
 
 
-def _self_name(function: cst.FunctionDef) -> str | None:
-    params = [*function.params.posonly_params, *function.params.params]
-    return params[0].name.value if params else None
-
-
 def _parameter_members(model: ScriptModel, init: cst.FunctionDef) -> dict[str, cst.CSTNode]:
     """``self.fc = nn.Linear(...)``, ``self.scale = nn.Parameter(...)``: members that hold
     parameters, by name. A name assigned twice, or anything else, is left out."""
-    me = _self_name(init)
+    me = self_parameter(init)
     found: dict[str, cst.CSTNode] = {}
     assigned: dict[str, int] = {}
     for node in walk(init.body):
@@ -121,7 +116,7 @@ def _used_in(
         if function in seen:
             continue
         seen.add(function)
-        me = _self_name(function)
+        me = self_parameter(function)
         for node in walk(function.body):
             if isinstance(node, cst.Name) and node.value == me:
                 parent = model.parent(node)

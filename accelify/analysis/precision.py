@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.dataflow import variables_in
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted
 
 #: positional order of each autocast's parameters
 _AUTOCAST_POSITIONS = {
@@ -174,12 +175,7 @@ def _inlined(model: ScriptModel, condition: cst.BaseExpression) -> tuple[cst.Bas
     ]
     if len(assigned) == 1 and len(assigned[0].targets) == 1:
         value = assigned[0].value
-        roots = {
-            n.value
-            for n in walk(value)
-            if isinstance(n, cst.Name)
-            and not (isinstance(model.parent(n), cst.Attribute) and model.parent(n).attr is n)
-        }
+        roots = variables_in(model, value)
         if roots <= set(model.imports.bound) and _simple(value):
             return value, model.module.code_for_node(value)
     return condition, model.module.code_for_node(condition)
@@ -204,10 +200,5 @@ def _readable_from(
         and isinstance(model.parent(n), cst.AssignTarget)
         and model.scope_of(n) is model.module
     } | set(model.imports.bound)
-    roots = {
-        n.value
-        for n in walk(condition)
-        if isinstance(n, cst.Name)
-        and not (isinstance(model.parent(n), cst.Attribute) and model.parent(n).attr is n)
-    }
+    roots = variables_in(model, condition)
     return roots <= module_names | {"True", "False", "None"}

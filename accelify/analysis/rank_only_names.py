@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accelify.analysis.syntax import all_params
+
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
 
@@ -157,12 +159,7 @@ def _names_in(scope: cst.CSTNode) -> tuple[dict[str, list[cst.Name]], dict[str, 
 
     if isinstance(scope, cst.FunctionDef):
         params = scope.params
-        everywhere.update(
-            p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)
-        )
-        for star in (params.star_arg, params.star_kwarg):
-            if isinstance(star, cst.Param):
-                everywhere.add(star.name.value)
+        everywhere.update(p.name.value for p in all_params(params))
         visit(scope.body)
     else:
         visit(scope)

@@ -21,7 +21,7 @@ from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.precision import Precision
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods
+from accelify.analysis.syntax import dotted, self_parameter, strip_self_methods
 
 
 @dataclass
@@ -68,7 +68,7 @@ def _blocker(
 ) -> str | None:
     for call in entry.backward_calls:
         method = placement.enclosing_function(call)
-        receiver = _self_parameter(method) if method is not None else None
+        receiver = self_parameter(method) if method is not None else None
         if method is None or calls.owner(method) is not entry.owner or receiver is None:
             return "its backward runs outside a method of its own (a nested function, a lambda)"
         entry.receivers[call] = receiver
@@ -99,14 +99,6 @@ def _blocker(
         if parameter_owners(optimizer) & names:
             return f"the optimizer at line {optimizer.line} trains it too, from outside"
     return None
-
-
-def _self_parameter(method: cst.FunctionDef) -> str | None:
-    """The name a method calls its instance, unless it is a static or class method."""
-    if any(dotted(d.decorator) in ("staticmethod", "classmethod") for d in method.decorators):
-        return None
-    params = [*method.params.posonly_params, *method.params.params]
-    return params[0].name.value if params else None
 
 
 def _constructor(value: cst.BaseExpression) -> cst.Call | None:

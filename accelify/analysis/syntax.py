@@ -180,6 +180,21 @@ def _trivia_only(annotation: object) -> bool:
     return False
 
 
+def all_params(params: cst.Parameters) -> list[cst.Param]:
+    """Every parameter, ``*args`` and ``**kwargs`` included."""
+    star = [params.star_arg] if isinstance(params.star_arg, cst.Param) else []
+    double = [params.star_kwarg] if params.star_kwarg is not None else []
+    return [*params.posonly_params, *params.params, *star, *params.kwonly_params, *double]
+
+
+def self_parameter(method: cst.FunctionDef) -> str | None:
+    """The name a method calls its instance, unless it is a static or class method."""
+    if any(dotted(d.decorator) in ("staticmethod", "classmethod") for d in method.decorators):
+        return None
+    params = [*method.params.posonly_params, *method.params.params]
+    return params[0].name.value if params else None
+
+
 def target_names(target: cst.BaseExpression) -> set[str]:
     if isinstance(target, cst.Name):
         return {target.value}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.dataflow import is_binding
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, strip_self_methods
@@ -308,16 +309,14 @@ def _module_access(ctx: Context) -> None:
 
 
 def _assigned(ctx: Context, node: cst.CSTNode) -> bool:
-    """``node`` is (part of) an assignment target: ``net.module = ...``, ``a, net.module = ...``,
-    ``del net.module``, ``net.module.fc = ...`` keeps ``net.module`` a read and is not."""
+    """``node`` is written, not read: an assignment or loop target (`is_binding`), or what
+    ``del`` or a comprehension's ``for`` names. ``net.module.fc = ...`` reads ``net.module``."""
+    if is_binding(ctx.model, node):
+        return True
     child, parent = node, ctx.model.parent(node)
     while isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
         child, parent = parent, ctx.model.parent(parent)
-    if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
-        return parent.target is child
-    return isinstance(parent, (cst.Del, cst.For, cst.WithItem, cst.CompFor)) and (
-        getattr(parent, "target", None) is child or getattr(parent, "asname", None) is child
-    )
+    return isinstance(parent, (cst.Del, cst.CompFor)) and parent.target is child
 
 
 def _wrapper_call(value: cst.BaseExpression) -> cst.Call | None:
