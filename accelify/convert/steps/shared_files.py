@@ -97,10 +97,17 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
             "where every rank does, after accelerator.wait_for_everyone()",
         )
         return
-    code = f"{ctx.acc}.wait_for_everyone()"
+    accelerators = []
     for place in places:
-        ctx.plan.add(rewrites.barrier(place, ctx.acc))
-        ctx.need(place)
+        # Outside the class that owns ``self.accelerator``: through the instance the scope made
+        # (``trainer.accelerator.wait_for_everyone()``), as its prints are.
+        outside = ctx.instance_outside_class(place)
+        acc = ctx.acc if outside is None else f"{outside}.accelerator"
+        accelerators.append(acc)
+        ctx.plan.add(rewrites.barrier(place, acc), anywhere=outside is not None)
+        if outside is None:
+            ctx.need(place)
+    code = f"{accelerators[0] if accelerators else ctx.acc}.wait_for_everyone()"
     ctx.plan.change(
         ctx.line(read),
         f"{code} before the read: {path} is saved on the main process at line "
