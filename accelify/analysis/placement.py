@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, Scope, ScriptModel
-from accelify.analysis.syntax import dotted, is_docstring, target_names, walk
+from accelify.analysis.syntax import dotted, is_docstring, is_main_guard, target_names, walk
 
 
 class Placement:
@@ -84,8 +84,17 @@ class Placement:
         return parent is not None and isinstance(self.model.parent(parent), cst.ClassDef)
 
     def body_of(self, scope: cst.CSTNode) -> list[cst.CSTNode]:
+        """A scope's statements in order. A module's ``if __name__ == "__main__":`` block counts
+        as the module's own statements: code placed for it (the Accelerator, a prepare call)
+        goes inside the block, where the script's statements are."""
         if isinstance(scope, cst.Module):
-            return list(scope.body)
+            statements: list[cst.CSTNode] = []
+            for line in scope.body:
+                if is_main_guard(line) and isinstance(line.body, cst.IndentedBlock):
+                    statements.extend(line.body.body)
+                else:
+                    statements.append(line)
+            return statements
         body = scope.body  # type: ignore[attr-defined]
         return list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
 

@@ -230,6 +230,29 @@ def if_chain(node: cst.If) -> tuple[list[cst.BaseExpression], list[cst.BaseSuite
     return tests, blocks, rest is not None
 
 
+def is_main_guard(node: cst.CSTNode) -> bool:
+    """``if __name__ == "__main__":`` with no ``else``: when the file runs as a script its
+    block runs once, unconditionally, as if written at the module's top level."""
+    if not isinstance(node, cst.If) or node.orelse is not None:
+        return False
+    test = node.test
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    if not isinstance(target.operator, cst.Equal):
+        return False
+    sides = {_main_side(test.left), _main_side(target.comparator)}
+    return sides == {"name", "main"}
+
+
+def _main_side(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name) and node.value == "__name__":
+        return "name"
+    if isinstance(node, cst.SimpleString) and node.evaluated_value == "__main__":
+        return "main"
+    return None
+
+
 def is_docstring(line: cst.CSTNode) -> bool:
     return (
         isinstance(line, cst.SimpleStatementLine)

@@ -10,7 +10,7 @@ from accelify.analysis.loops import loop_source
 from accelify.analysis.objects import bound_arguments, callee, is_loader_dict
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
-from accelify.analysis.syntax import dotted, if_chain, strip_self_methods, walk
+from accelify.analysis.syntax import dotted, if_chain, is_main_guard, strip_self_methods, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import statement
 
@@ -266,6 +266,8 @@ def _conditional(ctx: Context, binding: Binding) -> bool:
             return False
         if isinstance(ancestor, (cst.For, cst.While, cst.Try)):
             return True
+        if is_main_guard(ancestor):
+            continue
         if isinstance(ancestor, cst.If) and not _bound_on_every_branch(ancestor, binding.name):
             return True
     return False
