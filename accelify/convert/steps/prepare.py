@@ -301,6 +301,7 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
     ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
     ctx.need(binding.statement)
     ctx.plan.prepared.append(name)
+    ctx.prepared_after[name] = binding.statement
     ctx.plan.change(
         binding.line, f"{name} is created under a condition: prepared where it is created"
     )
