@@ -347,3 +347,59 @@ def test_parameters_the_forward_never_computes_with_are_idle():
     assert idle_members(model, "Dynamic") == []  # getattr(self, ...): not followed
     assert idle_members(model, "Handed") == []  # self handed to a function
     assert idle_members(model, "Base") == []  # no __init__ or forward of its own
+
+
+def _printing(code: str) -> list[str]:
+    model = script(code)
+    return sorted(dotted(call.func) or "" for call in facts_of(model).print_alias_calls)
+
+
+def test_a_name_or_attribute_that_certainly_holds_print_prints():
+    assert _printing(
+        """
+        log = print
+
+        class Stopper:
+            def __init__(self, patience, trace_func=print):
+                self.trace_func = trace_func
+
+            def step(self):
+                self.trace_func("waiting")
+
+        def report(model, sink=print):
+            sink("done")
+            def inner(sink):
+                sink("shadowed")
+
+        log("start")
+        stopper = Stopper(3)
+        report(None)
+        """
+    ) == ["log", "self.trace_func", "sink"]
+
+
+def test_a_caller_that_passes_another_callable_keeps_the_call():
+    assert (
+        _printing(
+            """
+        import logging
+
+        class Stopper:
+            def __init__(self, trace_func=print):
+                self.trace_func = trace_func
+
+            def step(self):
+                self.trace_func("waiting")
+
+        def report(sink=print):
+            sink("done")
+
+        stopper = Stopper(trace_func=logging.info)
+        report(*[])
+        log = print
+        log = logging.info
+        log("x")
+        """
+        )
+        == []
+    )

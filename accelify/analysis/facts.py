@@ -17,6 +17,7 @@ from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.helper_evaluation import HelperEvaluation, helper_evaluation_of
 from accelify.analysis.placement import Placement
 from accelify.analysis.precision import Precision, precision_of
+from accelify.analysis.print_aliases import print_alias_calls
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, callers_of, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
@@ -34,6 +35,11 @@ class Facts:
         self.ranks = RankDependence(model, self.placement)
         self.calls = model.call_graph
         self.shared_files = SharedFiles(model, self.placement, self.flow, self.ranks)
+
+    @cached_property
+    def print_alias_calls(self) -> set[cst.Call]:
+        """Calls through a name that holds ``print`` (``self.trace_func(...)``)."""
+        return print_alias_calls(self.model)
 
     @cached_property
     def collective_reach(self) -> CollectiveReach:

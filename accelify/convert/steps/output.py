@@ -14,6 +14,8 @@ from accelify.edits.node_rewrites import WithKeyword
 def run(ctx: Context) -> None:
     for call in ctx.model.calls:
         qualified = ctx.model.call_names(call)
+        if call in ctx.facts.print_alias_calls:
+            qualified = qualified | {"builtins.print"}  # it holds print: see `print_aliases`
         if qualified & names.PRINT and not _print_arguments(call):
             continue  # ``tqdm.write(s, nolock=True)``: not a print the Accelerator's takes
         if qualified & names.PRINT and not ctx.facts.ranks.under_rank_guard(call):

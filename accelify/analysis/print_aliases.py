@@ -1,0 +1,140 @@
+"""Calls that print through another name: ``trace_func=print`` kept as ``self.trace_func`` (the
+early-stopping class copied into countless training scripts), ``log = print``. Such a call
+prints on every rank exactly as ``print`` does, so it is converted like one; only where the name
+certainly holds ``print``: every caller in the file leaves the default or passes ``print``, and
+nothing else is assigned to it."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.objects import bound_arguments
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import all_params, dotted, target_names, walk
+
+_PRINT = "builtins.print"
+
+
+def print_alias_calls(model: ScriptModel) -> set[cst.Call]:
+    """Every call in the file whose callee is a name or ``self.`` attribute holding ``print``."""
+    found: set[cst.Call] = set()
+    for function in model.index.of_type(cst.FunctionDef):
+        assert isinstance(function, cst.FunctionDef)
+        for name in _print_parameters(model, function):
+            found |= _calls_through(model, function, name)
+            for attribute, owner in _kept_as_attributes(model, function, name):
+                found |= _calls_through(model, owner, attribute)
+    for assign in model.index.of_type(cst.Assign):
+        assert isinstance(assign, cst.Assign)
+        if _is_print(model, assign.value) and len(assign.targets) == 1:
+            name = dotted(assign.targets[0].target)
+            scope = model.scope_of(assign)
+            if name is not None and "." not in name and _assigned_once(model, scope, name):
+                found |= _calls_through(model, scope, name)
+    return found
+
+
+def _is_print(model: ScriptModel, node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Name) and model.qualified(node) == {_PRINT}
+
+
+def _print_parameters(model: ScriptModel, function: cst.FunctionDef) -> list[str]:
+    """Parameters that default to ``print`` and get nothing else from any call in the file."""
+    defaults = [
+        p.name.value
+        for p in all_params(function.params)
+        if p.default is not None and _is_print(model, p.default)
+    ]
+    if not defaults:
+        return []
+    calls = model.call_graph.calls_of(function)
+    kept = []
+    for name in defaults:
+        if _assigned_in(function, name):
+            continue
+        passed = [
+            argument
+            for call, implicit in calls
+            for parameter, argument in bound_arguments(function, call, implicit)
+            if parameter == name
+        ]
+        unknown = any(a.star for call, _ in calls for a in call.args)
+        if not unknown and all(_is_print(model, a.value) for a in passed):
+            kept.append(name)
+    return kept
+
+
+def _kept_as_attributes(
+    model: ScriptModel, function: cst.FunctionDef, name: str
+) -> list[tuple[str, cst.ClassDef]]:
+    """``self.trace_func = trace_func`` in a method: the attribute holds ``print`` in the whole
+    class when that is the class's only assignment to it."""
+    owner = model.index.enclosing_class(function)
+    if owner is None:
+        return []
+    kept = []
+    for node in walk(function.body):
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.value, cst.Name)
+            and node.value.value == name
+        ):
+            attribute = dotted(node.targets[0].target)
+            if (
+                attribute is not None
+                and attribute.startswith("self.")
+                and attribute.count(".") == 1
+                and _assigned_once(model, owner, attribute)
+            ):
+                kept.append((attribute, owner))
+    return kept
+
+
+def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
+    return any(p.name.value == name for p in all_params(function.params))
+
+
+def _assigned_in(scope: cst.CSTNode, name: str) -> bool:
+    return any(
+        isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign))
+        and name in target_names(node.target)
+        for node in walk(scope)
+    )
+
+
+def _assigned_once(model: ScriptModel, scope: cst.CSTNode, name: str) -> bool:
+    """One binding of ``name`` in ``scope`` (a module: outside its functions too)."""
+    count = 0
+    for node in walk(scope):
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+            if name in target_names(node.target) or dotted(node.target) == name:
+                count += 1
+        elif isinstance(node, (cst.For, cst.CompFor)) and name in target_names(node.target):
+            count += 1
+    return count == 1
+
+
+def _calls_through(model: ScriptModel, scope: cst.CSTNode, name: str) -> set[cst.Call]:
+    """Calls of ``name`` inside ``scope`` that see this binding: for a plain name, those whose
+    own scope is ``scope`` (a nested function with its own ``name`` would shadow it)."""
+    found = set()
+    for node in walk(scope):
+        if not isinstance(node, cst.Call) or dotted(node.func) != name:
+            continue
+        if "." in name or model.scope_of(node) is scope or _free_in(model, node, scope, name):
+            found.add(node)
+    return found
+
+
+def _free_in(model: ScriptModel, call: cst.Call, scope: cst.CSTNode, name: str) -> bool:
+    """``name`` reaches the nested function holding ``call`` from ``scope``: none of the
+    functions between binds it."""
+    for ancestor in model.ancestors(call):
+        if ancestor is scope:
+            return True
+        if isinstance(ancestor, cst.FunctionDef) and (
+            _is_parameter(ancestor, name) or _assigned_in(ancestor, name)
+        ):
+            return False
+    return False
