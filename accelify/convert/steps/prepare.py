@@ -20,6 +20,7 @@ def run(ctx: Context, scope: Scope) -> None:
     placement = ctx.facts.placement
     chosen: dict[str, Kind] = {}
     created: dict[str, int] = {}
+    conditional: list[Binding] = []
     for binding in ctx.model.of_kind(*kinds):
         if binding.scope is not scope or binding.name in chosen:
             continue
@@ -27,13 +28,15 @@ def run(ctx: Context, scope: Scope) -> None:
         if top is None:
             continue
         if _conditional(ctx, binding):
-            _prepare_where_created(ctx, binding)
+            if binding.name not in {b.name for b in conditional}:
+                conditional.append(binding)
             continue
         if is_loader_dict(ctx.model, binding):
             _prepare_each_value(ctx, binding)
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
+    _prepare_conditional(ctx, conditional)
     for entry in ctx.facts.self_training:
         for instance in entry.instances:  # it trains itself: see `self_training`
             chosen.pop(instance.name, None)
@@ -282,6 +285,38 @@ def _binds(block: cst.CSTNode, name: str) -> bool:
     return any(
         isinstance(node, cst.AssignTarget) and dotted(node.target) == name for node in walk(block)
     )
+
+
+def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
+    """Objects created under a condition. Those created in one block (``if args.do_train:``,
+    one pass of a loop over configurations) are prepared there together, after the last of
+    them and before the block first uses them, as a scope's objects are; the rest each where
+    it is created."""
+    by_block: dict[cst.CSTNode, list[Binding]] = {}
+    for binding in bindings:
+        block = ctx.model.parent(ctx.model.parent(binding.statement) or binding.statement)
+        if binding.kind is Kind.SCHEDULER or not isinstance(block, (cst.If, cst.For, cst.While)):
+            _prepare_where_created(ctx, binding)
+            continue
+        by_block.setdefault(block, []).append(binding)
+    for block, members in by_block.items():
+        kinds = {b.kind for b in members}
+        if len(members) == 1 or not kinds & _TRAINED_KINDS or is_loader_dict_in(ctx, members):
+            for binding in members:
+                _prepare_where_created(ctx, binding)
+            continue
+        chosen = {b.name: b.kind for b in members}
+        body = ctx.facts.placement.body_of(block)
+        created = {b.name: body.index(b.statement) for b in members}
+        for anchor, names in _groups(ctx, block, chosen, created):
+            order = sorted(names, key=lambda n: list(Kind).index(chosen[n]))
+            _insert_prepare(ctx, anchor, order)
+            ctx.prepared_after.update(dict.fromkeys(order, anchor))
+            ctx.plan.prepared.extend(order)
+
+
+def is_loader_dict_in(ctx: Context, members: list[Binding]) -> bool:
+    return any(is_loader_dict(ctx.model, b) for b in members)
 
 
 def _prepare_where_created(ctx: Context, binding: Binding) -> None:
