@@ -202,6 +202,23 @@ class UnpreparedObject(Rule):
         + "correct = 0\nwith torch.no_grad():\n    for x, y in test_loader:\n"
         + "        correct += (model(x).argmax(1) == y).sum().item()\n"
         + "accuracy = correct / len(test_loader.dataset)\n",
+        # validation goes through the training helper with training off: no gather fits that
+        # loop, so the loader is left whole and every rank evaluates all of it
+        HEADER
+        + _OBJECTS
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "val_loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+        + "def run_epoch(model, loader, optimizer, train=True):\n"
+        + "    total = 0.0\n"
+        + "    for x, y in loader:\n"
+        + "        loss = (model(x) - y).pow(2).mean()\n"
+        + "        if train:\n"
+        + "            accelerator.backward(loss)\n"
+        + "            optimizer.step()\n"
+        + "        total += loss.item()\n"
+        + "    return total\n"
+        + "run_epoch(model, loader, optimizer)\n"
+        + "print(run_epoch(model, val_loader, optimizer, train=False))\n",
         # the main process alone evaluates on the whole set
         HEADER
         + _OBJECTS
@@ -268,9 +285,12 @@ class UnpreparedObject(Rule):
     ) -> Iterator[Finding]:
         """``def train(model, loader): for batch in loader`` called as ``train(net, raw_loader)``
         with a DataLoader that was never prepared: reported at the argument."""
-        flow = facts_of(script).flow
-        for argument in flow.call_site_arguments(loop.iterable, loop.node):
+        facts = facts_of(script)
+        shared = facts.shared_loop_evaluations
+        for argument in facts.flow.call_site_arguments(loop.iterable, loop.node):
             name = dotted(argument.value)
+            if name in shared and shared[name].loop is loop:
+                continue  # evaluated with training off: prepared, its totals would be one shard's
             if (
                 name in dataloaders
                 and name not in prepared

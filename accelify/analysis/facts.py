@@ -24,6 +24,7 @@ from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.self_training import SelfTraining, self_training_of
 from accelify.analysis.shard_totals import ShardTotal, totals_over_dataset
 from accelify.analysis.shared_files import SharedFiles
+from accelify.analysis.shared_loops import SharedLoopEvaluation, shared_loop_evaluations
 from accelify.analysis.syntax import dotted
 
 
@@ -35,6 +36,11 @@ class Facts:
         self.ranks = RankDependence(model, self.placement)
         self.calls = model.call_graph
         self.shared_files = SharedFiles(model, self.placement, self.flow, self.ranks)
+
+    @cached_property
+    def shared_loop_evaluations(self) -> dict[str, SharedLoopEvaluation]:
+        """Loaders evaluated only through a loop that trains when its flag says so."""
+        return shared_loop_evaluations(self.model, self.placement)
 
     @cached_property
     def print_alias_calls(self) -> set[cst.Call]:

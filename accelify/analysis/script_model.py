@@ -311,6 +311,7 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     if source is not None:  # the text the module was parsed from: no code generation for it
         model.__dict__["source"] = source
     _collect(model, _Collector(model))
+    _see_through_progress_bars(model)
     from accelify.analysis.accelerator_objects import add_accelerator_objects
 
     add_accelerator_objects(model)
@@ -332,6 +333,28 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     add_models_fed_to_optimizers(model)
     model.complete = True
     return model
+
+
+def _see_through_progress_bars(model: ScriptModel) -> None:
+    """``pbar = tqdm(loader, ...)`` then ``for batch in pbar:``: the loop reads ``loader``, as
+    ``for batch in tqdm(loader):`` does. Only a name its scope assigns once, from a bar or
+    ``enumerate``."""
+    for loop in model.loops:
+        name = loop.iterable
+        if name is None or "." in name:
+            continue
+        assigns = [
+            a
+            for a in model.index.assignments_to(name)
+            if model.scope_of(a) is loop.scope and len(a.targets) == 1
+        ]
+        if len(assigns) != 1 or not isinstance(assigns[0].value, cst.Call):
+            continue
+        wrapper = assigns[0].value
+        if model.qualified(wrapper.func) & (names.TQDM | {"builtins.enumerate"}):
+            source = loop_source(wrapper)
+            if source is not None and model.order(assigns[0]) < model.order(loop.node):
+                loop.iterable = source
 
 
 _TEST_SHAPES = (

@@ -17,6 +17,8 @@ def run(ctx: Context) -> None:
     noted = False
     for loop in ctx.model.loops:
         unprepared = ctx.unprepared_loaders(loop) if loop.trains else []
+        # evaluated through this loop with training off: its own review line says why
+        unprepared = [n for n in unprepared if n not in ctx.facts.shared_loop_evaluations]
         if unprepared:
             noted = True
             ctx.plan.review(

@@ -85,8 +85,8 @@ def _mode_and_device(ctx: Context, line: cst.SimpleStatementLine, call: cst.Call
 
 def run_batch_moves(ctx: Context) -> None:
     for loop in ctx.model.loops:
-        if not ctx.facts.flow.reads_loader(loop):
-            continue
+        if not ctx.facts.flow.reads_loader(loop) or ctx.unprepared_loaders(loop):
+            continue  # a loader left unprepared hands its batches over where they were
         batch = set(loop.batch_names) | ctx.facts.flow.derived_batch_names(loop)
         for node in walk(loop.node.body):
             if isinstance(node, cst.SimpleStatementLine):

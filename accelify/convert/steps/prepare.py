@@ -72,6 +72,18 @@ def run(ctx: Context, scope: Scope) -> None:
             "every rank evaluates all of it (correct, not sharded); write it as a for loop to "
             "shard it and gather the predictions",
         )
+    shared = ctx.facts.shared_loop_evaluations
+    for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in shared]:
+        chosen.pop(name)
+        created.pop(name, None)
+        through = shared[name]
+        ctx.plan.review(
+            ctx.line(through.call),
+            f"{name} is evaluated by {through.function.name.value}(), whose loop also trains "
+            f"(line {ctx.line(through.loop.node)}): no gather fits a loop that runs in both "
+            f"modes, so {name} is left unprepared and every rank evaluates all of it (correct, "
+            "not sharded); give evaluation a loop of its own to shard it and gather there",
+        )
     for name in sorted(ctx.facts.flow.unstepped_schedulers(set(chosen))):
         chosen.pop(name)
         created.pop(name, None)

@@ -1,0 +1,123 @@
+"""One loop that trains or evaluates, by a flag its function receives: ``def run_epoch(model,
+loader, ..., train=True)`` whose backward runs under ``if train:``, called with ``train=False``
+for the validation loader. No gather fits such a loop (it would run in one mode only), so a
+loader that only ever goes through it with training off is left unprepared: every rank then
+evaluates all of it and its totals are the whole set's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+
+import libcst as cst
+
+from accelify.analysis.dataflow import between
+from accelify.analysis.loops import find_backward
+from accelify.analysis.objects import bound_arguments
+from accelify.analysis.placement import Placement
+from accelify.analysis.script_model import Loop, ScriptModel
+from accelify.analysis.syntax import all_params, dotted, walk
+
+_UNKNOWN = object()
+
+
+@dataclass
+class SharedLoopEvaluation:
+    """``loader`` goes through ``loop`` only at calls that switch its training off."""
+
+    loader: str
+    loop: Loop
+    function: cst.FunctionDef
+    call: cst.Call  # the first such call
+
+
+def shared_loop_evaluations(
+    model: ScriptModel, placement: Placement
+) -> dict[str, SharedLoopEvaluation]:
+    evaluated: dict[str, SharedLoopEvaluation] = {}
+    trained: set[str] = set()
+    for loop in model.loops:
+        function = placement.enclosing_function(loop.node) if loop.trains else None
+        if function is None or loop.iterable is None:
+            continue
+        defaults = {p.name.value: p.default for p in all_params(function.params)}
+        tests = _backward_tests(model, loop)
+        flags = {n.value for t in tests for n in walk(t) if isinstance(n, cst.Name)} & set(defaults)
+        if loop.iterable not in defaults or not tests or not flags:
+            continue
+        for call, implicit in model.call_graph.calls_of(function):
+            if any(a.star for a in call.args):
+                continue
+            passed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
+            loader = dotted(passed.get(loop.iterable))
+            if loader is None:
+                continue
+            values = {flag: _literal(passed.get(flag, defaults[flag])) for flag in flags}
+            outcomes = {_evaluate(test, values) for test in tests}
+            if outcomes == {False}:
+                evaluated.setdefault(loader, SharedLoopEvaluation(loader, loop, function, call))
+            else:
+                trained.add(loader)
+    for loop in model.loops:
+        if loop.trains and loop.iterable is not None:
+            trained.add(loop.iterable)
+    return {name: found for name, found in evaluated.items() if name not in trained}
+
+
+def _backward_tests(model: ScriptModel, loop: Loop) -> list[cst.BaseExpression]:
+    """The ``if`` tests every backward of the loop runs under; none when one runs
+    unconditionally (or under an ``else``, whose test is not its own)."""
+    tests: list[cst.BaseExpression] = []
+    for call in find_backward(loop.node.body):  # ``accelerator.backward`` too
+        path = [call, *between(model, call, loop.node)]
+        own = [
+            parent.test
+            for child, parent in pairwise(path)
+            if isinstance(parent, cst.If) and child is parent.body
+        ]
+        if not own:
+            return []
+        tests.extend(own)
+    return tests
+
+
+def _literal(node: cst.BaseExpression | None) -> object:
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    return _UNKNOWN
+
+
+def _evaluate(test: cst.BaseExpression, values: dict[str, object]) -> bool | None:
+    """The test's truth with the flags' values from one call; None when it cannot tell."""
+    if isinstance(test, cst.Name) and test.value in values:
+        value = values[test.value]
+        return None if value is _UNKNOWN else bool(value)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _evaluate(test.expression, values)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        left = _evaluate_value(test.left, values)
+        target = test.comparisons[0]
+        right = _evaluate_value(target.comparator, values)
+        if left is _UNKNOWN or right is _UNKNOWN:
+            return None
+        if isinstance(target.operator, (cst.Equal, cst.Is)):
+            return left == right
+        if isinstance(target.operator, (cst.NotEqual, cst.IsNot)):
+            return left != right
+        if isinstance(target.operator, (cst.In, cst.NotIn)) and isinstance(right, tuple):
+            return (left in right) == isinstance(target.operator, cst.In)
+    return None
+
+
+def _evaluate_value(node: cst.BaseExpression, values: dict[str, object]) -> object:
+    if isinstance(node, cst.Name) and node.value in values:
+        return values[node.value]
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        items = tuple(_literal(e.value) for e in node.elements if isinstance(e, cst.Element))
+        return _UNKNOWN if _UNKNOWN in items else items
+    return _literal(node)
