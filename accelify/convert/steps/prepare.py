@@ -47,6 +47,7 @@ def run(ctx: Context, scope: Scope) -> None:
         for name, kind in ctx.facts.flow.params.get(scope, {}).items():
             if kind is Kind.MODEL and name in _trained_here(ctx, scope) and name not in aliases:
                 chosen.setdefault(name, kind)
+        chosen.update(dict.fromkeys(_received_loaders(ctx, scope, aliases), Kind.DATALOADER))
     for name in _untrained_models(ctx, scope, chosen, aliases):
         chosen.pop(name)
         created.pop(name, None)
@@ -246,6 +247,32 @@ def _tensor_list(optimizer: Binding, models: set[str]) -> bool:
     return len(names) == len(first.elements) and all(
         name is not None and owning_model(name) not in models for name in names
     )
+
+
+def _received_loaders(ctx: Context, scope: cst.FunctionDef, aliases: dict[str, str]) -> list[str]:
+    """``def run_training(self, model, train_loader, val_loader, config):`` builds the optimizer
+    and trains: the loaders it receives are prepared with what it creates, or every rank would
+    train on all the data and evaluate all of it. Only when no call of it runs in a loop (each
+    call would wrap the loader anew) and the caller did not prepare them already."""
+    flow, placement = ctx.facts.flow, ctx.facts.placement
+    calls = [call for call, _ in flow.calls_of(scope)]
+    if not calls:
+        return []
+    for call in calls:
+        function = placement.enclosing_function(call)
+        for ancestor in ctx.model.ancestors(call):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, (cst.For, cst.While, cst.Lambda)):
+                return []
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+    return [
+        name
+        for name, kind in flow.params.get(scope, {}).items()
+        if kind is Kind.DATALOADER
+        and name not in aliases
+        and any(o not in prepared for o in flow.origins(name, scope.body, stop=prepared))
+    ]
 
 
 def _trained_here(ctx: Context, scope: Scope) -> set[str]:
