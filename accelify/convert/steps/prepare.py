@@ -115,6 +115,7 @@ def run(ctx: Context, scope: Scope) -> None:
     for anchor, names in groups:
         _insert_prepare(ctx, anchor, names)
         ctx.prepared_after.update(dict.fromkeys(names, anchor))
+    _prepare_recreated_optimizers(ctx, scope)
     ctx.plan.prepared = [*(n for _, names in groups for n in names), *ctx.plan.prepared]
     ctx.prepare_anchor = groups[0][0]
     trained = [names for _, names in groups if {chosen[n] for n in names} & _TRAINED_KINDS]
@@ -335,6 +336,23 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
             f"{name} is prepared on its own: with --backend fsdp or deepspeed, models and "
             "optimizers must be prepared in one call",
         )
+
+
+def _prepare_recreated_optimizers(ctx: Context, scope: Scope) -> None:
+    """``optimizer = torch.optim.Adam(model.parameters(), lr=lr)`` again after the prepare call
+    (a learning rate decayed by rebuilding the optimizer, a second stage after unfreezing):
+    the new optimizer is prepared where it is made, or it would step without the Accelerator
+    (no loss-scale unscaling under fp16, no accumulation, not the engine's optimizer)."""
+    for binding in ctx.model.of_kind(Kind.OPTIMIZER):
+        anchor = ctx.prepared_after.get(binding.name)
+        if binding.scope is not scope or anchor is None:
+            continue
+        if ctx.model.order(binding.statement) <= ctx.model.order(anchor):
+            continue
+        name = binding.name
+        ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
+        ctx.need(binding.statement)
+        ctx.plan.change(binding.line, f"{name} is created again: prepared where it is created")
 
 
 def _prepare_each_value(ctx: Context, binding: Binding) -> None:
