@@ -552,6 +552,10 @@ class _Collector(Visitor):
             return self._classify_choice(core, name)
         if isinstance(core, cst.Dict) and _loaders_by_key(core, self):
             return Kind.DATALOADER
+        if isinstance(core, cst.DictComp) and self.classify(core.value, "") is Kind.DATALOADER:
+            # ``{x: DataLoader(image_datasets[x], ...) for x in ["train", "val"]}`` (the
+            # transfer-learning tutorial's loaders by phase)
+            return Kind.DATALOADER
         if name.split(".")[-1] == "device" and _is_device_literal(value):
             return Kind.DEVICE
         return None
