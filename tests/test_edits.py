@@ -350,7 +350,7 @@ def test_a_conversion_in_a_class_changes_outside_it_only_what_needs_no_accelerat
     assert "from accelify import Accelerator\n" in converted  # no unused synchronize_rng_states
     unreachable = "left as is: self.accelerator is not reachable outside its class"
     assert [(n.line, n.text) for n in conversion.reviews] == [
-        (23, unreachable),
-        (24, unreachable),
+        (23, f"`loss = trainer.model(torch.randn(2, 4)).sum()` {unreachable}"),
+        (24, f"`loss.backward()` {unreachable}"),
     ]
     assert not any(note.line in (23, 24) for note in conversion.changes)

@@ -7,7 +7,9 @@ prior iteration" unless it was told to expect them (``find_unused_parameters=Tru
 
 Only what can be read from the class's own code counts: a forward that reaches its members in a
 way the analysis does not follow (``getattr(self, name)``, ``self.children()``, ``self`` handed
-to a function) has none idle. Members without parameters (activations, dropout, pooling,
+to a function) has none idle. A member the forward computes with only under ``torch.no_grad()``
+(a frozen backbone: ``with torch.no_grad(): features = self.resnet(images)``) gets no gradient
+either, so it counts as idle. Members without parameters (activations, dropout, pooling,
 losses) never matter to DDP and are not looked at.
 """
 
@@ -131,5 +133,17 @@ def _used_in(
                 outer = model.parent(parent)
                 if isinstance(outer, cst.Attribute) and outer.attr.value in _METADATA:
                     continue
+                if _without_gradients(model, node, function):
+                    continue
                 used.add(member)
     return used
+
+
+def _without_gradients(model: ScriptModel, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+    """``node`` runs under a ``no_grad`` block of ``function``'s own body."""
+    for ancestor in model.ancestors(node):
+        if ancestor is function:
+            return False
+        if model.disables_grad(ancestor):
+            return True
+    return False

@@ -36,13 +36,14 @@ def callee(model: ScriptModel, call: cst.Call) -> tuple[cst.FunctionDef, int] | 
 
 
 def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
-    """A dict of DataLoaders (``{"train": DataLoader(...), ...}``), made here or returned by a
+    """A dict of DataLoaders (``{"train": DataLoader(...), ...}``, or built by a comprehension),
+    made here or returned by a
     factory (``loaders = get_dataloaders()``): ``prepare`` hands a dict back untouched, so each
     loader in it must be prepared on its own."""
     value = binding.value
     if binding.kind is not Kind.DATALOADER:
         return False
-    if isinstance(value, cst.Dict):
+    if isinstance(value, cst.Dict | cst.DictComp):
         return True
     target = callee(model, value) if isinstance(value, cst.Call) else None
     if target is None:

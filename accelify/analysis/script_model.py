@@ -177,6 +177,23 @@ class ScriptModel:
             yield current
             current = self.parent(current)
 
+    def disables_grad(self, node: cst.CSTNode) -> bool:
+        """``with torch.no_grad():`` (or ``inference_mode``), or a function decorated so: what
+        runs inside computes no gradient."""
+        if isinstance(node, cst.With):
+            for item in node.items:
+                call = item.item
+                target = call.func if isinstance(call, cst.Call) else call
+                if self.qualified(target) & names.NO_GRAD_CONTEXTS:
+                    return True
+        if isinstance(node, cst.FunctionDef):
+            for decorator in node.decorators:
+                target = decorator.decorator
+                target = target.func if isinstance(target, cst.Call) else target
+                if self.qualified(target) & names.NO_GRAD_CONTEXTS:
+                    return True
+        return False
+
     @cached_property
     def index(self) -> Index:
         """What encloses a node, assignments and calls by name, functions' own bodies: kept."""
@@ -558,6 +575,10 @@ class _Collector(Visitor):
             return self._classify_choice(core, name)
         if isinstance(core, cst.Dict) and _loaders_by_key(core, self):
             return Kind.DATALOADER
+        if isinstance(core, cst.DictComp) and self.classify(core.value, "") is Kind.DATALOADER:
+            # ``{x: DataLoader(image_datasets[x], ...) for x in ["train", "val"]}`` (the
+            # transfer-learning tutorial's loaders by phase)
+            return Kind.DATALOADER
         if name.split(".")[-1] == "device" and _is_device_literal(value):
             return Kind.DEVICE
         return None
@@ -643,7 +664,7 @@ class _Collector(Visitor):
         if isinstance(node.iter, cst.Call) and dotted(node.iter.func) == "enumerate":
             batch_names -= first_enumerate_name(node.target)
         has_backward = any(True for _ in find_backward(node.body, skip_loops=True))
-        under_no_grad = any(self._is_no_grad(ancestor) for ancestor in self.model.ancestors(node))
+        under_no_grad = any(map(self.model.disables_grad, self.model.ancestors(node)))
         self.model.loops.append(
             Loop(
                 node=node,
@@ -654,21 +675,6 @@ class _Collector(Visitor):
                 evaluates=under_no_grad and not has_backward,
             )
         )
-
-    def _is_no_grad(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.With):
-            for item in node.items:
-                call = item.item
-                target = call.func if isinstance(call, cst.Call) else call
-                if self.model.qualified(target) & names.NO_GRAD_CONTEXTS:
-                    return True
-        if isinstance(node, cst.FunctionDef):
-            for decorator in node.decorators:
-                target = decorator.decorator
-                target = target.func if isinstance(target, cst.Call) else target
-                if self.model.qualified(target) & names.NO_GRAD_CONTEXTS:
-                    return True
-        return False
 
 
 def _optimizer_factory_call(call: cst.Call) -> bool:

@@ -24,8 +24,8 @@ class ShardTotal:
     loop: Loop
     #: the name the loop sums into
     total: str
-    #: the division by the data set's size, after the loop
-    division: cst.BinaryOperation
+    #: the division by the data set's size, after the loop (``total / n`` or ``total /= n``)
+    division: cst.BinaryOperation | cst.AugAssign
 
 
 def totals_over_dataset(
@@ -42,18 +42,27 @@ def totals_over_dataset(
             continue
         sizes = _dataset_sizes(model, loop)
         for node in walk(loop.scope):
+            divided = _divided(node)
             if not (
-                isinstance(node, cst.BinaryOperation)
-                and isinstance(node.operator, cst.Divide)
+                divided is not None
                 and model.order(node) > model.order(loop.node)
                 and not placement.inside(node, loop.node)
                 and model.scope_of(node) is loop.scope
-                and _is_size(node.right, loop.iterable, sizes)
+                and _is_size(divided[1], loop.iterable, sizes)
             ):
                 continue
-            for name in sorted(_names(node.left) & totals):
+            for name in sorted(_names(divided[0]) & totals):
                 found.append(ShardTotal(loop, name, node))
     return found
+
+
+def _divided(node: cst.CSTNode) -> tuple[cst.CSTNode, cst.BaseExpression] | None:
+    """What ``node`` divides and by what: ``total / n`` and ``total /= n``."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+        return node.left, node.right
+    if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+        return node.target, node.value
+    return None
 
 
 def _summed_in(loop: Loop) -> set[str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from accelify.analysis.objects import methods_of
 from accelify.analysis.script_model import Scope
 from accelify.analysis.syntax import walk
 from accelify.convert.steps.context import Context
@@ -68,7 +69,7 @@ def _home(ctx: Context, prepare_scope: Scope) -> Scope:
     it is called where it cannot be passed (``main()`` at the module's end): then the function
     that calls the preparing one from there (``main``), else the module."""
     if ctx.acc.startswith("self."):
-        return prepare_scope
+        return _instance_home(ctx, prepare_scope)
     if any(isinstance(ctx.model.scope_of(n), cst.Module) for n in ctx.needs):
         return ctx.model.module
     home = prepare_scope
@@ -85,6 +86,27 @@ def _home(ctx: Context, prepare_scope: Scope) -> Scope:
         else:
             return home
     return home
+
+
+def _instance_home(ctx: Context, prepare_scope: Scope) -> Scope:
+    """``self.accelerator`` is created where the class prepares, unless its ``__init__`` needs
+    it too (``self.device = self.accelerator.device``, a print): ``__init__`` runs before any
+    other method, so it is created there (when its arguments read nothing the preparing method
+    alone defines)."""
+    owner = (
+        ctx.facts.calls.owner(prepare_scope) if isinstance(prepare_scope, cst.FunctionDef) else None
+    )
+    if owner is None or prepare_scope.name.value == "__init__":
+        return prepare_scope
+    init = methods_of(ctx.model, owner.name.value).get("__init__")
+    if init is None or ctx.facts.calls.owner(init) is not owner:
+        return prepare_scope
+    placement = ctx.facts.placement
+    if any(placement.inside(need, init) for need in ctx.needs) and _may_create_in(
+        ctx, init, prepare_scope
+    ):
+        return init
+    return prepare_scope
 
 
 def _reaches(ctx: Context, function: cst.FunctionDef, target: Scope) -> bool:

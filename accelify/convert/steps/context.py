@@ -90,8 +90,11 @@ class Context:
     def need(self, node: cst.CSTNode, when: Callable[[], bool] | None = None) -> None:
         """``node``'s edit uses the accelerator (if ``when()`` holds once the plan is done)."""
         if not self.plan.reaches(node):
+            shown = self.code(node).strip().splitlines()[0]
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
             self.plan.review(
-                self.line(node), f"left as is: {self.acc} is not reachable outside its class"
+                self.line(node),
+                f"`{shown}` left as is: {self.acc} is not reachable outside its class",
             )
             return
         self._needs.append((node, when))

@@ -15,7 +15,7 @@ from accelify.analysis.device_moves import (
     strip_moves,
 )
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
 
@@ -104,6 +104,8 @@ def run_devices(ctx: Context) -> None:
             text=f"{binding.name} = {device}",
         )
         ctx.need(binding.statement)
+        if not as_string:
+            _other_reads_of_the_parameter(ctx, binding.value, binding.statement)
     for call in ctx.model.calls:
         if _calls_method(call, "cuda"):
             if not call.args:
@@ -135,6 +137,48 @@ def run_devices(ctx: Context) -> None:
                     text=f'device="cuda" -> device={ctx.a("device")}',
                 )
                 ctx.need(call)
+
+
+def _other_reads_of_the_parameter(
+    ctx: Context, value: cst.BaseExpression, kept: cst.CSTNode
+) -> None:
+    """``self.device = device`` of a ``device`` parameter becomes this rank's device; the
+    parameter's other reads in that function (``torch.tensor(w).to(device)``) would still be
+    the caller's device (``cuda`` is cuda:0 on every rank), so they read this rank's too. Not
+    when the function assigns the parameter itself."""
+    if not isinstance(value, cst.Name):
+        return
+    function = ctx.facts.placement.enclosing_function(value)
+    if function is None or value.value not in {p.name.value for p in function.params.params}:
+        return
+    reads = []
+    for node in walk(function.body):
+        if isinstance(node, cst.AssignTarget | cst.AugAssign | cst.For) and (
+            value.value in target_names(node.target)
+        ):
+            return
+        if (
+            isinstance(node, cst.Name)
+            and node.value == value.value
+            and node is not value
+            and not ctx.facts.placement.inside(node, kept)
+            and not _is_member_or_keyword(ctx, node)
+        ):
+            reads.append(node)
+    for node in reads:
+        ctx.plan.add(
+            rewrites.use_device(node, ctx.acc),
+            line=ctx.line(node),
+            text=f"{value.value} -> {ctx.a('device')} (the parameter is this rank's device now)",
+        )
+        ctx.need(node)
+
+
+def _is_member_or_keyword(ctx: Context, node: cst.Name) -> bool:
+    parent = ctx.model.parent(node)
+    if isinstance(parent, cst.Attribute) and parent.attr is node:
+        return True
+    return isinstance(parent, cst.Arg) and parent.keyword is node
 
 
 def _batch_move_statement(

@@ -114,8 +114,8 @@ def _metric_driven_steps(ctx: Context, evaluation: Evaluation) -> None:
     """``scheduler.step(val_loss)`` (ReduceLROnPlateau) fed by an evaluation left per rank: each
     rank decides its own learning rate, and the ranks' parameters drift apart."""
     scope = ctx.model.scope_of(evaluation.loop.node)
-    metrics = {name for sink in evaluation.sinks for name in _written(sink)}
-    fed = _fed_by(ctx, scope, metrics)
+    metrics = {name for sink in evaluation.sinks for name in written(sink)}
+    fed = fed_by(ctx, scope, metrics)
     for call in ctx.model.calls:
         func = call.func
         if not (
@@ -137,7 +137,7 @@ def _metric_driven_steps(ctx: Context, evaluation: Evaluation) -> None:
             )
 
 
-def _written(sink: cst.CSTNode) -> set[str]:
+def written(sink: cst.CSTNode) -> set[str]:
     """The names a metric statement folds into: ``total += ...``, ``losses.append(...)``."""
     found = set()
     for node in walk(sink):
@@ -152,7 +152,7 @@ def _written(sink: cst.CSTNode) -> set[str]:
     return found
 
 
-def _fed_by(ctx: Context, scope: cst.CSTNode, sources: set[str]) -> set[str]:
+def fed_by(ctx: Context, scope: cst.CSTNode, sources: set[str]) -> set[str]:
     """``sources`` and every name of ``scope`` assigned from them, transitively."""
     fed = set(sources)
     assignments = [

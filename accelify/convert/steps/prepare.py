@@ -50,6 +50,7 @@ def run(ctx: Context, scope: Scope) -> None:
         for name, kind in ctx.facts.flow.params.get(scope, {}).items():
             if kind is Kind.MODEL and name in _trained_here(ctx, scope) and name not in aliases:
                 chosen.setdefault(name, kind)
+        chosen.update(dict.fromkeys(_received_loaders(ctx, scope, aliases), Kind.DATALOADER))
     for name in _untrained_models(ctx, scope, chosen, aliases):
         chosen.pop(name)
         created.pop(name, None)
@@ -129,6 +130,7 @@ def run(ctx: Context, scope: Scope) -> None:
     for anchor, names in groups:
         _insert_prepare(ctx, anchor, names)
         ctx.prepared_after.update(dict.fromkeys(names, anchor))
+    _prepare_recreated_optimizers(ctx, scope)
     ctx.plan.prepared = [*(n for _, names in groups for n in names), *ctx.plan.prepared]
     ctx.prepare_anchor = groups[0][0]
     trained = [names for _, names in groups if {chosen[n] for n in names} & _TRAINED_KINDS]
@@ -263,6 +265,32 @@ def _tensor_list(optimizer: Binding, models: set[str]) -> bool:
     )
 
 
+def _received_loaders(ctx: Context, scope: cst.FunctionDef, aliases: dict[str, str]) -> list[str]:
+    """``def run_training(self, model, train_loader, val_loader, config):`` builds the optimizer
+    and trains: the loaders it receives are prepared with what it creates, or every rank would
+    train on all the data and evaluate all of it. Only when no call of it runs in a loop (each
+    call would wrap the loader anew) and the caller did not prepare them already."""
+    flow, placement = ctx.facts.flow, ctx.facts.placement
+    calls = [call for call, _ in flow.calls_of(scope)]
+    if not calls:
+        return []
+    for call in calls:
+        function = placement.enclosing_function(call)
+        for ancestor in ctx.model.ancestors(call):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, (cst.For, cst.While, cst.Lambda)):
+                return []
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+    return [
+        name
+        for name, kind in flow.params.get(scope, {}).items()
+        if kind is Kind.DATALOADER
+        and name not in aliases
+        and any(o not in prepared for o in flow.origins(name, scope.body, stop=prepared))
+    ]
+
+
 def _trained_here(ctx: Context, scope: Scope) -> set[str]:
     return {
         name
@@ -358,6 +386,23 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
             f"{name} is prepared on its own: with --backend fsdp or deepspeed, models and "
             "optimizers must be prepared in one call",
         )
+
+
+def _prepare_recreated_optimizers(ctx: Context, scope: Scope) -> None:
+    """``optimizer = torch.optim.Adam(model.parameters(), lr=lr)`` again after the prepare call
+    (a learning rate decayed by rebuilding the optimizer, a second stage after unfreezing):
+    the new optimizer is prepared where it is made, or it would step without the Accelerator
+    (no loss-scale unscaling under fp16, no accumulation, not the engine's optimizer)."""
+    for binding in ctx.model.of_kind(Kind.OPTIMIZER):
+        anchor = ctx.prepared_after.get(binding.name)
+        if binding.scope is not scope or anchor is None:
+            continue
+        if ctx.model.order(binding.statement) <= ctx.model.order(anchor):
+            continue
+        name = binding.name
+        ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
+        ctx.need(binding.statement)
+        ctx.plan.change(binding.line, f"{name} is created again: prepared where it is created")
 
 
 def _prepare_each_value(ctx: Context, binding: Binding) -> None:

@@ -2,7 +2,8 @@
 auxiliary heads) leaves parameters without gradients in those steps, and DDP stops with
 "Expected to have finished reduction in the prior iteration". So does a model class whose
 forward never computes with some of its parameters (``self.dummy_param`` read for its
-``.device``, a layer built and never called). The Accelerator gets the DDP option that lets
+``.device``, a layer built and never called) or uses them only under ``torch.no_grad()`` (a
+frozen backbone). The Accelerator gets the DDP option that lets
 such parameters go: ``find_unused_parameters=True``."""
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _idle_members(ctx: Context) -> None:
         members = ", ".join(f"self.{name} (line {ctx.line(node)})" for name, node in idle)
         ctx.plan.change(
             ctx.line(binding.assign),
-            f"{made_by}'s forward never computes with {members}: DDP told to expect "
+            f"{made_by}'s forward computes no gradient for {members}: DDP told to expect "
             "parameters without gradients (find_unused_parameters=True)",
         )
         return

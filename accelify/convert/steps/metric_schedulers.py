@@ -1,0 +1,79 @@
+"""A scheduler stepped on a metric (``scheduler.step(mean_loss)``: ReduceLROnPlateau) that a
+training loop accumulates from its batches (``losses.append(loss.item())``, ``total +=
+loss.item()``, or the value a helper that trains returns). After conversion each rank computes
+that metric over its own shard, so each decides its own learning rate and the ranks'
+parameters drift apart while every loss still looks fine. The step is left as it is, with a
+review line (an evaluation left per rank is `evaluation`'s; a gathered one is the same on every
+rank and needs nothing)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind
+from accelify.analysis.syntax import dotted, walk
+from accelify.convert.steps.context import Context
+from accelify.convert.steps.evaluation import fed_by, written
+
+
+def run(ctx: Context) -> None:
+    for call in ctx.model.calls:
+        func = call.func
+        if not (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "step"
+            and call.args
+            and ctx.facts.flow.kind_of(dotted(func.value), call) is Kind.SCHEDULER
+        ):
+            continue
+        scope = ctx.model.scope_of(call)
+        fed = fed_by(ctx, scope, _accumulated_in_training(ctx, scope))
+        read = {n.value for a in call.args for n in walk(a.value) if isinstance(n, cst.Name)}
+        if read & fed:
+            ctx.plan.review(
+                ctx.line(call),
+                f"{ctx.code(func.value)}.step(...) reads {', '.join(sorted(read & fed))}, "
+                "accumulated from this rank's training batches: each rank would change its "
+                "learning rate on its own shard's loss and the ranks' parameters drift apart; "
+                f"average it over the ranks first ({ctx.a('reduce')}) or step on a gathered "
+                "evaluation metric",
+            )
+
+
+def _accumulated_in_training(ctx: Context, scope: cst.CSTNode) -> set[str]:
+    """Names of ``scope`` that a training loop in it folds batch values into, and names bound
+    to what a function of the file that trains returns (``train_loss = train_epoch(...)``)."""
+    found: set[str] = set()
+    for loop in ctx.model.loops:
+        if loop.trains and loop.scope is scope:
+            for statement in walk(loop.node.body):
+                if _folds_batch_values(statement):
+                    found |= written(statement)
+    for node in walk(scope):
+        if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
+            continue
+        if ctx.model.scope_of(node) is not scope:
+            continue
+        if any(_trains(ctx, f) for f in ctx.facts.calls.targets(node.value)):
+            for target in node.targets:
+                found |= {n.value for n in walk(target.target) if isinstance(n, cst.Name)}
+    return found
+
+
+#: what a loop folds a batch's value into: ``losses.append(...)``, ``meter.update(...)``
+_FOLDING_METHODS = {"append", "extend", "update", "add"}
+
+
+def _folds_batch_values(node: cst.CSTNode) -> bool:
+    """``total += loss.item()`` or ``losses.append(loss.item())``; not a counter (``step +=
+    1``), not ``optimizer.step()``."""
+    if isinstance(node, cst.AugAssign):
+        return not isinstance(node.value, cst.Integer | cst.Float)
+    if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+        func = node.value.func
+        return isinstance(func, cst.Attribute) and func.attr.value in _FOLDING_METHODS
+    return False
+
+
+def _trains(ctx: Context, function: cst.FunctionDef) -> bool:
+    return any(loop.trains and loop.scope is function for loop in ctx.model.loops)
