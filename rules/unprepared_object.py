@@ -219,6 +219,22 @@ class UnpreparedObject(Rule):
         + "    return total\n"
         + "run_epoch(model, loader, optimizer)\n"
         + "print(run_epoch(model, val_loader, optimizer, train=False))\n",
+        # a loop over loaders[phase] that trains in the "train" phase only: that loader is
+        # prepared, the one it only evaluates is whole on every rank
+        HEADER
+        + _OBJECTS
+        + "loaders = {'train': loader, 'val': torch.utils.data.DataLoader(data, batch_size=8)}\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "loaders['train'] = accelerator.prepare(loaders['train'])\n"
+        + "for phase in ['train', 'val']:\n"
+        + "    total = 0.0\n"
+        + "    for x, y in loaders[phase]:\n"
+        + "        loss = (model(x) - y).pow(2).mean()\n"
+        + "        if phase == 'train':\n"
+        + "            accelerator.backward(loss)\n"
+        + "            optimizer.step()\n"
+        + "        total += loss.item()\n"
+        + "    print(phase, total)\n",
         # the main process alone evaluates on the whole set
         HEADER
         + _OBJECTS
@@ -242,6 +258,8 @@ class UnpreparedObject(Rule):
             if not loop.trains and not _combines_ranks(script, loop):
                 continue  # every rank evaluates the whole set: right, if N times the work
             source = loop.iterable
+            if _trained_phases_prepared(script, loop, prepared):
+                continue  # the phases it only evaluates are whole on every rank: right
             if (
                 source in dataloaders
                 and source not in prepared
@@ -318,6 +336,17 @@ def _combines_ranks(script: ScriptModel, loop: Loop) -> bool:
     return any(
         isinstance(call.func, cst.Attribute) and call.func.attr.value in _COMBINING
         for call in calls_in(script, scope)
+    )
+
+
+def _trained_phases_prepared(script: ScriptModel, loop: Loop, prepared: set[str]) -> bool:
+    """``for x, y in loaders[phase]:`` that trains only in some phases, each of whose loaders
+    is prepared (``loaders["train"] = accelerator.prepare(loaders["train"])``)."""
+    phases = facts_of(script).phase_loaders.get(loop.iterable or "")
+    return (
+        phases is not None
+        and phases.loop is loop
+        and all(f'{phases.loaders}["{key}"]' in prepared for key in phases.trained)
     )
 
 

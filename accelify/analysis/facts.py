@@ -24,7 +24,12 @@ from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.self_training import SelfTraining, self_training_of
 from accelify.analysis.shard_totals import ShardTotal, totals_over_dataset
 from accelify.analysis.shared_files import SharedFiles
-from accelify.analysis.shared_loops import SharedLoopEvaluation, shared_loop_evaluations
+from accelify.analysis.shared_loops import (
+    PhaseLoaders,
+    SharedLoopEvaluation,
+    phase_loaders,
+    shared_loop_evaluations,
+)
 from accelify.analysis.syntax import dotted
 
 
@@ -41,6 +46,11 @@ class Facts:
     def shared_loop_evaluations(self) -> dict[str, SharedLoopEvaluation]:
         """Loaders evaluated only through a loop that trains when its flag says so."""
         return shared_loop_evaluations(self.model, self.placement)
+
+    @cached_property
+    def phase_loaders(self) -> dict[str, PhaseLoaders]:
+        """Dicts of loaders read as ``loaders[phase]`` by a loop that trains in some phases."""
+        return phase_loaders(self.model)
 
     @cached_property
     def print_alias_calls(self) -> set[cst.Call]:

@@ -443,10 +443,22 @@ def _prepare_call(
             target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) else [target]
         )
         outputs += [
-            dotted(e.value if isinstance(e, cst.Element) else e.target) or "" for e in elements
+            _output_name(model, e.value if isinstance(e, cst.Element) else e.target)
+            for e in elements
         ]
     inputs = [dotted(argument.value) or "" for argument in value.args]
     return PrepareCall(value, inputs, outputs, model)
+
+
+def _output_name(model: ScriptModel, target: cst.BaseExpression) -> str:
+    """A name or attribute chain; one entry of a dict as written with double quotes
+    (``loaders["train"]``); else empty."""
+    name = dotted(target)
+    if name is not None:
+        return name
+    if isinstance(target, cst.Subscript) and dotted(target.value) is not None:
+        return model.module.code_for_node(target).replace("'", '"')
+    return ""
 
 
 def _is_prepare(value: cst.BaseExpression, accelerators: set[str]) -> bool:

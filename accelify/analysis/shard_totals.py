@@ -41,6 +41,7 @@ def totals_over_dataset(
         if not totals:
             continue
         sizes = _dataset_sizes(model, loop)
+        phase = _phase(loop)
         for node in walk(loop.scope):
             divided = _divided(node)
             if not (
@@ -48,7 +49,10 @@ def totals_over_dataset(
                 and model.order(node) > model.order(loop.node)
                 and not placement.inside(node, loop.node)
                 and model.scope_of(node) is loop.scope
-                and _is_size(divided[1], loop.iterable, sizes)
+                and (
+                    _is_size(divided[1], loop.iterable, sizes)
+                    or _is_phase_size(model, divided[1], loop.iterable, phase)
+                )
             ):
                 continue
             for name in sorted(_names(divided[0]) & totals):
@@ -103,6 +107,33 @@ def _is_len_of_dataset(node: cst.BaseExpression, loader: str | None) -> bool:
         and len(node.args) == 1
         and dotted(node.args[0].value) == f"{loader}.dataset"
     )
+
+
+def _phase(loop: Loop) -> str | None:
+    """``phase`` of ``for x, y in loaders[phase]:``: each phase reads its own loader."""
+    node = loop.node.iter
+    while isinstance(node, cst.Call) and node.args:
+        node = node.args[0].value
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.Name):
+            return index.value.value
+    return None
+
+
+def _is_phase_size(
+    model: ScriptModel, node: cst.BaseExpression, loaders: str | None, phase: str | None
+) -> bool:
+    """The size of the phase's data set: ``dataset_sizes[phase]``,
+    ``len(loaders[phase].dataset)``."""
+    if phase is None:
+        return False
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        return isinstance(index, cst.Index) and dotted(index.value) == phase
+    if isinstance(node, cst.Call) and dotted(node.func) == "len" and len(node.args) == 1:
+        return model.module.code_for_node(node.args[0].value) == f"{loaders}[{phase}].dataset"
+    return False
 
 
 def _names(node: cst.CSTNode) -> set[str]:

@@ -121,3 +121,72 @@ def _evaluate_value(node: cst.BaseExpression, values: dict[str, object]) -> obje
         items = tuple(_literal(e.value) for e in node.elements if isinstance(e, cst.Element))
         return _UNKNOWN if _UNKNOWN in items else items
     return _literal(node)
+
+
+@dataclass
+class PhaseLoaders:
+    """``for phase in ["train", "val"]: ... for x, y in loaders[phase]:`` whose backward runs
+    under ``if phase == "train":``: the keys of ``loaders`` the loop trains on, and those it
+    only evaluates (no gather fits the loop: it would run in one phase only)."""
+
+    loaders: str
+    loop: Loop
+    phase: str
+    trained: list[str]
+    evaluated: list[str]
+
+
+def phase_loaders(model: ScriptModel) -> dict[str, PhaseLoaders]:
+    """By the name of the dict of loaders; only when every phase's mode is known."""
+    found: dict[str, PhaseLoaders] = {}
+    for loop in model.loops:
+        subscript = _subscript_read(loop.node.iter) if loop.trains else None
+        if subscript is None or loop.iterable is None:
+            continue
+        index = subscript.slice[0].slice if len(subscript.slice) == 1 else None
+        phase = (
+            index.value.value
+            if isinstance(index, cst.Index) and isinstance(index.value, cst.Name)
+            else None
+        )
+        values = _phase_values(model, loop.node, phase) if phase else None
+        tests = _backward_tests(model, loop)
+        read = {n.value for t in tests for n in walk(t) if isinstance(n, cst.Name)}
+        if not values or not tests or read != {phase}:
+            continue
+        trained, evaluated = [], []
+        for value in values:
+            outcomes = {_evaluate(test, {phase: value}) for test in tests}
+            if outcomes == {False}:
+                evaluated.append(value)
+            elif None not in outcomes:
+                trained.append(value)
+            else:
+                break
+        else:
+            if trained and evaluated and loop.iterable not in found:
+                assert phase is not None
+                found[loop.iterable] = PhaseLoaders(loop.iterable, loop, phase, trained, evaluated)
+    return found
+
+
+def _subscript_read(node: cst.BaseExpression) -> cst.Subscript | None:
+    """``loaders[phase]``, also inside ``tqdm(...)`` or ``enumerate(...)``."""
+    while isinstance(node, cst.Call) and node.args:
+        node = node.args[0].value
+    return node if isinstance(node, cst.Subscript) else None
+
+
+def _phase_values(model: ScriptModel, loop: cst.For, phase: str | None) -> list[str] | None:
+    """The string literals of the enclosing ``for phase in ["train", "val"]:``."""
+    for ancestor in model.ancestors(loop):
+        if (
+            isinstance(ancestor, cst.For)
+            and isinstance(ancestor.target, cst.Name)
+            and ancestor.target.value == phase
+        ):
+            if not isinstance(ancestor.iter, (cst.List, cst.Tuple)):
+                return None
+            values = [_literal(e.value) for e in ancestor.iter.elements]
+            return values if all(isinstance(v, str) for v in values) else None  # type: ignore[return-value]
+    return None

@@ -18,7 +18,11 @@ def run(ctx: Context) -> None:
     for loop in ctx.model.loops:
         unprepared = ctx.unprepared_loaders(loop) if loop.trains else []
         # evaluated through this loop with training off: its own review line says why
-        unprepared = [n for n in unprepared if n not in ctx.facts.shared_loop_evaluations]
+        unprepared = [
+            n
+            for n in unprepared
+            if n not in ctx.facts.shared_loop_evaluations and n not in ctx.facts.phase_loaders
+        ]
         if unprepared:
             noted = True
             ctx.plan.review(
@@ -78,9 +82,20 @@ def _totals_over_dataset(ctx: Context) -> None:
     """``running_loss / len(train_loader.dataset)`` over a prepared loader: this rank's sum
     over the whole set's size."""
     for found in ctx.facts.shard_totals:
+        loader = found.loop.iterable
+        phases = ctx.facts.phase_loaders.get(loader or "")
+        if phases is not None and phases.loop is found.loop:  # some phases are prepared
+            trained = ", ".join(f'"{key}"' for key in phases.trained)
+            ctx.plan.review(
+                ctx.line(found.division),
+                f"{found.total} sums this rank's batches in the {trained} phase and is divided "
+                "by the whole set's size: on N ranks it reads about 1/N of the value there "
+                "(the phases evaluated on every rank's whole set are right); gather each "
+                f"batch's values with {ctx.a('gather_for_metrics')} before summing them",
+            )
+            continue
         if ctx.unprepared_loaders(found.loop):
             continue  # every rank reads all of it: the quotient is right
-        loader = found.loop.iterable
         ctx.plan.review(
             ctx.line(found.division),
             f"{found.total} sums this rank's batches of {loader} and is divided by the whole "

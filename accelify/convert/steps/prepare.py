@@ -10,6 +10,7 @@ from accelify.analysis.loops import loop_source
 from accelify.analysis.objects import bound_arguments, callee, is_loader_dict
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
+from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.syntax import dotted, if_chain, is_main_guard, strip_self_methods, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.plan import statement
@@ -408,6 +409,10 @@ def _prepare_recreated_optimizers(ctx: Context, scope: Scope) -> None:
 def _prepare_each_value(ctx: Context, binding: Binding) -> None:
     """``loaders = {"train": DataLoader(...), ...}``: each loader prepared, the dict kept."""
     name = binding.name
+    phases = ctx.facts.phase_loaders.get(name)
+    if phases is not None:
+        _prepare_trained_phases(ctx, binding, phases)
+        return
     taken = names_in_scope(ctx.model, binding.scope)
     key, loader = fresh("key", taken), fresh("loader", taken)
     comprehension = f"{key}: {ctx.a('prepare')}({loader}) for {key}, {loader} in {name}.items()"
@@ -419,6 +424,33 @@ def _prepare_each_value(ctx: Context, binding: Binding) -> None:
     ctx.need(binding.statement)
     ctx.plan.prepared.append(name)
     ctx.plan.change(binding.line, f"each loader of {name} prepared where the dict is created")
+
+
+def _prepare_trained_phases(ctx: Context, binding: Binding, phases: PhaseLoaders) -> None:
+    """The phases a ``loaders[phase]`` loop trains on are prepared; those it only evaluates are
+    left whole, so every rank evaluates all of them and the phase's totals are the set's."""
+    name = binding.name
+    code = "\n".join(
+        f"{name}[{key!r}] = {ctx.a('prepare')}({name}[{key!r}])".replace("'", '"')
+        for key in phases.trained
+    )
+    ctx.plan.insert_after(binding.statement, statement(code))
+    ctx.need(binding.statement)
+    trained = [f'{name}["{key}"]' for key in phases.trained]
+    ctx.plan.prepared.extend(trained)
+    ctx.plan.change(
+        binding.line,
+        f"{', '.join(trained)} prepared where the dict is created (the phase the loop at line "
+        f"{ctx.line(phases.loop.node)} trains on)",
+    )
+    evaluated = ", ".join(f'{name}["{key}"]' for key in phases.evaluated)
+    ctx.plan.review(
+        ctx.line(phases.loop.node),
+        f"{evaluated} is evaluated by this loop, which also trains (its backward runs under "
+        f"`if` on {phases.phase}): no gather fits a loop that runs in both modes, so it is left "
+        "unprepared and every rank evaluates all of it (correct, not sharded); give evaluation "
+        "a loop of its own to shard it and gather there",
+    )
 
 
 def _prepare_code(ctx: Context, order: list[str], anchor: cst.CSTNode) -> str:
