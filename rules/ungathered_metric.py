@@ -3,6 +3,7 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 
 from accelify.analysis.evaluation import first_forward as _first_forward
+from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import Visitor, dotted, target_names, walk
@@ -90,6 +91,16 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # a torchmetrics metric combines the ranks' states itself at compute()
+        HEADER
+        + "import torch\n"
+        + "from torchmetrics.classification import MulticlassAccuracy\n"
+        + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+        + "accuracy = MulticlassAccuracy(num_classes=10).to(accelerator.device)\n"
+        + "with torch.no_grad():\n"
+        + "    for images, labels in eval_loader:\n"
+        + "        accuracy.update(model(images).argmax(1), labels)\n"
+        + "accelerator.print(accuracy.compute())\n",
         # ``outputs.data`` reads the gathered outputs, not the batch named ``data``
         HEADER
         + "import torch\n"
@@ -148,7 +159,8 @@ class UngatheredMetric(Rule):
                 continue
             local = _assigned_in(loop.node.body) | loop.batch_names
             values = _RankValues(script, loop, local, accelerators)
-            accumulation = _first_accumulation(loop, values.this_rank_only)
+            synced = set(self_syncing_metrics(loop, script))
+            accumulation = _first_accumulation(loop, values.this_rank_only, synced)
             if accumulation is None:
                 continue
             target, node = accumulation
@@ -261,10 +273,11 @@ class _RankValues:
 
 
 def _first_accumulation(
-    loop: Loop, this_rank_only: Callable[[cst.CSTNode], bool]
+    loop: Loop, this_rank_only: Callable[[cst.CSTNode], bool], synced: set[cst.Call]
 ) -> tuple[str, cst.CSTNode] | None:
     """The first ``total += <per-batch value>`` or ``total.append(<per-batch value>)`` whose
-    target lives outside the loop and whose value is this rank's alone."""
+    target lives outside the loop and whose value is this rank's alone; not a torchmetrics
+    metric's update (``synced``), which combines the ranks itself."""
     local = _assigned_in(loop.node.body) | loop.batch_names
 
     class Finder(Visitor):
@@ -282,6 +295,7 @@ def _first_accumulation(
                 self.found is None
                 and isinstance(func, cst.Attribute)
                 and func.attr.value in _ACCUMULATING_METHODS
+                and node not in synced
             ):
                 owner = dotted(func.value)
                 inputs = [argument.value for argument in node.args]

@@ -88,6 +88,8 @@ class Evaluation:
     #: under new names that only the metrics read.
     kept_local: cst.Call | None = None
     unsure: str | None = None
+    #: what to do about it, when gathering predictions and labels is not the advice
+    advice: str | None = None
     #: where the reason is: the metric that would stay per-rank, else the forward or the loop.
     unsure_at: cst.CSTNode | None = None
 
@@ -110,6 +112,24 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     local = _assigned_in(loop.node)
     found.sinks = [sink for sink in body if _is_sink(sink, local)]
     forward = first_forward(loop, facts)
+    synced = self_syncing_metrics(loop, model)
+    if synced:
+        # torchmetrics gathers its own states across ranks at compute(): gathered values fed to
+        # it would count every sample N times
+        others = [s for s in found.sinks if not any(within(model, c, s) for c in synced)]
+        found.sinks = others or found.sinks
+        found.already_gathered = not others
+        if others:
+            found.unsure_at = others[0]
+            found.unsure = (
+                f"this loop also feeds {dotted(_metric_of(synced[0]))}, a torchmetrics metric "
+                "that combines the ranks itself at compute(): a gather before it would count "
+                "every sample N times, and without one the other totals cover one rank's shard"
+            )
+            found.advice = (
+                "feed the metric this rank's values and gather only what the other totals read"
+            )
+        return found
     if not found.sinks:
         return found if forward is not None else None
     found.already_gathered = _gathers(loop, facts)
@@ -409,6 +429,39 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
         reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
         return target is not None and target in reads and target not in local
     return False
+
+
+def _metric_of(call: cst.Call) -> cst.BaseExpression:
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in ("update", "forward"):
+        return func.value
+    return func
+
+
+def self_syncing_metrics(loop: Loop, model: ScriptModel) -> list[cst.Call]:
+    """Calls in the loop that feed a torchmetrics metric (``metric.update(preds, y)``,
+    ``metric(preds, y)``): an instance made from ``torchmetrics`` in this file."""
+    found = []
+    for node in walk(loop.node.body):
+        if not isinstance(node, cst.Call):
+            continue
+        name = dotted(_metric_of(node))
+        if name is None:
+            continue
+        for assign in model.index.assignments_to(name):
+            value = assign.value
+            while (  # ``Accuracy(...).to(device)``
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and isinstance(value.func.value, cst.Call)
+            ):
+                value = value.func.value
+            if isinstance(value, cst.Call) and any(
+                q.startswith("torchmetrics.") for q in model.qualified(value.func)
+            ):
+                found.append(node)
+                break
+    return found
 
 
 def _assigned_in(loop: cst.For) -> set[str]:

@@ -24,10 +24,13 @@ def run(ctx: Context) -> None:
         if helper is not None and _gather_in_helper(ctx, helper, gathered_helpers):
             continue
         if evaluation.unsure is not None:
+            advice = evaluation.advice or (
+                f"gather predictions and labels together with {ctx.a('gather_for_metrics')} "
+                "before the metrics"
+            )
             ctx.plan.review(
                 ctx.line(evaluation.line_node),
-                f"evaluation left as is: {evaluation.unsure}; gather predictions and labels "
-                f"together with {ctx.a('gather_for_metrics')} before the metrics",
+                f"evaluation left as is: {evaluation.unsure}; {advice}",
             )
             _metric_driven_steps(ctx, evaluation)
             continue
