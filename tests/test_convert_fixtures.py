@@ -79,10 +79,10 @@ def test_accelerate_target_differs_only_in_the_import(case: Path):
         "from accelify import Accelerator\n", "from accelerate import Accelerator\n"
     )
     expected = expected.replace("from accelify.utils import ", "from accelerate.utils import ")
-    expected = expected.replace(
-        "from accelify import Accelerator, DistributedDataParallelKwargs\n",
-        "from accelerate import Accelerator, DistributedDataParallelKwargs\n",
-    )
+    for names in ("Accelerator, DistributedDataParallelKwargs", "Accelerator, PartialState"):
+        expected = expected.replace(
+            f"from accelify import {names}\n", f"from accelerate import {names}\n"
+        )
     assert theirs == expected
 
 

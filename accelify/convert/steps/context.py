@@ -23,6 +23,7 @@ TARGET_MODULES = {
         "synchronize_rng_states": "accelify",
         "DistributedDataParallelKwargs": "accelify",
         "broadcast": "accelify.utils",
+        "PartialState": "accelify",
     },
     "accelerate": {
         "Accelerator": "accelerate",
@@ -30,6 +31,7 @@ TARGET_MODULES = {
         "synchronize_rng_states": "accelerate.utils",
         "DistributedDataParallelKwargs": "accelerate",
         "broadcast": "accelerate.utils",
+        "PartialState": "accelerate",
     },
 }
 

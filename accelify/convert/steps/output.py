@@ -20,6 +20,9 @@ def run(ctx: Context) -> None:
             continue  # ``tqdm.write(s, nolock=True)``: not a print the Accelerator's takes
         if qualified & names.PRINT and not ctx.facts.ranks.under_rank_guard(call):
             outside = ctx.instance_outside_class(call)
+            if outside is None and not ctx.plan.reaches(call):
+                _print_through_the_process_state(ctx, call)
+                continue
             acc = ctx.acc if outside is None else f"{outside}.accelerator"
             ctx.plan.add(
                 rewrites.print_once(call, acc),
@@ -40,6 +43,20 @@ def run(ctx: Context) -> None:
                 "progress bar shown on the local main process only",
             )
             ctx.need(call)
+
+
+def _print_through_the_process_state(ctx: Context, call: cst.Call) -> None:
+    """A print where ``self.accelerator`` cannot be reached (``print(Trainer(...).fit())`` in
+    ``main``): ``PartialState()`` is the same process state the Accelerator holds, and prints
+    on the local main process as ``accelerator.print`` does."""
+    ctx.plan.add(
+        rewrites.print_once(call, "PartialState()"),
+        line=ctx.line(call),
+        text=f"{ctx.code(call.func)} -> PartialState().print (local main process only)",
+        anywhere=True,
+    )
+    if "PartialState" not in ctx.uses:
+        ctx.uses.append("PartialState")
 
 
 def _print_arguments(call: cst.Call) -> bool:
