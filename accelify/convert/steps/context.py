@@ -218,16 +218,35 @@ class Context:
     def guard_main_process(self, node: cst.CSTNode, text: str) -> None:
         """``node`` under ``if accelerator.is_main_process:`` (``trainer.accelerator`` outside
         the class that owns it, through an instance the scope made)."""
-        outside = self.instance_outside_class(node)
-        acc = self.acc if outside is None else f"{outside}.accelerator"
+        acc = self.accelerator_at(node)
         self.plan.add(
             rewrites.main_process_only(node, acc),
             line=self.line(node),
             text=text.replace(self.acc, acc),
-            anywhere=outside is not None,
+            anywhere=acc != self.acc,
         )
-        if outside is None:
+        if acc == self.acc:
             self.need(node)
+
+    def accelerator_at(self, node: cst.CSTNode) -> str:
+        """What stands for the accelerator at ``node``: ``self.acc``; outside the class that
+        owns ``self.accelerator``, the instance the scope made (``trainer.accelerator``), else
+        the process state (`process_state`). Code that reads another than ``self.acc`` is
+        planned ``anywhere`` and needs no accelerator created for it."""
+        outside = self.instance_outside_class(node)
+        if outside is not None:
+            return f"{outside}.accelerator"
+        if not self.plan.reaches(node):
+            return self.process_state()
+        return self.acc
+
+    def process_state(self) -> str:
+        """``PartialState()``: where ``self.accelerator`` cannot be reached and no instance is
+        named (``best = Trainer(...).fit()`` in ``main``), the same process state, for what
+        needs no Accelerator (prints, ``is_main_process``, ``wait_for_everyone``)."""
+        if "PartialState" not in self.uses:
+            self.uses.append("PartialState")
+        return "PartialState()"
 
     def after_prepare(self, node: cst.CSTNode, name: str | None = None) -> bool:
         """``node`` runs after the prepare call (of ``name``, when given)."""

@@ -19,18 +19,14 @@ def run(ctx: Context) -> None:
         if qualified & names.PRINT and not _print_arguments(call):
             continue  # ``tqdm.write(s, nolock=True)``: not a print the Accelerator's takes
         if qualified & names.PRINT and not ctx.facts.ranks.under_rank_guard(call):
-            outside = ctx.instance_outside_class(call)
-            if outside is None and not ctx.plan.reaches(call):
-                _print_through_the_process_state(ctx, call)
-                continue
-            acc = ctx.acc if outside is None else f"{outside}.accelerator"
+            acc = ctx.accelerator_at(call)
             ctx.plan.add(
                 rewrites.print_once(call, acc),
                 line=ctx.line(call),
                 text=f"{ctx.code(call.func)} -> {acc}.print (local main process only)",
-                anywhere=outside is not None,  # reached through the instance
+                anywhere=acc != ctx.acc,  # reached through the instance or the process state
             )
-            if outside is None:
+            if acc == ctx.acc:
                 ctx.need(call)
         elif qualified & names.TQDM and not any(
             a.keyword and a.keyword.value == "disable" for a in call.args
@@ -43,20 +39,6 @@ def run(ctx: Context) -> None:
                 "progress bar shown on the local main process only",
             )
             ctx.need(call)
-
-
-def _print_through_the_process_state(ctx: Context, call: cst.Call) -> None:
-    """A print where ``self.accelerator`` cannot be reached (``print(Trainer(...).fit())`` in
-    ``main``): ``PartialState()`` is the same process state the Accelerator holds, and prints
-    on the local main process as ``accelerator.print`` does."""
-    ctx.plan.add(
-        rewrites.print_once(call, "PartialState()"),
-        line=ctx.line(call),
-        text=f"{ctx.code(call.func)} -> PartialState().print (local main process only)",
-        anywhere=True,
-    )
-    if "PartialState" not in ctx.uses:
-        ctx.uses.append("PartialState")
 
 
 def _print_arguments(call: cst.Call) -> bool:

@@ -28,6 +28,9 @@ def run(ctx: Context) -> None:
         if outside is not None:
             _save_through_instance(ctx, call, outside, barriers)
             continue
+        if not ctx.plan.reaches(call):
+            _save_on_the_main_process(ctx, line_statement, call, barriers)
+            continue
         ctx.plan.add(
             *rewrites.save(call, ctx.acc, barriers),
             line=ctx.line(call),
@@ -36,6 +39,22 @@ def run(ctx: Context) -> None:
         ctx.need(call)
         for anchor in barriers:
             ctx.need(anchor)
+
+
+def _save_on_the_main_process(
+    ctx: Context, line_statement: cst.CSTNode, call: cst.Call, barriers: list[cst.CSTNode]
+) -> None:
+    """``torch.save(...)`` where ``self.accelerator`` cannot be reached and no instance is
+    named: kept as it is, under ``if PartialState().is_main_process:``, after the same
+    barriers (the process state has both, not ``save``)."""
+    state = ctx.process_state()
+    ctx.plan.add(
+        rewrites.main_process_only(line_statement, state),
+        *(rewrites.barrier(anchor, state) for anchor in barriers),
+        line=ctx.line(call),
+        text=f"torch.save on the main process only (if {state}.is_main_process:)",
+        anywhere=True,
+    )
 
 
 def _save_through_instance(

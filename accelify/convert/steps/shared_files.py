@@ -100,12 +100,11 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
     accelerators = []
     for place in places:
         # Outside the class that owns ``self.accelerator``: through the instance the scope made
-        # (``trainer.accelerator.wait_for_everyone()``), as its prints are.
-        outside = ctx.instance_outside_class(place)
-        acc = ctx.acc if outside is None else f"{outside}.accelerator"
+        # (``trainer.accelerator.wait_for_everyone()``) or the process state, as prints are.
+        acc = ctx.accelerator_at(place)
         accelerators.append(acc)
-        ctx.plan.add(rewrites.barrier(place, acc), anywhere=outside is not None)
-        if outside is None:
+        ctx.plan.add(rewrites.barrier(place, acc), anywhere=acc != ctx.acc)
+        if acc == ctx.acc:
             ctx.need(place)
     code = f"{accelerators[0] if accelerators else ctx.acc}.wait_for_everyone()"
     ctx.plan.change(

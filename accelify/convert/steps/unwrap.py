@@ -112,6 +112,8 @@ def _attributes(ctx: Context) -> None:
             continue
         if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
             continue
+        if _module_outside_the_class(ctx, dotted(owner) or "", attribute):
+            continue
         unwrap(
             ctx,
             owner,
@@ -119,6 +121,22 @@ def _attributes(ctx: Context) -> None:
             f"{dotted(owner)}.{member} -> {ctx.a('unwrap_model')}({dotted(owner)}).{member}",
             gives_way_to=[owner],  # ``model.module`` already unwrapped
         )
+
+
+def _module_outside_the_class(ctx: Context, name: str, node: cst.CSTNode) -> bool:
+    """``model.state_dict()`` in ``main`` after ``Trainer(model, ...).fit()``: outside the
+    class that owns ``self.accelerator``, a plain name the class did not hand back (no
+    assignment from one of its methods) is the module itself; the class's own attribute is
+    what ``prepare`` wrapped."""
+    if ctx.plan.reaches(node) or "." in name:
+        return False
+    scope = ctx.model.scope_of(node)
+    for assign in ctx.model.index.assignments_to(name):
+        if ctx.model.scope_of(assign) is not scope or not isinstance(assign.value, cst.Call):
+            continue
+        if any(ctx.plan.reaches(f) for f in ctx.facts.calls.targets(assign.value)):
+            return False
+    return True
 
 
 def forwards_outside_the_wrapper(ctx: Context) -> bool:
