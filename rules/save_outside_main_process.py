@@ -112,6 +112,10 @@ class SaveOutsideMainProcess(Rule):
         ),
     )
     good = (
+        # pytorch-accelerated: the trainer's run config says which process is the main one
+        HEADER
+        + "import torch\n"
+        + "if run_config.is_world_process_zero:\n    torch.save(metadata, 'meta.pt')\n",
         HEADER + "accelerator.save(state, 'ckpt.pt')\n",
         HEADER
         + "import torch\nif accelerator.is_main_process:\n    torch.save(state, 'ckpt.pt')\n",

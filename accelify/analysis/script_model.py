@@ -37,7 +37,9 @@ if TYPE_CHECKING:
     from accelify.analysis.call_graph import CallGraph
 
 Scope = cst.Module | cst.FunctionDef
-RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
+#: Words a rank test reads: ``is_main_process``, ``rank == 0``, ``is_world_process_zero`` (HF
+#: Trainer's and trainer libraries' name for the main process).
+RANK_WORDS = ("rank", "main_process", "is_master", "master_process", "process_zero")
 #: A model's method that builds its optimizer, by convention (nanoGPT, PyTorch Lightning).
 OPTIMIZER_METHODS = {"configure_optimizers"}
 
