@@ -1,6 +1,7 @@
 from collections.abc import Iterator
 
 from accelify.analysis import names
+from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.script_model import ScriptModel
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
@@ -38,7 +39,7 @@ class TorchClipGrad(Rule):
         for call in calls(script):
             for qualified in script.call_names(call):
                 method = names.CLIP_FUNCTIONS.get(qualified)
-                if method:
+                if method and not without_accelerator(script, call):
                     acc = accelerator_at(script, call)
                     clip = rewrites.clip_grad(call, acc, method) if acc is not None else None
                     yield self.finding(script, call, None if clip is None else Plan.of(clip))
