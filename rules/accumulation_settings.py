@@ -35,6 +35,17 @@ class AccumulationSettings(Rule):
         ),
     )
     good = (
+        # LLaMA-Factory's DeepSpeed engine: its callers (another module) drive the boundary
+        _IMPORT
+        + "class DeepSpeedEngine:\n"
+        + "    def __init__(self, plugin, micro_batches):\n"
+        + "        self.accelerator = Accelerator(\n"
+        + "            deepspeed_plugin=plugin, gradient_accumulation_steps=micro_batches\n"
+        + "        )\n\n"
+        + "    def prepare(self, model, optimizer):\n"
+        + "        return self.accelerator.prepare(model, optimizer)\n\n"
+        + "    def backward(self, loss):\n"
+        + "        self.accelerator.backward(loss)\n",
         # an inference script passing the setting as boilerplate: no backward, nothing shrinks
         _IMPORT
         + "accelerator = Accelerator(gradient_accumulation_steps=args.accumulation_steps)\n"
