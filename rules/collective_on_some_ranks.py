@@ -64,6 +64,15 @@ class CollectiveOnSomeRanks(Rule):
             6,
             5,
         ),
+        # SimpleTuner's rolling checkpoint: the guard lets DeepSpeed's ranks in, not FSDP's
+        Example(
+            _HF
+            + "if config.fsdp_enable:\n    plugin = make_fsdp_plugin(config)\n"
+            + "if accelerator.is_main_process or config.use_deepspeed_optimizer:\n"
+            + "    accelerator.save_state('rolling')\n",
+            6,
+            5,
+        ),
         # DeepSpeed turned on through the script's own flag: the first checkpoint hangs
         Example(
             _HF
@@ -107,6 +116,11 @@ class CollectiveOnSomeRanks(Rule):
     )
     good = (
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",
+        # SimpleTuner: the guard lets every rank in on the engines the script's flags turn on
+        _HF
+        + "if config.fsdp_enable:\n    plugin = make_fsdp_plugin(config)\n"
+        + "if accelerator.is_main_process or config.use_deepspeed or config.fsdp_enable:\n"
+        + "    accelerator.save_state('ckpt')\n",
         # FSDP named only to refuse it: get_state_dict gathers nothing on the backends left
         _HF
         + "assert accelerator.distributed_type != DistributedType.FSDP, 'not supported'\n"

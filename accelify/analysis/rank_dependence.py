@@ -299,6 +299,9 @@ def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
     plugin = _plugin_backends(test)
     if plugin is not None:
         return plugin
+    flag = _backend_flag(test)
+    if flag is not None:
+        return flag
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return None
     comparison = test.comparisons[0]
@@ -320,6 +323,20 @@ def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
         return named_backends
     if isinstance(comparison.operator, (cst.NotEqual, cst.NotIn)):
         return EVERY_BACKEND - named_backends
+    return None
+
+
+def _backend_flag(node: cst.BaseExpression) -> frozenset[str] | None:
+    """The script's own switch for an engine (``args.use_deepspeed``, ``config.fsdp_enable``,
+    ``self.config.use_deepspeed_optimizer``): set, the run is on that engine. A setting, not a
+    call: ``is_deepspeed_available()`` says the package is installed, not that it runs."""
+    if not isinstance(node, (cst.Name, cst.Attribute)):
+        return None
+    name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
+    if "deepspeed" in name:
+        return frozenset({DEEPSPEED, ZERO3})
+    if "fsdp" in name:
+        return frozenset({FSDP})
     return None
 
 
