@@ -193,5 +193,6 @@ def _accelerator_present(test: cst.BaseExpression, accelerators: set[str]) -> bo
 
 
 def _is_accelerator(node: cst.BaseExpression, accelerators: set[str]) -> bool:
-    name = dotted(node)
-    return name is not None and (name in accelerators or _named_accelerator(name))
+    """One of the file's accelerators itself: not a setting about one
+    (``self.config.disable_accelerator``)."""
+    return dotted(node) in accelerators

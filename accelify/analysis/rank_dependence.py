@@ -327,11 +327,12 @@ def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
 
 
 def _backend_flag(node: cst.BaseExpression) -> frozenset[str] | None:
-    """The script's own switch for an engine (``args.use_deepspeed``, ``config.fsdp_enable``,
-    ``self.config.use_deepspeed_optimizer``): set, the run is on that engine. A setting, not a
+    """The script's own switch for an engine, a setting's attribute (``args.use_deepspeed``,
+    ``config.fsdp_enable``, ``self.config.use_deepspeed_optimizer``): set, the run is on that
+    engine. A setting, not a
     call: ``is_deepspeed_available()`` says the package is installed, not that it runs."""
-    if not isinstance(node, (cst.Name, cst.Attribute)):
-        return None
+    if not isinstance(node, cst.Attribute):
+        return None  # a local (``is_fsdp_lora``) is read through what it was set to
     name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
     if "deepspeed" in name:
         return frozenset({DEEPSPEED, ZERO3})
