@@ -116,6 +116,12 @@ class CollectiveOnSomeRanks(Rule):
     )
     good = (
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",
+        # instructlab: the main process saves only on the engines the first branch leaves out
+        _HF
+        + "is_fsdp = accelerator.distributed_type == DistributedType.FSDP\n"
+        + "if is_fsdp:\n    save_sharded(accelerator, model)\n"
+        + "elif accelerator.is_main_process:\n"
+        + "    accelerator.save_model(model, 'out')\n",
         # SimpleTuner: the guard lets every rank in on the engines the script's flags turn on
         _HF
         + "if config.fsdp_enable:\n    plugin = make_fsdp_plugin(config)\n"

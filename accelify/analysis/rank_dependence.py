@@ -203,6 +203,17 @@ class BackendGuards:
             agreed &= truth.agree
         return agreed
 
+    def reached_by_none(
+        self, node: cst.CSTNode, within: cst.CSTNode | None = None
+    ) -> frozenset[str]:
+        """The backends on which no rank reaches ``node``: ``elif accelerator.is_main_process:``
+        after ``if is_fsdp:`` is never entered under FSDP, so a collective there cannot leave
+        FSDP's ranks waiting."""
+        unreached: frozenset[str] = frozenset()
+        for truth, in_body in self._branches_around(node, within):
+            unreached |= truth.false if in_body else truth.true
+        return unreached
+
     def entered_by_all(
         self, node: cst.CSTNode, within: cst.CSTNode | None = None
     ) -> frozenset[str]:
