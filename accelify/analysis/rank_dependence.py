@@ -267,6 +267,15 @@ class BackendGuards:
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             inner = self.truth(test.expression, depth)
             return _Truth(inner.agree, inner.false, inner.true)
+        single = _single_process_test(test)
+        if single is not None:
+            # ``if world_size <= 1:`` is entered by a run of one process only: there no write
+            # is repeated and no collective waits; its ``else`` is every rank of a larger run
+            return (
+                _Truth(EVERY_BACKEND, frozenset(), EVERY_BACKEND)
+                if single
+                else _Truth(EVERY_BACKEND, EVERY_BACKEND, frozenset())
+            )
         backends = _backend_test(test)
         if backends is not None:
             return _Truth(EVERY_BACKEND, backends, EVERY_BACKEND - backends)
@@ -334,6 +343,32 @@ def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
         return named_backends
     if isinstance(comparison.operator, (cst.NotEqual, cst.NotIn)):
         return EVERY_BACKEND - named_backends
+    return None
+
+
+_PROCESS_COUNTS = ("world_size", "num_processes")
+
+
+def _single_process_test(test: cst.BaseExpression) -> bool | None:
+    """``world_size <= 1`` / ``num_processes == 1`` (True: one process), ``world_size > 1`` /
+    ``num_processes != 1`` (False: several); None for any other test."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    count = (dotted(test.left) or "").rsplit(".", 1)[-1]
+    comparison = test.comparisons[0]
+    bound = comparison.comparator
+    if count not in _PROCESS_COUNTS or not isinstance(bound, cst.Integer):
+        return None
+    value = bound.evaluated_value
+    operator = comparison.operator
+    if (isinstance(operator, (cst.LessThanEqual, cst.Equal)) and value == 1) or (
+        isinstance(operator, cst.LessThan) and value == 2
+    ):
+        return True
+    if (isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and value == 1) or (
+        isinstance(operator, cst.GreaterThanEqual) and value == 2
+    ):
+        return False
     return None
 
 

@@ -38,8 +38,18 @@ if TYPE_CHECKING:
 
 Scope = cst.Module | cst.FunctionDef
 #: Words a rank test reads: ``is_main_process``, ``rank == 0``, ``is_world_process_zero`` (HF
-#: Trainer's and trainer libraries' name for the main process).
-RANK_WORDS = ("rank", "main_process", "is_master", "master_process", "process_zero")
+#: Trainer's and trainer libraries' name for the main process), ``args.should_save`` (HF
+#: TrainingArguments': true on the process that saves; not ``control.should_save``, a step flag
+#: every rank shares).
+RANK_WORDS = (
+    "rank",
+    "main_process",
+    "is_master",
+    "master_process",
+    "process_zero",
+    "args.should_save",
+    "args.should_log",
+)
 #: A model's method that builds its optimizer, by convention (nanoGPT, PyTorch Lightning).
 OPTIMIZER_METHODS = {"configure_optimizers"}
 
