@@ -115,6 +115,13 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # axolotl's GRPO trainer: rank0_only is a mode every rank shares, not a rank test
+        _HF
+        + "from accelerate.utils import gather_object\n\n\n"
+        + "def generate(inputs, rank0_only=False):\n"
+        + "    if rank0_only:\n        return generate_on_main(inputs)\n"
+        + "    return gather_object(inputs)\n\n\n"
+        + "generate(batch)\n",
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",
         # instructlab: the main process saves only on the engines the first branch leaves out
         _HF

@@ -235,8 +235,10 @@ def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> boo
     backwards = [call for call in model.calls if _method(call) == "backward"]
     if not backwards:
         return False
-    if any(_method(call) in ("accumulate", "no_sync") for call in model.calls):
-        return False
+    if any(_method(call) in ("accumulate", "no_sync") for call in model.calls) or any(
+        node.attr.value in ("accumulate", "no_sync") for node in model.member_uses
+    ):
+        return False  # also ``ctx = model.no_sync if ... else nullcontext`` (parler-tts)
     if any(_multiplied_back(call, steps_code, model) for call in backwards):
         return False
     steps = [

@@ -217,7 +217,7 @@ class ScriptModel:
     def mentions_rank(self, text: str) -> bool:
         """The text of a test reads the rank: a rank word (``is_main_process``, ``rank``) or a
         name of the file's that stands for one (`rank_aliases`)."""
-        if any(word in text for word in RANK_WORDS):
+        if _has_rank_word(text):
             return True
         pattern = self._rank_alias_pattern
         return pattern is not None and pattern.search(text) is not None
@@ -386,8 +386,22 @@ def _alias_pattern(aliases: set[str] | frozenset[str]) -> re.Pattern[str] | None
     return re.compile(rf"(?:(?<![\w.])|(?<=\bself\.))(?:{names_})\b")
 
 
+_IDENTIFIERS = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def _has_rank_word(text: str) -> bool:
+    """A name in ``text`` holds a rank word, and is not a mode flag (``rank0_only``,
+    ``main_process_only``: a setting every rank shares, saying who does the work)."""
+    if not any(word in text for word in RANK_WORDS):
+        return False  # most tests: no rank word at all, no tokenising
+    return any(
+        any(word in token for word in RANK_WORDS) and not token.endswith("_only")
+        for token in _IDENTIFIERS.findall(text)
+    )
+
+
 def _reads_rank(text: str, aliases: re.Pattern[str] | None) -> bool:
-    if any(word in text for word in RANK_WORDS):
+    if _has_rank_word(text):
         return True
     return aliases is not None and aliases.search(text) is not None
 
