@@ -115,6 +115,12 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # instructlab: LoRA under FSDP is saved elsewhere; this branch never runs under FSDP
+        _HF
+        + "is_fsdp_lora = is_lora and accelerator.distributed_type == DistributedType.FSDP\n"
+        + "if not is_fsdp_lora and accelerator.is_main_process:\n"
+        + "    if is_lora:\n"
+        + "        accelerator.save_model(model, 'out')\n",
         # axolotl's GRPO trainer: rank0_only is a mode every rank shares, not a rank test
         _HF
         + "from accelerate.utils import gather_object\n\n\n"
