@@ -35,6 +35,28 @@ class AccumulationSettings(Rule):
         ),
     )
     good = (
+        # parler-tts: accumulation by hand, no_sync chosen per micro-batch into a variable
+        _IMPORT
+        + "import contextlib\n"
+        + "accelerator = Accelerator(gradient_accumulation_steps=args.steps)\n"
+        + "for samples in steps:\n"
+        + "    for i, batch in enumerate(samples):\n"
+        + "        last = i == len(samples) - 1\n"
+        + "        ctx = contextlib.nullcontext if last else model.no_sync\n"
+        + "        with ctx():\n"
+        + "            accelerator.backward(train_step(batch))\n"
+        + "    optimizer.step()\n",
+        # LLaMA-Factory's DeepSpeed engine: its callers (another module) drive the boundary
+        _IMPORT
+        + "class DeepSpeedEngine:\n"
+        + "    def __init__(self, plugin, micro_batches):\n"
+        + "        self.accelerator = Accelerator(\n"
+        + "            deepspeed_plugin=plugin, gradient_accumulation_steps=micro_batches\n"
+        + "        )\n\n"
+        + "    def prepare(self, model, optimizer):\n"
+        + "        return self.accelerator.prepare(model, optimizer)\n\n"
+        + "    def backward(self, loss):\n"
+        + "        self.accelerator.backward(loss)\n",
         # an inference script passing the setting as boilerplate: no backward, nothing shrinks
         _IMPORT
         + "accelerator = Accelerator(gradient_accumulation_steps=args.accumulation_steps)\n"

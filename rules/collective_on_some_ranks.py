@@ -64,6 +64,15 @@ class CollectiveOnSomeRanks(Rule):
             6,
             5,
         ),
+        # SimpleTuner's rolling checkpoint: the guard lets DeepSpeed's ranks in, not FSDP's
+        Example(
+            _HF
+            + "if config.fsdp_enable:\n    plugin = make_fsdp_plugin(config)\n"
+            + "if accelerator.is_main_process or config.use_deepspeed_optimizer:\n"
+            + "    accelerator.save_state('rolling')\n",
+            6,
+            5,
+        ),
         # DeepSpeed turned on through the script's own flag: the first checkpoint hangs
         Example(
             _HF
@@ -106,7 +115,31 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # instructlab: LoRA under FSDP is saved elsewhere; this branch never runs under FSDP
+        _HF
+        + "is_fsdp_lora = is_lora and accelerator.distributed_type == DistributedType.FSDP\n"
+        + "if not is_fsdp_lora and accelerator.is_main_process:\n"
+        + "    if is_lora:\n"
+        + "        accelerator.save_model(model, 'out')\n",
+        # axolotl's GRPO trainer: rank0_only is a mode every rank shares, not a rank test
+        _HF
+        + "from accelerate.utils import gather_object\n\n\n"
+        + "def generate(inputs, rank0_only=False):\n"
+        + "    if rank0_only:\n        return generate_on_main(inputs)\n"
+        + "    return gather_object(inputs)\n\n\n"
+        + "generate(batch)\n",
         HEADER + "accelerator.wait_for_everyone()\nif accelerator.is_main_process:\n    print(1)\n",
+        # instructlab: the main process saves only on the engines the first branch leaves out
+        _HF
+        + "is_fsdp = accelerator.distributed_type == DistributedType.FSDP\n"
+        + "if is_fsdp:\n    save_sharded(accelerator, model)\n"
+        + "elif accelerator.is_main_process:\n"
+        + "    accelerator.save_model(model, 'out')\n",
+        # SimpleTuner: the guard lets every rank in on the engines the script's flags turn on
+        _HF
+        + "if config.fsdp_enable:\n    plugin = make_fsdp_plugin(config)\n"
+        + "if accelerator.is_main_process or config.use_deepspeed or config.fsdp_enable:\n"
+        + "    accelerator.save_state('ckpt')\n",
         # FSDP named only to refuse it: get_state_dict gathers nothing on the backends left
         _HF
         + "assert accelerator.distributed_type != DistributedType.FSDP, 'not supported'\n"

@@ -2,6 +2,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.accelerator_objects import without_accelerator
+from accelify.analysis.device_moves import chosen_beside_accelerator_device
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
@@ -56,11 +58,20 @@ class HardCodedCuda(Rule):
         HEADER + 'cpu = torch.device("cpu")\n',
         HEADER + 'mask = torch.ones(4, device="cuda")\n',
         HEADER + "mask = torch.ones(4).cuda()\n",
+        # trl's PPOTrainer: a model split over the GPUs by device_map starts on GPU 0
+        HEADER
+        + "import torch\n"
+        + 'if not getattr(model, "is_sequential_parallel", False):\n'
+        + "    current_device = accelerator.device\n"
+        + "else:\n"
+        + '    current_device = torch.device("cuda:0")\n',
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         also_cpu = _must_run_without_cuda(script)
         for call in calls(script):
+            if without_accelerator(script, call) or chosen_beside_accelerator_device(script, call):
+                continue  # no accelerator there, or a fixed GPU chosen where its device cannot be
             if "torch.device" in script.call_names(call) and _names_gpu(call, also_cpu):
                 yield self.finding(script, call, _use_accelerator_device(script, call))
                 continue

@@ -1,6 +1,8 @@
 from collections.abc import Iterator
 
+from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.facts import facts_of
+from accelify.analysis.precision import apex_scaled_backward
 from accelify.analysis.script_model import ScriptModel
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
@@ -13,7 +15,9 @@ class LossBackward(Rule):
 
     A model that trains itself (its own method runs the backward and steps an optimizer the
     model holds, which ``prepare`` never sees) keeps ``loss.backward()``: the Accelerator's
-    scaling and division would reach an optimizer that never undoes them."""
+    scaling and division would reach an optimizer that never undoes them. So do the branch that
+    runs without an accelerator (``else`` of ``if self.accelerator is not None:``) and apex's
+    ``with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()``."""
 
     code = "ACC301"
     name = "loss-backward"
@@ -48,6 +52,24 @@ class LossBackward(Rule):
         + '            param.grad = accelerator.reduce(param.grad, "mean")\n'
         + "        self.opt.step()\n"
         + "layer = Layer(4, 4)\n",
+        # torchdistill: a training box that runs with or without an accelerator
+        "class Box:\n"
+        + "    def __init__(self, accelerator=None):\n"
+        + "        self.accelerator = accelerator\n"
+        + "    def post_forward(self, loss):\n"
+        + "        if self.accelerator is not None:\n"
+        + "            self.accelerator.backward(loss)\n"
+        + "        else:\n"
+        + "            loss.backward()\n",
+        # trl's online trainers: HF Trainer's apex branch
+        "from apex import amp\n"
+        + "class OnlineTrainer:\n"
+        + "    def training_step(self, loss):\n"
+        + "        if self.use_apex:\n"
+        + "            with amp.scale_loss(loss, self.optimizer) as scaled_loss:\n"
+        + "                scaled_loss.backward()\n"
+        + "        else:\n"
+        + "            self.accelerator.backward(loss)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -55,6 +77,8 @@ class LossBackward(Rule):
         for call in script.backward_calls:
             if facts.trains_itself(call):
                 continue  # the model's own optimizer: nothing would undo the scaling
+            if without_accelerator(script, call) or apex_scaled_backward(script, call):
+                continue  # the path without an accelerator, or apex's own scaled backward
             acc = accelerator_at(script, call)
             if acc is None:
                 yield self.finding(script, call)

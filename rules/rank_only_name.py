@@ -31,6 +31,12 @@ class RankOnlyName(Rule):
         ),
     )
     good = (
+        # lerobot: the main process builds the dataset first, the others after the barrier
+        HEADER
+        + "if accelerator.is_main_process:\n    dataset = make_dataset(cfg)\n"
+        + "accelerator.wait_for_everyone()\n"
+        + "if not accelerator.is_main_process:\n    dataset = make_dataset(cfg)\n"
+        + "policy = make_policy(dataset.meta)\n",
         HEADER
         + "result = {}\nif accelerator.is_main_process:\n    result = {'loss': loss.item()}\n"
         + "accelerator.log(result)\n",

@@ -112,6 +112,17 @@ class SaveOutsideMainProcess(Rule):
         ),
     )
     good = (
+        # HF Trainer: a one-process run saves its RNG state, a larger run one file per rank;
+        # the optimizer is saved by the process TrainingArguments says saves
+        HEADER
+        + "import torch\n"
+        + "if args.world_size <= 1:\n    torch.save(rng_states, 'rng_state.pth')\n"
+        + "else:\n    torch.save(rng_states, f'rng_state_{args.process_index}.pth')\n"
+        + "if args.should_save:\n    torch.save(optimizer.state_dict(), 'optimizer.pt')\n",
+        # pytorch-accelerated: the trainer's run config says which process is the main one
+        HEADER
+        + "import torch\n"
+        + "if run_config.is_world_process_zero:\n    torch.save(metadata, 'meta.pt')\n",
         HEADER + "accelerator.save(state, 'ckpt.pt')\n",
         HEADER
         + "import torch\nif accelerator.is_main_process:\n    torch.save(state, 'ckpt.pt')\n",

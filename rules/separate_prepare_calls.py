@@ -1,5 +1,8 @@
 from collections.abc import Iterator
 
+import libcst as cst
+
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
 from accelify.lint.rule import HEADER, Example, Finding, Rule, optimizer_models
 
@@ -35,6 +38,15 @@ class SeparatePrepareCalls(Rule):
         ),
     )
     good = (
+        # two trainers in one file: each prepares its own model with its own `optimizer`
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "class Box:\n"
+        + "    def __init__(self, model, optimizer, accelerator):\n"
+        + "        self.model, self.optimizer = accelerator.prepare(model, optimizer)\n\n\n"
+        + "def train(policy):\n"
+        + "    accelerator = Accelerator()\n"
+        + "    optimizer = torch.optim.AdamW(policy.parameters())\n"
+        + "    policy, optimizer = accelerator.prepare(policy, optimizer)\n",
         HEADER
         + "import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         + "model, optimizer = accelerator.prepare(model, optimizer)\n",
@@ -54,6 +66,8 @@ class SeparatePrepareCalls(Rule):
         built = {b.name: script.order(b.assign) for b in script.of_kind(Kind.OPTIMIZER)}
         for call in script.prepare_calls:
             for optimizer, models in owners.items():
+                if not _built_where_prepared(script, optimizer, call.call):
+                    continue  # another function's optimizer that happens to share the name
                 apart = optimizer in call.inputs and not models & set(call.inputs)
                 if not apart:
                     continue
@@ -71,4 +85,25 @@ def _built_from_prepared(
     model's parameters: the order FSDP documents, bound to the sharded parameters."""
     return built is not None and all(
         script.order(prepare.call) < built and models & set(prepare.outputs) for prepare in prepares
+    )
+
+
+def _built_where_prepared(script: ScriptModel, optimizer: str, prepare: cst.Call) -> bool:
+    """An optimizer of that name is built where ``prepare`` can see it: in its function or at
+    module level, or (``self.optimizer``) in its class. A file with several trainers reuses
+    the name ``optimizer`` for optimizers of different models."""
+    placement = facts_of(script).placement
+    bindings = [b for b in script.of_kind(Kind.OPTIMIZER) if b.name == optimizer]
+    if not bindings:
+        return True  # received, not built here: the owners' table is all there is
+    scope = script.scope_of(prepare)
+    return any(
+        b.scope is scope
+        or isinstance(b.scope, cst.Module)
+        or (
+            optimizer.startswith("self.")
+            and placement.class_of(b.scope) is not None
+            and placement.class_of(b.scope) is placement.class_of(prepare)
+        )
+        for b in bindings
     )

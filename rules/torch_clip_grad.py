@@ -1,6 +1,9 @@
 from collections.abc import Iterator
 
+import libcst as cst
+
 from accelify.analysis import names
+from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.script_model import ScriptModel
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
@@ -12,7 +15,11 @@ _IMPORT_VALUE = "from torch.nn.utils import clip_grad_value_\n"
 class TorchClipGrad(Rule):
     """``torch.nn.utils.clip_grad_norm_`` on gradients the Accelerator manages: under fp16 they
     are still scaled (the clip threshold is meaningless), and under FSDP each rank sees only its
-    shard, so the norm is wrong."""
+    shard, so the norm is wrong.
+
+    A clip after the script's own ``accelerator.unscale_gradients()`` in the same function is a
+    choice made with both in mind (SimpleTuner clips FSDP2's DTensor gradients, whose norm torch
+    computes globally): not reported."""
 
     code = "ACC302"
     name = "torch-clip-grad"
@@ -32,14 +39,44 @@ class TorchClipGrad(Rule):
             HEADER + _IMPORT_VALUE + "accelerator.clip_grad_value_(params, 0.5)\n",
         ),
     )
-    good = (HEADER + "accelerator.clip_grad_norm_(model.parameters(), 1.0)\n",)
+    good = (
+        HEADER + "accelerator.clip_grad_norm_(model.parameters(), 1.0)\n",
+        # SimpleTuner under FSDP2: gradients unscaled first, then torch's clip over DTensors
+        HEADER
+        + "import torch\n"
+        + "def clip(model, max_norm):\n"
+        + "    accelerator.unscale_gradients()\n"
+        + "    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+    )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         for call in calls(script):
             for qualified in script.call_names(call):
                 method = names.CLIP_FUNCTIONS.get(qualified)
-                if method:
+                if (
+                    method
+                    and not without_accelerator(script, call)
+                    and not _unscaled_before(script, call)
+                ):
                     acc = accelerator_at(script, call)
                     clip = rewrites.clip_grad(call, acc, method) if acc is not None else None
                     yield self.finding(script, call, None if clip is None else Plan.of(clip))
                     break
+
+
+def _unscale_calls(script: ScriptModel) -> list[cst.Call]:
+    return [
+        call
+        for call in script.calls
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "unscale_gradients"
+    ]
+
+
+def _unscaled_before(script: ScriptModel, clip: cst.Call) -> bool:
+    """``accelerator.unscale_gradients()`` earlier in the function that clips."""
+    function = script.index.enclosing_function(clip)
+    return any(
+        script.index.enclosing_function(call) is function
+        and script.order(call) < script.order(clip)
+        for call in _unscale_calls(script)
+    )

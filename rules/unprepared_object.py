@@ -155,6 +155,19 @@ class UnpreparedObject(Rule):
         ),
     )
     good = (
+        # trl's IterativeSFTTrainer.step(input_ids=...): its user hands it each step's data
+        "from datasets import Dataset\n"
+        + "from torch.utils.data import DataLoader\n"
+        + "class IterativeTrainer:\n"
+        + "    def __init__(self, accelerator, model):\n"
+        + "        self.accelerator = accelerator\n"
+        + "        self.model = accelerator.prepare(model)\n"
+        + "    def step(self, input_ids, labels):\n"
+        + "        batch_dict = {'input_ids': input_ids, 'labels': labels}\n"
+        + "        batch_data = Dataset.from_dict(batch_dict)\n"
+        + "        loader = DataLoader(batch_data, batch_size=8, shuffle=True)\n"
+        + "        for batch in loader:\n"
+        + "            self.accelerator.backward(self.model(**batch).loss)\n",
         # rollouts made this step on this rank, batched for the update: already this rank's data
         HEADER
         + "from torch.utils.data import DataLoader, TensorDataset\n"

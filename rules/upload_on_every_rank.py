@@ -40,6 +40,20 @@ class UploadOnEveryRank(Rule):
         Example(HEADER + _HUB + "create_repo('me/run', private=True)\n", 4, 1),
     )
     good = (
+        # HF Trainer: save_model calls the class's own push_to_hub, which returns on all ranks
+        # but the main one
+        HEADER
+        + _HUB
+        + "class Trainer:\n"
+        + "    def train(self):\n"
+        + "        accelerator.wait_for_everyone()\n"
+        + "        self.save_model('out')\n\n"
+        + "    def save_model(self, output_dir):\n"
+        + "        self.push_to_hub(commit_message='Model save')\n\n"
+        + "    def push_to_hub(self, commit_message):\n"
+        + "        if not accelerator.is_main_process:\n"
+        + "            return\n"
+        + "        upload_folder(repo_id='me/run', folder_path='out')\n",
         HEADER
         + _HUB
         + "if accelerator.is_main_process:\n"

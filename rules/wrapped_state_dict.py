@@ -32,6 +32,14 @@ class WrappedStateDict(Rule):
         ),
     )
     good = (
+        # HF Trainer: an optimizer handed in, prepared with the model; its state has no prefix
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "class Trainer:\n"
+        + "    def __init__(self, model, optimizer):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n\n"
+        + "    def save(self, output_dir):\n"
+        + "        torch.save(self.optimizer.state_dict(), output_dir + '/optimizer.pt')\n",
         _PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",
         _PREPARED
         + "model = accelerator.unwrap_model(model)\naccelerator.save(model.state_dict(), 'm.pt')\n",
@@ -48,13 +56,24 @@ class WrappedStateDict(Rule):
                 owner = node.func.value  # type: ignore[union-attr]
                 not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
                 name = dotted(owner)
-                if name not in prepared(script, call) - not_models:
+                if name not in prepared(script, call) - not_models or _not_a_model(name):
                     continue
                 if _unwrapped_since_prepare(script, name, call):
                     continue
                 acc = accelerator_at(script, call)
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
                 yield self.finding(script, node, fix)
+
+
+#: What a prepared object of no known kind is, by its name: an optimizer, a scheduler or a scaler
+#: keeps no wrapper's ``module.`` prefix in its state dict (HF Trainer's ``self.optimizer``, built
+#: by a method the analysis does not follow).
+_NOT_MODEL_WORDS = ("optim", "sched", "scaler", "loader")
+
+
+def _not_a_model(name: str | None) -> bool:
+    last = (name or "").rsplit(".", 1)[-1].lower()
+    return any(word in last for word in _NOT_MODEL_WORDS)
 
 
 def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:

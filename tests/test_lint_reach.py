@@ -75,6 +75,13 @@ NOT_ACCELERATORS = {
         "trainer = Trainer(model=model, args=args)\ntrainer.train()\n"
         "trainer.save_model()\ntrainer.save_state()\n"
     ),
+    # autotrain's dataset module: a preprocessor's own prepare(), with nothing to prepare
+    "preprocessor-prepare": (
+        "import os\n\n\ndef build(train_dir):\n"
+        "    preprocessor = ImagePreprocessor(train_data=train_dir)\n"
+        "    os.remove(os.path.join(train_dir, 'notes.txt'))\n"
+        "    return preprocessor.prepare()\n"
+    ),
 }
 
 

@@ -96,9 +96,21 @@ def _accelerator_uses(model: ScriptModel) -> dict[str, list[cst.Attribute]]:
         if receiver is None or not _may_be_an_accelerator(model, receiver):
             continue
         candidates.setdefault(receiver, []).append(node)
-        if node.attr.value in names.ACCELERATOR_ONLY_MEMBERS or _named_accelerator(receiver):
+        if _named_accelerator(receiver) or _used_as_accelerator_only(model, node):
             proven.add(receiver)
     return {name: nodes for name, nodes in candidates.items() if name in proven}
+
+
+def _used_as_accelerator_only(model: ScriptModel, node: cst.Attribute) -> bool:
+    """``x.prepare(model)``, ``x.accumulate(model)``: a member only an accelerator has, used as
+    one (``preprocessor.prepare()`` with nothing to prepare is some other class's method)."""
+    member = node.attr.value
+    if member not in names.ACCELERATOR_ONLY_MEMBERS:
+        return False
+    if member not in names.ACCELERATOR_MEMBERS_WITH_ARGUMENTS:
+        return True
+    call = model.parent(node)
+    return isinstance(call, cst.Call) and call.func is node and bool(call.args)
 
 
 def _may_be_an_accelerator(model: ScriptModel, receiver: str) -> bool:
@@ -146,3 +158,41 @@ def _local_factories(model: ScriptModel) -> set[str]:
         ):
             found.add(function.name.value)
     return found
+
+
+def without_accelerator(model: ScriptModel, node: cst.CSTNode) -> bool:
+    """``node`` runs only where the script has no accelerator: the ``else`` of ``if
+    self.accelerator is not None:`` (or of ``if accelerator:``), the body of ``if accelerator is
+    None:``. A library that trains with or without one keeps its plain ``loss.backward()`` and
+    device moves there, and advice to use the accelerator would call a method of None."""
+    accelerators = model.names_of(Kind.ACCELERATOR)
+    child: cst.CSTNode = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            present = _accelerator_present(ancestor.test, accelerators)
+            if present is not None and present is (child is not ancestor.body):
+                return True
+        child = ancestor
+    return False
+
+
+def _accelerator_present(test: cst.BaseExpression, accelerators: set[str]) -> bool | None:
+    """What ``test`` being true says of an accelerator: there (True), absent (False), nothing
+    (None)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _accelerator_present(test.expression, accelerators)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comparison = test.comparisons[0]
+        if dotted(comparison.comparator) != "None" or not _is_accelerator(test.left, accelerators):
+            return None
+        if isinstance(comparison.operator, cst.IsNot):
+            return True
+        return False if isinstance(comparison.operator, cst.Is) else None
+    return True if _is_accelerator(test, accelerators) else None
+
+
+def _is_accelerator(node: cst.BaseExpression, accelerators: set[str]) -> bool:
+    """One of the file's accelerators itself: not a setting about one
+    (``self.config.disable_accelerator``)."""
+    return dotted(node) in accelerators

@@ -227,24 +227,34 @@ def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> boo
     ``accumulate()``/``no_sync()`` context is used (whatever object it is called on: a trainer's
     ``self.accelerator``, one from a factory), when an optimizer step waits on ``% k`` (directly
     or through a name set from one), or when the loss is multiplied back by the steps before its
-    backward (the script undoes the division and accumulates by hand)."""
+    backward (the script undoes the division and accumulates by hand). Nor when nothing in the
+    file steps an optimizer (an engine class whose ``backward`` its callers drive, in another
+    module; DeepSpeed steps inside its backward) or the file sets ``sync_gradients`` itself
+    (it marks the accumulation boundary by hand)."""
     steps_code = model.module.code_for_node(steps)
     backwards = [call for call in model.calls if _method(call) == "backward"]
     if not backwards:
         return False
-    if any(_method(call) in ("accumulate", "no_sync") for call in model.calls):
-        return False
+    if any(_method(call) in ("accumulate", "no_sync") for call in model.calls) or any(
+        node.attr.value in ("accumulate", "no_sync") for node in model.member_uses
+    ):
+        return False  # also ``ctx = model.no_sync if ... else nullcontext`` (parler-tts)
     if any(_multiplied_back(call, steps_code, model) for call in backwards):
         return False
+    steps = [
+        call
+        for call in model.calls
+        if _method(call) == "step" and "sched" not in (dotted(call.func.value) or "")  # type: ignore[union-attr]
+    ]
+    if not steps or any(_sets_sync_gradients(assign) for assign in model.assignments):
+        return False  # stepped elsewhere (a wrapper's callers, DeepSpeed's engine) or by hand
     modulo_names = {
         dotted(target.target)
         for node in model.assignments
         if _has_modulo(node.value)
         for target in node.targets
     }
-    for call in model.calls:
-        if _method(call) != "step" or "sched" in (dotted(call.func.value) or ""):  # type: ignore[union-attr]
-            continue
+    for call in steps:
         for ancestor in model.ancestors(call):
             if isinstance(ancestor, cst.If) and (
                 _has_modulo(ancestor.test)
@@ -252,6 +262,13 @@ def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> boo
             ):
                 return False
     return True
+
+
+def _sets_sync_gradients(assign: cst.Assign) -> bool:
+    return any(
+        isinstance(t.target, cst.Attribute) and t.target.attr.value == "sync_gradients"
+        for t in assign.targets
+    )
 
 
 def _method(call: cst.Call) -> str | None:

@@ -48,7 +48,7 @@ class CollectiveReach:
         found = []
         for call in self.model.calls:
             for collective, backends in self._collectives_of(call):
-                skipped = backends - self.guards.agreed_on(call)
+                skipped = backends - self.guards.agreed_on(call) - self.guards.reached_by_none(call)
                 if skipped and self._mirrored(call):
                     skipped = frozenset()
                 found.append(CollectiveUse(call, collective, backends, skipped))

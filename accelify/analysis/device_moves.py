@@ -8,7 +8,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import Visitor, dotted, root_name
+from accelify.analysis.syntax import Visitor, dotted, root_name, walk
 
 
 def strip_moves(node: cst.CSTNode) -> cst.CSTNode:
@@ -211,4 +211,32 @@ def read_as_string(model: ScriptModel, name: str) -> bool:
             and dotted(node.value) == name
         ):
             return True
+    return False
+
+
+def chosen_beside_accelerator_device(model: ScriptModel, node: cst.CSTNode) -> bool:
+    """``if not model.is_sequential_parallel: device = accelerator.device`` ``else: device =
+    torch.device("cuda:0")``: the script takes the accelerator's device where it can and names a
+    GPU on purpose in the branch that cannot (a model split over the GPUs by ``device_map``
+    starts on GPU 0). A device in one arm of an ``if`` whose other arm uses
+    ``accelerator.device`` is that choice, not an oversight."""
+    accelerators = model.names_of(Kind.ACCELERATOR)
+    child: cst.CSTNode = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            other = ancestor.orelse if child is ancestor.body else ancestor.body
+            if other is not None and _reads_accelerator_device(other, accelerators):
+                return True
+        child = ancestor
+    return False
+
+
+def _reads_accelerator_device(node: cst.CSTNode, accelerators: set[str]) -> bool:
+    for sub in walk(node):
+        if isinstance(sub, cst.Attribute) and sub.attr.value == "device":
+            receiver = dotted(sub.value) or ""
+            if receiver in accelerators or receiver.rsplit(".", 1)[-1].endswith("accelerator"):
+                return True
     return False

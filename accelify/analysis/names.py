@@ -79,6 +79,27 @@ ACCELERATOR_ONLY_MEMBERS = frozenset(
         "free_memory",
     }
 )
+#: Members only an Accelerator has that it always calls with something to work on: a call of one
+#: with no argument (``preprocessor.prepare()``, a dataset's ``accumulate()``) is another class's
+#: method of the same name, not evidence of an accelerator.
+ACCELERATOR_MEMBERS_WITH_ARGUMENTS = frozenset(
+    {
+        "prepare",
+        "prepare_model",
+        "prepare_optimizer",
+        "prepare_data_loader",
+        "prepare_scheduler",
+        "unwrap_model",
+        "gather_for_metrics",
+        "get_state_dict",
+        "init_trackers",
+        "get_tracker",
+        "register_for_checkpointing",
+        "register_save_state_pre_hook",
+        "register_load_state_pre_hook",
+        "skip_first_batches",
+    }
+)
 #: Members an Accelerator shares with process states: evidence only for a name that says it is
 #: an accelerator (``accelerator``, ``self.accelerator``, ``trainer_accelerator``). Not
 #: ``device``: DeepSpeed's ``get_accelerator()`` objects have one too.

@@ -202,3 +202,25 @@ def _readable_from(
     } | set(model.imports.bound)
     roots = variables_in(model, condition)
     return roots <= module_names | {"True", "False", "None"}
+
+
+def apex_scaled_backward(model: ScriptModel, backward: cst.Call) -> bool:
+    """``with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()``: NVIDIA apex's own
+    loss scaling (HF Trainer's ``use_apex`` branch). Its backward belongs to apex: the
+    accelerator's would scale the already scaled loss a second time."""
+    func = backward.func
+    if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+        return False
+    loss = func.value.value
+    for ancestor in model.ancestors(backward):
+        if not isinstance(ancestor, cst.With):
+            continue
+        for item in ancestor.items:
+            if (
+                isinstance(item.item, cst.Call)
+                and (dotted(item.item.func) or "").endswith("scale_loss")
+                and item.asname is not None
+                and dotted(item.asname.name) == loss
+            ):
+                return True
+    return False

@@ -203,6 +203,78 @@ class BackendGuards:
             agreed &= truth.agree
         return agreed
 
+    def reached_by_none(
+        self, node: cst.CSTNode, within: cst.CSTNode | None = None
+    ) -> frozenset[str]:
+        """The backends on which no rank reaches ``node``: ``elif accelerator.is_main_process:``
+        after ``if is_fsdp:`` is never entered under FSDP, so a collective there cannot leave
+        FSDP's ranks waiting."""
+        conditions = list(self._tests_around(node, within))
+        unreached: frozenset[str] = frozenset()
+        for test, in_body in conditions:
+            truth = self.truth(test)
+            unreached |= truth.false if in_body else truth.true
+        for backend in EVERY_BACKEND - unreached:
+            if not self._satisfiable(conditions, backend):
+                unreached |= {backend}
+        return unreached
+
+    def _satisfiable(self, conditions: list[tuple[cst.BaseExpression, bool]], backend: str) -> bool:
+        """Whether the tests around a node can all hold on ``backend``, whatever the other
+        names hold: ``if not is_fsdp_lora and is_main:`` (``is_fsdp_lora = is_lora and
+        distributed_type == FSDP``) then ``if is_lora:`` cannot under FSDP. Names set once are
+        read through their value; anything else is a free atom (at most 8 of them)."""
+        atoms: dict[str, None] = {}
+        for test, _ in conditions:
+            self._atoms(test, atoms, 0)
+        if len(atoms) > 8:
+            return True
+        keys = list(atoms)
+        for bits in range(1 << len(keys)):
+            values = {key: bool(bits >> i & 1) for i, key in enumerate(keys)}
+            if all(
+                self._holds(test, backend, values, 0) is in_body for test, in_body in conditions
+            ):
+                return True
+        return False
+
+    def _inlined(self, test: cst.BaseExpression, depth: int) -> cst.BaseExpression | None:
+        if isinstance(test, cst.Name) and depth < 3:
+            values = self._assignments().get(test.value, [])
+            if len(values) == 1:
+                return values[0]
+        return None
+
+    def _atoms(self, test: cst.BaseExpression, atoms: dict[str, None], depth: int) -> None:
+        if isinstance(test, cst.BooleanOperation):
+            self._atoms(test.left, atoms, depth)
+            self._atoms(test.right, atoms, depth)
+        elif isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            self._atoms(test.expression, atoms, depth)
+        elif _backend_test(test) is None:
+            value = self._inlined(test, depth)
+            if value is not None:
+                self._atoms(value, atoms, depth + 1)
+            else:
+                atoms[self.model.module.code_for_node(test)] = None
+
+    def _holds(
+        self, test: cst.BaseExpression, backend: str, values: dict[str, bool], depth: int
+    ) -> bool:
+        if isinstance(test, cst.BooleanOperation):
+            left = self._holds(test.left, backend, values, depth)
+            right = self._holds(test.right, backend, values, depth)
+            return (left or right) if isinstance(test.operator, cst.Or) else (left and right)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return not self._holds(test.expression, backend, values, depth)
+        backends = _backend_test(test)
+        if backends is not None:
+            return backend in backends
+        value = self._inlined(test, depth)
+        if value is not None:
+            return self._holds(value, backend, values, depth + 1)
+        return values[self.model.module.code_for_node(test)]
+
     def entered_by_all(
         self, node: cst.CSTNode, within: cst.CSTNode | None = None
     ) -> frozenset[str]:
@@ -216,6 +288,13 @@ class BackendGuards:
     def _branches_around(
         self, node: cst.CSTNode, within: cst.CSTNode | None
     ) -> Iterator[tuple[_Truth, bool]]:
+        """The truth of each test around ``node`` (see `_tests_around`)."""
+        for test, in_body in self._tests_around(node, within):
+            yield self.truth(test), in_body
+
+    def _tests_around(
+        self, node: cst.CSTNode, within: cst.CSTNode | None
+    ) -> Iterator[tuple[cst.BaseExpression, bool]]:
         """The test of each ``if`` around ``node`` (inside ``within``), and whether ``node`` is
         in its body (else in its ``else``/``elif``)."""
         child: cst.CSTNode = node
@@ -223,7 +302,7 @@ class BackendGuards:
             if ancestor is within:
                 return
             if isinstance(ancestor, cst.If) and child is not ancestor.test:
-                yield self.truth(ancestor.test), child is ancestor.body
+                yield ancestor.test, child is ancestor.body
             if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
                 # ``if not accelerator.is_main_process: return`` above: what follows in the
                 # block runs where that test is false
@@ -231,7 +310,7 @@ class BackendGuards:
                     if statement is child:
                         break
                     if _leaves_block(statement):
-                        yield self.truth(statement.test), False  # type: ignore[attr-defined]
+                        yield statement.test, False  # type: ignore[attr-defined]
             child = ancestor
 
     def truth(self, test: cst.BaseExpression, depth: int = 0) -> _Truth:
@@ -256,6 +335,15 @@ class BackendGuards:
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             inner = self.truth(test.expression, depth)
             return _Truth(inner.agree, inner.false, inner.true)
+        single = _single_process_test(test)
+        if single is not None:
+            # ``if world_size <= 1:`` is entered by a run of one process only: there no write
+            # is repeated and no collective waits; its ``else`` is every rank of a larger run
+            return (
+                _Truth(EVERY_BACKEND, frozenset(), EVERY_BACKEND)
+                if single
+                else _Truth(EVERY_BACKEND, EVERY_BACKEND, frozenset())
+            )
         backends = _backend_test(test)
         if backends is not None:
             return _Truth(EVERY_BACKEND, backends, EVERY_BACKEND - backends)
@@ -299,6 +387,9 @@ def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
     plugin = _plugin_backends(test)
     if plugin is not None:
         return plugin
+    flag = _backend_flag(test)
+    if flag is not None:
+        return flag
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return None
     comparison = test.comparisons[0]
@@ -320,6 +411,47 @@ def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
         return named_backends
     if isinstance(comparison.operator, (cst.NotEqual, cst.NotIn)):
         return EVERY_BACKEND - named_backends
+    return None
+
+
+_PROCESS_COUNTS = ("world_size", "num_processes")
+
+
+def _single_process_test(test: cst.BaseExpression) -> bool | None:
+    """``world_size <= 1`` / ``num_processes == 1`` (True: one process), ``world_size > 1`` /
+    ``num_processes != 1`` (False: several); None for any other test."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    count = (dotted(test.left) or "").rsplit(".", 1)[-1]
+    comparison = test.comparisons[0]
+    bound = comparison.comparator
+    if count not in _PROCESS_COUNTS or not isinstance(bound, cst.Integer):
+        return None
+    value = bound.evaluated_value
+    operator = comparison.operator
+    if (isinstance(operator, (cst.LessThanEqual, cst.Equal)) and value == 1) or (
+        isinstance(operator, cst.LessThan) and value == 2
+    ):
+        return True
+    if (isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and value == 1) or (
+        isinstance(operator, cst.GreaterThanEqual) and value == 2
+    ):
+        return False
+    return None
+
+
+def _backend_flag(node: cst.BaseExpression) -> frozenset[str] | None:
+    """The script's own switch for an engine, a setting's attribute (``args.use_deepspeed``,
+    ``config.fsdp_enable``, ``self.config.use_deepspeed_optimizer``): set, the run is on that
+    engine. A setting, not a
+    call: ``is_deepspeed_available()`` says the package is installed, not that it runs."""
+    if not isinstance(node, cst.Attribute):
+        return None  # a local (``is_fsdp_lora``) is read through what it was set to
+    name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
+    if "deepspeed" in name:
+        return frozenset({DEEPSPEED, ZERO3})
+    if "fsdp" in name:
+        return frozenset({FSDP})
     return None
 
 

@@ -62,6 +62,8 @@ def rank_only_reads(facts: Facts) -> list[RankOnlyRead]:
                 continue
             if any(_in_orelse(model, t, g) for t, g in zip(targets, guards, strict=True)):
                 continue
+            if _complementary_guards(model, guards):  # type: ignore[arg-type]
+                continue
             first = min(model.order(t) for t in targets)
             for read in reads.get(name, []):
                 if (
@@ -72,6 +74,27 @@ def rank_only_reads(facts: Facts) -> list[RankOnlyRead]:
                     found.append(RankOnlyRead(read, targets[0], guards[0]))  # type: ignore[arg-type]
                     break
     return found
+
+
+def _complementary_guards(model, guards: list[cst.If]) -> bool:
+    """``if is_main: x = f()`` ... ``if not is_main: x = f()``: between them the two tests let
+    every rank through, so every rank binds the name (the main process first, the others after
+    a barrier, as a download-once idiom does)."""
+    tests = {model.module.code_for_node(g.test) for g in guards}
+    return any(_negation(model, g.test) in tests for g in guards)
+
+
+def _negation(model, test: cst.BaseExpression) -> str | None:
+    """The code of ``test``'s plain negation: ``x`` for ``not x``, ``a != b`` for ``a == b``."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return model.module.code_for_node(test.expression)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comparison = test.comparisons[0]
+        opposite = {cst.Equal: " != ", cst.NotEqual: " == "}.get(type(comparison.operator))
+        if opposite is not None:
+            code = model.module.code_for_node
+            return code(test.left) + opposite + code(comparison.comparator)
+    return None
 
 
 def _tested_inline(facts: Facts, read: cst.Name) -> bool:

@@ -37,7 +37,19 @@ if TYPE_CHECKING:
     from accelify.analysis.call_graph import CallGraph
 
 Scope = cst.Module | cst.FunctionDef
-RANK_WORDS = ("rank", "main_process", "is_master", "master_process")
+#: Words a rank test reads: ``is_main_process``, ``rank == 0``, ``is_world_process_zero`` (HF
+#: Trainer's and trainer libraries' name for the main process), ``args.should_save`` (HF
+#: TrainingArguments': true on the process that saves; not ``control.should_save``, a step flag
+#: every rank shares).
+RANK_WORDS = (
+    "rank",
+    "main_process",
+    "is_master",
+    "master_process",
+    "process_zero",
+    "args.should_save",
+    "args.should_log",
+)
 #: A model's method that builds its optimizer, by convention (nanoGPT, PyTorch Lightning).
 OPTIMIZER_METHODS = {"configure_optimizers"}
 
@@ -222,7 +234,7 @@ class ScriptModel:
     def mentions_rank(self, text: str) -> bool:
         """The text of a test reads the rank: a rank word (``is_main_process``, ``rank``) or a
         name of the file's that stands for one (`rank_aliases`)."""
-        if any(word in text for word in RANK_WORDS):
+        if _has_rank_word(text):
             return True
         pattern = self._rank_alias_pattern
         return pattern is not None and pattern.search(text) is not None
@@ -414,8 +426,22 @@ def _alias_pattern(aliases: set[str] | frozenset[str]) -> re.Pattern[str] | None
     return re.compile(rf"(?:(?<![\w.])|(?<=\bself\.))(?:{names_})\b")
 
 
+_IDENTIFIERS = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def _has_rank_word(text: str) -> bool:
+    """A name in ``text`` holds a rank word, and is not a mode flag (``rank0_only``,
+    ``main_process_only``: a setting every rank shares, saying who does the work)."""
+    if not any(word in text for word in RANK_WORDS):
+        return False  # most tests: no rank word at all, no tokenising
+    return any(
+        any(word in token for word in RANK_WORDS) and not token.endswith("_only")
+        for token in _IDENTIFIERS.findall(text)
+    )
+
+
 def _reads_rank(text: str, aliases: re.Pattern[str] | None) -> bool:
-    if any(word in text for word in RANK_WORDS):
+    if _has_rank_word(text):
         return True
     return aliases is not None and aliases.search(text) is not None
 

@@ -79,13 +79,16 @@ def once_per_run(model: ScriptModel, call: cst.Call) -> bool:
 def uploads(model: ScriptModel, call: cst.Call) -> bool:
     """An upload to the Hub: ``api.upload_folder(...)``, ``model.push_to_hub(...)``,
     ``create_repo(...)`` from ``huggingface_hub``. Not ``create_repo(..., exist_ok=True)`` (every
-    rank may run it) nor a Trainer's ``push_to_hub`` (it uploads from the main process itself)."""
+    rank may run it) nor a Trainer's ``push_to_hub`` (it uploads from the main process itself),
+    nor ``self.push_to_hub(...)`` of a class that defines it in the file."""
     func = call.func
     if isinstance(func, cst.Attribute):
         method = func.attr.value
         receiver = (dotted(func.value) or "").rsplit(".", 1)[-1].lower()
         if method not in names.HUB_UPLOAD_METHODS or "trainer" in receiver:
             return False
+        if dotted(func.value) == "self" and _own_method(model, call, method):
+            return False  # the class's own push_to_hub: its uploads are judged where they are
     else:
         qualified = {q for q in model.call_names(call) if q.startswith("huggingface_hub.")}
         method = next(iter(qualified), "").rsplit(".", 1)[-1]
@@ -94,6 +97,14 @@ def uploads(model: ScriptModel, call: cst.Call) -> bool:
     return not any(
         a.keyword is not None and a.keyword.value == "exist_ok" and dotted(a.value) == "True"
         for a in call.args
+    )
+
+
+def _own_method(model: ScriptModel, call: cst.Call, method: str) -> bool:
+    owner = model.index.enclosing_class(call)
+    return owner is not None and any(
+        isinstance(statement, cst.FunctionDef) and statement.name.value == method
+        for statement in owner.body.body
     )
 
 

@@ -4,8 +4,10 @@ An RL trainer batches the rollouts it generated this step (``DataLoader(TensorDa
 inside ``step_with_rollouts(rollouts)``, called once per step of the training loop); so do
 pseudo-labelling and replay-buffer loops. Each rank made its own rollouts from its own shard of
 the prompts: the loader already holds this rank's data, and ``prepare`` would shard it again and
-drop (N-1)/N of it. A loader built once over the dataset (even through a helper, or in a loop
-over folds of a global dataset) is not one of these.
+drop (N-1)/N of it. A trainer's public method that nothing in the file calls
+(``IterativeSFTTrainer.step(input_ids=...)``) is one of those steps: its user hands it each
+step's data. A loader built once over the dataset (even through a helper, or in a loop over
+folds of a global dataset) is not one of these.
 """
 
 from __future__ import annotations
@@ -86,6 +88,10 @@ def _value_names(node: cst.CSTNode) -> set[str]:
             bound |= {n.value for n in walk(sub.target) if isinstance(n, cst.Name)}
         elif isinstance(sub, cst.Call) and isinstance(sub.func, cst.Name):
             bound.add(sub.func.value)  # ``list(...)``, ``TensorDataset(...)``: the callee
+        elif isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute):
+            root = sub.func.value
+            if isinstance(root, cst.Name) and root.value[:1].isupper():
+                bound.add(root.value)  # ``Dataset.from_dict(...)``: a class's constructor
         elif isinstance(sub, cst.Attribute):
             bound.add(sub.attr.value)
     for sub in walk(node):
@@ -156,7 +162,12 @@ def _per_iteration(facts: Facts, node: cst.CSTNode, depth: int) -> bool:
             return True
     if function is None or depth >= 3:
         return False
-    return any(
-        _per_iteration(facts, site, depth + 1)
-        for site in callers_of(model, facts.placement, function)
-    )
+    sites = callers_of(model, facts.placement, function)
+    if (
+        not sites
+        and facts.placement.is_method(function)
+        and not function.name.value.startswith("_")
+    ):
+        # a trainer's public ``step(inputs)``: its caller hands it each step's data
+        return True
+    return any(_per_iteration(facts, site, depth + 1) for site in sites)
