@@ -120,20 +120,13 @@ def _metric_driven_steps(ctx: Context, evaluation: Evaluation) -> None:
     metrics = {name for sink in evaluation.sinks for name in written(sink)}
     fed = fed_by(ctx, scope, metrics)
     for call in ctx.model.calls:
-        func = call.func
-        if not (
-            isinstance(func, cst.Attribute)
-            and func.attr.value == "step"
-            and call.args
-            and ctx.model.scope_of(call) is scope
-            and ctx.facts.flow.kind_of(dotted(func.value), call) is Kind.SCHEDULER
-        ):
+        if not (steps_scheduler_on_a_value(ctx, call) and ctx.model.scope_of(call) is scope):
             continue
         read = {n.value for a in call.args for n in walk(a.value) if isinstance(n, cst.Name)}
         if read & fed:
             ctx.plan.review(
                 ctx.line(call),
-                f"{ctx.code(func.value)}.step(...) reads a metric of the evaluation at line "
+                f"{ctx.code(call.func)}(...) reads a metric of the evaluation at line "
                 f"{ctx.line(evaluation.loop.node)}, which stays this rank's: each rank would "
                 "change its learning rate on its own shard's metric and the ranks' parameters "
                 "drift apart; gather the evaluation first",
@@ -176,3 +169,14 @@ def fed_by(ctx: Context, scope: cst.CSTNode, sources: set[str]) -> set[str]:
                         fed.add(node.value)
                         grown = True
     return fed
+
+
+def steps_scheduler_on_a_value(ctx: Context, call: cst.Call) -> bool:
+    """``scheduler.step(metric)``: a scheduler (ReduceLROnPlateau) that decides on a value."""
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "step"
+        and bool(call.args)
+        and ctx.facts.flow.kind_of(dotted(func.value), call) is Kind.SCHEDULER
+    )

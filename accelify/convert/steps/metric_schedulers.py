@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import walk
 from accelify.convert.steps.context import Context
-from accelify.convert.steps.evaluation import fed_by, written
+from accelify.convert.steps.evaluation import fed_by, steps_scheduler_on_a_value, written
 
 
 def run(ctx: Context) -> None:
     for call in ctx.model.calls:
-        func = call.func
-        if not (
-            isinstance(func, cst.Attribute)
-            and func.attr.value == "step"
-            and call.args
-            and ctx.facts.flow.kind_of(dotted(func.value), call) is Kind.SCHEDULER
-        ):
+        if not steps_scheduler_on_a_value(ctx, call):
             continue
         scope = ctx.model.scope_of(call)
         fed = fed_by(ctx, scope, _accumulated_in_training(ctx, scope))
@@ -32,7 +25,7 @@ def run(ctx: Context) -> None:
         if read & fed:
             ctx.plan.review(
                 ctx.line(call),
-                f"{ctx.code(func.value)}.step(...) reads {', '.join(sorted(read & fed))}, "
+                f"{ctx.code(call.func)}(...) reads {', '.join(sorted(read & fed))}, "
                 "accumulated from this rank's training batches: each rank would change its "
                 "learning rate on its own shard's loss and the ranks' parameters drift apart; "
                 f"average it over the ranks first ({ctx.a('reduce')}) or step on a gathered "
