@@ -359,7 +359,9 @@ def _trained_phases_prepared(script: ScriptModel, loop: Loop, prepared: set[str]
     return (
         phases is not None
         and phases.loop is loop
-        and all(f'{phases.loaders}["{key}"]' in prepared for key in phases.trained)
+        and any(
+            all(f'{name}["{key}"]' in prepared for key in phases.trained) for name in phases.names
+        )
     )
 
 

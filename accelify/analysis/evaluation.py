@@ -208,10 +208,6 @@ def _phase_evaluation(loop: Loop, facts: Facts) -> Evaluation | None:
     trains in one phase and evaluates in the other. Its totals are this rank's in evaluation,
     and a gather could only run in one phase: left as it is, with the reason."""
     model = facts.model
-    if any(shared.loop is loop for shared in facts.shared_loop_evaluations.values()) or any(
-        phases.loop is loop for phases in facts.phase_loaders.values()
-    ):
-        return None  # what it evaluates is left unprepared: every rank sees all of it
     backwards = [call for call in model.backward_calls if within(model, call, loop.node)]
     conditions = []
     for call in backwards:

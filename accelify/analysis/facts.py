@@ -49,8 +49,15 @@ class Facts:
 
     @cached_property
     def phase_loaders(self) -> dict[str, PhaseLoaders]:
-        """Dicts of loaders read as ``loaders[phase]`` by a loop that trains in some phases."""
-        return phase_loaders(self.model)
+        """Dicts of loaders read as ``loaders[phase]`` by a loop that trains in some phases, by
+        the loop's name for the dict and by the names its callers hand in."""
+        found = phase_loaders(self.model)
+        for name, phases in list(found.items()):
+            for origin in self.flow.origins(name, phases.loop.node):
+                if origin is not None:
+                    found.setdefault(origin, phases)
+                    phases.names.add(origin)
+        return found
 
     @cached_property
     def print_alias_calls(self) -> set[cst.Call]:

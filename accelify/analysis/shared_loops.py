@@ -6,7 +6,7 @@ evaluates all of it and its totals are the whole set's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 import libcst as cst
@@ -134,6 +134,8 @@ class PhaseLoaders:
     phase: str
     trained: list[str]
     evaluated: list[str]
+    #: ``loaders`` and the names callers hand in for it
+    names: set[str] = field(default_factory=set)
 
 
 def phase_loaders(model: ScriptModel) -> dict[str, PhaseLoaders]:
@@ -166,7 +168,9 @@ def phase_loaders(model: ScriptModel) -> dict[str, PhaseLoaders]:
         else:
             if trained and evaluated and loop.iterable not in found:
                 assert phase is not None
-                found[loop.iterable] = PhaseLoaders(loop.iterable, loop, phase, trained, evaluated)
+                found[loop.iterable] = PhaseLoaders(
+                    loop.iterable, loop, phase, trained, evaluated, {loop.iterable}
+                )
     return found
 
 

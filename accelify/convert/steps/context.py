@@ -77,6 +77,9 @@ class Context:
     prepared_arguments: set[str] = field(default_factory=set)
     #: runtime names the converted code uses besides ``Accelerator``.
     uses: list[str] = field(default_factory=list)
+    #: loops (by id) that evaluate only loaders left whole, so every rank evaluates all of it:
+    #: their evaluation needs no gather (a loop that also trains, where none fits).
+    left_whole: set[int] = field(default_factory=set)
     #: statements that go right after the ``Accelerator(...)`` is created.
     after_creation: list[str] = field(default_factory=list)
 

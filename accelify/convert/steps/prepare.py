@@ -75,7 +75,11 @@ def run(ctx: Context, scope: Scope) -> None:
             "shard it and gather the predictions",
         )
     shared = ctx.facts.shared_loop_evaluations
-    for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in shared]:
+    whole = [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in shared]
+    for loop in {id(shared[n].loop.node) for n in whole}:
+        if all(n in whole for n, s in shared.items() if id(s.loop.node) == loop):
+            ctx.left_whole.add(loop)
+    for name in whole:
         chosen.pop(name)
         created.pop(name, None)
         through = shared[name]
@@ -436,6 +440,7 @@ def _prepare_trained_phases(ctx: Context, binding: Binding, phases: PhaseLoaders
     )
     ctx.plan.insert_after(binding.statement, statement(code))
     ctx.need(binding.statement)
+    ctx.left_whole.add(id(phases.loop.node))
     trained = [f'{name}["{key}"]' for key in phases.trained]
     ctx.plan.prepared.extend(trained)
     ctx.plan.change(
