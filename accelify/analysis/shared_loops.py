@@ -45,9 +45,10 @@ def shared_loop_evaluations(
         flags = {n.value for t in tests for n in walk(t) if isinstance(n, cst.Name)} & set(defaults)
         if loop.iterable not in defaults or not tests or not flags:
             continue
-        for call, implicit in model.call_graph.calls_of(function):
-            if any(a.star for a in call.args):
-                continue
+        calls = model.call_graph.calls_of(function)
+        if any(a.star for call, _ in calls for a in call.args):
+            continue  # ``run_epoch(*args)``: what goes where is unknown
+        for call, implicit in calls:
             passed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
             loader = dotted(passed.get(loop.iterable))
             if loader is None:
