@@ -190,8 +190,33 @@ def _phase_values(model: ScriptModel, loop: cst.For, phase: str | None) -> list[
             and isinstance(ancestor.target, cst.Name)
             and ancestor.target.value == phase
         ):
-            if not isinstance(ancestor.iter, (cst.List, cst.Tuple)):
+            phases = _literal_sequence(model, ancestor.iter, ancestor)
+            if phases is None:
                 return None
-            values = [_literal(e.value) for e in ancestor.iter.elements]
+            values = [_literal(e.value) for e in phases.elements]
             return values if all(isinstance(v, str) for v in values) else None  # type: ignore[return-value]
     return None
+
+
+def _literal_sequence(
+    model: ScriptModel, node: cst.BaseExpression, at: cst.CSTNode
+) -> cst.List | cst.Tuple | None:
+    """``["train", "val"]`` written in the ``for``, or in the one assignment of the name it
+    reads (``phases = ["train", "val"]`` in the same function, or at module level)."""
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return node
+    if not isinstance(node, cst.Name):
+        return None
+    scope = model.scope_of(at)
+    if isinstance(scope, cst.FunctionDef) and any(
+        p.name.value == node.value for p in all_params(scope.params)
+    ):
+        return None  # a parameter: what the callers pass
+    assigns = [
+        a
+        for a in model.index.assignments_to(node.value)
+        if model.scope_of(a) in (scope, model.module)
+    ]
+    if len(assigns) != 1 or not isinstance(assigns[0].value, (cst.List, cst.Tuple)):
+        return None
+    return assigns[0].value
