@@ -412,8 +412,8 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
                         "weighted by batch size and reduce the totals across ranks"
                     )
                     return (
-                        f"the metric at line {line} reads {', '.join(scalar)}, the loss the "
-                        "model returns: one scalar per batch (this rank's mean), which "
+                        f"the metric at line {line} reads {', '.join(scalar)}, a loss the "
+                        "forward pass returns: one scalar per batch (this rank's mean), which "
                         "gather_for_metrics cannot turn into per-sample values"
                     )
                 return (
