@@ -308,6 +308,35 @@ def test_a_variable_named_like_a_function_of_the_module_is_not_that_function():
     assert [model.line(call) for call in graph.callers(train)] == [main + 3]
 
 
+def test_calling_an_instance_of_a_plain_class_runs_its_dunder_call():
+    model = script(
+        """
+        import torch.nn as nn
+
+        class EarlyStopping:
+            def __call__(self, loss, model):
+                save(model.state_dict())
+
+        class Net(nn.Module):
+            def __call__(self, x):
+                return x
+
+        def fit(model, net):
+            stopper = EarlyStopping()
+            stopper(0.0, model)
+            net = Net()
+            net(1)
+        """
+    )
+    graph = facts_of(model).calls
+    fit = model.functions["fit"]
+    dunder = [
+        n for n in model.orders if isinstance(n, cst.FunctionDef) and n.name.value == "__call__"
+    ]
+    assert [model.line(call) for call in graph.callers(dunder[0])] == [model.line(fit) + 2]
+    assert graph.callers(dunder[1]) == []  # a module's call runs forward through nn.Module
+
+
 def test_parameters_the_forward_never_computes_with_are_idle():
     model = script(
         """

@@ -214,6 +214,9 @@ class CallGraph:
             local = self._local_def(func.value, call)
             if local is not None:
                 return _Resolution([local], 0)
+            instance = self._instance_call(func.value, call)
+            if instance is not None:
+                return _Resolution([instance], 1)
             if self._shadowed(func.value, call):
                 # ``def fit(step): step()``: the parameter, not the module's step
                 return _Resolution([], 0)
@@ -263,6 +266,17 @@ class CallGraph:
             return _Resolution([], 1, unplaced=receiver_name)
         found = self.lookup(owner, name)
         return _Resolution([found] if found is not None else [], 1)
+
+    def _instance_call(self, name: str, call: cst.Call) -> cst.FunctionDef | None:
+        """``early_stopping(val_loss, model)`` after ``early_stopping = EarlyStopping(...)``:
+        calling an instance of a class of this file runs its ``__call__`` (a callback handed the
+        prepared model must see it as one, to unwrap what it saves)."""
+        if name in self.classes or name in self.model.functions:
+            return None
+        owner = self._receiver_class(name, call)
+        if owner is None or owner.name.value in self.model.module_classes:
+            return None  # a module's ``__call__`` is nn.Module's: it runs forward
+        return self.lookup(owner, "__call__")
 
     def _receiver_class(self, receiver: str, at: cst.CSTNode) -> cst.ClassDef | None:
         """The class of this file that made ``receiver``: built in scope, else by any

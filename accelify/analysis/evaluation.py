@@ -82,6 +82,8 @@ class Evaluation:
     #: names gathered as they are (outputs, then labels), and fields gathered into new names.
     gathered: list[str] = field(default_factory=list)
     fields: list[GatheredField] = field(default_factory=list)
+    #: outputs that are the model's own loss, one scalar per batch: never gathered.
+    scalar_losses: list[str] = field(default_factory=list)
     sinks: list[cst.CSTNode] = field(default_factory=list)
     already_gathered: bool = False
     #: a reshape to one rank's batch size that keeps the local values: everything is gathered
@@ -260,6 +262,12 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
     later = _uses_after(found, facts)
     for output in outputs:
         fields = _fields_only(later.get(output, []), model, allow_index=False)
+        if fields is None and "loss" in output.lower():
+            # ``logits, loss = model(x, y)``: the model's own loss is one scalar per batch (its
+            # mean); gathered it is N values, ``loss.item()`` fails, and a mean of the ranks'
+            # means is not the set's. Left this rank's: a sink reading it makes the loop unsure.
+            found.scalar_losses.append(output)
+            continue
         if fields is None:
             found.gathered.append(output)
         else:
@@ -393,6 +401,17 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
                 line = model.line(small)
                 if not seen_forward:
                     return f"the metric at line {line} is taken before the forward pass"
+                scalar = sorted(bad & set(found.scalar_losses))
+                if scalar:
+                    found.advice = (
+                        "compute the loss from the gathered outputs and labels, or sum it "
+                        "weighted by batch size and reduce the totals across ranks"
+                    )
+                    return (
+                        f"the metric at line {line} reads {', '.join(scalar)}, a loss the "
+                        "forward pass returns: one scalar per batch (this rank's mean), which "
+                        "gather_for_metrics cannot turn into per-sample values"
+                    )
                 return (
                     f"the metric at line {line} reads {', '.join(sorted(bad))}, this rank's alone"
                 )

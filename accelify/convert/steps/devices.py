@@ -163,6 +163,7 @@ def _other_reads_of_the_parameter(
             and node is not value
             and not ctx.facts.placement.inside(node, kept)
             and not _is_member_or_keyword(ctx, node)
+            and not _is_compared(ctx, node)
         ):
             reads.append(node)
     for node in reads:
@@ -172,6 +173,16 @@ def _other_reads_of_the_parameter(
             text=f"{value.value} -> {ctx.a('device')} (the parameter is this rank's device now)",
         )
         ctx.need(node)
+
+
+def _is_compared(ctx: Context, node: cst.Name) -> bool:
+    """``device == "cuda"``: a test of what the caller passed, not a place anything moves to. As
+    this rank's device it would change meaning (a torch.device never equals a string, so the
+    branch the script took on CUDA would be skipped); the caller's value answers as before."""
+    parent = ctx.model.parent(node)
+    return (isinstance(parent, cst.Comparison) and parent.left is node) or (
+        isinstance(parent, cst.ComparisonTarget) and parent.comparator is node
+    )
 
 
 def _is_member_or_keyword(ctx: Context, node: cst.Name) -> bool:
