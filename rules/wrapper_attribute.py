@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.collectives import DDP
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
@@ -72,6 +73,11 @@ class WrapperAttribute(Rule):
         HEADER
         + "unet = accelerator.prepare(unet)\n"
         + "unet = accelerator.unwrap_model(unet)\nunet.save_pretrained('out')\n",
+        # a branch only DeepSpeed takes: its engine forwards attributes to the model
+        "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
+        + "model = accelerator.prepare(model)\nloss = model(batch)\n"
+        + "if accelerator.distributed_type == DistributedType.DEEPSPEED:\n"
+        + "    model.save_16bit_model('out')\n    print(model.config)\n",
         # an attribute set on the wrapper, and the model's own attributes before prepare
         HEADER
         + "model.gradient_checkpointing_enable()\n"
@@ -90,6 +96,8 @@ class WrapperAttribute(Rule):
                 continue
             if _binds(script, attribute) or not _prepared_model(script, owner.value, attribute):
                 continue
+            if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
+                continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
             accelerator = accelerator_at(script, attribute) or "accelerator"
             yield self.finding(
                 script,
