@@ -107,8 +107,11 @@ class SaveOutsideMainProcess(Rule):
             8,
             5,
         ),
-        Example(  # a tokenizer written by every rank with nothing waiting for it
-            HEADER + "tokenizer.save_pretrained('out')\n", 3, 1
+        Example(  # a tokenizer written by every rank and read back with nothing waiting
+            HEADER + "tokenizer.save_pretrained('out')\n"
+            "tokenizer = AutoTokenizer.from_pretrained('out')\n",
+            3,
+            1,
         ),
     )
     good = (
@@ -176,6 +179,12 @@ class SaveOutsideMainProcess(Rule):
         "import shutil\nfrom accelerate import Accelerator\n\n\ndef main(config_path, log_dir):\n"
         "    shutil.copy(config_path, log_dir)\n    accelerator = Accelerator()\n"
         "    model = accelerator.prepare(net)\n    accelerator.wait_for_everyone()\n",
+        # identical small files every rank writes last, read by nothing after: whole once
+        # the ranks are done (SFT trainer class saving its tokenizer at the end of fine_tune)
+        HEADER
+        + "import json\n\n\ndef finish(out):\n    tokenizer.save_pretrained(out)\n"
+        + "    with open('args.json', 'w') as f:\n        json.dump(vars(args), f)\n"
+        + "    print(f'saved to {out}')\n\n\nfinish('out')\n",
         # identical small files every rank writes before a barrier: whole when read
         HEADER
         + "import json\ntokenizer.save_pretrained(args.output_dir)\n"
@@ -191,10 +200,10 @@ class SaveOutsideMainProcess(Rule):
                 continue
             if side_effects.uploads(script, effect.effect):
                 continue  # ACC207
-            if side_effects.same_on_every_rank(script, effect.effect) and facts.barrier_after(
-                effect.reported
+            if side_effects.same_on_every_rank(script, effect.effect) and (
+                facts.barrier_after(effect.reported) or not facts.read_after(effect.reported)
             ):
-                continue
+                continue  # whole when read: after a barrier, or once every rank is done
             per_batch = side_effects.per_batch_files(script, effect.effect)
             if per_batch is not None and not effect.through_helper:
                 loop, collide = per_batch

@@ -30,6 +30,7 @@ from accelify.analysis.shared_loops import (
     phase_loaders,
     shared_loop_evaluations,
 )
+from accelify.analysis.side_effects import opens_for_writing
 from accelify.analysis.syntax import dotted
 
 
@@ -100,6 +101,25 @@ class Facts:
             return False
         return any(
             self.barrier_after(site, depth + 1)
+            for site in callers_of(self.model, self.placement, function)
+        )
+
+    def read_after(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """A call that may read a file runs after ``node``: a load (``from_pretrained``,
+        ``torch.load``, ``load_state``...) or an ``open`` not for writing, later in its function
+        (or module), or after a call of that function. Without one, identical bytes that every
+        rank writes are whole by the time anything reads them: once the ranks are done."""
+        function = self.placement.enclosing_function(node)
+        here = self.model.order(node)
+        for call in self.model.calls:
+            if self.model.order(call) <= here or not _may_read(self.model, call):
+                continue
+            if self.placement.enclosing_function(call) is function:
+                return True
+        if function is None or depth >= 3:
+            return False
+        return any(
+            self.read_after(site, depth + 1)
             for site in callers_of(self.model, self.placement, function)
         )
 
@@ -219,3 +239,34 @@ def facts_of(model: ScriptModel) -> Facts:
         facts = Facts(model)
         model.__dict__["_facts"] = facts
     return facts
+
+
+#: Calls that read a file back: a saved model, tokenizer, state or settings.
+_READERS = {
+    "from_pretrained",
+    "load",
+    "load_state",
+    "safe_load",
+    "load_file",
+    "read_text",
+    "read_bytes",
+    "read_csv",
+    "read_json",
+    "imread",
+    "listdir",
+    "glob",
+    "copy",
+    "copy2",
+    "copytree",
+    "copyfile",
+}
+
+
+def _may_read(model: ScriptModel, call: cst.Call) -> bool:
+    """``call`` may read a file: a loader by its name, or ``open`` in a mode that is not only
+    for writing."""
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+    if name == "open":
+        return not opens_for_writing(call)
+    return name in _READERS

@@ -1,0 +1,154 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.collectives import DDP
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+
+#: What DistributedDataParallel itself answers besides nn.Module's API.
+_WRAPPER_OWN = {
+    "module", "no_sync", "join", "join_hook", "register_comm_hook", "device", "device_ids",
+    "output_device", "dim", "broadcast_buffers", "find_unused_parameters", "process_group",
+    "static_graph", "gradient_as_bucket_view", "require_backward_grad_sync", "_set_static_graph",
+    # DeepSpeed's engine: a script that prepares for DeepSpeed calls these on the engine itself
+    "save_checkpoint", "load_checkpoint", "is_gradient_accumulation_boundary", "global_steps",
+    "get_global_grad_norm", "save_16bit_model", "set_gradient_accumulation_boundary",
+    "zero_optimization_stage", "empty_partition_cache", "backward", "step", "optimizer",
+    "lr_scheduler",
+}  # fmt: skip
+
+
+class WrapperAttribute(Rule):
+    """A method or attribute of the model's own class read from the object ``prepare`` returned
+    (``model.generate(...)``, ``model.config``, ``model.save_pretrained(...)``): on several GPUs
+    ``prepare`` wraps the model in ``DistributedDataParallel``, which forwards only ``forward``
+    and nn.Module's own API, so the first such call raises ``AttributeError`` on a multi-GPU
+    run, while a one-process run (no wrapper) works. ``accelerator.unwrap_model(model)`` reaches
+    the model itself.
+
+    Only a plain name that ``prepare`` returned in the same function (or at module level), not
+    bound again since (``model = accelerator.unwrap_model(model)``), is checked; an attribute
+    set on it (``model.x = ...``) binds on the wrapper and is not reported. DeepSpeed's engine
+    and FSDP forward unknown attributes to the model, but the DDP case alone crashes the
+    script's most common multi-GPU run."""
+
+    code = "ACC104"
+    name = "wrapper-attribute"
+    message = (
+        "Call this through accelerator.unwrap_model(model): on several GPUs prepare wraps the "
+        "model in DistributedDataParallel, which has no such attribute (AttributeError)"
+    )
+    why = "A multi-GPU run stops with AttributeError at the first call; one GPU hides it."
+    bad = (
+        Example(  # lucidrains/PaLM-rlhf-pytorch train.py: sampling from the prepared model
+            HEADER
+            + "model, optim = accelerator.prepare(model, optim)\n"
+            + "for i in range(10):\n"
+            + "    loss = model(batch, return_loss=True)\n"
+            + "    accelerator.backward(loss)\n"
+            + "    sample = model.generate(512, prime)\n",
+            7,
+            14,
+        ),
+        Example(
+            HEADER
+            + "from transformers import AutoModelForCausalLM\n\n\n"
+            + "def main():\n"
+            + "    model = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+            + "    model = accelerator.prepare(model)\n"
+            + "    print(model.config.hidden_size)\n",
+            9,
+            11,
+        ),
+    )
+    good = (
+        HEADER
+        + "model = accelerator.prepare(model)\n"
+        + "sample = accelerator.unwrap_model(model).generate(prime)\n"
+        + "model.train()\nparams = model.parameters()\nwith model.no_sync():\n    pass\n",
+        # bound again to the model itself before the call
+        HEADER
+        + "unet = accelerator.prepare(unet)\n"
+        + "unet = accelerator.unwrap_model(unet)\nunet.save_pretrained('out')\n",
+        # a branch only DeepSpeed takes: its engine forwards attributes to the model
+        "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
+        + "model = accelerator.prepare(model)\nloss = model(batch)\n"
+        + "if accelerator.distributed_type == DistributedType.DEEPSPEED:\n"
+        + "    model.save_16bit_model('out')\n    print(model.config)\n",
+        # an attribute set on the wrapper, and the model's own attributes before prepare
+        HEADER
+        + "model.gradient_checkpointing_enable()\n"
+        + "model, loader = accelerator.prepare(model, loader)\n"
+        + "model.name = 'run'\nn = len(loader.dataset)\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        facts = facts_of(script)
+        for attribute in facts.placement.attributes():
+            member = attribute.attr.value
+            owner = attribute.value
+            if not isinstance(owner, cst.Name) or member.startswith("__"):
+                continue
+            if member in names.MODULE_API or member in _WRAPPER_OWN:
+                continue
+            if _binds(script, attribute) or not _prepared_model(script, owner.value, attribute):
+                continue
+            if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
+                continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
+            accelerator = accelerator_at(script, attribute) or "accelerator"
+            yield self.finding(
+                script,
+                attribute,
+                None,
+                f"Call this through {accelerator}.unwrap_model({owner.value}).{member}: on "
+                f"several GPUs prepare wraps {owner.value} in DistributedDataParallel, which has "
+                f"no '{member}' (AttributeError); a one-process run has no wrapper and hides it",
+            )
+
+
+def _binds(script: ScriptModel, attribute: cst.Attribute) -> bool:
+    """``model.x = ...`` (or ``del model.x``): an attribute set on the wrapper, not read."""
+    parent = script.parent(attribute)
+    if isinstance(parent, cst.AssignTarget) and parent.target is attribute:
+        return True
+    if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is attribute:
+        return True
+    return isinstance(parent, cst.Del)
+
+
+def _prepared_model(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
+    """``name`` holds a model that ``prepare`` returned above ``at`` in the same function (or at
+    module level), and nothing bound ``name`` again in between."""
+    facts = facts_of(script)
+    here = script.order(at)
+    scope = script.scope_of(at)
+    last = None
+    for prepare in script.prepare_calls:
+        if name not in prepare.outputs or script.order(prepare.call) >= here:
+            continue
+        if script.scope_of(prepare.call) is not scope:
+            continue
+        if last is None or script.order(prepare.call) > script.order(last):
+            last = prepare.call
+    if last is None:
+        return False
+    kind = facts.flow.kind_of(name, at)
+    if kind is None:  # unknown: a model if the file calls it (``model(batch)``)
+        if not any(isinstance(c.func, cst.Name) and c.func.value == name for c in script.calls):
+            return False
+    elif kind is not Kind.MODEL and not facts.flow.is_model_name(name, at):
+        return False
+    statement_of_prepare = script.order(last)
+    for assign in script.index.assignments_to(name):
+        if script.scope_of(assign) is not scope:
+            continue
+        if statement_of_prepare < script.order(assign) < here and not _is_the_prepare(assign, last):
+            return False
+    return True
+
+
+def _is_the_prepare(assign: cst.Assign, prepare: cst.Call) -> bool:
+    return assign.value is prepare
