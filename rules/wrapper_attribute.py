@@ -78,6 +78,14 @@ class WrapperAttribute(Rule):
         + "model = accelerator.prepare(model)\nloss = model(batch)\n"
         + "if accelerator.distributed_type == DistributedType.DEEPSPEED:\n"
         + "    model.save_16bit_model('out')\n    print(model.config)\n",
+        # written for DeepSpeed (its config-file optimizer): the engine answers the model's
+        # attributes (EasyContext's train.py)
+        "from accelerate import Accelerator\nfrom accelerate.utils import DummyOptim\n"
+        + "accelerator = Accelerator()\noptim = DummyOptim(model.parameters(), lr=1e-5)\n"
+        + "model, optim = accelerator.prepare(model, optim)\n"
+        + "model.gradient_checkpointing_enable()\n",
+        # the wrapper's own private state
+        HEADER + "model = accelerator.prepare(model)\nhooks = len(model._comm_hooks)\n",
         # an attribute set on the wrapper, and the model's own attributes before prepare
         HEADER
         + "model.gradient_checkpointing_enable()\n"
@@ -87,11 +95,13 @@ class WrapperAttribute(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         facts = facts_of(script)
+        if _written_for_an_engine(script):
+            return  # DeepSpeed's engine and FSDP forward what they lack to the model
         for attribute in facts.placement.attributes():
             member = attribute.attr.value
             owner = attribute.value
-            if not isinstance(owner, cst.Name) or member.startswith("__"):
-                continue
+            if not isinstance(owner, cst.Name) or member.startswith("_"):
+                continue  # private names: the wrapper's own state (``_comm_hooks``) or the model's
             if member in names.MODULE_API or member in _WRAPPER_OWN:
                 continue
             if _binds(script, attribute) or not _prepared_model(script, owner.value, attribute):
@@ -107,6 +117,24 @@ class WrapperAttribute(Rule):
                 f"several GPUs prepare wraps {owner.value} in DistributedDataParallel, which has "
                 f"no '{member}' (AttributeError); a one-process run has no wrapper and hides it",
             )
+
+
+#: Names that say a script is written for DeepSpeed or FSDP (``DummyOptim`` exists only for
+#: DeepSpeed's config-file optimizer; ``fsdp_plugin``, ``FullyShardedDataParallelPlugin``).
+_ENGINE_WORDS = ("DummyOptim", "DummyScheduler", "deepspeed", "DeepSpeed", "fsdp", "FSDP",
+                 "FullyShardedDataParallel")  # fmt: skip
+
+
+def _written_for_an_engine(script: ScriptModel) -> bool:
+    """The file names DeepSpeed or FSDP in its code: its prepared model is an engine or an
+    FSDP module that answers the model's attributes, at least on the runs it was written for."""
+    for node in script.index.of_type(cst.Name):
+        if isinstance(node, cst.Name) and any(word in node.value for word in _ENGINE_WORDS):
+            return True
+    for node in script.index.of_type(cst.Attribute):
+        if isinstance(node, cst.Attribute) and any(w in node.attr.value for w in _ENGINE_WORDS):
+            return True
+    return False
 
 
 def _binds(script: ScriptModel, attribute: cst.Attribute) -> bool:
