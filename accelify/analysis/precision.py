@@ -60,6 +60,9 @@ class Precision:
     mixed_precision: str | None = None
     #: why the script's AMP cannot be carried over (then it stays as written)
     reason: str | None = None
+    #: ``GradScaler()`` made where no name the analysis follows holds it
+    #: (``self.scaler = GradScaler() if cuda else None``): its calls cannot be removed
+    unfollowed_scalers: list[cst.Call] = field(default_factory=list)
 
     @property
     def used(self) -> bool:
@@ -83,8 +86,21 @@ def precision_of(model: ScriptModel, prepare_scope: cst.CSTNode | None) -> Preci
         value = binding.value
         enabled = _argument(value, "enabled", ()) if isinstance(value, cst.Call) else None
         found.scalers.append(Scaler(binding, _unless_true(enabled)))
+    followed = {id(scaler.binding.value) for scaler in found.scalers}
+    found.unfollowed_scalers = [
+        call
+        for call in model.calls
+        if model.call_names(call) & names.GRAD_SCALERS and id(call) not in followed
+    ]
     if found.used:
         found.mixed_precision, found.reason = _carried(model, found, prepare_scope)
+        if found.reason is None and found.unfollowed_scalers:
+            found.mixed_precision = None
+            found.reason = (
+                "a GradScaler is made where no name the conversion follows holds it (in a "
+                "conditional expression): its scale() and step() would stay beside the "
+                "Accelerator's own scaling"
+            )
     return found
 
 

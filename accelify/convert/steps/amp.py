@@ -28,6 +28,8 @@ def run(ctx: Context) -> None:
                 scaler.binding.line,
                 f"GradScaler {scaler.binding.name} left as is: {precision.reason}",
             )
+        for call in precision.unfollowed_scalers:
+            ctx.plan.review(ctx.line(call), f"GradScaler left as is: {precision.reason}")
         return
     scalers = {scaler.binding.name for scaler in precision.scalers}
     for scaler in precision.scalers:

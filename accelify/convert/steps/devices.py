@@ -15,9 +15,10 @@ from accelify.analysis.device_moves import (
     strip_moves,
 )
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import all_params, dotted, target_names, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
+from accelify.edits.node_rewrites import Swap
 
 
 def run_model_moves(ctx: Context) -> None:
@@ -105,6 +106,8 @@ def run_devices(ctx: Context) -> None:
         )
         ctx.need(binding.statement)
         if not as_string:
+            _compare_device_types(ctx, binding.name, binding.scope)
+        if not as_string:
             _other_reads_of_the_parameter(ctx, binding.value, binding.statement)
     for call in ctx.model.calls:
         if _calls_method(call, "cuda"):
@@ -190,6 +193,53 @@ def _is_member_or_keyword(ctx: Context, node: cst.Name) -> bool:
     if isinstance(parent, cst.Attribute) and parent.attr is node:
         return True
     return isinstance(parent, cst.Arg) and parent.keyword is node
+
+
+_DEVICE_TYPES = ("cuda", "cpu", "mps", "xpu", "npu", "hpu")
+
+
+def _compare_device_types(ctx: Context, name: str, scope: cst.CSTNode) -> None:
+    """``device == "cuda"`` once ``device`` is a torch.device: a torch.device never equals a
+    string, so the test would always be false (a CUDA-only branch silently skipped on GPUs);
+    ``device.type == "cuda"`` keeps its meaning."""
+    for node in ctx.model.index.of_type(cst.Comparison):
+        assert isinstance(node, cst.Comparison)
+        if len(node.comparisons) != 1:
+            continue
+        target = node.comparisons[0]
+        if not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+            continue
+        pairs = ((node.left, target.comparator), (target.comparator, node.left))
+        for side, other in pairs:
+            if (
+                dotted(side) == name
+                and isinstance(other, cst.SimpleString)
+                and other.evaluated_value in _DEVICE_TYPES
+                and _sees_binding(ctx, node, name, scope)
+            ):
+                ctx.plan.replace(
+                    side,
+                    Swap(f"{name}.type"),
+                    ctx.line(node),
+                    f"{ctx.code(node)} -> {name}.type: a torch.device never equals a string",
+                    anywhere=True,
+                )
+
+
+def _sees_binding(ctx: Context, node: cst.CSTNode, name: str, scope: cst.CSTNode) -> bool:
+    """``node`` reads the ``name`` that ``scope`` binds: in that scope, or a module-level name
+    read in a function that binds no ``name`` of its own."""
+    here = ctx.model.scope_of(node)
+    if here is scope:
+        return True
+    if not isinstance(scope, cst.Module) or "." in name:
+        return False
+    for function in ctx.model.ancestors(node):
+        if isinstance(function, cst.FunctionDef) and any(
+            p.name.value == name for p in all_params(function.params)
+        ):
+            return False  # a parameter of that name: what the callers pass
+    return not any(ctx.model.scope_of(a) is here for a in ctx.model.index.assignments_to(name))
 
 
 def _batch_move_statement(
