@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.syntax import root_name, target_names, walk
+from accelify.analysis.syntax import has_parameter, root_name, target_names, walk
 
 
 def statements(block: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -69,6 +69,26 @@ def bound_by(small: cst.CSTNode) -> set[str]:
     if isinstance(small, (cst.AnnAssign, cst.AugAssign)):
         return target_names(small.target)
     return set()
+
+
+def assigns(scope: cst.CSTNode, name: str) -> bool:
+    """``name`` is assigned somewhere under ``scope`` (``=``, ``+=``, an annotated one)."""
+    return any(name in bound_by(node) for node in walk(scope))
+
+
+def sees_binding(model: ScriptModel, node: cst.CSTNode, name: str, scope: cst.CSTNode) -> bool:
+    """``node`` reads the ``name`` that ``scope`` binds: it is in that scope, or in functions
+    nested in it none of which binds a ``name`` of its own (a parameter, an assignment)."""
+    if model.scope_of(node) is scope:
+        return True
+    for ancestor in model.ancestors(node):
+        if ancestor is scope:
+            return True
+        if isinstance(ancestor, cst.FunctionDef) and (
+            has_parameter(ancestor, name) or assigns(ancestor, name)
+        ):
+            return False
+    return False
 
 
 def plain_targets(target: cst.BaseExpression) -> list[str] | None:

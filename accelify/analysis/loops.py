@@ -20,6 +20,18 @@ def loop_source(node: cst.BaseExpression) -> str | None:
     return dotted(node)
 
 
+def phase_name(node: cst.BaseExpression) -> str | None:
+    """``phase`` of ``for x, y in loaders[phase]:`` (also inside ``tqdm(...)``,
+    ``enumerate(...)``): each phase reads its own loader."""
+    while isinstance(node, cst.Call) and node.args:
+        node = node.args[0].value
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.Name):
+            return index.value.value
+    return None
+
+
 def first_enumerate_name(target: cst.BaseExpression) -> set[str]:
     if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
         first = target.elements[0].value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.dataflow import assigns, sees_binding
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import all_params, dotted, target_names, walk
@@ -50,7 +51,7 @@ def _print_parameters(model: ScriptModel, function: cst.FunctionDef) -> list[str
     calls = model.call_graph.calls_of(function)
     kept = []
     for name in defaults:
-        if _assigned_in(function, name):
+        if assigns(function, name):
             continue
         passed = [
             argument
@@ -91,18 +92,6 @@ def _kept_as_attributes(
     return kept
 
 
-def _is_parameter(function: cst.FunctionDef, name: str) -> bool:
-    return any(p.name.value == name for p in all_params(function.params))
-
-
-def _assigned_in(scope: cst.CSTNode, name: str) -> bool:
-    return any(
-        isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign))
-        and name in target_names(node.target)
-        for node in walk(scope)
-    )
-
-
 def _assigned_once(model: ScriptModel, scope: cst.CSTNode, name: str) -> bool:
     """One binding of ``name`` in ``scope`` (a module: outside its functions too)."""
     count = 0
@@ -122,19 +111,6 @@ def _calls_through(model: ScriptModel, scope: cst.CSTNode, name: str) -> set[cst
     for node in walk(scope):
         if not isinstance(node, cst.Call) or dotted(node.func) != name:
             continue
-        if "." in name or model.scope_of(node) is scope or _free_in(model, node, scope, name):
+        if "." in name or sees_binding(model, node, name, scope):
             found.add(node)
     return found
-
-
-def _free_in(model: ScriptModel, call: cst.Call, scope: cst.CSTNode, name: str) -> bool:
-    """``name`` reaches the nested function holding ``call`` from ``scope``: none of the
-    functions between binds it."""
-    for ancestor in model.ancestors(call):
-        if ancestor is scope:
-            return True
-        if isinstance(ancestor, cst.FunctionDef) and (
-            _is_parameter(ancestor, name) or _assigned_in(ancestor, name)
-        ):
-            return False
-    return False

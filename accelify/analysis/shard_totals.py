@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from accelify.analysis.loops import phase_name
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, walk
@@ -41,7 +42,7 @@ def totals_over_dataset(
         if not totals:
             continue
         sizes = _dataset_sizes(model, loop)
-        phase = _phase(loop)
+        phase = phase_name(loop.node.iter)
         for node in walk(loop.scope):
             divided = _divided(node)
             if not (
@@ -107,18 +108,6 @@ def _is_len_of_dataset(node: cst.BaseExpression, loader: str | None) -> bool:
         and len(node.args) == 1
         and dotted(node.args[0].value) == f"{loader}.dataset"
     )
-
-
-def _phase(loop: Loop) -> str | None:
-    """``phase`` of ``for x, y in loaders[phase]:``: each phase reads its own loader."""
-    node = loop.node.iter
-    while isinstance(node, cst.Call) and node.args:
-        node = node.args[0].value
-    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
-        index = node.slice[0].slice
-        if isinstance(index, cst.Index) and isinstance(index.value, cst.Name):
-            return index.value.value
-    return None
 
 
 def _is_phase_size(

@@ -12,11 +12,11 @@ from itertools import pairwise
 import libcst as cst
 
 from accelify.analysis.dataflow import between
-from accelify.analysis.loops import find_backward
+from accelify.analysis.loops import find_backward, phase_name
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.syntax import all_params, dotted, walk
+from accelify.analysis.syntax import all_params, dotted, has_parameter, walk
 
 _UNKNOWN = object()
 
@@ -143,16 +143,10 @@ def phase_loaders(model: ScriptModel) -> dict[str, PhaseLoaders]:
     """By the name of the dict of loaders; only when every phase's mode is known."""
     found: dict[str, PhaseLoaders] = {}
     for loop in model.loops:
-        subscript = _subscript_read(loop.node.iter) if loop.trains else None
-        if subscript is None or loop.iterable is None:
+        phase = phase_name(loop.node.iter) if loop.trains else None
+        if phase is None or loop.iterable is None:
             continue
-        index = subscript.slice[0].slice if len(subscript.slice) == 1 else None
-        phase = (
-            index.value.value
-            if isinstance(index, cst.Index) and isinstance(index.value, cst.Name)
-            else None
-        )
-        values = _phase_values(model, loop.node, phase) if phase else None
+        values = _phase_values(model, loop.node, phase)
         tests = _backward_tests(model, loop)
         read = {n.value for t in tests for n in walk(t) if isinstance(n, cst.Name)}
         if not values or not tests or read != {phase}:
@@ -173,13 +167,6 @@ def phase_loaders(model: ScriptModel) -> dict[str, PhaseLoaders]:
                     loop.iterable, loop, phase, trained, evaluated, {loop.iterable}
                 )
     return found
-
-
-def _subscript_read(node: cst.BaseExpression) -> cst.Subscript | None:
-    """``loaders[phase]``, also inside ``tqdm(...)`` or ``enumerate(...)``."""
-    while isinstance(node, cst.Call) and node.args:
-        node = node.args[0].value
-    return node if isinstance(node, cst.Subscript) else None
 
 
 def _phase_values(model: ScriptModel, loop: cst.For, phase: str | None) -> list[str] | None:
@@ -208,9 +195,7 @@ def _literal_sequence(
     if not isinstance(node, cst.Name):
         return None
     scope = model.scope_of(at)
-    if isinstance(scope, cst.FunctionDef) and any(
-        p.name.value == node.value for p in all_params(scope.params)
-    ):
+    if isinstance(scope, cst.FunctionDef) and has_parameter(scope, node.value):
         return None  # a parameter: what the callers pass
     assigns = [
         a

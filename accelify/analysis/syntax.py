@@ -187,6 +187,10 @@ def all_params(params: cst.Parameters) -> list[cst.Param]:
     return [*params.posonly_params, *params.params, *star, *params.kwonly_params, *double]
 
 
+def has_parameter(function: cst.FunctionDef, name: str) -> bool:
+    return any(p.name.value == name for p in all_params(function.params))
+
+
 def self_parameter(method: cst.FunctionDef) -> str | None:
     """The name a method calls its instance, unless it is a static or class method."""
     if any(dotted(d.decorator) in ("staticmethod", "classmethod") for d in method.decorators):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.dataflow import sees_binding
 from accelify.analysis.device_moves import (
     batch_moves_in,
     is_cuda_literal,
@@ -15,7 +16,7 @@ from accelify.analysis.device_moves import (
     strip_moves,
 )
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import all_params, dotted, target_names, walk
+from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
@@ -229,17 +230,11 @@ def _compare_device_types(ctx: Context, name: str, scope: cst.CSTNode) -> None:
 def _sees_binding(ctx: Context, node: cst.CSTNode, name: str, scope: cst.CSTNode) -> bool:
     """``node`` reads the ``name`` that ``scope`` binds: in that scope, or a module-level name
     read in a function that binds no ``name`` of its own."""
-    here = ctx.model.scope_of(node)
-    if here is scope:
+    if ctx.model.scope_of(node) is scope:
         return True
     if not isinstance(scope, cst.Module) or "." in name:
         return False
-    for function in ctx.model.ancestors(node):
-        if isinstance(function, cst.FunctionDef) and any(
-            p.name.value == name for p in all_params(function.params)
-        ):
-            return False  # a parameter of that name: what the callers pass
-    return not any(ctx.model.scope_of(a) is here for a in ctx.model.index.assignments_to(name))
+    return sees_binding(ctx.model, node, name, scope)  # a parameter of that name is the caller's
 
 
 def _batch_move_statement(
