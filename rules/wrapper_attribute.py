@@ -63,6 +63,24 @@ class WrapperAttribute(Rule):
             9,
             11,
         ),
+        Example(  # a layer run by name in the training step: unwrapping it is no fix either
+            HEADER
+            + "import torch\nfrom torch import nn\n\n\n"
+            + "class AutoEncoder(nn.Module):\n"
+            + "    def __init__(self):\n"
+            + "        super().__init__()\n"
+            + "        self.encoder = nn.Linear(4, 2)\n\n"
+            + "    def forward(self, x):\n"
+            + "        return self.encoder(x)\n\n\n"
+            + "model = AutoEncoder()\n"
+            + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            + "for x in batches:\n"
+            + "    loss = model.encoder(x).pow(2).mean()\n"
+            + "    accelerator.backward(loss)\n",
+            20,
+            12,
+        ),
     )
     good = (
         HEADER
@@ -108,6 +126,19 @@ class WrapperAttribute(Rule):
                 continue
             if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
                 continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
+            call = script.parent(attribute)
+            if call in facts.layers_outside_forward:
+                yield self.finding(
+                    script,
+                    attribute,
+                    None,
+                    f"{owner.value}.{member}() runs the model's layers outside its forward during "
+                    f"training: on several GPUs the DistributedDataParallel wrapper has no "
+                    f"'{member}' (AttributeError), and called through unwrap_model its gradients "
+                    f"are never synchronised across ranks; compute it in the model's forward() "
+                    f"and call {owner.value}(...)",
+                )
+                continue
             accelerator = accelerator_at(script, attribute) or "accelerator"
             yield self.finding(
                 script,

@@ -15,6 +15,7 @@ from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.helper_evaluation import HelperEvaluation, helper_evaluation_of
+from accelify.analysis.outside_forward import OutsideForward, layers_outside_forward
 from accelify.analysis.placement import Placement
 from accelify.analysis.precision import Precision, precision_of
 from accelify.analysis.print_aliases import print_alias_calls
@@ -59,6 +60,12 @@ class Facts:
                     found.setdefault(origin, phases)
                     phases.names.add(origin)
         return found
+
+    @cached_property
+    def layers_outside_forward(self) -> dict[cst.Call, OutsideForward]:
+        """Calls in training steps that run a model's layers outside its forward, by call."""
+        found = layers_outside_forward(self.model, self.placement, self.flow, unprepared=set())
+        return {entry.call: entry for entry in found}
 
     @cached_property
     def print_alias_calls(self) -> set[cst.Call]:

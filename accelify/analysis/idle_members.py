@@ -56,6 +56,13 @@ def idle_members(model: ScriptModel, class_name: str) -> list[tuple[str, cst.CST
     return [(name, node) for name, node in members.items() if name not in used]
 
 
+def parameter_members(model: ScriptModel, class_name: str) -> dict[str, cst.CSTNode]:
+    """The members of ``class_name`` (and of the classes of this file it derives from) that
+    its ``__init__`` sets to something holding parameters."""
+    init = _methods(model, class_name).get("__init__")
+    return _parameter_members(model, init) if init is not None else {}
+
+
 def _methods(model: ScriptModel, class_name: str) -> dict[str, cst.FunctionDef]:
     """The class's methods and those it inherits from classes of this file (its own first)."""
     found: dict[str, cst.FunctionDef] = {}

@@ -68,11 +68,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
 
 def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     ctx = Context(model, options)
-    if (
-        _trains_itself(ctx)
-        or unwrap.forwards_outside_the_wrapper(ctx)
-        or handwritten_ddp.replaces_the_inner_model(ctx)
-    ):
+    if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()
     if prepare_scope is None:
@@ -86,6 +82,10 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     ctx.plan.accelerator = ctx.acc
     ctx.scope = prepare_scope
     prepare.run(ctx, prepare_scope)
+    left = Context(model, options)
+    left.frozen = ctx.frozen
+    if unwrap.forwards_outside_the_wrapper(left):
+        return left.plan
     for step in STEPS:
         step(ctx)
     if options.mixed_precision:

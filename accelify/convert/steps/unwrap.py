@@ -8,7 +8,8 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.objects import methods_of
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.outside_forward import layers_outside_forward
+from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context, unwrap
 
 #: Calls that trace or export a model: a DDP wrapper's forward does not trace
@@ -140,29 +141,30 @@ def _module_outside_the_class(ctx: Context, name: str, node: cst.CSTNode) -> boo
 
 
 def forwards_outside_the_wrapper(ctx: Context) -> bool:
-    """``model.compute_loss(x, y)`` in a training step, where the model's class runs its layers
-    in that method: prepared, the DDP wrapper has no such method (the first call on 2 ranks
-    raises AttributeError), and called through ``unwrap_model`` its gradients are never
-    synchronised. Either way the conversion would be wrong, so the script is left as it is,
-    with the reason at each such call."""
-    found = False
-    for attribute in ctx.facts.placement.attributes():
-        member, owner = attribute.attr.value, attribute.value
-        if member in names.MODULE_API or not isinstance(owner, (cst.Name, cst.Attribute)):
-            continue
-        if not ctx.facts.flow.is_model_name(dotted(owner), attribute):
-            continue
-        if _is_binding_target(ctx, attribute) or not _forward_in_training(ctx, attribute):
-            continue
-        found = True
+    """A training step that runs a prepared model's layers outside its forward
+    (`accelify.analysis.outside_forward`): prepared, the DDP wrapper has no such attribute (the
+    first call on 2 ranks raises AttributeError), and called through ``unwrap_model`` its
+    gradients are never synchronised. Either way the conversion would be wrong, so the script
+    is left as it is, with the reason at each such call. Asked after ``prepare`` chose what it
+    wraps: a frozen model is not wrapped, and may run its layers anywhere."""
+    found = layers_outside_forward(
+        ctx.model, ctx.facts.placement, ctx.facts.flow, unprepared=ctx.frozen
+    )
+    for entry in found:
+        if entry.through is None:
+            ran = f"{entry.what} runs the model's layers outside its forward during training"
+        else:
+            ran = (
+                f"{entry.what} is handed the model and runs its layers outside the model's "
+                f"forward during training: {entry.through}"
+            )
         ctx.plan.review(
-            ctx.line(attribute),
-            f"{dotted(owner)}.{member}() runs the model's layers in its own method during "
-            "training: a prepared (DDP-wrapped) model has no such method, and called through "
+            ctx.line(entry.call),
+            f"{ran}: a prepared (DDP-wrapped) model has no such attribute, and called through "
             "unwrap_model its gradients would never be synchronised across ranks; left as it "
-            "is: compute it in forward() (or call the model itself), then convert",
+            "is: compute it in the model's forward() (call the model itself), then convert",
         )
-    return found
+    return bool(found)
 
 
 def _is_binding_target(ctx: Context, attribute: cst.Attribute) -> bool:
@@ -171,58 +173,3 @@ def _is_binding_target(ctx: Context, attribute: cst.Attribute) -> bool:
     return isinstance(parent, cst.AssignTarget) or (
         isinstance(parent, cst.Attribute) and isinstance(ctx.model.parent(parent), cst.AssignTarget)
     )
-
-
-def _forward_in_training(ctx: Context, attribute: cst.Attribute) -> bool:
-    """``model.compute_loss(x, y)`` in a training step, where the model's class runs its layers
-    in ``compute_loss`` (``self(x)``, ``self.forward(x)``, ``self.head(x)``): a forward that the
-    DDP wrapper never sees, so no gradient of it is reduced."""
-    call = ctx.model.parent(attribute)
-    if not (isinstance(call, cst.Call) and call.func is attribute):
-        return False
-    if not any(_runs_layers(ctx, name, attribute.attr.value) for name in ctx.model.module_classes):
-        return False
-    placement = ctx.facts.placement
-    function = placement.enclosing_function(call)
-    return any(
-        placement.inside(backward, function) for backward in ctx.model.backward_calls
-    ) or any(loop.trains and placement.inside(call, loop.node) for loop in ctx.model.loops)
-
-
-def _runs_layers(ctx: Context, class_name: str, member: str) -> bool:
-    methods = methods_of(ctx.model, class_name)
-    method = methods.get(member)
-    if method is None or member in names.MODULE_API:
-        return False
-    for node in walk(method.body):
-        if not isinstance(node, cst.Call):
-            continue
-        func = dotted(node.func)
-        if func == "self" or func == "self.forward":
-            return True
-        layer = func.split(".", 1)[1] if func and func.count(".") == 1 else None
-        if (  # a layer: ``self.head(x)``, not a loss (``self.criterion(logits, y)``)
-            func
-            and func.startswith("self.")
-            and layer is not None
-            and layer not in methods
-            and layer not in names.MODULE_API
-            and layer not in _losses(methods.get("__init__"))
-        ):
-            return True
-    return False
-
-
-def _losses(init: cst.FunctionDef | None) -> set[str]:
-    """Attributes ``__init__`` sets to a loss (``self.criterion = nn.CrossEntropyLoss()``): no
-    parameters, so calling them outside the wrapper loses nothing."""
-    found = set()
-    for node in walk(init) if init is not None else ():
-        if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
-            continue
-        made = dotted(node.value.func) or ""
-        for target in node.targets:
-            name = dotted(target.target) or ""
-            if name.startswith("self.") and made.endswith("Loss"):
-                found.add(name[len("self.") :])
-    return found

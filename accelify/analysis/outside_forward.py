@@ -1,0 +1,253 @@
+"""Layers a model runs outside its own forward during training.
+
+DDP reduces the gradients of the forward it runs itself (``model(x)``). A training step that runs
+the model's layers another way gets none of them reduced: ``model.decoder(z)``,
+``model.compute_loss(x)`` whose body runs ``self.head``, or the model handed to a helper
+(``reconstruction_loss(model, x)``) or to a loss module (``self.loss_function(self.model, x)``,
+whose forward runs ``model.encoder``) that does either. Called through the wrapper, the first such
+call raises AttributeError on 2 ranks; called through ``unwrap_model``, the ranks drift apart
+with nothing said. Neither is a conversion, so the conversion leaves such a script as it is and
+says why at each call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.flow import ObjectFlow
+from accelify.analysis.idle_members import parameter_members
+from accelify.analysis.objects import bound_arguments, methods_of
+from accelify.analysis.placement import Placement
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted, self_parameter, walk
+
+#: How many helpers deep a model handed on is followed.
+_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class OutsideForward:
+    """A call in a training step that runs a model's layers outside the model's forward."""
+
+    call: cst.Call
+    #: what runs the layers: ``model.decoder()``, or ``reconstruction_loss(model, ...)``
+    what: str
+    #: where a helper runs them, when the call hands the model on: ``model.decoder() (line 17)``
+    through: str | None = None
+
+
+def layers_outside_forward(
+    model: ScriptModel, placement: Placement, flow: ObjectFlow, unprepared: set[str]
+) -> list[OutsideForward]:
+    """Each such call; models in ``unprepared`` (frozen: no optimizer trains them, so they are
+    not wrapped) are not asked about."""
+    finder = _Finder(model, placement, flow, unprepared)
+    found = []
+    for call in model.calls:
+        if not finder.in_training(call):
+            continue
+        direct = finder.direct(call, finder.is_prepared_model)
+        if direct is not None:
+            found.append(OutsideForward(call, direct))
+            continue
+        handed = finder.handed_on(call, _DEPTH)
+        if handed is not None:
+            found.append(OutsideForward(call, *handed))
+    return found
+
+
+class _Finder:
+    def __init__(
+        self, model: ScriptModel, placement: Placement, flow: ObjectFlow, unprepared: set[str]
+    ) -> None:
+        self.model = model
+        self.placement = placement
+        self.flow = flow
+        self.unprepared = unprepared
+
+    def is_prepared_model(self, name: str | None, at: cst.CSTNode) -> bool:
+        return name not in self.unprepared and self.flow.is_model_name(name, at)
+
+    def in_training(self, call: cst.Call) -> bool:
+        """In a function that runs a backward, or in a loop that does; not under no_grad."""
+        if any(map(self.model.disables_grad, self.model.ancestors(call))):
+            return False
+        function = self.placement.enclosing_function(call)
+        return any(
+            self.placement.inside(backward, function) for backward in self.model.backward_calls
+        ) or any(
+            loop.trains and self.placement.inside(call, loop.node) for loop in self.model.loops
+        )
+
+    def direct(self, call: cst.Call, is_model) -> str | None:
+        """``model.decoder(z)`` or ``model.compute_loss(x)`` on a model (``is_model``)."""
+        func = call.func
+        if not isinstance(func, cst.Attribute) or not isinstance(
+            func.value, (cst.Name, cst.Attribute)
+        ):
+            return None
+        owner, member = dotted(func.value), func.attr.value
+        if owner is None or member in names.MODULE_API or member.startswith("__"):
+            return None
+        if not is_model(owner, func) or not self._runs_layers(member):
+            return None
+        return f"{owner}.{member}()"
+
+    def handed_on(self, call: cst.Call, depth: int) -> tuple[str, str] | None:
+        """``helper(model, x)`` whose body runs ``model.decoder(...)``, directly or through
+        helpers of its own: what the call is, and where the layers run."""
+        for function, implicit in self._targets(call):
+            for parameter, argument in bound_arguments(function, call, implicit):
+                if not self.is_prepared_model(dotted(argument.value), call):
+                    continue
+                inner = self._runs_through(function, parameter, depth)
+                if inner is not None:
+                    return f"{dotted(call.func)}(...)", inner
+        return None
+
+    def _runs_through(self, function: cst.FunctionDef, parameter: str, depth: int) -> str | None:
+        def is_parameter(name: str | None, at: cst.CSTNode) -> bool:
+            return name == parameter and self.placement.enclosing_function(at) is function
+
+        for node in walk(function.body):
+            if not isinstance(node, cst.Call) or any(
+                map(self.model.disables_grad, self._ancestors_within(node, function))
+            ):
+                continue
+            direct = self.direct(node, is_parameter)
+            if direct is not None:
+                return f"{direct} (line {self.model.line(node)})"
+            if depth > 1 and any(dotted(a.value) == parameter for a in node.args):
+                for inner_function, implicit in self._targets(node):
+                    for inner_parameter, argument in bound_arguments(
+                        inner_function, node, implicit
+                    ):
+                        if dotted(argument.value) != parameter:
+                            continue
+                        inner = self._runs_through(inner_function, inner_parameter, depth - 1)
+                        if inner is not None:
+                            return inner
+        return None
+
+    def _ancestors_within(self, node: cst.CSTNode, function: cst.FunctionDef) -> list[cst.CSTNode]:
+        found = []
+        for ancestor in self.model.ancestors(node):
+            found.append(ancestor)
+            if ancestor is function:
+                break
+        return found
+
+    def _targets(self, call: cst.Call) -> list[tuple[cst.FunctionDef, int]]:
+        """The file's functions ``call`` runs: its callee, or the forward of a module of this
+        file it calls (``self.loss_function(...)``)."""
+        callee = self.model.call_graph.callee(call)
+        if callee is not None:
+            return [callee]
+        name = dotted(call.func)
+        made = self._module_class(name, call, _DEPTH) if name is not None else None
+        forward = methods_of(self.model, made).get("forward") if made is not None else None
+        return [(forward, 1)] if forward is not None else []
+
+    def _module_class(self, name: str, at: cst.CSTNode, depth: int) -> str | None:
+        """The module class of this file that made ``name``: built where it is assigned, or
+        for ``self.loss_function = loss_function``, built where the constructor is called."""
+        made = self.model.call_graph.instance_class(name, at)
+        if made is not None:
+            return made if made in self.model.module_classes else None
+        if not name.startswith("self.") or depth == 0:
+            return None
+        owner = self.model.index.enclosing_class(at)
+        for method in methods_of(self.model, owner.name.value).values() if owner else ():
+            for parameter in _stored_parameters(method, name):
+                for call, implicit in self.model.call_graph.calls_of(method):
+                    for bound, argument in bound_arguments(method, call, implicit):
+                        if bound != parameter:
+                            continue
+                        made = self._made_by(argument.value, call, depth - 1)
+                        if made is not None:
+                            return made
+        return None
+
+    def _made_by(self, value: cst.BaseExpression, at: cst.CSTNode, depth: int) -> str | None:
+        if isinstance(value, cst.Call) and dotted(value.func) in self.model.module_classes:
+            return dotted(value.func)
+        name = dotted(value)
+        return self._module_class(name, at, depth) if name is not None else None
+
+    def _runs_layers(self, member: str) -> bool:
+        return member in self._layer_members
+
+    @cached_property
+    def _layer_members(self) -> set[str]:
+        """What some module class of this file holds as a layer with parameters, or has as a
+        method that runs its layers."""
+        found: set[str] = set()
+        for class_name in self.model.module_classes:
+            found |= set(parameter_members(self.model, class_name))
+            found |= {
+                name
+                for name, method in methods_of(self.model, class_name).items()
+                if runs_layers(self.model, class_name, method)
+            }
+        return found
+
+
+def runs_layers(model: ScriptModel, class_name: str, method: cst.FunctionDef) -> bool:
+    """``method`` of a module class runs the model's layers (``self(x)``, ``self.forward(x)``,
+    ``self.head(x)``), not a loss (``self.criterion(logits, y)``)."""
+    methods = methods_of(model, class_name)
+    if method.name.value in names.MODULE_API:
+        return False
+    losses = _losses(methods.get("__init__"))
+    for node in walk(method.body):
+        if not isinstance(node, cst.Call):
+            continue
+        func = dotted(node.func)
+        if func == "self" or func == "self.forward":
+            return True
+        layer = func.split(".", 1)[1] if func and func.count(".") == 1 else None
+        if (
+            func
+            and func.startswith("self.")
+            and layer is not None
+            and layer not in methods
+            and layer not in names.MODULE_API
+            and layer not in losses
+        ):
+            return True
+    return False
+
+
+def _losses(init: cst.FunctionDef | None) -> set[str]:
+    """Attributes ``__init__`` sets to a loss (``self.criterion = nn.CrossEntropyLoss()``): no
+    parameters, so calling them outside the wrapper loses nothing."""
+    found = set()
+    for node in walk(init) if init is not None else ():
+        if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
+            continue
+        made = dotted(node.value.func) or ""
+        for target in node.targets:
+            name = dotted(target.target) or ""
+            if name.startswith("self.") and made.endswith("Loss"):
+                found.add(name[len("self.") :])
+    return found
+
+
+def _stored_parameters(method: cst.FunctionDef, attribute: str) -> list[str]:
+    """``self.loss_function = loss_function`` in ``method``: the parameters it stores as
+    ``attribute`` (``self.<name>``)."""
+    me = self_parameter(method)
+    member = attribute.split(".", 1)[1]
+    parameters = {p.name.value for p in (*method.params.params, *method.params.kwonly_params)}
+    found = []
+    for node in walk(method.body):
+        if not isinstance(node, cst.Assign) or dotted(node.value) not in parameters:
+            continue
+        for target in node.targets:
+            if dotted(target.target) == f"{me}.{member}":
+                found.append(dotted(node.value))
+    return found
