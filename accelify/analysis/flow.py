@@ -15,7 +15,7 @@ from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
-from accelify.analysis.syntax import dotted, root_name, target_names, walk
+from accelify.analysis.syntax import dotted, root_name, self_parameter, target_names, walk
 
 
 class ObjectFlow:
@@ -164,9 +164,22 @@ class ObjectFlow:
         return self.kind_of(name, at) is Kind.MODEL
 
     def model_names_in_scope(self, scope: Scope) -> list[str]:
+        """The models ``scope`` can name: its own, its parameters, and in a method the
+        instance's (``self.model``, set in ``__init__``)."""
         found = [b.name for b in self.model.of_kind(Kind.MODEL) if b.scope is scope]
         if isinstance(scope, cst.FunctionDef):
             found += [n for n, k in self.params.get(scope, {}).items() if k is Kind.MODEL]
+            owner = self.model.index.enclosing_class(scope)
+            me = self_parameter(scope) if owner is not None else None
+            found += [
+                b.name
+                for b in self.model.of_kind(Kind.MODEL)
+                if me == "self"
+                and b.name.startswith("self.")
+                and b.name.count(".") == 1
+                and isinstance(b.scope, cst.FunctionDef)
+                and self.model.index.enclosing_class(b.scope) is owner
+            ]
         return list(dict.fromkeys(found))
 
     def reads_loader(self, loop: Loop) -> bool:
