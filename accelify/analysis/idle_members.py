@@ -43,7 +43,7 @@ _WHOLE_MODULE = {
 def idle_members(model: ScriptModel, class_name: str) -> list[tuple[str, cst.CSTNode]]:
     """The members of ``class_name`` (with their assignments in ``__init__``) that hold
     parameters and that its forward pass never computes with."""
-    methods = _methods(model, class_name)
+    methods = class_methods(model, class_name)
     init, forward = methods.get("__init__"), methods.get("forward")
     if init is None or forward is None:
         return []
@@ -56,14 +56,7 @@ def idle_members(model: ScriptModel, class_name: str) -> list[tuple[str, cst.CST
     return [(name, node) for name, node in members.items() if name not in used]
 
 
-def parameter_members(model: ScriptModel, class_name: str) -> dict[str, cst.CSTNode]:
-    """The members of ``class_name`` (and of the classes of this file it derives from) that
-    its ``__init__`` sets to something holding parameters."""
-    init = _methods(model, class_name).get("__init__")
-    return _parameter_members(model, init) if init is not None else {}
-
-
-def _methods(model: ScriptModel, class_name: str) -> dict[str, cst.FunctionDef]:
+def class_methods(model: ScriptModel, class_name: str) -> dict[str, cst.FunctionDef]:
     """The class's methods and those it inherits from classes of this file (its own first)."""
     found: dict[str, cst.FunctionDef] = {}
     pending, seen = [class_name], set()
@@ -94,12 +87,47 @@ def _parameter_members(model: ScriptModel, init: cst.FunctionDef) -> dict[str, c
                 continue
             name = member.attr.value
             assigned[name] = assigned.get(name, 0) + 1
-            if _holds_parameters(model, node.value):
+            if holds_parameters(model, node.value):
                 found[name] = node
     return {name: node for name, node in found.items() if assigned[name] == 1}
 
 
-def _holds_parameters(model: ScriptModel, value: cst.BaseExpression) -> bool:
+def holds_no_parameters(model: ScriptModel, value: cst.BaseExpression) -> bool:
+    """A value known to hold no parameters: a torch.nn layer without any
+    (``nn.Dropout(0.1)``), a loss (``nn.CrossEntropyLoss()``), a torch function
+    (``F.cross_entropy``). A received module (``self.backbone = backbone``) is not known."""
+    if isinstance(value, cst.Call):
+        made = dotted(value.func) or ""
+        if made.endswith("Loss"):
+            return True
+        return any(
+            q.startswith(names.NN_PREFIX) and _PARAMETERLESS.fullmatch(q.rsplit(".", 1)[-1])
+            for q in model.qualified(value.func)
+        )
+    if isinstance(value, (cst.Name, cst.Attribute)):
+        return any(
+            q.startswith("torch.")
+            and (not q.startswith(names.NN_PREFIX) or q.startswith(names.NN_NOT_MODELS))
+            for q in model.qualified(value)
+        )
+    return isinstance(value, (cst.Integer, cst.Float, cst.SimpleString, cst.Lambda))
+
+
+def member_values(init: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
+    """What ``__init__`` assigns to each ``self.<member>``, every assignment."""
+    me = self_parameter(init)
+    found: dict[str, list[cst.BaseExpression]] = {}
+    for node in walk(init.body):
+        if not isinstance(node, cst.Assign):
+            continue
+        for target in node.targets:
+            member = target.target
+            if isinstance(member, cst.Attribute) and dotted(member.value) == me:
+                found.setdefault(member.attr.value, []).append(node.value)
+    return found
+
+
+def holds_parameters(model: ScriptModel, value: cst.BaseExpression) -> bool:
     if not isinstance(value, cst.Call):
         return False
     if dotted(value.func) in model.module_classes:

@@ -19,7 +19,12 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.flow import ObjectFlow
-from accelify.analysis.idle_members import parameter_members
+from accelify.analysis.idle_members import (
+    class_methods,
+    holds_no_parameters,
+    holds_parameters,
+    member_values,
+)
 from accelify.analysis.objects import bound_arguments, methods_of
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
@@ -187,7 +192,7 @@ class _Finder:
         method that runs its layers."""
         found: set[str] = set()
         for class_name in self.model.module_classes:
-            found |= set(parameter_members(self.model, class_name))
+            found |= _layers(self.model, _assigned_members(self.model, class_name))
             found |= {
                 name
                 for name, method in methods_of(self.model, class_name).items()
@@ -196,45 +201,54 @@ class _Finder:
         return found
 
 
-def runs_layers(model: ScriptModel, class_name: str, method: cst.FunctionDef) -> bool:
-    """``method`` of a module class runs the model's layers (``self(x)``, ``self.forward(x)``,
-    ``self.head(x)``), not a loss (``self.criterion(logits, y)``)."""
-    methods = methods_of(model, class_name)
+def runs_layers(
+    model: ScriptModel, class_name: str, method: cst.FunctionDef, depth: int = _DEPTH
+) -> bool:
+    """``method`` of a module class runs the model's layers: ``self(x)``, ``self.forward(x)``,
+    ``self.head(x)``, ``for layer in self.layers``, ``x @ self.weight``, or another method that
+    does. A member ``__init__`` sets only to something without parameters (a loss, dropout,
+    ``F.cross_entropy``) is not a layer: calling it outside the wrapper loses nothing."""
     if method.name.value in names.MODULE_API:
         return False
-    losses = _losses(methods.get("__init__"))
+    methods = class_methods(model, class_name)
+    holding = _layers(model, _assigned_members(model, class_name))
+    me = self_parameter(method)
     for node in walk(method.body):
-        if not isinstance(node, cst.Call):
-            continue
-        func = dotted(node.func)
-        if func == "self" or func == "self.forward":
-            return True
-        layer = func.split(".", 1)[1] if func and func.count(".") == 1 else None
         if (
-            func
-            and func.startswith("self.")
-            and layer is not None
-            and layer not in methods
-            and layer not in names.MODULE_API
-            and layer not in losses
+            isinstance(node, cst.Attribute)
+            and dotted(node.value) == me
+            and node.attr.value in holding
         ):
             return True
+        if not isinstance(node, cst.Call) or me is None:
+            continue
+        func = dotted(node.func)
+        if func in (me, f"{me}.forward"):
+            return True
+        if func is None or func.count(".") != 1 or not func.startswith(f"{me}."):
+            continue
+        member = func.split(".", 1)[1]
+        if member in methods:
+            if depth > 1 and runs_layers(model, class_name, methods[member], depth - 1):
+                return True
+            continue
+        if member in names.MODULE_API:
+            continue
+        values = _assigned_members(model, class_name).get(member)
+        if values and all(holds_no_parameters(model, v) for v in values):
+            continue
+        return True
     return False
 
 
-def _losses(init: cst.FunctionDef | None) -> set[str]:
-    """Attributes ``__init__`` sets to a loss (``self.criterion = nn.CrossEntropyLoss()``): no
-    parameters, so calling them outside the wrapper loses nothing."""
-    found = set()
-    for node in walk(init) if init is not None else ():
-        if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
-            continue
-        made = dotted(node.value.func) or ""
-        for target in node.targets:
-            name = dotted(target.target) or ""
-            if name.startswith("self.") and made.endswith("Loss"):
-                found.add(name[len("self.") :])
-    return found
+def _assigned_members(model: ScriptModel, class_name: str) -> dict[str, list[cst.BaseExpression]]:
+    init = class_methods(model, class_name).get("__init__")
+    return member_values(init) if init is not None else {}
+
+
+def _layers(model: ScriptModel, assigned: dict[str, list[cst.BaseExpression]]) -> set[str]:
+    """The members some assignment sets to something holding parameters."""
+    return {m for m, values in assigned.items() if any(holds_parameters(model, v) for v in values)}
 
 
 def _stored_parameters(method: cst.FunctionDef, attribute: str) -> list[str]:
