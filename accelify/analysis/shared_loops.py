@@ -16,7 +16,7 @@ from accelify.analysis.loops import find_backward, phase_name
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.syntax import all_params, dotted, has_parameter, walk
+from accelify.analysis.syntax import all_params, dotted, has_parameter, target_names, walk
 
 _UNKNOWN = object()
 
@@ -41,8 +41,12 @@ def shared_loop_evaluations(
         if function is None or loop.iterable is None:
             continue
         defaults = {p.name.value: p.default for p in all_params(function.params)}
+        aliases = _flag_aliases(model, function, set(defaults))
         tests = _backward_tests(model, loop)
-        flags = {n.value for t in tests for n in walk(t) if isinstance(n, cst.Name)} & set(defaults)
+        read = {n.value for t in tests for n in walk(t) if isinstance(n, cst.Name)}
+        for alias in read & set(aliases):
+            read |= {n.value for n in walk(aliases[alias]) if isinstance(n, cst.Name)}
+        flags = read & set(defaults)
         if loop.iterable not in defaults or not tests or not flags:
             continue
         calls = model.call_graph.calls_of(function)
@@ -54,7 +58,7 @@ def shared_loop_evaluations(
             if loader is None:
                 continue
             values = {flag: _literal(passed.get(flag, defaults[flag])) for flag in flags}
-            outcomes = {_evaluate(test, values) for test in tests}
+            outcomes = {_evaluate(test, values, aliases) for test in tests}
             if outcomes == {False}:
                 evaluated.setdefault(loader, SharedLoopEvaluation(loader, loop, function, call))
             else:
@@ -92,13 +96,20 @@ def _literal(node: cst.BaseExpression | None) -> object:
     return _UNKNOWN
 
 
-def _evaluate(test: cst.BaseExpression, values: dict[str, object]) -> bool | None:
-    """The test's truth with the flags' values from one call; None when it cannot tell."""
+def _evaluate(
+    test: cst.BaseExpression,
+    values: dict[str, object],
+    aliases: dict[str, cst.BaseExpression] | None = None,
+) -> bool | None:
+    """The test's truth with the flags' values from one call; None when it cannot tell. A
+    name in ``aliases`` (``training = optimizer is not None``) stands for its expression."""
+    if isinstance(test, cst.Name) and aliases and test.value in aliases:
+        return _evaluate(aliases[test.value], values)
     if isinstance(test, cst.Name) and test.value in values:
         value = values[test.value]
         return None if value is _UNKNOWN else bool(value)
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _evaluate(test.expression, values)
+        inner = _evaluate(test.expression, values, aliases)
         return None if inner is None else not inner
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         left = _evaluate_value(test.left, values)
@@ -113,6 +124,28 @@ def _evaluate(test: cst.BaseExpression, values: dict[str, object]) -> bool | Non
         if isinstance(target.operator, (cst.In, cst.NotIn)) and isinstance(right, tuple):
             return (left in right) == isinstance(target.operator, cst.In)
     return None
+
+
+def _flag_aliases(
+    model: ScriptModel, function: cst.FunctionDef, parameters: set[str]
+) -> dict[str, cst.BaseExpression]:
+    """``training = optimizer is not None`` (or ``is_train = mode == "train"``): a local the
+    function assigns once, from its parameters only, and never binds again."""
+    counts: dict[str, int] = {}
+    found: dict[str, cst.BaseExpression] = {}
+    for node in model.index.own_nodes(function):
+        if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
+            counts[node.target.value] = counts.get(node.target.value, 0) + 2
+        if not isinstance(node, cst.Assign):
+            continue
+        for target in node.targets:
+            for name in target_names(target.target):
+                counts[name] = counts.get(name, 0) + 1
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            read = {n.value for n in walk(node.value) if isinstance(n, cst.Name)}
+            if read and read <= parameters | {"None", "True", "False"}:
+                found[node.targets[0].target.value] = node.value
+    return {name: value for name, value in found.items() if counts.get(name) == 1}
 
 
 def _evaluate_value(node: cst.BaseExpression, values: dict[str, object]) -> object:
