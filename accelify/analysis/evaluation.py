@@ -86,6 +86,10 @@ class Evaluation:
     scalar_losses: list[str] = field(default_factory=list)
     sinks: list[cst.CSTNode] = field(default_factory=list)
     already_gathered: bool = False
+    #: calls after the loop that combine its totals across ranks (``dist.all_reduce(correct)``):
+    #: the script is distributed already, and a gather in the loop as well would count every
+    #: sample once per rank.
+    combined_by: list[cst.Call] = field(default_factory=list)
     #: a reshape to one rank's batch size that keeps the local values: everything is gathered
     #: under new names that only the metrics read.
     kept_local: cst.Call | None = None
@@ -135,6 +139,7 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     if not found.sinks:
         return found if forward is not None else None
     found.already_gathered = _gathers(loop, facts)
+    found.combined_by = _combined_after(loop, found.sinks, facts)
     if found.already_gathered:
         return found
     if forward is None:
@@ -508,6 +513,48 @@ def _gathers(loop: Loop, facts: Facts) -> bool:
             if facts.model.call_names(node) & GATHERING_FUNCTIONS:
                 return True
     return False
+
+
+def _combined_after(loop: Loop, sinks: list[cst.CSTNode], facts: Facts) -> list[cst.Call]:
+    """The totals are combined across ranks after the loop, by the script itself:
+    ``dist.all_reduce(correct)``, ``accelerator.reduce(total)``, or a tensor made from them
+    (``t = torch.tensor([correct, total]); dist.all_reduce(t)``). Already distributed: a gather
+    inside the loop as well would count every sample once per rank."""
+    totals = {_sink_name(sink) for sink in sinks} - {None}
+    function = facts.placement.enclosing_function(loop.node)
+    if not totals or function is None:
+        return []
+    model = facts.model
+    start = model.order(loop.node)
+    made_from: set[str] = set(totals)
+    found = []
+    for node in walk(function.body):
+        if model.order(node) <= start or facts.placement.inside(node, loop.node):
+            continue
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            reads = {n.value for n in walk(node.value) if isinstance(n, cst.Name)}
+            if reads & made_from:
+                made_from |= target_names(node.targets[0].target)
+        if not isinstance(node, cst.Call) or not node.args:
+            continue
+        func = node.func
+        combines = bool(model.call_names(node) & GATHERING_FUNCTIONS) or (
+            isinstance(func, cst.Attribute) and func.attr.value in GATHERING_METHODS
+        )
+        if combines and root_name(node.args[0].value) in made_from:
+            found.append(node)
+    return found
+
+
+def _sink_name(sink: cst.CSTNode) -> str | None:
+    if isinstance(sink, cst.AugAssign):
+        return root_name(sink.target)
+    if isinstance(sink, cst.Assign) and len(sink.targets) == 1:
+        return root_name(sink.targets[0].target)
+    if isinstance(sink, cst.Expr) and isinstance(sink.value, cst.Call):
+        func = sink.value.func
+        return root_name(func.value) if isinstance(func, cst.Attribute) else None
+    return None
 
 
 def _calls_a_model(small: cst.CSTNode, facts: Facts, gathered: cst.Call | None) -> bool:

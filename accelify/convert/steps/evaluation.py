@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.helper_evaluation import HelperEvaluation
 from accelify.analysis.script_model import Kind
@@ -36,6 +37,15 @@ def run(ctx: Context) -> None:
             )
             _metric_driven_steps(ctx, evaluation)
             continue
+        if evaluation.combined_by and not gathers_instead_of_reducing(ctx, evaluation):
+            ctx.plan.review(
+                ctx.line(evaluation.combined_by[0]),
+                "evaluation left as is: its totals are combined across ranks after the loop; "
+                "a prepared loader repeats samples to even out the last batches and the "
+                "combined totals count them: gather predictions and labels in the loop with "
+                f"{ctx.a('gather_for_metrics')} instead, and combine nothing after it",
+            )
+            continue
         unprepared = ctx.unprepared_loaders(evaluation.loop)
         if unprepared:
             ctx.plan.review(
@@ -47,6 +57,42 @@ def run(ctx: Context) -> None:
             )
             continue
         _gather(ctx, evaluation)
+
+
+def gathers_instead_of_reducing(ctx: Context, evaluation: Evaluation) -> bool:
+    """A hand-written DDP evaluation that sums its totals over the ranks after the loop
+    (``dist.all_reduce(correct)``): the all-reduces go and the loop gathers like any other.
+    Reduced as it was, the totals would count the samples the prepared loader repeats to even
+    out its last batches (65 samples in batches of 16 on 2 ranks are counted as 96)."""
+    return (
+        bool(evaluation.combined_by)
+        and evaluation.unsure is None
+        and not evaluation.already_gathered
+        and bool(evaluation.sinks)
+        and all(_all_reduce_statement(ctx, call) for call in evaluation.combined_by)
+        and id(evaluation.loop.node) not in ctx.facts.helper_evaluations
+        and not ctx.unprepared_loaders(evaluation.loop)
+    )
+
+
+def _all_reduce_statement(ctx: Context, call: cst.Call) -> bool:
+    statement = ctx.model.parent(ctx.model.parent(call))
+    return (
+        bool(ctx.model.call_names(call) & names.ALL_REDUCE)
+        and isinstance(ctx.model.parent(call), cst.Expr)
+        and isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+    )
+
+
+def reductions_replaced_by_gathers(ctx: Context) -> dict[cst.Call, cst.CSTNode]:
+    """The all-reduces `gathers_instead_of_reducing` removes, with their statements."""
+    return {
+        call: ctx.model.parent(ctx.model.parent(call))
+        for evaluation in ctx.facts.evaluations
+        if gathers_instead_of_reducing(ctx, evaluation)
+        for call in evaluation.combined_by
+    }
 
 
 def _gather_in_helper(ctx: Context, helper: HelperEvaluation, done: set[int]) -> bool:

@@ -12,6 +12,7 @@ from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, strip_self_methods
 from accelify.convert.steps.context import Context
+from accelify.convert.steps.evaluation import reductions_replaced_by_gathers
 from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
 from accelify.edits.plan import expression, with_keyword
@@ -110,8 +111,18 @@ def _environ_key(target: cst.BaseExpression) -> str | None:
 def _all_reduces(ctx: Context) -> None:
     """``dist.all_reduce(t)`` -> ``t.copy_(accelerator.reduce(t, reduction="sum"))``: the same
     in-place sum, and on one process (no process group) the tensor as it is."""
+    gathered_instead = reductions_replaced_by_gathers(ctx)
     for _, call in ctx.facts.placement.expression_statements():
         if not ctx.model.call_names(call) & names.ALL_REDUCE or not call.args:
+            continue
+        if call in gathered_instead:
+            ctx.plan.remove(
+                gathered_instead[call],
+                ctx.line(call),
+                f"removed {ctx.code(call)}: the evaluation gathers every rank's predictions and "
+                f"labels in the loop ({ctx.a('gather_for_metrics')} drops the samples the "
+                "prepared loader repeats)",
+            )
             continue
         op = next(
             (
@@ -165,6 +176,17 @@ def _remove_samplers(ctx: Context) -> dict[str, str]:
     """Each DistributedSampler goes; what the loader must do instead is its ``shuffle=``."""
     samplers: dict[str, str] = {}
     for binding in ctx.model.of_kind(Kind.SAMPLER):
+        if isinstance(binding.value, cst.IfExp):
+            # ``DistributedSampler(ds) if world_size > 1 else None``: the script's own
+            # one-process choice, so every use of the name (``shuffle=sampler is None``,
+            # ``if sampler is not None: sampler.set_epoch(...)``) keeps working
+            ctx.plan.replace(
+                binding.value,
+                Swap("None"),
+                binding.line,
+                f"{binding.name} = None: the DistributedSampler goes (prepare shards the data)",
+            )
+            continue
         shuffle, dropped = _sampler_arguments(ctx, binding.value)
         samplers[binding.name] = shuffle
         ctx.plan.remove(
