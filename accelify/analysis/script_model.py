@@ -624,13 +624,13 @@ class _Collector(Visitor):
     def _classify_choice(self, choice: cst.IfExp, name: str) -> Kind | None:
         """``torch.device("cuda") if c else torch.device("cpu")``: a device either way;
         ``DDP(model) if distributed else model``: a hand-written wrapper; a DistributedSampler
-        or None: a hand-written sampler."""
+        or something else (None, a RandomSampler): a hand-written sampler."""
         kinds = {self._classify(branch, name) for branch in (choice.body, choice.orelse)} - {None}
         if kinds == {Kind.DEVICE}:
             return Kind.DEVICE
         if kinds == {Kind.WRAPPER} and name in {dotted(choice.body), dotted(choice.orelse)}:
             return Kind.WRAPPER
-        if kinds == {Kind.SAMPLER} and "None" in {dotted(choice.body), dotted(choice.orelse)}:
+        if [self._classify(b, name) for b in (choice.body, choice.orelse)].count(Kind.SAMPLER) == 1:
             return Kind.SAMPLER  # ``DistributedSampler(ds) if distributed else None``
         return None
 

@@ -20,8 +20,8 @@ from accelify.edits.plan import expression, with_keyword
 
 def run(ctx: Context) -> None:
     _remove_wrappers(ctx)
-    samplers = _remove_samplers(ctx)
-    _process_group_calls(ctx, samplers)
+    samplers, chosen = _remove_samplers(ctx)
+    _process_group_calls(ctx, {*samplers, *chosen})
     _rank_reads_and_loaders(ctx, samplers)
     _module_access(ctx)
     _spawns(ctx)
@@ -172,20 +172,27 @@ def _remove_wrappers(ctx: Context) -> None:
             ctx.plan.replace(binding.value, lambda _, inner=inner: inner, binding.line, text)
 
 
-def _remove_samplers(ctx: Context) -> dict[str, str]:
-    """Each DistributedSampler goes; what the loader must do instead is its ``shuffle=``."""
+def _remove_samplers(ctx: Context) -> tuple[dict[str, str], set[str]]:
+    """Each DistributedSampler goes; what the loader must do instead is its ``shuffle=``. A
+    name that held a DistributedSampler only when launched keeps its one-process value (the
+    second set): its ``set_epoch`` goes too."""
     samplers: dict[str, str] = {}
+    chosen: set[str] = set()
     for binding in ctx.model.of_kind(Kind.SAMPLER):
         if isinstance(binding.value, cst.IfExp):
             # ``DistributedSampler(ds) if world_size > 1 else None``: the script's own
             # one-process choice, so every use of the name (``shuffle=sampler is None``,
             # ``if sampler is not None: sampler.set_epoch(...)``) keeps working
+            choice = binding.value
+            single = choice.orelse if _is_sampler(ctx, choice.body) else choice.body
+            code = ctx.code(single)
             ctx.plan.replace(
-                binding.value,
-                Swap("None"),
+                choice,
+                Swap(code),
                 binding.line,
-                f"{binding.name} = None: the DistributedSampler goes (prepare shards the data)",
+                f"{binding.name} = {code}: the DistributedSampler goes (prepare shards the data)",
             )
+            chosen.add(binding.name)
             continue
         shuffle, dropped = _sampler_arguments(ctx, binding.value)
         samplers[binding.name] = shuffle
@@ -200,7 +207,14 @@ def _remove_samplers(ctx: Context) -> dict[str, str]:
                 f"DistributedSampler's {', '.join(dropped)} not carried over: the prepared "
                 "loader shuffles with the run's seed and evens out the last batch itself",
             )
-    return samplers
+    return samplers, chosen
+
+
+def _is_sampler(ctx: Context, value: cst.BaseExpression) -> bool:
+    call = strip_self_methods(value)
+    return isinstance(call, cst.Call) and bool(
+        ctx.model.call_names(call) & names.DISTRIBUTED_SAMPLERS
+    )
 
 
 #: DistributedSampler(dataset, num_replicas, rank, shuffle, seed, drop_last)
@@ -225,7 +239,7 @@ def _sampler_arguments(ctx: Context, value: cst.BaseExpression) -> tuple[str, li
     return shuffle, dropped
 
 
-def _process_group_calls(ctx: Context, samplers: dict[str, str]) -> None:
+def _process_group_calls(ctx: Context, samplers: set[str]) -> None:
     """Setup goes, teardown becomes ``end_training``, ``sampler.set_epoch`` goes."""
     for line_statement, call in ctx.facts.placement.expression_statements():
         qualified = ctx.model.call_names(call)
