@@ -154,8 +154,8 @@ def _receive(
             value = argument.value
             if isinstance(value, (cst.Name, cst.Attribute)):
                 kind = _kind_at(model, dotted(value), call, parameters)
-            else:  # ``Trainer(DataLoader(...))``
-                kind = classify(value, "")
+            else:  # ``Trainer(DataLoader(...))``, ``Trainer(make_loader(...))``
+                kind = classify(value, "") or _made_by_factory(model, value, classify)
             if kind is not None and parameter not in parameters.get(function, {}):
                 parameters.setdefault(function, {})[parameter] = kind
                 added += 1
@@ -194,6 +194,18 @@ def _factories(model: ScriptModel, classify: Classify, known: set[tuple[str, int
             if kind is not None and (name, id(scope)) not in known:
                 added += _bind(model, name, kind, scope, assign, known, received=False)
     return added
+
+
+def _made_by_factory(
+    model: ScriptModel, value: cst.BaseExpression, classify: Classify
+) -> Kind | None:
+    """The kind a call of one of this file's functions returns, when it returns one object
+    (``Trainer(make_loader(...))`` receives a loader as surely as ``Trainer(train_loader)``)."""
+    target = callee(model, value) if isinstance(value, cst.Call) else None
+    if target is None or target[0].name.value == "__init__":
+        return None
+    kinds = returned_kinds(model, target[0], classify)
+    return kinds[0] if len(kinds) == 1 else None
 
 
 def returned_kinds(
