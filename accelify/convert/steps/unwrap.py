@@ -7,7 +7,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.objects import methods_of
+from accelify.analysis.objects import bound_arguments, callee, methods_of
+from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
 
@@ -21,6 +22,76 @@ def run(ctx: Context) -> None:
     _attributes(ctx)
     _layers_by_index(ctx)
     _traced(ctx)
+    _handed_out_of_reach(ctx)
+
+
+def _handed_out_of_reach(ctx: Context) -> None:
+    """``self.early_stopping(val_loss, self.model)`` where the callee (a class without the
+    accelerator) only reads the model's state (``torch.save({"model": model.state_dict()})``):
+    the prepared model is unwrapped at the call, inside the class, so the checkpoint holds the
+    model's own keys (not DDP's ``module.`` ones) and loads back into the unwrapped model."""
+    for function, received in ctx.facts.flow.params.items():
+        if ctx.plan.reaches(function):
+            continue
+        for parameter, kind in received.items():
+            if kind is not Kind.MODEL or not _reads_state_only(ctx, function, parameter, set()):
+                continue
+            for call, implicit in ctx.facts.flow.calls_of(function):
+                if not ctx.plan.reaches(call):
+                    continue
+                for name, argument in bound_arguments(function, call, implicit):
+                    model = argument.value
+                    if name != parameter or not isinstance(model, (cst.Name, cst.Attribute)):
+                        continue
+                    shown = dotted(model)
+                    if (
+                        shown in ctx.frozen
+                        or not ctx.facts.flow.is_model_name(shown, call)
+                        or not ctx.after_prepare(call, shown)
+                    ):
+                        continue
+                    unwrap(
+                        ctx,
+                        model,
+                        call,
+                        f"hands {ctx.a('unwrap_model')}({shown}) to {ctx.code(call.func)}(), "
+                        "which reads its state_dict() where the accelerator is not reachable",
+                        gives_way_to=[model],
+                    )
+
+
+def _reads_state_only(
+    ctx: Context, function: cst.FunctionDef, parameter: str, seen: set[tuple[int, str]]
+) -> bool:
+    """Every use of ``parameter`` in ``function`` reads the model's state: ``.state_dict()``,
+    or hands it on to a function of this file whose parameter does the same."""
+    seen.add((id(function), parameter))
+    uses = [n for n in walk(function.body) if isinstance(n, cst.Name) and n.value == parameter]
+    for use in uses:
+        parent = ctx.model.parent(use)
+        if isinstance(parent, cst.Attribute) and parent.value is use:
+            call = ctx.model.parent(parent)
+            if not (
+                parent.attr.value == "state_dict"
+                and isinstance(call, cst.Call)
+                and call.func is parent
+            ):
+                return False
+            continue
+        if not isinstance(parent, cst.Arg) or parent.value is not use:
+            return False
+        call = ctx.model.parent(parent)
+        target = callee(ctx.model, call) if isinstance(call, cst.Call) else None
+        if target is None:
+            return False
+        handed = [n for n, a in bound_arguments(target[0], call, target[1]) if a is parent]
+        if len(handed) != 1:
+            return False
+        if (id(target[0]), handed[0]) not in seen and not _reads_state_only(
+            ctx, target[0], handed[0], seen
+        ):
+            return False
+    return bool(uses)
 
 
 def _traced(ctx: Context) -> None:
