@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.collectives import GATHERING_FUNCTIONS, GATHERING_METHODS
+from accelify.analysis.collectives import combines_ranks
 from accelify.analysis.dataflow import (
     between,
     bound_by,
@@ -500,14 +500,10 @@ def first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
 
 
 def _gathers(loop: Loop, facts: Facts) -> bool:
-    for node in walk(loop.node.body):
-        if isinstance(node, cst.Call):
-            func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in GATHERING_METHODS:
-                return True
-            if facts.model.call_names(node) & GATHERING_FUNCTIONS:
-                return True
-    return False
+    return any(
+        isinstance(node, cst.Call) and combines_ranks(facts.model, node)
+        for node in walk(loop.node.body)
+    )
 
 
 def _calls_a_model(small: cst.CSTNode, facts: Facts, gathered: cst.Call | None) -> bool:
