@@ -441,8 +441,7 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
         written = small.targets[0].target
         # ``total = total + x``, and ``sums[key] = sums.get(key, 0) + value``
         target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
-        reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
-        return target is not None and target in reads and target not in local
+        return target is not None and target in _variables(small.value) and target not in local
     return False
 
 
@@ -485,11 +484,22 @@ def _assigned_in(loop: cst.For) -> set[str]:
     for node in walk(loop.body):
         if isinstance(node, cst.Assign):
             for target in node.targets:
-                value_names = {n.value for n in walk(node.value) if isinstance(n, cst.Name)}
+                value_names = _variables(node.value)
                 bound |= {t for t in target_names(target.target) if t not in value_names}
         elif isinstance(node, cst.For):
             bound |= target_names(node.target)
     return bound
+
+
+def _variables(node: cst.CSTNode) -> set[str]:
+    """The variables ``node`` reads: ``batch`` of ``src, lengths = batch.src``, not the member
+    ``src`` (the same word as the target, which the loop still binds itself), nor a keyword."""
+    members = {
+        id(n.attr) if isinstance(n, cst.Attribute) else id(n.keyword)
+        for n in walk(node)
+        if isinstance(n, cst.Attribute) or (isinstance(n, cst.Arg) and n.keyword is not None)
+    }
+    return {n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in members}
 
 
 def first_forward(loop: Loop, facts: Facts) -> cst.Call | None:

@@ -110,6 +110,7 @@ def _traced(ctx: Context) -> None:
         name = dotted(model)
         if (
             name in ctx.frozen
+            or _submodule(ctx, name, call)
             or not ctx.facts.flow.is_model_name(name, call)
             or not ctx.after_prepare(call, name)
         ):
@@ -131,7 +132,7 @@ def _layers_by_index(ctx: Context) -> None:
         owner = node.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
-        if dotted(owner) in ctx.frozen:
+        if dotted(owner) in ctx.frozen or _submodule(ctx, dotted(owner), node):
             continue  # not prepared: never wrapped
         if not ctx.facts.flow.is_model_name(dotted(owner), node) or not ctx.after_prepare(
             node, dotted(owner)
@@ -177,8 +178,10 @@ def _attributes(ctx: Context) -> None:
         owner = attribute.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
-        if dotted(owner) in ctx.frozen or not ctx.facts.flow.is_model_name(
-            dotted(owner), attribute
+        if (
+            dotted(owner) in ctx.frozen
+            or _submodule(ctx, dotted(owner), attribute)
+            or not ctx.facts.flow.is_model_name(dotted(owner), attribute)
         ):
             continue
         if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
@@ -192,6 +195,18 @@ def _attributes(ctx: Context) -> None:
             f"{dotted(owner)}.{member} -> {ctx.a('unwrap_model')}({dotted(owner)}).{member}",
             gives_way_to=[owner],  # ``model.module`` already unwrapped
         )
+
+
+def _submodule(ctx: Context, name: str | None, node: cst.CSTNode) -> bool:
+    """``self.decoder`` inside a model class (``Seq2Seq(encoder, decoder)`` keeps the decoder it
+    is handed): a submodule, never what ``prepare`` wrapped, which is the whole model."""
+    owner = ctx.facts.placement.class_of(node)
+    return (
+        name is not None
+        and name.startswith("self.")
+        and owner is not None
+        and owner.name.value in ctx.model.module_classes
+    )
 
 
 def _module_outside_the_class(ctx: Context, name: str, node: cst.CSTNode) -> bool:
