@@ -109,8 +109,7 @@ def _traced(ctx: Context) -> None:
             continue
         name = dotted(model)
         if (
-            name in ctx.frozen
-            or _submodule(ctx, name, call)
+            _never_wrapped(ctx, name, call)
             or not ctx.facts.flow.is_model_name(name, call)
             or not ctx.after_prepare(call, name)
         ):
@@ -132,8 +131,8 @@ def _layers_by_index(ctx: Context) -> None:
         owner = node.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
-        if dotted(owner) in ctx.frozen or _submodule(ctx, dotted(owner), node):
-            continue  # not prepared: never wrapped
+        if _never_wrapped(ctx, dotted(owner), node):
+            continue
         if not ctx.facts.flow.is_model_name(dotted(owner), node) or not ctx.after_prepare(
             node, dotted(owner)
         ):
@@ -178,15 +177,11 @@ def _attributes(ctx: Context) -> None:
         owner = attribute.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
-        if (
-            dotted(owner) in ctx.frozen
-            or _submodule(ctx, dotted(owner), attribute)
-            or not ctx.facts.flow.is_model_name(dotted(owner), attribute)
+        if _never_wrapped(ctx, dotted(owner), attribute) or not ctx.facts.flow.is_model_name(
+            dotted(owner), attribute
         ):
             continue
         if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
-            continue
-        if _module_outside_the_class(ctx, dotted(owner) or "", attribute):
             continue
         unwrap(
             ctx,
@@ -195,6 +190,16 @@ def _attributes(ctx: Context) -> None:
             f"{dotted(owner)}.{member} -> {ctx.a('unwrap_model')}({dotted(owner)}).{member}",
             gives_way_to=[owner],  # ``model.module`` already unwrapped
         )
+
+
+def _never_wrapped(ctx: Context, name: str | None, node: cst.CSTNode) -> bool:
+    """``name`` at ``node`` is not what ``prepare`` wrapped: a model left unprepared, a model
+    class's own submodule, or a plain module outside the class that holds the accelerator."""
+    return (
+        name in ctx.frozen
+        or _submodule(ctx, name, node)
+        or _module_outside_the_class(ctx, name or "", node)
+    )
 
 
 def _submodule(ctx: Context, name: str | None, node: cst.CSTNode) -> bool:
