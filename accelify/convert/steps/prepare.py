@@ -37,6 +37,7 @@ def run(ctx: Context, scope: Scope) -> None:
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
+    conditional = _drop_untrained_conditional(ctx, scope, chosen, conditional)
     _prepare_conditional(ctx, conditional)
     for entry in ctx.facts.self_training:
         for instance in entry.instances:  # it trains itself: see `self_training`
@@ -265,6 +266,27 @@ def _untrained_models(
             return []
         trained |= owners | {aliases[owner] for owner in owners if owner in aliases}
     return [name for name in models if name not in trained]
+
+
+def _drop_untrained_conditional(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], conditional: list[Binding]
+) -> list[Binding]:
+    """A model created under a condition that no optimizer trains (a distillation teacher built
+    in ``if params.teacher == "resnet18":``) is left where the script places it, as one
+    created unconditionally is: prepared, DDP would wrap a model whose gradients never come."""
+    models = {b.name for b in conditional if b.kind is Kind.MODEL}
+    if not models:
+        return conditional
+    pool = {**chosen, **{b.name: b.kind for b in conditional}}
+    untrained = set(_untrained_models(ctx, scope, pool, {})) & models
+    for name in sorted(untrained):
+        ctx.frozen.add(name)
+        ctx.plan.change(
+            _binding_line(ctx, name, scope),
+            f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
+            "nothing to train); it stays where the script places it",
+        )
+    return [b for b in conditional if b.name not in untrained]
 
 
 def _tensor_list(optimizer: Binding, models: set[str]) -> bool:
