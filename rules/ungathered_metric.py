@@ -232,6 +232,9 @@ class _RankValues:
             for node in walk(loop.node.body)
             if isinstance(node, cst.Assign) and len(node.targets) == 1
         ]
+        #: answers of `_gathered` by (name, reading node): each chain of assignments is
+        #: followed once, however many values read it
+        self._answers: dict[tuple[str, int], bool] = {}
 
     def this_rank_only(self, value: cst.CSTNode, depth: int = 0) -> bool:
         if self._collective_in(value):
@@ -250,7 +253,15 @@ class _RankValues:
 
     def _gathered(self, name: str, value: cst.CSTNode, depth: int) -> bool:
         """Whether ``name``, where ``value`` reads it, was last set from every rank's values
-        (``predictions = predictions[:n]`` reads the gathered one set above it)."""
+        (``predictions = predictions[:n]`` reads the gathered one set above it), followed
+        back through as many assignments as the loop has (a kNN step computes its labels
+        six assignments after the gathered features)."""
+        key = (name, id(value))
+        if key not in self._answers:
+            self._answers[key] = self._last_set_gathered(name, value, depth)
+        return self._answers[key]
+
+    def _last_set_gathered(self, name: str, value: cst.CSTNode, depth: int) -> bool:
         at = self.script.order(value)
         around = {id(a) for a in self.script.ancestors(value)}
         last = None
@@ -261,8 +272,8 @@ class _RankValues:
                 and name in target_names(assign.targets[0].target)
             ):
                 last = assign
-        if last is None or depth >= 4:
-            return False  # the batch itself, or too far to follow: this rank's
+        if last is None or depth >= len(self.assigns):
+            return False  # the batch itself: this rank's
         return not self.this_rank_only(last.value, depth + 1)
 
     def _collective_in(self, node: cst.CSTNode) -> bool:

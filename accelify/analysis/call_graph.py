@@ -247,7 +247,11 @@ class CallGraph:
                 for sub in self.subclasses(owner)
                 if (sub_method := self.methods(sub).get(name)) is not None
             ]
-            return _Resolution([f for f in [found_here, *overrides] if f is not None], 1)
+            found = [f for f in [found_here, *overrides] if f is not None]
+            if not found:  # ``self.early_stopping(...)``: an instance held by an attribute
+                instance = self._instance_call(f"self.{name}", call)
+                found = [instance] if instance is not None else []
+            return _Resolution(found, 1)
         built = strip_self_methods(receiver)
         if isinstance(built, cst.Call) and dotted(built.func) in self.classes:
             found = self.lookup(self.classes[dotted(built.func)], name)  # ``Trainer(...).fit()``

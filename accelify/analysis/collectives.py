@@ -113,6 +113,27 @@ GATHERING_FUNCTIONS = frozenset(
     or name.rsplit(".", 1)[-1] in ("gather", "gather_object", "reduce")
 )
 
+
+def combines_ranks(script: ScriptModel, call: cst.Call) -> bool:
+    """``accelerator.gather(x)``, ``dist.all_reduce(t)``: a call that combines every rank's
+    values. Not an indexing op of the same name (``torch.gather(t, 1, index)``,
+    ``logits.gather(1, y)``) nor ``functools.reduce(f, xs)``: they take two arguments, or resolve
+    to an import that is no collective."""
+    names = script.call_names(call)
+    if names & GATHERING_FUNCTIONS:
+        return True
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in GATHERING_METHODS):
+        return False
+    if names:
+        return False
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+    return func.attr.value not in ("gather", "reduce") or (
+        len(positional) < 2 and not keywords & {"dim", "index"}
+    )
+
+
 #: Words that show a script means to run on a sharding backend, also turned on through its own
 #: flag or config (``--deepspeed``, ``args.use_fsdp``, a plugin built from args).
 _MENTIONS = {

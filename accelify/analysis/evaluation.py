@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.collectives import GATHERING_FUNCTIONS, GATHERING_METHODS
+from accelify.analysis.collectives import combines_ranks
 from accelify.analysis.dataflow import (
     between,
     bound_by,
@@ -117,6 +117,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     body = list(statements(loop.node.body))
     local = _assigned_in(loop.node)
     found.sinks = [sink for sink in body if _is_sink(sink, local)]
+    if found.sinks and _feeds_training(loop, found.sinks, facts):
+        return None
     forward = first_forward(loop, facts)
     synced = self_syncing_metrics(loop, model)
     if synced:
@@ -446,8 +448,7 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
         written = small.targets[0].target
         # ``total = total + x``, and ``sums[key] = sums.get(key, 0) + value``
         target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
-        reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
-        return target is not None and target in reads and target not in local
+        return target is not None and target in _variables(small.value) and target not in local
     return False
 
 
@@ -490,11 +491,103 @@ def _assigned_in(loop: cst.For) -> set[str]:
     for node in walk(loop.body):
         if isinstance(node, cst.Assign):
             for target in node.targets:
-                value_names = {n.value for n in walk(node.value) if isinstance(n, cst.Name)}
+                value_names = _variables(node.value)
                 bound |= {t for t in target_names(target.target) if t not in value_names}
         elif isinstance(node, cst.For):
             bound |= target_names(node.target)
     return bound
+
+
+def caches_for_training(loop: Loop, facts: Facts) -> bool:
+    """``loop`` reads a loader, trains nothing and caches what training reads back
+    (`_feeds_training`): no evaluation, whatever a run sees it do."""
+    if loop.trains or not facts.flow.reads_loader(loop):
+        return False
+    local = _assigned_in(loop.node)
+    sinks = [sink for sink in statements(loop.node.body) if _is_sink(sink, local)]
+    return bool(sinks) and _feeds_training(loop, sinks, facts)
+
+
+def _feeds_training(loop: Loop, sinks: list[cst.CSTNode], facts: Facts) -> bool:
+    """The loop caches model outputs that training reads back batch by batch (a distillation
+    teacher's outputs over the training loader, returned and handed to ``train_kd``): not an
+    evaluation. Each rank's cache must stay aligned with its own shard of batches; gathered,
+    it would hold every rank's batches where the training step expects one rank's."""
+    model, placement = facts.model, facts.placement
+    cached = {name for sink in sinks for name in _folded_into(sink)}
+    function = placement.enclosing_function(loop.node)
+    places: list[tuple[set[str], cst.CSTNode]] = [(cached, function or model.module)]
+    returned = function is not None and any(
+        r.value is not None and dotted(r.value) in cached for r in model.index.own_returns(function)
+    )
+    if returned:
+        for call, _ in facts.flow.calls_of(function):  # type: ignore[arg-type]
+            assign = model.parent(call)
+            if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+                names = target_names(assign.targets[0].target)
+                places.append((names, placement.enclosing_function(call) or model.module))
+    return any(_read_by_training(names, scope, loop.node, facts) for names, scope in places)
+
+
+def _read_by_training(
+    names: set[str], scope: cst.CSTNode, loop_node: cst.CSTNode, facts: Facts
+) -> bool:
+    """One of ``names`` is read in a later training loop of ``scope`` that never writes it (a
+    total both loops fold into is no cache), or handed to a function of the file that has a
+    training loop."""
+    model, placement = facts.model, facts.placement
+    for node in walk(scope):
+        if not (isinstance(node, cst.Name) and node.value in names):
+            continue
+        if any(
+            t.trains
+            and placement.inside(node, t.node)
+            and node.value not in _written_in(t.node)
+            and model.order(t.node) > model.order(loop_node)
+            for t in model.loops
+        ):
+            return True  # read there, written only before it: an input of training
+        argument = model.parent(node)
+        call = model.parent(argument) if isinstance(argument, cst.Arg) else None
+        target = callee(model, call) if isinstance(call, cst.Call) else None
+        if target is not None and any(
+            t.trains and placement.inside(t.node, target[0]) for t in model.loops
+        ):
+            return True
+    return False
+
+
+def _written_in(node: cst.CSTNode) -> set[str]:
+    return {
+        name
+        for small in walk(node)
+        if isinstance(small, (cst.AugAssign, cst.Assign, cst.Expr))
+        for name in _folded_into(small)
+    }
+
+
+def _folded_into(sink: cst.CSTNode) -> set[str]:
+    """``teacher_outputs`` of ``teacher_outputs.append(...)``, ``total`` of ``total += ...``."""
+    if isinstance(sink, cst.AugAssign):
+        return {root_name(sink.target) or ""}
+    if isinstance(sink, cst.Expr) and isinstance(sink.value, cst.Call):
+        func = sink.value.func
+        if isinstance(func, cst.Attribute):
+            return {root_name(func.value) or ""}
+    if isinstance(sink, cst.Assign):
+        return {root_name(t.target) or "" for t in sink.targets}
+    return set()
+
+
+def _variables(node: cst.CSTNode) -> set[str]:
+    """The variables ``node`` reads: ``batch`` of ``src, lengths = batch.src``, not the member
+    ``src`` (the same word as the target, which the loop still binds itself), nor a keyword."""
+    members = {
+        id(n.attr) if isinstance(n, cst.Attribute) else id(n.keyword)
+        for n in walk(node)
+        if isinstance(n, cst.Attribute) or (isinstance(n, cst.Arg) and n.keyword is not None)
+    }
+    return {n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in members}
 
 
 def first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
@@ -505,14 +598,10 @@ def first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
 
 
 def _gathers(loop: Loop, facts: Facts) -> bool:
-    for node in walk(loop.node.body):
-        if isinstance(node, cst.Call):
-            func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in GATHERING_METHODS:
-                return True
-            if facts.model.call_names(node) & GATHERING_FUNCTIONS:
-                return True
-    return False
+    return any(
+        isinstance(node, cst.Call) and combines_ranks(facts.model, node)
+        for node in walk(loop.node.body)
+    )
 
 
 def _combined_after(loop: Loop, sinks: list[cst.CSTNode], facts: Facts) -> list[cst.Call]:

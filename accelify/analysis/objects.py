@@ -107,12 +107,33 @@ def _record_sources(model: ScriptModel) -> None:
         return
     calls = model.call_graph.calls_by_callee()
     for binding in received:
-        parameter = dotted(strip_self_methods(binding.value))
+        parameter = received_name(binding.scope, binding.value)  # type: ignore[arg-type]
         for call, implicit in calls.get(binding.scope, ()):  # type: ignore[call-overload]
             for name, argument in bound_arguments(binding.scope, call, implicit):  # type: ignore[arg-type]
                 source = dotted(argument.value)
                 if name == parameter and source is not None:
                     binding.sources.append(source)
+
+
+def received_name(function: cst.FunctionDef, value: cst.BaseExpression) -> str | None:
+    """The parameter an attribute is set from: ``model`` of ``self.model = model.to(device)``,
+    and of ``self.model = kwargs['model']`` in ``def __init__(self, **kwargs)`` (the keyword
+    the callers pass, ``SimCLR(model=model, ...)``)."""
+    value = strip_self_methods(value)
+    if isinstance(value, cst.Name):
+        return value.value
+    star = function.params.star_kwarg
+    if (
+        star is not None
+        and isinstance(value, cst.Subscript)
+        and isinstance(value.value, cst.Name)
+        and value.value.value == star.name.value
+        and len(value.slice) == 1
+        and isinstance(value.slice[0].slice, cst.Index)
+        and isinstance(value.slice[0].slice.value, cst.SimpleString)
+    ):
+        return value.slice[0].slice.value.evaluated_value  # type: ignore[return-value]
+    return None
 
 
 def _kind_at(
@@ -154,8 +175,8 @@ def _receive(
             value = argument.value
             if isinstance(value, (cst.Name, cst.Attribute)):
                 kind = _kind_at(model, dotted(value), call, parameters)
-            else:  # ``Trainer(DataLoader(...))``
-                kind = classify(value, "")
+            else:  # ``Trainer(DataLoader(...))``, ``Trainer(make_loader(...))``
+                kind = classify(value, "") or _made_by_factory(model, value, classify)
             if kind is not None and parameter not in parameters.get(function, {}):
                 parameters.setdefault(function, {})[parameter] = kind
                 added += 1
@@ -163,8 +184,8 @@ def _receive(
         if _enclosing_class(model, function) is None:
             continue
         for assign in model.index.own_assignments(function):
-            value = strip_self_methods(assign.value)
-            kind = received.get(dotted(value) or "") if isinstance(value, cst.Name) else None
+            parameter = received_name(function, assign.value)
+            kind = received.get(parameter) if parameter is not None else None
             if kind is None:
                 continue
             for target in assign.targets:
@@ -194,6 +215,18 @@ def _factories(model: ScriptModel, classify: Classify, known: set[tuple[str, int
             if kind is not None and (name, id(scope)) not in known:
                 added += _bind(model, name, kind, scope, assign, known, received=False)
     return added
+
+
+def _made_by_factory(
+    model: ScriptModel, value: cst.BaseExpression, classify: Classify
+) -> Kind | None:
+    """The kind a call of one of this file's functions returns, when it returns one object
+    (``Trainer(make_loader(...))`` receives a loader as surely as ``Trainer(train_loader)``)."""
+    target = callee(model, value) if isinstance(value, cst.Call) else None
+    if target is None or target[0].name.value == "__init__":
+        return None
+    kinds = returned_kinds(model, target[0], classify)
+    return kinds[0] if len(kinds) == 1 else None
 
 
 def returned_kinds(

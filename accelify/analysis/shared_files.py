@@ -16,6 +16,7 @@ is replaced by its value (``path = os.path.join(out, "best.pt")``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -391,7 +392,7 @@ class SharedFiles:
 
     # --- paths ----------------------------------------------------------------------------------
     def _same_file(self, a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
-        return bool(self._spellings(a) & self._spellings(b))
+        return bool(_unselfed(self._spellings(a)) & _unselfed(self._spellings(b)))
 
     def _spellings(self, path: cst.BaseExpression, depth: int = 0) -> set[str]:
         """The path's code, and that of the one value its name holds: assigned once in scope,
@@ -432,6 +433,14 @@ class SharedFiles:
             isinstance(loop, (cst.For, cst.While)) and self.placement.inside(write, loop)
             for loop in self.model.ancestors(read)
         )
+
+
+def _unselfed(spellings: set[str]) -> set[str]:
+    """Spellings with ``self.`` dropped: a class keeps what its caller handed it under the
+    caller's name (``self.args = args``), so ``os.path.join(self.args.out, "ckpt.pt")`` in a
+    method and ``os.path.join(args.out, "ckpt.pt")`` in ``main`` name one file. Two files taken
+    for one cost a barrier every rank reaches; one file taken for two, a read before the write."""
+    return spellings | {re.sub(r"\bself\.", "", spelling) for spelling in spellings}
 
 
 def _parameters(function: cst.FunctionDef) -> set[str]:

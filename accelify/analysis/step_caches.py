@@ -71,7 +71,12 @@ def _reads_unprepared_loader(model: ScriptModel, facts: Facts, loop: Loop) -> bo
     if facts.flow.kind_of(loop.iterable, loop.node) is not Kind.DATALOADER:
         return False
     prepared = _prepared_at(model, loop.iterable)
-    return prepared is None or model.order(loop.node) < prepared
+    if prepared is None:
+        # a helper's parameter (``fetch_teacher_outputs(teacher, train_dl)``): the loader its
+        # callers hand it, prepared there
+        outer = facts.flow.outer_name(loop.iterable, loop.node)
+        return outer is None or _prepared_at(model, outer) is None
+    return model.order(loop.node) < prepared
 
 
 def _reads_prepared_loader(model: ScriptModel, facts: Facts, loop: Loop) -> bool:

@@ -133,7 +133,10 @@ def _what_differs(a: StepRecord | None, b: StepRecord | None, atol: float) -> st
     return f"parameters differ after the step (max |norm diff| {_max_diff(a.params, b.params):.3g})"
 
 
-def check_ranks(run: Run, atol: float, single: Run | None = None) -> CheckResult:
+def check_ranks(
+    run: Run, atol: float, single: Run | None = None, caches: frozenset[int] = frozenset()
+) -> CheckResult:
+    """``caches``: lines of loops that cache what training reads back, no evaluation."""
     ranks = run.processes
     result = CheckResult(
         f"check 2: {ranks} ranks, the converted script",
@@ -166,7 +169,7 @@ def check_ranks(run: Run, atol: float, single: Run | None = None) -> CheckResult
             "(is the training DataLoader passed to accelerator.prepare?)"
         )
     if single is not None:
-        problems += _ungathered_evaluations(run, single)
+        problems += _ungathered_evaluations(run, single, caches)
     if problems:
         result.verdict = "FAIL: " + problems[0]
     else:
@@ -201,9 +204,12 @@ def _step_rows(run: Run, atol: float, result: CheckResult) -> list[str]:
     return problems
 
 
-def _ungathered_evaluations(run: Run, single: Run) -> list[str]:
+def _ungathered_evaluations(
+    run: Run, single: Run, caches: frozenset[int] = frozenset()
+) -> list[str]:
     """Passes with no backward over a loader that is sharded here (fewer batches per rank than
-    the same pass on one process) that gather and reduce nothing: their metrics cover a shard."""
+    the same pass on one process) that gather and reduce nothing: their metrics cover a shard.
+    A pass at one of ``caches`` fills a per-rank cache for training: no metric."""
     if not run.passes or not single.passes:
         return []
     problems = []
@@ -213,7 +219,7 @@ def _ungathered_evaluations(run: Run, single: Run) -> list[str]:
         occurrence = seen.get(loader_pass.line, 0)
         seen[loader_pass.line] = occurrence + 1
         same = [p for p in reference if p.line == loader_pass.line]
-        if occurrence >= len(same):
+        if occurrence >= len(same) or loader_pass.line in caches:
             continue
         whole = same[occurrence]
         sharded = 0 < loader_pass.batches < whole.batches

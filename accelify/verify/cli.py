@@ -11,7 +11,7 @@ import click
 
 from accelify.errors import UserError
 from accelify.verify.checks import CheckResult, check_equivalence, check_ranks
-from accelify.verify.evaluation_code import check_evaluation_code
+from accelify.verify.evaluation_code import check_evaluation_code, training_cache_lines
 from accelify.verify.records import PROBE_FAILED
 from accelify.verify.report import nearest_changes, render_json, render_text
 from accelify.verify.runs import Run, RunSettings, start_run
@@ -64,7 +64,8 @@ def run_verify(
             _probe_worked(second)
             to_end = steps == 0
             checks = [check_equivalence(first, second, atol, compare_output=to_end)]
-            checks.append(check_ranks(runs[2].finish(), atol, single=second))
+            caches = frozenset(training_cache_lines(converted_code, str(converted or original)))
+            checks.append(check_ranks(runs[2].finish(), atol, single=second, caches=caches))
         finally:
             for run in runs:
                 run.stop()

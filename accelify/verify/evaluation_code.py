@@ -59,3 +59,25 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
             "(read from the code, not run: `--to-end` runs it)"
         )
     return result
+
+
+def training_cache_lines(code: str, label: str) -> set[int]:
+    """Lines of the converted script's loops over a loader that cache what training reads back
+    (a distillation teacher's outputs over the training loader): a run sees a pass with no
+    backward over a sharded loader, but there is nothing to gather: each rank's cache must
+    follow its own shard."""
+    from accelify.analysis.evaluation import caches_for_training
+    from accelify.analysis.facts import facts_of
+    from accelify.analysis.script_model import analyze
+    from accelify.source import parse
+
+    try:
+        script = analyze(parse(code.encode("utf-8"), label), code)
+    except UserError:
+        return set()
+    facts = facts_of(script)
+    return {
+        script.position(loop.node).start.line
+        for loop in script.loops
+        if caches_for_training(loop, facts)
+    }

@@ -21,12 +21,12 @@ def run(ctx: Context) -> None:
     for evaluation in ctx.facts.evaluations:
         if evaluation.already_gathered or not evaluation.sinks:
             continue
+        if id(evaluation.loop.node) in ctx.left_whole:
+            continue  # what it evaluates is whole on every rank: its own review line says so
         helper = ctx.facts.helper_evaluations.get(id(evaluation.loop.node))
         if helper is not None and _gather_in_helper(ctx, helper, gathered_helpers):
             continue
         if evaluation.unsure is not None:
-            if id(evaluation.loop.node) in ctx.left_whole:
-                continue  # what it evaluates is whole on every rank: its own review line says so
             advice = evaluation.advice or (
                 f"gather predictions and labels together with {ctx.a('gather_for_metrics')} "
                 "before the metrics"

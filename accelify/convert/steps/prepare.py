@@ -9,7 +9,7 @@ from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.loops import loop_source
 from accelify.analysis.objects import bound_arguments, callee, is_loader_dict
 from accelify.analysis.optimizer_models import parameter_owners
-from accelify.analysis.script_model import Binding, Kind, Scope, owning_model
+from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_model
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.syntax import dotted, if_chain, is_main_guard, strip_self_methods, walk
 from accelify.convert.steps.context import Context
@@ -37,6 +37,7 @@ def run(ctx: Context, scope: Scope) -> None:
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
+    conditional = _drop_untrained_conditional(ctx, scope, chosen, conditional)
     _prepare_conditional(ctx, conditional)
     for entry in ctx.facts.self_training:
         for instance in entry.instances:  # it trains itself: see `self_training`
@@ -89,6 +90,17 @@ def run(ctx: Context, scope: Scope) -> None:
             f"(line {ctx.line(through.loop.node)}): no gather fits a loop that runs in both "
             f"modes, so {name} is left unprepared and every rank evaluates all of it (correct, "
             "not sharded); give evaluation a loop of its own to shard it and gather there",
+        )
+    for name, loop in _evaluated_out_of_reach(ctx, chosen).items():
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.left_whole.add(id(loop))
+        ctx.plan.review(
+            ctx.line(loop),
+            f"{name} is evaluated here, outside the class that holds {ctx.acc}: no gather "
+            f"can be written in this loop, so {name} is left unprepared and every rank "
+            "evaluates all of it (correct, not sharded); hand the accelerator to this class "
+            "to shard it and gather there",
         )
     for name in sorted(ctx.facts.flow.unstepped_schedulers(set(chosen))):
         chosen.pop(name)
@@ -254,6 +266,27 @@ def _untrained_models(
             return []
         trained |= owners | {aliases[owner] for owner in owners if owner in aliases}
     return [name for name in models if name not in trained]
+
+
+def _drop_untrained_conditional(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], conditional: list[Binding]
+) -> list[Binding]:
+    """A model created under a condition that no optimizer trains (a distillation teacher built
+    in ``if params.teacher == "resnet18":``) is left where the script places it, as one
+    created unconditionally is: prepared, DDP would wrap a model whose gradients never come."""
+    models = {b.name for b in conditional if b.kind is Kind.MODEL}
+    if not models:
+        return conditional
+    pool = {**chosen, **{b.name: b.kind for b in conditional}}
+    untrained = set(_untrained_models(ctx, scope, pool, {})) & models
+    for name in sorted(untrained):
+        ctx.frozen.add(name)
+        ctx.plan.change(
+            _binding_line(ctx, name, scope),
+            f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
+            "nothing to train); it stays where the script places it",
+        )
+    return [b for b in conditional if b.name not in untrained]
 
 
 def _tensor_list(optimizer: Binding, models: set[str]) -> bool:
@@ -589,4 +622,45 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
                     if origin is not None:
                         found.setdefault(origin, node)
             for_in = for_in.inner_for_in
+    return found
+
+
+def _evaluated_out_of_reach(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.CSTNode]:
+    """Loaders of ``chosen`` that an evaluation loop reads where ``self.accelerator`` cannot be
+    reached (an ``Evaluator`` class the trainer hands its ``self.val_loader``), by name, with
+    the loop: prepared, the loop's totals would cover one rank's shard with no gather to fix
+    them, and whatever is decided on them (an early stop, a best checkpoint) would differ
+    between ranks. A loader some training loop also reads is not among them."""
+    found: dict[str, cst.CSTNode] = {}
+    trained = {
+        name for loop in ctx.model.loops if loop.trains for name in _loader_origins(ctx, loop)
+    }
+    for evaluation in ctx.facts.evaluations:
+        loop = evaluation.loop
+        if evaluation.already_gathered or not evaluation.sinks or ctx.plan.reaches(loop.node):
+            continue
+        for name in _loader_origins(ctx, loop) - trained:
+            if chosen.get(name) is Kind.DATALOADER:
+                found.setdefault(name, loop.node)
+    return found
+
+
+def _loader_origins(ctx: Context, loop: Loop) -> set[str]:
+    """The names ``loop``'s loader was made or received under: through the helpers'
+    parameters (`origins`) and the attributes a constructor received (their callers' names)."""
+    if loop.iterable is None:
+        return set()
+    pending = [o for o in ctx.facts.flow.origins(loop.iterable, loop.node) if o is not None]
+    found: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in found:
+            continue
+        found.add(name)
+        pending += [
+            source
+            for binding in ctx.model.bindings
+            if binding.name == name and binding.received
+            for source in binding.sources
+        ]
     return found

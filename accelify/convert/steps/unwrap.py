@@ -7,9 +7,10 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.objects import methods_of
+from accelify.analysis.objects import bound_arguments, callee, methods_of
 from accelify.analysis.outside_forward import layers_outside_forward
-from accelify.analysis.syntax import dotted
+from accelify.analysis.script_model import Kind
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
 
 #: Calls that trace or export a model: a DDP wrapper's forward does not trace
@@ -22,6 +23,76 @@ def run(ctx: Context) -> None:
     _attributes(ctx)
     _layers_by_index(ctx)
     _traced(ctx)
+    _handed_out_of_reach(ctx)
+
+
+def _handed_out_of_reach(ctx: Context) -> None:
+    """``self.early_stopping(val_loss, self.model)`` where the callee (a class without the
+    accelerator) only reads the model's state (``torch.save({"model": model.state_dict()})``):
+    the prepared model is unwrapped at the call, inside the class, so the checkpoint holds the
+    model's own keys (not DDP's ``module.`` ones) and loads back into the unwrapped model."""
+    for function, received in ctx.facts.flow.params.items():
+        if ctx.plan.reaches(function):
+            continue
+        for parameter, kind in received.items():
+            if kind is not Kind.MODEL or not _reads_state_only(ctx, function, parameter, set()):
+                continue
+            for call, implicit in ctx.facts.flow.calls_of(function):
+                if not ctx.plan.reaches(call):
+                    continue
+                for name, argument in bound_arguments(function, call, implicit):
+                    model = argument.value
+                    if name != parameter or not isinstance(model, (cst.Name, cst.Attribute)):
+                        continue
+                    shown = dotted(model)
+                    if (
+                        shown in ctx.frozen
+                        or not ctx.facts.flow.is_model_name(shown, call)
+                        or not ctx.after_prepare(call, shown)
+                    ):
+                        continue
+                    unwrap(
+                        ctx,
+                        model,
+                        call,
+                        f"hands {ctx.a('unwrap_model')}({shown}) to {ctx.code(call.func)}(), "
+                        "which reads its state_dict() where the accelerator is not reachable",
+                        gives_way_to=[model],
+                    )
+
+
+def _reads_state_only(
+    ctx: Context, function: cst.FunctionDef, parameter: str, seen: set[tuple[int, str]]
+) -> bool:
+    """Every use of ``parameter`` in ``function`` reads the model's state: ``.state_dict()``,
+    or hands it on to a function of this file whose parameter does the same."""
+    seen.add((id(function), parameter))
+    uses = [n for n in walk(function.body) if isinstance(n, cst.Name) and n.value == parameter]
+    for use in uses:
+        parent = ctx.model.parent(use)
+        if isinstance(parent, cst.Attribute) and parent.value is use:
+            call = ctx.model.parent(parent)
+            if not (
+                parent.attr.value == "state_dict"
+                and isinstance(call, cst.Call)
+                and call.func is parent
+            ):
+                return False
+            continue
+        if not isinstance(parent, cst.Arg) or parent.value is not use:
+            return False
+        call = ctx.model.parent(parent)
+        target = callee(ctx.model, call) if isinstance(call, cst.Call) else None
+        if target is None:
+            return False
+        handed = [n for n, a in bound_arguments(target[0], call, target[1]) if a is parent]
+        if len(handed) != 1:
+            return False
+        if (id(target[0]), handed[0]) not in seen and not _reads_state_only(
+            ctx, target[0], handed[0], seen
+        ):
+            return False
+    return bool(uses)
 
 
 def _traced(ctx: Context) -> None:
@@ -39,7 +110,7 @@ def _traced(ctx: Context) -> None:
             continue
         name = dotted(model)
         if (
-            name in ctx.frozen
+            _never_wrapped(ctx, name, call)
             or not ctx.facts.flow.is_model_name(name, call)
             or not ctx.after_prepare(call, name)
         ):
@@ -61,8 +132,8 @@ def _layers_by_index(ctx: Context) -> None:
         owner = node.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
-        if dotted(owner) in ctx.frozen:
-            continue  # not prepared: never wrapped
+        if _never_wrapped(ctx, dotted(owner), node):
+            continue
         if not ctx.facts.flow.is_model_name(dotted(owner), node) or not ctx.after_prepare(
             node, dotted(owner)
         ):
@@ -107,13 +178,11 @@ def _attributes(ctx: Context) -> None:
         owner = attribute.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
-        if dotted(owner) in ctx.frozen or not ctx.facts.flow.is_model_name(
+        if _never_wrapped(ctx, dotted(owner), attribute) or not ctx.facts.flow.is_model_name(
             dotted(owner), attribute
         ):
             continue
         if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
-            continue
-        if _module_outside_the_class(ctx, dotted(owner) or "", attribute):
             continue
         unwrap(
             ctx,
@@ -122,6 +191,28 @@ def _attributes(ctx: Context) -> None:
             f"{dotted(owner)}.{member} -> {ctx.a('unwrap_model')}({dotted(owner)}).{member}",
             gives_way_to=[owner],  # ``model.module`` already unwrapped
         )
+
+
+def _never_wrapped(ctx: Context, name: str | None, node: cst.CSTNode) -> bool:
+    """``name`` at ``node`` is not what ``prepare`` wrapped: a model left unprepared, a model
+    class's own submodule, or a plain module outside the class that holds the accelerator."""
+    return (
+        name in ctx.frozen
+        or _submodule(ctx, name, node)
+        or _module_outside_the_class(ctx, name or "", node)
+    )
+
+
+def _submodule(ctx: Context, name: str | None, node: cst.CSTNode) -> bool:
+    """``self.decoder`` inside a model class (``Seq2Seq(encoder, decoder)`` keeps the decoder it
+    is handed): a submodule, never what ``prepare`` wrapped, which is the whole model."""
+    owner = ctx.facts.placement.class_of(node)
+    return (
+        name is not None
+        and name.startswith("self.")
+        and owner is not None
+        and owner.name.value in ctx.model.module_classes
+    )
 
 
 def _module_outside_the_class(ctx: Context, name: str, node: cst.CSTNode) -> bool:
