@@ -626,11 +626,7 @@ def _combined_after(loop: Loop, sinks: list[cst.CSTNode], facts: Facts) -> list[
                 made_from |= target_names(node.targets[0].target)
         if not isinstance(node, cst.Call) or not node.args:
             continue
-        func = node.func
-        combines = bool(model.call_names(node) & GATHERING_FUNCTIONS) or (
-            isinstance(func, cst.Attribute) and func.attr.value in GATHERING_METHODS
-        )
-        if combines and root_name(node.args[0].value) in made_from:
+        if combines_ranks(model, node) and root_name(node.args[0].value) in made_from:
             found.append(node)
     return found
 
