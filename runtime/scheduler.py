@@ -9,7 +9,12 @@ Hugging Face Accelerate. Per-epoch schedules are prepared with ``step_with_optim
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
+import warnings
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import torch
@@ -36,6 +41,10 @@ class PreparedScheduler:
         self.split_batches = split_batches
 
     def step(self, *args: Any, **kwargs: Any) -> None:
+        with _warnings_at(sys._getframe(1)):
+            self._step(*args, **kwargs)
+
+    def _step(self, *args: Any, **kwargs: Any) -> None:
         if not self.step_with_optimizer:
             self.scheduler.step(*args, **kwargs)
             return
@@ -67,6 +76,35 @@ class PreparedScheduler:
         if name.startswith("__") or name == "scheduler":
             raise AttributeError(name)
         return getattr(self.scheduler, name)
+
+
+#: Where warnings re-issued at their own place (inside torch) were already shown once.
+_SHOWN: dict[Any, Any] = {}
+
+
+@contextlib.contextmanager
+def _warnings_at(caller: FrameType) -> Iterator[None]:
+    """torch's scheduler warns at the caller of its ``step()`` ("Detected call of
+    `lr_scheduler.step()` before `optimizer.step()`", stacklevel 2), which is this wrapper: its
+    warnings are re-issued at the script's line that stepped the prepared scheduler, where the
+    plain scheduler shows them, under the script's own filters."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        if warning.filename == __file__:
+            warnings.warn_explicit(
+                warning.message,
+                warning.category,
+                caller.f_code.co_filename,
+                caller.f_lineno,
+                module=caller.f_globals.get("__name__"),
+                registry=caller.f_globals.setdefault("__warningregistry__", {}),
+            )
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno, registry=_SHOWN
+            )
 
 
 def repoint_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> None:

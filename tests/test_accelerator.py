@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -160,6 +162,16 @@ def test_per_epoch_schedule_steps_once_per_call_without_step_with_optimizer():
     optimizer.step()
     scheduler.step()
     assert scheduler.last_epoch == 1
+
+
+def test_a_scheduler_warning_points_at_the_scripts_step_as_torchs_does():
+    accelerator = Accelerator()
+    _, optimizer, _, scheduler = parts()
+    optimizer, scheduler = accelerator.prepare(optimizer, scheduler)
+    with pytest.warns(UserWarning, match="before `optimizer.step\\(\\)`") as caught:
+        line = sys._getframe().f_lineno + 1
+        scheduler.step()
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
 
 
 def test_gather_for_metrics_on_one_process_returns_the_batch():
