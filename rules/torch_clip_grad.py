@@ -47,6 +47,21 @@ class TorchClipGrad(Rule):
         + "def clip(model, max_norm):\n"
         + "    accelerator.unscale_gradients()\n"
         + "    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+        # seed-vc's codec trainer: descript audiotools' own Accelerator (no clip_grad_norm_),
+        # whose scaler the script unscales itself
+        "import argbind\n"
+        + "import torch\n"
+        + "from audiotools import ml\n"
+        + "Accelerator = argbind.bind(ml.Accelerator, without_prefix=True)\n"
+        + "def train_loop(state, batch, accel: ml.Accelerator):\n"
+        + "    accel.backward(state.loss)\n"
+        + "    accel.scaler.unscale_(state.optimizer)\n"
+        + "    torch.nn.utils.clip_grad_norm_(state.generator.parameters(), 1e3)\n"
+        + "    accel.step(state.optimizer)\n"
+        + "def train(args):\n"
+        + "    with Accelerator() as accel:\n"
+        + "        generator = accel.prepare_model(args.generator)\n"
+        + "        loader = accel.prepare_dataloader(args.data, batch_size=4)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
