@@ -363,7 +363,7 @@ class SharedFiles:
     def _writes(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
         found = []
         for call in self.model.calls:
-            if self.model.under_rank_guard(call) or side_effects.per_rank_path(call):
+            if self.model.under_rank_guard(call) or side_effects.per_rank_path(self.model, call):
                 continue
             path = _path(self.model, call, WRITERS, WRITING_METHODS)
             if path is not None:
