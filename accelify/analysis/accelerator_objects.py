@@ -252,3 +252,18 @@ def _is_accelerator(node: cst.BaseExpression, accelerators: set[str]) -> bool:
     """One of the file's accelerators itself: not a setting about one
     (``self.config.disable_accelerator``)."""
     return dotted(node) in accelerators
+
+
+def built_for_cpu_only(model: ScriptModel) -> bool:
+    """Every accelerator the file builds is ``Accelerator(cpu=True)`` and it gets none from
+    elsewhere: no GPU, so no fp16 loss scaling, no FSDP or DeepSpeed sharding."""
+    built = [call for call in model.calls if model.call_names(call) & names.ACCELERATORS]
+    received = model.accelerator_params or model.inherited_accelerators
+    return bool(built) and not received and all(_passes_cpu_true(call) for call in built)
+
+
+def _passes_cpu_true(call: cst.Call) -> bool:
+    return any(
+        a.keyword is not None and a.keyword.value == "cpu" and dotted(a.value) == "True"
+        for a in call.args
+    )
