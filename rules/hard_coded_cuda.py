@@ -5,6 +5,7 @@ import libcst as cst
 from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.device_moves import chosen_beside_accelerator_device
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 from accelify.lint.rule import (
@@ -29,6 +30,12 @@ class HardCodedCuda(Rule):
     message = "Use accelerator.device instead of a hard-coded CUDA device"
     why = "Each rank has its own GPU; only accelerator.device knows which."
     bad = (
+        Example(  # RuSigLIP: the global rank as the GPU index (a second machine has no cuda:8)
+            HEADER + "import torch\nloss = torch.tensor([0.0], device=accelerator.process_index)\n",
+            4,
+            35,
+            HEADER + "import torch\nloss = torch.tensor([0.0], device=accelerator.device)\n",
+        ),
         Example(
             HEADER + 'import torch\ndevice = torch.device("cuda:0")\n',
             4,
@@ -85,11 +92,38 @@ class HardCodedCuda(Rule):
             ):
                 yield self.finding(script, call)  # the receiver's move is ACC101's when prepared
                 continue
-            for argument in call.args:
+            for position, argument in enumerate(call.args):
                 keyword = argument.keyword.value if argument.keyword else None
                 if keyword == "device" and _cuda_literal(argument.value, also_cpu):
                     fix = _use_accelerator_device(script, argument.value)
                     yield self.finding(script, argument.value, fix)
+                elif _global_rank_as_device(func, position, keyword, argument.value):
+                    fix = _use_accelerator_device(script, argument.value)
+                    yield self.finding(
+                        script, argument.value, fix, _global_rank_message(script, argument.value)
+                    )
+
+
+def _global_rank_as_device(
+    func: cst.BaseExpression, position: int, keyword: str | None, value: cst.BaseExpression
+) -> bool:
+    """``device=accelerator.process_index``, ``.to(state.process_index)``,
+    ``.cuda(accelerator.process_index)``: the rank across every machine used as a GPU index."""
+    if not (dotted(value) or "").endswith(".process_index"):
+        return False
+    if keyword == "device":
+        return True
+    moves = isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")
+    return moves and keyword is None and position == 0
+
+
+def _global_rank_message(script: ScriptModel, node: cst.CSTNode) -> str:
+    accelerator = accelerator_at(script, node) or "accelerator"
+    return (
+        f"Use {accelerator}.device: process_index is the rank across all machines, so from the "
+        "second machine on it names a GPU that machine does not have (cuda:8 on 8-GPU nodes); "
+        "the device of this rank is accelerator.device (local_process_index)"
+    )
 
 
 def _use_accelerator_device(script: ScriptModel, node: cst.CSTNode) -> Plan | None:

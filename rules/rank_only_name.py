@@ -29,6 +29,13 @@ class RankOnlyName(Rule):
             5,
             17,
         ),
+        Example(  # vits-accelerate: rebound on every rank by the very call that reads it first
+            HEADER
+            + "if accelerator.is_main_process:\n    eval_set = load('val')\n"
+            + "model, eval_set = accelerator.prepare(model, eval_set)\n",
+            5,
+            46,
+        ),
     )
     good = (
         # lerobot: the main process builds the dataset first, the others after the barrier

@@ -138,6 +138,12 @@ class SaveOutsideMainProcess(Rule):
         + "model.save_pretrained('out', is_main_process=accelerator.is_main_process, "
         + "save_function=accelerator.save)\n",
         HEADER + "import numpy as np\nnp.save(f'preds_{accelerator.process_index}.npy', p)\n",
+        # diff_from_scratch: the rank copied into a local names each rank's plot
+        HEADER
+        + "import matplotlib.pyplot as plt\n"
+        + "for ij in range(4):\n"
+        + "    process_idx = accelerator.process_index\n"
+        + "    plt.savefig(f'audio/image_{ij}_{process_idx}.png')\n",
         # a path made per process: each rank writes (and reads back) a file of its own
         HEADER
         + "import os, tempfile, torch\nwith tempfile.TemporaryDirectory() as tmp:\n"

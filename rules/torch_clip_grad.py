@@ -3,7 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.accelerator_objects import without_accelerator
+from accelify.analysis.accelerator_objects import built_for_cpu_only, without_accelerator
 from accelify.analysis.script_model import ScriptModel
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
@@ -41,15 +41,40 @@ class TorchClipGrad(Rule):
     )
     good = (
         HEADER + "accelerator.clip_grad_norm_(model.parameters(), 1.0)\n",
+        # re-grpo: Accelerator(cpu=True) has no loss scaler and shards nothing: torch's clip is
+        # the same number
+        "import torch\n"
+        + "from accelerate import Accelerator\n"
+        + "accelerator = Accelerator(cpu=True)\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "accelerator.backward(loss)\n"
+        + "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)\n",
         # SimpleTuner under FSDP2: gradients unscaled first, then torch's clip over DTensors
         HEADER
         + "import torch\n"
         + "def clip(model, max_norm):\n"
         + "    accelerator.unscale_gradients()\n"
         + "    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+        # seed-vc's codec trainer: descript audiotools' own Accelerator (no clip_grad_norm_),
+        # whose scaler the script unscales itself
+        "import argbind\n"
+        + "import torch\n"
+        + "from audiotools import ml\n"
+        + "Accelerator = argbind.bind(ml.Accelerator, without_prefix=True)\n"
+        + "def train_loop(state, batch, accel: ml.Accelerator):\n"
+        + "    accel.backward(state.loss)\n"
+        + "    accel.scaler.unscale_(state.optimizer)\n"
+        + "    torch.nn.utils.clip_grad_norm_(state.generator.parameters(), 1e3)\n"
+        + "    accel.step(state.optimizer)\n"
+        + "def train(args):\n"
+        + "    with Accelerator() as accel:\n"
+        + "        generator = accel.prepare_model(args.generator)\n"
+        + "        loader = accel.prepare_dataloader(args.data, batch_size=4)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        if built_for_cpu_only(script):
+            return
         for call in calls(script):
             for qualified in script.call_names(call):
                 method = names.CLIP_FUNCTIONS.get(qualified)

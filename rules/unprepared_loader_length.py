@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, target_names
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
@@ -47,6 +48,17 @@ class UnpreparedLoaderLength(Rule):
         HEADER + _DATA + "loader = accelerator.prepare(loader)\n"
         "print(f'{len(counting)} batches in all')\n",
         HEADER + _DATA + "steps_per_epoch = len(loader)\nloader = accelerator.prepare(loader)\n",
+        # vits-accelerate: the dataset was prepared, the loop reads the unprepared loader itself
+        # (ACC401 reports that loop): each rank steps through all len(counting) batches
+        HEADER
+        + _DATA
+        + "model = torch.nn.Linear(2, 1)\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer, train_set = accelerator.prepare(model, optimizer, train_set)\n"
+        + "total_steps = len(counting) * 3\n"
+        + "for (x,) in counting:\n"
+        + "    accelerator.backward(model(x).sum())\n"
+        + "    optimizer.step()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -62,8 +74,24 @@ class UnpreparedLoaderLength(Rule):
             name = dotted(call.args[0].value)
             if name not in loaders or name in prepared_any or _prepared_later(script, name):
                 continue
+            if _iterated_unprepared(script, name):
+                continue  # each rank steps through all of it: the count is right (ACC401's bug)
             if _counts_steps(script, call):
                 yield self.finding(script, call)
+
+
+def _iterated_unprepared(script: ScriptModel, name: str) -> bool:
+    """A training or evaluation loop iterates this very loader, unprepared (vits-accelerate
+    prepared its dataset instead): every rank steps through all of its batches, so its len()
+    is what each rank steps. The bug is the unsharded loop, reported by ACC401 at the loop."""
+    flow = facts_of(script).flow
+    for loop in script.loops:
+        if loop.iterable != name or not (loop.trains or loop.evaluates):
+            continue
+        passed = flow.call_site_arguments(name, loop.node)
+        if not passed or any(dotted(argument.value) == name for argument in passed):
+            return True
+    return False
 
 
 def _prepared_later(script: ScriptModel, name: str) -> bool:

@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
@@ -57,6 +58,20 @@ class UnpreparedObject(Rule):
     message = "Pass this to accelerator.prepare and use what it returns"
     why = "Unprepared loaders are not sharded and unprepared models are not synchronised."
     bad = (
+        Example(  # a pool that grows over the run (never emptied): a dataset, not this step's data
+            HEADER
+            + "from torch.utils.data import DataLoader\n"
+            + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            + "pool = []\n"
+            + "for shard in shards:\n"
+            + "    pool.extend(load(shard))\n"
+            + "    loader = DataLoader(pool, batch_size=8)\n"
+            + "    for x, y in loader:\n"
+            + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+            + "        optimizer.step()\n",
+            9,
+            17,
+        ),
         Example(  # a loader made once, in a helper, over the whole data: not sharded
             HEADER
             + "from torch.utils.data import DataLoader, TensorDataset\n"
@@ -177,6 +192,38 @@ class UnpreparedObject(Rule):
         + "    for x, y in loader:\n        loss = (model(x) - y).pow(2).mean()\n"
         + "        accelerator.backward(loss)\n        optimizer.step()\n\n\n"
         + "for batch in prompts:\n    learn(generate(model, batch))\n",
+        # moe-distributed-training: FSDP2 applied by hand (accelerate could not wrap it yet),
+        # the Accelerator prepares the loader and the optimizer only
+        HEADER
+        + "from torch.distributed._composable.fsdp import fully_shard\n"
+        + "from torch.optim import AdamW\n"
+        + "from transformers import AutoModelForCausalLM\n"
+        + "model = AutoModelForCausalLM.from_pretrained(name)\n"
+        + "def shard(m):\n"
+        + "    for block in m.layers:\n"
+        + "        fully_shard(block)\n"
+        + "    fully_shard(m)\n"
+        + "    return m\n"
+        + "model = shard(model)\n"
+        + "optimizer = AdamW(model.parameters(), lr=1e-5)\n"
+        + "loader, optimizer = accelerator.prepare(loader, optimizer)\n"
+        + "for batch in loader:\n"
+        + "    accelerator.backward(model(batch['input_ids'], labels=batch['labels']).loss)\n"
+        + "    optimizer.step()\n",
+        # re-grpo: a replay buffer emptied and refilled with this rank's rollouts on each pass,
+        # then batched for the update in the same pass
+        HEADER
+        + "from torch.utils.data import DataLoader\n"
+        + "model, optimizer, prompts = accelerator.prepare(model, optimizer, prompts)\n"
+        + "replay_buffer = ReplayBuffer()\n"
+        + "for batch in prompts:\n"
+        + "    replay_buffer.clear()\n"
+        + "    for q in batch:\n"
+        + "        replay_buffer.append(rollout(model, q))\n"
+        + "    sampler = DataLoader(replay_buffer, batch_size=8, shuffle=True)\n"
+        + "    for exp in sampler:\n"
+        + "        accelerator.backward(objective(model(exp.sequences), exp))\n"
+        + "        optimizer.step()\n",
         HEADER
         + _OBJECTS
         + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
@@ -288,12 +335,13 @@ class UnpreparedObject(Rule):
         schedulers = script.names_of(Kind.SCHEDULER)
         flow = facts_of(script).flow
         inside = {id(call) for loop in training for call in calls_in(script, loop.node)}
+        by_hand = _wrapped_by_hand(script)
         for call in calls(script):
             if id(call) not in inside or script.under_rank_guard(call):
                 continue
             func = call.func
             called = dotted(func)
-            if called in trained_models and called not in prepared:
+            if called in trained_models and called not in prepared | by_hand:
                 yield self.finding(
                     script, call, message=_message("model", called, "synchronised across ranks")
                 )
@@ -337,6 +385,35 @@ class UnpreparedObject(Rule):
 
 #: What combines the ranks' evaluation results: over an unprepared loader, N copies of the set.
 _COMBINING = {"gather", "gather_for_metrics", "reduce", "all_gather", "all_reduce", "gather_object"}
+
+
+def _wrapped_by_hand(script: ScriptModel) -> set[str]:
+    """Models the script shards or replicates itself: ``fully_shard(model)``, ``model =
+    FSDP(model)``, or ``model = prepare_model(model)`` where that function of the file calls
+    one of them (FSDP2 set up by hand beside an Accelerator that prepares only the loader and
+    the optimizer). Passing such a model to ``prepare`` would wrap it a second time."""
+    wrapping_functions = {
+        function.name.value
+        for function in script.index.of_type(cst.FunctionDef)
+        if isinstance(function, cst.FunctionDef)
+        and any(
+            script.call_names(call) & names.MANUAL_MODEL_WRAPPERS
+            for call in script.index.calls_directly_in(function)
+        )
+    }
+    found: set[str] = set()
+    for call in script.calls:
+        wraps = script.call_names(call) & names.MANUAL_MODEL_WRAPPERS
+        local = isinstance(call.func, cst.Name) and call.func.value in wrapping_functions
+        if not (wraps or local) or not call.args:
+            continue
+        argument = dotted(call.args[0].value)
+        if argument is not None:
+            found.add(argument)
+        parent = script.parent(call)
+        if isinstance(parent, cst.Assign):
+            found.update(n for t in parent.targets if (n := dotted(t.target)) is not None)
+    return found
 
 
 def _combines_ranks(script: ScriptModel, loop: Loop) -> bool:
@@ -394,7 +471,7 @@ def _message(what: str, name: str | None, effect: str) -> str:
 def _prepared_names(script: ScriptModel) -> set[str]:
     """Names that hold what a prepare call returned, including ``prepare_data_loader`` and the
     other single-object forms."""
-    names = set(script.prepared_names)
+    found = set(script.prepared_names)
     accelerators = script.names_of(Kind.ACCELERATOR)
     for prepare in script.prepare_calls:  # a dict of loaders comes back untouched
         passed = {dotted(argument.value) for argument in prepare.call.args}
@@ -402,7 +479,7 @@ def _prepared_names(script: ScriptModel) -> set[str]:
             if given in passed and any(
                 b.name == given and is_loader_dict(script, b) for b in script.bindings
             ):
-                names.discard(returned)
+                found.discard(returned)
     for call in calls(script):
         func = call.func
         if (
@@ -410,8 +487,8 @@ def _prepared_names(script: ScriptModel) -> set[str]:
             and func.attr.value.startswith("prepare_")
             and dotted(func.value) in accelerators
         ):
-            names |= {dotted(argument.value) for argument in call.args} - {None}
-    return names
+            found |= {dotted(argument.value) for argument in call.args} - {None}
+    return found
 
 
 def _prepared_inline(loop: Loop) -> bool:

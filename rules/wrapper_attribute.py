@@ -33,7 +33,11 @@ class WrapperAttribute(Rule):
     bound again since (``model = accelerator.unwrap_model(model)``), is checked; an attribute
     set on it (``model.x = ...``) binds on the wrapper and is not reported. DeepSpeed's engine
     and FSDP forward unknown attributes to the model, but the DDP case alone crashes the
-    script's most common multi-GPU run."""
+    script's most common multi-GPU run.
+
+    The reverse too: ``model.module`` on what ``prepare`` returned exists only on the wrapper,
+    and a one-process run gets the model itself back (AttributeError at the first checkpoint),
+    unless a test chooses (``hasattr(model, "module")``, ``num_processes > 1``)."""
 
     code = "ACC104"
     name = "wrapper-attribute"
@@ -81,6 +85,16 @@ class WrapperAttribute(Rule):
             20,
             12,
         ),
+        Example(  # U-DiT: a checkpoint from the wrapper's module, which one process lacks
+            HEADER
+            + "import torch\n"
+            + "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+            + "accelerator.backward(model(batch).loss)\n"
+            + "if accelerator.is_main_process:\n"
+            + "    torch.save({'model': model.module.state_dict()}, 'ckpt.pt')\n",
+            7,
+            26,
+        ),
     )
     good = (
         HEADER
@@ -102,6 +116,12 @@ class WrapperAttribute(Rule):
         + "accelerator = Accelerator()\noptim = DummyOptim(model.parameters(), lr=1e-5)\n"
         + "model, optim = accelerator.prepare(model, optim)\n"
         + "model.gradient_checkpointing_enable()\n",
+        # a test chooses the wrapper's module or the model itself
+        HEADER
+        + "model = accelerator.prepare(model)\n"
+        + "accelerator.backward(model(batch).loss)\n"
+        + "net = model.module if hasattr(model, 'module') else model\n"
+        + "if accelerator.num_processes > 1:\n    weights = model.module.state_dict()\n",
         # the wrapper's own private state
         HEADER + "model = accelerator.prepare(model)\nhooks = len(model._comm_hooks)\n",
         # an attribute set on the wrapper, and the model's own attributes before prepare
@@ -120,6 +140,9 @@ class WrapperAttribute(Rule):
             owner = attribute.value
             if not isinstance(owner, cst.Name) or member.startswith("_"):
                 continue  # private names: the wrapper's own state (``_comm_hooks``) or the model's
+            if member == "module":
+                yield from self._module_of_unwrapped(script, attribute, owner.value)
+                continue
             if member in names.MODULE_API or member in _WRAPPER_OWN:
                 continue
             if _binds(script, attribute) or not _prepared_model(script, owner.value, attribute):
@@ -148,6 +171,49 @@ class WrapperAttribute(Rule):
                 f"several GPUs prepare wraps {owner.value} in DistributedDataParallel, which has "
                 f"no '{member}' (AttributeError); a one-process run has no wrapper and hides it",
             )
+
+    def _module_of_unwrapped(
+        self, script: ScriptModel, attribute: cst.Attribute, owner: str
+    ) -> Iterator[Finding]:
+        """``model.module.state_dict()`` on what ``prepare`` returned: only the multi-process
+        wrapper has ``module``; one process gets the model itself back (U-DiT's checkpoint
+        save). Not where a test chooses (``model.module if hasattr(model, "module") else
+        model``, ``if accelerator.num_processes > 1:``)."""
+        if _binds(script, attribute) or not _prepared_model(script, owner, attribute):
+            return
+        if _wrapper_tested(script, attribute):
+            return
+        accelerator = accelerator_at(script, attribute) or "accelerator"
+        yield self.finding(
+            script,
+            attribute,
+            None,
+            f"Use {accelerator}.unwrap_model({owner}) instead of {owner}.module: prepare wraps "
+            f"{owner} in DistributedDataParallel only when several processes run, and a "
+            "one-process run gets the model itself back, which has no 'module' (AttributeError)",
+        )
+
+
+#: What a test that chooses between the wrapper and the model reads.
+_WRAPPER_TESTS = ("module", "num_processes", "world_size", "distributed_type", "distributed")
+
+
+def _wrapper_tested(script: ScriptModel, attribute: cst.Attribute) -> bool:
+    """``attribute`` is read under (or beside) a test of whether the model is wrapped or the
+    run has several processes: ``hasattr(model, "module")``, ``isinstance(model, DDP)``,
+    ``accelerator.num_processes > 1``, ``distributed_type != NO``."""
+    for ancestor in script.ancestors(attribute):
+        test = None
+        if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)):
+            test = ancestor.test
+        elif isinstance(ancestor, cst.BooleanOperation):
+            test = ancestor.left
+        if test is None:
+            continue
+        code = script.module.code_for_node(test)
+        if "isinstance(" in code or any(word in code for word in _WRAPPER_TESTS):
+            return True
+    return False
 
 
 #: Names that say a script is written for DeepSpeed or FSDP (``DummyOptim`` exists only for

@@ -91,14 +91,70 @@ def _accelerator_uses(model: ScriptModel) -> dict[str, list[cst.Attribute]]:
     """Receivers (``x``, ``self.x``) used as accelerators, with the attributes that show it."""
     candidates: dict[str, list[cst.Attribute]] = {}
     proven: set[str] = set()
+    foreign = _foreign_accelerators(model) if model.member_uses else set()
     for node in model.member_uses:
         receiver = dotted(node.value)
-        if receiver is None or not _may_be_an_accelerator(model, receiver):
+        if receiver is None or receiver in foreign or not _may_be_an_accelerator(model, receiver):
             continue
         candidates.setdefault(receiver, []).append(node)
         if _named_accelerator(receiver) or _used_as_accelerator_only(model, node):
             proven.add(receiver)
     return {name: nodes for name, nodes in candidates.items() if name in proven}
+
+
+def _foreign_accelerators(model: ScriptModel) -> set[str]:
+    """Names typed as, or built from, another library's class called ``Accelerator``:
+    ``accel: ml.Accelerator`` or ``with Accelerator() as accel`` after ``Accelerator =
+    argbind.bind(ml.Accelerator)`` (descript's audiotools, whose trainers many audio codecs copy).
+    It has ``prepare_model`` and ``backward`` too, but not HF's other members: advice to call
+    ``accel.clip_grad_norm_`` on it is an AttributeError."""
+    found: set[str] = set()
+    for function in model.index.of_type(cst.FunctionDef):
+        assert isinstance(function, cst.FunctionDef)
+        for param in (*function.params.params, *function.params.kwonly_params):
+            if param.annotation is not None and _names_foreign_class(
+                model, param.annotation.annotation
+            ):
+                found.add(param.name.value)
+    for item in model.index.of_type(cst.WithItem):
+        assert isinstance(item, cst.WithItem)
+        if (
+            item.asname is not None
+            and isinstance(item.item, cst.Call)
+            and _names_foreign_class(model, item.item.func)
+        ):
+            name = dotted(item.asname.name)
+            if name is not None:
+                found.add(name)
+    for assign in model.assignments:
+        if isinstance(assign.value, cst.Call) and _names_foreign_class(model, assign.value.func):
+            found.update(n for t in assign.targets if (n := dotted(t.target)) is not None)
+    return found
+
+
+def _names_foreign_class(model: ScriptModel, node: cst.BaseExpression) -> bool:
+    """``node`` names a class called ``Accelerator`` that is neither HF Accelerate's nor ours:
+    imported from another library, or a module-level alias of one."""
+    name = dotted(node)
+    if name is None or name.rsplit(".", 1)[-1] != "Accelerator":
+        return False
+    resolved = model.imports.resolve(name)
+    if resolved is not None:
+        return resolved not in names.ACCELERATORS and not resolved.startswith(
+            (".", *(f"{library}." for library in _LIBRARIES))
+        )
+    if "." in name:
+        return False
+    # ``Accelerator = argbind.bind(ml.Accelerator)``: a module-level alias of a foreign class
+    return any(
+        model.scope_of(assign) is model.module
+        and any(
+            isinstance(inner, (cst.Name, cst.Attribute)) and _names_foreign_class(model, inner)
+            for inner in walk(assign.value)
+            if inner is not assign.value
+        )
+        for assign in model.index.assignments_to(name)
+    )
 
 
 def _used_as_accelerator_only(model: ScriptModel, node: cst.Attribute) -> bool:
@@ -196,3 +252,18 @@ def _is_accelerator(node: cst.BaseExpression, accelerators: set[str]) -> bool:
     """One of the file's accelerators itself: not a setting about one
     (``self.config.disable_accelerator``)."""
     return dotted(node) in accelerators
+
+
+def built_for_cpu_only(model: ScriptModel) -> bool:
+    """Every accelerator the file builds is ``Accelerator(cpu=True)`` and it gets none from
+    elsewhere: no GPU, so no fp16 loss scaling, no FSDP or DeepSpeed sharding."""
+    built = [call for call in model.calls if model.call_names(call) & names.ACCELERATORS]
+    received = model.accelerator_params or model.inherited_accelerators
+    return bool(built) and not received and all(_passes_cpu_true(call) for call in built)
+
+
+def _passes_cpu_true(call: cst.Call) -> bool:
+    return any(
+        a.keyword is not None and a.keyword.value == "cpu" and dotted(a.value) == "True"
+        for a in call.args
+    )

@@ -45,6 +45,15 @@ DDP_WRAPPERS = {
     "torch.nn.parallel.DataParallel",
     "torch.nn.parallel.data_parallel.DataParallel",
 }
+#: What shards or replicates a model by hand, outside ``accelerator.prepare`` (FSDP2's
+#: ``fully_shard`` on a model accelerate cannot wrap yet, FSDP1, DDP)
+MANUAL_MODEL_WRAPPERS = DDP_WRAPPERS | {
+    "torch.distributed.fsdp.fully_shard",
+    "torch.distributed._composable.fsdp.fully_shard",
+    "torch.distributed._composable.fsdp.fully_shard.fully_shard",
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+}
 DISTRIBUTED_SAMPLERS = {
     "torch.utils.data.distributed.DistributedSampler",
     "torch.utils.data.DistributedSampler",

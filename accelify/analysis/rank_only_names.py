@@ -56,24 +56,48 @@ def rank_only_reads(facts: Facts) -> list[RankOnlyRead]:
     for scope, names in candidates.values():
         bindings, reads = _names_in(scope)
         for name in sorted(names & set(bindings)):
-            targets = bindings[name]
-            guards = [guard_of(target, scope) for target in targets]
-            if any(g is None for g in guards):
+            every = [(target, guard_of(target, scope)) for target in bindings[name]]
+            guarded = [(t, g) for t, g in every if g is not None]
+            unguarded = [t for t, g in every if g is None]
+            if not guarded or any(_in_orelse(model, t, g) for t, g in guarded):
                 continue
-            if any(_in_orelse(model, t, g) for t, g in zip(targets, guards, strict=True)):
+            if _complementary_guards(model, [g for _, g in guarded]):
                 continue
-            if _complementary_guards(model, guards):  # type: ignore[arg-type]
-                continue
-            first = min(model.order(t) for t in targets)
+            first = min(model.order(t) for t, _ in guarded)
             for read in reads.get(name, []):
                 if (
                     model.order(read) > first
+                    and not _bound_before(model, read, unguarded)
                     and not facts.ranks.under_rank_guard(read)
                     and not _tested_inline(facts, read)
                 ):
-                    found.append(RankOnlyRead(read, targets[0], guards[0]))  # type: ignore[arg-type]
+                    found.append(RankOnlyRead(read, guarded[0][0], guarded[0][1]))
                     break
     return found
+
+
+def _bound_before(model, read: cst.Name, unguarded: list[cst.Name]) -> bool:
+    """An assignment every rank runs binds the name before ``read``. Not one whose own value
+    makes the read (``model, eval_set = accelerator.prepare(model, eval_set)`` after ``if
+    is_main: eval_set = ...``: the other ranks fail on the right-hand side); one that shares a
+    loop with the read may have bound it on an earlier pass."""
+    read_at = model.order(read)
+    read_loops = {id(a) for a in model.ancestors(read) if isinstance(a, (cst.For, cst.While))}
+    for target in unguarded:
+        statement = next(
+            (a for a in model.ancestors(target) if isinstance(a, (cst.Assign, cst.AnnAssign))),
+            None,
+        )
+        if any(
+            isinstance(a, (cst.For, cst.While)) and id(a) in read_loops
+            for a in model.ancestors(target)
+        ):
+            return True
+        if model.order(target) < read_at and not (
+            statement is not None and any(a is statement for a in model.ancestors(read))
+        ):
+            return True
+    return False
 
 
 def _complementary_guards(model, guards: list[cst.If]) -> bool:

@@ -58,7 +58,7 @@ def repeated_effects(
     found = []
     for write in side_effects.writes(model, placement, with_torch_save=True):
         call = write.call
-        if side_effects.per_rank_path(call) or side_effects.main_process_only(call):
+        if side_effects.per_rank_path(model, call) or side_effects.main_process_only(call):
             continue
         if files.unique_per_process(call):
             continue  # a temporary directory, a pid: each rank its own file

@@ -161,6 +161,34 @@ class SharedFiles:
                     break
         return found
 
+    @cached_property
+    def written_by_one_rank_read_by_all(self) -> list[SharedFile]:
+        """A file written under a rank test (``if accelerator.is_local_main_process:
+        tokenizer.save_pretrained(out)``) and read below it, in the same function, by every
+        rank (``AutoProcessor.from_pretrained(out)``): at most one pair per read. Whether a
+        barrier stands between them is the caller's question."""
+        writes = [
+            (call, path)
+            for call in self.model.calls
+            if self.model.under_rank_guard(call)
+            and not side_effects.per_rank_path(self.model, call)
+            and (path := _path(self.model, call, WRITERS, WRITING_METHODS)) is not None
+        ]
+        found = []
+        for read, read_path in self._reads() if writes else ():
+            if self.model.under_rank_guard(read):
+                continue
+            function = self.placement.enclosing_function(read)
+            for write, path in writes:
+                if (
+                    self.placement.enclosing_function(write) is function
+                    and self.model.order(write) < self.model.order(read)
+                    and self._same_file(path, read_path)
+                ):
+                    found.append(SharedFile(write, read, path, self.per_process(path)))
+                    break
+        return found
+
     def kept_on_every_rank(self, write: cst.Call) -> SharedFile | None:
         """A write of a per-process path that is read back: it stays on every rank."""
         return next(
@@ -364,7 +392,7 @@ class SharedFiles:
     def _writes(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
         found = []
         for call in self.model.calls:
-            if self.model.under_rank_guard(call) or side_effects.per_rank_path(call):
+            if self.model.under_rank_guard(call) or side_effects.per_rank_path(self.model, call):
                 continue
             path = _path(self.model, call, WRITERS, WRITING_METHODS)
             if path is not None:

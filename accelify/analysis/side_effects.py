@@ -108,14 +108,40 @@ def _own_method(model: ScriptModel, call: cst.Call, method: str) -> bool:
     )
 
 
-def per_rank_path(call: cst.Call) -> bool:
-    """``np.save(f"preds_{rank}.npy", ...)``: one file per rank, meant to be written by each."""
+def per_rank_path(model: ScriptModel, call: cst.Call) -> bool:
+    """``np.save(f"preds_{rank}.npy", ...)``: one file per rank, meant to be written by each.
+    Also through a local name (``process_idx = accelerator.process_index`` then
+    ``plt.savefig(f"image_{process_idx}.png")``): named from the rank, each rank's file is its
+    own."""
     for argument in call.args:
         for node in walk(argument.value):
             name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
-            if name and ("rank" in name.rsplit(".", 1)[-1] or name.endswith("process_index")):
+            if name is None:
+                continue
+            if _names_the_rank(name) or (
+                isinstance(node, cst.Name)
+                and any(
+                    _is_the_rank(bound)
+                    for _, value in model.index.values_bound_to(name)
+                    for inner in walk(value)
+                    if isinstance(inner, (cst.Name, cst.Attribute))
+                    and (bound := dotted(inner)) is not None
+                )
+            ):
                 return True
     return False
+
+
+def _names_the_rank(name: str) -> bool:
+    return "rank" in name.rsplit(".", 1)[-1] or name.endswith("process_index")
+
+
+def _is_the_rank(name: str) -> bool:
+    """What a local copies the rank from: stricter than a name that mentions it."""
+    last = name.rsplit(".", 1)[-1]
+    return last in ("rank", "get_rank", "local_rank", "global_rank") or last.endswith(
+        "process_index"
+    )
 
 
 def deletes(model: ScriptModel, call: cst.Call) -> bool:

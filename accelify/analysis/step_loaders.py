@@ -42,10 +42,14 @@ def over_step_data(facts: Facts, loop: Loop) -> bool:
         ),
         None,
     )
-    if binding is None or function is None:
+    if binding is None:
         return False
     value = strip_self_methods(binding.value)
     if not isinstance(value, cst.Call):
+        return False
+    if model.call_names(value) & DATALOADERS and _over_step_buffers(model, value, binding.assign):
+        return True
+    if function is None:
         return False
     home, constructor = function, value
     if not model.call_names(value) & DATALOADERS:
@@ -66,6 +70,45 @@ def over_step_data(facts: Facts, loop: Loop) -> bool:
     return _dataset_from_arguments(model, constructor, home) and _per_iteration(
         facts, binding.assign, 0
     )
+
+
+_FILLS = frozenset({"append", "extend", "add", "push", "insert", "add_experience"})
+
+
+def _over_step_buffers(model: ScriptModel, constructor: cst.Call, made: cst.CSTNode) -> bool:
+    """``replay_buffer.clear()``, filled with this step's rollouts, then
+    ``DataLoader(replay_buffer)`` in the same pass of the loop: every name the dataset reads is
+    emptied (or made anew) and filled again on each pass before the loader is built, so the
+    loader holds what this rank made in this pass, not a dataset of the run."""
+    dataset = next(
+        (a.value for a in constructor.args if a.keyword and a.keyword.value == "dataset"),
+        constructor.args[0].value
+        if constructor.args and constructor.args[0].keyword is None
+        else None,
+    )
+    loop = next((a for a in model.ancestors(made) if isinstance(a, (cst.For, cst.While))), None)
+    if dataset is None or loop is None:
+        return False
+    names = _value_names(dataset) if not isinstance(dataset, cst.Name) else {dataset.value}
+    before = model.order(made)
+    emptied: set[str] = set()
+    filled: set[str] = set()
+    for node in walk(loop.body):
+        order = model.orders.get(node)
+        if order is None or order >= before:
+            continue
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            receiver = node.func.value
+            if isinstance(receiver, cst.Name) and receiver.value in names:
+                if node.func.attr.value == "clear":
+                    emptied.add(receiver.value)
+                elif node.func.attr.value in _FILLS:
+                    filled.add(receiver.value)
+        elif isinstance(node, cst.Assign):
+            for target in node.targets:
+                if isinstance(target.target, cst.Name) and target.target.value in names:
+                    emptied.add(target.target.value)
+    return bool(names) and names <= emptied & filled
 
 
 def _within(model: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:

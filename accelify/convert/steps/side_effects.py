@@ -18,7 +18,7 @@ def run(ctx: Context) -> None:
     guarded: list[cst.CSTNode] = []
     model, placement = ctx.model, ctx.facts.placement
     for write in side_effects.writes(model, placement):
-        if _already_once(ctx, write.statement) or side_effects.per_rank_path(write.call):
+        if _already_once(ctx, write.statement) or side_effects.per_rank_path(model, write.call):
             continue
         if ctx.facts.shared_files.kept_on_every_rank(write.call):
             continue  # a per-process path read back: each rank writes its own file

@@ -1,0 +1,134 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import ScriptModel
+from accelify.lint.rule import HEADER, Example, Finding, Rule
+
+#: What ends the process where it is called.
+_EXITS = {"builtins.exit", "builtins.quit", "sys.exit", "os._exit"}
+_LOOP = (
+    "for step, batch in enumerate(loader):\n"
+    "    accelerator.backward(model(batch).loss)\n"
+    "    optimizer.step()\n"
+)
+
+
+class ExitOnSomeRanks(Rule):
+    """``exit()`` (``sys.exit``, ``quit``, ``os._exit``) under a rank test inside a training
+    loop: ``if step >= max_steps and accelerator.is_main_process: save(); exit()``. The main
+    process leaves; the other ranks go on to the loop's next ``backward`` (or barrier, gather,
+    ``save_state``) and wait there for a rank that is gone, until the collective times out. A
+    loop with nothing every rank synchronises on, and an exit every rank takes, are left
+    alone."""
+
+    code = "ACC210"
+    name = "exit-on-some-ranks"
+    message = (
+        "Exit on every rank: only the ranks under the rank test leave here, and the others wait "
+        "at the loop's next collective for a rank that is gone (hang)"
+    )
+    why = "A rank that exits alone leaves the others waiting at the next collective."
+    bad = (
+        Example(  # seed-vc's V2 trainer: the step limit ends the main process only
+            HEADER
+            + "import torch\n"
+            + "for step, batch in enumerate(loader):\n"
+            + "    accelerator.backward(model(batch).loss)\n"
+            + "    optimizer.step()\n"
+            + "    if step >= max_steps and accelerator.is_main_process:\n"
+            + "        torch.save(accelerator.unwrap_model(model).state_dict(), 'last.pt')\n"
+            + "        exit()\n",
+            9,
+            9,
+        ),
+        Example(  # through the trainer's own method that runs the step
+            HEADER
+            + "import sys\n\n\n"
+            + "class Trainer:\n"
+            + "    def step(self, batch):\n"
+            + "        accelerator.backward(self.model(batch).loss)\n\n"
+            + "    def train(self):\n"
+            + "        for batch in self.loader:\n"
+            + "            self.step(batch)\n"
+            + "            if accelerator.is_main_process and self.done():\n"
+            + "                sys.exit(0)\n",
+            14,
+            17,
+        ),
+    )
+    good = (
+        # every rank leaves together once the main process has saved
+        HEADER
+        + _LOOP
+        + "    if step >= max_steps:\n"
+        + "        if accelerator.is_main_process:\n"
+        + "            accelerator.save(model.state_dict(), 'last.pt')\n"
+        + "        exit()\n",
+        # after the loop: nothing is left to wait for
+        HEADER + _LOOP + "if accelerator.is_main_process:\n    exit()\n",
+        # a loop of the main process alone
+        HEADER
+        + "for path in paths:\n"
+        + "    if accelerator.is_main_process and not exists(path):\n"
+        + "        exit(1)\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        facts = facts_of(script)
+        for call in script.calls:
+            if not script.call_names(call) & _EXITS or not script.under_rank_guard(call):
+                continue
+            loop = _outermost_loop(script, call, facts.placement.enclosing_function(call))
+            if loop is None:
+                continue
+            waiting = _collective_every_rank_reaches(script, loop)
+            if waiting is None:
+                continue
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    "Exit on every rank: only the ranks under the rank test leave here, and the "
+                    f"others go on to the collective at line {script.line(waiting)} and wait "
+                    "there for a rank that is gone (hang); end the loop on every rank, saving "
+                    "on the main process first"
+                ),
+            )
+
+
+def _outermost_loop(
+    script: ScriptModel, node: cst.CSTNode, function: cst.CSTNode | None
+) -> cst.For | cst.While | None:
+    found = None
+    for ancestor in script.ancestors(node):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, (cst.For, cst.While)):
+            found = ancestor
+    return found
+
+
+def _collective_every_rank_reaches(
+    script: ScriptModel, loop: cst.For | cst.While
+) -> cst.CSTNode | None:
+    """A statement of ``loop`` outside every rank test that is, or reaches through the file's
+    functions, ``backward``, a barrier or another collective: where the other ranks wait."""
+    reach = facts_of(script).collective_reach
+    for statement in _statements(loop.body):
+        if script.under_rank_guard(statement):
+            continue
+        if reach.synchronising_in(statement) is not None:
+            return statement
+    return None
+
+
+def _statements(block: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:
+    for child in block.children:
+        if isinstance(child, cst.SimpleStatementLine):
+            yield child
+        elif isinstance(child, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        else:
+            yield from _statements(child)

@@ -1,0 +1,66 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis import names, side_effects
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import ScriptModel
+from accelify.lint.rule import HEADER, Example, Finding, Rule
+
+
+class MakedirsOnEveryRank(Rule):
+    """``os.mkdir(d)`` or ``os.makedirs(d)`` without ``exist_ok=True``, bare or under ``if not
+    os.path.isdir(d):``, where every rank runs it: right after the ``Accelerator`` is made, in
+    the function (or module) that makes it. The ranks start together; the first creates the
+    directory and the others fail with ``FileExistsError`` (the ``isdir`` test does not help:
+    they all test before any of them creates it). Under a rank test, or named per rank, it is
+    left alone."""
+
+    code = "ACC211"
+    name = "makedirs-on-every-rank"
+    message = (
+        "Create the directory with os.makedirs(path, exist_ok=True) (or on the main process "
+        "only): every rank runs this, and the ranks that come second fail with FileExistsError"
+    )
+    why = "Every rank creates the same directory; all but the first fail."
+    bad = (
+        Example(  # Music-Source-Separation-Training's train_accelerate.py
+            HEADER + "import os\nif not os.path.isdir(args.results_path):\n"
+            "    os.mkdir(args.results_path)\n",
+            5,
+            5,
+        ),
+        Example(HEADER + "import os\nos.makedirs('out/checkpoints')\n", 4, 1),
+    )
+    good = (
+        HEADER + "import os\nos.makedirs('out/checkpoints', exist_ok=True)\n",
+        HEADER + "import os\nif accelerator.is_main_process:\n    os.mkdir('out')\n",
+        HEADER + "import os\nos.mkdir(f'shard_{accelerator.process_index}')\n",
+        # before the Accelerator exists: a launcher's setup, not the ranks'
+        "import os\nfrom accelify import Accelerator\nos.mkdir('out')\n"
+        "accelerator = Accelerator()\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        facts = facts_of(script)
+        built = [call for call in script.calls if script.call_names(call) & names.ACCELERATORS]
+        if not built:
+            return
+        for race in side_effects.makedirs_races(script, facts.placement):
+            call = race.call
+            if facts.ranks.under_rank_guard(call) or side_effects.per_rank_path(script, call):
+                continue
+            if not _after_the_accelerator_is_made(script, call, built):
+                continue
+            yield self.finding(script, call)
+
+
+def _after_the_accelerator_is_made(
+    script: ScriptModel, call: cst.Call, built: list[cst.Call]
+) -> bool:
+    """An ``Accelerator(...)`` made earlier in the same function (or at module level): every
+    rank is running this code."""
+    scope = script.scope_of(call)
+    return any(
+        script.scope_of(made) is scope and script.order(made) < script.order(call) for made in built
+    )

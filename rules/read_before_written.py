@@ -1,0 +1,103 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import ScriptModel
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+
+
+class ReadBeforeWritten(Rule):
+    """A file written on the main process only (under ``if accelerator.is_main_process:`` or
+    ``is_local_main_process``) and read below it, in the same function, by every rank, with no
+    barrier or other collective in between: the other ranks reach the read while the main
+    process is still writing, and load nothing (``OSError`` on a first run) or a half-written
+    file. A ``wait_for_everyone()``, a ``prepare`` or any collective between the two (also
+    ``main_process_first()`` around the read) orders them, and is not reported."""
+
+    code = "ACC212"
+    name = "read-before-written"
+    message = (
+        "Call accelerator.wait_for_everyone() before this read: the file is written on the main "
+        "process only, and the other ranks read it here without waiting for the write"
+    )
+    why = "Without a barrier the other ranks read a file the main process has not written yet."
+    bad = (
+        Example(  # tatami-galaxy/speech-processing's whisper fine-tuning
+            HEADER
+            + "from transformers import AutoProcessor\n"
+            + "if accelerator.is_local_main_process:\n"
+            + "    tokenizer.save_pretrained(args.output_dir)\n"
+            + "processor = AutoProcessor.from_pretrained(args.output_dir)\n",
+            6,
+            13,
+        ),
+    )
+    good = (
+        HEADER
+        + "from transformers import AutoProcessor\n"
+        + "if accelerator.is_local_main_process:\n"
+        + "    tokenizer.save_pretrained(args.output_dir)\n"
+        + "accelerator.wait_for_everyone()\n"
+        + "processor = AutoProcessor.from_pretrained(args.output_dir)\n",
+        HEADER
+        + "import torch\n"
+        + "if accelerator.is_main_process:\n"
+        + "    torch.save(state, 'best.pt')\n"
+        + "with accelerator.main_process_first():\n"
+        + "    state = torch.load('best.pt')\n",
+        # a barrier on a state object the analysis does not follow (the convert goldens)
+        HEADER
+        + "import torch\n"
+        + "from accelerate import PartialState\n"
+        + "if PartialState().is_main_process:\n"
+        + "    torch.save(state, 'final.pt')\n"
+        + "PartialState().wait_for_everyone()\n"
+        + "state = torch.load('final.pt')\n",
+        # read on the main process only
+        HEADER
+        + "import torch\n"
+        + "if accelerator.is_main_process:\n"
+        + "    torch.save(state, 'best.pt')\n"
+        + "    state = torch.load('best.pt')\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        facts = facts_of(script)
+        for shared in facts.shared_files.written_by_one_rank_read_by_all:
+            if _ordered_by_a_collective(script, shared.write, shared.read):
+                continue
+            accelerator = accelerator_at(script, shared.read) or "accelerator"
+            yield self.finding(
+                script,
+                shared.read,
+                message=(
+                    f"Call {accelerator}.wait_for_everyone() before this read: the file is "
+                    f"written at line {script.line(shared.write)} on the main process only, and "
+                    "the other ranks read it here without waiting for the write (nothing there "
+                    "yet on a first run, or half of it)"
+                ),
+            )
+
+
+def _ordered_by_a_collective(script: ScriptModel, write: cst.Call, read: cst.Call) -> bool:
+    """A barrier, ``prepare`` or other collective between ``write`` and ``read`` (or around the
+    read, ``main_process_first()``): every rank waits there for the main process."""
+    reach = facts_of(script).collective_reach
+    function = script.index.enclosing_function(read)
+    start, end = script.order(write), script.order(read)
+    for call in script.calls:
+        if not start < script.order(call) < end or call is read:
+            continue
+        if script.index.enclosing_function(call) is not function:
+            continue
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _BARRIERS:
+            return True  # ``PartialState().wait_for_everyone()``, ``dist.barrier()``
+        parent = script.parent(call)
+        if parent is not None and reach.synchronising_in(parent) is not None:
+            return True
+    return False
+
+
+#: Barriers by their own name, whatever object answers them.
+_BARRIERS = {"wait_for_everyone", "barrier", "main_process_first", "local_main_process_first"}
