@@ -82,10 +82,12 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     ctx.plan.accelerator = ctx.acc
     ctx.scope = prepare_scope
     prepare.run(ctx, prepare_scope)
-    left = Context(model, options)
-    left.frozen = ctx.frozen
-    if unwrap.forwards_outside_the_wrapper(left):
-        return left.plan
+    outside = unwrap.forwards_outside_the_wrapper(ctx)
+    if outside:  # the script is left as it is: a plan of these review lines only
+        left = Context(model, options).plan
+        for line, text in outside:
+            left.review(line, text)
+        return left
     for step in STEPS:
         step(ctx)
     if options.mixed_precision:

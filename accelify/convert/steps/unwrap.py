@@ -231,16 +231,18 @@ def _module_outside_the_class(ctx: Context, name: str, node: cst.CSTNode) -> boo
     return True
 
 
-def forwards_outside_the_wrapper(ctx: Context) -> bool:
+def forwards_outside_the_wrapper(ctx: Context) -> list[tuple[int, str]]:
     """A training step that runs a prepared model's layers outside its forward
     (`accelify.analysis.outside_forward`): prepared, the DDP wrapper has no such attribute (the
     first call on 2 ranks raises AttributeError), and called through ``unwrap_model`` its
     gradients are never synchronised. Either way the conversion would be wrong, so the script
-    is left as it is, with the reason at each such call. Asked after ``prepare`` chose what it
-    wraps: a frozen model is not wrapped, and may run its layers anywhere."""
+    is left as it is: the review lines that say why, one at each such call. Asked after
+    ``prepare`` chose what it wraps: a frozen model is not wrapped, and may run its layers
+    anywhere."""
     found = layers_outside_forward(
         ctx.model, ctx.facts.placement, ctx.facts.flow, unprepared=ctx.frozen
     )
+    reviews = []
     for entry in found:
         if entry.through is None:
             ran = f"{entry.what} runs the model's layers outside its forward during training"
@@ -249,13 +251,16 @@ def forwards_outside_the_wrapper(ctx: Context) -> bool:
                 f"{entry.what} is handed the model and runs its layers outside the model's "
                 f"forward during training: {entry.through}"
             )
-        ctx.plan.review(
-            ctx.line(entry.call),
-            f"{ran}: a prepared (DDP-wrapped) model has no such attribute, and called through "
-            "unwrap_model its gradients would never be synchronised across ranks; left as it "
-            "is: compute it in the model's forward() (call the model itself), then convert",
+        reviews.append(
+            (
+                ctx.line(entry.call),
+                f"{ran}: a prepared (DDP-wrapped) model has no such attribute, and called "
+                "through unwrap_model its gradients would never be synchronised across ranks; "
+                "left as it is: compute it in the model's forward() (call the model itself), "
+                "then convert",
+            )
         )
-    return bool(found)
+    return reviews
 
 
 def _is_binding_target(ctx: Context, attribute: cst.Attribute) -> bool:
