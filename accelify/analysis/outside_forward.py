@@ -78,14 +78,18 @@ class _Finder:
         return name not in self.unprepared and self.flow.is_model_name(name, at)
 
     def in_training(self, call: cst.Call) -> bool:
-        """In a function that runs a backward, or in a loop that does; not under no_grad."""
+        """In a loop that runs a backward, or above a backward of its function (a training
+        step's helper); not under no_grad, nor after the training (``z = model.encoder(x)`` to
+        look at the codes once the loop is done)."""
         if any(map(self.model.disables_grad, self.model.ancestors(call))):
             return False
+        if any(loop.trains and self.placement.inside(call, loop.node) for loop in self.model.loops):
+            return True
         function = self.placement.enclosing_function(call)
-        return any(
-            self.placement.inside(backward, function) for backward in self.model.backward_calls
-        ) or any(
-            loop.trains and self.placement.inside(call, loop.node) for loop in self.model.loops
+        here = self.model.order(call)
+        return function is not None and any(
+            self.placement.inside(backward, function) and self.model.order(backward) > here
+            for backward in self.model.backward_calls
         )
 
     def direct(self, call: cst.Call, is_model) -> str | None:
