@@ -41,8 +41,13 @@ class PreparedScheduler:
         self.split_batches = split_batches
 
     def step(self, *args: Any, **kwargs: Any) -> None:
-        with _warnings_at(sys._getframe(1)):
-            self._step(*args, **kwargs)
+        # torch's schedulers warn on their first step (stepped before the optimizer) and when
+        # handed an epoch; only those calls pay for re-pointing the warnings (a few µs)
+        if args or kwargs or getattr(self.scheduler, "_step_count", 0) <= 1:
+            with _warnings_at(sys._getframe(1)):
+                self._step(*args, **kwargs)
+        else:
+            self._step()
 
     def _step(self, *args: Any, **kwargs: Any) -> None:
         if not self.step_with_optimizer:
