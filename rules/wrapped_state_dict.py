@@ -41,6 +41,11 @@ class WrappedStateDict(Rule):
         ),
     )
     good = (
+        # an EMA copy, prepared but without trainable parameters: never wrapped, no prefix
+        HEADER
+        + "import torch\nema_model, model = accelerator.prepare(ema_model, model)\n"
+        + "ckpt = {'model': accelerator.unwrap_model(model).state_dict(),\n"
+        + "        'ema': ema_model.state_dict()}\naccelerator.save(ckpt, 'm.pt')\n",
         # the checkpoint dict saved by name was last built from the unwrapped model
         _PREPARED + "ckpt = {'model': model.state_dict()}\n"
         "ckpt = {'model': accelerator.unwrap_model(model).state_dict()}\n"
@@ -80,12 +85,16 @@ class WrappedStateDict(Rule):
 
 #: What a prepared object of no known kind is, by its name: an optimizer, a scheduler or a scaler
 #: keeps no wrapper's ``module.`` prefix in its state dict (HF Trainer's ``self.optimizer``, built
-#: by a method the analysis does not follow).
+#: by a method the analysis does not follow). An EMA copy trains nothing, and prepare wraps only
+#: a model with trainable parameters in DistributedDataParallel (lucidrains' e2-tts trainer
+#: prepares its ``ema_model`` and saves ``self.ema_model.state_dict()``).
 _NOT_MODEL_WORDS = ("optim", "sched", "scaler", "loader")
 
 
 def _not_a_model(name: str | None) -> bool:
     last = (name or "").rsplit(".", 1)[-1].lower()
+    if "ema" in last.split("_"):
+        return True  # ema, ema_model, model_ema: an EMA copy
     return any(word in last for word in _NOT_MODEL_WORDS)
 
 
