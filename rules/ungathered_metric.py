@@ -38,6 +38,20 @@ class UngatheredMetric(Rule):
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
         Example(_EVAL + "        correct += (preds == y).sum().item()\n", 9, 9),
+        # a batch statistic counted before the forward: the metric is the line after it
+        Example(
+            HEADER
+            + "import torch\n"
+            + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+            + "seen, correct = 0, 0\n"
+            + "with torch.no_grad():\n"
+            + "    for x, y in eval_loader:\n"
+            + "        seen += len(y)\n"
+            + "        preds = model(x).argmax(-1)\n"
+            + "        correct += (preds == y).sum().item()\n",
+            10,
+            9,
+        ),
         Example(_EVAL + "        metric.add_batch(predictions=preds, references=y)\n", 9, 9),
         # no_grad inside the loop, as Accelerate's own examples write it
         Example(
@@ -155,18 +169,23 @@ class UngatheredMetric(Rule):
         all_calls = calls(script)
         for evaluation in facts.evaluations:
             loop = evaluation.loop
-            if _first_forward(loop, facts) is None or not _prepared_loader(script, facts, loop):
+            forward = _first_forward(loop, facts)
+            if forward is None or not _prepared_loader(script, facts, loop):
                 continue
             local = _assigned_in(loop.node.body) | loop.batch_names
             values = _RankValues(script, loop, local, accelerators)
             synced = set(self_syncing_metrics(loop, script))
-            accumulation = _first_accumulation(loop, values.this_rank_only, synced)
-            if accumulation is None:
+            found = [
+                (target, node)
+                for target, node in _accumulations(loop, values.this_rank_only, synced)
+                if not _reduced_later(script, loop.node, target, all_calls, accelerators)
+            ]
+            if not found:
                 continue
-            target, node = accumulation
-            if _reduced_later(script, loop.node, target, all_calls, accelerators):
-                continue
-            yield self.finding(script, node)
+            # the metric's line: the first total fed after the model's forward (the
+            # predictions, the loss), not a batch statistic counted before it
+            after = [n for _, n in found if script.order(n) > script.order(forward)]
+            yield self.finding(script, after[0] if after else found[0][1])
         yield from self._comprehensions(script, facts, accelerators, all_calls)
 
     def _comprehensions(
@@ -283,28 +302,27 @@ class _RankValues:
         )
 
 
-def _first_accumulation(
+def _accumulations(
     loop: Loop, this_rank_only: Callable[[cst.CSTNode], bool], synced: set[cst.Call]
-) -> tuple[str, cst.CSTNode] | None:
-    """The first ``total += <per-batch value>`` or ``total.append(<per-batch value>)`` whose
-    target lives outside the loop and whose value is this rank's alone; not a torchmetrics
-    metric's update (``synced``), which combines the ranks itself."""
+) -> list[tuple[str, cst.CSTNode]]:
+    """Each ``total += <per-batch value>`` or ``total.append(<per-batch value>)`` whose target
+    lives outside the loop and whose value is this rank's alone, in source order; not a
+    torchmetrics metric's update (``synced``), which combines the ranks itself."""
     local = _assigned_in(loop.node.body) | loop.batch_names
 
     class Finder(Visitor):
         def __init__(self) -> None:
-            self.found: tuple[str, cst.CSTNode] | None = None
+            self.found: list[tuple[str, cst.CSTNode]] = []
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
             target = dotted(node.target)
-            if self.found is None and target and target not in local and this_rank_only(node.value):
-                self.found = (target, node)
+            if target and target not in local and this_rank_only(node.value):
+                self.found.append((target, node))
 
         def visit_Call(self, node: cst.Call) -> None:
             func = node.func
             if (
-                self.found is None
-                and isinstance(func, cst.Attribute)
+                isinstance(func, cst.Attribute)
                 and func.attr.value in _ACCUMULATING_METHODS
                 and node not in synced
             ):
@@ -315,7 +333,7 @@ def _first_accumulation(
                     and owner.split(".")[0] not in local
                     and any(this_rank_only(value) for value in inputs)
                 ):
-                    self.found = (owner, node)
+                    self.found.append((owner, node))
 
     finder = Finder()
     loop.node.body.visit(finder)

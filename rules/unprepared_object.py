@@ -170,6 +170,13 @@ class UnpreparedObject(Rule):
         ),
     )
     good = (
+        # a helper's parameter named like the unprepared loader, called with the prepared one:
+        # what the callers pass is judged at the call, not the name inside the helper
+        HEADER
+        + _OBJECTS
+        + "model, optimizer, train_loader = accelerator.prepare(model, optimizer, loader)\n"
+        + _HELPER.replace("batches", "loader")
+        + "train(model, train_loader)\n",
         # trl's IterativeSFTTrainer.step(input_ids=...): its user hands it each step's data
         "from datasets import Dataset\n"
         + "from torch.utils.data import DataLoader\n"
@@ -320,9 +327,11 @@ class UnpreparedObject(Rule):
             source = loop.iterable
             if _trained_phases_prepared(script, loop, prepared):
                 continue  # the phases it only evaluates are whole on every rank: right
+            passed_in = bool(facts_of(script).flow.call_site_arguments(source, loop.node))
             if (
                 source in dataloaders
                 and source not in prepared
+                and not passed_in  # its callers' arguments are judged at the call
                 and not _prepared_inline(loop)
                 and not over_step_data(facts_of(script), loop)
             ):

@@ -24,6 +24,15 @@ class WrappedStateDict(Rule):
     )
     why = "DDP prefixes every key with `module.`; FSDP and DeepSpeed hold only a shard."
     bad = (
+        Example(  # the state dict kept in a checkpoint dict first, then saved by name
+            _PREPARED + "ckpt = {'model': model.state_dict(), 'epoch': 3}\n"
+            "accelerator.save(ckpt, 'm.pt')\n",
+            5,
+            18,
+            _PREPARED
+            + "ckpt = {'model': accelerator.unwrap_model(model).state_dict(), 'epoch': 3}\n"
+            "accelerator.save(ckpt, 'm.pt')\n",
+        ),
         Example(
             _PREPARED + "accelerator.save(model.state_dict(), 'm.pt')\n",
             5,
@@ -32,6 +41,15 @@ class WrappedStateDict(Rule):
         ),
     )
     good = (
+        # an EMA copy, prepared but without trainable parameters: never wrapped, no prefix
+        HEADER
+        + "import torch\nema_model, model = accelerator.prepare(ema_model, model)\n"
+        + "ckpt = {'model': accelerator.unwrap_model(model).state_dict(),\n"
+        + "        'ema': ema_model.state_dict()}\naccelerator.save(ckpt, 'm.pt')\n",
+        # the checkpoint dict saved by name was last built from the unwrapped model
+        _PREPARED + "ckpt = {'model': model.state_dict()}\n"
+        "ckpt = {'model': accelerator.unwrap_model(model).state_dict()}\n"
+        "accelerator.save(ckpt, 'm.pt')\n",
         # HF Trainer: an optimizer handed in, prepared with the model; its state has no prefix
         "import torch\nfrom accelerate import Accelerator\n\n\n"
         + "class Trainer:\n"
@@ -52,7 +70,7 @@ class WrappedStateDict(Rule):
             )
             if not is_save or not call.args:
                 continue
-            for node in _state_dict_calls(call.args[0].value):
+            for node in _state_dict_calls(_saved_value(script, call.args[0].value, call)):
                 owner = node.func.value  # type: ignore[union-attr]
                 not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
                 name = dotted(owner)
@@ -67,13 +85,35 @@ class WrappedStateDict(Rule):
 
 #: What a prepared object of no known kind is, by its name: an optimizer, a scheduler or a scaler
 #: keeps no wrapper's ``module.`` prefix in its state dict (HF Trainer's ``self.optimizer``, built
-#: by a method the analysis does not follow).
+#: by a method the analysis does not follow). An EMA copy trains nothing, and prepare wraps only
+#: a model with trainable parameters in DistributedDataParallel (lucidrains' e2-tts trainer
+#: prepares its ``ema_model`` and saves ``self.ema_model.state_dict()``).
 _NOT_MODEL_WORDS = ("optim", "sched", "scaler", "loader")
 
 
 def _not_a_model(name: str | None) -> bool:
     last = (name or "").rsplit(".", 1)[-1].lower()
+    if "ema" in last.split("_"):
+        return True  # ema, ema_model, model_ema: an EMA copy
     return any(word in last for word in _NOT_MODEL_WORDS)
+
+
+def _saved_value(script: ScriptModel, saved: cst.BaseExpression, call: cst.Call) -> cst.CSTNode:
+    """What is saved: the expression itself, or for a name (``ckpt = {"model":
+    model.state_dict()}`` then ``accelerator.save(ckpt, path)``) the value it was last given
+    above the save in the same function (watchog's pre-training checkpoint)."""
+    if not isinstance(saved, cst.Name):
+        return saved
+    here, scope = script.order(call), script.scope_of(call)
+    last = None
+    for assign in script.index.assignments_to(saved.value):
+        if not isinstance(assign, cst.Assign) or script.scope_of(assign) is not scope:
+            continue
+        if script.order(assign) < here and (
+            last is None or script.order(assign) > script.order(last)
+        ):
+            last = assign
+    return last.value if last is not None else saved
 
 
 def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:

@@ -47,6 +47,15 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-GPU run stops with AttributeError at the first call; one GPU hides it."
     bad = (
+        Example(  # a Sequential indexed through the wrapper: DDP cannot be indexed
+            HEADER
+            + "import torch\n"
+            + "model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))\n"
+            + "model = accelerator.prepare(model)\n"
+            + "torch.save(model[1].state_dict(), 'head.pt')\n",
+            6,
+            12,
+        ),
         Example(  # lucidrains/PaLM-rlhf-pytorch train.py: sampling from the prepared model
             HEADER
             + "model, optim = accelerator.prepare(model, optim)\n"
@@ -97,6 +106,11 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # what prepare returned for several objects, indexed; a test that chooses the wrapper
+        HEADER
+        + "objs = accelerator.prepare(model, optimizer)\nfirst = objs[0]\n"
+        + "net = accelerator.prepare(model)\n"
+        + "head = net.module[1] if accelerator.num_processes > 1 else net[1]\n",
         HEADER
         + "model = accelerator.prepare(model)\n"
         + "sample = accelerator.unwrap_model(model).generate(prime)\n"
@@ -135,6 +149,7 @@ class WrapperAttribute(Rule):
         facts = facts_of(script)
         if _written_for_an_engine(script):
             return  # DeepSpeed's engine and FSDP forward what they lack to the model
+        yield from self._indexed(script)
         for attribute in facts.placement.attributes():
             member = attribute.attr.value
             owner = attribute.value
@@ -170,6 +185,33 @@ class WrapperAttribute(Rule):
                 f"Call this through {accelerator}.unwrap_model({owner.value}).{member}: on "
                 f"several GPUs prepare wraps {owner.value} in DistributedDataParallel, which has "
                 f"no '{member}' (AttributeError); a one-process run has no wrapper and hides it",
+            )
+
+    def _indexed(self, script: ScriptModel) -> Iterator[Finding]:
+        """``model[1]`` on what ``prepare`` returned (a ``Sequential`` or ``ModuleList`` model):
+        DistributedDataParallel defines no ``__getitem__`` (TypeError: not subscriptable), and a
+        one-process run, which gets the model itself back, hides it (a re-ID trainer saved
+        ``model[1].state_dict()`` after every epoch)."""
+        for subscript in script.index.of_type(cst.Subscript):
+            owner = subscript.value if isinstance(subscript, cst.Subscript) else None
+            if not isinstance(owner, cst.Name) or _binds_item(script, subscript):
+                continue
+            if not _prepared_model(script, owner.value, subscript):
+                continue
+            if _wrapper_tested(script, subscript):
+                continue
+            if DDP in facts_of(script).ranks.backend_guards.reached_by_none(subscript):
+                continue
+            accelerator = accelerator_at(script, subscript) or "accelerator"
+            item = script.module.code_for_node(subscript).removeprefix(owner.value)
+            yield self.finding(
+                script,
+                subscript,
+                None,
+                f"Index {accelerator}.unwrap_model({owner.value}){item} instead: on several "
+                f"GPUs prepare wraps {owner.value} in DistributedDataParallel, which cannot be "
+                "indexed (TypeError: not subscriptable); a one-process run has no wrapper and "
+                "hides it",
             )
 
     def _module_of_unwrapped(
@@ -242,6 +284,16 @@ def _binds(script: ScriptModel, attribute: cst.Attribute) -> bool:
     if isinstance(parent, cst.AssignTarget) and parent.target is attribute:
         return True
     if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is attribute:
+        return True
+    return isinstance(parent, cst.Del)
+
+
+def _binds_item(script: ScriptModel, subscript: cst.Subscript) -> bool:
+    """``model[0] = ...`` or ``del model[0]``: a write, not the read this rule reports."""
+    parent = script.parent(subscript)
+    if isinstance(parent, cst.AssignTarget) and parent.target is subscript:
+        return True
+    if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is subscript:
         return True
     return isinstance(parent, cst.Del)
 
