@@ -4,7 +4,7 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, target_names
+from accelify.analysis.syntax import dotted, strip_self_methods, target_names
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
 
 _DATA = (
@@ -45,6 +45,19 @@ class UnpreparedLoaderLength(Rule):
     )
     good = (
         HEADER + _DATA + "loader = accelerator.prepare(loader)\ntotal_steps = len(loader) * 3\n",
+        # the constructor keeps the loader it counts, and prepares the attribute
+        HEADER
+        + _DATA
+        + "class Trainer:\n"
+        + "    def __init__(self, model, train_loader):\n"
+        + "        self.model = model\n"
+        + "        self.train_loader = train_loader\n"
+        + "        self.total_steps = 10 * len(train_loader)\n"
+        + "        self.model, self.train_loader = accelerator.prepare(\n"
+        + "            self.model, self.train_loader\n"
+        + "        )\n"
+        + "train_loader = torch.utils.data.DataLoader(train_set, batch_size=8)\n"
+        + "trainer = Trainer(torch.nn.Linear(2, 1), train_loader)\n",
         HEADER + _DATA + "loader = accelerator.prepare(loader)\n"
         "print(f'{len(counting)} batches in all')\n",
         HEADER + _DATA + "steps_per_epoch = len(loader)\nloader = accelerator.prepare(loader)\n",
@@ -74,6 +87,8 @@ class UnpreparedLoaderLength(Rule):
             name = dotted(call.args[0].value)
             if name not in loaders or name in prepared_any or _prepared_later(script, name):
                 continue
+            if _kept_prepared(script, name, call, prepared_any):
+                continue
             if _iterated_unprepared(script, name):
                 continue  # each rank steps through all of it: the count is right (ACC401's bug)
             if _counts_steps(script, call):
@@ -92,6 +107,22 @@ def _iterated_unprepared(script: ScriptModel, name: str) -> bool:
         if not passed or any(dotted(argument.value) == name for argument in passed):
             return True
     return False
+
+
+def _kept_prepared(
+    script: ScriptModel, name: str, call: cst.Call, prepared: set[str | None]
+) -> bool:
+    """``len(train_loader)`` in a constructor that keeps ``self.train_loader = train_loader``
+    and prepares the attribute: one loader under two names, counted before prepare (as
+    ``len(loader)`` just before ``loader = accelerator.prepare(loader)`` is)."""
+    scope = script.scope_of(call)
+    return any(
+        binding.received
+        and binding.scope is scope
+        and binding.name in prepared
+        and dotted(strip_self_methods(binding.value)) == name
+        for binding in script.bindings
+    )
 
 
 def _prepared_later(script: ScriptModel, name: str) -> bool:

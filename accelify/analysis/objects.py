@@ -38,11 +38,18 @@ def callee(model: ScriptModel, call: cst.Call) -> tuple[cst.FunctionDef, int] | 
 def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
     """A dict of DataLoaders (``{"train": DataLoader(...), ...}``, or built by a comprehension),
     made here or returned by a
-    factory (``loaders = get_dataloaders()``): ``prepare`` hands a dict back untouched, so each
-    loader in it must be prepared on its own."""
+    factory (``loaders = get_dataloaders()``), or received from a caller that passes one
+    (``self.loaders = loaders`` of ``Runner(model, loaders)``): ``prepare`` hands a dict back
+    untouched, so each loader in it must be prepared on its own."""
     value = binding.value
     if binding.kind is not Kind.DATALOADER:
         return False
+    if binding.received:
+        return any(
+            is_loader_dict(model, source)
+            for source in model.bindings
+            if source.name in binding.sources and not source.received
+        )
     if isinstance(value, cst.Dict | cst.DictComp):
         return True
     target = callee(model, value) if isinstance(value, cst.Call) else None

@@ -167,7 +167,7 @@ class Placement:
         for index in range(start, len(body)):
             line = body[index]
             assigns = [n for n in walk(line) if isinstance(n, cst.AssignTarget)]
-            if not any(name in target_names(a.target) for a in assigns):
+            if not any(name in _assigned(a.target) for a in assigns):
                 continue
             if not (
                 isinstance(line, cst.SimpleStatementLine)
@@ -181,7 +181,9 @@ class Placement:
             if any(isinstance(n, (cst.Call, cst.Await, cst.Yield)) for n in walk(value)):
                 return None
             between = [n for statement in body[start:index] for n in walk(statement)]
-            touched = {n.value for n in between if isinstance(n, cst.Name)}
+            touched = {n.value for n in between if isinstance(n, cst.Name)} | {
+                dotted(n) for n in between if isinstance(n, cst.Attribute)
+            }
             set_between = {
                 name
                 for n in between
@@ -196,10 +198,15 @@ class Placement:
     def assigned_after(
         self, anchor: cst.CSTNode, home: cst.CSTNode, codes: Iterable[str]
     ) -> list[tuple[str, int]]:
-        """Names read by ``codes`` that ``home`` assigns at or after ``anchor``."""
+        """Names read by ``codes`` that ``home`` assigns at or after ``anchor``; an attribute
+        of the instance too (``gradient_accumulation_steps=self.accum_steps`` before
+        ``self.accum_steps = accum_steps`` would raise AttributeError)."""
         wanted = set()
         for code in codes:
             for node in walk(cst.parse_expression(code)):
+                spelling = dotted(node) if isinstance(node, cst.Attribute) else None
+                if spelling is not None and spelling.startswith("self."):
+                    wanted.add(spelling)
                 if isinstance(node, cst.Name) and node.value not in (
                     "torch",
                     "True",
@@ -212,6 +219,13 @@ class Placement:
         for line in body[body.index(anchor) :]:
             for node in walk(line):
                 if isinstance(node, cst.AssignTarget):
-                    for name in target_names(node.target) & wanted:
+                    for name in _assigned(node.target) & wanted:
                         late.append((name, self.model.line(node)))
         return late
+
+
+def _assigned(target: cst.BaseExpression) -> set[str]:
+    """The names an assignment target binds, an attribute (``self.accum_steps``) by its
+    spelling."""
+    spelling = dotted(target) if isinstance(target, cst.Attribute) else None
+    return target_names(target) | ({spelling} if spelling else set())

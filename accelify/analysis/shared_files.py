@@ -24,6 +24,7 @@ import libcst as cst
 
 from accelify.analysis import collectives, names, side_effects
 from accelify.analysis.flow import ObjectFlow
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.script_model import ScriptModel
@@ -207,17 +208,47 @@ class SharedFiles:
         names it reads (assignments and ``with ... as name`` in scope)."""
         if depth > _MAX_DEPTH:
             return None
+        members = {id(n.attr) for n in walk(path) if isinstance(n, cst.Attribute)}
         for node in walk(path):
             if isinstance(node, cst.Call):
                 called = self.model.call_names(node)
                 if called & UNIQUE_PER_PROCESS or called & CLOCK:
                     return PerProcessPath(node, clock=not called & UNIQUE_PER_PROCESS)
-            if isinstance(node, cst.Name):
-                for value in self._values_of(node.value, path):
-                    found = self.per_process(value, depth + 1)
-                    if found is not None:
-                        return found
+            values: list[cst.BaseExpression] = []
+            if isinstance(node, cst.Attribute):
+                values = self._attribute_values(node)
+            elif isinstance(node, cst.Name) and id(node) not in members:
+                values = self._values_of(node.value, path) or self._passed_for(node.value, path)
+            for value in values:
+                found = self.per_process(value, depth + 1)
+                if found is not None:
+                    return found
         return None
+
+    def _attribute_values(self, node: cst.Attribute) -> list[cst.BaseExpression]:
+        """What ``self.ckpt`` is set to in the class that reads it (``self.ckpt = ckpt``)."""
+        spelling = dotted(node)
+        owner = self.placement.class_of(node)
+        if spelling is None or not spelling.startswith("self.") or owner is None:
+            return []
+        return [
+            assign.value
+            for assign in self.model.index.assignments_to(spelling)
+            if self.placement.class_of(assign) is owner
+        ]
+
+    def _passed_for(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
+        """What the callers in this file pass for the parameter ``name`` of the function around
+        ``at``: ``Trainer(model, ckpt=os.path.join(workdir, "best.pt"))`` for ``ckpt``."""
+        function = self.placement.enclosing_function(at)
+        if function is None or name not in _parameters(function):
+            return []
+        return [
+            argument.value
+            for call, implicit in self.model.call_graph.calls_of(function)
+            for parameter, argument in bound_arguments(function, call, implicit)
+            if parameter == name
+        ]
 
     @cached_property
     def downloads(self) -> list[Download]:

@@ -30,6 +30,14 @@ def run_model_moves(ctx: Context) -> None:
         stripped = strip_moves(binding.value)
         if stripped is binding.value:
             continue
+        handed = _handed_on_before_prepare(ctx, binding.name, binding.statement)
+        if handed is not None:
+            ctx.plan.change(
+                binding.line,
+                f"kept the device move of {binding.name}: line {ctx.line(handed)} hands it on "
+                "before prepare places it (a copy made there would stay on the CPU)",
+            )
+            continue
         # Another edit of the statement (a DataParallel(...) unwrapped, the line removed)
         # decides what becomes of it: these moves give way.
         gives_way_to = [binding.value, binding.statement]
@@ -53,6 +61,14 @@ def run_model_moves(ctx: Context) -> None:
         if target is not None and dotted(target) in model_names | ctx.facts.flow.param_names(
             Kind.MODEL
         ):
+            handed = _handed_on_before_prepare(ctx, dotted(target) or "", line_statement)
+            if handed is not None:
+                ctx.plan.change(
+                    ctx.line(call),
+                    f"kept the device move of {dotted(target)}: line {ctx.line(handed)} hands "
+                    "it on before prepare places it (a copy made there would stay on the CPU)",
+                )
+                continue
             ctx.plan.remove(
                 line_statement,
                 ctx.line(call),
@@ -60,6 +76,36 @@ def run_model_moves(ctx: Context) -> None:
             )
         elif target is None:
             _mode_and_device(ctx, line_statement, call)
+
+
+def _handed_on_before_prepare(ctx: Context, name: str, statement: cst.CSTNode) -> cst.Call | None:
+    """``ema = EMA(model)`` or ``copy.deepcopy(model)`` between the model's move and its
+    prepare: what the call keeps is made from the model as it is there, and prepare moves only
+    the model it is given. Without the move the copy stays on the CPU while the batches and the
+    model go to the accelerator (a device mismatch on GPU); the move is kept, to this rank's
+    device, which is what prepare would do."""
+    anchor = ctx.prepared_after.get(name)
+    if anchor is None:
+        return None
+    scope = ctx.model.scope_of(statement)
+    start, end = ctx.model.order(statement), ctx.model.order(anchor)
+    for call in ctx.model.calls:
+        if not start < ctx.model.order(call) < end or ctx.model.scope_of(call) is not scope:
+            continue
+        if any(dotted(argument.value) == name for argument in call.args) and not _rebinds(
+            ctx, call, name
+        ):
+            return call
+    return None
+
+
+def _rebinds(ctx: Context, call: cst.Call, name: str) -> bool:
+    """``model = DDP(model)``: the model wrapped under its own name is the model prepare
+    gets, not a copy of it."""
+    return any(
+        isinstance(ancestor, cst.Assign) and any(dotted(t.target) == name for t in ancestor.targets)
+        for ancestor in ctx.model.ancestors(call)
+    )
 
 
 def _mode_and_device(ctx: Context, line: cst.SimpleStatementLine, call: cst.Call) -> None:

@@ -7,7 +7,7 @@ import libcst as cst
 
 from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.loops import loop_source
-from accelify.analysis.objects import bound_arguments, callee, is_loader_dict
+from accelify.analysis.objects import bound_arguments, callee, is_loader_dict, received_name
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_model
 from accelify.analysis.shared_loops import PhaseLoaders
@@ -22,6 +22,7 @@ def run(ctx: Context, scope: Scope) -> None:
     chosen: dict[str, Kind] = {}
     created: dict[str, int] = {}
     conditional: list[Binding] = []
+    dict_parameters: set[str | None] = set()  # ``self.loaders = loaders``: each value prepared
     for binding in ctx.model.of_kind(*kinds):
         if binding.scope is not scope or binding.name in chosen:
             continue
@@ -34,6 +35,8 @@ def run(ctx: Context, scope: Scope) -> None:
             continue
         if is_loader_dict(ctx.model, binding):
             _prepare_each_value(ctx, binding)
+            if binding.received and isinstance(scope, cst.FunctionDef):
+                dict_parameters.add(received_name(scope, binding.value))
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
@@ -52,7 +55,8 @@ def run(ctx: Context, scope: Scope) -> None:
         for name, kind in ctx.facts.flow.params.get(scope, {}).items():
             if kind is Kind.MODEL and name in _trained_here(ctx, scope) and name not in aliases:
                 chosen.setdefault(name, kind)
-        chosen.update(dict.fromkeys(_received_loaders(ctx, scope, aliases), Kind.DATALOADER))
+        received = [n for n in _received_loaders(ctx, scope, aliases) if n not in dict_parameters]
+        chosen.update(dict.fromkeys(received, Kind.DATALOADER))
     for name in _untrained_models(ctx, scope, chosen, aliases):
         chosen.pop(name)
         created.pop(name, None)
@@ -460,7 +464,8 @@ def _prepare_each_value(ctx: Context, binding: Binding) -> None:
     ctx.plan.insert_after(binding.statement, statement(code))
     ctx.need(binding.statement)
     ctx.plan.prepared.append(name)
-    ctx.plan.change(binding.line, f"each loader of {name} prepared where the dict is created")
+    where = "it is received" if binding.received else "the dict is created"
+    ctx.plan.change(binding.line, f"each loader of {name} prepared where {where}")
 
 
 def _prepare_trained_phases(ctx: Context, binding: Binding, phases: PhaseLoaders) -> None:
