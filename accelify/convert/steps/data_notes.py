@@ -31,6 +31,16 @@ def run(ctx: Context) -> None:
                 "every rank trains on all of it (correct, not data-parallel); prepare it to "
                 "shard it",
             )
+    if not noted and _no_loader_prepared(ctx):
+        noted = True
+        loop = next(loop for loop in ctx.model.loops if loop.trains)
+        ctx.plan.review(
+            ctx.line(loop.node),
+            "no DataLoader of this file is prepared, and this training loop reads data the "
+            "conversion could not follow back to one: if it is a DataLoader, every rank trains "
+            "on all of it (correct, not data-parallel); prepare the loaders where they are made "
+            "and hand the prepared ones on",
+        )
     if not ctx.model.of_kind(Kind.DATALOADER):
         line = ctx.line(ctx.model.backward_calls[0])
         randomness = randomness_of(ctx.model)
@@ -114,3 +124,13 @@ def _inline_loaders(ctx: Context) -> list[cst.Call]:
         if ctx.model.call_names(call) & names.DATALOADERS
         and isinstance(ctx.model.parent(call), cst.Arg)
     ]
+
+
+def _no_loader_prepared(ctx: Context) -> bool:
+    """The file makes DataLoaders, trains in a loop, and prepares none of them: the loop's data
+    came to it some way the analysis did not follow (a dict built in a call's arguments)."""
+    made = {b.name for b in ctx.model.of_kind(Kind.DATALOADER)}
+    if not made or not any(loop.trains for loop in ctx.model.loops):
+        return False
+    prepared = set(ctx.plan.prepared) | ctx.prepared_arguments
+    return not any(name in made or name.split("[", 1)[0] in made for name in prepared)
