@@ -194,7 +194,7 @@ class WrapperAttribute(Rule):
         ``model[1].state_dict()`` after every epoch)."""
         for subscript in script.index.of_type(cst.Subscript):
             owner = subscript.value if isinstance(subscript, cst.Subscript) else None
-            if not isinstance(owner, cst.Name) or _binds_item(script, subscript):
+            if not isinstance(owner, cst.Name) or _binds(script, subscript):
                 continue
             if not _prepared_model(script, owner.value, subscript):
                 continue
@@ -278,22 +278,13 @@ def _written_for_an_engine(script: ScriptModel) -> bool:
     return False
 
 
-def _binds(script: ScriptModel, attribute: cst.Attribute) -> bool:
-    """``model.x = ...`` (or ``del model.x``): an attribute set on the wrapper, not read."""
-    parent = script.parent(attribute)
-    if isinstance(parent, cst.AssignTarget) and parent.target is attribute:
+def _binds(script: ScriptModel, node: cst.Attribute | cst.Subscript) -> bool:
+    """``model.x = ...``, ``model[0] = ...`` (or ``del model.x``): set on the wrapper, not
+    read."""
+    parent = script.parent(node)
+    if isinstance(parent, cst.AssignTarget) and parent.target is node:
         return True
-    if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is attribute:
-        return True
-    return isinstance(parent, cst.Del)
-
-
-def _binds_item(script: ScriptModel, subscript: cst.Subscript) -> bool:
-    """``model[0] = ...`` or ``del model[0]``: a write, not the read this rule reports."""
-    parent = script.parent(subscript)
-    if isinstance(parent, cst.AssignTarget) and parent.target is subscript:
-        return True
-    if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is subscript:
+    if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is node:
         return True
     return isinstance(parent, cst.Del)
 
