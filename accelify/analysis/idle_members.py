@@ -168,13 +168,13 @@ def _used_in(
                 outer = model.parent(parent)
                 if isinstance(outer, cst.Attribute) and outer.attr.value in _METADATA:
                     continue
-                if _without_gradients(model, node, function):
+                if without_gradients(model, node, function):
                     continue
                 used.add(member)
     return used
 
 
-def _without_gradients(model: ScriptModel, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+def without_gradients(model: ScriptModel, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
     """``node`` runs under a ``no_grad`` block of ``function``'s own body."""
     for ancestor in model.ancestors(node):
         if ancestor is function:

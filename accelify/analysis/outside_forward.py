@@ -24,8 +24,9 @@ from accelify.analysis.idle_members import (
     holds_no_parameters,
     holds_parameters,
     member_values,
+    without_gradients,
 )
-from accelify.analysis.objects import bound_arguments, methods_of
+from accelify.analysis.objects import bound_arguments, methods_of, received_name
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, self_parameter, walk
@@ -122,10 +123,10 @@ class _Finder:
         def is_parameter(name: str | None, at: cst.CSTNode) -> bool:
             return name == parameter and self.placement.enclosing_function(at) is function
 
+        if self.model.disables_grad(function):  # ``@torch.no_grad()``: nothing here trains
+            return None
         for node in walk(function.body):
-            if not isinstance(node, cst.Call) or any(
-                map(self.model.disables_grad, self._ancestors_within(node, function))
-            ):
+            if not isinstance(node, cst.Call) or without_gradients(self.model, node, function):
                 continue
             direct = self.direct(node, is_parameter)
             if direct is not None:
@@ -141,14 +142,6 @@ class _Finder:
                         if inner is not None:
                             return inner
         return None
-
-    def _ancestors_within(self, node: cst.CSTNode, function: cst.FunctionDef) -> list[cst.CSTNode]:
-        found = []
-        for ancestor in self.model.ancestors(node):
-            found.append(ancestor)
-            if ancestor is function:
-                break
-        return found
 
     def _targets(self, call: cst.Call) -> list[tuple[cst.FunctionDef, int]]:
         """The file's functions ``call`` runs: its callee, or the forward of a module of this
@@ -257,15 +250,15 @@ def _layers(model: ScriptModel, assigned: dict[str, list[cst.BaseExpression]]) -
 
 def _stored_parameters(method: cst.FunctionDef, attribute: str) -> list[str]:
     """``self.loss_function = loss_function`` in ``method``: the parameters it stores as
-    ``attribute`` (``self.<name>``)."""
-    me = self_parameter(method)
-    member = attribute.split(".", 1)[1]
+    ``attribute`` (``self.<name>``), read the way the object model reads a received attribute
+    (`objects.received_name`)."""
+    target = f"{self_parameter(method)}.{attribute.split('.', 1)[1]}"
     parameters = {p.name.value for p in (*method.params.params, *method.params.kwonly_params)}
     found = []
     for node in walk(method.body):
-        if not isinstance(node, cst.Assign) or dotted(node.value) not in parameters:
+        if not isinstance(node, cst.Assign):
             continue
-        for target in node.targets:
-            if dotted(target.target) == f"{me}.{member}":
-                found.append(dotted(node.value))
+        name = received_name(method, node.value)
+        if name in parameters and any(dotted(t.target) == target for t in node.targets):
+            found.append(name)
     return found

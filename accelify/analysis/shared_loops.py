@@ -6,17 +6,18 @@ evaluates all of it and its totals are the whole set's."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
 
 import libcst as cst
 
-from accelify.analysis.dataflow import between
+from accelify.analysis.dataflow import between, bound_by
 from accelify.analysis.loops import find_backward, phase_name
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.syntax import all_params, dotted, has_parameter, target_names, walk
+from accelify.analysis.syntax import all_params, dotted, has_parameter, walk
 
 _UNKNOWN = object()
 
@@ -131,17 +132,15 @@ def _flag_aliases(
 ) -> dict[str, cst.BaseExpression]:
     """``training = optimizer is not None`` (or ``is_train = mode == "train"``): a local the
     function assigns once, from its parameters only, and never binds again."""
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     found: dict[str, cst.BaseExpression] = {}
     for node in model.index.own_nodes(function):
-        if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
-            counts[node.target.value] = counts.get(node.target.value, 0) + 2
-        if not isinstance(node, cst.Assign):
-            continue
-        for target in node.targets:
-            for name in target_names(target.target):
-                counts[name] = counts.get(name, 0) + 1
-        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+        counts.update(bound_by(node))
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+        ):
             read = {n.value for n in walk(node.value) if isinstance(n, cst.Name)}
             if read and read <= parameters | {"None", "True", "False"}:
                 found[node.targets[0].target.value] = node.value
