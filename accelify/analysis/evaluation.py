@@ -94,6 +94,9 @@ class Evaluation:
     #: under new names that only the metrics read.
     kept_local: cst.Call | None = None
     unsure: str | None = None
+    #: a torchmetrics metric it feeds combines the ranks' states itself: unprepared, every rank
+    #: would feed it the whole set and its combined totals would count each sample N times.
+    syncs_itself: bool = False
     #: what to do about it, when gathering predictions and labels is not the advice
     advice: str | None = None
     #: where the reason is: the metric that would stay per-rank, else the forward or the loop.
@@ -127,6 +130,7 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         others = [s for s in found.sinks if not any(within(model, c, s) for c in synced)]
         found.sinks = others or found.sinks
         found.already_gathered = not others
+        found.syncs_itself = True
         if others:
             found.unsure_at = others[0]
             found.unsure = (

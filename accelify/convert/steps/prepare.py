@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.dataflow import fresh, names_in_scope
+from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.loops import loop_source
 from accelify.analysis.objects import bound_arguments, callee, is_loader_dict, received_name
 from accelify.analysis.optimizer_models import parameter_owners
@@ -105,6 +106,19 @@ def run(ctx: Context, scope: Scope) -> None:
             f"can be written in this loop, so {name} is left unprepared and every rank "
             "evaluates all of it (correct, not sharded); hand the accelerator to this class "
             "to shard it and gather there",
+        )
+    for name, evaluation in _evaluated_unsure(ctx, chosen).items():
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.left_whole.add(id(evaluation.loop.node))
+        advice = evaluation.advice or (
+            f"gather predictions and labels together with {ctx.a('gather_for_metrics')} before "
+            "the metrics"
+        )
+        ctx.plan.review(
+            ctx.line(evaluation.line_node),
+            f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
+            f"rank evaluates all of it (correct, not sharded); to shard it, {advice}",
         )
     for name in sorted(ctx.facts.flow.unstepped_schedulers(set(chosen))):
         chosen.pop(name)
@@ -647,6 +661,26 @@ def _evaluated_out_of_reach(ctx: Context, chosen: dict[str, Kind]) -> dict[str, 
         for name in _loader_origins(ctx, loop) - trained:
             if chosen.get(name) is Kind.DATALOADER:
                 found.setdefault(name, loop.node)
+    return found
+
+
+def _evaluated_unsure(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Evaluation]:
+    """Loaders of ``chosen`` read only by evaluations the conversion leaves as they are (a
+    record taken before the forward pass, a per-batch loss): prepared, each rank's totals would
+    cover its own shard, and what is printed or decided on them would be one rank's. A loader
+    some training loop also reads is not among them: its shard is what that rank trains on."""
+    trained = {
+        name for loop in ctx.model.loops if loop.trains for name in _loader_origins(ctx, loop)
+    }
+    found: dict[str, Evaluation] = {}
+    for evaluation in ctx.facts.evaluations:
+        if evaluation.unsure is None or evaluation.already_gathered or not evaluation.sinks:
+            continue
+        if evaluation.syncs_itself or id(evaluation.loop.node) in ctx.facts.helper_evaluations:
+            continue  # a helper gathers for it, or whole sets would be counted N times
+        for name in _loader_origins(ctx, evaluation.loop) - trained:
+            if chosen.get(name) is Kind.DATALOADER:
+                found.setdefault(name, evaluation)
     return found
 
 
