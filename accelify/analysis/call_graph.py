@@ -217,6 +217,10 @@ class CallGraph:
             instance = self._instance_call(func.value, call)
             if instance is not None:
                 return _Resolution([instance], 1)
+            made = self._class_parameter(func.value, call)
+            if made is not None:  # ``cls(model, optimizer)`` in a classmethod factory
+                init = self.lookup(made, "__init__")
+                return _Resolution([init] if init is not None else [], 1)
             if self._shadowed(func.value, call):
                 # ``def fit(step): step()``: the parameter, not the module's step
                 return _Resolution([], 0)
@@ -424,6 +428,17 @@ class CallGraph:
             if name in bound:
                 return True
         return False
+
+    def _class_parameter(self, name: str, at: cst.CSTNode) -> cst.ClassDef | None:
+        """The class ``name`` stands for when it is the first parameter of the classmethod
+        around ``at`` (``cls``)."""
+        method = self._enclosing_method(at)
+        if method is None or self.index.enclosing_function(at) is not method:
+            return None
+        if "classmethod" not in {dotted(d.decorator) for d in method.decorators}:
+            return None
+        first = method.params.params[0].name.value if method.params.params else None
+        return self.owner(method) if first == name else None
 
     def _enclosing_class(self, at: cst.CSTNode) -> cst.ClassDef | None:
         method = self._enclosing_method(at)

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import libcst as cst
+
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.convert.steps import (
     accelerator,
     accumulation,
@@ -76,7 +79,18 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
             model.line(model.backward_calls[0]), "no model or optimizer found: nothing to prepare"
         )
         return ctx.plan
-    if facts_of(model).placement.is_method(prepare_scope):
+    placement = facts_of(model).placement
+    if placement.is_method(prepare_scope) and _without_instance(model, prepare_scope):
+        ctx.plan.review(
+            model.line(prepare_scope),
+            f"{prepare_scope.name.value}() makes the model and optimizer and is a "  # type: ignore[union-attr]
+            "static or class method: no instance there can hold the accelerator, and the "
+            "methods that train cannot reach one made there; left as it is: hand what it makes "
+            "to the constructor (cls(model, optimizer, ...)), or create the Accelerator where "
+            "the training runs",
+        )
+        return ctx.plan
+    if placement.is_method(prepare_scope) and not _static(prepare_scope):
         ctx.acc = "self.accelerator"
         ctx.confine_to_class(model.parent(model.parent(prepare_scope)))  # type: ignore[arg-type]
     ctx.plan.accelerator = ctx.acc
@@ -95,6 +109,21 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     accelerator.run(ctx, prepare_scope)
     ctx.plan.imports = import_lines(options.target, ["Accelerator", *ctx.uses])
     return ctx.plan
+
+
+def _without_instance(model: ScriptModel, scope: cst.CSTNode) -> bool:
+    """A static or class method makes what trains, and training also runs outside it: no
+    ``self`` there to hold the accelerator for the methods that train. One that trains all by
+    itself gets a local ``accelerator``, as a function would."""
+    if not _static(scope):
+        return False
+    placement = facts_of(model).placement
+    return any(not placement.inside(call, scope) for call in model.backward_calls)
+
+
+def _static(scope: cst.CSTNode) -> bool:
+    decorators = {dotted(d.decorator) for d in getattr(scope, "decorators", ())}
+    return bool(decorators & {"staticmethod", "classmethod"})
 
 
 def _trains_itself(ctx: Context) -> bool:
