@@ -14,6 +14,7 @@ from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_mo
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.syntax import dotted, if_chain, is_main_guard, strip_self_methods, walk
 from accelify.convert.steps.context import Context
+from accelify.convert.steps.saving import file_write_blocks
 from accelify.edits.plan import statement
 
 
@@ -119,6 +120,15 @@ def run(ctx: Context, scope: Scope) -> None:
             ctx.line(evaluation.line_node),
             f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
             f"rank evaluates all of it (correct, not sharded); to shard it, {advice}",
+        )
+    for name, loop in _read_where_written(ctx, chosen).items():
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.left_whole.add(id(loop.node))
+        ctx.plan.change(
+            ctx.line(loop.node),
+            f"{name} is read only here, where a file is written on the main process: left "
+            "unprepared, so that process writes every sample's result",
         )
     for name in sorted(ctx.facts.flow.unstepped_schedulers(set(chosen))):
         chosen.pop(name)
@@ -682,6 +692,27 @@ def _evaluated_unsure(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Evalua
             if chosen.get(name) is Kind.DATALOADER:
                 found.setdefault(name, evaluation)
     return found
+
+
+def _read_where_written(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Loop]:
+    """Loaders of ``chosen`` read only by loops inside a ``with open(path, "w")`` block that
+    runs on the main process alone (`file_write_blocks`): prepared, that process would write
+    its own shard's predictions, and the other ranks' would be lost."""
+    blocks = file_write_blocks(ctx)
+    inside: dict[str, Loop] = {}
+    outside: set[str] = set()
+    for loop in ctx.model.loops:
+        origins = _loader_origins(ctx, loop)
+        if loop.trains or not any(ctx.facts.placement.inside(loop.node, b) for b in blocks):
+            outside |= origins
+            continue
+        for name in origins:
+            inside.setdefault(name, loop)
+    return {
+        name: loop
+        for name, loop in inside.items()
+        if name not in outside and chosen.get(name) is Kind.DATALOADER
+    }
 
 
 def _loader_origins(ctx: Context, loop: Loop) -> set[str]:

@@ -111,23 +111,58 @@ def _unwrap_saved_model(ctx: Context, call: cst.Call) -> None:
         )
 
 
-def _plan_file_writes(ctx: Context) -> list[cst.With]:
-    """``with open(path, "w") as f:`` runs on the main process only; every rank truncating
-    and writing the same file races. A bare ``open`` for writing is left for review."""
-    guarded = []
-    for with_node in ctx.facts.placement.withs():
-        if ctx.facts.ranks.under_rank_guard(with_node) or not any(
+def file_write_blocks(ctx: Context) -> list[cst.With]:
+    """``with open(path, "w") as f:`` blocks meant to run on the main process only: every rank
+    truncating and writing the same file races. Not one under a rank test already, nor a
+    per-process path."""
+    return [
+        with_node
+        for with_node in ctx.facts.placement.withs()
+        if not ctx.facts.ranks.under_rank_guard(with_node)
+        and any(
             side_effects.opens_for_writing(item.item)
             and not ctx.facts.shared_files.kept_on_every_rank(item.item)  # type: ignore[arg-type]
             for item in with_node.items
-        ):
+        )
+    ]
+
+
+def _plan_file_writes(ctx: Context) -> list[cst.With]:
+    """The blocks of `file_write_blocks` under ``if accelerator.is_main_process:``, the
+    prepared models they run called unwrapped (a DDP forward is a collective: from one rank it
+    hangs). A block that trains, gathers or iterates a loader every rank shards stays on every
+    rank, for review. A bare ``open`` for writing is left for review."""
+    guarded = []
+    reviewed = []
+    for with_node in file_write_blocks(ctx):
+        stays = _must_run_everywhere(ctx, with_node)
+        if stays is not None:
+            ctx.plan.review(
+                ctx.line(with_node),
+                f"a file is written on every rank, and this block {stays}: guarded whole with "
+                f"`if {ctx.a('is_main_process')}:` the other ranks would skip that and hang, or "
+                "the file would hold one rank's shard; open and write the file under that test "
+                "around the writes alone (values that differ between ranks gathered first with "
+                f"{ctx.a('gather_for_metrics')})",
+            )
+            reviewed.append(with_node)
             continue
         ctx.guard_main_process(
             with_node, f"file written on the main process only (if {ctx.a('is_main_process')}:)"
         )
+        for call in _prepared_forwards(ctx, with_node):
+            unwrap(
+                ctx,
+                call.func,
+                call,
+                f"runs {ctx.a('unwrap_model')}({dotted(call.func)}) on the main process: the "
+                "prepared model's forward is a collective",
+            )
         guarded.append(with_node)
     for call in ctx.model.calls:
-        inside_guarded = any(ctx.facts.placement.inside(call, block) for block in guarded)
+        inside_guarded = any(
+            ctx.facts.placement.inside(call, block) for block in (*guarded, *reviewed)
+        )
         if (
             side_effects.opens_for_writing(call)
             and not inside_guarded
@@ -139,3 +174,31 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
                 "a file is written on every rank: guard it with `if accelerator.is_main_process:`",
             )
     return guarded
+
+
+def _must_run_everywhere(ctx: Context, block: cst.With) -> str | None:
+    """What in ``block`` every rank must run, in words, or None."""
+    synchronising = ctx.facts.collective_reach.synchronising_in(block)
+    if synchronising is not None:
+        return f"runs {ctx.code(synchronising.func)}(...) (line {ctx.line(synchronising)})"
+    prepared = set(ctx.plan.prepared)
+    for loop in ctx.model.loops:
+        if not ctx.facts.placement.inside(loop.node, block) or not ctx.facts.flow.reads_loader(
+            loop
+        ):
+            continue
+        origins = ctx.facts.flow.origins(loop.iterable, loop.node)
+        if origins & prepared or not origins:
+            return f"iterates {loop.iterable}, which every rank shards (line {ctx.line(loop.node)})"
+    return None
+
+
+def _prepared_forwards(ctx: Context, block: cst.With) -> list[cst.Call]:
+    prepared = set(ctx.plan.prepared)
+    return [
+        call
+        for call in ctx.model.calls
+        if ctx.facts.placement.inside(call, block)
+        and dotted(call.func) in prepared
+        and ctx.facts.flow.is_forward(call)
+    ]
