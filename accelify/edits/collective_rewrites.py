@@ -11,7 +11,7 @@ import libcst as cst
 
 from accelify.edits.code import expression, statement
 from accelify.edits.kinds import Edit, InsertAfter, InsertBefore, Replace, Wrap
-from accelify.edits.node_rewrites import Swap
+from accelify.edits.node_rewrites import Swap, TakenOut
 
 
 def gather_for_metrics(
@@ -29,21 +29,24 @@ def gather_for_metrics(
     if extract is None:
         return [*edits, InsertAfter(evaluated, statement(gather))]
     forward, name = extract
-    taken: list[cst.BaseExpression] = []
-
-    def take(updated: cst.CSTNode) -> cst.CSTNode:
-        taken.append(updated)  # type: ignore[arg-type]
-        return cst.Name(name)
-
-    def bind() -> cst.BaseStatement:
-        return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], taken[-1])])
-
     return [
         *edits,
-        Wrap(forward, take),
-        InsertBefore(evaluated, bind),
+        *computed_before(forward, evaluated, name),
         InsertBefore(evaluated, statement(gather)),
     ]
+
+
+def computed_before(value: cst.CSTNode, anchor: cst.CSTNode, name: str) -> list[Edit]:
+    """``value`` (as this pass rewrote it) moves into ``name = value`` before ``anchor``, and
+    ``name`` is read where it was: a forward taken out of a metric's expression, a call that
+    every rank must make taken out of a block that only one rank will run."""
+    take = TakenOut(name)
+
+    def bind() -> cst.BaseStatement:
+        value = take.taken[-1]
+        return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)])  # type: ignore[arg-type]
+
+    return [Wrap(value, take), InsertBefore(anchor, bind)]
 
 
 def collective_stop(if_node: cst.If, acc: str) -> list[Edit]:

@@ -4,7 +4,7 @@ could not say. Each is a function of the node as the pass has rewritten it so fa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -115,3 +115,17 @@ def _without(args: Sequence[cst.Arg], dropped: tuple[str, ...]) -> list[cst.Arg]
     if kept and len(kept) < len(args):
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return kept
+
+
+@dataclass(frozen=True)
+class TakenOut:
+    """The node, as every other rewrite of it left it, is kept in ``taken`` and ``name`` reads
+    in its place: it moves into a statement of its own. The table applies it after the node's
+    other wraps (an argument added to the call), whatever the order they were planned in."""
+
+    name: str
+    taken: list[cst.CSTNode] = field(default_factory=list, compare=False, hash=False)
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        self.taken.append(updated)
+        return cst.Name(self.name)

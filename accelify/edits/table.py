@@ -21,6 +21,7 @@ from accelify.edits.kinds import (
     Within,
     Wrap,
 )
+from accelify.edits.node_rewrites import TakenOut
 
 
 @dataclass
@@ -140,7 +141,7 @@ class EditTable:
     def rewrite_of(self, node: cst.CSTNode) -> Rewrite | None:
         """The replacement of ``node`` (or the default that stands in for one), then its wraps."""
         replace = self.replacements.get(node) or self._fallback_rewrite(node)
-        wrappers = self.wraps.get(node, [])
+        wrappers = sorted(self.wraps.get(node, []), key=lambda w: isinstance(w, TakenOut))
         if replace is None and not wrappers:
             return None
 
