@@ -261,6 +261,21 @@ class UnpreparedObject(Rule):
         + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
         + _LOOP
         + "    scheduler.step()\n",
+        # the same with transformers' AdamW (an optimizer, not a model) and get_scheduler sized
+        # through a name (the Hugging Face course's loop, kept by a GLUE fine-tuning script)
+        HEADER
+        + "import torch\n"
+        + "from transformers import AdamW, get_scheduler\n"
+        + "model = torch.nn.Linear(4, 1)\n"
+        + "optimizer = AdamW(model.parameters(), lr=3e-5)\n"
+        + "loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+        + "loader, model, optimizer = accelerator.prepare(loader, model, optimizer)\n"
+        + "num_training_steps = 3 * len(loader)\n"
+        + "lr_scheduler = get_scheduler(\n"
+        + "    'linear', optimizer=optimizer, num_warmup_steps=0,\n"
+        + "    num_training_steps=num_training_steps,\n)\n"
+        + _LOOP
+        + "    lr_scheduler.step()\n",
         # every rank evaluates the whole test set and combines nothing: the numbers are right
         HEADER
         + _OBJECTS
