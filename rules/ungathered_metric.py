@@ -141,6 +141,17 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # a training step in a helper (accelerator.backward, optimizer.step): training totals
+        HEADER
+        + "def train_step(model, batch):\n"
+        + "    loss = model(**batch).loss\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n"
+        + "    return loss.item()\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "total = 0.0\n"
+        + "for batch in loader:\n"
+        + "    total += train_step(model, batch)\n",
         # the helper gathers what it returns: the totals are every rank's
         HEADER
         + "import torch\n"
@@ -268,7 +279,8 @@ class UngatheredMetric(Rule):
 def _helper_forward(facts: Facts, loop: Loop) -> cst.Call | None:
     """``ppl = eval_step(model, batch)``: the call of a helper that runs the model on the batch
     and returns per-batch numbers (`helper_evaluation`), when nothing in the helper combines the
-    ranks (a gather there makes what it returns every rank's)."""
+    ranks (a gather there makes what it returns every rank's) and it is no training step (its
+    ``accelerator.backward`` and ``optimizer.step()``: the loop's totals are training ones)."""
     helper = facts.helper_evaluations.get(id(loop.node))
     if helper is None:
         return None
@@ -278,6 +290,8 @@ def _helper_forward(facts: Facts, loop: Loop) -> cst.Call | None:
             *_COLLECTIVES,
             "all_reduce",
             "all_gather",
+            "backward",
+            "step",
         ):
             return None
     return helper.call
