@@ -147,11 +147,12 @@ class UngatheredMetric(Rule):
         + "    loss = model(**batch).loss\n"
         + "    accelerator.backward(loss)\n"
         + "    optimizer.step()\n"
-        + "    return loss.item()\n"
+        + "    return {'loss': loss.item(), 'n': len(batch)}\n"
         + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
-        + "total = 0.0\n"
+        + "meter = AverageMeter()\n"
         + "for batch in loader:\n"
-        + "    total += train_step(model, batch)\n",
+        + "    out = train_step(model, batch)\n"
+        + "    meter.update(out['loss'], out['n'])\n",
         # the helper gathers what it returns: the totals are every rank's
         HEADER
         + "import torch\n"
