@@ -15,7 +15,8 @@ class AccumulationSettings(Rule):
     and no accumulation by hand: ``backward`` divides every loss by the steps while the optimizer
     still steps every batch, so the learning rate is silently divided. (``accumulate()`` with no
     steps in the script is not reported: the steps can come from the launcher, the config or a
-    DeepSpeed JSON.) Not reported: a script without a backward (inference, pseudo-labelling), an
+    DeepSpeed JSON.) Not reported: a script without the accelerator's backward (inference,
+    pseudo-labelling, or ``loss.backward()`` only, which divides nothing), an
     Accelerator a factory returns (its callers accumulate), and accumulation by hand (``no_sync``,
     an optimizer step under ``% k``, the loss multiplied back by the steps)."""
 
@@ -62,6 +63,14 @@ class AccumulationSettings(Rule):
         + "accelerator = Accelerator(gradient_accumulation_steps=args.accumulation_steps)\n"
         + "model, loader = accelerator.prepare(model, loader)\n"
         + "for batch in loader:\n    labels.append(model(batch).argmax(-1))\n",
+        # a GAN trainer (TiPGAN) that calls loss.backward(): nothing divides its losses
+        # (ACC301 reports the backward; its fix brings accumulate() into question, not this)
+        _IMPORT
+        + "accelerator = Accelerator(gradient_accumulation_steps=cfg.steps)\n"
+        + "for batch in loader:\n"
+        + "    loss_d = disc_loss(batch)\n"
+        + "    loss_d.backward()\n"
+        + "    optimizer_d.step()\n",
         # a factory: the training scripts that call it wrap their steps in accumulate()
         _IMPORT
         + "def prepare_accelerator(args):\n"

@@ -19,9 +19,12 @@ class ExitOnSomeRanks(Rule):
     """``exit()`` (``sys.exit``, ``quit``, ``os._exit``) under a rank test inside a training
     loop: ``if step >= max_steps and accelerator.is_main_process: save(); exit()``. The main
     process leaves; the other ranks go on to the loop's next ``backward`` (or barrier, gather,
-    ``save_state``) and wait there for a rank that is gone, until the collective times out. A
-    loop with nothing every rank synchronises on, and an exit every rank takes, are left
-    alone."""
+    ``save_state``) and wait there for a rank that is gone, until the collective times out.
+    Outside a loop the same holds for what comes after the exit: ``if
+    accelerator.is_local_main_process and os.path.exists(out): exit(0)`` before ``prepare``
+    and training leaves the other ranks waiting at the first collective. A loop with nothing
+    every rank synchronises on, nothing but rank-guarded work after the exit, and an exit every
+    rank takes, are left alone."""
 
     code = "ACC210"
     name = "exit-on-some-ranks"
@@ -57,8 +60,24 @@ class ExitOnSomeRanks(Rule):
             14,
             17,
         ),
+        Example(  # CZSL: the local main process leaves when the output exists, before training
+            HEADER
+            + "import os\n"
+            + "if accelerator.is_local_main_process and os.path.exists(out):\n"
+            + "    exit(0)\n"
+            + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            + "accelerator.backward(model(x).sum())\n",
+            5,
+            5,
+        ),
     )
     good = (
+        # outside a loop, nothing but the main process's own work comes after the exit
+        HEADER
+        + "if accelerator.is_main_process and args.export_only:\n"
+        + "    exit(0)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    export(model)\n",
         # every rank leaves together once the main process has saved
         HEADER
         + _LOOP
@@ -80,8 +99,21 @@ class ExitOnSomeRanks(Rule):
         for call in script.calls:
             if not script.call_names(call) & _EXITS or not script.under_rank_guard(call):
                 continue
-            loop = _outermost_loop(script, call, facts.placement.enclosing_function(call))
+            function = facts.placement.enclosing_function(call)
+            loop = _outermost_loop(script, call, function)
             if loop is None:
+                waiting = _collective_below(script, call, function)
+                if waiting is not None:
+                    yield self.finding(
+                        script,
+                        call,
+                        message=(
+                            "Exit on every rank: only the ranks under the rank test leave here, "
+                            "and the others go on to the collective at line "
+                            f"{script.line(waiting)} and wait there for a rank that is gone "
+                            "(hang); test the condition on every rank and exit together"
+                        ),
+                    )
                 continue
             waiting = _collective_every_rank_reaches(script, loop)
             if waiting is None:
@@ -108,6 +140,37 @@ def _outermost_loop(
         if isinstance(ancestor, (cst.For, cst.While)):
             found = ancestor
     return found
+
+
+def _collective_below(
+    script: ScriptModel, exit_call: cst.Call, function: cst.CSTNode | None
+) -> cst.CSTNode | None:
+    """Outside any loop: the first statement after the exit's block, in the same function (or
+    module), outside every rank test, that is or reaches a collective: where the ranks that did
+    not exit wait (``if is_main and exists(out): exit(0)`` before ``prepare`` and training)."""
+    reach = facts_of(script).collective_reach
+    child: cst.CSTNode = exit_call
+    for ancestor in script.ancestors(exit_call):
+        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+            body = list(ancestor.body)
+            later = body[body.index(child) + 1 :] if child in body else []
+            for sibling in later:
+                for statement in _statements_of(sibling):
+                    if script.under_rank_guard(statement):
+                        continue
+                    if reach.synchronising_in(statement) is not None:
+                        return statement
+        if ancestor is function or isinstance(ancestor, cst.Module):
+            return None
+        child = ancestor
+    return None
+
+
+def _statements_of(node: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:
+    if isinstance(node, cst.SimpleStatementLine):
+        yield node
+    elif not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        yield from _statements(node)
 
 
 def _collective_every_rank_reaches(

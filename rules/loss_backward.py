@@ -1,5 +1,7 @@
 from collections.abc import Iterator
 
+import libcst as cst
+
 from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.facts import facts_of
 from accelify.analysis.precision import apex_scaled_backward
@@ -16,8 +18,12 @@ class LossBackward(Rule):
     A model that trains itself (its own method runs the backward and steps an optimizer the
     model holds, which ``prepare`` never sees) keeps ``loss.backward()``: the Accelerator's
     scaling and division would reach an optimizer that never undoes them. So do the branch that
-    runs without an accelerator (``else`` of ``if self.accelerator is not None:``) and apex's
-    ``with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()``."""
+    runs without an accelerator (``else`` of ``if self.accelerator is not None:``), apex's
+    ``with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()``, and a module
+    function no accelerator reaches that nothing in the file calls or hands on: the file's
+    single-device twin (``train_one_epoch(model, loader, optimizer, device)`` beside
+    ``train_one_epoch_acc(..., accelerator)``), whose advice would name an accelerator it has
+    not got; called here with what ``prepare`` returned, it is reported."""
 
     code = "ACC301"
     name = "loss-backward"
@@ -38,6 +44,19 @@ class LossBackward(Rule):
             3,
             1,
             HEADER + "accelerator.backward((out - y).pow(2).mean(), retain_graph=True)\n",
+        ),
+        Example(  # a helper no accelerator reaches, called with what prepare returned
+            "from accelify import Accelerator\n"
+            + "def fit(net, batches, opt):\n"
+            + "    for x, y in batches:\n"
+            + "        (net(x) - y).pow(2).mean().backward()\n"
+            + "        opt.step()\n"
+            + "def main():\n"
+            + "    accelerator = Accelerator()\n"
+            + "    model, optimizer, loader = accelerator.prepare(net, opt, data)\n"
+            + "    fit(model, loader, optimizer)\n",
+            4,
+            9,
         ),
     )
     good = (
@@ -61,6 +80,19 @@ class LossBackward(Rule):
         + "            self.accelerator.backward(loss)\n"
         + "        else:\n"
         + "            loss.backward()\n",
+        # a shopee-competition helper module: the single-device twin of the accelerator loop,
+        # which nothing in the file calls (the training script imports the other one)
+        "def train_one_epoch(model, loader, optimizer, device):\n"
+        + "    for x, y in loader:\n"
+        + "        optimizer.zero_grad()\n"
+        + "        loss = (model(x.to(device)) - y.to(device)).pow(2).mean()\n"
+        + "        loss.backward()\n"
+        + "        optimizer.step()\n"
+        + "def train_one_epoch_acc(model, loader, optimizer, accelerator):\n"
+        + "    for x, y in loader:\n"
+        + "        optimizer.zero_grad()\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n",
         # trl's online trainers: HF Trainer's apex branch
         "from apex import amp\n"
         + "class OnlineTrainer:\n"
@@ -81,8 +113,21 @@ class LossBackward(Rule):
                 continue  # the path without an accelerator, or apex's own scaled backward
             acc = accelerator_at(script, call)
             if acc is None:
-                yield self.finding(script, call)
+                if not _single_device_twin(script, call):
+                    yield self.finding(script, call)
                 continue
             # The script still uses its scaler (if any): the scaling stays.
             fix = Plan.of(rewrites.backward(call, acc, keep_scaling=True))
             yield self.finding(script, call, fix)
+
+
+def _single_device_twin(script: ScriptModel, call: cst.Call) -> bool:
+    """``call`` runs in a module-level function that no call or reference in this file
+    reaches, so no accelerator or prepared object can reach it from here."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(call)
+    if function is None or facts.calls.owner(function) is not None:
+        return False
+    if facts.placement.enclosing_function(function) is not None:
+        return False  # a nested def: its outer function's objects reach it
+    return not facts.calls.callers(function) and not facts.calls.references(function)

@@ -24,10 +24,11 @@ _ACCUMULATING_METHODS = ("append", "extend", "add_batch", "update", "add")
 
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
-    accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``)
-    without ``accelerator.gather_for_metrics`` (in the loop) or ``accelerator.reduce``/``gather``
-    (of the total, after it) is the metric of 1/N of the evaluation set, and each rank reports
-    a different number."""
+    accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
+    ``losses[name] += ...``; also from a helper that runs the model per batch and gathers
+    nothing) without ``accelerator.gather_for_metrics`` (in the loop) or
+    ``accelerator.reduce``/``gather`` (of the total, after it) is the metric of 1/N of the
+    evaluation set, and each rank reports a different number."""
 
     code = "ACC403"
     name = "ungathered-metric"
@@ -53,6 +54,41 @@ class UngatheredMetric(Rule):
             9,
         ),
         Example(_EVAL + "        metric.add_batch(predictions=preds, references=y)\n", 9, 9),
+        # the forward in a helper called per batch, its per-sample perplexities collected
+        # (a LLaMA pre-training script under FSDP)
+        Example(
+            HEADER
+            + "import numpy as np\n"
+            + "import torch\n"
+            + "def eval_step(model, batch):\n"
+            + "    with torch.no_grad():\n"
+            + "        return torch.exp(model(**batch).loss)\n"
+            + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+            + "model.eval()\n"
+            + "ppls = []\n"
+            + "for batch in eval_loader:\n"
+            + "    ppl = eval_step(model, batch)\n"
+            + "    ppls += ppl.tolist()\n"
+            + "accelerator.log({'eval_ppl': np.mean(ppls)})\n",
+            13,
+            5,
+        ),
+        # a dict of named losses summed per key, then logged (a multimodal pre-training script)
+        Example(
+            HEADER
+            + "import torch\n"
+            + "from collections import defaultdict\n"
+            + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+            + "losses = defaultdict(float)\n"
+            + "with torch.no_grad():\n"
+            + "    for batch in eval_loader:\n"
+            + "        outputs = model(**batch)\n"
+            + "        for k, v in outputs.losses.items():\n"
+            + "            losses[k] += v.item()\n"
+            + "accelerator.log({k: v / len(eval_loader) for k, v in losses.items()})\n",
+            11,
+            13,
+        ),
         # no_grad inside the loop, as Accelerate's own examples write it
         Example(
             HEADER
@@ -105,6 +141,30 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # a training step in a helper (accelerator.backward, optimizer.step): training totals
+        HEADER
+        + "def train_step(model, batch):\n"
+        + "    loss = model(**batch).loss\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n"
+        + "    return {'loss': loss.item(), 'n': len(batch)}\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "meter = AverageMeter()\n"
+        + "for batch in loader:\n"
+        + "    out = train_step(model, batch)\n"
+        + "    meter.update(out['loss'], out['n'])\n",
+        # the helper gathers what it returns: the totals are every rank's
+        HEADER
+        + "import torch\n"
+        + "def eval_step(model, batch):\n"
+        + "    with torch.no_grad():\n"
+        + "        loss = model(**batch).loss\n"
+        + "    return accelerator.gather_for_metrics(loss.repeat(len(batch['x'])))\n"
+        + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+        + "model.eval()\n"
+        + "losses = []\n"
+        + "for batch in eval_loader:\n"
+        + "    losses.append(eval_step(model, batch))\n",
         # a torchmetrics metric combines the ranks' states itself at compute()
         HEADER
         + "import torch\n"
@@ -169,7 +229,7 @@ class UngatheredMetric(Rule):
         all_calls = calls(script)
         for evaluation in facts.evaluations:
             loop = evaluation.loop
-            forward = _first_forward(loop, facts)
+            forward = _first_forward(loop, facts) or _helper_forward(facts, loop)
             if forward is None or not _prepared_loader(script, facts, loop):
                 continue
             local = _assigned_in(loop.node.body) | loop.batch_names
@@ -215,6 +275,27 @@ class UngatheredMetric(Rule):
             if target is None or _reduced_later(script, node, target, all_calls, accelerators):
                 continue
             yield self.finding(script, node)
+
+
+def _helper_forward(facts: Facts, loop: Loop) -> cst.Call | None:
+    """``ppl = eval_step(model, batch)``: the call of a helper that runs the model on the batch
+    and returns per-batch numbers (`helper_evaluation`), when nothing in the helper combines the
+    ranks (a gather there makes what it returns every rank's) and it is no training step (its
+    ``accelerator.backward`` and ``optimizer.step()``: the loop's totals are training ones)."""
+    helper = facts.helper_evaluations.get(id(loop.node))
+    if helper is None:
+        return None
+    for node in walk(helper.helper.body):
+        func = node.func if isinstance(node, cst.Call) else None
+        if isinstance(func, cst.Attribute) and func.attr.value in (
+            *_COLLECTIVES,
+            "all_reduce",
+            "all_gather",
+            "backward",
+            "step",
+        ):
+            return None
+    return helper.call
 
 
 def _prepared_loader(script: ScriptModel, facts: Facts, loop: Loop) -> bool:
@@ -316,6 +397,8 @@ def _accumulations(
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
             target = dotted(node.target)
+            if target is None and isinstance(node.target, cst.Subscript):
+                target = dotted(node.target.value)  # ``losses[name] += value``: a dict of totals
             if target and target not in local and this_rank_only(node.value):
                 self.found.append((target, node))
 

@@ -7,7 +7,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.step_loaders import over_step_data
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -49,9 +49,11 @@ class UnpreparedObject(Rule):
     drift apart; an unprepared optimizer skips the accumulation and mixed-precision handling.
     Models outside every optimizer (a frozen encoder, a teacher), schedulers stepped once per
     epoch, a scheduler built after ``prepare`` (sized in per-process steps) and stepped
-    beside the optimizer outside ``accumulate()``, and a DataLoader rebuilt every step over the
-    rollouts this rank just made (``DataLoader(TensorDataset(*rollouts))`` in a helper the
-    training loop calls) are left alone: not preparing them is correct."""
+    beside the optimizer outside ``accumulate()``, a scheduler sized in batches (``max_steps *
+    gradient_accumulation_steps``) and stepped on every batch inside it, and a DataLoader
+    rebuilt every step over the rollouts this rank just made (``DataLoader(TensorDataset(
+    *rollouts))`` in a helper the training loop calls) are left alone: not preparing them is
+    correct."""
 
     code = "ACC401"
     name = "unprepared-object"
@@ -261,6 +263,35 @@ class UnpreparedObject(Rule):
         + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
         + _LOOP
         + "    scheduler.step()\n",
+        # sized in batches (the optimizer's steps times the accumulation) and stepped on every
+        # batch inside accumulate(): what the schedule's author meant (a TrOCR fine-tuning script)
+        HEADER
+        + _OBJECTS
+        + "from transformers import get_scheduler\n"
+        + "lr_scheduler = get_scheduler(\n"
+        + "    'linear', optimizer=optimizer, num_warmup_steps=0,\n"
+        + "    num_training_steps=args.max_train_steps * args.gradient_accumulation_steps,\n)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for x, y in loader:\n"
+        + "    with accelerator.accumulate(model):\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n"
+        + "        lr_scheduler.step()\n",
+        # the same with transformers' AdamW (an optimizer, not a model) and get_scheduler sized
+        # through a name (the Hugging Face course's loop, kept by a GLUE fine-tuning script)
+        HEADER
+        + "import torch\n"
+        + "from transformers import AdamW, get_scheduler\n"
+        + "model = torch.nn.Linear(4, 1)\n"
+        + "optimizer = AdamW(model.parameters(), lr=3e-5)\n"
+        + "loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+        + "loader, model, optimizer = accelerator.prepare(loader, model, optimizer)\n"
+        + "num_training_steps = 3 * len(loader)\n"
+        + "lr_scheduler = get_scheduler(\n"
+        + "    'linear', optimizer=optimizer, num_warmup_steps=0,\n"
+        + "    num_training_steps=num_training_steps,\n)\n"
+        + _LOOP
+        + "    lr_scheduler.step()\n",
         # every rank evaluates the whole test set and combines nothing: the numbers are right
         HEADER
         + _OBJECTS
@@ -365,6 +396,7 @@ class UnpreparedObject(Rule):
                 owner in schedulers
                 and owner not in prepared
                 and not flow.sized_per_process_and_stepped_with_optimizer(call)
+                and not _sized_per_batch_inside_accumulate(script, call, owner)
             ):
                 yield self.finding(script, call, message=_scheduler_message(script, call, owner))
 
@@ -451,22 +483,52 @@ def _trained_phases_prepared(script: ScriptModel, loop: Loop, prepared: set[str]
     )
 
 
-def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) -> str:
-    """Inside ``accumulate()`` the fix that keeps the schedule's meaning is to step it when the
-    optimizer steps; ``prepare`` also does that, but steps it once per process as well."""
+def _sized_per_batch_inside_accumulate(script: ScriptModel, step: cst.Call, name: str) -> bool:
+    """``get_scheduler(..., num_training_steps=max_train_steps * gradient_accumulation_steps)``
+    stepped on every batch inside ``accumulate()``: the schedule is sized in batches, so a step
+    per batch is what its author meant (Hugging Face's older no_trainer examples; a TrOCR
+    fine-tuning script kept it unprepared). Whether its total counts every rank's batches is a
+    question of the loader length it came from, not of where it is stepped."""
+    if _accumulate_around(script, step) is None:
+        return False
+    for binding in script.of_kind(Kind.SCHEDULER):
+        if binding.name != name:
+            continue
+        for node in walk(binding.value):
+            if (
+                isinstance(node, cst.BinaryOperation)
+                and isinstance(node.operator, cst.Multiply)
+                and any(
+                    (dotted(side) or "").endswith("gradient_accumulation_steps")
+                    for side in (node.left, node.right)
+                )
+            ):
+                return True
+    return False
+
+
+def _accumulate_around(script: ScriptModel, step: cst.Call) -> str | None:
+    """The accelerator of the ``with <accelerator>.accumulate(...)`` around ``step``."""
     for ancestor in script.ancestors(step):
         items = ancestor.items if isinstance(ancestor, cst.With) else ()
         for item in items:
             func = item.item.func if isinstance(item.item, cst.Call) else None
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "accumulate"):
-                continue
-            accelerator = dotted(func.value)
-            return (
-                f"Step scheduler `{name}` only when the optimizer steps (under `if "
-                f"{accelerator}.sync_gradients:`), or pass it to accelerator.prepare: inside "
-                "accumulate() it steps on every batch, gradient_accumulation_steps times per "
-                "optimizer step"
-            )
+            if isinstance(func, cst.Attribute) and func.attr.value == "accumulate":
+                return dotted(func.value)
+    return None
+
+
+def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) -> str:
+    """Inside ``accumulate()`` the fix that keeps the schedule's meaning is to step it when the
+    optimizer steps; ``prepare`` also does that, but steps it once per process as well."""
+    accelerator = _accumulate_around(script, step)
+    if accelerator is not None:
+        return (
+            f"Step scheduler `{name}` only when the optimizer steps (under `if "
+            f"{accelerator}.sync_gradients:`), or pass it to accelerator.prepare: inside "
+            "accumulate() it steps on every batch, gradient_accumulation_steps times per "
+            "optimizer step"
+        )
     return _message("scheduler", name, "stepped with the optimizer")
 
 

@@ -8,7 +8,16 @@ from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, calls, prepared
+from accelify.lint.rule import (
+    HEADER,
+    Example,
+    Finding,
+    Rule,
+    accelerator_at,
+    calls,
+    in_file_words,
+    prepared,
+)
 
 _PREPARED = HEADER + "import torch\nmodel = accelerator.prepare(torch.nn.Linear(2, 2))\n"
 
@@ -80,7 +89,8 @@ class WrappedStateDict(Rule):
                     continue
                 acc = accelerator_at(script, call)
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
-                yield self.finding(script, node, fix)
+                message = self.message.replace("(model)", f"({name})")  # ``self.model``
+                yield self.finding(script, node, fix, message=in_file_words(message, acc))
 
 
 #: What a prepared object of no known kind is, by its name: an optimizer, a scheduler or a scaler

@@ -43,3 +43,20 @@ def test_fix_turns_the_bad_example_into_the_fixed_one(rule, example):
 @pytest.mark.parametrize(("rule", "code"), GOOD)
 def test_good_example_is_silent(rule, code):
     assert [f for f in lint(code, rule.code).findings if f.code == rule.code] == []
+
+
+def test_wrapped_state_dict_advice_names_the_saved_model_and_accelerator():
+    code = (
+        "from accelerate import Accelerator\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, optimizer):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n"
+        "    def save(self, path):\n"
+        "        self.accelerator.save(self.model.state_dict(), path)\n"
+    )
+    [finding] = lint(code, "ACC503").findings
+    assert finding.message == (
+        "Save self.accelerator.unwrap_model(self.model).state_dict() "
+        "(or self.accelerator.get_state_dict(self.model))"
+    )

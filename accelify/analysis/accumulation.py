@@ -222,8 +222,9 @@ def _times_steps(name: cst.Name, steps_code: str, model: ScriptModel) -> cst.Bin
 
 def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> bool:
     """Whether ``Accelerator(gradient_accumulation_steps=steps)`` in ``model`` shrinks every
-    update: the script calls a backward and nothing in it accumulates. Not when no backward runs
-    (an inference or pseudo-labelling script passing the setting as boilerplate), when any
+    update: the script calls the accelerator's backward and nothing in it accumulates. Not when
+    no such backward runs (an inference or pseudo-labelling script passing the setting as
+    boilerplate; a GAN trainer calling ``loss.backward()``, which divides nothing), when any
     ``accumulate()``/``no_sync()`` context is used (whatever object it is called on: a trainer's
     ``self.accelerator``, one from a factory), when an optimizer step waits on ``% k`` (directly
     or through a name set from one), or when the loss is multiplied back by the steps before its
@@ -232,9 +233,14 @@ def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> boo
     module; DeepSpeed steps inside its backward) or the file sets ``sync_gradients`` itself
     (it marks the accumulation boundary by hand)."""
     steps_code = model.module.code_for_node(steps)
-    backwards = [call for call in model.calls if _method(call) == "backward"]
+    tensor_backwards = {id(call) for call in model.backward_calls}
+    backwards = [
+        call
+        for call in model.calls
+        if _method(call) == "backward" and id(call) not in tensor_backwards
+    ]
     if not backwards:
-        return False
+        return False  # also ``loss.backward()`` only: nothing divides the loss (ACC301 says so)
     if any(_method(call) in ("accumulate", "no_sync") for call in model.calls) or any(
         node.attr.value in ("accumulate", "no_sync") for node in model.member_uses
     ):

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
-OPTIMIZER_PREFIXES = ("torch.optim.", "transformers.optimization.", "bitsandbytes.optim.")
+#: ``transformers.AdamW``/``Adafactor`` are re-exports of ``transformers.optimization`` (and
+#: would otherwise match the ``transformers.`` model prefix: an optimizer taken for a model).
+OPTIMIZER_PREFIXES = (
+    "torch.optim.",
+    "transformers.optimization.",
+    "transformers.AdamW",
+    "transformers.Adafactor",
+    "bitsandbytes.optim.",
+)
 OPTIMIZER_EXCLUDED_PREFIXES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 SCHEDULER_PREFIXES = ("torch.optim.lr_scheduler.",)
 #: Project helpers that build the optimizer for a model they are handed (mmcv's and PixArt's

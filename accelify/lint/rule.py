@@ -60,11 +60,11 @@ class Rule:
     ) -> Finding:
         start = script.position(node).start
         if message is None:
-            message = _with_accelerator_name(self.message, accelerator_at(script, node))
+            message = in_file_words(self.message, accelerator_at(script, node))
         return Finding(self.code, message, start.line, start.column + 1, fix)
 
 
-def _with_accelerator_name(message: str, name: str | None) -> str:
+def in_file_words(message: str, name: str | None) -> str:
     """The rule's message in the file's words: ``self.accelerator.backward(loss)``,
     ``acc.backward(loss)`` where the accelerator goes by that name."""
     if name is None or name == "accelerator":
