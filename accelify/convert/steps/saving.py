@@ -6,12 +6,10 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names, side_effects
-from accelify.analysis.dataflow import fresh, names_in_scope
-from accelify.analysis.objects import callee
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import dotted
+from accelify.convert.steps import main_process
 from accelify.convert.steps.context import Context, unwrap
 from accelify.edits import rewrites
-from accelify.edits.collective_rewrites import computed_before
 
 
 def run(ctx: Context) -> None:
@@ -150,39 +148,14 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
             )
             reviewed.append(with_node)
             continue
-        every_rank = _every_rank_calls(ctx, with_node)
-        if any(not _hoistable(ctx, call, with_node) for call in every_rank):
-            call = next(c for c in every_rank if not _hoistable(ctx, c, with_node))
-            ctx.plan.review(
-                ctx.line(with_node),
-                f"a file is written on every rank, and this block calls {ctx.code(call.func)}() "
-                f"(line {ctx.line(call)}), which every rank must run (it evaluates over a "
-                "sharded loader or runs the model): compute its result before the block, then "
-                f"write the file under `if {ctx.a('is_main_process')}:`",
-            )
+        if not main_process.guard(
+            ctx,
+            with_node,
+            f"file written on the main process only (if {ctx.a('is_main_process')}:)",
+            "a file is written on every rank",
+        ):
             reviewed.append(with_node)
             continue
-        taken = names_in_scope(ctx.model, ctx.model.scope_of(with_node))
-        for call in every_rank:
-            name = fresh("result", taken)
-            ctx.plan.add(
-                *computed_before(call, with_node, name),
-                line=ctx.line(call),
-                text=f"{ctx.code(call.func)}() runs on every rank, before the file is written "
-                f"on the main process (its result as {name})",
-            )
-            ctx.need(with_node)
-        ctx.guard_main_process(
-            with_node, f"file written on the main process only (if {ctx.a('is_main_process')}:)"
-        )
-        for call in _prepared_forwards(ctx, with_node):
-            unwrap(
-                ctx,
-                call.func,
-                call,
-                f"runs {ctx.a('unwrap_model')}({dotted(call.func)}) on the main process: the "
-                "prepared model's forward is a collective",
-            )
         guarded.append(with_node)
     for call in ctx.model.calls:
         inside_guarded = any(
@@ -216,82 +189,3 @@ def _must_run_everywhere(ctx: Context, block: cst.With) -> str | None:
         if origins & prepared or not origins:
             return f"iterates {loop.iterable}, which every rank shards (line {ctx.line(loop.node)})"
     return None
-
-
-def _every_rank_calls(ctx: Context, block: cst.With) -> list[cst.Call]:
-    """Calls in ``block`` of the file's functions that evaluate over a loader, run a model, or
-    train (`_runs_the_ranks`): after the conversion they gather or run a DDP forward, which
-    every rank must reach. The outermost such calls only."""
-    found: list[cst.Call] = []
-    for call in ctx.model.calls:
-        if not ctx.facts.placement.inside(call, block) or any(
-            ctx.facts.placement.inside(call, outer) for outer in found
-        ):
-            continue
-        target = callee(ctx.model, call)
-        if target is not None and _runs_the_ranks(ctx, target[0], set()):
-            found.append(call)
-    return found
-
-
-def _runs_the_ranks(ctx: Context, function: cst.FunctionDef, seen: set[int]) -> bool:
-    if id(function) in seen:
-        return False
-    seen.add(id(function))
-    if ctx.facts.collective_reach.synchronising_call(function) is not None:
-        return True
-    placement = ctx.facts.placement
-    if any(
-        placement.inside(loop.node, function) and ctx.facts.flow.reads_loader(loop)
-        for loop in ctx.model.loops
-    ):
-        return True
-    for call in ctx.model.calls:
-        if not placement.inside(call, function):
-            continue
-        if ctx.facts.flow.is_forward(call):
-            return True
-        target = callee(ctx.model, call)
-        if target is not None and _runs_the_ranks(ctx, target[0], seen):
-            return True
-    return False
-
-
-def _hoistable(ctx: Context, call: cst.Call, block: cst.With) -> bool:
-    """``call`` runs once when ``block`` runs (no loop, test or function around it inside the
-    block) and reads nothing the block binds (its file handle): it can run before the block."""
-    for ancestor in ctx.model.ancestors(call):
-        if ancestor is block:
-            break
-        if isinstance(ancestor, _CONDITIONAL):
-            return False
-    bound = {
-        name
-        for item in block.items
-        if item.asname is not None
-        for name in target_names(item.asname.name)
-    }
-    for node in walk(block.body):
-        if isinstance(node, cst.AssignTarget):
-            bound |= target_names(node.target)
-    read = {n.value for n in walk(call) if isinstance(n, cst.Name)}
-    return not read & bound
-
-
-#: What may run a call inside it other than once: loops, tests, functions, comprehensions.
-_CONDITIONAL = (
-    *(cst.For, cst.While, cst.If, cst.Try, cst.With, cst.FunctionDef, cst.Lambda),
-    *(cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp),
-    *(cst.IfExp, cst.BooleanOperation),
-)
-
-
-def _prepared_forwards(ctx: Context, block: cst.With) -> list[cst.Call]:
-    prepared = set(ctx.plan.prepared)
-    return [
-        call
-        for call in ctx.model.calls
-        if ctx.facts.placement.inside(call, block)
-        and dotted(call.func) in prepared
-        and ctx.facts.flow.is_forward(call)
-    ]

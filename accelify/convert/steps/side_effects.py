@@ -10,6 +10,7 @@ import libcst as cst
 
 from accelify.analysis import collectives, side_effects
 from accelify.analysis.syntax import dotted, walk
+from accelify.convert.steps import main_process
 from accelify.convert.steps.context import Context, unwrap
 from accelify.edits.plan import expression, statement, with_keyword
 
@@ -115,7 +116,7 @@ def _unwrap_receiver(ctx: Context, call: cst.Call) -> None:
 
 
 def _guard(ctx: Context, node: cst.CSTNode, text: str) -> None:
-    ctx.guard_main_process(node, text)
+    main_process.guard(ctx, node, text, "this runs on every rank")
 
 
 def _guard_writer(ctx: Context, writer: side_effects.SummaryWriterUse) -> None:
