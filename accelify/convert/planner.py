@@ -10,7 +10,9 @@ from collections.abc import Callable
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.objects import bound_arguments
+from accelify.analysis.optimizer_models import parameter_owners
+from accelify.analysis.script_model import Kind, Scope, ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps import (
     accelerator,
@@ -96,6 +98,7 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     ctx.plan.accelerator = ctx.acc
     ctx.scope = prepare_scope
     prepare.run(ctx, prepare_scope)
+    _prepare_other_training_functions(ctx, prepare_scope)
     outside = unwrap.forwards_outside_the_wrapper(ctx)
     if outside:  # the script is left as it is: a plan of these review lines only
         left = Context(model, options).plan
@@ -124,6 +127,53 @@ def _without_instance(model: ScriptModel, scope: cst.CSTNode) -> bool:
 def _static(scope: cst.CSTNode) -> bool:
     decorators = {dotted(d.decorator) for d in getattr(scope, "decorators", ())}
     return bool(decorators & {"staticmethod", "classmethod"})
+
+
+def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> None:
+    """A script with several training functions, each building its own optimizer for the model
+    it receives (``train(model, ...)``, then ``train_knowledge_distillation(teacher, student,
+    ...)``): each prepares what it trains with, as the first does. Left alone, the others'
+    models would train unsynchronised on every rank while their device moves are removed."""
+    if ctx.acc.startswith("self."):
+        return
+    placement = ctx.facts.placement
+    first_anchor = ctx.prepare_anchor
+    done: list[Scope] = [prepare_scope]
+    for binding in ctx.model.of_kind(Kind.OPTIMIZER):
+        scope = binding.scope
+        if binding.received or not isinstance(scope, cst.FunctionDef) or scope in done:
+            continue
+        if placement.is_method(scope) or any(placement.inside(scope, d) for d in done):
+            continue
+        if not any(placement.inside(call, scope) for call in ctx.model.backward_calls):
+            continue
+        done.append(scope)
+        if _may_prepare_in(ctx, scope, parameter_owners(binding)):
+            prepare.run(ctx, scope)
+    ctx.prepare_anchor = first_anchor
+
+
+def _may_prepare_in(ctx: Context, scope: cst.FunctionDef, trained: set[str]) -> bool:
+    """Every call of ``scope`` in the file is reached by every rank (``prepare`` is a
+    collective) and hands it a model nobody prepared yet (prepared twice, a model would be
+    wrapped twice); with no call in the file, nothing is known."""
+    placement, flow = ctx.facts.placement, ctx.facts.flow
+    calls = [call for call, _ in flow.calls_of(scope)]
+    if not calls:
+        return False
+    for call in calls:
+        caller = placement.enclosing_function(call)
+        if ctx.facts.ranks.divergent_branch(call, caller) is not None:
+            return False
+        for parameter, argument in bound_arguments(scope, call):
+            name = dotted(argument.value)
+            if parameter not in trained or name not in ctx.plan.prepared:
+                continue
+            anchor = ctx.prepared_after.get(name)
+            where = placement.enclosing_function(anchor) if anchor is not None else None
+            if anchor is None or where is caller:
+                return False
+    return True
 
 
 def _trains_itself(ctx: Context) -> bool:

@@ -58,8 +58,10 @@ def run_model_moves(ctx: Context) -> None:
         )
     for line_statement, call in ctx.facts.placement.expression_statements():
         target = move_receiver(call)
-        if target is not None and dotted(target) in model_names | ctx.facts.flow.param_names(
-            Kind.MODEL
+        if (
+            target is not None
+            and dotted(target)
+            in (model_names | ctx.facts.flow.param_names(Kind.MODEL)) - ctx.frozen
         ):
             handed = _handed_on_before_prepare(ctx, dotted(target) or "", line_statement)
             if handed is not None:
