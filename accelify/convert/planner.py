@@ -148,32 +148,59 @@ def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> Non
         if not any(placement.inside(call, scope) for call in ctx.model.backward_calls):
             continue
         done.append(scope)
-        if _may_prepare_in(ctx, scope, parameter_owners(binding)):
+        reason = _why_not_prepare_in(ctx, scope, parameter_owners(binding))
+        if reason is None:
             prepare.run(ctx, scope)
+            continue
+        ctx.plan.review(
+            binding.line,
+            f"{scope.name.value}() builds {binding.name} and trains with it, but nothing is "
+            f"prepared there: {reason}; it trains what it is handed as it is, on every rank "
+            "(not data-parallel); prepare its model, optimizer and loader once, where they "
+            "are made, and hand the prepared ones in",
+        )
     ctx.prepare_anchor = first_anchor
 
 
-def _may_prepare_in(ctx: Context, scope: cst.FunctionDef, trained: set[str]) -> bool:
-    """Every call of ``scope`` in the file is reached by every rank (``prepare`` is a
-    collective) and hands it a model nobody prepared yet (prepared twice, a model would be
-    wrapped twice); with no call in the file, nothing is known."""
+def _why_not_prepare_in(ctx: Context, scope: cst.FunctionDef, trained: set[str]) -> str | None:
+    """None when ``scope`` may prepare what it trains: every call of it in the file is reached
+    by every rank (``prepare`` is a collective), none runs in a loop, and each hands it a model
+    nobody prepared yet and no other call hands (a model prepared twice is wrapped twice);
+    else why not."""
     placement, flow = ctx.facts.placement, ctx.facts.flow
     calls = [call for call, _ in flow.calls_of(scope)]
     if not calls:
-        return False
+        return "nothing in this file calls it"
+    handed: list[str | None] = []
     for call in calls:
         caller = placement.enclosing_function(call)
         if ctx.facts.ranks.divergent_branch(call, caller) is not None:
-            return False
+            return f"line {ctx.line(call)} calls it under a condition the ranks may disagree on"
+        if any(isinstance(a, (cst.For, cst.While)) for a in _ancestors_within(ctx, call, caller)):
+            return f"line {ctx.line(call)} calls it in a loop (its model would be wrapped again)"
         for parameter, argument in bound_arguments(scope, call):
-            name = dotted(argument.value)
-            if parameter not in trained or name not in ctx.plan.prepared:
+            if parameter not in trained:
                 continue
-            anchor = ctx.prepared_after.get(name)
+            name = dotted(argument.value)
+            if name in handed:
+                return f"{name} is handed to it more than once (it would be wrapped twice)"
+            handed.append(name)
+            anchor = ctx.prepared_after.get(name) if name in ctx.plan.prepared else None
             where = placement.enclosing_function(anchor) if anchor is not None else None
-            if anchor is None or where is caller:
-                return False
-    return True
+            if name in ctx.plan.prepared and (anchor is None or where is caller):
+                return f"line {ctx.line(call)} hands it {name}, prepared already"
+    return None
+
+
+def _ancestors_within(
+    ctx: Context, node: cst.CSTNode, scope: cst.CSTNode | None
+) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+    for ancestor in ctx.model.ancestors(node):
+        if ancestor is scope:
+            break
+        found.append(ancestor)
+    return found
 
 
 def _trains_itself(ctx: Context) -> bool:
