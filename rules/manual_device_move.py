@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.device_moves import (
+    fixed_device,
     hard_coded_cuda,
     is_identity_assignment,
     is_pure_move,
@@ -105,7 +106,7 @@ class ManualDeviceMove(Rule):
             func = call.func
             if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
                 continue
-            fixed = _fixed_device(call)
+            fixed = fixed_device(call)
             cuda = not fixed and _hard_coded_cuda(script, call)
             if not (fixed or cuda):
                 continue
@@ -129,31 +130,6 @@ def _hard_coded_cuda(script: ScriptModel, call: cst.Call) -> bool:
     if call.func.attr.value == "cuda":  # type: ignore[union-attr]
         return is_pure_move(call)
     return hard_coded_cuda(script, moved_to(call))
-
-
-def _fixed_device(call: cst.Call) -> bool:
-    """The same device on every rank: ``.cuda(N)``, ``.to("cuda:N")``, ``.to("cpu")``,
-    ``.to(torch.device("cuda", N))``."""
-    func = call.func
-    if func.attr.value == "cuda":  # type: ignore[union-attr]
-        return bool(call.args) and isinstance(call.args[0].value, cst.Integer)
-    device = next(
-        (a.value for a in call.args if a.keyword is not None and a.keyword.value == "device"),
-        call.args[0].value if call.args and call.args[0].keyword is None else None,
-    )
-    if isinstance(device, cst.SimpleString):
-        return _fixed_literal(device)
-    if isinstance(device, cst.Call) and dotted(device.func) == "torch.device" and device.args:
-        first = device.args[0].value
-        if len(device.args) > 1:
-            return isinstance(device.args[1].value, cst.Integer)
-        return isinstance(first, cst.SimpleString) and _fixed_literal(first)
-    return False
-
-
-def _fixed_literal(node: cst.SimpleString) -> bool:
-    text = str(node.evaluated_value)
-    return text == "cpu" or (text.startswith("cuda:") and text[5:].isdigit())
 
 
 def _placement_disabled(script: ScriptModel) -> bool:

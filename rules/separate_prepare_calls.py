@@ -3,8 +3,9 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
-from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
-from accelify.lint.rule import HEADER, Example, Finding, Rule, optimizer_models
+from accelify.analysis.optimizer_models import parameter_owners
+from accelify.analysis.script_model import Binding, Kind, PrepareCall, ScriptModel
+from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 
 class SeparatePrepareCalls(Rule):
@@ -50,6 +51,15 @@ class SeparatePrepareCalls(Rule):
         HEADER
         + "import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         + "model, optimizer = accelerator.prepare(model, optimizer)\n",
+        # two training functions, each with its own `optimizer` for the model it is handed
+        HEADER
+        + "import torch\n\n\n"
+        + "def train(model, loader):\n"
+        + "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n\n\n"
+        + "def distill(teacher, student, loader):\n"
+        + "    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)\n"
+        + "    student, optimizer, loader = accelerator.prepare(student, optimizer, loader)\n",
         # FSDP's documented order: the optimizer built from the prepared (sharded) parameters
         HEADER
         + "import torch\nmodel = accelerator.prepare(model)\n"
@@ -62,20 +72,17 @@ class SeparatePrepareCalls(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        owners = optimizer_models(script)
-        built = {b.name: script.order(b.assign) for b in script.of_kind(Kind.OPTIMIZER)}
         for call in script.prepare_calls:
-            for optimizer, models in owners.items():
-                if not _built_where_prepared(script, optimizer, call.call):
-                    continue  # another function's optimizer that happens to share the name
-                apart = optimizer in call.inputs and not models & set(call.inputs)
-                if not apart:
+            for optimizer in _optimizers_reaching(script, call):
+                models = parameter_owners(optimizer)
+                if models & set(call.inputs):
                     continue
                 model_prepares = [o for o in script.prepare_calls if models & set(o.inputs)]
                 if model_prepares and not _built_from_prepared(
-                    script, built.get(optimizer), models, model_prepares
+                    script, script.order(optimizer.assign), models, model_prepares
                 ):
                     yield self.finding(script, call.call)
+                    break
 
 
 def _built_from_prepared(
@@ -88,22 +95,36 @@ def _built_from_prepared(
     )
 
 
-def _built_where_prepared(script: ScriptModel, optimizer: str, prepare: cst.Call) -> bool:
-    """An optimizer of that name is built where ``prepare`` can see it: in its function or at
-    module level, or (``self.optimizer``) in its class. A file with several trainers reuses
-    the name ``optimizer`` for optimizers of different models."""
+def _optimizers_reaching(script: ScriptModel, prepare: PrepareCall) -> list[Binding]:
+    """For each optimizer name ``prepare`` takes, the binding it receives: the last one built
+    before the call where the call can see it (an optimizer created again later, or another
+    function's optimizer of the same name, is another object)."""
+    found = []
+    at = script.order(prepare.call)
+    for name in prepare.inputs:
+        visible = [
+            b
+            for b in script.of_kind(Kind.OPTIMIZER)
+            if b.name == name and _built_where_prepared(script, b, prepare.call)
+        ]
+        before = [b for b in visible if script.order(b.assign) < at]
+        if before or visible:
+            found.append(max(before or visible, key=lambda b: script.order(b.assign)))
+    return found
+
+
+def _built_where_prepared(script: ScriptModel, optimizer: Binding, prepare: cst.Call) -> bool:
+    """The optimizer is built where ``prepare`` can see it: in its function or at module
+    level, or (``self.optimizer``) in its class. A file with several trainers reuses the name
+    ``optimizer`` for optimizers of different models."""
     placement = facts_of(script).placement
-    bindings = [b for b in script.of_kind(Kind.OPTIMIZER) if b.name == optimizer]
-    if not bindings:
-        return True  # received, not built here: the owners' table is all there is
     scope = script.scope_of(prepare)
-    return any(
-        b.scope is scope
-        or isinstance(b.scope, cst.Module)
+    return (
+        optimizer.scope is scope
+        or isinstance(optimizer.scope, cst.Module)
         or (
-            optimizer.startswith("self.")
-            and placement.class_of(b.scope) is not None
-            and placement.class_of(b.scope) is placement.class_of(prepare)
+            optimizer.name.startswith("self.")
+            and placement.class_of(optimizer.scope) is not None
+            and placement.class_of(optimizer.scope) is placement.class_of(prepare)
         )
-        for b in bindings
     )

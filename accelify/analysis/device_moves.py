@@ -240,3 +240,28 @@ def _reads_accelerator_device(node: cst.CSTNode, accelerators: set[str]) -> bool
             if receiver in accelerators or receiver.rsplit(".", 1)[-1].endswith("accelerator"):
                 return True
     return False
+
+
+def fixed_device(call: cst.Call) -> bool:
+    """The same device on every rank: ``.cuda(N)``, ``.to("cuda:N")``, ``.to("cpu")``,
+    ``.to(torch.device("cuda", N))``."""
+    func = call.func
+    if func.attr.value == "cuda":  # type: ignore[union-attr]
+        return bool(call.args) and isinstance(call.args[0].value, cst.Integer)
+    device = next(
+        (a.value for a in call.args if a.keyword is not None and a.keyword.value == "device"),
+        call.args[0].value if call.args and call.args[0].keyword is None else None,
+    )
+    if isinstance(device, cst.SimpleString):
+        return _fixed_literal(device)
+    if isinstance(device, cst.Call) and dotted(device.func) == "torch.device" and device.args:
+        first = device.args[0].value
+        if len(device.args) > 1:
+            return isinstance(device.args[1].value, cst.Integer)
+        return isinstance(first, cst.SimpleString) and _fixed_literal(first)
+    return False
+
+
+def _fixed_literal(node: cst.SimpleString) -> bool:
+    text = str(node.evaluated_value)
+    return text == "cpu" or (text.startswith("cuda:") and text[5:].isdigit())

@@ -12,7 +12,8 @@ in (`bound_arguments`): the analysis and the object flow ask it, nothing else re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -99,6 +100,7 @@ def add_object_bindings(model: ScriptModel, classify: Classify) -> None:
     known = {(b.name, id(b.scope)) for b in model.bindings}
     for _ in range(ROUNDS):
         added = _receive(model, parameters, known, classify) + _factories(model, classify, known)
+        added += _receive_tuples(model, parameters, known)
         if not added:
             break
     _record_sources(model)
@@ -200,6 +202,75 @@ def _receive(
                 if name and name.startswith("self.") and (name, id(function)) not in known:
                     added += _bind(model, name, kind, function, assign, known, received=True)
     return added
+
+
+def _receive_tuples(
+    model: ScriptModel,
+    parameters: dict[cst.FunctionDef, dict[str, Kind]],
+    known: set[tuple[str, int]],
+) -> int:
+    """``Trainer(dataloader=(train_loader, val_loader))`` and, in its constructor,
+    ``self.train_loader, self.val_loader = dataloader``: each attribute receives the element of
+    the tuple at its position, at every call (the same kind at each). Its sources are the
+    callers' names for that element."""
+    added = 0
+    calls = model.call_graph.calls_by_callee()
+    for function in {f for f, _ in calls.items() if isinstance(f, cst.FunctionDef)}:
+        if _enclosing_class(model, function) is None:
+            continue
+        for assign in model.index.own_assignments(function):
+            if len(assign.targets) != 1 or not isinstance(assign.value, cst.Name):
+                continue
+            names = _target_names(assign.targets[0].target)
+            if names is None or len(names) < 2 or not all(n.startswith("self.") for n in names):
+                continue
+            parameter = assign.value.value
+            elements = _tuple_arguments(model, function, parameter, calls.get(function, ()))
+            if elements is None or len(elements) != len(names):
+                continue
+            for index, name in enumerate(names):
+                kinds = {
+                    _kind_at(model, dotted(element[index]), call, parameters)
+                    for call, element in elements.calls
+                }
+                if len(kinds) != 1 or None in kinds or (name, id(function)) in known:
+                    continue
+                added += _bind(model, name, kinds.pop(), function, assign, known, received=True)
+                model.bindings[-1].sources.extend(
+                    dotted(element[index]) or "" for _, element in elements.calls
+                )
+    return added
+
+
+@dataclass
+class _TupleArguments:
+    calls: list[tuple[cst.Call, list[cst.BaseExpression]]]
+
+    def __len__(self) -> int:
+        return len(self.calls[0][1])
+
+
+def _tuple_arguments(
+    model: ScriptModel,
+    function: cst.FunctionDef,
+    parameter: str,
+    calls: Iterable[tuple[cst.Call, int]],
+) -> _TupleArguments | None:
+    """The elements each call passes for ``parameter``, when every call passes a tuple of
+    names of one length."""
+    found = []
+    for call, implicit in calls:
+        argument = dict(bound_arguments(function, call, implicit)).get(parameter)
+        value = argument.value if argument is not None else None
+        if not isinstance(value, cst.Tuple):
+            return None
+        elements = [e.value for e in value.elements if isinstance(e, cst.Element)]
+        if not elements or any(dotted(e) is None for e in elements):
+            return None
+        found.append((call, elements))
+    if not found or len({len(e) for _, e in found}) != 1:
+        return None
+    return _TupleArguments(found)
 
 
 def _factories(model: ScriptModel, classify: Classify, known: set[tuple[str, int]]) -> int:

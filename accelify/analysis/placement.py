@@ -140,12 +140,16 @@ class Placement:
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return node is container or any(a is container for a in self.model.ancestors(node))
 
-    def first_free_index(self, home: cst.CSTNode) -> int:
+    def first_free_index(self, home: cst.CSTNode, before: int | None = None) -> int:
         """The first statement new code may precede: after a docstring, and in a module after
-        the imports."""
+        the imports. With ``before``, only the imports above that index count: a script that
+        imports again further down (``import torch.nn as nn`` after a print) still gets its
+        new code before the statement at ``before``, which needs it."""
         body = self.body_of(home)
         floor = 0
         for index, line in enumerate(body):
+            if before is not None and index >= before:
+                break
             if index == 0 and is_docstring(line):
                 floor = 1
             if (

@@ -12,7 +12,7 @@ from pathlib import Path
 import libcst as cst
 
 from accelify.analysis.script_model import analyze
-from accelify.analysis.syntax import is_docstring
+from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.wrap_lines import wrap_long_lines
 from accelify.edits.apply import ApplyPlan
@@ -65,10 +65,18 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
 
 
 def _add_import(module: cst.Module, code: str) -> cst.Module:
-    """After the last top-level import (or after the docstring and ``__future__`` imports)."""
+    """After the last top-level import (or after the docstring and ``__future__`` imports)
+    above the first top-level statement that runs code using an imported name: a script that
+    imports again further down (``import torch.nn as nn`` after its prints) must not get the
+    import below the ``accelerator = Accelerator()`` that needs it."""
     body = list(module.body)
+    imported = _imported_names(code)
     position = 0
     for index, line in enumerate(body):
+        if not isinstance(line, (cst.FunctionDef, cst.ClassDef)) and any(
+            isinstance(node, cst.Name) and node.value in imported for node in walk(line)
+        ):
+            break
         if isinstance(line, cst.SimpleStatementLine) and any(
             isinstance(small, (cst.Import, cst.ImportFrom)) for small in line.body
         ):
@@ -77,6 +85,19 @@ def _add_import(module: cst.Module, code: str) -> cst.Module:
             position = 1
     body.insert(position, statement(code))
     return module.with_changes(body=body)
+
+
+def _imported_names(code: str) -> set[str]:
+    line = cst.parse_statement(code)
+    names: set[str] = set()
+    for small in getattr(line, "body", []):
+        if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(
+            small.names, cst.ImportStar
+        ):
+            for alias in small.names:
+                bound = alias.asname.name if alias.asname is not None else alias.name
+                names.add(dotted(bound).split(".")[0])  # type: ignore[arg-type]
+    return names
 
 
 def _check_parses(rendered: bytes, label: str) -> None:

@@ -10,7 +10,9 @@ from collections.abc import Callable
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.objects import bound_arguments
+from accelify.analysis.optimizer_models import parameter_owners
+from accelify.analysis.script_model import Kind, Scope, ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps import (
     accelerator,
@@ -96,6 +98,7 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     ctx.plan.accelerator = ctx.acc
     ctx.scope = prepare_scope
     prepare.run(ctx, prepare_scope)
+    _prepare_other_training_functions(ctx, prepare_scope)
     outside = unwrap.forwards_outside_the_wrapper(ctx)
     if outside:  # the script is left as it is: a plan of these review lines only
         left = Context(model, options).plan
@@ -124,6 +127,80 @@ def _without_instance(model: ScriptModel, scope: cst.CSTNode) -> bool:
 def _static(scope: cst.CSTNode) -> bool:
     decorators = {dotted(d.decorator) for d in getattr(scope, "decorators", ())}
     return bool(decorators & {"staticmethod", "classmethod"})
+
+
+def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> None:
+    """A script with several training functions, each building its own optimizer for the model
+    it receives (``train(model, ...)``, then ``train_knowledge_distillation(teacher, student,
+    ...)``): each prepares what it trains with, as the first does. Left alone, the others'
+    models would train unsynchronised on every rank while their device moves are removed."""
+    if ctx.acc.startswith("self."):
+        return
+    placement = ctx.facts.placement
+    first_anchor = ctx.prepare_anchor
+    done: list[Scope] = [prepare_scope]
+    for binding in ctx.model.of_kind(Kind.OPTIMIZER):
+        scope = binding.scope
+        if binding.received or not isinstance(scope, cst.FunctionDef) or scope in done:
+            continue
+        if placement.is_method(scope) or any(placement.inside(scope, d) for d in done):
+            continue
+        if not any(placement.inside(call, scope) for call in ctx.model.backward_calls):
+            continue
+        done.append(scope)
+        reason = _why_not_prepare_in(ctx, scope, parameter_owners(binding))
+        if reason is None:
+            prepare.run(ctx, scope)
+            continue
+        ctx.plan.review(
+            binding.line,
+            f"{scope.name.value}() builds {binding.name} and trains with it, but nothing is "
+            f"prepared there: {reason}; it trains what it is handed as it is, on every rank "
+            "(not data-parallel); prepare its model, optimizer and loader once, where they "
+            "are made, and hand the prepared ones in",
+        )
+    ctx.prepare_anchor = first_anchor
+
+
+def _why_not_prepare_in(ctx: Context, scope: cst.FunctionDef, trained: set[str]) -> str | None:
+    """None when ``scope`` may prepare what it trains: every call of it in the file is reached
+    by every rank (``prepare`` is a collective), none runs in a loop, and each hands it a model
+    nobody prepared yet and no other call hands (a model prepared twice is wrapped twice);
+    else why not."""
+    placement, flow = ctx.facts.placement, ctx.facts.flow
+    calls = [call for call, _ in flow.calls_of(scope)]
+    if not calls:
+        return "nothing in this file calls it"
+    handed: list[str | None] = []
+    for call in calls:
+        caller = placement.enclosing_function(call)
+        if ctx.facts.ranks.divergent_branch(call, caller) is not None:
+            return f"line {ctx.line(call)} calls it under a condition the ranks may disagree on"
+        if any(isinstance(a, (cst.For, cst.While)) for a in _ancestors_within(ctx, call, caller)):
+            return f"line {ctx.line(call)} calls it in a loop (its model would be wrapped again)"
+        for parameter, argument in bound_arguments(scope, call):
+            if parameter not in trained:
+                continue
+            name = dotted(argument.value)
+            if name in handed:
+                return f"{name} is handed to it more than once (it would be wrapped twice)"
+            handed.append(name)
+            anchor = ctx.prepared_after.get(name) if name in ctx.plan.prepared else None
+            where = placement.enclosing_function(anchor) if anchor is not None else None
+            if name in ctx.plan.prepared and (anchor is None or where is caller):
+                return f"line {ctx.line(call)} hands it {name}, prepared already"
+    return None
+
+
+def _ancestors_within(
+    ctx: Context, node: cst.CSTNode, scope: cst.CSTNode | None
+) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+    for ancestor in ctx.model.ancestors(node):
+        if ancestor is scope:
+            break
+        found.append(ancestor)
+    return found
 
 
 def _trains_itself(ctx: Context) -> bool:

@@ -272,5 +272,5 @@ def _first_need(ctx: Context, home: Scope, call_sites: list[cst.CSTNode]) -> cst
                 break
     if not indices:
         return None
-    first = max(min(indices), placement.first_free_index(home))
+    first = max(min(indices), placement.first_free_index(home, before=min(indices)))
     return body[first] if first < len(body) else body[-1]

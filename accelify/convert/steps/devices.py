@@ -8,6 +8,7 @@ import libcst as cst
 from accelify.analysis.dataflow import sees_binding
 from accelify.analysis.device_moves import (
     batch_moves_in,
+    fixed_device,
     is_cuda_literal,
     is_identity_assignment,
     model_chain_moves,
@@ -58,8 +59,10 @@ def run_model_moves(ctx: Context) -> None:
         )
     for line_statement, call in ctx.facts.placement.expression_statements():
         target = move_receiver(call)
-        if target is not None and dotted(target) in model_names | ctx.facts.flow.param_names(
-            Kind.MODEL
+        if (
+            target is not None
+            and dotted(target)
+            in (model_names | ctx.facts.flow.param_names(Kind.MODEL)) - ctx.frozen
         ):
             handed = _handed_on_before_prepare(ctx, dotted(target) or "", line_statement)
             if handed is not None:
@@ -76,6 +79,7 @@ def run_model_moves(ctx: Context) -> None:
             )
         elif target is None:
             _mode_and_device(ctx, line_statement, call)
+    _fixed_moves_of_prepared_models(ctx)
 
 
 def _handed_on_before_prepare(ctx: Context, name: str, statement: cst.CSTNode) -> cst.Call | None:
@@ -106,6 +110,29 @@ def _rebinds(ctx: Context, call: cst.Call, name: str) -> bool:
         isinstance(ancestor, cst.Assign) and any(dotted(t.target) == name for t in ancestor.targets)
         for ancestor in ctx.model.ancestors(call)
     )
+
+
+def _fixed_moves_of_prepared_models(ctx: Context) -> None:
+    """``model = model.to("cpu")`` after training, to predict on the CPU: the prepared model is
+    the DDP wrapper, which stays where prepare put it (on GPUs its forward sends the inputs
+    back to the rank's device, where the moved parameters no longer are). Whether the rest of
+    the script wants the wrapper or the plain model there is the author's call: left as it is,
+    with the way to write it."""
+    for call in ctx.model.calls:
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
+            continue
+        name = dotted(func.value)
+        if name is None or not fixed_device(call) or name not in ctx.plan.prepared:
+            continue
+        if name in ctx.frozen or not ctx.after_prepare(call, name):
+            continue
+        ctx.plan.review(
+            ctx.line(call),
+            f"{ctx.code(call)} moves the prepared {name} (the DDP wrapper) to one fixed device "
+            f"on every rank; left as it is: to use the plain model there, move "
+            f"{ctx.a('unwrap_model')}({name}) instead",
+        )
 
 
 def _mode_and_device(ctx: Context, line: cst.SimpleStatementLine, call: cst.Call) -> None:

@@ -54,9 +54,16 @@ def run(ctx: Context, scope: Scope) -> None:
         # A model handed in as a parameter and trained here (``def main(model):``); a
         # constructor that keeps it (``self.model = model``) prepares the attribute instead:
         # preparing both would wrap one module twice.
+        trained_here = _trained_here(ctx, scope)
         for name, kind in ctx.facts.flow.params.get(scope, {}).items():
-            if kind is Kind.MODEL and name in _trained_here(ctx, scope) and name not in aliases:
+            if kind is not Kind.MODEL or name in aliases:
+                continue
+            if name in trained_here:
                 chosen.setdefault(name, kind)
+            elif trained_here:
+                # A teacher handed in beside the student this scope's optimizer trains: not
+                # prepared here, so its device moves stay.
+                ctx.frozen.add(name)
         received = [n for n in _received_loaders(ctx, scope, aliases) if n not in dict_parameters]
         chosen.update(dict.fromkeys(received, Kind.DATALOADER))
     for name in _untrained_models(ctx, scope, chosen, aliases):
@@ -235,7 +242,11 @@ def _groups(
 
 def _uses_objects(ctx: Context, line: cst.CSTNode) -> bool:
     """A top-level statement that trains or evaluates: a training or evaluation loop, a
-    backward, or a call of a function of this file that holds one."""
+    backward, or a call of a function of this file that holds one. A ``def`` or ``class``
+    statement runs none of its body: a training function defined between the model and its
+    optimizer does not split the prepare call."""
+    if isinstance(line, (cst.FunctionDef, cst.ClassDef)):
+        return False
     flow = ctx.facts.flow
     for loop in ctx.model.loops:
         if ctx.facts.placement.inside(loop.node, line) and (loop.trains or flow.reads_loader(loop)):
@@ -347,7 +358,7 @@ def _received_loaders(ctx: Context, scope: cst.FunctionDef, aliases: dict[str, s
                 break
             if isinstance(ancestor, (cst.For, cst.While, cst.Lambda)):
                 return []
-    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+    prepared = _prepared_on_the_way(ctx, scope, calls)
     return [
         name
         for name, kind in flow.params.get(scope, {}).items()
@@ -355,6 +366,21 @@ def _received_loaders(ctx: Context, scope: cst.FunctionDef, aliases: dict[str, s
         and name not in aliases
         and any(o not in prepared for o in flow.origins(name, scope.body, stop=prepared))
     ]
+
+
+def _prepared_on_the_way(ctx: Context, scope: cst.FunctionDef, calls: list[cst.Call]) -> set[str]:
+    """Names prepared where they can reach ``scope``'s parameters: at module level, in a
+    function that calls ``scope``, or in ``scope`` itself. A sibling's local of the same name
+    (``train(model, train_loader)`` prepares its own ``train_loader``) is another object."""
+    placement = ctx.facts.placement
+    callers = {placement.enclosing_function(call) for call in calls}
+    names = set(ctx.model.prepared_names)
+    for name in ctx.plan.prepared:
+        anchor = ctx.prepared_after.get(name)
+        where = placement.enclosing_function(anchor) if anchor is not None else None
+        if anchor is None or where is None or where is scope or where in callers:
+            names.add(name)
+    return names
 
 
 def _trained_here(ctx: Context, scope: Scope) -> set[str]:
