@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import FIXTURES, assert_ok, run_accelify
 
 GAN = FIXTURES / "scripts" / "gan.py"
@@ -87,3 +89,24 @@ def test_a_single_file_conversion_does_not_import_torch(tmp_path: Path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "torch imported: False" in result.stdout, result.stderr
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="this Python compiles 3.12 syntax")
+def test_a_script_for_a_newer_python_is_named_not_blamed_on_the_conversion(tmp_path: Path):
+    script = tmp_path / "train.py"
+    source = (
+        "import torch\n"
+        "type Batch = tuple[torch.Tensor, torch.Tensor]\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in [torch.randn(4, 2)]:\n"
+        "    opt.zero_grad()\n"
+        "    model(x).sum().backward()\n"
+        "    opt.step()\n"
+    )
+    script.write_text(source)
+    result = run_accelify("convert", "--write", script)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{script}:2: this Python" in result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert script.read_text() == source

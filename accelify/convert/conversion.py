@@ -6,6 +6,7 @@ Nothing here writes files; `accelify.convert.files` does that for the CLI.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
         converted = _add_import(converted, code)
     converted = wrap_long_lines(converted, data)
     rendered = render(converted, data)
-    _check_parses(rendered, label)
+    _check_parses(rendered, label, data)
     return Conversion(
         label,
         data,
@@ -100,11 +101,24 @@ def _imported_names(code: str) -> set[str]:
     return names
 
 
-def _check_parses(rendered: bytes, label: str) -> None:
-    """The output always parses; if our edit broke that, it is our bug, reported as such."""
+def _check_parses(rendered: bytes, label: str, original: bytes) -> None:
+    """The output always parses; if our edit broke that, it is our bug, reported as such. A
+    script written for a newer Python than this one (``type X = ...``, 3.12's f-strings) cannot
+    be checked here: that is said, not blamed on the conversion."""
     try:
         compile(rendered, label, "exec", dont_inherit=True, flags=0x400)  # ast.PyCF_ONLY_AST
     except SyntaxError as error:
+        try:
+            compile(original, label, "exec", dont_inherit=True, flags=0x400)
+        except SyntaxError as own:
+            version = ".".join(map(str, sys.version_info[:2]))
+            raise UserError(
+                f"this Python ({version}) cannot compile the script ({own.msg}), so its "
+                "conversion cannot be checked: run accelify with the Python the script is "
+                "written for",
+                label,
+                own.lineno,
+            ) from None
         raise UserError(
             f"internal error: the conversion does not parse ({error.msg}); please report this file",
             label,
