@@ -263,6 +263,27 @@ class UnpreparedObject(Rule):
         + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
         + _LOOP
         + "    scheduler.step()\n",
+        # built before prepare and left out of it, sized by the very bound that stops the loop
+        # stepping it (while steps < cfg.max_steps), stepped beside the optimizer in a helper: a
+        # VLA trainer's cosine schedule, per-process steps by construction
+        HEADER
+        + _OBJECTS
+        + "from transformers import get_scheduler\n"
+        + "lr_scheduler = get_scheduler(\n"
+        + "    'cosine', optimizer=optimizer, num_warmup_steps=10,\n"
+        + "    num_training_steps=cfg.max_steps,\n)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "def trainer(model, loader, optimizer, lr_scheduler, cfg):\n"
+        + "    steps = 0\n"
+        + "    while steps < cfg.max_steps:\n"
+        + "        for x, y in loader:\n"
+        + "            accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "            optimizer.step()\n"
+        + "            lr_scheduler.step()\n"
+        + "            steps += 1\n"
+        + "            if steps >= cfg.max_steps:\n"
+        + "                break\n"
+        + "trainer(model, loader, optimizer, lr_scheduler, cfg)\n",
         # sized in batches (the optimizer's steps times the accumulation) and stepped on every
         # batch inside accumulate(): what the schedule's author meant (a TrOCR fine-tuning script)
         HEADER

@@ -387,7 +387,9 @@ class ObjectFlow:
         prepares = [self.model.order(call.call) for call in self.model.prepare_calls]
         if len(bindings) != 1 or not prepares:
             return False
-        if self.model.order(bindings[0].assign) < min(prepares):
+        if self.model.order(bindings[0].assign) < min(prepares) and not self._sized_by_loop_bound(
+            bindings[0].value, step
+        ):
             return False
         prepared = self.model.prepared_names
         if any(  # sized from a loader that was never prepared under that name: total steps
@@ -429,6 +431,28 @@ class ObjectFlow:
                 return False
         return True
 
+    def _sized_by_loop_bound(self, schedule: cst.CSTNode, step: cst.Call) -> bool:
+        """The schedule's length is the very bound that stops the loop stepping it
+        (an argument of ``get_scheduler(..., num_training_steps=cfg.max_train_steps)`` and ``while
+        completed_steps < cfg.max_train_steps`` or ``if completed_steps >= cfg.max_train_steps:
+        break`` around the step): sized in the steps each process takes, by construction, so
+        built before ``prepare`` it still needs no preparing (a VLA trainer's unprepared cosine
+        schedule)."""
+        if not isinstance(schedule, cst.Call):
+            return False
+        sizes = {dotted(argument.value) for argument in schedule.args} - {None}
+        bounds: set[str] = set()
+        for ancestor in self.model.ancestors(step):
+            if isinstance(ancestor, cst.While):
+                bounds |= _compared(ancestor.test)
+            if isinstance(ancestor, cst.For | cst.While):
+                for node in walk(ancestor.body):
+                    if isinstance(node, cst.If) and any(
+                        isinstance(inner, cst.Break) for inner in walk(node.body)
+                    ):
+                        bounds |= _compared(node.test)
+        return bool(sizes & bounds)
+
     def call_site_arguments(self, parameter: str | None, at: cst.CSTNode) -> list[cst.Arg]:
         """What each call of the function around ``at`` passes for its ``parameter`` (empty
         when ``parameter`` is not one of its parameters)."""
@@ -453,6 +477,17 @@ class ObjectFlow:
                 if name == parameter:
                     return dotted(argument.value)
         return parameter
+
+
+def _compared(test: cst.BaseExpression) -> set[str]:
+    """The dotted names a comparison in ``test`` compares (both sides)."""
+    found: set[str] = set()
+    for node in walk(test):
+        if isinstance(node, cst.Comparison):
+            for side in [node.left, *(target.comparator for target in node.comparisons)]:
+                if name := dotted(side):
+                    found.add(name)
+    return found
 
 
 def dataclass_fields(owner: cst.ClassDef) -> list[str]:
