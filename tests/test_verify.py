@@ -164,11 +164,22 @@ def test_a_short_run_reads_the_evaluation_from_the_code():
 
 @pytest.mark.distributed
 def test_the_default_run_fails_a_conversion_that_evaluates_one_shard(tmp_path: Path):
-    """The converter leaves this evaluation as it is (a review line); 5 steps end before it
-    runs, and check 3 fails it from the code instead of passing what was not run."""
+    """The converter leaves this evaluation as it is (a review line) and its loader whole. A
+    conversion that prepares that loader anyway evaluates one rank's shard on each rank: 5
+    steps end before the evaluation runs, and check 3 fails it from the code instead of passing
+    what was not run."""
     script = EVALUATION / "left_for_review.py"
-    assert convert_source(script.read_bytes(), script).reviews  # left for review, not gathered
-    result = run_accelify("verify", script, "--json", cwd=tmp_path)
+    conversion = convert_source(script.read_bytes(), script)
+    assert conversion.reviews  # left for review, not gathered
+    whole = "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)"
+    sharded = (
+        "model, optimizer, train_loader, eval_loader = accelerator.prepare(\n"
+        "    model, optimizer, train_loader, eval_loader\n)"
+    )
+    assert whole in conversion.converted.decode()  # the loader it evaluates stays whole
+    broken = tmp_path / "converted.py"
+    broken.write_text(conversion.converted.decode().replace(whole, sharded))
+    result = run_accelify("verify", script, broken, "--json", cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
     check_1, check_2, check_3 = report["checks"]
