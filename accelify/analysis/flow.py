@@ -63,7 +63,7 @@ class ObjectFlow:
             for parameter, argument in bound_arguments(function, call, implicit):
                 name = dotted(argument.value) or ""
                 kind = kinds_by_name.get(name) or self.params.get(caller, {}).get(name)  # type: ignore[arg-type]
-                if kind is None and name and self._iterated_loader(name, call):
+                if kind is None and self._iterated_loaders(name, call):
                     kind = Kind.DATALOADER
                 if kind is not None:
                     self.params.setdefault(function, {}).setdefault(parameter, kind)
@@ -110,28 +110,26 @@ class ObjectFlow:
                 if kind is not None:
                     found.add(kind)
             self._following.discard((name, id(at)))
-        if not found and self._iterated_loader(name, at):
+        if not found and self._iterated_loaders(name, at):
             found.add(Kind.DATALOADER)
         return min(found, key=list(Kind).index) if found else None
 
-    def _iterated_from(self, name: str | None, at: cst.CSTNode) -> list[str]:
-        """The loaders a loop takes ``name`` from (`_iterated_loader`), else nothing."""
-        if name is None or not self._iterated_loader(name, at):
+    def _iterated_loaders(self, name: str | None, at: cst.CSTNode) -> list[str]:
+        """The loaders ``name`` takes in turn: ``loader`` of ``for name, loader in
+        loaders.items()`` over a dict of DataLoaders (or of ``for loader in (val_loader,
+        test_loader)``) is a DataLoader too. Loaders only: a loop over models or optimizers
+        (``for net in (generator, critic)``) is left as it was, and gives nothing."""
+        if name is None or (name, id(at)) in self._following:
             return []
-        return iterated_sources(self.model, name, at)
-
-    def _iterated_loader(self, name: str, at: cst.CSTNode) -> bool:
-        """``loader`` of ``for name, loader in loaders.items()`` over a dict of DataLoaders (or
-        of ``for loader in (val_loader, test_loader)``): a DataLoader too. Loaders only: a loop
-        over models or optimizers (``for net in (generator, critic)``) is left as it was."""
         sources = iterated_sources(self.model, name, at)
-        if not sources or (name, id(at)) in self._following:
-            return False
+        if not sources:
+            return []
         self._following.add((name, id(at)))
         try:
-            return all(self.kind_of(source, at) is Kind.DATALOADER for source in sources)
+            loaders = all(self.kind_of(source, at) is Kind.DATALOADER for source in sources)
         finally:
             self._following.discard((name, id(at)))
+        return sources if loaders else []
 
     def dataclass_arguments(
         self, name: str | None, at: cst.CSTNode
@@ -247,7 +245,7 @@ class ObjectFlow:
             ]
             if current not in stop and not passed:
                 passed = self.dataclass_arguments(current, place) or []
-            iterated = [] if passed or current in stop else self._iterated_from(current, place)
+            iterated = [] if passed or current in stop else self._iterated_loaders(current, place)
             pending += [(source, place) for source in iterated]
             if not passed and not iterated:
                 found.add(current)

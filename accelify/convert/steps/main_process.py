@@ -74,16 +74,11 @@ def _runs_the_ranks(ctx: Context, function: cst.FunctionDef, seen: set[int]) -> 
     seen.add(id(function))
     if ctx.facts.collective_reach.synchronising_call(function) is not None:
         return True
-    placement = ctx.facts.placement
-    if any(
-        placement.inside(loop.node, function) and ctx.facts.flow.reads_loader(loop)
-        for loop in ctx.model.loops
-    ):
+    flow = ctx.facts.flow
+    if any(loop.scope is function and flow.reads_loader(loop) for loop in ctx.model.loops):
         return True
-    for call in ctx.model.calls:
-        if not placement.inside(call, function):
-            continue
-        if ctx.facts.flow.is_forward(call):
+    for call in ctx.model.index.calls_directly_in(function):
+        if flow.is_forward(call):
             return True
         target = callee(ctx.model, call)
         if target is not None and _runs_the_ranks(ctx, target[0], seen):

@@ -105,9 +105,7 @@ def run(ctx: Context, scope: Scope) -> None:
             "not sharded); give evaluation a loop of its own to shard it and gather there",
         )
     for name, loop in _evaluated_out_of_reach(ctx, chosen).items():
-        chosen.pop(name)
-        created.pop(name, None)
-        ctx.left_whole.add(id(loop))
+        _leave_whole(ctx, chosen, created, name, loop)
         ctx.plan.review(
             ctx.line(loop),
             f"{name} is evaluated here, outside the class that holds {ctx.acc}: no gather "
@@ -116,9 +114,7 @@ def run(ctx: Context, scope: Scope) -> None:
             "to shard it and gather there",
         )
     for name, evaluation in _evaluated_unsure(ctx, chosen).items():
-        chosen.pop(name)
-        created.pop(name, None)
-        ctx.left_whole.add(id(evaluation.loop.node))
+        _leave_whole(ctx, chosen, created, name, evaluation.loop.node)
         advice = evaluation.advice or (
             f"gather predictions and labels together with {ctx.a('gather_for_metrics')} before "
             "the metrics"
@@ -129,9 +125,7 @@ def run(ctx: Context, scope: Scope) -> None:
             f"rank evaluates all of it (correct, not sharded); to shard it, {advice}",
         )
     for name, loop in _read_where_written(ctx, chosen).items():
-        chosen.pop(name)
-        created.pop(name, None)
-        ctx.left_whole.add(id(loop.node))
+        _leave_whole(ctx, chosen, created, name, loop.node)
         ctx.plan.change(
             ctx.line(loop.node),
             f"{name} is read only here, where a file is written on the main process: left "
@@ -680,6 +674,16 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
     return found
 
 
+def _leave_whole(
+    ctx: Context, chosen: dict[str, Kind], created: dict[str, int], name: str, loop: cst.CSTNode
+) -> None:
+    """``name`` stays unprepared, and the loop that reads it gathers nothing: every rank reads
+    all of it."""
+    chosen.pop(name)
+    created.pop(name, None)
+    ctx.left_whole.add(id(loop))
+
+
 def _evaluated_out_of_reach(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.CSTNode]:
     """Loaders of ``chosen`` that an evaluation loop reads where ``self.accelerator`` cannot be
     reached (an ``Evaluator`` class the trainer hands its ``self.val_loader``), by name, with
@@ -687,9 +691,7 @@ def _evaluated_out_of_reach(ctx: Context, chosen: dict[str, Kind]) -> dict[str, 
     them, and whatever is decided on them (an early stop, a best checkpoint) would differ
     between ranks. A loader some training loop also reads is not among them."""
     found: dict[str, cst.CSTNode] = {}
-    trained = {
-        name for loop in ctx.model.loops if loop.trains for name in _loader_origins(ctx, loop)
-    }
+    trained = _trained_loaders(ctx)
     for evaluation in ctx.facts.evaluations:
         loop = evaluation.loop
         if evaluation.already_gathered or not evaluation.sinks or ctx.plan.reaches(loop.node):
@@ -705,9 +707,7 @@ def _evaluated_unsure(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Evalua
     record taken before the forward pass, a per-batch loss): prepared, each rank's totals would
     cover its own shard, and what is printed or decided on them would be one rank's. A loader
     some training loop also reads is not among them: its shard is what that rank trains on."""
-    trained = {
-        name for loop in ctx.model.loops if loop.trains for name in _loader_origins(ctx, loop)
-    }
+    trained = _trained_loaders(ctx)
     found: dict[str, Evaluation] = {}
     for evaluation in ctx.facts.evaluations:
         if evaluation.unsure is None or evaluation.already_gathered or not evaluation.sinks:
@@ -739,6 +739,12 @@ def _read_where_written(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Loop
         for name, loop in inside.items()
         if name not in outside and chosen.get(name) is Kind.DATALOADER
     }
+
+
+def _trained_loaders(ctx: Context) -> set[str]:
+    """The names of the loaders some training loop reads: their shards are what the ranks
+    train on, so no evaluation's need leaves them unprepared."""
+    return {name for loop in ctx.model.loops if loop.trains for name in _loader_origins(ctx, loop)}
 
 
 def _loader_origins(ctx: Context, loop: Loop) -> set[str]:
