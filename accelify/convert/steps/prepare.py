@@ -14,7 +14,7 @@ from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_mo
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.syntax import dotted, if_chain, is_main_guard, strip_self_methods, walk
 from accelify.convert.steps.context import Context
-from accelify.convert.steps.saving import file_write_blocks
+from accelify.convert.steps.saving import file_write_blocks, result_read_after
 from accelify.edits.plan import statement
 
 
@@ -724,7 +724,7 @@ def _read_where_written(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Loop
     """Loaders of ``chosen`` read only by loops inside a ``with open(path, "w")`` block that
     runs on the main process alone (`file_write_blocks`): prepared, that process would write
     its own shard's predictions, and the other ranks' would be lost."""
-    blocks = file_write_blocks(ctx)
+    blocks = [b for b in file_write_blocks(ctx) if result_read_after(ctx, b) is None]
     inside: dict[str, Loop] = {}
     outside: set[str] = set()
     for loop in ctx.model.loops:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names, side_effects
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps import main_process
 from accelify.convert.steps.context import Context, unwrap
 from accelify.edits import rewrites
@@ -128,6 +128,33 @@ def file_write_blocks(ctx: Context) -> list[cst.With]:
     ]
 
 
+def result_read_after(ctx: Context, block: cst.With) -> str | None:
+    """A name ``block`` computes (``correct += ...`` beside the writes) that its scope reads
+    outside it: under ``if accelerator.is_main_process:`` the other ranks would read it never
+    updated (a count of 0, then a division by it). None when the block only writes."""
+    bound: set[str] = set()
+    for node in walk(block.body):
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+            bound |= target_names(node.target)
+    if not bound:
+        return None
+    targets = {
+        id(name)
+        for node in walk(ctx.model.scope_of(block))
+        if isinstance(node, (cst.AssignTarget, cst.For, cst.AsName))
+        for name in walk(node.target if not isinstance(node, cst.AsName) else node.name)
+    }
+    for node in walk(ctx.model.scope_of(block)):
+        if (
+            isinstance(node, cst.Name)
+            and node.value in bound
+            and id(node) not in targets
+            and not ctx.facts.placement.inside(node, block)
+        ):
+            return node.value
+    return None
+
+
 def _plan_file_writes(ctx: Context) -> list[cst.With]:
     """The blocks of `file_write_blocks` under ``if accelerator.is_main_process:``, the
     prepared models they run called unwrapped (a DDP forward is a collective: from one rank it
@@ -136,6 +163,17 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
     guarded = []
     reviewed = []
     for with_node in file_write_blocks(ctx):
+        kept = result_read_after(ctx, with_node)
+        if kept is not None:
+            ctx.plan.review(
+                ctx.line(with_node),
+                f"a file is written on every rank, and this block also computes {kept}, which "
+                f"is read after it: guarded whole with `if {ctx.a('is_main_process')}:` the "
+                f"other ranks would read {kept} never updated; guard the writes alone, or "
+                "write the file after the block from what it computed",
+            )
+            reviewed.append(with_node)
+            continue
         stays = _must_run_everywhere(ctx, with_node)
         if stays is not None:
             ctx.plan.review(
