@@ -56,8 +56,13 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
     target = callee(model, value) if isinstance(value, cst.Call) else None
     if target is None:
         return False
+    position = _unpacked_position(binding)
     returned = [r.value for r in model.index.own_returns(target[0]) if r.value is not None]
     for result in returned:
+        if position is not None:  # ``train, evals = build_loaders(cfg)``: the element there
+            if not isinstance(result, cst.Tuple) or len(result.elements) <= position:
+                return False
+            result = result.elements[position].value
         if isinstance(result, cst.Name):
             values = [
                 a.value
@@ -68,6 +73,19 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
         if not isinstance(result, cst.Dict):
             return False
     return bool(returned)
+
+
+def _unpacked_position(binding: Binding) -> int | None:
+    """Where ``binding`` stands in the tuple its assignment unpacks (``1`` for ``evals`` in
+    ``train, evals = build_loaders(cfg)``), or None when it is bound whole."""
+    assign = binding.assign
+    targets = assign.targets if isinstance(assign, cst.Assign) else []
+    for target in targets:
+        if isinstance(target.target, cst.Tuple | cst.List):
+            names = [dotted(e.value) for e in target.target.elements]
+            if binding.name in names:
+                return names.index(binding.name)
+    return None
 
 
 def instance_class(model: ScriptModel, name: str, at: cst.CSTNode) -> str | None:
