@@ -202,7 +202,7 @@ def install(rank: int) -> None:
     if not root or _recorder is not None:
         return
     directory = attempt_directory(Path(root), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    skip = _library_prefixes()
+    skip = library_prefixes()
     try:
         _recorder = _Recorder(directory, rank, skip)
     except OSError:
@@ -218,7 +218,7 @@ def install(rank: int) -> None:
             _stack_file = None
 
 
-def _library_prefixes() -> tuple[str, ...]:
+def library_prefixes() -> tuple[str, ...]:
     """Folders whose frames are never "the user's line": accelify (its source folders, which an
     editable install keeps apart), torch, DeepSpeed and the standard library."""
     folders = {os.path.dirname(contextlib.__file__)}

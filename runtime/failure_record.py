@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+import sysconfig
 import time
 import traceback
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from accelify.runtime.collective_record import library_prefixes
 from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS
 
 
@@ -31,13 +34,18 @@ class Failure:
     time_ns: int
     summary: str  # "RuntimeError: boom"
     traceback: str
+    where: str = ""  # "path:line" of the innermost frame in the user's code; "" when none
 
     @classmethod
     def read(cls, path: Path) -> Failure | None:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             return cls(
-                int(record["rank"]), int(record["time_ns"]), record["summary"], record["traceback"]
+                int(record["rank"]),
+                int(record["time_ns"]),
+                record["summary"],
+                record["traceback"],
+                str(record.get("where", "")),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # a rank killed while writing: no record, as if it had none
@@ -100,6 +108,7 @@ def _write(directory: Path, rank: int, error: BaseException) -> bool:
         "time_ns": time.time_ns(),
         "summary": "".join(traceback.format_exception_only(error)).strip(),
         "traceback": "".join(traceback.format_exception(error)),
+        "where": _user_line(error),
     }
     attempt = directory / os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     temporary = attempt / f".{rank}.json.tmp"
@@ -110,6 +119,34 @@ def _write(directory: Path, rank: int, error: BaseException) -> bool:
     except OSError:
         return False  # the record only improves the launcher's report; the rank prints it
     return True
+
+
+def _user_line(error: BaseException) -> str:
+    """The innermost line of the traceback in the user's code (not accelify, torch, DeepSpeed,
+    the standard library or an installed package): the line the launcher's report names."""
+    skip = (*library_prefixes(), *_installed_prefixes(), "<")
+    places = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(error.__traceback__)]
+    # A DataLoader worker's exception is raised again in the rank with the worker's traceback
+    # as text: the line that failed is in there.
+    places += [(file, int(line)) for file, line in _WORKER_FRAME.findall(str(error))]
+    where = ""
+    for file, line in places:
+        if line is not None and not file.startswith(skip):
+            where = f"{file}:{line}"
+    return where
+
+
+#: A frame of the worker's traceback that torch's ExceptionWrapper puts in its message.
+_WORKER_FRAME = re.compile(r'^  File "(.+)", line (\d+)', re.MULTILINE)
+#: Where that traceback starts; the worker's own exception is its last line.
+WORKER_TRACEBACK = "Original Traceback (most recent call last):"
+
+
+def _installed_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(
+        os.path.join(paths[key], "") for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    )
 
 
 def recorded_failures(directory: Path, attempt: int, ranks: set[int]) -> dict[int, Failure]:

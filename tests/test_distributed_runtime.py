@@ -115,7 +115,13 @@ def test_a_failing_rank_is_named_as_the_cause_with_its_traceback():
     report = result.stderr[result.stderr.index("accelify launch: rank 1 failed first; its") :]
     assert 'raise RuntimeError(f"boom on rank {failing} at step 3 (attempt {attempt})")' in report
     assert report.rstrip().splitlines()[-1] == "accelify launch: the other ranks were stopped"
-    assert "rank 1 failed first: RuntimeError: boom on rank 1 at step 3 (attempt 0)" in report
+    assert (
+        "fail.py:17 "
+        '(`raise RuntimeError(f"boom on rank {failing} at step 3 (attempt {attempt})")`): '
+        "RuntimeError: boom on rank 1 at step 3 (attempt 0)"
+    ) in report
+    assert "rank 1 failed first at " in report
+    assert "rank 0 failed because its peer had gone (RuntimeError: " in report
     assert "unreachable" not in result.stdout
     leftovers = subprocess.run(["pgrep", "-f", str(RUNTIME / "fail.py")], capture_output=True)
     assert leftovers.stdout == b"", "worker processes outlived the launcher"
@@ -124,7 +130,8 @@ def test_a_failing_rank_is_named_as_the_cause_with_its_traceback():
 def test_after_restarts_the_last_attempts_cause_is_named():
     result = launch(RUNTIME / "fail.py", flags=("--max-restarts", "1"), timeout=90)
     assert result.returncode == 1
-    cause = "rank 0 failed first: RuntimeError: boom on rank 0 at step 3 (attempt 1)"
+    cause = "RuntimeError: boom on rank 0 at step 3 (attempt 1)"
+    assert "rank 0 failed first at " in result.stderr
     assert cause in result.stderr
     assert "(attempt 0)" not in result.stderr.split("accelify launch:", 1)[1]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -187,10 +188,16 @@ def failure(exitcode: int, timestamp: float = 0.0) -> SimpleNamespace:
     return SimpleNamespace(exitcode=exitcode, timestamp=timestamp)
 
 
-def write_failure(records: Path, rank: int, summary: str, at: int) -> None:
+def write_failure(records: Path, rank: int, summary: str, at: int, where: str = "") -> None:
     attempt = records / "0"
     attempt.mkdir(parents=True, exist_ok=True)
-    text = {"rank": rank, "time_ns": at, "summary": summary, "traceback": f"Traceback\n{summary}\n"}
+    text = {
+        "rank": rank,
+        "time_ns": at,
+        "summary": summary,
+        "traceback": f"Traceback\n{summary}\n",
+        "where": where,
+    }
     (attempt / f"{rank}.json").write_text(json.dumps(text))
 
 
@@ -199,7 +206,8 @@ def test_a_rank_whose_peer_left_is_a_victim_and_the_leavers_exit_code_is_the_run
     text, code = outcome.failed_run({0: failure(1), 1: failure(3)}, tmp_path, attempt=0)
     assert code == 3
     assert text.splitlines()[0].startswith("accelify launch: rank 1 failed with exit code 3")
-    assert "rank 0 failed because its peer had gone: RuntimeError" in text
+    victim = "rank 0 failed because its peer had gone (RuntimeError: Connection closed by peer)"
+    assert victim in text
 
 
 def test_the_earliest_exception_that_is_not_a_victims_is_the_cause(tmp_path):
@@ -209,6 +217,42 @@ def test_the_earliest_exception_that_is_not_a_victims_is_the_cause(tmp_path):
     assert code == 1
     assert "rank 1 failed first: ValueError: boom" in text
     assert text.count("Traceback") == 1
+
+
+def test_a_rank_killed_by_sigkill_among_ranks_the_agent_stopped_is_the_cause(tmp_path):
+    # The out-of-memory killer's SIGKILL, then the agent's SIGTERM for the others, all seen in
+    # one poll with the same whole-second timestamp.
+    failures = {0: failure(-signal.SIGTERM, 7.0), 1: failure(-signal.SIGKILL, 7.0)}
+    text, code = outcome.failed_run(failures, tmp_path, attempt=0)
+    assert code == 128 + signal.SIGKILL
+    assert text.startswith("accelify launch: rank 1 was killed by SIGKILL (the out-of-memory")
+    assert "rank 0" not in text
+
+
+def test_ranks_that_fail_on_their_own_are_not_called_victims(tmp_path):
+    train = tmp_path / "train.py"
+    train.write_text("x = 1\nprint(model(x))\ny = load()\n")
+    write_failure(tmp_path, 0, "RuntimeError: shapes", at=2, where=f"{train}:2")
+    write_failure(tmp_path, 1, "RuntimeError: shapes", at=1, where=f"{train}:2")
+    text, _ = outcome.failed_run({0: failure(1), 1: failure(1)}, tmp_path, attempt=0)
+    assert "rank 1 failed first at " in text and "train.py:2 (`print(model(x))`): " in text
+    assert "rank 0 failed the same way, on its own" in text
+    assert "peer had gone" not in text
+    write_failure(tmp_path, 0, "KeyError: 'label'", at=2, where=f"{train}:3")
+    text, _ = outcome.failed_run({0: failure(1), 1: failure(1)}, tmp_path, attempt=0)
+    assert "rank 0 also failed at " in text and "train.py:3 (`y = load()`): KeyError" in text
+
+
+def test_a_dataloader_workers_exception_is_named_by_its_own_line(tmp_path):
+    summary = (
+        "ValueError: Caught ValueError in DataLoader worker process 0.\n"
+        f"{failure_record.WORKER_TRACEBACK}\n"
+        '  File "/x/torch/utils/data/_utils/fetch.py", line 54, in fetch\n'
+        "ValueError: bad sample 37"
+    )
+    write_failure(tmp_path, 1, summary, at=1)
+    text, _ = outcome.failed_run({1: failure(1)}, tmp_path, attempt=0)
+    assert "rank 1 failed first: ValueError: bad sample 37 (in a DataLoader worker)" in text
 
 
 def test_the_peer_gone_messages_of_gloo_nccl_and_the_store_are_victims():
@@ -249,6 +293,30 @@ def test_a_rank_that_exits_with_3_is_named_and_its_code_is_the_runs():
     assert "rank 0 failed first" not in result.stderr
     assert result.stderr.count("Traceback") == 0  # a victim's traceback is one line
     assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_killed_from_outside_is_named_and_the_run_exits_as_a_shell_says():
+    result = launched("killed.py")
+    assert result.returncode == 128 + signal.SIGKILL, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    assert report[0].startswith("accelify launch: rank 1 was killed by SIGKILL"), report
+    assert "its last collective: backward at killed.py:17" in report[0]
+    assert not any("rank 0 was killed" in line for line in report), report
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_dataloader_workers_exception_is_named_at_the_datasets_line():
+    result = launched("worker_raises.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 failed first at worker_raises.py:16 "
+        '(`raise ValueError(f"sample {index} is broken")`): '
+        "ValueError: sample 37 is broken (in a DataLoader worker)"
+    ) in result.stderr
+    tracebacks = [line for line in result.stderr.splitlines() if line.startswith("Traceback")]
+    assert len(tracebacks) == 1, result.stderr  # rank 1's, once
 
 
 @pytest.mark.distributed

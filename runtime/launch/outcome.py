@@ -18,14 +18,25 @@ from typing import Any
 
 from accelify.runtime import collective_record
 from accelify.runtime.collective_record import LEAVING, Record
-from accelify.runtime.failure_record import Failure, is_peer_gone, recorded_failures
-from accelify.runtime.launch.watch import Verdict, place, read_all
+from accelify.runtime.failure_record import (
+    PEER_GONE,
+    WORKER_TRACEBACK,
+    Failure,
+    is_peer_gone,
+    recorded_failures,
+)
+from accelify.runtime.launch.watch import Verdict, place, read_all, source_place
 
 PREFIX = "accelify launch:"
-AGENT_STOPS = (-signal.SIGTERM, -signal.SIGKILL)
+#: How torch's agent stops the ranks left once one has failed. It sends SIGKILL only to a rank
+#: that outlived SIGTERM's grace, so a rank killed by SIGKILL among ranks ended by SIGTERM was
+#: killed from outside (most often the kernel's out-of-memory killer): it is the cause.
+AGENT_STOPS = (-signal.SIGTERM,)
 
 
 def describe_exit(exitcode: int) -> str:
+    if exitcode == -signal.SIGKILL:
+        return "was killed by SIGKILL (the out-of-memory killer sends it: check the memory)"
     if exitcode < 0:
         return f"was killed by {_signal_name(-exitcode)}"
     return f"failed with exit code {exitcode}"
@@ -88,7 +99,7 @@ def _raised(
     lines = [
         f"{PREFIX} rank {first.rank} failed first; its traceback:",
         first.traceback.rstrip(),
-        f"{PREFIX} rank {first.rank} failed first: {_one_line(first)}",
+        f"{PREFIX} rank {first.rank} failed first{_at(first)}: {_one_line(first)}",
     ]
     others = [
         f"rank {rank} {describe_exit(failure.exitcode)}"
@@ -97,8 +108,15 @@ def _raised(
     ]
     if others:
         lines.append(f"{PREFIX} after it, {', '.join(others)}")
+    for rank, failure in sorted(raised.items()):
+        if rank == first.rank or is_peer_gone(failure.summary):
+            continue
+        if (failure.summary, failure.where) == (first.summary, first.where):
+            lines.append(f"{PREFIX} rank {rank} failed the same way, on its own")
+        else:
+            lines.append(f"{PREFIX} rank {rank} also failed{_at(failure)}: {_one_line(failure)}")
     lines += _victim_lines(
-        {rank: f for rank, f in raised.items() if rank != first.rank}, exclude=first.rank
+        {rank: f for rank, f in raised.items() if is_peer_gone(f.summary)}, exclude=first.rank
     )
     lines.append(f"{PREFIX} the other ranks were stopped")
     return "\n".join(lines), _exit_code(failures[first.rank].exitcode)
@@ -149,10 +167,18 @@ def _unexplained(failures: dict[int, Any]) -> tuple[str, int]:
 
 def _victim_lines(victims: dict[int, Failure], exclude: int | None) -> list[str]:
     return [
-        f"{PREFIX} rank {rank} failed because its peer had gone: {_one_line(failure)}"
+        f"{PREFIX} rank {rank} failed because its peer had gone ({_peer_gone(failure)})"
         for rank, failure in sorted(victims.items())
         if rank != exclude
     ]
+
+
+def _peer_gone(failure: Failure) -> str:
+    """``RuntimeError: Connection closed by peer``: the words that make it a victim, not gloo's
+    whole message with its source path and ports."""
+    kind = failure.summary.split(":", 1)[0]
+    words = next((words for words in PEER_GONE if words in failure.summary), "")
+    return f"{kind}: {words}" if words and " " not in kind else _one_line(failure)
 
 
 def _states(records: Path, attempt: int) -> dict[int, Record]:
@@ -169,13 +195,24 @@ def stopped(signum: int) -> tuple[str, int]:
     return f"{PREFIX} stopped by {_signal_name(signum)}; every rank was stopped", 128 + signum
 
 
+def _at(failure: Failure) -> str:
+    """`` at train.py:8 (`print(model(x))`)``: where in the user's code the rank raised."""
+    file, _, line = failure.where.rpartition(":")
+    return f" at {source_place(file, int(line))}" if file and line.isdigit() else ""
+
+
 def _one_line(failure: Failure) -> str:
-    lines = failure.summary.splitlines()
-    return lines[0] if lines else "an exception"
+    lines = [line for line in failure.summary.splitlines() if line.strip()]
+    if not lines:
+        return "an exception"
+    if WORKER_TRACEBACK in failure.summary:
+        return f"{lines[-1]} (in a DataLoader worker)"
+    return lines[0]
 
 
 def _exit_code(exitcode: int) -> int:
-    return exitcode if exitcode > 0 else 1
+    """A rank's exit code, or 128 + N for a rank killed by signal N, as a shell reports it."""
+    return exitcode if exitcode > 0 else 128 - exitcode if exitcode < 0 else 1
 
 
 def _signal_name(signum: int) -> str:

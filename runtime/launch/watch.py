@@ -205,10 +205,10 @@ def place(record: Record) -> str:
     """``train.py:88 (`total = accelerator.gather(loss)`)``: the user's line, as they wrote it."""
     if not record.where:
         return "an unknown place"
-    return _source_place(record.file, record.line)
+    return source_place(record.file, record.line)
 
 
-def _source_place(path: str, line: int) -> str:
+def source_place(path: str, line: int) -> str:
     shown = _shown_path(path)
     text = linecache.getline(path, line).strip()
     return f"{shown}:{line} (`{text}`)" if text else f"{shown}:{line}"
@@ -311,7 +311,7 @@ def _hang(
     for rank, rec in sorted(busy.items()):
         frames = stacks.get(rank) or []
         here = frames[-1] if frames else None
-        at = f"; it is at {_source_place(here[0], here[1])}" if here else ""
+        at = f"; it is at {source_place(here[0], here[1])}" if here else ""
         lines.append(
             f"{PREFIX} rank {rank} has not reached a collective for {now - rec.since:.0f} s{at}"
         )
