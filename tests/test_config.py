@@ -130,6 +130,15 @@ def test_missing_script_is_a_usage_error(tmp_path):
     assert "no such script" in result.stderr
 
 
+def test_a_script_with_a_syntax_error_is_refused_once_with_its_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\ndef f(:\n    pass\n")
+    result = run_accelify("launch", "--cpu", "-n", "2", script)
+    assert result.returncode == 2
+    assert f"{script}:2: SyntaxError: invalid syntax" in result.stderr
+    assert result.stderr.count("SyntaxError") == 1 and "Traceback" not in result.stderr
+
+
 def test_interactive_config_asks_and_writes(tmp_path):
     from click.testing import CliRunner
 

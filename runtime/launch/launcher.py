@@ -98,8 +98,8 @@ def check(plan: LaunchPlan, cuda_available: bool) -> None:
     if plan.no_python:
         if shutil.which(plan.script) is None:
             raise UserError(f"no such executable: {plan.script}")
-    elif not plan.module and not Path(plan.script).is_file():
-        raise UserError(f"no such script: {plan.script}")
+    elif not plan.module:
+        _check_script(Path(plan.script))
     on_cpu = config.use_cpu or not cuda_available
     gpus = selected_gpus(config)
     if gpus and on_cpu:
@@ -205,6 +205,20 @@ def runtime_settings(config: LaunchConfig) -> LaunchSettings:
         cpu_threads=config.num_cpu_threads_per_process,
         visible_gpus=",".join(selected_gpus(config)) or None,
     )
+
+
+def _check_script(script: Path) -> None:
+    """A script that cannot start is said once, here, with its line: each rank would print the
+    same SyntaxError and the run would end with a report about rank 0 and its peers."""
+    if not script.is_file():
+        raise UserError(f"no such script: {script}")
+    try:
+        compile(script.read_bytes(), str(script), "exec", dont_inherit=True)
+    except SyntaxError as error:
+        where = f"{script}:{error.lineno}" if error.lineno else str(script)
+        raise UserError(f"{where}: {type(error).__name__}: {error.msg}") from None
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot read {script}: {error}") from None
 
 
 def launch(plan: LaunchPlan) -> int:
