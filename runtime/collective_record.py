@@ -207,6 +207,7 @@ def install(rank: int) -> None:
         _recorder = _Recorder(directory, rank, skip)
     except OSError:
         return  # the record only improves the launcher's report
+    _record_torch_collectives()
     if signal.getsignal(STACK_SIGNAL) is signal.SIG_DFL:
         try:
             _stack_file = open(stack_path(directory, rank), "w", encoding="utf-8")  # noqa: SIM115
@@ -216,6 +217,58 @@ def install(rank: int) -> None:
             faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
         except (OSError, RuntimeError, ValueError):
             _stack_file = None
+
+
+#: torch.distributed's collectives, which scripts also call themselves (a hand-written
+#: ``dist.all_reduce`` beside the runtime's ``gather``): recorded like the runtime's own.
+TORCH_COLLECTIVES = (
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "gather_object",
+    "monitored_barrier",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "scatter_object_list",
+)
+
+
+def _record_torch_collectives() -> None:
+    """Record torch.distributed's collectives where code calls them through the module
+    (``dist.all_reduce(t)``, the usual spelling). Only on the default group: a collective on a
+    subgroup is not made by every rank, so its sequence number would not match the peers'."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return
+    for name in TORCH_COLLECTIVES:
+        function = getattr(dist, name, None)
+        if function is not None and not hasattr(function, "__accelify_operation__"):
+            setattr(dist, name, _on_the_default_group(dist, name, function))
+
+
+def _on_the_default_group(dist: Any, name: str, function: F) -> F:
+    recorded = collective(name)(function)
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        group = kwargs.get("group")
+        if group is None:
+            group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
+        if group is not None and group is not dist.group.WORLD:
+            return function(*args, **kwargs)
+        return recorded(*args, **kwargs)
+
+    call.__accelify_operation__ = name  # type: ignore[attr-defined]
+    return call  # type: ignore[return-value]
 
 
 def library_prefixes() -> tuple[str, ...]:

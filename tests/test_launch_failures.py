@@ -346,6 +346,16 @@ def test_a_collective_under_a_main_process_guard_is_a_mismatch_reported_in_secon
 
 
 @pytest.mark.distributed
+def test_the_scripts_own_torch_distributed_calls_are_recorded_too():
+    result = launched("raw_collectives.py")
+    assert result.returncode == 1, result.stderr
+    assert "rank 0 waits in all_reduce at raw_collectives.py:18" in result.stderr
+    assert "rank 1 waits in barrier at raw_collectives.py:20 (`dist.barrier()`)" in result.stderr
+    assert "collective #2" in result.stderr  # the subgroup's all-reduce is not counted
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_a_rank_busy_past_the_hang_timeout_is_shown_with_its_stack():
     result = launched("sleeper.py", "--hang-timeout", "3")
     assert result.returncode == 1, result.stderr
