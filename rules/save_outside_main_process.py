@@ -199,6 +199,11 @@ class SaveOutsideMainProcess(Rule):
         + "import json\n\n\ndef finish(out):\n    tokenizer.save_pretrained(out)\n"
         + "    with open('args.json', 'w') as f:\n        json.dump(vars(args), f)\n"
         + "    print(f'saved to {out}')\n\n\nfinish('out')\n",
+        # an HF Trainer's log history written by every rank last: the same rows everywhere
+        # (Tower SFT: the losses are gathered across ranks before they are logged)
+        HEADER
+        + "import pandas as pd\ntrainer.train()\n"
+        + "pd.DataFrame(trainer.state.log_history).to_csv('out/log.tsv', sep='\\t')\n",
         # identical small files every rank writes before a barrier: whole when read
         HEADER
         + "import json\ntokenizer.save_pretrained(args.output_dir)\n"
