@@ -6,6 +6,7 @@ from accelify.analysis import names
 from accelify.analysis.collectives import DDP
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 #: What DistributedDataParallel itself answers besides nn.Module's API.
@@ -100,6 +101,14 @@ class WrapperAttribute(Rule):
             + "accelerator.backward(model(batch).loss)\n"
             + "if accelerator.num_processes > 1:\n    model.remove_caches()\n",
             6,
+            5,
+        ),
+        Example(  # the test is of another object: this model is still wrapped there
+            HEADER
+            + "model = accelerator.prepare(model)\n"
+            + "accelerator.backward(model(batch).loss)\n"
+            + "if hasattr(ema, 'module'):\n    pass\nelse:\n    model.generate(cond)\n",
+            8,
             5,
         ),
         Example(  # U-DiT: a checkpoint from the wrapper's module, which one process lacks
@@ -280,13 +289,17 @@ def _unwrapped_branch(script: ScriptModel, attribute: cst.Attribute) -> bool:
     the wrapper is there (``if hasattr(model, "module"): model.module.generate(...) else:
     model.generate(...)``, ``isinstance(model, DDP)``, ``num_processes > 1``), or under the
     negation of one (``if not hasattr(model, "module"):``)."""
+    owner = dotted(attribute.value) or ""
     for ancestor in script.ancestors(attribute):
         if not isinstance(ancestor, (cst.If, cst.IfExp)):
             continue
         test = ancestor.test
         negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
         code = script.module.code_for_node(test)
-        tests_wrapper = "isinstance(" in code or any(w in code for w in _WRAPPER_TESTS)
+        # a test of this object (hasattr, isinstance), or of the run's number of processes
+        of_object = owner in code and ("isinstance(" in code or "module" in code)
+        of_run = any(w in code for w in _WRAPPER_TESTS if w != "module")
+        tests_wrapper = of_object or of_run
         in_else = ancestor.orelse is not None and _contains(ancestor.orelse, attribute)
         if tests_wrapper and in_else != negated:
             return True
