@@ -2,7 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.evaluation import gather_counts_padding
+from accelify.analysis.evaluation import evaluates_each_batch, gather_counts_padding
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
@@ -51,9 +51,46 @@ class GatherInEvaluation(Rule):
             + "    preds.append(accelerator.gather_for_metrics(logits.argmax(-1)))\n"
             + "preds = torch.cat(preds)\nassert len(preds) == len(data)\n",
         ),
+        Example(  # the prediction runs through the model itself (OmniGenBench's evaluate)
+            HEADER
+            + "import torch\n\n\nclass Net(torch.nn.Linear):\n"
+            + "    def predict(self, x):\n        return {'predictions': self(x).argmax(-1)}\n\n\n"
+            + "model, loader = accelerator.prepare(Net(4, 2), loader)\n"
+            + "with torch.no_grad():\n    for x, y in loader:\n"
+            + "        out = accelerator.unwrap_model(model).predict(x)\n"
+            + "        preds = accelerator.gather(out['predictions'])\n",
+            15,
+            17,
+            HEADER
+            + "import torch\n\n\nclass Net(torch.nn.Linear):\n"
+            + "    def predict(self, x):\n        return {'predictions': self(x).argmax(-1)}\n\n\n"
+            + "model, loader = accelerator.prepare(Net(4, 2), loader)\n"
+            + "with torch.no_grad():\n    for x, y in loader:\n"
+            + "        out = accelerator.unwrap_model(model).predict(x)\n"
+            + "        preds = accelerator.gather_for_metrics(out['predictions'])\n",
+        ),
+        Example(  # no_grad per batch, over a loader taken from a dict of prepared loaders
+            HEADER
+            + "import torch\n\n\ndef evaluate(model, loader):\n    preds = []\n"
+            + "    for batch in loader:\n        with torch.no_grad():\n"
+            + "            logits = model(**batch).logits\n"
+            + "            preds.extend(accelerator.gather(logits.argmax(-1)).tolist())\n"
+            + "    return preds\n\n\nmodel = accelerator.prepare(model)\n"
+            + "loaders = {k: accelerator.prepare(v) for k, v in splits.items()}\n"
+            + "evaluate(model, loaders['validation'])\n",
+            11,
+            26,
+        ),
     )
     good = (
         _EVAL + "        preds = accelerator.gather_for_metrics(model(x))\n",
+        # an epoch (or step) loop that trains in an inner loop and gathers a total under no_grad:
+        # one value per rank, no batch padded
+        HEADER
+        + "import torch\nmodel, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for epoch in range(3):\n    for x in loader:\n        loss = model(x).mean()\n"
+        + "        accelerator.backward(loss)\n    with torch.no_grad():\n"
+        + "        total = accelerator.gather(loss).mean()\n",
         # the duplicates dropped by hand, as before gather_for_metrics existed
         _EVAL
         + "        preds, refs = accelerator.gather((model(x), y))\n"
@@ -69,9 +106,9 @@ class GatherInEvaluation(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         accelerators = script.names_of(Kind.ACCELERATOR)
         facts = facts_of(script)
-        evaluating = {id(loop.node): loop for loop in script.loops if loop.evaluates} | {
-            id(evaluation.loop.node): evaluation.loop for evaluation in facts.evaluations
-        }
+        evaluating = {
+            id(loop.node): loop for loop in script.loops if evaluates_each_batch(loop, script)
+        } | {id(evaluation.loop.node): evaluation.loop for evaluation in facts.evaluations}
         for call in calls(script):
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value == "gather"):

@@ -99,6 +99,14 @@ class SaveOutsideMainProcess(Rule):
             5,
             1,
         ),
+        Example(  # a Trainer's model under an FSDP plugin (Tower SFT): is_main_process=, no `if`
+            "from accelerate import Accelerator, FullyShardedDataParallelPlugin\n"
+            "accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())\n"
+            "trainer = SFTTrainer(model=accelerator.prepare_model(model))\ntrainer.train()\n"
+            "trainer.model.save_pretrained('out')\n",
+            5,
+            1,
+        ),
         Example(  # one file per batch of a prepared loader, named by the loop's counter: the
             # ranks' shards collide under the same names (no guard: it would keep one shard)
             HEADER + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
@@ -191,6 +199,11 @@ class SaveOutsideMainProcess(Rule):
         + "import json\n\n\ndef finish(out):\n    tokenizer.save_pretrained(out)\n"
         + "    with open('args.json', 'w') as f:\n        json.dump(vars(args), f)\n"
         + "    print(f'saved to {out}')\n\n\nfinish('out')\n",
+        # an HF Trainer's log history written by every rank last: the same rows everywhere
+        # (Tower SFT: the losses are gathered across ranks before they are logged)
+        HEADER
+        + "import pandas as pd\ntrainer.train()\n"
+        + "pd.DataFrame(trainer.state.log_history).to_csv('out/log.tsv', sep='\\t')\n",
         # identical small files every rank writes before a barrier: whole when read
         HEADER
         + "import json\ntokenizer.save_pretrained(args.output_dir)\n"
@@ -269,7 +282,7 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
         )
     if isinstance(func, cst.Attribute) and func.attr.value == "save_pretrained":
         gathered = FULL_WEIGHTS_GATHERED & in_view
-        if gathered and facts_of(script).flow.kind_of(dotted(func.value), func) is Kind.MODEL:
+        if gathered and _holds_weights(script, func):
             # the model's state_dict gathers the shards there: a guard would hang
             model = dotted(func.value)
             return (
@@ -295,6 +308,18 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
         f"Write on the main process only: guard with `if {accelerator}.is_main_process:`; every "
         f"rank runs this{where} and races on the same path"
     )
+
+
+def _holds_weights(script: ScriptModel, func: cst.Attribute) -> bool:
+    """The receiver of ``save_pretrained`` is a model: one the analysis tracks, or an object it
+    does not whose name says so (``trainer.model`` after an HF Trainer ran, ``model_to_save``).
+    Under FSDP or ZeRO-3 its state dict gathers the shards from every rank, so the advice must
+    never be an ``if`` around the call (the other ranks would wait in the gather forever)."""
+    receiver = dotted(func.value)
+    kind = facts_of(script).flow.kind_of(receiver, func)
+    if kind is Kind.MODEL:
+        return True
+    return kind is None and receiver is not None and "model" in receiver.rsplit(".", 1)[-1].lower()
 
 
 def _fix(script: ScriptModel, call: cst.Call) -> Plan | None:

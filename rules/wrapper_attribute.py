@@ -6,6 +6,7 @@ from accelify.analysis import names
 from accelify.analysis.collectives import DDP
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 #: What DistributedDataParallel itself answers besides nn.Module's API.
@@ -94,6 +95,22 @@ class WrapperAttribute(Rule):
             20,
             12,
         ),
+        Example(  # a branch only several processes take: that is where the wrapper is
+            HEADER
+            + "model = accelerator.prepare(model)\n"
+            + "accelerator.backward(model(batch).loss)\n"
+            + "if accelerator.num_processes > 1:\n    model.remove_caches()\n",
+            6,
+            5,
+        ),
+        Example(  # the test is of another object: this model is still wrapped there
+            HEADER
+            + "model = accelerator.prepare(model)\n"
+            + "accelerator.backward(model(batch).loss)\n"
+            + "if hasattr(ema, 'module'):\n    pass\nelse:\n    model.generate(cond)\n",
+            8,
+            5,
+        ),
         Example(  # U-DiT: a checkpoint from the wrapper's module, which one process lacks
             HEADER
             + "import torch\n"
@@ -136,6 +153,13 @@ class WrapperAttribute(Rule):
         + "accelerator.backward(model(batch).loss)\n"
         + "net = model.module if hasattr(model, 'module') else model\n"
         + "if accelerator.num_processes > 1:\n    weights = model.module.state_dict()\n",
+        # RandAR's visualisation: the wrapper's module when there is one, else the model
+        HEADER
+        + "model = accelerator.prepare(model)\n"
+        + "accelerator.backward(model(batch).loss)\n"
+        + "if hasattr(model, 'module'):\n    gen = model.module.generate(cond)\n"
+        + "else:\n    gen = model.generate(cond)\n"
+        + "if not hasattr(model, 'module'):\n    model.remove_caches()\n",
         # the wrapper's own private state
         HEADER + "model = accelerator.prepare(model)\nhooks = len(model._comm_hooks)\n",
         # an attribute set on the wrapper, and the model's own attributes before prepare
@@ -162,6 +186,8 @@ class WrapperAttribute(Rule):
                 continue
             if _binds(script, attribute) or not _prepared_model(script, owner.value, attribute):
                 continue
+            if _unwrapped_branch(script, attribute):
+                continue  # ``if hasattr(model, "module"): ... else: model.generate(...)``
             if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
                 continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
             call = script.parent(attribute)
@@ -256,6 +282,32 @@ def _wrapper_tested(script: ScriptModel, attribute: cst.Attribute) -> bool:
         if "isinstance(" in code or any(word in code for word in _WRAPPER_TESTS):
             return True
     return False
+
+
+def _unwrapped_branch(script: ScriptModel, attribute: cst.Attribute) -> bool:
+    """``attribute`` runs only where the model is not wrapped: in the ``else`` of a test that
+    the wrapper is there (``if hasattr(model, "module"): model.module.generate(...) else:
+    model.generate(...)``, ``isinstance(model, DDP)``, ``num_processes > 1``), or under the
+    negation of one (``if not hasattr(model, "module"):``)."""
+    owner = dotted(attribute.value) or ""
+    for ancestor in script.ancestors(attribute):
+        if not isinstance(ancestor, (cst.If, cst.IfExp)):
+            continue
+        test = ancestor.test
+        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+        code = script.module.code_for_node(test)
+        # a test of this object (hasattr, isinstance), or of the run's number of processes
+        of_object = owner in code and ("isinstance(" in code or "module" in code)
+        of_run = any(w in code for w in _WRAPPER_TESTS if w != "module")
+        tests_wrapper = of_object or of_run
+        in_else = ancestor.orelse is not None and _contains(ancestor.orelse, attribute)
+        if tests_wrapper and in_else != negated:
+            return True
+    return False
+
+
+def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return tree is node or any(_contains(child, node) for child in tree.children)
 
 
 #: Names that say a script is written for DeepSpeed or FSDP (``DummyOptim`` exists only for

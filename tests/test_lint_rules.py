@@ -45,6 +45,23 @@ def test_good_example_is_silent(rule, code):
     assert [f for f in lint(code, rule.code).findings if f.code == rule.code] == []
 
 
+def test_a_trainers_model_saved_under_fsdp_is_never_advised_an_if_around_it():
+    """``trainer.model`` is no model the analysis tracks, but its name says it is one: under
+    FSDP its state dict gathers from every rank, so a guard would hang the others."""
+    code = (
+        "from accelerate import Accelerator, FullyShardedDataParallelPlugin\n"
+        "accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())\n"
+        "trainer.train()\n"
+        "trainer.model.save_pretrained('out')\n"
+        "trainer.tokenizer.save_pretrained('out')\n"
+    )
+    [finding] = lint(code, "ACC201").findings
+    assert finding.line == 4
+    assert "is_main_process=accelerator.is_main_process" in finding.message
+    assert "state_dict=accelerator.get_state_dict(trainer.model)" in finding.message
+    assert "guard with" not in finding.message
+
+
 def test_wrapped_state_dict_advice_names_the_saved_model_and_accelerator():
     code = (
         "from accelerate import Accelerator\n"

@@ -759,13 +759,55 @@ def _add_fields(found: Evaluation, fields: dict[str, list[cst.CSTNode]], taken: 
         found.fields.append(GatheredField(name, code, uses))
 
 
+#: Methods of a model that predict (``model.predict(batch)``, ``generate``, ``predict_class``).
+_PREDICTING = ("predict", "generate", "infer", "sample", "forward")
+
+
+def predicts_through_the_model(loop: Loop) -> bool:
+    """The loop predicts through the model itself: ``accelerator.unwrap_model(model).predict(
+    batch)`` (or ``generate``, ``predict_class``...) is its forward pass as much as
+    ``model(batch)`` (OmniGenBench's evaluate, a log-anomaly Predicter)."""
+    for node in walk(loop.node.body):
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+            continue
+        inner = node.func.value
+        if (
+            isinstance(inner, cst.Call)
+            and isinstance(inner.func, cst.Attribute)
+            and inner.func.attr.value == "unwrap_model"
+            and node.func.attr.value.startswith(_PREDICTING)
+        ):
+            return True
+    return False
+
+
+def evaluates_each_batch(loop: Loop, model: ScriptModel) -> bool:
+    """A loop over batches that trains nothing and turns gradients off inside it, for each
+    batch (``for batch in loader: with torch.no_grad(): outputs = model(**batch)``): an
+    evaluation as much as a loop under ``no_grad``, wherever its loader came from. Not a loop
+    over ``range`` (epochs, steps), whose batches come from elsewhere."""
+    if loop.evaluates:
+        return True
+    if loop.trains:
+        return False
+    source = loop.node.iter
+    if isinstance(source, cst.Call) and dotted(source.func) == "enumerate" and source.args:
+        source = source.args[0].value
+    if isinstance(source, cst.Call) and dotted(source.func) in ("range", "tqdm.trange", "trange"):
+        return False
+    return any(
+        isinstance(statement, cst.With) and model.disables_grad(statement)
+        for statement in loop.node.body.body
+    )
+
+
 def gather_counts_padding(loop: Loop, gather: cst.Call, facts: Facts) -> bool:
     """``accelerator.gather`` in ``loop``, an evaluation of a model, keeps the samples a prepared
     DataLoader repeats to even out the last batch: they are counted twice. Not when the script
     drops them by hand (``predictions = predictions[: len(dataset) - samples_seen]``, the idiom
     from before ``gather_for_metrics``) or the loop runs no forward pass (a test of the gather
     itself)."""
-    if first_forward(loop, facts) is None:
+    if first_forward(loop, facts) is None and not predicts_through_the_model(loop):
         return False
     model = facts.model
     assign = next((a for a in model.ancestors(gather) if isinstance(a, cst.Assign)), None)

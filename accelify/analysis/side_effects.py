@@ -260,25 +260,43 @@ _SAME_EVERYWHERE = ("tokenizer", "processor", "config", "feature_extractor", "sc
 _DUMPERS = {"json.dump", "yaml.dump", "yaml.safe_dump"}
 #: Copies whose bytes are the source file's: the same on every rank when the source is.
 _COPIES = {"shutil.copy", "shutil.copy2", "shutil.copyfile"}
+#: A table's writers (``frame.to_csv(path)``): same bytes on every rank when its rows are.
+_TABLE_WRITERS = {"to_csv", "to_json", "to_parquet"}
 
 
 def same_on_every_rank(model: ScriptModel, call: cst.Call) -> bool:
     """A small file every rank writes with the same bytes: a tokenizer's, a processor's or a
     config's ``save_pretrained``, the run's settings dumped to JSON or YAML or the config file
-    copied (``shutil.copy(config_path, log_dir)``) into the run's folder. Written by every
-    rank before a barrier, the file is whole when anyone reads it (unlike a checkpoint, whose
-    ranks may hold different state and whose size makes a torn read likely)."""
+    copied (``shutil.copy(config_path, log_dir)``) into the run's folder, or an HF Trainer's log
+    history (``pd.DataFrame(trainer.state.log_history).to_csv(...)``: every rank logs the same
+    values, the losses gathered across ranks first). Written by every rank before a barrier,
+    the file is whole when anyone reads it (unlike a checkpoint, whose ranks may hold different
+    state and whose size makes a torn read likely)."""
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value in ("save_pretrained", "to_json_file"):
         return _names_settings(func.value)
+    if isinstance(func, cst.Attribute) and func.attr.value in _TABLE_WRITERS:
+        frame = func.value  # pd.DataFrame(rows).to_csv(path)
+        return (
+            isinstance(frame, cst.Call)
+            and bool(frame.args)
+            and (dotted(frame.func) or "").rsplit(".", 1)[-1] == "DataFrame"
+            and _trainer_log_history(frame.args[0].value)
+        )
     if model.call_names(call) & _COPIES and call.args:
         return _names_settings(call.args[0].value)
     if model.call_names(call) & _DUMPERS and call.args:
         value = call.args[0].value
         if isinstance(value, cst.Call) and dotted(value.func) == "vars" and value.args:
             value = value.args[0].value
-        return _names_settings(value)
+        return _names_settings(value) or _trainer_log_history(value)
     return False
+
+
+def _trainer_log_history(node: cst.BaseExpression) -> bool:
+    """``trainer.state.log_history``: the same list on every rank of an HF Trainer run."""
+    name = dotted(node) if isinstance(node, cst.Attribute) else None
+    return name is not None and name.endswith(".state.log_history")
 
 
 def _names_settings(node: cst.BaseExpression) -> bool:
