@@ -80,6 +80,9 @@ class Context:
     #: loops (by id) that evaluate only loaders left whole, so every rank evaluates all of it:
     #: their evaluation needs no gather (a loop that also trains, where none fits).
     left_whole: set[int] = field(default_factory=set)
+    #: file-writing blocks the conversion leaves on every rank (they compute what every rank
+    #: needs): a file they write is not "saved on the main process".
+    written_everywhere: list[cst.With] = field(default_factory=list)
     #: statements that go right after the ``Accelerator(...)`` is created.
     after_creation: list[str] = field(default_factory=list)
 

@@ -195,6 +195,7 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
             reviewed.append(with_node)
             continue
         guarded.append(with_node)
+    ctx.written_everywhere += reviewed
     for call in ctx.model.calls:
         inside_guarded = any(
             ctx.facts.placement.inside(call, block) for block in (*guarded, *reviewed)

@@ -107,10 +107,12 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
         if acc == ctx.acc:
             ctx.need(place)
     code = f"{accelerators[0] if accelerators else ctx.acc}.wait_for_everyone()"
+    everywhere = any(ctx.facts.placement.inside(write, b) for b in ctx.written_everywhere)
+    saved = "written by every rank" if everywhere else "saved on the main process"
     ctx.plan.change(
         ctx.line(read),
-        f"{code} before the read: {path} is saved on the main process at line "
-        f"{ctx.line(write)} and read by every rank",
+        f"{code} before the read: {path} is {saved} at line {ctx.line(write)} and read by "
+        "every rank",
     )
 
 
