@@ -591,6 +591,17 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
             for name in loaders
             if any(o not in prepared for o in flow.origins(name, method.body, stop=prepared))
         ]
+        by_hand = _iterated_by_hand(ctx)
+        for name in [n for n in unprepared if flow.origins(n, method.body) & set(by_hand)]:
+            unprepared.remove(name)
+            ctx.plan.review(
+                ctx.line(by_hand[next(iter(flow.origins(name, method.body) & set(by_hand)))]),
+                f"{name} is read through iter()/next() outside any loop over it, where no "
+                "training step is seen: whether it is trained or evaluated is unknown, and "
+                "prepared, an evaluation's totals would cover one rank's shard; left "
+                "unprepared, so every rank reads all of it (correct, not sharded); iterate it "
+                "with a for loop to shard it",
+            )
         body = ctx.facts.placement.body_of(method)
         if not unprepared or not body:
             continue
@@ -739,6 +750,68 @@ def _read_where_written(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Loop
         for name, loop in inside.items()
         if name not in outside and chosen.get(name) is Kind.DATALOADER
     }
+
+
+def _iterated_by_hand(ctx: Context) -> dict[str, cst.Call]:
+    """Loaders (by the names they were made under) that are read only through ``iter(loader)``
+    where no training step is seen (``dl_iter = iter(dl)`` then ``next(dl_iter)`` in a ``for i
+    in range(num_batches)`` loop), with that call: no loop the analysis follows reads them, so
+    an evaluation there is never gathered. A function handed a step that trains beside the
+    loader (``self._foreach_batch(dl_train, self.train_batch)``) trains that loader: it is not
+    among them, its shard is what the rank trains on."""
+    flow, placement = ctx.facts.flow, ctx.facts.placement
+    read = {name for loop in ctx.model.loops for name in _loader_origins(ctx, loop)}
+    found: dict[str, cst.Call] = {}
+    for node in placement.all_nodes():
+        if not isinstance(node, cst.Call) or dotted(node.func) != "iter" or len(node.args) != 1:
+            continue
+        name = dotted(node.args[0].value)
+        if name is None or flow.kind_of(name, node) is not Kind.DATALOADER:
+            continue
+        function = placement.enclosing_function(node)
+        scope = function if function is not None else ctx.model.module
+        if any(placement.inside(call, scope) for call in ctx.model.backward_calls):
+            continue  # ``batch = next(train_iter)`` in a training loop: its shard is trained
+        trained = _handed_a_training_step(ctx, function, name) if function is not None else set()
+        for origin in flow.origins(name, node) - trained:
+            if origin is not None and origin not in read:
+                found.setdefault(origin, node)
+    return found
+
+
+def _handed_a_training_step(ctx: Context, function: cst.FunctionDef, loader: str) -> set[str]:
+    """The origins of ``loader`` (a parameter of ``function``) at the calls that also hand
+    ``function`` a function of this file that runs a backward (``self.train_batch``)."""
+    flow = ctx.facts.flow
+    found: set[str] = set()
+    for call, implicit in flow.calls_of(function):
+        bound = dict(bound_arguments(function, call, implicit))
+        if loader not in bound:
+            continue
+        for parameter, argument in bound.items():
+            if parameter == loader:
+                continue
+            step = _function_named(ctx, argument.value, call)
+            if step is not None and any(
+                ctx.facts.placement.inside(b, step) for b in ctx.model.backward_calls
+            ):
+                value = dotted(bound[loader].value)
+                found |= {o for o in flow.origins(value, call) if o is not None}
+    return found
+
+
+def _function_named(
+    ctx: Context, value: cst.BaseExpression, at: cst.CSTNode
+) -> cst.FunctionDef | None:
+    """The function of this file ``value`` names: ``train_step``, or ``self.train_batch`` of
+    the class around ``at``."""
+    name = dotted(value)
+    if name is None:
+        return None
+    if name.startswith("self.") and name.count(".") == 1:
+        owner = ctx.facts.placement.class_of(at)
+        return ctx.model.call_graph.lookup(owner, name[5:]) if owner is not None else None
+    return ctx.model.functions.get(name)
 
 
 def _trained_loaders(ctx: Context) -> set[str]:
