@@ -210,6 +210,20 @@ class UnpreparedObject(Rule):
         + "            self.accelerator.backward(loss_fn(model(x), y))\n"
         + "            self.optimizer.step()\n"
         + "Trainer(model, optimizer, loader).train_epoch()\n",
+        # a method that prepares the loader it receives before its loop: the caller's loader
+        # is prepared there, not at the call
+        HEADER
+        + _OBJECTS
+        + "class Trainer:\n"
+        + "    def __init__(self, model, optimizer):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n"
+        + "    def train(self, training_data):\n"
+        + "        training_data = self.accelerator.prepare(training_data)\n"
+        + "        for x, y in training_data:\n"
+        + "            self.accelerator.backward(loss_fn(self.model(x), y))\n"
+        + "            self.optimizer.step()\n"
+        + "Trainer(model, optimizer).train(loader)\n",
         # rollouts made this step on this rank, batched for the update: already this rank's data
         HEADER
         + "from torch.utils.data import DataLoader, TensorDataset\n"
@@ -453,6 +467,12 @@ class UnpreparedObject(Rule):
         with a DataLoader that was never prepared: reported at the argument."""
         facts = facts_of(script)
         shared = facts.shared_loop_evaluations
+        scope = script.scope_of(loop.node)
+        if any(
+            loop.iterable in prepare.outputs and script.scope_of(prepare.call) is scope
+            for prepare in script.prepare_calls
+        ):
+            return  # ``loader = self.accelerator.prepare(loader)`` first: what the loop reads
         for argument in facts.flow.call_site_arguments(loop.iterable, loop.node):
             name = dotted(argument.value)
             if name in shared and shared[name].loop is loop:

@@ -602,6 +602,7 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
                 "unprepared, so every rank reads all of it (correct, not sharded); iterate it "
                 "with a for loop to shard it",
             )
+        _leave_evaluated_whole(ctx, method, unprepared)
         body = ctx.facts.placement.body_of(method)
         if not unprepared or not body:
             continue
@@ -616,6 +617,30 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         ctx.plan.change(
             ctx.line(method),
             f"{method.name.value}() prepares the loaders it receives: {targets}",
+        )
+
+
+def _leave_evaluated_whole(ctx: Context, method: cst.FunctionDef, unprepared: list[str]) -> None:
+    """Of the loaders ``method`` receives and would prepare, those read only by evaluations the
+    conversion leaves as they are (``validation_score += self._compute_loss(batch).item()``,
+    the forward in a helper method) are taken out of ``unprepared``: as where loaders are made
+    (`_evaluated_unsure`), every rank evaluates all of it, and what is printed or decided on
+    its totals is the whole set's."""
+    flow = ctx.facts.flow
+    origins = {name: flow.origins(name, method.body) - {None} for name in unprepared}
+    candidates = {o: Kind.DATALOADER for found in origins.values() for o in found}
+    unsure = _evaluated_unsure(ctx, dict(candidates))  # type: ignore[arg-type]
+    for name in list(unprepared):
+        if not origins[name] or not origins[name] <= set(unsure):
+            continue
+        evaluation = unsure[next(iter(origins[name]))]
+        unprepared.remove(name)
+        ctx.left_whole.add(id(evaluation.loop.node))
+        ctx.plan.review(
+            ctx.line(evaluation.line_node),
+            f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
+            "rank evaluates all of it (correct, not sharded); to shard it, gather predictions "
+            f"and labels together with {ctx.a('gather_for_metrics')} before the metrics",
         )
 
 
