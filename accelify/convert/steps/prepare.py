@@ -66,6 +66,16 @@ def run(ctx: Context, scope: Scope) -> None:
                 ctx.frozen.add(name)
         received = [n for n in _received_loaders(ctx, scope, aliases) if n not in dict_parameters]
         chosen.update(dict.fromkeys(received, Kind.DATALOADER))
+    for name, wrap in _wrapped_loaders(ctx, scope, chosen).items():
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.plan.review(
+            ctx.line(wrap),
+            f"{name} is wrapped in {dotted(wrap.value.func)} (a class of this file) before it "  # type: ignore[attr-defined]
+            "could be prepared: prepare would hand the wrapper back untouched, so it is left "
+            "unprepared and every rank reads all of it (correct, not data-parallel); prepare "
+            "the DataLoader before wrapping it (and gather its evaluation's results)",
+        )
     for name in _untrained_models(ctx, scope, chosen, aliases):
         chosen.pop(name)
         created.pop(name, None)
@@ -190,6 +200,27 @@ def run(ctx: Context, scope: Scope) -> None:
 
 
 _TRAINED_KINDS = {Kind.MODEL, Kind.OPTIMIZER}
+
+
+def _wrapped_loaders(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dict[str, cst.Assign]:
+    """Loaders of ``chosen`` rebound in ``scope`` to an instance of a class of this file that
+    is not a module and receives the loader (the nn tutorial's ``train_dl =
+    WrappedDataLoader(train_dl, preprocess)``), with that assignment: ``prepare`` shards
+    DataLoaders only and hands any other object back as it is."""
+    found: dict[str, cst.Assign] = {}
+    for assign in ctx.model.assignments:
+        value = assign.value
+        if ctx.model.scope_of(assign) is not scope or len(assign.targets) != 1:
+            continue
+        name = dotted(assign.targets[0].target)
+        if chosen.get(name or "") is not Kind.DATALOADER or not isinstance(value, cst.Call):
+            continue
+        wrapper = dotted(value.func)
+        if wrapper not in ctx.model.classes or wrapper in ctx.model.module_classes:
+            continue
+        if any(dotted(argument.value) == name for argument in value.args):
+            found.setdefault(name, assign)  # type: ignore[index]
+    return found
 
 
 def _nothing_trained(ctx: Context, chosen: dict[str, Kind]) -> bool:
