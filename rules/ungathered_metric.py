@@ -153,6 +153,17 @@ class UngatheredMetric(Rule):
         + "for batch in loader:\n"
         + "    out = train_step(model, batch)\n"
         + "    meter.update(out['loss'], out['n'])\n",
+        # each metric function of a list applied to the gathered outputs (pytorch-template's
+        # ``for met in self.metric_ftns:``): ``met`` is the same on every rank
+        HEADER
+        + "import torch\n"
+        + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+        + "with torch.no_grad():\n"
+        + "    for x, y in eval_loader:\n"
+        + "        out = model(x)\n"
+        + "        out, y = accelerator.gather_for_metrics((out, y))\n"
+        + "        for met in metric_ftns:\n"
+        + "            tracker.update(met.__name__, met(out, y))\n",
         # the helper gathers what it returns: the totals are every rank's
         HEADER
         + "import torch\n"
@@ -332,6 +343,7 @@ class _RankValues:
             for node in walk(loop.node.body)
             if isinstance(node, cst.Assign) and len(node.targets) == 1
         ]
+        self.inner_loops = {id(node) for node in walk(loop.node.body) if isinstance(node, cst.For)}
         #: answers of `_gathered` by (name, reading node): each chain of assignments is
         #: followed once, however many values read it
         self._answers: dict[tuple[str, int], bool] = {}
@@ -372,8 +384,20 @@ class _RankValues:
                 and name in target_names(assign.targets[0].target)
             ):
                 last = assign
-        if last is None or depth >= len(self.assigns):
+        if last is None:
+            # ``for met in self.metric_ftns:`` inside the loop: ``met`` is what that loop walks,
+            # the same on every rank unless what it walks is this rank's
+            inner = [
+                a
+                for a in self.script.ancestors(value)
+                if isinstance(a, cst.For) and id(a) in self.inner_loops
+                if name in target_names(a.target)
+            ]
+            if inner and depth < len(self.assigns) + len(self.inner_loops):
+                return not self.this_rank_only(inner[0].iter, depth + 1)
             return False  # the batch itself: this rank's
+        if depth >= len(self.assigns):
+            return False
         return not self.this_rank_only(last.value, depth + 1)
 
     def _collective_in(self, node: cst.CSTNode) -> bool:

@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.dataflow import local_alias
 from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
@@ -192,6 +193,37 @@ class UnpreparedObject(Rule):
         + "        loader = DataLoader(batch_data, batch_size=8, shuffle=True)\n"
         + "        for batch in loader:\n"
         + "            self.accelerator.backward(self.model(**batch).loss)\n",
+        # a method's local alias of the prepared attribute (``model = self.model.train()``) is
+        # not the module-level ``model`` the trainer was built from
+        HEADER
+        + _OBJECTS
+        + "class Trainer:\n"
+        + "    def __init__(self, model, optimizer, loader):\n"
+        + "        self.model, self.optimizer, self.loader = model, optimizer, loader\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+        + "            self.model, self.optimizer, self.loader\n"
+        + "        )\n"
+        + "    def train_epoch(self):\n"
+        + "        model = self.model.train()\n"
+        + "        for x, y in self.loader:\n"
+        + "            self.accelerator.backward(loss_fn(model(x), y))\n"
+        + "            self.optimizer.step()\n"
+        + "Trainer(model, optimizer, loader).train_epoch()\n",
+        # a method that prepares the loader it receives before its loop: the caller's loader
+        # is prepared there, not at the call
+        HEADER
+        + _OBJECTS
+        + "class Trainer:\n"
+        + "    def __init__(self, model, optimizer):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n"
+        + "    def train(self, training_data):\n"
+        + "        training_data = self.accelerator.prepare(training_data)\n"
+        + "        for x, y in training_data:\n"
+        + "            self.accelerator.backward(loss_fn(self.model(x), y))\n"
+        + "            self.optimizer.step()\n"
+        + "Trainer(model, optimizer).train(loader)\n",
         # rollouts made this step on this rank, batched for the update: already this rank's data
         HEADER
         + "from torch.utils.data import DataLoader, TensorDataset\n"
@@ -402,7 +434,14 @@ class UnpreparedObject(Rule):
                 continue
             func = call.func
             called = dotted(func)
-            if called in trained_models and called not in prepared | by_hand:
+            # ``model = self.model.train()`` in a method: the prepared attribute, not the
+            # module-level ``model`` of the same name
+            alias = local_alias(script, called, call) if called is not None else None
+            if (
+                called in trained_models
+                and called not in prepared | by_hand
+                and alias not in prepared
+            ):
                 yield self.finding(
                     script, call, message=_message("model", called, "synchronised across ranks")
                 )
@@ -428,6 +467,12 @@ class UnpreparedObject(Rule):
         with a DataLoader that was never prepared: reported at the argument."""
         facts = facts_of(script)
         shared = facts.shared_loop_evaluations
+        scope = script.scope_of(loop.node)
+        if any(
+            loop.iterable in prepare.outputs and script.scope_of(prepare.call) is scope
+            for prepare in script.prepare_calls
+        ):
+            return  # ``loader = self.accelerator.prepare(loader)`` first: what the loop reads
         for argument in facts.flow.call_site_arguments(loop.iterable, loop.node):
             name = dotted(argument.value)
             if name in shared and shared[name].loop is loop:

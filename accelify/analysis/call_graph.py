@@ -255,11 +255,11 @@ class CallGraph:
             if not found:  # ``self.early_stopping(...)``: an instance held by an attribute
                 instance = self._instance_call(f"self.{name}", call)
                 found = [instance] if instance is not None else []
-            return _Resolution(found, 1)
+            return _Resolution(found, _bound(found[0]) if found else 1)
         built = strip_self_methods(receiver)
         if isinstance(built, cst.Call) and dotted(built.func) in self.classes:
             found = self.lookup(self.classes[dotted(built.func)], name)  # ``Trainer(...).fit()``
-            return _Resolution([found] if found is not None else [], 1)
+            return _Resolution([found] if found is not None else [], _bound(found))
         receiver_name = dotted(receiver)
         if receiver_name in self.classes:  # ``Trainer.fit(trainer)``, a static or class method
             found = self.lookup(self.classes[receiver_name], name)
@@ -273,7 +273,7 @@ class CallGraph:
         if owner is None:
             return _Resolution([], 1, unplaced=receiver_name)
         found = self.lookup(owner, name)
-        return _Resolution([found] if found is not None else [], 1)
+        return _Resolution([found] if found is not None else [], _bound(found))
 
     def _instance_call(self, name: str, call: cst.Call) -> cst.FunctionDef | None:
         """``early_stopping(val_loss, model)`` after ``early_stopping = EarlyStopping(...)``:
@@ -507,3 +507,12 @@ def _is_super_call(node: cst.BaseExpression) -> bool:
 def _comprehension_names(for_in: cst.CompFor) -> set[str]:
     names = target_names(for_in.target)
     return names | _comprehension_names(for_in.inner_for_in) if for_in.inner_for_in else names
+
+
+def _bound(method: cst.FunctionDef | None) -> int:
+    """How many leading parameters a call through an instance binds: none for a static method
+    (``self._foreach_batch(dl, fn)`` hands ``dl`` to its first parameter), else ``self`` or
+    ``cls``."""
+    if method is None:
+        return 1
+    return 0 if any(dotted(d.decorator) == "staticmethod" for d in method.decorators) else 1

@@ -9,7 +9,14 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.syntax import has_parameter, root_name, target_names, walk
+from accelify.analysis.syntax import (
+    dotted,
+    has_parameter,
+    root_name,
+    strip_self_methods,
+    target_names,
+    walk,
+)
 
 
 def statements(block: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -150,3 +157,22 @@ def fresh(base: str, taken: set[str]) -> str:
         name = f"{base}_{n}"
     taken.add(name)
     return name
+
+
+def local_alias(model: ScriptModel, name: str, at: cst.CSTNode) -> str | None:
+    """What a function's local ``name`` stands for at ``at`` when the function binds it once,
+    to another object's name (``model = self.model.train()``: ``self.model``; ``.train()``,
+    ``.eval()`` and ``.to()`` hand the module back). None when it binds it otherwise or not at
+    all: then ``name`` is not the module-level object of the same name either."""
+    function = model.index.enclosing_function(at)
+    if function is None:
+        return None
+    values = [
+        node.value
+        for node in walk(function.body)
+        if isinstance(node, cst.Assign)
+        and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
+    ]
+    if len(values) != 1:
+        return None
+    return dotted(strip_self_methods(values[0]))

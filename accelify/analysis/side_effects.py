@@ -244,8 +244,11 @@ def _writer_uses(
 
 
 def opens_for_writing(node: cst.BaseExpression) -> bool:
-    """``open(path, "w")`` (or ``"a"``, ``"x"``, ``mode="wb"``...)."""
+    """``open(path, "w")`` (or ``"a"``, ``"x"``, ``mode="wb"``...). ``open(os.devnull, "w")``
+    (a sink that silences a progress bar) writes no file."""
     if not isinstance(node, cst.Call) or dotted(node.func) != "open":
+        return False
+    if node.args and dotted(node.args[0].value) == "os.devnull":
         return False
     mode = next(
         (a.value for a in node.args[1:2] if a.keyword is None),

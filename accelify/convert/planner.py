@@ -92,6 +92,10 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
             "the training runs",
         )
         return ctx.plan
+    shared = _handed_to_several_instances(ctx, prepare_scope)
+    if shared is not None:
+        ctx.plan.review(model.line(prepare_scope), shared)
+        return ctx.plan
     if placement.is_method(prepare_scope) and not _static(prepare_scope):
         ctx.acc = "self.accelerator"
         ctx.confine_to_class(model.parent(model.parent(prepare_scope)))  # type: ignore[arg-type]
@@ -122,6 +126,39 @@ def _without_instance(model: ScriptModel, scope: cst.CSTNode) -> bool:
         return False
     placement = facts_of(model).placement
     return any(not placement.inside(call, scope) for call in model.backward_calls)
+
+
+def _handed_to_several_instances(ctx: Context, scope: Scope) -> str | None:
+    """Why a constructor that would prepare what it receives cannot: two of its calls hand it
+    the same model (ArjanCodes' ``Runner(test_loader, model)`` beside ``Runner(train_loader,
+    model, optimizer)``). Preparing in each instance wraps that model once per instance (DDP
+    fails at the first backward: two allreduce hooks on each parameter), makes one Accelerator
+    per instance, and shards the test instance's loader with no gather. None when no model is
+    handed twice."""
+    if not isinstance(scope, cst.FunctionDef) or scope.name.value != "__init__":
+        return None
+    flow = ctx.facts.flow
+    models = {n for n, kind in flow.params.get(scope, {}).items() if kind is Kind.MODEL}
+    handed: dict[str, list[int]] = {}
+    for call, implicit in flow.calls_of(scope):
+        for parameter, argument in bound_arguments(scope, call, implicit):
+            name = dotted(argument.value)
+            if parameter in models and name is not None:
+                handed.setdefault(name, []).append(ctx.line(call))
+    twice = {name: lines for name, lines in handed.items() if len(lines) > 1}
+    if not twice:
+        return None
+    name, lines = next(iter(twice.items()))
+    owner = ctx.facts.placement.class_of(scope)
+    cls = owner.name.value if owner is not None else "the class"
+    return (
+        f"{cls}() is built {len(lines)} times with the same {name} (lines "
+        f"{', '.join(map(str, lines))}), and its constructor is where the conversion would "
+        f"prepare what it receives: {name} would be wrapped once per instance (DDP fails at "
+        "the first backward) and each instance would make its own Accelerator; left as it is: "
+        "create one Accelerator where the model, optimizer and loaders are made, prepare them "
+        "there once, and hand the prepared objects (and the accelerator) to the instances"
+    )
 
 
 def _static(scope: cst.CSTNode) -> bool:

@@ -11,7 +11,7 @@ import libcst as cst
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, self_parameter, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 
@@ -118,7 +118,22 @@ class Context:
             span = self.model.position(node)
             return range(span.start.line, span.end.line + 1)
 
-        self.plan.confine(lambda node: any(placement.inside(node, c) for c in classes), lines)
+        def reaches(node: cst.CSTNode) -> bool:
+            return any(placement.inside(node, c) for c in classes) and not self._in_static(node)
+
+        self.plan.confine(reaches, lines)
+
+    def _in_static(self, node: cst.CSTNode) -> bool:
+        """``node`` is in a static or class method (``@staticmethod def _print(message)``,
+        called as ``self._print(...)``): there is no instance there, so ``self.accelerator``
+        is a NameError even inside the class that owns it."""
+        return any(
+            isinstance(a, cst.FunctionDef) and self_parameter(a) is None and self._method(a)
+            for a in (node, *self.model.ancestors(node))
+        )
+
+    def _method(self, function: cst.FunctionDef) -> bool:
+        return self.facts.placement.is_method(function)
 
     def code(self, node: cst.CSTNode) -> str:
         return self.model.module.code_for_node(node)

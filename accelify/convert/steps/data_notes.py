@@ -133,4 +133,6 @@ def _no_loader_prepared(ctx: Context) -> bool:
     if not made or not any(loop.trains for loop in ctx.model.loops):
         return False
     prepared = set(ctx.plan.prepared) | ctx.prepared_arguments
-    return not any(name in made or name.split("[", 1)[0] in made for name in prepared)
+    # ``train(self, training_data, ...)`` prepares the loader it receives: one of them
+    received = ctx.facts.flow.param_names(Kind.DATALOADER)
+    return not any(name in made | received or name.split("[", 1)[0] in made for name in prepared)

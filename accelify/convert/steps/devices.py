@@ -16,11 +16,12 @@ from accelify.analysis.device_moves import (
     read_as_string,
     strip_moves,
 )
-from accelify.analysis.script_model import Kind
+from accelify.analysis.script_model import Binding, Kind
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
+from accelify.edits.plan import statement
 
 
 def run_model_moves(ctx: Context) -> None:
@@ -168,16 +169,29 @@ def run_batch_moves(ctx: Context) -> None:
                 _batch_move_statement(ctx, node, batch)
 
 
+def _unpacked(binding: Binding) -> bool:
+    """``binding`` is one name of a tuple its assignment unpacks."""
+    assign = binding.assign
+    targets = assign.targets if isinstance(assign, cst.Assign) else []
+    return any(isinstance(t.target, (cst.Tuple, cst.List)) for t in targets)
+
+
 def run_devices(ctx: Context) -> None:
     for binding in ctx.model.of_kind(Kind.DEVICE):
         # a string the script reads as one stays one
         as_string = _is_string(binding.value) and read_as_string(ctx.model, binding.name)
         device = f"str({ctx.a('device')})" if as_string else ctx.a("device")
-        ctx.plan.add(
-            rewrites.use_device(binding.value, ctx.acc, as_string=as_string),
-            line=binding.line,
-            text=f"{binding.name} = {device}",
-        )
+        if _unpacked(binding):
+            # ``device, device_ids = prepare_device(n_gpu)``: the call stays (it also makes the
+            # rest of the tuple), the device is this rank's after it
+            ctx.plan.insert_after(binding.statement, statement(f"{binding.name} = {device}"))
+            ctx.plan.change(binding.line, f"{binding.name} = {device} after it is unpacked")
+        else:
+            ctx.plan.add(
+                rewrites.use_device(binding.value, ctx.acc, as_string=as_string),
+                line=binding.line,
+                text=f"{binding.name} = {device}",
+            )
         ctx.need(binding.statement)
         if not as_string:
             _compare_device_types(ctx, binding.name, binding.scope)

@@ -31,14 +31,16 @@ def run(ctx: Context) -> None:
         elif qualified & names.TQDM and not any(
             a.keyword and a.keyword.value == "disable" for a in call.args
         ):
-            acc = ctx.acc
+            acc = ctx.accelerator_at(call)  # a static method's bar: the process state
             ctx.plan.replace(
                 call,
                 WithKeyword("disable", f"not {acc}.is_local_main_process"),
                 ctx.line(call),
                 "progress bar shown on the local main process only",
+                anywhere=acc != ctx.acc,
             )
-            ctx.need(call)
+            if acc == ctx.acc:
+                ctx.need(call)
 
 
 def _print_arguments(call: cst.Call) -> bool:

@@ -66,6 +66,16 @@ def run(ctx: Context, scope: Scope) -> None:
                 ctx.frozen.add(name)
         received = [n for n in _received_loaders(ctx, scope, aliases) if n not in dict_parameters]
         chosen.update(dict.fromkeys(received, Kind.DATALOADER))
+    for name, wrap in _wrapped_loaders(ctx, scope, chosen).items():
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.plan.review(
+            ctx.line(wrap),
+            f"{name} is wrapped in {dotted(wrap.value.func)} (a class of this file) before it "  # type: ignore[attr-defined]
+            "could be prepared: prepare would hand the wrapper back untouched, so it is left "
+            "unprepared and every rank reads all of it (correct, not data-parallel); prepare "
+            "the DataLoader before wrapping it (and gather its evaluation's results)",
+        )
     for name in _untrained_models(ctx, scope, chosen, aliases):
         chosen.pop(name)
         created.pop(name, None)
@@ -190,6 +200,27 @@ def run(ctx: Context, scope: Scope) -> None:
 
 
 _TRAINED_KINDS = {Kind.MODEL, Kind.OPTIMIZER}
+
+
+def _wrapped_loaders(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dict[str, cst.Assign]:
+    """Loaders of ``chosen`` rebound in ``scope`` to an instance of a class of this file that
+    is not a module and receives the loader (the nn tutorial's ``train_dl =
+    WrappedDataLoader(train_dl, preprocess)``), with that assignment: ``prepare`` shards
+    DataLoaders only and hands any other object back as it is."""
+    found: dict[str, cst.Assign] = {}
+    for assign in ctx.model.assignments:
+        value = assign.value
+        if ctx.model.scope_of(assign) is not scope or len(assign.targets) != 1:
+            continue
+        name = dotted(assign.targets[0].target)
+        if chosen.get(name or "") is not Kind.DATALOADER or not isinstance(value, cst.Call):
+            continue
+        wrapper = dotted(value.func)
+        if wrapper not in ctx.model.classes or wrapper in ctx.model.module_classes:
+            continue
+        if any(dotted(argument.value) == name for argument in value.args):
+            found.setdefault(name, assign)  # type: ignore[index]
+    return found
 
 
 def _nothing_trained(ctx: Context, chosen: dict[str, Kind]) -> bool:
@@ -591,6 +622,18 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
             for name in loaders
             if any(o not in prepared for o in flow.origins(name, method.body, stop=prepared))
         ]
+        by_hand = _iterated_by_hand(ctx)
+        for name in [n for n in unprepared if flow.origins(n, method.body) & set(by_hand)]:
+            unprepared.remove(name)
+            ctx.plan.review(
+                ctx.line(by_hand[next(iter(flow.origins(name, method.body) & set(by_hand)))]),
+                f"{name} is read through iter()/next() outside any loop over it, where no "
+                "training step is seen: whether it is trained or evaluated is unknown, and "
+                "prepared, an evaluation's totals would cover one rank's shard; left "
+                "unprepared, so every rank reads all of it (correct, not sharded); iterate it "
+                "with a for loop to shard it",
+            )
+        _leave_evaluated_whole(ctx, method, unprepared)
         body = ctx.facts.placement.body_of(method)
         if not unprepared or not body:
             continue
@@ -605,6 +648,30 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         ctx.plan.change(
             ctx.line(method),
             f"{method.name.value}() prepares the loaders it receives: {targets}",
+        )
+
+
+def _leave_evaluated_whole(ctx: Context, method: cst.FunctionDef, unprepared: list[str]) -> None:
+    """Of the loaders ``method`` receives and would prepare, those read only by evaluations the
+    conversion leaves as they are (``validation_score += self._compute_loss(batch).item()``,
+    the forward in a helper method) are taken out of ``unprepared``: as where loaders are made
+    (`_evaluated_unsure`), every rank evaluates all of it, and what is printed or decided on
+    its totals is the whole set's."""
+    flow = ctx.facts.flow
+    origins = {name: flow.origins(name, method.body) - {None} for name in unprepared}
+    candidates = {o: Kind.DATALOADER for found in origins.values() for o in found}
+    unsure = _evaluated_unsure(ctx, dict(candidates))  # type: ignore[arg-type]
+    for name in list(unprepared):
+        if not origins[name] or not origins[name] <= set(unsure):
+            continue
+        evaluation = unsure[next(iter(origins[name]))]
+        unprepared.remove(name)
+        ctx.left_whole.add(id(evaluation.loop.node))
+        ctx.plan.review(
+            ctx.line(evaluation.line_node),
+            f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
+            "rank evaluates all of it (correct, not sharded); to shard it, gather predictions "
+            f"and labels together with {ctx.a('gather_for_metrics')} before the metrics",
         )
 
 
@@ -739,6 +806,68 @@ def _read_where_written(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Loop
         for name, loop in inside.items()
         if name not in outside and chosen.get(name) is Kind.DATALOADER
     }
+
+
+def _iterated_by_hand(ctx: Context) -> dict[str, cst.Call]:
+    """Loaders (by the names they were made under) that are read only through ``iter(loader)``
+    where no training step is seen (``dl_iter = iter(dl)`` then ``next(dl_iter)`` in a ``for i
+    in range(num_batches)`` loop), with that call: no loop the analysis follows reads them, so
+    an evaluation there is never gathered. A function handed a step that trains beside the
+    loader (``self._foreach_batch(dl_train, self.train_batch)``) trains that loader: it is not
+    among them, its shard is what the rank trains on."""
+    flow, placement = ctx.facts.flow, ctx.facts.placement
+    read = {name for loop in ctx.model.loops for name in _loader_origins(ctx, loop)}
+    found: dict[str, cst.Call] = {}
+    for node in placement.all_nodes():
+        if not isinstance(node, cst.Call) or dotted(node.func) != "iter" or len(node.args) != 1:
+            continue
+        name = dotted(node.args[0].value)
+        if name is None or flow.kind_of(name, node) is not Kind.DATALOADER:
+            continue
+        function = placement.enclosing_function(node)
+        scope = function if function is not None else ctx.model.module
+        if any(placement.inside(call, scope) for call in ctx.model.backward_calls):
+            continue  # ``batch = next(train_iter)`` in a training loop: its shard is trained
+        trained = _handed_a_training_step(ctx, function, name) if function is not None else set()
+        for origin in flow.origins(name, node) - trained:
+            if origin is not None and origin not in read:
+                found.setdefault(origin, node)
+    return found
+
+
+def _handed_a_training_step(ctx: Context, function: cst.FunctionDef, loader: str) -> set[str]:
+    """The origins of ``loader`` (a parameter of ``function``) at the calls that also hand
+    ``function`` a function of this file that runs a backward (``self.train_batch``)."""
+    flow = ctx.facts.flow
+    found: set[str] = set()
+    for call, implicit in flow.calls_of(function):
+        bound = dict(bound_arguments(function, call, implicit))
+        if loader not in bound:
+            continue
+        for parameter, argument in bound.items():
+            if parameter == loader:
+                continue
+            step = _function_named(ctx, argument.value, call)
+            if step is not None and any(
+                ctx.facts.placement.inside(b, step) for b in ctx.model.backward_calls
+            ):
+                value = dotted(bound[loader].value)
+                found |= {o for o in flow.origins(value, call) if o is not None}
+    return found
+
+
+def _function_named(
+    ctx: Context, value: cst.BaseExpression, at: cst.CSTNode
+) -> cst.FunctionDef | None:
+    """The function of this file ``value`` names: ``train_step``, or ``self.train_batch`` of
+    the class around ``at``."""
+    name = dotted(value)
+    if name is None:
+        return None
+    if name.startswith("self.") and name.count(".") == 1:
+        owner = ctx.facts.placement.class_of(at)
+        return ctx.model.call_graph.lookup(owner, name[5:]) if owner is not None else None
+    return ctx.model.functions.get(name)
 
 
 def _trained_loaders(ctx: Context) -> set[str]:
