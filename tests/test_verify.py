@@ -197,3 +197,23 @@ def test_the_default_run_says_the_evaluation_was_read_not_run(tmp_path: Path):
     assert result.stdout.rstrip().endswith(
         "its evaluation was read from the code, not run (`--to-end` runs it)"
     )
+
+
+def test_a_progress_bar_is_compared_as_its_last_drawing_without_its_times():
+    from accelify.verify.checks import _printed_lines
+
+    bar = "\rtrain:   0%|  | 0/4 [00:00<?, ?it/s]\rtrain: 50%|# | 2/4 [00:00<00:00, {}it/s]"
+    done = "\rtrain (loss 0.5): 100%|##| 4/4 [00:0{}<00:00, {}it/s]\n"
+    first = "epoch 1\n" + bar.format("18.8") + done.format(0, "49.68") + "saved\n"
+    second = "epoch 1\n" + done.format(1, "97.14") + "saved\n"
+    assert (
+        _printed_lines(first)
+        == _printed_lines(second)
+        == [
+            "epoch 1",
+            "train (loss 0.5): 100%|##| 4/4 [...]",
+            "saved",
+        ]
+    )
+    # a value printed by the script itself is still compared
+    assert _printed_lines("loss [00:01, 3.2]\n") == ["loss [00:01, 3.2]"]

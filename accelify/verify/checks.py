@@ -111,8 +111,24 @@ def check_equivalence(
     return result
 
 
+#: A progress bar's times and rates (``[00:01<00:03, 48.2it/s]``): they differ from run to run.
+_PROGRESS_TIMES = re.compile(r"\[\d+:\d\d(?::\d\d)?(?:<(?:\d+:\d\d(?::\d\d)?|\?))?,[^\]\n]*\]")
+
+
+def _printed_lines(stdout: str) -> list[str]:
+    """The lines as a terminal leaves them: a line redrawn with ``\\r`` (a progress bar) is its
+    last drawing, times and rates blanked; how often a bar redraws depends on the clock."""
+    lines = []
+    for line in stdout.split("\n"):
+        drawn = line.rstrip("\r").rpartition("\r")[2]
+        lines.append(_PROGRESS_TIMES.sub("[...]", drawn) if "\r" in line else drawn)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def _first_printed_difference(original: Run, converted: Run) -> str | None:
-    theirs, ours = original.stdout.splitlines(), converted.stdout.splitlines()
+    theirs, ours = _printed_lines(original.stdout), _printed_lines(converted.stdout)
     for number, (a, b) in enumerate(zip(theirs, ours, strict=False), start=1):
         if a != b:
             return f"line {number}: {a!r} (original) vs {b!r} (converted)"
