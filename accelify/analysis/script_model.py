@@ -636,7 +636,7 @@ class _Collector(Visitor):
             # ``{x: DataLoader(image_datasets[x], ...) for x in ["train", "val"]}`` (the
             # transfer-learning tutorial's loaders by phase)
             return Kind.DATALOADER
-        if name.split(".")[-1] == "device" and _is_device_literal(value):
+        if name.split(".")[-1].lower() == "device" and _is_device_literal(value):
             return Kind.DEVICE
         return None
 
