@@ -44,6 +44,45 @@ class ManualAccumulation:
 
 
 def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | None:
+    found = _accumulation_shape(loop, facts)
+    if found is None:
+        return None
+    _account_for_later_uses(found, loop, facts)
+    if not facts.flow.model_names_in_scope(loop.scope):
+        found.unaccounted = "no model found to pass to accelerator.accumulate()"
+    if found.unaccounted is None:
+        found.unaccounted = _undivided_backward(found, facts)
+    return found
+
+
+def _undivided_backward(found: ManualAccumulation, facts: Facts) -> str | None:
+    """Why the setting cannot go on the Accelerator: a backward elsewhere in the file (an LR
+    finder, a warm-up or fine-tuning loop of its own) whose loss ``accelerator.backward`` would
+    divide too, though the original never did. A loop accumulating by the same steps is not
+    one: its division is removed as well."""
+    model = facts.model
+    accumulating = [
+        other.node
+        for other in model.loops
+        if (shape := _accumulation_shape(other, facts)) is not None
+        and shape.steps_code == found.steps_code
+    ]
+    for call in model.backward_calls:
+        if not any(within_node(model, call, loop) for loop in accumulating):
+            return (
+                f"the backward at line {model.line(call)} does not accumulate, and "
+                f"Accelerator(gradient_accumulation_steps={found.steps_code}) would divide its "
+                "loss as well"
+            )
+    return None
+
+
+def within_node(model: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return node is container or any(a is container for a in model.ancestors(node))
+
+
+def _accumulation_shape(loop: Loop, facts: Facts) -> ManualAccumulation | None:
+    """The recognised shape in ``loop`` (division, backward, ``% steps`` test), unchecked."""
     model = facts.model
     body = list(walk(loop.node.body))
     backward = next(
@@ -89,9 +128,6 @@ def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | N
         division_statement=statement,
         condition=condition,
     )
-    _account_for_later_uses(found, loop, facts)
-    if not facts.flow.model_names_in_scope(loop.scope):
-        found.unaccounted = "no model found to pass to accelerator.accumulate()"
     return found
 
 

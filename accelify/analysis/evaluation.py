@@ -151,6 +151,20 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     if forward is None:
         found.unsure = "no forward pass of a known model found"
         return found
+    part = reads_part(loop, model)
+    if part is not None:
+        found.unsure_at = part
+        how = "a break" if isinstance(part, cst.Break) else "islice"
+        found.unsure = (
+            f"it reads only the first batches of its loader ({how}): prepared, each rank would "
+            "read that many batches of its own shard, and the totals would cover another "
+            "subset, N times the size"
+        )
+        found.advice = (
+            "read the whole loader and gather predictions and labels together with "
+            "accelerator.gather_for_metrics"
+        )
+        return found
     found.forward = forward
     statement = next(a for a in model.ancestors(forward) if isinstance(a, cst.SimpleStatementLine))
     found.statement = statement
@@ -168,6 +182,27 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
 
+
+def reads_part(loop: Loop, model: ScriptModel) -> cst.CSTNode | None:
+    """The ``islice(loader, n)`` a loop reads (also through the name it assigned it to), or
+    the ``break`` of its own body: the loop reads the first batches only, a count that means
+    another subset once each rank reads its own shard."""
+    for value in (loop.node.iter, loop.through):
+        for node in walk(value) if value is not None else ():
+            if isinstance(node, cst.Call) and "itertools.islice" in model.qualified(node.func):
+                return node
+    pending: list[cst.CSTNode] = [loop.node.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Break):
+            return node
+        if not isinstance(node, _OWN_BREAKS):
+            pending += node.children
+    return None
+
+
+#: Where a ``break`` belongs to another loop, or to no loop of this one.
+_OWN_BREAKS = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 #: Calls that pad a batch to its own longest sequence.
 PADDING_CALLS = ("pad_sequence", "pad", "pad_packed_sequence", "DataCollatorWithPadding")

@@ -96,6 +96,9 @@ class Loop:
     batch_names: set[str]
     trains: bool
     evaluates: bool
+    #: the value of the name the loop iterates when that name wraps the loader (``pbar =
+    #: tqdm(loader)``, ``batches = loader if full else islice(loader, n)``), seen through.
+    through: cst.BaseExpression | None = None
 
 
 @dataclass
@@ -366,8 +369,9 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
 
 def _see_through_progress_bars(model: ScriptModel) -> None:
     """``pbar = tqdm(loader, ...)`` then ``for batch in pbar:``: the loop reads ``loader``, as
-    ``for batch in tqdm(loader):`` does. Only a name its scope assigns once, from a bar or
-    ``enumerate``."""
+    ``for batch in tqdm(loader):`` does; likewise ``batches = loader if full else
+    islice(loader, n)``, each branch reading the same loader. Only a name its scope assigns
+    once, from a bar, ``enumerate``, ``islice`` or a choice between them."""
     for loop in model.loops:
         name = loop.iterable
         if name is None or "." in name:
@@ -377,13 +381,28 @@ def _see_through_progress_bars(model: ScriptModel) -> None:
             for a in model.index.assignments_to(name)
             if model.scope_of(a) is loop.scope and len(a.targets) == 1
         ]
-        if len(assigns) != 1 or not isinstance(assigns[0].value, cst.Call):
+        if len(assigns) != 1 or model.order(assigns[0]) > model.order(loop.node):
             continue
-        wrapper = assigns[0].value
-        if model.qualified(wrapper.func) & (names.TQDM | {"builtins.enumerate"}):
-            source = loop_source(wrapper)
-            if source is not None and model.order(assigns[0]) < model.order(loop.node):
-                loop.iterable = source
+        value = assigns[0].value
+        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        if not any(isinstance(branch, cst.Call) for branch in branches):
+            continue
+        sources = {_wrapped_loader(model, branch) for branch in branches}
+        if len(sources) == 1 and None not in sources and sources != {name}:
+            loop.iterable = sources.pop()
+            loop.through = value
+
+
+def _wrapped_loader(model: ScriptModel, value: cst.BaseExpression) -> str | None:
+    """The loader ``value`` wraps: ``tqdm(loader)``, ``enumerate(loader)``, ``islice(loader,
+    n)``; a bare name only as a branch beside one of those (``loader if full else ...``)."""
+    if isinstance(value, cst.Name):
+        return value.value
+    if isinstance(value, cst.Call) and model.qualified(value.func) & (
+        names.TQDM | {"builtins.enumerate", "itertools.islice"}
+    ):
+        return loop_source(value)
+    return None
 
 
 _TEST_SHAPES = (
@@ -617,7 +636,7 @@ class _Collector(Visitor):
             # ``{x: DataLoader(image_datasets[x], ...) for x in ["train", "val"]}`` (the
             # transfer-learning tutorial's loaders by phase)
             return Kind.DATALOADER
-        if name.split(".")[-1] == "device" and _is_device_literal(value):
+        if name.split(".")[-1].lower() == "device" and _is_device_literal(value):
             return Kind.DEVICE
         return None
 

@@ -18,6 +18,7 @@ import runpy
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -52,7 +53,12 @@ class Probe:
         self.step = 0
         self.losses: list[float] = []
         self.backward_line: int | None = None
-        self.optimizers: dict[int, int] = {}
+        # by the object, not its id(): an optimizer a helper made and dropped (an LR finder's, a
+        # warm-up's) frees its id for the next one, which would pass for the same optimizer
+        self.optimizers: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.optimizers_seen = 0
         self.passes = LoaderPasses(self.script, self._script_line)
         out.parent.mkdir(parents=True, exist_ok=True)
         self.stream = out.open("w", buffering=1, encoding="utf-8")
@@ -77,7 +83,10 @@ class Probe:
 
     def after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.step += 1
-        index = self.optimizers.setdefault(id(optimizer), len(self.optimizers))
+        index = self.optimizers.get(optimizer)
+        if index is None:
+            index = self.optimizers[optimizer] = self.optimizers_seen
+            self.optimizers_seen += 1
         with torch.no_grad():
             params = [p for group in optimizer.param_groups for p in group["params"]]
             # In float64: exact for every floating dtype a model has (bf16 to double).

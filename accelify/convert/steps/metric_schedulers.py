@@ -4,18 +4,24 @@ loss.item()``, or the value a helper that trains returns). After conversion each
 that metric over its own shard, so each decides its own learning rate and the ranks'
 parameters drift apart while every loss still looks fine. The step is left as it is, with a
 review line (an evaluation left per rank is `evaluation`'s; a gathered one is the same on every
-rank and needs nothing)."""
+rank and needs nothing).
+
+The same holds for an optimizer built with a setting such a value decides (``lr =
+lr_finder(model, train_loader)`` then ``SGD(..., lr=lr)``: the LR finder picks the learning rate
+with the lowest loss on this rank's batches): each rank would train with its own rate."""
 
 from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import fed_by, steps_scheduler_on_a_value, written
 
 
 def run(ctx: Context) -> None:
+    _optimizers_set_from_training(ctx)
     for call in ctx.model.calls:
         if not steps_scheduler_on_a_value(ctx, call):
             continue
@@ -30,6 +36,31 @@ def run(ctx: Context) -> None:
                 "learning rate on its own shard's loss and the ranks' parameters drift apart; "
                 f"average it over the ranks first ({ctx.a('reduce')}) or step on a gathered "
                 "evaluation metric",
+            )
+
+
+def _optimizers_set_from_training(ctx: Context) -> None:
+    """An optimizer whose settings (every argument but the parameters) read a value a training
+    loop of its scope accumulated, or a function that trains returned."""
+    for binding in ctx.model.of_kind(Kind.OPTIMIZER):
+        value = binding.value
+        if binding.received or not isinstance(value, cst.Call) or len(value.args) < 2:
+            continue
+        scope = ctx.model.scope_of(value)
+        fed = fed_by(ctx, scope, _accumulated_in_training(ctx, scope))
+        read = {
+            n.value
+            for argument in value.args[1:]
+            for n in walk(argument.value)
+            if isinstance(n, cst.Name)
+        }
+        if read & fed:
+            ctx.plan.review(
+                ctx.line(value),
+                f"{binding.name} is set from {', '.join(sorted(read & fed))}, computed from "
+                "this rank's training batches: each rank would train with its own settings and "
+                "the ranks' parameters drift apart; average it over the ranks first "
+                f"({ctx.a('reduce')}) or decide it on the main process and broadcast it",
             )
 
 

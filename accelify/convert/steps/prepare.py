@@ -91,9 +91,13 @@ def run(ctx: Context, scope: Scope) -> None:
     for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in inline]:
         chosen.pop(name)
         created.pop(name, None)
+        direct = any(
+            isinstance(n, cst.Call) and ctx.facts.flow.is_forward(n) for n in walk(inline[name])
+        )
+        where = "the forward inside it" if direct else "a function it calls runs the model"
         ctx.plan.review(
             ctx.line(inline[name]),
-            f"{name} is evaluated in a comprehension (the forward inside it): its totals "
+            f"{name} is evaluated in a comprehension ({where}): its totals "
             "would cover one rank's shard, and no gather fits inside it; left unprepared, so "
             "every rank evaluates all of it (correct, not sharded); write it as a for loop to "
             "shard it and gather the predictions",
@@ -722,13 +726,15 @@ _COMPREHENSIONS = (cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp)
 def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
     """``sum((model(x).argmax(1) == y).sum().item() for x, y in val_loader)``: a loader a
     comprehension reads and runs a model over, by the name it was made under (followed back
-    through the helpers' parameters), with the comprehension."""
+    through the helpers' parameters), with the comprehension. The model may run in a function
+    of the file the comprehension calls (``[eval_step(x, y) for x, y in val_loader]``), one
+    that does not train."""
     flow = ctx.facts.flow
     found: dict[str, cst.CSTNode] = {}
     for node in ctx.facts.placement.all_nodes():
         if not isinstance(node, _COMPREHENSIONS):
             continue
-        if not any(isinstance(n, cst.Call) and flow.is_forward(n) for n in walk(node)):
+        if not any(isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(node)):
             continue
         for_in: cst.CompFor | None = node.for_in
         while for_in is not None:
@@ -739,6 +745,20 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
                         found.setdefault(origin, node)
             for_in = for_in.inner_for_in
     return found
+
+
+def _runs_the_model(ctx: Context, call: cst.Call) -> bool:
+    """A forward pass, or a call of a function of the file that runs one and no backward."""
+    flow = ctx.facts.flow
+    if flow.is_forward(call):
+        return True
+    for function in ctx.facts.calls.targets(call):
+        inside = [n for n in walk(function.body) if isinstance(n, cst.Call)]
+        if any(flow.is_forward(n) for n in inside) and not any(
+            ctx.facts.placement.inside(b, function) for b in ctx.model.backward_calls
+        ):
+            return True
+    return False
 
 
 def _leave_whole(
