@@ -5,9 +5,10 @@ import libcst as cst
 from accelify.analysis.evaluation import first_forward as _first_forward
 from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import Visitor, dotted, target_names, walk
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, calls
 
 _EVAL = (
     HEADER
@@ -128,6 +129,21 @@ class UngatheredMetric(Rule):
             + "accelerator.print(torch.exp(eval_loss / len(eval_loader)))\n",
             9,
             5,
+        ),
+        # validation run by the main process alone (a speech-watermark trainer): the metric is
+        # its shard's, and the advice moves the call out of the guard before gathering
+        Example(
+            HEADER
+            + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+            + "def validate():\n"
+            + "    total = 0.0\n"
+            + "    for batch in val_loader:\n"
+            + "        total += model(**batch).loss.item()\n"
+            + "    return total / len(val_loader)\n"
+            + "if accelerator.is_main_process:\n"
+            + "    print(validate())\n",
+            7,
+            9,
         ),
         # a validation loss over each rank's shard, logged by the main process
         Example(
@@ -256,7 +272,13 @@ class UngatheredMetric(Rule):
             # the metric's line: the first total fed after the model's forward (the
             # predictions, the loss), not a batch statistic counted before it
             after = [n for _, n in found if script.order(n) > script.order(forward)]
-            yield self.finding(script, after[0] if after else found[0][1])
+            at = after[0] if after else found[0][1]
+            guarded = _rank_only_call(script, facts, loop.node)
+            if guarded is None:
+                yield self.finding(script, at)
+            else:
+                line = script.position(guarded).start.line
+                yield self.finding(script, at, message=_guarded_message(script, at, line))
         yield from self._comprehensions(script, facts, accelerators, all_calls)
 
     def _comprehensions(
@@ -286,6 +308,41 @@ class UngatheredMetric(Rule):
             if target is None or _reduced_later(script, node, target, all_calls, accelerators):
                 continue
             yield self.finding(script, node)
+
+
+def _rank_only_call(
+    script: ScriptModel, facts: Facts, node: cst.CSTNode, depth: int = 0
+) -> cst.Call | None:
+    """A call under a rank guard through which alone the evaluation at ``node`` runs
+    (``if self.is_main: self.validate()``): every call of its function is guarded, or is in
+    a function only so reached. A gather added in the loop would then hang: the other ranks
+    never get there. None when some call reaches it on every rank, or it has no callers."""
+    function = facts.placement.enclosing_function(node)
+    if function is None or depth >= 3:
+        return None
+    sites = callers_of(script, facts.placement, function)
+    if not sites:
+        return None
+    found = None
+    for site in sites:
+        guarded = site if script.under_rank_guard(site) else None
+        guarded = guarded or _rank_only_call(script, facts, site, depth + 1)
+        if guarded is None:
+            return None
+        found = found or guarded
+    return found
+
+
+def _guarded_message(script: ScriptModel, node: cst.CSTNode, line: int) -> str:
+    """The advice when the evaluation runs on some ranks only: gathering there would hang, so
+    the call moves out of its guard first."""
+    name = accelerator_at(script, node) or "accelerator"
+    return (
+        f"Run this evaluation on every rank, then gather: it is called under a rank guard "
+        f"(line {line}), so the metric covers that rank's shard of the prepared loader only; "
+        f"call it on every rank and {name}.gather_for_metrics(...) the predictions and labels "
+        f"(a gather added while the call stays guarded would hang)"
+    )
 
 
 def _helper_forward(facts: Facts, loop: Loop) -> cst.Call | None:

@@ -77,3 +77,26 @@ def test_wrapped_state_dict_advice_names_the_saved_model_and_accelerator():
         "Save self.accelerator.unwrap_model(self.model).state_dict() "
         "(or self.accelerator.get_state_dict(self.model))"
     )
+
+
+def test_an_evaluation_run_under_a_rank_guard_is_advised_out_of_the_guard_first():
+    """A gather added inside an evaluation that only the main process calls would hang the
+    others: the advice names the guarded call and moves it out before gathering."""
+    code = (
+        "from accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "model, val_loader = accelerator.prepare(model, val_loader)\n"
+        "def validate():\n"
+        "    total = 0.0\n"
+        "    for batch in val_loader:\n"
+        "        total += model(**batch).loss.item()\n"
+        "    return total\n"
+        "if accelerator.is_main_process:\n"
+        "    print(validate())\n"
+    )
+    [finding] = lint(code, "ACC403").findings
+    assert finding.line == 7
+    assert "under a rank guard (line 10)" in finding.message
+    unguarded = code.replace("if accelerator.is_main_process:\n    print", "print")
+    [finding] = lint(unguarded, "ACC403").findings
+    assert "rank guard" not in finding.message
