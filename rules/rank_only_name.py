@@ -1,7 +1,7 @@
 from collections.abc import Iterator
 
 from accelify.analysis.facts import facts_of
-from accelify.analysis.rank_only_names import rank_only_reads
+from accelify.analysis.rank_only_names import rank_only_attributes, rank_only_reads
 from accelify.analysis.script_model import ScriptModel
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
@@ -36,6 +36,21 @@ class RankOnlyName(Rule):
             5,
             46,
         ),
+        Example(  # a speech GAN trainer: the writer made on the main process, used by all
+            HEADER + "class Trainer:\n"
+            "    def __init__(self, model):\n"
+            "        self.model = accelerator.prepare(model)\n"
+            "        if accelerator.is_main_process:\n"
+            "            self.writer = make_writer()\n"
+            "    def log(self, step, loss):\n"
+            "        self.writer.add_scalar('loss', loss, step)\n"
+            "    def fit(self, loader):\n"
+            "        for step, x in enumerate(loader):\n"
+            "            self.log(step, self.model(x).item())\n"
+            "Trainer(model).fit(loader)\n",
+            9,
+            9,
+        ),
     )
     good = (
         # lerobot: the main process builds the dataset first, the others after the barrier
@@ -56,6 +71,46 @@ class RankOnlyName(Rule):
         HEADER
         + "if accelerator.is_main_process:\n    save = loss < best\n"
         + "if accelerator.is_main_process and save:\n    accelerator.save_state('best')\n",
+        # the same trainer, its writer used under the test that made it
+        HEADER + "class Trainer:\n"
+        "    def __init__(self, model):\n"
+        "        self.model = accelerator.prepare(model)\n"
+        "        if accelerator.is_main_process:\n"
+        "            self.writer = make_writer()\n"
+        "    def log(self, step, loss):\n"
+        "        if accelerator.is_main_process:\n"
+        "            self.writer.add_scalar('loss', loss, step)\n"
+        "    def fit(self, loader):\n"
+        "        for step, x in enumerate(loader):\n"
+        "            self.log(step, self.model(x).item())\n"
+        "Trainer(model).fit(loader)\n",
+        # the method returns early on the other ranks; a default the class sets for every rank
+        HEADER + "class Trainer:\n"
+        "    writer = None\n"
+        "    def __init__(self, model):\n"
+        "        if accelerator.is_main_process:\n"
+        "            self.writer = make_writer()\n"
+        "        self.tb = None\n"
+        "        if accelerator.is_main_process:\n"
+        "            self.tb = make_writer()\n"
+        "    def log(self, loss):\n"
+        "        if not accelerator.is_main_process:\n"
+        "            return\n"
+        "        self.tb.add_scalar('loss', loss)\n"
+        "    def fit(self, loss):\n"
+        "        self.writer.add_scalar('loss', loss)\n"
+        "        self.log(loss)\n"
+        "Trainer(model).fit(1.0)\n",
+        # only ever called under the rank test
+        HEADER + "class Trainer:\n"
+        "    def __init__(self):\n"
+        "        if accelerator.is_main_process:\n"
+        "            self.writer = make_writer()\n"
+        "    def log(self, loss):\n"
+        "        self.writer.add_scalar('loss', loss)\n"
+        "trainer = Trainer()\n"
+        "if accelerator.is_main_process:\n"
+        "    trainer.log(1.0)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -68,3 +123,13 @@ class RankOnlyName(Rule):
                 "is_main_process:` or read it under the same test"
             )
             yield self.finding(script, found.read, message=message)
+        for attribute in rank_only_attributes(facts_of(script)):
+            code = script.module.code_for_node(attribute.read)
+            message = (
+                f"Bind `{code}` on every rank: the constructor sets it only under the rank test "
+                f"at line {script.line(attribute.guard)}, and this method runs on every rank "
+                f"(called at line {script.line(attribute.call)}), where it raises "
+                f"AttributeError; use it under the same test, or set it on every rank (`{code} "
+                "= None` before the test) and check it here"
+            )
+            yield self.finding(script, attribute.read, message=message)

@@ -1,4 +1,4 @@
-"""Local names bound only on some ranks and read on all of them.
+"""Local names, and attributes of ``self``, bound only on some ranks and read on all of them.
 
 ``if accelerator.is_main_process: result = {...}`` followed, outside the test, by
 ``accelerator.log(result)``: every other rank reaches the read with ``result`` never bound and
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.syntax import all_params
+from accelify.analysis.syntax import all_params, dotted, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -74,6 +74,194 @@ def rank_only_reads(facts: Facts) -> list[RankOnlyRead]:
                     found.append(RankOnlyRead(read, guarded[0][0], guarded[0][1]))
                     break
     return found
+
+
+@dataclass(frozen=True)
+class RankOnlyAttribute:
+    read: cst.Attribute  # ``self.writer`` where every rank reads it
+    guard: cst.If  # the rank test the constructor binds it under
+    call: cst.Call  # a call that runs the reading method on every rank
+
+
+def rank_only_attributes(facts: Facts) -> list[RankOnlyAttribute]:
+    """``if accelerator.is_main_process: self.writer = SummaryWriter()`` in a constructor, and
+    ``self.writer.add_scalar(...)`` in a method the file calls on every rank: the other ranks
+    stop with an ``AttributeError``. Only where nothing else can have bound it: every binding of
+    that attribute name in the file is ``self.<name> = ...`` in the constructor, under a rank
+    test and not in its ``else``; the class has no base class but ``object`` or a torch module
+    and no subclass in the file, no class-level default, and no string naming the attribute
+    (``getattr``/``hasattr``); the reading method has no early ``return`` under a rank test, and
+    a call of it (or of the class, for the constructor) is made outside any rank test."""
+    model, graph = facts.model, facts.calls
+    candidates: dict[tuple[int, str], tuple[cst.ClassDef, cst.FunctionDef, list[cst.If]]] = {}
+    for assign in model.assignments:
+        for target in assign.targets:
+            name = _self_attribute(target.target)
+            init = facts.placement.enclosing_function(assign)
+            if name is None or init is None or init.name.value != "__init__":
+                continue
+            owner = graph.owner(init)
+            guard = _rank_guard(facts, assign, init)
+            if owner is not None and guard is not None and not _in_orelse(model, assign, guard):
+                key = (id(owner), name)
+                candidates.setdefault(key, (owner, init, []))[2].append(guard)
+    if not candidates:
+        return []
+    stores, reads, strings = _attribute_uses(facts.placement.all_nodes())
+    found = []
+    for (_, name), (owner, init, guards) in candidates.items():
+        if (
+            len(stores.get(name, [])) != len(guards)
+            or name in strings
+            or not _plain_class(graph, owner)
+            or _complementary_guards(model, guards)
+            or name in _class_level_names(owner)
+        ):
+            continue
+        first = min(model.order(g) for g in guards)
+        for read in reads.get(name, []):
+            method = facts.placement.enclosing_function(read)
+            if method is None or graph.owner(method) is not owner:
+                continue
+            if method is init and model.order(read) <= first:
+                continue
+            if facts.ranks.under_rank_guard(read) or _tested_inline(facts, read):
+                continue
+            if _returns_early_on_some_ranks(facts, method, read):
+                continue
+            call = _called_on_every_rank(facts, method, owner)
+            if call is not None:
+                found.append(RankOnlyAttribute(read, guards[0], call))
+                break
+    return found
+
+
+def _self_attribute(target: cst.CSTNode) -> str | None:
+    if (
+        isinstance(target, cst.Attribute)
+        and isinstance(target.value, cst.Name)
+        and target.value.value == "self"
+    ):
+        return target.attr.value
+    return None
+
+
+def _rank_guard(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> cst.If | None:
+    for ancestor in facts.model.ancestors(node):
+        if ancestor is scope:
+            return None
+        if isinstance(ancestor, cst.If) and facts.ranks.is_rank_test(ancestor.test):
+            return ancestor
+    return None
+
+
+def _attribute_uses(
+    nodes: list[cst.CSTNode],
+) -> tuple[dict[str, list[cst.Attribute]], dict[str, list[cst.Attribute]], set[str]]:
+    """Every ``<x>.<name>`` bound (any target, any object) and every ``self.<name>`` read, by
+    name; and the text of every string (``getattr(self, "writer", None)`` names it)."""
+    stores: dict[str, list[cst.Attribute]] = {}
+    stored: set[int] = set()
+    for node in nodes:
+        targets: list[cst.CSTNode] = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor)):
+            targets = [node.target]
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            targets = [node.asname.name]
+        elif isinstance(node, cst.Del):
+            targets = [node.target]
+        for target in targets:
+            for attribute in _stored_attributes(target):
+                stored.add(id(attribute))
+                stores.setdefault(attribute.attr.value, []).append(attribute)
+    reads: dict[str, list[cst.Attribute]] = {}
+    strings: set[str] = set()
+    for node in nodes:
+        if isinstance(node, cst.SimpleString):
+            strings.add(node.evaluated_value if isinstance(node.evaluated_value, str) else "")
+        elif (
+            isinstance(node, cst.Attribute)
+            and id(node) not in stored
+            and _self_attribute(node) is not None
+        ):
+            reads.setdefault(node.attr.value, []).append(node)
+    return stores, reads, strings
+
+
+def _stored_attributes(target: cst.CSTNode) -> list[cst.Attribute]:
+    if isinstance(target, cst.Attribute):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [a for e in target.elements for a in _stored_attributes(e.value)]
+    if isinstance(target, cst.StarredElement):
+        return _stored_attributes(target.value)
+    return []
+
+
+#: Base classes whose instances get no attribute the file cannot see.
+_PLAIN_BASES = {"object", "Module", "nn.Module", "torch.nn.Module"}
+
+
+def _plain_class(graph, owner: cst.ClassDef) -> bool:
+    bases = [dotted(base.value) for base in owner.bases]
+    return (
+        not owner.keywords
+        and not owner.decorators
+        and all(base in _PLAIN_BASES for base in bases)
+        and not graph.subclasses(owner)
+    )
+
+
+def _class_level_names(owner: cst.ClassDef) -> set[str]:
+    names: set[str] = set()
+    body = owner.body.body if isinstance(owner.body, cst.IndentedBlock) else []
+    for statement in body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    names.update(n.value for t in small.targets for n in _stored_names(t.target))
+                elif isinstance(small, cst.AnnAssign):
+                    names.update(n.value for n in _stored_names(small.target))
+        elif isinstance(statement, cst.FunctionDef):
+            names.add(statement.name.value)  # a property of that name
+    return names
+
+
+def _returns_early_on_some_ranks(facts: Facts, method: cst.FunctionDef, read: cst.CSTNode) -> bool:
+    """``if not self.accelerator.is_main_process: return`` before the read."""
+    read_at = facts.model.order(read)
+    for node in walk(method):
+        if (
+            isinstance(node, cst.If)
+            and facts.model.order(node) < read_at
+            and facts.ranks.is_rank_test(node.test)
+            and any(isinstance(n, (cst.Return, cst.Raise)) for n in walk(node))
+        ):
+            return True
+    return False
+
+
+def _called_on_every_rank(
+    facts: Facts, method: cst.FunctionDef, owner: cst.ClassDef
+) -> cst.Call | None:
+    """A call of ``method`` (of the class, for the constructor) outside any rank test, in a
+    function that is not itself called only under one."""
+    graph = facts.calls
+    if method.name.value == "__init__":
+        calls = [c for c in facts.model.calls if dotted(c.func) == owner.name.value]
+    else:
+        calls = graph.callers(method)
+    for call in calls:
+        if facts.ranks.under_rank_guard(call):
+            continue
+        caller = facts.placement.enclosing_function(call)
+        outer = graph.callers(caller) if caller is not None else []
+        if outer and all(facts.ranks.under_rank_guard(c) for c in outer):
+            continue
+        return call
+    return None
 
 
 def _bound_before(model, read: cst.Name, unguarded: list[cst.Name]) -> bool:
