@@ -457,7 +457,17 @@ class SharedFiles:
         """The path's code, and that of the one value its name holds: assigned once in scope,
         or passed for this parameter at every call site of the helper."""
         spellings = {self.model.module.code_for_node(path).strip()}
-        if not isinstance(path, cst.Name) or depth > _MAX_DEPTH:
+        if depth > _MAX_DEPTH:
+            return spellings
+        if isinstance(path, cst.Attribute):
+            # ``self.path`` set once in its class (``self.path = path``): the value's spellings
+            # too, so a callback's ``torch.save(..., self.path)`` meets ``torch.load(ckpt)``
+            # in the function that built it with ``path=ckpt``
+            values = self._attribute_values(path)
+            if len(values) == 1:
+                spellings |= self._spellings(values[0], depth + 1)
+            return spellings
+        if not isinstance(path, cst.Name):
             return spellings
         values = self._values_of(path.value, path)
         function = self.placement.enclosing_function(path)
