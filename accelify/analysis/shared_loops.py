@@ -198,7 +198,90 @@ def phase_loaders(model: ScriptModel) -> dict[str, PhaseLoaders]:
                 found[loop.iterable] = PhaseLoaders(
                     loop.iterable, loop, phase, trained, evaluated, {loop.iterable}
                 )
+    for phases in _phases_through_calls(model):
+        found.setdefault(phases.loaders, phases)
     return found
+
+
+def _phases_through_calls(model: ScriptModel) -> list[PhaseLoaders]:
+    """``for phase in ["train", "val"]: run_epoch(model, loaders[phase], ...,
+    train=phase == "train")`` where ``run_epoch``'s loop over its loader parameter runs its
+    backward under ``if train:``: the phases the flag turns training on for, and those it only
+    evaluates, as for a ``loaders[phase]`` loop. Only when every call of the function that
+    hands it a key of that dict decides the flag, and no key is both trained and evaluated."""
+    found: list[PhaseLoaders] = []
+    for loop in model.loops:
+        function = model.index.enclosing_function(loop.node) if loop.trains else None
+        if function is None or loop.iterable is None:
+            continue
+        defaults = {p.name.value: p.default for p in all_params(function.params)}
+        aliases = _flag_aliases(model, function, set(defaults))
+        tests = _backward_tests(model, loop)
+        read = {n.value for t in tests for n in walk(t) if isinstance(n, cst.Name)}
+        for alias in read & set(aliases):
+            read |= {n.value for n in walk(aliases[alias]) if isinstance(n, cst.Name)}
+        flags = read & set(defaults)
+        if loop.iterable not in defaults or not tests or not flags:
+            continue
+        modes: dict[str, dict[str, bool]] = {}  # dict name -> key -> trained
+        decided = True
+        for call, implicit in model.call_graph.calls_of(function):
+            passed = {p: a.value for p, a in bound_arguments(function, call, implicit)}
+            loader = passed.get(loop.iterable)
+            if not isinstance(loader, cst.Subscript) or len(loader.slice) != 1:
+                continue
+            index = loader.slice[0].slice
+            owner = dotted(loader.value)
+            if owner is None or not isinstance(index, cst.Index):
+                continue
+            key = index.value
+            if isinstance(key, cst.Name):
+                phase = key.value
+                keys = _phase_values(model, call, phase) or []  # type: ignore[arg-type]
+            else:
+                phase, keys = "", [_literal(key)]
+            if not keys or not all(isinstance(k, str) for k in keys):
+                decided = False
+                break
+            for value in keys:
+                values = {
+                    flag: _flag_value(passed.get(flag, defaults[flag]), phase, value)
+                    for flag in flags
+                }
+                outcomes = {_evaluate(test, values, aliases) for test in tests}
+                if None in outcomes or len(outcomes) != 1:
+                    decided = False
+                    break
+                trained = outcomes == {True}
+                if modes.setdefault(owner, {}).setdefault(value, trained) != trained:
+                    decided = False  # one key both trained and evaluated
+                    break
+            if not decided:
+                break
+        if not decided:
+            continue
+        for owner, keys in modes.items():
+            trained_keys = [k for k, t in keys.items() if t]
+            evaluated = [k for k, t in keys.items() if not t]
+            if trained_keys and evaluated:
+                found.append(
+                    PhaseLoaders(
+                        owner, loop, " and ".join(sorted(flags)), trained_keys, evaluated, {owner}
+                    )
+                )
+    return found
+
+
+def _flag_value(node: cst.BaseExpression | None, phase: str, value: str) -> object:
+    """A flag's value at a call for one phase: a literal, or a test of the phase
+    (``phase == "train"``)."""
+    if node is None:
+        return _UNKNOWN
+    literal = _literal(node)
+    if literal is not _UNKNOWN or not phase:
+        return literal
+    truth = _evaluate(node, {phase: value})
+    return _UNKNOWN if truth is None else truth
 
 
 def _phase_values(model: ScriptModel, loop: cst.For, phase: str | None) -> list[str] | None:
