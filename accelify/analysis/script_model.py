@@ -545,6 +545,8 @@ class _Collector(Visitor):
 
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
+        #: names bound to a dict of optimizer makers (``{"sgd": lambda p: optim.SGD(p, ...)}``)
+        self._optimizer_tables: set[str] = set()
 
     def visit_Import(self, node: cst.Import) -> None:
         self.model.imports.add(node)
@@ -573,6 +575,46 @@ class _Collector(Visitor):
         self.model.assignments.append(node)
         for target in node.targets:
             self._bind(target.target, node.value, node)
+            self._note_optimizer_table(target.target, node.value)
+
+    def _note_optimizer_table(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        """Remember ``OPTIMIZERS = {"sgd": lambda p: optim.SGD(p, lr=...), "adam": optim.Adam}``
+        so that ``OPTIMIZERS[name](model.parameters())`` is read as the optimizer it builds; a
+        later binding of the name to anything else forgets it."""
+        name = dotted(target)
+        if name is None:
+            return
+        if isinstance(value, cst.Dict) and self._optimizer_table(value):
+            self._optimizer_tables.add(name)
+        else:
+            self._optimizer_tables.discard(name)
+
+    def _optimizer_table(self, table: cst.Dict) -> bool:
+        """Every value of the dict makes an optimizer: an optimizer class, or a lambda whose
+        body builds one."""
+        return bool(table.elements) and all(
+            isinstance(element, cst.DictElement) and self._optimizer_maker(element.value)
+            for element in table.elements
+        )
+
+    def _optimizer_maker(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Lambda):
+            body = value.body
+            return isinstance(body, cst.Call) and self._classify_call(body) is Kind.OPTIMIZER
+        return any(
+            _optimizer_class(qualified_name) for qualified_name in self.model.qualified(value)
+        )
+
+    def _looked_up_optimizer(self, call: cst.Call) -> bool:
+        """``OPTIMIZERS[name](model.parameters())`` or ``{"sgd": optim.SGD, ...}[name](...)``:
+        an optimizer picked from a table of optimizer makers by a config or a loop."""
+        func = call.func
+        if not isinstance(func, cst.Subscript):
+            return False
+        table = func.value
+        if isinstance(table, cst.Dict):
+            return self._optimizer_table(table)
+        return dotted(table) in self._optimizer_tables
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
@@ -679,19 +721,15 @@ class _Collector(Visitor):
                 and "schedule" in qualified_name
             ):
                 return Kind.SCHEDULER
-            if qualified_name.startswith(
-                names.OPTIMIZER_PREFIXES
-            ) and not qualified_name.startswith(names.OPTIMIZER_EXCLUDED_PREFIXES):
-                last = qualified_name.rsplit(".", 1)[-1]
-                if last[:1].isupper():
-                    return Kind.OPTIMIZER
+            if _optimizer_class(qualified_name):
+                return Kind.OPTIMIZER
             if _is_nn_model(qualified_name) or qualified_name.startswith(names.MODEL_PREFIXES):
                 return Kind.MODEL
         if local in self.model.module_classes:
             return Kind.MODEL
         if _optimizer_factory_call(call):
             return Kind.OPTIMIZER
-        if self._imported_model_optimizer(call):
+        if self._imported_model_optimizer(call) or self._looked_up_optimizer(call):
             return Kind.OPTIMIZER
         return None
 
@@ -735,6 +773,16 @@ class _Collector(Visitor):
                 evaluates=under_no_grad and not has_backward,
             )
         )
+
+
+def _optimizer_class(qualified_name: str) -> bool:
+    """``torch.optim.SGD`` and the like: a class (capitalised) under an optimizer package, not a
+    scheduler."""
+    return (
+        qualified_name.startswith(names.OPTIMIZER_PREFIXES)
+        and not qualified_name.startswith(names.OPTIMIZER_EXCLUDED_PREFIXES)
+        and qualified_name.rsplit(".", 1)[-1][:1].isupper()
+    )
 
 
 def _optimizer_factory_call(call: cst.Call) -> bool:

@@ -318,7 +318,7 @@ def replaces_the_inner_model(ctx: Context) -> bool:
         name = dotted(attribute.value)
         if (
             attribute.attr.value == "module"
-            and ctx.facts.flow.is_model_name(name, attribute)
+            and _holds_a_model(ctx, name, attribute)
             and _assigned(ctx, attribute)
         ):
             found = True
@@ -335,13 +335,20 @@ def _module_access(ctx: Context) -> None:
     """``model.module`` (the DataParallel/DDP inner model) -> ``unwrap_model(model)``."""
     for attribute in ctx.facts.placement.attributes():
         name = dotted(attribute.value)
-        if attribute.attr.value == "module" and ctx.facts.flow.is_model_name(name, attribute):
+        if attribute.attr.value == "module" and _holds_a_model(ctx, name, attribute):
             ctx.plan.add(
                 rewrites.unwrap_module(attribute, ctx.acc),
                 line=ctx.line(attribute),
                 text=f"{name}.module -> {ctx.a('unwrap_model')}({name})",
             )
             ctx.need(attribute)
+
+
+def _holds_a_model(ctx: Context, name: str | None, at: cst.CSTNode) -> bool:
+    """A model, or the wrapper the script made around one: ``self.model`` of a trainer handed
+    ``nn.DataParallel(Net())`` holds the wrapper, whose ``.module`` is the model; prepare makes
+    the wrapper now, so the inner model is ``unwrap_model``'s."""
+    return ctx.facts.flow.kind_of(name, at) in (Kind.MODEL, Kind.WRAPPER)
 
 
 def _assigned(ctx: Context, node: cst.CSTNode) -> bool:

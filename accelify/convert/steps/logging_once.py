@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 
@@ -43,13 +44,43 @@ def run(ctx: Context) -> None:
 
 
 def _loggers(ctx: Context) -> set[str]:
-    """Names bound to ``logging.getLogger(...)``: ``logger``, ``self.log``."""
+    """Names bound to ``logging.getLogger(...)``: ``logger``, ``self.log``; and, through the
+    file's calls, what receives one: ``self.logger = logger`` in a trainer built with
+    ``Trainer(..., logger)``, so that its ``self.logger.info(...)`` logs too."""
     found = set()
     for assign in ctx.model.assignments:
         value = assign.value
         if isinstance(value, cst.Call) and "logging.getLogger" in ctx.model.qualified(value.func):
             found |= {dotted(target.target) for target in assign.targets} - {None}
+    for _ in range(3):  # a logger handed from main to a trainer, then to a helper
+        received = _received_loggers(ctx, found)
+        more = {
+            name
+            for assign in ctx.model.assignments
+            if isinstance(assign.value, cst.Name)
+            and (ctx.model.scope_of(assign), assign.value.value) in received
+            for name in (dotted(target.target) for target in assign.targets)
+            if name is not None
+        }
+        more |= {parameter for _, parameter in received}
+        if more <= found:
+            break
+        found |= more
     return found  # type: ignore[return-value]
+
+
+def _received_loggers(ctx: Context, loggers: set[str]) -> set[tuple[object, str]]:
+    """(function, parameter) pairs that some call of the file hands one of ``loggers``."""
+    received = set()
+    for call in ctx.model.calls:
+        target = callee(ctx.model, call)
+        if target is None:
+            continue
+        function, implicit = target
+        for parameter, argument in bound_arguments(function, call, implicit):
+            if dotted(argument.value) in loggers:
+                received.add((function, parameter))
+    return received
 
 
 def _logs(ctx: Context, call: cst.Call, loggers: set[str]) -> bool:
