@@ -47,7 +47,7 @@ class Facts:
     @cached_property
     def shared_loop_evaluations(self) -> dict[str, SharedLoopEvaluation]:
         """Loaders evaluated only through a loop that trains when its flag says so."""
-        return shared_loop_evaluations(self.model, self.placement)
+        return shared_loop_evaluations(self.model)
 
     @cached_property
     def phase_loaders(self) -> dict[str, PhaseLoaders]:

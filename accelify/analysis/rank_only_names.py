@@ -33,15 +33,7 @@ def rank_only_reads(facts: Facts) -> list[RankOnlyRead]:
     tests: dict[int, bool] = {}
 
     def guard_of(node: cst.CSTNode, scope: cst.CSTNode) -> cst.If | None:
-        for ancestor in model.ancestors(node):
-            if ancestor is scope or isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-                return None
-            if isinstance(ancestor, cst.If):
-                if id(ancestor) not in tests:
-                    tests[id(ancestor)] = facts.ranks.is_rank_test(ancestor.test)
-                if tests[id(ancestor)]:
-                    return ancestor
-        return None
+        return _rank_guard(facts, node, scope, tests)
 
     # only the scopes that assign a plain name under a rank test are read in full
     candidates: dict[int, tuple[cst.CSTNode, set[str]]] = {}
@@ -146,12 +138,20 @@ def _self_attribute(target: cst.CSTNode) -> str | None:
     return None
 
 
-def _rank_guard(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> cst.If | None:
+def _rank_guard(
+    facts: Facts, node: cst.CSTNode, scope: cst.CSTNode, tests: dict[int, bool] | None = None
+) -> cst.If | None:
+    """The rank test ``node`` runs under inside ``scope`` (not a nested function's or class's);
+    ``tests`` keeps each ``if``'s answer for the next node asked about."""
+    known = {} if tests is None else tests
     for ancestor in facts.model.ancestors(node):
-        if ancestor is scope:
+        if ancestor is scope or isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
             return None
-        if isinstance(ancestor, cst.If) and facts.ranks.is_rank_test(ancestor.test):
-            return ancestor
+        if isinstance(ancestor, cst.If):
+            if id(ancestor) not in known:
+                known[id(ancestor)] = facts.ranks.is_rank_test(ancestor.test)
+            if known[id(ancestor)]:
+                return ancestor
     return None
 
 

@@ -7,6 +7,7 @@ evaluates all of it and its totals are the whole set's."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -15,7 +16,6 @@ import libcst as cst
 from accelify.analysis.dataflow import between, bound_by
 from accelify.analysis.loops import find_backward, phase_name
 from accelify.analysis.objects import bound_arguments
-from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import all_params, dotted, has_parameter, walk
 
@@ -32,13 +32,22 @@ class SharedLoopEvaluation:
     call: cst.Call  # the first such call
 
 
-def shared_loop_evaluations(
-    model: ScriptModel, placement: Placement
-) -> dict[str, SharedLoopEvaluation]:
-    evaluated: dict[str, SharedLoopEvaluation] = {}
-    trained: set[str] = set()
+@dataclass
+class _FlagLoop:
+    """A training loop over a parameter of its function whose backward runs under tests of the
+    function's other parameters (``if train:``): what each call's arguments decide."""
+
+    loop: Loop
+    function: cst.FunctionDef
+    defaults: dict[str, cst.BaseExpression | None]
+    aliases: dict[str, cst.BaseExpression]
+    tests: list[cst.BaseExpression]
+    flags: set[str]
+
+
+def _flag_loops(model: ScriptModel) -> Iterator[_FlagLoop]:
     for loop in model.loops:
-        function = placement.enclosing_function(loop.node) if loop.trains else None
+        function = model.index.enclosing_function(loop.node) if loop.trains else None
         if function is None or loop.iterable is None:
             continue
         defaults = {p.name.value: p.default for p in all_params(function.params)}
@@ -48,8 +57,16 @@ def shared_loop_evaluations(
         for alias in read & set(aliases):
             read |= {n.value for n in walk(aliases[alias]) if isinstance(n, cst.Name)}
         flags = read & set(defaults)
-        if loop.iterable not in defaults or not tests or not flags:
-            continue
+        if loop.iterable in defaults and tests and flags:
+            yield _FlagLoop(loop, function, defaults, aliases, tests, flags)
+
+
+def shared_loop_evaluations(model: ScriptModel) -> dict[str, SharedLoopEvaluation]:
+    evaluated: dict[str, SharedLoopEvaluation] = {}
+    trained: set[str] = set()
+    for flagged in _flag_loops(model):
+        loop, function, defaults = flagged.loop, flagged.function, flagged.defaults
+        aliases, tests, flags = flagged.aliases, flagged.tests, flagged.flags
         calls = model.call_graph.calls_of(function)
         if any(a.star for call, _ in calls for a in call.args):
             continue  # ``run_epoch(*args)``: what goes where is unknown
@@ -210,19 +227,9 @@ def _phases_through_calls(model: ScriptModel) -> list[PhaseLoaders]:
     evaluates, as for a ``loaders[phase]`` loop. Only when every call of the function that
     hands it a key of that dict decides the flag, and no key is both trained and evaluated."""
     found: list[PhaseLoaders] = []
-    for loop in model.loops:
-        function = model.index.enclosing_function(loop.node) if loop.trains else None
-        if function is None or loop.iterable is None:
-            continue
-        defaults = {p.name.value: p.default for p in all_params(function.params)}
-        aliases = _flag_aliases(model, function, set(defaults))
-        tests = _backward_tests(model, loop)
-        read = {n.value for t in tests for n in walk(t) if isinstance(n, cst.Name)}
-        for alias in read & set(aliases):
-            read |= {n.value for n in walk(aliases[alias]) if isinstance(n, cst.Name)}
-        flags = read & set(defaults)
-        if loop.iterable not in defaults or not tests or not flags:
-            continue
+    for flagged in _flag_loops(model):
+        loop, function, defaults = flagged.loop, flagged.function, flagged.defaults
+        aliases, tests, flags = flagged.aliases, flagged.tests, flagged.flags
         modes: dict[str, dict[str, bool]] = {}  # dict name -> key -> trained
         decided = True
         for call, implicit in model.call_graph.calls_of(function):
