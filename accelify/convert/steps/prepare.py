@@ -603,6 +603,10 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
     flow = ctx.facts.flow
     if owner is None:
         return
+    # The loaders a method prepares are its parameters: a caller's variable of the same name
+    # (``engine.evaluation(val_loader)`` beside ``def train(self, train_loader, val_loader)``)
+    # is another object, still unprepared.
+    received_here: set[str] = set()
     for method in ctx.facts.placement.body_of(owner):
         if not isinstance(method, cst.FunctionDef) or method is scope:
             continue
@@ -610,14 +614,16 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         received = flow.params.get(method, {})
         loaders = [p for p in parameters if received.get(p) is Kind.DATALOADER]
         calls = [call for call, _ in flow.calls_of(method)]
-        prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | chosen
+        prepared = (set(ctx.plan.prepared) - received_here) | ctx.model.prepared_names | chosen
         outside = [c for c in calls if not ctx.facts.placement.inside(c, owner)]
         if not loaders or not outside:
             continue
         if len(outside) < len(calls):
             if all(_once_outside(ctx, call, owner) for call in outside):
+                at_call = list(loaders)
+                _leave_evaluated_whole(ctx, method, at_call, by_caller=True)
                 for call in outside:
-                    _prepare_at_call(ctx, method, call, set(loaders), prepared)
+                    _prepare_at_call(ctx, method, call, set(at_call), prepared)
             continue
         if not all(_once_outside(ctx, call, owner) for call in calls):
             continue
@@ -648,6 +654,7 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         code = f"{targets} = {ctx.a('prepare')}({targets})"
         ctx.plan.insert_before(first, statement(code))
         ctx.need(first)
+        received_here.update(n for n in unprepared if n not in ctx.plan.prepared)
         ctx.plan.prepared.extend(unprepared)
         ctx.plan.change(
             ctx.line(method),
@@ -655,12 +662,15 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         )
 
 
-def _leave_evaluated_whole(ctx: Context, method: cst.FunctionDef, unprepared: list[str]) -> None:
+def _leave_evaluated_whole(
+    ctx: Context, method: cst.FunctionDef, unprepared: list[str], *, by_caller: bool = False
+) -> None:
     """Of the loaders ``method`` receives and would prepare, those read only by evaluations the
     conversion leaves as they are (``validation_score += self._compute_loss(batch).item()``,
     the forward in a helper method) are taken out of ``unprepared``: as where loaders are made
     (`_evaluated_unsure`), every rank evaluates all of it, and what is printed or decided on
-    its totals is the whole set's."""
+    its totals is the whole set's. ``by_caller`` names a loader in the review as its callers
+    do (``engine.evaluation(valLoader)``), for a loader that would be prepared at their call."""
     flow = ctx.facts.flow
     origins = {name: flow.origins(name, method.body) - {None} for name in unprepared}
     candidates = {o: Kind.DATALOADER for found in origins.values() for o in found}
@@ -671,9 +681,10 @@ def _leave_evaluated_whole(ctx: Context, method: cst.FunctionDef, unprepared: li
         evaluation = unsure[next(iter(origins[name]))]
         unprepared.remove(name)
         ctx.left_whole.add(id(evaluation.loop.node))
+        shown = ", ".join(sorted(origins[name])) if by_caller else name
         ctx.plan.review(
             ctx.line(evaluation.line_node),
-            f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
+            f"evaluation left as is: {evaluation.unsure}; {shown} is left unprepared, so every "
             "rank evaluates all of it (correct, not sharded); to shard it, gather predictions "
             f"and labels together with {ctx.a('gather_for_metrics')} before the metrics",
         )
