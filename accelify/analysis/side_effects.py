@@ -341,3 +341,13 @@ def per_batch_files(model: ScriptModel, write: cst.Call) -> tuple[cst.For, bool]
             if used & batch:
                 return loop.node, False
     return None
+
+
+def calls_for_effect(function: cst.FunctionDef) -> bool:
+    """``function`` makes a call whose value it drops (``logger.info("Using device: CPU.")``,
+    ``print(...)``): calling it does more than compute what it returns, so a conversion that
+    replaces what it returns still calls it."""
+    return any(
+        isinstance(node, cst.Expr) and isinstance(node.value, cst.Call)
+        for node in walk(function.body)
+    )

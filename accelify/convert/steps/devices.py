@@ -17,6 +17,7 @@ from accelify.analysis.device_moves import (
     strip_moves,
 )
 from accelify.analysis.script_model import Binding, Kind
+from accelify.analysis.side_effects import calls_for_effect
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
@@ -176,6 +177,13 @@ def _unpacked(binding: Binding) -> bool:
     return any(isinstance(t.target, (cst.Tuple, cst.List)) for t in targets)
 
 
+def _helper_with_effects(ctx: Context, value: cst.BaseExpression) -> bool:
+    """``value`` calls a function of this file that does more than return the device."""
+    return isinstance(value, cst.Call) and any(
+        calls_for_effect(function) for function in ctx.facts.calls.targets(value)
+    )
+
+
 def run_devices(ctx: Context) -> None:
     for binding in ctx.model.of_kind(Kind.DEVICE):
         # a string the script reads as one stays one
@@ -186,6 +194,13 @@ def run_devices(ctx: Context) -> None:
             # rest of the tuple), the device is this rank's after it
             ctx.plan.insert_after(binding.statement, statement(f"{binding.name} = {device}"))
             ctx.plan.change(binding.line, f"{binding.name} = {device} after it is unpacked")
+        elif _helper_with_effects(ctx, binding.value):
+            # ``self.device = get_device()`` whose helper logs the device it picks: the call
+            # stays, so what it prints is printed, and the device is this rank's after it
+            ctx.plan.insert_after(binding.statement, statement(f"{binding.name} = {device}"))
+            ctx.plan.change(
+                binding.line, f"{binding.name} = {device} after the call (it also prints or logs)"
+            )
         else:
             ctx.plan.add(
                 rewrites.use_device(binding.value, ctx.acc, as_string=as_string),
