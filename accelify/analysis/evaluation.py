@@ -115,7 +115,7 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     if loop.trains:
         return _phase_evaluation(loop, facts)
     if _calls_a_training_step(loop, facts):
-        return None
+        return _step_evaluation(loop) if loop.evaluates else None
     found = Evaluation(loop)
     body = list(statements(loop.node.body))
     local = _assigned_in(loop.node)
@@ -249,6 +249,26 @@ def _calls_a_training_step(loop: Loop, facts: Facts) -> bool:
         ):
             return True
     return False
+
+
+def _step_evaluation(loop: Loop) -> Evaluation:
+    """``with torch.no_grad(): for batch in test_loader: loss, logits = self.make_step(batch,
+    update_model=False)``: gradients are off, so the step function that also trains runs its
+    forward only. No gather fits there (the training steps run it too), and the loop's totals
+    would be this rank's: left as it is, with the reason."""
+    found = Evaluation(loop)
+    found.sinks = [s for s in statements(loop.node.body) if _is_sink(s, _assigned_in(loop.node))]
+    found.unsure_at = loop.node
+    found.unsure = (
+        "its forward runs in a function that also trains (its backward skipped here, with "
+        "gradients off): no gather fits inside it, and the loop's totals would cover one rank's "
+        "shard"
+    )
+    found.advice = (
+        "give evaluation a forward of its own in this loop and gather predictions and labels "
+        "together with accelerator.gather_for_metrics"
+    )
+    return found
 
 
 def _phase_evaluation(loop: Loop, facts: Facts) -> Evaluation | None:
