@@ -42,6 +42,14 @@ def run(ctx: Context, scope: Scope) -> None:
             continue
         chosen[binding.name] = binding.kind
         created[binding.name] = placement.index(top, scope)
+    for binding in _made_by_earlier_setup_methods(ctx, scope):
+        if binding.name not in chosen:
+            chosen[binding.name] = binding.kind
+            ctx.plan.change(
+                binding.line,
+                f"{binding.name} is made by a method the constructor calls before "
+                f"{scope.name.value}(): prepared there with the rest",  # type: ignore[union-attr]
+            )
     conditional = _drop_untrained_conditional(ctx, scope, chosen, conditional)
     _prepare_conditional(ctx, conditional)
     for entry in ctx.facts.self_training:
@@ -204,6 +212,65 @@ def run(ctx: Context, scope: Scope) -> None:
 
 
 _TRAINED_KINDS = {Kind.MODEL, Kind.OPTIMIZER}
+
+
+def _made_by_earlier_setup_methods(ctx: Context, scope: Scope) -> list[Binding]:
+    """A trainer that assembles itself in steps (``self.__prepare_data(cfg)`` then
+    ``self.__prepare_model(cfg)`` in ``__init__``): the attributes the earlier steps make
+    (``self.train_dataloader``) exist when ``scope``, a later step, prepares what it makes, so
+    they are prepared with it, or every rank would train on all the data. Only methods the
+    constructor calls once, as statements of its own before it calls ``scope``, and nothing
+    else calls; what they make under a condition is left to its own review."""
+    placement = ctx.facts.placement
+    owner = placement.class_of(scope)
+    if owner is None or not isinstance(scope, cst.FunctionDef):
+        return []
+    methods = [m for m in placement.body_of(owner) if isinstance(m, cst.FunctionDef)]
+    init = next((m for m in methods if m.name.value == "__init__"), None)
+    if init is None or init is scope:
+        return []
+    steps = _setup_calls(ctx, init)
+    position = steps.get(scope.name.value)
+    if position is None:
+        return []
+    kinds = (Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER, Kind.SCHEDULER)
+    found = []
+    for method in methods:
+        if steps.get(method.name.value, position) >= position:
+            continue
+        for binding in ctx.model.of_kind(*kinds):
+            if (
+                binding.scope is method
+                and binding.name.startswith("self.")
+                and not binding.received
+                and not _conditional(ctx, binding)
+                and not is_loader_dict(ctx.model, binding)
+            ):
+                found.append(binding)
+    return found
+
+
+def _setup_calls(ctx: Context, init: cst.FunctionDef) -> dict[str, int]:
+    """The methods ``init`` calls as statements of its own (``self._build()``), by name, with
+    the index of the statement; a method also called anywhere else is not one of them."""
+    placement = ctx.facts.placement
+    found: dict[str, int] = {}
+    for index, line in enumerate(placement.body_of(init)):
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            continue
+        expression = line.body[0]
+        if not isinstance(expression, cst.Expr) or not isinstance(expression.value, cst.Call):
+            continue
+        name = dotted(expression.value.func)
+        if name is not None and name.startswith("self.") and name.count(".") == 1:
+            found.setdefault(name[len("self.") :], index)
+    methods = [
+        m
+        for m in placement.body_of(placement.class_of(init))  # type: ignore[arg-type]
+        if isinstance(m, cst.FunctionDef)
+    ]
+    called_once = {m.name.value for m in methods if len(ctx.facts.flow.calls_of(m)) == 1}
+    return {name: index for name, index in found.items() if name in called_once}
 
 
 def _wrapped_loaders(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dict[str, cst.Assign]:
