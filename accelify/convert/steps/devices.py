@@ -177,6 +177,11 @@ def _unpacked(binding: Binding) -> bool:
     return any(isinstance(t.target, (cst.Tuple, cst.List)) for t in targets)
 
 
+def _makes_a_torch_device(value: cst.BaseExpression) -> bool:
+    """``torch.device(...)``: a device object, not a string a callee may compare."""
+    return isinstance(value, cst.Call) and (dotted(value.func) or "").split(".")[-1] == "device"
+
+
 def _helper_with_effects(ctx: Context, value: cst.BaseExpression) -> bool:
     """``value`` calls a function of this file that does more than return the device."""
     return isinstance(value, cst.Call) and any(
@@ -202,11 +207,24 @@ def run_devices(ctx: Context) -> None:
                 binding.line, f"{binding.name} = {device} after the call (it also prints or logs)"
             )
         else:
+            # Outside the class that holds ``self.accelerator`` (``device = torch.device(...)``
+            # in main, which moves the model before handing it to the trainer), the process
+            # state names this rank's device: left as is, every rank would pick cuda:0, while
+            # prepare puts the model on this rank's GPU.
+            acc = ctx.accelerator_at(binding.statement)
+            if acc != ctx.acc and not _makes_a_torch_device(binding.value):
+                acc = ctx.acc  # a string may be compared where it is passed: reviewed, as is
+            shown = f"str({acc}.device)" if as_string else f"{acc}.device"
             ctx.plan.add(
-                rewrites.use_device(binding.value, ctx.acc, as_string=as_string),
+                rewrites.use_device(binding.value, acc, as_string=as_string),
                 line=binding.line,
-                text=f"{binding.name} = {device}",
+                text=f"{binding.name} = {shown}",
+                anywhere=acc != ctx.acc,
             )
+            if acc != ctx.acc:
+                if not as_string:
+                    _compare_device_types(ctx, binding.name, binding.scope)
+                continue
         ctx.need(binding.statement)
         if not as_string:
             _compare_device_types(ctx, binding.name, binding.scope)
