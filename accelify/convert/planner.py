@@ -103,6 +103,7 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     ctx.scope = prepare_scope
     prepare.run(ctx, prepare_scope)
     _prepare_other_training_functions(ctx, prepare_scope)
+    prepare.prepare_loaders_made_where_trained(ctx, prepare_scope)
     outside = unwrap.forwards_outside_the_wrapper(ctx)
     if outside:  # the script is left as it is: a plan of these review lines only
         left = Context(model, options).plan

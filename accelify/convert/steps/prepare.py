@@ -12,6 +12,7 @@ from accelify.analysis.objects import bound_arguments, callee, is_loader_dict, r
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_model
 from accelify.analysis.shared_loops import PhaseLoaders
+from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import dotted, if_chain, is_main_guard, strip_self_methods, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.saving import file_write_blocks, result_read_after
@@ -212,6 +213,54 @@ def run(ctx: Context, scope: Scope) -> None:
 
 
 _TRAINED_KINDS = {Kind.MODEL, Kind.OPTIMIZER}
+
+
+def prepare_loaders_made_where_trained(ctx: Context, scope: Scope) -> None:
+    """``train_loader = DataLoader(train_dataset, ...)`` inside the method or helper that then
+    trains on it (a BYOL trainer's ``train(self, train_dataset)``), away from the scope that
+    prepares the model: prepared right where it is made, or every rank would train on all of
+    it. Only a loader made once per call of a function called once (not per step of a loop),
+    under a name bound nowhere else in the file, and read only by training loops."""
+    placement, flow = ctx.facts.placement, ctx.facts.flow
+    for binding in ctx.model.of_kind(Kind.DATALOADER):
+        function = binding.scope
+        name = binding.name
+        if not isinstance(function, cst.FunctionDef) or function is scope:
+            continue
+        if binding.received or _conditional(ctx, binding) or is_loader_dict(ctx.model, binding):
+            continue
+        if placement.top_statement(binding.statement, function) is None:
+            continue
+        if sum(1 for b in ctx.model.bindings if b.name == name) != 1:
+            continue
+        if name in ctx.plan.prepared or name in ctx.model.prepared_names:
+            continue
+        readers = [loop for loop in ctx.model.loops if loop.iterable == name]
+        if not readers or not all(
+            loop.trains and placement.inside(loop.node, function) for loop in readers
+        ):
+            continue
+        if any(over_step_data(ctx.facts, loop) for loop in readers):
+            continue
+        calls = [call for call, _ in flow.calls_of(function)]
+        if len(calls) != 1 or _called_in_a_loop(ctx, calls[0]):
+            continue
+        if not ctx.plan.reaches(binding.statement):
+            continue
+        ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
+        ctx.need(binding.statement)
+        ctx.plan.prepared.append(name)
+        ctx.plan.change(binding.line, f"{name} is made where it is trained on: prepared there")
+
+
+def _called_in_a_loop(ctx: Context, call: cst.Call) -> bool:
+    function = ctx.facts.placement.enclosing_function(call)
+    for ancestor in ctx.model.ancestors(call):
+        if ancestor is function:
+            return False
+        if isinstance(ancestor, (cst.For, cst.While, cst.Lambda)):
+            return True
+    return False
 
 
 def _made_by_earlier_setup_methods(ctx: Context, scope: Scope) -> list[Binding]:
