@@ -64,6 +64,11 @@ class Placement:
         model class) and its constructor stores a model and an optimizer, whoever made them:
         the class assembles what it trains with, so the accelerator lives on its instance."""
         owners = {self.class_of(call) for call in self.model.backward_calls}
+        if len(owners) > 1 and None not in owners:
+            # Two trainer classes in one file (``SingleTaskTrainer`` and ``MultiTaskTrainer``):
+            # the one the file builds is the one that trains.
+            built = {o for o in owners if o and self.model.index.calls_named(o.name.value)}
+            owners = built if len(built) == 1 else owners
         if len(owners) != 1:
             return None
         (owner,) = owners
