@@ -52,7 +52,7 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
             if source.name in binding.sources and not source.received
         )
     if isinstance(value, cst.Dict | cst.DictComp):
-        return True
+        return not _of_dicts(value)
     target = callee(model, value) if isinstance(value, cst.Call) else None
     if target is None:
         return False
@@ -73,6 +73,31 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
         if not isinstance(result, cst.Dict):
             return False
     return bool(returned)
+
+
+def is_dict_of_loader_dicts(model: ScriptModel, binding: Binding) -> bool:
+    """``{task: {"train": DataLoader(...), "test": DataLoader(...)} for ...}``, made here or
+    received from a caller that made one: ``prepare`` hands back a dict untouched, and preparing
+    each value would hand back each inner dict untouched too."""
+    if binding.kind is not Kind.DATALOADER:
+        return False
+    if binding.received:
+        return any(
+            is_dict_of_loader_dicts(model, source)
+            for source in model.bindings
+            if source.name in binding.sources and not source.received
+        )
+    return isinstance(binding.value, cst.Dict | cst.DictComp) and _of_dicts(binding.value)
+
+
+def _of_dicts(value: cst.Dict | cst.DictComp) -> bool:
+    nested = (cst.Dict, cst.DictComp)
+    if isinstance(value, cst.DictComp):
+        return isinstance(value.value, nested)
+    return any(
+        isinstance(element, cst.DictElement) and isinstance(element.value, nested)
+        for element in value.elements
+    )
 
 
 def _unpacked_position(binding: Binding) -> int | None:

@@ -8,7 +8,13 @@ import libcst as cst
 from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.loops import loop_source
-from accelify.analysis.objects import bound_arguments, callee, is_loader_dict, received_name
+from accelify.analysis.objects import (
+    bound_arguments,
+    callee,
+    is_dict_of_loader_dicts,
+    is_loader_dict,
+    received_name,
+)
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_model
 from accelify.analysis.shared_loops import PhaseLoaders
@@ -35,6 +41,16 @@ def run(ctx: Context, scope: Scope) -> None:
         if _conditional(ctx, binding):
             if binding.name not in {b.name for b in conditional}:
                 conditional.append(binding)
+            continue
+        if is_dict_of_loader_dicts(ctx.model, binding):
+            ctx.plan.review(
+                binding.line,
+                f"{binding.name} is a dict of dicts of DataLoaders: prepare hands dicts back "
+                "untouched, so its loaders are left unprepared and every rank reads all of them "
+                "(correct, not data-parallel); prepare each loader where it is made",
+            )
+            if binding.received and isinstance(scope, cst.FunctionDef):
+                dict_parameters.add(received_name(scope, binding.value))
             continue
         if is_loader_dict(ctx.model, binding):
             _prepare_each_value(ctx, binding)
