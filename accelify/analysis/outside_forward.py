@@ -94,8 +94,13 @@ class _Finder:
         )
 
     def direct(self, call: cst.Call, is_model) -> str | None:
-        """``model.decoder(z)`` or ``model.compute_loss(x)`` on a model (``is_model``)."""
+        """``model.decoder(z)`` or ``model.compute_loss(x)`` on a model (``is_model``); or one
+        of a container's modules, ``self.task_heads[task_name](features)`` on a prepared
+        ``nn.ModuleDict``: the wrapper's forward never runs, so none of it is reduced."""
         func = call.func
+        if isinstance(func, cst.Subscript) and isinstance(func.value, (cst.Name, cst.Attribute)):
+            owner = dotted(func.value)
+            return f"{owner}[...]()" if owner is not None and is_model(owner, func) else None
         if not isinstance(func, cst.Attribute) or not isinstance(
             func.value, (cst.Name, cst.Attribute)
         ):
