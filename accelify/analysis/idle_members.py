@@ -198,7 +198,7 @@ def requires_grad_writes(model: ScriptModel) -> list[tuple[cst.CSTNode, str, boo
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
             if node.func.attr.value != "requires_grad_":
                 continue
-            owner = _parameters_owner(model, node.func.value, node) or dotted(node.func.value)
+            owner = _parameters_owner(model, node.func.value, node) or _module_name(node.func.value)
             if owner is not None:
                 found.append((node, owner, not _turns_off(node.args)))
         elif isinstance(node, cst.Assign):
@@ -229,8 +229,16 @@ def _parameters_owner(model: ScriptModel, value: cst.BaseExpression, at: cst.CST
         if isinstance(bound, cst.Tuple) and len(bound.elements) == 2:
             bound = bound.elements[1].value
         if dotted(bound) == name:  # type: ignore[arg-type]
-            return dotted(source.func.value)
+            return _module_name(source.func.value)
     return None
+
+
+def _module_name(node: cst.BaseExpression) -> str | None:
+    """``model.backbone`` for itself, ``model`` for ``model[0]`` or ``model.blocks[-1]``'s
+    ``model.blocks``: the named module that holds the parameters."""
+    while dotted(node) is None and isinstance(node, (cst.Subscript, cst.Attribute)):
+        node = node.value
+    return dotted(node)
 
 
 def _turns_off(arguments: Sequence[cst.Arg]) -> bool:

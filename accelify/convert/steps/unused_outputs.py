@@ -91,19 +91,26 @@ def _drops_outputs(ctx: Context, call: cst.Call) -> bool:
 
 def _switched_parameters(ctx: Context) -> bool:
     """``p.requires_grad = flag`` over a prepared model's parameters (here, or in a helper
-    handed the prepared model): in the steps where they are off they get no gradient. Turned
-    off before ``prepare`` wraps the model, DDP leaves them out for good: once turned on again
-    their gradients are never averaged, and the ranks drift apart (a review line says so)."""
+    handed the prepared model), or ``= False`` after ``prepare`` wrapped it with them: in the
+    steps where they are off they get no gradient. Turned off before ``prepare`` wraps the
+    model, DDP leaves them out for good: once turned on again their gradients are never
+    averaged, and the ranks drift apart (a review line says so)."""
     writes = requires_grad_writes(ctx.model)
     for node, owner, turns_on in writes:
         prepared_as = _prepared_name(ctx, owner, node)
-        if not turns_on or prepared_as is None:
+        if prepared_as is None:
             continue
+        if turns_on:
+            how = "switched on and off here"
+        elif _runs_after_prepare(ctx, node, prepared_as):
+            how = f"turned off here, after prepare wrapped {prepared_as} with them"
+        else:
+            continue  # frozen before it is wrapped, for good: DDP leaves them out
         _expect_unused(ctx)
         ctx.plan.change(
             ctx.line(node),
-            f"the parameters of {owner} are switched on and off here (requires_grad): DDP "
-            "told to expect parameters without gradients (find_unused_parameters=True)",
+            f"the parameters of {owner} are {how} (requires_grad): DDP told to expect "
+            "parameters without gradients (find_unused_parameters=True)",
         )
         frozen = _frozen_before_prepare(ctx, writes, prepared_as)
         if frozen is not None:
@@ -116,6 +123,19 @@ def _switched_parameters(ctx: Context) -> bool:
             )
         return True
     return False
+
+
+def _runs_after_prepare(ctx: Context, node: cst.CSTNode, model: str) -> bool:
+    """``node`` runs after the prepare call of ``model``: later in its scope, or in a function
+    one of whose calls does (one nothing in the file calls may run any time)."""
+    anchor = ctx.prepared_after.get(model, ctx.prepare_anchor)
+    if anchor is None:
+        return False
+    if ctx.model.scope_of(node) is ctx.model.scope_of(anchor):
+        return ctx.after_prepare(node, model)
+    function = ctx.facts.placement.enclosing_function(node)
+    calls = ctx.facts.calls.callers(function) if function is not None else []
+    return not calls or any(ctx.after_prepare(call, model) for call in calls)
 
 
 def _prepared_name(ctx: Context, owner: str, at: cst.CSTNode) -> str | None:
