@@ -223,17 +223,37 @@ def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
             collate = model.functions.get(dotted(argument.value) or "")
             if collate is None:
                 continue
-            for node in walk(collate):
-                name = dotted(node.func) if isinstance(node, cst.Call) else None
-                if name is not None and name.rsplit(".", 1)[-1] in PADDING_CALLS:
-                    return (
-                        f"its loader's collate_fn ({collate.name.value}) pads each batch to its "
-                        "own longest sequence, so the ranks' batches differ in length and a "
-                        "gather of them would fail; pad them to one length first with "
-                        "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
-                        "metric ignores>)"
-                    )
+            if _pads(collate):
+                return (
+                    f"its loader's collate_fn ({collate.name.value}) pads each batch to its "
+                    "own longest sequence, so the ranks' batches differ in length and a "
+                    "gather of them would fail; pad them to one length first with "
+                    "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
+                    "metric ignores>)"
+                )
     return None
+
+
+def _pads(collate: cst.FunctionDef) -> bool:
+    """``collate`` calls a padding function (``pad_sequence``), or sizes what it builds by the
+    batch's own longest item: ``L = max(len(s) for s in seqs)`` then ``torch.zeros(n, L)``."""
+    for node in walk(collate):
+        if not isinstance(node, cst.Call):
+            continue
+        name = dotted(node.func)
+        if name is not None and name.rsplit(".", 1)[-1] in PADDING_CALLS:
+            return True
+        if name == "max" and any(_measures_length(n) for a in node.args for n in walk(a.value)):
+            return True
+    return False
+
+
+def _measures_length(node: cst.CSTNode) -> bool:
+    """``len(s)``, ``s.size(0)``, ``s.shape[0]``: an item's length."""
+    if isinstance(node, cst.Call):
+        name = dotted(node.func)
+        return name == "len" or (name is not None and name.endswith(".size"))
+    return isinstance(node, cst.Attribute) and node.attr.value == "shape"
 
 
 def _calls_a_training_step(loop: Loop, facts: Facts) -> bool:

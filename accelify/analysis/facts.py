@@ -32,6 +32,7 @@ from accelify.analysis.shared_loops import (
     shared_loop_evaluations,
 )
 from accelify.analysis.side_effects import opens_for_writing
+from accelify.analysis.step_driven_loops import step_driven_loops
 from accelify.analysis.syntax import dotted
 
 
@@ -184,6 +185,12 @@ class Facts:
         """Model classes whose own methods run the backward, with their instances and, where
         their gradients cannot be averaged by hand, why."""
         return self_training_of(self.model, self.placement, self.calls, self.precision)
+
+    @cached_property
+    def step_driven_loops(self) -> list[tuple[Loop, cst.FunctionDef]]:
+        """Loops with no backward of their own that call a step of this file which runs one
+        (``for x, y in loader: trainer(x, y)``), with that step."""
+        return step_driven_loops(self.model)
 
     @cached_property
     def shard_totals(self) -> list[ShardTotal]:

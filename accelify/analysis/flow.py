@@ -219,6 +219,8 @@ class ObjectFlow:
         every helper in between: ``{"val_loader"}`` for ``loader`` in ``def predict(self,
         loader)`` called as ``self.predict(val_loader)`` in ``fit(self, train_loader,
         val_loader)``, called as ``trainer.fit(train_loader, val_loader)`` in ``main()``.
+        An entry of a dict or list (``evaluate(model, loaders["val"])``, ``loaders.get("val")``)
+        comes from the container (``loaders``), as a loop over ``loaders[phase]`` reads it.
         None stands for an argument that is not a name (``fit(DataLoader(...))``); a name in
         ``stop`` (one ``prepare`` returned) is an origin of its own, not followed further."""
         found: set[str | None] = set()
@@ -250,7 +252,7 @@ class ObjectFlow:
             if not passed and not iterated:
                 found.add(current)
             for value, call in passed:
-                source = dotted(value)
+                source = dotted(_container(value))
                 if source is None:
                     found.add(None)
                 else:
@@ -475,6 +477,16 @@ class ObjectFlow:
                 if name == parameter:
                     return dotted(argument.value)
         return parameter
+
+
+def _container(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``loaders`` for ``loaders["val"]`` and ``loaders.get("val")``; else ``value``."""
+    if isinstance(value, cst.Subscript):
+        return value.value
+    func = value.func if isinstance(value, cst.Call) else None
+    if isinstance(func, cst.Attribute) and func.attr.value == "get":
+        return func.value
+    return value
 
 
 def _compared(test: cst.BaseExpression) -> set[str]:

@@ -16,6 +16,7 @@ losses) never matter to DDP and are not looked at.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import libcst as cst
 
@@ -182,3 +183,68 @@ def without_gradients(model: ScriptModel, node: cst.CSTNode, function: cst.Funct
         if model.disables_grad(ancestor):
             return True
     return False
+
+
+def requires_grad_writes(model: ScriptModel) -> list[tuple[cst.CSTNode, str, bool]]:
+    """Where the script switches a module's parameters on or off, with the dotted name of the
+    module and whether the write may turn them on (``True``, or a value it computes):
+    ``for p in model.backbone.parameters(): p.requires_grad = flag`` and
+    ``model.backbone.requires_grad_(False)`` give ``model.backbone``. A backbone frozen for the
+    first epochs and unfrozen later leaves DDP, which registered every parameter when it
+    wrapped the model, with parameters that get no gradient in some steps. A freeze alone
+    (``= False``, before the model is wrapped) is harmless: DDP leaves those parameters out."""
+    found: list[tuple[cst.CSTNode, str, bool]] = []
+    for node in walk(model.module):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value != "requires_grad_":
+                continue
+            owner = _parameters_owner(model, node.func.value, node) or _module_name(node.func.value)
+            if owner is not None:
+                found.append((node, owner, not _turns_off(node.args)))
+        elif isinstance(node, cst.Assign):
+            for target in node.targets:
+                written = target.target
+                if isinstance(written, cst.Attribute) and written.attr.value == "requires_grad":
+                    owner = _parameters_owner(model, written.value, node)
+                    if owner is not None:
+                        found.append((node, owner, not _is_false(node.value)))
+    return found
+
+
+def _parameters_owner(model: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> str | None:
+    """``model.backbone`` for ``p`` bound by an enclosing ``for p in model.backbone.parameters()``
+    (or ``for name, p in ....named_parameters()``)."""
+    name = dotted(value)
+    if name is None:
+        return None
+    for ancestor in model.ancestors(at):
+        if not isinstance(ancestor, cst.For):
+            continue
+        source = ancestor.iter
+        if not (isinstance(source, cst.Call) and isinstance(source.func, cst.Attribute)):
+            continue
+        if source.func.attr.value not in ("parameters", "named_parameters"):
+            continue
+        bound = ancestor.target
+        if isinstance(bound, cst.Tuple) and len(bound.elements) == 2:
+            bound = bound.elements[1].value
+        if dotted(bound) == name:  # type: ignore[arg-type]
+            return _module_name(source.func.value)
+    return None
+
+
+def _module_name(node: cst.BaseExpression) -> str | None:
+    """``model.backbone`` for itself, ``model`` for ``model[0]`` or ``model.blocks[-1]``'s
+    ``model.blocks``: the named module that holds the parameters."""
+    while dotted(node) is None and isinstance(node, (cst.Subscript, cst.Attribute)):
+        node = node.value
+    return dotted(node)
+
+
+def _turns_off(arguments: Sequence[cst.Arg]) -> bool:
+    """``requires_grad_(False)``; without an argument it turns them on."""
+    return bool(arguments) and _is_false(arguments[0].value)
+
+
+def _is_false(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value == "False"

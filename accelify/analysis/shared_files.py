@@ -76,6 +76,9 @@ WRITERS = {
     "safetensors.torch.save_file": (1, "filename"),
     "safetensors.torch.save_model": (1, "filename"),
     "matplotlib.pyplot.savefig": (0, "fname"),
+    "shutil.copy": (1, "dst"),
+    "shutil.copy2": (1, "dst"),
+    "shutil.copyfile": (1, "dst"),
 }
 WRITING_METHODS = {
     "save_pretrained": (0, "save_directory"),

@@ -351,3 +351,16 @@ def calls_for_effect(function: cst.FunctionDef) -> bool:
         isinstance(node, cst.Expr) and isinstance(node.value, cst.Call)
         for node in walk(function.body)
     )
+
+
+def writes_into(node: cst.CSTNode, block: cst.With) -> bool:
+    """``node`` is one of ``block``'s own items (``open(p, "w")``) or reads a name it binds
+    (``json.dump(rows, f)`` in ``with open(p, "w") as f:``): it writes into the block's file."""
+    if any(node is item.item for item in block.items):
+        return True
+    handles = {
+        item.asname.name.value
+        for item in block.items
+        if item.asname is not None and isinstance(item.asname.name, cst.Name)
+    }
+    return any(isinstance(n, cst.Name) and n.value in handles for n in walk(node))

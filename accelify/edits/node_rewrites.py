@@ -45,6 +45,22 @@ class CallInstead:
 
 
 @dataclass(frozen=True)
+class PrintInsteadOfWrite:
+    """``sys.stdout.write(text)`` -> ``function(text, end="")``; ``sys.stderr.write(text)`` ->
+    ``function(text, end="", file=sys.stderr)``: the same characters on the same stream."""
+
+    function: str
+    stream: str | None = None
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call)
+        args = with_keyword(updated.args, "end", cst.SimpleString('""'))
+        if self.stream is not None:
+            args = with_keyword(args, "file", expression(self.stream))
+        return updated.with_changes(func=expression(self.function), args=args)
+
+
+@dataclass(frozen=True)
 class Wrapped:
     """``x`` -> ``function(x)`` (``accelerator.unwrap_model(model)``); with ``owner``,
     ``x.attr`` -> ``function(x)`` (``model.module`` -> ``accelerator.unwrap_model(model)``)."""

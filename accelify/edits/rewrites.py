@@ -15,6 +15,7 @@ from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove,
 from accelify.edits.node_rewrites import (
     CallInstead,
     MethodInstead,
+    PrintInsteadOfWrite,
     Receiver,
     Swap,
     WithoutArgument,
@@ -90,6 +91,13 @@ def unaccepted_clip_argument(call: cst.Call, method: str) -> str | None:
 def print_once(call: cst.Call, acc: str) -> Replace:
     """``print(...)`` -> ``acc.print(...)``: printed by the local main process only."""
     return Replace(call, CallInstead(f"{acc}.print"))
+
+
+def stream_write_once(call: cst.Call, acc: str, stream: str) -> Replace:
+    """``sys.stdout.write(s)`` -> ``acc.print(s, end="")`` (``sys.stderr`` passed on as its
+    ``file``): written by the local main process only, as a print is."""
+    function = f"{acc}.print"
+    return Replace(call, PrintInsteadOfWrite(function, None if stream == "sys.stdout" else stream))
 
 
 def save(call: cst.Call, acc: str, barriers: Iterable[cst.CSTNode] = ()) -> list[Edit]:

@@ -31,6 +31,21 @@ def run(ctx: Context) -> None:
                 "every rank trains on all of it (correct, not data-parallel); prepare it to "
                 "shard it",
             )
+    for loop, step in ctx.facts.step_driven_loops:
+        unprepared = [
+            n
+            for n in ctx.unprepared_loaders(loop)
+            if n not in ctx.facts.shared_loop_evaluations and n not in ctx.facts.phase_loaders
+        ]
+        if unprepared:
+            noted = True
+            ctx.plan.review(
+                ctx.line(loop.node),
+                f"this loop trains through {_step_name(ctx, step)}, which runs the backward, "
+                f"and reads {loader_names(unprepared)}, which is not prepared: every rank "
+                "trains on all of it (correct, not data-parallel); prepare it where the "
+                "accelerator is reached to shard it",
+            )
     if not noted and _no_loader_prepared(ctx):
         noted = True
         loop = next(loop for loop in ctx.model.loops if loop.trains)
@@ -136,3 +151,10 @@ def _no_loader_prepared(ctx: Context) -> bool:
     # ``train(self, training_data, ...)`` prepares the loader it receives: one of them
     received = ctx.facts.flow.param_names(Kind.DATALOADER)
     return not any(name in made | received or name.split("[", 1)[0] in made for name in prepared)
+
+
+def _step_name(ctx: Context, step: cst.FunctionDef) -> str:
+    """``StepTrainer.__call__()`` for a method, ``train_step()`` for a function."""
+    owner = ctx.model.call_graph.owner(step)
+    prefix = f"{owner.name.value}." if owner is not None else ""
+    return f"{prefix}{step.name.value}()"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
 from accelify.edits.node_rewrites import WithKeyword
@@ -28,6 +29,17 @@ def run(ctx: Context) -> None:
             )
             if acc == ctx.acc:
                 ctx.need(call)
+        elif _stream_write(ctx, call) and not ctx.facts.ranks.under_rank_guard(call):
+            acc = ctx.accelerator_at(call)
+            stream = dotted(call.func.value)  # type: ignore[attr-defined]
+            ctx.plan.add(
+                rewrites.stream_write_once(call, acc, stream),  # type: ignore[arg-type]
+                line=ctx.line(call),
+                text=f'{stream}.write -> {acc}.print(..., end="") (local main process only)',
+                anywhere=acc != ctx.acc,
+            )
+            if acc == ctx.acc:
+                ctx.need(call)
         elif qualified & names.TQDM and not any(
             a.keyword and a.keyword.value == "disable" for a in call.args
         ):
@@ -41,6 +53,21 @@ def run(ctx: Context) -> None:
             )
             if acc == ctx.acc:
                 ctx.need(call)
+
+
+def _stream_write(ctx: Context, call: cst.Call) -> bool:
+    """``sys.stdout.write(text)`` (or ``sys.stderr``) as a statement of its own, one argument:
+    every rank would write it. Its return value (the count) read makes it no print."""
+    return (
+        bool(ctx.model.call_names(call) & STREAM_WRITES)
+        and len(call.args) == 1
+        and call.args[0].keyword is None
+        and not call.args[0].star
+        and isinstance(ctx.model.parent(call), cst.Expr)
+    )
+
+
+STREAM_WRITES = {"sys.stdout.write", "sys.stderr.write"}
 
 
 def _print_arguments(call: cst.Call) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis import side_effects
 from accelify.analysis.shared_files import Download, SharedFile
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
@@ -107,7 +108,10 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
         if acc == ctx.acc:
             ctx.need(place)
     code = f"{accelerators[0] if accelerators else ctx.acc}.wait_for_everyone()"
-    everywhere = any(ctx.facts.placement.inside(write, b) for b in ctx.written_everywhere)
+    everywhere = any(
+        ctx.facts.placement.inside(write, b) and side_effects.writes_into(write, b)
+        for b in ctx.written_everywhere
+    )
     saved = "written by every rank" if everywhere else "saved on the main process"
     ctx.plan.change(
         ctx.line(read),

@@ -37,12 +37,19 @@ def run(ctx: Context) -> None:
 
 
 def _already_once(ctx: Context, node: cst.CSTNode) -> bool:
-    """Under a rank guard, or inside ``with open(path, "w")`` (guarded by the saving step)."""
+    """Under a rank guard, or inside ``with open(path, "w")`` (guarded by the saving step). A
+    block the saving step leaves on every rank (it trains, or computes what is read after it)
+    keeps its review line for the writes into its own file; any other write in it
+    (``shutil.copyfile(last, best)``) is guarded here like one outside it."""
     if ctx.facts.ranks.under_rank_guard(node):
         return True
     return any(
         isinstance(ancestor, cst.With)
         and any(side_effects.opens_for_writing(i.item) for i in ancestor.items)
+        and (
+            not any(ancestor is block for block in ctx.written_everywhere)
+            or side_effects.writes_into(node, ancestor)
+        )
         for ancestor in ctx.model.ancestors(node)
     )
 

@@ -3,14 +3,15 @@ auxiliary heads) leaves parameters without gradients in those steps, and DDP sto
 "Expected to have finished reduction in the prior iteration". So does a model class whose
 forward never computes with some of its parameters (``self.dummy_param`` read for its
 ``.device``, a layer built and never called) or uses them only under ``torch.no_grad()`` (a
-frozen backbone). The Accelerator gets the DDP option that lets
+frozen backbone), and a prepared model whose parameters the script switches off while it runs
+(``p.requires_grad = False`` for a first epoch). The Accelerator gets the DDP option that lets
 such parameters go: ``find_unused_parameters=True``."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.idle_members import idle_members
+from accelify.analysis.idle_members import idle_members, requires_grad_writes
 from accelify.analysis.objects import instance_class
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted
@@ -20,7 +21,7 @@ HANDLER = "DistributedDataParallelKwargs"
 
 
 def run(ctx: Context) -> None:
-    if not _dropped_outputs(ctx):
+    if not _dropped_outputs(ctx) and not _switched_parameters(ctx):
         _idle_members(ctx)
 
 
@@ -86,3 +87,95 @@ def _drops_outputs(ctx: Context, call: cst.Call) -> bool:
                 if isinstance(value, cst.Name) and value.value.startswith("_"):
                     return True
     return False
+
+
+def _switched_parameters(ctx: Context) -> bool:
+    """``p.requires_grad = flag`` over a prepared model's parameters (here, or in a helper
+    handed the prepared model), or ``= False`` after ``prepare`` wrapped it with them: in the
+    steps where they are off they get no gradient. Turned off before ``prepare`` wraps the
+    model, DDP leaves them out for good: once turned on again their gradients are never
+    averaged, and the ranks drift apart (a review line says so)."""
+    writes = requires_grad_writes(ctx.model)
+    for node, owner, turns_on in writes:
+        prepared_as = _prepared_name(ctx, owner, node)
+        if prepared_as is None:
+            continue
+        if turns_on:
+            how = "switched on and off here"
+        elif _runs_after_prepare(ctx, node, prepared_as):
+            how = f"turned off here, after prepare wrapped {prepared_as} with them"
+        else:
+            continue  # frozen before it is wrapped, for good: DDP leaves them out
+        _expect_unused(ctx)
+        ctx.plan.change(
+            ctx.line(node),
+            f"the parameters of {owner} are {how} (requires_grad): DDP told to expect "
+            "parameters without gradients (find_unused_parameters=True)",
+        )
+        frozen = _frozen_before_prepare(ctx, writes, prepared_as)
+        if frozen is not None:
+            ctx.plan.review(
+                ctx.line(frozen),
+                f"the parameters of {owner} may be turned off here, before prepare wraps "
+                f"{prepared_as}: DDP leaves out the parameters that need no gradient when it "
+                "wraps the model, so once turned on again their gradients are never averaged "
+                "across ranks and the ranks drift apart; turn them off after the prepare call",
+            )
+        return True
+    return False
+
+
+def _runs_after_prepare(ctx: Context, node: cst.CSTNode, model: str) -> bool:
+    """``node`` runs after the prepare call of ``model``: later in its scope, or in a function
+    one of whose calls does (one nothing in the file calls may run any time)."""
+    anchor = ctx.prepared_after.get(model, ctx.prepare_anchor)
+    if anchor is None:
+        return False
+    if ctx.model.scope_of(node) is ctx.model.scope_of(anchor):
+        return ctx.after_prepare(node, model)
+    function = ctx.facts.placement.enclosing_function(node)
+    calls = ctx.facts.calls.callers(function) if function is not None else []
+    return not calls or any(ctx.after_prepare(call, model) for call in calls)
+
+
+def _prepared_name(ctx: Context, owner: str, at: cst.CSTNode) -> str | None:
+    """The prepared model ``owner`` (``model.backbone``) belongs to, under its name there or
+    at a helper's call sites."""
+    flow = ctx.facts.flow
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+    for name in _prefixes(owner):
+        if name in prepared:
+            return name
+        for origin in sorted(o for o in flow.origins(name, at, stop=prepared) if o is not None):
+            found = next((p for p in _prefixes(origin) if p in prepared), None)
+            if found is not None:
+                return found
+    return None
+
+
+def _prefixes(name: str) -> list[str]:
+    """``model.backbone.layer``, ``model.backbone``, ``model``."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def _frozen_before_prepare(
+    ctx: Context, writes: list[tuple[cst.CSTNode, str, bool]], model: str
+) -> cst.CSTNode | None:
+    """A write of ``writes`` for ``model``, or a call of a function that makes one, in the
+    scope that prepares ``model`` and before the prepare call."""
+    anchor = ctx.prepared_after.get(model, ctx.prepare_anchor)
+    if anchor is None:
+        return None
+    scope = ctx.model.scope_of(anchor)
+    mine = [node for node, owner, _ in writes if _prepared_name(ctx, owner, node) == model]
+    functions = {ctx.facts.placement.enclosing_function(node) for node in mine} - {None}
+    reaching = [
+        call
+        for call in ctx.model.calls
+        if any(target in functions for target in ctx.facts.calls.targets(call))
+    ]
+    for node in [*mine, *reaching]:
+        if ctx.model.scope_of(node) is scope and not ctx.after_prepare(node, model):
+            return node
+    return None
