@@ -173,6 +173,13 @@ class UnpreparedObject(Rule):
         ),
     )
     good = (
+        # a starred target takes the rest of what prepare returns (BigVGAN's validation loaders):
+        # valid Python the analysis must read, not crash on
+        HEADER
+        + _OBJECTS
+        + "(model, optimizer, loader, *val_loaders) = accelerator.prepare(\n"
+        + "    model, optimizer, loader, *val_loaders\n)\n"
+        + _LOOP,
         # a helper's parameter named like the unprepared loader, called with the prepared one:
         # what the callers pass is judged at the call, not the name inside the helper
         HEADER

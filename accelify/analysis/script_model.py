@@ -143,6 +143,8 @@ class ScriptModel:
     #: each node's place in source order (its index in the analysis's pre-order walk): "above"
     #: without a code-generation pass for positions
     orders: dict[cst.CSTNode, int] = field(default_factory=dict, repr=False)
+    #: `_rank_exit` by function: where each leaves early on some ranks (None: it does not)
+    _rank_exits: dict[int, int | None] = field(default_factory=dict, repr=False)
     _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
     #: the analysis has added every binding: answers that depend on them may be kept
     complete: bool = field(default=False, repr=False)
@@ -226,13 +228,36 @@ class ScriptModel:
 
     def under_rank_guard(self, node: cst.CSTNode) -> bool:
         """Inside ``if accelerator.is_main_process:``, ``if rank == 0:`` and the like: code only
-        some ranks run."""
+        some ranks run; also after ``if not accelerator.is_main_process: return`` at the top of
+        its function (BigVGAN's ``validate``), which the other ranks leave before reaching it."""
         for ancestor in self.ancestors(node):
             if isinstance(ancestor, cst.If) and self.mentions_rank(
                 self.module.code_for_node(ancestor.test)
             ):
                 return True
+            if isinstance(ancestor, cst.FunctionDef):
+                exit_at = self._rank_exit(ancestor)
+                if exit_at is not None and self.order(node) > exit_at:
+                    return True
         return False
+
+    def _rank_exit(self, function: cst.FunctionDef) -> int | None:
+        """Where ``function``'s body leaves early on some ranks: the place of the first
+        statement of its own body shaped ``if <rank test>: return`` (or ``raise``), no else."""
+        cache = self._rank_exits
+        if id(function) not in cache:
+            cache[id(function)] = None
+            body = function.body
+            for statement in body.body if isinstance(body, cst.IndentedBlock) else ():
+                if (
+                    isinstance(statement, cst.If)
+                    and statement.orelse is None
+                    and _leaves(statement.body)
+                    and self.mentions_rank(self.module.code_for_node(statement.test))
+                ):
+                    cache[id(function)] = self.order(statement.body)
+                    break
+        return cache[id(function)]
 
     def mentions_rank(self, text: str) -> bool:
         """The text of a test reads the rank: a rank word (``is_main_process``, ``rank``) or a
@@ -488,7 +513,7 @@ def _prepare_call(
             target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) else [target]
         )
         outputs += [
-            _output_name(model, e.value if isinstance(e, cst.Element) else e.target)
+            _output_name(model, e.target if isinstance(e, cst.AssignTarget) else e.value)
             for e in elements
         ]
     inputs = [dotted(argument.value) or "" for argument in value.args]
@@ -773,6 +798,18 @@ class _Collector(Visitor):
                 evaluates=under_no_grad and not has_backward,
             )
         )
+
+
+def _leaves(block: cst.BaseSuite) -> bool:
+    """The block is a bare exit: its last statement returns or raises (``if not main: return``)."""
+    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    last = statements[-1] if statements else None
+    small = (
+        last.body[-1]
+        if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+        else None
+    )
+    return isinstance(small, (cst.Return, cst.Raise))
 
 
 def _optimizer_class(qualified_name: str) -> bool:
