@@ -244,6 +244,14 @@ class UngatheredMetric(Rule):
         + "        refs = refs[: len(eval_loader.dataset) - seen]\n"
         + "    else:\n        seen += refs.shape[0]\n"
         + "    metric.add_batch(predictions=preds, references=refs)\n",
+        # a running offset the loop turns into the indices it gathers (mDeBERTa's NLI evaluation
+        # maps each gathered prediction back to its row): consumed in the loop, not reported
+        HEADER
+        + "import torch\nmodel, eval_loader = accelerator.prepare(model, eval_loader)\n"
+        + "seen, rows = 0, []\nwith torch.no_grad():\n    for x, y in eval_loader:\n"
+        + "        index = torch.arange(seen, seen + len(y))\n        seen += len(y)\n"
+        + "        logits, y, index = accelerator.gather_for_metrics((model(x), y, index))\n"
+        + "        rows.append(index)\n",
         # an unprepared loader seen whole by each rank is another rule's business (ACC401)
         HEADER
         + "import torch\ncorrect = 0\nwith torch.no_grad():\n    for x, y in eval_loader:\n"
@@ -262,10 +270,12 @@ class UngatheredMetric(Rule):
             local = _assigned_in(loop.node.body) | loop.batch_names
             values = _RankValues(script, loop, local, accelerators)
             synced = set(self_syncing_metrics(loop, script))
+            gathered = _fed_to_collectives(loop, accelerators)
             found = [
                 (target, node)
                 for target, node in _accumulations(loop, values.this_rank_only, synced)
                 if not _reduced_later(script, loop.node, target, all_calls, accelerators)
+                and target.split(".")[0] not in gathered
             ]
             if not found:
                 continue
@@ -502,6 +512,30 @@ def _accumulations(
     finder = Finder()
     loop.node.body.visit(finder)
     return finder.found
+
+
+def _fed_to_collectives(loop: Loop, accelerators: set[str]) -> set[str]:
+    """The names whose values reach a gather in the loop, followed back through its
+    assignments: ``seen += len(labels)`` read as the offset of the indices it gathers
+    (``indices = torch.arange(seen, seen + n)``, ``gather_for_metrics((logits, indices))``) is
+    a position in this rank's stream that the loop consumes, not a total left to report."""
+    fed = {
+        name.value
+        for call in walk(loop.node.body)
+        if isinstance(call, cst.Call) and _is_collective(call, accelerators)
+        for argument in call.args
+        for name in walk(argument.value)
+        if isinstance(name, cst.Name)
+    }
+    assigns = [node for node in walk(loop.node.body) if isinstance(node, cst.Assign)]
+    for _ in assigns:
+        before = len(fed)
+        for assign in assigns:
+            if any(target_names(t.target) & fed for t in assign.targets):
+                fed |= {n.value for n in walk(assign.value) if isinstance(n, cst.Name)}
+        if len(fed) == before:
+            break
+    return fed
 
 
 def _mentions(node: cst.CSTNode, names: set[str]) -> bool:
