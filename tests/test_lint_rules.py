@@ -100,3 +100,25 @@ def test_an_evaluation_run_under_a_rank_guard_is_advised_out_of_the_guard_first(
     unguarded = code.replace("if accelerator.is_main_process:\n    print", "print")
     [finding] = lint(unguarded, "ACC403").findings
     assert "rank guard" not in finding.message
+
+
+def test_accumulation_advice_names_the_trainers_prepared_model():
+    code = (
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, loader, steps):\n"
+        "        self.accelerator = Accelerator(gradient_accumulation_steps=steps)\n"
+        "        self.optimizer = torch.optim.AdamW(model.parameters())\n"
+        "        self.policy, self.optimizer, self.loader = self.accelerator.prepare(\n"
+        "            model, self.optimizer, loader\n"
+        "        )\n"
+        "    def train(self):\n"
+        "        for batch in self.loader:\n"
+        "            self.accelerator.backward(self.policy(batch).mean())\n"
+        "            self.optimizer.step()\n"
+        "            self.optimizer.zero_grad()\n"
+    )
+    [finding] = lint(code, "ACC304").findings
+    assert finding.line == 5
+    assert finding.message.startswith("Wrap the step in self.accelerator.accumulate(self.policy):")
