@@ -103,6 +103,17 @@ class UnpreparedObject(Rule):
             9,
             13,
         ),
+        # the optimizer from a project's helper that returns it beside its scheduler, the model
+        # prepared under another name and trained under its old one (a music-LLM trainer)
+        Example(
+            HEADER
+            + "model = get_model(configs)\n"
+            + "optimizer, scheduler = get_optimizer_and_scheduler(params=model.parameters())\n"
+            + "llm, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + _LOOP,
+            7,
+            13,
+        ),
         Example(
             HEADER
             + _OBJECTS

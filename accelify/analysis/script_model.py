@@ -601,6 +601,38 @@ class _Collector(Visitor):
         for target in node.targets:
             self._bind(target.target, node.value, node)
             self._note_optimizer_table(target.target, node.value)
+            self._bind_unpacked_optimizer(target.target, node)
+
+    def _bind_unpacked_optimizer(self, target: cst.BaseExpression, assign: cst.Assign) -> None:
+        """``optimizer, scheduler = get_optimizer_and_scheduler(params=model.parameters())``: a
+        project's helper named for the optimizer it returns beside other things; the element
+        named an optimizer is one, built over what the call is handed. (The scheduler is left:
+        what it is sized in is the helper's business.)"""
+        value = assign.value
+        if not (isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, cst.Call)):
+            return
+        callee = (dotted(value.func) or "").rsplit(".", 1)[-1].lower()
+        statement = self.model.parent(assign)
+        if (
+            "optimizer" not in callee
+            or not isinstance(statement, cst.SimpleStatementLine)
+            or self._inside_model_class(assign)
+        ):
+            return
+        for element in target.elements:
+            name = dotted(element.value) if isinstance(element, cst.Element) else None
+            if name is not None and name.rsplit(".", 1)[-1].lower() in _OPTIMIZER_NAMES:
+                self.model.bindings.append(
+                    Binding(
+                        name=name,
+                        kind=Kind.OPTIMIZER,
+                        scope=self.model.scope_of(assign),
+                        statement=statement,
+                        assign=assign,
+                        value=value,
+                        script=self.model,
+                    )
+                )
 
     def _note_optimizer_table(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         """Remember ``OPTIMIZERS = {"sgd": lambda p: optim.SGD(p, lr=...), "adam": optim.Adam}``
@@ -798,6 +830,10 @@ class _Collector(Visitor):
                 evaluates=under_no_grad and not has_backward,
             )
         )
+
+
+#: What an optimizer unpacked from a helper's tuple is called (`_bind_unpacked_optimizer`).
+_OPTIMIZER_NAMES = ("optimizer", "optim", "opt", "optimiser")
 
 
 def _leaves(block: cst.BaseSuite) -> bool:
