@@ -31,6 +31,7 @@ from accelify.analysis.syntax import (
     root_name,
     strip_self_methods,
     target_names,
+    walk,
 )
 
 if TYPE_CHECKING:
@@ -589,7 +590,7 @@ class _Collector(Visitor):
                 qualified & names.MODULE_BASES
                 or any(_is_nn_model(name) for name in qualified)
                 or base_name in self.model.module_classes
-            ):
+            ) and not _prepares_its_own(node):
                 self.model.module_classes.add(node.name.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -830,6 +831,19 @@ class _Collector(Visitor):
                 evaluates=under_no_grad and not has_backward,
             )
         )
+
+
+def _prepares_its_own(node: cst.ClassDef) -> bool:
+    """``self.accelerator.prepare(self.model, ...)`` in the class: a trainer that holds the
+    model and its optimizer, even where it subclasses ``nn.Module`` (a DPO trainer's): its
+    ``self.optimizer`` is an optimizer, not a layer, and an instance is no model to prepare."""
+    return any(
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "prepare"
+        and (dotted(call.func.value) or "").startswith("self.")
+        for call in walk(node.body)
+    )
 
 
 #: What an optimizer unpacked from a helper's tuple is called (`_bind_unpacked_optimizer`).
