@@ -4,8 +4,16 @@ import libcst as cst
 
 from accelify.analysis.accumulation import accumulation_unhandled
 from accelify.analysis.facts import facts_of
-from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.lint.rule import Example, Finding, Rule, accelerator_argument
+from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.lint.rule import (
+    Example,
+    Finding,
+    Rule,
+    accelerator_argument,
+    accelerator_at,
+    in_file_words,
+    optimizer_models,
+)
 
 _IMPORT = "from accelify import Accelerator\n"
 
@@ -120,7 +128,23 @@ class AccumulationSettings(Rule):
             if placement.returns_name(binding.scope, binding.name):
                 continue  # a factory: its callers decide how to accumulate
             if accumulation_unhandled(script, argument.value):
-                yield self.finding(script, binding.value)
+                yield self.finding(script, binding.value, message=_message(self, script, binding))
+
+
+def _message(rule: Rule, script: ScriptModel, binding: Binding) -> str:
+    """The message in the file's words: ``self.accelerator.accumulate(self.model)`` in a
+    trainer whose one prepared model trains under its optimizer (a DPO trainer's)."""
+    message = in_file_words(rule.message, accelerator_at(script, binding.value))
+    trained = {m for models in optimizer_models(script).values() for m in models}
+    trained = {  # what prepare returned for them, under whatever name it was bound
+        output
+        for call in script.prepare_calls
+        for given, output in zip(call.inputs, call.outputs, strict=False)
+        if given in trained and output
+    } | (trained & script.prepared_names)
+    if len(trained) == 1:
+        message = message.replace("accumulate(model)", f"accumulate({trained.pop()})")
+    return message
 
 
 def _is_one(value: cst.BaseExpression) -> bool:

@@ -57,6 +57,15 @@ class DoubleLossDivision(Rule):
             5,
             30,
         ),
+        # divided, then backwarded under a test (BigVGAN's discriminator, frozen at first)
+        Example(
+            _SETUP
+            + "        loss_d = criterion(d(x), y) / args.gradient_accumulation_steps\n"
+            + "        if step >= freeze_step:\n"
+            + "            accelerator.backward(loss_d)\n",
+            5,
+            18,
+        ),
     )
     good = (
         _SETUP + "        loss = criterion(model(x), y)\n        accelerator.backward(loss)\n",
@@ -64,6 +73,11 @@ class DoubleLossDivision(Rule):
         _SETUP
         + "        loss = criterion(model(x), y) / num_tokens\n"
         + "        accelerator.backward(loss)\n",
+        # set again under the test before its backward: that value is what goes back
+        _SETUP
+        + "        loss = criterion(model(x), y) / accum_steps\n"
+        + "        if warm:\n            loss = criterion(model(x), y)\n"
+        + "            accelerator.backward(loss)\n",
         # no accumulation configured: the manual division is the accumulation
         "from accelify import Accelerator\naccelerator = Accelerator()\nfor x, y in loader:\n"
         "    loss = criterion(model(x), y) / accum_steps\n    accelerator.backward(loss)\n",
@@ -124,35 +138,41 @@ def _is_steps(code: str, steps: str) -> bool:
 def _division_of(
     script: ScriptModel, backward: cst.Call, loss: str, steps: str
 ) -> cst.CSTNode | None:
-    """``loss = ... / steps`` or ``loss /= steps`` earlier in the statements around ``backward``."""
-    block = _enclosing_block(script, backward)
-    if block is None:
-        return None
+    """``loss = ... / steps`` or ``loss /= steps``: the last binding of ``loss`` before
+    ``backward``, in its block or, when that block does not set it, in the blocks around it up
+    to the loop's or function's body (BigVGAN divides, then backwards under ``if step >=
+    freeze_step:``)."""
     backward_at = script.order(backward)
-    for statement in block.body:
-        if script.order(statement) >= backward_at or not isinstance(
-            statement, cst.SimpleStatementLine
-        ):
-            continue
-        for small in statement.body:
-            if (
-                isinstance(small, cst.AugAssign)
-                and dotted(small.target) == loss
-                and isinstance(small.operator, cst.DivideAssign)
-                and _is_steps(script.module.code_for_node(small.value), steps)
+    for block in _enclosing_blocks(script, backward):
+        last: tuple[cst.CSTNode, bool] | None = None  # the binding, and whether it divides
+        for statement in block.body:
+            if script.order(statement) >= backward_at or not isinstance(
+                statement, cst.SimpleStatementLine
             ):
-                return small
-            if (
-                isinstance(small, cst.Assign)
-                and any(dotted(target.target) == loss for target in small.targets)
-                and _divides_by_steps(script, small.value, steps)
-            ):
-                return small.value
+                continue
+            for small in statement.body:
+                if isinstance(small, cst.AugAssign) and dotted(small.target) == loss:
+                    last = (
+                        small,
+                        isinstance(small.operator, cst.DivideAssign)
+                        and _is_steps(script.module.code_for_node(small.value), steps),
+                    )
+                elif isinstance(small, cst.Assign) and any(
+                    dotted(target.target) == loss for target in small.targets
+                ):
+                    last = small.value, _divides_by_steps(script, small.value, steps)
+        if last is not None:
+            return last[0] if last[1] else None
     return None
 
 
-def _enclosing_block(script: ScriptModel, node: cst.CSTNode) -> cst.IndentedBlock | None:
+def _enclosing_blocks(script: ScriptModel, node: cst.CSTNode) -> Iterator[cst.IndentedBlock]:
+    """The indented blocks around ``node``, innermost first, up to the body of its loop or
+    function."""
     for ancestor in script.ancestors(node):
-        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
-            return ancestor if isinstance(ancestor, cst.IndentedBlock) else None
-    return None
+        if isinstance(ancestor, cst.IndentedBlock):
+            yield ancestor
+            if isinstance(script.parent(ancestor), (cst.For, cst.While, cst.FunctionDef)):
+                return
+        elif isinstance(ancestor, (cst.Module, cst.ClassDef, cst.FunctionDef)):
+            return

@@ -2,7 +2,11 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.evaluation import evaluates_each_batch, gather_counts_padding
+from accelify.analysis.evaluation import (
+    evaluates_each_batch,
+    gather_counts_padding,
+    gathers_batch_loss,
+)
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
@@ -20,8 +24,9 @@ _EVAL = (
 class GatherInEvaluation(Rule):
     """``accelerator.gather`` in an evaluation loop keeps the samples repeated to give every rank
     a full last batch, so they are counted twice and the metric is off. ``gather_for_metrics``
-    drops exactly those repeats. Not reported where the loop runs no forward pass or drops the
-    repeats by hand (slicing the gathered tensors to the dataset's length)."""
+    drops exactly those repeats. Not reported where the loop runs no forward pass, drops the
+    repeats by hand (slicing the gathered tensors to the dataset's length) or gathers the batch's
+    mean loss (the repeats are inside each mean, which ``gather_for_metrics`` does not undo)."""
 
     code = "ACC404"
     name = "gather-in-evaluation"
@@ -96,6 +101,11 @@ class GatherInEvaluation(Rule):
         + "        preds, refs = accelerator.gather((model(x), y))\n"
         + "        if step == len(loader) - 1:\n"
         + "            preds = preds[: len(loader.dataset) - seen]\n",
+        # the batch's mean loss, one per rank (a vocoder's test mel loss): gather_for_metrics
+        # trims rows, not the repeated samples inside a mean, so it would not fix the count
+        _EVAL
+        + "        loss_mel = F.l1_loss(model(x), y) * 45\n"
+        + "        losses += accelerator.gather(loss_mel).tolist()\n",
         # a training loop gathers its losses for logging: no evaluation, no padding to drop
         HEADER
         + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
@@ -119,5 +129,6 @@ class GatherInEvaluation(Rule):
                 and loop is not None
                 and id(loop) in evaluating
                 and gather_counts_padding(evaluating[id(loop)], call, facts)
+                and not gathers_batch_loss(call)
             ):
                 yield self.finding(script, call, Plan.of(rewrites.use_gather_for_metrics(call)))

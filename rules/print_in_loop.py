@@ -53,6 +53,11 @@ class PrintInLoop(Rule):
         HEADER + "for batch in loader:\n    accelerator.print(loss.item())\n",
         HEADER + "print('starting')\n",
         HEADER + "for batch in loader:\n    if accelerator.is_main_process:\n        print(1)\n",
+        # the other ranks leave the function first (BigVGAN's validate(accelerator, ...))
+        _PREPARED
+        + "def validate(acc, loader):\n    if not acc.is_main_process:\n        return\n"
+        + "    for j, batch in enumerate(loader):\n        print(j)\n\n\n"
+        + "validate(accelerator, loader)\n",
         HEADER + "for token in tokenizer.additional_special_tokens:\n    print(token)\n",
         HEADER + "for name, value in vars(args).items():\n    print(name, value)\n",
     )

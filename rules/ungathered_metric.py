@@ -5,6 +5,7 @@ import libcst as cst
 from accelify.analysis.evaluation import first_forward as _first_forward
 from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import Visitor, dotted, target_names, walk
@@ -55,6 +56,23 @@ class UngatheredMetric(Rule):
             9,
         ),
         Example(_EVAL + "        metric.add_batch(predictions=preds, references=y)\n", 9, 9),
+        # the forward in a helper the training loop shares, its losses collected per batch and
+        # averaged (a Florence-2 fine-tuning's evaluate_model, called on every rank)
+        Example(
+            HEADER
+            + "import torch\n\n\ndef forward_with(model, inputs, labels):\n"
+            + "    return model(input_ids=inputs, labels=labels)\n\n\n"
+            + "def evaluate(model, loader):\n    total = 0\n    with torch.no_grad():\n"
+            + "        for batch in loader:\n            losses = []\n"
+            + "            for inputs, labels in [(batch['a'], batch['b'])]:\n"
+            + "                losses.append(forward_with(model, inputs, labels).loss)\n"
+            + "            total += torch.stack(losses).mean().item()\n"
+            + "    return total / len(loader)\n\n\n"
+            + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+            + "accelerator.log({'val_loss': evaluate(model, val_loader)})\n",
+            17,
+            13,
+        ),
         # the forward in a helper called per batch, its per-sample perplexities collected
         # (a LLaMA pre-training script under FSDP)
         Example(
@@ -244,6 +262,14 @@ class UngatheredMetric(Rule):
         + "        refs = refs[: len(eval_loader.dataset) - seen]\n"
         + "    else:\n        seen += refs.shape[0]\n"
         + "    metric.add_batch(predictions=preds, references=refs)\n",
+        # a running offset the loop turns into the indices it gathers (mDeBERTa's NLI evaluation
+        # maps each gathered prediction back to its row): consumed in the loop, not reported
+        HEADER
+        + "import torch\nmodel, eval_loader = accelerator.prepare(model, eval_loader)\n"
+        + "seen, rows = 0, []\nwith torch.no_grad():\n    for x, y in eval_loader:\n"
+        + "        index = torch.arange(seen, seen + len(y))\n        seen += len(y)\n"
+        + "        logits, y, index = accelerator.gather_for_metrics((model(x), y, index))\n"
+        + "        rows.append(index)\n",
         # an unprepared loader seen whole by each rank is another rule's business (ACC401)
         HEADER
         + "import torch\ncorrect = 0\nwith torch.no_grad():\n    for x, y in eval_loader:\n"
@@ -256,16 +282,22 @@ class UngatheredMetric(Rule):
         all_calls = calls(script)
         for evaluation in facts.evaluations:
             loop = evaluation.loop
-            forward = _first_forward(loop, facts) or _helper_forward(facts, loop)
+            forward = (
+                _first_forward(loop, facts)
+                or _helper_forward(facts, loop)
+                or _model_helper_forward(script, facts, loop)
+            )
             if forward is None or not _prepared_loader(script, facts, loop):
                 continue
             local = _assigned_in(loop.node.body) | loop.batch_names
             values = _RankValues(script, loop, local, accelerators)
             synced = set(self_syncing_metrics(loop, script))
+            gathered = _fed_to_collectives(loop, accelerators)
             found = [
                 (target, node)
                 for target, node in _accumulations(loop, values.this_rank_only, synced)
                 if not _reduced_later(script, loop.node, target, all_calls, accelerators)
+                and target.split(".")[0] not in gathered
             ]
             if not found:
                 continue
@@ -351,9 +383,15 @@ def _helper_forward(facts: Facts, loop: Loop) -> cst.Call | None:
     ranks (a gather there makes what it returns every rank's) and it is no training step (its
     ``accelerator.backward`` and ``optimizer.step()``: the loop's totals are training ones)."""
     helper = facts.helper_evaluations.get(id(loop.node))
-    if helper is None:
+    if helper is None or not _runs_the_model_only(helper.helper):
         return None
-    for node in walk(helper.helper.body):
+    return helper.call
+
+
+def _runs_the_model_only(helper: cst.FunctionDef) -> bool:
+    """Nothing in the helper combines the ranks (a gather there makes what it returns every
+    rank's) and it is no training step (its ``backward``, ``optimizer.step()``)."""
+    for node in walk(helper.body):
         func = node.func if isinstance(node, cst.Call) else None
         if isinstance(func, cst.Attribute) and func.attr.value in (
             *_COLLECTIVES,
@@ -362,8 +400,34 @@ def _helper_forward(facts: Facts, loop: Loop) -> cst.Call | None:
             "backward",
             "step",
         ):
-            return None
-    return helper.call
+            return False
+    return True
+
+
+def _model_helper_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.Call | None:
+    """``forward_with_model(model, inputs, labels).loss``: a function of the file, handed the
+    prepared model, that calls it (a Florence-2 trainer's evaluation, the same helper its
+    training loop uses). The loop's forward runs there."""
+    prepared = script.prepared_names
+    for call in walk(loop.node.body):
+        if not isinstance(call, cst.Call):
+            continue
+        found = script.call_graph.callee(call)
+        if found is None:
+            continue
+        helper, implicit = found
+        if not _runs_the_model_only(helper):
+            continue
+        called = {dotted(node.func) for node in walk(helper.body) if isinstance(node, cst.Call)}
+        for parameter, argument in bound_arguments(helper, call, implicit):
+            name = dotted(argument.value)
+            if (
+                parameter in called
+                and name is not None
+                and (name in prepared or facts.flow.outer_name(name, call) in prepared)
+            ):
+                return call
+    return None
 
 
 def _prepared_loader(script: ScriptModel, facts: Facts, loop: Loop) -> bool:
@@ -401,6 +465,7 @@ class _RankValues:
             if isinstance(node, cst.Assign) and len(node.targets) == 1
         ]
         self.inner_loops = {id(node) for node in walk(loop.node.body) if isinstance(node, cst.For)}
+        self.loop_body = loop.node.body
         #: answers of `_gathered` by (name, reading node): each chain of assignments is
         #: followed once, however many values read it
         self._answers: dict[tuple[str, int], bool] = {}
@@ -455,6 +520,17 @@ class _RankValues:
             return False  # the batch itself: this rank's
         if depth >= len(self.assigns):
             return False
+        if isinstance(last.value, (cst.List, cst.Tuple)) and not last.value.elements:
+            # ``losses = []`` then ``losses.append(model(x).loss)``: what it collects
+            return not any(
+                self.this_rank_only(argument.value, depth + 1)
+                for call in walk(self.loop_body)
+                if isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value in ("append", "extend")
+                and dotted(call.func.value) == name
+                for argument in call.args
+            )
         return not self.this_rank_only(last.value, depth + 1)
 
     def _collective_in(self, node: cst.CSTNode) -> bool:
@@ -502,6 +578,30 @@ def _accumulations(
     finder = Finder()
     loop.node.body.visit(finder)
     return finder.found
+
+
+def _fed_to_collectives(loop: Loop, accelerators: set[str]) -> set[str]:
+    """The names whose values reach a gather in the loop, followed back through its
+    assignments: ``seen += len(labels)`` read as the offset of the indices it gathers
+    (``indices = torch.arange(seen, seen + n)``, ``gather_for_metrics((logits, indices))``) is
+    a position in this rank's stream that the loop consumes, not a total left to report."""
+    fed = {
+        name.value
+        for call in walk(loop.node.body)
+        if isinstance(call, cst.Call) and _is_collective(call, accelerators)
+        for argument in call.args
+        for name in walk(argument.value)
+        if isinstance(name, cst.Name)
+    }
+    assigns = [node for node in walk(loop.node.body) if isinstance(node, cst.Assign)]
+    for _ in assigns:
+        before = len(fed)
+        for assign in assigns:
+            if any(target_names(t.target) & fed for t in assign.targets):
+                fed |= {n.value for n in walk(assign.value) if isinstance(n, cst.Name)}
+        if len(fed) == before:
+            break
+    return fed
 
 
 def _mentions(node: cst.CSTNode, names: set[str]) -> bool:

@@ -103,6 +103,17 @@ class UnpreparedObject(Rule):
             9,
             13,
         ),
+        # the optimizer from a project's helper that returns it beside its scheduler, the model
+        # prepared under another name and trained under its old one (a music-LLM trainer)
+        Example(
+            HEADER
+            + "model = get_model(configs)\n"
+            + "optimizer, scheduler = get_optimizer_and_scheduler(params=model.parameters())\n"
+            + "llm, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + _LOOP,
+            7,
+            13,
+        ),
         Example(
             HEADER
             + _OBJECTS
@@ -173,6 +184,13 @@ class UnpreparedObject(Rule):
         ),
     )
     good = (
+        # a starred target takes the rest of what prepare returns (BigVGAN's validation loaders):
+        # valid Python the analysis must read, not crash on
+        HEADER
+        + _OBJECTS
+        + "(model, optimizer, loader, *val_loaders) = accelerator.prepare(\n"
+        + "    model, optimizer, loader, *val_loaders\n)\n"
+        + _LOOP,
         # a helper's parameter named like the unprepared loader, called with the prepared one:
         # what the callers pass is judged at the call, not the name inside the helper
         HEADER

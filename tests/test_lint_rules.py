@@ -100,3 +100,50 @@ def test_an_evaluation_run_under_a_rank_guard_is_advised_out_of_the_guard_first(
     unguarded = code.replace("if accelerator.is_main_process:\n    print", "print")
     [finding] = lint(unguarded, "ACC403").findings
     assert "rank guard" not in finding.message
+
+
+def test_accumulation_advice_names_the_trainers_prepared_model():
+    code = (
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, loader, steps):\n"
+        "        self.accelerator = Accelerator(gradient_accumulation_steps=steps)\n"
+        "        self.optimizer = torch.optim.AdamW(model.parameters())\n"
+        "        self.policy, self.optimizer, self.loader = self.accelerator.prepare(\n"
+        "            model, self.optimizer, loader\n"
+        "        )\n"
+        "    def train(self):\n"
+        "        for batch in self.loader:\n"
+        "            self.accelerator.backward(self.policy(batch).mean())\n"
+        "            self.optimizer.step()\n"
+        "            self.optimizer.zero_grad()\n"
+    )
+    [finding] = lint(code, "ACC304").findings
+    assert finding.line == 5
+    assert finding.message.startswith("Wrap the step in self.accelerator.accumulate(self.policy):")
+
+
+def test_a_trainer_that_subclasses_nn_module_holds_an_optimizer_not_a_layer():
+    """A DPO trainer written as ``class DPOTrainer(nn.Module)`` prepares its own model: its
+    ``self.optimizer`` is the optimizer the advice is about, not a layer of a model."""
+    code = (
+        "import torch\n"
+        "from torch import nn\n"
+        "from accelerate import Accelerator\n"
+        "class DPOTrainer(nn.Module):\n"
+        "    def __init__(self, model, loader, steps):\n"
+        "        super().__init__()\n"
+        "        self.model = model\n"
+        "        self.optimizer = torch.optim.AdamW(self.model.parameters())\n"
+        "        self.accelerator = Accelerator(gradient_accumulation_steps=steps)\n"
+        "        self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)\n"
+        "        self.loader = self.accelerator.prepare(loader)\n"
+        "    def train(self):\n"
+        "        for batch in self.loader:\n"
+        "            self.accelerator.backward(self.model(batch).mean())\n"
+        "            self.optimizer.step()\n"
+    )
+    [finding] = lint(code, "ACC304").findings
+    assert finding.line == 9
+    assert "self.accelerator.accumulate(self.model):" in finding.message

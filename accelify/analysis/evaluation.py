@@ -900,3 +900,25 @@ def gather_counts_padding(loop: Loop, gather: cst.Call, facts: Facts) -> bool:
         ):
             return False
     return True
+
+
+#: Calls that keep a value's shape: ``loss.detach().float()`` is still the loss.
+_SAME_VALUE = ("detach", "float", "double", "cpu", "clone", "contiguous", "to")
+
+
+def gathers_batch_loss(gather: cst.Call) -> bool:
+    """``accelerator.gather(loss_mel)``: the batch's loss, one mean per rank (named a loss, as the
+    conversion reads ``logits, loss = model(x, y)``). The padding repeats are inside that mean, and
+    ``gather_for_metrics`` trims gathered rows, not samples inside a mean: it cannot drop them
+    (gathering the per-sample losses can). ``loss.repeat(batch_size)`` is per sample again."""
+    if not gather.args:
+        return False
+    value = gather.args[0].value
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in _SAME_VALUE
+    ):
+        value = value.func.value
+    name = dotted(value)
+    return name is not None and "loss" in name.rsplit(".", 1)[-1].lower()

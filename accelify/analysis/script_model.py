@@ -31,6 +31,7 @@ from accelify.analysis.syntax import (
     root_name,
     strip_self_methods,
     target_names,
+    walk,
 )
 
 if TYPE_CHECKING:
@@ -143,6 +144,8 @@ class ScriptModel:
     #: each node's place in source order (its index in the analysis's pre-order walk): "above"
     #: without a code-generation pass for positions
     orders: dict[cst.CSTNode, int] = field(default_factory=dict, repr=False)
+    #: `_rank_exit` by function: where each leaves early on some ranks (None: it does not)
+    _rank_exits: dict[int, int | None] = field(default_factory=dict, repr=False)
     _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
     #: the analysis has added every binding: answers that depend on them may be kept
     complete: bool = field(default=False, repr=False)
@@ -226,13 +229,36 @@ class ScriptModel:
 
     def under_rank_guard(self, node: cst.CSTNode) -> bool:
         """Inside ``if accelerator.is_main_process:``, ``if rank == 0:`` and the like: code only
-        some ranks run."""
+        some ranks run; also after ``if not accelerator.is_main_process: return`` at the top of
+        its function (BigVGAN's ``validate``), which the other ranks leave before reaching it."""
         for ancestor in self.ancestors(node):
             if isinstance(ancestor, cst.If) and self.mentions_rank(
                 self.module.code_for_node(ancestor.test)
             ):
                 return True
+            if isinstance(ancestor, cst.FunctionDef):
+                exit_at = self._rank_exit(ancestor)
+                if exit_at is not None and self.order(node) > exit_at:
+                    return True
         return False
+
+    def _rank_exit(self, function: cst.FunctionDef) -> int | None:
+        """Where ``function``'s body leaves early on some ranks: the place of the first
+        statement of its own body shaped ``if <rank test>: return`` (or ``raise``), no else."""
+        cache = self._rank_exits
+        if id(function) not in cache:
+            cache[id(function)] = None
+            body = function.body
+            for statement in body.body if isinstance(body, cst.IndentedBlock) else ():
+                if (
+                    isinstance(statement, cst.If)
+                    and statement.orelse is None
+                    and _leaves(statement.body)
+                    and self.mentions_rank(self.module.code_for_node(statement.test))
+                ):
+                    cache[id(function)] = self.order(statement.body)
+                    break
+        return cache[id(function)]
 
     def mentions_rank(self, text: str) -> bool:
         """The text of a test reads the rank: a rank word (``is_main_process``, ``rank``) or a
@@ -488,7 +514,7 @@ def _prepare_call(
             target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) else [target]
         )
         outputs += [
-            _output_name(model, e.value if isinstance(e, cst.Element) else e.target)
+            _output_name(model, e.target if isinstance(e, cst.AssignTarget) else e.value)
             for e in elements
         ]
     inputs = [dotted(argument.value) or "" for argument in value.args]
@@ -564,7 +590,7 @@ class _Collector(Visitor):
                 qualified & names.MODULE_BASES
                 or any(_is_nn_model(name) for name in qualified)
                 or base_name in self.model.module_classes
-            ):
+            ) and not _prepares_its_own(node):
                 self.model.module_classes.add(node.name.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -576,6 +602,38 @@ class _Collector(Visitor):
         for target in node.targets:
             self._bind(target.target, node.value, node)
             self._note_optimizer_table(target.target, node.value)
+            self._bind_unpacked_optimizer(target.target, node)
+
+    def _bind_unpacked_optimizer(self, target: cst.BaseExpression, assign: cst.Assign) -> None:
+        """``optimizer, scheduler = get_optimizer_and_scheduler(params=model.parameters())``: a
+        project's helper named for the optimizer it returns beside other things; the element
+        named an optimizer is one, built over what the call is handed. (The scheduler is left:
+        what it is sized in is the helper's business.)"""
+        value = assign.value
+        if not (isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, cst.Call)):
+            return
+        callee = (dotted(value.func) or "").rsplit(".", 1)[-1].lower()
+        statement = self.model.parent(assign)
+        if (
+            "optimizer" not in callee
+            or not isinstance(statement, cst.SimpleStatementLine)
+            or self._inside_model_class(assign)
+        ):
+            return
+        for element in target.elements:
+            name = dotted(element.value) if isinstance(element, cst.Element) else None
+            if name is not None and name.rsplit(".", 1)[-1].lower() in _OPTIMIZER_NAMES:
+                self.model.bindings.append(
+                    Binding(
+                        name=name,
+                        kind=Kind.OPTIMIZER,
+                        scope=self.model.scope_of(assign),
+                        statement=statement,
+                        assign=assign,
+                        value=value,
+                        script=self.model,
+                    )
+                )
 
     def _note_optimizer_table(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         """Remember ``OPTIMIZERS = {"sgd": lambda p: optim.SGD(p, lr=...), "adam": optim.Adam}``
@@ -773,6 +831,35 @@ class _Collector(Visitor):
                 evaluates=under_no_grad and not has_backward,
             )
         )
+
+
+def _prepares_its_own(node: cst.ClassDef) -> bool:
+    """``self.accelerator.prepare(self.model, ...)`` in the class: a trainer that holds the
+    model and its optimizer, even where it subclasses ``nn.Module`` (a DPO trainer's): its
+    ``self.optimizer`` is an optimizer, not a layer, and an instance is no model to prepare."""
+    return any(
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "prepare"
+        and (dotted(call.func.value) or "").startswith("self.")
+        for call in walk(node.body)
+    )
+
+
+#: What an optimizer unpacked from a helper's tuple is called (`_bind_unpacked_optimizer`).
+_OPTIMIZER_NAMES = ("optimizer", "optim", "opt", "optimiser")
+
+
+def _leaves(block: cst.BaseSuite) -> bool:
+    """The block is a bare exit: its last statement returns or raises (``if not main: return``)."""
+    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    last = statements[-1] if statements else None
+    small = (
+        last.body[-1]
+        if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+        else None
+    )
+    return isinstance(small, (cst.Return, cst.Raise))
 
 
 def _optimizer_class(qualified_name: str) -> bool:
