@@ -25,7 +25,10 @@ def step_driven_loops(model: ScriptModel) -> list[tuple[Loop, cst.FunctionDef]]:
     graph = model.call_graph
     found: list[tuple[Loop, cst.FunctionDef]] = []
     candidates: list[tuple[Loop, cst.CSTNode]] = [
-        (loop, loop.node.body) for loop in model.loops if not loop.trains
+        # a loop with gradients off evaluates through the step (``make_step(b, update=False)``)
+        (loop, loop.node.body)
+        for loop in model.loops
+        if not loop.trains and not loop.evaluates
     ]
     for node in model.orders:
         if isinstance(node, _COMPREHENSIONS) and node.for_in.inner_for_in is None:
