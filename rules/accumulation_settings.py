@@ -139,7 +139,8 @@ def _message(rule: Rule, script: ScriptModel, binding: Binding) -> str:
     trained = {  # what prepare returned for them, under whatever name it was bound
         output
         for call in script.prepare_calls
-        for given, output in zip(call.inputs, call.outputs, strict=False)
+        if len(call.outputs) == len(call.inputs)  # not ``prepared = prepare(a, b)``: a tuple
+        for given, output in zip(call.inputs, call.outputs, strict=True)
         if given in trained and output
     } | (trained & script.prepared_names)
     if len(trained) == 1:

@@ -137,8 +137,8 @@ def test_a_trainer_that_subclasses_nn_module_holds_an_optimizer_not_a_layer():
         "        self.model = model\n"
         "        self.optimizer = torch.optim.AdamW(self.model.parameters())\n"
         "        self.accelerator = Accelerator(gradient_accumulation_steps=steps)\n"
-        "        prepared = self.accelerator.prepare(self.model, self.optimizer)\n"
-        "        self.model, self.optimizer = prepared\n"
+        "        self.model, self.optimizer = self.accelerator.prepare(\n"
+        "            self.model, self.optimizer)\n"
         "        self.loader = self.accelerator.prepare(loader)\n"
         "    def train(self):\n"
         "        for batch in self.loader:\n"
@@ -148,3 +148,27 @@ def test_a_trainer_that_subclasses_nn_module_holds_an_optimizer_not_a_layer():
     [finding] = lint(code, "ACC304").findings
     assert finding.line == 9
     assert "self.accelerator.accumulate(self.model):" in finding.message
+
+
+def test_a_prepare_result_unpacked_on_the_next_line_is_what_the_rules_follow():
+    """``prepared = accelerator.prepare(model, optimizer)`` then ``model, optimizer = prepared``:
+    the objects are prepared under the unpacked names (no ACC401), and ACC304 names them."""
+    code = (
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, loader, steps):\n"
+        "        self.model = model\n"
+        "        self.optimizer = torch.optim.AdamW(self.model.parameters())\n"
+        "        self.accelerator = Accelerator(gradient_accumulation_steps=steps)\n"
+        "        prepared = self.accelerator.prepare(self.model, self.optimizer, loader)\n"
+        "        self.model, self.optimizer, self.loader = prepared\n"
+        "    def train(self):\n"
+        "        for batch in self.loader:\n"
+        "            self.accelerator.backward(self.model(batch).mean())\n"
+        "            self.optimizer.step()\n"
+    )
+    selection = Selection(select=["ACC304", "ACC401"])
+    findings = lint_source(code.encode(), "example.py", selection).findings
+    assert [(finding.code, finding.line) for finding in findings] == [("ACC304", 7)]
+    assert "self.accelerator.accumulate(self.model):" in findings[0].message

@@ -518,7 +518,30 @@ def _prepare_call(
             for e in elements
         ]
     inputs = [dotted(argument.value) or "" for argument in value.args]
+    if len(outputs) == 1 and len(inputs) > 1 and outputs[0]:
+        outputs = _unpacked_later(model, node, outputs[0]) or outputs
     return PrepareCall(value, inputs, outputs, model)
+
+
+def _unpacked_later(model: ScriptModel, node: cst.Assign, name: str) -> list[str] | None:
+    """``prepared = accelerator.prepare(model, optimizer)`` then ``model, optimizer = prepared``
+    in the same scope: the names the objects end up under are the unpacking's."""
+    scope = model.scope_of(node)
+    for later in model.assignments:
+        if (
+            model.orders[later] > model.orders[node]
+            and dotted(later.value) == name
+            and len(later.targets) == 1
+            and isinstance(later.targets[0].target, (cst.Tuple, cst.List))
+            and model.scope_of(later) is scope
+            and not any(
+                isinstance(e, cst.StarredElement)
+                for e in later.targets[0].target.elements  # type: ignore[attr-defined]
+            )
+        ):
+            elements = later.targets[0].target.elements  # type: ignore[attr-defined]
+            return [_output_name(model, element.value) for element in elements]
+    return None
 
 
 def _output_name(model: ScriptModel, target: cst.BaseExpression) -> str:
