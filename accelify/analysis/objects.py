@@ -46,11 +46,7 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
     if binding.kind is not Kind.DATALOADER:
         return False
     if binding.received:
-        return any(
-            is_loader_dict(model, source)
-            for source in model.bindings
-            if source.name in binding.sources and not source.received
-        )
+        return _made_as(model, binding, is_loader_dict)
     if isinstance(value, cst.Dict | cst.DictComp):
         return not _of_dicts(value)
     target = callee(model, value) if isinstance(value, cst.Call) else None
@@ -82,12 +78,19 @@ def is_dict_of_loader_dicts(model: ScriptModel, binding: Binding) -> bool:
     if binding.kind is not Kind.DATALOADER:
         return False
     if binding.received:
-        return any(
-            is_dict_of_loader_dicts(model, source)
-            for source in model.bindings
-            if source.name in binding.sources and not source.received
-        )
+        return _made_as(model, binding, is_dict_of_loader_dicts)
     return isinstance(binding.value, cst.Dict | cst.DictComp) and _of_dicts(binding.value)
+
+
+def _made_as(
+    model: ScriptModel, binding: Binding, kind: Callable[[ScriptModel, Binding], bool]
+) -> bool:
+    """A received ``binding`` is of ``kind`` when what a caller passes in is."""
+    return any(
+        kind(model, source)
+        for source in model.bindings
+        if source.name in binding.sources and not source.received
+    )
 
 
 def _of_dicts(value: cst.Dict | cst.DictComp) -> bool:

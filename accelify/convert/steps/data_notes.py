@@ -7,7 +7,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.randomness import randomness_of
-from accelify.analysis.script_model import Kind
+from accelify.analysis.script_model import Kind, Loop
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import loader_names
 
@@ -16,13 +16,7 @@ def run(ctx: Context) -> None:
     _totals_over_dataset(ctx)
     noted = False
     for loop in ctx.model.loops:
-        unprepared = ctx.unprepared_loaders(loop) if loop.trains else []
-        # evaluated through this loop with training off: its own review line says why
-        unprepared = [
-            n
-            for n in unprepared
-            if n not in ctx.facts.shared_loop_evaluations and n not in ctx.facts.phase_loaders
-        ]
+        unprepared = _trained_unprepared(ctx, loop) if loop.trains else []
         if unprepared:
             noted = True
             ctx.plan.review(
@@ -32,11 +26,7 @@ def run(ctx: Context) -> None:
                 "shard it",
             )
     for loop, step in ctx.facts.step_driven_loops:
-        unprepared = [
-            n
-            for n in ctx.unprepared_loaders(loop)
-            if n not in ctx.facts.shared_loop_evaluations and n not in ctx.facts.phase_loaders
-        ]
+        unprepared = _trained_unprepared(ctx, loop)
         if unprepared:
             noted = True
             ctx.plan.review(
@@ -151,6 +141,16 @@ def _no_loader_prepared(ctx: Context) -> bool:
     # ``train(self, training_data, ...)`` prepares the loader it receives: one of them
     received = ctx.facts.flow.param_names(Kind.DATALOADER)
     return not any(name in made | received or name.split("[", 1)[0] in made for name in prepared)
+
+
+def _trained_unprepared(ctx: Context, loop: Loop) -> list[str]:
+    """The unprepared loaders ``loop`` trains on; one also evaluated through it with training
+    off (a shared loop, a phase) is left out: its own review line says why."""
+    return [
+        n
+        for n in ctx.unprepared_loaders(loop)
+        if n not in ctx.facts.shared_loop_evaluations and n not in ctx.facts.phase_loaders
+    ]
 
 
 def _step_name(ctx: Context, step: cst.FunctionDef) -> str:
