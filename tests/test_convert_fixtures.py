@@ -133,3 +133,20 @@ def test_what_lint_still_finds_in_the_conversion_was_left_for_review(case: Path)
             where = ", ".join(f"before.py:{before_line_of(case, line)}" for line in lines)
             unexplained.append(f"after.py:{finding.line} {finding.code} ({where}: no review line)")
     assert unexplained == []
+
+
+@pytest.mark.parametrize("case", CONVERTIBLE, ids=lambda case: case.name)
+def test_every_name_the_conversion_imports_is_used(case: Path):
+    """A name the conversion imports from accelify is read somewhere: an unused one is what
+    ruff's F401 reports in every converted file a user lints."""
+    import ast
+
+    tree = ast.parse((case / "after.py").read_text())
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("accelify")
+        for alias in node.names
+    }
+    read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    assert imported <= read, f"imported and never used: {sorted(imported - read)}"

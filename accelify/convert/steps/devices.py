@@ -211,9 +211,13 @@ def run_devices(ctx: Context) -> None:
             # in main, which moves the model before handing it to the trainer), the process
             # state names this rank's device: left as is, every rank would pick cuda:0, while
             # prepare puts the model on this rank's GPU.
-            acc = ctx.accelerator_at(binding.statement)
-            if acc != ctx.acc and not _makes_a_torch_device(binding.value):
-                acc = ctx.acc  # a string may be compared where it is passed: reviewed, as is
+            # a string may be compared where it is passed: reviewed, as is (and no process
+            # state asked for, whose import would be left unused)
+            acc = (
+                ctx.accelerator_at(binding.statement)
+                if _makes_a_torch_device(binding.value)
+                else ctx.acc
+            )
             shown = f"str({acc}.device)" if as_string else f"{acc}.device"
             ctx.plan.add(
                 rewrites.use_device(binding.value, acc, as_string=as_string),
