@@ -3,9 +3,11 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.accelerator_objects import without_accelerator
+from accelify.analysis.dataflow import assigns, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.precision import apex_scaled_backward
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import all_params
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
@@ -20,10 +22,13 @@ class LossBackward(Rule):
     scaling and division would reach an optimizer that never undoes them. So do the branch that
     runs without an accelerator (``else`` of ``if self.accelerator is not None:``), apex's
     ``with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()``, and a module
-    function no accelerator reaches that nothing in the file calls or hands on: the file's
-    single-device twin (``train_one_epoch(model, loader, optimizer, device)`` beside
-    ``train_one_epoch_acc(..., accelerator)``), whose advice would name an accelerator it has
-    not got; called here with what ``prepare`` returned, it is reported."""
+    function no accelerator reaches: one nothing in the file calls or hands on (the file's
+    single-device twin, ``train_one_epoch(model, loader, optimizer, device)`` beside
+    ``train_one_epoch_acc(..., accelerator)``), or one whose callers hand it nothing ``prepare``
+    returned and that trains a model of its own (a single-device baseline the script compares
+    the distributed run with): the advice would name an accelerator it has not got, and scaling
+    that backward would change the baseline. Called with what ``prepare`` returned, or reading
+    it from the module, it is reported."""
 
     code = "ACC301"
     name = "loss-backward"
@@ -102,6 +107,27 @@ class LossBackward(Rule):
         + "                scaled_loss.backward()\n"
         + "        else:\n"
         + "            self.accelerator.backward(loss)\n",
+        # Accelerate's test_script: a single-device baseline trained beside the prepared run,
+        # called with sizes only; its loss.backward() must stay unscaled
+        "from accelerate import Accelerator\n"
+        + "def mock_training(length, batch_size):\n"
+        + "    model = RegressionModel()\n"
+        + "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "    for batch in make_loader(length, batch_size):\n"
+        + "        model.zero_grad()\n"
+        + "        loss = mse_loss(model(batch['x']), batch['y'])\n"
+        + "        loss.backward()\n"
+        + "        optimizer.step()\n"
+        + "    return model\n"
+        + "def training_check():\n"
+        + "    old_model = mock_training(64, 16)\n"
+        + "    accelerator = Accelerator()\n"
+        + "    model = RegressionModel()\n"
+        + "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "    for batch in make_loader(64, 16):\n"
+        + "        accelerator.backward(mse_loss(model(batch['x']), batch['y']))\n"
+        + "        optimizer.step()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -122,12 +148,21 @@ class LossBackward(Rule):
 
 
 def _single_device_twin(script: ScriptModel, call: cst.Call) -> bool:
-    """``call`` runs in a module-level function that no call or reference in this file
-    reaches, so no accelerator or prepared object can reach it from here."""
+    """``call`` runs in a module-level function that no accelerator or prepared object can
+    reach: nothing in this file calls it or hands it on, or its callers pass it nothing
+    ``prepare`` returned (nor an accelerator) and it reads none from the module."""
     facts = facts_of(script)
     function = facts.placement.enclosing_function(call)
     if function is None or facts.calls.owner(function) is not None:
         return False
     if facts.placement.enclosing_function(function) is not None:
         return False  # a nested def: its outer function's objects reach it
-    return not facts.calls.callers(function) and not facts.calls.references(function)
+    if facts.calls.references(function):
+        return False  # handed on: what it will be called with is not in sight
+    reaching = script.prepared_names | script.names_of(Kind.ACCELERATOR)
+    for caller in facts.calls.callers(function):
+        if any(variables_in(script, arg.value) & reaching for arg in caller.args):
+            return False
+    local = {param.name.value for param in all_params(function.params)}
+    free = {name for name in variables_in(script, function.body) if name not in local}
+    return not any(name in reaching and not assigns(function, name) for name in free)
