@@ -78,6 +78,24 @@ class DeleteOnEveryRank(Rule):
         "if accelerator.is_main_process or "
         "accelerator.distributed_type == DistributedType.DEEPSPEED:\n"
         "    accelerator.save_state('out/checkpoint-9')\n",
+        # filelock's read-write lock: a file store's prepare(root, force=True), in a file that
+        # imports no training library, is not an accelerator's; nor is its unlink a rank's
+        "class Participant:\n"
+        "    def __init__(self, files, root, log):\n"
+        "        self._files, self._root, self._log = files, root, log\n\n"
+        "    def _create_holder(self):\n"
+        "        try:\n"
+        "            self._files.create(self._holder_path(self.token))\n"
+        "        except FileNotFoundError:\n"
+        "            self._files.prepare(self._root, force=True)\n\n"
+        "    def advance(self):\n"
+        "        for _ in range(4):\n"
+        "            if self._attempt():\n"
+        "                return True\n\n"
+        "    def _attempt(self):\n"
+        "        if self._log.commit(self._log.latest()):\n"
+        "            self._files.unlink(self._holder_path(self.token))\n"
+        "        self._create_holder()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

@@ -22,6 +22,9 @@ from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
 
 _LIBRARIES = ("torch", "deepspeed", "accelerate", "accelify", "lightning", "pytorch_lightning")
+_TRAINING_LIBRARIES = frozenset(
+    {*_LIBRARIES, "transformers", "diffusers", "peft", "trl", "timm", "torchvision", "datasets"}
+)
 _SETTINGS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS", "training_args")
 
 
@@ -92,12 +95,13 @@ def _accelerator_uses(model: ScriptModel) -> dict[str, list[cst.Attribute]]:
     candidates: dict[str, list[cst.Attribute]] = {}
     proven: set[str] = set()
     foreign = _foreign_accelerators(model) if model.member_uses else set()
+    trains = _imports_a_training_library(model)
     for node in model.member_uses:
         receiver = dotted(node.value)
         if receiver is None or receiver in foreign or not _may_be_an_accelerator(model, receiver):
             continue
         candidates.setdefault(receiver, []).append(node)
-        if _named_accelerator(receiver) or _used_as_accelerator_only(model, node):
+        if _named_accelerator(receiver) or (trains and _used_as_accelerator_only(model, node)):
             proven.add(receiver)
     return {name: nodes for name, nodes in candidates.items() if name in proven}
 
@@ -154,6 +158,16 @@ def _names_foreign_class(model: ScriptModel, node: cst.BaseExpression) -> bool:
             if inner is not assign.value
         )
         for assign in model.index.assignments_to(name)
+    )
+
+
+def _imports_a_training_library(model: ScriptModel) -> bool:
+    """Only a file that imports torch or a library built on it can hold an unnamed accelerator:
+    elsewhere ``self._files.prepare(root)`` is some other class's method (filelock's)."""
+    return any(
+        target.lstrip(".").split(".", 1)[0] in _TRAINING_LIBRARIES
+        for target in model.imports.bound.values()
+        if not target.startswith(".")
     )
 
 
