@@ -20,6 +20,7 @@ from accelify.lint.rule import (
 )
 
 _PREPARED = HEADER + "import torch\nmodel = accelerator.prepare(torch.nn.Linear(2, 2))\n"
+_SAVES_GLOBAL = "def save():\n    torch.save(model.state_dict(), 'm.pt')\n"
 
 
 class WrappedStateDict(Rule):
@@ -48,6 +49,17 @@ class WrappedStateDict(Rule):
             18,
             _PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",
         ),
+        # the same function called once before the unwrapping as well: that save is wrapped
+        Example(
+            _PREPARED + _SAVES_GLOBAL + "save()\nmodel = accelerator.unwrap_model(model)\nsave()\n",
+            6,
+            16,
+            _PREPARED
+            + _SAVES_GLOBAL.replace(
+                "model.state_dict()", "accelerator.unwrap_model(model).state_dict()"
+            )
+            + "save()\nmodel = accelerator.unwrap_model(model)\nsave()\n",
+        ),
     )
     good = (
         # an EMA copy, prepared but without trainable parameters: never wrapped, no prefix
@@ -70,6 +82,9 @@ class WrappedStateDict(Rule):
         _PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",
         _PREPARED
         + "model = accelerator.unwrap_model(model)\naccelerator.save(model.state_dict(), 'm.pt')\n",
+        # a function reading the global, called only after the file unwraps it (parameter
+        # diffusion trains its VAE, unwraps it at the bottom of the file, then trains on it)
+        _PREPARED + _SAVES_GLOBAL + "model = accelerator.unwrap_model(model)\nsave()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -144,9 +159,38 @@ def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:
 _UNWRAPPING = ("unwrap_model", "get_state_dict", "extract_model_from_parallel")
 
 
-def _unwrapped_since_prepare(script: ScriptModel, name: str | None, call: cst.Call) -> bool:
+def _unwrapped_since_prepare(
+    script: ScriptModel, name: str | None, call: cst.Call, depth: int = 0
+) -> bool:
     """``model = accelerator.unwrap_model(model)`` (or ``= model.module``) between the last
-    prepare of ``name`` and ``call``: the name holds the plain model again."""
+    prepare of ``name`` and ``call``: the name holds the plain model again. A function that
+    reads ``name`` as a global sees it as it is when the function runs: unwrapped when every
+    call of the function comes after the unwrapping (parameter diffusion's ``vae =
+    accelerator.unwrap_model(vae)`` at the bottom of the file, then ``train()``, whose body
+    saves ``vae.state_dict()`` above it in the file)."""
+    if _unwrapped_before(script, name, call):
+        return True
+    function = facts_of(script).placement.enclosing_function(call)
+    if function is None or depth >= 3 or name is None or _bound_in(script, name, function):
+        return False
+    sites = script.call_graph.calls_of(function)
+    return bool(sites) and all(
+        _unwrapped_since_prepare(script, name, site, depth + 1) for site, _ in sites
+    )
+
+
+def _bound_in(script: ScriptModel, name: str, function: cst.FunctionDef) -> bool:
+    """``name`` is the function's own: a parameter, or assigned in its body (not a global)."""
+    if "." in name:
+        return True  # ``self.model``: the instance's, not a module global
+    parameters = (*function.params.params, *function.params.kwonly_params)
+    if any(p.name.value == name for p in parameters):
+        return True
+    return any(script.scope_of(assign) is function for assign in script.index.assignments_to(name))
+
+
+def _unwrapped_before(script: ScriptModel, name: str | None, call: cst.Call) -> bool:
+    """An unwrapping assignment of ``name`` between its last prepare and ``call``, in order."""
     here = script.order(call)
     prepared_at = max(
         (
