@@ -113,6 +113,23 @@ class CollectiveOnSomeRanks(Rule):
             8,
             19,
         ),
+        # an evaluation helper whose forward (a collective under FSDP only) comes before the
+        # gather of its losses (one on every backend), nested in main() as Hugging Face's
+        # no_trainer scripts write it, and run once more on the main process for the results
+        # file (a GSM8K LoRA fine-tuning): the gather waits for the other ranks
+        Example(
+            _HF
+            + "import torch\n\n\ndef main(model, eval_loader):\n"
+            + "    model, eval_loader = accelerator.prepare(model, eval_loader)\n\n"
+            + "    def evaluate_loss():\n        losses = []\n"
+            + "        for batch in eval_loader:\n"
+            + "            with torch.no_grad():\n                outputs = model(**batch)\n"
+            + "            losses.append(accelerator.gather(outputs.loss))\n"
+            + "        return torch.cat(losses).mean().item()\n\n"
+            + "    if accelerator.is_main_process:\n        results = evaluate_loss()\n",
+            18,
+            19,
+        ),
     )
     good = (
         # instructlab: LoRA under FSDP is saved elsewhere; this branch never runs under FSDP

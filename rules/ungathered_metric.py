@@ -135,6 +135,22 @@ class UngatheredMetric(Rule):
             7,
             9,
         ),
+        # a library's evaluation helper: the model is known by its annotation alone, the loader
+        # is prepared in the helper (an ml_utils package's ``test``, called from another module)
+        Example(
+            "import torch\nimport torch.nn as nn\nfrom accelerate import Accelerator\n\n\n"
+            + "def test(model: nn.Module, test_loader, accelerator: Accelerator, names):\n"
+            + "    test_loader = accelerator.prepare(test_loader)\n"
+            + "    metrics = {k: 0 for k in names}\n"
+            + "    with torch.no_grad():\n"
+            + "        for batch in test_loader:\n"
+            + "            outputs = model(**batch)\n"
+            + "            for k in metrics:\n"
+            + "                metrics[k] += outputs[k].item()\n"
+            + "    accelerator.log(metrics)\n",
+            13,
+            17,
+        ),
         # the predictions are gathered, the loss beside them is not (peft's seq2seq example)
         Example(
             HEADER

@@ -4,8 +4,9 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.facts import facts_of
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 from accelify.lint.rule import (
@@ -20,6 +21,19 @@ from accelify.lint.rule import (
 )
 
 _PREPARED = HEADER + "import torch\nmodel = accelerator.prepare(torch.nn.Linear(2, 2))\n"
+_TRAINER = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n\n"
+    "    def write(self, state, path):\n"
+    "        torch.save({{'state': state, 'step': 1}}, path)\n\n"
+    "    def save(self):\n"
+    "        sd = {state}\n"
+    "        self.write(sd, 'm.pt')\n"
+)
+_SAVES_GLOBAL = "def save():\n    torch.save(model.state_dict(), 'm.pt')\n"
 
 
 class WrappedStateDict(Rule):
@@ -48,8 +62,30 @@ class WrappedStateDict(Rule):
             18,
             _PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",
         ),
+        # the same function called once before the unwrapping as well: that save is wrapped
+        Example(
+            _PREPARED + _SAVES_GLOBAL + "save()\nmodel = accelerator.unwrap_model(model)\nsave()\n",
+            6,
+            16,
+            _PREPARED
+            + _SAVES_GLOBAL.replace(
+                "model.state_dict()", "accelerator.unwrap_model(model).state_dict()"
+            )
+            + "save()\nmodel = accelerator.unwrap_model(model)\nsave()\n",
+        ),
+        # the state dict handed to a method that saves what it receives (a DPO trainer's
+        # ``save`` calls ``write_state_dict(step, policy_state_dict, ...)``)
+        Example(
+            _TRAINER.format(state="self.model.state_dict()"),
+            14,
+            14,
+            _TRAINER.format(state="self.accelerator.unwrap_model(self.model).state_dict()"),
+        ),
     )
     good = (
+        # the same method handed the unwrapped model's state dict, and the optimizer's
+        _TRAINER.format(state="self.accelerator.unwrap_model(self.model).state_dict()")
+        + "        self.write(self.optimizer.state_dict(), 'o.pt')\n",
         # an EMA copy, prepared but without trainable parameters: never wrapped, no prefix
         HEADER
         + "import torch\nema_model, model = accelerator.prepare(ema_model, model)\n"
@@ -70,6 +106,9 @@ class WrappedStateDict(Rule):
         _PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",
         _PREPARED
         + "model = accelerator.unwrap_model(model)\naccelerator.save(model.state_dict(), 'm.pt')\n",
+        # a function reading the global, called only after the file unwraps it (parameter
+        # diffusion trains its VAE, unwraps it at the bottom of the file, then trains on it)
+        _PREPARED + _SAVES_GLOBAL + "model = accelerator.unwrap_model(model)\nsave()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -79,15 +118,15 @@ class WrappedStateDict(Rule):
             )
             if not is_save or not call.args:
                 continue
-            for node in _state_dict_calls(_saved_value(script, call.args[0].value, call)):
+            for node, at in _saved_state_dicts(script, call.args[0].value, call):
                 owner = node.func.value  # type: ignore[union-attr]
                 not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
                 name = dotted(owner)
-                if name not in prepared(script, call) - not_models or _not_a_model(name):
+                if name not in prepared(script, at) - not_models or _not_a_model(name):
                     continue
-                if _unwrapped_since_prepare(script, name, call):
+                if _unwrapped_since_prepare(script, name, at):
                     continue
-                acc = accelerator_at(script, call)
+                acc = accelerator_at(script, at)
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
                 message = self.message.replace("(model)", f"({name})")  # ``self.model``
                 yield self.finding(script, node, fix, message=in_file_words(message, acc))
@@ -106,6 +145,40 @@ def _not_a_model(name: str | None) -> bool:
     if "ema" in last.split("_"):
         return True  # ema, ema_model, model_ema: an EMA copy
     return any(word in last for word in _NOT_MODEL_WORDS)
+
+
+def _saved_state_dicts(
+    script: ScriptModel, saved: cst.BaseExpression, at: cst.Call, depth: int = 0
+) -> list[tuple[cst.Call, cst.Call]]:
+    """The ``.state_dict()`` calls whose result is saved, each with the call where it is read
+    (the save, or the call site that hands it to the saving function): a helper's parameter
+    saved in a checkpoint dict (``write_state_dict(self, step, state, ...)`` saving ``{'state':
+    state}``) is what its callers pass (``policy_state_dict = self.policy.state_dict()``, as a
+    DPO trainer writes its policy, optimizer and scheduler)."""
+    value = _saved_value(script, saved, at)
+    found = [(node, at) for node in _state_dict_calls(value)]
+    function = facts_of(script).placement.enclosing_function(at)
+    if function is None or depth >= 2:
+        return found
+    parameters = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+    read = {
+        node.value
+        for node in walk(value)
+        if isinstance(node, cst.Name) and node.value in parameters and not _member(script, node)
+    }
+    if not read:
+        return found
+    for site, implicit in script.call_graph.calls_of(function):
+        for parameter, argument in bound_arguments(function, site, implicit):
+            if parameter in read:
+                found += _saved_state_dicts(script, argument.value, site, depth + 1)
+    return found
+
+
+def _member(script: ScriptModel, name: cst.Name) -> bool:
+    """``state`` of ``ckpt.state``: a member's name, not the variable ``state``."""
+    parent = script.parent(name)
+    return isinstance(parent, cst.Attribute) and parent.attr is name
 
 
 def _saved_value(script: ScriptModel, saved: cst.BaseExpression, call: cst.Call) -> cst.CSTNode:
@@ -144,9 +217,38 @@ def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:
 _UNWRAPPING = ("unwrap_model", "get_state_dict", "extract_model_from_parallel")
 
 
-def _unwrapped_since_prepare(script: ScriptModel, name: str | None, call: cst.Call) -> bool:
+def _unwrapped_since_prepare(
+    script: ScriptModel, name: str | None, call: cst.Call, depth: int = 0
+) -> bool:
     """``model = accelerator.unwrap_model(model)`` (or ``= model.module``) between the last
-    prepare of ``name`` and ``call``: the name holds the plain model again."""
+    prepare of ``name`` and ``call``: the name holds the plain model again. A function that
+    reads ``name`` as a global sees it as it is when the function runs: unwrapped when every
+    call of the function comes after the unwrapping (parameter diffusion's ``vae =
+    accelerator.unwrap_model(vae)`` at the bottom of the file, then ``train()``, whose body
+    saves ``vae.state_dict()`` above it in the file)."""
+    if _unwrapped_before(script, name, call):
+        return True
+    function = facts_of(script).placement.enclosing_function(call)
+    if function is None or depth >= 3 or name is None or _bound_in(script, name, function):
+        return False
+    sites = script.call_graph.calls_of(function)
+    return bool(sites) and all(
+        _unwrapped_since_prepare(script, name, site, depth + 1) for site, _ in sites
+    )
+
+
+def _bound_in(script: ScriptModel, name: str, function: cst.FunctionDef) -> bool:
+    """``name`` is the function's own: a parameter, or assigned in its body (not a global)."""
+    if "." in name:
+        return True  # ``self.model``: the instance's, not a module global
+    parameters = (*function.params.params, *function.params.kwonly_params)
+    if any(p.name.value == name for p in parameters):
+        return True
+    return any(script.scope_of(assign) is function for assign in script.index.assignments_to(name))
+
+
+def _unwrapped_before(script: ScriptModel, name: str | None, call: cst.Call) -> bool:
+    """An unwrapping assignment of ``name`` between its last prepare and ``call``, in order."""
     here = script.order(call)
     prepared_at = max(
         (

@@ -79,7 +79,13 @@ class CollectiveReach:
         function = self._local_function(call) or self._own_method(call)
         if function is None:
             return []
-        return self.reached_by(function)[:1]
+        reached = self.reached_by(function)
+        if not reached:
+            return []
+        # the collective on the most backends (the backends nest: every one, the sharding
+        # ones, FSDP alone), the first such in the function: an evaluation helper's forward
+        # (a collective under FSDP only) comes before its ``accelerator.gather`` (on all)
+        return [max(reached, key=lambda found: len(found[1]))]
 
     def reached_by(self, function: cst.FunctionDef) -> list[tuple[cst.Call, frozenset[str]]]:
         """Collectives every rank running ``function`` reaches (not those under a rank guard
@@ -151,8 +157,14 @@ class CollectiveReach:
         return self._calls_in.get(function, [])
 
     def _local_function(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The file's function a bare-name call runs: a module-level one, or one defined in a
+        function around the call (``def evaluate_loss():`` inside ``main()``, as Hugging Face's
+        no_trainer scripts and the many copied from them write their evaluation)."""
         if not isinstance(call.func, cst.Name):
             return None
+        found = self.model.call_graph.callee(call)
+        if found is not None and found[1] == 0:
+            return found[0]
         return self.model.functions.get(call.func.value)
 
     def _own_method(self, call: cst.Call) -> cst.FunctionDef | None:

@@ -18,6 +18,18 @@ from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, self_parameter, target_names, walk
 
+#: Annotations that name a tracked kind, by the qualified name the file's imports give them.
+_ANNOTATED_KINDS = {
+    "torch.nn.Module": Kind.MODEL,
+    "torch.nn.modules.module.Module": Kind.MODEL,
+    "transformers.PreTrainedModel": Kind.MODEL,
+    "torch.utils.data.DataLoader": Kind.DATALOADER,
+    "torch.utils.data.dataloader.DataLoader": Kind.DATALOADER,
+    "torch.optim.Optimizer": Kind.OPTIMIZER,
+    "torch.optim.optimizer.Optimizer": Kind.OPTIMIZER,
+}
+_OPTIONAL = ("Optional", "typing.Optional")
+
 
 class ObjectFlow:
     def __init__(self, model: ScriptModel, placement: Placement) -> None:
@@ -25,6 +37,9 @@ class ObjectFlow:
         self.placement = placement
         self._following: set[tuple[str, int]] = set()
         self.params: dict[cst.FunctionDef, dict[str, Kind]] = self._trained_parameters()
+        for function, annotated in self._annotated_parameters().items():
+            for name, kind in annotated.items():
+                self.params.setdefault(function, {}).setdefault(name, kind)
         for function, accelerators in model.accelerator_params.items():
             for name in accelerators:
                 self.params.setdefault(function, {})[name] = Kind.ACCELERATOR
@@ -43,6 +58,36 @@ class ObjectFlow:
             for name in parameter_owners(optimizer) & parameters:
                 found.setdefault(function, {})[name] = Kind.MODEL
         return found
+
+    def _annotated_parameters(self) -> dict[cst.FunctionDef, dict[str, Kind]]:
+        """``def test(model: nn.Module, test_loader: DataLoader, ...)``: the annotation says what
+        the parameter holds, where no call site of the file does (a library's evaluation helper,
+        called from another module)."""
+        found: dict[cst.FunctionDef, dict[str, Kind]] = {}
+        for function in self.model.index.of_type(cst.FunctionDef):
+            assert isinstance(function, cst.FunctionDef)
+            for param in (*function.params.params, *function.params.kwonly_params):
+                if param.annotation is None:
+                    continue
+                kind = self._annotated_kind(param.annotation.annotation)
+                if kind is not None:
+                    found.setdefault(function, {})[param.name.value] = kind
+        return found
+
+    def _annotated_kind(self, annotation: cst.BaseExpression) -> Kind | None:
+        """The kind an annotation names: ``nn.Module``, ``Optional[DataLoader]``, ``Optimizer |
+        None``, resolved through the file's imports (a class of the same name from elsewhere
+        is not torch's)."""
+        if isinstance(annotation, cst.BinaryOperation):  # ``X | None``
+            return self._annotated_kind(annotation.left) or self._annotated_kind(annotation.right)
+        if isinstance(annotation, cst.Subscript) and dotted(annotation.value) in _OPTIONAL:
+            inner = annotation.slice[0].slice if annotation.slice else None
+            if isinstance(inner, cst.Index):
+                return self._annotated_kind(inner.value)
+            return None
+        name = dotted(annotation)
+        resolved = self.model.imports.resolve(name) if name is not None else None
+        return _ANNOTATED_KINDS.get(resolved or "")
 
     def _add_parameters_from_call_sites(self) -> None:
         """``train(args, model, device, train_loader, ...)``: ``train``'s ``model`` is a model;
