@@ -99,8 +99,8 @@ def precision_of(model: ScriptModel, prepare_scope: cst.CSTNode | None) -> Preci
             found.mixed_precision = None
             found.reason = (
                 f"the GradScaler {dotted(read)} is read at line {model.line(read)} other than "
-                "through scale(...).backward(), step(), update() and unscale_(): removed, it "
-                "would raise NameError there (the Accelerator's own scaler is not that object)"
+                "through scale(...).backward(), step(), update() and unscale_(): removed, that "
+                "read would fail (the Accelerator's own scaler is not that object)"
             )
         if found.reason is None and found.unfollowed_scalers:
             found.mixed_precision = None
