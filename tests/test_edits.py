@@ -354,3 +354,24 @@ def test_a_conversion_in_a_class_changes_outside_it_only_what_needs_no_accelerat
         (24, f"`loss.backward()` {unreachable}"),
     ]
     assert not any(note.line in (23, 24) for note in conversion.changes)
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        ("f(a, b)", "f(a, b, acc=acc)"),
+        ("f(a, b,)", "f(a, b, acc=acc,)"),
+        ("f(\n    a,\n    b\n)", "f(\n    a,\n    b,\n    acc=acc\n)"),
+        ("f(\n    a,\n    b,\n)", "f(\n    a,\n    b,\n    acc=acc,\n)"),
+        ("f()", "f(acc=acc)"),
+        ("f(\n    a\n)", "f(\n    a, acc=acc\n)"),
+    ],
+)
+def test_a_keyword_added_to_a_call_one_argument_a_line_goes_on_a_line_of_its_own(
+    call: str, expected: str
+):
+    """The sentiment tutorial's ``train_epoch(\\n model,\\n ...,\\n len(df_train)\\n)``: the
+    break before ``)`` belongs to the last argument; the keyword used to follow it with a comma
+    and a trailing space on the closing parenthesis's line."""
+    updated = WithKeyword("acc", "acc")(cst.parse_expression(call))
+    assert cst.Module([]).code_for_node(updated) == expected

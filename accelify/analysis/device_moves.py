@@ -265,3 +265,80 @@ def fixed_device(call: cst.Call) -> bool:
 def _fixed_literal(node: cst.SimpleString) -> bool:
     text = str(node.evaluated_value)
     return text == "cpu" or (text.startswith("cuda:") and text[5:].isdigit())
+
+
+def device_choosers(
+    model: ScriptModel, assign: cst.CSTNode, value: cst.BaseExpression
+) -> list[str]:
+    """What the script's own choice of device reads besides CUDA's availability: ``args.device``
+    of ``torch.device(args.device)``, ``args.no_cuda`` of ``"cuda" if use_cuda else "cpu"``
+    after ``use_cuda = not args.no_cuda and torch.cuda.is_available()``, or of an
+    ``if use_cuda:`` around the assignment. The conversion makes the device this rank's, so a
+    flag like that no longer chooses it. Names assigned once in the scope read as their
+    values; an f-string or a device index (``torch.device("cuda", local_rank)``) is a rank's
+    place, not a choice between CPU and GPU, and is not counted."""
+    chosen: list[cst.BaseExpression] = []
+    inner = value
+    if isinstance(inner, cst.Call) and (dotted(inner.func) or "").endswith("device"):
+        inner = inner.args[0].value if len(inner.args) == 1 else cst.SimpleString('""')
+    scope = model.scope_of(assign)
+    if isinstance(inner, cst.Attribute) or (
+        isinstance(inner, cst.Name) and inner.value not in _parameters(scope)
+    ):
+        chosen.append(inner)  # a device handed in as a parameter is the caller's choice
+    elif isinstance(inner, cst.IfExp):
+        chosen.append(inner.test)
+    chosen += [
+        a.test
+        for a in model.ancestors(assign)
+        if isinstance(a, cst.If) and model.scope_of(a) is scope and not _is_main_guard(a.test)
+    ]
+    found: list[str] = []
+    for expression in chosen:
+        for read in _reads(model, expression, scope, depth=3):
+            if read not in found:
+                found.append(read)
+    return found
+
+
+def _reads(
+    model: ScriptModel, expression: cst.BaseExpression, scope: cst.CSTNode, depth: int
+) -> list[str]:
+    """The outermost names and attributes ``expression`` reads that are not imports (``torch``)
+    nor constants, each name assigned once in ``scope`` replaced by what its value reads."""
+    found: list[str] = []
+    for node in walk(expression):
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            continue
+        parent = model.parent(node)
+        if isinstance(parent, cst.Attribute) and (parent.value is node or parent.attr is node):
+            continue  # part of a longer dotted name
+        root = root_name(node)
+        if root is None or root in model.imports.bound or root in ("True", "False", "None"):
+            continue
+        text = dotted(node) or root
+        values = [
+            a.value
+            for a in model.assignments
+            if model.scope_of(a) is scope
+            and len(a.targets) == 1
+            and isinstance(a.targets[0].target, cst.Name)
+            and a.targets[0].target.value == text
+        ]
+        if isinstance(node, cst.Name) and len(values) == 1 and depth > 0:
+            found += _reads(model, values[0], scope, depth - 1)
+        else:
+            found.append(text)
+    return found
+
+
+def _parameters(scope: cst.CSTNode) -> set[str]:
+    if not isinstance(scope, cst.FunctionDef):
+        return set()
+    params = scope.params
+    return {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+
+
+def _is_main_guard(test: cst.BaseExpression) -> bool:
+    """``if __name__ == "__main__":``"""
+    return isinstance(test, cst.Comparison) and dotted(test.left) == "__name__"

@@ -486,6 +486,13 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
                 found.unsure_at = small
                 line = model.line(small)
                 if not seen_forward:
+                    carried = _carried_into_the_forward(small, found, model)
+                    if carried is not None:
+                        return (
+                            f"line {line} carries {carried} from one batch to the next into the "
+                            "forward pass (a recurrent state, not a metric): gathered with the "
+                            "outputs it would no longer match this rank's batch"
+                        )
                     return f"the metric at line {line} is taken before the forward pass"
                 scalar = sorted(bad & set(found.scalar_losses))
                 if scalar:
@@ -509,6 +516,19 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
         else:
             per_rank -= bound
     return None
+
+
+def _carried_into_the_forward(
+    small: cst.CSTNode, found: Evaluation, model: ScriptModel
+) -> str | None:
+    """``val_h = tuple([each.data for each in val_h])`` before ``output, val_h = net(x, val_h)``:
+    the name the statement rebinds from itself, when the forward reads it."""
+    if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+        return None
+    target = small.targets[0].target
+    if not isinstance(target, cst.Name) or found.forward is None:
+        return None
+    return target.value if target.value in variables_in(model, found.forward) else None
 
 
 # --- pieces -------------------------------------------------------------------------------------

@@ -194,8 +194,9 @@ class Facts:
 
     @cached_property
     def shard_totals(self) -> list[ShardTotal]:
-        """Training totals summed per batch and divided by ``len(loader.dataset)``."""
-        return totals_over_dataset(self.model, self.placement, self.flow.reads_loader)
+        """Training totals summed per batch and divided by ``len(loader.dataset)`` (or by a
+        parameter its callers pass that size in)."""
+        return totals_over_dataset(self.model, self.placement, self.flow.reads_loader, self.calls)
 
     def trains_itself(self, backward: cst.Call) -> bool:
         """``backward`` runs in a method of a model class that trains itself."""

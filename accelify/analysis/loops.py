@@ -32,6 +32,16 @@ def phase_name(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def enumerates(node: cst.BaseExpression) -> bool:
+    """``enumerate(loader)``, also under the wrappers ``loop_source`` sees through
+    (``tqdm(enumerate(loader))``): the loop's first name is a count, not part of the batch."""
+    while isinstance(node, cst.Call) and node.args:
+        if dotted(node.func) == "enumerate":
+            return True
+        node = node.args[0].value
+    return False
+
+
 def first_enumerate_name(target: cst.BaseExpression) -> set[str]:
     if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
         first = target.elements[0].value

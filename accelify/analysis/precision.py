@@ -94,6 +94,14 @@ def precision_of(model: ScriptModel, prepare_scope: cst.CSTNode | None) -> Preci
     ]
     if found.used:
         found.mixed_precision, found.reason = _carried(model, found, prepare_scope)
+        read = _read_otherwise(model, found.scalers)
+        if found.reason is None and read is not None:
+            found.mixed_precision = None
+            found.reason = (
+                f"the GradScaler {dotted(read)} is read at line {model.line(read)} other than "
+                "through scale(...).backward(), step(), update() and unscale_(): removed, that "
+                "read would fail (the Accelerator's own scaler is not that object)"
+            )
         if found.reason is None and found.unfollowed_scalers:
             found.mixed_precision = None
             found.reason = (
@@ -240,3 +248,35 @@ def apex_scaled_backward(model: ScriptModel, backward: cst.Call) -> bool:
             ):
                 return True
     return False
+
+
+def _read_otherwise(model: ScriptModel, scalers: list[Scaler]) -> cst.CSTNode | None:
+    """The first read of a scaler's name other than the calls the conversion rewrites
+    (``scaler.scale(loss).backward()``, and ``step``, ``update``, ``unscale_`` as statements),
+    an assignment to it or a ``del`` of it: ``train(..., scaler)``, ``scaler.state_dict()``,
+    ``scaler.get_scale()``. The GradScaler is removed, so such a read would raise NameError."""
+    held = {scaler.binding.name for scaler in scalers}
+    for node in model.orders:
+        if not isinstance(node, (cst.Name, cst.Attribute)) or dotted(node) not in held:
+            continue
+        parent = model.parent(node)
+        if isinstance(parent, (cst.AssignTarget, cst.Param)):
+            continue  # a binding: ``scaler = ...``, ``def train(..., scaler)``
+        if any(isinstance(a, cst.Del) for a in model.ancestors(node)):
+            continue  # the del loses the name with the scaler's removal
+        if not _rewritten_call(model, node):
+            return node
+    return None
+
+
+def _rewritten_call(model: ScriptModel, receiver: cst.CSTNode) -> bool:
+    method = model.parent(receiver)
+    if not (isinstance(method, cst.Attribute) and method.value is receiver):
+        return False
+    call = model.parent(method)
+    if not isinstance(call, cst.Call):
+        return False
+    after = model.parent(call)
+    if method.attr.value == "scale":
+        return isinstance(after, cst.Attribute) and after.attr.value == "backward"
+    return method.attr.value in ("step", "update", "unscale_") and isinstance(after, cst.Expr)

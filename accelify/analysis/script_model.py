@@ -23,7 +23,12 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable
 from accelify.analysis.index import Index
-from accelify.analysis.loops import find_backward, first_enumerate_name, loop_source
+from accelify.analysis.loops import (
+    enumerates,
+    find_backward,
+    first_enumerate_name,
+    loop_source,
+)
 from accelify.analysis.syntax import (
     Visitor,
     children_of,
@@ -417,6 +422,8 @@ def _see_through_progress_bars(model: ScriptModel) -> None:
         if len(sources) == 1 and None not in sources and sources != {name}:
             loop.iterable = sources.pop()
             loop.through = value
+            if any(enumerates(branch) for branch in branches):  # pbar = tqdm(enumerate(loader))
+                loop.batch_names -= first_enumerate_name(loop.node.target)
 
 
 def _wrapped_loader(model: ScriptModel, value: cst.BaseExpression) -> str | None:
@@ -840,7 +847,7 @@ class _Collector(Visitor):
     def visit_For(self, node: cst.For) -> None:
         iterable = loop_source(node.iter)
         batch_names = target_names(node.target)
-        if isinstance(node.iter, cst.Call) and dotted(node.iter.func) == "enumerate":
+        if enumerates(node.iter):
             batch_names -= first_enumerate_name(node.target)
         has_backward = any(True for _ in find_backward(node.body, skip_loops=True))
         under_no_grad = any(map(self.model.disables_grad, self.model.ancestors(node)))

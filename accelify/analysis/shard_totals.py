@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.loops import phase_name
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, walk
@@ -27,13 +29,20 @@ class ShardTotal:
     total: str
     #: the division by the data set's size, after the loop (``total / n`` or ``total /= n``)
     division: cst.BinaryOperation | cst.AugAssign
+    #: how that size is known, when the division does not read it itself: ``n_examples,
+    #: which train_epoch's callers pass as len(df_train)``
+    size_from: str | None = None
 
 
 def totals_over_dataset(
-    model: ScriptModel, placement: Placement, reads_loader: Callable[[Loop], bool]
+    model: ScriptModel,
+    placement: Placement,
+    reads_loader: Callable[[Loop], bool],
+    graph: CallGraph,
 ) -> list[ShardTotal]:
     """Every training loop over a loader (``reads_loader(loop)``) whose ``+=`` total is divided
-    by ``len(<that loader>.dataset)`` after the loop, in the same scope."""
+    by ``len(<that loader>.dataset)`` after the loop, in the same scope, or by a parameter
+    every caller passes the size of the data the loader was made from (`_sizes_passed`)."""
     found = []
     for loop in model.loops:
         if not loop.trains or loop.iterable is None or not reads_loader(loop):
@@ -42,6 +51,7 @@ def totals_over_dataset(
         if not totals:
             continue
         sizes = _dataset_sizes(model, loop)
+        passed = _sizes_passed(model, graph, loop)
         phase = phase_name(loop.node.iter)
         for node in walk(loop.scope):
             divided = _divided(node)
@@ -53,12 +63,70 @@ def totals_over_dataset(
                 and (
                     _is_size(divided[1], loop.iterable, sizes)
                     or _is_phase_size(model, divided[1], loop.iterable, phase)
+                    or dotted(divided[1]) in passed
                 )
             ):
                 continue
+            size_from = passed.get(dotted(divided[1]) or "")
             for name in sorted(_names(divided[0]) & totals):
-                found.append(ShardTotal(loop, name, node))
+                found.append(ShardTotal(loop, name, node, size_from))
     return found
+
+
+def _sizes_passed(model: ScriptModel, graph: CallGraph, loop: Loop) -> dict[str, str]:
+    """Parameters of the loop's function that every caller passes the size of the data its
+    loader argument was made from: ``train_epoch(model, loader, ..., n_examples)`` called as
+    ``train_epoch(model, train_loader, ..., len(df_train))`` where ``train_loader =
+    create_data_loader(df_train, ...)`` (the BERT sentiment tutorial), or as
+    ``len(train_loader.dataset)``. ``len(train_loader)`` counts batches: not a set's size."""
+    function = loop.scope
+    if not isinstance(function, cst.FunctionDef) or loop.iterable is None:
+        return {}
+    parameters = {p.name.value for p in function.params.params}
+    if loop.iterable not in parameters:
+        return {}
+    calls = graph.calls_of(function)
+    found: dict[str, str] = {}
+    for parameter in parameters - {loop.iterable}:
+        sizes = []
+        for call, implicit in calls:
+            bound = dict(bound_arguments(function, call, implicit))
+            loader, size = bound.get(loop.iterable), bound.get(parameter)
+            if loader is None or size is None:
+                break
+            if not _size_of_loader_data(model, loader.value, size.value):
+                break
+            sizes.append(model.module.code_for_node(size.value))
+        else:
+            if sizes:
+                callers = " and ".join(dict.fromkeys(sizes))
+                found[parameter] = (
+                    f"{parameter}, which {function.name.value}()'s callers pass as {callers}"
+                )
+    return found
+
+
+def _size_of_loader_data(
+    model: ScriptModel, loader: cst.BaseExpression, size: cst.BaseExpression
+) -> bool:
+    """``len(loader.dataset)``, or ``len(data)`` where ``loader`` is a name assigned a call
+    that is handed ``data`` (``DataLoader(data, ...)``, ``create_data_loader(data, ...)``)."""
+    if not (isinstance(size, cst.Call) and dotted(size.func) == "len" and len(size.args) == 1):
+        return False
+    counted, name = dotted(size.args[0].value), dotted(loader)
+    if counted is None or name is None:
+        return False
+    if counted == f"{name}.dataset":
+        return True
+    made = [
+        a.value
+        for a in model.index.assignments_to(name)
+        if model.scope_of(a) is model.scope_of(size) and len(a.targets) == 1
+    ]
+    return len(made) == 1 and any(
+        isinstance(value, cst.Call) and counted in {dotted(arg.value) for arg in value.args}
+        for value in made
+    )
 
 
 def _divided(node: cst.CSTNode) -> tuple[cst.CSTNode, cst.BaseExpression] | None:

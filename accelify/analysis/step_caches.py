@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.loops import first_enumerate_name
+from accelify.analysis.loops import enumerates, first_enumerate_name
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import dotted, walk
 
@@ -41,9 +41,7 @@ def step_indexed_caches(facts: Facts) -> list[StepIndexedCache]:
     for loop in model.loops:
         if not _reads_prepared_loader(model, facts, loop):
             continue
-        if not (
-            isinstance(loop.node.iter, cst.Call) and dotted(loop.node.iter.func) == "enumerate"
-        ):
+        if not enumerates(loop.node.iter):
             continue
         step = first_enumerate_name(loop.node.target)
         for node in walk(loop.node.body):

@@ -39,6 +39,7 @@ def run(ctx: Context) -> None:
             binding.line,
             f"removed GradScaler {binding.name} (the Accelerator scales fp16 losses)",
         )
+    _drop_from_dels(ctx, scalers)
     for line_statement, call in ctx.facts.placement.expression_statements():
         if isinstance(call.func, cst.Attribute) and dotted(call.func.value) in scalers:
             method = call.func.attr.value
@@ -73,3 +74,46 @@ def run(ctx: Context) -> None:
             0,
             f"mixed precision moved to Accelerator(mixed_precision={precision.mixed_precision})",
         )
+
+
+def _drop_from_dels(ctx: Context, scalers: set[str]) -> None:
+    """``del model, optimizer, scaler`` (a Kaggle kernel's cleanup): the removed scaler leaves
+    the ``del``, or the ``del`` goes when it named nothing else; kept, it would raise NameError."""
+    for node in ctx.model.orders:
+        if not isinstance(node, cst.Del):
+            continue
+        targets = _del_targets(node)
+        kept = [t for t in targets if dotted(t.value) not in scalers]
+        if len(kept) == len(targets):
+            continue
+        line = ctx.line(node)
+        text = "removed the GradScaler from del (it no longer exists)"
+        statement = ctx.model.parent(node)
+        alone = isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+        if not kept and alone:
+            ctx.plan.remove(statement, line, text)
+            continue
+        if not kept:
+            ctx.plan.replace(node, lambda _: cst.Pass(), line, text)
+            continue
+        names = [t.value for t in kept]
+        ctx.plan.replace(node, lambda updated, n=names: _del_of(updated, n), line, text)
+
+
+def _del_targets(node: cst.Del) -> list[cst.Element]:
+    target = node.target
+    if isinstance(target, (cst.Tuple, cst.List)) and not target.lpar:
+        return list(target.elements)
+    return [cst.Element(target)]
+
+
+def _del_of(updated: cst.Del, kept: list[cst.BaseExpression]) -> cst.Del:
+    """``updated`` deleting only ``kept`` (compared as code, the updated targets being new
+    nodes)."""
+    module = cst.Module([])
+    wanted = {module.code_for_node(k) for k in kept}
+    elements = [e for e in _del_targets(updated) if module.code_for_node(e.value) in wanted]
+    if len(elements) == 1:
+        return updated.with_changes(target=elements[0].value)
+    last = elements[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return updated.with_changes(target=cst.Tuple([*elements[:-1], last], lpar=[], rpar=[]))

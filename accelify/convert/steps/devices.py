@@ -8,6 +8,7 @@ import libcst as cst
 from accelify.analysis.dataflow import sees_binding
 from accelify.analysis.device_moves import (
     batch_moves_in,
+    device_choosers,
     fixed_device,
     is_cuda_literal,
     is_identity_assignment,
@@ -225,6 +226,7 @@ def run_devices(ctx: Context) -> None:
                 text=f"{binding.name} = {shown}",
                 anywhere=acc != ctx.acc,
             )
+            _review_chosen_by_flags(ctx, binding, acc)
             if acc != ctx.acc:
                 if not as_string:
                     _compare_device_types(ctx, binding.name, binding.scope)
@@ -265,6 +267,23 @@ def run_devices(ctx: Context) -> None:
                     text=f'device="cuda" -> device={ctx.a("device")}',
                 )
                 ctx.need(call)
+
+
+def _review_chosen_by_flags(ctx: Context, binding: Binding, acc: str) -> None:
+    """``device = torch.device(args.device)``: the flag chose CPU or GPU; this rank's device
+    takes no account of it. Said, with the two ways to keep a CPU run."""
+    flags = device_choosers(ctx.model, binding.assign, binding.value)
+    if not flags:
+        return
+    read = ", ".join(flags)
+    # ``if use_cuda: device = ... else: device = ...``: one line, at the if, for both branches
+    branches = [a for a in ctx.model.ancestors(binding.assign) if isinstance(a, cst.If)]
+    ctx.plan.review(
+        ctx.line(branches[-1]) if branches else binding.line,
+        f"the device was chosen by {read}: it is now {acc}.device, this rank's, so {read} no "
+        "longer chooses it (on a GPU machine every rank runs on its GPU); for a CPU run, "
+        "launch with `accelify launch --cpu` or pass Accelerator(cpu=...)",
+    )
 
 
 def _other_reads_of_the_parameter(
