@@ -326,9 +326,27 @@ class CallGraph:
         for assign in self.index.assignments_to(name):
             if wanted is not None and self.index.enclosing_class_name(assign) != wanted:
                 continue
-            found = self._made_by(assign.value, depth=2) or found
+            found = self._made_by(assign.value, depth=2) or self._narrowed_class(assign) or found
         self._instances[key] = found
         return found
+
+    def _narrowed_class(self, assign: cst.Assign) -> str | None:
+        """``self.checkpoint = cb`` under ``if isinstance(cb, ModelCheckpoint):`` (callbacks
+        sorted out of a list by type): the value is an instance of that class of this file, so a
+        call of the attribute runs its ``__call__``. Only the ``if`` branch tells, not ``else``."""
+        value = dotted(assign.value)
+        if value is None:
+            return None
+        child: cst.CSTNode = assign
+        for ancestor in self.model.ancestors(assign):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return None
+            if isinstance(ancestor, cst.If) and ancestor.body is child:
+                made = _isinstance_of(ancestor.test, value)
+                if made in self.model.classes:
+                    return made
+            child = ancestor
+        return None
 
     def _made_by(self, value: cst.BaseExpression, depth: int) -> str | None:
         key = (value, depth)
@@ -516,3 +534,12 @@ def _bound(method: cst.FunctionDef | None) -> int:
     if method is None:
         return 1
     return 0 if any(dotted(d.decorator) == "staticmethod" for d in method.decorators) else 1
+
+
+def _isinstance_of(test: cst.BaseExpression, name: str) -> str | None:
+    """The class ``test`` checks ``name`` against: ``isinstance(name, Cls)``, else None."""
+    if not (isinstance(test, cst.Call) and dotted(test.func) == "isinstance"):
+        return None
+    if len(test.args) != 2 or dotted(test.args[0].value) != name:
+        return None
+    return dotted(test.args[1].value)
