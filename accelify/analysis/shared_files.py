@@ -85,6 +85,8 @@ WRITING_METHODS = {
     "savefig": (0, "fname"),
     "to_csv": (0, "path_or_buf"),
 }
+#: Calls that delete a file, and where their path is.
+DELETERS = {"os.remove": (0, "path"), "os.unlink": (0, "path")}
 #: Calls that download or unpack data into a folder.
 DOWNLOADERS = {
     "urllib.request.urlretrieve",
@@ -191,6 +193,36 @@ class SharedFiles:
                 ):
                     found.append(SharedFile(write, read, path, self.per_process(path)))
                     break
+        return found
+
+    @cached_property
+    def deleted_after_read(self) -> list[SharedFile]:
+        """A file every rank reads and that is deleted after, in the same function
+        (``model.load_state_dict(torch.load(path))`` then ``os.remove(path)``): the conversion
+        deletes on the main process, which would delete it while a slower rank has yet to read
+        it (FileNotFoundError there). ``write`` is the deletion: at most one pair per deletion,
+        with the last read before it."""
+        found = []
+        reads = [(r, p) for r, p in self._reads() if not self.model.under_rank_guard(r)]
+        for deletion in self.model.calls:
+            path = _path(self.model, deletion, DELETERS, {})
+            if (
+                path is None
+                or self.model.under_rank_guard(deletion)
+                or side_effects.per_rank_path(self.model, deletion)
+                or self.per_process(path) is not None
+            ):
+                continue
+            function = self.placement.enclosing_function(deletion)
+            before = [
+                read
+                for read, read_path in reads
+                if self.placement.enclosing_function(read) is function
+                and self.model.order(read) < self.model.order(deletion)
+                and self._same_file(path, read_path)
+            ]
+            if before:
+                found.append(SharedFile(deletion, before[-1], path, None))
         return found
 
     def kept_on_every_rank(self, write: cst.Call) -> SharedFile | None:
