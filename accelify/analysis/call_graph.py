@@ -33,6 +33,8 @@ from accelify.analysis.syntax import all_params, dotted, strip_self_methods, tar
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 #: Method names every torch object has: ``x.train()`` on an unknown ``x`` is not a Trainer's.
 _LIBRARY_METHODS = names.MODULE_API | {"step", "zero_grad", "backward", "item", "numpy"}
+#: How many names, parameters and lists a list of callbacks is followed through.
+_MAX_DEPTH = 6
 
 
 class CallGraph:
@@ -123,6 +125,8 @@ class CallGraph:
         does not know what ``x`` is."""
         owner = self.owner(function)
         name = function.name.value
+        if owner is not None and name == "__call__":
+            return self._uncertain_instance_calls(owner)
         if owner is None or name in _LIBRARY_METHODS or name.startswith("__"):
             return []
         found = []
@@ -138,6 +142,20 @@ class CallGraph:
                 continue  # an instance of another class of the file, which has no such method
             found.append(call)
         return found
+
+    def _uncertain_instance_calls(self, owner: cst.ClassDef) -> list[cst.Call]:
+        """Calls of a loop variable the analysis cannot follow to its list (``for cb in
+        self.callbacks: cb(model, loss)`` where the list is filled by ``append``) that could run
+        the ``__call__`` of ``owner``, when the file makes instances of it."""
+        if not self.index.calls_named(owner.name.value):
+            return []
+        return [
+            call
+            for call, targets in self._targets.items()
+            if not targets
+            and isinstance(call.func, cst.Name)
+            and self._loop_over(call.func.value, call) is not None
+        ]
 
     def references(self, function: cst.FunctionDef) -> list[cst.CSTNode]:
         """Places that name ``function`` without calling it: handed to someone who will."""
@@ -314,11 +332,11 @@ class CallGraph:
         if loop is None or any(
             dotted(t.target) == name
             for a in self.index.assignments_to(name)
-            if self.model.order(a) > self.model.order(loop) and self.placement_inside(a, loop)
+            if self.model.order(a) > self.model.order(loop) and self._inside(a, loop)
             for t in a.targets
         ):
             return []
-        made = self._element_classes(loop.iter, depth=3)
+        made = self._element_classes(loop.iter, depth=_MAX_DEPTH)
         if not made:
             return []
         found = [self.lookup(self.model.classes[c], "__call__") for c in sorted(made)]
@@ -332,7 +350,7 @@ class CallGraph:
         for ancestor in self.model.ancestors(at):
             if isinstance(ancestor, cst.For) and dotted(ancestor.target) == name:
                 return ancestor
-            if isinstance(ancestor, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            if isinstance(ancestor, _COMPREHENSIONS):
                 clause: cst.CompFor | None = ancestor.for_in
                 while clause is not None:
                     if dotted(clause.target) == name:
@@ -342,7 +360,7 @@ class CallGraph:
                 return None
         return None
 
-    def placement_inside(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
+    def _inside(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
         return any(a is block for a in self.model.ancestors(node))
 
     def _direct_callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]] | None:
@@ -384,6 +402,9 @@ class CallGraph:
                     return None
                 found.add(made)
             return found
+        if isinstance(value, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+            made = self._made_by(value.elt, depth=2)  # ``[ModelCheckpoint(p) for p in paths]``
+            return {made} if made is not None else None
         if isinstance(value, cst.BooleanOperation) and isinstance(value.operator, cst.Or):
             left = self._element_classes(value.left, depth)
             right = self._element_classes(value.right, depth)
@@ -433,7 +454,47 @@ class CallGraph:
             if made is None:
                 return None
             found |= made
+        for appended in self._appended_to(name, wanted, function):
+            made = self._instance_classes(appended, depth)
+            if made is None:
+                return None
+            found |= made
         return found
+
+    def _appended_to(
+        self, name: str, wanted: str | None, function: cst.FunctionDef | None
+    ) -> list[cst.BaseExpression]:
+        """What ``name.append(x)`` adds to the list, in its class (``self.callbacks``) or in
+        its function."""
+        found = []
+        for call in self.model.calls:
+            func = call.func
+            if not (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "append"
+                and dotted(func.value) == name
+                and len(call.args) == 1
+            ):
+                continue
+            if wanted is not None and self.index.enclosing_class_name(call) != wanted:
+                continue
+            if wanted is None and self.index.enclosing_function(call) is not function:
+                continue
+            found.append(call.args[0].value)
+        return found
+
+    def _instance_classes(self, value: cst.BaseExpression, depth: int) -> set[str] | None:
+        """The classes of this file ``value`` is an instance of: built here (``Cls(...)``), or
+        a loop variable over a list of them (``for cb in callbacks: ...append(cb)``)."""
+        made = self._made_by(value, depth=2)
+        if made is not None:
+            return {made}
+        if not isinstance(value, cst.Name):
+            return None
+        loop = self._loop_over(value.value, value)
+        if loop is None or depth == 0:
+            return None
+        return self._element_classes(loop.iter, depth - 1)
 
     def _receiver_class(self, receiver: str, at: cst.CSTNode) -> cst.ClassDef | None:
         """The class of this file that made ``receiver``: built in scope, else by any
