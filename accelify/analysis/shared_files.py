@@ -28,7 +28,7 @@ from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import all_params, dotted, walk
 
 #: Where a path comes from when it is another file on every process: always (a temporary
 #: directory, a pid) or by the clock (two ranks may get the same value, or not).
@@ -510,10 +510,26 @@ class SharedFiles:
             # a parameter is its function's own name for what the callers pass: ``path`` of
             # one helper is not ``path`` of another
             spellings = {f"{function.name.value}({path.value})"}
-            values = [a.value for a in self.flow.call_site_arguments(path.value, path)]
-        if len(values) == 1:
+            values = self._passed_or_default(function, path.value)
+        if len({self.model.module.code_for_node(v).strip() for v in values}) == 1:
             spellings |= self._spellings(values[0], depth + 1)
         return spellings
+
+    def _passed_or_default(self, function: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
+        """What each call of ``function`` in the file gives its parameter ``name``: the argument,
+        or the default where a call leaves it out (``EarlyStopping(patience=2)`` saves to
+        ``path="checkpoint.pt"``)."""
+        default = next(
+            (p.default for p in all_params(function.params) if p.name.value == name), None
+        )
+        values = []
+        for call, implicit in self.flow.calls_of(function):
+            passed = [a.value for n, a in bound_arguments(function, call, implicit) if n == name]
+            if passed:
+                values += passed
+            elif default is not None:
+                values.append(default)
+        return values
 
     def _values_of(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
         """What ``name`` is bound to in the scope of ``at`` (or the module's): assignments and
