@@ -26,12 +26,15 @@ from functools import cached_property
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import all_params, dotted, strip_self_methods, target_names
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 #: Method names every torch object has: ``x.train()`` on an unknown ``x`` is not a Trainer's.
 _LIBRARY_METHODS = names.MODULE_API | {"step", "zero_grad", "backward", "item", "numpy"}
+#: How many names, parameters and lists a list of callbacks is followed through.
+_MAX_DEPTH = 6
 
 
 class CallGraph:
@@ -122,6 +125,8 @@ class CallGraph:
         does not know what ``x`` is."""
         owner = self.owner(function)
         name = function.name.value
+        if owner is not None and name == "__call__":
+            return self._uncertain_instance_calls(owner)
         if owner is None or name in _LIBRARY_METHODS or name.startswith("__"):
             return []
         found = []
@@ -137,6 +142,20 @@ class CallGraph:
                 continue  # an instance of another class of the file, which has no such method
             found.append(call)
         return found
+
+    def _uncertain_instance_calls(self, owner: cst.ClassDef) -> list[cst.Call]:
+        """Calls of a loop variable the analysis cannot follow to its list (``for cb in
+        self.callbacks: cb(model, loss)`` where the list is filled by ``append``) that could run
+        the ``__call__`` of ``owner``, when the file makes instances of it."""
+        if not self.index.calls_named(owner.name.value):
+            return []
+        return [
+            call
+            for call, targets in self._targets.items()
+            if not targets
+            and isinstance(call.func, cst.Name)
+            and self._loop_over(call.func.value, call) is not None
+        ]
 
     def references(self, function: cst.FunctionDef) -> list[cst.CSTNode]:
         """Places that name ``function`` without calling it: handed to someone who will."""
@@ -184,6 +203,19 @@ class CallGraph:
         method = self._model_method(call, resolution)
         return (method, 1) if method is not None else None
 
+    def callees(self, call: cst.Call) -> list[tuple[cst.FunctionDef, int]]:
+        """Every function of this file ``call`` may run (`callee` gives the first), each with
+        the implicit ``self`` it binds: an override in a subclass, each callback class of a
+        list the call iterates."""
+        resolution = self._resolution(call)
+        if resolution.targets:
+            return [
+                (t, _bound(t) if t is not resolution.targets[0] else resolution.implicit)
+                for t in resolution.targets
+            ]
+        found = self.callee(call)
+        return [found] if found is not None else []
+
     def _all_targets(self, call: cst.Call) -> list[cst.FunctionDef]:
         resolution = self._resolution(call)
         if resolution.targets:
@@ -217,6 +249,9 @@ class CallGraph:
             instance = self._instance_call(func.value, call)
             if instance is not None:
                 return _Resolution([instance], 1)
+            elements = self._element_calls(func.value, call)
+            if elements:  # ``for callback in self.callbacks: callback(model, val_loss)``
+                return _Resolution(elements, 1)
             made = self._class_parameter(func.value, call)
             if made is not None:  # ``cls(model, optimizer)`` in a classmethod factory
                 init = self.lookup(made, "__init__")
@@ -286,6 +321,181 @@ class CallGraph:
             return None  # a module's ``__call__`` is nn.Module's: it runs forward
         return self.lookup(owner, "__call__")
 
+    def _element_calls(self, name: str, call: cst.Call) -> list[cst.FunctionDef]:
+        """``callback(...)`` in ``for callback in self.callbacks:``, where every element of the
+        list is an instance of a class of this file with a ``__call__`` (callbacks handed to a
+        trainer as ``[ModelCheckpoint(path), ...]``): the call runs each of them. Empty when
+        any element is not known to be one: a call that may run code of another file."""
+        if name in self.classes or name in self.model.functions:
+            return []
+        loop = self._loop_over(name, call)
+        if loop is None or any(
+            dotted(t.target) == name
+            for a in self.index.assignments_to(name)
+            if self.model.order(a) > self.model.order(loop) and self._inside(a, loop)
+            for t in a.targets
+        ):
+            return []
+        made = self._element_classes(loop.iter, depth=_MAX_DEPTH)
+        if not made:
+            return []
+        found = [self.lookup(self.model.classes[c], "__call__") for c in sorted(made)]
+        if any(f is None for f in found) or made & set(self.model.module_classes):
+            return []
+        return [f for f in found if f is not None]
+
+    def _loop_over(self, name: str, at: cst.CSTNode) -> cst.For | cst.CompFor | None:
+        """The closest ``for name in ...`` around ``at``: a statement, or a comprehension's
+        (``[cb(model, loss) for cb in self.callbacks]``)."""
+        for ancestor in self.model.ancestors(at):
+            if isinstance(ancestor, cst.For) and dotted(ancestor.target) == name:
+                return ancestor
+            if isinstance(ancestor, _COMPREHENSIONS):
+                clause: cst.CompFor | None = ancestor.for_in
+                while clause is not None:
+                    if dotted(clause.target) == name:
+                        return clause
+                    clause = clause.inner_for_in
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                return None
+        return None
+
+    def _inside(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
+        return any(a is block for a in self.model.ancestors(node))
+
+    def _direct_callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]] | None:
+        """The calls of a module-level function by its name, or of a constructor by its class's
+        name, with the implicit ``self``; None for other methods. Found without resolving
+        calls (`callee` asks this while it resolves one)."""
+        owner = self.owner(function)
+        if owner is None:
+            if self.model.functions.get(function.name.value) is not function:
+                return None
+            return [(c, 0) for c in self.index.calls_named(function.name.value)]
+        if function.name.value != "__init__" or self.classes.get(owner.name.value) is not owner:
+            return None
+        found = [(c, 1) for c in self.index.calls_named(owner.name.value)]
+        for sub in self.subclasses(owner):  # ``super().__init__(model, optimizer, callbacks)``
+            init = self.methods(sub).get("__init__")
+            if init is None:
+                continue
+            found += [
+                (c, 1)
+                for c in self.index.calls_directly_in(init)
+                if isinstance(c.func, cst.Attribute)
+                and c.func.attr.value == "__init__"
+                and _is_super_call(c.func.value)
+            ]
+        return found
+
+    def _element_classes(self, value: cst.BaseExpression, depth: int) -> set[str] | None:
+        """The classes of this file whose instances ``value`` (a list) holds: a list or tuple
+        display of instances, ``list(x)``, ``x or []``, a name assigned once, an attribute set
+        in its class, a parameter followed to the arguments its callers pass. None: unknown."""
+        if isinstance(value, (cst.List, cst.Tuple)):
+            found: set[str] = set()
+            for element in value.elements:
+                if isinstance(element, cst.StarredElement):
+                    return None
+                made = self._made_by(element.value, depth=2)
+                if made is None:
+                    return None
+                found.add(made)
+            return found
+        if isinstance(value, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+            made = self._made_by(value.elt, depth=2)  # ``[ModelCheckpoint(p) for p in paths]``
+            return {made} if made is not None else None
+        if isinstance(value, cst.BooleanOperation) and isinstance(value.operator, cst.Or):
+            left = self._element_classes(value.left, depth)
+            right = self._element_classes(value.right, depth)
+            return None if left is None or right is None else left | right
+        if (
+            isinstance(value, cst.Call)
+            and dotted(value.func) in ("list", "tuple")
+            and len(value.args) == 1
+        ):
+            return self._element_classes(value.args[0].value, depth)
+        name = dotted(value)
+        if name is None or depth == 0:
+            return None
+        return self._element_classes_of_name(name, value, depth - 1)
+
+    def _element_classes_of_name(self, name: str, at: cst.CSTNode, depth: int) -> set[str] | None:
+        wanted = self.index.enclosing_class_name(at) if name.startswith("self.") else None
+        function = self.index.enclosing_function(at)
+        values: list[cst.BaseExpression] = [
+            a.value
+            for a in self.index.assignments_to(name)
+            if (wanted is None or self.index.enclosing_class_name(a) == wanted)
+            and (wanted is not None or self.index.enclosing_function(a) is function)
+        ]
+        if not values and function is not None and "." not in name:
+            params = [p for p in all_params(function.params) if p.name.value == name]
+            if not params:
+                return None
+            callers = self._direct_callers(function)
+            if callers is None:
+                return None
+            for caller, implicit in callers:
+                passed = [
+                    a.value for p, a in bound_arguments(function, caller, implicit) if p == name
+                ]
+                if not passed:
+                    default = params[0].default
+                    if default is None:
+                        return None
+                    passed = [default]
+                values.extend(passed)
+        if not values:
+            return None
+        found: set[str] = set()
+        for value in values:
+            made = self._element_classes(value, depth)
+            if made is None:
+                return None
+            found |= made
+        for appended in self._appended_to(name, wanted, function):
+            made = self._instance_classes(appended, depth)
+            if made is None:
+                return None
+            found |= made
+        return found
+
+    def _appended_to(
+        self, name: str, wanted: str | None, function: cst.FunctionDef | None
+    ) -> list[cst.BaseExpression]:
+        """What ``name.append(x)`` adds to the list, in its class (``self.callbacks``) or in
+        its function."""
+        found = []
+        for call in self.model.calls:
+            func = call.func
+            if not (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "append"
+                and dotted(func.value) == name
+                and len(call.args) == 1
+            ):
+                continue
+            if wanted is not None and self.index.enclosing_class_name(call) != wanted:
+                continue
+            if wanted is None and self.index.enclosing_function(call) is not function:
+                continue
+            found.append(call.args[0].value)
+        return found
+
+    def _instance_classes(self, value: cst.BaseExpression, depth: int) -> set[str] | None:
+        """The classes of this file ``value`` is an instance of: built here (``Cls(...)``), or
+        a loop variable over a list of them (``for cb in callbacks: ...append(cb)``)."""
+        made = self._made_by(value, depth=2)
+        if made is not None:
+            return {made}
+        if not isinstance(value, cst.Name):
+            return None
+        loop = self._loop_over(value.value, value)
+        if loop is None or depth == 0:
+            return None
+        return self._element_classes(loop.iter, depth - 1)
+
     def _receiver_class(self, receiver: str, at: cst.CSTNode) -> cst.ClassDef | None:
         """The class of this file that made ``receiver``: built in scope, else by any
         assignment of the file (`instance_class`)."""
@@ -302,9 +512,8 @@ class CallGraph:
             return self._by_callee
         found: dict[cst.FunctionDef, list[tuple[cst.Call, int]]] = {}
         for call in self.model.calls:
-            target = self.callee(call)
-            if target is not None:
-                found.setdefault(target[0], []).append((call, target[1]))
+            for function, implicit in self.callees(call):
+                found.setdefault(function, []).append((call, implicit))
         if self.model.complete:
             self._by_callee = found
         return found
@@ -326,9 +535,27 @@ class CallGraph:
         for assign in self.index.assignments_to(name):
             if wanted is not None and self.index.enclosing_class_name(assign) != wanted:
                 continue
-            found = self._made_by(assign.value, depth=2) or found
+            found = self._made_by(assign.value, depth=2) or self._narrowed_class(assign) or found
         self._instances[key] = found
         return found
+
+    def _narrowed_class(self, assign: cst.Assign) -> str | None:
+        """``self.checkpoint = cb`` under ``if isinstance(cb, ModelCheckpoint):`` (callbacks
+        sorted out of a list by type): the value is an instance of that class of this file, so a
+        call of the attribute runs its ``__call__``. Only the ``if`` branch tells, not ``else``."""
+        value = dotted(assign.value)
+        if value is None:
+            return None
+        child: cst.CSTNode = assign
+        for ancestor in self.model.ancestors(assign):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return None
+            if isinstance(ancestor, cst.If) and ancestor.body is child:
+                made = _isinstance_of(ancestor.test, value)
+                if made in self.model.classes:
+                    return made
+            child = ancestor
+        return None
 
     def _made_by(self, value: cst.BaseExpression, depth: int) -> str | None:
         key = (value, depth)
@@ -516,3 +743,12 @@ def _bound(method: cst.FunctionDef | None) -> int:
     if method is None:
         return 1
     return 0 if any(dotted(d.decorator) == "staticmethod" for d in method.decorators) else 1
+
+
+def _isinstance_of(test: cst.BaseExpression, name: str) -> str | None:
+    """The class ``test`` checks ``name`` against: ``isinstance(name, Cls)``, else None."""
+    if not (isinstance(test, cst.Call) and dotted(test.func) == "isinstance"):
+        return None
+    if len(test.args) != 2 or dotted(test.args[0].value) != name:
+        return None
+    return dotted(test.args[1].value)

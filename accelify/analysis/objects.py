@@ -222,19 +222,16 @@ def _receive(
 ) -> int:
     added = 0
     for call in model.calls:
-        target = callee(model, call)
-        if target is None:
-            continue
-        function, implicit = target
-        for parameter, argument in bound_arguments(function, call, implicit):
-            value = argument.value
-            if isinstance(value, (cst.Name, cst.Attribute)):
-                kind = _kind_at(model, dotted(value), call, parameters)
-            else:  # ``Trainer(DataLoader(...))``, ``Trainer(make_loader(...))``
-                kind = classify(value, "") or _made_by_factory(model, value, classify)
-            if kind is not None and parameter not in parameters.get(function, {}):
-                parameters.setdefault(function, {})[parameter] = kind
-                added += 1
+        for function, implicit in model.call_graph.callees(call):
+            for parameter, argument in bound_arguments(function, call, implicit):
+                value = argument.value
+                if isinstance(value, (cst.Name, cst.Attribute)):
+                    kind = _kind_at(model, dotted(value), call, parameters)
+                else:  # ``Trainer(DataLoader(...))``, ``Trainer(make_loader(...))``
+                    kind = classify(value, "") or _made_by_factory(model, value, classify)
+                if kind is not None and parameter not in parameters.get(function, {}):
+                    parameters.setdefault(function, {})[parameter] = kind
+                    added += 1
     for function, received in parameters.items():
         if _enclosing_class(model, function) is None:
             continue

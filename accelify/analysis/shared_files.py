@@ -28,7 +28,7 @@ from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import all_params, dotted, walk
 
 #: Where a path comes from when it is another file on every process: always (a temporary
 #: directory, a pid) or by the clock (two ranks may get the same value, or not).
@@ -85,6 +85,8 @@ WRITING_METHODS = {
     "savefig": (0, "fname"),
     "to_csv": (0, "path_or_buf"),
 }
+#: Calls that delete a file, and where their path is.
+DELETERS = {"os.remove": (0, "path"), "os.unlink": (0, "path")}
 #: Calls that download or unpack data into a folder.
 DOWNLOADERS = {
     "urllib.request.urlretrieve",
@@ -191,6 +193,36 @@ class SharedFiles:
                 ):
                     found.append(SharedFile(write, read, path, self.per_process(path)))
                     break
+        return found
+
+    @cached_property
+    def deleted_after_read(self) -> list[SharedFile]:
+        """A file every rank reads and that is deleted after, in the same function
+        (``model.load_state_dict(torch.load(path))`` then ``os.remove(path)``): the conversion
+        deletes on the main process, which would delete it while a slower rank has yet to read
+        it (FileNotFoundError there). ``write`` is the deletion: at most one pair per deletion,
+        with the last read before it."""
+        found = []
+        reads = [(r, p) for r, p in self._reads() if not self.model.under_rank_guard(r)]
+        for deletion in self.model.calls:
+            path = _path(self.model, deletion, DELETERS, {})
+            if (
+                path is None
+                or self.model.under_rank_guard(deletion)
+                or side_effects.per_rank_path(self.model, deletion)
+                or self.per_process(path) is not None
+            ):
+                continue
+            function = self.placement.enclosing_function(deletion)
+            before = [
+                read
+                for read, read_path in reads
+                if self.placement.enclosing_function(read) is function
+                and self.model.order(read) < self.model.order(deletion)
+                and self._same_file(path, read_path)
+            ]
+            if before:
+                found.append(SharedFile(deletion, before[-1], path, None))
         return found
 
     def kept_on_every_rank(self, write: cst.Call) -> SharedFile | None:
@@ -478,10 +510,26 @@ class SharedFiles:
             # a parameter is its function's own name for what the callers pass: ``path`` of
             # one helper is not ``path`` of another
             spellings = {f"{function.name.value}({path.value})"}
-            values = [a.value for a in self.flow.call_site_arguments(path.value, path)]
-        if len(values) == 1:
+            values = self._passed_or_default(function, path.value)
+        if len({self.model.module.code_for_node(v).strip() for v in values}) == 1:
             spellings |= self._spellings(values[0], depth + 1)
         return spellings
+
+    def _passed_or_default(self, function: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
+        """What each call of ``function`` in the file gives its parameter ``name``: the argument,
+        or the default where a call leaves it out (``EarlyStopping(patience=2)`` saves to
+        ``path="checkpoint.pt"``)."""
+        default = next(
+            (p.default for p in all_params(function.params) if p.name.value == name), None
+        )
+        values = []
+        for call, implicit in self.flow.calls_of(function):
+            passed = [a.value for n, a in bound_arguments(function, call, implicit) if n == name]
+            if passed:
+                values += passed
+            elif default is not None:
+                values.append(default)
+        return values
 
     def _values_of(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
         """What ``name`` is bound to in the scope of ``at`` (or the module's): assignments and

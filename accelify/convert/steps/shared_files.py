@@ -26,6 +26,41 @@ def run(ctx: Context) -> None:
             _barrier_before_read(ctx, shared)
     for download in ctx.facts.shared_files.downloads:
         _download_once(ctx, download)
+    for deleted in ctx.facts.shared_files.deleted_after_read:
+        _barrier_before_deletion(ctx, deleted)
+
+
+def _barrier_before_deletion(ctx: Context, shared: SharedFile) -> None:
+    """The deletion runs on the main process (side effects step): every rank must have read the
+    file by then, so the ranks wait for each other before it, where every rank gets."""
+    deletion, read = shared.write, shared.read
+    places = ctx.facts.ranks.barrier_places(ctx.statement_of(deletion))
+    path = ctx.code(shared.path)
+    shared_branch = next((p for p in places if ctx.facts.placement.inside(read, p)), None)
+    unreached = next(
+        (b for b in map(ctx.facts.shared_files.divergent_around, places) if b is not None),
+        shared_branch,
+    )
+    if unreached is not None:
+        ctx.plan.review(
+            ctx.line(deletion),
+            f"{path} is read by every rank at line {ctx.line(read)} and deleted here on the main "
+            f"process; left without a barrier between them: the ranks may disagree on line "
+            f"{ctx.line(unreached)}, and a barrier must be reached by every rank: delete it "
+            "where every rank gets, after accelerator.wait_for_everyone()",
+        )
+        return
+    for place in places:
+        acc = ctx.accelerator_at(place)
+        ctx.plan.add(rewrites.barrier(place, acc), anywhere=acc != ctx.acc)
+        if acc == ctx.acc:
+            ctx.need(place)
+    ctx.plan.change(
+        ctx.line(deletion),
+        f"{ctx.acc}.wait_for_everyone() before the deletion: {path} is read by every rank at "
+        f"line {ctx.line(read)}, and the main process must not delete it before a slower rank "
+        "has read it",
+    )
 
 
 def _download_once(ctx: Context, download: Download) -> None:
