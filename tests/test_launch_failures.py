@@ -229,6 +229,18 @@ def test_a_rank_killed_by_sigkill_among_ranks_the_agent_stopped_is_the_cause(tmp
     assert "rank 0" not in text
 
 
+def test_a_rank_that_raised_first_gives_its_exception_exit_code_though_the_agent_stopped_it(
+    tmp_path,
+):
+    """Both ranks raise the same error; rank 1 exits first, and the agent stops rank 0 with
+    SIGTERM while rank 0, which raised first, is still leaving: the run exits 1, not 143."""
+    write_failure(tmp_path, 0, "ValueError: shapes", at=1)
+    write_failure(tmp_path, 1, "ValueError: shapes", at=2)
+    text, code = outcome.failed_run({0: failure(-signal.SIGTERM), 1: failure(1)}, tmp_path, 0)
+    assert code == 1
+    assert "rank 0 failed first" in text
+
+
 def test_ranks_that_fail_on_their_own_are_not_called_victims(tmp_path):
     train = tmp_path / "train.py"
     train.write_text("x = 1\nprint(model(x))\ny = load()\n")
@@ -292,7 +304,24 @@ def test_a_rank_that_exits_with_3_is_named_and_its_code_is_the_runs():
     assert "rank 1 failed with exit code 3" in result.stderr
     assert "rank 0 failed first" not in result.stderr
     assert result.stderr.count("Traceback") == 0  # a victim's traceback is one line
+    # the leaver's wait for its peers at exit is quiet (torch's socket timeout warnings were)
+    assert "socket.cpp" not in result.stderr and "timed out after" not in result.stderr
     assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_tensors_that_differ_in_more_than_their_rows_fail_the_gather_on_every_rank():
+    result = launched("gather_shapes.py")
+    assert result.returncode == 1, result.stderr
+    assert "gathered" not in result.stdout  # rank 0 printed rows of uninitialised memory
+    # both ranks raise at once: either may be first, and the other failed the same way
+    assert (
+        "failed first at gather_shapes.py:11 (`gathered = accelerator.gather(predictions)`)"
+        in result.stderr
+    )
+    assert "(rank 0: (3, 2); rank 1: (3,))" in result.stderr
+    assert "failed the same way, on its own" in result.stderr
+    assert "terminate called" not in result.stderr
 
 
 @pytest.mark.distributed

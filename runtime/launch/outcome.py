@@ -119,7 +119,14 @@ def _raised(
         {rank: f for rank, f in raised.items() if is_peer_gone(f.summary)}, exclude=first.rank
     )
     lines.append(f"{PREFIX} the other ranks were stopped")
-    return "\n".join(lines), _exit_code(failures[first.rank].exitcode)
+    return "\n".join(lines), _raised_exit_code(failures[first.rank].exitcode)
+
+
+def _raised_exit_code(exitcode: int) -> int:
+    """A rank that raised exits 1, as Python does; the agent may have stopped it with SIGTERM
+    while it was still leaving (its peer failed the same way a moment sooner and exited first),
+    and the run's exit code is still the exception's, not the agent's signal."""
+    return 1 if exitcode in AGENT_STOPS else _exit_code(exitcode)
 
 
 def _exited(
