@@ -16,11 +16,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from accelify.errors import UserError
 from accelify.runtime import collective_record, failure_record
 from accelify.runtime.collective_record import IN_COLLECTIVE, LEAVING, RUNNING, Record
-from accelify.runtime.launch import outcome
+from accelify.runtime.launch import launcher, outcome
 from accelify.runtime.launch.watch import Watcher, parse_stack
-from conftest import FIXTURES, launch
+from conftest import FIXTURES, launch, run_accelify
 
 FAILURES = FIXTURES / "runtime" / "failures"
 HERE = Path(__file__).name
@@ -401,3 +402,40 @@ def test_a_main_process_section_shorter_than_the_timeout_is_healthy():
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "done: 2 ranks"
     assert "accelify launch:" not in result.stderr
+
+
+# --- before any rank starts -------------------------------------------------------------------
+def test_a_module_the_script_cannot_import_is_said_once_before_any_rank_starts(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text('"""Train."""\nimport os\nimport no_such_module_xyz.sub\nprint("ran")\n')
+    result = run_accelify("launch", "--cpu", "-n", "2", script, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"{script}:3: ModuleNotFoundError: No module named 'no_such_module_xyz'" in result.stderr
+    assert result.stderr.count("ModuleNotFoundError") == 1 and "Traceback" not in result.stderr
+    assert "ran" not in result.stdout
+
+
+def test_imports_found_only_when_the_script_runs_are_not_refused(tmp_path, monkeypatch):
+    """The script's own folder is on a rank's path (from any working directory); an import
+    after another statement, or inside ``try``, may need what the script does first."""
+    (tmp_path / "helpers.py").write_text("")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from __future__ import annotations\n"
+        "import os.path\n"
+        "from collections import abc\n"
+        "import helpers\n"
+        "from . import sibling\n"
+        "import sys\n"
+        "sys.path.insert(0, 'vendor')\n"
+        "import vendored_only\n"
+        "try:\n"
+        "    import optional_extra\n"
+        "except ImportError:\n"
+        "    pass\n"
+    )
+    monkeypatch.chdir("/")
+    launcher._check_script(script)
+    script.write_text("import helpers, missing_one\n")
+    with pytest.raises(UserError, match=r"train\.py:1: ModuleNotFoundError: .*'missing_one'"):
+        launcher._check_script(script)
