@@ -242,6 +242,22 @@ def test_a_rank_that_raised_first_gives_its_exception_exit_code_though_the_agent
     assert "rank 0 failed first" in text
 
 
+def test_ranks_that_all_exit_before_the_runtime_starts_are_named_together(tmp_path):
+    """An exception at the top of the script, before Accelerator(): each rank printed its own
+    traceback and none is a victim; naming one "while its peers were still running" was false."""
+    text, code = outcome.failed_run({0: failure(1, 7.0), 1: failure(1, 7.0)}, tmp_path, 0)
+    assert code == 1
+    assert text == (
+        "accelify launch: ranks 0 and 1 each failed with exit code 1, before accelify's runtime "
+        "started (their tracebacks are above)"
+    )
+    text, code = outcome.failed_run(
+        {0: failure(2, 7.0), 1: failure(-signal.SIGSEGV, 8.0)}, tmp_path, 0
+    )
+    assert code == 2
+    assert "rank 0 failed with exit code 2, rank 1 was killed by SIGSEGV, before" in text
+
+
 def test_ranks_that_fail_on_their_own_are_not_called_victims(tmp_path):
     train = tmp_path / "train.py"
     train.write_text("x = 1\nprint(model(x))\ny = load()\n")

@@ -63,6 +63,8 @@ def failed_run(
     }
     if exited:
         rank = min(exited, key=lambda r: (_left_at(states.get(r), exited[r].timestamp), r))
+        if len(exited) > 1 and not states:
+            return _all_exited(exited)
         return _exited(rank, exited[rank].exitcode, states.get(rank), failures, victims)
     left = [
         rank for rank, state in states.items() if state.state == LEAVING and rank not in failures
@@ -156,6 +158,26 @@ def _exited(
         )
     lines.append(f"{PREFIX} the other ranks were stopped")
     return "\n".join(lines), _exit_code(exitcode)
+
+
+def _all_exited(exited: dict[int, Any]) -> tuple[str, int]:
+    """Several ranks ended on their own before any of them started accelify's runtime (an
+    exception at the top of the script, before ``Accelerator()``): each printed its traceback,
+    none is the others' victim, and which came first is not known (the agent's times are whole
+    seconds). "Rank 0 failed, while its peers were still running" said the peers were fine."""
+    codes = {failure.exitcode for failure in exited.values()}
+    *most, last = sorted(exited)
+    ranks = f"{', '.join(map(str, most))} and {last}"
+    if len(codes) == 1:
+        how = describe_exit(next(iter(codes)))
+        lines = [f"{PREFIX} ranks {ranks} each {how}, before accelify's runtime started"]
+    else:
+        each = ", ".join(f"rank {r} {describe_exit(f.exitcode)}" for r, f in sorted(exited.items()))
+        lines = [f"{PREFIX} {each}, before accelify's runtime started"]
+    if any(failure.exitcode > 0 for failure in exited.values()):
+        lines[0] += " (their tracebacks are above)"
+    first = min(exited, key=lambda r: (exited[r].timestamp, r))
+    return "\n".join(lines), _exit_code(exited[first].exitcode)
 
 
 def _unexplained(failures: dict[int, Any]) -> tuple[str, int]:
