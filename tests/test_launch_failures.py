@@ -353,6 +353,18 @@ def test_a_rank_killed_from_outside_is_named_and_the_run_exits_as_a_shell_says()
 
 
 @pytest.mark.distributed
+def test_a_rank_killed_by_a_segfault_is_named_with_the_line_it_died_on():
+    result = launched("segfault.py")
+    assert result.returncode == 128 + signal.SIGSEGV, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    assert report[0].startswith(
+        "accelify launch: rank 1 was killed by SIGSEGV at segfault.py:15 (`ctypes.string_at(0)`)"
+    ), report
+    assert "Fatal Python error" not in result.stderr  # the dump went to the launcher, not here
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_a_dataloader_workers_exception_is_named_at_the_datasets_line():
     result = launched("worker_raises.py")
     assert result.returncode == 1, result.stderr

@@ -25,7 +25,7 @@ from accelify.runtime.failure_record import (
     is_peer_gone,
     recorded_failures,
 )
-from accelify.runtime.launch.watch import Verdict, place, read_all, source_place
+from accelify.runtime.launch.watch import Verdict, crash_stack, place, read_all, source_place
 
 PREFIX = "accelify launch:"
 #: How torch's agent stops the ranks left once one has failed. It sends SIGKILL only to a rank
@@ -65,7 +65,8 @@ def failed_run(
         rank = min(exited, key=lambda r: (_left_at(states.get(r), exited[r].timestamp), r))
         if len(exited) > 1 and not states:
             return _all_exited(exited)
-        return _exited(rank, exited[rank].exitcode, states.get(rank), failures, victims)
+        crash = _crash_place(records, attempt, rank, exited[rank].exitcode)
+        return _exited(rank, exited[rank].exitcode, states.get(rank), failures, victims, crash)
     left = [
         rank for rank, state in states.items() if state.state == LEAVING and rank not in failures
     ]
@@ -137,10 +138,12 @@ def _exited(
     state: Record | None,
     failures: dict[int, Any],
     victims: dict[int, Failure],
+    crash: str = "",
 ) -> tuple[str, int]:
     """A rank that left without an exception (``sys.exit``, the end of its script, a signal)
-    while its peers still needed it."""
+    while its peers still needed it; ``crash``: where a fatal signal killed it."""
     how = describe_exit(exitcode) if exitcode != 0 else "exited with code 0"
+    how += crash
     where = ""
     if state is not None:
         passes = f"{state.passes} backward pass{'es' if state.passes != 1 else ''}"
@@ -158,6 +161,19 @@ def _exited(
         )
     lines.append(f"{PREFIX} the other ranks were stopped")
     return "\n".join(lines), _exit_code(exitcode)
+
+
+#: Signals on which the rank's faulthandler dumps its stack (`collective_record.install`).
+FATAL_SIGNALS = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
+
+
+def _crash_place(records: Path, attempt: int, rank: int, exitcode: int) -> str:
+    """`` at train.py:10 (`lib.run(x)`)``: the user's line a rank was on when a fatal signal
+    killed it (a segfault in an extension, an abort in a C++ library)."""
+    if -exitcode not in FATAL_SIGNALS:
+        return ""
+    frames = crash_stack(collective_record.attempt_directory(records, attempt), rank)
+    return f" at {source_place(frames[-1][0], frames[-1][1])}" if frames else ""
 
 
 def _all_exited(exited: dict[int, Any]) -> tuple[str, int]:
