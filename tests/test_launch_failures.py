@@ -342,6 +342,20 @@ def test_tensors_that_differ_in_more_than_their_rows_fail_the_gather_on_every_ra
 
 
 @pytest.mark.distributed
+def test_containers_that_differ_between_ranks_fail_the_gather_on_every_rank():
+    result = launched("gather_keys.py")
+    assert result.returncode == 1, result.stderr
+    assert "gathered" not in result.stdout
+    assert "left the loop" not in result.stderr  # rank 1 did not leave: the gathers differed
+    assert (
+        "failed first at gather_keys.py:13 (`gathered = accelerator.gather_for_metrics(outputs)`)"
+        in result.stderr
+    )
+    assert "the ranks passed containers that differ" in result.stderr
+    assert "failed the same way, on its own" in result.stderr
+
+
+@pytest.mark.distributed
 def test_a_rank_killed_from_outside_is_named_and_the_run_exits_as_a_shell_says():
     result = launched("killed.py")
     assert result.returncode == 128 + signal.SIGKILL, result.stderr
