@@ -215,6 +215,10 @@ def install(rank: int) -> None:
             _stack_file.write(json.dumps(header) + "\n")
             _stack_file.flush()
             faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
+            if not faulthandler.is_enabled():  # the user's own (PYTHONFAULTHANDLER) is kept
+                # a rank killed by SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL leaves its stack
+                # here, so that the launcher can say on which line it died
+                faulthandler.enable(file=_stack_file, all_threads=True)
         except (OSError, RuntimeError, ValueError):
             _stack_file = None
 

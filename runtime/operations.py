@@ -7,6 +7,7 @@ what the unprepared one did.
 from __future__ import annotations
 
 import functools
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -56,20 +57,97 @@ def _world() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
-    """all_gather along dim 0, allowing ranks to hold different numbers of rows."""
+def _gather_one(tensor: torch.Tensor, structure: int = 0) -> torch.Tensor:
+    """all_gather along dim 0, allowing ranks to hold different numbers of rows.
+
+    Each rank's whole shape and dtype are exchanged first, not only its rows: a rank whose
+    tensor differs in another dimension (``(3, 2)`` on rank 0, ``(3,)`` on rank 1) would send
+    fewer bytes than its peers expect, and gloo fills the rest with whatever memory held (a
+    wrong result on one rank, an abort on the other). Every rank sees the same shapes, so every
+    rank raises the same error instead. ``structure`` (`_structure_code`) does the same for the
+    container the tensor came in: a key only one rank has would leave its peers in a gather
+    that rank never makes."""
     if tensor.ndim == 0:
         tensor = tensor.unsqueeze(0)
     tensor = tensor.contiguous()
-    rows = torch.tensor([tensor.shape[0]], device=tensor.device)
-    all_rows = [torch.zeros_like(rows) for _ in range(_world())]
-    dist.all_gather(all_rows, rows)
-    counts = [int(count.item()) for count in all_rows]
+    header = _shape_header(tensor, structure)
+    headers = [torch.zeros_like(header) for _ in range(_world())]
+    dist.all_gather(headers, header)
+    shapes = [[int(value) for value in row] for row in headers]
+    if len({shape[0] for shape in shapes}) > 1:
+        raise DistributedOperationException(
+            "Cannot gather: the ranks passed containers that differ (other keys, lengths or "
+            "nesting); every rank must gather the same tensors, in the same structure"
+        )
+    shapes = [shape[1:] for shape in shapes]
+    if any(shape[:1] + shape[2:] != shapes[0][:1] + shapes[0][2:] for shape in shapes):
+        raise DistributedOperationException(_shapes_differ(shapes))
+    counts = [shape[1] for shape in shapes]
     longest = max(counts)
     padded = _pad_rows(tensor, longest)
     pieces = [torch.empty_like(padded) for _ in counts]
     dist.all_gather(pieces, padded)
     return torch.cat([piece[:count] for piece, count in zip(pieces, counts, strict=True)])
+
+
+#: Dimensions compared across ranks before a gather (a tensor with more compares its first ones
+#: and its number of dimensions).
+_HEADER_DIMS = 8
+
+
+def _shape_header(tensor: torch.Tensor, structure: int) -> torch.Tensor:
+    """[structure, dtype, rows, ndim, other dims...]: what the ranks must agree on, but the
+    rows."""
+    dtype = zlib.crc32(str(tensor.dtype).encode())
+    dims = list(tensor.shape[1:_HEADER_DIMS]) + [-1] * (_HEADER_DIMS - tensor.ndim)
+    return torch.tensor(
+        [structure, dtype, tensor.shape[0], tensor.ndim, *dims], device=tensor.device
+    )
+
+
+def _structure_code(data: Any) -> int:
+    """A number every rank computes alike for containers alike (0 for a bare tensor, the usual
+    case, which costs nothing more): the container types, keys and lengths, not the tensors."""
+    if isinstance(data, torch.Tensor):
+        return 0
+    return zlib.crc32(_structure(data).encode())
+
+
+def _structure(data: Any) -> str:
+    if isinstance(data, torch.Tensor):
+        return "T"
+    if isinstance(data, (list, tuple)):
+        return f"{type(data).__name__}[{','.join(_structure(item) for item in data)}]"
+    if isinstance(data, Mapping):
+        items = ",".join(f"{_key(key)}:{_structure(value)}" for key, value in data.items())
+        return f"{type(data).__name__}{{{items}}}"
+    return "-"
+
+
+def _key(key: Any) -> str:
+    """A key as every rank writes it: an object's own repr may hold its address."""
+    return repr(key) if isinstance(key, (str, int, float, bool, type(None))) else type(key).__name__
+
+
+def _shapes_differ(headers: list[list[int]]) -> str:
+    """Each rank's shape, as the user would print it (rows shown, dtype named when it differs)."""
+    shown = []
+    dtypes_differ = len({header[0] for header in headers}) > 1
+    for rank, (dtype, rows, ndim, *dims) in enumerate(headers):
+        shape = (rows, *dims[: ndim - 1]) if ndim > 1 else (rows,)
+        kind = f" {_DTYPE_NAMES.get(dtype, 'another dtype')}" if dtypes_differ else ""
+        shown.append(f"rank {rank}: {tuple(shape)}{kind}")
+    return (
+        "Cannot gather: the ranks' tensors differ in more than their number of rows "
+        f"({'; '.join(shown)}); only the first dimension may differ between ranks"
+    )
+
+
+_DTYPE_NAMES = {
+    zlib.crc32(str(dtype).encode()): str(dtype)
+    for dtype in (getattr(torch, name) for name in dir(torch))
+    if isinstance(dtype, torch.dtype)
+}
 
 
 def _pad_rows(
@@ -109,7 +187,8 @@ def gather(data: Any) -> Any:
     """Concatenate every rank's tensors along the first dimension, in rank order."""
     if _world() == 1:
         return apply_to_tensors(lambda t: t.unsqueeze(0) if t.ndim == 0 else t, data)
-    return apply_to_tensors(_gather_one, data)
+    structure = _structure_code(data)
+    return apply_to_tensors(functools.partial(_gather_one, structure=structure), data)
 
 
 @collective_record.collective("gather_object")

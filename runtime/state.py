@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -159,7 +160,7 @@ class _ExitGuard:
             if not cls.crashed:
                 try:
                     store.set(f"left/{rank}", "1")
-                    store.wait([f"left/{other}" for other in range(world_size)], cls.EXIT_WAIT)
+                    _wait_for_keys(store, [f"left/{other}" for other in range(world_size)])
                 except RuntimeError:  # DistStoreError included
                     pass  # a rank that left early, or a store already gone: nothing to wait for
             # A group something else still holds is freed only at finalization, where a
@@ -170,6 +171,19 @@ class _ExitGuard:
         _run_exit_hooks()
         pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())
         cls.groups.clear()
+
+
+def _wait_for_keys(store: dist.Store, keys: list[str]) -> None:
+    """Wait up to `_ExitGuard.EXIT_WAIT` for every key, asking the store in turn. ``store.wait``
+    would do it in one call, but when it times out (a rank that left its loop early waits for
+    peers that will not come) torch prints two C++ warnings about a socket timeout into the
+    launcher's report, with ports and file descriptors: noise beside the report that names the
+    rank that left."""
+    deadline = time.monotonic() + _ExitGuard.EXIT_WAIT.total_seconds()
+    pause = 0.001
+    while not store.check(keys) and time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 #: Engine cleanups (`Backend.at_exit`) run at exit, once the group is destroyed and while the

@@ -16,11 +16,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from accelify.errors import UserError
 from accelify.runtime import collective_record, failure_record
 from accelify.runtime.collective_record import IN_COLLECTIVE, LEAVING, RUNNING, Record
-from accelify.runtime.launch import outcome
+from accelify.runtime.launch import launcher, outcome
 from accelify.runtime.launch.watch import Watcher, parse_stack
-from conftest import FIXTURES, launch
+from conftest import FIXTURES, launch, run_accelify
 
 FAILURES = FIXTURES / "runtime" / "failures"
 HERE = Path(__file__).name
@@ -229,6 +230,34 @@ def test_a_rank_killed_by_sigkill_among_ranks_the_agent_stopped_is_the_cause(tmp
     assert "rank 0" not in text
 
 
+def test_a_rank_that_raised_first_gives_its_exception_exit_code_though_the_agent_stopped_it(
+    tmp_path,
+):
+    """Both ranks raise the same error; rank 1 exits first, and the agent stops rank 0 with
+    SIGTERM while rank 0, which raised first, is still leaving: the run exits 1, not 143."""
+    write_failure(tmp_path, 0, "ValueError: shapes", at=1)
+    write_failure(tmp_path, 1, "ValueError: shapes", at=2)
+    text, code = outcome.failed_run({0: failure(-signal.SIGTERM), 1: failure(1)}, tmp_path, 0)
+    assert code == 1
+    assert "rank 0 failed first" in text
+
+
+def test_ranks_that_all_exit_before_the_runtime_starts_are_named_together(tmp_path):
+    """An exception at the top of the script, before Accelerator(): each rank printed its own
+    traceback and none is a victim; naming one "while its peers were still running" was false."""
+    text, code = outcome.failed_run({0: failure(1, 7.0), 1: failure(1, 7.0)}, tmp_path, 0)
+    assert code == 1
+    assert text == (
+        "accelify launch: ranks 0 and 1 each failed with exit code 1, before accelify's runtime "
+        "started (their tracebacks are above)"
+    )
+    text, code = outcome.failed_run(
+        {0: failure(2, 7.0), 1: failure(-signal.SIGSEGV, 8.0)}, tmp_path, 0
+    )
+    assert code == 2
+    assert "rank 0 failed with exit code 2, rank 1 was killed by SIGSEGV, before" in text
+
+
 def test_ranks_that_fail_on_their_own_are_not_called_victims(tmp_path):
     train = tmp_path / "train.py"
     train.write_text("x = 1\nprint(model(x))\ny = load()\n")
@@ -292,7 +321,38 @@ def test_a_rank_that_exits_with_3_is_named_and_its_code_is_the_runs():
     assert "rank 1 failed with exit code 3" in result.stderr
     assert "rank 0 failed first" not in result.stderr
     assert result.stderr.count("Traceback") == 0  # a victim's traceback is one line
+    # the leaver's wait for its peers at exit is quiet (torch's socket timeout warnings were)
+    assert "socket.cpp" not in result.stderr and "timed out after" not in result.stderr
     assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_tensors_that_differ_in_more_than_their_rows_fail_the_gather_on_every_rank():
+    result = launched("gather_shapes.py")
+    assert result.returncode == 1, result.stderr
+    assert "gathered" not in result.stdout  # rank 0 printed rows of uninitialised memory
+    # both ranks raise at once: either may be first, and the other failed the same way
+    assert (
+        "failed first at gather_shapes.py:11 (`gathered = accelerator.gather(predictions)`)"
+        in result.stderr
+    )
+    assert "(rank 0: (3, 2); rank 1: (3,))" in result.stderr
+    assert "failed the same way, on its own" in result.stderr
+    assert "terminate called" not in result.stderr
+
+
+@pytest.mark.distributed
+def test_containers_that_differ_between_ranks_fail_the_gather_on_every_rank():
+    result = launched("gather_keys.py")
+    assert result.returncode == 1, result.stderr
+    assert "gathered" not in result.stdout
+    assert "left the loop" not in result.stderr  # rank 1 did not leave: the gathers differed
+    assert (
+        "failed first at gather_keys.py:13 (`gathered = accelerator.gather_for_metrics(outputs)`)"
+        in result.stderr
+    )
+    assert "the ranks passed containers that differ" in result.stderr
+    assert "failed the same way, on its own" in result.stderr
 
 
 @pytest.mark.distributed
@@ -303,6 +363,18 @@ def test_a_rank_killed_from_outside_is_named_and_the_run_exits_as_a_shell_says()
     assert report[0].startswith("accelify launch: rank 1 was killed by SIGKILL"), report
     assert "its last collective: backward at killed.py:17" in report[0]
     assert not any("rank 0 was killed" in line for line in report), report
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_killed_by_a_segfault_is_named_with_the_line_it_died_on():
+    result = launched("segfault.py")
+    assert result.returncode == 128 + signal.SIGSEGV, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    assert report[0].startswith(
+        "accelify launch: rank 1 was killed by SIGSEGV at segfault.py:15 (`ctypes.string_at(0)`)"
+    ), report
+    assert "Fatal Python error" not in result.stderr  # the dump went to the launcher, not here
     assert_user_lines_only(result)
 
 
@@ -372,3 +444,40 @@ def test_a_main_process_section_shorter_than_the_timeout_is_healthy():
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "done: 2 ranks"
     assert "accelify launch:" not in result.stderr
+
+
+# --- before any rank starts -------------------------------------------------------------------
+def test_a_module_the_script_cannot_import_is_said_once_before_any_rank_starts(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text('"""Train."""\nimport os\nimport no_such_module_xyz.sub\nprint("ran")\n')
+    result = run_accelify("launch", "--cpu", "-n", "2", script, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"{script}:3: ModuleNotFoundError: No module named 'no_such_module_xyz'" in result.stderr
+    assert result.stderr.count("ModuleNotFoundError") == 1 and "Traceback" not in result.stderr
+    assert "ran" not in result.stdout
+
+
+def test_imports_found_only_when_the_script_runs_are_not_refused(tmp_path, monkeypatch):
+    """The script's own folder is on a rank's path (from any working directory); an import
+    after another statement, or inside ``try``, may need what the script does first."""
+    (tmp_path / "helpers.py").write_text("")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from __future__ import annotations\n"
+        "import os.path\n"
+        "from collections import abc\n"
+        "import helpers\n"
+        "from . import sibling\n"
+        "import sys\n"
+        "sys.path.insert(0, 'vendor')\n"
+        "import vendored_only\n"
+        "try:\n"
+        "    import optional_extra\n"
+        "except ImportError:\n"
+        "    pass\n"
+    )
+    monkeypatch.chdir("/")
+    launcher._check_script(script)
+    script.write_text("import helpers, missing_one\n")
+    with pytest.raises(UserError, match=r"train\.py:1: ModuleNotFoundError: .*'missing_one'"):
+        launcher._check_script(script)

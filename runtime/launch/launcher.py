@@ -8,6 +8,8 @@ before any process starts.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import logging
 import os
 import re
@@ -219,6 +221,58 @@ def _check_script(script: Path) -> None:
         raise UserError(f"{where}: {type(error).__name__}: {error.msg}") from None
     except (OSError, ValueError) as error:
         raise UserError(f"cannot read {script}: {error}") from None
+    _check_leading_imports(script)
+
+
+def _check_leading_imports(script: Path) -> None:
+    """A module the script imports first and this Python cannot find (the package is not
+    installed here, a typo) is said once, here, with its line: each rank would print the same
+    ModuleNotFoundError traceback before any runtime exists to record it. Only the imports
+    before the script's first other statement are checked: one after ``sys.path.insert(...)``,
+    inside ``try``, or under a condition may be found only when the script runs. Only the first
+    part of a dotted name is looked up (looking up ``a.b`` imports ``a``)."""
+    try:
+        tree = ast.parse(script.read_bytes(), str(script))
+    except (SyntaxError, ValueError):
+        return
+    for statement in _leading_imports(tree):
+        for name in _imported_top_names(statement):
+            if not _findable(name, script):
+                raise UserError(
+                    f"{script}:{statement.lineno}: ModuleNotFoundError: No module named "
+                    f"{name!r} (for {sys.executable}, which runs the ranks)"
+                )
+
+
+def _leading_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    imports: list[ast.Import | ast.ImportFrom] = []
+    for index, statement in enumerate(tree.body):
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            imports.append(statement)
+        elif not (index == 0 and isinstance(statement, ast.Expr)):  # the docstring
+            break
+    return imports
+
+
+def _imported_top_names(statement: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(statement, ast.Import):
+        return [alias.name.partition(".")[0] for alias in statement.names]
+    if statement.level or not statement.module or statement.module == "__future__":
+        return []
+    return [statement.module.partition(".")[0]]
+
+
+def _findable(name: str, script: Path) -> bool:
+    """Whether a rank started on ``script`` can import ``name``: its path starts with the
+    script's folder, then this interpreter's path (installed packages, ``PYTHONPATH``)."""
+    saved = list(sys.path)
+    sys.path.insert(0, str(script.resolve().parent))
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return True  # cannot tell here: let the rank say
+    finally:
+        sys.path[:] = saved
 
 
 def launch(plan: LaunchPlan) -> int:

@@ -25,7 +25,7 @@ from accelify.runtime.failure_record import (
     is_peer_gone,
     recorded_failures,
 )
-from accelify.runtime.launch.watch import Verdict, place, read_all, source_place
+from accelify.runtime.launch.watch import Verdict, crash_stack, place, read_all, source_place
 
 PREFIX = "accelify launch:"
 #: How torch's agent stops the ranks left once one has failed. It sends SIGKILL only to a rank
@@ -63,7 +63,10 @@ def failed_run(
     }
     if exited:
         rank = min(exited, key=lambda r: (_left_at(states.get(r), exited[r].timestamp), r))
-        return _exited(rank, exited[rank].exitcode, states.get(rank), failures, victims)
+        if len(exited) > 1 and not states:
+            return _all_exited(exited)
+        crash = _crash_place(records, attempt, rank, exited[rank].exitcode)
+        return _exited(rank, exited[rank].exitcode, states.get(rank), failures, victims, crash)
     left = [
         rank for rank, state in states.items() if state.state == LEAVING and rank not in failures
     ]
@@ -119,7 +122,14 @@ def _raised(
         {rank: f for rank, f in raised.items() if is_peer_gone(f.summary)}, exclude=first.rank
     )
     lines.append(f"{PREFIX} the other ranks were stopped")
-    return "\n".join(lines), _exit_code(failures[first.rank].exitcode)
+    return "\n".join(lines), _raised_exit_code(failures[first.rank].exitcode)
+
+
+def _raised_exit_code(exitcode: int) -> int:
+    """A rank that raised exits 1, as Python does; the agent may have stopped it with SIGTERM
+    while it was still leaving (its peer failed the same way a moment sooner and exited first),
+    and the run's exit code is still the exception's, not the agent's signal."""
+    return 1 if exitcode in AGENT_STOPS else _exit_code(exitcode)
 
 
 def _exited(
@@ -128,10 +138,12 @@ def _exited(
     state: Record | None,
     failures: dict[int, Any],
     victims: dict[int, Failure],
+    crash: str = "",
 ) -> tuple[str, int]:
     """A rank that left without an exception (``sys.exit``, the end of its script, a signal)
-    while its peers still needed it."""
+    while its peers still needed it; ``crash``: where a fatal signal killed it."""
     how = describe_exit(exitcode) if exitcode != 0 else "exited with code 0"
+    how += crash
     where = ""
     if state is not None:
         passes = f"{state.passes} backward pass{'es' if state.passes != 1 else ''}"
@@ -149,6 +161,39 @@ def _exited(
         )
     lines.append(f"{PREFIX} the other ranks were stopped")
     return "\n".join(lines), _exit_code(exitcode)
+
+
+#: Signals on which the rank's faulthandler dumps its stack (`collective_record.install`).
+FATAL_SIGNALS = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
+
+
+def _crash_place(records: Path, attempt: int, rank: int, exitcode: int) -> str:
+    """`` at train.py:10 (`lib.run(x)`)``: the user's line a rank was on when a fatal signal
+    killed it (a segfault in an extension, an abort in a C++ library)."""
+    if -exitcode not in FATAL_SIGNALS:
+        return ""
+    frames = crash_stack(collective_record.attempt_directory(records, attempt), rank)
+    return f" at {source_place(frames[-1][0], frames[-1][1])}" if frames else ""
+
+
+def _all_exited(exited: dict[int, Any]) -> tuple[str, int]:
+    """Several ranks ended on their own before any of them started accelify's runtime (an
+    exception at the top of the script, before ``Accelerator()``): each printed its traceback,
+    none is the others' victim, and which came first is not known (the agent's times are whole
+    seconds). "Rank 0 failed, while its peers were still running" said the peers were fine."""
+    codes = {failure.exitcode for failure in exited.values()}
+    *most, last = sorted(exited)
+    ranks = f"{', '.join(map(str, most))} and {last}"
+    if len(codes) == 1:
+        how = describe_exit(next(iter(codes)))
+        lines = [f"{PREFIX} ranks {ranks} each {how}, before accelify's runtime started"]
+    else:
+        each = ", ".join(f"rank {r} {describe_exit(f.exitcode)}" for r, f in sorted(exited.items()))
+        lines = [f"{PREFIX} {each}, before accelify's runtime started"]
+    if any(failure.exitcode > 0 for failure in exited.values()):
+        lines[0] += " (their tracebacks are above)"
+    first = min(exited, key=lambda r: (exited[r].timestamp, r))
+    return "\n".join(lines), _exit_code(exited[first].exitcode)
 
 
 def _unexplained(failures: dict[int, Any]) -> tuple[str, int]:

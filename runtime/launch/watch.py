@@ -358,6 +358,21 @@ def _stack(directory: Path, rank: int, pid: int) -> list[tuple[str, int, str]]:
     return parse_stack(text)
 
 
+#: How faulthandler begins the dump it writes when the process dies of a fatal signal.
+FATAL_DUMP = "Fatal Python error:"
+
+
+def crash_stack(directory: Path, rank: int) -> list[tuple[str, int, str]]:
+    """The stack the rank dumped as it died of a fatal signal (none when it did not)."""
+    try:
+        text = records.stack_path(directory, rank).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    header, _, dumps = text.partition("\n")
+    at = dumps.rfind(FATAL_DUMP)
+    return parse_stack(f"{header}\n{dumps[at:]}") if at >= 0 else []
+
+
 def parse_stack(text: str) -> list[tuple[str, int, str]]:
     """faulthandler's dump (the last one in the file) → the main thread's frames, oldest first,
     cut to end at the user's innermost frame."""
