@@ -304,10 +304,55 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
             f"`if {accelerator}.is_main_process:`; every rank writes this file{where}, racing "
             "on the same path"
         )
+    opened = _opening_with(script, effect.effect)
+    if opened is not None and facts_of(script).synchronising_in(opened) is None:
+        return (
+            f"Write on the main process only: put the `with` at line {script.line(opened)} "
+            f"under `if {accelerator}.is_main_process:` (guarding this line alone, every "
+            f"rank's open still truncates the file); every rank runs this{where} and races on "
+            "the same path"
+        )
     return (
         f"Write on the main process only: guard with `if {accelerator}.is_main_process:`; every "
         f"rank runs this{where} and races on the same path"
     )
+
+
+def _opening_with(script: ScriptModel, write: cst.Call) -> cst.With | None:
+    """``with open(path, "w") as f: json.dump(result, f)``: the ``with`` whose handle the write
+    writes to. Opening for writing truncates the file, so the guard belongs around the ``with``:
+    one around the write alone leaves every other rank emptying the file the main process
+    wrote."""
+    handles = {dotted(argument.value) for argument in write.args} - {None}
+    for ancestor in script.ancestors(write):
+        if not isinstance(ancestor, cst.With):
+            continue
+        for item in ancestor.items:
+            opener = item.item
+            if (
+                item.asname is not None
+                and dotted(item.asname.name) in handles
+                and isinstance(opener, cst.Call)
+                and (dotted(opener.func) or "").split(".")[-1] == "open"
+                and _opens_for_writing(opener)
+            ):
+                return ancestor
+    return None
+
+
+def _opens_for_writing(opener: cst.Call) -> bool:
+    """``open(path, "w")``, ``gzip.open(path, mode="wt")``, ``path.open("wb")``: a mode string
+    (one of the first two arguments, or ``mode=``) that truncates."""
+    for position, argument in enumerate(opener.args):
+        keyword = argument.keyword.value if argument.keyword is not None else None
+        value = argument.value
+        if (keyword == "mode" or (keyword is None and position < 2)) and isinstance(
+            value, cst.SimpleString
+        ):
+            mode = value.evaluated_value
+            if isinstance(mode, str) and mode and set(mode) <= set("rwxabt+U") and "w" in mode:
+                return True
+    return False
 
 
 def _holds_weights(script: ScriptModel, func: cst.Attribute) -> bool:
