@@ -215,6 +215,16 @@ class UnpreparedObject(Rule):
         + "        model, optimizer, loader, scheduler\n    )\n"
         + _LOOP
         + "    scheduler.step()\n",
+        # an auxiliary projection only the "mel" branch has (diff_from_scratch): the training
+        # objects are prepared above, on every path
+        HEADER
+        + _OBJECTS
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "if train_type == 'mel':\n"
+        + "    projection = accelerator.prepare(projection)\n"
+        + "else:\n"
+        + "    projection = Projection(16, 256)\n"
+        + _LOOP,
         # the branch that prepares also trains; the other one only evaluates a checkpoint
         HEADER
         + _OBJECTS
@@ -526,6 +536,11 @@ class UnpreparedObject(Rule):
         into the last branch of a chain whose other branches build the same objects. On those
         branches nothing is prepared and the training after the chain runs unsharded and
         unsynchronised. Reported at the prepare, the line to move."""
+        training_objects = (
+            set().union(*optimizer_models(script).values())
+            | script.names_of(Kind.OPTIMIZER)
+            | script.names_of(Kind.DATALOADER)
+        )
         for prepare in script.prepare_calls:
             chain = _branch_chain(script, prepare.call)
             if chain is None:
@@ -536,9 +551,11 @@ class UnpreparedObject(Rule):
                 for test in _chain_tests(top)
             ):
                 continue
-            rebuilt = sorted(set(prepare.inputs) & set().union(*(_assigned_in(b) for b in others)))
+            rebuilt = sorted(set(prepare.inputs) & set().union(*(_built_in(b) for b in others)))
             if not rebuilt or any(_prepares_in(script, branch) for branch in others):
                 continue
+            if not set(prepare.inputs) & training_objects:
+                continue  # an auxiliary module only this branch uses (``else: proj = None``)
             if not any(not _inside(script, call, top) for call in _backward_calls(script)):
                 continue  # the training lives in the branch too
             yield self.finding(
@@ -768,14 +785,15 @@ def _chain_tests(top: cst.If) -> list[cst.BaseExpression]:
     return tests
 
 
-def _assigned_in(branch: cst.CSTNode) -> set[str]:
-    """Names and attributes a branch assigns, unpacked targets included."""
+def _built_in(branch: cst.CSTNode) -> set[str]:
+    """Names and attributes a branch binds to what a call builds (``scheduler =
+    get_cosine_schedule_with_warmup(...)``), unpacked targets included; not ``x = None``."""
     found: set[str] = set()
     for node in walk(branch):
         targets: list[cst.BaseExpression] = []
-        if isinstance(node, cst.Assign):
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
             targets = [t.target for t in node.targets]
-        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        elif isinstance(node, cst.AnnAssign) and isinstance(node.value, cst.Call):
             targets = [node.target]
         for target in targets:
             elements = (
