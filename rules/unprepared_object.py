@@ -190,6 +190,19 @@ class UnpreparedObject(Rule):
             11,
             43,
         ),
+        # the prepare in the else of an optimizer choice: the SGD branch trains unprepared
+        Example(
+            HEADER
+            + _OBJECTS
+            + "if args.optim == 'sgd':\n"
+            + "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            + "else:\n"
+            + "    optimizer = torch.optim.AdamW(model.parameters())\n"
+            + "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + _LOOP,
+            11,
+            32,
+        ),
         # a dict of loaders handed to prepare whole: it comes back untouched
         Example(
             HEADER
@@ -225,6 +238,19 @@ class UnpreparedObject(Rule):
         + "else:\n"
         + "    projection = Projection(16, 256)\n"
         + _LOOP,
+        # each branch runs its own job: the evaluation branch never trains
+        HEADER
+        + _OBJECTS
+        + "def train(model, optimizer, loader):\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n"
+        + "if args.mode == 'eval':\n"
+        + "    model = load_checkpoint(args.path)\n"
+        + "    evaluate(model)\n"
+        + "elif args.mode == 'train':\n"
+        + "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "    train(model, optimizer, loader)\n",
         # the branch that prepares also trains; the other one only evaluates a checkpoint
         HEADER
         + _OBJECTS
@@ -558,6 +584,8 @@ class UnpreparedObject(Rule):
                 continue  # an auxiliary module only this branch uses (``else: proj = None``)
             if not any(not _inside(script, call, top) for call in _backward_calls(script)):
                 continue  # the training lives in the branch too
+            if not _used_after(script, top, set(prepare.outputs)):
+                continue  # each branch runs its own job (``if mode == "eval": ... elif``)
             yield self.finding(
                 script,
                 prepare.call,
@@ -744,14 +772,11 @@ def _branch_chain(script: ScriptModel, call: cst.Call) -> tuple[cst.If, list[cst
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             return None
         if isinstance(ancestor, cst.If) and child is not ancestor.test:
-            if child is ancestor.orelse:
-                child = ancestor
-                continue
+            own = child.body if isinstance(child, cst.Else) else child
             top = ancestor
             while isinstance(parent := script.parent(top), cst.If) and parent.orelse is top:
                 top = parent
-            branches = _branches(top)
-            return top, [b for b in branches if b is not child]
+            return top, [b for b in _branches(top) if b is not own]
         child = ancestor
     return None
 
@@ -803,6 +828,21 @@ def _built_in(branch: cst.CSTNode) -> set[str]:
             )
             found.update(name for e in elements if (name := dotted(e)) is not None)
     return found
+
+
+def _used_after(script: ScriptModel, chain: cst.If, names: set[str]) -> bool:
+    """A read of one of ``names`` below the chain, outside it: the code that runs on every
+    path (the training loop after it, a trainer's other methods)."""
+    end = max(script.order(node) for node in walk(chain))
+    nodes = [*script.index.of_type(cst.Name), *script.index.of_type(cst.Attribute)]
+    for node in nodes:
+        if (
+            dotted(node) in names
+            and script.order(node) > end
+            and not isinstance(script.parent(node), cst.AssignTarget)
+        ):
+            return True
+    return False
 
 
 def _prepares_in(script: ScriptModel, branch: cst.CSTNode) -> bool:
