@@ -332,27 +332,10 @@ def _opening_with(script: ScriptModel, write: cst.Call) -> cst.With | None:
             if (
                 item.asname is not None
                 and dotted(item.asname.name) in handles
-                and isinstance(opener, cst.Call)
-                and (dotted(opener.func) or "").split(".")[-1] == "open"
-                and _opens_for_writing(opener)
+                and side_effects.opens_truncating(opener)
             ):
                 return ancestor
     return None
-
-
-def _opens_for_writing(opener: cst.Call) -> bool:
-    """``open(path, "w")``, ``gzip.open(path, mode="wt")``, ``path.open("wb")``: a mode string
-    (one of the first two arguments, or ``mode=``) that truncates."""
-    for position, argument in enumerate(opener.args):
-        keyword = argument.keyword.value if argument.keyword is not None else None
-        value = argument.value
-        if (keyword == "mode" or (keyword is None and position < 2)) and isinstance(
-            value, cst.SimpleString
-        ):
-            mode = value.evaluated_value
-            if isinstance(mode, str) and mode and set(mode) <= set("rwxabt+U") and "w" in mode:
-                return True
-    return False
 
 
 def _holds_weights(script: ScriptModel, func: cst.Attribute) -> bool:
