@@ -53,6 +53,18 @@ class RankOnlyName(Rule):
         ),
     )
     good = (
+        # a trainer that unwraps into a local `model` for a main-process checkpoint, then
+        # passes `self.model` (an attribute, not that local) on every rank
+        "from accelerate import Accelerator\n\n\nclass Trainer:\n"
+        "    def __init__(self, accelerator, model):\n"
+        "        self.accelerator, self.model = accelerator, model\n\n"
+        "    def fit(self, epochs):\n"
+        "        for epoch in range(epochs):\n"
+        "            if self.accelerator.is_local_main_process:\n"
+        "                model = self.accelerator.unwrap_model(self.model)\n"
+        "                save_checkpoint(model, epoch)\n"
+        "        final = self.accelerator.unwrap_model(self.model)\n"
+        "        save_final_model(final)\n",
         # lerobot: the main process builds the dataset first, the others after the barrier
         HEADER
         + "if accelerator.is_main_process:\n    dataset = make_dataset(cfg)\n"

@@ -304,10 +304,38 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
             f"`if {accelerator}.is_main_process:`; every rank writes this file{where}, racing "
             "on the same path"
         )
+    opened = _opening_with(script, effect.effect)
+    if opened is not None and facts_of(script).synchronising_in(opened) is None:
+        return (
+            f"Write on the main process only: put the `with` at line {script.line(opened)} "
+            f"under `if {accelerator}.is_main_process:` (guarding this line alone, every "
+            f"rank's open still truncates the file); every rank runs this{where} and races on "
+            "the same path"
+        )
     return (
         f"Write on the main process only: guard with `if {accelerator}.is_main_process:`; every "
         f"rank runs this{where} and races on the same path"
     )
+
+
+def _opening_with(script: ScriptModel, write: cst.Call) -> cst.With | None:
+    """``with open(path, "w") as f: json.dump(result, f)``: the ``with`` whose handle the write
+    writes to. Opening for writing truncates the file, so the guard belongs around the ``with``:
+    one around the write alone leaves every other rank emptying the file the main process
+    wrote."""
+    handles = {dotted(argument.value) for argument in write.args} - {None}
+    for ancestor in script.ancestors(write):
+        if not isinstance(ancestor, cst.With):
+            continue
+        for item in ancestor.items:
+            opener = item.item
+            if (
+                item.asname is not None
+                and dotted(item.asname.name) in handles
+                and side_effects.opens_truncating(opener)
+            ):
+                return ancestor
+    return None
 
 
 def _holds_weights(script: ScriptModel, func: cst.Attribute) -> bool:

@@ -54,7 +54,9 @@ class UnpreparedObject(Rule):
     gradient_accumulation_steps``) and stepped on every batch inside it, and a DataLoader
     rebuilt every step over the rollouts this rank just made (``DataLoader(TensorDataset(
     *rollouts))`` in a helper the training loop calls) are left alone: not preparing them is
-    correct."""
+    correct. A prepare indented into one branch of an ``if``/``elif`` chain whose other branches
+    build the same objects (a scheduler chosen by name) is reported at the prepare: on those
+    branches the training after the chain uses everything unprepared."""
 
     code = "ACC401"
     name = "unprepared-object"
@@ -172,6 +174,35 @@ class UnpreparedObject(Rule):
             13,
             14,
         ),
+        # a trainer's prepare indented into the last branch of its scheduler choice: with
+        # the default "cosine" nothing is prepared (a Tez-style boilerplate Trainer)
+        Example(
+            HEADER
+            + _OBJECTS
+            + "if kind == 'cosine':\n"
+            + "    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, 10)\n"
+            + "elif kind == 'linear':\n"
+            + "    scheduler = torch.optim.lr_scheduler.LinearLR(optimizer)\n"
+            + "    model, optimizer, loader, scheduler = accelerator.prepare(\n"
+            + "        model, optimizer, loader, scheduler\n    )\n"
+            + _LOOP
+            + "    scheduler.step()\n",
+            11,
+            43,
+        ),
+        # the prepare in the else of an optimizer choice: the SGD branch trains unprepared
+        Example(
+            HEADER
+            + _OBJECTS
+            + "if args.optim == 'sgd':\n"
+            + "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            + "else:\n"
+            + "    optimizer = torch.optim.AdamW(model.parameters())\n"
+            + "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + _LOOP,
+            11,
+            32,
+        ),
         # a dict of loaders handed to prepare whole: it comes back untouched
         Example(
             HEADER
@@ -184,6 +215,52 @@ class UnpreparedObject(Rule):
         ),
     )
     good = (
+        # each branch builds its own scheduler and prepares: every path is prepared
+        HEADER
+        + _OBJECTS
+        + "if kind == 'cosine':\n"
+        + "    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, 10)\n"
+        + "    model, optimizer, loader, scheduler = accelerator.prepare(\n"
+        + "        model, optimizer, loader, scheduler\n    )\n"
+        + "else:\n"
+        + "    scheduler = torch.optim.lr_scheduler.LinearLR(optimizer)\n"
+        + "    model, optimizer, loader, scheduler = accelerator.prepare(\n"
+        + "        model, optimizer, loader, scheduler\n    )\n"
+        + _LOOP
+        + "    scheduler.step()\n",
+        # an auxiliary projection only the "mel" branch has (diff_from_scratch): the training
+        # objects are prepared above, on every path
+        HEADER
+        + _OBJECTS
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "if train_type == 'mel':\n"
+        + "    projection = accelerator.prepare(projection)\n"
+        + "else:\n"
+        + "    projection = Projection(16, 256)\n"
+        + _LOOP,
+        # each branch runs its own job: the evaluation branch never trains
+        HEADER
+        + _OBJECTS
+        + "def train(model, optimizer, loader):\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n"
+        + "if args.mode == 'eval':\n"
+        + "    model = load_checkpoint(args.path)\n"
+        + "    evaluate(model)\n"
+        + "elif args.mode == 'train':\n"
+        + "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "    train(model, optimizer, loader)\n",
+        # the branch that prepares also trains; the other one only evaluates a checkpoint
+        HEADER
+        + _OBJECTS
+        + "if args.eval_only:\n"
+        + "    model = load(model)\n"
+        + "else:\n"
+        + "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n",
         # a starred target takes the rest of what prepare returns (BigVGAN's validation loaders):
         # valid Python the analysis must read, not crash on
         HEADER
@@ -418,6 +495,7 @@ class UnpreparedObject(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         if not script.prepare_calls:
             return  # nothing is prepared at all: not a script this rule can reason about
+        yield from self._prepared_in_one_branch(script)
         prepared = _prepared_names(script)
         dataloaders = script.names_of(Kind.DATALOADER)
         training = [loop for loop in script.loops if loop.trains]
@@ -477,6 +555,46 @@ class UnpreparedObject(Rule):
                 and not _sized_per_batch_inside_accumulate(script, call, owner)
             ):
                 yield self.finding(script, call, message=_scheduler_message(script, call, owner))
+
+    def _prepared_in_one_branch(self, script: ScriptModel) -> Iterator[Finding]:
+        """``if kind == "cosine": scheduler = ...`` / ``elif kind == "linear": scheduler = ...;
+        model, optimizer, loader, scheduler = accelerator.prepare(...)``: the prepare indented
+        into the last branch of a chain whose other branches build the same objects. On those
+        branches nothing is prepared and the training after the chain runs unsharded and
+        unsynchronised. Reported at the prepare, the line to move."""
+        training_objects = (
+            set().union(*optimizer_models(script).values())
+            | script.names_of(Kind.OPTIMIZER)
+            | script.names_of(Kind.DATALOADER)
+        )
+        for prepare in script.prepare_calls:
+            chain = _branch_chain(script, prepare.call)
+            if chain is None:
+                continue
+            top, others = chain
+            if script.under_rank_guard(top) or any(
+                script.mentions_rank(script.module.code_for_node(test))
+                for test in _chain_tests(top)
+            ):
+                continue
+            rebuilt = sorted(set(prepare.inputs) & set().union(*(_built_in(b) for b in others)))
+            if not rebuilt or any(_prepares_in(script, branch) for branch in others):
+                continue
+            if not set(prepare.inputs) & training_objects:
+                continue  # an auxiliary module only this branch uses (``else: proj = None``)
+            if not any(not _inside(script, call, top) for call in _backward_calls(script)):
+                continue  # the training lives in the branch too
+            if not _used_after(script, top, set(prepare.outputs)):
+                continue  # each branch runs its own job (``if mode == "eval": ... elif``)
+            yield self.finding(
+                script,
+                prepare.call,
+                message=(
+                    f"Prepare after the if/elif chain at line {script.line(top)}, not in one of "
+                    f"its branches: the others build `{rebuilt[0]}` and skip this prepare, so "
+                    "the training after it runs unsharded and unsynchronised"
+                ),
+            )
 
     def _unprepared_arguments(
         self, script: ScriptModel, loop: Loop, dataloaders: set[str], prepared: set[str]
@@ -644,6 +762,95 @@ def _prepared_names(script: ScriptModel) -> set[str]:
         ):
             found |= {dotted(argument.value) for argument in call.args} - {None}
     return found
+
+
+def _branch_chain(script: ScriptModel, call: cst.Call) -> tuple[cst.If, list[cst.CSTNode]] | None:
+    """The if/elif/else chain whose branch holds ``call`` directly (not under a nested
+    function): its first ``if`` and the branches other than the call's."""
+    child: cst.CSTNode = call
+    for ancestor in script.ancestors(call):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return None
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            own = child.body if isinstance(child, cst.Else) else child
+            top = ancestor
+            while isinstance(parent := script.parent(top), cst.If) and parent.orelse is top:
+                top = parent
+            return top, [b for b in _branches(top) if b is not own]
+        child = ancestor
+    return None
+
+
+def _backward_calls(script: ScriptModel) -> list[cst.Call]:
+    """``accelerator.backward(loss)`` and ``loss.backward()``: where the script trains."""
+    return [
+        call
+        for call in script.calls
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+    ]
+
+
+def _branches(top: cst.If) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+    node: cst.If | cst.Else | None = top
+    while isinstance(node, cst.If):
+        found.append(node.body)
+        node = node.orelse
+    if isinstance(node, cst.Else):
+        found.append(node.body)
+    return found
+
+
+def _chain_tests(top: cst.If) -> list[cst.BaseExpression]:
+    tests = []
+    node: cst.If | cst.Else | None = top
+    while isinstance(node, cst.If):
+        tests.append(node.test)
+        node = node.orelse
+    return tests
+
+
+def _built_in(branch: cst.CSTNode) -> set[str]:
+    """Names and attributes a branch binds to what a call builds (``scheduler =
+    get_cosine_schedule_with_warmup(...)``), unpacked targets included; not ``x = None``."""
+    found: set[str] = set()
+    for node in walk(branch):
+        targets: list[cst.BaseExpression] = []
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, cst.AnnAssign) and isinstance(node.value, cst.Call):
+            targets = [node.target]
+        for target in targets:
+            elements = (
+                [e.value for e in target.elements]
+                if isinstance(target, (cst.Tuple, cst.List))
+                else [target]
+            )
+            found.update(name for e in elements if (name := dotted(e)) is not None)
+    return found
+
+
+def _used_after(script: ScriptModel, chain: cst.If, names: set[str]) -> bool:
+    """A read of one of ``names`` below the chain, outside it: the code that runs on every
+    path (the training loop after it, a trainer's other methods)."""
+    end = max(script.order(node) for node in walk(chain))
+    nodes = [*script.index.of_type(cst.Name), *script.index.of_type(cst.Attribute)]
+    for node in nodes:
+        if (
+            dotted(node) in names
+            and script.order(node) > end
+            and not isinstance(script.parent(node), cst.AssignTarget)
+        ):
+            return True
+    return False
+
+
+def _prepares_in(script: ScriptModel, branch: cst.CSTNode) -> bool:
+    return any(_inside(script, prepare.call, branch) for prepare in script.prepare_calls)
+
+
+def _inside(script: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return any(ancestor is container for ancestor in script.ancestors(node))
 
 
 def _prepared_inline(loop: Loop) -> bool:

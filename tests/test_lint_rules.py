@@ -62,6 +62,30 @@ def test_a_trainers_model_saved_under_fsdp_is_never_advised_an_if_around_it():
     assert "guard with" not in finding.message
 
 
+def test_a_dump_into_a_file_every_rank_opens_for_writing_is_guarded_at_its_with():
+    """NLPer-Arsenal's predictions.json: a guard around the json.dump alone leaves every other
+    rank's ``open(..., "w")`` truncating the file the main process wrote, so the advice names
+    the ``with``."""
+    code = (
+        "import json\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "with open('predictions.json', 'w') as f:\n"
+        "    json.dump(predictions, f, indent=1)\n"
+        "    accelerator.print('predictions written')\n"
+    )
+    [finding] = lint(code, "ACC201").findings
+    assert finding.line == 5
+    assert "put the `with` at line 4 under `if accelerator.is_main_process:`" in finding.message
+
+
+def test_a_dump_into_a_file_opened_for_reading_and_writing_keeps_the_plain_advice():
+    code = (
+        "import json\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "with open('weights.json', 'r+') as f:\n    json.dump(predictions, f)\n"
+    )
+    [finding] = lint(code, "ACC201").findings
+    assert "guard with `if accelerator.is_main_process:`" in finding.message
+
+
 def test_wrapped_state_dict_advice_names_the_saved_model_and_accelerator():
     code = (
         "from accelerate import Accelerator\n"

@@ -390,6 +390,9 @@ def _names_in(scope: cst.CSTNode) -> tuple[dict[str, list[cst.Name]], dict[str, 
             if id(node) not in stored:
                 reads.setdefault(node.value, []).append(node)
             return
+        if isinstance(node, cst.Attribute):  # ``f(self.model)``: ``model`` is no name read
+            visit_value(node.value)
+            return
         visit(node)
 
     if isinstance(scope, cst.FunctionDef):

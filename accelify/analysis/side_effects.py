@@ -246,15 +246,25 @@ def _writer_uses(
 def opens_for_writing(node: cst.BaseExpression) -> bool:
     """``open(path, "w")`` (or ``"a"``, ``"x"``, ``mode="wb"``...). ``open(os.devnull, "w")``
     (a sink that silences a progress bar) writes no file."""
+    return any(c in _open_mode(node) for c in "wax")
+
+
+def opens_truncating(node: cst.BaseExpression) -> bool:
+    """``open(path, "w")``: the open itself empties the file, whoever writes to it after."""
+    return "w" in _open_mode(node)
+
+
+def _open_mode(node: cst.BaseExpression) -> str:
+    """The literal mode of a builtin ``open`` of a file (empty when not one, or not literal)."""
     if not isinstance(node, cst.Call) or dotted(node.func) != "open":
-        return False
+        return ""
     if node.args and dotted(node.args[0].value) == "os.devnull":
-        return False
+        return ""
     mode = next(
         (a.value for a in node.args[1:2] if a.keyword is None),
         next((a.value for a in node.args if a.keyword and a.keyword.value == "mode"), None),
     )
-    return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in "wax")
+    return str(mode.evaluated_value) if isinstance(mode, cst.SimpleString) else ""
 
 
 #: Objects whose files are small and the same on every rank: settings, tokenizers, processors,
