@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.dataflow import variables_in
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import walk
+from accelify.analysis.syntax import target_names, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
 
@@ -24,10 +25,14 @@ def run(ctx: Context) -> None:
     for loop in ctx.model.loops:
         if not ctx.facts.flow.reads_loader(loop) or ctx.unprepared_loaders(loop):
             continue  # a loader left unprepared hands its batches over where they were
-        batch = set(loop.batch_names) | ctx.facts.flow.derived_batch_names(loop)
-        for node in walk(loop.node.body):
-            if isinstance(node, cst.Call) and _root_of_numpy(node) in batch:
-                _on_host_first(ctx, node, done, "batches arrive on accelerator.device")
+        on_device = set(loop.batch_names) | ctx.facts.flow.derived_batch_names(loop)
+        for node in walk(loop.node.body):  # in source order: a name is bound before it is read
+            if isinstance(node, cst.Assign) and variables_in(ctx.model, node.value) & on_device:
+                for target in node.targets:
+                    on_device |= target_names(target.target)
+            receiver = _numpy_receiver(node)
+            if receiver is not None and variables_in(ctx.model, receiver) & on_device:
+                _on_host_first(ctx, node, done, "batches arrive on accelerator.device")  # type: ignore[arg-type]
     for call in ctx.model.calls:
         if _of_a_prepared_model(ctx, call):
             _on_host_first(ctx, call, done, "prepare places the model on accelerator.device")
@@ -56,22 +61,36 @@ def _of_a_prepared_model(ctx: Context, call: cst.Call) -> bool:
     return ctx.after_prepare(call, outer)
 
 
-def _root_of_numpy(node: cst.Call) -> str | None:
-    """The name ``x.numpy()`` (no arguments) starts from, through attributes, indexing, method
-    calls and a call of the name itself (``model(x).argmax(1).numpy()``); None when the chain
-    already says where the tensor goes, or is not a ``.numpy()``."""
-    if node.args or not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "numpy"):
+def _numpy_receiver(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """What ``x.numpy()`` (no arguments) is called on; None when the chain already says where
+    the tensor goes (``x.cpu().numpy()``, ``x.to("cpu").numpy()``), or is not a ``.numpy()``."""
+    if not (
+        isinstance(node, cst.Call)
+        and not node.args
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "numpy"
+    ):
         return None
-    receiver: cst.BaseExpression = node.func.value
-    while not isinstance(receiver, cst.Name):
-        if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
-            if receiver.func.attr.value in _PLACING_METHODS:
-                return None
-            receiver = receiver.func.value
-        elif isinstance(receiver, cst.Call):
-            receiver = receiver.func
+    placing = (
+        n
+        for n in walk(node.func.value)
+        if isinstance(n, cst.Call)
+        and isinstance(n.func, cst.Attribute)
+        and n.func.attr.value in _PLACING_METHODS
+    )
+    return None if next(placing, None) is not None else node.func.value
+
+
+def _root_of_numpy(node: cst.Call) -> str | None:
+    """The name ``x.numpy()`` starts from, through attributes, indexing, method calls and a call
+    of the name itself (``model(x).argmax(1).numpy()``)."""
+    receiver = _numpy_receiver(node)
+    while receiver is not None and not isinstance(receiver, cst.Name):
+        if isinstance(receiver, cst.Call):
+            func = receiver.func
+            receiver = func.value if isinstance(func, cst.Attribute) else func
         elif isinstance(receiver, (cst.Attribute, cst.Subscript)):
             receiver = receiver.value
         else:
             return None
-    return receiver.value
+    return receiver.value if receiver is not None else None
