@@ -145,3 +145,14 @@ class TakenOut:
     def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
         self.taken.append(updated)
         return cst.Name(self.name)
+
+
+@dataclass(frozen=True)
+class OnHostFirst:
+    """``x.numpy()`` -> ``x.cpu().numpy()``: a NumPy view needs host memory, and ``.cpu()`` of
+    a tensor already there is the tensor itself."""
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
+        on_host = cst.Call(cst.Attribute(updated.func.value, cst.Name("cpu")))
+        return updated.with_changes(func=updated.func.with_changes(value=on_host))

@@ -15,6 +15,7 @@ from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove,
 from accelify.edits.node_rewrites import (
     CallInstead,
     MethodInstead,
+    OnHostFirst,
     PrintInsteadOfWrite,
     Receiver,
     Swap,
@@ -143,6 +144,11 @@ def cuda_to_device(call: cst.Call, acc: str) -> Replace:
 def drop_move(call: cst.Call) -> Replace:
     """``x.to(device)`` -> ``x``: prepare already placed it."""
     return Replace(call, Receiver())
+
+
+def numpy_from_host(call: cst.Call) -> Replace:
+    """``x.numpy()`` -> ``x.cpu().numpy()``: ``x`` now arrives on the accelerator's device."""
+    return Replace(call, OnHostFirst())
 
 
 def drop_device_argument(call: cst.Call, index: int) -> Replace:

@@ -1,0 +1,96 @@
+"""5b. ``.numpy()`` of a tensor the original left on the CPU and the conversion puts on the
+device: the prepared loader hands every batch over on ``accelerator.device`` and ``prepare``
+places the model there, so ``labels.numpy()`` (only the inputs were moved), ``model(x).numpy()``
+or ``model[0].weight.detach().numpy()`` of a CPU-only script, harmless in the original, raise on
+a GPU once converted (a CUDA tensor has no NumPy view). Each becomes ``... .cpu().numpy()``,
+which is the same tensor where it already was on the host. A chain that already says where the
+tensor goes (``.cpu()``, ``.to(...)``, ``numpy(force=True)``) is left as written."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.dataflow import variables_in
+from accelify.analysis.script_model import Kind
+from accelify.analysis.syntax import target_names, walk
+from accelify.convert.steps.context import Context
+from accelify.edits import rewrites
+
+#: Methods in a receiver chain that already say where the tensor goes.
+_PLACING_METHODS = frozenset({"cpu", "to", "cuda"})
+
+
+def run(ctx: Context) -> None:
+    done: set[int] = set()
+    for loop in ctx.model.loops:
+        if not ctx.facts.flow.reads_loader(loop) or ctx.unprepared_loaders(loop):
+            continue  # a loader left unprepared hands its batches over where they were
+        on_device = set(loop.batch_names) | ctx.facts.flow.derived_batch_names(loop)
+        for node in walk(loop.node.body):  # in source order: a name is bound before it is read
+            if isinstance(node, cst.Assign) and variables_in(ctx.model, node.value) & on_device:
+                for target in node.targets:
+                    on_device |= target_names(target.target)
+            receiver = _numpy_receiver(node)
+            if receiver is not None and variables_in(ctx.model, receiver) & on_device:
+                _on_host_first(ctx, node, done, "batches arrive on accelerator.device")  # type: ignore[arg-type]
+    for call in ctx.model.calls:
+        if _of_a_prepared_model(ctx, call):
+            _on_host_first(ctx, call, done, "prepare places the model on accelerator.device")
+
+
+def _on_host_first(ctx: Context, call: cst.Call, done: set[int], why: str) -> None:
+    if id(call) in done:
+        return
+    done.add(id(call))
+    ctx.plan.add(
+        rewrites.numpy_from_host(call),
+        line=ctx.line(call),
+        text=f"{ctx.code(call)}: .cpu() first ({why})",
+    )
+
+
+def _of_a_prepared_model(ctx: Context, call: cst.Call) -> bool:
+    """``model(x)....numpy()`` or ``model.layer.weight....numpy()`` of a model the conversion
+    prepares, after its ``prepare``."""
+    name = _root_of_numpy(call)
+    if name is None or ctx.facts.flow.kind_of(name, call) is not Kind.MODEL:
+        return False
+    outer = name if name in ctx.prepared_after else ctx.facts.flow.outer_name(name, call)
+    if outer not in ctx.prepared_after or outer in ctx.frozen:
+        return False
+    return ctx.after_prepare(call, outer)
+
+
+def _numpy_receiver(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """What ``x.numpy()`` (no arguments) is called on; None when the chain already says where
+    the tensor goes (``x.cpu().numpy()``, ``x.to("cpu").numpy()``), or is not a ``.numpy()``."""
+    if not (
+        isinstance(node, cst.Call)
+        and not node.args
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "numpy"
+    ):
+        return None
+    placing = (
+        n
+        for n in walk(node.func.value)
+        if isinstance(n, cst.Call)
+        and isinstance(n.func, cst.Attribute)
+        and n.func.attr.value in _PLACING_METHODS
+    )
+    return None if next(placing, None) is not None else node.func.value
+
+
+def _root_of_numpy(node: cst.Call) -> str | None:
+    """The name ``x.numpy()`` starts from, through attributes, indexing, method calls and a call
+    of the name itself (``model(x).argmax(1).numpy()``)."""
+    receiver = _numpy_receiver(node)
+    while receiver is not None and not isinstance(receiver, cst.Name):
+        if isinstance(receiver, cst.Call):
+            func = receiver.func
+            receiver = func.value if isinstance(func, cst.Attribute) else func
+        elif isinstance(receiver, (cst.Attribute, cst.Subscript)):
+            receiver = receiver.value
+        else:
+            return None
+    return receiver.value if receiver is not None else None
