@@ -102,11 +102,42 @@ def _instance_home(ctx: Context, prepare_scope: Scope) -> Scope:
     if init is None or ctx.facts.calls.owner(init) is not owner:
         return prepare_scope
     placement = ctx.facts.placement
-    if any(placement.inside(need, init) for need in ctx.needs) and _may_create_in(
-        ctx, init, prepare_scope
-    ):
+    needed = any(placement.inside(need, init) for need in ctx.needs) or bool(
+        _calls_reaching_a_need(ctx, init, besides=prepare_scope)
+    )
+    if needed and _may_create_in(ctx, init, prepare_scope):
         return init
     return prepare_scope
+
+
+def _calls_reaching_a_need(
+    ctx: Context, scope: Scope, besides: Scope | None = None
+) -> list[cst.Call]:
+    """The calls in ``scope`` that run a method using ``self.accelerator``
+    (``params = self.get_parameters()`` in ``__init__``, whose prints become
+    ``self.accelerator.print``): the accelerator must exist before the first of them, not
+    only before the uses in ``scope``'s own lines. The uses in ``besides`` (the method that
+    prepares, where it is otherwise created) do not count."""
+    if not ctx.acc.startswith("self.") or not isinstance(scope, cst.FunctionDef):
+        return []
+    placement, graph = ctx.facts.placement, ctx.facts.calls
+    reaching = {placement.enclosing_function(need) for need in ctx.needs} - {None, scope, besides}
+    grown = True
+    while grown:
+        grown = False
+        for call in ctx.model.calls:
+            caller = placement.enclosing_function(call)
+            if caller is None or caller in reaching or caller is scope:
+                continue
+            if any(target in reaching for target in graph.targets(call)):
+                reaching.add(caller)
+                grown = True
+    return [
+        call
+        for call in ctx.model.calls
+        if placement.inside(call, scope)
+        and any(target in reaching for target in graph.targets(call))
+    ]
 
 
 def _reaches(ctx: Context, function: cst.FunctionDef, target: Scope) -> bool:
@@ -263,7 +294,7 @@ def _first_need(ctx: Context, home: Scope, call_sites: list[cst.CSTNode]) -> cst
     body = placement.body_of(home)
     position = {id(line): index for index, line in enumerate(body)}
     indices = []
-    for node in [*ctx.needs, *call_sites]:
+    for node in [*ctx.needs, *call_sites, *_calls_reaching_a_need(ctx, home)]:
         if isinstance(home, cst.Module) and not isinstance(ctx.model.scope_of(node), cst.Module):
             continue
         for candidate in (node, *ctx.model.ancestors(node)):

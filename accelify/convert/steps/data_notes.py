@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.randomness import randomness_of
 from accelify.analysis.script_model import Kind, Loop
 from accelify.convert.steps.context import Context
@@ -68,6 +69,8 @@ def run(ctx: Context) -> None:
                 "on all of it (correct, not data-parallel); bind it to a name and prepare it to "
                 "shard it"
             )
+        elif _arguments_prepared_where_received(ctx):
+            text = None  # made in a call's arguments, prepared by the function that receives it
         else:
             text = (
                 "batches do not come from a DataLoader: every rank trains on the same data; "
@@ -123,13 +126,30 @@ def _totals_over_dataset(ctx: Context) -> None:
 
 
 def _inline_loaders(ctx: Context) -> list[cst.Call]:
-    """``Trainer(train_loader=DataLoader(...))``: DataLoaders bound to no name."""
+    """``Trainer(train_loader=DataLoader(...))``: DataLoaders bound to no name, and handed to
+    no parameter the conversion prepares (``trainer.fit(DataLoader(...))`` where ``fit``
+    starts with ``loader = self.accelerator.prepare(loader)``)."""
+    received = _arguments_prepared_where_received(ctx)
     return [
         call
         for call in ctx.model.calls
         if ctx.model.call_names(call) & names.DATALOADERS
         and isinstance(ctx.model.parent(call), cst.Arg)
+        and ctx.model.parent(call) not in received
     ]
+
+
+def _arguments_prepared_where_received(ctx: Context) -> list[cst.Arg]:
+    """The arguments bound to a DataLoader parameter the conversion prepares in its function."""
+    flow, found = ctx.facts.flow, []
+    prepared = set(ctx.plan.prepared)
+    for function, parameters in flow.params.items():
+        loaders = {n for n, kind in parameters.items() if kind is Kind.DATALOADER} & prepared
+        if not loaders:
+            continue
+        for call, implicit in flow.calls_of(function):
+            found += [a for n, a in bound_arguments(function, call, implicit) if n in loaders]
+    return found
 
 
 def _no_loader_prepared(ctx: Context) -> bool:

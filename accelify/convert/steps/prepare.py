@@ -723,6 +723,24 @@ def _prepare_code(ctx: Context, order: list[str], anchor: cst.CSTNode) -> str:
     return f"(\n{one_per_line}) = {call}(\n{one_per_line})"
 
 
+def _handed_a_loader_dict(ctx: Context, method: cst.FunctionDef, parameter: str) -> bool:
+    """``def fit(self, dataloaders_dict)`` called with ``{"train": DataLoader(...), ...}``:
+    ``prepare(dataloaders_dict)`` would hand the dict back untouched (a prepare that does
+    nothing), and preparing each value would shard the loaders it only evaluates too."""
+    for call, implicit in ctx.facts.flow.calls_of(method):
+        for name, argument in bound_arguments(method, call, implicit):
+            value = argument.value
+            if name != parameter or not isinstance(value, (cst.Name, cst.Attribute)):
+                continue
+            handed = dotted(value)
+            if any(
+                b.name == handed and not b.received and is_loader_dict(ctx.model, b)
+                for b in ctx.model.bindings
+            ):
+                return True
+    return False
+
+
 def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> None:
     """``trainer.fit(train_loader, val_loader)``: a method of the trainer class receives loaders
     the caller never prepared. They are prepared as the method starts, when every call of it
@@ -781,6 +799,18 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
             continue
         first = body[ctx.facts.placement.first_free_index(method)] if body else None
         if first is None:
+            continue
+        for name in [n for n in unprepared if _handed_a_loader_dict(ctx, method, n)]:
+            unprepared.remove(name)
+            ctx.plan.review(
+                ctx.line(method),
+                f"{name} is a dict of DataLoaders {method.name.value}() receives: prepare hands "
+                "a dict back untouched, and which of its loaders are trained and which only "
+                "evaluated is not followed through the calls made with its values, so it is "
+                "left unprepared and every rank reads all of it (correct, not data-parallel); "
+                "prepare the training loader where the dict is made",
+            )
+        if not unprepared:
             continue
         targets = ", ".join(unprepared)
         code = f"{targets} = {ctx.a('prepare')}({targets})"

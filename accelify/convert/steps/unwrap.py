@@ -1,6 +1,7 @@
 """11. After prepare a model may be a DDP wrapper: ``model.module``, its state dict, its own
 attributes and methods (``model.fc1``, ``model.generate()``) are reached through
-``unwrap_model``."""
+``unwrap_model``. A prepared optimizer or LR scheduler is a wrapper too: a type check of it
+(``isinstance(scheduler, ReduceLROnPlateau)``) asks the object it wraps."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from accelify.analysis.outside_forward import layers_outside_forward
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
+from accelify.edits.node_rewrites import Swap
 
 #: Calls that trace or export a model: a DDP wrapper's forward does not trace
 #: (``SummaryWriter.add_graph``, ``torch.jit.trace``, ``torch.onnx.export``).
@@ -24,6 +26,36 @@ def run(ctx: Context) -> None:
     _layers_by_index(ctx)
     _traced(ctx)
     _handed_out_of_reach(ctx)
+    _type_checked(ctx)
+
+
+#: What a prepared object of each kind keeps the script's own object in, on accelify's runtime
+#: and on Hugging Face Accelerate alike (``AcceleratedScheduler.scheduler``).
+WRAPPED_IN = {Kind.SCHEDULER: "scheduler", Kind.OPTIMIZER: "optimizer"}
+
+
+def _type_checked(ctx: Context) -> None:
+    """``isinstance(self.scheduler, CosineAnnealingWarmRestarts)`` after prepare: the prepared
+    scheduler is a wrapper, so the check is False on every rank and the script takes its other
+    branch (``scheduler.step()`` instead of ``step(epoch)``; for ReduceLROnPlateau a step
+    without its metric, a TypeError). The check asks the wrapped object instead."""
+    for call in ctx.model.calls:
+        if ctx.model.call_names(call) != {"builtins.isinstance"} or len(call.args) != 2:
+            continue
+        checked = call.args[0].value
+        if not isinstance(checked, (cst.Name, cst.Attribute)):
+            continue
+        name = dotted(checked)
+        member = WRAPPED_IN.get(ctx.facts.flow.kind_of(name, call))  # type: ignore[arg-type]
+        if member is None or name not in ctx.plan.prepared or not ctx.after_prepare(call, name):
+            continue
+        ctx.plan.replace(
+            checked,
+            Swap(f"{name}.{member}"),
+            ctx.line(call),
+            f"isinstance({name}, ...) -> isinstance({name}.{member}, ...): the prepared "
+            f"{member} wraps the script's own",
+        )
 
 
 def _handed_out_of_reach(ctx: Context) -> None:
