@@ -12,7 +12,7 @@ from accelify.analysis.collectives import (
 from accelify.analysis.facts import facts_of
 from accelify.analysis.repeated_effects import RepeatedEffect
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
@@ -306,11 +306,16 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
         )
     opened = _opening_with(script, effect.effect)
     if opened is not None and facts_of(script).synchronising_in(opened) is None:
+        with_, truncates = opened
+        left = (
+            "every rank's open still truncates the file"
+            if truncates
+            else "every rank still runs the block's other writes to the file"
+        )
         return (
-            f"Write on the main process only: put the `with` at line {script.line(opened)} "
-            f"under `if {accelerator}.is_main_process:` (guarding this line alone, every "
-            f"rank's open still truncates the file); every rank runs this{where} and races on "
-            "the same path"
+            f"Write on the main process only: put the `with` at line {script.line(with_)} "
+            f"under `if {accelerator}.is_main_process:` (guarding this line alone, {left}); "
+            f"every rank runs this{where} and races on the same path"
         )
     return (
         f"Write on the main process only: guard with `if {accelerator}.is_main_process:`; every "
@@ -318,24 +323,45 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
     )
 
 
-def _opening_with(script: ScriptModel, write: cst.Call) -> cst.With | None:
+def _opening_with(script: ScriptModel, write: cst.Call) -> tuple[cst.With, bool] | None:
     """``with open(path, "w") as f: json.dump(result, f)``: the ``with`` whose handle the write
-    writes to. Opening for writing truncates the file, so the guard belongs around the ``with``:
-    one around the write alone leaves every other rank emptying the file the main process
-    wrote."""
+    writes to, and whether its open truncates. Opening for writing truncates the file, so the
+    guard belongs around the ``with``: one around the write alone leaves every other rank
+    emptying the file the main process wrote. A file opened to append (``"a"``) whose block
+    writes to it more than once (``json.dump(record, f)`` then ``f.write("\\n")``) needs the
+    guard there too: around one write, every rank still adds the others."""
     handles = {dotted(argument.value) for argument in write.args} - {None}
     for ancestor in script.ancestors(write):
         if not isinstance(ancestor, cst.With):
             continue
         for item in ancestor.items:
             opener = item.item
-            if (
-                item.asname is not None
-                and dotted(item.asname.name) in handles
-                and side_effects.opens_truncating(opener)
-            ):
-                return ancestor
+            handle = dotted(item.asname.name) if item.asname is not None else None
+            if handle is None or handle not in handles:
+                continue
+            if side_effects.opens_truncating(opener):
+                return ancestor, True
+            if _writes_to(ancestor, handle) > 1:
+                return ancestor, False
     return None
+
+
+def _writes_to(block: cst.With, handle: str) -> int:
+    """How many calls in the ``with`` block write through ``handle``: ``handle.write(...)``,
+    ``handle.writelines(...)`` or a call handed it (``json.dump(x, handle)``)."""
+    count = 0
+    for node in walk(block.body):
+        if not isinstance(node, cst.Call):
+            continue
+        func = node.func
+        method = (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in ("write", "writelines")
+            and dotted(func.value) == handle
+        )
+        if method or any(dotted(argument.value) == handle for argument in node.args):
+            count += 1
+    return count
 
 
 def _holds_weights(script: ScriptModel, func: cst.Attribute) -> bool:

@@ -56,6 +56,23 @@ class UngatheredMetric(Rule):
             9,
         ),
         Example(_EVAL + "        metric.add_batch(predictions=preds, references=y)\n", 9, 9),
+        # the loop reads a name bound to the loader, then to a bar over it when one is asked
+        # for (a Muon LM trainer's `eval_iterator`)
+        Example(
+            HEADER
+            + "import torch\nfrom tqdm import tqdm\n"
+            + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+            + "correct = 0\n"
+            + "batches = eval_loader\n"
+            + "if show_progress:\n"
+            + "    batches = tqdm(eval_loader, desc='Evaluating')\n"
+            + "for x, y in batches:\n"
+            + "    with torch.no_grad():\n"
+            + "        preds = model(x).argmax(-1)\n"
+            + "    correct += (preds == y).sum().item()\n",
+            13,
+            5,
+        ),
         # the forward in a helper the training loop shares, its losses collected per batch and
         # averaged (a Florence-2 fine-tuning's evaluate_model, called on every rank)
         Example(

@@ -5,6 +5,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.dataflow import local_alias
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loops import entry_read
 from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.step_loaders import over_step_data
@@ -30,6 +31,12 @@ _LOOP = (
     "    loss = (model(x) - y).pow(2).mean()\n"
     "    accelerator.backward(loss)\n"
     "    optimizer.step()\n"
+)
+
+#: a dict of two DataLoaders, each entry to be prepared on its own
+_TWO_LOADERS = (
+    "loaders = {'train': torch.utils.data.DataLoader(data), "
+    "'test': torch.utils.data.DataLoader(data)}\n"
 )
 
 
@@ -203,6 +210,17 @@ class UnpreparedObject(Rule):
             11,
             32,
         ),
+        # one entry of a dict prepared back into its place, the loop reading another entry
+        Example(
+            HEADER
+            + _OBJECTS
+            + _TWO_LOADERS
+            + "loaders['train'], model, optimizer = accelerator.prepare(\n"
+            + "    loaders['train'], model, optimizer\n)\n"
+            + _LOOP.replace("in loader", "in loaders['test']"),
+            11,
+            13,
+        ),
         # a dict of loaders handed to prepare whole: it comes back untouched
         Example(
             HEADER
@@ -215,6 +233,17 @@ class UnpreparedObject(Rule):
         ),
     )
     good = (
+        # a wav2vec2-BERT CTC fine-tune: the loaders live in a dict and prepare assigns each one
+        # back into its entry, which the loop then reads
+        HEADER
+        + _OBJECTS
+        + _TWO_LOADERS
+        + "loaders['train'], loaders['test'], model, optimizer = accelerator.prepare(\n"
+        + "    loaders['train'], loaders['test'], model, optimizer\n)\n"
+        + "for step, (x, y) in enumerate(loaders['train'], start=1):\n"
+        + "    loss = (model(x) - y).pow(2).mean()\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n",
         # each branch builds its own scheduler and prepares: every path is prepared
         HEADER
         + _OBJECTS
@@ -511,6 +540,7 @@ class UnpreparedObject(Rule):
             if (
                 source in dataloaders
                 and source not in prepared
+                and entry_read(script.module, loop.node.iter) not in prepared
                 and not passed_in  # its callers' arguments are judged at the call
                 and not _prepared_inline(loop)
                 and not over_step_data(facts_of(script), loop)

@@ -86,6 +86,32 @@ def test_a_dump_into_a_file_opened_for_reading_and_writing_keeps_the_plain_advic
     assert "guard with `if accelerator.is_main_process:`" in finding.message
 
 
+def test_a_record_appended_with_its_newline_is_guarded_at_its_with():
+    """A gist-token pretraining loop appends each step's losses as a JSON line: ``json.dump``
+    then ``f.write("\\n")`` in one ``with open(..., "a")``. A guard around the dump alone leaves
+    every rank writing its newline into the main process's file, so the advice names the
+    ``with``."""
+    code = (
+        "import json\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "with open('losses.json', 'a') as file:\n"
+        "    json.dump(loss_set, file)\n"
+        "    file.write('\\n')\n"
+    )
+    [finding] = lint(code, "ACC201").findings
+    assert finding.line == 5
+    assert "put the `with` at line 4 under `if accelerator.is_main_process:`" in finding.message
+    assert "other writes to the file" in finding.message
+
+
+def test_a_single_append_keeps_the_plain_advice():
+    code = (
+        "import json\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "with open('losses.json', 'a') as file:\n    json.dump(loss_set, file)\n"
+    )
+    [finding] = lint(code, "ACC201").findings
+    assert "guard with `if accelerator.is_main_process:`" in finding.message
+
+
 def test_wrapped_state_dict_advice_names_the_saved_model_and_accelerator():
     code = (
         "from accelerate import Accelerator\n"

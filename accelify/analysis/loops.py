@@ -20,6 +20,22 @@ def loop_source(node: cst.BaseExpression) -> str | None:
     return dotted(node)
 
 
+def entry_read(module: cst.Module, node: cst.BaseExpression) -> str | None:
+    """``loaders["train"]`` of ``for batch in enumerate(loaders["train"]):``, one entry of a dict
+    at a constant key, spelled as a prepare that assigns back into it records its output
+    (``loaders["train"], model = accelerator.prepare(loaders["train"], model)``)."""
+    while isinstance(node, cst.Call) and node.args:
+        node = node.args[0].value
+    if not (isinstance(node, cst.Subscript) and len(node.slice) == 1):
+        return None
+    index = node.slice[0].slice
+    if not (isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)):
+        return None
+    if dotted(node.value) is None:
+        return None
+    return module.code_for_node(node).replace("'", '"')
+
+
 def phase_name(node: cst.BaseExpression) -> str | None:
     """``phase`` of ``for x, y in loaders[phase]:`` (also inside ``tqdm(...)``,
     ``enumerate(...)``): each phase reads its own loader."""

@@ -401,8 +401,10 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
 def _see_through_progress_bars(model: ScriptModel) -> None:
     """``pbar = tqdm(loader, ...)`` then ``for batch in pbar:``: the loop reads ``loader``, as
     ``for batch in tqdm(loader):`` does; likewise ``batches = loader if full else
-    islice(loader, n)``, each branch reading the same loader. Only a name its scope assigns
-    once, from a bar, ``enumerate``, ``islice`` or a choice between them."""
+    islice(loader, n)``, each branch reading the same loader; and ``batches = loader`` then ``if
+    show: batches = tqdm(loader)``, each assignment reading it. Only a name its scope assigns
+    before the loop and nowhere after, from a bar, ``enumerate``, ``islice`` or a choice
+    between them."""
     for loop in model.loops:
         name = loop.iterable
         if name is None or "." in name:
@@ -412,18 +414,23 @@ def _see_through_progress_bars(model: ScriptModel) -> None:
             for a in model.index.assignments_to(name)
             if model.scope_of(a) is loop.scope and len(a.targets) == 1
         ]
-        if len(assigns) != 1 or model.order(assigns[0]) > model.order(loop.node):
+        if not assigns or any(model.order(a) > model.order(loop.node) for a in assigns):
             continue
-        value = assigns[0].value
-        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        branches = [branch for a in assigns for branch in _choices(a.value)]
         if not any(isinstance(branch, cst.Call) for branch in branches):
             continue
         sources = {_wrapped_loader(model, branch) for branch in branches}
         if len(sources) == 1 and None not in sources and sources != {name}:
+            value = assigns[-1].value
             loop.iterable = sources.pop()
             loop.through = value
             if any(enumerates(branch) for branch in branches):  # pbar = tqdm(enumerate(loader))
                 loop.batch_names -= first_enumerate_name(loop.node.target)
+
+
+def _choices(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values ``a if test else b`` may take; any other value is its only one."""
+    return [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
 
 
 def _wrapped_loader(model: ScriptModel, value: cst.BaseExpression) -> str | None:
