@@ -265,6 +265,9 @@ class CallGraph:
             owner = self.classes.get(func.value)
             init = self.lookup(owner, "__init__") if owner is not None else None
             return _Resolution([init] if init is not None else [], 1)
+        if isinstance(func, cst.Call):
+            made = self._made_instance_call(func)
+            return _Resolution([made] if made is not None else [], 1)
         if not isinstance(func, cst.Attribute):
             return _Resolution([], 0)
         name = func.attr.value
@@ -317,6 +320,15 @@ class CallGraph:
         if name in self.classes or name in self.model.functions:
             return None
         owner = self._receiver_class(name, call)
+        if owner is None or owner.name.value in self.model.module_classes:
+            return None  # a module's ``__call__`` is nn.Module's: it runs forward
+        return self.lookup(owner, "__call__")
+
+    def _made_instance_call(self, made: cst.Call) -> cst.FunctionDef | None:
+        """``Loop(model, opt, loader)(epochs)``: the instance is called as soon as it is made,
+        which runs its class's ``__call__`` (a parameter the conversion adds to it must be
+        passed here too)."""
+        owner = self.classes.get(dotted(made.func) or "")
         if owner is None or owner.name.value in self.model.module_classes:
             return None  # a module's ``__call__`` is nn.Module's: it runs forward
         return self.lookup(owner, "__call__")

@@ -18,7 +18,7 @@ from accelify.analysis.helper_evaluation import HelperEvaluation, helper_evaluat
 from accelify.analysis.outside_forward import OutsideForward, layers_outside_forward
 from accelify.analysis.placement import Placement
 from accelify.analysis.precision import Precision, precision_of
-from accelify.analysis.print_aliases import print_alias_calls
+from accelify.analysis.print_aliases import print_alias_calls, print_partial_calls
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, callers_of, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
@@ -72,6 +72,11 @@ class Facts:
     def print_alias_calls(self) -> set[cst.Call]:
         """Calls through a name that holds ``print`` (``self.trace_func(...)``)."""
         return print_alias_calls(self.model)
+
+    @cached_property
+    def print_partial_calls(self) -> set[cst.Call]:
+        """Calls through ``log = functools.partial(print, ...)``: they print on every rank."""
+        return print_partial_calls(self.model)
 
     @cached_property
     def collective_reach(self) -> CollectiveReach:

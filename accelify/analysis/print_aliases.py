@@ -2,7 +2,9 @@
 early-stopping class copied into countless training scripts), ``log = print``. Such a call
 prints on every rank exactly as ``print`` does, so it is converted like one; only where the name
 certainly holds ``print``: every caller in the file leaves the default or passes ``print``, and
-nothing else is assigned to it."""
+nothing else is assigned to it. ``log = functools.partial(print, "[train]")`` prints too, with
+arguments of its own that ``accelerator.print`` would drop: its calls are told apart
+(`print_partial_calls`), to be guarded rather than replaced."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import all_params, dotted, target_names, walk
 
 _PRINT = "builtins.print"
+_PARTIAL = "functools.partial"
 
 
 def print_alias_calls(model: ScriptModel) -> set[cst.Call]:
@@ -35,8 +38,35 @@ def print_alias_calls(model: ScriptModel) -> set[cst.Call]:
     return found
 
 
+def print_partial_calls(model: ScriptModel) -> set[cst.Call]:
+    """Calls of a name bound once to ``functools.partial(print, ...)`` (not ``print`` itself
+    rebound so, whose calls are prints already)."""
+    found: set[cst.Call] = set()
+    for assign in model.index.of_type(cst.Assign):
+        assert isinstance(assign, cst.Assign)
+        if len(assign.targets) != 1 or not _is_print_partial(model, assign.value):
+            continue
+        name = dotted(assign.targets[0].target)
+        scope = model.scope_of(assign)
+        if name in (None, "print") or "." in name or not _assigned_once(model, scope, name):
+            continue
+        found |= _calls_through(model, scope, name)
+    return found
+
+
 def _is_print(model: ScriptModel, node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Name) and model.qualified(node) == {_PRINT}
+
+
+def _is_print_partial(model: ScriptModel, node: cst.CSTNode) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and model.call_names(node) == {_PARTIAL}
+        and bool(node.args)
+        and node.args[0].keyword is None
+        and not node.args[0].star
+        and _is_print(model, node.args[0].value)
+    )
 
 
 def _print_parameters(model: ScriptModel, function: cst.FunctionDef) -> list[str]:

@@ -161,6 +161,12 @@ def drop_statement(statement_node: cst.CSTNode) -> Remove:
     return Remove(statement_node)
 
 
+def local_main_process_only(statement_node: cst.CSTNode, acc: str) -> Guard:
+    """``statement`` under ``if acc.is_local_main_process:``, where ``accelerator.print`` prints
+    (a print through ``functools.partial``, whose bound arguments a replacement would drop)."""
+    return Guard(statement_node, f"{acc}.is_local_main_process")
+
+
 def main_process_only(statement_node: cst.CSTNode, acc: str) -> Guard:
     """``statement`` runs under ``if acc.is_main_process:``; consecutive ones share the ``if``."""
     return Guard(statement_node, f"{acc}.is_main_process")

@@ -17,6 +17,9 @@ def run(ctx: Context) -> None:
         qualified = ctx.model.call_names(call)
         if call in ctx.facts.print_alias_calls:
             qualified = qualified | {"builtins.print"}  # it holds print: see `print_aliases`
+        if call in ctx.facts.print_partial_calls:
+            _guard_partial_print(ctx, call)
+            continue
         if qualified & names.PRINT and not _print_arguments(call):
             continue  # ``tqdm.write(s, nolock=True)``: not a print the Accelerator's takes
         if qualified & names.PRINT and not ctx.facts.ranks.under_rank_guard(call):
@@ -53,6 +56,24 @@ def run(ctx: Context) -> None:
             )
             if acc == ctx.acc:
                 ctx.need(call)
+
+
+def _guard_partial_print(ctx: Context, call: cst.Call) -> None:
+    """``log("epoch", epoch)`` after ``log = functools.partial(print, "[train]")``: the whole
+    statement under the local-main-process test, its bound arguments kept."""
+    statement = ctx.model.parent(ctx.model.parent(call))
+    if not isinstance(ctx.model.parent(call), cst.Expr) or ctx.facts.ranks.under_rank_guard(call):
+        return
+    acc = ctx.accelerator_at(call)
+    ctx.plan.add(
+        rewrites.local_main_process_only(statement, acc),
+        line=ctx.line(call),
+        text=f"{ctx.code(call.func)}() prints through functools.partial(print, ...): "
+        f"on the local main process only",
+        anywhere=acc != ctx.acc,
+    )
+    if acc == ctx.acc:
+        ctx.need(call)
 
 
 def _stream_write(ctx: Context, call: cst.Call) -> bool:
