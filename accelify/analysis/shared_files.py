@@ -151,6 +151,7 @@ class SharedFiles:
         self.placement = placement
         self.flow = flow
         self._ranks = ranks
+        self._chains: dict[cst.CSTNode, dict[cst.FunctionDef | None, list[cst.CSTNode]]] = {}
 
     @cached_property
     def read_back(self) -> list[SharedFile]:
@@ -542,17 +543,53 @@ class SharedFiles:
         ]
 
     def _may_follow(self, read: cst.Call, write: cst.Call) -> bool:
-        """``read`` can run after ``write``: below it, in a loop around both, or in another
-        function (called in an order the file does not show)."""
-        function = self.placement.enclosing_function(read)
-        if function is not self.placement.enclosing_function(write):
-            return True
-        if self.model.order(read) > self.model.order(write):
+        """``read`` can run after ``write``: below it, or in a loop around both, in the first
+        function that runs both (``load_checkpoint()`` called before the training loop whose
+        ``save_checkpoint()`` writes the file reads what an earlier run wrote); in functions
+        called in an order the file does not show, it can."""
+        writes = self._call_chain(write)
+        for function, read_anchors in self._call_chain(read).items():
+            write_anchors = writes.get(function)
+            if write_anchors is not None:
+                return any(self._follows(r, w) for r in read_anchors for w in write_anchors)
+        return True
+
+    def _follows(self, later: cst.CSTNode, earlier: cst.CSTNode) -> bool:
+        """In one function: ``later`` is below ``earlier``, or in a loop around both."""
+        if self.model.order(later) > self.model.order(earlier):
             return True
         return any(
-            isinstance(loop, (cst.For, cst.While)) and self.placement.inside(write, loop)
-            for loop in self.model.ancestors(read)
+            isinstance(loop, (cst.For, cst.While)) and self.placement.inside(earlier, loop)
+            for loop in self.model.ancestors(later)
         )
+
+    def _call_chain(self, node: cst.CSTNode) -> dict[cst.FunctionDef | None, list[cst.CSTNode]]:
+        """Where ``node`` runs, function by function outwards: itself in its function, then the
+        calls of that function in the one function that calls it, and so on while every call
+        of it is known (none through a name the file cannot follow, never handed on as a
+        value) and in a single function (``None``: the module's own code)."""
+        if node in self._chains:
+            return self._chains[node]
+        chain: dict[cst.FunctionDef | None, list[cst.CSTNode]] = {}
+        self._chains[node] = chain
+        anchors: list[cst.CSTNode] = [node]
+        function = self.placement.enclosing_function(node)
+        for _ in range(_MAX_DEPTH):
+            chain[function] = anchors
+            if function is None:
+                break
+            sites: list[cst.CSTNode] = [call for call, _ in self.flow.calls_of(function)]
+            graph = self.model.call_graph
+            if not sites or graph.uncertain_callers(function) or graph.references(function):
+                break
+            callers = {self.placement.enclosing_function(site) for site in sites}
+            if len(callers) != 1:
+                break
+            (function,) = callers
+            if function in chain:
+                break  # recursion
+            anchors = sites
+        return chain
 
 
 def _unselfed(spellings: set[str]) -> set[str]:
