@@ -121,6 +121,18 @@ class WrapperAttribute(Rule):
             7,
             26,
         ),
+        Example(  # qiuqiangkong/audio_understanding: an encoder from an imported helper, never
+            # called itself, only through the wrapper's module
+            HEADER
+            + "from train import get_audio_encoder\n"
+            + "encoder = get_audio_encoder(configs)\n"
+            + "encoder, llm, opt, loader = accelerator.prepare(encoder, llm, opt, loader)\n"
+            + "for audio in loader:\n"
+            + "    latent = encoder.module.encode(audio=audio)\n"
+            + "    accelerator.backward(llm(latent).loss)\n",
+            7,
+            14,
+        ),
     )
     good = (
         # what prepare returned for several objects, indexed; a test that chooses the wrapper
@@ -247,7 +259,9 @@ class WrapperAttribute(Rule):
         wrapper has ``module``; one process gets the model itself back (U-DiT's checkpoint
         save). Not where a test chooses (``model.module if hasattr(model, "module") else
         model``, ``if accelerator.num_processes > 1:``)."""
-        if _binds(script, attribute) or not _prepared_model(script, owner, attribute):
+        if _binds(script, attribute):
+            return
+        if not _prepared_model(script, owner, attribute, unknown_is_model=True):
             return
         if _wrapper_tested(script, attribute):
             return
@@ -341,9 +355,14 @@ def _binds(script: ScriptModel, node: cst.Attribute | cst.Subscript) -> bool:
     return isinstance(parent, cst.Del)
 
 
-def _prepared_model(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
+def _prepared_model(
+    script: ScriptModel, name: str, at: cst.CSTNode, unknown_is_model: bool = False
+) -> bool:
     """``name`` holds a model that ``prepare`` returned above ``at`` in the same function (or at
-    module level), and nothing bound ``name`` again in between."""
+    module level), and nothing bound ``name`` again in between. ``unknown_is_model``: an output
+    of unknown kind counts as a model even if the file never calls it; reading its ``module``
+    says the author takes it for a wrapped model (an audio encoder built by an imported helper
+    and only ever used as ``audio_encoder.module.encode(audio)``)."""
     facts = facts_of(script)
     here = script.order(at)
     scope = script.scope_of(at)
@@ -359,7 +378,8 @@ def _prepared_model(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
         return False
     kind = facts.flow.kind_of(name, at)
     if kind is None:  # unknown: a model if the file calls it (``model(batch)``)
-        if not any(isinstance(c.func, cst.Name) and c.func.value == name for c in script.calls):
+        called = any(isinstance(c.func, cst.Name) and c.func.value == name for c in script.calls)
+        if not unknown_is_model and not called:
             return False
     elif kind is not Kind.MODEL and not facts.flow.is_model_name(name, at):
         return False
