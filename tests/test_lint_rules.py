@@ -112,6 +112,53 @@ def test_a_single_append_keeps_the_plain_advice():
     assert "guard with `if accelerator.is_main_process:`" in finding.message
 
 
+_READ_BACK = (
+    "import json\nfrom accelerate import Accelerator\nfrom datasets import load_dataset\n\n\n"
+    "def read_data(path):\n"
+    "    rows = json.load(open(path))\n"
+    "    with open('/data/formatted.json', 'w') as out:\n"
+    "        json.dump([{'prompt': r['input']} for r in rows], out)\n"
+    "    return load_dataset('json', data_files='/data/formatted.json')\n\n\n"
+    "def main():\n"
+    "    accelerator = Accelerator()\n"
+    "    data = read_data('/data/raw.json')\n"
+    "    model, loader = accelerator.prepare(model, loader)\n"
+)
+
+
+def test_a_file_written_then_read_back_is_advised_a_barrier_before_the_read():
+    """An instruction-tuning script reformats its data set into one JSON file and loads it
+    back with ``load_dataset`` in the same helper, on every rank. Guarding only the write
+    leaves the other ranks loading the file before the main process has written it, so the
+    advice names the barrier and the line of the read."""
+    [finding] = lint(_READ_BACK, "ACC201").findings
+    assert finding.line == 9
+    assert "put the `with` at line 8 under `if accelerator.is_main_process:`" in finding.message
+    assert "then call accelerator.wait_for_everyone() before line 10" in finding.message
+
+
+def test_a_file_not_read_back_is_advised_no_barrier():
+    code = _READ_BACK.replace(
+        "    return load_dataset('json', data_files='/data/formatted.json')\n", ""
+    )
+    [finding] = lint(code, "ACC201").findings
+    assert "wait_for_everyone" not in finding.message
+
+
+def test_identical_bytes_read_back_are_advised_the_barrier_first():
+    """Every rank saves the same tokenizer and loads it again: a barrier after the save is the
+    fix; a main-process guard alone would leave the others loading before it is written."""
+    code = (
+        "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "tokenizer.save_pretrained('out')\n"
+        "tokenizer = AutoTokenizer.from_pretrained('out')\n"
+    )
+    [finding] = lint(code, "ACC201").findings
+    assert finding.message.startswith(
+        "Call accelerator.wait_for_everyone() after this write, before line 4"
+    )
+
+
 def test_wrapped_state_dict_advice_names_the_saved_model_and_accelerator():
     code = (
         "from accelerate import Accelerator\n"
