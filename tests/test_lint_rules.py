@@ -159,6 +159,46 @@ def test_identical_bytes_read_back_are_advised_the_barrier_first():
     )
 
 
+_LOSS_EVAL = (
+    "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+    "model, val_loader = accelerator.prepare(model, val_loader)\n"
+    "val_loss, batches = 0.0, 0\n"
+    "with torch.no_grad():\n"
+    "    for x, y in val_loader:\n"
+    "        loss = model(x, y)\n"
+    "        val_loss += loss.item()\n"
+    "        batches += 1\n"
+    "accelerator.log({'val_loss': val_loss / batches})\n"
+)
+
+
+def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
+    """A streaming-ASR validation sums ``loss.item()`` per batch of a prepared loader: there
+    are no predictions and labels to gather, and a float cannot be reduced, so the advice
+    names the total, the tensor to reduce and its count."""
+    [finding] = lint(_LOSS_EVAL, "ACC403").findings
+    assert finding.line == 9
+    assert finding.message.startswith(
+        "Combine val_loss across ranks after the loop: accelerator.reduce(torch.tensor("
+        "val_loss, device=accelerator.device), reduction='sum'), with its count"
+    )
+
+
+def test_an_ungathered_dict_of_loss_tensors_is_advised_a_reduce_of_each_total():
+    code = _LOSS_EVAL.replace("val_loss += loss.item()", "losses['ce'] += loss.detach()")
+    code = code.replace("val_loss, batches = 0.0, 0", "losses, batches = {'ce': 0}, 0")
+    [finding] = lint(code, "ACC403").findings
+    assert "Combine each total in losses across ranks" in finding.message
+    assert "accelerator.reduce(losses, reduction='sum')" in finding.message
+
+
+def test_an_ungathered_accuracy_keeps_the_gather_advice():
+    code = _LOSS_EVAL.replace("val_loss += loss.item()", "correct += (model(x) == y).sum()")
+    code = code.replace("val_loss, batches = 0.0, 0", "correct, batches = 0, 0")
+    [finding] = lint(code, "ACC403").findings
+    assert "gather_for_metrics(...) on the predictions and labels" in finding.message
+
+
 def test_wrapped_state_dict_advice_names_the_saved_model_and_accelerator():
     code = (
         "from accelerate import Accelerator\n"
