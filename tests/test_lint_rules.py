@@ -145,6 +145,18 @@ def test_a_file_not_read_back_is_advised_no_barrier():
     assert "wait_for_everyone" not in finding.message
 
 
+def test_a_file_per_process_read_back_is_advised_no_barrier():
+    """A path from the clock is another file on each rank: the main process alone writing it
+    and a barrier would leave the other ranks reading a file nobody wrote."""
+    code = _READ_BACK.replace(
+        "    with open('/data/formatted.json', 'w') as out:\n",
+        "    stamp = f'/data/{time.time()}.json'\n    with open(stamp, 'w') as out:\n",
+    ).replace("data_files='/data/formatted.json'", "data_files=stamp")
+    code = "import time\n" + code
+    [finding] = lint(code, "ACC201").findings
+    assert "wait_for_everyone" not in finding.message
+
+
 def test_identical_bytes_read_back_are_advised_the_barrier_first():
     """Every rank saves the same tokenizer and loads it again: a barrier after the save is the
     fix; a main-process guard alone would leave the others loading before it is written."""

@@ -231,11 +231,14 @@ class SharedFiles:
         (``load_dataset("json", data_files=path)`` after ``json.dump(data, f)`` into ``with
         open(path, "w") as f``). A write moved onto the main process needs a barrier before
         it, or the other ranks read the file before it is written. None: nothing in the
-        function is handed that path again."""
+        function is handed that path again, or the path is made per process (each rank would
+        read back a file of its own, which the main process never writes)."""
         found = self._written_path(write)
         if found is None:
             return None
         path, block = found
+        if self.per_process(path) is not None:
+            return None  # another file on each rank (a timestamp, a pid): a barrier is no fix
         function = self.placement.enclosing_function(write)
         for call in self.model.calls:
             if (
