@@ -138,8 +138,10 @@ def test_a_file_written_then_read_back_is_advised_a_barrier_before_the_read():
 
 
 def test_a_file_not_read_back_is_advised_no_barrier():
+    """Printing the path, or making a ``Path`` of it, does not open the file."""
     code = _READ_BACK.replace(
-        "    return load_dataset('json', data_files='/data/formatted.json')\n", ""
+        "    return load_dataset('json', data_files='/data/formatted.json')\n",
+        "    print('wrote', '/data/formatted.json')\n    return Path('/data/formatted.json')\n",
     )
     [finding] = lint(code, "ACC201").findings
     assert "wait_for_everyone" not in finding.message

@@ -646,12 +646,17 @@ def _path(
     return positional[position].value if position < len(positional) else None
 
 
-#: Methods that only report a value (a path printed or logged is not read).
-_REPORTING = {"print", "info", "debug", "warning", "warn", "error", "log", "format", "write"}
+#: Calls that only report a path or compute with its string (printed, logged, joined, made a
+#: ``Path``): handed the path without opening the file.
+_REPORTING = {
+    *("print", "info", "debug", "warning", "warn", "error", "log", "format", "write"),
+    *("Path", "PurePath", "join", "basename", "dirname", "abspath", "str", "repr"),
+}
 
 
 def _only_reports(call: cst.Call) -> bool:
-    """``print(path)``, ``logger.info(...)``: handed the path to show it, not to open it."""
+    """``print(path)``, ``logger.info(...)``, ``os.path.join(path, ...)``: handed the path to
+    show it or build another, not to open the file."""
     func = call.func
     name = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
     return name in _REPORTING
