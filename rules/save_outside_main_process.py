@@ -259,6 +259,32 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
             f"{script.line(effect.effect)}), its other calls are guarded, and every rank runs "
             f"this one{where}, racing on the same path"
         )
+    read_back = facts_of(script).shared_files.read_back_below(effect.effect)
+    if read_back is not None and side_effects.same_on_every_rank(script, effect.effect):
+        return (
+            f"Call {accelerator}.wait_for_everyone() after this write, before line "
+            f"{script.line(read_back)} reads the file back (and write it on the main process "
+            f"only if you like): every rank writes the same file{where} and nothing waits for "
+            "the writes to finish before it is read"
+        )
+    advice = _advice(script, effect, in_view, accelerator, where)
+    if read_back is None:
+        return advice
+    return (
+        f"{advice}; then call {accelerator}.wait_for_everyone() before line "
+        f"{script.line(read_back)}, which reads it back on every rank (without it they read "
+        "before the main process has written)"
+    )
+
+
+def _advice(
+    script: ScriptModel,
+    effect: RepeatedEffect,
+    in_view: frozenset[str],
+    accelerator: str,
+    where: str,
+) -> str:
+    """Where the write goes so that one rank makes it, for the write's kind."""
     func = effect.effect.func
     inner = facts_of(script).synchronising_in(effect.effect)
     if inner is not None:  # a guard around the write would run this on one rank: a hang
@@ -276,9 +302,9 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
         )
     if side_effects.same_on_every_rank(script, effect.effect):
         return (
-            f"Write this on the main process only (`if {accelerator}.is_main_process:`), or "
-            f"call {accelerator}.wait_for_everyone() after it: every rank writes the same "
-            f"file{where} and nothing waits for the writes to finish before it is read"
+            f"Call {accelerator}.wait_for_everyone() after this write (and write it on the "
+            f"main process only if you like): every rank writes the same file{where} and "
+            "nothing waits for the writes to finish before it is read"
         )
     if isinstance(func, cst.Attribute) and func.attr.value == "save_pretrained":
         gathered = FULL_WEIGHTS_GATHERED & in_view

@@ -339,7 +339,10 @@ class UngatheredMetric(Rule):
             after = [n for _, n in found if script.order(n) > script.order(forward)]
             at = after[0] if after else found[0][1]
             guarded = _rank_only_call(script, facts, loop.node)
-            if guarded is None:
+            loss_total = _loss_total(at)
+            if guarded is None and loss_total is not None:
+                yield self.finding(script, at, message=_loss_total_message(script, loss_total))
+            elif guarded is None:
                 yield self.finding(script, at)
             else:
                 line = script.position(guarded).start.line
@@ -373,6 +376,43 @@ class UngatheredMetric(Rule):
             if target is None or _reduced_later(script, node, target, all_calls, accelerators):
                 continue
             yield self.finding(script, node)
+
+
+def _loss_total(node: cst.CSTNode) -> cst.AugAssign | None:
+    """``val_loss += loss.item()``, ``losses[k] += v.detach()``: a running total of a loss,
+    where there are no predictions and labels to gather, only the total to combine."""
+    if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
+        return None
+    names = (cst.Name, cst.Attribute)
+    spelled = [dotted(n) or "" for n in walk(node.value) if isinstance(n, names)]
+    if any("loss" in word.lower() for word in (*spelled, _total_name(node))):
+        return node
+    return None
+
+
+def _total_name(node: cst.AugAssign) -> str:
+    target = node.target
+    if isinstance(target, cst.Subscript):
+        return dotted(target.value) or ""
+    return dotted(target) or ""
+
+
+def _loss_total_message(script: ScriptModel, node: cst.AugAssign) -> str:
+    """Advice for a loss summed per batch: reduce the total (a float from ``.item()`` made a
+    tensor first), with its count; ``gather_for_metrics`` needs a per-batch tensor."""
+    accelerator = accelerator_at(script, node) or "accelerator"
+    total = _total_name(node)
+    from_item = any(
+        isinstance(n, cst.Attribute) and n.attr.value == "item" for n in walk(node.value)
+    )
+    reduced = f"torch.tensor({total}, device={accelerator}.device)" if from_item else total
+    what = f"each total in {total}" if isinstance(node.target, cst.Subscript) else total
+    return (
+        f"Combine {what} across ranks after the loop: {accelerator}.reduce({reduced}, "
+        f"reduction='sum'), with its count (of batches or samples) reduced the same way (or "
+        f"{accelerator}.gather_for_metrics the per-batch losses); each rank sums only its "
+        "shard of the prepared loader"
+    )
 
 
 def _rank_only_call(

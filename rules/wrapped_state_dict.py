@@ -56,6 +56,15 @@ class WrappedStateDict(Rule):
             + "ckpt = {'model': accelerator.unwrap_model(model).state_dict(), 'epoch': 3}\n"
             "accelerator.save(ckpt, 'm.pt')\n",
         ),
+        Example(  # qiuqiangkong/audio_understanding: an empty dict filled by key, then saved
+            _PREPARED + "ckpt = {}\nif train_model:\n    ckpt['model'] = model.state_dict()\n"
+            "torch.save(ckpt, 'm.pt')\n",
+            7,
+            21,
+            _PREPARED + "ckpt = {}\nif train_model:\n"
+            "    ckpt['model'] = accelerator.unwrap_model(model).state_dict()\n"
+            "torch.save(ckpt, 'm.pt')\n",
+        ),
         Example(
             _PREPARED + "accelerator.save(model.state_dict(), 'm.pt')\n",
             5,
@@ -155,14 +164,15 @@ def _saved_state_dicts(
     saved in a checkpoint dict (``write_state_dict(self, step, state, ...)`` saving ``{'state':
     state}``) is what its callers pass (``policy_state_dict = self.policy.state_dict()``, as a
     DPO trainer writes its policy, optimizer and scheduler)."""
-    value = _saved_value(script, saved, at)
-    found = [(node, at) for node in _state_dict_calls(value)]
+    values = _saved_values(script, saved, at)
+    found = [(node, at) for value in values for node in _state_dict_calls(value)]
     function = facts_of(script).placement.enclosing_function(at)
     if function is None or depth >= 2:
         return found
     parameters = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
     read = {
         node.value
+        for value in values
         for node in walk(value)
         if isinstance(node, cst.Name) and node.value in parameters and not _member(script, node)
     }
@@ -181,12 +191,16 @@ def _member(script: ScriptModel, name: cst.Name) -> bool:
     return isinstance(parent, cst.Attribute) and parent.attr is name
 
 
-def _saved_value(script: ScriptModel, saved: cst.BaseExpression, call: cst.Call) -> cst.CSTNode:
+def _saved_values(
+    script: ScriptModel, saved: cst.BaseExpression, call: cst.Call
+) -> list[cst.CSTNode]:
     """What is saved: the expression itself, or for a name (``ckpt = {"model":
     model.state_dict()}`` then ``accelerator.save(ckpt, path)``) the value it was last given
-    above the save in the same function (watchog's pre-training checkpoint)."""
+    above the save in the same function (watchog's pre-training checkpoint), with what was
+    stored into it by key since (``ckpt = {}``, then ``ckpt["llm"] = llm.state_dict()``, as an
+    audio-understanding trainer builds its checkpoint)."""
     if not isinstance(saved, cst.Name):
-        return saved
+        return [saved]
     here, scope = script.order(call), script.scope_of(call)
     last = None
     for assign in script.index.assignments_to(saved.value):
@@ -196,7 +210,25 @@ def _saved_value(script: ScriptModel, saved: cst.BaseExpression, call: cst.Call)
             last is None or script.order(assign) > script.order(last)
         ):
             last = assign
-    return last.value if last is not None else saved
+    since = script.order(last) if last is not None else -1
+    stored = [
+        assign.value
+        for assign in script.index.of_type(cst.Assign)
+        if isinstance(assign, cst.Assign)
+        and since < script.order(assign) < here
+        and script.scope_of(assign) is scope
+        and any(_stores_into(target.target, saved.value) for target in assign.targets)
+    ]
+    return [last.value if last is not None else saved, *stored]
+
+
+def _stores_into(target: cst.BaseExpression, name: str) -> bool:
+    """``name[key]`` (or ``name.member``) as an assignment's target: a value kept in ``name``."""
+    return (
+        isinstance(target, (cst.Subscript, cst.Attribute))
+        and isinstance(target.value, cst.Name)
+        and target.value.value == name
+    )
 
 
 def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:

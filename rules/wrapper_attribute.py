@@ -121,8 +121,39 @@ class WrapperAttribute(Rule):
             7,
             26,
         ),
+        Example(  # qiuqiangkong/audio_understanding: an encoder from an imported helper, never
+            # called itself, only through the wrapper's module
+            HEADER
+            + "from train import get_audio_encoder\n"
+            + "encoder = get_audio_encoder(configs)\n"
+            + "encoder, llm, opt, loader = accelerator.prepare(encoder, llm, opt, loader)\n"
+            + "for audio in loader:\n"
+            + "    latent = encoder.module.encode(audio=audio)\n"
+            + "    accelerator.backward(llm(latent).loss)\n",
+            7,
+            14,
+        ),
+        Example(  # Asad-Ismail/Grounding-Dino-FineTuning: the prepared model handed back to its
+            # trainer object, then read through that attribute
+            HEADER
+            + "model, opt, loader = accelerator.prepare(trainer.model, trainer.optimizer, loader)\n"
+            + "trainer.model = model\n"
+            + "for images, captions in loader:\n"
+            + "    outputs = trainer.model(images, captions=captions)\n"
+            + "    loss = trainer.criterion(outputs, tokenizer=trainer.model.tokenizer)\n"
+            + "    accelerator.backward(loss)\n",
+            7,
+            49,
+        ),
     )
     good = (
+        # the trainer handed the plain model back: its own attributes are there
+        HEADER
+        + "model, opt, loader = accelerator.prepare(trainer.model, trainer.optimizer, loader)\n"
+        + "trainer.model = accelerator.unwrap_model(model)\n"
+        + "plain = accelerator.unwrap_model(model)\n"
+        + "trainer.head = plain\n"
+        + "trainer.criterion(trainer.model(x), trainer.model.tokenizer, trainer.head.config)\n",
         # what prepare returned for several objects, indexed; a test that chooses the wrapper
         HEADER
         + "objs = accelerator.prepare(model, optimizer)\nfirst = objs[0]\n"
@@ -177,30 +208,37 @@ class WrapperAttribute(Rule):
         for attribute in facts.placement.attributes():
             member = attribute.attr.value
             owner = attribute.value
-            if not isinstance(owner, cst.Name) or member.startswith("_"):
+            if member.startswith("_"):
                 continue  # private names: the wrapper's own state (``_comm_hooks``) or the model's
+            held = _held_name(script, owner, attribute)
+            if held is None:
+                continue
             if member == "module":
-                yield from self._module_of_unwrapped(script, attribute, owner.value)
+                if isinstance(owner, cst.Name):
+                    yield from self._module_of_unwrapped(script, attribute, owner.value)
                 continue
             if member in names.MODULE_API or member in _WRAPPER_OWN:
                 continue
-            if _binds(script, attribute) or not _prepared_model(script, owner.value, attribute):
+            if _binds(script, attribute):
+                continue
+            if not _prepared_model(script, held, attribute, called_as=dotted(owner)):
                 continue
             if _unwrapped_branch(script, attribute):
                 continue  # ``if hasattr(model, "module"): ... else: model.generate(...)``
             if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
                 continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
+            spelled = dotted(owner) or held
             call = script.parent(attribute)
             if call in facts.layers_outside_forward:
                 yield self.finding(
                     script,
                     attribute,
                     None,
-                    f"{owner.value}.{member}() runs the model's layers outside its forward during "
+                    f"{spelled}.{member}() runs the model's layers outside its forward during "
                     f"training: on several GPUs the DistributedDataParallel wrapper has no "
                     f"'{member}' (AttributeError), and called through unwrap_model its gradients "
                     f"are never synchronised across ranks; compute it in the model's forward() "
-                    f"and call {owner.value}(...)",
+                    f"and call {spelled}(...)",
                 )
                 continue
             accelerator = accelerator_at(script, attribute) or "accelerator"
@@ -208,8 +246,8 @@ class WrapperAttribute(Rule):
                 script,
                 attribute,
                 None,
-                f"Call this through {accelerator}.unwrap_model({owner.value}).{member}: on "
-                f"several GPUs prepare wraps {owner.value} in DistributedDataParallel, which has "
+                f"Call this through {accelerator}.unwrap_model({spelled}).{member}: on "
+                f"several GPUs prepare wraps {spelled} in DistributedDataParallel, which has "
                 f"no '{member}' (AttributeError); a one-process run has no wrapper and hides it",
             )
 
@@ -247,7 +285,9 @@ class WrapperAttribute(Rule):
         wrapper has ``module``; one process gets the model itself back (U-DiT's checkpoint
         save). Not where a test chooses (``model.module if hasattr(model, "module") else
         model``, ``if accelerator.num_processes > 1:``)."""
-        if _binds(script, attribute) or not _prepared_model(script, owner, attribute):
+        if _binds(script, attribute):
+            return
+        if not _prepared_model(script, owner, attribute, unknown_is_model=True):
             return
         if _wrapper_tested(script, attribute):
             return
@@ -330,6 +370,29 @@ def _written_for_an_engine(script: ScriptModel) -> bool:
     return False
 
 
+def _held_name(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) -> str | None:
+    """The plain name whose object ``owner`` holds at ``at``: the name itself, or for an
+    attribute (``trainer.model``) the name it was last set to above ``at`` in the same function
+    (``trainer.model = model`` after ``model, ... = accelerator.prepare(trainer.model, ...)``, as
+    a Grounding DINO fine-tuning hands the prepared model back to its trainer). None: an
+    attribute set elsewhere, or to anything but a name."""
+    if isinstance(owner, cst.Name):
+        return owner.value
+    spelling = dotted(owner)
+    if spelling is None or not isinstance(owner, cst.Attribute):
+        return None
+    here, scope = script.order(at), script.scope_of(at)
+    last = None
+    for assign in script.index.assignments_to(spelling):
+        if script.scope_of(assign) is not scope or script.order(assign) >= here:
+            continue
+        if last is None or script.order(assign) > script.order(last):
+            last = assign
+    if last is None or not isinstance(last.value, cst.Name) or len(last.targets) != 1:
+        return None
+    return last.value.value
+
+
 def _binds(script: ScriptModel, node: cst.Attribute | cst.Subscript) -> bool:
     """``model.x = ...``, ``model[0] = ...`` (or ``del model.x``): set on the wrapper, not
     read."""
@@ -341,9 +404,19 @@ def _binds(script: ScriptModel, node: cst.Attribute | cst.Subscript) -> bool:
     return isinstance(parent, cst.Del)
 
 
-def _prepared_model(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
+def _prepared_model(
+    script: ScriptModel,
+    name: str,
+    at: cst.CSTNode,
+    unknown_is_model: bool = False,
+    called_as: str | None = None,
+) -> bool:
     """``name`` holds a model that ``prepare`` returned above ``at`` in the same function (or at
-    module level), and nothing bound ``name`` again in between."""
+    module level), and nothing bound ``name`` again in between. ``unknown_is_model``: an output
+    of unknown kind counts as a model even if the file never calls it; reading its ``module``
+    says the author takes it for a wrapped model (an audio encoder built by an imported helper
+    and only ever used as ``audio_encoder.module.encode(audio)``). ``called_as``: another
+    spelling of the object (``trainer.model``) whose calls also show it is a model."""
     facts = facts_of(script)
     here = script.order(at)
     scope = script.scope_of(at)
@@ -359,7 +432,9 @@ def _prepared_model(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
         return False
     kind = facts.flow.kind_of(name, at)
     if kind is None:  # unknown: a model if the file calls it (``model(batch)``)
-        if not any(isinstance(c.func, cst.Name) and c.func.value == name for c in script.calls):
+        spellings = {name, called_as} - {None}
+        called = any(dotted(c.func) in spellings for c in script.calls)
+        if not unknown_is_model and not called:
             return False
     elif kind is not Kind.MODEL and not facts.flow.is_model_name(name, at):
         return False

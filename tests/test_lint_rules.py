@@ -112,6 +112,107 @@ def test_a_single_append_keeps_the_plain_advice():
     assert "guard with `if accelerator.is_main_process:`" in finding.message
 
 
+_READ_BACK = (
+    "import json\nfrom accelerate import Accelerator\nfrom datasets import load_dataset\n\n\n"
+    "def read_data(path):\n"
+    "    rows = json.load(open(path))\n"
+    "    with open('/data/formatted.json', 'w') as out:\n"
+    "        json.dump([{'prompt': r['input']} for r in rows], out)\n"
+    "    return load_dataset('json', data_files='/data/formatted.json')\n\n\n"
+    "def main():\n"
+    "    accelerator = Accelerator()\n"
+    "    data = read_data('/data/raw.json')\n"
+    "    model, loader = accelerator.prepare(model, loader)\n"
+)
+
+
+def test_a_file_written_then_read_back_is_advised_a_barrier_before_the_read():
+    """An instruction-tuning script reformats its data set into one JSON file and loads it
+    back with ``load_dataset`` in the same helper, on every rank. Guarding only the write
+    leaves the other ranks loading the file before the main process has written it, so the
+    advice names the barrier and the line of the read."""
+    [finding] = lint(_READ_BACK, "ACC201").findings
+    assert finding.line == 9
+    assert "put the `with` at line 8 under `if accelerator.is_main_process:`" in finding.message
+    assert "then call accelerator.wait_for_everyone() before line 10" in finding.message
+
+
+def test_a_file_not_read_back_is_advised_no_barrier():
+    """Printing the path, or making a ``Path`` of it, does not open the file."""
+    code = _READ_BACK.replace(
+        "    return load_dataset('json', data_files='/data/formatted.json')\n",
+        "    print('wrote', '/data/formatted.json')\n    return Path('/data/formatted.json')\n",
+    )
+    [finding] = lint(code, "ACC201").findings
+    assert "wait_for_everyone" not in finding.message
+
+
+def test_a_file_per_process_read_back_is_advised_no_barrier():
+    """A path from the clock is another file on each rank: the main process alone writing it
+    and a barrier would leave the other ranks reading a file nobody wrote."""
+    code = _READ_BACK.replace(
+        "    with open('/data/formatted.json', 'w') as out:\n",
+        "    stamp = f'/data/{time.time()}.json'\n    with open(stamp, 'w') as out:\n",
+    ).replace("data_files='/data/formatted.json'", "data_files=stamp")
+    code = "import time\n" + code
+    [finding] = lint(code, "ACC201").findings
+    assert "wait_for_everyone" not in finding.message
+
+
+def test_identical_bytes_read_back_are_advised_the_barrier_first():
+    """Every rank saves the same tokenizer and loads it again: a barrier after the save is the
+    fix; a main-process guard alone would leave the others loading before it is written."""
+    code = (
+        "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "tokenizer.save_pretrained('out')\n"
+        "tokenizer = AutoTokenizer.from_pretrained('out')\n"
+    )
+    [finding] = lint(code, "ACC201").findings
+    assert finding.message.startswith(
+        "Call accelerator.wait_for_everyone() after this write, before line 4"
+    )
+
+
+_LOSS_EVAL = (
+    "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+    "model, val_loader = accelerator.prepare(model, val_loader)\n"
+    "val_loss, batches = 0.0, 0\n"
+    "with torch.no_grad():\n"
+    "    for x, y in val_loader:\n"
+    "        loss = model(x, y)\n"
+    "        val_loss += loss.item()\n"
+    "        batches += 1\n"
+    "accelerator.log({'val_loss': val_loss / batches})\n"
+)
+
+
+def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
+    """A streaming-ASR validation sums ``loss.item()`` per batch of a prepared loader: there
+    are no predictions and labels to gather, and a float cannot be reduced, so the advice
+    names the total, the tensor to reduce and its count."""
+    [finding] = lint(_LOSS_EVAL, "ACC403").findings
+    assert finding.line == 9
+    assert finding.message.startswith(
+        "Combine val_loss across ranks after the loop: accelerator.reduce(torch.tensor("
+        "val_loss, device=accelerator.device), reduction='sum'), with its count"
+    )
+
+
+def test_an_ungathered_dict_of_loss_tensors_is_advised_a_reduce_of_each_total():
+    code = _LOSS_EVAL.replace("val_loss += loss.item()", "losses['ce'] += loss.detach()")
+    code = code.replace("val_loss, batches = 0.0, 0", "losses, batches = {'ce': 0}, 0")
+    [finding] = lint(code, "ACC403").findings
+    assert "Combine each total in losses across ranks" in finding.message
+    assert "accelerator.reduce(losses, reduction='sum')" in finding.message
+
+
+def test_an_ungathered_accuracy_keeps_the_gather_advice():
+    code = _LOSS_EVAL.replace("val_loss += loss.item()", "correct += (model(x) == y).sum()")
+    code = code.replace("val_loss, batches = 0.0, 0", "correct, batches = 0, 0")
+    [finding] = lint(code, "ACC403").findings
+    assert "gather_for_metrics(...) on the predictions and labels" in finding.message
+
+
 def test_wrapped_state_dict_advice_names_the_saved_model_and_accelerator():
     code = (
         "from accelerate import Accelerator\n"

@@ -226,6 +226,56 @@ class SharedFiles:
                 found.append(SharedFile(deletion, before[-1], path, None))
         return found
 
+    def read_back_below(self, write: cst.Call) -> cst.Call | None:
+        """The first call below ``write``, in its function and outside rank tests, that is
+        handed the path ``write`` writes: what reads the file back on every rank
+        (``load_dataset("json", data_files=path)`` after ``json.dump(data, f)`` into ``with
+        open(path, "w") as f``). A write moved onto the main process needs a barrier before
+        it, or the other ranks read the file before it is written. None: nothing in the
+        function is handed that path again, or the path is made per process (each rank would
+        read back a file of its own, which the main process never writes)."""
+        found = self._written_path(write)
+        if found is None:
+            return None
+        path, block = found
+        if self.per_process(path) is not None:
+            return None  # another file on each rank (a timestamp, a pid): a barrier is no fix
+        function = self.placement.enclosing_function(write)
+        for call in self.model.calls:
+            if (
+                self.model.order(call) <= self.model.order(block)
+                or self.placement.inside(call, block)
+                or self.placement.enclosing_function(call) is not function
+                or self.model.under_rank_guard(call)
+                or _only_reports(call)
+            ):
+                continue
+            if any(self._same_file(path, argument.value) for argument in call.args):
+                return call
+        return None
+
+    def _written_path(self, write: cst.Call) -> tuple[cst.BaseExpression, cst.CSTNode] | None:
+        """The path ``write`` writes, and the statement that writes it: the call itself, or the
+        ``with open(path, "w") as f`` whose handle it is handed (``json.dump(data, f)``)."""
+        path = _path(self.model, write, WRITERS, WRITING_METHODS)
+        if path is not None:
+            return path, write
+        handles = {dotted(argument.value) for argument in write.args} - {None}
+        for ancestor in self.model.ancestors(write):
+            if not isinstance(ancestor, cst.With):
+                continue
+            for item in ancestor.items:
+                opener = item.item
+                handle = dotted(item.asname.name) if item.asname is not None else None
+                if (
+                    handle in handles
+                    and isinstance(opener, cst.Call)
+                    and side_effects.opens_for_writing(opener)
+                    and opener.args
+                ):
+                    return opener.args[0].value, ancestor
+        return None
+
     def kept_on_every_rank(self, write: cst.Call) -> SharedFile | None:
         """A write of a per-process path that is read back: it stays on every rank."""
         return next(
@@ -631,3 +681,19 @@ def _path(
             return argument.value
     positional = [a for a in call.args if a.keyword is None and not a.star]
     return positional[position].value if position < len(positional) else None
+
+
+#: Calls that only report a path or compute with its string (printed, logged, joined, made a
+#: ``Path``): handed the path without opening the file.
+_REPORTING = {
+    *("print", "info", "debug", "warning", "warn", "error", "log", "format", "write"),
+    *("Path", "PurePath", "join", "basename", "dirname", "abspath", "str", "repr"),
+}
+
+
+def _only_reports(call: cst.Call) -> bool:
+    """``print(path)``, ``logger.info(...)``, ``os.path.join(path, ...)``: handed the path to
+    show it or build another, not to open the file."""
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+    return name in _REPORTING
