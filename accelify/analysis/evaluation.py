@@ -35,6 +35,7 @@ from accelify.analysis.dataflow import (
     variables_in,
     within,
 )
+from accelify.analysis.loops import find_backward
 from accelify.analysis.objects import callee
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names, walk
@@ -258,15 +259,15 @@ def _measures_length(node: cst.CSTNode) -> bool:
 
 def _calls_a_training_step(loop: Loop, facts: Facts) -> bool:
     """``for batch in train_loader: metrics = train_step(model, optimizer, batch)``: the
-    backward is in a function of this file the loop calls; a training loop, not an evaluation."""
-    model, placement = facts.model, facts.placement
+    backward is in a function of this file the loop calls; a training loop, not an evaluation.
+    The backward may be the accelerator's (``self.accelerator.backward(loss)`` in a trainer's
+    ``backward_pass``), which the model's tensor backwards leave out."""
+    model = facts.model
     for node in walk(loop.node.body):
         if not isinstance(node, cst.Call):
             continue
         target = callee(model, node)
-        if target is not None and any(
-            placement.inside(backward, target[0]) for backward in model.backward_calls
-        ):
+        if target is not None and next(find_backward(target[0]), None) is not None:
             return True
     return False
 
