@@ -164,7 +164,7 @@ def _record_sources(model: ScriptModel) -> None:
     for binding in received:
         parameter = received_name(binding.scope, binding.value)  # type: ignore[arg-type]
         for call, implicit in calls.get(binding.scope, ()):  # type: ignore[call-overload]
-            for name, argument in bound_arguments(binding.scope, call, implicit):  # type: ignore[arg-type]
+            for name, argument in _arguments(model, binding.scope, call, implicit):  # type: ignore[arg-type]
                 source = dotted(argument.value)
                 if name == parameter and source is not None:
                     binding.sources.append(source)
@@ -189,6 +189,17 @@ def received_name(function: cst.FunctionDef, value: cst.BaseExpression) -> str |
     ):
         return value.slice[0].slice.value.evaluated_value  # type: ignore[return-value]
     return None
+
+
+def _arguments(
+    model: ScriptModel, function: cst.FunctionDef, call: cst.Call, implicit: int
+) -> list[tuple[str, cst.Arg]]:
+    """What ``call`` binds to ``function``'s parameters, and what reaches them through a
+    forwarded ``**kwargs`` (``super().__init__(**kwargs)`` of ``Sub(model=model, ...)``): the
+    object a base class keeps is the one its subclass's caller made."""
+    return bound_arguments(function, call, implicit) + model.call_graph.forwarded_arguments(
+        function, call, implicit
+    )
 
 
 def _kind_at(
@@ -223,10 +234,10 @@ def _receive(
     added = 0
     for call in model.calls:
         for function, implicit in model.call_graph.callees(call):
-            for parameter, argument in bound_arguments(function, call, implicit):
+            for parameter, argument in _arguments(model, function, call, implicit):
                 value = argument.value
                 if isinstance(value, (cst.Name, cst.Attribute)):
-                    kind = _kind_at(model, dotted(value), call, parameters)
+                    kind = _kind_at(model, dotted(value), argument, parameters)
                 else:  # ``Trainer(DataLoader(...))``, ``Trainer(make_loader(...))``
                     kind = classify(value, "") or _made_by_factory(model, value, classify)
                 if kind is not None and parameter not in parameters.get(function, {}):
