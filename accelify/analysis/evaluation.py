@@ -212,27 +212,120 @@ PADDING_CALLS = ("pad_sequence", "pad", "pad_packed_sequence", "DataCollatorWith
 def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
     """The loop's loader is made with a ``collate_fn`` of this file that pads each batch to its
     own longest sequence (``pad_sequence``): the ranks' batches differ in length, and a gather
-    of them fails (a tensor of another size on each rank)."""
+    of them fails (a tensor of another size on each rank). The loader may be made by a factory
+    of the file (``get_data_loader(data, batch_size, pad_index)``) and the collate function by
+    another (``collate_fn = get_collate_fn(pad_index)``, returning a nested function)."""
     model = facts.model
     origins = facts.flow.origins(loop.iterable, loop.node)
     for binding in model.bindings:
         if binding.name not in origins or not isinstance(binding.value, cst.Call):
             continue
-        for argument in binding.value.args:
-            if argument.keyword is None or argument.keyword.value != "collate_fn":
-                continue
-            collate = model.functions.get(dotted(argument.value) or "")
-            if collate is None:
-                continue
-            if _pads(collate):
-                return (
-                    f"its loader's collate_fn ({collate.name.value}) pads each batch to its "
-                    "own longest sequence, so the ranks' batches differ in length and a "
-                    "gather of them would fail; pad them to one length first with "
-                    "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
-                    "metric ignores>)"
-                )
+        for construction in _loader_constructions(model, binding.value):
+            for argument in construction.args:
+                if argument.keyword is None or argument.keyword.value != "collate_fn":
+                    continue
+                collate = _collate_function(model, argument.value)
+                if collate is None:
+                    continue
+                if _pads_time_major(collate):
+                    return (
+                        f"its loader's collate_fn ({collate.name.value}) pads with pad_sequence "
+                        "without batch_first=True, so its batches are [length, batch]: "
+                        "gather_for_metrics joins and trims the first dimension, the time "
+                        "steps, not the samples (and the ranks' lengths differ); gather "
+                        "tensors whose first dimension is the batch (x.transpose(0, 1)), padded "
+                        "to one length first with accelerator.pad_across_processes(x, dim=1, "
+                        "pad_index=<a value the metric ignores>)"
+                    )
+                if _pads(collate):
+                    return (
+                        f"its loader's collate_fn ({collate.name.value}) pads each batch to its "
+                        "own longest sequence, so the ranks' batches differ in length and a "
+                        "gather of them would fail; pad them to one length first with "
+                        "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
+                        "metric ignores>)"
+                    )
     return None
+
+
+def _loader_constructions(model: ScriptModel, value: cst.Call) -> list[cst.Call]:
+    """The calls that build the loader ``value`` makes: itself, or the ``DataLoader(...)`` a
+    factory function of this file returns (directly or through a name it assigns)."""
+    target = callee(model, value)
+    if target is None or target[0].name.value == "__init__":
+        return [value]
+    factory = target[0]
+    found = []
+    for returned in model.index.own_returns(factory):
+        result = returned.value
+        if isinstance(result, cst.Name):
+            assigned = [
+                a.value
+                for a in model.index.own_assignments(factory)
+                if any(dotted(t.target) == result.value for t in a.targets)
+            ]
+            result = assigned[-1] if assigned else result
+        if isinstance(result, cst.Call):
+            found.append(result)
+    return found or [value]
+
+
+def _collate_function(model: ScriptModel, value: cst.BaseExpression) -> cst.FunctionDef | None:
+    """The function a ``collate_fn=`` argument names: one of the file's, or the nested function
+    that a factory of the file returns (``collate_fn = get_collate_fn(pad_index)``), through a
+    name assigned in the scope of the argument."""
+    name = dotted(value)
+    if name is None:
+        return None
+    function = model.index.enclosing_function(value)
+    if function is not None:
+        assigned = [
+            a.value
+            for a in model.index.own_assignments(function)
+            if any(dotted(t.target) == name for t in a.targets)
+        ]
+        if len(assigned) == 1 and isinstance(assigned[0], cst.Call):
+            return _returned_function(model, assigned[0])
+        if assigned:
+            return None
+    if name in model.functions:
+        return model.functions[name]
+    for assign in model.index.assignments_to(name):
+        if model.scope_of(assign) is model.module and isinstance(assign.value, cst.Call):
+            return _returned_function(model, assign.value)
+    return None
+
+
+def _returned_function(model: ScriptModel, call: cst.Call) -> cst.FunctionDef | None:
+    """The function defined inside the factory ``call`` runs and returned by name."""
+    target = callee(model, call)
+    if target is None:
+        return None
+    factory = target[0]
+    nested = {
+        node.name.value: node for node in walk(factory.body) if isinstance(node, cst.FunctionDef)
+    }
+    for returned in model.index.own_returns(factory):
+        name = dotted(returned.value) if returned.value is not None else None
+        if name in nested:
+            return nested[name]
+    return None
+
+
+def _pads_time_major(collate: cst.FunctionDef) -> bool:
+    """``pad_sequence(seqs)`` without ``batch_first=True``: the batch is [length, batch]."""
+    for node in walk(collate):
+        if not isinstance(node, cst.Call):
+            continue
+        name = dotted(node.func)
+        if name is None or name.rsplit(".", 1)[-1] != "pad_sequence":
+            continue
+        batch_first = [a for a in node.args if a.keyword and a.keyword.value == "batch_first"]
+        if not batch_first or (
+            isinstance(batch_first[0].value, cst.Name) and batch_first[0].value.value == "False"
+        ):
+            return True
+    return False
 
 
 def _pads(collate: cst.FunctionDef) -> bool:
