@@ -179,6 +179,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _check_sinks(found, body, facts)
     if found.unsure is None:
         found.unsure = padded_per_batch(loop, facts)
+    if found.unsure is None:
+        found.unsure = _sums_batch_means(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
@@ -610,6 +612,90 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
         else:
             per_rank -= bound
     return None
+
+
+def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """``epoch_loss += loss`` where ``loss = criterion(output, trg)`` is one batch's mean, and
+    nothing in the function ever divides ``epoch_loss`` (by ``len(loader)``, a counter): the
+    total counts batches. Gathered, each iteration holds every rank's batch, so there are N
+    times fewer of them and the sum shrinks with N (liuc-v/NMT's ``valid()``)."""
+    model = facts.model
+    means = _batch_means(body)
+    if not means:
+        return None
+    scope = model.scope_of(found.loop.node)
+    for sink in found.sinks:
+        statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
+        if not (
+            isinstance(statement, cst.AugAssign)
+            and isinstance(statement.operator, cst.AddAssign)
+            and isinstance(statement.target, cst.Name)
+        ):
+            continue
+        read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
+        mean = sorted(read & means)
+        total = statement.target.value
+        if mean and not _divided(scope, total):
+            found.unsure_at = sink
+            found.advice = (
+                f"divide {total} by the number of batches (len of the loader) or sum each "
+                "batch's loss times its size and divide by the samples counted"
+            )
+            return (
+                f"the metric at line {model.line(sink)} sums {mean[0]}, one batch's mean, and "
+                f"{total} is never divided by a count: gathered, each step holds every rank's "
+                "batch, so the sum would cover N times fewer batches"
+            )
+    return None
+
+
+#: Calls whose result is one batch's mean (a loss module or function with its default
+#: reduction).
+_MEAN_CALLS = ("loss", "criterion", "cross_entropy")
+
+
+def _batch_means(body: list[cst.CSTNode]) -> set[str]:
+    """Names the loop body binds to a loss of its batch: ``loss = criterion(out, y)``,
+    ``loss = F.cross_entropy(out, y)``, ``loss = (out - y).pow(2).mean()`` (not with
+    ``reduction="sum"``)."""
+    found: set[str] = set()
+    for small in body:
+        for node in walk(small):
+            if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+                continue
+            target = node.targets[0].target
+            value = node.value
+            if not isinstance(target, cst.Name) or not isinstance(value, cst.Call):
+                continue
+            name = (dotted(value.func) or "").lower()
+            last = name.rsplit(".", 1)[-1]
+            summed = any(
+                a.keyword is not None
+                and a.keyword.value == "reduction"
+                and isinstance(a.value, cst.SimpleString)
+                and a.value.evaluated_value != "mean"
+                for a in value.args
+            )
+            if not summed and (last == "mean" or any(k in last for k in _MEAN_CALLS)):
+                found.add(target.value)
+    return found
+
+
+def _divided(scope: cst.CSTNode, total: str) -> bool:
+    """``total`` is divided somewhere in ``scope``: ``total / n``, ``total /= n``, or handed
+    to a mean (``np.mean(total)``)."""
+    for node in walk(scope):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+            read = node.left
+        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+            read = node.target
+        elif isinstance(node, cst.Call) and (dotted(node.func) or "").endswith("mean"):
+            read = node
+        else:
+            continue
+        if any(isinstance(n, cst.Name) and n.value == total for n in walk(read)):
+            return True
+    return False
 
 
 def _carried_into_the_forward(
