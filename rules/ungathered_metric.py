@@ -208,6 +208,26 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # a trainer's loop whose backward runs in a method of its base class
+        # (``self.backward_pass(loss)`` -> ``self.accelerator.backward``): training totals
+        "from accelerate import Accelerator\n"
+        + "class BaseTrainer:\n"
+        + "    def __init__(self, model, optimizer, loader):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+        + "            model, optimizer, loader)\n"
+        + "    def backward_pass(self, loss):\n"
+        + "        self.accelerator.backward(loss)\n"
+        + "        self.optimizer.step()\n"
+        + "class Trainer(BaseTrainer):\n"
+        + "    def train_epoch(self):\n"
+        + "        total = 0.0\n"
+        + "        for x, y in self.loader:\n"
+        + "            self.optimizer.zero_grad()\n"
+        + "            loss = self.model(x, y)\n"
+        + "            self.backward_pass(loss)\n"
+        + "            total += loss.item()\n"
+        + "        return total / len(self.loader)\n",
         # a training step in a helper (accelerator.backward, optimizer.step): training totals
         HEADER
         + "def train_step(model, batch):\n"

@@ -453,6 +453,8 @@ class CallGraph:
                     a.value for p, a in bound_arguments(function, caller, implicit) if p == name
                 ]
                 if not passed:
+                    passed = self._forwarded_keyword(caller, name, depth)
+                if not passed:
                     default = params[0].default
                     if default is None:
                         return None
@@ -471,6 +473,48 @@ class CallGraph:
             if made is None:
                 return None
             found |= made
+        return found
+
+    def forwarded_arguments(
+        self, function: cst.FunctionDef, call: cst.Call, implicit: int
+    ) -> list[tuple[str, cst.Arg]]:
+        """(parameter, argument) pairs for the parameters of ``function`` that ``call`` passes
+        only through the enclosing function's ``**kwargs`` (`_forwarded_keyword`): each is the
+        keyword argument of an outer call, in that call's scope."""
+        bound = {p for p, _ in bound_arguments(function, call, implicit)}
+        found: list[tuple[str, cst.Arg]] = []
+        for param in [*function.params.params, *function.params.kwonly_params]:
+            name = param.name.value
+            if name in bound:
+                continue
+            found += [(name, a) for a in self._forwarded_keyword_args(call, name, _MAX_DEPTH)]
+        return found
+
+    def _forwarded_keyword(self, call: cst.Call, name: str, depth: int) -> list[cst.BaseExpression]:
+        return [a.value for a in self._forwarded_keyword_args(call, name, depth)]
+
+    def _forwarded_keyword_args(self, call: cst.Call, name: str, depth: int) -> list[cst.Arg]:
+        """What reaches parameter ``name`` through ``call``'s ``**kwargs`` when that is the
+        enclosing function's own (``super().__init__(**kwargs)`` in
+        ``ClassificationTrainer.__init__(self, num_classes, **kwargs)``): the keyword ``name``
+        its callers pass (``ClassificationTrainer(..., callbacks=[SaveCheckpoint(p)])``).
+        Empty when any caller passes no such keyword, or when it is one of its own parameters."""
+        enclosing = self.index.enclosing_function(call)
+        star = enclosing.params.star_kwarg if enclosing is not None else None
+        if enclosing is None or star is None or depth == 0:
+            return []
+        forwards = any(a.star == "**" and dotted(a.value) == star.name.value for a in call.args)
+        named = {p.name.value for p in all_params(enclosing.params) if p is not star}
+        callers = self._direct_callers(enclosing)
+        if not forwards or name in named or not callers:
+            return []
+        found: list[cst.Arg] = []
+        for outer, _ in callers:
+            passed = [a for a in outer.args if a.keyword is not None and a.keyword.value == name]
+            passed = passed or self._forwarded_keyword_args(outer, name, depth - 1)
+            if not passed:
+                return []
+            found.extend(passed)
         return found
 
     def _appended_to(

@@ -35,6 +35,7 @@ from accelify.analysis.dataflow import (
     variables_in,
     within,
 )
+from accelify.analysis.loops import find_backward
 from accelify.analysis.objects import callee
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names, walk
@@ -178,6 +179,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _check_sinks(found, body, facts)
     if found.unsure is None:
         found.unsure = padded_per_batch(loop, facts)
+    if found.unsure is None:
+        found.unsure = _sums_batch_means(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
@@ -211,27 +214,120 @@ PADDING_CALLS = ("pad_sequence", "pad", "pad_packed_sequence", "DataCollatorWith
 def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
     """The loop's loader is made with a ``collate_fn`` of this file that pads each batch to its
     own longest sequence (``pad_sequence``): the ranks' batches differ in length, and a gather
-    of them fails (a tensor of another size on each rank)."""
+    of them fails (a tensor of another size on each rank). The loader may be made by a factory
+    of the file (``get_data_loader(data, batch_size, pad_index)``) and the collate function by
+    another (``collate_fn = get_collate_fn(pad_index)``, returning a nested function)."""
     model = facts.model
     origins = facts.flow.origins(loop.iterable, loop.node)
     for binding in model.bindings:
         if binding.name not in origins or not isinstance(binding.value, cst.Call):
             continue
-        for argument in binding.value.args:
-            if argument.keyword is None or argument.keyword.value != "collate_fn":
-                continue
-            collate = model.functions.get(dotted(argument.value) or "")
-            if collate is None:
-                continue
-            if _pads(collate):
-                return (
-                    f"its loader's collate_fn ({collate.name.value}) pads each batch to its "
-                    "own longest sequence, so the ranks' batches differ in length and a "
-                    "gather of them would fail; pad them to one length first with "
-                    "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
-                    "metric ignores>)"
-                )
+        for construction in _loader_constructions(model, binding.value):
+            for argument in construction.args:
+                if argument.keyword is None or argument.keyword.value != "collate_fn":
+                    continue
+                collate = _collate_function(model, argument.value)
+                if collate is None:
+                    continue
+                if _pads_time_major(collate):
+                    return (
+                        f"its loader's collate_fn ({collate.name.value}) pads with pad_sequence "
+                        "without batch_first=True, so its batches are [length, batch]: "
+                        "gather_for_metrics joins and trims the first dimension, the time "
+                        "steps, not the samples (and the ranks' lengths differ); gather "
+                        "tensors whose first dimension is the batch (x.transpose(0, 1)), padded "
+                        "to one length first with accelerator.pad_across_processes(x, dim=1, "
+                        "pad_index=<a value the metric ignores>)"
+                    )
+                if _pads(collate):
+                    return (
+                        f"its loader's collate_fn ({collate.name.value}) pads each batch to its "
+                        "own longest sequence, so the ranks' batches differ in length and a "
+                        "gather of them would fail; pad them to one length first with "
+                        "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
+                        "metric ignores>)"
+                    )
     return None
+
+
+def _loader_constructions(model: ScriptModel, value: cst.Call) -> list[cst.Call]:
+    """The calls that build the loader ``value`` makes: itself, or the ``DataLoader(...)`` a
+    factory function of this file returns (directly or through a name it assigns)."""
+    target = callee(model, value)
+    if target is None or target[0].name.value == "__init__":
+        return [value]
+    factory = target[0]
+    found = []
+    for returned in model.index.own_returns(factory):
+        result = returned.value
+        if isinstance(result, cst.Name):
+            assigned = [
+                a.value
+                for a in model.index.own_assignments(factory)
+                if any(dotted(t.target) == result.value for t in a.targets)
+            ]
+            result = assigned[-1] if assigned else result
+        if isinstance(result, cst.Call):
+            found.append(result)
+    return found or [value]
+
+
+def _collate_function(model: ScriptModel, value: cst.BaseExpression) -> cst.FunctionDef | None:
+    """The function a ``collate_fn=`` argument names: one of the file's, or the nested function
+    that a factory of the file returns (``collate_fn = get_collate_fn(pad_index)``), through a
+    name assigned in the scope of the argument."""
+    name = dotted(value)
+    if name is None:
+        return None
+    function = model.index.enclosing_function(value)
+    if function is not None:
+        assigned = [
+            a.value
+            for a in model.index.own_assignments(function)
+            if any(dotted(t.target) == name for t in a.targets)
+        ]
+        if len(assigned) == 1 and isinstance(assigned[0], cst.Call):
+            return _returned_function(model, assigned[0])
+        if assigned:
+            return None
+    if name in model.functions:
+        return model.functions[name]
+    for assign in model.index.assignments_to(name):
+        if model.scope_of(assign) is model.module and isinstance(assign.value, cst.Call):
+            return _returned_function(model, assign.value)
+    return None
+
+
+def _returned_function(model: ScriptModel, call: cst.Call) -> cst.FunctionDef | None:
+    """The function defined inside the factory ``call`` runs and returned by name."""
+    target = callee(model, call)
+    if target is None:
+        return None
+    factory = target[0]
+    nested = {
+        node.name.value: node for node in walk(factory.body) if isinstance(node, cst.FunctionDef)
+    }
+    for returned in model.index.own_returns(factory):
+        name = dotted(returned.value) if returned.value is not None else None
+        if name in nested:
+            return nested[name]
+    return None
+
+
+def _pads_time_major(collate: cst.FunctionDef) -> bool:
+    """``pad_sequence(seqs)`` without ``batch_first=True``: the batch is [length, batch]."""
+    for node in walk(collate):
+        if not isinstance(node, cst.Call):
+            continue
+        name = dotted(node.func)
+        if name is None or name.rsplit(".", 1)[-1] != "pad_sequence":
+            continue
+        batch_first = [a for a in node.args if a.keyword and a.keyword.value == "batch_first"]
+        if not batch_first or (
+            isinstance(batch_first[0].value, cst.Name) and batch_first[0].value.value == "False"
+        ):
+            return True
+    return False
 
 
 def _pads(collate: cst.FunctionDef) -> bool:
@@ -258,15 +354,15 @@ def _measures_length(node: cst.CSTNode) -> bool:
 
 def _calls_a_training_step(loop: Loop, facts: Facts) -> bool:
     """``for batch in train_loader: metrics = train_step(model, optimizer, batch)``: the
-    backward is in a function of this file the loop calls; a training loop, not an evaluation."""
-    model, placement = facts.model, facts.placement
+    backward is in a function of this file the loop calls; a training loop, not an evaluation.
+    The backward may be the accelerator's (``self.accelerator.backward(loss)`` in a trainer's
+    ``backward_pass``), which the model's tensor backwards leave out."""
+    model = facts.model
     for node in walk(loop.node.body):
         if not isinstance(node, cst.Call):
             continue
         target = callee(model, node)
-        if target is not None and any(
-            placement.inside(backward, target[0]) for backward in model.backward_calls
-        ):
+        if target is not None and next(find_backward(target[0]), None) is not None:
             return True
     return False
 
@@ -516,6 +612,90 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
         else:
             per_rank -= bound
     return None
+
+
+def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """``epoch_loss += loss`` where ``loss = criterion(output, trg)`` is one batch's mean, and
+    nothing in the function ever divides ``epoch_loss`` (by ``len(loader)``, a counter): the
+    total counts batches. Gathered, each iteration holds every rank's batch, so there are N
+    times fewer of them and the sum shrinks with N (liuc-v/NMT's ``valid()``)."""
+    model = facts.model
+    means = _batch_means(body)
+    if not means:
+        return None
+    scope = model.scope_of(found.loop.node)
+    for sink in found.sinks:
+        statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
+        if not (
+            isinstance(statement, cst.AugAssign)
+            and isinstance(statement.operator, cst.AddAssign)
+            and isinstance(statement.target, cst.Name)
+        ):
+            continue
+        read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
+        mean = sorted(read & means)
+        total = statement.target.value
+        if mean and not _divided(scope, total):
+            found.unsure_at = sink
+            found.advice = (
+                f"divide {total} by the number of batches (len of the loader) or sum each "
+                "batch's loss times its size and divide by the samples counted"
+            )
+            return (
+                f"the metric at line {model.line(sink)} sums {mean[0]}, one batch's mean, and "
+                f"{total} is never divided by a count: gathered, each step holds every rank's "
+                "batch, so the sum would cover N times fewer batches"
+            )
+    return None
+
+
+#: Calls whose result is one batch's mean (a loss module or function with its default
+#: reduction).
+_MEAN_CALLS = ("loss", "criterion", "cross_entropy")
+
+
+def _batch_means(body: list[cst.CSTNode]) -> set[str]:
+    """Names the loop body binds to a loss of its batch: ``loss = criterion(out, y)``,
+    ``loss = F.cross_entropy(out, y)``, ``loss = (out - y).pow(2).mean()`` (not with
+    ``reduction="sum"``)."""
+    found: set[str] = set()
+    for small in body:
+        for node in walk(small):
+            if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+                continue
+            target = node.targets[0].target
+            value = node.value
+            if not isinstance(target, cst.Name) or not isinstance(value, cst.Call):
+                continue
+            name = (dotted(value.func) or "").lower()
+            last = name.rsplit(".", 1)[-1]
+            summed = any(
+                a.keyword is not None
+                and a.keyword.value == "reduction"
+                and isinstance(a.value, cst.SimpleString)
+                and a.value.evaluated_value != "mean"
+                for a in value.args
+            )
+            if not summed and (last == "mean" or any(k in last for k in _MEAN_CALLS)):
+                found.add(target.value)
+    return found
+
+
+def _divided(scope: cst.CSTNode, total: str) -> bool:
+    """``total`` is divided somewhere in ``scope``: ``total / n``, ``total /= n``, or handed
+    to a mean (``np.mean(total)``)."""
+    for node in walk(scope):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+            read = node.left
+        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+            read = node.target
+        elif isinstance(node, cst.Call) and (dotted(node.func) or "").endswith("mean"):
+            read = node
+        else:
+            continue
+        if any(isinstance(n, cst.Name) and n.value == total for n in walk(read)):
+            return True
+    return False
 
 
 def _carried_into_the_forward(

@@ -151,7 +151,10 @@ def add_object_bindings(model: ScriptModel, classify: Classify) -> None:
             break
     _record_sources(model)
     model.bindings.sort(key=lambda b: model.order(b.assign))
-    model.received_parameters = parameters
+    model.received_parameters = {  # a dict's entries (``train_cfg['model']``) are no names
+        function: {name: kind for name, kind in received.items() if name.isidentifier()}
+        for function, received in parameters.items()
+    }
 
 
 def _record_sources(model: ScriptModel) -> None:
@@ -164,7 +167,7 @@ def _record_sources(model: ScriptModel) -> None:
     for binding in received:
         parameter = received_name(binding.scope, binding.value)  # type: ignore[arg-type]
         for call, implicit in calls.get(binding.scope, ()):  # type: ignore[call-overload]
-            for name, argument in bound_arguments(binding.scope, call, implicit):  # type: ignore[arg-type]
+            for name, argument in _arguments(model, binding.scope, call, implicit):  # type: ignore[arg-type]
                 source = dotted(argument.value)
                 if name == parameter and source is not None:
                     binding.sources.append(source)
@@ -177,18 +180,71 @@ def received_name(function: cst.FunctionDef, value: cst.BaseExpression) -> str |
     value = strip_self_methods(value)
     if isinstance(value, cst.Name):
         return value.value
+    key = _string_key(value)
+    if key is None:
+        return None
+    subscripted = value.value.value  # type: ignore[attr-defined]
     star = function.params.star_kwarg
-    if (
-        star is not None
-        and isinstance(value, cst.Subscript)
+    if star is not None and subscripted == star.name.value:
+        return key
+    if any(p.name.value == subscripted for p in function.params.params):
+        return config_entry(subscripted, key)  # ``self.model = train_cfg['model']``
+    return None
+
+
+def config_entry(parameter: str, key: str) -> str:
+    """How the object flow names the entry ``key`` of a dict handed to ``parameter``."""
+    return f"{parameter}[{key!r}]"
+
+
+def _string_key(value: cst.BaseExpression) -> str | None:
+    """``'model'`` of ``name['model']``."""
+    if not (
+        isinstance(value, cst.Subscript)
         and isinstance(value.value, cst.Name)
-        and value.value.value == star.name.value
         and len(value.slice) == 1
         and isinstance(value.slice[0].slice, cst.Index)
         and isinstance(value.slice[0].slice.value, cst.SimpleString)
     ):
-        return value.slice[0].slice.value.evaluated_value  # type: ignore[return-value]
-    return None
+        return None
+    return value.slice[0].slice.value.evaluated_value  # type: ignore[return-value]
+
+
+def _config_entries(
+    model: ScriptModel, pairs: list[tuple[str, cst.Arg]], call: cst.Call
+) -> list[tuple[str, cst.Arg]]:
+    """``Trainer(train_cfg)`` where ``train_cfg = {'model': model, 'optimizer': ...}`` is
+    assigned once in the caller's scope (or the dict is written in the call): each entry with
+    a string key reaches ``train_cfg['model']`` of the callee, as the object it holds."""
+    found: list[tuple[str, cst.Arg]] = []
+    for parameter, argument in pairs:
+        value = argument.value
+        if isinstance(value, cst.Name):
+            scope = model.scope_of(call)
+            assigned = [
+                a for a in model.index.assignments_to(value.value) if model.scope_of(a) is scope
+            ]
+            value = assigned[0].value if len(assigned) == 1 else value
+        if not isinstance(value, cst.Dict):
+            continue
+        for element in value.elements:
+            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
+                key = element.key.evaluated_value
+                entry = cst.Arg(value=element.value)
+                found.append((config_entry(parameter, key), entry))  # type: ignore[arg-type]
+    return found
+
+
+def _arguments(
+    model: ScriptModel, function: cst.FunctionDef, call: cst.Call, implicit: int
+) -> list[tuple[str, cst.Arg]]:
+    """What ``call`` binds to ``function``'s parameters, and what reaches them through a
+    forwarded ``**kwargs`` (``super().__init__(**kwargs)`` of ``Sub(model=model, ...)``): the
+    object a base class keeps is the one its subclass's caller made."""
+    pairs = bound_arguments(function, call, implicit) + model.call_graph.forwarded_arguments(
+        function, call, implicit
+    )
+    return pairs + _config_entries(model, pairs, call)
 
 
 def _kind_at(
@@ -223,10 +279,10 @@ def _receive(
     added = 0
     for call in model.calls:
         for function, implicit in model.call_graph.callees(call):
-            for parameter, argument in bound_arguments(function, call, implicit):
+            for parameter, argument in _arguments(model, function, call, implicit):
                 value = argument.value
                 if isinstance(value, (cst.Name, cst.Attribute)):
-                    kind = _kind_at(model, dotted(value), call, parameters)
+                    kind = _kind_at(model, dotted(value), value, parameters)
                 else:  # ``Trainer(DataLoader(...))``, ``Trainer(make_loader(...))``
                     kind = classify(value, "") or _made_by_factory(model, value, classify)
                 if kind is not None and parameter not in parameters.get(function, {}):

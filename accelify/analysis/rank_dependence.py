@@ -69,17 +69,26 @@ class RankDependence:
         """Where a barrier before a save goes so that every rank reaches it: before the save, or
         before the outermost branch around it whose condition the ranks may disagree on
         (``if acc > best:`` on a per-rank metric), also at the call sites of a helper that
-        saves."""
+        saves, or of a method of the class that saves (``if loss < best_loss:
+        self.save(epoch_dir)``): inside it the barrier would be reached by some ranks only."""
         function = self.placement.enclosing_function(save)
         branch = self.divergent_branch(save, within=function)
         if branch is not None:
             return [self._top_of_chain(branch)]
-        if function is None or not isinstance(
-            self.model.parent(self.model.parent(function)), cst.Module
-        ):
+        if function is None:
+            return [save]
+        owner = self.model.parent(self.model.parent(function))
+        if not isinstance(owner, (cst.Module, cst.ClassDef)):
             return [save]
         places = []
-        for call in self.placement.callers(function):
+        calls = (
+            self.model.call_graph.callers(function)
+            if isinstance(owner, cst.ClassDef)
+            else self.placement.callers(function)
+        )
+        for call in calls:
+            if isinstance(owner, cst.ClassDef) and self.placement.class_of(call) is not owner:
+                continue  # ``self.accelerator`` is the class's: a barrier outside it has none
             outer = self.divergent_branch(call, self.placement.enclosing_function(call))
             if outer is not None:
                 places.append(self._top_of_chain(outer))

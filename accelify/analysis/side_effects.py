@@ -254,6 +254,11 @@ def opens_truncating(node: cst.BaseExpression) -> bool:
     return "w" in _open_mode(node)
 
 
+def opens_exclusively(node: cst.BaseExpression) -> bool:
+    """``open(path, "x")``: the open fails where the file exists (a second rank's does)."""
+    return "x" in _open_mode(node)
+
+
 def _open_mode(node: cst.BaseExpression) -> str:
     """The literal mode of a builtin ``open`` of a file (empty when not one, or not literal)."""
     if not isinstance(node, cst.Call) or dotted(node.func) != "open":

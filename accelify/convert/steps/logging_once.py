@@ -20,6 +20,8 @@ EMITTERS = {"debug", "info", "warning", "warn", "error", "exception", "critical"
 def run(ctx: Context) -> None:
     loggers = _loggers(ctx)
     calls = [call for call in ctx.model.calls if _logs(ctx, call, loggers)]
+    if not calls and _logger_out_of_sight(ctx):
+        calls = [call for call in ctx.model.calls if _may_log(ctx, call)]
     if not calls:
         return
     module = next(
@@ -90,3 +92,25 @@ def _logs(ctx: Context, call: cst.Call, loggers: set[str]) -> bool:
     if dotted(func.value) in loggers:
         return True
     return any(q.rpartition(".")[0] == "logging" for q in ctx.model.qualified(func))
+
+
+def _logger_out_of_sight(ctx: Context) -> bool:
+    """A ``logging.getLogger(...)`` whose logger is not bound to a name: kept in a dict
+    (``train_cfg = {"logger": logging.getLogger("reid"), ...}``) or handed straight to a call,
+    then used where the analysis does not follow it (``self.logger = train_cfg["logger"]``)."""
+    for call in ctx.model.calls:
+        if "logging.getLogger" not in ctx.model.qualified(call.func):
+            continue
+        if not isinstance(ctx.model.parent(call), (cst.Assign, cst.AnnAssign)):
+            return True
+    return False
+
+
+def _may_log(ctx: Context, call: cst.Call) -> bool:
+    """``self.logger.info(...)``: a record-level method called on an object of the script (not
+    a module it imports), which may be the logger `_logger_out_of_sight` lost track of."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in EMITTERS - {"log"}):
+        return False
+    receiver = dotted(func.value)
+    return receiver is not None and receiver.split(".")[0] not in ctx.model.imports.bound

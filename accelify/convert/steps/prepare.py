@@ -163,6 +163,19 @@ def run(ctx: Context, scope: Scope) -> None:
             f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
             f"rank evaluates all of it (correct, not sharded); to shard it, {advice}",
         )
+    for name, call in _evaluated_in_another_module(ctx, chosen).items():
+        chosen.pop(name)
+        created.pop(name, None)
+        function = ctx.code(call.func)
+        ctx.plan.review(
+            ctx.line(call),
+            f"{name} is read only by {function}(), a function of another module the "
+            "conversion cannot see, handed no optimizer (an evaluation): prepared, it would "
+            f"evaluate one rank's shard and return that shard's numbers; {name} is left "
+            "unprepared, so every rank evaluates all of it (correct, not sharded); to shard it, "
+            f"prepare it and gather the predictions and labels inside {function}() with "
+            f"{ctx.a('gather_for_metrics')}",
+        )
     for name, loop in _read_where_written(ctx, chosen).items():
         _leave_whole(ctx, chosen, created, name, loop.node)
         ctx.plan.change(
@@ -999,6 +1012,51 @@ def _read_where_written(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Loop
         for name, loop in inside.items()
         if name not in outside and chosen.get(name) is Kind.DATALOADER
     }
+
+
+def _evaluated_in_another_module(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.Call]:
+    """Loaders of ``chosen`` (by the names they were made under) that no loop of this file
+    reads, and that are handed to a function imported from another module with no optimizer
+    beside them (``val_loss, val_acc = evaluate(model, val_loader, criterion, device)`` from
+    the project's ``src.evaluate``), with that call: the function evaluates whatever it is
+    handed, and a prepared loader would be one rank's shard, its metric that shard's. A loader
+    handed on with an optimizer is trained there: its shard is what the rank trains on."""
+    flow, model = ctx.facts.flow, ctx.model
+    read = {name for loop in model.loops for name in _loader_origins(ctx, loop)}
+    read |= set(_iterated_by_hand(ctx)) | set(_comprehension_evaluations(ctx))
+    found: dict[str, cst.Call] = {}
+    for call in model.calls:
+        if ctx.facts.calls.targets(call) or not _imported_from_elsewhere(ctx, call):
+            continue
+        names = [dotted(a.value) for a in call.args]
+        kinds = {flow.kind_of(n, call) for n in names if n is not None}
+        if Kind.OPTIMIZER in kinds or Kind.DATALOADER not in kinds:
+            continue
+        for name in names:
+            if name is None or flow.kind_of(name, call) is not Kind.DATALOADER:
+                continue
+            for origin in flow.origins(name, call):
+                if origin is not None and origin not in read and chosen.get(origin):
+                    found.setdefault(origin, call)
+    return found
+
+
+def _imported_from_elsewhere(ctx: Context, call: cst.Call) -> bool:
+    """``evaluate(...)`` or ``engine.evaluate(...)`` where the name comes from an import of a
+    module that is neither torch nor the standard library's builtins: code of the project the
+    conversion cannot read."""
+    name = dotted(call.func)
+    if name is None:
+        return False
+    root = name.split(".")[0]
+    imported = ctx.model.imports.bound.get(root)
+    if imported is None:
+        return False
+    return imported.split(".")[0] not in _LIBRARIES
+
+
+#: Modules whose functions read a loader without evaluating a model over it.
+_LIBRARIES = {"torch", "builtins", "itertools", "tqdm", "numpy", "accelerate", "accelify"}
 
 
 def _iterated_by_hand(ctx: Context) -> dict[str, cst.Call]:

@@ -205,12 +205,57 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
             and not inside_guarded
             and not ctx.facts.shared_files.kept_on_every_rank(call)
             and not ctx.facts.ranks.under_rank_guard(call)
+            and not _opened_to_read(ctx, call)
         ):
             ctx.plan.review(
                 ctx.line(call),
                 "a file is written on every rank: guard it with `if accelerator.is_main_process:`",
             )
     return guarded
+
+
+#: What reading a file object does: nothing of it writes.
+_READS = {"seek", "read", "readline", "readlines", "tell", "close", "fileno"}
+
+
+def _opened_to_read(ctx: Context, call: cst.Call) -> bool:
+    """``f = open(log, "a+")`` then only ``f.seek(0)``, ``f.readlines()``, ``f.close()`` (a
+    resumed run counting the epochs its log holds): an append mode that no write follows, so
+    every rank at most creates the same empty file, and each needs what it reads. Guarded on
+    the main process, the other ranks would have no count. Uses are those before the name is
+    bound again in its scope."""
+    if side_effects.opens_truncating(call) or side_effects.opens_exclusively(call):
+        return False
+    assign = ctx.model.parent(call)
+    if not (
+        isinstance(assign, cst.Assign)
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+    ):
+        return False
+    name = assign.targets[0].target.value
+    scope = ctx.model.scope_of(assign)
+    start = ctx.model.order(assign)
+    rebound = [
+        ctx.model.order(a)
+        for a in ctx.model.index.assignments_to(name)
+        if ctx.model.scope_of(a) is scope and ctx.model.order(a) > start
+    ]
+    end = min(rebound, default=None)
+    for node in walk(scope):
+        if not isinstance(node, cst.Name) or node.value != name or node is assign.targets[0].target:
+            continue
+        at = ctx.model.order(node)
+        if at < start or (end is not None and at > end):
+            continue
+        parent = ctx.model.parent(node)
+        if not (
+            isinstance(parent, cst.Attribute)
+            and parent.value is node
+            and parent.attr.value in _READS
+        ):
+            return False
+    return True
 
 
 def _must_run_everywhere(ctx: Context, block: cst.With) -> str | None:

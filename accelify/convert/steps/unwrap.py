@@ -13,6 +13,7 @@ from accelify.analysis.outside_forward import layers_outside_forward
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
+from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
 
 #: Calls that trace or export a model: a DDP wrapper's forward does not trace
@@ -210,6 +211,8 @@ def _attributes(ctx: Context) -> None:
         owner = attribute.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
+        if member == "state_dict" and _unwrap_through_instance(ctx, owner, attribute):
+            continue
         if _never_wrapped(ctx, dotted(owner), attribute) or not ctx.facts.flow.is_model_name(
             dotted(owner), attribute
         ):
@@ -223,6 +226,45 @@ def _attributes(ctx: Context) -> None:
             f"{dotted(owner)}.{member} -> {ctx.a('unwrap_model')}({dotted(owner)}).{member}",
             gives_way_to=[owner],  # ``model.module`` already unwrapped
         )
+
+
+def _unwrap_through_instance(ctx: Context, owner: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """``trainer.model.state_dict()`` outside the class that owns ``self.accelerator`` (a
+    callback handed the trainer builds ``{"model": trainer.model.state_dict(), ...}`` and saves
+    it): the trainer's prepared model is the DDP wrapper, whose ``module.`` keys would not load
+    back into the model, so its state is read through ``trainer.accelerator.unwrap_model``."""
+    owned = dotted(owner)
+    if _saved_whole(ctx, at):
+        return False  # ``torch.save(trainer.model.state_dict(), p)``: the save unwraps it
+    instance = ctx.instance_outside_class(at)
+    if instance is None or owned is None or not owned.startswith(f"{instance}."):
+        return False
+    attribute = "self." + owned.split(".", 1)[1]
+    if owned.count(".") != 1 or attribute not in ctx.plan.prepared:
+        return False
+    if not ctx.facts.flow.is_model_name(attribute, ctx.scope):
+        return False
+    acc = f"{instance}.accelerator"
+    ctx.plan.add(
+        rewrites.unwrap(owner, acc),
+        line=ctx.line(at),
+        text=f"{owned}.state_dict -> {acc}.unwrap_model({owned}).state_dict",
+        anywhere=True,
+    )
+    return True
+
+
+def _saved_whole(ctx: Context, attribute: cst.Attribute) -> bool:
+    """``attribute`` (``x.state_dict``) is called as the object ``torch.save`` saves."""
+    call = ctx.model.parent(attribute)
+    argument = ctx.model.parent(call) if isinstance(call, cst.Call) else None
+    save = ctx.model.parent(argument) if isinstance(argument, cst.Arg) else None
+    return (
+        isinstance(save, cst.Call)
+        and bool(save.args)
+        and save.args[0] is argument
+        and bool(ctx.model.call_names(save) & names.TORCH_SAVE)
+    )
 
 
 def _never_wrapped(ctx: Context, name: str | None, node: cst.CSTNode) -> bool:
