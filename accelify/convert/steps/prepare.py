@@ -7,6 +7,7 @@ import libcst as cst
 
 from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.evaluation import Evaluation
+from accelify.analysis.flow import record_fields
 from accelify.analysis.loops import loop_source
 from accelify.analysis.objects import (
     bound_arguments,
@@ -458,7 +459,19 @@ def _uses_objects(ctx: Context, line: cst.CSTNode) -> bool:
             target = callee(ctx.model, node)
             if target is not None and _trains_or_evaluates(ctx, target[0]):
                 return True
+            if _bundles_a_loader(ctx, node):
+                return True
     return False
+
+
+def _bundles_a_loader(ctx: Context, call: cst.Call) -> bool:
+    """``Loaders(train_dl, val_dl)`` of a namedtuple or dataclass: the record keeps the loaders
+    it is given, so they are prepared before it is built, or the loops that read its fields
+    would get the unprepared ones."""
+    if not record_fields(ctx.model, dotted(call.func)):
+        return False
+    flow = ctx.facts.flow
+    return any(flow.kind_of(dotted(a.value), call) is Kind.DATALOADER for a in call.args)
 
 
 def _trains_or_evaluates(ctx: Context, function: cst.FunctionDef) -> bool:
