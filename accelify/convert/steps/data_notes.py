@@ -9,12 +9,14 @@ from accelify.analysis import names
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.randomness import randomness_of
 from accelify.analysis.script_model import Kind, Loop
+from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import loader_names
 
 
 def run(ctx: Context) -> None:
     _totals_over_dataset(ctx)
+    _statistics_over_a_shard(ctx)
     noted = False
     for loop in ctx.model.loops:
         unprepared = _trained_unprepared(ctx, loop) if loop.trains else []
@@ -122,6 +124,32 @@ def _totals_over_dataset(ctx: Context) -> None:
             "reducing the total is not enough (the prepared loader repeats samples to even out "
             f"the last batch): gather each batch's values with "
             f"{ctx.a('gather_for_metrics')} before summing them",
+        )
+
+
+#: Calls that walk a whole loader to recompute a model's state (its BatchNorm statistics).
+_WHOLE_LOADER_PASSES = {"torch.optim.swa_utils.update_bn"}
+
+
+def _statistics_over_a_shard(ctx: Context) -> None:
+    """``update_bn(train_loader, swa_model)`` over a prepared loader: each rank recomputes the
+    BatchNorm statistics from its own shard, so the ranks' averaged models differ (their
+    evaluations are gathered from different models) and none holds the whole set's statistics,
+    the ones the original saves."""
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+    flow = ctx.facts.flow
+    for call in ctx.model.calls:
+        name = dotted(call.func)
+        if ctx.model.imports.resolve(name or "") not in _WHOLE_LOADER_PASSES or not call.args:
+            continue
+        loader = dotted(call.args[0].value)
+        if loader is None or not flow.origins(loader, call, stop=prepared) & prepared:
+            continue
+        ctx.plan.review(
+            ctx.line(call),
+            f"{name}() reads {loader}, which is prepared: each rank recomputes the BatchNorm "
+            "statistics from its own shard, so the ranks' models differ and none has the whole "
+            "set's; hand it a DataLoader over the training set that is not prepared",
         )
 
 
