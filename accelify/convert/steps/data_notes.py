@@ -81,7 +81,16 @@ def run(ctx: Context) -> None:
         if text is not None:
             ctx.plan.review(line, text)
     by_hand = [c for c in ctx.model.backward_calls if not ctx.facts.trains_itself(c)]
-    if by_hand and not ctx.model.of_kind(Kind.OPTIMIZER):
+    inline = _inline_optimizers(ctx)
+    for call in inline if by_hand else []:
+        ctx.plan.review(
+            ctx.line(call),
+            f"the optimizer made here is handed straight to {ctx.code(_receiver(ctx, call))}"
+            "(), bound to no name, so it is not prepared: it steps on the DDP-averaged gradients "
+            "as it is (right without mixed precision), but under --mixed-precision fp16 it "
+            "would step on the scaled gradients; bind it to a name and prepare it with the model",
+        )
+    if by_hand and not ctx.model.of_kind(Kind.OPTIMIZER) and not inline:
         line = ctx.line(by_hand[0])
         models = {b.name for b in ctx.model.of_kind(Kind.MODEL)}
         if models & set(ctx.plan.prepared):
@@ -127,6 +136,25 @@ def _totals_over_dataset(ctx: Context) -> None:
         )
 
 
+def _inline_optimizers(ctx: Context) -> list[cst.Call]:
+    """``TrainState(model=model, optimizer=torch.optim.Adam(model.parameters()))`` or
+    ``trainer.set_optimizer(SGD(...))``: optimizers made in a call's arguments."""
+    prepared = _arguments_prepared_where_received(ctx, Kind.OPTIMIZER)
+    return [
+        call
+        for call in ctx.model.calls
+        if any(names.is_optimizer_class(q) for q in ctx.model.call_names(call))
+        and isinstance(ctx.model.parent(call), cst.Arg)
+        and ctx.model.parent(call) not in prepared
+    ]
+
+
+def _receiver(ctx: Context, call: cst.Call) -> cst.BaseExpression:
+    """The function of the call whose argument ``call`` is."""
+    outer = ctx.model.parent(ctx.model.parent(call))
+    return outer.func if isinstance(outer, cst.Call) else call.func
+
+
 #: Calls that walk a whole loader to recompute a model's state (its BatchNorm statistics).
 _WHOLE_LOADER_PASSES = {"torch.optim.swa_utils.update_bn"}
 
@@ -167,12 +195,18 @@ def _inline_loaders(ctx: Context) -> list[cst.Call]:
     ]
 
 
-def _arguments_prepared_where_received(ctx: Context) -> list[cst.Arg]:
-    """The arguments bound to a DataLoader parameter the conversion prepares in its function."""
+def _arguments_prepared_where_received(ctx: Context, kind: Kind = Kind.DATALOADER) -> list[cst.Arg]:
+    """The arguments bound to a parameter of ``kind`` the conversion prepares in its function
+    (itself, or the attribute it is kept in: ``self.optimizer = optimizer``)."""
     flow, found = ctx.facts.flow, []
     prepared = set(ctx.plan.prepared)
+    kept = {
+        dotted(b.value)
+        for b in ctx.model.bindings
+        if b.received and b.name in prepared and dotted(b.value) is not None
+    }
     for function, parameters in flow.params.items():
-        loaders = {n for n, kind in parameters.items() if kind is Kind.DATALOADER} & prepared
+        loaders = {n for n, k in parameters.items() if k is kind} & (prepared | kept)
         if not loaders:
             continue
         for call, implicit in flow.calls_of(function):

@@ -459,19 +459,23 @@ def _uses_objects(ctx: Context, line: cst.CSTNode) -> bool:
             target = callee(ctx.model, node)
             if target is not None and _trains_or_evaluates(ctx, target[0]):
                 return True
-            if _bundles_a_loader(ctx, node):
+            if _bundles_prepared_kinds(ctx, node):
                 return True
     return False
 
 
-def _bundles_a_loader(ctx: Context, call: cst.Call) -> bool:
-    """``Loaders(train_dl, val_dl)`` of a namedtuple or dataclass: the record keeps the loaders
-    it is given, so they are prepared before it is built, or the loops that read its fields
-    would get the unprepared ones."""
+_BUNDLED_KINDS = {Kind.DATALOADER, Kind.MODEL, Kind.OPTIMIZER, Kind.SCHEDULER}
+
+
+def _bundles_prepared_kinds(ctx: Context, call: cst.Call) -> bool:
+    """``Loaders(train_dl, val_dl)`` or ``TrainState(model, optimizer)`` of a namedtuple or
+    dataclass: the record keeps what it is given, so that is prepared before it is built, or
+    the code that reads its fields would get the unprepared objects (a model trained unwrapped,
+    unsynchronised, on a sharded loader)."""
     if not record_fields(ctx.model, dotted(call.func)):
         return False
     flow = ctx.facts.flow
-    return any(flow.kind_of(dotted(a.value), call) is Kind.DATALOADER for a in call.args)
+    return any(flow.kind_of(dotted(a.value), call) in _BUNDLED_KINDS for a in call.args)
 
 
 def _trains_or_evaluates(ctx: Context, function: cst.FunctionDef) -> bool:
