@@ -201,38 +201,56 @@ class ObjectFlow:
     def record_arguments(
         self, name: str | None, at: cst.CSTNode
     ) -> list[tuple[cst.BaseExpression, cst.Call]]:
-        """``loaders.val`` where ``loaders`` is a record built from names (``Loaders(train_dl,
-        val_dl)`` of a namedtuple, NamedTuple or ``@dataclass`` of the file, here or at a
-        caller of the helper ``loaders`` is a parameter of): what each such construction passes
-        for the field, with the call. Empty when the field comes from anything else."""
+        """``loaders.val`` where ``loaders`` is a record (``Loaders(train_dl, val_dl)`` of a
+        namedtuple, NamedTuple or ``@dataclass`` of the file), built here, assigned to the name,
+        or handed to the helper ``loaders`` is a parameter of (also built in that call's
+        arguments): what each such construction passes for the field, with the call. Empty
+        when the field comes from anything else."""
         if name is None or name.count(".") != 1 or name.startswith("self."):
             return []
         base, field = name.split(".")
-        if (base, id(at)) in self._following:
-            return []
-        self._following.add((base, id(at)))
-        try:
-            sources = self.origins(base, at)
-        finally:
-            self._following.discard((base, id(at)))
         found: list[tuple[cst.BaseExpression, cst.Call]] = []
-        for source in sources:
-            assignments = self.model.index.assignments_to(source or "")
-            if source is None or not assignments:
-                return []
-            for assign in assignments:
-                value = assign.value
-                if not isinstance(value, cst.Call):
+        for construction in self._record_constructions(base, at) or []:
+            fields = record_fields(self.model, dotted(construction.func))
+            for index, argument in enumerate(construction.args):
+                if argument.star:
                     return []
-                fields = record_fields(self.model, dotted(value.func))
-                if not fields:
-                    return []
-                for index, argument in enumerate(value.args):
-                    if argument.star:
-                        return []
-                    keyword = argument.keyword.value if argument.keyword is not None else None
-                    if (keyword or (fields[index] if index < len(fields) else None)) == field:
-                        found.append((argument.value, value))
+                keyword = argument.keyword.value if argument.keyword is not None else None
+                if (keyword or (fields[index] if index < len(fields) else None)) == field:
+                    found.append((argument.value, construction))
+        return found
+
+    def _record_constructions(self, name: str, at: cst.CSTNode) -> list[cst.Call] | None:
+        """The record calls ``name`` holds at ``at``: followed back through the parameters of
+        the helpers in between; None when any of its values is something else."""
+        found: list[cst.Call] = []
+        pending, seen = [(name, at)], set()
+        while pending:
+            current, place = pending.pop()
+            function = self.placement.enclosing_function(place)
+            if (current, id(function)) in seen:
+                continue
+            seen.add((current, id(function)))
+            parameters = {p.name.value for p in function.params.params} if function else set()
+            values: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
+            if current in parameters:
+                for call, implicit in self.calls_of(function):  # type: ignore[arg-type]
+                    values += [
+                        (argument.value, call)
+                        for parameter, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
+                        if parameter == current
+                    ]
+            else:
+                values = [(a.value, a) for a in self.model.index.assignments_to(current)]
+            if not values:
+                return None
+            for value, where in values:
+                if isinstance(value, cst.Call) and record_fields(self.model, dotted(value.func)):
+                    found.append(value)
+                elif isinstance(value, cst.Name):
+                    pending.append((value.value, where))
+                else:
+                    return None
         return found
 
     def _iterated_loaders(self, name: str | None, at: cst.CSTNode) -> list[str]:
