@@ -24,7 +24,11 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
     if anchor is None and home is not prepare_scope and ctx.acc.startswith("self."):
         # The constructor needs nothing of it itself; every other method may: made last there.
         last = ctx.facts.placement.body_of(home)[-1]
-        ctx.plan.insert_after(last, statement(create), *map(statement, ctx.after_creation))
+        created = [statement(create), *map(statement, ctx.after_creation)]
+        if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return):
+            ctx.plan.insert_before(last, *created)
+        else:
+            ctx.plan.insert_after(last, *created)
         ctx.plan.change(ctx.line(home), f"created {create} at the end of {home.name.value}()")
         return
     if anchor is None:
