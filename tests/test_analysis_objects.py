@@ -432,3 +432,37 @@ def test_a_caller_that_passes_another_callable_keeps_the_call():
         )
         == []
     )
+
+
+def test_a_field_of_a_record_is_the_object_its_construction_was_handed():
+    model = script(
+        """
+        import collections
+        import typing
+
+        Pair = collections.namedtuple("Pair", "train val")
+
+        class Holder(typing.NamedTuple):
+            model: nn.Module
+            loader: DataLoader
+
+        def evaluate(pair, holder):
+            for x in pair.val:
+                holder.model(x)
+
+        def main():
+            train_loader = DataLoader(range(8))
+            val_loader = DataLoader(range(4))
+            net = nn.Linear(2, 1)
+            evaluate(Pair(train_loader, val=val_loader), Holder(net, train_loader))
+            pair = Pair(train_loader, val=val_loader)
+            holder = Holder(net, train_loader)
+            evaluate(pair, holder)
+        """
+    )
+    flow = facts_of(model).flow
+    loop = next(loop for loop in model.loops if loop.iterable == "pair.val")
+    assert flow.kind_of("pair.val", loop.node) is Kind.DATALOADER
+    assert flow.origins("pair.val", loop.node) == {"val_loader"}
+    assert flow.kind_of("holder.model", loop.node) is Kind.MODEL
+    assert flow.kind_of("pair.test", loop.node) is None  # no such field

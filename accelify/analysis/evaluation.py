@@ -413,7 +413,12 @@ def _phase_evaluation(loop: Loop, facts: Facts) -> Evaluation | None:
     found.already_gathered = _gathers(loop, facts)
     found.unsure = (
         "this loop trains in one phase and evaluates in the other (the backward runs under "
-        f"`if {conditions[0]}`): its evaluation totals cover one rank's shard"
+        f"`if {conditions[0]}`): over a prepared loader its evaluation totals would cover one "
+        "rank's shard, and a gather could run in one phase only"
+    )
+    found.advice = (
+        "give evaluation a loop of its own and gather predictions and labels there with "
+        "accelerator.gather_for_metrics"
     )
     return found
 

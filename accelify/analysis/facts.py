@@ -209,9 +209,14 @@ class Facts:
 
     @cached_property
     def evaluations(self) -> list[Evaluation]:
-        """Loops over a DataLoader that evaluate (no backward, gradients off around or inside)."""
+        """Loops over a DataLoader that evaluate (no backward, gradients off around or inside).
+        A loop that trains through a step of this file (``self.train_step(batch)``, a subclass's
+        override) does not, though its own body has no backward."""
         found = []
+        stepped = {id(loop.node) for loop, _ in self.step_driven_loops}
         for loop in self.model.loops:
+            if id(loop.node) in stepped:
+                continue
             evaluation = evaluation_of(loop, self)
             if evaluation is not None:
                 found.append(evaluation)

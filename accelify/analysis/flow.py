@@ -99,6 +99,15 @@ class ObjectFlow:
         kinds_by_name: dict[str, Kind] = {}
         for binding in self.model.bindings:
             kinds_by_name.setdefault(binding.name, binding.kind)
+        # Rounds: ``self.validate(loaders["val"])`` in ``fit(self, loaders)`` is written before
+        # the ``trainer.fit(loaders)`` that makes ``fit``'s ``loaders`` a dict of loaders.
+        for _ in range(3):
+            if not self._add_parameters_once(kinds_by_name):
+                break
+
+    def _add_parameters_once(self, kinds_by_name: dict[str, Kind]) -> bool:
+        """One pass over the file's calls; whether it learnt a parameter's kind."""
+        added = False
         for call in self.model.calls:
             target = callee(self.model, call)
             if target is None:
@@ -106,12 +115,35 @@ class ObjectFlow:
             function, implicit = target
             caller = self.placement.enclosing_function(call)
             for parameter, argument in bound_arguments(function, call, implicit):
-                name = dotted(argument.value) or ""
-                kind = kinds_by_name.get(name) or self.params.get(caller, {}).get(name)  # type: ignore[arg-type]
-                if kind is None and self._iterated_loaders(name, call):
-                    kind = Kind.DATALOADER
+                if parameter in self.params.get(function, {}):
+                    continue
+                kind = self._argument_kind(argument.value, call, caller, kinds_by_name)
                 if kind is not None:
-                    self.params.setdefault(function, {}).setdefault(parameter, kind)
+                    self.params.setdefault(function, {})[parameter] = kind
+                    added = True
+        return added
+
+    def _argument_kind(
+        self,
+        value: cst.BaseExpression,
+        call: cst.Call,
+        caller: cst.FunctionDef | None,
+        kinds_by_name: dict[str, Kind],
+    ) -> Kind | None:
+        """What an argument holds: a tracked name, the caller's parameter, a loader of a loop
+        over loaders, a record's field, or an entry of a dict of loaders
+        (``loaders["val"]``, ``loaders.get("val")``)."""
+        name = dotted(value) or ""
+        kind = kinds_by_name.get(name) or self.params.get(caller, {}).get(name)  # type: ignore[arg-type]
+        if kind is None and self._iterated_loaders(name, call):
+            kind = Kind.DATALOADER
+        if kind is None and self.record_arguments(name, call):
+            kind = self.kind_of(name, call)
+        container = dotted(_container(value)) if _container(value) is not value else None
+        if kind is None and container is not None:
+            held = kinds_by_name.get(container) or self.params.get(caller, {}).get(container)  # type: ignore[arg-type]
+            kind = held if held is Kind.DATALOADER else None
+        return kind
 
     def calls_of(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]]:
         """Every call in the file that runs ``function``, with its implicit ``self``."""
@@ -155,9 +187,71 @@ class ObjectFlow:
                 if kind is not None:
                     found.add(kind)
             self._following.discard((name, id(at)))
+        if not found and (name, id(at)) not in self._following:
+            self._following.add((name, id(at)))  # ``loaders.val`` of ``Loaders(train, val)``
+            for value, call in self.record_arguments(name, at):
+                kind = self.kind_of(dotted(value), call)
+                if kind is not None:
+                    found.add(kind)
+            self._following.discard((name, id(at)))
         if not found and self._iterated_loaders(name, at):
             found.add(Kind.DATALOADER)
         return min(found, key=list(Kind).index) if found else None
+
+    def record_arguments(
+        self, name: str | None, at: cst.CSTNode
+    ) -> list[tuple[cst.BaseExpression, cst.Call]]:
+        """``loaders.val`` where ``loaders`` is a record (``Loaders(train_dl, val_dl)`` of a
+        namedtuple, NamedTuple or ``@dataclass`` of the file), built here, assigned to the name,
+        or handed to the helper ``loaders`` is a parameter of (also built in that call's
+        arguments): what each such construction passes for the field, with the call. Empty
+        when the field comes from anything else."""
+        if name is None or name.count(".") != 1 or name.startswith("self."):
+            return []
+        base, field = name.split(".")
+        found: list[tuple[cst.BaseExpression, cst.Call]] = []
+        for construction in self._record_constructions(base, at) or []:
+            fields = record_fields(self.model, dotted(construction.func))
+            for index, argument in enumerate(construction.args):
+                if argument.star:
+                    return []
+                keyword = argument.keyword.value if argument.keyword is not None else None
+                if (keyword or (fields[index] if index < len(fields) else None)) == field:
+                    found.append((argument.value, construction))
+        return found
+
+    def _record_constructions(self, name: str, at: cst.CSTNode) -> list[cst.Call] | None:
+        """The record calls ``name`` holds at ``at``: followed back through the parameters of
+        the helpers in between; None when any of its values is something else."""
+        found: list[cst.Call] = []
+        pending, seen = [(name, at)], set()
+        while pending:
+            current, place = pending.pop()
+            function = self.placement.enclosing_function(place)
+            if (current, id(function)) in seen:
+                continue
+            seen.add((current, id(function)))
+            parameters = {p.name.value for p in function.params.params} if function else set()
+            values: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
+            if current in parameters:
+                for call, implicit in self.calls_of(function):  # type: ignore[arg-type]
+                    values += [
+                        (argument.value, call)
+                        for parameter, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
+                        if parameter == current
+                    ]
+            else:
+                values = [(a.value, a) for a in self.model.index.assignments_to(current)]
+            if not values:
+                return None
+            for value, where in values:
+                if isinstance(value, cst.Call) and record_fields(self.model, dotted(value.func)):
+                    found.append(value)
+                elif isinstance(value, cst.Name):
+                    pending.append((value.value, where))
+                else:
+                    return None
+        return found
 
     def _iterated_loaders(self, name: str | None, at: cst.CSTNode) -> list[str]:
         """The loaders ``name`` takes in turn: ``loader`` of ``for name, loader in
@@ -292,6 +386,8 @@ class ObjectFlow:
             ]
             if current not in stop and not passed:
                 passed = self.dataclass_arguments(current, place) or []
+            if current not in stop and not passed:
+                passed = self.record_arguments(current, place)
             iterated = [] if passed or current in stop else self._iterated_loaders(current, place)
             pending += [(source, place) for source in iterated]
             if not passed and not iterated:
@@ -543,6 +639,53 @@ def _compared(test: cst.BaseExpression) -> set[str]:
                 if name := dotted(side):
                     found.add(name)
     return found
+
+
+def record_fields(model: ScriptModel, class_name: str | None) -> list[str]:
+    """The fields, in the order its constructor takes them, of a record type of the file:
+    ``Loaders = namedtuple("Loaders", ["train", "val"])`` (or ``"train val"``), a
+    ``typing.NamedTuple`` subclass, or a ``@dataclass``; empty for anything else."""
+    if class_name is None:
+        return []
+    owner = model.classes.get(class_name)
+    if owner is not None:
+        bases = {model.imports.resolve(dotted(b.value) or "") for b in owner.bases}
+        if bases & {"typing.NamedTuple"}:
+            return _annotated_fields(owner)
+        return dataclass_fields(owner)
+    assignments = model.index.assignments_to(class_name)
+    if len(assignments) != 1 or not isinstance(assignments[0].value, cst.Call):
+        return []
+    call = assignments[0].value
+    if model.imports.resolve(dotted(call.func) or "") != "collections.namedtuple":
+        return []
+    if len(call.args) < 2:
+        return []
+    names = call.args[1].value
+    if isinstance(names, cst.SimpleString):
+        text = names.evaluated_value
+        return text.replace(",", " ").split() if isinstance(text, str) else []
+    if isinstance(names, (cst.List, cst.Tuple)):
+        found = [
+            e.value.evaluated_value
+            for e in names.elements
+            if isinstance(e.value, cst.SimpleString) and isinstance(e.value.evaluated_value, str)
+        ]
+        return found if len(found) == len(names.elements) else []  # type: ignore[return-value]
+    return []
+
+
+def _annotated_fields(owner: cst.ClassDef) -> list[str]:
+    """The annotated names of a class body, in order."""
+    if not isinstance(owner.body, cst.IndentedBlock):
+        return []
+    fields = []
+    for line in owner.body.body:
+        if isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.AnnAssign):
+            target = line.body[0].target
+            if isinstance(target, cst.Name):
+                fields.append(target.value)
+    return fields
 
 
 def dataclass_fields(owner: cst.ClassDef) -> list[str]:

@@ -14,6 +14,18 @@ OPTIMIZER_PREFIXES = (
 )
 OPTIMIZER_EXCLUDED_PREFIXES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 SCHEDULER_PREFIXES = ("torch.optim.lr_scheduler.",)
+
+
+def is_optimizer_class(qualified_name: str) -> bool:
+    """``torch.optim.SGD`` and the like: a class (capitalised) under an optimizer package, not a
+    scheduler."""
+    return (
+        qualified_name.startswith(OPTIMIZER_PREFIXES)
+        and not qualified_name.startswith(OPTIMIZER_EXCLUDED_PREFIXES)
+        and qualified_name.rsplit(".", 1)[-1][:1].isupper()
+    )
+
+
 #: Project helpers that build the optimizer for a model they are handed (mmcv's and PixArt's
 #: ``build_optimizer(model, cfg)``, timm's ``create_optimizer_v2(model, ...)``).
 OPTIMIZER_FACTORIES = {

@@ -902,11 +902,7 @@ def _leaves(block: cst.BaseSuite) -> bool:
 def _optimizer_class(qualified_name: str) -> bool:
     """``torch.optim.SGD`` and the like: a class (capitalised) under an optimizer package, not a
     scheduler."""
-    return (
-        qualified_name.startswith(names.OPTIMIZER_PREFIXES)
-        and not qualified_name.startswith(names.OPTIMIZER_EXCLUDED_PREFIXES)
-        and qualified_name.rsplit(".", 1)[-1][:1].isupper()
-    )
+    return names.is_optimizer_class(qualified_name)
 
 
 def _optimizer_factory_call(call: cst.Call) -> bool:

@@ -8,19 +8,29 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from accelify.analysis.objects import methods_of
+from accelify.analysis.objects import bound_arguments, methods_of
 from accelify.analysis.script_model import Scope
-from accelify.analysis.syntax import walk
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.node_rewrites import WithKeyword
 from accelify.edits.plan import statement
 
 
 def run(ctx: Context, prepare_scope: Scope) -> None:
-    create = f"{ctx.acc} = {ctx.constructor_code()}"
     home = _home(ctx, prepare_scope)
+    create = f"{ctx.acc} = {ctx.constructor_code()}"
     threaded = _thread(ctx, home)
     anchor = _first_need(ctx, home, threaded)
+    if anchor is None and home is not prepare_scope and ctx.acc.startswith("self."):
+        # The constructor needs nothing of it itself; every other method may: made last there.
+        last = ctx.facts.placement.body_of(home)[-1]
+        created = [statement(create), *map(statement, ctx.after_creation)]
+        if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return):
+            ctx.plan.insert_before(last, *created)
+        else:
+            ctx.plan.insert_after(last, *created)
+        ctx.plan.change(ctx.line(home), f"created {create} at the end of {home.name.value}()")
+        return
     if anchor is None:
         return
     # Early inserts: the Accelerator (and what its constructor reads) comes before whatever
@@ -71,6 +81,7 @@ def _home(ctx: Context, prepare_scope: Scope) -> Scope:
     if ctx.acc.startswith("self."):
         return _instance_home(ctx, prepare_scope)
     if any(isinstance(ctx.model.scope_of(n), cst.Module) for n in ctx.needs):
+        _read_constructor_at_the_call(ctx, prepare_scope, ctx.model.module)
         return ctx.model.module
     home = prepare_scope
     for _ in range(10):
@@ -90,9 +101,10 @@ def _home(ctx: Context, prepare_scope: Scope) -> Scope:
 
 def _instance_home(ctx: Context, prepare_scope: Scope) -> Scope:
     """``self.accelerator`` is created where the class prepares, unless its ``__init__`` needs
-    it too (``self.device = self.accelerator.device``, a print): ``__init__`` runs before any
-    other method, so it is created there (when its arguments read nothing the preparing method
-    alone defines)."""
+    it too (``self.device = self.accelerator.device``, a print), or nothing is prepared where it
+    would be made (a trainer whose objects come through setters, whose backward's method is the
+    default home): ``__init__`` runs before any other method, so it is created there (when its
+    arguments read nothing the preparing method alone defines)."""
     owner = (
         ctx.facts.calls.owner(prepare_scope) if isinstance(prepare_scope, cst.FunctionDef) else None
     )
@@ -102,12 +114,98 @@ def _instance_home(ctx: Context, prepare_scope: Scope) -> Scope:
     if init is None or ctx.facts.calls.owner(init) is not owner:
         return prepare_scope
     placement = ctx.facts.placement
-    needed = any(placement.inside(need, init) for need in ctx.needs) or bool(
-        _calls_reaching_a_need(ctx, init, besides=prepare_scope)
+    prepares_there = ctx.prepare_anchor is not None and placement.inside(
+        ctx.prepare_anchor, prepare_scope
+    )
+    needed = (
+        not prepares_there
+        or any(placement.inside(need, init) for need in ctx.needs)
+        or bool(_calls_reaching_a_need(ctx, init, besides=prepare_scope))
+        or any(_may_run_first(ctx, need, prepare_scope) for need in ctx.needs)
     )
     if needed and _may_create_in(ctx, init, prepare_scope):
         return init
     return prepare_scope
+
+
+def _may_run_first(ctx: Context, need: cst.CSTNode, prepare_scope: Scope) -> bool:
+    """``need`` is in a method that may run before ``prepare_scope`` made the accelerator: one
+    the file calls from outside the class (``trainer.attach_data(...)`` before
+    ``trainer.setup(...)``), or nothing calls; not one only ``prepare_scope`` runs."""
+    placement, graph = ctx.facts.placement, ctx.facts.calls
+    function = placement.enclosing_function(need)
+    pending, seen = [function], set()
+    while pending:
+        current = pending.pop()
+        if current is None:
+            return True
+        if current is prepare_scope or placement.inside(current, prepare_scope) or current in seen:
+            continue
+        seen.add(current)
+        callers = graph.callers(current)
+        if not callers:
+            return True
+        pending += [placement.enclosing_function(call) for call in callers]
+    return False
+
+
+def _read_constructor_at_the_call(ctx: Context, prepare_scope: Scope, home: Scope) -> None:
+    """The constructor's arguments read the preparing function's parameters
+    (``Accelerator(gradient_accumulation_steps=cfg["accum"])`` in ``train(cfg)``), and the
+    accelerator is made in ``home``, which calls it once (``train(config)`` at the module's
+    end, beside a print that needs it): they read what that call passes (``config["accum"]``),
+    or the Accelerator would be made from a name that does not exist there (NameError on every
+    rank). When no single call of ``home`` passes plain names, a review line says so."""
+    if _may_create_in(ctx, home, prepare_scope) or not isinstance(prepare_scope, cst.FunctionDef):
+        return
+    calls = [c for c, _ in ctx.facts.flow.calls_of(prepare_scope) if ctx.model.scope_of(c) is home]
+    passed: dict[str, cst.BaseExpression] = {}
+    if len(calls) == 1:
+        implicit = 1 if ctx.facts.calls.owner(prepare_scope) is not None else 0
+        passed = {
+            parameter: argument.value
+            for parameter, argument in bound_arguments(prepare_scope, calls[0], implicit)
+            if dotted(argument.value) is not None
+        }
+    for key, code in list(ctx.constructor.items()):
+        value = cst.parse_expression(code)
+        read = {n.value for n in walk(value) if isinstance(n, cst.Name)}
+        local = read & _locals_of(ctx, prepare_scope)
+        if not local:
+            continue
+        if local <= set(passed):
+            renamed = value.visit(_Rename({name: passed[name] for name in local}))
+            ctx.constructor[key] = cst.Module([]).code_for_node(renamed)
+            continue
+        ctx.plan.review(
+            ctx.line(prepare_scope),
+            f"Accelerator({key}={code}) reads {', '.join(sorted(local))}, which "
+            f"{prepare_scope.name.value}() defines, but the accelerator is made outside it: "
+            f"pass {key} a value that exists where it is made",
+        )
+
+
+class _Rename(cst.CSTTransformer):
+    """Names replaced by the expressions the call passes for them."""
+
+    def __init__(self, passed: dict[str, cst.BaseExpression]) -> None:
+        self.passed = passed
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self.passed.get(original.value, updated)
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(attr=original.attr)  # ``cfg.accum``'s ``accum`` is no name
+
+
+def _locals_of(ctx: Context, scope: Scope) -> set[str]:
+    """The names ``scope`` binds itself: its parameters and assignment targets."""
+    return {
+        n.value
+        for n in walk(scope)
+        if isinstance(n, cst.Name)
+        and isinstance(ctx.model.parent(n), (cst.Param, cst.AssignTarget))
+    }
 
 
 def _calls_reaching_a_need(
@@ -162,12 +260,7 @@ def _may_create_in(ctx: Context, scope: Scope, prepare_scope: Scope) -> bool:
     """The constructor's arguments read nothing that only the preparing scope defines."""
     if scope is prepare_scope:
         return True
-    local = {
-        n.value
-        for n in walk(prepare_scope)
-        if isinstance(n, cst.Name)
-        and isinstance(ctx.model.parent(n), (cst.Param, cst.AssignTarget))
-    }
+    local = _locals_of(ctx, prepare_scope)
     for code in ctx.constructor.values():
         read = {n.value for n in walk(cst.parse_expression(code)) if isinstance(n, cst.Name)}
         if read & local:

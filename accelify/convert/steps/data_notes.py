@@ -9,12 +9,14 @@ from accelify.analysis import names
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.randomness import randomness_of
 from accelify.analysis.script_model import Kind, Loop
+from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import loader_names
 
 
 def run(ctx: Context) -> None:
     _totals_over_dataset(ctx)
+    _statistics_over_a_shard(ctx)
     noted = False
     for loop in ctx.model.loops:
         unprepared = _trained_unprepared(ctx, loop) if loop.trains else []
@@ -79,7 +81,16 @@ def run(ctx: Context) -> None:
         if text is not None:
             ctx.plan.review(line, text)
     by_hand = [c for c in ctx.model.backward_calls if not ctx.facts.trains_itself(c)]
-    if by_hand and not ctx.model.of_kind(Kind.OPTIMIZER):
+    inline = _inline_optimizers(ctx)
+    for call in inline if by_hand else []:
+        ctx.plan.review(
+            ctx.line(call),
+            f"the optimizer made here is handed straight to {ctx.code(_receiver(ctx, call))}"
+            "(), bound to no name, so it is not prepared: it steps on the DDP-averaged gradients "
+            "as it is (right without mixed precision), but under --mixed-precision fp16 it "
+            "would step on the scaled gradients; bind it to a name and prepare it with the model",
+        )
+    if by_hand and not ctx.model.of_kind(Kind.OPTIMIZER) and not inline:
         line = ctx.line(by_hand[0])
         models = {b.name for b in ctx.model.of_kind(Kind.MODEL)}
         if models & set(ctx.plan.prepared):
@@ -125,6 +136,51 @@ def _totals_over_dataset(ctx: Context) -> None:
         )
 
 
+def _inline_optimizers(ctx: Context) -> list[cst.Call]:
+    """``TrainState(model=model, optimizer=torch.optim.Adam(model.parameters()))`` or
+    ``trainer.set_optimizer(SGD(...))``: optimizers made in a call's arguments."""
+    prepared = _arguments_prepared_where_received(ctx, Kind.OPTIMIZER)
+    return [
+        call
+        for call in ctx.model.calls
+        if any(names.is_optimizer_class(q) for q in ctx.model.call_names(call))
+        and isinstance(ctx.model.parent(call), cst.Arg)
+        and ctx.model.parent(call) not in prepared
+    ]
+
+
+def _receiver(ctx: Context, call: cst.Call) -> cst.BaseExpression:
+    """The function of the call whose argument ``call`` is."""
+    outer = ctx.model.parent(ctx.model.parent(call))
+    return outer.func if isinstance(outer, cst.Call) else call.func
+
+
+#: Calls that walk a whole loader to recompute a model's state (its BatchNorm statistics).
+_WHOLE_LOADER_PASSES = {"torch.optim.swa_utils.update_bn"}
+
+
+def _statistics_over_a_shard(ctx: Context) -> None:
+    """``update_bn(train_loader, swa_model)`` over a prepared loader: each rank recomputes the
+    BatchNorm statistics from its own shard, so the ranks' averaged models differ (their
+    evaluations are gathered from different models) and none holds the whole set's statistics,
+    the ones the original saves."""
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+    flow = ctx.facts.flow
+    for call in ctx.model.calls:
+        name = dotted(call.func)
+        if ctx.model.imports.resolve(name or "") not in _WHOLE_LOADER_PASSES or not call.args:
+            continue
+        loader = dotted(call.args[0].value)
+        if loader is None or not flow.origins(loader, call, stop=prepared) & prepared:
+            continue
+        ctx.plan.review(
+            ctx.line(call),
+            f"{name}() reads {loader}, which is prepared: each rank recomputes the BatchNorm "
+            "statistics from its own shard, so the ranks' models differ and none has the whole "
+            "set's; hand it a DataLoader over the training set that is not prepared",
+        )
+
+
 def _inline_loaders(ctx: Context) -> list[cst.Call]:
     """``Trainer(train_loader=DataLoader(...))``: DataLoaders bound to no name, and handed to
     no parameter the conversion prepares (``trainer.fit(DataLoader(...))`` where ``fit``
@@ -139,12 +195,18 @@ def _inline_loaders(ctx: Context) -> list[cst.Call]:
     ]
 
 
-def _arguments_prepared_where_received(ctx: Context) -> list[cst.Arg]:
-    """The arguments bound to a DataLoader parameter the conversion prepares in its function."""
+def _arguments_prepared_where_received(ctx: Context, kind: Kind = Kind.DATALOADER) -> list[cst.Arg]:
+    """The arguments bound to a parameter of ``kind`` the conversion prepares in its function
+    (itself, or the attribute it is kept in: ``self.optimizer = optimizer``)."""
     flow, found = ctx.facts.flow, []
     prepared = set(ctx.plan.prepared)
+    kept = {
+        dotted(b.value)
+        for b in ctx.model.bindings
+        if b.received and b.name in prepared and dotted(b.value) is not None
+    }
     for function, parameters in flow.params.items():
-        loaders = {n for n, kind in parameters.items() if kind is Kind.DATALOADER} & prepared
+        loaders = {n for n, k in parameters.items() if k is kind} & (prepared | kept)
         if not loaders:
             continue
         for call, implicit in flow.calls_of(function):

@@ -82,7 +82,46 @@ def run_model_moves(ctx: Context) -> None:
             )
         elif target is None:
             _mode_and_device(ctx, line_statement, call)
+    _copies_of_unmoved_models(ctx)
     _fixed_moves_of_prepared_models(ctx)
+
+
+def _copies_of_unmoved_models(ctx: Context) -> None:
+    """A script with no device move of its model (it runs on the CPU) that hands it on before
+    prepare (``ema = EMA(model)``, ``AveragedModel(model)``, a ``copy.deepcopy``): converted,
+    prepare puts the model and the batches on this rank's device while the copy stays on the
+    CPU (on a GPU, the copy's update or forward fails on mixed devices). The model is moved to
+    this rank's device before it is handed on, as prepare would move it."""
+    placement = ctx.facts.placement
+    for binding in ctx.model.of_kind(Kind.MODEL):
+        name = binding.name
+        if name in ctx.frozen or name not in ctx.plan.prepared:
+            continue
+        if strip_moves(binding.value) is not binding.value or _moved_anywhere(ctx, name):
+            continue
+        handed = _handed_on_before_prepare(ctx, name, binding.statement)
+        if handed is None:
+            continue
+        top = placement.top_statement(handed, binding.scope)
+        if top is None:
+            continue
+        ctx.plan.insert_before(top, statement(f"{name}.to({ctx.a('device')})"))
+        ctx.need(top)
+        ctx.plan.change(
+            ctx.line(handed),
+            f"{name} moved to {ctx.a('device')} before line {ctx.line(handed)} hands it on: "
+            "the copy made there is on the device prepare puts the model on",
+        )
+
+
+def _moved_anywhere(ctx: Context, name: str) -> bool:
+    """Some call moves ``name`` (``model.to(device)``, ``model.cuda()``)."""
+    return any(
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in ("to", "cuda")
+        and dotted(call.func.value) == name
+        for call in ctx.model.calls
+    )
 
 
 def _handed_on_before_prepare(ctx: Context, name: str, statement: cst.CSTNode) -> cst.Call | None:

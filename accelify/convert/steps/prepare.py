@@ -7,6 +7,7 @@ import libcst as cst
 
 from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.evaluation import Evaluation
+from accelify.analysis.flow import record_fields
 from accelify.analysis.loops import loop_source
 from accelify.analysis.objects import (
     bound_arguments,
@@ -74,6 +75,7 @@ def run(ctx: Context, scope: Scope) -> None:
             chosen.pop(instance.name, None)
             created.pop(instance.name, None)
             ctx.frozen.add(instance.name)
+    _add_models_set_by_other_methods(ctx, scope, chosen)
     aliases = _attribute_aliases(ctx, scope, chosen)
     if isinstance(scope, cst.FunctionDef) and created:
         # A model handed in as a parameter and trained here (``def main(model):``); a
@@ -218,7 +220,10 @@ def run(ctx: Context, scope: Scope) -> None:
             )
         last_statement = body[max(created.values())] if created else None
     if ctx.acc == "self.accelerator":
-        _prepare_received_loaders(ctx, scope, set(chosen))
+        if _trains_nothing_prepared(ctx, chosen):
+            _review_received_loaders(ctx, scope)
+        else:
+            _prepare_received_loaders(ctx, scope, set(chosen))
     if not chosen or last_statement is None:
         return
     groups = [
@@ -384,6 +389,40 @@ def _nothing_trained(ctx: Context, chosen: dict[str, Kind]) -> bool:
     return any(not ctx.facts.trains_itself(call) for call in ctx.model.backward_calls)
 
 
+def _trains_nothing_prepared(ctx: Context, chosen: dict[str, Kind]) -> bool:
+    """No model or optimizer is prepared, here or anywhere (a trainer whose model comes through
+    ``set_model(nn.Sequential(...))`` and whose optimizer is built from a class it is handed):
+    loaders its methods receive would then shard the data of unsynchronised copies."""
+    if set(chosen.values()) & _TRAINED_KINDS:
+        return False
+    trained = {b.name for b in ctx.model.of_kind(*_TRAINED_KINDS)}
+    return not trained & (set(ctx.plan.prepared) | ctx.model.prepared_names)
+
+
+def _review_received_loaders(ctx: Context, scope: Scope) -> None:
+    """The loaders the trainer's methods receive stay as they are when nothing that trains is
+    prepared (`_trains_nothing_prepared`), each method with the reason."""
+    owner = ctx.facts.placement.class_of(scope)
+    if owner is None:
+        return
+    flow = ctx.facts.flow
+    for method in ctx.facts.placement.body_of(owner):
+        if not isinstance(method, cst.FunctionDef) or method is scope:
+            continue
+        received = flow.params.get(method, {})
+        loaders = [p.name.value for p in method.params.params]
+        loaders = [name for name in loaders if received.get(name) is Kind.DATALOADER]
+        if not loaders or not flow.calls_of(method):
+            continue
+        ctx.plan.review(
+            ctx.line(method),
+            f"{method.name.value}() receives {', '.join(loaders)}, left unprepared: no model or "
+            "optimizer the conversion recognises is prepared, so sharding the data would train "
+            "each rank's copy on its own shard, never synchronised; every rank trains on all of "
+            "it (correct, not data-parallel); prepare the model and its optimizer with it",
+        )
+
+
 def _insert_prepare(ctx: Context, anchor: cst.CSTNode, order: list[str]) -> None:
     targets = ", ".join(order)
     ctx.plan.insert_after(anchor, statement(_prepare_code(ctx, order, anchor)))
@@ -433,7 +472,23 @@ def _uses_objects(ctx: Context, line: cst.CSTNode) -> bool:
             target = callee(ctx.model, node)
             if target is not None and _trains_or_evaluates(ctx, target[0]):
                 return True
+            if _bundles_prepared_kinds(ctx, node):
+                return True
     return False
+
+
+_BUNDLED_KINDS = {Kind.DATALOADER, Kind.MODEL, Kind.OPTIMIZER, Kind.SCHEDULER}
+
+
+def _bundles_prepared_kinds(ctx: Context, call: cst.Call) -> bool:
+    """``Loaders(train_dl, val_dl)`` or ``TrainState(model, optimizer)`` of a namedtuple or
+    dataclass: the record keeps what it is given, so that is prepared before it is built, or
+    the code that reads its fields would get the unprepared objects (a model trained unwrapped,
+    unsynchronised, on a sharded loader)."""
+    if not record_fields(ctx.model, dotted(call.func)):
+        return False
+    flow = ctx.facts.flow
+    return any(flow.kind_of(dotted(a.value), call) in _BUNDLED_KINDS for a in call.args)
 
 
 def _trains_or_evaluates(ctx: Context, function: cst.FunctionDef) -> bool:
@@ -446,6 +501,24 @@ def _trains_or_evaluates(ctx: Context, function: cst.FunctionDef) -> bool:
 
 def _binding_line(ctx: Context, name: str, scope: Scope) -> int:
     return next(b.line for b in ctx.model.bindings if b.name == name and b.scope is scope)
+
+
+def _add_models_set_by_other_methods(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> None:
+    """``self.optimizer = SGD(self.model.parameters())`` in ``setup()``, where ``self.model`` was
+    set by another method (``set_model(model)``): the model exists where its optimizer is made,
+    so it is prepared with it. Left out, the optimizer would be prepared and the data sharded
+    while the model, never wrapped, trained unsynchronised on each rank's shard."""
+    flow = ctx.facts.flow
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+    for binding in ctx.model.of_kind(Kind.OPTIMIZER):
+        if binding.scope is not scope or binding.name not in chosen:
+            continue
+        for owner in sorted(parameter_owners(binding)):
+            if owner in chosen or owner in prepared or not owner.startswith("self."):
+                continue
+            bound_here = any(b.name == owner and b.scope is scope for b in ctx.model.bindings)
+            if not bound_here and flow.kind_of(owner, binding.statement) is Kind.MODEL:
+                chosen[owner] = Kind.MODEL
 
 
 def _attribute_aliases(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dict[str, str]:
@@ -533,13 +606,30 @@ def _received_loaders(ctx: Context, scope: cst.FunctionDef, aliases: dict[str, s
             if isinstance(ancestor, (cst.For, cst.While, cst.Lambda)):
                 return []
     prepared = _prepared_on_the_way(ctx, scope, calls)
+    kept = _kept_by_a_base_constructor(ctx, scope)
     return [
         name
         for name, kind in flow.params.get(scope, {}).items()
         if kind is Kind.DATALOADER
         and name not in aliases
+        and name not in kept
         and any(o not in prepared for o in flow.origins(name, scope.body, stop=prepared))
     ]
+
+
+def _kept_by_a_base_constructor(ctx: Context, scope: cst.FunctionDef) -> set[str]:
+    """The parameters ``scope`` hands to another constructor (``super().__init__(train_loader,
+    val_loader)``), which keeps them as attributes: preparing the local afterwards would leave
+    the attribute, the object the loops read, unprepared."""
+    found: set[str] = set()
+    for node in walk(scope.body):
+        if not isinstance(node, cst.Call):
+            continue
+        target = callee(ctx.model, node)
+        if target is None or target[0].name.value != "__init__" or target[0] is scope:
+            continue
+        found |= {name for a in node.args if (name := dotted(a.value)) and "." not in name}
+    return found
 
 
 def _prepared_on_the_way(ctx: Context, scope: cst.FunctionDef, calls: list[cst.Call]) -> set[str]:
