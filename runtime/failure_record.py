@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import CodeType, TracebackType
 
 from accelify.runtime.collective_record import library_prefixes
 from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS
@@ -74,18 +74,40 @@ def is_peer_gone(summary: str) -> bool:
     return any(words in summary for words in PEER_GONE)
 
 
-def install(rank: int, on_exception: Callable[[], None]) -> None:
+#: What each installer asks to be told of an uncaught exception (the runtime marks its exit
+#: guard; the rank's entry marks its collective record), and the hook that tells them.
+_ON_EXCEPTION: list[Callable[[], None]] = []
+_HOOK: list[ExceptHook] = []
+#: The code of the frame that ran the user's script (`accelify.runtime.rank_entry`): it and the
+#: frames above it are not the user's, and tracebacks start below it.
+_ENTRY: list[CodeType] = []
+
+
+def install(rank: int, on_exception: Callable[[], None], entry: CodeType | None = None) -> None:
     """Chain a `sys.excepthook` that records the exception (when launched by accelify) and calls
     `on_exception`. A recorded traceback is printed once, by the launcher, with the ranks it
     took down named in one line each; a rank prints its own only when the launcher will not
     (no record, or an elastic restart is still to come) or when its output is kept apart
     (``--tee``: each rank's log file holds its own traceback). An interrupt the launcher forwarded
-    (Ctrl-C) is not a failure of this rank: no record, and no traceback on every rank."""
+    (Ctrl-C) is not a failure of this rank: no record, and no traceback on every rank.
+
+    Installed once per process (by the rank's entry, then by the runtime's process group): a
+    second call only adds its `on_exception`. ``entry``: the code that runs the script, whose
+    frames and those of its callers are cut from the traceback."""
+    if on_exception not in _ON_EXCEPTION:
+        _ON_EXCEPTION.append(on_exception)
+    if entry is not None:
+        _ENTRY[:] = [entry]
+    if _HOOK and sys.excepthook is _HOOK[0]:
+        return
     previous: ExceptHook = sys.excepthook
     directory = os.environ.get(FAILURE_DIR)
 
     def hook(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
-        on_exception()
+        tb = _below_entry(tb)
+        error.__traceback__ = tb
+        for callback in _ON_EXCEPTION:
+            callback()
         if directory and issubclass(kind, KeyboardInterrupt):
             return
         recorded = directory and _write(Path(directory), rank, error)
@@ -93,7 +115,21 @@ def install(rank: int, on_exception: Callable[[], None]) -> None:
             return
         previous(kind, error, tb)
 
+    _HOOK[:] = [hook]
     sys.excepthook = hook
+
+
+def _below_entry(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the script's own first frame on (all of it when the script was not
+    started by the rank's entry)."""
+    if not _ENTRY:
+        return tb
+    cursor = tb
+    while cursor is not None:
+        if cursor.tb_frame.f_code is _ENTRY[0]:
+            return cursor.tb_next
+        cursor = cursor.tb_next
+    return tb
 
 
 def _restarts_left() -> bool:

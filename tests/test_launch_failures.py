@@ -446,6 +446,49 @@ def test_a_main_process_section_shorter_than_the_timeout_is_healthy():
     assert "accelify launch:" not in result.stderr
 
 
+@pytest.mark.distributed
+def test_a_script_using_torch_distributed_itself_is_named_with_its_line():
+    """No Accelerator: the rank's entry records the failure all the same."""
+    result = launched("raw_ddp_raises.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 failed first at raw_ddp_raises.py:19 "
+        '(`raise ValueError(f"bad batch at step {step}")`): ValueError: bad batch at step 2'
+    ) in result.stderr
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr  # rank 1's, once
+    assert "rank_entry" not in result.stderr and "runpy" not in result.stderr
+
+
+@pytest.mark.distributed
+def test_a_script_using_torch_distributed_itself_has_its_collectives_recorded():
+    result = launched("raw_mismatch.py")
+    assert result.returncode == 1, result.stderr
+    assert "rank 0 waits in all_reduce at raw_mismatch.py:13 (`dist.all_reduce(total)`)" in (
+        result.stderr
+    )
+    assert "rank 1 waits in barrier at raw_mismatch.py:14 (`dist.barrier()`)" in result.stderr
+    assert "collective #4" in result.stderr  # the three all_reduce(total) before it count
+    assert "backward pass" not in result.stderr  # not counted without the runtime
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_the_rank_entry_runs_the_script_as_python_would(tmp_path):
+    result = launch(FAILURES / "what_the_script_sees.py", "a", flags=(), cwd=tmp_path, timeout=120)
+    seen = [eval(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(seen) == 2, result.stdout + result.stderr
+    script = FAILURES / "what_the_script_sees.py"
+    for each in seen:
+        assert each["argv"] == [str(script), "a"]
+        assert each["path0"] == str(script.resolve().parent)
+        assert each["file"] == str(script) and each["name"] == "__main__"
+        assert each["doc"].startswith("Started through the rank's entry")
+        assert each["spec"] is None and each["main_is_this_module"] and each["pickles"]
+        assert not each["torch_imported"]  # a script may set variables before it imports torch
+    assert result.returncode in (5, 6), result.stderr  # the script's own exit codes
+
+
 # --- before any rank starts -------------------------------------------------------------------
 def test_a_module_the_script_cannot_import_is_said_once_before_any_rank_starts(tmp_path):
     script = tmp_path / "train.py"

@@ -233,8 +233,14 @@ def _waits(record: Record) -> str:
     operation = _OPERATION_WORDS.get(record.operation, record.operation)
     return (
         f"rank {record.rank} waits in {operation} at {place(record)}, "
-        f"collective #{record.sequence}, {_passes(record)}"
+        f"collective #{record.sequence}{_passes_if_counted(record)}"
     )
+
+
+def _passes_if_counted(record: Record) -> str:
+    """``, after 4 backward passes``; nothing for a rank that counts none (a script that calls
+    torch.distributed itself: its backward passes are not seen)."""
+    return f", {_passes(record)}" if record.passes else ""
 
 
 def _passes(record: Record) -> str:
@@ -375,7 +381,7 @@ def crash_stack(directory: Path, rank: int) -> list[tuple[str, int, str]]:
 
 def parse_stack(text: str) -> list[tuple[str, int, str]]:
     """faulthandler's dump (the last one in the file) → the main thread's frames, oldest first,
-    cut to end at the user's innermost frame."""
+    cut to begin at the user's outermost frame and end at the user's innermost."""
     header, _, dumps = text.partition("\n")
     try:
         info = json.loads(header)
@@ -388,7 +394,13 @@ def parse_stack(text: str) -> list[tuple[str, int, str]]:
     frames = list(reversed(frames))  # faulthandler lists the most recent call first
     while frames and frames[-1][0].startswith(skip):
         frames.pop()
-    return frames
+    # the frames that started the script (the rank's entry, runpy) are not the user's either
+    first = next((i for i, frame in enumerate(frames) if not _starts_the_script(frame, skip)), 0)
+    return frames[first:]
+
+
+def _starts_the_script(frame: tuple[str, int, str], skip: tuple[str, ...]) -> bool:
+    return frame[0].startswith((*skip, "<"))
 
 
 def _thread_sections(text: str) -> dict[int, list[tuple[str, int, str]]]:
