@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType, TracebackType
+from typing import Any
 
 from accelify.runtime.collective_record import library_prefixes
 from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS
@@ -35,6 +36,7 @@ class Failure:
     summary: str  # "RuntimeError: boom"
     traceback: str
     where: str = ""  # "path:line" of the innermost frame in the user's code; "" when none
+    handler: str = ""  # the atexit handler that raised it, when one did ("" for the script)
 
     @classmethod
     def read(cls, path: Path) -> Failure | None:
@@ -46,6 +48,7 @@ class Failure:
                 record["summary"],
                 record["traceback"],
                 str(record.get("where", "")),
+                str(record.get("handler", "")),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # a rank killed while writing: no record, as if it had none
@@ -117,6 +120,36 @@ def install(rank: int, on_exception: Callable[[], None], entry: CodeType | None 
 
     _HOOK[:] = [hook]
     sys.excepthook = hook
+    if directory:
+        _record_exit_handler_errors(Path(directory), rank)
+
+
+#: How Python introduces an exception raised by an atexit handler (`sys.unraisablehook`).
+ATEXIT_ERROR = "Exception ignored in atexit callback"
+
+
+def _record_exit_handler_errors(directory: Path, rank: int) -> None:
+    """An exception raised in an atexit handler does not end the rank: Python prints it, runs
+    the other handlers and exits 0 all the same. That is the rank's real outcome, and the
+    launcher keeps it (the run's exit code stays 0 when every rank's is), but it says what was
+    lost, once, and a peer left waiting at exit learns why. Recorded apart from the script's
+    own exception (`exit_handler_errors`), printed by the launcher as a script's is."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if (
+            error is not None
+            and (unraisable.err_msg or "").startswith(ATEXIT_ERROR)
+            and not isinstance(error, KeyboardInterrupt)
+        ):
+            handler = getattr(unraisable.object, "__qualname__", "") or repr(unraisable.object)
+            recorded = _write(directory, rank, error, handler)
+            if recorded and not _restarts_left() and not os.environ.get(RANK_TRACEBACKS):
+                return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def _below_entry(tb: TracebackType | None) -> TracebackType | None:
@@ -138,20 +171,22 @@ def _restarts_left() -> bool:
     return restarts.isdigit() and attempt.isdigit() and int(attempt) < int(restarts)
 
 
-def _write(directory: Path, rank: int, error: BaseException) -> bool:
+def _write(directory: Path, rank: int, error: BaseException, handler: str = "") -> bool:
     record = {
         "rank": rank,
         "time_ns": time.time_ns(),
         "summary": "".join(traceback.format_exception_only(error)).strip(),
         "traceback": "".join(traceback.format_exception(error)),
         "where": _user_line(error),
+        "handler": handler,
     }
     attempt = directory / os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    temporary = attempt / f".{rank}.json.tmp"
+    name = f"{rank}{EXIT_HANDLER_SUFFIX if handler else '.json'}"
+    temporary = attempt / f".{name}.tmp"
     try:
         attempt.mkdir(exist_ok=True)
         temporary.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(temporary, attempt / f"{rank}.json")
+        os.replace(temporary, attempt / name)
     except OSError:
         return False  # the record only improves the launcher's report; the rank prints it
     return True
@@ -189,3 +224,21 @@ def recorded_failures(directory: Path, attempt: int, ranks: set[int]) -> dict[in
     """The exceptions recorded in `attempt` by `ranks` (the ones the agent saw fail)."""
     found = {rank: Failure.read(directory / str(attempt) / f"{rank}.json") for rank in ranks}
     return {rank: failure for rank, failure in found.items() if failure is not None}
+
+
+#: The file an atexit handler's exception is recorded in, after the rank's number.
+EXIT_HANDLER_SUFFIX = ".atexit.json"
+
+
+def exit_handler_errors(attempt_directory: Path) -> dict[int, Failure]:
+    """The exceptions atexit handlers raised in one attempt, by rank."""
+    found: dict[int, Failure] = {}
+    try:
+        paths = list(attempt_directory.glob(f"*{EXIT_HANDLER_SUFFIX}"))
+    except OSError:
+        return found
+    for path in paths:
+        failure = Failure.read(path)
+        if failure is not None:
+            found[failure.rank] = failure
+    return found

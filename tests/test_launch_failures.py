@@ -284,6 +284,23 @@ def test_a_dataloader_workers_exception_is_named_by_its_own_line(tmp_path):
     assert "rank 1 failed first: ValueError: bad sample 37 (in a DataLoader worker)" in text
 
 
+def test_an_atexit_handlers_exception_is_said_once_and_every_rank_exiting_0_is_the_runs(tmp_path):
+    train = tmp_path / "train.py"
+    train.write_text("def flush():\n    raise OSError('log server down')\n")
+    attempt = tmp_path / "0"
+    attempt.mkdir()
+    for rank, summary, at in ((1, "OSError: log server down", 1), (0, "OSError: Broken pipe", 2)):
+        record = {"rank": rank, "time_ns": at, "summary": summary, "where": f"{train}:2",
+                  "traceback": f"Traceback\n{summary}\n", "handler": "flush"}  # fmt: skip
+        (attempt / f"{rank}{failure_record.EXIT_HANDLER_SUFFIX}").write_text(json.dumps(record))
+    text, code = outcome.finished(tmp_path, 0, verdict=None)
+    assert code == 0
+    assert text.count("Traceback") == 1 and "rank 1's atexit handler flush raised;" in text
+    assert "rank 1's atexit handler flush raised at " in text and ": OSError: log server" in text
+    assert "rank 0's atexit handler flush failed because its peer had gone" in text
+    assert outcome.finished(tmp_path / "none", 0, verdict=None) is None  # a clean run: silent
+
+
 def test_the_peer_gone_messages_of_gloo_nccl_and_the_store_are_victims():
     for summary in (
         "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:2",
@@ -487,6 +504,35 @@ def test_the_rank_entry_runs_the_script_as_python_would(tmp_path):
         assert each["spec"] is None and each["main_is_this_module"] and each["pickles"]
         assert not each["torch_imported"]  # a script may set variables before it imports torch
     assert result.returncode in (5, 6), result.stderr  # the script's own exit codes
+
+
+@pytest.mark.distributed
+def test_an_exception_in_an_atexit_handler_is_said_once_and_the_run_exits_0_as_python_does():
+    result = launched("exit_handler_raises.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "trained"
+    assert (
+        "rank 1's atexit handler flush_logs raised at exit_handler_raises.py:11 "
+        '(`raise OSError("log server unreachable")`): OSError: log server unreachable'
+    ) in result.stderr
+    assert "every rank exited with code 0, and so does the run" in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert "Exception ignored" not in result.stderr  # the rank's own print: the launcher said it
+
+
+@pytest.mark.distributed
+def test_a_peer_waiting_for_a_rank_whose_atexit_handler_raised_is_told_why():
+    result = launched("exit_handler_save.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 is leaving: its atexit handler save_at_exit raised at exit_handler_save.py:15 "
+        '(`raise OSError("disk full")`): OSError: disk full, while:'
+    ) in result.stderr
+    assert "rank 0 waits in wait_for_everyone at exit_handler_save.py:16" in result.stderr
+    assert "left the loop" not in result.stderr  # it did not: its handler raised
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert result.stderr.count("OSError: disk full") == 2, result.stderr  # verdict, traceback
+    assert "rank_entry" not in result.stderr and "site-packages" not in result.stderr
 
 
 # --- before any rank starts -------------------------------------------------------------------

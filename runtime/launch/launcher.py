@@ -317,7 +317,11 @@ def launch(plan: LaunchPlan) -> int:
         except KeyboardInterrupt:  # before the agent took over SIGINT
             text, code = launch_outcome.stopped(signal.SIGINT)
         else:
-            return 0
+            attempt = watcher.last_attempt() or 0
+            ended = launch_outcome.finished(Path(records), attempt, watcher.verdict(attempt))
+            if ended is None:
+                return 0
+            text, code = ended
         finally:
             watcher.stop()
     print(text, file=sys.stderr)

@@ -22,10 +22,18 @@ from accelify.runtime.failure_record import (
     PEER_GONE,
     WORKER_TRACEBACK,
     Failure,
+    exit_handler_errors,
     is_peer_gone,
     recorded_failures,
 )
-from accelify.runtime.launch.watch import Verdict, crash_stack, place, read_all, source_place
+from accelify.runtime.launch.watch import (
+    Verdict,
+    crash_stack,
+    handler_error_words,
+    place,
+    read_all,
+    source_place,
+)
 
 PREFIX = "accelify launch:"
 #: How torch's agent stops the ranks left once one has failed. It sends SIGKILL only to a rank
@@ -73,6 +81,48 @@ def failed_run(
     if victims and left:
         return _exited(min(left), 0, states[min(left)], failures, victims)
     return _unexplained(failures)
+
+
+def finished(records: Path, attempt: int, verdict: Verdict | None) -> tuple[str, int] | None:
+    """The report when every rank exited 0 (None: nothing to say). An exception in an atexit
+    handler does not change a rank's exit code, in Python or here, but what it lost is said,
+    its traceback once; a run the watcher found stuck (a peer waiting at exit for a rank whose
+    handler raised) was stopped, and fails."""
+    errors = exit_handler_errors(collective_record.attempt_directory(records, attempt))
+    if verdict is not None:
+        text, _ = _after_verdict(verdict, {}, {})
+        return "\n".join([*_exit_handler_lines(errors, said=verdict.culprit), text]), 1
+    if not errors:
+        return None
+    lines = _exit_handler_lines(errors)
+    lines.append(
+        f"{PREFIX} Python ignores an exception in an atexit handler: every rank exited with "
+        "code 0, and so does the run"
+    )
+    return "\n".join(lines), 0
+
+
+def _exit_handler_lines(errors: dict[int, Failure], said: int | None = None) -> list[str]:
+    """The first handler's traceback that is not a peer's leaving, once, and a line a rank
+    (but rank ``said``, whose error the watcher's report named)."""
+    if not errors:
+        return []
+    causes = [f for f in errors.values() if not is_peer_gone(f.summary)] or list(errors.values())
+    first = min(causes, key=lambda failure: failure.time_ns)
+    lines = [
+        f"{PREFIX} rank {first.rank}'s atexit handler {first.handler} raised; its traceback:",
+        first.traceback.rstrip(),
+    ]
+    for rank, error in sorted(errors.items()):
+        if is_peer_gone(error.summary) and error is not first:
+            lines.append(
+                f"{PREFIX} rank {rank}'s atexit handler {error.handler} failed because its peer "
+                f"had gone ({_peer_gone(error)})"
+            )
+        elif rank != said:
+            words = handler_error_words(error).removeprefix("its ")
+            lines.append(f"{PREFIX} rank {rank}'s {words}")
+    return lines
 
 
 def _after_verdict(

@@ -40,6 +40,7 @@ from accelify.runtime.collective_record import (
     STACK_SIGNAL,
     Record,
 )
+from accelify.runtime.failure_record import Failure, exit_handler_errors
 
 PREFIX = "accelify launch:"
 #: How long a situation that cannot resolve itself must last before it is reported.
@@ -91,7 +92,7 @@ class Watcher:
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll):
-            attempt = self._current_attempt()
+            attempt = self.last_attempt()
             if attempt is None or attempt in self.verdicts:
                 continue
             directory = records.attempt_directory(self.root, attempt)
@@ -103,7 +104,8 @@ class Watcher:
             print(verdict.text, file=self.out, flush=True)
             self._end(verdict, directory)
 
-    def _current_attempt(self) -> int | None:
+    def last_attempt(self) -> int | None:
+        """The latest restart attempt whose ranks wrote records (None: none did)."""
         try:
             attempts = [int(p.name) for p in self.root.iterdir() if p.name.isdigit()]
         except OSError:
@@ -127,7 +129,7 @@ class Watcher:
             if rec.state == LEAVING and now - rec.since >= self.grace
         }
         if left:
-            return _left(ranks, waiting, left)
+            return _left(ranks, waiting, left, exit_handler_errors(directory))
         if self.hang_timeout <= 0:
             return None
         stuck = {r: rec for r, rec in waiting.items() if now - rec.since >= self.hang_timeout}
@@ -281,7 +283,12 @@ def _fewest_passes(waiting: dict[int, Record]) -> int | None:
     return behind[0] if len(behind) == 1 and len(set(counts.values())) > 1 else None
 
 
-def _left(ranks: dict[int, Record], waiting: dict[int, Record], left: dict[int, Record]) -> Verdict:
+def _left(
+    ranks: dict[int, Record],
+    waiting: dict[int, Record],
+    left: dict[int, Record],
+    handler_errors: dict[int, Failure],
+) -> Verdict:
     leaver, record = min(left.items())
     how = "is leaving" if _alive(record.pid) else "has exited"
     last = (
@@ -289,6 +296,16 @@ def _left(ranks: dict[int, Record], waiting: dict[int, Record], left: dict[int, 
         if record.sequence
         else "it made no collective call"
     )
+    error = handler_errors.get(leaver)
+    if error is not None:
+        # the cause is the exception, not the loop: Python went on exiting after it
+        lines = [f"{PREFIX} rank {leaver} {how}: {handler_error_words(error)}, while:"]
+        lines += [f"  {_waits(rec)}: it cannot finish" for _, rec in sorted(waiting.items())]
+        lines.append(
+            f"{PREFIX} the peers wait for a collective that rank {leaver}'s handler never "
+            "reached: Python ignores an exception in an atexit handler and goes on exiting"
+        )
+        return Verdict("\n".join(lines), leaver, "left")
     lines = [
         f"{PREFIX} rank {leaver} {how} (its script ended, or it called sys.exit) "
         f"{_passes(record)} ({last}), while:"
@@ -300,6 +317,14 @@ def _left(ranks: dict[int, Record], waiting: dict[int, Record], left: dict[int, 
         "accelerator.set_trigger()/check_trigger() to be taken by every rank)"
     )
     return Verdict("\n".join(lines), leaver, "left")
+
+
+def handler_error_words(error: Failure) -> str:
+    """``its atexit handler save raised at train.py:11 (`...`): OSError: disk full``."""
+    file, _, line = error.where.rpartition(":")
+    at = f" at {source_place(file, int(line))}" if file and line.isdigit() else ""
+    summary = next((text for text in error.summary.splitlines() if text.strip()), "an exception")
+    return f"its atexit handler {error.handler} raised{at}: {summary}"
 
 
 def _hang(
