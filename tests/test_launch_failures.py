@@ -435,6 +435,23 @@ def test_a_collective_under_a_main_process_guard_is_a_mismatch_reported_in_secon
 
 
 @pytest.mark.distributed
+def test_a_collective_in_a_helper_under_a_guard_names_the_guarded_call():
+    result = launched("helper_gather.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 0 waits in gather at helper_gather.py:10 "
+        "(`losses = accelerator.gather(loss.detach())`), collective #6, after 3 backward passes; "
+        "called from helper_gather.py:20 "
+        "(`log_loss(accelerator, loss)`)"
+    ) in result.stderr
+    assert "rank 0 went into a collective inside the training loop that the others did not" in (
+        result.stderr
+    )
+    assert "left the training loop early" not in result.stderr  # it is still in the loop
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_the_scripts_own_torch_distributed_calls_are_recorded_too():
     result = launched("raw_collectives.py")
     assert result.returncode == 1, result.stderr

@@ -19,6 +19,7 @@ is the run's); the launcher's final report (`outcome`) uses the `Verdict`.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import linecache
@@ -122,7 +123,8 @@ class Watcher:
         if not waiting or any(rec.state == CRASHED for rec in ranks.values()):
             return None  # a rank that raised ends the run through the agent, with its traceback
         if len({(rec.operation, rec.sequence) for rec in waiting.values()}) > 1:
-            return _mismatch(ranks, waiting)
+            stacks = {r: _stack(directory, r, rec.pid) for r, rec in sorted(waiting.items())}
+            return _mismatch(ranks, waiting, stacks)
         left = {
             r: rec
             for r, rec in ranks.items()
@@ -250,28 +252,80 @@ def _passes(record: Record) -> str:
     return f"after {count} backward pass{'es' if count != 1 else ''}"
 
 
-def _mismatch(ranks: dict[int, Record], waiting: dict[int, Record]) -> Verdict:
+Frames = list[tuple[str, int, str]]
+
+
+def _mismatch(
+    ranks: dict[int, Record], waiting: dict[int, Record], stacks: dict[int, Frames]
+) -> Verdict:
+    """``stacks``: the waiting ranks' user frames, oldest first: a collective called in a helper
+    is named with the lines that called it (the guarded call is the line to fix)."""
     lines = [
         f"{PREFIX} mismatched collectives: the ranks wait in different calls, none can finish:"
     ]
-    lines += [f"  {_waits(rec)}" for _, rec in sorted(waiting.items())]
+    lines += [
+        f"  {_waits(rec)}{_called_from(stacks.get(r) or [])}" for r, rec in sorted(waiting.items())
+    ]
     for rank, rec in sorted(ranks.items()):
         if rank not in waiting:
             lines.append(f"  rank {rank} is {_state_words(rec)}")
     culprit = _fewest_passes(waiting)
     if culprit is not None:
         most = max(rec.passes for rec in waiting.values())
-        lines.append(
-            f"{PREFIX} rank {culprit} left the training loop early: it stopped after "
-            f"{waiting[culprit].passes} backward passes, the others went on to {most} (a break "
-            "on one rank's own value needs accelerator.set_trigger()/check_trigger())"
-        )
+        ahead = next(r for r, rec in sorted(waiting.items()) if rec.passes == most)
+        if _in_the_loop_of(stacks.get(culprit) or [], stacks.get(ahead) or []):
+            lines.append(
+                f"{PREFIX} rank {culprit} went into a collective inside the training loop that "
+                f"the others did not: it waits after {waiting[culprit].passes} backward passes, "
+                f"the others went on to {most} (a collective under a condition only some ranks "
+                "take, such as is_main_process, is reached by those ranks alone)"
+            )
+        else:
+            lines.append(
+                f"{PREFIX} rank {culprit} left the training loop early: it stopped after "
+                f"{waiting[culprit].passes} backward passes, the others went on to {most} (a "
+                "break on one rank's own value needs accelerator.set_trigger()/check_trigger())"
+            )
     lines.append(
         f"{PREFIX} every rank must make the same collective calls in the same order: look for "
         "one under a condition that differs between ranks (is_main_process, a rank's own "
         "metric, a loop of a different length); stopping every rank"
     )
     return Verdict("\n".join(lines), culprit, "mismatch")
+
+
+def _called_from(frames: Frames) -> str:
+    """``; called from train.py:14 (`log_loss(loss)`)``, the callers outermost first."""
+    callers = [source_place(path, line) for path, line, _ in frames[:-1]]
+    return f"; called from {', from '.join(reversed(callers))}" if callers else ""
+
+
+def _in_the_loop_of(behind: Frames, ahead: Frames) -> bool:
+    """Whether the rank behind waits inside the loop the rank ahead is still in: their stacks
+    part at one frame of the same function, and the loop around the ahead rank's line there
+    also holds the behind rank's line. (Unknown, without stacks: not said.)"""
+    for mine, theirs in zip(behind, ahead, strict=False):
+        if (mine[0], mine[2]) != (theirs[0], theirs[2]):
+            return False
+        if mine[1] != theirs[1]:
+            loop = _innermost_loop(mine[0], theirs[1])
+            return loop is not None and loop[0] <= mine[1] <= loop[1]
+    return False
+
+
+def _innermost_loop(path: str, line: int) -> tuple[int, int] | None:
+    """The first and last line of the innermost ``for``/``while`` around ``line``."""
+    try:
+        tree = ast.parse(Path(path).read_bytes(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    spans = [
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+    ]
+    return max(spans, default=None)
 
 
 def _fewest_passes(waiting: dict[int, Record]) -> int | None:
