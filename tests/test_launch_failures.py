@@ -495,6 +495,18 @@ def test_a_script_using_torch_distributed_itself_is_named_with_its_line():
 
 
 @pytest.mark.distributed
+def test_a_script_using_torch_distributed_itself_exits_with_its_leavers_code():
+    result = launched("raw_ddp_exits.py")
+    assert result.returncode == 3, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    assert report[0] == (
+        "accelify launch: rank 1 failed with exit code 3, while its peers were still running"
+    ), report  # no "after 0 backward passes": such a script's are not counted
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.distributed
 def test_a_script_using_torch_distributed_itself_has_its_collectives_recorded():
     result = launched("raw_mismatch.py")
     assert result.returncode == 1, result.stderr

@@ -30,6 +30,7 @@ from accelify.runtime.launch.watch import (
     Verdict,
     crash_stack,
     handler_error_words,
+    passes_words,
     place,
     read_all,
     source_place,
@@ -196,11 +197,12 @@ def _exited(
     how += crash
     where = ""
     if state is not None:
-        passes = f"{state.passes} backward pass{'es' if state.passes != 1 else ''}"
+        # a script that calls torch.distributed itself counts no backward pass: none is said
+        passes = f" {passes_words(state)}" if state.passes else ""
         last = (
             f"; its last collective: {state.operation} at {place(state)}" if state.sequence else ""
         )
-        where = f" after {passes}{last}"
+        where = f"{passes}{last}"
     lines = [f"{PREFIX} rank {rank} {how}{where}, while its peers were still running"]
     lines += _victim_lines(victims, exclude=rank)
     if exitcode == 0:

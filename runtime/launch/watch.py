@@ -244,10 +244,10 @@ def _waits(record: Record) -> str:
 def _passes_if_counted(record: Record) -> str:
     """``, after 4 backward passes``; nothing for a rank that counts none (a script that calls
     torch.distributed itself: its backward passes are not seen)."""
-    return f", {_passes(record)}" if record.passes else ""
+    return f", {passes_words(record)}" if record.passes else ""
 
 
-def _passes(record: Record) -> str:
+def passes_words(record: Record) -> str:
     count = record.passes
     return f"after {count} backward pass{'es' if count != 1 else ''}"
 
@@ -361,8 +361,8 @@ def _left(
         )
         return Verdict("\n".join(lines), leaver, "left")
     lines = [
-        f"{PREFIX} rank {leaver} {how} (its script ended, or it called sys.exit) "
-        f"{_passes(record)} ({last}), while:"
+        f"{PREFIX} rank {leaver} {how} (its script ended, or it called sys.exit)"
+        f"{_passes_if_counted(record).removeprefix(',')} ({last}), while:"
     ]
     lines += [f"  {_waits(rec)}: it cannot finish" for _, rec in sorted(waiting.items())]
     lines.append(
@@ -414,10 +414,14 @@ def _hang(
 
 def _state_words(record: Record) -> str:
     if record.state == LEAVING:
-        return f"leaving the script ({_passes(record)})"
+        return f"leaving the script{_in_parentheses_if_counted(record)}"
     if record.state == CRASHED:
         return "failing with an exception"
-    return f"outside any collective ({_passes(record)})"
+    return f"outside any collective{_in_parentheses_if_counted(record)}"
+
+
+def _in_parentheses_if_counted(record: Record) -> str:
+    return f" ({passes_words(record)})" if record.passes else ""
 
 
 # --- stacks -------------------------------------------------------------------------------------
