@@ -12,6 +12,7 @@ launcher reads the records.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import re
@@ -74,7 +75,21 @@ PEER_GONE = (
 
 
 def is_peer_gone(summary: str) -> bool:
+    """Whether the exception says a peer has gone. torch says it with its own errors
+    (RuntimeError from gloo, DistBackendError, DistStoreError); Python's own connection errors
+    (``ConnectionResetError: [Errno 104] Connection reset by peer``) come from the script's own
+    sockets, a download or a tracker's server, and are the rank's own failure."""
+    kind = summary.partition(":")[0].strip()
+    if kind in _PYTHONS_OS_ERRORS:
+        return False
     return any(words in summary for words in PEER_GONE)
+
+
+_PYTHONS_OS_ERRORS = frozenset(
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, OSError)
+)
 
 
 #: What each installer asks to be told of an uncaught exception (the runtime marks its exit

@@ -289,7 +289,8 @@ def test_an_atexit_handlers_exception_is_said_once_and_every_rank_exiting_0_is_t
     train.write_text("def flush():\n    raise OSError('log server down')\n")
     attempt = tmp_path / "0"
     attempt.mkdir()
-    for rank, summary, at in ((1, "OSError: log server down", 1), (0, "OSError: Broken pipe", 2)):
+    raised = ((1, "OSError: log server down", 1), (0, "RuntimeError: Connection closed by peer", 2))
+    for rank, summary, at in raised:
         record = {"rank": rank, "time_ns": at, "summary": summary, "where": f"{train}:2",
                   "traceback": f"Traceback\n{summary}\n", "handler": "flush"}  # fmt: skip
         (attempt / f"{rank}{failure_record.EXIT_HANDLER_SUFFIX}").write_text(json.dumps(record))
@@ -309,6 +310,21 @@ def test_the_peer_gone_messages_of_gloo_nccl_and_the_store_are_victims():
     ):
         assert failure_record.is_peer_gone(summary), summary
     assert not failure_record.is_peer_gone("ValueError: Connection settings are wrong")
+    # Python's own connection errors come from the script's sockets (a download, a tracker)
+    assert not failure_record.is_peer_gone(
+        "ConnectionResetError: [Errno 104] Connection reset by peer"
+    )
+    assert not failure_record.is_peer_gone("BrokenPipeError: [Errno 32] Broken pipe")
+
+
+def test_a_rank_whose_recorded_exception_explains_nothing_gets_its_traceback_printed(tmp_path):
+    """Every record says a peer had gone (the cause on another machine): the rank named kept
+    its traceback for the report, which must print it, not say it is above."""
+    write_failure(tmp_path, 1, "RuntimeError: Connection closed by peer", at=1)
+    text, code = outcome.failed_run({1: failure(1)}, tmp_path, attempt=0)
+    assert code == 1
+    assert "above" not in text and text.count("Traceback") == 1
+    assert "rank 1 failed with exit code 1: RuntimeError: Connection closed by peer" in text
 
 
 # --- on real ranks ------------------------------------------------------------------------------
@@ -393,6 +409,20 @@ def test_a_rank_killed_by_a_segfault_is_named_with_the_line_it_died_on():
     ), report
     assert "Fatal Python error" not in result.stderr  # the dump went to the launcher, not here
     assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_ranks_own_connection_error_is_the_cause_not_a_victims():
+    result = launched("own_connection_error.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 failed first at own_connection_error.py:13 "
+        '(`raise ConnectionResetError(104, "Connection reset by peer")`): '
+        "ConnectionResetError: [Errno 104] Connection reset by peer"
+    ) in result.stderr
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert "above" not in result.stderr
 
 
 @pytest.mark.distributed

@@ -81,7 +81,7 @@ def failed_run(
     ]
     if victims and left:
         return _exited(min(left), 0, states[min(left)], failures, victims)
-    return _unexplained(failures)
+    return _unexplained(failures, raised)
 
 
 def finished(records: Path, attempt: int, verdict: Verdict | None) -> tuple[str, int] | None:
@@ -248,18 +248,28 @@ def _all_exited(exited: dict[int, Any]) -> tuple[str, int]:
     return "\n".join(lines), _exit_code(exited[first].exitcode)
 
 
-def _unexplained(failures: dict[int, Any]) -> tuple[str, int]:
-    """No record says more: the agent's first failure that it did not cause itself."""
+def _unexplained(failures: dict[int, Any], raised: dict[int, Failure]) -> tuple[str, int]:
+    """No record says more: the agent's first failure that it did not cause itself. A rank
+    that recorded its exception left its traceback to this report (every recorded one says a
+    peer had gone, the cause being on another machine): it is printed here, not said to be
+    above."""
     rank = min(
         failures,
         key=lambda r: (failures[r].exitcode in AGENT_STOPS, failures[r].timestamp, r),
     )
+    code = _exit_code(failures[rank].exitcode)
     how = describe_exit(failures[rank].exitcode)
+    recorded = raised.get(rank)
+    if recorded is not None:
+        return "\n".join([
+            f"{PREFIX} rank {rank} {how}; its traceback:",
+            recorded.traceback.rstrip(),
+            f"{PREFIX} rank {rank} {how}{_at(recorded)}: {_one_line(recorded)}; the other ranks "
+            "were stopped",
+        ]), code  # fmt: skip
     if failures[rank].exitcode > 0:
         how += " (its traceback is above)"
-    return f"{PREFIX} rank {rank} {how}; the other ranks were stopped", _exit_code(
-        failures[rank].exitcode
-    )
+    return f"{PREFIX} rank {rank} {how}; the other ranks were stopped", code
 
 
 def _victim_lines(victims: dict[int, Failure], exclude: int | None) -> list[str]:
