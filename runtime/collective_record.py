@@ -173,7 +173,9 @@ class _Recorder:
             self._write_state(RUNNING)
 
     def finish(self, state: int) -> None:
-        if self.state != CRASHED:
+        """Leaving or crashed, once: a rank that crashed stays so, and the time a rank began
+        to leave is kept (the script's end, then its exit guard, both say it)."""
+        if self.state not in (CRASHED, state):
             self._write(state)
 
     def _caller(self) -> bytes:
@@ -207,7 +209,7 @@ def install(rank: int) -> None:
         _recorder = _Recorder(directory, rank, skip)
     except OSError:
         return  # the record only improves the launcher's report
-    _record_torch_collectives()
+    record_torch_collectives()
     if signal.getsignal(STACK_SIGNAL) is signal.SIG_DFL:
         try:
             _stack_file = open(stack_path(directory, rank), "w", encoding="utf-8")  # noqa: SIM115
@@ -246,10 +248,12 @@ TORCH_COLLECTIVES = (
 )
 
 
-def _record_torch_collectives() -> None:
+def record_torch_collectives() -> None:
     """Record torch.distributed's collectives where code calls them through the module
-    (``dist.all_reduce(t)``, the usual spelling). Only on the default group: a collective on a
-    subgroup is not made by every rank, so its sequence number would not match the peers'."""
+    (``dist.all_reduce(t)``, the usual spelling), or through a name imported after this ran
+    (the rank's entry runs it as torch imports the module). Only on the default group: a
+    collective on a subgroup is not made by every rank, so its sequence number would not match
+    the peers'. Calls made before the rank's record exists go straight through."""
     dist = sys.modules.get("torch.distributed")
     if dist is None:
         return

@@ -12,6 +12,7 @@ launcher reads the records.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import re
@@ -22,7 +23,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import CodeType, TracebackType
+from typing import Any
 
 from accelify.runtime.collective_record import library_prefixes
 from accelify.runtime.environment import FAILURE_DIR, RANK_TRACEBACKS
@@ -35,6 +37,7 @@ class Failure:
     summary: str  # "RuntimeError: boom"
     traceback: str
     where: str = ""  # "path:line" of the innermost frame in the user's code; "" when none
+    handler: str = ""  # the atexit handler that raised it, when one did ("" for the script)
 
     @classmethod
     def read(cls, path: Path) -> Failure | None:
@@ -46,6 +49,7 @@ class Failure:
                 record["summary"],
                 record["traceback"],
                 str(record.get("where", "")),
+                str(record.get("handler", "")),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # a rank killed while writing: no record, as if it had none
@@ -71,21 +75,57 @@ PEER_GONE = (
 
 
 def is_peer_gone(summary: str) -> bool:
+    """Whether the exception says a peer has gone. torch says it with its own errors
+    (RuntimeError from gloo, DistBackendError, DistStoreError); Python's own connection errors
+    (``ConnectionResetError: [Errno 104] Connection reset by peer``) come from the script's own
+    sockets, a download or a tracker's server, and are the rank's own failure."""
+    kind = summary.partition(":")[0].strip()
+    if kind in _PYTHONS_OS_ERRORS:
+        return False
     return any(words in summary for words in PEER_GONE)
 
 
-def install(rank: int, on_exception: Callable[[], None]) -> None:
+_PYTHONS_OS_ERRORS = frozenset(
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, OSError)
+)
+
+
+#: What each installer asks to be told of an uncaught exception (the runtime marks its exit
+#: guard; the rank's entry marks its collective record), and the hook that tells them.
+_ON_EXCEPTION: list[Callable[[], None]] = []
+_HOOK: list[ExceptHook] = []
+#: The code of the frame that ran the user's script (`accelify.runtime.rank_entry`): it and the
+#: frames above it are not the user's, and tracebacks start below it.
+_ENTRY: list[CodeType] = []
+
+
+def install(rank: int, on_exception: Callable[[], None], entry: CodeType | None = None) -> None:
     """Chain a `sys.excepthook` that records the exception (when launched by accelify) and calls
     `on_exception`. A recorded traceback is printed once, by the launcher, with the ranks it
     took down named in one line each; a rank prints its own only when the launcher will not
     (no record, or an elastic restart is still to come) or when its output is kept apart
     (``--tee``: each rank's log file holds its own traceback). An interrupt the launcher forwarded
-    (Ctrl-C) is not a failure of this rank: no record, and no traceback on every rank."""
+    (Ctrl-C) is not a failure of this rank: no record, and no traceback on every rank.
+
+    Installed once per process (by the rank's entry, then by the runtime's process group): a
+    second call only adds its `on_exception`. ``entry``: the code that runs the script, whose
+    frames and those of its callers are cut from the traceback."""
+    if on_exception not in _ON_EXCEPTION:
+        _ON_EXCEPTION.append(on_exception)
+    if entry is not None:
+        _ENTRY[:] = [entry]
+    if _HOOK and sys.excepthook is _HOOK[0]:
+        return
     previous: ExceptHook = sys.excepthook
     directory = os.environ.get(FAILURE_DIR)
 
     def hook(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
-        on_exception()
+        tb = _below_entry(tb)
+        error.__traceback__ = tb
+        for callback in _ON_EXCEPTION:
+            callback()
         if directory and issubclass(kind, KeyboardInterrupt):
             return
         recorded = directory and _write(Path(directory), rank, error)
@@ -93,7 +133,51 @@ def install(rank: int, on_exception: Callable[[], None]) -> None:
             return
         previous(kind, error, tb)
 
+    _HOOK[:] = [hook]
     sys.excepthook = hook
+    if directory:
+        _record_exit_handler_errors(Path(directory), rank)
+
+
+#: How Python introduces an exception raised by an atexit handler (`sys.unraisablehook`).
+ATEXIT_ERROR = "Exception ignored in atexit callback"
+
+
+def _record_exit_handler_errors(directory: Path, rank: int) -> None:
+    """An exception raised in an atexit handler does not end the rank: Python prints it, runs
+    the other handlers and exits 0 all the same. That is the rank's real outcome, and the
+    launcher keeps it (the run's exit code stays 0 when every rank's is), but it says what was
+    lost, once, and a peer left waiting at exit learns why. Recorded apart from the script's
+    own exception (`exit_handler_errors`), printed by the launcher as a script's is."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if (
+            error is not None
+            and (unraisable.err_msg or "").startswith(ATEXIT_ERROR)
+            and not isinstance(error, KeyboardInterrupt)
+        ):
+            handler = getattr(unraisable.object, "__qualname__", "") or repr(unraisable.object)
+            recorded = _write(directory, rank, error, handler)
+            if recorded and not _restarts_left() and not os.environ.get(RANK_TRACEBACKS):
+                return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
+def _below_entry(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the script's own first frame on (all of it when the script was not
+    started by the rank's entry)."""
+    if not _ENTRY:
+        return tb
+    cursor = tb
+    while cursor is not None:
+        if cursor.tb_frame.f_code is _ENTRY[0]:
+            return cursor.tb_next
+        cursor = cursor.tb_next
+    return tb
 
 
 def _restarts_left() -> bool:
@@ -102,20 +186,22 @@ def _restarts_left() -> bool:
     return restarts.isdigit() and attempt.isdigit() and int(attempt) < int(restarts)
 
 
-def _write(directory: Path, rank: int, error: BaseException) -> bool:
+def _write(directory: Path, rank: int, error: BaseException, handler: str = "") -> bool:
     record = {
         "rank": rank,
         "time_ns": time.time_ns(),
         "summary": "".join(traceback.format_exception_only(error)).strip(),
         "traceback": "".join(traceback.format_exception(error)),
         "where": _user_line(error),
+        "handler": handler,
     }
     attempt = directory / os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    temporary = attempt / f".{rank}.json.tmp"
+    name = f"{rank}{EXIT_HANDLER_SUFFIX if handler else '.json'}"
+    temporary = attempt / f".{name}.tmp"
     try:
         attempt.mkdir(exist_ok=True)
         temporary.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(temporary, attempt / f"{rank}.json")
+        os.replace(temporary, attempt / name)
     except OSError:
         return False  # the record only improves the launcher's report; the rank prints it
     return True
@@ -153,3 +239,21 @@ def recorded_failures(directory: Path, attempt: int, ranks: set[int]) -> dict[in
     """The exceptions recorded in `attempt` by `ranks` (the ones the agent saw fail)."""
     found = {rank: Failure.read(directory / str(attempt) / f"{rank}.json") for rank in ranks}
     return {rank: failure for rank, failure in found.items() if failure is not None}
+
+
+#: The file an atexit handler's exception is recorded in, after the rank's number.
+EXIT_HANDLER_SUFFIX = ".atexit.json"
+
+
+def exit_handler_errors(attempt_directory: Path) -> dict[int, Failure]:
+    """The exceptions atexit handlers raised in one attempt, by rank."""
+    found: dict[int, Failure] = {}
+    try:
+        paths = list(attempt_directory.glob(f"*{EXIT_HANDLER_SUFFIX}"))
+    except OSError:
+        return found
+    for path in paths:
+        failure = Failure.read(path)
+        if failure is not None:
+            found[failure.rank] = failure
+    return found

@@ -284,6 +284,24 @@ def test_a_dataloader_workers_exception_is_named_by_its_own_line(tmp_path):
     assert "rank 1 failed first: ValueError: bad sample 37 (in a DataLoader worker)" in text
 
 
+def test_an_atexit_handlers_exception_is_said_once_and_every_rank_exiting_0_is_the_runs(tmp_path):
+    train = tmp_path / "train.py"
+    train.write_text("def flush():\n    raise OSError('log server down')\n")
+    attempt = tmp_path / "0"
+    attempt.mkdir()
+    raised = ((1, "OSError: log server down", 1), (0, "RuntimeError: Connection closed by peer", 2))
+    for rank, summary, at in raised:
+        record = {"rank": rank, "time_ns": at, "summary": summary, "where": f"{train}:2",
+                  "traceback": f"Traceback\n{summary}\n", "handler": "flush"}  # fmt: skip
+        (attempt / f"{rank}{failure_record.EXIT_HANDLER_SUFFIX}").write_text(json.dumps(record))
+    text, code = outcome.finished(tmp_path, 0, verdict=None)
+    assert code == 0
+    assert text.count("Traceback") == 1 and "rank 1's atexit handler flush raised;" in text
+    assert "rank 1's atexit handler flush raised at " in text and ": OSError: log server" in text
+    assert "rank 0's atexit handler flush failed because its peer had gone" in text
+    assert outcome.finished(tmp_path / "none", 0, verdict=None) is None  # a clean run: silent
+
+
 def test_the_peer_gone_messages_of_gloo_nccl_and_the_store_are_victims():
     for summary in (
         "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:2",
@@ -292,6 +310,21 @@ def test_the_peer_gone_messages_of_gloo_nccl_and_the_store_are_victims():
     ):
         assert failure_record.is_peer_gone(summary), summary
     assert not failure_record.is_peer_gone("ValueError: Connection settings are wrong")
+    # Python's own connection errors come from the script's sockets (a download, a tracker)
+    assert not failure_record.is_peer_gone(
+        "ConnectionResetError: [Errno 104] Connection reset by peer"
+    )
+    assert not failure_record.is_peer_gone("BrokenPipeError: [Errno 32] Broken pipe")
+
+
+def test_a_rank_whose_recorded_exception_explains_nothing_gets_its_traceback_printed(tmp_path):
+    """Every record says a peer had gone (the cause on another machine): the rank named kept
+    its traceback for the report, which must print it, not say it is above."""
+    write_failure(tmp_path, 1, "RuntimeError: Connection closed by peer", at=1)
+    text, code = outcome.failed_run({1: failure(1)}, tmp_path, attempt=0)
+    assert code == 1
+    assert "above" not in text and text.count("Traceback") == 1
+    assert "rank 1 failed with exit code 1: RuntimeError: Connection closed by peer" in text
 
 
 # --- on real ranks ------------------------------------------------------------------------------
@@ -379,6 +412,20 @@ def test_a_rank_killed_by_a_segfault_is_named_with_the_line_it_died_on():
 
 
 @pytest.mark.distributed
+def test_a_ranks_own_connection_error_is_the_cause_not_a_victims():
+    result = launched("own_connection_error.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 failed first at own_connection_error.py:13 "
+        '(`raise ConnectionResetError(104, "Connection reset by peer")`): '
+        "ConnectionResetError: [Errno 104] Connection reset by peer"
+    ) in result.stderr
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert "above" not in result.stderr
+
+
+@pytest.mark.distributed
 def test_a_dataloader_workers_exception_is_named_at_the_datasets_line():
     result = launched("worker_raises.py")
     assert result.returncode == 1, result.stderr
@@ -418,6 +465,23 @@ def test_a_collective_under_a_main_process_guard_is_a_mismatch_reported_in_secon
 
 
 @pytest.mark.distributed
+def test_a_collective_in_a_helper_under_a_guard_names_the_guarded_call():
+    result = launched("helper_gather.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 0 waits in gather at helper_gather.py:10 "
+        "(`losses = accelerator.gather(loss.detach())`), collective #6, after 3 backward passes; "
+        "called from helper_gather.py:20 "
+        "(`log_loss(accelerator, loss)`)"
+    ) in result.stderr
+    assert "rank 0 went into a collective inside the training loop that the others did not" in (
+        result.stderr
+    )
+    assert "left the training loop early" not in result.stderr  # it is still in the loop
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_the_scripts_own_torch_distributed_calls_are_recorded_too():
     result = launched("raw_collectives.py")
     assert result.returncode == 1, result.stderr
@@ -444,6 +508,90 @@ def test_a_main_process_section_shorter_than_the_timeout_is_healthy():
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "done: 2 ranks"
     assert "accelify launch:" not in result.stderr
+
+
+@pytest.mark.distributed
+def test_a_script_using_torch_distributed_itself_is_named_with_its_line():
+    """No Accelerator: the rank's entry records the failure all the same."""
+    result = launched("raw_ddp_raises.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 failed first at raw_ddp_raises.py:19 "
+        '(`raise ValueError(f"bad batch at step {step}")`): ValueError: bad batch at step 2'
+    ) in result.stderr
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr  # rank 1's, once
+    assert "rank_entry" not in result.stderr and "runpy" not in result.stderr
+
+
+@pytest.mark.distributed
+def test_a_script_using_torch_distributed_itself_exits_with_its_leavers_code():
+    result = launched("raw_ddp_exits.py")
+    assert result.returncode == 3, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    assert report[0] == (
+        "accelify launch: rank 1 failed with exit code 3, while its peers were still running"
+    ), report  # no "after 0 backward passes": such a script's are not counted
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.distributed
+def test_a_script_using_torch_distributed_itself_has_its_collectives_recorded():
+    result = launched("raw_mismatch.py")
+    assert result.returncode == 1, result.stderr
+    assert "rank 0 waits in all_reduce at raw_mismatch.py:13 (`dist.all_reduce(total)`)" in (
+        result.stderr
+    )
+    assert "rank 1 waits in barrier at raw_mismatch.py:14 (`dist.barrier()`)" in result.stderr
+    assert "collective #4" in result.stderr  # the three all_reduce(total) before it count
+    assert "backward pass" not in result.stderr  # not counted without the runtime
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_the_rank_entry_runs_the_script_as_python_would(tmp_path):
+    result = launch(FAILURES / "what_the_script_sees.py", "a", flags=(), cwd=tmp_path, timeout=120)
+    seen = [eval(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(seen) == 2, result.stdout + result.stderr
+    script = FAILURES / "what_the_script_sees.py"
+    for each in seen:
+        assert each["argv"] == [str(script), "a"]
+        assert each["path0"] == str(script.resolve().parent)
+        assert each["file"] == str(script) and each["name"] == "__main__"
+        assert each["doc"].startswith("Started through the rank's entry")
+        assert each["spec"] is None and each["main_is_this_module"] and each["pickles"]
+        assert not each["torch_imported"]  # a script may set variables before it imports torch
+    assert result.returncode in (5, 6), result.stderr  # the script's own exit codes
+
+
+@pytest.mark.distributed
+def test_an_exception_in_an_atexit_handler_is_said_once_and_the_run_exits_0_as_python_does():
+    result = launched("exit_handler_raises.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "trained"
+    assert (
+        "rank 1's atexit handler flush_logs raised at exit_handler_raises.py:11 "
+        '(`raise OSError("log server unreachable")`): OSError: log server unreachable'
+    ) in result.stderr
+    assert "every rank exited with code 0, and so does the run" in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert "Exception ignored" not in result.stderr  # the rank's own print: the launcher said it
+
+
+@pytest.mark.distributed
+def test_a_peer_waiting_for_a_rank_whose_atexit_handler_raised_is_told_why():
+    result = launched("exit_handler_save.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 is leaving: its atexit handler save_at_exit raised at exit_handler_save.py:15 "
+        '(`raise OSError("disk full")`): OSError: disk full, while:'
+    ) in result.stderr
+    assert "rank 0 waits in wait_for_everyone at exit_handler_save.py:16" in result.stderr
+    assert "left the loop" not in result.stderr  # it did not: its handler raised
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert result.stderr.count("OSError: disk full") == 2, result.stderr  # verdict, traceback
+    assert "rank_entry" not in result.stderr and "site-packages" not in result.stderr
 
 
 # --- before any rank starts -------------------------------------------------------------------

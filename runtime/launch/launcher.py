@@ -31,6 +31,8 @@ from accelify.runtime.launch.config import LaunchConfig
 from accelify.runtime.launch.watch import Watcher
 
 LOOPBACK = "127.0.0.1"
+#: The module every rank starts with (`accelify.runtime.rank_entry`).
+RANK_ENTRY = "accelify.runtime.rank_entry"
 
 
 @dataclass(frozen=True)
@@ -187,11 +189,12 @@ def torchrun_arguments(plan: LaunchPlan, processes: int) -> list[str]:
             arguments += [flag, str(value)]
     if config.num_machines == 1:
         arguments += ["--local-addr", LOOPBACK]
-    if plan.module:
-        arguments.append("--module")
     if plan.no_python:
-        arguments.append("--no-python")
-    return [*arguments, plan.script, *plan.script_args]
+        return [*arguments, "--no-python", plan.script, *plan.script_args]
+    # Each rank starts through the runtime's entry, which records its failure and collectives
+    # whether or not the script uses accelify's runtime, then runs the script unchanged.
+    script = ["-m", plan.script] if plan.module else [plan.script]
+    return [*arguments, "--module", RANK_ENTRY, *script, *plan.script_args]
 
 
 def runtime_settings(config: LaunchConfig) -> LaunchSettings:
@@ -314,7 +317,11 @@ def launch(plan: LaunchPlan) -> int:
         except KeyboardInterrupt:  # before the agent took over SIGINT
             text, code = launch_outcome.stopped(signal.SIGINT)
         else:
-            return 0
+            attempt = watcher.last_attempt() or 0
+            ended = launch_outcome.finished(Path(records), attempt, watcher.verdict(attempt))
+            if ended is None:
+                return 0
+            text, code = ended
         finally:
             watcher.stop()
     print(text, file=sys.stderr)

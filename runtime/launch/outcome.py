@@ -22,10 +22,19 @@ from accelify.runtime.failure_record import (
     PEER_GONE,
     WORKER_TRACEBACK,
     Failure,
+    exit_handler_errors,
     is_peer_gone,
     recorded_failures,
 )
-from accelify.runtime.launch.watch import Verdict, crash_stack, place, read_all, source_place
+from accelify.runtime.launch.watch import (
+    Verdict,
+    crash_stack,
+    handler_error_words,
+    passes_words,
+    place,
+    read_all,
+    source_place,
+)
 
 PREFIX = "accelify launch:"
 #: How torch's agent stops the ranks left once one has failed. It sends SIGKILL only to a rank
@@ -72,7 +81,49 @@ def failed_run(
     ]
     if victims and left:
         return _exited(min(left), 0, states[min(left)], failures, victims)
-    return _unexplained(failures)
+    return _unexplained(failures, raised)
+
+
+def finished(records: Path, attempt: int, verdict: Verdict | None) -> tuple[str, int] | None:
+    """The report when every rank exited 0 (None: nothing to say). An exception in an atexit
+    handler does not change a rank's exit code, in Python or here, but what it lost is said,
+    its traceback once; a run the watcher found stuck (a peer waiting at exit for a rank whose
+    handler raised) was stopped, and fails."""
+    errors = exit_handler_errors(collective_record.attempt_directory(records, attempt))
+    if verdict is not None:
+        text, _ = _after_verdict(verdict, {}, {})
+        return "\n".join([*_exit_handler_lines(errors, said=verdict.culprit), text]), 1
+    if not errors:
+        return None
+    lines = _exit_handler_lines(errors)
+    lines.append(
+        f"{PREFIX} Python ignores an exception in an atexit handler: every rank exited with "
+        "code 0, and so does the run"
+    )
+    return "\n".join(lines), 0
+
+
+def _exit_handler_lines(errors: dict[int, Failure], said: int | None = None) -> list[str]:
+    """The first handler's traceback that is not a peer's leaving, once, and a line a rank
+    (but rank ``said``, whose error the watcher's report named)."""
+    if not errors:
+        return []
+    causes = [f for f in errors.values() if not is_peer_gone(f.summary)] or list(errors.values())
+    first = min(causes, key=lambda failure: failure.time_ns)
+    lines = [
+        f"{PREFIX} rank {first.rank}'s atexit handler {first.handler} raised; its traceback:",
+        first.traceback.rstrip(),
+    ]
+    for rank, error in sorted(errors.items()):
+        if is_peer_gone(error.summary) and error is not first:
+            lines.append(
+                f"{PREFIX} rank {rank}'s atexit handler {error.handler} failed because its peer "
+                f"had gone ({_peer_gone(error)})"
+            )
+        elif rank != said:
+            words = handler_error_words(error).removeprefix("its ")
+            lines.append(f"{PREFIX} rank {rank}'s {words}")
+    return lines
 
 
 def _after_verdict(
@@ -146,11 +197,12 @@ def _exited(
     how += crash
     where = ""
     if state is not None:
-        passes = f"{state.passes} backward pass{'es' if state.passes != 1 else ''}"
+        # a script that calls torch.distributed itself counts no backward pass: none is said
+        passes = f" {passes_words(state)}" if state.passes else ""
         last = (
             f"; its last collective: {state.operation} at {place(state)}" if state.sequence else ""
         )
-        where = f" after {passes}{last}"
+        where = f"{passes}{last}"
     lines = [f"{PREFIX} rank {rank} {how}{where}, while its peers were still running"]
     lines += _victim_lines(victims, exclude=rank)
     if exitcode == 0:
@@ -196,18 +248,28 @@ def _all_exited(exited: dict[int, Any]) -> tuple[str, int]:
     return "\n".join(lines), _exit_code(exited[first].exitcode)
 
 
-def _unexplained(failures: dict[int, Any]) -> tuple[str, int]:
-    """No record says more: the agent's first failure that it did not cause itself."""
+def _unexplained(failures: dict[int, Any], raised: dict[int, Failure]) -> tuple[str, int]:
+    """No record says more: the agent's first failure that it did not cause itself. A rank
+    that recorded its exception left its traceback to this report (every recorded one says a
+    peer had gone, the cause being on another machine): it is printed here, not said to be
+    above."""
     rank = min(
         failures,
         key=lambda r: (failures[r].exitcode in AGENT_STOPS, failures[r].timestamp, r),
     )
+    code = _exit_code(failures[rank].exitcode)
     how = describe_exit(failures[rank].exitcode)
+    recorded = raised.get(rank)
+    if recorded is not None:
+        return "\n".join([
+            f"{PREFIX} rank {rank} {how}; its traceback:",
+            recorded.traceback.rstrip(),
+            f"{PREFIX} rank {rank} {how}{_at(recorded)}: {_one_line(recorded)}; the other ranks "
+            "were stopped",
+        ]), code  # fmt: skip
     if failures[rank].exitcode > 0:
         how += " (its traceback is above)"
-    return f"{PREFIX} rank {rank} {how}; the other ranks were stopped", _exit_code(
-        failures[rank].exitcode
-    )
+    return f"{PREFIX} rank {rank} {how}; the other ranks were stopped", code
 
 
 def _victim_lines(victims: dict[int, Failure], exclude: int | None) -> list[str]:

@@ -19,6 +19,7 @@ is the run's); the launcher's final report (`outcome`) uses the `Verdict`.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import linecache
@@ -40,6 +41,7 @@ from accelify.runtime.collective_record import (
     STACK_SIGNAL,
     Record,
 )
+from accelify.runtime.failure_record import Failure, exit_handler_errors
 
 PREFIX = "accelify launch:"
 #: How long a situation that cannot resolve itself must last before it is reported.
@@ -91,7 +93,7 @@ class Watcher:
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll):
-            attempt = self._current_attempt()
+            attempt = self.last_attempt()
             if attempt is None or attempt in self.verdicts:
                 continue
             directory = records.attempt_directory(self.root, attempt)
@@ -103,7 +105,8 @@ class Watcher:
             print(verdict.text, file=self.out, flush=True)
             self._end(verdict, directory)
 
-    def _current_attempt(self) -> int | None:
+    def last_attempt(self) -> int | None:
+        """The latest restart attempt whose ranks wrote records (None: none did)."""
         try:
             attempts = [int(p.name) for p in self.root.iterdir() if p.name.isdigit()]
         except OSError:
@@ -120,14 +123,15 @@ class Watcher:
         if not waiting or any(rec.state == CRASHED for rec in ranks.values()):
             return None  # a rank that raised ends the run through the agent, with its traceback
         if len({(rec.operation, rec.sequence) for rec in waiting.values()}) > 1:
-            return _mismatch(ranks, waiting)
+            stacks = {r: _stack(directory, r, rec.pid) for r, rec in sorted(waiting.items())}
+            return _mismatch(ranks, waiting, stacks)
         left = {
             r: rec
             for r, rec in ranks.items()
             if rec.state == LEAVING and now - rec.since >= self.grace
         }
         if left:
-            return _left(ranks, waiting, left)
+            return _left(ranks, waiting, left, exit_handler_errors(directory))
         if self.hang_timeout <= 0:
             return None
         stuck = {r: rec for r, rec in waiting.items() if now - rec.since >= self.hang_timeout}
@@ -233,37 +237,95 @@ def _waits(record: Record) -> str:
     operation = _OPERATION_WORDS.get(record.operation, record.operation)
     return (
         f"rank {record.rank} waits in {operation} at {place(record)}, "
-        f"collective #{record.sequence}, {_passes(record)}"
+        f"collective #{record.sequence}{_passes_if_counted(record)}"
     )
 
 
-def _passes(record: Record) -> str:
+def _passes_if_counted(record: Record) -> str:
+    """``, after 4 backward passes``; nothing for a rank that counts none (a script that calls
+    torch.distributed itself: its backward passes are not seen)."""
+    return f", {passes_words(record)}" if record.passes else ""
+
+
+def passes_words(record: Record) -> str:
     count = record.passes
     return f"after {count} backward pass{'es' if count != 1 else ''}"
 
 
-def _mismatch(ranks: dict[int, Record], waiting: dict[int, Record]) -> Verdict:
+Frames = list[tuple[str, int, str]]
+
+
+def _mismatch(
+    ranks: dict[int, Record], waiting: dict[int, Record], stacks: dict[int, Frames]
+) -> Verdict:
+    """``stacks``: the waiting ranks' user frames, oldest first: a collective called in a helper
+    is named with the lines that called it (the guarded call is the line to fix)."""
     lines = [
         f"{PREFIX} mismatched collectives: the ranks wait in different calls, none can finish:"
     ]
-    lines += [f"  {_waits(rec)}" for _, rec in sorted(waiting.items())]
+    lines += [
+        f"  {_waits(rec)}{_called_from(stacks.get(r) or [])}" for r, rec in sorted(waiting.items())
+    ]
     for rank, rec in sorted(ranks.items()):
         if rank not in waiting:
             lines.append(f"  rank {rank} is {_state_words(rec)}")
     culprit = _fewest_passes(waiting)
     if culprit is not None:
         most = max(rec.passes for rec in waiting.values())
-        lines.append(
-            f"{PREFIX} rank {culprit} left the training loop early: it stopped after "
-            f"{waiting[culprit].passes} backward passes, the others went on to {most} (a break "
-            "on one rank's own value needs accelerator.set_trigger()/check_trigger())"
-        )
+        ahead = next(r for r, rec in sorted(waiting.items()) if rec.passes == most)
+        if _in_the_loop_of(stacks.get(culprit) or [], stacks.get(ahead) or []):
+            lines.append(
+                f"{PREFIX} rank {culprit} went into a collective inside the training loop that "
+                f"the others did not: it waits after {waiting[culprit].passes} backward passes, "
+                f"the others went on to {most} (a collective under a condition only some ranks "
+                "take, such as is_main_process, is reached by those ranks alone)"
+            )
+        else:
+            lines.append(
+                f"{PREFIX} rank {culprit} left the training loop early: it stopped after "
+                f"{waiting[culprit].passes} backward passes, the others went on to {most} (a "
+                "break on one rank's own value needs accelerator.set_trigger()/check_trigger())"
+            )
     lines.append(
         f"{PREFIX} every rank must make the same collective calls in the same order: look for "
         "one under a condition that differs between ranks (is_main_process, a rank's own "
         "metric, a loop of a different length); stopping every rank"
     )
     return Verdict("\n".join(lines), culprit, "mismatch")
+
+
+def _called_from(frames: Frames) -> str:
+    """``; called from train.py:14 (`log_loss(loss)`)``, the callers outermost first."""
+    callers = [source_place(path, line) for path, line, _ in frames[:-1]]
+    return f"; called from {', from '.join(reversed(callers))}" if callers else ""
+
+
+def _in_the_loop_of(behind: Frames, ahead: Frames) -> bool:
+    """Whether the rank behind waits inside the loop the rank ahead is still in: their stacks
+    part at one frame of the same function, and the loop around the ahead rank's line there
+    also holds the behind rank's line. (Unknown, without stacks: not said.)"""
+    for mine, theirs in zip(behind, ahead, strict=False):
+        if (mine[0], mine[2]) != (theirs[0], theirs[2]):
+            return False
+        if mine[1] != theirs[1]:
+            loop = _innermost_loop(mine[0], theirs[1])
+            return loop is not None and loop[0] <= mine[1] <= loop[1]
+    return False
+
+
+def _innermost_loop(path: str, line: int) -> tuple[int, int] | None:
+    """The first and last line of the innermost ``for``/``while`` around ``line``."""
+    try:
+        tree = ast.parse(Path(path).read_bytes(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    spans = [
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+    ]
+    return max(spans, default=None)
 
 
 def _fewest_passes(waiting: dict[int, Record]) -> int | None:
@@ -275,7 +337,12 @@ def _fewest_passes(waiting: dict[int, Record]) -> int | None:
     return behind[0] if len(behind) == 1 and len(set(counts.values())) > 1 else None
 
 
-def _left(ranks: dict[int, Record], waiting: dict[int, Record], left: dict[int, Record]) -> Verdict:
+def _left(
+    ranks: dict[int, Record],
+    waiting: dict[int, Record],
+    left: dict[int, Record],
+    handler_errors: dict[int, Failure],
+) -> Verdict:
     leaver, record = min(left.items())
     how = "is leaving" if _alive(record.pid) else "has exited"
     last = (
@@ -283,9 +350,19 @@ def _left(ranks: dict[int, Record], waiting: dict[int, Record], left: dict[int, 
         if record.sequence
         else "it made no collective call"
     )
+    error = handler_errors.get(leaver)
+    if error is not None:
+        # the cause is the exception, not the loop: Python went on exiting after it
+        lines = [f"{PREFIX} rank {leaver} {how}: {handler_error_words(error)}, while:"]
+        lines += [f"  {_waits(rec)}: it cannot finish" for _, rec in sorted(waiting.items())]
+        lines.append(
+            f"{PREFIX} the peers wait for a collective that rank {leaver}'s handler never "
+            "reached: Python ignores an exception in an atexit handler and goes on exiting"
+        )
+        return Verdict("\n".join(lines), leaver, "left")
     lines = [
-        f"{PREFIX} rank {leaver} {how} (its script ended, or it called sys.exit) "
-        f"{_passes(record)} ({last}), while:"
+        f"{PREFIX} rank {leaver} {how} (its script ended, or it called sys.exit)"
+        f"{_passes_if_counted(record).removeprefix(',')} ({last}), while:"
     ]
     lines += [f"  {_waits(rec)}: it cannot finish" for _, rec in sorted(waiting.items())]
     lines.append(
@@ -294,6 +371,14 @@ def _left(ranks: dict[int, Record], waiting: dict[int, Record], left: dict[int, 
         "accelerator.set_trigger()/check_trigger() to be taken by every rank)"
     )
     return Verdict("\n".join(lines), leaver, "left")
+
+
+def handler_error_words(error: Failure) -> str:
+    """``its atexit handler save raised at train.py:11 (`...`): OSError: disk full``."""
+    file, _, line = error.where.rpartition(":")
+    at = f" at {source_place(file, int(line))}" if file and line.isdigit() else ""
+    summary = next((text for text in error.summary.splitlines() if text.strip()), "an exception")
+    return f"its atexit handler {error.handler} raised{at}: {summary}"
 
 
 def _hang(
@@ -329,10 +414,14 @@ def _hang(
 
 def _state_words(record: Record) -> str:
     if record.state == LEAVING:
-        return f"leaving the script ({_passes(record)})"
+        return f"leaving the script{_in_parentheses_if_counted(record)}"
     if record.state == CRASHED:
         return "failing with an exception"
-    return f"outside any collective ({_passes(record)})"
+    return f"outside any collective{_in_parentheses_if_counted(record)}"
+
+
+def _in_parentheses_if_counted(record: Record) -> str:
+    return f" ({passes_words(record)})" if record.passes else ""
 
 
 # --- stacks -------------------------------------------------------------------------------------
@@ -375,7 +464,7 @@ def crash_stack(directory: Path, rank: int) -> list[tuple[str, int, str]]:
 
 def parse_stack(text: str) -> list[tuple[str, int, str]]:
     """faulthandler's dump (the last one in the file) → the main thread's frames, oldest first,
-    cut to end at the user's innermost frame."""
+    cut to begin at the user's outermost frame and end at the user's innermost."""
     header, _, dumps = text.partition("\n")
     try:
         info = json.loads(header)
@@ -388,7 +477,13 @@ def parse_stack(text: str) -> list[tuple[str, int, str]]:
     frames = list(reversed(frames))  # faulthandler lists the most recent call first
     while frames and frames[-1][0].startswith(skip):
         frames.pop()
-    return frames
+    # the frames that started the script (the rank's entry, runpy) are not the user's either
+    first = next((i for i, frame in enumerate(frames) if not _starts_the_script(frame, skip)), 0)
+    return frames[first:]
+
+
+def _starts_the_script(frame: tuple[str, int, str], skip: tuple[str, ...]) -> bool:
+    return frame[0].startswith((*skip, "<"))
 
 
 def _thread_sections(text: str) -> dict[int, list[tuple[str, int, str]]]:

@@ -1,0 +1,150 @@
+"""How `accelify launch` starts each rank: ``python -m accelify.runtime.rank_entry SCRIPT ARGS``
+(or ``-m MODULE ARGS``), which installs the rank's failure record and then runs the script as
+``python SCRIPT ARGS`` would.
+
+The runtime installs the records when the script's `Accelerator` starts the process group. A
+script that uses ``torch.distributed`` directly (``init_process_group``, DDP, ``all_reduce``) never
+does, and the launcher could only report its ranks' exit codes: not which rank raised first, nor
+its line, nor a hang. Starting every rank here, the way ``torchrun -m`` runs a module, gives every
+script the same report. The script sees what ``python SCRIPT`` gives it: ``sys.argv``, a fresh
+``__main__`` module that stays for the life of the process, ``__file__``, ``sys.path[0]`` (its own
+folder), its exit code and signals. Tracebacks start at the script's first line: the frames of
+this module are cut before they are recorded or printed (`failure_record.install`). torch is not
+imported here: a script may set variables before it imports torch.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import io
+import os
+import sys
+from collections.abc import Sequence
+from types import CodeType, ModuleType
+from typing import Any
+
+from accelify.runtime import collective_record, failure_record
+
+
+def main(arguments: Sequence[str]) -> None:
+    """``SCRIPT ARGS...`` or ``-m MODULE ARGS...``, as torchrun passes them."""
+    rank = int(os.environ.get("RANK", "0"))
+    failure_record.install(rank, on_exception=collective_record.crashed, entry=_run.__code__)
+    _record_collectives_once_the_group_exists(rank)
+    if arguments[:1] == ["-m"]:
+        module, code = _main_module_of_module(arguments[1])
+        sys.argv = [module.__file__ or arguments[1], *arguments[2:]]
+    else:
+        module, code = _main_module_of_script(arguments[0])
+        sys.argv = list(arguments)
+        sys.path[0] = os.path.dirname(os.path.realpath(arguments[0]))
+    _run(code, module)
+
+
+def _run(code: CodeType, module: ModuleType) -> None:
+    """Run the script's code in its ``__main__``; a rank past the end of its script (or in
+    ``sys.exit``) is leaving, as the launcher's watcher must know."""
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)
+    except SystemExit:
+        collective_record.leaving()
+        raise
+    collective_record.leaving()
+
+
+def _main_module_of_script(script: str) -> tuple[ModuleType, CodeType]:
+    """``__main__`` as ``python SCRIPT`` makes it: an absolute ``__file__`` (not normalised),
+    no spec, a source loader."""
+    path = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
+    with io.open_code(path) as source:
+        code = compile(source.read(), path, "exec", dont_inherit=True)
+    module = _fresh_main()
+    module.__dict__.update(
+        __file__=path,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+    )
+    return module, code
+
+
+def _main_module_of_module(name: str) -> tuple[ModuleType, CodeType]:
+    """``__main__`` as ``python -m MODULE`` makes it (a package runs its ``__main__``)."""
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.submodule_search_locations is not None:
+        name = f"{name}.__main__"
+        spec = importlib.util.find_spec(name)
+    loader = spec.loader if spec is not None else None
+    code = loader.get_code(name) if isinstance(loader, importlib.abc.InspectLoader) else None
+    if spec is None or code is None:
+        print(f"{sys.executable}: No module named {name}", file=sys.stderr)
+        raise SystemExit(1)
+    module = _fresh_main()
+    module.__dict__.update(
+        __file__=spec.origin,
+        __cached__=spec.cached,
+        __loader__=loader,
+        __package__=spec.parent,
+        __spec__=spec,
+    )
+    return module, code
+
+
+def _fresh_main() -> ModuleType:
+    module = ModuleType("__main__")
+    module.__dict__.update(__builtins__=builtins, __cached__=None, __package__=None)
+    return module
+
+
+def _record_collectives_once_the_group_exists(rank: int) -> None:
+    """Start the rank's collective record when the script starts the process group itself.
+    ``init_process_group`` and the collectives are wrapped as soon as torch imports
+    ``torch.distributed``, before the script can take its own reference to them (``from
+    torch.distributed import all_reduce``)."""
+    sys.meta_path.insert(0, _AfterImport("torch.distributed", lambda dist: _wrap(dist, rank)))
+
+
+def _wrap(dist: Any, rank: int) -> None:
+    collective_record.record_torch_collectives()
+    start = dist.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        result = start(*args, **kwargs)
+        collective_record.install(dist.get_rank() if dist.is_initialized() else rank)
+        return result
+
+    init_process_group.__wrapped__ = start  # type: ignore[attr-defined]
+    init_process_group.__doc__ = start.__doc__
+    dist.init_process_group = init_process_group
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Call ``then(module)`` once the module ``name`` has been imported (and only then)."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        execute = spec.loader.exec_module
+        then = self.then
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            then(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+if __name__ == "__main__":
+    sys.modules.setdefault("accelify.runtime.rank_entry", sys.modules["__main__"])
+    main(sys.argv[1:])
