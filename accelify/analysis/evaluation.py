@@ -124,6 +124,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     if found.sinks and _feeds_training(loop, found.sinks, facts):
         return None
     forward = first_forward(loop, facts)
+    if forward is not None:
+        found.sinks += [sink for sink in body if _yields_to_the_caller(sink)]
     synced = self_syncing_metrics(loop, model)
     if synced:
         # torchmetrics gathers its own states across ranks at compute(): gathered values fed to
@@ -239,6 +241,15 @@ def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
                         "to one length first with accelerator.pad_across_processes(x, dim=1, "
                         "pad_index=<a value the metric ignores>)"
                     )
+                listed = _returns_a_list(collate)
+                if listed is not None:
+                    return (
+                        f"its loader's collate_fn ({collate.name.value}) hands back {listed}, a "
+                        "Python list of per-sample items (dicts of tensors of their own sizes): "
+                        "gather_for_metrics joins the tensors inside each item, not the items, "
+                        "so the lists stop lining up with the samples; gather stacked tensors "
+                        "of the values the metric reads instead"
+                    )
                 if _pads(collate):
                     return (
                         f"its loader's collate_fn ({collate.name.value}) pads each batch to its "
@@ -328,6 +339,30 @@ def _pads_time_major(collate: cst.FunctionDef) -> bool:
         ):
             return True
     return False
+
+
+def _returns_a_list(collate: cst.FunctionDef) -> str | None:
+    """``targets = [b[1] for b in batch]; return images, targets``: what ``collate`` returns a
+    list comprehension for, directly or through a name it assigned one to (detection targets,
+    one dict per image); None when it returns tensors only."""
+    listed = {
+        dotted(t.target)
+        for node in walk(collate.body)
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.ListComp)
+        for t in node.targets
+    }
+    for node in walk(collate.body):
+        if not isinstance(node, cst.Return) or node.value is None:
+            continue
+        value = node.value
+        parts = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+        for part in parts:
+            if isinstance(part, cst.ListComp):
+                return "a list comprehension"
+            name = dotted(part)
+            if name is not None and name in listed:
+                return name
+    return None
 
 
 def _pads(collate: cst.FunctionDef) -> bool:
@@ -734,6 +769,13 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
         target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
         return target is not None and target in _variables(small.value) and target not in local
     return False
+
+
+def _yields_to_the_caller(small: cst.CSTNode) -> bool:
+    """``yield preds, y`` in a generator that evaluates: the caller folds what it yields into
+    its metrics, so a yield is a sink like ``correct += ...`` (a generator that only passes
+    batches on runs no forward, and is not asked)."""
+    return isinstance(small, cst.Expr) and isinstance(small.value, cst.Yield)
 
 
 def _metric_of(call: cst.Call) -> cst.BaseExpression:
