@@ -122,9 +122,10 @@ def run(ctx: Context, scope: Scope) -> None:
             isinstance(n, cst.Call) and ctx.facts.flow.is_forward(n) for n in walk(inline[name])
         )
         where = "the forward inside it" if direct else "a function it calls runs the model"
+        spelled = "map()" if isinstance(inline[name], cst.Call) else "a comprehension"
         ctx.plan.review(
             ctx.line(inline[name]),
-            f"{name} is evaluated in a comprehension ({where}): its totals "
+            f"{name} is evaluated in {spelled} ({where}): its totals "
             "would cover one rank's shard, and no gather fits inside it; left unprepared, so "
             "every rank evaluates all of it (correct, not sharded); write it as a for loop to "
             "shard it and gather the predictions",
@@ -1008,6 +1009,14 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
     flow = ctx.facts.flow
     found: dict[str, cst.CSTNode] = {}
     for node in ctx.facts.placement.all_nodes():
+        if isinstance(node, cst.Call) and _maps_the_model(ctx, node):
+            for argument in node.args[1:]:
+                name = loop_source(argument.value)
+                if flow.kind_of(name, node) is Kind.DATALOADER:
+                    for origin in flow.origins(name, node):
+                        if origin is not None:
+                            found.setdefault(origin, node)
+            continue
         if not isinstance(node, _COMPREHENSIONS):
             continue
         if not any(isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(node)):
@@ -1021,6 +1030,24 @@ def _comprehension_evaluations(ctx: Context) -> dict[str, cst.CSTNode]:
                         found.setdefault(origin, node)
             for_in = for_in.inner_for_in
     return found
+
+
+def _maps_the_model(ctx: Context, call: cst.Call) -> bool:
+    """``map(lambda b: score_batch(model, b), val_loader)``, ``map(eval_step, val_loader)``:
+    an evaluation as a comprehension is, spelled with the builtin ``map``, whose function runs
+    the model (a lambda whose body does, or a function of the file that does)."""
+    if not call.args or "map" not in ctx.model.qualified(call.func) | {dotted(call.func)}:
+        return False
+    mapped = call.args[0].value
+    if isinstance(mapped, cst.Lambda):
+        return any(isinstance(n, cst.Call) and _runs_the_model(ctx, n) for n in walk(mapped))
+    function = _function_named(ctx, mapped, call)
+    if function is None:
+        return False
+    calls = [n for n in walk(function.body) if isinstance(n, cst.Call)]
+    return any(ctx.facts.flow.is_forward(n) for n in calls) and not any(
+        ctx.facts.placement.inside(b, function) for b in ctx.model.backward_calls
+    )
 
 
 def _runs_the_model(ctx: Context, call: cst.Call) -> bool:
