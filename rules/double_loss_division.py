@@ -66,6 +66,18 @@ class DoubleLossDivision(Rule):
             5,
             18,
         ),
+        # MiniMind's DPO script: the steps set on the DeepSpeed plugin, divided again by hand
+        Example(
+            "from accelerate import Accelerator, DeepSpeedPlugin\n"
+            "plugin = DeepSpeedPlugin(gradient_accumulation_steps=args.accum, zero_stage=2)\n"
+            "accelerator = Accelerator(deepspeed_plugin=plugin)\n"
+            "for x, y in loader:\n"
+            "    loss = criterion(model(x), y)\n"
+            "    loss = loss / args.accum\n"
+            "    accelerator.backward(loss)\n",
+            6,
+            12,
+        ),
         # a helper handed the accelerator divides by the accelerator's own steps (a LoRA
         # fine-tuning script's train_one_epoch): backward divides by that same value again
         Example(
@@ -175,6 +187,29 @@ def _configured_steps(script: ScriptModel) -> str | None:
     for name in script.names_of(Kind.ACCELERATOR):
         if f"{name}.gradient_accumulation_steps =" in script.source:
             return f"{name}.gradient_accumulation_steps"
+    return _plugin_steps(script)
+
+
+#: Plugins that set the Accelerator's accumulation steps, and the keyword that does.
+_STEP_PLUGINS = {
+    "DeepSpeedPlugin": "gradient_accumulation_steps",
+    "GradientAccumulationPlugin": "num_steps",
+}
+
+
+def _plugin_steps(script: ScriptModel) -> str | None:
+    """``DeepSpeedPlugin(gradient_accumulation_steps=n)`` or ``GradientAccumulationPlugin(
+    num_steps=n)``: the Accelerator built with it accumulates n steps (DeepSpeed's engine then
+    divides the loss itself in ``backward``)."""
+    for call in script.calls:
+        keyword = _STEP_PLUGINS.get((dotted(call.func) or "").rsplit(".", 1)[-1])
+        argument = next(
+            (a for a in call.args if a.keyword is not None and a.keyword.value == keyword), None
+        )
+        if keyword is not None and argument is not None:
+            code = script.module.code_for_node(argument.value)
+            if code != "1":
+                return code
     return None
 
 
