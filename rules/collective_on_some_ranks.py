@@ -130,8 +130,24 @@ class CollectiveOnSomeRanks(Rule):
             18,
             19,
         ),
+        Example(
+            "from accelerate import Accelerator, DeepSpeedPlugin\n"
+            "plugin = DeepSpeedPlugin(gradient_accumulation_steps=4, zero_stage=3)\n"
+            "accelerator = Accelerator(deepspeed_plugin=plugin)\n"
+            "model = accelerator.prepare(model)\n"
+            "if accelerator.is_main_process:\n    accelerator.save_model(model, 'out')\n",
+            6,
+            5,
+        ),
     )
     good = (
+        # MiniMind's DPO script pins ZeRO-2 on its plugin: the weights are whole on every rank,
+        # so save_model gathers nothing and the main process may save alone
+        "from accelerate import Accelerator, DeepSpeedPlugin\n"
+        "plugin = DeepSpeedPlugin(gradient_accumulation_steps=4, zero_stage=2)\n"
+        "accelerator = Accelerator(deepspeed_plugin=plugin)\n"
+        "model = accelerator.prepare(model)\n"
+        "if accelerator.is_main_process:\n    accelerator.save_model(model, 'out')\n",
         # instructlab: LoRA under FSDP is saved elsewhere; this branch never runs under FSDP
         _HF
         + "is_fsdp_lora = is_lora and accelerator.distributed_type == DistributedType.FSDP\n"

@@ -1,4 +1,4 @@
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import libcst as cst
 
@@ -66,6 +66,31 @@ class DoubleLossDivision(Rule):
             5,
             18,
         ),
+        # MiniMind's DPO script: the steps set on the DeepSpeed plugin, divided again by hand
+        Example(
+            "from accelerate import Accelerator, DeepSpeedPlugin\n"
+            "plugin = DeepSpeedPlugin(gradient_accumulation_steps=args.accum, zero_stage=2)\n"
+            "accelerator = Accelerator(deepspeed_plugin=plugin)\n"
+            "for x, y in loader:\n"
+            "    loss = criterion(model(x), y)\n"
+            "    loss = loss / args.accum\n"
+            "    accelerator.backward(loss)\n",
+            6,
+            12,
+        ),
+        # a helper handed the accelerator divides by the accelerator's own steps (a LoRA
+        # fine-tuning script's train_one_epoch): backward divides by that same value again
+        Example(
+            "from accelify import Accelerator\n"
+            "def train_epoch(accelerator, model, loader):\n"
+            "    steps = accelerator.gradient_accumulation_steps\n"
+            "    for x, y in loader:\n"
+            "        with accelerator.accumulate(model):\n"
+            "            loss = criterion(model(x), y) / steps\n"
+            "            accelerator.backward(loss)\n",
+            6,
+            20,
+        ),
     )
     good = (
         _SETUP + "        loss = criterion(model(x), y)\n        accelerator.backward(loss)\n",
@@ -81,10 +106,17 @@ class DoubleLossDivision(Rule):
         # no accumulation configured: the manual division is the accumulation
         "from accelify import Accelerator\naccelerator = Accelerator()\nfor x, y in loader:\n"
         "    loss = criterion(model(x), y) / accum_steps\n    accelerator.backward(loss)\n",
+        # the accelerator comes from elsewhere, its steps unknown here: a script's own count may
+        # be the manual accumulation of an accelerator built without any
+        "from accelify import Accelerator\n"
+        "def train_epoch(accelerator, model, loader, args):\n"
+        "    for x, y in loader:\n"
+        "        loss = criterion(model(x), y) / args.accum_steps\n"
+        "        accelerator.backward(loss)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        steps = _configured_steps(script)
+        steps = _steps_test(script)
         if steps is None:
             return
         accelerators = script.names_of(Kind.ACCELERATOR)
@@ -108,6 +140,43 @@ class DoubleLossDivision(Rule):
                     yield self.finding(script, division)
 
 
+def _steps_test(script: ScriptModel) -> Callable[[str], bool] | None:
+    """What counts as dividing by the accumulation steps, or None when nothing does.
+
+    Where the script builds its ``Accelerator(...)`` with the steps set, the configured value
+    or any name that says it counts accumulation steps. Where the accelerator comes from
+    elsewhere (a parameter, a factory, a base class), its setting is unknown here: then only
+    the accelerator's own ``gradient_accumulation_steps``, read directly or through a name bound
+    to it, is what ``backward`` divides by already."""
+    if _builds_accelerator(script):
+        steps = _configured_steps(script)
+        return None if steps is None else (lambda code: _is_steps(code, steps))
+    read = _read_steps(script)
+    return (lambda code: code in read) if read else None
+
+
+def _builds_accelerator(script: ScriptModel) -> bool:
+    return any(
+        isinstance(binding.value, cst.Call)
+        and (dotted(binding.value.func) or "").rsplit(".")[-1] == "Accelerator"
+        for binding in script.of_kind(Kind.ACCELERATOR)
+    )
+
+
+def _read_steps(script: ScriptModel) -> frozenset[str]:
+    """``accelerator.gradient_accumulation_steps`` for each accelerator name, and the names
+    assigned from it (``accumulation_steps = accelerator.gradient_accumulation_steps``)."""
+    reads = {f"{name}.gradient_accumulation_steps" for name in script.names_of(Kind.ACCELERATOR)}
+    aliases = {
+        target_name
+        for assign in script.assignments
+        if dotted(assign.value) in reads
+        for target in assign.targets
+        if (target_name := dotted(target.target)) is not None
+    }
+    return frozenset(reads | aliases)
+
+
 def _configured_steps(script: ScriptModel) -> str | None:
     """The code of ``gradient_accumulation_steps=...`` when it is set (and not to 1)."""
     for binding in script.of_kind(Kind.ACCELERATOR):
@@ -118,14 +187,39 @@ def _configured_steps(script: ScriptModel) -> str | None:
     for name in script.names_of(Kind.ACCELERATOR):
         if f"{name}.gradient_accumulation_steps =" in script.source:
             return f"{name}.gradient_accumulation_steps"
+    return _plugin_steps(script)
+
+
+#: Plugins that set the Accelerator's accumulation steps, and the keyword that does.
+_STEP_PLUGINS = {
+    "DeepSpeedPlugin": "gradient_accumulation_steps",
+    "GradientAccumulationPlugin": "num_steps",
+}
+
+
+def _plugin_steps(script: ScriptModel) -> str | None:
+    """``DeepSpeedPlugin(gradient_accumulation_steps=n)`` or ``GradientAccumulationPlugin(
+    num_steps=n)``: the Accelerator built with it accumulates n steps (DeepSpeed's engine then
+    divides the loss itself in ``backward``)."""
+    for call in script.calls:
+        keyword = _STEP_PLUGINS.get((dotted(call.func) or "").rsplit(".", 1)[-1])
+        argument = next(
+            (a for a in call.args if a.keyword is not None and a.keyword.value == keyword), None
+        )
+        if keyword is not None and argument is not None:
+            code = script.module.code_for_node(argument.value)
+            if code != "1":
+                return code
     return None
 
 
-def _divides_by_steps(script: ScriptModel, node: cst.BaseExpression, steps: str) -> bool:
+def _divides_by_steps(
+    script: ScriptModel, node: cst.BaseExpression, steps: Callable[[str], bool]
+) -> bool:
     return (
         isinstance(node, cst.BinaryOperation)
         and isinstance(node.operator, cst.Divide)
-        and _is_steps(script.module.code_for_node(node.right), steps)
+        and steps(script.module.code_for_node(node.right))
     )
 
 
@@ -136,7 +230,7 @@ def _is_steps(code: str, steps: str) -> bool:
 
 
 def _division_of(
-    script: ScriptModel, backward: cst.Call, loss: str, steps: str
+    script: ScriptModel, backward: cst.Call, loss: str, steps: Callable[[str], bool]
 ) -> cst.CSTNode | None:
     """``loss = ... / steps`` or ``loss /= steps``: the last binding of ``loss`` before
     ``backward``, in its block or, when that block does not set it, in the blocks around it up
@@ -155,7 +249,7 @@ def _division_of(
                     last = (
                         small,
                         isinstance(small.operator, cst.DivideAssign)
-                        and _is_steps(script.module.code_for_node(small.value), steps),
+                        and steps(script.module.code_for_node(small.value)),
                     )
                 elif isinstance(small, cst.Assign) and any(
                     dotted(target.target) == loss for target in small.targets

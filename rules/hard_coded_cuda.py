@@ -16,6 +16,7 @@ from accelify.lint.rule import (
     accelerator_argument,
     accelerator_at,
     calls,
+    moved_by_prepare,
 )
 
 
@@ -59,12 +60,29 @@ class HardCodedCuda(Rule):
             "mask = torch.ones(4, device=accelerator.device)\n",
         ),
         Example(HEADER + "mask = torch.ones(4).cuda(0)\n", 3, 8),
+        Example(
+            HEADER + 'batch = batch.to("cuda:0")\n',
+            3,
+            18,
+            HEADER + "batch = batch.to(accelerator.device)\n",
+        ),
+        # a data-influence DPO script: the GPU named once, then every batch moved to it
+        Example(
+            HEADER + 'def step(batch):\n    device = "cuda:0"\n    return batch.to(device)\n',
+            4,
+            14,
+            HEADER
+            + "def step(batch):\n    device = accelerator.device\n    return batch.to(device)\n",
+        ),
     )
     good = (
         HEADER + "device = accelerator.device\n",
         HEADER + 'cpu = torch.device("cpu")\n',
         HEADER + 'mask = torch.ones(4, device="cuda")\n',
         HEADER + "mask = torch.ones(4).cuda()\n",
+        HEADER + 'device = "cuda"\nbatch = batch.to(device)\n',
+        # a GPU name that is never a device here (a label in a log line)
+        HEADER + 'name = "cuda:0"\nprint(name)\n',
         # trl's PPOTrainer: a model split over the GPUs by device_map starts on GPU 0
         HEADER
         + "import torch\n"
@@ -94,7 +112,15 @@ class HardCodedCuda(Rule):
                 continue
             for position, argument in enumerate(call.args):
                 keyword = argument.keyword.value if argument.keyword else None
-                if keyword == "device" and _cuda_literal(argument.value, also_cpu):
+                if (
+                    _moves_to(func, position, keyword)
+                    and _cuda_literal(argument.value, False)
+                    and not moved_by_prepare(script, call)
+                ):
+                    yield self.finding(
+                        script, argument.value, _use_accelerator_device(script, argument.value)
+                    )
+                elif keyword == "device" and _cuda_literal(argument.value, also_cpu):
                     fix = _use_accelerator_device(script, argument.value)
                     yield self.finding(script, argument.value, fix)
                 elif _global_rank_as_device(func, position, keyword, argument.value):
@@ -102,6 +128,52 @@ class HardCodedCuda(Rule):
                     yield self.finding(
                         script, argument.value, fix, _global_rank_message(script, argument.value)
                     )
+        for literal in _device_names_holding_gpu(script):
+            if not (
+                without_accelerator(script, literal)
+                or chosen_beside_accelerator_device(script, literal)
+            ):
+                yield self.finding(script, literal, _use_accelerator_device(script, literal))
+
+
+def _device_names_holding_gpu(script: ScriptModel) -> Iterator[cst.SimpleString]:
+    """``device = "cuda:0"`` (a later ``.to(device)`` or ``device=device`` in the same scope
+    puts every rank on GPU 0): the literal, where the name is then used as a device."""
+    for assign in script.assignments:
+        value = assign.value
+        if not (
+            isinstance(value, cst.SimpleString)
+            and _cuda_literal(value, False)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+        ):
+            continue
+        name = assign.targets[0].target.value
+        scope = script.scope_of(assign)
+        if any(
+            script.scope_of(call) is scope and _passes_as_device(call, name)
+            for call in script.calls
+        ):
+            yield value
+
+
+def _passes_as_device(call: cst.Call, name: str) -> bool:
+    """``.to(name)``, ``.cuda(name)``, ``device=name``, ``torch.device(name)``."""
+    for position, argument in enumerate(call.args):
+        keyword = argument.keyword.value if argument.keyword else None
+        if not (isinstance(argument.value, cst.Name) and argument.value.value == name):
+            continue
+        if keyword == "device" or _moves_to(call.func, position, keyword):
+            return True
+        if dotted(call.func) == "torch.device" and position == 0:
+            return True
+    return False
+
+
+def _moves_to(func: cst.BaseExpression, position: int, keyword: str | None) -> bool:
+    """The first positional argument of ``.to(...)`` or ``.cuda(...)``: where it moves to."""
+    moves = isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")
+    return moves and keyword is None and position == 0
 
 
 def _global_rank_as_device(

@@ -13,7 +13,16 @@ from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, root_name
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_argument, calls, prepared
+from accelify.lint.rule import (
+    HEADER,
+    Example,
+    Finding,
+    Rule,
+    accelerator_argument,
+    batch_names_of,
+    calls,
+    prepared,
+)
 
 _PREPARED = HEADER + "model, loader = accelerator.prepare(model, loader)\n"
 
@@ -111,7 +120,7 @@ class ManualDeviceMove(Rule):
             if not (fixed or cuda):
                 continue
             names = prepared(script, call)
-            if dotted(func.value) in names or root_name(func.value) in _batch_names(
+            if dotted(func.value) in names or root_name(func.value) in batch_names_of(
                 script, call, names
             ):
                 pure = len(call.args) == 1 if fixed else is_pure_move(call)
@@ -179,11 +188,3 @@ def _device_dropped(call: cst.Call) -> Plan:
         0,
     )
     return Plan.of(rewrites.drop_device_argument(call, index))
-
-
-def _batch_names(script: ScriptModel, node: cst.CSTNode, loaders: set[str]) -> set[str]:
-    found: set[str] = set()
-    for loop in script.loops:
-        if loop.iterable in loaders and any(a is loop.node for a in script.ancestors(node)):
-            found |= loop.batch_names
-    return found

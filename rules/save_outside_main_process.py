@@ -56,6 +56,8 @@ class SaveOutsideMainProcess(Rule):
             HEADER + "import json\nwith open('m.json', 'w') as f:\n    json.dump(m, f)\n", 5, 5
         ),
         Example(HEADER + "model.save_pretrained('out')\n", 3, 1),
+        # a data-influence script saving its scored dataset: each rank's shard of scores, one path
+        Example(HEADER + "scored.save_to_disk(args.scores_path)\n", 3, 1),
         Example(  # at the write: the function is called by every rank
             HEADER + "import torch\n\n\ndef save(path):\n    torch.save(state, path)\n\n\n"
             "save('a.pt')\n",

@@ -180,8 +180,38 @@ def backends_in_view(script: ScriptModel) -> frozenset[str]:
     if mentions[FSDP] and any(word in code for word in _MENTIONS[FSDP]):
         found.add(FSDP)
     if mentions[DEEPSPEED] and any(word in code for word in _MENTIONS[DEEPSPEED]):
-        found |= {DEEPSPEED, ZERO3}
+        found.add(DEEPSPEED)
+        if not _zero_stage_pinned_below_3(script):
+            found.add(ZERO3)
     return frozenset(found)
+
+
+#: Where a DeepSpeed JSON config (which may ask for ZeRO-3) comes in instead of the plugin's own
+#: ``zero_stage``.
+_DEEPSPEED_CONFIG_FILES = ("hf_ds_config", "ds_config", "deepspeed_config")
+
+
+def _zero_stage_pinned_below_3(script: ScriptModel) -> bool:
+    """``DeepSpeedPlugin(zero_stage=2, ...)``, every plugin the script builds with a literal stage
+    under 3 and no JSON config beside it: the weights are whole on every rank, so what gathers
+    them under ZeRO-3 (``save_model``, ``get_state_dict``) is no collective here. A plugin's
+    literal stage is what runs (the launcher's config only fills a stage left unset)."""
+    if any(word in script.source for word in _DEEPSPEED_CONFIG_FILES):
+        return False
+    plugins = [
+        call
+        for call in script.calls
+        if (dotted(call.func) or "").rsplit(".", 1)[-1] == "DeepSpeedPlugin"
+    ]
+    return bool(plugins) and all(_literal_stage_below_3(call) for call in plugins)
+
+
+def _literal_stage_below_3(plugin: cst.Call) -> bool:
+    stage = next(
+        (a.value for a in plugin.args if a.keyword is not None and a.keyword.value == "zero_stage"),
+        None,
+    )
+    return isinstance(stage, cst.Integer) and int(stage.value) < 3
 
 
 def _refusals(script: ScriptModel) -> list[cst.Assert]:

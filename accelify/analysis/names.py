@@ -237,6 +237,7 @@ FILE_WRITERS = {
 FILE_WRITING_METHODS = {
     "savefig",
     "save_pretrained",
+    "save_to_disk",
     "to_csv",
     "to_json",
     "to_parquet",

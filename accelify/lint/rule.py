@@ -11,7 +11,7 @@ import libcst as cst
 
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, root_name
 from accelify.edits.plan import Plan
 from accelify.lint.finding import Finding
 
@@ -117,6 +117,27 @@ def prepared(script: ScriptModel, node: cst.CSTNode) -> set[str]:
         for name in call.outputs
         if name
     }
+
+
+def batch_names_of(script: ScriptModel, node: cst.CSTNode, loaders: set[str]) -> set[str]:
+    """The batch names of the loops over ``loaders`` that ``node`` is in."""
+    found: set[str] = set()
+    for loop in script.loops:
+        if loop.iterable in loaders and any(a is loop.node for a in script.ancestors(node)):
+            found |= loop.batch_names
+    return found
+
+
+def moved_by_prepare(script: ScriptModel, call: cst.Call) -> bool:
+    """``call`` moves (``x.to(...)``) something ``prepare`` already placed: a prepared object
+    or a batch of a prepared loader. Its move is ACC101's to report."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    names = prepared(script, call)
+    return dotted(func.value) in names or root_name(func.value) in batch_names_of(
+        script, call, names
+    )
 
 
 def loop_of(script: ScriptModel, node: cst.CSTNode) -> cst.For | None:
