@@ -20,7 +20,14 @@ from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_model
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.step_loaders import over_step_data
-from accelify.analysis.syntax import dotted, if_chain, is_main_guard, strip_self_methods, walk
+from accelify.analysis.syntax import (
+    dotted,
+    if_chain,
+    is_generator_function,
+    is_main_guard,
+    strip_self_methods,
+    walk,
+)
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.saving import file_write_blocks, result_read_after
 from accelify.edits.plan import statement
@@ -438,7 +445,7 @@ def _groups(
     is prepared after its last creation and before the first statement that uses it. A
     parameter (no creation in this scope) goes with the first group."""
     body = ctx.facts.placement.body_of(scope)
-    uses = [index for index, line in enumerate(body) if _uses_objects(ctx, line)]
+    uses = [index for index, line in enumerate(body) if _uses_objects(ctx, line, set(chosen))]
     groups: dict[int, list[str]] = {}
     for name in chosen:
         made = created.get(name, -1)
@@ -453,7 +460,7 @@ def _groups(
     return [(body[last], names) for last, names in placed]
 
 
-def _uses_objects(ctx: Context, line: cst.CSTNode) -> bool:
+def _uses_objects(ctx: Context, line: cst.CSTNode, chosen: set[str]) -> bool:
     """A top-level statement that trains or evaluates: a training or evaluation loop, a
     backward, or a call of a function of this file that holds one. A ``def`` or ``class``
     statement runs none of its body: a training function defined between the model and its
@@ -470,7 +477,7 @@ def _uses_objects(ctx: Context, line: cst.CSTNode) -> bool:
     for node in walk(line):
         if isinstance(node, cst.Call):
             target = callee(ctx.model, node)
-            if target is not None and _trains_or_evaluates(ctx, target[0]):
+            if target is not None and _runs_training_or_evaluation(ctx, target[0], node, chosen):
                 return True
             if _bundles_prepared_kinds(ctx, node):
                 return True
@@ -489,6 +496,23 @@ def _bundles_prepared_kinds(ctx: Context, call: cst.Call) -> bool:
         return False
     flow = ctx.facts.flow
     return any(flow.kind_of(dotted(a.value), call) in _BUNDLED_KINDS for a in call.args)
+
+
+def _runs_training_or_evaluation(
+    ctx: Context, function: cst.FunctionDef, call: cst.Call, chosen: set[str]
+) -> bool:
+    """``call`` of ``function`` trains or evaluates on the prepared objects where it is made.
+    A generator function's call runs none of its body (``self.dl = cycle(DataLoader(...))``
+    only makes the generator): it uses them only when it is handed one (``cycle(dl)`` keeps
+    ``dl``, so ``dl`` is prepared before it). Counted as a use otherwise, it split the prepare
+    call and the model was prepared before the statements that follow it: an EMA
+    ``copy.deepcopy(self.model)`` copied the DDP wrapper, whose ``load_state_dict`` then
+    refused the unwrapped weights on 2 ranks."""
+    if not _trains_or_evaluates(ctx, function):
+        return False
+    if not is_generator_function(function):
+        return True
+    return any(dotted(argument.value) in chosen for argument in call.args)
 
 
 def _trains_or_evaluates(ctx: Context, function: cst.FunctionDef) -> bool:
