@@ -220,6 +220,21 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(reversed(children_of(current)))
 
 
+def is_generator_function(function: cst.FunctionDef) -> bool:
+    """A ``def`` whose own body yields (``def cycle(dl): while True: for b in dl: yield b``):
+    calling it runs none of that body, it only makes the generator; a ``yield`` of a nested
+    ``def``, ``lambda`` or ``class`` belongs to that one."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Yield):
+            return True
+        if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        stack.extend(children_of(current))
+    return False
+
+
 def if_chain(node: cst.If) -> tuple[list[cst.BaseExpression], list[cst.BaseSuite], bool]:
     """An ``if``/``elif``/``else`` chain as its tests, its blocks (the ``else`` block last) and
     whether it ends in an ``else``."""

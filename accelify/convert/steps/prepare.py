@@ -20,7 +20,14 @@ from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_model
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.step_loaders import over_step_data
-from accelify.analysis.syntax import dotted, if_chain, is_main_guard, strip_self_methods, walk
+from accelify.analysis.syntax import (
+    dotted,
+    if_chain,
+    is_generator_function,
+    is_main_guard,
+    strip_self_methods,
+    walk,
+)
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.saving import file_write_blocks, result_read_after
 from accelify.edits.plan import statement
@@ -439,11 +446,13 @@ def _groups(
     is prepared after its last creation and before the first statement that uses it. A
     parameter (no creation in this scope) goes with the first group."""
     body = ctx.facts.placement.body_of(scope)
-    uses = [index for index, line in enumerate(body) if _uses_objects(ctx, line)]
+    uses = [(index, _objects_used(ctx, line, set(chosen))) for index, line in enumerate(body)]
     groups: dict[int, list[str]] = {}
     for name in chosen:
         made = created.get(name, -1)
-        first_use = next((index for index in uses if index > made), len(body))
+        first_use = next(
+            (index for index, used in uses if index > made and name in used), len(body)
+        )
         groups.setdefault(first_use, []).append(name)
     placed = []
     for _, names in sorted(groups.items()):
@@ -454,28 +463,42 @@ def _groups(
     return [(body[last], names) for last, names in placed]
 
 
-def _uses_objects(ctx: Context, line: cst.CSTNode) -> bool:
-    """A top-level statement that trains or evaluates: a training or evaluation loop, a
-    backward, or a call of a function of this file that holds one. A ``def`` or ``class``
-    statement runs none of its body: a training function defined between the model and its
-    optimizer does not split the prepare call."""
+def _objects_used(ctx: Context, line: cst.CSTNode, chosen: set[str]) -> set[str]:
+    """Which of the ``chosen`` objects a top-level statement uses: all of them when it trains or
+    evaluates (a training or evaluation loop, a backward, or a call of a function of this file
+    that holds one); only those it hands to a generator function (``self.dl = cycle(dl)``: the
+    call runs none of the generator's body but keeps ``dl``). A ``def`` or ``class`` statement
+    runs none of its body: a training function defined between the model and its optimizer
+    does not split the prepare call."""
     if isinstance(line, (cst.FunctionDef, cst.ClassDef)):
-        return False
+        return set()
     flow = ctx.facts.flow
     for loop in ctx.model.loops:
         if ctx.facts.placement.inside(loop.node, line) and (loop.trains or flow.reads_loader(loop)):
-            return True
+            return chosen
     for call in ctx.model.backward_calls:
         if ctx.facts.placement.inside(call, line):
-            return True
+            return chosen
+    handed: set[str] = set()
     for node in walk(line):
         if isinstance(node, cst.Call):
             target = callee(ctx.model, node)
             if target is not None and _trains_or_evaluates(ctx, target[0]):
-                return True
+                if not is_generator_function(target[0]):
+                    return chosen
+                handed |= _handed_to_a_generator(node, chosen)
             if _bundles_prepared_kinds(ctx, node):
-                return True
-    return False
+                return chosen
+    return handed
+
+
+def _handed_to_a_generator(call: cst.Call, chosen: set[str]) -> set[str]:
+    """The objects a generator function's call is handed (``cycle(dl)``): the call runs none
+    of its body, so only they are used there. Counted as a use of everything, the call split
+    the prepare call and the model was prepared before the statements after it: an EMA
+    ``copy.deepcopy(self.model)`` copied the DDP wrapper, whose ``load_state_dict`` then
+    refused the unwrapped weights on 2 ranks."""
+    return {dotted(argument.value) for argument in call.args} & chosen
 
 
 _BUNDLED_KINDS = {Kind.DATALOADER, Kind.MODEL, Kind.OPTIMIZER, Kind.SCHEDULER}
