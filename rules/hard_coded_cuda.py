@@ -61,10 +61,10 @@ class HardCodedCuda(Rule):
         ),
         Example(HEADER + "mask = torch.ones(4).cuda(0)\n", 3, 8),
         Example(
-            HEADER + 'batch = batch.to("cuda:0")\n',
+            HEADER + 'x = x.to("cuda:0")\n',
             3,
-            18,
-            HEADER + "batch = batch.to(accelerator.device)\n",
+            10,
+            HEADER + "x = x.to(accelerator.device)\n",
         ),
         # a data-influence DPO script: the GPU named once, then every batch moved to it
         Example(

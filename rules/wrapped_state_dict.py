@@ -57,11 +57,11 @@ class WrappedStateDict(Rule):
             "accelerator.save(ckpt, 'm.pt')\n",
         ),
         Example(  # qiuqiangkong/audio_understanding: an empty dict filled by key, then saved
-            _PREPARED + "ckpt = {}\nif train_model:\n    ckpt['model'] = model.state_dict()\n"
+            _PREPARED + "ckpt = {}\nif model.training:\n    ckpt['model'] = model.state_dict()\n"
             "torch.save(ckpt, 'm.pt')\n",
             7,
             21,
-            _PREPARED + "ckpt = {}\nif train_model:\n"
+            _PREPARED + "ckpt = {}\nif model.training:\n"
             "    ckpt['model'] = accelerator.unwrap_model(model).state_dict()\n"
             "torch.save(ckpt, 'm.pt')\n",
         ),
