@@ -151,7 +151,9 @@ class SharedFiles:
         self.placement = placement
         self.flow = flow
         self._ranks = ranks
-        self._chains: dict[cst.CSTNode, dict[cst.FunctionDef | None, list[cst.CSTNode]]] = {}
+        self._chains: dict[
+            cst.FunctionDef | None, dict[cst.FunctionDef | None, list[cst.CSTNode]]
+        ] = {}
 
     @cached_property
     def read_back(self) -> list[SharedFile]:
@@ -615,30 +617,37 @@ class SharedFiles:
 
     def _call_chain(self, node: cst.CSTNode) -> dict[cst.FunctionDef | None, list[cst.CSTNode]]:
         """Where ``node`` runs, function by function outwards: itself in its function, then the
-        calls of that function in the one function that calls it, and so on while every call
-        of it is known (none through a name the file cannot follow, never handed on as a
-        value) and in a single function (``None``: the module's own code)."""
-        if node in self._chains:
-            return self._chains[node]
-        chain: dict[cst.FunctionDef | None, list[cst.CSTNode]] = {}
-        self._chains[node] = chain
-        anchors: list[cst.CSTNode] = [node]
+        calls of that function in the one function that calls it, and so on (`_callers_chain`;
+        ``None``: the module's own code)."""
         function = self.placement.enclosing_function(node)
-        for _ in range(_MAX_DEPTH):
-            chain[function] = anchors
-            if function is None:
+        return {function: [node], **self._callers_chain(function)}
+
+    def _callers_chain(
+        self, function: cst.FunctionDef | None
+    ) -> dict[cst.FunctionDef | None, list[cst.CSTNode]]:
+        """The calls of ``function`` in the one function that makes them, then that function's
+        calls, and so on while every call is known (none through a name the file cannot follow,
+        never handed on as a value) and in a single function. Kept per function: every read and
+        write in it shares the walk, and each step scans the file for references."""
+        if function in self._chains:
+            return self._chains[function]
+        chain: dict[cst.FunctionDef | None, list[cst.CSTNode]] = {}
+        self._chains[function] = chain
+        graph = self.model.call_graph
+        current = function
+        for _ in range(_MAX_DEPTH - 1):
+            if current is None:
                 break
-            sites: list[cst.CSTNode] = [call for call, _ in self.flow.calls_of(function)]
-            graph = self.model.call_graph
-            if not sites or graph.uncertain_callers(function) or graph.references(function):
+            sites: list[cst.CSTNode] = [call for call, _ in self.flow.calls_of(current)]
+            if not sites or graph.uncertain_callers(current) or graph.references(current):
                 break
             callers = {self.placement.enclosing_function(site) for site in sites}
             if len(callers) != 1:
                 break
-            (function,) = callers
-            if function in chain:
+            (current,) = callers
+            if current is function or current in chain:
                 break  # recursion
-            anchors = sites
+            chain[current] = sites
         return chain
 
 
