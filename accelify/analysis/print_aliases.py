@@ -8,6 +8,8 @@ arguments of its own that ``accelerator.print`` would drop: its calls are told a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from accelify.analysis.dataflow import assigns, sees_binding
@@ -28,27 +30,28 @@ def print_alias_calls(model: ScriptModel) -> set[cst.Call]:
             found |= _calls_through(model, function, name)
             for attribute, owner in _kept_as_attributes(model, function, name):
                 found |= _calls_through(model, owner, attribute)
-    for assign in model.index.of_type(cst.Assign):
-        assert isinstance(assign, cst.Assign)
-        if _is_print(model, assign.value) and len(assign.targets) == 1:
-            name = dotted(assign.targets[0].target)
-            scope = model.scope_of(assign)
-            if name is not None and "." not in name and _assigned_once(model, scope, name):
-                found |= _calls_through(model, scope, name)
-    return found
+    return found | _calls_of_names_bound_to(model, _is_print)
 
 
 def print_partial_calls(model: ScriptModel) -> set[cst.Call]:
     """Calls of a name bound once to ``functools.partial(print, ...)`` (not ``print`` itself
     rebound so, whose calls are prints already)."""
+    return _calls_of_names_bound_to(model, _is_print_partial, besides="print")
+
+
+def _calls_of_names_bound_to(
+    model: ScriptModel, holds: Callable[[ScriptModel, cst.CSTNode], bool], besides: str = ""
+) -> set[cst.Call]:
+    """Calls through a plain name (not ``besides``) assigned once in its scope, to a value
+    ``holds`` accepts."""
     found: set[cst.Call] = set()
     for assign in model.index.of_type(cst.Assign):
         assert isinstance(assign, cst.Assign)
-        if len(assign.targets) != 1 or not _is_print_partial(model, assign.value):
+        if len(assign.targets) != 1 or not holds(model, assign.value):
             continue
         name = dotted(assign.targets[0].target)
         scope = model.scope_of(assign)
-        if name in (None, "print") or "." in name or not _assigned_once(model, scope, name):
+        if name in (None, besides) or "." in name or not _assigned_once(model, scope, name):
             continue
         found |= _calls_through(model, scope, name)
     return found
