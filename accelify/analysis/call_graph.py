@@ -319,7 +319,10 @@ class CallGraph:
         prepared model must see it as one, to unwrap what it saves)."""
         if name in self.classes or name in self.model.functions:
             return None
-        owner = self._receiver_class(name, call)
+        return self._dunder_call(self._receiver_class(name, call))
+
+    def _dunder_call(self, owner: cst.ClassDef | None) -> cst.FunctionDef | None:
+        """What calling an instance of ``owner`` runs: its ``__call__``."""
         if owner is None or owner.name.value in self.model.module_classes:
             return None  # a module's ``__call__`` is nn.Module's: it runs forward
         return self.lookup(owner, "__call__")
@@ -328,10 +331,7 @@ class CallGraph:
         """``Loop(model, opt, loader)(epochs)``: the instance is called as soon as it is made,
         which runs its class's ``__call__`` (a parameter the conversion adds to it must be
         passed here too)."""
-        owner = self.classes.get(dotted(made.func) or "")
-        if owner is None or owner.name.value in self.model.module_classes:
-            return None  # a module's ``__call__`` is nn.Module's: it runs forward
-        return self.lookup(owner, "__call__")
+        return self._dunder_call(self.classes.get(dotted(made.func) or ""))
 
     def _element_calls(self, name: str, call: cst.Call) -> list[cst.FunctionDef]:
         """``callback(...)`` in ``for callback in self.callbacks:``, where every element of the
