@@ -6,10 +6,30 @@ from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
 
+#: How many calls up from a ``load_state`` or a ``prepare`` the order is looked for: a trainer's
+#: ``__init__`` calling ``self.resume()`` and ``self.setup()``, or a ``main`` calling helpers.
+_DEPTH = 3
+
+_TRAINER = (
+    "from accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, resume):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model = model\n"
+    "{body}"
+    "    def load_checkpoint(self, path):\n"
+    "        self.accelerator.load_state(path)\n\n"
+    "    def prepare_training(self):\n"
+    "        self.model = self.accelerator.prepare(self.model)\n"
+)
+
 
 class LoadStateBeforePrepare(Rule):
     """``accelerator.load_state`` restores into the objects that were prepared. Called before
-    ``prepare`` there are none yet: nothing is restored, and training silently starts over."""
+    ``prepare`` there are none yet: nothing is restored, and training silently starts over.
+    The order counts through the file's own functions too: a trainer whose ``__init__`` calls
+    ``self.load_checkpoint()`` (which runs ``load_state``) before ``self.prepare_training()``
+    (which runs ``prepare``) restores nothing either; it is reported at the ``load_state``."""
 
     code = "ACC501"
     name = "load-state-before-prepare"
@@ -19,21 +39,80 @@ class LoadStateBeforePrepare(Rule):
         Example(
             HEADER + "accelerator.load_state('ckpt')\nmodel = accelerator.prepare(model)\n", 3, 1
         ),
+        # a diffusion trainer's __init__: load_checkpoint() runs before prepare_training()
+        Example(
+            _TRAINER.format(
+                body="        self.load_checkpoint(resume)\n        self.prepare_training()\n\n"
+            ),
+            12,
+            9,
+        ),
     )
-    good = (HEADER + "model = accelerator.prepare(model)\naccelerator.load_state('ckpt')\n",)
+    good = (
+        HEADER + "model = accelerator.prepare(model)\naccelerator.load_state('ckpt')\n",
+        _TRAINER.format(
+            body="        self.prepare_training()\n        self.load_checkpoint(resume)\n\n"
+        ),
+        # called from outside the file: the order is the caller's, not known here
+        _TRAINER.format(body="\n"),
+    )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         accelerators = script.names_of(Kind.ACCELERATOR)
-        first_prepare = min((script.order(p.call) for p in script.prepare_calls), default=None)
-        if first_prepare is None:
+        if not script.prepare_calls:
             return
+        prepares = [_reach(script, p.call) for p in script.prepare_calls]
         for call in calls(script):
             func = call.func
             if (
                 isinstance(func, cst.Attribute)
                 and func.attr.value == "load_state"
                 and dotted(func.value) in accelerators
-                and script.order(call) < first_prepare
-                and script.scope_of(call) is script.scope_of(script.prepare_calls[0].call)
+                and _before_every_prepare(script, _reach(script, call), prepares)
             ):
                 yield self.finding(script, call)
+
+
+def _reach(script: ScriptModel, node: cst.CSTNode) -> dict[object, cst.CSTNode]:
+    """For each scope from which ``node`` runs, the node in that scope that runs it: itself in
+    its own scope, the call of its function in the caller's scope, and so on up the file's
+    calls. A function with several callers is followed no further (the order is each
+    caller's)."""
+    found: dict[object, cst.CSTNode] = {script.scope_of(node): node}
+    at = node
+    for _ in range(_DEPTH):
+        function = script.index.enclosing_function(at)
+        if function is None:
+            break
+        callers = script.call_graph.callers(function)
+        if len(callers) != 1:
+            break
+        at = callers[0]
+        found.setdefault(script.scope_of(at), at)
+    return found
+
+
+def _before_every_prepare(
+    script: ScriptModel,
+    load: dict[object, cst.CSTNode],
+    prepares: list[dict[object, cst.CSTNode]],
+) -> bool:
+    """The load runs before each prepare it shares a scope with (compared in the innermost
+    shared scope), and shares one with at least one: there, nothing is prepared yet."""
+    shared = 0
+    for prepare in prepares:
+        scope = next((scope for scope in load if scope in prepare), None)
+        if scope is None:
+            continue
+        load_at, prepare_at = load[scope], prepare[scope]
+        if load_at is prepare_at or script.order(load_at) >= script.order(prepare_at):
+            return False
+        if _same_loop(script, load_at, prepare_at):
+            return False  # the next pass loads after this pass's prepare
+        shared += 1
+    return shared > 0
+
+
+def _same_loop(script: ScriptModel, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    loops = {a for a in script.ancestors(first) if isinstance(a, (cst.For, cst.While))}
+    return any(a in loops for a in script.ancestors(second))
