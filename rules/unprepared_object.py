@@ -7,7 +7,7 @@ from accelify.analysis.dataflow import local_alias
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loops import entry_read
 from accelify.analysis.objects import is_loader_dict
-from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.script_model import Kind, Loop, PrepareCall, ScriptModel
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import (
@@ -70,6 +70,20 @@ class UnpreparedObject(Rule):
     message = "Pass this to accelerator.prepare and use what it returns"
     why = "Unprepared loaders are not sharded and unprepared models are not synchronised."
     bad = (
+        # a diffusion trainer: each trainable model prepared into the loop variable, dropped
+        Example(
+            HEADER + "import torch\n"
+            "class Trainer:\n"
+            "    def setup(self):\n"
+            "        self.models = [self.vae, self.unet]\n"
+            "        for model in self.models:\n"
+            "            if model.trainable:\n"
+            "                model = accelerator.prepare(model)\n"
+            "            else:\n"
+            "                model.requires_grad_(False)\n",
+            9,
+            25,
+        ),
         Example(  # a pool that grows over the run (never emptied): a dataset, not this step's data
             HEADER
             + "from torch.utils.data import DataLoader\n"
@@ -233,6 +247,12 @@ class UnpreparedObject(Rule):
         ),
     )
     good = (
+        # the prepared object is kept by the loop's body
+        HEADER
+        + "prepared = []\n"
+        + "for model in models:\n"
+        + "    model = accelerator.prepare(model)\n"
+        + "    prepared.append(model)\n",
         # a wav2vec2-BERT CTC fine-tune: the loaders live in a dict and prepare assigns each one
         # back into its entry, which the loop then reads
         HEADER
@@ -525,6 +545,7 @@ class UnpreparedObject(Rule):
         if not script.prepare_calls:
             return  # nothing is prepared at all: not a script this rule can reason about
         yield from self._prepared_in_one_branch(script)
+        yield from self._prepared_into_loop_variable(script)
         prepared = _prepared_names(script)
         dataloaders = script.names_of(Kind.DATALOADER)
         training = [loop for loop in script.loops if loop.trains]
@@ -585,6 +606,30 @@ class UnpreparedObject(Rule):
                 and not _sized_per_batch_inside_accumulate(script, call, owner)
             ):
                 yield self.finding(script, call, message=_scheduler_message(script, call, owner))
+
+    def _prepared_into_loop_variable(self, script: ScriptModel) -> Iterator[Finding]:
+        """``for model in self.models: model = accelerator.prepare(model)`` and nothing in the
+        loop reads ``model`` again: what prepare returns is dropped when the next pass rebinds
+        the loop variable, the collection (and the attributes it was built from, such as
+        ``self.unet``) keeps the unprepared objects, and training through them never averages
+        gradients across ranks (a DataLoader is never sharded). Reported at the prepare."""
+        for prepare in script.prepare_calls:
+            loop = _loop_rebinding(script, prepare)
+            if loop is None:
+                continue
+            target = dotted(loop.target)
+            accelerator = dotted(prepare.call.func.value)  # type: ignore[attr-defined]
+            yield self.finding(
+                script,
+                prepare.call,
+                message=(
+                    f"Keep what {accelerator}.prepare returns where training reads the object "
+                    f"(the attribute or the `{dotted(loop.iter) or 'list'}` entry it came "
+                    f"from): here it goes to the loop variable `{target}`, which the next pass "
+                    "rebinds, so training keeps using the unprepared objects (a model's "
+                    "gradients are never averaged across ranks, a DataLoader is not sharded)"
+                ),
+            )
 
     def _prepared_in_one_branch(self, script: ScriptModel) -> Iterator[Finding]:
         """``if kind == "cosine": scheduler = ...`` / ``elif kind == "linear": scheduler = ...;
@@ -895,3 +940,48 @@ def _prepared_inline(loop: Loop) -> bool:
             return False
         node = node.args[0].value
     return False
+
+
+def _loop_rebinding(script: ScriptModel, prepare: PrepareCall) -> cst.For | None:
+    """The ``for`` whose variable alone receives what ``prepare`` returns, when nothing in the
+    loop's body reads that variable after the prepare (so the prepared object is lost)."""
+    if len(prepare.outputs) != 1 or not isinstance(prepare.call.func, cst.Attribute):
+        return None
+    output = prepare.outputs[0]
+    for ancestor in script.ancestors(prepare.call):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return None
+        if not isinstance(ancestor, cst.For):
+            continue
+        if not isinstance(ancestor.target, cst.Name) or ancestor.target.value != output:
+            return None
+        after = script.order(prepare.call)
+        other_branches = _other_branches(script, prepare.call, ancestor)
+        for node in walk(ancestor.body):
+            if (
+                isinstance(node, cst.Name)
+                and node.value == output
+                and script.order(node) > after
+                and not _within(script, node, (prepare.call, *other_branches))
+            ):
+                return None
+        return ancestor
+    return None
+
+
+def _other_branches(script: ScriptModel, node: cst.CSTNode, until: cst.CSTNode) -> list:
+    """The ``else`` blocks of the ``if`` statements around ``node`` (up to ``until``) whose
+    body holds it: code there never runs after ``node``."""
+    found = []
+    child = node
+    for ancestor in script.ancestors(node):
+        if ancestor is until:
+            break
+        if isinstance(ancestor, cst.If) and child is ancestor.body and ancestor.orelse is not None:
+            found.append(ancestor.orelse)
+        child = ancestor
+    return found
+
+
+def _within(script: ScriptModel, node: cst.CSTNode, containers: tuple) -> bool:
+    return any(ancestor is c for ancestor in script.ancestors(node) for c in containers)
