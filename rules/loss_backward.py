@@ -38,6 +38,23 @@ class LossBackward(Rule):
         "underflow unscaled, and under DeepSpeed the engine never runs its backward."
     )
     bad = (
+        # a trainer class with no accelerator of its own, made here with prepared objects
+        Example(
+            "import torch\nfrom accelerate import Accelerator\n\n\n"
+            "class BasicTrainer:\n"
+            "    def __init__(self, model, optimizer):\n"
+            "        self.model, self.optimizer = model, optimizer\n\n"
+            "    def train(self, loader):\n"
+            "        for batch in loader:\n"
+            "            loss = self.model(**batch).loss\n"
+            "            loss.backward()\n"
+            "            self.optimizer.step()\n\n\n"
+            "accelerator = Accelerator()\n"
+            "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            "BasicTrainer(model, optimizer).train(loader)\n",
+            12,
+            13,
+        ),
         Example(
             HEADER + "loss = model(x).sum()\nloss.backward()\n",
             4,
@@ -66,6 +83,23 @@ class LossBackward(Rule):
     )
     good = (
         HEADER + "accelerator.backward(loss)\n",
+        # a course's two trainers in one file: the single-device one has no accelerator, and
+        # nothing in the file makes one of it (the accelerated one is checked as usual)
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "class BasicTrainer:\n"
+        + "    def train(self, loader):\n"
+        + "        for batch in loader:\n"
+        + "            loss = self.model(**batch).loss\n"
+        + "            loss.backward()\n"
+        + "            self.optimizer.step()\n\n\n"
+        + "class AcceleratedTrainer:\n"
+        + "    def __init__(self, model, optimizer):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n\n"
+        + "    def train(self, loader):\n"
+        + "        for batch in loader:\n"
+        + "            self.accelerator.backward(self.model(**batch).loss)\n"
+        + "            self.optimizer.step()\n",
         HEADER
         + "import torch\n"
         + "class Layer(torch.nn.Linear):\n"

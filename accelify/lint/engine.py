@@ -109,15 +109,70 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
     if not script.uses_accelerator:
         return []
     lines = data.decode("utf-8", errors="replace").splitlines()
+    single_device = _single_device_classes(script)
     found: list[Finding] = []
     for rule in all_rules():
         if not selection.enabled(rule.code, path):
             continue
         for finding in rule.check(script):
             finding.path = path
+            if any(first <= finding.line <= last for first, last in single_device):
+                continue
             if not suppressed(lines, finding.line, finding.code):
                 found.append(finding)
     return sorted(found, key=lambda f: (f.line, f.column, f.code))
+
+
+def _single_device_classes(script: ScriptModel) -> list[tuple[int, int]]:
+    """The line ranges of the file's top-level classes that train on one device on their own:
+    a ``BasicTrainer`` next to the ``AcceleratedTrainer`` of the same file (a course's two
+    versions of one trainer). Such a class never names an accelerator (no word of
+    `ACCELERATOR_WORDS` in its code), derives from nothing (no base that could hold one), is
+    not registered by a decorator, and nothing else in the file names it (no instance is made
+    here and handed prepared objects).
+    What its methods do is right for the one device they run on; the accelerator rules'
+    advice there would name an accelerator the class does not have."""
+    import libcst as cst
+
+    module = script.module
+    found: list[tuple[int, int]] = []
+    for statement in module.body:
+        if not isinstance(statement, cst.ClassDef) or _has_bases(statement):
+            continue
+        if statement.decorators:
+            continue  # registered (``@register_trainer``): made elsewhere, with what it is given
+        code = module.code_for_node(statement)
+        if ACCELERATOR_WORDS.search(code.encode()) is not None:
+            continue
+        if _named_outside(module, statement):
+            continue
+        position = script.position(statement)
+        found.append((position.start.line, position.end.line))
+    return found
+
+
+def _has_bases(statement: cst.ClassDef) -> bool:
+    import libcst as cst
+
+    return any(
+        not (isinstance(base.value, cst.Name) and base.value.value == "object")
+        for base in statement.bases
+    )
+
+
+def _named_outside(module: cst.Module, statement: cst.ClassDef) -> bool:
+    """Whether the class's name is read anywhere in the file outside its own body."""
+    import libcst as cst
+
+    from accelify.analysis.syntax import walk
+
+    name = statement.name.value
+    return any(
+        isinstance(node, cst.Name) and node.value == name
+        for other in module.body
+        if other is not statement
+        for node in walk(other)
+    )
 
 
 def _fix(data: bytes, path: str, selection: Selection, rounds: int = 5) -> tuple[bytes, int]:
