@@ -90,8 +90,24 @@ class WrappedStateDict(Rule):
             14,
             _TRAINER.format(state="self.accelerator.unwrap_model(self.model).state_dict()"),
         ),
+        # a diffusion trainer's checkpoint dict handed to the project's save_checkpoint helper
+        Example(
+            _PREPARED
+            + "from utils import save_checkpoint\n"
+            + "save_checkpoint({'model': model.state_dict(), 'loss': 0.1}, 'run', 'out')\n",
+            6,
+            27,
+            _PREPARED
+            + "from utils import save_checkpoint\n"
+            + "save_checkpoint({'model': accelerator.unwrap_model(model).state_dict(), "
+            + "'loss': 0.1}, 'run', 'out')\n",
+        ),
     )
     good = (
+        # a project helper handed the unwrapped model's state dict
+        _PREPARED
+        + "from utils import save_checkpoint\n"
+        + "save_checkpoint({'model': accelerator.unwrap_model(model).state_dict()}, 'run')\n",
         # the same method handed the unwrapped model's state dict, and the optimizer's
         _TRAINER.format(state="self.accelerator.unwrap_model(self.model).state_dict()")
         + "        self.write(self.optimizer.state_dict(), 'o.pt')\n",
@@ -122,8 +138,10 @@ class WrappedStateDict(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         for call in calls(script):
-            is_save = script.call_names(call) & names.TORCH_SAVE or (
-                isinstance(call.func, cst.Attribute) and call.func.attr.value == "save"
+            is_save = (
+                script.call_names(call) & names.TORCH_SAVE
+                or (isinstance(call.func, cst.Attribute) and call.func.attr.value == "save")
+                or _saving_helper(script, call)
             )
             if not is_save or not call.args:
                 continue
@@ -139,6 +157,15 @@ class WrappedStateDict(Rule):
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
                 message = self.message.replace("(model)", f"({name})")  # ``self.model``
                 yield self.finding(script, node, fix, message=in_file_words(message, acc))
+
+
+def _saving_helper(script: ScriptModel, call: cst.Call) -> bool:
+    """A save function from another module (``save_checkpoint({"model": self.model.state_dict(),
+    ...}, name, run_dir)`` imported from the project's utils, safetensors' ``save_file``): it
+    writes what it is handed, and it can no longer unwrap a state dict that already carries the
+    wrapper's prefix. A function of this file is followed through its parameters instead."""
+    name = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    return name.startswith("save") and not script.call_graph.targets(call)
 
 
 #: What a prepared object of no known kind is, by its name: an optimizer, a scheduler or a scaler
