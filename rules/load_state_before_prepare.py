@@ -64,13 +64,33 @@ class LoadStateBeforePrepare(Rule):
         prepares = [_reach(script, p.call) for p in script.prepare_calls]
         for call in calls(script):
             func = call.func
-            if (
+            if not (
                 isinstance(func, cst.Attribute)
                 and func.attr.value == "load_state"
                 and dotted(func.value) in accelerators
-                and _before_every_prepare(script, _reach(script, call), prepares)
             ):
+                continue
+            order = _before_every_prepare(script, _reach(script, call), prepares)
+            if order is None:
+                continue
+            load_at, prepares_at = order
+            if load_at is call:
                 yield self.finding(script, call)
+                continue
+            accelerator = dotted(func.value)
+            preparing = ", ".join(
+                f"{_called(node)} (line {script.line(node)})" for node in prepares_at
+            )
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    f"Call {accelerator}.load_state after {accelerator}.prepare: it runs from "
+                    f"{_called(load_at)} (line {script.line(load_at)}), before anything is "
+                    f"prepared (by {preparing}), so nothing is restored; call it after the "
+                    "last of them"
+                ),
+            )
 
 
 def _reach(script: ScriptModel, node: cst.CSTNode) -> dict[object, cst.CSTNode]:
@@ -96,21 +116,33 @@ def _before_every_prepare(
     script: ScriptModel,
     load: dict[object, cst.CSTNode],
     prepares: list[dict[object, cst.CSTNode]],
-) -> bool:
+) -> tuple[cst.CSTNode, list[cst.CSTNode]] | None:
     """The load runs before each prepare it shares a scope with (compared in the innermost
-    shared scope), and shares one with at least one: there, nothing is prepared yet."""
-    shared = 0
+    shared scope), and shares one with at least one: there, nothing is prepared yet. Returns
+    the call that leads to the load and those that lead to the prepares, in order, else None."""
+    load_at: cst.CSTNode | None = None
+    preparing: list[cst.CSTNode] = []
     for prepare in prepares:
         scope = next((scope for scope in load if scope in prepare), None)
         if scope is None:
             continue
-        load_at, prepare_at = load[scope], prepare[scope]
-        if load_at is prepare_at or script.order(load_at) >= script.order(prepare_at):
-            return False
-        if _same_loop(script, load_at, prepare_at):
-            return False  # the next pass loads after this pass's prepare
-        shared += 1
-    return shared > 0
+        here, prepare_at = load[scope], prepare[scope]
+        if here is prepare_at or script.order(here) >= script.order(prepare_at):
+            return None
+        if _same_loop(script, here, prepare_at):
+            return None  # the next pass loads after this pass's prepare
+        load_at = load_at or here
+        if not any(prepare_at is seen for seen in preparing):
+            preparing.append(prepare_at)
+    if load_at is None:
+        return None
+    return load_at, sorted(preparing, key=script.order)
+
+
+def _called(node: cst.CSTNode) -> str:
+    """``self.load_checkpoint()`` for the call that leads to the load or the prepare."""
+    name = dotted(node.func) if isinstance(node, cst.Call) else None
+    return f"{name}()" if name else "this call"
 
 
 def _same_loop(script: ScriptModel, first: cst.CSTNode, second: cst.CSTNode) -> bool:

@@ -323,3 +323,26 @@ def test_a_prepare_result_unpacked_on_the_next_line_is_what_the_rules_follow():
     findings = lint_source(code.encode(), "example.py", selection).findings
     assert [(finding.code, finding.line) for finding in findings] == [("ACC304", 7)]
     assert "self.accelerator.accumulate(self.model):" in findings[0].message
+
+
+def test_a_load_state_reached_before_prepare_names_the_calls_that_order_them():
+    """A trainer's ``__init__`` calls ``self.load_checkpoint()`` (which runs ``load_state``)
+    before ``self.prepare_training()``: the finding at the load names both calls, so the advice
+    says which call to move."""
+    code = (
+        "from accelerate import Accelerator\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, path):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model = model\n"
+        "        self.load_checkpoint(path)\n"
+        "        self.prepare_training()\n"
+        "    def load_checkpoint(self, path):\n"
+        "        self.accelerator.load_state(path)\n"
+        "    def prepare_training(self):\n"
+        "        self.model = self.accelerator.prepare(self.model)\n"
+    )
+    findings = lint_source(code.encode(), "example.py", Selection(select=["ACC501"])).findings
+    assert [(finding.code, finding.line) for finding in findings] == [("ACC501", 9)]
+    assert "self.load_checkpoint() (line 6)" in findings[0].message
+    assert "self.prepare_training() (line 7)" in findings[0].message
