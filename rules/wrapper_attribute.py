@@ -7,7 +7,7 @@ from accelify.analysis.collectives import DDP
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, optimizer_models
 
 #: What DistributedDataParallel itself answers besides nn.Module's API.
 _WRAPPER_OWN = {
@@ -36,6 +36,11 @@ class WrapperAttribute(Rule):
     and FSDP forward unknown attributes to the model, but the DDP case alone crashes the
     script's most common multi-GPU run.
 
+    And the model's forward called past the wrapper in a training step (``raw_model =
+    accelerator.unwrap_model(model)``, then ``raw_model(x)``): DistributedDataParallel arms its
+    gradient hooks in its own forward, so that step's gradients are never averaged and the
+    replicas drift apart with nothing said (a model no optimizer trains is not reported).
+
     The reverse too: ``model.module`` on what ``prepare`` returned exists only on the wrapper,
     and a one-process run gets the model itself back (AttributeError at the first checkpoint),
     unless a test chooses (``hasattr(model, "module")``, ``num_processes > 1``)."""
@@ -48,6 +53,21 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-GPU run stops with AttributeError at the first call; one GPU hides it."
     bad = (
+        # an asymmetric bi-encoder's training step: the forward past the wrapper
+        Example(
+            HEADER
+            + "import torch\n"
+            + "model = torch.nn.Linear(4, 1)\n"
+            + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "for x, y in loader:\n"
+            + "    raw_model = accelerator.unwrap_model(model)\n"
+            + "    loss = (raw_model(x) - y).pow(2).mean()\n"
+            + "    accelerator.backward(loss)\n"
+            + "    optimizer.step()\n",
+            9,
+            13,
+        ),
         Example(  # a Sequential indexed through the wrapper: DDP cannot be indexed
             HEADER
             + "import torch\n"
@@ -147,6 +167,28 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # a frozen teacher unwrapped in the training step: no optimizer trains it
+        HEADER
+        + "import torch\n"
+        + "model, teacher = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, teacher, optimizer = accelerator.prepare(model, teacher, optimizer)\n"
+        + "for x, y in loader:\n"
+        + "    target = accelerator.unwrap_model(teacher)(x)\n"
+        + "    loss = (model(x) - target.detach()).pow(2).mean()\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n",
+        # the unwrapped model sampled under no_grad inside the training loop
+        HEADER
+        + "import torch\n"
+        + "model = torch.nn.Linear(4, 1)\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "for x, y in loader:\n"
+        + "    with torch.no_grad():\n"
+        + "        sample = accelerator.unwrap_model(model)(x)\n"
+        + "    accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "    optimizer.step()\n",
         # the trainer handed the plain model back: its own attributes are there
         HEADER
         + "model, opt, loader = accelerator.prepare(trainer.model, trainer.optimizer, loader)\n"
@@ -205,6 +247,7 @@ class WrapperAttribute(Rule):
         if _written_for_an_engine(script):
             return  # DeepSpeed's engine and FSDP forward what they lack to the model
         yield from self._indexed(script)
+        yield from self._forward_past_the_wrapper(script)
         for attribute in facts.placement.attributes():
             member = attribute.attr.value
             owner = attribute.value
@@ -249,6 +292,25 @@ class WrapperAttribute(Rule):
                 f"Call this through {accelerator}.unwrap_model({spelled}).{member}: on "
                 f"several GPUs prepare wraps {spelled} in DistributedDataParallel, which has "
                 f"no '{member}' (AttributeError); a one-process run has no wrapper and hides it",
+            )
+
+    def _forward_past_the_wrapper(self, script: ScriptModel) -> Iterator[Finding]:
+        """``raw_model = accelerator.unwrap_model(model)`` then ``raw_model(...)`` in a training
+        step: the model's own forward, called past the DistributedDataParallel wrapper, leaves
+        this step's gradients unreduced on every rank (each replica trains on its own shard and
+        they drift apart, silently); the forward belongs to the prepared model itself."""
+        trained = _trained_models(script)
+        for call, model in facts_of(script).unwrapped_forwards.items():
+            if model not in trained:
+                continue  # a frozen teacher: nothing of its gradients is ever used
+            yield self.finding(
+                script,
+                call,
+                None,
+                f"Call the prepared {model}(...) here, not the model unwrap_model returns: this "
+                "training step's forward then runs past the DistributedDataParallel wrapper, "
+                "so on several GPUs its gradients are never averaged across ranks and the "
+                "replicas drift apart",
             )
 
     def _indexed(self, script: ScriptModel) -> Iterator[Finding]:
@@ -449,3 +511,15 @@ def _prepared_model(
 
 def _is_the_prepare(assign: cst.Assign, prepare: cst.Call) -> bool:
     return assign.value is prepare
+
+
+def _trained_models(script: ScriptModel) -> set[str]:
+    """Models an optimizer trains: built from their parameters, or prepared in the same call as
+    an optimizer (``model, optimizer = accelerator.prepare(model, optimizer)`` where a helper of
+    the file built the optimizer)."""
+    trained = set().union(*optimizer_models(script).values())
+    optimizers = script.names_of(Kind.OPTIMIZER)
+    for prepare in script.prepare_calls:
+        if any(name in optimizers or "optim" in name for name in prepare.outputs):
+            trained.update(prepare.outputs)
+    return trained

@@ -15,7 +15,11 @@ from accelify.analysis.collective_reach import CollectiveReach, CollectiveUse
 from accelify.analysis.evaluation import Evaluation, evaluation_of
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.helper_evaluation import HelperEvaluation, helper_evaluation_of
-from accelify.analysis.outside_forward import OutsideForward, layers_outside_forward
+from accelify.analysis.outside_forward import (
+    OutsideForward,
+    layers_outside_forward,
+    unwrapped_forwards,
+)
 from accelify.analysis.placement import Placement
 from accelify.analysis.precision import Precision, precision_of
 from accelify.analysis.print_aliases import print_alias_calls, print_partial_calls
@@ -67,6 +71,13 @@ class Facts:
         """Calls in training steps that run a model's layers outside its forward, by call."""
         found = layers_outside_forward(self.model, self.placement, self.flow, unprepared=set())
         return {entry.call: entry for entry in found}
+
+    @cached_property
+    def unwrapped_forwards(self) -> dict[cst.Call, str]:
+        """Forwards of a prepared model through ``unwrap_model`` in training steps, by call."""
+        return unwrapped_forwards(
+            self.model, self.placement, self.flow, self.model.names_of(Kind.ACCELERATOR)
+        )
 
     @cached_property
     def print_alias_calls(self) -> set[cst.Call]:

@@ -267,3 +267,48 @@ def _stored_parameters(method: cst.FunctionDef, attribute: str) -> list[str]:
         if name in parameters and any(dotted(t.target) == target for t in node.targets):
             found.append(name)
     return found
+
+
+def unwrapped_forwards(
+    model: ScriptModel, placement: Placement, flow: ObjectFlow, accelerators: set[str]
+) -> dict[cst.Call, str]:
+    """Forwards of a prepared model through ``unwrap_model`` in a training step, with the model's
+    name: ``raw_model = accelerator.unwrap_model(model)`` then ``raw_model(input_ids=...)`` (an
+    asymmetric bi-encoder's training loop), or ``accelerator.unwrap_model(model)(x)``. The
+    DistributedDataParallel wrapper's own forward is what arms its gradient hooks; the model's
+    forward called past it leaves the backward's gradients on each rank unreduced, and the
+    replicas drift apart with nothing said."""
+    finder = _Finder(model, placement, flow, set())
+    found: dict[cst.Call, str] = {}
+    for call in model.calls:
+        unwrapped = _unwrapped_model(model, call.func, call, accelerators)
+        if unwrapped is None or not finder.in_training(call):
+            continue
+        if finder.is_prepared_model(unwrapped, call):
+            found[call] = unwrapped
+    return found
+
+
+def _unwrapped_model(
+    model: ScriptModel, func: cst.BaseExpression, at: cst.CSTNode, accelerators: set[str]
+) -> str | None:
+    """The model ``func`` unwraps: ``accelerator.unwrap_model(model)`` itself, or a name its
+    function (or the module, at module level) binds once, to that call."""
+    if isinstance(func, cst.Name):
+        function = model.index.enclosing_function(at)
+        values = [
+            assign.value
+            for assign in model.index.assignments_to(func.value)
+            if model.index.enclosing_function(assign) is function
+        ]
+        return _unwrapped_model(model, values[0], at, accelerators) if len(values) == 1 else None
+    if not isinstance(func, cst.Call) or not func.args:
+        return None
+    callee = func.func
+    if not (
+        isinstance(callee, cst.Attribute)
+        and callee.attr.value == "unwrap_model"
+        and dotted(callee.value) in accelerators
+    ):
+        return None
+    return dotted(func.args[0].value)
