@@ -35,7 +35,7 @@ from accelify.analysis.dataflow import (
     variables_in,
     within,
 )
-from accelify.analysis.loops import find_backward
+from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name
 from accelify.analysis.objects import callee
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names, walk
@@ -126,6 +126,9 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     forward = first_forward(loop, facts)
     if forward is not None:
         found.sinks += [sink for sink in body if _yields_to_the_caller(sink)]
+        stores = [s for s in body if _stores_in_a_container(s, local) and s not in found.sinks]
+        if stores and not _feeds_training(loop, stores, facts):
+            found.sinks += stores
     synced = self_syncing_metrics(loop, model)
     if synced:
         # torchmetrics gathers its own states across ranks at compute(): gathered values fed to
@@ -604,9 +607,25 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
     if found.extracted is not None and found.forward is not None:
         replaced.add(id(found.forward))
     gathered_after = set(found.gathered) | {f.name for f in found.fields}
+    counted = _step_counters(found.loop)
     seen_forward = False
     for small in body:
         reads = names_read(small, replaced, model, found.loop)
+        if small in found.sinks and _stores_at(small, counted):
+            found.unsure_at = small
+            found.advice = (
+                "collect each batch's values in a list, gather them with "
+                "accelerator.gather_for_metrics, and concatenate them after the loop"
+            )
+            counter = ", ".join(sorted(_stores_at(small, counted)))
+            return (
+                f"line {model.line(small)} stores the batch's values at a position computed "
+                f"from the step count ({counter}): prepared, step {counter} of each rank is "
+                "another batch of the set, and gathered, it holds N batches, so the positions "
+                "would not match the samples"
+            )
+        if reads & counted:
+            counted |= bound_by(small)
         is_forward = found.statement is not None and found.statement.body[0] is small
         if is_forward:
             seen_forward = True
@@ -652,6 +671,30 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
         else:
             per_rank -= bound
     return None
+
+
+def _step_counters(loop: Loop) -> set[str]:
+    """The count ``enumerate`` hands the loop (``for i, (x, y) in enumerate(loader)``, also
+    through a bar): the step's number on this rank, not a position in the set once each rank
+    reads its own shard. None for a loop that is no ``for`` (a helper's body stands for one)."""
+    if not isinstance(loop.node, cst.For):
+        return set()
+    sources = [loop.node.iter] + ([loop.through] if loop.through is not None else [])
+    if any(enumerates(source) for source in sources):
+        return first_enumerate_name(loop.node.target)
+    return set()
+
+
+def _stores_at(sink: cst.CSTNode, counted: set[str]) -> set[str]:
+    """The step counts (``counted``) that the position ``sink`` stores at reads:
+    ``preds[i * bs : i * bs + len(out)] = out`` reads ``i``."""
+    if not (isinstance(sink, cst.Assign) and len(sink.targets) == 1):
+        return set()
+    written = sink.targets[0].target
+    if not isinstance(written, cst.Subscript) or not counted:
+        return set()
+    read = {n.value for element in written.slice for n in walk(element) if isinstance(n, cst.Name)}
+    return read & counted
 
 
 def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
@@ -769,6 +812,19 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
         target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
         return target is not None and target in _variables(small.value) and target not in local
     return False
+
+
+def _stores_in_a_container(small: cst.CSTNode, local: set[str]) -> bool:
+    """``preds[i * bs : (i + 1) * bs] = out.numpy()``, ``by_id[name] = p``: a store into a
+    container the loop did not make keeps the batch's values past it, as a sum does (asked only
+    of a loop that runs a forward: a loop over a dict of loaders stores each one's score)."""
+    if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+        return False
+    written = small.targets[0].target
+    if not isinstance(written, cst.Subscript):
+        return False
+    target = root_name(written)
+    return target is not None and target not in local
 
 
 def _yields_to_the_caller(small: cst.CSTNode) -> bool:
