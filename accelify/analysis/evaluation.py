@@ -83,6 +83,10 @@ class Evaluation:
     #: names gathered as they are (outputs, then labels), and fields gathered into new names.
     gathered: list[str] = field(default_factory=list)
     fields: list[GatheredField] = field(default_factory=list)
+    #: names of ``gathered`` not known to be tensors (``ids`` a Dataset hands back as strings):
+    #: each gets a gather of its own, since a tuple holding a list gathers as objects (the
+    #: ranks' tuples joined into one list, not each value joined with its own).
+    apart: list[str] = field(default_factory=list)
     #: outputs that are the model's own loss, one scalar per batch: never gathered.
     scalar_losses: list[str] = field(default_factory=list)
     sinks: list[cst.CSTNode] = field(default_factory=list)
@@ -512,7 +516,106 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
             found.gathered.append(name)
         else:
             _add_fields(found, fields, taken)
+    if not _reads_a_tensor_dataset(found.loop, facts):
+        found.apart = [
+            name
+            for name in found.gathered
+            if name not in outputs and not _used_as_a_tensor(name, found.loop, facts)
+        ]
     return None
+
+
+def _reads_a_tensor_dataset(loop: Loop, facts: Facts) -> bool:
+    """Every loader the loop may read is a ``DataLoader`` of a ``TensorDataset`` (made in the
+    call or bound to a name first): each value of its batches is a tensor."""
+    model = facts.model
+    origins = facts.flow.origins(loop.iterable, loop.node)
+    datasets = []
+    for binding in model.bindings:
+        if binding.name not in origins or not isinstance(binding.value, cst.Call):
+            continue
+        for construction in _loader_constructions(model, binding.value):
+            args = [a for a in construction.args if a.keyword is None]
+            args += [a for a in construction.args if a.keyword and a.keyword.value == "dataset"]
+            datasets += [args[0].value] if args else [None]
+    return bool(datasets) and all(_a_tensor_dataset(d, model) for d in datasets)
+
+
+def _a_tensor_dataset(value: cst.BaseExpression | None, model: ScriptModel) -> bool:
+    """``TensorDataset(x, y)``, a name assigned only that, or a call of a function of this file
+    that returns only that (``make_data(64, 1)``)."""
+    if isinstance(value, cst.Name):
+        assigned = [a.value for a in model.index.assignments_to(value.value)]
+        return bool(assigned) and all(_a_tensor_dataset(v, model) for v in assigned)
+    if not isinstance(value, cst.Call):
+        return False
+    if any(q.endswith("TensorDataset") for q in model.qualified(value.func)):
+        return True
+    target = callee(model, value)
+    if target is None or target[0].name.value == "__init__":
+        return False
+    returned = [r.value for r in model.index.own_returns(target[0])]
+    return bool(returned) and all(
+        isinstance(r, cst.Call) and _a_tensor_dataset(r, model) for r in returned
+    )
+
+
+#: Methods of the Python values a batch can hold besides tensors (lists, strings): a call of
+#: one says nothing about a tensor.
+_SEQUENCE_METHODS = frozenset(
+    [
+        "append",
+        "extend",
+        "index",
+        "count",
+        "join",
+        "split",
+        "strip",
+        "lower",
+        "upper",
+        "format",
+        "startswith",
+        "endswith",
+        "replace",
+        "encode",
+    ]
+)
+
+
+def _used_as_a_tensor(name: str, loop: Loop, facts: Facts) -> bool:
+    """The loop reads ``name`` as a tensor: moved (``y.to(device)``) or read through a tensor's
+    attribute, in arithmetic or a comparison, indexed by more than one axis or a slice, or
+    handed to torch/NumPy, the model or a loss. A batch field read none of these ways may be a
+    Python list (the ids of ``for ids, x, y in loader``, only zipped with the predictions)."""
+    model = facts.model
+    for node in walk(loop.node.body):
+        if not (isinstance(node, cst.Name) and node.value == name):
+            continue
+        parent = model.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            if parent.attr.value not in _SEQUENCE_METHODS:
+                return True
+        elif isinstance(
+            parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison, cst.ComparisonTarget)
+        ):
+            return True
+        elif isinstance(parent, cst.Subscript) and parent.value is node:
+            if len(parent.slice) > 1 or isinstance(parent.slice[0].slice, cst.Slice):
+                return True
+        elif isinstance(parent, cst.Arg) and _tensor_call(model.parent(parent), facts):
+            return True
+    return False
+
+
+def _tensor_call(call: cst.CSTNode | None, facts: Facts) -> bool:
+    """A call that takes tensors: torch's or NumPy's, a model's, a loss's."""
+    if not isinstance(call, cst.Call):
+        return False
+    qualified = facts.model.qualified(call.func)
+    if any(q.split(".")[0] in ("torch", "numpy") for q in qualified):
+        return True
+    name = (dotted(call.func) or "").lower()
+    return any(k in name for k in _MEAN_CALLS) or facts.flow.is_forward(call)
 
 
 def _per_rank_reshape(found: Evaluation, facts: Facts) -> cst.Call | None:
