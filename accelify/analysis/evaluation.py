@@ -35,7 +35,7 @@ from accelify.analysis.dataflow import (
     variables_in,
     within,
 )
-from accelify.analysis.loops import find_backward
+from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name
 from accelify.analysis.objects import callee
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names, walk
@@ -83,6 +83,10 @@ class Evaluation:
     #: names gathered as they are (outputs, then labels), and fields gathered into new names.
     gathered: list[str] = field(default_factory=list)
     fields: list[GatheredField] = field(default_factory=list)
+    #: names of ``gathered`` not known to be tensors (``ids`` a Dataset hands back as strings):
+    #: each gets a gather of its own, since a tuple holding a list gathers as objects (the
+    #: ranks' tuples joined into one list, not each value joined with its own).
+    apart: list[str] = field(default_factory=list)
     #: outputs that are the model's own loss, one scalar per batch: never gathered.
     scalar_losses: list[str] = field(default_factory=list)
     sinks: list[cst.CSTNode] = field(default_factory=list)
@@ -126,6 +130,9 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     forward = first_forward(loop, facts)
     if forward is not None:
         found.sinks += [sink for sink in body if _yields_to_the_caller(sink)]
+        stores = [s for s in body if _stores_in_a_container(s, local) and s not in found.sinks]
+        if stores and not _feeds_training(loop, stores, facts):
+            found.sinks += stores
     synced = self_syncing_metrics(loop, model)
     if synced:
         # torchmetrics gathers its own states across ranks at compute(): gathered values fed to
@@ -509,7 +516,106 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
             found.gathered.append(name)
         else:
             _add_fields(found, fields, taken)
+    if not _reads_a_tensor_dataset(found.loop, facts):
+        found.apart = [
+            name
+            for name in found.gathered
+            if name not in outputs and not _used_as_a_tensor(name, found.loop, facts)
+        ]
     return None
+
+
+def _reads_a_tensor_dataset(loop: Loop, facts: Facts) -> bool:
+    """Every loader the loop may read is a ``DataLoader`` of a ``TensorDataset`` (made in the
+    call or bound to a name first): each value of its batches is a tensor."""
+    model = facts.model
+    origins = facts.flow.origins(loop.iterable, loop.node)
+    datasets = []
+    for binding in model.bindings:
+        if binding.name not in origins or not isinstance(binding.value, cst.Call):
+            continue
+        for construction in _loader_constructions(model, binding.value):
+            args = [a for a in construction.args if a.keyword is None]
+            args += [a for a in construction.args if a.keyword and a.keyword.value == "dataset"]
+            datasets += [args[0].value] if args else [None]
+    return bool(datasets) and all(_a_tensor_dataset(d, model) for d in datasets)
+
+
+def _a_tensor_dataset(value: cst.BaseExpression | None, model: ScriptModel) -> bool:
+    """``TensorDataset(x, y)``, a name assigned only that, or a call of a function of this file
+    that returns only that (``make_data(64, 1)``)."""
+    if isinstance(value, cst.Name):
+        assigned = [a.value for a in model.index.assignments_to(value.value)]
+        return bool(assigned) and all(_a_tensor_dataset(v, model) for v in assigned)
+    if not isinstance(value, cst.Call):
+        return False
+    if any(q.endswith("TensorDataset") for q in model.qualified(value.func)):
+        return True
+    target = callee(model, value)
+    if target is None or target[0].name.value == "__init__":
+        return False
+    returned = [r.value for r in model.index.own_returns(target[0])]
+    return bool(returned) and all(
+        isinstance(r, cst.Call) and _a_tensor_dataset(r, model) for r in returned
+    )
+
+
+#: Methods of the Python values a batch can hold besides tensors (lists, strings): a call of
+#: one says nothing about a tensor.
+_SEQUENCE_METHODS = frozenset(
+    [
+        "append",
+        "extend",
+        "index",
+        "count",
+        "join",
+        "split",
+        "strip",
+        "lower",
+        "upper",
+        "format",
+        "startswith",
+        "endswith",
+        "replace",
+        "encode",
+    ]
+)
+
+
+def _used_as_a_tensor(name: str, loop: Loop, facts: Facts) -> bool:
+    """The loop reads ``name`` as a tensor: moved (``y.to(device)``) or read through a tensor's
+    attribute, in arithmetic or a comparison, indexed by more than one axis or a slice, or
+    handed to torch/NumPy, the model or a loss. A batch field read none of these ways may be a
+    Python list (the ids of ``for ids, x, y in loader``, only zipped with the predictions)."""
+    model = facts.model
+    for node in walk(loop.node.body):
+        if not (isinstance(node, cst.Name) and node.value == name):
+            continue
+        parent = model.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            if parent.attr.value not in _SEQUENCE_METHODS:
+                return True
+        elif isinstance(
+            parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison, cst.ComparisonTarget)
+        ):
+            return True
+        elif isinstance(parent, cst.Subscript) and parent.value is node:
+            if len(parent.slice) > 1 or isinstance(parent.slice[0].slice, cst.Slice):
+                return True
+        elif isinstance(parent, cst.Arg) and _tensor_call(model.parent(parent), facts):
+            return True
+    return False
+
+
+def _tensor_call(call: cst.CSTNode | None, facts: Facts) -> bool:
+    """A call that takes tensors: torch's or NumPy's, a model's, a loss's."""
+    if not isinstance(call, cst.Call):
+        return False
+    qualified = facts.model.qualified(call.func)
+    if any(q.split(".")[0] in ("torch", "numpy") for q in qualified):
+        return True
+    name = (dotted(call.func) or "").lower()
+    return any(k in name for k in _MEAN_CALLS) or facts.flow.is_forward(call)
 
 
 def _per_rank_reshape(found: Evaluation, facts: Facts) -> cst.Call | None:
@@ -604,9 +710,25 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
     if found.extracted is not None and found.forward is not None:
         replaced.add(id(found.forward))
     gathered_after = set(found.gathered) | {f.name for f in found.fields}
+    counted = _step_counters(found.loop)
     seen_forward = False
     for small in body:
         reads = names_read(small, replaced, model, found.loop)
+        if small in found.sinks and _stores_at(small, counted):
+            found.unsure_at = small
+            found.advice = (
+                "collect each batch's values in a list, gather them with "
+                "accelerator.gather_for_metrics, and concatenate them after the loop"
+            )
+            counter = ", ".join(sorted(_stores_at(small, counted)))
+            return (
+                f"line {model.line(small)} stores the batch's values at a position computed "
+                f"from the step count ({counter}): prepared, step {counter} of each rank is "
+                "another batch of the set, and gathered, it holds N batches, so the positions "
+                "would not match the samples"
+            )
+        if reads & counted:
+            counted |= bound_by(small)
         is_forward = found.statement is not None and found.statement.body[0] is small
         if is_forward:
             seen_forward = True
@@ -652,6 +774,30 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
         else:
             per_rank -= bound
     return None
+
+
+def _step_counters(loop: Loop) -> set[str]:
+    """The count ``enumerate`` hands the loop (``for i, (x, y) in enumerate(loader)``, also
+    through a bar): the step's number on this rank, not a position in the set once each rank
+    reads its own shard. None for a loop that is no ``for`` (a helper's body stands for one)."""
+    if not isinstance(loop.node, cst.For):
+        return set()
+    sources = [loop.node.iter] + ([loop.through] if loop.through is not None else [])
+    if any(enumerates(source) for source in sources):
+        return first_enumerate_name(loop.node.target)
+    return set()
+
+
+def _stores_at(sink: cst.CSTNode, counted: set[str]) -> set[str]:
+    """The step counts (``counted``) that the position ``sink`` stores at reads:
+    ``preds[i * bs : i * bs + len(out)] = out`` reads ``i``."""
+    if not (isinstance(sink, cst.Assign) and len(sink.targets) == 1):
+        return set()
+    written = sink.targets[0].target
+    if not isinstance(written, cst.Subscript) or not counted:
+        return set()
+    read = {n.value for element in written.slice for n in walk(element) if isinstance(n, cst.Name)}
+    return read & counted
 
 
 def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
@@ -769,6 +915,19 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
         target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
         return target is not None and target in _variables(small.value) and target not in local
     return False
+
+
+def _stores_in_a_container(small: cst.CSTNode, local: set[str]) -> bool:
+    """``preds[i * bs : (i + 1) * bs] = out.numpy()``, ``by_id[name] = p``: a store into a
+    container the loop did not make keeps the batch's values past it, as a sum does (asked only
+    of a loop that runs a forward: a loop over a dict of loaders stores each one's score)."""
+    if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+        return False
+    written = small.targets[0].target
+    if not isinstance(written, cst.Subscript):
+        return False
+    target = root_name(written)
+    return target is not None and target not in local
 
 
 def _yields_to_the_caller(small: cst.CSTNode) -> bool:

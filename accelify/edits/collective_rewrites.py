@@ -16,23 +16,24 @@ from accelify.edits.node_rewrites import Swap, TakenOut
 
 def gather_for_metrics(
     evaluated: cst.CSTNode,
-    gather: str,
+    gathers: list[str],
     renamed: Iterable[tuple[cst.CSTNode, str]] = (),
     extract: tuple[cst.CSTNode, str] | None = None,
 ) -> list[Edit]:
-    """``gather`` (``preds, y = acc.gather_for_metrics((preds, y))``) after ``evaluated``, the
-    statement that computes what it gathers; each of ``renamed`` then reads the gathered name.
+    """``gathers`` (``preds, y = acc.gather_for_metrics((preds, y))``, and one statement more
+    for each value gathered on its own) after ``evaluated``, the statement that computes what
+    they gather; each of ``renamed`` then reads the gathered name.
     With ``extract`` (``(forward, "outputs")``) the forward inside ``evaluated``
     (``se += ((model(x) - y) ** 2).sum()``) moves up into ``outputs = model(x)``, as this pass
     rewrote it, and the gather comes before ``evaluated``, which reads ``outputs``."""
     edits: list[Edit] = [Replace(use, Swap(name)) for use, name in renamed]
     if extract is None:
-        return [*edits, InsertAfter(evaluated, statement(gather))]
+        return [*edits, *(InsertAfter(evaluated, statement(g)) for g in gathers)]
     forward, name = extract
     return [
         *edits,
         *computed_before(forward, evaluated, name),
-        InsertBefore(evaluated, statement(gather)),
+        *(InsertBefore(evaluated, statement(g)) for g in gathers),
     ]
 
 

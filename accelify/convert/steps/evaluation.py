@@ -126,17 +126,30 @@ def _gather(ctx: Context, evaluation: Evaluation) -> bool:
         # ``se += ((model(x) - y) ** 2).sum()`` -> ``outputs = model(x)``, the gather, then
         # ``se += ((outputs - y) ** 2).sum()``.
         extract = (evaluation.forward, evaluation.extracted)
+    apart = [t for t in targets if t in evaluation.apart] if len(targets) > 1 else []
+    joined = [(t, v) for t, v in zip(targets, values, strict=True) if t not in apart]
+    gathers = [_gather_code(ctx, [t for t, _ in joined], [v for _, v in joined])] if joined else []
+    gathers += [_gather_code(ctx, [name], [name]) for name in apart]
     made = ctx.plan.add(
-        *gather_for_metrics(
-            evaluation.statement, _gather_code(ctx, targets, values), renamed, extract
-        ),
+        *gather_for_metrics(evaluation.statement, gathers, renamed, extract),
         line=ctx.line(evaluation.statement),
         text=f"evaluation: {', '.join(targets)} gathered from every rank (gather_for_metrics)"
+        + _gathered_apart(apart)
         + _kept_local(ctx, evaluation),
     )
     if made:
         ctx.need(evaluation.statement)
     return bool(made)
+
+
+def _gathered_apart(apart: list[str]) -> str:
+    if not apart:
+        return ""
+    its = "its" if len(apart) == 1 else "their"
+    return (
+        f"; {', '.join(apart)} on {its} own: never read as a tensor, it may be a list, which "
+        "a tuple would gather as objects"
+    )
 
 
 def _kept_local(ctx: Context, evaluation: Evaluation) -> str:
