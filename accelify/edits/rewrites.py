@@ -20,6 +20,7 @@ from accelify.edits.node_rewrites import (
     PrintInsteadOfWrite,
     Receiver,
     Swap,
+    WithKeyword,
     WithoutArgument,
     Wrapped,
 )
@@ -156,6 +157,11 @@ def on_model_device(call: cst.Call, device: str, inputs: Iterable[int]) -> Repla
     """A CPU-only script's ``model(x)`` on a tensor no prepared loader moved: ``x`` goes to
     the device prepare put the model on, the output comes back to the CPU."""
     return Replace(call, OnDeviceAndBack(device, tuple(inputs)))
+
+
+def made_on_device(call: cst.Call, device: str) -> Replace:
+    """``torch.randn(b, z)`` -> ``torch.randn(b, z, device=device)``."""
+    return Replace(call, WithKeyword("device", device))
 
 
 def drop_device_argument(call: cst.Call, index: int) -> Replace:

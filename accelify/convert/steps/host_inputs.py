@@ -25,7 +25,7 @@ from accelify.edits import rewrites
 
 
 def run(ctx: Context) -> None:
-    if not _cpu_only(ctx):
+    if not cpu_only(ctx):
         return
     in_prepared_loops = [
         loop.node
@@ -34,7 +34,7 @@ def run(ctx: Context) -> None:
     ]
     handed = _handed_to_constructors(ctx)
     for call in ctx.model.calls:
-        name = _prepared_model_called(ctx, call) or _handed_model_called(ctx, call, handed)
+        name = prepared_model_called(ctx, call) or _handed_model_called(ctx, call, handed)
         if name is None or any(
             ctx.facts.placement.inside(call, loop) for loop in in_prepared_loops
         ):
@@ -92,7 +92,7 @@ def _handed_model_called(
     return None
 
 
-def _cpu_only(ctx: Context) -> bool:
+def cpu_only(ctx: Context) -> bool:
     """No device in the script and no model moved anywhere: the original runs on the CPU, and
     every tensor it makes is there."""
     if ctx.model.names_of(Kind.DEVICE):
@@ -103,11 +103,11 @@ def _cpu_only(ctx: Context) -> bool:
     return not any(
         isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
         for call in ctx.model.calls
-        if _names_a_device(call)
+        if names_a_device(call)
     )
 
 
-def _names_a_device(call: cst.Call) -> bool:
+def names_a_device(call: cst.Call) -> bool:
     """``x.cuda()``, ``x.to("cuda")``, ``x.to(dev)``: a move, as opposed to a dtype cast
     (``x.to(torch.float32)``)."""
     func = call.func
@@ -122,7 +122,7 @@ def _names_a_device(call: cst.Call) -> bool:
     return not text.startswith("torch.") or text in ("torch.device",)
 
 
-def _prepared_model_called(ctx: Context, call: cst.Call) -> str | None:
+def prepared_model_called(ctx: Context, call: cst.Call) -> str | None:
     """The model ``call`` runs (``model(x)``, ``self.net(x)``), when it is prepared and the
     call comes after its prepare."""
     name = dotted(call.func)
@@ -156,11 +156,11 @@ def _stays(value: cst.BaseExpression) -> bool:
         return True
     if isinstance(value, cst.Name) and value.value in ("None", "True", "False"):
         return True
-    return isinstance(value, cst.Call) and _names_a_device(value)
+    return isinstance(value, cst.Call) and names_a_device(value)
 
 
 #: torch functions that make a tensor on the CPU when no device is given.
-_FACTORIES = frozenset(
+FACTORIES = frozenset(
     {
         "randn", "rand", "randint", "randperm", "zeros", "ones", "full", "empty", "eye",
         "arange", "linspace", "tensor", "as_tensor", "from_numpy", "Tensor", "FloatTensor",
@@ -187,7 +187,7 @@ def _made_on_host(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, dept
     if isinstance(value, cst.Call):
         func = value.func
         name = dotted(func) or ""
-        if name.startswith("torch.") and name.count(".") == 1 and name[6:] in _FACTORIES:
+        if name.startswith("torch.") and name.count(".") == 1 and name[6:] in FACTORIES:
             return not any(
                 arg.keyword is not None and arg.keyword.value == "device" for arg in value.args
             )
