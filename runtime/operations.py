@@ -130,16 +130,24 @@ def _key(key: Any) -> str:
 
 
 def _shapes_differ(headers: list[list[int]]) -> str:
-    """Each rank's shape, as the user would print it (rows shown, dtype named when it differs)."""
+    """Each rank's shape, as the user would print it (rows shown, dtype named when it differs),
+    and what differs: the dtype alone is not a shape problem, and its fix is a cast."""
     shown = []
     dtypes_differ = len({header[0] for header in headers}) > 1
+    dims_differ = len({(header[2], *header[3:]) for header in headers}) > 1
     for rank, (dtype, rows, ndim, *dims) in enumerate(headers):
         shape = (rows, *dims[: ndim - 1]) if ndim > 1 else (rows,)
         kind = f" {_DTYPE_NAMES.get(dtype, 'another dtype')}" if dtypes_differ else ""
         shown.append(f"rank {rank}: {tuple(shape)}{kind}")
+    if not dims_differ:
+        return (
+            f"Cannot gather: the ranks' tensors have different dtypes ({'; '.join(shown)}); "
+            "cast them to one dtype on every rank before gathering"
+        )
     return (
         "Cannot gather: the ranks' tensors differ in more than their number of rows "
         f"({'; '.join(shown)}); only the first dimension may differ between ranks"
+        + (", and every rank must pass the same dtype" if dtypes_differ else "")
     )
 
 

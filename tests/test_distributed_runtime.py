@@ -295,3 +295,17 @@ def test_partial_state_without_and_beside_an_accelerator():
     assert all(r["same"] for r in records)
     assert [r["share"] for r in records] == [[0, 1, 2], [3, 4]]
     assert [r["total"] for r in records] == [5.0, 5.0]  # the shared group reduces across both
+
+
+def test_gather_names_a_dtype_difference_apart_from_a_shape_difference():
+    result = launch(RUNTIME / "gather_mismatch.py")
+    assert_ok(result)
+    lines = result.stdout.splitlines()
+    for rank in (0, 1):
+        dtype = next(line for line in lines if line.startswith(f"rank {rank} dtype: "))
+        assert "different dtypes" in dtype
+        assert "rank 0: (2, 3) torch.float32; rank 1: (2, 3) torch.int64" in dtype
+        assert "cast them to one dtype" in dtype and "number of rows" not in dtype
+        shape = next(line for line in lines if line.startswith(f"rank {rank} shape: "))
+        assert "rank 0: (2, 3); rank 1: (2, 4)" in shape and "dtype" not in shape
+        assert f"rank {rank} gathered [0.0, 0.0, 1.0, 1.0]" in lines

@@ -232,14 +232,9 @@ class ObjectFlow:
                 continue
             seen.add((current, id(function)))
             parameters = {p.name.value for p in function.params.params} if function else set()
-            values: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
+            values: list[tuple[cst.BaseExpression, cst.CSTNode]]
             if current in parameters:
-                for call, implicit in self.calls_of(function):  # type: ignore[arg-type]
-                    values += [
-                        (argument.value, call)
-                        for parameter, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
-                        if parameter == current
-                    ]
+                values = list(self._passed_to(function, current))  # type: ignore[arg-type]
             else:
                 values = [(a.value, a) for a in self.model.index.assignments_to(current)]
             if not values:
@@ -252,6 +247,18 @@ class ObjectFlow:
                 else:
                     return None
         return found
+
+    def _passed_to(
+        self, function: cst.FunctionDef, parameter: str
+    ) -> list[tuple[cst.BaseExpression, cst.Call]]:
+        """What every call of ``function`` in the file passes for ``parameter``, with the call:
+        the step both `origins` and `_record_constructions` take back from a helper."""
+        return [
+            (argument.value, call)
+            for call, implicit in self.calls_of(function)
+            for bound, argument in bound_arguments(function, call, implicit)
+            if bound == parameter
+        ]
 
     def _iterated_loaders(self, name: str | None, at: cst.CSTNode) -> list[str]:
         """The loaders ``name`` takes in turn: ``loader`` of ``for name, loader in
@@ -377,13 +384,7 @@ class ObjectFlow:
                 else set()
             )
             followed = current in parameters and current not in stop
-            calls = self.calls_of(function) if followed else []  # type: ignore[arg-type]
-            passed = [
-                (argument.value, call)
-                for call, implicit in calls
-                for parameter, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
-                if parameter == current
-            ]
+            passed = self._passed_to(function, current) if followed else []  # type: ignore[arg-type]
             if current not in stop and not passed:
                 passed = self.dataclass_arguments(current, place) or []
             if current not in stop and not passed:

@@ -515,12 +515,7 @@ def _prepare_call(
         outputs = [dotted(target.target) or "" for target in node.targets]
         inputs = [root_name(value.for_in.iter) or ""]
         return PrepareCall(value.value, inputs, outputs, model)  # type: ignore[arg-type]
-    if not (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value == "prepare"
-        and dotted(value.func.value) in accelerators
-    ):
+    if not isinstance(value, cst.Call) or not _is_prepare(value, accelerators):
         return None
     outputs: list[str] = []
     for target in node.targets:
@@ -570,11 +565,20 @@ def _output_name(model: ScriptModel, target: cst.BaseExpression) -> str:
 
 
 def _is_prepare(value: cst.BaseExpression, accelerators: set[str]) -> bool:
-    return (
+    """``accelerator.prepare(...)``, also through an instance of a class of the file that
+    holds ``self.accelerator`` (``train_loader = trainer.accelerator.prepare(train_loader)``)."""
+    if not (
         isinstance(value, cst.Call)
         and isinstance(value.func, cst.Attribute)
         and value.func.attr.value == "prepare"
-        and dotted(value.func.value) in accelerators
+    ):
+        return False
+    receiver = dotted(value.func.value) or ""
+    return receiver in accelerators or (
+        "self.accelerator" in accelerators
+        and receiver.count(".") == 1
+        and receiver.endswith(".accelerator")
+        and not receiver.startswith("self.")
     )
 
 

@@ -9,7 +9,7 @@ the conversion names these places for review instead of rewriting them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -27,8 +27,9 @@ class ShardTotal:
     loop: Loop
     #: the name the loop sums into
     total: str
-    #: the division by the data set's size, after the loop (``total / n`` or ``total /= n``)
-    division: cst.BinaryOperation | cst.AugAssign
+    #: the division by the data set's size, after the loop (``total / n`` or ``total /= n``),
+    #: or the f-string that shows the total over it (``f"{correct}/{len(loader.dataset)}"``)
+    division: cst.BinaryOperation | cst.AugAssign | cst.FormattedString
     #: how that size is known, when the division does not read it itself: ``n_examples,
     #: which train_epoch's callers pass as len(df_train)``
     size_from: str | None = None
@@ -53,11 +54,9 @@ def totals_over_dataset(
         sizes = _dataset_sizes(model, loop)
         passed = _sizes_passed(model, graph, loop)
         phase = phase_name(loop.node.iter)
-        for node in walk(loop.scope):
-            divided = _divided(node)
+        for node, divided in _divisions_in(loop.scope):
             if not (
-                divided is not None
-                and model.order(node) > model.order(loop.node)
+                model.order(node) > model.order(loop.node)
                 and not placement.inside(node, loop.node)
                 and model.scope_of(node) is loop.scope
                 and (
@@ -129,13 +128,37 @@ def _size_of_loader_data(
     )
 
 
-def _divided(node: cst.CSTNode) -> tuple[cst.CSTNode, cst.BaseExpression] | None:
-    """What ``node`` divides and by what: ``total / n`` and ``total /= n``."""
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
-        return node.left, node.right
-    if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
-        return node.target, node.value
-    return None
+def _divisions_in(
+    scope: cst.CSTNode,
+) -> Iterator[tuple[cst.CSTNode, tuple[cst.CSTNode, cst.BaseExpression]]]:
+    """Each node of ``scope`` that divides something, with what it divides and by what:
+    ``total / n``, ``total /= n``, and a total shown over a size in an f-string
+    (``f"{correct}/{n}"``, ``f"{correct} of {n}"``), which reads as the same fraction."""
+    for node in walk(scope):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+            yield node, (node.left, node.right)
+        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+            yield node, (node.target, node.value)
+        elif isinstance(node, cst.FormattedString):
+            for shown in _shown_over(node.parts):
+                yield node, shown
+
+
+#: What stands between a count and the size it is shown over: ``{c}/{n}``, ``{c} of {n}``.
+_SHOWN_OVER = frozenset({"/", "of", "out of"})
+
+
+def _shown_over(
+    parts: Sequence[cst.BaseFormattedStringContent],
+) -> Iterator[tuple[cst.CSTNode, cst.BaseExpression]]:
+    for first, between, second in zip(parts, parts[1:], parts[2:], strict=False):
+        if (
+            isinstance(first, cst.FormattedStringExpression)
+            and isinstance(between, cst.FormattedStringText)
+            and between.value.strip() in _SHOWN_OVER
+            and isinstance(second, cst.FormattedStringExpression)
+        ):
+            yield first.expression, second.expression
 
 
 def _summed_in(loop: Loop) -> set[str]:

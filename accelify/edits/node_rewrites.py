@@ -148,6 +148,31 @@ class TakenOut:
 
 
 @dataclass(frozen=True)
+class OnDeviceAndBack:
+    """``model(x, k=y)`` -> ``send_to_device(model(send_to_device(x, device), k=...), "cpu")``
+    for the arguments at ``inputs`` (their positions in the call): the model runs where it is,
+    and its caller gets the output where the original had it. ``send_to_device`` passes what is
+    not a tensor through and follows tuples and dicts, so no input or output shape is assumed."""
+
+    device: str
+    inputs: tuple[int, ...]
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call)
+        args = [
+            arg.with_changes(value=_sent(arg.value, expression(self.device)))
+            if index in self.inputs
+            else arg
+            for index, arg in enumerate(updated.args)
+        ]
+        return _sent(updated.with_changes(args=args), cst.SimpleString('"cpu"'))
+
+
+def _sent(value: cst.BaseExpression, device: cst.BaseExpression) -> cst.Call:
+    return cst.Call(cst.Name("send_to_device"), [cst.Arg(value), cst.Arg(device)])
+
+
+@dataclass(frozen=True)
 class OnHostFirst:
     """``x.numpy()`` -> ``x.cpu().numpy()``: a NumPy view needs host memory, and ``.cpu()`` of
     a tensor already there is the tensor itself."""

@@ -15,10 +15,12 @@ from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove,
 from accelify.edits.node_rewrites import (
     CallInstead,
     MethodInstead,
+    OnDeviceAndBack,
     OnHostFirst,
     PrintInsteadOfWrite,
     Receiver,
     Swap,
+    WithKeyword,
     WithoutArgument,
     Wrapped,
 )
@@ -149,6 +151,17 @@ def drop_move(call: cst.Call) -> Replace:
 def numpy_from_host(call: cst.Call) -> Replace:
     """``x.numpy()`` -> ``x.cpu().numpy()``: ``x`` now arrives on the accelerator's device."""
     return Replace(call, OnHostFirst())
+
+
+def on_model_device(call: cst.Call, device: str, inputs: Iterable[int]) -> Replace:
+    """A CPU-only script's ``model(x)`` on a tensor no prepared loader moved: ``x`` goes to
+    the device prepare put the model on, the output comes back to the CPU."""
+    return Replace(call, OnDeviceAndBack(device, tuple(inputs)))
+
+
+def made_on_device(call: cst.Call, device: str) -> Replace:
+    """``torch.randn(b, z)`` -> ``torch.randn(b, z, device=device)``."""
+    return Replace(call, WithKeyword("device", device))
 
 
 def drop_device_argument(call: cst.Call, index: int) -> Replace:

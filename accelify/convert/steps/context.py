@@ -23,6 +23,7 @@ TARGET_MODULES = {
         "synchronize_rng_states": "accelify",
         "DistributedDataParallelKwargs": "accelify",
         "broadcast": "accelify.utils",
+        "send_to_device": "accelify.utils",
         "PartialState": "accelify",
     },
     "accelerate": {
@@ -31,6 +32,7 @@ TARGET_MODULES = {
         "synchronize_rng_states": "accelerate.utils",
         "DistributedDataParallelKwargs": "accelerate",
         "broadcast": "accelerate.utils",
+        "send_to_device": "accelerate.utils",
         "PartialState": "accelerate",
     },
 }
@@ -83,6 +85,9 @@ class Context:
     #: file-writing blocks the conversion leaves on every rank (they compute what every rank
     #: needs): a file they write is not "saved on the main process".
     written_everywhere: list[cst.With] = field(default_factory=list)
+    #: model calls (by id) whose inputs go to the device and output back to the CPU
+    #: (`host_inputs`): what they return is already on the host.
+    host_calls: set[int] = field(default_factory=set)
     #: statements that go right after the ``Accelerator(...)`` is created.
     after_creation: list[str] = field(default_factory=list)
 

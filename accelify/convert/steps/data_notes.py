@@ -126,9 +126,10 @@ def _totals_over_dataset(ctx: Context) -> None:
         if ctx.unprepared_loaders(found.loop):
             continue  # every rank reads all of it: the quotient is right
         size = found.size_from or f"len({loader}.dataset)"
+        divided = "shown over" if isinstance(found.division, cst.FormattedString) else "divided by"
         ctx.plan.review(
             ctx.line(found.division),
-            f"{found.total} sums this rank's batches of {loader} and is divided by the whole "
+            f"{found.total} sums this rank's batches of {loader} and is {divided} the whole "
             f"set's size ({size}): on N ranks it reads about 1/N of the value; "
             "reducing the total is not enough (the prepared loader repeats samples to even out "
             f"the last batch): gather each batch's values with "

@@ -34,8 +34,14 @@ def run(ctx: Context) -> None:
             if receiver is not None and variables_in(ctx.model, receiver) & on_device:
                 _on_host_first(ctx, node, done, "batches arrive on accelerator.device")  # type: ignore[arg-type]
     for call in ctx.model.calls:
-        if _of_a_prepared_model(ctx, call):
+        if _of_a_prepared_model(ctx, call) and not _brought_back(ctx, call):
             _on_host_first(ctx, call, done, "prepare places the model on accelerator.device")
+
+
+def _brought_back(ctx: Context, call: cst.Call) -> bool:
+    """``model(x)....numpy()`` where `host_inputs` already sends the model's output back to
+    the CPU."""
+    return any(isinstance(n, cst.Call) and id(n) in ctx.host_calls for n in walk(call.func))
 
 
 def _on_host_first(ctx: Context, call: cst.Call, done: set[int], why: str) -> None:

@@ -30,6 +30,7 @@ from accelify.analysis.syntax import (
 )
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.saving import file_write_blocks, result_read_after
+from accelify.edits.kinds import InsertBefore
 from accelify.edits.plan import statement
 
 
@@ -903,6 +904,8 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
                     _prepare_at_call(ctx, method, call, set(at_call), prepared)
             continue
         if not all(_once_outside(ctx, call, owner) for call in calls):
+            if isinstance(scope, cst.FunctionDef) and scope.name.value == "__init__":
+                _prepare_before_loops(ctx, method, calls, loaders, prepared)
             continue
         unprepared = [
             name
@@ -1004,6 +1007,101 @@ def _prepare_at_call(
             anywhere=True,
         )
         ctx.prepared_arguments.add(value.value)
+
+
+def _prepare_before_loops(
+    ctx: Context,
+    method: cst.FunctionDef,
+    calls: list[cst.Call],
+    loaders: list[str],
+    prepared: set[str],
+) -> None:
+    """``for epoch in ...: trainer.train_epoch(train_loader)``: the method is called every
+    epoch, so preparing what it receives there would wrap the loader anew each time. The
+    caller's loaders are prepared once instead, right before the loop, through the instance
+    (``train_loader = trainer.accelerator.prepare(train_loader)``; the instance has it, made
+    in its constructor): when every call is made on
+    a name the caller bound before that loop, with loaders that are plain names the loop does
+    not rebind. A call outside any loop gets its loader prepared where it is handed over, unless
+    that loader was prepared before an earlier loop. Otherwise nothing changes here (their loops
+    get review lines)."""
+    at_call = list(loaders)
+    _leave_evaluated_whole(ctx, method, at_call, by_caller=True)
+    flow = ctx.facts.flow
+    planned: dict[tuple[int, str], tuple[cst.CSTNode, list[str]]] = {}
+    single: list[cst.Call] = []
+    for call in calls:
+        func = call.func
+        receiver = dotted(func.value) if isinstance(func, cst.Attribute) else None
+        if receiver is None or "." in receiver or receiver == "self":
+            return
+        top = _outermost_loop(ctx, call)
+        if top is None:
+            single.append(call)
+            continue
+        if not _bound_before(ctx, receiver, top):
+            return
+        for parameter, argument in bound_arguments(method, call, 1):
+            value = argument.value
+            if parameter not in at_call:
+                continue
+            if not isinstance(value, cst.Name) or _bound_inside(ctx, value.value, top):
+                return
+            if all(o in prepared for o in flow.origins(value.value, call, stop=prepared)):
+                continue
+            names = planned.setdefault((id(top), receiver), (top, []))[1]
+            if value.value not in names:
+                names.append(value.value)
+    for (_, receiver), (top, names) in planned.items():
+        targets = ", ".join(names)
+        ctx.plan.add(
+            InsertBefore(top, statement(f"{targets} = {receiver}.accelerator.prepare({targets})")),
+            line=ctx.line(top),
+            text=(
+                f"{targets} prepared once before the loop that hands "
+                f"{'it' if len(names) == 1 else 'them'} to {method.name.value}() on every pass"
+            ),
+            anywhere=True,
+        )
+        ctx.prepared_arguments.update(names)
+    for call in single:
+        earlier = {
+            name
+            for top, names in planned.values()
+            if ctx.model.scope_of(top) is ctx.model.scope_of(call)
+            and ctx.model.order(top) < ctx.model.order(call)
+            for name in names
+        }
+        _prepare_at_call(ctx, method, call, set(at_call), prepared | earlier)
+
+
+def _outermost_loop(ctx: Context, call: cst.Call) -> cst.CSTNode | None:
+    """The outermost ``for``/``while`` around ``call`` in its function (None: not in a loop,
+    or in a lambda, whose body runs who knows when)."""
+    function = ctx.facts.placement.enclosing_function(call)
+    top = None
+    for ancestor in ctx.model.ancestors(call):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, cst.Lambda):
+            return None
+        if isinstance(ancestor, (cst.For, cst.While)):
+            top = ancestor
+    return top
+
+
+def _bound_before(ctx: Context, name: str, statement_node: cst.CSTNode) -> bool:
+    scope = ctx.model.scope_of(statement_node)
+    return any(
+        ctx.model.scope_of(a) is scope and ctx.model.order(a) < ctx.model.order(statement_node)
+        for a in ctx.model.index.assignments_to(name)
+    )
+
+
+def _bound_inside(ctx: Context, name: str, statement_node: cst.CSTNode) -> bool:
+    return any(
+        ctx.facts.placement.inside(a, statement_node) for a in ctx.model.index.assignments_to(name)
+    )
 
 
 def _once_outside(ctx: Context, call: cst.Call, owner: cst.ClassDef) -> bool:

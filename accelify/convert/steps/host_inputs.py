@@ -1,0 +1,297 @@
+"""5b. A CPU-only script's model called on tensors no prepared loader hands over: the whole
+test set after training (``model(X_test)``), a batch of noise to sample from, a fixed tensor
+kept on ``self``. The original keeps everything on the CPU; converted, ``prepare`` places the
+model on ``accelerator.device`` while these tensors stay where they were made, so on a GPU the
+call fails on mixed devices (on the CPU nothing shows it). Each such call sends its inputs to
+the model's device and its output back to the host, where the rest of the original code
+expects it: ``send_to_device(model(send_to_device(X_test, accelerator.device)), "cpu")``.
+
+Only inputs known to be made on the host are sent: a tensor made by a torch factory
+(``torch.randn``, ``torch.tensor``, ``torch.from_numpy`` ...), a slice, view or arithmetic of
+one, or a name (``X_test``, ``self.noise``) every assignment of which is such a tensor. A
+parameter, a loop's item, anything a function returned may be a batch already on the device,
+whose output the caller compares with labels that are there too: those calls stay as written.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.device_moves import strip_moves
+from accelify.analysis.script_model import Kind
+from accelify.analysis.syntax import dotted, walk
+from accelify.convert.steps.context import Context
+from accelify.edits import rewrites
+
+
+def run(ctx: Context) -> None:
+    if not cpu_only(ctx):
+        return
+    in_prepared_loops = [
+        loop.node
+        for loop in ctx.model.loops
+        if ctx.facts.flow.reads_loader(loop) and not ctx.unprepared_loaders(loop)
+    ]
+    handed = _handed_to_constructors(ctx)
+    for call in ctx.model.calls:
+        name = prepared_model_called(ctx, call) or _handed_model_called(ctx, call, handed)
+        if name is None or any(
+            ctx.facts.placement.inside(call, loop) for loop in in_prepared_loops
+        ):
+            continue
+        values = [argument.value for argument in call.args]
+        inputs = [i for i, value in enumerate(values) if not _stays(value)]
+        if not inputs or not all(_made_on_host(ctx, values[i], call) for i in inputs):
+            continue
+        acc = ctx.accelerator_at(call)
+        ctx.plan.add(
+            rewrites.on_model_device(call, f"{acc}.device", inputs),
+            line=ctx.line(call),
+            text=(
+                f"{ctx.code(call)}: inputs sent to {acc}.device and the output back to the CPU "
+                f"(prepare places {name} on the device; these tensors stay where they are made)"
+            ),
+            anywhere=acc != ctx.acc,
+        )
+        ctx.host_calls.add(id(call))
+        if acc == ctx.acc:
+            ctx.need(call)
+        if "send_to_device" not in ctx.uses:
+            ctx.uses.append("send_to_device")
+
+
+def _handed_to_constructors(ctx: Context) -> dict[str, list[cst.Call]]:
+    """A model handed to a constructor that prepares it (``Trainer(model, loader)``, whose
+    ``__init__`` prepares ``self.model``): prepare moves the very module the caller still
+    holds, so after that call the caller's ``model`` is on the device too (unwrapped). By the
+    caller's name, the constructor calls after which it is."""
+    found: dict[str, list[cst.Call]] = {}
+    for binding in ctx.model.of_kind(Kind.MODEL):
+        anchor = ctx.prepared_after.get(binding.name)
+        scope = binding.scope
+        if not binding.received or anchor is None or binding.name in ctx.frozen:
+            continue
+        if not isinstance(scope, cst.FunctionDef) or not ctx.facts.placement.inside(anchor, scope):
+            continue
+        for call, _ in ctx.facts.calls.calls_of(scope):
+            for source in binding.sources:
+                found.setdefault(source, []).append(call)
+    return found
+
+
+def _handed_model_called(
+    ctx: Context, call: cst.Call, handed: dict[str, list[cst.Call]]
+) -> str | None:
+    name = dotted(call.func)
+    if name is None or "." in name:
+        return None
+    scope = ctx.model.scope_of(call)
+    for made in handed.get(name, ()):
+        if ctx.model.scope_of(made) is scope and ctx.model.order(made) < ctx.model.order(call):
+            return None if _rebound_between(ctx, name, made, call) else name
+    return None
+
+
+def cpu_only(ctx: Context) -> bool:
+    """No device in the script and no model moved anywhere: the original runs on the CPU, and
+    every tensor it makes is there."""
+    if ctx.model.names_of(Kind.DEVICE):
+        return False
+    for binding in ctx.model.of_kind(Kind.MODEL):
+        if strip_moves(binding.value) is not binding.value:
+            return False
+    return not any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+        for call in ctx.model.calls
+        if names_a_device(call)
+    )
+
+
+def names_a_device(call: cst.Call) -> bool:
+    """``x.cuda()``, ``x.to("cuda")``, ``x.to(dev)``: a move, as opposed to a dtype cast
+    (``x.to(torch.float32)``)."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value == "cuda":
+        return True
+    if func.attr.value != "to" or not call.args:
+        return False
+    first = call.args[0].value
+    text = dotted(first) or ""
+    return not text.startswith("torch.") or text in ("torch.device",)
+
+
+def prepared_model_called(ctx: Context, call: cst.Call) -> str | None:
+    """The model ``call`` runs (``model(x)``, ``self.net(x)``), when it is prepared and the
+    call comes after its prepare."""
+    name = dotted(call.func)
+    if name is None or ctx.facts.flow.kind_of(name, call) is not Kind.MODEL:
+        return None
+    outer = name if name in ctx.prepared_after else ctx.facts.flow.outer_name(name, call)
+    if outer not in ctx.prepared_after or outer in ctx.frozen:
+        return None
+    if not ctx.after_prepare(call, outer) or _rebound_between(
+        ctx, name, ctx.prepared_after[outer], call
+    ):
+        return None
+    return name
+
+
+def _rebound_between(ctx: Context, name: str, since: cst.CSTNode, call: cst.Call) -> bool:
+    """``net = Net()`` again after training, to load the saved weights: the name no longer
+    holds what prepare placed (the fresh model is on the CPU)."""
+    start, end = ctx.model.order(since), ctx.model.order(call)
+    scope = ctx.model.scope_of(call) if "." not in name else ctx.model.module
+    return any(
+        start < ctx.model.order(node) < end and _values_bound(node, name)
+        for node in walk(scope)
+        if isinstance(node, (cst.Assign, cst.AnnAssign))
+    )
+
+
+def _stays(value: cst.BaseExpression) -> bool:
+    """A constant, or an input that already says where it goes (``x.to(...)``)."""
+    if isinstance(value, (cst.BaseNumber, cst.BaseString, cst.Ellipsis)):
+        return True
+    if isinstance(value, cst.Name) and value.value in ("None", "True", "False"):
+        return True
+    return isinstance(value, cst.Call) and names_a_device(value)
+
+
+#: torch functions that make a tensor on the CPU when no device is given.
+FACTORIES = frozenset(
+    {
+        "randn", "rand", "randint", "randperm", "zeros", "ones", "full", "empty", "eye",
+        "arange", "linspace", "tensor", "as_tensor", "from_numpy", "Tensor", "FloatTensor",
+        "LongTensor", "DoubleTensor", "IntTensor", "BoolTensor",
+    }
+)  # fmt: skip
+
+#: Tensor methods whose result stays on the device of the tensor they are called on.
+_SAME_DEVICE_METHODS = frozenset(
+    {
+        "float", "double", "long", "int", "half", "bool", "view", "reshape", "unsqueeze",
+        "squeeze", "permute", "transpose", "contiguous", "clone", "detach", "flatten", "t",
+        "type", "normal_", "uniform_",
+    }
+)  # fmt: skip
+
+
+def _made_on_host(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> bool:
+    """``value`` is a tensor the original made on the CPU (see the module's docstring)."""
+    if depth > 8:
+        return False
+    if isinstance(value, (cst.BaseNumber, cst.BaseString)):
+        return True
+    if isinstance(value, cst.Call):
+        func = value.func
+        name = dotted(func) or ""
+        if name.startswith("torch.") and name.count(".") == 1 and name[6:] in FACTORIES:
+            return not any(
+                arg.keyword is not None and arg.keyword.value == "device" for arg in value.args
+            )
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in _SAME_DEVICE_METHODS
+            and _made_on_host(ctx, func.value, at, depth + 1)
+        )
+    if isinstance(value, cst.Subscript):
+        return _made_on_host(ctx, value.value, at, depth + 1)
+    if isinstance(value, cst.BinaryOperation):
+        return all(_made_on_host(ctx, side, at, depth + 1) for side in (value.left, value.right))
+    if isinstance(value, cst.UnaryOperation):
+        return _made_on_host(ctx, value.expression, at, depth + 1)
+    name = dotted(value)
+    if name is None or name == "self":
+        return False
+    assigned = _assigned_values(ctx, name, at)
+    return bool(assigned) and all(
+        v is not None and _made_on_host(ctx, v, at, depth + 1) for v in assigned
+    )
+
+
+def _assigned_values(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.BaseExpression | None]:
+    """What each assignment of ``name`` binds it to, in the scope it is read from (``self.x``:
+    anywhere in the class); None for a binding whose value is not known (a parameter, a loop
+    target, an unpacked call). Nothing when the name is never assigned."""
+    owner = ctx.facts.placement.class_of(at) if name.startswith("self.") else None
+    function = ctx.facts.placement.enclosing_function(at)
+    if owner is not None:
+        scopes: list[cst.CSTNode] = [owner]
+    elif "." in name:
+        return []
+    else:
+        scopes = (
+            [function] if function is not None and _binds(function, name) else [ctx.model.module]
+        )
+    found: list[cst.BaseExpression | None] = []
+    for scope in scopes:
+        if isinstance(scope, cst.FunctionDef) and name in _parameters(scope):
+            found.append(None)
+        for node in walk(scope):
+            if (
+                scope is ctx.model.module
+                and node is not scope
+                and isinstance(node, (cst.FunctionDef, cst.ClassDef))
+            ):
+                continue
+            found.extend(_values_bound(node, name))
+    return found
+
+
+def _binds(function: cst.FunctionDef, name: str) -> bool:
+    return name in _parameters(function) or any(_values_bound(n, name) for n in walk(function))
+
+
+def _parameters(function: cst.FunctionDef) -> set[str]:
+    params = function.params
+    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            names.add(star.name.value)
+    return names
+
+
+def _values_bound(node: cst.CSTNode, name: str) -> list[cst.BaseExpression | None]:
+    """What ``node`` binds ``name`` to: ``x = v`` gives v, ``a, x = u, v`` gives v; a loop,
+    a ``with ... as``, an unpacked call or a walrus give None (not known)."""
+    if isinstance(node, cst.Assign):
+        return [v for t in node.targets for v in _matched(t.target, node.value, name)]
+    if isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
+        if dotted(node.target) != name:
+            return []
+        return [node.value] if isinstance(node, cst.AnnAssign) else [None]
+    if isinstance(node, (cst.For, cst.CompFor)) and name in _names_of(node.target):
+        return [None]
+    if isinstance(node, cst.AsName) and name in _names_of(node.name):
+        return [None]
+    if isinstance(node, cst.NamedExpr) and dotted(node.target) == name:
+        return [None]
+    return []
+
+
+def _matched(target: cst.BaseExpression, value: cst.BaseExpression, name: str) -> list:
+    if dotted(target) == name:
+        return [value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        elements = [e.value for e in target.elements]
+        if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elements):
+            return [
+                v
+                for t, e in zip(elements, value.elements, strict=True)
+                for v in _matched(t, e.value, name)
+            ]
+        if name in set().union(*(_names_of(t) for t in elements)):
+            return [None]
+    return []
+
+
+def _names_of(target: cst.BaseExpression) -> set[str]:
+    """Names and ``self.x`` attributes a target binds."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_names_of(e.value) for e in target.elements))
+    if isinstance(target, cst.StarredElement):
+        return _names_of(target.value)
+    name = dotted(target)
+    return {name} if name else set()
