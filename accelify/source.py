@@ -7,10 +7,13 @@ that cannot be read or parsed becomes a `UserError` with its line and column, ne
 from __future__ import annotations
 
 import ast
+import functools
 import os
+import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from accelify.errors import UserError
 
@@ -18,6 +21,9 @@ if TYPE_CHECKING:
     import libcst as cst
 
 BOM = b"\xef\xbb\xbf"
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def render(module: cst.Module, original: bytes) -> bytes:
@@ -46,6 +52,29 @@ def python_files(folder: Path) -> list[Path]:
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
         found += [Path(root) / name for name in sorted(files) if name.endswith(".py")]
     return found
+
+
+#: Python frames a deep tree may take: libcst's code generation and position metadata recurse
+#: through every nesting level (a sum of 600 terms is 600 nested binary operations, three or
+#: four frames each), past the interpreter's default of 1000.
+DEEP_TREE_FRAMES = 30_000
+
+
+def room_for_deep_trees(function: Callable[P, R]) -> Callable[P, R]:
+    """Run ``function`` with the recursion limit raised to `DEEP_TREE_FRAMES` (restored after):
+    valid Python nested that deep parses (libcst's parser is not recursive in Python) and must
+    be analysed and printed too."""
+
+    @functools.wraps(function)
+    def roomy(*args: P.args, **kwargs: P.kwargs) -> R:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, DEEP_TREE_FRAMES))
+        try:
+            return function(*args, **kwargs)
+        finally:
+            sys.setrecursionlimit(limit)
+
+    return roomy
 
 
 def parse(data: bytes, label: str) -> cst.Module:

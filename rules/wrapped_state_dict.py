@@ -90,17 +90,26 @@ class WrappedStateDict(Rule):
             14,
             _TRAINER.format(state="self.accelerator.unwrap_model(self.model).state_dict()"),
         ),
-        # a diffusion trainer's checkpoint dict handed to the project's save_checkpoint helper
+        # a diffusion trainer's checkpoint dict handed to a save helper of another module (the
+        # project's ``utils.save_checkpoint``; here one that runs where the fix is executed)
+        Example(
+            _PREPARED
+            + "from torch import save as save_checkpoint\n"
+            + "save_checkpoint({'model': model.state_dict(), 'loss': 0.1}, 'run.pt')\n",
+            6,
+            27,
+            _PREPARED
+            + "from torch import save as save_checkpoint\n"
+            + "save_checkpoint({'model': accelerator.unwrap_model(model).state_dict(), "
+            + "'loss': 0.1}, 'run.pt')\n",
+        ),
+        # the same, through the project's own module (its fix is the same unwrap)
         Example(
             _PREPARED
             + "from utils import save_checkpoint\n"
             + "save_checkpoint({'model': model.state_dict(), 'loss': 0.1}, 'run', 'out')\n",
             6,
             27,
-            _PREPARED
-            + "from utils import save_checkpoint\n"
-            + "save_checkpoint({'model': accelerator.unwrap_model(model).state_dict(), "
-            + "'loss': 0.1}, 'run', 'out')\n",
         ),
     )
     good = (

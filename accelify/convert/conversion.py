@@ -19,7 +19,7 @@ from accelify.convert.wrap_lines import wrap_long_lines
 from accelify.edits.apply import ApplyPlan
 from accelify.edits.plan import Note, statement
 from accelify.errors import UserError
-from accelify.source import parse, render
+from accelify.source import parse, render, room_for_deep_trees
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Conversion:
         return self.converted != self.original
 
 
+@room_for_deep_trees
 def convert_source(data: bytes, path: str | Path, options: Options | None = None) -> Conversion:
     """Convert one script's source; raises `UserError` for a file that does not parse."""
     label = str(path)

@@ -48,11 +48,14 @@ def run_lint(
     results = _lint_all(files, selection, fix or diff, jobs, portable, cached)
     changed = [r for r in results if r.fixed is not None and r.fixed != r.original]
     findings = [f for result in results for f in result.findings]
+    failed = [r for r in results if r.error is not None]
+    for result in failed:
+        click.echo(f"accelify: error: {result.path}: {result.error}", err=True)
     if diff:
         _show_diffs(changed)
         fixes = sum(r.fixed_count for r in changed)
         click.echo(f"Would fix {fixes} error{_plural(fixes)}." if fixes else "No fixes.", err=True)
-        return 1 if changed and not exit_zero else 0
+        return 2 if failed else 1 if changed and not exit_zero else 0
     for result in changed if fix else ():
         write_atomically(Path(result.path), result.fixed)
     if show_statistics:
@@ -62,6 +65,8 @@ def run_lint(
         click.echo(render(findings, output_format))
     if output_format == "text" and not show_statistics:
         click.echo(_summary(findings, sum(r.fixed_count for r in changed) if fix else 0), err=True)
+    if failed:
+        return 2
     if exit_zero:
         return 0
     return 1 if findings else 0
@@ -127,7 +132,15 @@ def _lint_one(
         # --fix needs the tree of a file with something to fix; the rest is done
         if findings is not None and not (fix and any(f.fixable for f in findings)):
             return FileResult(str(path), findings, original=data)
-    result = lint_source(data, str(path), selection, fix, portable or cache is not None)
+    try:
+        result = lint_source(data, str(path), selection, fix, portable or cache is not None)
+    except Exception as error:  # our bug, not the user's: one line, the other files go on
+        return FileResult(
+            str(path),
+            original=data,
+            error=f"internal error, not checked ({type(error).__name__}: {error}); "
+            "please report this file",
+        )
     if cache is not None:  # after a fix, the findings are those of the fixed content
         cache.put(str(path), data if result.fixed is None else result.fixed, result.findings)
     return result

@@ -12,7 +12,7 @@ from accelify.analysis import names
 from accelify.errors import UserError
 from accelify.lint.finding import Finding
 from accelify.lint.selection import Selection, suppressed
-from accelify.source import check_syntax, parse
+from accelify.source import check_syntax, parse, room_for_deep_trees
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -58,8 +58,11 @@ class FileResult:
     original: bytes = b""
     fixed: bytes | None = None
     fixed_count: int = 0  # findings whose fix was applied to `fixed`
+    #: why the file was not checked (accelify's own failure, not a finding about the file)
+    error: str | None = None
 
 
+@room_for_deep_trees
 def lint_source(
     data: bytes, path: str, selection: Selection, fix: bool = False, portable: bool = False
 ) -> FileResult:
