@@ -261,6 +261,10 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
             f"{script.line(effect.effect)}), its other calls are guarded, and every rank runs "
             f"this one{where}, racing on the same path"
         )
+    if accelerator_at(script, effect.reported) is None:
+        helper = _helper_without_accelerator(script, effect.reported, where)
+        if helper is not None:
+            return helper
     read_back = facts_of(script).shared_files.read_back_below(effect.effect)
     if read_back is not None and side_effects.same_on_every_rank(script, effect.effect):
         return (
@@ -276,6 +280,43 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
         f"{advice}; then call {accelerator}.wait_for_everyone() before line "
         f"{script.line(read_back)}, which reads it back on every rank (without it they read "
         "before the main process has written)"
+    )
+
+
+def _helper_without_accelerator(script: ScriptModel, write: cst.Call, where: str) -> str | None:
+    """Advice for a write in a function that has no accelerator in scope (``def
+    save_checkpoint(model, path)``): ``accelerator.is_main_process`` names nothing there. The
+    guard goes around its calls, named by line, when each caller has an accelerator and neither
+    the function nor its arguments reach a collective (a guard there would run it on one rank:
+    a hang); else the function is handed the accelerator and guards the write itself."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(write)
+    if function is None:
+        return None
+    name = function.name.value
+    callers = facts.calls.callers(function)
+    in_scope = [accelerator_at(script, call) for call in callers]
+    synchronising = facts.synchronising_call(function) or next(
+        (found for call in callers if (found := facts.synchronising_in(call)) is not None), None
+    )  # in the function, or in what a caller hands it (``accelerator.get_state_dict(model)``)
+    if callers and synchronising is None and all(in_scope):
+        lines = ", ".join(str(script.line(call)) for call in callers)
+        return (
+            f"Write on the main process only: {name}() has no accelerator to test, so call it "
+            f"under `if {in_scope[0]}.is_main_process:` at line{'s' if len(callers) > 1 else ''}"
+            f" {lines} (or pass it the accelerator and guard this write); every rank runs "
+            f"this{where} and races on the same path"
+        )
+    reason = (
+        f"; a guard around its calls would run {dotted(synchronising.func) or 'a collective'}() "
+        f"(line {script.line(synchronising)}) on one rank only, and every rank must run it"
+        if synchronising is not None
+        else ""
+    )
+    return (
+        f"Write on the main process only: pass the accelerator to {name}() and guard this "
+        f"write with `if accelerator.is_main_process:` there ({name}() has no accelerator in "
+        f"scope{reason}); every rank runs this{where} and races on the same path"
     )
 
 
