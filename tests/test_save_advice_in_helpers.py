@@ -42,8 +42,20 @@ def test_helper_write_is_guarded_at_its_call_lines():
 
 def test_helper_whose_caller_hands_it_a_collective_gets_the_accelerator_instead():
     message = _messages(_SCRIPT)[10]
-    assert "pass the accelerator to export()" in message
+    assert message.startswith("Pass the accelerator to export() (it has none in scope")
     assert "acc.get_state_dict() (line 18) on one rank only" in message
+
+
+def test_helper_whose_value_every_rank_needs_is_not_guarded_at_its_call():
+    """Guarding ``rows = load_rows(...)`` would leave the other ranks without ``rows``."""
+    code = _SCRIPT.replace(
+        "    torch.save(model.state_dict(), path)\n",
+        "    torch.save(model.state_dict(), path)\n    return path\n",
+    )
+    message = _messages(code)[6]
+    assert message.startswith("Pass the accelerator to save_checkpoint()")
+    assert "`if accelerator.is_main_process:`" in message
+    assert "at line" not in message
 
 
 def test_write_with_an_accelerator_in_scope_keeps_its_advice():
