@@ -102,3 +102,17 @@ def test_x_equals_f_of_x_reads_the_binding_before_it():
         )
     )
     assert found == [{"loss.mean", "model"}]
+
+
+def test_a_deepspeed_engine_backwards_its_argument():
+    found = calls_behind_each_backward(
+        script(
+            """
+            accelerator = Accelerator()
+            model_engine, optimizer, _, _ = deepspeed.initialize(model=net)
+            model_engine.backward(criterion(model_engine(x), y))
+            criterion(net(x), y).backward(retain_graph=True)
+            """
+        )
+    )
+    assert found == [{"criterion", "model_engine"}, {"criterion", "net"}]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from accelify.analysis.facts import facts_of
+from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import children_of, dotted
@@ -42,7 +42,8 @@ class Backward:
 
 def backwards(script: ScriptModel) -> list[Backward]:
     """``accelerator.backward(loss, ...)`` of an accelerator (also ``self.accelerator``, a
-    parameter that receives one) and ``loss.backward()``, with their losses."""
+    parameter that receives one), DeepSpeed's ``model_engine.backward(loss)`` and
+    ``loss.backward()``, with their losses."""
     facts = facts_of(script)
     accelerators = facts.flow.names_of(Kind.ACCELERATOR)
     found: list[Backward] = []
@@ -51,13 +52,24 @@ def backwards(script: ScriptModel) -> list[Backward]:
         if not (isinstance(func, cst.Attribute) and func.attr.value == "backward"):
             continue
         receiver = dotted(func.value)
-        if receiver is not None and receiver in accelerators:
-            positional = [a for a in call.args if a.keyword is None and not a.star]
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        if receiver is not None and (
+            receiver in accelerators or (positional and _engine(facts, receiver, call))
+        ):
             if positional:
                 found.append(Backward(call, positional[0].value))
         elif any(call is b for b in script.backward_calls):
             found.append(Backward(call, func.value))
     return found
+
+
+def _engine(facts: Facts, receiver: str, call: cst.Call) -> bool:
+    """``model_engine.backward(loss)``: DeepSpeed's engine (a model, or named for one) takes
+    the loss as its argument, where ``loss.backward(gradient)`` is the tensor's own."""
+    return (
+        facts.flow.kind_of(receiver, call) is Kind.MODEL
+        or "engine" in receiver.rsplit(".", 1)[-1].lower()
+    )
 
 
 @dataclass
