@@ -118,6 +118,16 @@ class LossDividedByProcesses(Rule):
         "    for p in model.parameters():\n"
         "        dist.all_reduce(p.grad)\n"
         "    optimizer.step()\n",
+        # a trainer that averages the gradients itself (Accelerate's reduce is a sum)
+        "from accelerate import Accelerator\n"
+        "class Trainer:\n"
+        "    def __init__(self):\n"
+        "        self.accelerator = Accelerator()\n"
+        "    def step(self, batch):\n"
+        "        loss = self.model(**batch).loss / self.accelerator.num_processes\n"
+        "        loss.backward()\n"
+        "        for p in self.model.parameters():\n"
+        "            p.grad = self.accelerator.reduce(p.grad)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -207,9 +217,10 @@ def _differentiable_collective(script: ScriptModel, node: cst.CSTNode) -> bool:
 
 
 def _sums_gradients_by_hand(script: ScriptModel) -> bool:
-    """The file all-reduces ``.grad`` itself (a sum): dividing the loss by N makes a mean."""
+    """The file all-reduces ``.grad`` itself (``dist.all_reduce(p.grad)``, ``p.grad =
+    accelerator.reduce(p.grad)``, both sums by default): dividing the loss by N makes a mean."""
     return any(
-        combines_ranks(script, call)
+        _combines_ranks(script, call)
         and any(
             isinstance(n, cst.Attribute) and n.attr.value == "grad"
             for arg in call.args
@@ -217,3 +228,12 @@ def _sums_gradients_by_hand(script: ScriptModel) -> bool:
         )
         for call in script.calls
     )
+
+
+def _combines_ranks(script: ScriptModel, call: cst.Call) -> bool:
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in ("reduce", "gather"):
+        accelerators = facts_of(script).flow.names_of(Kind.ACCELERATOR)
+        if dotted(func.value) in accelerators:
+            return True
+    return combines_ranks(script, call)
