@@ -261,6 +261,18 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
             f"{script.line(effect.effect)}), its other calls are guarded, and every rank runs "
             f"this one{where}, racing on the same path"
         )
+    if accelerator_at(script, effect.reported) is None:
+        at_callers = _guard_at_callers(script, effect.reported, where)
+        if at_callers is not None:
+            return at_callers
+        return _accelerator_to_pass(script, effect.reported) + _written(script, effect, in_view)
+    return _written(script, effect, in_view)
+
+
+def _written(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str]) -> str:
+    """Where the write goes, and the barrier a read below it needs."""
+    where = "" if effect.backends == EVERY_BACKEND else f" under {named(effect.backends & in_view)}"
+    accelerator = accelerator_at(script, effect.reported) or "accelerator"
     read_back = facts_of(script).shared_files.read_back_below(effect.effect)
     if read_back is not None and side_effects.same_on_every_rank(script, effect.effect):
         return (
@@ -277,6 +289,68 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
         f"{script.line(read_back)}, which reads it back on every rank (without it they read "
         "before the main process has written)"
     )
+
+
+def _guard_at_callers(script: ScriptModel, write: cst.Call, where: str) -> str | None:
+    """For a write in a function with no accelerator in scope (``def save_checkpoint(model,
+    path)``), where ``accelerator.is_main_process`` names nothing: the guard around its calls,
+    named by line, when that is safe. It is when each caller has an accelerator, neither the
+    function nor its arguments reach a collective (a guard would run it on one rank: a hang),
+    it returns nothing (the other ranks would miss the value) and reads nothing back."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(write)
+    if function is None or _passes_something_on(script, function, write):
+        return None
+    callers = facts.calls.callers(function)
+    in_scope = [accelerator_at(script, call) for call in callers]
+    if not callers or not all(in_scope) or _synchronising_at(script, function) is not None:
+        return None
+    lines = ", ".join(str(script.line(call)) for call in callers)
+    return (
+        f"Write on the main process only: {function.name.value}() has no accelerator to test, "
+        f"so call it under `if {in_scope[0]}.is_main_process:` at "
+        f"line{'s' if len(callers) > 1 else ''} {lines} (or pass it the accelerator and guard "
+        f"this write); every rank runs this{where} and races on the same path"
+    )
+
+
+def _passes_something_on(script: ScriptModel, function: cst.FunctionDef, write: cst.Call) -> bool:
+    """``function`` returns a value, or reads back below the write what it wrote: every rank
+    needs to run it."""
+    if script.index.own_returns(function):
+        return True
+    return facts_of(script).shared_files.read_back_below(write) is not None
+
+
+def _synchronising_at(script: ScriptModel, function: cst.FunctionDef) -> cst.Call | None:
+    """A collective ``function`` reaches, or one in what a caller hands it
+    (``export(accelerator.get_state_dict(model))``): a guard around its calls would skip it."""
+    facts = facts_of(script)
+    return facts.synchronising_call(function) or next(
+        (
+            found
+            for call in facts.calls.callers(function)
+            if (found := facts.synchronising_in(call)) is not None
+        ),
+        None,
+    )
+
+
+def _accelerator_to_pass(script: ScriptModel, write: cst.Call) -> str:
+    """The first words of the advice where the write's function has no accelerator: hand it
+    one, named ``accelerator`` in what follows."""
+    function = facts_of(script).placement.enclosing_function(write)
+    if function is None:
+        return ""
+    name = function.name.value
+    synchronising = _synchronising_at(script, function)
+    reason = (
+        f"; a guard around its calls would run {dotted(synchronising.func) or 'a collective'}() "
+        f"(line {script.line(synchronising)}) on one rank only, and every rank must run it"
+        if synchronising is not None
+        else ""
+    )
+    return f"Pass the accelerator to {name}() (it has none in scope{reason}). "
 
 
 def _advice(

@@ -309,3 +309,23 @@ def test_gather_names_a_dtype_difference_apart_from_a_shape_difference():
         shape = next(line for line in lines if line.startswith(f"rank {rank} shape: "))
         assert "rank 0: (2, 3); rank 1: (2, 4)" in shape and "dtype" not in shape
         assert f"rank {rank} gathered [0.0, 0.0, 1.0, 1.0]" in lines
+
+
+def test_a_gathered_loss_has_no_gradient_and_a_divided_one_shrinks_n_fold():
+    """What lint rules ACC308 and ACC309 tell the user, on 1 and 2 real ranks: the gathered
+    loss trains on one process and raises on two; the loss divided by the number of processes
+    (or reduced with "mean") gives half the gradients of one process on the same data."""
+    by_processes = {}
+    for processes in (1, 2):
+        result = launch(RUNTIME / "loss_through_collectives.py", processes=processes)
+        assert_ok(result)
+        records = [json.loads(line) for line in result.stdout.splitlines() if line[:1] == "{"]
+        assert len(records) == processes
+        by_processes[processes] = records[0]
+    one, two = by_processes[1], by_processes[2]
+    assert one["gathered"] == one["divided"] == one["reduced_mean"] == one["plain"]
+    assert two["plain"] == pytest.approx(one["plain"], abs=1e-4)
+    assert two["gathered"] == "raised: element 0 of tensors does not require grad"
+    half = [value / 2 for value in one["plain"]]
+    assert two["divided"] == pytest.approx(half, abs=1e-4)
+    assert two["reduced_mean"] == pytest.approx(half, abs=1e-4)
