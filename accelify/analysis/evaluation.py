@@ -767,8 +767,19 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
         written = small.targets[0].target
         # ``total = total + x``, and ``sums[key] = sums.get(key, 0) + value``
         target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
-        return target is not None and target in _variables(small.value) and target not in local
+        if target is None or target in local:
+            return False
+        return target in _variables(small.value) or _fills_a_range(written)
     return False
+
+
+def _fills_a_range(written: cst.BaseAssignTargetExpression) -> bool:
+    """``preds[start:end] = batch_preds`` (also ``preds[start:end, k]``): each batch fills its
+    rows of an array made before the loop, at a running offset. A key set per pass
+    (``row[name] = acc``) is not a fold of batches."""
+    return isinstance(written, cst.Subscript) and any(
+        isinstance(element.slice, cst.Slice) for element in written.slice
+    )
 
 
 def _yields_to_the_caller(small: cst.CSTNode) -> bool:
