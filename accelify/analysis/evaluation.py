@@ -183,6 +183,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = padded_per_batch(loop, facts)
     if found.unsure is None:
         found.unsure = _sums_batch_means(found, body, facts)
+    if found.unsure is None:
+        found.unsure = _scalar_of_a_gathered_value(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
@@ -686,6 +688,83 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
                 f"{total} is never divided by a count: gathered, each step holds every rank's "
                 "batch, so the sum would cover N times fewer batches"
             )
+    return None
+
+
+def _scalar_of_a_gathered_value(
+    found: Evaluation, body: list[cst.CSTNode], facts: Facts
+) -> str | None:
+    """``predictions.append(output.item())`` after the forward of a loader with
+    ``batch_size=1``: one sample's value on one process, but gathered the tensor holds one
+    per rank and ``.item()`` (or ``float(output)``) raises on every rank. Only a gathered
+    tensor itself is asked about, or one reshaped or moved from it (``output =
+    model(x).squeeze()``, ``p = output.cpu()``): ``(pred == y).sum().item()`` and a loss are
+    reduced first and stay one number. Left as it is: the loop evaluates the whole set on every
+    rank."""
+    model = facts.model
+    gathered = set(found.gathered) | {f.name for f in found.fields}
+    if found.statement is None:
+        return None
+    for small in body:
+        if model.order(small) < model.order(found.statement):
+            continue
+        assign = small.body[0] if isinstance(small, cst.SimpleStatementLine) else small
+        # ``output = model(x).squeeze()``: what the forward's statement binds is gathered next
+        forward = small is found.statement or any(small is b for b in found.statement.body)
+        if isinstance(assign, cst.Assign) and _same_values(
+            assign.value, gathered, found.forward if forward else None
+        ):
+            gathered |= {t for target in assign.targets for t in target_names(target.target)}
+        if forward:
+            continue
+        for node in walk(small):
+            read = _taken_as_a_number(node)
+            if read is None or not _same_values(read, gathered):
+                continue
+            found.unsure_at = small
+            found.advice = (
+                "gather with accelerator.gather_for_metrics, then take per-sample values with "
+                ".tolist() (not .item())"
+            )
+            return (
+                f"line {model.line(small)} takes {model.module.code_for_node(read)} as one "
+                f"number ({model.module.code_for_node(node)}): gathered, it holds one value per "
+                "rank and that would raise"
+            )
+    return None
+
+
+#: Tensor methods that keep every element: a value made with them from a gathered tensor
+#: holds one value per rank as the tensor does.
+_ELEMENTWISE = frozenset(
+    {"squeeze", "unsqueeze", "view", "reshape", "flatten", "cpu", "detach", "float", "double"}
+    | {"long", "to", "clone", "contiguous", "sigmoid", "exp", "abs", "round"}
+)
+
+
+def _same_values(
+    value: cst.BaseExpression, gathered: set[str], forward: cst.Call | None = None
+) -> bool:
+    """``value`` is a gathered name, or a chain of `_ELEMENTWISE` methods on one (or on the
+    ``forward`` call, gathered as it is: ``model(x).squeeze()``, not ``criterion(model(x),
+    y)``)."""
+    while value is not forward and isinstance(value, cst.Call):
+        if not isinstance(value.func, cst.Attribute) or value.func.attr.value not in _ELEMENTWISE:
+            return False
+        value = value.func.value
+    if value is forward:
+        return True
+    return isinstance(value, cst.Name) and value.value in gathered
+
+
+def _taken_as_a_number(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The tensor ``node`` reads as one Python number: ``x`` of ``x.item()``, ``float(x)``."""
+    if not isinstance(node, cst.Call):
+        return None
+    if isinstance(node.func, cst.Attribute) and node.func.attr.value == "item" and not node.args:
+        return node.func.value
+    if dotted(node.func) in ("float", "int") and len(node.args) == 1:
+        return node.args[0].value
     return None
 
 
