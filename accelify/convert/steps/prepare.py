@@ -758,12 +758,21 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
     them and before the block first uses them, as a scope's objects are; the rest each where
     it is created."""
     by_block: dict[cst.CSTNode, list[Binding]] = {}
+    schedulers: list[tuple[cst.CSTNode, Binding]] = []
     for binding in bindings:
         block = ctx.model.parent(ctx.model.parent(binding.statement) or binding.statement)
-        if binding.kind is Kind.SCHEDULER or not isinstance(block, (cst.If, cst.For, cst.While)):
+        if not isinstance(block, (cst.If, cst.For, cst.While)):
             _prepare_where_created(ctx, binding)
             continue
+        if binding.kind is Kind.SCHEDULER:
+            schedulers.append((block, binding))
+            continue
         by_block.setdefault(block, []).append(binding)
+    for block, binding in schedulers:
+        if _steps_with_an_optimizer_of(ctx, binding, by_block.get(block, [])):
+            by_block[block].append(binding)
+        else:
+            _prepare_where_created(ctx, binding)
     for block, members in by_block.items():
         kinds = {b.kind for b in members}
         if len(members) == 1 or not kinds & _TRAINED_KINDS or is_loader_dict_in(ctx, members):
@@ -778,6 +787,19 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
             _insert_prepare(ctx, anchor, order)
             ctx.prepared_after.update(dict.fromkeys(order, anchor))
             ctx.plan.prepared.extend(order)
+
+
+def _steps_with_an_optimizer_of(ctx: Context, scheduler: Binding, members: list[Binding]) -> bool:
+    """A scheduler made in the block (one fold of a k-fold loop) that makes its optimizer, and
+    stepped per batch: prepared with the fold's objects, it keeps the original's pace on N ranks
+    (a prepared scheduler steps once per rank at each call) instead of falling N times behind."""
+    value = scheduler.value
+    if not isinstance(value, cst.Call) or not value.args:
+        return False
+    optimizer = dotted(value.args[0].value)
+    if not any(m.kind is Kind.OPTIMIZER and m.name == optimizer for m in members):
+        return False
+    return scheduler.name not in ctx.facts.flow.per_epoch_schedulers({scheduler.name})
 
 
 def is_loader_dict_in(ctx: Context, members: list[Binding]) -> bool:
