@@ -116,7 +116,7 @@ def _size_of_loader_data(
     counted, name = dotted(size.args[0].value), dotted(loader)
     if counted is None or name is None:
         return False
-    if counted == f"{name}.dataset":
+    if counted in _whole_set_of(name):
         return True
     made = [
         a.value
@@ -174,8 +174,15 @@ def _is_len_of_dataset(node: cst.BaseExpression, loader: str | None) -> bool:
         isinstance(node, cst.Call)
         and dotted(node.func) == "len"
         and len(node.args) == 1
-        and dotted(node.args[0].value) == f"{loader}.dataset"
+        and dotted(node.args[0].value) in _whole_set_of(loader)
     )
+
+
+def _whole_set_of(loader: str | None) -> tuple[str, ...]:
+    """What ``len()`` of counts the samples ``loader`` reads: its dataset, or its sampler (a
+    ``SubsetRandomSampler`` of the split's indices: ``valid_loss / len(valid_loader.sampler)``,
+    Udacity's CIFAR exercise)."""
+    return (f"{loader}.dataset", f"{loader}.sampler")
 
 
 def _is_phase_size(
@@ -189,7 +196,9 @@ def _is_phase_size(
         index = node.slice[0].slice
         return isinstance(index, cst.Index) and dotted(index.value) == phase
     if isinstance(node, cst.Call) and dotted(node.func) == "len" and len(node.args) == 1:
-        return model.module.code_for_node(node.args[0].value) == f"{loaders}[{phase}].dataset"
+        return model.module.code_for_node(node.args[0].value) in _whole_set_of(
+            f"{loaders}[{phase}]"
+        )
     return False
 
 
