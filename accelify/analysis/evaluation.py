@@ -190,6 +190,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = padded_per_batch(loop, facts)
     if found.unsure is None:
         found.unsure = _sums_batch_means(found, body, facts)
+    if found.unsure is None:
+        found.unsure = _scalar_of_a_gathered_value(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
@@ -835,6 +837,83 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
     return None
 
 
+def _scalar_of_a_gathered_value(
+    found: Evaluation, body: list[cst.CSTNode], facts: Facts
+) -> str | None:
+    """``predictions.append(output.item())`` after the forward of a loader with
+    ``batch_size=1``: one sample's value on one process, but gathered the tensor holds one
+    per rank and ``.item()`` (or ``float(output)``) raises on every rank. Only a gathered
+    tensor itself is asked about, or one reshaped or moved from it (``output =
+    model(x).squeeze()``, ``p = output.cpu()``): ``(pred == y).sum().item()`` and a loss are
+    reduced first and stay one number. Left as it is: the loop evaluates the whole set on every
+    rank."""
+    model = facts.model
+    gathered = set(found.gathered) | {f.name for f in found.fields}
+    if found.statement is None:
+        return None
+    for small in body:
+        if model.order(small) < model.order(found.statement):
+            continue
+        assign = small.body[0] if isinstance(small, cst.SimpleStatementLine) else small
+        # ``output = model(x).squeeze()``: what the forward's statement binds is gathered next
+        forward = small is found.statement or any(small is b for b in found.statement.body)
+        if isinstance(assign, cst.Assign) and _same_values(
+            assign.value, gathered, found.forward if forward else None
+        ):
+            gathered |= {t for target in assign.targets for t in target_names(target.target)}
+        if forward:
+            continue
+        for node in walk(small):
+            read = _taken_as_a_number(node)
+            if read is None or not _same_values(read, gathered):
+                continue
+            found.unsure_at = small
+            found.advice = (
+                "gather with accelerator.gather_for_metrics, then take per-sample values with "
+                ".tolist() (not .item())"
+            )
+            return (
+                f"line {model.line(small)} takes {model.module.code_for_node(read)} as one "
+                f"number ({model.module.code_for_node(node)}): gathered, it holds one value per "
+                "rank and that would raise"
+            )
+    return None
+
+
+#: Tensor methods that keep every element: a value made with them from a gathered tensor
+#: holds one value per rank as the tensor does.
+_ELEMENTWISE = frozenset(
+    {"squeeze", "unsqueeze", "view", "reshape", "flatten", "cpu", "detach", "float", "double"}
+    | {"long", "to", "clone", "contiguous", "sigmoid", "exp", "abs", "round"}
+)
+
+
+def _same_values(
+    value: cst.BaseExpression, gathered: set[str], forward: cst.Call | None = None
+) -> bool:
+    """``value`` is a gathered name, or a chain of `_ELEMENTWISE` methods on one (or on the
+    ``forward`` call, gathered as it is: ``model(x).squeeze()``, not ``criterion(model(x),
+    y)``)."""
+    while value is not forward and isinstance(value, cst.Call):
+        if not isinstance(value.func, cst.Attribute) or value.func.attr.value not in _ELEMENTWISE:
+            return False
+        value = value.func.value
+    if value is forward:
+        return True
+    return isinstance(value, cst.Name) and value.value in gathered
+
+
+def _taken_as_a_number(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The tensor ``node`` reads as one Python number: ``x`` of ``x.item()``, ``float(x)``."""
+    if not isinstance(node, cst.Call):
+        return None
+    if isinstance(node.func, cst.Attribute) and node.func.attr.value == "item" and not node.args:
+        return node.func.value
+    if dotted(node.func) in ("float", "int") and len(node.args) == 1:
+        return node.args[0].value
+    return None
+
+
 #: Calls whose result is one batch's mean (a loss module or function with its default
 #: reduction).
 _MEAN_CALLS = ("loss", "criterion", "cross_entropy")
@@ -913,7 +992,9 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
         written = small.targets[0].target
         # ``total = total + x``, and ``sums[key] = sums.get(key, 0) + value``
         target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
-        return target is not None and target in _variables(small.value) and target not in local
+        if target is None or target in local:
+            return False
+        return target in _variables(small.value) or _fills_a_range(written)
     return False
 
 
@@ -928,6 +1009,15 @@ def _stores_in_a_container(small: cst.CSTNode, local: set[str]) -> bool:
         return False
     target = root_name(written)
     return target is not None and target not in local
+
+
+def _fills_a_range(written: cst.BaseAssignTargetExpression) -> bool:
+    """``preds[start:end] = batch_preds`` (also ``preds[start:end, k]``): each batch fills its
+    rows of an array made before the loop, at a running offset. A key set per pass
+    (``row[name] = acc``) is not a fold of batches."""
+    return isinstance(written, cst.Subscript) and any(
+        isinstance(element.slice, cst.Slice) for element in written.slice
+    )
 
 
 def _yields_to_the_caller(small: cst.CSTNode) -> bool:

@@ -30,6 +30,8 @@ class ShardTotal:
     #: the division by the data set's size, after the loop (``total / n`` or ``total /= n``),
     #: or the f-string that shows the total over it (``f"{correct}/{len(loader.dataset)}"``)
     division: cst.BinaryOperation | cst.AugAssign | cst.FormattedString
+    #: what it is divided by (shown over): ``len(loader.dataset)``, ``n``
+    divisor: cst.BaseExpression
     #: how that size is known, when the division does not read it itself: ``n_examples,
     #: which train_epoch's callers pass as len(df_train)``
     size_from: str | None = None
@@ -68,7 +70,7 @@ def totals_over_dataset(
                 continue
             size_from = passed.get(dotted(divided[1]) or "")
             for name in sorted(_names(divided[0]) & totals):
-                found.append(ShardTotal(loop, name, node, size_from))
+                found.append(ShardTotal(loop, name, node, divided[1], size_from))
     return found
 
 
@@ -115,7 +117,7 @@ def _size_of_loader_data(
     counted, name = dotted(size.args[0].value), dotted(loader)
     if counted is None or name is None:
         return False
-    if counted == f"{name}.dataset":
+    if counted in _whole_set_of(name):
         return True
     made = [
         a.value
@@ -197,8 +199,15 @@ def _is_len_of_dataset(node: cst.BaseExpression, loader: str | None) -> bool:
         isinstance(node, cst.Call)
         and dotted(node.func) == "len"
         and len(node.args) == 1
-        and dotted(node.args[0].value) == f"{loader}.dataset"
+        and dotted(node.args[0].value) in _whole_set_of(loader)
     )
+
+
+def _whole_set_of(loader: str | None) -> tuple[str, ...]:
+    """What ``len()`` of counts the samples ``loader`` reads: its dataset, or its sampler (a
+    ``SubsetRandomSampler`` of the split's indices: ``valid_loss / len(valid_loader.sampler)``,
+    Udacity's CIFAR exercise)."""
+    return (f"{loader}.dataset", f"{loader}.sampler")
 
 
 def _is_phase_size(
@@ -212,7 +221,9 @@ def _is_phase_size(
         index = node.slice[0].slice
         return isinstance(index, cst.Index) and dotted(index.value) == phase
     if isinstance(node, cst.Call) and dotted(node.func) == "len" and len(node.args) == 1:
-        return model.module.code_for_node(node.args[0].value) == f"{loaders}[{phase}].dataset"
+        return model.module.code_for_node(node.args[0].value) in _whole_set_of(
+            f"{loaders}[{phase}]"
+        )
     return False
 
 

@@ -125,7 +125,7 @@ def _totals_over_dataset(ctx: Context) -> None:
             continue
         if ctx.unprepared_loaders(found.loop):
             continue  # every rank reads all of it: the quotient is right
-        size = found.size_from or f"len({loader}.dataset)"
+        size = found.size_from or _size_read(ctx, found.divisor, loader)
         divided = "shown over" if isinstance(found.division, cst.FormattedString) else "divided by"
         ctx.plan.review(
             ctx.line(found.division),
@@ -135,6 +135,14 @@ def _totals_over_dataset(ctx: Context) -> None:
             f"the last batch): gather each batch's values with "
             f"{ctx.a('gather_for_metrics')} before summing them",
         )
+
+
+def _size_read(ctx: Context, divisor: cst.BaseExpression, loader: str | None) -> str:
+    """The divisor as written when it is ``len(...)`` (``len(train_loader.sampler)``), else
+    what the name it reads was assigned: the loader's data set's length."""
+    if isinstance(divisor, cst.Call):
+        return ctx.code(divisor)
+    return f"len({loader}.dataset)"
 
 
 def _inline_optimizers(ctx: Context) -> list[cst.Call]:

@@ -29,7 +29,7 @@ from accelify.edits.plan import statement
 def run_model_moves(ctx: Context) -> None:
     model_names = ctx.model.names_of(Kind.MODEL) - ctx.frozen
     for binding in ctx.model.of_kind(Kind.MODEL):
-        if binding.name in ctx.frozen:
+        if binding.name in ctx.frozen or never_prepared(ctx, binding.name, binding.scope):
             continue
         stripped = strip_moves(binding.value)
         if stripped is binding.value:
@@ -66,6 +66,7 @@ def run_model_moves(ctx: Context) -> None:
             target is not None
             and dotted(target)
             in (model_names | ctx.facts.flow.param_names(Kind.MODEL)) - ctx.frozen
+            and not never_prepared(ctx, dotted(target) or "", ctx.model.scope_of(line_statement))
         ):
             handed = _handed_on_before_prepare(ctx, dotted(target) or "", line_statement)
             if handed is not None:
@@ -84,6 +85,59 @@ def run_model_moves(ctx: Context) -> None:
             _mode_and_device(ctx, line_statement, call)
     _copies_of_unmoved_models(ctx)
     _fixed_moves_of_prepared_models(ctx)
+
+
+def never_prepared(ctx: Context, name: str, scope: cst.CSTNode | None) -> bool:
+    """``model = Model(n).to(device)`` inside a function that prepares nothing and keeps the
+    model to itself (an ensemble's inference over saved states): no prepare call ever sees that
+    object, whatever a model of the same name elsewhere gets, so its device move is what puts it
+    beside its inputs. A model the function returns, stores or hands to a call is not: the
+    caller that receives it may prepare it."""
+    if "." in name or not isinstance(scope, cst.FunctionDef):
+        return False
+    made_here = [b for b in ctx.model.of_kind(Kind.MODEL) if b.name == name and b.scope is scope]
+    parameters = {p.name.value for p in scope.params.params + scope.params.kwonly_params}
+    if not made_here or any(b.received for b in made_here) or name in parameters:
+        return False
+    if _prepares_in(ctx, scope) or any(_made_by_a_preparing_function(ctx, b) for b in made_here):
+        return False
+    return not _leaves_its_function(scope, name)
+
+
+def _prepares_in(ctx: Context, function: cst.FunctionDef) -> bool:
+    placement = ctx.facts.placement
+    anchors = [*ctx.prepared_after.values(), ctx.prepare_anchor]
+    return any(a is not None and placement.inside(a, function) for a in anchors)
+
+
+def _made_by_a_preparing_function(ctx: Context, binding: Binding) -> bool:
+    """``model = train_model()``: a function of the file that prepares what it returns."""
+    value = strip_moves(binding.value)
+    if not isinstance(value, cst.Call):
+        return False
+    function = ctx.model.functions.get(dotted(value.func) or "")
+    return function is not None and _prepares_in(ctx, function)
+
+
+def _leaves_its_function(scope: cst.FunctionDef, name: str) -> bool:
+    """``name`` is returned or yielded, assigned to anything (``self.model = model``, ``m =
+    model``), or handed to a call as an argument (``train(model)``, ``models.append(model)``)."""
+    for node in walk(scope.body):
+        if isinstance(node, (cst.Return, cst.Yield)) and node.value is not None:
+            if any(isinstance(n, cst.Name) and n.value == name for n in walk(node.value)):
+                return True
+        elif isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and node.value:
+            bare = node.value
+            if isinstance(bare, (cst.Tuple, cst.List)):
+                if any(dotted(e.value) == name for e in bare.elements):
+                    return True
+            elif dotted(bare) == name:
+                return True
+        elif isinstance(node, cst.Call) and any(
+            dotted(argument.value) == name for argument in node.args
+        ):
+            return True
+    return False
 
 
 def _copies_of_unmoved_models(ctx: Context) -> None:

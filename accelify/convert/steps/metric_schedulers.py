@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import walk
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import fed_by, steps_scheduler_on_a_value, written
 
@@ -78,6 +78,8 @@ def _accumulated_in_training(ctx: Context, scope: cst.CSTNode) -> set[str]:
             continue
         if ctx.model.scope_of(node) is not scope:
             continue
+        if _evaluates_a_whole_loader(ctx, node.value):
+            continue
         if any(_trains(ctx, f) for f in ctx.facts.calls.targets(node.value)):
             for target in node.targets:
                 found |= {n.value for n in walk(target.target) if isinstance(n, cst.Name)}
@@ -97,6 +99,18 @@ def _folds_batch_values(node: cst.CSTNode) -> bool:
         func = node.value.func
         return isinstance(func, cst.Attribute) and func.attr.value in _FOLDING_METHODS
     return False
+
+
+def _evaluates_a_whole_loader(ctx: Context, call: cst.Call) -> bool:
+    """``val_loss, val_acc = run_epoch(model, val_loader, criterion, device)``: a function
+    that trains when handed an optimizer, here handed a loader it only evaluates, left
+    unprepared (`shared_loop_evaluations`): every rank evaluates all of it, so what it returns
+    is the same on every rank."""
+    shared = ctx.facts.shared_loop_evaluations
+    return any(
+        name in shared and name not in ctx.plan.prepared
+        for name in (dotted(argument.value) for argument in call.args)
+    )
 
 
 def _trains(ctx: Context, function: cst.FunctionDef) -> bool:

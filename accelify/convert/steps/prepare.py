@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.dataflow import fresh, names_in_scope
+from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
 from accelify.analysis.loops import loop_source
@@ -111,10 +112,19 @@ def run(ctx: Context, scope: Scope) -> None:
             "unprepared and every rank reads all of it (correct, not data-parallel); prepare "
             "the DataLoader before wrapping it (and gather its evaluation's results)",
         )
-    for name in _untrained_models(ctx, scope, chosen, aliases):
+    untrained = _untrained_models(ctx, scope, chosen, aliases)
+    parts = _parts_of_other_models(ctx, scope, chosen, untrained)
+    for name in untrained:
         chosen.pop(name)
         created.pop(name, None)
         ctx.frozen.add(name)
+        if name in parts:
+            ctx.plan.change(
+                _binding_line(ctx, name, scope),
+                f"{name} is part of {parts[name]} (handed to its constructor): prepared "
+                f"inside {parts[name]}, not on its own",
+            )
+            continue
         ctx.plan.change(
             _binding_line(ctx, name, scope),
             f"{name} is trained by no optimizer: not prepared (DDP refuses a model with "
@@ -579,6 +589,28 @@ def _untrained_models(
     return [name for name in models if name not in trained]
 
 
+def _parts_of_other_models(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], untrained: list[str]
+) -> dict[str, str]:
+    """Untrained models handed to the constructor of a model that is prepared
+    (``model = ClassificationNet(embedding_net, n_classes)``, siamese-triplet's shape): a
+    submodule of it, trained through ``model.parameters()``, by the name of that model."""
+    parts: dict[str, str] = {}
+    for binding in ctx.model.of_kind(Kind.MODEL):
+        if binding.scope is not scope or chosen.get(binding.name) is not Kind.MODEL:
+            continue
+        if binding.name in untrained:
+            continue
+        value = strip_moves(binding.value)
+        if not isinstance(value, cst.Call):
+            continue
+        for argument in value.args:
+            name = dotted(argument.value)
+            if name in untrained:
+                parts.setdefault(name, binding.name)
+    return parts
+
+
 def _drop_untrained_conditional(
     ctx: Context, scope: Scope, chosen: dict[str, Kind], conditional: list[Binding]
 ) -> list[Binding]:
@@ -697,6 +729,19 @@ def _conditional(ctx: Context, binding: Binding) -> bool:
     return False
 
 
+def _where_it_may_not_run(ctx: Context, binding: Binding) -> str:
+    """How `_conditional` found ``binding`` conditional, in words for a review line: a
+    scheduler made per fold is in a loop, not under a condition."""
+    for ancestor in ctx.model.ancestors(binding.statement):
+        if isinstance(ancestor, (cst.For, cst.While)):
+            return "in a loop"
+        if isinstance(ancestor, cst.Try):
+            return "in a try block"
+        if isinstance(ancestor, cst.If) and not is_main_guard(ancestor):
+            return "under a condition"
+    return "under a condition"
+
+
 def _bound_on_every_branch(branch: cst.If, name: str) -> bool:
     _, blocks, has_else = if_chain(branch)
     return has_else and all(_binds(block, name) for block in blocks)
@@ -714,12 +759,21 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
     them and before the block first uses them, as a scope's objects are; the rest each where
     it is created."""
     by_block: dict[cst.CSTNode, list[Binding]] = {}
+    schedulers: list[tuple[cst.CSTNode, Binding]] = []
     for binding in bindings:
         block = ctx.model.parent(ctx.model.parent(binding.statement) or binding.statement)
-        if binding.kind is Kind.SCHEDULER or not isinstance(block, (cst.If, cst.For, cst.While)):
+        if not isinstance(block, (cst.If, cst.For, cst.While)):
             _prepare_where_created(ctx, binding)
             continue
+        if binding.kind is Kind.SCHEDULER:
+            schedulers.append((block, binding))
+            continue
         by_block.setdefault(block, []).append(binding)
+    for block, binding in schedulers:
+        if _steps_with_an_optimizer_of(ctx, binding, by_block.get(block, [])):
+            by_block[block].append(binding)
+        else:
+            _prepare_where_created(ctx, binding)
     for block, members in by_block.items():
         kinds = {b.kind for b in members}
         if len(members) == 1 or not kinds & _TRAINED_KINDS or is_loader_dict_in(ctx, members):
@@ -736,6 +790,19 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
             ctx.plan.prepared.extend(order)
 
 
+def _steps_with_an_optimizer_of(ctx: Context, scheduler: Binding, members: list[Binding]) -> bool:
+    """A scheduler made in the block (one fold of a k-fold loop) that makes its optimizer, and
+    stepped per batch: prepared with the fold's objects, it keeps the original's pace on N ranks
+    (a prepared scheduler steps once per rank at each call) instead of falling N times behind."""
+    value = scheduler.value
+    if not isinstance(value, cst.Call) or not value.args:
+        return False
+    optimizer = dotted(value.args[0].value)
+    if not any(m.kind is Kind.OPTIMIZER and m.name == optimizer for m in members):
+        return False
+    return scheduler.name not in ctx.facts.flow.per_epoch_schedulers({scheduler.name})
+
+
 def is_loader_dict_in(ctx: Context, members: list[Binding]) -> bool:
     return any(is_loader_dict(ctx.model, b) for b in members)
 
@@ -749,7 +816,8 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
         if name not in ctx.facts.flow.per_epoch_schedulers({name}):
             ctx.plan.review(
                 binding.line,
-                f"{name} is created under a condition and left unprepared: it steps once per "
+                f"{name} is created {_where_it_may_not_run(ctx, binding)} and left unprepared: "
+                "it steps once per "
                 "optimizer step on each rank; prepare it with its optimizer if it should "
                 "follow the global step count",
             )

@@ -13,6 +13,7 @@ from accelify.analysis.outside_forward import layers_outside_forward
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
+from accelify.convert.steps.devices import never_prepared
 from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
 
@@ -272,6 +273,7 @@ def _never_wrapped(ctx: Context, name: str | None, node: cst.CSTNode) -> bool:
     class's own submodule, or a plain module outside the class that holds the accelerator."""
     return (
         name in ctx.frozen
+        or never_prepared(ctx, name or "", ctx.model.scope_of(node))
         or _submodule(ctx, name, node)
         or _module_outside_the_class(ctx, name or "", node)
     )
