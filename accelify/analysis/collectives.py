@@ -125,8 +125,8 @@ def combines_ranks(script: ScriptModel, call: cst.Call) -> bool:
     func = call.func
     if not (isinstance(func, cst.Attribute) and func.attr.value in GATHERING_METHODS):
         return False
-    if names:
-        return False
+    if script.imports.resolve(dotted(func) or "") is not None:
+        return False  # ``torch.gather``, ``functools.reduce``: an import that is no collective
     positional = [a for a in call.args if a.keyword is None and not a.star]
     keywords = {a.keyword.value for a in call.args if a.keyword is not None}
     return func.attr.value not in ("gather", "reduce") or (
