@@ -141,6 +141,14 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # open-instruct's weight sync to vLLM: rank 0 broadcasts in a group of itself and the
+        # engines; the other training ranks are no members of it
+        "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "model = accelerator.prepare(model)\n"
+        "for name, param in model.named_parameters():\n"
+        "    if torch.distributed.get_rank() == 0:\n"
+        "        torch.distributed.broadcast(param.data, 0, group=model_update_group)\n"
+        "        torch.distributed.barrier(vllm_group)\n",
         # MiniMind's DPO script pins ZeRO-2 on its plugin: the weights are whole on every rank,
         # so save_model gathers nothing and the main process may save alone
         "from accelerate import Accelerator, DeepSpeedPlugin\n"
