@@ -50,6 +50,14 @@ class ReadBeforeWritten(Rule):
         + "    train_set = datasets.CIFAR10(root='data/', train=True, download=True)\n"
         + "if accelerator.is_main_process:\n"
         + "    datasets.MNIST('data/', download=accelerator.is_main_process)\n",
+        # main-first by hand: the other ranks wait before they build it
+        HEADER
+        + "from torchvision import datasets\n"
+        + "if not accelerator.is_main_process:\n"
+        + "    accelerator.wait_for_everyone()\n"
+        + "train_set = datasets.CIFAR10('data/', download=accelerator.is_main_process)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    accelerator.wait_for_everyone()\n",
         HEADER
         + "from transformers import AutoProcessor\n"
         + "if accelerator.is_local_main_process:\n"
@@ -111,6 +119,8 @@ class ReadBeforeWritten(Rule):
                 continue
             if ranks.under_rank_guard(call) or _in_main_process_first(script, call):
                 continue
+            if _other_ranks_wait_before(script, call):
+                continue
             accelerator = accelerator_at(script, call) or "accelerator"
             yield self.finding(
                 script,
@@ -122,6 +132,22 @@ class ReadBeforeWritten(Rule):
                     "first run)"
                 ),
             )
+
+
+def _other_ranks_wait_before(script: ScriptModel, call: cst.Call) -> bool:
+    """A barrier under a rank test above ``call`` in its function (``if not
+    accelerator.is_main_process: accelerator.wait_for_everyone()``): main-first by hand, the
+    other ranks build the dataset only once the main process has downloaded it."""
+    ranks = facts_of(script).ranks
+    function = script.index.enclosing_function(call)
+    return any(
+        isinstance(barrier.func, cst.Attribute)
+        and barrier.func.attr.value in ("wait_for_everyone", "barrier")
+        and script.order(barrier) < script.order(call)
+        and script.index.enclosing_function(barrier) is function
+        and ranks.under_rank_guard(barrier)
+        for barrier in script.calls
+    )
 
 
 def _in_main_process_first(script: ScriptModel, node: cst.CSTNode) -> bool:
