@@ -141,6 +141,22 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # main_process_first written out by hand: each rank waits once, in one of the two ifs
+        _HF
+        + "if not accelerator.is_main_process:\n    accelerator.wait_for_everyone()\n"
+        + "dataset = build_cache(args)\n"
+        + "if accelerator.is_main_process:\n    accelerator.wait_for_everyone()\n"
+        + "if accelerator.process_index != 0:\n    torch.distributed.barrier()\n"
+        + "tokenized = tokenize(dataset)\n"
+        + "if accelerator.process_index == 0:\n    torch.distributed.barrier()\n",
+        # open-instruct's weight sync to vLLM: rank 0 broadcasts in a group of itself and the
+        # engines; the other training ranks are no members of it
+        "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "model = accelerator.prepare(model)\n"
+        "for name, param in model.named_parameters():\n"
+        "    if torch.distributed.get_rank() == 0:\n"
+        "        torch.distributed.broadcast(param.data, 0, group=model_update_group)\n"
+        "        torch.distributed.barrier(vllm_group)\n",
         # MiniMind's DPO script pins ZeRO-2 on its plugin: the weights are whole on every rank,
         # so save_model gathers nothing and the main process may save alone
         "from accelerate import Accelerator, DeepSpeedPlugin\n"

@@ -106,6 +106,13 @@ class GatherInEvaluation(Rule):
         _EVAL
         + "        loss_mel = F.l1_loss(model(x), y) * 45\n"
         + "        losses += accelerator.gather(loss_mel).tolist()\n",
+        # the same as one row each, a sum of two losses, and the batch's size beside them (a
+        # HiFi-GAN pre-training's validate): still one value per rank
+        _EVAL
+        + "        loss_mel = F.l1_loss(model(x), y) * 45\n"
+        + "        mel = accelerator.gather(loss_mel.unsqueeze(0))\n"
+        + "        fm = accelerator.gather((loss_fm_s + loss_fm_f).unsqueeze(0))\n"
+        + "        n = accelerator.gather(torch.tensor(x.size(0), device=accelerator.device))\n",
         # a training loop gathers its losses for logging: no evaluation, no padding to drop
         HEADER
         + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"

@@ -13,7 +13,8 @@ class ReadBeforeWritten(Rule):
     barrier or other collective in between: the other ranks reach the read while the main
     process is still writing, and load nothing (``OSError`` on a first run) or a half-written
     file. A ``wait_for_everyone()``, a ``prepare`` or any collective between the two (also
-    ``main_process_first()`` around the read) orders them, and is not reported."""
+    ``main_process_first()`` around the read) orders them, and is not reported. The same race
+    in one call: a dataset built by every rank with ``download=accelerator.is_main_process``."""
 
     code = "ACC212"
     name = "read-before-written"
@@ -32,8 +33,31 @@ class ReadBeforeWritten(Rule):
             6,
             13,
         ),
+        Example(  # a LoftQ ResNet sweep: CIFAR-10 downloaded by the main process only
+            HEADER
+            + "from torchvision import datasets\n"
+            + "download = accelerator.is_main_process\n"
+            + "train_set = datasets.CIFAR10(root='data/', train=True, download=download)\n"
+            + "accelerator.wait_for_everyone()\n",
+            5,
+            13,
+        ),
     )
     good = (
+        HEADER
+        + "from torchvision import datasets\n"
+        + "with accelerator.main_process_first():\n"
+        + "    train_set = datasets.CIFAR10(root='data/', train=True, download=True)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    datasets.MNIST('data/', download=accelerator.is_main_process)\n",
+        # main-first by hand: the other ranks wait before they build it
+        HEADER
+        + "from torchvision import datasets\n"
+        + "if not accelerator.is_main_process:\n"
+        + "    accelerator.wait_for_everyone()\n"
+        + "train_set = datasets.CIFAR10('data/', download=accelerator.is_main_process)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    accelerator.wait_for_everyone()\n",
         HEADER
         + "from transformers import AutoProcessor\n"
         + "if accelerator.is_local_main_process:\n"
@@ -63,6 +87,7 @@ class ReadBeforeWritten(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        yield from self._download_on_one_rank(script)
         facts = facts_of(script)
         for shared in facts.shared_files.written_by_one_rank_read_by_all:
             if _ordered_by_a_collective(script, shared.write, shared.read):
@@ -78,6 +103,63 @@ class ReadBeforeWritten(Rule):
                     "yet on a first run, or half of it)"
                 ),
             )
+
+    def _download_on_one_rank(self, script: ScriptModel) -> Iterator[Finding]:
+        """``datasets.CIFAR10(root, download=accelerator.is_main_process)`` run by every rank:
+        the main process downloads while the others, told not to, load the same folder at once
+        and find nothing there on a first run (torchvision's "Dataset not found or corrupted").
+        A barrier after the call comes too late; ``main_process_first()`` around it orders the
+        download before the other ranks' loads, and there ``download=True`` finds the files."""
+        ranks = facts_of(script).ranks
+        for call in script.calls:
+            flag = next(
+                (a.value for a in call.args if a.keyword and a.keyword.value == "download"), None
+            )
+            if flag is None or not script.mentions_rank(script.module.code_for_node(flag)):
+                continue
+            if ranks.under_rank_guard(call) or _in_main_process_first(script, call):
+                continue
+            if _other_ranks_wait_before(script, call):
+                continue
+            accelerator = accelerator_at(script, call) or "accelerator"
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    f"Build this under `with {accelerator}.main_process_first():` with "
+                    "download=True: with the download on the main process only, the other ranks "
+                    "load the same folder while it is still downloading (dataset not found on a "
+                    "first run)"
+                ),
+            )
+
+
+def _other_ranks_wait_before(script: ScriptModel, call: cst.Call) -> bool:
+    """A barrier under a rank test above ``call`` in its function (``if not
+    accelerator.is_main_process: accelerator.wait_for_everyone()``): main-first by hand, the
+    other ranks build the dataset only once the main process has downloaded it."""
+    ranks = facts_of(script).ranks
+    function = script.index.enclosing_function(call)
+    return any(
+        isinstance(barrier.func, cst.Attribute)
+        and barrier.func.attr.value in ("wait_for_everyone", "barrier")
+        and script.order(barrier) < script.order(call)
+        and script.index.enclosing_function(barrier) is function
+        and ranks.under_rank_guard(barrier)
+        for barrier in script.calls
+    )
+
+
+def _in_main_process_first(script: ScriptModel, node: cst.CSTNode) -> bool:
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, cst.With) and any(
+            isinstance(item.item, cst.Call)
+            and isinstance(item.item.func, cst.Attribute)
+            and item.item.func.attr.value in ("main_process_first", "local_main_process_first")
+            for item in ancestor.items
+        ):
+            return True
+    return False
 
 
 def _ordered_by_a_collective(script: ScriptModel, write: cst.Call, read: cst.Call) -> bool:

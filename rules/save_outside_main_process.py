@@ -137,6 +137,21 @@ class SaveOutsideMainProcess(Rule):
         + "import torch\n"
         + "if run_config.is_world_process_zero:\n    torch.save(metadata, 'meta.pt')\n",
         HEADER + "accelerator.save(state, 'ckpt.pt')\n",
+        # a learner that trains with or without Accelerate: the plain branch is one process
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "class Learner:\n"
+        "    def __init__(self, model, accelerate):\n"
+        "        self.accelerator = Accelerator() if accelerate else None\n"
+        "        self.model = model\n\n"
+        "    def _write(self, path):\n"
+        "        torch.save(self.model.state_dict(), path)\n\n"
+        "    def checkpoint(self, path):\n"
+        "        if self.accelerator is not None:\n"
+        "            self.accelerator.wait_for_everyone()\n"
+        "            self.accelerator.save_state(path)\n"
+        "        else:\n"
+        "            torch.save(self.model.state_dict(), path)\n"
+        "            self._write(path + '.bak')\n",
         HEADER
         + "import torch\nif accelerator.is_main_process:\n    torch.save(state, 'ckpt.pt')\n",
         HEADER

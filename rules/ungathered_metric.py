@@ -208,6 +208,12 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # a LoftQ sweep's evaluate_model: each total wrapped in a tensor after the loop, gathered
+        # and summed
+        _EVAL
+        + "        correct += (preds == y).sum().item()\n"
+        + "correct_tensor = torch.tensor([correct], device=accelerator.device)\n"
+        + "all_correct = accelerator.gather(correct_tensor).sum().item()\n",
         # a trainer's loop whose backward runs in a method of its base class
         # (``self.backward_pass(loss)`` -> ``self.accelerator.backward``): training totals
         "from accelerate import Accelerator\n"
@@ -733,12 +739,40 @@ def _reduced_later(
     all_calls: list[cst.Call],
     accelerators: set[str],
 ) -> bool:
-    """``total = accelerator.reduce(total)`` (or a gather of it) after the loop."""
+    """``total = accelerator.reduce(total)`` (or a gather of it) after the loop, also through
+    what is built from it there (``t = torch.tensor([correct], device=...)``, then
+    ``accelerator.gather(t).sum()``)."""
     after = script.order(loop)
-    root = target.split(".")[0]
+    carriers = _built_after(script, loop, target.split(".")[0])
     for call in all_calls:
         if script.order(call) <= after or not _is_collective(call, accelerators):
             continue
-        if any(_mentions(argument.value, {root}) for argument in call.args):
+        if any(_mentions(argument.value, carriers) for argument in call.args):
             return True
     return False
+
+
+def _built_after(script: ScriptModel, loop: cst.CSTNode, root: str) -> set[str]:
+    """``root`` and the names assigned from it (or from one of those) after ``loop`` in its
+    scope: the tensors a total is wrapped in on its way to a collective."""
+    scope, after = script.scope_of(loop), script.order(loop)
+    assigns = [
+        node
+        for node in script.index.of_type(cst.Assign)
+        if isinstance(node, cst.Assign)
+        and script.order(node) > after
+        and script.scope_of(node) is scope
+    ]
+    names = {root}
+    grew = True
+    while grew:
+        grew = False
+        for assign in assigns:
+            if not _mentions(assign.value, names):
+                continue
+            for target in assign.targets:
+                new = target_names(target.target) - names
+                if new:
+                    names |= new
+                    grew = True
+    return names

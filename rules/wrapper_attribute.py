@@ -6,7 +6,7 @@ from accelify.analysis import names
 from accelify.analysis.collectives import DDP
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, has_parameter
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, optimizer_models
 
 #: What DistributedDataParallel itself answers besides nn.Module's API.
@@ -165,8 +165,35 @@ class WrapperAttribute(Rule):
             7,
             49,
         ),
+        Example(  # an image-fusion PPO script: the prepared model handed to its evaluation
+            # helper, which calls the model's own encode through the wrapper
+            HEADER
+            + "import torch\n\n\n"
+            + "def evaluate(accelerator, model, loader):\n"
+            + "    for a, b in loader:\n"
+            + "        mu = model.encode(a, b)\n"
+            + "        accelerator.gather_for_metrics(mu)\n\n\n"
+            + "model = torch.nn.Linear(4, 4)\n"
+            + "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            + "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+            + "accelerator.backward(model(x).sum())\n"
+            + "evaluate(accelerator, model, loader)\n",
+            8,
+            14,
+        ),
     )
     good = (
+        # a helper given the model itself at every call: unwrap_model ran in the caller
+        HEADER
+        + "import torch\n\n\n"
+        + "def sample(net, cond):\n"
+        + "    return net.generate(cond)\n\n\n"
+        + "model = torch.nn.Linear(4, 4)\n"
+        + "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, opt = accelerator.prepare(model, opt)\n"
+        + "accelerator.backward(model(x).sum())\n"
+        + "sample(accelerator.unwrap_model(model), cond)\n"
+        + "sample(model, cond) if accelerator.num_processes == 1 else None\n",
         # a frozen teacher unwrapped in the training step: no optimizer trains it
         HEADER
         + "import torch\n"
@@ -491,7 +518,7 @@ def _prepared_model(
         if last is None or script.order(prepare.call) > script.order(last):
             last = prepare.call
     if last is None:
-        return False
+        return _parameter_given_prepared_model(script, name, at, unknown_is_model)
     kind = facts.flow.kind_of(name, at)
     if kind is None:  # unknown: a model if the file calls it (``model(batch)``)
         spellings = {name, called_as} - {None}
@@ -505,6 +532,34 @@ def _prepared_model(
         if script.scope_of(assign) is not scope:
             continue
         if statement_of_prepare < script.order(assign) < here and not _is_the_prepare(assign, last):
+            return False
+    return True
+
+
+def _parameter_given_prepared_model(
+    script: ScriptModel, name: str, at: cst.CSTNode, unknown_is_model: bool, depth: int = 0
+) -> bool:
+    """``name`` is a parameter of the function around ``at`` (not bound again in it), and every
+    call of that function in the file passes a model ``prepare`` returned: ``def evaluate(model,
+    loader): model.encode(x)`` called as ``evaluate(model, loader)`` after ``model, ... =
+    accelerator.prepare(model, ...)`` holds the same wrapper. A function never called here, or
+    called once with anything else (a model of its own, ``unwrap_model(model)``), is not."""
+    function = script.index.enclosing_function(at)
+    if function is None or depth > 3 or not has_parameter(function, name):
+        return False
+    scope = script.scope_of(at)
+    if any(script.scope_of(a) is scope for a in script.index.assignments_to(name)):
+        return False
+    passed = facts_of(script).flow.call_site_arguments(name, at)
+    if not passed:
+        return False
+    for argument in passed:
+        if not isinstance(argument.value, cst.Name):
+            return False
+        outer = argument.value.value
+        if not _prepared_model(script, outer, argument, unknown_is_model) and not (
+            _parameter_given_prepared_model(script, outer, argument, unknown_is_model, depth + 1)
+        ):
             return False
     return True
 

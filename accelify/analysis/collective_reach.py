@@ -56,19 +56,41 @@ class CollectiveReach:
 
     def _mirrored(self, call: cst.Call) -> bool:
         """``if is_main: ...; wait_for_everyone()`` with ``else: wait_for_everyone()``: the
-        ranks the branch skips make the same call in the other branch."""
+        ranks the branch skips make the same call in the other branch. Also the main-first
+        idiom written out by hand: ``if not accelerator.is_main_process: wait_for_everyone()``,
+        the main process's work, then ``if accelerator.is_main_process: wait_for_everyone()``
+        (each rank reaches the barrier once, in one of two ``if`` statements of one block)."""
         child: cst.CSTNode = call
         for ancestor in self.model.ancestors(call):
             if isinstance(ancestor, cst.If) and child is not ancestor.test:
                 other = ancestor.orelse if child is ancestor.body else ancestor.body
-                called = self.model.module.code_for_node(call.func)
-                return other is not None and any(
-                    isinstance(node, cst.Call)
-                    and self.model.module.code_for_node(node.func) == called
-                    for node in walk(other)
-                )
+                if other is not None and self._calls_same(other, call):
+                    return True
+                return child is ancestor.body and self._complement_beside(ancestor, call)
             child = ancestor
         return False
+
+    def _calls_same(self, tree: cst.CSTNode, call: cst.Call) -> bool:
+        called = self.model.module.code_for_node(call.func)
+        return any(
+            isinstance(node, cst.Call) and self.model.module.code_for_node(node.func) == called
+            for node in walk(tree)
+        )
+
+    def _complement_beside(self, branch: cst.If, call: cst.Call) -> bool:
+        """Another ``if`` (without ``else``) in the same block whose test is the negation of
+        ``branch``'s and whose body makes the same call."""
+        block = self.model.parent(branch)
+        if branch.orelse is not None or not isinstance(block, cst.IndentedBlock | cst.Module):
+            return False
+        return any(
+            isinstance(other, cst.If)
+            and other is not branch
+            and other.orelse is None
+            and _negations(self.model, branch.test, other.test)
+            and self._calls_same(other.body, call)
+            for other in block.body
+        )
 
     def _collectives_of(self, call: cst.Call) -> list[tuple[cst.Call, frozenset[str]]]:
         backends = collective_backends(self.model, call, self.accelerators)
@@ -184,3 +206,30 @@ class CollectiveReach:
             ),
             None,
         )
+
+
+_NEGATED = ((cst.Equal, cst.NotEqual), (cst.Is, cst.IsNot), (cst.In, cst.NotIn))
+
+
+def _negations(model: ScriptModel, first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
+    """``not x`` and ``x``; ``a == b`` and ``a != b`` (``is``/``is not``, ``in``/``not in``)."""
+    code = model.module.code_for_node
+    for one, other in ((first, second), (second, first)):
+        inner = _under_not(one)
+        if inner is not None and code(inner).strip("() ") == code(other).strip("() "):
+            return True
+    if not (isinstance(first, cst.Comparison) and isinstance(second, cst.Comparison)):
+        return False
+    if len(first.comparisons) != 1 or len(second.comparisons) != 1:
+        return False
+    left, right = first.comparisons[0], second.comparisons[0]
+    if code(first.left) != code(second.left) or code(left.comparator) != code(right.comparator):
+        return False
+    kinds = {type(left.operator), type(right.operator)}
+    return any(kinds == set(pair) for pair in _NEGATED)
+
+
+def _under_not(test: cst.BaseExpression) -> cst.BaseExpression | None:
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.expression
+    return None

@@ -243,9 +243,38 @@ def collective_backends(
         and dotted(func.value) in accelerators
     ):
         return ACCELERATOR_METHODS[func.attr.value].on(runtime_of(script))
-    if script.call_names(call) & FUNCTIONS:
-        return EVERY_BACKEND
+    found = script.call_names(call) & FUNCTIONS
+    if found:
+        return frozenset() if _on_a_subgroup(call, found) else EVERY_BACKEND
     return frozenset()
+
+
+#: Where torch.distributed's collectives take their ``group`` positionally.
+_GROUP_POSITION = {
+    "barrier": 0, "broadcast": 2, "all_reduce": 2, "all_gather": 2, "broadcast_object_list": 2,
+    "all_gather_object": 2, "reduce": 3, "gather": 3, "scatter": 3, "reduce_scatter": 3,
+    "gather_object": 3, "all_to_all": 2,
+}  # fmt: skip
+
+
+def _on_a_subgroup(call: cst.Call, names: set[str]) -> bool:
+    """A ``torch.distributed`` collective given a process group other than the world's
+    (``group=model_update_group``): only that group's members take part, and which ranks those
+    are is not in the code (OpenRLHF's and open-instruct's weight broadcast to vLLM runs on
+    rank 0 alone, in a group of rank 0 and the engines). Whether a rank guard around it leaves
+    a member out cannot be told, so it is no collective of every rank here."""
+    name = next((n for n in names if n.startswith("torch.distributed.")), None)
+    if name is None:
+        return False
+    position = _GROUP_POSITION.get(name.rsplit(".", 1)[-1])
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    group = next((a.value for a in call.args if a.keyword and a.keyword.value == "group"), None)
+    if group is None and position is not None and len(positional) > position:
+        group = positional[position].value
+    if group is None:
+        return False
+    spelled = dotted(group) or ""
+    return spelled != "None" and not spelled.endswith("group.WORLD")
 
 
 def named(backends: frozenset[str]) -> str:

@@ -1400,21 +1400,43 @@ def gather_counts_padding(loop: Loop, gather: cst.Call, facts: Facts) -> bool:
 
 #: Calls that keep a value's shape: ``loss.detach().float()`` is still the loss.
 _SAME_VALUE = ("detach", "float", "double", "cpu", "clone", "contiguous", "to")
+#: Reshapes that leave one value per rank a single row (``loss.unsqueeze(0)``).
+_ONE_ROW = ("unsqueeze", "view", "reshape", "flatten")
 
 
 def gathers_batch_loss(gather: cst.Call) -> bool:
     """``accelerator.gather(loss_mel)``: the batch's loss, one mean per rank (named a loss, as the
     conversion reads ``logits, loss = model(x, y)``). The padding repeats are inside that mean, and
     ``gather_for_metrics`` trims gathered rows, not samples inside a mean: it cannot drop them
-    (gathering the per-sample losses can). ``loss.repeat(batch_size)`` is per sample again."""
+    (gathering the per-sample losses can). ``loss.repeat(batch_size)`` is per sample again. Also
+    one row of it (``loss_mel.unsqueeze(0)``), a sum of losses (``(loss_fm_s +
+    loss_fm_f).unsqueeze(0)``), and the batch's size beside them (``torch.tensor(x.size(0))``):
+    one value per rank, as a HiFi-GAN vocoder's validation gathers them."""
     if not gather.args:
         return False
-    value = gather.args[0].value
+    return _one_value_per_rank(gather.args[0].value)
+
+
+def _one_value_per_rank(value: cst.BaseExpression) -> bool:
     while (
         isinstance(value, cst.Call)
         and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in _SAME_VALUE
+        and value.func.attr.value in _SAME_VALUE + _ONE_ROW
     ):
         value = value.func.value
+    if isinstance(value, cst.BinaryOperation):
+        return _one_value_per_rank(value.left) and _one_value_per_rank(value.right)
+    if isinstance(value, cst.Call) and dotted(value.func) == "torch.tensor" and value.args:
+        return _batch_size(value.args[0].value)
     name = dotted(value)
     return name is not None and "loss" in name.rsplit(".", 1)[-1].lower()
+
+
+def _batch_size(value: cst.BaseExpression) -> bool:
+    """``x.size(0)``, ``x.shape[0]``, ``len(x)``: how many samples this rank's batch holds."""
+    if isinstance(value, cst.Call):
+        if dotted(value.func) == "len":
+            return True
+        func = value.func
+        return isinstance(func, cst.Attribute) and func.attr.value == "size" and bool(value.args)
+    return isinstance(value, cst.Subscript) and (dotted(value.value) or "").endswith(".shape")

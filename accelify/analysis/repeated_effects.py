@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis import side_effects
+from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
 from accelify.analysis.script_model import ScriptModel
@@ -62,6 +63,8 @@ def repeated_effects(
             continue
         if files.unique_per_process(call):
             continue  # a temporary directory, a pid: each rank its own file
+        if without_accelerator(model, call):
+            continue  # ``else:`` of ``if self.accelerator is not None:``: one plain process
         deletes = side_effects.deletes(model, call)
         function = placement.enclosing_function(call)
         entered = guards.entered_by_all(call, within=function)
@@ -121,6 +124,8 @@ class _CallSites:
         every_rank: list[tuple[cst.Call, frozenset[str]]] = []
         guarded = False
         for site in callers_of(self.model, self.placement, function):
+            if without_accelerator(self.model, site):
+                continue  # called only where the script runs without an accelerator
             outer = self.placement.enclosing_function(site)
             entered = self.guards.entered_by_all(site, within=outer)
             if not entered:
