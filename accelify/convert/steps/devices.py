@@ -34,7 +34,7 @@ def run_model_moves(ctx: Context) -> None:
         stripped = strip_moves(binding.value)
         if stripped is binding.value:
             continue
-        handed = _handed_on_before_prepare(ctx, binding.name, binding.statement)
+        handed = handed_on_before_prepare(ctx, binding.name, binding.statement)
         if handed is not None:
             ctx.plan.change(
                 binding.line,
@@ -68,7 +68,7 @@ def run_model_moves(ctx: Context) -> None:
             in (model_names | ctx.facts.flow.param_names(Kind.MODEL)) - ctx.frozen
             and not never_prepared(ctx, dotted(target) or "", ctx.model.scope_of(line_statement))
         ):
-            handed = _handed_on_before_prepare(ctx, dotted(target) or "", line_statement)
+            handed = handed_on_before_prepare(ctx, dotted(target) or "", line_statement)
             if handed is not None:
                 ctx.plan.change(
                     ctx.line(call),
@@ -153,7 +153,7 @@ def _copies_of_unmoved_models(ctx: Context) -> None:
             continue
         if strip_moves(binding.value) is not binding.value or _moved_anywhere(ctx, name):
             continue
-        handed = _handed_on_before_prepare(ctx, name, binding.statement)
+        handed = handed_on_before_prepare(ctx, name, binding.statement)
         if handed is None:
             continue
         top = placement.top_statement(handed, binding.scope)
@@ -178,7 +178,7 @@ def _moved_anywhere(ctx: Context, name: str) -> bool:
     )
 
 
-def _handed_on_before_prepare(ctx: Context, name: str, statement: cst.CSTNode) -> cst.Call | None:
+def handed_on_before_prepare(ctx: Context, name: str, statement: cst.CSTNode) -> cst.Call | None:
     """``ema = EMA(model)`` or ``copy.deepcopy(model)`` between the model's move and its
     prepare: what the call keeps is made from the model as it is there, and prepare moves only
     the model it is given. Without the move the copy stays on the CPU while the batches and the

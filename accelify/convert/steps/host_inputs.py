@@ -21,6 +21,7 @@ from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
+from accelify.convert.steps.devices import handed_on_before_prepare
 from accelify.edits import rewrites
 
 
@@ -135,7 +136,30 @@ def prepared_model_called(ctx: Context, call: cst.Call) -> str | None:
         ctx, name, ctx.prepared_after[outer], call
     ):
         return None
+    if _passed_for_parameter(ctx, name, call) is not None and not _on_device_at_every_call(
+        ctx, name, outer, call
+    ):
+        return None
     return name
+
+
+def _on_device_at_every_call(ctx: Context, parameter: str, outer: str, call: cst.Call) -> bool:
+    """A helper's ``model`` parameter holds the model on the device at every call of the
+    helper: each passes the prepared name itself, after its prepare or after the move the
+    conversion puts before the model is first handed on (`devices`); a call made before that
+    hands over the model still on the CPU."""
+    binding = next((b for b in ctx.model.of_kind(Kind.MODEL) if b.name == outer), None)
+    handed = handed_on_before_prepare(ctx, outer, binding.statement) if binding else None
+    moved_at = ctx.model.order(handed) if handed is not None else None
+    passed = ctx.facts.flow.call_site_arguments(parameter, call)
+    return bool(passed) and all(
+        dotted(argument.value) == outer
+        and (
+            ctx.after_prepare(argument, outer)
+            or (moved_at is not None and ctx.model.order(argument) >= moved_at)
+        )
+        for argument in passed
+    )
 
 
 def _rebound_between(ctx: Context, name: str, since: cst.CSTNode, call: cst.Call) -> bool:
@@ -205,10 +229,25 @@ def _made_on_host(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, dept
     name = dotted(value)
     if name is None or name == "self":
         return False
+    passed = _passed_for_parameter(ctx, name, at)
+    if passed is not None:
+        return bool(passed) and all(_made_on_host(ctx, a.value, a, depth + 1) for a in passed)
     assigned = _assigned_values(ctx, name, at)
     return bool(assigned) and all(
         v is not None and _made_on_host(ctx, v, at, depth + 1) for v in assigned
     )
+
+
+def _passed_for_parameter(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.Arg] | None:
+    """What the callers pass for ``name`` when it is a parameter of the function around ``at``
+    that the function never rebinds (``evaluate(model, X_test, y_test)`` for ``X``); None when
+    it is no such parameter."""
+    function = ctx.facts.placement.enclosing_function(at)
+    if function is None or "." in name or name not in _parameters(function):
+        return None
+    if any(_values_bound(node, name) for node in walk(function.body)):
+        return []  # rebound inside: what it holds at ``at`` is not known
+    return ctx.facts.flow.call_site_arguments(name, at)
 
 
 def _assigned_values(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.BaseExpression | None]:
