@@ -140,6 +140,12 @@ class PerEpochSchedulerPrepared(Rule):
         ),
     )
     good = (
+        # every prepared scheduler steps once per call
+        _SCRIPT.replace("Accelerator()", "Accelerator(step_scheduler_with_optimizer=False)")
+        + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+        + _PREPARE
+        + _EPOCHS
+        + "    scheduler.step()\n",
         # stepped per batch, with the optimizer: what prepare is for
         _SCRIPT
         + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
@@ -153,12 +159,6 @@ class PerEpochSchedulerPrepared(Rule):
         _SCRIPT
         + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
         + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
-        + _EPOCHS
-        + "    scheduler.step()\n",
-        # every prepared scheduler steps once per call
-        _SCRIPT.replace("Accelerator()", "Accelerator(step_scheduler_with_optimizer=False)")
-        + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
-        + _PREPARE
         + _EPOCHS
         + "    scheduler.step()\n",
         # batches split across processes: one step per call
