@@ -79,11 +79,11 @@ class PerEpochSchedulerPrepared(Rule):
             7,
             31,
         ),
-        Example(  # the plateau's patience counts each call N times
+        Example(  # the plateau's patience counts each call N times (zero_grad steps nothing)
             _SCRIPT
             + "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=5)\n"
             + _PREPARE
-            + _EPOCHS
+            + _EPOCHS.replace(":\n", ":\n    optimizer.zero_grad()\n", 1)
             + "    scheduler.step(evaluate(model))\n",
             7,
             31,

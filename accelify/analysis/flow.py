@@ -563,7 +563,8 @@ class ObjectFlow:
         """``loop`` steps something other than a scheduler outside its loops over batches: a
         ``.step(...)`` (an optimizer, an engine, a scaler), or an optimizer used there or handed
         to a helper that runs no loop over batches (``optimizer_step(optimizer)``) — the
-        optimizer then steps once per pass of ``loop``, and the scheduler beside it with it."""
+        optimizer then steps once per pass of ``loop``, and the scheduler beside it with it.
+        ``optimizer.zero_grad()`` before the loop over batches steps nothing."""
         optimizers = self.names_of(Kind.OPTIMIZER)
         for node in walk(loop.body):
             if not isinstance(node, cst.Call) or any(
@@ -576,7 +577,7 @@ class ObjectFlow:
                     func.attr.value == "step"
                     and self.kind_of(dotted(func.value), node) is not Kind.SCHEDULER
                 )
-                or dotted(func.value) in optimizers
+                or (dotted(func.value) in optimizers and func.attr.value != "zero_grad")
             ):
                 return True
             target = callee(self.model, node)
