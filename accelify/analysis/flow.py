@@ -8,6 +8,9 @@ in a helper the same as the loop written inline.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import libcst as cst
 
 from accelify.analysis.iterated import iterated_sources
@@ -486,9 +489,16 @@ class ObjectFlow:
         """The schedulers stepped somewhere, and those stepped inside a loop over batches."""
         per_step: set[str] = set()
         stepped: set[str] = set()
-        batch_loops = [
-            loop.node for loop in self.model.loops if loop.trains or self.reads_loader(loop)
-        ]
+        for step in self.scheduler_steps(schedulers):
+            stepped.add(step.scheduler or "")
+            if step.per_batch:
+                per_step.add(step.scheduler or "")
+        return stepped, per_step
+
+    def scheduler_steps(self, schedulers: set[str]) -> list[SchedulerStep]:
+        """Every ``scheduler.step(...)`` call of a scheduler, named by the caller's name among
+        ``schedulers`` where it runs in a helper (``sched.step()`` in ``def train(sched)``)."""
+        steps: list[SchedulerStep] = []
         for call in self.model.calls:
             if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"):
                 continue
@@ -500,10 +510,83 @@ class ObjectFlow:
                 outer_name = next(
                     (o for o in self.origins(owner, call) if o in schedulers), outer_name
                 )
-            stepped.add(outer_name or "")
-            if self._in_batch_loop(call, batch_loops, depth=3):
-                per_step.add(outer_name or "")
-        return stepped, per_step
+            per_batch = self._in_batch_loop(call, self.batch_loops, depth=3)
+            steps.append(SchedulerStep(call, outer_name, per_batch))
+        return steps
+
+    @functools.cached_property
+    def batch_loops(self) -> list[cst.For]:
+        """The loops over batches: those that train, and those that read a loader."""
+        return [loop.node for loop in self.model.loops if loop.trains or self.reads_loader(loop)]
+
+    def epoch_loop(self, step: SchedulerStep, depth: int = 2) -> cst.For | cst.While | None:
+        """The loop that runs ``step`` once per pass over the data: the nearest loop around it
+        (or around a call of the helper it is in) that runs a loop over batches elsewhere in its
+        body, directly or in a helper (``train_one_epoch(...)``). None where the step runs per
+        batch, or where that loop also steps something else outside its loops over batches
+        (nanoGPT's ``optimizer.step()`` after ``for micro_step in range(accumulation)``: the
+        scheduler beside it steps with the optimizer)."""
+        if step.per_batch:
+            return None
+        return self._epoch_loop_around(step.call, depth)
+
+    def _epoch_loop_around(self, node: cst.CSTNode, depth: int) -> cst.For | cst.While | None:
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef):
+                break
+            if isinstance(ancestor, cst.For | cst.While) and self._runs_batches(ancestor, 2):
+                return None if self._steps_beside_batches(ancestor) else ancestor
+        function = self.placement.enclosing_function(node)
+        if function is None or depth == 0:
+            return None
+        loops = {
+            id(loop): loop
+            for call, _ in self.calls_of(function)
+            if (loop := self._epoch_loop_around(call, depth - 1)) is not None
+        }
+        return next(iter(loops.values())) if len(loops) == 1 else None
+
+    def _runs_batches(self, node: cst.CSTNode, depth: int) -> bool:
+        """A loop over batches inside ``node``, or in a function of the file it calls."""
+        if any(loop is not node and self.placement.inside(loop, node) for loop in self.batch_loops):
+            return True
+        if depth == 0:
+            return False
+        return any(
+            isinstance(call, cst.Call)
+            and (target := callee(self.model, call)) is not None
+            and target[0] is not node
+            and self._runs_batches(target[0], depth - 1)
+            for call in walk(node)
+        )
+
+    def _steps_beside_batches(self, loop: cst.For | cst.While) -> bool:
+        """``loop`` steps something other than a scheduler outside its loops over batches: a
+        ``.step(...)`` (an optimizer, an engine, a scaler), or an optimizer used there or handed
+        to a helper that runs no loop over batches (``optimizer_step(optimizer)``) — the
+        optimizer then steps once per pass of ``loop``, and the scheduler beside it with it.
+        ``optimizer.zero_grad()`` before the loop over batches steps nothing."""
+        optimizers = self.names_of(Kind.OPTIMIZER)
+        for node in walk(loop.body):
+            if not isinstance(node, cst.Call) or any(
+                self.placement.inside(node, inner) for inner in self.batch_loops
+            ):
+                continue
+            func = node.func
+            if isinstance(func, cst.Attribute) and (
+                (
+                    func.attr.value == "step"
+                    and self.kind_of(dotted(func.value), node) is not Kind.SCHEDULER
+                )
+                or (dotted(func.value) in optimizers and func.attr.value != "zero_grad")
+            ):
+                return True
+            target = callee(self.model, node)
+            if any(dotted(argument.value) in optimizers for argument in node.args) and not (
+                target is not None and self._runs_batches(target[0], 1)
+            ):
+                return True
+        return False
 
     def _in_batch_loop(self, node: cst.CSTNode, batch_loops: list[cst.For], depth: int) -> bool:
         """``node`` runs once per batch: inside a loop over batches, or in a helper called from
@@ -709,3 +792,13 @@ def dataclass_fields(owner: cst.ClassDef) -> list[str]:
             if isinstance(target, cst.Name):
                 fields.append(target.value)
     return fields
+
+
+@dataclass(frozen=True)
+class SchedulerStep:
+    """``scheduler.step(...)``: the call, the scheduler's name where it was created or prepared
+    (the caller's name for a helper's parameter), and whether it runs once per batch."""
+
+    call: cst.Call
+    scheduler: str | None
+    per_batch: bool

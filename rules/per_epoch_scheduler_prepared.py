@@ -1,0 +1,348 @@
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.facts import facts_of
+from accelify.analysis.flow import SchedulerStep
+from accelify.analysis.objects import callee
+from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
+from accelify.analysis.syntax import dotted
+from accelify.lint.rule import Example, Finding, Rule, accelerator_at, in_file_words
+
+#: Settings under which a prepared scheduler steps once per call, or that this file may set in a
+#: way it cannot read (a config dict, an attribute, a flag): a mention other than the default.
+_SETTINGS = re.compile(
+    r"step_scheduler_with_optimizer(?!\s*=\s*True\b)|split_batches(?!\s*=\s*False\b)"
+)
+#: A schedule sized with the number of processes in mind: it is meant to step N times per call.
+_PROCESS_COUNT = re.compile(r"num_processes|world_size")
+
+_SCRIPT = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "accelerator = Accelerator()\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+)
+_PREPARE = (
+    "model, optimizer, loader, scheduler = accelerator.prepare(\n"
+    "    model, optimizer, loader, scheduler\n)\n"
+)
+_EPOCHS = (
+    "for epoch in range(90):\n"
+    "    for x, y in loader:\n"
+    "        accelerator.backward(loss_fn(model(x), y))\n"
+    "        optimizer.step()\n"
+    "        optimizer.zero_grad()\n"
+)
+
+
+class PerEpochSchedulerPrepared(Rule):
+    """A scheduler passed to ``accelerator.prepare`` is stepped ``num_processes`` times at each
+    ``scheduler.step()`` (Accelerate's ``step_scheduler_with_optimizer``, on by default, with
+    ``split_batches=False``; accelify's runtime does the same): prepare assumes a schedule sized
+    in one-process batches and stepped with the optimizer, which each of N ranks steps 1/N as
+    often. A schedule stepped once per epoch (``StepLR(step_size=30)``,
+    ``CosineAnnealingLR(T_max=epochs)``, ``MultiStepLR``, ``ReduceLROnPlateau(patience=...)``
+    stepped with the epoch's metric) then runs N times faster on N processes: StepLR decays
+    every 30/N epochs, the cosine reaches its floor after epochs/N, the plateau's patience runs
+    out N times sooner. Nothing fails; the model trains with the wrong learning rate. One
+    process steps once per call and hides it.
+
+    Fix: create the Accelerator with ``step_scheduler_with_optimizer=False`` (every prepared
+    scheduler then steps once per call), or leave this scheduler out of ``prepare`` when another
+    one steps per batch (``accelerator.register_for_checkpointing(scheduler)`` keeps it in
+    ``save_state``). Not reported: a scheduler stepped per batch, one created after prepare from
+    the prepared optimizer and not prepared, a schedule sized with ``num_processes``, an
+    Accelerator with ``split_batches=True`` or made elsewhere (its settings are not in the
+    file)."""
+
+    code = "ACC408"
+    name = "per-epoch-scheduler-prepared"
+    message = (
+        "Leave this per-epoch scheduler out of prepare, or create the Accelerator with "
+        "step_scheduler_with_optimizer=False: prepared, each step() advances it num_processes "
+        "times, so on N processes its schedule runs N times faster"
+    )
+    why = (
+        "A prepared scheduler steps once per process at each call; an epoch schedule then runs "
+        "N times faster."
+    )
+    bad = (
+        Example(
+            _SCRIPT
+            + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+            + "model, optimizer, loader, scheduler = accelerator.prepare(\n"
+            + "    model, optimizer, loader, scheduler\n)\n"
+            + _EPOCHS
+            + "    scheduler.step()\n",
+            7,
+            31,
+        ),
+        Example(  # the plateau's patience counts each call N times (zero_grad steps nothing)
+            _SCRIPT
+            + "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=5)\n"
+            + _PREPARE
+            + _EPOCHS.replace(":\n", ":\n    optimizer.zero_grad()\n", 1)
+            + "    scheduler.step(evaluate(model))\n",
+            7,
+            31,
+        ),
+        Example(  # a trainer: prepared in __init__, stepped in fit() after each epoch
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "class Trainer:\n"
+            "    def __init__(self, model, loader, epochs):\n"
+            "        self.accelerator = Accelerator()\n"
+            "        self.optimizer = torch.optim.AdamW(model.parameters())\n"
+            "        self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(\n"
+            "            self.optimizer, T_max=epochs\n"
+            "        )\n"
+            "        self.model, self.optimizer, self.loader, self.scheduler = (\n"
+            "            self.accelerator.prepare(model, self.optimizer, loader, self.scheduler)\n"
+            "        )\n"
+            "        self.epochs = epochs\n"
+            "    def train_epoch(self):\n"
+            "        for x, y in self.loader:\n"
+            "            self.accelerator.backward(self.model(x, y))\n"
+            "            self.optimizer.step()\n"
+            "            self.optimizer.zero_grad()\n"
+            "    def fit(self):\n"
+            "        for epoch in range(self.epochs):\n"
+            "            self.train_epoch()\n"
+            "            self.scheduler.step()\n",
+            11,
+            69,
+        ),
+        Example(  # a factory makes the scheduler; a helper gets the accelerator and steps it
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "def build_scheduler(optimizer, epochs):\n"
+            "    return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[epochs // 2])\n"
+            "def train(accelerator, model, optimizer, loader, scheduler, epochs):\n"
+            "    for epoch in range(epochs):\n"
+            "        for x, y in loader:\n"
+            "            accelerator.backward(model(x, y))\n"
+            "            optimizer.step()\n"
+            "            optimizer.zero_grad()\n"
+            "        scheduler.step()\n"
+            "def main():\n"
+            "    accelerator = Accelerator()\n"
+            "    model = torch.nn.Linear(4, 1)\n"
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    scheduler = build_scheduler(optimizer, 10)\n"
+            "    model, optimizer, loader, scheduler = accelerator.prepare(\n"
+            "        model, optimizer, make_loader(), scheduler\n"
+            "    )\n"
+            "    train(accelerator, model, optimizer, loader, scheduler, 10)\n",
+            18,
+            42,
+        ),
+    )
+    good = (
+        # every prepared scheduler steps once per call
+        _SCRIPT.replace("Accelerator()", "Accelerator(step_scheduler_with_optimizer=False)")
+        + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+        + _PREPARE
+        + _EPOCHS
+        + "    scheduler.step()\n",
+        # stepped per batch, with the optimizer: what prepare is for
+        _SCRIPT
+        + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+        + _PREPARE
+        + "for epoch in range(90):\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward(loss_fn(model(x), y))\n"
+        + "        optimizer.step()\n"
+        + "        scheduler.step()\n",
+        # per epoch, left out of prepare
+        _SCRIPT
+        + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + _EPOCHS
+        + "    scheduler.step()\n",
+        # batches split across processes: one step per call
+        _SCRIPT.replace("Accelerator()", "Accelerator(split_batches=True)")
+        + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+        + _PREPARE
+        + _EPOCHS
+        + "    scheduler.step()\n",
+        _SCRIPT.replace(
+            "Accelerator()",
+            "Accelerator(dataloader_config=DataLoaderConfiguration(split_batches=True))",
+        )
+        + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+        + _PREPARE
+        + _EPOCHS
+        + "    scheduler.step()\n",
+        # sized for the N steps per call on purpose
+        _SCRIPT
+        + "scheduler = torch.optim.lr_scheduler.StepLR(\n"
+        + "    optimizer, step_size=30 * accelerator.num_processes\n)\n"
+        + _PREPARE
+        + _EPOCHS
+        + "    scheduler.step()\n",
+        # micro-steps (nanoGPT's shape): the scheduler steps with the optimizer, after them
+        _SCRIPT
+        + "scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)\n"
+        + _PREPARE
+        + "for epoch in range(epochs):\n"
+        + "    batches = iter(loader)\n"
+        + "    for step in range(len(loader) // accumulation_steps):\n"
+        + "        for micro_step in range(accumulation_steps):\n"
+        + "            x, y = next(batches)\n"
+        + "            accelerator.backward(model(x, y) / accumulation_steps)\n"
+        + "        optimizer.step()\n"
+        + "        scheduler.step()\n",
+        # handed its epoch: stepped N times, it lands on the same epoch
+        _SCRIPT
+        + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+        + _PREPARE
+        + _EPOCHS
+        + "    scheduler.step(epoch + 1)\n",
+        # an accelerator configured elsewhere: its settings are not in this file
+        "import torch\n"
+        "def fit(accelerator, model, optimizer, loader, epochs):\n"
+        "    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+        "    model, optimizer, loader, scheduler = accelerator.prepare(\n"
+        "        model, optimizer, loader, scheduler\n    )\n"
+        "    for epoch in range(epochs):\n"
+        "        for x, y in loader:\n"
+        "            accelerator.backward(model(x, y))\n"
+        "            optimizer.step()\n"
+        "        scheduler.step()\n",
+        # settings from a config the file does not spell out
+        "import torch\nfrom accelerate import Accelerator\n"
+        "accelerator = Accelerator(**config['accelerator'])\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+        + _PREPARE
+        + _EPOCHS
+        + "    scheduler.step()\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        if not _steps_once_per_process(script):
+            return
+        flow = facts_of(script).flow
+        prepared = _prepared_schedulers(script)
+        steps = flow.scheduler_steps(set(prepared))
+        per_batch = {step.scheduler for step in steps if step.per_batch}
+        for name, argument in prepared.items():
+            own = [step for step in steps if step.scheduler == name]
+            if not own or name in per_batch or _sized_by_process_count(script, name):
+                continue
+            if any(flow.epoch_loop(step) is None for step in own):
+                continue
+            plateau = _plateau(script, name)
+            repeated = [step for step in own if plateau or not step.call.args]
+            if not repeated:
+                continue
+            yield self.finding(
+                script,
+                argument,
+                message=_message(self, script, argument, repeated, per_batch - {name}),
+            )
+
+
+def _steps_once_per_process(script: ScriptModel) -> bool:
+    """Every Accelerator of the file is made here with Accelerate's defaults for stepping
+    schedulers: ``step_scheduler_with_optimizer=True`` and ``split_batches=False``, no settings
+    unpacked from elsewhere."""
+    if _SETTINGS.search(script.source):
+        return False
+    made = [
+        call
+        for call in script.calls
+        if (dotted(call.func) or "").rsplit(".", 1)[-1] == "Accelerator"
+    ]
+    return bool(made) and all(
+        argument.keyword is not None and not argument.star
+        for call in made
+        for argument in call.args
+    )
+
+
+def _prepared_schedulers(script: ScriptModel) -> dict[str, cst.Arg]:
+    """Each scheduler that ``prepare`` returns, by the name it is bound to, with the argument
+    that passed it."""
+    flow = facts_of(script).flow
+    found: dict[str, cst.Arg] = {}
+    for prepare in script.prepare_calls:
+        arguments = _passed(prepare)
+        if arguments is None:
+            continue
+        for argument, given, output in zip(arguments, prepare.inputs, prepare.outputs, strict=True):
+            if output and flow.kind_of(given, prepare.call) is Kind.SCHEDULER:
+                found[output] = argument
+    return found
+
+
+def _passed(prepare: PrepareCall) -> list[cst.Arg] | None:
+    """The arguments in the order of its inputs and outputs; None when they do not line up
+    (``*objects``, ``prepared = prepare(a, b)``)."""
+    arguments = list(prepare.call.args)
+    if any(argument.star for argument in arguments):
+        return None
+    if not (len(arguments) == len(prepare.inputs) == len(prepare.outputs)):
+        return None
+    return arguments
+
+
+def _sized_by_process_count(script: ScriptModel, name: str) -> bool:
+    """``StepLR(optimizer, step_size=30 * accelerator.num_processes)``: sized for the steps each
+    call takes, on purpose."""
+    return any(
+        _PROCESS_COUNT.search(script.module.code_for_node(binding.value))
+        for binding in script.of_kind(Kind.SCHEDULER)
+        if binding.name == name
+    )
+
+
+def _plateau(script: ScriptModel, name: str) -> bool:
+    """``ReduceLROnPlateau``: stepped with a metric, each repeat counts one more bad epoch. Any
+    other scheduler handed an argument is handed its epoch (``scheduler.step(epoch)``), which
+    it jumps to however many times it is stepped (or it is no torch scheduler, such as timm's,
+    which prepare leaves alone)."""
+    return any(
+        "ReduceLROnPlateau" in script.module.code_for_node(made)
+        for binding in script.of_kind(Kind.SCHEDULER)
+        if binding.name == name
+        for made in _made_by(script, binding.value)
+    )
+
+
+def _made_by(script: ScriptModel, value: cst.BaseExpression) -> list[cst.CSTNode]:
+    """The expression, and the function of the file it calls (``make_scheduler(optimizer)``)."""
+    target = callee(script, value) if isinstance(value, cst.Call) else None
+    return [value] if target is None else [value, target[0]]
+
+
+def _message(
+    rule: Rule,
+    script: ScriptModel,
+    argument: cst.Arg,
+    steps: list[SchedulerStep],
+    per_batch: set[str | None],
+) -> str:
+    """Names the step's line; with another prepared scheduler stepping per batch, only leaving
+    this one out of prepare keeps both right."""
+    lines = ", ".join(str(n) for n in sorted({script.line(step.call) for step in steps}))
+    name = script.module.code_for_node(argument.value)
+    where = f"{name} is stepped once per epoch (line {lines})"
+    why = (
+        "prepared, each step() advances it num_processes times, so on N processes its schedule "
+        "runs N times faster"
+    )
+    if per_batch:
+        other = sorted(n for n in per_batch if n)[0] if any(per_batch) else "another scheduler"
+        advice = (
+            f"leave it out of prepare ({other} steps per batch and needs it; "
+            f"accelerator.register_for_checkpointing({name}) keeps it in save_state)"
+        )
+    else:
+        advice = (
+            "create the Accelerator with step_scheduler_with_optimizer=False, or leave it out "
+            "of prepare"
+        )
+    return in_file_words(f"{where}: {why}; {advice}", accelerator_at(script, argument))
