@@ -354,6 +354,12 @@ class ObjectFlow:
     def origins(
         self, name: str | None, at: cst.CSTNode, stop: set[str] | frozenset[str] = frozenset()
     ) -> set[str | None]:
+        """The names of `origin_sites`."""
+        return {origin for origin, _ in self.origin_sites(name, at, stop)}
+
+    def origin_sites(
+        self, name: str | None, at: cst.CSTNode, stop: set[str] | frozenset[str] = frozenset()
+    ) -> set[tuple[str | None, cst.CSTNode]]:
         """Where a helper's parameter comes from, followed back through every call site of
         every helper in between: ``{"val_loader"}`` for ``loader`` in ``def predict(self,
         loader)`` called as ``self.predict(val_loader)`` in ``fit(self, train_loader,
@@ -361,8 +367,10 @@ class ObjectFlow:
         An entry of a dict or list (``evaluate(model, loaders["val"])``, ``loaders.get("val")``)
         comes from the container (``loaders``), as a loop over ``loaders[phase]`` reads it.
         None stands for an argument that is not a name (``fit(DataLoader(...))``); a name in
-        ``stop`` (one ``prepare`` returned) is an origin of its own, not followed further."""
-        found: set[str | None] = set()
+        ``stop`` (one ``prepare`` returned) is an origin of its own, not followed further.
+        Each comes with the place it is read at: the same name in another function is another
+        object."""
+        found: set[tuple[str | None, cst.CSTNode]] = set()
         pending = [(name, at)]
         seen: set[tuple[str | None, int]] = set()
         while pending:
@@ -391,11 +399,11 @@ class ObjectFlow:
             iterated = [] if passed or current in stop else self._iterated_loaders(current, place)
             pending += [(source, place) for source in iterated]
             if not passed and not iterated:
-                found.add(current)
+                found.add((current, place))
             for value, call in passed:
                 source = dotted(_container(value))
                 if source is None:
-                    found.add(None)
+                    found.add((None, call))
                 else:
                     pending.append((source, call))
         return found
