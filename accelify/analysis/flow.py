@@ -109,19 +109,27 @@ class ObjectFlow:
         """One pass over the file's calls; whether it learnt a parameter's kind."""
         added = False
         for call in self.model.calls:
-            target = callee(self.model, call)
-            if target is None:
-                continue
-            function, implicit = target
             caller = self.placement.enclosing_function(call)
-            for parameter, argument in bound_arguments(function, call, implicit):
-                if parameter in self.params.get(function, {}):
-                    continue
-                kind = self._argument_kind(argument.value, call, caller, kinds_by_name)
-                if kind is not None:
-                    self.params.setdefault(function, {})[parameter] = kind
-                    added = True
+            for function, implicit in self._runs(call):
+                for parameter, argument in bound_arguments(function, call, implicit):
+                    if parameter in self.params.get(function, {}):
+                        continue
+                    kind = self._argument_kind(argument.value, call, caller, kinds_by_name)
+                    if kind is not None:
+                        self.params.setdefault(function, {})[parameter] = kind
+                        added = True
         return added
+
+    def _runs(self, call: cst.Call) -> list[tuple[cst.FunctionDef, int]]:
+        """The function ``call`` runs, or each entry of a table of the module's functions it
+        runs (``for name, fn in phases.items(): fn(model, loaders[name])``): each receives
+        what the call passes."""
+        graph = self.model.call_graph
+        table = [(f, i) for f, i in graph.callees(call) if graph.owner(f) is None]
+        if len(table) > 1:
+            return table
+        target = callee(self.model, call)
+        return [target] if target is not None else []
 
     def _argument_kind(
         self,
