@@ -333,6 +333,17 @@ class UngatheredMetric(Rule):
         HEADER
         + "import torch\ncorrect = 0\nwith torch.no_grad():\n    for x, y in eval_loader:\n"
         + "        correct += (model(x).argmax(-1) == y).sum().item()\n",
+        # two sub-commands each make their own ``loader``: train()'s is prepared, evaluate()'s
+        # is another object under the same name, read whole by every rank
+        HEADER
+        + "import torch\nfrom torch.utils.data import DataLoader\n\n\ndef train(model, data):\n"
+        + "    loader = DataLoader(data)\n"
+        + "    model, loader = accelerator.prepare(model, loader)\n"
+        + "    for x, y in loader:\n        accelerator.backward(model(x).sum())\n\n\n"
+        + "def evaluate(model, data):\n    loader = DataLoader(data)\n    correct = 0\n"
+        + "    with torch.no_grad():\n        for x, y in loader:\n"
+        + "            correct += (model(x).argmax(-1) == y).sum().item()\n"
+        + "    return correct\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -533,9 +544,26 @@ def _prepared_loader(script: ScriptModel, facts: Facts, loop: Loop) -> bool:
     """The loop reads a prepared loader: by name, or as a helper's parameter that a call site
     fills with one (``evaluate(model, test_loader)`` after prepare)."""
     prepared = script.prepared_names
+    if _made_here_unprepared(script, facts, loop):
+        return False
     if loop.iterable in prepared:
         return True
     return facts.flow.outer_name(loop.iterable, loop.node) in prepared
+
+
+def _made_here_unprepared(script: ScriptModel, facts: Facts, loop: Loop) -> bool:
+    """``loader = DataLoader(...)`` made in the loop's own function (``evaluate(args)``) that
+    no prepare call there returns: another object than the ``loader`` that ``train(args)``
+    prepared under the same name, read whole by every rank."""
+    name = loop.iterable
+    function = facts.placement.enclosing_function(loop.node)
+    if name is None or "." in name or function is None:
+        return False
+    if not any(b.name == name and b.scope is function for b in script.bindings):
+        return False
+    return not any(
+        name in p.outputs and facts.placement.inside(p.call, function) for p in script.prepare_calls
+    )
 
 
 def _is_collective(call: cst.Call, accelerators: set[str]) -> bool:

@@ -28,7 +28,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import all_params, dotted, strip_self_methods, target_names
+from accelify.analysis.syntax import all_params, dotted, strip_self_methods, target_names, walk
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 #: Method names every torch object has: ``x.train()`` on an unknown ``x`` is not a Trainer's.
@@ -210,11 +210,17 @@ class CallGraph:
         resolution = self._resolution(call)
         if resolution.targets:
             return [
-                (t, _bound(t) if t is not resolution.targets[0] else resolution.implicit)
+                (t, resolution.implicit if t is resolution.targets[0] else self._implicit(t))
                 for t in resolution.targets
             ]
         found = self.callee(call)
         return [found] if found is not None else []
+
+    def _implicit(self, function: cst.FunctionDef) -> int:
+        """What a call binds implicitly in ``function``, another target than the first: a
+        method's ``self`` (an override, a callback's ``__call__``), nothing for a function of
+        the module (one entry of a table of functions the call runs)."""
+        return _bound(function) if self.owner(function) is not None else 0
 
     def _all_targets(self, call: cst.Call) -> list[cst.FunctionDef]:
         resolution = self._resolution(call)
@@ -252,6 +258,9 @@ class CallGraph:
             elements = self._element_calls(func.value, call)
             if elements:  # ``for callback in self.callbacks: callback(model, val_loss)``
                 return _Resolution(elements, 1)
+            table = self._function_table_calls(func.value, call)
+            if table:  # ``for name, fn in phases.items(): fn(model, loaders[name])``
+                return _Resolution(table, 0)
             made = self._class_parameter(func.value, call)
             if made is not None:  # ``cls(model, optimizer)`` in a classmethod factory
                 init = self.lookup(made, "__init__")
@@ -355,6 +364,119 @@ class CallGraph:
         if any(f is None for f in found) or made & set(self.model.module_classes):
             return []
         return [f for f in found if f is not None]
+
+    def _function_table_calls(self, name: str, call: cst.Call) -> list[cst.FunctionDef]:
+        """``fn(...)`` in ``for name, fn in phases.items()`` (or ``for fn in phases.values()``,
+        ``for fn in (train_epoch, evaluate)``), where the table is a dict, list or tuple display
+        of this file's module-level functions, bound once in the same function: the call runs
+        each of them. Empty when any entry is something else."""
+        if name in self.classes or name in self.model.functions:
+            return []
+        loop = self._table_loop(name, call)
+        if loop is None:
+            return []
+        iterated, position = loop
+        table = self._table_display(iterated, call)
+        if table is None:
+            return []
+        if isinstance(table, cst.Dict):
+            entries = [e.value for e in table.elements if isinstance(e, cst.DictElement)]
+            if len(entries) != len(table.elements) or position != "value":
+                return []
+        else:
+            entries = [e.value for e in table.elements if not isinstance(e, cst.StarredElement)]
+            if len(entries) != len(table.elements) or position != "plain":
+                return []
+        found = []
+        for entry in entries:
+            function = (
+                self.model.functions.get(entry.value) if isinstance(entry, cst.Name) else None
+            )
+            if function is None or self._shadowed(entry.value, call):
+                return []
+            found.append(function)
+        return list(dict.fromkeys(found))
+
+    def _table_loop(self, name: str, at: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:
+        """What the closest loop around ``at`` that binds ``name`` iterates, and how ``name``
+        reads it: ``"plain"`` for ``for fn in table``, ``"value"`` for the value of
+        ``for key, fn in table.items()`` and ``for fn in table.values()``; ``"keys"`` else."""
+        for ancestor in self.model.ancestors(at):
+            clauses: list[cst.For | cst.CompFor] = []
+            if isinstance(ancestor, cst.For):
+                clauses = [ancestor]
+            elif isinstance(ancestor, _COMPREHENSIONS):
+                clause: cst.CompFor | None = ancestor.for_in
+                while clause is not None:
+                    clauses.append(clause)
+                    clause = clause.inner_for_in
+            elif isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                return None
+            for loop in clauses:
+                if name not in target_names(loop.target):
+                    continue
+                iterated = loop.iter
+                method = (
+                    iterated.func.attr.value
+                    if isinstance(iterated, cst.Call)
+                    and isinstance(iterated.func, cst.Attribute)
+                    and not iterated.args
+                    else None
+                )
+                target = loop.target
+                if (
+                    method == "items"
+                    and isinstance(target, cst.Tuple)
+                    and len(target.elements) == 2
+                ):
+                    second = target.elements[1].value
+                    held = isinstance(second, cst.Name) and second.value == name
+                    return iterated.func.value, "value" if held else "keys"  # type: ignore[union-attr]
+                if method == "values" and dotted(target) == name:
+                    return iterated.func.value, "value"  # type: ignore[union-attr]
+                if method is None and dotted(target) == name:
+                    return iterated, "plain"
+                return None
+        return None
+
+    def _table_display(
+        self, value: cst.BaseExpression, at: cst.CSTNode
+    ) -> cst.Dict | cst.List | cst.Tuple | None:
+        """The display ``value`` is, or the one a plain name was bound to once in the same
+        function (and never written into after)."""
+        if isinstance(value, (cst.Dict, cst.List, cst.Tuple)):
+            return value
+        if not isinstance(value, cst.Name):
+            return None
+        function = self.index.enclosing_function(at)
+        assigned = [
+            a
+            for a in self.index.assignments_to(value.value)
+            if self.index.enclosing_function(a) is function
+        ]
+        if len(assigned) != 1 or self._written_into(value.value, function):
+            return None
+        display = assigned[0].value
+        return display if isinstance(display, (cst.Dict, cst.List, cst.Tuple)) else None
+
+    def _written_into(self, name: str, function: cst.CSTNode | None) -> bool:
+        """``table[key] = ...`` or ``table.append(...)``/``update``/``extend`` in ``function``."""
+        scope = function if function is not None else self.model.module
+        for node in walk(scope):
+            if (
+                isinstance(node, cst.AssignTarget)
+                and isinstance(node.target, cst.Subscript)
+                and dotted(node.target.value) == name
+            ):
+                return True
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and dotted(node.func.value) == name
+                and node.func.attr.value in ("append", "extend", "update", "insert", "setdefault")
+            ):
+                return True
+        return False
 
     def _loop_over(self, name: str, at: cst.CSTNode) -> cst.For | cst.CompFor | None:
         """The closest ``for name in ...`` around ``at``: a statement, or a comprehension's

@@ -1061,16 +1061,38 @@ def self_syncing_metrics(loop: Loop, model: ScriptModel) -> list[cst.Call]:
 
 
 def _assigned_in(loop: cst.For) -> set[str]:
-    """Names the loop binds itself (its targets and plain assignments): per-batch values."""
+    """Names the loop binds itself (its targets and plain assignments): per-batch values.
+
+    An inner loop's target is one only when it walks a per-batch value (``for p, t in
+    zip(preds, y)``): one over a container made before the loop (``for m in
+    self.metrics.values(): m.update(out, y)``) hands out the objects the metrics live in,
+    and what is fed to them outlives the batch like ``correct += ...`` does."""
     bound = set(target_names(loop.target))
+    inner = []
     for node in walk(loop.body):
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 value_names = _variables(node.value)
                 bound |= {t for t in target_names(target.target) if t not in value_names}
         elif isinstance(node, cst.For):
-            bound |= target_names(node.target)
+            inner.append(node)
+    grown = True
+    while grown:
+        grown = False
+        for node in inner:
+            names = target_names(node.target)
+            if not names <= bound and _walks_per_batch(node.iter, bound):
+                bound |= names
+                grown = True
     return bound
+
+
+def _walks_per_batch(iterated: cst.BaseExpression, bound: set[str]) -> bool:
+    """An inner loop's iterable reads a per-batch name, or is a plain count (``range(n)``):
+    anything but a container made outside the loop."""
+    if isinstance(iterated, cst.Call) and dotted(iterated.func) == "range":
+        return True
+    return bool(_variables(iterated) & bound)
 
 
 def caches_for_training(loop: Loop, facts: Facts) -> bool:

@@ -112,19 +112,27 @@ class ObjectFlow:
         """One pass over the file's calls; whether it learnt a parameter's kind."""
         added = False
         for call in self.model.calls:
-            target = callee(self.model, call)
-            if target is None:
-                continue
-            function, implicit = target
             caller = self.placement.enclosing_function(call)
-            for parameter, argument in bound_arguments(function, call, implicit):
-                if parameter in self.params.get(function, {}):
-                    continue
-                kind = self._argument_kind(argument.value, call, caller, kinds_by_name)
-                if kind is not None:
-                    self.params.setdefault(function, {})[parameter] = kind
-                    added = True
+            for function, implicit in self._runs(call):
+                for parameter, argument in bound_arguments(function, call, implicit):
+                    if parameter in self.params.get(function, {}):
+                        continue
+                    kind = self._argument_kind(argument.value, call, caller, kinds_by_name)
+                    if kind is not None:
+                        self.params.setdefault(function, {})[parameter] = kind
+                        added = True
         return added
+
+    def _runs(self, call: cst.Call) -> list[tuple[cst.FunctionDef, int]]:
+        """The function ``call`` runs, or each entry of a table of the module's functions it
+        runs (``for name, fn in phases.items(): fn(model, loaders[name])``): each receives
+        what the call passes."""
+        graph = self.model.call_graph
+        table = [(f, i) for f, i in graph.callees(call) if graph.owner(f) is None]
+        if len(table) > 1:
+            return table
+        target = callee(self.model, call)
+        return [target] if target is not None else []
 
     def _argument_kind(
         self,
@@ -364,6 +372,12 @@ class ObjectFlow:
     def origins(
         self, name: str | None, at: cst.CSTNode, stop: set[str] | frozenset[str] = frozenset()
     ) -> set[str | None]:
+        """The names of `origin_sites`."""
+        return {origin for origin, _ in self.origin_sites(name, at, stop)}
+
+    def origin_sites(
+        self, name: str | None, at: cst.CSTNode, stop: set[str] | frozenset[str] = frozenset()
+    ) -> set[tuple[str | None, cst.CSTNode]]:
         """Where a helper's parameter comes from, followed back through every call site of
         every helper in between: ``{"val_loader"}`` for ``loader`` in ``def predict(self,
         loader)`` called as ``self.predict(val_loader)`` in ``fit(self, train_loader,
@@ -371,8 +385,10 @@ class ObjectFlow:
         An entry of a dict or list (``evaluate(model, loaders["val"])``, ``loaders.get("val")``)
         comes from the container (``loaders``), as a loop over ``loaders[phase]`` reads it.
         None stands for an argument that is not a name (``fit(DataLoader(...))``); a name in
-        ``stop`` (one ``prepare`` returned) is an origin of its own, not followed further."""
-        found: set[str | None] = set()
+        ``stop`` (one ``prepare`` returned) is an origin of its own, not followed further.
+        Each comes with the place it is read at: the same name in another function is another
+        object."""
+        found: set[tuple[str | None, cst.CSTNode]] = set()
         pending = [(name, at)]
         seen: set[tuple[str | None, int]] = set()
         while pending:
@@ -395,11 +411,11 @@ class ObjectFlow:
             iterated = [] if passed or current in stop else self._iterated_loaders(current, place)
             pending += [(source, place) for source in iterated]
             if not passed and not iterated:
-                found.add(current)
+                found.add((current, place))
             for value, call in passed:
                 source = dotted(_container(value))
                 if source is None:
-                    found.add(None)
+                    found.add((None, call))
                 else:
                     pending.append((source, call))
         return found

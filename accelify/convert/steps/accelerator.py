@@ -80,6 +80,25 @@ def _home(ctx: Context, prepare_scope: Scope) -> Scope:
     that calls the preparing one from there (``main``), else the module."""
     if ctx.acc.startswith("self."):
         return _instance_home(ctx, prepare_scope)
+    home = _home_by_calls(ctx, prepare_scope)
+    if _handed_on(ctx, home) and _may_create_in(ctx, ctx.model.module, prepare_scope):
+        return ctx.model.module
+    return home
+
+
+def _handed_on(ctx: Context, home: Scope) -> bool:
+    """A function that would take the accelerator as a parameter is handed on somewhere
+    (``sub.set_defaults(func=evaluate)``, then ``args.func(args)``): its callers cannot be
+    found to pass it, and a required parameter they do not pass is a crash. Created at the
+    module's level, the accelerator is a global every function reads, and none takes it."""
+    if isinstance(home, cst.Module):
+        return False
+    graph = ctx.facts.calls
+    return any(graph.references(function) for function in _threading(ctx, home).functions)
+
+
+def _home_by_calls(ctx: Context, prepare_scope: Scope) -> Scope:
+    """`_home` as the calls of the functions that need the accelerator decide it."""
     if any(isinstance(ctx.model.scope_of(n), cst.Module) for n in ctx.needs):
         _read_constructor_at_the_call(ctx, prepare_scope, ctx.model.module)
         return ctx.model.module
@@ -311,8 +330,8 @@ def _threading(ctx: Context, home: Scope) -> _Threading:
 
 
 def _module_level_calls(ctx: Context) -> list[cst.CSTNode]:
-    """Calls at the module's top level that run a function needing the (global) accelerator:
-    it is created before the first of them."""
+    """Calls at the module's top level that run a function needing the (global) accelerator,
+    or hand it on: it is created before the first of them."""
     placement, graph = ctx.facts.placement, ctx.facts.calls
     pending = [placement.top_function(need) for need in ctx.needs]
     seen: set[cst.FunctionDef] = set()
@@ -322,7 +341,8 @@ def _module_level_calls(ctx: Context) -> list[cst.CSTNode]:
         if function is None or function in seen:
             continue
         seen.add(function)
-        for call in graph.callers(function):
+        # a function handed on (``set_defaults(func=evaluate)``) runs wherever it was handed
+        for call in [*graph.callers(function), *graph.references(function)]:
             caller = placement.top_function(call)
             if caller is None:
                 found.append(call)

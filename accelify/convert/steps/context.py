@@ -169,10 +169,30 @@ class Context:
         if flow.kind_of(loop.iterable, loop.node) is not Kind.DATALOADER:
             return []
         prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
-        origins = flow.origins(loop.iterable, loop.node, stop=prepared)
+        origins = flow.origin_sites(loop.iterable, loop.node, stop=prepared)
         return sorted(
-            (o for o in origins if o not in prepared and not self._received_prepared(o, prepared)),
+            {
+                o
+                for o, place in origins
+                if (o not in prepared or self._another_local(o, place))
+                and not self._received_prepared(o, prepared)
+            },
             key=lambda o: o or "",
+        )
+
+    def _another_local(self, name: str | None, place: cst.CSTNode) -> bool:
+        """``loader`` read in ``evaluate(args)`` while the prepare call took the ``loader`` of
+        ``train(args)``: a plain name local to another function than the one it was prepared
+        in is another object under the same name (two sub-commands that each make their own)."""
+        anchor = self.prepared_after.get(name or "")
+        if name is None or "." in name or anchor is None:
+            return False
+        function = self.facts.placement.enclosing_function(place)
+        prepared_in = self.facts.placement.enclosing_function(anchor)
+        if function is None or function is prepared_in:
+            return False
+        return any(
+            binding.name == name and binding.scope is function for binding in self.model.bindings
         )
 
     def _received_prepared(self, name: str | None, prepared: set[str]) -> bool:

@@ -93,7 +93,16 @@ def run(ctx: Context) -> None:
     if by_hand and not ctx.model.of_kind(Kind.OPTIMIZER) and not inline:
         line = ctx.line(by_hand[0])
         models = {b.name for b in ctx.model.of_kind(Kind.MODEL)}
-        if models & set(ctx.plan.prepared):
+        kept = _optimizers_kept_unnamed(ctx)
+        if models & set(ctx.plan.prepared) and kept:
+            text = (
+                f"the optimizers made at line {ctx.line(kept[0])} are kept in a container "
+                "the conversion does not follow (a dict or a list), so they are not prepared: "
+                "they step on the DDP-averaged gradients as they are (right without mixed "
+                "precision), but under --mixed-precision fp16 they would step on the scaled "
+                "gradients; bind each to a name and prepare it with the model"
+            )
+        elif models & set(ctx.plan.prepared):
             text = (
                 "parameters are updated by hand (no torch.optim optimizer): the update runs "
                 "on every rank with DDP-averaged gradients; check it"
@@ -155,6 +164,18 @@ def _inline_optimizers(ctx: Context) -> list[cst.Call]:
         if any(names.is_optimizer_class(q) for q in ctx.model.call_names(call))
         and isinstance(ctx.model.parent(call), cst.Arg)
         and ctx.model.parent(call) not in prepared
+    ]
+
+
+def _optimizers_kept_unnamed(ctx: Context) -> list[cst.Call]:
+    """``optimizers = {"encoder": Adam(...)}``, ``optimizers[t] = SGD(...)``: torch.optim
+    optimizers made where no name the analysis follows holds them. The update is not written
+    by hand: they step as they are, unprepared."""
+    return [
+        call
+        for call in ctx.model.calls
+        if any(names.is_optimizer_class(q) for q in ctx.model.call_names(call))
+        and not isinstance(ctx.model.parent(call), cst.Arg)
     ]
 
 
