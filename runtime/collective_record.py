@@ -42,8 +42,8 @@ from accelify.runtime.environment import FAILURE_DIR
 RUNNING, IN_COLLECTIVE, LEAVING, CRASHED = 0, 1, 2, 3
 STACK_SIGNAL = signal.SIGUSR2
 
-# generation (odd while a write is under way), pid, state, spare, collective sequence number,
-# backward passes, time the state began, main thread id, operation, where (path:line)
+# generation (odd while a write is under way), pid, state, exit code (while leaving), collective
+# sequence number, backward passes, time the state began, main thread id, operation, where
 _LAYOUT = struct.Struct("<IiiiqqdQ32s240s")
 _GENERATION = struct.Struct("<I")
 _STATE, _STATE_OFFSET = struct.Struct("<i"), 8
@@ -61,6 +61,9 @@ class Record:
     since: float  # time.time() when the current state began
     operation: str  # the current or the last collective
     where: str  # "path:line" of the user's call of that collective
+    #: the code the rank is leaving with (``sys.exit(3)``), known while it is LEAVING: the agent
+    #: may stop a rank still tearing down after a peer crashed of its leaving
+    exit_code: int = 0
 
     @property
     def file(self) -> str:
@@ -95,10 +98,10 @@ def read(directory: Path, rank: int) -> Record | None:
         return None
     if len(data) < _LAYOUT.size or data != again:
         return None
-    generation, pid, state, _, sequence, passes, since, _, op, where = _LAYOUT.unpack_from(data)
+    generation, pid, state, code, sequence, passes, since, _, op, where = _LAYOUT.unpack_from(data)
     if generation % 2 or generation == 0:
         return None  # torn: read again at the next poll
-    return Record(rank, pid, state, sequence, passes, since, _text(op), _text(where))
+    return Record(rank, pid, state, sequence, passes, since, _text(op), _text(where), code)
 
 
 def _text(raw: bytes) -> str:
@@ -126,6 +129,7 @@ class _Recorder:
         self.operation = b""
         self.where = b""
         self.state = RUNNING
+        self.exit_code = 0
         self._write(RUNNING)
 
     def _write(self, state: int) -> None:
@@ -137,7 +141,7 @@ class _Recorder:
             self._generation,
             self._pid,
             state,
-            0,
+            self.exit_code,
             self.sequence,
             self.passes,
             time.time(),
@@ -172,10 +176,11 @@ class _Recorder:
         if self.depth == 0 and self.state == IN_COLLECTIVE:
             self._write_state(RUNNING)
 
-    def finish(self, state: int) -> None:
+    def finish(self, state: int, exit_code: int = 0) -> None:
         """Leaving or crashed, once: a rank that crashed stays so, and the time a rank began
         to leave is kept (the script's end, then its exit guard, both say it)."""
         if self.state not in (CRASHED, state):
+            self.exit_code = exit_code
             self._write(state)
 
     def _caller(self) -> bytes:
@@ -366,10 +371,11 @@ def end(begun: bool) -> None:
         _recorder.leave()
 
 
-def leaving() -> None:
-    """The rank is past the end of its script (at exit, before it waits for its peers)."""
+def leaving(exit_code: int = 0) -> None:
+    """The rank is past the end of its script (at exit, before it waits for its peers), or
+    leaving through ``sys.exit(exit_code)``."""
     if _recorder is not None:
-        _recorder.finish(LEAVING)
+        _recorder.finish(LEAVING, exit_code)
 
 
 def crashed() -> None:

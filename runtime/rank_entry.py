@@ -50,10 +50,18 @@ def _run(code: CodeType, module: ModuleType) -> None:
     sys.modules["__main__"] = module
     try:
         exec(code, module.__dict__)
-    except SystemExit:
-        collective_record.leaving()
+    except SystemExit as leaving:
+        collective_record.leaving(_exit_status(leaving.code))
         raise
     collective_record.leaving()
+
+
+def _exit_status(code: object) -> int:
+    """The status ``sys.exit(code)`` ends the process with: None is 0, a number itself, anything
+    else (a message) 1."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
 
 
 def _main_module_of_script(script: str) -> tuple[ModuleType, CodeType]:

@@ -211,6 +211,24 @@ def test_a_rank_whose_peer_left_is_a_victim_and_the_leavers_exit_code_is_the_run
     assert victim in text
 
 
+def test_a_leaver_the_agent_stopped_while_it_tore_down_keeps_its_exit_code(tmp_path):
+    """Rank 1 calls sys.exit(3); rank 0's backward fails at once on the closed connection and
+    aborts (SIGABRT, gloo's thread at teardown) while rank 1 is still tearing down, so the agent
+    sees rank 0 first and stops rank 1 with SIGTERM. Rank 1's record says it was leaving with 3:
+    it is the cause, and 3 is the run's exit code (1 in 20 runs of raw_ddp_exits.py, before)."""
+    recorder = collective_record._Recorder(tmp_path / "0", 1, skip=())
+    recorder.finish(LEAVING, 3)
+    write_failure(tmp_path, 0, "RuntimeError: [pair.cc:553] Connection closed by peer", at=1)
+    failures = {0: failure(-signal.SIGABRT), 1: failure(-signal.SIGTERM)}
+    text, code = outcome.failed_run(failures, tmp_path, attempt=0)
+    assert code == 3
+    assert text.splitlines()[0] == (
+        "accelify launch: rank 1 failed with exit code 3, while its peers were still running"
+    )
+    assert "rank 0 failed because its peer had gone" in text
+    assert collective_record.read(tmp_path / "0", 1).exit_code == 3
+
+
 def test_the_earliest_exception_that_is_not_a_victims_is_the_cause(tmp_path):
     write_failure(tmp_path, 0, "RuntimeError: Connection closed by peer", at=1)
     write_failure(tmp_path, 1, "ValueError: boom", at=2)

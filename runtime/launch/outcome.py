@@ -70,12 +70,19 @@ def failed_run(
         for rank, failure in failures.items()
         if rank not in raised and failure.exitcode not in AGENT_STOPS
     }
+    exited_with = {rank: failure.exitcode for rank, failure in exited.items()}
+    # A rank that called sys.exit(3) and was still tearing down when the agent stopped it (its
+    # peer had crashed of its leaving first, and the agent saw that crash first)
+    for rank, state in states.items():
+        by_agent = rank in failures and failures[rank].exitcode in AGENT_STOPS
+        if state.state == LEAVING and state.exit_code and by_agent and rank not in raised:
+            exited[rank], exited_with[rank] = failures[rank], state.exit_code
     if exited:
         rank = min(exited, key=lambda r: (_left_at(states.get(r), exited[r].timestamp), r))
         if len(exited) > 1 and not states:
             return _all_exited(exited)
-        crash = _crash_place(records, attempt, rank, exited[rank].exitcode)
-        return _exited(rank, exited[rank].exitcode, states.get(rank), failures, victims, crash)
+        crash = _crash_place(records, attempt, rank, exited_with[rank])
+        return _exited(rank, exited_with[rank], states.get(rank), failures, victims, crash)
     left = [
         rank for rank, state in states.items() if state.state == LEAVING and rank not in failures
     ]

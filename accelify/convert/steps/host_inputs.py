@@ -8,9 +8,12 @@ expects it: ``send_to_device(model(send_to_device(X_test, accelerator.device)), 
 
 Only inputs known to be made on the host are sent: a tensor made by a torch factory
 (``torch.randn``, ``torch.tensor``, ``torch.from_numpy`` ...), a slice, view or arithmetic of
-one, or a name (``X_test``, ``self.noise``) every assignment of which is such a tensor. A
-parameter, a loop's item, anything a function returned may be a batch already on the device,
-whose output the caller compares with labels that are there too: those calls stay as written.
+one, a name (``X_test``, ``self.noise``) every assignment of which is such a tensor, or a
+helper's parameter every caller passes such a tensor for (``evaluate(model, X_test, y_test)``).
+A loop's item, anything a function returned, a parameter some caller passes a batch for may
+already be on the device, whose output the caller compares with labels that are there too:
+those calls stay as written. Calls inside a loop over a prepared loader stay too (their output
+meets the batches on the device; `loop_tensors` moves what is made there instead).
 """
 
 from __future__ import annotations
