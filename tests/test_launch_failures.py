@@ -215,7 +215,8 @@ def test_a_leaver_the_agent_stopped_while_it_tore_down_keeps_its_exit_code(tmp_p
     """Rank 1 calls sys.exit(3); rank 0's backward fails at once on the closed connection and
     aborts (SIGABRT, gloo's thread at teardown) while rank 1 is still tearing down, so the agent
     sees rank 0 first and stops rank 1 with SIGTERM. Rank 1's record says it was leaving with 3:
-    it is the cause, and 3 is the run's exit code (1 in 20 runs of raw_ddp_exits.py, before)."""
+    it is the cause, and 3 is the run's exit code (seen once in a full suite run of
+    raw_ddp_exits.py, where the run exited 134 blaming rank 0)."""
     recorder = collective_record._Recorder(tmp_path / "0", 1, skip=())
     recorder.finish(LEAVING, 3)
     write_failure(tmp_path, 0, "RuntimeError: [pair.cc:553] Connection closed by peer", at=1)
