@@ -177,7 +177,8 @@ def lint(
 ) -> None:
     """Report distributed-training misuse in Accelerator scripts (ACC codes).
 
-    Exit 0 when clean, 1 when something is reported, 2 on usage errors. `# noqa: ACC201` on a
+    Exit 0 when clean, 1 when something is reported, 2 on usage errors or a file the tool
+    failed to check (named in one line, the others still checked). `# noqa: ACC201` on a
     line suppresses; `[tool.accelify]` in pyproject.toml sets select, extend-select, ignore,
     per-file-ignores, exclude and cache-dir. Without --select the default set runs (bugs only:
     `accelify rules` marks it); --select/--extend-select/--ignore take codes or prefixes (ACC2,
