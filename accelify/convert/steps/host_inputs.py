@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.device_moves import strip_moves
+from accelify.analysis.device_moves import moved_to, strip_moves
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, has_parameter, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.devices import handed_on_before_prepare
 from accelify.edits import rewrites
@@ -104,26 +104,22 @@ def cpu_only(ctx: Context) -> bool:
     for binding in ctx.model.of_kind(Kind.MODEL):
         if strip_moves(binding.value) is not binding.value:
             return False
-    return not any(
-        isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
-        for call in ctx.model.calls
-        if names_a_device(call)
-    )
+    return not any(names_a_device(call) for call in ctx.model.calls)
 
 
 def names_a_device(call: cst.Call) -> bool:
-    """``x.cuda()``, ``x.to("cuda")``, ``x.to(dev)``: a move, as opposed to a dtype cast
-    (``x.to(torch.float32)``)."""
+    """``x.cuda()``, ``x.to("cuda")``, ``x.to(dev)``, ``x.to(torch.float, device=d)``: a move,
+    as opposed to a dtype cast (``x.to(torch.float32)``)."""
     func = call.func
     if not isinstance(func, cst.Attribute):
         return False
     if func.attr.value == "cuda":
         return True
-    if func.attr.value != "to" or not call.args:
+    target = moved_to(call)
+    if target is None:
         return False
-    first = call.args[0].value
-    text = dotted(first) or ""
-    return not text.startswith("torch.") or text in ("torch.device",)
+    text = dotted(target) or ""
+    return not text.startswith("torch.") or text == "torch.device"
 
 
 def prepared_model_called(ctx: Context, call: cst.Call) -> str | None:
@@ -205,6 +201,18 @@ _SAME_DEVICE_METHODS = frozenset(
 )  # fmt: skip
 
 
+def torch_factory(call: cst.Call) -> str | None:
+    """``randn`` of ``torch.randn(b, z)``: the `FACTORIES` member ``call`` runs, if any."""
+    name = dotted(call.func) or ""
+    made = name[len("torch.") :]
+    return made if name.startswith("torch.") and made in FACTORIES else None
+
+
+def device_given(call: cst.Call) -> bool:
+    """``torch.zeros(n, device=d)``: the call says where its tensor goes."""
+    return any(a.keyword is not None and a.keyword.value == "device" for a in call.args)
+
+
 def _made_on_host(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> bool:
     """``value`` is a tensor the original made on the CPU (see the module's docstring)."""
     if depth > 8:
@@ -213,11 +221,8 @@ def _made_on_host(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, dept
         return True
     if isinstance(value, cst.Call):
         func = value.func
-        name = dotted(func) or ""
-        if name.startswith("torch.") and name.count(".") == 1 and name[6:] in FACTORIES:
-            return not any(
-                arg.keyword is not None and arg.keyword.value == "device" for arg in value.args
-            )
+        if torch_factory(value) is not None:
+            return not device_given(value)
         return (
             isinstance(func, cst.Attribute)
             and func.attr.value in _SAME_DEVICE_METHODS
@@ -246,7 +251,7 @@ def _passed_for_parameter(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.
     that the function never rebinds (``evaluate(model, X_test, y_test)`` for ``X``); None when
     it is no such parameter."""
     function = ctx.facts.placement.enclosing_function(at)
-    if function is None or "." in name or name not in _parameters(function):
+    if function is None or "." in name or not has_parameter(function, name):
         return None
     if any(_values_bound(node, name) for node in walk(function.body)):
         return []  # rebound inside: what it holds at ``at`` is not known
@@ -269,7 +274,7 @@ def _assigned_values(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.BaseE
         )
     found: list[cst.BaseExpression | None] = []
     for scope in scopes:
-        if isinstance(scope, cst.FunctionDef) and name in _parameters(scope):
+        if isinstance(scope, cst.FunctionDef) and has_parameter(scope, name):
             found.append(None)
         for node in walk(scope):
             if (
@@ -283,16 +288,7 @@ def _assigned_values(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.BaseE
 
 
 def _binds(function: cst.FunctionDef, name: str) -> bool:
-    return name in _parameters(function) or any(_values_bound(n, name) for n in walk(function))
-
-
-def _parameters(function: cst.FunctionDef) -> set[str]:
-    params = function.params
-    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            names.add(star.name.value)
-    return names
+    return has_parameter(function, name) or any(_values_bound(n, name) for n in walk(function))
 
 
 def _values_bound(node: cst.CSTNode, name: str) -> list[cst.BaseExpression | None]:

@@ -18,7 +18,12 @@ from accelify.analysis.dataflow import variables_in
 from accelify.analysis.script_model import Loop
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import Context
-from accelify.convert.steps.host_inputs import FACTORIES, cpu_only, prepared_model_called
+from accelify.convert.steps.host_inputs import (
+    cpu_only,
+    device_given,
+    prepared_model_called,
+    torch_factory,
+)
 from accelify.edits import rewrites
 
 
@@ -68,13 +73,8 @@ def _reads_the_device(ctx: Context, node: cst.CSTNode, on_device: set[str]) -> b
 def _is_factory(node: cst.CSTNode) -> bool:
     if not isinstance(node, cst.Call):
         return False
-    name = dotted(node.func) or ""
-    return (
-        name.startswith("torch.")
-        and name.count(".") == 1
-        and name[6:] in FACTORIES - _FROM_DATA
-        and not any(a.keyword is not None and a.keyword.value == "device" for a in node.args)
-    )
+    made = torch_factory(node)
+    return made is not None and made not in _FROM_DATA and not device_given(node)
 
 
 #: Factories that copy data the script already has (a NumPy array, a list): where that data

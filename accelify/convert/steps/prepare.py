@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.dataflow import fresh, names_in_scope
+from accelify.analysis.dataflow import assigns, fresh, names_in_scope
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
@@ -1113,7 +1113,7 @@ def _prepare_before_loops(
             value = argument.value
             if parameter not in at_call:
                 continue
-            if not isinstance(value, cst.Name) or _bound_inside(ctx, value.value, top):
+            if not isinstance(value, cst.Name) or assigns(top, value.value):
                 return
             if all(o in prepared for o in flow.origins(value.value, call, stop=prepared)):
                 continue
@@ -1163,12 +1163,6 @@ def _bound_before(ctx: Context, name: str, statement_node: cst.CSTNode) -> bool:
     return any(
         ctx.model.scope_of(a) is scope and ctx.model.order(a) < ctx.model.order(statement_node)
         for a in ctx.model.index.assignments_to(name)
-    )
-
-
-def _bound_inside(ctx: Context, name: str, statement_node: cst.CSTNode) -> bool:
-    return any(
-        ctx.facts.placement.inside(a, statement_node) for a in ctx.model.index.assignments_to(name)
     )
 
 
