@@ -31,6 +31,20 @@ class CollectiveOnSomeRanks(Rule):
         Example(
             HEADER + "if accelerator.is_main_process:\n    accelerator.wait_for_everyone()\n", 4, 5
         ),
+        # Accelerate's decorators are rank guards around the whole body
+        Example(
+            HEADER + "@accelerator.on_local_main_process\ndef finish():\n"
+            "    accelerator.wait_for_everyone()\n",
+            5,
+            5,
+        ),
+        Example(
+            HEADER + "@accelerator.on_process(0)\ndef report(total):\n"
+            "    return accelerator.gather(total)\n",
+            5,
+            12,
+        ),
+        Example(HEADER + "if accelerator.process_index == 0:\n    accelerator.reduce(t)\n", 4, 5),
         Example(HEADER + "if rank == 0:\n    accelerator.save_state('ckpt')\n", 4, 5),
         Example(
             HEADER

@@ -226,6 +226,16 @@ class SaveOutsideMainProcess(Rule):
         + "import json\ntokenizer.save_pretrained(args.output_dir)\n"
         + "with open('args.json', 'w') as f:\n    json.dump(vars(args), f)\n"
         + "accelerator.wait_for_everyone()\n",
+        # Accelerate's decorators run the helper on one rank, whoever calls it (an image
+        # restoration trainer's best-model save under PartialState's decorator)
+        HEADER
+        + "import torch\nfrom accelerate.state import PartialState\nstate = PartialState()\n"
+        + "model = accelerator.prepare(model)\n\n\n@accelerator.on_main_process\n"
+        + "def save(path):\n    torch.save(accelerator.unwrap_model(model).state_dict(), path)\n"
+        + "\n\nclass Trainer:\n    @state.on_local_main_process\n    def save_best(self, path):\n"
+        + "        torch.save(self.model.state_dict(), path)\n\n"
+        + "    def fit(self):\n        accelerator.backward(self.model(1))\n"
+        + "        self.save_best('best.pt')\n\n\nsave('m.pt')\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

@@ -34,6 +34,15 @@ class SaveStateOnOneRank(Rule):
         Example(
             _HF + "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n", 4, 5
         ),
+        # a trainer's checkpoint method under PartialState's decorator: the main process only
+        Example(
+            _HF
+            + "from accelerate.state import PartialState\nstate = PartialState()\n\n\n"
+            + "class Model:\n    @state.on_main_process\n    def save_state(self, path):\n"
+            + "        accelerator.save_state(path)\n",
+            10,
+            9,
+        ),
     )
     good = (
         _HF + "accelerator.save_state('ckpt')\n",

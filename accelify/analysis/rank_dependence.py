@@ -305,9 +305,16 @@ class BackendGuards:
         self, node: cst.CSTNode, within: cst.CSTNode | None
     ) -> Iterator[tuple[cst.BaseExpression, bool]]:
         """The test of each ``if`` around ``node`` (inside ``within``), and whether ``node`` is
-        in its body (else in its ``else``/``elif``)."""
+        in its body (else in its ``else``/``elif``); a rank decorator of a function around it
+        counts as an ``if`` around its body."""
         child: cst.CSTNode = node
         for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef) and child is ancestor.body:
+                # ``@accelerator.on_main_process``: the body runs under its rank test on every
+                # call, so it counts also where ``within`` is the function itself
+                decorated = self.model.rank_decorator_test(ancestor)
+                if decorated is not None:
+                    yield decorated, True
             if ancestor is within:
                 return
             if isinstance(ancestor, cst.If) and child is not ancestor.test:

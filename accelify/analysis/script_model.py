@@ -46,9 +46,10 @@ Scope = cst.Module | cst.FunctionDef
 #: Words a rank test reads: ``is_main_process``, ``rank == 0``, ``is_world_process_zero`` (HF
 #: Trainer's and trainer libraries' name for the main process), ``args.should_save`` (HF
 #: TrainingArguments': true on the process that saves; not ``control.should_save``, a step flag
-#: every rank shares).
+#: every rank shares); ``accelerator.process_index == 0`` (Accelerate's index of this rank).
 RANK_WORDS = (
     "rank",
+    "process_index",
     "main_process",
     "is_master",
     "master_process",
@@ -151,6 +152,10 @@ class ScriptModel:
     orders: dict[cst.CSTNode, int] = field(default_factory=dict, repr=False)
     #: `_rank_exit` by function: where each leaves early on some ranks (None: it does not)
     _rank_exits: dict[int, int | None] = field(default_factory=dict, repr=False)
+    #: `rank_decorator_test` by function: the rank test its decorator stands for (None: none)
+    _rank_decorator_tests: dict[int, cst.BaseExpression | None] = field(
+        default_factory=dict, repr=False
+    )
     _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
     #: the analysis has added every binding: answers that depend on them may be kept
     complete: bool = field(default=False, repr=False)
@@ -242,10 +247,29 @@ class ScriptModel:
             ):
                 return True
             if isinstance(ancestor, cst.FunctionDef):
+                if self.rank_decorator_test(ancestor) is not None:
+                    return True
                 exit_at = self._rank_exit(ancestor)
                 if exit_at is not None and self.order(node) > exit_at:
                     return True
         return False
+
+    def rank_decorator_test(self, function: cst.FunctionDef) -> cst.BaseExpression | None:
+        """The rank test a decorator puts around ``function``'s body, as the ``if`` it stands
+        for: ``@accelerator.on_main_process`` (or ``@state.on_local_main_process``, Accelerate's
+        documented way to run a helper once) runs the body where ``accelerator.is_main_process``
+        holds and returns None elsewhere; ``on_process(k)`` where ``process_index == k``."""
+        cache = self._rank_decorator_tests
+        if id(function) not in cache:
+            cache[id(function)] = next(
+                (
+                    test
+                    for decorator in function.decorators
+                    if (test := _decorator_rank_test(decorator.decorator)) is not None
+                ),
+                None,
+            )
+        return cache[id(function)]
 
     def _rank_exit(self, function: cst.FunctionDef) -> int | None:
         """Where ``function``'s body leaves early on some ranks: the place of the first
@@ -889,6 +913,36 @@ def _prepares_its_own(node: cst.ClassDef) -> bool:
 
 #: What an optimizer unpacked from a helper's tuple is called (`_bind_unpacked_optimizer`).
 _OPTIMIZER_NAMES = ("optimizer", "optim", "opt", "optimiser")
+
+
+#: Accelerate's decorators that run a function on some ranks only, and the attribute each tests
+#: (``on_process``/``on_local_process`` compare an index with their argument).
+_RANK_DECORATORS = {
+    "on_main_process": "is_main_process",
+    "on_local_main_process": "is_local_main_process",
+    "on_last_process": "is_last_process",
+    "on_process": "process_index",
+    "on_local_process": "local_process_index",
+}
+
+
+def _decorator_rank_test(decorator: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``accelerator.on_main_process`` -> ``accelerator.is_main_process``; ``state.on_process(
+    process_index=1)`` -> ``state.process_index == 1``. Only an attribute of an object counts:
+    a bare ``on_main_process`` (``accelerate.tracking``'s, for trackers) tests a setting of the
+    tracker it decorates, not the rank."""
+    call = decorator if isinstance(decorator, cst.Call) else None
+    target = call.func if call is not None else decorator
+    if not isinstance(target, cst.Attribute) or target.attr.value not in _RANK_DECORATORS:
+        return None
+    tested = _RANK_DECORATORS[target.attr.value]
+    attribute = cst.Attribute(value=target.value, attr=cst.Name(tested))
+    if target.attr.value not in ("on_process", "on_local_process"):
+        return attribute if call is None else None
+    if call is None or len(call.args) != 1:
+        return None
+    index = call.args[0].value
+    return cst.Comparison(attribute, [cst.ComparisonTarget(cst.Equal(), index)])
 
 
 def _leaves(block: cst.BaseSuite) -> bool:
