@@ -6,7 +6,7 @@ from accelify.analysis import names
 from accelify.analysis.collectives import DDP
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, has_parameter
+from accelify.analysis.syntax import dotted, has_parameter, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, optimizer_models
 
 #: What DistributedDataParallel itself answers besides nn.Module's API.
@@ -22,6 +22,24 @@ _WRAPPER_OWN = {
 }  # fmt: skip
 
 
+#: A LoRA trainer whose construction prepares ``self.unet`` (its own methods before the prepare).
+_LORA_TRAINER = (
+    "from accelerate import Accelerator\nfrom peft import get_peft_model\n\n\n"
+    "class LoRATrainer:\n    def __init__(self, unet):\n"
+    "        self.accelerator = Accelerator()\n        self.unet = unet\n"
+    "        self.setup_models()\n        self.setup_training()\n\n"
+    "    def setup_models(self):\n"
+    "        self.unet = get_peft_model(self.unet, lora_config)\n"
+    "        self.unet.print_trainable_parameters()\n\n"
+    "    def setup_training(self):\n"
+    "        self.optimizer = make_optimizer(self.unet.parameters())\n"
+    "        self.unet, self.optimizer = self.accelerator.prepare(\n"
+    "            self.unet, self.optimizer\n        )\n\n"
+    "    def train_step(self, batch):\n"
+    "        self.accelerator.backward(self.unet(batch).loss)\n\n"
+)
+
+
 class WrapperAttribute(Rule):
     """A method or attribute of the model's own class read from the object ``prepare`` returned
     (``model.generate(...)``, ``model.config``, ``model.save_pretrained(...)``): on several GPUs
@@ -31,7 +49,9 @@ class WrapperAttribute(Rule):
     the model itself.
 
     Only a plain name that ``prepare`` returned in the same function (or at module level), not
-    bound again since (``model = accelerator.unwrap_model(model)``), is checked; an attribute
+    bound again since (``model = accelerator.unwrap_model(model)``), is checked, and a
+    trainer's ``self.model`` read in a method that runs after construction when construction
+    (``__init__`` and the methods it calls) prepared it and nothing else binds it; an attribute
     set on it (``model.x = ...``) binds on the wrapper and is not reported. DeepSpeed's engine
     and FSDP forward unknown attributes to the model, but the DDP case alone crashes the
     script's most common multi-GPU run.
@@ -53,6 +73,16 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-GPU run stops with AttributeError at the first call; one GPU hides it."
     bad = (
+        # a LoRA trainer whose construction prepares self.unet: every later method holds the
+        # wrapper (a diffusion LoRA fine-tuning's save_model)
+        Example(
+            _LORA_TRAINER
+            + "    def save_model(self, path):\n"
+            + "        if self.accelerator.is_main_process:\n"
+            + "            self.unet.save_pretrained(path)\n",
+            27,
+            13,
+        ),
         # an asymmetric bi-encoder's training step: the forward past the wrapper
         Example(
             HEADER
@@ -183,6 +213,12 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # the model's own methods before the prepare, and after construction through a name
+        # bound again to the model itself
+        _LORA_TRAINER
+        + "    def save_model(self, path):\n"
+        + "        self.unet = self.accelerator.unwrap_model(self.unet)\n"
+        + "        self.unet.save_pretrained(path)\n",
         # a helper given the model itself at every call: unwrap_model ran in the caller
         HEADER
         + "import torch\n\n\n"
@@ -281,7 +317,8 @@ class WrapperAttribute(Rule):
             if member.startswith("_"):
                 continue  # private names: the wrapper's own state (``_comm_hooks``) or the model's
             held = _held_name(script, owner, attribute)
-            if held is None:
+            constructed = held is None and _prepared_in_constructor(script, owner, attribute)
+            if held is None and not constructed:
                 continue
             if member == "module":
                 if isinstance(owner, cst.Name):
@@ -291,13 +328,15 @@ class WrapperAttribute(Rule):
                 continue
             if _binds(script, attribute):
                 continue
-            if not _prepared_model(script, held, attribute, called_as=dotted(owner)):
+            if not constructed and not _prepared_model(
+                script, held, attribute, called_as=dotted(owner)
+            ):
                 continue
             if _unwrapped_branch(script, attribute):
                 continue  # ``if hasattr(model, "module"): ... else: model.generate(...)``
             if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
                 continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
-            spelled = dotted(owner) or held
+            spelled = dotted(owner) or held or "model"
             call = script.parent(attribute)
             if call in facts.layers_outside_forward:
                 yield self.finding(
@@ -480,6 +519,57 @@ def _held_name(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) 
     if last is None or not isinstance(last.value, cst.Name) or len(last.targets) != 1:
         return None
     return last.value.value
+
+
+def _prepared_in_constructor(
+    script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode
+) -> bool:
+    """``self.unet`` read in a method of a trainer whose construction prepared it: ``__init__``
+    (or a method it calls) binds ``self.unet`` from ``prepare``, the model is called
+    (``self.unet(x)``), and only construction binds ``self.unet`` at all, so every other method
+    sees the wrapper (a LoRA trainer's ``save_model``: ``self.unet.save_pretrained(path)``).
+    Methods construction runs are left out: they may run before the prepare."""
+    spelling = dotted(owner)
+    if spelling is None or not spelling.startswith("self.") or spelling.count(".") != 1:
+        return False
+    graph = script.call_graph
+    method = script.index.enclosing_function(at)
+    owner_class = graph.owner(method) if method is not None else None
+    if owner_class is None:
+        return False
+    init = graph.methods(owner_class).get("__init__")
+    if init is None:
+        return False
+    construction = _run_by(graph, init)
+    if method in construction:
+        return False
+    for assign in script.index.assignments_to(spelling):
+        binder = script.index.enclosing_function(assign)
+        if binder is not None and graph.owner(binder) is owner_class and binder not in construction:
+            return False  # bound again after construction: unwrap_model, a new model
+    prepared = any(
+        spelling in prepare.outputs
+        and script.index.enclosing_function(prepare.call) in construction
+        for prepare in script.prepare_calls
+    )
+    called = any(
+        dotted(call.func) == spelling and script.index.enclosing_class(call) is owner_class
+        for call in script.calls
+    )
+    return prepared and called
+
+
+def _run_by(graph, method: cst.FunctionDef, depth: int = 0) -> set[cst.FunctionDef]:
+    """``method`` and the methods it calls through ``self`` (three levels down)."""
+    found = {method}
+    if depth >= 3:
+        return found
+    for node in walk(method.body):
+        if isinstance(node, cst.Call) and (dotted(node.func) or "").startswith("self."):
+            for target in graph.targets(node):
+                if target not in found:
+                    found |= _run_by(graph, target, depth + 1)
+    return found
 
 
 def _binds(script: ScriptModel, node: cst.Attribute | cst.Subscript) -> bool:
