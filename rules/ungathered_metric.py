@@ -168,6 +168,16 @@ class UngatheredMetric(Rule):
             13,
             17,
         ),
+        # kept on the main process only, inside the loop: the advice gathers before the test
+        Example(
+            HEADER
+            + "import torch\nmodel, loader = accelerator.prepare(model, loader)\ncorrect = 0\n"
+            + "with torch.no_grad():\n    for x, y in loader:\n"
+            + "        pred = model(x).argmax(-1)\n        if accelerator.is_main_process:\n"
+            + "            correct += (pred == y).sum().item()\n",
+            10,
+            13,
+        ),
         # the predictions are gathered, the loss beside them is not (peft's seq2seq example)
         Example(
             HEADER
@@ -377,7 +387,12 @@ class UngatheredMetric(Rule):
             at = after[0] if after else found[0][1]
             guarded = _rank_only_call(script, facts, loop.node)
             loss_total = _loss_total(at)
-            if guarded is None and loss_total is not None:
+            inner_guard = _guard_in_loop(script, facts, loop.node, at)
+            if guarded is None and inner_guard is not None:
+                kept = next(target for target, node in found if node is at)
+                message = _inner_guard_message(script, at, kept, inner_guard)
+                yield self.finding(script, at, message=message)
+            elif guarded is None and loss_total is not None:
                 yield self.finding(script, at, message=_loss_total_message(script, loss_total))
             elif guarded is None:
                 yield self.finding(script, at)
@@ -473,6 +488,28 @@ def _rank_only_call(
             return None
         found = found or guarded
     return found
+
+
+def _guard_in_loop(
+    script: ScriptModel, facts: Facts, loop: cst.CSTNode, node: cst.CSTNode
+) -> cst.If | None:
+    """The rank test inside the evaluation loop that only some ranks pass to reach ``node``
+    (``if save_predictions and accelerator.is_main_process: rows.append(...)``), or None."""
+    if not script.under_rank_guard(node) or script.under_rank_guard(loop):
+        return None
+    return facts.ranks.divergent_branch(node, within=loop)
+
+
+def _inner_guard_message(script: ScriptModel, node: cst.CSTNode, kept: str, guard: cst.If) -> str:
+    """The advice for values kept under a rank test inside the loop: the gather goes before the
+    test, where every rank runs it; inside it, it would hang."""
+    name = accelerator_at(script, node) or "accelerator"
+    return (
+        f"Gather these values on every rank before the rank test at line {script.line(guard)} "
+        f"({name}.gather_for_metrics(..., use_gather_object=True) for Python objects), then "
+        f"keep them there: only that rank gets here, so {kept} covers its shard of the "
+        f"prepared loader only (a gather inside the test would hang)"
+    )
 
 
 def _guarded_message(script: ScriptModel, node: cst.CSTNode, line: int) -> str:

@@ -253,6 +253,28 @@ def test_an_evaluation_run_under_a_rank_guard_is_advised_out_of_the_guard_first(
     assert "rank guard" not in finding.message
 
 
+def test_values_kept_under_a_rank_test_in_the_loop_are_gathered_before_the_test():
+    """An evaluation loop that keeps its rows on the main process only (a detector's
+    ``if save_predictions and accelerator.is_main_process: rows.append(...)``): the advice
+    gathers before that test, never inside it, where the other ranks would not come."""
+    code = (
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "model, loader = accelerator.prepare(model, loader)\n"
+        "rows = []\n"
+        "with torch.no_grad():\n"
+        "    for batch in loader:\n"
+        "        out = model(batch['x'])\n"
+        "        if save_predictions and accelerator.is_main_process:\n"
+        "            rows.append({'id': batch['id'], 'pred': out.argmax(-1).tolist()})\n"
+    )
+    [finding] = lint(code, "ACC403").findings
+    assert finding.line == 10
+    assert "before the rank test at line 9" in finding.message
+    assert "would hang" in finding.message
+
+
 def test_accumulation_advice_names_the_trainers_prepared_model():
     code = (
         "import torch\n"
