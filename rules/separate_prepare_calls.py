@@ -69,6 +69,17 @@ class SeparatePrepareCalls(Rule):
         + "model = accelerator.prepare(model)\n"
         + "optimizer = build_optimizer(model, cfg.optimizer)\n"
         + "optimizer = accelerator.prepare(optimizer)\n",
+        # a federated trainer: train() builds the optimizer from the model it prepared; the
+        # model that eval_one_loader() prepares later is that method's own local
+        "import torch\n\n\nclass TaskTrainer:\n"
+        + "    def train(self, model):\n"
+        + "        model = self.accelerator.prepare(model)\n"
+        + "        optimizer = self.create_optimizer(model, self.args.optimizer_mode)\n"
+        + "        optimizer = self.accelerator.prepare(optimizer)\n"
+        + "        self.accelerator.backward(model(1))\n\n"
+        + "    def eval_one_loader(self, model, loader):\n"
+        + "        model = self.accelerator.prepare(model)\n"
+        + "        return [model(x) for x in loader]\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -77,7 +88,11 @@ class SeparatePrepareCalls(Rule):
                 models = parameter_owners(optimizer)
                 if models & set(call.inputs):
                     continue
-                model_prepares = [o for o in script.prepare_calls if models & set(o.inputs)]
+                model_prepares = [
+                    o
+                    for o in script.prepare_calls
+                    if models & set(o.inputs) and _same_model_object(script, o, optimizer)
+                ]
                 if model_prepares and not _built_from_prepared(
                     script, script.order(optimizer.assign), models, model_prepares
                 ):
@@ -92,6 +107,23 @@ def _built_from_prepared(
     model's parameters: the order FSDP documents, bound to the sharded parameters."""
     return built is not None and all(
         script.order(prepare.call) < built and models & set(prepare.outputs) for prepare in prepares
+    )
+
+
+def _same_model_object(script: ScriptModel, prepare: PrepareCall, optimizer: Binding) -> bool:
+    """``prepare`` takes the very model ``optimizer`` was built from: it runs in the optimizer's
+    function, at module level, or (``self.model``) in its class. A plain ``model`` prepared in
+    another function is that function's own local (a federated trainer prepares the model it
+    is handed in ``train`` and again in ``eval_one_loader``)."""
+    placement = facts_of(script).placement
+    scope = script.scope_of(prepare.call)
+    if scope is optimizer.scope or isinstance(scope, cst.Module):
+        return True
+    owner = placement.class_of(prepare.call)
+    return (
+        owner is not None
+        and owner is placement.class_of(optimizer.scope)
+        and any(name.startswith("self.") for name in prepare.inputs)
     )
 
 
