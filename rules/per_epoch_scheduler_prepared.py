@@ -138,6 +138,16 @@ class PerEpochSchedulerPrepared(Rule):
             18,
             42,
         ),
+        Example(  # prepared on its own: prepare_scheduler wraps it the same way
+            _SCRIPT
+            + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "scheduler = accelerator.prepare_scheduler(scheduler)\n"
+            + _EPOCHS
+            + "    scheduler.step()\n",
+            7,
+            43,
+        ),
     )
     good = (
         # every prepared scheduler steps once per call
@@ -275,7 +285,35 @@ def _prepared_schedulers(script: ScriptModel) -> dict[str, cst.Arg]:
         for argument, given, output in zip(arguments, prepare.inputs, prepare.outputs, strict=True):
             if output and flow.kind_of(given, prepare.call) is Kind.SCHEDULER:
                 found[output] = argument
+    for assign in script.assignments:
+        single = _prepare_scheduler_call(script, assign)
+        if single is not None:
+            found[single[0]] = single[1]
     return found
+
+
+def _prepare_scheduler_call(script: ScriptModel, assign: cst.Assign) -> tuple[str, cst.Arg] | None:
+    """``scheduler = accelerator.prepare_scheduler(scheduler)``: the name it binds and the
+    argument that passed the scheduler. It wraps the scheduler as ``prepare`` does (one step
+    per process at each call); a call whose result is dropped leaves the name unprepared."""
+    call = assign.value
+    if not (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "prepare_scheduler"
+        and len(call.args) == 1
+        and not call.args[0].star
+        and len(assign.targets) == 1
+    ):
+        return None
+    receiver = dotted(call.func.value)
+    output = dotted(assign.targets[0].target)
+    if output is None or receiver not in script.names_of(Kind.ACCELERATOR):
+        return None
+    given = dotted(call.args[0].value)
+    if facts_of(script).flow.kind_of(given, call) is not Kind.SCHEDULER:
+        return None
+    return output, call.args[0]
 
 
 def _passed(prepare: PrepareCall) -> list[cst.Arg] | None:
