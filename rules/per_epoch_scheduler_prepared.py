@@ -1,22 +1,17 @@
-import re
 from collections.abc import Iterator
 
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import SchedulerStep
-from accelify.analysis.objects import callee
-from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
-from accelify.analysis.syntax import dotted
-from accelify.lint.rule import Example, Finding, Rule, accelerator_at, in_file_words
-
-#: Settings under which a prepared scheduler steps once per call, or that this file may set in a
-#: way it cannot read (a config dict, an attribute, a flag): a mention other than the default.
-_SETTINGS = re.compile(
-    r"step_scheduler_with_optimizer(?!\s*=\s*True\b)|split_batches(?!\s*=\s*False\b)"
+from accelify.analysis.objects import is_plateau_scheduler
+from accelify.analysis.scheduler_preparation import (
+    prepared_schedulers,
+    sized_by_process_count,
+    steps_once_per_process,
 )
-#: A schedule sized with the number of processes in mind: it is meant to step N times per call.
-_PROCESS_COUNT = re.compile(r"num_processes|world_size")
+from accelify.analysis.script_model import ScriptModel
+from accelify.lint.rule import Example, Finding, Rule, accelerator_at, in_file_words
 
 _SCRIPT = (
     "import torch\n"
@@ -138,6 +133,16 @@ class PerEpochSchedulerPrepared(Rule):
             18,
             42,
         ),
+        Example(  # prepared on its own: prepare_scheduler wraps it the same way
+            _SCRIPT
+            + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "scheduler = accelerator.prepare_scheduler(scheduler)\n"
+            + _EPOCHS
+            + "    scheduler.step()\n",
+            7,
+            43,
+        ),
     )
     good = (
         # every prepared scheduler steps once per call
@@ -222,19 +227,19 @@ class PerEpochSchedulerPrepared(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        if not _steps_once_per_process(script):
+        if not steps_once_per_process(script):
             return
         flow = facts_of(script).flow
-        prepared = _prepared_schedulers(script)
+        prepared = prepared_schedulers(script)
         steps = flow.scheduler_steps(set(prepared))
         per_batch = {step.scheduler for step in steps if step.per_batch}
         for name, argument in prepared.items():
             own = [step for step in steps if step.scheduler == name]
-            if not own or name in per_batch or _sized_by_process_count(script, name):
+            if not own or name in per_batch or sized_by_process_count(script, name):
                 continue
             if any(flow.epoch_loop(step) is None for step in own):
                 continue
-            plateau = _plateau(script, name)
+            plateau = is_plateau_scheduler(script, name)
             repeated = [step for step in own if plateau or not step.call.args]
             if not repeated:
                 continue
@@ -243,79 +248,6 @@ class PerEpochSchedulerPrepared(Rule):
                 argument,
                 message=_message(self, script, argument, repeated, per_batch - {name}),
             )
-
-
-def _steps_once_per_process(script: ScriptModel) -> bool:
-    """Every Accelerator of the file is made here with Accelerate's defaults for stepping
-    schedulers: ``step_scheduler_with_optimizer=True`` and ``split_batches=False``, no settings
-    unpacked from elsewhere."""
-    if _SETTINGS.search(script.source):
-        return False
-    made = [
-        call
-        for call in script.calls
-        if (dotted(call.func) or "").rsplit(".", 1)[-1] == "Accelerator"
-    ]
-    return bool(made) and all(
-        argument.keyword is not None and not argument.star
-        for call in made
-        for argument in call.args
-    )
-
-
-def _prepared_schedulers(script: ScriptModel) -> dict[str, cst.Arg]:
-    """Each scheduler that ``prepare`` returns, by the name it is bound to, with the argument
-    that passed it."""
-    flow = facts_of(script).flow
-    found: dict[str, cst.Arg] = {}
-    for prepare in script.prepare_calls:
-        arguments = _passed(prepare)
-        if arguments is None:
-            continue
-        for argument, given, output in zip(arguments, prepare.inputs, prepare.outputs, strict=True):
-            if output and flow.kind_of(given, prepare.call) is Kind.SCHEDULER:
-                found[output] = argument
-    return found
-
-
-def _passed(prepare: PrepareCall) -> list[cst.Arg] | None:
-    """The arguments in the order of its inputs and outputs; None when they do not line up
-    (``*objects``, ``prepared = prepare(a, b)``)."""
-    arguments = list(prepare.call.args)
-    if any(argument.star for argument in arguments):
-        return None
-    if not (len(arguments) == len(prepare.inputs) == len(prepare.outputs)):
-        return None
-    return arguments
-
-
-def _sized_by_process_count(script: ScriptModel, name: str) -> bool:
-    """``StepLR(optimizer, step_size=30 * accelerator.num_processes)``: sized for the steps each
-    call takes, on purpose."""
-    return any(
-        _PROCESS_COUNT.search(script.module.code_for_node(binding.value))
-        for binding in script.of_kind(Kind.SCHEDULER)
-        if binding.name == name
-    )
-
-
-def _plateau(script: ScriptModel, name: str) -> bool:
-    """``ReduceLROnPlateau``: stepped with a metric, each repeat counts one more bad epoch. Any
-    other scheduler handed an argument is handed its epoch (``scheduler.step(epoch)``), which
-    it jumps to however many times it is stepped (or it is no torch scheduler, such as timm's,
-    which prepare leaves alone)."""
-    return any(
-        "ReduceLROnPlateau" in script.module.code_for_node(made)
-        for binding in script.of_kind(Kind.SCHEDULER)
-        if binding.name == name
-        for made in _made_by(script, binding.value)
-    )
-
-
-def _made_by(script: ScriptModel, value: cst.BaseExpression) -> list[cst.CSTNode]:
-    """The expression, and the function of the file it calls (``make_scheduler(optimizer)``)."""
-    target = callee(script, value) if isinstance(value, cst.Call) else None
-    return [value] if target is None else [value, target[0]]
 
 
 def _message(

@@ -367,7 +367,7 @@ class UngatheredMetric(Rule):
                 or _helper_forward(facts, loop)
                 or _model_helper_forward(script, facts, loop)
             )
-            if forward is None or not _prepared_loader(script, facts, loop):
+            if forward is None or not facts.flow.over_prepared_loader(loop):
                 continue
             local = _assigned_in(loop.node.body) | loop.batch_names
             values = _RankValues(script, loop, local, accelerators)
@@ -575,32 +575,6 @@ def _model_helper_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.
             ):
                 return call
     return None
-
-
-def _prepared_loader(script: ScriptModel, facts: Facts, loop: Loop) -> bool:
-    """The loop reads a prepared loader: by name, or as a helper's parameter that a call site
-    fills with one (``evaluate(model, test_loader)`` after prepare)."""
-    prepared = script.prepared_names
-    if _made_here_unprepared(script, facts, loop):
-        return False
-    if loop.iterable in prepared:
-        return True
-    return facts.flow.outer_name(loop.iterable, loop.node) in prepared
-
-
-def _made_here_unprepared(script: ScriptModel, facts: Facts, loop: Loop) -> bool:
-    """``loader = DataLoader(...)`` made in the loop's own function (``evaluate(args)``) that
-    no prepare call there returns: another object than the ``loader`` that ``train(args)``
-    prepared under the same name, read whole by every rank."""
-    name = loop.iterable
-    function = facts.placement.enclosing_function(loop.node)
-    if name is None or "." in name or function is None:
-        return False
-    if not any(b.name == name and b.scope is function for b in script.bindings):
-        return False
-    return not any(
-        name in p.outputs and facts.placement.inside(p.call, function) for p in script.prepare_calls
-    )
 
 
 def _is_collective(call: cst.Call, accelerators: set[str]) -> bool:

@@ -7,6 +7,7 @@ from accelify.analysis.dataflow import local_alias
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loops import entry_read
 from accelify.analysis.objects import is_loader_dict
+from accelify.analysis.scheduler_preparation import fixed_count_loop
 from accelify.analysis.script_model import Kind, Loop, PrepareCall, ScriptModel
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import dotted, walk
@@ -58,12 +59,14 @@ class UnpreparedObject(Rule):
     Models outside every optimizer (a frozen encoder, a teacher), schedulers stepped once per
     epoch, a scheduler built after ``prepare`` (sized in per-process steps) and stepped
     beside the optimizer outside ``accumulate()``, a scheduler sized in batches (``max_steps *
-    gradient_accumulation_steps``) and stepped on every batch inside it, and a DataLoader
-    rebuilt every step over the rollouts this rank just made (``DataLoader(TensorDataset(
-    *rollouts))`` in a helper the training loop calls) are left alone: not preparing them is
-    correct. A prepare indented into one branch of an ``if``/``elif`` chain whose other branches
-    build the same objects (a scheduler chosen by name) is reported at the prepare: on those
-    branches the training after the chain uses everything unprepared."""
+    gradient_accumulation_steps``) and stepped on every batch inside it, a scheduler stepped
+    in a loop of a fixed count every rank runs whole (``for it in range(max_iters)``), and a
+    DataLoader rebuilt every step over the rollouts this rank just made
+    (``DataLoader(TensorDataset(*rollouts))`` in a helper the training loop calls) are left
+    alone: not preparing them is correct. A prepare indented into one branch of an
+    ``if``/``elif`` chain whose other branches build the same objects (a scheduler chosen by
+    name) is reported at the prepare: on those branches the training after the chain uses
+    everything unprepared."""
 
     code = "ACC401"
     name = "unprepared-object"
@@ -430,6 +433,19 @@ class UnpreparedObject(Rule):
         + "        accelerator.backward(loss)\n"
         + "        optimizer.step()\n"
         + "    scheduler.step()\n",
+        # nanoGPT's fixed count of iterations: every rank steps it once per optimizer step, as
+        # one process does; prepared, it would step num_processes times (ACC410)
+        HEADER
+        + "import torch\n"
+        + "optimizer = torch.optim.AdamW(model.parameters())\n"
+        + "scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_iters)\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "for it in range(max_iters):\n"
+        + "    xb, yb = get_batch('train')\n"
+        + "    accelerator.backward(model(xb, yb))\n"
+        + "    optimizer.step()\n"
+        + "    optimizer.zero_grad()\n"
+        + "    scheduler.step()\n",
         # a scheduler left unprepared on purpose: built after prepare from the prepared
         # optimizer, sized in per-process steps, stepped beside the optimizer
         HEADER
@@ -604,6 +620,7 @@ class UnpreparedObject(Rule):
                 and owner not in prepared
                 and not flow.sized_per_process_and_stepped_with_optimizer(call)
                 and not _sized_per_batch_inside_accumulate(script, call, owner)
+                and not _stepped_per_fixed_iteration(script, call)
             ):
                 yield self.finding(script, call, message=_scheduler_message(script, call, owner))
 
@@ -782,6 +799,15 @@ def _sized_per_batch_inside_accumulate(script: ScriptModel, step: cst.Call, name
             ):
                 return True
     return False
+
+
+def _stepped_per_fixed_iteration(script: ScriptModel, step: cst.Call) -> bool:
+    """Stepped in a loop of a fixed count that every rank runs whole (nanoGPT's ``for it in
+    range(max_iters)``), outside ``accumulate()``: each rank steps it once per optimizer step,
+    as on one process; prepared, it would step ``num_processes`` times (ACC410)."""
+    return _accumulate_around(script, step) is None and (
+        fixed_count_loop(facts_of(script), step) is not None
+    )
 
 
 def _accumulate_around(script: ScriptModel, step: cst.Call) -> str | None:

@@ -369,6 +369,32 @@ class ObjectFlow:
         prepared = self.model.prepared_names
         return loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared
 
+    def over_prepared_loader(self, loop: Loop) -> bool:
+        """The loop reads a prepared loader, so each rank sees its own shard: by name, or as a
+        helper's parameter that a call site fills with one (``evaluate(model, test_loader)``
+        after prepare)."""
+        prepared = self.model.prepared_names
+        if self._made_here_unprepared(loop):
+            return False
+        if loop.iterable in prepared:
+            return True
+        return self.outer_name(loop.iterable, loop.node) in prepared
+
+    def _made_here_unprepared(self, loop: Loop) -> bool:
+        """``loader = DataLoader(...)`` made in the loop's own function (``evaluate(args)``) that
+        no prepare call there returns: another object than the ``loader`` that ``train(args)``
+        prepared under the same name, read whole by every rank."""
+        name = loop.iterable
+        function = self.placement.enclosing_function(loop.node)
+        if name is None or "." in name or function is None:
+            return False
+        if not any(b.name == name and b.scope is function for b in self.model.bindings):
+            return False
+        return not any(
+            name in p.outputs and self.placement.inside(p.call, function)
+            for p in self.model.prepare_calls
+        )
+
     def origins(
         self, name: str | None, at: cst.CSTNode, stop: set[str] | frozenset[str] = frozenset()
     ) -> set[str | None]:

@@ -473,3 +473,21 @@ def _target_names(target: cst.BaseExpression) -> list[str] | None:
 
 def _enclosing_class(model: ScriptModel, node: cst.CSTNode) -> str | None:
     return model.index.enclosing_class_name(node)
+
+
+def is_plateau_scheduler(model: ScriptModel, name: str) -> bool:
+    """The scheduler bound to ``name`` is a ``ReduceLROnPlateau``, made here or by a function of
+    the file: it steps on a metric (each repeated step counts one more bad epoch), where any
+    other scheduler handed an argument is handed its epoch (``scheduler.step(epoch)``)."""
+    return any(
+        "ReduceLROnPlateau" in model.module.code_for_node(made)
+        for binding in model.of_kind(Kind.SCHEDULER)
+        if binding.name == name
+        for made in _made_by(model, binding.value)
+    )
+
+
+def _made_by(model: ScriptModel, value: cst.BaseExpression) -> list[cst.CSTNode]:
+    """The expression, and the function of the file it calls (``make_scheduler(optimizer)``)."""
+    target = callee(model, value) if isinstance(value, cst.Call) else None
+    return [value] if target is None else [value, target[0]]

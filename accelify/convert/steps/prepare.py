@@ -18,6 +18,7 @@ from accelify.analysis.objects import (
     received_name,
 )
 from accelify.analysis.optimizer_models import parameter_owners
+from accelify.analysis.scheduler_preparation import fixed_count_loop
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_model
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.step_loaders import over_step_data
@@ -213,6 +214,14 @@ def run(ctx: Context, scope: Scope) -> None:
             "conversion follows, so whether it steps per batch or per epoch is unknown (a "
             "prepared scheduler steps once per rank at each call: ReduceLROnPlateau's patience "
             "would run N times faster); prepare it if it steps with the optimizer",
+        )
+    for name, loop in _stepped_per_fixed_iteration(ctx, chosen).items():
+        chosen.pop(name)
+        ctx.plan.change(
+            ctx.line(loop),
+            f"{name} is stepped in a loop of a fixed count that every rank runs whole: left "
+            "unprepared, so it steps once per optimizer step as on one process (prepared, it "
+            "would step once per rank at each call and end its schedule N times too soon)",
         )
     per_epoch = ctx.facts.flow.per_epoch_schedulers(set(chosen))
     per_step = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER} - per_epoch
@@ -788,6 +797,21 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
             _insert_prepare(ctx, anchor, order)
             ctx.prepared_after.update(dict.fromkeys(order, anchor))
             ctx.plan.prepared.extend(order)
+
+
+def _stepped_per_fixed_iteration(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.For]:
+    """Schedulers every ``step()`` of which runs once per iteration of a loop of a fixed count
+    (nanoGPT's ``for it in range(max_iters): xb, yb = get_batch()``), by the loop: each rank
+    runs all of it, so the schedule must step once per call, as an unprepared one does."""
+    schedulers = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER}
+    steps = ctx.facts.flow.scheduler_steps(schedulers)
+    found: dict[str, cst.For] = {}
+    for name in sorted(schedulers):
+        own = [step.call for step in steps if step.scheduler == name]
+        loops = [fixed_count_loop(ctx.facts, call) if not call.args else None for call in own]
+        if own and all(loops):
+            found[name] = loops[0]  # type: ignore[assignment]
+    return found
 
 
 def _steps_with_an_optimizer_of(ctx: Context, scheduler: Binding, members: list[Binding]) -> bool:

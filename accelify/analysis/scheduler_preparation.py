@@ -1,0 +1,221 @@
+"""Which LR schedulers ``prepare`` wrapped, and whether a wrapped one steps ``num_processes``
+times per call: the facts ACC408 (stepped per epoch) and ACC410 (stepped in a fixed-count loop)
+share. Accelerate's ``step_scheduler_with_optimizer`` (on by default, with ``split_batches``
+off) makes a prepared scheduler step once per process at each ``step()``, as accelify's runtime
+does (`runtime/scheduler.py`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import libcst as cst
+
+from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.objects import callee
+from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
+from accelify.analysis.syntax import dotted, walk
+
+#: Settings under which a prepared scheduler steps once per call, or that this file may set in a
+#: way it cannot read (a config dict, an attribute, a flag): a mention other than the default.
+_SETTINGS = re.compile(
+    r"step_scheduler_with_optimizer(?!\s*=\s*True\b)|split_batches(?!\s*=\s*False\b)"
+)
+#: A schedule sized with the number of processes in mind: it is meant to step N times per call.
+PROCESS_COUNT = re.compile(r"num_processes|world_size")
+#: How many helpers up a step is followed to the loop that calls it (``train_step(...)``).
+_DEPTH = 2
+
+
+def steps_once_per_process(script: ScriptModel) -> bool:
+    """Every Accelerator of the file is made here with Accelerate's defaults for stepping
+    schedulers: ``step_scheduler_with_optimizer=True`` and ``split_batches=False``, no settings
+    unpacked from elsewhere."""
+    if _SETTINGS.search(script.source):
+        return False
+    made = [
+        call
+        for call in script.calls
+        if (dotted(call.func) or "").rsplit(".", 1)[-1] == "Accelerator"
+    ]
+    return bool(made) and all(
+        argument.keyword is not None and not argument.star
+        for call in made
+        for argument in call.args
+    )
+
+
+def prepared_schedulers(script: ScriptModel) -> dict[str, cst.Arg]:
+    """Each scheduler that ``prepare`` returns, by the name it is bound to, with the argument
+    that passed it."""
+    flow = facts_of(script).flow
+    found: dict[str, cst.Arg] = {}
+    for prepare in script.prepare_calls:
+        arguments = _passed(prepare)
+        if arguments is None:
+            continue
+        for argument, given, output in zip(arguments, prepare.inputs, prepare.outputs, strict=True):
+            if output and flow.kind_of(given, prepare.call) is Kind.SCHEDULER:
+                found[output] = argument
+    for assign in script.assignments:
+        single = _prepare_scheduler_call(script, assign)
+        if single is not None:
+            found[single[0]] = single[1]
+    return found
+
+
+def _prepare_scheduler_call(script: ScriptModel, assign: cst.Assign) -> tuple[str, cst.Arg] | None:
+    """``scheduler = accelerator.prepare_scheduler(scheduler)``: the name it binds and the
+    argument that passed the scheduler. It wraps the scheduler as ``prepare`` does (one step
+    per process at each call); a call whose result is dropped leaves the name unprepared."""
+    call = assign.value
+    if not (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "prepare_scheduler"
+        and len(call.args) == 1
+        and not call.args[0].star
+        and len(assign.targets) == 1
+    ):
+        return None
+    receiver = dotted(call.func.value)
+    output = dotted(assign.targets[0].target)
+    if output is None or receiver not in script.names_of(Kind.ACCELERATOR):
+        return None
+    given = dotted(call.args[0].value)
+    if facts_of(script).flow.kind_of(given, call) is not Kind.SCHEDULER:
+        return None
+    return output, call.args[0]
+
+
+def _passed(prepare: PrepareCall) -> list[cst.Arg] | None:
+    """The arguments in the order of its inputs and outputs; None when they do not line up
+    (``*objects``, ``prepared = prepare(a, b)``)."""
+    arguments = list(prepare.call.args)
+    if any(argument.star for argument in arguments):
+        return None
+    if not (len(arguments) == len(prepare.inputs) == len(prepare.outputs)):
+        return None
+    return arguments
+
+
+def sized_by_process_count(script: ScriptModel, name: str) -> bool:
+    """``StepLR(optimizer, step_size=30 * accelerator.num_processes)``: sized for the steps each
+    call takes, on purpose."""
+    return any(
+        PROCESS_COUNT.search(script.module.code_for_node(binding.value))
+        for binding in script.of_kind(Kind.SCHEDULER)
+        if binding.name == name
+    )
+
+
+def fixed_count_loop(facts: Facts, node: cst.CSTNode, depth: int = _DEPTH) -> cst.For | None:
+    """The ``for _ in range(n)`` that runs ``node`` once per iteration, beside the backward it
+    steps after, where ``n`` does not shrink with the shard; also around the call of the helper
+    that ``node`` is in (``self.train_step(batch)``). None for any other loop nearest to it.
+    Every rank runs all ``n`` iterations (nanoGPT's ``for it in range(max_iters): xb, yb =
+    get_batch()``): a scheduler stepped there must step once per call, so left unprepared."""
+    for ancestor in facts.model.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            break
+        if isinstance(ancestor, cst.While):
+            return None
+        if isinstance(ancestor, cst.For):
+            return ancestor if _fixed_count(facts, ancestor) and _trains(facts, ancestor) else None
+    function = facts.placement.enclosing_function(node)
+    if function is None or depth == 0:
+        return None
+    found = {
+        id(loop): loop
+        for call, _ in facts.flow.calls_of(function)
+        if (loop := fixed_count_loop(facts, call, depth - 1)) is not None
+    }
+    calls = facts.flow.calls_of(function)
+    return next(iter(found.values())) if calls and len(found) == len(calls) == 1 else None
+
+
+def _fixed_count(facts: Facts, loop: cst.For) -> bool:
+    """``range(n)`` where ``n`` is no ``len()`` of a prepared object and no share of the
+    processes, nor a name bound to one."""
+    iterated = loop.iter
+    if not (isinstance(iterated, cst.Call) and dotted(iterated.func) == "range" and iterated.args):
+        return False
+    bound = iterated.args[1 if len(iterated.args) > 1 else 0].value
+    return not _shrinks_with_the_shard(facts, bound, depth=2)
+
+
+def _shrinks_with_the_shard(facts: Facts, bound: cst.BaseExpression, depth: int) -> bool:
+    script = facts.model
+    if PROCESS_COUNT.search(script.module.code_for_node(bound)):
+        return True
+    for node in walk(bound):
+        if isinstance(node, cst.Call) and dotted(node.func) == "len":
+            return _length_of_a_loader(facts, node)
+        if isinstance(node, cst.Call) and callee(script, node) is not None:
+            return True  # counted by a function of the file: not followed
+        name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
+        if name is None or depth == 0:
+            continue
+        if any(
+            _shrinks_with_the_shard(facts, assign.value, depth - 1)
+            for assign in script.index.assignments_to(name)
+        ):
+            return True
+    return False
+
+
+def _length_of_a_loader(facts: Facts, length: cst.Call) -> bool:
+    """``len(loader)`` of a prepared loader (it shrinks with the shard), or of any DataLoader
+    (an unprepared one is ACC405's business); not ``len(train_data)``."""
+    if not length.args:
+        return True
+    measured = dotted(length.args[0].value)
+    prepared = facts.model.prepared_names
+    return (
+        measured in prepared
+        or facts.flow.outer_name(measured, length) in prepared
+        or facts.flow.kind_of(measured, length) is Kind.DATALOADER
+    )
+
+
+def _trains(facts: Facts, loop: cst.For) -> bool:
+    """The loop runs a backward per iteration (inline or in a function of the file it calls)
+    and no loop over a DataLoader runs inside it, here or in a function it calls
+    (``train_one_epoch(loader)``: that makes it an epoch loop, ACC408's business)."""
+    if _reaches(facts, loop, _DEPTH, lambda node: _reads_a_loader_inside(facts, node, loop)):
+        return False
+    return _reaches(facts, loop, _DEPTH, _calls_backward)
+
+
+def _reads_a_loader_inside(facts: Facts, node: cst.CSTNode, loop: cst.For) -> bool:
+    return any(
+        inner.node is not loop and facts.placement.inside(inner.node, node)
+        for inner in facts.model.loops
+        if facts.flow.reads_loader(inner)
+    )
+
+
+def _calls_backward(node: cst.CSTNode) -> bool:
+    return any(
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "backward"
+        for call in walk(node)
+    )
+
+
+def _reaches(
+    facts: Facts, node: cst.CSTNode, depth: int, holds: Callable[[cst.CSTNode], bool]
+) -> bool:
+    """``holds`` for ``node`` or for a function of the file it calls, ``depth`` calls deep."""
+    if holds(node):
+        return True
+    if depth == 0:
+        return False
+    return any(
+        isinstance(call, cst.Call)
+        and (target := callee(facts.model, call)) is not None
+        and target[0] is not node
+        and _reaches(facts, target[0], depth - 1, holds)
+        for call in walk(node)
+    )

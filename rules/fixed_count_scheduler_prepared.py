@@ -1,0 +1,205 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.facts import facts_of
+from accelify.analysis.scheduler_preparation import (
+    fixed_count_loop,
+    prepared_schedulers,
+    sized_by_process_count,
+    steps_once_per_process,
+)
+from accelify.analysis.script_model import ScriptModel
+from accelify.lint.rule import Example, Finding, Rule, accelerator_at, in_file_words
+
+_SCRIPT = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "accelerator = Accelerator()\n"
+    "max_iters = 5000\n"
+    "optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)\n"
+    "scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_iters)\n"
+    "model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)\n"
+)
+_LOOP = (
+    "for it in range(max_iters):\n"
+    "    xb, yb = get_batch('train')\n"
+    "    accelerator.backward(model(xb, yb))\n"
+    "    optimizer.step()\n"
+    "    optimizer.zero_grad()\n"
+    "    scheduler.step()\n"
+)
+
+
+class FixedCountSchedulerPrepared(Rule):
+    """A scheduler passed to ``accelerator.prepare`` steps ``num_processes`` times at each
+    ``scheduler.step()`` (Accelerate's ``step_scheduler_with_optimizer``, on by default;
+    accelify's runtime does the same): prepare expects the loop to shrink with the shard, as a
+    loop over a prepared DataLoader does (each rank steps 1/N as often). A loop that runs a fixed
+    number of iterations (nanoGPT's ``for it in range(max_iters): xb, yb = get_batch()``) makes
+    every rank step ``max_iters`` times, so a schedule sized in ``max_iters`` ends after
+    ``max_iters / N`` iterations: the warmup is N times shorter, the cosine reaches its floor
+    (and ``CosineAnnealingLR`` climbs back up) halfway through on 2 ranks. Nothing fails; the
+    model trains with the wrong learning rate. One process hides it.
+
+    Fix: leave the scheduler out of ``prepare``
+    (``accelerator.register_for_checkpointing(scheduler)`` keeps it in ``save_state``), or
+    create the Accelerator with ``step_scheduler_with_optimizer=False``. Not reported: a loop
+    over a prepared DataLoader (or one that calls a helper looping over it: an epoch loop,
+    ACC408's), a ``range`` bounded by ``len()`` of a DataLoader or by ``num_processes``, a
+    ``while`` loop, a schedule sized with ``num_processes``, a ``step(epoch)``, an Accelerator
+    with ``split_batches=True`` or made elsewhere (its settings are not in the file)."""
+
+    code = "ACC410"
+    name = "fixed-count-scheduler-prepared"
+    message = (
+        "Leave this scheduler out of prepare, or create the Accelerator with "
+        "step_scheduler_with_optimizer=False: prepared, each step() advances it num_processes "
+        "times, and the loop stepping it runs a fixed count, so on N processes its schedule "
+        "ends N times too soon"
+    )
+    why = (
+        "A prepared scheduler steps once per process at each call; a loop whose length does not "
+        "shrink with the shard then ends the schedule N times too soon."
+    )
+    bad = (
+        Example(_SCRIPT + _LOOP, 7, 69),
+        Example(  # a trainer: iterations counted in the config, the step in a method
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "class Trainer:\n"
+            "    def __init__(self, model, cfg):\n"
+            "        self.accelerator = Accelerator()\n"
+            "        self.cfg = cfg\n"
+            "        self.optimizer = torch.optim.AdamW(model.parameters())\n"
+            "        self.scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
+            "            self.optimizer, max_lr=1e-3, total_steps=cfg.max_steps\n"
+            "        )\n"
+            "        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(\n"
+            "            model, self.optimizer, self.scheduler\n"
+            "        )\n"
+            "    def train_step(self, batch):\n"
+            "        self.accelerator.backward(self.model(**batch).loss)\n"
+            "        self.optimizer.step()\n"
+            "        self.scheduler.step()\n"
+            "        self.optimizer.zero_grad()\n"
+            "    def fit(self, stream):\n"
+            "        for step in range(self.cfg.max_steps):\n"
+            "            self.train_step(next(stream))\n",
+            12,
+            36,
+        ),
+        Example(  # a factory makes it; the accelerator is a parameter
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "def make_scheduler(optimizer, steps):\n"
+            "    return torch.optim.lr_scheduler.LinearLR(optimizer, total_iters=steps)\n"
+            "def train(accelerator, model, optimizer, scheduler, steps):\n"
+            "    for it in range(steps):\n"
+            "        accelerator.backward(model(*sample()))\n"
+            "        optimizer.step()\n"
+            "        scheduler.step()\n"
+            "        optimizer.zero_grad()\n"
+            "def main():\n"
+            "    accelerator = Accelerator()\n"
+            "    model = torch.nn.Linear(4, 1)\n"
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    scheduler = make_scheduler(optimizer, 1000)\n"
+            "    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)\n"
+            "    train(accelerator, model, optimizer, scheduler, 1000)\n",
+            16,
+            73,
+        ),
+    )
+    good = (
+        # left out of prepare: one step per call on every rank
+        _SCRIPT.replace(
+            "model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)",
+            "model, optimizer = accelerator.prepare(model, optimizer)",
+        )
+        + _LOOP,
+        # every prepared scheduler steps once per call
+        _SCRIPT.replace("Accelerator()", "Accelerator(step_scheduler_with_optimizer=False)")
+        + _LOOP,
+        # a loop over the prepared DataLoader shrinks with the shard
+        _SCRIPT.replace(
+            "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+        ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+        + "for xb, yb in loader:\n"
+        + "    accelerator.backward(model(xb, yb))\n"
+        + "    optimizer.step()\n"
+        + "    scheduler.step()\n",
+        # steps counted from the prepared DataLoader's length
+        _SCRIPT.replace(
+            "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+        ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+        + "batches = iter(loader)\n"
+        + "for it in range(len(loader)):\n"
+        + "    accelerator.backward(model(*next(batches)))\n"
+        + "    optimizer.step()\n"
+        + "    scheduler.step()\n",
+        # the fixed count divided among the processes
+        _SCRIPT
+        + _LOOP.replace("range(max_iters)", "range(max_iters // accelerator.num_processes)"),
+        # sized for the N steps per call
+        _SCRIPT.replace("T_max=max_iters", "T_max=max_iters * accelerator.num_processes") + _LOOP,
+        # batches split across processes: one step per call
+        _SCRIPT.replace("Accelerator()", "Accelerator(split_batches=True)") + _LOOP,
+        # an epoch loop that calls a helper looping over the prepared loader: ACC408's business
+        _SCRIPT.replace(
+            "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+        ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+        + "def train_one_epoch(model, loader, optimizer):\n"
+        + "    for xb, yb in loader:\n"
+        + "        accelerator.backward(model(xb, yb))\n"
+        + "        optimizer.step()\n"
+        + "for epoch in range(10):\n"
+        + "    train_one_epoch(model, loader, optimizer)\n"
+        + "    scheduler.step()\n",
+        # an epoch loop around a loop over the prepared loader: ACC408's business
+        _SCRIPT.replace(
+            "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+        ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+        + "for epoch in range(10):\n"
+        + "    for xb, yb in loader:\n"
+        + "        accelerator.backward(model(xb, yb))\n"
+        + "        optimizer.step()\n"
+        + "        scheduler.step()\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        if not steps_once_per_process(script):
+            return
+        facts = facts_of(script)
+        prepared = prepared_schedulers(script)
+        steps = facts.flow.scheduler_steps(set(prepared))
+        for name, argument in prepared.items():
+            if sized_by_process_count(script, name):
+                continue
+            own = [s.call for s in steps if s.scheduler == name]
+            loops = [fixed_count_loop(facts, call) for call in own if not call.args]
+            fixed = [(call, loop) for call, loop in zip(own, loops, strict=False) if loop]
+            if not own or len(fixed) != len(own):
+                continue
+            yield self.finding(
+                script,
+                argument,
+                message=_message(self, script, argument, fixed),  # type: ignore[arg-type]
+            )
+
+
+def _message(
+    rule: Rule, script: ScriptModel, argument: cst.Arg, fixed: list[tuple[cst.Call, cst.For]]
+) -> str:
+    """Names the step's line and the loop's."""
+    name = script.module.code_for_node(argument.value)
+    steps = ", ".join(str(n) for n in sorted({script.line(call) for call, _ in fixed}))
+    loops = ", ".join(str(n) for n in sorted({script.line(loop) for _, loop in fixed}))
+    text = (
+        f"{name} is stepped (line {steps}) in a loop of a fixed count (line {loops}) that every "
+        "rank runs whole: prepared, each step() advances it num_processes times, so on N "
+        "processes its schedule ends N times too soon; leave it out of prepare "
+        f"(accelerator.register_for_checkpointing({name}) keeps it in save_state), or create "
+        "the Accelerator with step_scheduler_with_optimizer=False"
+    )
+    return in_file_words(text, accelerator_at(script, argument))

@@ -1,0 +1,499 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.dataflow import bound_by, statements, variables_in
+from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.objects import bound_arguments, callee, is_plateau_scheduler
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.lint.rule import Example, Finding, Rule, accelerator_at, in_file_words
+
+#: Calls after which every rank holds the same value (or the value of every rank).
+_AGREEING = frozenset(
+    {
+        "gather",
+        "gather_for_metrics",
+        "reduce",
+        "gather_object",
+        "broadcast",
+        "broadcast_object_list",
+        "all_reduce",
+        "all_gather",
+        "all_gather_object",
+        "pad_across_processes",
+    }
+)
+#: How many helpers deep a metric is followed (``fit`` → ``evaluate`` → ``_loss_over``).
+_DEPTH = 3
+
+_SCRIPT = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "accelerator = Accelerator()\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=2)\n"
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "for epoch in range(10):\n"
+    "    total = 0.0\n"
+    "    for x, y in loader:\n"
+    "        loss = loss_fn(model(x), y)\n"
+    "        accelerator.backward(loss)\n"
+    "        optimizer.step()\n"
+    "        optimizer.zero_grad()\n"
+    "        total += loss.item()\n"
+)
+_TRAINER = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, train_loader, val_loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.optimizer = torch.optim.AdamW(model.parameters())\n"
+    "        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer)\n"
+    "        self.model, self.optimizer, self.train_loader, self.val_loader = (\n"
+    "            self.accelerator.prepare(model, self.optimizer, train_loader, val_loader)\n"
+    "        )\n"
+    "    def evaluate(self):\n"
+    "        total = 0.0\n"
+    "        with torch.no_grad():\n"
+    "            for x, y in self.val_loader:\n"
+    "                total += loss_fn(self.model(x), y).item()\n"
+)
+
+
+class PlateauMetricPerRank(Rule):
+    """``ReduceLROnPlateau.step(metric)`` lowers the learning rate when ``metric`` stops
+    improving. Every rank steps its own scheduler; fed a value each rank computed alone (the
+    training loss summed from its ``loss.item()``, a validation loss over its shard of a prepared
+    DataLoader, never gathered or reduced), each rank sees a different curve and lowers its
+    learning rate at a different epoch. From then on the ranks' optimizers apply different
+    steps to the gradients DDP still averages, and the replicas drift apart: a silently wrong
+    run, on our runtime and on Hugging Face Accelerate, with or without preparing the
+    scheduler. One process hides it.
+
+    Fix: step with the mean over ranks, ``accelerator.reduce(torch.tensor(metric,
+    device=accelerator.device), "mean").item()``, or gather the per-sample losses with
+    ``accelerator.gather_for_metrics`` before averaging. Not reported: a metric reduced,
+    gathered or broadcast before the step; one computed over a loader that was not prepared
+    (every rank sees all of it: another rule's business); any scheduler other than
+    ``ReduceLROnPlateau`` (handed its epoch, not a metric)."""
+
+    code = "ACC409"
+    name = "plateau-metric-per-rank"
+    message = (
+        "Step ReduceLROnPlateau with the metric reduced over ranks "
+        '(accelerator.reduce(metric, "mean")): with this rank\'s own value each rank lowers its '
+        "learning rate at a different epoch, and the replicas train apart"
+    )
+    why = "Each rank's plateau scheduler sees its own shard's metric and decays on its own."
+    bad = (
+        Example(_SCRIPT + "    scheduler.step(total / len(loader))\n", 15, 5),
+        Example(  # stepped per batch with this rank's loss
+            _SCRIPT.replace("        total += loss.item()\n", "        scheduler.step(loss)\n"),
+            14,
+            9,
+        ),
+        Example(  # a trainer: the validation loss of this rank's shard, from a method
+            _TRAINER
+            + "        return total / len(self.val_loader)\n"
+            + "    def fit(self, epochs):\n"
+            + "        for epoch in range(epochs):\n"
+            + "            val_loss = self.evaluate()\n"
+            + "            self.scheduler.step(val_loss)\n",
+            20,
+            13,
+        ),
+        Example(  # a factory makes it; a helper gets the accelerator and the scheduler
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "def build_scheduler(optimizer):\n"
+            "    return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5)\n"
+            "def train_epoch(accelerator, model, optimizer, loader):\n"
+            "    losses = []\n"
+            "    for x, y in loader:\n"
+            "        loss = model(x, y)\n"
+            "        accelerator.backward(loss)\n"
+            "        optimizer.step()\n"
+            "        optimizer.zero_grad()\n"
+            "        losses.append(loss.item())\n"
+            "    return sum(losses) / len(losses)\n"
+            "def fit(accelerator, model, optimizer, loader, scheduler, epochs):\n"
+            "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            "    for epoch in range(epochs):\n"
+            "        train_loss = train_epoch(accelerator, model, optimizer, loader)\n"
+            "        scheduler.step(train_loss)\n"
+            "def main():\n"
+            "    accelerator = Accelerator()\n"
+            "    model = torch.nn.Linear(4, 1)\n"
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    scheduler = build_scheduler(optimizer)\n"
+            "    fit(accelerator, model, optimizer, make_loader(), scheduler, 5)\n",
+            18,
+            9,
+        ),
+    )
+    good = (
+        # reduced over ranks first
+        _SCRIPT
+        + "    mean = accelerator.reduce(torch.tensor(total / len(loader)), 'mean')\n"
+        + "    scheduler.step(mean.item())\n",
+        # reduced in the step's argument
+        _SCRIPT + "    scheduler.step(accelerator.reduce(torch.tensor(total), 'mean').item())\n",
+        # per-sample losses gathered before averaging
+        _TRAINER.replace(
+            "                total += loss_fn(self.model(x), y).item()\n",
+            "                losses = loss_fn(self.model(x), y, reduction='none')\n"
+            "                total += self.accelerator.gather_for_metrics(losses).sum().item()\n",
+        )
+        + "        return total / len(self.val_loader.dataset)\n"
+        + "    def fit(self, epochs):\n"
+        + "        for epoch in range(epochs):\n"
+        + "            self.scheduler.step(self.evaluate())\n",
+        # computed on the main process over the whole set, then broadcast
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "from accelerate.utils import broadcast\n"
+        "accelerator = Accelerator()\n"
+        "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "for epoch in range(10):\n"
+        "    train_one_epoch(model, optimizer, loader)\n"
+        "    metric = torch.zeros(1, device=accelerator.device)\n"
+        "    if accelerator.is_main_process:\n"
+        "        metric += evaluate(accelerator.unwrap_model(model), full_val_loader)\n"
+        "    metric = broadcast(metric)\n"
+        "    scheduler.step(metric.item())\n",
+        # a loader that was never prepared: every rank sees all of it, the same metric
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "for epoch in range(10):\n"
+        "    train_one_epoch(model, optimizer, loader)\n"
+        "    total = 0.0\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in val_loader:\n"
+        "            total += loss_fn(model(x), y).item()\n"
+        "    scheduler.step(total)\n",
+        # predictions and labels gathered in the loop, then summed: every rank sums them all
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\n"
+        "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+        "    model, optimizer, loader, val_loader\n)\n"
+        "for epoch in range(10):\n"
+        "    train_one_epoch(model, optimizer, loader)\n"
+        "    val_loss = 0.0\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in val_loader:\n"
+        "            outputs = model(x)\n"
+        "            outputs, y = accelerator.gather_for_metrics((outputs, y))\n"
+        "            val_loss += loss_fn(outputs, y, reduction='sum').item()\n"
+        "    scheduler.step(val_loss / len(val_loader.dataset))\n",
+        # one helper trains on the prepared loader and evaluates the unprepared one: the step
+        # reads what it returns for the unprepared one
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "def run_epoch(accelerator, model, loader, optimizer=None):\n"
+        "    total, count = 0.0, 0\n"
+        "    for x, y in loader:\n"
+        "        loss = loss_fn(model(x), y)\n"
+        "        if optimizer is not None:\n"
+        "            accelerator.backward(loss)\n"
+        "            optimizer.step()\n"
+        "        total += loss.item() * y.size(0)\n"
+        "        count += y.size(0)\n"
+        "    return total / count\n"
+        "accelerator = Accelerator()\n"
+        "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\n"
+        "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n"
+        "for epoch in range(10):\n"
+        "    run_epoch(accelerator, model, train_loader, optimizer)\n"
+        "    scheduler.step(run_epoch(accelerator, model, val_loader))\n",
+        # not a plateau scheduler: handed its epoch
+        _SCRIPT.replace("ReduceLROnPlateau(optimizer, patience=2)", "StepLR(optimizer, 3)")
+        + "    scheduler.step(epoch + 1)\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        facts = facts_of(script)
+        flow = facts.flow
+        schedulers = flow.names_of(Kind.SCHEDULER)
+        for step in flow.scheduler_steps(schedulers):
+            metric = _metric(step.call)
+            if metric is None or step.scheduler is None:
+                continue
+            if not is_plateau_scheduler(script, step.scheduler):
+                continue
+            origin = _Tracer(facts).origin(metric, step.call, {})
+            if origin is None:
+                continue
+            yield self.finding(script, step.call, message=_message(self, script, step.call, origin))
+
+
+def _metric(call: cst.Call) -> cst.BaseExpression | None:
+    """What ``scheduler.step(metric)`` or ``step(metrics=metric)`` is handed."""
+    for argument in call.args:
+        if argument.keyword is None and not argument.star:
+            return argument.value
+        if argument.keyword is not None and argument.keyword.value == "metrics":
+            return argument.value
+    return None
+
+
+class _Tracer:
+    """Follows a value back to where it came from: the last binding of each name it reads
+    before the place it is read (``=``, ``+=``, ``.append``), the target of the ``for`` around
+    that place, the returns of the file's functions it calls (with their parameters bound to
+    that call's arguments) and a helper's parameters. Data of this rank enters through the
+    target of a loop over a prepared DataLoader (its shard); a collective on the way makes the
+    ranks agree and ends that path."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self.script = facts.model
+        self.seen: set[tuple[str, int]] = set()
+
+    def origin(
+        self,
+        value: cst.CSTNode,
+        at: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int = _DEPTH,
+        folded: cst.CSTNode | None = None,
+    ) -> cst.CSTNode | None:
+        """The statement in a loop over a prepared loader that folds this rank's batches into
+        ``value`` (the outermost on the way), or None."""
+        if _agrees(value):
+            return None
+        if depth > 0:
+            for call in walk(value):
+                found = self._through_callee(call, depth, folded)
+                if found is not None:
+                    return found
+        for name in _names_read(self.script, value):
+            found = self._name(name, at, passed, depth, folded)
+            if found is not None:
+                return found
+        return None
+
+    def _through_callee(
+        self, call: cst.CSTNode, depth: int, folded: cst.CSTNode | None
+    ) -> cst.CSTNode | None:
+        target = callee(self.script, call) if isinstance(call, cst.Call) else None
+        if target is None:
+            return None
+        function, implicit = target
+        passed = {
+            name: argument.value
+            for name, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
+        }
+        for returned in self.script.index.own_returns(function):
+            found = self.origin(returned, returned, passed, depth - 1, folded)
+            if found is not None:
+                return found
+        return None
+
+    def _name(
+        self,
+        name: str,
+        at: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int,
+        folded: cst.CSTNode | None,
+    ) -> cst.CSTNode | None:
+        binding = _last_binding(self.facts, name, at)
+        loop = self._loop_binding(name, at, binding)
+        key = (name, id(loop or binding or at))
+        if key in self.seen:
+            return None
+        self.seen.add(key)
+        if loop is not None:
+            if self._sharded(loop, passed):
+                return folded or loop
+            return self.origin(loop.iter, loop, passed, depth, folded)
+        if binding is None:
+            return self._parameter(name, at, passed, depth, folded)
+        if _agrees(binding) or _counts(binding):
+            return None
+        if folded is None and self._in_sharded_loop(binding, passed):
+            folded = binding
+        return self.origin(binding, binding, passed, depth, folded)
+
+    def _parameter(
+        self,
+        name: str,
+        at: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int,
+        folded: cst.CSTNode | None,
+    ) -> cst.CSTNode | None:
+        """A parameter: what this call passes, else what every call site passes."""
+        if name in passed:
+            return self.origin(passed[name], passed[name], {}, depth, folded)
+        if depth == 0:
+            return None
+        for argument in self.facts.flow.call_site_arguments(name, at):
+            found = self.origin(argument.value, argument, {}, depth - 1, folded)
+            if found is not None:
+                return found
+        return None
+
+    def _loop_binding(
+        self, name: str, at: cst.CSTNode, binding: cst.CSTNode | None
+    ) -> cst.For | None:
+        """The ``for`` around ``at`` whose target binds ``name`` after ``binding`` did."""
+        for ancestor in self.script.ancestors(at):
+            if isinstance(ancestor, cst.FunctionDef):
+                return None
+            if (
+                isinstance(ancestor, cst.For)
+                and name in target_names(ancestor.target)
+                and (binding is None or not self.facts.placement.inside(binding, ancestor))
+            ):
+                return ancestor
+        return None
+
+    def _sharded(self, loop: cst.For, passed: dict[str, cst.BaseExpression]) -> bool:
+        """A loop over a prepared DataLoader: by the argument this call passes for the
+        parameter it iterates, else as the analysis knows it."""
+        found = next((entry for entry in self.script.loops if entry.node is loop), None)
+        if found is None:
+            return False
+        if found.iterable in passed:
+            given = dotted(passed[found.iterable])
+            return given is not None and given in self.script.prepared_names
+        return self.facts.flow.over_prepared_loader(found)
+
+    def _in_sharded_loop(
+        self, statement: cst.CSTNode, passed: dict[str, cst.BaseExpression]
+    ) -> bool:
+        return any(
+            self.facts.placement.inside(statement, loop.node) and self._sharded(loop.node, passed)
+            for loop in self.script.loops
+        )
+
+
+def _names_read(script: ScriptModel, value: cst.CSTNode) -> list[str]:
+    """The variables ``value`` reads, and the ``self.x`` attributes (a total kept on the
+    trainer); for a binding, only its right-hand side (and an augmented target, which it reads)."""
+    if isinstance(value, cst.Assign | cst.AnnAssign):
+        read: cst.CSTNode | None = value.value
+    elif isinstance(value, cst.AugAssign):
+        return [*(_names_read(script, value.value)), *(_target_name(value.target))]
+    elif isinstance(value, cst.Expr):
+        read = value.value
+    else:
+        read = value
+    if read is None:
+        return []
+    names = sorted(variables_in(script, read))
+    members = sorted(
+        {
+            name
+            for node in walk(read)
+            if isinstance(node, cst.Attribute)
+            and (name := dotted(node)) is not None
+            and name.startswith("self.")
+            and name.count(".") == 1
+        }
+    )
+    return [*members, *(n for n in names if n != "self")]
+
+
+def _target_name(target: cst.BaseExpression) -> list[str]:
+    name = dotted(target)
+    return [name] if name is not None else []
+
+
+def _last_binding(facts: Facts, name: str, at: cst.CSTNode) -> cst.CSTNode | None:
+    """The last statement before ``at`` in its function (the module for a flat script) that
+    binds ``name`` (``=``, ``+=``, an annotated one, ``.append(...)`` to a list); for
+    ``self.x``, the last one in any method of the class."""
+    script = facts.model
+    function = facts.placement.enclosing_function(at)
+    block: cst.CSTNode | None = function.body if function is not None else script.module
+    if name.startswith("self."):
+        block = script.index.nearest(at, cst.ClassDef) if function is not None else None
+    if block is None:
+        return None
+    position = _position(script, at)
+    found: cst.CSTNode | None = None
+    for small in statements(block):
+        if facts.placement.enclosing_function(small) is not function and not name.startswith(
+            "self."
+        ):
+            continue
+        if not name.startswith("self.") and _position(script, small) >= position:
+            break
+        if _binds(small, name):
+            found = small
+    return found
+
+
+def _binds(small: cst.CSTNode, name: str) -> bool:
+    if isinstance(small, cst.Assign):
+        return any(dotted(t.target) == name for t in small.targets) or name in bound_by(small)
+    if isinstance(small, cst.AugAssign | cst.AnnAssign):
+        return dotted(small.target) == name or name in bound_by(small)
+    call = small.value if isinstance(small, cst.Expr) else None
+    return (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in ("append", "extend")
+        and dotted(call.func.value) == name
+    )
+
+
+def _position(script: ScriptModel, node: cst.CSTNode) -> tuple[int, int]:
+    start = script.position(node).start
+    return start.line, start.column
+
+
+def _counts(binding: cst.CSTNode) -> bool:
+    """``steps += 1``, ``seen += len(y)``, ``n += x.size(0)``: a count of batches or samples,
+    the same on every rank (prepare evens out the shards), not a value of this rank's data."""
+    value = getattr(binding, "value", None)
+    if not isinstance(value, cst.BaseExpression):
+        return False
+    if isinstance(value, cst.Integer | cst.Float):
+        return True
+    if isinstance(value, cst.Call):
+        func = value.func
+        return dotted(func) == "len" or (
+            isinstance(func, cst.Attribute) and func.attr.value in ("size", "numel")
+        )
+    return (
+        isinstance(value, cst.Subscript)
+        and isinstance(value.value, cst.Attribute)
+        and value.value.attr.value == "shape"
+    )
+
+
+def _agrees(node: cst.CSTNode) -> bool:
+    """``node`` calls a collective: after it every rank holds the same value."""
+    return any(
+        isinstance(call, cst.Call)
+        and (
+            (isinstance(call.func, cst.Attribute) and call.func.attr.value in _AGREEING)
+            or (isinstance(call.func, cst.Name) and call.func.value in _AGREEING)
+        )
+        for call in walk(node)
+    )
+
+
+def _message(rule: Rule, script: ScriptModel, step: cst.Call, origin: cst.CSTNode) -> str:
+    metric = script.module.code_for_node(_metric(step) or step)
+    line = script.line(origin)
+    text = (
+        f"{metric} is this rank's own value (computed at line {line} from its shard of a "
+        "prepared DataLoader, never reduced): each rank's ReduceLROnPlateau lowers its "
+        "learning rate at a different epoch, and the replicas train apart; step it with the "
+        "value reduced over "
+        'ranks: accelerator.reduce(torch.tensor(value, device=accelerator.device), "mean")'
+        ".item(), or gather_for_metrics the per-sample losses before averaging"
+    )
+    return in_file_words(text, accelerator_at(script, step))
