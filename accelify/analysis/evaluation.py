@@ -296,6 +296,12 @@ def _collate_function(model: ScriptModel, value: cst.BaseExpression) -> cst.Func
     """The function a ``collate_fn=`` argument names: one of the file's, or the nested function
     that a factory of the file returns (``collate_fn = get_collate_fn(pad_index)``), through a
     name assigned in the scope of the argument."""
+    if (
+        isinstance(value, cst.Lambda)
+        and isinstance(value.body, cst.Call)
+        and _forwards_its_parameters(value, value.body)
+    ):
+        value = value.body.func  # ``lambda x: data_processing(x, "valid")``: that function
     name = dotted(value)
     if name is None:
         return None
@@ -316,6 +322,14 @@ def _collate_function(model: ScriptModel, value: cst.BaseExpression) -> cst.Func
         if model.scope_of(assign) is model.module and isinstance(assign.value, cst.Call):
             return _returned_function(model, assign.value)
     return None
+
+
+def _forwards_its_parameters(function: cst.Lambda, call: cst.Call) -> bool:
+    """``lambda x: data_processing(x, "valid")`` (the speech tutorial's collate_fn): the lambda
+    hands the batch it receives to ``call``, so the batches are what ``call`` makes."""
+    parameters = [p.name.value for p in function.params.params]
+    passed = {dotted(a.value) for a in call.args}
+    return bool(parameters) and all(p in passed for p in parameters)
 
 
 def _returned_function(model: ScriptModel, call: cst.Call) -> cst.FunctionDef | None:
@@ -353,11 +367,18 @@ def _pads_time_major(collate: cst.FunctionDef) -> bool:
 def _returns_a_list(collate: cst.FunctionDef) -> str | None:
     """``targets = [b[1] for b in batch]; return images, targets``: what ``collate`` returns a
     list comprehension for, directly or through a name it assigned one to (detection targets,
-    one dict per image); None when it returns tensors only."""
+    one dict per image); None when it returns tensors only. A name rebound to something else
+    (``seqs = [s for s, _ in batch]`` then ``seqs = pad_sequence(seqs)``) is no list."""
+    assigned = [node for node in walk(collate.body) if isinstance(node, cst.Assign)]
     listed = {
         dotted(t.target)
-        for node in walk(collate.body)
-        if isinstance(node, cst.Assign) and isinstance(node.value, cst.ListComp)
+        for node in assigned
+        if isinstance(node.value, cst.ListComp)
+        for t in node.targets
+    } - {
+        dotted(t.target)
+        for node in assigned
+        if not isinstance(node.value, cst.ListComp)
         for t in node.targets
     }
     for node in walk(collate.body):
@@ -823,7 +844,7 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
         read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
         mean = sorted(read & means)
         total = statement.target.value
-        if mean and not _divided(scope, total):
+        if mean and not _divided(scope, total) and not _divided_as_added(statement.value):
             found.unsure_at = sink
             found.advice = (
                 f"divide {total} by the number of batches (len of the loader) or sum each "
@@ -944,6 +965,17 @@ def _batch_means(body: list[cst.CSTNode]) -> set[str]:
             if not summed and (last == "mean" or any(k in last for k in _MEAN_CALLS)):
                 found.add(target.value)
     return found
+
+
+def _divided_as_added(value: cst.BaseExpression) -> bool:
+    """``loss.item() / len(loader)``: each batch's mean added already divided by the count of
+    batches (the speech tutorial's ``test_loss += loss.item() / len(test_loader)``)."""
+    return (
+        isinstance(value, cst.BinaryOperation)
+        and isinstance(value.operator, cst.Divide)
+        and isinstance(value.right, cst.Call)
+        and dotted(value.right.func) == "len"
+    )
 
 
 def _divided(scope: cst.CSTNode, total: str) -> bool:
