@@ -192,6 +192,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _sums_batch_means(found, body, facts)
     if found.unsure is None:
         found.unsure = _scalar_of_a_gathered_value(found, body, facts)
+    if found.unsure is None:
+        found.unsure = _one_sample_of_the_batch(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
@@ -897,6 +899,46 @@ def _scalar_of_a_gathered_value(
                 f"line {model.line(small)} takes {model.module.code_for_node(read)} as one "
                 f"number ({model.module.code_for_node(node)}): gathered, it holds one value per "
                 "rank and that would raise"
+            )
+    return None
+
+
+def _one_sample_of_the_batch(
+    found: Evaluation, body: list[cst.CSTNode], facts: Facts
+) -> str | None:
+    """``gt_item = item[0].item()`` after the forward (guoyang9/NCF's ``metrics()``, whose test
+    loader hands one user's candidates per batch, ranked as one group by ``torch.topk``): the
+    metric reads one sample of a batch field by its position, so each batch is a group on its
+    own. Gathered, a step holds every rank's batch: ``[0]`` is the first rank's sample alone
+    and the ranking mixes the groups, a wrong metric with no error. Left as it is: the loop
+    evaluates the whole set on every rank."""
+    model = facts.model
+    fields = set(found.batch) & (set(found.gathered) | {f.name for f in found.fields})
+    if found.statement is None or not fields:
+        return None
+    for small in body:
+        if model.order(small) <= model.order(found.statement):
+            continue
+        for node in walk(small):
+            if not (
+                isinstance(node, cst.Subscript)
+                and isinstance(node.value, cst.Name)
+                and node.value.value in fields
+                and len(node.slice) == 1
+                and isinstance(node.slice[0].slice, cst.Index)
+                and isinstance(node.slice[0].slice.value, cst.Integer)
+            ):
+                continue
+            found.unsure_at = small
+            found.advice = (
+                "compute the per-batch results (one group each) on every rank and gather "
+                "those, not the batch"
+            )
+            return (
+                f"line {model.line(small)} reads {model.module.code_for_node(node)}, one "
+                "sample of the batch by its position, so each batch is a group the metric "
+                "takes as a whole: gathered, a step holds every rank's batch, the position "
+                "is the first rank's sample alone and the groups mix"
             )
     return None
 
