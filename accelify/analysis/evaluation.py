@@ -929,6 +929,8 @@ def _one_sample_of_the_batch(
                 and isinstance(node.slice[0].slice.value, cst.Integer)
             ):
                 continue
+            if not _feeds_a_metric(small, found):
+                continue  # ``save_image(x[0])``: a sample shown, not measured
             found.unsure_at = small
             found.advice = (
                 "compute the per-batch results (one group each) on every rank and gather "
@@ -941,6 +943,25 @@ def _one_sample_of_the_batch(
                 "is the first rank's sample alone and the groups mix"
             )
     return None
+
+
+def _feeds_a_metric(small: cst.CSTNode, found: Evaluation) -> bool:
+    """``small`` is one of the evaluation's metrics, or binds a name one of them reads
+    (``gt_item = item[0].item()`` before ``HR.append(hit(gt_item, recommends))``)."""
+    if any(small is sink for sink in found.sinks):
+        return True
+    bound = {
+        name
+        for node in walk(small)
+        if isinstance(node, cst.Assign)
+        for target in node.targets
+        for name in target_names(target.target)
+    }
+    return any(
+        isinstance(node, cst.Name) and node.value in bound
+        for sink in found.sinks
+        for node in walk(sink)
+    )
 
 
 #: Tensor methods that keep every element: a value made with them from a gathered tensor
