@@ -192,6 +192,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _sums_batch_means(found, body, facts)
     if found.unsure is None:
         found.unsure = _scalar_of_a_gathered_value(found, body, facts)
+    if found.unsure is None:
+        found.unsure = _one_sample_of_the_batch(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
@@ -296,6 +298,12 @@ def _collate_function(model: ScriptModel, value: cst.BaseExpression) -> cst.Func
     """The function a ``collate_fn=`` argument names: one of the file's, or the nested function
     that a factory of the file returns (``collate_fn = get_collate_fn(pad_index)``), through a
     name assigned in the scope of the argument."""
+    if (
+        isinstance(value, cst.Lambda)
+        and isinstance(value.body, cst.Call)
+        and _forwards_its_parameters(value, value.body)
+    ):
+        value = value.body.func  # ``lambda x: data_processing(x, "valid")``: that function
     name = dotted(value)
     if name is None:
         return None
@@ -316,6 +324,14 @@ def _collate_function(model: ScriptModel, value: cst.BaseExpression) -> cst.Func
         if model.scope_of(assign) is model.module and isinstance(assign.value, cst.Call):
             return _returned_function(model, assign.value)
     return None
+
+
+def _forwards_its_parameters(function: cst.Lambda, call: cst.Call) -> bool:
+    """``lambda x: data_processing(x, "valid")`` (the speech tutorial's collate_fn): the lambda
+    hands the batch it receives to ``call``, so the batches are what ``call`` makes."""
+    parameters = [p.name.value for p in function.params.params]
+    passed = {dotted(a.value) for a in call.args}
+    return bool(parameters) and all(p in passed for p in parameters)
 
 
 def _returned_function(model: ScriptModel, call: cst.Call) -> cst.FunctionDef | None:
@@ -353,11 +369,18 @@ def _pads_time_major(collate: cst.FunctionDef) -> bool:
 def _returns_a_list(collate: cst.FunctionDef) -> str | None:
     """``targets = [b[1] for b in batch]; return images, targets``: what ``collate`` returns a
     list comprehension for, directly or through a name it assigned one to (detection targets,
-    one dict per image); None when it returns tensors only."""
+    one dict per image); None when it returns tensors only. A name rebound to something else
+    (``seqs = [s for s, _ in batch]`` then ``seqs = pad_sequence(seqs)``) is no list."""
+    assigned = [node for node in walk(collate.body) if isinstance(node, cst.Assign)]
     listed = {
         dotted(t.target)
-        for node in walk(collate.body)
-        if isinstance(node, cst.Assign) and isinstance(node.value, cst.ListComp)
+        for node in assigned
+        if isinstance(node.value, cst.ListComp)
+        for t in node.targets
+    } - {
+        dotted(t.target)
+        for node in assigned
+        if not isinstance(node.value, cst.ListComp)
         for t in node.targets
     }
     for node in walk(collate.body):
@@ -823,7 +846,7 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
         read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
         mean = sorted(read & means)
         total = statement.target.value
-        if mean and not _divided(scope, total):
+        if mean and not _divided(scope, total) and not _divided_as_added(statement.value):
             found.unsure_at = sink
             found.advice = (
                 f"divide {total} by the number of batches (len of the loader) or sum each "
@@ -878,6 +901,67 @@ def _scalar_of_a_gathered_value(
                 "rank and that would raise"
             )
     return None
+
+
+def _one_sample_of_the_batch(
+    found: Evaluation, body: list[cst.CSTNode], facts: Facts
+) -> str | None:
+    """``gt_item = item[0].item()`` after the forward (guoyang9/NCF's ``metrics()``, whose test
+    loader hands one user's candidates per batch, ranked as one group by ``torch.topk``): the
+    metric reads one sample of a batch field by its position, so each batch is a group on its
+    own. Gathered, a step holds every rank's batch: ``[0]`` is the first rank's sample alone
+    and the ranking mixes the groups, a wrong metric with no error. Left as it is: the loop
+    evaluates the whole set on every rank."""
+    model = facts.model
+    fields = set(found.batch) & (set(found.gathered) | {f.name for f in found.fields})
+    if found.statement is None or not fields:
+        return None
+    for small in body:
+        if model.order(small) <= model.order(found.statement):
+            continue
+        for node in walk(small):
+            if not (
+                isinstance(node, cst.Subscript)
+                and isinstance(node.value, cst.Name)
+                and node.value.value in fields
+                and len(node.slice) == 1
+                and isinstance(node.slice[0].slice, cst.Index)
+                and isinstance(node.slice[0].slice.value, cst.Integer)
+            ):
+                continue
+            if not _feeds_a_metric(small, found):
+                continue  # ``save_image(x[0])``: a sample shown, not measured
+            found.unsure_at = small
+            found.advice = (
+                "compute the per-batch results (one group each) on every rank and gather "
+                "those, not the batch"
+            )
+            return (
+                f"line {model.line(small)} reads {model.module.code_for_node(node)}, one "
+                "sample of the batch by its position, so each batch is a group the metric "
+                "takes as a whole: gathered, a step holds every rank's batch, the position "
+                "is the first rank's sample alone and the groups mix"
+            )
+    return None
+
+
+def _feeds_a_metric(small: cst.CSTNode, found: Evaluation) -> bool:
+    """``small`` is one of the evaluation's metrics, or binds a name one of them reads
+    (``gt_item = item[0].item()`` before ``HR.append(hit(gt_item, recommends))``)."""
+    if any(small is sink for sink in found.sinks):
+        return True
+    bound = {
+        name
+        for node in walk(small)
+        if isinstance(node, cst.Assign)
+        for target in node.targets
+        for name in target_names(target.target)
+    }
+    return any(
+        isinstance(node, cst.Name) and node.value in bound
+        for sink in found.sinks
+        for node in walk(sink)
+    )
 
 
 #: Tensor methods that keep every element: a value made with them from a gathered tensor
@@ -944,6 +1028,17 @@ def _batch_means(body: list[cst.CSTNode]) -> set[str]:
             if not summed and (last == "mean" or any(k in last for k in _MEAN_CALLS)):
                 found.add(target.value)
     return found
+
+
+def _divided_as_added(value: cst.BaseExpression) -> bool:
+    """``loss.item() / len(loader)``: each batch's mean added already divided by the count of
+    batches (the speech tutorial's ``test_loss += loss.item() / len(test_loader)``)."""
+    return (
+        isinstance(value, cst.BinaryOperation)
+        and isinstance(value.operator, cst.Divide)
+        and isinstance(value.right, cst.Call)
+        and dotted(value.right.func) == "len"
+    )
 
 
 def _divided(scope: cst.CSTNode, total: str) -> bool:

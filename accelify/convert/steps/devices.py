@@ -45,6 +45,7 @@ def run_model_moves(ctx: Context) -> None:
         # Another edit of the statement (a DataParallel(...) unwrapped, the line removed)
         # decides what becomes of it: these moves give way.
         gives_way_to = [binding.value, binding.statement]
+        _review_move_chosen_by_flags(ctx, binding.statement, binding.value, binding.name)
         if dotted(stripped) == binding.name:
             ctx.plan.remove(
                 binding.statement,
@@ -81,10 +82,36 @@ def run_model_moves(ctx: Context) -> None:
                 ctx.line(call),
                 f"removed {dotted(target)} device move (prepare places the model)",
             )
+            _review_move_chosen_by_flags(ctx, line_statement, call, dotted(target) or "")
         elif target is None:
             _mode_and_device(ctx, line_statement, call)
     _copies_of_unmoved_models(ctx)
     _fixed_moves_of_prepared_models(ctx)
+
+
+def _review_move_chosen_by_flags(
+    ctx: Context, moved: cst.CSTNode, move: cst.BaseExpression, name: str
+) -> None:
+    """``if args.cuda: model.cuda()`` (tkipf/pygcn's shape, with the inputs moved in the same
+    block): the flag chose CPU or GPU for the model; prepare places it on this rank's device
+    whatever the flag says, so with the flag off on a GPU machine the model is on the GPU and
+    the inputs moved under the same test stay on the CPU. Said at the ``if``, as a device
+    variable chosen by a flag is (once per line: that review already covers this ``if``)."""
+    flags = device_choosers(ctx.model, moved, move)
+    if not flags:
+        return
+    branch = next(a for a in ctx.model.ancestors(moved) if isinstance(a, cst.If))
+    line = ctx.line(branch)
+    if any(note.line == line for note in ctx.plan.reviews):
+        return
+    read = ", ".join(flags)
+    ctx.plan.review(
+        line,
+        f"{name} was moved to the GPU only when {read} allowed it: prepare places it on "
+        f"{ctx.a('device')}, this rank's, whatever {read} says, so with it off on a GPU machine "
+        f"{name} runs on the GPU and what is moved only under this test stays on the CPU; "
+        "for a CPU run, launch with `accelify launch --cpu` or pass Accelerator(cpu=...)",
+    )
 
 
 def never_prepared(ctx: Context, name: str, scope: cst.CSTNode | None) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.device_moves import moved_to, strip_moves
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, has_parameter, walk
 from accelify.convert.steps.context import Context
@@ -80,7 +81,29 @@ def _handed_to_constructors(ctx: Context) -> dict[str, list[cst.Call]]:
         for call, _ in ctx.facts.calls.calls_of(scope):
             for source in binding.sources:
                 found.setdefault(source, []).append(call)
+    for function in ctx.model.functions.values():
+        for parameter in _prepared_parameters(ctx, function):
+            for call, implicit in ctx.facts.flow.calls_of(function):
+                for name, argument in bound_arguments(function, call, implicit):
+                    passed = dotted(argument.value)
+                    if name == parameter and passed is not None and "." not in passed:
+                        found.setdefault(passed, []).append(call)
     return found
+
+
+def _prepared_parameters(ctx: Context, function: cst.FunctionDef) -> list[str]:
+    """The model parameters ``function`` prepares (``train_model(model, ...)`` whose body
+    prepares ``model``): prepare moves the very module the caller handed over, so after the
+    call the caller's model is on the device too."""
+    return [
+        name
+        for name, anchor in ctx.prepared_after.items()
+        if "." not in name
+        and name not in ctx.frozen
+        and has_parameter(function, name)
+        and ctx.facts.placement.inside(anchor, function)
+        and ctx.facts.flow.kind_of(name, anchor) is Kind.MODEL
+    ]
 
 
 def _handed_model_called(
@@ -97,14 +120,71 @@ def _handed_model_called(
 
 
 def cpu_only(ctx: Context) -> bool:
-    """No device in the script and no model moved anywhere: the original runs on the CPU, and
-    every tensor it makes is there."""
-    if ctx.model.names_of(Kind.DEVICE):
+    """No device in the script but the CPU, and no model moved anywhere else: the original
+    runs on the CPU, and every tensor it makes is there. A device variable that always holds
+    the CPU (``device = device or torch.device("cpu")`` of a helper no caller passes a device,
+    a forecasting ``train_model()``'s shape) is no other device: its moves stay on the CPU."""
+    if not all(_always_cpu(ctx, b.value, b.assign) for b in ctx.model.of_kind(Kind.DEVICE)):
         return False
     for binding in ctx.model.of_kind(Kind.MODEL):
-        if strip_moves(binding.value) is not binding.value:
+        if strip_moves(binding.value) is not binding.value and not _moves_to_cpu(
+            ctx, binding.value
+        ):
             return False
-    return not any(names_a_device(call) for call in ctx.model.calls)
+    return not any(
+        names_a_device(call) and not _moves_to_cpu(ctx, call) for call in ctx.model.calls
+    )
+
+
+def _moves_to_cpu(ctx: Context, expression: cst.BaseExpression) -> bool:
+    """Every move in ``expression`` (a ``.to(...)`` chain) goes to the CPU: a literal one, or
+    a name each assignment of which is one."""
+    for move in walk(expression):
+        if not (isinstance(move, cst.Call) and names_a_device(move)):
+            continue
+        target = moved_to(move)
+        if target is None:
+            return False  # .cuda()
+        if isinstance(target, cst.Name):
+            values = _assigned_values(ctx, target.value, move)
+            known = [v for v in values if v is not None]
+            if not known or not all(_always_cpu(ctx, v, move) for v in known):
+                return False
+            if len(known) < len(values) and not any(_defaults_to_cpu(v) for v in known):
+                return False  # a parameter the caller may pass, not replaced by the CPU
+        elif not _always_cpu(ctx, target, move):
+            return False
+    return True
+
+
+def _defaults_to_cpu(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.BooleanOperation) and isinstance(value.operator, cst.Or)
+
+
+def _always_cpu(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """``"cpu"``, ``torch.device("cpu")``, or ``device or <one of those>`` where ``device`` is
+    a parameter (default None) that no call of its function passes, none of them unpacking
+    arguments it could come in (``**kwargs``)."""
+    if isinstance(value, cst.SimpleString):
+        return value.evaluated_value == "cpu"
+    if isinstance(value, cst.Call) and dotted(value.func) == "torch.device":
+        return len(value.args) == 1 and _always_cpu(ctx, value.args[0].value, at)
+    if not (isinstance(value, cst.BooleanOperation) and isinstance(value.operator, cst.Or)):
+        return False
+    left = value.left
+    function = ctx.facts.placement.enclosing_function(at)
+    if not isinstance(left, cst.Name) or function is None:
+        return False
+    if not has_parameter(function, left.value) or ctx.facts.flow.call_site_arguments(
+        left.value, at
+    ):
+        return False
+    calls = ctx.facts.flow.calls_of(function)
+    return (
+        bool(calls)
+        and not any(argument.star for call, _ in calls for argument in call.args)
+        and _always_cpu(ctx, value.right, at)
+    )
 
 
 def names_a_device(call: cst.Call) -> bool:
