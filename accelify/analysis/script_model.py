@@ -36,6 +36,7 @@ from accelify.analysis.syntax import (
     root_name,
     strip_self_methods,
     target_names,
+    unpacked_pairs,
     walk,
 )
 
@@ -725,6 +726,11 @@ class _Collector(Visitor):
         value: cst.BaseExpression,
         assign: cst.Assign | cst.AnnAssign,
     ) -> None:
+        pairs = unpacked_pairs(target, value)
+        if pairs is not None:  # ``self.train_loader, self.val_loader = DataLoader(a), ...``
+            for element_target, element_value in pairs:
+                self._bind(element_target, element_value, assign)
+            return
         name = dotted(target)
         if name is None:
             return
