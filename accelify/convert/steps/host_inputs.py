@@ -108,15 +108,25 @@ def _bound_to_a_call(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode) -
     drawn with ``next``, by the file's helper or not, or a library's tensor is not the file's
     to follow, and says nothing here)."""
     name = dotted(value)
-    if name is None or name == "self" or _passed_for_parameter(ctx, name, at) is not None:
-        return False
+    return name is not None and any(
+        not _draws_batches(ctx, function) for function in returned_by(ctx, name, at)
+    )
+
+
+def returned_by(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.FunctionDef]:
+    """The functions of this file whose results ``name`` is bound to where ``at`` reads it
+    (``model`` of ``mse, lr, model = experiment.sweep(lrs)``: ``sweep``); none for a
+    parameter."""
+    if name == "self" or _passed_for_parameter(ctx, name, at) is not None:
+        return []
+    found = []
     for bound in assigned_values(ctx, name, at):
         if not isinstance(bound, (_Unpacked, cst.Call)):
             continue
         target = ctx.facts.calls.callee(bound.call if isinstance(bound, _Unpacked) else bound)
-        if target is not None and not _draws_batches(ctx, target[0]):
-            return True
-    return False
+        if target is not None:
+            found.append(target[0])
+    return found
 
 
 def _draws_batches(ctx: Context, function: cst.FunctionDef) -> bool:
