@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.device_moves import moved_to, strip_moves
-from accelify.analysis.script_model import Kind
+from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted, has_parameter, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.devices import handed_on_before_prepare
@@ -33,17 +33,10 @@ from accelify.edits import rewrites
 def run(ctx: Context) -> None:
     if not cpu_only(ctx):
         return
-    in_prepared_loops = [
-        loop.node
-        for loop in ctx.model.loops
-        if ctx.facts.flow.reads_loader(loop) and not ctx.unprepared_loaders(loop)
-    ]
     handed = _handed_to_constructors(ctx)
     for call in ctx.model.calls:
         name = prepared_model_called(ctx, call) or _handed_model_called(ctx, call, handed)
-        if name is None or any(
-            ctx.facts.placement.inside(call, loop) for loop in in_prepared_loops
-        ):
+        if name is None or _in_a_prepared_loop(ctx, call):
             continue
         values = [argument.value for argument in call.args]
         inputs = [i for i, value in enumerate(values) if not _stays(value)]
@@ -68,6 +61,52 @@ def run(ctx: Context) -> None:
             ctx.need(call)
         if "send_to_device" not in ctx.uses:
             ctx.uses.append("send_to_device")
+
+
+def _loader_loops_around(ctx: Context, node: cst.CSTNode) -> list[Loop]:
+    """The loops over a DataLoader that ``node`` is in, innermost first."""
+    loops = [
+        loop
+        for loop in ctx.model.loops
+        if ctx.facts.flow.reads_loader(loop) and ctx.facts.placement.inside(node, loop.node)
+    ]
+    return sorted(loops, key=lambda loop: -ctx.model.order(loop.node))
+
+
+def _in_a_prepared_loop(ctx: Context, call: cst.Call) -> bool:
+    """The innermost loop over a DataLoader around ``call`` reads a prepared one: its batches
+    are on the device (an evaluation over a loader left whole, nested in the training loop, is
+    not)."""
+    loops = _loader_loops_around(ctx, call)
+    return bool(loops) and not ctx.unprepared_loaders(loops[0])
+
+
+def _batch_of_a_whole_loader(ctx: Context, name: str, at: cst.CSTNode) -> bool:
+    """``feats`` of ``for ids, feats, labels in test_loader:`` when the conversion leaves
+    ``test_loader`` whole (an evaluation it cannot gather): a DataLoader no prepare took hands
+    out what its dataset made, on the host in a CPU-only script."""
+    root = name.split(".")[0]
+    for loop in _loader_loops_around(ctx, at):
+        if root in loop.batch_names:
+            return _reads_only_whole_loaders(ctx, loop)
+    return False
+
+
+def _reads_only_whole_loaders(ctx: Context, loop: Loop) -> bool:
+    """``loop`` only evaluates, over a loader named as such (not a dict's entry picked by
+    phase), every origin of which the conversion leaves unprepared: a loop that reads a
+    prepared loader too (``run_epoch(loader)`` called with the training loader and the
+    validation one) gets batches on the device from it."""
+    if loop.trains or loop.iterable is None or not _plain_name(loop.iterable):
+        return False
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
+    origins = ctx.facts.flow.origin_sites(loop.iterable, loop.node, stop=prepared)
+    unprepared = set(ctx.unprepared_loaders(loop))
+    return bool(origins) and all(origin in unprepared for origin, _ in origins)
+
+
+def _plain_name(text: str) -> bool:
+    return all(part.isidentifier() for part in text.split("."))
 
 
 def _review_returned_inputs(
@@ -335,6 +374,8 @@ def _made_on_host(
     name = dotted(value)
     if name is None or name == "self":
         return False
+    if _batch_of_a_whole_loader(ctx, name, at):
+        return True
     passed = _passed_for_parameter(ctx, name, at)
     if passed is not None:
         return bool(passed) and all(_made_on_host(ctx, a.value, a, depth + 1) for a in passed)
