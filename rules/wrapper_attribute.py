@@ -660,11 +660,14 @@ def _is_the_prepare(assign: cst.Assign, prepare: cst.Call) -> bool:
 
 def _trained_models(script: ScriptModel) -> set[str]:
     """Models an optimizer trains: built from their parameters, or prepared in the same call as
-    an optimizer (``model, optimizer = accelerator.prepare(model, optimizer)`` where a helper of
-    the file built the optimizer)."""
-    trained = set().union(*optimizer_models(script).values())
+    an optimizer whose models are not known (``model, optimizer = accelerator.prepare(model,
+    optimizer)`` where a helper of the file built the optimizer). A frozen teacher prepared
+    beside an optimizer over ``model.parameters()`` is not trained."""
+    owners = optimizer_models(script)
+    trained = set().union(*owners.values())
     optimizers = script.names_of(Kind.OPTIMIZER)
     for prepare in script.prepare_calls:
-        if any(name in optimizers or "optim" in name for name in prepare.outputs):
+        beside = [name for name in prepare.outputs if name in optimizers or "optim" in name]
+        if any(not owners.get(name) for name in beside):
             trained.update(prepare.outputs)
     return trained

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods
+from accelify.analysis.syntax import dotted, strip_self_methods, unpacked_pairs
 
 Classify = Callable[[cst.BaseExpression, str], Kind | None]
 
@@ -292,15 +292,26 @@ def _receive(
         if _enclosing_class(model, function) is None:
             continue
         for assign in model.index.own_assignments(function):
-            parameter = received_name(function, assign.value)
-            kind = received.get(parameter) if parameter is not None else None
-            if kind is None:
-                continue
-            for target in assign.targets:
-                name = dotted(target.target)
-                if name and name.startswith("self.") and (name, id(function)) not in known:
-                    added += _bind(model, name, kind, function, assign, known, received=True)
+            for target, value in _received_pairs(assign):
+                parameter = received_name(function, value)
+                kind = received.get(parameter) if parameter is not None else None
+                name = dotted(target)
+                if kind is None or not name or not name.startswith("self."):
+                    continue
+                if (name, id(function)) not in known:
+                    added += _bind(
+                        model, name, kind, function, assign, known, received=True, value=value
+                    )
     return added
+
+
+def _received_pairs(assign: cst.Assign) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """Each target of ``assign`` with the value it receives: ``self.model = model``, also
+    unpacked side by side (``self.model, self.loader = model, loader``)."""
+    pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+    for target in assign.targets:
+        pairs += unpacked_pairs(target.target, assign.value) or [(target.target, assign.value)]
+    return pairs
 
 
 def _receive_tuples(
@@ -450,12 +461,14 @@ def _bind(
     known: set[tuple[str, int]],
     *,
     received: bool,
+    value: cst.BaseExpression | None = None,
 ) -> int:
     statement = model.parent(assign)
     if not isinstance(statement, cst.SimpleStatementLine):
         return 0
+    bound = assign.value if value is None else value
     model.bindings.append(
-        Binding(name, kind, scope, statement, assign, assign.value, model, received=received)
+        Binding(name, kind, scope, statement, assign, bound, model, received=received)
     )
     known.add((name, id(scope)))
     return 1

@@ -36,6 +36,7 @@ from accelify.analysis.syntax import (
     root_name,
     strip_self_methods,
     target_names,
+    unpacked_pairs,
     walk,
 )
 
@@ -749,10 +750,15 @@ class _Collector(Visitor):
         value: cst.BaseExpression,
         assign: cst.Assign | cst.AnnAssign,
     ) -> None:
+        pairs = unpacked_pairs(target, value)
+        if pairs is not None:  # ``self.train_loader, self.val_loader = DataLoader(a), ...``
+            for element_target, element_value in pairs:
+                self._bind(element_target, element_value, assign)
+            return
         name = dotted(target)
         if name is None:
             return
-        kind = self._classify(value, name)
+        kind = self._classify(value, name) or self._device_parameter(value, name, assign)
         if kind is None or (kind is Kind.MODEL and self._is_layer(name)):
             return
         statement = self.model.parent(assign)
@@ -771,6 +777,24 @@ class _Collector(Visitor):
                 script=self.model,
             )
         )
+
+    def _device_parameter(
+        self, value: cst.BaseExpression, name: str, assign: cst.CSTNode
+    ) -> Kind | None:
+        """``self.device = device`` in ``def __init__(self, ..., device="cpu")``: the device
+        the script runs on, chosen by a parameter whose default names one (a ``--device``
+        flag is usually what the caller passes)."""
+        if name.split(".")[-1].lower() != "device" or not isinstance(value, cst.Name):
+            return None
+        function = next(
+            (a for a in self.model.ancestors(assign) if isinstance(a, cst.FunctionDef)), None
+        )
+        if function is None:
+            return None
+        for parameter in (*function.params.params, *function.params.kwonly_params):
+            if parameter.name.value == value.value and parameter.default is not None:
+                return Kind.DEVICE if _is_device_literal(parameter.default) else None
+        return None
 
     def _is_layer(self, name: str) -> bool:
         """``model.fc = nn.Linear(...)`` (or ``self.model.fc = ...``) replaces a layer of a model:

@@ -279,3 +279,20 @@ def is_docstring(line: cst.CSTNode) -> bool:
         and isinstance(line.body[0], cst.Expr)
         and isinstance(line.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
     )
+
+
+def unpacked_pairs(
+    target: cst.BaseExpression, value: cst.BaseExpression
+) -> list[tuple[cst.BaseExpression, cst.BaseExpression]] | None:
+    """``(self.model, model)`` and ``(self.loader, loader)`` of ``self.model, self.loader =
+    model, loader``: each target with the value written at its position, when both sides are
+    tuples or lists of the same length with nothing starred; else None."""
+    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(
+        value, (cst.Tuple, cst.List)
+    ):
+        return None
+    if len(target.elements) != len(value.elements) or any(
+        isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)
+    ):
+        return None
+    return [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]

@@ -124,11 +124,11 @@ class Context:
             return range(span.start.line, span.end.line + 1)
 
         def reaches(node: cst.CSTNode) -> bool:
-            return any(placement.inside(node, c) for c in classes) and not self._in_static(node)
+            return any(placement.inside(node, c) for c in classes) and not self.in_static(node)
 
         self.plan.confine(reaches, lines)
 
-    def _in_static(self, node: cst.CSTNode) -> bool:
+    def in_static(self, node: cst.CSTNode) -> bool:
         """``node`` is in a static or class method (``@staticmethod def _print(message)``,
         called as ``self._print(...)``): there is no instance there, so ``self.accelerator``
         is a NameError even inside the class that owns it."""

@@ -18,11 +18,13 @@ meets the batches on the device; `loop_tensors` moves what is made there instead
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from accelify.analysis.device_moves import moved_to, strip_moves
 from accelify.analysis.objects import bound_arguments
-from accelify.analysis.script_model import Kind
+from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted, has_parameter, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.devices import handed_on_before_prepare
@@ -32,21 +34,18 @@ from accelify.edits import rewrites
 def run(ctx: Context) -> None:
     if not cpu_only(ctx):
         return
-    in_prepared_loops = [
-        loop.node
-        for loop in ctx.model.loops
-        if ctx.facts.flow.reads_loader(loop) and not ctx.unprepared_loaders(loop)
-    ]
     handed = _handed_to_constructors(ctx)
     for call in ctx.model.calls:
         name = prepared_model_called(ctx, call) or _handed_model_called(ctx, call, handed)
-        if name is None or any(
-            ctx.facts.placement.inside(call, loop) for loop in in_prepared_loops
-        ):
+        if name is None or _in_a_prepared_loop(ctx, call):
             continue
         values = [argument.value for argument in call.args]
         inputs = [i for i, value in enumerate(values) if not _stays(value)]
-        if not inputs or not all(_made_on_host(ctx, values[i], call) for i in inputs):
+        if not inputs:
+            continue
+        unknown = [values[i] for i in inputs if not _made_on_host(ctx, values[i], call)]
+        if unknown:
+            _review_returned_inputs(ctx, call, name, unknown)
             continue
         acc = ctx.accelerator_at(call)
         ctx.plan.add(
@@ -63,6 +62,121 @@ def run(ctx: Context) -> None:
             ctx.need(call)
         if "send_to_device" not in ctx.uses:
             ctx.uses.append("send_to_device")
+
+
+def _loader_loops_around(ctx: Context, node: cst.CSTNode) -> list[Loop]:
+    """The loops over a DataLoader that ``node`` is in, innermost first."""
+    loops = [
+        loop
+        for loop in ctx.model.loops
+        if ctx.facts.flow.reads_loader(loop) and ctx.facts.placement.inside(node, loop.node)
+    ]
+    return sorted(loops, key=lambda loop: -ctx.model.order(loop.node))
+
+
+def _in_a_prepared_loop(ctx: Context, call: cst.Call) -> bool:
+    """The innermost loop over a DataLoader around ``call`` reads a prepared one: its batches
+    are on the device (an evaluation over a loader left whole, nested in the training loop, is
+    not)."""
+    loops = _loader_loops_around(ctx, call)
+    return bool(loops) and not ctx.unprepared_loaders(loops[0])
+
+
+def _batch_of_a_whole_loader(ctx: Context, name: str, at: cst.CSTNode) -> bool:
+    """``feats`` of ``for ids, feats, labels in test_loader:`` when the conversion leaves
+    ``test_loader`` whole (an evaluation it cannot gather): a DataLoader no prepare took hands
+    out what its dataset made, on the host in a CPU-only script."""
+    root = name.split(".")[0]
+    for loop in _loader_loops_around(ctx, at):
+        if root in loop.batch_names:
+            return _reads_only_whole_loaders(ctx, loop)
+    return False
+
+
+def _reads_only_whole_loaders(ctx: Context, loop: Loop) -> bool:
+    """``loop`` only evaluates, over a loader named as such (not a dict's entry picked by
+    phase), every origin of which the conversion leaves unprepared: a loop that reads a
+    prepared loader too (``run_epoch(loader)`` called with the training loader and the
+    validation one) gets batches on the device from it."""
+    if loop.trains or loop.iterable is None or not _plain_name(loop.iterable):
+        return False
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
+    origins = ctx.facts.flow.origin_sites(loop.iterable, loop.node, stop=prepared)
+    unprepared = set(ctx.unprepared_loaders(loop))
+    return bool(origins) and all(origin in unprepared for origin, _ in origins)
+
+
+def _plain_name(text: str) -> bool:
+    return all(part.isidentifier() for part in text.split("."))
+
+
+def _review_returned_inputs(
+    ctx: Context, call: cst.Call, name: str, unknown: list[cst.BaseExpression]
+) -> None:
+    """An input bound to what a function of this file returned that the analysis cannot follow
+    to a torch factory (``X_test = load_split(path)``): in a CPU-only script it is most likely a CPU
+    tensor, which the prepared model on the device cannot take; it could also be a batch of a
+    prepared loader, already there. The call stays, and the line says what to do."""
+    returned = [v for v in unknown if _bound_to_a_call(ctx, v, call)]
+    if not returned or _in_a_training_step(ctx, call):
+        return
+    names = ", ".join(ctx.code(v) for v in returned)
+    acc = ctx.accelerator_at(call)
+    ctx.plan.review(
+        ctx.line(call),
+        f"{ctx.code(call)}: prepare places {name} on {acc}.device, and where {names} (returned "
+        f"by a call) is made is not known here; left as it is: if it is a CPU tensor, as in "
+        f"the original, send it there and the output back (send_to_device of "
+        f"accelify.utils: send_to_device({name}(send_to_device({ctx.code(returned[0])}, "
+        f'{acc}.device)), "cpu"))',
+    )
+
+
+def _in_a_training_step(ctx: Context, call: cst.Call) -> bool:
+    """``call`` runs in a loop that also runs a backward pass (``x, y = self.next_batch()``
+    in a ``while step < max_steps`` loop): its inputs are the step's batch."""
+    loops = [a for a in ctx.model.ancestors(call) if isinstance(a, (cst.For, cst.While))]
+    return any(
+        ctx.facts.placement.inside(backward, loop)
+        for loop in loops
+        for backward in ctx.model.backward_calls
+    )
+
+
+def _bound_to_a_call(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """``value`` names what a function of this file returned that draws no batch (a batch
+    drawn with ``next``, by the file's helper or not, or a library's tensor is not the file's
+    to follow, and says nothing here)."""
+    name = dotted(value)
+    return name is not None and any(
+        not _draws_batches(ctx, function) for function in returned_by(ctx, name, at)
+    )
+
+
+def returned_by(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.FunctionDef]:
+    """The functions of this file whose results ``name`` is bound to where ``at`` reads it
+    (``model`` of ``mse, lr, model = experiment.sweep(lrs)``: ``sweep``); none for a
+    parameter."""
+    if name == "self" or _passed_for_parameter(ctx, name, at) is not None:
+        return []
+    found = []
+    for bound in assigned_values(ctx, name, at):
+        if not isinstance(bound, (_Unpacked, cst.Call)):
+            continue
+        target = ctx.facts.calls.callee(bound.call if isinstance(bound, _Unpacked) else bound)
+        if target is not None:
+            found.append(target[0])
+    return found
+
+
+def _draws_batches(ctx: Context, function: cst.FunctionDef) -> bool:
+    """``function`` calls ``next(...)`` or loops (``return next(self.iterator)``): what it
+    returns may be a batch of a prepared loader, already on the device."""
+    return any(
+        isinstance(node, (cst.For, cst.While))
+        or (isinstance(node, cst.Call) and dotted(node.func) == "next")
+        for node in ctx.model.index.own_nodes(function)
+    )
 
 
 def _handed_to_constructors(ctx: Context) -> dict[str, list[cst.Call]]:
@@ -146,7 +260,7 @@ def _moves_to_cpu(ctx: Context, expression: cst.BaseExpression) -> bool:
         if target is None:
             return False  # .cuda()
         if isinstance(target, cst.Name):
-            values = _assigned_values(ctx, target.value, move)
+            values = assigned_values(ctx, target.value, move)
             known = [v for v in values if v is not None]
             if not known or not all(_always_cpu(ctx, v, move) for v in known):
                 return False
@@ -272,7 +386,7 @@ FACTORIES = frozenset(
 )  # fmt: skip
 
 #: Tensor methods whose result stays on the device of the tensor they are called on.
-_SAME_DEVICE_METHODS = frozenset(
+SAME_DEVICE_METHODS = frozenset(
     {
         "float", "double", "long", "int", "half", "bool", "view", "reshape", "unsqueeze",
         "squeeze", "permute", "transpose", "contiguous", "clone", "detach", "flatten", "t",
@@ -293,20 +407,43 @@ def device_given(call: cst.Call) -> bool:
     return any(a.keyword is not None and a.keyword.value == "device" for a in call.args)
 
 
-def _made_on_host(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> bool:
+@dataclass(frozen=True)
+class _Unpacked:
+    """Element ``index`` of what ``call`` returns: ``X_test`` of ``X_test, y_test =
+    make_data(200)``."""
+
+    call: cst.Call
+    index: int
+
+
+def _made_on_host(
+    ctx: Context, value: cst.BaseExpression | _Unpacked, at: cst.CSTNode, depth: int = 0
+) -> bool:
     """``value`` is a tensor the original made on the CPU (see the module's docstring)."""
     if depth > 8:
         return False
+    if isinstance(value, _Unpacked):
+        returned = _returns_of(ctx, value.call)
+        return bool(returned) and all(
+            (element := _element(r.value, value.index)) is not None
+            and _made_on_host(ctx, element, r, depth + 1)
+            for r in returned
+        )
     if isinstance(value, (cst.BaseNumber, cst.BaseString)):
         return True
     if isinstance(value, cst.Call):
         func = value.func
         if torch_factory(value) is not None:
             return not device_given(value)
-        return (
-            isinstance(func, cst.Attribute)
-            and func.attr.value in _SAME_DEVICE_METHODS
-            and _made_on_host(ctx, func.value, at, depth + 1)
+        if isinstance(func, cst.Attribute) and func.attr.value in SAME_DEVICE_METHODS:
+            return _made_on_host(ctx, func.value, at, depth + 1)
+        returned = _returns_of(ctx, value)
+        return bool(returned) and all(
+            r.value is not None and _made_on_host(ctx, r.value, r, depth + 1) for r in returned
+        )
+    if isinstance(value, cst.Comparison):
+        return _made_on_host(ctx, value.left, at, depth + 1) and all(
+            _made_on_host(ctx, c.comparator, at, depth + 1) for c in value.comparisons
         )
     if isinstance(value, cst.Subscript):
         return _made_on_host(ctx, value.value, at, depth + 1)
@@ -317,13 +454,36 @@ def _made_on_host(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, dept
     name = dotted(value)
     if name is None or name == "self":
         return False
+    if _batch_of_a_whole_loader(ctx, name, at):
+        return True
     passed = _passed_for_parameter(ctx, name, at)
     if passed is not None:
         return bool(passed) and all(_made_on_host(ctx, a.value, a, depth + 1) for a in passed)
-    assigned = _assigned_values(ctx, name, at)
+    assigned = assigned_values(ctx, name, at)
     return bool(assigned) and all(
         v is not None and _made_on_host(ctx, v, at, depth + 1) for v in assigned
     )
+
+
+def _returns_of(ctx: Context, call: cst.Call) -> list[cst.Return]:
+    """The ``return`` statements of the function of this file ``call`` runs (``make_data(200)``,
+    ``self.sample_noise(8)``); nothing for a class, a generator, or a call the file does not
+    define. Each returned value is judged where it is made, in that function."""
+    target = ctx.facts.calls.callee(call)
+    if target is None or target[0].name.value == "__init__":
+        return []
+    function = target[0]
+    if any(isinstance(n, cst.Yield) for n in ctx.model.index.own_nodes(function)):
+        return []
+    return ctx.model.index.own_returns(function)
+
+
+def _element(value: cst.BaseExpression | None, index: int) -> cst.BaseExpression | None:
+    """Element ``index`` of a returned tuple or list written out (``return X, y``)."""
+    if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) <= index:
+        return None
+    element = value.elements[index]
+    return None if isinstance(element, cst.StarredElement) else element.value
 
 
 def _passed_for_parameter(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.Arg] | None:
@@ -338,7 +498,9 @@ def _passed_for_parameter(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.
     return ctx.facts.flow.call_site_arguments(name, at)
 
 
-def _assigned_values(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.BaseExpression | None]:
+def assigned_values(
+    ctx: Context, name: str, at: cst.CSTNode
+) -> list[cst.BaseExpression | _Unpacked | None]:
     """What each assignment of ``name`` binds it to, in the scope it is read from (``self.x``:
     anywhere in the class); None for a binding whose value is not known (a parameter, a loop
     target, an unpacked call). Nothing when the name is never assigned."""
@@ -352,7 +514,7 @@ def _assigned_values(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.BaseE
         scopes = (
             [function] if function is not None and _binds(function, name) else [ctx.model.module]
         )
-    found: list[cst.BaseExpression | None] = []
+    found: list[cst.BaseExpression | _Unpacked | None] = []
     for scope in scopes:
         if isinstance(scope, cst.FunctionDef) and has_parameter(scope, name):
             found.append(None)
@@ -371,9 +533,10 @@ def _binds(function: cst.FunctionDef, name: str) -> bool:
     return has_parameter(function, name) or any(_values_bound(n, name) for n in walk(function))
 
 
-def _values_bound(node: cst.CSTNode, name: str) -> list[cst.BaseExpression | None]:
-    """What ``node`` binds ``name`` to: ``x = v`` gives v, ``a, x = u, v`` gives v; a loop,
-    a ``with ... as``, an unpacked call or a walrus give None (not known)."""
+def _values_bound(node: cst.CSTNode, name: str) -> list[cst.BaseExpression | _Unpacked | None]:
+    """What ``node`` binds ``name`` to: ``x = v`` gives v, ``a, x = u, v`` gives v, ``a, x =
+    f()`` gives element 1 of what ``f`` returns; a loop, a ``with ... as``, a starred or nested
+    unpacking or a walrus give None (not known)."""
     if isinstance(node, cst.Assign):
         return [v for t in node.targets for v in _matched(t.target, node.value, name)]
     if isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
@@ -400,6 +563,10 @@ def _matched(target: cst.BaseExpression, value: cst.BaseExpression, name: str) -
                 for t, e in zip(elements, value.elements, strict=True)
                 for v in _matched(t, e.value, name)
             ]
+        positions = [i for i, t in enumerate(elements) if dotted(t) == name]
+        flat = not any(isinstance(e, cst.StarredElement) for e in target.elements)
+        if isinstance(value, cst.Call) and flat and len(positions) == 1:
+            return [_Unpacked(value, positions[0])]
         if name in set().union(*(_names_of(t) for t in elements)):
             return [None]
     return []

@@ -3,7 +3,10 @@ mixes with its outputs: a GAN's ``noise = torch.randn(b, z)`` and ``ones = torch
 a mask or a target built per step. Converted, the batches and the model are on
 ``accelerator.device`` and these stay on the CPU (on a GPU: a device mismatch at the first
 step). Each such factory call is made on the device: ``torch.randn(b, z,
-device=accelerator.device)``.
+device=accelerator.device)``. So is a tensor made once before the loop and fed to a prepared
+model inside it (DCGAN's ``fixed_noise = torch.randn(64, nz)`` for ``netG(fixed_noise)``),
+when every use of its name is an input of a prepared model or meets the device in the loop;
+one also used where the CPU is expected stays, with a review line.
 
 Only a factory whose tensor meets the device in the same call is changed: it is an input of a
 prepared model, or an argument beside a batch, a model output or something computed from them
@@ -14,11 +17,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.dataflow import variables_in
+from accelify.analysis.dataflow import is_attribute_name, is_binding, variables_in
 from accelify.analysis.script_model import Loop
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.host_inputs import (
+    SAME_DEVICE_METHODS,
+    assigned_values,
     cpu_only,
     device_given,
     prepared_model_called,
@@ -49,6 +54,91 @@ def run(ctx: Context) -> None:
                     ),
                 )
                 ctx.need(node)
+        _bound_before_the_loop(ctx, loop, on_device, done)
+
+
+def _bound_before_the_loop(ctx: Context, loop: Loop, on_device: set[str], done: set[int]) -> None:
+    """``netG(fixed_noise)`` in the loop, ``fixed_noise = torch.randn(64, nz)`` its one binding,
+    made before the loop: made on the device, when every read of the name takes it there."""
+    for node in walk(loop.node.body):
+        if not isinstance(node, cst.Call) or prepared_model_called(ctx, node) is None:
+            continue
+        for argument in node.args:
+            name = dotted(argument.value)
+            factory = _one_factory_outside(ctx, name, node, loop) if name else None
+            if name is None or factory is None or id(factory) in done:
+                continue
+            done.add(id(factory))
+            elsewhere = _read_off_the_device(ctx, name, factory)
+            if elsewhere is not None:
+                ctx.plan.review(
+                    ctx.line(factory),
+                    f"{ctx.code(factory)}: {name} is an input of the prepared model at line "
+                    f"{ctx.line(node)}, on {ctx.a('device')}, and is also read at line "
+                    f"{ctx.line(elsewhere)}, where the original had it on the CPU; left as "
+                    f"it is: send it to the device where the model takes it "
+                    f"(send_to_device({name}, {ctx.a('device')}))",
+                )
+                continue
+            ctx.plan.add(
+                rewrites.made_on_device(factory, ctx.a("device")),
+                line=ctx.line(factory),
+                text=(
+                    f"{ctx.code(factory)}: made on {ctx.a('device')} ({name} is an input of the "
+                    f"prepared model at line {ctx.line(node)})"
+                ),
+            )
+            ctx.need(factory)
+
+
+def _one_factory_outside(ctx: Context, name: str, at: cst.Call, loop: Loop) -> cst.Call | None:
+    """The factory call of ``name``'s only binding (``torch.randn(64, nz)``, also under
+    same-device methods: ``torch.randn(8, 4).float()``), when that binding is outside ``loop``."""
+    values = assigned_values(ctx, name, at)
+    if len(values) != 1 or not isinstance(values[0], cst.Call):
+        return None
+    value: cst.BaseExpression = values[0]
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in SAME_DEVICE_METHODS
+    ):
+        value = value.func.value
+    if not _is_factory(value) or ctx.facts.placement.inside(value, loop.node):
+        return None
+    return value  # type: ignore[return-value]
+
+
+def _read_off_the_device(ctx: Context, name: str, factory: cst.Call) -> cst.CSTNode | None:
+    """A read of ``name`` (in the function that binds it, or the class for ``self.x``) that is
+    not an input of a prepared model nor an argument beside something on the device in a
+    training loop: there the original's CPU tensor is expected. None when there is none."""
+    owner = ctx.facts.placement.class_of(factory) if name.startswith("self.") else None
+    scope = owner or ctx.model.scope_of(factory)
+    loops = [
+        loop
+        for loop in ctx.model.loops
+        if ctx.facts.flow.reads_loader(loop) and not ctx.unprepared_loaders(loop)
+    ]
+    for node in walk(scope):
+        if not isinstance(node, (cst.Name, cst.Attribute)) or dotted(node) != name:
+            continue
+        if (isinstance(node, cst.Name) and is_attribute_name(ctx.model, node)) or is_binding(
+            ctx.model, node
+        ):
+            continue
+        argument = ctx.model.parent(node)
+        call = ctx.model.parent(argument) if isinstance(argument, cst.Arg) else None
+        if not isinstance(call, cst.Call) or not isinstance(argument, cst.Arg):
+            return node
+        if prepared_model_called(ctx, call) is not None:
+            continue
+        around = next((lp for lp in loops if ctx.facts.placement.inside(call, lp.node)), None)
+        if around is None or not _call_meets_the_device(
+            ctx, call, argument, _on_device_names(ctx, around)
+        ):
+            return node
+    return None
 
 
 def _on_device_names(ctx: Context, loop: Loop) -> set[str]:

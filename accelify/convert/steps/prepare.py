@@ -167,12 +167,18 @@ def run(ctx: Context, scope: Scope) -> None:
         )
     for name, loop in _evaluated_out_of_reach(ctx, chosen).items():
         _leave_whole(ctx, chosen, created, name, loop)
+        static = ctx.in_static(loop)
+        where = (
+            f"in a static or class method, with no instance to reach {ctx.acc} through"
+            if static
+            else f"outside the class that holds {ctx.acc}"
+        )
+        fix = "make it a method of the instance" if static else "hand the accelerator to this class"
         ctx.plan.review(
             ctx.line(loop),
-            f"{name} is evaluated here, outside the class that holds {ctx.acc}: no gather "
-            f"can be written in this loop, so {name} is left unprepared and every rank "
-            "evaluates all of it (correct, not sharded); hand the accelerator to this class "
-            "to shard it and gather there",
+            f"{name} is evaluated here, {where}: no gather can be written in this loop, so "
+            f"{name} is left unprepared and every rank evaluates all of it (correct, not "
+            f"sharded); {fix} to shard it and gather there",
         )
     for name, evaluation in _evaluated_unsure(ctx, chosen).items():
         _leave_whole(ctx, chosen, created, name, evaluation.loop.node)

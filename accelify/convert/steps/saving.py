@@ -6,9 +6,11 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names, side_effects
+from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps import main_process
 from accelify.convert.steps.context import Context, unwrap
+from accelify.convert.steps.host_inputs import returned_by
 from accelify.edits import rewrites
 
 
@@ -18,6 +20,7 @@ def run(ctx: Context) -> None:
         if not ctx.model.call_names(call) & names.TORCH_SAVE:
             continue
         _unwrap_saved_model(ctx, call)
+        _unwrap_state_of_a_returned_object(ctx, call)
         if any(ctx.facts.placement.inside(call, block) for block in guarded_writes):
             continue  # writes into a file only the main process opens
         if ctx.facts.shared_files.kept_on_every_rank(call):
@@ -109,6 +112,49 @@ def _unwrap_saved_model(ctx: Context, call: cst.Call) -> None:
     ):
         unwrap(
             ctx, saved, call, f"saves {ctx.a('unwrap_model')}({dotted(saved)}), not the DDP wrapper"
+        )
+
+
+def _unwrap_state_of_a_returned_object(ctx: Context, call: cst.Call) -> None:
+    """``torch.save(model.state_dict(), path)`` where ``model`` is what a function of this file
+    returned (``mse, lr, model = experiment.sweep(lrs)``, the best of models each prepared in
+    ``run()``) and the analysis cannot tell what it is: if it is a prepared model, on several
+    ranks it is the DDP wrapper, whose state dict prefixes every key with ``module.`` and loads
+    into no plain model. ``unwrap_model`` hands anything else back as it is, so the state dict
+    is taken from it: the plain model's keys either way. Where no accelerator can be reached,
+    the save stays as it is, with a review line."""
+    saved = call.args[0].value if call.args else None
+    if not (
+        isinstance(saved, cst.Call)
+        and isinstance(saved.func, cst.Attribute)
+        and saved.func.attr.value == "state_dict"
+        and not saved.args
+    ):
+        return
+    owner = saved.func.value
+    name = dotted(owner)
+    if name is None or ctx.facts.flow.kind_of(name, call) is not None:
+        return
+    functions = returned_by(ctx, name, call)
+    if not functions or not any(b.name in ctx.plan.prepared for b in ctx.model.of_kind(Kind.MODEL)):
+        return
+    why = f"{name} is what {functions[0].name.value}() returned, maybe the prepared model"
+    outside = ctx.instance_outside_class(call)
+    if outside is not None:
+        acc = f"{outside}.accelerator"
+        ctx.plan.add(
+            rewrites.unwrap(owner, acc),
+            line=ctx.line(call),
+            text=f"saves {acc}.unwrap_model({name}) ({why})",
+            anywhere=True,
+        )
+    elif ctx.plan.reaches(call):
+        unwrap(ctx, owner, call, f"saves {ctx.a('unwrap_model')}({name}) ({why})")
+    else:
+        ctx.plan.review(
+            ctx.line(call),
+            f"{why}: on several ranks the DDP wrapper, whose state dict prefixes every key "
+            f"with 'module.'; left as it is: save the unwrapped model's state dict",
         )
 
 
