@@ -27,6 +27,7 @@ from accelify.runtime.failure_record import (
     recorded_failures,
 )
 from accelify.runtime.launch.watch import (
+    AGREED_BREAK,
     Verdict,
     crash_stack,
     handler_error_words,
@@ -79,7 +80,7 @@ def failed_run(
             exited[rank], exited_with[rank] = failures[rank], state.exit_code
     if exited:
         rank = min(exited, key=lambda r: (_left_at(states.get(r), exited[r].timestamp), r))
-        if len(exited) > 1 and not states:
+        if len(exited) > 1 and not any(state.sequence for state in states.values()):
             return _all_exited(exited)
         crash = _crash_place(records, attempt, rank, exited_with[rank])
         return _exited(rank, exited_with[rank], states.get(rank), failures, victims, crash)
@@ -215,8 +216,7 @@ def _exited(
     if exitcode == 0:
         lines.append(
             f"{PREFIX} rank {rank} left the loop the others were still in: every rank must run "
-            "as many steps (a break on one rank's own value needs accelerator.set_trigger() and "
-            "check_trigger())"
+            f"as many steps ({AGREED_BREAK})"
         )
     lines.append(f"{PREFIX} the other ranks were stopped")
     return "\n".join(lines), _exit_code(exitcode)
