@@ -277,6 +277,21 @@ def test_ranks_that_all_exit_before_the_runtime_starts_are_named_together(tmp_pa
     assert "rank 0 failed with exit code 2, rank 1 was killed by SIGSEGV, before" in text
 
 
+def test_ranks_leaving_with_their_own_codes_before_any_collective_keep_them(tmp_path):
+    """Rank 1 calls sys.exit(6), rank 0 sys.exit(5) a moment later and is still tearing down
+    when the agent stops it: its record (which now begins with the script) says 5, not SIGTERM
+    (seen in what_the_script_sees.py: the run exited 143, 'rank 0 was killed by SIGTERM')."""
+    for rank, code in ((1, 6), (0, 5)):
+        collective_record._Recorder(tmp_path / "0", rank, skip=()).finish(LEAVING, code)
+    failures = {0: failure(-signal.SIGTERM, 7.0), 1: failure(6, 7.0)}
+    text, code = outcome.failed_run(failures, tmp_path, attempt=0)
+    assert code == 6
+    assert text.startswith(
+        "accelify launch: rank 0 failed with exit code 5, rank 1 failed with exit code 6, before"
+    ), text
+    assert "SIGTERM" not in text
+
+
 def test_ranks_that_fail_on_their_own_are_not_called_victims(tmp_path):
     train = tmp_path / "train.py"
     train.write_text("x = 1\nprint(model(x))\ny = load()\n")
