@@ -601,6 +601,24 @@ def test_a_rank_leaving_a_raw_ddp_loop_is_named_with_its_last_backward():
 
 
 @pytest.mark.distributed
+def test_a_rank_breaking_out_of_a_raw_ddp_loop_is_named_not_its_peer_in_backward():
+    result = launched("raw_ddp_breaks_to_barrier.py")
+    assert result.returncode == 1, result.stderr
+    assert "mismatched collectives" in result.stderr
+    assert (
+        "rank 0 waits in backward (DDP reduces gradients there) at raw_ddp_breaks_to_barrier.py:13 "
+        "(`loss.backward()`), collective #6, after 5 backward passes"
+    ) in result.stderr
+    assert (
+        "rank 1 waits in barrier at raw_ddp_breaks_to_barrier.py:16 (`dist.barrier()`), "
+        "collective #6, after 4 backward passes"
+    ) in result.stderr
+    assert "rank 1 left the training loop early" in result.stderr
+    assert "has not reached a collective" not in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_a_rank_looping_before_it_starts_the_group_is_a_hang_with_its_line():
     """Rank 0 waits in the rendezvous of `Accelerator()`, before any collective: silent until
     the store's timeout, when records began with the process group."""
