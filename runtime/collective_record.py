@@ -212,10 +212,14 @@ _stack_file: IO[str] | None = None
 
 
 def install(rank: int) -> None:
-    """Start this rank's record (under `accelify launch`, once the process group is up)."""
+    """Start this rank's record (under `accelify launch`: from the rank's entry, before the
+    script, else when the runtime starts the process group). Called again as the group starts."""
     global _recorder, _stack_file
     root = os.environ.get(FAILURE_DIR)
-    if not root or _recorder is not None:
+    if not root:
+        return
+    if _recorder is not None:
+        _leave_the_stack_signal_to_the_script()
         return
     directory = attempt_directory(Path(root), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     skip = library_prefixes()
@@ -237,6 +241,18 @@ def install(rank: int) -> None:
                 faulthandler.enable(file=_stack_file, all_threads=True)
         except (OSError, RuntimeError, ValueError):
             _stack_file = None
+
+
+def _leave_the_stack_signal_to_the_script() -> None:
+    """A script that handles `STACK_SIGNAL` itself (a preemption handler that saves and
+    requeues, as submitit's) took it over after the entry registered it: the launcher must not
+    send it any more. Without the stack file it does not ask (`watch._stack`)."""
+    global _stack_file
+    if _stack_file is None or signal.getsignal(STACK_SIGNAL) in (signal.SIG_DFL, None):
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(_stack_file.name)
+    _stack_file = None
 
 
 #: torch.distributed's collectives, which scripts also call themselves (a hand-written

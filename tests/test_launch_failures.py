@@ -76,6 +76,24 @@ def test_a_backward_counts_as_a_collective_only_when_it_reduces(tmp_path, monkey
     assert (inside.state, inside.operation, inside.passes) == (IN_COLLECTIVE, "backward", 2)
 
 
+def test_a_script_that_takes_the_stack_signal_is_never_sent_it(tmp_path, monkeypatch):
+    """The record starts before the script; a script that then handles SIGUSR2 itself (a
+    preemption handler that saves and requeues) must not get the launcher's asks for stacks:
+    the stack file goes, and the watcher asks only ranks that have one."""
+    stack = (tmp_path / "0.stack").open("w")
+    monkeypatch.setattr(collective_record, "_stack_file", stack)
+    collective_record._leave_the_stack_signal_to_the_script()  # default: the signal stays ours
+    assert (tmp_path / "0.stack").exists()
+    previous = signal.signal(collective_record.STACK_SIGNAL, lambda *_: None)
+    try:
+        collective_record._leave_the_stack_signal_to_the_script()
+    finally:
+        signal.signal(collective_record.STACK_SIGNAL, previous)
+        stack.close()
+    assert not (tmp_path / "0.stack").exists()
+    assert collective_record._stack_file is None
+
+
 # --- the watcher --------------------------------------------------------------------------------
 def watcher() -> Watcher:
     return Watcher(Path("/nonexistent"), hang_timeout=300.0)
