@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import functools
+import importlib.util
 import json
 import mmap
 import os
@@ -171,6 +172,14 @@ class _Recorder:
         self.where = self._caller()
         self._write(IN_COLLECTIVE)
 
+    def wait_for_peers_to_start(self, operation: bytes) -> None:
+        """In the process group's rendezvous: waiting for every rank, as in a collective, but
+        not one of the numbered collectives (each rank starts its group once)."""
+        self.operation = operation
+        self.where = self._caller()
+        self.depth += 1
+        self._write(IN_COLLECTIVE)
+
     def leave(self) -> None:
         self.depth -= 1
         if self.depth == 0 and self.state == IN_COLLECTIVE:
@@ -203,10 +212,14 @@ _stack_file: IO[str] | None = None
 
 
 def install(rank: int) -> None:
-    """Start this rank's record (under `accelify launch`, once the process group is up)."""
+    """Start this rank's record (under `accelify launch`: from the rank's entry, before the
+    script, else when the runtime starts the process group). Called again as the group starts."""
     global _recorder, _stack_file
     root = os.environ.get(FAILURE_DIR)
-    if not root or _recorder is not None:
+    if not root:
+        return
+    if _recorder is not None:
+        _leave_the_stack_signal_to_the_script()
         return
     directory = attempt_directory(Path(root), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     skip = library_prefixes()
@@ -228,6 +241,18 @@ def install(rank: int) -> None:
                 faulthandler.enable(file=_stack_file, all_threads=True)
         except (OSError, RuntimeError, ValueError):
             _stack_file = None
+
+
+def _leave_the_stack_signal_to_the_script() -> None:
+    """A script that handles `STACK_SIGNAL` itself (a preemption handler that saves and
+    requeues, as submitit's) took it over after the entry registered it: the launcher must not
+    send it any more. Without the stack file it does not ask (`watch._stack`)."""
+    global _stack_file
+    if _stack_file is None or signal.getsignal(STACK_SIGNAL) in (signal.SIG_DFL, None):
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(_stack_file.name)
+    _stack_file = None
 
 
 #: torch.distributed's collectives, which scripts also call themselves (a hand-written
@@ -289,10 +314,24 @@ def library_prefixes() -> tuple[str, ...]:
     editable install keeps apart), torch, DeepSpeed and the standard library."""
     folders = {os.path.dirname(contextlib.__file__)}
     for name in ("accelify", "accelify.runtime", "accelify.rules", "torch", "deepspeed"):
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "__file__", None):
-            folders.add(os.path.dirname(module.__file__))
+        folder = _folder_of(name)
+        if folder:
+            folders.add(folder)
     return tuple(folder + os.sep for folder in sorted(folders))
+
+
+def _folder_of(package: str) -> str:
+    """The package's folder, found without importing it (a rank's record starts before the
+    script imports torch)."""
+    module = sys.modules.get(package)
+    if module is not None:
+        return os.path.dirname(getattr(module, "__file__", None) or "")
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return ""
+    origin = spec.origin if spec is not None else None
+    return os.path.dirname(origin) if origin else ""
 
 
 def collective(operation: str) -> Callable[[F], F]:
@@ -355,6 +394,27 @@ def backward_pass(reduces: Callable[[], bool]) -> contextlib.AbstractContextMana
 
 def recording() -> bool:
     return _recorder is not None
+
+
+def starting_the_group() -> contextlib.AbstractContextManager[None]:
+    """``init_process_group``: a rank waits there until every rank has come (a peer still
+    loading its data, or looping before it starts its group, keeps it there)."""
+    if _recorder is None:
+        return contextlib.nullcontext()
+    return _Rendezvous(_recorder)
+
+
+class _Rendezvous:
+    __slots__ = ("_recorder",)
+
+    def __init__(self, recorder: _Recorder) -> None:
+        self._recorder = recorder
+
+    def __enter__(self) -> None:
+        self._recorder.wait_for_peers_to_start(b"init_process_group")
+
+    def __exit__(self, *exc: object) -> None:
+        self._recorder.leave()
 
 
 def begin(operation: str) -> bool:

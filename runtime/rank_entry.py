@@ -8,7 +8,9 @@ does, and the launcher could only report its ranks' exit codes: not which rank r
 its line, nor a hang. Starting every rank here, the way ``torchrun -m`` runs a module, gives every
 script the same report. The script sees what ``python SCRIPT`` gives it: ``sys.argv``, a fresh
 ``__main__`` module that stays for the life of the process, ``__file__``, ``sys.path[0]`` (its own
-folder), its exit code and signals. Tracebacks start at the script's first line: the frames of
+folder, unless ``PYTHONSAFEPATH`` is set), its exit code and signals. The collective record starts
+here too, before the script's first line, and follows the DDP models the script builds itself
+(`accelify.runtime.ddp_collectives`). Tracebacks start at the script's first line: the frames of
 this module are cut before they are recorded or printed (`failure_record.install`). torch is not
 imported here: a script may set variables before it imports torch.
 """
@@ -26,13 +28,17 @@ from collections.abc import Sequence
 from types import CodeType, ModuleType
 from typing import Any
 
-from accelify.runtime import collective_record, failure_record
+from accelify.runtime import collective_record, failure_record, rank_output
 
 
 def main(arguments: Sequence[str]) -> None:
     """``SCRIPT ARGS...`` or ``-m MODULE ARGS...``, as torchrun passes them."""
     rank = int(os.environ.get("RANK", "0"))
+    rank_output.write_whole_lines()  # the ranks' lines, printed at once, do not run together
     failure_record.install(rank, on_exception=collective_record.crashed, entry=_run.__code__)
+    # From the start, not from the process group's: a rank that loops or sleeps before it
+    # starts its group keeps its peers waiting in the rendezvous, and its place is asked of it.
+    collective_record.install(rank)
     _record_collectives_once_the_group_exists(rank)
     if arguments[:1] == ["-m"]:
         module, code = _main_module_of_module(arguments[1])
@@ -40,8 +46,18 @@ def main(arguments: Sequence[str]) -> None:
     else:
         module, code = _main_module_of_script(arguments[0])
         sys.argv = list(arguments)
-        sys.path[0] = os.path.dirname(os.path.realpath(arguments[0]))
+        _put_the_scripts_folder_first(arguments[0])
     _run(code, module)
+
+
+def _put_the_scripts_folder_first(script: str) -> None:
+    """``python SCRIPT`` puts the script's folder first on ``sys.path`` where ``python -m`` put
+    the working directory; with ``PYTHONSAFEPATH=1`` (``python -P``) it puts neither, and the
+    path's first entry is the standard library's: it stays, and the script's folder is not
+    added (its sibling modules are then not importable, as under torchrun)."""
+    if sys.flags.safe_path:
+        return
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
 
 
 def _run(code: CodeType, module: ModuleType) -> None:
@@ -119,8 +135,13 @@ def _wrap(dist: Any, rank: int) -> None:
     start = dist.init_process_group
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        result = start(*args, **kwargs)
+        with collective_record.starting_the_group():
+            result = start(*args, **kwargs)
         collective_record.install(dist.get_rank() if dist.is_initialized() else rank)
+        if collective_record.recording():
+            from accelify.runtime import ddp_collectives
+
+            ddp_collectives.record_the_scripts_models()
         return result
 
     init_process_group.__wrapped__ = start  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from accelify.runtime import collective_record, failure_record
 from accelify.runtime.collective_record import IN_COLLECTIVE, LEAVING, RUNNING, Record
 from accelify.runtime.launch import launcher, outcome
 from accelify.runtime.launch.watch import Watcher, parse_stack
-from conftest import FIXTURES, launch, run_accelify
+from conftest import FIXTURES, launch, run_accelify, run_in_own_group
 
 FAILURES = FIXTURES / "runtime" / "failures"
 HERE = Path(__file__).name
@@ -74,6 +74,24 @@ def test_a_backward_counts_as_a_collective_only_when_it_reduces(tmp_path, monkey
     with collective_record.backward_pass(lambda: True):
         inside = collective_record.read(tmp_path, 0)
     assert (inside.state, inside.operation, inside.passes) == (IN_COLLECTIVE, "backward", 2)
+
+
+def test_a_script_that_takes_the_stack_signal_is_never_sent_it(tmp_path, monkeypatch):
+    """The record starts before the script; a script that then handles SIGUSR2 itself (a
+    preemption handler that saves and requeues) must not get the launcher's asks for stacks:
+    the stack file goes, and the watcher asks only ranks that have one."""
+    stack = (tmp_path / "0.stack").open("w")
+    monkeypatch.setattr(collective_record, "_stack_file", stack)
+    collective_record._leave_the_stack_signal_to_the_script()  # default: the signal stays ours
+    assert (tmp_path / "0.stack").exists()
+    previous = signal.signal(collective_record.STACK_SIGNAL, lambda *_: None)
+    try:
+        collective_record._leave_the_stack_signal_to_the_script()
+    finally:
+        signal.signal(collective_record.STACK_SIGNAL, previous)
+        stack.close()
+    assert not (tmp_path / "0.stack").exists()
+    assert collective_record._stack_file is None
 
 
 # --- the watcher --------------------------------------------------------------------------------
@@ -275,6 +293,21 @@ def test_ranks_that_all_exit_before_the_runtime_starts_are_named_together(tmp_pa
     )
     assert code == 2
     assert "rank 0 failed with exit code 2, rank 1 was killed by SIGSEGV, before" in text
+
+
+def test_ranks_leaving_with_their_own_codes_before_any_collective_keep_them(tmp_path):
+    """Rank 1 calls sys.exit(6), rank 0 sys.exit(5) a moment later and is still tearing down
+    when the agent stops it: its record (which now begins with the script) says 5, not SIGTERM
+    (seen in what_the_script_sees.py: the run exited 143, 'rank 0 was killed by SIGTERM')."""
+    for rank, code in ((1, 6), (0, 5)):
+        collective_record._Recorder(tmp_path / "0", rank, skip=()).finish(LEAVING, code)
+    failures = {0: failure(-signal.SIGTERM, 7.0), 1: failure(6, 7.0)}
+    text, code = outcome.failed_run(failures, tmp_path, attempt=0)
+    assert code == 6
+    assert text.startswith(
+        "accelify launch: rank 0 failed with exit code 5, rank 1 failed with exit code 6, before"
+    ), text
+    assert "SIGTERM" not in text
 
 
 def test_ranks_that_fail_on_their_own_are_not_called_victims(tmp_path):
@@ -549,10 +582,87 @@ def test_a_script_using_torch_distributed_itself_exits_with_its_leavers_code():
     assert result.returncode == 3, result.stderr
     report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
     assert report[0] == (
-        "accelify launch: rank 1 failed with exit code 3, while its peers were still running"
-    ), report  # no "after 0 backward passes": such a script's are not counted
+        "accelify launch: rank 1 failed with exit code 3 after 4 backward passes; its last "
+        "collective: backward at raw_ddp_exits.py:13 "
+        "(`model(torch.randn(2, 4)).sum().backward()`), while its peers were still running"
+    ), report  # the script's own DDP backward is recorded by the rank's entry
     assert "rank 0 failed because its peer had gone" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.distributed
+def test_a_rank_waiting_in_a_raw_ddp_backward_for_a_sleeping_peer_is_a_hang_with_both_lines():
+    """No Accelerator: DDP's all-reduce runs in C++ inside `loss.backward()`; the rank's entry
+    records that backward, or the wait was silent for torch's 30 minutes."""
+    result = launched("raw_ddp_sleeper.py", "--hang-timeout", "3")
+    assert result.returncode == 1, result.stderr
+    assert "rank 0 has waited" in result.stderr
+    assert " s in backward at raw_ddp_sleeper.py:16 (`loss.backward()`)" in result.stderr
+    assert "rank 1 has not reached a collective" in result.stderr
+    assert "it is at raw_ddp_sleeper.py:15 (`time.sleep(600)`)" in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_leaving_a_raw_ddp_loop_is_named_with_its_last_backward():
+    result = launched("raw_ddp_leaves.py")
+    assert result.returncode == 1, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    # Said by the final report once rank 0's backward failed on the closed connection, or by the
+    # watcher first when rank 1 takes seconds to exit on a loaded machine ("rank 1 has exited").
+    assert report[0].startswith("accelify launch: rank 1 "), report
+    assert "after 4 backward passes" in report[0], report
+    assert "backward at raw_ddp_leaves.py:12 (`loss.backward()`)" in result.stderr
+    assert "rank 1 left the loop the others" in result.stderr
+    assert "or without an Accelerator an all_reduce of a stop flag" in result.stderr
+    assert "rank 0 exited" not in result.stderr and "rank 0 failed first" not in result.stderr
+
+
+@pytest.mark.distributed
+def test_a_rank_breaking_out_of_a_raw_ddp_loop_is_named_not_its_peer_in_backward():
+    result = launched("raw_ddp_breaks_to_barrier.py")
+    assert result.returncode == 1, result.stderr
+    assert "mismatched collectives" in result.stderr
+    assert (
+        "rank 0 waits in backward (DDP reduces gradients there) at raw_ddp_breaks_to_barrier.py:13 "
+        "(`loss.backward()`), collective #6, after 5 backward passes"
+    ) in result.stderr
+    assert (
+        "rank 1 waits in barrier at raw_ddp_breaks_to_barrier.py:16 (`dist.barrier()`), "
+        "collective #6, after 4 backward passes"
+    ) in result.stderr
+    assert "rank 1 left the training loop early" in result.stderr
+    assert "has not reached a collective" not in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_looping_before_it_starts_the_group_is_a_hang_with_its_line():
+    """Rank 0 waits in the rendezvous of `Accelerator()`, before any collective: silent until
+    the store's timeout, when records began with the process group."""
+    result = launched("loops_before_the_group.py", "--hang-timeout", "3")
+    assert result.returncode == 1, result.stderr
+    assert "rank 0 has waited" in result.stderr
+    assert (
+        " s in init_process_group at loops_before_the_group.py:11 (`accelerator = Accelerator()`)\n"
+    ) in result.stderr  # no collective number: it is before the first
+    assert "it is at loops_before_the_group.py:9 (`while True:`)" in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("safe_path", ["", "1"], ids=["default", "PYTHONSAFEPATH"])
+def test_the_ranks_path_is_the_one_python_gives_the_script(tmp_path, safe_path):
+    """With PYTHONSAFEPATH=1 (as ``python -P``) Python puts neither the script's folder nor the
+    working directory first: the entry kept that, and did not put the folder in place of the
+    standard library's first entry."""
+    script = FAILURES / "what_the_path_is.py"
+    env = {"PYTHONSAFEPATH": safe_path}
+    alone = run_in_own_group([sys.executable, str(script)], cwd=tmp_path, timeout=60, env={
+        **os.environ, **env})  # fmt: skip
+    result = launch(script, processes=1, cwd=tmp_path, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads(alone.stdout)
 
 
 @pytest.mark.distributed

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accelify.runtime import collective_record
+from accelify.runtime import collective_record, ddp_collectives
 from accelify.runtime.backends.base import Backend, BackendInputs
 from accelify.runtime.kwargs_handlers import COMM_HOOK_FIELDS, DDPCommunicationHookType
 from accelify.runtime.state import ProcessState
@@ -50,11 +50,12 @@ class DDPBackend(Backend):
         if not self.state.distributed or not has_trainable_parameters(model):
             return model
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
-        wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
+        with ddp_collectives.built_by_the_runtime():
+            wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
         WRAPPED_MODELS.add(wrapped)
         register_comm_hook(wrapped, **self.comm_hook)
         if collective_record.recording():
-            _record_communicating_forwards(wrapped)
+            ddp_collectives.record_forwards(wrapped)
         return wrapped
 
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -119,41 +120,6 @@ def register_comm_hook(
     model.register_comm_hook(state=state, hook=hook)
 
 
-def _record_communicating_forwards(model: DistributedDataParallel) -> None:
-    """A DDP forward is a collective when it broadcasts the module's buffers (BatchNorm
-    statistics, every forward after a training one) and once, when the reducer rebuilds its
-    buckets: the first training forward after the first backward that reduced (the third under
-    an accumulation of 2). A rank stuck there waits for a peer that went elsewhere, and the
-    record says so; a forward that does not communicate is not recorded, or a slow one would
-    look like a rank waiting."""
-    begun: list[bool] = []
-
-    def before(module: DistributedDataParallel, args: Any) -> None:
-        rebuilds = (
-            module in REDUCED
-            and torch.is_grad_enabled()
-            and not module._has_rebuilt_buckets
-            and (module.static_graph or not module.find_unused_parameters)
-        )
-        begun.append(
-            collective_record.begin("forward")
-            if rebuilds or module.will_sync_module_buffers()
-            else False
-        )
-
-    def after(module: DistributedDataParallel, args: Any, output: Any) -> None:
-        if torch.is_grad_enabled() and module.require_backward_grad_sync:
-            REDUCED.add(module)  # a training forward with sync on: its backward reduces
-        if begun:
-            collective_record.end(begun.pop())
-
-    model.register_forward_pre_hook(before)
-    model.register_forward_hook(after, always_call=True)
-
-
-#: DDP wrappers whose reducer has readied a backward that reduces: their next training forward
-#: rebuilds the buckets (until `_has_rebuilt_buckets`).
-REDUCED: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 #: DDP wrappers created by this process (weakly held), released at exit.
 WRAPPED_MODELS: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
@@ -170,7 +136,7 @@ def _synced_backward(model: DistributedDataParallel) -> Iterator[None]:
     saved = model.require_backward_grad_sync, model.require_forward_param_sync
     model.require_backward_grad_sync = model.require_forward_param_sync = True
     model.reducer.prepare_for_backward([])
-    REDUCED.add(model)
+    ddp_collectives.REDUCED.add(model)
     try:
         yield
     finally:

@@ -267,9 +267,11 @@ def _imported_top_names(statement: ast.Import | ast.ImportFrom) -> list[str]:
 
 def _findable(name: str, script: Path) -> bool:
     """Whether a rank started on ``script`` can import ``name``: its path starts with the
-    script's folder, then this interpreter's path (installed packages, ``PYTHONPATH``)."""
+    script's folder (not with ``PYTHONSAFEPATH`` set, which the ranks inherit), then this
+    interpreter's path (installed packages, ``PYTHONPATH``)."""
     saved = list(sys.path)
-    sys.path.insert(0, str(script.resolve().parent))
+    if not os.environ.get("PYTHONSAFEPATH"):  # the ranks' Python then leaves the folder out
+        sys.path.insert(0, str(script.resolve().parent))
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):

@@ -27,6 +27,7 @@ from accelify.runtime.failure_record import (
     recorded_failures,
 )
 from accelify.runtime.launch.watch import (
+    AGREED_BREAK,
     Verdict,
     crash_stack,
     handler_error_words,
@@ -79,8 +80,8 @@ def failed_run(
             exited[rank], exited_with[rank] = failures[rank], state.exit_code
     if exited:
         rank = min(exited, key=lambda r: (_left_at(states.get(r), exited[r].timestamp), r))
-        if len(exited) > 1 and not states:
-            return _all_exited(exited)
+        if len(exited) > 1 and not any(state.sequence for state in states.values()):
+            return _all_exited(exited_with, first=rank)
         crash = _crash_place(records, attempt, rank, exited_with[rank])
         return _exited(rank, exited_with[rank], states.get(rank), failures, victims, crash)
     left = [
@@ -215,8 +216,7 @@ def _exited(
     if exitcode == 0:
         lines.append(
             f"{PREFIX} rank {rank} left the loop the others were still in: every rank must run "
-            "as many steps (a break on one rank's own value needs accelerator.set_trigger() and "
-            "check_trigger())"
+            f"as many steps ({AGREED_BREAK})"
         )
     lines.append(f"{PREFIX} the other ranks were stopped")
     return "\n".join(lines), _exit_code(exitcode)
@@ -235,24 +235,25 @@ def _crash_place(records: Path, attempt: int, rank: int, exitcode: int) -> str:
     return f" at {source_place(frames[-1][0], frames[-1][1])}" if frames else ""
 
 
-def _all_exited(exited: dict[int, Any]) -> tuple[str, int]:
-    """Several ranks ended on their own before any of them started accelify's runtime (an
-    exception at the top of the script, before ``Accelerator()``): each printed its traceback,
-    none is the others' victim, and which came first is not known (the agent's times are whole
-    seconds). "Rank 0 failed, while its peers were still running" said the peers were fine."""
-    codes = {failure.exitcode for failure in exited.values()}
+def _all_exited(exited: dict[int, int], first: int) -> tuple[str, int]:
+    """Several ranks ended on their own (``exited``: rank -> the code each left with) before
+    any collective (an exception at the top of the script, before ``Accelerator()``, or a
+    ``sys.exit`` there): each printed its traceback, none is the others' victim, and which came
+    first (``first``) is known only as well as the records say. "Rank 0 failed, while its peers
+    were still running" said the peers were fine. A rank the agent stopped while it was still
+    leaving with its own code is said with that code, not the agent's SIGTERM."""
+    codes = set(exited.values())
     *most, last = sorted(exited)
     ranks = f"{', '.join(map(str, most))} and {last}"
     if len(codes) == 1:
         how = describe_exit(next(iter(codes)))
         lines = [f"{PREFIX} ranks {ranks} each {how}, before accelify's runtime started"]
     else:
-        each = ", ".join(f"rank {r} {describe_exit(f.exitcode)}" for r, f in sorted(exited.items()))
+        each = ", ".join(f"rank {r} {describe_exit(code)}" for r, code in sorted(exited.items()))
         lines = [f"{PREFIX} {each}, before accelify's runtime started"]
-    if any(failure.exitcode > 0 for failure in exited.values()):
+    if any(code > 0 for code in exited.values()):
         lines[0] += " (their tracebacks are above)"
-    first = min(exited, key=lambda r: (exited[r].timestamp, r))
-    return "\n".join(lines), _exit_code(exited[first].exitcode)
+    return "\n".join(lines), _exit_code(exited[first])
 
 
 def _unexplained(failures: dict[int, Any], raised: dict[int, Failure]) -> tuple[str, int]:

@@ -226,19 +226,32 @@ def _shown_path(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
+#: How ranks stop together: with the runtime, or in a script of its own.
+AGREED_BREAK = (
+    "a break or return on one rank's own value must be taken by every rank: "
+    "accelerator.set_trigger() and check_trigger(), or without an Accelerator an all_reduce of a "
+    "stop flag"
+)
+
 #: Collectives the user did not call by name, said so.
 _OPERATION_WORDS = {
     "forward": "the model's forward (DDP synchronises buffers and buckets there)",
     "backward": "backward (DDP reduces gradients there)",
+    "init_process_group": "init_process_group (every rank must come to start the group)",
 }
 
 
 def _waits(record: Record) -> str:
     operation = _OPERATION_WORDS.get(record.operation, record.operation)
     return (
-        f"rank {record.rank} waits in {operation} at {place(record)}, "
-        f"collective #{record.sequence}{_passes_if_counted(record)}"
+        f"rank {record.rank} waits in {operation} at {place(record)}"
+        f"{_number(record)}{_passes_if_counted(record)}"
     )
+
+
+def _number(record: Record) -> str:
+    """``, collective #8``; nothing in the rendezvous that starts the group (before the first)."""
+    return f", collective #{record.sequence}" if record.sequence else ""
 
 
 def _passes_if_counted(record: Record) -> str:
@@ -283,8 +296,8 @@ def _mismatch(
         else:
             lines.append(
                 f"{PREFIX} rank {culprit} left the training loop early: it stopped after "
-                f"{waiting[culprit].passes} backward passes, the others went on to {most} (a "
-                "break on one rank's own value needs accelerator.set_trigger()/check_trigger())"
+                f"{waiting[culprit].passes} backward passes, the others went on to {most} "
+                f"({AGREED_BREAK})"
             )
     lines.append(
         f"{PREFIX} every rank must make the same collective calls in the same order: look for "
@@ -367,8 +380,7 @@ def _left(
     lines += [f"  {_waits(rec)}: it cannot finish" for _, rec in sorted(waiting.items())]
     lines.append(
         f"{PREFIX} rank {leaver} left the loop the others are still in: every rank must run "
-        "as many steps (a break or return on one rank's own value needs "
-        "accelerator.set_trigger()/check_trigger() to be taken by every rank)"
+        f"as many steps ({AGREED_BREAK})"
     )
     return Verdict("\n".join(lines), leaver, "left")
 
@@ -390,7 +402,7 @@ def _hang(
 ) -> Verdict:
     lines = [
         f"{PREFIX} rank {rank} has waited {now - rec.since:.0f} s in {rec.operation} at "
-        f"{place(rec)}, collective #{rec.sequence}"
+        f"{place(rec)}{_number(rec)}"
         for rank, rec in sorted(stuck.items())
     ]
     for rank, rec in sorted(busy.items()):

@@ -1,0 +1,137 @@
+"""The collectives a DDP model makes without being called by name, for the collective record: a
+forward that broadcasts buffers or rebuilds its buckets, and a backward whose hooks all-reduce
+the gradients.
+
+A rank that waits in one of them waits inside ``model(x)`` or ``loss.backward()``, in torch's
+C++; the launcher can only name the wait if the record says so. The runtime's own DDP models
+record their backward in `Accelerator.backward`; a model the script wraps itself
+(``DistributedDataParallel(model)`` after ``init_process_group``, no Accelerator) is recorded
+here, with the same words: its forwards as the runtime's are, its backward through
+``torch.autograd.backward`` (which ``Tensor.backward`` calls), so that a peer that skipped a step,
+left its loop or sleeps while this rank waits in ``loss.backward()`` is named with its line.
+Nothing is wrapped until a script builds a DDP model of its own: the runtime's step costs what it
+did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from accelify.runtime import collective_record
+
+#: DDP wrappers whose reducer has readied a backward that reduces: their next training forward
+#: rebuilds the buckets (until `_has_rebuilt_buckets`).
+REDUCED: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
+#: DDP wrappers whose last forward readied a backward that reduces, and whose backward has not
+#: run since (the script's own models: their backward is recorded in `_recorded_backward`).
+READIED: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
+_RECORDED = "_accelify_recorded"
+
+
+def record_forwards(model: DistributedDataParallel) -> None:
+    """A DDP forward is a collective when it broadcasts the module's buffers (BatchNorm
+    statistics, every forward after a training one) and once, when the reducer rebuilds its
+    buckets: the first training forward after the first backward that reduced (the third under
+    an accumulation of 2). A rank stuck there waits for a peer that went elsewhere, and the
+    record says so; a forward that does not communicate is not recorded, or a slow one would
+    look like a rank waiting. Once per model."""
+    if getattr(model, _RECORDED, False):
+        return
+    setattr(model, _RECORDED, True)
+    begun: list[bool] = []
+
+    def before(module: DistributedDataParallel, args: Any) -> None:
+        rebuilds = (
+            module in REDUCED
+            and torch.is_grad_enabled()
+            and not module._has_rebuilt_buckets
+            and (module.static_graph or not module.find_unused_parameters)
+        )
+        begun.append(
+            collective_record.begin("forward")
+            if rebuilds or module.will_sync_module_buffers()
+            else False
+        )
+
+    def after(module: DistributedDataParallel, args: Any, output: Any) -> None:
+        if torch.is_grad_enabled() and module.require_backward_grad_sync:
+            REDUCED.add(module)  # a training forward with sync on: its backward reduces
+            READIED.add(module)
+        if begun:
+            collective_record.end(begun.pop())
+
+    model.register_forward_pre_hook(before)
+    model.register_forward_hook(after, always_call=True)
+
+
+_building_for_the_runtime = False
+
+
+@contextlib.contextmanager
+def built_by_the_runtime() -> Iterator[None]:
+    """DDP wrappers built inside are the runtime's: `Accelerator.backward` records their
+    backward, and nothing else is wrapped for them."""
+    global _building_for_the_runtime
+    _building_for_the_runtime = True
+    try:
+        yield
+    finally:
+        _building_for_the_runtime = False
+
+
+def record_the_scripts_models() -> None:
+    """Record every DDP model built from now on outside the runtime (once the process group
+    exists, under `accelify launch`): DDP's ``__init__`` is wrapped on the class, so a name the
+    script imported before (``from torch.nn.parallel import DistributedDataParallel as DDP``)
+    and subclasses get it too."""
+    start = DistributedDataParallel.__init__
+    if getattr(start, "__wrapped__", None) is not None:
+        return
+
+    @functools.wraps(start)
+    def __init__(self: DistributedDataParallel, *args: Any, **kwargs: Any) -> None:
+        start(self, *args, **kwargs)
+        if _building_for_the_runtime or not _on_every_rank(self):
+            return
+        record_forwards(self)
+        _record_backwards()
+
+    DistributedDataParallel.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _on_every_rank(model: DistributedDataParallel) -> bool:
+    """A model on a subgroup reduces with only some ranks: its collectives would not line up
+    with the others' sequence numbers."""
+    group = getattr(model, "process_group", None)
+    return group is None or group is dist.group.WORLD
+
+
+def _record_backwards() -> None:
+    """Record ``torch.autograd.backward`` (``loss.backward()`` calls it) as DDP's gradient
+    all-reduce when a DDP forward readied one: the same record as `Accelerator.backward`'s."""
+    backward = torch.autograd.backward
+    if getattr(backward, "__accelify_operation__", None):
+        return
+
+    @functools.wraps(backward)
+    def recorded_backward(*args: Any, **kwargs: Any) -> Any:
+        with collective_record.backward_pass(_reduces):
+            try:
+                return backward(*args, **kwargs)
+            finally:
+                READIED.clear()
+
+    recorded_backward.__accelify_operation__ = "backward"  # type: ignore[attr-defined]
+    torch.autograd.backward = recorded_backward  # type: ignore[assignment]
+
+
+def _reduces() -> bool:
+    return bool(READIED)
