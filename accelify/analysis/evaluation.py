@@ -536,7 +536,7 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
             continue
         # Fed to the model and read again: only the fields read (``batch["labels"]``) when
         # that is all, else the whole input (``data`` compared with its reconstruction).
-        fields = _fields_only(uses, model, allow_index=True)
+        fields = _fields_only(uses, model, allow_index=name in _whole_batches(found.loop))
         if fields is None:
             found.gathered.append(name)
         else:
@@ -1355,6 +1355,20 @@ def _batch_names(loop: Loop, facts: Facts, before: cst.CSTNode | None) -> set[st
                 for target in small.targets:
                     batch |= target_names(target.target)
     return batch
+
+
+def _whole_batches(loop: Loop) -> set[str]:
+    """The loop's names for a whole batch (``for batch in loader``, ``for i, batch in
+    enumerate(loader)``): an integer index of one reads a field of the batch (``batch[1]``, the
+    labels), where one of a name unpacked from it (``for x, y in loader``) reads one sample
+    (``x[0]``), which gathered would become the first rank's sample alone."""
+    target = loop.node.target
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if not isinstance(target, (cst.Tuple, cst.List)) or len(loop.batch_names) != 1:
+        return set()
+    plain = {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
+    return loop.batch_names & plain  # the batch beside enumerate's index, not unpacked
 
 
 def _pure_access(value: cst.BaseExpression) -> bool:
