@@ -156,6 +156,24 @@ class FixedCountSchedulerPrepared(Rule):
         + "for epoch in range(10):\n"
         + "    train_one_epoch(model, loader, optimizer)\n"
         + "    scheduler.step()\n",
+        # the count is a helper's parameter its caller fills with the prepared loader's length
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "def train(accelerator, model, optimizer, scheduler, loader, total_steps):\n"
+        "    batches = iter(loader)\n"
+        "    for step in range(total_steps):\n"
+        "        accelerator.backward(model(*next(batches)))\n"
+        "        optimizer.step()\n"
+        "        scheduler.step()\n"
+        "def main(loader):\n"
+        "    accelerator = Accelerator()\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, total_iters=len(loader))\n"
+        "    model, optimizer, loader, scheduler = accelerator.prepare(\n"
+        "        model, optimizer, loader, scheduler\n"
+        "    )\n"
+        "    train(accelerator, model, optimizer, scheduler, loader, len(loader))\n",
         # an epoch loop around a loop over the prepared loader: ACC408's business
         _SCRIPT.replace(
             "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"

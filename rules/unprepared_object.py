@@ -438,6 +438,7 @@ class UnpreparedObject(Rule):
         HEADER
         + "import torch\n"
         + "optimizer = torch.optim.AdamW(model.parameters())\n"
+        + "max_iters = 5000\n"
         + "scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_iters)\n"
         + "model, optimizer = accelerator.prepare(model, optimizer)\n"
         + "for it in range(max_iters):\n"

@@ -153,15 +153,33 @@ def _shrinks_with_the_shard(facts: Facts, bound: cst.BaseExpression, depth: int)
             return _length_of_a_loader(facts, node)
         if isinstance(node, cst.Call) and callee(script, node) is not None:
             return True  # counted by a function of the file: not followed
-        name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
-        if name is None or depth == 0:
+        if not isinstance(node, cst.Name | cst.Attribute) or _inside_a_dotted_name(script, node):
             continue
-        if any(
-            _shrinks_with_the_shard(facts, assign.value, depth - 1)
-            for assign in script.index.assignments_to(name)
-        ):
+        name = dotted(node)
+        if name is None:
+            continue
+        if depth == 0:
+            return True  # not followed further: it may be the shard's length
+        values = [assign.value for assign in script.index.assignments_to(name)]
+        if isinstance(node, cst.Name) and not values:
+            # a parameter: what its callers pass (``train(..., len(loader))``); one no call
+            # passes may be anything, so the loop is not taken as fixed (left prepared)
+            passed = facts.flow.call_site_arguments(name, node)
+            if not passed:
+                return True
+            values = [argument.value for argument in passed]
+        if any(_shrinks_with_the_shard(facts, value, depth - 1) for value in values):
             return True
     return False
+
+
+def _inside_a_dotted_name(script: ScriptModel, node: cst.CSTNode) -> bool:
+    """``self`` and ``cfg`` of ``self.cfg.max_steps`` (parts of a longer name, followed whole),
+    and ``int`` of ``int(steps)`` (a function called, not a count)."""
+    parent = script.parent(node)
+    if isinstance(parent, cst.Call) and parent.func is node:
+        return True
+    return isinstance(parent, cst.Attribute)  # its value (``self.cfg``) or its attribute
 
 
 def _length_of_a_loader(facts: Facts, length: cst.Call) -> bool:
