@@ -9,6 +9,7 @@ in a helper the same as the loop written inline.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -590,7 +591,17 @@ class ObjectFlow:
 
     def _runs_batches(self, node: cst.CSTNode, depth: int) -> bool:
         """A loop over batches inside ``node``, or in a function of the file it calls."""
-        if any(loop is not node and self.placement.inside(loop, node) for loop in self.batch_loops):
+        return self.reaches(
+            node,
+            depth,
+            lambda here: any(
+                loop is not here and self.placement.inside(loop, here) for loop in self.batch_loops
+            ),
+        )
+
+    def reaches(self, node: cst.CSTNode, depth: int, holds: Callable[[cst.CSTNode], bool]) -> bool:
+        """``holds`` for ``node`` or for a function of the file it calls, ``depth`` calls deep."""
+        if holds(node):
             return True
         if depth == 0:
             return False
@@ -598,7 +609,7 @@ class ObjectFlow:
             isinstance(call, cst.Call)
             and (target := callee(self.model, call)) is not None
             and target[0] is not node
-            and self._runs_batches(target[0], depth - 1)
+            and self.reaches(target[0], depth - 1, holds)
             for call in walk(node)
         )
 

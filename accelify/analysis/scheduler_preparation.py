@@ -7,7 +7,6 @@ does (`runtime/scheduler.py`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import libcst as cst
 
@@ -200,9 +199,9 @@ def _trains(facts: Facts, loop: cst.For) -> bool:
     """The loop runs a backward per iteration (inline or in a function of the file it calls)
     and no loop over a DataLoader runs inside it, here or in a function it calls
     (``train_one_epoch(loader)``: that makes it an epoch loop, ACC408's business)."""
-    if _reaches(facts, loop, _DEPTH, lambda node: _reads_a_loader_inside(facts, node, loop)):
+    if facts.flow.reaches(loop, _DEPTH, lambda node: _reads_a_loader_inside(facts, node, loop)):
         return False
-    return _reaches(facts, loop, _DEPTH, _calls_backward)
+    return facts.flow.reaches(loop, _DEPTH, _calls_backward)
 
 
 def _reads_a_loader_inside(facts: Facts, node: cst.CSTNode, loop: cst.For) -> bool:
@@ -218,22 +217,5 @@ def _calls_backward(node: cst.CSTNode) -> bool:
         isinstance(call, cst.Call)
         and isinstance(call.func, cst.Attribute)
         and call.func.attr.value == "backward"
-        for call in walk(node)
-    )
-
-
-def _reaches(
-    facts: Facts, node: cst.CSTNode, depth: int, holds: Callable[[cst.CSTNode], bool]
-) -> bool:
-    """``holds`` for ``node`` or for a function of the file it calls, ``depth`` calls deep."""
-    if holds(node):
-        return True
-    if depth == 0:
-        return False
-    return any(
-        isinstance(call, cst.Call)
-        and (target := callee(facts.model, call)) is not None
-        and target[0] is not node
-        and _reaches(facts, target[0], depth - 1, holds)
         for call in walk(node)
     )

@@ -25,7 +25,7 @@ import libcst as cst
 from accelify.analysis.device_moves import moved_to, strip_moves
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, Loop
-from accelify.analysis.syntax import dotted, has_parameter, walk
+from accelify.analysis.syntax import dotted, has_parameter, unpacked_pairs, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.devices import handed_on_before_prepare
 from accelify.edits import rewrites
@@ -557,12 +557,9 @@ def _matched(target: cst.BaseExpression, value: cst.BaseExpression, name: str) -
         return [value]
     if isinstance(target, (cst.Tuple, cst.List)):
         elements = [e.value for e in target.elements]
-        if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elements):
-            return [
-                v
-                for t, e in zip(elements, value.elements, strict=True)
-                for v in _matched(t, e.value, name)
-            ]
+        pairs = unpacked_pairs(target, value)
+        if pairs is not None:
+            return [v for t, paired in pairs for v in _matched(t, paired, name)]
         positions = [i for i, t in enumerate(elements) if dotted(t) == name]
         flat = not any(isinstance(e, cst.StarredElement) for e in target.elements)
         if isinstance(value, cst.Call) and flat and len(positions) == 1:
