@@ -92,9 +92,31 @@ def _no_user_config(
     monkeypatch.setenv("ACCELIFY_CACHE_DIR", str(tmp_path_factory.mktemp("lint_cache")))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Fast tests first, then the ones that launch ranks, then the package builds: a broken
-    change shows in the first minute, not after the launches."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--exhaustive",
+        action="store_true",
+        help="also run the tests marked `exhaustive`: every runnable golden through "
+        "`accelify verify --to-end` and the launches that repeat a default test's path on "
+        "other inputs (about 55 min on 2 cores, against about 15 without)",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if config.getoption("--exhaustive"):
+        return "accelify: exhaustive run (every runnable golden and launch)"
+    return "accelify: default run; `pytest --exhaustive` also runs the tests marked exhaustive"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `exhaustive` are deselected unless ``--exhaustive`` is given. Then fast
+    tests first, then the ones that launch ranks, then the package builds: a broken change
+    shows in the first minute, not after the launches."""
+    if not config.getoption("--exhaustive"):
+        deselected = [item for item in items if item.get_closest_marker("exhaustive")]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if not item.get_closest_marker("exhaustive")]
 
     def weight(item: pytest.Item) -> int:
         if item.get_closest_marker("slow"):
@@ -102,3 +124,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 1 if item.get_closest_marker("distributed") else 0
 
     items.sort(key=weight)
+    for item in items:
+        if item.get_closest_marker("distributed") or item.get_closest_marker("slow"):
+            # Under pytest-xdist a module's launches run in one worker, in order, sharing the
+            # module's fixtures; the in-process tests are spread over the other workers.
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

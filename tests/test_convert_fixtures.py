@@ -7,6 +7,7 @@ case, write its before.py and review the after.py and summary.txt the tool produ
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from pathlib import Path
 
@@ -36,8 +37,14 @@ def summary_text(conversion: Conversion) -> str:
 
 
 def convert_case(case: Path, **options: str) -> Conversion:
+    """Each case is converted once per set of options for all the tests that read it."""
+    return _converted(case, tuple(sorted(options.items())))
+
+
+@functools.cache
+def _converted(case: Path, options: tuple[tuple[str, str], ...]) -> Conversion:
     before = (case / "before.py").read_bytes()
-    return convert_source(before, f"{case.name}/before.py", Options(**options))
+    return convert_source(before, f"{case.name}/before.py", Options(**dict(options)))
 
 
 def test_there_are_at_least_25_shapes():
