@@ -38,7 +38,8 @@ def run(ctx: Context) -> None:
         ctx.plan.add(
             *rewrites.save(call, ctx.acc, barriers),
             line=ctx.line(call),
-            text=f"torch.save -> {ctx.a('save')} (main process only)",
+            text=f"torch.save -> {ctx.a('save')} (main process only)"
+            + _waits_first(ctx, call, barriers, ctx.acc),
         )
         ctx.need(call)
         for anchor in barriers:
@@ -56,7 +57,8 @@ def _save_on_the_main_process(
         rewrites.main_process_only(line_statement, state),
         *(rewrites.barrier(anchor, state) for anchor in barriers),
         line=ctx.line(call),
-        text=f"torch.save on the main process only (if {state}.is_main_process:)",
+        text=f"torch.save on the main process only (if {state}.is_main_process:)"
+        + _waits_first(ctx, call, barriers, state),
         anywhere=True,
     )
 
@@ -97,9 +99,22 @@ def _save_through_instance(
     ctx.plan.add(
         *rewrites.save(call, acc, barriers),
         line=ctx.line(call),
-        text=f"torch.save -> {acc}.save (main process only)",
+        text=f"torch.save -> {acc}.save (main process only)"
+        + _waits_first(ctx, call, barriers, acc),
         anywhere=True,
     )
+
+
+def _waits_first(ctx: Context, call: cst.Call, barriers: list[cst.CSTNode], acc: str) -> str:
+    """The barrier the save needs, where it is not on the save's own line: before a branch the
+    ranks may disagree on (``if val_loss < best:``), or at the calls of the method that saves.
+    The summary says where, as the diff shows it far from the save."""
+    elsewhere = sorted({ctx.line(b) for b in barriers} - {ctx.line(call)})
+    if not elsewhere:
+        return ""
+    lines = ", ".join(map(str, elsewhere))
+    where = f"line{'s' if len(elsewhere) > 1 else ''} {lines}"
+    return f", after {acc}.wait_for_everyone() before {where}, which every rank reaches"
 
 
 def _unwrap_saved_model(ctx: Context, call: cst.Call) -> None:
