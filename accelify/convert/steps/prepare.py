@@ -18,7 +18,7 @@ from accelify.analysis.objects import (
     received_name,
 )
 from accelify.analysis.optimizer_models import parameter_owners
-from accelify.analysis.scheduler_preparation import fixed_count_loop
+from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_model
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.step_loaders import over_step_data
@@ -806,17 +806,17 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
 
 
 def _stepped_per_fixed_iteration(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.For]:
-    """Schedulers every ``step()`` of which runs once per iteration of a loop of a fixed count
-    (nanoGPT's ``for it in range(max_iters): xb, yb = get_batch()``), by the loop: each rank
-    runs all of it, so the schedule must step once per call, as an unprepared one does."""
+    """Schedulers every ``step()`` of which runs once per optimizer step in a loop of a fixed
+    count (`per_fixed_iteration_steps`), by the loop: each rank runs all of it, so the schedule
+    must step once per call, as an unprepared one does."""
     schedulers = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER}
     steps = ctx.facts.flow.scheduler_steps(schedulers)
     found: dict[str, cst.For] = {}
     for name in sorted(schedulers):
         own = [step.call for step in steps if step.scheduler == name]
-        loops = [fixed_count_loop(ctx.facts, call) if not call.args else None for call in own]
-        if own and all(loops):
-            found[name] = loops[0]  # type: ignore[assignment]
+        fixed = per_fixed_iteration_steps(ctx.facts, own)
+        if fixed is not None:
+            found[name] = fixed[0][1]
     return found
 
 
