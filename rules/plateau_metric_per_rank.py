@@ -71,9 +71,10 @@ class PlateauMetricPerRank(Rule):
     Fix: step with the mean over ranks, ``accelerator.reduce(torch.tensor(metric,
     device=accelerator.device), "mean").item()``, or gather the per-sample losses with
     ``accelerator.gather_for_metrics`` before averaging. Not reported: a metric reduced,
-    gathered or broadcast before the step; one computed over a loader that was not prepared
-    (every rank sees all of it: another rule's business); any scheduler other than
-    ``ReduceLROnPlateau`` (handed its epoch, not a metric)."""
+    gathered or broadcast before the step (also in place: ``dist.all_reduce(val_loss)``); one
+    computed over a loader that was not prepared (every rank sees all of it: another rule's
+    business); any scheduler other than ``ReduceLROnPlateau`` (handed its epoch, not a
+    metric)."""
 
     code = "ACC409"
     name = "plateau-metric-per-rank"

@@ -80,7 +80,8 @@ class UnpreparedObject(Rule):
     epoch, a scheduler built after ``prepare`` (sized in per-process steps) and stepped
     beside the optimizer outside ``accumulate()``, a scheduler sized in batches (``max_steps *
     gradient_accumulation_steps``) and stepped on every batch inside it, a scheduler stepped
-    in a loop of a fixed count every rank runs whole (``for it in range(max_iters)``), and a
+    in a loop of a fixed count every rank runs whole (``for it in range(max_iters)``) once per
+    optimizer step (inside ``accumulate()``, under ``if accelerator.sync_gradients:``), and a
     DataLoader rebuilt every step over the rollouts this rank just made
     (``DataLoader(TensorDataset(*rollouts))`` in a helper the training loop calls) are left
     alone: not preparing them is correct. A prepare indented into one branch of an
