@@ -4,7 +4,7 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.scheduler_preparation import (
-    fixed_count_loop,
+    per_fixed_iteration_steps,
     prepared_schedulers,
     sized_by_process_count,
     steps_once_per_process,
@@ -110,6 +110,18 @@ class FixedCountSchedulerPrepared(Rule):
             16,
             73,
         ),
+        Example(  # inside accumulate(), stepped when the optimizer steps: still N per call
+            _SCRIPT.replace("Accelerator()", "Accelerator(gradient_accumulation_steps=4)")
+            + "for it in range(max_iters):\n"
+            + "    with accelerator.accumulate(model):\n"
+            + "        accelerator.backward(model(*get_batch('train')))\n"
+            + "        if accelerator.sync_gradients:\n"
+            + "            optimizer.step()\n"
+            + "            scheduler.step()\n"
+            + "            optimizer.zero_grad()\n",
+            7,
+            69,
+        ),
     )
     good = (
         # left out of prepare: one step per call on every rank
@@ -194,10 +206,8 @@ class FixedCountSchedulerPrepared(Rule):
         for name, argument in prepared.items():
             if sized_by_process_count(script, name):
                 continue
-            own = [s.call for s in steps if s.scheduler == name]
-            loops = [fixed_count_loop(facts, call) for call in own if not call.args]
-            fixed = [(call, loop) for call, loop in zip(own, loops, strict=False) if loop]
-            if not own or len(fixed) != len(own):
+            fixed = per_fixed_iteration_steps(facts, [s.call for s in steps if s.scheduler == name])
+            if fixed is None:
                 continue
             yield self.finding(
                 script,

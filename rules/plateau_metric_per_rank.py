@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.collectives import agreed_in_place, agrees_across_ranks
 from accelify.analysis.dataflow import bound_by, statements, variables_in
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments, callee, is_plateau_scheduler
@@ -9,21 +10,6 @@ from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.lint.rule import Example, Finding, Rule, accelerator_at, in_file_words
 
-#: Calls after which every rank holds the same value (or the value of every rank).
-_AGREEING = frozenset(
-    {
-        "gather",
-        "gather_for_metrics",
-        "reduce",
-        "gather_object",
-        "broadcast",
-        "broadcast_object_list",
-        "all_reduce",
-        "all_gather",
-        "all_gather_object",
-        "pad_across_processes",
-    }
-)
 #: How many helpers deep a metric is followed (``fit`` → ``evaluate`` → ``_loss_over``).
 _DEPTH = 3
 
@@ -42,6 +28,16 @@ _SCRIPT = (
     "        optimizer.step()\n"
     "        optimizer.zero_grad()\n"
     "        total += loss.item()\n"
+)
+#: A validation loss summed over this rank's shard of a prepared loader, before it is reduced.
+_VALIDATED = (
+    _SCRIPT.replace("model, optimizer, loader =", "model, optimizer, loader, val_loader =")
+    .replace("(model, optimizer, loader)\n", "(model, optimizer, loader, val_loader)\n")
+    .replace("import torch\n", "import torch\nimport torch.distributed as dist\n")
+    + "    val_loss = torch.zeros(1, device=accelerator.device)\n"
+    + "    with torch.no_grad():\n"
+    + "        for x, y in val_loader:\n"
+    + "            val_loss += loss_fn(model(x), y)\n"
 )
 _TRAINER = (
     "import torch\n"
@@ -75,9 +71,10 @@ class PlateauMetricPerRank(Rule):
     Fix: step with the mean over ranks, ``accelerator.reduce(torch.tensor(metric,
     device=accelerator.device), "mean").item()``, or gather the per-sample losses with
     ``accelerator.gather_for_metrics`` before averaging. Not reported: a metric reduced,
-    gathered or broadcast before the step; one computed over a loader that was not prepared
-    (every rank sees all of it: another rule's business); any scheduler other than
-    ``ReduceLROnPlateau`` (handed its epoch, not a metric)."""
+    gathered or broadcast before the step (also in place: ``dist.all_reduce(val_loss)``); one
+    computed over a loader that was not prepared (every rank sees all of it: another rule's
+    business); any scheduler other than ``ReduceLROnPlateau`` (handed its epoch, not a
+    metric)."""
 
     code = "ACC409"
     name = "plateau-metric-per-rank"
@@ -132,8 +129,30 @@ class PlateauMetricPerRank(Rule):
             18,
             9,
         ),
+        Example(  # reduced, but the reduced copy is dropped: accelerator.reduce is not in place
+            _VALIDATED
+            + '    accelerator.reduce(val_loss, "mean")\n'
+            + "    scheduler.step(val_loss.item())\n",
+            21,
+            5,
+        ),
+        Example(  # logits.gather(1, y) picks each sample's logit: an index, not a collective
+            _VALIDATED.replace(
+                "val_loss += loss_fn(model(x), y)",
+                "val_loss -= model(x).log_softmax(-1).gather(1, y[:, None]).sum()",
+            )
+            + "    scheduler.step(val_loss.item())\n",
+            20,
+            5,
+        ),
     )
     good = (
+        # reduced in place over ranks first (torch.distributed writes into its argument)
+        _VALIDATED + "    dist.all_reduce(val_loss)\n    scheduler.step(val_loss.item())\n",
+        # reduced, and the reduced value assigned back to the metric's name
+        _VALIDATED
+        + '    val_loss = accelerator.reduce(val_loss, "mean")\n'
+        + "    scheduler.step(val_loss.item())\n",
         # reduced over ranks first
         _SCRIPT
         + "    mean = accelerator.reduce(torch.tensor(total / len(loader)), 'mean')\n"
@@ -267,7 +286,7 @@ class _Tracer:
     ) -> cst.CSTNode | None:
         """The statement in a loop over a prepared loader that folds this rank's batches into
         ``value`` (the outermost on the way), or None."""
-        if _agrees(value):
+        if _agrees(self.script, value):
             return None
         if depth > 0:
             for call in walk(value):
@@ -317,7 +336,7 @@ class _Tracer:
             return self.origin(loop.iter, loop, passed, depth, folded)
         if binding is None:
             return self._parameter(name, at, passed, depth, folded)
-        if _agrees(binding) or _counts(binding):
+        if _agrees(self.script, binding) or _counts(binding):
             return None
         if folded is None and self._in_sharded_loop(binding, passed):
             folded = binding
@@ -429,23 +448,32 @@ def _last_binding(facts: Facts, name: str, at: cst.CSTNode) -> cst.CSTNode | Non
             continue
         if not name.startswith("self.") and _position(script, small) >= position:
             break
-        if _binds(small, name):
+        if _binds(script, small, name):
             found = small
     return found
 
 
-def _binds(small: cst.CSTNode, name: str) -> bool:
+def _binds(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
+    """``name = ...``, ``name += ...``, ``name.append(...)``; and ``dist.all_reduce(name)``,
+    which writes the value every rank agrees on into ``name``."""
     if isinstance(small, cst.Assign):
         return any(dotted(t.target) == name for t in small.targets) or name in bound_by(small)
     if isinstance(small, cst.AugAssign | cst.AnnAssign):
         return dotted(small.target) == name or name in bound_by(small)
     call = small.value if isinstance(small, cst.Expr) else None
+    if isinstance(call, cst.Call) and _written_in_place(script, call) == name:
+        return True
     return (
         isinstance(call, cst.Call)
         and isinstance(call.func, cst.Attribute)
         and call.func.attr.value in ("append", "extend")
         and dotted(call.func.value) == name
     )
+
+
+def _written_in_place(script: ScriptModel, call: cst.Call) -> str | None:
+    written = agreed_in_place(script, call)
+    return dotted(written) if written is not None else None
 
 
 def _position(script: ScriptModel, node: cst.CSTNode) -> tuple[int, int]:
@@ -473,15 +501,11 @@ def _counts(binding: cst.CSTNode) -> bool:
     )
 
 
-def _agrees(node: cst.CSTNode) -> bool:
-    """``node`` calls a collective: after it every rank holds the same value."""
+def _agrees(script: ScriptModel, node: cst.CSTNode) -> bool:
+    """``node`` calls a collective after which every rank holds the same value (the one table
+    of `accelify.analysis.collectives`)."""
     return any(
-        isinstance(call, cst.Call)
-        and (
-            (isinstance(call.func, cst.Attribute) and call.func.attr.value in _AGREEING)
-            or (isinstance(call.func, cst.Name) and call.func.value in _AGREEING)
-        )
-        for call in walk(node)
+        isinstance(call, cst.Call) and agrees_across_ranks(script, call) for call in walk(node)
     )
 
 

@@ -5,9 +5,10 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.dataflow import local_alias
 from accelify.analysis.facts import facts_of
+from accelify.analysis.flow import accumulate_context, once_per_optimizer_step
 from accelify.analysis.loops import entry_read
 from accelify.analysis.objects import is_loader_dict
-from accelify.analysis.scheduler_preparation import fixed_count_loop
+from accelify.analysis.scheduler_preparation import stepped_per_fixed_iteration
 from accelify.analysis.script_model import Kind, Loop, PrepareCall, ScriptModel
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import dotted, walk
@@ -32,6 +33,25 @@ _LOOP = (
     "    loss = (model(x) - y).pow(2).mean()\n"
     "    accelerator.backward(loss)\n"
     "    optimizer.step()\n"
+)
+
+#: nanoGPT's fixed count of iterations, accumulated with accumulate(): the scheduler, made
+#: before prepare and left out of it, stepped once per optimizer step (what the conversion of
+#: a manual accumulation makes of its ``if (it + 1) % accum == 0:``)
+_FIXED_ACCUMULATED = (
+    "from accelify import Accelerator\n"
+    "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
+    "import torch\n"
+    "optimizer = torch.optim.AdamW(model.parameters())\n"
+    "scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=1000)\n"
+    "model, optimizer = accelerator.prepare(model, optimizer)\n"
+    "for it in range(4000):\n"
+    "    with accelerator.accumulate(model):\n"
+    "        accelerator.backward(model(*get_batch('train')))\n"
+    "        if accelerator.sync_gradients:\n"
+    "            optimizer.step()\n"
+    "            scheduler.step()\n"
+    "            optimizer.zero_grad()\n"
 )
 
 #: a dict of two DataLoaders, each entry to be prepared on its own
@@ -60,7 +80,8 @@ class UnpreparedObject(Rule):
     epoch, a scheduler built after ``prepare`` (sized in per-process steps) and stepped
     beside the optimizer outside ``accumulate()``, a scheduler sized in batches (``max_steps *
     gradient_accumulation_steps``) and stepped on every batch inside it, a scheduler stepped
-    in a loop of a fixed count every rank runs whole (``for it in range(max_iters)``), and a
+    in a loop of a fixed count every rank runs whole (``for it in range(max_iters)``) once per
+    optimizer step (inside ``accumulate()``, under ``if accelerator.sync_gradients:``), and a
     DataLoader rebuilt every step over the rollouts this rank just made
     (``DataLoader(TensorDataset(*rollouts))`` in a helper the training loop calls) are left
     alone: not preparing them is correct. A prepare indented into one branch of an
@@ -247,6 +268,16 @@ class UnpreparedObject(Rule):
             + _LOOP.replace("in loader", 'in loaders["train"]'),
             9,
             13,
+        ),
+        # a fixed count of iterations, but stepped on every batch inside accumulate(): four
+        # times per optimizer step (prepared it would step once per rank instead: ACC410)
+        Example(
+            _FIXED_ACCUMULATED.replace("            scheduler.step()\n", "").replace(
+                "            optimizer.zero_grad()\n",
+                "            optimizer.zero_grad()\n        scheduler.step()\n",
+            ),
+            13,
+            9,
         ),
     )
     good = (
@@ -447,6 +478,8 @@ class UnpreparedObject(Rule):
         + "    optimizer.step()\n"
         + "    optimizer.zero_grad()\n"
         + "    scheduler.step()\n",
+        # the same inside accumulate(), stepped under sync_gradients: once per optimizer step
+        _FIXED_ACCUMULATED,
         # a scheduler left unprepared on purpose: built after prepare from the prepared
         # optimizer, sized in per-process steps, stepped beside the optimizer
         HEADER
@@ -621,7 +654,7 @@ class UnpreparedObject(Rule):
                 and owner not in prepared
                 and not flow.sized_per_process_and_stepped_with_optimizer(call)
                 and not _sized_per_batch_inside_accumulate(script, call, owner)
-                and not _stepped_per_fixed_iteration(script, call)
+                and not _stepped_per_fixed_iteration_with_optimizer(script, call)
             ):
                 yield self.finding(script, call, message=_scheduler_message(script, call, owner))
 
@@ -802,36 +835,39 @@ def _sized_per_batch_inside_accumulate(script: ScriptModel, step: cst.Call, name
     return False
 
 
-def _stepped_per_fixed_iteration(script: ScriptModel, step: cst.Call) -> bool:
+def _stepped_per_fixed_iteration_with_optimizer(script: ScriptModel, step: cst.Call) -> bool:
     """Stepped in a loop of a fixed count that every rank runs whole (nanoGPT's ``for it in
-    range(max_iters)``), outside ``accumulate()``: each rank steps it once per optimizer step,
-    as on one process; prepared, it would step ``num_processes`` times (ACC410)."""
-    return _accumulate_around(script, step) is None and (
-        fixed_count_loop(facts_of(script), step) is not None
+    range(max_iters)``; `stepped_per_fixed_iteration`, which the conversion asks too), once per
+    optimizer step: each rank steps it as on one process; prepared, it would step
+    ``num_processes`` times (ACC410). Inside ``accumulate()`` only under ``if
+    accelerator.sync_gradients:``; unguarded there it steps on every batch, which the finding's
+    message says to fix."""
+    return stepped_per_fixed_iteration(facts_of(script), step) is not None and (
+        once_per_optimizer_step(script, step)
     )
 
 
 def _accumulate_around(script: ScriptModel, step: cst.Call) -> str | None:
     """The accelerator of the ``with <accelerator>.accumulate(...)`` around ``step``."""
     for ancestor in script.ancestors(step):
-        items = ancestor.items if isinstance(ancestor, cst.With) else ()
-        for item in items:
-            func = item.item.func if isinstance(item.item, cst.Call) else None
-            if isinstance(func, cst.Attribute) and func.attr.value == "accumulate":
-                return dotted(func.value)
+        if isinstance(ancestor, cst.With) and (found := accumulate_context(ancestor)) is not None:
+            return found
     return None
 
 
 def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) -> str:
-    """Inside ``accumulate()`` the fix that keeps the schedule's meaning is to step it when the
-    optimizer steps; ``prepare`` also does that, but steps it once per process as well."""
+    """Inside ``accumulate()`` (unguarded) the fix that keeps the schedule's meaning is to step
+    it when the optimizer steps; ``prepare`` also does that, but steps it once per process as
+    well, which a loop of a fixed count that every rank runs whole must not do (ACC410)."""
     accelerator = _accumulate_around(script, step)
-    if accelerator is not None:
+    if accelerator is not None and not once_per_optimizer_step(script, step):
+        fixed = stepped_per_fixed_iteration(facts_of(script), step) is not None
         return (
             f"Step scheduler `{name}` only when the optimizer steps (under `if "
-            f"{accelerator}.sync_gradients:`), or pass it to accelerator.prepare: inside "
-            "accumulate() it steps on every batch, gradient_accumulation_steps times per "
-            "optimizer step"
+            f"{accelerator}.sync_gradients:`)"
+            + ("" if fixed else ", or pass it to accelerator.prepare")
+            + ": inside accumulate() it steps on every batch, gradient_accumulation_steps times "
+            "per optimizer step"
         )
     return _message("scheduler", name, "stepped with the optimizer")
 

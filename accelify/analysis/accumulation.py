@@ -52,7 +52,21 @@ def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | N
         found.unaccounted = "no model found to pass to accelerator.accumulate()"
     if found.unaccounted is None:
         found.unaccounted = _undivided_backward(found, facts)
+    if found.unaccounted is None and _draws_from_a_loader(loop, facts):
+        found.unaccounted = (
+            "the loop draws its batches from a DataLoader it does not iterate (next()): "
+            "accumulate() also syncs when the loader runs out, and entered before the next() "
+            "that runs it out it syncs one batch late, shifting every later step"
+        )
     return found
+
+
+def _draws_from_a_loader(loop: Loop, facts: Facts) -> bool:
+    """``for it in range(max_iters): xb, yb = next(batches)`` (or a ``get_batch()``) in a script
+    with a DataLoader: the loop is not over the loader, yet the loader's end reaches
+    ``accumulate()`` (HF Accelerate's and accelify's ``sync_with_dataloader``), at the entry
+    after the batch that ended it rather than at that batch."""
+    return not facts.flow.reads_loader(loop) and bool(facts.model.names_of(Kind.DATALOADER))
 
 
 def _undivided_backward(found: ManualAccumulation, facts: Facts) -> str | None:

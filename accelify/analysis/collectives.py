@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
 
 DDP, FSDP, DEEPSPEED, ZERO3 = "ddp", "fsdp", "deepspeed", "deepspeed-zero3"
@@ -127,11 +127,59 @@ def combines_ranks(script: ScriptModel, call: cst.Call) -> bool:
         return False
     if script.imports.resolve(dotted(func) or "") is not None:
         return False  # ``torch.gather``, ``functools.reduce``: an import that is no collective
+    if dotted(func.value) in script.names_of(Kind.ACCELERATOR):
+        return True  # ``accelerator.reduce(loss, "mean")``: its reduction is the second argument
     positional = [a for a in call.args if a.keyword is None and not a.star]
     keywords = {a.keyword.value for a in call.args if a.keyword is not None}
     return func.attr.value not in ("gather", "reduce") or (
         len(positional) < 2 and not keywords & {"dim", "index"}
     )
+
+
+#: The calls that hand every rank one rank's value: after them the ranks agree, as after a
+#: combining one (``accelerator.broadcast``, ``dist.broadcast_object_list``).
+BROADCASTING_METHODS = frozenset({"broadcast", "broadcast_object_list"})
+#: ``torch.distributed`` collectives that write their result into their first argument: after
+#: ``dist.all_reduce(t)`` every rank holds the same ``t``; the result of the call is None.
+IN_PLACE_FUNCTIONS = frozenset(
+    f"torch.distributed.{name}"
+    for name in (
+        "all_reduce",
+        "all_gather",
+        "all_gather_object",
+        "broadcast",
+        "broadcast_object_list",
+    )
+)
+
+
+def agrees_across_ranks(script: ScriptModel, call: cst.Call) -> bool:
+    """After ``call`` every rank holds the same value: it combines every rank's values
+    (``accelerator.reduce``, ``dist.all_reduce``) or hands one rank's to all
+    (``accelerator.broadcast``). Not ``logits.gather(1, y)`` nor ``torch.gather``."""
+    if combines_ranks(script, call):
+        return True
+    if any(
+        name.rsplit(".", 1)[-1] in BROADCASTING_METHODS
+        for name in script.call_names(call) & FUNCTIONS
+    ):
+        return True
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value in BROADCASTING_METHODS
+        and script.imports.resolve(dotted(func) or "") is None
+    )
+
+
+def agreed_in_place(script: ScriptModel, call: cst.Call) -> cst.BaseExpression | None:
+    """``t`` of ``dist.all_reduce(t)`` (``dist.broadcast(t, 0)``): the collective writes every
+    rank's agreed value into it. None for a call that returns its result (``accelerator.reduce``
+    hands back a new tensor and leaves its argument as it was)."""
+    if not script.call_names(call) & IN_PLACE_FUNCTIONS:
+        return None
+    first = next((a for a in call.args if a.keyword is None and not a.star), None)
+    return first.value if first is not None else None
 
 
 #: Words that show a script means to run on a sharding backend, also turned on through its own

@@ -695,19 +695,7 @@ class ObjectFlow:
         )
         if not beside:
             return False
-        for ancestor in self.model.ancestors(step):
-            if isinstance(ancestor, cst.If) and "sync_gradients" in self.model.module.code_for_node(
-                ancestor.test
-            ):
-                return True
-            if isinstance(ancestor, cst.With) and any(
-                isinstance(item.item, cst.Call)
-                and isinstance(item.item.func, cst.Attribute)
-                and item.item.func.attr.value == "accumulate"
-                for item in ancestor.items
-            ):
-                return False
-        return True
+        return once_per_optimizer_step(self.model, step)
 
     def _sized_by_loop_bound(self, schedule: cst.CSTNode, step: cst.Call) -> bool:
         """The schedule's length is the very bound that stops the loop stepping it
@@ -755,6 +743,29 @@ class ObjectFlow:
                 if name == parameter:
                     return dotted(argument.value)
         return parameter
+
+
+def once_per_optimizer_step(model: ScriptModel, step: cst.Call) -> bool:
+    """``step`` runs once per optimizer step as far as ``accumulate()`` goes: outside it, or
+    inside it under ``if accelerator.sync_gradients:``. Unguarded inside ``accumulate()`` it
+    runs on every batch, ``gradient_accumulation_steps`` times per optimizer step."""
+    for ancestor in model.ancestors(step):
+        if isinstance(ancestor, cst.If) and "sync_gradients" in model.module.code_for_node(
+            ancestor.test
+        ):
+            return True
+        if isinstance(ancestor, cst.With) and accumulate_context(ancestor) is not None:
+            return False
+    return True
+
+
+def accumulate_context(node: cst.With) -> str | None:
+    """The accelerator of ``with <accelerator>.accumulate(...)``; None for another ``with``."""
+    for item in node.items:
+        func = item.item.func if isinstance(item.item, cst.Call) else None
+        if isinstance(func, cst.Attribute) and func.attr.value == "accumulate":
+            return dotted(func.value) or ""
+    return None
 
 
 def _container(value: cst.BaseExpression) -> cst.BaseExpression:

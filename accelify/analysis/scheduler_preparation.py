@@ -108,6 +108,32 @@ def sized_by_process_count(script: ScriptModel, name: str) -> bool:
     )
 
 
+def stepped_per_fixed_iteration(facts: Facts, step: cst.Call) -> cst.For | None:
+    """The loop of a fixed count that runs ``step`` (a ``scheduler.step()`` handed nothing)
+    once per iteration, or None. Every rank runs all its iterations (nanoGPT's ``for it in
+    range(max_iters)``), so the schedule must step once per call, as an unprepared one does: the
+    conversion leaves such a scheduler out of ``prepare``, ACC401 does not ask for it there, and
+    ACC410 reports a prepared one. The one definition all three ask; whether the step also runs
+    once per optimizer step (outside ``accumulate()``, or under ``sync_gradients`` in it, as a
+    manual accumulation's step becomes) is `flow.once_per_optimizer_step`, ACC401's business.
+    None for a step handed an argument (an epoch, a metric)."""
+    if step.args:
+        return None
+    return fixed_count_loop(facts, step)
+
+
+def per_fixed_iteration_steps(
+    facts: Facts, steps: list[cst.Call]
+) -> list[tuple[cst.Call, cst.For]] | None:
+    """Each of one scheduler's ``steps`` with its fixed-count loop, when there is at least one
+    and every one is `stepped_per_fixed_iteration`: the scheduler steps once per optimizer step
+    of such a loop and nowhere else. None otherwise."""
+    found = [(step, stepped_per_fixed_iteration(facts, step)) for step in steps]
+    if not found or any(loop is None for _, loop in found):
+        return None
+    return found  # type: ignore[return-value]
+
+
 def fixed_count_loop(facts: Facts, node: cst.CSTNode, depth: int = _DEPTH) -> cst.For | None:
     """The ``for _ in range(n)`` that runs ``node`` once per iteration, beside the backward it
     steps after, where ``n`` does not shrink with the shard; also around the call of the helper

@@ -126,6 +126,18 @@ class WithKeyword:
         )
 
 
+@dataclass(frozen=True)
+class MovedTo:
+    """``torch.randn(64, nz)`` -> ``torch.randn(64, nz).to(device)``: the call runs as written,
+    its result is moved."""
+
+    device: str
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.BaseExpression)
+        return cst.Call(cst.Attribute(updated, cst.Name("to")), [cst.Arg(expression(self.device))])
+
+
 def _without(args: Sequence[cst.Arg], dropped: tuple[str, ...]) -> list[cst.Arg]:
     kept = [a for a in args if not (a.keyword is not None and a.keyword.value in dropped)]
     if kept and len(kept) < len(args):

@@ -15,6 +15,7 @@ from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove,
 from accelify.edits.node_rewrites import (
     CallInstead,
     MethodInstead,
+    MovedTo,
     OnDeviceAndBack,
     OnHostFirst,
     PrintInsteadOfWrite,
@@ -162,6 +163,13 @@ def on_model_device(call: cst.Call, device: str, inputs: Iterable[int]) -> Repla
 def made_on_device(call: cst.Call, device: str) -> Replace:
     """``torch.randn(b, z)`` -> ``torch.randn(b, z, device=device)``."""
     return Replace(call, WithKeyword("device", device))
+
+
+def made_then_moved(call: cst.Call, device: str) -> Replace:
+    """``torch.randn(64, nz, generator=g)`` -> ``torch.randn(64, nz, generator=g).to(device)``:
+    drawn where the original drew it, so its values and the generator's (or the global RNG's)
+    stream stay the original's; a CPU generator with ``device="cuda"`` would raise."""
+    return Replace(call, MovedTo(device))
 
 
 def drop_device_argument(call: cst.Call, index: int) -> Replace:

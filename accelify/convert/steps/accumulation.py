@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.accumulation import ManualAccumulation, stepped_every
+from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 from accelify.edits.node_rewrites import Swap
@@ -32,6 +33,26 @@ def run(ctx: Context) -> None:
         ctx.constructor["gradient_accumulation_steps"] = found.steps_code
         _apply(found, ctx.plan, ctx.acc, ctx.facts.flow.model_names_in_scope(loop.scope))
         ctx.need(loop.node)
+        _review_schedulers_stepped_per_batch(ctx, found)
+
+
+def _review_schedulers_stepped_per_batch(ctx: Context, found: ManualAccumulation) -> None:
+    """A ``scheduler.step()`` in the loop outside the accumulation test steps on every batch in
+    the original. Inside ``accumulate()`` an unprepared one still does (and ACC401 reports it),
+    a prepared one steps only when the optimizer does: either way the reader decides which
+    pace the schedule is sized for."""
+    flow, placement = ctx.facts.flow, ctx.facts.placement
+    for step in flow.scheduler_steps(flow.names_of(Kind.SCHEDULER)):
+        call = step.call
+        if not placement.inside(call, found.loop) or placement.inside(call, found.condition):
+            continue
+        ctx.plan.review(
+            ctx.line(call),
+            f"{ctx.code(call)} runs on every batch, outside the accumulation step test, as in "
+            f"the original: inside {ctx.a('accumulate')}() a prepared scheduler steps only "
+            "when the optimizer does, an unprepared one on every batch; if the schedule "
+            f"counts optimizer steps, step it under `if {ctx.a('sync_gradients')}:`",
+        )
 
 
 def _apply(found: ManualAccumulation, plan: Plan, acc: str, models: list[str]) -> None:

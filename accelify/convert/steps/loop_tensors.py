@@ -3,10 +3,13 @@ mixes with its outputs: a GAN's ``noise = torch.randn(b, z)`` and ``ones = torch
 a mask or a target built per step. Converted, the batches and the model are on
 ``accelerator.device`` and these stay on the CPU (on a GPU: a device mismatch at the first
 step). Each such factory call is made on the device: ``torch.randn(b, z,
-device=accelerator.device)``. So is a tensor made once before the loop and fed to a prepared
-model inside it (DCGAN's ``fixed_noise = torch.randn(64, nz)`` for ``netG(fixed_noise)``),
-when every use of its name is an input of a prepared model or meets the device in the loop;
-one also used where the CPU is expected stays, with a review line.
+device=accelerator.device)``. A tensor made once before the loop and fed to a prepared model
+inside it (DCGAN's ``fixed_noise = torch.randn(64, nz)`` for ``netG(fixed_noise)``) goes there
+too, when every use of its name is an input of a prepared model or meets the device in the
+loop: made as written and moved (``torch.randn(64, nz).to(accelerator.device)``), so its
+values and the RNG stream after it are the original's, and a ``generator=`` made for the CPU
+still draws it (given ``device="cuda"`` it raises). So is any factory drawn from a
+``generator=``. One also used where the CPU is expected stays, with a review line.
 
 Only a factory whose tensor meets the device in the same call is changed: it is an input of a
 prepared model, or an argument beside a batch, a model output or something computed from them
@@ -45,15 +48,7 @@ def run(ctx: Context) -> None:
                 continue
             if _meets_the_device(ctx, node, loop, on_device):
                 done.add(id(node))
-                ctx.plan.add(
-                    rewrites.made_on_device(node, ctx.a("device")),
-                    line=ctx.line(node),
-                    text=(
-                        f"{ctx.code(node)}: made on {ctx.a('device')} (the batches and the "
-                        "model it meets are there)"
-                    ),
-                )
-                ctx.need(node)
+                _place(ctx, node, "the batches and the model it meets are there", drawn=False)
         _bound_before_the_loop(ctx, loop, on_device, done)
 
 
@@ -80,15 +75,30 @@ def _bound_before_the_loop(ctx: Context, loop: Loop, on_device: set[str], done: 
                     f"(send_to_device({name}, {ctx.a('device')}))",
                 )
                 continue
-            ctx.plan.add(
-                rewrites.made_on_device(factory, ctx.a("device")),
-                line=ctx.line(factory),
-                text=(
-                    f"{ctx.code(factory)}: made on {ctx.a('device')} ({name} is an input of the "
-                    f"prepared model at line {ctx.line(node)})"
-                ),
-            )
-            ctx.need(factory)
+            reason = f"{name} is an input of the prepared model at line {ctx.line(node)}"
+            _place(ctx, factory, reason, drawn=True)
+
+
+def _place(ctx: Context, factory: cst.Call, reason: str, *, drawn: bool) -> None:
+    """The factory's tensor goes to the device. One made before the loop (``drawn``) or from a
+    ``generator=`` is made as written and moved (``.to(device)``): the same values from the
+    same RNG stream as the original, and no CPU generator handed a CUDA device (which raises).
+    One made per step in the loop, with the global RNG, is made there
+    (``device=``), with no copy per step."""
+    device = ctx.a("device")
+    if drawn or _takes_a_generator(factory):
+        edit = rewrites.made_then_moved(factory, device)
+        text = f"{ctx.code(factory)}: made as before and moved to {device} ({reason})"
+    else:
+        edit = rewrites.made_on_device(factory, device)
+        text = f"{ctx.code(factory)}: made on {device} ({reason})"
+    ctx.plan.add(edit, line=ctx.line(factory), text=text)
+    ctx.need(factory)
+
+
+def _takes_a_generator(factory: cst.Call) -> bool:
+    """``torch.randn(n, d, generator=g)``: ``g`` draws on the device it was made for."""
+    return any(a.keyword is not None and a.keyword.value == "generator" for a in factory.args)
 
 
 def _one_factory_outside(ctx: Context, name: str, at: cst.Call, loop: Loop) -> cst.Call | None:

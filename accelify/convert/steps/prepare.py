@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.dataflow import assigns, fresh, names_in_scope
+from accelify.analysis.dataflow import assigns, bound_by, fresh, names_in_scope, variables_in
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
@@ -18,7 +18,7 @@ from accelify.analysis.objects import (
     received_name,
 )
 from accelify.analysis.optimizer_models import parameter_owners
-from accelify.analysis.scheduler_preparation import fixed_count_loop
+from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_model
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.step_loaders import over_step_data
@@ -260,10 +260,12 @@ def run(ctx: Context, scope: Scope) -> None:
             _prepare_received_loaders(ctx, scope, set(chosen))
     if not chosen or last_statement is None:
         return
+    kept = _left_out_schedulers_reading_loaders(ctx, scope, chosen)
     groups = [
         (anchor, sorted(names, key=lambda n: list(Kind).index(chosen[n])))
-        for anchor, names in _groups(ctx, scope, chosen, created)
+        for anchor, names in _groups(ctx, scope, chosen, created, kept)
     ]
+    _review_schedulers_reading_prepared(ctx, scope, groups, kept)
     for anchor, names in groups:
         _insert_prepare(ctx, anchor, names)
         ctx.prepared_after.update(dict.fromkeys(names, anchor))
@@ -465,12 +467,18 @@ def _insert_prepare(ctx: Context, anchor: cst.CSTNode, order: list[str]) -> None
 
 
 def _groups(
-    ctx: Context, scope: Scope, chosen: dict[str, Kind], created: dict[str, int]
+    ctx: Context,
+    scope: Scope,
+    chosen: dict[str, Kind],
+    created: dict[str, int],
+    kept: dict[str, tuple[int, set[str]]],
 ) -> list[tuple[cst.CSTNode, list[str]]]:
     """One prepare after the last object is created, unless something trains or evaluates in
     between (a script that trains one model, then builds another): then each group of objects
     is prepared after its last creation and before the first statement that uses it. A
-    parameter (no creation in this scope) goes with the first group."""
+    parameter (no creation in this scope) goes with the first group. A group also waits for
+    the schedulers left out of prepare that read its loaders (``kept``), when it can before
+    its first use, so that they read the loader the original read."""
     body = ctx.facts.placement.body_of(scope)
     uses = [(index, _objects_used(ctx, line, set(chosen))) for index, line in enumerate(body)]
     groups: dict[int, list[str]] = {}
@@ -481,12 +489,81 @@ def _groups(
         )
         groups.setdefault(first_use, []).append(name)
     placed = []
-    for _, names in sorted(groups.items()):
+    for first_use, names in sorted(groups.items()):
         last = max(created.get(name, -1) for name in names)
+        waits = [index for index, loaders in kept.values() if loaders & set(names)]
+        last = max([last, *(index for index in waits if index < first_use)])
         placed.append((last, names))
     if placed[0][0] < 0:  # only parameters before the first use: go with the next group
         return [(body[max(created.values())], list(chosen))]
     return [(body[last], names) for last, names in placed]
+
+
+def _left_out_schedulers_reading_loaders(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind]
+) -> dict[str, tuple[int, set[str]]]:
+    """Schedulers of the scope's body left out of prepare whose arguments read a loader that is
+    prepared (``CosineAnnealingLR(opt, T_max=len(train_loader) * epochs)``), directly or through
+    names bound before them (``total = len(train_loader) * epochs``): by name, the index of
+    their statement and the loaders. Made after the prepare, they would read the prepared
+    loader's length, one rank's shard: the schedule would change meaning."""
+    placement = ctx.facts.placement
+    body = placement.body_of(scope)
+    loaders = {name for name, kind in chosen.items() if kind is Kind.DATALOADER}
+    found: dict[str, tuple[int, set[str]]] = {}
+    for binding in ctx.model.of_kind(Kind.SCHEDULER):
+        if binding.scope is not scope or binding.name in chosen or _conditional(ctx, binding):
+            continue
+        top = placement.top_statement(binding.statement, scope)
+        if top is None or binding.value is None:
+            continue
+        index = placement.index(top, scope)
+        read = _read_through(ctx, body[:index], binding.value) & loaders
+        if read:
+            found[binding.name] = (index, read)
+    return found
+
+
+def _read_through(ctx: Context, earlier: list[cst.CSTNode], value: cst.CSTNode) -> set[str]:
+    """The names ``value`` reads, and those read by the statements of ``earlier`` that bind
+    them (latest first)."""
+    read = _names_read(ctx, value)
+    for line in reversed(earlier):
+        for small in walk(line):
+            if bound_by(small) & read:
+                read |= _names_read(ctx, small)
+    return read
+
+
+def _names_read(ctx: Context, node: cst.CSTNode) -> set[str]:
+    """Variables and dotted names (``self.loader``) under ``node``."""
+    dotted_names = {dotted(n) for n in walk(node) if isinstance(n, cst.Attribute)} - {None}
+    return variables_in(ctx.model, node) | dotted_names  # type: ignore[operator]
+
+
+def _review_schedulers_reading_prepared(
+    ctx: Context,
+    scope: Scope,
+    groups: list[tuple[cst.CSTNode, list[str]]],
+    kept: dict[str, tuple[int, set[str]]],
+) -> None:
+    """A kept scheduler made after the prepare of a loader it reads (the loader is used for
+    training before the scheduler is made): it now reads the prepared loader, one rank's shard;
+    said in a review line."""
+    placement = ctx.facts.placement
+    body = placement.body_of(scope)
+    for name, (index, loaders) in sorted(kept.items()):
+        for anchor, names in groups:
+            early = sorted(loaders & set(names))
+            if early and placement.index(anchor, scope) < index:
+                ctx.plan.review(
+                    ctx.line(body[index]),
+                    f"{name} is left out of prepare and made after {', '.join(early)} is "
+                    f"prepared (it is used before {name} is made): its arguments now read the "
+                    "prepared loader, one rank's shard (len() is N times smaller); compute "
+                    "them from the loader before the prepare if the schedule counts the whole "
+                    "dataset",
+                )
 
 
 def _objects_used(ctx: Context, line: cst.CSTNode, chosen: set[str]) -> set[str]:
@@ -798,7 +875,7 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
         chosen = {b.name: b.kind for b in members}
         body = ctx.facts.placement.body_of(block)
         created = {b.name: body.index(b.statement) for b in members}
-        for anchor, names in _groups(ctx, block, chosen, created):
+        for anchor, names in _groups(ctx, block, chosen, created, {}):
             order = sorted(names, key=lambda n: list(Kind).index(chosen[n]))
             _insert_prepare(ctx, anchor, order)
             ctx.prepared_after.update(dict.fromkeys(order, anchor))
@@ -806,17 +883,17 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
 
 
 def _stepped_per_fixed_iteration(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.For]:
-    """Schedulers every ``step()`` of which runs once per iteration of a loop of a fixed count
-    (nanoGPT's ``for it in range(max_iters): xb, yb = get_batch()``), by the loop: each rank
-    runs all of it, so the schedule must step once per call, as an unprepared one does."""
+    """Schedulers every ``step()`` of which runs once per optimizer step in a loop of a fixed
+    count (`per_fixed_iteration_steps`), by the loop: each rank runs all of it, so the schedule
+    must step once per call, as an unprepared one does."""
     schedulers = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER}
     steps = ctx.facts.flow.scheduler_steps(schedulers)
     found: dict[str, cst.For] = {}
     for name in sorted(schedulers):
         own = [step.call for step in steps if step.scheduler == name]
-        loops = [fixed_count_loop(ctx.facts, call) if not call.args else None for call in own]
-        if own and all(loops):
-            found[name] = loops[0]  # type: ignore[assignment]
+        fixed = per_fixed_iteration_steps(ctx.facts, own)
+        if fixed is not None:
+            found[name] = fixed[0][1]
     return found
 
 
