@@ -28,6 +28,17 @@ def is_optimizer_class(qualified_name: str) -> bool:
 
 #: Project helpers that build the optimizer for a model they are handed (mmcv's and PixArt's
 #: ``build_optimizer(model, cfg)``, timm's ``create_optimizer_v2(model, ...)``).
+#: A project's helper that builds the LR scheduler for the optimizer it is handed
+#: (``get_scheduler(optimizer=self.optimizer, scheduler_config=cfg)``).
+SCHEDULER_FACTORIES = {
+    "build_lr_scheduler",
+    "build_scheduler",
+    "create_lr_scheduler",
+    "create_scheduler",
+    "get_lr_scheduler",
+    "get_scheduler",
+    "make_scheduler",
+}
 OPTIMIZER_FACTORIES = {
     "build_optimizer",
     "create_optimizer",
