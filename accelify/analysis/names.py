@@ -186,6 +186,8 @@ CLIP_FUNCTIONS = {
 }
 NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
 TORCH_SAVE = {"torch.save"}
+#: Reads of a saved state dict (a checkpoint file: plain keys, no wrapper prefix).
+STATE_FILE_LOADS = {"torch.load", "safetensors.torch.load_file"}
 INIT_PROCESS_GROUP = {"torch.distributed.init_process_group"}
 SPAWN = {"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"}
 ALL_REDUCE = {"torch.distributed.all_reduce"}
