@@ -2,7 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.accelerator_objects import without_accelerator
+from accelify.analysis.accelerator_objects import gradients_averaged_by_hand, without_accelerator
 from accelify.analysis.dataflow import assigns, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.precision import apex_scaled_backward
@@ -28,7 +28,8 @@ class LossBackward(Rule):
     returned and that trains a model of its own (a single-device baseline the script compares
     the distributed run with): the advice would name an accelerator it has not got, and scaling
     that backward would change the baseline. Called with what ``prepare`` returned, or reading
-    it from the module, it is reported."""
+    it from the module, it is reported. A file that prepares nothing and averages its gradients
+    with ``all_reduce`` itself (DDP written by hand) keeps its backward too."""
 
     code = "ACC301"
     name = "loss-backward"
@@ -83,6 +84,14 @@ class LossBackward(Rule):
     )
     good = (
         HEADER + "accelerator.backward(loss)\n",
+        # an RL trainer's GRPO update: nothing prepared, gradients averaged by hand; the
+        # Accelerator is there for its device, gather and reduce
+        HEADER
+        + "import torch.distributed as dist\n"
+        + "loss.backward()\n"
+        + "for p in actor.parameters():\n"
+        + "    dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)\n"
+        + "optimizer.step()\n",
         # a course's two trainers in one file: the single-device one has no accelerator, and
         # nothing in the file makes one of it (the accelerated one is checked as usual)
         "import torch\nfrom accelerate import Accelerator\n\n\n"
@@ -166,6 +175,8 @@ class LossBackward(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         facts = facts_of(script)
+        if gradients_averaged_by_hand(script):
+            return
         for call in script.backward_calls:
             if facts.trains_itself(call):
                 continue  # the model's own optimizer: nothing would undo the scaling

@@ -4,17 +4,19 @@ import libcst as cst
 
 from accelify.analysis import names, side_effects
 from accelify.analysis.facts import facts_of
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.repeated_effects import run_by_every_rank
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 
 class MakedirsOnEveryRank(Rule):
     """``os.mkdir(d)`` or ``os.makedirs(d)`` without ``exist_ok=True``, bare or under ``if not
     os.path.isdir(d):``, where every rank runs it: right after the ``Accelerator`` is made, in
-    the function (or module) that makes it. The ranks start together; the first creates the
-    directory and the others fail with ``FileExistsError`` (the ``isdir`` test does not help:
-    they all test before any of them creates it). Under a rank test, or named per rank, it is
-    left alone."""
+    the function (or module) that makes it, or in a function handed the accelerator
+    (``def train(accelerator, ...)``) that every rank calls. The ranks start together; the
+    first creates the directory and the others fail with ``FileExistsError`` (the ``isdir``
+    test does not help: they all test before any of them creates it). Under a rank test, or
+    named per rank, it is left alone."""
 
     code = "ACC211"
     name = "makedirs-on-every-rank"
@@ -31,6 +33,20 @@ class MakedirsOnEveryRank(Rule):
             5,
         ),
         Example(HEADER + "import os\nos.makedirs('out/checkpoints')\n", 4, 1),
+        # a ClipCap fine-tuning's train(accelerator, ...): handed the accelerator, called by
+        # every rank from main()
+        Example(
+            "import os\nfrom accelerate import Accelerator\n\n\n"
+            "def train(accelerator, model, output_dir):\n"
+            "    if not os.path.exists(output_dir):\n"
+            "        os.makedirs(output_dir)\n"
+            "    model = accelerator.prepare(model)\n\n\n"
+            "def main():\n"
+            "    accelerator = Accelerator()\n"
+            "    train(accelerator, model, 'out')\n",
+            7,
+            9,
+        ),
     )
     good = (
         HEADER + "import os\nos.makedirs('out/checkpoints', exist_ok=True)\n",
@@ -39,18 +55,29 @@ class MakedirsOnEveryRank(Rule):
         # before the Accelerator exists: a launcher's setup, not the ranks'
         "import os\nfrom accelify import Accelerator\nos.mkdir('out')\n"
         "accelerator = Accelerator()\n",
+        # the same helper called on the main process only
+        "import os\nfrom accelerate import Accelerator\n\n\n"
+        "def setup(accelerator, output_dir):\n"
+        "    if not os.path.exists(output_dir):\n"
+        "        os.makedirs(output_dir)\n\n\n"
+        "accelerator = Accelerator()\n"
+        "if accelerator.is_main_process:\n"
+        "    setup(accelerator, 'out')\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         facts = facts_of(script)
         built = [call for call in script.calls if script.call_names(call) & names.ACCELERATORS]
-        if not built:
+        if not built and not script.accelerator_params:
             return
         for race in side_effects.makedirs_races(script, facts.placement):
             call = race.call
             if facts.ranks.under_rank_guard(call) or side_effects.per_rank_path(script, call):
                 continue
-            if not _after_the_accelerator_is_made(script, call, built):
+            if not (
+                _after_the_accelerator_is_made(script, call, built)
+                or _handed_the_accelerator(script, call)
+            ):
                 continue
             yield self.finding(script, call)
 
@@ -63,4 +90,22 @@ def _after_the_accelerator_is_made(
     scope = script.scope_of(call)
     return any(
         script.scope_of(made) is scope and script.order(made) < script.order(call) for made in built
+    )
+
+
+def _handed_the_accelerator(script: ScriptModel, call: cst.Call) -> bool:
+    """``call`` runs in a function that receives the accelerator as a parameter (so it runs
+    once one exists) and that every rank calls: not only under a main-process guard."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(call)
+    if function is None:
+        return False
+    if Kind.ACCELERATOR not in facts.flow.params.get(function, {}).values():
+        return False
+    return run_by_every_rank(
+        script,
+        facts.placement,
+        facts.ranks.backend_guards,
+        facts.synchronising_call,
+        function,
     )

@@ -10,7 +10,7 @@ from accelify.analysis.device_moves import (
     moved_to,
 )
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, root_name
+from accelify.analysis.syntax import dotted, root_name, target_names
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 from accelify.lint.rule import (
@@ -55,6 +55,15 @@ class ManualDeviceMove(Rule):
             _PREPARED + "for x, y in loader:\n    loss = model(x)\n",
         ),
         Example(_PREPARED + "model.to('cuda:0')\n", 4, 1, _PREPARED),
+        # a LoRA fine-tuning's dict batches, moved key by key to a hard-coded CUDA device
+        Example(
+            _PREPARED + "import torch\ndevice = torch.device('cuda')\n"
+            "for batch in loader:\n"
+            "    batch = {k: v.to(device) for k, v in batch.items()}\n"
+            "    loss = model(**batch).loss\n",
+            7,
+            17,
+        ),
         Example(
             _PREPARED + "for x, y in loader:\n    loss = model(x.to('cuda:0'))\n",
             5,
@@ -120,9 +129,12 @@ class ManualDeviceMove(Rule):
             if not (fixed or cuda):
                 continue
             names = prepared(script, call)
-            if dotted(func.value) in names or root_name(func.value) in batch_names_of(
-                script, call, names
-            ):
+            batches = batch_names_of(script, call, names)
+            if _over_a_batch(script, call, batches):
+                # ``{k: v.to(device) for k, v in batch.items()}``: no removal leaves clean code
+                yield self.finding(script, call, None, message=None if fixed else _CUDA_MESSAGE)
+                continue
+            if dotted(func.value) in names or root_name(func.value) in batches:
                 pure = len(call.args) == 1 if fixed else is_pure_move(call)
                 fix = _removal(script, call) if pure else _device_dropped(call)
                 yield self.finding(script, call, fix, message=None if fixed else _CUDA_MESSAGE)
@@ -132,6 +144,29 @@ _CUDA_MESSAGE = (
     "Remove this device move: prepare() already placed it on accelerator.device, and a "
     "hard-coded CUDA device breaks runs without CUDA (--cpu, MPS)"
 )
+
+
+def _over_a_batch(script: ScriptModel, call: cst.Call, batches: set[str]) -> bool:
+    """``v.to(device)`` where ``v`` is a comprehension's variable over a batch of a prepared
+    loader (``{k: v.to(device) for k, v in batch.items()}``, as HF scripts move dict batches):
+    each ``v`` is part of the batch prepare already placed."""
+    moved = root_name(call.func.value)  # type: ignore[union-attr]
+    for ancestor in script.ancestors(call):
+        if not isinstance(ancestor, (cst.DictComp, cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+            continue
+        for_in: cst.CompFor | None = ancestor.for_in
+        while for_in is not None:
+            source = for_in.iter
+            if (
+                isinstance(source, cst.Call)
+                and isinstance(source.func, cst.Attribute)
+                and source.func.attr.value in ("items", "values")
+            ):
+                source = source.func.value
+            if moved in target_names(for_in.target) and root_name(source) in batches:
+                return True
+            for_in = for_in.inner_for_in
+    return False
 
 
 def _hard_coded_cuda(script: ScriptModel, call: cst.Call) -> bool:

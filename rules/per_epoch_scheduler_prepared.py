@@ -64,6 +64,17 @@ class PerEpochSchedulerPrepared(Rule):
         "N times faster."
     )
     bad = (
+        Example(  # a foundation-model trainer's scheduler, built by the project's helper
+            _SCRIPT
+            + "from project.optim import get_scheduler\n"
+            + "scheduler = get_scheduler(optimizer=optimizer, scheduler_config=cfg)\n"
+            + "model, optimizer, loader, scheduler = accelerator.prepare(\n"
+            + "    model, optimizer, loader, scheduler\n)\n"
+            + _EPOCHS
+            + "    scheduler.step()\n",
+            8,
+            31,
+        ),
         Example(
             _SCRIPT
             + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"

@@ -3,7 +3,11 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.accelerator_objects import built_for_cpu_only, without_accelerator
+from accelify.analysis.accelerator_objects import (
+    built_for_cpu_only,
+    gradients_averaged_by_hand,
+    without_accelerator,
+)
 from accelify.analysis.script_model import ScriptModel
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
@@ -70,10 +74,19 @@ class TorchClipGrad(Rule):
         + "    with Accelerator() as accel:\n"
         + "        generator = accel.prepare_model(args.generator)\n"
         + "        loader = accel.prepare_dataloader(args.data, batch_size=4)\n",
+        # a GRPO update written by hand: nothing prepared, gradients averaged with all_reduce,
+        # the Accelerator kept for its device and gather (torch's clip is the same number)
+        HEADER
+        + "import torch\nimport torch.distributed as dist\n"
+        + "loss.backward()\n"
+        + "for p in actor.parameters():\n"
+        + "    dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)\n"
+        + "torch.nn.utils.clip_grad_norm_(actor.parameters(), 1.0)\n"
+        + "optimizer.step()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        if built_for_cpu_only(script):
+        if built_for_cpu_only(script) or gradients_averaged_by_hand(script):
             return
         for call in calls(script):
             for qualified in script.call_names(call):

@@ -646,9 +646,10 @@ class UnpreparedObject(Rule):
                 continue
             owner = dotted(func.value)
             if owner in optimizers and owner not in prepared:
-                yield self.finding(
-                    script, call, message=_message("optimizer", owner, "aware of accumulation")
-                )
+                # unprepared, an optimizer steps gradients the Accelerator scaled (fp16),
+                # accumulated or sharded as if they were plain ones
+                reason = "aware of fp16 loss scaling, accumulation or sharding"
+                yield self.finding(script, call, message=_message("optimizer", owner, reason))
             elif (
                 owner in schedulers
                 and owner not in prepared

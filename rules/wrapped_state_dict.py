@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.construction import prepared_in_construction
 from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
@@ -33,6 +34,11 @@ _TRAINER = (
     "        sd = {state}\n"
     "        self.write(sd, 'm.pt')\n"
 )
+#: a torch.compile'd model's checkpoint: every key behind ``_orig_mod.``
+_ORIG_MOD_CHECKPOINT = (
+    "torch.save({'_orig_mod.weight': torch.zeros(2, 2), '_orig_mod.bias': torch.zeros(2)}, "
+    "'m.pt')\n"
+)
 _SAVES_GLOBAL = "def save():\n    torch.save(model.state_dict(), 'm.pt')\n"
 
 
@@ -47,6 +53,16 @@ class WrappedStateDict(Rule):
     )
     why = "DDP prefixes every key with `module.`; FSDP and DeepSpeed hold only a shard."
     bad = (
+        Example(  # a ClipCap fine-tuning: the checkpoint's keys renamed, loaded after prepare
+            _PREPARED + _ORIG_MOD_CHECKPOINT + "weights = torch.load('m.pt', map_location='cpu')\n"
+            "weights = {k.split('_orig_mod.')[1]: v for k, v in weights.items()}\n"
+            "model.load_state_dict(weights)\n",
+            8,
+            1,
+            _PREPARED + _ORIG_MOD_CHECKPOINT + "weights = torch.load('m.pt', map_location='cpu')\n"
+            "weights = {k.split('_orig_mod.')[1]: v for k, v in weights.items()}\n"
+            "accelerator.unwrap_model(model).load_state_dict(weights)\n",
+        ),
         Example(  # the state dict kept in a checkpoint dict first, then saved by name
             _PREPARED + "ckpt = {'model': model.state_dict(), 'epoch': 3}\n"
             "accelerator.save(ckpt, 'm.pt')\n",
@@ -113,6 +129,25 @@ class WrappedStateDict(Rule):
         ),
     )
     good = (
+        # a checkpoint loaded into the unwrapped model, and one loaded before prepare
+        _PREPARED.replace(
+            "model = accelerator", "model.load_state_dict(torch.load('a.pt'))\nmodel = accelerator"
+        )
+        + "accelerator.unwrap_model(model).load_state_dict(torch.load('m.pt'))\n",
+        # a D2C trainer: __init__ loads the checkpoint on --resume, then prepares
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "class Trainer:\n"
+        + "    def __init__(self, net, resume):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.net = net\n"
+        + "        if resume:\n"
+        + "            self.load('model-last.pt')\n"
+        + "        self.net = self.accelerator.prepare(self.net)\n\n"
+        + "    def load(self, path):\n"
+        + "        data = torch.load(path, map_location='cpu')\n"
+        + "        self.net.load_state_dict(data['net'])\n\n"
+        + "    def step(self, x):\n"
+        + "        self.accelerator.backward(self.net(x))\n",
         # a project helper handed the unwrapped model's state dict
         _PREPARED
         + "from utils import save_checkpoint\n"
@@ -120,6 +155,22 @@ class WrappedStateDict(Rule):
         # the same method handed the unwrapped model's state dict, and the optimizer's
         _TRAINER.format(state="self.accelerator.unwrap_model(self.model).state_dict()")
         + "        self.write(self.optimizer.state_dict(), 'o.pt')\n",
+        # a D2C trainer's spectral-norm calculator: a helper object (not a module) prepared
+        # beside the models; prepare hands it back unchanged, so its state dict has no prefix
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "class Trainer:\n"
+        + "    def __init__(self, net, opt, sn):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.net, self.opt = self.accelerator.prepare(net, opt)\n"
+        + "        self.sn = self.accelerator.prepare(sn)\n\n"
+        + "    def step(self, x):\n"
+        + "        loss = self.net(x) + self.sn.spectral_norm_parallel()\n"
+        + "        self.accelerator.backward(loss)\n\n"
+        + "    def save(self):\n"
+        + "        data = {'net': self.accelerator.get_state_dict(self.net),\n"
+        + "                'sn': self.sn.state_dict()}\n"
+        + "        torch.save(data, 'model-3.pt')\n"
+        + "        torch.save(data, 'model-last.pt')\n",
         # an EMA copy, prepared but without trainable parameters: never wrapped, no prefix
         HEADER
         + "import torch\nema_model, model = accelerator.prepare(ema_model, model)\n"
@@ -146,6 +197,7 @@ class WrappedStateDict(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        reported: set[int] = set()  # one finding per state dict, however many saves write it
         for call in calls(script):
             is_save = (
                 script.call_names(call) & names.TORCH_SAVE
@@ -160,12 +212,84 @@ class WrappedStateDict(Rule):
                 name = dotted(owner)
                 if name not in prepared(script, at) - not_models or _not_a_model(name):
                     continue
+                if id(node) in reported or not _treated_as_module(script, name):
+                    continue
                 if _unwrapped_since_prepare(script, name, at):
                     continue
+                reported.add(id(node))
                 acc = accelerator_at(script, at)
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
                 message = self.message.replace("(model)", f"({name})")  # ``self.model``
                 yield self.finding(script, node, fix, message=in_file_words(message, acc))
+        yield from self._loads(script)
+
+    def _loads(self, script: ScriptModel) -> Iterator[Finding]:
+        """The reverse: ``model.load_state_dict(torch.load(path))`` on what prepare returned. A
+        checkpoint file holds the plain model's keys; the DDP wrapper expects ``module.`` on
+        each, so the load fails with missing keys on several GPUs (or, with ``strict=False``,
+        loads nothing), while a one-process run, with no wrapper, hides it."""
+        not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
+        for call in calls(script):
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
+                continue
+            name = dotted(func.value)
+            if name not in prepared(script, call) - not_models or _not_a_model(name):
+                continue
+            if not call.args or not _read_from_a_file(script, call.args[0].value, call):
+                continue
+            if not _holds_the_wrapper(script, func.value, call):
+                continue
+            if not _treated_as_module(script, name) or _unwrapped_since_prepare(script, name, call):
+                continue
+            acc = accelerator_at(script, call)
+            fix = Plan.of(rewrites.unwrap(func.value, acc)) if acc is not None else None
+            unwrapped = f"{acc or 'accelerator'}.unwrap_model({name})"
+            message = (
+                f"Load into {unwrapped}: the checkpoint holds the plain model's keys, and on "
+                f"several GPUs {name} is the DistributedDataParallel wrapper, whose keys start "
+                "with 'module.' (missing keys); a one-process run has no wrapper and hides it"
+            )
+            yield self.finding(script, call, fix, message=message)
+
+
+def _holds_the_wrapper(script: ScriptModel, owner: cst.BaseExpression, at: cst.Call) -> bool:
+    """Where ``at`` runs, ``owner`` certainly holds what prepare returned: prepared above it in
+    the same function (or module), or a trainer's ``self.model`` prepared while the trainer was
+    constructed, read in a method construction does not run (a D2C trainer's ``load``, called
+    from ``__init__`` on ``--resume`` before its prepare, loads into the plain model)."""
+    if (dotted(owner) or "").startswith("self."):
+        return prepared_in_construction(script, owner, at)
+    here, scope = script.order(at), script.scope_of(at)
+    return any(
+        dotted(owner) in prepare.outputs
+        and script.scope_of(prepare.call) is scope
+        and script.order(prepare.call) < here
+        for prepare in script.prepare_calls
+    )
+
+
+def _read_from_a_file(script: ScriptModel, value: cst.BaseExpression, at: cst.Call) -> bool:
+    """``value`` is (or its name was bound, above ``at`` in the same scope, from) a checkpoint
+    read from disk: ``torch.load(path)``, ``ckpt["model"]`` of ``ckpt = torch.load(path)``, a
+    comprehension renaming the keys of one."""
+    if any(
+        isinstance(node, cst.Call) and script.call_names(node) & names.STATE_FILE_LOADS
+        for node in walk(value)
+    ):
+        return True
+    roots = {node.value for node in walk(value) if isinstance(node, cst.Name)}
+    here, scope = script.order(at), script.scope_of(at)
+    return any(
+        script.scope_of(assign) is scope
+        and script.order(assign) < here
+        and any(
+            isinstance(node, cst.Call) and script.call_names(node) & names.STATE_FILE_LOADS
+            for node in walk(assign.value)
+        )
+        for root in roots
+        for assign in script.index.assignments_to(root)
+    )
 
 
 def _saving_helper(script: ScriptModel, call: cst.Call) -> bool:
@@ -183,6 +307,45 @@ def _saving_helper(script: ScriptModel, call: cst.Call) -> bool:
 #: a model with trainable parameters in DistributedDataParallel (lucidrains' e2-tts trainer
 #: prepares its ``ema_model`` and saves ``self.ema_model.state_dict()``).
 _NOT_MODEL_WORDS = ("optim", "sched", "scaler", "loader")
+
+
+def _treated_as_module(script: ScriptModel, name: str | None) -> bool:
+    """Something in the file shows ``name`` is a module: a model by its making, called, asked
+    for nn.Module's API (``.parameters()``, ``.train()``, ``.module``...), or handed to
+    ``unwrap_model``, before or after prepare. A helper object prepared beside the models (a
+    spectral-norm calculator with its own ``state_dict()``, a D2C trainer's) is not one:
+    ``prepare`` hands back what it does not know unchanged, and its state dict has no prefix.
+    With no use at all in the file, it is taken for a model."""
+    spellings = {name} | {
+        source
+        for prepare in script.prepare_calls
+        if name in prepare.outputs
+        for source, output in zip(prepare.inputs, prepare.outputs, strict=False)
+        if output == name and source
+    }
+    if spellings & script.names_of(Kind.MODEL):
+        return True
+    used = False
+    for attribute in script.index.of_type(cst.Attribute):
+        assert isinstance(attribute, cst.Attribute)
+        if dotted(attribute.value) not in spellings:
+            continue
+        member = attribute.attr.value
+        if member in _MODULE_EVIDENCE:
+            return True
+        used = used or member not in _STATE_METHODS
+    for call in script.calls:
+        if dotted(call.func) in spellings:
+            return True
+        if (dotted(call.func) or "").endswith(_UNWRAPPING) and any(
+            dotted(arg.value) in spellings for arg in call.args
+        ):
+            return True
+    return not used
+
+
+_STATE_METHODS = {"state_dict", "load_state_dict"}
+_MODULE_EVIDENCE = (names.MODULE_API - _STATE_METHODS) | {"module"}
 
 
 def _not_a_model(name: str | None) -> bool:

@@ -4,9 +4,10 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.collectives import DDP
+from accelify.analysis.construction import prepared_in_construction
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, has_parameter, walk
+from accelify.analysis.syntax import dotted, has_parameter
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, optimizer_models
 
 #: What DistributedDataParallel itself answers besides nn.Module's API.
@@ -317,7 +318,7 @@ class WrapperAttribute(Rule):
             if member.startswith("_"):
                 continue  # private names: the wrapper's own state (``_comm_hooks``) or the model's
             held = _held_name(script, owner, attribute)
-            constructed = held is None and _prepared_in_constructor(script, owner, attribute)
+            constructed = held is None and prepared_in_construction(script, owner, attribute)
             if held is None and not constructed:
                 continue
             if member == "module":
@@ -519,57 +520,6 @@ def _held_name(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) 
     if last is None or not isinstance(last.value, cst.Name) or len(last.targets) != 1:
         return None
     return last.value.value
-
-
-def _prepared_in_constructor(
-    script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode
-) -> bool:
-    """``self.unet`` read in a method of a trainer whose construction prepared it: ``__init__``
-    (or a method it calls) binds ``self.unet`` from ``prepare``, the model is called
-    (``self.unet(x)``), and only construction binds ``self.unet`` at all, so every other method
-    sees the wrapper (a LoRA trainer's ``save_model``: ``self.unet.save_pretrained(path)``).
-    Methods construction runs are left out: they may run before the prepare."""
-    spelling = dotted(owner)
-    if spelling is None or not spelling.startswith("self.") or spelling.count(".") != 1:
-        return False
-    graph = script.call_graph
-    method = script.index.enclosing_function(at)
-    owner_class = graph.owner(method) if method is not None else None
-    if owner_class is None:
-        return False
-    init = graph.methods(owner_class).get("__init__")
-    if init is None:
-        return False
-    construction = _run_by(graph, init)
-    if method in construction:
-        return False
-    for assign in script.index.assignments_to(spelling):
-        binder = script.index.enclosing_function(assign)
-        if binder is not None and graph.owner(binder) is owner_class and binder not in construction:
-            return False  # bound again after construction: unwrap_model, a new model
-    prepared = any(
-        spelling in prepare.outputs
-        and script.index.enclosing_function(prepare.call) in construction
-        for prepare in script.prepare_calls
-    )
-    called = any(
-        dotted(call.func) == spelling and script.index.enclosing_class(call) is owner_class
-        for call in script.calls
-    )
-    return prepared and called
-
-
-def _run_by(graph, method: cst.FunctionDef, depth: int = 0) -> set[cst.FunctionDef]:
-    """``method`` and the methods it calls through ``self`` (three levels down)."""
-    found = {method}
-    if depth >= 3:
-        return found
-    for node in walk(method.body):
-        if isinstance(node, cst.Call) and (dotted(node.func) or "").startswith("self."):
-            for target in graph.targets(node):
-                if target not in found:
-                    found |= _run_by(graph, target, depth + 1)
-    return found
 
 
 def _binds(script: ScriptModel, node: cst.Attribute | cst.Subscript) -> bool:

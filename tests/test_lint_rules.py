@@ -368,3 +368,16 @@ def test_a_load_state_reached_before_prepare_names_the_calls_that_order_them():
     assert [(finding.code, finding.line) for finding in findings] == [("ACC501", 9)]
     assert "self.load_checkpoint() (line 6)" in findings[0].message
     assert "self.prepare_training() (line 7)" in findings[0].message
+
+
+def test_a_state_dict_saved_under_two_names_is_one_finding():
+    """A trainer writes the same checkpoint dict as ``model-{step}.pt`` and ``model-last.pt``:
+    one wrapped state dict, one finding at it (not one per save)."""
+    code = (
+        "import torch\nfrom accelify import Accelerator\naccelerator = Accelerator()\n"
+        "model = accelerator.prepare(torch.nn.Linear(2, 2))\n"
+        "data = {'model': model.state_dict(), 'step': 3}\n"
+        "torch.save(data, 'model-3.pt')\ntorch.save(data, 'model-last.pt')\n"
+    )
+    found = [(f.line, f.column) for f in lint(code, "ACC503").findings if f.code == "ACC503"]
+    assert found == [(5, 18)]

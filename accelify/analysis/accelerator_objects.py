@@ -281,3 +281,21 @@ def _passes_cpu_true(call: cst.Call) -> bool:
         a.keyword is not None and a.keyword.value == "cpu" and dotted(a.value) == "True"
         for a in call.args
     )
+
+
+def gradients_averaged_by_hand(model: ScriptModel) -> bool:
+    """The file prepares nothing and averages gradients itself (``dist.all_reduce(p.grad,
+    ...)``): data parallelism written by hand, with the Accelerator kept for its process group,
+    device and ``gather`` (an RL trainer's GRPO update). No wrapper and no loss scaler sit
+    between its backward and its optimizer, so ``accelerator.backward`` and
+    ``accelerator.clip_grad_norm_`` would compute the same thing (and under fp16 would scale
+    gradients that its unprepared optimizer never unscales)."""
+    if model.prepare_calls:
+        return False
+    return any(
+        model.call_names(call) & names.ALL_REDUCE
+        and call.args
+        and isinstance(call.args[0].value, cst.Attribute)
+        and call.args[0].value.attr.value == "grad"
+        for call in model.calls
+    )

@@ -28,6 +28,17 @@ def is_optimizer_class(qualified_name: str) -> bool:
 
 #: Project helpers that build the optimizer for a model they are handed (mmcv's and PixArt's
 #: ``build_optimizer(model, cfg)``, timm's ``create_optimizer_v2(model, ...)``).
+#: A project's helper that builds the LR scheduler for the optimizer it is handed
+#: (``get_scheduler(optimizer=self.optimizer, scheduler_config=cfg)``).
+SCHEDULER_FACTORIES = {
+    "build_lr_scheduler",
+    "build_scheduler",
+    "create_lr_scheduler",
+    "create_scheduler",
+    "get_lr_scheduler",
+    "get_scheduler",
+    "make_scheduler",
+}
 OPTIMIZER_FACTORIES = {
     "build_optimizer",
     "create_optimizer",
@@ -175,6 +186,8 @@ CLIP_FUNCTIONS = {
 }
 NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
 TORCH_SAVE = {"torch.save"}
+#: Reads of a saved state dict (a checkpoint file: plain keys, no wrapper prefix).
+STATE_FILE_LOADS = {"torch.load", "safetensors.torch.load_file"}
 INIT_PROCESS_GROUP = {"torch.distributed.init_process_group"}
 SPAWN = {"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"}
 ALL_REDUCE = {"torch.distributed.all_reduce"}

@@ -89,6 +89,22 @@ def repeated_effects(
     return found
 
 
+def run_by_every_rank(
+    model: ScriptModel,
+    placement: Placement,
+    guards: BackendGuards,
+    synchronising: Synchronising,
+    function: cst.FunctionDef,
+) -> bool:
+    """Some call of ``function`` (followed up through its callers) is made by every rank on
+    some backend, or nothing in the file calls it and it synchronises the ranks."""
+    sites = _CallSites(model, placement, guards, synchronising)
+    every_rank, guarded = sites.of(function, 0, frozenset())
+    if every_rank:
+        return True
+    return not guarded and sites.entry_point(function)
+
+
 class _CallSites:
     """Where a function is called by every rank (with the backends on which that holds), and
     whether some call of it runs on some ranks only (under a main-process guard)."""

@@ -876,6 +876,8 @@ class _Collector(Visitor):
             return Kind.MODEL
         if _optimizer_factory_call(call):
             return Kind.OPTIMIZER
+        if _scheduler_factory_call(call):
+            return Kind.SCHEDULER
         if self._imported_model_optimizer(call) or self._looked_up_optimizer(call):
             return Kind.OPTIMIZER
         return None
@@ -997,6 +999,19 @@ def _optimizer_factory_call(call: cst.Call) -> bool:
         call.args[0].value if call.args and call.args[0].keyword is None else None,
     )
     return isinstance(handed, (cst.Name, cst.Attribute))
+
+
+def _scheduler_factory_call(call: cst.Call) -> bool:
+    """``get_scheduler(optimizer=self.optimizer, scheduler_config=cfg)``: a project's helper
+    handed the optimizer it schedules (a trainer that steps it once per epoch, prepared)."""
+    if (dotted(call.func) or "").rsplit(".", 1)[-1] not in names.SCHEDULER_FACTORIES:
+        return False
+    handed = next(
+        (a.value for a in call.args if a.keyword and a.keyword.value == "optimizer"),
+        call.args[0].value if call.args and call.args[0].keyword is None else None,
+    )
+    last = (dotted(handed) or "").rsplit(".", 1)[-1] if handed is not None else ""
+    return "optim" in last.lower()
 
 
 def _looked_up_in(call: cst.Call, model: ScriptModel) -> str | None:
