@@ -124,8 +124,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return 1 if item.get_closest_marker("distributed") else 0
 
     items.sort(key=weight)
-    for item in items:
-        if item.get_closest_marker("distributed") or item.get_closest_marker("slow"):
-            # Under pytest-xdist a module's launches run in one worker, in order, sharing the
-            # module's fixtures; the in-process tests are spread over the other workers.
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

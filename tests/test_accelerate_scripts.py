@@ -17,7 +17,9 @@ import pytest
 from accelerate_compat import hf_record
 from accelerate_compat.driver import Calls, ScriptRun, run_cases
 
-pytestmark = pytest.mark.distributed
+# One pytest-xdist worker runs this module: its tests share module fixtures
+# (HF's outcomes, read once).
+pytestmark = [pytest.mark.distributed, pytest.mark.xdist_group("accelerate_scripts")]
 
 SCRIPTS = ("test_ops", "test_sync", "test_distributed_data_loop", "test_script")
 

@@ -22,7 +22,9 @@ import pytest
 from accelify.convert import Options, convert_source
 from conftest import FIXTURES, assert_ok, launch, run_accelify, run_python
 
-pytestmark = pytest.mark.distributed
+# One pytest-xdist worker runs this module: its tests share module fixtures
+# (the originals' runs, made once).
+pytestmark = [pytest.mark.distributed, pytest.mark.xdist_group("convert_e2e")]
 SCRIPTS = sorted((FIXTURES / "scripts").glob("*.py"))
 SAMPLE_COUNTS = re.compile(r"(\d+)/(\d+)|over (\d+) samples")
 

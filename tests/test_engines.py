@@ -27,7 +27,9 @@ from accelify.convert import convert_source
 from accelify.runtime.options import deepspeed as deepspeed_options
 from conftest import FIXTURES, assert_ok, launch, run_accelify
 
-pytestmark = pytest.mark.distributed
+# One pytest-xdist worker runs this module: its tests share module fixtures
+# (each engine's launch, made once).
+pytestmark = [pytest.mark.distributed, pytest.mark.xdist_group("engines")]
 SCRIPT = FIXTURES / "runtime" / "engines.py"
 needs_deepspeed = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed"

@@ -22,7 +22,9 @@ from accelify import __version__
 from accelify.lint.registry import all_codes
 from conftest import FIXTURES, ROOT, assert_ok, run_in_own_group
 
-pytestmark = pytest.mark.slow
+# One pytest-xdist worker runs this module: its tests share module fixtures
+# (the wheel and sdist, built once).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 BAD = "import torch\nfrom accelify import Accelerator\naccelerator = Accelerator()\n" + (
     "model = accelerator.prepare(torch.nn.Linear(2, 1))\nloss = model(torch.ones(1, 2)).sum()\n"
