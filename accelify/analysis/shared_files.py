@@ -547,6 +547,9 @@ class SharedFiles:
         spellings = {self.model.module.code_for_node(path).strip()}
         if depth > _MAX_DEPTH:
             return spellings
+        if not isinstance(path, (cst.Name, cst.Attribute)):
+            spellings.add(self.model.module.code_for_node(self._substituted(path, depth)).strip())
+            return spellings
         if isinstance(path, cst.Attribute):
             # ``self.path`` set once in its class (``self.path = path``): the value's spellings
             # too, so a callback's ``torch.save(..., self.path)`` meets ``torch.load(ckpt)``
@@ -567,6 +570,34 @@ class SharedFiles:
         if len({self.model.module.code_for_node(v).strip() for v in values}) == 1:
             spellings |= self._spellings(values[0], depth + 1)
         return spellings
+
+    def _substituted(self, path: cst.BaseExpression, depth: int) -> cst.BaseExpression:
+        """``path`` with each plain name in it (not an attribute's object, not a called
+        function) replaced by the one value it holds: ``os.path.join(self.cfg.out, name)`` in
+        ``save_checkpoint(self, name)``, which every call hands ``"best.pt"``, is
+        ``os.path.join(self.cfg.out, "best.pt")``, the path a caller loads."""
+        skipped = set()
+        for node in walk(path):
+            if isinstance(node, cst.Attribute):
+                skipped |= {id(node.value), id(node.attr)}
+            elif isinstance(node, cst.Call):
+                skipped.add(id(node.func))
+                skipped |= {id(a.keyword) for a in node.args if a.keyword is not None}
+        result = path
+        for node in walk(path):
+            if not isinstance(node, cst.Name) or id(node) in skipped:
+                continue
+            values = self._values_of(node.value, node)
+            function = self.placement.enclosing_function(node)
+            if not values and function is not None and node.value in _parameters(function):
+                values = self._passed_or_default(function, node.value)
+            codes = {self.model.module.code_for_node(v).strip() for v in values}
+            if len(codes) == 1 and depth < _MAX_DEPTH:
+                value = values[0]
+                if not isinstance(value, (cst.Name, cst.Attribute)):
+                    value = self._substituted(value, depth + 1)
+                result = result.deep_replace(node, value)  # type: ignore[assignment]
+        return result
 
     def _passed_or_default(self, function: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
         """What each call of ``function`` in the file gives its parameter ``name``: the argument,
