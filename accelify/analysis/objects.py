@@ -205,17 +205,24 @@ def config_entry(parameter: str, key: str) -> str:
     return f"{parameter}[{key!r}]"
 
 
-def _string_key(value: cst.BaseExpression) -> str | None:
-    """``'model'`` of ``name['model']``."""
+def _entry_key(value: cst.BaseExpression) -> str | None:
+    """``'val'`` of ``objs['val']`` and of ``self.objs['val']``."""
     if not (
         isinstance(value, cst.Subscript)
-        and isinstance(value.value, cst.Name)
+        and isinstance(value.value, (cst.Name, cst.Attribute))
         and len(value.slice) == 1
         and isinstance(value.slice[0].slice, cst.Index)
         and isinstance(value.slice[0].slice.value, cst.SimpleString)
     ):
         return None
     return value.slice[0].slice.value.evaluated_value  # type: ignore[return-value]
+
+
+def _string_key(value: cst.BaseExpression) -> str | None:
+    """``'model'`` of ``name['model']`` (a plain name's entry only)."""
+    if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name):
+        return _entry_key(value)
+    return None
 
 
 def returned_entry(
@@ -226,11 +233,10 @@ def returned_entry(
     assigned once to one) whose entry ``"val_loader"`` is the factory's own ``val_loader``: that
     name, and a ``return`` to read it at. An entry of a returned dict is the object the factory
     made, prepared or not as it was there."""
-    key = _string_key(value)
-    if key is None:
-        return None
-    made = _made_by_a_factory(model, value.value.value, at)  # type: ignore[attr-defined]
-    if made is None or not isinstance(made[0].targets[0].target, cst.Name):
+    key = _entry_key(value)
+    container = dotted(value.value) if key is not None else None  # type: ignore[attr-defined]
+    made = _made_by_a_factory(model, container, at) if container is not None else None
+    if made is None or isinstance(made[0].targets[0].target, (cst.Tuple, cst.List)):
         return None
     returns = model.index.own_returns(made[1])
     names = {_dict_entry(model, made[1], r.value, key) for r in returns}  # type: ignore[arg-type]
@@ -275,10 +281,16 @@ def returned_local(
 def _made_by_a_factory(
     model: ScriptModel, name: str, at: cst.CSTNode
 ) -> tuple[cst.Assign, cst.FunctionDef] | None:
-    """The one assignment of ``name`` in the scope of ``at``, when it calls a function of this
-    file (not a constructor), and that function."""
-    scope = model.scope_of(at)
-    bound = [s for s, _ in model.index.values_bound_to(name) if model.scope_of(s) is scope]
+    """The one assignment of ``name`` in the scope of ``at`` (of ``self.name`` in its class),
+    when it calls a function of this file (not a constructor), and that function."""
+    if name.startswith("self.") and name.count(".") == 1:
+        owner = _enclosing_class(model, at)
+        bound: list[cst.CSTNode] = [
+            a for a in model.index.assignments_to(name) if _enclosing_class(model, a) == owner
+        ]
+    else:
+        scope = model.scope_of(at)
+        bound = [s for s, _ in model.index.values_bound_to(name) if model.scope_of(s) is scope]
     assign = bound[0] if len(bound) == 1 else None
     if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
         return None
