@@ -65,6 +65,15 @@ READERS = {
     "builtins.open": (0, "file"),
 }
 READING_METHODS = {"from_pretrained": (0, "pretrained_model_name_or_path")}
+#: Calls that list a folder, and where its path (or pattern) is: they read which files the
+#: folder holds, so a file saved into it must be there first.
+LISTERS = {
+    "glob.glob": (0, "pathname"),
+    "glob.iglob": (0, "pathname"),
+    "os.listdir": (0, "path"),
+    "os.scandir": (0, "path"),
+}
+_JOIN = "os.path.join"
 #: Calls that write a file, and where their path is.
 WRITERS = {
     "torch.save": (1, "f"),
@@ -168,7 +177,48 @@ class SharedFiles:
                 if self._same_file(path, read_path) and self._may_follow(read, write):
                     found.append(SharedFile(write, read, path, self.per_process(path)))
                     break
+        for listing, listed in self._listings():
+            if self.model.under_rank_guard(listing):
+                continue
+            for write, path in writes:
+                folder = self._folder(path)
+                if (
+                    folder is not None
+                    and self._same_file(folder, listed)
+                    and self._may_follow(listing, write)
+                ):
+                    found.append(SharedFile(write, listing, path, self.per_process(path)))
+                    break
         return found
+
+    def _listings(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
+        """Each folder listing (``glob.glob(os.path.join(out, "*.pt"))``, ``os.listdir(out)``)
+        with the folder it lists: a pattern's own folder."""
+        found = []
+        for call in self.model.calls:
+            path = _path(self.model, call, LISTERS, {})
+            if path is None:
+                continue
+            if self.model.call_names(call) & {"glob.glob", "glob.iglob"}:
+                path = self._folder(path)
+            if path is not None:
+                found.append((call, path))
+        return found
+
+    def _folder(self, path: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``out`` of ``os.path.join(out, f"epoch_{epoch}.pt")`` (the folder a joined path is
+        in; a name holding such a join is followed); None for any other spelling."""
+        if isinstance(path, cst.Name):
+            values = self._values_of(path.value, path)
+            path = values[0] if len(values) == 1 else path
+        if not isinstance(path, cst.Call) or _JOIN not in self.model.call_names(path):
+            return None
+        parts = [a.value for a in path.args if a.keyword is None and not a.star]
+        if len(parts) < 2 or len(parts) != len(path.args):
+            return None
+        if len(parts) == 2:
+            return parts[0]
+        return path.with_changes(args=path.args[:-1])
 
     @cached_property
     def written_by_one_rank_read_by_all(self) -> list[SharedFile]:
