@@ -16,7 +16,7 @@ import libcst as cst
 
 from accelify.analysis.iterated import iterated_sources
 from accelify.analysis.names import DATALOADERS
-from accelify.analysis.objects import bound_arguments, callee
+from accelify.analysis.objects import bound_arguments, callee, returned_entry, returned_local
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
@@ -151,6 +151,9 @@ class ObjectFlow:
             kind = Kind.DATALOADER
         if kind is None and self.record_arguments(name, call):
             kind = self.kind_of(name, call)
+        entry = returned_entry(self.model, value, call) if kind is None else None
+        if entry is not None:  # ``objs["val_loader"]`` of a factory's returned dict
+            kind = self.kind_of(*entry)
         container = dotted(_container(value)) if _container(value) is not value else None
         if kind is None and container is not None:
             held = kinds_by_name.get(container) or self.params.get(caller, {}).get(container)  # type: ignore[arg-type]
@@ -367,8 +370,20 @@ class ObjectFlow:
         ``prepare`` (only loaders are iterated), here or at a helper's call site."""
         if self.kind_of(loop.iterable, loop.node) is Kind.DATALOADER:
             return True
+        entry = self.returned_entry_read(loop)
+        if entry is not None and self.kind_of(*entry) is Kind.DATALOADER:
+            return True
         prepared = self.model.prepared_names
         return loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared
+
+    def returned_entry_read(self, loop: Loop) -> tuple[str, cst.CSTNode] | None:
+        """``for x, y in objs["val_loader"]:`` (also through ``enumerate``/``tqdm``) where
+        ``objs`` is a factory's returned dict: the factory's own name for that entry
+        (`returned_entry`)."""
+        node = loop.node.iter
+        while isinstance(node, cst.Call) and node.args:
+            node = node.args[0].value
+        return returned_entry(self.model, node, loop.node)
 
     def over_prepared_loader(self, loop: Loop) -> bool:
         """The loop reads a prepared loader, so each rank sees its own shard: by name, or as a
@@ -379,6 +394,9 @@ class ObjectFlow:
             return False
         if loop.iterable in prepared:
             return True
+        entry = self.returned_entry_read(loop)
+        if entry is not None:
+            return entry[0] in prepared
         return self.outer_name(loop.iterable, loop.node) in prepared
 
     def _made_here_unprepared(self, loop: Loop) -> bool:
@@ -437,9 +455,18 @@ class ObjectFlow:
                 passed = self.record_arguments(current, place)
             iterated = [] if passed or current in stop else self._iterated_loaders(current, place)
             pending += [(source, place) for source in iterated]
-            if not passed and not iterated:
+            returned = None
+            if current is not None and current not in stop and not passed and not iterated:
+                returned = returned_local(self.model, current, place)
+            if returned is not None:  # ``model, train_dl = setup(cfg)``: setup()'s own names
+                pending.append(returned)
+            elif not passed and not iterated:
                 found.add((current, place))
             for value, call in passed:
+                entry = returned_entry(self.model, value, call)
+                if entry is not None:  # ``evaluate(model, objs["val_loader"])``
+                    pending.append(entry)
+                    continue
                 source = dotted(_container(value))
                 if source is None:
                     found.add((None, call))

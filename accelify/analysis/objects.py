@@ -59,16 +59,24 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
             if not isinstance(result, cst.Tuple) or len(result.elements) <= position:
                 return False
             result = result.elements[position].value
-        if isinstance(result, cst.Name):
-            values = [
-                a.value
-                for a in model.index.own_assignments(target[0])
-                if any(dotted(t.target) == result.value for t in a.targets)
-            ]
-            result = values[0] if len(values) == 1 else result
-        if not isinstance(result, cst.Dict):
+        if not isinstance(_held(model, target[0], result), cst.Dict):
             return False
     return bool(returned)
+
+
+def _held(
+    model: ScriptModel, function: cst.FunctionDef, result: cst.BaseExpression
+) -> cst.BaseExpression:
+    """What a returned name holds: the one value ``function`` assigns it (``loaders = {...}``
+    then ``return loaders``); else ``result`` itself."""
+    if not isinstance(result, cst.Name):
+        return result
+    values = [
+        a.value
+        for a in model.index.own_assignments(function)
+        if any(dotted(t.target) == result.value for t in a.targets)
+    ]
+    return values[0] if len(values) == 1 else result
 
 
 def is_dict_of_loader_dicts(model: ScriptModel, binding: Binding) -> bool:
@@ -197,17 +205,125 @@ def config_entry(parameter: str, key: str) -> str:
     return f"{parameter}[{key!r}]"
 
 
-def _string_key(value: cst.BaseExpression) -> str | None:
-    """``'model'`` of ``name['model']``."""
+def _entry_key(value: cst.BaseExpression) -> str | None:
+    """``'val'`` of ``objs['val']`` and of ``self.objs['val']``."""
     if not (
         isinstance(value, cst.Subscript)
-        and isinstance(value.value, cst.Name)
+        and isinstance(value.value, (cst.Name, cst.Attribute))
         and len(value.slice) == 1
         and isinstance(value.slice[0].slice, cst.Index)
         and isinstance(value.slice[0].slice.value, cst.SimpleString)
     ):
         return None
     return value.slice[0].slice.value.evaluated_value  # type: ignore[return-value]
+
+
+def _string_key(value: cst.BaseExpression) -> str | None:
+    """``'model'`` of ``name['model']`` (a plain name's entry only)."""
+    if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name):
+        return _entry_key(value)
+    return None
+
+
+def returned_entry(
+    model: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode
+) -> tuple[str, cst.CSTNode] | None:
+    """``objs["val_loader"]`` where ``objs = build_everything(cfg)`` is assigned once in the
+    scope of ``at`` and every ``return`` of that factory is a dict (written there, or a name
+    assigned once to one) whose entry ``"val_loader"`` is the factory's own ``val_loader``: that
+    name, and a ``return`` to read it at. An entry of a returned dict is the object the factory
+    made, prepared or not as it was there."""
+    key = _entry_key(value)
+    container = dotted(value.value) if key is not None else None  # type: ignore[attr-defined]
+    made = _made_by_a_factory(model, container, at) if container is not None else None
+    if made is None or isinstance(made[0].targets[0].target, (cst.Tuple, cst.List)):
+        return None
+    returns = model.index.own_returns(made[1])
+    names = {_dict_entry(model, made[1], r.value, key) for r in returns}  # type: ignore[arg-type]
+    if len(names) != 1 or None in names:
+        return None
+    return names.pop(), returns[0]  # type: ignore[return-value]
+
+
+def returned_local(
+    model: ScriptModel, name: str, at: cst.CSTNode
+) -> tuple[str, cst.CSTNode] | None:
+    """``train_dl`` of ``model, opt, train_dl = setup(cfg)`` (assigned once in the scope of
+    ``at``) where every ``return`` of ``setup`` hands back its own ``train_loader`` at that
+    position (or ``loader = make_loader()`` returning ``loader``): that name, and a ``return``
+    to read it at. The object the caller holds is the one the factory made, prepared or not as
+    it was there."""
+    made = _made_by_a_factory(model, name, at) if "." not in name else None
+    if made is None:
+        return None
+    unpacked = made[0].targets[0].target
+    position = None
+    if isinstance(unpacked, (cst.Tuple, cst.List)):
+        position = _position_in(unpacked, name)
+        if position is None:
+            return None
+    returns = model.index.own_returns(made[1])
+    names = set()
+    for result in returns:
+        value = result.value
+        if position is not None:
+            if not isinstance(value, cst.Tuple) or len(value.elements) <= position:
+                return None
+            if any(isinstance(e, cst.StarredElement) for e in value.elements):
+                return None
+            value = value.elements[position].value
+        names.add(value.value if isinstance(value, cst.Name) else None)
+    if len(names) != 1 or None in names:
+        return None
+    return names.pop(), returns[0]  # type: ignore[return-value]
+
+
+def _made_by_a_factory(
+    model: ScriptModel, name: str, at: cst.CSTNode
+) -> tuple[cst.Assign, cst.FunctionDef] | None:
+    """The one assignment of ``name`` in the scope of ``at`` (of ``self.name`` in its class),
+    when it calls a function of this file (not a constructor), and that function."""
+    if name.startswith("self.") and name.count(".") == 1:
+        owner = _enclosing_class(model, at)
+        bound: list[cst.CSTNode] = [
+            a for a in model.index.assignments_to(name) if _enclosing_class(model, a) == owner
+        ]
+    else:
+        scope = model.scope_of(at)
+        bound = [s for s, _ in model.index.values_bound_to(name) if model.scope_of(s) is scope]
+    assign = bound[0] if len(bound) == 1 else None
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target = callee(model, assign.value) if isinstance(assign.value, cst.Call) else None
+    if target is None or target[0].name.value == "__init__":
+        return None
+    return assign, target[0]
+
+
+def _position_in(target: cst.Tuple | cst.List, name: str) -> int | None:
+    """Where ``name`` sits in an unpacking target (``a, name, c``); None when it is not there
+    as a plain element, or a starred element makes positions uncertain."""
+    if any(isinstance(e, cst.StarredElement) for e in target.elements):
+        return None
+    spelled = [dotted(e.value) for e in target.elements]
+    return spelled.index(name) if name in spelled else None
+
+
+def _dict_entry(
+    model: ScriptModel, function: cst.FunctionDef, result: cst.BaseExpression, key: str
+) -> str | None:
+    """The name at ``key`` of the dict ``result`` (or of the one dict a name there is assigned)."""
+    result = _held(model, function, result)
+    if not isinstance(result, cst.Dict):
+        return None
+    for element in result.elements:
+        if (
+            isinstance(element, cst.DictElement)
+            and isinstance(element.key, cst.SimpleString)
+            and element.key.evaluated_value == key
+        ):
+            return dotted(element.value)
+    return None
 
 
 def _config_entries(

@@ -370,6 +370,7 @@ class ScriptModel:
         if kept is not None:
             return set(kept)
         prepared = {name for call in self.prepare_calls for name in call.outputs if name}
+        prepared |= self._returned_prepared(prepared)
         received = [b for b in self.bindings if b.received and b.sources]
         for _ in range(len(received)):
             grown = {b.name for b in received if prepared.intersection(b.sources)} - prepared
@@ -379,6 +380,26 @@ class ScriptModel:
         if self.complete:
             self.__dict__["_prepared_names"] = frozenset(prepared)
         return prepared
+
+    def _returned_prepared(self, prepared: set[str]) -> set[str]:
+        """``model, opt, train_dl = setup(cfg)`` where ``setup`` prepares what it returns: the
+        caller's names hold the prepared objects."""
+        from accelify.analysis.objects import returned_local  # objects builds on this module
+
+        found = set()
+        for binding in self.bindings:
+            if binding.received or not isinstance(binding.value, cst.Call):
+                continue
+            returned = returned_local(self, binding.name, binding.statement)
+            if returned is None or returned[0] not in prepared:
+                continue
+            inside = self.index.enclosing_function(returned[1])
+            if any(
+                returned[0] in p.outputs and self.index.enclosing_function(p.call) is inside
+                for p in self.prepare_calls
+            ):
+                found.add(binding.name)
+        return found
 
     @property
     def uses_accelerator(self) -> bool:

@@ -65,6 +65,15 @@ READERS = {
     "builtins.open": (0, "file"),
 }
 READING_METHODS = {"from_pretrained": (0, "pretrained_model_name_or_path")}
+#: Calls that list a folder, and where its path (or pattern) is: they read which files the
+#: folder holds, so a file saved into it must be there first.
+LISTERS = {
+    "glob.glob": (0, "pathname"),
+    "glob.iglob": (0, "pathname"),
+    "os.listdir": (0, "path"),
+    "os.scandir": (0, "path"),
+}
+_JOIN = "os.path.join"
 #: Calls that write a file, and where their path is.
 WRITERS = {
     "torch.save": (1, "f"),
@@ -168,7 +177,48 @@ class SharedFiles:
                 if self._same_file(path, read_path) and self._may_follow(read, write):
                     found.append(SharedFile(write, read, path, self.per_process(path)))
                     break
+        for listing, listed in self._listings():
+            if self.model.under_rank_guard(listing):
+                continue
+            for write, path in writes:
+                folder = self._folder(path)
+                if (
+                    folder is not None
+                    and self._same_file(folder, listed)
+                    and self._may_follow(listing, write)
+                ):
+                    found.append(SharedFile(write, listing, path, self.per_process(path)))
+                    break
         return found
+
+    def _listings(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
+        """Each folder listing (``glob.glob(os.path.join(out, "*.pt"))``, ``os.listdir(out)``)
+        with the folder it lists: a pattern's own folder."""
+        found = []
+        for call in self.model.calls:
+            path = _path(self.model, call, LISTERS, {})
+            if path is None:
+                continue
+            if self.model.call_names(call) & {"glob.glob", "glob.iglob"}:
+                path = self._folder(path)
+            if path is not None:
+                found.append((call, path))
+        return found
+
+    def _folder(self, path: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``out`` of ``os.path.join(out, f"epoch_{epoch}.pt")`` (the folder a joined path is
+        in; a name holding such a join is followed); None for any other spelling."""
+        if isinstance(path, cst.Name):
+            values = self._values_of(path.value, path)
+            path = values[0] if len(values) == 1 else path
+        if not isinstance(path, cst.Call) or _JOIN not in self.model.call_names(path):
+            return None
+        parts = [a.value for a in path.args if a.keyword is None and not a.star]
+        if len(parts) < 2 or len(parts) != len(path.args):
+            return None
+        if len(parts) == 2:
+            return parts[0]
+        return path.with_changes(args=path.args[:-1])
 
     @cached_property
     def written_by_one_rank_read_by_all(self) -> list[SharedFile]:
@@ -547,6 +597,9 @@ class SharedFiles:
         spellings = {self.model.module.code_for_node(path).strip()}
         if depth > _MAX_DEPTH:
             return spellings
+        if not isinstance(path, (cst.Name, cst.Attribute)):
+            spellings.add(self.model.module.code_for_node(self._substituted(path, depth)).strip())
+            return spellings
         if isinstance(path, cst.Attribute):
             # ``self.path`` set once in its class (``self.path = path``): the value's spellings
             # too, so a callback's ``torch.save(..., self.path)`` meets ``torch.load(ckpt)``
@@ -567,6 +620,34 @@ class SharedFiles:
         if len({self.model.module.code_for_node(v).strip() for v in values}) == 1:
             spellings |= self._spellings(values[0], depth + 1)
         return spellings
+
+    def _substituted(self, path: cst.BaseExpression, depth: int) -> cst.BaseExpression:
+        """``path`` with each plain name in it (not an attribute's object, not a called
+        function) replaced by the one value it holds: ``os.path.join(self.cfg.out, name)`` in
+        ``save_checkpoint(self, name)``, which every call hands ``"best.pt"``, is
+        ``os.path.join(self.cfg.out, "best.pt")``, the path a caller loads."""
+        skipped = set()
+        for node in walk(path):
+            if isinstance(node, cst.Attribute):
+                skipped |= {id(node.value), id(node.attr)}
+            elif isinstance(node, cst.Call):
+                skipped.add(id(node.func))
+                skipped |= {id(a.keyword) for a in node.args if a.keyword is not None}
+        result = path
+        for node in walk(path):
+            if not isinstance(node, cst.Name) or id(node) in skipped:
+                continue
+            values = self._values_of(node.value, node)
+            function = self.placement.enclosing_function(node)
+            if not values and function is not None and node.value in _parameters(function):
+                values = self._passed_or_default(function, node.value)
+            codes = {self.model.module.code_for_node(v).strip() for v in values}
+            if len(codes) == 1 and depth < _MAX_DEPTH:
+                value = values[0]
+                if not isinstance(value, (cst.Name, cst.Attribute)):
+                    value = self._substituted(value, depth + 1)
+                result = result.deep_replace(node, value)  # type: ignore[assignment]
+        return result
 
     def _passed_or_default(self, function: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
         """What each call of ``function`` in the file gives its parameter ``name``: the argument,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, Scope, ScriptModel
 from accelify.analysis.syntax import dotted
@@ -187,6 +187,8 @@ def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> Non
         scope = binding.scope
         if binding.received or not isinstance(scope, cst.FunctionDef) or scope in done:
             continue
+        if _returned_by(ctx, binding.value, done):
+            continue  # ``model, opt, ... = setup(cfg)``: prepared in setup(), where it is made
         if placement.is_method(scope) or any(placement.inside(scope, d) for d in done):
             continue
         if not any(placement.inside(call, scope) for call in ctx.model.backward_calls):
@@ -204,6 +206,13 @@ def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> Non
             "are made, and hand the prepared ones in",
         )
     ctx.prepare_anchor = first_anchor
+
+
+def _returned_by(ctx: Context, value: cst.BaseExpression | None, done: list[Scope]) -> bool:
+    """``value`` is what a call of a function that already prepares returns: the objects it
+    hands back are the prepared ones, and preparing them again would wrap the model twice."""
+    made = callee(ctx.model, value) if isinstance(value, cst.Call) else None
+    return made is not None and made[0] in done
 
 
 def _why_not_prepare_in(ctx: Context, scope: cst.FunctionDef, trained: set[str]) -> str | None:

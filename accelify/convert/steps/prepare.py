@@ -16,6 +16,7 @@ from accelify.analysis.objects import (
     is_dict_of_loader_dicts,
     is_loader_dict,
     received_name,
+    returned_local,
 )
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
@@ -305,6 +306,9 @@ def prepare_loaders_made_where_trained(ctx: Context, scope: Scope) -> None:
             continue
         if name in ctx.plan.prepared or name in ctx.model.prepared_names:
             continue
+        returned = returned_local(ctx.model, name, binding.statement)
+        if returned is not None and returned[0] in ctx.plan.prepared:
+            continue  # ``model, opt, train_dl = setup(cfg)`` where setup() prepares them
         readers = [loop for loop in ctx.model.loops if loop.iterable == name]
         if not readers or not all(
             loop.trains and placement.inside(loop.node, function) for loop in readers
