@@ -71,20 +71,23 @@ def _model_types(ctx: Context) -> None:
         model = _typed_model(ctx, node)
         if model is None:
             continue
-        name = dotted(model)
-        if (
-            _never_wrapped(ctx, name, node)
-            or not ctx.facts.flow.is_model_name(name, node)
-            or not ctx.after_prepare(node, name)
-        ):
-            continue
-        unwrap(
-            ctx,
-            model,
-            node,
-            f"the type of {ctx.a('unwrap_model')}({name}), not of the DDP wrapper",
-            gives_way_to=[model],
-        )
+        text = f"the type of {ctx.a('unwrap_model')}({dotted(model)}), not of the DDP wrapper"
+        _unwrap_prepared(ctx, model, node, text)
+
+
+def _unwrap_prepared(
+    ctx: Context, model: cst.Name | cst.Attribute, at: cst.CSTNode, text: str
+) -> None:
+    """``model`` -> ``unwrap_model(model)`` at ``at`` when it names a model prepare wrapped
+    by then."""
+    name = dotted(model)
+    if (
+        _never_wrapped(ctx, name, at)
+        or not ctx.facts.flow.is_model_name(name, at)
+        or not ctx.after_prepare(at, name)
+    ):
+        return
+    unwrap(ctx, model, at, text, gives_way_to=[model])
 
 
 def _typed_model(ctx: Context, node: cst.CSTNode) -> cst.Name | cst.Attribute | None:
@@ -184,20 +187,8 @@ def _traced(ctx: Context) -> None:
         model = call.args[0].value
         if not isinstance(model, (cst.Name, cst.Attribute)):
             continue
-        name = dotted(model)
-        if (
-            _never_wrapped(ctx, name, call)
-            or not ctx.facts.flow.is_model_name(name, call)
-            or not ctx.after_prepare(call, name)
-        ):
-            continue
-        unwrap(
-            ctx,
-            model,
-            call,
-            f"traces {ctx.a('unwrap_model')}({name}), not the DDP wrapper",
-            gives_way_to=[model],
-        )
+        text = f"traces {ctx.a('unwrap_model')}({dotted(model)}), not the DDP wrapper"
+        _unwrap_prepared(ctx, model, call, text)
 
 
 def _layers_by_index(ctx: Context) -> None:
