@@ -8,6 +8,7 @@ from accelify.analysis.device_moves import (
     is_identity_assignment,
     is_pure_move,
     moved_to,
+    saved_whole,
 )
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names
@@ -129,6 +130,8 @@ class ManualDeviceMove(Rule):
             if not (fixed or cuda):
                 continue
             names = prepared(script, call)
+            if dotted(func.value) in names and saved_whole(script, call):
+                continue  # the wrapper pickled whole: ACC503 unwraps it, which keeps the move
             batches = batch_names_of(script, call, names)
             if _over_a_batch(script, call, batches):
                 # ``{k: v.to(device) for k, v in batch.items()}``: no removal leaves clean code

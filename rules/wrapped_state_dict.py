@@ -6,6 +6,7 @@ from accelify.analysis import names
 from accelify.analysis.construction import prepared_in_construction
 from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import bound_arguments
+from accelify.analysis.saved_values import saved_values, saved_whole_objects
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
 from accelify.edits import rewrites
@@ -127,6 +128,21 @@ class WrappedStateDict(Rule):
             6,
             27,
         ),
+        # mixup-cifar10's checkpoint: the model kept whole in the dict it saves
+        Example(
+            _PREPARED + "state = {'net': model, 'acc': 0.5}\naccelerator.save(state, 'ckpt.pt')\n",
+            5,
+            17,
+            _PREPARED + "state = {'net': accelerator.unwrap_model(model), 'acc': 0.5}\n"
+            "accelerator.save(state, 'ckpt.pt')\n",
+        ),
+        # pytorch/text's text classification example pickles the model moved to the CPU
+        Example(
+            _PREPARED + "accelerator.save(model.to('cpu'), 'model.pt')\n",
+            5,
+            18,
+            _PREPARED + "accelerator.save(accelerator.unwrap_model(model).to('cpu'), 'model.pt')\n",
+        ),
     )
     good = (
         # a checkpoint loaded into the unwrapped model, and one loaded before prepare
@@ -148,6 +164,9 @@ class WrappedStateDict(Rule):
         + "        self.net.load_state_dict(data['net'])\n\n"
         + "    def step(self, x):\n"
         + "        self.accelerator.backward(self.net(x))\n",
+        # the model saved whole, unwrapped, beside the epoch
+        _PREPARED
+        + "accelerator.save({'net': accelerator.unwrap_model(model), 'epoch': 1}, 'c.pt')\n",
         # a project helper handed the unwrapped model's state dict
         _PREPARED
         + "from utils import save_checkpoint\n"
@@ -221,6 +240,11 @@ class WrappedStateDict(Rule):
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
                 message = self.message.replace("(model)", f"({name})")  # ``self.model``
                 yield self.finding(script, node, fix, message=in_file_words(message, acc))
+            if script.call_names(call) & names.TORCH_SAVE or (
+                isinstance(call.func, cst.Attribute) and call.func.attr.value == "save"
+            ):  # not a helper: ``save_model`` unwraps what it is handed
+                yield from self._pickled_whole(script, call)
+
         yield from self._loads(script)
 
     def _loads(self, script: ScriptModel) -> Iterator[Finding]:
@@ -251,6 +275,22 @@ class WrappedStateDict(Rule):
                 "with 'module.' (missing keys); a one-process run has no wrapper and hides it"
             )
             yield self.finding(script, call, fix, message=message)
+
+    def _pickled_whole(self, script: ScriptModel, call: cst.Call) -> Iterator[Finding]:
+        """A prepared model saved whole (``accelerator.save(model, p)``, ``{'net': net, ...}``
+        as mixup-cifar10's checkpoint keeps it): the file holds the DDP wrapper, whose hooks
+        may not pickle and which a resumed run loads in place of the model."""
+        not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
+        for model in saved_whole_objects(script, call):
+            name = dotted(model)
+            if name not in prepared(script, call) - not_models or _not_a_model(name):
+                continue
+            if _unwrapped_since_prepare(script, name, call):
+                continue
+            acc = accelerator_at(script, call)
+            fix = Plan.of(rewrites.unwrap(model, acc)) if acc is not None else None
+            message = in_file_words(_WHOLE.replace("(model)", f"({name})"), acc)
+            yield self.finding(script, model, fix, message=message)
 
 
 def _holds_the_wrapper(script: ScriptModel, owner: cst.BaseExpression, at: cst.Call) -> bool:
@@ -290,6 +330,12 @@ def _read_from_a_file(script: ScriptModel, value: cst.BaseExpression, at: cst.Ca
         for root in roots
         for assign in script.index.assignments_to(root)
     )
+
+
+_WHOLE = (
+    "Save accelerator.unwrap_model(model): the prepared model is the wrapper, which a resumed "
+    "run would load in place of the model (and whose hooks may not pickle)"
+)
 
 
 def _saving_helper(script: ScriptModel, call: cst.Call) -> bool:
@@ -363,7 +409,7 @@ def _saved_state_dicts(
     saved in a checkpoint dict (``write_state_dict(self, step, state, ...)`` saving ``{'state':
     state}``) is what its callers pass (``policy_state_dict = self.policy.state_dict()``, as a
     DPO trainer writes its policy, optimizer and scheduler)."""
-    values = _saved_values(script, saved, at)
+    values = saved_values(script, saved, at)
     found = [(node, at) for value in values for node in _state_dict_calls(value)]
     function = facts_of(script).placement.enclosing_function(at)
     if function is None or depth >= 2:
@@ -388,46 +434,6 @@ def _member(script: ScriptModel, name: cst.Name) -> bool:
     """``state`` of ``ckpt.state``: a member's name, not the variable ``state``."""
     parent = script.parent(name)
     return isinstance(parent, cst.Attribute) and parent.attr is name
-
-
-def _saved_values(
-    script: ScriptModel, saved: cst.BaseExpression, call: cst.Call
-) -> list[cst.CSTNode]:
-    """What is saved: the expression itself, or for a name (``ckpt = {"model":
-    model.state_dict()}`` then ``accelerator.save(ckpt, path)``) the value it was last given
-    above the save in the same function (watchog's pre-training checkpoint), with what was
-    stored into it by key since (``ckpt = {}``, then ``ckpt["llm"] = llm.state_dict()``, as an
-    audio-understanding trainer builds its checkpoint)."""
-    if not isinstance(saved, cst.Name):
-        return [saved]
-    here, scope = script.order(call), script.scope_of(call)
-    last = None
-    for assign in script.index.assignments_to(saved.value):
-        if not isinstance(assign, cst.Assign) or script.scope_of(assign) is not scope:
-            continue
-        if script.order(assign) < here and (
-            last is None or script.order(assign) > script.order(last)
-        ):
-            last = assign
-    since = script.order(last) if last is not None else -1
-    stored = [
-        assign.value
-        for assign in script.index.of_type(cst.Assign)
-        if isinstance(assign, cst.Assign)
-        and since < script.order(assign) < here
-        and script.scope_of(assign) is scope
-        and any(_stores_into(target.target, saved.value) for target in assign.targets)
-    ]
-    return [last.value if last is not None else saved, *stored]
-
-
-def _stores_into(target: cst.BaseExpression, name: str) -> bool:
-    """``name[key]`` (or ``name.member``) as an assignment's target: a value kept in ``name``."""
-    return (
-        isinstance(target, (cst.Subscript, cst.Attribute))
-        and isinstance(target.value, cst.Name)
-        and target.value.value == name
-    )
 
 
 def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:

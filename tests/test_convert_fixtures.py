@@ -76,8 +76,15 @@ def test_accelerate_target_differs_only_in_the_import(case: Path):
         pytest.skip("left unchanged")
     ours = convert_case(case).converted.decode()
     theirs = convert_case(case, target="accelerate").converted.decode()
+    # Accelerate synchronizes torch's generators only: a script that draws from NumPy or
+    # ``random`` before training gets ``set_seed(0)`` there (convert/steps/seeding.py).
+    theirs = theirs.replace("set_seed(0)", "synchronize_rng_states()")
     assert _without_runtime_imports(theirs) == _without_runtime_imports(ours)
-    assert _runtime_imports(theirs, "accelerate") == _runtime_imports(ours, "accelify")
+    imported = {_SAME_ROLE.get(n, n) for n in _runtime_imports(theirs, "accelerate")}
+    assert imported == _runtime_imports(ours, "accelify")
+
+
+_SAME_ROLE = {"set_seed": "synchronize_rng_states"}
 
 
 _RUNTIME_IMPORT = re.compile(r"^from (accelify|accelerate)(\.utils)? import (.+)\n", re.MULTILINE)

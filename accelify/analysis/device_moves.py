@@ -42,6 +42,44 @@ def model_chain_moves(call: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpre
     return node, kept
 
 
+def module_chain_root(node: cst.BaseExpression) -> cst.Name | cst.Attribute | None:
+    """``model`` of ``model``, ``model.cpu()``, ``model.to("cpu").eval()``: the object a chain of
+    nn.Module methods that each return the module itself is called on; None for anything
+    else (``model.state_dict()``, ``make()``)."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        if node.func.attr.value not in names.MODULE_SELF_METHODS:
+            return None
+        node = node.func.value
+    return node if isinstance(node, (cst.Name, cst.Attribute)) else None
+
+
+def saved_whole(script: ScriptModel, node: cst.CSTNode) -> bool:
+    """``node`` is (a link of) the chain a save pickles as its object:
+    ``torch.save(model.to("cpu"), path)``. Unwrapped there, its moves move the model itself."""
+    current = node
+    parent = script.parent(current)
+    while isinstance(parent, (cst.Attribute, cst.Call)) and (
+        getattr(parent, "value", None) is current or getattr(parent, "func", None) is current
+    ):
+        current, parent = parent, script.parent(parent)
+    save = script.parent(parent) if isinstance(parent, cst.Arg) else None
+    return (
+        isinstance(save, cst.Call)
+        and bool(save.args)
+        and save.args[0] is parent
+        and _is_save(script, save)
+        and module_chain_root(current) is not None  # type: ignore[arg-type]
+    )
+
+
+def _is_save(script: ScriptModel, call: cst.Call) -> bool:
+    """``torch.save(...)``, or a ``save`` method (``accelerator.save(obj, path)``)."""
+    func = call.func
+    return bool(script.call_names(call) & names.TORCH_SAVE) or (
+        isinstance(func, cst.Attribute) and func.attr.value == "save"
+    )
+
+
 def _moves(call: cst.Call) -> bool:
     method = call.func.attr.value  # type: ignore[union-attr]
     if method == "cpu":

@@ -187,6 +187,34 @@ def last_binding(script: ScriptModel, name: str, at: cst.CSTNode) -> _Binding | 
     return found
 
 
+def made_for(script: ScriptModel, name: str, at: cst.CSTNode) -> cst.CSTNode | None:
+    """The statement that made the object ``name`` holds at ``at``, when that is known: its
+    last binding above ``at`` makes a new model (``student = StudentCnn().to(device)``) and
+    every block that holds it also holds ``at`` (a binding in a branch may not run). Two
+    calls that hand ``name`` made by different statements hand different objects."""
+    binding = last_binding(script, name, at)
+    if not isinstance(binding, (cst.Assign, cst.AnnAssign)):
+        return None
+    if not any(made.assign is binding for made in script.of_kind(Kind.MODEL) if made.name == name):
+        return None
+    if not isinstance(binding.value, cst.Call) or not runs_before(script, binding, at):
+        return None
+    return binding
+
+
+def runs_before(script: ScriptModel, binding: cst.CSTNode, at: cst.CSTNode) -> bool:
+    """``binding`` (above ``at`` in the same function) runs whenever ``at`` does: every block
+    that holds it (a branch, a loop, a ``with``) also holds ``at``."""
+    around = {id(ancestor) for ancestor in script.ancestors(at)}
+    scope = facts_of(script).placement.enclosing_function(at)
+    for ancestor in script.ancestors(binding):
+        if ancestor is scope:
+            break
+        if isinstance(ancestor, cst.BaseCompoundStatement) and id(ancestor) not in around:
+            return False
+    return True
+
+
 def _binds(node: _Binding, name: str) -> bool:
     if isinstance(node, cst.Assign):
         return any(_names(target.target, name) for target in node.targets)

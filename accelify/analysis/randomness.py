@@ -25,7 +25,10 @@ class Randomness:
 
 
 def randomness_of(model: ScriptModel) -> Randomness:
-    seeded = any(model.call_names(call) & names.SEEDS for call in model.calls)
+    seeded_families: set[str] = set()
+    for call in model.calls:
+        for name in model.call_names(call) & names.SEEDS:
+            seeded_families |= _SEEDED_BY.get(name, set(_FAMILIES))
     training = [loop.node for loop in model.loops if loop.trains]
     setup, step = [], []
     for call in model.calls:
@@ -34,7 +37,34 @@ def randomness_of(model: ScriptModel) -> Randomness:
         in_training = any(any(a is loop for a in model.ancestors(call)) for loop in training)
         (step if in_training else setup).append(call)
     torch_only = all(model.call_names(call) & names.RANDOM_DRAWS_TORCH for call in setup)
+    if setup:  # ``torch.manual_seed(0)`` does not seed ``np.random.shuffle(indices)``
+        seeded = all(_family(model, call) in seeded_families for call in setup)
+    else:
+        seeded = bool(seeded_families)
     return Randomness(seeded, setup, step, torch_only)
+
+
+#: The generators a seed call seeds; one not named here (``set_seed``, ``seed_everything``)
+#: seeds them all.
+_FAMILIES = ("torch", "numpy", "random")
+_SEEDED_BY = {
+    "torch.manual_seed": {"torch"},
+    "torch.random.manual_seed": {"torch"},
+    "torch.cuda.manual_seed_all": {"torch"},
+    "random.seed": {"random"},
+    "numpy.random.seed": {"numpy"},
+}
+
+
+def _family(model: ScriptModel, call: cst.Call) -> str:
+    """Which global generator a draw reads: a split drawn by ``np.random.shuffle`` before
+    training differs between ranks unless NumPy's generator is seeded (or synchronized)."""
+    qualified = model.call_names(call)
+    if any(name.startswith("numpy.random.") for name in qualified):
+        return "numpy"
+    if any(name.startswith("random.") for name in qualified):
+        return "random"
+    return "torch"
 
 
 def _draws(model: ScriptModel, call: cst.Call) -> bool:
@@ -43,7 +73,7 @@ def _draws(model: ScriptModel, call: cst.Call) -> bool:
         return not any(a.keyword is not None and a.keyword.value == "generator" for a in call.args)
     return any(
         name.startswith(names.RANDOM_MODULES)
-        and not name.endswith(("seed", "default_rng", "Generator", "RandomState"))
+        and not name.endswith(("seed", "default_rng", "Generator", "RandomState", ".Random"))
         for name in qualified
     )
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import made_for
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, Scope, ScriptModel
@@ -224,7 +225,7 @@ def _why_not_prepare_in(ctx: Context, scope: cst.FunctionDef, trained: set[str])
     calls = [call for call, _ in flow.calls_of(scope)]
     if not calls:
         return "nothing in this file calls it"
-    handed: list[str | None] = []
+    handed: list[tuple[str | None, int]] = []
     for call in calls:
         caller = placement.enclosing_function(call)
         if ctx.facts.ranks.divergent_branch(call, caller) is not None:
@@ -235,9 +236,13 @@ def _why_not_prepare_in(ctx: Context, scope: cst.FunctionDef, trained: set[str])
             if parameter not in trained:
                 continue
             name = dotted(argument.value)
-            if name in handed:
+            made = made_for(ctx.model, name, call) if name is not None else None
+            if any(
+                seen == name and (made is None or made_at in (0, id(made)))
+                for seen, made_at in handed
+            ):
                 return f"{name} is handed to it more than once (it would be wrapped twice)"
-            handed.append(name)
+            handed.append((name, id(made) if made is not None else 0))
             anchor = ctx.prepared_after.get(name) if name in ctx.plan.prepared else None
             where = placement.enclosing_function(anchor) if anchor is not None else None
             if name in ctx.plan.prepared and (anchor is None or where is caller):

@@ -15,6 +15,7 @@ from accelify.analysis.device_moves import (
     model_chain_moves,
     move_receiver,
     read_as_string,
+    saved_whole,
     strip_moves,
 )
 from accelify.analysis.script_model import Binding, Kind
@@ -250,6 +251,8 @@ def _fixed_moves_of_prepared_models(ctx: Context) -> None:
             continue
         if name in ctx.frozen or not ctx.after_prepare(call, name):
             continue
+        if saved_whole(ctx.model, call):
+            continue  # the save unwraps the model it moves (`saving`)
         ctx.plan.review(
             ctx.line(call),
             f"{ctx.code(call)} moves the prepared {name} (the DDP wrapper) to one fixed device "

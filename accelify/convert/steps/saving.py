@@ -6,6 +6,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names, side_effects
+from accelify.analysis.loss_sources import last_binding, runs_before
+from accelify.analysis.saved_values import saved_whole_objects
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps import main_process
@@ -118,15 +120,17 @@ def _waits_first(ctx: Context, call: cst.Call, barriers: list[cst.CSTNode], acc:
 
 
 def _unwrap_saved_model(ctx: Context, call: cst.Call) -> None:
-    """``torch.save(model, path)`` of a prepared model pickles the DDP wrapper otherwise."""
-    if not call.args:
-        return
-    saved = call.args[0].value
-    if isinstance(saved, (cst.Name, cst.Attribute)) and ctx.facts.flow.is_model_name(
-        dotted(saved), call
-    ):
+    """``torch.save(model, path)`` of a prepared model pickles the DDP wrapper otherwise; so
+    does ``torch.save(model.to("cpu"), path)``, whose move then moves the model itself (as the
+    original's does) instead of leaving the wrapper on one fixed device, and a checkpoint dict
+    that keeps the model whole (``state = {'net': net, 'acc': acc}``, then ``torch.save(state,
+    path)``, as mixup-cifar10 does): the wrapper's hooks do not pickle, and a resumed run would
+    load a wrapper."""
+    for model in saved_whole_objects(ctx.model, call):
+        if not ctx.facts.flow.is_model_name(dotted(model), call):
+            continue
         unwrap(
-            ctx, saved, call, f"saves {ctx.a('unwrap_model')}({dotted(saved)}), not the DDP wrapper"
+            ctx, model, call, f"saves {ctx.a('unwrap_model')}({dotted(model)}), not the DDP wrapper"
         )
 
 
@@ -211,9 +215,30 @@ def result_read_after(ctx: Context, block: cst.With) -> str | None:
             and node.value in bound
             and id(node) not in targets
             and not ctx.facts.placement.inside(node, block)
+            and _may_read_from(ctx, node, block)
         ):
             return node.value
     return None
+
+
+def _may_read_from(ctx: Context, read: cst.Name, block: cst.With) -> bool:
+    """``read`` may see the value ``block`` bound: unless the name is bound again, on every
+    path, between the block and the read (the next ``with open(log, 'a') as f: writer =
+    csv.writer(f)`` of a per-epoch log makes its own writer, in the loop's next turn too)."""
+    model = ctx.model
+    rebound = last_binding(model, read.value, read)
+    if rebound is None or ctx.facts.placement.inside(rebound, block):
+        return True
+    if not runs_before(model, rebound, read):
+        return True
+    if model.order(read) > model.order(block):
+        return model.order(rebound) < model.order(block)
+    loops = [
+        a
+        for a in model.ancestors(read)
+        if isinstance(a, (cst.For, cst.While)) and ctx.facts.placement.inside(block, a)
+    ]
+    return any(model.order(rebound) < model.order(loop) for loop in loops)
 
 
 def _plan_file_writes(ctx: Context) -> list[cst.With]:

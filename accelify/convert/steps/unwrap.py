@@ -29,6 +29,7 @@ def run(ctx: Context) -> None:
     _traced(ctx)
     _handed_out_of_reach(ctx)
     _type_checked(ctx)
+    _model_types(ctx)
 
 
 #: What a prepared object of each kind keeps the script's own object in, on accelify's runtime
@@ -58,6 +59,50 @@ def _type_checked(ctx: Context) -> None:
             f"isinstance({name}, ...) -> isinstance({name}.{member}, ...): the prepared "
             f"{member} wraps the script's own",
         )
+
+
+def _model_types(ctx: Context) -> None:
+    """``type(model).__name__``, ``model.__class__`` or ``isinstance(model, Student)`` of a
+    prepared model: on several ranks it is the DDP wrapper, so a printed name reads
+    "DistributedDataParallel" and a check of the script's own class is False (the script
+    takes its other branch), while one process gives the model's own. Asked of
+    ``unwrap_model(model)``, every run gives the original's answer."""
+    for node in ctx.facts.placement.all_nodes():
+        model = _typed_model(ctx, node)
+        if model is None:
+            continue
+        text = f"the type of {ctx.a('unwrap_model')}({dotted(model)}), not of the DDP wrapper"
+        _unwrap_prepared(ctx, model, node, text)
+
+
+def _unwrap_prepared(
+    ctx: Context, model: cst.Name | cst.Attribute, at: cst.CSTNode, text: str
+) -> None:
+    """``model`` -> ``unwrap_model(model)`` at ``at`` when it names a model prepare wrapped
+    by then."""
+    name = dotted(model)
+    if (
+        _never_wrapped(ctx, name, at)
+        or not ctx.facts.flow.is_model_name(name, at)
+        or not ctx.after_prepare(at, name)
+    ):
+        return
+    unwrap(ctx, model, at, text, gives_way_to=[model])
+
+
+def _typed_model(ctx: Context, node: cst.CSTNode) -> cst.Name | cst.Attribute | None:
+    """The name whose type ``node`` reads: ``type(x)``, ``isinstance(x, C)``, ``x.__class__``."""
+    if isinstance(node, cst.Attribute) and node.attr.value == "__class__":
+        owner = node.value
+    elif isinstance(node, cst.Call) and node.args:
+        called = ctx.model.call_names(node)
+        one = called == {"builtins.type"} and len(node.args) == 1
+        if not (one or (called == {"builtins.isinstance"} and len(node.args) == 2)):
+            return None
+        owner = node.args[0].value
+    else:
+        return None
+    return owner if isinstance(owner, (cst.Name, cst.Attribute)) else None
 
 
 def _handed_out_of_reach(ctx: Context) -> None:
@@ -142,20 +187,8 @@ def _traced(ctx: Context) -> None:
         model = call.args[0].value
         if not isinstance(model, (cst.Name, cst.Attribute)):
             continue
-        name = dotted(model)
-        if (
-            _never_wrapped(ctx, name, call)
-            or not ctx.facts.flow.is_model_name(name, call)
-            or not ctx.after_prepare(call, name)
-        ):
-            continue
-        unwrap(
-            ctx,
-            model,
-            call,
-            f"traces {ctx.a('unwrap_model')}({name}), not the DDP wrapper",
-            gives_way_to=[model],
-        )
+        text = f"traces {ctx.a('unwrap_model')}({dotted(model)}), not the DDP wrapper"
+        _unwrap_prepared(ctx, model, call, text)
 
 
 def _layers_by_index(ctx: Context) -> None:
