@@ -36,10 +36,10 @@ _RECORDED = "_accelify_recorded"
 
 
 class _Pending:
-    """A reduction a training forward of one of the script's own DDP models readied: pending
-    until the gradient of one of that forward's outputs is computed (the backward that reduces
-    it has begun). Only the hooks on those outputs hold it, so it also goes when the outputs'
-    graph is freed without a backward (a forward whose loss was dropped)."""
+    """A reduction a DDP training forward readied: pending until the gradient of one of that
+    forward's outputs is computed (the backward that reduces it has begun). Only the hooks on
+    those outputs hold it, so it also goes when the outputs' graph is freed without a backward
+    (a forward whose loss was dropped)."""
 
     __slots__ = ("__weakref__",)
 
@@ -50,14 +50,15 @@ class _Pending:
 PENDING: weakref.WeakSet[_Pending] = weakref.WeakSet()
 
 
-def record_forwards(model: DistributedDataParallel, own_backward: bool = False) -> None:
+def record_forwards(model: DistributedDataParallel) -> None:
     """A DDP forward is a collective when it broadcasts the module's buffers (BatchNorm
     statistics, every forward after a training one) and once, when the reducer rebuilds its
     buckets: the first training forward after the first backward that reduced (the third under
     an accumulation of 2). A rank stuck there waits for a peer that went elsewhere, and the
     record says so; a forward that does not communicate is not recorded, or a slow one would
-    look like a rank waiting. Once per model. ``own_backward``: a model the script built, whose
-    backward is recorded here (`_record_backwards`), not by `Accelerator.backward`."""
+    look like a rank waiting. Once per model. Once ``loss.backward()`` is recorded here (the
+    script built a DDP model of its own), every training forward leaves its reduction pending:
+    the runtime's models too, whose backward a script may also run with ``loss.backward()``."""
     if getattr(model, _RECORDED, False):
         return
     setattr(model, _RECORDED, True)
@@ -79,7 +80,7 @@ def record_forwards(model: DistributedDataParallel, own_backward: bool = False) 
     def after(module: DistributedDataParallel, args: Any, output: Any) -> None:
         if torch.is_grad_enabled() and module.require_backward_grad_sync:
             REDUCED.add(module)  # a training forward with sync on: its backward reduces
-            if own_backward:
+            if _backwards_recorded:
                 _pending_until_its_gradients_flow(output)
         if begun:
             collective_record.end(begun.pop())
@@ -132,7 +133,7 @@ def record_the_scripts_models() -> None:
         start(self, *args, **kwargs)
         if _building_for_the_runtime or not _on_every_rank(self):
             return
-        record_forwards(self, own_backward=True)
+        record_forwards(self)
         _record_backwards()
 
     DistributedDataParallel.__init__ = __init__  # type: ignore[method-assign]
@@ -145,9 +146,16 @@ def _on_every_rank(model: DistributedDataParallel) -> bool:
     return group is None or group is dist.group.WORLD
 
 
+#: Whether ``torch.autograd.backward`` is recorded (`_record_backwards`): until then no forward
+#: tracks its pending reduction, and the runtime's step costs what it did.
+_backwards_recorded = False
+
+
 def _record_backwards() -> None:
     """Record ``torch.autograd.backward`` (``loss.backward()`` calls it) as DDP's gradient
     all-reduce when a DDP forward readied one: the same record as `Accelerator.backward`'s."""
+    global _backwards_recorded
+    _backwards_recorded = True
     backward = torch.autograd.backward
     if getattr(backward, "__accelify_operation__", None):
         return
