@@ -268,12 +268,14 @@ def _forget_in_a_forked_child() -> None:
     collective, a backward, an exception or the end of the script in the child wrote the
     rank's record (the watcher then saw the rank in the child's collective, or crashed, or
     leaving), and a fatal signal there wrote the rank's stack file. The child records nothing,
-    and starts no record of its own under the rank's number."""
+    and starts no record of its own under the rank's number. (A process that kept no record,
+    such as the launcher, forks children that may start their own.)"""
     global _recorder, _stack_file, _forked, _enabled_the_fatal_dump
-    _forked = True
     recorder, _recorder = _recorder, None
-    if recorder is not None:
-        recorder.forget_in_the_child()
+    if recorder is None:
+        return
+    _forked = True
+    recorder.forget_in_the_child()
     if _stack_file is not None:
         faulthandler.unregister(STACK_SIGNAL)
         if _enabled_the_fatal_dump:
