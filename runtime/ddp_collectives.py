@@ -66,9 +66,9 @@ def record_forwards(model: DistributedDataParallel) -> None:
 
     def before(module: DistributedDataParallel, args: Any) -> None:
         rebuilds = (
-            module in REDUCED
+            not module._has_rebuilt_buckets  # first: true of every step after the first few
+            and module in REDUCED
             and torch.is_grad_enabled()
-            and not module._has_rebuilt_buckets
             and (module.static_graph or not module.find_unused_parameters)
         )
         begun.append(
@@ -79,7 +79,8 @@ def record_forwards(model: DistributedDataParallel) -> None:
 
     def after(module: DistributedDataParallel, args: Any, output: Any) -> None:
         if torch.is_grad_enabled() and module.require_backward_grad_sync:
-            REDUCED.add(module)  # a training forward with sync on: its backward reduces
+            if not module._has_rebuilt_buckets:  # else nothing asks any more
+                REDUCED.add(module)  # a training forward with sync on: its backward reduces
             if _backwards_recorded:
                 _pending_until_its_gradients_flow(output)
         if begun:
