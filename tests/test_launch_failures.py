@@ -77,9 +77,10 @@ def test_a_backward_counts_as_a_collective_only_when_it_reduces(tmp_path, monkey
 
 
 def test_a_script_that_takes_the_stack_signal_is_never_sent_it(tmp_path, monkeypatch):
-    """The record starts before the script; a script that then handles SIGUSR2 itself (a
-    preemption handler that saves and requeues) must not get the launcher's asks for stacks:
-    the stack file goes, and the watcher asks only ranks that have one."""
+    """The record starts before the script; a script that then handles the stack signal itself
+    (SIGUSR2 where there are no real-time signals: a preemption handler that saves and requeues)
+    must not get the launcher's asks for stacks: the stack file goes, and the watcher asks only
+    ranks that have one."""
     stack = (tmp_path / "0.stack").open("w")
     monkeypatch.setattr(collective_record, "_stack_file", stack)
     collective_record._leave_the_stack_signal_to_the_script()  # default: the signal stays ours
