@@ -814,6 +814,20 @@ def test_an_accelerator_backward_through_the_scripts_own_ddp_model_is_one_pass()
 
 
 @pytest.mark.distributed
+def test_a_prepared_models_loss_backward_beside_the_scripts_own_ddp_model_is_recorded():
+    result = launched("mixed_ddp_loss_backward.py", "--hang-timeout", "120")
+    assert result.returncode == 1, result.stderr
+    assert "mismatched collectives" in result.stderr
+    assert (
+        "rank 0 waits in backward (DDP reduces gradients there) at mixed_ddp_loss_backward.py:20 "
+        "(`loss.backward()`)"
+    ) in result.stderr
+    assert "rank 1 waits in wait_for_everyone at mixed_ddp_loss_backward.py:27" in result.stderr
+    assert "rank 1 left the training loop early" in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_a_second_ddp_models_backward_is_recorded_after_the_first_ones():
     """The first model's backward left the second's reduction pending: rank 0 waiting there is
     in a collective, not busy, and the mismatch is said in seconds, not after the timeout."""
