@@ -9,7 +9,8 @@ microseconds per collective, no system call), and `accelify.runtime.launch.watch
 ranks' records: two ranks in different collectives, a rank waiting while its peer leaves, a rank
 waiting past ``--hang-timeout`` while a peer is busy elsewhere. For the last, each rank lets the
 launcher ask for its Python stack (`faulthandler` on `STACK_SIGNAL`), into a file beside the
-record.
+record. A process the rank forks (a DataLoader worker, a multiprocessing child) keeps no record:
+what it does is not the rank's, and the rank's record is its own pid's alone.
 
 Only the outermost collective is recorded (a ``gather_for_metrics`` that gathers is one
 ``gather``), and only what is a collective on every rank that calls it: a backward counts when
@@ -41,7 +42,14 @@ from accelify.runtime.environment import FAILURE_DIR
 
 #: What the rank is doing, as the launcher sees it.
 RUNNING, IN_COLLECTIVE, LEAVING, CRASHED = 0, 1, 2, 3
-STACK_SIGNAL = signal.SIGUSR2
+#: The signal on which a rank dumps its Python stack for the launcher: a real-time signal, which
+#: no scheduler, trainer or library we know sends or handles. SIGUSR1 and SIGUSR2 are the
+#: preemption signals of Lightning, submitit and Slurm's ``--signal``: a script that handled one
+#: once its training had started replaced faulthandler's dump, and the launcher's ask for a stack
+#: ran the script's handler (a checkpoint and a requeue) instead. Without real-time signals
+#: (macOS) SIGUSR2, and a script that takes it before its group starts is never asked
+#: (`_leave_the_stack_signal_to_the_script`).
+STACK_SIGNAL: int = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
 
 # generation (odd while a write is under way), pid, state, exit code (while leaving), collective
 # sequence number, backward passes, time the state began, main thread id, operation, where
@@ -131,7 +139,14 @@ class _Recorder:
         self.where = b""
         self.state = RUNNING
         self.exit_code = 0
+        self.in_backward = False
         self._write(RUNNING)
+
+    def forget_in_the_child(self) -> None:
+        """In a child forked by the rank: what this object still writes (a collective the
+        child was forked inside) goes to memory of its own, never to the rank's file."""
+        self._map = mmap.mmap(-1, _LAYOUT.size)
+        self._file.close()
 
     def _write(self, state: int) -> None:
         self.state = state
@@ -209,14 +224,18 @@ class _Recorder:
 
 _recorder: _Recorder | None = None
 _stack_file: IO[str] | None = None
+#: Whether this process enabled faulthandler's dump on fatal signals (not the user).
+_enabled_the_fatal_dump = False
+#: A process forked by the rank: it records nothing (`_forget_in_a_forked_child`).
+_forked = False
 
 
 def install(rank: int) -> None:
     """Start this rank's record (under `accelify launch`: from the rank's entry, before the
     script, else when the runtime starts the process group). Called again as the group starts."""
-    global _recorder, _stack_file
+    global _recorder, _stack_file, _enabled_the_fatal_dump
     root = os.environ.get(FAILURE_DIR)
-    if not root:
+    if not root or _forked:
         return
     if _recorder is not None:
         _leave_the_stack_signal_to_the_script()
@@ -239,8 +258,33 @@ def install(rank: int) -> None:
                 # a rank killed by SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL leaves its stack
                 # here, so that the launcher can say on which line it died
                 faulthandler.enable(file=_stack_file, all_threads=True)
+                _enabled_the_fatal_dump = True
         except (OSError, RuntimeError, ValueError):
             _stack_file = None
+
+
+def _forget_in_a_forked_child() -> None:
+    """A process forked by the rank inherits its record, mapped shared, and its stack file: a
+    collective, a backward, an exception or the end of the script in the child wrote the
+    rank's record (the watcher then saw the rank in the child's collective, or crashed, or
+    leaving), and a fatal signal there wrote the rank's stack file. The child records nothing,
+    and starts no record of its own under the rank's number. (A process that kept no record,
+    such as the launcher, forks children that may start their own.)"""
+    global _recorder, _stack_file, _forked, _enabled_the_fatal_dump
+    recorder, _recorder = _recorder, None
+    if recorder is None:
+        return
+    _forked = True
+    recorder.forget_in_the_child()
+    if _stack_file is not None:
+        faulthandler.unregister(STACK_SIGNAL)
+        if _enabled_the_fatal_dump:
+            faulthandler.disable()
+            _enabled_the_fatal_dump = False
+        _stack_file = None
+
+
+os.register_at_fork(after_in_child=_forget_in_a_forked_child)
 
 
 def _leave_the_stack_signal_to_the_script() -> None:
@@ -382,14 +426,37 @@ _BACKWARD = b"backward"
 
 
 def backward_pass(reduces: Callable[[], bool]) -> contextlib.AbstractContextManager[None]:
-    """One backward pass; a collective when ``reduces()`` (asked only when recording)."""
+    """One backward pass; a collective when ``reduces()`` (asked only when recording). A pass
+    inside a pass is the same pass (`Accelerator.backward` calls ``loss.backward()``, which
+    `ddp_collectives` records for the script's own DDP models): counted once, a collective when
+    either reduces (the script's model reduces while the Accelerator's accumulates)."""
     recorder = _recorder
     if recorder is None:
         return contextlib.nullcontext()
+    if recorder.in_backward:
+        return _Recorded(recorder, _BACKWARD) if reduces() else contextlib.nullcontext()
     recorder.passes += 1
-    if not reduces():
-        return contextlib.nullcontext()
-    return _Recorded(recorder, _BACKWARD)
+    return _Pass(recorder, reduces())
+
+
+class _Pass:
+    """The outermost backward pass, a collective when it reduces."""
+
+    __slots__ = ("_recorder", "_reduces")
+
+    def __init__(self, recorder: _Recorder, reduces: bool) -> None:
+        self._recorder = recorder
+        self._reduces = reduces
+
+    def __enter__(self) -> None:
+        self._recorder.in_backward = True
+        if self._reduces:
+            self._recorder.enter(_BACKWARD)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._reduces:
+            self._recorder.leave()
+        self._recorder.in_backward = False
 
 
 def recording() -> bool:

@@ -5,12 +5,13 @@ the gradients.
 A rank that waits in one of them waits inside ``model(x)`` or ``loss.backward()``, in torch's
 C++; the launcher can only name the wait if the record says so. The runtime's own DDP models
 record their backward in `Accelerator.backward`; a model the script wraps itself
-(``DistributedDataParallel(model)`` after ``init_process_group``, no Accelerator) is recorded
-here, with the same words: its forwards as the runtime's are, its backward through
-``torch.autograd.backward`` (which ``Tensor.backward`` calls), so that a peer that skipped a step,
-left its loop or sleeps while this rank waits in ``loss.backward()`` is named with its line.
-Nothing is wrapped until a script builds a DDP model of its own: the runtime's step costs what it
-did.
+(``DistributedDataParallel(model)`` after ``init_process_group``, with or without an
+Accelerator) is recorded here, with the same words: its forwards as the runtime's are, its
+backward through ``torch.autograd.backward`` (which ``Tensor.backward`` calls), so that a peer
+that skipped a step, left its loop or sleeps while this rank waits in ``loss.backward()`` is
+named with its line. Inside `Accelerator.backward` that is the same backward pass, counted once
+(`collective_record.backward_pass`). Nothing is wrapped until a script builds a DDP model of its
+own: the runtime's step costs what it did.
 """
 
 from __future__ import annotations
@@ -24,16 +25,29 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+from torch.nn.parallel.distributed import _find_tensors
 
 from accelify.runtime import collective_record
 
 #: DDP wrappers whose reducer has readied a backward that reduces: their next training forward
 #: rebuilds the buckets (until `_has_rebuilt_buckets`).
 REDUCED: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
-#: DDP wrappers whose last forward readied a backward that reduces, and whose backward has not
-#: run since (the script's own models: their backward is recorded in `_recorded_backward`).
-READIED: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 _RECORDED = "_accelify_recorded"
+
+
+class _Pending:
+    """A reduction a DDP training forward readied: pending until the gradient of one of that
+    forward's outputs is computed (the backward that reduces it has begun). Only the hooks on
+    those outputs hold it, so it also goes when the outputs' graph is freed without a backward
+    (a forward whose loss was dropped)."""
+
+    __slots__ = ("__weakref__",)
+
+
+#: The reductions pending: a backward is a collective while one is (`_record_backwards`). A
+#: backward through one model leaves another's pending (a GAN's two losses, two models each
+#: with its own ``backward()``).
+PENDING: weakref.WeakSet[_Pending] = weakref.WeakSet()
 
 
 def record_forwards(model: DistributedDataParallel) -> None:
@@ -42,7 +56,9 @@ def record_forwards(model: DistributedDataParallel) -> None:
     buckets: the first training forward after the first backward that reduced (the third under
     an accumulation of 2). A rank stuck there waits for a peer that went elsewhere, and the
     record says so; a forward that does not communicate is not recorded, or a slow one would
-    look like a rank waiting. Once per model."""
+    look like a rank waiting. Once per model. Once ``loss.backward()`` is recorded here (the
+    script built a DDP model of its own), every training forward leaves its reduction pending:
+    the runtime's models too, whose backward a script may also run with ``loss.backward()``."""
     if getattr(model, _RECORDED, False):
         return
     setattr(model, _RECORDED, True)
@@ -50,9 +66,9 @@ def record_forwards(model: DistributedDataParallel) -> None:
 
     def before(module: DistributedDataParallel, args: Any) -> None:
         rebuilds = (
-            module in REDUCED
+            not module._has_rebuilt_buckets  # first: true of every step after the first few
+            and module in REDUCED
             and torch.is_grad_enabled()
-            and not module._has_rebuilt_buckets
             and (module.static_graph or not module.find_unused_parameters)
         )
         begun.append(
@@ -63,13 +79,30 @@ def record_forwards(model: DistributedDataParallel) -> None:
 
     def after(module: DistributedDataParallel, args: Any, output: Any) -> None:
         if torch.is_grad_enabled() and module.require_backward_grad_sync:
-            REDUCED.add(module)  # a training forward with sync on: its backward reduces
-            READIED.add(module)
+            if not module._has_rebuilt_buckets:  # else nothing asks any more
+                REDUCED.add(module)  # a training forward with sync on: its backward reduces
+            if _backwards_recorded:
+                _pending_until_its_gradients_flow(output)
         if begun:
             collective_record.end(begun.pop())
 
     model.register_forward_pre_hook(before)
     model.register_forward_hook(after, always_call=True)
+
+
+def _pending_until_its_gradients_flow(output: Any) -> None:
+    """The outputs DDP readies its reducer with (`_find_tensors`, as its forward does)."""
+    tensors = [tensor for tensor in _find_tensors(output) if tensor.requires_grad]
+    if not tensors:
+        return
+    pending = _Pending()
+    PENDING.add(pending)
+
+    def reduction_begins(grad: torch.Tensor, pending: _Pending = pending) -> None:
+        PENDING.discard(pending)
+
+    for tensor in tensors:
+        tensor.register_hook(reduction_begins)
 
 
 _building_for_the_runtime = False
@@ -114,9 +147,16 @@ def _on_every_rank(model: DistributedDataParallel) -> bool:
     return group is None or group is dist.group.WORLD
 
 
+#: Whether ``torch.autograd.backward`` is recorded (`_record_backwards`): until then no forward
+#: tracks its pending reduction, and the runtime's step costs what it did.
+_backwards_recorded = False
+
+
 def _record_backwards() -> None:
     """Record ``torch.autograd.backward`` (``loss.backward()`` calls it) as DDP's gradient
     all-reduce when a DDP forward readied one: the same record as `Accelerator.backward`'s."""
+    global _backwards_recorded
+    _backwards_recorded = True
     backward = torch.autograd.backward
     if getattr(backward, "__accelify_operation__", None):
         return
@@ -124,14 +164,11 @@ def _record_backwards() -> None:
     @functools.wraps(backward)
     def recorded_backward(*args: Any, **kwargs: Any) -> Any:
         with collective_record.backward_pass(_reduces):
-            try:
-                return backward(*args, **kwargs)
-            finally:
-                READIED.clear()
+            return backward(*args, **kwargs)
 
     recorded_backward.__accelify_operation__ = "backward"  # type: ignore[attr-defined]
     torch.autograd.backward = recorded_backward  # type: ignore[assignment]
 
 
 def _reduces() -> bool:
-    return bool(READIED)
+    return bool(PENDING)

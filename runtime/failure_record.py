@@ -111,7 +111,9 @@ def install(rank: int, on_exception: Callable[[], None], entry: CodeType | None 
 
     Installed once per process (by the rank's entry, then by the runtime's process group): a
     second call only adds its `on_exception`. ``entry``: the code that runs the script, whose
-    frames and those of its callers are cut from the traceback."""
+    frames and those of its callers are cut from the traceback. A process the rank forks (a
+    multiprocessing child, ``os.fork``) inherits the hooks: its exceptions are its own, printed
+    as Python prints them, never recorded as the rank's."""
     if on_exception not in _ON_EXCEPTION:
         _ON_EXCEPTION.append(on_exception)
     if entry is not None:
@@ -120,10 +122,14 @@ def install(rank: int, on_exception: Callable[[], None], entry: CodeType | None 
         return
     previous: ExceptHook = sys.excepthook
     directory = os.environ.get(FAILURE_DIR)
+    rank_pid = os.getpid()
 
     def hook(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
         tb = _below_entry(tb)
         error.__traceback__ = tb
+        if os.getpid() != rank_pid:
+            previous(kind, error, tb)
+            return
         for callback in _ON_EXCEPTION:
             callback()
         if directory and issubclass(kind, KeyboardInterrupt):
@@ -150,11 +156,13 @@ def _record_exit_handler_errors(directory: Path, rank: int) -> None:
     lost, once, and a peer left waiting at exit learns why. Recorded apart from the script's
     own exception (`exit_handler_errors`), printed by the launcher as a script's is."""
     previous = sys.unraisablehook
+    rank_pid = os.getpid()
 
     def hook(unraisable: Any) -> None:
         error = unraisable.exc_value
         if (
-            error is not None
+            os.getpid() == rank_pid
+            and error is not None
             and (unraisable.err_msg or "").startswith(ATEXIT_ERROR)
             and not isinstance(error, KeyboardInterrupt)
         ):

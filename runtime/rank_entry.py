@@ -8,7 +8,11 @@ does, and the launcher could only report its ranks' exit codes: not which rank r
 its line, nor a hang. Starting every rank here, the way ``torchrun -m`` runs a module, gives every
 script the same report. The script sees what ``python SCRIPT`` gives it: ``sys.argv``, a fresh
 ``__main__`` module that stays for the life of the process, ``__file__``, ``sys.path[0]`` (its own
-folder, unless ``PYTHONSAFEPATH`` is set), its exit code and signals. The collective record starts
+folder, unless ``PYTHONSAFEPATH`` is set), its exit code, its signals (the launcher asks for a
+stack on a real-time signal that no script or scheduler uses: `collective_record.STACK_SIGNAL`)
+and its streams as Python made them: under ``PYTHONUNBUFFERED=1`` ``print`` writes what it prints
+in one write, so that lines the ranks print at once do not run together, and nothing is held
+back (`accelify.runtime.rank_output`). The collective record starts
 here too, before the script's first line, and follows the DDP models the script builds itself
 (`accelify.runtime.ddp_collectives`). Tracebacks start at the script's first line: the frames of
 this module are cut before they are recorded or printed (`failure_record.install`). torch is not
@@ -34,7 +38,7 @@ from accelify.runtime import collective_record, failure_record, rank_output
 def main(arguments: Sequence[str]) -> None:
     """``SCRIPT ARGS...`` or ``-m MODULE ARGS...``, as torchrun passes them."""
     rank = int(os.environ.get("RANK", "0"))
-    rank_output.write_whole_lines()  # the ranks' lines, printed at once, do not run together
+    rank_output.write_whole_lines()  # lines the ranks print at once do not run together
     failure_record.install(rank, on_exception=collective_record.crashed, entry=_run.__code__)
     # From the start, not from the process group's: a rank that loops or sleeps before it
     # starts its group keeps its peers waiting in the rendezvous, and its place is asked of it.

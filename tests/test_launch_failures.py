@@ -77,9 +77,10 @@ def test_a_backward_counts_as_a_collective_only_when_it_reduces(tmp_path, monkey
 
 
 def test_a_script_that_takes_the_stack_signal_is_never_sent_it(tmp_path, monkeypatch):
-    """The record starts before the script; a script that then handles SIGUSR2 itself (a
-    preemption handler that saves and requeues) must not get the launcher's asks for stacks:
-    the stack file goes, and the watcher asks only ranks that have one."""
+    """The record starts before the script; a script that then handles the stack signal itself
+    (SIGUSR2 where there are no real-time signals: a preemption handler that saves and requeues)
+    must not get the launcher's asks for stacks: the stack file goes, and the watcher asks only
+    ranks that have one."""
     stack = (tmp_path / "0.stack").open("w")
     monkeypatch.setattr(collective_record, "_stack_file", stack)
     collective_record._leave_the_stack_signal_to_the_script()  # default: the signal stays ours
@@ -92,6 +93,68 @@ def test_a_script_that_takes_the_stack_signal_is_never_sent_it(tmp_path, monkeyp
         stack.close()
     assert not (tmp_path / "0.stack").exists()
     assert collective_record._stack_file is None
+
+
+def test_a_backward_inside_a_recorded_backward_is_the_same_pass(tmp_path, monkeypatch):
+    """`accelerator.backward` calls ``loss.backward()``, which a script's own DDP model (built
+    beside the Accelerator's) records too: one pass, counted once, and one collective when
+    either reduces (the script's model reduces under the Accelerator's accumulation)."""
+    recorder = collective_record._Recorder(tmp_path, 0, skip=())
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+    # the inner pass starts inside the outer one, as `with` nested in it
+    with (
+        collective_record.backward_pass(lambda: False),
+        collective_record.backward_pass(lambda: True),
+    ):
+        inside = collective_record.read(tmp_path, 0)
+    assert (inside.state, inside.passes, inside.sequence) == (IN_COLLECTIVE, 1, 1)
+    # the inner pass starts inside the outer one, as `with` nested in it
+    with (
+        collective_record.backward_pass(lambda: True),
+        collective_record.backward_pass(lambda: True),
+    ):
+        inside = collective_record.read(tmp_path, 0)
+    assert (inside.state, inside.passes, inside.sequence) == (IN_COLLECTIVE, 2, 2)
+    assert collective_record.read(tmp_path, 0).state == RUNNING
+
+
+def test_a_forked_child_never_writes_its_ranks_record(tmp_path, monkeypatch):
+    """A DataLoader worker or a multiprocessing child forked by the rank inherits its record: a
+    collective, a backward, an exception or the end of the script there is the child's, and
+    the rank's record (read by the watcher) must not say it."""
+    recorder = collective_record._Recorder(tmp_path, 0, skip=())
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            with collective_record.during("all_reduce"):
+                collective_record.crashed()
+            collective_record.leaving(3)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    after = collective_record.read(tmp_path, 0)
+    assert (after.pid, after.state, after.sequence) == (os.getpid(), RUNNING, 0)
+    with collective_record.during("gather"):  # the rank's own record goes on
+        assert collective_record.read(tmp_path, 0).operation == "gather"
+
+
+def test_a_forked_childs_exception_is_not_recorded_as_its_ranks(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELIFY_FAILURE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    for name in ("_HOOK", "_ON_EXCEPTION", "_ENTRY"):
+        monkeypatch.setattr(failure_record, name, [])
+    failure_record.install(0, on_exception=lambda: None)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            error = ValueError("raised in a forked child")
+            sys.excepthook(ValueError, error, None)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    assert not list(tmp_path.rglob("*.json"))
 
 
 # --- the watcher --------------------------------------------------------------------------------
@@ -279,20 +342,20 @@ def test_a_rank_that_raised_first_gives_its_exception_exit_code_though_the_agent
     assert "rank 0 failed first" in text
 
 
-def test_ranks_that_all_exit_before_the_runtime_starts_are_named_together(tmp_path):
+def test_ranks_that_all_exit_before_any_collective_are_named_together(tmp_path):
     """An exception at the top of the script, before Accelerator(): each rank printed its own
     traceback and none is a victim; naming one "while its peers were still running" was false."""
     text, code = outcome.failed_run({0: failure(1, 7.0), 1: failure(1, 7.0)}, tmp_path, 0)
     assert code == 1
     assert text == (
-        "accelify launch: ranks 0 and 1 each failed with exit code 1, before accelify's runtime "
-        "started (their tracebacks are above)"
+        "accelify launch: ranks 0 and 1 each failed with exit code 1, on their own before any "
+        "collective call (their tracebacks are above)"
     )
     text, code = outcome.failed_run(
         {0: failure(2, 7.0), 1: failure(-signal.SIGSEGV, 8.0)}, tmp_path, 0
     )
     assert code == 2
-    assert "rank 0 failed with exit code 2, rank 1 was killed by SIGSEGV, before" in text
+    assert "rank 0 failed with exit code 2, rank 1 was killed by SIGSEGV, on their own" in text
 
 
 def test_ranks_leaving_with_their_own_codes_before_any_collective_keep_them(tmp_path):
@@ -305,9 +368,11 @@ def test_ranks_leaving_with_their_own_codes_before_any_collective_keep_them(tmp_
     text, code = outcome.failed_run(failures, tmp_path, attempt=0)
     assert code == 6
     assert text.startswith(
-        "accelify launch: rank 0 failed with exit code 5, rank 1 failed with exit code 6, before"
+        "accelify launch: rank 0 failed with exit code 5, rank 1 failed with exit code 6, on "
+        "their own before any collective call"
     ), text
     assert "SIGTERM" not in text
+    assert "runtime" not in text  # its records began with the script: it had started
 
 
 def test_ranks_that_fail_on_their_own_are_not_called_victims(tmp_path):
@@ -721,6 +786,71 @@ def test_a_peer_waiting_for_a_rank_whose_atexit_handler_raised_is_told_why():
     assert result.stderr.count("Traceback") == 1, result.stderr
     assert result.stderr.count("OSError: disk full") == 2, result.stderr  # verdict, traceback
     assert "rank_entry" not in result.stderr and "site-packages" not in result.stderr
+
+
+@pytest.mark.distributed
+def test_unbuffered_output_through_a_pipe_reads_as_python_alone_gives_it(tmp_path):
+    """PYTHONUNBUFFERED=1: nothing is held back (a partial line comes before the stderr line
+    written after it) and nothing is lost when the rank is killed."""
+    script = FAILURES / "unbuffered_then_killed.py"
+    env = {"PYTHONUNBUFFERED": "1"}
+    alone = run_in_own_group([sys.executable, str(script)], cwd=tmp_path, timeout=60, env={
+        **os.environ, **env})  # fmt: skip
+    assert alone.stdout == "loading [a warning on stderr]\n done\nstep 1"
+    result = launch(script, processes=1, cwd=tmp_path, timeout=120, env=env)
+    assert result.stdout == alone.stdout, result.stderr
+
+
+@pytest.mark.distributed
+def test_an_accelerator_backward_through_the_scripts_own_ddp_model_is_one_pass():
+    result = launched("mixed_ddp_early_stop.py")
+    assert result.returncode == 1, result.stderr
+    assert "rank 1 waits in wait_for_everyone at mixed_ddp_early_stop.py:24" in result.stderr
+    assert (
+        "rank 1 left the training loop early: it stopped after 4 backward passes, the others "
+        "went on to 5"
+    ) in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_prepared_models_loss_backward_beside_the_scripts_own_ddp_model_is_recorded():
+    result = launched("mixed_ddp_loss_backward.py", "--hang-timeout", "120")
+    assert result.returncode == 1, result.stderr
+    assert "mismatched collectives" in result.stderr
+    assert (
+        "rank 0 waits in backward (DDP reduces gradients there) at mixed_ddp_loss_backward.py:20 "
+        "(`loss.backward()`)"
+    ) in result.stderr
+    assert "rank 1 waits in wait_for_everyone at mixed_ddp_loss_backward.py:27" in result.stderr
+    assert "rank 1 left the training loop early" in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_second_ddp_models_backward_is_recorded_after_the_first_ones():
+    """The first model's backward left the second's reduction pending: rank 0 waiting there is
+    in a collective, not busy, and the mismatch is said in seconds, not after the timeout."""
+    result = launched("raw_ddp_two_models_break.py", "--hang-timeout", "120")
+    assert result.returncode == 1, result.stderr
+    assert "mismatched collectives" in result.stderr
+    assert (
+        "rank 0 waits in backward (DDP reduces gradients there) at raw_ddp_two_models_break.py:18 "
+        "(`second_loss.backward()`)"
+    ) in result.stderr
+    assert "rank 1 waits in barrier at raw_ddp_two_models_break.py:19" in result.stderr
+    assert "rank 1 left the training loop early" in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_script_handling_sigusr2_itself_keeps_it_and_its_stack_is_still_shown():
+    result = launched("sleeper_with_preemption_handler.py", "--hang-timeout", "3")
+    assert result.returncode == 1, result.stderr
+    assert "rank 1 has not reached a collective" in result.stderr
+    assert "it is at sleeper_with_preemption_handler.py:22 (`time.sleep(600)" in result.stderr
+    assert "preempted" not in result.stderr  # the script's handler is not run by the launcher
+    assert_user_lines_only(result)
 
 
 # --- before any rank starts -------------------------------------------------------------------

@@ -235,22 +235,28 @@ def _crash_place(records: Path, attempt: int, rank: int, exitcode: int) -> str:
     return f" at {source_place(frames[-1][0], frames[-1][1])}" if frames else ""
 
 
+_BEFORE_ANY_COLLECTIVE = "on their own before any collective call"
+
+
 def _all_exited(exited: dict[int, int], first: int) -> tuple[str, int]:
     """Several ranks ended on their own (``exited``: rank -> the code each left with) before
-    any collective (an exception at the top of the script, before ``Accelerator()``, or a
-    ``sys.exit`` there): each printed its traceback, none is the others' victim, and which came
-    first (``first``) is known only as well as the records say. "Rank 0 failed, while its peers
-    were still running" said the peers were fine. A rank the agent stopped while it was still
-    leaving with its own code is said with that code, not the agent's SIGTERM."""
+    any collective call (an exception at the top of the script, or after ``Accelerator()`` but
+    before its first collective, or a ``sys.exit`` there): each printed its traceback, none is
+    the others' victim, and which came first (``first``) is known only as well as the records
+    say. "Rank 0 failed, while its peers were still running" said the peers were fine. The
+    words say only what the records show: no rank had made a collective call. ("Before
+    accelify's runtime started" was said too, false as soon as the ranks' records began, which
+    is with the script.) A rank the agent stopped while it was still leaving with its own code
+    is said with that code, not the agent's SIGTERM."""
     codes = set(exited.values())
     *most, last = sorted(exited)
     ranks = f"{', '.join(map(str, most))} and {last}"
     if len(codes) == 1:
         how = describe_exit(next(iter(codes)))
-        lines = [f"{PREFIX} ranks {ranks} each {how}, before accelify's runtime started"]
+        lines = [f"{PREFIX} ranks {ranks} each {how}, {_BEFORE_ANY_COLLECTIVE}"]
     else:
         each = ", ".join(f"rank {r} {describe_exit(code)}" for r, code in sorted(exited.items()))
-        lines = [f"{PREFIX} {each}, before accelify's runtime started"]
+        lines = [f"{PREFIX} {each}, {_BEFORE_ANY_COLLECTIVE}"]
     if any(code > 0 for code in exited.values()):
         lines[0] += " (their tracebacks are above)"
     return "\n".join(lines), _exit_code(exited[first])
