@@ -82,17 +82,29 @@ def _made_before_the_loops(ctx: Context, loops: list[Loop], done: set[int]) -> N
         done.add(id(factory))
         use, where = met[0]
         name = dotted(use) or ctx.code(use)
+        called = _called(ctx, factory, name)
         off = next((u for u in uses if _meets_at(ctx, u, loops) is None), None)
         if off is not None:
             ctx.plan.review(
                 ctx.line(factory),
-                f"{ctx.code(factory)}: {_meeting(ctx, name, where)}, on {ctx.a('device')}, "
+                f"{ctx.code(factory)}: {_meeting(ctx, called, where)}, on {ctx.a('device')}, "
                 f"and is also read at line {ctx.line(off)}, where the original had it on the "
                 f"CPU; left as it is: send it to the device where {_taker(ctx, where)} "
                 f"(send_to_device({name}, {ctx.a('device')}))",
             )
             continue
-        _place(ctx, factory, _meeting(ctx, name, where), drawn=True)
+        _place(ctx, factory, _meeting(ctx, called, where), drawn=True)
+
+
+def _called(ctx: Context, factory: cst.Call, used_as: str) -> str:
+    """How the message names the tensor: the name it is bound to, and the name it is read by
+    where it meets the device when that differs (``W (scale there)``: a parameter)."""
+    held = _carried(ctx, factory)
+    parent = ctx.model.parent(held)
+    bound = None
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        bound = dotted(parent.targets[0].target)
+    return used_as if bound in (None, used_as) else f"{bound} ({used_as} there)"
 
 
 def _taker(ctx: Context, where: cst.CSTNode) -> str:
