@@ -147,6 +147,22 @@ class FixedCountSchedulerPrepared(Rule):
             7,
             69,
         ),
+        Example(  # passes over the prepared loader until the optimizer steps reach the bound
+            _SCRIPT.replace(
+                "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+            ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+            + "step = 0\n"
+            + "while step < max_iters:\n"
+            + "    for xb, yb in loader:\n"
+            + "        accelerator.backward(model(xb, yb))\n"
+            + "        optimizer.step()\n"
+            + "        scheduler.step()\n"
+            + "        step += 1\n"
+            + "        if step >= max_iters:\n"
+            + "            break\n",
+            7,
+            77,
+        ),
     )
     good = (
         # left out of prepare: one step per call on every rank
@@ -175,6 +191,17 @@ class FixedCountSchedulerPrepared(Rule):
         + "    accelerator.backward(model(*next(batches)))\n"
         + "    optimizer.step()\n"
         + "    scheduler.step()\n",
+        # a while loop counting passes over the prepared loader (epochs): ACC408's business
+        _SCRIPT.replace(
+            "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+        ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+        + "epoch = 0\n"
+        + "while epoch < 10:\n"
+        + "    for xb, yb in loader:\n"
+        + "        accelerator.backward(model(xb, yb))\n"
+        + "        optimizer.step()\n"
+        + "        scheduler.step()\n"
+        + "    epoch += 1\n",
         # a while loop counting up to the prepared DataLoader's length
         _SCRIPT.replace(
             "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"

@@ -150,7 +150,9 @@ def fixed_count_loop(
             counted = _counted_while(facts, ancestor)
             return ancestor if counted and _trains(facts, ancestor) else None
         if isinstance(ancestor, cst.For):
-            return ancestor if _fixed_count(facts, ancestor) and _trains(facts, ancestor) else None
+            if _fixed_count(facts, ancestor) and _trains(facts, ancestor):
+                return ancestor
+            return _counting_while_around(facts, ancestor)
     function = facts.placement.enclosing_function(node)
     if function is None or depth == 0:
         return None
@@ -173,20 +175,38 @@ def _fixed_count(facts: Facts, loop: cst.For) -> bool:
     return not _shrinks_with_the_shard(facts, bound, depth=2)
 
 
-def _counted_while(facts: Facts, loop: cst.While) -> bool:
+def _counted_while(facts: Facts, loop: cst.While, counted_in: cst.CSTNode | None = None) -> bool:
     """``while step < max_steps:``, or ``while True:`` left by ``if step >= max_steps: break``
-    at its own level, where ``step`` is counted up in the loop and ``max_steps`` does not shrink
-    with the shard (as `_fixed_count`'s ``range(n)``): every rank runs all its iterations."""
-    if _counter_below_a_bound(facts, loop.test, loop, leaves_when_true=False):
+    at its own level, where ``step`` is counted up in ``counted_in`` (the loop itself unless
+    given) and ``max_steps`` does not shrink with the shard (as `_fixed_count`'s ``range(n)``):
+    every rank runs all its iterations."""
+    where = counted_in if counted_in is not None else loop
+    if _counter_below_a_bound(facts, loop.test, where, leaves_when_true=False):
         return True
     if not (isinstance(loop.test, cst.Name) and loop.test.value == "True"):
         return False
     return any(
         isinstance(statement, cst.If)
         and _breaks(statement)
-        and _counter_below_a_bound(facts, statement.test, loop, leaves_when_true=True)
+        and _counter_below_a_bound(facts, statement.test, where, leaves_when_true=True)
         for statement in loop.body.body
     )
+
+
+def _counting_while_around(facts: Facts, inner: cst.For) -> cst.While | None:
+    """``while step < max_steps: for batch in loader: ...; step += 1``: the loop over the
+    shard is not of a fixed count, but the while loop around it, counting optimizer steps in
+    it, is: every rank runs ``max_steps`` of them, however short its shard (the loader is
+    started again). None when the counter counts anything else (``epoch += 1`` after the
+    inner loop: an epoch loop, ACC408's business)."""
+    for ancestor in facts.model.ancestors(inner):
+        if isinstance(ancestor, (cst.FunctionDef, cst.For)):
+            return None
+        if isinstance(ancestor, cst.While):
+            counted = _counted_while(facts, ancestor, counted_in=inner)
+            trains = facts.flow.reaches(inner, _DEPTH, _calls_backward)
+            return ancestor if counted and trains else None
+    return None
 
 
 def _breaks(statement: cst.If) -> bool:
@@ -204,7 +224,7 @@ _STOPS = (cst.GreaterThan, cst.GreaterThanEqual)
 
 
 def _counter_below_a_bound(
-    facts: Facts, test: cst.BaseExpression, loop: cst.While, *, leaves_when_true: bool
+    facts: Facts, test: cst.BaseExpression, counted_in: cst.CSTNode, *, leaves_when_true: bool
 ) -> bool:
     """``step < n`` (or ``n > step``) that keeps the loop going, or ``step >= n`` (``n <= step``)
     that leaves it, with ``step`` counted up in ``loop`` and ``n`` not shrinking with the
@@ -224,14 +244,14 @@ def _counter_below_a_bound(
     name = dotted(counter)
     return (
         name is not None
-        and _counted_up(loop, name)
+        and _counted_up(counted_in, name)
         and not _shrinks_with_the_shard(facts, bound, depth=2)
     )
 
 
-def _counted_up(loop: cst.While, name: str) -> bool:
-    """``name += 1`` (or ``name = name + 1``) somewhere in the loop's body."""
-    for node in walk(loop.body):
+def _counted_up(loop: cst.CSTNode, name: str) -> bool:
+    """``name += 1`` (or ``name = name + 1``) somewhere in ``loop``."""
+    for node in walk(loop):
         if (
             isinstance(node, cst.AugAssign)
             and isinstance(node.operator, cst.AddAssign)
