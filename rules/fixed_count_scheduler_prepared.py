@@ -46,9 +46,10 @@ class FixedCountSchedulerPrepared(Rule):
     (``accelerator.register_for_checkpointing(scheduler)`` keeps it in ``save_state``), or
     create the Accelerator with ``step_scheduler_with_optimizer=False``. Not reported: a loop
     over a prepared DataLoader (or one that calls a helper looping over it: an epoch loop,
-    ACC408's), a ``range`` bounded by ``len()`` of a DataLoader or by ``num_processes``, a
-    ``while`` loop, a schedule sized with ``num_processes``, a ``step(epoch)``, an Accelerator
-    with ``split_batches=True`` or made elsewhere (its settings are not in the file)."""
+    ACC408's), a ``range`` (or a ``while step < n``) bounded by ``len()`` of a DataLoader or by
+    ``num_processes``, a ``while`` loop with no counter held to a bound, a schedule sized with
+    ``num_processes``, a ``step(epoch)``, an Accelerator with ``split_batches=True`` or made
+    elsewhere (its settings are not in the file)."""
 
     code = "ACC410"
     name = "fixed-count-scheduler-prepared"
@@ -122,6 +123,46 @@ class FixedCountSchedulerPrepared(Rule):
             7,
             69,
         ),
+        Example(  # nanoGPT's own loop: ``while True`` left when the counter reaches the bound
+            _SCRIPT
+            + "iter_num = 0\n"
+            + "while True:\n"
+            + "    accelerator.backward(model(*get_batch('train')))\n"
+            + "    optimizer.step()\n"
+            + "    scheduler.step()\n"
+            + "    iter_num += 1\n"
+            + "    if iter_num >= max_iters:\n"
+            + "        break\n",
+            7,
+            69,
+        ),
+        Example(  # a counter below a bound that does not shrink with the shard
+            _SCRIPT
+            + "step = 0\n"
+            + "while step < max_iters:\n"
+            + "    accelerator.backward(model(*get_batch('train')))\n"
+            + "    optimizer.step()\n"
+            + "    scheduler.step()\n"
+            + "    step = step + 1\n",
+            7,
+            69,
+        ),
+        Example(  # passes over the prepared loader until the optimizer steps reach the bound
+            _SCRIPT.replace(
+                "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+            ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+            + "step = 0\n"
+            + "while step < max_iters:\n"
+            + "    for xb, yb in loader:\n"
+            + "        accelerator.backward(model(xb, yb))\n"
+            + "        optimizer.step()\n"
+            + "        scheduler.step()\n"
+            + "        step += 1\n"
+            + "        if step >= max_iters:\n"
+            + "            break\n",
+            7,
+            77,
+        ),
     )
     good = (
         # left out of prepare: one step per call on every rank
@@ -150,6 +191,28 @@ class FixedCountSchedulerPrepared(Rule):
         + "    accelerator.backward(model(*next(batches)))\n"
         + "    optimizer.step()\n"
         + "    scheduler.step()\n",
+        # a while loop counting passes over the prepared loader (epochs): ACC408's business
+        _SCRIPT.replace(
+            "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+        ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+        + "epoch = 0\n"
+        + "while epoch < 10:\n"
+        + "    for xb, yb in loader:\n"
+        + "        accelerator.backward(model(xb, yb))\n"
+        + "        optimizer.step()\n"
+        + "        scheduler.step()\n"
+        + "    epoch += 1\n",
+        # a while loop counting up to the prepared DataLoader's length
+        _SCRIPT.replace(
+            "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+        ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+        + "batches = iter(loader)\n"
+        + "step = 0\n"
+        + "while step < len(loader):\n"
+        + "    accelerator.backward(model(*next(batches)))\n"
+        + "    optimizer.step()\n"
+        + "    scheduler.step()\n"
+        + "    step += 1\n",
         # the fixed count divided among the processes
         _SCRIPT
         + _LOOP.replace("range(max_iters)", "range(max_iters // accelerator.num_processes)"),
@@ -217,7 +280,10 @@ class FixedCountSchedulerPrepared(Rule):
 
 
 def _message(
-    rule: Rule, script: ScriptModel, argument: cst.Arg, fixed: list[tuple[cst.Call, cst.For]]
+    rule: Rule,
+    script: ScriptModel,
+    argument: cst.Arg,
+    fixed: list[tuple[cst.Call, cst.For | cst.While]],
 ) -> str:
     """Names the step's line and the loop's."""
     name = script.module.code_for_node(argument.value)

@@ -108,7 +108,7 @@ def sized_by_process_count(script: ScriptModel, name: str) -> bool:
     )
 
 
-def stepped_per_fixed_iteration(facts: Facts, step: cst.Call) -> cst.For | None:
+def stepped_per_fixed_iteration(facts: Facts, step: cst.Call) -> cst.For | cst.While | None:
     """The loop of a fixed count that runs ``step`` (a ``scheduler.step()`` handed nothing)
     once per iteration, or None. Every rank runs all its iterations (nanoGPT's ``for it in
     range(max_iters)``), so the schedule must step once per call, as an unprepared one does: the
@@ -124,7 +124,7 @@ def stepped_per_fixed_iteration(facts: Facts, step: cst.Call) -> cst.For | None:
 
 def per_fixed_iteration_steps(
     facts: Facts, steps: list[cst.Call]
-) -> list[tuple[cst.Call, cst.For]] | None:
+) -> list[tuple[cst.Call, cst.For | cst.While]] | None:
     """Each of one scheduler's ``steps`` with its fixed-count loop, when there is at least one
     and every one is `stepped_per_fixed_iteration`: the scheduler steps once per optimizer step
     of such a loop and nowhere else. None otherwise."""
@@ -134,9 +134,12 @@ def per_fixed_iteration_steps(
     return found  # type: ignore[return-value]
 
 
-def fixed_count_loop(facts: Facts, node: cst.CSTNode, depth: int = _DEPTH) -> cst.For | None:
-    """The ``for _ in range(n)`` that runs ``node`` once per iteration, beside the backward it
-    steps after, where ``n`` does not shrink with the shard; also around the call of the helper
+def fixed_count_loop(
+    facts: Facts, node: cst.CSTNode, depth: int = _DEPTH
+) -> cst.For | cst.While | None:
+    """The ``for _ in range(n)`` (or ``while step < n``, `_counted_while`) that runs ``node``
+    once per iteration, beside the backward it steps after, where ``n`` does not shrink with the
+    shard; also around the call of the helper
     that ``node`` is in (``self.train_step(batch)``). None for any other loop nearest to it.
     Every rank runs all ``n`` iterations (nanoGPT's ``for it in range(max_iters): xb, yb =
     get_batch()``): a scheduler stepped there must step once per call, so left unprepared."""
@@ -144,9 +147,12 @@ def fixed_count_loop(facts: Facts, node: cst.CSTNode, depth: int = _DEPTH) -> cs
         if isinstance(ancestor, cst.FunctionDef):
             break
         if isinstance(ancestor, cst.While):
-            return None
+            counted = _counted_while(facts, ancestor)
+            return ancestor if counted and _trains(facts, ancestor) else None
         if isinstance(ancestor, cst.For):
-            return ancestor if _fixed_count(facts, ancestor) and _trains(facts, ancestor) else None
+            if _fixed_count(facts, ancestor) and _trains(facts, ancestor):
+                return ancestor
+            return _counting_while_around(facts, ancestor)
     function = facts.placement.enclosing_function(node)
     if function is None or depth == 0:
         return None
@@ -167,6 +173,101 @@ def _fixed_count(facts: Facts, loop: cst.For) -> bool:
         return False
     bound = iterated.args[1 if len(iterated.args) > 1 else 0].value
     return not _shrinks_with_the_shard(facts, bound, depth=2)
+
+
+def _counted_while(facts: Facts, loop: cst.While, counted_in: cst.CSTNode | None = None) -> bool:
+    """``while step < max_steps:``, or ``while True:`` left by ``if step >= max_steps: break``
+    at its own level, where ``step`` is counted up in ``counted_in`` (the loop itself unless
+    given) and ``max_steps`` does not shrink with the shard (as `_fixed_count`'s ``range(n)``):
+    every rank runs all its iterations."""
+    where = counted_in if counted_in is not None else loop
+    if _counter_below_a_bound(facts, loop.test, where, leaves_when_true=False):
+        return True
+    if not (isinstance(loop.test, cst.Name) and loop.test.value == "True"):
+        return False
+    return any(
+        isinstance(statement, cst.If)
+        and _breaks(statement)
+        and _counter_below_a_bound(facts, statement.test, where, leaves_when_true=True)
+        for statement in loop.body.body
+    )
+
+
+def _counting_while_around(facts: Facts, inner: cst.For) -> cst.While | None:
+    """``while step < max_steps: for batch in loader: ...; step += 1``: the loop over the
+    shard is not of a fixed count, but the while loop around it, counting optimizer steps in
+    it, is: every rank runs ``max_steps`` of them, however short its shard (the loader is
+    started again). None when the counter counts anything else (``epoch += 1`` after the
+    inner loop: an epoch loop, ACC408's business)."""
+    for ancestor in facts.model.ancestors(inner):
+        if isinstance(ancestor, (cst.FunctionDef, cst.For)):
+            return None
+        if isinstance(ancestor, cst.While):
+            counted = _counted_while(facts, ancestor, counted_in=inner)
+            trains = facts.flow.reaches(inner, _DEPTH, _calls_backward)
+            return ancestor if counted and trains else None
+    return None
+
+
+def _breaks(statement: cst.If) -> bool:
+    """``if ...: break`` (the body is one ``break``), with no ``else``."""
+    body = statement.body.body if isinstance(statement.body, cst.IndentedBlock) else []
+    if statement.orelse is not None or len(body) != 1:
+        return False
+    line = body[0]
+    return isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.Break)
+
+
+#: The comparisons of a counter with its bound, by whether the loop goes on while it holds.
+_GOES_ON = (cst.LessThan, cst.LessThanEqual)
+_STOPS = (cst.GreaterThan, cst.GreaterThanEqual)
+
+
+def _counter_below_a_bound(
+    facts: Facts, test: cst.BaseExpression, counted_in: cst.CSTNode, *, leaves_when_true: bool
+) -> bool:
+    """``step < n`` (or ``n > step``) that keeps the loop going, or ``step >= n`` (``n <= step``)
+    that leaves it, with ``step`` counted up in ``loop`` and ``n`` not shrinking with the
+    shard."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    operator = test.comparisons[0].operator
+    left, right = test.left, test.comparisons[0].comparator
+    counter_left = _GOES_ON if not leaves_when_true else _STOPS
+    counter_right = _STOPS if not leaves_when_true else _GOES_ON
+    if isinstance(operator, counter_left):
+        counter, bound = left, right
+    elif isinstance(operator, counter_right):
+        counter, bound = right, left
+    else:
+        return False
+    name = dotted(counter)
+    return (
+        name is not None
+        and _counted_up(counted_in, name)
+        and not _shrinks_with_the_shard(facts, bound, depth=2)
+    )
+
+
+def _counted_up(loop: cst.CSTNode, name: str) -> bool:
+    """``name += 1`` (or ``name = name + 1``) somewhere in ``loop``."""
+    for node in walk(loop):
+        if (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.AddAssign)
+            and dotted(node.target) == name
+        ):
+            return True
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and dotted(node.targets[0].target) == name
+            and isinstance(node.value, cst.BinaryOperation)
+            and isinstance(node.value.operator, cst.Add)
+            and name in {dotted(node.value.left), dotted(node.value.right)}
+        ):
+            return True
+    return False
 
 
 def _shrinks_with_the_shard(facts: Facts, bound: cst.BaseExpression, depth: int) -> bool:
@@ -221,7 +322,7 @@ def _length_of_a_loader(facts: Facts, length: cst.Call) -> bool:
     )
 
 
-def _trains(facts: Facts, loop: cst.For) -> bool:
+def _trains(facts: Facts, loop: cst.For | cst.While) -> bool:
     """The loop runs a backward per iteration (inline or in a function of the file it calls)
     and no loop over a DataLoader runs inside it, here or in a function it calls
     (``train_one_epoch(loader)``: that makes it an epoch loop, ACC408's business)."""
@@ -230,7 +331,7 @@ def _trains(facts: Facts, loop: cst.For) -> bool:
     return facts.flow.reaches(loop, _DEPTH, _calls_backward)
 
 
-def _reads_a_loader_inside(facts: Facts, node: cst.CSTNode, loop: cst.For) -> bool:
+def _reads_a_loader_inside(facts: Facts, node: cst.CSTNode, loop: cst.For | cst.While) -> bool:
     return any(
         inner.node is not loop and facts.placement.inside(inner.node, node)
         for inner in facts.model.loops

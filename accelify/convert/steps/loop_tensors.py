@@ -21,8 +21,9 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.dataflow import is_attribute_name, is_binding, variables_in
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Loop
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import all_params, dotted, has_parameter, target_names, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.host_inputs import (
     SAME_DEVICE_METHODS,
@@ -39,9 +40,8 @@ def run(ctx: Context) -> None:
     if not cpu_only(ctx):
         return
     done: set[int] = set()
-    for loop in ctx.model.loops:
-        if not ctx.facts.flow.reads_loader(loop) or ctx.unprepared_loaders(loop):
-            continue
+    loops = _training_loops(ctx)
+    for loop in loops:
         on_device = _on_device_names(ctx, loop)
         for node in walk(loop.node.body):
             if not _is_factory(node) or id(node) in done:
@@ -49,34 +49,314 @@ def run(ctx: Context) -> None:
             if _meets_the_device(ctx, node, loop, on_device):
                 done.add(id(node))
                 _place(ctx, node, "the batches and the model it meets are there", drawn=False)
-        _bound_before_the_loop(ctx, loop, on_device, done)
+    if loops:
+        _made_before_the_loops(ctx, loops, done)
 
 
-def _bound_before_the_loop(ctx: Context, loop: Loop, on_device: set[str], done: set[int]) -> None:
-    """``netG(fixed_noise)`` in the loop, ``fixed_noise = torch.randn(64, nz)`` its one binding,
-    made before the loop: made on the device, when every read of the name takes it there."""
-    for node in walk(loop.node.body):
-        if not isinstance(node, cst.Call) or prepared_model_called(ctx, node) is None:
+def _training_loops(ctx: Context) -> list[Loop]:
+    """The loops that draw prepared batches: inside them the batches are on the device."""
+    return [
+        loop
+        for loop in ctx.model.loops
+        if ctx.facts.flow.reads_loader(loop) and not ctx.unprepared_loaders(loop)
+    ]
+
+
+def _made_before_the_loops(ctx: Context, loops: list[Loop], done: set[int]) -> None:
+    """A tensor made outside the training loops that meets the device in them: DCGAN's
+    ``fixed_noise`` handed to ``netG``, a ``mask`` or class ``weights`` multiplied with the
+    model's output or the loss, a ``weight=`` handed to ``nn.CrossEntropyLoss`` that is called
+    on the batches. Followed through the names, attributes, parameters and returns that carry
+    it; moved when every use meets the device, a review line when some use expects the CPU."""
+    for factory in walk(ctx.model.module):
+        if not _is_factory(factory) or id(factory) in done:
             continue
-        for argument in node.args:
-            name = dotted(argument.value)
-            factory = _one_factory_outside(ctx, name, node, loop) if name else None
-            if name is None or factory is None or id(factory) in done:
+        if any(ctx.facts.placement.inside(factory, loop.node) for loop in loops):
+            continue
+        uses = _uses_of_the_value(ctx, factory)
+        if uses is None:
+            continue
+        met = [(use, where) for use in uses if (where := _meets_at(ctx, use, loops)) is not None]
+        if not met:
+            continue
+        done.add(id(factory))
+        use, where = met[0]
+        name = dotted(use) or ctx.code(use)
+        called = _called(ctx, factory, name)
+        off = next((u for u in uses if _meets_at(ctx, u, loops) is None), None)
+        if off is not None:
+            ctx.plan.review(
+                ctx.line(factory),
+                f"{ctx.code(factory)}: {_meeting(ctx, called, where)}, on {ctx.a('device')}, "
+                f"and is also read at line {ctx.line(off)}, where the original had it on the "
+                f"CPU; left as it is: send it to the device where {_taker(ctx, where)} "
+                f"(send_to_device({name}, {ctx.a('device')}))",
+            )
+            continue
+        _place(ctx, factory, _meeting(ctx, called, where), drawn=True)
+
+
+def _called(ctx: Context, factory: cst.Call, used_as: str) -> str:
+    """How the message names the tensor: the name it is bound to, and the name it is read by
+    where it meets the device when that differs (``W (scale there)``: a parameter)."""
+    held = _carried(ctx, factory)
+    parent = ctx.model.parent(held)
+    bound = None
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        bound = dotted(parent.targets[0].target)
+    return used_as if bound in (None, used_as) else f"{bound} ({used_as} there)"
+
+
+def _taker(ctx: Context, where: cst.CSTNode) -> str:
+    """Who needs it on the device, for the advice: the prepared model, or the batches."""
+    model = isinstance(where, cst.Call) and prepared_model_called(ctx, where) is not None
+    return "the model takes it" if model else "it meets the batches"
+
+
+def _meeting(ctx: Context, name: str, where: cst.CSTNode) -> str:
+    """Why ``name`` must be on the device: the use at ``where``, in words."""
+    if isinstance(where, cst.Call) and prepared_model_called(ctx, where) is not None:
+        return f"{name} is an input of the prepared model at line {ctx.line(where)}"
+    return f"{name} meets the batches or the model's output at line {ctx.line(where)}"
+
+
+#: How far `_uses_of_the_value` follows one tensor through names, parameters and returns.
+_DEPTH = 6
+
+
+def _uses_of_the_value(ctx: Context, factory: cst.Call) -> list[cst.CSTNode] | None:
+    """Each read of the tensor ``factory`` makes, through the name or attribute it is bound to,
+    the parameters it is handed to and the returns that hand it back; None when where it goes
+    is not followed (an unpacking, a container, a name bound more than once)."""
+    uses: list[cst.CSTNode] = []
+    return uses if _follow_value(ctx, _carried(ctx, factory), uses, 0) else None
+
+
+def _carried(ctx: Context, node: cst.CSTNode) -> cst.CSTNode:
+    """``node`` through what keeps its device: same-device methods (``.float()``), a
+    comparison or arithmetic with constants (``torch.rand(d) > 0.2``, ``-x``)."""
+    child = node
+    for parent in ctx.model.ancestors(node):
+        if isinstance(parent, cst.Attribute) and parent.value is child:
+            if not isinstance(ctx.model.parent(parent), cst.Call):
+                return child
+            continue
+        if isinstance(parent, cst.Call) and isinstance(parent.func, cst.Attribute):
+            if parent.func.value is not child or parent.func.attr.value not in SAME_DEVICE_METHODS:
+                return child
+            child = parent
+            continue
+        if isinstance(parent, cst.ComparisonTarget):
+            continue
+        if isinstance(parent, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation)):
+            if any(
+                isinstance(n, cst.Call) and n is not node for n in _operands_beside(parent, child)
+            ):
+                return child
+            child = parent
+            continue
+        return child
+    return child
+
+
+def _operands_beside(operation: cst.CSTNode, child: cst.CSTNode) -> list[cst.CSTNode]:
+    """Every node of ``operation``'s other operands (not under ``child``)."""
+    inside = {id(n) for n in walk(child)}
+    return [n for n in walk(operation) if id(n) not in inside and n is not operation]
+
+
+def _follow_value(ctx: Context, value: cst.CSTNode, uses: list[cst.CSTNode], depth: int) -> bool:
+    """Adds to ``uses`` where ``value`` (an expression) is read; False when it is lost."""
+    if depth > _DEPTH:
+        return False
+    parent = ctx.model.parent(value)
+    if isinstance(parent, cst.Assign) and parent.value is value:
+        if len(parent.targets) != 1:
+            return False
+        name = dotted(parent.targets[0].target)
+        if name is None or len(assigned_values(ctx, name, parent)) != 1:
+            return False
+        return _follow_name(ctx, name, parent, uses, depth)
+    if isinstance(parent, cst.Return):
+        function = ctx.facts.placement.enclosing_function(parent)
+        if function is None:
+            return False
+        calls = [call for call, _ in ctx.facts.flow.calls_of(function)]
+        return bool(calls) and all(_follow_value(ctx, c, uses, depth + 1) for c in calls)
+    uses.append(value)
+    return True
+
+
+def _follow_name(
+    ctx: Context, name: str, binding: cst.CSTNode, uses: list[cst.CSTNode], depth: int
+) -> bool:
+    """Adds the reads of ``name``, bound at ``binding``, in the scope that binds it (the class
+    for ``self.x``); a read handed to a parameter of a function of this file is followed into
+    it, one assigned to another name is followed there."""
+    for read in _reads(ctx, name, binding):
+        parent = ctx.model.parent(read)
+        if isinstance(parent, cst.Arg) and parent.value is read and not parent.star:
+            parameter = _parameter_taking(ctx, parent)
+            if parameter is not None:
+                function, bound = parameter
+                if not _follow_name(ctx, bound, function, uses, depth + 1):
+                    return False
                 continue
-            done.add(id(factory))
-            elsewhere = _read_off_the_device(ctx, name, factory)
-            if elsewhere is not None:
-                ctx.plan.review(
-                    ctx.line(factory),
-                    f"{ctx.code(factory)}: {name} is an input of the prepared model at line "
-                    f"{ctx.line(node)}, on {ctx.a('device')}, and is also read at line "
-                    f"{ctx.line(elsewhere)}, where the original had it on the CPU; left as "
-                    f"it is: send it to the device where the model takes it "
-                    f"(send_to_device({name}, {ctx.a('device')}))",
-                )
-                continue
-            reason = f"{name} is an input of the prepared model at line {ctx.line(node)}"
-            _place(ctx, factory, reason, drawn=True)
+        if not _follow_value(ctx, read, uses, depth + 1):
+            return False
+    return True
+
+
+def _parameter_taking(ctx: Context, argument: cst.Arg) -> tuple[cst.FunctionDef, str] | None:
+    """The function of this file and its parameter that ``argument`` is passed for, when the
+    function never rebinds it."""
+    call = ctx.model.parent(argument)
+    target = ctx.facts.calls.callee(call) if isinstance(call, cst.Call) else None
+    if target is None:
+        return None
+    function, implicit = target
+    for parameter, passed in bound_arguments(function, call, implicit):
+        if passed is argument and has_parameter(function, parameter):
+            if any(is_binding(ctx.model, n) for n in _named(function.body, parameter)):
+                return None
+            return function, parameter
+    return None
+
+
+def _reads(ctx: Context, name: str, binding: cst.CSTNode) -> list[cst.CSTNode]:
+    """The reads of ``name`` where ``binding`` binds it: the class for ``self.x``, else the
+    function (or, for a global, the module less the functions that bind it themselves)."""
+    if name.startswith("self."):
+        scope: cst.CSTNode | None = ctx.facts.placement.class_of(binding)
+    elif isinstance(binding, cst.FunctionDef):
+        scope = binding
+    else:
+        scope = ctx.facts.placement.enclosing_function(binding) or ctx.model.module
+    if scope is None or ("." in name and not name.startswith("self.")):
+        return []
+    found = []
+    for node in _named(scope, name):
+        if (
+            isinstance(ctx.model.parent(node), cst.Param)
+            or is_binding(ctx.model, node)
+            or (isinstance(node, cst.Name) and is_attribute_name(ctx.model, node))
+        ):
+            continue
+        function = ctx.facts.placement.enclosing_function(node)
+        if scope is ctx.model.module and function is not None and _binds_itself(function, name):
+            continue
+        found.append(node)
+    return found
+
+
+def _named(scope: cst.CSTNode, name: str) -> list[cst.CSTNode]:
+    return [
+        n for n in walk(scope) if isinstance(n, (cst.Name, cst.Attribute)) and dotted(n) == name
+    ]
+
+
+def _binds_itself(function: cst.FunctionDef, name: str) -> bool:
+    """``function`` has its own ``name`` (a parameter or a local it assigns)."""
+    if has_parameter(function, name):
+        return True
+    return any(
+        isinstance(n, cst.AssignTarget) and name in target_names(n.target)
+        for n in walk(function.body)
+    )
+
+
+def _meets_at(ctx: Context, read: cst.CSTNode, loops: list[Loop]) -> cst.CSTNode | None:
+    """Where ``read`` meets the device: the prepared model it is handed to, the call, the
+    arithmetic or the index that takes it beside a batch or the model's output (``model(x) *
+    mask``, ``(crit(out, y) * weights[y]).mean()``) in a training loop or in a helper those
+    are handed to, or the ``nn`` module it is handed to (``nn.CrossEntropyLoss(weight=w)``)
+    when that is called on the batches."""
+    on_device = _device_names_at(ctx, read, loops)
+    child = read
+    for parent in ctx.model.ancestors(read):
+        if isinstance(parent, cst.Arg):
+            call = ctx.model.parent(parent)
+            if not isinstance(call, cst.Call):
+                return None
+            if on_device is not None and _call_meets_the_device(ctx, call, parent, on_device):
+                return call
+            return _module_called_on_the_device(ctx, call, loops)
+        if isinstance(parent, (cst.BinaryOperation, cst.Comparison)):
+            if on_device is not None and _reads_the_device(ctx, parent, on_device):
+                return parent
+        elif isinstance(parent, cst.Subscript) and parent.value is child:
+            if on_device is not None and any(
+                _reads_the_device(ctx, s, on_device) for s in parent.slice
+            ):
+                return parent  # ``weights[y]``: a CPU tensor indexed on the device
+        elif not _keeps(parent, child):
+            return None
+        child = parent
+    return None
+
+
+def _device_names_at(ctx: Context, node: cst.CSTNode, loops: list[Loop]) -> set[str] | None:
+    """The names on the device where ``node`` is: in a training loop, its batches and what is
+    computed from them; in a helper, the parameters every caller hands something on the device
+    from a training loop (``add_noise(x, self.scale)``: ``x``). None anywhere else."""
+    loop = _loop_around(ctx, node, loops)
+    if loop is not None:
+        return _on_device_names(ctx, loop)
+    function = ctx.facts.placement.enclosing_function(node)
+    if function is None:
+        return None
+    found: set[str] = set()
+    for parameter in all_params(function.params):
+        name = parameter.name.value
+        passed = ctx.facts.flow.call_site_arguments(name, node)
+        if passed and all(_on_device_in_a_loop(ctx, a.value, loops) for a in passed):
+            found.add(name)
+    for statement in walk(function.body):
+        if isinstance(statement, cst.Assign) and _reads_the_device(ctx, statement.value, found):
+            for target in statement.targets:
+                found |= target_names(target.target)
+    return found or None
+
+
+def _on_device_in_a_loop(ctx: Context, value: cst.BaseExpression, loops: list[Loop]) -> bool:
+    loop = _loop_around(ctx, value, loops)
+    return loop is not None and _reads_the_device(ctx, value, _on_device_names(ctx, loop))
+
+
+def _keeps(parent: cst.CSTNode, child: cst.CSTNode) -> bool:
+    """``parent`` carries ``child``'s tensor on: a method of it, its call, a sign, a comparison."""
+    if isinstance(parent, cst.Attribute):
+        return parent.value is child
+    if isinstance(parent, cst.Call):
+        return parent.func is child
+    return isinstance(parent, (cst.ComparisonTarget, cst.UnaryOperation))
+
+
+def _loop_around(ctx: Context, node: cst.CSTNode, loops: list[Loop]) -> Loop | None:
+    return next((lp for lp in loops if ctx.facts.placement.inside(node, lp.node)), None)
+
+
+def _module_called_on_the_device(
+    ctx: Context, made: cst.Call, loops: list[Loop]
+) -> cst.CSTNode | None:
+    """``crit(out, y)`` in a training loop for ``crit = nn.CrossEntropyLoss(weight=w)``: the
+    module keeps ``w`` as it was given, and the call meets the batches there."""
+    maker = dotted(made.func) or ""
+    parent = ctx.model.parent(made)
+    if not maker.startswith(("nn.", "torch.nn.")) or not isinstance(parent, cst.Assign):
+        return None
+    if len(parent.targets) != 1 or (name := dotted(parent.targets[0].target)) is None:
+        return None
+    for loop in loops:
+        on_device = _on_device_names(ctx, loop)
+        for node in walk(loop.node.body):
+            if (
+                isinstance(node, cst.Call)
+                and dotted(node.func) == name
+                and _call_meets_the_device(ctx, node, None, on_device)
+            ):
+                return node
+    return None
 
 
 def _place(ctx: Context, factory: cst.Call, reason: str, *, drawn: bool) -> None:
@@ -99,56 +379,6 @@ def _place(ctx: Context, factory: cst.Call, reason: str, *, drawn: bool) -> None
 def _takes_a_generator(factory: cst.Call) -> bool:
     """``torch.randn(n, d, generator=g)``: ``g`` draws on the device it was made for."""
     return any(a.keyword is not None and a.keyword.value == "generator" for a in factory.args)
-
-
-def _one_factory_outside(ctx: Context, name: str, at: cst.Call, loop: Loop) -> cst.Call | None:
-    """The factory call of ``name``'s only binding (``torch.randn(64, nz)``, also under
-    same-device methods: ``torch.randn(8, 4).float()``), when that binding is outside ``loop``."""
-    values = assigned_values(ctx, name, at)
-    if len(values) != 1 or not isinstance(values[0], cst.Call):
-        return None
-    value: cst.BaseExpression = values[0]
-    while (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in SAME_DEVICE_METHODS
-    ):
-        value = value.func.value
-    if not _is_factory(value) or ctx.facts.placement.inside(value, loop.node):
-        return None
-    return value  # type: ignore[return-value]
-
-
-def _read_off_the_device(ctx: Context, name: str, factory: cst.Call) -> cst.CSTNode | None:
-    """A read of ``name`` (in the function that binds it, or the class for ``self.x``) that is
-    not an input of a prepared model nor an argument beside something on the device in a
-    training loop: there the original's CPU tensor is expected. None when there is none."""
-    owner = ctx.facts.placement.class_of(factory) if name.startswith("self.") else None
-    scope = owner or ctx.model.scope_of(factory)
-    loops = [
-        loop
-        for loop in ctx.model.loops
-        if ctx.facts.flow.reads_loader(loop) and not ctx.unprepared_loaders(loop)
-    ]
-    for node in walk(scope):
-        if not isinstance(node, (cst.Name, cst.Attribute)) or dotted(node) != name:
-            continue
-        if (isinstance(node, cst.Name) and is_attribute_name(ctx.model, node)) or is_binding(
-            ctx.model, node
-        ):
-            continue
-        argument = ctx.model.parent(node)
-        call = ctx.model.parent(argument) if isinstance(argument, cst.Arg) else None
-        if not isinstance(call, cst.Call) or not isinstance(argument, cst.Arg):
-            return node
-        if prepared_model_called(ctx, call) is not None:
-            continue
-        around = next((lp for lp in loops if ctx.facts.placement.inside(call, lp.node)), None)
-        if around is None or not _call_meets_the_device(
-            ctx, call, argument, _on_device_names(ctx, around)
-        ):
-            return node
-    return None
 
 
 def _on_device_names(ctx: Context, loop: Loop) -> set[str]:

@@ -886,13 +886,15 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
             ctx.plan.prepared.extend(order)
 
 
-def _stepped_per_fixed_iteration(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.For]:
+def _stepped_per_fixed_iteration(
+    ctx: Context, chosen: dict[str, Kind]
+) -> dict[str, cst.For | cst.While]:
     """Schedulers every ``step()`` of which runs once per optimizer step in a loop of a fixed
     count (`per_fixed_iteration_steps`), by the loop: each rank runs all of it, so the schedule
     must step once per call, as an unprepared one does."""
     schedulers = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER}
     steps = ctx.facts.flow.scheduler_steps(schedulers)
-    found: dict[str, cst.For] = {}
+    found: dict[str, cst.For | cst.While] = {}
     for name in sorted(schedulers):
         own = [step.call for step in steps if step.scheduler == name]
         fixed = per_fixed_iteration_steps(ctx.facts, own)
