@@ -52,7 +52,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
         return Conversion(label, data, data, reviews=plan.reviews, skipped="nothing to convert")
     converted = module.visit(ApplyPlan(plan))
     for code in plan.imports:
-        converted = _add_import(converted, code)
+        converted = _add_import(converted, code, Path(label))
     converted = wrap_long_lines(converted, data)
     rendered = render(converted, data)
     _check_parses(rendered, label, data)
@@ -66,11 +66,12 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
     )
 
 
-def _add_import(module: cst.Module, code: str) -> cst.Module:
-    """After the last top-level import (or after the docstring and ``__future__`` imports)
-    above the first top-level statement that runs code using an imported name: a script that
+def _add_import(module: cst.Module, code: str, script: Path) -> cst.Module:
+    """Above the first top-level statement that runs code using an imported name: a script that
     imports again further down (``import torch.nn as nn`` after its prints) must not get the
-    import below the ``accelerator = Accelerator()`` that needs it."""
+    import below the ``accelerator = Accelerator()`` that needs it. Within the imports just
+    above that statement, where isort (ruff's ``I001``) puts it, so a converted file stays
+    clean under the import sorting its pre-commit runs."""
     body = list(module.body)
     imported = _imported_names(code)
     position = 0
@@ -79,14 +80,62 @@ def _add_import(module: cst.Module, code: str) -> cst.Module:
             isinstance(node, cst.Name) and node.value in imported for node in walk(line)
         ):
             break
-        if isinstance(line, cst.SimpleStatementLine) and any(
-            isinstance(small, (cst.Import, cst.ImportFrom)) for small in line.body
-        ):
+        if _is_import(line):
             position = index + 1
         elif index == 0 and is_docstring(line):
             position = 1
-    body.insert(position, statement(code))
+    added = statement(code)
+    start = position
+    while start > 0 and _is_import(body[start - 1]):
+        start -= 1
+    ours = _sort_key(added, script)
+    at = next((i for i in range(start, position) if _sort_key(body[i], script) > ours), position)
+    before = _sort_key(body[at - 1], script) if at > start else None
+    after = _sort_key(body[at], script) if at < position else None
+    if before is not None and before[0] < ours[0]:
+        if after is not None and after[0] == ours[0]:
+            # the blank line (and comment) that opens the section now opens it above ours
+            added = added.with_changes(leading_lines=body[at].leading_lines)
+            body[at] = body[at].with_changes(leading_lines=[])
+        else:
+            added = added.with_changes(leading_lines=[cst.EmptyLine()])
+    body.insert(at, added)
     return module.with_changes(body=body)
+
+
+def _is_import(line: cst.CSTNode) -> bool:
+    return isinstance(line, cst.SimpleStatementLine) and any(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in line.body
+    )
+
+
+#: isort's sections, in order
+_FUTURE, _STANDARD, _THIRD_PARTY, _FIRST_PARTY = range(4)
+
+
+def _sort_key(line: cst.CSTNode, script: Path) -> tuple[int, int, str]:
+    """Where isort's default profile puts an import line: its section (a module beside the
+    script, or a relative import, is the project's own), straight imports before ``from``
+    imports, then the module name without case."""
+    small = next(s for s in line.body if isinstance(s, (cst.Import, cst.ImportFrom)))  # type: ignore[attr-defined]
+    if isinstance(small, cst.ImportFrom):
+        if small.relative:
+            return (_FIRST_PARTY, 1, "")
+        name = (dotted(small.module) or "") if small.module is not None else ""
+        style = 1
+    else:
+        name = dotted(small.names[0].name) or ""
+        style = 0
+    top = name.partition(".")[0]
+    if top == "__future__":
+        section = _FUTURE
+    elif top in sys.stdlib_module_names:
+        section = _STANDARD
+    elif (script.parent / f"{top}.py").is_file() or (script.parent / top / "__init__.py").is_file():
+        section = _FIRST_PARTY
+    else:
+        section = _THIRD_PARTY
+    return (section, style, name.lower())
 
 
 def _imported_names(code: str) -> set[str]:

@@ -39,11 +39,21 @@ TARGET_MODULES = {
 
 
 def import_lines(target: str, used: list[str]) -> list[str]:
-    """``from accelify import Accelerator, set_seed``: one line per module, in first-use order."""
+    """``from accelify import Accelerator, set_seed``: one line per module, the modules and
+    names in isort's order (classes before functions), as ruff's ``I001`` checks them."""
     by_module: dict[str, list[str]] = {}
     for name in used:
         by_module.setdefault(TARGET_MODULES[target][name], []).append(name)
-    return [f"from {module} import {', '.join(names)}" for module, names in by_module.items()]
+    return [
+        f"from {module} import {', '.join(sorted(set(names), key=_isort_name))}"
+        for module, names in sorted(by_module.items())
+    ]
+
+
+def _isort_name(name: str) -> tuple[int, str]:
+    """isort's ``order-by-type``: CONSTANTS, then Classes, then functions, each without case."""
+    kind = 0 if name.isupper() and len(name) > 1 else 1 if name[:1].isupper() else 2
+    return (kind, name.lower())
 
 
 @dataclass
