@@ -4,7 +4,11 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.collectives import DDP
-from accelify.analysis.construction import prepared_in_construction, prepared_on_instance
+from accelify.analysis.construction import (
+    keeps_the_object,
+    prepared_in_construction,
+    prepared_on_instance,
+)
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, has_parameter
@@ -141,6 +145,15 @@ class WrapperAttribute(Rule):
             + "    sample = model.generate(512, prime)\n",
             7,
             14,
+        ),
+        Example(  # the same, the prepared model moved again: .to() hands the wrapper back
+            HEADER
+            + "model, optim = accelerator.prepare(model, optim)\n"
+            + "model = model.to(accelerator.device).train()\n"
+            + "accelerator.backward(model(batch, return_loss=True))\n"
+            + "sample = model.generate(512, prime)\n",
+            6,
+            10,
         ),
         Example(
             HEADER
@@ -648,6 +661,8 @@ def _prepared_model(
     for assign in script.index.assignments_to(name):
         if script.scope_of(assign) is not scope:
             continue
+        if keeps_the_object(assign, name):
+            continue  # ``model = model.to(device)``: the same wrapper
         if statement_of_prepare < script.order(assign) < here and not _is_the_prepare(assign, last):
             return False
     return True
