@@ -1,12 +1,22 @@
 from collections.abc import Iterator
 
-from accelify.analysis import side_effects
+import libcst as cst
+
+from accelify.analysis import names, side_effects
 from accelify.analysis.collectives import backends_in_view, named
 from accelify.analysis.facts import facts_of
+from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import ScriptModel
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 _HUB = "from huggingface_hub import HfApi, create_repo, upload_folder\n"
+#: A training script that logs to Weights & Biases itself (not through ``init_trackers``).
+_WANDB = (
+    "import torch\nimport wandb\n"
+    "model = torch.nn.Linear(2, 2)\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "model, optimizer = accelerator.prepare(model, optimizer)\n"
+)
 
 
 class UploadOnEveryRank(Rule):
@@ -15,7 +25,11 @@ class UploadOnEveryRank(Rule):
     push the same folder to one repo at once. The commits race (the Hub refuses all but one
     whose parent moved, so ranks crash at the end of a finished run) or land N times, and
     ``create_repo`` fails on every rank but the first. A Trainer's ``push_to_hub`` uploads from
-    the main process by itself and is not reported."""
+    the main process by itself and is not reported.
+
+    The same for a run on an experiment tracker: ``wandb.init(...)`` run by every rank of a
+    script that prepares (and does not start its trackers with ``accelerator.init_trackers``)
+    makes N runs of one experiment, each with one rank's values."""
 
     code = "ACC207"
     name = "upload-on-every-rank"
@@ -38,6 +52,14 @@ class UploadOnEveryRank(Rule):
             5,
         ),
         Example(HEADER + _HUB + "create_repo('me/run', private=True)\n", 4, 1),
+        # a run started on the tracker by every rank: N runs of one experiment
+        Example(HEADER + _WANDB + "wandb.init(project='p', config={'lr': 0.1})\n", 8, 1),
+        Example(
+            HEADER + _WANDB + "\n\ndef main():\n    run = wandb.init(project='p')\n"
+            "    run.log({'loss': 1.0})\n\n\nmain()\n",
+            11,
+            11,
+        ),
     )
     good = (
         # HF Trainer: save_model calls the class's own push_to_hub, which returns on all ranks
@@ -64,9 +86,64 @@ class UploadOnEveryRank(Rule):
         + "def finish(path):\n    upload_folder(repo_id='me/run', folder_path=path)\n\n\n"
         + "if accelerator.is_main_process:\n    finish('out')\n",
         HEADER + "trainer.push_to_hub()\n",
+        # the run started on the main process only, or by the Accelerator's trackers
+        HEADER
+        + _WANDB
+        + "if accelerator.is_main_process:\n    wandb.init(project='p')\n"
+        + "    wandb.log({'loss': 1.0})\n",
+        HEADER
+        + _WANDB
+        + "accelerator.init_trackers('p')\nrun = wandb.init(project='p', reinit=False)\n",
+        # the other ranks' runs disabled
+        HEADER
+        + _WANDB
+        + "wandb.init(project='p', mode='online' if accelerator.is_main_process else 'disabled')\n",
+        # a script that never prepares: one process
+        HEADER + "import wandb\nwandb.init(project='p')\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        yield from self._uploads(script)
+        yield from self._tracker_runs(script)
+
+    def _tracker_runs(self, script: ScriptModel) -> Iterator[Finding]:
+        """``wandb.init(...)`` that every rank runs in a script that prepares: each process
+        starts its own run, so one experiment shows up N times (each with one rank's
+        metrics). Not where ``accelerator.init_trackers`` is used (the Accelerator starts the
+        run on the main process and the script's own call joins it), nor under a rank test,
+        nor in a function only the main process calls."""
+        if not script.prepare_calls or _inits_trackers(script):
+            return
+        facts = facts_of(script)
+        in_view = backends_in_view(script)
+        for call in script.calls:
+            if not script.call_names(call) & names.TRACKER_RUN_STARTS:
+                continue
+            if any(script.mentions_rank(script.module.code_for_node(a.value)) for a in call.args):
+                continue  # ``mode="disabled"`` on all ranks but the main one: one live run
+            function = facts.placement.enclosing_function(call)
+            if not facts.ranks.backend_guards.entered_by_all(call, within=function) & in_view:
+                continue
+            if function is not None and not run_by_every_rank(
+                script,
+                facts.placement,
+                facts.ranks.backend_guards,
+                facts.synchronising_call,
+                function,
+            ):
+                continue
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    "Start the tracker run on the main process only (under `if "
+                    "accelerator.is_main_process:`, with its logging), or use "
+                    "accelerator.init_trackers and accelerator.log: every rank runs this, and "
+                    "each starts its own run of the experiment"
+                ),
+            )
+
+    def _uploads(self, script: ScriptModel) -> Iterator[Finding]:
         """Reported at the upload, where the guard goes, also when a helper holds it: guarding
         the upload is right whoever calls the helper."""
         in_view = backends_in_view(script)
@@ -85,3 +162,11 @@ class UploadOnEveryRank(Rule):
                     f"{named(backends[key])}, and N uploads race on the same repo"
                 )
             yield self.finding(script, upload, message=message)
+
+
+def _inits_trackers(script: ScriptModel) -> bool:
+    """The script starts its trackers through the Accelerator (``init_trackers``)."""
+    return any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value == "init_trackers"
+        for call in script.calls
+    )

@@ -40,6 +40,20 @@ _ORIG_MOD_CHECKPOINT = (
     "torch.save({'_orig_mod.weight': torch.zeros(2, 2), '_orig_mod.bias': torch.zeros(2)}, "
     "'m.pt')\n"
 )
+#: A trainer that prepares ``self.model`` in ``__init__``, and whose training method binds it
+#: again to itself moved (``.to()`` hands the same wrapper back).
+_MOVING_TRAINER = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n\n"
+    "    def train(self, x):\n"
+    "        self.model = {moved}\n"
+    "        self.accelerator.backward(self.model(x).sum())\n\n"
+    "    def resume(self, path):\n"
+    "        {model}.load_state_dict(torch.load(path))\n"
+)
 _SAVES_GLOBAL = "def save():\n    torch.save(model.state_dict(), 'm.pt')\n"
 
 
@@ -143,8 +157,26 @@ class WrappedStateDict(Rule):
             18,
             _PREPARED + "accelerator.save(accelerator.unwrap_model(model).to('cpu'), 'model.pt')\n",
         ),
+        # a trainer method loads into self.model, which another method binds again to
+        # ``self.model.to(device)``: the same prepared wrapper, still expecting ``module.``
+        Example(
+            _MOVING_TRAINER.format(
+                moved="self.model.to(self.accelerator.device).train()", model="self.model"
+            ),
+            15,
+            9,
+            _MOVING_TRAINER.format(
+                moved="self.model.to(self.accelerator.device).train()",
+                model="self.accelerator.unwrap_model(self.model)",
+            ),
+        ),
     )
     good = (
+        # the same trainer binding self.model to the plain model after construction: which
+        # one the load meets depends on the order the methods run
+        _MOVING_TRAINER.format(
+            moved="self.accelerator.unwrap_model(self.model)", model="self.model"
+        ),
         # a checkpoint loaded into the unwrapped model, and one loaded before prepare
         _PREPARED.replace(
             "model = accelerator", "model.load_state_dict(torch.load('a.pt'))\nmodel = accelerator"

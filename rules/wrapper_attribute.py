@@ -4,7 +4,11 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.collectives import DDP
-from accelify.analysis.construction import prepared_in_construction
+from accelify.analysis.construction import (
+    keeps_the_object,
+    prepared_in_construction,
+    prepared_on_instance,
+)
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, has_parameter
@@ -38,6 +42,30 @@ _LORA_TRAINER = (
     "            self.unet, self.optimizer\n        )\n\n"
     "    def train_step(self, batch):\n"
     "        self.accelerator.backward(self.unet(batch).loss)\n\n"
+)
+
+#: A trainer whose construction prepares a transformers model it never calls itself (its
+#: training step calls ``self.model.generate``), beside an optimizer over its parameters.
+_GENERATING_TRAINER = (
+    "import torch\nimport transformers\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n    def __init__(self, cls, name):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        model = {made}\n"
+    "        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)\n"
+    "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n\n"
+    "    def sample(self, ids):\n"
+    "        return {model}.generate(ids)\n"
+)
+#: The same trainer driven from ``main``: its prepared model read from outside the class.
+_DRIVEN_TRAINER = (
+    "from accelerate import Accelerator\nfrom transformers import AutoModelForCausalLM\n\n\n"
+    "class Trainer:\n    def __init__(self, name):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model = AutoModelForCausalLM.from_pretrained(name)\n"
+    "        self.model = self.accelerator.prepare(self.model)\n\n"
+    "    def train(self, batch):\n"
+    "        self.accelerator.backward(self.model(**batch).loss)\n\n\n"
+    "def main():\n    trainer = Trainer('gpt2')\n    trainer.train(batch)\n"
 )
 
 
@@ -117,6 +145,15 @@ class WrapperAttribute(Rule):
             + "    sample = model.generate(512, prime)\n",
             7,
             14,
+        ),
+        Example(  # the same, the prepared model moved again: .to() hands the wrapper back
+            HEADER
+            + "model, optim = accelerator.prepare(model, optim)\n"
+            + "model = model.to(accelerator.device).train()\n"
+            + "accelerator.backward(model(batch, return_loss=True))\n"
+            + "sample = model.generate(512, prime)\n",
+            6,
+            10,
         ),
         Example(
             HEADER
@@ -212,8 +249,41 @@ class WrapperAttribute(Rule):
             8,
             14,
         ),
+        # a trainer that builds its model by class name (``getattr(transformers, cls)``) and
+        # only ever samples from it: prepared beside an optimizer over its parameters
+        Example(
+            _GENERATING_TRAINER.format(
+                made="getattr(transformers, cls).from_pretrained(name)", model="self.model"
+            ),
+            14,
+            16,
+        ),
+        # the same, its optimizer made elsewhere: loaded by from_pretrained, so a model
+        Example(
+            _GENERATING_TRAINER.format(
+                made="transformers.AutoModel.from_pretrained(name)", model="self.model"
+            ).replace("AdamW(model.parameters(), lr=1e-5)", "AdamW(params, lr=1e-5)"),
+            14,
+            16,
+        ),
+        # main saves and samples through the trainer's attribute after training
+        Example(
+            _DRIVEN_TRAINER + "    trainer.model.save_pretrained('out')\n",
+            18,
+            5,
+        ),
     )
     good = (
+        # the trainer's own accelerator unwraps the model main reads, or main binds it again
+        _DRIVEN_TRAINER
+        + "    trainer.accelerator.unwrap_model(trainer.model).save_pretrained('out')\n"
+        + "    trainer.model = trainer.accelerator.unwrap_model(trainer.model)\n"
+        + "    trainer.model.generate(ids)\n",
+        # a trainer sampling through the unwrapped model
+        _GENERATING_TRAINER.format(
+            made="getattr(transformers, cls).from_pretrained(name)",
+            model="self.accelerator.unwrap_model(self.model)",
+        ),
         # the model's own methods before the prepare, and after construction through a name
         # bound again to the model itself
         _LORA_TRAINER
@@ -318,7 +388,10 @@ class WrapperAttribute(Rule):
             if member.startswith("_"):
                 continue  # private names: the wrapper's own state (``_comm_hooks``) or the model's
             held = _held_name(script, owner, attribute)
-            constructed = held is None and prepared_in_construction(script, owner, attribute)
+            constructed = held is None and (
+                prepared_in_construction(script, owner, attribute)
+                or prepared_on_instance(script, owner, attribute)
+            )
             if held is None and not constructed:
                 continue
             if member == "module":
@@ -351,7 +424,7 @@ class WrapperAttribute(Rule):
                     f"and call {spelled}(...)",
                 )
                 continue
-            accelerator = accelerator_at(script, attribute) or "accelerator"
+            accelerator = _accelerator_for(script, owner, attribute)
             yield self.finding(
                 script,
                 attribute,
@@ -429,6 +502,23 @@ class WrapperAttribute(Rule):
             f"{owner} in DistributedDataParallel only when several processes run, and a "
             "one-process run gets the model itself back, which has no 'module' (AttributeError)",
         )
+
+
+def _accelerator_for(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) -> str:
+    """The accelerator to unwrap with at ``at``: the one in scope, or for ``trainer.model``
+    read outside its class, the trainer's own (``trainer.accelerator``, the attribute its
+    construction prepared ``self.model`` with)."""
+    spelling = dotted(owner) or ""
+    found = accelerator_at(script, at)
+    if found is not None or "." not in spelling or spelling.startswith("self."):
+        return found or "accelerator"
+    instance, member = spelling.split(".", 1)
+    for prepare in script.prepare_calls:
+        func = prepare.call.func
+        held = dotted(func.value) if isinstance(func, cst.Attribute) else None
+        if f"self.{member}" in prepare.outputs and held and held.startswith("self."):
+            return instance + held.removeprefix("self")
+    return "accelerator"
 
 
 #: What a test that chooses between the wrapper and the model reads.
@@ -571,6 +661,8 @@ def _prepared_model(
     for assign in script.index.assignments_to(name):
         if script.scope_of(assign) is not scope:
             continue
+        if keeps_the_object(assign, name):
+            continue  # ``model = model.to(device)``: the same wrapper
         if statement_of_prepare < script.order(assign) < here and not _is_the_prepare(assign, last):
             return False
     return True

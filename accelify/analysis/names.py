@@ -269,6 +269,9 @@ HUB_UPLOAD_METHODS = {
     "create_commit",
     "create_repo",
 }
+#: Calls that start an experiment-tracking run on the tracker's server: once per run (the
+#: Accelerator's ``init_trackers`` starts it on the main process only), or N runs appear.
+TRACKER_RUN_STARTS = {"wandb.init", "wandb.sdk.wandb_init.init"}
 #: Of those, the ones that delete: a second rank deleting the same path fails.
 FILE_DELETERS = {"shutil.rmtree", "os.remove", "os.unlink", "os.rmdir"}
 FILE_DELETING_METHODS = {"unlink", "rmdir"}

@@ -39,6 +39,7 @@ from accelify.convert.steps import (
     self_training,
     shared_files,
     side_effects,
+    tracker_runs,
     unused_outputs,
     unwrap,
 )
@@ -68,6 +69,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     shared_files.run,
     output.run,
     logging_once.run,
+    tracker_runs.run,
     evaluation.run,
     metric_schedulers.run,
     accumulation.run,
