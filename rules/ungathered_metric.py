@@ -343,6 +343,22 @@ class UngatheredMetric(Rule):
         HEADER
         + "import torch\ncorrect = 0\nwith torch.no_grad():\n    for x, y in eval_loader:\n"
         + "        correct += (model(x).argmax(-1) == y).sum().item()\n",
+        # two classes each keep a ``self.data_loader``: Train's is prepared, Test's is another
+        # object under the same spelling, read whole by every rank (ENet's Train/Test classes)
+        HEADER
+        + "import torch\n\n\nclass Train:\n    def __init__(self, model, optim, data_loader):\n"
+        + "        self.model, self.optim, self.data_loader = accelerator.prepare(\n"
+        + "            model, optim, data_loader\n        )\n\n\n"
+        + "class Test:\n    def __init__(self, model, data_loader):\n"
+        + "        self.model = model\n        self.data_loader = data_loader\n\n"
+        + "    def run_epoch(self):\n        epoch_loss = 0.0\n"
+        + "        for x, y in self.data_loader:\n            with torch.no_grad():\n"
+        + "                loss = torch.nn.functional.cross_entropy(self.model(x), y)\n"
+        + "            epoch_loss += loss.item()\n"
+        + "        return epoch_loss / len(self.data_loader)\n\n\n"
+        + "model = torch.nn.Linear(4, 2)\n"
+        + "Train(model, torch.optim.SGD(model.parameters(), lr=0.1), train_loader)\n"
+        + "print(Test(model, eval_loader).run_epoch())\n",
         # two sub-commands each make their own ``loader``: train()'s is prepared, evaluate()'s
         # is another object under the same name, read whole by every rank
         HEADER

@@ -36,7 +36,7 @@ from accelify.analysis.dataflow import (
     within,
 )
 from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name
-from accelify.analysis.objects import callee
+from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names, walk
 
@@ -242,9 +242,10 @@ def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
                 collate = _collate_function(model, argument.value)
                 if collate is None:
                     continue
+                label = _label(model, collate)
                 if _pads_time_major(collate):
                     return (
-                        f"its loader's collate_fn ({collate.name.value}) pads with pad_sequence "
+                        f"its loader's collate_fn ({label}) pads with pad_sequence "
                         "without batch_first=True, so its batches are [length, batch]: "
                         "gather_for_metrics joins and trims the first dimension, the time "
                         "steps, not the samples (and the ranks' lengths differ); gather "
@@ -255,7 +256,7 @@ def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
                 listed = _returns_a_list(collate)
                 if listed is not None:
                     return (
-                        f"its loader's collate_fn ({collate.name.value}) hands back {listed}, a "
+                        f"its loader's collate_fn ({label}) hands back {listed}, a "
                         "Python list of per-sample items (dicts of tensors of their own sizes): "
                         "gather_for_metrics joins the tensors inside each item, not the items, "
                         "so the lists stop lining up with the samples; gather stacked tensors "
@@ -263,7 +264,7 @@ def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
                     )
                 if _pads(collate):
                     return (
-                        f"its loader's collate_fn ({collate.name.value}) pads each batch to its "
+                        f"its loader's collate_fn ({label}) pads each batch to its "
                         "own longest sequence, so the ranks' batches differ in length and a "
                         "gather of them would fail; pad them to one length first with "
                         "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
@@ -304,9 +305,15 @@ def _collate_function(model: ScriptModel, value: cst.BaseExpression) -> cst.Func
         and _forwards_its_parameters(value, value.body)
     ):
         value = value.body.func  # ``lambda x: data_processing(x, "valid")``: that function
+    if isinstance(value, cst.Call) and dotted(value.func) in model.classes:
+        # ``collate_fn=Collator(pad_index)``: an instance of the file's class, called per batch
+        return methods_of(model, dotted(value.func)).get("__call__")  # type: ignore[arg-type]
     name = dotted(value)
     if name is None:
         return None
+    if name in model.classes:
+        # ``collate_fn=Batch``: the class itself, whose constructor builds each batch
+        return methods_of(model, name).get("__init__")
     function = model.index.enclosing_function(value)
     if function is not None:
         assigned = [
@@ -324,6 +331,12 @@ def _collate_function(model: ScriptModel, value: cst.BaseExpression) -> cst.Func
         if model.scope_of(assign) is model.module and isinstance(assign.value, cst.Call):
             return _returned_function(model, assign.value)
     return None
+
+
+def _label(model: ScriptModel, collate: cst.FunctionDef) -> str:
+    """``collate_batch``, or ``Batch.__init__`` for a method of a collating class."""
+    owner = model.call_graph.owner(collate)
+    return f"{owner.name.value}.{collate.name.value}" if owner is not None else collate.name.value
 
 
 def _forwards_its_parameters(function: cst.Lambda, call: cst.Call) -> bool:

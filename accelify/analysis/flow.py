@@ -393,11 +393,39 @@ class ObjectFlow:
         if self._made_here_unprepared(loop):
             return False
         if loop.iterable in prepared:
-            return True
+            return not self._prepared_by_another_class(loop)
         entry = self.returned_entry_read(loop)
         if entry is not None:
             return entry[0] in prepared
         return self.outer_name(loop.iterable, loop.node) in prepared
+
+    def _prepared_by_another_class(self, loop: Loop) -> bool:
+        """``self.data_loader`` read in ``Test.run_epoch`` while only ``Train.__init__`` prepares
+        a ``self.data_loader``: an attribute of another object under the same spelling. Only when
+        every prepare call returning the name is in a method of a class that is neither the
+        loop's, nor one of its bases or subclasses."""
+        name, graph = loop.iterable, self.model.call_graph
+        function = self.placement.enclosing_function(loop.node)
+        owner = graph.owner(function) if function is not None else None
+        if name is None or not name.startswith("self.") or owner is None:
+            return False
+        related = {id(owner), *map(id, graph.bases(owner)), *map(id, graph.subclasses(owner))}
+        owners = []
+        for call in self.model.prepare_calls:
+            if name not in call.outputs:
+                continue
+            method = self.placement.enclosing_function(call.call)
+            owners.append(graph.owner(method) if method is not None else None)
+        received = any(  # ``self.data_loader = data_loader`` handed a prepared loader
+            b.received and b.name == name and set(b.sources) & self.model.prepared_names
+            for b in self.model.bindings
+            if isinstance(b.scope, cst.FunctionDef) and id(graph.owner(b.scope)) in related
+        )
+        return (
+            bool(owners)
+            and not received
+            and all(o is not None and id(o) not in related for o in owners)
+        )
 
     def _made_here_unprepared(self, loop: Loop) -> bool:
         """``loader = DataLoader(...)`` made in the loop's own function (``evaluate(args)``) that

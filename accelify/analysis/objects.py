@@ -200,6 +200,24 @@ def received_name(function: cst.FunctionDef, value: cst.BaseExpression) -> str |
     return None
 
 
+def attributes_kept(model: ScriptModel, function: cst.FunctionDef) -> dict[str, str]:
+    """``self.data_loader = data_loader`` in the method that receives ``data_loader``: the
+    parameter -> the attribute the class's other methods read (one object under two names).
+    Only an attribute bound once in the method, to the parameter itself (or through
+    ``.to(device)``-like self-returning calls)."""
+    parameters = {p.name.value for p in function.params.params}
+    found: dict[str, list[str]] = {}
+    for assign in model.index.own_assignments(function):
+        parameter = received_name(function, assign.value)
+        if parameter not in parameters:
+            continue
+        for target in assign.targets:
+            attribute = dotted(target.target)
+            if attribute and attribute.startswith("self.") and attribute.count(".") == 1:
+                found.setdefault(parameter, []).append(attribute)  # type: ignore[arg-type]
+    return {name: attributes[0] for name, attributes in found.items() if len(attributes) == 1}
+
+
 def config_entry(parameter: str, key: str) -> str:
     """How the object flow names the entry ``key`` of a dict handed to ``parameter``."""
     return f"{parameter}[{key!r}]"

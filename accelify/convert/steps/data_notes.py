@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import attributes_kept, bound_arguments
 from accelify.analysis.randomness import randomness_of
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted
@@ -252,8 +252,18 @@ def _no_loader_prepared(ctx: Context) -> bool:
         return False
     prepared = set(ctx.plan.prepared) | ctx.prepared_arguments
     # ``train(self, training_data, ...)`` prepares the loader it receives: one of them
-    received = ctx.facts.flow.param_names(Kind.DATALOADER)
+    received = ctx.facts.flow.param_names(Kind.DATALOADER) | _received_attributes(ctx)
     return not any(name in made | received or name.split("[", 1)[0] in made for name in prepared)
+
+
+def _received_attributes(ctx: Context) -> set[str]:
+    """``self.data_loader`` kept from a parameter that receives a DataLoader: prepared under
+    the attribute's name, it is that received loader."""
+    found = set()
+    for function, parameters in ctx.facts.flow.params.items():
+        kept = attributes_kept(ctx.model, function)
+        found |= {kept[n] for n, k in parameters.items() if k is Kind.DATALOADER and n in kept}
+    return found
 
 
 def _trained_unprepared(ctx: Context, loop: Loop) -> list[str]:

@@ -11,6 +11,7 @@ from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
 from accelify.analysis.loops import loop_source
 from accelify.analysis.objects import (
+    attributes_kept,
     bound_arguments,
     callee,
     is_dict_of_loader_dicts,
@@ -103,7 +104,11 @@ def run(ctx: Context, scope: Scope) -> None:
                 # prepared here, so its device moves stay.
                 ctx.frozen.add(name)
         received = [n for n in _received_loaders(ctx, scope, aliases) if n not in dict_parameters]
-        chosen.update(dict.fromkeys(received, Kind.DATALOADER))
+        kept = attributes_kept(ctx.model, scope)
+        chosen.update(dict.fromkeys((kept.get(n, n) for n in received), Kind.DATALOADER))
+        for name in (kept[n] for n in received if n in kept):
+            # prepared after the line that binds the attribute, wherever that stands
+            created[name] = _attribute_index(ctx, scope, name)
     for name, wrap in _wrapped_loaders(ctx, scope, chosen).items():
         chosen.pop(name)
         created.pop(name, None)
@@ -770,6 +775,17 @@ def _received_loaders(ctx: Context, scope: cst.FunctionDef, aliases: dict[str, s
     ]
 
 
+def _attribute_index(ctx: Context, scope: cst.FunctionDef, attribute: str) -> int:
+    """The index in ``scope``'s body of the statement that binds ``attribute``."""
+    placement = ctx.facts.placement
+    for assign in ctx.model.index.own_assignments(scope):
+        if any(dotted(t.target) == attribute for t in assign.targets):
+            top = placement.top_statement(assign, scope)
+            if top is not None:
+                return placement.index(top, scope)
+    return 0
+
+
 def _kept_by_a_base_constructor(ctx: Context, scope: cst.FunctionDef) -> set[str]:
     """The parameters ``scope`` hands to another constructor (``super().__init__(train_loader,
     val_loader)``), which keeps them as attributes: preparing the local afterwards would leave
@@ -1382,7 +1398,7 @@ def _evaluated_out_of_reach(ctx: Context, chosen: dict[str, Kind]) -> dict[str, 
         loop = evaluation.loop
         if evaluation.already_gathered or not evaluation.sinks or ctx.plan.reaches(loop.node):
             continue
-        for name in _loader_origins(ctx, loop) - trained:
+        for name in sorted(_loader_origins(ctx, loop) - trained):
             if chosen.get(name) is Kind.DATALOADER:
                 found.setdefault(name, loop.node)
     return found
@@ -1400,7 +1416,7 @@ def _evaluated_unsure(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Evalua
             continue
         if evaluation.syncs_itself or id(evaluation.loop.node) in ctx.facts.helper_evaluations:
             continue  # a helper gathers for it, or whole sets would be counted N times
-        for name in _loader_origins(ctx, evaluation.loop) - trained:
+        for name in sorted(_loader_origins(ctx, evaluation.loop) - trained):
             if chosen.get(name) is Kind.DATALOADER:
                 found.setdefault(name, evaluation)
     return found
@@ -1418,7 +1434,7 @@ def _read_where_written(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Loop
         if loop.trains or not any(ctx.facts.placement.inside(loop.node, b) for b in blocks):
             outside |= origins
             continue
-        for name in origins:
+        for name in sorted(origins):
             inside.setdefault(name, loop)
     return {
         name: loop
