@@ -863,28 +863,44 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
                 f"{total} is never divided by a count: gathered, each step holds every rank's "
                 "batch, so the sum would cover N times fewer batches"
             )
-        over_set = _over_the_set(found.loop, total, facts)
+        over_set = _over_the_set(found.loop, total, body, facts)
         if over_set is not None and not _weighted_by_batch_size(statement.value):
             found.unsure_at = sink
             found.advice = (
                 f"sum each batch's loss times its size ({mean[0]}.item() * x.size(0)) to divide "
-                f"by the set's size, or divide {total} by the number of batches (len of the "
+                f"by a count of samples, or divide {total} by the number of batches (len of the "
                 "loader)"
             )
             return (
                 f"the metric at line {model.line(sink)} sums {mean[0]}, one batch's mean, and "
-                f"line {model.line(over_set)} divides {total} by the whole set's size: gathered, "
-                "each step holds every rank's batch, so the sum would cover N times fewer "
-                "batches and the quotient would read about 1/N of the value"
+                f"{over_set}: gathered, each step holds every rank's batch, so the sum would "
+                "cover N times fewer batches and the quotient would read about 1/N of the value"
             )
     return None
 
 
-def _over_the_set(loop: Loop, total: str, facts: Facts) -> cst.CSTNode | None:
-    """Where ``total`` is divided by the size of the whole set ``loop``'s loader reads
-    (``len(loader.dataset)``, ``len(loader.sampler)``, a size the callers pass), if it is."""
-    divisions = divided_by_set_size(facts.model, facts.placement, facts.calls, loop, {total})
-    return divisions[0].division if divisions else None
+def _over_the_set(loop: Loop, total: str, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """What ``total`` is divided by when that counts samples, not batches: the size of the
+    whole set ``loop``'s loader reads (``len(loader.dataset)``, ``len(loader.sampler)``, a size
+    the callers pass) or a count the loop sums by batch sizes (``seen += y.size(0)``)."""
+    counted = frozenset(
+        node.target.value
+        for small in body
+        for node in walk(small)
+        if isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and isinstance(node.target, cst.Name)
+        and _batch_size(node.value)
+    )
+    model = facts.model
+    divisions = divided_by_set_size(model, facts.placement, facts.calls, loop, {total}, counted)
+    if not divisions:
+        return None
+    division = divisions[0]
+    return (
+        f"line {model.line(division.division)} divides {total} by "
+        f"{model.module.code_for_node(division.divisor)}, a count of samples"
+    )
 
 
 def _weighted_by_batch_size(value: cst.BaseExpression) -> bool:

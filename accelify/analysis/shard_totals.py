@@ -55,12 +55,18 @@ def totals_over_dataset(
 
 
 def divided_by_set_size(
-    model: ScriptModel, placement: Placement, graph: CallGraph, loop: Loop, totals: set[str]
+    model: ScriptModel,
+    placement: Placement,
+    graph: CallGraph,
+    loop: Loop,
+    totals: set[str],
+    counted: frozenset[str] = frozenset(),
 ) -> list[ShardTotal]:
     """Where the ``totals`` ``loop`` sums are divided by the size of the whole set its loader
-    reads, after the loop and in its scope (see `totals_over_dataset`). Any loop: an evaluation
-    that sums one mean per batch and divides by the set's size counts batches, and gathered,
-    each step holds N of them (`accelify.analysis.evaluation`)."""
+    reads, after the loop and in its scope (see `totals_over_dataset`), or by a name in
+    ``counted`` (the samples the loop counts: ``seen += y.size(0)``). Any loop: an evaluation
+    that sums one mean per batch and divides by a count of samples counts batches over
+    samples, and gathered, each step holds N batches (`accelify.analysis.evaluation`)."""
     if not totals or loop.iterable is None:
         return []
     found = []
@@ -76,6 +82,7 @@ def divided_by_set_size(
                 _is_size(divided[1], loop.iterable, sizes)
                 or _is_phase_size(model, divided[1], loop.iterable, phase)
                 or dotted(divided[1]) in passed
+                or dotted(divided[1]) in counted
             )
         ):
             continue
