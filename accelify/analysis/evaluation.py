@@ -38,6 +38,7 @@ from accelify.analysis.dataflow import (
 from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
+from accelify.analysis.shard_totals import divided_by_set_size
 from accelify.analysis.syntax import dotted, root_name, target_names, walk
 
 if TYPE_CHECKING:
@@ -842,7 +843,10 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
     """``epoch_loss += loss`` where ``loss = criterion(output, trg)`` is one batch's mean, and
     nothing in the function ever divides ``epoch_loss`` (by ``len(loader)``, a counter): the
     total counts batches. Gathered, each iteration holds every rank's batch, so there are N
-    times fewer of them and the sum shrinks with N (liuc-v/NMT's ``valid()``)."""
+    times fewer of them and the sum shrinks with N (liuc-v/NMT's ``valid()``). So does a sum of
+    means divided by the whole set's size (``valid_loss / len(valid_loader.sampler)``, a DPOD
+    trainer): it counts batches over samples, and only a sum weighted by each batch's size
+    (``loss.item() * x.size(0)``) is the whole set's total once gathered."""
     model = facts.model
     means = _batch_means(body)
     if not means:
@@ -859,7 +863,9 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
         read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
         mean = sorted(read & means)
         total = statement.target.value
-        if mean and not _divided(scope, total) and not _divided_as_added(statement.value):
+        if not mean or _divided_as_added(statement.value):
+            continue
+        if not _divided(scope, total):
             found.unsure_at = sink
             found.advice = (
                 f"divide {total} by the number of batches (len of the loader) or sum each "
@@ -870,7 +876,55 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
                 f"{total} is never divided by a count: gathered, each step holds every rank's "
                 "batch, so the sum would cover N times fewer batches"
             )
+        over_set = _over_the_set(found.loop, total, body, facts)
+        if over_set is not None and not _weighted_by_batch_size(statement.value):
+            found.unsure_at = sink
+            found.advice = (
+                f"sum each batch's loss times its size ({mean[0]}.item() * x.size(0)) to divide "
+                f"by a count of samples, or divide {total} by the number of batches (len of the "
+                "loader)"
+            )
+            return (
+                f"the metric at line {model.line(sink)} sums {mean[0]}, one batch's mean, and "
+                f"{over_set}: gathered, each step holds every rank's batch, so the sum would "
+                "cover N times fewer batches and the quotient would read about 1/N of the value"
+            )
     return None
+
+
+def _over_the_set(loop: Loop, total: str, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """What ``total`` is divided by when that counts samples, not batches: the size of the
+    whole set ``loop``'s loader reads (``len(loader.dataset)``, ``len(loader.sampler)``, a size
+    the callers pass) or a count the loop sums by batch sizes (``seen += y.size(0)``)."""
+    counted = frozenset(
+        node.target.value
+        for small in body
+        for node in walk(small)
+        if isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and isinstance(node.target, cst.Name)
+        and _batch_size(node.value)
+    )
+    model = facts.model
+    divisions = divided_by_set_size(model, facts.placement, facts.calls, loop, {total}, counted)
+    if not divisions:
+        return None
+    division = divisions[0]
+    return (
+        f"line {model.line(division.division)} divides {total} by "
+        f"{model.module.code_for_node(division.divisor)}, a count of samples"
+    )
+
+
+def _weighted_by_batch_size(value: cst.BaseExpression) -> bool:
+    """``loss.item() * x.size(0)``, ``len(y) * loss``: a batch's mean times its sample count,
+    the batch's total."""
+    return any(
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Multiply)
+        and (_batch_size(node.left) or _batch_size(node.right))
+        for node in walk(value)
+    )
 
 
 def _scalar_of_a_gathered_value(
@@ -1019,28 +1073,53 @@ _MEAN_CALLS = ("loss", "criterion", "cross_entropy")
 def _batch_means(body: list[cst.CSTNode]) -> set[str]:
     """Names the loop body binds to a loss of its batch: ``loss = criterion(out, y)``,
     ``loss = F.cross_entropy(out, y)``, ``loss = (out - y).pow(2).mean()`` (not with
-    ``reduction="sum"``)."""
+    ``reduction="sum"``), and a weighted sum of them (``loss = loss_id + 0.5 * loss_u``)."""
     found: set[str] = set()
     for small in body:
         for node in walk(small):
             if not isinstance(node, cst.Assign) or len(node.targets) != 1:
                 continue
             target = node.targets[0].target
-            value = node.value
-            if not isinstance(target, cst.Name) or not isinstance(value, cst.Call):
-                continue
-            name = (dotted(value.func) or "").lower()
-            last = name.rsplit(".", 1)[-1]
-            summed = any(
-                a.keyword is not None
-                and a.keyword.value == "reduction"
-                and isinstance(a.value, cst.SimpleString)
-                and a.value.evaluated_value != "mean"
-                for a in value.args
-            )
-            if not summed and (last == "mean" or any(k in last for k in _MEAN_CALLS)):
+            if isinstance(target, cst.Name) and _a_batch_mean(node.value, found):
                 found.add(target.value)
     return found
+
+
+def _a_batch_mean(value: cst.BaseExpression, means: set[str]) -> bool:
+    """``value`` is one batch's mean: a loss call, a name bound to one (``means``), or a sum of
+    them, each possibly scaled by a constant weight (not by a batch size: that is a total)."""
+    if isinstance(value, cst.Name):
+        return value.value in means
+    if isinstance(value, cst.Call):
+        name = (dotted(value.func) or "").lower()
+        last = name.rsplit(".", 1)[-1]
+        summed = any(
+            a.keyword is not None
+            and a.keyword.value == "reduction"
+            and isinstance(a.value, cst.SimpleString)
+            and a.value.evaluated_value != "mean"
+            for a in value.args
+        )
+        return not summed and (last == "mean" or any(k in last for k in _MEAN_CALLS))
+    if not isinstance(value, cst.BinaryOperation):
+        return False
+    if isinstance(value.operator, cst.Add | cst.Subtract):
+        return _a_batch_mean(value.left, means) and _a_batch_mean(value.right, means)
+    if isinstance(value.operator, cst.Multiply):
+        return (_a_batch_mean(value.left, means) and _a_weight(value.right)) or (
+            _a_weight(value.left) and _a_batch_mean(value.right, means)
+        )
+    if isinstance(value.operator, cst.Divide):
+        return _a_batch_mean(value.left, means) and _a_weight(value.right)
+    return False
+
+
+def _a_weight(value: cst.BaseExpression) -> bool:
+    """A constant a loss is scaled by: ``0.5``, ``alpha``, ``cfg.lambda_u`` (not a batch size)."""
+    if isinstance(value, cst.Integer | cst.Float):
+        return True
+    name = dotted(value)
+    return name is not None and name.rsplit(".", 1)[-1] not in BATCH_SIZE_NAMES
 
 
 def _divided_as_added(value: cst.BaseExpression) -> bool:

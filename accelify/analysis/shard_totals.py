@@ -50,27 +50,45 @@ def totals_over_dataset(
     for loop in model.loops:
         if not loop.trains or loop.iterable is None or not reads_loader(loop):
             continue
-        totals = _summed_in(loop)
-        if not totals:
+        found += divided_by_set_size(model, placement, graph, loop, _summed_in(loop))
+    return found
+
+
+def divided_by_set_size(
+    model: ScriptModel,
+    placement: Placement,
+    graph: CallGraph,
+    loop: Loop,
+    totals: set[str],
+    counted: frozenset[str] = frozenset(),
+) -> list[ShardTotal]:
+    """Where the ``totals`` ``loop`` sums are divided by the size of the whole set its loader
+    reads, after the loop and in its scope (see `totals_over_dataset`), or by a name in
+    ``counted`` (the samples the loop counts: ``seen += y.size(0)``). Any loop: an evaluation
+    that sums one mean per batch and divides by a count of samples counts batches over
+    samples, and gathered, each step holds N batches (`accelify.analysis.evaluation`)."""
+    if not totals or loop.iterable is None:
+        return []
+    found = []
+    sizes = _dataset_sizes(model, loop)
+    passed = _sizes_passed(model, graph, loop)
+    phase = phase_name(loop.node.iter)
+    for node, divided in _divisions_in(loop.scope):
+        if not (
+            model.order(node) > model.order(loop.node)
+            and not placement.inside(node, loop.node)
+            and model.scope_of(node) is loop.scope
+            and (
+                _is_size(divided[1], loop.iterable, sizes)
+                or _is_phase_size(model, divided[1], loop.iterable, phase)
+                or dotted(divided[1]) in passed
+                or dotted(divided[1]) in counted
+            )
+        ):
             continue
-        sizes = _dataset_sizes(model, loop)
-        passed = _sizes_passed(model, graph, loop)
-        phase = phase_name(loop.node.iter)
-        for node, divided in _divisions_in(loop.scope):
-            if not (
-                model.order(node) > model.order(loop.node)
-                and not placement.inside(node, loop.node)
-                and model.scope_of(node) is loop.scope
-                and (
-                    _is_size(divided[1], loop.iterable, sizes)
-                    or _is_phase_size(model, divided[1], loop.iterable, phase)
-                    or dotted(divided[1]) in passed
-                )
-            ):
-                continue
-            size_from = passed.get(dotted(divided[1]) or "")
-            for name in sorted(_names(divided[0]) & totals):
-                found.append(ShardTotal(loop, name, node, divided[1], size_from))
+        size_from = passed.get(dotted(divided[1]) or "")
+        for name in sorted(_names(divided[0]) & totals):
+            found.append(ShardTotal(loop, name, node, divided[1], size_from))
     return found
 
 
