@@ -161,6 +161,7 @@ def convert(
     help="The cache folder [default: ACCELIFY_CACHE_DIR, else [tool.accelify] cache-dir, "
     "else .accelify_cache at the project root].",
 )
+@click.option("-q", "--quiet", is_flag=True, help="Only findings, errors and the final count.")
 def lint(
     paths: tuple[Path, ...],
     fix: bool,
@@ -174,6 +175,7 @@ def lint(
     jobs: int,
     no_cache: bool,
     cache_dir: Path | None,
+    quiet: bool,
 ) -> None:
     """Report distributed-training misuse in Accelerator scripts (ACC codes).
 
@@ -202,6 +204,7 @@ def lint(
             jobs=jobs,
             cache=not no_cache,
             cache_dir=cache_dir,
+            quiet=quiet,
         )
     )
 

@@ -20,7 +20,7 @@ class LossDividedByProcesses(Rule):
     already average the gradients over the ranks, so the division scales every gradient by
     1/N: on 2 ranks the gradients after one step are half those of 1 process on the same data
     (checked with accelify's runtime and HF Accelerate), and the effective learning rate
-    changes with the number of GPUs, silently. ``accelerator.reduce(loss, "mean")`` before the
+    changes with the number of processes, silently. ``accelerator.reduce(loss, "mean")`` before the
     backward does the same: the all-reduce carries no gradient, so the backward sees this
     rank's loss divided by N.
 
@@ -37,7 +37,7 @@ class LossDividedByProcesses(Rule):
     message = (
         "Do not divide the loss by the number of processes before backward: DDP already "
         "averages gradients over ranks, so this scales every gradient by 1/N and the learning "
-        "rate changes with the GPU count; divide only the value you log"
+        "rate changes with the process count; divide only the value you log"
     )
     why = "Gradients are averaged over ranks already; dividing the loss by N shrinks them N-fold."
     bad = (

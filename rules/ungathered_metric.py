@@ -216,6 +216,29 @@ class UngatheredMetric(Rule):
             4,
             10,
         ),
+        # the per-rank errors printed, then reduced on the main process only into a total no
+        # one reads (a fresh user's HF-style script): the printed mean is this rank's
+        Example(
+            HEADER
+            + "import torch\nmodel, val_dl = accelerator.prepare(model, val_dl)\nerrs = []\n"
+            + "with torch.no_grad():\n    for xb, yb in val_dl:\n"
+            + "        errs.append((model(xb) - yb).abs())\n"
+            + "errs = torch.cat(errs)\n"
+            + "print(f'mae {errs.mean().item():.4f} n {len(errs)}')\n"
+            + "if accelerator.is_main_process:\n"
+            + "    total = accelerator.reduce(errs.sum(), reduction='sum')\n",
+            8,
+            9,
+        ),
+        # reduced on every rank, but after the per-rank total was printed
+        Example(
+            _EVAL
+            + "        correct += (preds == y).sum()\n"
+            + "print(correct)\n"
+            + "correct = accelerator.reduce(correct, reduction='sum')\n",
+            9,
+            9,
+        ),
     )
     good = (
         # a LoftQ sweep's evaluate_model: each total wrapped in a tensor after the loop, gathered
@@ -796,15 +819,59 @@ def _reduced_later(
 ) -> bool:
     """``total = accelerator.reduce(total)`` (or a gather of it) after the loop, also through
     what is built from it there (``t = torch.tensor([correct], device=...)``, then
-    ``accelerator.gather(t).sum()``)."""
+    ``accelerator.gather(t).sum()``). Only a collective that every rank reaches before the
+    total is used: one under a rank test the loop is not under combines nothing, and one after
+    ``print(errs.mean())`` leaves the printed number this rank's (a reduce whose result is
+    never read, below the print)."""
     after = script.order(loop)
     carriers = _built_after(script, loop, target.split(".")[0])
     for call in all_calls:
         if script.order(call) <= after or not _is_collective(call, accelerators):
             continue
-        if any(_mentions(argument.value, carriers) for argument in call.args):
-            return True
+        if not any(_mentions(argument.value, carriers) for argument in call.args):
+            continue
+        if script.under_rank_guard(call) and not script.under_rank_guard(loop):
+            continue
+        if "." in target or _used_before(script, loop, carriers, call, accelerators) is None:
+            return True  # ``self.total``: what reads ``self`` is no read of the total
     return False
+
+
+def _used_before(
+    script: ScriptModel,
+    loop: cst.CSTNode,
+    carriers: set[str],
+    collective: cst.Call,
+    accelerators: set[str],
+) -> cst.Name | None:
+    """The first read of the total (or of what is built from it) after ``loop`` and before
+    ``collective`` in the loop's scope that neither builds another carrier
+    (``errs = torch.cat(errs)``, ``total /= n``) nor feeds a collective: the per-rank value
+    was printed, logged or returned before anything combined it."""
+    scope, start, end = script.scope_of(loop), script.order(loop), script.order(collective)
+    for name in script.index.of_type(cst.Name):
+        if name.value not in carriers or not start < script.order(name) < end:
+            continue
+        if script.scope_of(name) is not scope:
+            continue
+        parent = script.parent(name)
+        if isinstance(parent, cst.Attribute) and parent.attr is name:
+            continue  # ``outputs.errs``: a member, not the total
+        around = list(script.ancestors(name))
+        if any(a is loop for a in around):
+            continue  # in the loop (a comprehension's own element)
+        if not any(_builds_or_combines(a, carriers, accelerators) for a in around):
+            return name
+    return None
+
+
+def _builds_or_combines(node: cst.CSTNode, carriers: set[str], accelerators: set[str]) -> bool:
+    """``node`` assigns a carrier (``errs = torch.cat(errs)``) or is a collective call."""
+    if isinstance(node, cst.Assign):
+        return any(target_names(t.target) & carriers for t in node.targets)
+    if isinstance(node, cst.AugAssign):
+        return bool(target_names(node.target) & carriers)
+    return isinstance(node, cst.Call) and _is_collective(node, accelerators)
 
 
 def _built_after(script: ScriptModel, loop: cst.CSTNode, root: str) -> set[str]:

@@ -282,7 +282,7 @@ class WrappedStateDict(Rule):
     def _loads(self, script: ScriptModel) -> Iterator[Finding]:
         """The reverse: ``model.load_state_dict(torch.load(path))`` on what prepare returned. A
         checkpoint file holds the plain model's keys; the DDP wrapper expects ``module.`` on
-        each, so the load fails with missing keys on several GPUs (or, with ``strict=False``,
+        each, so the load fails with missing keys on several processes (or, with ``strict=False``,
         loads nothing), while a one-process run, with no wrapper, hides it."""
         not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
         for call in calls(script):
@@ -303,8 +303,8 @@ class WrappedStateDict(Rule):
             unwrapped = f"{acc or 'accelerator'}.unwrap_model({name})"
             message = (
                 f"Load into {unwrapped}: the checkpoint holds the plain model's keys, and on "
-                f"several GPUs {name} is the DistributedDataParallel wrapper, whose keys start "
-                "with 'module.' (missing keys); a one-process run has no wrapper and hides it"
+                f"several processes {name} is the DistributedDataParallel wrapper, whose keys "
+                "start with 'module.' (missing keys); a one-process run has no wrapper and hides it"
             )
             yield self.finding(script, call, fix, message=message)
 

@@ -71,11 +71,11 @@ _DRIVEN_TRAINER = (
 
 class WrapperAttribute(Rule):
     """A method or attribute of the model's own class read from the object ``prepare`` returned
-    (``model.generate(...)``, ``model.config``, ``model.save_pretrained(...)``): on several GPUs
-    ``prepare`` wraps the model in ``DistributedDataParallel``, which forwards only ``forward``
-    and nn.Module's own API, so the first such call raises ``AttributeError`` on a multi-GPU
-    run, while a one-process run (no wrapper) works. ``accelerator.unwrap_model(model)`` reaches
-    the model itself.
+    (``model.generate(...)``, ``model.config``, ``model.save_pretrained(...)``): on several
+    processes (GPUs, or ``accelify launch --cpu -n 2``) ``prepare`` wraps the model in
+    ``DistributedDataParallel``, which forwards only ``forward`` and nn.Module's own API, so
+    the first such call raises ``AttributeError`` on a multi-process run, while a one-process
+    run (no wrapper) works. ``accelerator.unwrap_model(model)`` reaches the model itself.
 
     Only a plain name that ``prepare`` returned in the same function (or at module level), not
     bound again since (``model = accelerator.unwrap_model(model)``), is checked, and a
@@ -97,10 +97,10 @@ class WrapperAttribute(Rule):
     code = "ACC104"
     name = "wrapper-attribute"
     message = (
-        "Call this through accelerator.unwrap_model(model): on several GPUs prepare wraps the "
+        "Call this through accelerator.unwrap_model(model): on several processes prepare wraps the "
         "model in DistributedDataParallel, which has no such attribute (AttributeError)"
     )
-    why = "A multi-GPU run stops with AttributeError at the first call; one GPU hides it."
+    why = "A multi-process run stops with AttributeError at the first call; one process hides it."
     bad = (
         # a LoRA trainer whose construction prepares self.unet: every later method holds the
         # wrapper (a diffusion LoRA fine-tuning's save_model)
@@ -418,7 +418,7 @@ class WrapperAttribute(Rule):
                     attribute,
                     None,
                     f"{spelled}.{member}() runs the model's layers outside its forward during "
-                    f"training: on several GPUs the DistributedDataParallel wrapper has no "
+                    f"training: on several processes the DistributedDataParallel wrapper has no "
                     f"'{member}' (AttributeError), and called through unwrap_model its gradients "
                     f"are never synchronised across ranks; compute it in the model's forward() "
                     f"and call {spelled}(...)",
@@ -430,7 +430,7 @@ class WrapperAttribute(Rule):
                 attribute,
                 None,
                 f"Call this through {accelerator}.unwrap_model({spelled}).{member}: on "
-                f"several GPUs prepare wraps {spelled} in DistributedDataParallel, which has "
+                f"several processes prepare wraps {spelled} in DistributedDataParallel, which has "
                 f"no '{member}' (AttributeError); a one-process run has no wrapper and hides it",
             )
 
@@ -449,7 +449,7 @@ class WrapperAttribute(Rule):
                 None,
                 f"Call the prepared {model}(...) here, not the model unwrap_model returns: this "
                 "training step's forward then runs past the DistributedDataParallel wrapper, "
-                "so on several GPUs its gradients are never averaged across ranks and the "
+                "so on several processes its gradients are never averaged across ranks and the "
                 "replicas drift apart",
             )
 

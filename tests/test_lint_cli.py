@@ -221,6 +221,26 @@ def test_plain_single_device_scripts_are_left_alone_whatever_is_selected(tmp_pat
     assert_ok(run_accelify("lint", "--select", "ACC301", "gan.py", cwd=tmp_path))
 
 
+def test_a_pass_of_plain_scripts_alone_says_only_their_syntax_was_checked(tmp_path: Path):
+    """A single-device script passes whatever is selected; the note says why (no accelerator:
+    syntax only) and what makes it distributed, also when the cache answers, and only when
+    every file linted was plain."""
+    shutil.copy(FIXTURES / "scripts" / "gan.py", tmp_path / "gan.py")
+    note = "no file here uses an accelerator, so only its syntax was checked"
+    for _ in range(2):  # the second run reads the cache
+        result = run_accelify("lint", "--select", "ALL", "gan.py", cwd=tmp_path)
+        assert_ok(result)
+        assert "All checks passed!" in result.stderr and note in result.stderr
+        assert "accelify convert" in result.stderr and note not in result.stdout
+    assert note not in run_accelify("lint", "--quiet", "gan.py", cwd=tmp_path).stderr
+    shutil.copy(FIXTURES / "examples" / "classify.py", tmp_path / "classify.py")
+    mixed = run_accelify("lint", "gan.py", "classify.py", cwd=tmp_path)
+    assert_ok(mixed)
+    assert "All checks passed!" in mixed.stderr and note not in mixed.stderr
+    (tmp_path / "train.py").write_text(BAD)
+    assert note not in run_accelify("lint", "train.py", "gan.py", cwd=tmp_path).stderr
+
+
 def test_nothing_to_check_is_a_warning_not_a_pass(tmp_path: Path):
     (tmp_path / "empty").mkdir()
     result = run_accelify("lint", "empty", cwd=tmp_path)

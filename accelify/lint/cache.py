@@ -41,21 +41,29 @@ class LintCache:
     folder: Path  # this build's entries
     settings: str  # digest of what selects the rules
 
-    def get(self, path: str, data: bytes) -> list[Finding] | None:
-        """The findings stored for ``path`` with this content, or None."""
+    def get(self, path: str, data: bytes) -> tuple[list[Finding], bool] | None:
+        """The findings stored for ``path`` with this content, and whether it uses no
+        accelerator (a run from the cache says what a first run says), or None."""
         try:
             entry = json.loads((self.folder / self._name(path, data)).read_bytes())
             if entry["accelify"] != __version__:
                 return None
-            return [_finding(item, path) for item in entry["findings"]]
+            findings = [_finding(item, path) for item in entry["findings"]]
+            return findings, bool(entry["no_accelerator"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def put(self, path: str, data: bytes, findings: list[Finding]) -> None:
+    def put(
+        self, path: str, data: bytes, findings: list[Finding], no_accelerator: bool = False
+    ) -> None:
         """Remember ``findings`` for this content; only portable ones (fixes as text edits)."""
         if any(finding.fix is not None for finding in findings):
             return
-        entry = {"accelify": __version__, "findings": [_as_dict(f) for f in findings]}
+        entry = {
+            "accelify": __version__,
+            "findings": [_as_dict(f) for f in findings],
+            "no_accelerator": no_accelerator,
+        }
         try:
             descriptor, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
         except OSError:

@@ -32,6 +32,7 @@ def run_lint(
     jobs: int,
     cache: bool = True,
     cache_dir: Path | None = None,
+    quiet: bool = False,
 ) -> int:
     try:
         settings = load_settings(Path.cwd())
@@ -65,6 +66,8 @@ def run_lint(
         click.echo(render(findings, output_format))
     if output_format == "text" and not show_statistics:
         click.echo(_summary(findings, sum(r.fixed_count for r in changed) if fix else 0), err=True)
+        if not quiet and not findings and not failed and all(r.no_accelerator for r in results):
+            click.echo(NO_ACCELERATOR_NOTE, err=True)
     if failed:
         return 2
     if exit_zero:
@@ -127,11 +130,11 @@ def _lint_one(
         return FileResult(
             str(path), [Finding("ACC000", f"cannot read: {error.strerror}", 1, 1, None, str(path))]
         )
-    if cache is not None:
-        findings = cache.get(str(path), data)
-        # --fix needs the tree of a file with something to fix; the rest is done
-        if findings is not None and not (fix and any(f.fixable for f in findings)):
-            return FileResult(str(path), findings, original=data)
+    stored = cache.get(str(path), data) if cache is not None else None
+    # --fix needs the tree of a file with something to fix; the rest is done
+    if stored is not None and not (fix and any(f.fixable for f in stored[0])):
+        findings, no_accelerator = stored
+        return FileResult(str(path), findings, original=data, no_accelerator=no_accelerator)
     try:
         result = lint_source(data, str(path), selection, fix, portable or cache is not None)
     except Exception as error:  # our bug, not the user's: one line, the other files go on
@@ -142,7 +145,8 @@ def _lint_one(
             "please report this file",
         )
     if cache is not None:  # after a fix, the findings are those of the fixed content
-        cache.put(str(path), data if result.fixed is None else result.fixed, result.findings)
+        content = data if result.fixed is None else result.fixed
+        cache.put(str(path), content, result.findings, result.no_accelerator)
     return result
 
 
@@ -227,6 +231,14 @@ def show_rules(code: str | None) -> int:
     click.echo(rule_page(rule))
     return 0
 
+
+#: Said after "All checks passed!" when no linted file uses an accelerator: the pass means
+#: only that they parse, and a user linting a plain script wants to know what makes it
+#: distributed.
+NO_ACCELERATOR_NOTE = (
+    "Note: no file here uses an accelerator, so only its syntax was checked (ACC000); "
+    "`accelify convert FILE` makes a single-device PyTorch script distributed."
+)
 
 #: What runs by default, said in `accelify rules` and the README.
 DEFAULT_SET = (

@@ -60,6 +60,9 @@ class FileResult:
     fixed_count: int = 0  # findings whose fix was applied to `fixed`
     #: why the file was not checked (accelify's own failure, not a finding about the file)
     error: str | None = None
+    #: the file uses no accelerator, so no rule ran on it (its syntax only, ACC000): a plain
+    #: PyTorch script, which `accelify convert` makes distributed
+    no_accelerator: bool = False
 
 
 @room_for_deep_trees
@@ -68,7 +71,7 @@ def lint_source(
 ) -> FileResult:
     """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
     plan over this process's tree."""
-    result = FileResult(path, original=data)
+    result = FileResult(path, original=data, no_accelerator=True)
     if ACCELERATOR_WORDS.search(data) is None and b"torch" not in data:
         return result  # cannot match any rule: skipped before parsing
     try:
@@ -85,6 +88,7 @@ def lint_source(
     from accelify.analysis.script_model import analyze
 
     script = analyze(module, data.decode("utf-8", errors="replace"))
+    result.no_accelerator = not script.uses_accelerator
     result.findings = _check(script, data, path, selection)
     if portable and not fix:
         result.findings = _portable(result.findings, module)
