@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,9 +105,12 @@ def test_resume_after_save_state_continues_bit_for_bit(tmp_path):
     assert after["parameters"] == expected["parameters"]
 
 
-def test_a_failing_rank_is_named_as_the_cause_with_its_traceback():
+def test_a_failing_rank_is_named_as_the_cause_with_its_traceback(tmp_path):
+    # A copy of its own: the processes left over are looked for by the script's path, and
+    # another test may be running fail.py beside this one (pytest-xdist).
+    script = shutil.copy(RUNTIME / "fail.py", tmp_path / "fail.py")
     started = time.monotonic()
-    result = launch(RUNTIME / "fail.py", timeout=60)
+    result = launch(script, timeout=60)
     elapsed = time.monotonic() - started
     assert result.returncode == 1
     assert elapsed < 30, f"took {elapsed:.1f}s"
@@ -123,7 +127,7 @@ def test_a_failing_rank_is_named_as_the_cause_with_its_traceback():
     assert "rank 1 failed first at " in report
     assert "rank 0 failed because its peer had gone (RuntimeError: " in report
     assert "unreachable" not in result.stdout
-    leftovers = subprocess.run(["pgrep", "-f", str(RUNTIME / "fail.py")], capture_output=True)
+    leftovers = subprocess.run(["pgrep", "-f", str(script)], capture_output=True)
     assert leftovers.stdout == b"", "worker processes outlived the launcher"
 
 
@@ -137,8 +141,9 @@ def test_after_restarts_the_last_attempts_cause_is_named():
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_stopping_the_launcher_stops_every_rank_with_one_line(signum):
-    script = RUNTIME / "forever.py"
+def test_stopping_the_launcher_stops_every_rank_with_one_line(signum, tmp_path):
+    # A copy of its own, as above: both signals' tests may run at once under pytest-xdist.
+    script = shutil.copy(RUNTIME / "forever.py", tmp_path / "forever.py")
     command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
