@@ -47,7 +47,8 @@ class PerEpochSchedulerPrepared(Rule):
     Fix: create the Accelerator with ``step_scheduler_with_optimizer=False`` (every prepared
     scheduler then steps once per call), or leave this scheduler out of ``prepare`` when another
     one steps per batch (``accelerator.register_for_checkpointing(scheduler)`` keeps it in
-    ``save_state``). Not reported: a scheduler stepped per batch, one created after prepare from
+    ``save_state``). A scheduler also stepped per batch (in another branch) is reported too. Not
+    reported: a scheduler stepped only per batch, one created after prepare from
     the prepared optimizer and not prepared, a schedule sized with ``num_processes``, an
     Accelerator with ``split_batches=True`` or made elsewhere (its settings are not in the
     file)."""
@@ -82,6 +83,18 @@ class PerEpochSchedulerPrepared(Rule):
             + "    model, optimizer, loader, scheduler\n)\n"
             + _EPOCHS
             + "    scheduler.step()\n",
+            7,
+            31,
+        ),
+        Example(  # one scheduler, stepped per batch in one branch and per epoch in the other
+            _SCRIPT
+            + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)\n"
+            + _PREPARE
+            + _EPOCHS
+            + "        if args.sched == 'cosine':\n"
+            + "            scheduler.step()\n"
+            + "    if args.sched == 'step':\n"
+            + "        scheduler.step()\n",
             7,
             31,
         ),
@@ -162,6 +175,13 @@ class PerEpochSchedulerPrepared(Rule):
         + _PREPARE
         + _EPOCHS
         + "    scheduler.step()\n",
+        # stepped per batch only, in a branch: no per-epoch step
+        _SCRIPT
+        + "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=900)\n"
+        + _PREPARE
+        + _EPOCHS
+        + "        if args.sched == 'onecycle':\n"
+        + "            scheduler.step()\n",
         # stepped per batch, with the optimizer: what prepare is for
         _SCRIPT
         + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"
@@ -245,8 +265,9 @@ class PerEpochSchedulerPrepared(Rule):
         steps = flow.scheduler_steps(set(prepared))
         per_batch = {step.scheduler for step in steps if step.per_batch}
         for name, argument in prepared.items():
-            own = [step for step in steps if step.scheduler == name]
-            if not own or name in per_batch or sized_by_process_count(script, name):
+            # a step per batch in one branch and per epoch in another is still a per-epoch step
+            own = [step for step in steps if step.scheduler == name and not step.per_batch]
+            if not own or sized_by_process_count(script, name):
                 continue
             if any(flow.epoch_loop(step) is None for step in own):
                 continue
@@ -257,7 +278,7 @@ class PerEpochSchedulerPrepared(Rule):
             yield self.finding(
                 script,
                 argument,
-                message=_message(self, script, argument, repeated, per_batch - {name}),
+                message=_message(self, script, argument, repeated, per_batch),
             )
 
 
@@ -277,7 +298,13 @@ def _message(
         "prepared, each step() advances it num_processes times, so on N processes its schedule "
         "runs N times faster"
     )
-    if per_batch:
+    if name in per_batch:
+        advice = (
+            f"leave it out of prepare ({name} is also stepped per batch: no one "
+            "step_scheduler_with_optimizer setting fits both calls; unprepared, step it "
+            "accelerator.num_processes times at its per-batch step to keep that pace)"
+        )
+    elif per_batch:
         other = sorted(n for n in per_batch if n)[0] if any(per_batch) else "another scheduler"
         advice = (
             f"leave it out of prepare ({other} steps per batch and needs it; "

@@ -576,6 +576,22 @@ class ObjectFlow:
         stepped, per_step = self._scheduler_steps(schedulers)
         return {name for name in schedulers if name in stepped and name not in per_step}
 
+    def mixed_pace_schedulers(self, prepared: set[str]) -> dict[str, list[SchedulerStep]]:
+        """Prepared schedulers stepped both inside a loop over batches and outside every one
+        (``if args.sched == "cosine": sched.step()`` per batch, ``if args.sched == "step":
+        sched.step()`` per epoch): no one ``step_scheduler_with_optimizer`` fits both calls, so
+        one of them would change pace on N ranks. Each maps to its step calls."""
+        schedulers = {b.name for b in self.model.of_kind(Kind.SCHEDULER) if b.name in prepared}
+        steps: dict[str, list[SchedulerStep]] = {}
+        for step in self.scheduler_steps(schedulers):
+            if step.scheduler in schedulers:
+                steps.setdefault(step.scheduler, []).append(step)
+        return {
+            name: found
+            for name, found in steps.items()
+            if any(s.per_batch for s in found) and not all(s.per_batch for s in found)
+        }
+
     def unstepped_schedulers(self, prepared: set[str]) -> set[str]:
         """Prepared schedulers whose ``step()`` is nowhere to be seen: stepped through a name the
         analysis does not follow (a dataclass field, a callback), at a pace it cannot tell."""
