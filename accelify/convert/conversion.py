@@ -88,7 +88,9 @@ def _add_import(module: cst.Module, code: str, script: Path) -> cst.Module:
     start = position
     while start > 0 and _is_import(body[start - 1]):
         start -= 1
-    ours = _sort_key(added, script)
+    # the runtime is an installed package: third-party even where a folder of its name sits
+    # beside the script (a checkout of accelify itself)
+    ours = (_THIRD_PARTY, *_sort_key(added, script)[1:])
     at = next((i for i in range(start, position) if _sort_key(body[i], script) > ours), position)
     before = _sort_key(body[at - 1], script) if at > start else None
     after = _sort_key(body[at], script) if at < position else None
