@@ -88,12 +88,13 @@ def _add_import(module: cst.Module, code: str, script: Path) -> cst.Module:
     start = position
     while start > 0 and _is_import(body[start - 1]):
         start -= 1
+    keys = [_sort_key(line, script) for line in body[start:position]]
     # the runtime is an installed package: third-party even where a folder of its name sits
     # beside the script (a checkout of accelify itself)
-    ours = (_THIRD_PARTY, *_sort_key(added, script)[1:])
-    at = next((i for i in range(start, position) if _sort_key(body[i], script) > ours), position)
-    before = _sort_key(body[at - 1], script) if at > start else None
-    after = _sort_key(body[at], script) if at < position else None
+    ours = _sort_key(added, None)
+    at = start + next((i for i, key in enumerate(keys) if key > ours), len(keys))
+    before = keys[at - start - 1] if at > start else None
+    after = keys[at - start] if at < position else None
     if before is not None and before[0] < ours[0]:
         if after is not None and after[0] == ours[0]:
             # the blank line (and comment) that opens the section now opens it above ours
@@ -115,10 +116,11 @@ def _is_import(line: cst.CSTNode) -> bool:
 _FUTURE, _STANDARD, _THIRD_PARTY, _FIRST_PARTY = range(4)
 
 
-def _sort_key(line: cst.CSTNode, script: Path) -> tuple[int, int, str]:
+def _sort_key(line: cst.CSTNode, script: Path | None) -> tuple[int, int, str]:
     """Where isort's default profile puts an import line: its section (a module beside the
-    script, or a relative import, is the project's own), straight imports before ``from``
-    imports, then the module name without case."""
+    script, or a relative import, is the project's own; with no script, an installed module
+    is third-party), straight imports before ``from`` imports, then the module name without
+    case."""
     small = next(s for s in line.body if isinstance(s, (cst.Import, cst.ImportFrom)))  # type: ignore[attr-defined]
     if isinstance(small, cst.ImportFrom):
         if small.relative:
@@ -133,7 +135,9 @@ def _sort_key(line: cst.CSTNode, script: Path) -> tuple[int, int, str]:
         section = _FUTURE
     elif top in sys.stdlib_module_names:
         section = _STANDARD
-    elif (script.parent / f"{top}.py").is_file() or (script.parent / top / "__init__.py").is_file():
+    elif script is not None and (
+        (script.parent / f"{top}.py").is_file() or (script.parent / top / "__init__.py").is_file()
+    ):
         section = _FIRST_PARTY
     else:
         section = _THIRD_PARTY
