@@ -4,6 +4,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.construction import prepared_in_construction
+from accelify.analysis.device_moves import is_save_call
 from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.saved_values import saved_values, saved_whole_objects
@@ -250,12 +251,7 @@ class WrappedStateDict(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         reported: set[int] = set()  # one finding per state dict, however many saves write it
         for call in calls(script):
-            is_save = (
-                script.call_names(call) & names.TORCH_SAVE
-                or (isinstance(call.func, cst.Attribute) and call.func.attr.value == "save")
-                or _saving_helper(script, call)
-            )
-            if not is_save or not call.args:
+            if not (is_save_call(script, call) or _saving_helper(script, call)) or not call.args:
                 continue
             for node, at in _saved_state_dicts(script, call.args[0].value, call):
                 owner = node.func.value  # type: ignore[union-attr]
@@ -272,9 +268,7 @@ class WrappedStateDict(Rule):
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
                 message = self.message.replace("(model)", f"({name})")  # ``self.model``
                 yield self.finding(script, node, fix, message=in_file_words(message, acc))
-            if script.call_names(call) & names.TORCH_SAVE or (
-                isinstance(call.func, cst.Attribute) and call.func.attr.value == "save"
-            ):  # not a helper: ``save_model`` unwraps what it is handed
+            if is_save_call(script, call):  # not a helper: ``save_model`` unwraps what it is handed
                 yield from self._pickled_whole(script, call)
 
         yield from self._loads(script)

@@ -67,12 +67,12 @@ def saved_whole(script: ScriptModel, node: cst.CSTNode) -> bool:
         isinstance(save, cst.Call)
         and bool(save.args)
         and save.args[0] is parent
-        and _is_save(script, save)
+        and is_save_call(script, save)
         and module_chain_root(current) is not None  # type: ignore[arg-type]
     )
 
 
-def _is_save(script: ScriptModel, call: cst.Call) -> bool:
+def is_save_call(script: ScriptModel, call: cst.Call) -> bool:
     """``torch.save(...)``, or a ``save`` method (``accelerator.save(obj, path)``)."""
     func = call.func
     return bool(script.call_names(call) & names.TORCH_SAVE) or (
