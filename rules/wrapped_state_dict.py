@@ -3,7 +3,11 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.construction import prepared_in_construction
+from accelify.analysis.construction import (
+    constructed_accelerator,
+    holds_constructed_wrapper,
+    prepared_in_construction,
+)
 from accelify.analysis.device_moves import is_save_call
 from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import bound_arguments
@@ -54,6 +58,17 @@ _MOVING_TRAINER = (
     "        self.accelerator.backward(self.model(x).sum())\n\n"
     "    def resume(self, path):\n"
     "        {model}.load_state_dict(torch.load(path))\n"
+)
+#: A trainer that prepares its model while constructed, driven from ``main``.
+_DRIVEN_TRAINER = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n    def __init__(self, model):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model = self.accelerator.prepare(model)\n\n"
+    "    def train(self, x):\n"
+    "        self.accelerator.backward(self.model(x).sum())\n\n\n"
+    "def resume(trainer, path):\n    {model}.load_state_dict(torch.load(path))\n\n\n"
+    "def main():\n    trainer = Trainer(torch.nn.Linear(2, 2))\n    resume(trainer, 'm.pt')\n"
 )
 _SAVES_GLOBAL = "def save():\n    torch.save(model.state_dict(), 'm.pt')\n"
 
@@ -171,8 +186,20 @@ class WrappedStateDict(Rule):
                 model="self.accelerator.unwrap_model(self.model)",
             ),
         ),
+        # the trainer's model loaded from outside the class, by a helper handed the trainer
+        Example(
+            _DRIVEN_TRAINER.format(model="trainer.model"),
+            15,
+            5,
+            _DRIVEN_TRAINER.format(model="trainer.accelerator.unwrap_model(trainer.model)"),
+        ),
     )
     good = (
+        # the same helper loading into the unwrapped model; one handed an unprepared holder
+        _DRIVEN_TRAINER.format(model="trainer.accelerator.unwrap_model(trainer.model)"),
+        _DRIVEN_TRAINER.format(model="trainer.model")
+        + "    resume(Holder(), 'm.pt')\n\n\n"
+        + "class Holder:\n    def __init__(self):\n        self.model = torch.nn.Linear(2, 2)\n",
         # the same trainer binding self.model to the plain model after construction: which
         # one the load meets depends on the order the methods run
         _MOVING_TRAINER.format(
@@ -283,18 +310,34 @@ class WrappedStateDict(Rule):
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
                 continue
-            name = dotted(func.value)
-            if name not in prepared(script, call) - not_models or _not_a_model(name):
+            name = dotted(func.value) or script.module.code_for_node(func.value)
+            if _not_a_model(name):
                 continue
             if not call.args or not _read_from_a_file(script, call.args[0].value, call):
                 continue
-            if not _holds_the_wrapper(script, func.value, call):
-                continue
-            if not _treated_as_module(script, name) or _unwrapped_since_prepare(script, name, call):
+            # prepared here, or a trainer's model read from outside the class
+            # (``trainer.model.load_state_dict(...)``, `holds_constructed_wrapper`)
+            constructed = name not in prepared(script, call) and holds_constructed_wrapper(
+                script, func.value, call
+            )
+            if not constructed:
+                if name not in prepared(script, call) - not_models:
+                    continue
+                if not _holds_the_wrapper(script, func.value, call):
+                    continue
+                if not _treated_as_module(script, name):
+                    continue
+            if _unwrapped_since_prepare(script, name, call):
                 continue
             acc = accelerator_at(script, call)
+            if acc is None and constructed:
+                acc = constructed_accelerator(script, func.value, call)
             fix = Plan.of(rewrites.unwrap(func.value, acc)) if acc is not None else None
-            unwrapped = f"{acc or 'accelerator'}.unwrap_model({name})"
+            unwrapped = (
+                f"{acc}.unwrap_model({name})"
+                if acc is not None or not constructed
+                else f"the Accelerator's unwrap_model({name})"
+            )
             message = (
                 f"Load into {unwrapped}: the checkpoint holds the plain model's keys, and on "
                 f"several processes {name} is the DistributedDataParallel wrapper, whose keys "

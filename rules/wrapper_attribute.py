@@ -5,9 +5,9 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.collectives import DDP
 from accelify.analysis.construction import (
+    constructed_accelerator,
+    holds_constructed_wrapper,
     keeps_the_object,
-    prepared_in_construction,
-    prepared_on_instance,
 )
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
@@ -272,8 +272,60 @@ class WrapperAttribute(Rule):
             18,
             5,
         ),
+        # the trainer handed to a helper: the parameter is the same instance
+        Example(
+            _DRIVEN_TRAINER + "    finish(trainer)\n\n\n"
+            "def finish(trainer):\n    trainer.model.save_pretrained('out')\n",
+            22,
+            5,
+        ),
+        # made by a factory, and the model read through a local bound to the attribute
+        Example(
+            _DRIVEN_TRAINER.replace("trainer = Trainer('gpt2')", "trainer = make('gpt2')")
+            + "    model = trainer.model\n    print(model.config)\n\n\n"
+            "def make(name):\n    return Trainer(name)\n",
+            19,
+            11,
+        ),
+        # a runner that holds the trainer as self.trainer
+        Example(
+            _DRIVEN_TRAINER
+            + "    Runner().sample(ids)\n\n\nclass Runner:\n    def __init__(self):\n"
+            "        self.trainer = Trainer('gpt2')\n\n"
+            "    def sample(self, ids):\n        return self.trainer.model.generate(ids)\n",
+            26,
+            16,
+        ),
+        # a method of the trainer that returns the wrapper
+        Example(
+            _DRIVEN_TRAINER.replace(
+                "\n\ndef main", "    def get_model(self):\n        return self.model\n\n\ndef main"
+            )
+            + "    trainer.get_model().save_pretrained('out')\n",
+            20,
+            5,
+        ),
     )
     good = (
+        # a helper handed a trainer here, and an object that prepared nothing there; a runner
+        # whose trainer's model is bound again to the plain model; a method that unwraps
+        _DRIVEN_TRAINER.replace(
+            "\n\ndef main",
+            "    def get_model(self):\n"
+            "        return self.accelerator.unwrap_model(self.model)\n\n\ndef main",
+        )
+        + "    finish(trainer)\n    finish(Plain())\n    trainer.get_model().save_pretrained('o')\n"
+        + "    other = Trainer('gpt2')\n"
+        + "    other.model = other.accelerator.unwrap_model(other.model)\n"
+        + "    finish_plain(other)\n\n\n"
+        + "class Plain:\n    def __init__(self):\n"
+        + "        self.model = AutoModelForCausalLM.from_pretrained('gpt2')\n\n\n"
+        + "def finish(trainer):\n    trainer.model.save_pretrained('out')\n\n\n"
+        + "def finish_plain(trainer):\n    trainer.model.save_pretrained('out')\n\n\n"
+        + "class Runner:\n    def __init__(self):\n        self.trainer = Trainer('gpt2')\n\n"
+        + "    def done(self):\n        t = self.trainer\n"
+        + "        self.trainer.model = t.accelerator.unwrap_model(self.trainer.model)\n\n"
+        + "    def sample(self, ids):\n        return self.trainer.model.generate(ids)\n",
         # the trainer's own accelerator unwraps the model main reads, or main binds it again
         _DRIVEN_TRAINER
         + "    trainer.accelerator.unwrap_model(trainer.model).save_pretrained('out')\n"
@@ -388,10 +440,7 @@ class WrapperAttribute(Rule):
             if member.startswith("_"):
                 continue  # private names: the wrapper's own state (``_comm_hooks``) or the model's
             held = _held_name(script, owner, attribute)
-            constructed = held is None and (
-                prepared_in_construction(script, owner, attribute)
-                or prepared_on_instance(script, owner, attribute)
-            )
+            constructed = held is None and holds_constructed_wrapper(script, owner, attribute)
             if held is None and not constructed:
                 continue
             if member == "module":
@@ -405,12 +454,16 @@ class WrapperAttribute(Rule):
             if not constructed and not _prepared_model(
                 script, held, attribute, called_as=dotted(owner)
             ):
-                continue
+                if not isinstance(owner, cst.Name):
+                    continue
+                if not holds_constructed_wrapper(script, owner, attribute):
+                    continue
+                constructed = True  # ``model = trainer.model``: the trainer's wrapper renamed
             if _unwrapped_branch(script, attribute):
                 continue  # ``if hasattr(model, "module"): ... else: model.generate(...)``
             if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
                 continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
-            spelled = dotted(owner) or held or "model"
+            spelled = dotted(owner) or held or script.module.code_for_node(owner)
             call = script.parent(attribute)
             if call in facts.layers_outside_forward:
                 yield self.finding(
@@ -424,12 +477,17 @@ class WrapperAttribute(Rule):
                     f"and call {spelled}(...)",
                 )
                 continue
-            accelerator = _accelerator_for(script, owner, attribute)
+            accelerator = _accelerator_for(script, owner, attribute, constructed)
+            through = (
+                f"{accelerator}.unwrap_model({spelled}).{member}"
+                if accelerator is not None
+                else f"unwrap_model({spelled}).{member} of the Accelerator that prepared it"
+            )
             yield self.finding(
                 script,
                 attribute,
                 None,
-                f"Call this through {accelerator}.unwrap_model({spelled}).{member}: on "
+                f"Call this through {through}: on "
                 f"several processes prepare wraps {spelled} in DistributedDataParallel, which has "
                 f"no '{member}' (AttributeError); a one-process run has no wrapper and hides it",
             )
@@ -504,21 +562,16 @@ class WrapperAttribute(Rule):
         )
 
 
-def _accelerator_for(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) -> str:
-    """The accelerator to unwrap with at ``at``: the one in scope, or for ``trainer.model``
-    read outside its class, the trainer's own (``trainer.accelerator``, the attribute its
-    construction prepared ``self.model`` with)."""
-    spelling = dotted(owner) or ""
+def _accelerator_for(
+    script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode, constructed: bool
+) -> str | None:
+    """The accelerator to unwrap with at ``at``: the one in scope, or for a trainer's model read
+    outside its class (``constructed``) the trainer's own (`constructed_accelerator`). None:
+    none is reachable from here."""
     found = accelerator_at(script, at)
-    if found is not None or "." not in spelling or spelling.startswith("self."):
-        return found or "accelerator"
-    instance, member = spelling.split(".", 1)
-    for prepare in script.prepare_calls:
-        func = prepare.call.func
-        held = dotted(func.value) if isinstance(func, cst.Attribute) else None
-        if f"self.{member}" in prepare.outputs and held and held.startswith("self."):
-            return instance + held.removeprefix("self")
-    return "accelerator"
+    if found is not None:
+        return found
+    return constructed_accelerator(script, owner, at) if constructed else "accelerator"
 
 
 #: What a test that chooses between the wrapper and the model reads.
@@ -686,6 +739,8 @@ def _parameter_given_prepared_model(
     if not passed:
         return False
     for argument in passed:
+        if holds_constructed_wrapper(script, argument.value, argument):
+            continue  # ``save(trainer.model)``: the wrapper a trainer's construction prepared
         if not isinstance(argument.value, cst.Name):
             return False
         outer = argument.value.value

@@ -717,6 +717,11 @@ class CallGraph:
         self._instances[key] = found
         return found
 
+    def made_by(self, value: cst.BaseExpression) -> str | None:
+        """The class of this file ``value`` makes: ``Trainer(...)`` (also moved, ``.to(d)``),
+        or a call of a function that returns one (two factories deep)."""
+        return self._made_by(value, depth=2)
+
     def _narrowed_class(self, assign: cst.Assign) -> str | None:
         """``self.checkpoint = cb`` under ``if isinstance(cb, ModelCheckpoint):`` (callbacks
         sorted out of a list by type): the value is an instance of that class of this file, so a

@@ -10,8 +10,9 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.call_graph import CallGraph
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods, walk
+from accelify.analysis.syntax import dotted, has_parameter, strip_self_methods, walk
 
 
 def prepared_in_construction(
@@ -37,36 +38,220 @@ def prepared_in_construction(
 
 
 def prepared_on_instance(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) -> bool:
-    """``trainer.model`` read outside the class, after ``trainer = Trainer(...)`` in the same
-    scope, where the class's construction prepared ``self.model`` (``trainer.train()`` then
-    ``trainer.model.save_pretrained(out)`` in ``main``): the attribute holds the wrapper, as
-    it does in the class's own methods. Not when the scope binds ``trainer.model`` again in
-    between (``trainer.model = accelerator.unwrap_model(trainer.model)``)."""
-    spelling = dotted(owner)
-    if spelling is None or spelling.count(".") != 1 or spelling.startswith("self."):
+    """``trainer.model`` read outside the class, where ``trainer`` is certainly an instance of a
+    class of this file whose construction prepared ``self.model``: the attribute holds the
+    wrapper there, as it does in the class's own methods (``trainer.train()`` then
+    ``trainer.model.save_pretrained(out)`` in ``main``). The instance is the same object
+    wherever it went: made in scope (``Trainer(...)`` or a factory that returns one), a
+    parameter every call site hands such an instance, a module-level instance read by a
+    function, a runner's ``self.trainer`` that its class only ever sets to one, or a call of a
+    factory. Not when ``trainer.model`` is bound again on the way (``trainer.model =
+    accelerator.unwrap_model(trainer.model)``)."""
+    if not isinstance(owner, cst.Attribute):
         return False
-    instance, member = spelling.split(".")
+    spelling = dotted(owner)
+    if spelling is None or (spelling.startswith("self.") and spelling.count(".") == 1):
+        return False  # the class's own ``self.model``: `prepared_in_construction`
+    owner_class = constructed_instance(script, owner.value, owner.attr.value, at)
+    return owner_class is not None and _construction_prepares(
+        script, owner_class, f"self.{owner.attr.value}"
+    )
+
+
+def holds_constructed_wrapper(
+    script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode, depth: int = 0
+) -> bool:
+    """``value`` certainly holds, at ``at``, a model a trainer's construction prepared: the
+    attribute itself (`prepared_in_construction`, `prepared_on_instance`), a local bound to it
+    (``model = trainer.model``), or a call of a function or method of this file whose every
+    return is one (``def get_model(self): return self.model``; a ``build()`` that trains and
+    returns ``trainer.model``)."""
+    if depth > 3:
+        return False
+    if isinstance(value, cst.Attribute):
+        return prepared_in_construction(script, value, at) or prepared_on_instance(
+            script, value, at
+        )
+    if isinstance(value, cst.Call):
+        functions = script.call_graph.targets(value)
+        returns = script.index.own_returns(functions[0]) if len(functions) == 1 else []
+        return bool(returns) and all(
+            holds_constructed_wrapper(script, r.value, r, depth + 1)  # type: ignore[arg-type]
+            for r in returns
+        )
+    if not isinstance(value, cst.Name):
+        return False
     here, scope = script.order(at), script.scope_of(at)
     made = [
         assign
-        for assign in script.index.assignments_to(instance)
+        for assign in script.index.assignments_to(value.value)
         if script.scope_of(assign) is scope and script.order(assign) < here
     ]
     if not made:
         return False
     last = max(made, key=script.order)
-    class_name = script.call_graph.instance_class(instance, last)
-    owner_class = script.call_graph.classes.get(class_name or "")
-    if owner_class is None or not isinstance(last, cst.Assign):
+    if not isinstance(last, cst.Assign) or len(last.targets) != 1:
         return False
-    if script.call_graph.instance_class(instance, at) != class_name:
-        return False
+    kept = strip_self_methods(last.value)  # ``trainer.model.eval()``: the same object
+    return holds_constructed_wrapper(script, kept, last, depth + 1)
+
+
+def constructed_accelerator(
+    script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode, depth: int = 0
+) -> str | None:
+    """The trainer's own accelerator, spelled where ``owner`` is read outside its class:
+    ``trainer.accelerator`` for ``trainer.model`` (``self.trainer.accelerator`` for a runner's
+    ``self.trainer.model``), the attribute whose ``prepare`` gave ``self.model`` in the
+    construction; through a local bound to it (``model = trainer.model``) too. None when the
+    object came from elsewhere (a call) or no such prepare is seen."""
+    if isinstance(owner, cst.Name) and depth < 3:
+        here, scope = script.order(at), script.scope_of(at)
+        made = [
+            assign
+            for assign in script.index.assignments_to(owner.value)
+            if script.scope_of(assign) is scope and script.order(assign) < here
+        ]
+        last = max(made, key=script.order) if made else None
+        if isinstance(last, cst.Assign) and len(last.targets) == 1:
+            value = strip_self_methods(last.value)
+            if not isinstance(value, cst.Name) or value.value != owner.value:
+                return constructed_accelerator(script, value, last, depth + 1)
+        return None
+    spelling = dotted(owner) or ""
+    if "." not in spelling or (spelling.startswith("self.") and spelling.count(".") == 1):
+        return None
+    instance, member = spelling.rsplit(".", 1)  # ``trainer``, or a runner's ``self.trainer``
+    for prepare in script.prepare_calls:
+        func = prepare.call.func
+        held = dotted(func.value) if isinstance(func, cst.Attribute) else None
+        if f"self.{member}" in prepare.outputs and held and held.startswith("self."):
+            return instance + held.removeprefix("self")
+    return None
+
+
+def constructed_instance(
+    script: ScriptModel, instance: cst.BaseExpression, member: str, at: cst.CSTNode, depth: int = 0
+) -> cst.ClassDef | None:
+    """The class of this file that ``instance`` is certainly a constructed instance of at
+    ``at``, with ``instance.member`` not bound again since it was made (None when unsure)."""
+    graph = script.call_graph
+    if depth > 3:
+        return None
+    if isinstance(instance, cst.Call):  # ``make_trainer(args).model``
+        return graph.classes.get(graph.made_by(instance) or "")
+    spelling = dotted(instance)
+    if spelling is None:
+        return None
+    if isinstance(instance, cst.Attribute):
+        return _held_by_attribute(script, spelling, member, at)
+    if not isinstance(instance, cst.Name):
+        return None
+    here, scope = script.order(at), script.scope_of(at)
+    made = [
+        assign
+        for assign in script.index.assignments_to(spelling)
+        if script.scope_of(assign) is scope and script.order(assign) < here
+    ]
+    if made:
+        last = max(made, key=script.order)
+        if not isinstance(last, cst.Assign) or len(last.targets) != 1:
+            return None
+        owner_class = graph.classes.get(graph.made_by(last.value) or "")
+        if owner_class is None or _rebound(script, f"{spelling}.{member}", scope, last, here):
+            return None
+        return owner_class
+    function = script.index.enclosing_function(at)
+    if function is None or any(
+        script.scope_of(assign) is scope for assign in script.index.assignments_to(spelling)
+    ):
+        return None
+    if has_parameter(function, spelling):
+        return _given_instance(script, spelling, member, at, function, depth)
+    return _module_instance(script, spelling, member)
+
+
+def _given_instance(
+    script: ScriptModel,
+    parameter: str,
+    member: str,
+    at: cst.CSTNode,
+    function: cst.FunctionDef,
+    depth: int,
+) -> cst.ClassDef | None:
+    """``def finish(trainer): trainer.model.save_pretrained(out)``: every call of ``finish``
+    hands it an instance of one class (made, or itself given, where it is called), and
+    ``finish`` does not bind ``trainer.model`` itself."""
+    if _rebound(script, f"{parameter}.{member}", function, None, None):
+        return None
+    passed = [
+        argument
+        for call, implicit in script.call_graph.calls_of(function)
+        for name, argument in bound_arguments(function, call, implicit)
+        if name == parameter
+    ]
+    classes = {
+        constructed_instance(script, argument.value, member, argument, depth + 1)
+        for argument in passed
+    }
+    return classes.pop() if len(classes) == 1 else None
+
+
+def _module_instance(script: ScriptModel, name: str, member: str) -> cst.ClassDef | None:
+    """A module-level ``trainer = Trainer(...)`` read in a function: every module-level binding
+    makes one class, and nothing in the file binds ``trainer.model`` again."""
+    graph = script.call_graph
+    made = [
+        a for a in script.index.assignments_to(name) if isinstance(script.scope_of(a), cst.Module)
+    ]
+    classes = {graph.made_by(a.value) if len(a.targets) == 1 else None for a in made}
+    if len(classes) != 1 or _rebound(script, f"{name}.{member}", None, None, None):
+        return None
+    return graph.classes.get(classes.pop() or "")
+
+
+def _held_by_attribute(
+    script: ScriptModel, spelling: str, member: str, at: cst.CSTNode
+) -> cst.ClassDef | None:
+    """``self.trainer.model`` in a method of a runner class that sets ``self.trainer`` only to
+    instances of one class (``self.trainer = Trainer(cfg)`` in its ``__init__``), and nothing
+    in the file binds ``self.trainer.model`` again."""
+    if not spelling.startswith("self.") or spelling.count(".") != 1:
+        return None
+    runner = script.index.enclosing_class(at)
+    graph = script.call_graph
+    made = [
+        assign
+        for assign in script.index.assignments_to(spelling)
+        if script.index.enclosing_class(assign) is runner
+    ]
+    classes = {graph.made_by(a.value) if len(a.targets) == 1 else None for a in made}
+    if runner is None or len(classes) != 1:
+        return None
+    if _rebound(script, f"{spelling}.{member}", None, None, None):
+        return None
+    return graph.classes.get(classes.pop() or "")
+
+
+def _rebound(
+    script: ScriptModel,
+    spelling: str,
+    scope: cst.CSTNode | None,
+    after: cst.CSTNode | None,
+    before: int | None,
+) -> bool:
+    """``spelling`` (``trainer.model``) is bound to another object in ``scope`` (anywhere in the
+    file when None), between ``after`` and the order ``before`` when given."""
     for assign in script.index.assignments_to(spelling):
-        if script.scope_of(assign) is not scope or keeps_the_object(assign, spelling):
+        if keeps_the_object(assign, spelling):
             continue
-        if script.order(last) < script.order(assign) < here:
-            return False
-    return _construction_prepares(script, owner_class, f"self.{member}")
+        if scope is not None and script.scope_of(assign) is not scope:
+            continue
+        if after is not None and script.order(assign) <= script.order(after):
+            continue
+        if before is not None and script.order(assign) >= before:
+            continue
+        return True
+    return False
 
 
 def _construction_prepares(script: ScriptModel, owner_class: cst.ClassDef, spelling: str) -> bool:
