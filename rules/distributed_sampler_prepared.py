@@ -3,8 +3,9 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods
+from accelify.analysis.syntax import dotted, strip_self_methods, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 _IMPORTS = (
@@ -16,7 +17,12 @@ _IMPORTS = (
 class DistributedSamplerPrepared(Rule):
     """A DataLoader with a ``DistributedSampler`` passed to ``prepare``: the sampler already gives
     each rank 1/N of the data, and prepare shards that again, so each rank trains on 1/N² of
-    the dataset and most samples are never seen."""
+    the dataset and most samples are never seen.
+
+    The same by hand: a batch of a prepared loader sliced by rank (``batch[rank::world]``,
+    a split written for one process that sees the whole batch) keeps 1/N of the rank's own
+    shard, and ``batch[accelerator.process_index]`` takes one row (or one field of an ``(x,
+    y)`` batch) chosen by the rank; a position or a key is not a rank, and is not reported."""
 
     code = "ACC402"
     name = "distributed-sampler-prepared"
@@ -32,8 +38,35 @@ class DistributedSamplerPrepared(Rule):
             6,
             10,
         ),
+        # a prepared loader's batch sharded again by rank (a hand-written split kept after
+        # the conversion): each rank keeps 1/N of its own shard, or one row of it
+        Example(
+            HEADER
+            + "model, loader = accelerator.prepare(model, loader)\n"
+            + "rank, world = accelerator.process_index, accelerator.num_processes\n"
+            + "for batch in loader:\n    batch = batch[rank::world]\n"
+            + "    accelerator.backward(model(batch).sum())\n",
+            6,
+            13,
+        ),
+        Example(
+            HEADER
+            + "model, loader = accelerator.prepare(model, loader)\n"
+            + "for batch in loader:\n"
+            + "    accelerator.backward(model(batch[accelerator.process_index]).sum())\n",
+            5,
+            32,
+        ),
     )
     good = (
+        # an unprepared loader split by hand; a prepared batch indexed by a position or
+        # field; a loop variable named rank
+        HEADER
+        + "model, loader = accelerator.prepare(model, loader)\n"
+        + "for batch in raw_loader:\n    part = batch[accelerator.process_index]\n"
+        + "for batch in loader:\n    x, y = batch[0], batch[1:]\n"
+        + "    for rank in range(4):\n        print(batch[rank])\n"
+        + "    accelerator.backward(model(x).sum())\n",
         HEADER
         + _IMPORTS
         + "loader = DataLoader(data, batch_size=8, shuffle=True)\n"
@@ -41,6 +74,55 @@ class DistributedSamplerPrepared(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        yield from self._sampler_prepared(script)
+        yield from self._batch_sharded_again(script)
+
+    def _batch_sharded_again(self, script: ScriptModel) -> Iterator[Finding]:
+        """A batch of a prepared loader indexed or sliced by rank: ``batch[rank::world]``
+        keeps 1/N of the rank's own shard (the rest of the data is never trained on or
+        counted), and ``batch[accelerator.process_index]`` takes one row, or one field of an
+        ``(x, y)`` batch, picked by the rank. The prepared loader already gave each rank its
+        own batch."""
+        flow = facts_of(script).flow
+        for loop in script.loops:
+            if not loop.batch_names or not flow.over_prepared_loader(loop):
+                continue
+            for node in walk(loop.node.body):
+                if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+                    continue
+                if not isinstance(node.value, cst.Name) or node.value.value not in loop.batch_names:
+                    continue
+                item = node.slice[0].slice
+                if isinstance(item, cst.Index):
+                    sharded = _rank(script, item.value, node)
+                else:
+                    sharded = (
+                        isinstance(item, cst.Slice)
+                        and item.lower is not None
+                        and item.step is not None
+                        and _rank(script, item.lower, node)
+                        and _world(script, item.step, node)
+                    )
+                if not sharded:
+                    continue
+                batch = node.value.value
+                what = (
+                    "indexing it by the rank takes one row (or one field of an (x, y) batch), "
+                    "a different one on each rank"
+                    if isinstance(item, cst.Index)
+                    else "slicing it by rank again keeps 1/N of this rank's shard, and the rest "
+                    "of the data is never used"
+                )
+                yield self.finding(
+                    script,
+                    node,
+                    message=(
+                        f"Use {batch} as it is: the prepared loader already gives each rank its "
+                        f"own batch, and {what}"
+                    ),
+                )
+
+    def _sampler_prepared(self, script: ScriptModel) -> Iterator[Finding]:
         prepared_inputs = {name for call in script.prepare_calls for name in call.inputs}
         samplers = script.names_of(Kind.SAMPLER)
         for binding in script.of_kind(Kind.DATALOADER):
@@ -56,3 +138,60 @@ class DistributedSamplerPrepared(Rule):
                 )
                 if dotted(value) in samplers or inline:
                     yield self.finding(script, call)
+
+
+_RANKS = ("process_index", "local_process_index", "get_rank")
+_WORLDS = ("num_processes", "get_world_size")
+
+
+def _rank(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """``accelerator.process_index`` (``dist.get_rank()``), or a name bound only to it."""
+    return _reads(script, value, at, _RANKS)
+
+
+def _world(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    return _reads(script, value, at, _WORLDS)
+
+
+def _reads(
+    script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode, members: tuple[str, ...]
+) -> bool:
+    """``value`` is ``<x>.<member>`` (or a call of it without arguments), or a name every
+    binding of which, all in ``at``'s scope, is one (``rank, world = accelerator.process_index,
+    accelerator.num_processes``)."""
+    if isinstance(value, cst.Call) and not value.args:
+        value = value.func
+    if isinstance(value, cst.Attribute):
+        return value.attr.value in members
+    if not isinstance(value, cst.Name):
+        return False
+    scope = script.scope_of(at)
+    bound = script.index.values_bound_to(value.value)
+    if not bound or any(script.scope_of(statement) is not scope for statement, _ in bound):
+        return False
+    for statement, bound_value in bound:
+        if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+            return False
+        single = _element(statement.targets[0].target, bound_value, value.value)
+        if (
+            single is None
+            or isinstance(single, cst.Name)
+            or not _reads(script, single, at, members)
+        ):
+            return False
+    return True
+
+
+def _element(
+    target: cst.BaseExpression, value: cst.BaseExpression, name: str
+) -> cst.BaseExpression | None:
+    """What ``name`` is bound to by ``target = value`` (also ``a, b = x, y``)."""
+    if isinstance(target, cst.Name):
+        return value if target.value == name else None
+    if isinstance(target, cst.Tuple | cst.List) and isinstance(value, cst.Tuple | cst.List):
+        if len(target.elements) != len(value.elements):
+            return None
+        for element, item in zip(target.elements, value.elements, strict=True):
+            if isinstance(element.value, cst.Name) and element.value.value == name:
+                return item.value
+    return None

@@ -5,9 +5,11 @@ import libcst as cst
 from accelify.analysis import names, side_effects
 from accelify.analysis.collectives import backends_in_view, named
 from accelify.analysis.facts import facts_of
+from accelify.analysis.rank_only_names import tracker_calls_without_a_run
 from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import ScriptModel
-from accelify.lint.rule import HEADER, Example, Finding, Rule
+from accelify.analysis.syntax import dotted
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 _HUB = "from huggingface_hub import HfApi, create_repo, upload_folder\n"
 #: A training script that logs to Weights & Biases itself (not through ``init_trackers``).
@@ -60,8 +62,41 @@ class UploadOnEveryRank(Rule):
             11,
             11,
         ),
+        # the run started on the main process only, logged to by every rank: wandb.Error
+        Example(
+            HEADER
+            + _WANDB
+            + "if accelerator.is_main_process:\n    wandb.init(project='p')\n"
+            + "wandb.log({'loss': 1.0})\n",
+            10,
+            1,
+        ),
+        Example(  # the same through helpers: one called on the main process, one by all
+            HEADER + _WANDB + "\n\ndef start():\n    wandb.init(project='p')\n\n\n"
+            "def report(metrics):\n    wandb.log(metrics)\n\n\n"
+            "if accelerator.is_main_process:\n    start()\nreport({'loss': 1.0})\n",
+            15,
+            5,
+        ),
     )
     good = (
+        # the other ranks start a disabled run, in the else or under the opposite test; the
+        # log tests for a run, catches wandb's error, or runs under the rank test
+        HEADER
+        + _WANDB
+        + "if accelerator.is_main_process:\n    wandb.init(project='p')\n"
+        + "else:\n    wandb.init(mode='disabled')\nwandb.log({'loss': 1.0})\n",
+        HEADER
+        + _WANDB
+        + "if accelerator.is_main_process:\n    wandb.init(project='p')\n"
+        + "if not accelerator.is_main_process:\n    wandb.init(mode='disabled')\n"
+        + "wandb.log({'loss': 1.0})\n",
+        HEADER
+        + _WANDB
+        + "if accelerator.is_main_process:\n    wandb.init(project='p')\n"
+        + "if wandb.run is not None:\n    wandb.log({'loss': 1.0})\n"
+        + "try:\n    wandb.log({'loss': 1.0})\nexcept wandb.Error:\n    pass\n"
+        + "accelerator.is_main_process and wandb.log({'loss': 1.0})\n",
         # HF Trainer: save_model calls the class's own push_to_hub, which returns on all ranks
         # but the main one
         HEADER
@@ -105,6 +140,24 @@ class UploadOnEveryRank(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         yield from self._uploads(script)
         yield from self._tracker_runs(script)
+        yield from self._logs_without_a_run(script)
+
+    def _logs_without_a_run(self, script: ScriptModel) -> Iterator[Finding]:
+        """``wandb.log(...)`` run by every rank where only the main process started the run:
+        the other ranks raise ``wandb.Error`` at it (`tracker_calls_without_a_run`)."""
+        for found in tracker_calls_without_a_run(facts_of(script)):
+            accelerator = accelerator_at(script, found.call) or "accelerator"
+            called = (dotted(found.call.func) or "wandb.log").rsplit(".", 1)[-1]
+            yield self.finding(
+                script,
+                found.call,
+                message=(
+                    f"Call wandb.{called} on the main process only (under `if {accelerator}."
+                    f"is_main_process:`): the run is started only there (wandb.init, line "
+                    f"{script.line(found.start)}), and on every other rank wandb.{called} raises "
+                    f"wandb.Error (You must call wandb.init() before wandb.{called}())"
+                ),
+            )
 
     def _tracker_runs(self, script: ScriptModel) -> Iterator[Finding]:
         """``wandb.init(...)`` that every rank runs in a script that prepares: each process

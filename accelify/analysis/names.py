@@ -272,6 +272,13 @@ HUB_UPLOAD_METHODS = {
 #: Calls that start an experiment-tracking run on the tracker's server: once per run (the
 #: Accelerator's ``init_trackers`` starts it on the main process only), or N runs appear.
 TRACKER_RUN_STARTS = {"wandb.init", "wandb.sdk.wandb_init.init"}
+#: What wandb runs only inside a run: before ``wandb.init`` each raises ``wandb.Error("You must
+#: call wandb.init() before wandb.log()")`` (wandb's pre-init stubs).
+TRACKER_RUN_CALLS = {
+    "wandb.log", "wandb.watch", "wandb.unwatch", "wandb.save", "wandb.use_artifact",
+    "wandb.log_artifact", "wandb.log_model", "wandb.use_model", "wandb.define_metric",
+    "wandb.alert",
+}  # fmt: skip
 #: Of those, the ones that delete: a second rank deleting the same path fails.
 FILE_DELETERS = {"shutil.rmtree", "os.remove", "os.unlink", "os.rmdir"}
 FILE_DELETING_METHODS = {"unlink", "rmdir"}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.syntax import all_params, dotted, walk
 
 if TYPE_CHECKING:
@@ -136,6 +137,80 @@ def _self_attribute(target: cst.CSTNode) -> str | None:
     ):
         return target.attr.value
     return None
+
+
+@dataclass(frozen=True)
+class RunlessTrackerCall:
+    call: cst.Call  # ``wandb.log(...)``, which every rank runs
+    start: cst.Call  # a ``wandb.init(...)`` only some ranks run
+
+
+def tracker_calls_without_a_run(facts: Facts) -> list[RunlessTrackerCall]:
+    """The tracker's run as rank-only state: ``wandb.init(...)`` only under ``if
+    accelerator.is_main_process:`` (or in a function only called there), and ``wandb.log(...)``
+    where every rank runs it. On the other ranks no run was started, and wandb's ``log`` raises
+    ``wandb.Error`` (one rank dies, the others wait for it at their next collective). Not where
+    some start runs on every rank (``mode="disabled"`` on the others), in an ``else`` or under
+    complementary tests, nor a call under a rank test, a test of ``wandb.run``, or a ``try``."""
+    from accelify.analysis.repeated_effects import callers_of, run_by_every_rank
+
+    model = facts.model
+    starts = [c for c in model.calls if model.call_names(c) & names.TRACKER_RUN_STARTS]
+    uses = [c for c in model.calls if model.call_names(c) & names.TRACKER_RUN_CALLS]
+    if not starts or not uses or not model.prepare_calls:
+        return []
+
+    def every_rank(function: cst.FunctionDef) -> bool:
+        return run_by_every_rank(
+            model, facts.placement, facts.ranks.backend_guards, facts.synchronising_call, function
+        )
+
+    guards: list[cst.If] = []
+    for start in starts:
+        function = facts.placement.enclosing_function(start)
+        if model.under_rank_guard(start):
+            places = [start]
+        elif function is not None and (sites := callers_of(model, facts.placement, function)):
+            if every_rank(function):
+                return []
+            places = sites
+        else:
+            return []  # a run on every rank, or started where the file does not show
+        for place in places:
+            guard = _rank_guard(facts, place, model.module)
+            if guard is not None and _in_orelse(model, place, guard):
+                return []
+            guards += [guard] if guard is not None else []
+    if _complementary_guards(model, guards):
+        return []
+    found = []
+    for use in uses:
+        if model.under_rank_guard(use) or _run_tested(model, use):
+            continue
+        function = facts.placement.enclosing_function(use)
+        if not facts.ranks.backend_guards.entered_by_all(use, within=function):
+            continue
+        if function is not None and not every_rank(function):
+            continue
+        found.append(RunlessTrackerCall(use, starts[0]))
+    return found
+
+
+def _run_tested(model, use: cst.Call) -> bool:
+    """``use`` runs only where a test lets it (``if wandb.run is not None:``, ``is_main and
+    wandb.log(...)``), or inside a ``try`` that catches what it raises."""
+    for ancestor in model.ancestors(use):
+        if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)):
+            code = model.module.code_for_node(ancestor.test)
+        elif isinstance(ancestor, cst.BooleanOperation):
+            code = model.module.code_for_node(ancestor.left)
+        elif isinstance(ancestor, cst.Try) and ancestor.handlers:
+            return True
+        else:
+            continue
+        if "wandb.run" in code or model.mentions_rank(code):
+            return True
+    return False
 
 
 def _rank_guard(
