@@ -632,6 +632,12 @@ class SharedFiles:
             values = self._passed_or_default(function, path.value)
         if len({self.model.module.code_for_node(v).strip() for v in values}) == 1:
             spellings |= self._spellings(values[0], depth + 1)
+        elif function is not None and path.value in _parameters(function) and values:
+            # ``load(self, path)`` called with ``args.resume`` and with ``args.ckpt``: it may
+            # read either file, so it reads each of them (a barrier too many costs a wait; one
+            # too few, a read before the write)
+            for value in values:
+                spellings |= self._spellings(value, depth + 1)
         return spellings
 
     def _substituted(self, path: cst.BaseExpression, depth: int) -> cst.BaseExpression:
