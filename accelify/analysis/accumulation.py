@@ -149,10 +149,20 @@ def stepped_every(loop: Loop, facts: Facts) -> cst.If | None:
     """``if (step + 1) % accum == 0: optimizer.step()`` (or ``scaler.step(optimizer)``) in a
     training loop, whatever else the accumulation looks like: gradients summed over several
     backwards by hand."""
-    for node in walk(loop.node.body):
-        if not isinstance(node, cst.If) or facts.placement.enclosing_function(
-            node
-        ) is not facts.placement.enclosing_function(loop.node):
+    return _stepped_every_in(loop.node, facts)
+
+
+def stepped_every_in_step(function: cst.FunctionDef, facts: Facts) -> cst.If | None:
+    """The same test in a step function a training loop calls per batch
+    (``self._step(batch, i)`` running the backward, then ``if (i + 1) % accum == 0:``)."""
+    return _stepped_every_in(function, facts)
+
+
+def _stepped_every_in(owner: cst.For | cst.While | cst.FunctionDef, facts: Facts) -> cst.If | None:
+    function = owner if isinstance(owner, cst.FunctionDef) else None
+    function = function or facts.placement.enclosing_function(owner)
+    for node in walk(owner.body):
+        if not isinstance(node, cst.If) or facts.placement.enclosing_function(node) is not function:
             continue
         modulo = any(
             isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)

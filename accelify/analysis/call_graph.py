@@ -81,6 +81,10 @@ class CallGraph:
                 found.append(other)
         return found
 
+    def is_or_derives(self, cls: cst.ClassDef, base: cst.ClassDef) -> bool:
+        """``cls`` is ``base`` or a subclass of it in this file."""
+        return cls is base or self._derives(cls, base, 0)
+
     def _derives(self, cls: cst.ClassDef, base: cst.ClassDef, depth: int) -> bool:
         if depth > 20:
             return False
@@ -643,16 +647,22 @@ class CallGraph:
         self, name: str, wanted: str | None, function: cst.FunctionDef | None
     ) -> list[cst.BaseExpression]:
         """What ``name.append(x)`` adds to the list, in its class (``self.callbacks``) or in
-        its function."""
+        its function; for a list the class keeps, also through an instance of it (or of a
+        subclass) from outside the class: ``trainer.callbacks.append(Checkpoint(path))``."""
         found = []
         for call in self.model.calls:
             func = call.func
             if not (
                 isinstance(func, cst.Attribute)
                 and func.attr.value == "append"
-                and dotted(func.value) == name
                 and len(call.args) == 1
             ):
+                continue
+            if dotted(func.value) != name:
+                if wanted is not None and self._appends_through_an_instance(
+                    func.value, name, wanted, call
+                ):
+                    found.append(call.args[0].value)
                 continue
             if wanted is not None and self.index.enclosing_class_name(call) != wanted:
                 continue
@@ -660,6 +670,20 @@ class CallGraph:
                 continue
             found.append(call.args[0].value)
         return found
+
+    def _appends_through_an_instance(
+        self, target: cst.BaseExpression, name: str, wanted: str, at: cst.CSTNode
+    ) -> bool:
+        """``target`` (``trainer.callbacks``) is the list ``name`` (``self.callbacks``) of
+        class ``wanted`` kept by an instance that a class deriving from it made."""
+        if not (isinstance(target, cst.Attribute) and f"self.{target.attr.value}" == name):
+            return False
+        receiver = dotted(target.value)
+        owner = self.classes.get(wanted)
+        if receiver is None or receiver.startswith("self.") or owner is None:
+            return False
+        made = self._receiver_class(receiver, at)
+        return made is not None and self.is_or_derives(made, owner)
 
     def _instance_classes(self, value: cst.BaseExpression, depth: int) -> set[str] | None:
         """The classes of this file ``value`` is an instance of: built here (``Cls(...)``), or

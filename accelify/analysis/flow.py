@@ -211,7 +211,45 @@ class ObjectFlow:
             self._following.discard((name, id(at)))
         if not found and self._iterated_loaders(name, at):
             found.add(Kind.DATALOADER)
+        if not found and (name, id(at)) not in self._following:
+            self._following.add((name, id(at)))  # ``trainer.model`` in ``cb(self, loss)``
+            try:
+                found |= self._instance_attribute_kinds(name, at)
+            finally:
+                self._following.discard((name, id(at)))
         return min(found, key=list(Kind).index) if found else None
+
+    def _instance_attribute_kinds(self, name: str, at: cst.CSTNode) -> set[Kind]:
+        """``trainer.model`` where ``trainer`` is a parameter of the enclosing function (a
+        callback's ``__call__(self, trainer, loss)``) and every call of that function in the
+        file passes an instance whose ``self.model`` tells: ``self`` in a trainer's method
+        (``cb(self, val_loss)``), or a name a class of the file made. Empty when any caller
+        passes anything else."""
+        if name.count(".") != 1 or name.startswith("self."):
+            return set()
+        base, attribute = name.split(".")
+        function = self.placement.enclosing_function(at)
+        if function is None or base not in {p.name.value for p in function.params.params}:
+            return set()
+        passed = self._passed_to(function, base)
+        if not passed:
+            return set()
+        found: set[Kind] = set()
+        for value, call in passed:
+            source = dotted(value)
+            if source == "self" and self.placement.class_of(call) is not None:
+                kind = self.kind_of(f"self.{attribute}", call)
+            elif source is not None and "." not in source:
+                made = self.model.call_graph.instance_class(source, call)
+                owner = self.model.classes.get(made) if made is not None else None
+                init = owner and self.model.call_graph.lookup(owner, "__init__")
+                kind = self.kind_of(f"self.{attribute}", init) if init else None
+            else:
+                kind = None
+            if kind is None:
+                return set()
+            found.add(kind)
+        return found
 
     def record_arguments(
         self, name: str | None, at: cst.CSTNode

@@ -256,6 +256,10 @@ def returned_entry(
     made = _made_by_a_factory(model, container, at) if container is not None else None
     if made is None or isinstance(made[0].targets[0].target, (cst.Tuple, cst.List)):
         return None
+    if any(b.assign is made[0] and is_loader_dict(model, b) for b in model.bindings):
+        # ``loaders = build_dataloaders(cfg)`` returning ``{"train": train, ...}``: a dict of
+        # loaders the caller prepares entry by entry, so its entries are the caller's
+        return None
     returns = model.index.own_returns(made[1])
     names = {_dict_entry(model, made[1], r.value, key) for r in returns}  # type: ignore[arg-type]
     if len(names) != 1 or None in names:
@@ -583,6 +587,16 @@ def _value_kind(
             if any(dotted(t.target) == name for t in assign.targets):
                 return classify(assign.value, name)
         return None
+    if isinstance(value, cst.Dict) and value.elements:
+        # ``return {"train": train, "val": val}`` of loaders the factory made under those names
+        kinds = {
+            _value_kind(model, function, e.value, classify)
+            if isinstance(e, cst.DictElement)
+            else None
+            for e in value.elements
+        }
+        if kinds == {Kind.DATALOADER}:
+            return Kind.DATALOADER
     return classify(value, "")
 
 

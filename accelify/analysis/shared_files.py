@@ -364,15 +364,28 @@ class SharedFiles:
         return None
 
     def _attribute_values(self, node: cst.Attribute) -> list[cst.BaseExpression]:
-        """What ``self.ckpt`` is set to in the class that reads it (``self.ckpt = ckpt``)."""
+        """What ``self.ckpt`` is set to in the class that reads it (``self.ckpt = ckpt``);
+        for ``trainer.ckpt`` outside the class, where ``trainer`` is an instance a class of the
+        file made, what that class (or a base of it) sets ``self.ckpt`` to."""
         spelling = dotted(node)
-        owner = self.placement.class_of(node)
-        if spelling is None or not spelling.startswith("self.") or owner is None:
+        if spelling is None:
             return []
+        graph = self.model.call_graph
+        if spelling.startswith("self."):
+            owner = self.placement.class_of(node)
+            keepers = [owner] if owner is not None else []
+        else:
+            receiver = dotted(node.value)
+            made = graph.instance_class(receiver, node) if receiver is not None else None
+            instance = self.model.classes.get(made) if made is not None else None
+            if instance is None or "." in (receiver or "."):
+                return []
+            spelling = f"self.{node.attr.value}"
+            keepers = [c for c in self.model.classes.values() if graph.is_or_derives(instance, c)]
         return [
             assign.value
             for assign in self.model.index.assignments_to(spelling)
-            if self.placement.class_of(assign) is owner
+            if any(self.placement.class_of(assign) is c for c in keepers)
         ]
 
     def _passed_for(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
@@ -619,6 +632,12 @@ class SharedFiles:
             values = self._passed_or_default(function, path.value)
         if len({self.model.module.code_for_node(v).strip() for v in values}) == 1:
             spellings |= self._spellings(values[0], depth + 1)
+        elif function is not None and path.value in _parameters(function) and values:
+            # ``load(self, path)`` called with ``args.resume`` and with ``args.ckpt``: it may
+            # read either file, so it reads each of them (a barrier too many costs a wait; one
+            # too few, a read before the write)
+            for value in values:
+                spellings |= self._spellings(value, depth + 1)
         return spellings
 
     def _substituted(self, path: cst.BaseExpression, depth: int) -> cst.BaseExpression:

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.accumulation import ManualAccumulation, stepped_every
+from accelify.analysis.accumulation import (
+    ManualAccumulation,
+    stepped_every,
+    stepped_every_in_step,
+)
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
@@ -34,6 +38,18 @@ def run(ctx: Context) -> None:
         _apply(found, ctx.plan, ctx.acc, ctx.facts.flow.model_names_in_scope(loop.scope))
         ctx.need(loop.node)
         _review_schedulers_stepped_per_batch(ctx, found)
+    reviewed: set[int] = set()
+    for _, step in ctx.facts.step_driven_loops:
+        kept = stepped_every_in_step(step, ctx.facts)
+        if kept is not None and id(kept) not in reviewed:
+            reviewed.add(id(kept))
+            ctx.plan.review(
+                ctx.line(kept),
+                f"manual gradient accumulation kept as written ({step.name.value}(), which a "
+                "training loop calls per batch, steps the optimizer every few calls): correct, "
+                "but every backward all-reduces; use accelerator.accumulate(model) to skip the "
+                "syncs between steps",
+            )
 
 
 def _review_schedulers_stepped_per_batch(ctx: Context, found: ManualAccumulation) -> None:

@@ -186,6 +186,7 @@ class Context:
                 for o, place in origins
                 if (o not in prepared or self._another_local(o, place))
                 and not self._received_prepared(o, prepared)
+                and not self._prepared_attribute_of_an_instance(o, place)
             },
             key=lambda o: o or "",
         )
@@ -204,6 +205,23 @@ class Context:
         return any(
             binding.name == name and binding.scope is function for binding in self.model.bindings
         )
+
+    def _prepared_attribute_of_an_instance(self, name: str | None, place: cst.CSTNode) -> bool:
+        """``trainer.test_loader`` handed to ``trainer.accuracy(...)`` from outside the class,
+        where ``trainer`` is an instance of the class (or a subclass of the class) whose
+        constructor this conversion prepares ``self.test_loader`` in: the same object."""
+        if name is None or name.count(".") != 1 or name.startswith("self."):
+            return False
+        if self.prepare_anchor is None or not self.acc.startswith("self."):
+            return False
+        instance, attribute = name.split(".")
+        if f"self.{attribute}" not in self.plan.prepared:
+            return False
+        owner = self.facts.placement.class_of(self.prepare_anchor)
+        graph = self.facts.calls
+        made = graph.instance_class(instance, place)
+        cls = self.model.classes.get(made) if made is not None else None
+        return owner is not None and cls is not None and graph.is_or_derives(cls, owner)
 
     def _received_prepared(self, name: str | None, prepared: set[str]) -> bool:
         """``self.loader`` a constructor received (``Trainer(model, optimizer, loader)``, also a

@@ -139,84 +139,7 @@ def run(ctx: Context, scope: Scope) -> None:
         )
     body = placement.body_of(scope)
     last_statement = body[max(created.values())] if created else None
-    inline = _comprehension_evaluations(ctx)
-    for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in inline]:
-        chosen.pop(name)
-        created.pop(name, None)
-        direct = any(
-            isinstance(n, cst.Call) and ctx.facts.flow.is_forward(n) for n in walk(inline[name])
-        )
-        where = "the forward inside it" if direct else "a function it calls runs the model"
-        spelled = "map()" if isinstance(inline[name], cst.Call) else "a comprehension"
-        ctx.plan.review(
-            ctx.line(inline[name]),
-            f"{name} is evaluated in {spelled} ({where}): its totals "
-            "would cover one rank's shard, and no gather fits inside it; left unprepared, so "
-            "every rank evaluates all of it (correct, not sharded); write it as a for loop to "
-            "shard it and gather the predictions",
-        )
-    shared = ctx.facts.shared_loop_evaluations
-    whole = [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in shared]
-    for loop in {id(shared[n].loop.node) for n in whole}:
-        if all(n in whole for n, s in shared.items() if id(s.loop.node) == loop):
-            ctx.left_whole.add(loop)
-    for name in whole:
-        chosen.pop(name)
-        created.pop(name, None)
-        through = shared[name]
-        ctx.plan.review(
-            ctx.line(through.call),
-            f"{name} is evaluated by {through.function.name.value}(), whose loop also trains "
-            f"(line {ctx.line(through.loop.node)}): no gather fits a loop that runs in both "
-            f"modes, so {name} is left unprepared and every rank evaluates all of it (correct, "
-            "not sharded); give evaluation a loop of its own to shard it and gather there",
-        )
-    for name, loop in _evaluated_out_of_reach(ctx, chosen).items():
-        _leave_whole(ctx, chosen, created, name, loop)
-        static = ctx.in_static(loop)
-        where = (
-            f"in a static or class method, with no instance to reach {ctx.acc} through"
-            if static
-            else f"outside the class that holds {ctx.acc}"
-        )
-        fix = "make it a method of the instance" if static else "hand the accelerator to this class"
-        ctx.plan.review(
-            ctx.line(loop),
-            f"{name} is evaluated here, {where}: no gather can be written in this loop, so "
-            f"{name} is left unprepared and every rank evaluates all of it (correct, not "
-            f"sharded); {fix} to shard it and gather there",
-        )
-    for name, evaluation in _evaluated_unsure(ctx, chosen).items():
-        _leave_whole(ctx, chosen, created, name, evaluation.loop.node)
-        advice = evaluation.advice or (
-            f"gather predictions and labels together with {ctx.a('gather_for_metrics')} before "
-            "the metrics"
-        )
-        ctx.plan.review(
-            ctx.line(evaluation.line_node),
-            f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
-            f"rank evaluates all of it (correct, not sharded); to shard it, {advice}",
-        )
-    for name, call in _evaluated_in_another_module(ctx, chosen).items():
-        chosen.pop(name)
-        created.pop(name, None)
-        function = ctx.code(call.func)
-        ctx.plan.review(
-            ctx.line(call),
-            f"{name} is read only by {function}(), a function of another module the "
-            "conversion cannot see, handed no optimizer (an evaluation): prepared, it would "
-            f"evaluate one rank's shard and return that shard's numbers; {name} is left "
-            "unprepared, so every rank evaluates all of it (correct, not sharded); to shard it, "
-            f"prepare it and gather the predictions and labels inside {function}() with "
-            f"{ctx.a('gather_for_metrics')}",
-        )
-    for name, loop in _read_where_written(ctx, chosen).items():
-        _leave_whole(ctx, chosen, created, name, loop.node)
-        ctx.plan.change(
-            ctx.line(loop.node),
-            f"{name} is read only here, where a file is written on the main process: left "
-            "unprepared, so that process writes every sample's result",
-        )
+    _keep_evaluated_loaders_whole(ctx, chosen, created)
     for name in sorted(ctx.facts.flow.unstepped_schedulers(set(chosen))):
         chosen.pop(name)
         created.pop(name, None)
@@ -307,6 +230,94 @@ def run(ctx: Context, scope: Scope) -> None:
             "models trained one after the other are prepared in separate calls, each before "
             "its first use: with --backend fsdp or deepspeed, models and optimizers must be "
             "prepared in one call",
+        )
+
+
+def _keep_evaluated_loaders_whole(
+    ctx: Context, chosen: dict[str, Kind], created: dict[str, int]
+) -> None:
+    """Takes out of ``chosen`` the loaders read only by evaluations no gather can be written in
+    (in a comprehension, in a loop that also trains, out of the accelerator's reach, left as
+    they are, in another module, inside a file written on the main process), each with its
+    line: every rank evaluates all of it. A scope's objects and those a block makes together
+    (one fold of a k-fold loop) pass the same test."""
+    inline = _comprehension_evaluations(ctx)
+    for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in inline]:
+        chosen.pop(name)
+        created.pop(name, None)
+        direct = any(
+            isinstance(n, cst.Call) and ctx.facts.flow.is_forward(n) for n in walk(inline[name])
+        )
+        where = "the forward inside it" if direct else "a function it calls runs the model"
+        spelled = "map()" if isinstance(inline[name], cst.Call) else "a comprehension"
+        ctx.plan.review(
+            ctx.line(inline[name]),
+            f"{name} is evaluated in {spelled} ({where}): its totals "
+            "would cover one rank's shard, and no gather fits inside it; left unprepared, so "
+            "every rank evaluates all of it (correct, not sharded); write it as a for loop to "
+            "shard it and gather the predictions",
+        )
+    shared = ctx.facts.shared_loop_evaluations
+    whole = [n for n, kind in chosen.items() if kind is Kind.DATALOADER and n in shared]
+    for loop in {id(shared[n].loop.node) for n in whole}:
+        if all(n in whole for n, s in shared.items() if id(s.loop.node) == loop):
+            ctx.left_whole.add(loop)
+    for name in whole:
+        chosen.pop(name)
+        created.pop(name, None)
+        through = shared[name]
+        ctx.plan.review(
+            ctx.line(through.call),
+            f"{name} is evaluated by {through.function.name.value}(), whose loop also trains "
+            f"(line {ctx.line(through.loop.node)}): no gather fits a loop that runs in both "
+            f"modes, so {name} is left unprepared and every rank evaluates all of it (correct, "
+            "not sharded); give evaluation a loop of its own to shard it and gather there",
+        )
+    for name, loop in _evaluated_out_of_reach(ctx, chosen).items():
+        _leave_whole(ctx, chosen, created, name, loop)
+        static = ctx.in_static(loop)
+        where = (
+            f"in a static or class method, with no instance to reach {ctx.acc} through"
+            if static
+            else f"outside the class that holds {ctx.acc}"
+        )
+        fix = "make it a method of the instance" if static else "hand the accelerator to this class"
+        ctx.plan.review(
+            ctx.line(loop),
+            f"{name} is evaluated here, {where}: no gather can be written in this loop, so "
+            f"{name} is left unprepared and every rank evaluates all of it (correct, not "
+            f"sharded); {fix} to shard it and gather there",
+        )
+    for name, evaluation in _evaluated_unsure(ctx, chosen).items():
+        _leave_whole(ctx, chosen, created, name, evaluation.loop.node)
+        advice = evaluation.advice or (
+            f"gather predictions and labels together with {ctx.a('gather_for_metrics')} before "
+            "the metrics"
+        )
+        ctx.plan.review(
+            ctx.line(evaluation.line_node),
+            f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
+            f"rank evaluates all of it (correct, not sharded); to shard it, {advice}",
+        )
+    for name, call in _evaluated_in_another_module(ctx, chosen).items():
+        chosen.pop(name)
+        created.pop(name, None)
+        function = ctx.code(call.func)
+        ctx.plan.review(
+            ctx.line(call),
+            f"{name} is read only by {function}(), a function of another module the "
+            "conversion cannot see, handed no optimizer (an evaluation): prepared, it would "
+            f"evaluate one rank's shard and return that shard's numbers; {name} is left "
+            "unprepared, so every rank evaluates all of it (correct, not sharded); to shard it, "
+            f"prepare it and gather the predictions and labels inside {function}() with "
+            f"{ctx.a('gather_for_metrics')}",
+        )
+    for name, loop in _read_where_written(ctx, chosen).items():
+        _leave_whole(ctx, chosen, created, name, loop.node)
+        ctx.plan.change(
+            ctx.line(loop.node),
+            f"{name} is read only here, where a file is written on the main process: left "
+            "unprepared, so that process writes every sample's result",
         )
 
 
@@ -917,6 +928,9 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
         chosen = {b.name: b.kind for b in members}
         body = ctx.facts.placement.body_of(block)
         created = {b.name: body.index(b.statement) for b in members}
+        _keep_evaluated_loaders_whole(ctx, chosen, created)
+        if not created or not set(chosen.values()) & _TRAINED_KINDS:
+            continue
         for anchor, names in _groups(ctx, block, chosen, created, {}):
             order = sorted(names, key=lambda n: list(Kind).index(chosen[n]))
             _insert_prepare(ctx, anchor, order)

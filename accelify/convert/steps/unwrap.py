@@ -245,7 +245,9 @@ def _attributes(ctx: Context) -> None:
         owner = attribute.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
-        if member == "state_dict" and _unwrap_through_instance(ctx, owner, attribute):
+        if member in ("state_dict", "load_state_dict") and _unwrap_through_instance(
+            ctx, owner, attribute
+        ):
             continue
         if _never_wrapped(ctx, dotted(owner), attribute) or not ctx.facts.flow.is_model_name(
             dotted(owner), attribute
@@ -266,7 +268,9 @@ def _unwrap_through_instance(ctx: Context, owner: cst.BaseExpression, at: cst.CS
     """``trainer.model.state_dict()`` outside the class that owns ``self.accelerator`` (a
     callback handed the trainer builds ``{"model": trainer.model.state_dict(), ...}`` and saves
     it): the trainer's prepared model is the DDP wrapper, whose ``module.`` keys would not load
-    back into the model, so its state is read through ``trainer.accelerator.unwrap_model``."""
+    back into the model, so its state is read through ``trainer.accelerator.unwrap_model``;
+    ``trainer.model.load_state_dict(torch.load(trainer.ckpt))`` in ``main()`` loads the plain
+    keys the save wrote into the unwrapped model the same way."""
     owned = dotted(owner)
     if _saved_whole(ctx, at):
         return False  # ``torch.save(trainer.model.state_dict(), p)``: the save unwraps it
@@ -279,10 +283,11 @@ def _unwrap_through_instance(ctx: Context, owner: cst.BaseExpression, at: cst.CS
     if not ctx.facts.flow.is_model_name(attribute, ctx.scope):
         return False
     acc = f"{instance}.accelerator"
+    member = at.attr.value  # type: ignore[attr-defined]
     ctx.plan.add(
         rewrites.unwrap(owner, acc),
         line=ctx.line(at),
-        text=f"{owned}.state_dict -> {acc}.unwrap_model({owned}).state_dict",
+        text=f"{owned}.{member} -> {acc}.unwrap_model({owned}).{member}",
         anywhere=True,
     )
     return True
