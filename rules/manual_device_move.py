@@ -106,6 +106,13 @@ class ManualDeviceMove(Rule):
         ),
     )
     good = (
+        # another function's own model under the same name (a dev stage that loads the best
+        # checkpoint into a fresh model): no prepare placed it
+        HEADER
+        + "import torch\n\n\ndef main_train():\n"
+        + "    model = Net()\n    model = accelerator.prepare(model)\n\n\n"
+        + "def main_dev():\n    model = Net()\n"
+        + "    model.load_state_dict(torch.load('best.pt'))\n    model = model.cuda()\n",
         _PREPARED + "for x, y in loader:\n    y_hat = model(x)\n",
         # an EMA copy that was never prepared, kept on the GPU on purpose
         _PREPARED + "import copy\nema = copy.deepcopy(model)\nema.to('cuda')\n",
