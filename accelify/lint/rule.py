@@ -146,15 +146,25 @@ def _made_in(script: ScriptModel, name: str, scope: cst.FunctionDef, here: int) 
         and script.scope_of(statement) is scope
         and script.order(statement) < here
     ]
+    outputs = {output for call in script.prepare_calls for output in call.outputs if output}
     for statement, value in reversed(bound):
-        if any(isinstance(n, cst.Name) and n.value == name for n in walk(value)):
-            continue  # made from the local itself (a wrapper, a move): look further up
         if not isinstance(value, cst.Call) or "prepare" in (dotted(value.func) or ""):
             return False
         returned = returned_local(script, name, statement)
-        outputs = {output for call in script.prepare_calls for output in call.outputs if output}
-        return returned is None or returned[0] not in outputs
+        if (returned is not None and returned[0] in outputs) or _prepares_in(script, value):
+            return False  # ``model, opt = setup(model, opt)``: a factory that prepares
+        if any(isinstance(n, cst.Name) and n.value == name for n in walk(value)):
+            continue  # made from the local itself (a wrapper, a move): look further up
+        return True
     return False
+
+
+def _prepares_in(script: ScriptModel, call: cst.Call) -> bool:
+    """``call`` runs a function of this file that calls ``prepare`` itself."""
+    target = script.call_graph.callee(call)
+    return target is not None and any(
+        script.scope_of(prepare.call) is target[0] for prepare in script.prepare_calls
+    )
 
 
 def batch_names_of(script: ScriptModel, node: cst.CSTNode, loaders: set[str]) -> set[str]:
