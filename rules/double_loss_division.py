@@ -165,8 +165,23 @@ class DoubleLossDivision(Rule):
             if division is None and name is not None:
                 division = _division_of(script, call, name, test)
             if division is not None:
-                message = _unset_message(script, division) if unset else None
+                message = _unset_message(script, division) if unset else _engine_message(script)
                 yield self.finding(script, division, message=message)
+
+
+def _engine_message(script: ScriptModel) -> str | None:
+    """Under an Accelerator built with ``deepspeed_plugin=``, it is DeepSpeed's engine that
+    divides the loss by its steps in ``backward`` (Accelerate's own division is skipped there):
+    the advice is the same, the reason names who divides."""
+    if not any(
+        accelerator_argument(b.value, "deepspeed_plugin") is not None
+        for b in script.of_kind(Kind.ACCELERATOR)
+    ):
+        return None
+    return (
+        "Remove the division by the accumulation steps: DeepSpeed's engine already divides the "
+        "loss by its gradient_accumulation_steps in backward"
+    )
 
 
 def _unset_message(script: ScriptModel, division: cst.CSTNode) -> str:

@@ -437,3 +437,38 @@ def test_a_division_inside_accumulate_without_steps_names_the_setting():
     assert finding.message.startswith(
         "Pass gradient_accumulation_steps=args.grad_accum to the Accelerator (line 2)"
     )
+
+
+def test_a_division_under_deepspeed_names_the_engine():
+    """Under ``deepspeed_plugin=`` Accelerate's backward does not divide: DeepSpeed's engine
+    does, by its own steps (a ChatGLM LoRA script divides again by hand)."""
+    code = (
+        "from accelerate import Accelerator, DeepSpeedPlugin\n"
+        "plugin = DeepSpeedPlugin(gradient_accumulation_steps=8, zero_stage=2)\n"
+        "accelerator = Accelerator(gradient_accumulation_steps=8, deepspeed_plugin=plugin)\n"
+        "for batch in loader:\n"
+        "    loss = model(**batch).loss / accumulate_step\n"
+        "    accelerator.backward(loss)\n"
+    )
+    [finding] = [f for f in lint(code, "ACC303").findings if f.code == "ACC303"]
+    assert finding.line == 5
+    assert "DeepSpeed's engine already divides the loss" in finding.message
+
+
+def test_a_total_mixing_gathered_and_local_values_names_the_local_one():
+    """A stock forecaster gathers its predictions and targets and compares both with
+    ``prev_values`` from its own batch: the advice names what is left to gather."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "model, loader = accelerator.prepare(model, loader)\ncorrect = 0\n"
+        "with torch.no_grad():\n    for batch_x, batch_y in loader:\n"
+        "        outputs = model(batch_x)\n"
+        "        outputs, batch_y = accelerator.gather_for_metrics((outputs, batch_y))\n"
+        "        prev_values = batch_x[:, -1]\n"
+        "        pred_dir = outputs[:, 0] > prev_values\n"
+        "        true_dir = batch_y[:, 0] > prev_values\n"
+        "        correct += (pred_dir == true_dir).sum().item()\n"
+    )
+    [finding] = [f for f in lint(code, "ACC403").findings if f.code == "ACC403"]
+    assert finding.line == 13
+    assert finding.message.startswith("Gather `prev_values` in the same accelerator.")
