@@ -2,8 +2,10 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
+from accelify.analysis.facts import facts_of
+from accelify.analysis.flow import accumulate_context
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import Example, Finding, Rule, accelerator_argument, calls
 
 _SETUP = (
@@ -91,8 +93,32 @@ class DoubleLossDivision(Rule):
             6,
             20,
         ),
+        # a TTS fine-tuner: no steps on the Accelerator, yet its step helper divides by its own
+        # count inside accumulate(): nothing accumulates and the update shrinks (or, with the
+        # launcher's steps, the loss is divided twice)
+        Example(
+            "from accelify import Accelerator\naccelerator = Accelerator()\n\n\n"
+            "def train_step(batch):\n"
+            "    loss = criterion(model(batch), batch)\n"
+            "    accelerator.backward(loss / cfg.grad_accum_steps)\n\n\n"
+            "for batch in loader:\n"
+            "    with accelerator.accumulate(model):\n"
+            "        train_step(batch)\n"
+            "        optimizer.step()\n"
+            "        optimizer.zero_grad()\n",
+            7,
+            26,
+        ),
     )
     good = (
+        # accumulation by hand inside accumulate(): the optimizer steps under its own % test
+        "from accelify import Accelerator\naccelerator = Accelerator()\n"
+        "for i, batch in enumerate(loader):\n"
+        "    with accelerator.accumulate(model):\n"
+        "        accelerator.backward(criterion(model(batch), batch) / accum_steps)\n"
+        "        if (i + 1) % accum_steps == 0:\n"
+        "            optimizer.step()\n"
+        "            optimizer.zero_grad()\n",
         _SETUP + "        loss = criterion(model(x), y)\n        accelerator.backward(loss)\n",
         # dividing by something else (a batch size, a token count) is the script's own business
         _SETUP
@@ -117,8 +143,10 @@ class DoubleLossDivision(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         steps = _steps_test(script)
-        if steps is None:
+        unset = steps is None and _builds_accelerator(script) and not _stepped_by_hand(script)
+        if steps is None and not unset:
             return
+        test = steps if steps is not None else (lambda code: _is_steps(code, ""))
         accelerators = script.names_of(Kind.ACCELERATOR)
         for call in calls(script):
             func = call.func
@@ -129,15 +157,92 @@ class DoubleLossDivision(Rule):
                 and call.args
             ):
                 continue
-            loss = call.args[0].value
-            if _divides_by_steps(script, loss, steps):
-                yield self.finding(script, loss)
+            if unset and not _inside_accumulate(script, call):
                 continue
+            loss = call.args[0].value
+            division: cst.CSTNode | None = loss if _divides_by_steps(script, loss, test) else None
             name = dotted(loss)
-            if name is not None:
-                division = _division_of(script, call, name, steps)
-                if division is not None:
-                    yield self.finding(script, division)
+            if division is None and name is not None:
+                division = _division_of(script, call, name, test)
+            if division is not None:
+                message = _unset_message(script, division) if unset else _engine_message(script)
+                yield self.finding(script, division, message=message)
+
+
+def _engine_message(script: ScriptModel) -> str | None:
+    """Under an Accelerator built with ``deepspeed_plugin=``, it is DeepSpeed's engine that
+    divides the loss by its steps in ``backward`` (Accelerate's own division is skipped there):
+    the advice is the same, the reason names who divides."""
+    if not any(
+        accelerator_argument(b.value, "deepspeed_plugin") is not None
+        for b in script.of_kind(Kind.ACCELERATOR)
+    ):
+        return None
+    return (
+        "Remove the division by the accumulation steps: DeepSpeed's engine already divides the "
+        "loss by its gradient_accumulation_steps in backward"
+    )
+
+
+def _unset_message(script: ScriptModel, division: cst.CSTNode) -> str:
+    """The Accelerator sets no steps, yet the backward runs inside ``accumulate()`` with the
+    loss divided by the script's own count (a TTS fine-tuner's ``loss / grad_accum_steps`` in
+    the step helper its ``with accelerator.accumulate(model):`` calls)."""
+    divisor = division.right if isinstance(division, cst.BinaryOperation) else division.value
+    steps = script.module.code_for_node(divisor)  # type: ignore[arg-type]
+    built = next(
+        (b for b in script.of_kind(Kind.ACCELERATOR) if _is_accelerator_call(b.value)), None
+    )
+    where = f" (line {script.line(built.value)})" if built is not None else ""
+    return (
+        f"Pass gradient_accumulation_steps={steps} to the Accelerator{where} and remove this "
+        "division: inside accumulate() backward divides by the Accelerator's own steps, which "
+        "this script never sets, so with none every batch is an optimizer step and this "
+        "division only shrinks the update, and with steps from the launcher's config the loss "
+        "is divided twice"
+    )
+
+
+def _is_accelerator_call(value: cst.BaseExpression) -> bool:
+    return (
+        isinstance(value, cst.Call) and (dotted(value.func) or "").rsplit(".")[-1] == "Accelerator"
+    )
+
+
+def _inside_accumulate(script: ScriptModel, node: cst.CSTNode, depth: int = 0) -> bool:
+    """``node`` runs inside ``with accelerator.accumulate(...)``: in the block itself, or in a
+    function every call of which is inside one (a step helper the loop calls there)."""
+    if any(
+        isinstance(a, cst.With) and accumulate_context(a) is not None
+        for a in script.ancestors(node)
+    ):
+        return True
+    function = facts_of(script).placement.enclosing_function(node)
+    if function is None or depth > 2:
+        return False
+    callers = facts_of(script).calls.callers(function)
+    return bool(callers) and all(_inside_accumulate(script, c, depth + 1) for c in callers)
+
+
+def _stepped_by_hand(script: ScriptModel) -> bool:
+    """An optimizer (or a scaler) stepped under a ``%`` test (``if (step + 1) % accum ==
+    0:``): the script accumulates by hand, and its division is that accumulation's."""
+    schedulers = script.names_of(Kind.SCHEDULER)
+    for call in calls(script):
+        func = call.func
+        if not (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "step"
+            and dotted(func.value) not in schedulers
+        ):
+            continue
+        for ancestor in script.ancestors(call):
+            if isinstance(ancestor, cst.If) and any(
+                isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+                for n in walk(ancestor.test)
+            ):
+                return True
+    return False
 
 
 def _steps_test(script: ScriptModel) -> Callable[[str], bool] | None:

@@ -89,6 +89,11 @@ class GatherInEvaluation(Rule):
     )
     good = (
         _EVAL + "        preds = accelerator.gather_for_metrics(model(x))\n",
+        # a gather whose result nothing keeps counts nothing (the one kept is gathered for
+        # metrics)
+        _EVAL
+        + "        preds = model(x)\n        accelerator.gather(preds)\n"
+        + "        metric.add_batch(predictions=accelerator.gather_for_metrics(preds))\n",
         # an epoch (or step) loop that trains in an inner loop and gathers a total under no_grad:
         # one value per rank, no batch padded
         HEADER
@@ -137,5 +142,12 @@ class GatherInEvaluation(Rule):
                 and id(loop) in evaluating
                 and gather_counts_padding(evaluating[id(loop)], call, facts)
                 and not gathers_batch_loss(call)
+                and not _result_dropped(script, call)
             ):
                 yield self.finding(script, call, Plan.of(rewrites.use_gather_for_metrics(call)))
+
+
+def _result_dropped(script: ScriptModel, call: cst.Call) -> bool:
+    """``accelerator.gather(predictions)`` alone on its line (a GLUE LoRA script gathers twice
+    and keeps the second): nothing is counted from it, padding or not."""
+    return isinstance(script.parent(call), cst.Expr)

@@ -49,6 +49,17 @@ class ManualDeviceMove(Rule):
         "`.cuda(0)` means GPU 0 on every rank; prepared objects are already on each rank's device."
     )
     bad = (
+        # the function's own model, prepared by the project's setup() it hands it to
+        Example(
+            HEADER + "import torch\n\n\ndef setup(model, optimizer):\n"
+            "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+            "    return model, optimizer\n\n\n"
+            "def main():\n    model = Net()\n"
+            "    optimizer = torch.optim.SGD(model.parameters())\n"
+            "    model, optimizer = setup(model, optimizer)\n    model = model.cuda()\n",
+            15,
+            13,
+        ),
         Example(
             _PREPARED + "for x, y in loader:\n    x = x.cuda(0)\n    loss = model(x)\n",
             5,
@@ -106,6 +117,13 @@ class ManualDeviceMove(Rule):
         ),
     )
     good = (
+        # another function's own model under the same name (a dev stage that loads the best
+        # checkpoint into a fresh model): no prepare placed it
+        HEADER
+        + "import torch\n\n\ndef main_train():\n"
+        + "    model = Net()\n    model = accelerator.prepare(model)\n\n\n"
+        + "def main_dev():\n    model = Net()\n"
+        + "    model.load_state_dict(torch.load('best.pt'))\n    model = model.cuda()\n",
         _PREPARED + "for x, y in loader:\n    y_hat = model(x)\n",
         # an EMA copy that was never prepared, kept on the GPU on purpose
         _PREPARED + "import copy\nema = copy.deepcopy(model)\nema.to('cuda')\n",

@@ -37,8 +37,27 @@ class SeparatePrepareCalls(Rule):
             5,
             21,
         ),
+        # the arm that prepares separately is the bug, whatever the other arm does
+        Example(
+            HEADER
+            + "import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            + "if args.fsdp:\n    model = accelerator.prepare(model)\n"
+            + "    optimizer = accelerator.prepare(optimizer)\n"
+            + "else:\n    model, optimizer = accelerator.prepare(model, optimizer)\n",
+            7,
+            17,
+        ),
     )
     good = (
+        # Prismer: under its sharding flag the model is prepared first and the optimizer built
+        # from the sharded parameters; the other arm prepares both in one call
+        HEADER
+        + "import torch\nif args.full_shard:\n    model = accelerator.prepare(model)\n"
+        + "optimizer = torch.optim.AdamW(model.parameters())\n"
+        + "if args.full_shard:\n"
+        + "    optimizer, loader = accelerator.prepare(optimizer, loader)\n"
+        + "else:\n"
+        + "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n",
         # two trainers in one file: each prepares its own model with its own `optimizer`
         "import torch\nfrom accelerate import Accelerator\n\n\n"
         + "class Box:\n"
@@ -83,6 +102,7 @@ class SeparatePrepareCalls(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        placement = facts_of(script).placement
         for call in script.prepare_calls:
             for optimizer in _optimizers_reaching(script, call):
                 models = parameter_owners(optimizer)
@@ -91,7 +111,9 @@ class SeparatePrepareCalls(Rule):
                 model_prepares = [
                     o
                     for o in script.prepare_calls
-                    if models & set(o.inputs) and _same_model_object(script, o, optimizer)
+                    if models & set(o.inputs)
+                    and _same_model_object(script, o, optimizer)
+                    and not placement.exclusive(o.call, call.call)
                 ]
                 if model_prepares and not _built_from_prepared(
                     script, script.order(optimizer.assign), models, model_prepares

@@ -40,6 +40,16 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
+        # a stock forecaster gathers its predictions and targets, then compares them with
+        # prev_values from its own batch: 1/N of their rows on N processes
+        Example(
+            _EVAL
+            + "        preds, y = accelerator.gather_for_metrics((preds, y))\n"
+            + "        prev = x[:, -1]\n"
+            + "        correct += ((preds > prev) == (y > prev)).sum().item()\n",
+            11,
+            9,
+        ),
         Example(_EVAL + "        correct += (preds == y).sum().item()\n", 9, 9),
         # a batch statistic counted before the forward: the metric is the line after it
         Example(
@@ -434,7 +444,9 @@ class UngatheredMetric(Rule):
             elif guarded is None and loss_total is not None:
                 yield self.finding(script, at, message=_loss_total_message(script, loss_total))
             elif guarded is None:
-                yield self.finding(script, at)
+                mixed = values.mixed_with_gathered(at)
+                message = _mixed_message(script, at, mixed) if mixed else None
+                yield self.finding(script, at, message=message)
             else:
                 line = script.position(guarded).start.line
                 yield self.finding(script, at, message=_guarded_message(script, at, line))
@@ -710,6 +722,76 @@ class _RankValues:
             )
         return not self.this_rank_only(last.value, depth + 1)
 
+    def mixed_with_gathered(self, node: cst.CSTNode) -> list[str]:
+        """The names of this rank's values that ``node`` combines with gathered ones, followed
+        back through the loop's assignments to the first that holds this rank's values alone
+        (a stock forecaster compares gathered predictions with ``prev_values``, taken from its
+        own batch): empty when ``node`` reads nothing gathered."""
+        found: list[str] = []
+        mixed = False
+        seen: set[str] = set()
+        pending: list[cst.CSTNode] = [node]
+        while pending and len(seen) <= len(self.assigns) + 1:
+            current = pending.pop()
+            names = [
+                n.value
+                for n in walk(current)
+                if isinstance(n, cst.Name) and n.value in self.local and not self._member_name(n)
+            ]
+            gathered = [name for name in names if self._from_collective(name, current, 0)]
+            local = [name for name in names if not self._gathered(name, current, 0)]
+            if gathered and local:
+                mixed = True
+            for name in dict.fromkeys(local):
+                if name in seen:
+                    continue
+                seen.add(name)
+                last = self._last_assign(name, current)
+                if last is None or not self._reads_gathered(last.value):
+                    if current is not node or gathered:
+                        found.append(name)
+                    continue
+                pending.append(last.value)
+        return found if mixed else []
+
+    def _reads_gathered(self, value: cst.CSTNode) -> bool:
+        return self._collective_in(value) or any(
+            isinstance(n, cst.Name)
+            and n.value in self.local
+            and not self._member_name(n)
+            and self._from_collective(n.value, value, 0)
+            for n in walk(value)
+        )
+
+    def _from_collective(self, name: str, value: cst.CSTNode, depth: int) -> bool:
+        """``name``, where ``value`` reads it, holds what a collective returned (or is computed
+        from it): gathered, not merely the same on every rank (a constant's ``f_dim``)."""
+        last = self._last_assign(name, value)
+        if last is None:
+            return False
+        if self._collective_in(last.value):
+            return True
+        return depth < len(self.assigns) and any(
+            isinstance(n, cst.Name)
+            and n.value in self.local
+            and not self._member_name(n)
+            and self._from_collective(n.value, last.value, depth + 1)
+            for n in walk(last.value)
+        )
+
+    def _last_assign(self, name: str, value: cst.CSTNode) -> cst.Assign | None:
+        at = self.script.order(value)
+        around = {id(a) for a in self.script.ancestors(value)}
+        last = None
+        for assign in self.assigns:
+            if (
+                self.script.order(assign) < at
+                and id(assign) not in around
+                and name in target_names(assign.targets[0].target)
+            ):
+                last = assign
+        return last
+
     def _collective_in(self, node: cst.CSTNode) -> bool:
         return any(
             isinstance(call, cst.Call) and _is_collective(call, self.accelerators)
@@ -755,6 +837,17 @@ def _accumulations(
     finder = Finder()
     loop.node.body.visit(finder)
     return finder.found
+
+
+def _mixed_message(script: ScriptModel, at: cst.CSTNode, names: list[str]) -> str:
+    accelerator = accelerator_at(script, at) or "accelerator"
+    listed = ", ".join(f"`{name}`" for name in names)
+    return (
+        f"Gather {listed} in the same {accelerator}.gather_for_metrics(...) as the predictions "
+        f"they are compared with: this total mixes gathered values with {listed}, this rank's "
+        "own (from its batch), whose rows on N processes are 1/N of theirs (a shape error, or "
+        "a metric over rows that do not match)"
+    )
 
 
 def _fed_to_collectives(loop: Loop, accelerators: set[str]) -> set[str]:

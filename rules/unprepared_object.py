@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.collectives import DEEPSPEED, backends_in_view
 from accelify.analysis.dataflow import local_alias
 from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import accumulate_context, once_per_optimizer_step
@@ -870,7 +871,65 @@ def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) ->
             + ": inside accumulate() it steps on every batch, gradient_accumulation_steps times "
             "per optimizer step"
         )
+    whole = _sized_by_a_whole_loader(script, step, name)
+    if whole is not None:
+        return _whole_loader_message(script, name, whole)
     return _message("scheduler", name, "stepped with the optimizer")
+
+
+def _sized_by_a_whole_loader(
+    script: ScriptModel, step: cst.Call, name: str | None
+) -> cst.Call | None:
+    """``len(train_dataloader)`` in what sizes scheduler ``name`` (its arguments, or a name
+    they read that its scope assigns), where ``train_dataloader`` is prepared only after the
+    scheduler is built: the whole dataset's batches, while each process steps it over its
+    shard. The ``len`` call, or None."""
+    bindings = [b for b in script.of_kind(Kind.SCHEDULER) if b.name == name]
+    if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
+        return None
+    binding = bindings[0]
+    built = script.order(binding.assign)
+    later = {
+        output
+        for call in script.prepare_calls
+        if script.order(call.call) > built and script.order(call.call) < script.order(step)
+        for output in call.outputs
+        if output
+    }
+    values: list[cst.CSTNode] = [binding.value]
+    for node in walk(binding.value):
+        if isinstance(node, cst.Name) and node.value != name:
+            values += [
+                value
+                for statement, value in script.index.values_bound_to(node.value)
+                if script.scope_of(statement) is binding.scope and script.order(statement) < built
+            ]
+    for value in values:
+        for node in walk(value):
+            if (
+                isinstance(node, cst.Call)
+                and dotted(node.func) == "len"
+                and node.args
+                and dotted(node.args[0].value) in later
+            ):
+                return node
+    return None
+
+
+def _whole_loader_message(script: ScriptModel, name: str | None, length: cst.Call) -> str:
+    loader = dotted(length.args[0].value)
+    message = (
+        f"Pass scheduler `{name}` to accelerator.prepare and use what it returns: it is sized "
+        f"from len({loader}) at line {script.line(length)}, before prepare, so from all of the "
+        "dataset's batches, while each of N processes steps it through its 1/N shard only: the "
+        "schedule gets 1/N of the way (a prepared scheduler steps once per process)"
+    )
+    if DEEPSPEED in backends_in_view(script):
+        message += (
+            "; under DeepSpeed, whose engine steps a prepared scheduler once per optimizer "
+            f"step, build it after prepare from the prepared len({loader}) instead"
+        )
+    return message
 
 
 def _message(what: str, name: str | None, effect: str) -> str:

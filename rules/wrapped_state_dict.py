@@ -21,6 +21,7 @@ from accelify.lint.rule import (
     Example,
     Finding,
     Rule,
+    accelerator_argument,
     accelerator_at,
     calls,
     in_file_words,
@@ -200,6 +201,24 @@ class WrappedStateDict(Rule):
         _DRIVEN_TRAINER.format(model="trainer.model")
         + "    resume(Holder(), 'm.pt')\n\n\n"
         + "class Holder:\n    def __init__(self):\n        self.model = torch.nn.Linear(2, 2)\n",
+        # a trainer's own save method unwraps what it is handed and pushes it to the hub
+        "from accelerate import Accelerator\n\n\nclass Trainer:\n"
+        + "    def __init__(self, model, optimizer):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n\n"
+        + "    def train(self, x):\n"
+        + "        self.accelerator.backward(self.model(x))\n        self.save(self.model)\n\n"
+        + "    def save(self, model):\n"
+        + "        if self.accelerator.is_main_process:\n"
+        + "            self.accelerator.unwrap_model(model).push_to_hub('repo')\n",
+        # Prismer's sharding flags: the Accelerator that prepares the model has an FSDP plugin,
+        # whose module loads the plain keys (its unwrapped module holds flattened shards)
+        "import torch\nfrom accelerate import Accelerator, FullyShardedDataParallelPlugin\n"
+        + "if args.full_shard:\n"
+        + "    accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())\n"
+        + "    model = accelerator.prepare(model)\n"
+        + "else:\n    accelerator = Accelerator()\n"
+        + "model.load_state_dict(torch.load('pretrain.bin', map_location='cpu'))\n",
         # the same trainer binding self.model to the plain model after construction: which
         # one the load meets depends on the order the methods run
         _MOVING_TRAINER.format(
@@ -295,7 +314,9 @@ class WrappedStateDict(Rule):
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
                 message = self.message.replace("(model)", f"({name})")  # ``self.model``
                 yield self.finding(script, node, fix, message=in_file_words(message, acc))
-            if is_save_call(script, call):  # not a helper: ``save_model`` unwraps what it is handed
+            if is_save_call(script, call) and script.call_graph.callee(call) is None:
+                # not a helper: ``save_model`` unwraps what it is handed, and a trainer's own
+                # ``self.save(model)`` does what its body does (checked where it is)
                 yield from self._pickled_whole(script, call)
 
         yield from self._loads(script)
@@ -374,8 +395,32 @@ def _holds_the_wrapper(script: ScriptModel, owner: cst.BaseExpression, at: cst.C
         dotted(owner) in prepare.outputs
         and script.scope_of(prepare.call) is scope
         and script.order(prepare.call) < here
+        and not _sharded_by_its_plugin(script, prepare.call)
         for prepare in script.prepare_calls
     )
+
+
+def _sharded_by_its_plugin(script: ScriptModel, prepare: cst.Call) -> bool:
+    """The Accelerator that makes this ``prepare`` was built with ``fsdp_plugin=`` (a
+    Prismer-style trainer builds one per sharding flag): what it returns is an FSDP module,
+    whose ``load_state_dict`` takes the plain model's keys (FSDP's state-dict hooks strip its
+    own prefixes), and whose unwrapped module holds flattened shards a plain checkpoint does
+    not fit. No DDP ``module.`` prefix to advise about."""
+    if not isinstance(prepare.func, cst.Attribute):
+        return False
+    name, at = dotted(prepare.func.value), script.order(prepare)
+    built = [
+        binding
+        for binding in script.of_kind(Kind.ACCELERATOR)
+        if binding.name == name
+        and binding.scope is script.scope_of(prepare)
+        and script.order(binding.assign) < at
+    ]
+    if not built:
+        return False
+    value = max(built, key=lambda binding: script.order(binding.assign)).value
+    plugin = accelerator_argument(value, "fsdp_plugin")
+    return plugin is not None and dotted(plugin.value) != "None"
 
 
 def _read_from_a_file(script: ScriptModel, value: cst.BaseExpression, at: cst.Call) -> bool:

@@ -381,3 +381,94 @@ def test_a_state_dict_saved_under_two_names_is_one_finding():
     )
     found = [(f.line, f.column) for f in lint(code, "ACC503").findings if f.code == "ACC503"]
     assert found == [(5, 18)]
+
+
+def test_a_second_write_of_the_same_path_is_no_read_back():
+    """A VAE trainer's ``model_save``: ``save_file(sd, path)`` for ``.safetensors``, else
+    ``torch.save(sd, path)``. The other branch writes the file too; the advice names no read
+    that needs a barrier."""
+    code = (
+        "import os\nimport torch\nfrom safetensors.torch import save_file\n"
+        "from accelify import Accelerator\naccelerator = Accelerator()\n\n\n"
+        "def model_save(state_dict, path):\n"
+        "    if path.endswith('.safetensors'):\n        save_file(state_dict, path)\n"
+        "    else:\n        torch.save(state_dict, path)\n\n\n"
+        "model_save(accelerator.unwrap_model(model).state_dict(), 'vae.safetensors')\n"
+    )
+    findings = [f for f in lint(code, "ACC201").findings if f.code == "ACC201"]
+    assert [f.line for f in findings] == [10, 12]
+    assert all("reads it back" not in f.message for f in findings)
+
+
+def test_a_scheduler_sized_by_the_whole_loader_is_told_so():
+    """A ChatGLM LoRA script under DeepSpeed: the scheduler, sized from the loader's length
+    before prepare and left out of it, is stepped beside the optimizer: it covers 1/N of its
+    schedule. The message says that, and what fixes it under DeepSpeed too."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator, DeepSpeedPlugin\n"
+        "from transformers import get_linear_schedule_with_warmup\n"
+        "accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))\n"
+        "model = torch.nn.Linear(2, 2)\n"
+        "optimizer = torch.optim.AdamW(model.parameters())\n"
+        "scheduler = get_linear_schedule_with_warmup(optimizer, 0, len(loader) * 2)\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "for batch in loader:\n"
+        "    accelerator.backward(model(batch))\n"
+        "    optimizer.step()\n    scheduler.step()\n"
+    )
+    [finding] = [f for f in lint(code, "ACC401").findings if f.code == "ACC401"]
+    assert finding.line == 12
+    assert "sized from len(loader) at line 7, before prepare" in finding.message
+    assert "build it after prepare from the prepared len(loader)" in finding.message
+
+
+def test_a_division_inside_accumulate_without_steps_names_the_setting():
+    """No steps on the Accelerator, the loss divided by the script's own count inside
+    ``accumulate()``: the advice moves the count onto the Accelerator."""
+    code = (
+        "from accelify import Accelerator\naccelerator = Accelerator()\n"
+        "for batch in loader:\n"
+        "    with accelerator.accumulate(model):\n"
+        "        accelerator.backward(model(batch) / args.grad_accum)\n"
+        "        optimizer.step()\n"
+    )
+    [finding] = [f for f in lint(code, "ACC303").findings if f.code == "ACC303"]
+    assert finding.line == 5
+    assert finding.message.startswith(
+        "Pass gradient_accumulation_steps=args.grad_accum to the Accelerator (line 2)"
+    )
+
+
+def test_a_division_under_deepspeed_names_the_engine():
+    """Under ``deepspeed_plugin=`` Accelerate's backward does not divide: DeepSpeed's engine
+    does, by its own steps (a ChatGLM LoRA script divides again by hand)."""
+    code = (
+        "from accelerate import Accelerator, DeepSpeedPlugin\n"
+        "plugin = DeepSpeedPlugin(gradient_accumulation_steps=8, zero_stage=2)\n"
+        "accelerator = Accelerator(gradient_accumulation_steps=8, deepspeed_plugin=plugin)\n"
+        "for batch in loader:\n"
+        "    loss = model(**batch).loss / accumulate_step\n"
+        "    accelerator.backward(loss)\n"
+    )
+    [finding] = [f for f in lint(code, "ACC303").findings if f.code == "ACC303"]
+    assert finding.line == 5
+    assert "DeepSpeed's engine already divides the loss" in finding.message
+
+
+def test_a_total_mixing_gathered_and_local_values_names_the_local_one():
+    """A stock forecaster gathers its predictions and targets and compares both with
+    ``prev_values`` from its own batch: the advice names what is left to gather."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "model, loader = accelerator.prepare(model, loader)\ncorrect = 0\n"
+        "with torch.no_grad():\n    for batch_x, batch_y in loader:\n"
+        "        outputs = model(batch_x)\n"
+        "        outputs, batch_y = accelerator.gather_for_metrics((outputs, batch_y))\n"
+        "        prev_values = batch_x[:, -1]\n"
+        "        pred_dir = outputs[:, 0] > prev_values\n"
+        "        true_dir = batch_y[:, 0] > prev_values\n"
+        "        correct += (pred_dir == true_dir).sum().item()\n"
+    )
+    [finding] = [f for f in lint(code, "ACC403").findings if f.code == "ACC403"]
+    assert finding.line == 13
+    assert finding.message.startswith("Gather `prev_values` in the same accelerator.")

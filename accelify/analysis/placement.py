@@ -145,6 +145,36 @@ class Placement:
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return node is container or any(a is container for a in self.model.ancestors(node))
 
+    def exclusive(self, one: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """``one`` and ``other`` sit in different arms of one ``if``/``elif``/``else`` chain
+        that no loop in their function runs again: a single pass runs at most one of them
+        (``model = accelerator.prepare(model)`` under ``if args.fsdp:`` and ``model, opt =
+        accelerator.prepare(model, opt)`` under its ``else``)."""
+        arms: dict[int, cst.CSTNode] = {}
+        child: cst.CSTNode = one
+        for ancestor in self.model.ancestors(one):
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                arms[id(ancestor)] = child
+            child = ancestor
+        child = other
+        for ancestor in self.model.ancestors(other):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return False
+            arm = arms.get(id(ancestor))
+            if arm is not None and child is not ancestor.test:
+                return arm is not child and not self._in_a_loop(ancestor)
+            child = ancestor
+        return False
+
+    def _in_a_loop(self, node: cst.CSTNode) -> bool:
+        """A loop around ``node`` in its function (or module): it may run again."""
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return False
+            if isinstance(ancestor, (cst.For, cst.While)):
+                return True
+        return False
+
     def first_free_index(self, home: cst.CSTNode, before: int | None = None) -> int:
         """The first statement new code may precede: after a docstring, and in a module after
         the imports. With ``before``, only the imports above that index count: a script that

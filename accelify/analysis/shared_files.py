@@ -300,11 +300,19 @@ class SharedFiles:
                 or self.placement.enclosing_function(call) is not function
                 or self.model.under_rank_guard(call)
                 or _only_reports(call)
+                or self._writes_same_file(call, path)
             ):
                 continue
             if any(self._same_file(path, argument.value) for argument in call.args):
                 return call
         return None
+
+    def _writes_same_file(self, call: cst.Call, path: cst.BaseExpression) -> bool:
+        """``call`` writes ``path`` again (``torch.save(sd, path)`` in the ``else`` of the
+        ``save_file(sd, path)`` that writes the ``.safetensors`` form): another write of the
+        file, not a read of it."""
+        written = _path(self.model, call, WRITERS, WRITING_METHODS)
+        return written is not None and self._same_file(path, written)
 
     def _written_path(self, write: cst.Call) -> tuple[cst.BaseExpression, cst.CSTNode] | None:
         """The path ``write`` writes, and the statement that writes it: the call itself, or the

@@ -11,7 +11,7 @@ import libcst as cst
 
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, root_name
+from accelify.analysis.syntax import dotted, root_name, walk
 from accelify.edits.plan import Plan
 from accelify.lint.finding import Finding
 
@@ -108,15 +108,63 @@ def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
 
 
 def prepared(script: ScriptModel, node: cst.CSTNode) -> set[str]:
-    """Names that hold prepared objects at ``node``: outputs of a prepare call above it."""
+    """Names that hold prepared objects at ``node``: outputs of a prepare call above it, but
+    not a local that ``node``'s function makes itself under the same name (``model =
+    MergeT5(args)`` in a ``main_dev()`` beside the ``main_train()`` that prepares its own
+    ``model``): that is another object, which no prepare placed."""
     here = script.order(node)
-    return {
+    found = {
         name
         for call in script.prepare_calls
         if script.order(call.call) <= here
         for name in call.outputs
         if name
     }
+    scope = script.scope_of(node)
+    if not isinstance(scope, cst.FunctionDef):
+        return found
+    return {name for name in found if not _made_in(script, name, scope, here)}
+
+
+def _made_in(script: ScriptModel, name: str, scope: cst.FunctionDef, here: int) -> bool:
+    """At ``here``, ``name`` is ``scope``'s own local, built there (``model = Net()``, then
+    maybe ``model = nn.DataParallel(model)``, ``model = model.cuda()``) by a call that is
+    neither a prepare nor a factory of prepared objects, and no prepare in ``scope`` rebinds
+    it. (Any assignment makes the name local to the whole function: the prepared global is
+    not what it reads.)"""
+    from accelify.analysis.objects import returned_local  # objects builds on the script model
+
+    if "." in name or any(
+        name in call.outputs and script.scope_of(call.call) is scope
+        for call in script.prepare_calls
+    ):
+        return False
+    bound = [
+        (statement, value)
+        for statement, value in script.index.values_bound_to(name)
+        if isinstance(statement, cst.Assign)
+        and script.scope_of(statement) is scope
+        and script.order(statement) < here
+    ]
+    outputs = {output for call in script.prepare_calls for output in call.outputs if output}
+    for statement, value in reversed(bound):
+        if not isinstance(value, cst.Call) or "prepare" in (dotted(value.func) or ""):
+            return False
+        returned = returned_local(script, name, statement)
+        if (returned is not None and returned[0] in outputs) or _prepares_in(script, value):
+            return False  # ``model, opt = setup(model, opt)``: a factory that prepares
+        if any(isinstance(n, cst.Name) and n.value == name for n in walk(value)):
+            continue  # made from the local itself (a wrapper, a move): look further up
+        return True
+    return False
+
+
+def _prepares_in(script: ScriptModel, call: cst.Call) -> bool:
+    """``call`` runs a function of this file that calls ``prepare`` itself."""
+    target = script.call_graph.callee(call)
+    return target is not None and any(
+        script.scope_of(prepare.call) is target[0] for prepare in script.prepare_calls
+    )
 
 
 def batch_names_of(script: ScriptModel, node: cst.CSTNode, loaders: set[str]) -> set[str]:
