@@ -7,8 +7,16 @@ from collections.abc import Iterable, Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, Scope, ScriptModel
-from accelify.analysis.syntax import dotted, is_docstring, is_main_guard, target_names, walk
+from accelify.analysis.optimizer_models import parameter_owners
+from accelify.analysis.script_model import Binding, Kind, Scope, ScriptModel
+from accelify.analysis.syntax import (
+    dotted,
+    has_parameter,
+    is_docstring,
+    is_main_guard,
+    target_names,
+    walk,
+)
 
 
 class Placement:
@@ -53,11 +61,28 @@ class Placement:
             return trainer
         for kind in (Kind.OPTIMIZER, Kind.MODEL):
             bindings = [b for b in self.model.of_kind(kind) if not b.received]
-            if bindings:
-                return bindings[0].scope
+            owned = [b for b in bindings if not self._made_for_the_caller(b)]
+            if owned or bindings:
+                return (owned or bindings)[0].scope
         if self.model.backward_calls:
             return self.model.scope_of(self.model.backward_calls[0])
         return None
+
+    def _made_for_the_caller(self, optimizer: Binding) -> bool:
+        """An optimizer a factory of this file builds over the model it is handed and returns
+        (``build_optimizer(model, lr, ..., optimizer_type)`` choosing the class in an
+        ``if``/``elif``): it belongs to the caller, where the model is and the returned
+        optimizer is bound, and that is where training is assembled, not in the factory."""
+        function = optimizer.scope
+        if optimizer.kind is not Kind.OPTIMIZER or not isinstance(function, cst.FunctionDef):
+            return False
+        if self.is_method(function) or not self.model.index.calls_named(function.name.value):
+            return False
+        returns = self.model.index.own_returns(function)
+        if not returns or any(dotted(r.value) != optimizer.name for r in returns if r.value):
+            return False
+        owners = parameter_owners(optimizer)
+        return bool(owners) and all(has_parameter(function, owner) for owner in owners)
 
     def trainer_constructor(self) -> cst.FunctionDef | None:
         """``Trainer.__init__`` when every ``.backward()`` is in methods of ``Trainer`` (not a

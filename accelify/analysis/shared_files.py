@@ -620,6 +620,9 @@ class SharedFiles:
             return spellings
         if not isinstance(path, (cst.Name, cst.Attribute)):
             spellings.add(self.model.module.code_for_node(self._substituted(path, depth)).strip())
+            template = _template(path)
+            if template is not None:
+                spellings.add(template)
             return spellings
         if isinstance(path, cst.Attribute):
             # ``self.path`` set once in its class (``self.path = path``): the value's spellings
@@ -765,6 +768,27 @@ def _unselfed(spellings: set[str]) -> set[str]:
     method and ``os.path.join(args.out, "ckpt.pt")`` in ``main`` name one file. Two files taken
     for one cost a barrier every rank reaches; one file taken for two, a read before the write."""
     return spellings | {re.sub(r"\bself\.", "", spelling) for spelling in spellings}
+
+
+def _template(path: cst.BaseExpression) -> str | None:
+    """A path made per item from one pattern, its fields blanked: ``'{}.pkl'.format(epoch)``
+    and ``f"{best_epoch}.pkl"`` are both ``template:{}.pkl``. A file saved per epoch and the best
+    epoch's loaded after the loop (pyGAT's early stopping) are one family: the read may be of
+    the file the last write made."""
+    if isinstance(path, cst.Call) and isinstance(path.func, cst.Attribute):
+        pattern = path.func.value
+        if path.func.attr.value != "format" or not isinstance(pattern, cst.SimpleString):
+            return None
+        text = re.sub(r"\{[^{}]*\}", "{}", str(pattern.evaluated_value))
+    elif isinstance(path, cst.FormattedString):
+        text = "".join(
+            part.value if isinstance(part, cst.FormattedStringText) else "{}" for part in path.parts
+        )
+    else:
+        return None
+    if "{}" not in text or not re.sub(r"\{\}|\s", "", text):
+        return None
+    return f"template:{text}"
 
 
 def _parameters(function: cst.FunctionDef) -> set[str]:

@@ -9,7 +9,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.dataflow import is_binding
 from accelify.analysis.device_moves import strip_moves
-from accelify.analysis.script_model import Kind
+from accelify.analysis.script_model import Binding, Kind
 from accelify.analysis.syntax import dotted, strip_self_methods
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import reductions_replaced_by_gathers
@@ -170,6 +170,39 @@ def _remove_wrappers(ctx: Context) -> None:
             ctx.plan.remove(binding.statement, binding.line, text)
         else:
             ctx.plan.replace(binding.value, lambda _, inner=inner: inner, binding.line, text)
+        _review_wrapper_handed_on(ctx, binding, wrapper)
+
+
+#: Calls that may see the wrapper go without a change of meaning for the script.
+_NEUTRAL_CALLS = {"print", "len", "isinstance", "hasattr", "getattr", "type", "id", "str", "repr"}
+
+
+def _review_wrapper_handed_on(ctx: Context, binding: Binding, wrapper: str) -> None:
+    """The wrapper alone handed, for its effect, to a function below its removal
+    (Synchronized-BatchNorm's ``patch_replication_callback(model)``, which asserts it receives a
+    DataParallel and patches its replicas): that function now gets the bare model, and prepare
+    wraps it for DDP later, so a helper made for the wrapper may fail or do nothing. Each such
+    call gets a review line. A call that returns something (``Trainer(model)``,
+    ``evaluate(model, loader)``) uses the model, which works on the bare one."""
+    for _, call in ctx.facts.placement.expression_statements():
+        function = dotted(call.func)
+        if (
+            function is None
+            or len(call.args) != 1
+            or function in _NEUTRAL_CALLS
+            or function.startswith((f"{binding.name}.", f"{ctx.acc}."))
+            or ctx.model.scope_of(call) is not binding.scope
+            or ctx.model.order(call) <= ctx.model.order(binding.statement)
+            or ctx.facts.placement.inside(call, binding.statement)
+            or not any(dotted(a.value) == binding.name for a in call.args)
+        ):
+            continue
+        ctx.plan.review(
+            ctx.line(call),
+            f"{function}({binding.name}) receives the {wrapper} wrapper, which the conversion "
+            f"removes: it now receives the model itself (prepare wraps it for DDP): check that "
+            f"{function} works with the model, or drop the call if it only serves {wrapper}",
+        )
 
 
 def _remove_samplers(ctx: Context) -> tuple[dict[str, str], set[str]]:
