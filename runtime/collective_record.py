@@ -97,6 +97,25 @@ def attempt_directory(root: Path, attempt: int | str) -> Path:
     return root / str(attempt)
 
 
+def release_path(directory: Path) -> Path:
+    """Written by the launcher's watcher once it has reported a run that cannot finish: a rank
+    waiting at exit for peers that will not come stops waiting (`released`)."""
+    return directory / "released"
+
+
+def release(directory: Path) -> None:
+    """Let the ranks of this attempt that wait for their peers at exit go (the launcher's side)."""
+    with contextlib.suppress(OSError):
+        release_path(directory).touch()
+
+
+def released() -> bool:
+    """Whether the launcher has decided that this rank's run cannot finish (its watcher reported
+    it): a rank that waits at exit for its peers waits no longer. Never, outside `accelify
+    launch` or before this rank's record exists."""
+    return _released_flag is not None and os.path.exists(_released_flag)
+
+
 def read(directory: Path, rank: int) -> Record | None:
     """The rank's record, or None while it has none or is in the middle of writing it (two
     reads that agree, with an even generation, are one whole write)."""
@@ -223,6 +242,8 @@ class _Recorder:
 
 
 _recorder: _Recorder | None = None
+#: Where the launcher says it released this rank (`released`); None without a record.
+_released_flag: str | None = None
 _stack_file: IO[str] | None = None
 #: Whether this process enabled faulthandler's dump on fatal signals (not the user).
 _enabled_the_fatal_dump = False
@@ -233,7 +254,7 @@ _forked = False
 def install(rank: int) -> None:
     """Start this rank's record (under `accelify launch`: from the rank's entry, before the
     script, else when the runtime starts the process group). Called again as the group starts."""
-    global _recorder, _stack_file, _enabled_the_fatal_dump
+    global _recorder, _released_flag, _stack_file, _enabled_the_fatal_dump
     root = os.environ.get(FAILURE_DIR)
     if not root or _forked:
         return
@@ -246,6 +267,7 @@ def install(rank: int) -> None:
         _recorder = _Recorder(directory, rank, skip)
     except OSError:
         return  # the record only improves the launcher's report
+    _released_flag = str(release_path(directory))
     record_torch_collectives()
     if signal.getsignal(STACK_SIGNAL) is signal.SIG_DFL:
         try:

@@ -39,6 +39,10 @@ import torch.distributed as dist
 _KEY = "accelify.collectives_in_flight"
 _stash = getattr(torch._C, "_stash_obj_in_tls", None)
 _remove = getattr(torch._C, "_remove_obj_from_tls", None)
+#: Both halves are needed: torch 2.11 has the stash and not the removal (a token stashed there
+#: could never be taken out, and every tracked block failed as it ended); without them nothing
+#: is tracked and a rank exits as it would without this module.
+_TRACKABLE = _stash is not None and _remove is not None
 
 
 class _Token:
@@ -68,11 +72,11 @@ class tracked:  # used as a function: `with tracked(enabled):`
         self.stashed = False
 
     def __enter__(self) -> None:
-        if not self.enabled or _stash is None or getattr(_thread, "active", False):
+        if not self.enabled or not _TRACKABLE or getattr(_thread, "active", False):
             return
         token = _Token()
         _in_flight.add(weakref.ref(token, _in_flight.discard))
-        _stash(_KEY, token)
+        _stash(_KEY, token)  # type: ignore[misc]
         del token  # from here on only the thread-local state and the works hold it
         _thread.active = self.stashed = True
 

@@ -125,7 +125,8 @@ class _ExitGuard:
     every work a backward or the runtime launched, and the group itself is freed. Waiting for
     the other ranks goes through the store, not a collective, so it is bounded: after an
     uncaught exception nobody waits (the other ranks are being stopped), and a rank that leaves
-    early with ``sys.exit`` waits at most `EXIT_WAIT` for ranks that will not come.
+    early with ``sys.exit`` waits for ranks that will not come until the launcher has reported
+    it (`collective_record.released`), at most `EXIT_WAIT`.
 
     The group is freed through its Python handle, held here from the start, and only here at
     the end. Freeing a gloo group joins its worker threads, and one of them may still be
@@ -174,14 +175,19 @@ class _ExitGuard:
 
 
 def _wait_for_keys(store: dist.Store, keys: list[str]) -> None:
-    """Wait up to `_ExitGuard.EXIT_WAIT` for every key, asking the store in turn. ``store.wait``
-    would do it in one call, but when it times out (a rank that left its loop early waits for
-    peers that will not come) torch prints two C++ warnings about a socket timeout into the
-    launcher's report, with ports and file descriptors: noise beside the report that names the
-    rank that left."""
+    """Wait up to `_ExitGuard.EXIT_WAIT` for every key, asking the store in turn, or until the
+    launcher releases this rank: once its watcher has reported that the peers cannot come (they
+    wait in a collective this rank left), waiting on would only delay the end of the run. A
+    healthy run is never released, so a rank that finishes first still waits for its peers.
+    ``store.wait`` would wait in one call, but when it times out (a rank that left its loop
+    early waits for peers that will not come) torch prints two C++ warnings about a socket
+    timeout into the launcher's report, with ports and file descriptors: noise beside the report
+    that names the rank that left."""
     deadline = time.monotonic() + _ExitGuard.EXIT_WAIT.total_seconds()
     pause = 0.001
     while not store.check(keys) and time.monotonic() < deadline:
+        if collective_record.released():
+            return
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
 

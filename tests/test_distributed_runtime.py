@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -175,6 +176,22 @@ def test_works_a_backward_launched_are_tracked_until_freed():
     assert sorted(result.stdout.splitlines()) == [
         f"rank {rank}: held 1, freed True, left 0" for rank in (0, 1)
     ]
+
+
+def test_a_torch_with_the_tls_stash_but_not_its_removal_tracks_nothing(monkeypatch):
+    """torch 2.11 has ``_stash_obj_in_tls`` and not ``_remove_obj_from_tls``: every tracked
+    block (each backward, each prepared DataLoader's pass) failed as it ended with "'NoneType'
+    object is not callable". A fresh copy of the module, loaded without the removal."""
+    import torch
+
+    monkeypatch.delattr(torch._C, "_remove_obj_from_tls", raising=False)
+    spec = importlib.util.find_spec("accelify.runtime.pending_work")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with module.tracked(True):
+        pass
+    assert not module._in_flight and module.wait_until_freed(0)
 
 
 def test_the_group_is_freed_without_the_gil_while_a_worker_still_needs_it():

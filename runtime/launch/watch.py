@@ -103,6 +103,7 @@ class Watcher:
                 continue
             self.verdicts[attempt] = verdict
             print(verdict.text, file=self.out, flush=True)
+            records.release(directory)  # a rank waiting for its peers at exit stops waiting
             self._end(verdict, directory)
 
     def last_attempt(self) -> int | None:
