@@ -109,6 +109,27 @@ class LossBackward(Rule):
         + "        for batch in loader:\n"
         + "            self.accelerator.backward(self.model(**batch).loss)\n"
         + "            self.optimizer.step()\n",
+        # the same single-device trainer holding objects of the file's classes that have no
+        # accelerator (a meter it makes, a config it is handed): still one device on its own
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "class Meter:\n"
+        + "    def __init__(self):\n"
+        + "        self.total = 0.0\n\n\n"
+        + "class Config:\n"
+        + "    lr = 0.1\n\n\n"
+        + "class BasicTrainer:\n"
+        + "    def __init__(self, config: Config):\n"
+        + "        self.meter = Meter()\n\n"
+        + "    def train(self, loader):\n"
+        + "        for batch in loader:\n"
+        + "            loss = self.model(**batch).loss\n"
+        + "            loss.backward()\n"
+        + "            self.optimizer.step()\n\n\n"
+        + "class AcceleratedTrainer:\n"
+        + "    def __init__(self, model, optimizer):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.meter = Meter()\n"
+        + "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n",
         HEADER
         + "import torch\n"
         + "class Layer(torch.nn.Linear):\n"

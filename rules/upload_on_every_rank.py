@@ -3,12 +3,12 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names, side_effects
-from accelify.analysis.collectives import backends_in_view, named
+from accelify.analysis.collectives import backends_in_view, collective_backends, named
 from accelify.analysis.facts import facts_of
 from accelify.analysis.rank_only_names import tracker_calls_without_a_run
 from accelify.analysis.repeated_effects import run_by_every_rank
-from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 _HUB = "from huggingface_hub import HfApi, create_repo, upload_folder\n"
@@ -18,6 +18,19 @@ _WANDB = (
     "model = torch.nn.Linear(2, 2)\n"
     "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     "model, optimizer = accelerator.prepare(model, optimizer)\n"
+)
+
+#: A script whose Accelerator starts the wandb run through ``init_trackers``.
+_LOGGING_WITH = (
+    "import torch\nimport wandb\nfrom accelerate import Accelerator\n"
+    "from accelerate.utils import LoggerType\n\n\n"
+    "def main(args):\n"
+    "    accelerator = Accelerator(log_with={log_with})\n"
+    "    model = accelerator.prepare(torch.nn.Linear(2, 2))\n"
+    "    accelerator.init_trackers('p', config=vars(args))\n"
+    "    for x in range(3):\n"
+    "        loss = model(torch.ones(2)).sum()\n"
+    "        accelerator.backward(loss)\n"
 )
 
 
@@ -78,8 +91,49 @@ class UploadOnEveryRank(Rule):
             15,
             5,
         ),
+        # the run started by the Accelerator's init_trackers, which Accelerate (and accelify's
+        # runtime) runs on the main process only, logged to by every rank
+        Example(
+            _LOGGING_WITH.format(log_with="'wandb'") + "    wandb.log({'loss': loss.item()})\n",
+            14,
+            5,
+        ),
+        Example(  # a list naming it, and a helper every rank calls
+            _LOGGING_WITH.format(log_with="['tensorboard', 'wandb']")
+            + "    report(loss.item())\n\n\ndef report(value):\n    wandb.log({'loss': value})\n",
+            18,
+            5,
+        ),
+        Example(  # LoggerType.WANDB in a factory; the value gathered inside the call
+            _LOGGING_WITH.format(log_with="LoggerType.WANDB").replace(
+                "accelerator = Accelerator(log_with=LoggerType.WANDB)", "accelerator = make()"
+            )
+            + "    wandb.log({'loss': accelerator.gather(loss).mean().item()})\n\n\n"
+            + "def make():\n    return Accelerator(log_with=LoggerType.WANDB)\n",
+            14,
+            5,
+        ),
     )
     good = (
+        # init_trackers with wandb: the log under the rank test, testing wandb.run, through
+        # accelerator.log; above init_trackers (no run on any rank: not this rule's)
+        _LOGGING_WITH.format(log_with="'wandb'")
+        + "    if accelerator.is_main_process:\n        wandb.log({'loss': loss.item()})\n"
+        + "    if wandb.run is not None:\n        wandb.log({'loss': loss.item()})\n"
+        + "    accelerator.log({'loss': loss.item()})\n",
+        _LOGGING_WITH.format(log_with="'wandb'").replace(
+            "    accelerator.init_trackers",
+            "    wandb.log({'start': 1})\n    accelerator.init_trackers",
+        ),
+        # log_with not certainly wandb (a flag, "all", tensorboard); the other ranks' disabled
+        # runs started by the script beside init_trackers
+        _LOGGING_WITH.format(log_with="args.report_to") + "    wandb.log({'loss': loss.item()})\n",
+        _LOGGING_WITH.format(log_with="'all'") + "    wandb.log({'loss': loss.item()})\n",
+        _LOGGING_WITH.format(log_with="'wandb' if args.wandb else None")
+        + "    wandb.log({'loss': loss.item()})\n",
+        _LOGGING_WITH.format(log_with="'wandb'")
+        + "    if not accelerator.is_main_process:\n        wandb.init(mode='disabled')\n"
+        + "    wandb.log({'loss': loss.item()})\n",
         # the other ranks start a disabled run, in the else or under the opposite test; the
         # log tests for a run, catches wandb's error, or runs under the rank test
         HEADER
@@ -146,18 +200,37 @@ class UploadOnEveryRank(Rule):
         """``wandb.log(...)`` run by every rank where only the main process started the run:
         the other ranks raise ``wandb.Error`` at it (`tracker_calls_without_a_run`)."""
         for found in tracker_calls_without_a_run(facts_of(script)):
-            accelerator = accelerator_at(script, found.call) or "accelerator"
+            accelerator = accelerator_at(script, found.call)
             called = (dotted(found.call.func) or "wandb.log").rsplit(".", 1)[-1]
-            yield self.finding(
-                script,
-                found.call,
-                message=(
-                    f"Call wandb.{called} on the main process only (under `if {accelerator}."
-                    f"is_main_process:`): the run is started only there (wandb.init, line "
-                    f"{script.line(found.start)}), and on every other rank wandb.{called} raises "
-                    f"wandb.Error (You must call wandb.init() before wandb.{called}())"
-                ),
+            # where no accelerator is in scope, the test wandb itself answers on every rank
+            guard = (
+                f"`if {accelerator}.is_main_process:`"
+                if accelerator is not None
+                else "`if wandb.run is not None:`"
             )
+            start = f"wandb.init, line {script.line(found.start)}"
+            func = found.start.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "init_trackers":
+                start = (
+                    f"{dotted(func) or 'init_trackers'}, line {script.line(found.start)}, starts "
+                    "the wandb run that log_with names on the main process only"
+                )
+                if accelerator is not None and called == "log":
+                    guard += f", or log through {accelerator}.log(...)"
+            message = (
+                f"Call wandb.{called} on the main process only (under {guard}): the run is "
+                f"started only there ({start}), and on every other rank wandb.{called} raises "
+                f"wandb.Error (You must call wandb.init() before wandb.{called}())"
+            )
+            collective = _collective_in(script, found.call)
+            if collective is not None:  # ``wandb.log({"loss": accelerator.gather(loss)...})``
+                name = (dotted(collective.func) or "gather").rsplit(".", 1)[-1]
+                message = (
+                    f"Compute {script.module.code_for_node(collective)} into a name above it, on "
+                    f"every rank ({name}() is a collective: under a guard the other ranks would "
+                    f"wait for it forever), then c{message[1:]}"
+                )
+            yield self.finding(script, found.call, message=message)
 
     def _tracker_runs(self, script: ScriptModel) -> Iterator[Finding]:
         """``wandb.init(...)`` that every rank runs in a script that prepares: each process
@@ -215,6 +288,16 @@ class UploadOnEveryRank(Rule):
                     f"{named(backends[key])}, and N uploads race on the same repo"
                 )
             yield self.finding(script, upload, message=message)
+
+
+def _collective_in(script: ScriptModel, call: cst.Call) -> cst.Call | None:
+    """A collective among ``call``'s arguments (``accelerator.gather(loss).mean()``)."""
+    accelerators = script.names_of(Kind.ACCELERATOR)
+    for argument in call.args:
+        for node in walk(argument.value):
+            if isinstance(node, cst.Call) and collective_backends(script, node, accelerators):
+                return node
+    return None
 
 
 def _inits_trackers(script: ScriptModel) -> bool:

@@ -71,6 +71,8 @@ _DRIVEN_TRAINER = (
     "def resume(trainer, path):\n    {model}.load_state_dict(torch.load(path))\n\n\n"
     "def main():\n    trainer = Trainer(torch.nn.Linear(2, 2))\n    resume(trainer, 'm.pt')\n"
 )
+#: The same, its checkpoint loaded the right way (the save side is left to each example).
+_LOADED = _DRIVEN_TRAINER.format(model="trainer.accelerator.unwrap_model(trainer.model)")
 _SAVES_GLOBAL = "def save():\n    torch.save(model.state_dict(), 'm.pt')\n"
 
 
@@ -194,8 +196,52 @@ class WrappedStateDict(Rule):
             5,
             _DRIVEN_TRAINER.format(model="trainer.accelerator.unwrap_model(trainer.model)"),
         ),
+        # the save side from outside the class: main saves the trainer's model, whole or its
+        # state dict (its keys start with 'module.' on several processes)
+        Example(
+            _LOADED + "    torch.save(trainer.model.state_dict(), 'm.pt')\n",
+            21,
+            16,
+            _LOADED
+            + "    torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(), "
+            "'m.pt')\n",
+        ),
+        Example(
+            _LOADED + "    model = trainer.model\n"
+            "    torch.save({'model': model, 'epoch': 1}, 'm.pt')\n",
+            22,
+            26,
+            _LOADED + "    model = trainer.model\n"
+            "    torch.save({'model': trainer.accelerator.unwrap_model(model), 'epoch': 1}, "
+            "'m.pt')\n",
+        ),
+        # a runner's self.trainer, the runner made by another module of the project (nothing in
+        # this file names it)
+        Example(
+            _LOADED + "\n\nclass Runner:\n    def __init__(self):\n"
+            "        self.trainer = Trainer(torch.nn.Linear(2, 2))\n\n"
+            "    def save(self, path):\n"
+            "        torch.save(self.trainer.model.state_dict(), path)\n",
+            28,
+            20,
+            _LOADED + "\n\nclass Runner:\n    def __init__(self):\n"
+            "        self.trainer = Trainer(torch.nn.Linear(2, 2))\n\n"
+            "    def save(self, path):\n"
+            "        torch.save(self.trainer.accelerator.unwrap_model(self.trainer.model)"
+            ".state_dict(), path)\n",
+        ),
     )
     good = (
+        # main saves the trainer's model unwrapped, or after binding trainer.model to the plain
+        # model; a holder whose construction prepared nothing
+        _LOADED
+        + "    torch.save(trainer.accelerator.unwrap_model(trainer.model).state_dict(), 'a.pt')\n"
+        + "    torch.save(trainer.accelerator.get_state_dict(trainer.model), 'b.pt')\n"
+        + "    torch.save(trainer.model.module.state_dict(), 'c.pt')\n"
+        + "    holder = Holder()\n    torch.save(holder.model.state_dict(), 'd.pt')\n"
+        + "    trainer.model = trainer.accelerator.unwrap_model(trainer.model)\n"
+        + "    torch.save(trainer.model.state_dict(), 'e.pt')\n\n\n"
+        + "class Holder:\n    def __init__(self):\n        self.model = torch.nn.Linear(2, 2)\n",
         # the same helper loading into the unwrapped model; one handed an unprepared holder
         _DRIVEN_TRAINER.format(model="trainer.accelerator.unwrap_model(trainer.model)"),
         _DRIVEN_TRAINER.format(model="trainer.model")
@@ -302,17 +348,33 @@ class WrappedStateDict(Rule):
             for node, at in _saved_state_dicts(script, call.args[0].value, call):
                 owner = node.func.value  # type: ignore[union-attr]
                 not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
-                name = dotted(owner)
-                if name not in prepared(script, at) - not_models or _not_a_model(name):
+                name = dotted(owner) or script.module.code_for_node(owner)
+                if _not_a_model(name) or id(node) in reported:
                     continue
-                if id(node) in reported or not _treated_as_module(script, name):
+                # prepared here, or a trainer's model read from outside the class
+                # (``torch.save(trainer.model.state_dict(), p)``, `holds_constructed_wrapper`)
+                constructed = name not in prepared(script, at) and holds_constructed_wrapper(
+                    script, owner, at
+                )
+                if not constructed and (
+                    name not in prepared(script, at) - not_models
+                    or not _treated_as_module(script, name)
+                ):
                     continue
                 if _unwrapped_since_prepare(script, name, at):
                     continue
                 reported.add(id(node))
                 acc = accelerator_at(script, at)
+                if acc is None and constructed:
+                    acc = constructed_accelerator(script, owner, at)
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
                 message = self.message.replace("(model)", f"({name})")  # ``self.model``
+                if acc is None and constructed:
+                    message = (
+                        f"Save the state dict of {name} unwrapped by the Accelerator that "
+                        f"prepared it (its unwrap_model({name}).state_dict(), or "
+                        f"get_state_dict({name}))"
+                    )
                 yield self.finding(script, node, fix, message=in_file_words(message, acc))
             if is_save_call(script, call) and script.call_graph.callee(call) is None:
                 # not a helper: ``save_model`` unwraps what it is handed, and a trainer's own
@@ -373,14 +435,26 @@ class WrappedStateDict(Rule):
         not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
         for model in saved_whole_objects(script, call):
             name = dotted(model)
-            if name not in prepared(script, call) - not_models or _not_a_model(name):
+            if _not_a_model(name):
+                continue
+            constructed = name not in prepared(script, call) and holds_constructed_wrapper(
+                script, model, call
+            )
+            if not constructed and name not in prepared(script, call) - not_models:
                 continue
             if _unwrapped_since_prepare(script, name, call):
                 continue
             acc = accelerator_at(script, call)
+            if acc is None and constructed:
+                acc = constructed_accelerator(script, model, call)
             fix = Plan.of(rewrites.unwrap(model, acc)) if acc is not None else None
-            message = in_file_words(_WHOLE.replace("(model)", f"({name})"), acc)
-            yield self.finding(script, model, fix, message=message)
+            message = _WHOLE.replace("(model)", f"({name})")
+            if acc is None and constructed:
+                message = message.replace(
+                    f"accelerator.unwrap_model({name})",
+                    f"{name} unwrapped by the Accelerator that prepared it",
+                )
+            yield self.finding(script, model, fix, message=in_file_words(message, acc))
 
 
 def _holds_the_wrapper(script: ScriptModel, owner: cst.BaseExpression, at: cst.Call) -> bool:

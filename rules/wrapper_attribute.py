@@ -296,6 +296,15 @@ class WrapperAttribute(Rule):
             26,
             16,
         ),
+        # the same runner made by another module of the project (``from runner import
+        # Runner``): nothing in this file names it, but it holds a trainer with an accelerator
+        Example(
+            _DRIVEN_TRAINER + "\n\nclass Runner:\n    def __init__(self):\n"
+            "        self.trainer = Trainer('gpt2')\n\n"
+            "    def sample(self, ids):\n        return self.trainer.model.generate(ids)\n",
+            25,
+            16,
+        ),
         # a method of the trainer that returns the wrapper
         Example(
             _DRIVEN_TRAINER.replace(

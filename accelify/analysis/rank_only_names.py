@@ -151,19 +151,34 @@ def tracker_calls_without_a_run(facts: Facts) -> list[RunlessTrackerCall]:
     where every rank runs it. On the other ranks no run was started, and wandb's ``log`` raises
     ``wandb.Error`` (one rank dies, the others wait for it at their next collective). Not where
     some start runs on every rank (``mode="disabled"`` on the others), in an ``else`` or under
-    complementary tests, nor a call under a rank test, a test of ``wandb.run``, or a ``try``."""
+    complementary tests, nor a call under a rank test, a test of ``wandb.run``, or a ``try``.
+    The same where the script starts no run itself and ``accelerator.init_trackers(...)`` of
+    an Accelerator made with ``log_with="wandb"`` does (`_logs_after_init_trackers`); a script
+    that starts runs both ways is left alone."""
     from accelify.analysis.repeated_effects import callers_of, run_by_every_rank
 
     model = facts.model
     starts = [c for c in model.calls if model.call_names(c) & names.TRACKER_RUN_STARTS]
     uses = [c for c in model.calls if model.call_names(c) & names.TRACKER_RUN_CALLS]
-    if not starts or not uses or not model.prepare_calls:
+    if not uses or not model.prepare_calls:
         return []
 
     def every_rank(function: cst.FunctionDef) -> bool:
         return run_by_every_rank(
             model, facts.placement, facts.ranks.backend_guards, facts.synchronising_call, function
         )
+
+    inits = [
+        call
+        for call in model.calls
+        if isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "init_trackers"
+        and _logs_with_wandb(model, call)
+    ]
+    if not starts:
+        return _logs_after_init_trackers(facts, uses, inits, every_rank)
+    if inits:
+        return []  # the Accelerator starts the main process's run, the script the others'
 
     guards: list[cst.If] = []
     for start in starts:
@@ -194,6 +209,139 @@ def tracker_calls_without_a_run(facts: Facts) -> list[RunlessTrackerCall]:
             continue
         found.append(RunlessTrackerCall(use, starts[0]))
     return found
+
+
+def _logs_after_init_trackers(
+    facts: Facts, uses: list[cst.Call], starts: list[cst.Call], every_rank
+) -> list[RunlessTrackerCall]:
+    """The script starts no run itself: ``accelerator.init_trackers(...)`` of an Accelerator
+    made with ``log_with`` certainly naming wandb starts it, and (in Accelerate, as in
+    accelify's runtime) on the main process only. A ``wandb.log(...)`` every rank runs raises
+    ``wandb.Error`` on the others, as after a guarded ``wandb.init``. Only where the file
+    shows the Accelerator's construction (`_logs_with_wandb`). A use in the scope of an
+    ``init_trackers`` is counted only below it: above it, it fails on every rank, and a guard
+    would not fix it."""
+    model = facts.model
+    if not starts:
+        return []
+    found = []
+    for use in uses:
+        if model.under_rank_guard(use) or _run_tested(model, use):
+            continue
+        scope = model.scope_of(use)
+        started = starts
+        if any(model.scope_of(start) is scope for start in starts):  # its own scope's, above it
+            started = [
+                start
+                for start in starts
+                if model.scope_of(start) is scope and model.order(start) < model.order(use)
+            ]
+        if not started:
+            continue
+        function = facts.placement.enclosing_function(use)
+        if not facts.ranks.backend_guards.entered_by_all(use, within=function):
+            continue
+        if function is not None and not every_rank(function):
+            continue
+        found.append(RunlessTrackerCall(use, started[0]))
+    return found
+
+
+def _logs_with_wandb(model, init: cst.Call) -> bool:
+    """``init`` (``accelerator.init_trackers(...)``) is called on an Accelerator whose every
+    construction the file shows passes ``log_with`` naming wandb: ``accelerator =
+    Accelerator(log_with="wandb")`` in the same function or the module, ``self.accelerator =
+    ...`` in the same class, or a factory of this file returning one. Unsure (a
+    ``log_with=args.report_to``, an accelerator handed in) is False."""
+    receiver = dotted(init.func.value)  # type: ignore[attr-defined]
+    if receiver is None:
+        return False
+    if receiver.startswith("self."):
+        owner = model.index.enclosing_class(init)
+        assigns = [
+            a
+            for a in model.index.assignments_to(receiver)
+            if model.index.enclosing_class(a) is owner
+        ]
+    else:
+        scope = model.scope_of(init)
+        assigns = [
+            a
+            for a in model.index.assignments_to(receiver)
+            if model.scope_of(a) is scope or isinstance(model.scope_of(a), cst.Module)
+        ]
+    made: list[cst.BaseExpression] = []
+    for assign in assigns:
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            return False
+        made += _accelerators_made(model, assign.value)
+    return bool(made) and all(
+        isinstance(call, cst.Call) and _names_wandb(model, _keyword(call, "log_with"), call)
+        for call in made
+    )
+
+
+def _accelerators_made(model, value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The ``Accelerator(...)`` calls ``value`` is: itself, or each return of a function of this
+    file it calls (``return Accelerator(...)``, or a name bound to one and returned). Anything
+    else is returned as it is, and is no accelerator with wandb."""
+    if isinstance(value, cst.Call) and model.call_names(value) & names.ACCELERATORS:
+        return [value]
+    targets = model.call_graph.targets(value) if isinstance(value, cst.Call) else []
+    if len(targets) != 1:
+        return [value]
+    made: list[cst.BaseExpression] = []
+    for returned in model.index.own_returns(targets[0]):
+        result = returned.value
+        if isinstance(result, cst.Name):
+            bound = [
+                a
+                for a in model.index.assignments_to(result.value)
+                if model.scope_of(a) is targets[0]
+            ]
+            if len(bound) != 1 or not isinstance(bound[0], cst.Assign):
+                return [value]
+            result = bound[0].value
+        if not (isinstance(result, cst.Call) and model.call_names(result) & names.ACCELERATORS):
+            return [value]
+        made.append(result)
+    return made or [value]
+
+
+def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    return next(
+        (a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None
+    )
+
+
+def _names_wandb(model, value: cst.BaseExpression | None, at: cst.CSTNode, depth: int = 0) -> bool:
+    """``value`` certainly names wandb among the trackers: ``"wandb"``, a list, tuple or set
+    holding it, ``LoggerType.WANDB``, or a name bound once in scope to one of these."""
+    if value is None or depth > 2:
+        return False
+    if isinstance(value, cst.SimpleString):
+        return value.evaluated_value == "wandb"
+    if isinstance(value, (cst.List, cst.Tuple, cst.Set)):
+        return any(
+            isinstance(e, cst.Element) and _names_wandb(model, e.value, at, depth + 1)
+            for e in value.elements
+        )
+    spelling = dotted(value) or ""
+    if spelling == "LoggerType.WANDB" or spelling.endswith(".LoggerType.WANDB"):
+        return True
+    if isinstance(value, cst.Name):
+        scope = model.scope_of(at)
+        bound = [
+            a
+            for a in model.index.assignments_to(value.value)
+            if model.scope_of(a) is scope or isinstance(model.scope_of(a), cst.Module)
+        ]
+        return (
+            len(bound) == 1
+            and isinstance(bound[0], cst.Assign)
+            and _names_wandb(model, bound[0].value, bound[0], depth + 1)
+        )
+    return False
 
 
 def _run_tested(model, use: cst.Call) -> bool:

@@ -135,14 +135,16 @@ def _single_device_classes(script: ScriptModel) -> list[tuple[int, int]]:
     a ``BasicTrainer`` next to the ``AcceleratedTrainer`` of the same file (a course's two
     versions of one trainer). Such a class never names an accelerator (no word of
     `ACCELERATOR_WORDS` in its code), derives from nothing (no base that could hold one), is
-    not registered by a decorator, and nothing else in the file names it (no instance is made
-    here and handed prepared objects).
+    not registered by a decorator, nothing else in the file names it (no instance is made
+    here and handed prepared objects), and it holds no object of a class that has an
+    accelerator (`_holding_accelerators`: a runner's ``self.trainer = Trainer(cfg)``, made by
+    another module of the project that imports it).
     What its methods do is right for the one device they run on; the accelerator rules'
     advice there would name an accelerator the class does not have."""
     import libcst as cst
 
     module = script.module
-    found: list[tuple[int, int]] = []
+    found: list[cst.ClassDef] = []
     for statement in module.body:
         if not isinstance(statement, cst.ClassDef) or _has_bases(statement):
             continue
@@ -153,9 +155,74 @@ def _single_device_classes(script: ScriptModel) -> list[tuple[int, int]]:
             continue
         if _named_outside(module, statement):
             continue
+        found.append(statement)
+    if found:
+        holding = _holding_accelerators(script)
+        found = [statement for statement in found if statement not in holding]
+    ranges = []
+    for statement in found:
         position = script.position(statement)
-        found.append((position.start.line, position.end.line))
-    return found
+        ranges.append((position.start.line, position.end.line))
+    return ranges
+
+
+def _holding_accelerators(script: ScriptModel) -> set[cst.ClassDef]:
+    """The file's classes whose instances hold an accelerator: one that uses one itself
+    (`_using_an_accelerator`), derives from such a class, or makes or receives an instance of
+    one: a call that makes it (``self.trainer = Trainer(cfg)``, or a factory of this file that
+    returns one: `CallGraph.made_by`), or an annotation that names it (``def __init__(self,
+    trainer: Trainer)``). A runner holding ``self.trainer`` reads the trainer's prepared model
+    through it (``self.trainer.model``), with the trainer's own accelerator."""
+    import libcst as cst
+
+    from accelify.analysis.syntax import walk
+
+    graph = script.call_graph
+    classes = list(dict.fromkeys(graph.classes.values()))
+    holding = _using_an_accelerator(script)
+    uses: dict[cst.ClassDef, set[str]] = {}
+    for cls in classes:
+        if cls in holding:
+            continue
+        named: set[str] = set()
+        for node in walk(cls):
+            if isinstance(node, cst.Call):
+                named.add(graph.made_by(node) or "")
+            elif isinstance(node, cst.Annotation):  # ``trainer: Trainer``, ``"Trainer | None"``
+                for inner in walk(node.annotation):
+                    if isinstance(inner, cst.Name):
+                        named.add(inner.value)
+                    elif isinstance(inner, cst.SimpleString):
+                        named.add(str(inner.evaluated_value).strip())
+        uses[cls] = named
+    changed = True
+    while changed:
+        changed = False
+        names_held = {cls.name.value for cls in holding}
+        for cls, named in uses.items():
+            if cls in holding:
+                continue
+            if named & names_held or any(base in holding for base in graph.bases(cls)):
+                holding.add(cls)
+                changed = True
+    return holding
+
+
+def _using_an_accelerator(script: ScriptModel) -> set[cst.ClassDef]:
+    """The classes the analysis sees using an accelerator: one bound in them (``self.accelerator
+    = Accelerator()``, or from a factory), a method receiving one, a ``prepare`` call, or a
+    member of an accelerator read there (``self.accelerator.backward`` set by a base class of
+    another module)."""
+    from accelify.analysis.script_model import Kind
+    from accelify.analysis.syntax import dotted
+
+    index = script.index
+    nodes: list[cst.CSTNode] = [binding.assign for binding in script.of_kind(Kind.ACCELERATOR)]
+    nodes += list(script.accelerator_params)
+    nodes += [prepare.call for prepare in script.prepare_calls]
+    accelerators = script.names_of(Kind.ACCELERATOR)
+    nodes += [use for use in script.member_uses if dotted(use.value) in accelerators]
+    return {cls for node in nodes if (cls := index.enclosing_class(node)) is not None}
 
 
 def _has_bases(statement: cst.ClassDef) -> bool:
