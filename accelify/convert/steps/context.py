@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accelify.analysis.facts import Facts, facts_of
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import bound_arguments, returned_local
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import dotted, self_parameter, walk
 from accelify.edits import rewrites
@@ -201,6 +201,13 @@ class Context:
         prepared_in = self.facts.placement.enclosing_function(anchor)
         if function is None or function is prepared_in:
             return False
+        returned = returned_local(self.model, name, place)
+        if (
+            returned is not None
+            and returned[0] == name
+            and self.facts.placement.enclosing_function(returned[1]) is prepared_in
+        ):
+            return False  # ``model, loader = setup()``: setup()'s own, prepared there
         return any(
             binding.name == name and binding.scope is function for binding in self.model.bindings
         )
