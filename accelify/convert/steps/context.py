@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from accelify.analysis.agreed_values import AgreedValues
+from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments, returned_local
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
@@ -170,6 +172,30 @@ class Context:
     def constructor_code(self) -> str:
         arguments = ", ".join(f"{key}={value}" for key, value in self.constructor.items())
         return f"Accelerator({arguments})"
+
+    @property
+    def agreed(self) -> AgreedValues:
+        """Values every rank holds alike once converted (`covers_the_whole_set`)."""
+        found = self.__dict__.get("_agreed")
+        if found is None:
+            found = self.__dict__["_agreed"] = AgreedValues(self.facts, self.covers_the_whole_set)
+        return found
+
+    def covers_the_whole_set(self, evaluation: Evaluation) -> bool:
+        """Once converted, what ``evaluation`` folds covers the whole set on every rank: the
+        evaluation step gathers it, the script already does, or its loader is left whole
+        (every rank evaluates all of it)."""
+        if not evaluation.sinks:
+            return False
+        if id(evaluation.loop.node) in self.left_whole:
+            return True
+        if evaluation.already_gathered:
+            return not evaluation.syncs_itself
+        return (
+            evaluation.unsure is None
+            and not evaluation.combined_by
+            and not self.unprepared_loaders(evaluation.loop)
+        )
 
     def unprepared_loaders(self, loop: Loop) -> list[str | None]:
         """The DataLoaders ``loop`` reads that no ``prepare`` call takes, followed back through
