@@ -296,8 +296,8 @@ def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> Non
             continue
         done.append(scope)
         trained = parameter_owners(binding)
-        reason = _prepared_elsewhere(ctx, scope, trained, handed)
-        reason = reason or _why_not_prepare_in(ctx, scope, trained)
+        reason = _why_not_prepare_in(ctx, scope, trained)
+        reason = reason or _prepared_elsewhere(ctx, scope, trained, handed)
         if reason is None:
             handed += _handed_models(ctx, scope, trained)
             prepare.run(ctx, scope)
