@@ -466,3 +466,45 @@ def test_a_field_of_a_record_is_the_object_its_construction_was_handed():
     assert flow.origins("pair.val", loop.node) == {"val_loader"}
     assert flow.kind_of("holder.model", loop.node) is Kind.MODEL
     assert flow.kind_of("pair.test", loop.node) is None  # no such field
+
+
+def test_a_factory_returning_nested_tuples_binds_each_name_at_its_position():
+    model = script(
+        """
+        def build():
+            model = nn.Linear(2, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            return (model, optimizer), (DataLoader(range(8)), DataLoader(range(4)))
+
+        def main():
+            (net, opt), (train_dl, val_dl) = build()
+            models, loaders = build()
+        """
+    )
+    found = kinds(model)
+    assert found["net"] is Kind.MODEL and found["opt"] is Kind.OPTIMIZER
+    assert found["train_dl"] is Kind.DATALOADER and found["val_dl"] is Kind.DATALOADER
+    assert "models" not in found and "loaders" not in found  # tuples, not one object each
+
+
+def test_a_factory_that_chooses_between_two_of_one_kind_makes_that_kind():
+    model = script(
+        """
+        def make_loader(data, train):
+            return DataLoader(data, shuffle=True) if train else DataLoader(data)
+
+        def make_head(wide):
+            return nn.Linear(2, 8) if wide else "no head"
+
+        make_model = lambda: nn.Linear(2, 1)
+
+        def main():
+            loader = make_loader(range(8), True)
+            head = make_head(False)
+            net = make_model()
+        """
+    )
+    found = kinds(model)
+    assert found["loader"] is Kind.DATALOADER
+    assert found["net"] is Kind.MODEL
+    assert "head" not in found  # a model or a string: not followed

@@ -52,14 +52,12 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
     target = callee(model, value) if isinstance(value, cst.Call) else None
     if target is None:
         return False
-    position = _unpacked_position(binding)
+    path = _unpacked_path(binding)
     returned = [r.value for r in model.index.own_returns(target[0]) if r.value is not None]
     for result in returned:
-        if position is not None:  # ``train, evals = build_loaders(cfg)``: the element there
-            if not isinstance(result, cst.Tuple) or len(result.elements) <= position:
-                return False
-            result = result.elements[position].value
-        if not isinstance(_held(model, target[0], result), cst.Dict):
+        if path:  # ``train, evals = build_loaders(cfg)``: the element there
+            result = _element_at(result, path)  # type: ignore[assignment]
+        if result is None or not isinstance(_held(model, target[0], result), cst.Dict):
             return False
     return bool(returned)
 
@@ -111,17 +109,62 @@ def _of_dicts(value: cst.Dict | cst.DictComp) -> bool:
     )
 
 
-def _unpacked_position(binding: Binding) -> int | None:
-    """Where ``binding`` stands in the tuple its assignment unpacks (``1`` for ``evals`` in
-    ``train, evals = build_loaders(cfg)``), or None when it is bound whole."""
+def _unpacked_path(binding: Binding) -> Path:
+    """Where ``binding`` stands in the tuple its assignment unpacks (``(1,)`` for ``evals`` in
+    ``train, evals = build_loaders(cfg)``, ``(1, 0)`` for ``tr`` in ``(m, o), (tr, va) =
+    build()``), or ``()`` when it is bound whole."""
     assign = binding.assign
     targets = assign.targets if isinstance(assign, cst.Assign) else []
     for target in targets:
-        if isinstance(target.target, cst.Tuple | cst.List):
-            names = [dotted(e.value) for e in target.target.elements]
-            if binding.name in names:
-                return names.index(binding.name)
-    return None
+        path = _path_in(target.target, binding.name)
+        if path:
+            return path
+    return ()
+
+
+#: Where an element sits in a (nested) tuple: ``(1, 0)`` is the first of the second.
+Path = tuple[int, ...]
+
+
+def _leaves(
+    node: cst.BaseExpression, nests: tuple[type[cst.BaseExpression], ...] = (cst.Tuple,)
+) -> list[tuple[Path, cst.BaseExpression]] | None:
+    """Each element of a tuple written out (of ``nests``), nested ones followed, with where it
+    sits: ``(model, opt), (train_dl, val_dl)`` has four; anything else is one element at
+    ``()``. None when a starred element makes the positions uncertain."""
+    if not isinstance(node, nests):
+        return [((), node)]
+    found: list[tuple[Path, cst.BaseExpression]] = []
+    for index, element in enumerate(node.elements):  # type: ignore[attr-defined]
+        if not isinstance(element, cst.Element):
+            return None
+        inner = _leaves(element.value, nests)
+        if inner is None:
+            return None
+        found += [((index, *path), leaf) for path, leaf in inner]
+    return found
+
+
+def _path_in(target: cst.BaseExpression, name: str) -> Path | None:
+    """Where ``name`` sits in an unpacking target (``a, name, c``; ``(a, b), (name, d)``); None
+    when it is not there as a plain element, or a starred element makes positions uncertain."""
+    leaves = _leaves(target, (cst.Tuple, cst.List))
+    if leaves is None:
+        return None
+    paths = [path for path, leaf in leaves if dotted(leaf) == name]
+    return paths[0] if len(paths) == 1 else None
+
+
+def _element_at(value: cst.BaseExpression | None, path: Path) -> cst.BaseExpression | None:
+    """The element of a returned tuple (nested ones followed) at ``path``; None when the value
+    is no tuple of that shape."""
+    for index in path:
+        if not isinstance(value, cst.Tuple) or len(value.elements) <= index:
+            return None
+        if any(isinstance(e, cst.StarredElement) for e in value.elements):
+            return None
+        value = value.elements[index].value
+    return value
 
 
 def instance_class(model: ScriptModel, name: str, at: cst.CSTNode) -> str | None:
@@ -270,7 +313,8 @@ def returned_entry(
 def returned_local(
     model: ScriptModel, name: str, at: cst.CSTNode
 ) -> tuple[str, cst.CSTNode] | None:
-    """``train_dl`` of ``model, opt, train_dl = setup(cfg)`` (assigned once in the scope of
+    """``train_dl`` of ``model, opt, train_dl = setup(cfg)`` (also nested: ``(model, opt),
+    (train_dl, val_dl) = setup(cfg)``, assigned once in the scope of
     ``at``) where every ``return`` of ``setup`` hands back its own ``train_loader`` at that
     position (or ``loader = make_loader()`` returning ``loader``): that name, and a ``return``
     to read it at. The object the caller holds is the one the factory made, prepared or not as
@@ -278,22 +322,13 @@ def returned_local(
     made = _made_by_a_factory(model, name, at) if "." not in name else None
     if made is None:
         return None
-    unpacked = made[0].targets[0].target
-    position = None
-    if isinstance(unpacked, (cst.Tuple, cst.List)):
-        position = _position_in(unpacked, name)
-        if position is None:
-            return None
+    path = _path_in(made[0].targets[0].target, name)
+    if path is None:
+        return None
     returns = model.index.own_returns(made[1])
     names = set()
     for result in returns:
-        value = result.value
-        if position is not None:
-            if not isinstance(value, cst.Tuple) or len(value.elements) <= position:
-                return None
-            if any(isinstance(e, cst.StarredElement) for e in value.elements):
-                return None
-            value = value.elements[position].value
+        value = _element_at(result.value, path)
         names.add(value.value if isinstance(value, cst.Name) else None)
     if len(names) != 1 or None in names:
         return None
@@ -320,15 +355,6 @@ def _made_by_a_factory(
     if target is None or target[0].name.value == "__init__":
         return None
     return assign, target[0]
-
-
-def _position_in(target: cst.Tuple | cst.List, name: str) -> int | None:
-    """Where ``name`` sits in an unpacking target (``a, name, c``); None when it is not there
-    as a plain element, or a starred element makes positions uncertain."""
-    if any(isinstance(e, cst.StarredElement) for e in target.elements):
-        return None
-    spelled = [dotted(e.value) for e in target.elements]
-    return spelled.index(name) if name in spelled else None
 
 
 def _dict_entry(
@@ -527,18 +553,14 @@ def _factories(model: ScriptModel, classify: Classify, known: set[tuple[str, int
         value = strip_self_methods(assign.value)
         if not isinstance(value, cst.Call) or len(assign.targets) != 1:
             continue
-        target = callee(model, value)
-        if target is None or target[0].name.value == "__init__":
-            continue
-        kinds = returned_kinds(model, target[0], classify)
-        if not kinds:
-            continue
-        names = _target_names(assign.targets[0].target)
-        if names is None or len(names) != len(kinds):
-            continue
+        kinds = dict(_call_returns(model, value, classify))
+        targets = _leaves(assign.targets[0].target, (cst.Tuple, cst.List))
+        if not kinds or targets is None or {path for path, _ in targets} != set(kinds):
+            continue  # ``models, loaders = build()`` of ``return (m, o), (tr, va)``: tuples
         scope = model.scope_of(assign)
-        for name, kind in zip(names, kinds, strict=True):
-            if kind is not None and (name, id(scope)) not in known:
+        for path, target in targets:
+            name, kind = dotted(target), kinds[path]
+            if name is not None and kind is not None and (name, id(scope)) not in known:
                 added += _bind(model, name, kind, scope, assign, known, received=False)
     return added
 
@@ -548,38 +570,76 @@ def _made_by_factory(
 ) -> Kind | None:
     """The kind a call of one of this file's functions returns, when it returns one object
     (``Trainer(make_loader(...))`` receives a loader as surely as ``Trainer(train_loader)``)."""
-    target = callee(model, value) if isinstance(value, cst.Call) else None
-    if target is None or target[0].name.value == "__init__":
+    kinds = _call_returns(model, value, classify) if isinstance(value, cst.Call) else []
+    return kinds[0][1] if len(kinds) == 1 and kinds[0][0] == () else None
+
+
+def _call_returns(
+    model: ScriptModel, call: cst.Call, classify: Classify
+) -> list[tuple[Path, Kind | None]]:
+    """What a call of one of this file's functions (not a constructor) returns, by position
+    (`returned_kinds`); a function written as a lambda (``make_loader = lambda ds:
+    DataLoader(ds, ...)``) returns what its body makes."""
+    target = callee(model, call)
+    if target is not None:
+        if target[0].name.value == "__init__":
+            return []
+        return returned_kinds(model, target[0], classify)
+    body = _lambda_body(model, call)
+    if body is None:
+        return []
+    return _kinds_of([body], None, model, classify)
+
+
+def _lambda_body(model: ScriptModel, call: cst.Call) -> cst.BaseExpression | None:
+    """The body of the lambda a plain name called here is bound to, once in the whole file."""
+    if not isinstance(call.func, cst.Name):
         return None
-    kinds = returned_kinds(model, target[0], classify)
-    return kinds[0] if len(kinds) == 1 else None
+    bound = model.index.values_bound_to(call.func.value)
+    if len(bound) != 1 or not isinstance(bound[0][1], cst.Lambda):
+        return None
+    return bound[0][1].body
 
 
 def returned_kinds(
     model: ScriptModel, function: cst.FunctionDef, classify: Classify
-) -> list[Kind | None]:
-    """What ``function`` returns, one kind per element of a returned tuple; empty when its
-    ``return`` statements disagree or return nothing the analysis tracks."""
-    answers: list[list[Kind | None]] = []
-    for node in model.index.own_returns(function):
-        value = node.value
-        elements = (
-            [e.value for e in value.elements]  # type: ignore[union-attr]
-            if isinstance(value, cst.Tuple)
-            and all(isinstance(e, cst.Element) for e in value.elements)
-            else [value]
-        )
-        answers.append([_value_kind(model, function, e, classify) for e in elements])
+) -> list[tuple[Path, Kind | None]]:
+    """What ``function`` returns, one kind per element of a returned tuple (nested tuples
+    followed: ``return (model, opt), (train_dl, val_dl)``), each with where it sits; empty when
+    its ``return`` statements disagree or return nothing the analysis tracks. A choice between
+    two objects of one kind (``return Net(16) if wide else Net(8)``) is that kind."""
+    values = [node.value for node in model.index.own_returns(function) if node.value is not None]
+    return _kinds_of(values, function, model, classify)
+
+
+def _kinds_of(
+    values: list[cst.BaseExpression],
+    function: cst.FunctionDef | None,
+    model: ScriptModel,
+    classify: Classify,
+) -> list[tuple[Path, Kind | None]]:
+    answers: list[list[tuple[Path, Kind | None]]] = []
+    for value in values:
+        leaves = _leaves(value) or [((), value)]
+        answers.append([(p, _value_kind(model, function, e, classify)) for p, e in leaves])
     if not answers or any(answer != answers[0] for answer in answers):
         return []
-    return answers[0] if any(kind is not None for kind in answers[0]) else []
+    return answers[0] if any(kind is not None for _, kind in answers[0]) else []
 
 
 def _value_kind(
-    model: ScriptModel, function: cst.FunctionDef, value: cst.BaseExpression, classify: Classify
+    model: ScriptModel,
+    function: cst.FunctionDef | None,
+    value: cst.BaseExpression,
+    classify: Classify,
 ) -> Kind | None:
+    if isinstance(value, cst.IfExp):
+        kinds = {_value_kind(model, function, b, classify) for b in (value.body, value.orelse)}
+        return kinds.pop() if len(kinds) == 1 else None
     name = dotted(value)
     if name is not None:
+        if function is None:  # a lambda's body: its names are its parameters
+            return None
         for binding in model.bindings:
             if binding.name == name and binding.scope is function:
                 return binding.kind

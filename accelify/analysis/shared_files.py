@@ -17,6 +17,7 @@ is replaced by its value (``path = os.path.join(out, "best.pt")``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -548,16 +549,34 @@ class SharedFiles:
                 return current
             current = owner
 
-    def divergent_around(self, node: cst.CSTNode, depth: int = 0) -> cst.If | None:
+    def divergent_around(
+        self,
+        node: cst.CSTNode,
+        depth: int = 0,
+        decided_alike: Callable[[cst.If], bool] | None = None,
+    ) -> cst.If | None:
         """The ``if`` the ranks may disagree on that ``node`` runs under: in its function, or
         around a call of that function (by name, or ``self.method()`` in its class), so far as
-        the file shows. None: every rank that runs the function's callers gets there."""
+        the file shows. None: every rank that runs the function's callers gets there.
+        ``decided_alike`` names the branches every rank decides alike though their tests read
+        values this rank computed (a metric the conversion gathers)."""
         function = self.placement.enclosing_function(node)
         branch = self._ranks.divergent_branch(node, within=function)
+        if branch is not None and decided_alike is not None:
+            branch = None
+            for ancestor in self.model.ancestors(node):
+                if ancestor is function:
+                    break
+                if (
+                    isinstance(ancestor, cst.If)
+                    and not self._ranks.uniform(ancestor.test)
+                    and not decided_alike(ancestor)
+                ):
+                    branch = ancestor
         if branch is not None or function is None or depth >= _MAX_DEPTH:
             return branch
         for call in self._calls_of(function):
-            outer = self.divergent_around(call, depth + 1)
+            outer = self.divergent_around(call, depth + 1, decided_alike)
             if outer is not None:
                 return outer
         return None

@@ -6,6 +6,7 @@ it, and every constructor argument, is known."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -105,6 +106,10 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     if shared is not None:
         ctx.plan.review(model.line(prepare_scope), shared)
         return ctx.plan
+    twice = _wrapped_more_than_once(ctx, prepare_scope)
+    if twice is not None:
+        ctx.plan.review(model.line(prepare_scope), twice)
+        return ctx.plan
     if placement.is_method(prepare_scope) and not _static(prepare_scope):
         ctx.acc = "self.accelerator"
         ctx.confine_to_class(model.parent(model.parent(prepare_scope)))  # type: ignore[arg-type]
@@ -171,6 +176,97 @@ def _handed_to_several_instances(ctx: Context, scope: Scope) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class _Handed:
+    """A model one call hands to a function's parameter: the caller's name for it, the
+    statement that made it there (None: not known), the call and the function it runs."""
+
+    name: str
+    made: cst.CSTNode | None
+    call: cst.Call
+    function: cst.FunctionDef
+
+    def same_object(self, other: _Handed) -> bool:
+        """The same name, and not two models made by different statements (unknown: the
+        same)."""
+        return self.name == other.name and (
+            self.made is None or other.made is None or self.made is other.made
+        )
+
+
+def _handed_models(ctx: Context, scope: cst.FunctionDef, trained: set[str]) -> list[_Handed]:
+    """What each call of ``scope`` in the file hands to its parameters in ``trained``."""
+    handed = []
+    for call, implicit in ctx.facts.flow.calls_of(scope):
+        for parameter, argument in bound_arguments(scope, call, implicit):
+            name = dotted(argument.value)
+            if parameter in trained and name is not None:
+                handed.append(_Handed(name, made_for(ctx.model, name, call), call, scope))
+    return handed
+
+
+def _received_models(ctx: Context, scope: Scope) -> set[str]:
+    """The parameters of ``scope`` that hold a model its callers made, when ``scope`` is a
+    function (not a method) that builds an optimizer over it."""
+    if not isinstance(scope, cst.FunctionDef) or ctx.facts.placement.is_method(scope):
+        return set()
+    trained: set[str] = set()
+    for binding in ctx.model.of_kind(Kind.OPTIMIZER):
+        if binding.scope is scope and not binding.received:
+            trained |= parameter_owners(binding)
+    parameters = {p.name.value for p in (*scope.params.params, *scope.params.kwonly_params)}
+    return trained & parameters
+
+
+def _wrapped_more_than_once(ctx: Context, scope: Scope) -> str | None:
+    """Why the function that builds the optimizer, where the conversion would prepare, cannot
+    prepare the model it is handed: two calls hand it the same model (``train(model, dl1)``
+    then ``train(model, dl2)``), or a call in a loop hands it one made before the loop. Each
+    call would wrap that model again, with an Accelerator of its own: a model is prepared
+    once. None when every call hands a model of its own."""
+    trained = _received_models(ctx, scope)
+    if not trained:
+        return None
+    handed = _handed_models(ctx, scope, trained)  # type: ignore[arg-type]
+    name = scope.name.value  # type: ignore[union-attr]
+    why = None
+    for index, entry in enumerate(handed):
+        loop = _loop_around(ctx, entry.call)
+        if loop is not None and (
+            entry.made is None or not ctx.facts.placement.inside(entry.made, loop)
+        ):
+            why = (
+                f"line {ctx.line(entry.call)} calls it in a loop with {entry.name}, made before "
+                "the loop"
+            )
+            break
+        earlier = next((e for e in handed[:index] if e.same_object(entry)), None)
+        if earlier is not None:
+            why = (
+                f"lines {ctx.line(earlier.call)} and {ctx.line(entry.call)} both hand it "
+                f"{entry.name}"
+            )
+            break
+    if why is None:
+        return None
+    return (
+        f"{name}() builds the optimizer over the model it is handed, so the conversion would "
+        f"prepare it there, but {why}: each call would wrap that model again (a model is "
+        "prepared once); left as it is: create one Accelerator where the model is made, "
+        f"prepare the model there once, and hand the prepared model and the accelerator to "
+        f"{name}()"
+    )
+
+
+def _loop_around(ctx: Context, call: cst.Call) -> cst.CSTNode | None:
+    """The innermost loop of the calling function that holds ``call``."""
+    caller = ctx.facts.placement.enclosing_function(call)
+    return next(
+        (a for a in _ancestors_within(ctx, call, caller) if isinstance(a, (cst.For, cst.While))),
+        None,
+    )
+
+
 def _static(scope: cst.CSTNode) -> bool:
     decorators = {dotted(d.decorator) for d in getattr(scope, "decorators", ())}
     return bool(decorators & {"staticmethod", "classmethod"})
@@ -186,6 +282,8 @@ def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> Non
     placement = ctx.facts.placement
     first_anchor = ctx.prepare_anchor
     done: list[Scope] = [prepare_scope]
+    received = _received_models(ctx, prepare_scope)
+    handed = _handed_models(ctx, prepare_scope, received) if received else []  # type: ignore[arg-type]
     for binding in ctx.model.of_kind(Kind.OPTIMIZER):
         scope = binding.scope
         if binding.received or not isinstance(scope, cst.FunctionDef) or scope in done:
@@ -197,8 +295,11 @@ def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> Non
         if not any(placement.inside(call, scope) for call in ctx.model.backward_calls):
             continue
         done.append(scope)
-        reason = _why_not_prepare_in(ctx, scope, parameter_owners(binding))
+        trained = parameter_owners(binding)
+        reason = _why_not_prepare_in(ctx, scope, trained)
+        reason = reason or _prepared_elsewhere(ctx, scope, trained, handed)
         if reason is None:
+            handed += _handed_models(ctx, scope, trained)
             prepare.run(ctx, scope)
             continue
         ctx.plan.review(
@@ -209,6 +310,28 @@ def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> Non
             "are made, and hand the prepared ones in",
         )
     ctx.prepare_anchor = first_anchor
+
+
+def _prepared_elsewhere(
+    ctx: Context,
+    scope: cst.FunctionDef,
+    trained: set[str],
+    handed: list[_Handed],
+) -> str | None:
+    """A call of ``scope`` hands it a model that a call of a function already preparing hands
+    too (``finetune(model, dl2)`` after ``train(model, dl1)``): preparing it here would wrap
+    it a second time."""
+    placement = ctx.facts.placement
+    for entry in _handed_models(ctx, scope, trained):
+        for earlier in handed:
+            caller = placement.enclosing_function(earlier.call)
+            if earlier.same_object(entry) and caller is placement.enclosing_function(entry.call):
+                return (
+                    f"line {ctx.line(entry.call)} hands it {entry.name}, which line "
+                    f"{ctx.line(earlier.call)} hands to {earlier.function.name.value}(), where "
+                    "it is prepared (it would be wrapped twice)"
+                )
+    return None
 
 
 def _returned_by(ctx: Context, value: cst.BaseExpression | None, done: list[Scope]) -> bool:

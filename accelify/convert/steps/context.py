@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from accelify.analysis.agreed_values import AgreedValues
+from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts, facts_of
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import bound_arguments, returned_local
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import dotted, self_parameter, walk
+from accelify.analysis.syntax import all_params, dotted, self_parameter, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 
@@ -171,6 +173,30 @@ class Context:
         arguments = ", ".join(f"{key}={value}" for key, value in self.constructor.items())
         return f"Accelerator({arguments})"
 
+    @property
+    def agreed(self) -> AgreedValues:
+        """Values every rank holds alike once converted (`covers_the_whole_set`)."""
+        found = self.__dict__.get("_agreed")
+        if found is None:
+            found = self.__dict__["_agreed"] = AgreedValues(self.facts, self.covers_the_whole_set)
+        return found
+
+    def covers_the_whole_set(self, evaluation: Evaluation) -> bool:
+        """Once converted, what ``evaluation`` folds covers the whole set on every rank: the
+        evaluation step gathers it, the script already does, or its loader is left whole
+        (every rank evaluates all of it)."""
+        if not evaluation.sinks:
+            return False
+        if id(evaluation.loop.node) in self.left_whole:
+            return True
+        if evaluation.already_gathered:
+            return not evaluation.syncs_itself
+        return (
+            evaluation.unsure is None
+            and not evaluation.combined_by
+            and not self.unprepared_loaders(evaluation.loop)
+        )
+
     def unprepared_loaders(self, loop: Loop) -> list[str | None]:
         """The DataLoaders ``loop`` reads that no ``prepare`` call takes, followed back through
         the helpers' parameters to where they are made (None: made inline, in a call's
@@ -191,10 +217,13 @@ class Context:
             key=lambda o: o or "",
         )
 
-    def _another_local(self, name: str | None, place: cst.CSTNode) -> bool:
+    def _another_local(self, name: str | None, place: cst.CSTNode, depth: int = 0) -> bool:
         """``loader`` read in ``evaluate(args)`` while the prepare call took the ``loader`` of
         ``train(args)``: a plain name local to another function than the one it was prepared
-        in is another object under the same name (two sub-commands that each make their own)."""
+        in is another object under the same name (two sub-commands that each make their own).
+        So is a parameter of that name when a call in the file hands it anything else
+        (``finetune(model, finetune_loader)`` beside ``train(model, loader)`` that prepares its
+        own ``loader``)."""
         anchor = self.prepared_after.get(name or "")
         if name is None or "." in name or anchor is None:
             return False
@@ -202,6 +231,15 @@ class Context:
         prepared_in = self.facts.placement.enclosing_function(anchor)
         if function is None or function is prepared_in:
             return False
+        returned = returned_local(self.model, name, place)
+        if (
+            returned is not None
+            and returned[0] == name
+            and self.facts.placement.enclosing_function(returned[1]) is prepared_in
+        ):
+            return False  # ``model, loader = setup()``: setup()'s own, prepared there
+        if any(p.name.value == name for p in all_params(function.params)):
+            return self._handed_another(function, name, depth)
         return any(
             binding.name == name and binding.scope is function for binding in self.model.bindings
         )
@@ -222,6 +260,19 @@ class Context:
         made = graph.instance_class(instance, place)
         cls = self.model.classes.get(made) if made is not None else None
         return owner is not None and cls is not None and graph.is_or_derives(cls, owner)
+
+    def _handed_another(self, function: cst.FunctionDef, parameter: str, depth: int) -> bool:
+        """A call of ``function`` in the file hands its ``parameter`` an object that is not the
+        one prepared under that name: a name nobody prepared, or another local of that name."""
+        prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
+        for call, implicit in self.facts.flow.calls_of(function):
+            argument = dict(bound_arguments(function, call, implicit)).get(parameter)
+            handed = dotted(argument.value) if argument is not None else None
+            if handed is None or handed not in prepared:
+                return True
+            if depth < 4 and self._another_local(handed, call, depth + 1):
+                return True
+        return False
 
     def _received_prepared(self, name: str | None, prepared: set[str]) -> bool:
         """``self.loader`` a constructor received (``Trainer(model, optimizer, loader)``, also a

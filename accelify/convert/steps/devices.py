@@ -353,10 +353,12 @@ def run_devices(ctx: Context) -> None:
             if acc != ctx.acc:
                 if not as_string:
                     _compare_device_types(ctx, binding.name, binding.scope)
+                    _index_reads(ctx, binding, acc)
                 continue
         ctx.need(binding.statement)
         if not as_string:
             _compare_device_types(ctx, binding.name, binding.scope)
+            _index_reads(ctx, binding, ctx.acc)
         if not as_string:
             _other_reads_of_the_parameter(ctx, binding.value, binding.statement)
     for call in ctx.model.calls:
@@ -535,3 +537,85 @@ def _is_string(value: cst.BaseExpression) -> bool:
 
 def _calls_method(call: cst.Call, method: str) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == method
+
+
+def _index_reads(ctx: Context, binding: Binding, acc: str) -> None:
+    """``self.gpu_id = gpu_id`` of a parameter its callers hand ``0`` (``0 if
+    torch.cuda.is_available() else "cpu"``) becomes this rank's device, a torch.device; where
+    the script reads it as the number it was (``f"[GPU{self.gpu_id}]"``, ``gpu_id + 1``) it
+    would now show ``cuda:0``, or fail. Those reads are left as they are, each with a review
+    line: the index the script meant is this rank's ``local_process_index`` on a GPU, but the
+    same name is a device's name on a CPU run."""
+    if "int" not in _values_of(ctx, binding):
+        return
+    for read in _read_as_a_number(ctx, binding):
+        ctx.plan.review(
+            ctx.line(read),
+            f"{binding.name} was a GPU index (or a device's name), and is now {acc}.device, a "
+            "torch.device: read here as the number it was, it shows `cuda:0` on a GPU where "
+            f"it showed `0`; left as is: write {acc}.local_process_index here for this rank's "
+            "GPU index",
+        )
+
+
+def _values_of(ctx: Context, binding: Binding) -> set[str]:
+    """What the name was set to, followed back through the parameters it was handed in by:
+    ``int`` (an index), ``str`` (a device's name), ``other``."""
+    pending = [*binding.sources]
+    value = binding.value
+    found = _literal_kinds(value)
+    if isinstance(value, cst.Name):
+        pending += [o for o in ctx.facts.flow.origins(value.value, value) if o is not None]
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen or "." in name:
+            continue
+        seen.add(name)
+        for _, bound in ctx.model.index.values_bound_to(name):
+            if isinstance(bound, cst.Name):
+                pending.append(bound.value)
+            else:
+                found |= _literal_kinds(bound)
+    return found
+
+
+def _literal_kinds(value: cst.BaseExpression) -> set[str]:
+    if isinstance(value, cst.IfExp):
+        return _literal_kinds(value.body) | _literal_kinds(value.orelse)
+    if isinstance(value, cst.Integer) or (
+        isinstance(value, cst.Call) and dotted(value.func) == "int"
+    ):
+        return {"int"}
+    if isinstance(value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+        return {"str"}
+    if isinstance(value, cst.Name):
+        return set()
+    return {"other"}
+
+
+def _read_as_a_number(ctx: Context, binding: Binding) -> list[cst.BaseExpression]:
+    """Reads of ``binding``'s name (in its function, or its class for ``self.x``) that use it
+    as a number: formatted into a string, or an operand of arithmetic."""
+    name = binding.name
+    if "." in name and not (name.startswith("self.") and name.count(".") == 1):
+        return []
+    owner = ctx.facts.placement.class_of(binding.assign) if "." in name else None
+    found = []
+    for node in ctx.model.orders:
+        if not isinstance(node, (cst.Name, cst.Attribute)) or dotted(node) != name:
+            continue
+        if node is binding.value or ctx.facts.placement.inside(node, binding.statement):
+            continue
+        if owner is not None:
+            if ctx.facts.placement.class_of(node) is not owner:
+                continue
+        elif ctx.model.scope_of(node) is not binding.scope:
+            continue
+        parent = ctx.model.parent(node)
+        if isinstance(parent, cst.FormattedStringExpression) or (
+            isinstance(parent, cst.BinaryOperation)
+            and not isinstance(parent.operator, cst.MatrixMultiply)
+        ):
+            found.append(node)
+    return found

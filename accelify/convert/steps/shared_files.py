@@ -168,7 +168,10 @@ def _kept_on_every_rank(ctx: Context, shared: SharedFile) -> None:
             "once: make it one path for the run, or put accelerator.process_index in it",
         )
         return
-    branch = ctx.facts.shared_files.divergent_around(shared.write)
+    # a test of a metric the conversion gathers (``acc > best``) is decided alike by every rank
+    branch = ctx.facts.shared_files.divergent_around(
+        shared.write, decided_alike=lambda branch: ctx.agreed.test_agreed(branch.test, branch)
+    )
     if branch is not None:
         ctx.plan.review(
             ctx.line(shared.write),

@@ -1,0 +1,182 @@
+"""Values every rank holds alike once an evaluation is gathered. A metric folded from gathered
+predictions and labels (``correct += (outputs.argmax(1) == targets).sum().item()``) covers the
+whole set on every rank; so does what a function returns from such metrics (``return correct /
+total``), and a name of the caller set only from them, constants, counters and settings (``acc =
+evaluate(model, val_loader)``, ``best = acc``). A test that reads only such names (``acc >
+best``) is decided alike by every rank, though it reads values this rank computed.
+
+Which evaluations are gathered is the caller's answer (a conversion gathers some and leaves
+others); this module only follows the values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import libcst as cst
+
+from accelify.analysis.evaluation import Evaluation
+from accelify.analysis.facts import Facts
+from accelify.analysis.syntax import dotted, walk
+
+#: Builtins whose result is the same wherever their arguments are.
+_PURE_BUILTINS = {"float", "int", "round", "abs", "max", "min", "bool", "str"}
+
+#: Helpers followed into helpers: an evaluation that calls a function that returns a metric.
+_MAX_DEPTH = 3
+
+
+class AgreedValues:
+    def __init__(self, facts: Facts, gathered: Callable[[Evaluation], bool]) -> None:
+        self.facts = facts
+        self.model = facts.model
+        self.gathered = gathered
+        self._names: dict[int, frozenset[str]] = {}
+        self._returns: dict[int, bool] = {}
+
+    def test_agreed(self, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """Every rank decides ``test`` (read at ``at``) alike: it reads only constants,
+        counters, settings and values of gathered evaluations."""
+        function = self.facts.placement.enclosing_function(at)
+        if function is None:
+            return False
+        return self._agreed(test, function, self.names(function), 0)
+
+    def names(self, function: cst.FunctionDef, depth: int = 0) -> frozenset[str]:
+        """The names of ``function`` every rank holds alike: the greatest set of names whose
+        every binding there is agreed, given the metrics of its gathered evaluations."""
+        key = id(function)
+        if key in self._names:
+            return self._names[key]
+        self._names[key] = frozenset()  # a function that reaches itself agrees on nothing
+        seeds, folded = self._metrics(function)
+        bindings = self._bindings(function, folded)
+        agreed = set(seeds) | set(bindings)
+        changed = True
+        while changed:
+            changed = False
+            for name, values in bindings.items():
+                if name in agreed and not all(
+                    value is not None and self._agreed(value, function, agreed, depth)
+                    for value in values
+                ):
+                    agreed.discard(name)
+                    changed = True
+        self._names[key] = frozenset(agreed)
+        return self._names[key]
+
+    def _metrics(self, function: cst.FunctionDef) -> tuple[set[str], set[int]]:
+        """The names the gathered evaluations of ``function`` fold into, and the ids of their
+        folding statements."""
+        seeds: set[str] = set()
+        folded: set[int] = set()
+        for evaluation in self.facts.evaluations:
+            if evaluation.loop.scope is not function or not self.gathered(evaluation):
+                continue
+            for sink in evaluation.sinks:
+                folded |= {id(node) for node in walk(sink)}
+                for node in walk(sink):
+                    if isinstance(node, (cst.AugAssign, cst.AssignTarget)):
+                        name = dotted(node.target)
+                        if name is not None and "." not in name:
+                            seeds.add(name)
+        return seeds, folded
+
+    def _bindings(
+        self, function: cst.FunctionDef, folded: set[int]
+    ) -> dict[str, list[cst.BaseExpression | None]]:
+        """What each plain name of ``function`` is bound to, outside the gathered evaluations'
+        folding statements (None: a value not followed: a parameter, a loop target, ``with
+        ... as``, an element unpacked from a call)."""
+        found: dict[str, list[cst.BaseExpression | None]] = {}
+        for node in self.model.index.own_nodes(function):
+            if id(node) in folded:
+                continue
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    self._bind(found, target.target, node.value)
+            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+                self._bind(found, node.target, node.value)
+            elif isinstance(node, (cst.For, cst.CompFor)):
+                self._bind(found, node.target, None)
+            elif isinstance(node, cst.AsName):
+                self._bind(found, node.name, None)  # type: ignore[arg-type]
+        for parameter in (*function.params.params, *function.params.kwonly_params):
+            found.setdefault(parameter.name.value, []).append(None)
+        return found
+
+    def _bind(
+        self,
+        found: dict[str, list[cst.BaseExpression | None]],
+        target: cst.BaseExpression,
+        value: cst.BaseExpression | None,
+    ) -> None:
+        if isinstance(target, cst.Name):
+            found.setdefault(target.value, []).append(value)
+            return
+        if isinstance(target, (cst.Tuple, cst.List)):
+            pairs = (
+                list(zip(target.elements, value.elements, strict=True))
+                if isinstance(value, (cst.Tuple, cst.List))
+                and len(value.elements) == len(target.elements)
+                else [(element, None) for element in target.elements]
+            )
+            for element, written in pairs:
+                self._bind(found, element.value, written.value if written is not None else None)
+
+    def _agreed(
+        self,
+        value: cst.BaseExpression,
+        function: cst.FunctionDef,
+        agreed: set[str] | frozenset[str],
+        depth: int,
+    ) -> bool:
+        if isinstance(value, cst.Call):
+            return self._agreed_call(value, function, agreed, depth)
+        if isinstance(value, cst.Name):
+            return (
+                value.value in agreed
+                or value.value in self.facts.ranks.counters()
+                or self.facts.ranks.uniform(value)
+            )
+        if isinstance(value, (cst.Attribute, cst.Subscript)):
+            return self.facts.ranks.uniform(value) or self._agreed(
+                value.value, function, agreed, depth
+            )
+        if isinstance(value, (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.DictComp)):
+            return False
+        children = [c for c in value.children if isinstance(c, cst.BaseExpression)]
+        formatted = [
+            c.expression for c in walk(value) if isinstance(c, cst.FormattedStringExpression)
+        ]
+        return all(self._agreed(c, function, agreed, depth) for c in (*children, *formatted))
+
+    def _agreed_call(
+        self,
+        call: cst.Call,
+        function: cst.FunctionDef,
+        agreed: set[str] | frozenset[str],
+        depth: int,
+    ) -> bool:
+        arguments = all(self._agreed(a.value, function, agreed, depth) for a in call.args)
+        func = call.func
+        if isinstance(func, cst.Name) and func.value in _PURE_BUILTINS:
+            return arguments
+        if isinstance(func, cst.Attribute) and func.attr.value in ("item", "tolist", "cpu"):
+            return not call.args and self._agreed(func.value, function, agreed, depth)
+        targets = self.facts.calls.targets(call)
+        return len(targets) == 1 and depth < _MAX_DEPTH and self.returns_agreed(targets[0], depth)
+
+    def returns_agreed(self, function: cst.FunctionDef, depth: int = 0) -> bool:
+        """Every ``return`` of ``function`` hands back values every rank holds alike (whatever
+        it is handed: a metric of the whole gathered set)."""
+        key = id(function)
+        if key not in self._returns:
+            self._returns[key] = False
+            returns = self.model.index.own_returns(function)
+            agreed = self.names(function, depth + 1)
+            self._returns[key] = bool(returns) and all(
+                self._agreed(r.value, function, agreed, depth + 1)  # type: ignore[arg-type]
+                for r in returns
+            )
+        return self._returns[key]
