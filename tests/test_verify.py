@@ -296,3 +296,22 @@ def test_learning_rates_match_within_the_steps_a_padded_shard_adds():
     # more than N - 1 steps ahead is not padding
     far = [[_pass(0, 1.0), _pass(4, 0.90), _pass(8, 0.84)]] * 2
     assert compare_learning_rates(original, passes, ahead, far, _same).difference is not None
+
+
+def test_a_script_that_counts_optimizer_steps_is_compared_step_by_step():
+    """``while step < max_steps:`` around the loop over the loader: every rank makes the
+    original's 12 steps over passes half as long, so its passes start at other steps; the rates
+    at each step are what must match. Stopped early, the same records pass too."""
+    original = [_record(k + 1, 1 - k / 100) for k in range(12)]
+    passes = [_pass(0, 1.0), _pass(6, 0.94)]
+    ranks = [original] * 2
+    halves = [[_pass(0, 1.0), _pass(3, 0.97), _pass(6, 0.94), _pass(9, 0.91)]] * 2
+    result = compare_learning_rates(original, passes, ranks, halves, _same)
+    assert result == ScheduleComparison(12, None, by_step=True)
+    assert compare_learning_rates(original, passes, ranks, halves, _same, to_end=False) == (
+        ScheduleComparison(12, None, by_step=True)
+    )
+    faster = [[_record(k + 1, 1 - 2 * k / 100) for k in range(12)]] * 2
+    result = compare_learning_rates(original, passes, faster, halves, _same)
+    assert result.difference is not None
+    assert "at optimizer step 2 (every rank makes the original's steps)" in result.difference

@@ -157,6 +157,7 @@ def check_ranks(
     single: Run | None = None,
     caches: frozenset[int] = frozenset(),
     original: Run | None = None,
+    to_end: bool = True,
 ) -> CheckResult:
     """``single``: the conversion on one process; ``original``: the original script's run,
     whose learning rates at each training pass the ranks' must match; ``caches``: lines of
@@ -192,7 +193,7 @@ def check_ranks(
             "every rank computed the same loss at every step: the data is not sharded "
             "(is the training DataLoader passed to accelerator.prepare?)"
         )
-    schedule = _schedule(original, run, atol)
+    schedule = _schedule(original, run, atol, to_end)
     if schedule is not None and schedule.difference is not None:
         problems.append(schedule.difference)
     if single is not None:
@@ -205,14 +206,17 @@ def check_ranks(
             f"pass: {steps} steps, parameters identical on every rank, losses differ per shard"
         )
         if schedule is not None and schedule.compared > 1:
-            result.verdict += (
-                f", learning rates as the original's at the start of {schedule.compared} "
-                "training passes"
+            result.verdict += ", learning rates as the original's " + (
+                f"at {schedule.compared} optimizer steps"
+                if schedule.by_step
+                else f"at the start of {schedule.compared} training passes"
             )
     return result
 
 
-def _schedule(original: Run | None, run: Run, atol: float) -> ScheduleComparison | None:
+def _schedule(
+    original: Run | None, run: Run, atol: float, to_end: bool
+) -> ScheduleComparison | None:
     if original is None or not original.passes or len(run.passes) != run.processes:
         return None
     return compare_learning_rates(
@@ -221,6 +225,7 @@ def _schedule(original: Run | None, run: Run, atol: float) -> ScheduleComparison
         run.ranks,
         run.passes,
         lambda a, b: _all_close(a, b, atol),
+        to_end,
     )
 
 

@@ -13,6 +13,9 @@ rank's steps, which is the original's count where the shards are even. A shard p
 length (N * ceil(B / N) batches for the original's B) makes the schedule run ahead by up to
 N - 1 steps per pass; the rates any such position gives (the original's at its own steps between
 the two counts) match too. Optimizers are paired by the order of their first step, as in check 1.
+An optimizer a ReduceLROnPlateau drives is not compared: its rates follow a metric, and N ranks
+(a batch N times larger per step) reach other values than one process, where the same decision
+may come an epoch apart.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ Same = Callable[[tuple[float, ...], tuple[float, ...]], bool]
 
 @dataclass(frozen=True)
 class ScheduleComparison:
-    compared: int  # training passes compared, on each rank
+    compared: int  # training passes (or optimizer steps, `by_step`) compared, on each rank
     difference: str | None  # the first difference, said in words
+    by_step: bool = False  # the run counts optimizer steps, not passes: compared step by step
 
 
 def compare_learning_rates(
@@ -38,9 +42,36 @@ def compare_learning_rates(
     ranks: list[list[StepRecord]],
     ranks_passes: list[list[LoaderPass]],
     same: Same,
+    to_end: bool = True,
 ) -> ScheduleComparison:
     """``original`` and ``original_passes``: the one-process run of the original script;
-    ``ranks`` and ``ranks_passes``: each rank's of the conversion."""
+    ``ranks`` and ``ranks_passes``: each rank's of the conversion; ``to_end``: both ran to
+    their end (not stopped after a number of steps).
+
+    A script that counts optimizer steps (``while step < max_steps:`` around its loop over the
+    loader) makes as many steps on every rank as on one process, over N times the data: its
+    schedule follows the steps, not the passes, and is compared step by step. Run to the end,
+    the step counts tell the two apart (each rank makes the original's count, or about 1/N of
+    it). Stopped early, both made the same count: a difference then fails only when neither the
+    passes nor the steps match (an unprepared per-batch scheduler of a script that counts
+    epochs matches step by step, and is caught run to the end)."""
+    by_pass = _by_pass(original, original_passes, ranks, ranks_passes, same)
+    by_step = _by_step(original, ranks, same)
+    if to_end:
+        counts_steps = all(len(records) == len(original) for records in ranks)
+        return by_step if counts_steps else by_pass
+    if by_pass.difference is None or by_step.difference is None:
+        return by_pass if by_pass.difference is None else by_step
+    return by_pass
+
+
+def _by_pass(
+    original: list[StepRecord],
+    original_passes: list[LoaderPass],
+    ranks: list[list[StepRecord]],
+    ranks_passes: list[list[LoaderPass]],
+    same: Same,
+) -> ScheduleComparison:
     theirs = _training(original_passes)
     their_order = _stepping_order(original)
     trace = _trace(original)
@@ -67,11 +98,37 @@ def compare_learning_rates(
                     f"the learning rate differs from the original's at the start of training "
                     f"pass {number} (the loop over a loader at converted line {our_pass.line}): "
                     f"{_name(order, a, b)} has {_rates(b.lrs)}{where}, the original "
-                    f"{_rates(a.lrs)} on one process: a scheduler steps at another pace on "
-                    f"{processes} ranks (one stepped per epoch must not be prepared; one stepped "
-                    "per batch must be, or step num_processes times)",
+                    f"{_rates(a.lrs)} on one process: {_advice(processes)}",
                 )
     return ScheduleComparison(compared, None)
+
+
+def _by_step(
+    original: list[StepRecord], ranks: list[list[StepRecord]], same: Same
+) -> ScheduleComparison:
+    processes = len(ranks)
+    compared = 0
+    for rank, records in enumerate(ranks):
+        compared = max(compared, min(len(records), len(original)))
+        for a, b in zip(original, records, strict=False):
+            if a.optimizer != b.optimizer or not a.lrs or not b.lrs or same(a.lrs, b.lrs):
+                continue  # another optimizer steps: check 1 and the parameters say so
+            where = "" if processes == 1 else f" on rank {rank}"
+            return ScheduleComparison(
+                compared,
+                f"the learning rate differs from the original's at optimizer step {b.step} "
+                f"(every rank makes the original's steps): {_rates(b.lrs)}{where}, the "
+                f"original {_rates(a.lrs)} on one process: {_advice(processes)}",
+                by_step=True,
+            )
+    return ScheduleComparison(compared, None, by_step=True)
+
+
+def _advice(processes: int) -> str:
+    return (
+        f"a scheduler steps at another pace on {processes} ranks (one stepped per epoch must "
+        "not be prepared; one stepped per batch must be, or step num_processes times)"
+    )
 
 
 def _training(passes: list[LoaderPass]) -> list[LoaderPass]:

@@ -123,8 +123,16 @@ class Probe:
 
 
 def learning_rates(optimizer: torch.optim.Optimizer) -> list[float]:
-    """Each param group's learning rate (a tensor where the optimizer keeps it as one)."""
-    return [float(group.get("lr", math.nan)) for group in optimizer.param_groups]
+    """Each param group's learning rate (a tensor where the optimizer keeps it as one; NaN
+    where it is none: Adafactor's relative step keeps ``lr=None``)."""
+    return [_number(group.get("lr")) for group in optimizer.param_groups]
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return math.nan
 
 
 class OptimizersMade:
@@ -143,6 +151,9 @@ class OptimizersMade:
             weakref.WeakKeyDictionary()
         )
         self.count = 0
+        #: optimizers a ReduceLROnPlateau drives: their rates follow a metric, which N ranks
+        #: training on their shards reach by another path than one process
+        self.on_metrics: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
 
     def install(self) -> None:
         constructor = torch.optim.Optimizer.__init__
@@ -154,6 +165,18 @@ class OptimizersMade:
 
         functools.update_wrapper(__init__, constructor)
         torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau
+        plateau_constructor = plateau.__init__
+
+        def on_a_metric(scheduler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            plateau_constructor(scheduler, optimizer, *args, **kwargs)
+            made.on_metrics.add(optimizer)
+            inner = getattr(optimizer, "optimizer", None)  # a prepared optimizer's own
+            if isinstance(inner, torch.optim.Optimizer):
+                made.on_metrics.add(inner)
+
+        functools.update_wrapper(on_a_metric, plateau_constructor)
+        plateau.__init__ = on_a_metric  # type: ignore[method-assign]
 
     def add(self, optimizer: torch.optim.Optimizer) -> None:
         if optimizer not in self.made:
@@ -167,7 +190,8 @@ class OptimizersMade:
         return None if made is None else made[0]
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """The optimizers alive now: number, line, steps taken so far, learning rates."""
+        """The optimizers alive now, but those a metric drives: number, line, steps taken so
+        far, learning rates."""
         alive = sorted(self.made.items(), key=lambda item: item[1][0])
         return [
             {
@@ -177,6 +201,7 @@ class OptimizersMade:
                 "lrs": learning_rates(optimizer),
             }
             for optimizer, (index, line) in alive
+            if optimizer not in self.on_metrics
         ]
 
 
