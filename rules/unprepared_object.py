@@ -465,6 +465,22 @@ class UnpreparedObject(Rule):
         + "        accelerator.backward(loss)\n"
         + "        optimizer.step()\n"
         + "    scheduler.step()\n",
+        # a scheduler stepped per batch and per epoch (convert's output): prepared, its
+        # per-epoch steps would count num_processes times; per batch it steps once per rank
+        HEADER
+        + _OBJECTS
+        + "cosine = True\n"
+        + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for epoch in range(3):\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward(model(x).sum())\n"
+        + "        optimizer.step()\n"
+        + "        if cosine:\n"
+        + "            for _ in range(accelerator.num_processes):\n"
+        + "                scheduler.step()\n"
+        + "    if not cosine:\n"
+        + "        scheduler.step()\n",
         # nanoGPT's fixed count of iterations: every rank steps it once per optimizer step, as
         # one process does; prepared, it would step num_processes times (ACC410)
         HEADER
@@ -657,6 +673,9 @@ class UnpreparedObject(Rule):
                 and not flow.sized_per_process_and_stepped_with_optimizer(call)
                 and not _sized_per_batch_inside_accumulate(script, call, owner)
                 and not _stepped_per_fixed_iteration_with_optimizer(script, call)
+                # stepped per batch and per epoch: prepared, the per-epoch steps would count N
+                # times; left out on purpose (convert steps it num_processes times per batch)
+                and owner not in flow.mixed_pace_schedulers({owner})
             ):
                 yield self.finding(script, call, message=_scheduler_message(script, call, owner))
 

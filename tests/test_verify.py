@@ -15,6 +15,8 @@ import pytest
 
 from accelify.convert import convert_source
 from accelify.verify.evaluation_code import check_evaluation_code
+from accelify.verify.learning_rates import ScheduleComparison, compare_learning_rates
+from accelify.verify.records import LoaderPass, OptimizerAtPass, StepRecord
 from conftest import FIXTURES, assert_ok, run_accelify
 
 #: The original trains in processes it starts itself (mp.spawn), where the probe is not: verify
@@ -217,3 +219,99 @@ def test_a_progress_bar_is_compared_as_its_last_drawing_without_its_times():
     )
     # a value printed by the script itself is still compared
     assert _printed_lines("loss [00:01, 3.2]\n") == ["loss [00:01, 3.2]"]
+
+
+SCHEDULE = FIXTURES / "verify" / "schedule"
+
+
+@pytest.mark.parametrize("original", ["per_epoch", "per_batch"])
+def test_a_schedule_kept_on_two_ranks_passes(original: str, tmp_path: Path):
+    """The converter's output: a per-epoch scheduler prepared with
+    step_scheduler_with_optimizer=False, a per-batch one prepared (it steps once per rank). The
+    per-batch original has 7 batches, 4 per rank once padded: the schedule runs one step ahead
+    per epoch on 2 ranks, as on Hugging Face Accelerate, and that is not a difference."""
+    script = SCHEDULE / f"{original}.py"
+    result = run_accelify("verify", script, "--to-end", cwd=tmp_path, timeout=300)
+    assert_ok(result)
+    assert "learning rates as the original's at the start of 3 training passes" in result.stdout
+    assert "verdict: PASS" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("original", "broken"),
+    [
+        ("per_epoch", "per_epoch_scheduler_prepared"),
+        ("per_batch", "per_batch_scheduler_unprepared"),
+    ],
+)
+def test_a_schedule_changed_on_two_ranks_fails_check_2(original: str, broken: str, tmp_path: Path):
+    """On one process the conversion steps exactly as the original (check 1 passes) and the
+    ranks agree with each other; only the original's learning rates tell."""
+    converted = SCHEDULE / "broken" / f"{broken}.py"
+    expect = converted.read_text().splitlines()[0].removeprefix("# expect: check 2: ")
+    result = run_accelify(
+        "verify",
+        SCHEDULE / f"{original}.py",
+        converted,
+        "--to-end",
+        "--json",
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    check_1, check_2 = json.loads(result.stdout)["checks"]
+    assert check_1["passed"] is True
+    assert check_2["passed"] is False
+    assert expect in check_2["verdict"], check_2["verdict"]
+    assert "the first optimizer to step (made at line" in check_2["verdict"]
+
+
+def _record(step: int, lr: float) -> StepRecord:
+    return StepRecord(step, 0, (1.0,), (1.0,), None, None, made=0, lrs=(lr,))
+
+
+def _pass(steps: int, lr: float) -> LoaderPass:
+    return LoaderPass(10, 4, 4, 0, (OptimizerAtPass(0, 5, steps, (lr,)),))
+
+
+def _same(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return a == b
+
+
+def test_learning_rates_match_within_the_steps_a_padded_shard_adds():
+    """The original: 7 steps per pass, lr 1 - k/100 at its k-th step. On 2 ranks, 4 steps per
+    rank per pass: a prepared scheduler is at 8 as the second pass starts (the original at 7),
+    an unprepared one at 4."""
+    original = [_record(k + 1, 1 - k / 100) for k in range(21)]
+    passes = [_pass(0, 1.0), _pass(7, 0.93), _pass(14, 0.86)]
+    ahead = [[_record(k + 1, 1 - 2 * k / 100) for k in range(12)]] * 2
+    prepared = [[_pass(0, 1.0), _pass(4, 0.92), _pass(8, 0.84)]] * 2
+    result = compare_learning_rates(original, passes, ahead, prepared, _same)
+    assert result == ScheduleComparison(3, None)
+    behind = [[_pass(0, 1.0), _pass(4, 0.96), _pass(8, 0.92)]] * 2
+    result = compare_learning_rates(original, passes, ahead, behind, _same)
+    assert result.difference is not None
+    assert "at the start of training pass 2" in result.difference
+    assert "has lr 0.96 on rank 0, the original lr 0.93 on one process" in result.difference
+    # more than N - 1 steps ahead is not padding
+    far = [[_pass(0, 1.0), _pass(4, 0.90), _pass(8, 0.84)]] * 2
+    assert compare_learning_rates(original, passes, ahead, far, _same).difference is not None
+
+
+def test_a_script_that_counts_optimizer_steps_is_compared_step_by_step():
+    """``while step < max_steps:`` around the loop over the loader: every rank makes the
+    original's 12 steps over passes half as long, so its passes start at other steps; the rates
+    at each step are what must match. Stopped early, the same records pass too."""
+    original = [_record(k + 1, 1 - k / 100) for k in range(12)]
+    passes = [_pass(0, 1.0), _pass(6, 0.94)]
+    ranks = [original] * 2
+    halves = [[_pass(0, 1.0), _pass(3, 0.97), _pass(6, 0.94), _pass(9, 0.91)]] * 2
+    result = compare_learning_rates(original, passes, ranks, halves, _same)
+    assert result == ScheduleComparison(12, None, by_step=True)
+    assert compare_learning_rates(original, passes, ranks, halves, _same, to_end=False) == (
+        ScheduleComparison(12, None, by_step=True)
+    )
+    faster = [[_record(k + 1, 1 - 2 * k / 100) for k in range(12)]] * 2
+    result = compare_learning_rates(original, passes, faster, halves, _same)
+    assert result.difference is not None
+    assert "at optimizer step 2 (every rank makes the original's steps)" in result.difference

@@ -218,3 +218,19 @@ def use_gather_for_metrics(gather: cst.Call) -> Replace:
     """``acc.gather(x)`` -> ``acc.gather_for_metrics(x)``, which drops the samples repeated to
     even out the last batch."""
     return Replace(gather.func.attr, Swap("gather_for_metrics"))  # type: ignore[attr-defined]
+
+
+def step_per_process(statement_node: cst.CSTNode, acc: str) -> Replace:
+    """``scheduler.step()`` -> ``for _ in range(acc.num_processes): scheduler.step()``: an
+    unprepared scheduler stepped per batch of a sharded loader, where one rank's batch stands
+    for ``num_processes`` of the original's, steps as often as the original per epoch."""
+    header = cst.parse_statement(f"for _ in range({acc}.num_processes):\n    pass\n")
+
+    def repeat(node: cst.CSTNode) -> cst.CSTNode:
+        inner = node.with_changes(leading_lines=())  # type: ignore[attr-defined]
+        return header.with_changes(  # type: ignore[attr-defined]
+            body=cst.IndentedBlock([inner]),
+            leading_lines=node.leading_lines,  # type: ignore[attr-defined]
+        )
+
+    return Replace(statement_node, repeat)

@@ -3,7 +3,8 @@
 Check 1 (one process): the converted script makes the same optimizer steps as the original,
 with the same losses and parameter fingerprints (exactly, or within ``atol``).
 Check 2 (K ranks): every rank holds the same parameters after every step, losses are finite,
-the ranks' losses differ (the data is sharded), and the run ends on all ranks.
+the ranks' losses differ (the data is sharded), every optimizer's learning rates at the start of
+each training pass are the original's (`learning_rates`), and the run ends on all ranks.
 Run to the end, check 1 also compares every printed line, and check 2 requires every evaluation
 loop over a sharded loader to gather or reduce what it computes.
 """
@@ -14,6 +15,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from accelify.verify.learning_rates import ScheduleComparison, compare_learning_rates
 from accelify.verify.records import StepRecord
 from accelify.verify.runs import Run
 
@@ -150,9 +152,16 @@ def _what_differs(a: StepRecord | None, b: StepRecord | None, atol: float) -> st
 
 
 def check_ranks(
-    run: Run, atol: float, single: Run | None = None, caches: frozenset[int] = frozenset()
+    run: Run,
+    atol: float,
+    single: Run | None = None,
+    caches: frozenset[int] = frozenset(),
+    original: Run | None = None,
+    to_end: bool = True,
 ) -> CheckResult:
-    """``caches``: lines of loops that cache what training reads back, no evaluation."""
+    """``single``: the conversion on one process; ``original``: the original script's run,
+    whose learning rates at each training pass the ranks' must match; ``caches``: lines of
+    loops that cache what training reads back, no evaluation."""
     ranks = run.processes
     result = CheckResult(
         f"check 2: {ranks} ranks, the converted script",
@@ -184,6 +193,9 @@ def check_ranks(
             "every rank computed the same loss at every step: the data is not sharded "
             "(is the training DataLoader passed to accelerator.prepare?)"
         )
+    schedule = _schedule(original, run, atol, to_end)
+    if schedule is not None and schedule.difference is not None:
+        problems.append(schedule.difference)
     if single is not None:
         problems += _ungathered_evaluations(run, single, caches)
     if problems:
@@ -193,7 +205,28 @@ def check_ranks(
         result.verdict = (
             f"pass: {steps} steps, parameters identical on every rank, losses differ per shard"
         )
+        if schedule is not None and schedule.compared > 1:
+            result.verdict += ", learning rates as the original's " + (
+                f"at {schedule.compared} optimizer steps"
+                if schedule.by_step
+                else f"at the start of {schedule.compared} training passes"
+            )
     return result
+
+
+def _schedule(
+    original: Run | None, run: Run, atol: float, to_end: bool
+) -> ScheduleComparison | None:
+    if original is None or not original.passes or len(run.passes) != run.processes:
+        return None
+    return compare_learning_rates(
+        original.ranks[0],
+        original.passes[0],
+        run.ranks,
+        run.passes,
+        lambda a, b: _all_close(a, b, atol),
+        to_end,
+    )
 
 
 def _step_rows(run: Run, atol: float, result: CheckResult) -> list[str]:

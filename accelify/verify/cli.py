@@ -65,7 +65,16 @@ def run_verify(
             to_end = steps == 0
             checks = [check_equivalence(first, second, atol, compare_output=to_end)]
             caches = frozenset(training_cache_lines(converted_code, str(converted or original)))
-            checks.append(check_ranks(runs[2].finish(), atol, single=second, caches=caches))
+            checks.append(
+                check_ranks(
+                    runs[2].finish(),
+                    atol,
+                    single=second,
+                    caches=caches,
+                    original=first,
+                    to_end=to_end or len(first.ranks[0]) < steps,
+                )
+            )
         finally:
             for run in runs:
                 run.stop()

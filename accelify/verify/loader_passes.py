@@ -2,6 +2,8 @@
 counts its batches, and the backward calls and the script's own gathers and reductions from its
 start until the next pass starts. A pass with no backward is an evaluation; on N ranks over a
 sharded loader it must gather or reduce something, or whatever it computes covers one shard.
+Each pass also records every optimizer's learning rates as it starts: the schedule a
+conversion must keep (`learning_rates`).
 
 Collectives are counted at torch.distributed's Python entry points, which accelify's runtime,
 Hugging Face Accelerate and hand-written code all go through; those made while the script is on
@@ -31,7 +33,7 @@ COLLECTIVES = (
 
 
 class _CountingIterator:
-    def __init__(self, inner: Iterator[Any], record: dict[str, int]) -> None:
+    def __init__(self, inner: Iterator[Any], record: dict[str, Any]) -> None:
         self._inner = inner
         self._record = record
 
@@ -48,13 +50,19 @@ class _CountingIterator:
 
 
 class LoaderPasses:
-    def __init__(self, script: str, script_line: Callable[[], int | None]) -> None:
+    def __init__(
+        self,
+        script: str,
+        script_line: Callable[[], int | None],
+        optimizers: Callable[[], list[dict[str, Any]]] = list,
+    ) -> None:
         self.script = script
         self.script_line = script_line
+        self.optimizers = optimizers
         self.backward = 0
         self.collectives = 0
-        self.passes: list[dict[str, int]] = []
-        self._open: dict[str, int] | None = None
+        self.passes: list[dict[str, Any]] = []
+        self._open: dict[str, Any] | None = None
 
     def install(self) -> None:
         loader_iter = torch.utils.data.DataLoader.__iter__
@@ -80,7 +88,7 @@ class LoaderPasses:
 
         return collective
 
-    def start(self, line: int | None) -> dict[str, int] | None:
+    def start(self, line: int | None) -> dict[str, Any] | None:
         if line is None or not self._is_for_line(line):
             return None  # ``next(iter(loader))`` peeks at a batch: not a pass
         self.close_last()
@@ -89,6 +97,7 @@ class LoaderPasses:
             "batches": 0,
             "backward": self.backward,
             "collectives": self.collectives,
+            "optimizers": self.optimizers(),
         }
         self.passes.append(self._open)
         return self._open

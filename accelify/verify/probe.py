@@ -11,7 +11,9 @@ how far each rank got even when it has to kill a hung run.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import random
 import runpy
@@ -19,6 +21,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -59,12 +62,14 @@ class Probe:
             weakref.WeakKeyDictionary()
         )
         self.optimizers_seen = 0
-        self.passes = LoaderPasses(self.script, self._script_line)
+        self.made = OptimizersMade(self._script_line)
+        self.passes = LoaderPasses(self.script, self._script_line, self.made.snapshot)
         out.parent.mkdir(parents=True, exist_ok=True)
         self.stream = out.open("w", buffering=1, encoding="utf-8")
 
     def install(self) -> None:
         register_optimizer_step_post_hook(self.after_step)
+        self.made.install()
         self.passes.install()
         entry = torch.autograd.backward
 
@@ -91,6 +96,7 @@ class Probe:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             # In float64: exact for every floating dtype a model has (bf16 to double).
             norms = [float(torch.linalg.vector_norm(p.double())) for p in params]
+        made = self.made.stepped(optimizer)
         record = {
             "step": self.step,
             "optimizer": index,
@@ -98,6 +104,8 @@ class Probe:
             "params": norms,
             "step_line": self._script_line(),
             "backward_line": self.backward_line,
+            "made": made,
+            "lrs": learning_rates(optimizer),
         }
         self.stream.write(json.dumps(record) + "\n")
         self.losses = []
@@ -112,6 +120,89 @@ class Probe:
                 return frame.f_lineno
             frame = frame.f_back
         return None
+
+
+def learning_rates(optimizer: torch.optim.Optimizer) -> list[float]:
+    """Each param group's learning rate (a tensor where the optimizer keeps it as one; NaN
+    where it is none: Adafactor's relative step keeps ``lr=None``)."""
+    return [_number(group.get("lr")) for group in optimizer.param_groups]
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return math.nan
+
+
+class OptimizersMade:
+    """Every optimizer the script makes, numbered in the order they are made, with the script's
+    line that made it and how many steps it has taken. An optimizer exists before it first
+    steps: the learning rates at the start of the first pass over the data are recorded too.
+    Wrappers that run no optimizer constructor (a prepared optimizer) are not counted: their
+    steps are their inner optimizer's."""
+
+    def __init__(self, script_line: Callable[[], int | None]) -> None:
+        self.script_line = script_line
+        self.made: weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple[int, int | None]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.steps: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.count = 0
+        #: optimizers a ReduceLROnPlateau drives: their rates follow a metric, which N ranks
+        #: training on their shards reach by another path than one process
+        self.on_metrics: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+
+    def install(self) -> None:
+        constructor = torch.optim.Optimizer.__init__
+        made = self
+
+        def __init__(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            constructor(optimizer, *args, **kwargs)
+            made.add(optimizer)
+
+        functools.update_wrapper(__init__, constructor)
+        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau
+        plateau_constructor = plateau.__init__
+
+        def on_a_metric(scheduler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            plateau_constructor(scheduler, optimizer, *args, **kwargs)
+            made.on_metrics.add(optimizer)
+            inner = getattr(optimizer, "optimizer", None)  # a prepared optimizer's own
+            if isinstance(inner, torch.optim.Optimizer):
+                made.on_metrics.add(inner)
+
+        functools.update_wrapper(on_a_metric, plateau_constructor)
+        plateau.__init__ = on_a_metric  # type: ignore[method-assign]
+
+    def add(self, optimizer: torch.optim.Optimizer) -> None:
+        if optimizer not in self.made:
+            self.made[optimizer] = (self.count, self.script_line())
+            self.count += 1
+
+    def stepped(self, optimizer: torch.optim.Optimizer) -> int | None:
+        """Counts a step of ``optimizer``; its number (None: made before the probe started)."""
+        self.steps[optimizer] = self.steps.get(optimizer, 0) + 1
+        made = self.made.get(optimizer)
+        return None if made is None else made[0]
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The optimizers alive now, but those a metric drives: number, line, steps taken so
+        far, learning rates."""
+        alive = sorted(self.made.items(), key=lambda item: item[1][0])
+        return [
+            {
+                "made": index,
+                "line": line,
+                "steps": self.steps.get(optimizer, 0),
+                "lrs": learning_rates(optimizer),
+            }
+            for optimizer, (index, line) in alive
+            if optimizer not in self.on_metrics
+        ]
 
 
 def stop_at_deadline(deadline: float, marker: Path, probe: Probe) -> None:

@@ -27,6 +27,8 @@ class StepRecord:
     params: tuple[float, ...]
     step_line: int | None
     backward_line: int | None
+    made: int | None = None  # the optimizer's number in the order the script made them
+    lrs: tuple[float, ...] = ()  # its param groups' learning rates at this step
 
 
 def record_file(folder: Path, rank: int) -> Path:
@@ -47,6 +49,19 @@ class LoaderPass:
     batches: int
     backward: int
     collectives: int
+    optimizers: tuple[OptimizerAtPass, ...] = ()
+
+
+@dataclass(frozen=True)
+class OptimizerAtPass:
+    """An optimizer as a pass starts: its number in the order the script made optimizers, the
+    script's line that made it, the steps it has taken so far, its param groups' learning
+    rates."""
+
+    made: int
+    line: int | None
+    steps: int
+    lrs: tuple[float, ...]
 
 
 def read_passes(folder: Path, rank: int) -> list[LoaderPass]:
@@ -57,7 +72,19 @@ def read_passes(folder: Path, rank: int) -> list[LoaderPass]:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError:
         return []
-    return [LoaderPass(**item) for item in raw]
+    return [
+        LoaderPass(
+            item["line"],
+            item["batches"],
+            item["backward"],
+            item["collectives"],
+            tuple(
+                OptimizerAtPass(o["made"], o["line"], o["steps"], tuple(o["lrs"]))
+                for o in item.get("optimizers", ())
+            ),
+        )
+        for item in raw
+    ]
 
 
 def read_records(folder: Path, rank: int) -> list[StepRecord]:
@@ -78,6 +105,8 @@ def read_records(folder: Path, rank: int) -> list[StepRecord]:
                 tuple(raw["params"]),
                 raw["step_line"],
                 raw["backward_line"],
+                raw.get("made"),
+                tuple(raw.get("lrs", ())),
             )
         )
     return records

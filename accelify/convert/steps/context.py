@@ -11,6 +11,7 @@ import libcst as cst
 from accelify.analysis.agreed_values import AgreedValues
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.flow import SchedulerStep
 from accelify.analysis.objects import bound_arguments, returned_local
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import all_params, dotted, self_parameter, walk
@@ -100,6 +101,9 @@ class Context:
     #: model calls (by id) whose inputs go to the device and output back to the CPU
     #: (`host_inputs`): what they return is already on the host.
     host_calls: set[int] = field(default_factory=set)
+    #: schedulers left out of ``prepare`` because they are stepped both per batch and per
+    #: epoch: the line that makes each and its step calls (`scheduler_pace`).
+    mixed_pace: dict[str, tuple[int, list[SchedulerStep]]] = field(default_factory=dict)
     #: statements that go right after the ``Accelerator(...)`` is created.
     after_creation: list[str] = field(default_factory=list)
 

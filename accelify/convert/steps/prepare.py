@@ -8,7 +8,7 @@ import libcst as cst
 from accelify.analysis.dataflow import assigns, bound_by, fresh, names_in_scope, variables_in
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.evaluation import Evaluation
-from accelify.analysis.flow import SchedulerStep, record_fields
+from accelify.analysis.flow import record_fields
 from accelify.analysis.loops import loop_source
 from accelify.analysis.objects import (
     attributes_kept,
@@ -161,25 +161,8 @@ def run(ctx: Context, scope: Scope) -> None:
     for name, steps in sorted(ctx.facts.flow.mixed_pace_schedulers(set(chosen)).items()):
         chosen.pop(name)
         created.pop(name, None)
-        ctx.plan.review(
-            _binding_line(ctx, name, scope),
-            f"{name} is left unprepared: it is stepped per batch at "
-            f"{_step_lines(ctx, steps, per_batch=True)} and per epoch at "
-            f"{_step_lines(ctx, steps, per_batch=False)}; a prepared scheduler steps once per "
-            "rank at each call, so no one step_scheduler_with_optimizer setting keeps both "
-            "paces (the per-epoch steps would count N times on N ranks); unprepared, it keeps "
-            "its per-epoch schedule, but at its per-batch steps it counts only this rank's "
-            "optimizer steps, 1/N of the original's: a schedule sized by the whole loader "
-            "gets 1/N of the way per epoch; to keep that pace, step it "
-            f"{ctx.a('num_processes')} times there",
-        )
-        for line in sorted({ctx.line(s.call) for s in steps if s.per_batch}):
-            ctx.plan.review(
-                line,
-                f"{name} is stepped here per batch but left unprepared (it is also stepped "
-                "per epoch): on N ranks this step counts 1/N of the original's optimizer "
-                f"steps; step it {ctx.a('num_processes')} times here to keep the pace",
-            )
+        # stepped num_processes times per batch, or reviewed, once the plan is complete
+        ctx.mixed_pace[name] = (_binding_line(ctx, name, scope), steps)
     per_epoch = ctx.facts.flow.per_epoch_schedulers(set(chosen))
     per_step = {n for n, kind in chosen.items() if kind is Kind.SCHEDULER} - per_epoch
     if per_epoch and not per_step:
@@ -966,12 +949,6 @@ def _steps_with_an_optimizer_of(ctx: Context, scheduler: Binding, members: list[
     if not any(m.kind is Kind.OPTIMIZER and m.name == optimizer for m in members):
         return False
     return scheduler.name not in ctx.facts.flow.per_epoch_schedulers({scheduler.name})
-
-
-def _step_lines(ctx: Context, steps: list[SchedulerStep], per_batch: bool) -> str:
-    """The lines of the step calls of one pace, for a review that names them."""
-    lines = sorted({ctx.line(s.call) for s in steps if s.per_batch is per_batch})
-    return ", ".join(f"line {n}" for n in lines)
 
 
 def is_loader_dict_in(ctx: Context, members: list[Binding]) -> bool:
