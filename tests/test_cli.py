@@ -109,7 +109,7 @@ def test_hf_accelerate_scripts_are_refused_on_cpu_with_what_to_do(source, line, 
     assert result.returncode == 2
     assert f"train.py:{line}: " in result.stderr
     assert "from accelify import Accelerator" in result.stderr
-    assert "accelerate launch --cpu --num_processes 2 train.py" in result.stderr
+    assert "ACCELERATE_USE_CPU=1 torchrun --nproc_per_node 2 train.py" in result.stderr
 
 
 @pytest.mark.parametrize(

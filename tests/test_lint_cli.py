@@ -351,3 +351,12 @@ def test_a_fix_is_plain_data_in_json_and_across_jobs(project: Path):
     fixed = BAD[: edit["start"]] + edit["content"] + BAD[edit["end"] :]
     assert "    accelerator.backward(loss)\n" in fixed and "loss.backward()" not in fixed
     assert next(f for f in findings if f["code"] == "ACC503")["fix"] is not None
+
+
+def test_a_selection_of_all_built_in_code_selects_every_rule():
+    """``Selection(select=["ALL"])`` built by an API caller, not resolved by the command line."""
+    from accelify.lint.registry import all_codes
+
+    selection = Selection(select=["ALL"])
+    assert all(selection.enabled(code, "train.py") for code in all_codes())
+    assert not Selection(select=["ALL"], ignore=["ALL"]).enabled("ACC101", "train.py")

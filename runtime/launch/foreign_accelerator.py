@@ -80,7 +80,8 @@ def refusal(script: str, found: ForeignImport, processes: int) -> str:
         f"its {processes} processes would not form a group (each would train alone on all the "
         "data and print everything). Import it from accelify instead (`from accelify import "
         "Accelerator`: the same API), or run the script with "
-        f"`accelerate launch --cpu --num_processes {processes} {script}`"
+        f"`ACCELERATE_USE_CPU=1 torchrun --nproc_per_node {processes} {script}` (HF's own "
+        f"`accelerate launch --cpu --num_processes {processes}` starts one process without MPI)"
     )
 
 
