@@ -8,7 +8,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import Visitor, dotted, target_names, walk
+from accelify.analysis.syntax import Visitor, dotted, target_names, visit_code, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, calls
 
 _EVAL = (
@@ -835,7 +835,7 @@ def _accumulations(
                     self.found.append((owner, node))
 
     finder = Finder()
-    loop.node.body.visit(finder)
+    visit_code(loop.node.body, finder)
     return finder.found
 
 
@@ -883,7 +883,7 @@ def _mentions(node: cst.CSTNode, names: set[str]) -> bool:
                 self.found = True
 
     visitor = Names()
-    node.visit(visitor)
+    visit_code(node, visitor)
     return visitor.found
 
 
@@ -899,7 +899,7 @@ def _assigned_in(body: cst.CSTNode) -> set[str]:
             self.names |= target_names(node.target)
 
     visitor = Assigned()
-    body.visit(visitor)
+    visit_code(body, visitor)
     return visitor.names
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import Visitor, dotted, walk
+from accelify.analysis.syntax import Visitor, dotted, visit_code, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -247,7 +247,7 @@ def _tests_modulo(test: cst.BaseExpression, steps_code: str, model: ScriptModel)
                 self.found = True
 
     visitor = Modulo()
-    test.visit(visitor)
+    visit_code(test, visitor)
     return visitor.found
 
 

@@ -19,7 +19,7 @@ until the analysis is complete; everything else is computed once per call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -54,7 +54,7 @@ class CallGraph:
     # --- what the file defines -------------------------------------------------------------------
     @cached_property
     def classes(self) -> dict[str, cst.ClassDef]:
-        return {n.name.value: n for n in self.model.orders if isinstance(n, cst.ClassDef)}
+        return {n.name.value: n for n in self.index.of_type(cst.ClassDef)}  # type: ignore[attr-defined]
 
     def methods(self, owner: cst.ClassDef) -> dict[str, cst.FunctionDef]:
         body = owner.body.body if isinstance(owner.body, cst.IndentedBlock) else []
@@ -806,11 +806,10 @@ class CallGraph:
     def _nested_defs(self) -> dict[cst.FunctionDef, dict[str, cst.FunctionDef]]:
         """The functions defined directly inside each function, by name."""
         found: dict[cst.FunctionDef, dict[str, cst.FunctionDef]] = {}
-        for node in self.model.orders:
-            if isinstance(node, cst.FunctionDef):
-                outer = self.index.enclosing_function(node)
-                if outer is not None and self.owner(node) is None:
-                    found.setdefault(outer, {}).setdefault(node.name.value, node)
+        for node in self.index.of_type(cst.FunctionDef):
+            outer = self.index.enclosing_function(node)
+            if outer is not None and self.owner(node) is None:  # type: ignore[arg-type]
+                found.setdefault(outer, {}).setdefault(node.name.value, node)  # type: ignore
         return found
 
     def _local_def(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | None:
@@ -831,21 +830,25 @@ class CallGraph:
         ``as`` names): there a name is the function's own variable, whatever the module defines
         under it (``def __init__(self, root, train): MNIST(root, train=train)``)."""
         found: dict[cst.FunctionDef, set[str]] = {}
-        for node in self.model.orders:
-            if isinstance(node, cst.Param):
+        for node in self._binding_nodes():
+            if type(node) is cst.Param:
                 if isinstance(self.model.parent(self.model.parent(node)), cst.Lambda):
                     continue  # the lambda's own
                 bound: set[str] = {node.name.value}
-            elif isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For)):
-                bound = target_names(node.target)
-            elif isinstance(node, cst.AsName):
-                bound = target_names(node.name)
-            else:
-                continue
+            elif type(node) is cst.AsName:
+                bound = target_names(node.name)  # type: ignore[attr-defined]
+            else:  # an assignment's or augmented assignment's target, a loop's
+                bound = target_names(node.target)  # type: ignore[attr-defined]
             function = self.index.enclosing_function(node)
             if function is not None:
                 found.setdefault(function, set()).update(bound)
         return found
+
+    def _binding_nodes(self) -> Iterator[cst.CSTNode]:
+        """The nodes whose names `_local_names` reads, by type (what each binds is a set)."""
+        for kind in (cst.Param, cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For):
+            yield from self.index.of_type(kind)
+        yield from self.index.of_type(cst.AsName)
 
     def _shadowed(self, name: str, at: cst.CSTNode) -> bool:
         """``name`` at ``at`` is a variable of a function, lambda or comprehension around it,

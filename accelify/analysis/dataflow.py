@@ -167,12 +167,7 @@ def local_alias(model: ScriptModel, name: str, at: cst.CSTNode) -> str | None:
     function = model.index.enclosing_function(at)
     if function is None:
         return None
-    values = [
-        node.value
-        for node in walk(function.body)
-        if isinstance(node, cst.Assign)
-        and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
-    ]
+    values = model.index.assigned_under(function).get(name, [])
     if len(values) != 1:
         return None
     return dotted(strip_self_methods(values[0]))

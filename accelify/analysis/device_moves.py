@@ -8,7 +8,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import Visitor, dotted, root_name, walk
+from accelify.analysis.syntax import Visitor, dotted, root_name, visit_code, walk
 
 
 def strip_moves(node: cst.CSTNode) -> cst.CSTNode:
@@ -138,7 +138,7 @@ def batch_moves_in(node: cst.CSTNode, batch: set[str]) -> list[cst.Call]:
             if receiver is not None and root_name(receiver) in batch:
                 found.append(call)
 
-    node.visit(Moves())
+    visit_code(node, Moves())
     comps = identity_comprehension_moves(node, batch)
     return found + comps
 

@@ -15,14 +15,18 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.syntax import children_of, dotted, target_names
+from accelify.analysis.syntax import children_of, dotted, target_names, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.script_model import Scope, ScriptModel
 
 _SCOPES = (cst.FunctionDef, cst.Module)
 #: Where a function's own body stops: the bodies of functions and classes defined inside it.
-_NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+#: (Compared by exact type: libcst's node classes are abstract base classes, whose isinstance
+#: runs a Python-level check for every miss; these three have no subclasses.)
+_NESTED = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
+#: Statements that bind a name (or ``self.x``) to a value.
+Binding = cst.Assign | cst.AugAssign | cst.AnnAssign
 
 
 class Index:
@@ -31,12 +35,18 @@ class Index:
         self._nearest: dict[type | tuple[type, ...], dict[cst.CSTNode, cst.CSTNode | None]] = {}
         self._own: dict[cst.FunctionDef, list[cst.CSTNode]] = {}
         self._of_type: dict[type, list[cst.CSTNode]] = {}
+        #: by ``kinds`` of `nearest`, whether a node type is one (ABC checks are slow)
+        self._is_kind: dict[type | tuple[type, ...], dict[type, bool]] = {}
+        self._own_of_type: dict[tuple[cst.FunctionDef, type], list[cst.CSTNode]] = {}
+        self._bindings: dict[cst.FunctionDef | None, dict[str | None, list[Binding]]] = {}
+        self._assigned_under: dict[cst.FunctionDef, dict[str, list[cst.BaseExpression]]] = {}
 
     # --- what encloses a node --------------------------------------------------------------------
     def nearest(self, node: cst.CSTNode, kinds: type | tuple[type, ...]) -> cst.CSTNode | None:
         """The closest ancestor of ``node`` (not ``node`` itself) of one of ``kinds``. The answer
         is kept for every node on the way up, so a question about a neighbour costs a step."""
         memo = self._nearest.setdefault(kinds, {})
+        is_kind = self._is_kind.setdefault(kinds, {})
         if node in memo:
             return memo[node]
         parents = self.model.parents
@@ -51,7 +61,10 @@ class Index:
                     return None
                 break
             path.append(current)
-            if isinstance(parent, kinds):
+            hit = is_kind.get(type(parent))
+            if hit is None:
+                hit = is_kind[type(parent)] = isinstance(parent, kinds)
+            if hit:
                 result = parent
                 break
             if parent in memo:
@@ -79,11 +92,28 @@ class Index:
         return owner.name.value if owner is not None else None
 
     # --- nodes by type ------------------------------------------------------------------------
+    @cached_property
+    def _by_exact_type(self) -> dict[type, list[cst.CSTNode]]:
+        """The analysis's walk sorted once by each node's own type, in source order."""
+        found: dict[type, list[cst.CSTNode]] = {}
+        for node in self.model.orders:
+            bucket = found.get(type(node))
+            if bucket is None:
+                bucket = found[type(node)] = []
+            bucket.append(node)
+        return found
+
     def of_type(self, kind: type) -> list[cst.CSTNode]:
         """Every node of type ``kind`` in source order (from the analysis's walk)."""
         found = self._of_type.get(kind)
         if found is None:
-            found = self._of_type[kind] = [n for n in self.model.orders if isinstance(n, kind)]
+            buckets = [b for t, b in self._by_exact_type.items() if issubclass(t, kind)]
+            if len(buckets) == 1:
+                found = list(buckets[0])
+            else:
+                order = self.model.orders
+                found = sorted((n for b in buckets for n in b), key=order.__getitem__)
+            self._of_type[kind] = found
         return found
 
     # --- assignments and calls by name -----------------------------------------------------------
@@ -184,18 +214,85 @@ class Index:
             while stack:
                 node = stack.pop()
                 found.append(node)
-                if not isinstance(node, _NESTED):
+                if type(node) not in _NESTED:
                     stack.extend(reversed(children_of(node)))
             self._own[function] = found
         return found
 
+    @cached_property
+    def module_own_nodes(self) -> list[cst.CSTNode]:
+        """The module's own code in source order, as `own_nodes` has a function's: the headers
+        of its functions, classes and lambdas, not their bodies."""
+        found: list[cst.CSTNode] = []
+        stack: list[cst.CSTNode] = list(reversed(self.model.module.body))
+        while stack:
+            node = stack.pop()
+            found.append(node)
+            if type(node) not in _NESTED:
+                stack.extend(reversed(children_of(node)))
+        return found
+
+    def _own_typed(self, function: cst.FunctionDef, kind: type) -> list[cst.CSTNode]:
+        """The nodes of exact type ``kind`` in ``function``'s own body, in source order."""
+        key = (function, kind)
+        found = self._own_of_type.get(key)
+        if found is None:
+            found = [node for node in self.own_nodes(function) if type(node) is kind]
+            self._own_of_type[key] = found
+        return found
+
     def own_assignments(self, function: cst.FunctionDef) -> list[cst.Assign]:
-        return [node for node in self.own_nodes(function) if isinstance(node, cst.Assign)]
+        return list(self._own_typed(function, cst.Assign))  # type: ignore[arg-type]
 
     def own_returns(self, function: cst.FunctionDef) -> list[cst.Return]:
         """``return <value>`` statements of ``function`` itself (a bare ``return`` is left out)."""
-        return [
-            node
-            for node in self.own_nodes(function)
-            if isinstance(node, cst.Return) and node.value is not None
-        ]
+        returns = self._own_typed(function, cst.Return)
+        return [node for node in returns if node.value is not None]  # type: ignore[attr-defined]
+
+    def own_bindings(self, function: cst.FunctionDef | None) -> dict[str | None, list[Binding]]:
+        """The ``x = ...``, ``x op= ...`` and ``x: T = ...`` statements of ``function``'s own
+        body (of the module's own code for None), by the dotted name each binds (an element of
+        an unpacked target too; None for a target that is no dotted name, ``x[0] = ...``), in
+        source order: "the last binding of ``x`` above here" without scanning the body."""
+        found = self._bindings.get(function)
+        if found is None:
+            found = {}
+            nodes = self.own_nodes(function) if function is not None else self.module_own_nodes
+            for node in nodes:
+                kind = type(node)
+                if kind is cst.Assign:
+                    bound: dict[str | None, None] = {}
+                    for target in node.targets:  # type: ignore[attr-defined]
+                        _bound_names(target.target, bound)
+                elif kind is cst.AugAssign or kind is cst.AnnAssign:
+                    bound = {dotted(node.target): None}  # type: ignore[attr-defined]
+                else:
+                    continue
+                for name in bound:
+                    found.setdefault(name, []).append(node)  # type: ignore[arg-type]
+            self._bindings[function] = found
+        return found
+
+    def assigned_under(self, function: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
+        """What each plain name is assigned (``name = value``, one of several targets) anywhere
+        under ``function``'s body, nested functions included, in source order."""
+        found = self._assigned_under.get(function)
+        if found is None:
+            found = {}
+            for node in walk(function.body):
+                if type(node) is not cst.Assign:
+                    continue
+                targets = node.targets  # type: ignore[attr-defined]
+                named = {t.target.value: None for t in targets if type(t.target) is cst.Name}
+                for name in named:
+                    found.setdefault(name, []).append(node.value)  # type: ignore[attr-defined]
+            self._assigned_under[function] = found
+        return found
+
+
+def _bound_names(target: cst.BaseExpression, into: dict[str | None, None]) -> None:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            _bound_names(element.value, into)
+    else:
+        into[dotted(target)] = None

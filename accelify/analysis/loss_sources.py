@@ -172,19 +172,16 @@ def last_binding(script: ScriptModel, name: str, at: cst.CSTNode) -> _Binding | 
     it) above ``at`` in the function (or module) that holds ``at``."""
     facts = facts_of(script)
     function = facts.placement.enclosing_function(at)
-    nodes = script.index.own_nodes(function) if function is not None else _module_nodes(script)
     here = script.order(at)
-    around = {id(ancestor) for ancestor in script.ancestors(at)}
-    found: _Binding | None = None
-    for node in nodes:
-        if (
-            isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
-            and _binds(node, name)
-            and script.order(node) < here
-            and id(node) not in around  # ``x = f(x)`` reads the binding before it, not itself
-        ):
-            found = node
-    return found
+    around: set[int] | None = None
+    for node in reversed(script.index.own_bindings(function).get(name, ())):
+        if script.order(node) >= here:
+            continue
+        if around is None:
+            around = {id(ancestor) for ancestor in script.ancestors(at)}
+        if id(node) not in around:  # ``x = f(x)`` reads the binding before it, not itself
+            return node
+    return None
 
 
 def made_for(script: ScriptModel, name: str, at: cst.CSTNode) -> cst.CSTNode | None:
@@ -213,26 +210,3 @@ def runs_before(script: ScriptModel, binding: cst.CSTNode, at: cst.CSTNode) -> b
         if isinstance(ancestor, cst.BaseCompoundStatement) and id(ancestor) not in around:
             return False
     return True
-
-
-def _binds(node: _Binding, name: str) -> bool:
-    if isinstance(node, cst.Assign):
-        return any(_names(target.target, name) for target in node.targets)
-    return dotted(node.target) == name
-
-
-def _names(target: cst.BaseExpression, name: str) -> bool:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return any(_names(element.value, name) for element in target.elements)
-    return dotted(target) == name
-
-
-def _module_nodes(script: ScriptModel) -> list[cst.CSTNode]:
-    found: list[cst.CSTNode] = []
-    stack: list[cst.CSTNode] = list(reversed(script.module.body))
-    while stack:
-        node = stack.pop()
-        found.append(node)
-        if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            stack.extend(reversed(children_of(node)))
-    return found

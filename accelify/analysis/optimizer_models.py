@@ -16,7 +16,7 @@ from accelify.analysis.script_model import (
     ScriptModel,
     owning_model,
 )
-from accelify.analysis.syntax import Visitor, dotted, strip_self_methods
+from accelify.analysis.syntax import Visitor, dotted, strip_self_methods, visit_code
 
 
 def parameter_owners(optimizer: Binding) -> set[str]:
@@ -39,12 +39,12 @@ def parameter_owners(optimizer: Binding) -> set[str]:
                     owners.add(owning_model(name))
 
     for argument in core.args:
-        argument.value.visit(Params())
+        visit_code(argument.value, Params())
     factory = optimizer.script.functions.get(dotted(core.func) or "")
     if factory is not None:  # ``build_optimizer(cfg, model)`` over ``model.parameters()``
         inner = Params()
         found_before = set(owners)
-        factory.body.visit(inner)
+        visit_code(factory.body, inner)
         fed = owners - found_before
         owners -= fed
         for parameter, argument in bound_arguments(factory, core):

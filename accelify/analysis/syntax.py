@@ -17,9 +17,10 @@ from accelify.analysis import names
 
 def dotted(node: cst.BaseExpression) -> str | None:
     """``model`` or ``self.model`` for a Name or an attribute chain of Names."""
-    if isinstance(node, cst.Name):
+    kind = type(node)  # neither class has subclasses; isinstance on libcst's ABCs costs more
+    if kind is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if kind is cst.Attribute:
         base = dotted(node.value)
         return f"{base}.{node.attr.value}" if base else None
     return None
