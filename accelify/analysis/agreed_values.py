@@ -17,7 +17,7 @@ import libcst as cst
 
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, operands, walk
 
 #: Builtins whose result is the same wherever their arguments are.
 _PURE_BUILTINS = {"float", "int", "round", "abs", "max", "min", "bool", "str"}
@@ -139,17 +139,13 @@ class AgreedValues:
                 or value.value in self.facts.ranks.counters()
                 or self.facts.ranks.uniform(value)
             )
-        if isinstance(value, (cst.Attribute, cst.Subscript)):
+        if isinstance(value, cst.Attribute):
             return self.facts.ranks.uniform(value) or self._agreed(
                 value.value, function, agreed, depth
             )
         if isinstance(value, (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.DictComp)):
             return False
-        children = [c for c in value.children if isinstance(c, cst.BaseExpression)]
-        formatted = [
-            c.expression for c in walk(value) if isinstance(c, cst.FormattedStringExpression)
-        ]
-        return all(self._agreed(c, function, agreed, depth) for c in (*children, *formatted))
+        return all(self._agreed(c, function, agreed, depth) for c in operands(value))
 
     def _agreed_call(
         self,

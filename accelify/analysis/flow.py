@@ -753,7 +753,7 @@ class ObjectFlow:
     def _in_batch_loop(self, node: cst.CSTNode, batch_loops: list[cst.For], depth: int) -> bool:
         """``node`` runs once per batch: inside a loop over batches, or in a helper called from
         one (``train_step(model, optimizer, scheduler, batch)`` in the loop)."""
-        if any(self.placement.inside(node, loop) for loop in batch_loops):
+        if any(self.placement.in_loop_body(node, loop) for loop in batch_loops):
             return True
         function = self.placement.enclosing_function(node)
         if function is None or depth == 0:

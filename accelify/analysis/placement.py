@@ -170,6 +170,16 @@ class Placement:
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return node is container or any(a is container for a in self.model.ancestors(node))
 
+    def in_loop_body(self, node: cst.CSTNode, loop: cst.For | cst.While) -> bool:
+        """``node`` runs on each iteration of ``loop``: in its body, not in its ``else:`` (which
+        runs once, when the loop ends) nor in the iterable it reads."""
+        child: cst.CSTNode = node
+        for ancestor in self.model.ancestors(node):
+            if ancestor is loop:
+                return child is loop.body
+            child = ancestor
+        return False
+
     def exclusive(self, one: cst.CSTNode, other: cst.CSTNode) -> bool:
         """``one`` and ``other`` sit in different arms of one ``if``/``elif``/``else`` chain
         that no loop in their function runs again: a single pass runs at most one of them

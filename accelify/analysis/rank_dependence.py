@@ -17,7 +17,7 @@ import libcst as cst
 from accelify.analysis.collectives import DDP, DEEPSPEED, EVERY_BACKEND, FSDP, ZERO3
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, root_name, target_names
+from accelify.analysis.syntax import dotted, operands, root_name, target_names
 
 SETTINGS_ROOTS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS")
 
@@ -147,10 +147,7 @@ class RankDependence:
                 or test.value in ("True", "False", "None", "__name__")
                 or test.value.isupper()
             )
-        if isinstance(test, cst.Subscript):
-            return self.uniform(test.value)
-        children = [c for c in test.children if isinstance(c, cst.BaseExpression)]
-        return all(self.uniform(child) for child in children)
+        return all(self.uniform(operand) for operand in operands(test))
 
 
 def _is_first_target(target: cst.BaseExpression, name: str) -> bool:

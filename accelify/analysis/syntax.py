@@ -211,6 +211,22 @@ def target_names(target: cst.BaseExpression) -> set[str]:
     return set()
 
 
+def operands(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The expressions ``node`` reads directly, found through the syntax that wraps them: a
+    comparison's right side, a collection's elements, a call's arguments and a subscript's
+    indexes are not expressions themselves, and a check that looks only at expression children
+    would pass over them (``acc > best and acc > loss.item()`` read as the left side alone)."""
+    found: list[cst.BaseExpression] = []
+    pending = list(node.children)
+    while pending:
+        child = pending.pop()
+        if isinstance(child, cst.BaseExpression):
+            found.append(child)
+        else:
+            pending.extend(child.children)
+    return found
+
+
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """``node`` and everything under it but whitespace, comments and punctuation, in source
     order."""

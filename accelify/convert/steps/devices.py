@@ -548,13 +548,12 @@ def _index_reads(ctx: Context, binding: Binding, acc: str) -> None:
     same name is a device's name on a CPU run."""
     if "int" not in _values_of(ctx, binding):
         return
-    for read in _read_as_a_number(ctx, binding):
+    for read, consequence in _read_as_a_number(ctx, binding):
         ctx.plan.review(
             ctx.line(read),
             f"{binding.name} was a GPU index (or a device's name), and is now {acc}.device, a "
-            "torch.device: read here as the number it was, it shows `cuda:0` on a GPU where "
-            f"it showed `0`; left as is: write {acc}.local_process_index here for this rank's "
-            "GPU index",
+            f"torch.device: read here as the number it was, {consequence}; left as is: write "
+            f"{acc}.local_process_index here for this rank's GPU index",
         )
 
 
@@ -594,9 +593,11 @@ def _literal_kinds(value: cst.BaseExpression) -> set[str]:
     return {"other"}
 
 
-def _read_as_a_number(ctx: Context, binding: Binding) -> list[cst.BaseExpression]:
+def _read_as_a_number(ctx: Context, binding: Binding) -> list[tuple[cst.BaseExpression, str]]:
     """Reads of ``binding``'s name (in its function, or its class for ``self.x``) that use it
-    as a number: formatted into a string, or an operand of arithmetic."""
+    as a number, with what a device there does instead: formatted into a string, an operand of
+    arithmetic, compared with a number (the multi-GPU tutorial's ``if self.gpu_id == 0:``, never
+    true of a device), or an index."""
     name = binding.name
     if "." in name and not (name.startswith("self.") and name.count(".") == 1):
         return []
@@ -617,5 +618,17 @@ def _read_as_a_number(ctx: Context, binding: Binding) -> list[cst.BaseExpression
             isinstance(parent, cst.BinaryOperation)
             and not isinstance(parent.operator, cst.MatrixMultiply)
         ):
-            found.append(node)
+            found.append((node, "it shows `cuda:0` on a GPU where it showed `0`"))
+        elif _compared_with_a_number(ctx, node, parent):
+            found.append((node, "a device never equals a number, so this test's outcome changes"))
+        elif isinstance(parent, cst.Index):
+            found.append((node, "a device is no index (TypeError on a GPU)"))
     return found
+
+
+def _compared_with_a_number(ctx: Context, node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
+    comparison = ctx.model.parent(parent) if isinstance(parent, cst.ComparisonTarget) else parent
+    if not isinstance(comparison, cst.Comparison):
+        return False
+    operands = [comparison.left, *(target.comparator for target in comparison.comparisons)]
+    return any(o is node for o in operands) and any(isinstance(o, cst.Integer) for o in operands)

@@ -134,14 +134,17 @@ def _bounded(ctx: Context, name: str) -> bool:
 
 def _batch_loop(ctx: Context, call: cst.Call) -> Loop | None:
     """The loop over batches ``call`` runs in, in its own function, with only blocks that run
-    once (``if``, ``with``) between them."""
+    once (``if``, ``with``) between them; a step in the loop's ``else:`` runs once per pass."""
     loops = {id(loop.node): loop for loop in ctx.model.loops}
+    child: cst.CSTNode = call
     for ancestor in ctx.model.ancestors(call):
         if isinstance(ancestor, cst.For):
             loop = loops.get(id(ancestor))
-            return loop if loop is not None and loop.trains else None
+            per_batch = loop is not None and loop.trains and child is ancestor.body
+            return loop if per_batch else None
         if isinstance(ancestor, _RUNS_OTHER_THAN_ONCE):
             return None
+        child = ancestor
     return None
 
 
