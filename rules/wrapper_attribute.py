@@ -316,6 +316,12 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # a module-level trainer, and a function's own loop variable of the same name: the
+        # trainers it is handed are not shown to be prepared
+        _DRIVEN_TRAINER
+        + "\n\ntrainer = Trainer('gpt2')\n\n\n"
+        + "def report(trainers, ids):\n    for trainer in trainers:\n"
+        + "        print(trainer.model.generate(ids))\n",
         # a helper handed a trainer here, and an object that prepared nothing there; a runner
         # whose trainer's model is bound again to the plain model; a method that unwraps
         _DRIVEN_TRAINER.replace(

@@ -472,3 +472,21 @@ def test_a_total_mixing_gathered_and_local_values_names_the_local_one():
     [finding] = [f for f in lint(code, "ACC403").findings if f.code == "ACC403"]
     assert finding.line == 13
     assert finding.message.startswith("Gather `prev_values` in the same accelerator.")
+
+
+def test_a_runner_annotated_with_a_quoted_trainer_is_checked_like_an_unquoted_one():
+    """``trainer: "Trainer | None"`` names the class as ``trainer: Trainer | None`` does: the
+    runner holds a trainer with an accelerator and is not taken for a single-device twin."""
+    code = (
+        "from accelerate import Accelerator\n\n\n"
+        "class Trainer:\n    def __init__(self, model):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model = self.accelerator.prepare(model)\n\n\n"
+        "class Runner:\n    def __init__(self, trainer: {annotation} = None):\n"
+        "        self.trainer = trainer\n\n"
+        "    def step(self, batch):\n"
+        "        loss = self.trainer.model(batch).sum()\n        loss.backward()\n"
+    )
+    for annotation in ('"Trainer | None"', '"Optional[Trainer]"', "Trainer | None"):
+        findings = lint(code.format(annotation=annotation), "ACC301").findings
+        assert [(f.code, f.line) for f in findings] == [("ACC301", 16)], annotation

@@ -12,7 +12,7 @@ import libcst as cst
 from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, has_parameter, strip_self_methods, walk
+from accelify.analysis.syntax import dotted, has_parameter, strip_self_methods, target_names, walk
 
 
 def prepared_in_construction(
@@ -167,7 +167,25 @@ def constructed_instance(
         return None
     if has_parameter(function, spelling):
         return _given_instance(script, spelling, member, at, function, depth)
+    if _bound_in(function, spelling):
+        return None  # ``for trainer in trainers:``: a local, not the module's instance
     return _module_instance(script, spelling, member)
+
+
+def _bound_in(function: cst.FunctionDef, name: str) -> bool:
+    """``name`` is a local of ``function`` bound other than by ``=`` (which the caller checks):
+    a loop's or a comprehension's target, ``with ... as name``, ``name: T = ...``, ``(name :=
+    ...)``."""
+    for node in walk(function.body):
+        if isinstance(node, (cst.For, cst.CompFor, cst.AnnAssign, cst.NamedExpr)):
+            bound = target_names(node.target)
+        elif isinstance(node, cst.AsName):
+            bound = target_names(node.name)
+        else:
+            continue
+        if name in bound:
+            return True
+    return False
 
 
 def _given_instance(

@@ -193,7 +193,7 @@ def _holding_accelerators(script: ScriptModel) -> set[cst.ClassDef]:
                     if isinstance(inner, cst.Name):
                         named.add(inner.value)
                     elif isinstance(inner, cst.SimpleString):
-                        named.add(str(inner.evaluated_value).strip())
+                        named |= _names_in_annotation_string(inner)
         uses[cls] = named
     changed = True
     while changed:
@@ -206,6 +206,19 @@ def _holding_accelerators(script: ScriptModel) -> set[cst.ClassDef]:
                 holding.add(cls)
                 changed = True
     return holding
+
+
+def _names_in_annotation_string(annotation: cst.SimpleString) -> set[str]:
+    """``"Trainer | None"``, ``"Optional[Trainer]"``: the names a quoted annotation reads."""
+    import libcst as cst
+
+    from accelify.analysis.syntax import walk
+
+    try:
+        parsed = cst.parse_expression(str(annotation.evaluated_value))
+    except (cst.ParserSyntaxError, ValueError):
+        return set()
+    return {node.value for node in walk(parsed) if isinstance(node, cst.Name)}
 
 
 def _using_an_accelerator(script: ScriptModel) -> set[cst.ClassDef]:
