@@ -51,6 +51,16 @@ class UngatheredMetric(Rule):
             9,
         ),
         Example(_EVAL + "        correct += (preds == y).sum().item()\n", 9, 9),
+        # a chain of 40 values each computed twice from the one before: followed once per link
+        # (followed once per path, it took 2**40 steps and lint never ended)
+        Example(
+            _EVAL
+            + "        v0 = preds + preds\n"
+            + "".join(f"        v{i} = v{i - 1} + v{i - 1}\n" for i in range(1, 40))
+            + "        correct += v39.sum().item()\n",
+            49,
+            9,
+        ),
         # a batch statistic counted before the forward: the metric is the line after it
         Example(
             HEADER
@@ -658,6 +668,9 @@ class _RankValues:
         #: answers of `_gathered` by (name, reading node): each chain of assignments is
         #: followed once, however many values read it
         self._answers: dict[tuple[str, int], bool] = {}
+        #: answers of `_from_collective` by (name, the assignment it was last set by): a chain
+        #: ``b = a + a; c = b + b; ...`` is followed once per link, not once per path
+        self._from_collectives: dict[tuple[str, int], bool] = {}
 
     def this_rank_only(self, value: cst.CSTNode, depth: int = 0) -> bool:
         if self._collective_in(value):
@@ -769,15 +782,23 @@ class _RankValues:
         last = self._last_assign(name, value)
         if last is None:
             return False
-        if self._collective_in(last.value):
-            return True
-        return depth < len(self.assigns) and any(
-            isinstance(n, cst.Name)
-            and n.value in self.local
-            and not self._member_name(n)
-            and self._from_collective(n.value, last.value, depth + 1)
-            for n in walk(last.value)
+        key = (name, id(last))
+        known = self._from_collectives.get(key)
+        if known is not None:
+            return known
+        self._from_collectives[key] = False  # a name set from itself gathers nothing new
+        found = self._collective_in(last.value) or (
+            depth < len(self.assigns)
+            and any(
+                isinstance(n, cst.Name)
+                and n.value in self.local
+                and not self._member_name(n)
+                and self._from_collective(n.value, last.value, depth + 1)
+                for n in walk(last.value)
+            )
         )
+        self._from_collectives[key] = found
+        return found
 
     def _last_assign(self, name: str, value: cst.CSTNode) -> cst.Assign | None:
         at = self.script.order(value)
