@@ -490,3 +490,41 @@ def test_a_runner_annotated_with_a_quoted_trainer_is_checked_like_an_unquoted_on
     for annotation in ('"Trainer | None"', '"Optional[Trainer]"', "Trainer | None"):
         findings = lint(code.format(annotation=annotation), "ACC301").findings
         assert [(f.code, f.line) for f in findings] == [("ACC301", 16)], annotation
+
+
+_TWO_TRAINERS = """\
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM
+
+
+class First:
+    def __init__(self, name):
+        self.acc_a = Accelerator()
+        self.model = self.acc_a.prepare(AutoModelForCausalLM.from_pretrained(name))
+
+    def train(self, batch):
+        self.acc_a.backward(self.model(**batch).loss)
+
+
+class Second:
+    def __init__(self, name):
+        self.acc_b = Accelerator()
+        self.model = self.acc_b.prepare(AutoModelForCausalLM.from_pretrained(name))
+
+    def train(self, batch):
+        self.acc_b.backward(self.model(**batch).loss)
+
+
+def main(ids, batch):
+    second = Second("gpt2")
+    second.train(batch)
+    second.model.save_pretrained("out")
+"""
+
+
+def test_a_trainers_model_is_unwrapped_by_its_own_classs_accelerator():
+    """Two trainer classes each prepare ``self.model`` with their own accelerator attribute:
+    the advice for ``second.model`` names ``second.acc_b`` (``second.acc_a`` does not exist)."""
+    findings = lint(_TWO_TRAINERS, "ACC104").findings
+    assert [(f.line, f.column) for f in findings] == [(26, 5)]
+    assert "second.acc_b.unwrap_model(second.model)" in findings[0].message

@@ -121,11 +121,23 @@ def constructed_accelerator(
     if "." not in spelling or (spelling.startswith("self.") and spelling.count(".") == 1):
         return None
     instance, member = spelling.rsplit(".", 1)  # ``trainer``, or a runner's ``self.trainer``
+    # with two trainer classes, only the instance's own class (or a base) prepared its member
+    made = (
+        constructed_instance(script, owner.value, member, at)
+        if isinstance(owner, cst.Attribute)
+        else None
+    )
     for prepare in script.prepare_calls:
         func = prepare.call.func
         held = dotted(func.value) if isinstance(func, cst.Attribute) else None
-        if f"self.{member}" in prepare.outputs and held and held.startswith("self."):
-            return instance + held.removeprefix("self")
+        if f"self.{member}" not in prepare.outputs or not held or not held.startswith("self."):
+            continue
+        preparing = script.index.enclosing_class(prepare.call)
+        if made is not None and (
+            preparing is None or not script.call_graph.is_or_derives(made, preparing)
+        ):
+            continue
+        return instance + held.removeprefix("self")
     return None
 
 
