@@ -230,8 +230,28 @@ class WrappedStateDict(Rule):
             "        torch.save(self.trainer.accelerator.unwrap_model(self.trainer.model)"
             ".state_dict(), path)\n",
         ),
+        # the state dict kept in a local, the local in the checkpoint dict
+        Example(
+            _PREPARED + "sd = model.state_dict()\ntorch.save({'model': sd, 'epoch': 1}, 'm.pt')\n",
+            5,
+            6,
+            _PREPARED + "sd = accelerator.unwrap_model(model).state_dict()\n"
+            "torch.save({'model': sd, 'epoch': 1}, 'm.pt')\n",
+        ),
+        # the same from outside the trainer's class
+        Example(
+            _LOADED + "    sd = trainer.model.state_dict()\n"
+            "    torch.save({'model': sd, 'step': 1}, 'm.pt')\n",
+            21,
+            10,
+            _LOADED + "    sd = trainer.accelerator.unwrap_model(trainer.model).state_dict()\n"
+            "    torch.save({'model': sd, 'step': 1}, 'm.pt')\n",
+        ),
     )
     good = (
+        # the unwrapped state dict kept in a local, the local in the checkpoint dict
+        _PREPARED + "sd = accelerator.unwrap_model(model).state_dict()\n"
+        "torch.save({'model': sd, 'epoch': 1}, 'm.pt')\n",
         # main saves the trainer's model unwrapped, or after binding trainer.model to the plain
         # model; a holder whose construction prepared nothing
         _LOADED
@@ -598,6 +618,7 @@ def _saved_state_dicts(
     state}``) is what its callers pass (``policy_state_dict = self.policy.state_dict()``, as a
     DPO trainer writes its policy, optimizer and scheduler)."""
     values = saved_values(script, saved, at)
+    values += _kept_locals(script, values, at)
     found = [(node, at) for value in values for node in _state_dict_calls(value)]
     function = facts_of(script).placement.enclosing_function(at)
     if function is None or depth >= 2:
@@ -615,6 +636,27 @@ def _saved_state_dicts(
         for parameter, argument in bound_arguments(function, site, implicit):
             if parameter in read:
                 found += _saved_state_dicts(script, argument.value, site, depth + 1)
+    return found
+
+
+def _kept_locals(
+    script: ScriptModel, values: list[cst.CSTNode], at: cst.Call, depth: int = 0
+) -> list[cst.CSTNode]:
+    """What the locals an entry of a saved dict, list or tuple names were last given above the
+    save (``sd = trainer.model.state_dict()``, then ``torch.save({'model': sd}, p)``): the state
+    dict is kept in the checkpoint through the name, one or two names deep."""
+    found: list[cst.CSTNode] = []
+    for value in values:
+        if not isinstance(value, (cst.Dict, cst.List, cst.Tuple)):
+            continue
+        for element in value.elements:
+            entry = element.value
+            if not isinstance(entry, cst.Name):
+                continue
+            held = [v for v in saved_values(script, entry, at) if v is not entry]
+            found += held
+            if depth < 1:
+                found += _kept_locals(script, held, at, depth + 1)
     return found
 
 
