@@ -9,12 +9,15 @@ from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 class ReadBeforeWritten(Rule):
     """A file written on the main process only (under ``if accelerator.is_main_process:`` or
-    ``is_local_main_process``) and read below it, in the same function, by every rank, with no
-    barrier or other collective in between: the other ranks reach the read while the main
-    process is still writing, and load nothing (``OSError`` on a first run) or a half-written
-    file. A ``wait_for_everyone()``, a ``prepare`` or any collective between the two (also
-    ``main_process_first()`` around the read) orders them, and is not reported. The same race
-    in one call: a dataset built by every rank with ``download=accelerator.is_main_process``."""
+    ``is_local_main_process``, by ``accelerator.save``, which writes there whoever calls it, or
+    by ``save_pretrained(..., is_main_process=...)``) and read below it, in the same function,
+    by every rank, with no barrier or other collective in between: the other ranks reach the
+    read while the main process is still writing, and load nothing (``OSError`` on a first run)
+    or a half-written file. A ``wait_for_everyone()``, a ``prepare`` or any collective between
+    the two (also ``main_process_first()`` around the read) orders them, and is not reported.
+    The same race in one call: a dataset built by every rank with
+    ``download=accelerator.is_main_process``. A file every rank writes itself (``torch.save``
+    unguarded) is ACC201's."""
 
     code = "ACC212"
     name = "read-before-written"
@@ -42,8 +45,33 @@ class ReadBeforeWritten(Rule):
             5,
             13,
         ),
+        Example(  # accelerator.save writes on the main process only, called by every rank
+            HEADER
+            + "import torch\n"
+            + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'best.pt')\n"
+            + "model.load_state_dict(torch.load('best.pt'))\n",
+            5,
+            23,
+        ),
+        Example(  # told to write on the main process only, read back by every rank
+            HEADER
+            + "from transformers import AutoModel\n"
+            + "unwrapped = accelerator.unwrap_model(model)\n"
+            + "unwrapped.save_pretrained('out', is_main_process=accelerator.is_main_process)\n"
+            + "model = AutoModel.from_pretrained('out')\n",
+            6,
+            9,
+        ),
     )
     good = (
+        # accelerator.save writes on the main process only; the barrier orders the read
+        HEADER
+        + "import torch\n"
+        + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'best.pt')\n"
+        + "accelerator.wait_for_everyone()\n"
+        + "state = torch.load('best.pt')\n",
+        # every rank writes the file itself before it reads it (a race among the writes: ACC201)
+        HEADER + "import torch\ntorch.save(state, 'last.pt')\nstate = torch.load('last.pt')\n",
         HEADER
         + "from torchvision import datasets\n"
         + "with accelerator.main_process_first():\n"

@@ -28,7 +28,7 @@ from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import all_params, dotted, walk
 
 #: Where a path comes from when it is another file on every process: always (a temporary
@@ -230,9 +230,8 @@ class SharedFiles:
         writes = [
             (call, path)
             for call in self.model.calls
-            if self.model.under_rank_guard(call)
+            if (path := self._written_by_one_rank(call)) is not None
             and not side_effects.per_rank_path(self.model, call)
-            and (path := _path(self.model, call, WRITERS, WRITING_METHODS)) is not None
         ]
         found = []
         for read, read_path in self._reads() if writes else ():
@@ -248,6 +247,16 @@ class SharedFiles:
                     found.append(SharedFile(write, read, path, self.per_process(path)))
                     break
         return found
+
+    def _written_by_one_rank(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The path ``call`` writes on the main process only: a write under a rank test, one
+        told to write there only (``save_pretrained(d, is_main_process=...)``), or
+        ``accelerator.save(obj, path)``, which writes on the main process whoever calls it."""
+        if _accelerator_save(self.model, call):
+            return _path(self.model, call, {}, {"save": (1, "f")})
+        if self.model.under_rank_guard(call) or side_effects.main_process_only(call):
+            return _path(self.model, call, WRITERS, WRITING_METHODS)
+        return None
 
     @cached_property
     def deleted_after_read(self) -> list[SharedFile]:
@@ -820,6 +829,17 @@ def _tests_rank(model: ScriptModel, node: cst.CSTNode) -> bool:
     if not isinstance(node, cst.If):
         return False
     return model.mentions_rank(model.module.code_for_node(node.test))
+
+
+def _accelerator_save(model: ScriptModel, call: cst.Call) -> bool:
+    """``accelerator.save(obj, path)``: Accelerate's (and accelify's) save writes on the main
+    process only, called by every rank."""
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "save"
+        and dotted(func.value) in model.names_of(Kind.ACCELERATOR)
+    )
 
 
 def _path(
