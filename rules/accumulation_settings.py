@@ -10,7 +10,7 @@ from accelify.lint.rule import (
     Finding,
     Rule,
     accelerator_argument,
-    accelerator_at,
+    accelerator_name,
     in_file_words,
     optimizer_models,
 )
@@ -134,7 +134,7 @@ class AccumulationSettings(Rule):
 def _message(rule: Rule, script: ScriptModel, binding: Binding) -> str:
     """The message in the file's words: ``self.accelerator.accumulate(self.model)`` in a
     trainer whose one prepared model trains under its optimizer (a DPO trainer's)."""
-    message = in_file_words(rule.message, accelerator_at(script, binding.value))
+    message = in_file_words(rule.message, accelerator_name(script, binding.value))
     trained = {m for models in optimizer_models(script).values() for m in models}
     trained = {  # what prepare returned for them, under whatever name it was bound
         output

@@ -6,7 +6,7 @@ from accelify.analysis.collectives import EVERY_BACKEND, backends_in_view, named
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, walk
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
 
@@ -103,7 +103,7 @@ class DeleteOnEveryRank(Rule):
         for effect in facts_of(script).repeated_effects:
             if not effect.deletes or not effect.backends & in_view:
                 continue
-            accelerator = accelerator_at(script, effect.reported) or "accelerator"
+            accelerator = accelerator_name(script, effect.reported)
             where = (
                 f" under {named(effect.backends & in_view)}"
                 if effect.backends != EVERY_BACKEND

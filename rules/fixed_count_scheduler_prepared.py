@@ -10,7 +10,7 @@ from accelify.analysis.scheduler_preparation import (
     steps_once_per_process,
 )
 from accelify.analysis.script_model import ScriptModel
-from accelify.lint.rule import Example, Finding, Rule, accelerator_at, in_file_words
+from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
 
 _SCRIPT = (
     "import torch\n"
@@ -296,4 +296,4 @@ def _message(
         f"(accelerator.register_for_checkpointing({name}) keeps it in save_state), or create "
         "the Accelerator with step_scheduler_with_optimizer=False"
     )
-    return in_file_words(text, accelerator_at(script, argument))
+    return in_file_words(text, accelerator_name(script, argument))

@@ -15,6 +15,7 @@ from accelify.lint.rule import (
     Rule,
     accelerator_argument,
     accelerator_at,
+    accelerator_name,
     calls,
     moved_by_prepare,
 )
@@ -190,7 +191,7 @@ def _global_rank_as_device(
 
 
 def _global_rank_message(script: ScriptModel, node: cst.CSTNode) -> str:
-    accelerator = accelerator_at(script, node) or "accelerator"
+    accelerator = accelerator_name(script, node)
     return (
         f"Use {accelerator}.device: process_index is the rank across all machines, so from the "
         "second machine on it names a GPU that machine does not have (cuda:8 on 8-GPU nodes); "

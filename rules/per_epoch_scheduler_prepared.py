@@ -11,7 +11,7 @@ from accelify.analysis.scheduler_preparation import (
     steps_once_per_process,
 )
 from accelify.analysis.script_model import ScriptModel
-from accelify.lint.rule import Example, Finding, Rule, accelerator_at, in_file_words
+from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
 
 _SCRIPT = (
     "import torch\n"
@@ -315,4 +315,4 @@ def _message(
             "create the Accelerator with step_scheduler_with_optimizer=False, or leave it out "
             "of prepare"
         )
-    return in_file_words(f"{where}: {why}; {advice}", accelerator_at(script, argument))
+    return in_file_words(f"{where}: {why}; {advice}", accelerator_name(script, argument))

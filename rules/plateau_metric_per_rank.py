@@ -8,7 +8,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments, callee, is_plateau_scheduler
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
-from accelify.lint.rule import Example, Finding, Rule, accelerator_at, in_file_words
+from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
 
 #: How many helpers deep a metric is followed (``fit`` → ``evaluate`` → ``_loss_over``).
 _DEPTH = 3
@@ -520,4 +520,4 @@ def _message(rule: Rule, script: ScriptModel, step: cst.Call, origin: cst.CSTNod
         'ranks: accelerator.reduce(torch.tensor(value, device=accelerator.device), "mean")'
         ".item(), or gather_for_metrics the per-sample losses before averaging"
     )
-    return in_file_words(text, accelerator_at(script, step))
+    return in_file_words(text, accelerator_name(script, step))

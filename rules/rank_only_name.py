@@ -3,7 +3,7 @@ from collections.abc import Iterator
 from accelify.analysis.facts import facts_of
 from accelify.analysis.rank_only_names import rank_only_attributes, rank_only_reads
 from accelify.analysis.script_model import ScriptModel
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 
 class RankOnlyName(Rule):
@@ -127,7 +127,7 @@ class RankOnlyName(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         for found in rank_only_reads(facts_of(script)):
-            accelerator = accelerator_at(script, found.read) or "accelerator"
+            accelerator = accelerator_name(script, found.read)
             message = (
                 f"Bind `{found.read.value}` on every rank: it is assigned only under the rank "
                 f"test at line {script.line(found.guard)}, and the other ranks reach this read "

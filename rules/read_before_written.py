@@ -4,7 +4,7 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 
 class ReadBeforeWritten(Rule):
@@ -120,7 +120,7 @@ class ReadBeforeWritten(Rule):
         for shared in facts.shared_files.written_by_one_rank_read_by_all:
             if _ordered_by_a_collective(script, shared.write, shared.read):
                 continue
-            accelerator = accelerator_at(script, shared.read) or "accelerator"
+            accelerator = accelerator_name(script, shared.read)
             yield self.finding(
                 script,
                 shared.read,
@@ -149,7 +149,7 @@ class ReadBeforeWritten(Rule):
                 continue
             if _other_ranks_wait_before(script, call):
                 continue
-            accelerator = accelerator_at(script, call) or "accelerator"
+            accelerator = accelerator_name(script, call)
             yield self.finding(
                 script,
                 call,

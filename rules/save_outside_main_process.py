@@ -15,7 +15,7 @@ from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, accelerator_name
 
 _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
 
@@ -266,7 +266,7 @@ class SaveOutsideMainProcess(Rule):
 
 
 def _per_batch_message(script: ScriptModel, effect: RepeatedEffect, loop: cst.For) -> str:
-    accelerator = accelerator_at(script, effect.reported) or "accelerator"
+    accelerator = accelerator_name(script, effect.reported)
     return (
         f"Name this file by the batch's global index (e.g. index * {accelerator}.num_processes "
         f"+ {accelerator}.process_index) or gather before writing: the loop at line "
@@ -278,7 +278,7 @@ def _per_batch_message(script: ScriptModel, effect: RepeatedEffect, loop: cst.Fo
 
 def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str]) -> str:
     where = "" if effect.backends == EVERY_BACKEND else f" under {named(effect.backends & in_view)}"
-    accelerator = accelerator_at(script, effect.reported) or "accelerator"
+    accelerator = accelerator_name(script, effect.reported)
     if effect.through_helper:
         return (
             f"Call {dotted(effect.reported.func)}() under `if {accelerator}.is_main_process:` "
@@ -297,7 +297,7 @@ def _message(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str
 def _written(script: ScriptModel, effect: RepeatedEffect, in_view: frozenset[str]) -> str:
     """Where the write goes, and the barrier a read below it needs."""
     where = "" if effect.backends == EVERY_BACKEND else f" under {named(effect.backends & in_view)}"
-    accelerator = accelerator_at(script, effect.reported) or "accelerator"
+    accelerator = accelerator_name(script, effect.reported)
     read_back = facts_of(script).shared_files.read_back_below(effect.effect)
     if read_back is not None and side_effects.same_on_every_rank(script, effect.effect):
         return (

@@ -9,7 +9,7 @@ from accelify.analysis.objects import bound_arguments
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import Visitor, dotted, target_names, visit_code, walk
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, calls
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls
 
 _EVAL = (
     HEADER
@@ -513,7 +513,7 @@ def _total_name(node: cst.AugAssign) -> str:
 def _loss_total_message(script: ScriptModel, node: cst.AugAssign) -> str:
     """Advice for a loss summed per batch: reduce the total (a float from ``.item()`` made a
     tensor first), with its count; ``gather_for_metrics`` needs a per-batch tensor."""
-    accelerator = accelerator_at(script, node) or "accelerator"
+    accelerator = accelerator_name(script, node)
     total = _total_name(node)
     from_item = any(
         isinstance(n, cst.Attribute) and n.attr.value == "item" for n in walk(node.value)
@@ -564,7 +564,7 @@ def _guard_in_loop(
 def _inner_guard_message(script: ScriptModel, node: cst.CSTNode, kept: str, guard: cst.If) -> str:
     """The advice for values kept under a rank test inside the loop: the gather goes before the
     test, where every rank runs it; inside it, it would hang."""
-    name = accelerator_at(script, node) or "accelerator"
+    name = accelerator_name(script, node)
     return (
         f"Gather these values on every rank before the rank test at line {script.line(guard)} "
         f"({name}.gather_for_metrics(..., use_gather_object=True) for Python objects), then "
@@ -576,7 +576,7 @@ def _inner_guard_message(script: ScriptModel, node: cst.CSTNode, kept: str, guar
 def _guarded_message(script: ScriptModel, node: cst.CSTNode, line: int) -> str:
     """The advice when the evaluation runs on some ranks only: gathering there would hang, so
     the call moves out of its guard first."""
-    name = accelerator_at(script, node) or "accelerator"
+    name = accelerator_name(script, node)
     return (
         f"Run this evaluation on every rank, then gather: it is called under a rank guard "
         f"(line {line}), so the metric covers that rank's shard of the prepared loader only; "
@@ -861,7 +861,7 @@ def _accumulations(
 
 
 def _mixed_message(script: ScriptModel, at: cst.CSTNode, names: list[str]) -> str:
-    accelerator = accelerator_at(script, at) or "accelerator"
+    accelerator = accelerator_name(script, at)
     listed = ", ".join(f"`{name}`" for name in names)
     return (
         f"Gather {listed} in the same {accelerator}.gather_for_metrics(...) as the predictions "

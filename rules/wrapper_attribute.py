@@ -12,7 +12,15 @@ from accelify.analysis.construction import (
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, has_parameter
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, optimizer_models
+from accelify.lint.rule import (
+    HEADER,
+    Example,
+    Finding,
+    Rule,
+    accelerator_at,
+    accelerator_name,
+    optimizer_models,
+)
 
 #: What DistributedDataParallel itself answers besides nn.Module's API.
 _WRAPPER_OWN = {
@@ -541,7 +549,7 @@ class WrapperAttribute(Rule):
                 continue
             if DDP in facts_of(script).ranks.backend_guards.reached_by_none(subscript):
                 continue
-            accelerator = accelerator_at(script, subscript) or "accelerator"
+            accelerator = accelerator_name(script, subscript)
             item = script.module.code_for_node(subscript).removeprefix(owner.value)
             yield self.finding(
                 script,
@@ -566,7 +574,7 @@ class WrapperAttribute(Rule):
             return
         if _wrapper_tested(script, attribute):
             return
-        accelerator = accelerator_at(script, attribute) or "accelerator"
+        accelerator = accelerator_name(script, attribute)
         yield self.finding(
             script,
             attribute,

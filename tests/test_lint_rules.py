@@ -528,3 +528,54 @@ def test_a_trainers_model_is_unwrapped_by_its_own_classs_accelerator():
     findings = lint(_TWO_TRAINERS, "ACC104").findings
     assert [(f.line, f.column) for f in findings] == [(26, 5)]
     assert "second.acc_b.unwrap_model(second.model)" in findings[0].message
+
+
+_RUNNER = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n    def __init__(self, model, optimizer):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n\n\n"
+    "class Runner:\n    def __init__(self, trainer):\n        self.trainer = trainer\n\n"
+    "    def run(self, loader):\n"
+    "        for x in loader:\n"
+    "            loss = self.trainer.model(x).sum()\n"
+    "            loss.backward()\n"
+    "            print(loss.item())\n"
+    "        torch.save({'step': 1}, 'state.pt')\n\n\n"
+    "def main():\n"
+    "    trainer = Trainer(torch.nn.Linear(2, 2), None)\n"
+    "    Runner(trainer).run([])\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "advice"),
+    [
+        ("ACC301", 18, "self.trainer.accelerator.backward(loss)"),
+        ("ACC203", 19, "self.trainer.accelerator.print"),
+        ("ACC201", 20, "if self.trainer.accelerator.is_main_process:"),
+    ],
+)
+def test_advice_in_a_runner_names_the_accelerator_through_the_trainer_it_holds(code, line, advice):
+    """A runner handed a trainer has no ``accelerator`` of its own: the advice names the one it
+    reaches, ``self.trainer.accelerator``, never a bare ``accelerator.``."""
+    [finding] = [f for f in lint(_RUNNER, code).findings if f.line == line]
+    assert advice in finding.message
+    assert " accelerator." not in finding.message and "`accelerator." not in finding.message
+
+
+def test_advice_in_a_function_names_the_accelerator_of_the_trainer_it_made():
+    import libcst as cst
+
+    from accelify.analysis.script_model import analyze
+    from accelify.lint.rule import accelerator_name
+
+    code = _RUNNER + "    torch.save(trainer.optimizer.state_dict(), 's.pt')\n"
+    script = analyze(cst.parse_module(code), code)
+    save = [c for c in script.calls if script.module.code_for_node(c).startswith("torch.save(")][-1]
+    assert accelerator_name(script, save) == "trainer.accelerator"
+
+
+def test_a_fix_in_a_runner_calls_the_trainers_accelerator():
+    fixed = lint(_RUNNER, "ACC301", fix=True).fixed.decode()
+    assert "            self.trainer.accelerator.backward(loss)\n" in fixed

@@ -430,10 +430,13 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
         if (prepare := _prepare_call(model, assign, model.names_of(Kind.ACCELERATOR))) is not None
     ]
     accelerators = model.names_of(Kind.ACCELERATOR) | {"accelerator", "self.accelerator"}
+    # a held object's own accelerator (a runner's ``self.trainer.accelerator.backward(loss)``)
+    members = {name.rsplit(".", 1)[-1] for name in accelerators if name.startswith("self.")}
     model.backward_calls = [
         call
         for call in model.backward_calls
-        if dotted(call.func.value) not in accelerators  # type: ignore[union-attr]
+        if (receiver := dotted(call.func.value) or "") not in accelerators  # type: ignore[union-attr]
+        and not ("." in receiver and receiver.rsplit(".", 1)[-1] in members)
     ]
     from accelify.analysis.objects import add_object_bindings
     from accelify.analysis.optimizer_models import add_models_fed_to_optimizers

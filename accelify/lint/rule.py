@@ -60,7 +60,7 @@ class Rule:
     ) -> Finding:
         start = script.position(node).start
         if message is None:
-            message = in_file_words(self.message, accelerator_at(script, node))
+            message = in_file_words(self.message, accelerator_name(script, node))
         return Finding(self.code, message, start.line, start.column + 1, fix)
 
 
@@ -97,6 +97,9 @@ def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
             if kind is Kind.ACCELERATOR:
                 return name
         function = facts.placement.enclosing_function(function)
+    held = held_accelerator(script, node)
+    if held is not None:
+        return held
     imported = sorted(name for name in script.inherited_accelerators if "." not in name)
     if imported:
         return imported[0]
@@ -105,6 +108,86 @@ def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
     ):
         return min(script.inherited_accelerators)
     return None
+
+
+def accelerator_name(script: ScriptModel, node: cst.CSTNode) -> str:
+    """How advice at ``node`` names the Accelerator: as it is reachable there
+    (`accelerator_at`: in scope, ``self.accelerator``, a runner's ``self.trainer.accelerator``),
+    else the module-level one a function reads when it runs (made below the function's
+    definition), else ``accelerator`` (one from another module, under a name this file does
+    not show). Every rule's advice names it through here."""
+    found = accelerator_at(script, node)
+    if found is not None:
+        return found
+    module_level = sorted(
+        (script.order(b.assign), b.name)
+        for b in script.of_kind(Kind.ACCELERATOR)
+        if isinstance(b.scope, cst.Module) and "." not in b.name
+    )
+    return module_level[0][1] if module_level else "accelerator"
+
+
+def held_accelerator(script: ScriptModel, node: cst.CSTNode) -> str | None:
+    """The Accelerator of an object held where ``node`` runs, when none is in scope itself: a
+    runner's ``self.trainer.accelerator`` (``self.trainer`` set to an instance of a trainer
+    class whose ``self.accelerator`` is one, made there or handed to the runner), or
+    ``trainer.accelerator`` for a local or parameter holding such an instance."""
+    from accelify.analysis.construction import constructed_instance
+
+    own = _own_accelerators(script)
+    if not own:
+        return None
+    graph = script.call_graph
+
+    def accelerator_of(value: cst.BaseExpression, at: cst.CSTNode) -> str | None:
+        cls = graph.classes.get(graph.made_by(value) or "")
+        if cls is None and isinstance(value, cst.Name):
+            cls = constructed_instance(script, value, "accelerator", at)
+        for candidate, member in own.items():
+            if cls is not None and graph.is_or_derives(cls, candidate):
+                return member
+        return None
+
+    here = script.order(node)
+    runner = script.index.enclosing_class(node)
+    if runner is not None:
+        for assign in script.index.of_type(cst.Assign):
+            assert isinstance(assign, cst.Assign)
+            if len(assign.targets) != 1 or script.index.enclosing_class(assign) is not runner:
+                continue
+            target = dotted(assign.targets[0].target) or ""
+            if not target.startswith("self.") or target.count(".") != 1:
+                continue
+            member = accelerator_of(assign.value, assign)
+            if member is not None:
+                return f"{target}.{member}"
+    scope = script.scope_of(node)
+    for assign in script.index.of_type(cst.Assign):
+        assert isinstance(assign, cst.Assign)
+        if len(assign.targets) != 1 or script.scope_of(assign) is not scope:
+            continue
+        target = assign.targets[0].target
+        if not isinstance(target, cst.Name) or script.order(assign) >= here:
+            continue
+        member = accelerator_of(assign.value, assign)
+        if member is not None:
+            return f"{target.value}.{member}"
+    return None
+
+
+def _own_accelerators(script: ScriptModel) -> dict[cst.ClassDef, str]:
+    """Each class of the file that sets ``self.<name>`` to an Accelerator, with that name."""
+    from accelify.analysis.facts import facts_of
+
+    placement = facts_of(script).placement
+    found: dict[cst.ClassDef, str] = {}
+    for binding in script.of_kind(Kind.ACCELERATOR):
+        if not binding.name.startswith("self.") or binding.name.count(".") != 1:
+            continue
+        owner = placement.class_of(binding.scope)
+        if owner is not None:
+            found.setdefault(owner, binding.name.removeprefix("self."))
+    return found
 
 
 def prepared(script: ScriptModel, node: cst.CSTNode) -> set[str]:
