@@ -3,16 +3,20 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.evaluation import (
+    Evaluation,
     evaluates_each_batch,
+    first_forward,
     gather_counts_padding,
     gathers_batch_loss,
+    predicts_through_the_model,
+    totals_combined_after,
 )
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, root_name, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, loop_of
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls, loop_of
 
 _EVAL = (
     HEADER
@@ -21,12 +25,26 @@ _EVAL = (
 )
 
 
+_TOTALS = (
+    HEADER
+    + "import torch\nmodel, loader = accelerator.prepare(model, loader)\ncorrect, total = 0, 0\n"
+    + "with torch.no_grad():\n    for x, y in loader:\n"
+    + "        pred = model(x).argmax(-1)\n"
+    + "        correct += (pred == y).sum()\n"
+    + "        total += y.size(0)\n"
+)
+
+
 class GatherInEvaluation(Rule):
     """``accelerator.gather`` in an evaluation loop keeps the samples repeated to give every rank
     a full last batch, so they are counted twice and the metric is off. ``gather_for_metrics``
     drops exactly those repeats. Not reported where the loop runs no forward pass, drops the
     repeats by hand (slicing the gathered tensors to the dataset's length) or gathers the batch's
-    mean loss (the repeats are inside each mean, which ``gather_for_metrics`` does not undo)."""
+    mean loss (the repeats are inside each mean, which ``gather_for_metrics`` does not undo).
+    The same padding counted another way: counts of samples kept per rank over the loop
+    (``correct += (pred == y).sum()``, ``total += y.size(0)``) and combined after it with
+    ``gather`` or ``reduce``; there the per-sample values are to be gathered for metrics in the
+    loop (not reported with ``even_batches`` set in the file or a ``drop_last`` loader)."""
 
     code = "ACC404"
     name = "gather-in-evaluation"
@@ -86,9 +104,39 @@ class GatherInEvaluation(Rule):
             11,
             26,
         ),
+        # per-rank counts over the set, gathered after the loop: the padding is in the counts
+        Example(
+            _TOTALS
+            + "correct = accelerator.gather(correct).sum()\n"
+            + "total = accelerator.gather(total).sum()\n"
+            + "accelerator.print(correct / total)\n",
+            11,
+            11,
+        ),
+        Example(  # the same summed by reduce
+            _TOTALS + "accuracy = accelerator.reduce(correct, 'sum') / accelerator.reduce(total)\n",
+            11,
+            12,
+        ),
     )
     good = (
         _EVAL + "        preds = accelerator.gather_for_metrics(model(x))\n",
+        # the counts taken from values gathered for metrics in the loop
+        _TOTALS.replace(
+            "(pred == y).sum()", "accelerator.gather_for_metrics(pred == y).sum()"
+        ).replace("y.size(0)", "accelerator.gather_for_metrics(y).size(0)")
+        + "accelerator.print(correct / total)\n",
+        # no padded batch: even_batches turned off, or the loader drops its last batch
+        _TOTALS.replace("Accelerator()", "Accelerator(even_batches=False)")
+        + "correct = accelerator.gather(correct).sum()\n",
+        HEADER
+        + "import torch\nloader = torch.utils.data.DataLoader(data, batch_size=8, drop_last=True)\n"
+        + _TOTALS.removeprefix(HEADER)
+        + "correct = accelerator.gather(correct).sum()\n",
+        # a sum of batch losses combined for a log, no count of samples
+        _EVAL.replace("    for x, y", "    val = 0.0\n    for x, y")
+        + "        val += model(x).mean().item()\n"
+        + "val = accelerator.reduce(torch.tensor(val), 'mean')\n",
         # a gather whose result nothing keeps counts nothing (the one kept is gathered for
         # metrics)
         _EVAL
@@ -145,9 +193,121 @@ class GatherInEvaluation(Rule):
                 and not _result_dropped(script, call)
             ):
                 yield self.finding(script, call, Plan.of(rewrites.use_gather_for_metrics(call)))
+        yield from self._gathered_totals(script)
+
+    def _gathered_totals(self, script: ScriptModel) -> Iterator[Finding]:
+        """Totals counted per rank in an evaluation loop over a prepared DataLoader (``correct
+        += (pred == y).sum()``, ``total += y.size(0)``) and combined after it with
+        ``accelerator.gather`` or ``accelerator.reduce``: each rank's last batch holds the
+        samples repeated to even out the batches, so the combined counts include them. Neither
+        ``gather_for_metrics`` of the totals (a sum has no rows to drop) nor a reduce undoes
+        that: the per-sample values are gathered for metrics in the loop. Not reported where
+        no batch is padded (``even_batches=False``, ``drop_last``)."""
+        facts = facts_of(script)
+        accelerators = script.names_of(Kind.ACCELERATOR)
+        for evaluation in facts.evaluations:
+            if evaluation.already_gathered or not _over_a_padded_loader(script, evaluation):
+                continue
+            loop = evaluation.loop
+            if first_forward(loop, facts) is None and not predicts_through_the_model(loop):
+                continue
+            counted = _sample_counts(evaluation)
+            if not counted:
+                continue
+            combining = [
+                call
+                for call in totals_combined_after(evaluation, facts)
+                if isinstance(call.func, cst.Attribute)
+                and call.func.attr.value in ("gather", "reduce")
+                and dotted(call.func.value) in accelerators
+                and call.args
+                and root_name(call.args[0].value) in counted
+            ]
+            if not combining:
+                continue
+            call = combining[0]  # one finding per loop: the fix is in the loop
+            totals = " and ".join(sorted({root_name(c.args[0].value) or "" for c in combining}))
+            how = call.func.attr.value  # type: ignore[attr-defined]
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    f"Gather the per-sample values with {accelerator_name(script, call)}"
+                    f".gather_for_metrics in the loop at line {script.line(loop.node)} and "
+                    f"count {totals} on what it returns: each rank counts its own batches, "
+                    "whose last one holds samples repeated to even out the ranks' batches, so "
+                    f"the combined totals count them twice (a {how} of the totals cannot drop "
+                    "them)"
+                ),
+            )
 
 
 def _result_dropped(script: ScriptModel, call: cst.Call) -> bool:
     """``accelerator.gather(predictions)`` alone on its line (a GLUE LoRA script gathers twice
     and keeps the second): nothing is counted from it, padding or not."""
     return isinstance(script.parent(call), cst.Expr)
+
+
+def _sample_counts(evaluation: Evaluation) -> set[str]:
+    """The totals the loop adds counts of samples to: ``correct += (pred == y).sum()``,
+    ``total += y.size(0)`` (a metric over the set, which padded samples change)."""
+    found = set()
+    for sink in evaluation.sinks:
+        smalls = sink.body if isinstance(sink, cst.SimpleStatementLine) else [sink]
+        for small in smalls:
+            if not (isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)):
+                continue
+            if _counts_samples(small.value):
+                found.add(root_name(small.target))
+    return found - {None}
+
+
+def _counts_samples(value: cst.BaseExpression) -> bool:
+    """A count of samples: a sum over a comparison (``(pred == y).sum()``, ``pred.eq(y).sum()``)
+    or the batch's size (``y.size(0)``, ``len(y)``, ``y.numel()``, ``y.shape[0]``)."""
+    for node in walk(value):
+        if not isinstance(node, cst.Call):
+            continue
+        if dotted(node.func) == "len":
+            return True
+        if not isinstance(node.func, cst.Attribute):
+            continue
+        member = node.func.attr.value
+        compared = any(
+            isinstance(n, cst.Comparison)
+            or (isinstance(n, cst.Attribute) and n.attr.value in ("eq", "ne"))
+            for n in walk(node.func.value)
+        )
+        if (member == "sum" and compared) or member in ("numel", "size"):
+            return True
+    return any(
+        isinstance(node, cst.Subscript) and (dotted(node.value) or "").endswith(".shape")
+        for node in walk(value)
+    )
+
+
+def _over_a_padded_loader(script: ScriptModel, evaluation: Evaluation) -> bool:
+    """The loop reads a prepared DataLoader whose last batches are evened out with repeated
+    samples: Accelerate's default ``even_batches``, not turned off in the file, and no
+    ``drop_last`` where the loader is made."""
+    loop = evaluation.loop
+    if loop.iterable not in script.prepared_names:
+        return False
+    if "even_batches" in script.source:
+        return False  # turned off, or set from a value the file does not show
+    made = {
+        given
+        for prepare in script.prepare_calls
+        for given, output in zip(prepare.inputs, prepare.outputs, strict=False)
+        if output == loop.iterable and given
+    } | {loop.iterable}
+    for binding in script.of_kind(Kind.DATALOADER):
+        if (
+            binding.name in made
+            and isinstance(binding.value, cst.Call)
+            and any(
+                a.keyword is not None and a.keyword.value == "drop_last" for a in binding.value.args
+            )
+        ):
+            return False
+    return True

@@ -1388,20 +1388,23 @@ def _gathers(loop: Loop, facts: Facts) -> bool:
     )
 
 
-def _combined_after(loop: Loop, sinks: list[cst.CSTNode], facts: Facts) -> list[cst.Call]:
+def _combined_after(
+    loop: Loop, sinks: list[cst.CSTNode], facts: Facts, scope: cst.CSTNode | None = None
+) -> list[cst.Call]:
     """The totals are combined across ranks after the loop, by the script itself:
     ``dist.all_reduce(correct)``, ``accelerator.reduce(total)``, or a tensor made from them
     (``t = torch.tensor([correct, total]); dist.all_reduce(t)``). Already distributed: a gather
-    inside the loop as well would count every sample once per rank."""
+    inside the loop as well would count every sample once per rank. Looked for in the loop's
+    function (in ``scope`` when given: the module, for a loop at module level)."""
     totals = {_sink_name(sink) for sink in sinks} - {None}
-    function = facts.placement.enclosing_function(loop.node)
+    function = scope or facts.placement.enclosing_function(loop.node)
     if not totals or function is None:
         return []
     model = facts.model
     start = model.order(loop.node)
     made_from: set[str] = set(totals)
     found = []
-    for node in walk(function.body):
+    for node in walk(function.body if isinstance(function, cst.FunctionDef) else function):
         if model.order(node) <= start or facts.placement.inside(node, loop.node):
             continue
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
@@ -1625,6 +1628,15 @@ def gather_counts_padding(loop: Loop, gather: cst.Call, facts: Facts) -> bool:
 _SAME_VALUE = ("detach", "float", "double", "cpu", "clone", "contiguous", "to")
 #: Reshapes that leave one value per rank a single row (``loss.unsqueeze(0)``).
 _ONE_ROW = ("unsqueeze", "view", "reshape", "flatten")
+
+
+def totals_combined_after(evaluation: Evaluation, facts: Facts) -> list[cst.Call]:
+    """The calls after ``evaluation``'s loop that combine its totals across ranks, at module
+    level too (`_combined_after`)."""
+    if evaluation.combined_by:
+        return evaluation.combined_by
+    scope = facts.placement.enclosing_function(evaluation.loop.node) or facts.model.module
+    return _combined_after(evaluation.loop, evaluation.sinks, facts, scope)
 
 
 def gathers_batch_loss(gather: cst.Call) -> bool:
