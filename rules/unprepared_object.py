@@ -6,11 +6,11 @@ from accelify.analysis import names
 from accelify.analysis.collectives import DEEPSPEED, backends_in_view
 from accelify.analysis.dataflow import local_alias
 from accelify.analysis.facts import facts_of
-from accelify.analysis.flow import accumulate_context, once_per_optimizer_step
+from accelify.analysis.flow import SchedulerStep, accumulate_context, once_per_optimizer_step
 from accelify.analysis.loops import entry_read
 from accelify.analysis.objects import is_loader_dict
-from accelify.analysis.scheduler_preparation import stepped_per_fixed_iteration
-from accelify.analysis.script_model import Kind, Loop, PrepareCall, ScriptModel
+from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
+from accelify.analysis.script_model import Binding, Kind, Loop, PrepareCall, ScriptModel
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import (
@@ -18,6 +18,7 @@ from accelify.lint.rule import (
     Example,
     Finding,
     Rule,
+    accelerator_name,
     calls,
     calls_in,
     optimizer_models,
@@ -71,6 +72,29 @@ _HELPER = (
 )
 
 
+_PREPARE_ALL = "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+#: a scheduler chosen by a flag, stepped per batch (cosine) or per epoch (step), left out of
+#: prepare (no one step_scheduler_with_optimizer fits both); {size} sizes the cosine
+_MIXED_PACE = (
+    HEADER
+    + _OBJECTS
+    + "{before}"
+    + "if args.sched == 'cosine':\n"
+    + "    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max={size})\n"
+    + "else:\n"
+    + "    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 30)\n"
+    + _PREPARE_ALL
+    + "for epoch in range(args.epochs):\n"
+    + "    for x, y in loader:\n"
+    + "        accelerator.backward(model(x).sum())\n"
+    + "        optimizer.step()\n"
+    + "        if args.sched == 'cosine':\n"
+    + "{step}"
+    + "    if args.sched == 'step':\n"
+    + "        scheduler.step()\n"
+)
+
+
 class UnpreparedObject(Rule):
     """A DataLoader, a trained model, its optimizer or a per-step LR scheduler that the training
     loop uses without it having gone through ``accelerator.prepare`` (or under its old name after
@@ -88,13 +112,29 @@ class UnpreparedObject(Rule):
     alone: not preparing them is correct. A prepare indented into one branch of an
     ``if``/``elif`` chain whose other branches build the same objects (a scheduler chosen by
     name) is reported at the prepare: on those branches the training after the chain uses
-    everything unprepared."""
+    everything unprepared.
+
+    A scheduler stepped both per batch and per epoch (chosen by a flag) is rightly left out of
+    ``prepare`` (its per-epoch steps would count N times); its per-batch step is reported where
+    it is sized in the whole loader's batches (``len(loader)`` before prepare) and stepped once
+    per batch of a rank's shard, not ``num_processes`` times: the schedule ends N times late."""
 
     code = "ACC401"
     name = "unprepared-object"
     message = "Pass this to accelerator.prepare and use what it returns"
     why = "Unprepared loaders are not sharded and unprepared models are not synchronised."
     bad = (
+        # stepped per batch and per epoch, sized in the whole loader's batches, and stepped
+        # once per rank's batch: on N ranks the cosine ends N times late
+        Example(
+            _MIXED_PACE.format(
+                before="total_steps = len(loader) * args.epochs\n",
+                size="total_steps",
+                step="            scheduler.step()\n",
+            ),
+            18,
+            13,
+        ),
         # a diffusion trainer: each trainable model prepared into the loop variable, dropped
         Example(
             HEADER + "import torch\n"
@@ -465,6 +505,17 @@ class UnpreparedObject(Rule):
         + "        accelerator.backward(loss)\n"
         + "        optimizer.step()\n"
         + "    scheduler.step()\n",
+        # the same stepped num_processes times per batch: the whole loader's pace
+        _MIXED_PACE.format(
+            before="total_steps = len(loader) * args.epochs\n",
+            size="total_steps",
+            step="            for _ in range(accelerator.num_processes):\n"
+            "                scheduler.step()\n",
+        ),
+        # sized after prepare, from the shard's length: once per rank's batch is its pace
+        _MIXED_PACE.replace(_PREPARE_ALL, "")
+        .replace("{before}", _PREPARE_ALL)
+        .format(size="len(loader) * args.epochs", step="            scheduler.step()\n"),
         # a scheduler stepped per batch and per epoch (convert's output): prepared, its
         # per-epoch steps would count num_processes times; per batch it steps once per rank
         HEADER
@@ -667,17 +718,23 @@ class UnpreparedObject(Rule):
                 # accumulated or sharded as if they were plain ones
                 reason = "aware of fp16 loss scaling, accumulation or sharding"
                 yield self.finding(script, call, message=_message("optimizer", owner, reason))
-            elif (
-                owner in schedulers
-                and owner not in prepared
-                and not flow.sized_per_process_and_stepped_with_optimizer(call)
-                and not _sized_per_batch_inside_accumulate(script, call, owner)
-                and not _stepped_per_fixed_iteration_with_optimizer(script, call)
-                # stepped per batch and per epoch: prepared, the per-epoch steps would count N
-                # times; left out on purpose (convert steps it num_processes times per batch)
-                and owner not in flow.mixed_pace_schedulers({owner})
-            ):
-                yield self.finding(script, call, message=_scheduler_message(script, call, owner))
+            elif owner in schedulers and owner not in prepared:
+                mixed = flow.mixed_pace_schedulers({owner}).get(owner or "")
+                if mixed is not None:
+                    # stepped per batch and per epoch: prepared, the per-epoch steps would
+                    # count N times, so it is left out on purpose; its per-batch step then
+                    # needs num_processes steps per call (as convert writes it)
+                    late = _per_batch_step_ends_late(script, call, owner, mixed)
+                    if late is not None:
+                        yield self.finding(script, call, message=late)
+                elif (
+                    not flow.sized_per_process_and_stepped_with_optimizer(call)
+                    and not _sized_per_batch_inside_accumulate(script, call, owner)
+                    and not _stepped_per_fixed_iteration_with_optimizer(script, call)
+                ):
+                    yield self.finding(
+                        script, call, message=_scheduler_message(script, call, owner)
+                    )
 
     def _prepared_into_loop_variable(self, script: ScriptModel) -> Iterator[Finding]:
         """``for model in self.models: model = accelerator.prepare(model)`` and nothing in the
@@ -896,17 +953,65 @@ def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) ->
     return _message("scheduler", name, "stepped with the optimizer")
 
 
+def _per_batch_step_ends_late(
+    script: ScriptModel, call: cst.Call, name: str | None, steps: list[SchedulerStep]
+) -> str | None:
+    """The advice for ``call``, the per-batch step of a scheduler also stepped per epoch (so
+    rightly left unprepared), where it ends its schedule N times late: stepped once per batch
+    of a rank's shard, not ``num_processes`` times, while sized in the whole loader's batches
+    (``len(loader)`` before prepare). None where the pace is right or cannot be told (a size
+    that is no loader's length, a schedule sized with ``num_processes``)."""
+    step = next((s for s in steps if s.call is call), None)
+    if step is None or not step.per_batch or call.args:
+        return None
+    for ancestor in script.ancestors(call):
+        if isinstance(ancestor, cst.For) and PROCESS_COUNT.search(
+            script.module.code_for_node(ancestor.iter)
+        ):
+            return None  # ``for _ in range(accelerator.num_processes): scheduler.step()``
+        if isinstance(ancestor, cst.FunctionDef):
+            break
+    length = _sized_by_a_whole_loader(script, call, name, any_binding=True)
+    if length is None:
+        return None
+    accelerator = accelerator_name(script, call)
+    per_epoch = ", ".join(str(script.line(s.call)) for s in steps if not s.per_batch)
+    return (
+        f"Step `{name}` {accelerator}.num_processes times here (`for _ in "
+        f"range({accelerator}.num_processes): {name}.step()`): it is sized from "
+        f"len({dotted(length.args[0].value)}) at line {script.line(length)}, all of the "
+        "dataset's batches, but each of N processes steps it once per batch of its 1/N shard, "
+        f"so its schedule ends N times late; prepare is no fix, as it is also stepped per epoch "
+        f"(line {per_epoch}), where a prepared scheduler would step N times"
+    )
+
+
 def _sized_by_a_whole_loader(
-    script: ScriptModel, step: cst.Call, name: str | None
+    script: ScriptModel, step: cst.Call, name: str | None, any_binding: bool = False
 ) -> cst.Call | None:
     """``len(train_dataloader)`` in what sizes scheduler ``name`` (its arguments, or a name
     they read that its scope assigns), where ``train_dataloader`` is prepared only after the
     scheduler is built: the whole dataset's batches, while each process steps it over its
-    shard. The ``len`` call, or None."""
-    bindings = [b for b in script.of_kind(Kind.SCHEDULER) if b.name == name]
-    if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
+    shard. The ``len`` call, or None. ``any_binding``: in any of the scheduler's constructions
+    (one chosen by a flag), not only where it has one; none sized with ``num_processes``."""
+    bindings = [
+        b
+        for b in script.of_kind(Kind.SCHEDULER)
+        if b.name == name and isinstance(b.value, cst.Call)
+    ]
+    if any_binding:
+        if any(PROCESS_COUNT.search(script.module.code_for_node(b.value)) for b in bindings):
+            return None
+        found = (_sized_by_a_whole_loader_at(script, step, name, b) for b in bindings)
+        return next((length for length in found if length is not None), None)
+    if len(bindings) != 1:
         return None
-    binding = bindings[0]
+    return _sized_by_a_whole_loader_at(script, step, name, bindings[0])
+
+
+def _sized_by_a_whole_loader_at(
+    script: ScriptModel, step: cst.Call, name: str | None, binding: Binding
+) -> cst.Call | None:
     built = script.order(binding.assign)
     later = {
         output
