@@ -31,6 +31,15 @@ class CollectiveOnSomeRanks(Rule):
         Example(
             HEADER + "if accelerator.is_main_process:\n    accelerator.wait_for_everyone()\n", 4, 5
         ),
+        # HF Accelerate's save_state on the main process only, launched with a DeepSpeed config
+        # (its usage line): a collective there, the other ranks never reach it (hang)
+        Example(
+            '"""Run: accelerate launch --config_file configs/deepspeed_zero2.yaml train.py"""\n'
+            + "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+            + "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n",
+            5,
+            5,
+        ),
         # Accelerate's decorators are rank guards around the whole body
         Example(
             HEADER + "@accelerator.on_local_main_process\ndef finish():\n"
@@ -155,6 +164,10 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # the same on DDP: no collective there (the RNG states it misses are opt-in ACC206's)
+        '"""Run: accelerate launch --config_file configs/multi_gpu.yaml train.py"""\n'
+        + "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+        + "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n",
         # main_process_first written out by hand: each rank waits once, in one of the two ifs
         _HF
         + "if not accelerator.is_main_process:\n    accelerator.wait_for_everyone()\n"

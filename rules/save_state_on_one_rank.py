@@ -46,6 +46,10 @@ class SaveStateOnOneRank(Rule):
     )
     good = (
         _HF + "accelerator.save_state('ckpt')\n",
+        # launched with a DeepSpeed config: a hang there, ACC202's (in the default set)
+        '"""Run: accelerate launch --config_file ds_zero3.yaml train.py"""\n'
+        + _HF
+        + "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n",
         _HF + "if accelerator.is_main_process:\n    accelerator.save_model(model, 'out')\n",
     )
 

@@ -17,6 +17,7 @@ checkpoint calls, on whose runtime runs the script:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -221,17 +222,35 @@ def backends_in_view(script: ScriptModel) -> frozenset[str]:
     rule them out (``assert accelerator.distributed_type != DistributedType.FSDP``)."""
     code = script.source
     found = {DDP}
-    mentions = {b: any(word in code for word in _MENTIONS[b]) for b in (FSDP, DEEPSPEED)}
+    mentions = {b: _mentions(code, b) for b in (FSDP, DEEPSPEED)}
     if any(mentions.values()):
         for refusal in _refusals(script):
             code = code.replace(script.module.code_for_node(refusal), "")
-    if mentions[FSDP] and any(word in code for word in _MENTIONS[FSDP]):
+    if mentions[FSDP] and _mentions(code, FSDP):
         found.add(FSDP)
-    if mentions[DEEPSPEED] and any(word in code for word in _MENTIONS[DEEPSPEED]):
+    if mentions[DEEPSPEED] and _mentions(code, DEEPSPEED):
         found.add(DEEPSPEED)
         if not _zero_stage_pinned_below_3(script):
             found.add(ZERO3)
     return frozenset(found)
+
+
+#: A launch config file for DeepSpeed named in the script (``accelerate launch --config_file
+#: configs/deepspeed_zero3.yaml``, in its usage text or as a default path): the run it is
+#: launched with selects DeepSpeed, though the code itself never says so.
+_LAUNCH_CONFIG = {
+    FSDP: re.compile(r"fsdp[\w.-]*\.ya?ml\b", re.IGNORECASE),
+    DEEPSPEED: re.compile(
+        r"(?:deepspeed|\bds_|\bzero[_-]?[0-3])[\w.-]*\.(?:ya?ml|json)\b", re.IGNORECASE
+    ),
+}
+
+
+def _mentions(code: str, backend: str) -> bool:
+    """The script names ``backend``: in its code, or by the launch config it is run with."""
+    return any(word in code for word in _MENTIONS[backend]) or bool(
+        _LAUNCH_CONFIG[backend].search(code)
+    )
 
 
 #: Where a DeepSpeed JSON config (which may ask for ZeRO-3) comes in instead of the plugin's own
