@@ -59,17 +59,20 @@ class Rule:
         message: str | None = None,
     ) -> Finding:
         start = script.position(node).start
-        if message is None:
-            message = in_file_words(self.message, accelerator_name(script, node))
+        # every message names the accelerator as it is reachable at the finding
+        text = self.message if message is None else message
+        message = in_file_words(text, accelerator_name(script, node))
         return Finding(self.code, message, start.line, start.column + 1, fix)
 
 
 def in_file_words(message: str, name: str | None) -> str:
     """The rule's message in the file's words: ``self.accelerator.backward(loss)``,
-    ``acc.backward(loss)`` where the accelerator goes by that name."""
+    ``acc.backward(loss)`` where the accelerator goes by that name. Only a bare
+    ``accelerator.`` is renamed: one already reached through an object
+    (``self.trainer.accelerator.save``) is how the file spells it."""
     if name is None or name == "accelerator":
         return message
-    return re.sub(r"\baccelerator\.", f"{name}.", message)
+    return re.sub(r"(?<![\w.])accelerator\.", f"{name}.", message)
 
 
 def accelerator_at(script: ScriptModel, node: cst.CSTNode) -> str | None:
