@@ -121,16 +121,23 @@ class ReadBeforeWritten(Rule):
             if _ordered_by_a_collective(script, shared.write, shared.read):
                 continue
             accelerator = accelerator_name(script, shared.read)
-            yield self.finding(
-                script,
-                shared.read,
-                message=(
+            branch = _divergent_branch(script, shared.read, shared.write)
+            if branch is not None:
+                message = (
+                    f"Read this file after the branch at line {script.line(branch)}, behind "
+                    f"{accelerator}.wait_for_everyone(): it is written at line "
+                    f"{script.line(shared.write)} on the main process only and read here by "
+                    "every rank that gets here without waiting for the write, and the ranks may "
+                    "disagree on that branch, so a barrier inside it would hang"
+                )
+            else:
+                message = (
                     f"Call {accelerator}.wait_for_everyone() before this read: the file is "
-                    f"written at line {script.line(shared.write)} on the main process only, and "
-                    "the other ranks read it here without waiting for the write (nothing there "
-                    "yet on a first run, or half of it)"
-                ),
-            )
+                    f"written at line {script.line(shared.write)} on the main process only, "
+                    "and the other ranks read it here without waiting for the write (nothing "
+                    "there yet on a first run, or half of it)"
+                )
+            yield self.finding(script, shared.read, message=message)
 
     def _download_on_one_rank(self, script: ScriptModel) -> Iterator[Finding]:
         """``datasets.CIFAR10(root, download=accelerator.is_main_process)`` run by every rank:
@@ -160,6 +167,23 @@ class ReadBeforeWritten(Rule):
                     "first run)"
                 ),
             )
+
+
+def _divergent_branch(script: ScriptModel, read: cst.Call, write: cst.Call) -> cst.CSTNode | None:
+    """The branch the ranks may disagree on (``if total < best:`` on a per-rank total) that the
+    read runs under, where a barrier before it would be reached by some ranks only: the
+    outermost one around both the write and the read, or one around the read alone."""
+    facts = facts_of(script)
+    statement = next(
+        (a for a in script.ancestors(read) if isinstance(a, cst.SimpleStatementLine)), read
+    )
+    places = facts.ranks.barrier_places(statement)
+    for place in places:
+        if facts.placement.inside(write, place):
+            return place
+    return next(
+        (b for b in map(facts.shared_files.divergent_around, places) if b is not None), None
+    )
 
 
 def _other_ranks_wait_before(script: ScriptModel, call: cst.Call) -> bool:

@@ -579,3 +579,17 @@ def test_advice_in_a_function_names_the_accelerator_of_the_trainer_it_made():
 def test_a_fix_in_a_runner_calls_the_trainers_accelerator():
     fixed = lint(_RUNNER, "ACC301", fix=True).fixed.decode()
     assert "            self.trainer.accelerator.backward(loss)\n" in fixed
+
+
+def test_a_read_after_accelerator_save_in_a_branch_the_ranks_may_disagree_on_is_read_after_it():
+    """The converted checkpoint_reload: ``accelerator.save`` then ``torch.load`` of the best
+    weights under ``if total < best:`` on a per-rank total. A barrier before the read would sit
+    in the branch some ranks skip (hang): the advice moves the read after the branch."""
+    from pathlib import Path
+
+    after = Path(__file__).parent.parent / "fixtures/convert/checkpoint_reload/after.py"
+    [finding] = lint(after.read_text(), "ACC212").findings
+    assert finding.line == 38
+    assert "after the branch at line 35, behind accelerator.wait_for_everyone()" in (
+        finding.message
+    )
