@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.syntax import all_params, dotted, walk
+from accelify.analysis.syntax import all_params, dotted, keyword_value, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -276,7 +276,7 @@ def _logs_with_wandb(model, init: cst.Call) -> bool:
             return False
         made += _accelerators_made(model, assign.value)
     return bool(made) and all(
-        isinstance(call, cst.Call) and _names_wandb(model, _keyword(call, "log_with"), call)
+        isinstance(call, cst.Call) and _names_wandb(model, keyword_value(call, "log_with"), call)
         for call in made
     )
 
@@ -306,12 +306,6 @@ def _accelerators_made(model, value: cst.BaseExpression) -> list[cst.BaseExpress
             return [value]
         made.append(result)
     return made or [value]
-
-
-def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    return next(
-        (a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None
-    )
 
 
 def _names_wandb(model, value: cst.BaseExpression | None, at: cst.CSTNode, depth: int = 0) -> bool:

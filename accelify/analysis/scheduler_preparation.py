@@ -13,7 +13,7 @@ import libcst as cst
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import callee
 from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, is_accelerator_call, walk
 
 #: Settings under which a prepared scheduler steps once per call, or that this file may set in a
 #: way it cannot read (a config dict, an attribute, a flag): a mention other than the default.
@@ -32,11 +32,7 @@ def steps_once_per_process(script: ScriptModel) -> bool:
     unpacked from elsewhere."""
     if _SETTINGS.search(script.source):
         return False
-    made = [
-        call
-        for call in script.calls
-        if (dotted(call.func) or "").rsplit(".", 1)[-1] == "Accelerator"
-    ]
+    made = [call for call in script.calls if is_accelerator_call(call)]
     return bool(made) and all(
         argument.keyword is not None and not argument.star
         for call in made

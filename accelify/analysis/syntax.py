@@ -200,6 +200,34 @@ def self_parameter(method: cst.FunctionDef) -> str | None:
     return params[0].name.value if params else None
 
 
+def keyword_argument(call: cst.Call, name: str) -> cst.Arg | None:
+    """The ``name=`` argument of ``call``, if given."""
+    return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    """What ``call`` passes as ``name=``, if it does."""
+    argument = keyword_argument(call, name)
+    return argument.value if argument is not None else None
+
+
+def is_accelerator_call(node: cst.CSTNode) -> bool:
+    """``Accelerator(...)`` (``accelerate.Accelerator(...)``, ...): a call that builds an
+    Accelerator itself, by the class's own name; a factory's call is not one (its arguments mean
+    what the factory makes of them)."""
+    return isinstance(node, cst.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] == (
+        "Accelerator"
+    )
+
+
+def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.Arg | None:
+    """The ``keyword=`` argument of an ``Accelerator(...)`` call, if given (not of a factory's
+    call: its arguments mean what the factory makes of them)."""
+    if not is_accelerator_call(accelerator):
+        return None
+    return keyword_argument(accelerator, keyword)  # type: ignore[arg-type]
+
+
 def target_names(target: cst.BaseExpression) -> set[str]:
     if isinstance(target, cst.Name):
         return {target.value}

@@ -11,6 +11,7 @@ import libcst as cst
 
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import accelerator_argument as accelerator_argument
 from accelify.analysis.syntax import dotted, root_name, walk
 from accelify.edits.plan import Plan
 from accelify.lint.finding import Finding
@@ -207,24 +208,6 @@ def under_rank_guard(script: ScriptModel, node: cst.CSTNode) -> bool:
 def calls(script: ScriptModel) -> list[cst.Call]:
     """Every call in the file, in source order (collected once, by the analysis)."""
     return script.calls
-
-
-def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.Arg | None:
-    """The ``keyword=`` argument of an ``Accelerator(...)`` call, if given (not of a factory's
-    call: its arguments mean what the factory makes of them)."""
-    if (
-        not isinstance(accelerator, cst.Call)
-        or (dotted(accelerator.func) or "").rsplit(".")[-1] != "Accelerator"
-    ):
-        return None
-    return next(
-        (
-            argument
-            for argument in accelerator.args
-            if argument.keyword is not None and argument.keyword.value == keyword
-        ),
-        None,
-    )
 
 
 def optimizer_models(script: ScriptModel) -> dict[str, set[str]]:
