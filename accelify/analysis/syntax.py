@@ -341,3 +341,60 @@ def unpacked_pairs(
     ):
         return None
     return [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]
+
+
+#: Where an element sits in a (nested) tuple: ``(1, 0)`` is the first of the second.
+Path = tuple[int, ...]
+
+
+def tuple_leaves(
+    node: cst.BaseExpression, nests: tuple[type[cst.BaseExpression], ...] = (cst.Tuple,)
+) -> list[tuple[Path, cst.BaseExpression]] | None:
+    """Each element of a tuple written out (of ``nests``), nested ones followed, with where it
+    sits: ``(model, opt), (train_dl, val_dl)`` has four; anything else is one element at
+    ``()``. None when a starred element makes the positions uncertain."""
+    if not isinstance(node, nests):
+        return [((), node)]
+    found: list[tuple[Path, cst.BaseExpression]] = []
+    for index, element in enumerate(node.elements):  # type: ignore[attr-defined]
+        if not isinstance(element, cst.Element):
+            return None
+        inner = tuple_leaves(element.value, nests)
+        if inner is None:
+            return None
+        found += [((index, *path), leaf) for path, leaf in inner]
+    return found
+
+
+def element_at(
+    value: cst.BaseExpression | None,
+    path: Path,
+    nests: tuple[type[cst.BaseExpression], ...] = (cst.Tuple,),
+) -> cst.BaseExpression | None:
+    """The element of a tuple written out (of ``nests``; nested ones followed) at ``path``;
+    None when the value is no tuple of that shape."""
+    for index in path:
+        if not isinstance(value, nests) or len(value.elements) <= index:  # type: ignore[attr-defined]
+            return None
+        elements = value.elements  # type: ignore[attr-defined]
+        if any(isinstance(e, cst.StarredElement) for e in elements):
+            return None
+        value = elements[index].value
+    return value
+
+
+def unpacked_names(
+    target: cst.BaseExpression, value: cst.BaseExpression | None
+) -> list[tuple[str, cst.BaseExpression | None]]:
+    """Each plain name ``target = value`` binds (``a, (b, c) = ...`` unpacked), with the
+    element of ``value`` written at its position (a tuple or list written out); None where it
+    is not written out (``a, b = pair()``) or a starred element makes positions uncertain."""
+    nests = (cst.Tuple, cst.List)
+    leaves = tuple_leaves(target, nests)
+    if leaves is None:
+        return [(name, None) for name in sorted(target_names(target))]
+    return [
+        (leaf.value, element_at(value, path, nests) if path else value)
+        for path, leaf in leaves
+        if isinstance(leaf, cst.Name)
+    ]
