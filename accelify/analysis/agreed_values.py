@@ -17,7 +17,7 @@ import libcst as cst
 
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts
-from accelify.analysis.syntax import dotted, operands, unpacked_names, walk
+from accelify.analysis.syntax import dotted, unpacked_names, walk
 
 #: Builtins whose result is the same wherever their arguments are.
 _PURE_BUILTINS = {"float", "int", "round", "abs", "max", "min", "bool", "str"}
@@ -115,21 +115,9 @@ class AgreedValues:
         agreed: set[str] | frozenset[str],
         depth: int,
     ) -> bool:
-        if isinstance(value, cst.Call):
-            return self._agreed_call(value, function, agreed, depth)
-        if isinstance(value, cst.Name):
-            return (
-                value.value in agreed
-                or value.value in self.facts.ranks.counters()
-                or self.facts.ranks.uniform(value)
-            )
-        if isinstance(value, cst.Attribute):
-            return self.facts.ranks.uniform(value) or self._agreed(
-                value.value, function, agreed, depth
-            )
-        if isinstance(value, (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.DictComp)):
-            return False
-        return all(self._agreed(c, function, agreed, depth) for c in operands(value))
+        return self.facts.ranks.uniform(
+            value, agreed, lambda call: self._agreed_call(call, function, agreed, depth)
+        )
 
     def _agreed_call(
         self,
