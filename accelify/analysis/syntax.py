@@ -398,3 +398,37 @@ def unpacked_names(
         for path, leaf in leaves
         if isinstance(leaf, cst.Name)
     ]
+
+
+#: Each binary operator's augmented assignment (``+`` and ``+=``).
+_AUGMENTED: dict[type[cst.BaseBinaryOp], type[cst.BaseAugOp]] = {
+    cst.Add: cst.AddAssign,
+    cst.Subtract: cst.SubtractAssign,
+    cst.Multiply: cst.MultiplyAssign,
+    cst.Divide: cst.DivideAssign,
+    cst.FloorDivide: cst.FloorDivideAssign,
+    cst.Modulo: cst.ModuloAssign,
+}
+
+
+def updated_with(
+    node: cst.CSTNode, name: str, operator: type[cst.BaseBinaryOp]
+) -> tuple[cst.BaseExpression | None, cst.BaseExpression] | None:
+    """The operands when ``node`` assigns ``name`` the result of ``operator``: ``name += 1``
+    gives ``(None, 1)`` (the left is ``name`` itself), ``name = loss / steps`` gives ``(loss,
+    steps)``; None for any other statement."""
+    if (
+        isinstance(node, cst.AugAssign)
+        and dotted(node.target) == name
+        and isinstance(node.operator, _AUGMENTED[operator])
+    ):
+        return None, node.value
+    if (
+        isinstance(node, cst.Assign)
+        and len(node.targets) == 1
+        and dotted(node.targets[0].target) == name
+        and isinstance(node.value, cst.BinaryOperation)
+        and isinstance(node.value.operator, operator)
+    ):
+        return node.value.left, node.value.right
+    return None
