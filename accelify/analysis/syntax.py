@@ -211,13 +211,13 @@ def keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
     return argument.value if argument is not None else None
 
 
-def is_accelerator_call(node: cst.CSTNode) -> bool:
+def is_accelerator_call(node: cst.CSTNode) -> typing.TypeGuard[cst.Call]:
     """``Accelerator(...)`` (``accelerate.Accelerator(...)``, ...): a call that builds an
     Accelerator itself, by the class's own name; a factory's call is not one (its arguments mean
     what the factory makes of them)."""
-    return isinstance(node, cst.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] == (
-        "Accelerator"
-    )
+    if not isinstance(node, cst.Call):
+        return False
+    return (dotted(node.func) or "").rsplit(".", 1)[-1] == "Accelerator"
 
 
 def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.Arg | None:
@@ -225,7 +225,7 @@ def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.A
     call: its arguments mean what the factory makes of them)."""
     if not is_accelerator_call(accelerator):
         return None
-    return keyword_argument(accelerator, keyword)  # type: ignore[arg-type]
+    return keyword_argument(accelerator, keyword)
 
 
 def target_names(target: cst.BaseExpression) -> set[str]:
