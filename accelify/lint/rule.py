@@ -114,13 +114,7 @@ def prepared(script: ScriptModel, node: cst.CSTNode) -> set[str]:
     MergeT5(args)`` in a ``main_dev()`` beside the ``main_train()`` that prepares its own
     ``model``): that is another object, which no prepare placed."""
     here = script.order(node)
-    found = {
-        name
-        for call in script.prepare_calls
-        if script.order(call.call) <= here
-        for name in call.outputs
-        if name
-    }
+    found = script.prepared_before(node)
     scope = script.scope_of(node)
     if not isinstance(scope, cst.FunctionDef):
         return found
