@@ -5,7 +5,7 @@ import libcst as cst
 from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import accumulate_context
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, is_accelerator_call, walk
 from accelify.lint.rule import Example, Finding, Rule, accelerator_argument, calls
 
 _SETUP = (
@@ -191,7 +191,7 @@ def _unset_message(script: ScriptModel, division: cst.CSTNode) -> str:
     divisor = division.right if isinstance(division, cst.BinaryOperation) else division.value
     steps = script.module.code_for_node(divisor)  # type: ignore[arg-type]
     built = next(
-        (b for b in script.of_kind(Kind.ACCELERATOR) if _is_accelerator_call(b.value)), None
+        (b for b in script.of_kind(Kind.ACCELERATOR) if is_accelerator_call(b.value)), None
     )
     where = f" (line {script.line(built.value)})" if built is not None else ""
     return (
@@ -200,12 +200,6 @@ def _unset_message(script: ScriptModel, division: cst.CSTNode) -> str:
         "this script never sets, so with none every batch is an optimizer step and this "
         "division only shrinks the update, and with steps from the launcher's config the loss "
         "is divided twice"
-    )
-
-
-def _is_accelerator_call(value: cst.BaseExpression) -> bool:
-    return (
-        isinstance(value, cst.Call) and (dotted(value.func) or "").rsplit(".")[-1] == "Accelerator"
     )
 
 
@@ -261,11 +255,7 @@ def _steps_test(script: ScriptModel) -> Callable[[str], bool] | None:
 
 
 def _builds_accelerator(script: ScriptModel) -> bool:
-    return any(
-        isinstance(binding.value, cst.Call)
-        and (dotted(binding.value.func) or "").rsplit(".")[-1] == "Accelerator"
-        for binding in script.of_kind(Kind.ACCELERATOR)
-    )
+    return any(is_accelerator_call(b.value) for b in script.of_kind(Kind.ACCELERATOR))
 
 
 def _read_steps(script: ScriptModel) -> frozenset[str]:

@@ -698,16 +698,7 @@ class _RankValues:
         return self._answers[key]
 
     def _last_set_gathered(self, name: str, value: cst.CSTNode, depth: int) -> bool:
-        at = self.script.order(value)
-        around = {id(a) for a in self.script.ancestors(value)}
-        last = None
-        for assign in self.assigns:
-            if (
-                self.script.order(assign) < at
-                and id(assign) not in around
-                and name in target_names(assign.targets[0].target)
-            ):
-                last = assign
+        last = self._last_assign(name, value)
         if last is None:
             # ``for met in self.metric_ftns:`` inside the loop: ``met`` is what that loop walks,
             # the same on every rank unless what it walks is this rank's

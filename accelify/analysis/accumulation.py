@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import Visitor, dotted, visit_code, walk
+from accelify.analysis.syntax import Visitor, dotted, updated_with, visit_code, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -217,21 +217,11 @@ def _account_for_later_uses(found: ManualAccumulation, loop: Loop, facts: Facts)
 def _find_division(
     body: list[cst.CSTNode], loss: str
 ) -> tuple[cst.CSTNode, cst.BaseExpression] | None:
+    """``loss /= steps`` or ``loss = ... / steps`` among ``body``'s nodes, with its divisor."""
     for node in body:
-        if (
-            isinstance(node, cst.AugAssign)
-            and dotted(node.target) == loss
-            and isinstance(node.operator, cst.DivideAssign)
-        ):
-            return node, node.value
-        if (
-            isinstance(node, cst.Assign)
-            and len(node.targets) == 1
-            and dotted(node.targets[0].target) == loss
-            and isinstance(node.value, cst.BinaryOperation)
-            and isinstance(node.value.operator, cst.Divide)
-        ):
-            return node, node.value.right
+        operands = updated_with(node, loss, cst.Divide)
+        if operands is not None:
+            return node, operands[1]
     return None
 
 

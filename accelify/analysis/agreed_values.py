@@ -17,7 +17,7 @@ import libcst as cst
 
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts
-from accelify.analysis.syntax import dotted, operands, walk
+from accelify.analysis.syntax import dotted, unpacked_names, walk
 
 #: Builtins whose result is the same wherever their arguments are.
 _PURE_BUILTINS = {"float", "int", "round", "abs", "max", "min", "bool", "str"}
@@ -92,37 +92,21 @@ class AgreedValues:
         for node in self.model.index.own_nodes(function):
             if id(node) in folded:
                 continue
+            bound: list[tuple[cst.BaseExpression, cst.BaseExpression | None]] = []
             if isinstance(node, cst.Assign):
-                for target in node.targets:
-                    self._bind(found, target.target, node.value)
+                bound = [(target.target, node.value) for target in node.targets]
             elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-                self._bind(found, node.target, node.value)
+                bound = [(node.target, node.value)]
             elif isinstance(node, (cst.For, cst.CompFor)):
-                self._bind(found, node.target, None)
+                bound = [(node.target, None)]
             elif isinstance(node, cst.AsName):
-                self._bind(found, node.name, None)  # type: ignore[arg-type]
+                bound = [(node.name, None)]  # type: ignore[list-item]
+            for target, value in bound:
+                for name, written in unpacked_names(target, value):
+                    found.setdefault(name, []).append(written)
         for parameter in (*function.params.params, *function.params.kwonly_params):
             found.setdefault(parameter.name.value, []).append(None)
         return found
-
-    def _bind(
-        self,
-        found: dict[str, list[cst.BaseExpression | None]],
-        target: cst.BaseExpression,
-        value: cst.BaseExpression | None,
-    ) -> None:
-        if isinstance(target, cst.Name):
-            found.setdefault(target.value, []).append(value)
-            return
-        if isinstance(target, (cst.Tuple, cst.List)):
-            pairs = (
-                list(zip(target.elements, value.elements, strict=True))
-                if isinstance(value, (cst.Tuple, cst.List))
-                and len(value.elements) == len(target.elements)
-                else [(element, None) for element in target.elements]
-            )
-            for element, written in pairs:
-                self._bind(found, element.value, written.value if written is not None else None)
 
     def _agreed(
         self,
@@ -131,21 +115,9 @@ class AgreedValues:
         agreed: set[str] | frozenset[str],
         depth: int,
     ) -> bool:
-        if isinstance(value, cst.Call):
-            return self._agreed_call(value, function, agreed, depth)
-        if isinstance(value, cst.Name):
-            return (
-                value.value in agreed
-                or value.value in self.facts.ranks.counters()
-                or self.facts.ranks.uniform(value)
-            )
-        if isinstance(value, cst.Attribute):
-            return self.facts.ranks.uniform(value) or self._agreed(
-                value.value, function, agreed, depth
-            )
-        if isinstance(value, (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.DictComp)):
-            return False
-        return all(self._agreed(c, function, agreed, depth) for c in operands(value))
+        return self.facts.ranks.uniform(
+            value, agreed, lambda call: self._agreed_call(call, function, agreed, depth)
+        )
 
     def _agreed_call(
         self,

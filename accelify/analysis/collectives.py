@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, keyword_value
 
 DDP, FSDP, DEEPSPEED, ZERO3 = "ddp", "fsdp", "deepspeed", "deepspeed-zero3"
 EVERY_BACKEND = frozenset({DDP, FSDP, DEEPSPEED, ZERO3})
@@ -274,10 +274,7 @@ def _zero_stage_pinned_below_3(script: ScriptModel) -> bool:
 
 
 def _literal_stage_below_3(plugin: cst.Call) -> bool:
-    stage = next(
-        (a.value for a in plugin.args if a.keyword is not None and a.keyword.value == "zero_stage"),
-        None,
-    )
+    stage = keyword_value(plugin, "zero_stage")
     return isinstance(stage, cst.Integer) and int(stage.value) < 3
 
 
@@ -335,7 +332,7 @@ def _on_a_subgroup(call: cst.Call, names: set[str]) -> bool:
         return False
     position = _GROUP_POSITION.get(name.rsplit(".", 1)[-1])
     positional = [a for a in call.args if a.keyword is None and not a.star]
-    group = next((a.value for a in call.args if a.keyword and a.keyword.value == "group"), None)
+    group = keyword_value(call, "group")
     if group is None and position is not None and len(positional) > position:
         group = positional[position].value
     if group is None:

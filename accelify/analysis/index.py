@@ -34,7 +34,7 @@ class Index:
         self.model = model
         self._nearest: dict[type | tuple[type, ...], dict[cst.CSTNode, cst.CSTNode | None]] = {}
         self._own: dict[cst.FunctionDef, list[cst.CSTNode]] = {}
-        self._of_type: dict[type, list[cst.CSTNode]] = {}
+        self._of_type: dict[type | tuple[type, ...], list[cst.CSTNode]] = {}
         #: by ``kinds`` of `nearest`, whether a node type is one (ABC checks are slow)
         self._is_kind: dict[type | tuple[type, ...], dict[type, bool]] = {}
         self._own_of_type: dict[tuple[cst.FunctionDef, type], list[cst.CSTNode]] = {}
@@ -103,8 +103,9 @@ class Index:
             bucket.append(node)
         return found
 
-    def of_type(self, kind: type) -> list[cst.CSTNode]:
-        """Every node of type ``kind`` in source order (from the analysis's walk)."""
+    def of_type(self, kind: type | tuple[type, ...]) -> list[cst.CSTNode]:
+        """Every node of type ``kind`` (or of one of the types ``kind`` names) in source order
+        (from the analysis's walk)."""
         found = self._of_type.get(kind)
         if found is None:
             buckets = [b for t, b in self._by_exact_type.items() if issubclass(t, kind)]

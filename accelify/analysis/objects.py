@@ -18,7 +18,14 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods, unpacked_pairs
+from accelify.analysis.syntax import (
+    Path,
+    dotted,
+    element_at,
+    strip_self_methods,
+    tuple_leaves,
+    unpacked_pairs,
+)
 
 Classify = Callable[[cst.BaseExpression, str], Kind | None]
 
@@ -56,7 +63,7 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
     returned = [r.value for r in model.index.own_returns(target[0]) if r.value is not None]
     for result in returned:
         if path:  # ``train, evals = build_loaders(cfg)``: the element there
-            result = _element_at(result, path)  # type: ignore[assignment]
+            result = element_at(result, path)  # type: ignore[assignment]
         if result is None or not isinstance(_held(model, target[0], result), cst.Dict):
             return False
     return bool(returned)
@@ -122,49 +129,14 @@ def _unpacked_path(binding: Binding) -> Path:
     return ()
 
 
-#: Where an element sits in a (nested) tuple: ``(1, 0)`` is the first of the second.
-Path = tuple[int, ...]
-
-
-def _leaves(
-    node: cst.BaseExpression, nests: tuple[type[cst.BaseExpression], ...] = (cst.Tuple,)
-) -> list[tuple[Path, cst.BaseExpression]] | None:
-    """Each element of a tuple written out (of ``nests``), nested ones followed, with where it
-    sits: ``(model, opt), (train_dl, val_dl)`` has four; anything else is one element at
-    ``()``. None when a starred element makes the positions uncertain."""
-    if not isinstance(node, nests):
-        return [((), node)]
-    found: list[tuple[Path, cst.BaseExpression]] = []
-    for index, element in enumerate(node.elements):  # type: ignore[attr-defined]
-        if not isinstance(element, cst.Element):
-            return None
-        inner = _leaves(element.value, nests)
-        if inner is None:
-            return None
-        found += [((index, *path), leaf) for path, leaf in inner]
-    return found
-
-
 def _path_in(target: cst.BaseExpression, name: str) -> Path | None:
     """Where ``name`` sits in an unpacking target (``a, name, c``; ``(a, b), (name, d)``); None
     when it is not there as a plain element, or a starred element makes positions uncertain."""
-    leaves = _leaves(target, (cst.Tuple, cst.List))
+    leaves = tuple_leaves(target, (cst.Tuple, cst.List))
     if leaves is None:
         return None
     paths = [path for path, leaf in leaves if dotted(leaf) == name]
     return paths[0] if len(paths) == 1 else None
-
-
-def _element_at(value: cst.BaseExpression | None, path: Path) -> cst.BaseExpression | None:
-    """The element of a returned tuple (nested ones followed) at ``path``; None when the value
-    is no tuple of that shape."""
-    for index in path:
-        if not isinstance(value, cst.Tuple) or len(value.elements) <= index:
-            return None
-        if any(isinstance(e, cst.StarredElement) for e in value.elements):
-            return None
-        value = value.elements[index].value
-    return value
 
 
 def instance_class(model: ScriptModel, name: str, at: cst.CSTNode) -> str | None:
@@ -328,7 +300,7 @@ def returned_local(
     returns = model.index.own_returns(made[1])
     names = set()
     for result in returns:
-        value = _element_at(result.value, path)
+        value = element_at(result.value, path)
         names.add(value.value if isinstance(value, cst.Name) else None)
     if len(names) != 1 or None in names:
         return None
@@ -554,7 +526,7 @@ def _factories(model: ScriptModel, classify: Classify, known: set[tuple[str, int
         if not isinstance(value, cst.Call) or len(assign.targets) != 1:
             continue
         kinds = dict(_call_returns(model, value, classify))
-        targets = _leaves(assign.targets[0].target, (cst.Tuple, cst.List))
+        targets = tuple_leaves(assign.targets[0].target, (cst.Tuple, cst.List))
         if not kinds or targets is None or {path for path, _ in targets} != set(kinds):
             continue  # ``models, loaders = build()`` of ``return (m, o), (tr, va)``: tuples
         scope = model.scope_of(assign)
@@ -620,7 +592,7 @@ def _kinds_of(
 ) -> list[tuple[Path, Kind | None]]:
     answers: list[list[tuple[Path, Kind | None]]] = []
     for value in values:
-        leaves = _leaves(value) or [((), value)]
+        leaves = tuple_leaves(value) or [((), value)]
         answers.append([(p, _value_kind(model, function, e, classify)) for p, e in leaves])
     if not answers or any(answer != answers[0] for answer in answers):
         return []

@@ -11,6 +11,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import keyword_argument
 
 
 @dataclass
@@ -70,7 +71,7 @@ def _family(model: ScriptModel, call: cst.Call) -> str:
 def _draws(model: ScriptModel, call: cst.Call) -> bool:
     qualified = model.call_names(call)
     if qualified & names.RANDOM_DRAWS_TORCH:
-        return not any(a.keyword is not None and a.keyword.value == "generator" for a in call.args)
+        return keyword_argument(call, "generator") is None
     return any(
         name.startswith(names.RANDOM_MODULES)
         and not name.endswith(("seed", "default_rng", "Generator", "RandomState", ".Random"))

@@ -9,7 +9,7 @@ run mutates may differ between ranks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -133,21 +133,37 @@ class RankDependence:
                         assigned[name] = False
         return {name for name, uniform in assigned.items() if uniform}
 
-    def uniform(self, test: cst.BaseExpression) -> bool:
-        """Only counters, constants and settings: every rank agrees."""
-        counters = self.counters()
+    def uniform(
+        self,
+        test: cst.BaseExpression,
+        agreed: Container[str] = frozenset(),
+        agreed_call: Callable[[cst.Call], bool] | None = None,
+    ) -> bool:
+        """Only counters, constants and settings: every rank agrees. A caller that knows more
+        values every rank holds alike (the metrics of a gathered evaluation: `agreed_values`)
+        names them in ``agreed`` and judges calls with ``agreed_call``; then an attribute of an
+        agreed value is agreed, and a lambda or a comprehension is not followed."""
+        follows = agreed_call is not None
         if isinstance(test, cst.Call):
+            return agreed_call is not None and agreed_call(test)
+        if follows and isinstance(test, (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.DictComp)):
             return False
+        counters = self.counters()
         if isinstance(test, cst.Attribute):
             root = root_name(test)
-            return root in (*SETTINGS_ROOTS, "self") or root in counters
+            return (
+                root in (*SETTINGS_ROOTS, "self")
+                or root in counters
+                or (follows and self.uniform(test.value, agreed, agreed_call))
+            )
         if isinstance(test, cst.Name):
             return (
-                test.value in counters
+                test.value in agreed
+                or test.value in counters
                 or test.value in ("True", "False", "None", "__name__")
                 or test.value.isupper()
             )
-        return all(self.uniform(operand) for operand in operands(test))
+        return all(self.uniform(operand, agreed, agreed_call) for operand in operands(test))
 
 
 def _is_first_target(target: cst.BaseExpression, name: str) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.syntax import all_params, dotted, walk
+from accelify.analysis.syntax import all_params, dotted, keyword_value, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -198,17 +198,23 @@ def tracker_calls_without_a_run(facts: Facts) -> list[RunlessTrackerCall]:
             guards += [guard] if guard is not None else []
     if _complementary_guards(model, guards):
         return []
-    found = []
-    for use in uses:
-        if model.under_rank_guard(use) or _run_tested(model, use):
-            continue
-        function = facts.placement.enclosing_function(use)
-        if not facts.ranks.backend_guards.entered_by_all(use, within=function):
-            continue
-        if function is not None and not every_rank(function):
-            continue
-        found.append(RunlessTrackerCall(use, starts[0]))
-    return found
+    return [
+        RunlessTrackerCall(use, starts[0])
+        for use in uses
+        if _run_by_every_rank(facts, use, every_rank)
+    ]
+
+
+def _run_by_every_rank(facts: Facts, use: cst.Call, every_rank) -> bool:
+    """``use`` runs on every rank: under no rank guard and no test of the run, reached by
+    every rank in its function, and that function called by every rank."""
+    model = facts.model
+    if model.under_rank_guard(use) or _run_tested(model, use):
+        return False
+    function = facts.placement.enclosing_function(use)
+    if not facts.ranks.backend_guards.entered_by_all(use, within=function):
+        return False
+    return function is None or every_rank(function)
 
 
 def _logs_after_init_trackers(
@@ -226,8 +232,6 @@ def _logs_after_init_trackers(
         return []
     found = []
     for use in uses:
-        if model.under_rank_guard(use) or _run_tested(model, use):
-            continue
         scope = model.scope_of(use)
         started = starts
         if any(model.scope_of(start) is scope for start in starts):  # its own scope's, above it
@@ -236,14 +240,8 @@ def _logs_after_init_trackers(
                 for start in starts
                 if model.scope_of(start) is scope and model.order(start) < model.order(use)
             ]
-        if not started:
-            continue
-        function = facts.placement.enclosing_function(use)
-        if not facts.ranks.backend_guards.entered_by_all(use, within=function):
-            continue
-        if function is not None and not every_rank(function):
-            continue
-        found.append(RunlessTrackerCall(use, started[0]))
+        if started and _run_by_every_rank(facts, use, every_rank):
+            found.append(RunlessTrackerCall(use, started[0]))
     return found
 
 
@@ -276,7 +274,7 @@ def _logs_with_wandb(model, init: cst.Call) -> bool:
             return False
         made += _accelerators_made(model, assign.value)
     return bool(made) and all(
-        isinstance(call, cst.Call) and _names_wandb(model, _keyword(call, "log_with"), call)
+        isinstance(call, cst.Call) and _names_wandb(model, keyword_value(call, "log_with"), call)
         for call in made
     )
 
@@ -306,12 +304,6 @@ def _accelerators_made(model, value: cst.BaseExpression) -> list[cst.BaseExpress
             return [value]
         made.append(result)
     return made or [value]
-
-
-def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    return next(
-        (a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None
-    )
 
 
 def _names_wandb(model, value: cst.BaseExpression | None, at: cst.CSTNode, depth: int = 0) -> bool:

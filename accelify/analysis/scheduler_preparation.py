@@ -13,7 +13,7 @@ import libcst as cst
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import callee
 from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, is_accelerator_call, updated_with, walk
 
 #: Settings under which a prepared scheduler steps once per call, or that this file may set in a
 #: way it cannot read (a config dict, an attribute, a flag): a mention other than the default.
@@ -32,11 +32,7 @@ def steps_once_per_process(script: ScriptModel) -> bool:
     unpacked from elsewhere."""
     if _SETTINGS.search(script.source):
         return False
-    made = [
-        call
-        for call in script.calls
-        if (dotted(call.func) or "").rsplit(".", 1)[-1] == "Accelerator"
-    ]
+    made = [call for call in script.calls if is_accelerator_call(call)]
     return bool(made) and all(
         argument.keyword is not None and not argument.star
         for call in made
@@ -252,19 +248,9 @@ def _counter_below_a_bound(
 def _counted_up(loop: cst.CSTNode, name: str) -> bool:
     """``name += 1`` (or ``name = name + 1``) somewhere in ``loop``."""
     for node in walk(loop):
-        if (
-            isinstance(node, cst.AugAssign)
-            and isinstance(node.operator, cst.AddAssign)
-            and dotted(node.target) == name
-        ):
-            return True
-        if (
-            isinstance(node, cst.Assign)
-            and len(node.targets) == 1
-            and dotted(node.targets[0].target) == name
-            and isinstance(node.value, cst.BinaryOperation)
-            and isinstance(node.value.operator, cst.Add)
-            and name in {dotted(node.value.left), dotted(node.value.right)}
+        operands = updated_with(node, name, cst.Add)
+        if operands is not None and (
+            operands[0] is None or name in {dotted(operands[0]), dotted(operands[1])}
         ):
             return True
     return False

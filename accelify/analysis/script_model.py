@@ -361,6 +361,17 @@ class ScriptModel:
             found.update(*self.accelerator_params.values(), self.inherited_accelerators)
         return found
 
+    def prepared_before(self, node: cst.CSTNode) -> set[str]:
+        """The names a ``prepare`` call at or above ``node`` (in source order) returned."""
+        here = self.order(node)
+        return {
+            name
+            for call in self.prepare_calls
+            if self.order(call.call) <= here
+            for name in call.outputs
+            if name
+        }
+
     @property
     def prepared_names(self) -> set[str]:
         """What came out of ``prepare``, and the attributes that received it

@@ -333,14 +333,7 @@ def per_batch_files(model: ScriptModel, write: cst.Call) -> tuple[cst.For, bool]
     under the same names, and a guard would keep the main process's shard only (``True``).
     Named by the batch itself (its file names, ids), each rank writes files of its own
     (``False``): nothing races."""
-    here = model.order(write)
-    loaded = {
-        name
-        for call in model.prepare_calls
-        if model.order(call.call) <= here
-        for name in call.outputs
-        if name
-    }
+    loaded = model.prepared_before(write)
     for loop in model.loops:
         if loop.iterable not in loaded or not any(a is loop.node for a in model.ancestors(write)):
             continue

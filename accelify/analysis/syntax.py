@@ -200,6 +200,34 @@ def self_parameter(method: cst.FunctionDef) -> str | None:
     return params[0].name.value if params else None
 
 
+def keyword_argument(call: cst.Call, name: str) -> cst.Arg | None:
+    """The ``name=`` argument of ``call``, if given."""
+    return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    """What ``call`` passes as ``name=``, if it does."""
+    argument = keyword_argument(call, name)
+    return argument.value if argument is not None else None
+
+
+def is_accelerator_call(node: cst.CSTNode) -> typing.TypeGuard[cst.Call]:
+    """``Accelerator(...)`` (``accelerate.Accelerator(...)``, ...): a call that builds an
+    Accelerator itself, by the class's own name; a factory's call is not one (its arguments mean
+    what the factory makes of them)."""
+    if not isinstance(node, cst.Call):
+        return False
+    return (dotted(node.func) or "").rsplit(".", 1)[-1] == "Accelerator"
+
+
+def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.Arg | None:
+    """The ``keyword=`` argument of an ``Accelerator(...)`` call, if given (not of a factory's
+    call: its arguments mean what the factory makes of them)."""
+    if not is_accelerator_call(accelerator):
+        return None
+    return keyword_argument(accelerator, keyword)
+
+
 def target_names(target: cst.BaseExpression) -> set[str]:
     if isinstance(target, cst.Name):
         return {target.value}
@@ -313,3 +341,94 @@ def unpacked_pairs(
     ):
         return None
     return [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]
+
+
+#: Where an element sits in a (nested) tuple: ``(1, 0)`` is the first of the second.
+Path = tuple[int, ...]
+
+
+def tuple_leaves(
+    node: cst.BaseExpression, nests: tuple[type[cst.BaseExpression], ...] = (cst.Tuple,)
+) -> list[tuple[Path, cst.BaseExpression]] | None:
+    """Each element of a tuple written out (of ``nests``), nested ones followed, with where it
+    sits: ``(model, opt), (train_dl, val_dl)`` has four; anything else is one element at
+    ``()``. None when a starred element makes the positions uncertain."""
+    if not isinstance(node, nests):
+        return [((), node)]
+    found: list[tuple[Path, cst.BaseExpression]] = []
+    for index, element in enumerate(node.elements):  # type: ignore[attr-defined]
+        if not isinstance(element, cst.Element):
+            return None
+        inner = tuple_leaves(element.value, nests)
+        if inner is None:
+            return None
+        found += [((index, *path), leaf) for path, leaf in inner]
+    return found
+
+
+def element_at(
+    value: cst.BaseExpression | None,
+    path: Path,
+    nests: tuple[type[cst.BaseExpression], ...] = (cst.Tuple,),
+) -> cst.BaseExpression | None:
+    """The element of a tuple written out (of ``nests``; nested ones followed) at ``path``;
+    None when the value is no tuple of that shape."""
+    for index in path:
+        if not isinstance(value, nests) or len(value.elements) <= index:  # type: ignore[attr-defined]
+            return None
+        elements = value.elements  # type: ignore[attr-defined]
+        if any(isinstance(e, cst.StarredElement) for e in elements):
+            return None
+        value = elements[index].value
+    return value
+
+
+def unpacked_names(
+    target: cst.BaseExpression, value: cst.BaseExpression | None
+) -> list[tuple[str, cst.BaseExpression | None]]:
+    """Each plain name ``target = value`` binds (``a, (b, c) = ...`` unpacked), with the
+    element of ``value`` written at its position (a tuple or list written out); None where it
+    is not written out (``a, b = pair()``) or a starred element makes positions uncertain."""
+    nests = (cst.Tuple, cst.List)
+    leaves = tuple_leaves(target, nests)
+    if leaves is None:
+        return [(name, None) for name in sorted(target_names(target))]
+    return [
+        (leaf.value, element_at(value, path, nests) if path else value)
+        for path, leaf in leaves
+        if isinstance(leaf, cst.Name)
+    ]
+
+
+#: Each binary operator's augmented assignment (``+`` and ``+=``).
+_AUGMENTED: dict[type[cst.BaseBinaryOp], type[cst.BaseAugOp]] = {
+    cst.Add: cst.AddAssign,
+    cst.Subtract: cst.SubtractAssign,
+    cst.Multiply: cst.MultiplyAssign,
+    cst.Divide: cst.DivideAssign,
+    cst.FloorDivide: cst.FloorDivideAssign,
+    cst.Modulo: cst.ModuloAssign,
+}
+
+
+def updated_with(
+    node: cst.CSTNode, name: str, operator: type[cst.BaseBinaryOp]
+) -> tuple[cst.BaseExpression | None, cst.BaseExpression] | None:
+    """The operands when ``node`` assigns ``name`` the result of ``operator``: ``name += 1``
+    gives ``(None, 1)`` (the left is ``name`` itself), ``name = loss / steps`` gives ``(loss,
+    steps)``; None for any other statement."""
+    if (
+        isinstance(node, cst.AugAssign)
+        and dotted(node.target) == name
+        and isinstance(node.operator, _AUGMENTED[operator])
+    ):
+        return None, node.value
+    if (
+        isinstance(node, cst.Assign)
+        and len(node.targets) == 1
+        and dotted(node.targets[0].target) == name
+        and isinstance(node.value, cst.BinaryOperation)
+        and isinstance(node.value.operator, operator)
+    ):
+        return node.value.left, node.value.right
+    return None

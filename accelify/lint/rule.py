@@ -11,6 +11,7 @@ import libcst as cst
 
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import accelerator_argument as accelerator_argument
 from accelify.analysis.syntax import dotted, root_name, walk
 from accelify.edits.plan import Plan
 from accelify.lint.finding import Finding
@@ -199,13 +200,7 @@ def prepared(script: ScriptModel, node: cst.CSTNode) -> set[str]:
     MergeT5(args)`` in a ``main_dev()`` beside the ``main_train()`` that prepares its own
     ``model``): that is another object, which no prepare placed."""
     here = script.order(node)
-    found = {
-        name
-        for call in script.prepare_calls
-        if script.order(call.call) <= here
-        for name in call.outputs
-        if name
-    }
+    found = script.prepared_before(node)
     scope = script.scope_of(node)
     if not isinstance(scope, cst.FunctionDef):
         return found
@@ -293,24 +288,6 @@ def under_rank_guard(script: ScriptModel, node: cst.CSTNode) -> bool:
 def calls(script: ScriptModel) -> list[cst.Call]:
     """Every call in the file, in source order (collected once, by the analysis)."""
     return script.calls
-
-
-def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.Arg | None:
-    """The ``keyword=`` argument of an ``Accelerator(...)`` call, if given (not of a factory's
-    call: its arguments mean what the factory makes of them)."""
-    if (
-        not isinstance(accelerator, cst.Call)
-        or (dotted(accelerator.func) or "").rsplit(".")[-1] != "Accelerator"
-    ):
-        return None
-    return next(
-        (
-            argument
-            for argument in accelerator.args
-            if argument.keyword is not None and argument.keyword.value == keyword
-        ),
-        None,
-    )
 
 
 def optimizer_models(script: ScriptModel) -> dict[str, set[str]]:

@@ -912,8 +912,8 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
         body = ctx.facts.placement.body_of(block)
         created = {b.name: body.index(b.statement) for b in members}
         _keep_evaluated_loaders_whole(ctx, chosen, created)
-        if not created or not set(chosen.values()) & _TRAINED_KINDS:
-            continue
+        if not set(chosen.values()) & _TRAINED_KINDS:
+            continue  # no model or optimizer left (``created`` holds ``chosen``'s names)
         for anchor, names in _groups(ctx, block, chosen, created, {}):
             order = sorted(names, key=lambda n: list(Kind).index(chosen[n]))
             _insert_prepare(ctx, anchor, order)

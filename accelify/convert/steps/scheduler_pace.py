@@ -207,13 +207,15 @@ def _may_be(read: str, bound: str) -> bool:
     return "." in read and "." in bound and read.rpartition(".")[2] == bound.rpartition(".")[2]
 
 
+#: What assigns a name outside a loop's own binding: its ``target``.
+_ASSIGNS = (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)
+
+
 def _assigned_elsewhere(ctx: Context, name: str, function: cst.FunctionDef | None) -> bool:
     """``name`` is assigned in a function other than ``function``, a constructor and the
     module's top level (an attribute a method sets as training goes)."""
     placement = ctx.facts.placement
-    for node in walk(ctx.model.module):
-        if not isinstance(node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign):
-            continue
+    for node in ctx.model.index.of_type(_ASSIGNS):
         if not any(_may_be(name, bound) for bound in _assigned_in(node)):
             continue
         where = placement.enclosing_function(node)
