@@ -3,7 +3,12 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names, side_effects
-from accelify.analysis.collectives import backends_in_view, collective_backends, named
+from accelify.analysis.collectives import (
+    backends_in_view,
+    collective_backends,
+    named,
+    runtime_of,
+)
 from accelify.analysis.facts import facts_of
 from accelify.analysis.rank_only_names import tracker_calls_without_a_run
 from accelify.analysis.repeated_effects import run_by_every_rank
@@ -301,9 +306,10 @@ def _tracker_run_message(script: ScriptModel, call: cst.Call) -> str:
         if later is not None
         else ""
     )
+    package = "accelify" if runtime_of(script) == "accelify" else "accelerate"
     return (
         f"Start the tracker run on the main process only, with its logging: {where}guard it "
-        f"with `if PartialState().is_main_process:` (from accelerate import PartialState); "
+        f"with `if PartialState().is_main_process:` (from {package} import PartialState); "
         f"{tail}"
     )
 

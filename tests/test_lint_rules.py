@@ -543,7 +543,7 @@ def test_a_tracker_run_started_before_the_accelerator_is_not_guarded_by_it():
     [finding] = lint(code, "ACC207").findings
     assert finding.line == 7
     assert "move it below `accelerator = Accelerator(...)` (line 8)" in finding.message
-    assert "`if PartialState().is_main_process:`" in finding.message
+    assert "`if PartialState().is_main_process:` (from accelerate import" in finding.message
     assert "(under `if accelerator.is_main_process:`" not in finding.message
 
 
