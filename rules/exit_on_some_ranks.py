@@ -4,7 +4,7 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.lint.rule import HEADER, Example, Finding, Rule
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 #: What ends the process where it is called.
 _EXITS = {"builtins.exit", "builtins.quit", "sys.exit", "os._exit"}
@@ -70,8 +70,51 @@ class ExitOnSomeRanks(Rule):
             5,
             5,
         ),
+        # a reranker's early stopping decided on the main process alone: it leaves the epochs,
+        # the others start the next epoch's backward
+        Example(
+            HEADER
+            + "for epoch in range(3):\n"
+            + "    for batch in loader:\n"
+            + "        accelerator.backward(model(batch).loss)\n"
+            + "        optimizer.step()\n"
+            + "    if accelerator.is_main_process:\n"
+            + "        score = evaluate(accelerator.unwrap_model(model))\n"
+            + "        if score < best:\n"
+            + "            break\n",
+            10,
+            13,
+        ),
+        Example(
+            HEADER
+            + "def train():\n"
+            + "    for batch in loader:\n"
+            + "        accelerator.backward(model(batch).loss)\n"
+            + "        if accelerator.is_main_process and done():\n"
+            + "            return\n\n\n"
+            + "train()\n",
+            7,
+            13,
+        ),
     )
     good = (
+        # the stop decided on the main process, taken by every rank (Accelerate's trigger)
+        HEADER
+        + "for epoch in range(3):\n"
+        + "    for batch in loader:\n"
+        + "        accelerator.backward(model(batch).loss)\n"
+        + "    if accelerator.is_main_process and evaluate(model) < best:\n"
+        + "        accelerator.set_trigger()\n"
+        + "    if accelerator.check_trigger():\n"
+        + "        break\n",
+        # a loop of the main process alone, inside its guard
+        HEADER
+        + "for batch in loader:\n"
+        + "    accelerator.backward(model(batch).loss)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    for path in paths:\n"
+        + "        if accelerator.is_main_process and exists(path):\n"
+        + "            break\n",
         # outside a loop, nothing but the main process's own work comes after the exit
         HEADER
         + "if accelerator.is_main_process and args.export_only:\n"
@@ -95,6 +138,7 @@ class ExitOnSomeRanks(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        yield from self._loops_left_by_some_ranks(script)
         facts = facts_of(script)
         for call in script.calls:
             if not script.call_names(call) & _EXITS or not script.under_rank_guard(call):
@@ -128,6 +172,72 @@ class ExitOnSomeRanks(Rule):
                     "on the main process first"
                 ),
             )
+
+    def _loops_left_by_some_ranks(self, script: ScriptModel) -> Iterator[Finding]:
+        """``break`` (or ``return``) under a rank test inside a loop whose other statements
+        every rank runs into a collective: a reranker's early stopping, decided on the main
+        process alone (``if no_improve >= patience: break`` under ``if
+        accelerator.is_main_process:``), ends the main process's epochs while the others start
+        the next epoch's ``backward`` and wait there for it."""
+        facts = facts_of(script)
+        for node in script.index.of_type(cst.Break) + script.index.of_type(cst.Return):
+            function = facts.placement.enclosing_function(node)
+            loop = (
+                _innermost_loop(script, node, function)
+                if isinstance(node, cst.Break)
+                else _outermost_loop(script, node, function)
+            )
+            if loop is None:
+                continue
+            test = _rank_test_between(script, node, loop)
+            if test is None:
+                continue
+            waiting = _collective_every_rank_reaches(script, loop)
+            if waiting is None:
+                continue
+            leaves = "break" if isinstance(node, cst.Break) else "return"
+            accelerator = accelerator_name(script, node)
+            yield self.finding(
+                script,
+                node,
+                message=(
+                    f"Leave the loop on every rank: only the ranks that pass the rank test at "
+                    f"line {script.line(test)} {leaves} here, and the others go on to the "
+                    f"collective at line {script.line(waiting)} and wait there for a rank that "
+                    f"is gone (hang); call {accelerator}.set_trigger() here instead, and after "
+                    f"the test, on every rank, `if {accelerator}.check_trigger(): {leaves}`"
+                ),
+            )
+
+
+def _innermost_loop(
+    script: ScriptModel, node: cst.CSTNode, function: cst.CSTNode | None
+) -> cst.For | cst.While | None:
+    for ancestor in script.ancestors(node):
+        if ancestor is function:
+            return None
+        if isinstance(ancestor, (cst.For, cst.While)):
+            return ancestor
+    return None
+
+
+def _rank_test_between(
+    script: ScriptModel, node: cst.CSTNode, loop: cst.For | cst.While
+) -> cst.If | None:
+    """The ``if`` on the rank (``if accelerator.is_main_process:``) between ``loop`` and
+    ``node``, whose branch ``node`` is in: only some ranks get there."""
+    child: cst.CSTNode = node
+    for ancestor in script.ancestors(node):
+        if ancestor is loop:
+            return None
+        if (
+            isinstance(ancestor, cst.If)
+            and child is not ancestor.test
+            and script.mentions_rank(script.module.code_for_node(ancestor.test))
+        ):
+            return ancestor
+        child = ancestor
+    return None
 
 
 def _outermost_loop(

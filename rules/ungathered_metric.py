@@ -259,6 +259,18 @@ class UngatheredMetric(Rule):
             9,
             9,
         ),
+        # the forward's output annotated (a LoRA classifier's ``out: SequenceClassifierOutput =
+        # self.model(**batch)``): the metric is the predictions' line, not the labels' below it
+        Example(
+            HEADER
+            + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+            + "preds, golds = [], []\nwith torch.no_grad():\n    for batch in loader:\n"
+            + "        out: SequenceClassifierOutput = model(**batch)\n"
+            + "        preds += out.logits.argmax(-1).tolist()\n"
+            + "        golds += batch['labels'].tolist()\n",
+            9,
+            9,
+        ),
     )
     good = (
         # a LoftQ sweep's evaluate_model: each total wrapped in a tensor after the loop, gathered
@@ -413,6 +425,30 @@ class UngatheredMetric(Rule):
         + "    with torch.no_grad():\n        for x, y in loader:\n"
         + "            correct += (model(x).argmax(-1) == y).sum().item()\n"
         + "    return correct\n",
+        # a trainer's helper reduces each named loss across the ranks and returns the means
+        # (a hook-based segmentation trainer's ``_reduce_loss_dict``): the totals are every rank's
+        "from accelerate import Accelerator\nimport torch\n"
+        + "from collections import defaultdict\n\n\n"
+        + "class Trainer:\n    def __init__(self, model, loader):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.model, self.loader = self.accelerator.prepare(model, loader)\n\n"
+        + "    def _reduce(self, losses):\n        reduced = {}\n"
+        + "        for k, v in losses.items():\n"
+        + "            rv = self.accelerator.reduce(v.detach(), reduction='mean')\n"
+        + "            reduced[k] = float(rv.item())\n        return reduced\n\n"
+        + "    @torch.no_grad()\n    def validate(self):\n        totals = defaultdict(float)\n"
+        + "        for x, y in self.loader:\n            _, losses = self.model(x, y)\n"
+        + "            reduced = self._reduce(losses)\n"
+        + "            for k, v in reduced.items():\n                totals[k] += float(v)\n"
+        + "        return totals\n",
+        # the per-batch losses stacked and gathered after the loop, when any were kept (a
+        # pore-signal trainer's ``if values:``): the test reads no per-rank number
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\nvalues = []\n"
+        + "with torch.no_grad():\n    for batch in loader:\n"
+        + "        values.append(model(**batch).loss.detach())\n"
+        + "if values:\n"
+        + "    print(accelerator.gather_for_metrics(torch.stack(values)).mean().item())\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -658,11 +694,7 @@ class _RankValues:
         self.script = script
         self.local = local
         self.accelerators = accelerators
-        self.assigns = [
-            node
-            for node in walk(loop.node.body)
-            if isinstance(node, cst.Assign) and len(node.targets) == 1
-        ]
+        self.assigns = [node for node in walk(loop.node.body) if _single_target(node) is not None]
         self.inner_loops = {id(node) for node in walk(loop.node.body) if isinstance(node, cst.For)}
         self.loop_body = loop.node.body
         #: answers of `_gathered` by (name, reading node): each chain of assignments is
@@ -791,7 +823,7 @@ class _RankValues:
         self._from_collectives[key] = found
         return found
 
-    def _last_assign(self, name: str, value: cst.CSTNode) -> cst.Assign | None:
+    def _last_assign(self, name: str, value: cst.CSTNode) -> cst.Assign | cst.AnnAssign | None:
         at = self.script.order(value)
         around = {id(a) for a in self.script.ancestors(value)}
         last = None
@@ -799,15 +831,29 @@ class _RankValues:
             if (
                 self.script.order(assign) < at
                 and id(assign) not in around
-                and name in target_names(assign.targets[0].target)
+                and name in target_names(_single_target(assign))
             ):
                 last = assign
         return last
 
     def _collective_in(self, node: cst.CSTNode) -> bool:
         return any(
-            isinstance(call, cst.Call) and _is_collective(call, self.accelerators)
+            isinstance(call, cst.Call)
+            and (_is_collective(call, self.accelerators) or self._combining_helper(call))
             for call in walk(node)
+        )
+
+    def _combining_helper(self, call: cst.Call) -> bool:
+        """``reduced = self._reduce_loss_dict(losses)``: a function of the file (or a method of
+        its class) that every rank running it reaches a gather or reduce in returns what it
+        combined across the ranks, as the ``accelerator.reduce`` written in the loop would."""
+        found = self.script.call_graph.callee(call)
+        if found is None:
+            return False
+        reach = facts_of(self.script).collective_reach
+        return any(
+            _is_collective(collective, self.accelerators)
+            for collective, _ in reach.reached_by(found[0])
         )
 
 
@@ -899,6 +945,16 @@ def _mentions(node: cst.CSTNode, names: set[str]) -> bool:
     return visitor.found
 
 
+def _single_target(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The target of ``x = value`` or of an annotated ``x: T = value`` (a typed evaluation loop
+    writes ``out: SequenceClassifierOutput = self.model(**batch)``), or None."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        return node.targets[0].target
+    if isinstance(node, cst.AnnAssign) and node.value is not None:
+        return node.target
+    return None
+
+
 def _assigned_in(body: cst.CSTNode) -> set[str]:
     class Assigned(Visitor):
         def __init__(self) -> None:
@@ -906,6 +962,10 @@ def _assigned_in(body: cst.CSTNode) -> set[str]:
 
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
             self.names |= target_names(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            if node.value is not None:  # ``out: Output = model(**batch)``
+                self.names |= target_names(node.target)
 
         def visit_For(self, node: cst.For) -> None:
             self.names |= target_names(node.target)
@@ -965,9 +1025,29 @@ def _used_before(
         around = list(script.ancestors(name))
         if any(a is loop for a in around):
             continue  # in the loop (a comprehension's own element)
+        if _truth_test(script, name):
+            continue  # ``if values:`` before the gather reads whether it holds anything
         if not any(_builds_or_combines(a, carriers, accelerators) for a in around):
             return name
     return None
+
+
+def _truth_test(script: ScriptModel, name: cst.Name) -> bool:
+    """``if values:`` (or ``if not values:``, ``while losses and ...:``): the test reads whether
+    the collection is empty, not the per-rank numbers in it (a pore-signal trainer gathers
+    ``torch.stack(values)`` under ``if values:``)."""
+    child: cst.CSTNode = name
+    for parent in script.ancestors(name):
+        if isinstance(parent, (cst.If, cst.While)):
+            return parent.test is child
+        if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+            child = parent
+            continue
+        if isinstance(parent, cst.BooleanOperation):
+            child = parent
+            continue
+        return False
+    return False
 
 
 def _builds_or_combines(node: cst.CSTNode, carriers: set[str], accelerators: set[str]) -> bool:

@@ -657,6 +657,23 @@ class UnpreparedObject(Rule):
         + "    with torch.no_grad():\n"
         + "        for x, y in full:\n"
         + "            print(model(x))\n",
+        # a schedule sized in the loop's own bound, stepped under ``if sync_gradients:`` after
+        # the optimizer's step (an LM trainer checks optimizer_step_was_skipped first): once per
+        # optimizer step on each rank; prepared, it would step num_processes times
+        "from accelerate import Accelerator\n"
+        + "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
+        + "import torch\nfrom transformers import get_cosine_schedule_with_warmup\n"
+        + "optimizer = torch.optim.AdamW(model.parameters())\n"
+        + "scheduler = get_cosine_schedule_with_warmup(optimizer, 10, horizon)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "step = 0\nfor batch in loader:\n    if step >= horizon:\n        break\n"
+        + "    with accelerator.accumulate(model):\n"
+        + "        accelerator.backward(model(**batch).loss)\n        optimizer.step()\n"
+        + "        if accelerator.sync_gradients:\n"
+        + "            if accelerator.optimizer_step_was_skipped:\n"
+        + "                raise FloatingPointError('skipped')\n"
+        + "            scheduler.step()\n        optimizer.zero_grad()\n"
+        + "    if accelerator.sync_gradients:\n        step += 1\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

@@ -3,11 +3,16 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names, side_effects
-from accelify.analysis.collectives import backends_in_view, collective_backends, named
+from accelify.analysis.collectives import (
+    backends_in_view,
+    collective_backends,
+    named,
+    runtime_of,
+)
 from accelify.analysis.facts import facts_of
 from accelify.analysis.rank_only_names import tracker_calls_without_a_run
 from accelify.analysis.repeated_effects import run_by_every_rank
-from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
@@ -258,16 +263,7 @@ class UploadOnEveryRank(Rule):
                 function,
             ):
                 continue
-            yield self.finding(
-                script,
-                call,
-                message=(
-                    "Start the tracker run on the main process only (under `if "
-                    "accelerator.is_main_process:`, with its logging), or use "
-                    "accelerator.init_trackers and accelerator.log: every rank runs this, and "
-                    "each starts its own run of the experiment"
-                ),
-            )
+            yield self.finding(script, call, message=_tracker_run_message(script, call))
 
     def _uploads(self, script: ScriptModel) -> Iterator[Finding]:
         """Reported at the upload, where the guard goes, also when a helper holds it: guarding
@@ -288,6 +284,46 @@ class UploadOnEveryRank(Rule):
                     f"{named(backends[key])}, and N uploads race on the same repo"
                 )
             yield self.finding(script, upload, message=message)
+
+
+def _tracker_run_message(script: ScriptModel, call: cst.Call) -> str:
+    """The advice names the Accelerator bound where the run starts (``self.accelerator`` in a
+    trainer); where none is bound yet (``wandb.init`` above ``accelerator = Accelerator(...)``,
+    a terrain GAN's ``main``), a guard on it would be a NameError: the run moves below it, or
+    is guarded by ``PartialState()``, which needs no Accelerator."""
+    tail = "every rank runs this, and each starts its own run of the experiment"
+    accelerator = accelerator_at(script, call)
+    if accelerator is not None:
+        return (
+            f"Start the tracker run on the main process only (under `if "
+            f"{accelerator}.is_main_process:`, with its logging), or use "
+            f"{accelerator}.init_trackers and {accelerator}.log: {tail}"
+        )
+    later = _accelerator_below(script, call)
+    where = (
+        f"move it below `{later.name} = Accelerator(...)` (line {script.line(later.assign)}) "
+        f"under `if {later.name}.is_main_process:`, or "
+        if later is not None
+        else ""
+    )
+    package = "accelify" if runtime_of(script) == "accelify" else "accelerate"
+    return (
+        f"Start the tracker run on the main process only, with its logging: {where}guard it "
+        f"with `if PartialState().is_main_process:` (from {package} import PartialState); "
+        f"{tail}"
+    )
+
+
+def _accelerator_below(script: ScriptModel, call: cst.Call) -> Binding | None:
+    """The Accelerator made after ``call`` in the scope that runs it (or the module's)."""
+    facts = facts_of(script)
+    here = script.order(call)
+    for binding in script.of_kind(Kind.ACCELERATOR):
+        if "." in binding.name or script.order(binding.assign) <= here:
+            continue
+        if isinstance(binding.scope, cst.Module) or facts.placement.inside(call, binding.scope):
+            return binding
+    return None
 
 
 def _collective_in(script: ScriptModel, call: cst.Call) -> cst.Call | None:

@@ -593,3 +593,31 @@ def test_a_read_after_accelerator_save_in_a_branch_the_ranks_may_disagree_on_is_
     assert "after the branch at line 35, behind accelerator.wait_for_everyone()" in (
         finding.message
     )
+
+
+def test_a_tracker_run_started_before_the_accelerator_is_not_guarded_by_it():
+    """A terrain GAN's ``main`` calls ``wandb.init`` above ``accelerator = Accelerator(...)``:
+    ``if accelerator.is_main_process:`` there is a NameError, so the advice moves the run below
+    the Accelerator's line or guards it with ``PartialState()``."""
+    code = (
+        "import torch\nimport wandb\nfrom accelerate import Accelerator\n\n\n"
+        "def main():\n    wandb.init(project='p')\n    accelerator = Accelerator()\n"
+        "    model = accelerator.prepare(torch.nn.Linear(2, 2))\n"
+        "    if accelerator.is_main_process:\n        wandb.log({'x': 1})\n"
+    )
+    [finding] = lint(code, "ACC207").findings
+    assert finding.line == 7
+    assert "move it below `accelerator = Accelerator(...)` (line 8)" in finding.message
+    assert "`if PartialState().is_main_process:` (from accelerate import" in finding.message
+    assert "(under `if accelerator.is_main_process:`" not in finding.message
+
+
+def test_a_trainers_tracker_run_is_guarded_by_its_own_accelerator_attribute():
+    code = (
+        "import wandb\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
+        "    def __init__(self, model):\n        self.accelerator = Accelerator()\n"
+        "        self.model = self.accelerator.prepare(model)\n        wandb.init(project='p')\n"
+    )
+    [finding] = lint(code, "ACC207").findings
+    assert "`if self.accelerator.is_main_process:`" in finding.message
+    assert "self.accelerator.init_trackers" in finding.message

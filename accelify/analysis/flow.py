@@ -793,18 +793,35 @@ class ObjectFlow:
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
             return False
         optimizers = self.names_of(Kind.OPTIMIZER)
-        beside = any(
+        if not any(
             isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute)
             and node.func.attr.value == "step"
             and dotted(node.func.value) in optimizers
-            for sibling in block.body
+            for around in self._step_blocks(block)
+            for sibling in around.body
             if isinstance(sibling, cst.SimpleStatementLine)
             for node in walk(sibling)
-        )
-        if not beside:
+        ):
             return False
         return once_per_optimizer_step(self.model, step)
+
+    def _step_blocks(self, block: cst.IndentedBlock | cst.Module) -> list[cst.CSTNode]:
+        """The block of a scheduler's step, and, when that block is the body of ``if
+        accelerator.sync_gradients:``, the block around the ``if``: ``optimizer.step()`` then
+        ``if accelerator.sync_gradients: scheduler.step()`` steps the two together (an LM
+        trainer checks ``optimizer_step_was_skipped`` there first)."""
+        found: list[cst.CSTNode] = [block]
+        test = self.model.parent(block)
+        outer = self.model.parent(test) if isinstance(test, cst.If) else None
+        if (
+            isinstance(test, cst.If)
+            and test.body is block
+            and "sync_gradients" in self.model.module.code_for_node(test.test)
+            and isinstance(outer, (cst.IndentedBlock, cst.Module))
+        ):
+            found.append(outer)
+        return found
 
     def _sized_by_loop_bound(self, schedule: cst.CSTNode, step: cst.Call) -> bool:
         """The schedule's length is the very bound that stops the loop stepping it
