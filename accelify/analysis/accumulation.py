@@ -41,6 +41,8 @@ class ManualAccumulation:
     condition: cst.If
     multiplied: list[cst.BinaryOperation] = field(default_factory=list)
     unaccounted: str | None = None
+    #: the step count as the division writes it (``accum_steps`` of ``loss / accum_steps``)
+    steps: cst.BaseExpression | None = None
 
 
 def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | None:
@@ -141,6 +143,7 @@ def _accumulation_shape(loop: Loop, facts: Facts) -> ManualAccumulation | None:
         division=node,
         division_statement=statement,
         condition=condition,
+        steps=steps,
     )
     return found
 

@@ -53,13 +53,20 @@ def is_loader_dict(model: ScriptModel, binding: Binding) -> bool:
     if binding.kind is not Kind.DATALOADER:
         return False
     if binding.received:
-        return _made_as(model, binding, is_loader_dict)
+        return _made_as(model, binding, is_loader_dict) or any(
+            _returns_loader_dicts(model, argument) for argument in _passed_calls(model, binding)
+        )
     if isinstance(value, cst.Dict | cst.DictComp):
         return not _of_dicts(value)
+    return _returns_loader_dicts(model, value, _unpacked_path(binding))
+
+
+def _returns_loader_dicts(model: ScriptModel, value: cst.BaseExpression, path: Path = ()) -> bool:
+    """``value`` calls a factory of the file every ``return`` of which is a dict (the element
+    at ``path`` of a returned tuple): ``get_loaders(cfg)`` returning ``{"train": ..., ...}``."""
     target = callee(model, value) if isinstance(value, cst.Call) else None
     if target is None:
         return False
-    path = _unpacked_path(binding)
     returned = [r.value for r in model.index.own_returns(target[0]) if r.value is not None]
     for result in returned:
         if path:  # ``train, evals = build_loaders(cfg)``: the element there
@@ -93,6 +100,22 @@ def is_dict_of_loader_dicts(model: ScriptModel, binding: Binding) -> bool:
     if binding.received:
         return _made_as(model, binding, is_dict_of_loader_dicts)
     return isinstance(binding.value, cst.Dict | cst.DictComp) and _of_dicts(binding.value)
+
+
+def _passed_calls(model: ScriptModel, binding: Binding) -> list[cst.Call]:
+    """The calls callers pass straight in for a received ``binding``: ``get_loaders(cfg)`` of
+    ``cls(cfg, model, get_loaders(cfg))`` for ``self.loaders = loaders`` (no name holds it, so
+    `Binding.sources` cannot say what it is)."""
+    function = binding.scope
+    if not isinstance(function, cst.FunctionDef):
+        return []
+    parameter = received_name(function, binding.value)
+    return [
+        argument.value
+        for call, implicit in model.call_graph.calls_of(function)
+        for name, argument in _arguments(model, function, call, implicit)
+        if name == parameter and isinstance(argument.value, cst.Call)
+    ]
 
 
 def _made_as(

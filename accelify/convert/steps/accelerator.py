@@ -189,11 +189,11 @@ def _read_constructor_at_the_call(ctx: Context, prepare_scope: Scope, home: Scop
     for key, code in list(ctx.constructor.items()):
         value = cst.parse_expression(code)
         read = {n.value for n in walk(value) if isinstance(n, cst.Name)}
-        local = read & _locals_of(ctx, prepare_scope)
+        local = read & locals_of(ctx, prepare_scope)
         if not local:
             continue
         if local <= set(passed):
-            renamed = value.visit(_Rename({name: passed[name] for name in local}))
+            renamed = value.visit(PassedNames({name: passed[name] for name in local}))
             ctx.constructor[key] = cst.Module([]).code_for_node(renamed)
             continue
         ctx.plan.review(
@@ -204,7 +204,7 @@ def _read_constructor_at_the_call(ctx: Context, prepare_scope: Scope, home: Scop
         )
 
 
-class _Rename(cst.CSTTransformer):
+class PassedNames(cst.CSTTransformer):
     """Names replaced by the expressions the call passes for them."""
 
     def __init__(self, passed: dict[str, cst.BaseExpression]) -> None:
@@ -217,7 +217,7 @@ class _Rename(cst.CSTTransformer):
         return updated.with_changes(attr=original.attr)  # ``cfg.accum``'s ``accum`` is no name
 
 
-def _locals_of(ctx: Context, scope: Scope) -> set[str]:
+def locals_of(ctx: Context, scope: Scope) -> set[str]:
     """The names ``scope`` binds itself: its parameters and assignment targets."""
     return {
         n.value
@@ -279,7 +279,7 @@ def _may_create_in(ctx: Context, scope: Scope, prepare_scope: Scope) -> bool:
     """The constructor's arguments read nothing that only the preparing scope defines."""
     if scope is prepare_scope:
         return True
-    local = _locals_of(ctx, prepare_scope)
+    local = locals_of(ctx, prepare_scope)
     for code in ctx.constructor.values():
         read = {n.value for n in walk(cst.parse_expression(code)) if isinstance(n, cst.Name)}
         if read & local:

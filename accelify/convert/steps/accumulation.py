@@ -11,8 +11,11 @@ from accelify.analysis.accumulation import (
     stepped_every,
     stepped_every_in_step,
 )
-from accelify.analysis.script_model import Kind
+from accelify.analysis.dataflow import variables_in
+from accelify.analysis.objects import bound_arguments
+from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted
+from accelify.convert.steps.accelerator import PassedNames, locals_of
 from accelify.convert.steps.context import Context
 from accelify.edits.node_rewrites import Swap
 from accelify.edits.plan import Plan, expression
@@ -34,8 +37,12 @@ def run(ctx: Context) -> None:
         if found.unaccounted is not None:
             ctx.plan.review(found.line, f"manual gradient accumulation kept: {found.unaccounted}")
             continue
-        ctx.constructor["gradient_accumulation_steps"] = found.steps_code
-        _apply(found, ctx.plan, ctx.acc, ctx.facts.flow.model_names_in_scope(loop.scope))
+        steps, unreadable = _steps_where_prepared(ctx, found, loop)
+        if steps is None:
+            ctx.plan.review(found.line, f"manual gradient accumulation kept: {unreadable}")
+            continue
+        ctx.constructor["gradient_accumulation_steps"] = steps
+        _apply(found, ctx.plan, ctx.acc, ctx.facts.flow.model_names_in_scope(loop.scope), steps)
         ctx.need(loop.node)
         _review_schedulers_stepped_per_batch(ctx, found)
     reviewed: set[int] = set()
@@ -50,6 +57,55 @@ def run(ctx: Context) -> None:
                 "but every backward all-reduces; use accelerator.accumulate(model) to skip the "
                 "syncs between steps",
             )
+
+
+def _steps_where_prepared(
+    ctx: Context, found: ManualAccumulation, loop: Loop
+) -> tuple[str | None, str | None]:
+    """The step count as the Accelerator's constructor can read it: it is made where the objects
+    are prepared (`ctx.scope`), or in a caller that reads that scope's names through its call.
+    A count the training loop's own function defines (``accum_steps`` of ``def
+    train_one_epoch(..., accum_steps)``, ``tcfg["accum"]`` after ``tcfg = self.cfg["train"]`` in
+    a trainer's method) does not exist there: ``Accelerator(gradient_accumulation_steps=
+    accum_steps)`` would raise NameError. A parameter reads as what the function's one call,
+    made in the preparing scope, passes for it (``cfg["accum_steps"]``); else (None, why)."""
+    placement = ctx.facts.placement
+    function = placement.enclosing_function(loop.node)
+    if found.steps is None or function is None or function is ctx.scope:
+        return found.steps_code, None
+    read = variables_in(ctx.model, found.steps)
+    own = read & locals_of(ctx, function)
+    same_class = (
+        isinstance(ctx.scope, cst.FunctionDef)
+        and ctx.facts.calls.owner(function) is not None
+        and ctx.facts.calls.owner(function) is ctx.facts.calls.owner(ctx.scope)
+    )
+    if same_class:  # ``self.args.accum`` reads the instance the accelerator is made for
+        own.discard("self")
+    if not own:
+        return found.steps_code, None
+    name = function.name.value
+    why = (
+        f"its step count {found.steps_code} reads {', '.join(sorted(own))}, which {name}() "
+        "defines, and the Accelerator, made where the objects are prepared, cannot read it; "
+        "pass Accelerator(gradient_accumulation_steps=...) a value that exists there"
+    )
+    parameters = {p.name.value for p in function.params.params}
+    calls = ctx.facts.flow.calls_of(function)
+    if not own <= parameters or len(calls) != 1:
+        return None, why
+    call, implicit = calls[0]
+    if ctx.model.scope_of(call) is not ctx.scope:
+        return None, why
+    passed = {
+        parameter: argument.value
+        for parameter, argument in bound_arguments(function, call, implicit)
+        if parameter in own
+    }
+    if set(passed) != own:
+        return None, why
+    renamed = found.steps.visit(PassedNames(passed))
+    return cst.Module([]).code_for_node(renamed), None
 
 
 def _review_schedulers_stepped_per_batch(ctx: Context, found: ManualAccumulation) -> None:
@@ -71,7 +127,7 @@ def _review_schedulers_stepped_per_batch(ctx: Context, found: ManualAccumulation
         )
 
 
-def _apply(found: ManualAccumulation, plan: Plan, acc: str, models: list[str]) -> None:
+def _apply(found: ManualAccumulation, plan: Plan, acc: str, models: list[str], steps: str) -> None:
     if isinstance(found.division, cst.AugAssign) or (
         isinstance(found.division, cst.Assign)
         and isinstance(found.division.value, cst.BinaryOperation)
@@ -112,6 +168,6 @@ def _apply(found: ManualAccumulation, plan: Plan, acc: str, models: list[str]) -
     plan.wrap(found.loop, wrap)
     plan.change(
         found.line,
-        f"manual accumulation -> Accelerator(gradient_accumulation_steps={found.steps_code}) "
+        f"manual accumulation -> Accelerator(gradient_accumulation_steps={steps}) "
         f"and `with {context}:` (also steps at the end of each epoch)",
     )
