@@ -3,7 +3,8 @@
 A case's features are the runtime calls, runtime imports and `Accelerator` arguments its
 converted code uses (plus what its caller adds). The default run launches a greedy cover: cases
 picked in turn, each adding the most features no picked case has (ties by name), until every
-feature of every case is launched at least once. A new case with a new feature is launched by
+feature of every case is launched at least once, then the picked cases whose features the other
+picked cases all have between them are dropped. A new case with a new feature is launched by
 default without a list to edit.
 """
 
@@ -37,9 +38,15 @@ def runtime_features(converted: str) -> frozenset[str]:
 
 def covering(features: Mapping[Case, frozenset[str]]) -> set[Case]:
     left = set().union(*features.values()) if features else set()
-    picked: set[Case] = set()
+    picked: list[Case] = []
     while left:
         best = max(sorted(features, key=str), key=lambda case: len(features[case] & left))
-        picked.add(best)
+        picked.append(best)
         left -= features[best]
-    return picked
+    # A case picked early can end up adding nothing: the cases picked after it hold all its
+    # features between them. Dropped, latest-picked first (the early picks cover the most).
+    for case in reversed(list(picked)):
+        rest = [other for other in picked if other != case]
+        if features[case] <= set().union(*(features[other] for other in rest)):
+            picked = rest
+    return set(picked)

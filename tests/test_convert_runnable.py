@@ -76,6 +76,16 @@ def test_the_default_run_verifies_a_cover_of_the_cases():
     assert 5 <= len(DEFAULT) < len(RUNNABLE)
     used = set().union(*map(_features, RUNNABLE))
     assert set().union(*map(_features, DEFAULT)) == used
+    # no launch is redundant: each case verified by default has a feature no other one has
+    for case in DEFAULT:
+        others = set().union(*(_features(other) for other in DEFAULT if other != case))
+        assert _features(case) - others, case.name
+
+
+def test_a_greedy_pick_that_the_later_picks_cover_is_dropped():
+    # greedy picks a (ties by name), then b, then c; b and c hold a's features between them
+    features = {"a": frozenset("xy"), "b": frozenset("xz"), "c": frozenset("yw")}
+    assert covering(features) == {"b", "c"}
 
 
 @pytest.mark.distributed

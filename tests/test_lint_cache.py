@@ -13,6 +13,7 @@ import pytest
 
 from accelify.analysis.script_model import analyze
 from accelify.errors import UserError
+from accelify.lint import cli as lint_cli
 from accelify.lint import engine
 from accelify.lint.cache import open_cache
 from accelify.lint.cli import _lint_all
@@ -55,23 +56,36 @@ def lint_json(*args: str | Path, cwd: Path) -> list[dict]:
     return json.loads(result.stdout)
 
 
-def test_every_fixture_has_the_same_findings_with_a_cold_and_a_warm_cache(tmp_path: Path):
+def test_every_fixture_has_the_same_findings_with_a_cold_and_a_warm_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A cold run computes every file's findings as a run without a cache does (the same
+    `lint_source` call; the cache only stores its result), so the cold run is the reference:
+    the warm run, which analyses nothing, must report the same on every file."""
     files = sorted(FIXTURES.rglob("*.py"))
     selection = Selection(select=["ACC"])
     cache = open_cache(tmp_path / "cache", selection)
     assert cache is not None
+    assert entries(tmp_path / "cache") == []
 
-    def findings(cache_or_none) -> dict[str, str]:
-        results = _lint_all(files, selection, False, 1, True, cache_or_none)
+    def findings() -> dict[str, str]:
+        results = _lint_all(files, selection, False, 1, True, cache)
         return {result.path: render(result.findings, "json") for result in results}
 
-    uncached = findings(None)
-    assert any(text != "[]" for text in uncached.values())  # the corpus has findings to compare
-    cold = findings(cache)
+    cold = findings()
+    assert any(text != "[]" for text in cold.values())  # the corpus has findings to compare
     assert len(entries(tmp_path / "cache")) == len(files)
-    warm = findings(cache)
-    assert [path for path in uncached if cold[path] != uncached[path]] == []
-    assert [path for path in uncached if warm[path] != uncached[path]] == []
+
+    analysed: list[str] = []
+    real = lint_cli.lint_source
+    monkeypatch.setattr(
+        lint_cli,
+        "lint_source",
+        lambda data, path, *rest: analysed.append(path) or real(data, path, *rest),
+    )
+    warm = findings()
+    assert analysed == []  # every file came from the cache
+    assert [path for path in cold if warm[path] != cold[path]] == []
 
 
 def test_jobs_with_and_without_the_cache_report_the_same(tmp_path: Path):

@@ -16,6 +16,8 @@ INDENT = "    "
 def wrap_long_lines(module: cst.Module, original: bytes) -> cst.Module:
     kept = set(original.decode("utf-8", errors="replace").splitlines())
     lines = module.code.splitlines()
+    if not any(len(line) > LINE_LENGTH and line not in kept for line in lines):
+        return module  # no new long line: no statement to wrap, no positions to compute
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     positions = wrapper.resolve(PositionProvider)
     found = _LongCalls(positions, lines, kept)
