@@ -31,9 +31,8 @@ from accelify.analysis.loops import (
 )
 from accelify.analysis.syntax import (
     Visitor,
+    children_of,
     dotted,
-    forget_children,
-    remembered_children,
     root_name,
     strip_self_methods,
     target_names,
@@ -649,10 +648,9 @@ def _collect(model: ScriptModel, collector: _Collector) -> None:
             handler = handlers[kind] = getattr(collector, f"visit_{kind.__name__}", None)
         if handler is not None:
             handler(node)
-        for child in remembered_children(node):
+        for child in children_of(node):
             visit(child, node)
 
-    forget_children()  # the last tree's: this walk keeps this one's
     visit(model.module, None)
 
 

@@ -118,36 +118,8 @@ def visit_code(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     visitor.on_leave(node)
 
 
-def children_of(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
-    """``node.children`` without the trivia, read from its fields (``children`` runs a visitor);
-    for the tree analysed last, as its analysis's walk found them (`remembered_children`)."""
-    entry = _REMEMBERED.get(id(node))
-    if entry is not None and entry[0] is node:
-        return entry[1]
-    return _children(node)
-
-
-#: The children of each node of the tree analysed last, by the node's id, each with its node:
-#: the rules and the analysis walk the same subtrees many times over (a function's body for each
-#: question about it), and reading a node's fields again each time was a tenth of a lint. The
-#: entry holds its node, so no other object takes that id while it is remembered.
-_REMEMBERED: dict[int, tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = {}
-
-
-def remembered_children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
-    """`children_of`, kept for the walks to come (the analysis's one walk calls it for every
-    node of the tree it analyses)."""
-    found = _children(node)
-    _REMEMBERED[id(node)] = (node, found)
-    return found
-
-
-def forget_children() -> None:
-    """Drop what `remembered_children` kept: a new tree is being analysed."""
-    _REMEMBERED.clear()
-
-
-def _children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """``node.children`` without the trivia, read from its fields (``children`` runs a visitor)."""
     found = []
     for name in _fields_of(type(node)):
         value = getattr(node, name)
@@ -156,7 +128,7 @@ def _children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
             found.append(value)
         elif kind is _SEQUENCE:
             found += [item for item in value if _kind_of(type(item)) is _NODE]
-    return tuple(found)
+    return found
 
 
 _NODE, _SEQUENCE, _OTHER = "node", "sequence", "other"
