@@ -252,6 +252,8 @@ class CallGraph:
 
     def _resolve(self, call: cst.Call) -> _Resolution:
         func = call.func
+        if type(func) is cst.Name and func.value in self._only_called:
+            return _Resolution([], 1)  # ``print(...)``: what runs is not of this file
         if isinstance(func, cst.Name):
             local = self._local_def(func.value, call)
             if local is not None:
@@ -325,6 +327,21 @@ class CallGraph:
             return _Resolution([], 1, unplaced=receiver_name)
         found = self.lookup(owner, name)
         return _Resolution([found] if found is not None else [], _bound(found))
+
+    @cached_property
+    def _only_called(self) -> frozenset[str]:
+        """The names the file holds in no node but the called name of its calls (``len``,
+        ``print``): no ``def``, class, import, parameter or target of the file binds them (each
+        of those holds the name it binds), so every way `_resolve` places a plain-name call
+        finds nothing for them, and it answers at once."""
+        held: dict[str, int] = {}
+        for node in self.index.of_type(cst.Name):
+            held[node.value] = held.get(node.value, 0) + 1  # type: ignore[attr-defined]
+        called: dict[str, int] = {}
+        for call in self.model.calls:
+            if type(call.func) is cst.Name:
+                called[call.func.value] = called.get(call.func.value, 0) + 1
+        return frozenset(name for name, count in called.items() if held.get(name) == count)
 
     def _instance_call(self, name: str, call: cst.Call) -> cst.FunctionDef | None:
         """``early_stopping(val_loss, model)`` after ``early_stopping = EarlyStopping(...)``:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from accelify.analysis.script_model import Scope, ScriptModel
 
 _SCOPES = (cst.FunctionDef, cst.Module)
+_UNKNOWN = object()  # `Index.nearest` has no answer for the node yet
 #: Where a function's own body stops: the bodies of functions and classes defined inside it.
 #: (Compared by exact type: libcst's node classes are abstract base classes, whose isinstance
 #: runs a Python-level check for every miss; these three have no subclasses.)
@@ -32,7 +33,8 @@ Binding = cst.Assign | cst.AugAssign | cst.AnnAssign
 class Index:
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
-        self._nearest: dict[type | tuple[type, ...], dict[cst.CSTNode, cst.CSTNode | None]] = {}
+        #: by the kinds asked for, then by the id of a node of the tree (`ScriptModel.parents`)
+        self._nearest: dict[type | tuple[type, ...], dict[int, cst.CSTNode | None]] = {}
         self._own: dict[cst.FunctionDef, list[cst.CSTNode]] = {}
         self._of_type: dict[type | tuple[type, ...], list[cst.CSTNode]] = {}
         #: by ``kinds`` of `nearest`, whether a node type is one (ABC checks are slow)
@@ -47,28 +49,30 @@ class Index:
         is kept for every node on the way up, so a question about a neighbour costs a step."""
         memo = self._nearest.setdefault(kinds, {})
         is_kind = self._is_kind.setdefault(kinds, {})
-        if node in memo:
-            return memo[node]
+        found = memo.get(id(node), _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found  # type: ignore[return-value]
         parents = self.model.parents
         path = []
         current = node
         result = None
         while True:
-            parent = parents.get(current)
+            parent = parents.get(id(current))
             if parent is None:
                 # a node outside the walk is not remembered: its parent may be recorded later
                 if current is not self.model.module:
                     return None
                 break
-            path.append(current)
+            path.append(id(current))
             hit = is_kind.get(type(parent))
             if hit is None:
                 hit = is_kind[type(parent)] = isinstance(parent, kinds)
             if hit:
                 result = parent
                 break
-            if parent in memo:
-                result = memo[parent]
+            found = memo.get(id(parent), _UNKNOWN)
+            if found is not _UNKNOWN:
+                result = found  # type: ignore[assignment]
                 break
             current = parent
         for step in path:

@@ -127,7 +127,9 @@ class PrepareCall:
 class ScriptModel:
     module: cst.Module
     imports: ImportTable = field(default_factory=ImportTable)
-    parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict, repr=False)
+    #: each node's parent, by the node's id (a node's own hash is a Python call, and this is
+    #: asked for every step up the tree; the module keeps every node, so no id is reused)
+    parents: dict[int, cst.CSTNode] = field(default_factory=dict, repr=False)
     assignments: list[cst.Assign] = field(default_factory=list, repr=False)
     bindings: list[Binding] = field(default_factory=list)
     backward_calls: list[cst.Call] = field(default_factory=list)
@@ -198,7 +200,7 @@ class ScriptModel:
         return self.module.code
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.parents.get(node)
+        return self.parents.get(id(node))
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = self.parent(node)
@@ -652,7 +654,7 @@ def _collect(model: ScriptModel, collector: _Collector) -> None:
     def visit(node: cst.CSTNode, parent: cst.CSTNode | None) -> None:
         orders[node] = len(orders)
         if parent is not None:
-            parents[node] = parent
+            parents[id(node)] = parent
         kind = type(node)
         if kind in handlers:
             handler = handlers[kind]

@@ -145,15 +145,18 @@ def _single_device_classes(script: ScriptModel) -> list[tuple[int, int]]:
 
     module = script.module
     found: list[cst.ClassDef] = []
+    named: dict[str, set[int]] | None = None
     for statement in module.body:
         if not isinstance(statement, cst.ClassDef) or _has_bases(statement):
             continue
         if statement.decorators:
             continue  # registered (``@register_trainer``): made elsewhere, with what it is given
+        if named is None:
+            named = _statements_naming(module)
+        if named.get(statement.name.value, set()) - {id(statement)}:
+            continue  # named outside its own body (before its code is generated: that costs)
         code = module.code_for_node(statement)
         if ACCELERATOR_WORDS.search(code.encode()) is not None:
-            continue
-        if _named_outside(module, statement):
             continue
         found.append(statement)
     if found:
@@ -247,19 +250,19 @@ def _has_bases(statement: cst.ClassDef) -> bool:
     )
 
 
-def _named_outside(module: cst.Module, statement: cst.ClassDef) -> bool:
-    """Whether the class's name is read anywhere in the file outside its own body."""
+def _statements_naming(module: cst.Module) -> dict[str, set[int]]:
+    """For each name, the top-level statements (by id) that hold it: a class's name held by
+    another statement than the class is read outside its own body. One walk of the file."""
     import libcst as cst
 
     from accelify.analysis.syntax import walk
 
-    name = statement.name.value
-    return any(
-        isinstance(node, cst.Name) and node.value == name
-        for other in module.body
-        if other is not statement
-        for node in walk(other)
-    )
+    found: dict[str, set[int]] = {}
+    for statement in module.body:
+        for node in walk(statement):
+            if type(node) is cst.Name:
+                found.setdefault(node.value, set()).add(id(statement))
+    return found
 
 
 def _fix(data: bytes, path: str, selection: Selection, rounds: int = 5) -> tuple[bytes, int]:
