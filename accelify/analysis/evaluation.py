@@ -195,6 +195,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _scalar_of_a_gathered_value(found, body, facts)
     if found.unsure is None:
         found.unsure = _one_sample_of_the_batch(found, body, facts)
+    if found.unsure is None:
+        found.unsure = _a_fixed_range_of_the_first_axis(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
@@ -1010,6 +1012,98 @@ def _one_sample_of_the_batch(
                 "is the first rank's sample alone and the groups mix"
             )
     return None
+
+
+def _a_fixed_range_of_the_first_axis(
+    found: Evaluation, body: list[cst.CSTNode], facts: Facts
+) -> str | None:
+    """``output = output[1:].view(-1, output_dim)`` after the forward (the seq2seq tutorials'
+    evaluation, whose tensors are [length, batch]: the first time step is the start token):
+    the metric cuts a fixed range off the first dimension of a value the loop would gather.
+    A first dimension cut by constants is not the samples (time steps first), or the cut
+    keeps a fixed part of one batch; gather_for_metrics joins and trims the first dimension,
+    so the cut would drop the first rank's first step only and keep the other ranks', and the
+    trim at the end of the set would drop time steps: a wrong metric with no error. Left as
+    it is: the loop evaluates the whole set on every rank."""
+    model = facts.model
+    gathered = set(found.gathered) | {f.name for f in found.fields}
+    if found.statement is None or not gathered:
+        return None
+    for small in body:
+        if model.order(small) <= model.order(found.statement):
+            continue
+        for node in walk(small):
+            if not (
+                isinstance(node, cst.Subscript)
+                and isinstance(node.value, cst.Name)
+                and node.value.value in gathered
+                and node.slice
+                and a_fixed_range(node.slice[0].slice)
+            ):
+                continue
+            if not _reaches_a_metric(small, body, found):
+                continue
+            found.unsure_at = small
+            found.advice = (
+                "gather tensors whose first dimension is the batch (x.transpose(0, 1)) and cut "
+                "the range from the dimension it belongs to"
+            )
+            return (
+                f"line {model.line(small)} reads {model.module.code_for_node(node)}, a fixed "
+                "range of the first dimension, so that dimension is not the samples (time "
+                "steps first, [length, batch]): gather_for_metrics joins and trims the first "
+                "dimension, and the range would be cut from the first rank's part only"
+            )
+    return None
+
+
+def _reaches_a_metric(small: cst.CSTNode, body: list[cst.CSTNode], found: Evaluation) -> bool:
+    """``small`` is a metric, or binds a name a metric reads through any chain of the loop's
+    assignments (``output = output[1:]``, ``loss = criterion(output, trg)``, then
+    ``epoch_loss += loss.item()``)."""
+    if any(small is sink for sink in found.sinks):
+        return True
+    read = {n.value for sink in found.sinks for n in walk(sink) if isinstance(n, cst.Name)}
+    changed = True
+    while changed:
+        changed = False
+        for other in body:
+            bound = _bound_in(other)
+            if other is small and bound & read:
+                return True
+            if bound & read:
+                more = {n.value for n in walk(other) if isinstance(n, cst.Name)} - read
+                if more:
+                    read |= more
+                    changed = True
+    return False
+
+
+def _bound_in(small: cst.CSTNode) -> set[str]:
+    return {
+        name
+        for node in walk(small)
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+        for target in (
+            [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        )
+        for name in target_names(target)
+    }
+
+
+def a_fixed_range(index: cst.BaseSlice) -> bool:
+    """``[1:]``, ``[:-1]``, ``[1:-1]``: a slice whose given bounds are all integer literals
+    (no step: ``[::-1]`` reverses, every sample kept)."""
+    if not isinstance(index, cst.Slice) or index.step is not None:
+        return False
+    bounds = [b for b in (index.lower, index.upper) if b is not None]
+    return bool(bounds) and all(_an_integer(b) for b in bounds)
+
+
+def _an_integer(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        node = node.expression
+    return isinstance(node, cst.Integer)
 
 
 def _feeds_a_metric(small: cst.CSTNode, found: Evaluation) -> bool:

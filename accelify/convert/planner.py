@@ -94,6 +94,14 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
         )
         return ctx.plan
     placement = facts_of(model).placement
+    renormed = _renormalised_embedding(model)
+    if renormed is not None:
+        ctx.plan.review(model.line(renormed), _RENORM)
+        return ctx.plan
+    library = _trains_only_for_other_files(ctx)
+    if library is not None:
+        ctx.plan.review(model.line(model.backward_calls[0]), library)
+        return ctx.plan
     if placement.is_method(prepare_scope) and _without_instance(model, prepare_scope):
         ctx.plan.review(
             model.line(prepare_scope),
@@ -133,6 +141,82 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
     accelerator.run(ctx, prepare_scope)
     ctx.plan.imports = import_lines(options.target, ["Accelerator", *ctx.uses])
     return ctx.plan
+
+
+_RENORM = (
+    "an embedding with max_norm renormalises, in place during the forward pass, the rows "
+    "its batch looks up: under DDP each rank renormalises the rows of its own shard's batch, "
+    "and DDP averages gradients only, so the ranks' weights drift apart from the first step "
+    "(measured on 2 ranks); left as it is: drop max_norm (clip the rows after the optimizer "
+    "step, on the whole table, identically on every rank), then convert"
+)
+
+
+def _renormalised_embedding(model: ScriptModel) -> cst.Call | None:
+    """``nn.Embedding(vocab, dim, max_norm=1)`` (word2vec's skip-gram), or ``F.embedding(...,
+    max_norm=...)``: the first such call, else None."""
+    for call in model.calls:
+        name = dotted(call.func) or ""
+        if name.rsplit(".", 1)[-1] not in {
+            "Embedding",
+            "EmbeddingBag",
+            "embedding",
+            "embedding_bag",
+        }:
+            continue
+        for argument in call.args:
+            if argument.keyword is not None and argument.keyword.value == "max_norm":
+                value = argument.value
+                if not (isinstance(value, cst.Name) and value.value == "None"):
+                    return call
+    return None
+
+
+def _trains_only_for_other_files(ctx: Context) -> str | None:
+    """A module of training helpers (``utils.py`` with ``train_one_epoch(model, optimizer,
+    data_loader, device, epoch)`` and ``evaluate(...)``, imported by the script that makes the
+    model, optimizer and loaders): every function that runs a backward is a top-level function
+    that nothing in this file calls or hands on, and every model and optimizer it trains is a
+    parameter. The Accelerator belongs where they are made, in the other file; made here it
+    would be a new one per call with nothing prepared, and a parameter added for it would
+    break the other file's calls. Left as it is, with why; None when the file trains
+    anything of its own."""
+    model, placement, graph = ctx.model, ctx.facts.placement, ctx.facts.calls
+    trainers: list[cst.FunctionDef] = []
+    for call in model.backward_calls:
+        function = placement.top_function(call)
+        if function is None or placement.is_method(function):
+            return None
+        if function not in trainers:
+            trainers.append(function)
+    if not trainers or any(
+        graph.callers(f) or graph.references(f) or graph.uncertain_callers(f) for f in trainers
+    ):
+        return None
+    if any(not f.params.params or not _called_as_written(f) for f in trainers):
+        return None  # ``@app.command()``: run by what decorates it
+    kinds = (Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER)
+    if any(not binding.received for binding in model.of_kind(*kinds)):
+        return None
+    names = " and ".join(f"{f.name.value}()" for f in trainers)
+    return (
+        f"{names} {'trains' if len(trainers) == 1 else 'train'} a model and optimizer handed "
+        "in, and nothing in this file makes them or calls it: the Accelerator belongs where "
+        "they are made, in the file that calls it; left as it is: there, create the "
+        "Accelerator, prepare the model, optimizer and loaders, and hand it in as a parameter "
+        "here (accelerator.backward(loss), accelerator.gather_for_metrics in the evaluation, "
+        "accelerator.print)"
+    )
+
+
+def _called_as_written(function: cst.FunctionDef) -> bool:
+    """No decorator but gradient switches (``@torch.no_grad()``): a decorator may run it."""
+    for decorator in function.decorators:
+        node = decorator.decorator
+        name = dotted(node.func if isinstance(node, cst.Call) else node) or ""
+        if name.rsplit(".", 1)[-1] not in {"no_grad", "inference_mode", "enable_grad"}:
+            return False
+    return True
 
 
 def _without_instance(model: ScriptModel, scope: cst.CSTNode) -> bool:
