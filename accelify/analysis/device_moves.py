@@ -111,7 +111,8 @@ def looks_like_device(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.SimpleString):
         return str(node.evaluated_value).split(":")[0] in ("cuda", "cpu", "mps")
     name = dotted(node) or ""
-    if name.split(".")[-1] in ("device", "dev", "rank", "local_rank", "gpu"):
+    last = name.split(".")[-1]
+    if last in ("device", "dev", "rank", "local_rank", "gpu") or names.is_gpu_index_name(last):
         return True
     if isinstance(node, cst.Call):
         func = dotted(node.func) or ""

@@ -219,6 +219,26 @@ MODULE_API = {
     "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to",
     "to_empty", "train", "training", "type", "xpu", "zero_grad",
 }  # fmt: skip
+#: How a GPU's index is named: ``gpu_id = args.gpu``, ``device_id``, ``local_gpu``.
+GPU_INDEX_SUFFIXES = ("gpu", "gpu_id", "gpu_ids", "gpu_idx", "gpu_index", "device_id", "device_idx")
+
+
+def is_gpu_index_name(name: str) -> bool:
+    """``gpu``, ``gpu_id``, ``local_gpu``, ``args.device_id``: a name for one GPU's index (not a
+    rank: ``local_rank`` also names a process)."""
+    last = name.rsplit(".", 1)[-1].lower()
+    return last.endswith(GPU_INDEX_SUFFIXES) and last != "gpu_ids"
+
+
+#: Libraries whose functions are not the project's own code (a project's module is code the
+#: conversion cannot read).
+KNOWN_LIBRARIES = frozenset({
+    "torch", "torchvision", "torchaudio", "torchtext", "accelerate", "accelify", "numpy",
+    "pandas", "scipy", "sklearn", "matplotlib", "PIL", "cv2", "tqdm", "wandb", "mlflow",
+    "tensorboard", "tensorboardX", "transformers", "datasets", "safetensors", "timm",
+    "lightning", "pytorch_lightning", "deepspeed", "yaml", "h5py", "einops", "huggingface_hub",
+    "peft", "diffusers", "evaluate", "torchmetrics", "omegaconf", "hydra", "neptune", "comet_ml",
+})  # fmt: skip
 #: Functions that write or delete files: run once, on the main process.
 FILE_WRITERS = {
     "torchvision.utils.save_image",

@@ -320,7 +320,22 @@ def returned_local(
     path = _path_in(made[0].targets[0].target, name)
     if path is None:
         return None
-    returns = model.index.own_returns(made[1])
+    return _returned_at(model, made[1], path, frozenset())
+
+
+def _returned_at(
+    model: ScriptModel, function: cst.FunctionDef, path: Path, seen: frozenset[int]
+) -> tuple[str, cst.CSTNode] | None:
+    """The local ``function`` returns at ``path``, with a ``return`` that hands it back; through
+    a factory that only returns another's call (``def get_all(cfg): return build(cfg)``), the
+    local of the function it calls."""
+    returns = model.index.own_returns(function)
+    if len(returns) == 1 and isinstance(returns[0].value, cst.Call):
+        target = callee(model, returns[0].value)
+        if target is not None and target[0].name.value != "__init__":
+            if id(target[0]) in seen | {id(function)}:
+                return None
+            return _returned_at(model, target[0], path, seen | {id(function)})
     names = set()
     for result in returns:
         value = element_at(result.value, path)
@@ -615,11 +630,42 @@ def _kinds_of(
 ) -> list[tuple[Path, Kind | None]]:
     answers: list[list[tuple[Path, Kind | None]]] = []
     for value in values:
+        passed_on = _returned_call(model, function, value, classify)
+        if passed_on is not None:  # ``return build(cfg)``: what ``build`` returns
+            answers.append(passed_on)
+            continue
         leaves = tuple_leaves(value) or [((), value)]
         answers.append([(p, _value_kind(model, function, e, classify)) for p, e in leaves])
     if not answers or any(answer != answers[0] for answer in answers):
         return []
     return answers[0] if any(kind is not None for _, kind in answers[0]) else []
+
+
+#: Functions whose returned calls are being followed: ``def a(): return b()`` with ``def b():
+#: return a()`` stops instead of recursing forever.
+_FOLLOWING: set[int] = set()
+
+
+def _returned_call(
+    model: ScriptModel,
+    function: cst.FunctionDef | None,
+    value: cst.BaseExpression,
+    classify: Classify,
+) -> list[tuple[Path, Kind | None]] | None:
+    """What a factory that returns another factory's call returns (``def get_all(cfg): return
+    build(cfg)``): the called function's returned kinds, by position. None when ``value`` is no
+    call of a function of this file (a constructor's call is classified as made here)."""
+    if function is None or not isinstance(value, cst.Call):
+        return None
+    target = callee(model, value)
+    if target is None or target[0].name.value == "__init__" or id(target[0]) in _FOLLOWING:
+        return None
+    _FOLLOWING.add(id(target[0]))
+    try:
+        kinds = returned_kinds(model, target[0], classify)
+    finally:
+        _FOLLOWING.discard(id(target[0]))
+    return kinds or None
 
 
 def _value_kind(
@@ -685,6 +731,49 @@ def _target_names(target: cst.BaseExpression) -> list[str] | None:
         return names  # type: ignore[return-value]
     name = dotted(target)
     return [name] if name is not None else None
+
+
+#: Decorators that make a method read as an attribute: ``self.train_loader``.
+_PROPERTIES = frozenset({"property", "cached_property", "functools.cached_property"})
+
+
+def loader_property(
+    model: ScriptModel, name: str | None, at: cst.CSTNode
+) -> cst.FunctionDef | None:
+    """The method behind ``self.train_loader`` at ``at`` when the class around ``at`` (or a base
+    of it in this file) makes it a ``@property`` or ``@cached_property`` that returns a
+    DataLoader it builds: the loader is made on each read (or the first), where no binding of
+    the analysis holds it, so nothing prepares it."""
+    if name is None or not name.startswith("self.") or name.count(".") != 1:
+        return None
+    owner = model.index.enclosing_class_name(at)
+    if owner is None:
+        return None
+    from accelify.analysis.script_model import value_classifier
+
+    method = None
+    for class_name in _class_and_bases(model, owner):
+        method = methods_of(model, class_name).get(name.split(".", 1)[1])
+        if method is not None:
+            break
+    if method is None or not {dotted(d.decorator) for d in method.decorators} & _PROPERTIES:
+        return None
+    kinds = returned_kinds(model, method, value_classifier(model))
+    return method if kinds == [((), Kind.DATALOADER)] else None
+
+
+def _class_and_bases(model: ScriptModel, owner: str) -> list[str]:
+    """``owner`` and the classes of this file it derives from, nearest first."""
+    found, todo = [], [owner]
+    while todo:
+        current = todo.pop(0)
+        if current in found:
+            continue
+        found.append(current)
+        definition = model.classes.get(current)
+        if definition is not None:
+            todo += [b for b in (dotted(base.value) for base in definition.bases) if b]
+    return found
 
 
 def _enclosing_class(model: ScriptModel, node: cst.CSTNode) -> str | None:

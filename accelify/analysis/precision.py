@@ -169,9 +169,13 @@ def _carried(
             if found.autocasts:
                 return None, "the GradScaler's enabled= differs from the autocast's"
             enabled, condition = scaler_enabled, scaler.enabled
+    respelled = None
     if condition is not None and not _readable_from(model, condition, prepare_scope):
-        return None, f"enabled={enabled} reads names the Accelerator's scope does not have"
-    if condition is not None:
+        respelled = _through_parameters(model, condition, prepare_scope)
+        if respelled is None:
+            return None, f"enabled={enabled} reads names the Accelerator's scope does not have"
+        condition, enabled = respelled, code(respelled)
+    if condition is not None and respelled is None:
         condition, enabled = _inlined(model, condition)
     tests = [] if enabled is None else [enabled if _simple(condition) else f"({enabled})"]
     if device == "cuda" and "torch.cuda.is_available()" not in tests:
@@ -203,6 +207,87 @@ def _inlined(model: ScriptModel, condition: cst.BaseExpression) -> tuple[cst.Bas
         if roots <= set(model.imports.bound) and _simple(value):
             return value, model.module.code_for_node(value)
     return condition, model.module.code_for_node(condition)
+
+
+def _through_parameters(
+    model: ScriptModel, condition: cst.BaseExpression, scope: cst.CSTNode | None
+) -> cst.BaseExpression | None:
+    """``self.args.amp`` read in ``fit()`` where the Accelerator is created in ``__init__(self,
+    args)``, which keeps ``self.args = args``: the same flag spelled as the constructor reads it
+    (``args.amp``), valid anywhere in it. None when a ``self.`` attribute the condition reads
+    is not bound once in the class, from a parameter of that scope it never rebinds, or when
+    the condition reads other names the scope does not have."""
+    if not isinstance(scope, cst.FunctionDef):
+        return None
+    owner = model.index.enclosing_class_name(scope)
+    if owner is None or model.index.enclosing_class_name(condition) != owner:
+        return None
+    parameters = {p.name.value for p in (*scope.params.params, *scope.params.kwonly_params)}
+    rebound = {dotted(t.target) for a in model.index.own_assignments(scope) for t in a.targets}
+    replaced: dict[str, str] = {}
+    for node in _attribute_roots(condition):
+        attribute = dotted(node) or ""
+        kept = [
+            a
+            for a in model.index.assignments_to(attribute)
+            if model.index.enclosing_class_name(a) == owner
+        ]
+        if len(kept) != 1 or model.scope_of(kept[0]) is not scope:
+            return None
+        value = kept[0].value
+        if (
+            not isinstance(value, cst.Name)
+            or value.value not in parameters
+            or value.value in rebound
+        ):
+            return None
+        replaced[attribute] = value.value
+    if not replaced:
+        return None
+
+    class Respell(cst.CSTTransformer):
+        def leave_Attribute(
+            self, original: cst.Attribute, updated: cst.Attribute
+        ) -> cst.BaseExpression:
+            name = dotted(original)
+            return cst.Name(replaced[name]) if name in replaced else updated
+
+    respelled = condition.visit(Respell())
+    readable = parameters | set(model.imports.bound) | {"True", "False", "None"}
+    if not _names_in(respelled) <= readable:
+        return None  # ``self.args.amp and use_amp``: a local of the method that reads it
+    return respelled  # type: ignore[return-value]
+
+
+def _attribute_roots(expression: cst.BaseExpression) -> list[cst.Attribute]:
+    """The ``self.x`` attributes an expression reads (``self.args`` of ``self.args.amp``)."""
+    found: list[cst.Attribute] = []
+
+    class Roots(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            if isinstance(node.value, cst.Name) and node.value.value == "self":
+                found.append(node)
+                return False
+            return True
+
+    expression.visit(Roots())
+    return found
+
+
+def _names_in(expression: cst.CSTNode) -> set[str]:
+    """The names an expression reads (``args`` of ``args.amp``, not ``amp``)."""
+    found: set[str] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            found.add(node.value)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+    expression.visit(Names())
+    return found
 
 
 def _simple(expression: cst.BaseExpression | None) -> bool:

@@ -426,6 +426,12 @@ class ScriptModel:
         return bool(self.backward_calls)
 
 
+def value_classifier(model: ScriptModel) -> Callable[[cst.BaseExpression, str], Kind | None]:
+    """What a value makes when bound to a name (`_Collector.classify`), for the analyses that
+    ask of values no binding holds (what a property returns)."""
+    return _Collector(model).classify
+
+
 def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     """One traversal collects everything; positions are left for the first finding that needs
     one (libcst's scope analysis is not used: an import table answers what a name is)."""
@@ -864,6 +870,8 @@ class _Collector(Visitor):
             return Kind.DATALOADER
         if name.split(".")[-1].lower() == "device" and _is_device_literal(value):
             return Kind.DEVICE
+        if _is_gpu_index(name, value):
+            return Kind.DEVICE
         return None
 
     def _classify_choice(self, choice: cst.IfExp, name: str) -> Kind | None:
@@ -1086,6 +1094,18 @@ def _is_nn_model(qualified_name: str) -> bool:
         return False
     last = qualified_name.rsplit(".", 1)[-1]
     return last[:1].isupper() and not last.endswith("Loss") and last != "Parameter"
+
+
+def _is_gpu_index(name: str, value: cst.BaseExpression) -> bool:
+    """``gpu_id = args.gpu``, ``device = 0``: a GPU's index, which ``.cuda(gpu_id)`` and
+    ``x.to(device)`` move to as to a device. A number, or a flag named as one GPU's index."""
+    last = name.split(".")[-1].lower()
+    if not (names.is_gpu_index_name(last) or last == "device"):
+        return False
+    if isinstance(value, cst.Integer):
+        return True
+    read = dotted(value)
+    return read is not None and "." in read and names.is_gpu_index_name(read)
 
 
 def _is_device_literal(value: cst.BaseExpression) -> bool:

@@ -35,6 +35,9 @@ class ShardTotal:
     #: how that size is known, when the division does not read it itself: ``n_examples,
     #: which train_epoch's callers pass as len(df_train)``
     size_from: str | None = None
+    #: divided by the loader's length (its batches): the mean of this rank's batches only,
+    #: right on one process, one shard's on N (``total_loss / len(train_loader)``)
+    over_batches: bool = False
 
 
 def totals_over_dataset(
@@ -50,8 +53,40 @@ def totals_over_dataset(
     for loop in model.loops:
         if not loop.trains or loop.iterable is None or not reads_loader(loop):
             continue
-        found += divided_by_set_size(model, placement, graph, loop, _summed_in(loop))
+        totals = _summed_in(loop)
+        found += divided_by_set_size(model, placement, graph, loop, totals)
+        found += _averaged_over_batches(model, placement, loop, totals)
     return found
+
+
+def _averaged_over_batches(
+    model: ScriptModel, placement: Placement, loop: Loop, totals: set[str]
+) -> list[ShardTotal]:
+    """``total_loss / len(train_loader)`` after the loop, in its scope: the mean of the batches
+    this rank read. Over a prepared loader that is one shard's mean, not the whole set's."""
+    found = []
+    for node, (divided, divisor) in _divisions_in(loop.scope):
+        if isinstance(node, cst.FormattedString) or not _is_len_of(divisor, loop.iterable):
+            continue
+        if not (
+            model.order(node) > model.order(loop.node)
+            and not placement.inside(node, loop.node)
+            and model.scope_of(node) is loop.scope
+        ):
+            continue
+        for name in sorted(_names(divided) & totals):
+            found.append(ShardTotal(loop, name, node, divisor, over_batches=True))
+    return found
+
+
+def _is_len_of(node: cst.BaseExpression, loader: str | None) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and dotted(node.func) == "len"
+        and len(node.args) == 1
+        and loader is not None
+        and dotted(node.args[0].value) == loader
+    )
 
 
 def divided_by_set_size(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.analysis.facts import facts_of
+from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.loss_sources import made_for
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
@@ -225,8 +225,27 @@ def _without_instance(model: ScriptModel, scope: cst.CSTNode) -> bool:
     itself gets a local ``accelerator``, as a function would."""
     if not _static(scope):
         return False
-    placement = facts_of(model).placement
+    facts = facts_of(model)
+    placement = facts.placement
+    if _called_as_a_factory(facts, scope):  # type: ignore[arg-type]
+        return False
     return any(not placement.inside(call, scope) for call in model.backward_calls)
+
+
+def _called_as_a_factory(facts: Facts, scope: cst.FunctionDef) -> bool:
+    """``model, optimizer, loader = Trainer.make_state(cfg)`` in ``main()``: a static or class
+    method called only from outside its class (a function, the module) is a factory like any
+    function: the accelerator reaches it as a parameter from the caller that trains, and none
+    of its class's methods needs one on the instance."""
+    owner = facts.placement.class_of(scope)
+    calls = facts.calls.calls_of(scope)
+    return (
+        bool(calls)
+        and all(facts.placement.class_of(call) is not owner for call, _ in calls)
+        and not any(
+            facts.placement.class_of(backward) is owner for backward in facts.model.backward_calls
+        )
+    )
 
 
 def _handed_to_several_instances(ctx: Context, scope: Scope) -> str | None:
@@ -421,10 +440,21 @@ def _prepared_elsewhere(
 
 
 def _returned_by(ctx: Context, value: cst.BaseExpression | None, done: list[Scope]) -> bool:
-    """``value`` is what a call of a function that already prepares returns: the objects it
-    hands back are the prepared ones, and preparing them again would wrap the model twice."""
-    made = callee(ctx.model, value) if isinstance(value, cst.Call) else None
-    return made is not None and made[0] in done
+    """``value`` is what a call of a function that already prepares returns (directly or
+    through factories that return its call): the objects it hands back are the prepared ones,
+    and preparing them again would wrap the model twice."""
+    seen: list[cst.FunctionDef] = []
+    while isinstance(value, cst.Call):
+        made = callee(ctx.model, value)
+        if made is None or made[0] in seen:
+            return False
+        if made[0] in done:
+            return True
+        seen.append(made[0])
+        # ``def get_all(cfg): return build(cfg)``: what build() returns
+        returns = ctx.model.index.own_returns(made[0])
+        value = returns[0].value if len(returns) == 1 else None
+    return False
 
 
 def _why_not_prepare_in(ctx: Context, scope: cst.FunctionDef, trained: set[str]) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.objects import attributes_kept, bound_arguments
+from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
 from accelify.analysis.randomness import randomness_of
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted
@@ -27,6 +27,18 @@ def run(ctx: Context) -> None:
                 f"this training loop reads {loader_names(unprepared)}, which is not prepared: "
                 "every rank trains on all of it (correct, not data-parallel); prepare it to "
                 "shard it",
+            )
+    for loop in ctx.model.loops:
+        made_by = loader_property(ctx.model, loop.iterable, loop.node) if loop.trains else None
+        if made_by is not None:
+            noted = True
+            ctx.plan.review(
+                ctx.line(loop.node),
+                f"this training loop reads {loop.iterable}, a property that builds a DataLoader "
+                f"(line {ctx.line(made_by)}) the conversion does not prepare: every rank trains "
+                f"on all of it (correct, not data-parallel); build the loader once where the "
+                f"class assembles its objects ({loop.iterable} = DataLoader(...)) so it is "
+                "prepared and sharded",
             )
     for loop, step in ctx.facts.step_driven_loops:
         unprepared = _trained_unprepared(ctx, loop)
@@ -118,7 +130,7 @@ def run(ctx: Context) -> None:
 
 def _totals_over_dataset(ctx: Context) -> None:
     """``running_loss / len(train_loader.dataset)`` over a prepared loader: this rank's sum
-    over the whole set's size."""
+    over the whole set's size; ``total_loss / len(train_loader)``: this rank's batches' mean."""
     for found in ctx.facts.shard_totals:
         loader = found.loop.iterable
         phases = ctx.facts.phase_loaders.get(loader or "")
@@ -134,6 +146,15 @@ def _totals_over_dataset(ctx: Context) -> None:
             continue
         if ctx.unprepared_loaders(found.loop):
             continue  # every rank reads all of it: the quotient is right
+        if found.over_batches:
+            ctx.plan.review(
+                ctx.line(found.division),
+                f"{found.total} / {ctx.code(found.divisor)} is the mean of this rank's batches "
+                f"of {loader} only: on N ranks what the main process shows is its own shard's "
+                f"mean, not the whole set's; gather each batch's values with "
+                f"{ctx.a('gather_for_metrics')} before summing them for the whole set's",
+            )
+            continue
         size = found.size_from or _size_read(ctx, found.divisor, loader)
         divided = "shown over" if isinstance(found.division, cst.FormattedString) else "divided by"
         ctx.plan.review(

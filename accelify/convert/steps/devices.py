@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.dataflow import sees_binding
 from accelify.analysis.device_moves import (
     batch_moves_in,
@@ -87,6 +88,7 @@ def run_model_moves(ctx: Context) -> None:
         elif target is None:
             _mode_and_device(ctx, line_statement, call)
     _copies_of_unmoved_models(ctx)
+    _unmoved_untrained_models(ctx)
     _fixed_moves_of_prepared_models(ctx)
 
 
@@ -194,6 +196,52 @@ def _copies_of_unmoved_models(ctx: Context) -> None:
             f"{name} moved to {ctx.a('device')} before line {ctx.line(handed)} hands it on: "
             "the copy made there is on the device prepare puts the model on",
         )
+
+
+def _unmoved_untrained_models(ctx: Context) -> None:
+    """A model no optimizer trains, left unprepared (a distillation teacher, the best weights
+    reloaded into a fresh ``best = build_model()``), that the script moves nowhere (it ran on
+    the CPU) and that meets the batches of a prepared loader: converted, those batches arrive
+    on this rank's device while the model stays on the CPU (on a GPU its forward fails on
+    mixed devices). It is moved to this rank's device where it is made, as prepare moves the
+    models it takes."""
+    loaders = {b.name for b in ctx.model.of_kind(Kind.DATALOADER) if b.name in ctx.plan.prepared}
+    for binding in ctx.model.of_kind(Kind.MODEL):
+        name = binding.name
+        if name not in ctx.frozen or name in ctx.plan.prepared or not loaders:
+            continue
+        if strip_moves(binding.value) is not binding.value or _moved_anywhere(ctx, name):
+            continue
+        fed = _fed_prepared_batches(ctx, name, binding.scope, loaders)
+        if fed is None or not ctx.plan.reaches(binding.statement):
+            continue
+        ctx.plan.insert_after(binding.statement, statement(f"{name}.to({ctx.a('device')})"))
+        ctx.need(binding.statement)
+        ctx.plan.change(
+            binding.line,
+            f"{name} moved to {ctx.a('device')} where it is made (prepare does not place a "
+            f"model it does not take): line {ctx.line(fed)} hands it the batches of a prepared "
+            "loader, which arrive on that device",
+        )
+
+
+def _fed_prepared_batches(
+    ctx: Context, name: str, scope: cst.CSTNode, loaders: set[str]
+) -> cst.Call | None:
+    """The first call of ``scope`` that hands ``name`` on beside a prepared loader
+    (``evaluate(best, test_loader)``) or calls it in a loop over one."""
+    for call in ctx.model.calls:
+        if ctx.model.scope_of(call) is not scope:
+            continue
+        handed = {dotted(argument.value) for argument in call.args}
+        if name in handed and handed & loaders:
+            return call
+        if dotted(call.func) == name and any(
+            isinstance(loop, cst.For) and dotted(loop.iter) in loaders
+            for loop in ctx.model.ancestors(call)
+        ):
+            return call
+    return None
 
 
 def _moved_anywhere(ctx: Context, name: str) -> bool:
@@ -361,9 +409,12 @@ def run_devices(ctx: Context) -> None:
             _index_reads(ctx, binding, ctx.acc)
         if not as_string:
             _other_reads_of_the_parameter(ctx, binding.value, binding.statement)
+    stripped = {
+        id(b.value) for b in ctx.model.of_kind(Kind.MODEL) if b.name in ctx.plan.prepared
+    }  # ``model = Net().cuda()``: the move goes with the model's (prepare places it)
     for call in ctx.model.calls:
-        if _calls_method(call, "cuda"):
-            if not call.args:
+        if _calls_method(call, "cuda") and id(call) not in stripped:
+            if not call.args or _to_a_device_binding(ctx, call):
                 planned = ctx.plan.add(
                     rewrites.cuda_to_device(call, ctx.acc),
                     line=ctx.line(call),
@@ -392,6 +443,15 @@ def run_devices(ctx: Context) -> None:
                     text=f'device="cuda" -> device={ctx.a("device")}',
                 )
                 ctx.need(call)
+
+
+def _to_a_device_binding(ctx: Context, call: cst.Call) -> bool:
+    """``.cuda(gpu_id)`` where ``gpu_id`` is a device of the script (now this rank's): the same
+    move as ``.to(accelerator.device)``, which also runs on a CPU."""
+    if len(call.args) != 1 or call.args[0].keyword is not None:
+        return False
+    name = dotted(call.args[0].value)
+    return name is not None and ctx.facts.flow.kind_of(name, call) is Kind.DEVICE
 
 
 def _review_chosen_by_flags(ctx: Context, binding: Binding, acc: str) -> None:
@@ -438,7 +498,10 @@ def _other_reads_of_the_parameter(
             and not _is_compared(ctx, node)
         ):
             reads.append(node)
+    models = [b.value for b in ctx.model.of_kind(Kind.MODEL) if b.name in ctx.plan.prepared]
     for node in reads:
+        if any(ctx.facts.placement.inside(node, made) for made in models):
+            continue  # ``self.model = model.to(gpu_id)``: the move goes (prepare places it)
         ctx.plan.add(
             rewrites.use_device(node, ctx.acc),
             line=ctx.line(node),
@@ -563,6 +626,9 @@ def _values_of(ctx: Context, binding: Binding) -> set[str]:
     pending = [*binding.sources]
     value = binding.value
     found = _literal_kinds(value)
+    read = dotted(value)
+    if read is not None and "." in read and names.is_gpu_index_name(read):
+        found.add("int")  # ``gpu_id = args.gpu``: a flag that names one GPU's index
     if isinstance(value, cst.Name):
         pending += [o for o in ctx.facts.flow.origins(value.value, value) if o is not None]
     seen: set[str] = set()

@@ -3,6 +3,9 @@ barrier every rank reaches, files opened for writing on the main process only.""
 
 from __future__ import annotations
 
+import re
+import sys
+
 import libcst as cst
 
 from accelify.analysis import names, side_effects
@@ -18,6 +21,7 @@ from accelify.edits import rewrites
 
 def run(ctx: Context) -> None:
     guarded_writes = _plan_file_writes(ctx)
+    _project_writers(ctx)
     for line_statement, call in ctx.facts.placement.expression_statements():
         if not ctx.model.call_names(call) & names.TORCH_SAVE:
             continue
@@ -46,6 +50,67 @@ def run(ctx: Context) -> None:
         ctx.need(call)
         for anchor in barriers:
             ctx.need(anchor)
+
+
+def _project_writers(ctx: Context) -> None:
+    """``utils.save_checkpoint(model, path)``: a function of the project's own module, which the
+    conversion cannot read, named as a write and handed the model or optimizer (or their
+    state). Every rank runs it, so every rank writes the same file, racing, and the prepared
+    model's state carries DDP's ``module.`` prefix. Not rewritten: what it does is unseen."""
+    flow = ctx.facts.flow
+    for call in ctx.model.calls:
+        name = dotted(call.func)
+        if name is None or not _WRITER_NAME.search(name.rsplit(".", 1)[-1]):
+            continue
+        if ctx.facts.calls.targets(call) or not _imported_from_the_project(ctx, name):
+            continue
+        if ctx.facts.ranks.under_rank_guard(call):
+            continue
+        handed = [
+            held
+            for argument in call.args
+            if (held := _held_object(argument.value)) is not None
+            and flow.kind_of(held, call) in (Kind.MODEL, Kind.OPTIMIZER)
+        ]
+        if not handed:
+            continue
+        ctx.plan.review(
+            ctx.line(call),
+            f"{name}() is a function of another module the conversion cannot see, handed "
+            f"{', '.join(dict.fromkeys(handed))}: every rank calls it, so if it writes a file "
+            "every rank writes it (N writes racing on one path), and a prepared model's state "
+            f"has DDP's `module.` prefix; call it under `if {ctx.a('is_main_process')}:` after "
+            f"{ctx.a('wait_for_everyone')}(), handing it {ctx.a('unwrap_model')}(model)",
+        )
+
+
+#: The last name of a function that writes what it is handed: save_checkpoint, write_state.
+_WRITER_NAME = re.compile(r"save|checkpoint|ckpt|write|dump|export|store", re.IGNORECASE)
+
+
+def _held_object(value: cst.BaseExpression) -> str | None:
+    """``model``, ``self.model``, ``model.state_dict()``: the object an argument hands on."""
+    if (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "state_dict"
+    ):
+        value = value.func.value
+    return dotted(value)
+
+
+def _imported_from_the_project(ctx: Context, name: str) -> bool:
+    """``utils.save_checkpoint`` or ``save_checkpoint`` bound by an import of a module that is
+    neither the standard library nor a library the analysis knows: the project's own code."""
+    imported = ctx.model.imports.bound.get(name.split(".")[0])
+    if imported is None:
+        return False
+    root = imported.lstrip(".").split(".")[0]
+    if imported.startswith("."):
+        return True
+    if ctx.model.imports.resolve(name) in names.FILE_WRITERS:
+        return False  # a writer the side-effect analysis knows: guarded where it is
+    return root not in sys.stdlib_module_names and root not in names.KNOWN_LIBRARIES
 
 
 def _save_on_the_main_process(
