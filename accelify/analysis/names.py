@@ -220,14 +220,24 @@ MODULE_API = {
     "to_empty", "train", "training", "type", "xpu", "zero_grad",
 }  # fmt: skip
 #: How a GPU's index is named: ``gpu_id = args.gpu``, ``device_id``, ``local_gpu``.
-GPU_INDEX_SUFFIXES = ("gpu", "gpu_id", "gpu_ids", "gpu_idx", "gpu_index", "device_id", "device_idx")
+GPU_INDEX_NAMES = frozenset({"gpu", "gpu_id", "gpu_idx", "gpu_index", "device_id", "device_idx"})
+#: Words before ``gpu`` that make it a count or a switch, not an index: ``n_gpu``,
+#: ``num_gpu``, ``use_gpu``, ``multi_gpu``.
+_NOT_AN_INDEX = frozenset({
+    "n", "num", "number", "use", "using", "multi", "is", "has", "no", "with", "enable",
+    "enabled", "count", "total", "all", "world", "max", "min",
+})  # fmt: skip
 
 
 def is_gpu_index_name(name: str) -> bool:
     """``gpu``, ``gpu_id``, ``local_gpu``, ``args.device_id``: a name for one GPU's index (not a
-    rank: ``local_rank`` also names a process)."""
-    last = name.rsplit(".", 1)[-1].lower()
-    return last.endswith(GPU_INDEX_SUFFIXES) and last != "gpu_ids"
+    rank: ``local_rank`` also names a process; not a count or a switch: ``ngpu``, ``n_gpu``,
+    ``use_gpu``, ``multi_gpu``)."""
+    words = name.rsplit(".", 1)[-1].lower().split("_")
+    for size in (2, 1):
+        if len(words) >= size and "_".join(words[-size:]) in GPU_INDEX_NAMES:
+            return not _NOT_AN_INDEX & set(words[:-size])
+    return False
 
 
 #: Libraries whose functions are not the project's own code (a project's module is code the

@@ -439,6 +439,7 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     if source is not None:  # the text the module was parsed from: no code generation for it
         model.__dict__["source"] = source
     _collect(model, _Collector(model))
+    _drop_gpu_indexes_read_as_numbers(model)
     _see_through_progress_bars(model)
     from accelify.analysis.accelerator_objects import add_accelerator_objects
 
@@ -464,6 +465,97 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     add_models_fed_to_optimizers(model)
     model.complete = True
     return model
+
+
+#: Calls whose argument is where a device goes: ``.cuda(gpu)``, ``.to(gpu)``,
+#: ``torch.device("cuda", gpu)``, ``torch.cuda.set_device(gpu)``.
+_DEVICE_TAKING_CALLS = frozenset({"cuda", "to", "set_device", "device"})
+#: Keywords that take a device (or a list of them): ``map_location=gpu``, ``device_ids=[gpu]``.
+_DEVICE_KEYWORDS = frozenset({"device", "map_location", "output_device", "device_ids"})
+
+
+def _drop_gpu_indexes_read_as_numbers(model: ScriptModel) -> None:
+    """A GPU index (``gpu_id = args.gpu``, ``device = 0``) is a device only where every read of
+    it hands it to something that takes a device. Read as the number it is anywhere else
+    (``str(gpu_id)`` into ``CUDA_VISIBLE_DEVICES``, ``if gpu is not None``, a print, arithmetic)
+    it stays what it is: made ``accelerator.device`` there, a number would silently become a
+    ``torch.device``."""
+    indexes = [
+        b
+        for b in model.bindings
+        if b.kind is Kind.DEVICE and not b.received and _gpu_index_value(b.name, b.value)
+    ]
+    if not indexes:
+        return
+    numbers = {id(b) for b in indexes if not _read_only_as_a_device(model, b.name)}
+    if numbers:
+        model.bindings = [b for b in model.bindings if id(b) not in numbers]
+
+
+def _gpu_index_value(name: str, value: cst.BaseExpression) -> bool:
+    """``0``, ``args.gpu``, or a choice between such (``0 if args.no_cuda else 1``)."""
+    if isinstance(value, cst.IfExp):
+        return _gpu_index_value(name, value.body) and _gpu_index_value(name, value.orelse)
+    return _is_gpu_index(name, value)
+
+
+def _read_only_as_a_device(model: ScriptModel, name: str) -> bool:
+    kind = cst.Attribute if "." in name else cst.Name
+    for node in model.index.of_type(kind):
+        if dotted(node) != name or _is_bound_here(model, node):  # type: ignore[arg-type]
+            continue
+        if not _in_a_device_place(model, node) and number_read(model, node) is None:
+            return False
+    return True
+
+
+def number_read(model: ScriptModel, node: cst.CSTNode) -> str | None:
+    """What a device does instead where ``node`` reads a GPU index as the number it is, for
+    the reads the conversion reviews: formatted into a string, an operand of arithmetic,
+    compared with a number (the multi-GPU tutorial's ``if self.gpu_id == 0:``), an index."""
+    parent = model.parent(node)
+    if isinstance(parent, cst.FormattedStringExpression) or (
+        isinstance(parent, cst.BinaryOperation)
+        and not isinstance(parent.operator, cst.MatrixMultiply)
+    ):
+        return "it shows `cuda:0` on a GPU where it showed `0`"
+    comparison = model.parent(parent) if isinstance(parent, cst.ComparisonTarget) else parent
+    if isinstance(comparison, cst.Comparison):
+        operands = [comparison.left, *(target.comparator for target in comparison.comparisons)]
+        if any(o is node for o in operands) and any(isinstance(o, cst.Integer) for o in operands):
+            return "a device never equals a number, so this test's outcome changes"
+    if isinstance(parent, cst.Index):
+        return "a device is no index (TypeError on a GPU)"
+    return None
+
+
+def _is_bound_here(model: ScriptModel, node: cst.CSTNode) -> bool:
+    """A binding of the name, or the same spelling that is no read of it (``args.gpu``'s
+    ``gpu``, a keyword ``f(gpu=...)``, a parameter, a definition's name)."""
+    parent = model.parent(node)
+    if isinstance(parent, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
+        return getattr(parent, "target", None) is node
+    if isinstance(parent, cst.Attribute):
+        return parent.attr is node
+    if isinstance(parent, cst.Arg):
+        return parent.keyword is node
+    return isinstance(parent, (cst.Param, cst.FunctionDef, cst.ClassDef, cst.ImportAlias))
+
+
+def _in_a_device_place(model: ScriptModel, node: cst.CSTNode) -> bool:
+    parent = model.parent(node)
+    while isinstance(parent, cst.Element):  # ``device_ids=[gpu]``
+        parent = model.parent(model.parent(parent))
+    if not isinstance(parent, cst.Arg):
+        return False
+    if parent.keyword is not None:
+        return parent.keyword.value in _DEVICE_KEYWORDS
+    call = model.parent(parent)
+    if not isinstance(call, cst.Call):
+        return False
+    func = call.func
+    last = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+    return last in _DEVICE_TAKING_CALLS
 
 
 def _see_through_progress_bars(model: ScriptModel) -> None:

@@ -19,7 +19,7 @@ from accelify.analysis.device_moves import (
     saved_whole,
     strip_moves,
 )
-from accelify.analysis.script_model import Binding, Kind
+from accelify.analysis.script_model import Binding, Kind, number_read
 from accelify.analysis.side_effects import calls_for_effect
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import Context
@@ -679,22 +679,7 @@ def _read_as_a_number(ctx: Context, binding: Binding) -> list[tuple[cst.BaseExpr
                 continue
         elif ctx.model.scope_of(node) is not binding.scope:
             continue
-        parent = ctx.model.parent(node)
-        if isinstance(parent, cst.FormattedStringExpression) or (
-            isinstance(parent, cst.BinaryOperation)
-            and not isinstance(parent.operator, cst.MatrixMultiply)
-        ):
-            found.append((node, "it shows `cuda:0` on a GPU where it showed `0`"))
-        elif _compared_with_a_number(ctx, node, parent):
-            found.append((node, "a device never equals a number, so this test's outcome changes"))
-        elif isinstance(parent, cst.Index):
-            found.append((node, "a device is no index (TypeError on a GPU)"))
+        consequence = number_read(ctx.model, node)
+        if consequence is not None:
+            found.append((node, consequence))
     return found
-
-
-def _compared_with_a_number(ctx: Context, node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
-    comparison = ctx.model.parent(parent) if isinstance(parent, cst.ComparisonTarget) else parent
-    if not isinstance(comparison, cst.Comparison):
-        return False
-    operands = [comparison.left, *(target.comparator for target in comparison.comparisons)]
-    return any(o is node for o in operands) and any(isinstance(o, cst.Integer) for o in operands)
