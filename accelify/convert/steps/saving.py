@@ -60,32 +60,46 @@ def _project_writers(ctx: Context) -> None:
     flow = ctx.facts.flow
     for call in ctx.model.calls:
         name = dotted(call.func)
-        if name is None or not _WRITER_NAME.search(name.rsplit(".", 1)[-1]):
+        if name is None or not _named_as_a_write(name.rsplit(".", 1)[-1]):
             continue
         if ctx.facts.calls.targets(call) or not _imported_from_the_project(ctx, name):
             continue
         if ctx.facts.ranks.under_rank_guard(call):
             continue
-        handed = [
-            held
+        handed = {
+            held: kind
             for argument in call.args
             if (held := _held_object(argument.value)) is not None
-            and flow.kind_of(held, call) in (Kind.MODEL, Kind.OPTIMIZER)
-        ]
+            and (kind := flow.kind_of(held, call)) in (Kind.MODEL, Kind.OPTIMIZER)
+        }
         if not handed:
             continue
+        models = [held for held, kind in handed.items() if kind is Kind.MODEL]
+        unwrap_model = ctx.a("unwrap_model")
+        unwrapped = ", ".join(f"{unwrap_model}({m})" for m in models)
+        unwrap = f", handing it {unwrapped}" if models else ""
+        prefix = ", and a prepared model's state has DDP's `module.` prefix" if models else ""
         ctx.plan.review(
             ctx.line(call),
             f"{name}() is a function of another module the conversion cannot see, handed "
-            f"{', '.join(dict.fromkeys(handed))}: every rank calls it, so if it writes a file "
-            "every rank writes it (N writes racing on one path), and a prepared model's state "
-            f"has DDP's `module.` prefix; call it under `if {ctx.a('is_main_process')}:` after "
-            f"{ctx.a('wait_for_everyone')}(), handing it {ctx.a('unwrap_model')}(model)",
+            f"{', '.join(handed)}: every rank calls it, so if it writes a file every rank writes "
+            f"it (N writes racing on one path){prefix}; call it under "
+            f"`if {ctx.a('is_main_process')}:` after {ctx.a('wait_for_everyone')}(){unwrap}",
         )
 
 
-#: The last name of a function that writes what it is handed: save_checkpoint, write_state.
-_WRITER_NAME = re.compile(r"save|checkpoint|ckpt|write|dump|export|store", re.IGNORECASE)
+#: Words naming a function that writes what it is handed: save_checkpoint, write_state,
+#: checkpoint(model, path); and words that make it a read (load_checkpoint, restore_weights,
+#: resume_from_checkpoint), which every rank must run.
+_WRITE_WORDS = frozenset(
+    {"save", "saver", "write", "dump", "export", "store", "checkpoint", "ckpt"}
+)
+_READ_WORDS = frozenset({"load", "loader", "restore", "resume", "read", "get", "open", "find"})
+
+
+def _named_as_a_write(function: str) -> bool:
+    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", function)}
+    return bool(words & _WRITE_WORDS) and not words & _READ_WORDS
 
 
 def _held_object(value: cst.BaseExpression) -> str | None:
