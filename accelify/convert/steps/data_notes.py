@@ -151,8 +151,15 @@ def _totals_over_dataset(ctx: Context) -> None:
                 ctx.line(found.division),
                 f"{found.total} / {ctx.code(found.divisor)} is the mean of this rank's batches "
                 f"of {loader} only: on N ranks what the main process shows is its own shard's "
-                f"mean, not the whole set's; gather each batch's values with "
-                f"{ctx.a('gather_for_metrics')} before summing them for the whole set's",
+                "mean, not the whole set's; "
+                + (
+                    "for the whole set's, reduce it on every rank after the loop (each rank has "
+                    f"as many batches): {ctx.a('reduce')}(torch.tensor({found.total}, "
+                    f"device={ctx.a('device')}), 'mean')"
+                    if found.loop.trains  # a collective per training step would cost more
+                    else f"gather each batch's values with {ctx.a('gather_for_metrics')} "
+                    "before summing them for the whole set's"
+                ),
             )
             continue
         size = found.size_from or _size_read(ctx, found.divisor, loader)
