@@ -7,11 +7,13 @@ that cannot be read or parsed becomes a `UserError` with its line and column, ne
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
@@ -80,21 +82,32 @@ def room_for_deep_trees(function: Callable[P, R]) -> Callable[P, R]:
 def parse(data: bytes, label: str) -> cst.Module:
     import libcst as cst  # ~0.25 s: paid only when a file is parsed
 
-    base = cst.CSTNode
-    checked = base.__dict__["__post_init__"]
     try:
-        # libcst checks every node it makes (``CSTNode.__post_init__`` runs ``_validate``); for
-        # the nodes its parser makes from source that parsed, that checks again what the grammar
-        # did (libcst's own note there says so): a sixth of the parse. Not while its parser
-        # runs; every node made after (the edits') is checked as before.
-        base.__post_init__ = _parsed_node  # type: ignore[method-assign]
-        return cst.parse_module(data[len(BOM) :] if data.startswith(BOM) else data)
+        with _nodes_unchecked(cst.CSTNode):
+            return cst.parse_module(data[len(BOM) :] if data.startswith(BOM) else data)
     except cst.ParserSyntaxError as error:
         raise _syntax_error(data, label, error) from None
     except (UnicodeDecodeError, LookupError) as error:
         raise UserError(f"cannot decode: {error}", label) from None
+
+
+@contextlib.contextmanager
+def _nodes_unchecked(base: type) -> Iterator[None]:
+    """libcst checks every node it makes (``CSTNode.__post_init__`` runs ``_validate``); for
+    the nodes its parser makes from source that parsed, that checks again what the grammar did
+    (libcst's own note there says so): a sixth of the parse. Not while its parser runs; every
+    node made after (the edits') is checked as before. The switch is the class's, so it is
+    thrown only where no other thread can be making nodes meanwhile (the CLI's workers are
+    processes), and never twice (a parse inside a parse keeps the outer one's state)."""
+    checked = base.__dict__["__post_init__"]
+    if checked is _parsed_node or threading.active_count() > 1:
+        yield
+        return
+    base.__post_init__ = _parsed_node  # type: ignore[attr-defined]
+    try:
+        yield
     finally:
-        base.__post_init__ = checked  # type: ignore[method-assign]
+        base.__post_init__ = checked  # type: ignore[attr-defined]
 
 
 def _parsed_node(node: object) -> None:
