@@ -624,3 +624,20 @@ def test_a_trainers_tracker_run_is_guarded_by_its_own_accelerator_attribute():
     [finding] = lint(code, "ACC207").findings
     assert "`if self.accelerator.is_main_process:`" in finding.message
     assert "self.accelerator.init_trackers" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("collective", "one_process"),
+    [
+        ("gather(preds.cpu().numpy())", "one process returns it unchanged and hides it"),
+        ("reduce(loss.item(), reduction='sum')", "raises TypeError (Unsupported types), on one"),
+    ],
+)
+def test_a_non_tensor_gathered_or_reduced_is_told_what_one_process_does(collective, one_process):
+    """Accelerate 1.15: ``gather(1.5)`` on one process returns 1.5, ``reduce(1.5, 'sum')``
+    raises TypeError there too (it checks the type first): the message says which."""
+    code = "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+    [finding] = lint(code + f"total = accelerator.{collective}\n", "ACC411").findings
+    assert one_process in finding.message
+    if collective.startswith("reduce"):
+        assert "returns it unchanged" not in finding.message
