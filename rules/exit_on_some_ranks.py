@@ -273,13 +273,23 @@ def _reads_the_rank(script: ScriptModel, test: cst.BaseExpression) -> bool:
     the same on every rank) is not."""
     if not facts_of(script).ranks.is_rank_test(test):
         return False
-    for node in walk(test):
+    return _reads_a_process_rank(script, test, set())
+
+
+def _reads_a_process_rank(script: ScriptModel, value: cst.CSTNode, seen: set[str]) -> bool:
+    """``value`` reads a rank word that is the process's: a member or a call's name, a name the
+    file does not assign, or one it assigns from such a value (followed through the names it
+    is set from: ``best_mrr = reciprocal_rank`` is no rank either)."""
+    for node in walk(value):
         if not (isinstance(node, cst.Name) and script.mentions_rank(node.value)):
             continue
         if is_attribute_name(script, node):
             return True
+        if node.value in seen:
+            continue
+        seen.add(node.value)
         values = _values_of(script, node.value)
-        if not values or any(script.mentions_rank(script.module.code_for_node(v)) for v in values):
+        if not values or any(_reads_a_process_rank(script, v, seen) for v in values):
             return True
     return False
 
