@@ -140,13 +140,16 @@ def _first_cut(
 
 def _a_cut(node: cst.Subscript) -> bool:
     """A fixed range of the first dimension that drops a part of it: ``[1:]``, ``[:-1]``,
-    ``[1:-1]``; not ``[:k]`` (the first k rows kept, a look at a few samples)."""
+    ``[1:-1]``; not ``[:k]`` nor ``[0:k]`` (the first k rows kept, a look at a few samples)."""
     if not node.slice or not a_fixed_range(node.slice[0].slice):
         return False
     index = node.slice[0].slice
-    return isinstance(index, cst.Slice) and (
-        index.lower is not None or isinstance(index.upper, cst.UnaryOperation)
+    if not isinstance(index, cst.Slice):
+        return False
+    from_start = index.lower is None or (
+        isinstance(index.lower, cst.Integer) and index.lower.evaluated_value == 0
     )
+    return not from_start or isinstance(index.upper, cst.UnaryOperation)
 
 
 def _rebindings(
