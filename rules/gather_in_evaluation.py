@@ -13,7 +13,13 @@ from accelify.analysis.evaluation import (
 )
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, root_name, walk
+from accelify.analysis.syntax import (
+    dotted,
+    is_accelerator_call,
+    keyword_value,
+    root_name,
+    walk,
+)
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls, loop_of
@@ -44,7 +50,7 @@ class GatherInEvaluation(Rule):
     The same padding counted another way: counts of samples kept per rank over the loop
     (``correct += (pred == y).sum()``, ``total += y.size(0)``) and combined after it with
     ``gather`` or ``reduce``; there the per-sample values are to be gathered for metrics in the
-    loop (not reported with ``even_batches`` set in the file or a ``drop_last`` loader)."""
+    loop (not reported with ``even_batches`` turned off or a ``drop_last=True`` loader)."""
 
     code = "ACC404"
     name = "gather-in-evaluation"
@@ -113,6 +119,21 @@ class GatherInEvaluation(Rule):
             11,
             11,
         ),
+        Example(  # even_batches named, left on: the last batches are still padded
+            _TOTALS.replace("Accelerator()", "Accelerator(even_batches=True)")
+            + "correct = accelerator.gather(correct).sum()\n",
+            11,
+            11,
+        ),
+        Example(  # a loader that keeps its last batch
+            HEADER
+            + "import torch\n"
+            + "loader = torch.utils.data.DataLoader(data, batch_size=8, drop_last=False)\n"
+            + _TOTALS.removeprefix(HEADER)
+            + "correct = accelerator.gather(correct).sum()\n",
+            13,
+            11,
+        ),
         Example(  # the same summed by reduce
             _TOTALS + "accuracy = accelerator.reduce(correct, 'sum') / accelerator.reduce(total)\n",
             11,
@@ -132,6 +153,11 @@ class GatherInEvaluation(Rule):
         HEADER
         + "import torch\nloader = torch.utils.data.DataLoader(data, batch_size=8, drop_last=True)\n"
         + _TOTALS.removeprefix(HEADER)
+        + "correct = accelerator.gather(correct).sum()\n",
+        _TOTALS.replace(
+            "Accelerator()",
+            "Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))",
+        )
         + "correct = accelerator.gather(correct).sum()\n",
         # a sum of batch losses combined for a log, no count of samples
         _EVAL.replace("    for x, y", "    val = 0.0\n    for x, y")
@@ -293,8 +319,8 @@ def _over_a_padded_loader(script: ScriptModel, evaluation: Evaluation) -> bool:
     loop = evaluation.loop
     if loop.iterable not in script.prepared_names:
         return False
-    if "even_batches" in script.source:
-        return False  # turned off, or set from a value the file does not show
+    if _even_batches_turned_off(script):
+        return False
     made = {
         given
         for prepare in script.prepare_calls
@@ -305,9 +331,58 @@ def _over_a_padded_loader(script: ScriptModel, evaluation: Evaluation) -> bool:
         if (
             binding.name in made
             and isinstance(binding.value, cst.Call)
-            and any(
-                a.keyword is not None and a.keyword.value == "drop_last" for a in binding.value.args
-            )
+            and _not_false(keyword_value(binding.value, "drop_last"))
         ):
             return False
     return True
+
+
+def _not_false(value: cst.BaseExpression | None) -> bool:
+    """A keyword given a value that may be true: ``True``, or one the file does not show
+    (``args.drop_last``); not ``False``, ``None`` or ``0``, nor a keyword not given."""
+    if value is None:
+        return False
+    if isinstance(value, cst.Name):
+        return value.value not in ("False", "None")
+    return not (isinstance(value, cst.Integer) and value.value == "0")
+
+
+def _even_batches_turned_off(script: ScriptModel) -> bool:
+    """``Accelerator(even_batches=False)``, ``Accelerator(dataloader_config=
+    DataLoaderConfiguration(even_batches=False))`` (also through a name),
+    ``join_uneven_inputs(..., even_batches=False)`` or ``accelerator.even_batches = False``:
+    a value that may be false, also one the file does not show (``args.even_batches``). A
+    mention of the word, or ``even_batches=True``, turns nothing off."""
+    given_to_accelerators = {
+        dotted(value)
+        for call in script.calls
+        if is_accelerator_call(call)
+        and (value := keyword_value(call, "dataloader_config")) is not None
+    }
+    for call in script.calls:
+        value = keyword_value(call, "even_batches")
+        if value is None or _literally_true(value):
+            continue
+        if (dotted(call.func) or "").endswith("DataLoaderConfiguration"):
+            parent = script.parent(script.parent(call) or call)
+            assigned = script.parent(call)
+            if not (
+                is_accelerator_call(parent)
+                or (
+                    isinstance(assigned, cst.Assign)
+                    and any(dotted(t.target) in given_to_accelerators for t in assigned.targets)
+                )
+            ):
+                continue  # a configuration no Accelerator in the file is given
+        return True
+    return any(
+        isinstance(target.target, cst.Attribute)
+        and target.target.attr.value == "even_batches"
+        and not _literally_true(assign.value)
+        for assign in script.assignments
+        for target in assign.targets
+    )
+
+
+def _literally_true(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value == "True"

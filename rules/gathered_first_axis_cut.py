@@ -2,7 +2,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.evaluation import a_fixed_range
+from accelify.analysis.dataflow import bound_by
+from accelify.analysis.evaluation import a_fixed_range, reaches_a_sink
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, loop_of
@@ -61,6 +62,17 @@ class GatheredFirstAxisCut(Rule):
         HEADER + "for x, y in loader:\n"
         "    outputs = accelerator.gather_for_metrics(model(x))\n"
         "    logits = outputs[0][::-1]\n",
+        # a few samples printed: the cut feeds no metric, and [:8] keeps the first rows
+        HEADER + "for step, (x, y) in enumerate(loader):\n"
+        "    preds, y = accelerator.gather_for_metrics((model(x).argmax(-1), y))\n"
+        "    if step == 0:\n"
+        "        print('first predictions', preds[:8].tolist(), y[:8].tolist())\n"
+        "    correct += (preds == y).sum().item()\n",
+        # batch-first when gathered, made time-major again before the cut
+        HEADER + "for src, trg in loader:\n"
+        "    output, trg = accelerator.gather_for_metrics((model(src, trg), trg))\n"
+        "    output, trg = output.transpose(0, 1), trg.transpose(0, 1)\n"
+        "    total += criterion(output[1:].flatten(0, 1), trg[1:].flatten()).item()\n",
         # cut before the gather: the gathered value is batch-first
         HEADER + "for src, trg in loader:\n"
         "    output = model(src, trg)[1:].transpose(0, 1)\n"
@@ -98,27 +110,70 @@ def _gathered_names(script: ScriptModel, call: cst.Call) -> set[str]:
 def _first_cut(
     script: ScriptModel, loop: cst.For, call: cst.Call, gathered: set[str]
 ) -> cst.Subscript | None:
-    """The first ``name[1:]`` of a gathered name after the gather, in the same loop (a read
-    before any rebinding of the name to something else is what the gather made)."""
+    """The first ``name[1:]`` of a gathered name after the gather, in the same loop, whose
+    result feeds the loop's metrics (``total += criterion(output[1:], ...)``, through any chain
+    of its assignments); a read after a rebinding of the name to something else is not what the
+    gather made, and ``preds[:8]`` (a look at the first few, printed) cuts nothing it scores."""
     parent = script.parent(call)
-    if (
-        isinstance(parent, cst.Subscript)
-        and parent.value is call
-        and parent.slice
-        and a_fixed_range(parent.slice[0].slice)
-    ):
-        return parent
+    if isinstance(parent, cst.Subscript) and parent.value is call and _a_cut(parent):
+        return parent if _feeds_a_metric(script, loop, parent) else None
     if not gathered:
         return None
     after = script.order(call)
+    rebound = _rebindings(script, loop, gathered, after)
     for node in walk(loop.body):
         if (
             isinstance(node, cst.Subscript)
             and isinstance(node.value, cst.Name)
             and node.value.value in gathered
-            and node.slice
             and script.order(node) > after
-            and a_fixed_range(node.slice[0].slice)
+            and _a_cut(node)
+            and not any(
+                script.order(b) < script.order(node) and not _inside(script, node, b)
+                for b in rebound.get(node.value.value, ())
+            )
+            and _feeds_a_metric(script, loop, node)
         ):
             return node
     return None
+
+
+def _a_cut(node: cst.Subscript) -> bool:
+    """A fixed range of the first dimension that drops a part of it: ``[1:]``, ``[:-1]``,
+    ``[1:-1]``; not ``[:k]`` nor ``[0:k]`` (the first k rows kept, a look at a few samples)."""
+    if not node.slice or not a_fixed_range(node.slice[0].slice):
+        return False
+    index = node.slice[0].slice
+    if not isinstance(index, cst.Slice):
+        return False
+    from_start = index.lower is None or (
+        isinstance(index.lower, cst.Integer) and index.lower.evaluated_value == 0
+    )
+    return not from_start or isinstance(index.upper, cst.UnaryOperation)
+
+
+def _rebindings(
+    script: ScriptModel, loop: cst.For, gathered: set[str], after: int
+) -> dict[str, list[cst.CSTNode]]:
+    """The statements of ``loop`` after the gather that bind a gathered name again."""
+    found: dict[str, list[cst.CSTNode]] = {}
+    for node in walk(loop.body):
+        if script.order(node) <= after:
+            continue
+        for name in bound_by(node) & gathered:
+            found.setdefault(name, []).append(node)
+    return found
+
+
+def _inside(script: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return any(a is container for a in script.ancestors(node))
+
+
+def _feeds_a_metric(script: ScriptModel, loop: cst.For, cut: cst.Subscript) -> bool:
+    """The cut is read by one of the loop's metrics (``correct += ...``, ``losses.append``,
+    ``metric.add_batch``), in it or through the names the loop binds from it."""
+    small = next(
+        (a for a in script.ancestors(cut) if isinstance(script.parent(a), cst.SimpleStatementLine)),
+        None,
+    )
+    return small is not None and reaches_a_sink(small, loop)

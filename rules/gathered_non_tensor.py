@@ -30,9 +30,10 @@ class GatheredNonTensor(Rule):
     """``accelerator.gather(labels)`` (or ``reduce``) of a value that is no tensor: a NumPy
     array from ``.cpu().numpy()``, a list from ``.tolist()``, a number from ``.item()`` or
     ``float()``. Accelerate's ``gather`` and ``reduce`` take nested tensors only: on more than
-    one process they raise ``TypeError: Unsupported types (<class 'numpy.ndarray'>) passed to
-    `_gpu_gather_one``` at the first evaluation batch; one process returns the value unchanged
-    and hides it (accelify's runtime passes it through ungathered, beside gathered
+    one process ``gather`` raises ``TypeError: Unsupported types (<class 'numpy.ndarray'>)
+    passed to `_gpu_gather_one``` at the first evaluation batch, while one process returns the
+    value unchanged and hides it; ``reduce`` raises the same TypeError on one process as well
+    (accelify's runtime passes the value through ungathered or unreduced, beside gathered
     predictions). ``gather_for_metrics`` falls back to ``gather_object`` for such values and is
     not reported."""
 
@@ -40,7 +41,7 @@ class GatheredNonTensor(Rule):
     name = "gathered-non-tensor"
     message = (
         "Gather the tensor, not its NumPy/Python copy: accelerator.gather and reduce take "
-        "tensors only and raise TypeError on more than one process"
+        "tensors only and raise TypeError on more than one process (reduce on one as well)"
     )
     why = "Accelerate's gather and reduce accept nested tensors only."
     bad = (
@@ -145,11 +146,17 @@ def _message(
     made = script.module.code_for_node(source.func)
     where = "" if source is value else f" (from {made}() at line {script.line(source)})"
     if runtime_of(script) == "accelify":
-        effect = f"{accelerator}.{collective} passes it through ungathered: each rank keeps its own"
-    else:
+        done = "ungathered" if collective == "gather" else "unreduced"
+        effect = f"{accelerator}.{collective} passes it through {done}: each rank keeps its own"
+    elif collective == "gather":
         effect = (
-            f"{accelerator}.{collective} takes tensors only and raises TypeError (Unsupported "
-            "types) on more than one process; one process returns it unchanged and hides it"
+            f"{accelerator}.gather takes tensors only and raises TypeError (Unsupported types) "
+            "on more than one process; one process returns it unchanged and hides it"
+        )
+    else:  # reduce checks the type before it looks at the number of processes
+        effect = (
+            f"{accelerator}.reduce takes tensors only and raises TypeError (Unsupported types), "
+            "on one process as well"
         )
     other = (
         f"or use {accelerator}.gather_for_metrics(...) (it gathers Python objects too)"

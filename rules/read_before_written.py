@@ -2,8 +2,10 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 
@@ -123,12 +125,17 @@ class ReadBeforeWritten(Rule):
             accelerator = accelerator_name(script, shared.read)
             branch = _divergent_branch(script, shared.read, shared.write)
             if branch is not None:
+                values = _per_rank_values(script, branch)
                 message = (
-                    f"Read this file after the branch at line {script.line(branch)}, behind "
-                    f"{accelerator}.wait_for_everyone(): it is written at line "
-                    f"{script.line(shared.write)} on the main process only and read here by "
-                    "every rank that gets here without waiting for the write, and the ranks may "
-                    "disagree on that branch, so a barrier inside it would hang"
+                    f"Make every rank take the branch at line {script.line(branch)} alike, "
+                    f"then call {accelerator}.wait_for_everyone() before this read: the file is "
+                    f"written at line {script.line(shared.write)} on the main process only and "
+                    "read here by every rank that gets here without waiting for the write, and "
+                    f"the branch tests {values}, computed by each rank on its own, so the "
+                    "ranks may disagree on it and, as it is, a barrier inside it would hang; "
+                    f"reduce or gather {values} across the ranks before the test (as a tensor "
+                    f"on {accelerator}.device: {accelerator}.reduce(...), "
+                    f"{accelerator}.gather(...))"
                 )
             else:
                 message = (
@@ -184,6 +191,54 @@ def _divergent_branch(script: ScriptModel, read: cst.Call, write: cst.Call) -> c
     return next(
         (b for b in map(facts.shared_files.divergent_around, places) if b is not None), None
     )
+
+
+def _per_rank_values(script: ScriptModel, branch: cst.CSTNode) -> str:
+    """The values the branch's test reads that the ranks may not share (``total`` of ``if
+    total < best:``), as code: a name set only from another of them (``best = total``) or from
+    a constant (``best = float("inf")``) follows it and is left out."""
+    test = branch.test if isinstance(branch, cst.If) else branch
+    if not isinstance(test, cst.BaseExpression):
+        return "a value"
+    ranks = facts_of(script).ranks
+    read = [
+        n.value
+        for n in walk(test)
+        if isinstance(n, cst.Name) and not is_attribute_name(script, n) and not ranks.uniform(n)
+    ]
+    read = list(dict.fromkeys(read))
+    own = [
+        name
+        for name in read
+        if not all(
+            _reads(script, value) <= set(read) - {name} for value in _values_of(script, name)
+        )
+        or not _values_of(script, name)
+    ]
+    chosen = own or read
+    if not chosen:
+        return f"`{script.module.code_for_node(test)}`"
+    return " and ".join(f"`{name}`" for name in chosen)
+
+
+def _reads(script: ScriptModel, value: cst.BaseExpression) -> set[str]:
+    """The variables ``value`` reads, not the functions it calls (``float`` of ``float("inf")``)."""
+    called = {id(n.func) for n in walk(value) if isinstance(n, cst.Call)}
+    return variables_in(script, value) - {
+        n.value for n in walk(value) if isinstance(n, cst.Name) and id(n) in called
+    }
+
+
+def _values_of(script: ScriptModel, name: str) -> list[cst.BaseExpression]:
+    return [
+        assign.value
+        for assign in script.assignments
+        if any(name in target_names(t.target) for t in assign.targets)
+    ] + [
+        node.value
+        for node in script.index.of_type(cst.AugAssign)
+        if name in target_names(node.target)
+    ]
 
 
 def _other_ranks_wait_before(script: ScriptModel, call: cst.Call) -> bool:

@@ -584,15 +584,18 @@ def test_a_fix_in_a_runner_calls_the_trainers_accelerator():
 def test_a_read_after_accelerator_save_in_a_branch_the_ranks_may_disagree_on_is_read_after_it():
     """The converted checkpoint_reload: ``accelerator.save`` then ``torch.load`` of the best
     weights under ``if total < best:`` on a per-rank total. A barrier before the read would sit
-    in the branch some ranks skip (hang): the advice moves the read after the branch."""
+    in the branch some ranks skip (hang); moving the read after the branch would reload every
+    epoch: the advice makes the ranks agree on the branch (``total`` reduced), then waits."""
     from pathlib import Path
 
     after = Path(__file__).parent.parent / "fixtures/convert/checkpoint_reload/after.py"
     [finding] = lint(after.read_text(), "ACC212").findings
     assert finding.line == 38
-    assert "after the branch at line 35, behind accelerator.wait_for_everyone()" in (
-        finding.message
-    )
+    assert "Make every rank take the branch at line 35 alike" in finding.message
+    assert "the branch tests `total`, computed by each rank on its own" in finding.message
+    assert "reduce or gather `total` across the ranks before the test" in finding.message
+    assert "accelerator.wait_for_everyone() before this read" in finding.message
+    assert "after the branch" not in finding.message
 
 
 def test_a_tracker_run_started_before_the_accelerator_is_not_guarded_by_it():
@@ -621,3 +624,20 @@ def test_a_trainers_tracker_run_is_guarded_by_its_own_accelerator_attribute():
     [finding] = lint(code, "ACC207").findings
     assert "`if self.accelerator.is_main_process:`" in finding.message
     assert "self.accelerator.init_trackers" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("collective", "one_process"),
+    [
+        ("gather(preds.cpu().numpy())", "one process returns it unchanged and hides it"),
+        ("reduce(loss.item(), reduction='sum')", "raises TypeError (Unsupported types), on one"),
+    ],
+)
+def test_a_non_tensor_gathered_or_reduced_is_told_what_one_process_does(collective, one_process):
+    """Accelerate 1.15: ``gather(1.5)`` on one process returns 1.5, ``reduce(1.5, 'sum')``
+    raises TypeError there too (it checks the type first): the message says which."""
+    code = "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+    [finding] = lint(code + f"total = accelerator.{collective}\n", "ACC411").findings
+    assert one_process in finding.message
+    if collective.startswith("reduce"):
+        assert "returns it unchanged" not in finding.message

@@ -1061,9 +1061,22 @@ def _reaches_a_metric(small: cst.CSTNode, body: list[cst.CSTNode], found: Evalua
     """``small`` is a metric, or binds a name a metric reads through any chain of the loop's
     assignments (``output = output[1:]``, ``loss = criterion(output, trg)``, then
     ``epoch_loss += loss.item()``)."""
-    if any(small is sink for sink in found.sinks):
+    return _reaches(small, body, found.sinks)
+
+
+def reaches_a_sink(small: cst.CSTNode, loop: cst.For) -> bool:
+    """``small``, a statement of ``loop``, is one of its sinks (``correct += ...``,
+    ``preds.append(...)``) or binds a name one of them reads through any chain of the loop's
+    assignments: what it computes is scored, not only printed or logged."""
+    body = list(statements(loop.body))
+    local = _assigned_in(loop)
+    return _reaches(small, body, [sink for sink in body if _is_sink(sink, local)])
+
+
+def _reaches(small: cst.CSTNode, body: list[cst.CSTNode], sinks: list[cst.CSTNode]) -> bool:
+    if any(small is sink for sink in sinks):
         return True
-    read = {n.value for sink in found.sinks for n in walk(sink) if isinstance(n, cst.Name)}
+    read = {n.value for sink in sinks for n in walk(sink) if isinstance(n, cst.Name)}
     changed = True
     while changed:
         changed = False
