@@ -322,6 +322,10 @@ class CallGraph:
             return _Resolution([found], 1 if "classmethod" in decorators else 0)
         if receiver_name is None:
             return _Resolution([], 1)
+        if isinstance(receiver, cst.Name) and not name.startswith("__"):
+            elements = self._element_methods(receiver_name, name, call)
+            if elements:  # ``for cb in callbacks: cb.on_epoch_end(epoch, logs, model)``
+                return _Resolution(elements, _bound(elements[0]))
         owner = self._receiver_class(receiver_name, call)
         if owner is None:
             return _Resolution([], 1, unplaced=receiver_name)
@@ -368,6 +372,13 @@ class CallGraph:
         list is an instance of a class of this file with a ``__call__`` (callbacks handed to a
         trainer as ``[ModelCheckpoint(path), ...]``): the call runs each of them. Empty when
         any element is not known to be one: a call that may run code of another file."""
+        return self._element_methods(name, "__call__", call)
+
+    def _element_methods(self, name: str, method: str, call: cst.Call) -> list[cst.FunctionDef]:
+        """``method`` of each element of the list that ``for name in ...`` around ``call``
+        iterates (``for cb in callbacks: cb.on_epoch_end(epoch, logs, model)`` runs the
+        ``on_epoch_end`` of each callback class the list holds), when every element is an
+        instance of a class of this file that has it. Empty when any is not known to be one."""
         if name in self.classes or name in self.model.functions:
             return []
         loop = self._loop_over(name, call)
@@ -381,7 +392,7 @@ class CallGraph:
         made = self._element_classes(loop.iter, depth=_MAX_DEPTH)
         if not made:
             return []
-        found = [self.lookup(self.model.classes[c], "__call__") for c in sorted(made)]
+        found = [self.lookup(self.model.classes[c], method) for c in sorted(made)]
         if any(f is None for f in found) or made & set(self.model.module_classes):
             return []
         return [f for f in found if f is not None]

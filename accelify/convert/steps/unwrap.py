@@ -226,7 +226,8 @@ def _overridden_apart(ctx: Context, member: str) -> bool:
         if method is None or expected is None:
             continue
         own = [p.name.value for p in method.params.params][1:]
-        if own != expected or method.params.star_arg or method.params.kwonly_params:
+        starred = isinstance(method.params.star_arg, cst.Param)  # ``*args`` (a bare ``*`` is not)
+        if own != expected or starred or method.params.kwonly_params:
             return True
     return False
 
@@ -249,6 +250,8 @@ def _attributes(ctx: Context) -> None:
             ctx, owner, attribute
         ):
             continue
+        if _saved_whole(ctx, attribute) and ctx.instance_outside_class(attribute) is not None:
+            continue  # ``torch.save(trainer.model.state_dict(), p)``: the save unwraps it
         if _never_wrapped(ctx, dotted(owner), attribute) or not ctx.facts.flow.is_model_name(
             dotted(owner), attribute
         ):
