@@ -74,12 +74,20 @@ def _loader_loops_around(ctx: Context, node: cst.CSTNode) -> list[Loop]:
     return sorted(loops, key=lambda loop: -ctx.model.order(loop.node))
 
 
-def _in_a_prepared_loop(ctx: Context, call: cst.Call) -> bool:
+def _in_a_prepared_loop(ctx: Context, call: cst.Call, depth: int = 3) -> bool:
     """The innermost loop over a DataLoader around ``call`` reads a prepared one: its batches
     are on the device (an evaluation over a loader left whole, nested in the training loop, is
-    not)."""
+    not). So is a call in a helper every call of which is in such a loop (a GAN trainer's
+    ``step(real)`` run per batch: the generator's output there meets the discriminator and
+    the batches on the device, and sent back to the CPU it would not)."""
     loops = _loader_loops_around(ctx, call)
-    return bool(loops) and not ctx.unprepared_loaders(loops[0])
+    if loops:
+        return not ctx.unprepared_loaders(loops[0])
+    function = ctx.facts.placement.enclosing_function(call)
+    if function is None or depth == 0:
+        return False
+    callers = [c for c, _ in ctx.facts.calls.calls_of(function)]
+    return bool(callers) and all(_in_a_prepared_loop(ctx, c, depth - 1) for c in callers)
 
 
 def _batch_of_a_whole_loader(ctx: Context, name: str, at: cst.CSTNode) -> bool:
