@@ -86,6 +86,9 @@ class Context:
     #: the statement each prepared name's ``prepare`` call follows (a script that trains one
     #: model after another prepares each before its first use).
     prepared_after: dict[str, cst.CSTNode] = field(default_factory=dict)
+    #: Every statement a prepare call of each name follows (`prepared_after` keeps the last:
+    #: two helpers may each prepare their own ``train_loader``).
+    prepared_anchors: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
     #: models no optimizer trains: not prepared, so their device moves stay.
     frozen: set[str] = field(default_factory=set)
     #: loaders prepared where they are handed to a trainer's method, by the caller's name.
@@ -235,6 +238,11 @@ class Context:
         prepared_in = self.facts.placement.enclosing_function(anchor)
         if function is None or function is prepared_in:
             return False
+        if any(
+            self.facts.placement.enclosing_function(other) is function
+            for other in self.prepared_anchors.get(name, [])
+        ):
+            return False  # ``train_teacher()`` prepares its own ``train_loader`` too
         returned = returned_local(self.model, name, place)
         if (
             returned is not None

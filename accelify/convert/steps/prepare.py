@@ -26,6 +26,7 @@ from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
     dotted,
+    has_parameter,
     if_chain,
     is_generator_function,
     is_main_guard,
@@ -139,7 +140,7 @@ def run(ctx: Context, scope: Scope) -> None:
         )
     body = placement.body_of(scope)
     last_statement = body[max(created.values())] if created else None
-    _keep_evaluated_loaders_whole(ctx, chosen, created)
+    _keep_evaluated_loaders_whole(ctx, chosen, created, scope)
     for name in sorted(ctx.facts.flow.unstepped_schedulers(set(chosen))):
         chosen.pop(name)
         created.pop(name, None)
@@ -203,6 +204,8 @@ def run(ctx: Context, scope: Scope) -> None:
     for anchor, names in groups:
         _insert_prepare(ctx, anchor, names)
         ctx.prepared_after.update(dict.fromkeys(names, anchor))
+        for name in names:
+            ctx.prepared_anchors.setdefault(name, []).append(anchor)
     _prepare_recreated_optimizers(ctx, scope)
     ctx.plan.prepared = [*(n for _, names in groups for n in names), *ctx.plan.prepared]
     ctx.prepare_anchor = groups[0][0]
@@ -217,7 +220,7 @@ def run(ctx: Context, scope: Scope) -> None:
 
 
 def _keep_evaluated_loaders_whole(
-    ctx: Context, chosen: dict[str, Kind], created: dict[str, int]
+    ctx: Context, chosen: dict[str, Kind], created: dict[str, int], scope: Scope | None = None
 ) -> None:
     """Takes out of ``chosen`` the loaders read only by evaluations no gather can be written in
     (in a comprehension, in a loop that also trains, out of the accelerator's reach, left as
@@ -281,6 +284,17 @@ def _keep_evaluated_loaders_whole(
             ctx.line(evaluation.line_node),
             f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
             f"rank evaluates all of it (correct, not sharded); to shard it, {advice}",
+        )
+    beside = _evaluated_beside_a_whole_loader(ctx, scope, chosen) if scope is not None else {}
+    for name, (loop, whole) in beside.items():
+        _leave_whole(ctx, chosen, created, name, loop.node)
+        ctx.plan.review(
+            ctx.line(whole),
+            f"{name} is evaluated by the loop at line {ctx.line(loop.node)}, which this call "
+            "also runs on a loader no prepare takes (every rank reads all of it, so no gather "
+            f"fits that loop): {name} is left unprepared too, and every rank evaluates all of "
+            "it (correct, not sharded); prepare the loader this call hands over, and gather "
+            "in that loop, to shard both",
         )
     for name, call in _evaluated_in_another_module(ctx, chosen).items():
         chosen.pop(name)
@@ -918,6 +932,8 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
             order = sorted(names, key=lambda n: list(Kind).index(chosen[n]))
             _insert_prepare(ctx, anchor, order)
             ctx.prepared_after.update(dict.fromkeys(order, anchor))
+            for name in order:
+                ctx.prepared_anchors.setdefault(name, []).append(anchor)
             ctx.plan.prepared.extend(order)
 
 
@@ -974,6 +990,7 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
     ctx.need(binding.statement)
     ctx.plan.prepared.append(name)
     ctx.prepared_after[name] = binding.statement
+    ctx.prepared_anchors.setdefault(name, []).append(binding.statement)
     ctx.plan.change(
         binding.line, f"{name} is created under a condition: prepared where it is created"
     )
@@ -1439,6 +1456,69 @@ def _evaluated_unsure(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Evalua
             if chosen.get(name) is Kind.DATALOADER:
                 found.setdefault(name, evaluation)
     return found
+
+
+def _evaluated_beside_a_whole_loader(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind]
+) -> dict[str, tuple[Loop, cst.Call]]:
+    """Loaders ``scope`` receives and would prepare (``distill(cfg, teacher, student,
+    train_loader, val_loader)``) that reach an evaluation loop in a helper
+    (``evaluate(student, val_loader)``) which a caller of ``scope`` also runs on the loader it
+    hands ``scope``, unprepared there (``evaluate(teacher, val_loader)`` in ``main``). That
+    loop cannot gather (the whole loader would be counted once per rank), so the prepared
+    shard would be evaluated alone: its metrics one rank's. By name, with the loop and the
+    caller's call that hands the whole loader."""
+    if not isinstance(scope, cst.FunctionDef):
+        return {}
+    flow = ctx.facts.flow
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
+    found: dict[str, tuple[Loop, cst.Call]] = {}
+    for loop in ctx.model.loops:
+        if loop.trains or loop.iterable is None or not flow.reads_loader(loop):
+            continue
+        helper = ctx.facts.placement.enclosing_function(loop.node)
+        iterated = loop.iterable.split(".")[0]
+        if helper is None or helper is scope or not has_parameter(helper, iterated):
+            continue
+        for inner, implicit in flow.calls_of(helper):
+            if ctx.facts.placement.enclosing_function(inner) is not scope:
+                continue
+            handed = [dotted(a.value) for p, a in bound_arguments(helper, inner, implicit)]
+            passed = [n for n in handed if n is not None and chosen.get(n) is Kind.DATALOADER]
+            for name in passed:
+                if not has_parameter(scope, name) or name in found:
+                    continue
+                whole = _whole_beside(ctx, scope, helper, name, iterated, prepared)
+                if whole is not None:
+                    found[name] = (loop, whole)
+    return found
+
+
+def _whole_beside(
+    ctx: Context,
+    scope: cst.FunctionDef,
+    helper: cst.FunctionDef,
+    name: str,
+    iterated: str,
+    prepared: set[str],
+) -> cst.Call | None:
+    """A call of ``helper``, in a function that calls ``scope``, handing for ``iterated`` the
+    very name it hands ``scope`` for ``name``, which that function does not prepare."""
+    flow = ctx.facts.flow
+    for outer, implicit in flow.calls_of(scope):
+        caller = ctx.facts.placement.enclosing_function(outer)
+        given = [dotted(a.value) for p, a in bound_arguments(scope, outer, implicit) if p == name]
+        if caller is None or not given or given[0] is None or given[0] in prepared:
+            continue
+        for call, bound in flow.calls_of(helper):
+            if ctx.facts.placement.enclosing_function(call) is not caller:
+                continue
+            if any(
+                p == iterated and dotted(a.value) == given[0]
+                for p, a in bound_arguments(helper, call, bound)
+            ):
+                return call
+    return None
 
 
 def _read_where_written(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Loop]:
