@@ -17,6 +17,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.dataflow import variables_in
+from accelify.analysis.objects import attributes_kept
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import dotted
 
@@ -151,7 +152,7 @@ def _carried(
     code = model.module.code_for_node
 
     def text(expression: cst.BaseExpression | None) -> str | None:
-        return None if expression is None else code(expression)
+        return None if expression is None else _kept_spelling(model, expression)
 
     settings = {(a.precision, a.device, text(a.enabled)) for a in found.autocasts}
     if len(settings) > 1:
@@ -183,6 +184,20 @@ def _carried(
     if not tests:
         return f'"{precision}"', None
     return f'"{precision}" if {" and ".join(tests)} else "no"', None
+
+
+def _kept_spelling(model: ScriptModel, expression: cst.BaseExpression) -> str:
+    """``expression`` as the class's other methods spell it: in an ``__init__`` that keeps a
+    parameter (``self.args = args``), ``args.fp16`` reads ``self.args.fp16``, the flag the
+    ``autocast(enabled=self.args.fp16)`` of a training method reads (one object under two
+    names)."""
+    code = model.module.code_for_node(expression)
+    function = model.index.enclosing_function(expression)
+    if function is None or function.name.value != "__init__":
+        return code
+    root = code.split(".", 1)[0]
+    kept = attributes_kept(model, function).get(root) if root.isidentifier() else None
+    return code if kept is None else kept + code[len(root) :]
 
 
 def _inlined(model: ScriptModel, condition: cst.BaseExpression) -> tuple[cst.BaseExpression, str]:
