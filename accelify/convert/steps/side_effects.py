@@ -10,17 +10,21 @@ import libcst as cst
 
 from accelify.analysis import collectives, side_effects
 from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.writing_helpers import MUTATORS
 from accelify.convert.steps import main_process
 from accelify.convert.steps.context import Context, unwrap
+from accelify.convert.steps.saving import in_writing_helper
 from accelify.edits.plan import expression, statement, with_keyword
 
 
 def run(ctx: Context) -> None:
     guarded: list[cst.CSTNode] = []
     model, placement = ctx.model, ctx.facts.placement
-    for write in side_effects.writes(model, placement):
+    for write in [*side_effects.writes(model, placement), *_helper_writes(ctx)]:
         if _already_once(ctx, write.statement) or side_effects.per_rank_path(model, write.call):
             continue
+        if in_writing_helper(ctx, write.statement):
+            continue  # its calls are guarded
         if ctx.facts.shared_files.kept_on_every_rank(write.call):
             continue  # a per-process path read back: each rank writes its own file
         region = _feeding_region(ctx, write.statement)
@@ -34,6 +38,35 @@ def run(ctx: Context) -> None:
     for race in side_effects.makedirs_races(model, placement):
         if not ctx.facts.ranks.under_rank_guard(race.call):
             _fix_makedirs(ctx, race)
+
+
+def _helper_writes(ctx: Context) -> list[side_effects.Write]:
+    """Calls of the file's functions that only write files (`writing_helpers`): each is a
+    write, as ``json.dump(...)`` in its place would be."""
+    helpers = ctx.facts.writing_helpers
+    if not helpers:
+        return []
+    return [
+        side_effects.Write(line, call)
+        for line, call in ctx.facts.placement.expression_statements()
+        if (targets := ctx.facts.calls.targets(call))
+        and all(t in helpers for t in targets)
+        and not _arguments_change_state(call)
+    ]
+
+
+def _arguments_change_state(call: cst.Call) -> bool:
+    """``record(path, history.pop())``, ``log(path, next(it))``: an argument that changes an
+    object every rank reads on: guarded, only the main process would."""
+    return any(
+        isinstance(node, cst.Call)
+        and (
+            dotted(node.func) == "next"
+            or (isinstance(node.func, cst.Attribute) and node.func.attr.value in MUTATORS)
+        )
+        for argument in call.args
+        for node in walk(argument.value)
+    )
 
 
 def _already_once(ctx: Context, node: cst.CSTNode) -> bool:
