@@ -206,6 +206,8 @@ def run(ctx: Context, scope: Scope) -> None:
     _prepare_recreated_optimizers(ctx, scope)
     ctx.plan.prepared = [*(n for _, names in groups for n in names), *ctx.plan.prepared]
     ctx.prepare_anchor = groups[0][0]
+    if ctx.acc == "self.accelerator":
+        _prepare_step_driven_loaders(ctx)
     trained = [names for _, names in groups if {chosen[n] for n in names} & _TRAINED_KINDS]
     if len(trained) > 1:
         ctx.plan.review(
@@ -1289,6 +1291,96 @@ def _prepare_before_loops(
             for name in names
         }
         _prepare_at_call(ctx, method, call, set(at_call), prepared | earlier)
+
+
+def _prepare_step_driven_loaders(ctx: Context) -> None:
+    """``for x, y in train_loader: trainer.train_step(x, y)`` in ``main()``, where the trainer's
+    constructor makes the accelerator: the runner's loader is prepared once, through the
+    instance, before the outermost loop that reads it (``train_loader =
+    trainer.accelerator.prepare(train_loader)``). Only a loader made by a DataLoader call in the
+    runner's own function, read there by nothing but this loop (a ``len()`` or another loop
+    would see the shard too), with the instance bound before that loop; else the loop keeps its
+    review line (`data_notes`)."""
+    owner = ctx.facts.placement.class_of(ctx.prepare_anchor)
+    if owner is None:
+        return
+    graph = ctx.facts.calls
+    for loop, step in ctx.facts.step_driven_loops:
+        if graph.owner(step) is None or not graph.is_or_derives(graph.owner(step), owner):
+            continue
+        instance = ctx.instance_outside_class(loop.node)
+        function = ctx.facts.placement.enclosing_function(loop.node)
+        if instance is None or function is None:
+            continue
+        top = _outermost_loop_of(ctx, loop.node, function)
+        names = [
+            name
+            for name in ctx.unprepared_loaders(loop)
+            if name is not None
+            and name not in ctx.facts.shared_loop_evaluations
+            and name not in ctx.facts.phase_loaders
+        ]
+        if not names or not _bound_before(ctx, instance, top) or assigns(top, instance):
+            continue
+        if not all(_only_read_by(ctx, name, function, loop, top) for name in names):
+            continue
+        targets = ", ".join(names)
+        ctx.plan.add(
+            InsertBefore(top, statement(f"{targets} = {instance}.accelerator.prepare({targets})")),
+            line=ctx.line(top),
+            text=(
+                f"{targets} prepared once before the loop that trains through "
+                f"{owner.name.value}.{step.name.value}() (read by that loop only)"
+            ),
+            anywhere=True,
+        )
+        ctx.prepared_arguments.update(names)
+
+
+def _outermost_loop_of(ctx: Context, node: cst.CSTNode, function: cst.FunctionDef) -> cst.CSTNode:
+    """The outermost ``for``/``while`` of ``function`` around ``node``, or ``node``'s own
+    statement."""
+    top: cst.CSTNode = node
+    for ancestor in ctx.model.ancestors(node):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, (cst.For, cst.While)):
+            top = ancestor
+    if top is node and not isinstance(node, (cst.For, cst.While)):
+        statement_node = ctx.facts.placement.top_statement(node, function)
+        return statement_node if statement_node is not None else node
+    return top
+
+
+def _only_read_by(
+    ctx: Context, name: str, function: cst.FunctionDef, loop: Loop, top: cst.CSTNode
+) -> bool:
+    """``name`` is a local of ``function`` made once by a DataLoader call before ``top``, not
+    rebound, and read nowhere in the function but as ``loop``'s iterable."""
+    if "." in name:
+        return False
+    made = [b for b in ctx.model.bindings if b.name == name and b.scope is function]
+    if len(made) != 1 or made[0].kind is not Kind.DATALOADER or made[0].received:
+        return False
+    if _conditional(ctx, made[0]) or ctx.model.order(made[0].statement) > ctx.model.order(top):
+        return False
+    if (
+        sum(1 for a in ctx.model.index.assignments_to(name) if ctx.model.scope_of(a) is function)
+        != 1
+    ):
+        return False
+    iterable = loop.node.iter if isinstance(loop.node, cst.For) else loop.node.for_in.iter  # type: ignore[union-attr]
+    reads = [
+        node
+        for node in walk(function)
+        if isinstance(node, cst.Name) and node.value == name and not _binds_name(ctx, node)
+    ]
+    return all(ctx.facts.placement.inside(node, iterable) for node in reads) and bool(reads)
+
+
+def _binds_name(ctx: Context, node: cst.Name) -> bool:
+    parent = ctx.model.parent(node)
+    return isinstance(parent, cst.AssignTarget) and parent.target is node
 
 
 def _outermost_loop(ctx: Context, call: cst.Call) -> cst.CSTNode | None:
