@@ -140,6 +140,7 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
         ctx.constructor.setdefault("mixed_precision", repr(options.mixed_precision))
     accelerator.run(ctx, prepare_scope)
     ctx.plan.imports = import_lines(options.target, ["Accelerator", *ctx.uses])
+    ctx.plan.imports += [i for i in ctx.extra_imports if i not in ctx.plan.imports]
     return ctx.plan
 
 

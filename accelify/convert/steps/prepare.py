@@ -16,6 +16,7 @@ from accelify.analysis.objects import (
     callee,
     is_dict_of_loader_dicts,
     is_loader_dict,
+    loader_property,
     received_name,
     returned_local,
 )
@@ -208,6 +209,7 @@ def run(ctx: Context, scope: Scope) -> None:
     ctx.prepare_anchor = groups[0][0]
     if ctx.acc == "self.accelerator":
         _prepare_step_driven_loaders(ctx)
+        _prepare_property_loaders(ctx)
     trained = [names for _, names in groups if {chosen[n] for n in names} & _TRAINED_KINDS]
     if len(trained) > 1:
         ctx.plan.review(
@@ -1335,6 +1337,130 @@ def _prepare_step_driven_loaders(ctx: Context) -> None:
             anywhere=True,
         )
         ctx.prepared_arguments.update(names)
+
+
+def _prepare_property_loaders(ctx: Context) -> None:
+    """``@property def train_loader(self): return DataLoader(...)`` read by the training loop of
+    the class that owns the accelerator: built at each read, no binding holds it, so nothing
+    prepares it. Where building it once reads the same data (its method takes nothing but
+    ``self`` and reads attributes only the constructor sets, calls no method of the class, and
+    every read of it is a training loop's iterable), it becomes a ``cached_property`` that
+    returns the prepared loader: built and prepared at the first read, after the constructor. A
+    DataLoader's shuffle draws its order from the global generator at each pass, not when it
+    is made, so one loader read every epoch shuffles as a new one each epoch did. Else the
+    loop keeps its review line (`data_notes`)."""
+    owner = ctx.facts.placement.class_of(ctx.prepare_anchor)
+    if owner is None or _has_slots(owner):
+        return
+    done: set[str] = set()
+    for loop in ctx.model.loops:
+        name = loop.iterable
+        if not loop.trains or name is None or name in done:
+            continue
+        method = loader_property(ctx.model, name, loop.node)
+        if method is None or ctx.facts.calls.owner(method) is not owner:
+            continue
+        done.add(name)
+        returned = _built_once(ctx, owner, method, name)
+        if returned is None:
+            continue
+        decorator = next(
+            d for d in method.decorators if dotted(d.decorator) in ("property", *_CACHED)
+        )
+        if dotted(decorator.decorator) == "property":
+            cached = _cached_property_name(ctx)
+            ctx.plan.replace(
+                decorator.decorator,
+                lambda _node, code=cached: cst.parse_expression(code),
+                anywhere=True,
+            )
+        ctx.plan.replace(
+            returned,
+            lambda node: cst.parse_expression("self.accelerator.prepare(x)").with_changes(
+                args=[cst.Arg(node)]
+            ),
+            ctx.line(method),
+            f"{name} is a property that builds a DataLoader from what the constructor sets: "
+            "made a cached_property that returns it prepared, built once at the first read",
+            anywhere=True,
+        )
+        ctx.prepared_arguments.add(name)
+
+
+_CACHED = ("cached_property", "functools.cached_property")
+
+
+def _has_slots(owner: cst.ClassDef) -> bool:
+    return any(
+        isinstance(n, cst.AssignTarget) and dotted(n.target) == "__slots__" for n in walk(owner)
+    )
+
+
+def _built_once(
+    ctx: Context, owner: cst.ClassDef, method: cst.FunctionDef, name: str
+) -> cst.BaseExpression | None:
+    """The DataLoader ``method`` returns, when building it once is the same as building it at
+    each read (see `_prepare_property_loaders`)."""
+    params = method.params
+    if (
+        len(params.params) != 1
+        or params.star_arg is not cst.MaybeSentinel.DEFAULT
+        or params.kwonly_params
+        or params.star_kwarg is not None
+        or len(method.decorators) != 1
+    ):
+        return None
+    returns = [n for n in walk(method) if isinstance(n, cst.Return)]
+    if len(returns) != 1 or returns[0].value is None:
+        return None
+    value = returns[0].value
+    if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith(".prepare"):
+        return None
+    read: set[str] = set()
+    for node in walk(method):
+        if isinstance(node, cst.Call) and (dotted(node.func) or "").startswith("self."):
+            return None  # a method of the class: what it does at each read is not followed
+        if isinstance(node, cst.Attribute) and dotted(node.value) == "self":
+            read.add(f"self.{node.attr.value}")
+    for assign in ctx.model.assignments:
+        function = ctx.facts.placement.enclosing_function(assign)
+        if function is None or function.name.value == "__init__":
+            continue
+        if any(dotted(t.target) in read for t in assign.targets):
+            return None  # set again after the constructor: a new read would see it
+    for node in walk(ctx.model.module):
+        if (
+            isinstance(node, (cst.AugAssign, cst.AnnAssign))
+            and dotted(node.target) in read
+            and getattr(ctx.facts.placement.enclosing_function(node), "name", None) is not None
+            and ctx.facts.placement.enclosing_function(node).name.value != "__init__"  # type: ignore[union-attr]
+        ):
+            return None
+    attribute = name.split(".", 1)[1]
+    trained = {id(loop.node) for loop in ctx.model.loops if loop.trains and loop.iterable == name}
+    for node in walk(ctx.model.module):
+        if not (isinstance(node, cst.Attribute) and node.attr.value == attribute):
+            continue
+        if node is method.name:
+            continue
+        if not any(
+            id(a) in trained and ctx.facts.placement.inside(node, a.iter)  # type: ignore[attr-defined]
+            for a in ctx.model.ancestors(node)
+            if isinstance(a, cst.For)
+        ):
+            return None  # read elsewhere too (a len(), an evaluation): left as it is
+    return value
+
+
+def _cached_property_name(ctx: Context) -> str:
+    """``cached_property`` imported from functools for the edit, or how the script names it."""
+    for bound, qualified in ctx.model.imports.bound.items():
+        if qualified == "functools.cached_property":
+            return bound
+        if qualified == "functools":
+            return f"{bound}.cached_property"
+    ctx.extra_imports.append("from functools import cached_property")
+    return "cached_property"
 
 
 def _outermost_loop_of(ctx: Context, node: cst.CSTNode, function: cst.FunctionDef) -> cst.CSTNode:
