@@ -1702,7 +1702,11 @@ def _evaluated_in_another_module(ctx: Context, chosen: dict[str, Kind]) -> dict[
             if name is None or flow.kind_of(name, call) is not Kind.DATALOADER:
                 continue
             for origin in flow.origins(name, call):
-                if origin is not None and origin not in read and chosen.get(origin):
+                if (
+                    origin is not None
+                    and origin not in read
+                    and chosen.get(origin) is Kind.DATALOADER
+                ):
                     found.setdefault(origin, call)
     return found
 
