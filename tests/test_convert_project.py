@@ -69,3 +69,30 @@ def test_a_script_that_imports_a_module_without_training_is_still_skipped(tmp_pa
     (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
     assert result.skipped == "no .backward() call: not a training script"
     assert not result.reviews
+
+
+WRITES = FIXTURES / "projects" / "writes_through_a_sibling_module"
+
+
+def test_calls_of_a_sibling_module_that_only_writes_run_on_the_main_process(tmp_path: Path):
+    shutil.copytree(WRITES, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    converted = result.converted.decode()
+    # known by what they do (open/json.dump, a bare open and write), not by their names
+    assert (
+        "        if accelerator.is_main_process:\n"
+        '            utils.write_log("train.log", f"epoch {epoch} loss {total:.4f}")\n'
+    ) in converted
+    assert (
+        '    if accelerator.is_main_process:\n        dump_results({"loss": total})\n' in converted
+    )
+    changes = {note.text for note in result.changes}
+    assert "dump_results(...) runs on the main process only (it only writes files: utils.py:4)" in (
+        changes
+    )
+    # summarize() changes the list it is handed: every rank runs it
+    assert "    utils.summarize(history)\n" in converted
+    # save_everything() is handed the model: left for its review line (unwrap, barrier)
+    assert '    utils.save_everything(model, "model.txt")\n' in converted
+    assert any("utils.save_everything()" in note.text for note in result.reviews)
+    assert (tmp_path / "project" / "utils.py").read_bytes() == (WRITES / "utils.py").read_bytes()

@@ -7,6 +7,7 @@ opened for writing), or a call of another such helper. Each call of one is then 
 they are (the helper runs on one rank).
 
 A helper qualifies only where guarding its calls changes nothing but who writes:
+- it reads no rank (a file per rank, or one some ranks write: as it is);
 - it returns no value and yields nothing (the other ranks would have none), binds no global,
   sets no attribute and changes no object it is handed (``history.append(x)``, ``row[k] = v``);
 - it runs no model, loader, collective, backward or accelerator, and calls no function of the
@@ -64,6 +65,32 @@ def writing_helpers(
     return {f for f in candidates if _writes(model, graph, f, candidates, set())}
 
 
+def writes_only(
+    model: ScriptModel, placement: Placement, graph: CallGraph, flow: ObjectFlow, name: str
+) -> int | None:
+    """The line of the top-level function ``name`` of ``model`` (another module of the project)
+    when it writes a file and does nothing else another rank needs, as for `writing_helpers`
+    but whatever its callers: they are in the file that imports it. None otherwise."""
+    function = next(
+        (s for s in model.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+        None,
+    )
+    if function is None:
+        return None
+    functions = [n for n in placement.all_nodes() if isinstance(n, cst.FunctionDef)]
+    candidates = {f for f in functions if _writes_only(model, placement, flow, f)}
+    changed = True
+    while changed:
+        changed = False
+        for candidate in list(candidates):
+            if not _calls_only(graph, candidate, candidates):
+                candidates.discard(candidate)
+                changed = True
+    if function not in candidates or not _writes(model, graph, function, candidates, set()):
+        return None
+    return model.line(function)
+
+
 def _writes(
     model: ScriptModel,
     graph: CallGraph,
@@ -94,6 +121,8 @@ def _writes_only(
     """Nothing in ``function`` that another rank needs or must run too."""
     if function.asynchronous is not None or function.decorators:
         return False
+    if model.mentions_rank(model.module.code_for_node(function.body)):
+        return False  # a file per rank, or written by some ranks already: as it is
     if any(
         placement.inside(loop.node, function) and flow.reads_loader(loop) for loop in model.loops
     ):

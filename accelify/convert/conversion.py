@@ -59,7 +59,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
                 f"of another module (line {first.line})",
             )
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
-    plan = plan_conversion(model, options or Options())
+    plan = plan_conversion(model, options or Options(), project.imported_writers(path, model))
     if plan.empty:
         return Conversion(label, data, data, reviews=plan.reviews, skipped="nothing to convert")
     converted = module.visit(ApplyPlan(plan))

@@ -83,8 +83,13 @@ STEPS: tuple[Callable[[Context], None], ...] = (
 )
 
 
-def plan_conversion(model: ScriptModel, options: Options) -> Plan:
+def plan_conversion(
+    model: ScriptModel, options: Options, imported_writers: dict[str, str] | None = None
+) -> Plan:
+    """``imported_writers``: names the script calls of functions of its project's other modules
+    that only write files, with where they are (`project.imported_writers`)."""
     ctx = Context(model, options)
+    ctx.imported_writers = imported_writers or {}
     if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import libcst as cst
 
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.writing_helpers import writes_only
 from accelify.edits.plan import Note
 from accelify.errors import UserError
 from accelify.source import parse
@@ -70,6 +72,38 @@ def trained_elsewhere(path: str | Path, model: ScriptModel) -> list[TrainedElsew
         backward = _backward_reached(other, function) if other is not None else None
         if backward is not None:
             found.append(TrainedElsewhere(model.line(node), name, file, backward))  # type: ignore[arg-type]
+    return found
+
+
+def imported_writers(path: str | Path, model: ScriptModel) -> dict[str, str]:
+    """Names this file calls (``dump_results``, ``utils.write_log``) that are functions of a
+    module of its own folder which write files and do nothing else another rank needs
+    (`writing_helpers.writes_only`), with where they are (``utils.py:12``)."""
+    script = Path(path)
+    if not script.is_file():
+        return {}
+    modules: dict[Path, ScriptModel | None] = {}
+    found: dict[str, str] = {}
+    for node in walk(model.module):
+        if not isinstance(node, cst.Call):
+            continue
+        name = dotted(node.func)
+        imported = model.imports.resolve(name) if name else None
+        if name is None or imported is None or "." not in imported.lstrip(".") or name in found:
+            continue
+        module_name, _, function = imported.rpartition(".")
+        file = _module_file(script, module_name)
+        if file is None:
+            continue
+        if file not in modules:
+            modules[file] = _analyzed(file)
+        other = modules[file]
+        if other is None:
+            continue
+        facts = facts_of(other)
+        line = writes_only(other, facts.placement, facts.calls, facts.flow, function)
+        if line is not None:
+            found[name] = f"{_relative(file, script)}:{line}"
     return found
 
 

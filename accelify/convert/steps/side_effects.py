@@ -9,6 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import collectives, side_effects
+from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.analysis.writing_helpers import MUTATORS
 from accelify.convert.steps import main_process
@@ -31,7 +32,9 @@ def run(ctx: Context) -> None:
         if any(placement.inside(region, done) for done in guarded):
             continue
         _unwrap_receiver(ctx, write.call)
-        _guard(ctx, region, f"{ctx.code(write.call.func)}(...) runs on the main process only")
+        where = ctx.imported_writers.get(dotted(write.call.func) or "")
+        text = f"{ctx.code(write.call.func)}(...) runs on the main process only"
+        _guard(ctx, region, text + (f" (it only writes files: {where})" if where else ""))
         guarded.append(region)
     for writer in side_effects.summary_writers(model, placement):
         _guard_writer(ctx, writer)
@@ -44,15 +47,30 @@ def _helper_writes(ctx: Context) -> list[side_effects.Write]:
     """Calls of the file's functions that only write files (`writing_helpers`): each is a
     write, as ``json.dump(...)`` in its place would be."""
     helpers = ctx.facts.writing_helpers
-    if not helpers:
+    imported = ctx.imported_writers if not ctx.facts.shared_files.reads_files else {}
+    if not helpers and not imported:
         return []
     return [
         side_effects.Write(line, call)
         for line, call in ctx.facts.placement.expression_statements()
-        if (targets := ctx.facts.calls.targets(call))
-        and all(t in helpers for t in targets)
+        if (
+            ((targets := ctx.facts.calls.targets(call)) and all(t in helpers for t in targets))
+            or (not targets and dotted(call.func) in imported and not _hands_trained(ctx, call))
+        )
         and not _arguments_change_state(call)
     ]
+
+
+def _hands_trained(ctx: Context, call: cst.Call) -> bool:
+    """``save_results(model, path)`` of another module: handed a model or optimizer, whose
+    prepared state differs (its review line says so, `saving._project_writers`)."""
+    flow = ctx.facts.flow
+    return any(
+        flow.kind_of(name, call) in (Kind.MODEL, Kind.OPTIMIZER)
+        for argument in call.args
+        for node in walk(argument.value)
+        if isinstance(node, (cst.Name, cst.Attribute)) and (name := dotted(node)) is not None
+    )
 
 
 def _arguments_change_state(call: cst.Call) -> bool:
