@@ -54,6 +54,7 @@ def trained_elsewhere(path: str | Path, model: ScriptModel) -> list[TrainedElsew
     if not script.is_file():
         return []
     modules: dict[Path, ScriptModel | None] = {}
+    files: dict[str, Path | None] = {}
     found = []
     for node in walk(model.module):
         if not isinstance(node, cst.Call):
@@ -63,7 +64,9 @@ def trained_elsewhere(path: str | Path, model: ScriptModel) -> list[TrainedElsew
         if imported is None or "." not in imported.lstrip("."):
             continue
         module_name, _, function = imported.rpartition(".")
-        file = _module_file(script, module_name)
+        if module_name not in files:  # one look on disk per module
+            files[module_name] = _module_file(script, module_name)
+        file = files[module_name]
         if file is None:
             continue
         if file not in modules:
@@ -83,6 +86,7 @@ def imported_writers(path: str | Path, model: ScriptModel) -> dict[str, str]:
     if not script.is_file():
         return {}
     modules: dict[Path, ScriptModel | None] = {}
+    files: dict[str, Path | None] = {}
     found: dict[str, str] = {}
     for node in walk(model.module):
         if not isinstance(node, cst.Call):
@@ -92,7 +96,9 @@ def imported_writers(path: str | Path, model: ScriptModel) -> dict[str, str]:
         if name is None or imported is None or "." not in imported.lstrip(".") or name in found:
             continue
         module_name, _, function = imported.rpartition(".")
-        file = _module_file(script, module_name)
+        if module_name not in files:  # one look on disk per module
+            files[module_name] = _module_file(script, module_name)
+        file = files[module_name]
         if file is None:
             continue
         if file not in modules:
