@@ -96,3 +96,20 @@ def test_calls_of_a_sibling_module_that_only_writes_run_on_the_main_process(tmp_
     assert '    utils.save_everything(model, "model.txt")\n' in converted
     assert any("utils.save_everything()" in note.text for note in result.reviews)
     assert (tmp_path / "project" / "utils.py").read_bytes() == (WRITES / "utils.py").read_bytes()
+
+
+def test_a_sibling_writer_handed_a_loader_runs_on_every_rank(tmp_path: Path):
+    # iterating a prepared loader synchronises the ranks: on the main process alone it would hang
+    project = tmp_path / "project"
+    shutil.copytree(WRITES, project)
+    (project / "utils.py").write_text(
+        "import json\n\n\ndef dump_sizes(loader, path):\n"
+        "    with open(path, 'w') as f:\n"
+        "        json.dump([len(x) for x, _ in loader], f)\n"
+    )
+    train = (project / "train.py").read_text()
+    train = train.replace("from utils import dump_results", "from utils import dump_sizes")
+    train = train.replace('dump_results({"loss": total})', 'dump_sizes(loader, "sizes.json")')
+    (project / "train.py").write_text(train)
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    assert '\n    dump_sizes(loader, "sizes.json")\n' in result.converted.decode()

@@ -148,6 +148,8 @@ def _writes_only(
             return False
         if isinstance(node, cst.Call) and not _harmless_call(model, flow, node, parameters):
             return False
+        if isinstance(node, cst.Call) and dotted(node.func) in parameters:
+            return False  # calls what it is handed (a model, a callback): not followed
     return True
 
 

@@ -55,18 +55,21 @@ def _helper_writes(ctx: Context) -> list[side_effects.Write]:
         for line, call in ctx.facts.placement.expression_statements()
         if (
             ((targets := ctx.facts.calls.targets(call)) and all(t in helpers for t in targets))
-            or (not targets and dotted(call.func) in imported and not _hands_trained(ctx, call))
+            or (not targets and dotted(call.func) in imported)
         )
+        and not _hands_trained(ctx, call)
         and not _arguments_change_state(call)
     ]
 
 
 def _hands_trained(ctx: Context, call: cst.Call) -> bool:
-    """``save_results(model, path)`` of another module: handed a model or optimizer, whose
-    prepared state differs (its review line says so, `saving._project_writers`)."""
+    """``save_results(model, path)``: handed a model or optimizer, whose prepared state
+    differs (a helper of another module keeps its review line, `saving._project_writers`),
+    or a loader or scheduler: a prepared one may synchronise the ranks when iterated or
+    stepped, and a model may run in there, which on one rank alone can hang."""
     flow = ctx.facts.flow
     return any(
-        flow.kind_of(name, call) in (Kind.MODEL, Kind.OPTIMIZER)
+        flow.kind_of(name, call) in (Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER, Kind.SCHEDULER)
         for argument in call.args
         for node in walk(argument.value)
         if isinstance(node, (cst.Name, cst.Attribute)) and (name := dotted(node)) is not None
