@@ -109,7 +109,8 @@ def convert(
 
     Without --write this is a preview: the diff and a summary of what was prepared, each change
     and every place to review; nothing is written. A directory converts the training scripts
-    under it (files without `.backward()` are skipped).
+    under it (files without `.backward()` are skipped, unless they train through a
+    module of their own folder: those get review lines).
 
     \b
     Examples:

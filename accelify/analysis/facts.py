@@ -38,6 +38,7 @@ from accelify.analysis.shared_loops import (
 from accelify.analysis.side_effects import opens_for_writing
 from accelify.analysis.step_driven_loops import step_driven_loops
 from accelify.analysis.syntax import dotted
+from accelify.analysis.writing_helpers import writing_helpers
 
 
 class Facts:
@@ -207,6 +208,14 @@ class Facts:
         """Loops with no backward of their own that call a step of this file which runs one
         (``for x, y in loader: trainer(x, y)``), with that step."""
         return step_driven_loops(self.model)
+
+    @cached_property
+    def writing_helpers(self) -> set[cst.FunctionDef]:
+        """Functions of the file that write files and do nothing else another rank needs: each
+        call of one is a write (`writing_helpers`)."""
+        return writing_helpers(
+            self.model, self.placement, self.calls, self.flow, self.shared_files.reads_files
+        )
 
     @cached_property
     def shard_totals(self) -> list[ShardTotal]:

@@ -626,6 +626,11 @@ class SharedFiles:
                     found.append((opened, opened.args[0].value))  # type: ignore[attr-defined]
         return found
 
+    @cached_property
+    def reads_files(self) -> bool:
+        """The file reads some file back (a checkpoint, a log, settings) somewhere."""
+        return bool(self._reads())
+
     def _reads(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
         found = []
         for call in self.model.calls:

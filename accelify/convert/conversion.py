@@ -14,6 +14,7 @@ import libcst as cst
 
 from accelify.analysis.script_model import analyze
 from accelify.analysis.syntax import dotted, is_docstring, walk
+from accelify.convert import project
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.wrap_lines import wrap_long_lines
 from accelify.edits.apply import ApplyPlan
@@ -46,8 +47,19 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
     if model.uses_accelerator:
         return Conversion(label, data, data, skipped="already uses an Accelerator")
     if not model.trains:
+        elsewhere = project.trained_elsewhere(path, model)
+        if elsewhere:
+            first = elsewhere[0]
+            return Conversion(
+                label,
+                data,
+                data,
+                reviews=project.review_notes(path, elsewhere),
+                skipped=f"no .backward() call in this file: it trains through {first.function}() "
+                f"of another module (line {first.line})",
+            )
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
-    plan = plan_conversion(model, options or Options())
+    plan = plan_conversion(model, options or Options(), project.imported_writers(path, model))
     if plan.empty:
         return Conversion(label, data, data, reviews=plan.reviews, skipped="nothing to convert")
     converted = module.visit(ApplyPlan(plan))

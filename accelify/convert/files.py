@@ -7,6 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from accelify.convert.conversion import Conversion, Options, convert_source
+from accelify.convert.project import may_train_elsewhere
 from accelify.errors import UserError
 from accelify.source import python_files, write_atomically
 
@@ -26,7 +27,7 @@ def convert_file(path: Path, options: Options, named: bool) -> Conversion | User
         data = path.read_bytes()
     except OSError as error:
         return UserError(f"cannot read: {error.strerror}", str(path))
-    if not named and b".backward(" not in data:
+    if not named and b".backward(" not in data and not may_train_elsewhere(path, data):
         return Conversion(
             str(path), data, data, skipped="no .backward() call: not a training script"
         )

@@ -83,8 +83,13 @@ STEPS: tuple[Callable[[Context], None], ...] = (
 )
 
 
-def plan_conversion(model: ScriptModel, options: Options) -> Plan:
+def plan_conversion(
+    model: ScriptModel, options: Options, imported_writers: dict[str, str] | None = None
+) -> Plan:
+    """``imported_writers``: names the script calls of functions of its project's other modules
+    that only write files, with where they are (`project.imported_writers`)."""
     ctx = Context(model, options)
+    ctx.imported_writers = imported_writers or {}
     if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()
@@ -140,6 +145,7 @@ def plan_conversion(model: ScriptModel, options: Options) -> Plan:
         ctx.constructor.setdefault("mixed_precision", repr(options.mixed_precision))
     accelerator.run(ctx, prepare_scope)
     ctx.plan.imports = import_lines(options.target, ["Accelerator", *ctx.uses])
+    ctx.plan.imports += [i for i in ctx.extra_imports if i not in ctx.plan.imports]
     return ctx.plan
 
 

@@ -93,6 +93,10 @@ class Context:
     frozen: set[str] = field(default_factory=set)
     #: loaders prepared where they are handed to a trainer's method, by the caller's name.
     prepared_arguments: set[str] = field(default_factory=set)
+    #: Functions of the project's other modules that only write files, by the name calls use
+    imported_writers: dict[str, str] = field(default_factory=dict)
+    #: Imports of the standard library an edit needs (``from functools import cached_property``)
+    extra_imports: list[str] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.
     uses: list[str] = field(default_factory=list)
     #: loops (by id) that evaluate only loaders left whole, so every rank evaluates all of it:

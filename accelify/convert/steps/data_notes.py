@@ -31,7 +31,8 @@ def run(ctx: Context) -> None:
     for loop in ctx.model.loops:
         made_by = loader_property(ctx.model, loop.iterable, loop.node) if loop.trains else None
         if made_by is not None:
-            noted = True
+            noted = True  # its batches come from a DataLoader, prepared or reviewed here
+        if made_by is not None and loop.iterable not in ctx.prepared_arguments:
             ctx.plan.review(
                 ctx.line(loop.node),
                 f"this training loop reads {loop.iterable}, a property that builds a DataLoader "

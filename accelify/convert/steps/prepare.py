@@ -16,6 +16,7 @@ from accelify.analysis.objects import (
     callee,
     is_dict_of_loader_dicts,
     is_loader_dict,
+    loader_property,
     received_name,
     returned_local,
 )
@@ -209,6 +210,9 @@ def run(ctx: Context, scope: Scope) -> None:
     _prepare_recreated_optimizers(ctx, scope)
     ctx.plan.prepared = [*(n for _, names in groups for n in names), *ctx.plan.prepared]
     ctx.prepare_anchor = groups[0][0]
+    if ctx.acc == "self.accelerator":
+        _prepare_step_driven_loaders(ctx)
+        _prepare_property_loaders(ctx)
     trained = [names for _, names in groups if {chosen[n] for n in names} & _TRAINED_KINDS]
     if len(trained) > 1:
         ctx.plan.review(
@@ -1308,6 +1312,220 @@ def _prepare_before_loops(
         _prepare_at_call(ctx, method, call, set(at_call), prepared | earlier)
 
 
+def _prepare_step_driven_loaders(ctx: Context) -> None:
+    """``for x, y in train_loader: trainer.train_step(x, y)`` in ``main()``, where the trainer's
+    constructor makes the accelerator: the runner's loader is prepared once, through the
+    instance, before the outermost loop that reads it (``train_loader =
+    trainer.accelerator.prepare(train_loader)``). Only a loader made by a DataLoader call in the
+    runner's own function, read there by nothing but this loop (a ``len()`` or another loop
+    would see the shard too), with the instance bound before that loop; else the loop keeps its
+    review line (`data_notes`)."""
+    owner = ctx.facts.placement.class_of(ctx.prepare_anchor)
+    if owner is None:
+        return
+    graph = ctx.facts.calls
+    for loop, step in ctx.facts.step_driven_loops:
+        if graph.owner(step) is None or not graph.is_or_derives(graph.owner(step), owner):
+            continue
+        instance = ctx.instance_outside_class(loop.node)
+        function = ctx.facts.placement.enclosing_function(loop.node)
+        if instance is None or function is None:
+            continue
+        top = _outermost_loop_of(ctx, loop.node, function)
+        names = [
+            name
+            for name in ctx.unprepared_loaders(loop)
+            if name is not None
+            and name not in ctx.facts.shared_loop_evaluations
+            and name not in ctx.facts.phase_loaders
+        ]
+        if not names or not _bound_before(ctx, instance, top) or assigns(top, instance):
+            continue
+        if not all(_only_read_by(ctx, name, function, loop, top) for name in names):
+            continue
+        targets = ", ".join(names)
+        ctx.plan.add(
+            InsertBefore(top, statement(f"{targets} = {instance}.accelerator.prepare({targets})")),
+            line=ctx.line(top),
+            text=(
+                f"{targets} prepared once before the loop that trains through "
+                f"{owner.name.value}.{step.name.value}() (read by that loop only)"
+            ),
+            anywhere=True,
+        )
+        ctx.prepared_arguments.update(names)
+
+
+def _prepare_property_loaders(ctx: Context) -> None:
+    """``@property def train_loader(self): return DataLoader(...)`` read by the training loop of
+    the class that owns the accelerator: built at each read, no binding holds it, so nothing
+    prepares it. Where building it once reads the same data (its method takes nothing but
+    ``self`` and reads attributes only the constructor sets, calls no method of the class, and
+    every read of it is a training loop's iterable), it becomes a ``cached_property`` that
+    returns the prepared loader: built and prepared at the first read, after the constructor. A
+    DataLoader's shuffle draws its order from the global generator at each pass, not when it
+    is made, so one loader read every epoch shuffles as a new one each epoch did. Else the
+    loop keeps its review line (`data_notes`)."""
+    owner = ctx.facts.placement.class_of(ctx.prepare_anchor)
+    if owner is None or _has_slots(owner):
+        return
+    done: set[str] = set()
+    for loop in ctx.model.loops:
+        name = loop.iterable
+        if not loop.trains or name is None or name in done:
+            continue
+        method = loader_property(ctx.model, name, loop.node)
+        if method is None or ctx.facts.calls.owner(method) is not owner:
+            continue
+        done.add(name)
+        returned = _built_once(ctx, owner, method, name)
+        if returned is None:
+            continue
+        decorator = next(
+            d for d in method.decorators if dotted(d.decorator) in ("property", *_CACHED)
+        )
+        if dotted(decorator.decorator) == "property":
+            cached = _cached_property_name(ctx)
+            ctx.plan.replace(
+                decorator.decorator,
+                lambda _node, code=cached: cst.parse_expression(code),
+                anywhere=True,
+            )
+        ctx.plan.replace(
+            returned,
+            lambda node: cst.parse_expression("self.accelerator.prepare(x)").with_changes(
+                args=[cst.Arg(node)]
+            ),
+            ctx.line(method),
+            f"{name} is a property that builds a DataLoader from what the constructor sets: "
+            "made a cached_property that returns it prepared, built once at the first read",
+            anywhere=True,
+        )
+        ctx.prepared_arguments.add(name)
+
+
+_CACHED = ("cached_property", "functools.cached_property")
+
+
+def _has_slots(owner: cst.ClassDef) -> bool:
+    return any(
+        isinstance(n, cst.AssignTarget) and dotted(n.target) == "__slots__" for n in walk(owner)
+    )
+
+
+def _built_once(
+    ctx: Context, owner: cst.ClassDef, method: cst.FunctionDef, name: str
+) -> cst.BaseExpression | None:
+    """The DataLoader ``method`` returns, when building it once is the same as building it at
+    each read (see `_prepare_property_loaders`)."""
+    params = method.params
+    if (
+        len(params.params) != 1
+        or params.star_arg is not cst.MaybeSentinel.DEFAULT
+        or params.kwonly_params
+        or params.star_kwarg is not None
+        or len(method.decorators) != 1
+    ):
+        return None
+    returns = [n for n in walk(method) if isinstance(n, cst.Return)]
+    if len(returns) != 1 or returns[0].value is None:
+        return None
+    value = returns[0].value
+    if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith(".prepare"):
+        return None
+    read: set[str] = set()
+    for node in walk(method):
+        if isinstance(node, cst.Call) and (dotted(node.func) or "").startswith("self."):
+            return None  # a method of the class: what it does at each read is not followed
+        if isinstance(node, cst.Attribute) and dotted(node.value) == "self":
+            read.add(f"self.{node.attr.value}")
+    for assign in ctx.model.assignments:
+        function = ctx.facts.placement.enclosing_function(assign)
+        if function is None or function.name.value == "__init__":
+            continue
+        if any(dotted(t.target) in read for t in assign.targets):
+            return None  # set again after the constructor: a new read would see it
+    for node in walk(ctx.model.module):
+        if (
+            isinstance(node, (cst.AugAssign, cst.AnnAssign))
+            and dotted(node.target) in read
+            and getattr(ctx.facts.placement.enclosing_function(node), "name", None) is not None
+            and ctx.facts.placement.enclosing_function(node).name.value != "__init__"  # type: ignore[union-attr]
+        ):
+            return None
+    attribute = name.split(".", 1)[1]
+    trained = {id(loop.node) for loop in ctx.model.loops if loop.trains and loop.iterable == name}
+    for node in walk(ctx.model.module):
+        if not (isinstance(node, cst.Attribute) and node.attr.value == attribute):
+            continue
+        if node is method.name:
+            continue
+        if not any(
+            id(a) in trained and ctx.facts.placement.inside(node, a.iter)  # type: ignore[attr-defined]
+            for a in ctx.model.ancestors(node)
+            if isinstance(a, cst.For)
+        ):
+            return None  # read elsewhere too (a len(), an evaluation): left as it is
+    return value
+
+
+def _cached_property_name(ctx: Context) -> str:
+    """``cached_property`` imported from functools for the edit, or how the script names it."""
+    for bound, qualified in ctx.model.imports.bound.items():
+        if qualified == "functools.cached_property":
+            return bound
+        if qualified == "functools":
+            return f"{bound}.cached_property"
+    ctx.extra_imports.append("from functools import cached_property")
+    return "cached_property"
+
+
+def _outermost_loop_of(ctx: Context, node: cst.CSTNode, function: cst.FunctionDef) -> cst.CSTNode:
+    """The outermost ``for``/``while`` of ``function`` around ``node``, or ``node``'s own
+    statement."""
+    top: cst.CSTNode = node
+    for ancestor in ctx.model.ancestors(node):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, (cst.For, cst.While)):
+            top = ancestor
+    if top is node and not isinstance(node, (cst.For, cst.While)):
+        statement_node = ctx.facts.placement.top_statement(node, function)
+        return statement_node if statement_node is not None else node
+    return top
+
+
+def _only_read_by(
+    ctx: Context, name: str, function: cst.FunctionDef, loop: Loop, top: cst.CSTNode
+) -> bool:
+    """``name`` is a local of ``function`` made once by a DataLoader call before ``top``, not
+    rebound, and read nowhere in the function but as ``loop``'s iterable."""
+    if "." in name:
+        return False
+    made = [b for b in ctx.model.bindings if b.name == name and b.scope is function]
+    if len(made) != 1 or made[0].kind is not Kind.DATALOADER or made[0].received:
+        return False
+    if _conditional(ctx, made[0]) or ctx.model.order(made[0].statement) > ctx.model.order(top):
+        return False
+    if (
+        sum(1 for a in ctx.model.index.assignments_to(name) if ctx.model.scope_of(a) is function)
+        != 1
+    ):
+        return False
+    iterable = loop.node.iter if isinstance(loop.node, cst.For) else loop.node.for_in.iter  # type: ignore[union-attr]
+    reads = [
+        node
+        for node in walk(function)
+        if isinstance(node, cst.Name) and node.value == name and not _binds_name(ctx, node)
+    ]
+    return all(ctx.facts.placement.inside(node, iterable) for node in reads) and bool(reads)
+
+
+def _binds_name(ctx: Context, node: cst.Name) -> bool:
+    parent = ctx.model.parent(node)
+    return isinstance(parent, cst.AssignTarget) and parent.target is node
+
+
 def _outermost_loop(ctx: Context, call: cst.Call) -> cst.CSTNode | None:
     """The outermost ``for``/``while`` around ``call`` in its function (None: not in a loop,
     or in a lambda, whose body runs who knows when)."""
@@ -1564,7 +1782,11 @@ def _evaluated_in_another_module(ctx: Context, chosen: dict[str, Kind]) -> dict[
             if name is None or flow.kind_of(name, call) is not Kind.DATALOADER:
                 continue
             for origin in flow.origins(name, call):
-                if origin is not None and origin not in read and chosen.get(origin):
+                if (
+                    origin is not None
+                    and origin not in read
+                    and chosen.get(origin) is Kind.DATALOADER
+                ):
                     found.setdefault(origin, call)
     return found
 

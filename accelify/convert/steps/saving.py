@@ -264,12 +264,20 @@ def file_write_blocks(ctx: Context) -> list[cst.With]:
         with_node
         for with_node in ctx.facts.placement.withs()
         if not ctx.facts.ranks.under_rank_guard(with_node)
+        and not in_writing_helper(ctx, with_node)
         and any(
             side_effects.opens_for_writing(item.item)
             and not ctx.facts.shared_files.kept_on_every_rank(item.item)  # type: ignore[arg-type]
             for item in with_node.items
         )
     ]
+
+
+def in_writing_helper(ctx: Context, node: cst.CSTNode) -> bool:
+    """``node`` is in a function whose calls are guarded as writes (`writing_helpers`): it runs
+    on the main process only, as it is."""
+    helpers = ctx.facts.writing_helpers
+    return bool(helpers) and any(a in helpers for a in ctx.model.ancestors(node))
 
 
 def result_read_after(ctx: Context, block: cst.With) -> str | None:
@@ -371,6 +379,7 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
             and not ctx.facts.shared_files.kept_on_every_rank(call)
             and not ctx.facts.ranks.under_rank_guard(call)
             and not _opened_to_read(ctx, call)
+            and not in_writing_helper(ctx, call)
         ):
             ctx.plan.review(
                 ctx.line(call),

@@ -9,31 +9,85 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import collectives, side_effects
+from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.writing_helpers import MUTATORS
 from accelify.convert.steps import main_process
 from accelify.convert.steps.context import Context, unwrap
+from accelify.convert.steps.saving import in_writing_helper
 from accelify.edits.plan import expression, statement, with_keyword
 
 
 def run(ctx: Context) -> None:
     guarded: list[cst.CSTNode] = []
     model, placement = ctx.model, ctx.facts.placement
-    for write in side_effects.writes(model, placement):
+    for write in [*side_effects.writes(model, placement), *_helper_writes(ctx)]:
         if _already_once(ctx, write.statement) or side_effects.per_rank_path(model, write.call):
             continue
+        if in_writing_helper(ctx, write.statement):
+            continue  # its calls are guarded
         if ctx.facts.shared_files.kept_on_every_rank(write.call):
             continue  # a per-process path read back: each rank writes its own file
         region = _feeding_region(ctx, write.statement)
         if any(placement.inside(region, done) for done in guarded):
             continue
         _unwrap_receiver(ctx, write.call)
-        _guard(ctx, region, f"{ctx.code(write.call.func)}(...) runs on the main process only")
+        where = ctx.imported_writers.get(dotted(write.call.func) or "")
+        text = f"{ctx.code(write.call.func)}(...) runs on the main process only"
+        _guard(ctx, region, text + (f" (it only writes files: {where})" if where else ""))
         guarded.append(region)
     for writer in side_effects.summary_writers(model, placement):
         _guard_writer(ctx, writer)
     for race in side_effects.makedirs_races(model, placement):
         if not ctx.facts.ranks.under_rank_guard(race.call):
             _fix_makedirs(ctx, race)
+
+
+def _helper_writes(ctx: Context) -> list[side_effects.Write]:
+    """Calls of the file's functions that only write files (`writing_helpers`): each is a
+    write, as ``json.dump(...)`` in its place would be."""
+    helpers = ctx.facts.writing_helpers
+    imported = ctx.imported_writers if not ctx.facts.shared_files.reads_files else {}
+    if not helpers and not imported:
+        return []
+    return [
+        side_effects.Write(line, call)
+        for line, call in ctx.facts.placement.expression_statements()
+        if (
+            ((targets := ctx.facts.calls.targets(call)) and all(t in helpers for t in targets))
+            or (not targets and dotted(call.func) in imported)
+        )
+        and not _hands_trained(ctx, call)
+        and not _arguments_change_state(call)
+    ]
+
+
+def _hands_trained(ctx: Context, call: cst.Call) -> bool:
+    """``save_results(model, path)``: handed a model or optimizer, whose prepared state
+    differs (a helper of another module keeps its review line, `saving._project_writers`),
+    or a loader or scheduler: a prepared one may synchronise the ranks when iterated or
+    stepped, and a model may run in there, which on one rank alone can hang."""
+    flow = ctx.facts.flow
+    return any(
+        flow.kind_of(name, call) in (Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER, Kind.SCHEDULER)
+        for argument in call.args
+        for node in walk(argument.value)
+        if isinstance(node, (cst.Name, cst.Attribute)) and (name := dotted(node)) is not None
+    )
+
+
+def _arguments_change_state(call: cst.Call) -> bool:
+    """``record(path, history.pop())``, ``log(path, next(it))``: an argument that changes an
+    object every rank reads on: guarded, only the main process would."""
+    return any(
+        isinstance(node, cst.Call)
+        and (
+            dotted(node.func) == "next"
+            or (isinstance(node.func, cst.Attribute) and node.func.attr.value in MUTATORS)
+        )
+        for argument in call.args
+        for node in walk(argument.value)
+    )
 
 
 def _already_once(ctx: Context, node: cst.CSTNode) -> bool:

@@ -1,0 +1,222 @@
+"""Functions of the file that write files and do nothing else every rank needs: a
+``dump_results(path, results)`` that opens the file and ``json.dump``s into it, a
+``write_log(path, line)`` that appends a line, a method that ``to_csv``s its history. Known by
+what they do, not by their name: a write in their body (any API `side_effects` knows, or a file
+opened for writing), or a call of another such helper. Each call of one is then a write like
+``json.dump(...)`` is: run on the main process only, at the call, with the writes inside left as
+they are (the helper runs on one rank).
+
+A helper qualifies only where guarding its calls changes nothing but who writes:
+- it reads no rank (a file per rank, or one some ranks write: as it is);
+- it returns no value and yields nothing (the other ranks would have none), binds no global,
+  sets no attribute and changes no object it is handed (``history.append(x)``, ``row[k] = v``);
+- it runs no model, loader, collective, backward or accelerator, and calls no function of the
+  file but other writing helpers; it saves no ``torch.save`` (the saving step places its barrier),
+  makes no directory (the other ranks may write into it) and draws no random numbers (the
+  ranks' generators would drift apart);
+- every call of it in the file is a statement of its own (its result unused), and is made;
+- the file reads no file back (a rank that reads what the main process writes needs a barrier
+  the conversion would not place here).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis import collectives, names, side_effects
+from accelify.analysis.call_graph import CallGraph
+from accelify.analysis.flow import ObjectFlow
+from accelify.analysis.placement import Placement
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted, target_names, walk
+
+#: Methods that change the object they are called on.
+MUTATORS = frozenset(
+    {"append", "extend", "insert", "update", "pop", "popitem", "clear", "add", "remove"}
+    | {"setdefault", "discard", "sort", "reverse", "fill_", "zero_", "copy_"}
+)
+#: Call roots that draw random numbers.
+_RANDOM_ROOTS = ("random.", "numpy.random.", "torch.rand", "torch.randn", "torch.randint")
+
+
+def writing_helpers(
+    model: ScriptModel,
+    placement: Placement,
+    graph: CallGraph,
+    flow: ObjectFlow,
+    reads_files: bool,
+) -> set[cst.FunctionDef]:
+    """The functions of the file whose calls are writes (see the module's docstring)."""
+    if reads_files:
+        return set()
+    functions = [n for n in placement.all_nodes() if isinstance(n, cst.FunctionDef)]
+    candidates = {f for f in functions if _writes_only(model, placement, flow, f)}
+    # A helper that calls another of the file needs that one to qualify too: narrow to a
+    # fixed point.
+    changed = True
+    while changed:
+        changed = False
+        for function in list(candidates):
+            if not _calls_only(graph, function, candidates) or not _called_as_statements(
+                model, graph, function
+            ):
+                candidates.discard(function)
+                changed = True
+    return {f for f in candidates if _writes(model, graph, f, candidates, set())}
+
+
+def writes_only(
+    model: ScriptModel, placement: Placement, graph: CallGraph, flow: ObjectFlow, name: str
+) -> int | None:
+    """The line of the top-level function ``name`` of ``model`` (another module of the project)
+    when it writes a file and does nothing else another rank needs, as for `writing_helpers`
+    but whatever its callers: they are in the file that imports it. None otherwise."""
+    function = next(
+        (s for s in model.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+        None,
+    )
+    if function is None:
+        return None
+    functions = [n for n in placement.all_nodes() if isinstance(n, cst.FunctionDef)]
+    candidates = {f for f in functions if _writes_only(model, placement, flow, f)}
+    changed = True
+    while changed:
+        changed = False
+        for candidate in list(candidates):
+            if not _calls_only(graph, candidate, candidates):
+                candidates.discard(candidate)
+                changed = True
+    if function not in candidates or not _writes(model, graph, function, candidates, set()):
+        return None
+    return model.line(function)
+
+
+def _writes(
+    model: ScriptModel,
+    graph: CallGraph,
+    function: cst.FunctionDef,
+    helpers: set[cst.FunctionDef],
+    seen: set[int],
+) -> bool:
+    """``function`` writes a file, itself or through another helper."""
+    if id(function) in seen:
+        return False
+    seen.add(id(function))
+    for node in walk(function.body):
+        if not isinstance(node, cst.Call):
+            continue
+        if side_effects.opens_for_writing(node) or side_effects.once_per_run(model, node):
+            if model.call_names(node) & {"builtins.input"}:
+                continue
+            return True
+        for target in graph.targets(node):
+            if target in helpers and _writes(model, graph, target, helpers, seen):
+                return True
+    return False
+
+
+def _writes_only(
+    model: ScriptModel, placement: Placement, flow: ObjectFlow, function: cst.FunctionDef
+) -> bool:
+    """Nothing in ``function`` that another rank needs or must run too."""
+    if function.asynchronous is not None or function.decorators:
+        return False
+    if model.mentions_rank(model.module.code_for_node(function.body)):
+        return False  # a file per rank, or written by some ranks already: as it is
+    if any(
+        placement.inside(loop.node, function) and flow.reads_loader(loop) for loop in model.loops
+    ):
+        return False
+    parameters = {p.name.value for p in _all_params(function.params)} - {"self", "cls"}
+    for node in walk(function.body):
+        if isinstance(node, (cst.Yield, cst.Global, cst.Nonlocal, cst.Lambda)):
+            return False
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        if isinstance(node, cst.Return) and node.value is not None:
+            return False
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+            target = node.target
+            if (
+                isinstance(target, (cst.Attribute, cst.Subscript))
+                or target_names(target) & parameters
+            ):
+                return False
+            if any(isinstance(n, (cst.Attribute, cst.Subscript)) for n in walk(target)):
+                return False
+        if isinstance(node, cst.Del):
+            return False
+        if isinstance(node, cst.Call) and not _harmless_call(model, flow, node, parameters):
+            return False
+        if isinstance(node, cst.Call) and dotted(node.func) in parameters:
+            return False  # calls what it is handed (a model, a callback): not followed
+    return True
+
+
+def _harmless_call(
+    model: ScriptModel, flow: ObjectFlow, call: cst.Call, parameters: set[str]
+) -> bool:
+    qualified = model.call_names(call)
+    if qualified & (names.TORCH_SAVE | collectives.FUNCTIONS | names.MAKEDIRS):
+        return False  # a directory the other ranks may write into too: made on every rank
+    if any(q.startswith(_RANDOM_ROOTS) for q in qualified):
+        return False
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("mkdir", "makedirs"):
+        return False  # ``Path(out).mkdir(...)``: as above
+    func = dotted(call.func) or ""
+    if "accelerator" in func or func.endswith(".backward") or flow.is_model_name(func, call):
+        return False
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in MUTATORS:
+        receiver = call.func.value
+        root = receiver
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            root = root.value
+        if isinstance(root, cst.Name) and (root.value in parameters or root.value == "self"):
+            return False
+    return True
+
+
+def _calls_only(graph: CallGraph, function: cst.FunctionDef, helpers: set[cst.FunctionDef]) -> bool:
+    """Every call in ``function`` of a function of the file runs a writing helper."""
+    for node in walk(function.body):
+        if isinstance(node, cst.Call):
+            targets = graph.targets(node)
+            if targets and not all(t in helpers for t in targets):
+                return False
+    return True
+
+
+def _called_as_statements(model: ScriptModel, graph: CallGraph, function: cst.FunctionDef) -> bool:
+    """``function`` is called in the file, only by calls that are statements of their own
+    (``dump_results(path, results)``), and is not handed on by name (``callbacks =
+    [write_log]``) where its calls cannot be seen."""
+    calls = graph.callers(function)
+    if not calls or graph.uncertain_callers(function):
+        return False
+    for call in calls:
+        expression = model.parent(call)
+        line = model.parent(expression) if isinstance(expression, cst.Expr) else None
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return False
+    name = function.name.value
+    mentions = [
+        n
+        for n in walk(model.module)
+        if (isinstance(n, cst.Name) and n.value == name)
+        or (isinstance(n, cst.Attribute) and n.attr.value == name)
+    ]
+    called = {id(c.func) for c in calls} | {
+        id(c.func.attr) for c in calls if isinstance(c.func, cst.Attribute)
+    }
+    return all(
+        id(n) in called or n is function.name or id(model.parent(n)) in called for n in mentions
+    )
+
+
+def _all_params(params: cst.Parameters) -> list[cst.Param]:
+    found = [*params.posonly_params, *params.params, *params.kwonly_params]
+    if isinstance(params.star_arg, cst.Param):
+        found.append(params.star_arg)
+    if params.star_kwarg is not None:
+        found.append(params.star_kwarg)
+    return found

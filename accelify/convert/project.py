@@ -1,0 +1,191 @@
+"""Training that runs in another file of the project: ``train.py`` makes the model, optimizer and
+loaders and calls ``train_one_epoch(...)`` from its sibling ``engine.py``, where the
+``.backward()`` is. The conversion reads one file at a time: it converts neither file for
+this (``engine.py`` gets its own review line, `planner._trains_only_for_other_files`). The
+entry script is not "not a training script": it gets a review line at each such call naming
+the file and line of the backward it reaches, and what to do there."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import ScriptModel, analyze
+from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.writing_helpers import writes_only
+from accelify.edits.plan import Note
+from accelify.errors import UserError
+from accelify.source import parse
+
+#: ``from engine import ...``, ``from .engine import ...``, ``import engine``
+_IMPORTED = re.compile(rb"^\s*(?:from\s+(\.?[\w.]+)\s+import|import\s+([\w.]+))", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class TrainedElsewhere:
+    """A call of this file that runs a backward of a sibling module."""
+
+    line: int  # of the call
+    function: str  # as the call names it
+    module: Path
+    backward_line: int
+
+
+def may_train_elsewhere(path: Path, data: bytes) -> bool:
+    """A cheap test for a file without ``.backward(``: it imports a module of its own folder
+    whose source has one."""
+    for match in _IMPORTED.finditer(data):
+        name = (match.group(1) or match.group(2)).decode()
+        found = _module_file(path, name)
+        if found is not None and b".backward(" in _read(found):
+            return True
+    return False
+
+
+def trained_elsewhere(path: str | Path, model: ScriptModel) -> list[TrainedElsewhere]:
+    """Calls of ``model`` (a file with no backward of its own) of functions imported from a
+    module of its own folder that run a backward there, directly or through the functions of
+    that module they call."""
+    script = Path(path)
+    if not script.is_file():
+        return []
+    modules: dict[Path, ScriptModel | None] = {}
+    files: dict[str, Path | None] = {}
+    found = []
+    for node in walk(model.module):
+        if not isinstance(node, cst.Call):
+            continue
+        name = dotted(node.func)
+        imported = model.imports.resolve(name) if name else None
+        if imported is None or "." not in imported.lstrip("."):
+            continue
+        module_name, _, function = imported.rpartition(".")
+        if module_name not in files:  # one look on disk per module
+            files[module_name] = _module_file(script, module_name)
+        file = files[module_name]
+        if file is None:
+            continue
+        if file not in modules:
+            modules[file] = _analyzed(file)
+        other = modules[file]
+        backward = _backward_reached(other, function) if other is not None else None
+        if backward is not None:
+            found.append(TrainedElsewhere(model.line(node), name, file, backward))  # type: ignore[arg-type]
+    return found
+
+
+def imported_writers(path: str | Path, model: ScriptModel) -> dict[str, str]:
+    """Names this file calls (``dump_results``, ``utils.write_log``) that are functions of a
+    module of its own folder which write files and do nothing else another rank needs
+    (`writing_helpers.writes_only`), with where they are (``utils.py:12``)."""
+    script = Path(path)
+    if not script.is_file():
+        return {}
+    modules: dict[Path, ScriptModel | None] = {}
+    files: dict[str, Path | None] = {}
+    found: dict[str, str] = {}
+    for node in walk(model.module):
+        if not isinstance(node, cst.Call):
+            continue
+        name = dotted(node.func)
+        imported = model.imports.resolve(name) if name else None
+        if name is None or imported is None or "." not in imported.lstrip(".") or name in found:
+            continue
+        module_name, _, function = imported.rpartition(".")
+        if module_name not in files:  # one look on disk per module
+            files[module_name] = _module_file(script, module_name)
+        file = files[module_name]
+        if file is None:
+            continue
+        if file not in modules:
+            modules[file] = _analyzed(file)
+        other = modules[file]
+        if other is None:
+            continue
+        facts = facts_of(other)
+        line = writes_only(other, facts.placement, facts.calls, facts.flow, function)
+        if line is not None:
+            found[name] = f"{_relative(file, script)}:{line}"
+    return found
+
+
+def review_notes(script: str | Path, found: list[TrainedElsewhere]) -> list[Note]:
+    notes = []
+    for entry in found:
+        where = _relative(entry.module, Path(script))
+        notes.append(
+            Note(
+                entry.line,
+                f"{entry.function}() trains in {where} (its .backward() at line "
+                f"{entry.backward_line}): the conversion converts one file at a time and does "
+                "not follow training into another module, so neither file is converted for it; "
+                "by hand: create the Accelerator here, prepare the model, optimizer and loaders "
+                f"here, and hand the accelerator to {entry.function}() (there: "
+                "accelerator.backward(loss), the evaluation's predictions and labels gathered "
+                "with accelerator.gather_for_metrics, prints through accelerator.print)",
+            )
+        )
+    return notes
+
+
+def _backward_reached(model: ScriptModel, function: str) -> int | None:
+    """The line of a backward that ``function`` (a top-level function of ``model``, or a class
+    of it: its methods) runs, in its body or in a function of the module it calls (three calls
+    deep at most)."""
+    top = {
+        s.name.value: s for s in model.module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))
+    }
+    todo = [(top.get(function), 0)]  # a class: any of its methods
+    seen: set[int] = set()
+    while todo:
+        current, depth = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        for call in model.backward_calls:
+            if any(a is current for a in model.ancestors(call)):
+                return model.line(call)
+        if depth < 3:
+            for node in walk(current):
+                if isinstance(node, cst.Call):
+                    for target in model.call_graph.targets(node):
+                        todo.append((target, depth + 1))
+    return None
+
+
+def _module_file(script: Path, name: str) -> Path | None:
+    """The file of module ``name`` beside ``script`` (``engine`` -> ``engine.py`` or
+    ``engine/__init__.py`` in its folder; ``.engine`` the same; ``pkg.engine`` below it)."""
+    relative = name.lstrip(".")
+    if not relative or name.startswith(".."):
+        return None
+    base = script.parent.joinpath(*relative.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file() and candidate.resolve() != script.resolve():
+            return candidate
+    return None
+
+
+def _analyzed(file: Path) -> ScriptModel | None:
+    try:
+        return analyze(parse(_read(file), str(file)))
+    except (UserError, RecursionError):
+        return None
+
+
+def _read(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError:
+        return b""
+
+
+def _relative(module: Path, script: Path) -> str:
+    try:
+        return str(module.relative_to(script.parent))
+    except ValueError:
+        return str(module)

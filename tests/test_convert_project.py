@@ -1,0 +1,115 @@
+"""Training that runs in another file of the project (``train.py`` calls ``engine.py``'s
+``train_one_epoch``): the entry script is not "not a training script"; each call that reaches a
+sibling module's backward gets a review line naming that file and line, and neither file is
+changed (the conversion reads one file at a time)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from accelify.convert import Options
+from accelify.convert.files import collect, convert_all
+from conftest import FIXTURES, assert_ok, run_accelify
+
+PROJECT = FIXTURES / "projects" / "trains_in_a_sibling_module"
+
+
+def _copy(tmp_path: Path) -> Path:
+    shutil.copytree(PROJECT, tmp_path / "project")
+    return tmp_path / "project"
+
+
+def test_the_entry_script_is_reviewed_at_the_call_into_the_module_that_trains(tmp_path: Path):
+    project = _copy(tmp_path)
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    assert not result.changed
+    assert "trains through train_one_epoch() of another module" in result.skipped
+    (review,) = result.reviews
+    assert review.line == 18  # train_one_epoch(model, train_loader, optimizer, criterion)
+    assert "train_one_epoch() trains in engine.py (its .backward() at line 10)" in review.text
+
+
+def test_a_directory_reviews_both_files_and_changes_neither(tmp_path: Path):
+    project = _copy(tmp_path)
+    before = {p.name: p.read_bytes() for p in project.iterdir()}
+    result = run_accelify("convert", project, "--write")
+    assert_ok(result)
+    assert "review" in result.stdout and "engine.py" in result.stdout
+    assert "train.py:18" in result.stdout
+    assert {p.name: p.read_bytes() for p in project.iterdir()} == before
+
+
+def test_a_module_that_trains_through_a_class_is_followed_to_its_method(tmp_path: Path):
+    project = _copy(tmp_path)
+    (project / "engine.py").write_text(
+        "class Engine:\n"
+        "    def step(self, model, x, y, optimizer):\n"
+        "        optimizer.zero_grad()\n"
+        "        loss = ((model(x) - y) ** 2).mean()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    (project / "train.py").write_text(
+        "import torch\n"
+        "from engine import Engine\n"
+        "\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "engine = Engine()\n"
+    )
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    (review,) = result.reviews
+    assert review.line == 5
+    assert "its .backward() at line 5" in review.text
+
+
+def test_a_script_that_imports_a_module_without_training_is_still_skipped(tmp_path: Path):
+    project = _copy(tmp_path)
+    (project / "engine.py").write_text("def train_one_epoch(*args):\n    return 0.0\n")
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    assert result.skipped == "no .backward() call: not a training script"
+    assert not result.reviews
+
+
+WRITES = FIXTURES / "projects" / "writes_through_a_sibling_module"
+
+
+def test_calls_of_a_sibling_module_that_only_writes_run_on_the_main_process(tmp_path: Path):
+    shutil.copytree(WRITES, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    converted = result.converted.decode()
+    # known by what they do (open/json.dump, a bare open and write), not by their names
+    assert (
+        "        if accelerator.is_main_process:\n"
+        '            utils.write_log("train.log", f"epoch {epoch} loss {total:.4f}")\n'
+    ) in converted
+    assert (
+        '    if accelerator.is_main_process:\n        dump_results({"loss": total})\n' in converted
+    )
+    changes = {note.text for note in result.changes}
+    assert "dump_results(...) runs on the main process only (it only writes files: utils.py:4)" in (
+        changes
+    )
+    # summarize() changes the list it is handed: every rank runs it
+    assert "    utils.summarize(history)\n" in converted
+    # save_everything() is handed the model: left for its review line (unwrap, barrier)
+    assert '    utils.save_everything(model, "model.txt")\n' in converted
+    assert any("utils.save_everything()" in note.text for note in result.reviews)
+    assert (tmp_path / "project" / "utils.py").read_bytes() == (WRITES / "utils.py").read_bytes()
+
+
+def test_a_sibling_writer_handed_a_loader_runs_on_every_rank(tmp_path: Path):
+    # iterating a prepared loader synchronises the ranks: on the main process alone it would hang
+    project = tmp_path / "project"
+    shutil.copytree(WRITES, project)
+    (project / "utils.py").write_text(
+        "import json\n\n\ndef dump_sizes(loader, path):\n"
+        "    with open(path, 'w') as f:\n"
+        "        json.dump([len(x) for x, _ in loader], f)\n"
+    )
+    train = (project / "train.py").read_text()
+    train = train.replace("from utils import dump_results", "from utils import dump_sizes")
+    train = train.replace('dump_results({"loss": total})', 'dump_sizes(loader, "sizes.json")')
+    (project / "train.py").write_text(train)
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    assert '\n    dump_sizes(loader, "sizes.json")\n' in result.converted.decode()
