@@ -39,7 +39,7 @@ from accelify.analysis.loops import enumerates, find_backward, first_enumerate_n
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.shard_totals import divided_by_set_size
-from accelify.analysis.syntax import dotted, root_name, target_names, walk
+from accelify.analysis.syntax import argument_value, dotted, root_name, target_names, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -576,9 +576,7 @@ def _reads_a_tensor_dataset(loop: Loop, facts: Facts) -> bool:
         if binding.name not in origins or not isinstance(binding.value, cst.Call):
             continue
         for construction in _loader_constructions(model, binding.value):
-            args = [a for a in construction.args if a.keyword is None]
-            args += [a for a in construction.args if a.keyword and a.keyword.value == "dataset"]
-            datasets += [args[0].value] if args else [None]
+            datasets.append(argument_value(construction, "dataset"))
     return bool(datasets) and all(_a_tensor_dataset(d, model) for d in datasets)
 
 

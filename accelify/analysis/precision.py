@@ -18,7 +18,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.dataflow import variables_in
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import argument_value, dotted
 
 #: positional order of each autocast's parameters
 _AUTOCAST_POSITIONS = {
@@ -130,13 +130,8 @@ def _autocast(model: ScriptModel, call: cst.Call, qualified: str) -> Autocast:
 
 
 def _argument(call: cst.Call, name: str, positions: tuple[str, ...]) -> cst.BaseExpression | None:
-    for index, argument in enumerate(call.args):
-        if argument.keyword is not None and argument.keyword.value == name:
-            return argument.value
-        positional = argument.keyword is None and not argument.star and index < len(positions)
-        if positional and positions[index] == name:
-            return argument.value
-    return None
+    """What ``call`` passes as ``name``, by keyword or at its place among ``positions``."""
+    return argument_value(call, name, positions.index(name) if name in positions else None)
 
 
 def _unless_true(expression: cst.BaseExpression | None) -> cst.BaseExpression | None:
