@@ -365,20 +365,9 @@ class ObjectFlow:
         if name.startswith("self."):
             owner = self.placement.class_of(bound_in)
             here = self.placement.class_of(scope)
-            return owner is not None and here is not None and self._derives(here, owner)
-        return False
-
-    def _derives(self, cls: cst.ClassDef, base: cst.ClassDef, depth: int = 0) -> bool:
-        """``cls`` is ``base`` or a subclass of it in this file: ``self.model`` set in a base
-        class's constructor is the same attribute in the subclass's methods."""
-        if cls is base:
-            return True
-        if depth > 10:
-            return False
-        for parent in cls.bases:
-            found = self.model.classes.get(dotted(parent.value) or "")
-            if found is not None and found is not cls and self._derives(found, base, depth + 1):
-                return True
+            # ``self.model`` set in a base class's constructor is the subclass's attribute too
+            graph = self.model.call_graph
+            return owner is not None and here is not None and graph.is_or_derives(here, owner)
         return False
 
     def is_model_name(self, name: str | None, at: cst.CSTNode) -> bool:
