@@ -249,7 +249,7 @@ def _through_parameters(
 
     respelled = condition.visit(Respell())
     readable = parameters | set(model.imports.bound) | {"True", "False", "None"}
-    if not _names_in(respelled) <= readable:
+    if not variables_in(model, respelled) <= readable:
         return None  # ``self.args.amp and use_amp``: a local of the method that reads it
     return respelled  # type: ignore[return-value]
 
@@ -266,22 +266,6 @@ def _attribute_roots(expression: cst.BaseExpression) -> list[cst.Attribute]:
             return True
 
     expression.visit(Roots())
-    return found
-
-
-def _names_in(expression: cst.CSTNode) -> set[str]:
-    """The names an expression reads (``args`` of ``args.amp``, not ``amp``)."""
-    found: set[str] = set()
-
-    class Names(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            found.add(node.value)
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-    expression.visit(Names())
     return found
 
 
