@@ -5,7 +5,7 @@ import libcst as cst
 from accelify.analysis.dataflow import is_attribute_name
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import target_names, walk
+from accelify.analysis.syntax import walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 #: What ends the process where it is called.
@@ -207,7 +207,7 @@ class ExitOnSomeRanks(Rule):
         for node in script.index.of_type(cst.Break) + script.index.of_type(cst.Return):
             function = facts.placement.enclosing_function(node)
             loop = (
-                _innermost_loop(script, node, function)
+                script.index.enclosing_loop(node)
                 if isinstance(node, cst.Break)
                 else _outermost_loop(script, node, function)
             )
@@ -232,17 +232,6 @@ class ExitOnSomeRanks(Rule):
                     f"the test, on every rank, `if {accelerator}.check_trigger(): {leaves}`"
                 ),
             )
-
-
-def _innermost_loop(
-    script: ScriptModel, node: cst.CSTNode, function: cst.CSTNode | None
-) -> cst.For | cst.While | None:
-    for ancestor in script.ancestors(node):
-        if ancestor is function:
-            return None
-        if isinstance(ancestor, (cst.For, cst.While)):
-            return ancestor
-    return None
 
 
 def _rank_test_between(
@@ -288,23 +277,14 @@ def _reads_a_process_rank(script: ScriptModel, value: cst.CSTNode, seen: set[str
         if node.value in seen:
             continue
         seen.add(node.value)
-        values = _values_of(script, node.value)
+        values = [
+            value
+            for statement, value in script.index.values_bound_to(node.value)
+            if not isinstance(statement, cst.With)
+        ]
         if not values or any(_reads_a_process_rank(script, v, seen) for v in values):
             return True
     return False
-
-
-def _values_of(script: ScriptModel, name: str) -> list[cst.BaseExpression]:
-    """What the file assigns to ``name`` (``=``, ``+=``, annotated)."""
-    values = [
-        assign.value
-        for assign in script.assignments
-        if any(name in target_names(t.target) for t in assign.targets)
-    ]
-    for node in script.index.of_type(cst.AugAssign) + script.index.of_type(cst.AnnAssign):
-        if node.value is not None and name in target_names(node.target):
-            values.append(node.value)
-    return values
 
 
 def _outermost_loop(

@@ -6,7 +6,7 @@ from accelify.analysis.collectives import combines_ranks
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import Backward, backwards, last_binding, loss_sources
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import argument_value, dotted, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 #: Names and attributes that hold the number of processes.
@@ -194,10 +194,7 @@ def _mean_reduce(script: ScriptModel, call: cst.Call) -> bool:
     accelerators = facts_of(script).flow.names_of(Kind.ACCELERATOR)
     if receiver not in accelerators and "accelerate.utils.reduce" not in script.call_names(call):
         return False
-    reduction = next(
-        (a.value for a in call.args if a.keyword is not None and a.keyword.value == "reduction"),
-        call.args[1].value if len(call.args) > 1 and call.args[1].keyword is None else None,
-    )
+    reduction = argument_value(call, "reduction", 1)
     return isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "mean"
 
 

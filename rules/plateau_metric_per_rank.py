@@ -7,7 +7,7 @@ from accelify.analysis.dataflow import bound_by, statements, variables_in
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments, callee, is_plateau_scheduler
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import argument_value, dotted, target_names, walk
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
 
 #: How many helpers deep a metric is followed (``fit`` → ``evaluate`` → ``_loss_over``).
@@ -255,12 +255,7 @@ class PlateauMetricPerRank(Rule):
 
 def _metric(call: cst.Call) -> cst.BaseExpression | None:
     """What ``scheduler.step(metric)`` or ``step(metrics=metric)`` is handed."""
-    for argument in call.args:
-        if argument.keyword is None and not argument.star:
-            return argument.value
-        if argument.keyword is not None and argument.keyword.value == "metrics":
-            return argument.value
-    return None
+    return argument_value(call, "metrics")
 
 
 class _Tracer:

@@ -508,3 +508,44 @@ def test_a_factory_that_chooses_between_two_of_one_kind_makes_that_kind():
     assert found["loader"] is Kind.DATALOADER
     assert found["net"] is Kind.MODEL
     assert "head" not in found  # a model or a string: not followed
+
+
+def test_a_name_is_bound_by_plain_augmented_and_annotated_assignments_and_by_with():
+    model = script(
+        """
+        rank = int(os.environ["RANK"])
+        rank += offset
+        world: int = 2
+        limit: int
+        with open("log.txt") as handle:
+            pass
+        """
+    )
+    values = {
+        name: [model.module.code_for_node(v) for _, v in model.index.values_bound_to(name)]
+        for name in ("rank", "world", "limit", "handle")
+    }
+    assert values == {
+        "rank": ['int(os.environ["RANK"])', "offset"],
+        "world": ["2"],
+        "limit": [],  # declared, never bound
+        "handle": ['open("log.txt")'],
+    }
+
+
+def test_the_loop_around_a_statement_is_looked_for_in_its_own_function_only():
+    model = script(
+        """
+        for epoch in range(3):
+            def helper():
+                stop = True
+            while True:
+                for batch in loader:
+                    break
+        """
+    )
+    [stop] = [a for a in model.assignments if dotted(a.targets[0].target) == "stop"]
+    [brk] = model.index.of_type(cst.Break)
+    [inner] = [f for f in model.index.of_type(cst.For) if dotted(f.target) == "batch"]
+    assert model.index.enclosing_loop(stop) is None  # the outer loop runs the def, not the body
+    assert model.index.enclosing_loop(brk) is inner

@@ -8,6 +8,7 @@ import pytest
 
 from accelify.analysis.syntax import (
     accelerator_argument,
+    argument_value,
     is_accelerator_call,
     keyword_value,
     unpacked_names,
@@ -93,3 +94,32 @@ def test_an_accelerator_call_is_told_by_the_class_name_and_only_its_own_keywords
     assert accelerator_argument(factory, "gradient_accumulation_steps") is None
     assert _code(keyword_value(factory, "gradient_accumulation_steps")) == "4"  # type: ignore[arg-type]
     assert keyword_value(factory, "cpu") is None
+
+
+@pytest.mark.parametrize(
+    ("code", "keyword", "position", "expected"),
+    [
+        ("x.to(device)", "device", 0, "device"),
+        ("x.to(device=gpu, non_blocking=True)", "device", 0, "gpu"),
+        ("x.to(non_blocking=True, device=gpu)", "device", 0, "gpu"),
+        ("x.to(dtype=torch.half)", "device", 0, None),
+        ("x.to()", "device", 0, None),
+        ("open(path, 'w')", "mode", 1, "'w'"),
+        ("open(path)", "mode", 1, None),
+        ("open(path, mode='a')", "mode", 1, "'a'"),
+        # past a ``*args`` no position is known, and ``**kwargs`` is no positional argument
+        ("x.to(*moves)", "device", 0, None),
+        ("open(path, *rest)", "mode", 1, None),
+        ("x.to(**moves)", "device", 0, None),
+        ("dist.broadcast(t, 0, *rest, group=g)", "group", 2, "g"),
+        # no position: the keyword alone
+        ("torch.autocast('cuda', torch.bfloat16)", "enabled", None, None),
+        ("torch.autocast('cuda', enabled=flag)", "enabled", None, "flag"),
+    ],
+)
+def test_an_argument_is_read_by_its_keyword_else_at_its_position(
+    code: str, keyword: str, position: int | None, expected: str | None
+) -> None:
+    call = _expression(code)
+    assert isinstance(call, cst.Call)
+    assert _code(argument_value(call, keyword, position)) == expected

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from accelify.lint.engine import lint_source
+from accelify.lint.finding import Finding
 from accelify.lint.registry import all_rules
 from accelify.lint.selection import Selection
 
@@ -23,6 +24,15 @@ def test_codes_are_unique_and_well_formed():
     assert len(codes) == len(set(codes))
     assert all(code.startswith("ACC") and len(code) == 6 for code in codes)
     assert all(rule.__doc__ and rule.message and rule.bad and rule.good for rule in RULES)
+
+
+def the_finding(code: str, rule_code: str, line: int | None = None) -> Finding:
+    """The one finding ``rule_code`` reports on ``code``, linted with that rule alone (the one at
+    ``line``, where the rule reports other lines too)."""
+    findings = lint(code, rule_code).findings
+    found = [f for f in findings if f.code == rule_code and line in (None, f.line)]
+    assert len(found) == 1, [(f.code, f.line, f.message) for f in findings]
+    return found[0]
 
 
 @pytest.mark.parametrize(("rule", "example"), BAD, ids=lambda v: getattr(v, "code", "")[:6])
@@ -55,7 +65,7 @@ def test_a_trainers_model_saved_under_fsdp_is_never_advised_an_if_around_it():
         "trainer.model.save_pretrained('out')\n"
         "trainer.tokenizer.save_pretrained('out')\n"
     )
-    [finding] = lint(code, "ACC201").findings
+    finding = the_finding(code, "ACC201")
     assert finding.line == 4
     assert "is_main_process=accelerator.is_main_process" in finding.message
     assert "state_dict=accelerator.get_state_dict(trainer.model)" in finding.message
@@ -72,7 +82,7 @@ def test_a_dump_into_a_file_every_rank_opens_for_writing_is_guarded_at_its_with(
         "    json.dump(predictions, f, indent=1)\n"
         "    accelerator.print('predictions written')\n"
     )
-    [finding] = lint(code, "ACC201").findings
+    finding = the_finding(code, "ACC201")
     assert finding.line == 5
     assert "put the `with` at line 4 under `if accelerator.is_main_process:`" in finding.message
 
@@ -82,7 +92,7 @@ def test_a_dump_into_a_file_opened_for_reading_and_writing_keeps_the_plain_advic
         "import json\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
         "with open('weights.json', 'r+') as f:\n    json.dump(predictions, f)\n"
     )
-    [finding] = lint(code, "ACC201").findings
+    finding = the_finding(code, "ACC201")
     assert "guard with `if accelerator.is_main_process:`" in finding.message
 
 
@@ -97,7 +107,7 @@ def test_a_record_appended_with_its_newline_is_guarded_at_its_with():
         "    json.dump(loss_set, file)\n"
         "    file.write('\\n')\n"
     )
-    [finding] = lint(code, "ACC201").findings
+    finding = the_finding(code, "ACC201")
     assert finding.line == 5
     assert "put the `with` at line 4 under `if accelerator.is_main_process:`" in finding.message
     assert "other writes to the file" in finding.message
@@ -108,7 +118,7 @@ def test_a_single_append_keeps_the_plain_advice():
         "import json\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
         "with open('losses.json', 'a') as file:\n    json.dump(loss_set, file)\n"
     )
-    [finding] = lint(code, "ACC201").findings
+    finding = the_finding(code, "ACC201")
     assert "guard with `if accelerator.is_main_process:`" in finding.message
 
 
@@ -131,7 +141,7 @@ def test_a_file_written_then_read_back_is_advised_a_barrier_before_the_read():
     back with ``load_dataset`` in the same helper, on every rank. Guarding only the write
     leaves the other ranks loading the file before the main process has written it, so the
     advice names the barrier and the line of the read."""
-    [finding] = lint(_READ_BACK, "ACC201").findings
+    finding = the_finding(_READ_BACK, "ACC201")
     assert finding.line == 9
     assert "put the `with` at line 8 under `if accelerator.is_main_process:`" in finding.message
     assert "then call accelerator.wait_for_everyone() before line 10" in finding.message
@@ -143,7 +153,7 @@ def test_a_file_not_read_back_is_advised_no_barrier():
         "    return load_dataset('json', data_files='/data/formatted.json')\n",
         "    print('wrote', '/data/formatted.json')\n    return Path('/data/formatted.json')\n",
     )
-    [finding] = lint(code, "ACC201").findings
+    finding = the_finding(code, "ACC201")
     assert "wait_for_everyone" not in finding.message
 
 
@@ -155,7 +165,7 @@ def test_a_file_per_process_read_back_is_advised_no_barrier():
         "    stamp = f'/data/{time.time()}.json'\n    with open(stamp, 'w') as out:\n",
     ).replace("data_files='/data/formatted.json'", "data_files=stamp")
     code = "import time\n" + code
-    [finding] = lint(code, "ACC201").findings
+    finding = the_finding(code, "ACC201")
     assert "wait_for_everyone" not in finding.message
 
 
@@ -167,7 +177,7 @@ def test_identical_bytes_read_back_are_advised_the_barrier_first():
         "tokenizer.save_pretrained('out')\n"
         "tokenizer = AutoTokenizer.from_pretrained('out')\n"
     )
-    [finding] = lint(code, "ACC201").findings
+    finding = the_finding(code, "ACC201")
     assert finding.message.startswith(
         "Call accelerator.wait_for_everyone() after this write, before line 4"
     )
@@ -190,7 +200,7 @@ def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
     """A streaming-ASR validation sums ``loss.item()`` per batch of a prepared loader: there
     are no predictions and labels to gather, and a float cannot be reduced, so the advice
     names the total, the tensor to reduce and its count."""
-    [finding] = lint(_LOSS_EVAL, "ACC403").findings
+    finding = the_finding(_LOSS_EVAL, "ACC403")
     assert finding.line == 9
     assert finding.message.startswith(
         "Combine val_loss across ranks after the loop: accelerator.reduce(torch.tensor("
@@ -201,7 +211,7 @@ def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
 def test_an_ungathered_dict_of_loss_tensors_is_advised_a_reduce_of_each_total():
     code = _LOSS_EVAL.replace("val_loss += loss.item()", "losses['ce'] += loss.detach()")
     code = code.replace("val_loss, batches = 0.0, 0", "losses, batches = {'ce': 0}, 0")
-    [finding] = lint(code, "ACC403").findings
+    finding = the_finding(code, "ACC403")
     assert "Combine each total in losses across ranks" in finding.message
     assert "accelerator.reduce(losses, reduction='sum')" in finding.message
 
@@ -209,7 +219,7 @@ def test_an_ungathered_dict_of_loss_tensors_is_advised_a_reduce_of_each_total():
 def test_an_ungathered_accuracy_keeps_the_gather_advice():
     code = _LOSS_EVAL.replace("val_loss += loss.item()", "correct += (model(x) == y).sum()")
     code = code.replace("val_loss, batches = 0.0, 0", "correct, batches = 0, 0")
-    [finding] = lint(code, "ACC403").findings
+    finding = the_finding(code, "ACC403")
     assert "gather_for_metrics(...) on the predictions and labels" in finding.message
 
 
@@ -223,7 +233,7 @@ def test_wrapped_state_dict_advice_names_the_saved_model_and_accelerator():
         "    def save(self, path):\n"
         "        self.accelerator.save(self.model.state_dict(), path)\n"
     )
-    [finding] = lint(code, "ACC503").findings
+    finding = the_finding(code, "ACC503")
     assert finding.message == (
         "Save self.accelerator.unwrap_model(self.model).state_dict() "
         "(or self.accelerator.get_state_dict(self.model))"
@@ -245,11 +255,11 @@ def test_an_evaluation_run_under_a_rank_guard_is_advised_out_of_the_guard_first(
         "if accelerator.is_main_process:\n"
         "    print(validate())\n"
     )
-    [finding] = lint(code, "ACC403").findings
+    finding = the_finding(code, "ACC403")
     assert finding.line == 7
     assert "under a rank guard (line 10)" in finding.message
     unguarded = code.replace("if accelerator.is_main_process:\n    print", "print")
-    [finding] = lint(unguarded, "ACC403").findings
+    finding = the_finding(unguarded, "ACC403")
     assert "rank guard" not in finding.message
 
 
@@ -269,7 +279,7 @@ def test_values_kept_under_a_rank_test_in_the_loop_are_gathered_before_the_test(
         "        if save_predictions and accelerator.is_main_process:\n"
         "            rows.append({'id': batch['id'], 'pred': out.argmax(-1).tolist()})\n"
     )
-    [finding] = lint(code, "ACC403").findings
+    finding = the_finding(code, "ACC403")
     assert finding.line == 10
     assert "before the rank test at line 9" in finding.message
     assert "would hang" in finding.message
@@ -292,7 +302,7 @@ def test_accumulation_advice_names_the_trainers_prepared_model():
         "            self.optimizer.step()\n"
         "            self.optimizer.zero_grad()\n"
     )
-    [finding] = lint(code, "ACC304").findings
+    finding = the_finding(code, "ACC304")
     assert finding.line == 5
     assert finding.message.startswith("Wrap the step in self.accelerator.accumulate(self.policy):")
 
@@ -318,7 +328,7 @@ def test_a_trainer_that_subclasses_nn_module_holds_an_optimizer_not_a_layer():
         "            self.accelerator.backward(self.model(batch).mean())\n"
         "            self.optimizer.step()\n"
     )
-    [finding] = lint(code, "ACC304").findings
+    finding = the_finding(code, "ACC304")
     assert finding.line == 9
     assert "self.accelerator.accumulate(self.model):" in finding.message
 
@@ -364,10 +374,10 @@ def test_a_load_state_reached_before_prepare_names_the_calls_that_order_them():
         "    def prepare_training(self):\n"
         "        self.model = self.accelerator.prepare(self.model)\n"
     )
-    findings = lint_source(code.encode(), "example.py", Selection(select=["ACC501"])).findings
-    assert [(finding.code, finding.line) for finding in findings] == [("ACC501", 9)]
-    assert "self.load_checkpoint() (line 6)" in findings[0].message
-    assert "self.prepare_training() (line 7)" in findings[0].message
+    finding = the_finding(code, "ACC501")
+    assert finding.line == 9
+    assert "self.load_checkpoint() (line 6)" in finding.message
+    assert "self.prepare_training() (line 7)" in finding.message
 
 
 def test_a_state_dict_saved_under_two_names_is_one_finding():
@@ -416,7 +426,7 @@ def test_a_scheduler_sized_by_the_whole_loader_is_told_so():
         "    accelerator.backward(model(batch))\n"
         "    optimizer.step()\n    scheduler.step()\n"
     )
-    [finding] = [f for f in lint(code, "ACC401").findings if f.code == "ACC401"]
+    finding = the_finding(code, "ACC401")
     assert finding.line == 12
     assert "sized from len(loader) at line 7, before prepare" in finding.message
     assert "build it after prepare from the prepared len(loader)" in finding.message
@@ -432,7 +442,7 @@ def test_a_division_inside_accumulate_without_steps_names_the_setting():
         "        accelerator.backward(model(batch) / args.grad_accum)\n"
         "        optimizer.step()\n"
     )
-    [finding] = [f for f in lint(code, "ACC303").findings if f.code == "ACC303"]
+    finding = the_finding(code, "ACC303")
     assert finding.line == 5
     assert finding.message.startswith(
         "Pass gradient_accumulation_steps=args.grad_accum to the Accelerator (line 2)"
@@ -450,7 +460,7 @@ def test_a_division_under_deepspeed_names_the_engine():
         "    loss = model(**batch).loss / accumulate_step\n"
         "    accelerator.backward(loss)\n"
     )
-    [finding] = [f for f in lint(code, "ACC303").findings if f.code == "ACC303"]
+    finding = the_finding(code, "ACC303")
     assert finding.line == 5
     assert "DeepSpeed's engine already divides the loss" in finding.message
 
@@ -469,7 +479,7 @@ def test_a_total_mixing_gathered_and_local_values_names_the_local_one():
         "        true_dir = batch_y[:, 0] > prev_values\n"
         "        correct += (pred_dir == true_dir).sum().item()\n"
     )
-    [finding] = [f for f in lint(code, "ACC403").findings if f.code == "ACC403"]
+    finding = the_finding(code, "ACC403")
     assert finding.line == 13
     assert finding.message.startswith("Gather `prev_values` in the same accelerator.")
 
@@ -559,7 +569,7 @@ _RUNNER = (
 def test_advice_in_a_runner_names_the_accelerator_through_the_trainer_it_holds(code, line, advice):
     """A runner handed a trainer has no ``accelerator`` of its own: the advice names the one it
     reaches, ``self.trainer.accelerator``, never a bare ``accelerator.``."""
-    [finding] = [f for f in lint(_RUNNER, code).findings if f.line == line]
+    finding = the_finding(_RUNNER, code, line=line)
     assert advice in finding.message
     assert " accelerator." not in finding.message and "`accelerator." not in finding.message
 
@@ -589,7 +599,7 @@ def test_a_read_after_accelerator_save_in_a_branch_the_ranks_may_disagree_on_is_
     from pathlib import Path
 
     after = Path(__file__).parent.parent / "fixtures/convert/checkpoint_reload/after.py"
-    [finding] = lint(after.read_text(), "ACC212").findings
+    finding = the_finding(after.read_text(), "ACC212")
     assert finding.line == 38
     assert "Make every rank take the branch at line 35 alike" in finding.message
     assert "the branch tests `total`, computed by each rank on its own" in finding.message
@@ -608,7 +618,7 @@ def test_a_tracker_run_started_before_the_accelerator_is_not_guarded_by_it():
         "    model = accelerator.prepare(torch.nn.Linear(2, 2))\n"
         "    if accelerator.is_main_process:\n        wandb.log({'x': 1})\n"
     )
-    [finding] = lint(code, "ACC207").findings
+    finding = the_finding(code, "ACC207")
     assert finding.line == 7
     assert "move it below `accelerator = Accelerator(...)` (line 8)" in finding.message
     assert "`if PartialState().is_main_process:` (from accelerate import" in finding.message
@@ -621,7 +631,7 @@ def test_a_trainers_tracker_run_is_guarded_by_its_own_accelerator_attribute():
         "    def __init__(self, model):\n        self.accelerator = Accelerator()\n"
         "        self.model = self.accelerator.prepare(model)\n        wandb.init(project='p')\n"
     )
-    [finding] = lint(code, "ACC207").findings
+    finding = the_finding(code, "ACC207")
     assert "`if self.accelerator.is_main_process:`" in finding.message
     assert "self.accelerator.init_trackers" in finding.message
 
@@ -637,7 +647,7 @@ def test_a_non_tensor_gathered_or_reduced_is_told_what_one_process_does(collecti
     """Accelerate 1.15: ``gather(1.5)`` on one process returns 1.5, ``reduce(1.5, 'sum')``
     raises TypeError there too (it checks the type first): the message says which."""
     code = "from accelerate import Accelerator\naccelerator = Accelerator()\n"
-    [finding] = lint(code + f"total = accelerator.{collective}\n", "ACC411").findings
+    finding = the_finding(code + f"total = accelerator.{collective}\n", "ACC411")
     assert one_process in finding.message
     if collective.startswith("reduce"):
         assert "returns it unchanged" not in finding.message

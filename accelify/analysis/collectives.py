@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, keyword_value
+from accelify.analysis.syntax import argument_value, dotted, keyword_value
 
 DDP, FSDP, DEEPSPEED, ZERO3 = "ddp", "fsdp", "deepspeed", "deepspeed-zero3"
 EVERY_BACKEND = frozenset({DDP, FSDP, DEEPSPEED, ZERO3})
@@ -330,11 +330,7 @@ def _on_a_subgroup(call: cst.Call, names: set[str]) -> bool:
     name = next((n for n in names if n.startswith("torch.distributed.")), None)
     if name is None:
         return False
-    position = _GROUP_POSITION.get(name.rsplit(".", 1)[-1])
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    group = keyword_value(call, "group")
-    if group is None and position is not None and len(positional) > position:
-        group = positional[position].value
+    group = argument_value(call, "group", _GROUP_POSITION.get(name.rsplit(".", 1)[-1]))
     if group is None:
         return False
     spelled = dotted(group) or ""

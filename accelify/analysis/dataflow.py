@@ -10,6 +10,7 @@ import libcst as cst
 
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import (
+    children_of,
     dotted,
     has_parameter,
     root_name,
@@ -64,10 +65,22 @@ def is_attribute_name(model: ScriptModel, name: cst.Name) -> bool:
 
 def variables_in(model: ScriptModel, node: cst.CSTNode) -> set[str]:
     """The variable names under ``node``: ``x`` and ``args`` of ``x.view(args.batch_size)``,
-    not the member names ``view`` and ``batch_size``."""
-    return {
-        n.value for n in walk(node) if isinstance(n, cst.Name) and not is_attribute_name(model, n)
-    }
+    not the member names ``view`` and ``batch_size``. Read from the tree under ``node`` alone,
+    so a tree the analysis never saw (an expression rewritten in memory) is read the same."""
+    if isinstance(node, cst.Name) and is_attribute_name(model, node):
+        return set()
+    found: set[str] = set()
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        kind = type(current)
+        if kind is cst.Name:
+            found.add(current.value)  # type: ignore[attr-defined]
+        elif kind is cst.Attribute:
+            pending.append(current.value)  # type: ignore[attr-defined]
+        else:
+            pending += children_of(current)
+    return found
 
 
 def bound_by(small: cst.CSTNode) -> set[str]:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import Visitor, dotted, root_name, visit_code, walk
+from accelify.analysis.syntax import Visitor, argument_value, dotted, root_name, visit_code, walk
 
 
 def strip_moves(node: cst.CSTNode) -> cst.CSTNode:
@@ -221,10 +221,7 @@ def moved_to(call: cst.Call) -> cst.BaseExpression | None:
     """The device a ``.to(...)`` names (positional or ``device=``); None for ``.cuda()``."""
     if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "to":
         return None
-    return next(
-        (a.value for a in call.args if a.keyword is not None and a.keyword.value == "device"),
-        call.args[0].value if call.args and call.args[0].keyword is None else None,
-    )
+    return argument_value(call, "device")
 
 
 #: ``device.startswith("cuda")``: methods of a string, not of a torch.device
@@ -287,10 +284,7 @@ def fixed_device(call: cst.Call) -> bool:
     func = call.func
     if func.attr.value == "cuda":  # type: ignore[union-attr]
         return bool(call.args) and isinstance(call.args[0].value, cst.Integer)
-    device = next(
-        (a.value for a in call.args if a.keyword is not None and a.keyword.value == "device"),
-        call.args[0].value if call.args and call.args[0].keyword is None else None,
-    )
+    device = argument_value(call, "device")
     if isinstance(device, cst.SimpleString):
         return _fixed_literal(device)
     if isinstance(device, cst.Call) and dotted(device.func) == "torch.device" and device.args:

@@ -16,6 +16,7 @@ it is, with the reason, rather than gathered on one side only.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -39,7 +40,7 @@ from accelify.analysis.loops import enumerates, find_backward, first_enumerate_n
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.shard_totals import divided_by_set_size
-from accelify.analysis.syntax import dotted, root_name, target_names, walk
+from accelify.analysis.syntax import argument_value, dotted, root_name, target_names, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -576,9 +577,7 @@ def _reads_a_tensor_dataset(loop: Loop, facts: Facts) -> bool:
         if binding.name not in origins or not isinstance(binding.value, cst.Call):
             continue
         for construction in _loader_constructions(model, binding.value):
-            args = [a for a in construction.args if a.keyword is None]
-            args += [a for a in construction.args if a.keyword and a.keyword.value == "dataset"]
-            datasets += [args[0].value] if args else [None]
+            datasets.append(argument_value(construction, "dataset"))
     return bool(datasets) and all(_a_tensor_dataset(d, model) for d in datasets)
 
 
@@ -985,33 +984,46 @@ def _one_sample_of_the_batch(
     fields = set(found.batch) & (set(found.gathered) | {f.name for f in found.fields})
     if found.statement is None or not fields:
         return None
+    for small, node in _subscripts_after_the_forward(found, body, fields, model):
+        if not (
+            len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and isinstance(node.slice[0].slice.value, cst.Integer)
+        ):
+            continue
+        if not _feeds_a_metric(small, found):
+            continue  # ``save_image(x[0])``: a sample shown, not measured
+        found.unsure_at = small
+        found.advice = (
+            "compute the per-batch results (one group each) on every rank and gather "
+            "those, not the batch"
+        )
+        return (
+            f"line {model.line(small)} reads {model.module.code_for_node(node)}, one "
+            "sample of the batch by its position, so each batch is a group the metric "
+            "takes as a whole: gathered, a step holds every rank's batch, the position "
+            "is the first rank's sample alone and the groups mix"
+        )
+    return None
+
+
+def _subscripts_after_the_forward(
+    found: Evaluation, body: list[cst.CSTNode], names: set[str], model: ScriptModel
+) -> Iterator[tuple[cst.CSTNode, cst.Subscript]]:
+    """Each ``name[...]`` of one of ``names`` in the statements of ``body`` after the
+    forward's, in source order, with its statement."""
+    if found.statement is None:
+        return
     for small in body:
         if model.order(small) <= model.order(found.statement):
             continue
         for node in walk(small):
-            if not (
+            if (
                 isinstance(node, cst.Subscript)
                 and isinstance(node.value, cst.Name)
-                and node.value.value in fields
-                and len(node.slice) == 1
-                and isinstance(node.slice[0].slice, cst.Index)
-                and isinstance(node.slice[0].slice.value, cst.Integer)
+                and node.value.value in names
             ):
-                continue
-            if not _feeds_a_metric(small, found):
-                continue  # ``save_image(x[0])``: a sample shown, not measured
-            found.unsure_at = small
-            found.advice = (
-                "compute the per-batch results (one group each) on every rank and gather "
-                "those, not the batch"
-            )
-            return (
-                f"line {model.line(small)} reads {model.module.code_for_node(node)}, one "
-                "sample of the batch by its position, so each batch is a group the metric "
-                "takes as a whole: gathered, a step holds every rank's batch, the position "
-                "is the first rank's sample alone and the groups mix"
-            )
-    return None
+                yield small, node
 
 
 def _a_fixed_range_of_the_first_axis(
@@ -1029,31 +1041,22 @@ def _a_fixed_range_of_the_first_axis(
     gathered = set(found.gathered) | {f.name for f in found.fields}
     if found.statement is None or not gathered:
         return None
-    for small in body:
-        if model.order(small) <= model.order(found.statement):
+    for small, node in _subscripts_after_the_forward(found, body, gathered, model):
+        if not (node.slice and a_fixed_range(node.slice[0].slice)):
             continue
-        for node in walk(small):
-            if not (
-                isinstance(node, cst.Subscript)
-                and isinstance(node.value, cst.Name)
-                and node.value.value in gathered
-                and node.slice
-                and a_fixed_range(node.slice[0].slice)
-            ):
-                continue
-            if not _reaches_a_metric(small, body, found):
-                continue
-            found.unsure_at = small
-            found.advice = (
-                "gather tensors whose first dimension is the batch (x.transpose(0, 1)) and cut "
-                "the range from the dimension it belongs to"
-            )
-            return (
-                f"line {model.line(small)} reads {model.module.code_for_node(node)}, a fixed "
-                "range of the first dimension, so that dimension is not the samples (time "
-                "steps first, [length, batch]): gather_for_metrics joins and trims the first "
-                "dimension, and the range would be cut from the first rank's part only"
-            )
+        if not _reaches_a_metric(small, body, found):
+            continue
+        found.unsure_at = small
+        found.advice = (
+            "gather tensors whose first dimension is the batch (x.transpose(0, 1)) and cut "
+            "the range from the dimension it belongs to"
+        )
+        return (
+            f"line {model.line(small)} reads {model.module.code_for_node(node)}, a fixed "
+            "range of the first dimension, so that dimension is not the samples (time "
+            "steps first, [length, batch]): gather_for_metrics joins and trims the first "
+            "dimension, and the range would be cut from the first rank's part only"
+        )
     return None
 
 

@@ -9,7 +9,7 @@ in a helper the same as the loop written inline.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -277,19 +277,14 @@ class ObjectFlow:
         """The record calls ``name`` holds at ``at``: followed back through the parameters of
         the helpers in between; None when any of its values is something else."""
         found: list[cst.Call] = []
-        pending, seen = [(name, at)], set()
-        while pending:
-            current, place = pending.pop()
-            function = self.placement.enclosing_function(place)
-            if (current, id(function)) in seen:
-                continue
-            seen.add((current, id(function)))
-            parameters = {p.name.value for p in function.params.params} if function else set()
-            values: list[tuple[cst.BaseExpression, cst.CSTNode]]
-            if current in parameters:
-                values = list(self._passed_to(function, current))  # type: ignore[arg-type]
-            else:
-                values = [(a.value, a) for a in self.model.index.assignments_to(current)]
+        pending: list[tuple[str | None, cst.CSTNode]] = [(name, at)]
+        for current, _, function in self._once_per_function(pending):
+            handed = self._handed_in(function, current)
+            values: list[tuple[cst.BaseExpression, cst.CSTNode]] = (
+                list(handed)
+                if handed is not None
+                else [(a.value, a) for a in self.model.index.assignments_to(current or "")]
+            )
             if not values:
                 return None
             for value, where in values:
@@ -300,6 +295,31 @@ class ObjectFlow:
                 else:
                     return None
         return found
+
+    def _once_per_function(
+        self, pending: list[tuple[str | None, cst.CSTNode]]
+    ) -> Iterator[tuple[str | None, cst.CSTNode, cst.FunctionDef | None]]:
+        """Takes ``(name, place)`` from ``pending`` (which the caller adds to as it follows a
+        name back) until none is left, each name once in each function: the same name in
+        another function is another object, in the same one it was followed already."""
+        seen: set[tuple[str | None, int]] = set()
+        while pending:
+            current, place = pending.pop()
+            function = self.placement.enclosing_function(place)
+            if (current, id(function)) not in seen:
+                seen.add((current, id(function)))
+                yield current, place, function
+
+    def _handed_in(
+        self, function: cst.FunctionDef | None, name: str | None
+    ) -> list[tuple[cst.BaseExpression, cst.Call]] | None:
+        """What every call of ``function`` passes for ``name`` when it is one of its parameters
+        (by position or by keyword), with the call; None when it is no parameter of it."""
+        if function is None or name not in {
+            p.name.value for p in (*function.params.params, *function.params.kwonly_params)
+        }:
+            return None
+        return self._passed_to(function, name)  # type: ignore[arg-type]
 
     def _passed_to(
         self, function: cst.FunctionDef, parameter: str
@@ -365,20 +385,9 @@ class ObjectFlow:
         if name.startswith("self."):
             owner = self.placement.class_of(bound_in)
             here = self.placement.class_of(scope)
-            return owner is not None and here is not None and self._derives(here, owner)
-        return False
-
-    def _derives(self, cls: cst.ClassDef, base: cst.ClassDef, depth: int = 0) -> bool:
-        """``cls`` is ``base`` or a subclass of it in this file: ``self.model`` set in a base
-        class's constructor is the same attribute in the subclass's methods."""
-        if cls is base:
-            return True
-        if depth > 10:
-            return False
-        for parent in cls.bases:
-            found = self.model.classes.get(dotted(parent.value) or "")
-            if found is not None and found is not cls and self._derives(found, base, depth + 1):
-                return True
+            # ``self.model`` set in a base class's constructor is the subclass's attribute too
+            graph = self.model.call_graph
+            return owner is not None and here is not None and graph.is_or_derives(here, owner)
         return False
 
     def is_model_name(self, name: str | None, at: cst.CSTNode) -> bool:
@@ -500,21 +509,9 @@ class ObjectFlow:
         Each comes with the place it is read at: the same name in another function is another
         object."""
         found: set[tuple[str | None, cst.CSTNode]] = set()
-        pending = [(name, at)]
-        seen: set[tuple[str | None, int]] = set()
-        while pending:
-            current, place = pending.pop()
-            function = self.placement.enclosing_function(place)
-            if (current, id(function)) in seen:
-                continue
-            seen.add((current, id(function)))
-            parameters = (
-                {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
-                if function is not None
-                else set()
-            )
-            followed = current in parameters and current not in stop
-            passed = self._passed_to(function, current) if followed else []  # type: ignore[arg-type]
+        pending: list[tuple[str | None, cst.CSTNode]] = [(name, at)]
+        for current, place, function in self._once_per_function(pending):
+            passed = (self._handed_in(function, current) or []) if current not in stop else []
             if current not in stop and not passed:
                 passed = self.dataclass_arguments(current, place) or []
             if current not in stop and not passed:

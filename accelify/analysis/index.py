@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from accelify.analysis.script_model import Scope, ScriptModel
 
 _SCOPES = (cst.FunctionDef, cst.Module)
+#: What `Index.enclosing_loop` looks up to: a loop, or the function or class it may not cross.
+_LOOPS_AND_SCOPES = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)
 _UNKNOWN = object()  # `Index.nearest` has no answer for the node yet
 #: Where a function's own body stops: the bodies of functions and classes defined inside it.
 #: (Compared by exact type: libcst's node classes are abstract base classes, whose isinstance
@@ -140,6 +142,11 @@ class Index:
                 names |= target_names(target.target)
             for name in names:
                 found.setdefault(name, []).append((assign, assign.value))
+        for node in self.of_type((cst.AugAssign, cst.AnnAssign)):
+            value = node.value  # type: ignore[attr-defined]
+            if value is not None:  # ``x: int`` declares, binds nothing
+                for name in target_names(node.target):  # type: ignore[attr-defined]
+                    found.setdefault(name, []).append((node, value))
         for with_node in self.of_type(cst.With):
             for item in with_node.items:  # type: ignore[attr-defined]
                 if item.asname is not None:
@@ -149,8 +156,16 @@ class Index:
 
     def values_bound_to(self, name: str) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
         """What the plain name ``name`` is bound to anywhere in the file, with the statement
-        that binds it: assignments (also unpacking) in source order, then ``with X as name``."""
+        that binds it: assignments (also unpacking) in source order, then augmented and
+        annotated ones (``name += step``'s ``step``, ``name: int = 0``'s ``0``), then ``with X
+        as name``."""
         return self._names_bound.get(name, [])
+
+    def enclosing_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
+        """The innermost ``for`` or ``while`` around ``node`` in its own function (or module,
+        or class body): a loop around a ``def`` runs the function again, not its statements."""
+        found = self.nearest(node, _LOOPS_AND_SCOPES)
+        return found if isinstance(found, (cst.For, cst.While)) else None
 
     def assignments_to(self, name: str) -> list[cst.Assign]:
         """Every ``name = ...`` of the file (``self.model = ...`` for ``self.model``), in

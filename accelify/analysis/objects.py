@@ -746,34 +746,16 @@ def loader_property(
     the analysis holds it, so nothing prepares it."""
     if name is None or not name.startswith("self.") or name.count(".") != 1:
         return None
-    owner = model.index.enclosing_class_name(at)
+    owner = model.index.enclosing_class(at)
     if owner is None:
         return None
     from accelify.analysis.script_model import value_classifier
 
-    method = None
-    for class_name in _class_and_bases(model, owner):
-        method = methods_of(model, class_name).get(name.split(".", 1)[1])
-        if method is not None:
-            break
+    method = model.call_graph.lookup(owner, name.split(".", 1)[1])
     if method is None or not {dotted(d.decorator) for d in method.decorators} & _PROPERTIES:
         return None
     kinds = returned_kinds(model, method, value_classifier(model))
     return method if kinds == [((), Kind.DATALOADER)] else None
-
-
-def _class_and_bases(model: ScriptModel, owner: str) -> list[str]:
-    """``owner`` and the classes of this file it derives from, nearest first."""
-    found, todo = [], [owner]
-    while todo:
-        current = todo.pop(0)
-        if current in found:
-            continue
-        found.append(current)
-        definition = model.classes.get(current)
-        if definition is not None:
-            todo += [b for b in (dotted(base.value) for base in definition.bases) if b]
-    return found
 
 
 def _enclosing_class(model: ScriptModel, node: cst.CSTNode) -> str | None:

@@ -16,7 +16,7 @@ from accelify.analysis.script_model import (
     ScriptModel,
     owning_model,
 )
-from accelify.analysis.syntax import Visitor, dotted, strip_self_methods, visit_code
+from accelify.analysis.syntax import Visitor, argument_value, dotted, strip_self_methods, visit_code
 
 
 def parameter_owners(optimizer: Binding) -> set[str]:
@@ -54,10 +54,7 @@ def parameter_owners(optimizer: Binding) -> set[str]:
     if factory is None and (dotted(core.func) or "").rsplit(".", 1)[-1] in OPTIMIZER_FACTORIES:
         # ``build_optimizer(model, cfg)``, ``create_optimizer(model=net)`` of a library (one of
         # this file is read above): handed the model
-        handed = next(
-            (a.value for a in core.args if a.keyword and a.keyword.value == "model"),
-            core.args[0].value if core.args and core.args[0].keyword is None else None,
-        )
+        handed = argument_value(core, "model")
         name = dotted(handed) if isinstance(handed, (cst.Name, cst.Attribute)) else None
         if name:
             owners.add(owning_model(name))

@@ -203,12 +203,7 @@ class Placement:
 
     def _in_a_loop(self, node: cst.CSTNode) -> bool:
         """A loop around ``node`` in its function (or module): it may run again."""
-        for ancestor in self.model.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-                return False
-            if isinstance(ancestor, (cst.For, cst.While)):
-                return True
-        return False
+        return self.model.index.enclosing_loop(node) is not None
 
     def first_free_index(self, home: cst.CSTNode, before: int | None = None) -> int:
         """The first statement new code may precede: after a docstring, and in a module after

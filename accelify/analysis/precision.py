@@ -19,7 +19,7 @@ from accelify.analysis import names
 from accelify.analysis.dataflow import variables_in
 from accelify.analysis.objects import attributes_kept
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import argument_value, dotted
 
 #: positional order of each autocast's parameters
 _AUTOCAST_POSITIONS = {
@@ -131,13 +131,8 @@ def _autocast(model: ScriptModel, call: cst.Call, qualified: str) -> Autocast:
 
 
 def _argument(call: cst.Call, name: str, positions: tuple[str, ...]) -> cst.BaseExpression | None:
-    for index, argument in enumerate(call.args):
-        if argument.keyword is not None and argument.keyword.value == name:
-            return argument.value
-        positional = argument.keyword is None and not argument.star and index < len(positions)
-        if positional and positions[index] == name:
-            return argument.value
-    return None
+    """What ``call`` passes as ``name``, by keyword or at its place among ``positions``."""
+    return argument_value(call, name, positions.index(name) if name in positions else None)
 
 
 def _unless_true(expression: cst.BaseExpression | None) -> cst.BaseExpression | None:
@@ -269,7 +264,7 @@ def _through_parameters(
 
     respelled = condition.visit(Respell())
     readable = parameters | set(model.imports.bound) | {"True", "False", "None"}
-    if not _names_in(respelled) <= readable:
+    if not variables_in(model, respelled) <= readable:
         return None  # ``self.args.amp and use_amp``: a local of the method that reads it
     return respelled  # type: ignore[return-value]
 
@@ -286,22 +281,6 @@ def _attribute_roots(expression: cst.BaseExpression) -> list[cst.Attribute]:
             return True
 
     expression.visit(Roots())
-    return found
-
-
-def _names_in(expression: cst.CSTNode) -> set[str]:
-    """The names an expression reads (``args`` of ``args.amp``, not ``amp``)."""
-    found: set[str] = set()
-
-    class Names(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            found.add(node.value)
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-    expression.visit(Names())
     return found
 
 

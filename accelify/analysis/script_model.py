@@ -31,6 +31,7 @@ from accelify.analysis.loops import (
 )
 from accelify.analysis.syntax import (
     Visitor,
+    argument_value,
     children_of,
     dotted,
     root_name,
@@ -1131,10 +1132,7 @@ def _optimizer_factory_call(call: cst.Call) -> bool:
     helper handed the model it builds the optimizer for (not a dict of parameter groups)."""
     if (dotted(call.func) or "").rsplit(".", 1)[-1] not in names.OPTIMIZER_FACTORIES:
         return False
-    handed = next(
-        (a.value for a in call.args if a.keyword and a.keyword.value == "model"),
-        call.args[0].value if call.args and call.args[0].keyword is None else None,
-    )
+    handed = argument_value(call, "model")
     return isinstance(handed, (cst.Name, cst.Attribute))
 
 
@@ -1143,10 +1141,7 @@ def _scheduler_factory_call(call: cst.Call) -> bool:
     handed the optimizer it schedules (a trainer that steps it once per epoch, prepared)."""
     if (dotted(call.func) or "").rsplit(".", 1)[-1] not in names.SCHEDULER_FACTORIES:
         return False
-    handed = next(
-        (a.value for a in call.args if a.keyword and a.keyword.value == "optimizer"),
-        call.args[0].value if call.args and call.args[0].keyword is None else None,
-    )
+    handed = argument_value(call, "optimizer")
     last = (dotted(handed) or "").rsplit(".", 1)[-1] if handed is not None else ""
     return "optim" in last.lower()
 

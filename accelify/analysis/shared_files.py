@@ -29,7 +29,7 @@ from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import all_params, dotted, walk
+from accelify.analysis.syntax import all_params, argument_value, dotted, walk
 
 #: Where a path comes from when it is another file on every process: always (a temporary
 #: directory, a pid) or by the clock (two ranks may get the same value, or not).
@@ -861,11 +861,7 @@ def _path(
     if where is None:
         return None
     position, keyword = where
-    for argument in call.args:
-        if argument.keyword is not None and argument.keyword.value == keyword:
-            return argument.value
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    return positional[position].value if position < len(positional) else None
+    return argument_value(call, keyword, position)
 
 
 #: Calls that only report a path or compute with its string (printed, logged, joined, made a

@@ -14,7 +14,7 @@ from accelify.analysis import names
 from accelify.analysis.loops import first_enumerate_name
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import argument_value, dotted, target_names, walk
 
 
 @dataclass
@@ -265,10 +265,7 @@ def _open_mode(node: cst.BaseExpression) -> str:
         return ""
     if node.args and dotted(node.args[0].value) == "os.devnull":
         return ""
-    mode = next(
-        (a.value for a in node.args[1:2] if a.keyword is None),
-        next((a.value for a in node.args if a.keyword and a.keyword.value == "mode"), None),
-    )
+    mode = argument_value(node, "mode", 1)
     return str(mode.evaluated_value) if isinstance(mode, cst.SimpleString) else ""
 
 

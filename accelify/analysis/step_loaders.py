@@ -20,7 +20,7 @@ from accelify.analysis.names import DATALOADERS
 from accelify.analysis.objects import callee
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import strip_self_methods, walk
+from accelify.analysis.syntax import argument_value, strip_self_methods, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -80,12 +80,7 @@ def _over_step_buffers(model: ScriptModel, constructor: cst.Call, made: cst.CSTN
     ``DataLoader(replay_buffer)`` in the same pass of the loop: every name the dataset reads is
     emptied (or made anew) and filled again on each pass before the loader is built, so the
     loader holds what this rank made in this pass, not a dataset of the run."""
-    dataset = next(
-        (a.value for a in constructor.args if a.keyword and a.keyword.value == "dataset"),
-        constructor.args[0].value
-        if constructor.args and constructor.args[0].keyword is None
-        else None,
-    )
+    dataset = argument_value(constructor, "dataset")
     loop = next((a for a in model.ancestors(made) if isinstance(a, (cst.For, cst.While))), None)
     if dataset is None or loop is None:
         return False
@@ -154,12 +149,7 @@ def _dataset_from_arguments(
 ) -> bool:
     """The loader's dataset is built in ``home`` (``TensorDataset(...)``, directly or through a
     local) from ``home``'s parameters alone: not a dataset that exists outside the call."""
-    dataset = next(
-        (a.value for a in constructor.args if a.keyword and a.keyword.value == "dataset"),
-        constructor.args[0].value
-        if constructor.args and constructor.args[0].keyword is None
-        else None,
-    )
+    dataset = argument_value(constructor, "dataset")
     if dataset is None:
         return False
     if isinstance(dataset, cst.Name):

@@ -211,6 +211,26 @@ def keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
     return argument.value if argument is not None else None
 
 
+def argument_value(
+    call: cst.Call, keyword: str, position: int | None = 0
+) -> cst.BaseExpression | None:
+    """What ``call`` passes as ``keyword=``, else as its positional argument at ``position``
+    (``.to(device)`` or ``.to(device=device)``). Positions are counted over the plain
+    positional arguments written before any ``*args``: past one, no position is known."""
+    given = keyword_value(call, keyword)
+    if given is not None or position is None:
+        return given
+    for argument in call.args:
+        if argument.keyword is not None:
+            continue
+        if argument.star:
+            return None
+        if position == 0:
+            return argument.value
+        position -= 1
+    return None
+
+
 def is_accelerator_call(node: cst.CSTNode) -> typing.TypeGuard[cst.Call]:
     """``Accelerator(...)`` (``accelerate.Accelerator(...)``, ...): a call that builds an
     Accelerator itself, by the class's own name; a factory's call is not one (its arguments mean

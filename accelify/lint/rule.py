@@ -270,10 +270,8 @@ def moved_by_prepare(script: ScriptModel, call: cst.Call) -> bool:
 
 
 def loop_of(script: ScriptModel, node: cst.CSTNode) -> cst.For | None:
-    for ancestor in script.ancestors(node):
-        if isinstance(ancestor, cst.For):
-            return ancestor
-    return None
+    """The innermost ``for`` around ``node``, through the functions in between."""
+    return script.index.nearest(node, cst.For)  # type: ignore[return-value]
 
 
 def calls_in(script: ScriptModel, node: cst.CSTNode) -> list[cst.Call]:
