@@ -70,7 +70,8 @@ def add_accelerator_objects(model: ScriptModel) -> None:
     model.inherited_accelerators = {
         name
         for name in uses
-        if name not in bound and (name.startswith("self.") or name in model.imports.bound)
+        if name not in bound
+        and (name.startswith("self.") or name in model.imports.bound or _held(name))
     }
     for name, nodes in uses.items():
         if "." in name:
@@ -101,7 +102,12 @@ def _accelerator_uses(model: ScriptModel) -> dict[str, list[cst.Attribute]]:
         if receiver is None or receiver in foreign or not _may_be_an_accelerator(model, receiver):
             continue
         candidates.setdefault(receiver, []).append(node)
-        if _named_accelerator(receiver) or (trains and _used_as_accelerator_only(model, node)):
+        if _held(receiver):
+            # ``trainer.accelerator``: another object's, proven by a member only an HF
+            # Accelerator has (Lightning's ``trainer.accelerator`` has none of them)
+            if trains and _used_as_accelerator_only(model, node):
+                proven.add(receiver)
+        elif _named_accelerator(receiver) or (trains and _used_as_accelerator_only(model, node)):
             proven.add(receiver)
     return {name: nodes for name, nodes in candidates.items() if name in proven}
 
@@ -183,8 +189,24 @@ def _used_as_accelerator_only(model: ScriptModel, node: cst.Attribute) -> bool:
     return isinstance(call, cst.Call) and call.func is node and bool(call.args)
 
 
+def _held(receiver: str) -> bool:
+    """``trainer.accelerator``, ``self.trainer.accelerator``: the accelerator of an object the
+    code was handed (an evaluator callback's ``on_test_batch(..., trainer)``), not a setting
+    (``args.accelerator``)."""
+    parts = receiver.split(".")
+    if (
+        len(parts) < 2
+        or not _named_accelerator(receiver)
+        or parts[-2] in (*_SETTINGS, "self", "cls")
+    ):
+        return False
+    return len(parts) == 2 or (len(parts) == 3 and parts[0] == "self")
+
+
 def _may_be_an_accelerator(model: ScriptModel, receiver: str) -> bool:
     parts = receiver.split(".")
+    if _held(receiver):
+        return True
     if len(parts) > 2 or (len(parts) == 2 and parts[0] != "self"):
         return False
     if len(parts) == 1 and receiver in model.imports.bound:
