@@ -28,6 +28,18 @@ class CollectiveOnSomeRanks(Rule):
     )
     why = "Collectives complete only when every rank calls them."
     bad = (
+        # an evaluator callback handed the trainer: its accelerator is the trainer's, and a
+        # gather under the main-process test is reached by one rank only
+        Example(
+            "import torch\n\n\nclass Evaluator:\n"
+            + "    def on_test_batch(self, batch, predictions, trainer):\n"
+            + "        metrics = self.compute(batch, predictions)\n"
+            + "        if trainer.accelerator.is_main_process:\n"
+            + "            gathered = trainer.accelerator.gather_for_metrics(metrics)\n"
+            + "            self.metrics_list.append(gathered)\n",
+            8,
+            24,
+        ),
         Example(
             HEADER + "if accelerator.is_main_process:\n    accelerator.wait_for_everyone()\n", 4, 5
         ),

@@ -77,6 +77,11 @@ class HardCodedCuda(Rule):
         ),
     )
     good = (
+        # the device chosen in one expression: GPU 0 for the plain-PyTorch reference run that
+        # makes no accelerator, the accelerator's device otherwise (an Accelerate test fixture)
+        HEADER
+        + "import torch\n"
+        + "device = torch.device('cuda:0') if args.reference else accelerator.device\n",
         HEADER + "device = accelerator.device\n",
         HEADER + 'cpu = torch.device("cpu")\n',
         HEADER + 'mask = torch.ones(4, device="cuda")\n',

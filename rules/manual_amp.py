@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
@@ -44,6 +45,19 @@ class ManualAmp(Rule):
         ),
     )
     good = (
+        # the plain-PyTorch reference of a parity fixture: the accelerator is made only when
+        # no reference run is asked for, and the helper that scales and backwards by hand is
+        # called in the reference branch alone (an Accelerate FSDP/DeepSpeed test script)
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "def train_reference(model, batch, scaler):\n"
+        + "    with torch.autocast('cuda', dtype=torch.float16):\n"
+        + "        loss = model(batch)\n"
+        + "    scaler.scale(loss).backward()\n\n\n"
+        + "accelerator = None\nif not args.reference:\n    accelerator = Accelerator()\n"
+        + "if args.reference:\n"
+        + "    train_reference(model, batch, torch.amp.GradScaler('cuda'))\n"
+        + "else:\n    model = accelerator.prepare(model)\n"
+        + "    accelerator.backward(model(batch))\n",
         HEADER + "with accelerator.autocast():\n    y = f(x)\n",
         HEADER
         + "import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n"
@@ -67,6 +81,8 @@ class ManualAmp(Rule):
         trains = script.trains or bool(_accelerator_backwards(script))
         scales = trains and _scales_by_hand(script)
         for call in calls(script):
+            if without_accelerator(script, call):
+                continue  # the plain-PyTorch path of a script that runs with or without one
             qualified = script.call_names(call)
             scaler = bool(qualified & names.GRAD_SCALERS) and scales
             if scaler or (

@@ -125,6 +125,16 @@ class SaveOutsideMainProcess(Rule):
         ),
     )
     good = (
+        # each rank saves its image to a temporary named by its pid and publishes it with one
+        # os.replace, removing the temporary in `finally` (a text-to-image benchmark's
+        # write_image_atomic): no rank ever sees a torn file, nor deletes another's
+        HEADER
+        + "import os\n\n\ndef write_atomic(image, path):\n"
+        + "    temporary = path.with_name(f'.{path.name}.{os.getpid()}.tmp')\n"
+        + "    try:\n        image.save(temporary, format='PNG')\n"
+        + "        os.replace(temporary, path)\n"
+        + "    finally:\n        if temporary.exists():\n            temporary.unlink()\n\n\n"
+        + "for image, path in images:\n    write_atomic(image, path)\n",
         # HF Trainer: a one-process run saves its RNG state, a larger run one file per rank;
         # the optimizer is saved by the process TrainingArguments says saves
         HEADER

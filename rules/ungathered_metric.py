@@ -273,6 +273,16 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # a reward model scores each sample of its shard, prints how many it scored, then
+        # gathers the (index, score) pairs as objects (a LLaMA-Factory reward-labelling script)
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\nchanges = []\n"
+        + "with torch.no_grad():\n    for inputs, indices in loader:\n"
+        + "        scores = model(**inputs).tolist()\n"
+        + "        for index, score in zip(indices, scores):\n"
+        + "            changes.append([index, score])\n"
+        + "print(f'Rank {accelerator.local_process_index}: {len(changes)} items')\n"
+        + "changes = accelerator.gather_for_metrics(changes, use_gather_object=True)\n",
         # a LoftQ sweep's evaluate_model: each total wrapped in a tensor after the loop, gathered
         # and summed
         _EVAL
@@ -1027,6 +1037,8 @@ def _used_before(
             continue  # in the loop (a comprehension's own element)
         if _truth_test(script, name):
             continue  # ``if values:`` before the gather reads whether it holds anything
+        if _size_only(script, name):
+            continue  # ``len(scores)``: how many this rank scored, not the numbers themselves
         if not any(_builds_or_combines(a, carriers, accelerators) for a in around):
             return name
     return None
@@ -1048,6 +1060,22 @@ def _truth_test(script: ScriptModel, name: cst.Name) -> bool:
             continue
         return False
     return False
+
+
+def _size_only(script: ScriptModel, name: cst.Name) -> bool:
+    """``len(change_list)`` (a reward-scoring script prints how many items each rank scored,
+    then gathers the list with ``gather_for_metrics(..., use_gather_object=True)``): the read
+    takes the collection's size, not the per-rank numbers in it."""
+    parent = script.parent(name)
+    if not isinstance(parent, cst.Arg):
+        return False
+    call = script.parent(parent)
+    return (
+        isinstance(call, cst.Call)
+        and dotted(call.func) == "len"
+        and len(call.args) == 1
+        and call.args[0] is parent
+    )
 
 
 def _builds_or_combines(node: cst.CSTNode, carriers: set[str], accelerators: set[str]) -> bool:

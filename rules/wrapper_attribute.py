@@ -135,6 +135,29 @@ class WrapperAttribute(Rule):
             9,
             13,
         ),
+        # a robot-policy trainer: its optimizer built from lr groups of the policy's (or its
+        # inner model's) parameters, the policy unwrapped once to count them and again per
+        # batch for the training forward
+        Example(
+            HEADER
+            + "import torch\n"
+            + "policy = make_policy(cfg)\n"
+            + "groups = []\n"
+            + "inner = policy.model if hasattr(policy, 'model') else policy\n"
+            + "params = [p for p in inner.parameters() if p.requires_grad]\n"
+            + "groups.append({'params': params, 'lr': 1e-4})\n"
+            + "optimizer = torch.optim.AdamW(groups)\n"
+            + "policy, optimizer, loader = accelerator.prepare(policy, optimizer, loader)\n"
+            + "uw = accelerator.unwrap_model(policy)\n"
+            + "print(sum(p.numel() for p in uw.parameters()))\n"
+            + "for batch in loader:\n"
+            + "    uw = accelerator.unwrap_model(policy)\n"
+            + "    loss, parts = uw(batch)\n"
+            + "    accelerator.backward(loss)\n"
+            + "    optimizer.step()\n",
+            15,
+            19,
+        ),
         Example(  # a Sequential indexed through the wrapper: DDP cannot be indexed
             HEADER
             + "import torch\n"

@@ -70,7 +70,8 @@ def add_accelerator_objects(model: ScriptModel) -> None:
     model.inherited_accelerators = {
         name
         for name in uses
-        if name not in bound and (name.startswith("self.") or name in model.imports.bound)
+        if name not in bound
+        and (name.startswith("self.") or name in model.imports.bound or _held(name))
     }
     for name, nodes in uses.items():
         if "." in name:
@@ -101,7 +102,12 @@ def _accelerator_uses(model: ScriptModel) -> dict[str, list[cst.Attribute]]:
         if receiver is None or receiver in foreign or not _may_be_an_accelerator(model, receiver):
             continue
         candidates.setdefault(receiver, []).append(node)
-        if _named_accelerator(receiver) or (trains and _used_as_accelerator_only(model, node)):
+        if _held(receiver):
+            # ``trainer.accelerator``: another object's, proven by a member only an HF
+            # Accelerator has (Lightning's ``trainer.accelerator`` has none of them)
+            if trains and _used_as_accelerator_only(model, node):
+                proven.add(receiver)
+        elif _named_accelerator(receiver) or (trains and _used_as_accelerator_only(model, node)):
             proven.add(receiver)
     return {name: nodes for name, nodes in candidates.items() if name in proven}
 
@@ -183,8 +189,24 @@ def _used_as_accelerator_only(model: ScriptModel, node: cst.Attribute) -> bool:
     return isinstance(call, cst.Call) and call.func is node and bool(call.args)
 
 
+def _held(receiver: str) -> bool:
+    """``trainer.accelerator``, ``self.trainer.accelerator``: the accelerator of an object the
+    code was handed (an evaluator callback's ``on_test_batch(..., trainer)``), not a setting
+    (``args.accelerator``)."""
+    parts = receiver.split(".")
+    if (
+        len(parts) < 2
+        or not _named_accelerator(receiver)
+        or parts[-2] in (*_SETTINGS, "self", "cls")
+    ):
+        return False
+    return len(parts) == 2 or (len(parts) == 3 and parts[0] == "self")
+
+
 def _may_be_an_accelerator(model: ScriptModel, receiver: str) -> bool:
     parts = receiver.split(".")
+    if _held(receiver):
+        return True
     if len(parts) > 2 or (len(parts) == 2 and parts[0] != "self"):
         return False
     if len(parts) == 1 and receiver in model.imports.bound:
@@ -236,14 +258,85 @@ def without_accelerator(model: ScriptModel, node: cst.CSTNode) -> bool:
     None:``. A library that trains with or without one keeps its plain ``loss.backward()`` and
     device moves there, and advice to use the accelerator would call a method of None."""
     accelerators = model.names_of(Kind.ACCELERATOR)
+    return _without_accelerator(model, node, accelerators, _made_under(model, accelerators), 0)
+
+
+def _without_accelerator(
+    model: ScriptModel,
+    node: cst.CSTNode,
+    accelerators: set[str],
+    made_under: list[cst.BaseExpression],
+    depth: int,
+) -> bool:
+    """Also where the test is the one the Accelerator is made under, negated (``accelerator =
+    None`` then ``if not args.reference: accelerator = Accelerator(...)``: ``if
+    args.reference:`` runs without one), and in a function every call of which in the file runs
+    without one (an Accelerate fixture's ``train_reference``, called in that branch only)."""
     child: cst.CSTNode = node
     for ancestor in model.ancestors(node):
         if isinstance(ancestor, cst.If) and child is not ancestor.test:
             present = _accelerator_present(ancestor.test, accelerators)
+            if present is None:
+                present = _same_test(ancestor.test, made_under)
             if present is not None and present is (child is not ancestor.body):
                 return True
+        if isinstance(ancestor, cst.FunctionDef):
+            if depth >= 3:
+                return False
+            sites = [call for call, _ in model.call_graph.calls_of(ancestor)]
+            return bool(sites) and all(
+                _without_accelerator(model, site, accelerators, made_under, depth + 1)
+                for site in sites
+            )
         child = ancestor
     return False
+
+
+def _made_under(model: ScriptModel, accelerators: set[str]) -> list[cst.BaseExpression]:
+    """The tests of the ``if`` statements whose body makes an accelerator the file set to
+    ``None`` before (``accelerator = None`` then ``if not args.reference: accelerator =
+    Accelerator(...)``): where such a test is false, the script runs without one."""
+    tests = []
+    for assign in model.assignments:
+        if len(assign.targets) != 1 or dotted(assign.targets[0].target) not in accelerators:
+            continue
+        if not (isinstance(assign.value, cst.Call) and dotted(assign.value.func) == "Accelerator"):
+            continue
+        target = dotted(assign.targets[0].target)
+        if not any(
+            len(other.targets) == 1
+            and dotted(other.targets[0].target) == target
+            and dotted(other.value) == "None"
+            for other in model.assignments
+        ):
+            continue
+        parents = list(model.ancestors(assign))
+        block = next((a for a in parents if isinstance(a, cst.If)), None)
+        if block is not None and any(a is block.body for a in parents):
+            tests.append(block.test)
+    return tests
+
+
+def _same_test(test: cst.BaseExpression, made_under: list[cst.BaseExpression]) -> bool | None:
+    """True where ``test`` is one an accelerator is made under, False where it is its negation
+    (``args.reference`` against ``not args.reference``), None otherwise."""
+    spelled = _spelling(test)
+    for made in made_under:
+        if spelled == _spelling(made):
+            return True
+        if spelled == _spelling(_negated(made)) or _spelling(_negated(test)) == _spelling(made):
+            return False
+    return None
+
+
+def _negated(test: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.expression
+    return cst.UnaryOperation(operator=cst.Not(), expression=test)
+
+
+def _spelling(test: cst.BaseExpression) -> str:
+    return cst.Module(body=[]).code_for_node(test.with_changes(lpar=[], rpar=[]))
 
 
 def _accelerator_present(test: cst.BaseExpression, accelerators: set[str]) -> bool | None:

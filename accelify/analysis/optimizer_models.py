@@ -16,7 +16,14 @@ from accelify.analysis.script_model import (
     ScriptModel,
     owning_model,
 )
-from accelify.analysis.syntax import Visitor, argument_value, dotted, strip_self_methods, visit_code
+from accelify.analysis.syntax import (
+    Visitor,
+    argument_value,
+    dotted,
+    strip_self_methods,
+    visit_code,
+    walk,
+)
 
 
 def parameter_owners(optimizer: Binding) -> set[str]:
@@ -40,6 +47,15 @@ def parameter_owners(optimizer: Binding) -> set[str]:
 
     for argument in core.args:
         visit_code(argument.value, Params())
+    if not owners:  # ``AdamW(param_groups)``: the groups built in names before it
+        script = optimizer.script
+        for value in _values_behind(script, [a.value for a in core.args], optimizer.assign, 0):
+            visit_code(value, Params())
+        owners |= {
+            owning_model(alias)
+            for owner in set(owners)
+            for alias in _aliased(script, owner, optimizer.assign, 0)
+        }
     factory = optimizer.script.functions.get(dotted(core.func) or "")
     if factory is not None:  # ``build_optimizer(cfg, model)`` over ``model.parameters()``
         inner = Params()
@@ -64,6 +80,61 @@ def parameter_owners(optimizer: Binding) -> set[str]:
         if receiver:
             owners.add(owning_model(receiver))
     return owners
+
+
+_MAX_DEPTH = 3
+_ADDING = ("append", "extend", "insert", "add_param_group")
+
+
+def _values_behind(
+    script: ScriptModel, values: list[cst.BaseExpression], at: cst.CSTNode, depth: int
+) -> list[cst.BaseExpression]:
+    """``values`` and, for each plain name they read, what it is set to in ``at``'s scope
+    before ``at`` and what is added to it there (``param_groups.append({"params": ps})``, then
+    ``ps = [p for p in uw_model.parameters() if p.requires_grad]``): where the parameter
+    groups an optimizer is built from came from (a robot-policy trainer's lr groups)."""
+    found = list(values)
+    if depth >= _MAX_DEPTH:
+        return found
+    scope, order = script.scope_of(at), script.order(at)
+    read = {n.value for v in values for n in walk(v) if isinstance(n, cst.Name)}
+    for name in read:
+        behind: list[cst.BaseExpression] = [
+            assign.value
+            for assign in script.index.assignments_to(name)
+            if script.scope_of(assign) is scope and script.order(assign) < order
+        ]
+        behind += [
+            argument.value
+            for call in script.calls
+            if isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in _ADDING
+            and dotted(call.func.value) == name
+            and script.scope_of(call) is scope
+            and script.order(call) < order
+            for argument in call.args
+        ]
+        found += _values_behind(script, behind, at, depth + 1)
+    return found
+
+
+def _aliased(script: ScriptModel, name: str, at: cst.CSTNode, depth: int) -> set[str]:
+    """``name`` and the models it stands for (``uw_model = policy.model if hasattr(policy,
+    "model") else policy``: ``policy.model`` and ``policy``)."""
+    found = {name}
+    if depth >= _MAX_DEPTH:
+        return found
+    scope, order = script.scope_of(at), script.order(at)
+    for assign in script.index.assignments_to(name):
+        if script.scope_of(assign) is not scope or script.order(assign) > order:
+            continue
+        value = assign.value
+        arms = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        for arm in arms:
+            spelled = dotted(arm) if isinstance(arm, (cst.Name, cst.Attribute)) else None
+            if spelled is not None and spelled != name:
+                found |= _aliased(script, spelled, at, depth + 1)
+    return found
 
 
 def add_models_fed_to_optimizers(model: ScriptModel) -> None:

@@ -293,7 +293,9 @@ def _unwrapped_model(
     model: ScriptModel, func: cst.BaseExpression, at: cst.CSTNode, accelerators: set[str]
 ) -> str | None:
     """The model ``func`` unwraps: ``accelerator.unwrap_model(model)`` itself, or a name its
-    function (or the module, at module level) binds once, to that call."""
+    function (or the module, at module level) binds to that call only (once, or each time
+    unwrapping the same model: a robot-policy trainer's ``uw = accelerator.unwrap_model(policy)``
+    to count parameters, again to resume, again per batch for the forward)."""
     if isinstance(func, cst.Name):
         function = model.index.enclosing_function(at)
         values = [
@@ -301,7 +303,8 @@ def _unwrapped_model(
             for assign in model.index.assignments_to(func.value)
             if model.index.enclosing_function(assign) is function
         ]
-        return _unwrapped_model(model, values[0], at, accelerators) if len(values) == 1 else None
+        unwrapped = {_unwrapped_model(model, value, at, accelerators) for value in values}
+        return unwrapped.pop() if len(unwrapped) == 1 else None
     if not isinstance(func, cst.Call) or not func.args:
         return None
     callee = func.func

@@ -97,6 +97,10 @@ WRITING_METHODS = {
 }
 #: Calls that delete a file, and where their path is.
 DELETERS = {"os.remove": (0, "path"), "os.unlink": (0, "path")}
+#: Renames that replace their destination in one step: the path that matters is the source.
+_ATOMIC_RENAMES = {"os.replace": (0, "src"), "os.rename": (0, "src")}
+#: Methods that delete the file their receiver names (``temporary.unlink()``).
+_DELETING_METHODS = ("unlink", "rmdir")
 #: Calls that download or unpack data into a folder.
 DOWNLOADERS = {
     "urllib.request.urlretrieve",
@@ -353,9 +357,17 @@ class SharedFiles:
         )
 
     def unique_per_process(self, write: cst.Call) -> bool:
-        """``write`` writes a path that is another file on every process (a temporary
-        directory, a pid): N ranks write N files, none racing another."""
-        path = _path(self.model, write, WRITERS, WRITING_METHODS)
+        """``write`` writes (or deletes) a path that is another file on every process (a
+        temporary directory, a pid): N ranks write N files, none racing another. An
+        ``os.replace(temporary, path)`` of such a file publishes it whole in one step (a
+        benchmark's ``write_image_atomic``: ``path.with_name(f".{name}.{os.getpid()}.tmp")``,
+        saved, replaced, unlinked in ``finally``): a rank that replaces ``path`` after another
+        leaves a whole file there, never a torn one."""
+        path = (
+            _path(self.model, write, WRITERS, WRITING_METHODS)
+            or _path(self.model, write, {**DELETERS, **_ATOMIC_RENAMES}, {})
+            or _deleted_receiver(write)
+        )
         found = self.per_process(path) if path is not None else None
         return found is not None and not found.clock
 
@@ -845,6 +857,14 @@ def _accelerator_save(model: ScriptModel, call: cst.Call) -> bool:
         and func.attr.value == "save"
         and dotted(func.value) in model.names_of(Kind.ACCELERATOR)
     )
+
+
+def _deleted_receiver(call: cst.Call) -> cst.BaseExpression | None:
+    """``temporary.unlink()``: the path object the method deletes."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _DELETING_METHODS:
+        return func.value
+    return None
 
 
 def _path(
