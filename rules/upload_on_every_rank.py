@@ -250,7 +250,7 @@ class UploadOnEveryRank(Rule):
         for call in script.calls:
             if not script.call_names(call) & names.TRACKER_RUN_STARTS:
                 continue
-            if any(script.mentions_rank(script.module.code_for_node(a.value)) for a in call.args):
+            if any(script.reads_rank(a.value) for a in call.args):
                 continue  # ``mode="disabled"`` on all ranks but the main one: one live run
             function = facts.placement.enclosing_function(call)
             if not facts.ranks.backend_guards.entered_by_all(call, within=function) & in_view:

@@ -341,14 +341,14 @@ def _run_tested(model, use: cst.Call) -> bool:
     wandb.log(...)``), or inside a ``try`` that catches what it raises."""
     for ancestor in model.ancestors(use):
         if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)):
-            code = model.module.code_for_node(ancestor.test)
+            test = ancestor.test
         elif isinstance(ancestor, cst.BooleanOperation):
-            code = model.module.code_for_node(ancestor.left)
+            test = ancestor.left
         elif isinstance(ancestor, cst.Try) and ancestor.handlers:
             return True
         else:
             continue
-        if "wandb.run" in code or model.mentions_rank(code):
+        if "wandb.run" in model.module.code_for_node(test) or model.reads_rank(test):
             return True
     return False
 
