@@ -355,7 +355,24 @@ HUB_UPLOAD_METHODS = {
 }
 #: Calls that start an experiment-tracking run on the tracker's server: once per run (the
 #: Accelerator's ``init_trackers`` starts it on the main process only), or N runs appear.
-TRACKER_RUN_STARTS = {"wandb.init", "wandb.sdk.wandb_init.init"}
+TRACKER_RUN_STARTS = {
+    "wandb.init", "wandb.sdk.wandb_init.init",
+    "mlflow.start_run", "mlflow.tracking.fluent.start_run",
+    "comet_ml.Experiment", "comet_ml.start",
+    "neptune.init_run", "neptune.init", "neptune.new.init_run", "neptune.new.init",
+    "aim.Run", "aim.sdk.Run", "aim.sdk.run.Run",
+}  # fmt: skip
+#: mlflow's module-level logging, which starts a run of its own where none is active
+#: (``mlflow.tracking.fluent._get_or_start_run``): called by a rank that did not start one,
+#: each such rank makes a run of the experiment.
+TRACKER_AUTO_RUN_CALLS = {
+    f"mlflow.{name}"
+    for name in (
+        "log_metric", "log_metrics", "log_param", "log_params", "log_artifact",
+        "log_artifacts", "log_dict", "log_text", "log_figure", "log_image", "log_table",
+        "log_input", "set_tag", "set_tags",
+    )
+}  # fmt: skip
 #: What wandb runs only inside a run: before ``wandb.init`` each raises ``wandb.Error("You must
 #: call wandb.init() before wandb.log()")`` (wandb's pre-init stubs).
 TRACKER_RUN_CALLS = {

@@ -158,7 +158,11 @@ def tracker_calls_without_a_run(facts: Facts) -> list[RunlessTrackerCall]:
     from accelify.analysis.repeated_effects import callers_of, run_by_every_rank
 
     model = facts.model
-    starts = [c for c in model.calls if model.call_names(c) & names.TRACKER_RUN_STARTS]
+    starts = [  # wandb's own: another tracker's run is no wandb run
+        c
+        for c in model.calls
+        if any(n.startswith("wandb.") for n in model.call_names(c) & names.TRACKER_RUN_STARTS)
+    ]
     uses = [c for c in model.calls if model.call_names(c) & names.TRACKER_RUN_CALLS]
     if not uses or not model.prepare_calls:
         return []
