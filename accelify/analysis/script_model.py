@@ -302,8 +302,11 @@ class ScriptModel:
                     isinstance(text, str)
                     and text.isidentifier()
                     and names.is_process_rank_name(text)
+                    and isinstance(self.parent(node), (cst.Index, cst.Arg))
                 ):
-                    return True  # os.environ["LOCAL_RANK"], getattr(args, "local_rank")
+                    # os.environ["LOCAL_RANK"], getattr(args, "local_rank"); not ``"RANK" in
+                    # os.environ``, launched or not, the same on every rank
+                    return True
                 continue
             if isinstance(node, cst.Attribute):
                 member = node.attr.value
