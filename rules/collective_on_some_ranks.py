@@ -67,6 +67,12 @@ class CollectiveOnSomeRanks(Rule):
         ),
         Example(HEADER + "if accelerator.process_index == 0:\n    accelerator.reduce(t)\n", 4, 5),
         Example(HEADER + "if rank == 0:\n    accelerator.save_state('ckpt')\n", 4, 5),
+        Example(  # the launcher's variable, read into a local
+            HEADER + "import os\nlocal_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
+            "if local_rank == 0:\n    accelerator.wait_for_everyone()\n",
+            6,
+            5,
+        ),
         Example(
             HEADER
             + "def finish():\n    accelerator.wait_for_everyone()\n\n\n"
@@ -176,6 +182,8 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # launched or not is the same on every rank: no rank test, though it names RANK
+        HEADER + "import os\nif 'RANK' in os.environ:\n    accelerator.wait_for_everyone()\n",
         # the same on DDP: no collective there (the RNG states it misses are opt-in ACC206's)
         '"""Run: accelerate launch --config_file configs/multi_gpu.yaml train.py"""\n'
         + "from accelerate import Accelerator\naccelerator = Accelerator()\n"

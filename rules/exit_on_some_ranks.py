@@ -2,10 +2,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.dataflow import is_attribute_name
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 #: What ends the process where it is called.
@@ -254,37 +252,10 @@ def _rank_test_between(
 
 
 def _reads_the_rank(script: ScriptModel, test: cst.BaseExpression) -> bool:
-    """``test`` is a rank test (`RankDependence.is_rank_test`) whose rank is the process's:
-    an attribute or a call (``accelerator.is_main_process``, ``args.local_rank``,
-    ``dist.get_rank()``), or a name the file does not compute or sets from one of those
-    (``rank = dist.get_rank()``, ``is_main = accelerator.is_main_process``). A value merely
-    named like one (``reciprocal_rank = (1.0 / ranks).mean().item()``, a metric the gather made
-    the same on every rank) is not."""
-    if not facts_of(script).ranks.is_rank_test(test):
-        return False
-    return _reads_a_process_rank(script, test, set())
-
-
-def _reads_a_process_rank(script: ScriptModel, value: cst.CSTNode, seen: set[str]) -> bool:
-    """``value`` reads a rank word that is the process's: a member or a call's name, a name the
-    file does not assign, or one it assigns from such a value (followed through the names it
-    is set from: ``best_mrr = reciprocal_rank`` is no rank either)."""
-    for node in walk(value):
-        if not (isinstance(node, cst.Name) and script.mentions_rank(node.value)):
-            continue
-        if is_attribute_name(script, node):
-            return True
-        if node.value in seen:
-            continue
-        seen.add(node.value)
-        values = [
-            value
-            for statement, value in script.index.values_bound_to(node.value)
-            if not isinstance(statement, cst.With)
-        ]
-        if not values or any(_reads_a_process_rank(script, v, seen) for v in values):
-            return True
-    return False
+    """``test`` is a rank test (`RankDependence.is_rank_test`: it reads this process's rank,
+    `ScriptModel.reads_rank`); a value merely named like one (``reciprocal_rank =
+    (1.0 / ranks).mean().item()``, a metric the gather made the same on every rank) is not."""
+    return facts_of(script).ranks.is_rank_test(test)
 
 
 def _outermost_loop(

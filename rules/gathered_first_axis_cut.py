@@ -2,7 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.dataflow import bound_by
+from accelify.analysis.dataflow import bound_by, statements
 from accelify.analysis.evaluation import a_fixed_range, reaches_a_sink
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
@@ -40,6 +40,22 @@ class GatheredFirstAxisCut(Rule):
             6,
             14,
         ),
+        Example(  # cut in the header of a loop over the gathered rows
+            HEADER + "for src, trg in loader:\n"
+            "    output, trg = accelerator.gather_for_metrics((model(src), trg))\n"
+            "    for step_out, step_trg in zip(output[1:], trg[1:]):\n"
+            "        total += criterion(step_out, step_trg).item()\n",
+            5,
+            35,
+        ),
+        Example(  # cut in the test that decides what is counted
+            HEADER + "for src, trg in loader:\n"
+            "    output, trg = accelerator.gather_for_metrics((model(src), trg))\n"
+            "    if (output[1:].argmax(-1) == trg[1:]).all():\n"
+            "        exact += 1\n",
+            5,
+            9,
+        ),
         Example(  # one value gathered, cut in the metric itself
             HEADER + "for src, trg in loader:\n"
             "    logits = accelerator.gather_for_metrics(model(src))\n"
@@ -67,6 +83,14 @@ class GatheredFirstAxisCut(Rule):
         "    preds, y = accelerator.gather_for_metrics((model(x).argmax(-1), y))\n"
         "    if step == 0:\n"
         "        print('first predictions', preds[:8].tolist(), y[:8].tolist())\n"
+        "    correct += (preds == y).sum().item()\n",
+        # the first rows looked at in a header, printed, not scored
+        HEADER + "for x, y in loader:\n"
+        "    preds = accelerator.gather_for_metrics(model(x))\n"
+        "    for p in preds[1:]:\n"
+        "        print(p)\n"
+        "    if preds[1:].any():\n"
+        "        print('nonzero')\n"
         "    correct += (preds == y).sum().item()\n",
         # batch-first when gathered, made time-major again before the cut
         HEADER + "for src, trg in loader:\n"
@@ -171,9 +195,22 @@ def _inside(script: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> b
 
 def _feeds_a_metric(script: ScriptModel, loop: cst.For, cut: cst.Subscript) -> bool:
     """The cut is read by one of the loop's metrics (``correct += ...``, ``losses.append``,
-    ``metric.add_batch``), in it or through the names the loop binds from it."""
-    small = next(
-        (a for a in script.ancestors(cut) if isinstance(script.parent(a), cst.SimpleStatementLine)),
-        None,
-    )
-    return small is not None and reaches_a_sink(small, loop)
+    ``metric.add_batch``), in it or through the names the loop binds from it; also from the
+    header of a ``for`` or an ``if`` inside the loop (``for p in preds[1:]:``, ``if
+    preds[1:].any():``): then through the statements under it, which the cut's rows steer."""
+    for node in (cut, *script.ancestors(cut)):
+        if node is loop:
+            return False
+        parent = script.parent(node)
+        if isinstance(parent, cst.SimpleStatementLine):
+            return reaches_a_sink(node, loop)
+        if isinstance(parent, cst.For) and node is parent.iter:
+            targets = set(target_names(parent.target))
+            return any(
+                reaches_a_sink(small, loop)
+                for small in statements(parent.body)
+                if targets & {n.value for n in walk(small) if isinstance(n, cst.Name)}
+            )
+        if isinstance(parent, (cst.If, cst.While)) and node is parent.test:
+            return any(reaches_a_sink(small, loop) for small in statements(parent))
+    return False

@@ -157,7 +157,7 @@ class ReadBeforeWritten(Rule):
             flag = next(
                 (a.value for a in call.args if a.keyword and a.keyword.value == "download"), None
             )
-            if flag is None or not script.mentions_rank(script.module.code_for_node(flag)):
+            if flag is None or not script.reads_rank(flag):
                 continue
             if ranks.under_rank_guard(call) or _in_main_process_first(script, call):
                 continue

@@ -117,6 +117,23 @@ class SaveOutsideMainProcess(Rule):
             8,
             5,
         ),
+        # a test of a value merely named like a rank (a LoRA setting, a retrieval metric, a
+        # loop's count) keeps no rank from the write: every rank passes it together
+        Example(
+            HEADER + "import torch\nif args.lora_rank > 0:\n    torch.save(lora, 'l.pt')\n", 5, 5
+        ),
+        Example(
+            HEADER + "import torch\nreciprocal_rank = (1.0 / ranks).mean().item()\n"
+            "if reciprocal_rank > best:\n    torch.save(state, 'best.pt')\n",
+            6,
+            5,
+        ),
+        Example(  # a loop's count, beside a worker whose parameter is the rank
+            HEADER + "import torch\n\n\ndef worker(rank):\n    return rank\n\n\n"
+            "for rank in range(4):\n    if rank == 0:\n        torch.save(state, 'e.pt')\n",
+            12,
+            9,
+        ),
         Example(  # a tokenizer written by every rank and read back with nothing waiting
             HEADER + "tokenizer.save_pretrained('out')\n"
             "tokenizer = AutoTokenizer.from_pretrained('out')\n",
@@ -135,6 +152,18 @@ class SaveOutsideMainProcess(Rule):
         + "        os.replace(temporary, path)\n"
         + "    finally:\n        if temporary.exists():\n            temporary.unlink()\n\n\n"
         + "for image, path in images:\n    write_atomic(image, path)\n",
+        # the process's rank through the names it is held in: dist.get_rank(), the launcher's
+        # variable, a worker's parameter, an accelerator's member copied to a local
+        HEADER + "import torch\nimport torch.distributed as dist\nr = dist.get_rank()\n"
+        "if r == 0:\n    torch.save(state, 'a.pt')\n",
+        HEADER + "import os\nimport torch\nenv_rank = int(os.environ['LOCAL_RANK'])\n"
+        "if env_rank == 0:\n    torch.save(state, 'b.pt')\n",
+        HEADER + "import torch\n\n\ndef worker(rank, world_size):\n    if rank == 0:\n"
+        "        torch.save(state, 'c.pt')\n",
+        HEADER + "import torch\nindex = accelerator.process_index\nif index == 0:\n"
+        "    torch.save(state, 'd.pt')\n",
+        HEADER + "import torch\nrank, world_size = setup()\nif rank == 0:\n"
+        "    torch.save(state, 'e.pt')\n",
         # HF Trainer: a one-process run saves its RNG state, a larger run one file per rank;
         # the optimizer is saved by the process TrainingArguments says saves
         HEADER

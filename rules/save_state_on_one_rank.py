@@ -15,13 +15,21 @@ class SaveStateOnOneRank(Rule):
     state (``random_states_<rank>.pkl``) in ``save_state``, so a checkpoint written by the main
     process alone resumes the other ranks with fresh random streams (different shuffling,
     dropout and augmentation than the uninterrupted run). Under FSDP and DeepSpeed the same
-    guard hangs (ACC202); on accelify's runtime too."""
+    guard hangs (ACC202); on accelify's runtime too.
+
+    Which engine runs is chosen at launch (``accelerate launch --config_file ...``, or the
+    user's default config under ``~/.cache/huggingface/accelerate``): a config the script never
+    names is no file a per-file lint can see, so where the script names no engine ACC202
+    cannot claim a hang and this rule does not claim there is none: its advice (the call on
+    every rank) is right on every engine, and says so."""
 
     code = "ACC206"
     name = "save-state-on-one-rank"
     message = (
-        "Call save_state on every rank: it writes the weights once, but saves each rank's RNG "
-        "state; from the main process alone the other ranks resume with fresh random state"
+        "Call save_state on every rank: it saves each rank's RNG state, so from the main process "
+        "alone the other ranks resume with fresh random state; and where the run is launched "
+        "with DeepSpeed or FSDP (a launch config, which this file does not name, chooses), "
+        "save_state is a collective and this guard hangs the run"
     )
     why = "Each rank's random state is saved by that rank's own save_state call."
     opt_in = (

@@ -794,8 +794,7 @@ class UnpreparedObject(Rule):
                 continue
             top, others = chain
             if script.under_rank_guard(top) or any(
-                script.mentions_rank(script.module.code_for_node(test))
-                for test in _chain_tests(top)
+                script.reads_rank(test) for test in _chain_tests(top)
             ):
                 continue
             rebuilt = sorted(set(prepare.inputs) & set().union(*(_built_in(b) for b in others)))

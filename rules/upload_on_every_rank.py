@@ -25,6 +25,8 @@ _WANDB = (
     "model, optimizer = accelerator.prepare(model, optimizer)\n"
 )
 
+_MLFLOW = _WANDB.replace("import wandb", "import mlflow")
+
 #: A script whose Accelerator starts the wandb run through ``init_trackers``.
 _LOGGING_WITH = (
     "import torch\nimport wandb\nfrom accelerate import Accelerator\n"
@@ -47,9 +49,11 @@ class UploadOnEveryRank(Rule):
     ``create_repo`` fails on every rank but the first. A Trainer's ``push_to_hub`` uploads from
     the main process by itself and is not reported.
 
-    The same for a run on an experiment tracker: ``wandb.init(...)`` run by every rank of a
-    script that prepares (and does not start its trackers with ``accelerator.init_trackers``)
-    makes N runs of one experiment, each with one rank's values."""
+    The same for a run on an experiment tracker: ``wandb.init(...)`` (``mlflow.start_run``,
+    ``comet_ml.Experiment``, ``neptune.init_run``, ``aim.Run``) run by every rank of a script
+    that prepares (and does not start its trackers with ``accelerator.init_trackers``) makes N
+    runs of one experiment, each with one rank's values; and mlflow's module-level logging
+    (``mlflow.log_metric``) run by every rank, which starts a run on each rank that has none."""
 
     code = "ACC207"
     name = "upload-on-every-rank"
@@ -79,6 +83,26 @@ class UploadOnEveryRank(Rule):
             "    run.log({'loss': 1.0})\n\n\nmain()\n",
             11,
             11,
+        ),
+        # mlflow's, comet's, neptune's runs started by every rank: N runs of one experiment
+        Example(HEADER + _MLFLOW + "mlflow.start_run(run_name='r')\n", 8, 1),
+        Example(HEADER + _WANDB + "import comet_ml\nexp = comet_ml.Experiment()\n", 9, 7),
+        Example(HEADER + _WANDB + "import neptune\nrun = neptune.init_run()\n", 9, 7),
+        # mlflow's logging by every rank, the run started on the main process only (or not at
+        # all): mlflow starts a run on each rank that has none
+        Example(
+            HEADER
+            + _MLFLOW
+            + "if accelerator.is_main_process:\n    mlflow.start_run()\n"
+            + "mlflow.log_metric('loss', 1.0)\n",
+            10,
+            1,
+        ),
+        Example(
+            HEADER + _MLFLOW + "\n\ndef report(value):\n    mlflow.log_metrics({'loss': value})"
+            "\n\n\nreport(1.0)\n",
+            11,
+            5,
         ),
         # the run started on the main process only, logged to by every rank: wandb.Error
         Example(
@@ -192,6 +216,16 @@ class UploadOnEveryRank(Rule):
         HEADER
         + _WANDB
         + "wandb.init(project='p', mode='online' if accelerator.is_main_process else 'disabled')\n",
+        # mlflow's run and its logging on the main process only; a script that never prepares
+        HEADER
+        + _MLFLOW
+        + "if accelerator.is_main_process:\n    with mlflow.start_run():\n"
+        + "        mlflow.log_metric('loss', 1.0)\n",
+        HEADER
+        + _MLFLOW
+        + "\n\n@accelerator.on_main_process\ndef report(value):\n"
+        + "    mlflow.log_metrics({'loss': value})\n\n\nreport(1.0)\n",
+        HEADER + "import mlflow\nmlflow.start_run()\nmlflow.log_metric('loss', 1.0)\n",
         # a script that never prepares: one process
         HEADER + "import wandb\nwandb.init(project='p')\n",
     )
@@ -238,32 +272,37 @@ class UploadOnEveryRank(Rule):
             yield self.finding(script, found.call, message=message)
 
     def _tracker_runs(self, script: ScriptModel) -> Iterator[Finding]:
-        """``wandb.init(...)`` that every rank runs in a script that prepares: each process
-        starts its own run, so one experiment shows up N times (each with one rank's
+        """``wandb.init(...)`` (``mlflow.start_run``, ``comet_ml.Experiment``,
+        ``neptune.init_run``, ``aim.Run``) that every rank runs in a script that prepares: each
+        process starts its own run, so one experiment shows up N times (each with one rank's
         metrics). Not where ``accelerator.init_trackers`` is used (the Accelerator starts the
         run on the main process and the script's own call joins it), nor under a rank test,
-        nor in a function only the main process calls."""
-        if not script.prepare_calls or _inits_trackers(script):
+        nor in a function only the main process calls. mlflow's module-level logging
+        (``mlflow.log_metric``) starts a run where none is active: run by every rank, it makes
+        one run per rank that has not started one, also beside ``init_trackers``; reported
+        unless a ``start_run`` every rank runs is (guarding that one, with its logging, fixes
+        both)."""
+        if not script.prepare_calls:
             return
-        facts = facts_of(script)
-        in_view = backends_in_view(script)
-        for call in script.calls:
-            if not script.call_names(call) & names.TRACKER_RUN_STARTS:
-                continue
-            if any(script.mentions_rank(script.module.code_for_node(a.value)) for a in call.args):
-                continue  # ``mode="disabled"`` on all ranks but the main one: one live run
-            function = facts.placement.enclosing_function(call)
-            if not facts.ranks.backend_guards.entered_by_all(call, within=function) & in_view:
-                continue
-            if function is not None and not run_by_every_rank(
-                script,
-                facts.placement,
-                facts.ranks.backend_guards,
-                facts.synchronising_call,
-                function,
-            ):
-                continue
+        starts = []
+        if not _inits_trackers(script):
+            starts = [
+                call
+                for call in script.calls
+                if script.call_names(call) & names.TRACKER_RUN_STARTS
+                and not any(script.reads_rank(a.value) for a in call.args)
+                # ``mode="disabled"`` on all ranks but the main one: one live run
+                and _run_by_every_rank(script, call)
+            ]
+        for call in starts:
             yield self.finding(script, call, message=_tracker_run_message(script, call))
+        if any(_is_mlflow(script, call) for call in starts):
+            return
+        for call in script.calls:
+            if script.call_names(call) & names.TRACKER_AUTO_RUN_CALLS and _run_by_every_rank(
+                script, call
+            ):
+                yield self.finding(script, call, message=_auto_run_message(script, call))
 
     def _uploads(self, script: ScriptModel) -> Iterator[Finding]:
         """Reported at the upload, where the guard goes, also when a helper holds it: guarding
@@ -311,6 +350,40 @@ def _tracker_run_message(script: ScriptModel, call: cst.Call) -> str:
         f"Start the tracker run on the main process only, with its logging: {where}guard it "
         f"with `if PartialState().is_main_process:` (from {package} import PartialState); "
         f"{tail}"
+    )
+
+
+def _run_by_every_rank(script: ScriptModel, call: cst.Call) -> bool:
+    """No rank test around ``call`` keeps it to some ranks, nor around the calls of the
+    function that holds it."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(call)
+    if not facts.ranks.backend_guards.entered_by_all(call, within=function) & backends_in_view(
+        script
+    ):
+        return False
+    return function is None or run_by_every_rank(
+        script, facts.placement, facts.ranks.backend_guards, facts.synchronising_call, function
+    )
+
+
+def _is_mlflow(script: ScriptModel, call: cst.Call) -> bool:
+    return any(name.startswith("mlflow.") for name in script.call_names(call))
+
+
+def _auto_run_message(script: ScriptModel, call: cst.Call) -> str:
+    """mlflow's logging run by every rank: the guard is the main process's."""
+    called = (dotted(call.func) or "mlflow.log_metric").rsplit(".", 1)[-1]
+    accelerator = accelerator_at(script, call)
+    if accelerator is not None:
+        guard = f"under `if {accelerator}.is_main_process:`"
+    else:
+        package = "accelify" if runtime_of(script) == "accelify" else "accelerate"
+        guard = f"under `if PartialState().is_main_process:` (from {package} import PartialState)"
+    return (
+        f"Log to mlflow from the main process only ({guard}): every rank runs this, and on "
+        f"a rank with no active run mlflow.{called} starts one, so the experiment shows up as "
+        "one run per rank, each with one rank's values"
     )
 
 

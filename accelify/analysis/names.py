@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 #: ``transformers.AdamW``/``Adafactor`` are re-exports of ``transformers.optimization`` (and
 #: would otherwise match the ``transformers.`` model prefix: an optimizer taken for a model).
@@ -233,11 +235,63 @@ def is_gpu_index_name(name: str) -> bool:
     """``gpu``, ``gpu_id``, ``local_gpu``, ``args.device_id``: a name for one GPU's index (not a
     rank: ``local_rank`` also names a process; not a count or a switch: ``ngpu``, ``n_gpu``,
     ``use_gpu``, ``multi_gpu``)."""
-    words = name.rsplit(".", 1)[-1].lower().split("_")
+    words = identifier_words(name.rsplit(".", 1)[-1])
     for size in (2, 1):
         if len(words) >= size and "_".join(words[-size:]) in GPU_INDEX_NAMES:
             return not _NOT_AN_INDEX & set(words[:-size])
     return False
+
+
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def identifier_words(name: str) -> list[str]:
+    """The words of an identifier, lower case: ``local_rank`` -> local, rank; ``saveCheckpoint``
+    -> save, checkpoint; ``rank0`` -> rank, 0."""
+    return [word.lower() for word in _WORD.findall(name)]
+
+
+#: Words that may stand before ``rank`` in a name for this process's rank (``local_rank``,
+#: ``ddp_rank``, ``get_global_rank``, ``is_rank_zero``) ...
+_PROCESS_RANK_BEFORE = frozenset({
+    "local", "global", "node", "world", "process", "proc", "my", "ddp", "dist", "distributed",
+    "get", "is", "cur", "current", "this", "gpu", "device", "dp", "tp", "pp", "mp", "data",
+    "tensor", "pipeline", "parallel", "comm", "mpi", "hvd", "xla", "worker", "env", "slurm",
+})  # fmt: skip
+#: ... and after it (``rank_id``, ``rank0``, ``is_rank_zero``): any other word makes it another
+#: rank (``lora_rank``, ``reciprocal_rank``, ``rank_r``) or a setting every rank shares
+#: (``rank0_only``).
+_PROCESS_RANK_AFTER = frozenset({"id", "idx", "index", "num", "no", "zero", "0"})
+#: Names for this process, or for the main one, that hold no ``rank`` word.
+_PROCESS_NAMES = (
+    ("process", "index"),  # accelerator.process_index, local_process_index
+    ("main", "process"),  # is_main_process, is_local_main_process
+    ("process", "zero"),  # HF Trainer's is_world_process_zero
+    ("is", "master"),
+    ("master", "process"),  # nanoGPT
+    ("get", "ordinal"),  # torch_xla's xm.get_ordinal()
+)
+
+
+def is_process_rank_name(name: str) -> bool:
+    """A name for this process's rank or for a test of it, split in words: ``rank``,
+    ``local_rank``, ``dist.get_rank``, ``is_main_process``, ``process_index``, ``rank0``,
+    ``is_world_process_zero``; not a rank of something else (``lora_rank``,
+    ``reciprocal_rank``, ``rank_r``), a ranking (``ranking_loss``, ``ranks``), or a mode flag
+    every rank shares (``rank0_only``, ``main_process_only``, ``main_process_first``)."""
+    words = identifier_words(name.rsplit(".", 1)[-1])
+    if "only" in words or "first" in words:
+        return False
+    if "rank" in words:
+        at = words.index("rank")
+        return set(words[:at]) <= _PROCESS_RANK_BEFORE and set(words[at + 1 :]) <= (
+            _PROCESS_RANK_AFTER
+        )
+    return any(
+        words[i : i + len(pair)] == list(pair)
+        for pair in _PROCESS_NAMES
+        for i in range(len(words) - len(pair) + 1)
+    )
 
 
 #: Libraries whose functions are not the project's own code (a project's module is code the
@@ -301,7 +355,24 @@ HUB_UPLOAD_METHODS = {
 }
 #: Calls that start an experiment-tracking run on the tracker's server: once per run (the
 #: Accelerator's ``init_trackers`` starts it on the main process only), or N runs appear.
-TRACKER_RUN_STARTS = {"wandb.init", "wandb.sdk.wandb_init.init"}
+TRACKER_RUN_STARTS = {
+    "wandb.init", "wandb.sdk.wandb_init.init",
+    "mlflow.start_run", "mlflow.tracking.fluent.start_run",
+    "comet_ml.Experiment", "comet_ml.start",
+    "neptune.init_run", "neptune.init", "neptune.new.init_run", "neptune.new.init",
+    "aim.Run", "aim.sdk.Run", "aim.sdk.run.Run",
+}  # fmt: skip
+#: mlflow's module-level logging, which starts a run of its own where none is active
+#: (``mlflow.tracking.fluent._get_or_start_run``): called by a rank that did not start one,
+#: each such rank makes a run of the experiment.
+TRACKER_AUTO_RUN_CALLS = {
+    f"mlflow.{name}"
+    for name in (
+        "log_metric", "log_metrics", "log_param", "log_params", "log_artifact",
+        "log_artifacts", "log_dict", "log_text", "log_figure", "log_image", "log_table",
+        "log_input", "set_tag", "set_tags",
+    )
+}  # fmt: skip
 #: What wandb runs only inside a run: before ``wandb.init`` each raises ``wandb.Error("You must
 #: call wandb.init() before wandb.log()")`` (wandb's pre-init stubs).
 TRACKER_RUN_CALLS = {

@@ -380,8 +380,7 @@ class BackendGuards:
             values = self._assignments().get(test.value, [])
             if len(values) == 1:
                 return self.truth(values[0], depth + 1)
-        text = self.model.module.code_for_node(test)
-        return _PER_RANK if self.model.mentions_rank(text) else _UNKNOWN_UNIFORM
+        return _PER_RANK if self.model.reads_rank(test) else _UNKNOWN_UNIFORM
 
     def _assignments(self) -> dict[str, list[cst.BaseExpression]]:
         if self._assigned is None:

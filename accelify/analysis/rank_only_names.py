@@ -158,7 +158,11 @@ def tracker_calls_without_a_run(facts: Facts) -> list[RunlessTrackerCall]:
     from accelify.analysis.repeated_effects import callers_of, run_by_every_rank
 
     model = facts.model
-    starts = [c for c in model.calls if model.call_names(c) & names.TRACKER_RUN_STARTS]
+    starts = [  # wandb's own: another tracker's run is no wandb run
+        c
+        for c in model.calls
+        if any(n.startswith("wandb.") for n in model.call_names(c) & names.TRACKER_RUN_STARTS)
+    ]
     uses = [c for c in model.calls if model.call_names(c) & names.TRACKER_RUN_CALLS]
     if not uses or not model.prepare_calls:
         return []
@@ -341,14 +345,14 @@ def _run_tested(model, use: cst.Call) -> bool:
     wandb.log(...)``), or inside a ``try`` that catches what it raises."""
     for ancestor in model.ancestors(use):
         if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)):
-            code = model.module.code_for_node(ancestor.test)
+            test = ancestor.test
         elif isinstance(ancestor, cst.BooleanOperation):
-            code = model.module.code_for_node(ancestor.left)
+            test = ancestor.left
         elif isinstance(ancestor, cst.Try) and ancestor.handlers:
             return True
         else:
             continue
-        if "wandb.run" in code or model.mentions_rank(code):
+        if "wandb.run" in model.module.code_for_node(test) or model.reads_rank(test):
             return True
     return False
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import enum
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -45,20 +44,13 @@ if TYPE_CHECKING:
     from accelify.analysis.call_graph import CallGraph
 
 Scope = cst.Module | cst.FunctionDef
-#: Words a rank test reads: ``is_main_process``, ``rank == 0``, ``is_world_process_zero`` (HF
-#: Trainer's and trainer libraries' name for the main process), ``args.should_save`` (HF
-#: TrainingArguments': true on the process that saves; not ``control.should_save``, a step flag
-#: every rank shares); ``accelerator.process_index == 0`` (Accelerate's index of this rank).
-RANK_WORDS = (
-    "rank",
-    "process_index",
-    "main_process",
-    "is_master",
-    "master_process",
-    "process_zero",
-    "args.should_save",
-    "args.should_log",
-)
+#: HF TrainingArguments' flags true on the process that saves or logs (not
+#: ``control.should_save``, a step flag every rank shares).
+_RANK_SETTINGS = ("args.should_save", "args.should_log")
+#: The shapes a value keeps the rank through when a name is set to it (``is_main = rank == 0``,
+#: ``rank = int(os.environ["RANK"])``, ``gpu = rank % 8``); a call's arguments are followed only
+#: into a conversion (``int(...)``, ``os.getenv(...)``): ``loss = model(x.to(rank))`` is no rank.
+_CONVERSIONS = frozenset({"int", "str", "bool", "float", "getattr", "get", "getenv", "environ"})
 #: A model's method that builds its optimizer, by convention (nanoGPT, PyTorch Lightning).
 OPTIMIZER_METHODS = {"configure_optimizers"}
 
@@ -246,9 +238,7 @@ class ScriptModel:
         some ranks run; also after ``if not accelerator.is_main_process: return`` at the top of
         its function (BigVGAN's ``validate``), which the other ranks leave before reaching it."""
         for ancestor in self.ancestors(node):
-            if isinstance(ancestor, cst.If) and self.mentions_rank(
-                self.module.code_for_node(ancestor.test)
-            ):
+            if isinstance(ancestor, cst.If) and self.reads_rank(ancestor.test):
                 return True
             if isinstance(ancestor, cst.FunctionDef):
                 if self.rank_decorator_test(ancestor) is not None:
@@ -287,19 +277,124 @@ class ScriptModel:
                     isinstance(statement, cst.If)
                     and statement.orelse is None
                     and _leaves(statement.body)
-                    and self.mentions_rank(self.module.code_for_node(statement.test))
+                    and self.reads_rank(statement.test)
                 ):
                     cache[id(function)] = self.order(statement.body)
                     break
         return cache[id(function)]
 
-    def mentions_rank(self, text: str) -> bool:
-        """The text of a test reads the rank: a rank word (``is_main_process``, ``rank``) or a
-        name of the file's that stands for one (`rank_aliases`)."""
-        if _has_rank_word(text):
+    def reads_rank(self, value: cst.CSTNode) -> bool:
+        """``value`` depends on this process's rank: it reads a member or a function named for
+        it (``accelerator.is_main_process``, ``state.process_index``, ``args.local_rank``,
+        ``dist.get_rank()``), the launcher's variable (``os.environ["LOCAL_RANK"]``), a
+        parameter or a global named for it (``def worker(rank, world_size)``), a rank alias
+        (`rank_aliases`), or a name the file sets from one of those, followed through what it
+        is set to: ``reciprocal_rank = (1.0 / ranks).mean()`` is a metric, ``lora_rank`` a
+        setting and ``for rank in range(n)`` a count, none of them the process's rank."""
+        return self._reads_rank(value, deep=True, seen=set())
+
+    def _reads_rank(self, value: cst.CSTNode, deep: bool, seen: set[tuple[int, str]]) -> bool:
+        stack = [value]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.SimpleString):
+                text = node.evaluated_value
+                if (
+                    isinstance(text, str)
+                    and text.isidentifier()
+                    and names.is_process_rank_name(text)
+                    and isinstance(self.parent(node), (cst.Index, cst.Arg))
+                ):
+                    # os.environ["LOCAL_RANK"], getattr(args, "local_rank"); not ``"RANK" in
+                    # os.environ``, launched or not, the same on every rank
+                    return True
+                continue
+            if isinstance(node, cst.Attribute):
+                member = node.attr.value
+                if names.is_process_rank_name(member) or (dotted(node) or "").endswith(
+                    _RANK_SETTINGS
+                ):
+                    return True
+                if dotted(node.value) == "self" and member in self.rank_aliases:
+                    return True
+                stack.append(node.value)
+                continue
+            if isinstance(node, cst.Name):
+                if self._name_reads_rank(node, seen):
+                    return True
+                continue
+            if isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+                continue
+            if isinstance(node, cst.Call) and not deep:
+                function = (dotted(node.func) or "").rsplit(".", 1)[-1]
+                stack.append(node.func)
+                if function not in _CONVERSIONS:
+                    continue
+                stack.extend(argument.value for argument in node.args)
+                continue
+            if isinstance(node, cst.Arg):
+                stack.append(node.value)  # not its keyword: ``f(rank=0)`` reads no ``rank``
+                continue
+            stack.extend(children_of(node))
+        return False
+
+    def _name_reads_rank(self, read: cst.Name, seen: set[tuple[int, str]]) -> bool:
+        """A name read: the rank when named for it (a parameter, a global, an import, a local
+        set other than by a loop: ``rank, world_size = setup()``), an alias, or set from a
+        value that reads it. The name is looked up in the function it is read in, then in the
+        ones around it, then in the module."""
+        name = read.value
+        if name in self.rank_aliases:
             return True
-        pattern = self._rank_alias_pattern
-        return pattern is not None and pattern.search(text) is not None
+        scope: cst.CSTNode = self.scope_of(read)
+        values = self._rank_name_values.get((id(scope), name))
+        while values is None and not isinstance(scope, cst.Module):
+            scope = self.scope_of(scope)
+            values = self._rank_name_values.get((id(scope), name))
+        key = (id(scope), name)
+        if key in seen:
+            return False
+        seen.add(key)
+        if not values:
+            return names.is_process_rank_name(name)
+        if names.is_process_rank_name(name) and any(
+            id(value) not in self._loop_iterables for value in values
+        ):
+            return True  # ``rank, world_size = setup()``: named so, and set once, not counted
+        return any(self._reads_rank(v, deep=False, seen=seen) for v in values)
+
+    @cached_property
+    def _loop_iterables(self) -> set[int]:
+        """The iterables of the file's loops (a loop's target is a count, not a rank)."""
+        return {
+            id(node.iter) for node in walk(self.module) if isinstance(node, (cst.For, cst.CompFor))
+        }
+
+    @cached_property
+    def _rank_name_values(self) -> dict[tuple[int, str], list[cst.CSTNode]]:
+        """What the file sets each plain name to: assignments (also ``+=``, annotated, a
+        walrus), loop targets (the loop's iterable: ``for rank in range(n)``) and parameters
+        (the parameter itself: what the callers pass), by the function (or module) they are
+        set in."""
+        values: dict[tuple[int, str], list[cst.CSTNode]] = {}
+        for node in walk(self.module):
+            targets: list[cst.BaseExpression] = []
+            value: cst.CSTNode | None = None
+            if isinstance(node, cst.Assign):
+                targets, value = [t.target for t in node.targets], node.value
+            elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)):
+                targets, value = [node.target], node.value
+            elif isinstance(node, (cst.For, cst.CompFor)):
+                targets, value = [node.target], node.iter
+            elif isinstance(node, cst.Param):
+                targets, value = [node.name], node  # what a caller passes: unknown here
+            if value is None:
+                continue
+            scope = id(self.scope_of(node))
+            for target in targets:
+                for name in target_names(target):
+                    values.setdefault((scope, name), []).append(value)
+        return values
 
     @cached_property
     def rank_aliases(self) -> frozenset[str]:
@@ -329,26 +424,21 @@ class ScriptModel:
             if returned is not None:
                 values.setdefault(function.name.value, []).append(returned)
         aliases: set[str] = set()
+        self.__dict__["rank_aliases"] = frozenset()  # what `reads_rank` asks while growing
         for _ in range(3):  # an alias of an alias: ``can_checkpoint`` from ``is_main``
-            pattern = _alias_pattern(aliases)
             found = {
                 name
                 for name, exprs in values.items()
                 if name not in aliases
                 and all(
-                    isinstance(value, _TEST_SHAPES)
-                    and _reads_rank(self.module.code_for_node(value), pattern)
-                    for value in exprs
+                    isinstance(value, _TEST_SHAPES) and self.reads_rank(value) for value in exprs
                 )
             }
             if not found:
                 break
             aliases |= found
+            self.__dict__["rank_aliases"] = frozenset(aliases)
         return frozenset(aliases)
-
-    @cached_property
-    def _rank_alias_pattern(self) -> re.Pattern[str] | None:
-        return _alias_pattern(self.rank_aliases)
 
     def call_names(self, call: cst.Call) -> set[str]:
         return self.qualified(call.func)
@@ -636,34 +726,6 @@ def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
     if len(line) == 1 and isinstance(line[0], cst.Return) and line[0].value is not None:
         return line[0].value
     return None
-
-
-def _alias_pattern(aliases: set[str] | frozenset[str]) -> re.Pattern[str] | None:
-    """``is_main`` as a name or as ``self.is_main``, not ``args.is_main``."""
-    if not aliases:
-        return None
-    names_ = "|".join(sorted(map(re.escape, aliases)))
-    return re.compile(rf"(?:(?<![\w.])|(?<=\bself\.))(?:{names_})\b")
-
-
-_IDENTIFIERS = re.compile(r"[A-Za-z_][\w.]*")
-
-
-def _has_rank_word(text: str) -> bool:
-    """A name in ``text`` holds a rank word, and is not a mode flag (``rank0_only``,
-    ``main_process_only``: a setting every rank shares, saying who does the work)."""
-    if not any(word in text for word in RANK_WORDS):
-        return False  # most tests: no rank word at all, no tokenising
-    return any(
-        any(word in token for word in RANK_WORDS) and not token.endswith("_only")
-        for token in _IDENTIFIERS.findall(text)
-    )
-
-
-def _reads_rank(text: str, aliases: re.Pattern[str] | None) -> bool:
-    if _has_rank_word(text):
-        return True
-    return aliases is not None and aliases.search(text) is not None
 
 
 def _prepare_call(

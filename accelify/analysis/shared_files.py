@@ -845,7 +845,7 @@ def _tests_rank(model: ScriptModel, node: cst.CSTNode) -> bool:
     """An ``if`` whose own test reads the rank (``if rank == 0:``)."""
     if not isinstance(node, cst.If):
         return False
-    return model.mentions_rank(model.module.code_for_node(node.test))
+    return model.reads_rank(node.test)
 
 
 def _accelerator_save(model: ScriptModel, call: cst.Call) -> bool:

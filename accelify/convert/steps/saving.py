@@ -3,7 +3,6 @@ barrier every rank reaches, files opened for writing on the main process only.""
 
 from __future__ import annotations
 
-import re
 import sys
 
 import libcst as cst
@@ -98,7 +97,7 @@ _READ_WORDS = frozenset({"load", "loader", "restore", "resume", "read", "get", "
 
 
 def _named_as_a_write(function: str) -> bool:
-    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", function)}
+    words = set(names.identifier_words(function))
     return bool(words & _WRITE_WORDS) and not words & _READ_WORDS
 
 
