@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,16 +30,33 @@ def _run(library: str, action: str, directory: Path) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def saved_by(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, dict]]:
+    """A library's checkpoint on one process, written once for the tests that read it (one
+    xdist group: one worker runs them): its directory, and what the saving run reported."""
+    made: dict[str, tuple[Path, dict]] = {}
+
+    def save(library: str) -> tuple[Path, dict]:
+        if library not in made:
+            directory = tmp_path_factory.mktemp(f"saved_by_{library}") / "ckpt"
+            made[library] = directory, _run(library, "save", directory)
+        return made[library]
+
+    return save
+
+
+@pytest.mark.xdist_group("checkpoint_one_process")
 @pytest.mark.parametrize(("saver", "loader"), [("hf", "accelify"), ("accelify", "hf")])
-def test_one_library_loads_what_the_other_saved(saver, loader, tmp_path: Path):
-    saved = _run(saver, "save", tmp_path / "ckpt")
-    loaded = _run(loader, "load", tmp_path / "ckpt")
+def test_one_library_loads_what_the_other_saved(saver, loader, saved_by):
+    directory, saved = saved_by(saver)
+    loaded = _run(loader, "load", directory)
     assert loaded == saved  # weights, momentum, LR position, and the next random draws
 
 
-def test_accelify_writes_accelerates_layout(tmp_path: Path):
-    _run("accelify", "save", tmp_path / "ckpt")
-    names = {p.name for p in (tmp_path / "ckpt").iterdir()}
+@pytest.mark.xdist_group("checkpoint_one_process")
+def test_accelify_writes_accelerates_layout(saved_by):
+    directory, _ = saved_by("accelify")
+    names = {p.name for p in directory.iterdir()}
     assert {"model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl"} <= names
 
 

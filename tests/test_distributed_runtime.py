@@ -69,16 +69,29 @@ def test_one_process_bf16_trains_on_cpu(tmp_path):
     assert sum(losses[-7:]) < sum(losses[:7])
 
 
-def test_resume_after_save_state_continues_bit_for_bit(tmp_path):
-    script = RUNTIME / "resume.py"
-    straight, first, second = (tmp_path / name for name in ("a.json", "b.json", "c.json"))
+RESUME = RUNTIME / "resume.py"
+RESUME_STEPS = "30"
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """resume.py's RESUME_STEPS steps without a stop: what every resumed run must end with.
+    Launched once for the tests below (one xdist group: one worker runs them both)."""
+    out = tmp_path_factory.mktemp("straight") / "straight.json"
+    assert_ok(launch(RESUME, "--total-steps", RESUME_STEPS, "--out", out))
+    return json.loads(out.read_text())
+
+
+@pytest.mark.xdist_group("resume")
+def test_resume_after_save_state_continues_bit_for_bit(tmp_path, straight_run):
+    script = RESUME
+    first, second = (tmp_path / name for name in ("b.json", "c.json"))
     checkpoint = tmp_path / "checkpoint"
-    assert_ok(launch(script, "--total-steps", "30", "--out", straight))
     assert_ok(
         launch(
             script,
             "--total-steps",
-            "30",
+            RESUME_STEPS,
             "--save-at",
             "17",
             "--checkpoint",
@@ -98,8 +111,10 @@ def test_resume_after_save_state_continues_bit_for_bit(tmp_path):
         "scheduler.bin",
     ]
     assert not checkpoint.with_name("checkpoint.accelify-tmp").exists()
-    assert_ok(launch(script, "--total-steps", "30", "--checkpoint", checkpoint, "--out", second))
-    expected = json.loads(straight.read_text())
+    assert_ok(
+        launch(script, "--total-steps", RESUME_STEPS, "--checkpoint", checkpoint, "--out", second)
+    )
+    expected = straight_run
     before, after = json.loads(first.read_text()), json.loads(second.read_text())
     assert next(iter(after["losses"])) == "18"
     assert {**before["losses"], **after["losses"]} == expected["losses"]
@@ -229,11 +244,10 @@ def test_ddp_communication_hooks_are_registered_and_train_like_plain_ddp():
     )
 
 
-def test_max_restarts_resumes_from_the_checkpoint_every_time(tmp_path):
-    script = RUNTIME / "resume.py"
-    straight = tmp_path / "straight.json"
-    assert_ok(launch(script, "--total-steps", "24", "--out", straight))
-    expected = json.loads(straight.read_text())
+@pytest.mark.xdist_group("resume")
+def test_max_restarts_resumes_from_the_checkpoint_every_time(tmp_path, straight_run):
+    script = RESUME
+    expected = straight_run
     for attempt in range(2):  # twice: a restart that resumes only sometimes is a bug too
         out, checkpoint = tmp_path / f"restarted{attempt}.json", tmp_path / f"ck{attempt}"
         result = run_accelify(
@@ -245,7 +259,7 @@ def test_max_restarts_resumes_from_the_checkpoint_every_time(tmp_path):
             "1",
             script,
             "--total-steps",
-            "24",
+            RESUME_STEPS,
             "--save-at",
             "13",
             "--checkpoint",

@@ -99,15 +99,23 @@ def test_the_wheel_holds_every_source_module(dist: Path):
     assert _source_modules() - names == set()
 
 
-def test_the_sdist_builds_the_same_wheel(dist: Path, tmp_path: Path):
+@pytest.fixture(scope="module")
+def sdist_wheel(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel pip builds from the sdist (what `pip install accelify-*.tar.gz` installs),
+    built once for the tests below."""
+    out = tmp_path_factory.mktemp("sdist_wheel")
     sdist = next(dist.glob("accelify-*.tar.gz"))
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(sdist)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(sdist)],
         capture_output=True,
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    rebuilt = set(zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist())
+    return next(out.glob("accelify-*.whl"))
+
+
+def test_the_sdist_builds_the_same_wheel(sdist_wheel: Path):
+    rebuilt = set(zipfile.ZipFile(sdist_wheel).namelist())
     assert _source_modules() - rebuilt == set()
 
 
@@ -184,9 +192,10 @@ def test_the_static_tools_run_on_python_3_10(dist: Path, tmp_path: Path):
     assert_ok(converted)
 
 
-def test_the_sdist_installs_and_lints(dist: Path, tmp_path: Path):
+def test_the_sdist_installs_and_lints(sdist_wheel: Path, tmp_path: Path):
+    """`pip install accelify-*.tar.gz` is pip building sdist_wheel, then installing it."""
     bin_dir = _fresh_venv(tmp_path / "venv")
-    _pip_install(bin_dir, next(dist.glob("accelify-*.tar.gz")))
+    _pip_install(bin_dir, sdist_wheel)
     (tmp_path / "bad.py").write_text(BAD)
     result = _run(bin_dir, "accelify", "lint", "bad.py", cwd=tmp_path)
     assert result.returncode == 1 and "ACC301" in result.stdout, result.stderr

@@ -32,7 +32,10 @@ SCRIPTS = [
     for name in ("amp_clip", "class_trainer", "early_stop", "eval_shapes", "grad_accumulation")
 ]
 ORIGINAL = FIXTURES / "verify" / "original.py"
-BROKEN = sorted((FIXTURES / "verify" / "broken").glob("*.py"))
+#: Diverges at step 1: verified (text output, with the changed lines nearest the divergence) by
+#: test_the_first_divergence_shows_the_nearest_changed_lines, not launched twice.
+DIVERGES = FIXTURES / "verify" / "broken" / "loss_divided_twice.py"
+BROKEN = sorted(set((FIXTURES / "verify" / "broken").glob("*.py")) - {DIVERGES})
 STEPS = "3"
 
 
@@ -47,6 +50,11 @@ def test_runnable_conversions_verify_clean(script: Path, tmp_path: Path):
     assert_ok(result)
     assert "check 1" in result.stdout and "check 2" in result.stdout
     assert "verdict: PASS" in result.stdout
+    # 3 steps end before eval_shapes' evaluations run: check 3 reads them from the code, and
+    # the verdict says so; the other scripts have no evaluation loop to read
+    assert "check 3: evaluation, read from the converted code" in result.stdout
+    read = "its evaluation was read from the code, not run (`--to-end` runs it)"
+    assert result.stdout.rstrip().endswith(read) == (script.stem == "eval_shapes"), result.stdout
     # the scripts ran in a scratch directory: nothing written beside them or in the cwd
     assert sorted(p.name for p in script.parent.iterdir()) == before
     assert list(tmp_path.iterdir()) == []
@@ -75,10 +83,14 @@ def test_broken_conversions_are_caught_by_the_right_check(broken: Path, tmp_path
 
 
 def test_the_first_divergence_shows_the_nearest_changed_lines(tmp_path: Path):
-    broken = FIXTURES / "verify" / "broken" / "loss_divided_twice.py"
-    result = verify(ORIGINAL, broken, cwd=tmp_path)
-    assert result.returncode == 1
-    assert "diverge at step 1" in result.stdout
+    """Also the broken case DIVERGES, caught by the check its first line names."""
+    expect = DIVERGES.read_text().splitlines()[0]
+    assert expect == "# expect: check 1: diverge at step 1"
+    result = verify(ORIGINAL, DIVERGES, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.rstrip().splitlines()[-1] == "verdict: FAIL - check 1"
+    check_1 = result.stdout[result.stdout.index("check 1") : result.stdout.index("check 2")]
+    assert "  -> FAIL: the scripts diverge at step 1" in check_1
     assert "nearest to the code that ran" in result.stdout
     assert "+             loss = nn.functional.mse_loss(model(x), y) / accum" in result.stdout
 
@@ -109,13 +121,6 @@ def test_usage_errors_exit_2(tmp_path: Path):
 
 
 EVALUATION = FIXTURES / "verify" / "evaluation"
-
-
-def test_to_the_end_every_printed_line_is_compared(tmp_path: Path):
-    result = run_accelify("verify", EVALUATION / "original.py", "--to-end", cwd=tmp_path)
-    assert_ok(result)
-    assert "all 2 printed lines identical" in result.stdout
-    assert "verdict: PASS" in result.stdout
 
 
 def test_to_the_end_a_different_printed_line_fails_check_1(tmp_path: Path):
@@ -191,16 +196,6 @@ def test_the_default_run_fails_a_conversion_that_evaluates_one_shard(tmp_path: P
     assert report["verdict"] == "verdict: FAIL - check 3"
 
 
-@pytest.mark.distributed
-def test_the_default_run_says_the_evaluation_was_read_not_run(tmp_path: Path):
-    result = run_accelify("verify", EVALUATION / "original.py", cwd=tmp_path)
-    assert_ok(result)
-    assert "check 3: evaluation, read from the converted code" in result.stdout
-    assert result.stdout.rstrip().endswith(
-        "its evaluation was read from the code, not run (`--to-end` runs it)"
-    )
-
-
 def test_a_progress_bar_is_compared_as_its_last_drawing_without_its_times():
     from accelify.verify.checks import _printed_lines
 
@@ -234,6 +229,8 @@ def test_a_schedule_kept_on_two_ranks_passes(original: str, tmp_path: Path):
     result = run_accelify("verify", script, "--to-end", cwd=tmp_path, timeout=300)
     assert_ok(result)
     assert "learning rates as the original's at the start of 3 training passes" in result.stdout
+    # --to-end compares every printed line (one per epoch) of the runs on one process
+    assert "all 3 printed lines identical" in result.stdout
     assert "verdict: PASS" in result.stdout
 
 
