@@ -124,26 +124,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return 1 if item.get_closest_marker("distributed") else 0
 
     items.sort(key=weight)
-    _keep_xdist_groups(config, items)
-
-
-def _keep_xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`--dist loadgroup` sends the tests of one `xdist_group` to one worker (so that they share
-    their module fixtures' launches) by a "@group" suffix that pytest-xdist writes into each
-    item's ``_nodeid`` on the workers. pytest 9 keeps a node's id in ``_id`` (a ``NodeId``):
-    that write is lost, every group was split over the workers and each worker launched the
-    shared runs again. The suffix is written here where this pytest keeps the id (a no-op where
-    xdist's own write worked, and without xdist: only workers of a loadgroup run set the
-    option)."""
-    if not getattr(config.option, "loadgroup", False):
-        return
-    for item in items:
-        names = {
-            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-            for mark in item.iter_markers("xdist_group")
-        }
-        suffix = "@" + "_".join(sorted(names))
-        identifier = getattr(item, "_id", None)
-        if not names or item.nodeid.endswith(suffix) or identifier is None:
-            continue
-        item._id = type(identifier).parse(item.nodeid + suffix)
