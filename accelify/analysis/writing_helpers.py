@@ -121,7 +121,7 @@ def _writes_only(
     """Nothing in ``function`` that another rank needs or must run too."""
     if function.asynchronous is not None or function.decorators:
         return False
-    if model.mentions_rank(model.module.code_for_node(function.body)):
+    if model.reads_rank(function.body):
         return False  # a file per rank, or written by some ranks already: as it is
     if any(
         placement.inside(loop.node, function) and flow.reads_loader(loop) for loop in model.loops
