@@ -850,8 +850,6 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
     (``loss.item() * x.size(0)``) is the whole set's total once gathered."""
     model = facts.model
     means = _batch_means(body)
-    if not means:
-        return None
     scope = model.scope_of(found.loop.node)
     for sink in found.sinks:
         statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
@@ -862,7 +860,12 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
         ):
             continue
         read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
-        mean = sorted(read & means)
+        # ``val_loss += criterion(output, target).item()``: the loss added as it is computed
+        mean = sorted(read & means) or [
+            model.module.code_for_node(call)
+            for call in _added_batch_means(statement.value)
+            if dotted(call.func) not in model.functions  # the file's own: it may sum
+        ]
         total = statement.target.value
         if not mean or _divided_as_added(statement.value):
             continue
@@ -891,6 +894,27 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
                 "cover N times fewer batches and the quotient would read about 1/N of the value"
             )
     return None
+
+
+def _added_batch_means(value: cst.BaseExpression) -> list[cst.Call]:
+    """The loss calls ``value`` adds as they are (``criterion(output, target)`` of
+    ``criterion(output, target).item()``), read through ``.item()``, ``.detach()``,
+    ``float()`` and a constant weight; none where the value is anything else."""
+    while True:
+        if isinstance(value, cst.Call) and dotted(value.func) == "float" and len(value.args) == 1:
+            value = value.args[0].value
+        elif (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("item", "detach", "cpu")
+            and not value.args
+        ):
+            value = value.func.value
+        else:
+            break
+    if isinstance(value, cst.Call) and _a_batch_mean(value, set()):
+        return [value]
+    return []
 
 
 def _over_the_set(loop: Loop, total: str, body: list[cst.CSTNode], facts: Facts) -> str | None:

@@ -321,6 +321,32 @@ class ObjectFlow:
             return None
         return self._passed_to(function, name)  # type: ignore[arg-type]
 
+    def kept_arguments(self, name: str | None, at: cst.CSTNode) -> list[str | None]:
+        """The caller's names for ``self.scheduler`` in a method of a class whose ``__init__``
+        keeps a parameter under that attribute (``self.scheduler = scheduler``), and sets it
+        nowhere else: what every construction of the class in the file (``Model(model, ...,
+        scheduler)``) hands that parameter (None for an argument that is not a name). Empty
+        when the attribute is set anywhere else in the class or the class is never built."""
+        if name is None or not name.startswith("self.") or name.count(".") != 1:
+            return []
+        owner = self.placement.class_of(at)
+        init = owner and self.model.call_graph.lookup(owner, "__init__")
+        if owner is None or init is None:
+            return []
+        sets = [
+            node
+            for node in walk(owner)
+            if isinstance(node, cst.Assign | cst.AnnAssign | cst.AugAssign)
+            and any(dotted(target) == name for target in _targets(node))
+        ]
+        if len(sets) != 1 or isinstance(sets[0], cst.AugAssign) or sets[0].value is None:
+            return []
+        kept = dotted(sets[0].value)
+        parameters = {p.name.value for p in (*init.params.params, *init.params.kwonly_params)}
+        if kept not in parameters or self.placement.enclosing_function(sets[0]) is not init:
+            return []
+        return [dotted(value) for value, _ in self._passed_to(init, kept)]
+
     def _passed_to(
         self, function: cst.FunctionDef, parameter: str
     ) -> list[tuple[cst.BaseExpression, cst.Call]]:
@@ -659,6 +685,10 @@ class ObjectFlow:
                 outer_name = next(
                     (o for o in self.origins(owner, call) if o in schedulers), outer_name
                 )
+            if outer_name not in schedulers:  # ``self.scheduler`` kept from ``Model(sched)``
+                kept = self.kept_arguments(owner, call)
+                if kept and all(k in schedulers for k in kept) and len(set(kept)) == 1:
+                    outer_name = kept[0]
             per_batch = self._in_batch_loop(call, self.batch_loops, depth=3)
             steps.append(SchedulerStep(call, outer_name, per_batch))
         return steps
@@ -866,6 +896,13 @@ class ObjectFlow:
                 if name == parameter:
                     return dotted(argument.value)
         return parameter
+
+
+def _targets(node: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[cst.BaseExpression]:
+    """What an assignment binds: each target of ``a = b = value``, else its one target."""
+    if isinstance(node, cst.Assign):
+        return [target.target for target in node.targets]
+    return [node.target]
 
 
 def once_per_optimizer_step(model: ScriptModel, step: cst.Call) -> bool:

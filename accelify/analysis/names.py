@@ -205,6 +205,10 @@ SET_CUDA_DEVICE = {"torch.cuda.set_device"}
 TQDM = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange"}
 #: ``tqdm.write(...)`` prints a line (above the bars) on every rank, as ``print`` does.
 PRINT = {"builtins.print", *(f"{bar}.write" for bar in TQDM - {"tqdm.trange"})}
+#: ``pprint.pprint(config)`` prints on every rank too, in a format ``accelerator.print`` would
+#: not keep; so does the ``pprint`` method of a ``pprint.PrettyPrinter(...)``.
+PPRINT = {"pprint.pprint", "pprint.pp"}
+PRETTY_PRINTER = "pprint.PrettyPrinter"
 # Methods that return the module itself (or a moved copy): `Net().to(device).train()` is a model.
 MODULE_SELF_METHODS = {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval"}
 DEVICE_MOVES = {"to", "cuda"}

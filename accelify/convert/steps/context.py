@@ -284,6 +284,8 @@ class Context:
         for call, implicit in self.facts.flow.calls_of(function):
             argument = dict(bound_arguments(function, call, implicit)).get(parameter)
             handed = dotted(argument.value) if argument is not None else None
+            if handed is not None and self._received_prepared(handed, prepared):
+                continue  # ``self.train_loader`` a constructor kept from a prepared loader
             if handed is None or handed not in prepared:
                 return True
             if depth < 4 and self._another_local(handed, call, depth + 1):

@@ -20,6 +20,9 @@ def run(ctx: Context) -> None:
         if call in ctx.facts.print_partial_calls:
             _guard_partial_print(ctx, call)
             continue
+        if _pretty_print(ctx, call):
+            _guard_pretty_print(ctx, call)
+            continue
         if qualified & names.PRINT and not _print_arguments(call):
             continue  # ``tqdm.write(s, nolock=True)``: not a print the Accelerator's takes
         if qualified & names.PRINT and not ctx.facts.ranks.under_rank_guard(call):
@@ -70,6 +73,46 @@ def _guard_partial_print(ctx: Context, call: cst.Call) -> None:
         line=ctx.line(call),
         text=f"{ctx.code(call.func)}() prints through functools.partial(print, ...): "
         f"on the local main process only",
+        anywhere=acc != ctx.acc,
+    )
+    if acc == ctx.acc:
+        ctx.need(call)
+
+
+def _pretty_print(ctx: Context, call: cst.Call) -> bool:
+    """``pprint.pprint(x)``, ``pprint.PrettyPrinter(indent=2).pprint(x)``, or ``pp.pprint(x)``
+    where every binding of ``pp`` in the file is a ``pprint.PrettyPrinter(...)``."""
+    if ctx.model.call_names(call) & names.PPRINT:
+        return True
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in ("pprint", "pp")):
+        return False
+    printers = [func.value]
+    if isinstance(func.value, cst.Name):
+        printers = [value for _, value in ctx.model.index.values_bound_to(func.value.value)]
+    return bool(printers) and all(
+        isinstance(printer, cst.Call) and names.PRETTY_PRINTER in ctx.model.call_names(printer)
+        for printer in printers
+    )
+
+
+def _guard_pretty_print(ctx: Context, call: cst.Call) -> None:
+    """The ``pprint`` statement under the local-main-process test: ``accelerator.print`` would
+    lose its layout."""
+    expression = ctx.model.parent(call)
+    statement = ctx.model.parent(expression)
+    if (
+        not isinstance(expression, cst.Expr)
+        or not isinstance(statement, cst.SimpleStatementLine)
+        or len(statement.body) != 1
+        or ctx.facts.ranks.under_rank_guard(call)
+    ):
+        return
+    acc = ctx.accelerator_at(call)
+    ctx.plan.add(
+        rewrites.local_main_process_only(statement, acc),
+        line=ctx.line(call),
+        text=f"{ctx.code(call.func)}() prints on every rank: on the local main process only",
         anywhere=acc != ctx.acc,
     )
     if acc == ctx.acc:
