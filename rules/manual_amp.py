@@ -4,9 +4,16 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.accelerator_objects import without_accelerator
-from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
+from accelify.lint.rule import (
+    HEADER,
+    Example,
+    Finding,
+    Rule,
+    calls,
+    calls_accelerator,
+)
 
 
 class ManualAmp(Rule):
@@ -133,14 +140,7 @@ def _around_training(script: ScriptModel, call: cst.Call) -> bool:
 
 
 def _accelerator_backwards(script: ScriptModel) -> list[cst.Call]:
-    accelerators = script.names_of(Kind.ACCELERATOR)
-    return [
-        c
-        for c in script.calls
-        if isinstance(c.func, cst.Attribute)
-        and c.func.attr.value == "backward"
-        and dotted(c.func.value) in accelerators
-    ]
+    return [c for c in script.calls if calls_accelerator(script, c, ("backward",))]
 
 
 def _backward_reads(call: cst.Call, through_accelerator: bool) -> set[str]:

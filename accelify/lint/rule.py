@@ -4,7 +4,7 @@ and a `check` over the shared `ScriptModel`. A fix is a set of edits in the conv
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -129,6 +129,25 @@ def accelerator_name(script: ScriptModel, node: cst.CSTNode) -> str:
         if isinstance(b.scope, cst.Module) and "." not in b.name
     )
     return module_level[0][1] if module_level else "accelerator"
+
+
+def calls_accelerator(
+    script: ScriptModel,
+    node: cst.CSTNode,
+    methods: Collection[str],
+    accelerators: Collection[str] | None = None,
+) -> bool:
+    """``node`` is ``<accelerator>.<method>(...)`` for one of ``methods``, the receiver a name
+    the file binds to an Accelerator (`names_of(ACCELERATOR)`, also the parameters that receive
+    one); ``accelerators`` where the rule knows more of them (the object flow's)."""
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in methods):
+        return False
+    if accelerators is None:
+        accelerators = script.names_of(Kind.ACCELERATOR)
+    return dotted(func.value) in accelerators
 
 
 def held_accelerator(script: ScriptModel, node: cst.CSTNode) -> str | None:
