@@ -8,6 +8,7 @@ from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.lint.rule import (
     HEADER,
+    PARITY_REFERENCE,
     Example,
     Finding,
     Rule,
@@ -52,19 +53,7 @@ class ManualAmp(Rule):
         ),
     )
     good = (
-        # the plain-PyTorch reference of a parity fixture: the accelerator is made only when
-        # no reference run is asked for, and the helper that scales and backwards by hand is
-        # called in the reference branch alone (an Accelerate FSDP/DeepSpeed test script)
-        "import torch\nfrom accelerate import Accelerator\n\n\n"
-        + "def train_reference(model, batch, scaler):\n"
-        + "    with torch.autocast('cuda', dtype=torch.float16):\n"
-        + "        loss = model(batch)\n"
-        + "    scaler.scale(loss).backward()\n\n\n"
-        + "accelerator = None\nif not args.reference:\n    accelerator = Accelerator()\n"
-        + "if args.reference:\n"
-        + "    train_reference(model, batch, torch.amp.GradScaler('cuda'))\n"
-        + "else:\n    model = accelerator.prepare(model)\n"
-        + "    accelerator.backward(model(batch))\n",
+        PARITY_REFERENCE,
         HEADER + "with accelerator.autocast():\n    y = f(x)\n",
         HEADER
         + "import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n"
