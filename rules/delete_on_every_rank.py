@@ -6,7 +6,14 @@ from accelify.analysis.collectives import EVERY_BACKEND, backends_in_view, named
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, walk
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
+from accelify.lint.rule import (
+    HEADER,
+    WRITE_ATOMIC_PER_PROCESS,
+    Example,
+    Finding,
+    Rule,
+    accelerator_name,
+)
 
 _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
 
@@ -61,16 +68,7 @@ class DeleteOnEveryRank(Rule):
         ),
     )
     good = (
-        # each rank saves its image to a temporary named by its pid and publishes it with one
-        # os.replace, removing the temporary in `finally` (a text-to-image benchmark's
-        # write_image_atomic): no rank ever sees a torn file, nor deletes another's
-        HEADER
-        + "import os\n\n\ndef write_atomic(image, path):\n"
-        + "    temporary = path.with_name(f'.{path.name}.{os.getpid()}.tmp')\n"
-        + "    try:\n        image.save(temporary, format='PNG')\n"
-        + "        os.replace(temporary, path)\n"
-        + "    finally:\n        if temporary.exists():\n            temporary.unlink()\n\n\n"
-        + "for image, path in images:\n    write_atomic(image, path)\n",
+        WRITE_ATOMIC_PER_PROCESS,
         HEADER + "import shutil\nif accelerator.is_main_process:\n    shutil.rmtree('old')\n",
         HEADER + "import shutil\n\n\ndef yes_or_no(question):\n"
         "    return input(question) == 'y'\n\n\n"

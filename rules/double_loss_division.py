@@ -6,7 +6,14 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import accumulate_context
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, is_accelerator_call, walk
-from accelify.lint.rule import Example, Finding, Rule, accelerator_argument, calls
+from accelify.lint.rule import (
+    Example,
+    Finding,
+    Rule,
+    accelerator_argument,
+    calls,
+    calls_accelerator,
+)
 
 _SETUP = (
     "from accelify import Accelerator\n"
@@ -147,15 +154,8 @@ class DoubleLossDivision(Rule):
         if steps is None and not unset:
             return
         test = steps if steps is not None else (lambda code: _is_steps(code, ""))
-        accelerators = script.names_of(Kind.ACCELERATOR)
         for call in calls(script):
-            func = call.func
-            if not (
-                isinstance(func, cst.Attribute)
-                and func.attr.value == "backward"
-                and dotted(func.value) in accelerators
-                and call.args
-            ):
+            if not (calls_accelerator(script, call, ("backward",)) and call.args):
                 continue
             if unset and not _inside_accumulate(script, call):
                 continue

@@ -22,7 +22,16 @@ from accelify.analysis.syntax import (
 )
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls, loop_of
+from accelify.lint.rule import (
+    HEADER,
+    Example,
+    Finding,
+    Rule,
+    accelerator_name,
+    calls,
+    calls_accelerator,
+    loop_of,
+)
 
 _EVAL = (
     HEADER
@@ -200,19 +209,16 @@ class GatherInEvaluation(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        accelerators = script.names_of(Kind.ACCELERATOR)
         facts = facts_of(script)
         evaluating = {
             id(loop.node): loop for loop in script.loops if evaluates_each_batch(loop, script)
         } | {id(evaluation.loop.node): evaluation.loop for evaluation in facts.evaluations}
         for call in calls(script):
-            func = call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "gather"):
+            if not calls_accelerator(script, call, ("gather",)):
                 continue
             loop = loop_of(script, call)
             if (
-                dotted(func.value) in accelerators
-                and loop is not None
+                loop is not None
                 and id(loop) in evaluating
                 and gather_counts_padding(evaluating[id(loop)], call, facts)
                 and not gathers_batch_loss(call)
@@ -230,7 +236,6 @@ class GatherInEvaluation(Rule):
         that: the per-sample values are gathered for metrics in the loop. Not reported where
         no batch is padded (``even_batches=False``, ``drop_last``)."""
         facts = facts_of(script)
-        accelerators = script.names_of(Kind.ACCELERATOR)
         for evaluation in facts.evaluations:
             if evaluation.already_gathered or not _over_a_padded_loader(script, evaluation):
                 continue
@@ -243,9 +248,7 @@ class GatherInEvaluation(Rule):
             combining = [
                 call
                 for call in totals_combined_after(evaluation, facts)
-                if isinstance(call.func, cst.Attribute)
-                and call.func.attr.value in ("gather", "reduce")
-                and dotted(call.func.value) in accelerators
+                if calls_accelerator(script, call, ("gather", "reduce"))
                 and call.args
                 and root_name(call.args[0].value) in counted
             ]

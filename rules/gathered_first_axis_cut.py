@@ -4,9 +4,9 @@ import libcst as cst
 
 from accelify.analysis.dataflow import bound_by, statements
 from accelify.analysis.evaluation import a_fixed_range, reaches_a_sink
-from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, target_names, walk
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, loop_of
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import target_names, walk
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_accelerator, loop_of
 
 _GATHERS = frozenset({"gather", "gather_for_metrics"})
 
@@ -104,14 +104,8 @@ class GatheredFirstAxisCut(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        accelerators = script.names_of(Kind.ACCELERATOR)
         for call in calls(script):
-            func = call.func
-            if not (
-                isinstance(func, cst.Attribute)
-                and func.attr.value in _GATHERS
-                and dotted(func.value) in accelerators
-            ):
+            if not calls_accelerator(script, call, _GATHERS):
                 continue
             loop = loop_of(script, call)
             if loop is None:

@@ -3,9 +3,8 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.collectives import GATHERING_FUNCTIONS
-from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
+from accelify.analysis.script_model import ScriptModel
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_accelerator
 
 #: the collectives whose result holds every rank's values side by side (N values for a scalar)
 _CONCATENATING = frozenset({"gather", "gather_for_metrics", "all_gather"})
@@ -83,7 +82,7 @@ def _concatenates_ranks(script: ScriptModel, node: cst.BaseExpression) -> bool:
         return False
     func = node.func
     if isinstance(func, cst.Attribute) and func.attr.value in _CONCATENATING:
-        return dotted(func.value) in script.names_of(Kind.ACCELERATOR)
+        return calls_accelerator(script, node, _CONCATENATING)
     return any(
         name in GATHERING_FUNCTIONS and name.rsplit(".", 1)[-1] in _CONCATENATING
         for name in script.call_names(node)

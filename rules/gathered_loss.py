@@ -6,7 +6,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import backwards, last_binding, loss_sources
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, root_name
-from accelify.lint.rule import HEADER, Example, Finding, Rule
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls_accelerator
 
 #: ``accelerator.<method>`` and ``accelerate.utils`` functions that concatenate every rank's
 #: tensors with a collective autograd does not see through: the result has no grad_fn.
@@ -262,8 +262,8 @@ def _is_gather(script: ScriptModel, call: cst.Call) -> bool:
         return False
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value in _GATHERS:
-        receiver = dotted(func.value)
-        return receiver is not None and receiver in facts_of(script).flow.names_of(Kind.ACCELERATOR)
+        accelerators = facts_of(script).flow.names_of(Kind.ACCELERATOR)
+        return calls_accelerator(script, call, _GATHERS, accelerators)
     return bool(script.call_names(call) & _GATHER_FUNCTIONS)
 
 

@@ -3,9 +3,9 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.collectives import runtime_of
-from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, target_names
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_accelerator
 
 #: The collectives that take tensors only: Accelerate applies them with
 #: ``recursively_apply(..., error_on_other_type=True)``.
@@ -85,13 +85,9 @@ class GatheredNonTensor(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        accelerators = script.names_of(Kind.ACCELERATOR)
         for call in calls(script):
-            func = call.func
             if not (
-                isinstance(func, cst.Attribute)
-                and func.attr.value in _TENSORS_ONLY
-                and dotted(func.value) in accelerators
+                calls_accelerator(script, call, _TENSORS_ONLY)
                 and call.args
                 and call.args[0].keyword is None
                 and not call.args[0].star

@@ -189,10 +189,7 @@ def _global_rank_as_device(
     ``.cuda(accelerator.process_index)``: the rank across every machine used as a GPU index."""
     if not (dotted(value) or "").endswith(".process_index"):
         return False
-    if keyword == "device":
-        return True
-    moves = isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")
-    return moves and keyword is None and position == 0
+    return keyword == "device" or _moves_to(func, position, keyword)
 
 
 def _global_rank_message(script: ScriptModel, node: cst.CSTNode) -> str:

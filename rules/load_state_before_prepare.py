@@ -2,9 +2,9 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_accelerator
 
 #: How many calls up from a ``load_state`` or a ``prepare`` the order is looked for: a trainer's
 #: ``__init__`` calling ``self.resume()`` and ``self.setup()``, or a ``main`` calling helpers.
@@ -58,18 +58,13 @@ class LoadStateBeforePrepare(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        accelerators = script.names_of(Kind.ACCELERATOR)
         if not script.prepare_calls:
             return
         prepares = [_reach(script, p.call) for p in script.prepare_calls]
         for call in calls(script):
-            func = call.func
-            if not (
-                isinstance(func, cst.Attribute)
-                and func.attr.value == "load_state"
-                and dotted(func.value) in accelerators
-            ):
+            if not calls_accelerator(script, call, ("load_state",)):
                 continue
+            func = call.func
             order = _before_every_prepare(script, _reach(script, call), prepares)
             if order is None:
                 continue

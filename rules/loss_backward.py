@@ -10,7 +10,7 @@ from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import all_params
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+from accelify.lint.rule import HEADER, PARITY_REFERENCE, Example, Finding, Rule, accelerator_at
 
 
 class LossBackward(Rule):
@@ -83,19 +83,7 @@ class LossBackward(Rule):
         ),
     )
     good = (
-        # the plain-PyTorch reference of a parity fixture: the accelerator is made only when
-        # no reference run is asked for, and the helper that scales and backwards by hand is
-        # called in the reference branch alone (an Accelerate FSDP/DeepSpeed test script)
-        "import torch\nfrom accelerate import Accelerator\n\n\n"
-        + "def train_reference(model, batch, scaler):\n"
-        + "    with torch.autocast('cuda', dtype=torch.float16):\n"
-        + "        loss = model(batch)\n"
-        + "    scaler.scale(loss).backward()\n\n\n"
-        + "accelerator = None\nif not args.reference:\n    accelerator = Accelerator()\n"
-        + "if args.reference:\n"
-        + "    train_reference(model, batch, torch.amp.GradScaler('cuda'))\n"
-        + "else:\n    model = accelerator.prepare(model)\n"
-        + "    accelerator.backward(model(batch))\n",
+        PARITY_REFERENCE,
         HEADER + "accelerator.backward(loss)\n",
         # an RL trainer's GRPO update: nothing prepared, gradients averaged by hand; the
         # Accelerator is there for its device, gather and reduce

@@ -7,7 +7,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import Backward, backwards, last_binding, loss_sources
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import argument_value, dotted, walk
-from accelify.lint.rule import HEADER, Example, Finding, Rule
+from accelify.lint.rule import HEADER, Example, Finding, Rule, calls_accelerator
 
 #: Names and attributes that hold the number of processes.
 _PROCESS_COUNTS = frozenset({"num_processes", "world_size", "WORLD_SIZE", "n_processes"})
@@ -228,9 +228,7 @@ def _sums_gradients_by_hand(script: ScriptModel) -> bool:
 
 
 def _combines_ranks(script: ScriptModel, call: cst.Call) -> bool:
-    func = call.func
-    if isinstance(func, cst.Attribute) and func.attr.value in ("reduce", "gather"):
-        accelerators = facts_of(script).flow.names_of(Kind.ACCELERATOR)
-        if dotted(func.value) in accelerators:
-            return True
-    return combines_ranks(script, call)
+    accelerators = facts_of(script).flow.names_of(Kind.ACCELERATOR)
+    return calls_accelerator(script, call, ("reduce", "gather"), accelerators) or combines_ranks(
+        script, call
+    )

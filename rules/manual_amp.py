@@ -4,9 +4,17 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.accelerator_objects import without_accelerator
-from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
-from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
+from accelify.lint.rule import (
+    HEADER,
+    PARITY_REFERENCE,
+    Example,
+    Finding,
+    Rule,
+    calls,
+    calls_accelerator,
+)
 
 
 class ManualAmp(Rule):
@@ -45,19 +53,7 @@ class ManualAmp(Rule):
         ),
     )
     good = (
-        # the plain-PyTorch reference of a parity fixture: the accelerator is made only when
-        # no reference run is asked for, and the helper that scales and backwards by hand is
-        # called in the reference branch alone (an Accelerate FSDP/DeepSpeed test script)
-        "import torch\nfrom accelerate import Accelerator\n\n\n"
-        + "def train_reference(model, batch, scaler):\n"
-        + "    with torch.autocast('cuda', dtype=torch.float16):\n"
-        + "        loss = model(batch)\n"
-        + "    scaler.scale(loss).backward()\n\n\n"
-        + "accelerator = None\nif not args.reference:\n    accelerator = Accelerator()\n"
-        + "if args.reference:\n"
-        + "    train_reference(model, batch, torch.amp.GradScaler('cuda'))\n"
-        + "else:\n    model = accelerator.prepare(model)\n"
-        + "    accelerator.backward(model(batch))\n",
+        PARITY_REFERENCE,
         HEADER + "with accelerator.autocast():\n    y = f(x)\n",
         HEADER
         + "import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n"
@@ -133,14 +129,7 @@ def _around_training(script: ScriptModel, call: cst.Call) -> bool:
 
 
 def _accelerator_backwards(script: ScriptModel) -> list[cst.Call]:
-    accelerators = script.names_of(Kind.ACCELERATOR)
-    return [
-        c
-        for c in script.calls
-        if isinstance(c.func, cst.Attribute)
-        and c.func.attr.value == "backward"
-        and dotted(c.func.value) in accelerators
-    ]
+    return [c for c in script.calls if calls_accelerator(script, c, ("backward",))]
 
 
 def _backward_reads(call: cst.Call, through_accelerator: bool) -> set[str]:

@@ -15,7 +15,15 @@ from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at, accelerator_name
+from accelify.lint.rule import (
+    HEADER,
+    WRITE_ATOMIC_PER_PROCESS,
+    Example,
+    Finding,
+    Rule,
+    accelerator_at,
+    accelerator_name,
+)
 
 _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
 
@@ -142,16 +150,7 @@ class SaveOutsideMainProcess(Rule):
         ),
     )
     good = (
-        # each rank saves its image to a temporary named by its pid and publishes it with one
-        # os.replace, removing the temporary in `finally` (a text-to-image benchmark's
-        # write_image_atomic): no rank ever sees a torn file, nor deletes another's
-        HEADER
-        + "import os\n\n\ndef write_atomic(image, path):\n"
-        + "    temporary = path.with_name(f'.{path.name}.{os.getpid()}.tmp')\n"
-        + "    try:\n        image.save(temporary, format='PNG')\n"
-        + "        os.replace(temporary, path)\n"
-        + "    finally:\n        if temporary.exists():\n            temporary.unlink()\n\n\n"
-        + "for image, path in images:\n    write_atomic(image, path)\n",
+        WRITE_ATOMIC_PER_PROCESS,
         # the process's rank through the names it is held in: dist.get_rank(), the launcher's
         # variable, a worker's parameter, an accelerator's member copied to a local
         HEADER + "import torch\nimport torch.distributed as dist\nr = dist.get_rank()\n"

@@ -533,6 +533,33 @@ def test_a_name_is_bound_by_plain_augmented_and_annotated_assignments_and_by_wit
     }
 
 
+def test_a_name_is_also_set_by_a_walrus_a_loop_target_and_a_parameter():
+    model = script(
+        """
+        def worker(rank, size=2):
+            if (count := size * 2) > 1:
+                pass
+            for rank in range(size):
+                pass
+            total = sum(part for part in range(count))
+            rank = 0
+        """
+    )
+    values = {
+        name: [model.module.code_for_node(v) for _, v in model.index.values_set_to(name)]
+        for name in ("rank", "size", "count", "part", "total")
+    }
+    assert values == {
+        "rank": ["0", "rank, ", "range(size)"],  # assigned, then the parameter, then the loop
+        "size": ["size=2"],  # the parameter itself: what a caller passes
+        "count": ["size * 2"],
+        "part": ["range(count)"],
+        "total": ["sum(part for part in range(count))"],
+    }
+    assert {"rank", "size", "count", "part", "total"} <= model.index.names_set()
+    assert "worker" not in model.index.names_set()  # a def binds no value
+
+
 def test_the_loop_around_a_statement_is_looked_for_in_its_own_function_only():
     model = script(
         """

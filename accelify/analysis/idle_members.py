@@ -21,7 +21,6 @@ from collections.abc import Sequence
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.objects import methods_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, self_parameter, walk
 
@@ -58,19 +57,15 @@ def idle_members(model: ScriptModel, class_name: str) -> list[tuple[str, cst.CST
 
 
 def class_methods(model: ScriptModel, class_name: str) -> dict[str, cst.FunctionDef]:
-    """The class's methods and those it inherits from classes of this file (its own first)."""
-    found: dict[str, cst.FunctionDef] = {}
-    pending, seen = [class_name], set()
-    while pending:
-        name = pending.pop(0)
-        definition = model.classes.get(name)
-        if name in seen or definition is None:
-            continue
-        seen.add(name)
-        for method, node in methods_of(model, name).items():
-            found.setdefault(method, node)
-        pending += [dotted(base.value) or "" for base in definition.bases]
-    return found
+    """The class's methods and those it inherits from classes of this file, each the one an
+    instance finds (`CallGraph.lookup`: its own first)."""
+    owner = model.classes.get(class_name)
+    if owner is None:
+        return {}
+    graph = model.call_graph
+    ancestors = [c for c in graph.classes.values() if graph.is_or_derives(owner, c)]
+    found = {name: graph.lookup(owner, name) for c in ancestors for name in graph.methods(c)}
+    return {name: method for name, method in found.items() if method is not None}
 
 
 def _parameter_members(model: ScriptModel, init: cst.FunctionDef) -> dict[str, cst.CSTNode]:

@@ -161,6 +161,33 @@ class Index:
         as name``."""
         return self._names_bound.get(name, [])
 
+    @cached_property
+    def _names_set_otherwise(self) -> dict[str, list[tuple[cst.CSTNode, cst.CSTNode]]]:
+        found: dict[str, list[tuple[cst.CSTNode, cst.CSTNode]]] = {}
+        for node in self.of_type((cst.NamedExpr, cst.For, cst.CompFor, cst.Param)):
+            target: cst.CSTNode
+            value: cst.CSTNode
+            if isinstance(node, cst.NamedExpr):
+                target, value = node.target, node.value
+            elif isinstance(node, cst.Param):
+                target, value = node.name, node  # what a caller passes: unknown here
+            else:
+                target, value = node.target, node.iter  # type: ignore[attr-defined]
+            for name in target_names(target):  # type: ignore[arg-type]
+                found.setdefault(name, []).append((node, value))
+        return found
+
+    def names_set(self) -> set[str]:
+        """Every plain name the file sets (`values_set_to`)."""
+        return self._names_bound.keys() | self._names_set_otherwise.keys()
+
+    def values_set_to(self, name: str) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+        """Every way the file sets the plain name ``name``, with the node that sets it:
+        `values_bound_to`'s, then walruses (``(name := value)``), loop targets (the loop's
+        iterable: ``for name in range(n)``, comprehensions too) and parameters (the parameter
+        itself: what the callers pass)."""
+        return [*self.values_bound_to(name), *self._names_set_otherwise.get(name, [])]
+
     def enclosing_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
         """The innermost ``for`` or ``while`` around ``node`` in its own function (or module,
         or class body): a loop around a ``def`` runs the function again, not its statements."""

@@ -367,7 +367,8 @@ class ScriptModel:
     def _loop_iterables(self) -> set[int]:
         """The iterables of the file's loops (a loop's target is a count, not a rank)."""
         return {
-            id(node.iter) for node in walk(self.module) if isinstance(node, (cst.For, cst.CompFor))
+            id(node.iter)  # type: ignore[attr-defined]
+            for node in self.index.of_type((cst.For, cst.CompFor))
         }
 
     @cached_property
@@ -375,25 +376,12 @@ class ScriptModel:
         """What the file sets each plain name to: assignments (also ``+=``, annotated, a
         walrus), loop targets (the loop's iterable: ``for rank in range(n)``) and parameters
         (the parameter itself: what the callers pass), by the function (or module) they are
-        set in."""
+        set in: `Index.values_set_to`, less ``with ... as name``."""
         values: dict[tuple[int, str], list[cst.CSTNode]] = {}
-        for node in walk(self.module):
-            targets: list[cst.BaseExpression] = []
-            value: cst.CSTNode | None = None
-            if isinstance(node, cst.Assign):
-                targets, value = [t.target for t in node.targets], node.value
-            elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)):
-                targets, value = [node.target], node.value
-            elif isinstance(node, (cst.For, cst.CompFor)):
-                targets, value = [node.target], node.iter
-            elif isinstance(node, cst.Param):
-                targets, value = [node.name], node  # what a caller passes: unknown here
-            if value is None:
-                continue
-            scope = id(self.scope_of(node))
-            for target in targets:
-                for name in target_names(target):
-                    values.setdefault((scope, name), []).append(value)
+        for name in self.index.names_set():
+            for node, value in self.index.values_set_to(name):
+                if not isinstance(node, cst.With):
+                    values.setdefault((id(self.scope_of(node)), name), []).append(value)
         return values
 
     @cached_property

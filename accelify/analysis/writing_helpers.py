@@ -21,6 +21,8 @@ A helper qualifies only where guarding its calls changes nothing but who writes:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from accelify.analysis import collectives, names, side_effects
@@ -49,19 +51,12 @@ def writing_helpers(
     """The functions of the file whose calls are writes (see the module's docstring)."""
     if reads_files:
         return set()
-    functions = [n for n in placement.all_nodes() if isinstance(n, cst.FunctionDef)]
-    candidates = {f for f in functions if _writes_only(model, placement, flow, f)}
-    # A helper that calls another of the file needs that one to qualify too: narrow to a
-    # fixed point.
-    changed = True
-    while changed:
-        changed = False
-        for function in list(candidates):
-            if not _calls_only(graph, function, candidates) or not _called_as_statements(
-                model, graph, function
-            ):
-                candidates.discard(function)
-                changed = True
+    candidates = _candidates(
+        model,
+        placement,
+        flow,
+        lambda f, left: _calls_only(graph, f, left) and _called_as_statements(model, graph, f),
+    )
     return {f for f in candidates if _writes(model, graph, f, candidates, set())}
 
 
@@ -77,18 +72,31 @@ def writes_only(
     )
     if function is None:
         return None
+    candidates = _candidates(model, placement, flow, lambda f, left: _calls_only(graph, f, left))
+    if function not in candidates or not _writes(model, graph, function, candidates, set()):
+        return None
+    return model.line(function)
+
+
+def _candidates(
+    model: ScriptModel,
+    placement: Placement,
+    flow: ObjectFlow,
+    keep: Callable[[cst.FunctionDef, set[cst.FunctionDef]], bool],
+) -> set[cst.FunctionDef]:
+    """The functions of the file that do nothing but write (`_writes_only`), narrowed to a
+    fixed point to those ``keep`` accepts among the ones left: a helper that calls another of
+    the file needs that one to qualify too."""
     functions = [n for n in placement.all_nodes() if isinstance(n, cst.FunctionDef)]
     candidates = {f for f in functions if _writes_only(model, placement, flow, f)}
     changed = True
     while changed:
         changed = False
-        for candidate in list(candidates):
-            if not _calls_only(graph, candidate, candidates):
-                candidates.discard(candidate)
+        for function in list(candidates):
+            if not keep(function, candidates):
+                candidates.discard(function)
                 changed = True
-    if function not in candidates or not _writes(model, graph, function, candidates, set()):
-        return None
-    return model.line(function)
+    return candidates
 
 
 def _writes(

@@ -8,6 +8,7 @@ the file and line of the backward it reaches, and what to do there."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,31 +51,11 @@ def trained_elsewhere(path: str | Path, model: ScriptModel) -> list[TrainedElsew
     """Calls of ``model`` (a file with no backward of its own) of functions imported from a
     module of its own folder that run a backward there, directly or through the functions of
     that module they call."""
-    script = Path(path)
-    if not script.is_file():
-        return []
-    modules: dict[Path, ScriptModel | None] = {}
-    files: dict[str, Path | None] = {}
     found = []
-    for node in walk(model.module):
-        if not isinstance(node, cst.Call):
-            continue
-        name = dotted(node.func)
-        imported = model.imports.resolve(name) if name else None
-        if imported is None or "." not in imported.lstrip("."):
-            continue
-        module_name, _, function = imported.rpartition(".")
-        if module_name not in files:  # one look on disk per module
-            files[module_name] = _module_file(script, module_name)
-        file = files[module_name]
-        if file is None:
-            continue
-        if file not in modules:
-            modules[file] = _analyzed(file)
-        other = modules[file]
-        backward = _backward_reached(other, function) if other is not None else None
+    for call, name, function, file, other in _sibling_calls(Path(path), model):
+        backward = _backward_reached(other, function)
         if backward is not None:
-            found.append(TrainedElsewhere(model.line(node), name, file, backward))  # type: ignore[arg-type]
+            found.append(TrainedElsewhere(model.line(call), name, file, backward))
     return found
 
 
@@ -83,17 +64,34 @@ def imported_writers(path: str | Path, model: ScriptModel) -> dict[str, str]:
     module of its own folder which write files and do nothing else another rank needs
     (`writing_helpers.writes_only`), with where they are (``utils.py:12``)."""
     script = Path(path)
+    found: dict[str, str] = {}
+    for _, name, function, file, other in _sibling_calls(script, model):
+        if name in found:
+            continue
+        facts = facts_of(other)
+        line = writes_only(other, facts.placement, facts.calls, facts.flow, function)
+        if line is not None:
+            found[name] = f"{_relative(file, script)}:{line}"
+    return found
+
+
+def _sibling_calls(
+    script: Path, model: ScriptModel
+) -> Iterator[tuple[cst.Call, str, str, Path, ScriptModel]]:
+    """The calls of ``model`` (the file ``script``) of functions imported from a module of its
+    own folder that parses: each call, its name there (``utils.write_log``), the function's
+    name in the module, the module's file and its analysis. Each module is looked up on disk
+    and analysed once."""
     if not script.is_file():
-        return {}
+        return
     modules: dict[Path, ScriptModel | None] = {}
     files: dict[str, Path | None] = {}
-    found: dict[str, str] = {}
     for node in walk(model.module):
         if not isinstance(node, cst.Call):
             continue
         name = dotted(node.func)
         imported = model.imports.resolve(name) if name else None
-        if name is None or imported is None or "." not in imported.lstrip(".") or name in found:
+        if name is None or imported is None or "." not in imported.lstrip("."):
             continue
         module_name, _, function = imported.rpartition(".")
         if module_name not in files:  # one look on disk per module
@@ -104,13 +102,8 @@ def imported_writers(path: str | Path, model: ScriptModel) -> dict[str, str]:
         if file not in modules:
             modules[file] = _analyzed(file)
         other = modules[file]
-        if other is None:
-            continue
-        facts = facts_of(other)
-        line = writes_only(other, facts.placement, facts.calls, facts.flow, function)
-        if line is not None:
-            found[name] = f"{_relative(file, script)}:{line}"
-    return found
+        if other is not None:
+            yield node, name, function, file, other
 
 
 def review_notes(script: str | Path, found: list[TrainedElsewhere]) -> list[Note]:

@@ -4,7 +4,7 @@ and a `check` over the shared `ScriptModel`. A fix is a set of edits in the conv
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -129,6 +129,25 @@ def accelerator_name(script: ScriptModel, node: cst.CSTNode) -> str:
         if isinstance(b.scope, cst.Module) and "." not in b.name
     )
     return module_level[0][1] if module_level else "accelerator"
+
+
+def calls_accelerator(
+    script: ScriptModel,
+    node: cst.CSTNode,
+    methods: Collection[str],
+    accelerators: Collection[str] | None = None,
+) -> bool:
+    """``node`` is ``<accelerator>.<method>(...)`` for one of ``methods``, the receiver a name
+    the file binds to an Accelerator (`names_of(ACCELERATOR)`, also the parameters that receive
+    one); ``accelerators`` where the rule knows more of them (the object flow's)."""
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in methods):
+        return False
+    if accelerators is None:
+        accelerators = script.names_of(Kind.ACCELERATOR)
+    return dotted(func.value) in accelerators
 
 
 def held_accelerator(script: ScriptModel, node: cst.CSTNode) -> str | None:
@@ -295,3 +314,33 @@ def optimizer_models(script: ScriptModel) -> dict[str, set[str]]:
 
 #: The two lines most examples start with: an Accelerator script.
 HEADER = "from accelify import Accelerator\naccelerator = Accelerator()\n"
+
+#: A good example of several rules: the plain-PyTorch reference of a parity fixture (an
+#: Accelerate FSDP/DeepSpeed test script). The accelerator is made only when no reference run
+#: is asked for, and the helper that scales and backwards by hand is called in the reference
+#: branch alone.
+PARITY_REFERENCE = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    + "def train_reference(model, batch, scaler):\n"
+    + "    with torch.autocast('cuda', dtype=torch.float16):\n"
+    + "        loss = model(batch)\n"
+    + "    scaler.scale(loss).backward()\n\n\n"
+    + "accelerator = None\nif not args.reference:\n    accelerator = Accelerator()\n"
+    + "if args.reference:\n"
+    + "    train_reference(model, batch, torch.amp.GradScaler('cuda'))\n"
+    + "else:\n    model = accelerator.prepare(model)\n"
+    + "    accelerator.backward(model(batch))\n"
+)
+
+#: A good example of several rules: each rank saves its image to a temporary named by its pid
+#: and publishes it with one os.replace, removing the temporary in `finally` (a text-to-image
+#: benchmark's write_image_atomic): no rank ever sees a torn file, nor deletes another's.
+WRITE_ATOMIC_PER_PROCESS = (
+    HEADER
+    + "import os\n\n\ndef write_atomic(image, path):\n"
+    + "    temporary = path.with_name(f'.{path.name}.{os.getpid()}.tmp')\n"
+    + "    try:\n        image.save(temporary, format='PNG')\n"
+    + "        os.replace(temporary, path)\n"
+    + "    finally:\n        if temporary.exists():\n            temporary.unlink()\n\n\n"
+    + "for image, path in images:\n    write_atomic(image, path)\n"
+)

@@ -1290,17 +1290,10 @@ def _prepare_before_loops(
             if value.value not in names:
                 names.append(value.value)
     for (_, receiver), (top, names) in planned.items():
-        targets = ", ".join(names)
-        ctx.plan.add(
-            InsertBefore(top, statement(f"{targets} = {receiver}.accelerator.prepare({targets})")),
-            line=ctx.line(top),
-            text=(
-                f"{targets} prepared once before the loop that hands "
-                f"{'it' if len(names) == 1 else 'them'} to {method.name.value}() on every pass"
-            ),
-            anywhere=True,
+        them = "it" if len(names) == 1 else "them"
+        _prepare_before(
+            ctx, top, receiver, names, f"hands {them} to {method.name.value}() on every pass"
         )
-        ctx.prepared_arguments.update(names)
     for call in single:
         earlier = {
             name
@@ -1310,6 +1303,21 @@ def _prepare_before_loops(
             for name in names
         }
         _prepare_at_call(ctx, method, call, set(at_call), prepared | earlier)
+
+
+def _prepare_before(
+    ctx: Context, top: cst.CSTNode, holder: str, names: list[str], loop: str
+) -> None:
+    """``names = holder.accelerator.prepare(names)`` inserted before the statement ``top``
+    (the outermost loop that uses them), its review line saying what that loop does."""
+    targets = ", ".join(names)
+    ctx.plan.add(
+        InsertBefore(top, statement(f"{targets} = {holder}.accelerator.prepare({targets})")),
+        line=ctx.line(top),
+        text=f"{targets} prepared once before the loop that {loop}",
+        anywhere=True,
+    )
+    ctx.prepared_arguments.update(names)
 
 
 def _prepare_step_driven_loaders(ctx: Context) -> None:
@@ -1343,17 +1351,8 @@ def _prepare_step_driven_loaders(ctx: Context) -> None:
             continue
         if not all(_only_read_by(ctx, name, function, loop, top) for name in names):
             continue
-        targets = ", ".join(names)
-        ctx.plan.add(
-            InsertBefore(top, statement(f"{targets} = {instance}.accelerator.prepare({targets})")),
-            line=ctx.line(top),
-            text=(
-                f"{targets} prepared once before the loop that trains through "
-                f"{owner.name.value}.{step.name.value}() (read by that loop only)"
-            ),
-            anywhere=True,
-        )
-        ctx.prepared_arguments.update(names)
+        trains = f"trains through {owner.name.value}.{step.name.value}() (read by that loop only)"
+        _prepare_before(ctx, top, instance, names, trains)
 
 
 def _prepare_property_loaders(ctx: Context) -> None:
