@@ -67,6 +67,21 @@ class CollectiveOnSomeRanks(Rule):
         ),
         Example(HEADER + "if accelerator.process_index == 0:\n    accelerator.reduce(t)\n", 4, 5),
         Example(HEADER + "if rank == 0:\n    accelerator.save_state('ckpt')\n", 4, 5),
+        # Megatron's parallel state: tensor-parallel rank 0 only, the other ranks never arrive
+        Example(
+            HEADER + "from megatron.core import parallel_state as mpu\n"
+            "if mpu.get_tensor_model_parallel_rank() == 0:\n    accelerator.wait_for_everyone()\n",
+            5,
+            5,
+        ),
+        # the rank handed to a helper under its own fused name
+        Example(
+            HEADER + "import torch\n\n\ndef evaluate(model, myrank, acc):\n"
+            "    if myrank == 0:\n        return acc.gather(torch.ones(1))\n\n\n"
+            "evaluate(model, accelerator.process_index, accelerator)\n",
+            8,
+            16,
+        ),
         Example(  # the launcher's variable, read into a local
             HEADER + "import os\nlocal_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
             "if local_rank == 0:\n    accelerator.wait_for_everyone()\n",
@@ -182,6 +197,10 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # a LoRA adapter's rank and a retrieval metric's are no process ranks: every rank runs it
+        HEADER
+        + "if lora_rank == 0 or reciprocal_rank == 0:\n    accelerator.wait_for_everyone()\n",
+        HEADER + "if torch.linalg.matrix_rank(w) == 0:\n    accelerator.wait_for_everyone()\n",
         # launched or not is the same on every rank: no rank test, though it names RANK
         HEADER + "import os\nif 'RANK' in os.environ:\n    accelerator.wait_for_everyone()\n",
         # the same on DDP: no collective there (the RNG states it misses are opt-in ACC206's)

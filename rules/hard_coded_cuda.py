@@ -75,12 +75,30 @@ class HardCodedCuda(Rule):
             HEADER
             + "def step(batch):\n    device = accelerator.device\n    return batch.to(device)\n",
         ),
+        # the accelerator exists on both arms: with --eval-only every rank runs on GPU 0
+        Example(
+            HEADER
+            + "import sys\nimport torch\n"
+            + "eval_only = '--eval-only' in sys.argv\n"
+            + "device = torch.device('cuda:0') if eval_only else accelerator.device\n"
+            + "model.to(device)\n",
+            6,
+            10,
+            HEADER
+            + "import sys\nimport torch\n"
+            + "eval_only = '--eval-only' in sys.argv\n"
+            + "device = accelerator.device if eval_only else accelerator.device\n"
+            + "model.to(device)\n",
+        ),
     )
     good = (
         # the device chosen in one expression: GPU 0 for the plain-PyTorch reference run that
         # makes no accelerator, the accelerator's device otherwise (an Accelerate test fixture)
-        HEADER
-        + "import torch\n"
+        "import torch\n"
+        + "from accelify import Accelerator\n"
+        + "accelerator = None\n"
+        + "if not args.reference:\n"
+        + "    accelerator = Accelerator()\n"
         + "device = torch.device('cuda:0') if args.reference else accelerator.device\n",
         HEADER + "device = accelerator.device\n",
         HEADER + 'cpu = torch.device("cpu")\n',

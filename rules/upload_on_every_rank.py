@@ -10,10 +10,14 @@ from accelify.analysis.collectives import (
     runtime_of,
 )
 from accelify.analysis.facts import facts_of
-from accelify.analysis.rank_only_names import tracker_calls_without_a_run
+from accelify.analysis.rank_only_names import (
+    names_tracker,
+    tested_for_run,
+    tracker_calls_without_a_run,
+)
 from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, keyword_value, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 _HUB = "from huggingface_hub import HfApi, create_repo, upload_folder\n"
@@ -51,9 +55,10 @@ class UploadOnEveryRank(Rule):
 
     The same for a run on an experiment tracker: ``wandb.init(...)`` (``mlflow.start_run``,
     ``comet_ml.Experiment``, ``neptune.init_run``, ``aim.Run``) run by every rank of a script
-    that prepares (and does not start its trackers with ``accelerator.init_trackers``) makes N
-    runs of one experiment, each with one rank's values; and mlflow's module-level logging
-    (``mlflow.log_metric``) run by every rank, which starts a run on each rank that has none."""
+    that prepares (unless ``accelerator.init_trackers`` starts that tracker's run: the
+    Accelerator's ``log_with`` names it) makes N runs of one experiment, each with one rank's
+    values; and mlflow's module-level logging (``mlflow.log_metric``) run by every rank, which
+    starts a run on each rank that has none (not under a test of ``mlflow.active_run()``)."""
 
     code = "ACC207"
     name = "upload-on-every-rank"
@@ -88,6 +93,20 @@ class UploadOnEveryRank(Rule):
         Example(HEADER + _MLFLOW + "mlflow.start_run(run_name='r')\n", 8, 1),
         Example(HEADER + _WANDB + "import comet_ml\nexp = comet_ml.Experiment()\n", 9, 7),
         Example(HEADER + _WANDB + "import neptune\nrun = neptune.init_run()\n", 9, 7),
+        # init_trackers starts the tensorboard run log_with names: mlflow's is the script's own,
+        # started by every rank (its logging, in that run, is no second finding)
+        Example(
+            _LOGGING_WITH.format(log_with="'tensorboard'").replace("import wandb", "import mlflow")
+            + "        with mlflow.start_run():\n"
+            + "            mlflow.log_metric('loss', loss.item())\n",
+            14,
+            14,
+        ),
+        Example(  # no log_with: init_trackers starts no run at all
+            HEADER + _WANDB + "accelerator.init_trackers('p')\nwandb.init(project='p')\n",
+            9,
+            1,
+        ),
         # mlflow's logging by every rank, the run started on the main process only (or not at
         # all): mlflow starts a run on each rank that has none
         Example(
@@ -209,9 +228,14 @@ class UploadOnEveryRank(Rule):
         + _WANDB
         + "if accelerator.is_main_process:\n    wandb.init(project='p')\n"
         + "    wandb.log({'loss': 1.0})\n",
-        HEADER
+        HEADER.replace("Accelerator()", "Accelerator(log_with='wandb')")
         + _WANDB
         + "accelerator.init_trackers('p')\nrun = wandb.init(project='p', reinit=False)\n",
+        # mlflow's logging only where a run is active
+        HEADER
+        + _MLFLOW
+        + "if accelerator.is_main_process:\n    mlflow.start_run()\n"
+        + "if mlflow.active_run() is not None:\n    mlflow.log_metric('loss', 1.0)\n",
         # the other ranks' runs disabled
         HEADER
         + _WANDB
@@ -275,32 +299,35 @@ class UploadOnEveryRank(Rule):
         """``wandb.init(...)`` (``mlflow.start_run``, ``comet_ml.Experiment``,
         ``neptune.init_run``, ``aim.Run``) that every rank runs in a script that prepares: each
         process starts its own run, so one experiment shows up N times (each with one rank's
-        metrics). Not where ``accelerator.init_trackers`` is used (the Accelerator starts the
-        run on the main process and the script's own call joins it), nor under a rank test,
+        metrics). Not for a tracker ``accelerator.init_trackers`` starts (one its
+        Accelerator's ``log_with`` may name: the Accelerator starts the run on the main
+        process and the script's own call joins it), nor under a rank test,
         nor in a function only the main process calls. mlflow's module-level logging
         (``mlflow.log_metric``) starts a run where none is active: run by every rank, it makes
         one run per rank that has not started one, also beside ``init_trackers``; reported
         unless a ``start_run`` every rank runs is (guarding that one, with its logging, fixes
-        both)."""
+        both), or a test of ``mlflow.active_run()`` lets it run only inside a run."""
         if not script.prepare_calls:
             return
-        starts = []
-        if not _inits_trackers(script):
-            starts = [
-                call
-                for call in script.calls
-                if script.call_names(call) & names.TRACKER_RUN_STARTS
-                and not any(script.reads_rank(a.value) for a in call.args)
-                # ``mode="disabled"`` on all ranks but the main one: one live run
-                and _run_by_every_rank(script, call)
-            ]
+        starts = [
+            call
+            for call in script.calls
+            if script.call_names(call) & names.TRACKER_RUN_STARTS
+            and not any(script.reads_rank(a.value) for a in call.args)
+            # ``mode="disabled"`` on all ranks but the main one: one live run
+            and _run_by_every_rank(script, call)
+        ]
         for call in starts:
-            yield self.finding(script, call, message=_tracker_run_message(script, call))
+            # the run ``init_trackers`` starts for ``log_with``'s trackers, which this one joins
+            if not _started_by_accelerator(script, call):
+                yield self.finding(script, call, message=_tracker_run_message(script, call))
         if any(_is_mlflow(script, call) for call in starts):
-            return
+            return  # each rank logs to the run it started: no run starts at the log
         for call in script.calls:
-            if script.call_names(call) & names.TRACKER_AUTO_RUN_CALLS and _run_by_every_rank(
-                script, call
+            if (
+                script.call_names(call) & names.TRACKER_AUTO_RUN_CALLS
+                and _run_by_every_rank(script, call)
+                and not tested_for_run(script, call, "mlflow.active_run")
             ):
                 yield self.finding(script, call, message=_auto_run_message(script, call))
 
@@ -333,10 +360,15 @@ def _tracker_run_message(script: ScriptModel, call: cst.Call) -> str:
     tail = "every rank runs this, and each starts its own run of the experiment"
     accelerator = accelerator_at(script, call)
     if accelerator is not None:
+        other = f"use {accelerator}.init_trackers and {accelerator}.log"
+        if _inits_trackers(script):  # ``log_with="tensorboard"``: the tracker is not in it
+            tracker = _tracker_of(script, call)
+            other = (
+                f"name {tracker} in log_with= of the Accelerator and log through {accelerator}.log"
+            )
         return (
             f"Start the tracker run on the main process only (under `if "
-            f"{accelerator}.is_main_process:`, with its logging), or use "
-            f"{accelerator}.init_trackers and {accelerator}.log: {tail}"
+            f"{accelerator}.is_main_process:`, with its logging), or {other}: {tail}"
         )
     later = _accelerator_below(script, call)
     where = (
@@ -409,9 +441,32 @@ def _collective_in(script: ScriptModel, call: cst.Call) -> cst.Call | None:
     return None
 
 
+def _started_by_accelerator(script: ScriptModel, start: cst.Call) -> bool:
+    """The script starts its trackers through the Accelerator (``init_trackers``), and one of
+    its Accelerators may name ``start``'s tracker in ``log_with`` (``"wandb"``, a flag, or one
+    the file does not show): its run is the Accelerator's, which the script's own call joins.
+    A tracker no ``log_with`` names (``with mlflow.start_run():`` beside
+    ``log_with="tensorboard"``) is the script's own run, started on every rank."""
+    if not _inits_trackers(script):
+        return False
+    tracker = _tracker_of(script, start)
+    made = [call for call in script.calls if script.call_names(call) & names.ACCELERATORS]
+    return not made or any(
+        any(argument.star == "**" for argument in call.args)  # ``Accelerator(**kwargs)``
+        or names_tracker(script, keyword_value(call, "log_with"), call, tracker) is not False
+        for call in made
+    )
+
+
 def _inits_trackers(script: ScriptModel) -> bool:
     """The script starts its trackers through the Accelerator (``init_trackers``)."""
     return any(
         isinstance(call.func, cst.Attribute) and call.func.attr.value == "init_trackers"
         for call in script.calls
     )
+
+
+def _tracker_of(script: ScriptModel, start: cst.Call) -> str:
+    """The tracker a run start is of, as ``log_with`` names it: ``mlflow``, ``wandb``."""
+    started = sorted(script.call_names(start) & names.TRACKER_RUN_STARTS)
+    return started[0].split(".", 1)[0] if started else "it"

@@ -576,3 +576,24 @@ def test_the_loop_around_a_statement_is_looked_for_in_its_own_function_only():
     [inner] = [f for f in model.index.of_type(cst.For) if dotted(f.target) == "batch"]
     assert model.index.enclosing_loop(stop) is None  # the outer loop runs the def, not the body
     assert model.index.enclosing_loop(brk) is inner
+
+
+def test_a_process_rank_is_told_from_other_ranks_by_its_words():
+    """A rank word with any words before it is this process's (``myrank``, Megatron's
+    ``get_tensor_model_parallel_rank``), unless they make it a matrix's, an adapter's or a
+    metric's rank; a ranking and a mode every rank shares are no rank."""
+    from accelify.analysis.names import is_process_rank_name
+
+    process = [
+        "rank", "local_rank", "myrank", "localrank", "is_master_rank", "main_rank",
+        "is_first_rank", "mpu.get_tensor_model_parallel_rank", "get_pipeline_model_parallel_rank",
+        "get_context_parallel_rank", "dist.get_rank", "rank0", "is_rank_zero", "process_index",
+        "is_main_process", "is_world_process_zero", "OMPI_COMM_WORLD_RANK",
+    ]  # fmt: skip
+    other = [
+        "lora_rank", "reciprocal_rank", "ranking_loss", "ranks", "rank_r", "rank0_only",
+        "main_process_only", "main_process_first", "torch.linalg.matrix_rank", "tensor_rank",
+        "mean_rank", "low_rank", "svd_rank", "num_rank", "frank", "crank",
+    ]  # fmt: skip
+    assert [name for name in process if not is_process_rank_name(name)] == []
+    assert [name for name in other if is_process_rank_name(name)] == []

@@ -271,10 +271,13 @@ def _without_accelerator(
     """Also where the test is the one the Accelerator is made under, negated (``accelerator =
     None`` then ``if not args.reference: accelerator = Accelerator(...)``: ``if
     args.reference:`` runs without one), and in a function every call of which in the file runs
-    without one (an Accelerate fixture's ``train_reference``, called in that branch only)."""
+    without one (an Accelerate fixture's ``train_reference``, called in that branch only); the
+    same for an arm of an if-expression."""
     child: cst.CSTNode = node
     for ancestor in model.ancestors(node):
-        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            # ``torch.device("cuda:0") if args.reference else accelerator.device`` where the
+            # Accelerator is made under ``not args.reference``: the plain-PyTorch reference arm
             present = _accelerator_present(ancestor.test, accelerators)
             if present is None:
                 present = _same_test(ancestor.test, made_under)

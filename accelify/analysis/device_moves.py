@@ -265,12 +265,6 @@ def chosen_beside_accelerator_device(model: ScriptModel, node: cst.CSTNode) -> b
             other = ancestor.orelse if child is ancestor.body else ancestor.body
             if other is not None and _reads_accelerator_device(other, accelerators):
                 return True
-        if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
-            # ``torch.device("cuda:0") if args.reference else accelerator.device``: the same
-            # choice in one expression (an Accelerate test fixture's plain-PyTorch reference)
-            other = ancestor.orelse if child is ancestor.body else ancestor.body
-            if _reads_accelerator_device(other, accelerators):
-                return True
         child = ancestor
     return False
 

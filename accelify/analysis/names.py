@@ -255,16 +255,31 @@ def identifier_words(name: str) -> list[str]:
     return [word.lower() for word in _WORD.findall(name)]
 
 
-#: Words that may stand before ``rank`` in a name for this process's rank (``local_rank``,
-#: ``ddp_rank``, ``get_global_rank``, ``is_rank_zero``) ...
-_PROCESS_RANK_BEFORE = frozenset({
-    "local", "global", "node", "world", "process", "proc", "my", "ddp", "dist", "distributed",
-    "get", "is", "cur", "current", "this", "gpu", "device", "dp", "tp", "pp", "mp", "data",
-    "tensor", "pipeline", "parallel", "comm", "mpi", "hvd", "xla", "worker", "env", "slurm",
+#: Words before ``rank`` that make it the rank of something other than a process: a matrix's
+#: or an adapter's (``lora_rank``, ``matrix_rank``, ``low_rank``, ``svd_rank``), a retrieval
+#: metric's (``reciprocal_rank``, ``mean_rank``, ``top_rank``, ``hit_rank``), or a count
+#: (``num_rank``). Any other words before it name this process's rank (``local_rank``,
+#: ``is_master_rank``, Megatron's ``get_tensor_model_parallel_rank``).
+_NOT_A_PROCESS_RANK = frozenset({
+    "lora", "adapter", "matrix", "low", "svd", "pca", "tucker", "decomposition", "approx",
+    "effective", "numerical", "stable", "feature", "alpha", "dim", "ndim", "reciprocal", "mean",
+    "avg", "average", "median", "top", "bottom", "hit", "hits", "score", "query", "doc",
+    "document", "item", "label", "page", "search", "result", "retrieval", "sort", "sorted",
+    "pred", "predicted", "true", "gold", "target", "relevant", "kendall", "spearman",
+    "popularity", "pairwise", "margin", "beam", "candidate", "token", "word", "vocab",
+    "sparse", "eigen", "kernel", "nuclear", "weight", "weights", "n", "num", "number", "count",
+    "total", "max", "min",
 })  # fmt: skip
-#: ... and after it (``rank_id``, ``rank0``, ``is_rank_zero``): any other word makes it another
-#: rank (``lora_rank``, ``reciprocal_rank``, ``rank_r``) or a setting every rank shares
-#: (``rank0_only``).
+#: ``tensor_rank`` (or ``tensor.rank``) is a tensor's number of dimensions; a tensor-parallel
+#: rank says so (``tensor_parallel_rank``, ``tensor_model_parallel_rank``, ``tp_rank``).
+_NOT_A_PROCESS_RANK_JUST_BEFORE = frozenset({"tensor", "array"})
+#: Words fused with ``rank`` into one word for this process's rank: ``myrank``, ``localrank``.
+_FUSED_BEFORE_RANK = frozenset({
+    "my", "local", "global", "node", "world", "proc", "process", "cur", "current", "this",
+    "main", "master", "self", "dist", "ddp", "mpi", "worker", "gpu", "device",
+})  # fmt: skip
+#: Words after ``rank`` (``rank_id``, ``rank0``, ``is_rank_zero``): any other word makes it
+#: another rank (``rank_r``) or a setting every rank shares (``rank0_only``).
 _PROCESS_RANK_AFTER = frozenset({"id", "idx", "index", "num", "no", "zero", "0"})
 #: Names for this process, or for the main one, that hold no ``rank`` word.
 _PROCESS_NAMES = (
@@ -279,18 +294,29 @@ _PROCESS_NAMES = (
 
 def is_process_rank_name(name: str) -> bool:
     """A name for this process's rank or for a test of it, split in words: ``rank``,
-    ``local_rank``, ``dist.get_rank``, ``is_main_process``, ``process_index``, ``rank0``,
+    ``local_rank``, ``myrank``, ``dist.get_rank``, ``is_first_rank``, Megatron's
+    ``mpu.get_tensor_model_parallel_rank``, ``is_main_process``, ``process_index``, ``rank0``,
     ``is_world_process_zero``; not a rank of something else (``lora_rank``,
-    ``reciprocal_rank``, ``rank_r``), a ranking (``ranking_loss``, ``ranks``), or a mode flag
-    every rank shares (``rank0_only``, ``main_process_only``, ``main_process_first``)."""
+    ``reciprocal_rank``, ``matrix_rank``, ``rank_r``), a ranking (``ranking_loss``, ``ranks``),
+    or a mode flag every rank shares (``rank0_only``, ``main_process_only``,
+    ``main_process_first``)."""
     words = identifier_words(name.rsplit(".", 1)[-1])
-    if "only" in words or "first" in words:
+    if "only" in words:
         return False
+    words = [
+        "rank" if word.endswith("rank") and word[:-4] in _FUSED_BEFORE_RANK else word
+        for word in words
+    ]
     if "rank" in words:
         at = words.index("rank")
-        return set(words[:at]) <= _PROCESS_RANK_BEFORE and set(words[at + 1 :]) <= (
-            _PROCESS_RANK_AFTER
-        )
+        before = words[:at]
+        if _NOT_A_PROCESS_RANK & set(before):
+            return False
+        if before and before[-1] in _NOT_A_PROCESS_RANK_JUST_BEFORE:
+            return False
+        return set(words[at + 1 :]) <= _PROCESS_RANK_AFTER
+    if words[-1:] == ["first"]:
+        return False  # ``main_process_first()``: a context every rank enters
     return any(
         words[i : i + len(pair)] == list(pair)
         for pair in _PROCESS_NAMES

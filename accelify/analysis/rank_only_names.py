@@ -310,21 +310,44 @@ def _accelerators_made(model, value: cst.BaseExpression) -> list[cst.BaseExpress
     return made or [value]
 
 
-def _names_wandb(model, value: cst.BaseExpression | None, at: cst.CSTNode, depth: int = 0) -> bool:
-    """``value`` certainly names wandb among the trackers: ``"wandb"``, a list, tuple or set
-    holding it, ``LoggerType.WANDB``, or a name bound once in scope to one of these."""
-    if value is None or depth > 2:
-        return False
+def _names_wandb(model, value: cst.BaseExpression | None, at: cst.CSTNode) -> bool:
+    """``value`` certainly names wandb among the trackers (`names_tracker`)."""
+    return names_tracker(model, value, at, "wandb") is True
+
+
+#: ``log_with`` values that name every tracker installed: which, the file does not say.
+_ALL_TRACKERS = frozenset({"all", "loggertype.all"})
+
+
+def names_tracker(
+    model, value: cst.BaseExpression | None, at: cst.CSTNode, tracker: str, depth: int = 0
+) -> bool | None:
+    """Whether ``log_with=value`` names ``tracker`` (``"wandb"``, ``"mlflow"``): True where it
+    certainly does (``"wandb"``, a list, tuple or set holding it, ``LoggerType.WANDB``, a name
+    bound once in scope to one of these), False where it certainly does not (no ``log_with``,
+    ``"tensorboard"``, a list of other trackers), None where the file does not say
+    (``args.report_to``, ``"all"``)."""
+    if value is None:
+        return False if depth == 0 else None
+    if depth > 2:
+        return None
     if isinstance(value, cst.SimpleString):
-        return value.evaluated_value == "wandb"
+        named = str(value.evaluated_value).lower()
+        return None if named in _ALL_TRACKERS else named == tracker
     if isinstance(value, (cst.List, cst.Tuple, cst.Set)):
-        return any(
-            isinstance(e, cst.Element) and _names_wandb(model, e.value, at, depth + 1)
+        answers = [
+            names_tracker(model, e.value, at, tracker, depth + 1)
+            if isinstance(e, cst.Element)
+            else None  # ``*others``
             for e in value.elements
-        )
+        ]
+        if True in answers:
+            return True
+        return False if all(answer is False for answer in answers) else None
     spelling = dotted(value) or ""
-    if spelling == "LoggerType.WANDB" or spelling.endswith(".LoggerType.WANDB"):
-        return True
+    if spelling.split(".")[-2:-1] == ["LoggerType"]:  # ``LoggerType.WANDB``
+        member = spelling.rsplit(".", 1)[-1].lower()
+        return None if f"loggertype.{member}" in _ALL_TRACKERS else member == tracker
     if isinstance(value, cst.Name):
         scope = model.scope_of(at)
         bound = [
@@ -332,27 +355,32 @@ def _names_wandb(model, value: cst.BaseExpression | None, at: cst.CSTNode, depth
             for a in model.index.assignments_to(value.value)
             if model.scope_of(a) is scope or isinstance(model.scope_of(a), cst.Module)
         ]
-        return (
-            len(bound) == 1
-            and isinstance(bound[0], cst.Assign)
-            and _names_wandb(model, bound[0].value, bound[0], depth + 1)
-        )
-    return False
+        if len(bound) == 1 and isinstance(bound[0], cst.Assign):
+            return names_tracker(model, bound[0].value, bound[0], tracker, depth + 1)
+    return None
 
 
 def _run_tested(model, use: cst.Call) -> bool:
     """``use`` runs only where a test lets it (``if wandb.run is not None:``, ``is_main and
     wandb.log(...)``), or inside a ``try`` that catches what it raises."""
+    return tested_for_run(model, use, "wandb.run", catching=True)
+
+
+def tested_for_run(model, use: cst.Call, run: str, catching: bool = False) -> bool:
+    """``use`` runs only where a test of the tracker's run (``run``: ``wandb.run``,
+    ``mlflow.active_run``) or of the rank lets it: ``if wandb.run is not None:``, ``if
+    mlflow.active_run():``, ``is_main and wandb.log(...)``; or, with ``catching``, inside a
+    ``try`` that catches what it raises."""
     for ancestor in model.ancestors(use):
         if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)):
             test = ancestor.test
         elif isinstance(ancestor, cst.BooleanOperation):
             test = ancestor.left
-        elif isinstance(ancestor, cst.Try) and ancestor.handlers:
+        elif catching and isinstance(ancestor, cst.Try) and ancestor.handlers:
             return True
         else:
             continue
-        if "wandb.run" in model.module.code_for_node(test) or model.reads_rank(test):
+        if run in model.module.code_for_node(test) or model.reads_rank(test):
             return True
     return False
 
