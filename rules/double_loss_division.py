@@ -5,7 +5,7 @@ import libcst as cst
 from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import accumulate_context
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, is_accelerator_call, walk
+from accelify.analysis.syntax import assigned_targets, dotted, is_accelerator_call, walk
 from accelify.lint.rule import (
     Example,
     Finding,
@@ -266,8 +266,8 @@ def _read_steps(script: ScriptModel) -> frozenset[str]:
         target_name
         for assign in script.assignments
         if dotted(assign.value) in reads
-        for target in assign.targets
-        if (target_name := dotted(target.target)) is not None
+        for target in assigned_targets(assign)
+        if (target_name := dotted(target)) is not None
     }
     return frozenset(reads | aliases)
 
@@ -347,7 +347,7 @@ def _division_of(
                         and steps(script.module.code_for_node(small.value)),
                     )
                 elif isinstance(small, cst.Assign) and any(
-                    dotted(target.target) == loss for target in small.targets
+                    dotted(target) == loss for target in assigned_targets(small)
                 ):
                     last = small.value, _divides_by_steps(script, small.value, steps)
         if last is not None:

@@ -14,6 +14,7 @@ from accelify.analysis.evaluation import (
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import (
+    assigned_targets,
     dotted,
     is_accelerator_call,
     keyword_value,
@@ -373,17 +374,17 @@ def _even_batches_turned_off(script: ScriptModel) -> bool:
                 is_accelerator_call(parent)
                 or (
                     isinstance(assigned, cst.Assign)
-                    and any(dotted(t.target) in given_to_accelerators for t in assigned.targets)
+                    and any(dotted(t) in given_to_accelerators for t in assigned_targets(assigned))
                 )
             ):
                 continue  # a configuration no Accelerator in the file is given
         return True
     return any(
-        isinstance(target.target, cst.Attribute)
-        and target.target.attr.value == "even_batches"
+        isinstance(target, cst.Attribute)
+        and target.attr.value == "even_batches"
         and not _literally_true(assign.value)
         for assign in script.assignments
-        for target in assign.targets
+        for target in assigned_targets(assign)
     )
 
 

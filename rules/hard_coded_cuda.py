@@ -5,7 +5,7 @@ import libcst as cst
 from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.device_moves import chosen_beside_accelerator_device
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import assigned_targets, dotted
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 from accelify.lint.rule import (
@@ -168,11 +168,11 @@ def _device_names_holding_gpu(script: ScriptModel) -> Iterator[cst.SimpleString]
         if not (
             isinstance(value, cst.SimpleString)
             and _cuda_literal(value, False)
-            and len(assign.targets) == 1
-            and isinstance(assign.targets[0].target, cst.Name)
+            and len(assigned_targets(assign)) == 1
+            and isinstance(assigned_targets(assign)[0], cst.Name)
         ):
             continue
-        name = assign.targets[0].target.value
+        name = assigned_targets(assign)[0].value
         scope = script.scope_of(assign)
         if any(
             script.scope_of(call) is scope and _passes_as_device(call, name)

@@ -5,7 +5,7 @@ import libcst as cst
 from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import target_names, walk
+from accelify.analysis.syntax import assigned_targets, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 
@@ -233,7 +233,7 @@ def _values_of(script: ScriptModel, name: str) -> list[cst.BaseExpression]:
     return [
         assign.value
         for assign in script.assignments
-        if any(name in target_names(t.target) for t in assign.targets)
+        if any(name in target_names(t) for t in assigned_targets(assign))
     ] + [
         node.value
         for node in script.index.of_type(cst.AugAssign)

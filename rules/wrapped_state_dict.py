@@ -13,7 +13,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.saved_values import saved_values, saved_whole_objects
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import assigned_targets, dotted, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 from accelify.lint.rule import (
@@ -726,9 +726,9 @@ def _unwrapped_before(script: ScriptModel, name: str | None, call: cst.Call) -> 
         default=0,
     )
     for node in facts_of(script).placement.all_nodes():
-        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+        if not isinstance(node, cst.Assign) or len(assigned_targets(node)) != 1:
             continue
-        if dotted(node.targets[0].target) != name or not prepared_at < script.order(node) < here:
+        if dotted(assigned_targets(node)[0]) != name or not prepared_at < script.order(node) < here:
             continue
         value = node.value
         if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith(_UNWRAPPING):

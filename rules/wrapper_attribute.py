@@ -11,7 +11,7 @@ from accelify.analysis.construction import (
 )
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, has_parameter
+from accelify.analysis.syntax import assigned_targets, dotted, has_parameter
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -706,7 +706,7 @@ def _held_name(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) 
             continue
         if last is None or script.order(assign) > script.order(last):
             last = assign
-    if last is None or not isinstance(last.value, cst.Name) or len(last.targets) != 1:
+    if last is None or not isinstance(last.value, cst.Name) or len(assigned_targets(last)) != 1:
         return None
     return last.value.value
 

@@ -597,3 +597,54 @@ def test_a_process_rank_is_told_from_other_ranks_by_its_words():
     ]  # fmt: skip
     assert [name for name in process if not is_process_rank_name(name)] == []
     assert [name for name in other if is_process_rank_name(name)] == []
+
+
+def test_an_annotated_assignment_binds_as_a_plain_one():
+    """``self._model: nn.Module = model`` is ``self._model = model`` to every analysis that
+    follows assignments; ``epochs: int`` with no value binds nothing."""
+    typed = script(
+        """
+        class Trainer:
+            def __init__(self, net, loader):
+                self._model: nn.Module = net
+                self._loader: DataLoader = loader
+                self.optimizer: torch.optim.Optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+        def main():
+            epochs: int
+            train_loader: DataLoader = DataLoader(range(8))
+            trainer = Trainer(nn.Linear(2, 2), train_loader)
+        """
+    )
+    plain = script(
+        """
+        class Trainer:
+            def __init__(self, net, loader):
+                self._model = net
+                self._loader = loader
+                self.optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+        def main():
+            train_loader = DataLoader(range(8))
+            trainer = Trainer(nn.Linear(2, 2), train_loader)
+        """
+    )
+    for name in ("self._model", "self._loader", "self.optimizer", "train_loader"):
+        (typed_assign,) = typed.index.assignments_to(name)
+        (plain_assign,) = plain.index.assignments_to(name)
+        assert isinstance(typed_assign, cst.AnnAssign) and isinstance(plain_assign, cst.Assign)
+        assert dotted(typed_assign.target) == name
+        assert typed.module.code_for_node(typed_assign.value) == plain.module.code_for_node(
+            plain_assign.value
+        )
+        # once each, as the plain one: not again as an annotated statement
+        assert len(typed.index.values_bound_to(name.removeprefix("self."))) <= 1
+    assert typed.index.assignments_to("epochs") == []
+    assert typed.index.values_bound_to("epochs") == []
+    init = typed.classes["Trainer"].body.body[0]
+    assert [dotted(a.target) for a in typed.index.own_assignments(init)] == [
+        "self._model",
+        "self._loader",
+        "self.optimizer",
+    ]
+    assert kinds(typed) == kinds(plain)

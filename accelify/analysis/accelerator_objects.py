@@ -19,7 +19,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import assigned_targets, dotted, is_assignment, walk
 
 _LIBRARIES = ("torch", "deepspeed", "accelerate", "accelify", "lightning", "pytorch_lightning")
 _TRAINING_LIBRARIES = frozenset(
@@ -35,9 +35,9 @@ def add_accelerator_objects(model: ScriptModel) -> None:
     factories = _local_factories(model)
     known = {(b.name, id(b.scope)) for b in model.of_kind(Kind.ACCELERATOR)}
     for assign in model.assignments if evidence or factories else ():
-        if len(assign.targets) != 1 or not _may_hold_an_object(assign.value):
+        if len(assigned_targets(assign)) != 1 or not _may_hold_an_object(assign.value):
             continue
-        target = assign.targets[0].target
+        target = assigned_targets(assign)[0]
         from_factory = (
             isinstance(assign.value, cst.Call)
             and isinstance(assign.value.func, cst.Name)
@@ -138,7 +138,7 @@ def _foreign_accelerators(model: ScriptModel) -> set[str]:
                 found.add(name)
     for assign in model.assignments:
         if isinstance(assign.value, cst.Call) and _names_foreign_class(model, assign.value.func):
-            found.update(n for t in assign.targets if (n := dotted(t.target)) is not None)
+            found.update(n for t in assigned_targets(assign) if (n := dotted(t)) is not None)
     return found
 
 
@@ -241,9 +241,9 @@ def _local_factories(model: ScriptModel) -> set[str]:
         if isinstance(parent, cst.Return):
             found.add(function.name.value)
             continue
-        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
+        if not is_assignment(parent) or len(assigned_targets(parent)) != 1:
             continue
-        bound = dotted(parent.targets[0].target)
+        bound = dotted(assigned_targets(parent)[0])
         if any(
             isinstance(node, cst.Return) and node.value is not None and dotted(node.value) == bound
             for node in walk(function.body)
@@ -301,14 +301,17 @@ def _made_under(model: ScriptModel, accelerators: set[str]) -> list[cst.BaseExpr
     Accelerator(...)``): where such a test is false, the script runs without one."""
     tests = []
     for assign in model.assignments:
-        if len(assign.targets) != 1 or dotted(assign.targets[0].target) not in accelerators:
+        if (
+            len(assigned_targets(assign)) != 1
+            or dotted(assigned_targets(assign)[0]) not in accelerators
+        ):
             continue
         if not (isinstance(assign.value, cst.Call) and dotted(assign.value.func) == "Accelerator"):
             continue
-        target = dotted(assign.targets[0].target)
+        target = dotted(assigned_targets(assign)[0])
         if not any(
-            len(other.targets) == 1
-            and dotted(other.targets[0].target) == target
+            len(assigned_targets(other)) == 1
+            and dotted(assigned_targets(other)[0]) == target
             and dotted(other.value) == "None"
             for other in model.assignments
         ):

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import Visitor, dotted, updated_with, visit_code, walk
+from accelify.analysis.syntax import (
+    Visitor,
+    assigned_targets,
+    dotted,
+    updated_with,
+    visit_code,
+    walk,
+)
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -308,10 +315,10 @@ def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> boo
     if not steps or any(_sets_sync_gradients(assign) for assign in model.assignments):
         return False  # stepped elsewhere (a wrapper's callers, DeepSpeed's engine) or by hand
     modulo_names = {
-        dotted(target.target)
+        dotted(target)
         for node in model.assignments
         if _has_modulo(node.value)
-        for target in node.targets
+        for target in assigned_targets(node)
     }
     for call in steps:
         for ancestor in model.ancestors(call):
@@ -325,8 +332,8 @@ def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> boo
 
 def _sets_sync_gradients(assign: cst.Assign) -> bool:
     return any(
-        isinstance(t.target, cst.Attribute) and t.target.attr.value == "sync_gradients"
-        for t in assign.targets
+        isinstance(t, cst.Attribute) and t.attr.value == "sync_gradients"
+        for t in assigned_targets(assign)
     )
 
 
@@ -351,7 +358,7 @@ def _multiplied_back(backward: cst.Call, steps_code: str, model: ScriptModel) ->
     subjects += [  # ``loss = loss * steps`` above the backward
         node.value
         for node in model.assignments
-        if any(dotted(target.target) in losses for target in node.targets)
+        if any(dotted(target) in losses for target in assigned_targets(node))
     ]
     for subject in subjects:
         for node in walk(subject):

@@ -28,7 +28,14 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import all_params, dotted, strip_self_methods, target_names, walk
+from accelify.analysis.syntax import (
+    all_params,
+    assigned_targets,
+    dotted,
+    strip_self_methods,
+    target_names,
+    walk,
+)
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 #: Method names every torch object has: ``x.train()`` on an unknown ``x`` is not a Trainer's.
@@ -383,10 +390,10 @@ class CallGraph:
             return []
         loop = self._loop_over(name, call)
         if loop is None or any(
-            dotted(t.target) == name
+            dotted(t) == name
             for a in self.index.assignments_to(name)
             if self.model.order(a) > self.model.order(loop) and self._inside(a, loop)
-            for t in a.targets
+            for t in assigned_targets(a)
         ):
             return []
         made = self._element_classes(loop.iter, depth=_MAX_DEPTH)
@@ -815,7 +822,7 @@ class CallGraph:
                 values = [
                     a.value
                     for a in self.index.own_assignments(factory)
-                    if any(dotted(t.target) == name for t in a.targets)
+                    if any(dotted(t) == name for t in assigned_targets(a))
                 ]
                 made |= {self._made_by(v, depth - 1) for v in values}
             else:
@@ -933,8 +940,8 @@ class CallGraph:
             value = strip_self_methods(assign.value)
             if not isinstance(value, cst.Call) or dotted(value.func) not in self.classes:
                 continue
-            for target in assign.targets:
-                name = dotted(target.target)
+            for target in assigned_targets(assign):
+                name = dotted(target)
                 if name is not None:
                     found.setdefault(name, []).append((assign, self.classes[dotted(value.func)]))
         return found

@@ -12,7 +12,15 @@ import libcst as cst
 from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, has_parameter, strip_self_methods, target_names, walk
+from accelify.analysis.syntax import (
+    assigned_targets,
+    dotted,
+    has_parameter,
+    is_assignment,
+    strip_self_methods,
+    target_names,
+    walk,
+)
 
 
 def prepared_in_construction(
@@ -90,7 +98,7 @@ def holds_constructed_wrapper(
     if not made:
         return False
     last = max(made, key=script.order)
-    if not isinstance(last, cst.Assign) or len(last.targets) != 1:
+    if not is_assignment(last) or len(assigned_targets(last)) != 1:
         return False
     kept = strip_self_methods(last.value)  # ``trainer.model.eval()``: the same object
     return holds_constructed_wrapper(script, kept, last, depth + 1)
@@ -112,7 +120,7 @@ def constructed_accelerator(
             if script.scope_of(assign) is scope and script.order(assign) < here
         ]
         last = max(made, key=script.order) if made else None
-        if isinstance(last, cst.Assign) and len(last.targets) == 1:
+        if is_assignment(last) and len(assigned_targets(last)) == 1:
             value = strip_self_methods(last.value)
             if not isinstance(value, cst.Name) or value.value != owner.value:
                 return constructed_accelerator(script, value, last, depth + 1)
@@ -166,7 +174,7 @@ def constructed_instance(
     ]
     if made:
         last = max(made, key=script.order)
-        if not isinstance(last, cst.Assign) or len(last.targets) != 1:
+        if not is_assignment(last) or len(assigned_targets(last)) != 1:
             return None
         owner_class = graph.classes.get(graph.made_by(last.value) or "")
         if owner_class is None or _rebound(script, f"{spelling}.{member}", scope, last, here):
@@ -233,7 +241,7 @@ def _module_instance(script: ScriptModel, name: str, member: str) -> cst.ClassDe
     made = [
         a for a in script.index.assignments_to(name) if isinstance(script.scope_of(a), cst.Module)
     ]
-    classes = {graph.made_by(a.value) if len(a.targets) == 1 else None for a in made}
+    classes = {graph.made_by(a.value) if len(assigned_targets(a)) == 1 else None for a in made}
     if len(classes) != 1 or _rebound(script, f"{name}.{member}", None, None, None):
         return None
     return graph.classes.get(classes.pop() or "")
@@ -254,7 +262,7 @@ def _held_by_attribute(
         for assign in script.index.assignments_to(spelling)
         if script.index.enclosing_class(assign) is runner
     ]
-    classes = {graph.made_by(a.value) if len(a.targets) == 1 else None for a in made}
+    classes = {graph.made_by(a.value) if len(assigned_targets(a)) == 1 else None for a in made}
     if runner is None or len(classes) != 1:
         return None
     if _rebound(script, f"{spelling}.{member}", None, None, None):
@@ -315,14 +323,14 @@ def keeps_the_object(assign: cst.CSTNode, spelling: str) -> bool:
     """``self.model = self.model.to(device)`` (``.cuda()``, ``.train()``, ``.eval()``): the
     value is the object the name already held, since nn.Module's moves hand ``self`` back; on a
     prepared model that is still the DistributedDataParallel wrapper."""
-    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+    if not is_assignment(assign) or len(assigned_targets(assign)) != 1:
         return False
     value = assign.value
     kept = strip_self_methods(value)
     return (
         kept is not value
         and dotted(kept) == spelling
-        and dotted(assign.targets[0].target) == spelling
+        and dotted(assigned_targets(assign)[0]) == spelling
     )
 
 

@@ -8,7 +8,15 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import Visitor, argument_value, dotted, root_name, visit_code, walk
+from accelify.analysis.syntax import (
+    Visitor,
+    argument_value,
+    assigned_targets,
+    dotted,
+    root_name,
+    visit_code,
+    walk,
+)
 
 
 def strip_moves(node: cst.CSTNode) -> cst.CSTNode:
@@ -163,9 +171,9 @@ def identity_comprehension_moves(node: cst.CSTNode, batch: set[str]) -> list[cst
 def is_identity_assignment(assign: cst.Assign, batch: set[str]) -> bool:
     """``x = x.to(device)``, ``a, b = a.to(d), b.to(d)``,
     ``batch = {k: v.to(d) for k, v in batch.items()}``: the statement does nothing else."""
-    if len(assign.targets) != 1:
+    if len(assigned_targets(assign)) != 1:
         return False
-    target, value = assign.targets[0].target, assign.value
+    target, value = assigned_targets(assign)[0], assign.value
     if isinstance(value, cst.DictComp):
         source = value.for_in.iter
         return (
@@ -209,7 +217,7 @@ def hard_coded_cuda(model: ScriptModel, node: cst.BaseExpression | None) -> bool
     if name is None:
         return False
     values = [b.value for b in model.of_kind(Kind.DEVICE) if b.name == name]
-    bound = [a for a in model.assignments if any(dotted(t.target) == name for t in a.targets)]
+    bound = [a for a in model.assignments if any(dotted(t) == name for t in assigned_targets(a))]
     return (
         bool(values)
         and len(values) == len(bound)
@@ -354,9 +362,9 @@ def _reads(
             a.value
             for a in model.assignments
             if model.scope_of(a) is scope
-            and len(a.targets) == 1
-            and isinstance(a.targets[0].target, cst.Name)
-            and a.targets[0].target.value == text
+            and len(assigned_targets(a)) == 1
+            and isinstance(assigned_targets(a)[0], cst.Name)
+            and assigned_targets(a)[0].value == text
         ]
         if isinstance(node, cst.Name) and len(values) == 1 and depth > 0:
             found += _reads(model, values[0], scope, depth - 1)

@@ -40,7 +40,14 @@ from accelify.analysis.loops import enumerates, find_backward, first_enumerate_n
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.shard_totals import divided_by_set_size
-from accelify.analysis.syntax import argument_value, dotted, root_name, target_names, walk
+from accelify.analysis.syntax import (
+    argument_value,
+    assigned_targets,
+    dotted,
+    root_name,
+    target_names,
+    walk,
+)
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -291,7 +298,7 @@ def _loader_constructions(model: ScriptModel, value: cst.Call) -> list[cst.Call]
             assigned = [
                 a.value
                 for a in model.index.own_assignments(factory)
-                if any(dotted(t.target) == result.value for t in a.targets)
+                if any(dotted(t) == result.value for t in assigned_targets(a))
             ]
             result = assigned[-1] if assigned else result
         if isinstance(result, cst.Call):
@@ -323,7 +330,7 @@ def _collate_function(model: ScriptModel, value: cst.BaseExpression) -> cst.Func
         assigned = [
             a.value
             for a in model.index.own_assignments(function)
-            if any(dotted(t.target) == name for t in a.targets)
+            if any(dotted(t) == name for t in assigned_targets(a))
         ]
         if len(assigned) == 1 and isinstance(assigned[0], cst.Call):
             return _returned_function(model, assigned[0])
@@ -390,15 +397,15 @@ def _returns_a_list(collate: cst.FunctionDef) -> str | None:
     (``seqs = [s for s, _ in batch]`` then ``seqs = pad_sequence(seqs)``) is no list."""
     assigned = [node for node in walk(collate.body) if isinstance(node, cst.Assign)]
     listed = {
-        dotted(t.target)
+        dotted(t)
         for node in assigned
         if isinstance(node.value, cst.ListComp)
-        for t in node.targets
+        for t in assigned_targets(node)
     } - {
-        dotted(t.target)
+        dotted(t)
         for node in assigned
         if not isinstance(node.value, cst.ListComp)
-        for t in node.targets
+        for t in assigned_targets(node)
     }
     for node in walk(collate.body):
         if not isinstance(node, cst.Return) or node.value is None:
@@ -520,8 +527,12 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
         return "the forward pass shares its line with other statements"
     small = statement.body[0]
     taken = names_in_scope(model, found.loop.scope)
-    if isinstance(small, cst.Assign) and small.value is forward and len(small.targets) == 1:
-        outputs = plain_targets(small.targets[0].target)
+    if (
+        isinstance(small, cst.Assign)
+        and small.value is forward
+        and len(assigned_targets(small)) == 1
+    ):
+        outputs = plain_targets(assigned_targets(small)[0])
         if outputs is None:
             return "the forward's output is not bound to plain names"
     else:
@@ -831,9 +842,9 @@ def _step_counters(loop: Loop) -> set[str]:
 def _stores_at(sink: cst.CSTNode, counted: set[str]) -> set[str]:
     """The step counts (``counted``) that the position ``sink`` stores at reads:
     ``preds[i * bs : i * bs + len(out)] = out`` reads ``i``."""
-    if not (isinstance(sink, cst.Assign) and len(sink.targets) == 1):
+    if not (isinstance(sink, cst.Assign) and len(assigned_targets(sink)) == 1):
         return set()
-    written = sink.targets[0].target
+    written = assigned_targets(sink)[0]
     if not isinstance(written, cst.Subscript) or not counted:
         return set()
     read = {n.value for element in written.slice for n in walk(element) if isinstance(n, cst.Name)}
@@ -975,7 +986,7 @@ def _scalar_of_a_gathered_value(
         if isinstance(assign, cst.Assign) and _same_values(
             assign.value, gathered, found.forward if forward else None
         ):
-            gathered |= {t for target in assign.targets for t in target_names(target.target)}
+            gathered |= {t for target in assigned_targets(assign) for t in target_names(target)}
         if forward:
             continue
         for node in walk(small):
@@ -1125,7 +1136,7 @@ def _bound_in(small: cst.CSTNode) -> set[str]:
         for node in walk(small)
         if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
         for target in (
-            [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            list(assigned_targets(node)) if isinstance(node, cst.Assign) else [node.target]
         )
         for name in target_names(target)
     }
@@ -1155,8 +1166,8 @@ def _feeds_a_metric(small: cst.CSTNode, found: Evaluation) -> bool:
         name
         for node in walk(small)
         if isinstance(node, cst.Assign)
-        for target in node.targets
-        for name in target_names(target.target)
+        for target in assigned_targets(node)
+        for name in target_names(target)
     }
     return any(
         isinstance(node, cst.Name) and node.value in bound
@@ -1211,9 +1222,9 @@ def _batch_means(body: list[cst.CSTNode]) -> set[str]:
     found: set[str] = set()
     for small in body:
         for node in walk(small):
-            if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            if not isinstance(node, cst.Assign) or len(assigned_targets(node)) != 1:
                 continue
-            target = node.targets[0].target
+            target = assigned_targets(node)[0]
             if isinstance(target, cst.Name) and _a_batch_mean(node.value, found):
                 found.add(target.value)
     return found
@@ -1289,9 +1300,9 @@ def _carried_into_the_forward(
 ) -> str | None:
     """``val_h = tuple([each.data for each in val_h])`` before ``output, val_h = net(x, val_h)``:
     the name the statement rebinds from itself, when the forward reads it."""
-    if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+    if not (isinstance(small, cst.Assign) and len(assigned_targets(small)) == 1):
         return None
-    target = small.targets[0].target
+    target = assigned_targets(small)[0]
     if not isinstance(target, cst.Name) or found.forward is None:
         return None
     return target.value if target.value in variables_in(model, found.forward) else None
@@ -1309,8 +1320,8 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
             and func.attr.value in SINK_METHODS
             and root_name(func.value) not in local
         )
-    if isinstance(small, cst.Assign) and len(small.targets) == 1:
-        written = small.targets[0].target
+    if isinstance(small, cst.Assign) and len(assigned_targets(small)) == 1:
+        written = assigned_targets(small)[0]
         # ``total = total + x``, and ``sums[key] = sums.get(key, 0) + value``
         target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
         if target is None or target in local:
@@ -1323,9 +1334,9 @@ def _stores_in_a_container(small: cst.CSTNode, local: set[str]) -> bool:
     """``preds[i * bs : (i + 1) * bs] = out.numpy()``, ``by_id[name] = p``: a store into a
     container the loop did not make keeps the batch's values past it, as a sum does (asked only
     of a loop that runs a forward: a loop over a dict of loaders stores each one's score)."""
-    if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+    if not (isinstance(small, cst.Assign) and len(assigned_targets(small)) == 1):
         return False
-    written = small.targets[0].target
+    written = assigned_targets(small)[0]
     if not isinstance(written, cst.Subscript):
         return False
     target = root_name(written)
@@ -1392,9 +1403,9 @@ def _assigned_in(loop: cst.For) -> set[str]:
     inner = []
     for node in walk(loop.body):
         if isinstance(node, cst.Assign):
-            for target in node.targets:
+            for target in assigned_targets(node):
                 value_names = _variables(node.value)
-                bound |= {t for t in target_names(target.target) if t not in value_names}
+                bound |= {t for t in target_names(target) if t not in value_names}
         elif isinstance(node, cst.For):
             inner.append(node)
     grown = True
@@ -1441,8 +1452,8 @@ def _feeds_training(loop: Loop, sinks: list[cst.CSTNode], facts: Facts) -> bool:
     if returned:
         for call, _ in facts.flow.calls_of(function):  # type: ignore[arg-type]
             assign = model.parent(call)
-            if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
-                names = target_names(assign.targets[0].target)
+            if isinstance(assign, cst.Assign) and len(assigned_targets(assign)) == 1:
+                names = target_names(assigned_targets(assign)[0])
                 places.append((names, placement.enclosing_function(call) or model.module))
     return any(_read_by_training(names, scope, loop.node, facts) for names, scope in places)
 
@@ -1493,7 +1504,7 @@ def _folded_into(sink: cst.CSTNode) -> set[str]:
         if isinstance(func, cst.Attribute):
             return {root_name(func.value) or ""}
     if isinstance(sink, cst.Assign):
-        return {root_name(t.target) or "" for t in sink.targets}
+        return {root_name(t) or "" for t in assigned_targets(sink)}
     return set()
 
 
@@ -1541,10 +1552,10 @@ def _combined_after(
     for node in walk(function.body if isinstance(function, cst.FunctionDef) else function):
         if model.order(node) <= start or facts.placement.inside(node, loop.node):
             continue
-        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        if isinstance(node, cst.Assign) and len(assigned_targets(node)) == 1:
             reads = {n.value for n in walk(node.value) if isinstance(n, cst.Name)}
             if reads & made_from:
-                made_from |= target_names(node.targets[0].target)
+                made_from |= target_names(assigned_targets(node)[0])
         if not isinstance(node, cst.Call) or not node.args:
             continue
         if combines_ranks(model, node) and root_name(node.args[0].value) in made_from:
@@ -1555,8 +1566,8 @@ def _combined_after(
 def _sink_name(sink: cst.CSTNode) -> str | None:
     if isinstance(sink, cst.AugAssign):
         return root_name(sink.target)
-    if isinstance(sink, cst.Assign) and len(sink.targets) == 1:
-        return root_name(sink.targets[0].target)
+    if isinstance(sink, cst.Assign) and len(assigned_targets(sink)) == 1:
+        return root_name(assigned_targets(sink)[0])
     if isinstance(sink, cst.Expr) and isinstance(sink.value, cst.Call):
         func = sink.value.func
         return root_name(func.value) if isinstance(func, cst.Attribute) else None
@@ -1581,8 +1592,8 @@ def _batch_names(loop: Loop, facts: Facts, before: cst.CSTNode | None) -> set[st
         if isinstance(small, cst.Assign) and _pure_access(small.value):
             reads = variables_in(facts.model, small.value)
             if reads and reads <= batch | {"device"} | _device_names(small.value):
-                for target in small.targets:
-                    batch |= target_names(target.target)
+                for target in assigned_targets(small):
+                    batch |= target_names(target)
     return batch
 
 
@@ -1743,7 +1754,7 @@ def gather_counts_padding(loop: Loop, gather: cst.Call, facts: Facts) -> bool:
     model = facts.model
     assign = next((a for a in model.ancestors(gather) if isinstance(a, cst.Assign)), None)
     gathered = (
-        {name for target in assign.targets for name in target_names(target.target)}
+        {name for target in assigned_targets(assign) for name in target_names(target)}
         if assign is not None
         else set()
     )

@@ -20,7 +20,14 @@ from accelify.analysis.objects import bound_arguments, callee, returned_entry, r
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
-from accelify.analysis.syntax import dotted, root_name, self_parameter, target_names, walk
+from accelify.analysis.syntax import (
+    assigned_targets,
+    dotted,
+    root_name,
+    self_parameter,
+    target_names,
+    walk,
+)
 
 #: Annotations that name a tracked kind, by the qualified name the file's imports give them.
 _ANNOTATED_KINDS = {
@@ -627,8 +634,8 @@ class ObjectFlow:
                 continue
             for small in line.body:
                 if isinstance(small, cst.Assign) and root_name(small.value) in batch | derived:
-                    for target in small.targets:
-                        derived |= target_names(target.target)
+                    for target in assigned_targets(small):
+                        derived |= target_names(target)
         return derived
 
     def per_epoch_schedulers(self, prepared: set[str]) -> set[str]:
@@ -901,7 +908,7 @@ class ObjectFlow:
 def _targets(node: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[cst.BaseExpression]:
     """What an assignment binds: each target of ``a = b = value``, else its one target."""
     if isinstance(node, cst.Assign):
-        return [target.target for target in node.targets]
+        return list(assigned_targets(node))
     return [node.target]
 
 

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.syntax import children_of, dotted, target_names, walk
+from accelify.analysis.syntax import (
+    Assignment,
+    assigned_targets,
+    children_of,
+    dotted,
+    target_names,
+    walk,
+)
 
 if TYPE_CHECKING:
     from accelify.analysis.script_model import Scope, ScriptModel
@@ -125,10 +132,10 @@ class Index:
 
     # --- assignments and calls by name -----------------------------------------------------------
     @cached_property
-    def _assignments_by_target(self) -> dict[str, list[cst.Assign]]:
-        found: dict[str, list[cst.Assign]] = {}
+    def _assignments_by_target(self) -> dict[str, list[Assignment]]:
+        found: dict[str, list[Assignment]] = {}
         for assign in self.model.assignments:
-            for name in dict.fromkeys(dotted(t.target) for t in assign.targets):
+            for name in dict.fromkeys(dotted(t) for t in assigned_targets(assign)):
                 if name is not None:
                     found.setdefault(name, []).append(assign)
         return found
@@ -138,15 +145,13 @@ class Index:
         found: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = {}
         for assign in self.model.assignments:
             names = set()
-            for target in assign.targets:
-                names |= target_names(target.target)
+            for target in assigned_targets(assign):
+                names |= target_names(target)
             for name in names:
-                found.setdefault(name, []).append((assign, assign.value))
-        for node in self.of_type((cst.AugAssign, cst.AnnAssign)):
-            value = node.value  # type: ignore[attr-defined]
-            if value is not None:  # ``x: int`` declares, binds nothing
-                for name in target_names(node.target):  # type: ignore[attr-defined]
-                    found.setdefault(name, []).append((node, value))
+                found.setdefault(name, []).append((assign, assign.value))  # type: ignore[arg-type]
+        for node in self.of_type(cst.AugAssign):
+            for name in target_names(node.target):  # type: ignore[attr-defined]
+                found.setdefault(name, []).append((node, node.value))  # type: ignore[attr-defined]
         for with_node in self.of_type(cst.With):
             for item in with_node.items:  # type: ignore[attr-defined]
                 if item.asname is not None:
@@ -156,9 +161,9 @@ class Index:
 
     def values_bound_to(self, name: str) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
         """What the plain name ``name`` is bound to anywhere in the file, with the statement
-        that binds it: assignments (also unpacking) in source order, then augmented and
-        annotated ones (``name += step``'s ``step``, ``name: int = 0``'s ``0``), then ``with X
-        as name``."""
+        that binds it: assignments (also unpacking, and annotated: ``name: int = 0``'s ``0``) in
+        source order, then augmented ones (``name += step``'s ``step``), then ``with X as
+        name``."""
         return self._names_bound.get(name, [])
 
     @cached_property
@@ -194,9 +199,9 @@ class Index:
         found = self.nearest(node, _LOOPS_AND_SCOPES)
         return found if isinstance(found, (cst.For, cst.While)) else None
 
-    def assignments_to(self, name: str) -> list[cst.Assign]:
-        """Every ``name = ...`` of the file (``self.model = ...`` for ``self.model``), in
-        source order; an assignment to several targets once."""
+    def assignments_to(self, name: str) -> list[Assignment]:
+        """Every ``name = ...`` of the file (``self.model = ...`` for ``self.model``; ``name: T =
+        ...`` too), in source order; an assignment to several targets once."""
         return self._assignments_by_target.get(name, [])
 
     @cached_property
@@ -288,8 +293,14 @@ class Index:
             self._own_of_type[key] = found
         return found
 
-    def own_assignments(self, function: cst.FunctionDef) -> list[cst.Assign]:
-        return list(self._own_typed(function, cst.Assign))  # type: ignore[arg-type]
+    def own_assignments(self, function: cst.FunctionDef) -> list[Assignment]:
+        """``x = v`` and ``x: T = v`` of ``function``'s own body, in source order."""
+        plain = self._own_typed(function, cst.Assign)
+        annotated = [a for a in self._own_typed(function, cst.AnnAssign) if a.value is not None]  # type: ignore[attr-defined]
+        if not annotated:
+            return list(plain)  # type: ignore[arg-type]
+        order = self.model.orders
+        return sorted((*plain, *annotated), key=order.__getitem__)  # type: ignore[arg-type]
 
     def own_returns(self, function: cst.FunctionDef) -> list[cst.Return]:
         """``return <value>`` statements of ``function`` itself (a bare ``return`` is left out)."""
@@ -327,10 +338,13 @@ class Index:
         if found is None:
             found = {}
             for node in walk(function.body):
-                if type(node) is not cst.Assign:
+                if type(node) is cst.AnnAssign and node.value is not None:  # type: ignore[attr-defined]
+                    targets = [node.target]  # type: ignore[attr-defined]
+                elif type(node) is cst.Assign:
+                    targets = [t.target for t in node.targets]  # type: ignore[attr-defined]
+                else:
                     continue
-                targets = node.targets  # type: ignore[attr-defined]
-                named = {t.target.value: None for t in targets if type(t.target) is cst.Name}
+                named = {t.value: None for t in targets if type(t) is cst.Name}
                 for name in named:
                     found.setdefault(name, []).append(node.value)  # type: ignore[attr-defined]
             self._assigned_under[function] = found

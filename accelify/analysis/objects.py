@@ -20,8 +20,10 @@ import libcst as cst
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import (
     Path,
+    assigned_targets,
     dotted,
     element_at,
+    is_assignment,
     strip_self_methods,
     tuple_leaves,
     unpacked_pairs,
@@ -86,7 +88,7 @@ def _held(
     values = [
         a.value
         for a in model.index.own_assignments(function)
-        if any(dotted(t.target) == result.value for t in a.targets)
+        if any(dotted(t) == result.value for t in assigned_targets(a))
     ]
     return values[0] if len(values) == 1 else result
 
@@ -249,8 +251,8 @@ def attributes_kept(model: ScriptModel, function: cst.FunctionDef) -> dict[str, 
         parameter = received_name(function, assign.value)
         if parameter not in parameters:
             continue
-        for target in assign.targets:
-            attribute = dotted(target.target)
+        for target in assigned_targets(assign):
+            attribute = dotted(target)
             if attribute and attribute.startswith("self.") and attribute.count(".") == 1:
                 found.setdefault(parameter, []).append(attribute)  # type: ignore[arg-type]
     return {name: attributes[0] for name, attributes in found.items() if len(attributes) == 1}
@@ -292,7 +294,7 @@ def returned_entry(
     key = _entry_key(value)
     container = dotted(value.value) if key is not None else None  # type: ignore[attr-defined]
     made = _made_by_a_factory(model, container, at) if container is not None else None
-    if made is None or isinstance(made[0].targets[0].target, (cst.Tuple, cst.List)):
+    if made is None or isinstance(assigned_targets(made[0])[0], (cst.Tuple, cst.List)):
         return None
     if any(b.assign is made[0] and is_loader_dict(model, b) for b in model.bindings):
         # ``loaders = build_dataloaders(cfg)`` returning ``{"train": train, ...}``: a dict of
@@ -317,7 +319,7 @@ def returned_local(
     made = _made_by_a_factory(model, name, at) if "." not in name else None
     if made is None:
         return None
-    path = _path_in(made[0].targets[0].target, name)
+    path = _path_in(assigned_targets(made[0])[0], name)
     if path is None:
         return None
     return _returned_at(model, made[1], path, frozenset())
@@ -359,7 +361,7 @@ def _made_by_a_factory(
         scope = model.scope_of(at)
         bound = [s for s, _ in model.index.values_bound_to(name) if model.scope_of(s) is scope]
     assign = bound[0] if len(bound) == 1 else None
-    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+    if not is_assignment(assign) or len(assigned_targets(assign)) != 1:
         return None
     target = callee(model, assign.value) if isinstance(assign.value, cst.Call) else None
     if target is None or target[0].name.value == "__init__":
@@ -483,8 +485,8 @@ def _received_pairs(assign: cst.Assign) -> list[tuple[cst.BaseExpression, cst.Ba
     """Each target of ``assign`` with the value it receives: ``self.model = model``, also
     unpacked side by side (``self.model, self.loader = model, loader``)."""
     pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
-    for target in assign.targets:
-        pairs += unpacked_pairs(target.target, assign.value) or [(target.target, assign.value)]
+    for target in assigned_targets(assign):
+        pairs += unpacked_pairs(target, assign.value) or [(target, assign.value)]
     return pairs
 
 
@@ -503,9 +505,9 @@ def _receive_tuples(
         if _enclosing_class(model, function) is None:
             continue
         for assign in model.index.own_assignments(function):
-            if len(assign.targets) != 1 or not isinstance(assign.value, cst.Name):
+            if len(assigned_targets(assign)) != 1 or not isinstance(assign.value, cst.Name):
                 continue
-            names = _target_names(assign.targets[0].target)
+            names = _target_names(assigned_targets(assign)[0])
             if names is None or len(names) < 2 or not all(n.startswith("self.") for n in names):
                 continue
             parameter = assign.value.value
@@ -561,10 +563,10 @@ def _factories(model: ScriptModel, classify: Classify, known: set[tuple[str, int
     added = 0
     for assign in model.assignments:
         value = strip_self_methods(assign.value)
-        if not isinstance(value, cst.Call) or len(assign.targets) != 1:
+        if not isinstance(value, cst.Call) or len(assigned_targets(assign)) != 1:
             continue
         kinds = dict(_call_returns(model, value, classify))
-        targets = tuple_leaves(assign.targets[0].target, (cst.Tuple, cst.List))
+        targets = tuple_leaves(assigned_targets(assign)[0], (cst.Tuple, cst.List))
         if not kinds or targets is None or {path for path, _ in targets} != set(kinds):
             continue  # ``models, loaders = build()`` of ``return (m, o), (tr, va)``: tuples
         scope = model.scope_of(assign)
@@ -685,7 +687,7 @@ def _value_kind(
             if binding.name == name and binding.scope is function:
                 return binding.kind
         for assign in model.index.own_assignments(function):
-            if any(dotted(t.target) == name for t in assign.targets):
+            if any(dotted(t) == name for t in assigned_targets(assign)):
                 return classify(assign.value, name)
         return None
     if isinstance(value, cst.Dict) and value.elements:

@@ -19,6 +19,7 @@ from accelify.analysis.script_model import (
 from accelify.analysis.syntax import (
     Visitor,
     argument_value,
+    assigned_targets,
     dotted,
     strip_self_methods,
     visit_code,
@@ -174,7 +175,7 @@ def _in_model_class(node: cst.CSTNode, model: ScriptModel) -> bool:
 
 def _assignments(model: ScriptModel) -> Iterator[tuple[str, cst.Assign, cst.BaseExpression]]:
     for node in model.assignments:
-        for target in node.targets:
-            name = dotted(target.target)
+        for target in assigned_targets(node):
+            name = dotted(target)
             if name:
                 yield name, node, node.value

@@ -29,7 +29,7 @@ from accelify.analysis.idle_members import (
 from accelify.analysis.objects import bound_arguments, methods_of, received_name
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, self_parameter, walk
+from accelify.analysis.syntax import assigned_targets, dotted, self_parameter, walk
 
 #: How many helpers deep a model handed on is followed.
 _DEPTH = 3
@@ -264,7 +264,7 @@ def _stored_parameters(method: cst.FunctionDef, attribute: str) -> list[str]:
         if not isinstance(node, cst.Assign):
             continue
         name = received_name(method, node.value)
-        if name in parameters and any(dotted(t.target) == target for t in node.targets):
+        if name in parameters and any(dotted(t) == target for t in assigned_targets(node)):
             found.append(name)
     return found
 

@@ -19,7 +19,7 @@ from accelify.analysis import names
 from accelify.analysis.dataflow import variables_in
 from accelify.analysis.objects import attributes_kept
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
-from accelify.analysis.syntax import argument_value, dotted
+from accelify.analysis.syntax import argument_value, assigned_targets, dotted
 
 #: positional order of each autocast's parameters
 _AUTOCAST_POSITIONS = {
@@ -207,11 +207,10 @@ def _inlined(model: ScriptModel, condition: cst.BaseExpression) -> tuple[cst.Bas
         for assign in model.assignments
         if model.scope_of(assign) is scope
         and any(
-            isinstance(t.target, cst.Name) and t.target.value == condition.value
-            for t in assign.targets
+            isinstance(t, cst.Name) and t.value == condition.value for t in assigned_targets(assign)
         )
     ]
-    if len(assigned) == 1 and len(assigned[0].targets) == 1:
+    if len(assigned) == 1 and len(assigned_targets(assigned[0])) == 1:
         value = assigned[0].value
         roots = variables_in(model, value)
         if roots <= set(model.imports.bound) and _simple(value):
@@ -233,7 +232,7 @@ def _through_parameters(
     if owner is None or model.index.enclosing_class_name(condition) != owner:
         return None
     parameters = {p.name.value for p in (*scope.params.params, *scope.params.kwonly_params)}
-    rebound = {dotted(t.target) for a in model.index.own_assignments(scope) for t in a.targets}
+    rebound = {dotted(t) for a in model.index.own_assignments(scope) for t in assigned_targets(a)}
     replaced: dict[str, str] = {}
     for node in _attribute_roots(condition):
         attribute = dotted(node) or ""

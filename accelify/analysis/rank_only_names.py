@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.syntax import all_params, dotted, keyword_value, walk
+from accelify.analysis.syntax import (
+    all_params,
+    assigned_targets,
+    dotted,
+    is_assignment,
+    keyword_value,
+    walk,
+)
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -39,7 +46,7 @@ def rank_only_reads(facts: Facts) -> list[RankOnlyRead]:
     # only the scopes that assign a plain name under a rank test are read in full
     candidates: dict[int, tuple[cst.CSTNode, set[str]]] = {}
     for assign in model.assignments:
-        names = {n.value for t in assign.targets for n in _stored_names(t.target)}
+        names = {n.value for t in assigned_targets(assign) for n in _stored_names(t)}
         if not names:
             continue
         scope = facts.placement.enclosing_function(assign) or model.module
@@ -88,8 +95,8 @@ def rank_only_attributes(facts: Facts) -> list[RankOnlyAttribute]:
     model, graph = facts.model, facts.calls
     candidates: dict[tuple[int, str], tuple[cst.ClassDef, cst.FunctionDef, list[cst.If]]] = {}
     for assign in model.assignments:
-        for target in assign.targets:
-            name = _self_attribute(target.target)
+        for target in assigned_targets(assign):
+            name = _self_attribute(target)
             init = facts.placement.enclosing_function(assign)
             if name is None or init is None or init.name.value != "__init__":
                 continue
@@ -274,7 +281,7 @@ def _logs_with_wandb(model, init: cst.Call) -> bool:
         ]
     made: list[cst.BaseExpression] = []
     for assign in assigns:
-        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        if not is_assignment(assign) or len(assigned_targets(assign)) != 1:
             return False
         made += _accelerators_made(model, assign.value)
     return bool(made) and all(
@@ -412,7 +419,7 @@ def _attribute_uses(
     for node in nodes:
         targets: list[cst.CSTNode] = []
         if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets]
+            targets = list(assigned_targets(node))
         elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor)):
             targets = [node.target]
         elif isinstance(node, cst.WithItem) and node.asname is not None:
@@ -468,7 +475,7 @@ def _class_level_names(owner: cst.ClassDef) -> set[str]:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
                 if isinstance(small, cst.Assign):
-                    names.update(n.value for t in small.targets for n in _stored_names(t.target))
+                    names.update(n.value for t in assigned_targets(small) for n in _stored_names(t))
                 elif isinstance(small, cst.AnnAssign):
                     names.update(n.value for n in _stored_names(small.target))
         elif isinstance(statement, cst.FunctionDef):
@@ -598,7 +605,7 @@ def _names_in(scope: cst.CSTNode) -> tuple[dict[str, list[cst.Name]], dict[str, 
                 continue
             if isinstance(child, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
                 targets = (
-                    [t.target for t in child.targets]
+                    list(assigned_targets(child))
                     if isinstance(child, cst.Assign)
                     else [child.target]
                 )

@@ -9,6 +9,7 @@ import libcst as cst
 
 from accelify.analysis.device_moves import module_chain_root
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import assigned_targets
 
 
 def saved_values(
@@ -37,7 +38,7 @@ def saved_values(
         if isinstance(assign, cst.Assign)
         and since < script.order(assign) < here
         and script.scope_of(assign) is scope
-        and any(_stores_into(target.target, saved.value) for target in assign.targets)
+        and any(_stores_into(target, saved.value) for target in assigned_targets(assign))
     ]
     return [last.value if last is not None else saved, *stored]
 

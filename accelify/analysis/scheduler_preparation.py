@@ -13,7 +13,13 @@ import libcst as cst
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import callee
 from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
-from accelify.analysis.syntax import dotted, is_accelerator_call, updated_with, walk
+from accelify.analysis.syntax import (
+    assigned_targets,
+    dotted,
+    is_accelerator_call,
+    updated_with,
+    walk,
+)
 
 #: Settings under which a prepared scheduler steps once per call, or that this file may set in a
 #: way it cannot read (a config dict, an attribute, a flag): a mention other than the default.
@@ -70,11 +76,11 @@ def _prepare_scheduler_call(script: ScriptModel, assign: cst.Assign) -> tuple[st
         and call.func.attr.value == "prepare_scheduler"
         and len(call.args) == 1
         and not call.args[0].star
-        and len(assign.targets) == 1
+        and len(assigned_targets(assign)) == 1
     ):
         return None
     receiver = dotted(call.func.value)
-    output = dotted(assign.targets[0].target)
+    output = dotted(assigned_targets(assign)[0])
     if output is None or receiver not in script.names_of(Kind.ACCELERATOR):
         return None
     given = dotted(call.args[0].value)

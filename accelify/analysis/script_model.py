@@ -29,8 +29,10 @@ from accelify.analysis.loops import (
     loop_source,
 )
 from accelify.analysis.syntax import (
+    Assignment,
     Visitor,
     argument_value,
+    assigned_targets,
     children_of,
     dotted,
     root_name,
@@ -123,7 +125,8 @@ class ScriptModel:
     #: each node's parent, by the node's id (a node's own hash is a Python call, and this is
     #: asked for every step up the tree; the module keeps every node, so no id is reused)
     parents: dict[int, cst.CSTNode] = field(default_factory=dict, repr=False)
-    assignments: list[cst.Assign] = field(default_factory=list, repr=False)
+    #: the file's ``x = v`` and ``x: T = v`` statements, in source order
+    assignments: list[Assignment] = field(default_factory=list, repr=False)
     bindings: list[Binding] = field(default_factory=list)
     backward_calls: list[cst.Call] = field(default_factory=list)
     loops: list[Loop] = field(default_factory=list)
@@ -394,9 +397,9 @@ class ScriptModel:
         conditional expressions): ``f"cuda:{rank}"`` is a device, not a guard."""
         values: dict[str, list[cst.BaseExpression]] = {}
         for assign in self.assignments:
-            if len(assign.targets) != 1:
+            if len(assigned_targets(assign)) != 1:
                 continue
-            target = assign.targets[0].target
+            target = assigned_targets(assign)[0]
             if isinstance(target, cst.Name):
                 values.setdefault(target.value, []).append(assign.value)
             elif isinstance(target, cst.Attribute) and dotted(target.value) == "self":
@@ -651,7 +654,7 @@ def _see_through_progress_bars(model: ScriptModel) -> None:
         assigns = [
             a
             for a in model.index.assignments_to(name)
-            if model.scope_of(a) is loop.scope and len(a.targets) == 1
+            if model.scope_of(a) is loop.scope and len(assigned_targets(a)) == 1
         ]
         if not assigns or any(model.order(a) > model.order(loop.node) for a in assigns):
             continue
@@ -723,19 +726,16 @@ def _prepare_call(
     ``loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}``."""
     value = node.value
     if isinstance(value, cst.DictComp) and _is_prepare(value.value, accelerators):
-        outputs = [dotted(target.target) or "" for target in node.targets]
+        outputs = [dotted(target) or "" for target in assigned_targets(node)]
         inputs = [root_name(value.for_in.iter) or ""]
         return PrepareCall(value.value, inputs, outputs, model)  # type: ignore[arg-type]
     if not isinstance(value, cst.Call) or not _is_prepare(value, accelerators):
         return None
     outputs: list[str] = []
-    for target in node.targets:
-        elements = (
-            target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) else [target]
-        )
+    for target in assigned_targets(node):
+        elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else [target]
         outputs += [
-            _output_name(model, e.target if isinstance(e, cst.AssignTarget) else e.value)
-            for e in elements
+            _output_name(model, e.value if isinstance(e, cst.BaseElement) else e) for e in elements
         ]
     inputs = [dotted(argument.value) or "" for argument in value.args]
     if len(outputs) == 1 and len(inputs) > 1 and outputs[0]:
@@ -751,15 +751,15 @@ def _unpacked_later(model: ScriptModel, node: cst.Assign, name: str) -> list[str
         if (
             model.orders[later] > model.orders[node]
             and dotted(later.value) == name
-            and len(later.targets) == 1
-            and isinstance(later.targets[0].target, (cst.Tuple, cst.List))
+            and len(assigned_targets(later)) == 1
+            and isinstance(assigned_targets(later)[0], (cst.Tuple, cst.List))
             and model.scope_of(later) is scope
             and not any(
                 isinstance(e, cst.StarredElement)
-                for e in later.targets[0].target.elements  # type: ignore[attr-defined]
+                for e in assigned_targets(later)[0].elements  # type: ignore[attr-defined]
             )
         ):
-            elements = later.targets[0].target.elements  # type: ignore[attr-defined]
+            elements = assigned_targets(later)[0].elements  # type: ignore[attr-defined]
             return [_output_name(model, element.value) for element in elements]
     return None
 
@@ -851,10 +851,10 @@ class _Collector(Visitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.model.assignments.append(node)
-        for target in node.targets:
-            self._bind(target.target, node.value, node)
-            self._note_optimizer_table(target.target, node.value)
-            self._bind_unpacked_optimizer(target.target, node)
+        for target in assigned_targets(node):
+            self._bind(target, node.value, node)
+            self._note_optimizer_table(target, node.value)
+            self._bind_unpacked_optimizer(target, node)
 
     def _bind_unpacked_optimizer(self, target: cst.BaseExpression, assign: cst.Assign) -> None:
         """``optimizer, scheduler = get_optimizer_and_scheduler(params=model.parameters())``: a
@@ -927,8 +927,10 @@ class _Collector(Visitor):
         return dotted(table) in self._optimizer_tables
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
+        if node.value is not None:  # ``x: T = v`` binds as ``x = v`` does; ``x: T`` binds nothing
+            self.model.assignments.append(node)
             self._bind(node.target, node.value, node)
+            self._note_optimizer_table(node.target, node.value)
 
     def _bind(
         self,

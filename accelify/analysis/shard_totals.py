@@ -19,7 +19,7 @@ from accelify.analysis.loops import phase_name
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import assigned_targets, dotted, walk
 
 
 @dataclass
@@ -175,7 +175,7 @@ def _size_of_loader_data(
     made = [
         a.value
         for a in model.index.assignments_to(name)
-        if model.scope_of(a) is model.scope_of(size) and len(a.targets) == 1
+        if model.scope_of(a) is model.scope_of(size) and len(assigned_targets(a)) == 1
     ]
     return len(made) == 1 and any(
         isinstance(value, cst.Call) and counted in {dotted(arg.value) for arg in value.args}
@@ -233,9 +233,9 @@ def _dataset_sizes(model: ScriptModel, loop: Loop) -> set[str]:
     """Names of the loop's scope assigned ``len(<loader>.dataset)``: ``n = len(loader.dataset)``."""
     found = set()
     for assign in model.assignments:
-        if model.scope_of(assign) is not loop.scope or len(assign.targets) != 1:
+        if model.scope_of(assign) is not loop.scope or len(assigned_targets(assign)) != 1:
             continue
-        target = assign.targets[0].target
+        target = assigned_targets(assign)[0]
         if isinstance(target, cst.Name) and _is_len_of_dataset(assign.value, loop.iterable):
             found.add(target.value)
     return found

@@ -708,8 +708,12 @@ class SharedFiles:
             elif isinstance(node, cst.Call):
                 skipped.add(id(node.func))
                 skipped |= {id(a.keyword) for a in node.args if a.keyword is not None}
-        result = path
+        replaced: dict[int, cst.BaseExpression] = {}
         for node in walk(path):
+            kept = self._kept_argument(node)
+            if kept is not None:
+                replaced[id(node)] = kept
+                continue
             if not isinstance(node, cst.Name) or id(node) in skipped:
                 continue
             values = self._values_of(node.value, node)
@@ -721,8 +725,26 @@ class SharedFiles:
                 value = values[0]
                 if not isinstance(value, (cst.Name, cst.Attribute)):
                     value = self._substituted(value, depth + 1)
-                result = result.deep_replace(node, value)  # type: ignore[assignment]
-        return result
+                replaced[id(node)] = value
+        # at once: a replacement rebuilds the nodes around it, and a second one would look for
+        # a node the first left behind
+        return path.visit(_Replaced(replaced)) if replaced else path  # type: ignore[return-value]
+
+    def _kept_argument(self, node: cst.CSTNode) -> cst.BaseExpression | None:
+        """``self.dirpath`` in a method of a class whose ``__init__`` keeps its parameter there
+        (``self.dirpath = dirpath``), and every construction in the file hands it one name
+        (``ModelCheckpoint(ckpt_dir)``): that name, the caller's spelling of the same value, so
+        ``os.path.join(self.dirpath, "best.pt")`` the callback saves is the
+        ``os.path.join(ckpt_dir, "best.pt")`` its caller loads."""
+        if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+            return None
+        if node.value.value != "self":
+            return None
+        passed = set(self.flow.kept_arguments(dotted(node), node))
+        if len(passed) != 1:
+            return None
+        (name,) = passed
+        return cst.parse_expression(name) if name is not None else None
 
     def _passed_or_default(self, function: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
         """What each call of ``function`` in the file gives its parameter ``name``: the argument,
@@ -805,6 +827,20 @@ class SharedFiles:
                 break  # recursion
             chain[current] = sites
         return chain
+
+
+class _Replaced(cst.CSTTransformer):
+    """Each node whose id is a key replaced by its value (its children left unvisited)."""
+
+    def __init__(self, replaced: dict[int, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.replaced = replaced
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) not in self.replaced
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+        return self.replaced.get(id(original_node), updated_node)
 
 
 def _unselfed(spellings: set[str]) -> set[str]:

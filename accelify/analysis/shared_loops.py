@@ -17,7 +17,7 @@ from accelify.analysis.dataflow import between, bound_by
 from accelify.analysis.loops import find_backward, phase_name
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.syntax import all_params, dotted, has_parameter, walk
+from accelify.analysis.syntax import all_params, assigned_targets, dotted, has_parameter, walk
 
 _UNKNOWN = object()
 
@@ -155,12 +155,12 @@ def _flag_aliases(
         counts.update(bound_by(node))
         if (
             isinstance(node, cst.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0].target, cst.Name)
+            and len(assigned_targets(node)) == 1
+            and isinstance(assigned_targets(node)[0], cst.Name)
         ):
             read = {n.value for n in walk(node.value) if isinstance(n, cst.Name)}
             if read and read <= parameters | {"None", "True", "False"}:
-                found[node.targets[0].target.value] = node.value
+                found[assigned_targets(node)[0].value] = node.value
     return {name: value for name, value in found.items() if counts.get(name) == 1}
 
 

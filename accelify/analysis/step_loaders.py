@@ -20,7 +20,7 @@ from accelify.analysis.names import DATALOADERS
 from accelify.analysis.objects import callee
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import argument_value, strip_self_methods, walk
+from accelify.analysis.syntax import argument_value, assigned_targets, strip_self_methods, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -100,9 +100,9 @@ def _over_step_buffers(model: ScriptModel, constructor: cst.Call, made: cst.CSTN
                 elif node.func.attr.value in _FILLS:
                     filled.add(receiver.value)
         elif isinstance(node, cst.Assign):
-            for target in node.targets:
-                if isinstance(target.target, cst.Name) and target.target.value in names:
-                    emptied.add(target.target.value)
+            for target in assigned_targets(node):
+                if isinstance(target, cst.Name) and target.value in names:
+                    emptied.add(target.value)
     return bool(names) and names <= emptied & filled
 
 
@@ -158,8 +158,8 @@ def _dataset_from_arguments(
             for assign in model.assignments
             if _within(model, assign, home)
             and any(
-                isinstance(t.target, cst.Name) and t.target.value == dataset.value
-                for t in assign.targets
+                isinstance(t, cst.Name) and t.value == dataset.value
+                for t in assigned_targets(assign)
             )
         ]
         if len(made) != 1:
@@ -176,9 +176,9 @@ def _locals_from_parameters(model: ScriptModel, home: cst.FunctionDef) -> set[st
     params = _parameters(home)
     found: set[str] = set()
     for assign in model.assignments:
-        if not _within(model, assign, home) or len(assign.targets) != 1:
+        if not _within(model, assign, home) or len(assigned_targets(assign)) != 1:
             continue
-        target = assign.targets[0].target
+        target = assigned_targets(assign)[0]
         if isinstance(target, cst.Name) and _value_names(assign.value) <= params:
             found.add(target.value)
     return found

@@ -248,6 +248,25 @@ def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.A
     return keyword_argument(accelerator, keyword)
 
 
+#: a statement that binds its targets to one value: ``x = v``, ``a = b = v``, ``x: T = v`` (an
+#: annotation with a value binds like a plain ``=``; ``x: T`` alone binds nothing and is not one)
+Assignment = cst.Assign | cst.AnnAssign
+
+
+def is_assignment(node: object) -> typing.TypeGuard[Assignment]:
+    """``node`` binds its targets to one value: ``x = v`` or ``x: T = v`` (not ``x: T``)."""
+    return isinstance(node, cst.Assign) or (
+        isinstance(node, cst.AnnAssign) and node.value is not None
+    )
+
+
+def assigned_targets(assign: Assignment) -> list[cst.BaseExpression]:
+    """What ``assign`` binds its value to: each target of ``a = b = v``, the one of ``x: T = v``."""
+    if isinstance(assign, cst.AnnAssign):
+        return [assign.target]
+    return [target.target for target in assign.targets]
+
+
 def target_names(target: cst.BaseExpression) -> set[str]:
     if isinstance(target, cst.Name):
         return {target.value}

@@ -14,7 +14,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.flow import SchedulerStep
 from accelify.analysis.objects import bound_arguments, returned_local
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import all_params, dotted, self_parameter, walk
+from accelify.analysis.syntax import all_params, assigned_targets, dotted, self_parameter, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 
@@ -320,10 +320,10 @@ class Context:
                 and self.line(assign) < self.line(node)
                 and isinstance(value, cst.Call)
                 and dotted(value.func) == owner.name.value
-                and len(assign.targets) == 1
-                and isinstance(assign.targets[0].target, cst.Name)
+                and len(assigned_targets(assign)) == 1
+                and isinstance(assigned_targets(assign)[0], cst.Name)
             ):
-                return assign.targets[0].target.value
+                return assigned_targets(assign)[0].value
         return self._instance_parameter(node, owner)
 
     def _instance_parameter(self, node: cst.CSTNode, owner: cst.ClassDef) -> str | None:

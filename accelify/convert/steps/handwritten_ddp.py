@@ -10,7 +10,7 @@ from accelify.analysis import names
 from accelify.analysis.dataflow import is_binding
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.script_model import Binding, Kind
-from accelify.analysis.syntax import dotted, strip_self_methods
+from accelify.analysis.syntax import assigned_targets, dotted, strip_self_methods
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import reductions_replaced_by_gathers
 from accelify.edits import rewrites
@@ -88,7 +88,7 @@ def _spawn_sizes(ctx: Context, call: cst.Call) -> str:
 def _launcher_variables(ctx: Context) -> None:
     """``os.environ["MASTER_PORT"] = "29500"`` would point the ranks away from the launcher's."""
     for assign in ctx.model.assignments:
-        keys = [_environ_key(t.target) for t in assign.targets]
+        keys = [_environ_key(t) for t in assigned_targets(assign)]
         if keys and all(key in names.LAUNCHER_VARIABLES for key in keys):
             statement = ctx.model.parent(assign)
             if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis.objects import bound_arguments, callee
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import assigned_targets, dotted
 from accelify.convert.steps.context import Context
 
 #: What logs a record: the module's own functions and the methods of a logger from
@@ -53,7 +53,7 @@ def _loggers(ctx: Context) -> set[str]:
     for assign in ctx.model.assignments:
         value = assign.value
         if isinstance(value, cst.Call) and "logging.getLogger" in ctx.model.qualified(value.func):
-            found |= {dotted(target.target) for target in assign.targets} - {None}
+            found |= {dotted(target) for target in assigned_targets(assign)} - {None}
     for _ in range(3):  # a logger handed from main to a trainer, then to a helper
         received = _received_loggers(ctx, found)
         more = {
@@ -61,7 +61,7 @@ def _loggers(ctx: Context) -> set[str]:
             for assign in ctx.model.assignments
             if isinstance(assign.value, cst.Name)
             and (ctx.model.scope_of(assign), assign.value.value) in received
-            for name in (dotted(target.target) for target in assign.targets)
+            for name in (dotted(target) for target in assigned_targets(assign))
             if name is not None
         }
         more |= {parameter for _, parameter in received}

@@ -26,6 +26,7 @@ from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_mo
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
+    assigned_targets,
     dotted,
     has_parameter,
     if_chain,
@@ -443,9 +444,9 @@ def _wrapped_loaders(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dic
     found: dict[str, cst.Assign] = {}
     for assign in ctx.model.assignments:
         value = assign.value
-        if ctx.model.scope_of(assign) is not scope or len(assign.targets) != 1:
+        if ctx.model.scope_of(assign) is not scope or len(assigned_targets(assign)) != 1:
             continue
-        name = dotted(assign.targets[0].target)
+        name = dotted(assigned_targets(assign)[0])
         if chosen.get(name or "") is not Kind.DATALOADER or not isinstance(value, cst.Call):
             continue
         wrapper = dotted(value.func)
@@ -813,7 +814,7 @@ def _attribute_index(ctx: Context, scope: cst.FunctionDef, attribute: str) -> in
     """The index in ``scope``'s body of the statement that binds ``attribute``."""
     placement = ctx.facts.placement
     for assign in ctx.model.index.own_assignments(scope):
-        if any(dotted(t.target) == attribute for t in assign.targets):
+        if any(dotted(t) == attribute for t in assigned_targets(assign)):
             top = placement.top_statement(assign, scope)
             if top is not None:
                 return placement.index(top, scope)
@@ -1442,7 +1443,7 @@ def _built_once(
         function = ctx.facts.placement.enclosing_function(assign)
         if function is None or function.name.value == "__init__":
             continue
-        if any(dotted(t.target) in read for t in assign.targets):
+        if any(dotted(t) in read for t in assigned_targets(assign)):
             return None  # set again after the constructor: a new read would see it
     for node in walk(ctx.model.module):
         if (

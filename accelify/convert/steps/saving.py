@@ -11,7 +11,7 @@ from accelify.analysis import names, side_effects
 from accelify.analysis.loss_sources import last_binding, runs_before
 from accelify.analysis.saved_values import saved_whole_objects
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
 from accelify.convert.steps import main_process
 from accelify.convert.steps.context import Context, unwrap
 from accelify.convert.steps.host_inputs import returned_by
@@ -402,11 +402,11 @@ def _opened_to_read(ctx: Context, call: cst.Call) -> bool:
     assign = ctx.model.parent(call)
     if not (
         isinstance(assign, cst.Assign)
-        and len(assign.targets) == 1
-        and isinstance(assign.targets[0].target, cst.Name)
+        and len(assigned_targets(assign)) == 1
+        and isinstance(assigned_targets(assign)[0], cst.Name)
     ):
         return False
-    name = assign.targets[0].target.value
+    name = assigned_targets(assign)[0].value
     scope = ctx.model.scope_of(assign)
     start = ctx.model.order(assign)
     rebound = [
@@ -416,7 +416,11 @@ def _opened_to_read(ctx: Context, call: cst.Call) -> bool:
     ]
     end = min(rebound, default=None)
     for node in walk(scope):
-        if not isinstance(node, cst.Name) or node.value != name or node is assign.targets[0].target:
+        if (
+            not isinstance(node, cst.Name)
+            or node.value != name
+            or node is assigned_targets(assign)[0]
+        ):
             continue
         at = ctx.model.order(node)
         if at < start or (end is not None and at > end):
