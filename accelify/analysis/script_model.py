@@ -51,6 +51,9 @@ _RANK_SETTINGS = ("args.should_save", "args.should_log")
 #: ``rank = int(os.environ["RANK"])``, ``gpu = rank % 8``); a call's arguments are followed only
 #: into a conversion (``int(...)``, ``os.getenv(...)``): ``loss = model(x.to(rank))`` is no rank.
 _CONVERSIONS = frozenset({"int", "str", "bool", "float", "getattr", "get", "getenv", "environ"})
+#: The nodes `ScriptModel._rank_name_values` reads names' values from, and the loops among them.
+_LOOP_TYPES = (cst.For, cst.CompFor)
+_SETTING_TYPES = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, *_LOOP_TYPES, cst.Param)
 #: A model's method that builds its optimizer, by convention (nanoGPT, PyTorch Lightning).
 OPTIMIZER_METHODS = {"configure_optimizers"}
 
@@ -366,9 +369,7 @@ class ScriptModel:
     @cached_property
     def _loop_iterables(self) -> set[int]:
         """The iterables of the file's loops (a loop's target is a count, not a rank)."""
-        return {
-            id(node.iter) for node in walk(self.module) if isinstance(node, (cst.For, cst.CompFor))
-        }
+        return {id(node.iter) for node in self.index.of_type(_LOOP_TYPES)}  # type: ignore[attr-defined]
 
     @cached_property
     def _rank_name_values(self) -> dict[tuple[int, str], list[cst.CSTNode]]:
@@ -377,7 +378,7 @@ class ScriptModel:
         (the parameter itself: what the callers pass), by the function (or module) they are
         set in."""
         values: dict[tuple[int, str], list[cst.CSTNode]] = {}
-        for node in walk(self.module):
+        for node in self.index.of_type(_SETTING_TYPES):  # source order, from the one walk
             targets: list[cst.BaseExpression] = []
             value: cst.CSTNode | None = None
             if isinstance(node, cst.Assign):
