@@ -258,7 +258,14 @@ def without_accelerator(model: ScriptModel, node: cst.CSTNode) -> bool:
     None:``. A library that trains with or without one keeps its plain ``loss.backward()`` and
     device moves there, and advice to use the accelerator would call a method of None."""
     accelerators = model.names_of(Kind.ACCELERATOR)
-    return _without_accelerator(model, node, accelerators, _made_under(model, accelerators), 0)
+    # _made_under scans every pair of the file's assignments: asked once per file (and again
+    # only if the analysis has since found more accelerators or assignments), not per node
+    key = (frozenset(accelerators), len(model.assignments))
+    memo = model.__dict__.setdefault("_made_under", {})
+    made_under = memo.get(key)
+    if made_under is None:
+        made_under = memo[key] = _made_under(model, accelerators)
+    return _without_accelerator(model, node, accelerators, made_under, 0)
 
 
 def _without_accelerator(
@@ -326,6 +333,8 @@ def _made_under(model: ScriptModel, accelerators: set[str]) -> list[cst.BaseExpr
 def _same_test(test: cst.BaseExpression, made_under: list[cst.BaseExpression]) -> bool | None:
     """True where ``test`` is one an accelerator is made under, False where it is its negation
     (``args.reference`` against ``not args.reference``), None otherwise."""
+    if not made_under:
+        return None  # most files: no test to compare with, no code generated for this one
     spelled = _spelling(test)
     for made in made_under:
         if spelled == _spelling(made):
