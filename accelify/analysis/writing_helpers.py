@@ -250,7 +250,9 @@ def _calls_only(graph: CallGraph, function: cst.FunctionDef, helpers: set[cst.Fu
 def _called_as_statements(model: ScriptModel, graph: CallGraph, function: cst.FunctionDef) -> bool:
     """``function`` is called in the file, only by calls that are statements of their own
     (``dump_results(path, results)``), and is not handed on by name (``callbacks =
-    [write_log]``) where its calls cannot be seen."""
+    [write_log]``) where its calls cannot be seen. Every mention of its name counts, but
+    that of an attribute of an imported module (``json.dump`` beside a top-level ``def
+    dump``), which names another function."""
     calls = graph.callers(function)
     if not calls or graph.uncertain_callers(function):
         return False
@@ -260,11 +262,20 @@ def _called_as_statements(model: ScriptModel, graph: CallGraph, function: cst.Fu
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
             return False
     name = function.name.value
+    method = any(isinstance(a, cst.ClassDef) for a in model.ancestors(function))
     mentions = [
         n
         for n in walk(model.module)
-        if (isinstance(n, cst.Name) and n.value == name)
-        or (isinstance(n, cst.Attribute) and n.attr.value == name)
+        if (
+            isinstance(n, cst.Name)
+            and n.value == name
+            and not (isinstance(p := model.parent(n), cst.Attribute) and p.attr is n)
+        )
+        or (
+            isinstance(n, cst.Attribute)
+            and n.attr.value == name
+            and (method or _root_name(n) not in model.imports.bound)
+        )
     ]
     called = {id(c.func) for c in calls} | {
         id(c.func.attr) for c in calls if isinstance(c.func, cst.Attribute)
@@ -272,6 +283,15 @@ def _called_as_statements(model: ScriptModel, graph: CallGraph, function: cst.Fu
     return all(
         id(n) in called or n is function.name or id(model.parent(n)) in called for n in mentions
     )
+
+
+def _root_name(node: cst.Attribute) -> str | None:
+    """``json`` for ``json.dump``: an attribute of an imported module is never a function of
+    the file (``def dump`` beside ``json.dump``)."""
+    root: cst.BaseExpression = node
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    return root.value if isinstance(root, cst.Name) else None
 
 
 def _all_params(params: cst.Parameters) -> list[cst.Param]:
