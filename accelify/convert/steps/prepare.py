@@ -1566,8 +1566,8 @@ def _written_paths(module: cst.Module) -> list[tuple[str, cst.CSTNode]]:
         if isinstance(node, cst.Assign):
             for t in node.targets:
                 add(t.target, node)
-        elif isinstance(node, BINDS):
-            add(node.target, node)
+        elif isinstance(node, BINDS) and not isinstance(node, cst.AssignTarget):
+            add(node.target, node)  # an Assign's targets: above
         elif isinstance(node, cst.WithItem) and node.asname is not None:
             add(node.asname.name, node)
         elif isinstance(node, cst.Del):
