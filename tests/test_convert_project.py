@@ -113,3 +113,29 @@ def test_a_sibling_writer_handed_a_loader_runs_on_every_rank(tmp_path: Path):
     (project / "train.py").write_text(train)
     (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
     assert '\n    dump_sizes(loader, "sizes.json")\n' in result.converted.decode()
+
+
+def test_a_sibling_writer_that_changes_a_module_global_or_raises_runs_on_every_rank(
+    tmp_path: Path,
+):
+    # a list the other ranks read, or a raise that would stop the main process alone: guarded,
+    # the ranks would drift apart or wait on rank 0
+    for body in (
+        "    SEEN.append(line)\n",
+        "    if line != line:\n        raise ValueError(line)\n",
+    ):
+        project = tmp_path / f"project{len(body)}"
+        shutil.copytree(WRITES, project)
+        utils = (WRITES / "utils.py").read_text()
+        utils = "SEEN = []\n" + utils.replace(
+            "def write_log(path, line):\n", "def write_log(path, line):\n" + body
+        )
+        (project / "utils.py").write_text(utils)
+        (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+        converted = result.converted.decode()
+        assert '\n        utils.write_log("train.log", f"epoch {epoch} loss {total:.4f}")\n' in (
+            converted
+        )
+        assert "if accelerator.is_main_process:\n            utils.write_log(" not in converted
+        # the helper that only writes is still guarded
+        assert "    if accelerator.is_main_process:\n        dump_results(" in converted

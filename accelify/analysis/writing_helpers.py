@@ -8,12 +8,20 @@ they are (the helper runs on one rank).
 
 A helper qualifies only where guarding its calls changes nothing but who writes:
 - it reads no rank (a file per rank, or one some ranks write: as it is);
-- it returns no value and yields nothing (the other ranks would have none), binds no global,
-  sets no attribute and changes no object it is handed (``history.append(x)``, ``row[k] = v``);
-- it runs no model, loader, collective, backward or accelerator, and calls no function of the
-  file but other writing helpers; it saves no ``torch.save`` (the saving step places its barrier),
-  makes no directory (the other ranks may write into it) and draws no random numbers (the
-  ranks' generators would drift apart);
+- it returns no value and yields nothing (the other ranks would have none), has no ``global``
+  or ``nonlocal``, stores into no attribute or subscript (``row[k] = v``, ``self.n = 1``),
+  assigns none of its parameters, deletes nothing, and calls a mutating method
+  (``append``, ``update``, ... `MUTATORS`) or ``setattr`` only on an object it binds itself:
+  never on a parameter, ``self`` or a module global (``HISTORY.append(line)``: the other
+  ranks read ``HISTORY`` too);
+- it raises nothing, asserts nothing and exits nothing (``sys.exit``, ``os._exit``, ``exit``,
+  ``quit``): the main process would stop alone and the other ranks wait on it;
+- it runs no model, loader, collective, backward or accelerator, calls nothing it is handed,
+  and calls no function of the file but other writing helpers; it saves no ``torch.save``
+  (the saving step places its barrier), makes no directory (the other ranks may write into
+  it) and draws no random numbers (the ranks' generators would drift apart); nor do the
+  arguments of any call of it (`arguments_change_state`), else its writes are guarded inside
+  it instead;
 - every call of it in the file is a statement of its own (its result unused), and is made;
 - the file reads no file back (a rank that reads what the main process writes needs a barrier
   the conversion would not place here).
@@ -39,6 +47,10 @@ MUTATORS = frozenset(
 )
 #: Call roots that draw random numbers.
 _RANDOM_ROOTS = ("random.", "numpy.random.", "torch.rand", "torch.randn", "torch.randint")
+#: Nodes that bind their ``target``.
+BINDS = (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)
+#: Calls that end the process.
+_EXITS = frozenset({"sys.exit", "os._exit", "builtins.exit", "builtins.quit", "os.abort"})
 
 
 def writing_helpers(
@@ -55,7 +67,13 @@ def writing_helpers(
         model,
         placement,
         flow,
-        lambda f, left: _calls_only(graph, f, left) and _called_as_statements(model, graph, f),
+        lambda f, left: (
+            _calls_only(graph, f, left)
+            and _called_as_statements(model, graph, f)
+            and not any(
+                arguments_change_state(model, graph, call, left) for call in graph.callers(f)
+            )
+        ),
     )
     return {f for f in candidates if _writes(model, graph, f, candidates, set())}
 
@@ -136,9 +154,12 @@ def _writes_only(
     ):
         return False
     parameters = {p.name.value for p in _all_params(function.params)} - {"self", "cls"}
+    local = _locals(function) - {p.name.value for p in _all_params(function.params)}
     for node in walk(function.body):
         if isinstance(node, (cst.Yield, cst.Global, cst.Nonlocal, cst.Lambda)):
             return False
+        if isinstance(node, (cst.Raise, cst.Assert)):
+            return False  # raised on the main process alone: the other ranks wait on it
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             return False
         if isinstance(node, cst.Return) and node.value is not None:
@@ -154,20 +175,23 @@ def _writes_only(
                 return False
         if isinstance(node, cst.Del):
             return False
-        if isinstance(node, cst.Call) and not _harmless_call(model, flow, node, parameters):
+        if isinstance(node, cst.Call) and not _harmless_call(model, flow, node, local):
             return False
         if isinstance(node, cst.Call) and dotted(node.func) in parameters:
             return False  # calls what it is handed (a model, a callback): not followed
     return True
 
 
-def _harmless_call(
-    model: ScriptModel, flow: ObjectFlow, call: cst.Call, parameters: set[str]
-) -> bool:
+def _harmless_call(model: ScriptModel, flow: ObjectFlow, call: cst.Call, local: set[str]) -> bool:
+    """``call`` in a writing helper changes nothing another rank reads: no save, collective,
+    directory, random draw, exit, model or accelerator, and no mutating method called on an
+    object the helper did not make itself (``local``: names it binds, not its parameters)."""
     qualified = model.call_names(call)
     if qualified & (names.TORCH_SAVE | collectives.FUNCTIONS | names.MAKEDIRS):
         return False  # a directory the other ranks may write into too: made on every rank
-    if any(q.startswith(_RANDOM_ROOTS) for q in qualified):
+    if qualified & _EXITS or dotted(call.func) in ("exit", "quit"):
+        return False  # the main process stops alone: the other ranks wait on it
+    if random_draw(model, call):
         return False
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("mkdir", "makedirs"):
         return False  # ``Path(out).mkdir(...)``: as above
@@ -179,9 +203,47 @@ def _harmless_call(
         root = receiver
         while isinstance(root, (cst.Attribute, cst.Subscript)):
             root = root.value
-        if isinstance(root, cst.Name) and (root.value in parameters or root.value == "self"):
-            return False
-    return True
+        if not (isinstance(root, cst.Name) and root.value in local):
+            return False  # a parameter, ``self`` or a module global: another rank reads it
+    return dotted(call.func) not in ("setattr", "delattr")
+
+
+def arguments_change_state(
+    model: ScriptModel, graph: CallGraph, call: cst.Call, helpers: set[cst.FunctionDef]
+) -> bool:
+    """``record(path, history.pop())``, ``log(path, next(it))``, ``log(path, torch.rand(1))``,
+    ``log(path, step())``: an argument of ``call`` that changes an object every rank reads
+    on, draws from a random generator, or calls a function of the file that is not one of
+    ``helpers``: guarded, only the main process would."""
+    for argument in call.args:
+        for node in walk(argument.value):
+            if not isinstance(node, cst.Call):
+                continue
+            if dotted(node.func) in ("next", "setattr", "delattr") or random_draw(model, node):
+                return True
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in MUTATORS:
+                return True
+            targets = graph.targets(node)
+            if targets and not all(t in helpers for t in targets):
+                return True
+    return False
+
+
+def random_draw(model: ScriptModel, call: cst.Call) -> bool:
+    """``call`` draws from a random generator (``torch.rand(1)``, ``random.random()``)."""
+    return any(q.startswith(_RANDOM_ROOTS) for q in model.call_names(call))
+
+
+def _locals(function: cst.FunctionDef) -> set[str]:
+    """Names ``function`` binds in its body: assignments, loop, ``with`` and comprehension
+    targets, walruses."""
+    found: set[str] = set()
+    for node in walk(function.body):
+        if isinstance(node, BINDS):
+            found |= target_names(node.target)
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            found |= target_names(node.asname.name)
+    return found
 
 
 def _calls_only(graph: CallGraph, function: cst.FunctionDef, helpers: set[cst.FunctionDef]) -> bool:
@@ -197,7 +259,9 @@ def _calls_only(graph: CallGraph, function: cst.FunctionDef, helpers: set[cst.Fu
 def _called_as_statements(model: ScriptModel, graph: CallGraph, function: cst.FunctionDef) -> bool:
     """``function`` is called in the file, only by calls that are statements of their own
     (``dump_results(path, results)``), and is not handed on by name (``callbacks =
-    [write_log]``) where its calls cannot be seen."""
+    [write_log]``) where its calls cannot be seen. Every mention of its name counts, but
+    that of an attribute of an imported module (``json.dump`` beside a top-level ``def
+    dump``), which names another function."""
     calls = graph.callers(function)
     if not calls or graph.uncertain_callers(function):
         return False
@@ -207,11 +271,20 @@ def _called_as_statements(model: ScriptModel, graph: CallGraph, function: cst.Fu
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
             return False
     name = function.name.value
+    method = any(isinstance(a, cst.ClassDef) for a in model.ancestors(function))
     mentions = [
         n
         for n in walk(model.module)
-        if (isinstance(n, cst.Name) and n.value == name)
-        or (isinstance(n, cst.Attribute) and n.attr.value == name)
+        if (
+            isinstance(n, cst.Name)
+            and n.value == name
+            and not (isinstance(p := model.parent(n), cst.Attribute) and p.attr is n)
+        )
+        or (
+            isinstance(n, cst.Attribute)
+            and n.attr.value == name
+            and (method or _root_name(n) not in model.imports.bound)
+        )
     ]
     called = {id(c.func) for c in calls} | {
         id(c.func.attr) for c in calls if isinstance(c.func, cst.Attribute)
@@ -219,6 +292,15 @@ def _called_as_statements(model: ScriptModel, graph: CallGraph, function: cst.Fu
     return all(
         id(n) in called or n is function.name or id(model.parent(n)) in called for n in mentions
     )
+
+
+def _root_name(node: cst.Attribute) -> str | None:
+    """``json`` for ``json.dump``: an attribute of an imported module is never a function of
+    the file (``def dump`` beside ``json.dump``)."""
+    root: cst.BaseExpression = node
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    return root.value if isinstance(root, cst.Name) else None
 
 
 def _all_params(params: cst.Parameters) -> list[cst.Param]:

@@ -3,6 +3,8 @@ that owns training, after the last of them is created, unpacked back into the sa
 
 from __future__ import annotations
 
+import builtins
+
 import libcst as cst
 
 from accelify.analysis.dataflow import assigns, bound_by, fresh, names_in_scope, variables_in
@@ -33,8 +35,10 @@ from accelify.analysis.syntax import (
     is_generator_function,
     is_main_guard,
     strip_self_methods,
+    target_names,
     walk,
 )
+from accelify.analysis.writing_helpers import BINDS, MUTATORS
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.saving import file_write_blocks, result_read_after
 from accelify.edits.kinds import InsertBefore
@@ -1417,7 +1421,15 @@ def _built_once(
     ctx: Context, owner: cst.ClassDef, method: cst.FunctionDef, name: str
 ) -> cst.BaseExpression | None:
     """The DataLoader ``method`` returns, when building it once is the same as building it at
-    each read (see `_prepare_property_loaders`)."""
+    each read (see `_prepare_property_loaders`): ``method`` takes ``self`` only, returns once,
+    calls no method of the class, and reads no free name but ``self``, an import, a builtin or
+    a module constant (a name bound once, to a literal, and never written again). No write
+    anywhere in the file outside the class's constructor and the property itself (an
+    assignment, augmented or annotated one, a ``for`` or ``with ... as`` target, a walrus, a
+    ``del``, a mutating method call such as ``append``, or ``setattr``) reaches what it reads:
+    a written path overlaps a read one (``self.cfg`` and ``self.cfg.batch_size``), compared
+    after the root so an alias of the instance (``trainer.cfg.batch_size *= 2``) counts too.
+    Every other read of the property is a training loop's iterable."""
     params = method.params
     if (
         len(params.params) != 1
@@ -1433,26 +1445,27 @@ def _built_once(
     value = returns[0].value
     if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith(".prepare"):
         return None
-    read: set[str] = set()
     for node in walk(method):
         if isinstance(node, cst.Call) and (dotted(node.func) or "").startswith("self."):
             return None  # a method of the class: what it does at each read is not followed
-        if isinstance(node, cst.Attribute) and dotted(node.value) == "self":
-            read.add(f"self.{node.attr.value}")
-    for assign in ctx.model.assignments:
-        function = ctx.facts.placement.enclosing_function(assign)
-        if function is None or function.name.value == "__init__":
-            continue
-        if any(dotted(t) in read for t in assigned_targets(assign)):
-            return None  # set again after the constructor: a new read would see it
-    for node in walk(ctx.model.module):
-        if (
-            isinstance(node, (cst.AugAssign, cst.AnnAssign))
-            and dotted(node.target) in read
-            and getattr(ctx.facts.placement.enclosing_function(node), "name", None) is not None
-            and ctx.facts.placement.enclosing_function(node).name.value != "__init__"  # type: ignore[union-attr]
-        ):
-            return None
+    read = _property_reads(ctx, method)
+    if read is None:
+        return None
+    constructor = next(
+        (
+            s
+            for s in owner.body.body
+            if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
+        ),
+        None,
+    )
+    for target, node in _written_paths(ctx.model.module):
+        if ctx.facts.placement.inside(node, method):
+            continue  # a local of the property itself
+        if constructor is not None and ctx.facts.placement.inside(node, constructor):
+            continue  # what the constructor sets: read after it
+        if any(_overlaps(target, path) for path in read):
+            return None  # changed after the constructor: a new read would see the change
     attribute = name.split(".", 1)[1]
     trained = {id(loop.node) for loop in ctx.model.loops if loop.trains and loop.iterable == name}
     for node in walk(ctx.model.module):
@@ -1467,6 +1480,121 @@ def _built_once(
         ):
             return None  # read elsewhere too (a len(), an evaluation): left as it is
     return value
+
+
+_CONSTANT_LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
+
+
+def _property_reads(ctx: Context, method: cst.FunctionDef) -> set[str] | None:
+    """The paths ``method`` reads (``self.cfg.batch_size``, ``self.x``), each with its
+    prefixes; None when it reads a free name that is not ``self``, an import, a builtin or a
+    module constant (what the module binds may change between reads)."""
+    local = {"self"}
+    for node in walk(method.body):
+        if isinstance(node, BINDS):
+            local |= target_names(node.target)
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            local |= target_names(node.asname.name)
+    constants = _module_constants(ctx.model.module)
+    read: set[str] = set()
+    for node in walk(method.body):
+        if isinstance(node, cst.Attribute) and (path := dotted(node)) is not None:
+            parts = path.split(".")
+            read.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+        if not isinstance(node, cst.Name):
+            continue
+        parent = ctx.model.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            continue
+        if isinstance(parent, cst.Arg) and parent.keyword is node:
+            continue
+        value = node.value
+        if value in local or value in ctx.model.imports.bound or value in constants:
+            continue
+        if value in ("True", "False", "None") or hasattr(builtins, value):
+            continue
+        return None  # a module global or a name bound elsewhere: may change between reads
+    return {path for path in read if path.startswith("self.")}
+
+
+def _module_constants(module: cst.Module) -> set[str]:
+    """Module names bound once, at the top level, to a literal, and never written again."""
+    bound: dict[str, int] = {}
+    literal: set[str] = set()
+    for target, node in _written_paths(module):
+        bound[target] = bound.get(target, 0) + 1
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, _CONSTANT_LITERALS)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+        ):
+            literal.add(target)
+    top = {
+        t.target.value
+        for s in module.body
+        if isinstance(s, cst.SimpleStatementLine)
+        for a in s.body
+        if isinstance(a, cst.Assign)
+        for t in a.targets
+        if isinstance(t.target, cst.Name)
+    }
+    return {name for name in literal & top if bound[name] == 1}
+
+
+def _written_paths(module: cst.Module) -> list[tuple[str, cst.CSTNode]]:
+    """Each path written in ``module`` (``self.cfg.batch_size``, ``BATCH`` for ``BATCH[0]``)
+    with the node that writes it: assignments of every kind, loop, ``with`` and comprehension
+    targets, walruses, ``del``, mutating method calls and ``setattr``."""
+    found: list[tuple[str, cst.CSTNode]] = []
+
+    def add(target: cst.BaseExpression, node: cst.CSTNode) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                add(element.value, node)
+            return
+        if isinstance(target, cst.StarredElement):
+            add(target.value, node)
+            return
+        while isinstance(target, cst.Subscript):
+            target = target.value
+        path = dotted(target)
+        if path is not None:
+            found.append((path, node))
+
+    for node in walk(module):
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                add(t.target, node)
+        elif isinstance(node, BINDS) and not isinstance(node, cst.AssignTarget):
+            add(node.target, node)  # an Assign's targets: above
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            add(node.asname.name, node)
+        elif isinstance(node, cst.Del):
+            add(node.target, node)
+        elif isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in MUTATORS:
+                add(func.value, node)
+            elif dotted(func) in ("setattr", "delattr") and node.args:
+                add(node.args[0].value, node)
+    return found
+
+
+def _overlaps(written: str, read: str) -> bool:
+    """Writing ``written`` may change what reading ``read`` sees: one is a prefix of the
+    other. Both are compared after their root too, so another name of the instance
+    (``trainer.cfg``) meets ``self.cfg``; a bare name written meets only itself."""
+    if written == read or read.startswith(written + ".") or written.startswith(read + "."):
+        return True
+    if "." not in written:
+        return False
+    written_tail, read_tail = written.split(".", 1)[1], read.split(".", 1)[1]
+    return (
+        written_tail == read_tail
+        or read_tail.startswith(written_tail + ".")
+        or written_tail.startswith(read_tail + ".")
+    )
 
 
 def _cached_property_name(ctx: Context) -> str:

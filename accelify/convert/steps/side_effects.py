@@ -11,7 +11,7 @@ import libcst as cst
 from accelify.analysis import collectives, side_effects
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
-from accelify.analysis.writing_helpers import MUTATORS
+from accelify.analysis.writing_helpers import arguments_change_state
 from accelify.convert.steps import main_process
 from accelify.convert.steps.context import Context, unwrap
 from accelify.convert.steps.saving import in_writing_helper
@@ -58,7 +58,7 @@ def _helper_writes(ctx: Context) -> list[side_effects.Write]:
             or (not targets and dotted(call.func) in imported)
         )
         and not _hands_trained(ctx, call)
-        and not _arguments_change_state(call)
+        and not _arguments_change_state(ctx, call)
     ]
 
 
@@ -76,18 +76,10 @@ def _hands_trained(ctx: Context, call: cst.Call) -> bool:
     )
 
 
-def _arguments_change_state(call: cst.Call) -> bool:
-    """``record(path, history.pop())``, ``log(path, next(it))``: an argument that changes an
-    object every rank reads on: guarded, only the main process would."""
-    return any(
-        isinstance(node, cst.Call)
-        and (
-            dotted(node.func) == "next"
-            or (isinstance(node.func, cst.Attribute) and node.func.attr.value in MUTATORS)
-        )
-        for argument in call.args
-        for node in walk(argument.value)
-    )
+def _arguments_change_state(ctx: Context, call: cst.Call) -> bool:
+    """An argument of ``call`` that changes what every rank reads on (`arguments_change_state`):
+    a helper of another module called so is left on every rank."""
+    return arguments_change_state(ctx.model, ctx.facts.calls, call, ctx.facts.writing_helpers)
 
 
 def _already_once(ctx: Context, node: cst.CSTNode) -> bool:
