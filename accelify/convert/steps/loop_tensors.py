@@ -395,9 +395,15 @@ def _on_device_names(ctx: Context, loop: Loop) -> set[str]:
 def _reads_the_device(ctx: Context, node: cst.CSTNode, on_device: set[str]) -> bool:
     if variables_in(ctx.model, node) & on_device:
         return True
-    return any(
-        isinstance(n, cst.Call) and prepared_model_called(ctx, n) is not None for n in walk(node)
-    )
+    return any(isinstance(n, cst.Call) and _model_on_the_device(ctx, n) for n in walk(node))
+
+
+def _model_on_the_device(ctx: Context, call: cst.Call) -> bool:
+    """``call`` runs a prepared model whose inputs and output are on the device. Not one that
+    `host_inputs` sends there and back (``model(X_test)`` outside the training loop): its
+    inputs stay where they are made and its output comes back to the CPU, so a tensor handed to
+    it, or meeting its output, stays on the CPU too (moved, it would meet a CPU output)."""
+    return prepared_model_called(ctx, call) is not None and id(call) not in ctx.host_calls
 
 
 def _is_factory(node: cst.CSTNode) -> bool:
@@ -456,7 +462,7 @@ def _first_call_taking(ctx: Context, node: cst.CSTNode) -> tuple[cst.Call | None
 def _call_meets_the_device(
     ctx: Context, call: cst.Call, carried: cst.Arg | None, on_device: set[str]
 ) -> bool:
-    if prepared_model_called(ctx, call) is not None:
+    if _model_on_the_device(ctx, call):
         return True
     return any(
         argument is not carried and _reads_the_device(ctx, argument.value, on_device)
