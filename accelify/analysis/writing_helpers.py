@@ -38,7 +38,7 @@ from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import all_params, dotted, target_names, walk
 
 #: Methods that change the object they are called on.
 MUTATORS = frozenset(
@@ -153,8 +153,8 @@ def _writes_only(
         placement.inside(loop.node, function) and flow.reads_loader(loop) for loop in model.loops
     ):
         return False
-    parameters = {p.name.value for p in _all_params(function.params)} - {"self", "cls"}
-    local = _locals(function) - {p.name.value for p in _all_params(function.params)}
+    parameters = {p.name.value for p in all_params(function.params)} - {"self", "cls"}
+    local = _locals(function) - {p.name.value for p in all_params(function.params)}
     for node in walk(function.body):
         if isinstance(node, (cst.Yield, cst.Global, cst.Nonlocal, cst.Lambda)):
             return False
@@ -301,12 +301,3 @@ def _root_name(node: cst.Attribute) -> str | None:
     while isinstance(root, cst.Attribute):
         root = root.value
     return root.value if isinstance(root, cst.Name) else None
-
-
-def _all_params(params: cst.Parameters) -> list[cst.Param]:
-    found = [*params.posonly_params, *params.params, *params.kwonly_params]
-    if isinstance(params.star_arg, cst.Param):
-        found.append(params.star_arg)
-    if params.star_kwarg is not None:
-        found.append(params.star_kwarg)
-    return found
