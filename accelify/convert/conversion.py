@@ -15,7 +15,6 @@ import libcst as cst
 from accelify.analysis.script_model import analyze
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.convert import project
-from accelify.convert.fstring_quotes import requote_inside_fstrings
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.wrap_lines import wrap_long_lines
 from accelify.edits.apply import ApplyPlan
@@ -63,7 +62,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
     plan = plan_conversion(model, options or Options(), project.imported_writers(path, model))
     if plan.empty:
         return Conversion(label, data, data, reviews=plan.reviews, skipped="nothing to convert")
-    converted = requote_inside_fstrings(module.visit(ApplyPlan(plan)))
+    converted = module.visit(ApplyPlan(plan))
     for code in plan.imports:
         converted = _add_import(converted, code, Path(label))
     converted = wrap_long_lines(converted, data)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
+from accelify.edits.fstring_quotes import requote_inside_fstrings
 from accelify.edits.plan import Plan
 
 
@@ -30,6 +31,8 @@ class ApplyPlan(cst.CSTTransformer):
             updated_node = _add_parameter(updated_node, parameter)
         if isinstance(original_node, (cst.IndentedBlock, cst.Module)):
             updated_node = self._rebuild_body(original_node, updated_node)
+        if isinstance(updated_node, cst.Module):  # every edit is in: the strings they put in
+            updated_node = requote_inside_fstrings(updated_node)
         return updated_node
 
     def _rebuild_body(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:

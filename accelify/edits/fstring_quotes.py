@@ -1,9 +1,10 @@
 """Strings an edit puts inside an f-string's replacement field take the other quote.
 
 Before Python 3.12 a replacement field cannot hold the quote its f-string is written with:
-``f"{send_to_device(model(x), "cpu")}"`` does not parse on 3.11. The edits build their strings
-with double quotes (``"cpu"``) wherever they land; the original script could not have had such a
-string there, so every one found is an edit's, and ``'cpu'`` means the same."""
+``f"{send_to_device(model(x), "cpu")}"`` does not parse on 3.11. The edits (of a conversion and
+of lint's fixes alike) build their strings with double quotes (``"cpu"``) wherever they land;
+the original script could not have had such a string there, so every one found is an edit's, and
+``'cpu'`` means the same."""
 
 from __future__ import annotations
 
