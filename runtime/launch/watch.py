@@ -47,6 +47,13 @@ PREFIX = "accelify launch:"
 #: How long a situation that cannot resolve itself must last before it is reported.
 GRACE = 5.0
 POLL = 0.5
+#: How long a rank has to dump its stack when asked, and how long the dump must stay the same
+#: size to count as whole: faulthandler writes it a few bytes per ``write`` with no end marker,
+#: and a rank descheduled mid-dump (a loaded node) left a file that ended at a line's end with
+#: none of the main thread's frames yet.
+STACK_WAIT = 10.0
+STACK_SETTLED = 0.2
+STACK_SETTLED_WITHOUT_FRAMES = 10  # polls (2 s): a main thread in library code has no user frame
 #: After SIGTERM, how long a rank has to end before SIGKILL.
 STOP_WAIT = 10.0
 #: How long a leaving rank waits for its peers at exit (`accelify.runtime.state._ExitGuard`).
@@ -447,17 +454,23 @@ def _stack(directory: Path, rank: int, pid: int) -> list[tuple[str, int, str]]:
     except OSError:
         return []
     _signal(pid, STACK_SIGNAL)
-    deadline = time.monotonic() + 3.0
-    text = ""
+    deadline = time.monotonic() + STACK_WAIT
+    dump, seen, still = "", before, 0
     while time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(STACK_SETTLED)
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            data = path.read_bytes()
         except OSError:
             return []
-        if len(text.encode()) > before and text.endswith("\n"):
+        header = data.partition(b"\n")[0]
+        # only this dump: an earlier one's main-thread section must not stand in for it
+        dump = (header + b"\n" + data[before:]).decode("utf-8", errors="replace")
+        still = still + 1 if len(data) == seen > before and data.endswith(b"\n") else 0
+        seen = len(data)
+        # the main thread is dumped last: its frames, then no growth, mean the dump is whole
+        if still and (parse_stack(dump) or still >= STACK_SETTLED_WITHOUT_FRAMES):
             break
-    return parse_stack(text)
+    return parse_stack(dump)
 
 
 #: How faulthandler begins the dump it writes when the process dies of a fatal signal.
