@@ -9,8 +9,9 @@ communication library's worker thread is usually the last owner of the work. Fre
 drops the Python object, which needs the GIL; once the interpreter has begun to finalize, a thread
 that asks for the GIL is ended with `pthread_exit`, the unwind runs through a `noexcept`
 destructor, and C++ calls `std::terminate`. The runtime frees its own group at exit, which joins
-those threads (`accelify.runtime.state._ExitGuard`), but a group something else holds (DeepSpeed
-keeps its groups in module globals) lives until finalization.
+those threads (`accelify.runtime.state._ExitGuard`), once each engine has let go of it
+(`Backend.at_exit`: DDP wrappers, FSDP's device meshes, which DTensor's caches keep), but a group
+something else holds (DeepSpeed keeps its groups in module globals) lives until finalization.
 
 The same holds for the tensors a collective keeps: a tensor whose Python object was dropped
 while the work still held it (the outputs of a gather, once concatenated) is freed by the worker
