@@ -108,6 +108,10 @@ def _launch(
             now = time.monotonic()
             for marker in results.glob("*.start"):
                 index = marker.name.split(".")[0]
+                if int(index) < start:
+                    # an earlier launch's case: the one it hung in has no results, and counting
+                    # it here killed every launch after a hang CASE_TIMEOUT_S into its run
+                    continue
                 started.setdefault(index, now)
                 finished = len(list(results.glob(f"{index}.*.json")))
                 if finished < RANKS and now - started[index] > timeout:

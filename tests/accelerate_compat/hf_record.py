@@ -1,8 +1,9 @@
 """HF Accelerate's own outcome of each run, recorded: HF's side of the comparison is the same on
 every suite run (its version is pinned in the test extra, torch's by the README), and running it
 costs more than accelify's side (a relaunch after each of its failing cases, a 20 s wait for the
-case it hangs in). The record names the versions it was made with; with any other installed,
-the test runs HF live instead.
+case it hangs in). The record names the versions it was made with, and the seed of the scripts'
+data (case_runner.DATA_SEED); with any other installed, or another seed, the test runs HF live
+instead.
 
     python tests/accelerate_compat/hf_record.py    # re-record, after a version change
 """
@@ -21,11 +22,15 @@ RECORD = Path(__file__).with_name("hf_outcomes.json")
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from accelerate_compat.case_runner import DATA_SEED  # noqa: E402
 from accelerate_compat.driver import CaseResult, ScriptRun  # noqa: E402
 
 
 def versions() -> dict[str, str]:
-    return {name: version(name) for name in ("accelerate", "torch")}
+    """What HF's outcomes were made with: its and torch's versions, and the scripts' data (drawn
+    by numpy's generator from DATA_SEED)."""
+    made_with = {name: version(name) for name in ("accelerate", "torch", "numpy")}
+    return {**made_with, "data_seed": str(DATA_SEED)}
 
 
 def recorded(run: str) -> ScriptRun | None:
