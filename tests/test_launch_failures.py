@@ -370,6 +370,30 @@ def test_a_leaver_the_agent_stopped_while_it_tore_down_keeps_its_exit_code(tmp_p
     assert collective_record.read(tmp_path / "0", 1).exit_code == 3
 
 
+def test_a_leaver_the_watcher_named_keeps_its_exit_code_when_its_peer_ends_first(tmp_path):
+    """exit_code.py: the watcher names rank 1 leaving with 3 and releases it; rank 1 closes its
+    connections, and rank 0, waiting in its backward, fails at once. Rank 0 may be out of the
+    way first, and the agent then stops rank 1 with SIGTERM while it still tears down: the run
+    exits 3 all the same, and says so (it exited 1, without rank 1's line)."""
+    recorder = collective_record._Recorder(tmp_path / "0", 1, skip=())
+    recorder.finish(LEAVING, 3)
+    write_failure(tmp_path, 0, "RuntimeError: [pair.cc:553] Connection closed by peer", at=1)
+    verdict = outcome.Verdict("accelify launch: rank 1 is leaving ...", culprit=1, kind="left")
+    for rank_1_ended_by in (3, -signal.SIGTERM):  # first, or stopped by the agent
+        failures = {0: failure(1), 1: failure(rank_1_ended_by)}
+        text, code = outcome.failed_run(failures, tmp_path, attempt=0, verdict=verdict)
+        assert code == 3, rank_1_ended_by
+        assert text.splitlines()[0] == "accelify launch: rank 1 failed with exit code 3", text
+        assert "rank 0 failed because its peer had gone" in text
+    # a leaver that ended with 0 (its script's end) and was stopped: the run failed, with 1
+    recorder.exit_code = 0
+    recorder._write(LEAVING)
+    text, code = outcome.failed_run(
+        {0: failure(1), 1: failure(-signal.SIGTERM)}, tmp_path, attempt=0, verdict=verdict
+    )
+    assert code == 1 and "exit code" not in text
+
+
 def test_the_earliest_exception_that_is_not_a_victims_is_the_cause(tmp_path):
     write_failure(tmp_path, 0, "RuntimeError: Connection closed by peer", at=1)
     write_failure(tmp_path, 1, "ValueError: boom", at=2)
