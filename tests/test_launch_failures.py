@@ -502,6 +502,29 @@ def test_an_atexit_handlers_exception_is_said_once_and_every_rank_exiting_0_is_t
     assert outcome.finished(tmp_path / "none", 0, verdict=None) is None  # a clean run: silent
 
 
+def test_a_handlers_exception_the_watcher_named_is_in_the_report_however_the_peer_ended(tmp_path):
+    """exit_handler_save.py: rank 1's atexit handler raised and rank 1 left; the watcher named
+    it and released it. Rank 0, waiting in its handler's barrier, then fails on the closed
+    connection and exits 0 (Python ignores it), or is still tearing down when the watcher
+    stops it (a loaded machine): the run ends through `finished` or `failed_run`, and the
+    report, the handler's traceback in it, must be the same."""
+    train = tmp_path / "train.py"
+    train.write_text("def save():\n    raise OSError('disk full')\n")
+    collective_record._Recorder(tmp_path / "0", 1, skip=()).finish(LEAVING, 0)
+    record = {"rank": 1, "time_ns": 1, "summary": "OSError: disk full", "where": f"{train}:2",
+              "traceback": "Traceback\nOSError: disk full\n", "handler": "save"}  # fmt: skip
+    handler_record = tmp_path / "0" / f"1{failure_record.EXIT_HANDLER_SUFFIX}"
+    handler_record.write_text(json.dumps(record))
+    verdict = outcome.Verdict("accelify launch: rank 1 is leaving: ...", culprit=1, kind="left")
+    ended_by_itself = outcome.finished(tmp_path, 0, verdict)
+    stopped = outcome.failed_run({0: failure(-signal.SIGTERM)}, tmp_path, 0, verdict)
+    assert ended_by_itself == stopped
+    text, code = stopped
+    assert code == 1
+    assert text.count("Traceback") == 1 and "OSError: disk full" in text
+    assert text.startswith("accelify launch: rank 1's atexit handler save raised; its traceback")
+
+
 def test_the_peer_gone_messages_of_gloo_nccl_and_the_store_are_victims():
     for summary in (
         "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:2",
