@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +50,62 @@ def run_in_own_group(
             f"timed out after {timeout}s: {command}\nstdout:\n{stdout}\nstderr:\n{stderr}"
         ) from None
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def seconds_after_line(
+    command: list[str], marker: str, cwd: Path | None, timeout: float, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], float | None]:
+    """Run as `run_in_own_group`, and time from the first stderr line that holds ``marker``
+    (printed by the script when the thing timed begins) to the process's end (None: never
+    printed). A bound on a run's whole time also counts how long the ranks took to import torch
+    and meet, which grows with the machine's load; timed from the script's own line, it counts
+    only what the launcher does about it."""
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    stdout: list[str] = []
+    reader = threading.Thread(target=lambda: stdout.append(process.stdout.read()), daemon=True)
+    reader.start()
+    killer = threading.Timer(timeout, _kill_group, [process.pid])
+    killer.start()
+    stderr, seen = [], None
+    try:
+        for line in process.stderr:
+            stderr.append(line)
+            if seen is None and marker in line:
+                seen = time.monotonic()
+        process.wait()
+        ended = time.monotonic()
+        reader.join()
+    finally:
+        killer.cancel()
+    result = subprocess.CompletedProcess(
+        command, process.returncode, "".join(stdout), "".join(stderr)
+    )
+    assert process.returncode != -signal.SIGKILL, (
+        f"timed out after {timeout}s: {command}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
+    return result, None if seen is None else ended - seen
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def launch_timed(
+    script: Path, marker: str, cwd: Path | None = None, timeout: float = 240
+) -> tuple[subprocess.CompletedProcess[str], float | None]:
+    """`launch` on 2 ranks, timed from the script's ``marker`` line on stderr to the end
+    (`seconds_after_line`)."""
+    command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
+    return seconds_after_line(command, marker, cwd=cwd, timeout=timeout, env=dict(os.environ))
 
 
 def launch(

@@ -61,7 +61,8 @@ def failed_run(
     states = _states(records, attempt)
     victims = {rank: f for rank, f in raised.items() if is_peer_gone(f.summary)}
     if verdict is not None:
-        return _after_verdict(verdict, failures, victims)
+        text, code = _after_verdict(verdict, failures, victims, states)
+        return _with_exit_handler_errors(records, attempt, verdict, text), code
     causes = {rank: f for rank, f in raised.items() if rank not in victims}
     if causes:
         first = min(causes.values(), key=lambda failure: failure.time_ns)
@@ -97,10 +98,10 @@ def finished(records: Path, attempt: int, verdict: Verdict | None) -> tuple[str,
     handler does not change a rank's exit code, in Python or here, but what it lost is said,
     its traceback once; a run the watcher found stuck (a peer waiting at exit for a rank whose
     handler raised) was stopped, and fails."""
-    errors = exit_handler_errors(collective_record.attempt_directory(records, attempt))
     if verdict is not None:
         text, _ = _after_verdict(verdict, {}, {})
-        return "\n".join([*_exit_handler_lines(errors, said=verdict.culprit), text]), 1
+        return _with_exit_handler_errors(records, attempt, verdict, text), 1
+    errors = exit_handler_errors(collective_record.attempt_directory(records, attempt))
     if not errors:
         return None
     lines = _exit_handler_lines(errors)
@@ -109,6 +110,15 @@ def finished(records: Path, attempt: int, verdict: Verdict | None) -> tuple[str,
         "code 0, and so does the run"
     )
     return "\n".join(lines), 0
+
+
+def _with_exit_handler_errors(records: Path, attempt: int, verdict: Verdict, text: str) -> str:
+    """The report after a verdict, led by what the ranks' atexit handlers raised (the first
+    one's traceback). Whether the run ends with every rank exiting 0 (`finished`) or with the
+    agent's failure (`failed_run`) depends on timing alone: the peer the watcher stops after
+    the leaver has gone may or may not have ended by itself first. The report is the same."""
+    errors = exit_handler_errors(collective_record.attempt_directory(records, attempt))
+    return "\n".join([*_exit_handler_lines(errors, said=verdict.culprit), text])
 
 
 def _exit_handler_lines(errors: dict[int, Failure], said: int | None = None) -> list[str]:
@@ -135,15 +145,27 @@ def _exit_handler_lines(errors: dict[int, Failure], said: int | None = None) -> 
 
 
 def _after_verdict(
-    verdict: Verdict, failures: dict[int, Any], victims: dict[int, Failure]
+    verdict: Verdict,
+    failures: dict[int, Any],
+    victims: dict[int, Failure],
+    states: dict[int, Record] | None = None,
 ) -> tuple[str, int]:
-    """The watcher has printed what it found; the final block says what came of it."""
+    """The watcher has printed what it found; the final block says what came of it. The
+    culprit's exit code is the run's: the one it left with (``sys.exit(3)``), also when the
+    agent stopped it with SIGTERM while it was still tearing down. Once the watcher releases a
+    leaving rank, it closes its connections and its waiting peer fails at once: which of the
+    two processes ends first, and so which one the agent sees fail and which one it stops, is
+    up to the scheduler. The culprit's record keeps the code it was leaving with."""
     lines = []
     code = 1
     if verdict.culprit is not None:
         failure = failures.get(verdict.culprit)
-        if failure is not None and failure.exitcode > 0:
-            code = failure.exitcode
+        state = (states or {}).get(verdict.culprit)
+        exitcode = failure.exitcode if failure is not None else 0
+        if exitcode in AGENT_STOPS and state is not None and state.state == LEAVING:
+            exitcode = state.exit_code
+        if exitcode > 0:
+            code = exitcode
             lines.append(f"{PREFIX} rank {verdict.culprit} {describe_exit(code)}")
     lines += _victim_lines(victims, exclude=verdict.culprit)
     cause = {
