@@ -290,6 +290,9 @@ class PreparedDataLoader:
         batches = len(self.base_dataloader)
         if self.split_batches:
             return batches
+        if self.dispatch_batches:  # every rank steps alike (dispatch.py)
+            rounds, short = divmod(batches, self.state.num_processes)
+            return rounds + int(short > 0 and not self.base_dataloader.drop_last)
         return sharded_length(
             batches,
             self.state.process_index,
@@ -326,7 +329,6 @@ class PreparedDataLoader:
                     self._inner,
                     self.state,
                     split_batches=self.split_batches,
-                    even_batches=self.even_batches,
                     drop_last=self.base_dataloader.drop_last,
                     record=self._stream_pass,
                 ),

@@ -5,6 +5,14 @@ Each step the main process reads one round, ``world`` batches (or one batch cut 
 row slices with ``split_batches``), and broadcasts it with the flag that it is the last; every
 rank keeps its own part. The other ranks never touch the DataLoader, so its shuffle and its
 workers run once.
+
+The end of a pass is HF's `DataLoaderDispatcher`'s, whatever ``even_batches`` says: the rows left
+(a last round of fewer than ``world`` batches; with ``split_batches``, a short last batch) are
+cut into ``world`` equal slices, completed only up to a multiple of ``world`` with rows of the
+first batch. Every rank steps as often as the others (``ceil(batches / world)``, or
+``len(loader)`` with ``split_batches``) and no sample is repeated where the rows divide evenly.
+One difference: a full last round whose last batch is short keeps a batch per rank (HF cuts
+its rows evenly too); every rank still steps, nothing is repeated.
 """
 
 from __future__ import annotations
@@ -24,7 +32,6 @@ def dispatched(
     state: ProcessState,
     *,
     split_batches: bool,
-    even_batches: bool,
     drop_last: bool,
     record: ShardPass,
 ) -> Iterator[tuple[Any, bool]]:
@@ -33,16 +40,9 @@ def dispatched(
     rounds: Iterator[list[Any]] = iter(())
     if rank == 0:
         if split_batches:
-            rounds = _split_rounds(loader, world, even_batches, drop_last, record)
+            rounds = _split_rounds(loader, world, drop_last, record)
         else:
-            rounds = batch_rounds(
-                loader,
-                world,
-                even_batches=even_batches,
-                drop_last=drop_last,
-                size_of=lambda batch: first_dim(batch) or 1,
-                record=record,
-            )
+            rounds = _batch_rounds(loader, world, drop_last, record)
     upcoming = next(rounds, None) if rank == 0 else None
     while True:
         if rank == 0:
@@ -61,12 +61,10 @@ def dispatched(
 
 
 def _split_rounds(
-    loader: Iterable[Any], world: int, even_batches: bool, drop_last: bool, record: ShardPass
+    loader: Iterable[Any], world: int, drop_last: bool, record: ShardPass
 ) -> Iterator[list[Any]]:
-    """Each batch cut into ``world`` equal row slices. A short last batch is completed with rows
-    of the first batch: to the full batch size under ``even_batches``, else (HF's
-    `DataLoaderDispatcher`) only up to the next multiple of ``world``, so every rank still gets
-    a slice, of equal size, and steps as often as the DataLoader has batches."""
+    """Each batch cut into ``world`` equal row slices; a short last batch the same way (see the
+    module's doc), so every rank steps as often as the DataLoader has batches."""
     first: Any = None
     size = 0
     for batch in loader:
@@ -76,13 +74,54 @@ def _split_rounds(
         if rows == size:
             yield _slices(batch, world)
             continue
-        if drop_last:
-            return
-        record.padding = size - rows if even_batches else -rows % world
-        if record.padding:
-            batch = _concat_rows(batch, first, record.padding)
-        yield _slices(batch, world)
+        if not drop_last:
+            yield _even_slices(batch, first, world, record)
         return
+
+
+def _batch_rounds(
+    loader: Iterable[Any], world: int, drop_last: bool, record: ShardPass
+) -> Iterator[list[Any]]:
+    """Rounds of ``world`` batches, batch ``r`` for rank ``r``; the rows of a short last round
+    joined and cut into ``world`` equal slices (see the module's doc)."""
+    first: Any = None
+    round_: list[Any] = []
+    for round_ in batch_rounds(
+        loader,
+        world,
+        even_batches=False,
+        drop_last=drop_last,
+        size_of=lambda batch: first_dim(batch) or 1,
+        record=record,
+    ):
+        if first is None:
+            first = round_[0]
+        if len(round_) == world:
+            yield round_
+    if 0 < len(round_) < world:  # batch_rounds yields a short round only last, and not drop_last
+        yield _even_slices(_join_rows(round_), first, world, record)
+
+
+def _even_slices(batch: Any, first: Any, world: int, record: ShardPass) -> list[Any]:
+    """``batch`` cut into ``world`` equal slices, completed to a multiple of ``world`` with the
+    first rows of ``first`` (HF's `DataLoaderDispatcher`)."""
+    record.padding = -(first_dim(batch) or 0) % world
+    if record.padding:
+        batch = _concat_rows(batch, first, record.padding)
+    return _slices(batch, world)
+
+
+def _join_rows(batches: list[Any]) -> Any:
+    """The batches' rows, tensor by tensor, in order."""
+    columns: list[list[torch.Tensor]] = []
+    for batch in batches:
+        tensors: list[torch.Tensor] = []
+        apply_to_tensors(tensors.append, batch)
+        columns = columns or [[] for _ in tensors]
+        for column, tensor in zip(columns, tensors, strict=True):
+            column.append(tensor)
+    position = iter(range(len(columns)))
+    return apply_to_tensors(lambda _: torch.cat(columns[next(position)]), batches[0])
 
 
 def _slices(batch: Any, world: int) -> list[Any]:

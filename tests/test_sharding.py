@@ -159,17 +159,16 @@ def test_split_batches_cut_every_batch_across_the_ranks(
 
 
 @pytest.mark.parametrize(
-    ("samples", "even_batches", "padding"),
+    ("samples", "padding"),
     [
-        (8, True, 0),
-        (9, True, 3),  # the short end completed to a full batch from the first one
-        (9, False, 1),  # HF's dispatcher: completed only to a multiple of the ranks
-        (10, False, 0),
-        (5, False, 1),
+        (8, 0),
+        (9, 1),  # HF's dispatcher: the short end completed only to a multiple of the ranks
+        (10, 0),
+        (5, 1),
     ],
 )
 def test_dispatched_split_batches_give_every_rank_a_slice_of_every_batch(
-    samples: int, even_batches: bool, padding: int
+    samples: int, padding: int
 ) -> None:
     """dispatch_batches + split_batches: rank 0 cuts each batch for every rank, so each rank
     steps len(loader) times, as HF's DataLoaderDispatcher does; none is left without the last."""
@@ -178,10 +177,49 @@ def test_dispatched_split_batches_give_every_rank_a_slice_of_every_batch(
 
     loader = list(torch.arange(samples).split(4))
     record = ShardPass()
-    rounds = list(_split_rounds(loader, 2, even_batches, False, record))
+    rounds = list(_split_rounds(loader, 2, False, record))
     assert len(rounds) == len(loader)
     for pieces in rounds:
         assert len(pieces) == 2 and len(pieces[0]) == len(pieces[1]) > 0
     assert record.padding == padding
     gathered = torch.cat([piece for pieces in rounds for piece in pieces]).tolist()
     assert gathered[: len(gathered) - padding] == list(range(samples))
+
+
+@pytest.mark.parametrize(
+    ("samples", "drop_last", "last_round", "padding"),
+    [
+        (64, False, [list(range(48, 56)), list(range(56, 64))], 0),
+        # the rows of a short last round shared out evenly, as HF's DataLoaderDispatcher does:
+        # every rank steps ceil(batches / ranks) times, no sample repeated
+        (40, False, [[32, 33, 34, 35], [36, 37, 38, 39]], 0),
+        (50, False, [[48], [49]], 0),
+        # completed to a multiple of the ranks with the first rows of the pass
+        (49, False, [[48], [0]], 1),
+        # a full last round keeps a batch per rank, its short batch too (HF cuts its 10 rows
+        # 5 + 5): every rank steps, nothing repeated
+        (42, False, [list(range(32, 40)), [40, 41]], 0),
+        (57, True, [list(range(32, 40)), list(range(40, 48))], 0),
+    ],
+)
+def test_dispatched_batches_share_the_last_rounds_rows_evenly(
+    samples: int, drop_last: bool, last_round: list[list[int]], padding: int
+) -> None:
+    torch = pytest.importorskip("torch")
+    from accelify.runtime.dispatch import _batch_rounds
+
+    loader = list(torch.arange(samples).split(8))
+    if drop_last and samples % 8:
+        loader = loader[:-1]  # the DataLoader drops its short batch itself
+    record = ShardPass()
+    rounds = [
+        [piece.tolist() for piece in pieces]
+        for pieces in _batch_rounds(loader, 2, drop_last, record)
+    ]
+    assert all(len(pieces) == 2 for pieces in rounds)
+    assert rounds[-1] == last_round
+    assert len(rounds) == (len(loader) // 2 if drop_last else -(-len(loader) // 2))
+    assert record.padding == padding
+    gathered = [row for pieces in rounds for piece in pieces for row in piece]
+    kept = samples if not drop_last else len(rounds) * 16
+    assert gathered[: len(gathered) - padding] == list(range(kept))
