@@ -64,6 +64,12 @@ class SaveOutsideMainProcess(Rule):
             HEADER + "import json\nwith open('m.json', 'w') as f:\n    json.dump(m, f)\n", 5, 5
         ),
         Example(HEADER + "model.save_pretrained('out')\n", 3, 1),
+        # a vocoder's sample written by every rank: audio writers are file writers too
+        Example(
+            HEADER + "import torchaudio\ntorchaudio.save('sample.wav', wav, sample_rate=22050)\n",
+            4,
+            1,
+        ),
         # a data-influence script saving its scored dataset: each rank's shard of scores, one path
         Example(HEADER + "scored.save_to_disk(args.scores_path)\n", 3, 1),
         Example(  # at the write: the function is called by every rank
@@ -482,6 +488,14 @@ def _advice(
             f"under `if {accelerator}.is_main_process:` (guarding this line alone, {left}); "
             f"every rank runs this{where} and races on the same path"
         )
+    statement = _opening_statement(script, effect.effect)
+    if statement is not None and facts_of(script).synchronising_in(statement) is None:
+        return (
+            f"Write on the main process only: open the file (line {script.line(statement)}) "
+            f"under `if {accelerator}.is_main_process:` and guard its writes and close the same "
+            "way (guarding this line alone, every rank still opens the file and writes the "
+            f"rest); every rank runs this{where} and races on the same path"
+        )
     return (
         f"Write on the main process only: guard with `if {accelerator}.is_main_process:`; every "
         f"rank runs this{where} and races on the same path"
@@ -495,20 +509,35 @@ def _opening_with(script: ScriptModel, write: cst.Call) -> tuple[cst.With, bool]
     emptying the file the main process wrote. A file opened to append (``"a"``) whose block
     writes to it more than once (``json.dump(record, f)`` then ``f.write("\\n")``) needs the
     guard there too: around one write, every rank still adds the others."""
-    handles = {dotted(argument.value) for argument in write.args} - {None}
+    opened = side_effects.opened_for_writing(script, write)
+    if opened is None:
+        return None
     for ancestor in script.ancestors(write):
         if not isinstance(ancestor, cst.With):
             continue
         for item in ancestor.items:
-            opener = item.item
             handle = dotted(item.asname.name) if item.asname is not None else None
-            if handle is None or handle not in handles:
+            if item.item is not opened or handle is None:
                 continue
-            if side_effects.opens_truncating(opener):
+            if side_effects.opens_truncating(opened):
                 return ancestor, True
             if _writes_to(ancestor, handle) > 1:
                 return ancestor, False
     return None
+
+
+def _opening_statement(script: ScriptModel, write: cst.Call) -> cst.CSTNode | None:
+    """``log = open(path, "w")`` then ``log.write(...)``: the statement that opens the file the
+    write goes to, where it is no ``with`` (that is `_opening_with`)."""
+    opened = side_effects.opened_for_writing(script, write)
+    if opened is None or any(
+        isinstance(a, cst.With) and any(item.item is opened for item in a.items)
+        for a in script.ancestors(opened)
+    ):
+        return None
+    return next(
+        (a for a in script.ancestors(opened) if isinstance(a, cst.SimpleStatementLine)), None
+    )
 
 
 def _writes_to(block: cst.With, handle: str) -> int:

@@ -651,3 +651,43 @@ def test_a_non_tensor_gathered_or_reduced_is_told_what_one_process_does(collecti
     assert one_process in finding.message
     if collective.startswith("reduce"):
         assert "returns it unchanged" not in finding.message
+
+
+_LOG_CSV = (
+    "import csv\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+    "csv_file = open('log.csv', 'a' if resume else 'w', newline='')\n"
+    "writer = csv.writer(csv_file)\n"
+    "for epoch in range(3):\n"
+    "    train_one_epoch()\n"
+    "    writer.writerow([epoch, loss])\n"
+    "    csv_file.flush()\n"
+    "csv_file.close()\n"
+)
+
+
+def test_a_csv_log_every_rank_opens_is_advised_to_open_it_on_the_main_process():
+    """A pix2pix trainer opens its CSV log on every rank and writes a row per epoch: every rank
+    appends the same rows to one file. Guarding the row alone leaves every rank opening (and,
+    with ``"w"``, emptying) the file, so the advice names the open."""
+    finding = the_finding(_LOG_CSV, "ACC201")
+    assert finding.line == 8
+    assert "open the file (line 4) under `if accelerator.is_main_process:`" in finding.message
+
+
+def test_a_log_file_named_per_rank_is_no_race():
+    code = _LOG_CSV.replace("open('log.csv',", "open(f'log_{accelerator.process_index}.csv',")
+    assert [f for f in lint(code, "ACC201").findings if f.code == "ACC201"] == []
+
+
+def test_a_file_written_through_its_handle_is_one_finding_per_open():
+    """``f.write`` twice into one ``with open(..., "w")``: one finding, at the first write, that
+    names the ``with``."""
+    code = (
+        "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "with open('result.txt', 'w') as f:\n"
+        "    f.write(setting)\n"
+        "    print(mse, file=f)\n"
+    )
+    finding = the_finding(code, "ACC201")
+    assert finding.line == 4
+    assert "put the `with` at line 3 under" in finding.message
