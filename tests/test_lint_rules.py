@@ -653,6 +653,37 @@ def test_a_non_tensor_gathered_or_reduced_is_told_what_one_process_does(collecti
         assert "returns it unchanged" not in finding.message
 
 
+def test_a_parameter_clamped_through_data_is_advised_unwrap_model():
+    """A CLIP trainer clamps its learned temperature after each step (``self.t.data =
+    torch.clamp(self.t.data, max=10)``): the wrapper has no ``clamp_t`` (AttributeError), but no
+    gradient is involved, so the advice is to call it through ``unwrap_model``, not to move it
+    into the forward."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "class Encoder(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.proj = torch.nn.Linear(4, 4)\n"
+        "        self.t = torch.nn.Parameter(torch.tensor(0.5))\n\n"
+        "    def clamp_t(self):\n"
+        "        self.t.data = torch.clamp(self.t.data, max=10)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.proj(x) * torch.exp(self.t)\n\n\n"
+        "accelerator = Accelerator()\n"
+        "model = Encoder()\n"
+        "optimizer = torch.optim.Adam(model.parameters())\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "for x in loader:\n"
+        "    accelerator.backward(model(x).sum())\n"
+        "    optimizer.step()\n"
+        "    model.clamp_t()\n"
+    )
+    finding = the_finding(code, "ACC104")
+    assert finding.line == 25
+    assert "accelerator.unwrap_model(model).clamp_t" in finding.message
+    assert "outside its forward" not in finding.message
+
+
 _LOG_CSV = (
     "import csv\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
     "csv_file = open('log.csv', 'a' if resume else 'w', newline='')\n"
@@ -691,3 +722,53 @@ def test_a_file_written_through_its_handle_is_one_finding_per_open():
     finding = the_finding(code, "ACC201")
     assert finding.line == 4
     assert "put the `with` at line 3 under" in finding.message
+
+
+_PREPARED_IN_TRAIN = (
+    "import torch\nfrom util.trainer import Trainer\n\n\n"
+    "class DistillTrainer(Trainer):\n"
+    "    def _load_models(self):\n"
+    "        self.model = InternVLChatModel.from_pretrained(self.config.path)\n\n"
+    "    def _load_optimizer(self):\n"
+    "        self.optimizer = torch.optim.AdamW(self.model.parameters())\n\n"
+    "    def train(self):\n"
+    "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+    "            self.model, self.optimizer, self.loader\n"
+    "        )\n"
+    "        for batch in self.loader:\n"
+    "            with torch.no_grad():\n"
+    "                feature = self.model.get_vit_feature(batch)\n"
+    "            loss = self.model.rec_loss(feature)\n"
+    "            self.accelerator.backward(loss)\n"
+    "            self.optimizer.step()\n"
+)
+
+
+def test_a_model_a_trainer_prepares_in_train_is_the_wrapper_below_the_prepare():
+    """A VQ-distillation trainer prepares ``self.model`` at the top of ``train()`` (its
+    accelerator from a base class in another module) and then calls the model's own methods on
+    it: the wrapper has none of them. Under ``no_grad`` the advice is ``unwrap_model``; in the
+    training step, where an unknown method may run the layers, it names the forward too."""
+    findings = {f.line: f.message for f in lint(_PREPARED_IN_TRAIN, "ACC104").findings}
+    assert set(findings) == {18, 19}
+    assert findings[18].startswith(
+        "Call this through self.accelerator.unwrap_model(self.model).get_vit_feature"
+    )
+    assert "compute it in the model's forward() and call self.model(...)" in findings[19]
+    assert (
+        "if it does not, call self.accelerator.unwrap_model(self.model).rec_loss" in (findings[19])
+    )
+
+
+def test_a_model_prepared_below_the_call_is_no_wrapper_there():
+    code = _PREPARED_IN_TRAIN.replace(
+        "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+        "            self.model, self.optimizer, self.loader\n"
+        "        )\n",
+        "",
+    ) + (
+        "        self.model, self.optimizer = self.accelerator.prepare(\n"
+        "            self.model, self.optimizer\n"
+        "        )\n"
+    )
+    assert [f for f in lint(code, "ACC104").findings if f.code == "ACC104"] == []
