@@ -208,6 +208,16 @@ def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
     )
 
 
+def test_an_ungathered_loss_total_of_numpy_values_is_advised_a_reduce_of_a_tensor():
+    """A CLIP evaluation sums ``loss.cpu().numpy() * n``: ``reduce`` takes tensors only, so the
+    advice makes the total one first, as for ``.item()``."""
+    code = _LOSS_EVAL.replace("loss.item()", "loss.cpu().numpy() * x.shape[0]")
+    finding = the_finding(code, "ACC403")
+    assert "accelerator.reduce(torch.tensor(val_loss, device=accelerator.device)" in (
+        finding.message
+    )
+
+
 def test_an_ungathered_dict_of_loss_tensors_is_advised_a_reduce_of_each_total():
     code = _LOSS_EVAL.replace("val_loss += loss.item()", "losses['ce'] += loss.detach()")
     code = code.replace("val_loss, batches = 0.0, 0", "losses, batches = {'ce': 0}, 0")
