@@ -782,3 +782,23 @@ def test_a_model_prepared_below_the_call_is_no_wrapper_there():
         "        )\n"
     )
     assert [f for f in lint(code, "ACC104").findings if f.code == "ACC104"] == []
+
+
+def test_a_log_held_open_across_training_is_never_advised_a_guard_around_its_with():
+    """A training loop inside ``with open("log.txt", "w") as log:`` writes a line per epoch on
+    every rank. A guard around the ``with`` would run the backward on the main process alone
+    (a hang): the advice guards the writes and the open, not the block."""
+    code = (
+        "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "with open('log.txt', 'w') as log:\n"
+        "    for epoch in range(3):\n"
+        "        for x, y in loader:\n"
+        "            accelerator.backward(model(x, y))\n"
+        "            optimizer.step()\n"
+        "        log.write(f'{epoch}\\n')\n"
+    )
+    finding = the_finding(code, "ACC201")
+    assert finding.line == 9
+    assert "put the `with`" not in finding.message
+    assert "the `with` at line 4 also runs accelerator.backward() (line 7)" in finding.message
