@@ -6,7 +6,7 @@ from accelify.analysis import names, side_effects
 from accelify.analysis.facts import facts_of
 from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.lint.rule import HEADER, Example, Finding, Rule
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 
 class MakedirsOnEveryRank(Rule):
@@ -47,9 +47,31 @@ class MakedirsOnEveryRank(Rule):
             7,
             9,
         ),
+        # a forecasting experiment's train(): self.accelerator comes from the base class in
+        # another module, and the method prepares, so every rank runs it
+        Example(
+            "import os\nfrom exp.exp_basic import Exp_Basic\n\n\n"
+            "class Exp_Main(Exp_Basic):\n"
+            "    def train(self, setting):\n"
+            "        path = os.path.join(self.args.checkpoints, setting)\n"
+            "        if not os.path.exists(path):\n"
+            "            os.makedirs(path)\n"
+            "        self.model, loader = self.accelerator.prepare(self.model, loader)\n",
+            9,
+            13,
+        ),
     )
     good = (
         HEADER + "import os\nos.makedirs('out/checkpoints', exist_ok=True)\n",
+        # a method of such a class that meets no other rank and that nothing in the file calls:
+        # it may run on one process only
+        "import os\nfrom exp.exp_basic import Exp_Basic\n\n\n"
+        "class Exp_Main(Exp_Basic):\n"
+        "    def predict(self, setting):\n"
+        "        preds = [self.model(x) for x in self.pred_loader]\n"
+        "        if not os.path.exists(setting):\n"
+        "            os.makedirs(setting)\n"
+        "        self.accelerator.print(len(preds))\n",
         HEADER + "import os\nif accelerator.is_main_process:\n    os.mkdir('out')\n",
         HEADER + "import os\nos.mkdir(f'shard_{accelerator.process_index}')\n",
         # before the Accelerator exists: a launcher's setup, not the ranks'
@@ -68,7 +90,7 @@ class MakedirsOnEveryRank(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         facts = facts_of(script)
         built = [call for call in script.calls if script.call_names(call) & names.ACCELERATORS]
-        if not built and not script.accelerator_params:
+        if not built and not script.accelerator_params and not script.names_of(Kind.ACCELERATOR):
             return
         for race in side_effects.makedirs_races(script, facts.placement):
             call = race.call
@@ -94,13 +116,18 @@ def _after_the_accelerator_is_made(
 
 
 def _handed_the_accelerator(script: ScriptModel, call: cst.Call) -> bool:
-    """``call`` runs in a function that receives the accelerator as a parameter (so it runs
-    once one exists) and that every rank calls: not only under a main-process guard."""
+    """``call`` runs in a function that receives the accelerator as a parameter, or in a method
+    of a class that holds one (``self.accelerator``, set here or by a base class), so it runs
+    once one exists, and that every rank calls: not only under a main-process guard (a method
+    nothing in the file calls counts when it prepares, steps or meets the other ranks)."""
     facts = facts_of(script)
     function = facts.placement.enclosing_function(call)
     if function is None:
         return False
-    if Kind.ACCELERATOR not in facts.flow.params.get(function, {}).values():
+    held = accelerator_at(script, call)
+    if Kind.ACCELERATOR not in facts.flow.params.get(function, {}).values() and not (
+        held is not None and held.startswith("self.")
+    ):
         return False
     return run_by_every_rank(
         script,

@@ -191,6 +191,24 @@ class PerEpochSchedulerPrepared(Rule):
         + "        accelerator.backward(loss_fn(model(x), y))\n"
         + "        optimizer.step()\n"
         + "        scheduler.step()\n",
+        # a vocoder's step helper draws its own batch and steps both: once per pass of the
+        # loop, beside an evaluation loop over the prepared test loader
+        _SCRIPT
+        + "scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)\n"
+        + "model, optimizer, loader, test_loader, scheduler = accelerator.prepare(\n"
+        + "    model, optimizer, loader, test_loader, scheduler\n)\n"
+        + "batches = cycle(loader)\n"
+        + "def train_step():\n"
+        + "    x, y = next(batches)\n"
+        + "    accelerator.backward(loss_fn(model(x), y))\n"
+        + "    optimizer.step()\n"
+        + "    scheduler.step()\n"
+        + "while steps < total_steps:\n"
+        + "    train_step()\n"
+        + "    steps += 1\n"
+        + "    if steps % 200 == 0:\n"
+        + "        for x, y in test_loader:\n"
+        + "            losses += accelerator.gather(loss_fn(model(x), y)).tolist()\n",
         # per epoch, left out of prepare
         _SCRIPT
         + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30)\n"

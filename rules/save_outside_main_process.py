@@ -30,8 +30,10 @@ _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accele
 
 class SaveOutsideMainProcess(Rule):
     """A file written on every rank (``torch.save``, ``save_pretrained``, safetensors'
-    ``save_file``, ``np.save``, ``json.dump``, ``save_image``, ``savefig``...): N processes write
-    the same path at once, the writes race, and a reader can see a truncated file. A path made per
+    ``save_file``, ``np.save``, ``json.dump``, ``save_image``, ``savefig``, ``torchaudio.save``...,
+    or through a handle opened for writing: ``log.write(...)``, ``print(..., file=log)``,
+    ``csv.writer(log).writerow(...)``, reported once per opened file): N processes write the same
+    path at once, the writes race, and a reader can see a truncated file. A path made per
     process (a temporary directory, a pid) is a file of each rank's own. A write in a
     function counts when every rank calls the function; it is reported at the write, where a
     guard fixes it (or ``is_main_process=`` for ``save_pretrained``), and at a call site only
@@ -64,6 +66,21 @@ class SaveOutsideMainProcess(Rule):
             HEADER + "import json\nwith open('m.json', 'w') as f:\n    json.dump(m, f)\n", 5, 5
         ),
         Example(HEADER + "model.save_pretrained('out')\n", 3, 1),
+        # a vocoder's sample written by every rank: audio writers are file writers too
+        Example(
+            HEADER + "import torchaudio\ntorchaudio.save('sample.wav', wav, sample_rate=22050)\n",
+            4,
+            1,
+        ),
+        # a GAN trainer's CSV log: opened on every rank, a row written through its csv writer
+        # per epoch; the advice names the open
+        Example(
+            HEADER + "import csv\nlog = open('log.csv', 'w', newline='')\n"
+            "writer = csv.writer(log)\nfor epoch in range(3):\n"
+            "    writer.writerow([epoch, train(epoch)])\nlog.close()\n",
+            7,
+            5,
+        ),
         # a data-influence script saving its scored dataset: each rank's shard of scores, one path
         Example(HEADER + "scored.save_to_disk(args.scores_path)\n", 3, 1),
         Example(  # at the write: the function is called by every rank
@@ -150,6 +167,10 @@ class SaveOutsideMainProcess(Rule):
         ),
     )
     good = (
+        # a log of each rank's own, and one written by the main process alone
+        HEADER + "log = open(f'log_{accelerator.process_index}.txt', 'w')\nlog.write('start')\n",
+        HEADER + "if accelerator.is_main_process:\n"
+        "    with open('result.txt', 'a') as f:\n        f.write(summary)\n",
         WRITE_ATOMIC_PER_PROCESS,
         # the process's rank through the names it is held in: dist.get_rank(), the launcher's
         # variable, a worker's parameter, an accelerator's member copied to a local
@@ -470,7 +491,18 @@ def _advice(
             "on the same path"
         )
     opened = _opening_with(script, effect.effect)
-    if opened is not None and facts_of(script).synchronising_in(opened) is None:
+    inside = facts_of(script).synchronising_in(opened[0]) if opened is not None else None
+    if opened is not None and inside is not None:
+        # a log held open across training: the `with` must stay on every rank
+        return (
+            f"Write on the main process only: guard the writes to this file with `if "
+            f"{accelerator}.is_main_process:` and open it there only (the `with` at line "
+            f"{script.line(opened[0])} also runs {dotted(inside.func) or 'a collective'}() "
+            f"(line {script.line(inside)}), which every rank must run, so it cannot go under the "
+            "test whole: open os.devnull on the other ranks, or write the file after the "
+            f"block); every rank runs this{where} and races on the same path"
+        )
+    if opened is not None:
         with_, truncates = opened
         left = (
             "every rank's open still truncates the file"
@@ -481,6 +513,14 @@ def _advice(
             f"Write on the main process only: put the `with` at line {script.line(with_)} "
             f"under `if {accelerator}.is_main_process:` (guarding this line alone, {left}); "
             f"every rank runs this{where} and races on the same path"
+        )
+    statement = _opening_statement(script, effect.effect)
+    if statement is not None and facts_of(script).synchronising_in(statement) is None:
+        return (
+            f"Write on the main process only: open the file (line {script.line(statement)}) "
+            f"under `if {accelerator}.is_main_process:` and guard its writes and close the same "
+            "way (guarding this line alone, every rank still opens the file and writes the "
+            f"rest); every rank runs this{where} and races on the same path"
         )
     return (
         f"Write on the main process only: guard with `if {accelerator}.is_main_process:`; every "
@@ -495,20 +535,35 @@ def _opening_with(script: ScriptModel, write: cst.Call) -> tuple[cst.With, bool]
     emptying the file the main process wrote. A file opened to append (``"a"``) whose block
     writes to it more than once (``json.dump(record, f)`` then ``f.write("\\n")``) needs the
     guard there too: around one write, every rank still adds the others."""
-    handles = {dotted(argument.value) for argument in write.args} - {None}
+    opened = side_effects.opened_for_writing(script, write)
+    if opened is None:
+        return None
     for ancestor in script.ancestors(write):
         if not isinstance(ancestor, cst.With):
             continue
         for item in ancestor.items:
-            opener = item.item
             handle = dotted(item.asname.name) if item.asname is not None else None
-            if handle is None or handle not in handles:
+            if item.item is not opened or handle is None:
                 continue
-            if side_effects.opens_truncating(opener):
+            if side_effects.opens_truncating(opened):
                 return ancestor, True
             if _writes_to(ancestor, handle) > 1:
                 return ancestor, False
     return None
+
+
+def _opening_statement(script: ScriptModel, write: cst.Call) -> cst.CSTNode | None:
+    """``log = open(path, "w")`` then ``log.write(...)``: the statement that opens the file the
+    write goes to, where it is no ``with`` (that is `_opening_with`)."""
+    opened = side_effects.opened_for_writing(script, write)
+    if opened is None or any(
+        isinstance(a, cst.With) and any(item.item is opened for item in a.items)
+        for a in script.ancestors(opened)
+    ):
+        return None
+    return next(
+        (a for a in script.ancestors(opened) if isinstance(a, cst.SimpleStatementLine)), None
+    )
 
 
 def _writes_to(block: cst.With, handle: str) -> int:

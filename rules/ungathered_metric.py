@@ -557,12 +557,15 @@ def _total_name(node: cst.AugAssign) -> str:
 
 
 def _loss_total_message(script: ScriptModel, node: cst.AugAssign) -> str:
-    """Advice for a loss summed per batch: reduce the total (a float from ``.item()`` made a
-    tensor first), with its count; ``gather_for_metrics`` needs a per-batch tensor."""
+    """Advice for a loss summed per batch: reduce the total (a host value from ``.item()``,
+    ``.numpy()`` or ``float()`` made a tensor first: ``reduce`` takes tensors only), with its
+    count; ``gather_for_metrics`` needs a per-batch tensor."""
     accelerator = accelerator_name(script, node)
     total = _total_name(node)
-    from_item = any(
-        isinstance(n, cst.Attribute) and n.attr.value == "item" for n in walk(node.value)
+    from_item = any(  # a host value: ``.item()``, ``.cpu().numpy()``, ``float(loss)``
+        (isinstance(n, cst.Attribute) and n.attr.value in ("item", "numpy", "tolist"))
+        or (isinstance(n, cst.Call) and dotted(n.func) in ("float", "int"))
+        for n in walk(node.value)
     )
     reduced = f"torch.tensor({total}, device={accelerator}.device)" if from_item else total
     what = f"each total in {total}" if isinstance(node.target, cst.Subscript) else total

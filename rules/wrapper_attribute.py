@@ -10,6 +10,7 @@ from accelify.analysis.construction import (
     keeps_the_object,
 )
 from accelify.analysis.facts import facts_of
+from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted, has_parameter
 from accelify.lint.rule import (
@@ -529,6 +530,27 @@ class WrapperAttribute(Rule):
                 if accelerator is not None
                 else f"unwrap_model({spelled}).{member} of the Accelerator that prepared it"
             )
+            if (
+                isinstance(call, cst.Call)
+                and call.func is attribute
+                and in_training_step(script, facts.placement, call)
+                and not defined_by_a_module_class(script, member)
+                and ({held, dotted(owner)} & _trained_models(script))
+            ):
+                # a method of a class this file cannot read, on a model an optimizer trains, in
+                # a training step: through unwrap_model the layers it may run would train
+                # unsynchronised (a frozen encoder's ``encode`` is plain unwrap_model advice)
+                yield self.finding(
+                    script,
+                    attribute,
+                    None,
+                    f"{spelled}.{member}() runs on the DistributedDataParallel wrapper in a "
+                    f"training step: on several processes it has no '{member}' "
+                    f"(AttributeError). If it runs the model's layers, compute it in the model's "
+                    f"forward() and call {spelled}(...) (through unwrap_model their gradients "
+                    f"are never synchronised across ranks); if it does not, call {through}",
+                )
+                continue
             yield self.finding(
                 script,
                 attribute,
@@ -692,7 +714,9 @@ def _held_name(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) 
     """The plain name whose object ``owner`` holds at ``at``: the name itself, or for an
     attribute (``trainer.model``) the name it was last set to above ``at`` in the same function
     (``trainer.model = model`` after ``model, ... = accelerator.prepare(trainer.model, ...)``, as
-    a Grounding DINO fine-tuning hands the prepared model back to its trainer). None: an
+    a Grounding DINO fine-tuning hands the prepared model back to its trainer), or the attribute
+    itself where ``prepare`` set it there (``self.model, self.optimizer, ... =
+    self.accelerator.prepare(self.model, ...)`` at the top of a trainer's ``train()``). None: an
     attribute set elsewhere, or to anything but a name."""
     if isinstance(owner, cst.Name):
         return owner.value
@@ -706,6 +730,16 @@ def _held_name(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) 
             continue
         if last is None or script.order(assign) > script.order(last):
             last = assign
+    prepared = [
+        p.call
+        for p in script.prepare_calls
+        if spelling in p.outputs
+        and script.scope_of(p.call) is scope
+        and script.order(p.call) < here
+        and (last is None or script.order(p.call) > script.order(last))
+    ]
+    if prepared:
+        return spelling  # ``self.model, ... = self.accelerator.prepare(self.model, ...)`` above
     if last is None or not isinstance(last.value, cst.Name) or len(assigned_targets(last)) != 1:
         return None
     return last.value.value
@@ -749,9 +783,19 @@ def _prepared_model(
     if last is None:
         return _parameter_given_prepared_model(script, name, at, unknown_is_model)
     kind = facts.flow.kind_of(name, at)
-    if kind is None:  # unknown: a model if the file calls it (``model(batch)``)
+    if kind is None:  # unknown: a model if the file calls it (``model(batch)``), switches its
+        # mode (``model.train()``) or accumulates its gradients (``accelerator.accumulate(model)``)
         spellings = {name, called_as} - {None}
-        called = any(dotted(c.func) in spellings for c in script.calls)
+        modes = {f"{s}.{m}" for s in spellings for m in ("train", "eval")}
+        called = any(
+            dotted(c.func) in spellings | modes
+            or (
+                isinstance(c.func, cst.Attribute)
+                and c.func.attr.value == "accumulate"
+                and any(dotted(a.value) in spellings for a in c.args)
+            )
+            for c in script.calls
+        )
         if not unknown_is_model and not called:
             return False
     elif kind is not Kind.MODEL and not facts.flow.is_model_name(name, at):

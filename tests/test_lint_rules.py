@@ -208,6 +208,16 @@ def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
     )
 
 
+def test_an_ungathered_loss_total_of_numpy_values_is_advised_a_reduce_of_a_tensor():
+    """A CLIP evaluation sums ``loss.cpu().numpy() * n``: ``reduce`` takes tensors only, so the
+    advice makes the total one first, as for ``.item()``."""
+    code = _LOSS_EVAL.replace("loss.item()", "loss.cpu().numpy() * x.shape[0]")
+    finding = the_finding(code, "ACC403")
+    assert "accelerator.reduce(torch.tensor(val_loss, device=accelerator.device)" in (
+        finding.message
+    )
+
+
 def test_an_ungathered_dict_of_loss_tensors_is_advised_a_reduce_of_each_total():
     code = _LOSS_EVAL.replace("val_loss += loss.item()", "losses['ce'] += loss.detach()")
     code = code.replace("val_loss, batches = 0.0, 0", "losses, batches = {'ce': 0}, 0")
@@ -651,3 +661,144 @@ def test_a_non_tensor_gathered_or_reduced_is_told_what_one_process_does(collecti
     assert one_process in finding.message
     if collective.startswith("reduce"):
         assert "returns it unchanged" not in finding.message
+
+
+def test_a_parameter_clamped_through_data_is_advised_unwrap_model():
+    """A CLIP trainer clamps its learned temperature after each step (``self.t.data =
+    torch.clamp(self.t.data, max=10)``): the wrapper has no ``clamp_t`` (AttributeError), but no
+    gradient is involved, so the advice is to call it through ``unwrap_model``, not to move it
+    into the forward."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "class Encoder(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.proj = torch.nn.Linear(4, 4)\n"
+        "        self.t = torch.nn.Parameter(torch.tensor(0.5))\n\n"
+        "    def clamp_t(self):\n"
+        "        self.t.data = torch.clamp(self.t.data, max=10)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.proj(x) * torch.exp(self.t)\n\n\n"
+        "accelerator = Accelerator()\n"
+        "model = Encoder()\n"
+        "optimizer = torch.optim.Adam(model.parameters())\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "for x in loader:\n"
+        "    accelerator.backward(model(x).sum())\n"
+        "    optimizer.step()\n"
+        "    model.clamp_t()\n"
+    )
+    finding = the_finding(code, "ACC104")
+    assert finding.line == 25
+    assert "accelerator.unwrap_model(model).clamp_t" in finding.message
+    assert "outside its forward" not in finding.message
+
+
+_LOG_CSV = (
+    "import csv\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+    "csv_file = open('log.csv', 'a' if resume else 'w', newline='')\n"
+    "writer = csv.writer(csv_file)\n"
+    "for epoch in range(3):\n"
+    "    train_one_epoch()\n"
+    "    writer.writerow([epoch, loss])\n"
+    "    csv_file.flush()\n"
+    "csv_file.close()\n"
+)
+
+
+def test_a_csv_log_every_rank_opens_is_advised_to_open_it_on_the_main_process():
+    """A pix2pix trainer opens its CSV log on every rank and writes a row per epoch: every rank
+    appends the same rows to one file. Guarding the row alone leaves every rank opening (and,
+    with ``"w"``, emptying) the file, so the advice names the open."""
+    finding = the_finding(_LOG_CSV, "ACC201")
+    assert finding.line == 8
+    assert "open the file (line 4) under `if accelerator.is_main_process:`" in finding.message
+
+
+def test_a_log_file_named_per_rank_is_no_race():
+    code = _LOG_CSV.replace("open('log.csv',", "open(f'log_{accelerator.process_index}.csv',")
+    assert [f for f in lint(code, "ACC201").findings if f.code == "ACC201"] == []
+
+
+def test_a_file_written_through_its_handle_is_one_finding_per_open():
+    """``f.write`` twice into one ``with open(..., "w")``: one finding, at the first write, that
+    names the ``with``."""
+    code = (
+        "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "with open('result.txt', 'w') as f:\n"
+        "    f.write(setting)\n"
+        "    print(mse, file=f)\n"
+    )
+    finding = the_finding(code, "ACC201")
+    assert finding.line == 4
+    assert "put the `with` at line 3 under" in finding.message
+
+
+_PREPARED_IN_TRAIN = (
+    "import torch\nfrom util.trainer import Trainer\n\n\n"
+    "class DistillTrainer(Trainer):\n"
+    "    def _load_models(self):\n"
+    "        self.model = InternVLChatModel.from_pretrained(self.config.path)\n\n"
+    "    def _load_optimizer(self):\n"
+    "        self.optimizer = torch.optim.AdamW(self.model.parameters())\n\n"
+    "    def train(self):\n"
+    "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+    "            self.model, self.optimizer, self.loader\n"
+    "        )\n"
+    "        for batch in self.loader:\n"
+    "            with torch.no_grad():\n"
+    "                feature = self.model.get_vit_feature(batch)\n"
+    "            loss = self.model.rec_loss(feature)\n"
+    "            self.accelerator.backward(loss)\n"
+    "            self.optimizer.step()\n"
+)
+
+
+def test_a_model_a_trainer_prepares_in_train_is_the_wrapper_below_the_prepare():
+    """A VQ-distillation trainer prepares ``self.model`` at the top of ``train()`` (its
+    accelerator from a base class in another module) and then calls the model's own methods on
+    it: the wrapper has none of them. Under ``no_grad`` the advice is ``unwrap_model``; in the
+    training step, where an unknown method may run the layers, it names the forward too."""
+    findings = {f.line: f.message for f in lint(_PREPARED_IN_TRAIN, "ACC104").findings}
+    assert set(findings) == {18, 19}
+    assert findings[18].startswith(
+        "Call this through self.accelerator.unwrap_model(self.model).get_vit_feature"
+    )
+    assert "compute it in the model's forward() and call self.model(...)" in findings[19]
+    assert (
+        "if it does not, call self.accelerator.unwrap_model(self.model).rec_loss" in (findings[19])
+    )
+
+
+def test_a_model_prepared_below_the_call_is_no_wrapper_there():
+    code = _PREPARED_IN_TRAIN.replace(
+        "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+        "            self.model, self.optimizer, self.loader\n"
+        "        )\n",
+        "",
+    ) + (
+        "        self.model, self.optimizer = self.accelerator.prepare(\n"
+        "            self.model, self.optimizer\n"
+        "        )\n"
+    )
+    assert [f for f in lint(code, "ACC104").findings if f.code == "ACC104"] == []
+
+
+def test_a_log_held_open_across_training_is_never_advised_a_guard_around_its_with():
+    """A training loop inside ``with open("log.txt", "w") as log:`` writes a line per epoch on
+    every rank. A guard around the ``with`` would run the backward on the main process alone
+    (a hang): the advice guards the writes and the open, not the block."""
+    code = (
+        "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "with open('log.txt', 'w') as log:\n"
+        "    for epoch in range(3):\n"
+        "        for x, y in loader:\n"
+        "            accelerator.backward(model(x, y))\n"
+        "            optimizer.step()\n"
+        "        log.write(f'{epoch}\\n')\n"
+    )
+    finding = the_finding(code, "ACC201")
+    assert finding.line == 9
+    assert "put the `with`" not in finding.message
+    assert "the `with` at line 4 also runs accelerator.backward() (line 7)" in finding.message

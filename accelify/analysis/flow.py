@@ -760,26 +760,38 @@ class ObjectFlow:
         """``loop`` steps something other than a scheduler outside its loops over batches: a
         ``.step(...)`` (an optimizer, an engine, a scaler), or an optimizer used there or handed
         to a helper that runs no loop over batches (``optimizer_step(optimizer)``) — the
-        optimizer then steps once per pass of ``loop``, and the scheduler beside it with it.
-        ``optimizer.zero_grad()`` before the loop over batches steps nothing."""
+        optimizer then steps once per pass of ``loop``, and the scheduler beside it with it; or a
+        helper of the file that steps an optimizer and runs no loop over batches (a vocoder's
+        ``train_step()`` on ``next(batches)``, called once per pass of ``while steps < total``
+        beside an evaluation loop). ``optimizer.zero_grad()`` before the loop over batches steps
+        nothing."""
         optimizers = self.names_of(Kind.OPTIMIZER)
-        for node in walk(loop.body):
-            if not isinstance(node, cst.Call) or any(
-                self.placement.inside(node, inner) for inner in self.batch_loops
-            ):
-                continue
+
+        def steps(node: cst.Call) -> bool:
             func = node.func
-            if isinstance(func, cst.Attribute) and (
+            return isinstance(func, cst.Attribute) and (
                 (
                     func.attr.value == "step"
                     and self.kind_of(dotted(func.value), node) is not Kind.SCHEDULER
                 )
                 or (dotted(func.value) in optimizers and func.attr.value != "zero_grad")
+            )
+
+        for node in walk(loop.body):
+            if not isinstance(node, cst.Call) or any(
+                self.placement.inside(node, inner) for inner in self.batch_loops
             ):
+                continue
+            if steps(node):
                 return True
             target = callee(self.model, node)
-            if any(dotted(argument.value) in optimizers for argument in node.args) and not (
-                target is not None and self._runs_batches(target[0], 1)
+            if target is not None and self._runs_batches(target[0], 1):
+                continue
+            if any(dotted(argument.value) in optimizers for argument in node.args):
+                return True
+            # a helper that draws its own batch and steps (``train_step()`` on ``next(batches)``)
+            if target is not None and any(
+                isinstance(inner, cst.Call) and steps(inner) for inner in walk(target[0])
             ):
                 return True
         return False

@@ -66,6 +66,21 @@ def layers_outside_forward(
     return found
 
 
+def in_training_step(model: ScriptModel, placement: Placement, call: cst.Call) -> bool:
+    """``call`` runs where gradients are computed for a backward: in a loop that trains, or
+    above a backward of its function, not under ``no_grad``."""
+    return _Finder(model, placement, None, set()).in_training(call)  # type: ignore[arg-type]
+
+
+def defined_by_a_module_class(model: ScriptModel, member: str) -> bool:
+    """Some module class of this file has ``member`` as a method or sets it in ``__init__``:
+    whether it runs layers is known here."""
+    return any(
+        member in methods_of(model, class_name) or member in _assigned_members(model, class_name)
+        for class_name in model.module_classes
+    )
+
+
 class _Finder:
     def __init__(
         self, model: ScriptModel, placement: Placement, flow: ObjectFlow, unprepared: set[str]
@@ -210,7 +225,7 @@ def runs_layers(
     ``self.head(x)``, ``for layer in self.layers``, ``x @ self.weight``, or another method that
     does. A member ``__init__`` sets only to something without parameters (a loss, dropout,
     ``F.cross_entropy``) is not a layer: calling it outside the wrapper loses nothing."""
-    if method.name.value in names.MODULE_API:
+    if method.name.value in names.MODULE_API or model.disables_grad(method):
         return False
     methods = class_methods(model, class_name)
     holding = _layers(model, _assigned_members(model, class_name))
@@ -220,6 +235,7 @@ def runs_layers(
             isinstance(node, cst.Attribute)
             and dotted(node.value) == me
             and node.attr.value in holding
+            and not _no_gradient(model, node)
         ):
             return True
         if not isinstance(node, cst.Call) or me is None:
@@ -241,6 +257,16 @@ def runs_layers(
             continue
         return True
     return False
+
+
+def _no_gradient(model: ScriptModel, member: cst.Attribute) -> bool:
+    """``self.t.data`` (``self.t.data = torch.clamp(self.t.data, max=10)``, a CLIP trainer's
+    temperature clamp), or a read under ``torch.no_grad()``: the parameter is touched with no
+    gradient to reduce, so the method runs no layer the wrapper's forward should have run."""
+    parent = model.parent(member)
+    if isinstance(parent, cst.Attribute) and parent.value is member and parent.attr.value == "data":
+        return True
+    return any(model.disables_grad(a) for a in model.ancestors(member))
 
 
 def _assigned_members(model: ScriptModel, class_name: str) -> dict[str, list[cst.BaseExpression]]:

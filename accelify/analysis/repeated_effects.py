@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.analysis import side_effects
+from accelify.analysis import names, side_effects
 from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
@@ -56,37 +56,77 @@ def repeated_effects(
     synchronising: Synchronising,
     files: SharedFiles,
 ) -> list[RepeatedEffect]:
-    found = []
+    found: list[RepeatedEffect] = []
+    judge = _Judge(model, placement, guards, synchronising)
+    reported_opens: set[int] = set()  # one finding per file a handle was opened on
     for write in side_effects.writes(model, placement, with_torch_save=True):
         call = write.call
-        if side_effects.per_rank_path(model, call) or side_effects.main_process_only(call):
-            continue
-        if files.unique_per_process(call):
+        if side_effects.per_rank_path(model, call) or files.unique_per_process(call):
             continue  # a temporary directory, a pid: each rank its own file
+        effects = judge.effects(call)
+        opened = side_effects.opened_for_writing(model, call)
+        if effects and opened is not None:
+            reported_opens.add(id(opened))
+        found += effects
+    for write in side_effects.handle_writes(model, placement):
+        call = write.call
+        opened = side_effects.opened_for_writing(model, call)
+        if opened is None or id(opened) in reported_opens:
+            continue
+        if model.call_names(call) & names.FILE_WRITERS:
+            continue  # judged above, as the writer it is
+        if side_effects.per_rank_path(model, opened) or files.unique_per_process_path(opened):
+            continue
+        if not guards.entered_by_all(opened, within=placement.enclosing_function(opened)):
+            continue  # opened on some ranks only: the others have no file to write
+        effects = judge.effects(call)
+        if effects:
+            reported_opens.add(id(opened))
+        found += effects
+    return found
+
+
+class _Judge:
+    """Whether every rank runs a write (outside a rank guard, or in a function some call of
+    which every rank makes), and where to report it."""
+
+    def __init__(
+        self,
+        model: ScriptModel,
+        placement: Placement,
+        guards: BackendGuards,
+        synchronising: Synchronising,
+    ) -> None:
+        self.model = model
+        self.placement = placement
+        self.guards = guards
+        self.synchronising = synchronising
+
+    def effects(self, call: cst.Call) -> list[RepeatedEffect]:
+        model, placement, guards = self.model, self.placement, self.guards
+        if side_effects.main_process_only(call):
+            return []
         if without_accelerator(model, call):
-            continue  # ``else:`` of ``if self.accelerator is not None:``: one plain process
+            return []  # ``else:`` of ``if self.accelerator is not None:``: one plain process
         deletes = side_effects.deletes(model, call)
         function = placement.enclosing_function(call)
         entered = guards.entered_by_all(call, within=function)
         if not entered:
-            continue
+            return []
         if function is None:
-            found.append(RepeatedEffect(call, call, deletes, entered))
-            continue
-        sites = _CallSites(model, placement, guards, synchronising)
+            return [RepeatedEffect(call, call, deletes, entered)]
+        sites = _CallSites(model, placement, guards, self.synchronising)
         every_rank, guarded = sites.of(function, 0, frozenset())
         every_rank = [(site, backends & entered) for site, backends in every_rank]
         every_rank = [(site, backends) for site, backends in every_rank if backends]
         if not every_rank:
             if not guarded and sites.entry_point(function):
-                found.append(RepeatedEffect(call, call, deletes, entered))
-            continue
-        if guarded and synchronising(function) is None:
-            found += [RepeatedEffect(site, call, deletes, b) for site, b in every_rank]
-        else:
-            backends = frozenset().union(*(b for _, b in every_rank))
-            found.append(RepeatedEffect(call, call, deletes, backends))
-    return found
+                return [RepeatedEffect(call, call, deletes, entered)]
+            return []
+        if guarded and self.synchronising(function) is None:
+            return [RepeatedEffect(site, call, deletes, b) for site, b in every_rank]
+        backends = frozenset().union(*(b for _, b in every_rank))
+        return [RepeatedEffect(call, call, deletes, backends)]
 
 
 def run_by_every_rank(

@@ -86,6 +86,13 @@ WRITERS = {
     "safetensors.torch.save_file": (1, "filename"),
     "safetensors.torch.save_model": (1, "filename"),
     "matplotlib.pyplot.savefig": (0, "fname"),
+    "torchaudio.save": (0, "uri"),
+    "soundfile.write": (0, "file"),
+    "scipy.io.wavfile.write": (0, "filename"),
+    "cv2.imwrite": (0, "filename"),
+    "imageio.imwrite": (0, "uri"),
+    "imageio.v2.imwrite": (0, "uri"),
+    "imageio.v3.imwrite": (0, "uri"),
     "shutil.copy": (1, "dst"),
     "shutil.copy2": (1, "dst"),
     "shutil.copyfile": (1, "dst"),
@@ -95,6 +102,8 @@ WRITING_METHODS = {
     "savefig": (0, "fname"),
     "to_csv": (0, "path_or_buf"),
 }
+#: Calls that open a file, and where their path is.
+_OPENERS = {"builtins.open": (0, "file")}
 #: Calls that delete a file, and where their path is.
 DELETERS = {"os.remove": (0, "path"), "os.unlink": (0, "path")}
 #: Renames that replace their destination in one step: the path that matters is the source.
@@ -368,6 +377,12 @@ class SharedFiles:
             or _path(self.model, write, {**DELETERS, **_ATOMIC_RENAMES}, {})
             or _deleted_receiver(write)
         )
+        found = self.per_process(path) if path is not None else None
+        return found is not None and not found.clock
+
+    def unique_per_process_path(self, opened: cst.Call) -> bool:
+        """``open(path, "w")`` of a path that is another file on every process."""
+        path = _path(self.model, opened, _OPENERS, {})
         found = self.per_process(path) if path is not None else None
         return found is not None and not found.clock
 

@@ -62,6 +62,94 @@ def writes(model: ScriptModel, placement: Placement, with_torch_save: bool = Fal
     return found
 
 
+#: Methods that write through an open file (``f.write(line)``), and through a csv writer made
+#: over one (``csv.writer(f).writerow(row)``).
+_HANDLE_WRITING_METHODS = {"write", "writelines"}
+_CSV_WRITING_METHODS = {"writerow", "writerows", "writeheader"}
+_CSV_WRITERS = {"csv.writer", "csv.DictWriter"}
+
+
+def handle_writes(model: ScriptModel, placement: Placement) -> list[Write]:
+    """Statements that write through a handle the file opened for writing (``log =
+    open(path, "w")`` or ``with open(path, "a") as log``): ``log.write(...)``,
+    ``log.writelines(...)``, ``print(..., file=log)``, ``csv.writer(log).writerow(...)``. Every
+    rank that opens the path and writes through it writes the same file."""
+    found = []
+    for line, call in placement.expression_statements():
+        if opened_for_writing(model, call) is not None:
+            found.append(Write(line, call))
+    return found
+
+
+def opened_for_writing(model: ScriptModel, call: cst.Call) -> cst.Call | None:
+    """The ``open(path, "w")`` (``"a"``, ``"x"``) whose handle ``call`` writes through: as the
+    receiver of ``write``/``writelines``, as ``print``'s ``file=``, through a ``csv.writer``
+    over it, or handed to a writer (``json.dump(rows, f)``). None where the name is bound to
+    anything else in the call's scope (one rank's file, a sink, a parameter)."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _HANDLE_WRITING_METHODS:
+        return _open_of(model, func.value, call)
+    if isinstance(func, cst.Attribute) and func.attr.value in _CSV_WRITING_METHODS:
+        writer = _bound_value(model, func.value, call)
+        if (
+            isinstance(writer, cst.Call)
+            and model.call_names(writer) & _CSV_WRITERS
+            and writer.args
+            and not isinstance(writer.args[0].value, cst.Call)
+        ):
+            return _open_of(model, writer.args[0].value, writer)
+        return None
+    if dotted(func) == "print":
+        target = argument_value(call, "file", None)
+        return _open_of(model, target, call) if target is not None else None
+    if model.call_names(call) & names.FILE_WRITERS:
+        for argument in call.args:
+            if argument.keyword is None and isinstance(argument.value, cst.Name):
+                opened = _open_of(model, argument.value, call)
+                if opened is not None:
+                    return opened
+    return None
+
+
+def _open_of(model: ScriptModel, handle: cst.BaseExpression, at: cst.CSTNode) -> cst.Call | None:
+    opened = _bound_value(model, handle, at)
+    return opened if isinstance(opened, cst.Call) and opens_for_writing(opened) else None
+
+
+def _bound_value(
+    model: ScriptModel, handle: cst.BaseExpression, at: cst.CSTNode
+) -> cst.BaseExpression | None:
+    """What ``handle`` (a plain name, or ``self.name`` of the class ``at`` is in) is bound to:
+    the item of the ``with`` around ``at`` that names it, else its one binding in ``at``'s scope
+    (the class, for ``self.name``)."""
+    name = dotted(handle)
+    if name is None:
+        return None
+    if isinstance(handle, cst.Name):
+        for ancestor in model.ancestors(at):  # ``with open(p, "w") as f:`` around it
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                break
+            if isinstance(ancestor, cst.With):
+                for item in ancestor.items:
+                    if item.asname is not None and dotted(item.asname.name) == name:
+                        return item.item
+        scope = model.scope_of(at)
+        values = [
+            value for node, value in model.index.values_bound_to(name)
+            if model.scope_of(node) is scope
+        ]  # fmt: skip
+    elif name.startswith("self.") and name.count(".") == 1:
+        owner = model.index.enclosing_class(at)
+        values = [
+            assign.value
+            for assign in model.index.assignments_to(name)
+            if owner is not None and model.index.enclosing_class(assign) is owner
+        ]
+    else:
+        return None
+    return values[0] if len(values) == 1 else None
+
+
 def once_per_run(model: ScriptModel, call: cst.Call) -> bool:
     """A call that must run on one rank: it writes, deletes or uploads files, or reads the
     terminal (``input()``: only the launcher's first process has one)."""
@@ -266,6 +354,9 @@ def _open_mode(node: cst.BaseExpression) -> str:
     if node.args and dotted(node.args[0].value) == "os.devnull":
         return ""
     mode = argument_value(node, "mode", 1)
+    if isinstance(mode, cst.IfExp):  # ``"a" if resuming else "w"``: either may run
+        branches = (mode.body, mode.orelse)
+        return "".join(str(b.evaluated_value) for b in branches if isinstance(b, cst.SimpleString))
     return str(mode.evaluated_value) if isinstance(mode, cst.SimpleString) else ""
 
 
@@ -329,7 +420,9 @@ def per_batch_files(model: ScriptModel, write: cst.Call) -> tuple[cst.For, bool]
     collide: each rank reads its own shard but counts from 0, so the ranks write different data
     under the same names, and a guard would keep the main process's shard only (``True``).
     Named by the batch itself (its file names, ids), each rank writes files of its own
-    (``False``): nothing races."""
+    (``False``): nothing races. A write through a handle (``f.write(pred)``) is judged by the
+    ``open`` that names its file."""
+    write = opened_for_writing(model, write) or write
     loaded = model.prepared_before(write)
     for loop in model.loops:
         if loop.iterable not in loaded or not any(a is loop.node for a in model.ancestors(write)):
