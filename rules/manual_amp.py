@@ -51,6 +51,14 @@ class ManualAmp(Rule):
             4,
             6,
         ),
+        Example(
+            HEADER
+            + "import torch\n"
+            + "with torch.autocast('cuda', dtype=torch.float16 if amp else torch.float32):\n"
+            + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
+            4,
+            6,
+        ),
     )
     good = (
         PARITY_REFERENCE,
@@ -69,6 +77,16 @@ class ManualAmp(Rule):
         HEADER
         + "import torch\nwith torch.no_grad(), torch.autocast('cuda'):\n"
         + "    logits = model(x)\naccelerator.backward(other_loss)\n",
+        # bf16 on CUDA, fp32 elsewhere: nothing to scale either way
+        HEADER
+        + "import torch\n"
+        + "with torch.autocast(device.type, dtype=torch.bfloat16 if cuda else torch.float32):\n"
+        + "    loss = model(x).sum()\naccelerator.backward(loss)\n",
+        # a validation method's ``output`` is not the one another method's backward reads
+        HEADER
+        + "import torch\n\n\ndef train_step(x):\n    output = model(x)\n"
+        + "    accelerator.backward(output.sum())\n\n\ndef valid_step(x):\n"
+        + "    with torch.autocast('cuda'):\n        output = model(x)\n    return output\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -106,7 +124,17 @@ def _bfloat16(call: cst.Call) -> bool:
     positional = [a.value for a in call.args if a.keyword is None]
     if dtype is None and len(positional) > 1 and not isinstance(positional[0], cst.Name):
         dtype = positional[1]  # torch.autocast("cuda", torch.bfloat16)
+    if isinstance(dtype, cst.IfExp):
+        return _unscaled_choice(dtype)
     return (dotted(dtype) or "").endswith(("bfloat16", "bf16")) if dtype is not None else False
+
+
+def _unscaled_choice(dtype: cst.BaseExpression) -> bool:
+    """A choice whose every branch is bf16 or fp32 (``torch.bfloat16 if device.type == "cuda"
+    and not fp32 else torch.float32``, an audio trainer's): no branch needs loss scaling."""
+    if isinstance(dtype, cst.IfExp):
+        return _unscaled_choice(dtype.body) and _unscaled_choice(dtype.orelse)
+    return (dotted(dtype) or "").endswith(("bfloat16", "bf16", "float32"))
 
 
 def _around_training(script: ScriptModel, call: cst.Call) -> bool:
@@ -125,7 +153,14 @@ def _around_training(script: ScriptModel, call: cst.Call) -> bool:
         for target in node.targets
         for name in target_names(target.target)
     }
-    return any(_backward_reads(b, b in through_accelerator) & bound for b in backwards)
+    # a name bound here and read by a backward of the same function: ``output`` of a validation
+    # loop is not the ``output`` another method's backward reads
+    scope = script.scope_of(call)
+    return any(
+        _backward_reads(b, b in through_accelerator) & bound
+        for b in backwards
+        if script.scope_of(b) is scope
+    )
 
 
 def _accelerator_backwards(script: ScriptModel) -> list[cst.Call]:

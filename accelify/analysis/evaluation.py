@@ -1601,7 +1601,10 @@ def _whole_batches(loop: Loop) -> set[str]:
     """The loop's names for a whole batch (``for batch in loader``, ``for i, batch in
     enumerate(loader)``): an integer index of one reads a field of the batch (``batch[1]``, the
     labels), where one of a name unpacked from it (``for x, y in loader``) reads one sample
-    (``x[0]``), which gathered would become the first rank's sample alone."""
+    (``x[0]``), which gathered would become the first rank's sample alone. A helper's body read
+    as the loop it is called from (`helper_evaluation`) has no target: none is known whole."""
+    if not isinstance(loop.node, cst.For):
+        return set()
     target = loop.node.target
     if isinstance(target, cst.Name):
         return {target.value}

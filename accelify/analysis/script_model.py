@@ -825,6 +825,8 @@ class _Collector(Visitor):
         self.model = model
         #: names bound to a dict of optimizer makers (``{"sgd": lambda p: optim.SGD(p, ...)}``)
         self._optimizer_tables: set[str] = set()
+        #: the functions the walk is inside, innermost last
+        self._functions: list[cst.FunctionDef] = []
 
     def visit_Import(self, node: cst.Import) -> None:
         self.model.imports.add(node)
@@ -848,6 +850,10 @@ class _Collector(Visitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if isinstance(self.model.parent(node), cst.Module):
             self.model.functions[node.name.value] = node
+        self._functions.append(node)
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.pop()
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.model.assignments.append(node)
@@ -1070,7 +1076,36 @@ class _Collector(Visitor):
             return Kind.SCHEDULER
         if self._imported_model_optimizer(call) or self._looked_up_optimizer(call):
             return Kind.OPTIMIZER
+        if self._optimizer_class_parameter(call):
+            return Kind.OPTIMIZER
         return None
+
+    def _optimizer_class_parameter(self, call: cst.Call) -> bool:
+        """``optimizer_fn(self.model.parameters(), **optimizer_params)`` in a trainer's
+        ``def __init__(self, model, optimizer_fn=torch.optim.Adam, ...)`` (torch-rechub's
+        trainers): a call through a parameter of the enclosing function whose default is an
+        optimizer class, handed a model's parameters first: whatever a caller passes in its
+        place makes the optimizer over them."""
+        func = call.func
+        if not isinstance(func, cst.Name) or not call.args or call.args[0].keyword is not None:
+            return False
+        first = call.args[0].value
+        if not (
+            isinstance(first, cst.Call)
+            and isinstance(first.func, cst.Attribute)
+            and first.func.attr.value == "parameters"
+        ):
+            return False
+        if not self._functions:
+            return False
+        function = self._functions[-1]
+        for parameter in (*function.params.params, *function.params.kwonly_params):
+            if parameter.name.value == func.value and parameter.default is not None:
+                return any(
+                    _optimizer_class(qualified)
+                    for qualified in self.model.qualified(parameter.default)
+                )
+        return False
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value in names.ACCELERATOR_MEMBERS:
