@@ -27,7 +27,12 @@ from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, callers_of, repeated_effects
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.self_training import SelfTraining, self_training_of
-from accelify.analysis.shard_totals import ShardTotal, totals_over_dataset
+from accelify.analysis.shard_totals import (
+    MeterTotal,
+    ShardTotal,
+    meters_over_shards,
+    totals_over_dataset,
+)
 from accelify.analysis.shared_files import SharedFiles
 from accelify.analysis.shared_loops import (
     PhaseLoaders,
@@ -222,6 +227,11 @@ class Facts:
         """Training totals summed per batch and divided by ``len(loader.dataset)`` (or by a
         parameter its callers pass that size in)."""
         return totals_over_dataset(self.model, self.placement, self.flow.reads_loader, self.calls)
+
+    @cached_property
+    def shard_meters(self) -> list[MeterTotal]:
+        """Metric objects a training loop updates per batch and that are read after it."""
+        return meters_over_shards(self.model, self.placement, self.flow.reads_loader)
 
     def trains_itself(self, backward: cst.Call) -> bool:
         """``backward`` runs in a method of a model class that trains itself."""

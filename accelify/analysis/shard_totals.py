@@ -282,3 +282,137 @@ def _is_phase_size(
 
 def _names(node: cst.CSTNode) -> set[str]:
     return {n.value for n in walk(node) if isinstance(n, cst.Name)}
+
+
+@dataclass
+class MeterTotal:
+    """A metric object (an ``AverageMeter``, a torchmetrics-like ``MeanMetric``) a training
+    loop over a loader updates with each batch's values and that is read after the loop
+    (``meter.avg``, ``metric.compute()``): over a prepared loader it holds this rank's batches
+    only, so what the main process shows is its own shard's value, not the whole set's."""
+
+    loop: Loop
+    #: the meter as the loop spells it: ``meter``, ``self.train_loss``
+    meter: str
+    #: the class it is an instance of, defined in this file
+    kind: str
+    update: cst.Call
+    #: the first read of it after the loop
+    read: cst.CSTNode
+
+
+def meters_over_shards(
+    model: ScriptModel, placement: Placement, reads_loader: Callable[[Loop], bool]
+) -> list[MeterTotal]:
+    """Each training loop's meters, as `MeterTotal` says. A meter is an instance of a class of
+    this file whose ``update`` method accumulates into its own attributes (``self.sum +=
+    val * n``). An update handed a value the script already gathered or reduced across ranks
+    is right as it is."""
+    classes = _accumulating_classes(model)
+    if not classes:
+        return []
+    made = _instances(model, classes)
+    found = []
+    for loop in model.loops:
+        if not loop.trains or loop.iterable is None or not reads_loader(loop):
+            continue
+        seen: set[str] = set()
+        for node in walk(loop.node.body):
+            if not (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value == "update"
+            ):
+                continue
+            meter = dotted(node.func.value)
+            if meter is None or meter not in made or meter in seen or _across_ranks(node):
+                continue
+            read = _read_after(model, placement, loop, meter)
+            if read is not None and not _synchronises(model, made[meter], read):
+                seen.add(meter)
+                found.append(MeterTotal(loop, meter, made[meter], node, read))
+    return found
+
+
+def _accumulating_classes(model: ScriptModel) -> set[str]:
+    found = set()
+    for node in walk(model.module):
+        if not isinstance(node, cst.ClassDef):
+            continue
+        for statement in node.body.body:
+            if (
+                isinstance(statement, cst.FunctionDef)
+                and statement.name.value == "update"
+                and any(
+                    isinstance(inner, cst.AugAssign)
+                    and (dotted(inner.target) or "").startswith("self.")
+                    for inner in walk(statement.body)
+                )
+            ):
+                found.add(node.name.value)
+    return found
+
+
+def _instances(model: ScriptModel, classes: set[str]) -> dict[str, str]:
+    """Names and attributes bound to an instance of one of ``classes``: name -> class."""
+    made = {}
+    for node in walk(model.module):
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Call)
+            and dotted(node.value.func) in classes
+        ):
+            for target in assigned_targets(node):
+                name = dotted(target)
+                if name is not None:
+                    made[name] = dotted(node.value.func) or ""
+    return made
+
+
+_ACROSS_RANKS = ("gather", "gather_for_metrics", "reduce", "all_reduce", "all_gather")
+
+
+def _across_ranks(node: cst.CSTNode) -> bool:
+    return any(
+        isinstance(inner, cst.Call)
+        and isinstance(inner.func, cst.Attribute)
+        and inner.func.attr.value in _ACROSS_RANKS
+        for inner in walk(node)
+    )
+
+
+def _synchronises(model: ScriptModel, kind: str, read: cst.CSTNode) -> bool:
+    """The first thing done with the meter after the loop combines it across ranks
+    (``meter.all_reduce()``, ``metric.sync()``, a method of its class that calls
+    ``dist.all_reduce``): the script made it the whole set's itself."""
+    assert isinstance(read, cst.Attribute)
+    method = read.attr.value
+    if any(word in method for word in ("reduce", "sync", "gather")):
+        return True
+    for node in walk(model.module):
+        if isinstance(node, cst.ClassDef) and node.name.value == kind:
+            return any(
+                isinstance(statement, cst.FunctionDef)
+                and statement.name.value == method
+                and _across_ranks(statement)
+                for statement in node.body.body
+            )
+    return False
+
+
+def _read_after(
+    model: ScriptModel, placement: Placement, loop: Loop, meter: str
+) -> cst.CSTNode | None:
+    """The first read of ``meter`` (``meter.avg``, ``meter.compute()``) after ``loop`` in its
+    scope, other than starting it over (``meter.reset()``) or updating it again."""
+    for node in walk(loop.scope):
+        if (
+            isinstance(node, cst.Attribute)
+            and dotted(node.value) == meter
+            and node.attr.value not in ("reset", "update")
+            and model.order(node) > model.order(loop.node)
+            and not placement.inside(node, loop.node)
+            and model.scope_of(node) is loop.scope
+        ):
+            return node
+    return None

@@ -334,24 +334,32 @@ def _writer_uses(
 def opens_for_writing(node: cst.BaseExpression) -> bool:
     """``open(path, "w")`` (or ``"a"``, ``"x"``, ``mode="wb"``...). ``open(os.devnull, "w")``
     (a sink that silences a progress bar) writes no file."""
-    return any(c in _open_mode(node) for c in "wax")
+    return any(c in open_mode(node) for c in "wax")
 
 
 def opens_truncating(node: cst.BaseExpression) -> bool:
     """``open(path, "w")``: the open itself empties the file, whoever writes to it after."""
-    return "w" in _open_mode(node)
+    return "w" in open_mode(node)
 
 
 def opens_exclusively(node: cst.BaseExpression) -> bool:
     """``open(path, "x")``: the open fails where the file exists (a second rank's does)."""
-    return "x" in _open_mode(node)
+    return "x" in open_mode(node)
 
 
-def _open_mode(node: cst.BaseExpression) -> str:
-    """The literal mode of a builtin ``open`` of a file (empty when not one, or not literal)."""
+def open_mode(node: cst.BaseExpression) -> str:
+    """The literal mode of a builtin ``open`` of a file (empty when not one, or not literal).
+    ``open(path if accelerator.is_main_process else os.devnull, "w")`` writes the file on the
+    ranks its test picks only: the script chose which, as under an ``if``."""
     if not isinstance(node, cst.Call) or dotted(node.func) != "open":
         return ""
-    if node.args and dotted(node.args[0].value) == "os.devnull":
+    path = node.args[0].value if node.args else None
+    if isinstance(path, cst.IfExp) and any(
+        isinstance(n, (cst.Name, cst.Attribute)) and names.is_process_rank_name(dotted(n) or "")
+        for n in walk(path.test)
+    ):
+        path = path.orelse
+    if path is not None and (dotted(path) or "").rsplit(".", 1)[-1] == "devnull":
         return ""
     mode = argument_value(node, "mode", 1)
     if isinstance(mode, cst.IfExp):  # ``"a" if resuming else "w"``: either may run

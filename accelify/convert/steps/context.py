@@ -105,6 +105,9 @@ class Context:
     #: file-writing blocks the conversion leaves on every rank (they compute what every rank
     #: needs): a file they write is not "saved on the main process".
     written_everywhere: list[cst.With] = field(default_factory=list)
+    #: file-writing blocks every rank runs with the file opened on the main process only (the
+    #: others write to os.devnull): other writes inside them still need their own guard.
+    opened_on_main: list[cst.With] = field(default_factory=list)
     #: model calls (by id) whose inputs go to the device and output back to the CPU
     #: (`host_inputs`): what they return is already on the host.
     host_calls: set[int] = field(default_factory=set)

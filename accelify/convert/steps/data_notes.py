@@ -16,6 +16,7 @@ from accelify.convert.steps.evaluation import loader_names
 
 def run(ctx: Context) -> None:
     _totals_over_dataset(ctx)
+    _meters_over_shards(ctx)
     _statistics_over_a_shard(ctx)
     noted = False
     for loop in ctx.model.loops:
@@ -172,6 +173,28 @@ def _totals_over_dataset(ctx: Context) -> None:
             "reducing the total is not enough (the prepared loader repeats samples to even out "
             f"the last batch): gather each batch's values with "
             f"{ctx.a('gather_for_metrics')} before summing them",
+        )
+
+
+def _meters_over_shards(ctx: Context) -> None:
+    """``meter.update(loss.item(), x.size(0))`` per training batch, ``meter.avg`` after the
+    loop: over a prepared loader the meter holds this rank's batches only."""
+    for found in ctx.facts.shard_meters:
+        if ctx.unprepared_loaders(found.loop):
+            continue  # every rank reads all of it: the meter is right
+        source = found.loop.node.iter
+        shown = (
+            ctx.code(source)
+            if isinstance(source, (cst.Name, cst.Attribute, cst.Subscript))
+            else found.loop.iterable
+        )
+        ctx.plan.review(
+            ctx.line(found.read),
+            f"{found.meter} ({found.kind}) is updated with this rank's batches of "
+            f"{shown} only (line {ctx.line(found.update)}): on N ranks what the "
+            "main process reads from it here is its own shard's value, not the whole set's; "
+            f"for the whole set's, reduce its totals across ranks ({ctx.a('reduce')}) before "
+            "reading them",
         )
 
 

@@ -401,11 +401,13 @@ def run_devices(ctx: Context) -> None:
             if acc != ctx.acc:
                 if not as_string:
                     _compare_device_types(ctx, binding.name, binding.scope)
+                    _device_type_arguments(ctx, binding.name, binding.scope)
                     _index_reads(ctx, binding, acc)
                 continue
         ctx.need(binding.statement)
         if not as_string:
             _compare_device_types(ctx, binding.name, binding.scope)
+            _device_type_arguments(ctx, binding.name, binding.scope)
             _index_reads(ctx, binding, ctx.acc)
         if not as_string:
             _other_reads_of_the_parameter(ctx, binding.value, binding.statement)
@@ -555,6 +557,35 @@ def _compare_device_types(ctx: Context, name: str, scope: cst.CSTNode) -> None:
                     ctx.line(node),
                     f"{ctx.code(node)} -> {name}.type: a torch.device never equals a string",
                     anywhere=True,
+                )
+
+
+#: calls whose first positional argument is a device type's name (``"cuda"``), not a device
+_TYPE_NAMED_FIRST = ("autocast", "GradScaler")
+
+
+def _device_type_arguments(ctx: Context, name: str, scope: cst.CSTNode) -> None:
+    """``torch.autocast(device_type=device)`` (also ``torch.autocast(device)``,
+    ``torch.amp.GradScaler(device)``) once ``device`` is a torch.device: these take a device
+    type's name, a string, and raise ValueError on a torch.device at the first step;
+    ``device.type`` is the name the script handed them. An edit that rewrites the call itself
+    (autocast made the Accelerator's) goes first."""
+    for call in ctx.model.calls:
+        callee = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        for position, argument in enumerate(call.args):
+            keyword = argument.keyword.value if argument.keyword is not None else None
+            named = keyword == "device_type" or (
+                keyword is None and position == 0 and callee in _TYPE_NAMED_FIRST
+            )
+            if named and dotted(argument.value) == name and _sees_binding(ctx, call, name, scope):
+                ctx.plan.replace(
+                    argument.value,
+                    Swap(f"{name}.type"),
+                    ctx.line(call),
+                    f"{callee}({keyword + '=' if keyword else ''}{name}) -> {name}.type: it "
+                    "takes a device type's name, and the device is a torch.device now",
+                    anywhere=True,
+                    gives_way_to=[call],
                 )
 
 

@@ -16,6 +16,7 @@ from accelify.convert.steps import main_process
 from accelify.convert.steps.context import Context, unwrap
 from accelify.convert.steps.host_inputs import returned_by
 from accelify.edits import rewrites
+from accelify.edits.node_rewrites import Swap
 
 
 def run(ctx: Context) -> None:
@@ -336,6 +337,10 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
     reviewed = []
     for with_node in file_write_blocks(ctx):
         kept = result_read_after(ctx, with_node)
+        stays = _must_run_everywhere(ctx, with_node) if kept is None else None
+        if (kept is not None or stays is not None) and _opened_on_main_only(ctx, with_node):
+            ctx.opened_on_main.append(with_node)
+            continue
         if kept is not None:
             ctx.plan.review(
                 ctx.line(with_node),
@@ -346,7 +351,6 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
             )
             reviewed.append(with_node)
             continue
-        stays = _must_run_everywhere(ctx, with_node)
         if stays is not None:
             ctx.plan.review(
                 ctx.line(with_node),
@@ -379,12 +383,73 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
             and not ctx.facts.ranks.under_rank_guard(call)
             and not _opened_to_read(ctx, call)
             and not in_writing_helper(ctx, call)
+            and not _opened_on_main_only(ctx, call)
         ):
             ctx.plan.review(
                 ctx.line(call),
                 "a file is written on every rank: guard it with `if accelerator.is_main_process:`",
             )
     return guarded
+
+
+def _opened_on_main_only(ctx: Context, opened: cst.With | cst.Call) -> bool:
+    """A file the script opens itself around code every rank must run (``with open(log, "w")
+    as log:`` around the training loop, or ``log = open(log_path, "a")`` written to each epoch):
+    every rank runs that code as before, and each rank but the main process opens
+    ``os.devnull`` instead, so the file is written once, with the main process's lines (those
+    ``accelerator.print`` shows). Planned, it is True. Not a mode that also reads (``"w+"``: the
+    other ranks would read back nothing), nor a file something below reads back (the other
+    ranks would read it while the main process writes it), nor where ``os`` names something
+    else."""
+    calls = (
+        [item.item for item in opened.items if side_effects.opens_for_writing(item.item)]
+        if isinstance(opened, cst.With)
+        else [opened]
+    )
+    devnull = _devnull(ctx)
+    if devnull is None or not calls:
+        return False
+    paths = []
+    for call in calls:
+        assert isinstance(call, cst.Call)
+        mode = side_effects.open_mode(call)
+        path = call.args[0] if call.args and call.args[0].keyword is None else None
+        if (
+            "+" in mode
+            or path is None
+            or ctx.facts.shared_files.read_back_below(call) is not None
+            or not ctx.plan.reaches(call)
+        ):
+            return False
+        paths.append((call, path.value))
+    test = ctx.a("is_main_process")
+    for call, path in paths:
+        shown = ctx.code(path)
+        ctx.plan.replace(
+            path,
+            Swap(f"{shown} if {test} else {devnull}"),
+            ctx.line(call),
+            f"{shown} opened on the main process only, {devnull} on the others (the code "
+            "around its writes runs on every rank)",
+        )
+        ctx.need(call)
+    if (
+        devnull == "os.devnull"
+        and "os" not in ctx.model.imports.bound
+        and "import os" not in ctx.extra_imports
+    ):
+        ctx.extra_imports.append("import os")
+    return True
+
+
+def _devnull(ctx: Context) -> str | None:
+    """How the script spells ``os.devnull``: ``os`` imported under its name or another; None
+    when ``os`` names something else."""
+    bound = ctx.model.imports.bound
+    if bound.get("os", "os") == "os":
+        return "os.devnull"
+    alias = next((local for local, target in bound.items() if target == "os"), None)
+    return None if alias is None else f"{alias}.devnull"
 
 
 #: What reading a file object does: nothing of it writes.

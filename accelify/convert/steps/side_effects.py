@@ -93,7 +93,7 @@ def _already_once(ctx: Context, node: cst.CSTNode) -> bool:
         isinstance(ancestor, cst.With)
         and any(side_effects.opens_for_writing(i.item) for i in ancestor.items)
         and (
-            not any(ancestor is block for block in ctx.written_everywhere)
+            not any(ancestor is block for block in (*ctx.written_everywhere, *ctx.opened_on_main))
             or side_effects.writes_into(node, ancestor)
         )
         for ancestor in ctx.model.ancestors(node)

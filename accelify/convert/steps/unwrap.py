@@ -28,6 +28,7 @@ def run(ctx: Context) -> None:
     _layers_by_index(ctx)
     _traced(ctx)
     _handed_out_of_reach(ctx)
+    _handed_to_be_copied(ctx)
     _type_checked(ctx)
     _model_types(ctx)
 
@@ -138,6 +139,68 @@ def _handed_out_of_reach(ctx: Context) -> None:
                         "which reads its state_dict() where the accelerator is not reachable",
                         gives_way_to=[model],
                     )
+
+
+def _handed_to_be_copied(ctx: Context) -> None:
+    """``ema = EMA(model)`` after prepare, whose constructor keeps ``copy.deepcopy(model)``:
+    the copy would be of the DDP wrapper (a second wrapper, whose state dict prefixes every key
+    with ``module.``: a checkpoint of it no longer loads into the script's model). Where the
+    callee only copies the model or reads its state, it is handed the unwrapped model at the
+    call; the other uses of the prepared model (``ema.update(model)``) stay as they are."""
+    for function, received in ctx.facts.flow.params.items():
+        for parameter, kind in received.items():
+            if kind is not Kind.MODEL or not _copies_only(ctx, function, parameter):
+                continue
+            for call, implicit in ctx.facts.flow.calls_of(function):
+                if not ctx.plan.reaches(call):
+                    continue
+                for name, argument in bound_arguments(function, call, implicit):
+                    model = argument.value
+                    if name != parameter or not isinstance(model, (cst.Name, cst.Attribute)):
+                        continue
+                    shown = dotted(model)
+                    if (
+                        shown in ctx.frozen
+                        or not ctx.facts.flow.is_model_name(shown, call)
+                        or not ctx.after_prepare(call, shown)
+                    ):
+                        continue
+                    unwrap(
+                        ctx,
+                        model,
+                        call,
+                        f"hands {ctx.a('unwrap_model')}({shown}) to {ctx.code(call.func)}(), "
+                        "which keeps a copy of it (copy.deepcopy): a copy of the model, not of "
+                        "its DDP wrapper",
+                        gives_way_to=[model],
+                    )
+
+
+#: What reading a model's state does: nothing of it runs the model.
+_STATE_READS = {"state_dict", "parameters", "named_parameters", "buffers", "named_buffers"}
+
+
+def _copies_only(ctx: Context, function: cst.FunctionDef, parameter: str) -> bool:
+    """``function`` deep-copies ``parameter`` and otherwise only reads its state."""
+    copied = False
+    for use in walk(function.body):
+        if not (isinstance(use, cst.Name) and use.value == parameter):
+            continue
+        parent = ctx.model.parent(use)
+        if isinstance(parent, cst.Attribute) and parent.value is use:
+            call = ctx.model.parent(parent)
+            if not (
+                parent.attr.value in _STATE_READS
+                and isinstance(call, cst.Call)
+                and call.func is parent
+            ):
+                return False
+            continue
+        call = ctx.model.parent(parent) if isinstance(parent, cst.Arg) else None
+        if not isinstance(call, cst.Call) or "copy.deepcopy" not in ctx.model.call_names(call):
+            return False
+        copied = True
+    return copied
 
 
 def _reads_state_only(
