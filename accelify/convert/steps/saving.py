@@ -416,6 +416,7 @@ def _opened_on_main_only(ctx: Context, opened: cst.With | cst.Call) -> bool:
         path = call.args[0] if call.args and call.args[0].keyword is None else None
         if (
             "+" in mode
+            or "x" in mode  # ``open(os.devnull, "x")`` fails: the sink exists
             or path is None
             or ctx.facts.shared_files.read_back_below(call) is not None
             or not ctx.plan.reaches(call)
