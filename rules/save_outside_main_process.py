@@ -494,21 +494,26 @@ def _advice(
     inside = facts_of(script).synchronising_in(opened[0]) if opened is not None else None
     if opened is not None and inside is not None:
         # a log held open across training: the `with` must stay on every rank
+        elsewhere = (
+            # os.devnull exists: opened "x" it fails as the file does
+            "open the file before the block on the main process only and None on the others"
+            if opened[1] == "exclusive"
+            else "open os.devnull on the other ranks"
+        )
         return (
             f"Write on the main process only: guard the writes to this file with `if "
             f"{accelerator}.is_main_process:` and open it there only (the `with` at line "
             f"{script.line(opened[0])} also runs {dotted(inside.func) or 'a collective'}() "
             f"(line {script.line(inside)}), which every rank must run, so it cannot go under the "
-            "test whole: open os.devnull on the other ranks, or write the file after the "
-            f"block); every rank runs this{where} and races on the same path"
+            f"test whole: {elsewhere}, or write the file after the block); every rank runs "
+            f"this{where} and races on the same path"
         )
     if opened is not None:
-        with_, truncates = opened
-        left = (
-            "every rank's open still truncates the file"
-            if truncates
-            else "every rank still runs the block's other writes to the file"
-        )
+        with_, opening = opened
+        left = {
+            "truncates": "every rank's open still truncates the file",
+            "exclusive": "every rank's open but the first still fails: the file exists",
+        }.get(opening, "every rank still runs the block's other writes to the file")
         return (
             f"Write on the main process only: put the `with` at line {script.line(with_)} "
             f"under `if {accelerator}.is_main_process:` (guarding this line alone, {left}); "
@@ -528,13 +533,15 @@ def _advice(
     )
 
 
-def _opening_with(script: ScriptModel, write: cst.Call) -> tuple[cst.With, bool] | None:
+def _opening_with(script: ScriptModel, write: cst.Call) -> tuple[cst.With, str] | None:
     """``with open(path, "w") as f: json.dump(result, f)``: the ``with`` whose handle the write
-    writes to, and whether its open truncates. Opening for writing truncates the file, so the
-    guard belongs around the ``with``: one around the write alone leaves every other rank
-    emptying the file the main process wrote. A file opened to append (``"a"``) whose block
-    writes to it more than once (``json.dump(record, f)`` then ``f.write("\\n")``) needs the
-    guard there too: around one write, every rank still adds the others."""
+    writes to, and how its open opens: ``"truncates"``, ``"exclusive"`` or ``"appends"``.
+    Opening for writing truncates the file, so the guard belongs around the ``with``: one around
+    the write alone leaves every other rank emptying the file the main process wrote. Opened
+    ``"x"``, the open itself fails on every rank but the first. A file opened to append
+    (``"a"``) whose block writes to it more than once (``json.dump(record, f)`` then
+    ``f.write("\\n")``) needs the guard there too: around one write, every rank still adds the
+    others."""
     opened = side_effects.opened_for_writing(script, write)
     if opened is None:
         return None
@@ -546,9 +553,11 @@ def _opening_with(script: ScriptModel, write: cst.Call) -> tuple[cst.With, bool]
             if item.item is not opened or handle is None:
                 continue
             if side_effects.opens_truncating(opened):
-                return ancestor, True
+                return ancestor, "truncates"
+            if side_effects.opens_exclusively(opened):
+                return ancestor, "exclusive"
             if _writes_to(ancestor, handle) > 1:
-                return ancestor, False
+                return ancestor, "appends"
     return None
 
 

@@ -87,6 +87,26 @@ def test_a_dump_into_a_file_every_rank_opens_for_writing_is_guarded_at_its_with(
     assert "put the `with` at line 4 under `if accelerator.is_main_process:`" in finding.message
 
 
+def test_a_file_opened_exclusively_is_guarded_at_its_open_never_swapped_for_devnull():
+    """Opened ``"x"``, every rank's open but the first fails (the file exists): a guard around the
+    write alone fixes nothing, and ``os.devnull`` opened ``"x"`` fails too."""
+    alone = (
+        "import json\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "with open('predictions.json', 'x') as f:\n    json.dump(predictions, f)\n"
+    )
+    finding = the_finding(alone, "ACC201")
+    assert "put the `with` at line 4 under `if accelerator.is_main_process:`" in finding.message
+    around_training = (
+        "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "with open('history.csv', 'x') as log:\n    for x in loader:\n"
+        "        accelerator.backward(model(x).sum())\n        log.write('step\\n')\n"
+    )
+    finding = the_finding(around_training, "ACC201")
+    assert finding.line == 6
+    assert "the `with` at line 3 also runs accelerator.backward()" in finding.message
+    assert "devnull" not in finding.message
+
+
 def test_a_dump_into_a_file_opened_for_reading_and_writing_keeps_the_plain_advice():
     code = (
         "import json\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
