@@ -204,19 +204,27 @@ def test_resume_continues_exactly_and_save_model_loads_into_a_plain_module(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
-def test_an_fsdp_script_that_saves_at_its_end_frees_its_group_before_finalization(tmp_path):
+@pytest.mark.parametrize(
+    "flags",
+    [pytest.param(FSDP, id="fsdp"), pytest.param(ZERO[3], id="zero3", marks=needs_deepspeed)],
+)
+def test_a_script_that_saves_at_its_end_frees_its_groups_before_finalization(flags, tmp_path):
     """CI flake: rank 1 of the resume test above died of SIGABRT ("terminate called without an
     active exception") after its script ended. DTensor's caches (module globals) and the FSDP
     model, kept here as a module global, held the group past the exit guard, so it was freed
     during interpreter finalization while a gloo worker still dropped the last gather's tensors
-    and asked for the GIL. The gloo threads are joined at exit now, whatever holds the model;
-    50 all-gathers still queued as the script ends make the old abort likely, the thread count
-    makes the cause certain."""
-    script = FIXTURES / "runtime" / "fsdp_exit.py"
+    and asked for the GIL. DeepSpeed holds its groups the same way: in module globals
+    (deepspeed.utils.groups, deepspeed.comm), its engine and optimizer, and each ZeRO-3
+    parameter; its own gathers (the full state dict, every forward's parameter fetches) are
+    collectives the runtime does not track. The gloo threads are joined at exit now, whatever
+    holds the model; 50 all-gathers still queued as the script ends make the old abort likely,
+    the thread count makes the cause certain."""
+    script = FIXTURES / "runtime" / "engine_exit.py"
     args = ("--save", tmp_path / "saved", "--global", "--queue", "50")
-    result = launch(script, *args, cwd=tmp_path, flags=FSDP)
+    result = launch(script, *args, cwd=tmp_path, flags=flags)
     assert_ok(result)
-    said = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    lines = [line for line in result.stdout.splitlines() if line.startswith("rank ")]
+    said = dict(line.split(": ", 1) for line in lines)
     for rank in (0, 1):
         # the count while training shows the threads are found by name at all
         assert int(said[f"rank {rank} gloo threads while training"]) > 0
