@@ -117,28 +117,12 @@ def _handed_out_of_reach(ctx: Context) -> None:
         for parameter, kind in received.items():
             if kind is not Kind.MODEL or not _reads_state_only(ctx, function, parameter, set()):
                 continue
-            for call, implicit in ctx.facts.flow.calls_of(function):
-                if not ctx.plan.reaches(call):
-                    continue
-                for name, argument in bound_arguments(function, call, implicit):
-                    model = argument.value
-                    if name != parameter or not isinstance(model, (cst.Name, cst.Attribute)):
-                        continue
-                    shown = dotted(model)
-                    if (
-                        shown in ctx.frozen
-                        or not ctx.facts.flow.is_model_name(shown, call)
-                        or not ctx.after_prepare(call, shown)
-                    ):
-                        continue
-                    unwrap(
-                        ctx,
-                        model,
-                        call,
-                        f"hands {ctx.a('unwrap_model')}({shown}) to {ctx.code(call.func)}(), "
-                        "which reads its state_dict() where the accelerator is not reachable",
-                        gives_way_to=[model],
-                    )
+            _unwrap_where_handed(
+                ctx,
+                function,
+                parameter,
+                "which reads its state_dict() where the accelerator is not reachable",
+            )
 
 
 def _handed_to_be_copied(ctx: Context) -> None:
@@ -151,29 +135,39 @@ def _handed_to_be_copied(ctx: Context) -> None:
         for parameter, kind in received.items():
             if kind is not Kind.MODEL or not _copies_only(ctx, function, parameter):
                 continue
-            for call, implicit in ctx.facts.flow.calls_of(function):
-                if not ctx.plan.reaches(call):
-                    continue
-                for name, argument in bound_arguments(function, call, implicit):
-                    model = argument.value
-                    if name != parameter or not isinstance(model, (cst.Name, cst.Attribute)):
-                        continue
-                    shown = dotted(model)
-                    if (
-                        shown in ctx.frozen
-                        or not ctx.facts.flow.is_model_name(shown, call)
-                        or not ctx.after_prepare(call, shown)
-                    ):
-                        continue
-                    unwrap(
-                        ctx,
-                        model,
-                        call,
-                        f"hands {ctx.a('unwrap_model')}({shown}) to {ctx.code(call.func)}(), "
-                        "which keeps a copy of it (copy.deepcopy): a copy of the model, not of "
-                        "its DDP wrapper",
-                        gives_way_to=[model],
-                    )
+            _unwrap_where_handed(
+                ctx,
+                function,
+                parameter,
+                "which keeps a copy of it (copy.deepcopy): a copy of the model, not of its DDP "
+                "wrapper",
+            )
+
+
+def _unwrap_where_handed(ctx: Context, function: cst.FunctionDef, parameter: str, why: str) -> None:
+    """Each reached call of ``function`` that hands it the prepared model as ``parameter`` hands
+    ``accelerator.unwrap_model(model)`` instead; ``why`` says what the callee does with it."""
+    for call, implicit in ctx.facts.flow.calls_of(function):
+        if not ctx.plan.reaches(call):
+            continue
+        for name, argument in bound_arguments(function, call, implicit):
+            model = argument.value
+            if name != parameter or not isinstance(model, (cst.Name, cst.Attribute)):
+                continue
+            shown = dotted(model)
+            if (
+                shown in ctx.frozen
+                or not ctx.facts.flow.is_model_name(shown, call)
+                or not ctx.after_prepare(call, shown)
+            ):
+                continue
+            unwrap(
+                ctx,
+                model,
+                call,
+                f"hands {ctx.a('unwrap_model')}({shown}) to {ctx.code(call.func)}(), {why}",
+                gives_way_to=[model],
+            )
 
 
 #: What reading a model's state does: nothing of it runs the model.
