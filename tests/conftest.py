@@ -28,10 +28,15 @@ def run_accelify(
     return run_in_own_group(command, cwd=cwd, timeout=timeout, env=environment)
 
 
+#: After a timeout's kill, how long the pipes may take to close before the test fails anyway
+CLOSE_WAIT = 30
+
+
 def run_in_own_group(
     command: list[str], cwd: Path | None, timeout: float, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run in a new session; on timeout kill the whole group, so no rank outlives its test."""
+    """Run in a new session; on timeout kill it with every process it started (`_kill_group`),
+    so no rank outlives its test."""
     process = subprocess.Popen(
         command,
         cwd=cwd,
@@ -44,8 +49,11 @@ def run_in_own_group(
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
+        _kill_group(process.pid)
+        try:
+            stdout, stderr = process.communicate(timeout=CLOSE_WAIT)
+        except subprocess.TimeoutExpired:  # something not found above still holds a pipe
+            stdout, stderr = "(not read: the pipe stayed open)", ""
         raise AssertionError(
             f"timed out after {timeout}s: {command}\nstdout:\n{stdout}\nstderr:\n{stderr}"
         ) from None
@@ -95,8 +103,39 @@ def seconds_after_line(
 
 
 def _kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads and every process descended from it. torch's
+    elastic agent starts each rank in a session of its own: killing the launcher's group alone
+    left the ranks running, holding the test's pipes open, and the test waited on them forever
+    (a timed-out launch hung the suite instead of failing its test). Every process is stopped
+    first, so that none starts another between the look at the tree and the kill."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGSTOP)
+    for descendant in _descendants(pid):  # a rank's own children, started as it was stopped
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(descendant, signal.SIGSTOP)
+    for descendant in _descendants(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(descendant, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, read from /proc (Linux; elsewhere none are found)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # the command's name is in parentheses and may hold spaces: the fields after it
+            parent = int(entry.read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # ended while being read
+        children.setdefault(parent, []).append(int(entry.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def launch_timed(
