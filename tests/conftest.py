@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -188,6 +189,19 @@ def _no_user_config(
             monkeypatch.delenv(name)
     # `accelify lint` caches its findings: in the test's own folder, never in the checkout
     monkeypatch.setenv("ACCELIFY_CACHE_DIR", str(tmp_path_factory.mktemp("lint_cache")))
+    if "TORCH_EXTENSIONS_DIR" not in os.environ:
+        monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
+
+
+def extensions_dir() -> Path:
+    """Where DeepSpeed's JIT-built ops (its CPU shared-memory comm op, 78 CPU-seconds to
+    compile) are kept between runs: one folder per Python environment. torch's default is one
+    folder for every environment of the user, and a build names its environment's include
+    paths: a checkout's run after another checkout's (a second venv) compiled it again, and
+    waited for the other's build lock meanwhile, past a launch's timeout."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    environment = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    return cache / "torch_extensions" / f"accelify-tests-{environment}"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
