@@ -5,8 +5,8 @@ Every run is fixtures/runtime/engines.py: the same model, data, optimizer and LR
 global batch, unclipped (with SGD and Adam, with and without accumulation), and clip like DDP
 (with a limit that is not DeepSpeed's default). One launch per engine trains all of these in turn
 (the script's --runs), each with its own Accelerator. DeepSpeed JIT-builds its shared-memory comm op
-on first use; torch caches it in one directory (TORCH_EXTENSIONS_DIR, else
-~/.cache/torch_extensions), so a test run builds it once.
+on first use; torch caches it in TORCH_EXTENSIONS_DIR (by default one folder per Python environment
+here: conftest.extensions_dir), so it is built once, by the first DeepSpeed launch of the first run.
 """
 
 from __future__ import annotations
@@ -88,13 +88,19 @@ UNCLIPPED = {
 #: What each engine trains: the unclipped settings, and the script's defaults (6 steps clipped
 #: at 0.5), which DDP's run makes the reference of clipping.
 SETTINGS = {**UNCLIPPED, "clipped": ()}
+#: The engines whose checkpoints a fresh launch resumes (test_resume_continues_exactly...).
+RESUMED = {"fsdp": FSDP, "zero3": ZERO[3]}
+#: Their launch also trains the defaults up to step 3 and saves there, after the settings
+#: above (the runs before it are as in any other engine's launch), in the launch's folder.
+SAVED_AT_3 = {"saved-at-3": ("--save-at", "3", "--checkpoint", "checkpoint")}
 
 
 def train_each(
     folder: Path, settings: dict[str, tuple[str, ...]], *flags: str, processes: int = 2
 ) -> dict[str, dict]:
     """Every setting trained in turn by one launch (the script's --runs), each with its own
-    Accelerator: what one launch per setting would train, for one launch's start-up."""
+    Accelerator: what one launch per setting would train, for one launch's start-up. The
+    launch runs in ``folder``: a relative path in a setting is there."""
     runs = [[*args, "--out", str(folder / f"{name}.json")] for name, args in settings.items()]
     plan = folder / "runs.json"
     plan.write_text(json.dumps(runs))
@@ -104,16 +110,27 @@ def train_each(
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[[tuple[str, ...]], dict]:
-    """An engine's runs of SETTINGS, launched once for all the tests that read them."""
-    launched: dict[tuple[str, ...], dict[str, dict]] = {}
+def launched(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[tuple[str, ...]], tuple[Path, dict[str, dict]]]:
+    """An engine's runs of SETTINGS (and SAVED_AT_3 for the RESUMED engines), launched once for
+    all the tests that read them: the folder they were launched in, and each run's output."""
+    done: dict[tuple[str, ...], tuple[Path, dict[str, dict]]] = {}
 
-    def runs(flags: tuple[str, ...]) -> dict[str, dict]:
-        if flags not in launched:
-            launched[flags] = train_each(tmp_path_factory.mktemp("engine"), SETTINGS, *flags)
-        return launched[flags]
+    def runs(flags: tuple[str, ...]) -> tuple[Path, dict[str, dict]]:
+        if flags not in done:
+            settings = {**SETTINGS, **SAVED_AT_3} if flags in RESUMED.values() else SETTINGS
+            folder = tmp_path_factory.mktemp("engine")
+            done[flags] = folder, train_each(folder, settings, *flags)
+        return done[flags]
 
     return runs
+
+
+@pytest.fixture(scope="module")
+def trained(launched) -> Callable[[tuple[str, ...]], dict[str, dict]]:
+    """An engine's runs, by setting name."""
+    return lambda flags: launched(flags)[1]
 
 
 @pytest.fixture(scope="module")
@@ -176,13 +193,18 @@ def test_bf16_trains_and_the_loss_decreases(flags, tmp_path):
 
 @pytest.mark.parametrize(
     "flags",
-    [pytest.param(FSDP, id="fsdp"), pytest.param(ZERO[3], id="zero3", marks=needs_deepspeed)],
+    [
+        pytest.param(RESUMED["fsdp"], id="fsdp"),
+        pytest.param(RESUMED["zero3"], id="zero3", marks=needs_deepspeed),
+    ],
 )
 def test_resume_continues_exactly_and_save_model_loads_into_a_plain_module(
-    flags, reference, tmp_path
+    flags, reference, launched, tmp_path
 ):
-    checkpoint = tmp_path / "checkpoint"
-    first = train(tmp_path, "first", *flags, args=("--save-at", "3", "--checkpoint", checkpoint))
+    """The checkpoint is saved at step 3 by the engine's shared launch (SAVED_AT_3) and resumed
+    here by a fresh launch, as a user resumes a run that stopped."""
+    folder, runs = launched(flags)
+    first, checkpoint = runs["saved-at-3"], folder / "checkpoint"
     assert first["losses"] == pytest.approx(reference["losses"][:3], abs=1e-6)
     saved = tmp_path / "saved"
     second = train(
@@ -241,6 +263,21 @@ def _build_model() -> torch.nn.Module:
     return module.build_model()
 
 
+@pytest.fixture(scope="module")
+def converted_under_ddp(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """fixtures/scripts/mnist_helpers.py converted, and its run under DDP (the default backend),
+    launched once for every engine it is compared with."""
+    original = FIXTURES / "scripts" / "mnist_helpers.py"
+    folder = tmp_path_factory.mktemp("converted")
+    converted = folder / "mnist_accelify.py"
+    converted.write_bytes(convert_source(original.read_bytes(), original).converted)
+    ddp = launch(converted, cwd=folder)
+    assert_ok(ddp)
+    return converted, ddp
+
+
 @pytest.mark.parametrize(
     "flags",
     [
@@ -248,13 +285,9 @@ def _build_model() -> torch.nn.Module:
         pytest.param(ZERO[2], id="zero2", marks=needs_deepspeed),
     ],
 )
-def test_a_converted_script_runs_unchanged(flags, tmp_path):
-    original = FIXTURES / "scripts" / "mnist_helpers.py"
-    converted = tmp_path / "mnist_accelify.py"
-    converted.write_bytes(convert_source(original.read_bytes(), original).converted)
-    ddp = launch(converted, cwd=tmp_path)
+def test_a_converted_script_runs_unchanged(flags, converted_under_ddp, tmp_path):
+    converted, ddp = converted_under_ddp
     run = launch(converted, cwd=tmp_path, flags=flags)
-    assert_ok(ddp)
     assert_ok(run)
     # the same training, so the same report (accuracy counts are exact integers)
     accuracy = [line for line in ddp.stdout.splitlines() if "Accuracy" in line]
