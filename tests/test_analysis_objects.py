@@ -648,3 +648,32 @@ def test_an_annotated_assignment_binds_as_a_plain_one():
         "self.optimizer",
     ]
     assert kinds(typed) == kinds(plain)
+
+
+def test_a_factorys_tuple_handed_to_a_constructor_binds_the_attributes_it_is_unpacked_into():
+    code = """
+        def make_loaders():
+            return DataLoader(range(8)), DataLoader(range(4))
+
+        class Trainer:
+            def __init__(self, net, loaders):
+                self.net = net
+                self.train_loader, self.val_loader = loaders
+
+        def main():
+            {body}
+        """
+    handed = [
+        "Trainer(nn.Linear(2, 1), make_loaders())",
+        "loaders = make_loaders()\n            Trainer(nn.Linear(2, 1), loaders)",
+    ]
+    for body in handed:
+        found = kinds(script(code.format(body=body)))
+        assert found["self.train_loader"] is Kind.DATALOADER, body
+        assert found["self.val_loader"] is Kind.DATALOADER, body
+    rebound = (
+        "loaders = make_loaders()\n            loaders = (1, 2)\n"
+        "            Trainer(nn.Linear(2, 1), loaders)"
+    )
+    found = kinds(script(code.format(body=rebound)))
+    assert "self.train_loader" not in found and "self.val_loader" not in found
