@@ -195,6 +195,7 @@ def add_object_bindings(model: ScriptModel, classify: Classify) -> None:
     for _ in range(ROUNDS):
         added = _receive(model, parameters, known, classify) + _factories(model, classify, known)
         added += _receive_tuples(model, parameters, known, classify)
+        added += _keep_locals(model, known)
         if not added:
             break
     _record_sources(model)
@@ -478,6 +479,43 @@ def _receive(
                     added += _bind(
                         model, name, kind, function, assign, known, received=True, value=value
                     )
+    return added
+
+
+def _keep_locals(model: ScriptModel, known: set[tuple[str, int]]) -> int:
+    """``model = build_model(cfg)`` then ``self.model = model`` in one method: the attribute is
+    the same object as the local (bound once each), so the class's other methods that train
+    and evaluate ``self.model`` read the object the analysis knows. Bound as received from the
+    local (``value`` is the local's name), so the prepare step prepares the attribute in its
+    place: preparing the local alone would leave ``self.model`` the bare module."""
+    added = 0
+    for binding in list(model.bindings):
+        function = binding.scope
+        if binding.received or "." in binding.name or not isinstance(function, cst.FunctionDef):
+            continue
+        if _enclosing_class(model, function) is None:
+            continue
+        if any(p.name.value == binding.name for p in function.params.params):
+            continue
+        assigned = model.index.assigned_under(function)
+        if len(assigned.get(binding.name, [])) != 1:
+            continue
+        for assign in model.index.own_assignments(function):
+            targets = assigned_targets(assign)
+            value = strip_self_methods(assign.value)
+            if len(targets) != 1 or not isinstance(value, cst.Name) or value.value != binding.name:
+                continue
+            name = dotted(targets[0])
+            if not name or not name.startswith("self.") or name.count(".") != 1:
+                continue
+            rebound = [
+                a
+                for a in model.index.own_assignments(function)
+                if any(dotted(t) == name for t in assigned_targets(a))
+            ]
+            if len(rebound) != 1 or (name, id(function)) in known:
+                continue
+            added += _bind(model, name, binding.kind, function, assign, known, received=True)
     return added
 
 
