@@ -648,3 +648,69 @@ def test_an_annotated_assignment_binds_as_a_plain_one():
         "self.optimizer",
     ]
     assert kinds(typed) == kinds(plain)
+
+
+def test_a_factorys_tuple_handed_to_a_constructor_binds_the_attributes_it_is_unpacked_into():
+    code = """
+        def make_loaders():
+            return DataLoader(range(8)), DataLoader(range(4))
+
+        class Trainer:
+            def __init__(self, net, loaders):
+                self.net = net
+                self.train_loader, self.val_loader = loaders
+
+        def main():
+            {body}
+        """
+    handed = [
+        "Trainer(nn.Linear(2, 1), make_loaders())",
+        "loaders = make_loaders()\n            Trainer(nn.Linear(2, 1), loaders)",
+    ]
+    for body in handed:
+        found = kinds(script(code.format(body=body)))
+        assert found["self.train_loader"] is Kind.DATALOADER, body
+        assert found["self.val_loader"] is Kind.DATALOADER, body
+    rebound = (
+        "loaders = make_loaders()\n            loaders = (1, 2)\n"
+        "            Trainer(nn.Linear(2, 1), loaders)"
+    )
+    found = kinds(script(code.format(body=rebound)))
+    assert "self.train_loader" not in found and "self.val_loader" not in found
+
+
+def test_an_attribute_set_from_a_local_is_that_local_and_the_one_prepared():
+    code = """
+        class Fitter:
+            def __init__(self):
+                model = nn.Linear(4, 1)
+                self.model = model
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                self.loader = DataLoader(range(8))
+                {after}
+
+            def fit(self):
+                for x in self.loader:
+                    loss = self.model(x).sum()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+        """
+    assert kinds(script(code.format(after="")))["self.model"] is Kind.MODEL
+    from accelify.convert import convert_source
+
+    def converted(after: str):
+        source = HEADER.replace("from accelify import Accelerator\n", "")
+        return convert_source(
+            (source + textwrap.dedent(code.format(after=after))).encode(), "fit.py"
+        )
+
+    conversion = converted("")
+    assert "self.model, self.optimizer, self.loader = self.accelerator.prepare(" in (
+        conversion.converted.decode()
+    )
+    assert "model" not in conversion.prepared and not conversion.reviews
+    # the local read after the prepare: it stays the prepared one, and the attribute is reviewed
+    conversion = converted("print(model)")
+    assert "model" in conversion.prepared and "self.model" not in conversion.prepared
+    assert any("self.model is left the bare model" in note.text for note in conversion.reviews)

@@ -194,7 +194,8 @@ def add_object_bindings(model: ScriptModel, classify: Classify) -> None:
     known = {(b.name, id(b.scope)) for b in model.bindings}
     for _ in range(ROUNDS):
         added = _receive(model, parameters, known, classify) + _factories(model, classify, known)
-        added += _receive_tuples(model, parameters, known)
+        added += _receive_tuples(model, parameters, known, classify)
+        added += _keep_locals(model, known)
         if not added:
             break
     _record_sources(model)
@@ -481,6 +482,43 @@ def _receive(
     return added
 
 
+def _keep_locals(model: ScriptModel, known: set[tuple[str, int]]) -> int:
+    """``model = build_model(cfg)`` then ``self.model = model`` in one method: the attribute is
+    the same object as the local (bound once each), so the class's other methods that train
+    and evaluate ``self.model`` read the object the analysis knows. Bound as received from the
+    local (``value`` is the local's name), so the prepare step prepares the attribute in its
+    place: preparing the local alone would leave ``self.model`` the bare module."""
+    added = 0
+    for binding in list(model.bindings):
+        function = binding.scope
+        if binding.received or "." in binding.name or not isinstance(function, cst.FunctionDef):
+            continue
+        if _enclosing_class(model, function) is None:
+            continue
+        if any(p.name.value == binding.name for p in function.params.params):
+            continue
+        assigned = model.index.assigned_under(function)
+        if len(assigned.get(binding.name, [])) != 1:
+            continue
+        for assign in model.index.own_assignments(function):
+            targets = assigned_targets(assign)
+            value = strip_self_methods(assign.value)
+            if len(targets) != 1 or not isinstance(value, cst.Name) or value.value != binding.name:
+                continue
+            name = dotted(targets[0])
+            if not name or not name.startswith("self.") or name.count(".") != 1:
+                continue
+            rebound = [
+                a
+                for a in model.index.own_assignments(function)
+                if any(dotted(t) == name for t in assigned_targets(a))
+            ]
+            if len(rebound) != 1 or (name, id(function)) in known:
+                continue
+            added += _bind(model, name, binding.kind, function, assign, known, received=True)
+    return added
+
+
 def _received_pairs(assign: cst.Assign) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
     """Each target of ``assign`` with the value it receives: ``self.model = model``, also
     unpacked side by side (``self.model, self.loader = model, loader``)."""
@@ -494,11 +532,15 @@ def _receive_tuples(
     model: ScriptModel,
     parameters: dict[cst.FunctionDef, dict[str, Kind]],
     known: set[tuple[str, int]],
+    classify: Classify,
 ) -> int:
     """``Trainer(dataloader=(train_loader, val_loader))`` and, in its constructor,
     ``self.train_loader, self.val_loader = dataloader``: each attribute receives the element of
     the tuple at its position, at every call (the same kind at each). Its sources are the
-    callers' names for that element."""
+    callers' names for that element. A factory's tuple is handed as surely
+    (``Trainer(make_loaders(cfg))``, or ``loaders = make_loaders(cfg)`` then
+    ``Trainer(loaders)``): each attribute receives what the factory returns at its position,
+    made there, so no caller's name is its source."""
     added = 0
     calls = model.call_graph.calls_by_callee()
     for function in {f for f, _ in calls.items() if isinstance(f, cst.FunctionDef)}:
@@ -511,26 +553,30 @@ def _receive_tuples(
             if names is None or len(names) < 2 or not all(n.startswith("self.") for n in names):
                 continue
             parameter = assign.value.value
-            elements = _tuple_arguments(model, function, parameter, calls.get(function, ()))
+            elements = _tuple_arguments(
+                model, function, parameter, calls.get(function, ()), parameters, classify
+            )
             if elements is None or len(elements) != len(names):
                 continue
             for index, name in enumerate(names):
-                kinds = {
-                    _kind_at(model, dotted(element[index]), call, parameters)
-                    for call, element in elements.calls
-                }
+                kinds = {element[index][0] for _, element in elements.calls}
                 if len(kinds) != 1 or None in kinds or (name, id(function)) in known:
                     continue
                 added += _bind(model, name, kinds.pop(), function, assign, known, received=True)
                 model.bindings[-1].sources.extend(
-                    dotted(element[index]) or "" for _, element in elements.calls
+                    source for _, element in elements.calls if (source := element[index][1])
                 )
     return added
 
 
+#: One element of a handed tuple: its kind, and the caller's name for it (None when a factory
+#: made it).
+_Element = tuple[Kind | None, str | None]
+
+
 @dataclass
 class _TupleArguments:
-    calls: list[tuple[cst.Call, list[cst.BaseExpression]]]
+    calls: list[tuple[cst.Call, list[_Element]]]
 
     def __len__(self) -> int:
         return len(self.calls[0][1])
@@ -541,22 +587,60 @@ def _tuple_arguments(
     function: cst.FunctionDef,
     parameter: str,
     calls: Iterable[tuple[cst.Call, int]],
+    parameters: dict[cst.FunctionDef, dict[str, Kind]],
+    classify: Classify,
 ) -> _TupleArguments | None:
-    """The elements each call passes for ``parameter``, when every call passes a tuple of
-    names of one length."""
+    """The elements each call passes for ``parameter``, when every call passes a tuple of one
+    length: of names, or the flat tuple a factory of the file returns."""
     found = []
     for call, implicit in calls:
         argument = dict(bound_arguments(function, call, implicit)).get(parameter)
         value = argument.value if argument is not None else None
-        if not isinstance(value, cst.Tuple):
+        if isinstance(value, cst.Tuple):
+            names = [dotted(e.value) for e in value.elements if isinstance(e, cst.Element)]
+            if not names or None in names:
+                return None
+            found.append((call, [(_kind_at(model, n, call, parameters), n) for n in names]))
+            continue
+        returned = _handed_factory_tuple(model, call, value, classify)
+        if returned is None:
             return None
-        elements = [e.value for e in value.elements if isinstance(e, cst.Element)]
-        if not elements or any(dotted(e) is None for e in elements):
-            return None
-        found.append((call, elements))
+        found.append((call, returned))
     if not found or len({len(e) for _, e in found}) != 1:
         return None
     return _TupleArguments(found)
+
+
+def _handed_factory_tuple(
+    model: ScriptModel,
+    call: cst.Call,
+    value: cst.BaseExpression | None,
+    classify: Classify,
+) -> list[_Element] | None:
+    """The kinds, by position, of the flat tuple a factory of the file returns when ``value``
+    is its call, or a name the caller's scope binds once, to its call, and never rebinds."""
+    if isinstance(value, cst.Name):
+        scope = model.scope_of(call)
+        bound = [
+            a
+            for a in (
+                model.index.own_assignments(scope) if isinstance(scope, cst.FunctionDef) else []
+            )
+            if any(dotted(t) == value.value for t in assigned_targets(a))
+        ]
+        if len(bound) != 1 or len(assigned_targets(bound[0])) != 1:
+            return None
+        if dotted(assigned_targets(bound[0])[0]) != value.value:
+            return None
+        value = bound[0].value
+    if not isinstance(value, cst.Call):
+        return None
+    returned = _call_returns(model, value, classify)
+    if not returned or any(len(path) != 1 for path, _ in returned):
+        return None
+    if [path for path, _ in returned] != [(i,) for i in range(len(returned))]:
+        return None
+    return [(kind, None) for _, kind in returned]
 
 
 def _factories(model: ScriptModel, classify: Classify, known: set[tuple[str, int]]) -> int:

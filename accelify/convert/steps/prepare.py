@@ -96,6 +96,7 @@ def run(ctx: Context, scope: Scope) -> None:
             ctx.frozen.add(instance.name)
     _add_models_set_by_other_methods(ctx, scope, chosen)
     aliases = _attribute_aliases(ctx, scope, chosen)
+    _prepare_attributes_for_their_locals(ctx, scope, chosen, created, aliases)
     if isinstance(scope, cst.FunctionDef) and created:
         # A model handed in as a parameter and trained here (``def main(model):``); a
         # constructor that keeps it (``self.model = model``) prepares the attribute instead:
@@ -706,6 +707,44 @@ def _attribute_aliases(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> d
             if source is not None and "." not in source:
                 aliases[source] = binding.name
     return aliases
+
+
+def _prepare_attributes_for_their_locals(
+    ctx: Context,
+    scope: Scope,
+    chosen: dict[str, Kind],
+    created: dict[str, int],
+    aliases: dict[str, str],
+) -> None:
+    """``model = build_model(cfg)``, ``self.model = model``: one object under two names, and
+    the other methods read the attribute. It is prepared in the local's place (preparing both
+    would wrap one module twice; the local alone would leave ``self.model`` the bare module,
+    trained unsynchronised). When the method reads the local after the prepare, neither name
+    can stand for both: the local is prepared, as before, and a review line says so."""
+    if not isinstance(scope, cst.FunctionDef):
+        return
+    locals_ = {b.name for b in ctx.model.bindings if b.scope is scope and not b.received}
+    for local, attribute in aliases.items():
+        if local not in locals_ or local not in chosen or attribute not in chosen:
+            continue
+        after = max(created.values()) if created else 0
+        body = ctx.facts.placement.body_of(scope)
+        if any(
+            isinstance(node, cst.Name) and node.value == local
+            for statement in body[after + 1 :]
+            for node in walk(statement)
+        ):
+            chosen.pop(attribute)
+            created.pop(attribute, None)
+            ctx.plan.review(
+                _binding_line(ctx, attribute, scope),
+                f"{attribute} is left the bare {local}, trained unsynchronised on each rank: "
+                f"{local} is prepared, and read after the prepare, so {attribute} cannot take "
+                f"its place; set {attribute} from the prepared {local} after the prepare",
+            )
+            continue
+        chosen.pop(local)
+        created.pop(local, None)
 
 
 def _untrained_models(
