@@ -541,9 +541,16 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
         found.extracted = fresh("outputs", taken)
         outputs = [found.extracted]
     found.outputs = outputs
+    if found.extracted is not None and _reads_the_models_loss(forward, model):
+        # ``loss = model(x, labels=y).loss``: the same scalar per batch as a returned loss,
+        # read through a field of the output in the forward's own expression
+        found.scalar_losses.append(found.extracted)
+        found.scalar_losses += _plain_names_bound(small)
     later = _uses_after(found, facts)
     for output in outputs:
         fields = _fields_only(later.get(output, []), model, allow_index=False)
+        if output in found.scalar_losses:
+            continue
         if fields is None and "loss" in output.lower():
             # ``logits, loss = model(x, y)``: the model's own loss is one scalar per batch (its
             # mean); gathered it is N values, ``loss.item()`` fails, and a mean of the ranks'
@@ -576,6 +583,24 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
             if name not in outputs and not _used_as_a_tensor(name, found.loop, facts)
         ]
     return None
+
+
+def _reads_the_models_loss(forward: cst.Call, model: ScriptModel) -> bool:
+    """``model(...).loss`` (``.loss``, ``.total_loss``...): a field named for a loss, read off
+    the forward's output where it is made."""
+    read = model.parent(forward)
+    return (
+        isinstance(read, cst.Attribute)
+        and read.value is forward
+        and "loss" in read.attr.value.lower()
+    )
+
+
+def _plain_names_bound(small: cst.BaseSmallStatement) -> list[str]:
+    """The names ``loss = ...`` binds (none for anything but one plain assignment)."""
+    if not isinstance(small, cst.Assign) or len(assigned_targets(small)) != 1:
+        return []
+    return plain_targets(assigned_targets(small)[0]) or []
 
 
 def _reads_a_tensor_dataset(loop: Loop, facts: Facts) -> bool:
@@ -824,6 +849,8 @@ def _check_sinks(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> st
             per_rank |= bound
         else:
             per_rank -= bound
+        if is_forward:  # ``loss = model(x, labels=y).loss``: stays this rank's scalar
+            per_rank |= bound & set(found.scalar_losses)
     return None
 
 

@@ -115,8 +115,27 @@ def _values_behind(
             and script.order(call) < order
             for argument in call.args
         ]
+        # ``for name, param in model.named_parameters(): ... params_to_update.append(param)``
+        # (torchvision's fine-tuning tutorial): a loop target stands for what the loop reads
+        behind += [
+            loop.iter for loop in _loops_binding(script, scope, name) if script.order(loop) < order
+        ]
         found += _values_behind(script, behind, at, depth + 1)
     return found
+
+
+def _loops_binding(script: ScriptModel, scope: cst.CSTNode | None, name: str) -> list[cst.For]:
+    """The ``for`` loops of ``scope`` (not of functions nested in it) whose target binds
+    ``name``."""
+    if scope is None:
+        return []
+    return [
+        node
+        for node in walk(scope)
+        if isinstance(node, cst.For)
+        and script.scope_of(node) is scope
+        and any(isinstance(n, cst.Name) and n.value == name for n in walk(node.target))
+    ]
 
 
 def _aliased(script: ScriptModel, name: str, at: cst.CSTNode, depth: int) -> set[str]:

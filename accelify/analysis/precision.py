@@ -156,6 +156,14 @@ def _carried(
         precision, device, enabled = settings.pop()
         if precision is None:
             return None, "the autocast's dtype or device type is not a literal torch dtype/device"
+        if precision == "fp16" and device is None:
+            # ``torch.autocast(device_type=self.device_type, dtype=torch.float16)``: on a CPU
+            # run it casts to float16 on the CPU, which no Accelerator precision does (fp16 is
+            # CUDA only); "fp16" would refuse to start there and "no" would change the numbers
+            return None, (
+                "the float16 autocast's device type is not a literal: on a CPU run it casts on "
+                "the CPU, which Accelerator(mixed_precision=...) cannot do"
+            )
         condition = found.autocasts[0].enabled
     else:  # a scaler alone: fp16 on CUDA
         precision, device, enabled, condition = "fp16", "cuda", None, None

@@ -977,7 +977,8 @@ class _Collector(Visitor):
     ) -> Kind | None:
         """``self.device = device`` in ``def __init__(self, ..., device="cpu")``: the device
         the script runs on, chosen by a parameter whose default names one (a ``--device``
-        flag is usually what the caller passes)."""
+        flag is usually what the caller passes), or is ``None`` (``.to(None)`` leaves the
+        model and the tensors where they are made: the one device of a plain run)."""
         if name.split(".")[-1].lower() != "device" or not isinstance(value, cst.Name):
             return None
         function = next(
@@ -987,7 +988,9 @@ class _Collector(Visitor):
             return None
         for parameter in (*function.params.params, *function.params.kwonly_params):
             if parameter.name.value == value.value and parameter.default is not None:
-                return Kind.DEVICE if _is_device_literal(parameter.default) else None
+                default = parameter.default
+                none = isinstance(default, cst.Name) and default.value == "None"
+                return Kind.DEVICE if none or _is_device_literal(default) else None
         return None
 
     def _is_layer(self, name: str) -> bool:

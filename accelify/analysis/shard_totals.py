@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.loops import phase_name
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.syntax import assigned_targets, dotted, walk
+from accelify.analysis.syntax import argument_value, assigned_targets, dotted, walk
 
 
 @dataclass
@@ -106,6 +107,7 @@ def divided_by_set_size(
         return []
     found = []
     sizes = _dataset_sizes(model, loop)
+    made_from = _dataset_made_from(model, loop)
     passed = _sizes_passed(model, graph, loop)
     phase = phase_name(loop.node.iter)
     for node, divided in _divisions_in(loop.scope):
@@ -115,6 +117,7 @@ def divided_by_set_size(
             and model.scope_of(node) is loop.scope
             and (
                 _is_size(divided[1], loop.iterable, sizes)
+                or _is_len_of_one(divided[1], made_from)
                 or _is_phase_size(model, divided[1], loop.iterable, phase)
                 or dotted(divided[1]) in passed
                 or dotted(divided[1]) in counted
@@ -239,6 +242,40 @@ def _dataset_sizes(model: ScriptModel, loop: Loop) -> set[str]:
         if isinstance(target, cst.Name) and _is_len_of_dataset(assign.value, loop.iterable):
             found.add(target.value)
     return found
+
+
+def _dataset_made_from(model: ScriptModel, loop: Loop) -> set[str]:
+    """The data set the loop's loader was made from, as the file spells it: ``self.train_data``
+    for ``self.train_loader = DataLoader(self.train_data, ...)`` (torchmf's pipeline divides by
+    ``len(self.train_interactions)``), or a local handed to a ``DataLoader`` made in the loop's
+    own scope. Empty when the loader is made more than once from different data, or by anything
+    but a ``DataLoader``."""
+    if loop.iterable is None:
+        return set()
+    found = set()
+    for assignment in model.index.assignments_to(loop.iterable):
+        value = assignment.value
+        if len(assigned_targets(assignment)) != 1 or not (
+            isinstance(value, cst.Call) and model.call_names(value) & names.DATALOADERS
+        ):
+            return set()
+        dataset = argument_value(value, "dataset", 0)
+        spelled = dotted(dataset) if dataset is not None else None
+        if spelled is None:
+            return set()
+        if "." not in spelled and model.scope_of(assignment) is not loop.scope:
+            return set()
+        found.add(spelled)
+    return found if len(found) == 1 else set()
+
+
+def _is_len_of_one(node: cst.BaseExpression, datasets: set[str]) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and dotted(node.func) == "len"
+        and len(node.args) == 1
+        and dotted(node.args[0].value) in datasets
+    )
 
 
 def _is_size(node: cst.BaseExpression, loader: str | None, sizes: set[str]) -> bool:

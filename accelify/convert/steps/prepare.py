@@ -1034,6 +1034,12 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
                 "follow the global step count",
             )
         return
+    if binding.kind is Kind.DATALOADER:
+        # read only by an evaluation no gather fits: left whole, as in an unconditional scope
+        alone = {name: binding.kind}
+        _keep_evaluated_loaders_whole(ctx, alone, {})
+        if name not in alone:
+            return
     ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
     ctx.need(binding.statement)
     ctx.plan.prepared.append(name)
