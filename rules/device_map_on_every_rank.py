@@ -37,8 +37,9 @@ class DeviceMapOnEveryRank(Rule):
     Reported where the script runs several processes by design: the loaded model goes to
     ``prepare``, or the script prepares anything else (a DataLoader: each rank its shard) or
     gathers across ranks. A script with an Accelerator that prepares nothing and gathers
-    nothing (one process running a model split over the GPUs) and a branch only one process
-    takes (``if accelerator.num_processes == 1:``) are left alone."""
+    nothing (one process running a model split over the GPUs), a branch only one process
+    takes (``if accelerator.num_processes == 1:``) and a model only the main process loads are
+    left alone."""
 
     code = "ACC421"
     name = "device-map-on-every-rank"
@@ -92,6 +93,12 @@ class DeviceMapOnEveryRank(Rule):
         + "model, loader = accelerator.prepare(model, loader)\n",
         # one process runs a model split over the GPUs: nothing is sharded or gathered
         HEADER + _LOAD + "accelerator.print(model.generate(ids))\n",
+        # one process loads it (the main process's judge): one copy over the GPUs
+        HEADER
+        + "from transformers import AutoModelForCausalLM\n"
+        + "model, loader = accelerator.prepare(model, loader)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    judge = AutoModelForCausalLM.from_pretrained(name, device_map='auto')\n",
         # only a one-process run takes this branch
         HEADER
         + "from transformers import AutoModelForCausalLM\n"
@@ -114,6 +121,8 @@ class DeviceMapOnEveryRank(Rule):
                 continue
             if DDP in facts.ranks.backend_guards.reached_by_none(call):
                 continue  # a branch only one process takes
+            if script.under_rank_guard(call):
+                continue  # loaded by one process only (a judge the main process runs)
             prepared = _prepared_as(script, call)
             if prepared is None and not several:
                 continue
