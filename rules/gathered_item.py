@@ -3,9 +3,13 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.collectives import GATHERING_FUNCTIONS
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_accelerator
 
+#: What builds one tensor from a list by converting each element to a number.
+_TENSOR_FROM_LIST = frozenset({"torch.tensor", "torch.as_tensor", "torch.Tensor"})
 #: the collectives whose result holds every rank's values side by side (N values for a scalar)
 _CONCATENATING = frozenset({"gather", "gather_for_metrics", "all_gather"})
 
@@ -18,7 +22,12 @@ class GatheredItem(Rule):
     and hides it. Reduce the gathered values first: ``.mean().item()`` for a mean such as a loss,
     ``.sum().item()`` for a count, or ``accelerator.reduce(loss, reduction="mean").item()``; each
     keeps the collective where it is, on every rank. ``accelerator.reduce(...)`` keeps the shape
-    and is not reported."""
+    and is not reported.
+
+    The same holds for a list of gathered values made one tensor: ``losses.append(
+    accelerator.gather(loss))`` in a loop, then ``torch.tensor(losses)`` converts each element to
+    a number (ValueError: only one element tensors can be converted) on more than one process;
+    reported at the ``torch.tensor`` when every append to that list is a gather."""
 
     code = "ACC407"
     name = "gathered-item"
@@ -51,8 +60,28 @@ class GatheredItem(Rule):
             9,
             22,
         ),
+        Example(  # a Mamba decision-transformer's evaluation: each gathered loss kept whole
+            HEADER
+            + "import torch\n"
+            + "losses = []\n"
+            + "for step in range(eval_iters):\n"
+            + "    loss = evaluate_batch(model, next(iter(eval_loader)))\n"
+            + "    losses.append(accelerator.gather(loss))\n"
+            + "mean_loss = torch.mean(torch.tensor(losses))\n",
+            8,
+            24,
+        ),
     )
     good = (
+        # each gathered value reduced before it is kept, or the list concatenated
+        HEADER
+        + "import torch\n"
+        + "losses, parts = [], []\n"
+        + "for batch in loader:\n"
+        + "    losses.append(accelerator.gather(model(batch)).mean())\n"
+        + "    parts.append(accelerator.gather(model(batch)))\n"
+        + "mean_loss = torch.mean(torch.tensor(losses))\n"
+        + "total = torch.cat(parts).sum()\n",
         HEADER + "loss_value = accelerator.gather(loss).mean().item()\n",
         HEADER + "loss_value = accelerator.reduce(loss, reduction='mean').item()\n",
         HEADER + "correct = accelerator.gather_for_metrics(hits).sum().item()\n",
@@ -72,6 +101,48 @@ class GatheredItem(Rule):
                 and _concatenates_ranks(script, func.value)
             ):
                 yield self.finding(script, call)
+        yield from self._tensor_of_gathered(script)
+
+    def _tensor_of_gathered(self, script: ScriptModel) -> Iterator[Finding]:
+        """``losses.append(accelerator.gather(loss))`` in a loop, then ``torch.tensor(losses)``:
+        each element holds one value per rank, and ``torch.tensor`` of a list of tensors converts
+        each to a number (ValueError: only one element tensors can be converted to Python
+        scalars) on more than one process. One process gathers one value each and hides it."""
+        facts = facts_of(script)
+        for call in calls(script):
+            if not script.call_names(call) & _TENSOR_FROM_LIST or len(call.args) != 1:
+                continue
+            listed = call.args[0].value
+            if not isinstance(listed, cst.Name):
+                continue
+            scope = facts.placement.enclosing_function(call) or script.module
+            appended = [
+                node
+                for node in calls(script)
+                if isinstance(node.func, cst.Attribute)
+                and node.func.attr.value == "append"
+                and dotted(node.func.value) == listed.value
+                and len(node.args) == 1
+                and (facts.placement.enclosing_function(node) or script.module) is scope
+                and script.order(node) < script.order(call)
+            ]
+            if not appended or not all(
+                _concatenates_ranks(script, node.args[0].value) for node in appended
+            ):
+                continue
+            spelled = script.module.code_for_node(call.func)
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    f"Reduce each gathered value before {spelled}(): {listed.value} holds what "
+                    f"accelerator.gather returned (line {script.line(appended[0])}), one value "
+                    f"per rank, and {spelled}() of tensors with N elements raises ValueError "
+                    f"(only one element tensors can be converted) on more than one process; "
+                    f"append the gathered tensor's .mean() (a loss) or .sum() (a count), or "
+                    f"torch.cat({listed.value})"
+                ),
+            )
 
 
 def _concatenates_ranks(script: ScriptModel, node: cst.BaseExpression) -> bool:

@@ -7,7 +7,7 @@ from accelify.analysis.dataflow import assigns, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.precision import apex_scaled_backward
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import all_params
+from accelify.analysis.syntax import all_params, dotted
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 from accelify.lint.rule import HEADER, PARITY_REFERENCE, Example, Finding, Rule, accelerator_at
@@ -29,7 +29,13 @@ class LossBackward(Rule):
     the distributed run with): the advice would name an accelerator it has not got, and scaling
     that backward would change the baseline. Called with what ``prepare`` returned, or reading
     it from the module, it is reported. A file that prepares nothing and averages its gradients
-    with ``all_reduce`` itself (DDP written by hand) keeps its backward too."""
+    with ``all_reduce`` itself (DDP written by hand) keeps its backward too.
+
+    ``scaler.scale(loss).backward()`` of a hand-made GradScaler is fixed to
+    ``accelerator.backward(scaler.scale(loss))`` only where every Accelerator the file makes is
+    given ``mixed_precision="no"`` or ``"bf16"``: elsewhere the Accelerator may scale an fp16 loss
+    itself (its argument or the launch config), the two scalings would multiply, and the
+    scaler's step unscales only its own; the finding then says to drop the GradScaler."""
 
     code = "ACC301"
     name = "loss-backward"
@@ -39,6 +45,36 @@ class LossBackward(Rule):
         "underflow unscaled, and under DeepSpeed the engine never runs its backward."
     )
     bad = (
+        # a GradScaler kept beside an Accelerator that may run fp16 (a fine-tuning pipeline
+        # class): reported without a fix, wrapping scaler.scale(loss) would scale it twice
+        Example(
+            "import torch\nfrom accelerate import Accelerator\n"
+            "accelerator = Accelerator(mixed_precision=args.precision)\n"
+            "scaler = torch.cuda.amp.GradScaler()\n"
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            "loss = model(x).sum()\nscaler.scale(loss).backward()\nscaler.step(optimizer)\n",
+            8,
+            1,
+        ),
+        # an Accelerator that never scales: the script's own scaling stays, once
+        Example(
+            "import torch\nfrom accelerate import Accelerator\n"
+            'accelerator = Accelerator(mixed_precision="no")\n'
+            "scaler = torch.cuda.amp.GradScaler()\n"
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            "loss = model(x).sum()\nscaler.scale(loss).backward()\nscaler.step(optimizer)\n",
+            8,
+            1,
+            "import torch\nfrom accelerate import Accelerator\n"
+            'accelerator = Accelerator(mixed_precision="no")\n'
+            "scaler = torch.cuda.amp.GradScaler()\n"
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            "loss = model(x).sum()\naccelerator.backward(scaler.scale(loss))\n"
+            "scaler.step(optimizer)\n",
+        ),
         # a trainer class with no accelerator of its own, made here with prepared objects
         Example(
             "import torch\nfrom accelerate import Accelerator\n\n\n"
@@ -209,9 +245,64 @@ class LossBackward(Rule):
                 if not _single_device_twin(script, call):
                     yield self.finding(script, call)
                 continue
+            if _scaled_by_hand(script, call) and not _accelerator_never_scales(script):
+                # kept inside accelerator.backward, the GradScaler's scaling would come on top
+                # of the Accelerator's own for fp16, and the scaler's step unscales only its own
+                yield self.finding(
+                    script,
+                    call,
+                    message=(
+                        f"Call {acc}.backward(loss) on the unscaled loss and drop the GradScaler "
+                        f"(its scale, step and update): {acc}.backward scales an fp16 loss itself "
+                        f"(mixed_precision='fp16', here or in the launch config), so "
+                        f"{acc}.backward(scaler.scale(loss)) would scale it twice, and under "
+                        "DeepSpeed this backward never reaches the engine"
+                    ),
+                )
+                continue
             # The script still uses its scaler (if any): the scaling stays.
             fix = Plan.of(rewrites.backward(call, acc, keep_scaling=True))
             yield self.finding(script, call, fix)
+
+
+def _scaled_by_hand(script: ScriptModel, call: cst.Call) -> bool:
+    """``scaler.scale(loss).backward()`` of a ``GradScaler`` the file makes (or a name that says
+    it is one)."""
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    if not (
+        isinstance(receiver, cst.Call)
+        and isinstance(receiver.func, cst.Attribute)
+        and receiver.func.attr.value == "scale"
+    ):
+        return False
+    owner = dotted(receiver.func.value) or ""
+    scalers = {binding.name for binding in script.of_kind(Kind.SCALER)}
+    return owner in scalers or owner.lower().endswith("scaler")
+
+
+def _accelerator_never_scales(script: ScriptModel) -> bool:
+    """Every Accelerator the file makes is given ``mixed_precision="no"`` or ``"bf16"`` (an
+    explicit argument outranks the launch config): none of them scales a loss, so a GradScaler
+    kept inside ``accelerator.backward`` scales it once."""
+    made = [
+        binding.value
+        for binding in script.of_kind(Kind.ACCELERATOR)
+        if isinstance(binding.value, cst.Call) and not binding.received
+    ]
+    if not made:
+        return False
+    for construction in made:
+        value = next(
+            (
+                argument.value
+                for argument in construction.args  # type: ignore[union-attr]
+                if argument.keyword is not None and argument.keyword.value == "mixed_precision"
+            ),
+            None,
+        )
+        if not (isinstance(value, cst.SimpleString) and value.evaluated_value in ("no", "bf16")):
+            return False
+    return True
 
 
 def _single_device_twin(script: ScriptModel, call: cst.Call) -> bool:

@@ -12,7 +12,7 @@ from accelify.analysis.construction import (
 from accelify.analysis.facts import facts_of
 from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import assigned_targets, dotted, has_parameter
+from accelify.analysis.syntax import assigned_targets, dotted, has_parameter, walk
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -101,7 +101,10 @@ class WrapperAttribute(Rule):
 
     The reverse too: ``model.module`` on what ``prepare`` returned exists only on the wrapper,
     and a one-process run gets the model itself back (AttributeError at the first checkpoint),
-    unless a test chooses (``hasattr(model, "module")``, ``num_processes > 1``)."""
+    unless a test chooses (``hasattr(model, "module")``, ``num_processes > 1``), or a ``try``
+    falls back from one to the other (``try: model.config except AttributeError:
+    model.module.config``, a diffusion trainer's read of its UNet's channels): the handler runs
+    exactly where the first read fails."""
 
     code = "ACC104"
     name = "wrapper-attribute"
@@ -466,6 +469,13 @@ class WrapperAttribute(Rule):
         + "if hasattr(model, 'module'):\n    gen = model.module.generate(cond)\n"
         + "else:\n    gen = model.generate(cond)\n"
         + "if not hasattr(model, 'module'):\n    model.remove_caches()\n",
+        # a diffusion trainer's fallback: the wrapper's module where the model's own read fails
+        HEADER
+        + "model = accelerator.prepare(model)\n"
+        + "try:\n    channels = model.config.out_channels\n"
+        + "except AttributeError:\n    channels = model.module.config.out_channels\n"
+        + "try:\n    model.save_pretrained('out')\n"
+        + "except:\n    accelerator.unwrap_model(model).save_pretrained('out')\n",
         # the wrapper's own private state
         HEADER + "model = accelerator.prepare(model)\nhooks = len(model._comm_hooks)\n",
         # an attribute set on the wrapper, and the model's own attributes before prepare
@@ -506,7 +516,7 @@ class WrapperAttribute(Rule):
                 if not holds_constructed_wrapper(script, owner, attribute):
                     continue
                 constructed = True  # ``model = trainer.model``: the trainer's wrapper renamed
-            if _unwrapped_branch(script, attribute):
+            if _unwrapped_branch(script, attribute) or _falls_back(script, attribute):
                 continue  # ``if hasattr(model, "module"): ... else: model.generate(...)``
             if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
                 continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
@@ -617,7 +627,7 @@ class WrapperAttribute(Rule):
             return
         if not _prepared_model(script, owner, attribute, unknown_is_model=True):
             return
-        if _wrapper_tested(script, attribute):
+        if _wrapper_tested(script, attribute) or _falls_back(script, attribute):
             return
         accelerator = accelerator_name(script, attribute)
         yield self.finding(
@@ -682,6 +692,62 @@ def _unwrapped_branch(script: ScriptModel, attribute: cst.Attribute) -> bool:
         tests_wrapper = of_object or of_run
         in_else = ancestor.orelse is not None and _contains(ancestor.orelse, attribute)
         if tests_wrapper and in_else != negated:
+            return True
+    return False
+
+
+#: What an ``except`` must catch for the wrapper's missing attribute to land in it.
+_CATCHES_MISSING = frozenset({"AttributeError", "Exception", "BaseException"})
+
+
+def _falls_back(script: ScriptModel, attribute: cst.Attribute) -> bool:
+    """``attribute`` is one side of a ``try`` that falls back between the model and its wrapper:
+    read in the ``try`` body with a handler that catches the AttributeError and reaches the same
+    object through the wrapper (``except AttributeError: model.module.config``,
+    ``accelerator.unwrap_model(model)``), or ``model.module`` read in such a handler after the
+    body read ``model`` directly. A handler that only logs is no fallback: the read it swallows
+    is still lost."""
+    owner = dotted(attribute.value)
+    if owner is None:
+        return False
+    through_wrapper = (f"{owner}.module", f"unwrap_model({owner})")
+    previous: cst.CSTNode = attribute
+    for ancestor in script.ancestors(attribute):
+        if isinstance(ancestor, cst.Try):
+            if _contains(ancestor.body, attribute):
+                return any(
+                    _catches_missing(handler)
+                    and any(
+                        word in script.module.code_for_node(handler.body)
+                        for word in through_wrapper
+                    )
+                    for handler in ancestor.handlers
+                )
+            if (
+                isinstance(previous, cst.ExceptHandler)
+                and attribute.attr.value == "module"
+                and _catches_missing(previous)
+            ):
+                return any(
+                    isinstance(node, cst.Attribute) and dotted(node.value) == owner
+                    for node in walk(ancestor.body)
+                )
+            return False
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        previous = ancestor
+    return False
+
+
+def _catches_missing(handler: cst.ExceptHandler) -> bool:
+    """A bare ``except:``, or one whose types name AttributeError or a base of it."""
+    if handler.type is None:
+        return True
+    kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+    for kind in kinds:
+        value = kind.value if isinstance(kind, cst.Element) else kind
+        spelled = dotted(value) or ""
+        if spelled.rsplit(".", 1)[-1] in _CATCHES_MISSING:
             return True
     return False
 

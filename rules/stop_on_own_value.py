@@ -1,0 +1,370 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.collectives import agreed_in_place, agrees_across_ranks
+from accelify.analysis.dataflow import variables_in
+from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import Backward, backwards, last_binding
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
+
+#: How many bindings one trace follows before it gives up (and reports nothing).
+_MAX_BINDINGS = 60
+
+_LOOP = (
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "for x, y in loader:\n"
+    "    loss = (model(x) - y).pow(2).mean()\n"
+)
+
+
+class StopOnOwnValue(Rule):
+    """``break`` or ``continue`` in a training loop under a test of a value this rank computed
+    from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
+    stop on its minibatch's KL (``if approx_kl > 1.5 * target_kl: break``), a skipped non-finite
+    loss (``if torch.isnan(loss): continue``). Each rank sees its own shard, so the test comes
+    out differently on different ranks: the rank that stops (or skips) leaves the others in the
+    backward's gradient all-reduce (or the barrier, the gather) waiting for it; they hang, or
+    pair that reduce with the stopped rank's next collective and average gradients of different
+    steps. The decision has to be made by every rank together: ``accelerator.set_trigger()``
+    under the test and ``if accelerator.check_trigger(): break`` on every rank after it (the
+    trigger is reduced over ranks), or the value reduced first (``accelerator.reduce``).
+
+    A test of a counter, a setting, or of a value gathered or reduced over the ranks before the
+    test (every rank holds it alike), a test under a rank guard (ACC210's), a ``continue`` with
+    no collective after it in the loop, and a loop over a DataLoader the file never prepares
+    (every rank sees the same batches) are left alone."""
+
+    code = "ACC420"
+    name = "stop-on-own-value"
+    message = (
+        "Stop on every rank together: this test reads a value this rank computed from its own "
+        "batch, so this rank alone leaves while the others wait in the next collective (hang); "
+        "call accelerator.set_trigger() under the test and `if accelerator.check_trigger(): "
+        "break` on every rank"
+    )
+    why = (
+        "A rank that breaks or skips on its own loss leaves the others waiting in the "
+        "backward's all-reduce."
+    )
+    bad = (
+        # tril's PPO: the early stop on the minibatch's approximate KL ends this rank's epochs
+        Example(
+            HEADER
+            + "import torch\n"
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "for epoch in range(n_epochs):\n"
+            + "    for batch in loader:\n"
+            + "        log_ratio = model(batch.obs) - batch.old_log_prob\n"
+            + "        ratio = torch.exp(log_ratio)\n"
+            + "        with torch.no_grad():\n"
+            + "            approx_kl = torch.mean((ratio - 1) - log_ratio).cpu()\n"
+            + "        loss = -(batch.advantages * ratio).mean()\n"
+            + "        if target_kl is not None and approx_kl > 1.5 * target_kl:\n"
+            + "            break\n"
+            + "        accelerator.backward(loss)\n"
+            + "        optimizer.step()\n",
+            13,
+            13,
+        ),
+        # a non-finite loss skipped on this rank alone, before its backward
+        Example(
+            HEADER
+            + "import torch\n"
+            + _LOOP
+            + "    if torch.isnan(loss):\n"
+            + "        continue\n"
+            + "    accelerator.backward(loss)\n"
+            + "    optimizer.step()\n",
+            8,
+            9,
+        ),
+        # through the trainer's attributes and its own step
+        Example(
+            HEADER
+            + "import math\n\n\n"
+            + "class Trainer:\n"
+            + "    def step(self, loss):\n"
+            + "        accelerator.backward(loss)\n"
+            + "        self.optimizer.step()\n\n"
+            + "    def fit(self):\n"
+            + "        for batch in self.loader:\n"
+            + "            loss = self.model(**batch).loss\n"
+            + "            value = loss.item()\n"
+            + "            if not math.isfinite(value):\n"
+            + "                continue\n"
+            + "            self.step(loss)\n\n\n"
+            + "trainer = Trainer()\n"
+            + "trainer.model, trainer.optimizer, trainer.loader = accelerator.prepare(\n"
+            + "    trainer.model, trainer.optimizer, trainer.loader\n)\n",
+            16,
+            17,
+        ),
+    )
+    good = (
+        # the stop decided together: the trigger is reduced over the ranks
+        HEADER
+        + "import torch\n"
+        + _LOOP
+        + "    if torch.isnan(loss):\n"
+        + "        accelerator.set_trigger()\n"
+        + "    if accelerator.check_trigger():\n"
+        + "        continue\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n",
+        # a value reduced over the ranks before the test: every rank decides alike
+        HEADER
+        + _LOOP
+        + "    mean_loss = accelerator.reduce(loss.detach(), 'mean')\n"
+        + "    if mean_loss.isnan():\n"
+        + "        break\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n",
+        # TRL's early stop: the KL reduced in place over the ranks before the test
+        HEADER
+        + "import torch.distributed as dist\n"
+        + _LOOP
+        + "    kl = (loss.detach() - baseline).mean()\n"
+        + "    dist.all_reduce(kl)\n"
+        + "    if kl > target:\n"
+        + "        break\n"
+        + "    accelerator.backward(loss)\n",
+        # counters and settings: the same on every rank
+        HEADER
+        + _LOOP.replace("for x, y in loader", "for step, (x, y) in enumerate(loader)")
+        + "    if step >= args.max_steps:\n"
+        + "        break\n"
+        + "    accelerator.backward(loss * args.scale)\n"
+        + "    optimizer.step()\n",
+        # after the last collective of the loop: nothing waits for this rank
+        HEADER
+        + _LOOP
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n"
+        + "    if loss.item() > 10.0:\n"
+        + "        continue\n"
+        + "    history.append(loss.item())\n",
+        # a loader every rank reads whole: the same batches, the same losses
+        HEADER
+        + "import torch\n"
+        + "loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "for x, y in loader:\n"
+        + "    loss = (model(x) - y).pow(2).mean()\n"
+        + "    if torch.isnan(loss):\n"
+        + "        continue\n"
+        + "    accelerator.backward(loss)\n",
+        # a rank guard: ACC210's
+        HEADER
+        + _LOOP
+        + "    accelerator.backward(loss)\n"
+        + "    if accelerator.is_main_process and loss.item() < 0.01:\n"
+        + "        break\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        facts = facts_of(script)
+        losses = backwards(script)
+        if not losses:
+            return
+        unprepared = script.names_of(Kind.DATALOADER) - script.prepared_names
+        for node in script.index.of_type(cst.Break) + script.index.of_type(cst.Continue):
+            loop = script.index.enclosing_loop(node)
+            if not isinstance(loop, cst.For) or script.under_rank_guard(node):
+                continue
+            test = _test_around(script, node, loop)
+            if test is None or facts.ranks.is_rank_test(test.test):
+                continue
+            if (variables_in(script, loop.iter) & unprepared) and not (
+                variables_in(script, loop.iter) & script.prepared_names
+            ):
+                continue  # every rank reads the same batches: the same values
+            waiting = _collective_after(script, node, loop, test)
+            if waiting is None:
+                continue
+            own = _own_value(script, test, loop, losses)
+            if own is None:
+                continue
+            value, origin = own
+            leaves = "break" if isinstance(node, cst.Break) else "continue"
+            accelerator = accelerator_name(script, node)
+            yield self.finding(
+                script,
+                node,
+                message=(
+                    f"Stop on every rank together: the test at line {script.line(test)} reads "
+                    f"{value}, which this rank computed from its own batch (line "
+                    f"{script.line(origin)}), so "
+                    f"this rank alone takes this {leaves} while the others go on to the "
+                    f"collective at line {script.line(waiting)} and wait there for it (hang, or "
+                    f"gradients of different steps averaged); call {accelerator}.set_trigger() "
+                    f"under the test instead, and after it, on every rank, "
+                    f"`if {accelerator}.check_trigger(): {leaves}`"
+                ),
+            )
+
+
+def _test_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> cst.If | None:
+    """The innermost ``if`` between ``loop`` and ``node`` whose body (not its test) holds
+    ``node``."""
+    child: cst.CSTNode = node
+    for ancestor in script.ancestors(node):
+        if ancestor is loop:
+            return None
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            return ancestor
+        child = ancestor
+    return None
+
+
+def _collective_after(
+    script: ScriptModel, node: cst.CSTNode, loop: cst.For, test: cst.If
+) -> cst.CSTNode | None:
+    """Where the ranks that did not stop wait: for ``break``, a statement of the loop (outside
+    every rank test) that is or reaches a collective (the next iteration runs it); for
+    ``continue``, one after the test in the loop's body."""
+    reach = facts_of(script).collective_reach
+    after = script.order(test)
+    for statement in _statements(loop.body):
+        if script.under_rank_guard(statement):
+            continue
+        if isinstance(node, cst.Continue) and script.order(statement) <= after:
+            continue
+        if reach.synchronising_in(statement) is not None:
+            return statement
+    return None
+
+
+def _statements(block: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:
+    for child in block.children:
+        if isinstance(child, cst.SimpleStatementLine):
+            yield child
+        elif not isinstance(child, (cst.FunctionDef, cst.ClassDef)):
+            yield from _statements(child)
+
+
+def _own_value(
+    script: ScriptModel, test: cst.If, loop: cst.For, losses: list[Backward]
+) -> tuple[str, cst.CSTNode] | None:
+    """A value the test reads, and its binding in ``loop``, that this rank computed from the batch
+    the loop handed it (the loop's target), on the way to a loss the loop differentiates: the
+    loss itself, or what it is computed from (``ratio`` of a PPO step). None when the test's
+    values pass a gather or reduce (every rank holds them alike), or reach no loss."""
+    tested = _trace(script, variables_in(script, test.test), test, loop)
+    if not tested:
+        return None
+    batch = set(target_names(loop.target))
+    for names, at in _differentiated(script, loop, losses):
+        differentiated = _trace(script, names, at, loop)
+        if differentiated is None:
+            continue
+        shared = {
+            name
+            for name, binding in tested.items()
+            if name in differentiated and _reaches(script, name, binding, batch, loop)
+        }
+        if not shared:
+            continue
+        for read in sorted(variables_in(script, test.test)):
+            direct = _trace(script, {read}, test, loop) or {}
+            if read in direct and shared & direct.keys():
+                return read, direct[read]
+    return None
+
+
+def _differentiated(
+    script: ScriptModel, loop: cst.For, losses: list[Backward]
+) -> Iterator[tuple[set[str], cst.CSTNode]]:
+    """What the loop hands to a backward, and where: the loss of a backward in the loop, and the
+    arguments of a call in the loop that reaches one (``self.step(loss)``)."""
+    inside = {id(b.call) for b in losses if _inside(script, b.call, loop)}
+    for backward in losses:
+        if id(backward.call) in inside:
+            yield variables_in(script, backward.loss), backward.call
+    reach = facts_of(script).collective_reach
+    for statement in _statements(loop.body):
+        call = reach.synchronising_in(statement)
+        if call is None or id(call) in inside or not isinstance(call, cst.Call):
+            continue
+        handed: set[str] = set()
+        for argument in call.args:
+            handed |= variables_in(script, argument.value)
+        if handed:
+            yield handed, statement
+
+
+def _trace(
+    script: ScriptModel, names: set[str], at: cst.CSTNode, loop: cst.For
+) -> dict[str, cst.CSTNode] | None:
+    """The names ``names`` are computed from, with their bindings inside ``loop`` (the last one
+    above ``at``), following each binding's right-hand side; None when one of them holds what a
+    gather or reduce returned."""
+    found: dict[str, cst.CSTNode] = {}
+    pending = [(name, at) for name in names]
+    steps = 0
+    while pending and steps < _MAX_BINDINGS:
+        name, where = pending.pop()
+        steps += 1
+        if name in found:
+            continue
+        binding = last_binding(script, name, where)
+        if binding is None or not _inside(script, binding, loop):
+            continue
+        value = binding.value
+        if value is None:
+            continue
+        if _agrees(script, value) or _agreed_in_place(script, name, loop):
+            return None
+        found[name] = binding
+        pending.extend((read, binding) for read in variables_in(script, value))
+        if isinstance(binding, cst.AugAssign):
+            pending.append((name, binding))
+    return found
+
+
+def _reaches(
+    script: ScriptModel, name: str, binding: cst.CSTNode, batch: set[str], loop: cst.For
+) -> bool:
+    """``name`` (bound at ``binding``) is computed from the loop's batch."""
+    value = getattr(binding, "value", None)
+    if value is None:
+        return False
+    read = variables_in(script, value)
+    if read & batch:
+        return True
+    traced = _trace(script, read, binding, loop) or {}
+    return any(
+        variables_in(script, bound.value) & batch
+        for bound in traced.values()
+        if getattr(bound, "value", None) is not None
+    )
+
+
+def _agrees(script: ScriptModel, value: cst.CSTNode) -> bool:
+    """``value`` holds what a collective made the same on every rank (``accelerator.reduce``,
+    ``gather``, ``check_trigger``)."""
+    return any(
+        isinstance(node, cst.Call)
+        and (
+            agrees_across_ranks(script, node)
+            or (isinstance(node.func, cst.Attribute) and node.func.attr.value == "check_trigger")
+        )
+        for node in walk(value)
+    )
+
+
+def _agreed_in_place(script: ScriptModel, name: str, loop: cst.For) -> bool:
+    """``dist.all_reduce(name)`` in the loop: the collective writes every rank's agreed value
+    into it (TRL's early stop reduces its KL this way before testing it)."""
+    return any(
+        isinstance(call, cst.Call)
+        and (argument := agreed_in_place(script, call)) is not None
+        and dotted(argument) == name
+        for call in walk(loop.body)
+    )
+
+
+def _inside(script: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return any(ancestor is container for ancestor in script.ancestors(node))
