@@ -33,9 +33,10 @@ class LossBackward(Rule):
 
     ``scaler.scale(loss).backward()`` of a hand-made GradScaler is fixed to
     ``accelerator.backward(scaler.scale(loss))`` only where every Accelerator the file makes is
-    given ``mixed_precision="no"`` or ``"bf16"``: elsewhere the Accelerator may scale an fp16 loss
-    itself (its argument or the launch config), the two scalings would multiply, and the
-    scaler's step unscales only its own; the finding then says to drop the GradScaler."""
+    given ``mixed_precision="no"``, ``"bf16"`` or none: elsewhere the Accelerator may scale an
+    fp16 loss itself (its argument says so, or is decided at run time), the two scalings would
+    multiply, and the scaler's step unscales only its own; the finding then says to drop the
+    GradScaler."""
 
     code = "ACC301"
     name = "loss-backward"
@@ -281,9 +282,11 @@ def _scaled_by_hand(script: ScriptModel, call: cst.Call) -> bool:
 
 
 def _accelerator_never_scales(script: ScriptModel) -> bool:
-    """Every Accelerator the file makes is given ``mixed_precision="no"`` or ``"bf16"`` (an
-    explicit argument outranks the launch config): none of them scales a loss, so a GradScaler
-    kept inside ``accelerator.backward`` scales it once."""
+    """Every Accelerator the file makes is given ``mixed_precision="no"`` or ``"bf16"``, or no
+    ``mixed_precision`` at all: none of them scales a loss, so a GradScaler kept inside
+    ``accelerator.backward`` scales it once. Without the argument the launch config decides and
+    defaults to "no"; a script that scales by hand is not launched with fp16, and telling it to
+    drop its GradScaler there would leave its fp16 autocast unscaled."""
     made = [
         binding.value
         for binding in script.of_kind(Kind.ACCELERATOR)
@@ -300,6 +303,8 @@ def _accelerator_never_scales(script: ScriptModel) -> bool:
             ),
             None,
         )
+        if value is None:
+            continue
         if not (isinstance(value, cst.SimpleString) and value.evaluated_value in ("no", "bf16")):
             return False
     return True
