@@ -216,11 +216,7 @@ def _is_backward(call: cst.Call) -> bool:
 
 def _guard(script: ScriptModel, call: cst.Call) -> cst.If | None:
     return next(
-        (
-            a
-            for a in script.ancestors(call)
-            if isinstance(a, cst.If) and script.reads_rank(a.test)
-        ),
+        (a for a in script.ancestors(call) if isinstance(a, cst.If) and script.reads_rank(a.test)),
         None,
     )
 
