@@ -1644,9 +1644,26 @@ def _combined_after(
                 made_from |= target_names(assigned_targets(node)[0])
         if not isinstance(node, cst.Call) or not node.args:
             continue
-        if combines_ranks(model, node) and root_name(node.args[0].value) in made_from:
+        if combines_ranks(model, node) and _combines(node.args[0].value, made_from):
             found.append(node)
     return found
+
+
+def _combines(argument: cst.BaseExpression, totals: set[str]) -> bool:
+    """``correct`` or a tensor made from it in place (``torch.tensor(correct, device=d)``,
+    ``torch.tensor([correct, total])``): one of ``totals`` combined."""
+    if root_name(argument) in totals:
+        return True
+    return (
+        isinstance(argument, cst.Call)
+        and (dotted(argument.func) or "").rsplit(".", 1)[-1] in ("tensor", "as_tensor")
+        and any(
+            isinstance(n, cst.Name) and n.value in totals
+            for a in argument.args
+            if a.keyword is None
+            for n in walk(a.value)
+        )
+    )
 
 
 def _sink_name(sink: cst.CSTNode) -> str | None:
