@@ -535,11 +535,10 @@ class WrapperAttribute(Rule):
                 continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
             spelled = dotted(owner) or held or script.module.code_for_node(owner)
             chain, rest = _chain(script, owner, attribute)
-            call = script.parent(chain)
-            if call in facts.layers_outside_forward or _submodule_run_in_training(
-                script, facts, chain, call, {held, dotted(owner)}
-            ):
-                ran = script.module.code_for_node(chain)
+            call = script.parent(attribute)
+            submodule = _submodule_run_in_training(script, facts, chain, {held, dotted(owner)})
+            if call in facts.layers_outside_forward or submodule is not None:
+                ran = script.module.code_for_node(submodule or attribute)
                 yield self.finding(
                     script,
                     attribute,
@@ -559,7 +558,7 @@ class WrapperAttribute(Rule):
             )
             if (
                 isinstance(call, cst.Call)
-                and call.func is chain
+                and call.func is attribute
                 and in_training_step(script, facts.placement, call)
                 and not defined_by_a_module_class(script, member)
                 and ({held, dotted(owner)} & _trained_models(script))
@@ -660,13 +659,19 @@ class WrapperAttribute(Rule):
 def _chain(
     script: ScriptModel, owner: cst.BaseExpression, attribute: cst.Attribute
 ) -> tuple[cst.BaseExpression, str]:
-    """The whole chain of attributes and items read from ``owner`` through ``attribute``
-    (``model.blocks[0].attn`` for ``model.blocks``), and what it reads past ``owner``, as
-    written (``.blocks[0].attn``): the advice unwraps the owner and keeps the rest."""
+    """The attributes and items read from ``owner`` through ``attribute``, up to a method
+    called on them (``model.blocks[0]`` of ``model.blocks[0].attn(x)``, ``model.blocks[0].attn``
+    read as it is, ``model.embeddings.weight`` of ``...weight.detach()``), and what it reads
+    past ``owner``, as written (``.blocks[0]``): the advice unwraps the owner and keeps the
+    rest."""
     node: cst.BaseExpression = attribute
     while True:
         parent = script.parent(node)
-        if isinstance(parent, (cst.Attribute, cst.Subscript)) and parent.value is node:
+        if (isinstance(parent, cst.Subscript) and parent.value is node) or (
+            isinstance(parent, cst.Attribute)
+            and parent.value is node
+            and not _called(script, parent)
+        ):
             node = parent
         else:
             break
@@ -675,27 +680,35 @@ def _chain(
     return node, rest
 
 
+def _called(script: ScriptModel, node: cst.BaseExpression) -> bool:
+    parent = script.parent(node)
+    return isinstance(parent, cst.Call) and parent.func is node
+
+
 def _submodule_run_in_training(
-    script: ScriptModel,
-    facts: Facts,
-    chain: cst.BaseExpression,
-    call: cst.CSTNode | None,
-    models: set[str | None],
-) -> bool:
+    script: ScriptModel, facts: Facts, chain: cst.BaseExpression, models: set[str | None]
+) -> cst.BaseExpression | None:
     """``model.blocks[0](x)``, ``model.layers[2].mlp(x)``: an item of a module container of a
-    model an optimizer trains, called in a training step. An item of a container is a module, so
-    the call runs layers outside the model's forward: through unwrap_model their gradients are
-    never synchronised."""
-    if not (isinstance(call, cst.Call) and call.func is chain):
-        return False
-    items = [n for n in walk(chain) if isinstance(n, cst.Subscript)]
-    if not items:
-        return False
-    if isinstance(chain, cst.Attribute) and chain.attr.value in names.MODULE_API:
-        return False
-    if not (models & _trained_models(script)):
-        return False
-    return in_training_step(script, facts.placement, call)
+    model an optimizer trains, called (or one of its members called) in a training step. An
+    item of a container is a module, so the call runs layers outside the model's forward:
+    through unwrap_model their gradients are never synchronised. What is called, or None."""
+    if not any(isinstance(n, cst.Subscript) for n in walk(chain)):
+        return None
+    called: cst.BaseExpression | None = chain if _called(script, chain) else None
+    member = script.parent(chain)
+    if (
+        called is None
+        and isinstance(member, cst.Attribute)
+        and member.value is chain
+        and member.attr.value not in names.MODULE_API
+        and _called(script, member)
+    ):
+        called = member
+    if called is None or not (models & _trained_models(script)):
+        return None
+    call = script.parent(called)
+    assert isinstance(call, cst.Call)
+    return called if in_training_step(script, facts.placement, call) else None
 
 
 def _accelerator_for(

@@ -825,9 +825,9 @@ def test_a_log_held_open_across_training_is_never_advised_a_guard_around_its_wit
 
 
 def test_a_block_of_a_prepared_model_is_advised_through_unwrap_model_with_its_index():
-    """``model.blocks[0].attn(x)`` on the wrapper: the advice names the whole expression to
-    write, the model unwrapped and the rest kept (``unwrap_model(model).blocks[0].attn``); in
-    a training step the same block runs outside the forward, and unwrapping is no fix."""
+    """``model.blocks[0].attn(x)`` on the wrapper: the advice names the expression to write up to
+    the method called, the model unwrapped and the rest kept (``unwrap_model(model).blocks[0]``);
+    in a training step the same block runs outside the forward, and unwrapping is no fix."""
     code = (
         "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
         "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
@@ -839,7 +839,9 @@ def test_a_block_of_a_prepared_model_is_advised_through_unwrap_model_with_its_in
         "    maps = model.blocks[0].attn(x)\n"
     )
     evaluated = the_finding(code, "ACC104", line=10)
-    assert "accelerator.unwrap_model(model).blocks[0].attn" in evaluated.message
+    assert "through accelerator.unwrap_model(model).blocks[0]:" in evaluated.message
+    read = the_finding(code.replace(".attn(x)", ".attn.weight"), "ACC104", line=10)
+    assert "through accelerator.unwrap_model(model).blocks[0].attn.weight:" in read.message
     trained = the_finding(code, "ACC104", line=6)
     assert "model.layers[2].mlp() runs the model's layers outside its forward" in trained.message
     assert "unwrap_model(model).layers" not in trained.message
