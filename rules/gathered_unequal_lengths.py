@@ -240,17 +240,14 @@ def _sequences(
         member = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
         if member == "generate":
             return "token ids from generate, as long as the batch's longest generation"
-        if member in ("argmax", "torch.argmax") and collator is not None and collator.labels_padded:
-            axis = keyword_value(value, "dim")
-            if axis is None:
-                positional = [a for a in value.args if a.keyword is None]
-                axis = (
-                    positional[-1].value
-                    if len(positional) == (2 if "." in str(member) else 1)
-                    else None
-                )
-            if _last_axis(axis) and "logits" in script.module.code_for_node(value):
-                return f"token predictions of batches {collator.name} pads"
+        if (
+            member == "argmax"
+            and collator is not None
+            and collator.labels_padded
+            and _last_axis(_argmax_axis(value))
+            and "logits" in script.module.code_for_node(value)
+        ):
+            return f"token predictions of batches {collator.name} pads"
         return None
     field = _field(value)
     if field is not None and collator is not None and _batch_read(loop, value):
@@ -297,6 +294,18 @@ def _field(value: cst.BaseExpression) -> str | None:
 def _batch_read(loop: Loop, value: cst.BaseExpression) -> bool:
     root = value.value if isinstance(value, (cst.Subscript, cst.Attribute)) else None
     return isinstance(root, cst.Name) and root.value in loop.batch_names
+
+
+def _argmax_axis(call: cst.Call) -> cst.BaseExpression | None:
+    """The ``dim`` of ``logits.argmax(-1)``, ``logits.argmax(dim=-1)`` or ``torch.argmax(logits,
+    -1)``."""
+    given = keyword_value(call, "dim")
+    if given is not None:
+        return given
+    positional = [a.value for a in call.args if a.keyword is None]
+    func = call.func
+    at = 1 if isinstance(func, cst.Attribute) and dotted(func.value) == "torch" else 0
+    return positional[at] if len(positional) > at else None
 
 
 def _last_axis(axis: cst.BaseExpression | None) -> bool:
