@@ -2,10 +2,19 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.collectives import DDP, backends_in_view
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, walk
-from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
+from accelify.lint.rule import (
+    HEADER,
+    Example,
+    Finding,
+    Rule,
+    accelerator_name,
+    calls,
+    calls_accelerator,
+)
 
 #: How many callers up a load is followed to the training that comes after it.
 _DEPTH = 3
@@ -34,7 +43,8 @@ class LoadOnOneRank(Rule):
     with other moments). Before ``prepare`` the same guarded load is fine under DDP (the wrap
     copies it to every rank), and a load after the last training step (the best weights
     reloaded for a final evaluation on the main process) trains nothing, so neither is
-    reported."""
+    reported. ``accelerator.load_state`` under the same guard restores the main process's
+    objects alone, the same way."""
 
     code = "ACC213"
     name = "load-on-one-rank"
@@ -54,6 +64,7 @@ class LoadOnOneRank(Rule):
             7,
             5,
         ),
+        Example(_RESUMED.format(load="accelerator.load_state('checkpoints/last')"), 6, 5),
         # a trainer that prepares in its constructor and resumes in a method it calls before
         # the training loop
         Example(
@@ -108,6 +119,10 @@ class LoadOnOneRank(Rule):
         + "    dist.broadcast(p.data, src=0)\n"
         + "for x, y in loader:\n"
         + "    accelerator.backward(model(x).sum())\n",
+        # the state loaded on every rank, before training
+        _RESUMED.replace("if accelerator.is_main_process:\n    ", "").format(
+            load="accelerator.load_state('checkpoints/last')"
+        ),
         # a model nothing prepares (an EMA copy kept on the main process)
         _RESUMED.format(load="ema.load_state_dict(torch.load('ema.pt'))"),
     )
@@ -115,6 +130,7 @@ class LoadOnOneRank(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         if not script.prepare_calls or _broadcasts(script):
             return
+        yield from self._load_state(script)
         for call in script.calls:
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
@@ -129,6 +145,12 @@ class LoadOnOneRank(Rule):
             accelerator = accelerator_name(script, call)
             guard = _guard(script, call)
             where = f" at line {script.line(guard)}" if guard is not None else ""
+            sharded = (
+                "; under FSDP or DeepSpeed, which this script names, loading into the sharded "
+                "model also needs every rank"
+                if backends_in_view(script) != {DDP}
+                else ""
+            )
             yield self.finding(
                 script,
                 call,
@@ -137,9 +159,54 @@ class LoadOnOneRank(Rule):
                     f"{accelerator}.prepare has already wrapped it, and DistributedDataParallel "
                     "copies the main process's weights to the other ranks only then, so they "
                     "keep their old weights and the ranks train apart; or load it before "
-                    f"{accelerator}.prepare"
+                    f"{accelerator}.prepare{sharded}"
                 ),
             )
+
+    def _load_state(self, script: ScriptModel) -> Iterator[Finding]:
+        """``accelerator.load_state(dir)`` under a rank test after prepare: it restores the
+        prepared objects of the rank that calls it only."""
+        if backends_in_view(script) != {DDP}:
+            return  # a collective under FSDP and DeepSpeed: the hang is ACC202's finding
+        for call in calls(script):
+            if not calls_accelerator(script, call, ("load_state",)):
+                continue
+            if not script.under_rank_guard(call) or not _after_a_prepare(script, call):
+                continue
+            if not _trains_after(script, call, 0):
+                continue
+            accelerator = accelerator_name(script, call)
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    f"Call {accelerator}.load_state on every rank (outside the rank test): it "
+                    "restores the prepared model, optimizer and scheduler of the rank that calls "
+                    "it, so from the main process alone the other ranks train on from their own "
+                    "weights and the ranks train apart (and where load_state is a collective, "
+                    "under DeepSpeed or FSDP, the other ranks never join it)"
+                ),
+            )
+
+
+def _after_a_prepare(script: ScriptModel, call: cst.Call) -> bool:
+    """A prepare call above ``call`` in its function (or both at the module's level), or in
+    the constructor of the class whose method ``call`` is in."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(call)
+    owner = script.call_graph.owner(function) if function is not None else None
+    for prepare in script.prepare_calls:
+        where = facts.placement.enclosing_function(prepare.call)
+        if where is function and script.order(prepare.call) < script.order(call):
+            return True
+        if (
+            owner is not None
+            and where is not None
+            and where.name.value == "__init__"
+            and script.call_graph.owner(where) is owner
+        ):
+            return True
+    return False
 
 
 def _loaded_object(receiver: cst.BaseExpression) -> str | None:
