@@ -612,13 +612,18 @@ class ObjectFlow:
                 root_name(a.value) for a in value.args
             }
             return None if handed & accelerators else False
+        function = target[0]
         prepares = any(
             isinstance(n, cst.Call)
             and isinstance(n.func, cst.Attribute)
             and n.func.attr.value == "prepare"
-            for n in walk(target[0])
+            for n in walk(function)
         )
-        return None if prepares else False
+        # ``pick(loaders, "test")`` hands back what it was given: prepared or not, as passed
+        handed_back = {p.name.value for p in all_params(function.params)} & {
+            root_name(r.value) for r in self.model.index.own_returns(function) if r.value
+        }
+        return None if prepares or handed_back else False
 
     def _made_here_unprepared(self, loop: Loop) -> bool:
         """``loader = DataLoader(...)`` made in the loop's own function (``evaluate(args)``) that
