@@ -14,6 +14,8 @@ _GATHERS = frozenset({"gather", "gather_for_metrics"})
 #: collator pads labels (token classification, seq2seq, language modelling).
 _SEQUENCE_FIELDS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
 _LABELS = ("labels", "label_ids")
+#: Methods that hand back a tensor of the same shape.
+_SAME_SHAPE = ("cpu", "cuda", "to", "contiguous", "detach", "long", "int", "clone")
 #: How many renames of a gathered name are followed back to what it was made from.
 _DEPTH = 4
 
@@ -73,7 +75,7 @@ class GatheredUnequalLengths(Rule):
             5,
         ),
         Example(  # the generated tokens: their length is the longest generation of the batch
-            _SUMMARIES + "    tokens = accelerator.gather(tokens)\n",
+            _SUMMARIES + "    tokens = accelerator.gather(tokens.contiguous())\n",
             12,
             14,
         ),
@@ -238,6 +240,9 @@ def _sequences(
     if isinstance(value, cst.Call):
         func = value.func
         member = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+        if isinstance(func, cst.Attribute) and member in _SAME_SHAPE:
+            # ``tokens.cpu()``, ``labels.to(device)``: the same lengths
+            return _sequences(script, loop, gather, func.value, collator, depth)
         if member == "generate":
             return "token ids from generate, as long as the batch's longest generation"
         if (
