@@ -206,12 +206,22 @@ class ReadBeforeWritten(Rule):
         assert shared.through is not None
         writing, reading = shared.through
         accelerator = accelerator_name(script, shared.read)
+        function = script.index.enclosing_function(shared.read)
+        some_ranks = function is not None and any(
+            script.under_rank_guard(site) for site, _ in script.call_graph.calls_of(function)
+        )
+        where = (
+            # a barrier in the function would hang its calls on one rank: between the calls
+            f"between the calls at lines {script.line(writing)} and {script.line(reading)}"
+            if some_ranks
+            else f"before this read (or between the calls at lines {script.line(writing)} and "
+            f"{script.line(reading)})"
+        )
         return self.finding(
             script,
             shared.read,
             message=(
-                f"Call {accelerator}.wait_for_everyone() before this read (or between the calls "
-                f"at lines {script.line(writing)} and {script.line(reading)}): the file is "
+                f"Call {accelerator}.wait_for_everyone() {where}: the file is "
                 f"written at line {script.line(shared.write)} on the main process only, by the "
                 f"call at line {script.line(writing)}, and every rank reads it here, by the call "
                 f"at line {script.line(reading)}, without waiting for the write (nothing there "

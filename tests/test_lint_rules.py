@@ -845,3 +845,28 @@ def test_a_block_of_a_prepared_model_is_advised_through_unwrap_model_with_its_in
     trained = the_finding(code, "ACC104", line=6)
     assert "model.layers[2].mlp() runs the model's layers outside its forward" in trained.message
     assert "unwrap_model(model).layers" not in trained.message
+
+
+def test_a_save_method_and_a_load_method_called_in_turn_are_reported_at_the_read():
+    """A trainer's ``save()`` writes on the main process and ``finish()`` calls ``load()`` next
+    on every rank: the finding is at the read and names the write and both calls."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "class Trainer:\n"
+        "    def __init__(self, model):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model = self.accelerator.prepare(model)\n\n"
+        "    def save(self, path):\n"
+        "        if self.accelerator.is_main_process:\n"
+        "            torch.save(self.model.state_dict(), path)\n\n"
+        "    def load(self, path):\n"
+        "        return torch.load(path)\n\n"
+        "    def finish(self, path):\n"
+        "        self.save(path)\n"
+        "        self.load(path)\n"
+    )
+    finding = the_finding(code, "ACC212")
+    assert finding.line == 15
+    assert "written at line 12" in finding.message
+    assert "between the calls at lines 18 and 19" in finding.message
+    assert "self.accelerator.wait_for_everyone()" in finding.message
