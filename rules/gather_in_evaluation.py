@@ -51,6 +51,30 @@ _TOTALS = (
 )
 
 
+_HELPER = (
+    "import torch\nimport torch.distributed as dist\nfrom torch.utils.data import DataLoader\n"
+    "from accelerate import Accelerator\n\n\n"
+    "def evaluate(model, loader, accelerator):\n"
+    "    correct, total = 0, 0\n"
+    "    with torch.no_grad():\n"
+    "        for x, y in loader:\n"
+    "            pred = model(x).argmax(-1)\n"
+    "            correct += (pred == y).sum().item()\n"
+    "            total += y.size(0)\n"
+    "{combine}"
+    "\n\ndef main():\n"
+    "    accelerator = Accelerator()\n"
+    "    test_loader = DataLoader(test_set, batch_size=64{drop})\n"
+    "    model, test_loader = accelerator.prepare(model, test_loader)\n"
+    "    print(evaluate(model, test_loader, accelerator))\n"
+)
+_ALL_REDUCED = (
+    "    counts = torch.tensor([correct, total], device=accelerator.device)\n"
+    "    dist.all_reduce(counts)\n"
+    "    return counts[0].item() / counts[1].item()\n"
+)
+
+
 class GatherInEvaluation(Rule):
     """``accelerator.gather`` in an evaluation loop keeps the samples repeated to give every rank
     a full last batch, so they are counted twice and the metric is off. ``gather_for_metrics``
@@ -144,6 +168,18 @@ class GatherInEvaluation(Rule):
             13,
             11,
         ),
+        # an evaluation helper handed the prepared loader, its counts summed by hand with
+        # dist.all_reduce of a tensor made from them
+        Example(_HELPER.format(combine=_ALL_REDUCED, drop=""), 15, 5),
+        Example(  # each count reduced as a tensor made in place
+            _HELPER.format(
+                combine="    n = accelerator.reduce(torch.tensor(total, device='cuda'))\n"
+                "    return correct / n.item()\n",
+                drop="",
+            ),
+            14,
+            9,
+        ),
         Example(  # the same summed by reduce
             _TOTALS + "accuracy = accelerator.reduce(correct, 'sum') / accelerator.reduce(total)\n",
             11,
@@ -152,6 +188,8 @@ class GatherInEvaluation(Rule):
     )
     good = (
         _EVAL + "        preds = accelerator.gather_for_metrics(model(x))\n",
+        # the helper's callers hand it a loader that drops its last batch: nothing padded
+        _HELPER.format(combine=_ALL_REDUCED, drop=", drop_last=True"),
         # the counts taken from values gathered for metrics in the loop
         _TOTALS.replace(
             "(pred == y).sum()", "accelerator.gather_for_metrics(pred == y).sum()"
@@ -247,16 +285,14 @@ class GatherInEvaluation(Rule):
             if not counted:
                 continue
             combining = [
-                call
+                (call, combined)
                 for call in totals_combined_after(evaluation, facts)
-                if calls_accelerator(script, call, ("gather", "reduce"))
-                and call.args
-                and root_name(call.args[0].value) in counted
+                if call.args and (combined := _counts_combined(script, call, counted))
             ]
             if not combining:
                 continue
-            call = combining[0]  # one finding per loop: the fix is in the loop
-            totals = " and ".join(sorted({root_name(c.args[0].value) or "" for c in combining}))
+            call = combining[0][0]  # one finding per loop: the fix is in the loop
+            totals = " and ".join(sorted({name for _, names in combining for name in names}))
             how = call.func.attr.value  # type: ignore[attr-defined]
             yield self.finding(
                 script,
@@ -266,10 +302,38 @@ class GatherInEvaluation(Rule):
                     f".gather_for_metrics in the loop at line {script.line(loop.node)} and "
                     f"count {totals} on what it returns: each rank counts its own batches, "
                     "whose last one holds samples repeated to even out the ranks' batches, so "
-                    f"the combined totals count them twice (a {how} of the totals cannot drop "
-                    "them)"
+                    f"the combined totals count them twice ({_article(how)} {how} of the "
+                    "totals cannot drop them)"
                 ),
             )
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def _counts_combined(script: ScriptModel, call: cst.Call, counted: set[str]) -> set[str]:
+    """The sample counts a combining call (``accelerator.reduce``, ``gather``,
+    ``dist.all_reduce``) sums across ranks: read in its argument (``reduce(correct)``,
+    ``reduce(torch.tensor(correct))``) or in the one value its argument's name was made from
+    (``counts = torch.tensor([correct, total]); dist.all_reduce(counts)``)."""
+    argument = call.args[0].value
+    read = {n.value for n in walk(argument) if isinstance(n, cst.Name)}
+    found = read & counted
+    name = root_name(argument)
+    if found or name is None:
+        return found
+    function = script.index.enclosing_function(call)
+    made = [
+        assign.value
+        for assign in script.assignments
+        if script.index.enclosing_function(assign) is function
+        and script.order(assign) < script.order(call)
+        and any(dotted(t) == name for t in assigned_targets(assign))
+    ]
+    if made:
+        found = {n.value for n in walk(made[-1]) if isinstance(n, cst.Name)} & counted
+    return found
 
 
 def _result_dropped(script: ScriptModel, call: cst.Call) -> bool:
@@ -319,18 +383,23 @@ def _counts_samples(value: cst.BaseExpression) -> bool:
 def _over_a_padded_loader(script: ScriptModel, evaluation: Evaluation) -> bool:
     """The loop reads a prepared DataLoader whose last batches are evened out with repeated
     samples: Accelerate's default ``even_batches``, not turned off in the file, and no
-    ``drop_last`` where the loader is made."""
+    ``drop_last`` where the loader is made (followed to the callers of a helper whose parameter
+    the loop reads)."""
     loop = evaluation.loop
-    if loop.iterable not in script.prepared_names:
+    flow = facts_of(script).flow
+    if not flow.over_prepared_loader(loop):
         return False
     if _even_batches_turned_off(script):
         return False
+    # a helper's parameter (``def evaluate(model, loader, accelerator)``): the loaders its
+    # callers hand it, where they are made
+    read = {loop.iterable} | flow.origins(loop.iterable, loop.node)
     made = {
         given
         for prepare in script.prepare_calls
         for given, output in zip(prepare.inputs, prepare.outputs, strict=False)
-        if output == loop.iterable and given
-    } | {loop.iterable}
+        if output in read and given
+    } | (read - {None})
     for binding in script.of_kind(Kind.DATALOADER):
         if (
             binding.name in made

@@ -5,8 +5,29 @@ import libcst as cst
 from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.shared_files import SharedFile
 from accelify.analysis.syntax import assigned_targets, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
+
+_TRAINER = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model = self.accelerator.prepare(model)\n\n"
+    "    def save(self, path):\n"
+    "        if self.accelerator.is_main_process:\n"
+    "            torch.save(self.accelerator.unwrap_model(self.model).state_dict(), path)\n"
+    "{after_save}\n"
+    "    def load(self, path):\n"
+    "{before_load}"
+    "        state = torch.load(path)\n"
+    "        self.accelerator.unwrap_model(self.model).load_state_dict(state)\n\n"
+    "    def finish(self, path):\n"
+    "        self.save(path)\n"
+    "{between}"
+    "        self.load(path)\n"
+)
 
 
 class ReadBeforeWritten(Rule):
@@ -17,6 +38,9 @@ class ReadBeforeWritten(Rule):
     read while the main process is still writing, and load nothing (``OSError`` on a first run)
     or a half-written file. A ``wait_for_everyone()``, a ``prepare`` or any collective between
     the two (also ``main_process_first()`` around the read) orders them, and is not reported.
+    The write and the read may be in two functions that a third calls one after the other (a
+    trainer's ``save()``, guarded inside or at its call, then its ``load()``): a barrier after
+    the write in its function, between the two calls or before the read orders them there.
     The same race in one call: a dataset built by every rank with
     ``download=accelerator.is_main_process``. A file every rank writes itself (``torch.save``
     unguarded) is ACC201's."""
@@ -55,6 +79,20 @@ class ReadBeforeWritten(Rule):
             5,
             23,
         ),
+        # a trainer's save() writes on the main process, and the method that calls it calls
+        # load() next, on every rank
+        Example(_TRAINER.format(after_save="", before_load="", between=""), 15, 17),
+        Example(  # helpers: the save called under the guard, the load by every rank
+            HEADER
+            + "import torch\n\n\ndef save(model, path):\n    torch.save(model.state_dict(), path)\n"
+            + "\n\ndef load(model, path):\n    model.load_state_dict(torch.load(path))\n\n\n"
+            + "def main():\n"
+            + "    if accelerator.is_main_process:\n"
+            + "        save(model, 'best.pt')\n"
+            + "    load(model, 'best.pt')\n",
+            11,
+            27,
+        ),
         Example(  # told to write on the main process only, read back by every rank
             HEADER
             + "from transformers import AutoModel\n"
@@ -66,6 +104,17 @@ class ReadBeforeWritten(Rule):
         ),
     )
     good = (
+        # the trainer's methods, ordered by a barrier: before the read, between the calls, or
+        # at the end of the save every rank calls
+        _TRAINER.format(
+            after_save="", before_load="        self.accelerator.wait_for_everyone()\n", between=""
+        ),
+        _TRAINER.format(
+            after_save="", before_load="", between="        self.accelerator.wait_for_everyone()\n"
+        ),
+        _TRAINER.format(
+            after_save="        self.accelerator.wait_for_everyone()\n", before_load="", between=""
+        ),
         # accelerator.save writes on the main process only; the barrier orders the read
         HEADER
         + "import torch\n"
@@ -120,6 +169,10 @@ class ReadBeforeWritten(Rule):
         yield from self._download_on_one_rank(script)
         facts = facts_of(script)
         for shared in facts.shared_files.written_by_one_rank_read_by_all:
+            if shared.through is not None:
+                if not _ordered_across_calls(script, shared):
+                    yield self._across_calls(script, shared)
+                continue
             if _ordered_by_a_collective(script, shared.write, shared.read):
                 continue
             accelerator = accelerator_name(script, shared.read)
@@ -145,6 +198,36 @@ class ReadBeforeWritten(Rule):
                     "there yet on a first run, or half of it)"
                 )
             yield self.finding(script, shared.read, message=message)
+
+    def _across_calls(self, script: ScriptModel, shared: SharedFile) -> Finding:
+        """The write and the read in two functions (a trainer's ``save()`` and ``load()``),
+        run one after the other by a function of the file: reported at the read, naming the
+        write and both calls."""
+        assert shared.through is not None
+        writing, reading = shared.through
+        accelerator = accelerator_name(script, shared.read)
+        function = script.index.enclosing_function(shared.read)
+        some_ranks = function is not None and any(
+            script.under_rank_guard(site) for site, _ in script.call_graph.calls_of(function)
+        )
+        where = (
+            # a barrier in the function would hang its calls on one rank: between the calls
+            f"between the calls at lines {script.line(writing)} and {script.line(reading)}"
+            if some_ranks
+            else f"before this read (or between the calls at lines {script.line(writing)} and "
+            f"{script.line(reading)})"
+        )
+        return self.finding(
+            script,
+            shared.read,
+            message=(
+                f"Call {accelerator}.wait_for_everyone() {where}: the file is "
+                f"written at line {script.line(shared.write)} on the main process only, by the "
+                f"call at line {script.line(writing)}, and every rank reads it here, by the call "
+                f"at line {script.line(reading)}, without waiting for the write (nothing there "
+                "yet on a first run, or half of it)"
+            ),
+        )
 
     def _download_on_one_rank(self, script: ScriptModel) -> Iterator[Finding]:
         """``datasets.CIFAR10(root, download=accelerator.is_main_process)`` run by every rank:
@@ -265,6 +348,48 @@ def _in_main_process_first(script: ScriptModel, node: cst.CSTNode) -> bool:
             and item.item.func.attr.value in ("main_process_first", "local_main_process_first")
             for item in ancestor.items
         ):
+            return True
+    return False
+
+
+def _ordered_across_calls(script: ScriptModel, shared: SharedFile) -> bool:
+    """`_ordered_by_a_collective` for a write and a read in two functions: a barrier every rank
+    reaches after the write in its function, between the two calls in the function that makes
+    them, or before the read in its own."""
+    assert shared.through is not None
+    writing, reading = shared.through
+    index = script.index
+    never = len(script.orders) + 1
+    read_order = script.order(shared.read)
+    return (
+        _collective_between(
+            script, index.enclosing_function(writing), script.order(writing), script.order(reading)
+        )
+        or _collective_between(script, index.enclosing_function(shared.read), -1, read_order)
+        or _collective_between(
+            script, index.enclosing_function(shared.write), script.order(shared.write), never
+        )
+        or _in_main_process_first(script, shared.read)
+    )
+
+
+def _collective_between(
+    script: ScriptModel, function: cst.FunctionDef | None, low: int, high: int
+) -> bool:
+    """A barrier or other collective in ``function`` (the module's own code for None) between
+    the two source orders, not under a rank test."""
+    reach = facts_of(script).collective_reach
+    for call in script.calls:
+        if not low < script.order(call) < high:
+            continue
+        if script.index.enclosing_function(call) is not function:
+            continue
+        if script.under_rank_guard(call):
+            continue
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _BARRIERS:
+            return True
+        parent = script.parent(call)
+        if parent is not None and reach.synchronising_in(parent) is not None:
             return True
     return False
 

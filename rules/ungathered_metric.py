@@ -172,6 +172,29 @@ class UngatheredMetric(Rule):
             7,
             9,
         ),
+        # the same helper called with the prepared loader too: that call scores a shard
+        Example(
+            "import torch\nfrom torch.utils.data import DataLoader\n"
+            + "from accelerate import Accelerator\n"
+            + "def accuracy(model, loader):\n"
+            + "    correct = 0\n"
+            + "    with torch.no_grad():\n"
+            + "        for x, y in loader:\n"
+            + "            correct += (model(x).argmax(-1) == y).sum().item()\n"
+            + "    return correct / len(loader.dataset)\n"
+            + "def main():\n"
+            + "    accelerator = Accelerator()\n"
+            + "    loader = DataLoader(train_set, batch_size=32, shuffle=True)\n"
+            + "    val_loader = DataLoader(val_set, batch_size=64)\n"
+            + "    model, optimizer, loader, val_loader = accelerator.prepare(\n"
+            + "        model, optimizer, loader, val_loader)\n"
+            + "    for x, y in loader:\n"
+            + "        accelerator.backward(model(x).sum())\n"
+            + "    print(accuracy(model, val_loader))\n"
+            + "    print(accuracy(model, make_loader(test_set, train=False)))\n",
+            8,
+            13,
+        ),
         # a library's evaluation helper: the model is known by its annotation alone, the loader
         # is prepared in the helper (an ml_utils package's ``test``, called from another module)
         Example(
@@ -273,6 +296,25 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # a helper's parameter named like the training loader main prepares, filled by every
+        # call with a test loader nothing prepares: each rank scores the whole set
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        + "from accelerate import Accelerator\n"
+        + "def accuracy(model, loader):\n"
+        + "    correct = 0\n"
+        + "    with torch.no_grad():\n"
+        + "        for x, y in loader:\n"
+        + "            correct += (model(x).argmax(-1) == y).sum().item()\n"
+        + "    return correct / len(loader.dataset)\n"
+        + "def main():\n"
+        + "    accelerator = Accelerator()\n"
+        + "    loader = DataLoader(train_set, batch_size=32, shuffle=True)\n"
+        + "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward(model(x).sum())\n"
+        + "    test_loader = make_loader(test_set, train=False)\n"
+        + "    print(accuracy(model, test_loader))\n"
+        + "    print(accuracy(model, DataLoader(val_set, batch_size=64)))\n",
         # a reward model scores each sample of its shard, prints how many it scored, then
         # gathers the (index, score) pairs as objects (a LLaMA-Factory reward-labelling script)
         HEADER

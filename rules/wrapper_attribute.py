@@ -9,7 +9,7 @@ from accelify.analysis.construction import (
     holds_constructed_wrapper,
     keeps_the_object,
 )
-from accelify.analysis.facts import facts_of
+from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted, has_parameter, walk
@@ -161,6 +161,29 @@ class WrapperAttribute(Rule):
             + "    optimizer.step()\n",
             15,
             19,
+        ),
+        Example(  # a block of the model's ModuleList looked at after training: the advice
+            # unwraps the model and keeps the item (``unwrap_model(model).blocks[0]``)
+            HEADER
+            + "import torch\n"
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "for x, y in loader:\n"
+            + "    accelerator.backward(model(x).sum())\n"
+            + "    optimizer.step()\n"
+            + "with torch.no_grad():\n"
+            + "    maps = model.blocks[0].attn(x)\n",
+            9,
+            12,
+        ),
+        Example(  # the same block run in the training step: its layers run outside forward
+            HEADER
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "for x, y in loader:\n"
+            + "    hidden = model.blocks[0](x)\n"
+            + "    accelerator.backward((model(x) + hidden).sum())\n"
+            + "    optimizer.step()\n",
+            5,
+            14,
         ),
         Example(  # a Sequential indexed through the wrapper: DDP cannot be indexed
             HEADER
@@ -521,13 +544,16 @@ class WrapperAttribute(Rule):
             if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
                 continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
             spelled = dotted(owner) or held or script.module.code_for_node(owner)
+            chain, rest = _chain(script, owner, attribute)
             call = script.parent(attribute)
-            if call in facts.layers_outside_forward:
+            submodule = _submodule_run_in_training(script, facts, chain, {held, dotted(owner)})
+            if call in facts.layers_outside_forward or submodule is not None:
+                ran = script.module.code_for_node(submodule or attribute)
                 yield self.finding(
                     script,
                     attribute,
                     None,
-                    f"{spelled}.{member}() runs the model's layers outside its forward during "
+                    f"{ran}() runs the model's layers outside its forward during "
                     f"training: on several processes the DistributedDataParallel wrapper has no "
                     f"'{member}' (AttributeError), and called through unwrap_model its gradients "
                     f"are never synchronised across ranks; compute it in the model's forward() "
@@ -536,9 +562,9 @@ class WrapperAttribute(Rule):
                 continue
             accelerator = _accelerator_for(script, owner, attribute, constructed)
             through = (
-                f"{accelerator}.unwrap_model({spelled}).{member}"
+                f"{accelerator}.unwrap_model({spelled}){rest}"
                 if accelerator is not None
-                else f"unwrap_model({spelled}).{member} of the Accelerator that prepared it"
+                else f"unwrap_model({spelled}){rest} of the Accelerator that prepared it"
             )
             if (
                 isinstance(call, cst.Call)
@@ -638,6 +664,61 @@ class WrapperAttribute(Rule):
             f"{owner} in DistributedDataParallel only when several processes run, and a "
             "one-process run gets the model itself back, which has no 'module' (AttributeError)",
         )
+
+
+def _chain(
+    script: ScriptModel, owner: cst.BaseExpression, attribute: cst.Attribute
+) -> tuple[cst.BaseExpression, str]:
+    """The attributes and items read from ``owner`` through ``attribute``, up to a method
+    called on them (``model.blocks[0]`` of ``model.blocks[0].attn(x)``, ``model.blocks[0].attn``
+    read as it is, ``model.embeddings.weight`` of ``...weight.detach()``), and what it reads
+    past ``owner``, as written (``.blocks[0]``): the advice unwraps the owner and keeps the
+    rest."""
+    node: cst.BaseExpression = attribute
+    while True:
+        parent = script.parent(node)
+        if (isinstance(parent, cst.Subscript) and parent.value is node) or (
+            isinstance(parent, cst.Attribute)
+            and parent.value is node
+            and not _called(script, parent)
+        ):
+            node = parent
+        else:
+            break
+    written, start = script.module.code_for_node(node), script.module.code_for_node(owner)
+    rest = written[len(start) :] if written.startswith(start) else f".{attribute.attr.value}"
+    return node, rest
+
+
+def _called(script: ScriptModel, node: cst.BaseExpression) -> bool:
+    parent = script.parent(node)
+    return isinstance(parent, cst.Call) and parent.func is node
+
+
+def _submodule_run_in_training(
+    script: ScriptModel, facts: Facts, chain: cst.BaseExpression, models: set[str | None]
+) -> cst.BaseExpression | None:
+    """``model.blocks[0](x)``, ``model.layers[2].mlp(x)``: an item of a module container of a
+    model an optimizer trains, called (or one of its members called) in a training step. An
+    item of a container is a module, so the call runs layers outside the model's forward:
+    through unwrap_model their gradients are never synchronised. What is called, or None."""
+    if not any(isinstance(n, cst.Subscript) for n in walk(chain)):
+        return None
+    called: cst.BaseExpression | None = chain if _called(script, chain) else None
+    member = script.parent(chain)
+    if (
+        called is None
+        and isinstance(member, cst.Attribute)
+        and member.value is chain
+        and member.attr.value not in names.MODULE_API
+        and _called(script, member)
+    ):
+        called = member
+    if called is None or not (models & _trained_models(script)):
+        return None
+    call = script.parent(called)
+    assert isinstance(call, cst.Call)
+    return called if in_training_step(script, facts.placement, call) else None
 
 
 def _accelerator_for(

@@ -822,3 +822,51 @@ def test_a_log_held_open_across_training_is_never_advised_a_guard_around_its_wit
     assert finding.line == 9
     assert "put the `with`" not in finding.message
     assert "the `with` at line 4 also runs accelerator.backward() (line 7)" in finding.message
+
+
+def test_a_block_of_a_prepared_model_is_advised_through_unwrap_model_with_its_index():
+    """``model.blocks[0].attn(x)`` on the wrapper: the advice names the expression to write up to
+    the method called, the model unwrapped and the rest kept (``unwrap_model(model).blocks[0]``);
+    in a training step the same block runs outside the forward, and unwrapping is no fix."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "for x, y in loader:\n"
+        "    hidden = model.layers[2].mlp(x)\n"
+        "    accelerator.backward(model(x).sum())\n"
+        "    optimizer.step()\n"
+        "with torch.no_grad():\n"
+        "    maps = model.blocks[0].attn(x)\n"
+    )
+    evaluated = the_finding(code, "ACC104", line=10)
+    assert "through accelerator.unwrap_model(model).blocks[0]:" in evaluated.message
+    read = the_finding(code.replace(".attn(x)", ".attn.weight"), "ACC104", line=10)
+    assert "through accelerator.unwrap_model(model).blocks[0].attn.weight:" in read.message
+    trained = the_finding(code, "ACC104", line=6)
+    assert "model.layers[2].mlp() runs the model's layers outside its forward" in trained.message
+    assert "unwrap_model(model).layers" not in trained.message
+
+
+def test_a_save_method_and_a_load_method_called_in_turn_are_reported_at_the_read():
+    """A trainer's ``save()`` writes on the main process and ``finish()`` calls ``load()`` next
+    on every rank: the finding is at the read and names the write and both calls."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "class Trainer:\n"
+        "    def __init__(self, model):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model = self.accelerator.prepare(model)\n\n"
+        "    def save(self, path):\n"
+        "        if self.accelerator.is_main_process:\n"
+        "            torch.save(self.model.state_dict(), path)\n\n"
+        "    def load(self, path):\n"
+        "        return torch.load(path)\n\n"
+        "    def finish(self, path):\n"
+        "        self.save(path)\n"
+        "        self.load(path)\n"
+    )
+    finding = the_finding(code, "ACC212")
+    assert finding.line == 15
+    assert "written at line 12" in finding.message
+    assert "between the calls at lines 18 and 19" in finding.message
+    assert "self.accelerator.wait_for_everyone()" in finding.message

@@ -44,6 +44,7 @@ from accelify.analysis.syntax import (
     argument_value,
     assigned_targets,
     dotted,
+    keyword_value,
     root_name,
     target_names,
     walk,
@@ -282,6 +283,91 @@ def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
                         "metric ignores>)"
                     )
     return None
+
+
+#: Hugging Face collators that pad each batch to its own longest sequence (unless told
+#: ``padding="max_length"``), and whether they pad the labels too (token-level tasks).
+PADDING_COLLATORS = {
+    "DataCollatorWithPadding": False,
+    "DataCollatorForSeq2Seq": True,
+    "DataCollatorForTokenClassification": True,
+    "DataCollatorForLanguageModeling": True,
+    "DataCollatorForWholeWordMask": True,
+    "DataCollatorForPermutationLanguageModeling": True,
+    "DataCollatorWithFlattening": True,
+}
+
+
+@dataclass(frozen=True)
+class PaddingCollator:
+    """A loader's collator that pads each batch to its own longest sequence: the ranks'
+    batches differ in their second dimension."""
+
+    name: str  # ``DataCollatorForSeq2Seq``, or the file's collate function
+    labels_padded: bool  # the labels are sequences too (token-level tasks)
+
+
+def padding_collator(loop: Loop, facts: Facts) -> PaddingCollator | None:
+    """The collator of the loader ``loop`` reads, when it pads per batch: a Hugging Face
+    padding collator (``collate_fn=data_collator`` with ``data_collator =
+    DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)``; any assignment of that name
+    counts, the others may be a ``--pad_to_max_length`` branch) or a collate function of the
+    file that pads (`padded_per_batch`)."""
+    model = facts.model
+    origins = facts.flow.origins(loop.iterable, loop.node)
+    for binding in model.bindings:
+        if binding.name not in origins or not isinstance(binding.value, cst.Call):
+            continue
+        for construction in _loader_constructions(model, binding.value):
+            for argument in construction.args:
+                if argument.keyword is None or argument.keyword.value != "collate_fn":
+                    continue
+                found = _padding_collator_of(model, argument.value)
+                if found is not None:
+                    return found
+    return None
+
+
+def _padding_collator_of(model: ScriptModel, value: cst.BaseExpression) -> PaddingCollator | None:
+    values = [value]
+    name = dotted(value)
+    if name is not None and not isinstance(value, cst.Call):
+        values = [a.value for a in model.index.assignments_to(name) if a.value is not None]
+    for made in values:
+        for node in walk(made):  # ``A if flag else B`` too
+            if not isinstance(node, cst.Call):
+                continue
+            called = (dotted(node.func) or "").rsplit(".", 1)[-1]
+            if called not in PADDING_COLLATORS:
+                continue
+            padding = keyword_value(node, "padding")
+            if isinstance(padding, cst.SimpleString) and "max_length" in padding.value:
+                continue
+            return PaddingCollator(called, PADDING_COLLATORS[called])
+    collate = _collate_function(model, value)
+    if collate is not None and _pads(collate) and not _pads_time_major(collate):
+        return PaddingCollator(_label(model, collate), _pads_with_ignore_index(collate))
+    return None
+
+
+def _pads_with_ignore_index(collate: cst.FunctionDef) -> bool:
+    """``pad_sequence(tags, batch_first=True, padding_value=-100)``: labels padded with the
+    index the loss ignores, so the labels are sequences."""
+    return any(
+        isinstance(node, cst.Call) and any(_code(argument) == "-100" for argument in node.args)
+        for node in walk(collate)
+    )
+
+
+def _code(argument: cst.Arg) -> str:
+    value = argument.value
+    if (
+        isinstance(value, cst.UnaryOperation)
+        and isinstance(value.operator, cst.Minus)
+        and isinstance(value.expression, cst.Integer)
+    ):
+        return f"-{value.expression.value}"
+    return ""
 
 
 def _loader_constructions(model: ScriptModel, value: cst.Call) -> list[cst.Call]:
@@ -1585,9 +1671,26 @@ def _combined_after(
                 made_from |= target_names(assigned_targets(node)[0])
         if not isinstance(node, cst.Call) or not node.args:
             continue
-        if combines_ranks(model, node) and root_name(node.args[0].value) in made_from:
+        if combines_ranks(model, node) and _combines(node.args[0].value, made_from):
             found.append(node)
     return found
+
+
+def _combines(argument: cst.BaseExpression, totals: set[str]) -> bool:
+    """``correct`` or a tensor made from it in place (``torch.tensor(correct, device=d)``,
+    ``torch.tensor([correct, total])``): one of ``totals`` combined."""
+    if root_name(argument) in totals:
+        return True
+    return (
+        isinstance(argument, cst.Call)
+        and (dotted(argument.func) or "").rsplit(".", 1)[-1] in ("tensor", "as_tensor")
+        and any(
+            isinstance(n, cst.Name) and n.value in totals
+            for a in argument.args
+            if a.keyword is None
+            for n in walk(a.value)
+        )
+    )
 
 
 def _sink_name(sink: cst.CSTNode) -> str | None:

@@ -21,6 +21,7 @@ from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Kind, Loop, Scope, ScriptModel
 from accelify.analysis.syntax import (
+    all_params,
     assigned_targets,
     dotted,
     root_name,
@@ -470,7 +471,7 @@ class ObjectFlow:
         helper's parameter that a call site fills with one (``evaluate(model, test_loader)``
         after prepare)."""
         prepared = self.model.prepared_names
-        if self._made_here_unprepared(loop):
+        if self._made_here_unprepared(loop) or self._handed_unprepared(loop):
             return False
         if loop.iterable in prepared:
             return not self._prepared_by_another_class(loop)
@@ -506,6 +507,123 @@ class ObjectFlow:
             and not received
             and all(o is not None and id(o) not in related for o in owners)
         )
+
+    def _handed_unprepared(self, loop: Loop) -> bool:
+        """The loop reads a parameter of its function (``def accuracy(model, loader)``) that
+        every call site of the file fills with a loader no prepare call returns
+        (``accuracy(model, test_loader)``): each rank reads the whole set, whatever object
+        another function prepared under the parameter's name."""
+        function = self.placement.enclosing_function(loop.node)
+        if loop.iterable is None or function is None:
+            return False
+        return self.parameter_prepared(function, loop.iterable) is False
+
+    def parameter_prepared(
+        self, function: cst.FunctionDef, parameter: str, depth: int = 0
+    ) -> bool | None:
+        """Whether the callers hand ``function``'s ``parameter`` a prepared object: True when a
+        call site passes one (by a name a prepare call returns in the caller's scope, or by the
+        prepare call itself, or by a parameter of the caller that is one in turn), False when
+        every call is known and none does, None when the file cannot tell (the parameter is
+        rebound in the function, the function is handed on as a value or called from
+        outside, a call site leaves it to its default or passes something else)."""
+        if parameter not in {p.name.value for p in all_params(function.params)}:
+            return None
+        if any(
+            parameter in target_names(t)
+            for a in self.model.index.own_assignments(function)
+            for t in assigned_targets(a)
+        ):
+            return None
+        graph = self.model.call_graph
+        sites = self.calls_of(function)
+        if not sites or graph.uncertain_callers(function) or graph.references(function):
+            return None
+        answers = []
+        for call, implicit in sites:
+            passed = [a for n, a in bound_arguments(function, call, implicit) if n == parameter]
+            if not passed:
+                return None
+            answers.append(self._prepared_argument(call, passed[0].value, depth))
+        if True in answers:
+            return True
+        return False if all(answer is False for answer in answers) else None
+
+    def _prepared_argument(
+        self, call: cst.Call, value: cst.BaseExpression, depth: int
+    ) -> bool | None:
+        """`parameter_prepared` for one argument, at the call that passes it: a name is looked
+        up in the caller's scope (its assignments, else the module's), a parameter of the
+        caller at the caller's own call sites."""
+        if isinstance(value, cst.Call):
+            return self._prepared_value(value)
+        name = dotted(value)
+        if name is None or "." in name:
+            return None
+        caller = self.placement.enclosing_function(call)
+        scope: cst.CSTNode = caller if caller is not None else self.model.module
+        if any(
+            name in p.outputs and self.placement.inside(p.call, scope)
+            for p in self.model.prepare_calls
+        ):
+            return True
+        if caller is not None:
+            values = self._assigned_in(caller, name)
+            if not values and name in {p.name.value for p in all_params(caller.params)}:
+                return None if depth >= 3 else self.parameter_prepared(caller, name, depth + 1)
+        if caller is None or not values:
+            if any(
+                name in p.outputs and self.placement.enclosing_function(p.call) is None
+                for p in self.model.prepare_calls
+            ):
+                return True
+            values = [
+                a.value
+                for a in self.model.index.assignments_to(name)
+                if self.model.scope_of(a) is self.model.module
+            ]
+        answers = [self._prepared_value(v) for v in values]
+        if not answers or None in answers:
+            return None
+        return any(answers)
+
+    def _assigned_in(self, function: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
+        return [
+            a.value
+            for a in self.model.index.own_assignments(function)
+            if any(name in target_names(t) for t in assigned_targets(a)) and a.value is not None
+        ]
+
+    def _prepared_value(self, value: cst.BaseExpression) -> bool | None:
+        """A loader made here: False for ``DataLoader(...)`` or a call of a function of the
+        file that prepares nothing, True for a prepare call, None for anything else."""
+        if not isinstance(value, cst.Call):
+            return None
+        name = dotted(value.func) or ""
+        if name.rsplit(".", 1)[-1] == "prepare":
+            return True
+        if self.model.qualified(value.func) & DATALOADERS:
+            return False
+        target = callee(self.model, value)
+        if target is None:
+            # a factory of another module: it can prepare only with an accelerator handed in
+            accelerators = self.model.names_of(Kind.ACCELERATOR)
+            handed = {dotted(a.value) for a in value.args} | {
+                root_name(a.value) for a in value.args
+            }
+            return None if handed & accelerators else False
+        function = target[0]
+        prepares = any(
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value == "prepare"
+            for n in walk(function)
+        )
+        # ``pick(loaders, "test")`` hands back what it was given: prepared or not, as passed
+        handed_back = {p.name.value for p in all_params(function.params)} & {
+            root_name(r.value) for r in self.model.index.own_returns(function) if r.value
+        }
+        return None if prepares or handed_back else False
 
     def _made_here_unprepared(self, loop: Loop) -> bool:
         """``loader = DataLoader(...)`` made in the loop's own function (``evaluate(args)``) that

@@ -164,6 +164,9 @@ class SharedFile:
     read: cst.Call
     path: cst.BaseExpression  # as the write spells it
     per_process: PerProcessPath | None
+    #: for a write and a read in two functions: the calls that run them, in the first
+    #: function that runs both (``self.save(p)`` then ``self.load(p)`` in ``train``)
+    through: tuple[cst.CSTNode, cst.CSTNode] | None = None
 
 
 class SharedFiles:
@@ -238,8 +241,10 @@ class SharedFiles:
     def written_by_one_rank_read_by_all(self) -> list[SharedFile]:
         """A file written under a rank test (``if accelerator.is_local_main_process:
         tokenizer.save_pretrained(out)``) and read below it, in the same function, by every
-        rank (``AutoProcessor.from_pretrained(out)``): at most one pair per read. Whether a
-        barrier stands between them is the caller's question."""
+        rank (``AutoProcessor.from_pretrained(out)``): at most one pair per read. Also a
+        write and a read in two functions that one function of the file runs in that order
+        (``through``: a trainer's ``save()``, guarded inside or at every call, then ``load()``).
+        Whether a barrier stands between them is the caller's question."""
         writes = [
             (call, path)
             for call in self.model.calls
@@ -248,18 +253,40 @@ class SharedFiles:
         ]
         found = []
         for read, read_path in self._reads() if writes else ():
-            if self.model.under_rank_guard(read):
+            if self.model.under_rank_guard(read) or self._called_on_one_rank(read):
                 continue
             function = self.placement.enclosing_function(read)
             for write, path in writes:
-                if (
-                    self.placement.enclosing_function(write) is function
-                    and self.model.order(write) < self.model.order(read)
-                    and self._same_file(path, read_path)
-                ):
-                    found.append(SharedFile(write, read, path, self.per_process(path)))
+                if not self._same_file(path, read_path):
+                    continue
+                if self.placement.enclosing_function(write) is function:
+                    if self.model.order(write) < self.model.order(read):
+                        found.append(SharedFile(write, read, path, self.per_process(path)))
+                        break
+                    continue
+                through = self._called_in_order(write, read)
+                if through is not None and not self.model.under_rank_guard(through[1]):
+                    found.append(SharedFile(write, read, path, self.per_process(path), through))
                     break
         return found
+
+    def _called_in_order(
+        self, write: cst.Call, read: cst.Call
+    ) -> tuple[cst.CSTNode, cst.CSTNode] | None:
+        """A write and a read in two functions (``save()`` and ``load()`` methods): the calls
+        that run them in the first function that runs both, the write's above the read's
+        (`_call_chain`); None where no function of the file runs both in that order."""
+        writes = self._call_chain(write)
+        for function, read_anchors in self._call_chain(read).items():
+            write_anchors = writes.get(function)
+            if write_anchors is None:
+                continue
+            for r in read_anchors:
+                for w in write_anchors:
+                    if w is not r and self.model.order(w) < self.model.order(r):
+                        return w, r
+            return None
+        return None
 
     def _written_by_one_rank(self, call: cst.Call) -> cst.BaseExpression | None:
         """The path ``call`` writes on the main process only: a write under a rank test, one
@@ -269,7 +296,18 @@ class SharedFiles:
             return _path(self.model, call, {}, {"save": (1, "f")})
         if self.model.under_rank_guard(call) or side_effects.main_process_only(call):
             return _path(self.model, call, WRITERS, WRITING_METHODS)
+        if self._called_on_one_rank(call):
+            return _path(self.model, call, WRITERS, WRITING_METHODS)
         return None
+
+    def _called_on_one_rank(self, call: cst.Call) -> bool:
+        """``call``'s function is called only under rank tests (``if
+        accelerator.is_main_process: self.save(path)``), each call known."""
+        function = self.placement.enclosing_function(call)
+        if function is None:
+            return False
+        sites = next(iter(self._callers_chain(function).values()), [])
+        return bool(sites) and all(self.model.under_rank_guard(site) for site in sites)
 
     @cached_property
     def deleted_after_read(self) -> list[SharedFile]:

@@ -1,0 +1,338 @@
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.evaluation import PaddingCollator, padding_collator
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import Loop, ScriptModel
+from accelify.analysis.syntax import assigned_targets, dotted, keyword_value, target_names, walk
+from accelify.lint.rule import Example, Finding, Rule, accelerator_name, calls, calls_accelerator
+
+_GATHERS = frozenset({"gather", "gather_for_metrics"})
+#: Batch fields that are token sequences whatever the task; ``labels`` is one only where the
+#: collator pads labels (token classification, seq2seq, language modelling).
+_SEQUENCE_FIELDS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
+_LABELS = ("labels", "label_ids")
+#: Methods that hand back a tensor of the same shape.
+_SAME_SHAPE = ("cpu", "cuda", "to", "contiguous", "detach", "long", "int", "clone")
+#: How many renames of a gathered name are followed back to what it was made from.
+_DEPTH = 4
+
+_NER = (
+    "import torch\n"
+    "from torch.utils.data import DataLoader\nfrom accelerate import Accelerator\n"
+    "from transformers import DataCollatorForTokenClassification\n"
+    "accelerator = Accelerator()\n"
+    "collator = DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=8)\n"
+    "loader = DataLoader(eval_set, collate_fn=collator, batch_size=8)\n"
+    "model, loader = accelerator.prepare(model, loader)\n"
+    "for batch in loader:\n"
+    "    with torch.no_grad():\n"
+    "        outputs = model(**batch)\n"
+    "    predictions = outputs.logits.argmax(dim=-1)\n"
+    "    labels = batch['labels']\n"
+)
+_SUMMARIES = (
+    "import torch\n"
+    "from torch.utils.data import DataLoader\nfrom accelerate import Accelerator\n"
+    "from transformers import DataCollatorForSeq2Seq\n"
+    "accelerator = Accelerator()\n"
+    "collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)\n"
+    "loader = DataLoader(eval_set, collate_fn=collator, batch_size=8)\n"
+    "model, loader = accelerator.prepare(model, loader)\n"
+    "for batch in loader:\n"
+    "    with torch.no_grad():\n"
+    "        tokens = accelerator.unwrap_model(model).generate(batch['input_ids'])\n"
+)
+
+
+class GatheredUnequalLengths(Rule):
+    """A gather of token sequences whose length differs from rank to rank: the batches of a
+    loader whose collator pads each batch to its own longest sequence
+    (``DataCollatorWithPadding``, ``DataCollatorForSeq2Seq``, ``pad_to_multiple_of=8``, a
+    ``collate_fn`` that calls ``pad_sequence``), and what ``generate`` returns (it stops when
+    the batch's sequences end). ``gather`` joins the ranks' tensors along the first dimension
+    and needs every other dimension equal: rank 0's batch padded to 37 tokens and rank 1's to
+    52 fail the gather (a size mismatch, or a hang on NCCL) on the first evaluation batch of
+    any run with more than one process. Hugging Face's examples pad first:
+    ``accelerator.pad_across_processes(x, dim=1, pad_index=...)`` (run_ner_no_trainer,
+    run_summarization_no_trainer). Not reported for a value padded so first, for a collator
+    told ``padding="max_length"``, nor for a sequence-classification label (one per sample)."""
+
+    code = "ACC413"
+    name = "gathered-unequal-lengths"
+    message = (
+        "Pad to one length before the gather: accelerator.pad_across_processes(x, dim=1, "
+        "pad_index=...); each rank's batch is padded to its own longest sequence, so the "
+        "gather fails (size mismatch) or hangs"
+    )
+    why = "gather needs every dimension but the first equal on every rank."
+    bad = (
+        Example(
+            _NER + "    accelerator.gather_for_metrics((predictions, labels))\n",
+            14,
+            5,
+        ),
+        Example(  # the generated tokens: their length is the longest generation of the batch
+            _SUMMARIES + "    tokens = accelerator.gather(tokens.contiguous())\n",
+            12,
+            14,
+        ),
+        Example(  # a field of the batch, gathered inline, through DataCollatorWithPadding
+            "from torch.utils.data import DataLoader\nfrom accelerate import Accelerator\n"
+            "from transformers import DataCollatorWithPadding, default_data_collator\n"
+            "accelerator = Accelerator()\n"
+            "if args.pad_to_max_length:\n"
+            "    collate = default_data_collator\n"
+            "else:\n"
+            "    collate = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)\n"
+            "loader = DataLoader(eval_set, collate_fn=collate, batch_size=8)\n"
+            "model, loader = accelerator.prepare(model, loader)\n"
+            "for step, batch in enumerate(loader):\n"
+            "    ids = accelerator.gather(batch['input_ids'])\n"
+            "    texts += tokenizer.batch_decode(ids)\n",
+            12,
+            11,
+        ),
+        Example(  # a collate_fn of the file that pads with pad_sequence
+            "import torch\n"
+            "from torch.nn.utils.rnn import pad_sequence\n"
+            "from torch.utils.data import DataLoader\nfrom accelerate import Accelerator\n"
+            "def collate(items):\n"
+            "    ids = pad_sequence([i['ids'] for i in items], batch_first=True)\n"
+            "    tags = pad_sequence([i['tags'] for i in items], batch_first=True, "
+            "padding_value=-100)\n"
+            "    return {'input_ids': ids, 'labels': tags}\n"
+            "accelerator = Accelerator()\n"
+            "loader = DataLoader(eval_set, collate_fn=collate, batch_size=8)\n"
+            "model, loader = accelerator.prepare(model, loader)\n"
+            "for batch in loader:\n"
+            "    preds = model(batch['input_ids']).logits.argmax(-1)\n"
+            "    preds, tags = accelerator.gather_for_metrics((preds, batch['labels']))\n",
+            14,
+            19,
+        ),
+    )
+    good = (
+        # padded across the processes first, as run_ner_no_trainer does
+        _NER
+        + "    if not args.pad_to_max_length:\n"
+        + "        predictions = accelerator.pad_across_processes(predictions, dim=1, "
+        + "pad_index=-100)\n"
+        + "        labels = accelerator.pad_across_processes(labels, dim=1, pad_index=-100)\n"
+        + "    accelerator.gather_for_metrics((predictions, labels))\n",
+        _SUMMARIES
+        + "    tokens = accelerator.pad_across_processes(tokens, dim=1, "
+        + "pad_index=tokenizer.pad_token_id)\n"
+        + "    labels = accelerator.pad_across_processes(batch['labels'], dim=1, "
+        + "pad_index=tokenizer.pad_token_id)\n"
+        + "    tokens, labels = accelerator.gather_for_metrics((tokens, labels))\n",
+        # sequence classification (run_glue_no_trainer): one prediction and label per sample
+        "import torch\n"
+        "from torch.utils.data import DataLoader\nfrom accelerate import Accelerator\n"
+        "from transformers import DataCollatorWithPadding\n"
+        "accelerator = Accelerator()\n"
+        "collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)\n"
+        "loader = DataLoader(eval_set, collate_fn=collator, batch_size=8)\n"
+        "model, loader = accelerator.prepare(model, loader)\n"
+        "for batch in loader:\n"
+        "    with torch.no_grad():\n"
+        "        outputs = model(**batch)\n"
+        "    predictions = outputs.logits.argmax(dim=-1)\n"
+        "    predictions, references = accelerator.gather_for_metrics(\n"
+        "        (predictions, batch['labels']))\n",
+        # a collate_fn that pads the inputs only: one label per sample
+        "from torch.nn.utils.rnn import pad_sequence\n"
+        "from torch.utils.data import DataLoader\nfrom accelerate import Accelerator\n"
+        "def collate(items):\n"
+        "    ids = pad_sequence([i['ids'] for i in items], batch_first=True)\n"
+        "    return {'input_ids': ids, 'labels': torch.tensor([i['y'] for i in items])}\n"
+        "accelerator = Accelerator()\n"
+        "loader = DataLoader(eval_set, collate_fn=collate, batch_size=8)\n"
+        "model, loader = accelerator.prepare(model, loader)\n"
+        "for batch in loader:\n"
+        "    preds = model(batch['input_ids']).logits.argmax(-1)\n"
+        "    preds, y = accelerator.gather_for_metrics((preds, batch['labels']))\n",
+        # padded to one length by the collator itself
+        _NER.replace("pad_to_multiple_of=8", "padding='max_length', max_length=128")
+        + "    accelerator.gather_for_metrics((predictions, labels))\n",
+        # a per-sample value computed from the sequences: one number per sample
+        _NER
+        + "    lengths = batch['attention_mask'].sum(-1)\n"
+        + "    accelerator.gather_for_metrics(lengths)\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        facts = facts_of(script)
+        loops = {id(loop.node): loop for loop in script.loops}
+        for call in calls(script):
+            if not calls_accelerator(script, call, _GATHERS) or not call.args:
+                continue
+            loop = _innermost_loop(script, call, loops)
+            if loop is None or not facts.flow.over_prepared_loader(loop):
+                continue
+            collator = padding_collator(loop, facts)
+            unequal = [
+                (element, what)
+                for element in _elements(call.args[0].value)
+                if (what := _sequences(script, loop, call, element, collator, 0)) is not None
+            ]
+            if not unequal:
+                continue
+            accelerator = accelerator_name(script, call)
+            fixes = "; ".join(_fix(script, accelerator, element, what) for element, what in unequal)
+            whats = "; ".join(f"{script.module.code_for_node(e)}: {what}" for e, what in unequal)
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    f"Pad to one length before the gather: {fixes}. Each rank's value is as "
+                    f"long as its own batch's longest sequence ({whats}), and the gather needs "
+                    "every dimension but the first equal on every rank (a size-mismatch error, "
+                    "or a hang)"
+                ),
+            )
+
+
+def _fix(script: ScriptModel, accelerator: str, element: cst.BaseExpression, what: str) -> str:
+    """``x = accelerator.pad_across_processes(x, dim=1, pad_index=-100)`` before the gather for
+    a name, the padded value gathered in place of an expression; labels and token predictions
+    padded with -100 (what the loss and the metrics skip), token ids with the pad token."""
+    code = script.module.code_for_node(element)
+    pad = "-100" if what.startswith(("label", "token predictions")) else _pad_token(script)
+    padded = f"{accelerator}.pad_across_processes({code}, dim=1, pad_index={pad})"
+    if isinstance(element, cst.Name):
+        return f"{code} = {padded}"
+    return f"gather {padded} instead of {code}"
+
+
+def _innermost_loop(script: ScriptModel, call: cst.Call, loops: dict[int, Loop]) -> Loop | None:
+    for ancestor in script.ancestors(call):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return None
+        if isinstance(ancestor, cst.For) and id(ancestor) in loops:
+            return loops[id(ancestor)]
+    return None
+
+
+def _elements(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """What a gather gathers: each element of a tuple or list, each value of a dict."""
+    if isinstance(value, (cst.Tuple, cst.List)):
+        return [e.value for e in value.elements if isinstance(e, cst.Element)]
+    if isinstance(value, cst.Dict):
+        return [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+    return [value]
+
+
+def _sequences(
+    script: ScriptModel,
+    loop: Loop,
+    gather: cst.Call,
+    value: cst.BaseExpression,
+    collator: PaddingCollator | None,
+    depth: int,
+) -> str | None:
+    """What makes ``value`` a batch of token sequences as long as this rank's batch, or None:
+    ``generate`` output, a sequence field of a batch its collator pads, the token-level
+    predictions of such a batch; through the names the loop binds before the gather (a name
+    padded across the processes there is not followed: it is one length)."""
+    if isinstance(value, cst.Call):
+        func = value.func
+        member = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+        if isinstance(func, cst.Attribute) and member in _SAME_SHAPE:
+            # ``tokens.cpu()``, ``labels.to(device)``: the same lengths
+            return _sequences(script, loop, gather, func.value, collator, depth)
+        if member == "generate":
+            return "token ids from generate, as long as the batch's longest generation"
+        if (
+            member == "argmax"
+            and collator is not None
+            and collator.labels_padded
+            and _last_axis(_argmax_axis(value))
+            and "logits" in script.module.code_for_node(value)
+        ):
+            return f"token predictions of batches {collator.name} pads"
+        return None
+    field = _field(value)
+    if field is not None and collator is not None and _batch_read(loop, value):
+        if field in _SEQUENCE_FIELDS or (field in _LABELS and collator.labels_padded):
+            kind = "labels" if field in _LABELS else "token ids"
+            return f"{kind} padded by {collator.name}"
+        return None
+    if not isinstance(value, cst.Name) or depth >= _DEPTH:
+        return None
+    latest = None
+    for node in walk(loop.node.body):
+        if not isinstance(node, (cst.Assign, cst.AnnAssign)) or node.value is None:
+            continue
+        if script.order(node) >= script.order(gather) or any(
+            a is node for a in script.ancestors(gather)
+        ):
+            continue
+        for target in assigned_targets(node):
+            if value.value in target_names(target):
+                if _pads_across(node.value):
+                    return None  # padded first (under a flag too: that run is padded)
+                # unpacked: what each name gets is not followed
+                latest = node.value if isinstance(target, cst.Name) else None
+    if latest is None:
+        return None
+    return _sequences(script, loop, gather, latest, collator, depth + 1)
+
+
+def _field(value: cst.BaseExpression) -> str | None:
+    """``labels`` for ``batch["labels"]`` and ``batch.labels``."""
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1:
+        index = value.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            return (
+                index.value.evaluated_value
+                if isinstance(index.value.evaluated_value, str)
+                else None
+            )
+    if isinstance(value, cst.Attribute):
+        return value.attr.value
+    return None
+
+
+def _batch_read(loop: Loop, value: cst.BaseExpression) -> bool:
+    root = value.value if isinstance(value, (cst.Subscript, cst.Attribute)) else None
+    return isinstance(root, cst.Name) and root.value in loop.batch_names
+
+
+def _argmax_axis(call: cst.Call) -> cst.BaseExpression | None:
+    """The ``dim`` of ``logits.argmax(-1)``, ``logits.argmax(dim=-1)`` or ``torch.argmax(logits,
+    -1)``."""
+    given = keyword_value(call, "dim")
+    if given is not None:
+        return given
+    positional = [a.value for a in call.args if a.keyword is None]
+    func = call.func
+    at = 1 if isinstance(func, cst.Attribute) and dotted(func.value) == "torch" else 0
+    return positional[at] if len(positional) > at else None
+
+
+def _last_axis(axis: cst.BaseExpression | None) -> bool:
+    return (
+        isinstance(axis, cst.UnaryOperation)
+        and isinstance(axis.operator, cst.Minus)
+        and isinstance(axis.expression, cst.Integer)
+        and axis.expression.value == "1"
+    ) or (isinstance(axis, cst.Integer) and axis.value == "2")
+
+
+def _pads_across(value: cst.BaseExpression) -> bool:
+    return any(
+        isinstance(n, cst.Call)
+        and isinstance(n.func, cst.Attribute)
+        and n.func.attr.value == "pad_across_processes"
+        for n in walk(value)
+    )
+
+
+def _pad_token(script: ScriptModel) -> str:
+    """``tokenizer.pad_token_id`` where the file reads a tokenizer by that name."""
+    if re.search(r"\btokenizer\b", script.module.code):
+        return "tokenizer.pad_token_id"
+    return "<the pad token id>"

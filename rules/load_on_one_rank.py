@@ -1,0 +1,297 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.collectives import DDP, backends_in_view
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted, walk
+from accelify.lint.rule import (
+    HEADER,
+    Example,
+    Finding,
+    Rule,
+    accelerator_name,
+    calls,
+    calls_accelerator,
+)
+
+#: How many callers up a load is followed to the training that comes after it.
+_DEPTH = 3
+#: Calls that copy the main process's values to the other ranks after the load.
+_BROADCASTS = ("broadcast", "broadcast_object_list", "sync_module_states", "_sync_params")
+
+_RESUMED = (
+    HEADER
+    + "import torch\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "if accelerator.is_main_process:\n"
+    + "    {load}\n"
+    + "for x, y in loader:\n"
+    + "    accelerator.backward(model(x).sum())\n"
+    + "    optimizer.step()\n"
+)
+
+
+class LoadOnOneRank(Rule):
+    """``if accelerator.is_main_process: model.load_state_dict(torch.load(path))`` after
+    ``prepare``, with training after it. DistributedDataParallel copies the main process's
+    weights to the other ranks once, when ``prepare`` wraps the model, never again: a load after
+    it on the main process alone leaves the other ranks on their old weights. The gradients are
+    still averaged, so every rank applies the same updates to different weights, and the
+    replicas train apart with nothing said (an optimizer's state loaded so: each rank steps
+    with other moments). Before ``prepare`` the same guarded load is fine under DDP (the wrap
+    copies it to every rank), and a load after the last training step (the best weights
+    reloaded for a final evaluation on the main process) trains nothing, so neither is
+    reported. ``accelerator.load_state`` under the same guard restores the main process's
+    objects alone, the same way."""
+
+    code = "ACC213"
+    name = "load-on-one-rank"
+    message = (
+        "Load on every rank: after prepare, DistributedDataParallel no longer copies the main "
+        "process's weights to the others, so the ranks train from different weights"
+    )
+    why = "After prepare a load on one rank is never copied to the others."
+    bad = (
+        Example(_RESUMED.format(load="model.load_state_dict(torch.load('ckpt.pt'))"), 6, 5),
+        Example(  # through the unwrapped model, the optimizer too
+            _RESUMED.format(
+                load="state = torch.load('ckpt.pt')\n"
+                "    accelerator.unwrap_model(model).load_state_dict(state['model'])\n"
+                "    optimizer.load_state_dict(state['optimizer'])"
+            ),
+            7,
+            5,
+        ),
+        Example(_RESUMED.format(load="accelerator.load_state('checkpoints/last')"), 6, 5),
+        # a trainer that prepares in its constructor and resumes in a method it calls before
+        # the training loop
+        Example(
+            "import torch\nfrom accelerate import Accelerator\n\n\n"
+            "class Trainer:\n"
+            "    def __init__(self, model, optimizer, loader):\n"
+            "        self.accelerator = Accelerator()\n"
+            "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+            "            model, optimizer, loader)\n\n"
+            "    def resume(self, path):\n"
+            "        if self.accelerator.is_main_process:\n"
+            "            self.model.load_state_dict(torch.load(path))\n\n"
+            "    def fit(self, path):\n"
+            "        self.resume(path)\n"
+            "        for x, y in self.loader:\n"
+            "            self.accelerator.backward(self.model(x).sum())\n"
+            "            self.optimizer.step()\n",
+            13,
+            13,
+        ),
+    )
+    good = (
+        # before prepare: the DDP wrap copies the main process's weights to every rank
+        HEADER
+        + "import torch\n"
+        + "if accelerator.is_main_process:\n"
+        + "    model.load_state_dict(torch.load('ckpt.pt'))\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for x, y in loader:\n"
+        + "    accelerator.backward(model(x).sum())\n",
+        # on every rank
+        _RESUMED.replace("if accelerator.is_main_process:\n    ", "").format(
+            load="model.load_state_dict(torch.load('ckpt.pt'))"
+        ),
+        # the best weights reloaded after training, for an evaluation on the main process
+        HEADER
+        + "import torch\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for x, y in loader:\n"
+        + "    accelerator.backward(model(x).sum())\n"
+        + "accelerator.wait_for_everyone()\n"
+        + "if accelerator.is_main_process:\n"
+        + "    accelerator.unwrap_model(model).load_state_dict(torch.load('best.pt'))\n"
+        + "    print(evaluate(model))\n",
+        # loaded on the main process, then copied to the others
+        HEADER
+        + "import torch\nimport torch.distributed as dist\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    model.load_state_dict(torch.load('ckpt.pt'))\n"
+        + "for p in model.parameters():\n"
+        + "    dist.broadcast(p.data, src=0)\n"
+        + "for x, y in loader:\n"
+        + "    accelerator.backward(model(x).sum())\n",
+        # the state loaded on every rank, before training
+        _RESUMED.replace("if accelerator.is_main_process:\n    ", "").format(
+            load="accelerator.load_state('checkpoints/last')"
+        ),
+        # a model nothing prepares (an EMA copy kept on the main process)
+        _RESUMED.format(load="ema.load_state_dict(torch.load('ema.pt'))"),
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        if not script.prepare_calls or _broadcasts(script):
+            return
+        yield from self._load_state(script)
+        for call in script.calls:
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
+                continue
+            if not script.under_rank_guard(call):
+                continue
+            name = _loaded_object(func.value)
+            if name is None or not _prepared_before(script, name, call):
+                continue
+            if not _trains_after(script, call, 0):
+                continue
+            accelerator = accelerator_name(script, call)
+            guard = _guard(script, call)
+            where = f" at line {script.line(guard)}" if guard is not None else ""
+            sharded = (
+                "; under FSDP or DeepSpeed, which this script names, loading into the sharded "
+                "model also needs every rank"
+                if backends_in_view(script) != {DDP}
+                else ""
+            )
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    f"Load {name} on every rank (outside the rank test{where}): "
+                    f"{accelerator}.prepare has already wrapped it, and DistributedDataParallel "
+                    "copies the main process's weights to the other ranks only then, so they "
+                    "keep their old weights and the ranks train apart; or load it before "
+                    f"{accelerator}.prepare{sharded}"
+                ),
+            )
+
+    def _load_state(self, script: ScriptModel) -> Iterator[Finding]:
+        """``accelerator.load_state(dir)`` under a rank test after prepare: it restores the
+        prepared objects of the rank that calls it only."""
+        if backends_in_view(script) != {DDP}:
+            return  # a collective under FSDP and DeepSpeed: the hang is ACC202's finding
+        for call in calls(script):
+            if not calls_accelerator(script, call, ("load_state",)):
+                continue
+            if not script.under_rank_guard(call) or not _after_a_prepare(script, call):
+                continue
+            if not _trains_after(script, call, 0):
+                continue
+            accelerator = accelerator_name(script, call)
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    f"Call {accelerator}.load_state on every rank (outside the rank test): it "
+                    "restores the prepared model, optimizer and scheduler of the rank that calls "
+                    "it, so from the main process alone the other ranks train on from their own "
+                    "weights and the ranks train apart (and where load_state is a collective, "
+                    "under DeepSpeed or FSDP, the other ranks never join it)"
+                ),
+            )
+
+
+def _after_a_prepare(script: ScriptModel, call: cst.Call) -> bool:
+    """A prepare call above ``call`` in its function (or both at the module's level), or in
+    the constructor of the class whose method ``call`` is in."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(call)
+    owner = script.call_graph.owner(function) if function is not None else None
+    for prepare in script.prepare_calls:
+        where = facts.placement.enclosing_function(prepare.call)
+        if where is function and script.order(prepare.call) < script.order(call):
+            return True
+        if (
+            owner is not None
+            and where is not None
+            and where.name.value == "__init__"
+            and script.call_graph.owner(where) is owner
+        ):
+            return True
+    return False
+
+
+def _loaded_object(receiver: cst.BaseExpression) -> str | None:
+    """``model`` for ``model.load_state_dict`` and ``accelerator.unwrap_model(model)...``."""
+    if (
+        isinstance(receiver, cst.Call)
+        and isinstance(receiver.func, cst.Attribute)
+        and receiver.func.attr.value == "unwrap_model"
+        and receiver.args
+    ):
+        return dotted(receiver.args[0].value)
+    return dotted(receiver)
+
+
+def _prepared_before(script: ScriptModel, name: str, call: cst.Call) -> bool:
+    """A prepare call returned ``name`` before ``call`` runs: above it in the same function
+    (or both at the module's level), in the constructor of the class whose method loads
+    ``self.<name>``, or at every call site that hands a helper's parameter."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(call)
+    for prepare in script.prepare_calls:
+        if name not in prepare.outputs:
+            continue
+        where = facts.placement.enclosing_function(prepare.call)
+        if where is function and script.order(prepare.call) < script.order(call):
+            return True
+        if (
+            name.startswith("self.")
+            and where is not None
+            and function is not None
+            and where.name.value == "__init__"
+            and script.call_graph.owner(where) is script.call_graph.owner(function)
+        ):
+            return True
+    if function is not None and "." not in name:
+        return facts.flow.parameter_prepared(function, name) is True
+    return False
+
+
+def _trains_after(script: ScriptModel, node: cst.CSTNode, depth: int) -> bool:
+    """A training step runs after ``node``: a backward below it in its function (or in a loop
+    around it), in a function of the file called below it, or so at a call site of its
+    function."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(node)
+    scope: cst.CSTNode = function if function is not None else script.module
+    at = script.order(node)
+    loops = [a for a in script.ancestors(node) if isinstance(a, (cst.For, cst.While))]
+    for call in script.calls:
+        if facts.placement.enclosing_function(call) is not function:
+            continue
+        if not facts.placement.inside(call, scope):
+            continue
+        later = script.order(call) > at or any(facts.placement.inside(call, lp) for lp in loops)
+        if not later:
+            continue
+        if _is_backward(call):
+            return True
+        target = script.call_graph.callee(call)
+        if target is not None and any(
+            isinstance(n, cst.Call) and _is_backward(n) for n in walk(target[0])
+        ):
+            return True
+    if function is None or depth >= _DEPTH:
+        return False
+    return any(
+        _trains_after(script, site, depth + 1) for site, _ in script.call_graph.calls_of(function)
+    )
+
+
+def _is_backward(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+
+
+def _guard(script: ScriptModel, call: cst.Call) -> cst.If | None:
+    return next(
+        (a for a in script.ancestors(call) if isinstance(a, cst.If) and script.reads_rank(a.test)),
+        None,
+    )
+
+
+def _broadcasts(script: ScriptModel) -> bool:
+    """The file copies values from one rank to the others itself: what it loads may be too."""
+    return any(
+        isinstance(c.func, (cst.Attribute, cst.Name))
+        and (dotted(c.func) or "").rsplit(".", 1)[-1] in _BROADCASTS
+        for c in script.calls
+    )
