@@ -261,28 +261,37 @@ class Index:
         defined inside it (their headers are included)."""
         found = self._own.get(function)
         if found is None:
-            found = []
-            stack: list[cst.CSTNode] = [function.body]
-            while stack:
-                node = stack.pop()
+            found = self._own[function] = self._own_under([function.body])
+        return found
+
+    def _own_under(self, tops: list[cst.CSTNode]) -> list[cst.CSTNode]:
+        """``tops`` and what is under them in source order, but not under a nested function,
+        class or lambda (the nested node itself is included)."""
+        walked = self.model.walked
+        found: list[cst.CSTNode] = []
+        for top in tops:
+            at = walked.orders.get(top)
+            if at is None:  # not of the analysed tree: walked here
+                stack: list[cst.CSTNode] = [top]
+                while stack:
+                    node = stack.pop()
+                    found.append(node)
+                    if type(node) not in _NESTED:
+                        stack.extend(reversed(children_of(node)))
+                continue
+            nodes, ends = walked.nodes, walked.ends
+            index, end = at, ends[at]
+            while index < end:
+                node = nodes[index]
                 found.append(node)
-                if type(node) not in _NESTED:
-                    stack.extend(reversed(children_of(node)))
-            self._own[function] = found
+                index = ends[index] if type(node) in _NESTED else index + 1
         return found
 
     @cached_property
     def module_own_nodes(self) -> list[cst.CSTNode]:
         """The module's own code in source order, as `own_nodes` has a function's: the headers
         of its functions, classes and lambdas, not their bodies."""
-        found: list[cst.CSTNode] = []
-        stack: list[cst.CSTNode] = list(reversed(self.model.module.body))
-        while stack:
-            node = stack.pop()
-            found.append(node)
-            if type(node) not in _NESTED:
-                stack.extend(reversed(children_of(node)))
-        return found
+        return self._own_under(list(self.model.module.body))
 
     def _own_typed(self, function: cst.FunctionDef, kind: type) -> list[cst.CSTNode]:
         """The nodes of exact type ``kind`` in ``function``'s own body, in source order."""

@@ -31,10 +31,12 @@ from accelify.analysis.loops import (
 from accelify.analysis.syntax import (
     Assignment,
     Visitor,
+    WalkedTree,
     argument_value,
     assigned_targets,
     children_of,
     dotted,
+    remember_walk,
     root_name,
     strip_self_methods,
     target_names,
@@ -156,14 +158,21 @@ class ScriptModel:
         default_factory=dict, repr=False
     )
     _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
+    #: the analysis's walk kept: `walk` of a node of this tree is a slice of it
+    walked: WalkedTree = field(init=False, repr=False)
+    #: `call_names` by the call's id, from when the walk has seen every import (None before)
+    _call_names: dict[int, set[str]] | None = field(default=None, repr=False)
     #: the analysis has added every binding: answers that depend on them may be kept
     complete: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.walked = WalkedTree(self.orders)
 
     # --- names, positions, parents ----------------------------------------------------------
     def qualified(self, node: cst.CSTNode) -> set[str]:
         """What a name or attribute chain refers to through the file's imports:
         ``optim.SGD`` -> ``torch.optim.SGD`` after ``import torch.optim as optim``."""
-        name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        name = dotted(node)  # None but for a Name or an attribute chain of them
         if name is None:
             return set()
         resolved = self.imports.resolve(name)
@@ -189,6 +198,14 @@ class ScriptModel:
         """Source order: a statement comes before the statements below it and before what it
         contains. Compare with this, not `line`, when only "above or below" matters."""
         return self.orders[node]
+
+    def inside(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+        """``node`` is ``outer`` or under it: its place in source order falls in ``outer``'s
+        subtree (no walk up from ``node``)."""
+        at, here = self.orders.get(outer), self.orders.get(node)
+        if at is None or here is None:  # not both of the analysed tree
+            return node is outer or any(a is outer for a in self.ancestors(node))
+        return at <= here < self.walked.ends[at]
 
     @cached_property
     def source(self) -> str:
@@ -241,9 +258,10 @@ class ScriptModel:
         some ranks run; also after ``if not accelerator.is_main_process: return`` at the top of
         its function (BigVGAN's ``validate``), which the other ranks leave before reaching it."""
         for ancestor in self.ancestors(node):
-            if isinstance(ancestor, cst.If) and self.reads_rank(ancestor.test):
+            kind = type(ancestor)  # neither class has subclasses: no ABC check per ancestor
+            if kind is cst.If and self.reads_rank(ancestor.test):  # type: ignore[attr-defined]
                 return True
-            if isinstance(ancestor, cst.FunctionDef):
+            if kind is cst.FunctionDef:
                 if self.rank_decorator_test(ancestor) is not None:
                     return True
                 exit_at = self._rank_exit(ancestor)
@@ -432,7 +450,15 @@ class ScriptModel:
         return frozenset(aliases)
 
     def call_names(self, call: cst.Call) -> set[str]:
-        return self.qualified(call.func)
+        """`qualified` of what ``call`` calls; asked by most rules of every call, so kept once
+        the walk has seen every import."""
+        memo = self._call_names
+        if memo is None:
+            return self.qualified(call.func)
+        found = memo.get(id(call))
+        if found is None:
+            found = memo[id(call)] = self.qualified(call.func)
+        return set(found)
 
     # --- queries ------------------------------------------------------------------------------
     def of_kind(self, *kinds: Kind) -> list[Binding]:
@@ -521,6 +547,7 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     if source is not None:  # the text the module was parsed from: no code generation for it
         model.__dict__["source"] = source
     _collect(model, _Collector(model))
+    model._call_names = {}  # the imports are all seen
     _drop_gpu_indexes_read_as_numbers(model)
     _see_through_progress_bars(model)
     from accelify.analysis.accelerator_objects import add_accelerator_objects
@@ -798,10 +825,14 @@ def _collect(model: ScriptModel, collector: _Collector) -> None:
     in source order, then the collector's ``visit_<Node>`` for it, parents before children.
     Written out (not a visitor's ``on_visit``/``on_leave``) because it runs for every node."""
     orders, parents = model.orders, model.parents
+    walked = model.walked
+    nodes, ends = walked.nodes, walked.ends
     handlers: dict[type, Callable[[cst.CSTNode], object] | None] = {}
 
     def visit(node: cst.CSTNode, parent: cst.CSTNode | None) -> None:
-        orders[node] = len(orders)
+        at = orders[node] = len(nodes)
+        nodes.append(node)
+        ends.append(0)
         if parent is not None:
             parents[id(node)] = parent
         kind = type(node)
@@ -813,8 +844,10 @@ def _collect(model: ScriptModel, collector: _Collector) -> None:
             handler(node)
         for child in children_of(node):
             visit(child, node)
+        ends[at] = len(nodes)
 
     visit(model.module, None)
+    remember_walk(walked)
 
 
 class _Collector(Visitor):
