@@ -56,11 +56,14 @@ class Index:
     def nearest(self, node: cst.CSTNode, kinds: type | tuple[type, ...]) -> cst.CSTNode | None:
         """The closest ancestor of ``node`` (not ``node`` itself) of one of ``kinds``. The answer
         is kept for every node on the way up, so a question about a neighbour costs a step."""
-        memo = self._nearest.setdefault(kinds, {})
-        is_kind = self._is_kind.setdefault(kinds, {})
+        memo = self._nearest.get(kinds)
+        if memo is None:
+            memo = self._nearest[kinds] = {}
+            self._is_kind[kinds] = {}
         found = memo.get(id(node), _UNKNOWN)
         if found is not _UNKNOWN:
             return found  # type: ignore[return-value]
+        is_kind = self._is_kind[kinds]
         parents = self.model.parents
         path = []
         current = node

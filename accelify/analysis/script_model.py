@@ -162,6 +162,8 @@ class ScriptModel:
     walked: WalkedTree = field(init=False, repr=False)
     #: `call_names` by the call's id, from when the walk has seen every import (None before)
     _call_names: dict[int, set[str]] | None = field(default=None, repr=False)
+    #: `reads_rank` by the node's id, from when the walk has seen every binding (None before)
+    _rank_reads: dict[int, bool] | None = field(default=None, repr=False)
     #: the analysis has added every binding: answers that depend on them may be kept
     complete: bool = field(default=False, repr=False)
 
@@ -311,8 +313,16 @@ class ScriptModel:
         parameter or a global named for it (``def worker(rank, world_size)``), a rank alias
         (`rank_aliases`), or a name the file sets from one of those, followed through what it
         is set to: ``reciprocal_rank = (1.0 / ranks).mean()`` is a metric, ``lora_rank`` a
-        setting and ``for rank in range(n)`` a count, none of them the process's rank."""
-        return self._reads_rank(value, deep=True, seen=set())
+        setting and ``for rank in range(n)`` a count, none of them the process's rank.
+        Kept per node once the walk is done (every ``if`` around a node is asked again for
+        each node under it)."""
+        memo = self._rank_reads
+        if memo is None:
+            return self._reads_rank(value, deep=True, seen=set())
+        found = memo.get(id(value))
+        if found is None:
+            found = memo[id(value)] = self._reads_rank(value, deep=True, seen=set())
+        return found
 
     def _reads_rank(self, value: cst.CSTNode, deep: bool, seen: set[tuple[int, str]]) -> bool:
         stack = [value]
@@ -439,8 +449,10 @@ class ScriptModel:
                 name
                 for name, exprs in values.items()
                 if name not in aliases
-                and all(
-                    isinstance(value, _TEST_SHAPES) and self.reads_rank(value) for value in exprs
+                and all(  # not through `reads_rank`'s memo: its answers grow with the aliases
+                    isinstance(value, _TEST_SHAPES)
+                    and self._reads_rank(value, deep=True, seen=set())
+                    for value in exprs
                 )
             }
             if not found:
@@ -548,6 +560,7 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
         model.__dict__["source"] = source
     _collect(model, _Collector(model))
     model._call_names = {}  # the imports are all seen
+    model._rank_reads = {}  # and every binding and parent
     _drop_gpu_indexes_read_as_numbers(model)
     _see_through_progress_bars(model)
     from accelify.analysis.accelerator_objects import add_accelerator_objects
@@ -848,6 +861,16 @@ def _collect(model: ScriptModel, collector: _Collector) -> None:
 
     visit(model.module, None)
     remember_walk(walked)
+    _loops_trained(model)
+
+
+def _loops_trained(model: ScriptModel) -> None:
+    """Which loops run a backward in their own body (not in a nested loop's): asked after the
+    walk, whose order then answers it (in the walk, each loop's body was walked again)."""
+    for loop in model.loops:
+        trains = any(True for _ in find_backward(loop.node.body, skip_loops=True))
+        loop.trains = trains
+        loop.evaluates = loop.evaluates and not trains
 
 
 class _Collector(Visitor):
@@ -1168,7 +1191,6 @@ class _Collector(Visitor):
         batch_names = target_names(node.target)
         if enumerates(node.iter):
             batch_names -= first_enumerate_name(node.target)
-        has_backward = any(True for _ in find_backward(node.body, skip_loops=True))
         under_no_grad = any(map(self.model.disables_grad, self.model.ancestors(node)))
         self.model.loops.append(
             Loop(
@@ -1176,8 +1198,8 @@ class _Collector(Visitor):
                 scope=self.model.scope_of(node),
                 iterable=iterable,
                 batch_names=batch_names,
-                trains=has_backward,
-                evaluates=under_no_grad and not has_backward,
+                trains=False,  # `_loops_trained`, once the walk is done
+                evaluates=under_no_grad,
             )
         )
 
@@ -1187,7 +1209,7 @@ def _prepares_its_own(node: cst.ClassDef) -> bool:
     model and its optimizer, even where it subclasses ``nn.Module`` (a DPO trainer's): its
     ``self.optimizer`` is an optimizer, not a layer, and an instance is no model to prepare."""
     return any(
-        isinstance(call, cst.Call)
+        type(call) is cst.Call  # by exact type: no ABC check for each node of the class
         and isinstance(call.func, cst.Attribute)
         and call.func.attr.value == "prepare"
         and (dotted(call.func.value) or "").startswith("self.")
