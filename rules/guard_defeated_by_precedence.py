@@ -79,10 +79,9 @@ class GuardDefeatedByPrecedence(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         ranks = facts_of(script).ranks
-        for node in facts_of(script).placement.all_nodes():
+        for node in script.index.of_type(cst.BooleanOperation):
             if not (
-                isinstance(node, cst.BooleanOperation)
-                and isinstance(node.operator, cst.Or)
+                isinstance(node.operator, cst.Or)
                 and isinstance(node.left, cst.BooleanOperation)
                 and isinstance(node.left.operator, cst.And)
             ):

@@ -130,12 +130,12 @@ class StepOnSomeRanks(Rule):
         then on."""
         facts = facts_of(script)
         optimizers = facts.flow.names_of(Kind.OPTIMIZER)
-        for node in facts.placement.all_nodes():
+        for node in script.index.of_type((cst.Call, cst.Assign, cst.AugAssign)):
             what = None
-            if isinstance(node, cst.Call):
-                what = _weights_loaded(script, node)
-            elif isinstance(node, (cst.Assign, cst.AugAssign)):
-                what = _learning_rate_written(script, node, optimizers)
+            if type(node) is cst.Call:
+                what = _weights_loaded(script, node)  # type: ignore[arg-type]
+            else:
+                what = _learning_rate_written(script, node, optimizers)  # type: ignore[arg-type]
             if what is None or not facts.ranks.under_rank_guard(node):
                 continue
             loop = _training_loop_around(script, node)

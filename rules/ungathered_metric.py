@@ -556,9 +556,7 @@ class UngatheredMetric(Rule):
         """``losses = [model(**b).loss.item() for b in val_loader]`` over a prepared loader: the
         list holds this rank's batches only."""
         prepared = script.prepared_names
-        for node in facts.placement.all_nodes():
-            if not isinstance(node, (cst.ListComp, cst.GeneratorExp)):
-                continue
+        for node in script.index.of_type((cst.ListComp, cst.GeneratorExp)):
             source = dotted(node.for_in.iter)
             if source not in prepared and facts.flow.outer_name(source, node) not in prepared:
                 continue

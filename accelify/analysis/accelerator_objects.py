@@ -280,17 +280,19 @@ def _without_accelerator(
     args.reference:`` runs without one), and in a function every call of which in the file runs
     without one (an Accelerate fixture's ``train_reference``, called in that branch only); the
     same for an arm of an if-expression."""
-    child: cst.CSTNode = node
-    for ancestor in model.ancestors(node):
-        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+    # the ifs around ``node`` up to its function, each found through the index's memo (most
+    # nodes asked about share their ancestors), not by a step and a type test per ancestor
+    ancestor = model.index.nearest(node, _IFS_AND_FUNCTIONS)
+    while ancestor is not None:
+        if type(ancestor) is not cst.FunctionDef and not model.inside(node, ancestor.test):
             # ``torch.device("cuda:0") if args.reference else accelerator.device`` where the
             # Accelerator is made under ``not args.reference``: the plain-PyTorch reference arm
             present = _accelerator_present(ancestor.test, accelerators)
             if present is None:
                 present = _same_test(ancestor.test, made_under)
-            if present is not None and present is (child is not ancestor.body):
+            if present is not None and present is (not model.inside(node, ancestor.body)):
                 return True
-        if isinstance(ancestor, cst.FunctionDef):
+        if type(ancestor) is cst.FunctionDef:
             if depth >= 3:
                 return False
             sites = [call for call, _ in model.call_graph.calls_of(ancestor)]
@@ -298,8 +300,12 @@ def _without_accelerator(
                 _without_accelerator(model, site, accelerators, made_under, depth + 1)
                 for site in sites
             )
-        child = ancestor
+        ancestor = model.index.nearest(ancestor, _IFS_AND_FUNCTIONS)
     return False
+
+
+#: What `_without_accelerator` stops at going up (none of the three has subclasses).
+_IFS_AND_FUNCTIONS = (cst.If, cst.IfExp, cst.FunctionDef)
 
 
 def _made_under(model: ScriptModel, accelerators: set[str]) -> list[cst.BaseExpression]:

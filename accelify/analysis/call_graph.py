@@ -38,6 +38,9 @@ from accelify.analysis.syntax import (
 )
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+#: The same, for tests by exact type: the walks up from every call resolved test each ancestor,
+#: and an isinstance miss on libcst's classes (ABCs) runs Python code; none has subclasses.
+_COMPREHENSION_TYPES = frozenset(_COMPREHENSIONS)
 #: Method names every torch object has: ``x.train()`` on an unknown ``x`` is not a Trainer's.
 _LIBRARY_METHODS = names.MODULE_API | {"step", "zero_grad", "backward", "item", "numpy"}
 #: How many names, parameters and lists a list of callbacks is followed through.
@@ -442,14 +445,15 @@ class CallGraph:
         ``for key, fn in table.items()`` and ``for fn in table.values()``; ``"keys"`` else."""
         for ancestor in self.model.ancestors(at):
             clauses: list[cst.For | cst.CompFor] = []
-            if isinstance(ancestor, cst.For):
-                clauses = [ancestor]
-            elif isinstance(ancestor, _COMPREHENSIONS):
-                clause: cst.CompFor | None = ancestor.for_in
+            kind = type(ancestor)
+            if kind is cst.For:
+                clauses = [ancestor]  # type: ignore[list-item]
+            elif kind in _COMPREHENSION_TYPES:
+                clause: cst.CompFor | None = ancestor.for_in  # type: ignore[attr-defined]
                 while clause is not None:
                     clauses.append(clause)
                     clause = clause.inner_for_in
-            elif isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            elif kind is cst.FunctionDef or kind is cst.Lambda:
                 return None
             for loop in clauses:
                 if name not in target_names(loop.target):
@@ -521,20 +525,21 @@ class CallGraph:
         """The closest ``for name in ...`` around ``at``: a statement, or a comprehension's
         (``[cb(model, loss) for cb in self.callbacks]``)."""
         for ancestor in self.model.ancestors(at):
-            if isinstance(ancestor, cst.For) and dotted(ancestor.target) == name:
-                return ancestor
-            if isinstance(ancestor, _COMPREHENSIONS):
-                clause: cst.CompFor | None = ancestor.for_in
+            kind = type(ancestor)
+            if kind is cst.For and dotted(ancestor.target) == name:  # type: ignore[attr-defined]
+                return ancestor  # type: ignore[return-value]
+            if kind in _COMPREHENSION_TYPES:
+                clause: cst.CompFor | None = ancestor.for_in  # type: ignore[attr-defined]
                 while clause is not None:
                     if dotted(clause.target) == name:
                         return clause
                     clause = clause.inner_for_in
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            if kind is cst.FunctionDef or kind is cst.Lambda:
                 return None
         return None
 
     def _inside(self, node: cst.CSTNode, block: cst.CSTNode) -> bool:
-        return any(a is block for a in self.model.ancestors(node))
+        return node is not block and self.model.inside(node, block)
 
     def _direct_callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]] | None:
         """The calls of a module-level function by its name, or of a constructor by its class's
@@ -889,12 +894,13 @@ class CallGraph:
         """``name`` at ``at`` is a variable of a function, lambda or comprehension around it,
         not a module-level name."""
         for ancestor in self.model.ancestors(at):
-            if isinstance(ancestor, cst.FunctionDef):
-                bound: Iterable[str] = self._local_names.get(ancestor, ())
-            elif isinstance(ancestor, cst.Lambda):
-                bound = [param.name.value for param in all_params(ancestor.params)]
-            elif isinstance(ancestor, _COMPREHENSIONS):
-                bound = _comprehension_names(ancestor.for_in)
+            kind = type(ancestor)
+            if kind is cst.FunctionDef:
+                bound: Iterable[str] = self._local_names.get(ancestor, ())  # type: ignore[call-overload]
+            elif kind is cst.Lambda:
+                bound = [param.name.value for param in all_params(ancestor.params)]  # type: ignore[attr-defined]
+            elif kind in _COMPREHENSION_TYPES:
+                bound = _comprehension_names(ancestor.for_in)  # type: ignore[attr-defined]
             else:
                 continue
             if name in bound:

@@ -282,8 +282,8 @@ def _refusals(script: ScriptModel) -> list[cst.Assert]:
     """``assert x != DistributedType.FSDP`` (``not in``, ``is None``): a script that names a
     backend only to refuse it never runs on it."""
     found = []
-    for node in script.orders:
-        if not isinstance(node, cst.Assert) or not isinstance(node.test, cst.Comparison):
+    for node in script.index.of_type(cst.Assert):
+        if not isinstance(node.test, cst.Comparison):
             continue
         if len(node.test.comparisons) != 1:
             continue

@@ -187,25 +187,29 @@ def constructed_instance(
         return None
     if has_parameter(function, spelling):
         return _given_instance(script, spelling, member, at, function, depth)
-    if _bound_in(function, spelling):
+    if spelling in _bound_otherwise(script, function):
         return None  # ``for trainer in trainers:``: a local, not the module's instance
     return _module_instance(script, spelling, member)
 
 
-def _bound_in(function: cst.FunctionDef, name: str) -> bool:
-    """``name`` is a local of ``function`` bound other than by ``=`` (which the caller checks):
-    a loop's or a comprehension's target, ``with ... as name``, ``name: T = ...``, ``(name :=
-    ...)``."""
-    for node in walk(function.body):
-        if isinstance(node, (cst.For, cst.CompFor, cst.AnnAssign, cst.NamedExpr)):
-            bound = target_names(node.target)
-        elif isinstance(node, cst.AsName):
-            bound = target_names(node.name)
-        else:
-            continue
-        if name in bound:
-            return True
-    return False
+def _bound_otherwise(script: ScriptModel, function: cst.FunctionDef) -> set[str]:
+    """The locals of ``function`` bound other than by ``=`` (which the caller checks): a loop's
+    or a comprehension's target, ``with ... as name``, ``name: T = ...``, ``(name := ...)``.
+    One walk per function (kept on the model): asked for every attribute read outside a class."""
+    memo: dict[int, set[str]] = script.__dict__.setdefault("_bound_otherwise", {})
+    found = memo.get(id(function))
+    if found is None:
+        found = memo[id(function)] = set()
+        for node in walk(function.body):
+            kind = type(node)  # none of these has subclasses: no ABC check per node
+            if kind in _BINDING_TARGETS:
+                found |= target_names(node.target)  # type: ignore[attr-defined]
+            elif kind is cst.AsName:
+                found |= target_names(node.name)  # type: ignore[attr-defined]
+    return found
+
+
+_BINDING_TARGETS = frozenset({cst.For, cst.CompFor, cst.AnnAssign, cst.NamedExpr})
 
 
 def _given_instance(
@@ -374,16 +378,23 @@ def _loaded_pretrained(script: ScriptModel, source: str, function: cst.FunctionD
     return False
 
 
-def run_by_construction(
-    graph: CallGraph, method: cst.FunctionDef, depth: int = 0
-) -> set[cst.FunctionDef]:
-    """``method`` and the methods it calls through ``self`` (three levels down)."""
+def run_by_construction(graph: CallGraph, method: cst.FunctionDef) -> frozenset[cst.FunctionDef]:
+    """``method`` and the methods it calls through ``self`` (three levels down). Kept per
+    method: the call targets it follows are fixed once asked."""
+    memo: dict[int, frozenset[cst.FunctionDef]] = graph.__dict__.setdefault("_construction", {})
+    found = memo.get(id(method))
+    if found is None:
+        found = memo[id(method)] = frozenset(_run_by(graph, method, 0))
+    return found
+
+
+def _run_by(graph: CallGraph, method: cst.FunctionDef, depth: int) -> set[cst.FunctionDef]:
     found = {method}
     if depth >= 3:
         return found
     for node in walk(method.body):
-        if isinstance(node, cst.Call) and (dotted(node.func) or "").startswith("self."):
-            for target in graph.targets(node):
+        if type(node) is cst.Call and (dotted(node.func) or "").startswith("self."):
+            for target in graph.targets(node):  # type: ignore[arg-type]
                 if target not in found:
-                    found |= run_by_construction(graph, target, depth + 1)
+                    found |= _run_by(graph, target, depth + 1)
     return found

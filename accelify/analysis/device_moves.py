@@ -236,11 +236,15 @@ def moved_to(call: cst.Call) -> cst.BaseExpression | None:
 _STRING_METHODS = {"startswith", "endswith", "split", "replace", "lower", "upper", "strip"}
 
 
+#: The nodes `read_as_string` looks at.
+_READ_AS_STRING = (cst.Call, cst.ComparisonTarget, cst.Attribute)
+
+
 def read_as_string(model: ScriptModel, name: str) -> bool:
     """``device = "cuda"`` read as the string it is: ``"cuda" in device``, ``device.split(":")``,
     or a configurator that overrides globals by type (``exec(...)``, ``globals()``). Such a name
     must stay a string (``str(accelerator.device)``), not become a torch.device."""
-    for node in model.orders:
+    for node in model.index.of_type(_READ_AS_STRING):
         if isinstance(node, cst.Call) and dotted(node.func) in ("exec", "globals"):
             return True
         if (

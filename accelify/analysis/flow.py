@@ -719,18 +719,6 @@ class ObjectFlow:
             name = dotted(func)
         if name is None:
             return False
-        here = self.model.order(call)
-        scopes = {id(s) for s in self.model.ancestors(call) if isinstance(s, cst.FunctionDef)}
-        prepared_above = {
-            output
-            for prepare in self.model.prepare_calls
-            if self.model.order(prepare.call) < here
-            and (
-                isinstance(self.model.scope_of(prepare.call), cst.Module)
-                or id(self.model.scope_of(prepare.call)) in scopes
-            )
-            for output in prepare.outputs
-        }
         function = self.placement.enclosing_function(call)
         parameters = (
             {p.name.value for p in function.params.params + function.params.kwonly_params}
@@ -741,7 +729,15 @@ class ObjectFlow:
             return bool(self.placement.callers(function)) and (  # type: ignore[arg-type]
                 self.outer_name(name, call) in self.model.prepared_names
             )
-        return name in prepared_above
+        # prepared above, at module level or in a function around the call
+        here = self.model.order(call)
+        for prepare in self.model.prepare_calls:
+            if name not in prepare.outputs or self.model.order(prepare.call) >= here:
+                continue
+            scope = self.model.scope_of(prepare.call)
+            if type(scope) is cst.Module or self.model.inside(call, scope):
+                return True
+        return False
 
     def derived_batch_names(self, loop: Loop) -> set[str]:
         """Names unpacked or indexed out of the batch at the top of the loop body."""

@@ -56,11 +56,14 @@ class Index:
     def nearest(self, node: cst.CSTNode, kinds: type | tuple[type, ...]) -> cst.CSTNode | None:
         """The closest ancestor of ``node`` (not ``node`` itself) of one of ``kinds``. The answer
         is kept for every node on the way up, so a question about a neighbour costs a step."""
-        memo = self._nearest.setdefault(kinds, {})
-        is_kind = self._is_kind.setdefault(kinds, {})
+        memo = self._nearest.get(kinds)
+        if memo is None:
+            memo = self._nearest[kinds] = {}
+            self._is_kind[kinds] = {}
         found = memo.get(id(node), _UNKNOWN)
         if found is not _UNKNOWN:
             return found  # type: ignore[return-value]
+        is_kind = self._is_kind[kinds]
         parents = self.model.parents
         path = []
         current = node
@@ -261,28 +264,37 @@ class Index:
         defined inside it (their headers are included)."""
         found = self._own.get(function)
         if found is None:
-            found = []
-            stack: list[cst.CSTNode] = [function.body]
-            while stack:
-                node = stack.pop()
+            found = self._own[function] = self._own_under([function.body])
+        return found
+
+    def _own_under(self, tops: list[cst.CSTNode]) -> list[cst.CSTNode]:
+        """``tops`` and what is under them in source order, but not under a nested function,
+        class or lambda (the nested node itself is included)."""
+        walked = self.model.walked
+        found: list[cst.CSTNode] = []
+        for top in tops:
+            at = walked.orders.get(top)
+            if at is None:  # not of the analysed tree: walked here
+                stack: list[cst.CSTNode] = [top]
+                while stack:
+                    node = stack.pop()
+                    found.append(node)
+                    if type(node) not in _NESTED:
+                        stack.extend(reversed(children_of(node)))
+                continue
+            nodes, ends = walked.nodes, walked.ends
+            index, end = at, ends[at]
+            while index < end:
+                node = nodes[index]
                 found.append(node)
-                if type(node) not in _NESTED:
-                    stack.extend(reversed(children_of(node)))
-            self._own[function] = found
+                index = ends[index] if type(node) in _NESTED else index + 1
         return found
 
     @cached_property
     def module_own_nodes(self) -> list[cst.CSTNode]:
         """The module's own code in source order, as `own_nodes` has a function's: the headers
         of its functions, classes and lambdas, not their bodies."""
-        found: list[cst.CSTNode] = []
-        stack: list[cst.CSTNode] = list(reversed(self.model.module.body))
-        while stack:
-            node = stack.pop()
-            found.append(node)
-            if type(node) not in _NESTED:
-                stack.extend(reversed(children_of(node)))
-        return found
+        return self._own_under(list(self.model.module.body))
 
     def _own_typed(self, function: cst.FunctionDef, kind: type) -> list[cst.CSTNode]:
         """The nodes of exact type ``kind`` in ``function``'s own body, in source order."""

@@ -68,23 +68,24 @@ def first_enumerate_name(target: cst.BaseExpression) -> set[str]:
 
 def find_backward(node: cst.CSTNode, skip_loops: bool = False) -> Iterator[cst.Call]:
     """``.backward()`` calls under ``node``; with ``skip_loops``, not those of nested loops."""
-
-    class Finder(Visitor):
-        def __init__(self) -> None:
-            self.found: list[cst.Call] = []
-
-        def visit_For(self, loop: cst.For) -> bool:
-            return not skip_loops
-
-        def visit_While(self, loop: cst.While) -> bool:
-            return not skip_loops
-
-        def visit_Call(self, call: cst.Call) -> None:
-            if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward") or (
-                dotted(call.func) and str(dotted(call.func)).endswith(".backward")
-            ):
-                self.found.append(call)
-
-    finder = Finder()
+    finder = _BackwardFinder(skip_loops)
     visit_code(node, finder)
     yield from finder.found
+
+
+class _BackwardFinder(Visitor):
+    def __init__(self, skip_loops: bool) -> None:
+        self.skip_loops = skip_loops
+        self.found: list[cst.Call] = []
+
+    def visit_For(self, loop: cst.For) -> bool:
+        return not self.skip_loops
+
+    def visit_While(self, loop: cst.While) -> bool:
+        return not self.skip_loops
+
+    def visit_Call(self, call: cst.Call) -> None:
+        if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward") or (
+            dotted(call.func) and str(dotted(call.func)).endswith(".backward")
+        ):
+            self.found.append(call)

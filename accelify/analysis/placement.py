@@ -22,14 +22,11 @@ from accelify.analysis.syntax import (
 class Placement:
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
-        self._nodes: list[cst.CSTNode] | None = None
 
     # --- traversal -------------------------------------------------------------------------------
     def all_nodes(self) -> list[cst.CSTNode]:
         """Every node in source order: the analysis's one walk recorded them."""
-        if self._nodes is None:
-            self._nodes = list(self.model.orders)
-        return self._nodes
+        return self.model.walked.nodes
 
     def attributes(self) -> Iterator[cst.Attribute]:
         return iter(self.model.index.of_type(cst.Attribute))  # type: ignore[arg-type]
@@ -168,7 +165,7 @@ class Placement:
         return False
 
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
-        return node is container or any(a is container for a in self.model.ancestors(node))
+        return self.model.inside(node, container)
 
     def in_loop_body(self, node: cst.CSTNode, loop: cst.For | cst.While) -> bool:
         """``node`` runs on each iteration of ``loop``: in its body, not in its ``else:`` (which

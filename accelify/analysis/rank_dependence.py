@@ -39,8 +39,8 @@ class RankDependence:
 
     def per_process_breaks(self) -> Iterator[tuple[cst.If, cst.SimpleStatementLine]]:
         """``if <value this rank computed>: break`` inside a loop: other ranks would hang."""
-        for node in self.placement.all_nodes():
-            if not isinstance(node, cst.If) or node.orelse is not None:
+        for node in self.model.index.of_type(cst.If):
+            if node.orelse is not None:
                 continue
             body = node.body.body if isinstance(node.body, cst.IndentedBlock) else []
             if not body or not _is_break(body[-1]):
@@ -322,7 +322,10 @@ class BackendGuards:
         counts as an ``if`` around its body."""
         child: cst.CSTNode = node
         for ancestor in self.model.ancestors(node):
-            if isinstance(ancestor, cst.FunctionDef) and child is ancestor.body:
+            # by exact type: asked for every ancestor of every node a rule looks at, and an
+            # isinstance miss on libcst's classes (ABCs) runs Python code; none has subclasses
+            kind = type(ancestor)
+            if kind is cst.FunctionDef and child is ancestor.body:
                 # ``@accelerator.on_main_process``: the body runs under its rank test on every
                 # call, so it counts also where ``within`` is the function itself
                 decorated = self.model.rank_decorator_test(ancestor)
@@ -330,9 +333,9 @@ class BackendGuards:
                     yield decorated, True
             if ancestor is within:
                 return
-            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            if kind is cst.If and child is not ancestor.test:
                 yield ancestor.test, child is ancestor.body
-            if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+            if kind is cst.IndentedBlock or kind is cst.Module:
                 # ``if not accelerator.is_main_process: return`` above: what follows in the
                 # block runs where that test is false
                 for statement in ancestor.body:
@@ -396,7 +399,7 @@ class BackendGuards:
 def _leaves_block(statement: cst.CSTNode) -> bool:
     """An ``if`` without ``else`` whose body ends in ``return``, ``raise``, ``continue`` or
     ``break``."""
-    if not isinstance(statement, cst.If) or statement.orelse is not None:
+    if type(statement) is not cst.If or statement.orelse is not None:  # type: ignore[attr-defined]
         return False
     body = statement.body
     last = body.body[-1] if body.body else None

@@ -31,10 +31,12 @@ from accelify.analysis.loops import (
 from accelify.analysis.syntax import (
     Assignment,
     Visitor,
+    WalkedTree,
     argument_value,
     assigned_targets,
     children_of,
     dotted,
+    remember_walk,
     root_name,
     strip_self_methods,
     target_names,
@@ -156,14 +158,23 @@ class ScriptModel:
         default_factory=dict, repr=False
     )
     _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
+    #: the analysis's walk kept: `walk` of a node of this tree is a slice of it
+    walked: WalkedTree = field(init=False, repr=False)
+    #: `call_names` by the call's id, from when the walk has seen every import (None before)
+    _call_names: dict[int, set[str]] | None = field(default=None, repr=False)
+    #: `reads_rank` by the node's id, from when the walk has seen every binding (None before)
+    _rank_reads: dict[int, bool] | None = field(default=None, repr=False)
     #: the analysis has added every binding: answers that depend on them may be kept
     complete: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.walked = WalkedTree(self.orders)
 
     # --- names, positions, parents ----------------------------------------------------------
     def qualified(self, node: cst.CSTNode) -> set[str]:
         """What a name or attribute chain refers to through the file's imports:
         ``optim.SGD`` -> ``torch.optim.SGD`` after ``import torch.optim as optim``."""
-        name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        name = dotted(node)  # None but for a Name or an attribute chain of them
         if name is None:
             return set()
         resolved = self.imports.resolve(name)
@@ -189,6 +200,14 @@ class ScriptModel:
         """Source order: a statement comes before the statements below it and before what it
         contains. Compare with this, not `line`, when only "above or below" matters."""
         return self.orders[node]
+
+    def inside(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+        """``node`` is ``outer`` or under it: its place in source order falls in ``outer``'s
+        subtree (no walk up from ``node``)."""
+        at, here = self.orders.get(outer), self.orders.get(node)
+        if at is None or here is None:  # not both of the analysed tree
+            return node is outer or any(a is outer for a in self.ancestors(node))
+        return at <= here < self.walked.ends[at]
 
     @cached_property
     def source(self) -> str:
@@ -241,9 +260,10 @@ class ScriptModel:
         some ranks run; also after ``if not accelerator.is_main_process: return`` at the top of
         its function (BigVGAN's ``validate``), which the other ranks leave before reaching it."""
         for ancestor in self.ancestors(node):
-            if isinstance(ancestor, cst.If) and self.reads_rank(ancestor.test):
+            kind = type(ancestor)  # neither class has subclasses: no ABC check per ancestor
+            if kind is cst.If and self.reads_rank(ancestor.test):  # type: ignore[attr-defined]
                 return True
-            if isinstance(ancestor, cst.FunctionDef):
+            if kind is cst.FunctionDef:
                 if self.rank_decorator_test(ancestor) is not None:
                     return True
                 exit_at = self._rank_exit(ancestor)
@@ -293,8 +313,16 @@ class ScriptModel:
         parameter or a global named for it (``def worker(rank, world_size)``), a rank alias
         (`rank_aliases`), or a name the file sets from one of those, followed through what it
         is set to: ``reciprocal_rank = (1.0 / ranks).mean()`` is a metric, ``lora_rank`` a
-        setting and ``for rank in range(n)`` a count, none of them the process's rank."""
-        return self._reads_rank(value, deep=True, seen=set())
+        setting and ``for rank in range(n)`` a count, none of them the process's rank.
+        Kept per node once the walk is done (every ``if`` around a node is asked again for
+        each node under it)."""
+        memo = self._rank_reads
+        if memo is None:
+            return self._reads_rank(value, deep=True, seen=set())
+        found = memo.get(id(value))
+        if found is None:
+            found = memo[id(value)] = self._reads_rank(value, deep=True, seen=set())
+        return found
 
     def _reads_rank(self, value: cst.CSTNode, deep: bool, seen: set[tuple[int, str]]) -> bool:
         stack = [value]
@@ -421,8 +449,10 @@ class ScriptModel:
                 name
                 for name, exprs in values.items()
                 if name not in aliases
-                and all(
-                    isinstance(value, _TEST_SHAPES) and self.reads_rank(value) for value in exprs
+                and all(  # not through `reads_rank`'s memo: its answers grow with the aliases
+                    isinstance(value, _TEST_SHAPES)
+                    and self._reads_rank(value, deep=True, seen=set())
+                    for value in exprs
                 )
             }
             if not found:
@@ -432,7 +462,15 @@ class ScriptModel:
         return frozenset(aliases)
 
     def call_names(self, call: cst.Call) -> set[str]:
-        return self.qualified(call.func)
+        """`qualified` of what ``call`` calls; asked by most rules of every call, so kept once
+        the walk has seen every import."""
+        memo = self._call_names
+        if memo is None:
+            return self.qualified(call.func)
+        found = memo.get(id(call))
+        if found is None:
+            found = memo[id(call)] = self.qualified(call.func)
+        return set(found)
 
     # --- queries ------------------------------------------------------------------------------
     def of_kind(self, *kinds: Kind) -> list[Binding]:
@@ -521,6 +559,8 @@ def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
     if source is not None:  # the text the module was parsed from: no code generation for it
         model.__dict__["source"] = source
     _collect(model, _Collector(model))
+    model._call_names = {}  # the imports are all seen
+    model._rank_reads = {}  # and every binding and parent
     _drop_gpu_indexes_read_as_numbers(model)
     _see_through_progress_bars(model)
     from accelify.analysis.accelerator_objects import add_accelerator_objects
@@ -798,10 +838,14 @@ def _collect(model: ScriptModel, collector: _Collector) -> None:
     in source order, then the collector's ``visit_<Node>`` for it, parents before children.
     Written out (not a visitor's ``on_visit``/``on_leave``) because it runs for every node."""
     orders, parents = model.orders, model.parents
+    walked = model.walked
+    nodes, ends = walked.nodes, walked.ends
     handlers: dict[type, Callable[[cst.CSTNode], object] | None] = {}
 
     def visit(node: cst.CSTNode, parent: cst.CSTNode | None) -> None:
-        orders[node] = len(orders)
+        at = orders[node] = len(nodes)
+        nodes.append(node)
+        ends.append(0)
         if parent is not None:
             parents[id(node)] = parent
         kind = type(node)
@@ -813,8 +857,20 @@ def _collect(model: ScriptModel, collector: _Collector) -> None:
             handler(node)
         for child in children_of(node):
             visit(child, node)
+        ends[at] = len(nodes)
 
     visit(model.module, None)
+    remember_walk(walked)
+    _loops_trained(model)
+
+
+def _loops_trained(model: ScriptModel) -> None:
+    """Which loops run a backward in their own body (not in a nested loop's): asked after the
+    walk, whose order then answers it (in the walk, each loop's body was walked again)."""
+    for loop in model.loops:
+        trains = any(True for _ in find_backward(loop.node.body, skip_loops=True))
+        loop.trains = trains
+        loop.evaluates = loop.evaluates and not trains
 
 
 class _Collector(Visitor):
@@ -1138,7 +1194,6 @@ class _Collector(Visitor):
         batch_names = target_names(node.target)
         if enumerates(node.iter):
             batch_names -= first_enumerate_name(node.target)
-        has_backward = any(True for _ in find_backward(node.body, skip_loops=True))
         under_no_grad = any(map(self.model.disables_grad, self.model.ancestors(node)))
         self.model.loops.append(
             Loop(
@@ -1146,8 +1201,8 @@ class _Collector(Visitor):
                 scope=self.model.scope_of(node),
                 iterable=iterable,
                 batch_names=batch_names,
-                trains=has_backward,
-                evaluates=under_no_grad and not has_backward,
+                trains=False,  # `_loops_trained`, once the walk is done
+                evaluates=under_no_grad,
             )
         )
 
@@ -1157,7 +1212,7 @@ def _prepares_its_own(node: cst.ClassDef) -> bool:
     model and its optimizer, even where it subclasses ``nn.Module`` (a DPO trainer's): its
     ``self.optimizer`` is an optimizer, not a layer, and an instance is no model to prepare."""
     return any(
-        isinstance(call, cst.Call)
+        type(call) is cst.Call  # by exact type: no ABC check for each node of the class
         and isinstance(call.func, cst.Attribute)
         and call.func.attr.value == "prepare"
         and (dotted(call.func.value) or "").startswith("self.")

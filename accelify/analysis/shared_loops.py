@@ -51,13 +51,17 @@ def _flag_loops(model: ScriptModel) -> Iterator[_FlagLoop]:
         if function is None or loop.iterable is None:
             continue
         defaults = {p.name.value: p.default for p in all_params(function.params)}
-        aliases = _flag_aliases(model, function, set(defaults))
+        if loop.iterable not in defaults:
+            continue  # the loop's loader is no parameter: nothing to ask of the callers
         tests = _backward_tests(model, loop)
+        if not tests:
+            continue
+        aliases = _flag_aliases(model, function, set(defaults))
         read = {n.value for t in tests for n in walk(t) if isinstance(n, cst.Name)}
         for alias in read & set(aliases):
             read |= {n.value for n in walk(aliases[alias]) if isinstance(n, cst.Name)}
         flags = read & set(defaults)
-        if loop.iterable in defaults and tests and flags:
+        if flags:
             yield _FlagLoop(loop, function, defaults, aliases, tests, flags)
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import types
 import typing
+import weakref
 from collections.abc import Callable, Iterator
 
 import libcst as cst
@@ -112,6 +113,25 @@ def visit_code(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """``node.visit(visitor)`` for a read-only visitor, without the trivia and without libcst
     rebuilding every node it leaves (which is most of a walk's cost): ``on_visit`` and
     ``on_leave`` for each node in source order, children skipped when ``on_visit`` says so."""
+    tree = _last_walked()
+    at = tree.orders.get(node) if tree is not None else None
+    if tree is not None and at is not None:
+        nodes, ends = tree.nodes, tree.ends
+        left: list[tuple[int, cst.CSTNode]] = []  # visited, left when their subtree ends
+        index, end = at, ends[at]
+        while index < end:
+            while left and left[-1][0] <= index:
+                visitor.on_leave(left.pop()[1])
+            current = nodes[index]
+            if visitor.on_visit(current):
+                left.append((ends[index], current))
+                index += 1
+            else:
+                visitor.on_leave(current)
+                index = ends[index]
+        while left:
+            visitor.on_leave(left.pop()[1])
+        return
     if visitor.on_visit(node):
         for child in children_of(node):
             visit_code(child, visitor)
@@ -294,9 +314,51 @@ def operands(node: cst.CSTNode) -> list[cst.BaseExpression]:
     return found
 
 
+class WalkedTree:
+    """A tree's nodes in `walk`'s order (the analysis's one walk records them), with where each
+    node's subtree ends: ``walk`` of any of its nodes is then a slice of one list, not a second
+    walk of the subtree (rules and analyses walk functions and statements thousands of times
+    per file). The slice holds the node's subtree whichever tree holds the node: nodes are
+    immutable, and a node another tree shares is the same subtree there."""
+
+    __slots__ = ("__weakref__", "ends", "nodes", "orders")
+
+    def __init__(self, orders: dict[cst.CSTNode, int]) -> None:
+        #: each node's index in `nodes`
+        self.orders = orders
+        self.nodes: list[cst.CSTNode] = []
+        #: by index: the index just past the node's subtree
+        self.ends: list[int] = []
+
+    def subtree(self, node: cst.CSTNode) -> list[cst.CSTNode] | None:
+        """`walk` of ``node`` as a list, None when ``node`` is not in this tree."""
+        at = self.orders.get(node)
+        return None if at is None else self.nodes[at : self.ends[at]]
+
+
+#: The tree the analysis walked last (`remember_walk`): lint analyses one file at a time, and
+#: its rules walk that file's nodes. Not kept alive from here.
+_last_walked: Callable[[], WalkedTree | None] = lambda: None  # noqa: E731
+
+
+def remember_walk(tree: WalkedTree) -> None:
+    """``walk`` answers from ``tree`` from now on, for its nodes (complete: every ``end`` set)."""
+    global _last_walked
+    _last_walked = weakref.ref(tree)
+
+
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """``node`` and everything under it but whitespace, comments and punctuation, in source
     order."""
+    tree = _last_walked()
+    if tree is not None:
+        found = tree.subtree(node)
+        if found is not None:
+            return iter(found)
+    return _walk(node)
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     stack = [node]
     while stack:
         current = stack.pop()

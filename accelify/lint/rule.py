@@ -295,7 +295,9 @@ def loop_of(script: ScriptModel, node: cst.CSTNode) -> cst.For | None:
 
 def calls_in(script: ScriptModel, node: cst.CSTNode) -> list[cst.Call]:
     """The calls somewhere under ``node`` (a loop, a block), in source order."""
-    return [call for call in script.calls if any(a is node for a in script.ancestors(call))]
+    if node not in script.orders:
+        return []  # not of the analysed tree: none of its calls is
+    return [call for call in walk(node) if type(call) is cst.Call and call is not node]  # type: ignore[misc]
 
 
 def under_rank_guard(script: ScriptModel, node: cst.CSTNode) -> bool:
