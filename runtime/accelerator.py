@@ -42,7 +42,7 @@ from accelify.runtime.precision import Precision, restore_forward
 from accelify.runtime.project import ProjectConfiguration
 from accelify.runtime.scheduler import PreparedScheduler, repoint_scheduler
 from accelify.runtime.serialization import save_model_files, write_atomically
-from accelify.runtime.state import DEFAULT_TIMEOUT, shared_state
+from accelify.runtime.state import DEFAULT_TIMEOUT, destroy_process_groups, shared_state
 from accelify.runtime.tracking import TrackerMethods
 
 _SCHEDULER_TYPES: tuple[type, ...] = (
@@ -504,7 +504,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         self.trackers = []
         if self.process.distributed and dist.is_initialized():
             self.wait_for_everyone()
-            dist.destroy_process_group()
+            destroy_process_groups()
 
 
 def _is_model(obj: Any) -> bool:

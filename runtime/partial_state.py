@@ -16,7 +16,7 @@ import torch.distributed as dist
 from accelify.runtime import collective_record, pending_work
 from accelify.runtime.environment import LaunchSettings
 from accelify.runtime.kwargs_handlers import DistributedType
-from accelify.runtime.state import ProcessState, shared_state
+from accelify.runtime.state import ProcessState, destroy_process_groups, shared_state
 
 
 class ProcessMethods:
@@ -157,7 +157,10 @@ class PartialState(ProcessMethods):
 
     def destroy_process_group(self, group: Any = None) -> None:
         if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group(group)
+            if group is None:
+                destroy_process_groups()  # their handles are let go of at exit
+            else:
+                dist.destroy_process_group(group)
 
     def __repr__(self) -> str:
         backend = f"  Backend: {self.backend}" if self.backend else ""

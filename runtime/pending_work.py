@@ -10,9 +10,10 @@ drops the Python object, which needs the GIL; once the interpreter has begun to 
 that asks for the GIL is ended with `pthread_exit`, the unwind runs through a `noexcept`
 destructor, and C++ calls `std::terminate`. The runtime frees its own group at exit, which joins
 those threads (`accelify.runtime.state._ExitGuard`), once each engine has let go of it
-(`Backend.at_exit`: DDP wrappers, FSDP's device meshes, which DTensor's caches keep, DeepSpeed's
-module globals, engine and parameters), but a group something else holds (a script's own
-``dist.new_group`` kept in a global) lives until finalization.
+(`Backend.at_exit`: DDP's reducers, then every Python reference to a group, found by identity:
+FSDP's device meshes, which DTensor's caches keep, DeepSpeed's module globals, engine and
+parameters, a script's own ``dist.new_group`` kept in a global; `let_go_of_groups`). Only a
+group some other C++ object owns still lives until finalization.
 
 The same holds for the tensors a collective keeps: a tensor whose Python object was dropped
 while the work still held it (the outputs of a gather, once concatenated) is freed by the worker

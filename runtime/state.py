@@ -121,8 +121,9 @@ class _ExitGuard:
 
     Four things must happen while the interpreter is still whole (see
     `accelify.runtime.pending_work` for what goes wrong otherwise): every rank has finished its
-    collectives, DDP wrappers have let go of the group, the communication threads have freed
-    every work a backward or the runtime launched, and the group itself is freed. Waiting for
+    collectives, the engines have let go of the groups (`Backend.at_exit`: every group up at exit,
+    the script's own too), the communication threads have freed every work a backward or the
+    runtime launched, and the groups themselves are freed. Waiting for
     the other ranks goes through the store, not a collective, so it is bounded: after an
     uncaught exception nobody waits (the other ranks are being stopped), and a rank that leaves
     early with ``sys.exit`` waits for ranks that will not come until the launcher has reported
@@ -138,6 +139,7 @@ class _ExitGuard:
 
     EXIT_WAIT = timedelta(seconds=10)
     crashed = False
+    installed = False
     #: the Python handles of the groups this process started, let go of last
     groups: ClassVar[list[dist.ProcessGroup]] = []
 
@@ -147,6 +149,7 @@ class _ExitGuard:
         failure_record.install(rank, on_exception=cls.mark_crashed)
         collective_record.install(rank)
         cls.groups.append(dist.group.WORLD)
+        cls.installed = True
         atexit.register(cls.close, store, rank, world_size)
 
     @classmethod
@@ -168,7 +171,7 @@ class _ExitGuard:
             # communication thread still dropping a work that holds Python objects can no
             # longer take the GIL. Those works are let go of first.
             pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())
-            dist.destroy_process_group()
+            destroy_process_groups()
         _run_exit_hooks()
         pending_work.wait_until_freed(cls.EXIT_WAIT.total_seconds())
         cls.groups.clear()
@@ -190,6 +193,27 @@ def _wait_for_keys(store: dist.Store, keys: list[str]) -> None:
             return
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
+
+
+def destroy_process_groups() -> None:
+    """`dist.destroy_process_group()`, every group at once (at exit, or `end_training`); the
+    exit guard keeps their handles, to let go of last, and the engines let go of the other
+    references at exit (`Backend.at_exit`): a script's own ``dist.new_group``, an engine's."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    held = _ExitGuard.groups
+    if _ExitGuard.installed:  # else nothing would let go of them before finalization
+        held.extend(
+            group
+            for group in list(getattr(world, "pg_map", None) or ())
+            if all(group is not known for known in held)
+        )
+    dist.destroy_process_group()
+
+
+def exit_groups() -> list[dist.ProcessGroup]:
+    """The groups destroyed at exit, while the exit hooks run: the exit guard's own list, which
+    holds them last (not to be changed: `Backend.at_exit` leaves its references alone)."""
+    return _ExitGuard.groups
 
 
 #: Engine cleanups (`Backend.at_exit`) run at exit, once the group is destroyed and while the

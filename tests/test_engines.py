@@ -227,10 +227,16 @@ def test_resume_continues_exactly_and_save_model_loads_into_a_plain_module(
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
 @pytest.mark.parametrize(
-    "flags",
-    [pytest.param(FSDP, id="fsdp"), pytest.param(ZERO[3], id="zero3", marks=needs_deepspeed)],
+    ("flags", "own_group"),
+    [
+        pytest.param(FSDP, False, id="fsdp"),
+        pytest.param(ZERO[3], False, id="zero3", marks=needs_deepspeed),
+        pytest.param(DDP, True, id="ddp-own-group"),
+    ],
 )
-def test_a_script_that_saves_at_its_end_frees_its_groups_before_finalization(flags, tmp_path):
+def test_a_script_that_saves_at_its_end_frees_its_groups_before_finalization(
+    flags, own_group, tmp_path
+):
     """CI flake: rank 1 of the resume test above died of SIGABRT ("terminate called without an
     active exception") after its script ended. DTensor's caches (module globals) and the FSDP
     model, kept here as a module global, held the group past the exit guard, so it was freed
@@ -240,9 +246,11 @@ def test_a_script_that_saves_at_its_end_frees_its_groups_before_finalization(fla
     parameter; its own gathers (the full state dict, every forward's parameter fetches) are
     collectives the runtime does not track. The gloo threads are joined at exit now, whatever
     holds the model; 50 all-gathers still queued as the script ends make the old abort likely,
-    the thread count makes the cause certain."""
+    the thread count makes the cause certain. A script's own group (``dist.new_group`` in a
+    module global, the queued gathers on it) lived to finalization the same way under DDP."""
     script = FIXTURES / "runtime" / "engine_exit.py"
     args = ("--save", tmp_path / "saved", "--global", "--queue", "50")
+    args += ("--own-group",) if own_group else ()
     result = launch(script, *args, cwd=tmp_path, flags=flags)
     assert_ok(result)
     lines = [line for line in result.stdout.splitlines() if line.startswith("rank ")]

@@ -8,15 +8,21 @@ nothing.
 from __future__ import annotations
 
 import contextlib
+import gc
+import itertools
+import operator
+import sys
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from accelify.runtime.gradient_state import GradientState
-from accelify.runtime.state import ProcessState
+from accelify.runtime.state import ProcessState, exit_groups
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,10 @@ class Backend:
 
     @classmethod
     def at_exit(cls) -> None:
-        """At exit, once the process group is destroyed and while the interpreter is still
-        whole: let go of what still refers to the group (nothing, for most engines)."""
+        """At exit, once the process groups are destroyed and while the interpreter is still
+        whole: let go of every reference that still holds one (`let_go_of_groups`). An engine
+        whose C++ objects own a group lets go of them first, then calls this."""
+        let_go_of_groups(exit_groups())
 
     def casts_model(self) -> bool:
         """The engine runs the model in the mixed-precision dtype itself (so no autocast)."""
@@ -114,3 +122,170 @@ class Backend:
         self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
     ) -> None:
         raise NotImplementedError
+
+
+def let_go_of_groups(groups: Sequence[dist.ProcessGroup]) -> None:
+    """Set to None every reference Python code still holds to one of ``groups`` (destroyed at
+    exit, so none can be used again; ``groups`` itself is left alone), wherever it is kept, so
+    that the exit guard frees each group while the interpreter is still whole
+    (`accelify.runtime.state._ExitGuard`).
+
+    A destroyed group something still holds is freed during interpreter finalization, with its
+    gloo worker threads still running: one still dropping the tensors of a collective the
+    runtime does not track (a script's own ``dist.new_group`` kept in a global, ZeRO-3's and
+    FSDP's parameter gathers, a full state dict) asks for the GIL there, and the rank dies of
+    SIGABRT ("terminate called without an active exception") after its script ended. Engines
+    keep groups everywhere: DeepSpeed in module globals, its engine and optimizers, each ZeRO-3
+    parameter (``ds_process_group``), the closures of its hooks and the defaults of its
+    functions; FSDP in its mesh infos and every `DeviceMesh` (``_pg_registry``), which
+    DTensor's caches (module globals) keep; a script in its own globals and objects.
+
+    The groups are found by identity, not by where an engine is known to keep them: one pass of
+    `gc.get_referrers` over every object gc tracks (in C) yields each one that holds a group: a
+    dict (module globals, an object's attributes, a registry; a group as a key is removed), a
+    list, a set, a closure cell, an object with slots or inline attributes, a class. A dict or
+    a tuple that holds nothing gc tracks is not tracked itself (`_untracked_holders`): only
+    when a group is still referred to after the first pass are those looked for. A tuple
+    cannot change: its own holders (a function's defaults, an attribute) get a copy without
+    the groups. Objects in cycles a finished training left are among gc's objects and let go
+    like the rest. References held by C++ objects (a DDP reducer) are the engine's to drop.
+    """
+    if not groups:
+        return
+    wanted = {id(group) for group in groups}
+    tuples = _drop_everywhere(gc.get_referrers(*groups), wanted, id(groups))
+    if _still_referred_to(groups):
+        tuples += _drop_everywhere(_untracked_holders(wanted), wanted, id(groups))
+    if not tuples:
+        return
+    # a tuple's holders get a copy without the groups (one level: a tuple in a tuple stays)
+    replacement = {
+        id(old): tuple(None if id(value) in wanted else value for value in old) for old in tuples
+    }
+    holders = gc.get_referrers(*tuples)
+    for holder in holders:
+        if holder is tuples or type(holder) is tuple:
+            continue
+        if isinstance(holder, types.FunctionType):
+            if id(holder.__defaults__) in replacement:
+                holder.__defaults__ = replacement[id(holder.__defaults__)]
+            continue
+        with contextlib.suppress(Exception):
+            _drop_from(
+                holder,
+                lambda value: type(value) is tuple and id(value) in replacement,
+                lambda value: replacement[id(value)],
+            )
+
+
+def _drop_everywhere(holders: list[Any], wanted: set[int], own: int) -> list[tuple[Any, ...]]:
+    """Set to None each group (by id, in ``wanted``) the ``holders`` hold; returns the tuples
+    among them, which cannot change. ``own``: the id of the caller's list of groups."""
+    tuples: list[tuple[Any, ...]] = []
+
+    def is_group(value: object) -> bool:
+        return id(value) in wanted and isinstance(value, dist.ProcessGroup)
+
+    for holder in holders:
+        if id(holder) == own:
+            continue
+        if type(holder) is tuple:
+            tuples.append(holder)
+            continue
+        with contextlib.suppress(Exception):  # one that cannot change keeps its reference
+            _drop_from(holder, is_group, lambda value: None)
+    return tuples
+
+
+def _still_referred_to(groups: Sequence[dist.ProcessGroup]) -> bool:
+    """Whether anything but ``groups`` still refers to one of them: each is counted against an
+    object held the same way (here, and in one list), so nothing depends on how the
+    interpreter counts its own references."""
+    probe = object()
+    counts = [sys.getrefcount(value) for value in [probe, *groups]]
+    return any(count > counts[0] for count in counts[1:])
+
+
+def _untracked_holders(wanted: set[int]) -> list[Any]:
+    """The dicts and tuples that hold one of the ``wanted`` objects (by id) and that gc does
+    not track, so `gc.get_referrers` cannot see them: CPython stops tracking a dict or a tuple
+    that holds only objects gc does not track, and a group is one (``{"name": group}``, as
+    `DeviceMesh` keeps them in ``_pg_registry``; ``(group,)``, a function's defaults). Each is
+    held by a tracked object other than a tuple (a tuple of such tuples is not looked into), so
+    it is among the referents of gc's objects; they are sorted out in C (`map`,
+    `itertools.compress`), and only the untracked containers are looked into here."""
+    holders = [obj for obj in gc.get_objects() if type(obj) is not tuple]
+    referents = gc.get_referents(*holders)
+    del holders
+    containers = list(
+        itertools.compress(referents, map(_CONTAINERS.__contains__, map(type, referents)))
+    )
+    del referents
+    untracked = {
+        id(container): container
+        for container in itertools.compress(
+            containers, map(operator.not_, map(gc.is_tracked, containers))
+        )
+    }
+    return [
+        holder
+        for holder in untracked.values()
+        if not wanted.isdisjoint(map(id, holder))
+        or (type(holder) is dict and not wanted.isdisjoint(map(id, holder.values())))
+    ]
+
+
+#: The containers CPython may leave untracked by gc
+_CONTAINERS = frozenset((dict, tuple))
+
+
+def _drop_from(holder: Any, found: Any, instead: Any) -> None:
+    """Replace, in ``holder``, each value ``found`` says yes to by ``instead(value)``."""
+    kind = type(holder)
+    if isinstance(holder, dict):
+        for key, value in list(holder.items()):
+            if found(key):
+                del holder[key]
+            elif found(value):
+                holder[key] = instead(value)
+    elif isinstance(holder, list):
+        for index, value in enumerate(holder):
+            if found(value):
+                holder[index] = instead(value)
+    elif isinstance(holder, set):
+        for value in [value for value in holder if found(value)]:
+            holder.discard(value)
+    elif kind is types.CellType:
+        with contextlib.suppress(ValueError):  # an empty cell
+            if found(holder.cell_contents):
+                holder.cell_contents = instead(holder.cell_contents)
+    elif isinstance(holder, type):
+        for name, value in list(vars(holder).items()):
+            if found(value):
+                with contextlib.suppress(AttributeError, TypeError):
+                    setattr(holder, name, instead(value))
+    elif kind is not types.FrameType:
+        _drop_attributes(holder, found, instead)
+
+
+def _drop_attributes(holder: Any, found: Any, instead: Any) -> None:
+    """An object that holds the value itself: in its attributes kept inline (no dict made yet)
+    or in its slots."""
+    try:
+        attributes = object.__getattribute__(holder, "__dict__")
+    except (AttributeError, TypeError):
+        attributes = None
+    if type(attributes) is dict:
+        for name, value in list(attributes.items()):
+            if found(value):
+                attributes[name] = instead(value)
+    for kind in type(holder).__mro__:
+        slots = kind.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            try:
+                value = object.__getattribute__(holder, name)
+            except (AttributeError, TypeError):
+                continue
+            if found(value):
+                with contextlib.suppress(AttributeError, TypeError):
+                    object.__setattr__(holder, name, instead(value))

@@ -7,7 +7,6 @@ copied out of them after every backward; results are bit-identical (bench/runtim
 from __future__ import annotations
 
 import contextlib
-import gc
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -37,13 +36,15 @@ class DDPBackend(Backend):
     def at_exit(cls) -> None:
         """DDP wrappers that are module globals outlive `destroy_process_group` and free the
         group during interpreter finalization, where gloo's worker threads can no longer take
-        the GIL to drop the tensors they hold (SIGABRT). Dropping the wrappers' references to
-        the group while the interpreter is still whole lets the exit guard free it (through
-        its Python handle: see `accelify.runtime.state._ExitGuard`)."""
+        the GIL to drop the tensors they hold (SIGABRT). Each wrapper's reducer and logger own
+        the group in C++, out of `let_go_of_groups`'s sight: they are dropped first, then every
+        Python reference to a group (the wrappers', a script's own ``dist.new_group``), so that
+        the exit guard frees the groups (through their Python handles: see
+        `accelify.runtime.state._ExitGuard`)."""
         for model in list(WRAPPED_MODELS):
-            for attribute in ("reducer", "process_group", "logger"):
+            for attribute in ("reducer", "logger"):
                 model.__dict__.pop(attribute, None)
-        gc.collect()
+        super().at_exit()
 
     def wrap_model(self, model: torch.nn.Module, companions: Sequence[Any]) -> torch.nn.Module:
         model = model.to(self.state.device)

@@ -13,13 +13,10 @@ is ``engine.step`` and its ``zero_grad`` a no-op, ``clip_grad_norm_`` becomes th
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import shutil
-import sys
 import tempfile
-import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,29 +66,6 @@ class DeepSpeedBackend(Backend):
     @classmethod
     def create(cls, inputs: BackendInputs) -> Backend:
         return cls(inputs.state, inputs.mixed_precision, inputs.options, inputs.gradient_state)
-
-    @classmethod
-    def at_exit(cls) -> None:
-        """Let go of every reference DeepSpeed keeps to the process groups, so that the exit
-        guard frees them while the interpreter is still whole (`accelify.runtime.state._ExitGuard`).
-
-        DeepSpeed keeps its groups (the world, and those it makes with ``new_group``) in module
-        globals (``deepspeed.utils.groups``, ``deepspeed.comm``), in its engine and optimizers,
-        in each ZeRO-3 parameter (``ds_process_group``), in the closures of its hooks and in the
-        default arguments of its functions. Held there, a group outlived `destroy_process_group`
-        and was freed during interpreter finalization with gloo's threads still running: one
-        still dropping the tensors of a collective the runtime does not track (ZeRO-3's
-        parameter gathers, the full state dict of `save_model`, a checkpoint) asks for the GIL
-        there, and the rank dies of SIGABRT ("terminate called without an active exception")
-        after its script ended. At exit every group is destroyed, so none of these references
-        can be used again: each one is set to None, wherever DeepSpeed keeps it (see
-        `_deepspeed_holders`).
-        """
-        # no gc.collect(): a cycle a finished training left (an engine and its hooks) is still
-        # among gc's objects, and lets go of its groups like the rest
-        seen: set[int] = set()
-        for holder in _deepspeed_holders():
-            _drop_groups(holder, seen)
 
     @property
     def owns_checkpoints(self) -> bool:  # type: ignore[override]
@@ -292,84 +266,6 @@ class EngineStepOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.engine_optimizer.load_state_dict(state_dict)
-
-
-def _deepspeed_holders() -> Iterator[Any]:
-    """The places where DeepSpeed may keep a process group: the globals of its modules, the
-    attributes of its objects (whatever their class: an engine, an optimizer, a parameter
-    coordinator, the comm backend ``deepspeed.comm.cdb``), the attributes of tensors (ZeRO-3
-    tags each parameter with its group), and the closure cells and keyword defaults of its
-    functions. Positional defaults are a tuple, rebuilt here without the groups: DeepSpeed
-    imported once the group exists has ``group=GroupMember.WORLD`` as a default
-    (``TorchBackend.barrier``)."""
-    for name, module in list(sys.modules.items()):
-        if _is_deepspeed(name) and isinstance(module, types.ModuleType):
-            yield vars(module)
-    searched: dict[type, bool] = {}  # per type: its objects may hold a group
-    for obj in gc.get_objects():
-        kind = type(obj)  # not isinstance: a dead weakref proxy raises on __class__
-        if kind is types.FunctionType:
-            if not _is_deepspeed(obj.__module__):
-                continue
-            defaults = obj.__defaults__
-            if defaults and any(isinstance(value, dist.ProcessGroup) for value in defaults):
-                obj.__defaults__ = tuple(
-                    None if isinstance(value, dist.ProcessGroup) else value for value in defaults
-                )
-            if obj.__kwdefaults__:
-                yield obj.__kwdefaults__
-            yield from obj.__closure__ or ()
-            continue
-        search = searched.get(kind)
-        if search is None:
-            search = _is_deepspeed(kind.__module__) or issubclass(kind, torch.Tensor)
-            searched[kind] = search
-        if search:
-            try:
-                attributes = object.__getattribute__(obj, "__dict__")
-            except AttributeError:  # an object without attributes of its own
-                continue
-            if type(attributes) is dict:
-                yield attributes
-
-
-def _is_deepspeed(module_name: Any) -> bool:
-    return isinstance(module_name, str) and (
-        module_name == "deepspeed" or module_name.startswith("deepspeed.")
-    )
-
-
-#: How deep `_drop_groups` follows plain containers (a dict of lists of groups is two levels)
-_CONTAINER_DEPTH = 4
-
-
-def _drop_groups(holder: Any, seen: set[int], depth: int = 0) -> None:
-    """Set to None every process group ``holder`` (a dict, a list or a closure cell) keeps,
-    directly or in the plain dicts and lists it holds; ``seen``: the containers already done."""
-    if id(holder) in seen or depth > _CONTAINER_DEPTH:
-        return
-    seen.add(id(holder))
-    if isinstance(holder, types.CellType):
-        try:
-            value = holder.cell_contents
-        except ValueError:  # an empty cell
-            return
-        if isinstance(value, dist.ProcessGroup):
-            holder.cell_contents = None
-        elif type(value) in (dict, list):
-            _drop_groups(value, seen, depth + 1)
-        return
-    if type(holder) is dict:
-        places = list(holder.items())
-    elif type(holder) is list:
-        places = list(enumerate(holder))
-    else:
-        return
-    for place, value in places:
-        if isinstance(value, dist.ProcessGroup):
-            holder[place] = None
-        elif type(value) in (dict, list):
-            _drop_groups(value, seen, depth + 1)
 
 
 def _auto(value: Any) -> bool:

@@ -13,15 +13,12 @@ shard, and a checkpoint loads into a different world size.
 from __future__ import annotations
 
 import contextlib
-import gc
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
     FSDPModule,
@@ -49,39 +46,6 @@ class FSDPBackend(Backend):
     @classmethod
     def create(cls, inputs: BackendInputs) -> Backend:
         return cls(inputs.state, inputs.mixed_precision, inputs.options)
-
-    @classmethod
-    def at_exit(cls) -> None:
-        """Let go of every reference torch's FSDP and DTensor objects keep to the process
-        groups, so that the exit guard frees the group while the interpreter is still whole
-        (`accelify.runtime.state._ExitGuard`).
-
-        Each `DeviceMesh` keeps its groups (``_pg_registry``), and each FSDP mesh info keeps
-        the groups it communicates on. DTensor's caches are module globals that hold every
-        mesh a DTensor operation ran on (a gradient-norm clip, a full state dict), so even when
-        the model was a local long gone, the group outlived `destroy_process_group` and was
-        freed during interpreter finalization, with gloo's threads still running: one still
-        dropping the last tensors of a state-dict gather asks for the GIL there, and the rank
-        dies of SIGABRT ("terminate called without an active exception") after its script
-        ended. At exit the group is destroyed, so none of these references can be used again.
-        """
-        gc.collect()  # the cycles a finished training left (an Accelerator and its models)
-        holders = _group_holding_types()
-        for obj in gc.get_objects():
-            kind = type(obj)  # not isinstance: a dead weakref proxy raises on __class__
-            if not issubclass(kind, holders):
-                continue
-            attributes = getattr(obj, "__dict__", None)
-            if not isinstance(attributes, dict):
-                continue
-            if issubclass(kind, DeviceMesh):
-                registry = attributes.get("_pg_registry")
-                if isinstance(registry, dict):
-                    registry.clear()
-                continue
-            for name, value in attributes.items():
-                if isinstance(value, dist.ProcessGroup):
-                    attributes[name] = None
 
     @property
     def owns_checkpoints(self) -> bool:  # type: ignore[override]
@@ -269,25 +233,6 @@ def _without_gradient_sync(model: FSDPModule) -> Iterator[None]:
         yield
     finally:
         model.set_requires_gradient_sync(True)
-
-
-def _group_holding_types() -> tuple[type, ...]:
-    """The types of torch's objects that keep a process group: device meshes, and FSDP's mesh
-    infos and communication allocators (private modules: a torch without them has none)."""
-    kinds: list[type] = [DeviceMesh]
-    for module_name, names in (
-        ("torch.distributed.fsdp._fully_shard._fsdp_common", ("DataParallelMeshInfo",)),
-        (
-            "torch.distributed.fsdp._fully_shard._fsdp_collectives",
-            ("ProcessGroupAllocMixin", "SymmMemAllocMixin"),
-        ),
-    ):
-        module = sys.modules.get(module_name)
-        for name in names:
-            kind = getattr(module, name, None)
-            if isinstance(kind, type):
-                kinds.append(kind)
-    return tuple(kinds)
 
 
 def _post_order(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
