@@ -4,6 +4,7 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import statement_lines
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 #: What ends the process where it is called.
@@ -181,7 +182,7 @@ class ExitOnSomeRanks(Rule):
                         ),
                     )
                 continue
-            waiting = _collective_every_rank_reaches(script, loop)
+            waiting = facts.collective_reach.where_the_others_wait(loop)
             if waiting is None:
                 continue
             yield self.finding(
@@ -214,7 +215,7 @@ class ExitOnSomeRanks(Rule):
             test = _rank_test_between(script, node, loop)
             if test is None:
                 continue
-            waiting = _collective_every_rank_reaches(script, loop)
+            waiting = facts.collective_reach.where_the_others_wait(loop)
             if waiting is None:
                 continue
             leaves = "break" if isinstance(node, cst.Break) else "return"
@@ -283,7 +284,7 @@ def _collective_below(
             body = list(ancestor.body)
             later = body[body.index(child) + 1 :] if child in body else []
             for sibling in later:
-                for statement in _statements_of(sibling):
+                for statement in statement_lines(sibling):
                     if script.under_rank_guard(statement):
                         continue
                     if reach.synchronising_in(statement) is not None:
@@ -292,34 +293,3 @@ def _collective_below(
             return None
         child = ancestor
     return None
-
-
-def _statements_of(node: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:
-    if isinstance(node, cst.SimpleStatementLine):
-        yield node
-    elif not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-        yield from _statements(node)
-
-
-def _collective_every_rank_reaches(
-    script: ScriptModel, loop: cst.For | cst.While
-) -> cst.CSTNode | None:
-    """A statement of ``loop`` outside every rank test that is, or reaches through the file's
-    functions, ``backward``, a barrier or another collective: where the other ranks wait."""
-    reach = facts_of(script).collective_reach
-    for statement in _statements(loop.body):
-        if script.under_rank_guard(statement):
-            continue
-        if reach.synchronising_in(statement) is not None:
-            return statement
-    return None
-
-
-def _statements(block: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:
-    for child in block.children:
-        if isinstance(child, cst.SimpleStatementLine):
-            yield child
-        elif isinstance(child, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        else:
-            yield from _statements(child)

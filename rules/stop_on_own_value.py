@@ -7,7 +7,7 @@ from accelify.analysis.dataflow import variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import Backward, backwards, last_binding
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import dotted, statement_lines, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 #: How many bindings one trace follows before it gives up (and reports nothing).
@@ -181,7 +181,9 @@ class StopOnOwnValue(Rule):
                 variables_in(script, loop.iter) & script.prepared_names
             ):
                 continue  # every rank reads the same batches: the same values
-            waiting = _collective_after(script, node, loop, test)
+            waiting = facts.collective_reach.where_the_others_wait(
+                loop, after=test if isinstance(node, cst.Continue) else None
+            )
             if waiting is None:
                 continue
             own = _own_value(script, test, loop, losses)
@@ -217,32 +219,6 @@ def _test_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> cst.I
             return ancestor
         child = ancestor
     return None
-
-
-def _collective_after(
-    script: ScriptModel, node: cst.CSTNode, loop: cst.For, test: cst.If
-) -> cst.CSTNode | None:
-    """Where the ranks that did not stop wait: for ``break``, a statement of the loop (outside
-    every rank test) that is or reaches a collective (the next iteration runs it); for
-    ``continue``, one after the test in the loop's body."""
-    reach = facts_of(script).collective_reach
-    after = script.order(test)
-    for statement in _statements(loop.body):
-        if script.under_rank_guard(statement):
-            continue
-        if isinstance(node, cst.Continue) and script.order(statement) <= after:
-            continue
-        if reach.synchronising_in(statement) is not None:
-            return statement
-    return None
-
-
-def _statements(block: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:
-    for child in block.children:
-        if isinstance(child, cst.SimpleStatementLine):
-            yield child
-        elif not isinstance(child, (cst.FunctionDef, cst.ClassDef)):
-            yield from _statements(child)
 
 
 def _own_value(
@@ -284,7 +260,7 @@ def _differentiated(
         if id(backward.call) in inside:
             yield variables_in(script, backward.loss), backward.call
     reach = facts_of(script).collective_reach
-    for statement in _statements(loop.body):
+    for statement in statement_lines(loop.body):
         call = reach.synchronising_in(statement)
         if call is None or id(call) in inside or not isinstance(call, cst.Call):
             continue

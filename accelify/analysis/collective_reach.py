@@ -14,7 +14,7 @@ from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, statement_lines, walk
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,23 @@ class CollectiveReach:
             callee = self._local_function(call) or self._own_method(call)
             if callee is not None and self.synchronising_call(callee) is not None:
                 return call
+        return None
+
+    def where_the_others_wait(
+        self, loop: cst.For | cst.While, after: cst.CSTNode | None = None
+    ) -> cst.SimpleStatementLine | None:
+        """The first statement line of ``loop`` (after ``after``, when given) outside every rank
+        test that is, or reaches through the file's functions, ``backward``, a barrier or
+        another collective: where the ranks that go on wait for one that left the loop (or
+        skipped the rest of its iteration)."""
+        start = None if after is None else self.model.order(after)
+        for statement in statement_lines(loop.body):
+            if self.model.under_rank_guard(statement):
+                continue
+            if start is not None and self.model.order(statement) <= start:
+                continue
+            if self.synchronising_in(statement) is not None:
+                return statement
         return None
 
     def _calls_inside(self, function: cst.FunctionDef) -> list[cst.Call]:

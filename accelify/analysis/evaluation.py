@@ -243,45 +243,38 @@ def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
     of the file (``get_data_loader(data, batch_size, pad_index)``) and the collate function by
     another (``collate_fn = get_collate_fn(pad_index)``, returning a nested function)."""
     model = facts.model
-    origins = facts.flow.origins(loop.iterable, loop.node)
-    for binding in model.bindings:
-        if binding.name not in origins or not isinstance(binding.value, cst.Call):
+    for argument in _collate_arguments(loop, facts):
+        collate = _collate_function(model, argument)
+        if collate is None:
             continue
-        for construction in _loader_constructions(model, binding.value):
-            for argument in construction.args:
-                if argument.keyword is None or argument.keyword.value != "collate_fn":
-                    continue
-                collate = _collate_function(model, argument.value)
-                if collate is None:
-                    continue
-                label = _label(model, collate)
-                if _pads_time_major(collate):
-                    return (
-                        f"its loader's collate_fn ({label}) pads with pad_sequence "
-                        "without batch_first=True, so its batches are [length, batch]: "
-                        "gather_for_metrics joins and trims the first dimension, the time "
-                        "steps, not the samples (and the ranks' lengths differ); gather "
-                        "tensors whose first dimension is the batch (x.transpose(0, 1)), padded "
-                        "to one length first with accelerator.pad_across_processes(x, dim=1, "
-                        "pad_index=<a value the metric ignores>)"
-                    )
-                listed = _returns_a_list(collate)
-                if listed is not None:
-                    return (
-                        f"its loader's collate_fn ({label}) hands back {listed}, a "
-                        "Python list of per-sample items (dicts of tensors of their own sizes): "
-                        "gather_for_metrics joins the tensors inside each item, not the items, "
-                        "so the lists stop lining up with the samples; gather stacked tensors "
-                        "of the values the metric reads instead"
-                    )
-                if _pads(collate):
-                    return (
-                        f"its loader's collate_fn ({label}) pads each batch to its "
-                        "own longest sequence, so the ranks' batches differ in length and a "
-                        "gather of them would fail; pad them to one length first with "
-                        "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
-                        "metric ignores>)"
-                    )
+        label = _label(model, collate)
+        if _pads_time_major(collate):
+            return (
+                f"its loader's collate_fn ({label}) pads with pad_sequence "
+                "without batch_first=True, so its batches are [length, batch]: "
+                "gather_for_metrics joins and trims the first dimension, the time "
+                "steps, not the samples (and the ranks' lengths differ); gather "
+                "tensors whose first dimension is the batch (x.transpose(0, 1)), padded "
+                "to one length first with accelerator.pad_across_processes(x, dim=1, "
+                "pad_index=<a value the metric ignores>)"
+            )
+        listed = _returns_a_list(collate)
+        if listed is not None:
+            return (
+                f"its loader's collate_fn ({label}) hands back {listed}, a "
+                "Python list of per-sample items (dicts of tensors of their own sizes): "
+                "gather_for_metrics joins the tensors inside each item, not the items, "
+                "so the lists stop lining up with the samples; gather stacked tensors "
+                "of the values the metric reads instead"
+            )
+        if _pads(collate):
+            return (
+                f"its loader's collate_fn ({label}) pads each batch to its "
+                "own longest sequence, so the ranks' batches differ in length and a "
+                "gather of them would fail; pad them to one length first with "
+                "accelerator.pad_across_processes(x, dim=1, pad_index=<a value the "
+                "metric ignores>)"
+            )
     return None
 
 
@@ -313,6 +306,16 @@ def padding_collator(loop: Loop, facts: Facts) -> PaddingCollator | None:
     DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)``; any assignment of that name
     counts, the others may be a ``--pad_to_max_length`` branch) or a collate function of the
     file that pads (`padded_per_batch`)."""
+    for argument in _collate_arguments(loop, facts):
+        found = _padding_collator_of(facts.model, argument)
+        if found is not None:
+            return found
+    return None
+
+
+def _collate_arguments(loop: Loop, facts: Facts) -> Iterator[cst.BaseExpression]:
+    """The ``collate_fn=`` of each construction of the loader ``loop`` reads, wherever it was
+    made (a factory of the file too: `_loader_constructions`)."""
     model = facts.model
     origins = facts.flow.origins(loop.iterable, loop.node)
     for binding in model.bindings:
@@ -320,12 +323,8 @@ def padding_collator(loop: Loop, facts: Facts) -> PaddingCollator | None:
             continue
         for construction in _loader_constructions(model, binding.value):
             for argument in construction.args:
-                if argument.keyword is None or argument.keyword.value != "collate_fn":
-                    continue
-                found = _padding_collator_of(model, argument.value)
-                if found is not None:
-                    return found
-    return None
+                if argument.keyword is not None and argument.keyword.value == "collate_fn":
+                    yield argument.value
 
 
 def _padding_collator_of(model: ScriptModel, value: cst.BaseExpression) -> PaddingCollator | None:

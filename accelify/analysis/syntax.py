@@ -201,6 +201,16 @@ def _trivia_only(annotation: object) -> bool:
     return False
 
 
+def statement_lines(node: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:
+    """The statement lines of ``node`` (itself, when it is one) in source order, not those of
+    the functions and classes it defines: what runs when ``node`` runs."""
+    if isinstance(node, cst.SimpleStatementLine):
+        yield node
+    elif not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        for child in node.children:
+            yield from statement_lines(child)
+
+
 def all_params(params: cst.Parameters) -> list[cst.Param]:
     """Every parameter, ``*args`` and ``**kwargs`` included."""
     star = [params.star_arg] if isinstance(params.star_arg, cst.Param) else []
