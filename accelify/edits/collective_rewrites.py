@@ -50,10 +50,13 @@ def computed_before(value: cst.CSTNode, anchor: cst.CSTNode, name: str) -> list[
     return [Wrap(value, take), InsertBefore(anchor, bind)]
 
 
-def collective_stop(if_node: cst.If, acc: str) -> list[Edit]:
-    """``if <this rank's test>: ...; break`` -> ``if ...: acc.set_trigger()`` and, after it,
-    ``if acc.check_trigger(): ...; break``: every rank stops when any rank would, and does what
-    the ``if`` did before breaking."""
+def collective_stop(
+    if_node: cst.If, acc: str, check_after: cst.BaseStatement | None = None
+) -> list[Edit]:
+    """``if <this rank's test>: ...; break`` -> ``if ...: acc.set_trigger()`` and, after it
+    (or after ``check_after``, a branch around it the ranks may take differently: every rank
+    must reach the check), ``if acc.check_trigger(): ...; break``: every rank stops when any
+    rank would, and does what the ``if`` did before breaking."""
     bodies: list[cst.BaseSuite] = []
 
     def trigger(updated: cst.CSTNode) -> cst.CSTNode:
@@ -64,4 +67,4 @@ def collective_stop(if_node: cst.If, acc: str) -> list[Edit]:
     def check() -> cst.BaseStatement:
         return cst.If(test=expression(f"{acc}.check_trigger()"), body=bodies[-1])
 
-    return [Wrap(if_node, trigger), InsertAfter(if_node, check)]
+    return [Wrap(if_node, trigger), InsertAfter(check_after or if_node, check)]

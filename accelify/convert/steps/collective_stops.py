@@ -5,6 +5,8 @@ so every rank does it when any rank stops, as the one process did."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import libcst as cst
 
 from accelify.convert.steps.context import Context
@@ -17,9 +19,43 @@ def run(ctx: Context) -> None:
 
 
 def _make_collective(ctx: Context, if_node: cst.If) -> None:
+    check_after = _branch_around(ctx, if_node)
+    if check_after is False:
+        ctx.plan.review(
+            ctx.line(if_node),
+            "this stop is decided on a value each rank computed for itself, inside a branch "
+            "the ranks may take differently, with more code after it in that branch: left as "
+            "it is (a check_trigger() there would be reached by some ranks only: a hang); "
+            "reduce the value first (accelerator.reduce(..., 'mean')) so every rank decides "
+            "alike",
+        )
+        return
     ctx.plan.add(
-        *collective_stop(if_node, ctx.acc),
+        *collective_stop(if_node, ctx.acc, check_after),
         line=ctx.line(if_node),
         text="per-process stop made collective: set_trigger() / check_trigger()",
     )
     ctx.need(if_node)
+
+
+def _branch_around(ctx: Context, if_node: cst.If) -> cst.BaseStatement | Literal[False] | None:
+    """Where the collective check goes when it cannot follow ``if_node``: ``if loss < best:
+    ... else: bad += 1; if bad >= patience: break`` on this rank's loss sends the ranks into
+    different branches, and a check inside one is reached by some ranks only. The check then
+    follows the whole branch (the first ``if`` of its chain), which is the same program on one
+    process only when nothing in the branch runs after the stop (False otherwise: left alone).
+    None: no such branch, the check follows ``if_node``."""
+    model = ctx.model
+    loop = model.index.enclosing_loop(if_node)
+    branch = ctx.facts.ranks.divergent_branch(if_node, within=loop)
+    if branch is None or loop is None:
+        return None
+    node: cst.CSTNode = if_node
+    while node is not branch:
+        parent = model.parent(node)
+        if isinstance(parent, (cst.IndentedBlock, cst.Module)) and parent.body[-1] is not node:
+            return False  # code after the stop in the branch: moving the check would skip it
+        node = parent
+    while isinstance(model.parent(branch), cst.If):  # an ``elif``: its chain's first ``if``
+        branch = model.parent(branch)
+    return branch
