@@ -4,6 +4,7 @@ seconds: the ranks' collective records, the watcher that reads them, the final r
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import io
 import json
 import os
@@ -322,6 +323,30 @@ def test_the_stack_shows_the_main_threads_frames_down_to_the_users_line(tmp_path
         line,
         "test_the_stack_shows_the_main_threads_frames_down_to_the_users_line",
     )
+
+
+def test_a_stack_taken_as_the_rank_imports_ends_at_the_users_import(tmp_path, monkeypatch):
+    """A rank still importing (torch, under load) when its stack is asked for: below the user's
+    ``import`` are the import system's frozen frames, then the library's; the place named is the
+    user's line, not ``<frozen importlib._bootstrap>``."""
+    library = tmp_path / "library"
+    library.mkdir()
+    dump = tmp_path / "0.stack"
+    (library / "dumps_as_it_imports.py").write_text(
+        "import faulthandler\n"
+        f"with open({str(dump)!r}, 'a') as out:\n"
+        "    faulthandler.dump_traceback(out, all_threads=True)\n"
+    )
+    skip = [str(library) + os.sep, os.path.dirname(os.__file__) + os.sep]  # and the stdlib
+    header = {"main_thread": threading.main_thread().ident, "skip": skip}
+    dump.write_text(json.dumps(header) + "\n")
+    monkeypatch.syspath_prepend(str(library))
+    monkeypatch.delitem(sys.modules, "dumps_as_it_imports", raising=False)
+    line = sys._getframe().f_lineno + 1
+    importlib.import_module("dumps_as_it_imports")
+    frames = parse_stack(dump.read_text())
+    assert not any(path.startswith("<frozen") for path, _, _ in frames)
+    assert frames[-1][:2] == (__file__, line)
 
 
 # --- the final report ---------------------------------------------------------------------------
@@ -824,9 +849,9 @@ def test_a_rank_looping_before_it_starts_the_group_is_a_hang_with_its_line():
     assert result.returncode == 1, result.stderr
     assert "rank 0 has waited" in result.stderr
     assert (
-        " s in init_process_group at loops_before_the_group.py:11 (`accelerator = Accelerator()`)\n"
+        " s in init_process_group at loops_before_the_group.py:20 (`accelerator = Accelerator()`)\n"
     ) in result.stderr  # no collective number: it is before the first
-    assert "it is at loops_before_the_group.py:9 (`while True:`)" in result.stderr
+    assert "it is at loops_before_the_group.py:17 (`while True: pass`)" in result.stderr
     assert_user_lines_only(result)
 
 

@@ -501,14 +501,16 @@ def parse_stack(text: str) -> list[tuple[str, int, str]]:
     sections = _thread_sections(dumps)
     frames = sections.get(main) or []
     frames = list(reversed(frames))  # faulthandler lists the most recent call first
-    while frames and frames[-1][0].startswith(skip):
+    # the library's frames below the user's, and the import system's (``<frozen importlib...>``)
+    # between them when the user's line is an ``import`` still running
+    while frames and _not_the_users(frames[-1], skip):
         frames.pop()
     # the frames that started the script (the rank's entry, runpy) are not the user's either
-    first = next((i for i, frame in enumerate(frames) if not _starts_the_script(frame, skip)), 0)
+    first = next((i for i, frame in enumerate(frames) if not _not_the_users(frame, skip)), 0)
     return frames[first:]
 
 
-def _starts_the_script(frame: tuple[str, int, str], skip: tuple[str, ...]) -> bool:
+def _not_the_users(frame: tuple[str, int, str], skip: tuple[str, ...]) -> bool:
     return frame[0].startswith((*skip, "<"))
 
 
