@@ -6,7 +6,10 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import socket
+import sys
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import click
@@ -22,11 +25,12 @@ from accelify.runtime.launch.launcher import (
     LaunchPlan,
     check,
     merge,
+    rendezvous_port,
     runtime_settings,
     torchrun_arguments,
 )
 from accelify.runtime.options import DeepSpeedOptions, FSDPOptions
-from conftest import FIXTURES, run_accelify
+from conftest import FIXTURES, run_accelify, run_in_own_group
 
 WHOAMI = FIXTURES / "runtime" / "whoami.py"
 
@@ -414,6 +418,90 @@ def test_gradient_clipping_reaches_the_deepspeed_config(monkeypatch):
     assert DeepSpeedBackend(state, "no", options)._config([loader])["gradient_clipping"] == 0.5
     unclipped = DeepSpeedBackend(state, "no", DeepSpeedOptions())._config([loader])
     assert unclipped["gradient_clipping"] == 0.0  # DeepSpeed's default 1.0 stays off
+
+
+def test_the_rendezvous_port_is_held_from_its_choice_to_the_end_of_the_run():
+    """A port picked free and released could be taken by another process before the agent's
+    store bound it (the run failed with EADDRINUSE): the launcher holds it, in a store server
+    the agent's rendezvous store (multi-tenant, in the same process) shares."""
+    from torch.distributed import TCPStore
+
+    with rendezvous_port(LaunchConfig()) as port:
+        assert port is not None and port > 0
+        with socket.socket() as other, pytest.raises(OSError):
+            other.bind(("127.0.0.1", port))  # nobody else can take it meanwhile
+        # the agent's store, as torch's static rendezvous makes it, on the same port
+        agent = TCPStore("127.0.0.1", port, 1, True, timedelta(seconds=30), multi_tenant=True)
+        rank = TCPStore("127.0.0.1", port, 2, False, timedelta(seconds=30))
+        rank.set("seen", "1")
+        assert agent.get("seen") == b"1"
+        del agent, rank
+    given = replace(LaunchConfig(), main_process_port=29400)
+    with rendezvous_port(given) as port:
+        assert port is None  # the user's port: the agent binds it
+    arguments = torchrun_arguments(parsed(), 2, 41234)
+    assert arguments[arguments.index("--master-port") + 1] == "41234"
+
+
+def test_a_rendezvous_port_in_use_is_said_in_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_accelify(
+            "launch", "--cpu", "-n", "2", "--main-process-port", str(port), WHOAMI, cwd=tmp_path
+        )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"accelify: error: the rendezvous port 127.0.0.1:{port} is in use (another run, or "
+        "another program, holds it): give another --main-process-port, or none: the launcher "
+        "then binds a free one"
+    )
+
+
+#: `accelify launch ARGS` with another program binding the rendezvous port in the window the
+#: race was in: after the launcher chose the port, before the agent's store bound it.
+TAKE_THE_PORT_MEANWHILE = """
+import socket
+import sys
+
+from accelify.cli import main
+from accelify.runtime.launch import launcher
+
+chosen = launcher.torchrun_arguments
+others = []
+
+
+def taken_meanwhile(*args, **kwargs):
+    arguments = chosen(*args, **kwargs)
+    port = int(arguments[arguments.index("--master-port") + 1])
+    other = socket.socket()
+    others.append(other)  # kept open to the end of the run
+    try:
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        print("the other program took the port", file=sys.stderr)
+    except OSError as error:
+        print(f"the other program could not take the port: {error.strerror}", file=sys.stderr)
+    return arguments
+
+
+launcher.torchrun_arguments = taken_meanwhile
+main(sys.argv[1:], prog_name="accelify")
+"""
+
+
+@pytest.mark.distributed
+def test_another_program_cannot_take_the_port_before_the_agent_binds_it(tmp_path):
+    """The race, provoked where it was: a port picked free and released was bound by the agent's
+    store only once torchrun started, and a program binding it meanwhile failed the run."""
+    driver = tmp_path / "take_the_port.py"
+    driver.write_text(TAKE_THE_PORT_MEANWHILE)
+    command = [sys.executable, str(driver), "launch", "--cpu", "-n", "2", str(WHOAMI)]
+    result = run_in_own_group(command, cwd=tmp_path, timeout=180)
+    assert "the other program could not take the port: Address already in use" in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert sorted(json.loads(line)["rank"] for line in result.stdout.splitlines()) == [0, 1]
 
 
 def test_port_0_is_a_free_port_on_one_machine_and_refused_on_several():

@@ -9,6 +9,7 @@ before any process starts.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import logging
 import os
@@ -18,9 +19,10 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from accelify.errors import UserError
 from accelify.runtime import options as backend_options
@@ -145,18 +147,49 @@ def check(plan: LaunchPlan, cuda_available: bool) -> None:
 
 
 def free_port(host: str = LOOPBACK) -> int:
+    """A port free now, and free to be taken by anyone until it is bound again: for a program
+    of its own (a benchmark's torchrun); `accelify launch` holds its port (`rendezvous_port`)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
-def torchrun_arguments(plan: LaunchPlan, processes: int) -> list[str]:
+@contextlib.contextmanager
+def rendezvous_port(config: LaunchConfig) -> Iterator[int | None]:
+    """The rendezvous port of a run on one machine with no port given, bound for the whole run.
+
+    A port picked free and released (`free_port`) could be taken by another process (another
+    run's rendezvous, any outgoing connection) before the agent bound it: the run then failed
+    at its start with EADDRINUSE. The launcher starts the rendezvous store's server itself, on
+    a port the system chooses as it binds it, and keeps it until the run ends; the agent, in
+    the same process, shares that server (torch's rendezvous stores are ``multi_tenant``: one
+    server per port and process) instead of binding the port again. None: the port is the
+    user's (`--main-process-port`), the store is on another machine, or the rendezvous is not
+    torch's store (etcd)."""
+    if (
+        config.num_machines != 1
+        or config.main_process_port
+        or config.rdzv_backend not in ("static", "c10d")
+    ):
+        yield None
+        return
+    from torch.distributed import TCPStore
+
+    server = TCPStore(LOOPBACK, 0, is_master=True, multi_tenant=True, wait_for_workers=False)
+    try:
+        yield server.port
+    finally:
+        del server
+
+
+def torchrun_arguments(plan: LaunchPlan, processes: int, port: int | None = None) -> list[str]:
     """torchrun's command line; ``processes``: ``num_processes`` (the total over all machines)
-    or, when it is not set, this machine's default count."""
+    or, when it is not set, this machine's default count; ``port``: the one `rendezvous_port`
+    holds (without it, a run on one machine with no port given gets a free one)."""
     config = plan.config
     processes_per_machine = per_machine(config, processes)
     if config.num_machines == 1:
-        address, port = LOOPBACK, config.main_process_port or free_port()
+        address, port = LOOPBACK, config.main_process_port or port or free_port()
     else:
         address, port = str(config.main_process_ip), int(config.main_process_port or 0)
     agent = {  # torchrun's own settings, as given
@@ -283,6 +316,7 @@ def _findable(name: str, script: Path) -> bool:
 def launch(plan: LaunchPlan) -> int:
     """Run the plan; returns the exit code (the failed rank's, 128 + N for signal N, or 0)."""
     import torch
+    from torch.distributed import DistNetworkError
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -301,14 +335,21 @@ def launch(plan: LaunchPlan) -> int:
         local = per_machine(plan.config, processes)
         threads = max((os.cpu_count() or 1) // max(local, 1), 1)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    arguments = torchrun.parse_args(torchrun_arguments(plan, processes))
     _quiet_agent_warnings()
-    with tempfile.TemporaryDirectory(prefix="accelify-launch-") as records:
+    with (
+        rendezvous_port(plan.config) as port,
+        tempfile.TemporaryDirectory(prefix="accelify-launch-") as records,
+    ):
+        arguments = torchrun.parse_args(torchrun_arguments(plan, processes, port))
         os.environ[FAILURE_DIR] = records
         watcher = Watcher(Path(records), hang_timeout=plan.config.hang_timeout)
         watcher.start()
         try:
             torchrun.run(arguments)
+        except DistNetworkError as error:
+            if "EADDRINUSE" not in str(error):
+                raise
+            raise UserError(_port_in_use(plan.config, arguments)) from None
         except ChildFailedError as error:
             attempt = plan.config.max_restarts
             text, code = launch_outcome.failed_run(
@@ -328,6 +369,18 @@ def launch(plan: LaunchPlan) -> int:
             watcher.stop()
     print(text, file=sys.stderr)
     return code
+
+
+def _port_in_use(config: LaunchConfig, arguments: Any) -> str:
+    """Why the rendezvous could not start: its port, the user's, is taken."""
+    where = f"{arguments.master_addr}:{arguments.master_port}"
+    if config.num_machines == 1:
+        fix = "give another --main-process-port, or none: the launcher then binds a free one"
+    else:
+        fix = "give another --main-process-port, the same on every machine"
+    return (
+        f"the rendezvous port {where} is in use (another run, or another program, holds it): {fix}"
+    )
 
 
 def _quiet_agent_warnings() -> None:
