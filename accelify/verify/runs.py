@@ -242,9 +242,10 @@ class Forked:
         forever) for something; False when nothing came by then."""
         stream = self.process.stdout
         assert stream is not None
-        wait = None if until is None else max(0.0, until - time.monotonic())
-        ready, _, _ = select.select([stream], [], [], wait)
-        if not ready:
+        wait = None if until is None else max(0.0, until - time.monotonic()) * 1000
+        poll = select.poll()  # not select(): a parent with over 1024 files open reads it too
+        poll.register(stream, select.POLLIN)
+        if not poll.poll(wait):
             return False
         chunk = os.read(stream.fileno(), 4096)
         if not chunk:
