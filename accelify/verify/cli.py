@@ -14,7 +14,7 @@ from accelify.verify.checks import CheckResult, check_equivalence, check_ranks
 from accelify.verify.evaluation_code import check_evaluation_code, training_cache_lines
 from accelify.verify.records import PROBE_FAILED
 from accelify.verify.report import nearest_changes, render_json, render_text
-from accelify.verify.runs import Run, RunSettings, start_run
+from accelify.verify.runs import Run, RunSettings, start_runs, stop_all
 
 MIXED_PRECISION = re.compile(r"mixed_precision\s*=\s*['\"](bf16|fp16)['\"]")
 MIXED_PRECISION_ATOL = 1e-2
@@ -45,11 +45,15 @@ def run_verify(
         converted_copy = _place(scratch / "converted" / original.name, converted_code)
         length = "to the end" if steps == 0 else f"{steps} steps each"
         _progress(as_json, f"running {original} and its conversion ({length})")
-        runs = [
-            start_run(original_copy, "original", scratch, 1, settings),
-            start_run(converted_copy, "converted", scratch, 1, settings),
-            start_run(converted_copy, "ranks", scratch, processes, settings),
-        ]
+        runs = start_runs(
+            [
+                (original_copy, "original", 1),
+                (converted_copy, "converted", 1),
+                (converted_copy, "ranks", processes),
+            ],
+            scratch,
+            settings,
+        )
         try:
             first = runs[0].finish()
             _probe_worked(first)
@@ -76,8 +80,7 @@ def run_verify(
                 )
             )
         finally:
-            for run in runs:
-                run.stop()
+            stop_all(runs)
     evaluation_read = False
     if steps != 0:  # the runs stopped early: the evaluation is checked from the code
         evaluation = check_evaluation_code(converted_code, str(converted or original), steps)

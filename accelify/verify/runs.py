@@ -4,13 +4,16 @@ scratch working directory, bounded by a timeout that turns a hang into a result.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from accelify.verify.records import (
     ENV_DEADLINE,
@@ -18,6 +21,7 @@ from accelify.verify.records import (
     ENV_PATH,
     ENV_SEED,
     ENV_STEPS,
+    PROBE_FAILED,
     LoaderPass,
     StepRecord,
     hang_marker,
@@ -59,12 +63,12 @@ class RunSettings:
 
 @dataclass
 class StartedRun:
-    """A run in flight: started with `start_run`, collected with `finish`. Runs are started
+    """A run in flight: started with `start_runs`, collected with `finish`. Runs are started
     together and run side by side (they are independent processes)."""
 
     label: str
     processes: int
-    process: subprocess.Popen[bytes]
+    process: ProcessLike
     records: Path
     log: Path
     errors: Path
@@ -92,48 +96,228 @@ class StartedRun:
         _stop_group(self.process)
 
 
-def start_run(
+def start_runs(
+    runs: list[tuple[Path, str, int]], scratch: Path, settings: RunSettings
+) -> list[StartedRun]:
+    """Start each (script, label, processes) run; they run side by side. On Linux they are
+    forked from one process that has imported torch (`accelify.verify.forks`: torch is imported
+    once, not once a run), elsewhere each is a process of its own."""
+    deadline = time.time() + settings.timeout
+    placed = [
+        _place_run(script, label, scratch, processes, settings) for script, label, processes in runs
+    ]
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+    env.update(_run_env(settings, deadline))
+    if sys.platform != "linux":  # fork after importing torch is Linux's to rely on
+        return [_start_alone(run, env, deadline) for run in placed]
+    spec = scratch / "forks.json"
+    spec.write_text(json.dumps([run.spec() for run in placed]), encoding="utf-8")
+    with placed[0].errors.open("ab") as errors:  # the supervisor's own errors: the first run's
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "accelify.verify.forks", str(spec)],
+            cwd=scratch,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            start_new_session=True,
+        )
+    forked = Forked(supervisor)
+    return [run.started(ForkedProcess(forked, run.label), deadline) for run in placed]
+
+
+@dataclass(frozen=True)
+class _PlacedRun:
+    """A run's command, folders and files, before it starts."""
+
+    label: str
+    processes: int
+    arguments: list[str]  # after `python -m accelify` (launch) or `-m accelify.verify.probe`
+    workdir: Path
+    records: Path
+    log: Path
+    errors: Path
+
+    @property
+    def launched(self) -> bool:
+        return self.processes > 1
+
+    def command(self) -> list[str]:
+        module = "accelify" if self.launched else "accelify.verify.probe"
+        return [sys.executable, "-m", module, *self.arguments]
+
+    def spec(self) -> dict:
+        return {
+            "label": self.label,
+            "launch": self.launched,
+            "arguments": self.arguments,
+            "workdir": str(self.workdir),
+            "stdout": str(self.log),
+            "stderr": str(self.errors),
+            "env": {ENV_OUT: str(self.records)},
+        }
+
+    def started(self, process: ProcessLike, deadline: float) -> StartedRun:
+        return StartedRun(
+            self.label, self.processes, process, self.records, self.log, self.errors, deadline
+        )
+
+
+def _place_run(
     script: Path, label: str, scratch: Path, processes: int, settings: RunSettings
-) -> StartedRun:
+) -> _PlacedRun:
     records = scratch / f"{label}-records"
     workdir = scratch / f"{label}-work"
-    log = scratch / f"{label}.log"
-    errors = scratch / f"{label}.err"
     records.mkdir(parents=True)
     workdir.mkdir(parents=True)
-    deadline = time.time() + settings.timeout
+    probe = [str(script), *settings.args]
+    # No device flag: the launcher runs on the CPU where there is no GPU, and the parent need
+    # not import torch to ask.
+    arguments = (
+        ["launch", "-n", str(processes), "-m", "accelify.verify.probe", *probe]
+        if processes > 1
+        else probe
+    )
+    log, errors = scratch / f"{label}.log", scratch / f"{label}.err"
+    # Output goes to a file, not a pipe: nothing can keep the parent waiting on a pipe end.
+    log.touch()
+    errors.touch()
+    return _PlacedRun(label, processes, arguments, workdir, records, log, errors)
+
+
+def _run_env(settings: RunSettings, deadline: float) -> dict[str, str]:
     env = {
-        **os.environ,
-        ENV_OUT: str(records),
         ENV_STEPS: str(settings.steps),
         ENV_SEED: str(settings.seed),
         ENV_DEADLINE: str(deadline),
-        "PYTHONHASHSEED": "0",
-        "PYTHONUNBUFFERED": "1",
     }
     if settings.search_path is not None:
         env[ENV_PATH] = str(settings.search_path)
-    probe = ["-m", "accelify.verify.probe", str(script), *settings.args]
-    if processes == 1:
-        command = [sys.executable, *probe]
-    else:
-        # No device flag: the launcher runs on the CPU where there is no GPU, and the parent
-        # need not import torch to ask.
-        command = [sys.executable, "-m", "accelify", "launch", "-n", str(processes), *probe]
-    # Output goes to a file, not a pipe: nothing can keep the parent waiting on a pipe end.
-    with log.open("wb") as output, errors.open("wb") as error_output:
+    return env
+
+
+def _start_alone(run: _PlacedRun, env: dict[str, str], deadline: float) -> StartedRun:
+    with run.log.open("wb") as output, run.errors.open("wb") as error_output:
         process = subprocess.Popen(
-            command,
-            cwd=workdir,
-            env=env,
+            run.command(),
+            cwd=run.workdir,
+            env={**env, ENV_OUT: str(run.records)},
             stdout=output,
             stderr=error_output,
             start_new_session=True,
         )
-    return StartedRun(label, processes, process, records, log, errors, deadline)
+    return run.started(process, deadline)
 
 
-def _wait(process: subprocess.Popen[bytes], timeout: float) -> int | None:
+class Forked:
+    """The supervisor of the forked runs (`accelify.verify.forks`) and what it has reported on
+    its stdout: each run's pid as it starts, its exit code as it ends."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        self.pids: dict[str, int] = {}
+        self.codes: dict[str, int] = {}
+        self._pending = b""
+        self._ended = False
+
+    def code(self, label: str, timeout: float | None) -> int | None:
+        """The run's exit code, waiting up to ``timeout`` seconds (None: as long as it takes)
+        for it; None when it has not ended by then. A run the supervisor never reported (it
+        failed before starting them) ends with the supervisor's own code, never with 0."""
+        until = None if timeout is None else time.monotonic() + timeout
+        while label not in self.codes and not self._ended:
+            if not self._read(until):
+                return None
+        if label not in self.codes:
+            self.codes[label] = self.process.wait() or PROBE_FAILED
+        return self.codes[label]
+
+    def pid(self, label: str) -> int | None:
+        """The run's process (and process group) id, once started; None before."""
+        while label not in self.pids and not self._ended and self._read(time.monotonic()):
+            pass
+        return self.pids.get(label)
+
+    def _read(self, until: float | None) -> bool:
+        """Read what the supervisor has written, waiting until ``until`` (monotonic; None:
+        forever) for something; False when nothing came by then."""
+        stream = self.process.stdout
+        assert stream is not None
+        wait = None if until is None else max(0.0, until - time.monotonic()) * 1000
+        poll = select.poll()  # not select(): a parent with over 1024 files open reads it too
+        poll.register(stream, select.POLLIN)
+        if not poll.poll(wait):
+            return False
+        chunk = os.read(stream.fileno(), 4096)
+        if not chunk:
+            self._ended = True
+            stream.close()
+            self.process.wait()
+            return True
+        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        for line in lines:
+            what, label, number = line.decode().split(" ")
+            (self.pids if what == "started" else self.codes)[label] = int(number)
+        return True
+
+    def close(self) -> None:
+        """Once every run has ended or been stopped: the supervisor ends too."""
+        try:
+            self.process.wait(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+class ProcessLike(Protocol):
+    """What a run needs of its process: `subprocess.Popen`'s wait, poll and pid."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+
+@dataclass
+class ForkedProcess:
+    """A forked run, waited for through its supervisor's reports as a `subprocess.Popen` is."""
+
+    forked: Forked
+    label: str
+
+    @property
+    def pid(self) -> int:
+        """Its own, or its supervisor's while it has not been started (stopping the supervisor
+        before it forks stops the run)."""
+        return self.forked.pid(self.label) or self.forked.process.pid
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.forked.code(self.label, timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.label, timeout or 0.0)
+        return code
+
+    def poll(self) -> int | None:
+        return self.forked.code(self.label, 0.0)
+
+
+def stop_all(runs: list[StartedRun]) -> None:
+    """Stop whatever still runs; then the forked runs' supervisor ends."""
+    for run in runs:
+        run.stop()
+    for forked in {
+        id(run.process.forked): run.process.forked
+        for run in runs
+        if isinstance(run.process, ForkedProcess)
+    }.values():
+        forked.close()
+
+
+def _wait(process: ProcessLike, timeout: float) -> int | None:
     """The exit code, or None when it had to be stopped: SIGTERM first (the launcher passes it
     on to its workers), SIGKILL for whatever is left."""
     try:
@@ -143,7 +327,7 @@ def _wait(process: subprocess.Popen[bytes], timeout: float) -> int | None:
         return None
 
 
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
+def _stop_group(process: ProcessLike) -> None:
     if process.poll() is not None:
         return  # ended and reaped: its process group id may belong to someone else by now
     for sig, wait in ((signal.SIGTERM, GRACE), (signal.SIGKILL, None)):
