@@ -226,3 +226,35 @@ def test_a_trainer_class_this_file_builds_or_is_handed_a_model_is_converted(tmp_
     (project / "trainer.py").write_text(made)
     (result,) = convert_all(list(collect([project / "trainer.py"])), Options(), 1)
     assert result.prepared == ["self.model", "self.optimizer"]
+
+
+def test_an_optimizer_a_sibling_factory_makes_with_the_loaders_is_prepared_with_them(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(LOADERS, project)
+    (project / "cfg.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def init_config(model, bsz, lr):\n"
+        "    x = torch.randn(64, 4)\n"
+        "    ds = TensorDataset(x, (x.sum(1) > 0).long())\n"
+        "    train_loader = DataLoader(ds, batch_size=bsz, shuffle=True)\n"
+        "    valid_loader = DataLoader(ds, batch_size=bsz)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
+        "    return train_loader, valid_loader, optimizer, torch.nn.CrossEntropyLoss()\n"
+    )
+    (project / "train.py").write_text(
+        "import torch\n"
+        "from cfg import init_config\n\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "train_loader, valid_loader, optimizer, criterion = init_config(model, 8, 0.1)\n"
+        "for x, y in train_loader:\n"
+        "    optimizer.zero_grad()\n"
+        "    criterion(model(x), y).backward()\n"
+        "    optimizer.step()\n"
+    )
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    # the loss module it also returns is no object prepare takes
+    assert result.prepared == ["model", "optimizer", "train_loader", "valid_loader"]
+    assert not result.reviews

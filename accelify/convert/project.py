@@ -107,15 +107,21 @@ def _sibling_calls(
             yield node, name, function, file, other
 
 
+#: What a call of another module's factory is taken to return: the loaders, and an optimizer
+#: made beside them (``train_loader, valid_loader, optimizer, loss = init_config(model, ...)``)
+_FOLLOWED = (Kind.DATALOADER, Kind.OPTIMIZER)
+
+
 def imported_returns(
     path: str | Path, model: ScriptModel
 ) -> dict[int, list[tuple[tuple[int, ...], Kind | None]]]:
     """The calls of ``model`` (the file ``path``) that return DataLoaders made in a module of its
-    own folder, by the call's id, with what each returns by position (`objects.returned_kinds`,
-    every other kind left out): a function imported from there (``get_dataloader(train=True)``
-    of ``dataset.py``), or a method of an instance of a class imported from there
-    (``data_loader = TinyImageNetDataLoader(32)``, then ``data_loader.get_loaders()``). The
-    conversion prepares them as it prepares loaders a factory of the file returns."""
+    own folder, by the call's id, with what each returns by position (`objects.returned_kinds`:
+    the loaders and an optimizer made with them, every other kind left out): a function
+    imported from there (``get_dataloader(train=True)`` of ``dataset.py``), or a method of an
+    instance of a class imported from there (``data_loader = TinyImageNetDataLoader(32)``,
+    then ``data_loader.get_loaders()``). The conversion prepares them as it prepares what a
+    factory of the file returns."""
     script = Path(path)
     if not script.is_file():
         return {}
@@ -129,7 +135,7 @@ def imported_returns(
             continue
         function, other = located
         kinds = [
-            (path, kind if kind is Kind.DATALOADER else None)
+            (path, kind if kind in _FOLLOWED else None)
             for path, kind in returned_kinds(other, function, value_classifier(other))
         ]
         if any(kind is Kind.DATALOADER for _, kind in kinds):
