@@ -5,8 +5,11 @@ changed (the conversion reads one file at a time)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
+
+import pytest
 
 from accelify.convert import Options
 from accelify.convert.files import collect, convert_all
@@ -139,3 +142,119 @@ def test_a_sibling_writer_that_changes_a_module_global_or_raises_runs_on_every_r
         assert "if accelerator.is_main_process:\n            utils.write_log(" not in converted
         # the helper that only writes is still guarded
         assert "    if accelerator.is_main_process:\n        dump_results(" in converted
+
+
+LOADERS = FIXTURES / "projects" / "loaders_from_a_sibling_module"
+
+
+def test_loaders_a_sibling_module_makes_are_prepared_and_their_evaluations_gathered(
+    tmp_path: Path,
+):
+    shutil.copytree(LOADERS, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    # a method of an instance of the module's class, and a function of the module
+    assert result.prepared == ["model", "optimizer", "train_loader", "val_loader", "test_loader"]
+    converted = result.converted.decode()
+    assert "outputs, targets = accelerator.gather_for_metrics((outputs, targets))" in converted
+    assert not any("DataLoader" in note.text for note in result.reviews)
+
+
+def test_loaders_of_a_sibling_module_are_not_followed_without_the_file(tmp_path: Path):
+    # the same source converted alone (no data.py beside it): nothing says what the calls make
+    source = (LOADERS / "train.py").read_bytes()
+    (tmp_path / "train.py").write_bytes(source)
+    (result,) = convert_all(list(collect([tmp_path / "train.py"])), Options(), 1)
+    assert result.prepared == ["model", "optimizer"]
+    assert "gather_for_metrics" not in result.converted.decode()
+
+
+@pytest.mark.distributed
+def test_loaders_of_a_sibling_module_train_sharded_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(LOADERS, project)
+    assert_ok(run_accelify("convert", project / "train.py", "-o", project / "converted.py"))
+    result = run_accelify(
+        "verify",
+        project / "train.py",
+        project / "converted.py",
+        "--to-end",
+        cwd=tmp_path,
+        timeout=400,
+    )
+    assert_ok(result)
+    assert "verdict: PASS" in result.stdout
+    assert re.search(r"all [1-9]\d* printed lines identical", result.stdout), result.stdout
+
+
+TRAINER = FIXTURES / "projects" / "trainer_class_in_a_sibling_module"
+
+
+def test_a_trainer_class_handed_everything_by_another_file_is_left_with_why(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(TRAINER, project)
+    before = {p.name: p.read_bytes() for p in project.iterdir()}
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    trainer, run = results["trainer.py"], results["run.py"]
+    assert not trainer.changed and not run.changed
+    (review,) = trainer.reviews
+    assert review.line == 38  # loss.backward()
+    assert "ModelTrainer trains a model and optimizer made elsewhere and handed in" in review.text
+    assert "each rank would train its own copy" in review.text
+    (review,) = run.reviews
+    assert "ModelTrainer() trains in trainer.py (its .backward() at line 38)" in review.text
+    assert {p.name: p.read_bytes() for p in project.iterdir()} == before
+
+
+def test_a_trainer_class_this_file_builds_or_is_handed_a_model_is_converted(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(TRAINER, project)
+    source = (TRAINER / "trainer.py").read_text()
+    # built here: the file owns its training
+    (project / "trainer.py").write_text(
+        source + "\n\nModelTrainer(torch.nn.Linear(4, 1), 'cpu', 'm.pth').train(1)\n"
+    )
+    (result,) = convert_all(list(collect([project / "trainer.py"])), Options(), 1)
+    assert result.changed
+    # an optimizer the constructor makes over the model it keeps: prepared there, and the
+    # other file's calls run as they are
+    made = source.replace(
+        "        self.optimizer = None\n",
+        "        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.05)\n",
+    )
+    (project / "trainer.py").write_text(made)
+    (result,) = convert_all(list(collect([project / "trainer.py"])), Options(), 1)
+    assert result.prepared == ["self.model", "self.optimizer"]
+
+
+def test_an_optimizer_a_sibling_factory_makes_with_the_loaders_is_prepared_with_them(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(LOADERS, project)
+    (project / "cfg.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def init_config(model, bsz, lr):\n"
+        "    x = torch.randn(64, 4)\n"
+        "    ds = TensorDataset(x, (x.sum(1) > 0).long())\n"
+        "    train_loader = DataLoader(ds, batch_size=bsz, shuffle=True)\n"
+        "    valid_loader = DataLoader(ds, batch_size=bsz)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
+        "    return train_loader, valid_loader, optimizer, torch.nn.CrossEntropyLoss()\n"
+    )
+    (project / "train.py").write_text(
+        "import torch\n"
+        "from cfg import init_config\n\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "train_loader, valid_loader, optimizer, criterion = init_config(model, 8, 0.1)\n"
+        "for x, y in train_loader:\n"
+        "    optimizer.zero_grad()\n"
+        "    criterion(model(x), y).backward()\n"
+        "    optimizer.step()\n"
+    )
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    # the loss module it also returns is no object prepare takes
+    assert result.prepared == ["model", "optimizer", "train_loader", "valid_loader"]
+    assert not result.reviews

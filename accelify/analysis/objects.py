@@ -675,7 +675,8 @@ def _call_returns(
 ) -> list[tuple[Path, Kind | None]]:
     """What a call of one of this file's functions (not a constructor) returns, by position
     (`returned_kinds`); a function written as a lambda (``make_loader = lambda ds:
-    DataLoader(ds, ...)``) returns what its body makes."""
+    DataLoader(ds, ...)``) returns what its body makes; a function of another module of the
+    project, what the conversion found it returns there (`ScriptModel.imported_returns`)."""
     target = callee(model, call)
     if target is not None:
         if target[0].name.value == "__init__":
@@ -683,7 +684,7 @@ def _call_returns(
         return returned_kinds(model, target[0], classify)
     body = _lambda_body(model, call)
     if body is None:
-        return []
+        return list(model.imported_returns.get(id(call), []))
     return _kinds_of([body], None, model, classify)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.names import OPTIMIZER_FACTORIES
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import attributes_kept, bound_arguments
 from accelify.analysis.script_model import (
     OPTIMIZER_METHODS,
     Binding,
@@ -183,6 +183,45 @@ def add_models_fed_to_optimizers(model: ScriptModel) -> None:
                     )
                 )
                 known.add((name, id(model.scope_of(assign))))
+    _add_kept_parameters(model, known)
+
+
+def _add_kept_parameters(model: ScriptModel, known: set[tuple[str, int]]) -> None:
+    """``def __init__(self, model, ...)``: ``self.model = model``, then ``self.optimizer =
+    SGD(model.parameters())``: the attribute the other methods train is the model handed in,
+    received as the parameter is, also where no call of this file builds the class (a trainer
+    module built by another file of the project)."""
+    for optimizer in model.of_kind(Kind.OPTIMIZER):
+        scope = optimizer.scope
+        if not isinstance(scope, cst.FunctionDef) or not isinstance(
+            model.parent(model.parent(scope)), cst.ClassDef
+        ):
+            continue
+        parameters = {p.name.value for p in scope.params.params}
+        kept = attributes_kept(model, scope)
+        for owner in parameter_owners(optimizer) & parameters:
+            attribute = kept.get(owner)
+            if attribute is None or (attribute, id(scope)) in known:
+                continue
+            for assign in model.index.own_assignments(scope):
+                statement = model.parent(assign)
+                if isinstance(statement, cst.SimpleStatementLine) and any(
+                    dotted(t) == attribute for t in assigned_targets(assign)
+                ):
+                    model.bindings.append(
+                        Binding(
+                            attribute,
+                            Kind.MODEL,
+                            scope,
+                            statement,
+                            assign,
+                            assign.value,
+                            model,
+                            received=True,
+                        )
+                    )
+                    known.add((attribute, id(scope)))
+                    break
 
 
 def _in_model_class(node: cst.CSTNode, model: ScriptModel) -> bool:

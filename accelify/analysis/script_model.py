@@ -158,6 +158,11 @@ class ScriptModel:
         default_factory=dict, repr=False
     )
     _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
+    #: what calls of functions of the project's other modules return, by the call's id: the
+    #: DataLoaders a ``get_dataloader()`` of ``dataset.py`` makes (`convert.project`)
+    imported_returns: Mapping[int, list[tuple[tuple[int, ...], Kind | None]]] = field(
+        default_factory=dict, repr=False
+    )
     #: the analysis's walk kept: `walk` of a node of this tree is a slice of it
     walked: WalkedTree = field(init=False, repr=False)
     #: `call_names` by the call's id, from when the walk has seen every import (None before)
@@ -552,10 +557,17 @@ def value_classifier(model: ScriptModel) -> Callable[[cst.BaseExpression, str], 
     return _Collector(model).classify
 
 
-def analyze(module: cst.Module, source: str | None = None) -> ScriptModel:
+def analyze(
+    module: cst.Module,
+    source: str | None = None,
+    imported_returns: Mapping[int, list[tuple[tuple[int, ...], Kind | None]]] | None = None,
+) -> ScriptModel:
     """One traversal collects everything; positions are left for the first finding that needs
-    one (libcst's scope analysis is not used: an import table answers what a name is)."""
+    one (libcst's scope analysis is not used: an import table answers what a name is).
+    ``imported_returns``: what calls of the project's other modules return (`ScriptModel`)."""
     model = ScriptModel(module=module, imports=ImportTable.of_module(module))
+    if imported_returns:
+        model.imported_returns = imported_returns
     if source is not None:  # the text the module was parsed from: no code generation for it
         model.__dict__["source"] = source
     _collect(model, _Collector(model))

@@ -59,6 +59,9 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
                 f"of another module (line {first.line})",
             )
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
+    returns = project.imported_returns(path, model)
+    if returns:  # DataLoaders made by the project's other modules: analysed as made here
+        model = analyze(module, imported_returns=returns)
     plan = plan_conversion(model, options or Options(), project.imported_writers(path, model))
     if plan.empty:
         return Conversion(label, data, data, reviews=plan.reviews, skipped="nothing to convert")

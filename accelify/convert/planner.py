@@ -15,7 +15,7 @@ from accelify.analysis.loss_sources import made_for
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, Scope, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps import (
     accelerator,
     accumulation,
@@ -185,33 +185,81 @@ def _trains_only_for_other_files(ctx: Context) -> str | None:
     that nothing in this file calls or hands on, and every model and optimizer it trains is a
     parameter. The Accelerator belongs where they are made, in the other file; made here it
     would be a new one per call with nothing prepared, and a parameter added for it would
-    break the other file's calls. Left as it is, with why; None when the file trains
-    anything of its own."""
+    break the other file's calls. The same for a trainer class of such a module (``class
+    ModelTrainerVAE`` handed its model by ``__init__`` and its loader and optimizer by setters,
+    built by the script that imports it) that nothing in this file builds, names or derives
+    from, and in which the analysis sees no model or optimizer (one handed to ``__init__`` is
+    prepared there, and the other file's calls run as they are). Left as it is, with why; None
+    when the file trains anything of its own."""
     model, placement, graph = ctx.model, ctx.facts.placement, ctx.facts.calls
     trainers: list[cst.FunctionDef] = []
+    classes: list[cst.ClassDef] = []
     for call in model.backward_calls:
         function = placement.top_function(call)
-        if function is None or placement.is_method(function):
+        if function is None:
             return None
-        if function not in trainers:
+        if placement.is_method(function):
+            owner = model.parent(model.parent(function))
+            if not isinstance(owner, cst.ClassDef) or model.parent(owner) is not model.module:
+                return None
+            if owner not in classes:
+                classes.append(owner)
+        elif function not in trainers:
             trainers.append(function)
-    if not trainers or any(
-        graph.callers(f) or graph.references(f) or graph.uncertain_callers(f) for f in trainers
-    ):
+    if any(graph.callers(f) or graph.references(f) or graph.uncertain_callers(f) for f in trainers):
         return None
     if any(not f.params.params or not _called_as_written(f) for f in trainers):
         return None  # ``@app.command()``: run by what decorates it
+    if any(c.decorators or _named_in_the_file(model, c) for c in classes):
+        return None
+    trained = (Kind.MODEL, Kind.OPTIMIZER)
+    if classes and any(  # a constructor handed both prepares them: the caller's file runs as is
+        any(owner in classes for owner in model.ancestors(binding.statement))
+        for binding in model.of_kind(*trained)
+    ):
+        return None
     kinds = (Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER)
     if any(not binding.received for binding in model.of_kind(*kinds)):
         return None
-    names = " and ".join(f"{f.name.value}()" for f in trainers)
+    if not classes:
+        names = " and ".join(f"{f.name.value}()" for f in trainers)
+        return (
+            f"{names} {'trains' if len(trainers) == 1 else 'train'} a model and optimizer "
+            "handed in, and nothing in this file makes them or calls it: the Accelerator "
+            "belongs where they are made, in the file that calls it; left as it is: there, "
+            "create the Accelerator, prepare the model, optimizer and loaders, and hand it in "
+            "as a parameter here (accelerator.backward(loss), accelerator.gather_for_metrics "
+            "in the evaluation, accelerator.print)"
+        )
+    names = " and ".join([f"{f.name.value}()" for f in trainers] + [c.name.value for c in classes])
     return (
-        f"{names} {'trains' if len(trainers) == 1 else 'train'} a model and optimizer handed "
-        "in, and nothing in this file makes them or calls it: the Accelerator belongs where "
-        "they are made, in the file that calls it; left as it is: there, create the "
-        "Accelerator, prepare the model, optimizer and loaders, and hand it in as a parameter "
-        "here (accelerator.backward(loss), accelerator.gather_for_metrics in the evaluation, "
-        "accelerator.print)"
+        f"{names} {'trains' if len(trainers) + len(classes) == 1 else 'train'} a model and "
+        "optimizer made elsewhere and handed in, and nothing in this file makes them or builds "
+        "the class: the Accelerator belongs where they are made, in the file that builds it "
+        "(made here, nothing it trains would be prepared and each rank would train its own "
+        "copy); left as it is: there, create the Accelerator, prepare the model, optimizer and "
+        "loaders before handing them in, and hand the accelerator in too (here: "
+        "accelerator.backward(loss), accelerator.gather_for_metrics in the evaluation, "
+        "accelerator.print, accelerator.save of the unwrapped model)"
+    )
+
+
+def _named_in_the_file(model: ScriptModel, owner: cst.ClassDef) -> bool:
+    """The class's name is read anywhere in the file but its own ``class`` line and its
+    ``super(Class, self)`` calls: built, derived from, handed on or checked with
+    ``isinstance``."""
+    name = owner.name.value
+    supers = {
+        id(node.args[0].value)
+        for node in walk(owner)
+        if isinstance(node, cst.Call) and dotted(node.func) == "super" and node.args
+    }
+    return any(
+        isinstance(node, cst.Name)
+        and node.value == name
+        and node is not owner.name
+        and id(node) not in supers
+        for node in walk(model.module)
     )
 
 

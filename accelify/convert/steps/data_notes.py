@@ -87,6 +87,15 @@ def run(ctx: Context) -> None:
             )
         elif _arguments_prepared_where_received(ctx):
             text = None  # made in a call's arguments, prepared by the function that receives it
+        elif handed := _handed_in_from_outside(ctx):
+            name, function, loop_node = handed
+            text = (
+                f"the training loop at line {ctx.line(loop_node)} reads {name}, which "
+                f"{function}() is handed by code "
+                "outside this file (no call here passes it): if it is a DataLoader, it is not "
+                "prepared, so every rank trains on all of it (correct, not data-parallel); "
+                "prepare it where it is made and hand the prepared loader in"
+            )
         else:
             text = (
                 "batches do not come from a DataLoader: every rank trains on the same data; "
@@ -294,6 +303,33 @@ def _arguments_prepared_where_received(ctx: Context, kind: Kind = Kind.DATALOADE
         for call, implicit in flow.calls_of(function):
             found += [a for n, a in bound_arguments(function, call, implicit) if n in loaders]
     return found
+
+
+def _handed_in_from_outside(ctx: Context) -> tuple[str, str, cst.For] | None:
+    """The data a training loop reads is a parameter of its function that no call of this file
+    hands over (``def train(self, train_loader, epochs)`` of a trainer another file builds), or
+    an attribute a method keeps from its parameter (``set_loader(self, loader)``): made by
+    another file, unseen here. The loop's name, the receiving function's, and the loop."""
+    placement, graph = ctx.facts.placement, ctx.facts.calls
+    for loop in ctx.model.loops:
+        if not loop.trains or loop.iterable is None:
+            continue
+        function = placement.enclosing_function(loop.node)
+        if function is None:
+            continue
+        if loop.iterable in {p.name.value for p in function.params.params}:
+            if not graph.callers(function) and not graph.uncertain_callers(function):
+                return loop.iterable, function.name.value, loop.node
+            continue
+        owner = placement.class_of(function)
+        if owner is None or not loop.iterable.startswith("self."):
+            continue
+        for method in ctx.model.index.methods_of(owner.name.value).values():
+            if loop.iterable in attributes_kept(ctx.model, method).values() and not (
+                graph.callers(method) or graph.uncertain_callers(method)
+            ):
+                return loop.iterable, method.name.value, loop.node
+    return None
 
 
 def _no_loader_prepared(ctx: Context) -> bool:
