@@ -53,6 +53,38 @@ _TRAINER = (
     "                total += loss_fn(self.model(x), y).item()\n"
 )
 
+#: Helpers return (loss, accuracy) per epoch, zipped with their names into one dict: the
+#: training loss is this rank's own, the validation loss is reduced over the ranks.
+_ZIPPED = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "def train_epoch(accelerator, model, optimizer, loader):\n"
+    "    total = 0.0\n"
+    "    for x, y in loader:\n"
+    "        loss = loss_fn(model(x), y)\n"
+    "        accelerator.backward(loss)\n"
+    "        optimizer.step()\n"
+    "        total += loss.item()\n"
+    "    return total / len(loader), 0.0\n"
+    "def valid_epoch(accelerator, model, loader):\n"
+    "    total = torch.zeros(1, device=accelerator.device)\n"
+    "    with torch.no_grad():\n"
+    "        for x, y in loader:\n"
+    "            total += loss_fn(model(x), y)\n"
+    '    total = accelerator.reduce(total, "mean")\n'
+    "    return total.item() / len(loader), 0.0\n"
+    "accelerator = Accelerator()\n"
+    "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\n"
+    "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+    "    model, optimizer, loader, val_loader\n)\n"
+    "keys = ['train_loss', 'train_acc', 'val_loss', 'val_acc']\n"
+    "for epoch in range(10):\n"
+    "    metrics = dict(zip(keys, [\n"
+    "        *train_epoch(accelerator, model, optimizer, loader),\n"
+    "        *valid_epoch(accelerator, model, val_loader),\n"
+    "    ]))\n"
+)
+
 
 class PlateauMetricPerRank(Rule):
     """``ReduceLROnPlateau.step(metric)`` lowers the learning rate when ``metric`` stops
@@ -141,8 +173,18 @@ class PlateauMetricPerRank(Rule):
             20,
             5,
         ),
+        Example(  # the entry zipped with "train_loss": the training loss of this rank alone
+            _ZIPPED + "    scheduler.step(metrics['train_loss'])\n", 29, 5
+        ),
     )
     good = (
+        # the entry zipped with "val_loss" is the validation loss reduced in its helper (the
+        # training loss beside it in the dict is no part of it)
+        _ZIPPED + "    scheduler.step(metrics['val_loss'])\n",
+        _ZIPPED.replace("dict(zip(keys, [", "{k: v for k, v in zip(keys, [").replace(
+            "    ]))\n", "    ])}\n"
+        )
+        + "    scheduler.step(metrics['val_loss'])\n",
         # reduced in place over ranks first (torch.distributed writes into its argument)
         _VALIDATED + "    dist.all_reduce(val_loss)\n    scheduler.step(val_loss.item())\n",
         # reduced, and the reduced value assigned back to the metric's name

@@ -9,6 +9,8 @@ ACC409 asks it of a plateau scheduler's metric, ACC420 of a stop's test."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 
 from accelify.analysis.collectives import agreed_in_place, agrees_across_ranks
@@ -47,16 +49,136 @@ class OwnValues:
         ``value`` (the outermost on the way), or None."""
         if _agrees(self.script, value):
             return None
+        zipped: set[str] = set()
+        for node in walk(value):
+            entry = self._zipped_entry(node, at, passed, depth, folded)
+            if entry is None:
+                continue
+            base, found = entry
+            if found is not None:
+                return found
+            zipped.add(base)
         if depth > 0:
             for call in walk(value):
                 found = self._through_callee(call, depth, folded)
                 if found is not None:
                     return found
         for name in names_read(self.script, value):
+            if name in zipped:
+                continue
             found = self._name(name, at, passed, depth, folded)
             if found is not None:
                 return found
         return None
+
+    def _zipped_entry(
+        self,
+        node: cst.CSTNode,
+        at: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int,
+        folded: cst.CSTNode | None,
+    ) -> tuple[str, cst.CSTNode | None] | None:
+        """For ``metrics["val_loss"]`` of ``metrics = dict(zip(keys, values))`` (or ``{k: v
+        for k, v in zip(keys, values)}``): the dict's name and the origin of the one value
+        zipped with that key, found by its place among the keys and the values (a ``*helper()``
+        among them stands for as many as the helper's returned tuples hold). None when ``node``
+        is no such entry; the origin is None too when the entry cannot be told (keys or values
+        that are no literal list): the other entries are no part of it, so nothing is followed."""
+        if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+            return None
+        index = node.slice[0].slice
+        if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
+            return None
+        base = dotted(node.value)
+        if base is None:
+            return None
+        binding = _last_binding(self.facts, base, at)
+        pair = _zipped(binding)
+        if binding is None or pair is None:
+            return None
+        keys = self._elements(pair[0], binding)
+        values = self._elements(pair[1], binding)
+        if keys is None or values is None:
+            return base, None
+        names = [
+            k.value.evaluated_value if isinstance(k.value, cst.SimpleString) else None for k in keys
+        ]
+        key = index.value.evaluated_value
+        if key not in names or any(isinstance(k, cst.StarredElement) for k in keys):
+            return base, None
+        return base, self._slot(values, names.index(key), binding, passed, depth, folded)
+
+    def _elements(
+        self, value: cst.BaseExpression, at: cst.CSTNode
+    ) -> Sequence[cst.BaseElement] | None:
+        """The elements of a list or tuple written out, here or as the last binding of the name
+        ``value`` reads."""
+        name = dotted(value)
+        if name is not None:
+            binding = _last_binding(self.facts, name, at)
+            value = getattr(binding, "value", None) if isinstance(binding, cst.Assign) else None
+        if isinstance(value, cst.List | cst.Tuple):
+            return value.elements
+        return None
+
+    def _slot(
+        self,
+        values: Sequence[cst.BaseElement],
+        slot: int,
+        binding: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int,
+        folded: cst.CSTNode | None,
+    ) -> cst.CSTNode | None:
+        """The origin of the ``slot``-th of ``values``, a ``*helper(...)`` spread over as many
+        slots as its returned tuples hold (None when their length cannot be told)."""
+        offset = 0
+        for element in values:
+            if not isinstance(element, cst.StarredElement):
+                if offset == slot:
+                    return self.origin(element.value, binding, passed, depth, folded)
+                offset += 1
+                continue
+            spread = self._returned_tuples(element.value) if depth > 0 else None
+            if spread is None:
+                return None
+            bound, returns = spread
+            width = len(returns[0].elements)
+            if offset + width > slot:
+                for returned in returns:
+                    picked = returned.elements[slot - offset].value
+                    found = self.origin(picked, picked, bound, depth - 1, folded)
+                    if found is not None:
+                        return found
+                return None
+            offset += width
+        return None
+
+    def _returned_tuples(
+        self, call: cst.BaseExpression
+    ) -> tuple[dict[str, cst.BaseExpression], list[cst.Tuple]] | None:
+        """The tuples a function of the file returns (all written out, all as long) with its
+        parameters bound to ``call``'s arguments."""
+        target = callee(self.script, call) if isinstance(call, cst.Call) else None
+        if target is None:
+            return None
+        function, implicit = target
+        returns = [r.value for r in self.script.index.own_returns(function)]
+        if not returns or not all(
+            isinstance(r, cst.Tuple)
+            and not any(isinstance(e, cst.StarredElement) for e in r.elements)
+            for r in returns
+        ):
+            return None
+        tuples = [r for r in returns if isinstance(r, cst.Tuple)]
+        if len({len(t.elements) for t in tuples}) != 1:
+            return None
+        bound = {
+            name: argument.value
+            for name, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
+        }
+        return bound, tuples
 
     def _through_callee(
         self, call: cst.CSTNode, depth: int, folded: cst.CSTNode | None
@@ -167,6 +289,30 @@ def _enumerated_index(loop: cst.For, name: str) -> bool:
         and bool(target.elements)
         and dotted(target.elements[0].value) == name
     )
+
+
+def _zipped(binding: cst.CSTNode | None) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """The keys and the values of ``dict(zip(keys, values))`` or ``{k: v for k, v in zip(keys,
+    values)}`` that ``binding`` assigns."""
+    value = binding.value if isinstance(binding, cst.Assign) else None
+    inner: cst.BaseExpression | None = None
+    if isinstance(value, cst.Call) and dotted(value.func) == "dict" and len(value.args) == 1:
+        if value.args[0].keyword is None and not value.args[0].star:
+            inner = value.args[0].value
+    elif (
+        isinstance(value, cst.DictComp)
+        and value.for_in.inner_for_in is None
+        and not value.for_in.ifs
+        and isinstance(value.for_in.target, cst.Tuple)
+        and [dotted(e.value) for e in value.for_in.target.elements]
+        == [dotted(value.key), dotted(value.value)]
+    ):
+        inner = value.for_in.iter
+    if not (isinstance(inner, cst.Call) and dotted(inner.func) == "zip" and len(inner.args) == 2):
+        return None
+    if any(argument.keyword is not None or argument.star for argument in inner.args):
+        return None
+    return inner.args[0].value, inner.args[1].value
 
 
 def names_read(script: ScriptModel, value: cst.CSTNode) -> list[str]:
