@@ -15,6 +15,8 @@ _GATHERS = frozenset({"gather", "gather_for_metrics"})
 #: collator pads labels (token classification, seq2seq, language modelling).
 _SEQUENCE_FIELDS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
 _LABELS = ("labels", "label_ids")
+#: Model outputs with one value per token of the batch: as long as its padded sequences.
+_PER_TOKEN_OUTPUTS = ("start_logits", "end_logits")
 #: Methods that hand back a tensor of the same shape.
 _SAME_SHAPE = ("cpu", "cuda", "to", "contiguous", "detach", "long", "int", "clone")
 #: How many renames of a gathered name are followed back to what it was made from.
@@ -47,6 +49,25 @@ _SUMMARIES = (
     "        tokens = accelerator.unwrap_model(model).generate(batch['input_ids'])\n"
 )
 
+
+#: Hugging Face's run_qa_no_trainer evaluation: each batch padded to its longest sequence.
+_QA = (
+    "import torch\n"
+    "from torch.utils.data import DataLoader\nfrom accelerate import Accelerator\n"
+    "from transformers import DataCollatorWithPadding\n"
+    "accelerator = Accelerator()\n"
+    "collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)\n"
+    "loader = DataLoader(eval_set, collate_fn=collator, batch_size=8)\n"
+    "model, loader = accelerator.prepare(model, loader)\n"
+    "for batch in loader:\n"
+    "    with torch.no_grad():\n"
+    "        outputs = model(**batch)\n"
+    "    start_logits = outputs.start_logits\n"
+    "    end_logits = outputs.end_logits\n"
+    "{padded}"
+    "    all_start.append(accelerator.gather_for_metrics(start_logits).cpu().numpy())\n"
+    "    all_end.append(accelerator.gather_for_metrics(end_logits).cpu().numpy())\n"
+)
 
 #: The NER evaluation with its gather in a helper called per batch.
 _PER_BATCH_HELPER = (
@@ -128,10 +149,22 @@ class GatheredUnequalLengths(Rule):
             14,
             19,
         ),
+        # a question-answering evaluation gathers the start and end logits unpadded
+        Example(
+            _QA.format(padded=""),
+            14,
+            22,
+        ),
         # gathered in a helper the loop calls per batch with the logits and the labels
         Example(_PER_BATCH_HELPER.format(padded=""), 11, 21),
     )
     good = (
+        # run_qa_no_trainer pads them first, with -100
+        _QA.format(
+            padded="    start_logits = accelerator.pad_across_processes(start_logits, dim=1, "
+            "pad_index=-100)\n"
+            "    end_logits = accelerator.pad_across_processes(end_logits, dim=1, pad_index=-100)\n"
+        ),
         # the helper pads both before its gather
         _PER_BATCH_HELPER.format(
             padded="    preds = accelerator.pad_across_processes(preds, dim=1, pad_index=-100)\n"
@@ -223,9 +256,14 @@ class GatheredUnequalLengths(Rule):
 def _fix(script: ScriptModel, accelerator: str, element: cst.BaseExpression, what: str) -> str:
     """``x = accelerator.pad_across_processes(x, dim=1, pad_index=-100)`` before the gather for
     a name, the padded value gathered in place of an expression; labels and token predictions
-    padded with -100 (what the loss and the metrics skip), token ids with the pad token."""
+    padded with -100 (what the loss and the metrics skip), per-token logits with -100 too (as
+    run_qa_no_trainer pads them: below any real logit), token ids with the pad token."""
     code = script.module.code_for_node(element)
-    pad = "-100" if what.startswith(("label", "token predictions")) else _pad_token(script)
+    pad = (
+        "-100"
+        if what.startswith(("label", "token predictions", "per-token"))
+        else _pad_token(script)
+    )
     padded = f"{accelerator}.pad_across_processes({code}, dim=1, pad_index={pad})"
     if isinstance(element, cst.Name):
         return f"{code} = {padded}"
@@ -327,6 +365,9 @@ def _sequences(
             kind = "labels" if field in _LABELS else "token ids"
             return f"{kind} padded by {collator.name}"
         return None
+    if field in _PER_TOKEN_OUTPUTS and collator is not None:
+        # ``outputs.start_logits`` of a question-answering model: one logit per token
+        return f"per-token {field} of batches {collator.name} pads"
     if not isinstance(value, cst.Name) or depth >= _DEPTH:
         return None
     latest = None
