@@ -230,6 +230,14 @@ class CollectiveOnSomeRanks(Rule):
         "accelerator = Accelerator(deepspeed_plugin=plugin)\n"
         "model = accelerator.prepare(model)\n"
         "if accelerator.is_main_process:\n    accelerator.save_model(model, 'out')\n",
+        # an EMA copy the script never prepares (a DDPM trainer's EMAModel): DeepSpeed never
+        # sharded it, so save_model gathers nothing from the other ranks
+        "from accelerate import Accelerator, DeepSpeedPlugin\n"
+        "from diffusers.training_utils import EMAModel\n"
+        "accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config))\n"
+        "ema_model = EMAModel(model.parameters(), model_cls=UNet2DModel)\n"
+        "model = accelerator.prepare(model)\n"
+        "if accelerator.is_main_process:\n    accelerator.save_model(ema_model, 'ema')\n",
         # instructlab: LoRA under FSDP is saved elsewhere; this branch never runs under FSDP
         _HF
         + "is_fsdp_lora = is_lora and accelerator.distributed_type == DistributedType.FSDP\n"

@@ -44,7 +44,7 @@ class DeviceMapOnEveryRank(Rule):
     code = "ACC421"
     name = "device-map-on-every-rank"
     message = (
-        "Load each rank's copy on its own device: device_map={'': accelerator.process_index}; "
+        "Load each rank's copy onto its own device: device_map={'': accelerator.process_index}; "
         "with 'auto' each of the N processes spreads its copy over every GPU (N copies on each)"
     )
     why = "Every process spreads its own copy of the model over every visible GPU."
@@ -128,9 +128,10 @@ class DeviceMapOnEveryRank(Rule):
                 continue
             accelerator = accelerator_name(script, call)
             where = f"{{'': {accelerator}.process_index}}"
+            model = f"the model ({prepared})" if prepared else "the model"
             if prepared is not None and runtime_of(script) == "hf":
                 text = (
-                    f"Load {prepared} on this rank's device: device_map={where} (or no "
+                    f"Load {model} onto this rank's device: device_map={where} (or no "
                     f"device_map): with 'auto' each of the N processes spreads its copy over "
                     f"every GPU, and {accelerator}.prepare refuses a model split over devices on "
                     "more than one process (ValueError: can't train a model loaded with "
@@ -138,7 +139,7 @@ class DeviceMapOnEveryRank(Rule):
                 )
             else:
                 text = (
-                    f"Load {prepared or 'the model'} on this rank's device: device_map={where}; "
+                    f"Load {model} onto this rank's device: device_map={where}; "
                     "with 'auto' "
                     "each of the N processes spreads its own copy over every GPU it sees: N "
                     "copies on each GPU (out of memory), every rank computing on the same devices"

@@ -5,6 +5,7 @@ import libcst as cst
 
 from accelify.analysis.evaluation import PaddingCollator, padding_collator
 from accelify.analysis.facts import facts_of
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted, keyword_value, target_names, walk
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, calls, calls_accelerator
@@ -14,6 +15,8 @@ _GATHERS = frozenset({"gather", "gather_for_metrics"})
 #: collator pads labels (token classification, seq2seq, language modelling).
 _SEQUENCE_FIELDS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
 _LABELS = ("labels", "label_ids")
+#: Model outputs with one value per token of the batch: as long as its padded sequences.
+_PER_TOKEN_OUTPUTS = ("start_logits", "end_logits")
 #: Methods that hand back a tensor of the same shape.
 _SAME_SHAPE = ("cpu", "cuda", "to", "contiguous", "detach", "long", "int", "clone")
 #: How many renames of a gathered name are followed back to what it was made from.
@@ -44,6 +47,39 @@ _SUMMARIES = (
     "for batch in loader:\n"
     "    with torch.no_grad():\n"
     "        tokens = accelerator.unwrap_model(model).generate(batch['input_ids'])\n"
+)
+
+
+#: Hugging Face's run_qa_no_trainer evaluation: each batch padded to its longest sequence.
+_QA = (
+    "import torch\n"
+    "from torch.utils.data import DataLoader\nfrom accelerate import Accelerator\n"
+    "from transformers import DataCollatorWithPadding\n"
+    "accelerator = Accelerator()\n"
+    "collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)\n"
+    "loader = DataLoader(eval_set, collate_fn=collator, batch_size=8)\n"
+    "model, loader = accelerator.prepare(model, loader)\n"
+    "for batch in loader:\n"
+    "    with torch.no_grad():\n"
+    "        outputs = model(**batch)\n"
+    "    start_logits = outputs.start_logits\n"
+    "    end_logits = outputs.end_logits\n"
+    "{padded}"
+    "    all_start.append(accelerator.gather_for_metrics(start_logits).cpu().numpy())\n"
+    "    all_end.append(accelerator.gather_for_metrics(end_logits).cpu().numpy())\n"
+)
+
+#: The NER evaluation with its gather in a helper called per batch.
+_PER_BATCH_HELPER = (
+    _NER.split("for batch in loader:")[0] + "def compute(logits, labels):\n"
+    "    preds = logits.argmax(dim=-1)\n"
+    "{padded}"
+    "    preds, labels = accelerator.gather((preds, labels))\n"
+    "    metric.add_batch(predictions=preds, references=labels)\n"
+    "for batch in loader:\n"
+    "    with torch.no_grad():\n"
+    "        outputs = model(**batch)\n"
+    "    compute(outputs.logits, batch['labels'])\n"
 )
 
 
@@ -113,8 +149,27 @@ class GatheredUnequalLengths(Rule):
             14,
             19,
         ),
+        # a question-answering evaluation gathers the start and end logits unpadded
+        Example(
+            _QA.format(padded=""),
+            14,
+            22,
+        ),
+        # gathered in a helper the loop calls per batch with the logits and the labels
+        Example(_PER_BATCH_HELPER.format(padded=""), 11, 21),
     )
     good = (
+        # run_qa_no_trainer pads them first, with -100
+        _QA.format(
+            padded="    start_logits = accelerator.pad_across_processes(start_logits, dim=1, "
+            "pad_index=-100)\n"
+            "    end_logits = accelerator.pad_across_processes(end_logits, dim=1, pad_index=-100)\n"
+        ),
+        # the helper pads both before its gather
+        _PER_BATCH_HELPER.format(
+            padded="    preds = accelerator.pad_across_processes(preds, dim=1, pad_index=-100)\n"
+            "    labels = accelerator.pad_across_processes(labels, dim=1, pad_index=-100)\n"
+        ),
         # padded across the processes first, as run_ner_no_trainer does
         _NER
         + "    if not args.pad_to_max_length:\n"
@@ -170,14 +225,17 @@ class GatheredUnequalLengths(Rule):
             if not calls_accelerator(script, call, _GATHERS) or not call.args:
                 continue
             loop = _innermost_loop(script, call, loops)
-            if loop is None or not facts.flow.over_prepared_loader(loop):
+            if loop is None:
+                unequal = _through_call_sites(script, call, loops)
+            elif not facts.flow.over_prepared_loader(loop):
                 continue
-            collator = padding_collator(loop, facts)
-            unequal = [
-                (element, what)
-                for element in _elements(call.args[0].value)
-                if (what := _sequences(script, loop, call, element, collator, 0)) is not None
-            ]
+            else:
+                collator = padding_collator(loop, facts)
+                unequal = [
+                    (element, what)
+                    for element in _elements(call.args[0].value)
+                    if (what := _sequences(script, loop, call, element, collator, 0)) is not None
+                ]
             if not unequal:
                 continue
             accelerator = accelerator_name(script, call)
@@ -198,13 +256,60 @@ class GatheredUnequalLengths(Rule):
 def _fix(script: ScriptModel, accelerator: str, element: cst.BaseExpression, what: str) -> str:
     """``x = accelerator.pad_across_processes(x, dim=1, pad_index=-100)`` before the gather for
     a name, the padded value gathered in place of an expression; labels and token predictions
-    padded with -100 (what the loss and the metrics skip), token ids with the pad token."""
+    padded with -100 (what the loss and the metrics skip), per-token logits with -100 too (as
+    run_qa_no_trainer pads them: below any real logit), token ids with the pad token."""
     code = script.module.code_for_node(element)
-    pad = "-100" if what.startswith(("label", "token predictions")) else _pad_token(script)
+    pad = (
+        "-100"
+        if what.startswith(("label", "token predictions", "per-token"))
+        else _pad_token(script)
+    )
     padded = f"{accelerator}.pad_across_processes({code}, dim=1, pad_index={pad})"
     if isinstance(element, cst.Name):
         return f"{code} = {padded}"
     return f"gather {padded} instead of {code}"
+
+
+def _through_call_sites(
+    script: ScriptModel, gather: cst.Call, loops: dict[int, Loop]
+) -> list[tuple[cst.BaseExpression, str]]:
+    """A gather in a helper the evaluation loop calls per batch (``def compute(logits, labels):
+    accelerator.gather((logits.argmax(-1), labels))``): each gathered parameter stands for what
+    a call site in a loop over a prepared loader hands it, and a local of the helper for its
+    one assignment there (``preds = logits.argmax(-1)``)."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(gather)
+    if function is None:
+        return []
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    for node in walk(function.body):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target = node.targets[0].target
+            if isinstance(target, cst.Name) and script.order(node) < script.order(gather):
+                assigned.setdefault(target.value, []).append(node.value)
+    found: list[tuple[cst.BaseExpression, str]] = []
+    for site, implicit in script.call_graph.calls_of(function):
+        loop = _innermost_loop(script, site, loops)
+        if loop is None or not facts.flow.over_prepared_loader(loop):
+            continue
+        collator = padding_collator(loop, facts)
+        passed = {n: a.value for n, a in bound_arguments(function, site, implicit)}
+        for element in _elements(gather.args[0].value):
+            value: cst.BaseExpression | None = element
+            if isinstance(element, cst.Name):
+                bound = assigned.get(element.value, [])
+                if len(bound) == 1:
+                    value = bound[0]
+                elif not bound and element.value in passed:
+                    value = passed[element.value]
+                else:
+                    value = None  # bound again in the helper (padded there, perhaps)
+            if value is None or any(e is element for e, _ in found):
+                continue
+            what = _sequences(script, loop, site, value, collator, 0)
+            if what is not None:
+                found.append((element, f"{what}, handed in at line {script.line(site)}"))
+    return found
 
 
 def _innermost_loop(script: ScriptModel, call: cst.Call, loops: dict[int, Loop]) -> Loop | None:
@@ -260,6 +365,9 @@ def _sequences(
             kind = "labels" if field in _LABELS else "token ids"
             return f"{kind} padded by {collator.name}"
         return None
+    if field in _PER_TOKEN_OUTPUTS and collator is not None:
+        # ``outputs.start_logits`` of a question-answering model: one logit per token
+        return f"per-token {field} of batches {collator.name} pads"
     if not isinstance(value, cst.Name) or depth >= _DEPTH:
         return None
     latest = None

@@ -4,6 +4,8 @@ import libcst as cst
 
 from accelify.analysis.collectives import DDP, backends_in_view
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import last_binding
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import (
@@ -31,6 +33,9 @@ _RESUMED = (
     + "    accelerator.backward(model(x).sum())\n"
     + "    optimizer.step()\n"
 )
+
+#: A helper of the file that loads a checkpoint into the model it is handed.
+_LOADER = "def load_checkpoint(net, path):\n    net.load_state_dict(torch.load(path))\n"
 
 
 class LoadOnOneRank(Rule):
@@ -65,6 +70,21 @@ class LoadOnOneRank(Rule):
             5,
         ),
         Example(_RESUMED.format(load="accelerator.load_state('checkpoints/last')"), 6, 5),
+        # through a local the unwrapped model was bound to
+        Example(
+            _RESUMED.replace(
+                "if accelerator.is_main_process:\n",
+                "raw = accelerator.unwrap_model(model)\nif accelerator.is_main_process:\n",
+            ).format(load="raw.load_state_dict(torch.load('ckpt.pt'))"),
+            7,
+            5,
+        ),
+        # through a helper of the file called under the rank test
+        Example(
+            _LOADER + _RESUMED.format(load="load_checkpoint(model, 'ckpt.pt')"),
+            8,
+            5,
+        ),
         # a trainer that prepares in its constructor and resumes in a method it calls before
         # the training loop
         Example(
@@ -123,6 +143,8 @@ class LoadOnOneRank(Rule):
         _RESUMED.replace("if accelerator.is_main_process:\n    ", "").format(
             load="accelerator.load_state('checkpoints/last')"
         ),
+        # the helper handed a model nothing prepares
+        _LOADER + _RESUMED.format(load="load_checkpoint(ema, 'ema.pt')"),
         # a model nothing prepares (an EMA copy kept on the main process)
         _RESUMED.format(load="ema.load_state_dict(torch.load('ema.pt'))"),
     )
@@ -131,13 +153,14 @@ class LoadOnOneRank(Rule):
         if not script.prepare_calls or _broadcasts(script):
             return
         yield from self._load_state(script)
+        yield from self._through_a_helper(script)
         for call in script.calls:
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
                 continue
             if not script.under_rank_guard(call):
                 continue
-            name = _loaded_object(func.value)
+            name = _loaded_object(script, func.value, call)
             if name is None or not _prepared_before(script, name, call):
                 continue
             if not _trains_after(script, call, 0):
@@ -162,6 +185,46 @@ class LoadOnOneRank(Rule):
                     f"{accelerator}.prepare{sharded}"
                 ),
             )
+
+    def _through_a_helper(self, script: ScriptModel) -> Iterator[Finding]:
+        """``if accelerator.is_main_process: load_checkpoint(model, path)`` where the file's
+        ``load_checkpoint`` loads into its parameter (``model.load_state_dict(...)``, not under
+        a rank test of its own) and the call hands it a model prepared above: reported at the
+        call under the rank test."""
+        for load in script.calls:
+            func = load.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
+                continue
+            if script.under_rank_guard(load):
+                continue
+            function = facts_of(script).placement.enclosing_function(load)
+            parameter = _loaded_object(script, func.value, load)
+            if function is None or parameter is None or "." in parameter:
+                continue
+            for site, implicit in script.call_graph.calls_of(function):
+                if not script.under_rank_guard(site):
+                    continue
+                passed = [
+                    a.value for n, a in bound_arguments(function, site, implicit) if n == parameter
+                ]
+                name = dotted(passed[0]) if passed else None
+                if name is None or not _prepared_before(script, name, site):
+                    continue
+                if not _trains_after(script, site, 0):
+                    continue
+                helper = dotted(site.func) or function.name.value
+                yield self.finding(
+                    script,
+                    site,
+                    message=(
+                        f"Call {helper}() on every rank (outside the rank test): it loads "
+                        f"{name} (line {script.line(load)}), which "
+                        f"{accelerator_name(script, site)}.prepare has already wrapped, and "
+                        "DistributedDataParallel copies the main process's weights to the other "
+                        "ranks only then, so they keep their old weights and the ranks train "
+                        "apart; or load it before prepare"
+                    ),
+                )
 
     def _load_state(self, script: ScriptModel) -> Iterator[Finding]:
         """``accelerator.load_state(dir)`` under a rank test after prepare: it restores the
@@ -209,8 +272,12 @@ def _after_a_prepare(script: ScriptModel, call: cst.Call) -> bool:
     return False
 
 
-def _loaded_object(receiver: cst.BaseExpression) -> str | None:
-    """``model`` for ``model.load_state_dict`` and ``accelerator.unwrap_model(model)...``."""
+def _loaded_object(
+    script: ScriptModel, receiver: cst.BaseExpression, at: cst.CSTNode
+) -> str | None:
+    """``model`` for ``model.load_state_dict``, ``accelerator.unwrap_model(model)...``, and for
+    a local the unwrapped model was bound to above (``m = accelerator.unwrap_model(model)``,
+    then ``m.load_state_dict``: the same weights)."""
     if (
         isinstance(receiver, cst.Call)
         and isinstance(receiver.func, cst.Attribute)
@@ -218,7 +285,20 @@ def _loaded_object(receiver: cst.BaseExpression) -> str | None:
         and receiver.args
     ):
         return dotted(receiver.args[0].value)
+    if isinstance(receiver, cst.Name):
+        binding = last_binding(script, receiver.value, at)
+        value = binding.value if isinstance(binding, cst.Assign) else None
+        if isinstance(value, cst.Call) and len(binding.targets) == 1:  # type: ignore[union-attr]
+            return _loaded_object(script, value, binding) if _unwraps(value) else dotted(receiver)
     return dotted(receiver)
+
+
+def _unwraps(call: cst.Call) -> bool:
+    return (
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "unwrap_model"
+        and bool(call.args)
+    )
 
 
 def _prepared_before(script: ScriptModel, name: str, call: cst.Call) -> bool:

@@ -2,16 +2,12 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.collectives import agreed_in_place, agrees_across_ranks
-from accelify.analysis.dataflow import bound_by, statements, variables_in
-from accelify.analysis.facts import Facts, facts_of
-from accelify.analysis.objects import bound_arguments, callee, is_plateau_scheduler
+from accelify.analysis.facts import facts_of
+from accelify.analysis.objects import is_plateau_scheduler
+from accelify.analysis.own_values import OwnValues
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import argument_value, dotted, target_names, walk
+from accelify.analysis.syntax import argument_value
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
-
-#: How many helpers deep a metric is followed (``fit`` → ``evaluate`` → ``_loss_over``).
-_DEPTH = 3
 
 _SCRIPT = (
     "import torch\n"
@@ -55,6 +51,38 @@ _TRAINER = (
     "        with torch.no_grad():\n"
     "            for x, y in self.val_loader:\n"
     "                total += loss_fn(self.model(x), y).item()\n"
+)
+
+#: Helpers return (loss, accuracy) per epoch, zipped with their names into one dict: the
+#: training loss is this rank's own, the validation loss is reduced over the ranks.
+_ZIPPED = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "def train_epoch(accelerator, model, optimizer, loader):\n"
+    "    total = 0.0\n"
+    "    for x, y in loader:\n"
+    "        loss = loss_fn(model(x), y)\n"
+    "        accelerator.backward(loss)\n"
+    "        optimizer.step()\n"
+    "        total += loss.item()\n"
+    "    return total / len(loader), 0.0\n"
+    "def valid_epoch(accelerator, model, loader):\n"
+    "    total = torch.zeros(1, device=accelerator.device)\n"
+    "    with torch.no_grad():\n"
+    "        for x, y in loader:\n"
+    "            total += loss_fn(model(x), y)\n"
+    '    total = accelerator.reduce(total, "mean")\n'
+    "    return total.item() / len(loader), 0.0\n"
+    "accelerator = Accelerator()\n"
+    "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\n"
+    "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+    "    model, optimizer, loader, val_loader\n)\n"
+    "keys = ['train_loss', 'train_acc', 'val_loss', 'val_acc']\n"
+    "for epoch in range(10):\n"
+    "    metrics = dict(zip(keys, [\n"
+    "        *train_epoch(accelerator, model, optimizer, loader),\n"
+    "        *valid_epoch(accelerator, model, val_loader),\n"
+    "    ]))\n"
 )
 
 
@@ -145,8 +173,18 @@ class PlateauMetricPerRank(Rule):
             20,
             5,
         ),
+        Example(  # the entry zipped with "train_loss": the training loss of this rank alone
+            _ZIPPED + "    scheduler.step(metrics['train_loss'])\n", 29, 5
+        ),
     )
     good = (
+        # the entry zipped with "val_loss" is the validation loss reduced in its helper (the
+        # training loss beside it in the dict is no part of it)
+        _ZIPPED + "    scheduler.step(metrics['val_loss'])\n",
+        _ZIPPED.replace("dict(zip(keys, [", "{k: v for k, v in zip(keys, [").replace(
+            "    ]))\n", "    ])}\n"
+        )
+        + "    scheduler.step(metrics['val_loss'])\n",
         # reduced in place over ranks first (torch.distributed writes into its argument)
         _VALIDATED + "    dist.all_reduce(val_loss)\n    scheduler.step(val_loss.item())\n",
         # reduced, and the reduced value assigned back to the metric's name
@@ -247,7 +285,7 @@ class PlateauMetricPerRank(Rule):
                 continue
             if not is_plateau_scheduler(script, step.scheduler):
                 continue
-            origin = _Tracer(facts).origin(metric, step.call, {})
+            origin = OwnValues(facts).origin(metric, step.call, {})
             if origin is None:
                 continue
             yield self.finding(script, step.call, message=_message(self, script, step.call, origin))
@@ -256,252 +294,6 @@ class PlateauMetricPerRank(Rule):
 def _metric(call: cst.Call) -> cst.BaseExpression | None:
     """What ``scheduler.step(metric)`` or ``step(metrics=metric)`` is handed."""
     return argument_value(call, "metrics")
-
-
-class _Tracer:
-    """Follows a value back to where it came from: the last binding of each name it reads
-    before the place it is read (``=``, ``+=``, ``.append``), the target of the ``for`` around
-    that place, the returns of the file's functions it calls (with their parameters bound to
-    that call's arguments) and a helper's parameters. Data of this rank enters through the
-    target of a loop over a prepared DataLoader (its shard); a collective on the way makes the
-    ranks agree and ends that path."""
-
-    def __init__(self, facts: Facts) -> None:
-        self.facts = facts
-        self.script = facts.model
-        self.seen: set[tuple[str, int]] = set()
-
-    def origin(
-        self,
-        value: cst.CSTNode,
-        at: cst.CSTNode,
-        passed: dict[str, cst.BaseExpression],
-        depth: int = _DEPTH,
-        folded: cst.CSTNode | None = None,
-    ) -> cst.CSTNode | None:
-        """The statement in a loop over a prepared loader that folds this rank's batches into
-        ``value`` (the outermost on the way), or None."""
-        if _agrees(self.script, value):
-            return None
-        if depth > 0:
-            for call in walk(value):
-                found = self._through_callee(call, depth, folded)
-                if found is not None:
-                    return found
-        for name in _names_read(self.script, value):
-            found = self._name(name, at, passed, depth, folded)
-            if found is not None:
-                return found
-        return None
-
-    def _through_callee(
-        self, call: cst.CSTNode, depth: int, folded: cst.CSTNode | None
-    ) -> cst.CSTNode | None:
-        target = callee(self.script, call) if isinstance(call, cst.Call) else None
-        if target is None:
-            return None
-        function, implicit = target
-        passed = {
-            name: argument.value
-            for name, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
-        }
-        for returned in self.script.index.own_returns(function):
-            found = self.origin(returned, returned, passed, depth - 1, folded)
-            if found is not None:
-                return found
-        return None
-
-    def _name(
-        self,
-        name: str,
-        at: cst.CSTNode,
-        passed: dict[str, cst.BaseExpression],
-        depth: int,
-        folded: cst.CSTNode | None,
-    ) -> cst.CSTNode | None:
-        binding = _last_binding(self.facts, name, at)
-        loop = self._loop_binding(name, at, binding)
-        key = (name, id(loop or binding or at))
-        if key in self.seen:
-            return None
-        self.seen.add(key)
-        if loop is not None:
-            if self._sharded(loop, passed):
-                return folded or loop
-            return self.origin(loop.iter, loop, passed, depth, folded)
-        if binding is None:
-            return self._parameter(name, at, passed, depth, folded)
-        if _agrees(self.script, binding) or _counts(binding):
-            return None
-        if folded is None and self._in_sharded_loop(binding, passed):
-            folded = binding
-        return self.origin(binding, binding, passed, depth, folded)
-
-    def _parameter(
-        self,
-        name: str,
-        at: cst.CSTNode,
-        passed: dict[str, cst.BaseExpression],
-        depth: int,
-        folded: cst.CSTNode | None,
-    ) -> cst.CSTNode | None:
-        """A parameter: what this call passes, else what every call site passes."""
-        if name in passed:
-            return self.origin(passed[name], passed[name], {}, depth, folded)
-        if depth == 0:
-            return None
-        for argument in self.facts.flow.call_site_arguments(name, at):
-            found = self.origin(argument.value, argument, {}, depth - 1, folded)
-            if found is not None:
-                return found
-        return None
-
-    def _loop_binding(
-        self, name: str, at: cst.CSTNode, binding: cst.CSTNode | None
-    ) -> cst.For | None:
-        """The ``for`` around ``at`` whose target binds ``name`` after ``binding`` did."""
-        for ancestor in self.script.ancestors(at):
-            if isinstance(ancestor, cst.FunctionDef):
-                return None
-            if (
-                isinstance(ancestor, cst.For)
-                and name in target_names(ancestor.target)
-                and (binding is None or not self.facts.placement.inside(binding, ancestor))
-            ):
-                return ancestor
-        return None
-
-    def _sharded(self, loop: cst.For, passed: dict[str, cst.BaseExpression]) -> bool:
-        """A loop over a prepared DataLoader: by the argument this call passes for the
-        parameter it iterates, else as the analysis knows it."""
-        found = next((entry for entry in self.script.loops if entry.node is loop), None)
-        if found is None:
-            return False
-        if found.iterable in passed:
-            given = dotted(passed[found.iterable])
-            return given is not None and given in self.script.prepared_names
-        return self.facts.flow.over_prepared_loader(found)
-
-    def _in_sharded_loop(
-        self, statement: cst.CSTNode, passed: dict[str, cst.BaseExpression]
-    ) -> bool:
-        return any(
-            self.facts.placement.inside(statement, loop.node) and self._sharded(loop.node, passed)
-            for loop in self.script.loops
-        )
-
-
-def _names_read(script: ScriptModel, value: cst.CSTNode) -> list[str]:
-    """The variables ``value`` reads, and the ``self.x`` attributes (a total kept on the
-    trainer); for a binding, only its right-hand side (and an augmented target, which it reads)."""
-    if isinstance(value, cst.Assign | cst.AnnAssign):
-        read: cst.CSTNode | None = value.value
-    elif isinstance(value, cst.AugAssign):
-        return [*(_names_read(script, value.value)), *(_target_name(value.target))]
-    elif isinstance(value, cst.Expr):
-        read = value.value
-    else:
-        read = value
-    if read is None:
-        return []
-    names = sorted(variables_in(script, read))
-    members = sorted(
-        {
-            name
-            for node in walk(read)
-            if isinstance(node, cst.Attribute)
-            and (name := dotted(node)) is not None
-            and name.startswith("self.")
-            and name.count(".") == 1
-        }
-    )
-    return [*members, *(n for n in names if n != "self")]
-
-
-def _target_name(target: cst.BaseExpression) -> list[str]:
-    name = dotted(target)
-    return [name] if name is not None else []
-
-
-def _last_binding(facts: Facts, name: str, at: cst.CSTNode) -> cst.CSTNode | None:
-    """The last statement before ``at`` in its function (the module for a flat script) that
-    binds ``name`` (``=``, ``+=``, an annotated one, ``.append(...)`` to a list); for
-    ``self.x``, the last one in any method of the class."""
-    script = facts.model
-    function = facts.placement.enclosing_function(at)
-    block: cst.CSTNode | None = function.body if function is not None else script.module
-    if name.startswith("self."):
-        block = script.index.nearest(at, cst.ClassDef) if function is not None else None
-    if block is None:
-        return None
-    position = _position(script, at)
-    found: cst.CSTNode | None = None
-    for small in statements(block):
-        if facts.placement.enclosing_function(small) is not function and not name.startswith(
-            "self."
-        ):
-            continue
-        if not name.startswith("self.") and _position(script, small) >= position:
-            break
-        if _binds(script, small, name):
-            found = small
-    return found
-
-
-def _binds(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
-    """``name = ...``, ``name += ...``, ``name.append(...)``; and ``dist.all_reduce(name)``,
-    which writes the value every rank agrees on into ``name``."""
-    if isinstance(small, cst.Assign):
-        return any(dotted(t.target) == name for t in small.targets) or name in bound_by(small)
-    if isinstance(small, cst.AugAssign | cst.AnnAssign):
-        return dotted(small.target) == name or name in bound_by(small)
-    call = small.value if isinstance(small, cst.Expr) else None
-    if isinstance(call, cst.Call) and _written_in_place(script, call) == name:
-        return True
-    return (
-        isinstance(call, cst.Call)
-        and isinstance(call.func, cst.Attribute)
-        and call.func.attr.value in ("append", "extend")
-        and dotted(call.func.value) == name
-    )
-
-
-def _written_in_place(script: ScriptModel, call: cst.Call) -> str | None:
-    written = agreed_in_place(script, call)
-    return dotted(written) if written is not None else None
-
-
-def _position(script: ScriptModel, node: cst.CSTNode) -> tuple[int, int]:
-    start = script.position(node).start
-    return start.line, start.column
-
-
-def _counts(binding: cst.CSTNode) -> bool:
-    """``steps += 1``, ``seen += len(y)``, ``n += x.size(0)``: a count of batches or samples,
-    the same on every rank (prepare evens out the shards), not a value of this rank's data."""
-    value = getattr(binding, "value", None)
-    if not isinstance(value, cst.BaseExpression):
-        return False
-    if isinstance(value, cst.Integer | cst.Float):
-        return True
-    if isinstance(value, cst.Call):
-        func = value.func
-        return dotted(func) == "len" or (
-            isinstance(func, cst.Attribute) and func.attr.value in ("size", "numel")
-        )
-    return (
-        isinstance(value, cst.Subscript)
-        and isinstance(value.value, cst.Attribute)
-        and value.value.attr.value == "shape"
-    )
-
-
-def _agrees(script: ScriptModel, node: cst.CSTNode) -> bool:
-    """``node`` calls a collective after which every rank holds the same value (the one table
-    of `accelify.analysis.collectives`)."""
-    return any(
-        isinstance(call, cst.Call) and agrees_across_ranks(script, call) for call in walk(node)
-    )
 
 
 def _message(rule: Rule, script: ScriptModel, step: cst.Call, origin: cst.CSTNode) -> str:

@@ -29,6 +29,21 @@ _TRAINER = (
     "        self.load(path)\n"
 )
 
+#: train() saves the best weights through a helper on the main process; main() reads them back.
+_WRITTEN_IN_TRAIN = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "def save_best(accelerator, model, path):\n"
+    "    if accelerator.is_main_process:\n"
+    "        torch.save(accelerator.unwrap_model(model).state_dict(), path)\n\n\n"
+    "def train(accelerator, model, path):\n"
+    "    save_best(accelerator, model, path)\n\n\n"
+    "def main(accelerator, model):\n"
+    "    model = accelerator.prepare(model)\n"
+    "    train(accelerator, model, 'best.pt')\n"
+    "{barrier}"
+    "    model.load_state_dict(torch.load('best.pt'))\n"
+)
+
 
 class ReadBeforeWritten(Rule):
     """A file written on the main process only (under ``if accelerator.is_main_process:`` or
@@ -82,6 +97,9 @@ class ReadBeforeWritten(Rule):
         # a trainer's save() writes on the main process, and the method that calls it calls
         # load() next, on every rank
         Example(_TRAINER.format(after_save="", before_load="", between=""), 15, 17),
+        # the write in a helper of train(), the read in main() itself after it: the prepare
+        # above the call is no barrier after the write
+        Example(_WRITTEN_IN_TRAIN.format(barrier=""), 17, 27),
         Example(  # helpers: the save called under the guard, the load by every rank
             HEADER
             + "import torch\n\n\ndef save(model, path):\n    torch.save(model.state_dict(), path)\n"
@@ -104,6 +122,8 @@ class ReadBeforeWritten(Rule):
         ),
     )
     good = (
+        # the same with a barrier between train() and the read
+        _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
         # the trainer's methods, ordered by a barrier: before the read, between the calls, or
         # at the end of the save every rank calls
         _TRAINER.format(
@@ -217,14 +237,18 @@ class ReadBeforeWritten(Rule):
             else f"before this read (or between the calls at lines {script.line(writing)} and "
             f"{script.line(reading)})"
         )
+        by_the_read = f", by the call at line {script.line(reading)},"
+        if reading is shared.read:  # the function that calls the writer reads it itself
+            where = f"before this read (after the call at line {script.line(writing)})"
+            by_the_read = ""
         return self.finding(
             script,
             shared.read,
             message=(
                 f"Call {accelerator}.wait_for_everyone() {where}: the file is "
                 f"written at line {script.line(shared.write)} on the main process only, by the "
-                f"call at line {script.line(writing)}, and every rank reads it here, by the call "
-                f"at line {script.line(reading)}, without waiting for the write (nothing there "
+                f"call at line {script.line(writing)}, and every rank reads it here{by_the_read} "
+                f"without waiting for the write (nothing there "
                 "yet on a first run, or half of it)"
             ),
         )
@@ -361,13 +385,18 @@ def _ordered_across_calls(script: ScriptModel, shared: SharedFile) -> bool:
     index = script.index
     never = len(script.orders) + 1
     read_order = script.order(shared.read)
+    # where the function that makes the calls reads (or writes) itself, a barrier there counts
+    # only between its call and the read (``train(...)`` writes inside, then ``torch.load``):
+    # the ``prepare`` above the call is no barrier after the write
+    since = script.order(writing) if reading is shared.read else -1
+    until = script.order(reading) if writing is shared.write else never
     return (
         _collective_between(
             script, index.enclosing_function(writing), script.order(writing), script.order(reading)
         )
-        or _collective_between(script, index.enclosing_function(shared.read), -1, read_order)
+        or _collective_between(script, index.enclosing_function(shared.read), since, read_order)
         or _collective_between(
-            script, index.enclosing_function(shared.write), script.order(shared.write), never
+            script, index.enclosing_function(shared.write), script.order(shared.write), until
         )
         or _in_main_process_first(script, shared.read)
     )

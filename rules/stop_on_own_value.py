@@ -1,11 +1,13 @@
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import libcst as cst
 
 from accelify.analysis.collectives import agreed_in_place, agrees_across_ranks
-from accelify.analysis.dataflow import variables_in
-from accelify.analysis.facts import facts_of
+from accelify.analysis.dataflow import statements, variables_in
+from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.loss_sources import Backward, backwards, last_binding
+from accelify.analysis.own_values import OwnValues, binds, names_read
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, statement_lines, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
@@ -19,12 +21,38 @@ _LOOP = (
     "    loss = (model(x) - y).pow(2).mean()\n"
 )
 
+#: Each epoch trains, then sums this rank's validation loss over its shard of a prepared loader.
+_EARLY_STOP = (
+    HEADER
+    + "import torch\n"
+    + "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+    + "    model, optimizer, loader, val_loader\n)\n"
+    + "best, bad, last_save = float('inf'), 0, 0\n"
+    + "for epoch in range(100):\n"
+    + "    for x, y in loader:\n"
+    + "        accelerator.backward(loss_fn(model(x), y))\n"
+    + "        optimizer.step()\n"
+    + "        optimizer.zero_grad()\n"
+    + "    val_loss = 0.0\n"
+    + "    with torch.no_grad():\n"
+    + "        for x, y in val_loader:\n"
+    + "            val_loss += loss_fn(model(x), y).item()\n"
+    + "    val_loss /= len(val_loader)\n"
+    + "    if val_loss < best:\n"
+    + "        best, bad, last_save = val_loss, 0, epoch\n"
+    + "    else:\n"
+    + "        bad += 1\n"
+)
+
 
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
     from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
     stop on its minibatch's KL (``if approx_kl > 1.5 * target_kl: break``), a skipped non-finite
-    loss (``if torch.isnan(loss): continue``). Each rank sees its own shard, so the test comes
+    loss (``if torch.isnan(loss): continue``), an early stop on the validation loss of this
+    rank's shard of a prepared DataLoader, never reduced, tested itself or through the counter
+    the epoch loop steps under a test of it (``if val_loss < best: ... bad = 0`` / ``else: bad
+    += 1``, then ``if bad >= patience: break``). Each rank sees its own shard, so the test comes
     out differently on different ranks: the rank that stops (or skips) leaves the others in the
     backward's gradient all-reduce (or the barrier, the gather) waiting for it; they hang, or
     pair that reduce with the stopped rank's next collective and average gradients of different
@@ -102,8 +130,56 @@ class StopOnOwnValue(Rule):
             16,
             17,
         ),
+        # an early stop on this rank's validation loss, through the patience counter
+        Example(_EARLY_STOP + "    if bad >= patience:\n        break\n", 23, 9),
+        # the same in a trainer: the counter on self, the loss from a method
+        Example(
+            HEADER
+            + "import torch\n\n\nclass Trainer:\n"
+            + "    def __init__(self, model, optimizer, loader, val_loader):\n"
+            + "        self.model, self.optimizer, self.loader, self.val_loader = (\n"
+            + "            accelerator.prepare(model, optimizer, loader, val_loader)\n"
+            + "        )\n"
+            + "        self.best, self.wait, self.patience = float('inf'), 0, 3\n\n"
+            + "    def evaluate(self):\n"
+            + "        total = 0.0\n"
+            + "        with torch.no_grad():\n"
+            + "            for x, y in self.val_loader:\n"
+            + "                total += loss_fn(self.model(x), y).item()\n"
+            + "        return total / len(self.val_loader)\n\n"
+            + "    def fit(self, epochs):\n"
+            + "        for epoch in range(epochs):\n"
+            + "            for x, y in self.loader:\n"
+            + "                accelerator.backward(loss_fn(self.model(x), y))\n"
+            + "                self.optimizer.step()\n"
+            + "            val_loss = self.evaluate()\n"
+            + "            if val_loss < self.best:\n"
+            + "                self.best, self.wait = val_loss, 0\n"
+            + "            else:\n"
+            + "                self.wait += 1\n"
+            + "            if self.wait >= self.patience:\n"
+            + "                break\n",
+            31,
+            17,
+        ),
     )
     good = (
+        # the early stop on the validation loss reduced over the ranks: they stop together
+        _EARLY_STOP.replace(
+            "    if val_loss < best:\n",
+            '    val_loss = accelerator.reduce(torch.tensor(val_loss), "mean").item()\n'
+            + "    if val_loss < best:\n",
+        )
+        + "    if bad >= patience:\n        break\n",
+        # the per-sample losses gathered: every rank sums the whole set
+        _EARLY_STOP.replace(
+            "val_loss += loss_fn(model(x), y).item()",
+            "val_loss += accelerator.gather_for_metrics(loss_fn(model(x), y)).sum().item()",
+        )
+        + "    if bad >= patience:\n        break\n",
+        # a counter stepped under a test of settings: the same on every rank
+        _EARLY_STOP.replace("    if val_loss < best:\n", "    if epoch % args.eval_every == 0:\n")
+        + "    if bad >= patience:\n        break\n",
         # the stop decided together: the trigger is reduced over the ranks
         HEADER
         + "import torch\n"
@@ -186,12 +262,19 @@ class StopOnOwnValue(Rule):
             )
             if waiting is None:
                 continue
-            own = _own_value(script, test, loop, losses)
-            if own is None:
-                continue
-            value, origin = own
             leaves = "break" if isinstance(node, cst.Break) else "continue"
             accelerator = accelerator_name(script, node)
+            own = _own_value(script, test, loop, losses)
+            if own is None:
+                decided = _decided_on_own_shard(facts, test, loop)
+                if decided is not None:
+                    yield self.finding(
+                        script,
+                        node,
+                        message=_shard_message(script, decided, test, leaves, waiting, accelerator),
+                    )
+                continue
+            value, origin = own
             yield self.finding(
                 script,
                 node,
@@ -206,6 +289,94 @@ class StopOnOwnValue(Rule):
                     f"`if {accelerator}.check_trigger(): {leaves}`"
                 ),
             )
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """What makes a stop's test this rank's own: the test reads a value the rank folded from its
+    shard of a prepared DataLoader, or a counter the loop steps under a test of one."""
+
+    read: str  # what the stop's test reads
+    origin: cst.CSTNode  # where the rank folds its shard into the value
+    stepped: cst.CSTNode | None = None  # the counter's binding under ``condition``
+    condition: cst.If | None = None  # the test of the rank's own value the counter is stepped under
+
+
+def _decided_on_own_shard(facts: Facts, test: cst.If, loop: cst.For) -> _Decided | None:
+    """The stop's test reads a value this rank computed from its shard of a prepared DataLoader
+    and never reduced (``if val_loss > limit: break``), or a counter the loop steps under a test
+    of one: the early stop's ``if val_loss < best: best = val_loss; bad = 0`` / ``else: bad +=
+    1``, then ``if bad >= patience: break``. The counter is followed through every binding the
+    loop gives it (and the names those read), wherever it stands in the loop: the next epoch
+    reads what the last one stepped."""
+    script = facts.model
+    values = OwnValues(facts)
+    pending = names_read(script, test.test)
+    for node in walk(test.test):
+        name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
+        if name in pending and (origin := values.origin(node, test, {})) is not None:
+            return _Decided(name, origin)
+    seen: set[str] = set()
+    while pending and len(seen) < _MAX_BINDINGS:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for binding in statements(loop.body):
+            if not binds(script, binding, name) or _agrees(script, binding):
+                continue
+            for condition in _conditions_around(script, binding, loop):
+                origin = values.origin(condition.test, condition, {})
+                if origin is not None:
+                    return _Decided(name, origin, binding, condition)
+            pending.extend(names_read(script, binding))
+    return None
+
+
+def _conditions_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> list[cst.If]:
+    """The ``if`` statements between ``loop`` and ``node`` whose branches (either one) hold
+    ``node``, innermost first."""
+    found: list[cst.If] = []
+    child: cst.CSTNode = node
+    for ancestor in script.ancestors(node):
+        if ancestor is loop:
+            break
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            found.append(ancestor)
+        child = ancestor
+    return found
+
+
+def _shard_message(
+    script: ScriptModel,
+    decided: _Decided,
+    test: cst.If,
+    leaves: str,
+    waiting: cst.CSTNode,
+    accelerator: str,
+) -> str:
+    if decided.condition is None or decided.stepped is None:
+        reads = f"{decided.read}, this rank's own value"
+        decide = test
+    else:
+        condition = script.module.code_for_node(decided.condition.test)
+        reads = (
+            f"{decided.read}, which line {script.line(decided.stepped)} sets under `if "
+            f"{condition}` (line {script.line(decided.condition)}), a test of this rank's own "
+            "value"
+        )
+        decide = decided.condition
+    return (
+        f"Stop on every rank together: the test at line {script.line(test)} reads {reads} "
+        f"(computed at line {script.line(decided.origin)} from its shard of a prepared "
+        f"DataLoader, never reduced), so this rank alone takes this {leaves} while the others "
+        f"go on to the collective at line {script.line(waiting)} and wait there for it (hang); "
+        f"reduce the value over the ranks before the test at line {script.line(decide)} "
+        f'({accelerator}.reduce(torch.tensor(value, device={accelerator}.device), "mean")'
+        f".item()), or call {accelerator}.set_trigger() under the test at line "
+        f"{script.line(test)} and, after it, on every rank, "
+        f"`if {accelerator}.check_trigger(): {leaves}`"
+    )
 
 
 def _test_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> cst.If | None:

@@ -95,6 +95,29 @@ _MIXED_PACE = (
 )
 
 
+#: A trainer whose methods build the model, then its optimizer, then prepare what it names.
+_SPLIT_TRAINER = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def setup_models(self):\n"
+    "        self.unet = UNet()\n\n"
+    "    def setup_optimizer(self):\n"
+    "        self.opt = torch.optim.AdamW(self.unet.parameters(), lr=1e-4)\n\n"
+    "    def setup(self):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.setup_models()\n"
+    "        self.setup_optimizer()\n"
+    "        {prepared} = self.accelerator.prepare({prepared})\n\n"
+    "    def step(self, batch):\n"
+    "        self.accelerator.backward(self.unet(batch).loss)\n"
+    "        self.opt.step()\n\n"
+    "    def fit(self):\n"
+    "        self.setup()\n"
+    "        for batch in self.loader:\n"
+    "            self.step(batch)\n"
+)
+
+
 class UnpreparedObject(Rule):
     """A DataLoader, a trained model, its optimizer or a per-step LR scheduler that the training
     loop uses without it having gone through ``accelerator.prepare`` (or under its old name after
@@ -320,8 +343,13 @@ class UnpreparedObject(Rule):
             13,
             9,
         ),
+        # a trainer builds its optimizer in one method over the models another sets, prepares
+        # the models in a third, and steps in the step its training loop calls
+        Example(_SPLIT_TRAINER.format(prepared="self.unet, self.loader"), 20, 9),
     )
     good = (
+        # the same trainer with its optimizer prepared beside the models
+        _SPLIT_TRAINER.format(prepared="self.unet, self.opt, self.loader"),
         # the prepared object is kept by the loop's body
         HEADER
         + "prepared = []\n"
@@ -710,15 +738,30 @@ class UnpreparedObject(Rule):
         schedulers = script.names_of(Kind.SCHEDULER)
         flow = facts_of(script).flow
         inside = {id(call) for loop in training for call in calls_in(script, loop.node)}
+        through = _called_from_loops(script, script.loops)
         by_hand = _wrapped_by_hand(script)
         for call in calls(script):
-            if id(call) not in inside or script.under_rank_guard(call):
+            if id(call) not in inside | through or script.under_rank_guard(call):
                 continue
             func = call.func
             called = dotted(func)
             # ``model = self.model.train()`` in a method: the prepared attribute, not the
             # module-level ``model`` of the same name
             alias = local_alias(script, called, call) if called is not None else None
+            if id(call) not in inside:
+                # in a method the training loop calls (``self.step(batch)``): its optimizer's
+                # step, which the method's own loop-less body hides from the loop
+                owner = dotted(func.value) if isinstance(func, cst.Attribute) else None
+                if (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value == "step"
+                    and owner in optimizers
+                    and owner not in prepared
+                    and _in_a_training_step(script, call)
+                ):
+                    reason = "aware of fp16 loss scaling, accumulation or sharding"
+                    yield self.finding(script, call, message=_message("optimizer", owner, reason))
+                continue
             if (
                 called in trained_models
                 and called not in prepared | by_hand
@@ -1248,3 +1291,32 @@ def _other_branches(script: ScriptModel, node: cst.CSTNode, until: cst.CSTNode) 
 
 def _within(script: ScriptModel, node: cst.CSTNode, containers: tuple) -> bool:
     return any(ancestor is c for ancestor in script.ancestors(node) for c in containers)
+
+
+def _called_from_loops(script: ScriptModel, loops: list[Loop]) -> set[int]:
+    """The calls in the file's functions (two calls deep) that a loop runs through a call of its
+    own (``self.step(batch)``)."""
+    found: set[int] = set()
+    pending = [(call, 0) for loop in loops for call in calls_in(script, loop.node)]
+    seen: set[int] = set()
+    while pending:
+        call, depth = pending.pop()
+        target = script.call_graph.callee(call)
+        if target is None or id(target[0]) in seen or depth >= 2:
+            continue
+        seen.add(id(target[0]))
+        for inner in calls_in(script, target[0]):
+            found.add(id(inner))
+            pending.append((inner, depth + 1))
+    return found
+
+
+def _in_a_training_step(script: ScriptModel, call: cst.Call) -> bool:
+    """``call`` is in a function of the file that also runs a backward: a training step."""
+    function = facts_of(script).placement.enclosing_function(call)
+    return function is not None and any(
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "backward"
+        for node in walk(function)
+    )

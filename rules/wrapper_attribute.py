@@ -77,6 +77,23 @@ _DRIVEN_TRAINER = (
     "def main():\n    trainer = Trainer('gpt2')\n    trainer.train(batch)\n"
 )
 
+#: A DDPM trainer that builds its pipeline from the model it trained, and saves it.
+_PIPELINE = (
+    "from accelerate import Accelerator\n"
+    "from diffusers import DDPMPipeline\n"
+    "accelerator = Accelerator()\n"
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    "for batch in loader:\n"
+    "    accelerator.backward(model(batch).sample.mean())\n"
+    "    optimizer.step()\n"
+    "accelerator.wait_for_everyone()\n"
+    "if accelerator.is_main_process:\n"
+    "    pipeline = DDPMPipeline(\n"
+    "        scheduler=noise_scheduler, unet={unet}\n"
+    "    )\n"
+    "    pipeline.save_pretrained('out')\n"
+)
+
 
 class WrapperAttribute(Rule):
     """A method or attribute of the model's own class read from the object ``prepare`` returned
@@ -114,6 +131,13 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-process run stops with AttributeError at the first call; one process hides it."
     bad = (
+        # a DDPM trainer hands its prepared UNet to the pipeline it saves: the pipeline's
+        # save_pretrained leaves the wrapper out
+        Example(
+            _PIPELINE.format(unet="model"),
+            11,
+            41,
+        ),
         # a LoRA trainer whose construction prepares self.unet: every later method holds the
         # wrapper (a diffusion LoRA fine-tuning's save_model)
         Example(
@@ -374,6 +398,8 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # the pipeline gets the model itself
+        _PIPELINE.format(unet="accelerator.unwrap_model(model)"),
         # a module-level trainer, and a function's own loop variable of the same name: the
         # trainers it is handed are not shown to be prepared
         _DRIVEN_TRAINER
@@ -510,6 +536,7 @@ class WrapperAttribute(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         facts = facts_of(script)
+        yield from self._handed_to_a_pipeline(script)
         if _written_for_an_engine(script):
             return  # DeepSpeed's engine and FSDP forward what they lack to the model
         yield from self._indexed(script)
@@ -614,6 +641,43 @@ class WrapperAttribute(Rule):
                 "so on several processes its gradients are never averaged across ranks and the "
                 "replicas drift apart",
             )
+
+    def _handed_to_a_pipeline(self, script: ScriptModel) -> Iterator[Finding]:
+        """What ``prepare`` returned handed to a diffusers pipeline (``DDPMPipeline(unet=model,
+        ...)``, ``StableDiffusionPipeline.from_pretrained(path, unet=unet)``): the pipeline
+        reads the model's own attributes (``unet.config`` when it runs: AttributeError on the
+        wrapper), and its ``save_pretrained`` finds no save method for a wrapper's class
+        (DistributedDataParallel, DeepSpeed's engine): it leaves the component out of what it
+        saves, with a warning only. A one-process run gets the model itself and hides it."""
+        for call in script.calls:
+            built = (dotted(call.func) or "").split(".")
+            if not (
+                built[-1].endswith("Pipeline")
+                or (
+                    len(built) > 1
+                    and built[-1] == "from_pretrained"
+                    and built[-2].endswith("Pipeline")
+                )
+            ):
+                continue
+            for argument in call.args:
+                value = argument.value
+                if argument.star or not isinstance(value, cst.Name):
+                    continue
+                if not _prepared_model(script, value.value, call) or _wrapper_tested(script, call):
+                    continue
+                accelerator = accelerator_at(script, call) or "accelerator"
+                yield self.finding(
+                    script,
+                    value,
+                    None,
+                    f"Hand the pipeline {accelerator}.unwrap_model({value.value}): on several "
+                    f"processes prepare wraps {value.value} (DistributedDataParallel), and the "
+                    f"pipeline reads the model's own attributes ({value.value}.config when it "
+                    "runs: AttributeError) while its save_pretrained finds no way to save the "
+                    "wrapper and leaves this component out of the saved pipeline (a warning "
+                    "only); a one-process run has no wrapper and hides it",
+                )
 
     def _indexed(self, script: ScriptModel) -> Iterator[Finding]:
         """``model[1]`` on what ``prepare`` returned (a ``Sequential`` or ``ModuleList`` model):

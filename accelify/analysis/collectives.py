@@ -306,11 +306,42 @@ def collective_backends(
         and func.attr.value in ACCELERATOR_METHODS
         and dotted(func.value) in accelerators
     ):
+        if func.attr.value in _WEIGHTS_GATHERING and _never_prepared(script, call):
+            return frozenset()
         return ACCELERATOR_METHODS[func.attr.value].on(runtime_of(script))
     found = script.call_names(call) & FUNCTIONS
     if found:
         return frozenset() if _on_a_subgroup(call, found) else EVERY_BACKEND
     return frozenset()
+
+
+#: The methods that gather a prepared model's full weights (under FSDP and ZeRO-3).
+_WEIGHTS_GATHERING = frozenset({"save_model", "get_state_dict"})
+#: Calls that hand back the object they are given (a prepared model stays one).
+_HANDING_BACK = frozenset({"prepare", "prepare_model", "unwrap_model", "deepcopy", "copy"})
+
+
+def _never_prepared(script: ScriptModel, call: cst.Call) -> bool:
+    """``accelerator.save_model(ema_model, path)`` where ``ema_model`` is a name the call's own
+    function (or the module) binds only to objects it makes (``EMAModel(...)``, a model loaded
+    for export) and that no ``prepare`` returns anywhere in the file: no sharded engine or FSDP
+    unit to gather weights from, so no collective (under ZeRO-3 it fails on every rank alike:
+    an object DeepSpeed never wrapped has no ``zero_gather_16bit_weights_on_model_save``)."""
+    model = argument_value(call, "model")
+    name = dotted(model) if model is not None else None
+    if name is None or "." in name or name in script.prepared_names:
+        return False
+    scope = script.scope_of(call)
+    if isinstance(scope, cst.FunctionDef) and name in {
+        p.name.value for p in (*scope.params.params, *scope.params.kwonly_params)
+    }:
+        return False
+    assignments = [a for a in script.index.assignments_to(name) if script.scope_of(a) is scope]
+    return bool(assignments) and all(
+        isinstance(a.value, cst.Call)
+        and (dotted(a.value.func) or "").rsplit(".", 1)[-1] not in _HANDING_BACK
+        for a in assignments
+    )
 
 
 #: Where torch.distributed's collectives take their ``group`` positionally.

@@ -1,0 +1,433 @@
+"""Values one rank computed alone: what a rank folds from its shard of a prepared DataLoader
+(a validation loss summed over its batches, the training loss from its ``loss.item()``), followed
+back through the bindings of the names a value reads, loops, the file's own functions (their
+returns, with their parameters bound to the call's arguments) and a helper's parameters. A
+collective on the way (``accelerator.reduce``, ``gather``, ``dist.all_reduce`` in place) makes
+the ranks agree and ends that path; a count of batches or samples is the same on every rank.
+
+ACC409 asks it of a plateau scheduler's metric, ACC420 of a stop's test."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from accelify.analysis.collectives import agreed_in_place, agrees_across_ranks
+from accelify.analysis.dataflow import bound_by, statements, variables_in
+from accelify.analysis.facts import Facts
+from accelify.analysis.objects import bound_arguments, callee
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted, target_names, walk
+
+#: How many helpers deep a value is followed (``fit`` → ``evaluate`` → ``_loss_over``).
+_DEPTH = 3
+
+
+class OwnValues:
+    """Follows a value back to where it came from: the last binding of each name it reads
+    before the place it is read (``=``, ``+=``, ``.append``), the target of the ``for`` around
+    that place, the returns of the file's functions it calls (with their parameters bound to
+    that call's arguments) and a helper's parameters. Data of this rank enters through the
+    target of a loop over a prepared DataLoader (its shard); a collective on the way makes the
+    ranks agree and ends that path."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self.script = facts.model
+        self.seen: set[tuple[str, int]] = set()
+
+    def origin(
+        self,
+        value: cst.CSTNode,
+        at: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int = _DEPTH,
+        folded: cst.CSTNode | None = None,
+    ) -> cst.CSTNode | None:
+        """The statement in a loop over a prepared loader that folds this rank's batches into
+        ``value`` (the outermost on the way), or None."""
+        if _agrees(self.script, value):
+            return None
+        zipped: set[str] = set()
+        for node in walk(value):
+            entry = self._zipped_entry(node, at, passed, depth, folded)
+            if entry is None:
+                continue
+            base, found = entry
+            if found is not None:
+                return found
+            zipped.add(base)
+        if depth > 0:
+            for call in walk(value):
+                found = self._through_callee(call, depth, folded)
+                if found is not None:
+                    return found
+        for name in names_read(self.script, value):
+            if name in zipped:
+                continue
+            found = self._name(name, at, passed, depth, folded)
+            if found is not None:
+                return found
+        return None
+
+    def _zipped_entry(
+        self,
+        node: cst.CSTNode,
+        at: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int,
+        folded: cst.CSTNode | None,
+    ) -> tuple[str, cst.CSTNode | None] | None:
+        """For ``metrics["val_loss"]`` of ``metrics = dict(zip(keys, values))`` (or ``{k: v
+        for k, v in zip(keys, values)}``): the dict's name and the origin of the one value
+        zipped with that key, found by its place among the keys and the values (a ``*helper()``
+        among them stands for as many as the helper's returned tuples hold). None when ``node``
+        is no such entry; the origin is None too when the entry cannot be told (keys or values
+        that are no literal list): the other entries are no part of it, so nothing is followed."""
+        if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+            return None
+        index = node.slice[0].slice
+        if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
+            return None
+        base = dotted(node.value)
+        if base is None:
+            return None
+        binding = _last_binding(self.facts, base, at)
+        pair = _zipped(binding)
+        if binding is None or pair is None:
+            return None
+        keys = self._elements(pair[0], binding)
+        values = self._elements(pair[1], binding)
+        if keys is None or values is None:
+            return base, None
+        names = [
+            k.value.evaluated_value if isinstance(k.value, cst.SimpleString) else None for k in keys
+        ]
+        key = index.value.evaluated_value
+        if key not in names or any(isinstance(k, cst.StarredElement) for k in keys):
+            return base, None
+        return base, self._slot(values, names.index(key), binding, passed, depth, folded)
+
+    def _elements(
+        self, value: cst.BaseExpression, at: cst.CSTNode
+    ) -> Sequence[cst.BaseElement] | None:
+        """The elements of a list or tuple written out, here or as the last binding of the name
+        ``value`` reads."""
+        name = dotted(value)
+        if name is not None:
+            binding = _last_binding(self.facts, name, at)
+            value = getattr(binding, "value", None) if isinstance(binding, cst.Assign) else None
+        if isinstance(value, cst.List | cst.Tuple):
+            return value.elements
+        return None
+
+    def _slot(
+        self,
+        values: Sequence[cst.BaseElement],
+        slot: int,
+        binding: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int,
+        folded: cst.CSTNode | None,
+    ) -> cst.CSTNode | None:
+        """The origin of the ``slot``-th of ``values``, a ``*helper(...)`` spread over as many
+        slots as its returned tuples hold (None when their length cannot be told)."""
+        offset = 0
+        for element in values:
+            if not isinstance(element, cst.StarredElement):
+                if offset == slot:
+                    return self.origin(element.value, binding, passed, depth, folded)
+                offset += 1
+                continue
+            spread = self._returned_tuples(element.value) if depth > 0 else None
+            if spread is None:
+                return None
+            bound, returns = spread
+            width = len(returns[0].elements)
+            if offset + width > slot:
+                for returned in returns:
+                    picked = returned.elements[slot - offset].value
+                    found = self.origin(picked, picked, bound, depth - 1, folded)
+                    if found is not None:
+                        return found
+                return None
+            offset += width
+        return None
+
+    def _returned_tuples(
+        self, call: cst.BaseExpression
+    ) -> tuple[dict[str, cst.BaseExpression], list[cst.Tuple]] | None:
+        """The tuples a function of the file returns (all written out, all as long) with its
+        parameters bound to ``call``'s arguments."""
+        target = callee(self.script, call) if isinstance(call, cst.Call) else None
+        if target is None:
+            return None
+        function, implicit = target
+        returns = [r.value for r in self.script.index.own_returns(function)]
+        if not returns or not all(
+            isinstance(r, cst.Tuple)
+            and not any(isinstance(e, cst.StarredElement) for e in r.elements)
+            for r in returns
+        ):
+            return None
+        tuples = [r for r in returns if isinstance(r, cst.Tuple)]
+        if len({len(t.elements) for t in tuples}) != 1:
+            return None
+        bound = {
+            name: argument.value
+            for name, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
+        }
+        return bound, tuples
+
+    def _through_callee(
+        self, call: cst.CSTNode, depth: int, folded: cst.CSTNode | None
+    ) -> cst.CSTNode | None:
+        target = callee(self.script, call) if isinstance(call, cst.Call) else None
+        if target is None:
+            return None
+        function, implicit = target
+        passed = {
+            name: argument.value
+            for name, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
+        }
+        for returned in self.script.index.own_returns(function):
+            found = self.origin(returned, returned, passed, depth - 1, folded)
+            if found is not None:
+                return found
+        return None
+
+    def _name(
+        self,
+        name: str,
+        at: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int,
+        folded: cst.CSTNode | None,
+    ) -> cst.CSTNode | None:
+        binding = _last_binding(self.facts, name, at)
+        loop = self._loop_binding(name, at, binding)
+        key = (name, id(loop or binding or at))
+        if key in self.seen:
+            return None
+        self.seen.add(key)
+        if loop is not None:
+            if _enumerated_index(loop, name):
+                return None  # ``for step, batch in enumerate(loader)``: a count
+            if self._sharded(loop, passed):
+                return folded or loop
+            return self.origin(loop.iter, loop, passed, depth, folded)
+        if binding is None:
+            return self._parameter(name, at, passed, depth, folded)
+        if _agrees(self.script, binding) or _counts(binding):
+            return None
+        if folded is None and self._in_sharded_loop(binding, passed):
+            folded = binding
+        return self.origin(binding, binding, passed, depth, folded)
+
+    def _parameter(
+        self,
+        name: str,
+        at: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int,
+        folded: cst.CSTNode | None,
+    ) -> cst.CSTNode | None:
+        """A parameter: what this call passes, else what every call site passes."""
+        if name in passed:
+            return self.origin(passed[name], passed[name], {}, depth, folded)
+        if depth == 0:
+            return None
+        for argument in self.facts.flow.call_site_arguments(name, at):
+            found = self.origin(argument.value, argument, {}, depth - 1, folded)
+            if found is not None:
+                return found
+        return None
+
+    def _loop_binding(
+        self, name: str, at: cst.CSTNode, binding: cst.CSTNode | None
+    ) -> cst.For | None:
+        """The ``for`` around ``at`` whose target binds ``name`` after ``binding`` did."""
+        for ancestor in self.script.ancestors(at):
+            if isinstance(ancestor, cst.FunctionDef):
+                return None
+            if (
+                isinstance(ancestor, cst.For)
+                and name in target_names(ancestor.target)
+                and (binding is None or not self.facts.placement.inside(binding, ancestor))
+            ):
+                return ancestor
+        return None
+
+    def _sharded(self, loop: cst.For, passed: dict[str, cst.BaseExpression]) -> bool:
+        """A loop over a prepared DataLoader: by the argument this call passes for the
+        parameter it iterates, else as the analysis knows it."""
+        found = next((entry for entry in self.script.loops if entry.node is loop), None)
+        if found is None:
+            return False
+        if found.iterable in passed:
+            given = dotted(passed[found.iterable])
+            return given is not None and given in self.script.prepared_names
+        return self.facts.flow.over_prepared_loader(found)
+
+    def _in_sharded_loop(
+        self, statement: cst.CSTNode, passed: dict[str, cst.BaseExpression]
+    ) -> bool:
+        return any(
+            self.facts.placement.inside(statement, loop.node) and self._sharded(loop.node, passed)
+            for loop in self.script.loops
+        )
+
+
+def _enumerated_index(loop: cst.For, name: str) -> bool:
+    """``name`` is the count of ``for name, batch in enumerate(...)``: the same on every rank."""
+    target, iterated = loop.target, loop.iter
+    return (
+        isinstance(iterated, cst.Call)
+        and dotted(iterated.func) == "enumerate"
+        and isinstance(target, cst.Tuple)
+        and bool(target.elements)
+        and dotted(target.elements[0].value) == name
+    )
+
+
+def _zipped(binding: cst.CSTNode | None) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """The keys and the values of ``dict(zip(keys, values))`` or ``{k: v for k, v in zip(keys,
+    values)}`` that ``binding`` assigns."""
+    value = binding.value if isinstance(binding, cst.Assign) else None
+    inner: cst.BaseExpression | None = None
+    if isinstance(value, cst.Call) and dotted(value.func) == "dict" and len(value.args) == 1:
+        if value.args[0].keyword is None and not value.args[0].star:
+            inner = value.args[0].value
+    elif (
+        isinstance(value, cst.DictComp)
+        and value.for_in.inner_for_in is None
+        and not value.for_in.ifs
+        and isinstance(value.for_in.target, cst.Tuple)
+        and [dotted(e.value) for e in value.for_in.target.elements]
+        == [dotted(value.key), dotted(value.value)]
+    ):
+        inner = value.for_in.iter
+    if not (isinstance(inner, cst.Call) and dotted(inner.func) == "zip" and len(inner.args) == 2):
+        return None
+    if any(argument.keyword is not None or argument.star for argument in inner.args):
+        return None
+    return inner.args[0].value, inner.args[1].value
+
+
+def names_read(script: ScriptModel, value: cst.CSTNode) -> list[str]:
+    """The variables ``value`` reads, and the ``self.x`` attributes (a total kept on the
+    trainer); for a binding, only its right-hand side (and an augmented target, which it reads)."""
+    if isinstance(value, cst.Assign | cst.AnnAssign):
+        read: cst.CSTNode | None = value.value
+    elif isinstance(value, cst.AugAssign):
+        return [*(names_read(script, value.value)), *(_target_name(value.target))]
+    elif isinstance(value, cst.Expr):
+        read = value.value
+    else:
+        read = value
+    if read is None:
+        return []
+    names = sorted(variables_in(script, read))
+    members = sorted(
+        {
+            name
+            for node in walk(read)
+            if isinstance(node, cst.Attribute)
+            and (name := dotted(node)) is not None
+            and name.startswith("self.")
+            and name.count(".") == 1
+        }
+    )
+    return [*members, *(n for n in names if n != "self")]
+
+
+def _target_name(target: cst.BaseExpression) -> list[str]:
+    name = dotted(target)
+    return [name] if name is not None else []
+
+
+def _last_binding(facts: Facts, name: str, at: cst.CSTNode) -> cst.CSTNode | None:
+    """The last statement before ``at`` in its function (the module for a flat script) that
+    binds ``name`` (``=``, ``+=``, an annotated one, ``.append(...)`` to a list); for
+    ``self.x``, the last one in any method of the class."""
+    script = facts.model
+    function = facts.placement.enclosing_function(at)
+    block: cst.CSTNode | None = function.body if function is not None else script.module
+    if name.startswith("self."):
+        block = script.index.nearest(at, cst.ClassDef) if function is not None else None
+    if block is None:
+        return None
+    position = _position(script, at)
+    found: cst.CSTNode | None = None
+    for small in statements(block):
+        if facts.placement.enclosing_function(small) is not function and not name.startswith(
+            "self."
+        ):
+            continue
+        if not name.startswith("self.") and _position(script, small) >= position:
+            break
+        if binds(script, small, name):
+            found = small
+    return found
+
+
+def binds(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
+    """``name = ...``, ``name += ...``, ``name.append(...)``; and ``dist.all_reduce(name)``,
+    which writes the value every rank agrees on into ``name``."""
+    if isinstance(small, cst.Assign):
+        return any(dotted(t.target) == name for t in small.targets) or name in bound_by(small)
+    if isinstance(small, cst.AugAssign | cst.AnnAssign):
+        return dotted(small.target) == name or name in bound_by(small)
+    call = small.value if isinstance(small, cst.Expr) else None
+    if isinstance(call, cst.Call) and _written_in_place(script, call) == name:
+        return True
+    return (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in ("append", "extend")
+        and dotted(call.func.value) == name
+    )
+
+
+def _written_in_place(script: ScriptModel, call: cst.Call) -> str | None:
+    written = agreed_in_place(script, call)
+    return dotted(written) if written is not None else None
+
+
+def _position(script: ScriptModel, node: cst.CSTNode) -> tuple[int, int]:
+    start = script.position(node).start
+    return start.line, start.column
+
+
+def _counts(binding: cst.CSTNode) -> bool:
+    """``steps += 1``, ``seen += len(y)``, ``n += x.size(0)``: a count of batches or samples,
+    the same on every rank (prepare evens out the shards), not a value of this rank's data.
+    Scaling a value by one (``val_loss /= len(val_loader)``) keeps it what it was."""
+    if isinstance(binding, cst.AugAssign) and not isinstance(
+        binding.operator, cst.AddAssign | cst.SubtractAssign
+    ):
+        return False
+    value = getattr(binding, "value", None)
+    if not isinstance(value, cst.BaseExpression):
+        return False
+    if isinstance(value, cst.Integer | cst.Float):
+        return True
+    if isinstance(value, cst.Call):
+        func = value.func
+        return dotted(func) == "len" or (
+            isinstance(func, cst.Attribute) and func.attr.value in ("size", "numel")
+        )
+    return (
+        isinstance(value, cst.Subscript)
+        and isinstance(value.value, cst.Attribute)
+        and value.value.attr.value == "shape"
+    )
+
+
+def _agrees(script: ScriptModel, node: cst.CSTNode) -> bool:
+    """``node`` calls a collective after which every rank holds the same value (the one table
+    of `accelify.analysis.collectives`)."""
+    return any(
+        isinstance(call, cst.Call) and agrees_across_ranks(script, call) for call in walk(node)
+    )
