@@ -870,3 +870,29 @@ def test_a_save_method_and_a_load_method_called_in_turn_are_reported_at_the_read
     assert "written at line 12" in finding.message
     assert "between the calls at lines 18 and 19" in finding.message
     assert "self.accelerator.wait_for_everyone()" in finding.message
+
+
+def test_a_while_loops_training_step_is_not_advised_to_unwrap_the_model():
+    """A step loop written as ``while`` (batches from ``next(it)``) trains as a ``for`` does: the
+    model's own method called through the wrapper there runs layers whose gradients
+    ``unwrap_model`` would leave unsynchronised, so the advice moves it into forward(); the
+    same method under ``no_grad`` is plain unwrap advice."""
+    code = (
+        "from accelerate import Accelerator\nimport torch\naccelerator = Accelerator()\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "model.train()\nit = iter(loader)\nstep = 0\n"
+        "while step < max_steps:\n"
+        "    batch = next(it)\n"
+        "    with torch.no_grad():\n"
+        "        target = model.encode(batch)\n"
+        "    z = model.encode(batch)\n"
+        "    accelerator.backward((z - target).pow(2).mean())\n"
+        "    optimizer.step()\n"
+        "    step += 1\n"
+    )
+    trained = the_finding(code, "ACC104", line=12)
+    assert "in a training step" in trained.message
+    assert "compute it in the model's forward()" in trained.message
+    frozen = the_finding(code, "ACC104", line=11)
+    assert "Call this through accelerator.unwrap_model(model).encode:" in frozen.message
+
