@@ -896,3 +896,29 @@ def test_a_while_loops_training_step_is_not_advised_to_unwrap_the_model():
     frozen = the_finding(code, "ACC104", line=11)
     assert "Call this through accelerator.unwrap_model(model).encode:" in frozen.message
 
+
+def test_a_scheduler_inside_accumulate_of_an_accelerator_that_never_accumulates():
+    """``accumulate()`` on ``Accelerator()`` (no gradient_accumulation_steps) syncs on every
+    batch: an unprepared scheduler stepped inside it is not stepped "per batch, N times per
+    optimizer step" (a motion-transfer GAN wraps each model in accumulate); it is still
+    unprepared, sized on the whole dataset while each rank steps its shard."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "loader = torch.utils.data.DataLoader(dataset, batch_size=8)\n"
+        "sched = torch.optim.lr_scheduler.OneCycleLR(\n"
+        "    optimizer, max_lr=0.1, total_steps=len(dataset) // 8 * epochs\n)\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "for epoch in range(epochs):\n"
+        "    for x in loader:\n"
+        "        with accelerator.accumulate(model):\n"
+        "            accelerator.backward(model(x).sum())\n"
+        "            optimizer.step()\n"
+        "            sched.step()\n"
+        "            optimizer.zero_grad()\n"
+    )
+    plain = the_finding(code, "ACC401", line=14)
+    assert "sync_gradients" not in plain.message
+    assert "Pass scheduler `sched` to accelerator.prepare" in plain.message
+    accumulating = code.replace("Accelerator()", "Accelerator(gradient_accumulation_steps=4)")
+    assert "sync_gradients" in the_finding(accumulating, "ACC401", line=14).message
