@@ -743,7 +743,7 @@ def _accelerator_for(
     found = accelerator_at(script, at)
     if found is not None:
         return found
-    return constructed_accelerator(script, owner, at) if constructed else "accelerator"
+    return constructed_accelerator(script, owner, at) if constructed else None
 
 
 #: What a test that chooses between the wrapper and the model reads.

@@ -922,3 +922,28 @@ def test_a_scheduler_inside_accumulate_of_an_accelerator_that_never_accumulates(
     assert "Pass scheduler `sched` to accelerator.prepare" in plain.message
     accumulating = code.replace("Accelerator()", "Accelerator(gradient_accumulation_steps=4)")
     assert "sync_gradients" in the_finding(accumulating, "ACC401", line=14).message
+
+
+def test_wrapper_attribute_advice_names_no_accelerator_the_helper_cannot_see():
+    """A DDPM trainer's ``train_step(model, x)`` reads ``model.scheduler`` off the prepared
+    model; the helper has no Accelerator in scope (main() made it), so the advice names none
+    (``accelerator.unwrap_model`` there would be a NameError); main's own read names it."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "def train_step(model, x):\n"
+        "    t = torch.randint(0, model.scheduler.config['steps'], (x.shape[0],))\n"
+        "    return model(x, t).mean()\n\n\n"
+        "def main():\n"
+        "    acc = Accelerator()\n"
+        "    model, optimizer, loader = acc.prepare(model, optimizer, loader)\n"
+        "    for x in loader:\n"
+        "        acc.backward(train_step(model, x))\n"
+        "        optimizer.step()\n"
+        "    print(model.scheduler)\n"
+    )
+    helper = the_finding(code, "ACC104", line=6)
+    assert "unwrap_model(model).scheduler.config['steps'] of the Accelerator that prepared it" in (
+        helper.message
+    )
+    assert "accelerator." not in helper.message
+    assert "acc.unwrap_model(model).scheduler" in the_finding(code, "ACC104", line=16).message
