@@ -28,7 +28,6 @@ from accelify.analysis.idle_members import (
     without_gradients,
 )
 from accelify.analysis.loops import find_backward
-from accelify.analysis.loops import find_backward
 from accelify.analysis.objects import bound_arguments, methods_of, received_name
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
