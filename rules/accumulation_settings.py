@@ -59,7 +59,7 @@ class AccumulationSettings(Rule):
         # sync_gradients never turns off and the optimizer steps every batch
         Example(
             _TRAINER
-            + "    def fit(self, loader):\n"
+            + "\n    def fit(self, loader):\n"
             + "        for batch in loader:\n"
             + "            self.backward(self.model(batch).loss)\n",
             6,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.script_model import Kind, Loop, ScriptModel, own_method
 from accelify.analysis.syntax import (
     Visitor,
     assigned_targets,
@@ -298,7 +298,9 @@ def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> boo
     backwards = [
         call
         for call in model.calls
-        if _method(call) == "backward" and id(call) not in tensor_backwards
+        if _method(call) == "backward"
+        and id(call) not in tensor_backwards
+        and not (dotted(call.func.value) == "self" and own_method(model, call, "backward"))  # type: ignore[union-attr]
     ]
     if not backwards:
         return False  # also ``loss.backward()`` only: nothing divides the loss (ACC301 says so)
