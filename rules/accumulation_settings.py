@@ -18,6 +18,19 @@ from accelify.lint.rule import (
 _IMPORT = "from accelify import Accelerator\n"
 
 
+#: A trainer whose backward() steps the optimizer when the accumulation boundary is reached.
+_TRAINER = (
+    _IMPORT + "\n\nclass Trainer:\n"
+    "    def __init__(self, cfg):\n"
+    "        self.accelerator = Accelerator(gradient_accumulation_steps=cfg.steps)\n\n"
+    "    def backward(self, loss):\n"
+    "        self.accelerator.backward(loss)\n"
+    "        if self.accelerator.sync_gradients:\n"
+    "            self.optimizer.step()\n"
+    "            self.optimizer.zero_grad()\n"
+)
+
+
 class AccumulationSettings(Rule):
     """``gradient_accumulation_steps`` set on the Accelerator but no ``accelerator.accumulate()``
     and no accumulation by hand: ``backward`` divides every loss by the steps while the optimizer
@@ -42,8 +55,21 @@ class AccumulationSettings(Rule):
             2,
             15,
         ),
+        # the trainer's own loop calls its backward(): nothing in the file accumulates, so
+        # sync_gradients never turns off and the optimizer steps every batch
+        Example(
+            _TRAINER
+            + "\n    def fit(self, loader):\n"
+            + "        for batch in loader:\n"
+            + "            self.backward(self.model(batch).loss)\n",
+            6,
+            28,
+        ),
     )
     good = (
+        # a base trainer's backward() waits on sync_gradients; its subclasses' loops, in other
+        # modules, accumulate (a 3D-scene pre-training's BaseTrainer)
+        _TRAINER,
         # parler-tts: accumulation by hand, no_sync chosen per micro-batch into a variable
         _IMPORT
         + "import contextlib\n"

@@ -4,7 +4,7 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import statement_lines
+from accelify.analysis.syntax import dotted, statement_lines, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 #: What ends the process where it is called.
@@ -86,6 +86,25 @@ class ExitOnSomeRanks(Rule):
             10,
             13,
         ),
+        # a FLAVA classifier's early stopping: the patience counter counted on the main
+        # process alone, tested on every rank; only the main process ever breaks
+        Example(
+            HEADER
+            + "patience_counter = 0\n"
+            + "for epoch in range(15):\n"
+            + "    for batch in loader:\n"
+            + "        accelerator.backward(model(batch).loss)\n"
+            + "    val = accelerator.gather(val_loss).mean().item()\n"
+            + "    if accelerator.is_main_process:\n"
+            + "        if val < best:\n"
+            + "            best, patience_counter = val, 0\n"
+            + "        else:\n"
+            + "            patience_counter += 1\n"
+            + "    if patience_counter >= patience:\n"
+            + "        break\n",
+            14,
+            9,
+        ),
         Example(  # the rank read once into a name of the file's
             HEADER
             + "import torch.distributed as dist\n"
@@ -141,6 +160,33 @@ class ExitOnSomeRanks(Rule):
         + "        if accelerator.is_main_process:\n"
         + "            accelerator.save(model.state_dict(), 'last.pt')\n"
         + "        exit()\n",
+        # the counter counted on every rank from the gathered loss: every rank stops together
+        HEADER
+        + "patience_counter = 0\n"
+        + "for epoch in range(15):\n"
+        + "    for batch in loader:\n"
+        + "        accelerator.backward(model(batch).loss)\n"
+        + "    val = accelerator.gather(val_loss).mean().item()\n"
+        + "    if val < best:\n"
+        + "        best, patience_counter = val, 0\n"
+        + "    else:\n"
+        + "        patience_counter += 1\n"
+        + "    if accelerator.is_main_process:\n"
+        + "        print(patience_counter)\n"
+        + "    if patience_counter >= patience:\n"
+        + "        break\n",
+        # decided on the main process, then handed to every rank before the test
+        HEADER
+        + "from accelerate.utils import broadcast_object_list\n"
+        + "for epoch in range(15):\n"
+        + "    for batch in loader:\n"
+        + "        accelerator.backward(model(batch).loss)\n"
+        + "    stop = [False]\n"
+        + "    if accelerator.is_main_process:\n"
+        + "        stop = [evaluate(model) < best]\n"
+        + "    broadcast_object_list(stop)\n"
+        + "    if stop[0]:\n"
+        + "        break\n",
         # after the loop: nothing is left to wait for
         HEADER + _LOOP + "if accelerator.is_main_process:\n    exit()\n",
         # a metric named like a rank, gathered: the same on every rank, every rank stops
@@ -162,6 +208,7 @@ class ExitOnSomeRanks(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         yield from self._loops_left_by_some_ranks(script)
+        yield from self._loops_left_on_a_rank_only_value(script)
         facts = facts_of(script)
         for call in script.calls:
             if not script.call_names(call) & _EXITS or not script.under_rank_guard(call):
@@ -231,6 +278,82 @@ class ExitOnSomeRanks(Rule):
                     f"the test, on every rank, `if {accelerator}.check_trigger(): {leaves}`"
                 ),
             )
+
+    def _loops_left_on_a_rank_only_value(self, script: ScriptModel) -> Iterator[Finding]:
+        """``break`` (or ``return``) outside any rank test, under a test of a value the loop
+        changes only under one: an early stop whose patience counter the main process alone
+        counts (``if accelerator.is_main_process: ... patience_counter += 1`` then, on every
+        rank, ``if patience_counter >= patience: break``). The other ranks keep the value they
+        had, never pass the test, and go on to the loop's next collective, where they wait for
+        the main process that left (hang)."""
+        facts = facts_of(script)
+        for node in script.index.of_type(cst.Break) + script.index.of_type(cst.Return):
+            function = facts.placement.enclosing_function(node)
+            loop = (
+                script.index.enclosing_loop(node)
+                if isinstance(node, cst.Break)
+                else _outermost_loop(script, node, function)
+            )
+            if loop is None or _rank_test_between(script, node, loop) is not None:
+                continue
+            changed = _changed_under_a_rank_test_only(script, node, loop)
+            if changed is None:
+                continue
+            name, guard = changed
+            waiting = facts.collective_reach.where_the_others_wait(loop)
+            if waiting is None:
+                continue
+            leaves = "break" if isinstance(node, cst.Break) else "return"
+            accelerator = accelerator_name(script, node)
+            yield self.finding(
+                script,
+                node,
+                message=(
+                    f"Leave the loop on every rank: {name} changes only under the rank test at "
+                    f"line {script.line(guard)}, so the ranks disagree on the test that leads "
+                    f"here and only the ranks under that rank test {leaves}; the others go on "
+                    f"to the collective at line {script.line(waiting)} and wait there for a "
+                    f"rank that is gone (hang); change {name} on every rank (from values every "
+                    f"rank holds alike), or call {accelerator}.set_trigger() under the rank "
+                    f"test and `if {accelerator}.check_trigger(): {leaves}` on every rank"
+                ),
+            )
+
+
+def _changed_under_a_rank_test_only(
+    script: ScriptModel, node: cst.CSTNode, loop: cst.For | cst.While
+) -> tuple[str, cst.If] | None:
+    """A name (or attribute) read in a test of an ``if`` between ``loop`` and ``node`` that the
+    loop binds (``=``, ``+=``) only under a rank test, at least once: what it holds differs
+    between the ranks. The name and the rank test of its first such binding."""
+    for ancestor in script.ancestors(node):
+        if ancestor is loop:
+            return None
+        if not isinstance(ancestor, cst.If):
+            continue
+        read = {
+            spelled
+            for n in walk(ancestor.test)
+            if isinstance(n, (cst.Name, cst.Attribute)) and (spelled := dotted(n)) is not None
+        }
+        for name in sorted(read):
+            bindings = [
+                b for b in _bindings_of(script, name) if script.inside(b, loop) and b is not node
+            ]
+            guards = [_rank_test_between(script, b, loop) for b in bindings]
+            if bindings and all(guard is not None for guard in guards):
+                return name, guards[0]  # type: ignore[return-value]
+    return None
+
+
+def _bindings_of(script: ScriptModel, name: str) -> list[cst.CSTNode]:
+    """``name = ...`` and ``name += ...`` (``op=`` of any operator) anywhere in the file."""
+    augmented = [
+        node
+        for node in script.index.of_type(cst.AugAssign)
+        if isinstance(node, cst.AugAssign) and dotted(node.target) == name
+    ]
+    return [*script.index.assignments_to(name), *augmented]
 
 
 def _rank_test_between(

@@ -132,6 +132,14 @@ class GatherInEvaluation(Rule):
             + "        out = accelerator.unwrap_model(model).predict(x)\n"
             + "        preds = accelerator.gather_for_metrics(out['predictions'])\n",
         ),
+        Example(  # what the loop collects is cut after it, but not to a length: still padded
+            _EVAL.replace("    for x, y", "    predictions = []\n    for x, y")
+            + "        tokens = accelerator.gather(model(x)).cpu().numpy()\n"
+            + "        predictions += tokenizer.batch_decode(tokens)\n"
+            + "predictions = predictions[1:]\n",
+            8,
+            18,
+        ),
         Example(  # no_grad per batch, over a loader taken from a dict of prepared loaders
             HEADER
             + "import torch\n\n\ndef evaluate(model, loader):\n    preds = []\n"
@@ -228,6 +236,13 @@ class GatherInEvaluation(Rule):
         + "        preds, refs = accelerator.gather((model(x), y))\n"
         + "        if step == len(loader) - 1:\n"
         + "            preds = preds[: len(loader.dataset) - seen]\n",
+        # what the loop collects cut to the dataset's length after it (a T5 generator's "hack
+        # to deal with the auto-filling of the last incomplete batch"): the repeats come last
+        _EVAL.replace("    for x, y", "    predictions = []\n    for x, y")
+        + "        tokens = accelerator.gather(model(x)).cpu().numpy()\n"
+        + "        decoded = tokenizer.batch_decode(tokens)\n"
+        + "        predictions += [p.strip() for p in decoded]\n"
+        + "predictions = list(chunks(predictions, k))[: len(test_dataset)]\n",
         # the batch's mean loss, one per rank (a vocoder's test mel loss): gather_for_metrics
         # trims rows, not the repeated samples inside a mean, so it would not fix the count
         _EVAL

@@ -37,6 +37,12 @@ class ManualAmp(Rule):
             4,
             10,
         ),
+        Example(  # torch >= 2.3's top-level name (a robot-data discriminator's trainer)
+            HEADER + "import torch\nscaler = torch.GradScaler()\n"
+            "accelerator.backward(scaler.scale(loss))\nscaler.step(optimizer)\n",
+            4,
+            10,
+        ),
         Example(
             HEADER
             + "import torch\nwith torch.autocast('cuda', dtype=torch.float16):\n"

@@ -86,6 +86,23 @@ class PerEpochSchedulerPrepared(Rule):
             7,
             31,
         ),
+        Example(  # a DDPM trainer samples images after each epoch on the main process: its
+            # noise scheduler's step(noise_pred, t, x) denoises, it steps no optimizer
+            _SCRIPT
+            + "scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=400)\n"
+            + "model, optimizer, loader, scheduler = accelerator.prepare(\n"
+            + "    model, optimizer, loader, scheduler\n)\n\n\n"
+            + "def sample(model, noise_scheduler, x):\n"
+            + "    for t in noise_scheduler.timesteps:\n"
+            + "        x = noise_scheduler.step(model(x, t), t, x).prev_sample\n"
+            + "    return x\n\n\n"
+            + _EPOCHS
+            + "    scheduler.step()\n"
+            + "    if accelerator.is_main_process:\n"
+            + "        images = sample(model, ddpm, noise)\n",
+            7,
+            31,
+        ),
         Example(  # one scheduler, stepped per batch in one branch and per epoch in the other
             _SCRIPT
             + "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)\n"

@@ -12,7 +12,13 @@ from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
 from accelify.analysis.script_model import Binding, Kind, Loop, PrepareCall, ScriptModel
 from accelify.analysis.step_loaders import over_step_data
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import (
+    assigned_targets,
+    dotted,
+    is_accelerator_call,
+    keyword_argument,
+    walk,
+)
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -997,7 +1003,11 @@ def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) ->
     it when the optimizer steps; ``prepare`` also does that, but steps it once per process as
     well, which a loop of a fixed count that every rank runs whole must not do (ACC410)."""
     accelerator = _accumulate_around(script, step)
-    if accelerator is not None and not once_per_optimizer_step(script, step):
+    if (
+        accelerator is not None
+        and not once_per_optimizer_step(script, step)
+        and not _never_accumulates(script)
+    ):
         fixed = stepped_per_fixed_iteration(facts_of(script), step) is not None
         return (
             f"Step scheduler `{name}` only when the optimizer steps (under `if "
@@ -1010,6 +1020,34 @@ def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) ->
     if whole is not None:
         return _whole_loader_message(script, name, whole)
     return _message("scheduler", name, "stepped with the optimizer")
+
+
+def _never_accumulates(script: ScriptModel) -> bool:
+    """Every Accelerator of the file is made here, ``Accelerator(...)`` with no
+    ``gradient_accumulation_steps`` (or 1), no ``gradient_accumulation_plugin``, no ``**kwargs``,
+    and nothing sets its ``gradient_accumulation_steps`` later: ``accumulate()`` then syncs on
+    every batch, so a step inside it is one per optimizer step (a motion-transfer GAN's
+    ``accumulate`` around each of its models, on ``Accelerator()``). An accelerator handed in,
+    or made by a factory, may accumulate."""
+    made = [binding.value for binding in script.of_kind(Kind.ACCELERATOR)]
+    if not made or not all(is_accelerator_call(value) for value in made):
+        return False
+    for value in made:
+        assert isinstance(value, cst.Call)
+        if any(arg.star for arg in value.args):
+            return False
+        if keyword_argument(value, "gradient_accumulation_plugin") is not None:
+            return False
+        steps = keyword_argument(value, "gradient_accumulation_steps")
+        if steps is not None and not (
+            isinstance(steps.value, cst.Integer) and steps.value.evaluated_value == 1
+        ):
+            return False
+    return not any(
+        isinstance(target, cst.Attribute) and target.attr.value == "gradient_accumulation_steps"
+        for assign in script.assignments
+        for target in assigned_targets(assign)
+    )
 
 
 def _per_batch_step_ends_late(

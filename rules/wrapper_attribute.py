@@ -247,6 +247,19 @@ class WrapperAttribute(Rule):
             9,
             11,
         ),
+        Example(  # a diffusion autoencoder's step loop (``while``, batches from next()):
+            # its encode runs the model's layers, so unwrapping it is no fix
+            HEADER
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "model.train()\nit = iter(loader)\nstep = 0\n"
+            + "while step < max_steps:\n"
+            + "    z = model.encode(next(it))\n"
+            + "    accelerator.backward(model.decode(z).pow(2).mean())\n"
+            + "    optimizer.step()\n"
+            + "    step += 1\n",
+            8,
+            9,
+        ),
         Example(  # a layer run by name in the training step: unwrapping it is no fix either
             HEADER
             + "import torch\nfrom torch import nn\n\n\n"
@@ -794,7 +807,7 @@ def _accelerator_for(
     found = accelerator_at(script, at)
     if found is not None:
         return found
-    return constructed_accelerator(script, owner, at) if constructed else "accelerator"
+    return constructed_accelerator(script, owner, at) if constructed else None
 
 
 #: What a test that chooses between the wrapper and the model reads.

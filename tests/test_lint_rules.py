@@ -870,3 +870,80 @@ def test_a_save_method_and_a_load_method_called_in_turn_are_reported_at_the_read
     assert "written at line 12" in finding.message
     assert "between the calls at lines 18 and 19" in finding.message
     assert "self.accelerator.wait_for_everyone()" in finding.message
+
+
+def test_a_while_loops_training_step_is_not_advised_to_unwrap_the_model():
+    """A step loop written as ``while`` (batches from ``next(it)``) trains as a ``for`` does: the
+    model's own method called through the wrapper there runs layers whose gradients
+    ``unwrap_model`` would leave unsynchronised, so the advice moves it into forward(); the
+    same method under ``no_grad`` is plain unwrap advice."""
+    code = (
+        "from accelerate import Accelerator\nimport torch\naccelerator = Accelerator()\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "model.train()\nit = iter(loader)\nstep = 0\n"
+        "while step < max_steps:\n"
+        "    batch = next(it)\n"
+        "    with torch.no_grad():\n"
+        "        target = model.encode(batch)\n"
+        "    z = model.encode(batch)\n"
+        "    accelerator.backward((z - target).pow(2).mean())\n"
+        "    optimizer.step()\n"
+        "    step += 1\n"
+    )
+    trained = the_finding(code, "ACC104", line=12)
+    assert "in a training step" in trained.message
+    assert "compute it in the model's forward()" in trained.message
+    frozen = the_finding(code, "ACC104", line=11)
+    assert "Call this through accelerator.unwrap_model(model).encode:" in frozen.message
+
+
+def test_a_scheduler_inside_accumulate_of_an_accelerator_that_never_accumulates():
+    """``accumulate()`` on ``Accelerator()`` (no gradient_accumulation_steps) syncs on every
+    batch: an unprepared scheduler stepped inside it is not stepped "per batch, N times per
+    optimizer step" (a motion-transfer GAN wraps each model in accumulate); it is still
+    unprepared, sized on the whole dataset while each rank steps its shard."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "loader = torch.utils.data.DataLoader(dataset, batch_size=8)\n"
+        "sched = torch.optim.lr_scheduler.OneCycleLR(\n"
+        "    optimizer, max_lr=0.1, total_steps=len(dataset) // 8 * epochs\n)\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "for epoch in range(epochs):\n"
+        "    for x in loader:\n"
+        "        with accelerator.accumulate(model):\n"
+        "            accelerator.backward(model(x).sum())\n"
+        "            optimizer.step()\n"
+        "            sched.step()\n"
+        "            optimizer.zero_grad()\n"
+    )
+    plain = the_finding(code, "ACC401", line=14)
+    assert "sync_gradients" not in plain.message
+    assert "Pass scheduler `sched` to accelerator.prepare" in plain.message
+    accumulating = code.replace("Accelerator()", "Accelerator(gradient_accumulation_steps=4)")
+    assert "sync_gradients" in the_finding(accumulating, "ACC401", line=14).message
+
+
+def test_wrapper_attribute_advice_names_no_accelerator_the_helper_cannot_see():
+    """A DDPM trainer's ``train_step(model, x)`` reads ``model.scheduler`` off the prepared
+    model; the helper has no Accelerator in scope (main() made it), so the advice names none
+    (``accelerator.unwrap_model`` there would be a NameError); main's own read names it."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "def train_step(model, x):\n"
+        "    t = torch.randint(0, model.scheduler.config['steps'], (x.shape[0],))\n"
+        "    return model(x, t).mean()\n\n\n"
+        "def main():\n"
+        "    acc = Accelerator()\n"
+        "    model, optimizer, loader = acc.prepare(model, optimizer, loader)\n"
+        "    for x in loader:\n"
+        "        acc.backward(train_step(model, x))\n"
+        "        optimizer.step()\n"
+        "    print(model.scheduler)\n"
+    )
+    helper = the_finding(code, "ACC104", line=6)
+    assert "unwrap_model(model).scheduler.config['steps'] of the Accelerator that prepared it" in (
+        helper.message
+    )
+    assert "accelerator." not in helper.message
+    assert "acc.unwrap_model(model).scheduler" in the_finding(code, "ACC104", line=16).message

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.script_model import Kind, Loop, ScriptModel, own_method
 from accelify.analysis.syntax import (
     Visitor,
     assigned_targets,
@@ -290,14 +290,17 @@ def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> boo
     or through a name set from one), or when the loss is multiplied back by the steps before its
     backward (the script undoes the division and accumulates by hand). Nor when nothing in the
     file steps an optimizer (an engine class whose ``backward`` its callers drive, in another
-    module; DeepSpeed steps inside its backward) or the file sets ``sync_gradients`` itself
-    (it marks the accumulation boundary by hand)."""
+    module; DeepSpeed steps inside its backward), the file sets ``sync_gradients`` itself
+    (it marks the accumulation boundary by hand), or every step waits on ``sync_gradients`` in
+    a method no loop of the file calls (`_driven_from_elsewhere`)."""
     steps_code = model.module.code_for_node(steps)
     tensor_backwards = {id(call) for call in model.backward_calls}
     backwards = [
         call
         for call in model.calls
-        if _method(call) == "backward" and id(call) not in tensor_backwards
+        if _method(call) == "backward"
+        and id(call) not in tensor_backwards
+        and not (dotted(call.func.value) == "self" and own_method(model, call, "backward"))  # type: ignore[union-attr]
     ]
     if not backwards:
         return False  # also ``loss.backward()`` only: nothing divides the loss (ACC301 says so)
@@ -314,6 +317,8 @@ def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> boo
     ]
     if not steps or any(_sets_sync_gradients(assign) for assign in model.assignments):
         return False  # stepped elsewhere (a wrapper's callers, DeepSpeed's engine) or by hand
+    if all(_driven_from_elsewhere(model, call) for call in steps):
+        return False
     modulo_names = {
         dotted(target)
         for node in model.assignments
@@ -328,6 +333,30 @@ def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> boo
             ):
                 return False
     return True
+
+
+def _driven_from_elsewhere(model: ScriptModel, step: cst.Call) -> bool:
+    """``step`` waits on ``sync_gradients`` (which only ``accumulate()`` turns off) in a function
+    that runs in no loop of the file and that the file never calls from one: a base trainer's
+    ``backward(loss)`` method, whose subclasses' training loops, in other modules, accumulate
+    (a 3D-scene pre-training's BaseTrainer)."""
+    if not any(
+        isinstance(a, cst.If) and "sync_gradients" in model.module.code_for_node(a.test)
+        for a in model.ancestors(step)
+    ):
+        return False
+    function = model.index.enclosing_function(step)
+    if function is None or any(isinstance(a, (cst.For, cst.While)) for a in model.ancestors(step)):
+        return False
+    name = function.name.value
+    return not any(
+        (
+            (isinstance(call.func, cst.Name) and call.func.value == name)
+            or (isinstance(call.func, cst.Attribute) and call.func.attr.value == name)
+        )
+        and any(isinstance(a, (cst.For, cst.While)) for a in model.ancestors(call))
+        for call in model.calls
+    )
 
 
 def _sets_sync_gradients(assign: cst.Assign) -> bool:

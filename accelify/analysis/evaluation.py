@@ -1898,7 +1898,57 @@ def gather_counts_padding(loop: Loop, gather: cst.Call, facts: Facts) -> bool:
             and any(isinstance(e.slice, cst.Slice) for e in node.value.slice)
         ):
             return False
-    return True
+    return not _trimmed_to_the_set_after(loop, gathered, facts)
+
+
+def _trimmed_to_the_set_after(loop: Loop, gathered: set[str], facts: Facts) -> bool:
+    """What the loop collects from the gathered values is cut to a length after it
+    (``predictions = list(chunks(predictions, k))[:len(test_dataset)]``, a T5 generator's
+    "hack to deal with the auto-filling of the last incomplete batch"): the gathered rows come
+    in the dataset's order, the repeats last, so the cut drops exactly them. Followed from the
+    gathered names through the loop's assignments and ``append``/``extend``/``+=`` to the
+    name cut, in the loop's function."""
+    model = facts.model
+    scope = facts.placement.enclosing_function(loop.node) or model.module
+    derived = set(gathered)
+    for _ in range(4):  # a few hops: gathered -> decoded -> preds -> predictions
+        before = len(derived)
+        for node in walk(loop.node.body):
+            if isinstance(node, (cst.Assign, cst.AugAssign)) and _reads_any(node.value, derived):
+                targets = assigned_targets(node) if isinstance(node, cst.Assign) else [node.target]
+                derived |= {name for target in targets for name in target_names(target)}
+            elif (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in ("append", "extend")
+                and any(_reads_any(arg.value, derived) for arg in node.args)
+                and (owner := dotted(node.func.value)) is not None
+            ):
+                derived.add(owner)
+        if len(derived) == before:
+            break
+    for node in walk(scope):
+        if (
+            isinstance(node, cst.Subscript)
+            and model.order(node) > model.order(loop.node)
+            and not model.inside(node, loop.node)
+            and _reads_any(node.value, derived)
+            and any(
+                isinstance(element.slice, cst.Slice)
+                and element.slice.upper is not None
+                and any(
+                    isinstance(n, cst.Call) and dotted(n.func) == "len"
+                    for n in walk(element.slice.upper)
+                )
+                for element in node.slice
+            )
+        ):
+            return True
+    return False
+
+
+def _reads_any(value: cst.BaseExpression, read: set[str]) -> bool:
+    return any(isinstance(n, cst.Name) and n.value in read for n in walk(value))
 
 
 #: Calls that keep a value's shape: ``loss.detach().float()`` is still the loss.

@@ -887,6 +887,10 @@ class ObjectFlow:
                 (
                     func.attr.value == "step"
                     and self.kind_of(dotted(func.value), node) is not Kind.SCHEDULER
+                    # a diffusion sampler's ``scheduler.step(noise_pred, t, x)`` denoises a
+                    # sample (a DDPM trainer's image generation after each epoch); an
+                    # optimizer, engine or scaler step takes at most one argument
+                    and len(node.args) < 2
                 )
                 or (dotted(func.value) in optimizers and func.attr.value != "zero_grad")
             )

@@ -59,6 +59,7 @@ NN_NOT_MODELS = ("torch.nn.functional.", "torch.nn.utils.", "torch.nn.init.", "t
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 DEVICE_CALLS = {"torch.device"}
 GRAD_SCALERS = {
+    "torch.GradScaler",  # torch >= 2.3 exports torch.amp.GradScaler at the top level
     "torch.cuda.amp.GradScaler",
     "torch.amp.GradScaler",
     "torch.cuda.amp.grad_scaler.GradScaler",

@@ -12,6 +12,7 @@ says why at each call.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,6 +27,7 @@ from accelify.analysis.idle_members import (
     member_values,
     without_gradients,
 )
+from accelify.analysis.loops import find_backward
 from accelify.analysis.objects import bound_arguments, methods_of, received_name
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
@@ -102,11 +104,21 @@ class _Finder:
         if any(loop.trains and self.placement.inside(call, loop.node) for loop in self.model.loops):
             return True
         function = self.placement.enclosing_function(call)
+        if any(_while_that_trains(ancestor) for ancestor in self._ancestors_within(call, function)):
+            return True  # ``while step < max_steps: batch = next(it)``, its backward inside
         here = self.model.order(call)
         return function is not None and any(
             self.placement.inside(backward, function) and self.model.order(backward) > here
             for backward in self.model.backward_calls
         )
+
+    def _ancestors_within(
+        self, node: cst.CSTNode, function: cst.CSTNode | None
+    ) -> Iterator[cst.CSTNode]:
+        for ancestor in self.model.ancestors(node):
+            if ancestor is function:
+                return
+            yield ancestor
 
     def direct(self, call: cst.Call, is_model) -> str | None:
         """``model.decoder(z)`` or ``model.compute_loss(x)`` on a model (``is_model``); or one
@@ -341,3 +353,9 @@ def _unwrapped_model(
     ):
         return None
     return dotted(func.args[0].value)
+
+
+def _while_that_trains(node: cst.CSTNode) -> bool:
+    """A ``while`` loop whose body runs a backward (``accelerator.backward(loss)``): the file's
+    loops (`ScriptModel.loops`) are its ``for`` loops only."""
+    return isinstance(node, cst.While) and next(find_backward(node.body), None) is not None

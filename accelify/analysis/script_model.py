@@ -591,6 +591,7 @@ def analyze(
         for call in model.backward_calls
         if (receiver := dotted(call.func.value) or "") not in accelerators  # type: ignore[union-attr]
         and not ("." in receiver and receiver.rsplit(".", 1)[-1] in members)
+        and not (receiver == "self" and own_method(model, call, "backward"))
     ]
     from accelify.analysis.objects import add_object_bindings
     from accelify.analysis.optimizer_models import add_models_fed_to_optimizers
@@ -874,6 +875,20 @@ def _collect(model: ScriptModel, collector: _Collector) -> None:
     visit(model.module, None)
     remember_walk(walked)
     _loops_trained(model)
+
+
+def own_method(model: ScriptModel, call: cst.Call, name: str) -> bool:
+    """``self.<name>(...)`` in a class that defines ``<name>`` itself: a trainer's own
+    ``backward(loss)`` method (which calls ``accelerator.backward``), not a tensor's."""
+    owner = next((a for a in model.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+    return (
+        owner is not None
+        and isinstance(owner.body, cst.IndentedBlock)
+        and any(
+            isinstance(line, cst.FunctionDef) and line.name.value == name
+            for line in owner.body.body
+        )
+    )
 
 
 def _loops_trained(model: ScriptModel) -> None:
