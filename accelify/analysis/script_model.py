@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
 
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable
@@ -187,10 +187,9 @@ class ScriptModel:
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions cost a code-generation pass over the file: resolved on first use only.
         if self._positions is None:
-            # The provider's pass alone, as `MetadataWrapper.resolve` runs it: resolve also walks
-            # the whole tree for "batchable" providers when there are none, which doubles it.
-            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-            self._positions = PositionProvider()._gen(wrapper)
+            from accelify.analysis.positions import Positions  # PositionProvider's, cheaper
+
+            self._positions = Positions(self.module)
         return self._positions[node]
 
     def line(self, node: cst.CSTNode) -> int:
