@@ -217,10 +217,11 @@ class ScriptModel:
         return self.parents.get(id(node))
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        current = self.parent(node)
+        parents = self.parents  # `parent` inline: rules walk up from most nodes they ask about
+        current = parents.get(id(node))
         while current is not None:
             yield current
-            current = self.parent(current)
+            current = parents.get(id(current))
 
     def disables_grad(self, node: cst.CSTNode) -> bool:
         """``with torch.no_grad():`` (or ``inference_mode``), or a function decorated so: what
