@@ -176,8 +176,8 @@ class CallGraph:
         name = function.name.value
         owner = self.owner(function)
         found: list[cst.CSTNode] = []
-        for node in self.model.orders:
-            if owner is None and isinstance(node, cst.Name) and node.value == name:
+        if owner is None:  # the Names that spell it (the index's, in source order)
+            for node in self.index.names_spelled(name):
                 parent = self.model.parent(node)
                 if isinstance(parent, cst.Call) and parent.func is node:
                     continue
@@ -196,14 +196,13 @@ class CallGraph:
                     and not self._shadowed(name, node)
                 ):
                     found.append(node)
-            elif owner is not None and isinstance(node, cst.Attribute):
-                if node.attr.value != name:
-                    continue
-                parent = self.model.parent(node)
-                if isinstance(parent, cst.Call) and parent.func is node:
-                    continue
-                if self._attribute_target(node, name) is function:
-                    found.append(node)
+            return found
+        for attribute in self.index.attributes_named(name):  # ``self.name``, ``trainer.name``
+            parent = self.model.parent(attribute)
+            if isinstance(parent, cst.Call) and parent.func is attribute:
+                continue
+            if self._attribute_target(attribute, name) is function:
+                found.append(attribute)
         return found
 
     def callee(self, call: cst.Call) -> tuple[cst.FunctionDef, int] | None:

@@ -219,7 +219,18 @@ def runtime_of(script: ScriptModel) -> str:
 
 def backends_in_view(script: ScriptModel) -> frozenset[str]:
     """DDP always; FSDP and DeepSpeed (with ZeRO-3) when the script names them, other than to
-    rule them out (``assert accelerator.distributed_type != DistributedType.FSDP``)."""
+    rule them out (``assert accelerator.distributed_type != DistributedType.FSDP``). Kept per
+    complete analysis: a dozen rules ask, some once per call."""
+    kept = script.__dict__.get("_backends_in_view")
+    if kept is not None:
+        return kept
+    found = _backends_in_view(script)
+    if script.complete:
+        script.__dict__["_backends_in_view"] = found
+    return found
+
+
+def _backends_in_view(script: ScriptModel) -> frozenset[str]:
     code = script.source
     found = {DDP}
     mentions = {b: _mentions(code, b) for b in (FSDP, DEEPSPEED)}

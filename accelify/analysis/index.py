@@ -133,6 +133,28 @@ class Index:
             self._of_type[kind] = found
         return found
 
+    @cached_property
+    def _names_by_value(self) -> dict[str, list[cst.Name]]:
+        found: dict[str, list[cst.Name]] = {}
+        for node in self.of_type(cst.Name):
+            found.setdefault(node.value, []).append(node)  # type: ignore[attr-defined, arg-type]
+        return found
+
+    def names_spelled(self, value: str) -> list[cst.Name]:
+        """Every ``Name`` node that spells ``value``, in source order."""
+        return self._names_by_value.get(value, [])
+
+    @cached_property
+    def _attributes_by_member(self) -> dict[str, list[cst.Attribute]]:
+        found: dict[str, list[cst.Attribute]] = {}
+        for node in self.of_type(cst.Attribute):
+            found.setdefault(node.attr.value, []).append(node)  # type: ignore[attr-defined, arg-type]
+        return found
+
+    def attributes_named(self, member: str) -> list[cst.Attribute]:
+        """Every ``<value>.member`` node (any receiver), in source order."""
+        return self._attributes_by_member.get(member, [])
+
     # --- assignments and calls by name -----------------------------------------------------------
     @cached_property
     def _assignments_by_target(self) -> dict[str, list[Assignment]]:

@@ -27,31 +27,52 @@ from accelify.analysis.syntax import (
 )
 
 
+class _Params(Visitor):
+    """Adds to ``owners`` the model of each ``<model>.parameters()`` (or
+    ``.named_parameters()``) call it visits."""
+
+    def __init__(self, owners: set[str]) -> None:
+        self.owners = owners
+
+    def visit_Call(self, call: cst.Call) -> None:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in (
+            "parameters",
+            "named_parameters",
+        ):
+            name = dotted(func.value)
+            if name:
+                self.owners.add(owning_model(name))
+
+
 def parameter_owners(optimizer: Binding) -> set[str]:
     """The models whose ``.parameters()``/``.named_parameters()`` build ``optimizer``
-    (``model`` for ``model.fc.parameters()``)."""
+    (``model`` for ``model.fc.parameters()``). Kept per binding once the analysis is complete
+    (rules ask for every optimizer, each of them); a copy is given."""
+    script = optimizer.script
+    memo = script.__dict__.get("_parameter_owners")
+    kept = memo.get(id(optimizer)) if memo is not None else None
+    if kept is not None and kept[0] is optimizer:
+        return set(kept[1])
+    owners = _parameter_owners(optimizer)
+    if script.complete:
+        script.__dict__.setdefault("_parameter_owners", {})[id(optimizer)] = (optimizer, owners)
+        return set(owners)
+    return owners
+
+
+def _parameter_owners(optimizer: Binding) -> set[str]:
     core = strip_self_methods(optimizer.value)
     if not isinstance(core, cst.Call):
         return set()
     owners: set[str] = set()
 
-    class Params(Visitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value in (
-                "parameters",
-                "named_parameters",
-            ):
-                name = dotted(func.value)
-                if name:
-                    owners.add(owning_model(name))
-
     for argument in core.args:
-        visit_code(argument.value, Params())
+        visit_code(argument.value, _Params(owners))
     if not owners:  # ``AdamW(param_groups)``: the groups built in names before it
         script = optimizer.script
         for value in _values_behind(script, [a.value for a in core.args], optimizer.assign, 0):
-            visit_code(value, Params())
+            visit_code(value, _Params(owners))
         owners |= {
             owning_model(alias)
             for owner in set(owners)
@@ -59,7 +80,7 @@ def parameter_owners(optimizer: Binding) -> set[str]:
         }
     factory = optimizer.script.functions.get(dotted(core.func) or "")
     if factory is not None:  # ``build_optimizer(cfg, model)`` over ``model.parameters()``
-        inner = Params()
+        inner = _Params(owners)
         found_before = set(owners)
         visit_code(factory.body, inner)
         fed = owners - found_before

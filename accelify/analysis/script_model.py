@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
 
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable
@@ -192,10 +192,9 @@ class ScriptModel:
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions cost a code-generation pass over the file: resolved on first use only.
         if self._positions is None:
-            # The provider's pass alone, as `MetadataWrapper.resolve` runs it: resolve also walks
-            # the whole tree for "batchable" providers when there are none, which doubles it.
-            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-            self._positions = PositionProvider()._gen(wrapper)
+            from accelify.analysis.positions import Positions  # PositionProvider's, cheaper
+
+            self._positions = Positions(self.module)
         return self._positions[node]
 
     def line(self, node: cst.CSTNode) -> int:
@@ -223,10 +222,11 @@ class ScriptModel:
         return self.parents.get(id(node))
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        current = self.parent(node)
+        parents = self.parents  # `parent` inline: rules walk up from most nodes they ask about
+        current = parents.get(id(node))
         while current is not None:
             yield current
-            current = self.parent(current)
+            current = parents.get(id(current))
 
     def disables_grad(self, node: cst.CSTNode) -> bool:
         """``with torch.no_grad():`` (or ``inference_mode``), or a function decorated so: what

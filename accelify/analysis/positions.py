@@ -1,0 +1,137 @@
+"""Every node's line and column, as libcst's `PositionProvider` gives them, at a third of its cost.
+
+libcst computes positions by generating the file's code with a state that records where each
+node starts and ends. Its state opens a generator-based context manager for every node that
+records a syntactic position, builds two `CodePosition` objects per node, splits every token
+with a regular expression and keys its table by the nodes (a Python ``__hash__`` per node). A
+lint pays that pass for each file with a finding. `positions` runs the same code generation
+with a state that records the same numbers cheaply (plain tuples, keyed by ``id``) and makes a
+`CodeRange` only for the nodes asked about: the same answer for every node (a test holds every
+fixture to it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+from libcst.metadata import CodeRange
+from libcst.metadata.position_provider import CodePosition
+
+#: libcst's own (position_provider.NEWLINE_RE): what ends a line inside a token
+_NEWLINE = re.compile(r"\r\n?|\n")
+
+_Point = tuple[int, int]
+
+
+class _Syntactic:
+    """``record_syntactic_position``'s context, as libcst's `PositionProvidingCodegenState`
+    writes it (the node's range from entry to exit, or from ``start_node``'s start to
+    ``end_node``'s end), without a generator per node."""
+
+    __slots__ = ("end_node", "node", "start", "start_node", "state")
+
+    def __init__(
+        self,
+        state: _PositionState,
+        node: cst.CSTNode,
+        start_node: cst.CSTNode | None,
+        end_node: cst.CSTNode | None,
+    ) -> None:
+        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
+
+    def __enter__(self) -> None:
+        self.start = (self.state.line, self.state.column)
+
+    def __exit__(self, *exc: object) -> bool:
+        state = self.state
+        computed = state.computed
+        start = computed[id(self.start_node)][0] if self.start_node is not None else self.start
+        end = (
+            computed[id(self.end_node)][1]
+            if self.end_node is not None
+            else (state.line, state.column)
+        )
+        computed[id(self.node)] = (start, end)
+        return False
+
+
+class _PositionState(CodegenState):
+    """libcst's `PositionProvidingCodegenState`, its numbers kept as tuples by node id."""
+
+    __slots__ = ("_stack", "column", "computed", "line")
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(
+            default_indent=module.default_indent, default_newline=module.default_newline
+        )
+        self.line = 1  # one-indexed
+        self.column = 0  # zero-indexed
+        self.computed: dict[int, tuple[_Point, _Point]] = {}
+        self._stack: list[_Point] = []
+
+    def add_indent_tokens(self) -> None:
+        for token in self.indent_tokens:
+            self.add_token(token)
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        if "\n" in value or "\r" in value:
+            segments = _NEWLINE.split(value)
+            self.line += len(segments) - 1
+            self.column = len(segments[-1])
+        else:
+            self.column += len(value)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self._stack.append((self.line, self.column))
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        start = self._stack.pop()
+        key = id(node)
+        if key not in self.computed:  # a syntactic position already recorded stays
+            self.computed[key] = (start, (self.line, self.column))
+
+    def record_syntactic_position(  # type: ignore[override]
+        self,
+        node: cst.CSTNode,
+        *,
+        start_node: cst.CSTNode | None = None,
+        end_node: cst.CSTNode | None = None,
+    ) -> Any:
+        return _Syntactic(self, node, start_node, end_node)
+
+
+class Positions(Mapping[cst.CSTNode, CodeRange]):
+    """The positions of a module's nodes (`PositionProvider`'s), a `CodeRange` made on demand.
+    The module must stay alive as long as this (its nodes' ids are the keys)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        state = _PositionState(module)
+        module._codegen(state)
+        self._module = module  # keeps the nodes, so no id is reused while the table lives
+        self._computed = state.computed
+        self._ranges: dict[int, CodeRange] = {}
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        key = id(node)
+        found = self._ranges.get(key)
+        if found is None:
+            numbers = self._computed.get(key)
+            if numbers is None:
+                raise KeyError(node)
+            (start_line, start_column), (end_line, end_column) = numbers
+            found = CodeRange(
+                CodePosition(start_line, start_column), CodePosition(end_line, end_column)
+            )
+            self._ranges[key] = found
+        return found
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        raise TypeError("positions are looked up by node, not listed")
+
+    def __len__(self) -> int:
+        return len(self._computed)
