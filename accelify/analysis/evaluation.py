@@ -191,6 +191,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     found.batch = _batch_names(loop, facts, statement)
     found.unsure = _place(found, facts)
     if found.unsure is None:
+        found.unsure = _skips_on_its_own(found, facts)
+    if found.unsure is None:
         reshape = _per_rank_reshape(found, facts)
         if reshape is not None:
             found.unsure = _gather_for_the_metrics_only(found, facts, reshape)
@@ -225,6 +227,34 @@ def reads_part(loop: Loop, model: ScriptModel) -> cst.CSTNode | None:
         if isinstance(node, cst.Break):
             return node
         if not isinstance(node, _OWN_BREAKS):
+            pending += node.children
+    return None
+
+
+def _skips_on_its_own(found: Evaluation, facts: Facts) -> str | None:
+    """``if (y == 0).all(): continue`` before the forward, on a value of this rank's batch:
+    prepared, the rank that skips a batch does not reach the gather the others wait in (a
+    hang), and a skip decided together would drop the other ranks' batches from the metric."""
+    model = facts.model
+    assert found.statement is not None
+    pending: list[cst.CSTNode] = [found.loop.node.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Continue) and model.order(node) < model.order(found.statement):
+            test = next((a for a in model.ancestors(node) if isinstance(a, cst.If)), None)
+            if test is not None and not facts.ranks.uniform(test.test):
+                found.unsure_at = test
+                found.advice = (
+                    "count the batch as nothing instead of skipping it (a mask over its "
+                    "values), so every rank gathers every batch"
+                )
+                return (
+                    f"it skips a batch (continue, line {model.line(node)}) on a test of this "
+                    "rank's own batch: prepared, the rank that skips would not reach the "
+                    "gather the others wait in (a hang), and a skip decided by every rank "
+                    "together would drop the other ranks' batches from the metrics"
+                )
+        elif not isinstance(node, _OWN_BREAKS):
             pending += node.children
     return None
 
