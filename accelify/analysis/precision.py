@@ -257,6 +257,12 @@ def _carried(
                 "the float16 autocast's device type is not a literal: on a CPU run it casts on "
                 "the CPU, which Accelerator(mixed_precision=...) cannot do"
             )
+        if precision == "fp16" and device == "cpu":
+            # ``torch.autocast("cpu", dtype=torch.float16)``: "fp16" refuses to start on the CPU
+            return None, (
+                "the autocast casts to float16 on the CPU, which Accelerator(mixed_precision="
+                "...) cannot do (fp16 is CUDA only: the Accelerator would refuse to start)"
+            )
         condition = found.autocasts[0].enabled
     else:  # a scaler alone: fp16 on CUDA
         precision, device, enabled, condition = "fp16", "cuda", None, None
