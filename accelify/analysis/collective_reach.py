@@ -186,6 +186,37 @@ class CollectiveReach:
                 return statement
         return None
 
+    def where_the_others_wait_after(
+        self, stop: cst.If, leaves: cst.Continue | cst.Return
+    ) -> cst.SimpleStatementLine | None:
+        """Where the ranks that do not take ``stop`` (an ``if`` ending in ``leaves``, its
+        ``continue`` or ``return``) wait for one that did: the first statement line after it
+        that synchronises, in the rest of its loop's iteration (``continue``) or of its
+        function (``return``: also anywhere in a loop around it, whose later iterations it
+        skips too); None when nothing after it synchronises."""
+        if isinstance(leaves, cst.Continue):
+            loop = self.model.index.enclosing_loop(stop)
+            return None if loop is None else self.where_the_others_wait(loop, after=stop)
+        function = self.model.index.enclosing_function(stop)
+        if function is None:
+            return None
+        start = self.model.order(stop)
+        loops = [
+            a
+            for a in self.model.ancestors(stop)
+            if isinstance(a, (cst.For, cst.While)) and self.model.inside(a, function)
+        ]
+        for statement in statement_lines(function.body):
+            if self.model.under_rank_guard(statement):
+                continue
+            if self.model.order(statement) <= start and not any(
+                self.model.inside(statement, loop) for loop in loops
+            ):
+                continue
+            if self.synchronising_in(statement) is not None:
+                return statement
+        return None
+
     def _calls_inside(self, function: cst.FunctionDef) -> list[cst.Call]:
         if self._calls_in is None:
             self._calls_in = {}

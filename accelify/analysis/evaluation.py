@@ -28,6 +28,7 @@ from accelify.analysis.dataflow import (
     between,
     bound_by,
     fresh,
+    is_attribute_name,
     is_binding,
     names_in_scope,
     names_read,
@@ -116,6 +117,11 @@ class Evaluation:
     advice: str | None = None
     #: where the reason is: the metric that would stay per-rank, else the forward or the loop.
     unsure_at: cst.CSTNode | None = None
+    #: the loader's collate_fn pads each batch to its own longest sequence with this value, and
+    #: the metrics read the gathered values only where the labels differ from it: each gathered
+    #: value is padded to the ranks' longest first (``pad_across_processes(x, dim=1,
+    #: pad_index=...)``), and the extra positions count for nothing.
+    pad_index: str | None = None
 
     @property
     def line_node(self) -> cst.CSTNode:
@@ -191,6 +197,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     found.batch = _batch_names(loop, facts, statement)
     found.unsure = _place(found, facts)
     if found.unsure is None:
+        found.unsure = _skips_on_its_own(found, facts)
+    if found.unsure is None:
         reshape = _per_rank_reshape(found, facts)
         if reshape is not None:
             found.unsure = _gather_for_the_metrics_only(found, facts, reshape)
@@ -198,6 +206,10 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _check_sinks(found, body, facts)
     if found.unsure is None:
         found.unsure = padded_per_batch(loop, facts)
+        if found.unsure is not None:
+            found.pad_index = _padding_masked(found, body, facts)
+            if found.pad_index is not None:
+                found.unsure = None
     if found.unsure is None:
         found.unsure = _sums_batch_means(found, body, facts)
     if found.unsure is None:
@@ -225,6 +237,34 @@ def reads_part(loop: Loop, model: ScriptModel) -> cst.CSTNode | None:
         if isinstance(node, cst.Break):
             return node
         if not isinstance(node, _OWN_BREAKS):
+            pending += node.children
+    return None
+
+
+def _skips_on_its_own(found: Evaluation, facts: Facts) -> str | None:
+    """``if (y == 0).all(): continue`` before the forward, on a value of this rank's batch:
+    prepared, the rank that skips a batch does not reach the gather the others wait in (a
+    hang), and a skip decided together would drop the other ranks' batches from the metric."""
+    model = facts.model
+    assert found.statement is not None
+    pending: list[cst.CSTNode] = [found.loop.node.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Continue) and model.order(node) < model.order(found.statement):
+            test = next((a for a in model.ancestors(node) if isinstance(a, cst.If)), None)
+            if test is not None and not facts.ranks.uniform(test.test):
+                found.unsure_at = test
+                found.advice = (
+                    "count the batch as nothing instead of skipping it (a mask over its "
+                    "values), so every rank gathers every batch"
+                )
+                return (
+                    f"it skips a batch (continue, line {model.line(node)}) on a test of this "
+                    "rank's own batch: prepared, the rank that skips would not reach the "
+                    "gather the others wait in (a hang), and a skip decided by every rank "
+                    "together would drop the other ranks' batches from the metrics"
+                )
+        elif not isinstance(node, _OWN_BREAKS):
             pending += node.children
     return None
 
@@ -276,6 +316,110 @@ def padded_per_batch(loop: Loop, facts: Facts) -> str | None:
                 "metric ignores>)"
             )
     return None
+
+
+def _padding_masked(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """The value to pad the gathered values with so that the extra positions count for
+    nothing, when the loader's collate_fn pads with ``pad_sequence(..., batch_first=True)``
+    only and every metric reads what the gather returns only through a mask that compares a
+    gathered value with that one (``mask = labels != -100``; ``correct += (preds[mask] ==
+    labels[mask]).sum()``, ``total += mask.sum()``): padded with it, that value is the mask's
+    value at every position a rank adds, whatever the collate padded with, and on one process
+    nothing is padded. None otherwise."""
+    if found.statement is None or not _pads_batch_first_only(found.loop, facts):
+        return None
+    model = facts.model
+    gathered = set(found.gathered) | {f.name for f in found.fields}
+    derived = set(gathered)
+    masks: dict[str, str] = {}
+    after = False
+    for small in body:
+        if small is found.statement.body[0]:
+            after = True
+            derived |= bound_by(small)  # ``preds = model(x).argmax(-1)``: from the outputs
+            continue
+        if not after or small in found.sinks:
+            continue
+        bound = bound_by(small)
+        if bound & gathered:
+            return None  # a gathered name rebound: what the mask compares is no longer padded
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+            pad = _masks_out(small.value, gathered, model)
+            if isinstance(target, cst.Name) and pad is not None:
+                masks[target.value] = pad
+                continue
+        if variables_in(model, small) & (derived | set(masks)):
+            derived |= bound
+    if len(set(masks.values())) != 1:
+        return None
+    for sink in found.sinks:
+        for node in walk(sink):
+            if (
+                isinstance(node, cst.Name)
+                and node.value in derived
+                and not is_attribute_name(model, node)
+                and not _masked(node, set(masks), model)
+            ):
+                return None
+    return next(iter(masks.values()))
+
+
+def _masks_out(value: cst.BaseExpression, gathered: set[str], model: ScriptModel) -> str | None:
+    """The integer of ``labels != -100`` / ``labels.ne(-100)`` on a gathered value."""
+    compared: cst.BaseExpression | None = None
+    if isinstance(value, cst.Comparison) and len(value.comparisons) == 1:
+        if isinstance(value.comparisons[0].operator, cst.NotEqual):
+            compared, pad = value.left, value.comparisons[0].comparator
+    elif (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "ne"
+        and len(value.args) == 1
+    ):
+        compared, pad = value.func.value, value.args[0].value
+    if not (isinstance(compared, cst.Name) and compared.value in gathered):
+        return None
+    if isinstance(pad, cst.UnaryOperation) and isinstance(pad.operator, cst.Minus):
+        return (
+            "-" + model.module.code_for_node(pad.expression)
+            if isinstance(pad.expression, cst.Integer)
+            else None
+        )
+    return pad.value if isinstance(pad, cst.Integer) else None
+
+
+def _masked(name: cst.Name, masks: set[str], model: ScriptModel) -> bool:
+    """``name[mask]``."""
+    parent = model.parent(name)
+    if not isinstance(parent, cst.Subscript) or parent.value is not name or len(parent.slice) != 1:
+        return False
+    index = parent.slice[0].slice
+    return (
+        isinstance(index, cst.Index)
+        and isinstance(index.value, cst.Name)
+        and index.value.value in masks
+    )
+
+
+def _pads_batch_first_only(loop: Loop, facts: Facts) -> bool:
+    """The loop's loader's collate_fn pads only with ``pad_sequence(..., batch_first=True)``:
+    its batches are ``[batch, length, ...]``, the length the second dimension."""
+    found = False
+    for argument in _collate_arguments(loop, facts):
+        collate = _collate_function(facts.model, argument)
+        if collate is None or _pads_time_major(collate) or _returns_a_list(collate) is not None:
+            return False
+        for node in walk(collate):
+            if not isinstance(node, cst.Call):
+                continue
+            name = (dotted(node.func) or "").rsplit(".", 1)[-1]
+            if name == "max" and any(_measures_length(n) for a in node.args for n in walk(a.value)):
+                return False  # padded by hand: which dimension is not said
+            if name in PADDING_CALLS and name != "pad_sequence":
+                return False
+            found = found or name == "pad_sequence"
+    return found
 
 
 #: Hugging Face collators that pad each batch to its own longest sequence (unless told

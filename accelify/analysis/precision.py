@@ -6,7 +6,10 @@ bf16 only when ``args.bf16`` is set (``"bf16" if args.bf16 else "no"``); a ``"cu
 does nothing on a CPU run (``... and torch.cuda.is_available()``); a scaler's ``enabled=`` must
 agree with the autocast's. When the autocasts disagree, or a precision or a condition cannot be
 read (a dtype in a variable, a condition over another function's locals), nothing is carried:
-the script's AMP stays as written and `reason` says why.
+the script's AMP stays as written and `reason` says why. A dtype chosen by a setting from a
+table of the file (``DTYPES[cfg.precision]`` with ``DTYPES = {"bf16": torch.bfloat16, "fp32":
+torch.float32}``, also through a name bound once to it) is carried as the same table of
+precisions (``{"bf16": "bf16", "fp32": "no"}[cfg.precision]``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,23 @@ class Autocast:
     device: str | None
     #: the ``enabled=`` condition as written; None when always on
     enabled: cst.BaseExpression | None
+    #: the dtype is picked from a table of the file by a setting (``precision`` is None then)
+    table: DtypeTable | None = None
+
+
+@dataclass(frozen=True)
+class DtypeTable:
+    """``DTYPES[cfg.precision]``: each key of the table with the precision of its dtype
+    (``"no"`` for float32, which autocast does not cast to), and the key read."""
+
+    choices: tuple[tuple[str, str], ...]
+    key: cst.BaseExpression
+    key_code: str
+
+    @property
+    def code(self) -> str:
+        entries = ", ".join(f'{key}: "{precision}"' for key, precision in self.choices)
+        return f"{{{entries}}}[{self.key_code}]"
 
 
 @dataclass
@@ -121,13 +141,81 @@ def _autocast(model: ScriptModel, call: cst.Call, qualified: str) -> Autocast:
         text = device_arg.evaluated_value if isinstance(device_arg, cst.SimpleString) else None
         device = text if text in _DEFAULT_DTYPE else None
     dtype_arg = _argument(call, "dtype", positions)
+    table = None
     if dtype_arg is None:
         precision = _DEFAULT_DTYPE.get(device or "")
     else:
-        last = (dotted(dtype_arg) or "").rsplit(".", 1)[-1]
-        precision = _DTYPES.get(last) if (dotted(dtype_arg) or "").startswith("torch.") else None
+        precision = _literal_dtype(dtype_arg, _DTYPES)
+        if precision is None:
+            table = _dtype_table(model, dtype_arg, 0)
     enabled = _unless_true(_argument(call, "enabled", positions))
-    return Autocast(call, precision, device, enabled)
+    return Autocast(call, precision, device, enabled, table)
+
+
+#: what autocast does with each dtype a table may hold: float32 is no cast at all
+_TABLE_DTYPES = {**_DTYPES, "float32": "no", "float": "no"}
+
+
+def _literal_dtype(value: cst.BaseExpression, dtypes: dict[str, str]) -> str | None:
+    name = dotted(value) or ""
+    return dtypes.get(name.rsplit(".", 1)[-1]) if name.startswith("torch.") else None
+
+
+def _dtype_table(model: ScriptModel, value: cst.BaseExpression, depth: int) -> DtypeTable | None:
+    """``DTYPES[cfg.precision]`` (or a name bound once to it, ``ptdtype = {...}[dtype]``): a
+    dict literal of torch dtypes with string keys, itself or a name bound once to it and never
+    changed, read at one key."""
+    if depth > 2:
+        return None
+    if isinstance(value, cst.Name):
+        bound = _bound_once(model, value.value)
+        return None if bound is None else _dtype_table(model, bound, depth + 1)
+    if not isinstance(value, cst.Subscript) or len(value.slice) != 1:
+        return None
+    index = value.slice[0].slice
+    if not isinstance(index, cst.Index):
+        return None
+    table = value.value
+    if isinstance(table, cst.Name):
+        table = _bound_once(model, table.value)  # type: ignore[assignment]
+    if not isinstance(table, cst.Dict) or not table.elements:
+        return None
+    choices = []
+    for element in table.elements:
+        if not isinstance(element, cst.DictElement) or not isinstance(
+            element.key, cst.SimpleString
+        ):
+            return None
+        precision = _literal_dtype(element.value, _TABLE_DTYPES)
+        if precision is None:
+            return None
+        choices.append((model.module.code_for_node(element.key), precision))
+    code = model.module.code_for_node(index.value)
+    return DtypeTable(tuple(choices), index.value, code)
+
+
+#: methods that change a dict in place
+_MUTATORS = ("update", "pop", "popitem", "setdefault", "clear", "__setitem__")
+
+
+def _bound_once(model: ScriptModel, name: str) -> cst.BaseExpression | None:
+    """The value of the file's only assignment to ``name`` (its only target), when nothing
+    changes it in place (``name[k] = ...``, ``name.update(...)``, ``del name[k]``)."""
+    assigned = model.index.assignments_to(name)
+    if len(assigned) != 1 or len(assigned_targets(assigned[0])) != 1:
+        return None
+    for node in model.orders:
+        if isinstance(node, cst.Subscript) and dotted(node.value) == name:
+            parent = model.parent(node)
+            if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)):
+                return None
+        if (
+            isinstance(node, cst.Attribute)
+            and dotted(node.value) == name
+            and node.attr.value in _MUTATORS
+        ):
+            return None
+    return assigned[0].value
 
 
 def _argument(call: cst.Call, name: str, positions: tuple[str, ...]) -> cst.BaseExpression | None:
@@ -149,11 +237,16 @@ def _carried(
     def text(expression: cst.BaseExpression | None) -> str | None:
         return None if expression is None else _kept_spelling(model, expression)
 
-    settings = {(a.precision, a.device, text(a.enabled)) for a in found.autocasts}
+    settings = {
+        (a.precision, a.device, text(a.enabled), a.table and a.table.code) for a in found.autocasts
+    }
     if len(settings) > 1:
         return None, "the autocasts differ in dtype, device or enabled="
     if found.autocasts:
-        precision, device, enabled = settings.pop()
+        precision, device, enabled, _ = settings.pop()
+        table = found.autocasts[0].table
+        if precision is None and table is not None:
+            return _chosen_by_table(model, found, table, device, prepare_scope)
         if precision is None:
             return None, "the autocast's dtype or device type is not a literal torch dtype/device"
         if precision == "fp16" and device is None:
@@ -163,6 +256,12 @@ def _carried(
             return None, (
                 "the float16 autocast's device type is not a literal: on a CPU run it casts on "
                 "the CPU, which Accelerator(mixed_precision=...) cannot do"
+            )
+        if precision == "fp16" and device == "cpu":
+            # ``torch.autocast("cpu", dtype=torch.float16)``: "fp16" refuses to start on the CPU
+            return None, (
+                "the autocast casts to float16 on the CPU, which Accelerator(mixed_precision="
+                "...) cannot do (fp16 is CUDA only: the Accelerator would refuse to start)"
             )
         condition = found.autocasts[0].enabled
     else:  # a scaler alone: fp16 on CUDA
@@ -187,6 +286,38 @@ def _carried(
     if not tests:
         return f'"{precision}"', None
     return f'"{precision}" if {" and ".join(tests)} else "no"', None
+
+
+def _chosen_by_table(
+    model: ScriptModel,
+    found: Precision,
+    table: DtypeTable,
+    device: str | None,
+    prepare_scope: cst.CSTNode | None,
+) -> tuple[str | None, str | None]:
+    """``{"bf16": "bf16", "fp32": "no"}[cfg.precision]``: the autocast's table of dtypes as a
+    table of precisions, read at the same key, when that means the same everywhere."""
+    precisions = {precision for _, precision in table.choices}
+    if device is None:
+        return None, "the autocast's device type is not a literal"
+    if found.autocasts[0].enabled is not None or found.scalers:
+        return None, (
+            "the autocast's dtype is picked from a table and it is also switched by enabled= "
+            "or paired with a GradScaler; one mixed_precision table cannot say both"
+        )
+    if device != "cuda" and "fp16" in precisions:
+        return None, (
+            f"the autocast's table picks float16 on the {device}, which "
+            "Accelerator(mixed_precision=...) cannot do (fp16 is CUDA only)"
+        )
+    if not _readable_from(model, table.key, prepare_scope):
+        return None, (
+            f"the autocast's dtype is picked from a table by {table.key_code}, which the "
+            "Accelerator's scope does not have"
+        )
+    if device == "cuda":
+        return f'{table.code} if torch.cuda.is_available() else "no"', None
+    return table.code, None
 
 
 def _kept_spelling(model: ScriptModel, expression: cst.BaseExpression) -> str:

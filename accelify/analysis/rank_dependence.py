@@ -37,19 +37,25 @@ class RankDependence:
         ranks only, on every backend."""
         return not self.backend_guards.truth(test).agree
 
-    def per_process_breaks(self) -> Iterator[tuple[cst.If, cst.SimpleStatementLine]]:
-        """``if <value this rank computed>: break`` inside a loop: other ranks would hang."""
+    def per_process_stops(self) -> Iterator[tuple[cst.If, cst.Break | cst.Continue | cst.Return]]:
+        """``if <value this rank computed>: ...; break`` (``continue`` inside a loop, ``return``
+        inside a function): this rank alone leaves the loop, skips the rest of its iteration or
+        of the function, and the others may wait for it in a collective there."""
         for node in self.model.index.of_type(cst.If):
             if node.orelse is not None:
                 continue
             body = node.body.body if isinstance(node.body, cst.IndentedBlock) else []
-            if not body or not _is_break(body[-1]):
+            stop = _stop_of(body[-1]) if body else None
+            if stop is None:
                 continue
-            if not any(isinstance(a, (cst.For, cst.While)) for a in self.model.ancestors(node)):
+            if isinstance(stop, cst.Return):
+                if self.model.index.enclosing_function(node) is None:
+                    continue
+            elif self.model.index.enclosing_loop(node) is None:
                 continue
             if self.uniform(node.test):
                 continue
-            yield node, body[-1]  # type: ignore[misc]
+            yield node, stop
 
     def divergent_branch(
         self, node: cst.CSTNode, within: cst.CSTNode | None = None
@@ -173,12 +179,13 @@ def _is_first_target(target: cst.BaseExpression, name: str) -> bool:
     return False
 
 
-def _is_break(line: cst.CSTNode) -> bool:
-    return (
-        isinstance(line, cst.SimpleStatementLine)
-        and len(line.body) == 1
-        and isinstance(line.body[0], cst.Break)
-    )
+def _stop_of(line: cst.CSTNode) -> cst.Break | cst.Continue | cst.Return | None:
+    """The ``break``, ``continue`` or ``return`` that ``line`` is, alone on its line."""
+    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+        small = line.body[0]
+        if isinstance(small, (cst.Break, cst.Continue, cst.Return)):
+            return small
+    return None
 
 
 @dataclass(frozen=True)

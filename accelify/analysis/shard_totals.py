@@ -39,6 +39,9 @@ class ShardTotal:
     #: divided by the loader's length (its batches): the mean of this rank's batches only,
     #: right on one process, one shard's on N (``total_loss / len(train_loader)``)
     over_batches: bool = False
+    #: the mean as the script reads it when the total is a list of per-batch values
+    #: (``sum(losses) / len(losses)``, ``np.mean(losses)``); None for a summed total
+    mean: str | None = None
 
 
 def totals_over_dataset(
@@ -57,7 +60,79 @@ def totals_over_dataset(
         totals = _summed_in(loop)
         found += divided_by_set_size(model, placement, graph, loop, totals)
         found += _averaged_over_batches(model, placement, loop, totals)
+        found += _lists_averaged(model, placement, loop)
     return found
+
+
+def _lists_averaged(model: ScriptModel, placement: Placement, loop: Loop) -> list[ShardTotal]:
+    """``losses.append(loss.item())`` per batch, then ``sum(losses) / len(losses)`` (or
+    ``np.mean(losses)``, ``torch.tensor(losses).mean()``, ``sum(losses) / len(train_loader)``)
+    after the loop, in its scope: the mean of the batches this rank read."""
+    appended = _appended_in(loop)
+    found = []
+    for node in walk(loop.scope):
+        if not isinstance(node, (cst.BinaryOperation, cst.Call)):
+            continue
+        listed = _list_mean(model, node, loop.iterable)
+        if listed is None or listed not in appended:
+            continue
+        if not (
+            model.order(node) > model.order(loop.node)
+            and not placement.inside(node, loop.node)
+            and model.scope_of(node) is loop.scope
+        ):
+            continue
+        code = model.module.code_for_node(node)
+        found.append(ShardTotal(loop, listed, node, node, over_batches=True, mean=code))
+    return found
+
+
+def _appended_in(loop: Loop) -> set[str]:
+    """``values.append(...)`` in the loop's body (plain names)."""
+    return {
+        node.func.value.value
+        for node in walk(loop.node.body)
+        if isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "append"
+        and isinstance(node.func.value, cst.Name)
+    }
+
+
+#: functions whose value is the mean of the list they are handed
+_MEANS = {"numpy.mean", "statistics.mean", "statistics.fmean", "numpy.average"}
+#: calls that make a list into an array, whose ``.mean()`` is the list's mean
+_ARRAYS = {"torch.tensor", "torch.stack", "torch.as_tensor", "numpy.array", "numpy.asarray"}
+
+
+def _list_mean(
+    model: ScriptModel, node: cst.BinaryOperation | cst.Call, loader: str | None
+) -> str | None:
+    """The list ``node`` takes the mean of: ``sum(xs) / len(xs)``, ``sum(xs) / len(loader)``,
+    ``np.mean(xs)``, ``statistics.mean(xs)``, ``torch.tensor(xs).mean()``."""
+    if isinstance(node, cst.BinaryOperation):
+        if not isinstance(node.operator, cst.Divide):
+            return None
+        summed = _only_argument(node.left, {"sum"}, model)
+        if summed is None:
+            return None
+        counted = _only_argument(node.right, {"len"}, model)
+        return summed if counted in (summed, loader) else None
+    func = node.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "mean" and not node.args:
+        return _only_argument(func.value, _ARRAYS, model)
+    return _only_argument(node, _MEANS, model)
+
+
+def _only_argument(node: cst.BaseExpression, functions: set[str], model: ScriptModel) -> str | None:
+    """``f(name)`` with ``f`` one of ``functions`` (built-ins by name, others as imported):
+    the name."""
+    if not isinstance(node, cst.Call) or len(node.args) != 1 or node.args[0].keyword:
+        return None
+    called = dotted(node.func) or ""
+    if called not in functions and not model.qualified(node.func) & functions:
+        return None
+    return dotted(node.args[0].value)
 
 
 def _averaged_over_batches(

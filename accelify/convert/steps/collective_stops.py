@@ -1,7 +1,12 @@
 """A ``break`` on a value only this rank computed leaves the other ranks waiting in their next
-collective: the decision is made collective with ``set_trigger``/``check_trigger``. What the
-``if`` did before breaking (``converged = True``, a print) moves under the collective check,
-so every rank does it when any rank stops, as the one process did."""
+collective; so does a ``continue`` (``if torch.isnan(loss): continue``) or a ``return`` out of
+a training step before its backward: the others wait in that backward's all-reduce for this
+rank, which went on to its next batch. The decision is made collective with
+``set_trigger``/``check_trigger``: every rank stops (skips the batch, returns) when any rank
+would, which on one process is what the script did. What the ``if`` did before leaving
+(``converged = True``, a print) moves under the collective check, so every rank does it. A
+``continue`` or ``return`` with no collective after it skips nothing the others wait in: it
+stays."""
 
 from __future__ import annotations
 
@@ -14,12 +19,25 @@ from accelify.edits.collective_rewrites import collective_stop
 
 
 def run(ctx: Context) -> None:
-    for if_node, _ in ctx.facts.ranks.per_process_breaks():
-        _make_collective(ctx, if_node)
+    reach = ctx.facts.collective_reach
+    for if_node, stop in ctx.facts.ranks.per_process_stops():
+        # a break leaves the loop whose later collectives the others reach; a continue or a
+        # return matters only where something after it synchronises
+        if isinstance(stop, cst.Break) or reach.where_the_others_wait_after(if_node, stop):
+            _make_collective(ctx, if_node, stop)
 
 
-def _make_collective(ctx: Context, if_node: cst.If) -> None:
-    check_after = _branch_around(ctx, if_node)
+_DONE = {
+    cst.Break: "per-process stop made collective",
+    cst.Continue: "per-process skip (continue) made collective",
+    cst.Return: "per-process return made collective",
+}
+
+
+def _make_collective(
+    ctx: Context, if_node: cst.If, stop: cst.Break | cst.Continue | cst.Return
+) -> None:
+    check_after = _branch_around(ctx, if_node, stop)
     if check_after is False:
         ctx.plan.review(
             ctx.line(if_node),
@@ -33,22 +51,28 @@ def _make_collective(ctx: Context, if_node: cst.If) -> None:
     ctx.plan.add(
         *collective_stop(if_node, ctx.acc, check_after),
         line=ctx.line(if_node),
-        text="per-process stop made collective: set_trigger() / check_trigger()",
+        text=f"{_DONE[type(stop)]}: set_trigger() / check_trigger()",
     )
     ctx.need(if_node)
 
 
-def _branch_around(ctx: Context, if_node: cst.If) -> cst.BaseStatement | Literal[False] | None:
+def _branch_around(
+    ctx: Context, if_node: cst.If, stop: cst.CSTNode
+) -> cst.BaseStatement | Literal[False] | None:
     """Where the collective check goes when it cannot follow ``if_node``: ``if loss < best:
     ... else: bad += 1; if bad >= patience: break`` on this rank's loss sends the ranks into
     different branches, and a check inside one is reached by some ranks only. The check then
     follows the whole branch (the first ``if`` of its chain), which is the same program on one
     process only when nothing in the branch runs after the stop (False otherwise: left alone).
-    None: no such branch, the check follows ``if_node``."""
+    None: no such branch, the check follows ``if_node``. A ``return`` leaves its function: the
+    branch is looked for up to it."""
     model = ctx.model
-    loop = model.index.enclosing_loop(if_node)
-    branch = ctx.facts.ranks.divergent_branch(if_node, within=loop)
-    if branch is None or loop is None:
+    if isinstance(stop, cst.Return):
+        within: cst.CSTNode | None = model.index.enclosing_function(if_node)
+    else:
+        within = model.index.enclosing_loop(if_node)
+    branch = ctx.facts.ranks.divergent_branch(if_node, within=within)
+    if branch is None or within is None:
         return None
     node: cst.CSTNode = if_node
     while node is not branch:

@@ -158,14 +158,16 @@ def _totals_over_dataset(ctx: Context) -> None:
         if ctx.unprepared_loaders(found.loop):
             continue  # every rank reads all of it: the quotient is right
         if found.over_batches:
+            mean = found.mean or f"{found.total} / {ctx.code(found.divisor)}"
+            reduced = found.mean or found.total
             ctx.plan.review(
                 ctx.line(found.division),
-                f"{found.total} / {ctx.code(found.divisor)} is the mean of this rank's batches "
+                f"{mean} is the mean of this rank's batches "
                 f"of {loader} only: on N ranks what the main process shows is its own shard's "
                 "mean, not the whole set's; "
                 + (
                     "for the whole set's, reduce it on every rank after the loop (each rank has "
-                    f"as many batches): {ctx.a('reduce')}(torch.tensor({found.total}, "
+                    f"as many batches): {ctx.a('reduce')}(torch.tensor({reduced}, "
                     f"device={ctx.a('device')}), 'mean')"
                     if found.loop.trains  # a collective per training step would cost more
                     else f"gather each batch's values with {ctx.a('gather_for_metrics')} "

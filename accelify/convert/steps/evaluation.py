@@ -126,20 +126,41 @@ def _gather(ctx: Context, evaluation: Evaluation) -> bool:
         # ``se += ((model(x) - y) ** 2).sum()`` -> ``outputs = model(x)``, the gather, then
         # ``se += ((outputs - y) ** 2).sum()``.
         extract = (evaluation.forward, evaluation.extracted)
+    pads = []
+    if evaluation.pad_index is not None:
+        # each value padded into its name to the ranks' longest second dimension, then gathered
+        pad = ctx.a("pad_across_processes")
+        pads = [
+            f"{t} = {pad}({v}, dim=1, pad_index={evaluation.pad_index})"
+            for t, v in zip(targets, values, strict=True)
+        ]
+        values = list(targets)
     apart = [t for t in targets if t in evaluation.apart] if len(targets) > 1 else []
     joined = [(t, v) for t, v in zip(targets, values, strict=True) if t not in apart]
     gathers = [_gather_code(ctx, [t for t, _ in joined], [v for _, v in joined])] if joined else []
+    gathers = pads + gathers
     gathers += [_gather_code(ctx, [name], [name]) for name in apart]
     made = ctx.plan.add(
         *gather_for_metrics(evaluation.statement, gathers, renamed, extract),
         line=ctx.line(evaluation.statement),
         text=f"evaluation: {', '.join(targets)} gathered from every rank (gather_for_metrics)"
         + _gathered_apart(apart)
-        + _kept_local(ctx, evaluation),
+        + _kept_local(ctx, evaluation)
+        + _padded(evaluation),
     )
     if made:
         ctx.need(evaluation.statement)
     return bool(made)
+
+
+def _padded(evaluation: Evaluation) -> str:
+    if evaluation.pad_index is None:
+        return ""
+    return (
+        "; each padded first to the ranks' longest sequence (pad_across_processes, dim=1, "
+        f"pad_index={evaluation.pad_index}: the value the metrics' mask leaves out, so the "
+        "padding counts for nothing)"
+    )
 
 
 def _gathered_apart(apart: list[str]) -> str:
