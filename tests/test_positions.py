@@ -62,3 +62,21 @@ def test_a_node_of_another_tree_is_not_found() -> None:
     positions = Positions(cst.parse_module("x = 1\n"))
     with pytest.raises(KeyError):
         positions[cst.Name("x")]
+
+
+def test_a_libcst_without_the_internals_falls_back_to_its_provider(monkeypatch) -> None:
+    import sys
+
+    from accelify.analysis import script_model
+
+    module = cst.parse_module("x = 1\nif x:\n    y = [x,\n         2]\n")
+    monkeypatch.setitem(sys.modules, "accelify.analysis.positions", None)  # import fails
+    fallback = script_model._positions_of(module)
+    monkeypatch.undo()
+    assert not isinstance(fallback, Positions)
+    ours = Positions(module)
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        assert fallback[node] == ours[node]
+        stack.extend(node.children)

@@ -59,6 +59,18 @@ _CONVERSIONS = frozenset({"int", "str", "bool", "float", "getattr", "get", "gete
 OPTIMIZER_METHODS = {"configure_optimizers"}
 
 
+def _positions_of(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
+    """Our cheaper pass where libcst's code generation has the internals it relies on (a private
+    module of libcst), libcst's own `PositionProvider` where a libcst release moved them."""
+    try:
+        from accelify.analysis.positions import Positions
+    except ImportError:
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
+        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    return Positions(module)
+
+
 class Kind(enum.Enum):
     MODEL = "model"
     OPTIMIZER = "optimizer"
@@ -192,9 +204,7 @@ class ScriptModel:
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions cost a code-generation pass over the file: resolved on first use only.
         if self._positions is None:
-            from accelify.analysis.positions import Positions  # PositionProvider's, cheaper
-
-            self._positions = Positions(self.module)
+            self._positions = _positions_of(self.module)
         return self._positions[node]
 
     def line(self, node: cst.CSTNode) -> int:
