@@ -250,15 +250,7 @@ class ExitOnSomeRanks(Rule):
         accelerator.is_main_process:``), ends the main process's epochs while the others start
         the next epoch's ``backward`` and wait there for it."""
         facts = facts_of(script)
-        for node in script.index.of_type(cst.Break) + script.index.of_type(cst.Return):
-            function = facts.placement.enclosing_function(node)
-            loop = (
-                script.index.enclosing_loop(node)
-                if isinstance(node, cst.Break)
-                else _outermost_loop(script, node, function)
-            )
-            if loop is None:
-                continue
+        for node, loop in _loop_exits(script):
             test = _rank_test_between(script, node, loop)
             if test is None:
                 continue
@@ -287,14 +279,8 @@ class ExitOnSomeRanks(Rule):
         had, never pass the test, and go on to the loop's next collective, where they wait for
         the main process that left (hang)."""
         facts = facts_of(script)
-        for node in script.index.of_type(cst.Break) + script.index.of_type(cst.Return):
-            function = facts.placement.enclosing_function(node)
-            loop = (
-                script.index.enclosing_loop(node)
-                if isinstance(node, cst.Break)
-                else _outermost_loop(script, node, function)
-            )
-            if loop is None or _rank_test_between(script, node, loop) is not None:
+        for node, loop in _loop_exits(script):
+            if _rank_test_between(script, node, loop) is not None:
                 continue
             changed = _changed_under_a_rank_test_only(script, node, loop)
             if changed is None:
@@ -354,6 +340,22 @@ def _bindings_of(script: ScriptModel, name: str) -> list[cst.CSTNode]:
         if isinstance(node, cst.AugAssign) and dotted(node.target) == name
     ]
     return [*script.index.assignments_to(name), *augmented]
+
+
+def _loop_exits(
+    script: ScriptModel,
+) -> Iterator[tuple[cst.Break | cst.Return, cst.For | cst.While]]:
+    """Each ``break`` with the loop it leaves, and each ``return`` with the outermost loop of
+    its function it leaves."""
+    placement = facts_of(script).placement
+    for node in script.index.of_type(cst.Break) + script.index.of_type(cst.Return):
+        loop = (
+            script.index.enclosing_loop(node)
+            if isinstance(node, cst.Break)
+            else _outermost_loop(script, node, placement.enclosing_function(node))
+        )
+        if loop is not None:
+            yield node, loop
 
 
 def _rank_test_between(
