@@ -213,6 +213,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     if found.unsure is None:
         found.unsure = _sums_batch_means(found, body, facts)
     if found.unsure is None:
+        found.unsure = _lists_batch_means(found, body, facts)
+    if found.unsure is None:
         found.unsure = _scalar_of_a_gathered_value(found, body, facts)
     if found.unsure is None:
         found.unsure = _one_sample_of_the_batch(found, body, facts)
@@ -1163,10 +1165,52 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
     return None
 
 
-def _added_batch_means(value: cst.BaseExpression) -> list[cst.Call]:
-    """The loss calls ``value`` adds as they are (``criterion(output, target)`` of
-    ``criterion(output, target).item()``), read through ``.item()``, ``.detach()``,
-    ``float()`` and a constant weight; none where the value is anything else."""
+def _lists_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """``losses.append(loss.item())`` where ``loss = criterion(logits, labels)`` is one batch's
+    mean, for ``math.exp(sum(losses) / len(losses))`` or ``np.mean(losses)`` after the loop.
+    Gathered, the loss is computed again on each step's N merged batches: the list holds N
+    times fewer values, each a mean with other weights (the tokens an ``ignore_index`` leaves
+    out, a short last batch), so whatever is made of it differs from one process's number. A
+    batch's mean times its size (``loss.item() * x.size(0)``) is the batch's total, and is not
+    asked about."""
+    model = facts.model
+    means = _batch_means(body)
+    for sink in found.sinks:
+        statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
+        if not (
+            isinstance(statement, cst.Expr)
+            and isinstance(statement.value, cst.Call)
+            and isinstance(statement.value.func, cst.Attribute)
+            and statement.value.func.attr.value == "append"
+            and len(statement.value.args) == 1
+        ):
+            continue
+        value = _unwrapped(statement.value.args[0].value)
+        if isinstance(value, cst.Name) and value.value in means:
+            mean = value.value
+        elif _added_batch_means(value) and dotted(value.func) not in model.functions:
+            mean = model.module.code_for_node(value)
+        else:
+            continue
+        listed = model.module.code_for_node(statement.value.func.value)
+        found.unsure_at = sink
+        found.advice = (
+            f"prepare the loader and extend {listed} with each batch's value from every rank, "
+            f"in order ({listed}.extend(accelerator.gather({mean}.detach()[None]).tolist())): "
+            "the mean is then one process's when the set splits into equal batches, a multiple "
+            "of N of them"
+        )
+        return (
+            f"the metric at line {model.line(sink)} appends {mean}, one batch's mean, to "
+            f"{listed}: gathered, the loss would be computed on each step's N merged batches, "
+            "so the list would hold N times fewer values, each weighted otherwise (padding "
+            "ignored, a short last batch), and a mean over it would differ from one process's"
+        )
+    return None
+
+
+def _unwrapped(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``value`` read through ``.item()``, ``.detach()``, ``.cpu()`` and ``float()``."""
     while True:
         if isinstance(value, cst.Call) and dotted(value.func) == "float" and len(value.args) == 1:
             value = value.args[0].value
@@ -1178,7 +1222,14 @@ def _added_batch_means(value: cst.BaseExpression) -> list[cst.Call]:
         ):
             value = value.func.value
         else:
-            break
+            return value
+
+
+def _added_batch_means(value: cst.BaseExpression) -> list[cst.Call]:
+    """The loss calls ``value`` adds as they are (``criterion(output, target)`` of
+    ``criterion(output, target).item()``), read through ``.item()``, ``.detach()``,
+    ``float()`` and a constant weight; none where the value is anything else."""
+    value = _unwrapped(value)
     if isinstance(value, cst.Call) and _a_batch_mean(value, set()):
         return [value]
     return []

@@ -1261,11 +1261,14 @@ def _leave_evaluated_whole(
         unprepared.remove(name)
         ctx.left_whole.add(id(evaluation.loop.node))
         shown = ", ".join(sorted(origins[name])) if by_caller else name
+        advice = evaluation.advice or (
+            f"gather predictions and labels together with {ctx.a('gather_for_metrics')} before "
+            "the metrics"
+        )
         ctx.plan.review(
             ctx.line(evaluation.line_node),
             f"evaluation left as is: {evaluation.unsure}; {shown} is left unprepared, so every "
-            "rank evaluates all of it (correct, not sharded); to shard it, gather predictions "
-            f"and labels together with {ctx.a('gather_for_metrics')} before the metrics",
+            f"rank evaluates all of it (correct, not sharded); to shard it, {advice}",
         )
 
 
