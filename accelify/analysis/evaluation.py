@@ -1210,14 +1210,14 @@ def _lists_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts)
 
 
 def _unwrapped(value: cst.BaseExpression) -> cst.BaseExpression:
-    """``value`` read through ``.item()``, ``.detach()``, ``.cpu()`` and ``float()``."""
+    """``value`` read through ``.item()``, ``.detach()``, ``.cpu()``, ``.numpy()``, ``float()``."""
     while True:
         if isinstance(value, cst.Call) and dotted(value.func) == "float" and len(value.args) == 1:
             value = value.args[0].value
         elif (
             isinstance(value, cst.Call)
             and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in ("item", "detach", "cpu")
+            and value.func.attr.value in ("item", "detach", "cpu", "numpy")
             and not value.args
         ):
             value = value.func.value
