@@ -1038,3 +1038,68 @@ def test_a_decision_an_early_stopping_method_returns_is_followed_through_the_nam
     found = the_finding(stop, "ACC420", line=30)
     assert "reads stop, bound at line 28 to patience.update(val_loss)" in found.message
     assert "Patience.update" in found.message
+
+
+@pytest.mark.parametrize(
+    ("folded", "reported"),
+    [
+        ("sum(loss_fn(model(x), y).item() for x, y in val_loader)", True),
+        ("np.mean([loss_fn(model(x), y).item() for x, y in val_loader])", True),
+        ("sum(1 for _ in val_loader)", False),  # a count of batches: the same on every rank
+        ("sum(len(y) for x, y in val_loader)", False),  # ... and of samples
+        ("np.mean([accelerator.gather_for_metrics(loss_fn(model(x), y)).mean().item()", False),
+    ],
+)
+def test_a_validation_loss_folded_by_a_comprehension_over_the_shard_is_the_rank_s_own(
+    folded, reported
+):
+    if not folded.endswith(")"):
+        folded += " for x, y in val_loader])"
+    code = (
+        HEADER
+        + "import numpy as np\n\n\nclass Stopper:\n"
+        + "    def __init__(self):\n"
+        + "        self.best, self.bad, self.stop = float('inf'), 0, False\n\n"
+        + "    def __call__(self, metric):\n"
+        + "        if metric < self.best:\n"
+        + "            self.best, self.bad = metric, 0\n"
+        + "        else:\n"
+        + "            self.bad += 1\n"
+        + "        self.stop = self.bad >= 3\n\n\n"
+        + "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+        + "    model, optimizer, loader, val_loader\n)\n"
+        + "stopper = Stopper()\n"
+        + "for epoch in range(100):\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward(loss_fn(model(x), y))\n"
+        + f"    stopper({folded})\n"
+        + "    if stopper.stop:\n"
+        + "        break\n"
+    )
+    found = [(f.line, f.column) for f in lint(code, "ACC420").findings if f.code == "ACC420"]
+    assert found == ([(27, 9)] if reported else [])
+    unprepared = code.replace(", val_loader = accelerator", " = accelerator").replace(
+        "    model, optimizer, loader, val_loader\n)", "    model, optimizer, loader\n)"
+    )
+    assert [f for f in lint(unprepared, "ACC420").findings if f.code == "ACC420"] == []
+
+
+def test_a_plateau_metric_folded_by_a_comprehension_over_the_shard_is_the_rank_s_own():
+    code = (
+        HEADER
+        + "import numpy as np\nimport torch\n"
+        + "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+        + "    model, optimizer, loader, val_loader\n)\n"
+        + "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\n"
+        + "for epoch in range(100):\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward(loss_fn(model(x), y))\n"
+        + "    val_loss = np.mean([loss_fn(model(x), y).item() for x, y in val_loader])\n"
+        + "    scheduler.step(val_loss)\n"
+    )
+    assert "computed at line 12" in the_finding(code, "ACC409", line=13).message
+    gathered = code.replace(
+        "loss_fn(model(x), y).item() for",
+        "accelerator.gather_for_metrics(loss_fn(model(x), y)).mean().item() for",
+    )
+    assert [f for f in lint(gathered, "ACC409").findings if f.code == "ACC409"] == []
