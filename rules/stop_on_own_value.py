@@ -1,5 +1,5 @@
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -7,6 +7,7 @@ from accelify.analysis.collectives import agreed_in_place, agrees_across_ranks
 from accelify.analysis.dataflow import statements, variables_in
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.loss_sources import Backward, backwards, last_binding
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.own_values import OwnValues, binds, names_read
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, statement_lines, target_names, walk
@@ -14,6 +15,9 @@ from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 #: How many bindings one trace follows before it gives up (and reports nothing).
 _MAX_BINDINGS = 60
+
+#: How many calls deep the calls of an early-stopping object held by the instance are looked for.
+_HELPER_DEPTH = 2
 
 _LOOP = (
     "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
@@ -44,6 +48,44 @@ _EARLY_STOP = (
     + "        bad += 1\n"
 )
 
+#: The early-stopping object of most scripts: it counts epochs without improvement of the value
+#: it is handed and sets its flag once the patience runs out.
+_STOPPER = (
+    "\n\nclass EarlyStopping:\n"
+    "    def __init__(self, patience=3, delta=0.0):\n"
+    "        self.patience, self.delta = patience, delta\n"
+    "        self.best, self.counter, self.early_stop = float('inf'), 0, False\n\n"
+    "    def __call__(self, val_loss):\n"
+    "        if val_loss < self.best - self.delta:\n"
+    "            self.best, self.counter = val_loss, 0\n"
+    "        else:\n"
+    "            self.counter += 1\n"
+    "            if self.counter >= self.patience:\n"
+    "                self.early_stop = True\n\n\n"
+)
+
+#: Each epoch hands the object this rank's validation loss over its shard, then stops on its flag.
+_OBJECT_STOP = (
+    HEADER
+    + "import torch\n"
+    + _STOPPER
+    + "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+    + "    model, optimizer, loader, val_loader\n)\n"
+    + "stopper = EarlyStopping(patience=5)\n"
+    + "for epoch in range(100):\n"
+    + "    for x, y in loader:\n"
+    + "        accelerator.backward(loss_fn(model(x), y))\n"
+    + "        optimizer.step()\n"
+    + "        optimizer.zero_grad()\n"
+    + "    val_loss = 0.0\n"
+    + "    with torch.no_grad():\n"
+    + "        for x, y in val_loader:\n"
+    + "            val_loss += loss_fn(model(x), y).item()\n"
+    + "    stopper(val_loss / len(val_loader))\n"
+    + "    if stopper.early_stop:\n"
+    + "        break\n"
+)
+
 
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
@@ -52,13 +94,17 @@ class StopOnOwnValue(Rule):
     loss (``if torch.isnan(loss): continue``), an early stop on the validation loss of this
     rank's shard of a prepared DataLoader, never reduced, tested itself or through the counter
     the epoch loop steps under a test of it (``if val_loss < best: ... bad = 0`` / ``else: bad
-    += 1``, then ``if bad >= patience: break``). Each rank sees its own shard, so the test comes
-    out differently on different ranks: the rank that stops (or skips) leaves the others in the
-    backward's gradient all-reduce (or the barrier, the gather) waiting for it; they hang, or
-    pair that reduce with the stopped rank's next collective and average gradients of different
-    steps. The decision has to be made by every rank together: ``accelerator.set_trigger()``
-    under the test and ``if accelerator.check_trigger(): break`` on every rank after it (the
-    trigger is reduced over ranks), or the value reduced first (``accelerator.reduce``).
+    += 1``, then ``if bad >= patience: break``), or through an early-stopping object of the file
+    handed that loss (``stopper(val_loss)``, then ``if stopper.early_stop: break``, or ``if
+    stopper.step(val_loss): break``: the method the call runs is followed to the test of the value
+    it is handed, through the attribute it sets or the value it returns). Each rank sees its own
+    shard, so the test comes out differently on different ranks: the rank that stops (or skips)
+    leaves the others in the backward's gradient all-reduce (or the barrier, the gather) waiting
+    for it; they hang, or pair that reduce with the stopped rank's next collective and average
+    gradients of different steps. The decision has to be made by every rank together:
+    ``accelerator.set_trigger()`` under the test and ``if accelerator.check_trigger(): break`` on
+    every rank after it (the trigger is reduced over ranks), or the value reduced first
+    (``accelerator.reduce``; for an object, before the call that hands it the value).
 
     A test of a counter, a setting, or of a value gathered or reduced over the ranks before the
     test (every rank holds it alike), a test under a rank guard (ACC210's), a ``continue`` with
@@ -162,6 +208,42 @@ class StopOnOwnValue(Rule):
             31,
             17,
         ),
+        # an early-stopping object handed this rank's validation loss: its flag stops the loop
+        Example(_OBJECT_STOP, 35, 9),
+        # the same object in a trainer, its method returning the decision
+        Example(
+            HEADER
+            + "import torch\n\n\nclass Stopper:\n"
+            + "    def __init__(self, patience):\n"
+            + "        self.patience, self.best, self.bad = patience, float('inf'), 0\n\n"
+            + "    def step(self, metric):\n"
+            + "        if metric < self.best:\n"
+            + "            self.best, self.bad = metric, 0\n"
+            + "            return False\n"
+            + "        self.bad += 1\n"
+            + "        return self.bad >= self.patience\n\n\n"
+            + "class Trainer:\n"
+            + "    def __init__(self, model, optimizer, loader, val_loader):\n"
+            + "        self.model, self.optimizer, self.loader, self.val_loader = (\n"
+            + "            accelerator.prepare(model, optimizer, loader, val_loader)\n"
+            + "        )\n"
+            + "        self.stopper = Stopper(patience=3)\n\n"
+            + "    def evaluate(self):\n"
+            + "        total = 0.0\n"
+            + "        with torch.no_grad():\n"
+            + "            for x, y in self.val_loader:\n"
+            + "                total += loss_fn(self.model(x), y).item()\n"
+            + "        return total / len(self.val_loader)\n\n"
+            + "    def fit(self, epochs):\n"
+            + "        for epoch in range(epochs):\n"
+            + "            for x, y in self.loader:\n"
+            + "                accelerator.backward(loss_fn(self.model(x), y))\n"
+            + "                self.optimizer.step()\n"
+            + "            if self.stopper.step(self.evaluate()):\n"
+            + "                break\n",
+            38,
+            17,
+        ),
     )
     good = (
         # the early stop on the validation loss reduced over the ranks: they stop together
@@ -177,6 +259,25 @@ class StopOnOwnValue(Rule):
             "val_loss += accelerator.gather_for_metrics(loss_fn(model(x), y)).sum().item()",
         )
         + "    if bad >= patience:\n        break\n",
+        # the early-stopping object handed the validation loss reduced over the ranks first
+        _OBJECT_STOP.replace(
+            "    stopper(val_loss / len(val_loader))\n",
+            "    val_loss = accelerator.reduce(torch.tensor(val_loss), 'mean').item()\n"
+            + "    stopper(val_loss / len(val_loader))\n",
+        ),
+        # ... or the per-sample losses gathered: every rank hands it the whole set's mean
+        _OBJECT_STOP.replace(
+            "val_loss += loss_fn(model(x), y).item()",
+            "val_loss += accelerator.gather_for_metrics(loss_fn(model(x), y)).mean().item()",
+        ),
+        # ... or a validation loader the file never prepares: every rank reads the whole set
+        _OBJECT_STOP.replace(", val_loader = accelerator", " = accelerator").replace(
+            "    model, optimizer, loader, val_loader\n)", "    model, optimizer, loader\n)"
+        ),
+        # ... or a value every rank holds alike: the epoch's learning rate, a setting
+        _OBJECT_STOP.replace(
+            "stopper(val_loss / len(val_loader))", "stopper(scheduler.get_last_lr()[0])"
+        ),
         # a counter stepped under a test of settings: the same on every rank
         _EARLY_STOP.replace("    if val_loss < best:\n", "    if epoch % args.eval_every == 0:\n")
         + "    if bad >= patience:\n        break\n",
@@ -300,6 +401,9 @@ class _Decided:
     origin: cst.CSTNode  # where the rank folds its shard into the value
     stepped: cst.CSTNode | None = None  # the counter's binding under ``condition``
     condition: cst.If | None = None  # the test of the rank's own value the counter is stepped under
+    call: cst.Call | None = None  # the loop's call of an object's method that decides the stop
+    method: cst.FunctionDef | None = None  # the method it runs: ``EarlyStopping.__call__``
+    argument: cst.BaseExpression | None = None  # what the call hands it of the rank's own
 
 
 def _decided_on_own_shard(facts: Facts, test: cst.If, loop: cst.For) -> _Decided | None:
@@ -312,6 +416,15 @@ def _decided_on_own_shard(facts: Facts, test: cst.If, loop: cst.For) -> _Decided
     script = facts.model
     values = OwnValues(facts)
     pending = names_read(script, test.test)
+    decided = _decided_by_object(facts, test.test, loop)  # ``if stopper.early_stop:``
+    if decided is not None:
+        return decided
+    for binding in statements(loop.body):  # ``stop = stopper.step(val_loss)``, ``if stop:``
+        bound = [name for name in pending if binds(script, binding, name)]
+        decided = _decided_by_object(facts, binding, loop) if bound else None
+        if decided is not None:
+            read = f"{bound[0]}, bound at line {script.line(binding)} to {decided.read}"
+            return replace(decided, read=read)
     for node in walk(test.test):
         name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
         if name in pending and (origin := values.origin(node, test, {})) is not None:
@@ -325,6 +438,10 @@ def _decided_on_own_shard(facts: Facts, test: cst.If, loop: cst.For) -> _Decided
         for binding in statements(loop.body):
             if not binds(script, binding, name) or _agrees(script, binding):
                 continue
+            decided = _decided_by_object(facts, binding, loop)
+            if decided is not None:
+                read = f"{name}, bound at line {script.line(binding)} to {decided.read}"
+                return replace(decided, read=read)
             for condition in _conditions_around(script, binding, loop):
                 origin = values.origin(condition.test, condition, {})
                 if origin is not None:
@@ -333,7 +450,131 @@ def _decided_on_own_shard(facts: Facts, test: cst.If, loop: cst.For) -> _Decided
     return None
 
 
-def _conditions_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> list[cst.If]:
+def _decided_by_object(facts: Facts, read: cst.CSTNode, loop: cst.For) -> _Decided | None:
+    """``read`` (a stop's test, or a binding the test reads) asks an object of a class of this
+    file for the decision: the attribute a method sets (``if stopper.early_stop: break`` after
+    ``stopper(val_loss)`` in the loop), or what the method returns (``if stopper.step(val_loss):
+    break``). The method the loop's call runs (`call_graph`) is followed with its parameters
+    bound to that call's arguments, to a test of the value the call hands it: the early-stopping
+    object's ``if val_loss < self.best: ... self.counter = 0`` / ``else: self.counter += 1``,
+    then ``self.early_stop = True`` (or ``return True``) once ``self.counter >= self.patience``."""
+    script = facts.model
+    graph = script.call_graph
+    values = OwnValues(facts)
+    for node in walk(read):
+        if isinstance(node, cst.Call):
+            for function, implicit in graph.callees(node):
+                if graph.owner(function) is None:
+                    continue
+                returns: list[cst.CSTNode] = list(script.index.own_returns(function))
+                found = _decided_in_method(facts, values, function, node, implicit, returns, [])
+                if found is not None:
+                    argument = _own_argument(facts, node, function, implicit)
+                    read_as = script.module.code_for_node(node)
+                    return _Decided(read_as, *found, node, function, argument)
+        name = dotted(node) if isinstance(node, cst.Attribute) else None
+        if name is None or (name.startswith("self.") and name.count(".") == 1):
+            continue  # ``self.wait``: the trainer's own counter, followed by the caller
+        receiver, attribute = name.rsplit(".", 1)
+        for call in _calls_on(script, receiver, loop):
+            for function, implicit in graph.callees(call):
+                if graph.owner(function) is None or implicit != 1:
+                    continue
+                member = [f"self.{attribute}"]
+                found = _decided_in_method(facts, values, function, call, implicit, [], member)
+                if found is not None:
+                    argument = _own_argument(facts, call, function, implicit)
+                    return _Decided(name, *found, call, function, argument)
+    return None
+
+
+def _own_argument(
+    facts: Facts, call: cst.Call, function: cst.FunctionDef, implicit: int
+) -> cst.BaseExpression | None:
+    """The argument of ``call`` that holds a value of this rank's own (``val_loss``)."""
+    for _, argument in bound_arguments(function, call, implicit):
+        if OwnValues(facts).origin(argument.value, argument, {}) is not None:
+            return argument.value
+    return None
+
+
+def _calls_on(script: ScriptModel, receiver: str, loop: cst.For) -> list[cst.Call]:
+    """The calls in ``loop`` of ``receiver`` itself (``stopper(val_loss)``) or of one of its
+    methods (``stopper.step(val_loss)``); for an attribute of the instance (``self.stopper``),
+    also those in the methods the loop calls (``self.validate()`` that hands it the loss), two
+    calls deep."""
+    found: list[cst.Call] = []
+    blocks: list[cst.CSTNode] = [loop.body]
+    visited: set[int] = set()
+    for depth in range(_HELPER_DEPTH + 1):
+        deeper: list[cst.CSTNode] = []
+        for block in blocks:
+            for node in walk(block):
+                if not isinstance(node, cst.Call):
+                    continue
+                func = node.func
+                if dotted(func) == receiver or (
+                    isinstance(func, cst.Attribute) and dotted(func.value) == receiver
+                ):
+                    found.append(node)
+                elif receiver.startswith("self.") and depth < _HELPER_DEPTH:
+                    for function, _ in script.call_graph.callees(node):
+                        if id(function) not in visited:
+                            visited.add(id(function))
+                            deeper.append(function.body)
+        blocks = deeper
+    return found
+
+
+def _decided_in_method(
+    facts: Facts,
+    values: OwnValues,
+    function: cst.FunctionDef,
+    call: cst.Call,
+    implicit: int,
+    sources: list[cst.CSTNode],
+    members: list[str],
+) -> tuple[cst.CSTNode, cst.CSTNode, cst.If | None] | None:
+    """A value of this rank's own, handed to ``function`` by ``call`` (its parameters bound to
+    the call's arguments), that decides ``sources`` (its returns) or the bindings of ``members``
+    (``self.early_stop``): tested by an ``if`` around one of them, or around a binding of a name
+    one of them or one of those tests reads (``self.counter``), or returned or set itself
+    (``return metric > self.limit``). Where the rank folds it from its shard, the statement it
+    decides, and the ``if`` that tests it (None for a value set itself)."""
+    script = facts.model
+    passed = {name: argument.value for name, argument in bound_arguments(function, call, implicit)}
+    own = [
+        small
+        for small in statements(function.body)
+        if facts.placement.enclosing_function(small) is function
+    ]
+    pending = list(members)
+    checked: set[int] = set()
+    seen: set[str] = set()
+    while (sources or pending) and len(checked) < _MAX_BINDINGS:
+        if not sources:
+            name = pending.pop()
+            if name not in seen:
+                seen.add(name)
+                sources = [s for s in own if binds(script, s, name) and not _agrees(script, s)]
+            continue
+        source = sources.pop()
+        if id(source) in checked:
+            continue
+        checked.add(id(source))
+        origin = values.origin(source, source, passed)
+        if origin is not None:
+            return origin, source, None
+        for condition in _conditions_around(script, source, function):
+            origin = values.origin(condition.test, condition, passed)
+            if origin is not None:
+                return origin, source, condition
+            pending.extend(names_read(script, condition.test))
+        pending.extend(names_read(script, getattr(source, "value", None) or source))
+    return None
+
+
+def _conditions_around(script: ScriptModel, node: cst.CSTNode, loop: cst.CSTNode) -> list[cst.If]:
     """The ``if`` statements between ``loop`` and ``node`` whose branches (either one) hold
     ``node``, innermost first."""
     found: list[cst.If] = []
@@ -355,6 +596,8 @@ def _shard_message(
     waiting: cst.CSTNode,
     accelerator: str,
 ) -> str:
+    if decided.call is not None and decided.stepped is not None:
+        return _object_message(script, decided, test, leaves, waiting, accelerator)
     if decided.condition is None or decided.stepped is None:
         reads = f"{decided.read}, this rank's own value"
         decide = test
@@ -374,6 +617,52 @@ def _shard_message(
         f"reduce the value over the ranks before the test at line {script.line(decide)} "
         f'({accelerator}.reduce(torch.tensor(value, device={accelerator}.device), "mean")'
         f".item()), or call {accelerator}.set_trigger() under the test at line "
+        f"{script.line(test)} and, after it, on every rank, "
+        f"`if {accelerator}.check_trigger(): {leaves}`"
+    )
+
+
+def _object_message(
+    script: ScriptModel,
+    decided: _Decided,
+    test: cst.If,
+    leaves: str,
+    waiting: cst.CSTNode,
+    accelerator: str,
+) -> str:
+    """The message for a stop an object decides: the early-stopping object's method, handed this
+    rank's own value by the loop's call; the fix is at that call."""
+    assert decided.call is not None and decided.stepped is not None
+    owner = script.call_graph.owner(decided.method) if decided.method is not None else None
+    method = (
+        f"{owner.name.value}.{decided.method.name.value}"
+        if owner is not None and decided.method is not None
+        else "the method"
+    )
+    does = "returns" if isinstance(decided.stepped, cst.Return) else "sets"
+    handed = (
+        script.module.code_for_node(decided.argument)
+        if decided.argument is not None
+        else "the value"
+    )
+    how = f"{method} {does} at line {script.line(decided.stepped)}"
+    if decided.condition is not None:
+        condition = script.module.code_for_node(decided.condition.test)
+        how += f" under `if {condition}` (line {script.line(decided.condition)}), a test of"
+    else:
+        how += " from"
+    at = script.line(decided.call)
+    reduced = f'{accelerator}.reduce(torch.tensor({handed}, device={accelerator}.device), "mean")'
+    if isinstance(decided.argument, cst.Name):
+        reduced = f"{handed} = {reduced}.item()"
+    return (
+        f"Stop on every rank together: the test at line {script.line(test)} reads "
+        f"{decided.read}, which {how} {handed}, the value the call at line {at} hands it; "
+        f"this rank computed that value at line {script.line(decided.origin)} from its shard of "
+        f"a prepared DataLoader and never reduced it, so this rank alone takes this {leaves} "
+        f"while the others go on to the collective at line {script.line(waiting)} and wait "
+        f"there for it (hang); reduce it over the ranks before the call at line {at} "
+        f"(`{reduced}`), or call {accelerator}.set_trigger() under the test at line "
         f"{script.line(test)} and, after it, on every rank, "
         f"`if {accelerator}.check_trigger(): {leaves}`"
     )

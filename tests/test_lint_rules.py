@@ -8,6 +8,7 @@ import pytest
 from accelify.lint.engine import lint_source
 from accelify.lint.finding import Finding
 from accelify.lint.registry import all_rules
+from accelify.lint.rule import HEADER
 from accelify.lint.selection import Selection
 
 RULES = all_rules()
@@ -947,3 +948,158 @@ def test_wrapper_attribute_advice_names_no_accelerator_the_helper_cannot_see():
     )
     assert "accelerator." not in helper.message
     assert "acc.unwrap_model(model).scheduler" in the_finding(code, "ACC104", line=16).message
+
+
+_PATIENCE_CLASS = """
+class EarlyStopping:
+    def __init__(self, patience=7, delta=0):
+        self.patience, self.delta = patience, delta
+        self.counter, self.best_score, self.early_stop = 0, None, False
+
+    def __call__(self, val_loss, model):
+        score = -val_loss
+        if self.best_score is None:
+            self.best_score = score
+        elif score < self.best_score + self.delta:
+            self.counter += 1
+            if self.counter >= self.patience:
+                self.early_stop = True
+        else:
+            self.best_score, self.counter = score, 0
+
+
+class Trainer:
+    def __init__(self, model, optimizer, loader, val_loader):
+        self.model, self.optimizer, self.loader, self.val_loader = accelerator.prepare(
+            model, optimizer, loader, val_loader
+        )
+        self.early_stopping = EarlyStopping(patience=5)
+
+    def validate(self):
+        losses = []
+        with torch.no_grad():
+            for x, y in self.val_loader:
+                losses.append(loss_fn(self.model(x), y).item())
+        val_loss = sum(losses) / len(losses)
+        self.early_stopping(val_loss, self.model)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                accelerator.backward(loss_fn(self.model(x), y))
+                self.optimizer.step()
+            self.validate()
+            if self.early_stopping.early_stop:
+                break
+"""
+
+
+def test_an_early_stopping_object_a_helper_hands_the_rank_s_loss_is_fixed_at_that_call():
+    """The common EarlyStopping class, handed this rank's validation loss in the trainer's
+    ``validate()``: its flag, tested in ``fit``, stops this rank alone. The advice reduces the
+    loss before the call in ``validate`` (line 34), the line the user fixes."""
+    code = HEADER + "import torch\n" + _PATIENCE_CLASS
+    found = the_finding(code, "ACC420", line=44)
+    assert "reads self.early_stopping.early_stop" in found.message
+    assert "EarlyStopping.__call__ sets at line 17 under `if score < " in found.message
+    assert "before the call at line 35 (`val_loss = accelerator.reduce(" in found.message
+    reduced = code.replace(
+        "        val_loss = sum(losses) / len(losses)\n",
+        "        val_loss = accelerator.reduce(torch.tensor(sum(losses) / len(losses)), 'mean')\n",
+    )
+    assert [f for f in lint(reduced, "ACC420").findings if f.code == "ACC420"] == []
+
+
+def test_a_decision_an_early_stopping_method_returns_is_followed_through_the_name_bound_to_it():
+    stop = (
+        HEADER
+        + "import torch\n\n\nclass Patience:\n"
+        + "    def __init__(self):\n"
+        + "        self.best, self.bad = float('inf'), 0\n\n"
+        + "    def update(self, metric):\n"
+        + "        if metric < self.best:\n"
+        + "            self.best, self.bad = metric, 0\n"
+        + "        else:\n"
+        + "            self.bad += 1\n"
+        + "        return self.bad >= 3\n\n\n"
+        + "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+        + "    model, optimizer, loader, val_loader\n)\n"
+        + "patience = Patience()\n"
+        + "for epoch in range(100):\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward(loss_fn(model(x), y))\n"
+        + "    val_loss = 0.0\n"
+        + "    for x, y in val_loader:\n"
+        + "        val_loss += loss_fn(model(x), y).item()\n"
+        + "    stop = patience.update(val_loss)\n"
+        + "    if stop:\n"
+        + "        break\n"
+    )
+    found = the_finding(stop, "ACC420", line=30)
+    assert "reads stop, bound at line 28 to patience.update(val_loss)" in found.message
+    assert "Patience.update" in found.message
+
+
+@pytest.mark.parametrize(
+    ("folded", "reported"),
+    [
+        ("sum(loss_fn(model(x), y).item() for x, y in val_loader)", True),
+        ("np.mean([loss_fn(model(x), y).item() for x, y in val_loader])", True),
+        ("sum(1 for _ in val_loader)", False),  # a count of batches: the same on every rank
+        ("sum(len(y) for x, y in val_loader)", False),  # ... and of samples
+        ("np.mean([accelerator.gather_for_metrics(loss_fn(model(x), y)).mean().item()", False),
+    ],
+)
+def test_a_validation_loss_folded_by_a_comprehension_over_the_shard_is_the_rank_s_own(
+    folded, reported
+):
+    if not folded.endswith(")"):
+        folded += " for x, y in val_loader])"
+    code = (
+        HEADER
+        + "import numpy as np\n\n\nclass Stopper:\n"
+        + "    def __init__(self):\n"
+        + "        self.best, self.bad, self.stop = float('inf'), 0, False\n\n"
+        + "    def __call__(self, metric):\n"
+        + "        if metric < self.best:\n"
+        + "            self.best, self.bad = metric, 0\n"
+        + "        else:\n"
+        + "            self.bad += 1\n"
+        + "        self.stop = self.bad >= 3\n\n\n"
+        + "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+        + "    model, optimizer, loader, val_loader\n)\n"
+        + "stopper = Stopper()\n"
+        + "for epoch in range(100):\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward(loss_fn(model(x), y))\n"
+        + f"    stopper({folded})\n"
+        + "    if stopper.stop:\n"
+        + "        break\n"
+    )
+    found = [(f.line, f.column) for f in lint(code, "ACC420").findings if f.code == "ACC420"]
+    assert found == ([(27, 9)] if reported else [])
+    unprepared = code.replace(", val_loader = accelerator", " = accelerator").replace(
+        "    model, optimizer, loader, val_loader\n)", "    model, optimizer, loader\n)"
+    )
+    assert [f for f in lint(unprepared, "ACC420").findings if f.code == "ACC420"] == []
+
+
+def test_a_plateau_metric_folded_by_a_comprehension_over_the_shard_is_the_rank_s_own():
+    code = (
+        HEADER
+        + "import numpy as np\nimport torch\n"
+        + "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+        + "    model, optimizer, loader, val_loader\n)\n"
+        + "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\n"
+        + "for epoch in range(100):\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward(loss_fn(model(x), y))\n"
+        + "    val_loss = np.mean([loss_fn(model(x), y).item() for x, y in val_loader])\n"
+        + "    scheduler.step(val_loss)\n"
+    )
+    assert "computed at line 12" in the_finding(code, "ACC409", line=13).message
+    gathered = code.replace(
+        "loss_fn(model(x), y).item() for",
+        "accelerator.gather_for_metrics(loss_fn(model(x), y)).mean().item() for",
+    )
+    assert [f for f in lint(gathered, "ACC409").findings if f.code == "ACC409"] == []

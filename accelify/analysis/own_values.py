@@ -1,9 +1,10 @@
 """Values one rank computed alone: what a rank folds from its shard of a prepared DataLoader
-(a validation loss summed over its batches, the training loss from its ``loss.item()``), followed
-back through the bindings of the names a value reads, loops, the file's own functions (their
-returns, with their parameters bound to the call's arguments) and a helper's parameters. A
-collective on the way (``accelerator.reduce``, ``gather``, ``dist.all_reduce`` in place) makes
-the ranks agree and ends that path; a count of batches or samples is the same on every rank.
+(a validation loss summed over its batches, in a loop or a comprehension, the training loss
+from its ``loss.item()``), followed back through the bindings of the names a value reads,
+loops, the file's own functions (their returns, with their parameters bound to the call's
+arguments) and a helper's parameters. A collective on the way (``accelerator.reduce``,
+``gather``, ``dist.all_reduce`` in place) makes the ranks agree and ends that path; a count of
+batches or samples is the same on every rank.
 
 ACC409 asks it of a plateau scheduler's metric, ACC420 of a stop's test."""
 
@@ -49,6 +50,11 @@ class OwnValues:
         ``value`` (the outermost on the way), or None."""
         if _agrees(self.script, value):
             return None
+        for node in walk(value):
+            if isinstance(node, cst.GeneratorExp | cst.ListComp | cst.SetComp) and self._over_shard(
+                node, passed
+            ):
+                return folded or at
         zipped: set[str] = set()
         for node in walk(value):
             entry = self._zipped_entry(node, at, passed, depth, folded)
@@ -270,6 +276,28 @@ class OwnValues:
             return given is not None and given in self.script.prepared_names
         return self.facts.flow.over_prepared_loader(found)
 
+    def _over_shard(
+        self,
+        comprehension: cst.GeneratorExp | cst.ListComp | cst.SetComp,
+        passed: dict[str, cst.BaseExpression],
+    ) -> bool:
+        """``sum(loss_fn(model(x), y).item() for x, y in val_loader)`` over a prepared DataLoader
+        (by the argument this call passes for it, else as the file prepares it), its element
+        read from the batch: this rank's shard folded (a count, ``len(y) for x, y in loader``, is
+        not)."""
+        if _a_count(comprehension.elt):
+            return False
+        read = variables_in(self.script, comprehension.elt)
+        level: cst.CompFor | None = comprehension.for_in
+        while level is not None:
+            iterated = dotted(level.iter)
+            if iterated in passed:
+                iterated = dotted(passed[iterated])
+            if iterated in self.script.prepared_names and read & set(target_names(level.target)):
+                return True
+            level = level.inner_for_in
+        return False
+
     def _in_sharded_loop(
         self, statement: cst.CSTNode, passed: dict[str, cst.BaseExpression]
     ) -> bool:
@@ -409,8 +437,11 @@ def _counts(binding: cst.CSTNode) -> bool:
     ):
         return False
     value = getattr(binding, "value", None)
-    if not isinstance(value, cst.BaseExpression):
-        return False
+    return isinstance(value, cst.BaseExpression) and _a_count(value)
+
+
+def _a_count(value: cst.BaseExpression) -> bool:
+    """``1``, ``len(y)``, ``x.size(0)``, ``x.shape[0]``: how many, not what."""
     if isinstance(value, cst.Integer | cst.Float):
         return True
     if isinstance(value, cst.Call):
