@@ -304,6 +304,13 @@ class CollectiveOnSomeRanks(Rule):
         HEADER
         + "if accelerator.is_main_process:\n    download()\n    accelerator.wait_for_everyone()\n"
         + "else:\n    accelerator.wait_for_everyone()\n",
+        # flow_factory's pivot-advantage rollout: a consistency check on this rank's own
+        # samples raises (the launcher then stops every rank), it lets no rank skip the reduce
+        HEADER
+        + "def rollout(prompts):\n"
+        + "    mine = prompts[accelerator.process_index :: accelerator.num_processes]\n"
+        + "    if len(mine) != expected:\n        raise RuntimeError('wrong count')\n"
+        + "    return accelerator.reduce(torch.tensor(len(mine)), reduction='sum')\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

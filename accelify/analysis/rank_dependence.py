@@ -404,8 +404,10 @@ class BackendGuards:
 
 
 def _leaves_block(statement: cst.CSTNode) -> bool:
-    """An ``if`` without ``else`` whose body ends in ``return``, ``raise``, ``continue`` or
-    ``break``."""
+    """An ``if`` without ``else`` whose body ends in ``return``, ``continue`` or ``break``. Not
+    ``raise``: a rank that raises fails the job, and the launcher (torchrun, ``accelerate
+    launch``) stops the other ranks with it, so what follows is not some ranks' alone (a
+    consistency check ``if len(samples) != expected: raise`` before a ``reduce`` is no hang)."""
     if type(statement) is not cst.If or statement.orelse is not None:  # type: ignore[attr-defined]
         return False
     body = statement.body
@@ -414,7 +416,7 @@ def _leaves_block(statement: cst.CSTNode) -> bool:
         if not isinstance(last, cst.SimpleStatementLine):
             return False
         last = last.body[-1]
-    return isinstance(last, (cst.Return, cst.Raise, cst.Continue, cst.Break))
+    return isinstance(last, (cst.Return, cst.Continue, cst.Break))
 
 
 def _backend_test(test: cst.BaseExpression) -> frozenset[str] | None:
