@@ -255,6 +255,30 @@ class GatherInEvaluation(Rule):
         + "        mel = accelerator.gather(loss_mel.unsqueeze(0))\n"
         + "        fm = accelerator.gather((loss_fm_s + loss_fm_f).unsqueeze(0))\n"
         + "        n = accelerator.gather(torch.tensor(x.size(0), device=accelerator.device))\n",
+        # a per-batch metric made a one-element tensor (a tabular ranker's Kendall tau and
+        # MAE): one number per rank, whose repeats gather_for_metrics cannot drop either
+        _EVAL
+        + "        batch_mae = (model(x) - y).abs().mean().item()\n"
+        + "        maes.append(accelerator.gather(torch.tensor([batch_mae], device=d)))\n",
+        # Hugging Face's no_trainer idiom in a trainer's evaluate: each batch's loss repeated
+        # per sample, appended gathered, and the list cut to the dataset after the loop (the
+        # repeats come last); also cut where it is concatenated
+        "import torch\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
+        + "    def __init__(self, model, loader):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.model, self.loader = self.accelerator.prepare(model, loader)\n\n"
+        + "    def evaluate(self):\n        losses = []\n"
+        + "        for batch in self.loader:\n"
+        + "            with torch.no_grad():\n                loss = self.model(**batch).loss\n"
+        + "            bs = batch['input_ids'].shape[0]\n"
+        + "            losses.append(self.accelerator.gather(loss.repeat(bs)))\n"
+        + "        losses = torch.cat(losses)\n"
+        + "        losses = losses[: len(self.loader.dataset)]\n"
+        + "        return torch.mean(losses).item()\n",
+        _EVAL.replace("    for x, y", "    losses = []\n    for x, y")
+        + "        loss = model(x, y)\n"
+        + "        losses.append(accelerator.gather(loss.repeat(len(x))))\n"
+        + "perplexity = torch.cat(losses)[: len(loader.dataset)].mean()\n",
         # a training loop gathers its losses for logging: no evaluation, no padding to drop
         HEADER
         + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"

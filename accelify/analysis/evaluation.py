@@ -2084,7 +2084,7 @@ def gather_counts_padding(loop: Loop, gather: cst.Call, facts: Facts) -> bool:
         {name for target in assigned_targets(assign) for name in target_names(target)}
         if assign is not None
         else set()
-    )
+    ) | _collected_into(model, gather)
     for node in walk(loop.node.body):
         if (
             isinstance(node, cst.Assign)
@@ -2094,6 +2094,20 @@ def gather_counts_padding(loop: Loop, gather: cst.Call, facts: Facts) -> bool:
         ):
             return False
     return not _trimmed_to_the_set_after(loop, gathered, facts)
+
+
+def _collected_into(model: ScriptModel, gather: cst.Call) -> set[str]:
+    """The list a gather is appended to where it is made (``losses.append(accelerator.gather(
+    loss.repeat(bs)))``, Hugging Face's no_trainer idiom): it holds the gathered rows."""
+    parent = model.parent(model.parent(gather))
+    if (
+        isinstance(parent, cst.Call)
+        and isinstance(parent.func, cst.Attribute)
+        and parent.func.attr.value in ("append", "extend")
+        and (owner := dotted(parent.func.value)) is not None
+    ):
+        return {owner}
+    return set()
 
 
 def _trimmed_to_the_set_after(loop: Loop, gathered: set[str], facts: Facts) -> bool:
@@ -2184,7 +2198,10 @@ def _one_value_per_rank(value: cst.BaseExpression) -> bool:
     if isinstance(value, cst.BinaryOperation):
         return _one_value_per_rank(value.left) and _one_value_per_rank(value.right)
     if isinstance(value, cst.Call) and dotted(value.func) == "torch.tensor" and value.args:
-        return _batch_size(value.args[0].value)
+        first = value.args[0].value
+        if isinstance(first, cst.List) and len(first.elements) == 1:
+            return True  # ``torch.tensor([batch_mae])``: one number of this rank's batch
+        return _batch_size(first)
     name = dotted(value)
     return name is not None and "loss" in name.rsplit(".", 1)[-1].lower()
 
