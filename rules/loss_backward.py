@@ -121,6 +121,29 @@ class LossBackward(Rule):
     )
     good = (
         PARITY_REFERENCE,
+        # a Pokemon offline-RL trainer set up for DDP, Accelerate or one GPU: the GradScaler,
+        # the plain backward and torch's clip belong to the arms that make no Accelerator
+        "import torch\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
+        + "    def setup(self):\n"
+        + "        if self.world_size > 1:\n            self._setup_ddp()\n"
+        + "        elif HAS_ACCELERATE:\n            self._setup_accelerate()\n"
+        + "        else:\n            self.scaler = torch.amp.GradScaler('cuda')\n\n"
+        + "    def _setup_ddp(self):\n"
+        + "        self.model = DDP(self.model.to(self.device))\n"
+        + "        self.scaler = torch.amp.GradScaler('cuda') if fp16 else None\n\n"
+        + "    def _setup_accelerate(self):\n"
+        + "        self.accelerator = Accelerator(mixed_precision='fp16')\n"
+        + "        self.model, self.optimizer = self.accelerator.prepare(\n"
+        + "            self.model, self.optimizer)\n\n"
+        + "    def step(self, loss):\n"
+        + "        if HAS_ACCELERATE and hasattr(self, 'accelerator'):\n"
+        + "            self.accelerator.backward(loss)\n"
+        + "            self.accelerator.clip_grad_norm_(self.model.parameters(), 1.0)\n"
+        + "        else:\n"
+        + "            self.scaler.scale(loss).backward()\n"
+        + "            self.scaler.unscale_(self.optimizer)\n"
+        + "            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n"
+        + "            self.scaler.step(self.optimizer)\n",
         HEADER + "accelerator.backward(loss)\n",
         # an RL trainer's GRPO update: nothing prepared, gradients averaged by hand; the
         # Accelerator is there for its device, gather and reduce
@@ -200,6 +223,23 @@ class LossBackward(Rule):
         + "        optimizer.zero_grad()\n"
         + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
         + "        optimizer.step()\n",
+        # a Pokemon offline-RL trainer's DeepSpeed branch: the engine's own backward
+        "import deepspeed\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
+        + "    def setup(self, use_deepspeed):\n"
+        + "        if use_deepspeed:\n"
+        + "            self.model, self.optimizer, _, _ = deepspeed.initialize(\n"
+        + "                model=self.model, optimizer=self.optimizer, config=ds_config)\n"
+        + "        else:\n"
+        + "            self.accelerator = Accelerator()\n"
+        + "            self.model, self.optimizer = self.accelerator.prepare(\n"
+        + "                self.model, self.optimizer)\n\n"
+        + "    def step(self, batch):\n"
+        + "        loss = self.model(**batch).loss\n"
+        + "        if hasattr(self, 'accelerator'):\n"
+        + "            self.accelerator.backward(loss)\n"
+        + "        else:\n"
+        + "            self.model.backward(loss)\n"
+        + "            self.model.step()\n",
         # trl's online trainers: HF Trainer's apex branch
         "from apex import amp\n"
         + "class OnlineTrainer:\n"
@@ -237,6 +277,8 @@ class LossBackward(Rule):
         if gradients_averaged_by_hand(script):
             return
         for call in script.backward_calls:
+            if _engine_backward(script, call):
+                continue  # DeepSpeed's ``model_engine.backward(loss)``: no tensor's backward
             if facts.trains_itself(call):
                 continue  # the model's own optimizer: nothing would undo the scaling
             if without_accelerator(script, call) or apex_scaled_backward(script, call):
@@ -264,6 +306,16 @@ class LossBackward(Rule):
             # The script still uses its scaler (if any): the scaling stays.
             fix = Plan.of(rewrites.backward(call, acc, keep_scaling=True))
             yield self.finding(script, call, fix)
+
+
+def _engine_backward(script: ScriptModel, call: cst.Call) -> bool:
+    """``self.model.backward(loss)``: a model's own ``backward`` handed the loss (DeepSpeed's
+    engine, in a trainer that runs on DeepSpeed, DDP or Accelerate), not ``loss.backward()``;
+    a tensor's backward takes the gradient positionally, never from a model."""
+    receiver = dotted(call.func.value) if isinstance(call.func, cst.Attribute) else None
+    if receiver is None or not any(arg.keyword is None for arg in call.args):
+        return False
+    return receiver in script.names_of(Kind.MODEL, Kind.WRAPPER)
 
 
 def _scaled_by_hand(script: ScriptModel, call: cst.Call) -> bool:

@@ -292,6 +292,8 @@ def _without_accelerator(
                 present = _same_test(ancestor.test, made_under)
             if present is not None and present is (not model.inside(node, ancestor.body)):
                 return True
+            if type(ancestor) is cst.If and _made_in_the_other_arm(model, ancestor, node):
+                return True
         if type(ancestor) is cst.FunctionDef:
             if depth >= 3:
                 return False
@@ -302,6 +304,35 @@ def _without_accelerator(
             )
         ancestor = model.index.nearest(ancestor, _IFS_AND_FUNCTIONS)
     return False
+
+
+def _made_in_the_other_arm(model: ScriptModel, branch: cst.If, node: cst.CSTNode) -> bool:
+    """Every Accelerator the file makes is made in the arm of ``branch`` that ``node`` is not
+    in, directly or through functions called only there: a trainer that sets up DeepSpeed, DDP
+    or Accelerate (``elif HAS_ACCELERATE: self._setup_accelerate()``, ``else: self.scaler =
+    GradScaler()``) has no accelerator on the other arms."""
+    other = branch.orelse if model.inside(node, branch.body) else branch.body
+    if other is None:
+        return False
+    memo = model.__dict__.setdefault("_accelerator_sites", {})
+    sites = memo.get("sites")
+    if sites is None:
+        sites = memo["sites"] = [
+            call for call in model.calls if model.call_names(call) & names.ACCELERATORS
+        ]
+    return bool(sites) and all(_runs_only_in(model, site, other, 0) for site in sites)
+
+
+def _runs_only_in(model: ScriptModel, node: cst.CSTNode, tree: cst.CSTNode, depth: int) -> bool:
+    """``node`` is in ``tree``, or in a function every call of which in the file is (a few
+    calls deep)."""
+    if model.inside(node, tree):
+        return True
+    function = model.index.nearest(node, (cst.FunctionDef,))
+    if function is None or depth >= 2:
+        return False
+    sites = [call for call, _ in model.call_graph.calls_of(function)]
+    return bool(sites) and all(_runs_only_in(model, site, tree, depth + 1) for site in sites)
 
 
 #: What `_without_accelerator` stops at going up (none of the three has subclasses).
@@ -366,6 +397,23 @@ def _accelerator_present(test: cst.BaseExpression, accelerators: set[str]) -> bo
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         inner = _accelerator_present(test.expression, accelerators)
         return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        # ``elif HAS_ACCELERATE and hasattr(self, "accelerator"):`` then ``else: loss.backward()``:
+        # the branch the test keeps names the accelerator, its ``else`` is the plain path
+        sides = {
+            _accelerator_present(test.left, accelerators),
+            _accelerator_present(test.right, accelerators),
+        } - {None}
+        return sides.pop() if len(sides) == 1 else None
+    if (
+        isinstance(test, cst.Call)
+        and dotted(test.func) == "hasattr"
+        and len(test.args) == 2
+        and isinstance(test.args[1].value, cst.SimpleString)
+    ):
+        owner = dotted(test.args[0].value)
+        member = test.args[1].value.evaluated_value
+        return True if owner is not None and f"{owner}.{member}" in accelerators else None
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         comparison = test.comparisons[0]
         if dotted(comparison.comparator) != "None" or not _is_accelerator(test.left, accelerators):
