@@ -531,6 +531,25 @@ class WrapperAttribute(Rule):
         + "if hasattr(model, 'module'):\n    gen = model.module.generate(cond)\n"
         + "else:\n    gen = model.generate(cond)\n"
         + "if not hasattr(model, 'module'):\n    model.remove_caches()\n",
+        # the read only where a test found the attribute on that object (a teacher-correction
+        # trainer's tokenizer, lerobot's policy update, a guard in an expression): the wrapper
+        # fails the test, nothing raises
+        "from accelerate import Accelerator\n\n\nclass Trainer:\n"
+        + "    def __init__(self, model, optimizer):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n\n"
+        + "    def train(self, batch):\n"
+        + "        self.accelerator.backward(self.model(**batch).loss)\n\n"
+        + "    def save_model(self, out):\n"
+        + "        if self.accelerator.is_main_process:\n"
+        + "            self.accelerator.unwrap_model(self.model).save_pretrained(out)\n"
+        + "            if hasattr(self.model, 'tokenizer'):\n"
+        + "                self.model.tokenizer.save_pretrained(out)\n",
+        HEADER
+        + "policy, optimizer = accelerator.prepare(policy, optimizer)\n"
+        + "accelerator.backward(policy(batch).loss)\n"
+        + "if cfg.ema and has_method(policy, 'update'):\n    policy.update()\n"
+        + "stats = hasattr(policy, 'stats') and policy.stats()\n",
         # a diffusion trainer's fallback: the wrapper's module where the model's own read fails
         HEADER
         + "model = accelerator.prepare(model)\n"
@@ -581,6 +600,8 @@ class WrapperAttribute(Rule):
                 constructed = True  # ``model = trainer.model``: the trainer's wrapper renamed
             if _unwrapped_branch(script, attribute) or _falls_back(script, attribute):
                 continue  # ``if hasattr(model, "module"): ... else: model.generate(...)``
+            if _tested_for_itself(script, attribute):
+                continue  # ``if hasattr(self.model, "tokenizer"):``: never read where missing
             if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
                 continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
             spelled = dotted(owner) or held or script.module.code_for_node(owner)
@@ -852,6 +873,50 @@ def _unwrapped_branch(script: ScriptModel, attribute: cst.Attribute) -> bool:
         if tests_wrapper and in_else != negated:
             return True
     return False
+
+
+def _tested_for_itself(script: ScriptModel, attribute: cst.Attribute) -> bool:
+    """``attribute`` is read only where a test found it on that very object: ``if
+    hasattr(self.model, "tokenizer"): self.model.tokenizer.save_pretrained(out)``, lerobot's
+    ``if has_method(policy, "update"): policy.update()``, ``hasattr(m, "x") and m.x()``. The
+    wrapper fails the test, so the read raises no AttributeError there."""
+    owner = dotted(attribute.value)
+    if owner is None:
+        return False
+    member = attribute.attr.value
+    child: cst.CSTNode = attribute
+    for ancestor in script.ancestors(attribute):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
+            tests = [ancestor.test]
+        elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+            tests = [ancestor.left] if isinstance(ancestor.operator, cst.And) else []
+        else:
+            tests = []
+        for test in tests:
+            if any(_asks_for(node, owner, member) for node in _conjuncts(test)):
+                return True
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        child = ancestor
+    return False
+
+
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _conjuncts(test.left) + _conjuncts(test.right)
+    return [test]
+
+
+def _asks_for(test: cst.BaseExpression, owner: str, member: str) -> bool:
+    """A call handed the object and the attribute's name: ``hasattr(model, "generate")``."""
+    if not isinstance(test, cst.Call) or len(test.args) < 2:
+        return False
+    first, second = test.args[0].value, test.args[1].value
+    return (
+        dotted(first) == owner
+        and isinstance(second, cst.SimpleString)
+        and second.evaluated_value == member
+    )
 
 
 #: What an ``except`` must catch for the wrapper's missing attribute to land in it.
