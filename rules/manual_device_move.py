@@ -117,6 +117,16 @@ class ManualDeviceMove(Rule):
         ),
     )
     good = (
+        # the module's model, moved before the training function (which prepares its own local
+        # of that name) runs: a routing-replay study's __main__
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "def train(model, loader):\n"
+        + "    accelerator = Accelerator()\n"
+        + "    model, loader = accelerator.prepare(torch.load('stage1.pth'), loader)\n"
+        + "    for batch in loader:\n        accelerator.backward(model(batch))\n\n\n"
+        + "if __name__ == '__main__':\n"
+        + "    device = torch.device('cuda')\n"
+        + "    model = Net()\n    model.to(device)\n    train(model, loader)\n",
         # another function's own model under the same name (a dev stage that loads the best
         # checkpoint into a fresh model): no prepare placed it
         HEADER

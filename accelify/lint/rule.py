@@ -222,8 +222,30 @@ def prepared(script: ScriptModel, node: cst.CSTNode) -> set[str]:
     found = script.prepared_before(node)
     scope = script.scope_of(node)
     if not isinstance(scope, cst.FunctionDef):
-        return found
+        return found - _locals_of_functions(script, found)
     return {name for name in found if not _made_in(script, name, scope, here)}
+
+
+def _locals_of_functions(script: ScriptModel, found: set[str]) -> set[str]:
+    """Plain names that only functions' prepare calls return: at module level ``model`` is the
+    module's own (``if __name__ == "__main__": model = Net(); model.to(device); train(model)``
+    beside a ``train`` that prepares its local ``model``), which no prepare has placed yet."""
+    at_module = set()
+    in_functions = set()
+    for call in script.prepare_calls:
+        scope = script.scope_of(call.call)
+        outputs = {name for name in call.outputs if name and "." not in name}
+        if not isinstance(scope, cst.FunctionDef):
+            at_module |= outputs
+            continue
+        declared = {
+            name.name.value
+            for node in walk(scope.body)
+            if isinstance(node, cst.Global)
+            for name in node.names
+        }
+        in_functions |= outputs - declared
+    return (in_functions - at_module) & found
 
 
 def _made_in(script: ScriptModel, name: str, scope: cst.FunctionDef, here: int) -> bool:
