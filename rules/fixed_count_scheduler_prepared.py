@@ -65,6 +65,29 @@ class FixedCountSchedulerPrepared(Rule):
     )
     bad = (
         Example(_SCRIPT + _LOOP, 7, 69),
+        # a LoRA fine-tuning run from the command line (tyro): its step count is a setting,
+        # and every rank runs all of its steps over the same in-memory images
+        Example(
+            "import torch\nimport tyro\nfrom accelerate import Accelerator\n"
+            "from diffusers.optimization import get_scheduler\n\n\n"
+            "def main(num_train_steps: int = 10000, lr_scheduler: str = 'cosine'):\n"
+            "    accelerator = Accelerator()\n"
+            "    optimizer = torch.optim.AdamW(unet.parameters())\n"
+            "    lr_scheduler = get_scheduler(lr_scheduler, optimizer=optimizer,\n"
+            "                                 num_training_steps=num_train_steps)\n"
+            "    unet, optimizer, lr_scheduler = accelerator.prepare(\n"
+            "        unet, optimizer, lr_scheduler)\n"
+            "    for step in range(num_train_steps):\n"
+            "        image = images[step % len(images)]\n"
+            "        with accelerator.accumulate(unet):\n"
+            "            accelerator.backward(unet(image).loss)\n"
+            "            optimizer.step()\n"
+            "            lr_scheduler.step()\n"
+            "            optimizer.zero_grad()\n\n\n"
+            "if __name__ == '__main__':\n    tyro.cli(main)\n",
+            13,
+            26,
+        ),
         Example(  # a trainer: iterations counted in the config, the step in a method
             "import torch\n"
             "from accelerate import Accelerator\n"

@@ -14,6 +14,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import callee
 from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
 from accelify.analysis.syntax import (
+    all_params,
     assigned_targets,
     dotted,
     is_accelerator_call,
@@ -284,11 +285,25 @@ def _shrinks_with_the_shard(facts: Facts, bound: cst.BaseExpression, depth: int)
             # passes may be anything, so the loop is not taken as fixed (left prepared)
             passed = facts.flow.call_site_arguments(name, node)
             if not passed:
-                return True
+                # a number setting of a function no call in the file runs (a CLI entry point:
+                # ``def main(num_train_steps: int = 10000)`` handed to ``tyro.cli(main)``)
+                return not _integer_default(facts, name, node)
             values = [argument.value for argument in passed]
         if any(_shrinks_with_the_shard(facts, value, depth - 1) for value in values):
             return True
     return False
+
+
+def _integer_default(facts: Facts, name: str, at: cst.CSTNode) -> bool:
+    """``name`` is a parameter of the function around ``at`` with an integer literal default,
+    and nothing in the file calls that function."""
+    function = facts.placement.enclosing_function(at)
+    if function is None or facts.flow.calls_of(function):
+        return False
+    return any(
+        param.name.value == name and isinstance(param.default, cst.Integer)
+        for param in all_params(function.params)
+    )
 
 
 def _inside_a_dotted_name(script: ScriptModel, node: cst.CSTNode) -> bool:
