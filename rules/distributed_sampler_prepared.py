@@ -22,7 +22,9 @@ class DistributedSamplerPrepared(Rule):
     The same by hand: a batch of a prepared loader sliced by rank (``batch[rank::world]``,
     a split written for one process that sees the whole batch) keeps 1/N of the rank's own
     shard, and ``batch[accelerator.process_index]`` takes one row (or one field of an ``(x,
-    y)`` batch) chosen by the rank; a position or a key is not a rank, and is not reported."""
+    y)`` batch) chosen by the rank; a position or a key is not a rank, and is not reported.
+    ``accelerator.split_between_processes(batch)`` of such a batch shards it again the same
+    way."""
 
     code = "ACC402"
     name = "distributed-sampler-prepared"
@@ -57,6 +59,18 @@ class DistributedSamplerPrepared(Rule):
             5,
             32,
         ),
+        # axolotl's batch evaluation: each batch of a prepared loader split between the
+        # processes again (1/N of the data evaluated; a rank may get no samples)
+        Example(
+            HEADER
+            + "import torch\ndataloader, model = accelerator.prepare(dataloader, model)\n"
+            + "with torch.no_grad():\n"
+            + "    for batch in tqdm(dataloader):\n"
+            + "        with accelerator.split_between_processes(batch) as batch:\n"
+            + "            loss = model(**batch).loss\n",
+            7,
+            14,
+        ),
     )
     good = (
         # an unprepared loader split by hand; a prepared batch indexed by a position or
@@ -71,6 +85,12 @@ class DistributedSamplerPrepared(Rule):
         + _IMPORTS
         + "loader = DataLoader(data, batch_size=8, shuffle=True)\n"
         + "loader = accelerator.prepare(loader)\n",
+        # what split_between_processes is for: prompts no loader has sharded
+        HEADER
+        + "model = accelerator.prepare(model)\n"
+        + "for prompts in batches_of(all_prompts):\n"
+        + "    with accelerator.split_between_processes(prompts) as mine:\n"
+        + "        outputs = model.generate(mine)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -88,6 +108,19 @@ class DistributedSamplerPrepared(Rule):
             if not loop.batch_names or not flow.over_prepared_loader(loop):
                 continue
             for node in walk(loop.node.body):
+                if _split_again(node, loop.batch_names):
+                    batch = dotted(node.args[0].value)  # type: ignore[attr-defined]
+                    yield self.finding(
+                        script,
+                        node,
+                        message=(
+                            f"Use {batch} as it is: the prepared loader already gives each rank "
+                            f"its own batch, and split_between_processes({batch}) keeps 1/N of "
+                            "it (the rest of the data is never used; a rank whose share is "
+                            "empty runs the model on no samples)"
+                        ),
+                    )
+                    continue
                 if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
                     continue
                 if not isinstance(node.value, cst.Name) or node.value.value not in loop.batch_names:
@@ -138,6 +171,19 @@ class DistributedSamplerPrepared(Rule):
                 )
                 if dotted(value) in samplers or inline:
                     yield self.finding(script, call)
+
+
+def _split_again(node: cst.CSTNode, batch_names: set[str] | frozenset[str]) -> bool:
+    """``accelerator.split_between_processes(batch)`` of a batch of the loop (axolotl's batch
+    evaluation over a prepared loader): the batch is this rank's already."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "split_between_processes"
+        and bool(node.args)
+        and isinstance(node.args[0].value, cst.Name)
+        and node.args[0].value.value in batch_names
+    )
 
 
 _RANKS = ("process_index", "local_process_index", "get_rank")
