@@ -14,6 +14,24 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+#: What ``from MODULE import *`` binds, for the library modules whose names the analysis
+#: recognises (their ``__all__``, as far as it asks).
+STAR_EXPORTS: dict[str, tuple[str, ...]] = {
+    "tqdm": ("tqdm", "trange"),
+    "tqdm.auto": ("tqdm", "trange"),
+    "tqdm.notebook": ("tqdm", "trange"),
+    "tqdm.std": ("tqdm", "trange"),
+    "torch.utils.data": (
+        "DataLoader",
+        "Dataset",
+        "IterableDataset",
+        "TensorDataset",
+        "Subset",
+        "random_split",
+        "DistributedSampler",
+    ),
+}
+
 
 @dataclass
 class ImportTable:
@@ -42,6 +60,11 @@ class ImportTable:
                     self.bound[root] = root
             return
         if isinstance(node.names, cst.ImportStar):
+            # ``from tqdm import *`` (tugstugi's speech-commands trainer): the names of a library
+            # module the analysis recognises, bound as an explicit import would bind them
+            module = _name(node.module) if node.module and not node.relative else ""
+            for exported in STAR_EXPORTS.get(module, ()):
+                self.bound[exported] = f"{module}.{exported}"
             return
         module = "." * len(node.relative) + (_name(node.module) if node.module else "")
         separator = "" if module.endswith(".") else "."

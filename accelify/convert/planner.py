@@ -220,9 +220,26 @@ def _trains_only_for_other_files(ctx: Context) -> str | None:
         for binding in model.of_kind(*trained)
     ):
         return None
-    kinds = (Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER)
-    if any(not binding.received for binding in model.of_kind(*kinds)):
+    if any(not binding.received for binding in model.of_kind(*trained)):
         return None
+    # A loader the trainer makes for itself from a dataset it is handed (``DataLoader(
+    # self.train_dataset, ...)`` in ``train_one_epoch``) is not what the Accelerator belongs
+    # to: nothing that trains is made here, and sharding it alone would train unsynchronised
+    # copies. A loader made anywhere else in the file (the module level) keeps the file.
+    owners = [*trainers, *classes]
+    made = [b for b in model.of_kind(Kind.DATALOADER) if not b.received]
+    if any(
+        not any(owner in model.ancestors(binding.statement) for owner in owners) for binding in made
+    ):
+        return None
+    own_loaders = ""
+    if made:
+        lines = ", ".join(str(b.line) for b in made)
+        plural = "s" if len(made) > 1 else ""
+        own_loaders = (
+            f", and accelerator.prepare(DataLoader(...)) for the loader{plural} made here "
+            f"(line{plural} {lines})"
+        )
     if not classes:
         names = " and ".join(f"{f.name.value}()" for f in trainers)
         return (
@@ -231,7 +248,7 @@ def _trains_only_for_other_files(ctx: Context) -> str | None:
             "belongs where they are made, in the file that calls it; left as it is: there, "
             "create the Accelerator, prepare the model, optimizer and loaders, and hand it in "
             "as a parameter here (accelerator.backward(loss), accelerator.gather_for_metrics "
-            "in the evaluation, accelerator.print)"
+            f"in the evaluation, accelerator.print{own_loaders})"
         )
     names = " and ".join([f"{f.name.value}()" for f in trainers] + [c.name.value for c in classes])
     return (
@@ -242,7 +259,7 @@ def _trains_only_for_other_files(ctx: Context) -> str | None:
         "copy); left as it is: there, create the Accelerator, prepare the model, optimizer and "
         "loaders before handing them in, and hand the accelerator in too (here: "
         "accelerator.backward(loss), accelerator.gather_for_metrics in the evaluation, "
-        "accelerator.print, accelerator.save of the unwrapped model)"
+        f"accelerator.print, accelerator.save of the unwrapped model{own_loaders})"
     )
 
 

@@ -3,11 +3,14 @@ the accelerator's name and constructor arguments, and the nodes that need the ac
 
 from __future__ import annotations
 
+import builtins
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.agreed_values import AgreedValues
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts, facts_of
@@ -425,6 +428,31 @@ def _runs_base_init(cls: cst.ClassDef) -> bool:
         and dotted(n.func.value.func) == "super"
         for n in walk(init)
     )
+
+
+def star_imported_from_the_project(ctx: Context, name: str) -> bool:
+    """``save_model``, ``progress(loader)``: a name that no import binds and the file does not
+    define, in a file that star imports a module of the project (KGAT's ``from
+    utils.model_helper import *``): it comes from there, as no other name it reads can."""
+    if (
+        name in ctx.model.functions
+        or name in ctx.facts.calls.classes
+        or name in _BUILTINS
+        or ctx.model.index.assignments_to(name)
+    ):
+        return False
+    for node in walk(ctx.model.module):
+        if not isinstance(node, cst.ImportFrom) or not isinstance(node.names, cst.ImportStar):
+            continue
+        if node.relative:
+            return True
+        root = (dotted(node.module) or "").split(".")[0] if node.module is not None else ""
+        if root and root not in sys.stdlib_module_names and root not in names.KNOWN_LIBRARIES:
+            return True
+    return False
+
+
+_BUILTINS = frozenset(dir(builtins))
 
 
 def unwrap(ctx: Context, model: cst.BaseExpression, at: cst.CSTNode, text: str, **how) -> None:

@@ -127,11 +127,35 @@ def never_prepared(ctx: Context, name: str, scope: cst.CSTNode | None) -> bool:
         return False
     made_here = [b for b in ctx.model.of_kind(Kind.MODEL) if b.name == name and b.scope is scope]
     parameters = {p.name.value for p in scope.params.params + scope.params.kwonly_params}
-    if not made_here or any(b.received for b in made_here) or name in parameters:
+    if any(b.received for b in made_here) or name in parameters:
         return False
-    if _prepares_in(ctx, scope) or any(_made_by_a_preparing_function(ctx, b) for b in made_here):
+    # A local of a function the analysis did not take for a model (``model = BPRMF(...)`` of a
+    # project module, with no optimizer there): a model of the same name elsewhere is another
+    # object. Every value it is bound to is checked as a model binding's would be.
+    values = [b.value for b in made_here] or _local_values(ctx, scope, name)
+    if not values:
         return False
-    return not _leaves_its_function(scope, name)
+    if _prepares_in(ctx, scope) or any(_made_by_preparing_call(ctx, v) for v in values):
+        return False
+    return not _leaves_its_function(ctx, scope, name)
+
+
+def _local_values(ctx: Context, scope: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
+    """What ``name = ...`` binds in ``scope`` itself (nested functions and classes apart); none
+    when it is declared ``global`` or ``nonlocal`` there."""
+    values: list[cst.BaseExpression] = []
+    for node in walk(scope.body):
+        if isinstance(node, (cst.Global, cst.Nonlocal)) and any(
+            n.name.value == name for n in node.names
+        ):
+            return []
+        if (
+            isinstance(node, cst.Assign)
+            and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
+            and ctx.model.scope_of(node) is scope
+        ):
+            values.append(node.value)
+    return values
 
 
 def _prepares_in(ctx: Context, function: cst.FunctionDef) -> bool:
@@ -140,18 +164,23 @@ def _prepares_in(ctx: Context, function: cst.FunctionDef) -> bool:
     return any(a is not None and placement.inside(a, function) for a in anchors)
 
 
-def _made_by_a_preparing_function(ctx: Context, binding: Binding) -> bool:
+def _made_by_preparing_call(ctx: Context, value: cst.BaseExpression) -> bool:
     """``model = train_model()``: a function of the file that prepares what it returns."""
-    value = strip_moves(binding.value)
+    value = strip_moves(value)
     if not isinstance(value, cst.Call):
         return False
     function = ctx.model.functions.get(dotted(value.func) or "")
     return function is not None and _prepares_in(ctx, function)
 
 
-def _leaves_its_function(scope: cst.FunctionDef, name: str) -> bool:
+def _leaves_its_function(ctx: Context, scope: cst.FunctionDef, name: str) -> bool:
     """``name`` is returned or yielded, assigned to anything (``self.model = model``, ``m =
-    model``), or handed to a call as an argument (``train(model)``, ``models.append(model)``)."""
+    model``), or handed to a call as an argument (``train(model)``, ``models.append(model)``).
+    A call that cannot bring it to a ``prepare`` does not count (KGAT's ``predict()``: ``model
+    = load_model(model, path)``, ``model = nn.DataParallel(model)``, ``evaluate(model, ...)``):
+    a DataParallel wrapper, a function of another module (no prepare of this file is in
+    there) or one of this file that reaches no prepare, whose result is dropped or bound to
+    names that do not leave the function either."""
     for node in walk(scope.body):
         if isinstance(node, (cst.Return, cst.Yield)) and node.value is not None:
             if any(isinstance(n, cst.Name) and n.value == name for n in walk(node.value)):
@@ -163,11 +192,117 @@ def _leaves_its_function(scope: cst.FunctionDef, name: str) -> bool:
                     return True
             elif dotted(bare) == name:
                 return True
-        elif isinstance(node, cst.Call) and any(
-            dotted(argument.value) == name for argument in node.args
+        elif (
+            isinstance(node, cst.Call)
+            and any(dotted(argument.value) == name for argument in node.args)
+            and not _kept_by_the_call(ctx, scope, node, name)
         ):
             return True
     return False
+
+
+def _result_leaves(ctx: Context, scope: cst.FunctionDef, name: str) -> bool:
+    """What a call handed the model returned (``cf_scores, metrics = evaluate(model, ...)``)
+    may be the model itself: it leaves when it is returned, stored, or handed to a call that
+    may keep it (a method of a local object, a function of the file that reaches a prepare);
+    a function of a module (``np.save(path, cf_scores)``) does not keep it."""
+    for node in walk(scope.body):
+        if isinstance(node, (cst.Return, cst.Yield)) and node.value is not None:
+            if any(isinstance(n, cst.Name) and n.value == name for n in walk(node.value)):
+                return True
+        elif (
+            isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign))
+            and node.value
+            and not isinstance(node.value, cst.Call)
+            and any(isinstance(n, cst.Name) and n.value == name for n in walk(node.value))
+        ):
+            return True
+        elif isinstance(node, cst.Call) and any(
+            dotted(argument.value) == name for argument in node.args
+        ):
+            targets = ctx.facts.calls.targets(node)
+            if targets:
+                if any(_reaches_prepare(ctx, target, set()) for target in targets):
+                    return True
+            elif not _imported_function(ctx, node, scope) and not (
+                isinstance(node.func, cst.Name) and node.func.value in _BUILTINS
+            ):
+                return True
+    return False
+
+
+_BUILTINS = frozenset(dir(__import__("builtins")))
+
+
+def _kept_by_the_call(ctx: Context, scope: cst.FunctionDef, call: cst.Call, name: str) -> bool:
+    """``call`` hands ``name`` to something that cannot prepare it, and what it returns stays
+    in the function (dropped, bound back to ``name``, or to names that do not leave)."""
+    if not isinstance(call.func, (cst.Name, cst.Attribute)):
+        return False
+    targets = ctx.facts.calls.targets(call)
+    if targets:
+        if any(_reaches_prepare(ctx, target, set()) for target in targets):
+            return False
+    elif ctx.model.call_names(call) & names.DDP_WRAPPERS:
+        pass
+    elif not _imported_function(ctx, call, scope):
+        return False  # ``models.append(model)``, a class of the file: stored or unseen
+    parent = ctx.model.parent(call)
+    if isinstance(parent, cst.Expr):
+        return True
+    if not isinstance(parent, cst.Assign) or parent.value is not call:
+        return False
+    if not all(_plain_names(target.target) for target in parent.targets):
+        return False  # ``self.model = load(model)``: stored
+    bound = {n for target in parent.targets for n in target_names(target.target)}
+    return all(n == name or not _result_leaves(ctx, scope, n) for n in bound)
+
+
+def _plain_names(target: cst.BaseExpression) -> bool:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return all(_plain_names(element.value) for element in target.elements)
+    return isinstance(target, cst.Name)
+
+
+def _imported_function(ctx: Context, call: cst.Call, scope: cst.FunctionDef) -> bool:
+    """``load_model(...)``, ``utils.load_model(...)``, ``np.save(...)``: a name an import binds
+    (a star import of the project's module included), never a method of a local object nor a
+    function or class of the file."""
+    name = dotted(call.func)
+    if name is None:
+        return False
+    root = name.split(".")[0]
+    if root in ctx.model.imports.bound:
+        return True
+    parameters = {p.name.value for p in scope.params.params + scope.params.kwonly_params}
+    return (
+        _star_imported(ctx)
+        and root not in ctx.model.functions
+        and root not in ctx.facts.calls.classes
+        and root not in parameters
+        and not _local_values(ctx, scope, root)
+    )
+
+
+def _star_imported(ctx: Context) -> bool:
+    return any(
+        isinstance(node, cst.ImportFrom) and isinstance(node.names, cst.ImportStar)
+        for node in walk(ctx.model.module)
+    )
+
+
+def _reaches_prepare(ctx: Context, function: cst.FunctionDef, seen: set[int]) -> bool:
+    if id(function) in seen:
+        return False
+    seen.add(id(function))
+    if _prepares_in(ctx, function):
+        return True
+    return any(
+        _reaches_prepare(ctx, target, seen)
+        for node in walk(function)
+        if isinstance(node, cst.Call)
+        for target in ctx.facts.calls.targets(node)
+    )
 
 
 def _copies_of_unmoved_models(ctx: Context) -> None:

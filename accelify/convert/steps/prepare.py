@@ -39,7 +39,7 @@ from accelify.analysis.syntax import (
     walk,
 )
 from accelify.analysis.writing_helpers import BINDS, MUTATORS
-from accelify.convert.steps.context import Context
+from accelify.convert.steps.context import Context, star_imported_from_the_project
 from accelify.convert.steps.saving import file_write_blocks, result_read_after
 from accelify.edits.kinds import InsertBefore
 from accelify.edits.plan import statement
@@ -1977,7 +1977,7 @@ def _imported_from_elsewhere(ctx: Context, call: cst.Call) -> bool:
     root = name.split(".")[0]
     imported = ctx.model.imports.bound.get(root)
     if imported is None:
-        return False
+        return "." not in name and star_imported_from_the_project(ctx, name)
     return imported.split(".")[0] not in _LIBRARIES
 
 

@@ -13,7 +13,7 @@ from accelify.analysis.saved_values import saved_whole_objects
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
 from accelify.convert.steps import main_process
-from accelify.convert.steps.context import Context, unwrap
+from accelify.convert.steps.context import Context, star_imported_from_the_project, unwrap
 from accelify.convert.steps.host_inputs import returned_by
 from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
@@ -118,7 +118,7 @@ def _imported_from_the_project(ctx: Context, name: str) -> bool:
     neither the standard library nor a library the analysis knows: the project's own code."""
     imported = ctx.model.imports.bound.get(name.split(".")[0])
     if imported is None:
-        return False
+        return "." not in name and star_imported_from_the_project(ctx, name)
     root = imported.lstrip(".").split(".")[0]
     if imported.startswith("."):
         return True
