@@ -497,9 +497,12 @@ def _padded_by_map(
             continue
         function = argument_value(node, "function", 0)
         if function is not None and _tokenizes_padded(model, function):
+            size = keyword_value(node, "batch_size")
+            size_code = model.module.code_for_node(size) if size is not None else "1000"
             return PaddingCollator(
-                f"{model.module.code_for_node(node.func)}(..., batched=True) with padding to "
-                "each map batch's longest sequence",
+                f"{model.module.code_for_node(node.func)}(..., batched=True), which pads each "
+                f"map batch ({size_code} examples) to its own longest sequence: the ranks' "
+                "batches differ wherever they come from different map batches",
                 False,
             )
     if depth == 0:
