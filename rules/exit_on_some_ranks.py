@@ -9,6 +9,28 @@ from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 #: What ends the process where it is called.
 _EXITS = {"builtins.exit", "builtins.quit", "sys.exit", "os._exit"}
+#: An early-stopping object handed the epoch's gathered score, called where the guard says.
+_STOPPER = (
+    HEADER
+    + "class EarlyStopping:\n"
+    + "    def __init__(self, patience):\n"
+    + "        self.patience, self.best, self.bad, self.early_stop = patience, None, 0, False\n\n"
+    + "    def __call__(self, score):\n"
+    + "        if self.best is None or score > self.best:\n"
+    + "            self.best, self.bad = score, 0\n"
+    + "        else:\n"
+    + "            self.bad += 1\n"
+    + "            self.early_stop = self.bad >= self.patience\n\n\n"
+    + "stopper = EarlyStopping(3)\n"
+    + "for epoch in range(15):\n"
+    + "    for batch in loader:\n"
+    + "        accelerator.backward(model(batch).loss)\n"
+    + "    val = accelerator.gather(val_loss).mean().item()\n"
+    + "    if accelerator.is_main_process:\n"
+    + "        stopper(val)\n"
+    + "    if stopper.early_stop:\n"
+    + "        break\n"
+)
 _LOOP = (
     "for step, batch in enumerate(loader):\n"
     "    accelerator.backward(model(batch).loss)\n"
@@ -25,7 +47,9 @@ class ExitOnSomeRanks(Rule):
     accelerator.is_local_main_process and os.path.exists(out): exit(0)`` before ``prepare``
     and training leaves the other ranks waiting at the first collective. A loop with nothing
     every rank synchronises on, nothing but rank-guarded work after the exit, and an exit every
-    rank takes, are left alone."""
+    rank takes, are left alone. A flag an early-stopping object sets (``if stopper.early_stop:
+    break``) changes where its call runs: called under ``if accelerator.is_main_process:``, only
+    that rank's object ever stops."""
 
     code = "ACC210"
     name = "exit-on-some-ranks"
@@ -105,6 +129,9 @@ class ExitOnSomeRanks(Rule):
             14,
             9,
         ),
+        # an early-stopping object called on the main process alone (it saves the best
+        # checkpoint): only that rank's flag is ever set
+        Example(_STOPPER, 23, 9),
         Example(  # the rank read once into a name of the file's
             HEADER
             + "import torch.distributed as dist\n"
@@ -175,6 +202,10 @@ class ExitOnSomeRanks(Rule):
         + "        print(patience_counter)\n"
         + "    if patience_counter >= patience:\n"
         + "        break\n",
+        # the early-stopping object called on every rank with the gathered score
+        _STOPPER.replace(
+            "    if accelerator.is_main_process:\n        stopper(val)\n", "    stopper(val)\n"
+        ),
         # decided on the main process, then handed to every rank before the test
         HEADER
         + "from accelerate.utils import broadcast_object_list\n"
@@ -326,10 +357,73 @@ def _changed_under_a_rank_test_only(
             bindings = [
                 b for b in _bindings_of(script, name) if script.inside(b, loop) and b is not node
             ]
+            if not bindings:  # ``stopper.early_stop``: set by the method a call runs
+                bindings = _calls_that_set(script, name, loop)
             guards = [_rank_test_between(script, b, loop) for b in bindings]
             if bindings and all(guard is not None for guard in guards):
                 return name, guards[0]  # type: ignore[return-value]
     return None
+
+
+def _calls_that_set(script: ScriptModel, name: str, loop: cst.For | cst.While) -> list[cst.Call]:
+    """For an attribute of an object of a class of the file (``stopper.early_stop``), the calls
+    in ``loop`` of the object (``stopper(val_loss)``) or of its methods that set it: the method
+    the call runs (or another method of its class that one calls on ``self``) assigns
+    ``self.early_stop``. An early-stopping object called under ``if
+    accelerator.is_main_process:`` (it saves the best checkpoint) decides on that rank alone."""
+    if "." not in name:
+        return []
+    receiver, attribute = name.rsplit(".", 1)
+    graph = script.call_graph
+    found: list[cst.Call] = []
+    for call in walk(loop.body):
+        if not isinstance(call, cst.Call):
+            continue
+        func = call.func
+        if dotted(func) != receiver and not (
+            isinstance(func, cst.Attribute) and dotted(func.value) == receiver
+        ):
+            continue
+        methods = [method for method, implicit in graph.callees(call) if implicit == 1]
+        if any(_sets(script, method, attribute, 2) for method in methods):
+            found.append(call)
+    return found
+
+
+def _sets(script: ScriptModel, method: cst.FunctionDef, attribute: str, depth: int) -> bool:
+    """``method`` binds ``self.<attribute>``, or calls on ``self`` a method of its class that
+    does (``depth`` calls deep)."""
+    target = f"self.{attribute}"
+    for node in walk(method.body):
+        if isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign) and any(
+            dotted(t) == target for t in _targets_of(node)
+        ):
+            return True
+    if depth == 0:
+        return False
+    graph = script.call_graph
+    owner = graph.owner(method)
+    for call in script.index.calls_directly_in(method):
+        if isinstance(call.func, cst.Attribute) and dotted(call.func.value) == "self":
+            for inner, implicit in graph.callees(call):
+                if (
+                    inner is not method
+                    and implicit == 1
+                    and graph.owner(inner) is owner
+                    and _sets(script, inner, attribute, depth - 1)
+                ):
+                    return True
+    return False
+
+
+def _targets_of(node: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.BaseExpression]:
+    if isinstance(node, cst.Assign):
+        found: list[cst.BaseExpression] = []
+        for target in node.targets:
+            value = target.target
+            found += [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+        return found
+    return [node.target]
 
 
 def _bindings_of(script: ScriptModel, name: str) -> list[cst.CSTNode]:

@@ -87,6 +87,35 @@ _OBJECT_STOP = (
 )
 
 
+#: The stopper handed to the training helper by its caller: the parameter is the object made in
+#: ``main``; each epoch hands it this rank's validation loss over its shard.
+_HANDED_STOPPER = (
+    HEADER
+    + "import torch\n"
+    + _STOPPER
+    + "def evaluate(model, val_loader):\n"
+    + "    total = 0.0\n"
+    + "    with torch.no_grad():\n"
+    + "        for x, y in val_loader:\n"
+    + "            total += loss_fn(model(x), y).item()\n"
+    + "    return total / len(val_loader)\n\n\n"
+    + "def train(model, optimizer, loader, val_loader, epochs, early_stopper=None):\n"
+    + "    for epoch in range(epochs):\n"
+    + "        for x, y in loader:\n"
+    + "            accelerator.backward(loss_fn(model(x), y))\n"
+    + "            optimizer.step()\n"
+    + "        val_loss = evaluate(model, val_loader)\n"
+    + "        if early_stopper is not None:\n"
+    + "            early_stopper(val_loss)\n"
+    + "            if early_stopper.early_stop:\n"
+    + "                break\n\n\n"
+    + "def main():\n"
+    + "    model, optimizer, loader, val_loader = accelerator.prepare(\n"
+    + "        model, optimizer, loader, val_loader\n    )\n"
+    + "    train(model, optimizer, loader, val_loader, 10, early_stopper=EarlyStopping())\n"
+)
+
+
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
     from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
@@ -97,14 +126,20 @@ class StopOnOwnValue(Rule):
     += 1``, then ``if bad >= patience: break``), or through an early-stopping object of the file
     handed that loss (``stopper(val_loss)``, then ``if stopper.early_stop: break``, or ``if
     stopper.step(val_loss): break``: the method the call runs is followed to the test of the value
-    it is handed, through the attribute it sets or the value it returns). Each rank sees its own
+    it is handed, through the attribute it sets or the value it returns, also into another
+    method of its class it hands the value to, ``self._check(val_loss)``; an object handed to
+    the training helper, ``train(..., early_stopper=es)``, is the one its caller made). Each
+    rank sees its own
     shard, so the test comes out differently on different ranks: the rank that stops (or skips)
     leaves the others in the backward's gradient all-reduce (or the barrier, the gather) waiting
     for it; they hang, or pair that reduce with the stopped rank's next collective and average
     gradients of different steps. The decision has to be made by every rank together:
     ``accelerator.set_trigger()`` under the test and ``if accelerator.check_trigger(): break`` on
     every rank after it (the trigger is reduced over ranks), or the value reduced first
-    (``accelerator.reduce``; for an object, before the call that hands it the value).
+    (``accelerator.reduce``; for an object, before the call that hands it the value). Where
+    the call (or the counter's test) runs under ``if accelerator.is_main_process:``, a reduce
+    there would run on one rank and hang: the advice is the trigger, or the reduce on every
+    rank with the call moved out of the guard.
 
     A test of a counter, a setting, or of a value gathered or reduced over the ranks before the
     test (every rank holds it alike), a test under a rank guard (ACC210's), a ``continue`` with
@@ -210,6 +245,18 @@ class StopOnOwnValue(Rule):
         ),
         # an early-stopping object handed this rank's validation loss: its flag stops the loop
         Example(_OBJECT_STOP, 35, 9),
+        # ... its __call__ handing the decision to another method of its class
+        Example(
+            _OBJECT_STOP.replace(
+                "    def __call__(self, val_loss):\n",
+                "    def __call__(self, val_loss):\n        self._check(val_loss)\n\n"
+                "    def _check(self, val_loss):\n",
+            ),
+            38,
+            9,
+        ),
+        # ... or handed to the training helper as a parameter
+        Example(_HANDED_STOPPER, 37, 17),
         # the same object in a trainer, its method returning the decision
         Example(
             HEADER
@@ -273,6 +320,12 @@ class StopOnOwnValue(Rule):
         # ... or a validation loader the file never prepares: every rank reads the whole set
         _OBJECT_STOP.replace(", val_loader = accelerator", " = accelerator").replace(
             "    model, optimizer, loader, val_loader\n)", "    model, optimizer, loader\n)"
+        ),
+        # ... or, handed to the helper, the validation loss reduced before the call
+        _HANDED_STOPPER.replace(
+            "            early_stopper(val_loss)\n",
+            "            val_loss = accelerator.reduce(torch.tensor(val_loss), 'mean').item()\n"
+            "            early_stopper(val_loss)\n",
         ),
         # ... or a value every rank holds alike: the epoch's learning rate, a setting
         _OBJECT_STOP.replace(
@@ -471,7 +524,8 @@ def _decided_by_object(facts: Facts, read: cst.CSTNode, loop: cst.For) -> _Decid
                 if found is not None:
                     argument = _own_argument(facts, node, function, implicit)
                     read_as = script.module.code_for_node(node)
-                    return _Decided(read_as, *found, node, function, argument)
+                    origin, stepped, condition, method = found
+                    return _Decided(read_as, origin, stepped, condition, node, method, argument)
         name = dotted(node) if isinstance(node, cst.Attribute) else None
         if name is None or (name.startswith("self.") and name.count(".") == 1):
             continue  # ``self.wait``: the trainer's own counter, followed by the caller
@@ -484,8 +538,14 @@ def _decided_by_object(facts: Facts, read: cst.CSTNode, loop: cst.For) -> _Decid
                 found = _decided_in_method(facts, values, function, call, implicit, [], member)
                 if found is not None:
                     argument = _own_argument(facts, call, function, implicit)
-                    return _Decided(name, *found, call, function, argument)
+                    origin, stepped, condition, method = found
+                    return _Decided(name, origin, stepped, condition, call, method, argument)
     return None
+
+
+#: Where a method decides: the origin of the rank's own value, the statement it decides, the
+#: ``if`` that tests it (None for a value set itself), and the method that holds them.
+_InMethod = tuple[cst.CSTNode, cst.CSTNode, cst.If | None, cst.FunctionDef]
 
 
 def _own_argument(
@@ -534,15 +594,31 @@ def _decided_in_method(
     implicit: int,
     sources: list[cst.CSTNode],
     members: list[str],
-) -> tuple[cst.CSTNode, cst.CSTNode, cst.If | None] | None:
+) -> _InMethod | None:
     """A value of this rank's own, handed to ``function`` by ``call`` (its parameters bound to
     the call's arguments), that decides ``sources`` (its returns) or the bindings of ``members``
     (``self.early_stop``): tested by an ``if`` around one of them, or around a binding of a name
     one of them or one of those tests reads (``self.counter``), or returned or set itself
-    (``return metric > self.limit``). Where the rank folds it from its shard, the statement it
-    decides, and the ``if`` that tests it (None for a value set itself)."""
-    script = facts.model
+    (``return metric > self.limit``). A method that hands the value on to another method of its
+    class (``__call__`` that runs ``self._check(val_loss)``) is followed into it, its returns
+    deciding where the caller returns what it returns. Where the rank folds it from its shard,
+    the statement it decides, and the ``if`` that tests it (None for a value set itself)."""
     passed = {name: argument.value for name, argument in bound_arguments(function, call, implicit)}
+    return _decided_with(facts, values, function, passed, sources, members, _HELPER_DEPTH)
+
+
+def _decided_with(
+    facts: Facts,
+    values: OwnValues,
+    function: cst.FunctionDef,
+    passed: dict[str, cst.BaseExpression],
+    sources: list[cst.CSTNode],
+    members: list[str],
+    depth: int,
+) -> _InMethod | None:
+    """`_decided_in_method` with ``function``'s parameters bound to ``passed``."""
+    script = facts.model
+    returns = [s for s in sources if isinstance(s, cst.Return)]
     own = [
         small
         for small in statements(function.body)
@@ -564,14 +640,63 @@ def _decided_in_method(
         checked.add(id(source))
         origin = values.origin(source, source, passed)
         if origin is not None:
-            return origin, source, None
+            return origin, source, None, function
         for condition in _conditions_around(script, source, function):
             origin = values.origin(condition.test, condition, passed)
             if origin is not None:
-                return origin, source, condition
+                return origin, source, condition, function
             pending.extend(names_read(script, condition.test))
         pending.extend(names_read(script, getattr(source, "value", None) or source))
+    if depth == 0:
+        return None
+    return _decided_by_own_method(facts, values, function, passed, returns, members, depth)
+
+
+def _decided_by_own_method(
+    facts: Facts,
+    values: OwnValues,
+    function: cst.FunctionDef,
+    passed: dict[str, cst.BaseExpression],
+    returns: list[cst.Return],
+    members: list[str],
+    depth: int,
+) -> _InMethod | None:
+    """The decision made by another method of ``function``'s class that ``function`` calls on
+    ``self`` (``self._check(val_loss)``), its parameters bound to what that call hands it (a
+    parameter of ``function`` standing for what ``passed`` binds it to): the bindings of the
+    same ``members``, and its returns where ``function`` returns what that call returns."""
+    script = facts.model
+    graph = script.call_graph
+    owner = graph.owner(function)
+    for call in script.index.calls_directly_in(function):
+        if not (isinstance(call.func, cst.Attribute) and dotted(call.func.value) == "self"):
+            continue
+        for method, implicit in graph.callees(call):
+            if method is function or graph.owner(method) is not owner or implicit != 1:
+                continue
+            handed = {
+                name: _substituted(argument.value, passed)
+                for name, argument in bound_arguments(method, call, implicit)
+            }
+            returned = [r for r in returns if r.value is not None and _holds(script, r.value, call)]
+            sources: list[cst.CSTNode] = list(script.index.own_returns(method)) if returned else []
+            found = _decided_with(facts, values, method, handed, sources, members, depth - 1)
+            if found is not None:
+                return found
     return None
+
+
+def _substituted(
+    value: cst.BaseExpression, passed: dict[str, cst.BaseExpression]
+) -> cst.BaseExpression:
+    """``value`` as the caller handed it: a parameter read whole is what ``passed`` binds it
+    to."""
+    name = value.value if isinstance(value, cst.Name) else None
+    return passed.get(name, value) if name is not None else value
+
+
+def _holds(script: ScriptModel, value: cst.CSTNode, call: cst.Call) -> bool:
+    return value is call or any(node is call for node in walk(value))
 
 
 def _conditions_around(script: ScriptModel, node: cst.CSTNode, loop: cst.CSTNode) -> list[cst.If]:
@@ -609,6 +734,21 @@ def _shard_message(
             "value"
         )
         decide = decided.condition
+    guard = _rank_guard_around(script, decide) if script.under_rank_guard(decide) else None
+    if guard is not None:
+        # a reduce there would run on the guarded ranks alone: a hang of its own
+        return (
+            f"Stop on every rank together: the test at line {script.line(test)} reads {reads} "
+            f"(computed at line {script.line(decided.origin)} from its shard of a prepared "
+            f"DataLoader, never reduced), and line {script.line(decide)} runs only under the "
+            f"rank test at line {script.line(guard)}, so the ranks disagree and some take this "
+            f"{leaves} alone while the others go on to the collective at line "
+            f"{script.line(waiting)} and wait there for them (hang); call "
+            f"{accelerator}.set_trigger() under the test at line {script.line(test)} and, after "
+            f"it, on every rank, `if {accelerator}.check_trigger(): {leaves}` (or reduce the "
+            f"value on every rank before the rank test at line {script.line(guard)} and decide "
+            "outside it)"
+        )
     return (
         f"Stop on every rank together: the test at line {script.line(test)} reads {reads} "
         f"(computed at line {script.line(decided.origin)} from its shard of a prepared "
@@ -655,6 +795,22 @@ def _object_message(
     reduced = f'{accelerator}.reduce(torch.tensor({handed}, device={accelerator}.device), "mean")'
     if isinstance(decided.argument, cst.Name):
         reduced = f"{handed} = {reduced}.item()"
+    if script.under_rank_guard(decided.call):
+        # a reduce before the call would run on the guarded ranks alone: a hang of its own
+        guard = _rank_guard_around(script, decided.call)
+        where = f"the rank test at line {script.line(guard)}" if guard else "a rank test"
+        return (
+            f"Stop on every rank together: the test at line {script.line(test)} reads "
+            f"{decided.read}, which {how} {handed}, the value the call at line {at} hands it; "
+            f"that call runs only under {where}, so only those ranks' object ever decides (and "
+            f"this rank computed the value at line {script.line(decided.origin)} from its shard "
+            f"of a prepared DataLoader, never reduced): they take this {leaves} while the others "
+            f"go on to the collective at line {script.line(waiting)} and wait there for them "
+            f"(hang); call {accelerator}.set_trigger() under the test at line "
+            f"{script.line(test)} and, after it, on every rank, "
+            f"`if {accelerator}.check_trigger(): {leaves}` (or reduce the value on every rank, "
+            f"outside {where}, and move the call at line {at} out of it: `{reduced}`)"
+        )
     return (
         f"Stop on every rank together: the test at line {script.line(test)} reads "
         f"{decided.read}, which {how} {handed}, the value the call at line {at} hands it; "
@@ -666,6 +822,24 @@ def _object_message(
         f"{script.line(test)} and, after it, on every rank, "
         f"`if {accelerator}.check_trigger(): {leaves}`"
     )
+
+
+def _rank_guard_around(script: ScriptModel, node: cst.CSTNode) -> cst.If | None:
+    """The innermost ``if accelerator.is_main_process:`` (a rank test) whose body holds
+    ``node``, in its function."""
+    ranks = facts_of(script).ranks
+    child: cst.CSTNode = node
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            return None
+        if (
+            isinstance(ancestor, cst.If)
+            and child is not ancestor.test
+            and ranks.is_rank_test(ancestor.test)
+        ):
+            return ancestor
+        child = ancestor
+    return None
 
 
 def _test_around(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> cst.If | None:

@@ -1010,6 +1010,71 @@ def test_an_early_stopping_object_a_helper_hands_the_rank_s_loss_is_fixed_at_tha
     assert [f for f in lint(reduced, "ACC420").findings if f.code == "ACC420"] == []
 
 
+_MAIN_ONLY_STOPPER = (
+    HEADER
+    + """import torch
+
+
+class EarlyStopping:
+    def __init__(self, patience=3):
+        self.patience, self.best, self.counter, self.early_stop = patience, float('inf'), 0, False
+
+    def __call__(self, val_loss, model):
+        if val_loss < self.best:
+            self.best, self.counter = val_loss, 0
+            torch.save(model.state_dict(), 'best.pt')
+        else:
+            self.counter += 1
+            if self.counter >= self.patience:
+                self.early_stop = True
+
+
+model, optimizer, loader, val_loader = accelerator.prepare(model, optimizer, loader, val_loader)
+stopper = EarlyStopping(patience=5)
+for epoch in range(100):
+    for x, y in loader:
+        accelerator.backward(loss_fn(model(x), y))
+        optimizer.step()
+    val_loss = 0.0
+    with torch.no_grad():
+        for x, y in val_loader:
+            val_loss += loss_fn(model(x), y).item()
+    if accelerator.is_main_process:
+        stopper(val_loss / len(val_loader), model)
+    if stopper.early_stop:
+        break
+"""
+)
+
+
+def test_a_stopper_called_on_the_main_process_alone_is_never_advised_a_reduce_before_its_call():
+    """The checkpointing EarlyStopping called under ``if accelerator.is_main_process:``: a
+    reduce before the call (line 31) would run on the main process alone, a hang of its own. The
+    advice is the trigger, or the reduce outside the guard with the call moved out of it."""
+    found = the_finding(_MAIN_ONLY_STOPPER, "ACC420", line=33)
+    assert "that call runs only under the rank test at line 30" in found.message
+    assert "call accelerator.set_trigger() under the test at line 32" in found.message
+    assert (
+        "reduce the value on every rank, outside the rank test at line 30, and move the call at "
+        "line 31 out of it" in found.message
+    )
+    assert "before the call at line 31" not in found.message
+
+
+def test_a_counter_stepped_on_the_main_process_alone_is_never_advised_a_reduce_under_the_guard():
+    code = _MAIN_ONLY_STOPPER.replace(
+        "    if accelerator.is_main_process:\n        stopper(val_loss / len(val_loader), model)\n"
+        "    if stopper.early_stop:\n",
+        "    if accelerator.is_main_process:\n        if val_loss < best:\n"
+        "            best, bad = val_loss, 0\n        else:\n            bad += 1\n"
+        "    if bad >= patience:\n",
+    )
+    found = the_finding(code, "ACC420", line=36)
+    assert "line 31 runs only under the rank test at line 30" in found.message
+    assert "reduce the value on every rank before the rank test at line 30" in found.message
+    assert "before the test at line 31" not in found.message
+
+
 def test_a_decision_an_early_stopping_method_returns_is_followed_through_the_name_bound_to_it():
     stop = (
         HEADER

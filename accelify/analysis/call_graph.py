@@ -744,7 +744,48 @@ class CallGraph:
         if built is not None:
             return built
         made = self.instance_class(receiver, at)
-        return self.model.classes.get(made) if made is not None else None
+        if made is not None:
+            return self.model.classes.get(made)
+        return self._parameter_class(receiver, at, depth=2)
+
+    def _parameter_class(self, name: str, at: cst.CSTNode, depth: int) -> cst.ClassDef | None:
+        """The class of this file whose instance every call of the function around ``at``
+        hands it for its parameter ``name`` (``train(..., early_stopper=es)`` after ``es =
+        EarlyStopping()``): the parameter is the object its callers made. A ``None`` passed or
+        defaulted (``early_stopper=None``) is no instance; any other value, or a parameter the
+        function also rebinds, leaves it unknown."""
+        function = self.index.enclosing_function(at)
+        if function is None or "." in name or depth == 0:
+            return None
+        params = [p for p in all_params(function.params) if p.name.value == name]
+        if not params or name in {
+            dotted(t) for a in self.index.own_assignments(function) for t in assigned_targets(a)
+        }:
+            return None
+        callers = self._direct_callers(function)
+        if not callers:
+            return None
+        found: set[str] = set()
+        for caller, implicit in callers:
+            passed = [a.value for p, a in bound_arguments(function, caller, implicit) if p == name]
+            if not passed and params[0].default is not None:
+                passed = [params[0].default]
+            if not passed:
+                return None
+            for value in passed:
+                if dotted(value) == "None":
+                    continue
+                made = self._made_by(value, depth=2)
+                if made is None and isinstance(value, cst.Name):
+                    owner = self._instance_class(value.value, caller) or (
+                        self._parameter_class(value.value, caller, depth - 1)
+                    )
+                    made = owner.name.value if owner is not None else None
+                    made = made or self.instance_class(value.value, caller)
+                if made is None:
+                    return None
+                found.add(made)
+        return self.model.classes.get(found.pop()) if len(found) == 1 else None
 
     def calls_by_callee(self) -> dict[cst.FunctionDef, list[tuple[cst.Call, int]]]:
         """Every call of the file grouped by the function `callee` says it runs, in source

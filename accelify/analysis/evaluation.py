@@ -456,7 +456,89 @@ def padding_collator(loop: Loop, facts: Facts) -> PaddingCollator | None:
         found = _padding_collator_of(facts.model, argument)
         if found is not None:
             return found
+    for dataset in _dataset_arguments(loop, facts):
+        found = _padded_by_map(facts.model, dataset, _MAP_DEPTH)
+        if found is not None:
+            return found
     return None
+
+
+#: How many bindings back a loader's dataset is followed to the ``map`` that tokenized it.
+_MAP_DEPTH = 4
+
+
+def _dataset_arguments(loop: Loop, facts: Facts) -> Iterator[cst.BaseExpression]:
+    """The dataset of each construction of the loader ``loop`` reads (its first argument, or
+    ``dataset=``), wherever it was made."""
+    model = facts.model
+    origins = facts.flow.origins(loop.iterable, loop.node)
+    for binding in model.bindings:
+        if binding.name not in origins or not isinstance(binding.value, cst.Call):
+            continue
+        for construction in _loader_constructions(model, binding.value):
+            dataset = argument_value(construction, "dataset", 0)
+            if dataset is not None:
+                yield dataset
+
+
+def _padded_by_map(
+    model: ScriptModel, value: cst.BaseExpression, depth: int
+) -> PaddingCollator | None:
+    """``dataset.map(lambda e: tokenizer(e["text"], padding="longest"), batched=True)`` (or
+    ``padding=True``, in a function of the file that ``map`` is handed) on the way to ``value``:
+    each batch of ``map`` (1,000 examples unless told) is padded to its own longest sequence,
+    so the ranks' batches differ in length wherever they come from different ``map`` batches.
+    Followed through the names bound to it and the calls made on it (``.remove_columns(...)``,
+    ``tokenized["validation"]``); ``padding="max_length"`` pads every batch alike."""
+    for node in walk(value):
+        if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+            continue
+        if node.func.attr.value != "map" or dotted(keyword_value(node, "batched")) != "True":
+            continue
+        function = argument_value(node, "function", 0)
+        if function is not None and _tokenizes_padded(model, function):
+            size = keyword_value(node, "batch_size")
+            size_code = model.module.code_for_node(size) if size is not None else "1000"
+            return PaddingCollator(
+                f"{model.module.code_for_node(node.func)}(..., batched=True), which pads each "
+                f"map batch ({size_code} examples) to its own longest sequence: the ranks' "
+                "batches differ wherever they come from different map batches",
+                False,
+            )
+    if depth == 0:
+        return None
+    for node in walk(value):
+        name = dotted(node) if isinstance(node, cst.Name) else None
+        if name is None:
+            continue
+        for _, bound in model.index.values_bound_to(name):
+            if bound is not value:
+                found = _padded_by_map(model, bound, depth - 1)
+                if found is not None:
+                    return found
+    return None
+
+
+def _tokenizes_padded(model: ScriptModel, function: cst.BaseExpression) -> bool:
+    """``function`` (a lambda, or a function of the file by name) makes a call told
+    ``padding="longest"`` or ``padding=True``."""
+    if isinstance(function, cst.Lambda):
+        body: cst.CSTNode = function.body
+    else:
+        name = dotted(function)
+        defined = model.functions.get(name) if name is not None else None
+        if defined is None:
+            return False
+        body = defined.body
+    for node in walk(body):
+        if not isinstance(node, cst.Call):
+            continue
+        padding = keyword_value(node, "padding")
+        if dotted(padding) == "True" or (
+            isinstance(padding, cst.SimpleString) and padding.evaluated_value == "longest"
+        ):
+            return True
+    return False
 
 
 def _collate_arguments(loop: Loop, facts: Facts) -> Iterator[cst.BaseExpression]:
