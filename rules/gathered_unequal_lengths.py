@@ -83,28 +83,11 @@ _PER_BATCH_HELPER = (
 )
 
 
-#: A dataset tokenized by ``map`` in batches, each padded to its own longest sequence.
-_MAPPED = (
-    "import torch\n"
-    "from torch.utils.data import DataLoader\nfrom accelerate import Accelerator\n"
-    "accelerator = Accelerator()\n"
-    "tokenized = raw.map(\n"
-    "    lambda e: tokenizer(e['text'], truncation=True, padding='longest'), batched=True\n"
-    ")\n"
-    "loader = DataLoader(tokenized['validation'].with_format('torch'), batch_size=8)\n"
-    "model, loader = accelerator.prepare(model, loader)\n"
-    "for batch in loader:\n"
-    "    prompts = accelerator.gather_for_metrics(batch['input_ids'])\n"
-)
-
-
 class GatheredUnequalLengths(Rule):
     """A gather of token sequences whose length differs from rank to rank: the batches of a
     loader whose collator pads each batch to its own longest sequence
     (``DataCollatorWithPadding``, ``DataCollatorForSeq2Seq``, ``pad_to_multiple_of=8``, a
-    ``collate_fn`` that calls ``pad_sequence``, a dataset tokenized by ``map(..., batched=True)``
-    with ``padding="longest"``: each map batch padded to its own longest sequence), and what
-    ``generate`` returns (it stops when
+    ``collate_fn`` that calls ``pad_sequence``), and what ``generate`` returns (it stops when
     the batch's sequences end). ``gather`` joins the ranks' tensors along the first dimension
     and needs every other dimension equal: rank 0's batch padded to 37 tokens and rank 1's to
     52 fail the gather (a size mismatch, or a hang on NCCL) on the first evaluation batch of
@@ -174,12 +157,8 @@ class GatheredUnequalLengths(Rule):
         ),
         # gathered in a helper the loop calls per batch with the logits and the labels
         Example(_PER_BATCH_HELPER.format(padded=""), 11, 21),
-        # a dataset tokenized by map in batches, each padded to its own longest sequence
-        Example(_MAPPED, 11, 15),
     )
     good = (
-        # tokenized by map to one length for every batch
-        _MAPPED.replace("padding='longest'", "padding='max_length', max_length=128"),
         # run_qa_no_trainer pads them first, with -100
         _QA.format(
             padded="    start_logits = accelerator.pad_across_processes(start_logits, dim=1, "
