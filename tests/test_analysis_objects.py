@@ -8,7 +8,7 @@ import textwrap
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
-from accelify.analysis.idle_members import idle_members
+from accelify.analysis.idle_members import idle_members, sometimes_idle_members
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel, analyze
 from accelify.analysis.syntax import dotted
@@ -376,6 +376,47 @@ def test_parameters_the_forward_never_computes_with_are_idle():
     assert idle_members(model, "Dynamic") == []  # getattr(self, ...): not followed
     assert idle_members(model, "Handed") == []  # self handed to a function
     assert idle_members(model, "Base") == []  # no __init__ or forward of its own
+
+
+def test_members_a_forward_computes_with_only_in_some_calls_are_sometimes_idle():
+    model = script(
+        """
+        class Heads(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.trunk = nn.Linear(4, 8)
+                self.cls = nn.Linear(8, 2)
+                self.aux = nn.Linear(8, 1)
+                self.extra = nn.Linear(8, 1)
+                self.late = nn.Linear(8, 1)
+                self.noise = nn.Linear(8, 8)
+
+            def forward(self, x, with_aux=True, scale=None):
+                h = self.trunk(x)
+                if self.training:
+                    h = self.noise(h)
+                out = self.cls(h)
+                aux = self.aux(h) if with_aux else None
+                extra = scale is not None and self.extra(h)
+                if not with_aux:
+                    return out
+                return out, aux, extra, self.late(h)
+
+        class Plain(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+
+            def forward(self, x):
+                if x.dim() == 1:
+                    raise ValueError("batch expected")
+                return self.fc(x)
+        """
+    )
+    sometimes = [name for name, _ in sometimes_idle_members(model, "Heads")]
+    assert sometimes == ["aux", "extra", "late"]  # ``if self.training:`` runs in every step
+    assert idle_members(model, "Heads") == []  # each is used in some call
+    assert sometimes_idle_members(model, "Plain") == []  # a raise ends the step anyway
 
 
 def _printing(code: str) -> list[str]:

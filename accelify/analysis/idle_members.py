@@ -11,6 +11,12 @@ to a function) has none idle. A member the forward computes with only under ``to
 (a frozen backbone: ``with torch.no_grad(): features = self.resnet(images)``) gets no gradient
 either, so it counts as idle. Members without parameters (activations, dropout, pooling,
 losses) never matter to DDP and are not looked at.
+
+A member the forward computes with only in some calls is idle in the others: one reached only
+under a branch (``if with_aux: aux = self.aux_head(h)``, ``self.head(h) if flag else None``)
+or after an early ``return`` (``if not with_aux: return logits``). Only ``if self.training:``
+is taken in every training step. Such members count as idle too: DDP must be told to expect
+them (the option costs some speed, never a result).
 """
 
 from __future__ import annotations
@@ -54,6 +60,26 @@ def idle_members(model: ScriptModel, class_name: str) -> list[tuple[str, cst.CST
     if used is None:
         return []
     return [(name, node) for name, node in members.items() if name not in used]
+
+
+def sometimes_idle_members(model: ScriptModel, class_name: str) -> list[tuple[str, cst.CSTNode]]:
+    """The members of ``class_name`` that hold parameters and that its forward pass computes
+    with only in some calls (under a branch, or after an early ``return``), each with the line
+    of its first such use."""
+    methods = class_methods(model, class_name)
+    init, forward = methods.get("__init__"), methods.get("forward")
+    if init is None or forward is None:
+        return []
+    members = _parameter_members(model, init)
+    every_call = _used_in(model, forward, methods, every_call=True)
+    some_calls = _used_in(model, forward, methods)
+    if every_call is None or some_calls is None:
+        return []
+    return [
+        (name, some_calls[name])
+        for name in members
+        if name in some_calls and name not in every_call
+    ]
 
 
 def class_methods(model: ScriptModel, class_name: str) -> dict[str, cst.FunctionDef]:
@@ -138,11 +164,16 @@ def holds_parameters(model: ScriptModel, value: cst.BaseExpression) -> bool:
 
 
 def _used_in(
-    model: ScriptModel, forward: cst.FunctionDef, methods: dict[str, cst.FunctionDef]
-) -> set[str] | None:
-    """The members that ``forward`` (and the methods it calls on ``self``) compute with; None
-    when it reaches its members in a way this does not follow."""
-    used: set[str] = set()
+    model: ScriptModel,
+    forward: cst.FunctionDef,
+    methods: dict[str, cst.FunctionDef],
+    every_call: bool = False,
+) -> dict[str, cst.CSTNode] | None:
+    """The members that ``forward`` (and the methods it calls on ``self``) compute with, each
+    with its first such read; with ``every_call``, only those it computes with whatever the
+    call's arguments and data (`_in_every_call`). None when it reaches its members in a way
+    this does not follow."""
+    used: dict[str, cst.CSTNode] = {}
     pending, seen = [forward], set()
     while pending:
         function = pending.pop()
@@ -158,6 +189,8 @@ def _used_in(
                 member = parent.attr.value
                 if member in _WHOLE_MODULE:
                     return None
+                if every_call and not _in_every_call(model, node, function):
+                    continue
                 if member in methods:
                     pending.append(methods[member])
                     continue
@@ -166,8 +199,56 @@ def _used_in(
                     continue
                 if without_gradients(model, node, function):
                     continue
-                used.add(member)
+                used.setdefault(member, parent)
     return used
+
+
+def _in_every_call(model: ScriptModel, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+    """``node`` runs at every call of ``function`` in training: under no branch other than
+    ``if self.training:``'s body, no ``and``/``or`` right side, and after no statement of
+    its blocks that may ``return``."""
+    child = node
+    for ancestor in model.ancestors(node):
+        if ancestor is function:
+            return True
+        if _branches(ancestor, child) or _after_a_return(ancestor, child):
+            return False
+        child = ancestor
+    return True
+
+
+def _branches(ancestor: cst.CSTNode, child: cst.CSTNode) -> bool:
+    """``child`` is a part of ``ancestor`` that runs only in some cases."""
+    if isinstance(ancestor, cst.If) and child is not ancestor.test:
+        return not (child is ancestor.body and _is_training_flag(ancestor.test))
+    if isinstance(ancestor, cst.IfExp):
+        return child is not ancestor.test
+    return isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right
+
+
+def _after_a_return(ancestor: cst.CSTNode, child: cst.CSTNode) -> bool:
+    """``child`` is a statement of ``ancestor``'s block after one that may ``return``."""
+    body = getattr(ancestor, "body", None)
+    if not (isinstance(body, (list, tuple)) and child in body):
+        return False
+    return any(_may_return(statement) for statement in body[: body.index(child)])
+
+
+def _is_training_flag(test: cst.BaseExpression) -> bool:
+    return dotted(test) is not None and dotted(test).endswith(".training")  # type: ignore[union-attr]
+
+
+def _may_return(statement: cst.CSTNode) -> bool:
+    """A ``return`` in ``statement`` outside the functions and classes it defines."""
+    pending = [statement]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Return):
+            return True
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        pending.extend(node.children)
+    return False
 
 
 def without_gradients(model: ScriptModel, node: cst.CSTNode, function: cst.FunctionDef) -> bool:

@@ -222,6 +222,32 @@ def _record_sources(model: ScriptModel) -> None:
                     binding.sources.append(source)
 
 
+def received_classes(model: ScriptModel, binding: Binding) -> set[str]:
+    """The classes of this file whose instances the callers hand a received attribute:
+    ``TwoHeads`` for ``self.model`` of ``Trainer(TwoHeads(), ...)`` or of ``net = TwoHeads()``,
+    ``Trainer(net)``. Empty when the binding is not received or a caller's argument is of no
+    class this file knows."""
+    if not (binding.received and isinstance(binding.scope, cst.FunctionDef)):
+        return set()
+    parameter = received_name(binding.scope, binding.value)
+    graph = model.call_graph
+    found: set[str] = set()
+    for call, implicit in graph.calls_by_callee().get(binding.scope, ()):
+        for name, argument in _arguments(model, binding.scope, call, implicit):
+            if name != parameter:
+                continue
+            source = dotted(argument.value)
+            made = (
+                graph.instance_class(source, call)
+                if source is not None
+                else graph.made_by(argument.value)
+            )
+            if made is None:
+                return set()
+            found.add(made)
+    return found
+
+
 def received_name(function: cst.FunctionDef, value: cst.BaseExpression) -> str | None:
     """The parameter an attribute is set from: ``model`` of ``self.model = model.to(device)``,
     and of ``self.model = kwargs['model']`` in ``def __init__(self, **kwargs)`` (the keyword

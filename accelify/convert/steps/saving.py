@@ -25,7 +25,7 @@ def run(ctx: Context) -> None:
     for line_statement, call in ctx.facts.placement.expression_statements():
         if not ctx.model.call_names(call) & names.TORCH_SAVE:
             continue
-        _unwrap_saved_model(ctx, call)
+        _unwrap_saved_model(ctx, call, ctx.instance_outside_class(call))
         _unwrap_state_of_a_returned_object(ctx, call)
         if any(ctx.facts.placement.inside(call, block) for block in guarded_writes):
             continue  # writes into a file only the main process opens
@@ -198,19 +198,35 @@ def _waits_first(ctx: Context, call: cst.Call, barriers: list[cst.CSTNode], acc:
     return f", after {acc}.wait_for_everyone() before {where}, which every rank reaches"
 
 
-def _unwrap_saved_model(ctx: Context, call: cst.Call) -> None:
+def _unwrap_saved_model(ctx: Context, call: cst.Call, instance: str | None) -> None:
     """``torch.save(model, path)`` of a prepared model pickles the DDP wrapper otherwise; so
     does ``torch.save(model.to("cpu"), path)``, whose move then moves the model itself (as the
     original's does) instead of leaving the wrapper on one fixed device, and a checkpoint dict
     that keeps the model whole (``state = {'net': net, 'acc': acc}``, then ``torch.save(state,
     path)``, as mixup-cifar10 does): the wrapper's hooks do not pickle, and a resumed run would
-    load a wrapper."""
+    load a wrapper. Outside the class that owns ``self.accelerator``, ``torch.save(
+    trainer.model, path)`` is unwrapped through the instance (`_save_through_instance`)."""
     for model in saved_whole_objects(ctx.model, call):
         if not ctx.facts.flow.is_model_name(dotted(model), call):
+            continue
+        if instance is not None and _saved_through(call, model, instance):
             continue
         unwrap(
             ctx, model, call, f"saves {ctx.a('unwrap_model')}({dotted(model)}), not the DDP wrapper"
         )
+
+
+def _saved_through(call: cst.Call, model: cst.BaseExpression, instance: str) -> bool:
+    """``model`` is the saved object itself, an attribute of ``instance``
+    (``torch.save(trainer.model, path)``): `_save_through_instance` unwraps it."""
+    saved = call.args[0].value if call.args else None
+    name = dotted(model)
+    return (
+        saved is model
+        and name is not None
+        and name.startswith(f"{instance}.")
+        and name.count(".") == 1
+    )
 
 
 def _unwrap_state_of_a_returned_object(ctx: Context, call: cst.Call) -> None:

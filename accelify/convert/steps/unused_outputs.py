@@ -2,18 +2,23 @@
 auxiliary heads) leaves parameters without gradients in those steps, and DDP stops with
 "Expected to have finished reduction in the prior iteration". So does a model class whose
 forward never computes with some of its parameters (``self.dummy_param`` read for its
-``.device``, a layer built and never called) or uses them only under ``torch.no_grad()`` (a
-frozen backbone), and a prepared model whose parameters the script switches off while it runs
-(``p.requires_grad = False`` for a first epoch). The Accelerator gets the DDP option that lets
-such parameters go: ``find_unused_parameters=True``."""
+``.device``, a layer built and never called), uses them only under ``torch.no_grad()`` (a
+frozen backbone) or only in some calls (``if with_aux: aux = self.aux_head(h)``), and a
+prepared model whose parameters the script switches off while it runs (``p.requires_grad =
+False`` for a first epoch). The Accelerator gets the DDP option that lets such parameters go:
+``find_unused_parameters=True``."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.idle_members import idle_members, requires_grad_writes
-from accelify.analysis.objects import instance_class
-from accelify.analysis.script_model import Kind
+from accelify.analysis.idle_members import (
+    idle_members,
+    requires_grad_writes,
+    sometimes_idle_members,
+)
+from accelify.analysis.objects import instance_class, received_classes
+from accelify.analysis.script_model import Binding, Kind
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 
@@ -36,17 +41,32 @@ def _idle_members(ctx: Context) -> None:
         if binding.name not in ctx.plan.prepared:
             continue
         made_by = instance_class(ctx.model, binding.name, binding.assign)
-        idle = idle_members(ctx.model, made_by) if made_by is not None else []
-        if not idle:
-            continue
-        _expect_unused(ctx)
+        classes = [made_by] if made_by is not None else sorted(received_classes(ctx.model, binding))
+        for made_by in classes:
+            if _expects_idle_members(ctx, binding, made_by):
+                return
+
+
+def _expects_idle_members(ctx: Context, binding: Binding, made_by: str) -> bool:
+    idle = idle_members(ctx.model, made_by)
+    if idle:
         members = ", ".join(f"self.{name} (line {ctx.line(node)})" for name, node in idle)
-        ctx.plan.change(
-            ctx.line(binding.assign),
-            f"{made_by}'s forward computes no gradient for {members}: DDP told to expect "
-            "parameters without gradients (find_unused_parameters=True)",
+        why = f"{made_by}'s forward computes no gradient for {members}"
+    else:
+        idle = sometimes_idle_members(ctx.model, made_by)
+        if not idle:
+            return False
+        members = ", ".join(f"self.{name} (line {ctx.line(node)})" for name, node in idle)
+        why = (
+            f"{made_by}'s forward computes with {members} only in some calls (under a branch "
+            "or after an early return)"
         )
-        return
+    _expect_unused(ctx)
+    ctx.plan.change(
+        ctx.line(binding.assign),
+        f"{why}: DDP told to expect parameters without gradients (find_unused_parameters=True)",
+    )
+    return True
 
 
 def _dropped_outputs(ctx: Context) -> bool:
