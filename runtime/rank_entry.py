@@ -21,6 +21,7 @@ imported here: a script may set variables before it imports torch.
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import importlib.abc
 import importlib.machinery
@@ -43,6 +44,9 @@ def main(arguments: Sequence[str]) -> None:
     # From the start, not from the process group's: a rank that loops or sleeps before it
     # starts its group keeps its peers waiting in the rendezvous, and its place is asked of it.
     collective_record.install(rank)
+    # registered before the script's own handlers, so run after them all: a script that runs
+    # its process group itself (no exit guard) can make no collective call after this
+    atexit.register(collective_record.collectives_over)
     _record_collectives_once_the_group_exists(rank)
     if arguments[:1] == ["-m"]:
         module, code = _main_module_of_module(arguments[1])
