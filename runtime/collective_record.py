@@ -556,6 +556,16 @@ def collectives_over() -> None:
         _recorder.end_collectives()
 
 
+def failing() -> bool:
+    """Whether this rank's run has failed: it raised, leaves with a non-zero code, or the
+    launcher reported that its run cannot finish (`released`). False outside `accelify
+    launch`."""
+    recorder = _recorder
+    if recorder is None:
+        return False
+    return recorder.state == CRASHED or bool(recorder.exit_code) or released()
+
+
 def crashed() -> None:
     if _recorder is not None:
         _recorder.finish(CRASHED)

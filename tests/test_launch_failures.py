@@ -258,6 +258,36 @@ def test_a_leaving_ranks_record_says_when_its_collectives_are_over(tmp_path, mon
     assert collective_record.read(tmp_path, 1) == over
 
 
+def test_a_failing_rank_skips_the_final_collections_and_a_healthy_one_keeps_them(
+    tmp_path, monkeypatch
+):
+    """The rank's last atexit handler: after a failure (an exception, a non-zero exit code, a
+    run the launcher released) Python's final collections are skipped, for the report waits on
+    the rank's exit; a rank that ends well keeps Python's whole exit."""
+    from accelify.runtime import rank_entry
+
+    recorder = collective_record._Recorder(tmp_path, 0, skip=())
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+    monkeypatch.setattr(collective_record, "_released_flag", str(tmp_path / "released"))
+    frozen: list[bool] = []
+    monkeypatch.setattr(rank_entry.gc, "freeze", lambda: frozen.append(True))
+    outcomes = []
+    for leave in (
+        lambda: collective_record.leaving(0),
+        lambda: collective_record.release(tmp_path),
+        lambda: collective_record.leaving(3),
+        collective_record.crashed,
+    ):
+        recorder.state, recorder.exit_code = RUNNING, 0
+        (tmp_path / "released").unlink(missing_ok=True)
+        leave()
+        rank_entry._after_the_scripts_exit_handlers()
+        outcomes.append(bool(frozen))
+        frozen.clear()
+    # a healthy end; released by the launcher while it ends; sys.exit(3); an exception
+    assert outcomes == [False, True, True, True]
+
+
 def test_a_long_wait_for_a_busy_peer_is_a_hang_only_past_the_timeout():
     now = time.time()
     waiting = record(0, IN_COLLECTIVE, "gather", "train.py:88", since=now - 100.0)
