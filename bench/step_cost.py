@@ -17,7 +17,8 @@ medians of each round's own ratio against raw DDP with accelify's DDP options
   ``loss.backward()`` and the wrapped optimizer's own ``step``/``zero_grad``: what the prepared
   model and loader cost, without the Accelerator's backward and the optimizer's wrapper;
 - ``raw DDP + bookkeeping``: raw DDP, its backward inside the collective record's backward pass
-  and the pending-work tracking `Accelerator.backward` puts around it.
+  and the pending-work tracking `Accelerator.backward` puts around it; ``+ pending-work
+  tracking`` and ``+ backward recorded``: each of the two alone.
 
 ``--recorded`` runs the ranks as `accelify launch` does (``ACCELIFY_FAILURE_DIR``: every rank
 records its collectives). Run under torchrun by this script itself, 2 CPU ranks.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import random
@@ -37,11 +39,13 @@ import tempfile
 import time
 from pathlib import Path
 
-RAW, ACCELIFY, PLAIN, BOOKKEEPING = (
+RAW, ACCELIFY, PLAIN, BOOKKEEPING, TRACKING, RECORDING = (
     "raw DDP",
     "accelify",
     "accelify's objects, plain calls",
     "raw DDP + bookkeeping",
+    "raw DDP + pending-work tracking",
+    "raw DDP + backward recorded",
 )
 PHASES = ("next", "zero_grad", "forward", "loss", "backward", "step")
 
@@ -73,15 +77,20 @@ def worker(args: argparse.Namespace) -> None:
         spent[arm][phase] += time.thread_time() - started
         return result
 
-    def raw_arm(name: str, bookkeeping: bool):
+    def raw_arm(name: str, recorded: bool, tracked: bool):
         model, optimizer, data = build(args.width, samples)
         model = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
         loader = DataLoader(data, batch_size=32, sampler=DistributedSampler(data, shuffle=False))
 
         def backward(loss):
-            if not bookkeeping:
+            if not (recorded or tracked):
                 return loss.backward()
-            with collective_record.backward_pass(lambda: True), pending_work.tracked(True):
+            with (
+                collective_record.backward_pass(lambda: True)
+                if recorded
+                else contextlib.nullcontext(),
+                pending_work.tracked(tracked),
+            ):
                 return loss.backward()
 
         return name, model, optimizer.zero_grad, backward, optimizer.step, loader
@@ -95,10 +104,12 @@ def worker(args: argparse.Namespace) -> None:
         return name, model, optimizer.zero_grad, accelerator.backward, optimizer.step, loader
 
     arms = [
-        raw_arm(RAW, bookkeeping=False),
+        raw_arm(RAW, recorded=False, tracked=False),
         accelify_arm(ACCELIFY, plain=False),
         accelify_arm(PLAIN, plain=True),
-        raw_arm(BOOKKEEPING, bookkeeping=True),
+        raw_arm(BOOKKEEPING, recorded=True, tracked=True),
+        raw_arm(TRACKING, recorded=False, tracked=True),
+        raw_arm(RECORDING, recorded=True, tracked=False),
     ]
     batches = {name: iter(loader) for name, *_, loader in arms}
     per_step: dict[str, list[float]] = {name: [] for name, *_ in arms}

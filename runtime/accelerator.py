@@ -246,7 +246,12 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             inner = self.backend.bind_optimizer(obj)
             if inner is not obj:
                 self._rebound[id(obj)] = inner
-            optimizer = PreparedOptimizer(inner, self.gradient_state, self.scaler)
+            optimizer = PreparedOptimizer(
+                inner,
+                self.gradient_state,
+                self.scaler,
+                tracks_step=not self.backend.steps_locally(inner),
+            )
             self._optimizers.append(optimizer)
             return optimizer
         if isinstance(obj, DataLoader):

@@ -52,11 +52,13 @@ RUNNING, IN_COLLECTIVE, LEAVING, CRASHED = 0, 1, 2, 3
 STACK_SIGNAL: int = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
 
 # generation (odd while a write is under way), pid, state, exit code (while leaving), collective
-# sequence number, backward passes, time the state began, main thread id, operation, where
-_LAYOUT = struct.Struct("<IiiiqqdQ32s240s")
+# sequence number, backward passes, time the state began, main thread id, operation, where,
+# whether its collectives are over (`collectives_over`)
+_LAYOUT = struct.Struct("<IiiiqqdQ32s240s?")
 _GENERATION = struct.Struct("<I")
 _STATE, _STATE_OFFSET = struct.Struct("<i"), 8
 _SINCE, _SINCE_OFFSET = struct.Struct("<d"), 32
+_OVER, _OVER_OFFSET = struct.Struct("<?"), _LAYOUT.size - 1
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -73,6 +75,9 @@ class Record:
     #: the code the rank is leaving with (``sys.exit(3)``), known while it is LEAVING: the agent
     #: may stop a rank still tearing down after a peer crashed of its leaving
     exit_code: int = 0
+    #: a leaving rank past every collective it could still make (`collectives_over`): a peer
+    #: waiting in a collective this rank never entered waits for good
+    over: bool = False
 
     @property
     def file(self) -> str:
@@ -126,10 +131,11 @@ def read(directory: Path, rank: int) -> Record | None:
         return None
     if len(data) < _LAYOUT.size or data != again:
         return None
-    generation, pid, state, code, sequence, passes, since, _, op, where = _LAYOUT.unpack_from(data)
+    fields = _LAYOUT.unpack_from(data)
+    generation, pid, state, code, sequence, passes, since, _, op, where, over = fields
     if generation % 2 or generation == 0:
         return None  # torn: read again at the next poll
-    return Record(rank, pid, state, sequence, passes, since, _text(op), _text(where), code)
+    return Record(rank, pid, state, sequence, passes, since, _text(op), _text(where), code, over)
 
 
 def _text(raw: bytes) -> str:
@@ -158,6 +164,7 @@ class _Recorder:
         self.where = b""
         self.state = RUNNING
         self.exit_code = 0
+        self.over = False
         self.in_backward = False
         self._write(RUNNING)
 
@@ -183,6 +190,7 @@ class _Recorder:
             self._main,
             self.operation,
             self.where,
+            self.over,
         )
         self._generation += 1
         _GENERATION.pack_into(self._map, 0, self._generation)
@@ -225,6 +233,16 @@ class _Recorder:
         if self.state not in (CRASHED, state):
             self.exit_code = exit_code
             self._write(state)
+
+    def end_collectives(self) -> None:
+        """A leaving rank past its last collective: said once (its time stays the leaving's)."""
+        if self.state == LEAVING and not self.over:
+            self.over = True
+            self._generation += 1
+            _GENERATION.pack_into(self._map, 0, self._generation)
+            _OVER.pack_into(self._map, _OVER_OFFSET, True)
+            self._generation += 1
+            _GENERATION.pack_into(self._map, 0, self._generation)
 
     def _caller(self) -> bytes:
         """The innermost frame outside accelify, torch and the standard library: the line of
@@ -525,6 +543,27 @@ def leaving(exit_code: int = 0) -> None:
     leaving through ``sys.exit(exit_code)``."""
     if _recorder is not None:
         _recorder.finish(LEAVING, exit_code)
+
+
+def collectives_over() -> None:
+    """A leaving rank will make no collective any more: its exit guard waits for its peers (the
+    atexit handlers registered after its process group started, which could still call one,
+    have run; those registered before run once the group is gone), or every atexit handler of
+    the script has run. A peer that waits in a collective this rank never entered (a higher
+    sequence number) waits for good, and the launcher says so at once, not after `GRACE`
+    (`accelify.runtime.launch.watch`)."""
+    if _recorder is not None:
+        _recorder.end_collectives()
+
+
+def failing() -> bool:
+    """Whether this rank's run has failed: it raised, leaves with a non-zero code, or the
+    launcher reported that its run cannot finish (`released`). False outside `accelify
+    launch`."""
+    recorder = _recorder
+    if recorder is None:
+        return False
+    return recorder.state == CRASHED or bool(recorder.exit_code) or released()
 
 
 def crashed() -> None:

@@ -23,11 +23,13 @@ class PreparedOptimizer(torch.optim.Optimizer):
         optimizer: torch.optim.Optimizer,
         gradient_state: GradientState,
         scaler: torch.amp.GradScaler | None = None,
+        tracks_step: bool = True,
     ) -> None:
         self.optimizer = optimizer
         self.gradient_state = gradient_state
         self.scaler = scaler
         self.step_was_skipped = False
+        self.tracks_step = tracks_step
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
@@ -66,8 +68,23 @@ class PreparedOptimizer(torch.optim.Optimizer):
         if self.gradient_state.sync_gradients:
             self.optimizer.zero_grad(set_to_none=set_to_none)
 
-    @pending_work.tracks  # an engine's step communicates (DeepSpeed gathers the new partitions)
+    #: Whether ``step`` tracks the collectives it launches (`pending_work.tracks`): an engine's
+    #: step communicates (DeepSpeed gathers the new partitions). A block tracked costs each op
+    #: in it (torch copies the thread's state, with the token, for every op: about 15 % of a
+    #: small model's SGD step), so a step the engine knows to be local is not
+    #: (`Backend.steps_locally`).
+    tracks_step = True
+
     def step(self, closure: Any = None) -> Any:
+        if self.tracks_step:
+            return self._tracked_step(closure)
+        return self._step(closure)
+
+    @pending_work.tracks
+    def _tracked_step(self, closure: Any) -> Any:
+        return self._step(closure)
+
+    def _step(self, closure: Any) -> Any:
         self.step_was_skipped = False
         if not self.gradient_state.sync_gradients:
             return None

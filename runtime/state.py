@@ -160,6 +160,9 @@ class _ExitGuard:
     @classmethod
     def close(cls, store: dist.Store, rank: int, world_size: int) -> None:
         collective_record.leaving()
+        # the handlers that ran before this one were registered after the group started, and
+        # could make a collective; the others run once the group is gone, and cannot
+        collective_record.collectives_over()
         if dist.is_initialized():
             if not cls.crashed:
                 try:

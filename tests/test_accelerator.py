@@ -81,6 +81,35 @@ def test_prepare_keeps_input_order_and_types():
     assert isinstance(prepared[2], torch.optim.Optimizer)
 
 
+class _AllReducingSGD(torch.optim.SGD):
+    """A script's optimizer whose step may communicate (as ZeroRedundancyOptimizer's does)."""
+
+
+def test_a_torch_optimizers_step_under_ddp_is_not_tracked_and_any_other_is(monkeypatch):
+    """Tracking pending work costs every step it wraps (bench/step_cost.py's "step" phase): a
+    step DDP leaves local (torch.optim's own optimizers) is not tracked; a step that may
+    communicate (another optimizer, an engine's) is, so a rank still waits at exit for its
+    works to be freed."""
+    from accelify.runtime import pending_work
+    from accelify.runtime.backends.base import Backend
+    from accelify.runtime.backends.ddp import DDPBackend
+
+    tracked: list[bool] = []
+    real = pending_work.tracked
+    monkeypatch.setattr(pending_work, "tracked", lambda on: tracked.append(on) or real(on))
+    accelerator = Accelerator(cpu=True)
+    assert isinstance(accelerator.backend, DDPBackend)
+    local = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
+    other = _AllReducingSGD(nn.Linear(2, 1).parameters(), lr=0.1)
+    local, other = accelerator.prepare(local, other)
+    assert (local.tracks_step, other.tracks_step) == (False, True)
+    local.step()
+    assert tracked == []
+    other.step()
+    assert tracked == [False]  # tracked, when a group is up (none on one process)
+    assert not Backend(accelerator.process).steps_locally(local.optimizer)  # an engine may
+
+
 def test_preparing_twice_changes_nothing():
     accelerator = Accelerator()
     model, optimizer, loader, _ = parts()

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -216,6 +217,75 @@ def test_a_rank_leaving_while_its_peer_waits_is_named():
     verdict = watcher().inspect(ranks, time.time(), Path("/nonexistent"))
     assert verdict is not None and (verdict.kind, verdict.culprit) == ("left", 1)
     assert "rank 1 is leaving" in verdict.text and "after 4 backward passes" in verdict.text
+
+
+def test_a_rank_past_its_last_collective_is_named_at_once_while_its_peer_waits_for_the_next():
+    """Rank 1 called sys.exit(3) after collective #7 and its exit guard says it will make no
+    other; rank 0 entered collective #8 a moment ago: it waits for good, and the report comes at
+    the next poll, not `GRACE` later. Not before the leaver's exit guard says so (an atexit
+    handler could still call the collective), nor for a peer still in the leaver's last
+    collective (it may be taking its result)."""
+    now = time.time()
+    waiter = record(0, IN_COLLECTIVE, "backward", "train.py:60", sequence=8, since=now - 0.1)
+    leaver = replace(record(1, LEAVING, "backward", "train.py:60", sequence=7), exit_code=3)
+    ranks = {0: waiter, 1: replace(leaver, over=True)}
+    verdict = watcher().inspect(ranks, now, Path("/nonexistent"))
+    assert verdict is not None and (verdict.kind, verdict.culprit) == ("left", 1)
+    assert "rank 1 is leaving" in verdict.text
+    assert "rank 0 waits in backward (DDP reduces gradients there) at train.py:60" in verdict.text
+    assert watcher().inspect({0: waiter, 1: leaver}, now, Path("/nonexistent")) is None
+    in_its_last = replace(waiter, sequence=7)
+    assert watcher().inspect({0: in_its_last, 1: ranks[1]}, now, Path("/nonexistent")) is None
+    # a leaver whose process is gone is past its last collective too (a script that runs its
+    # process group itself, which has no exit guard)
+    gone = replace(leaver, pid=dead_pid())
+    verdict = watcher().inspect({0: waiter, 1: gone}, now, Path("/nonexistent"))
+    assert verdict is not None and verdict.culprit == 1 and "rank 1 has exited" in verdict.text
+
+
+def test_a_leaving_ranks_record_says_when_its_collectives_are_over(tmp_path, monkeypatch):
+    recorder = collective_record._Recorder(tmp_path, 1, skip=())
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+    collective_record.collectives_over()  # still running: it may call more
+    assert not collective_record.read(tmp_path, 1).over
+    collective_record.leaving(3)
+    left = collective_record.read(tmp_path, 1)
+    collective_record.collectives_over()
+    over = collective_record.read(tmp_path, 1)
+    assert (over.state, over.exit_code, over.over) == (LEAVING, 3, True)
+    assert over.since == left.since  # the time it began to leave, kept
+    collective_record.leaving()  # the exit guard says it again: the code stays the script's
+    assert collective_record.read(tmp_path, 1) == over
+
+
+def test_a_failing_rank_skips_the_final_collections_and_a_healthy_one_keeps_them(
+    tmp_path, monkeypatch
+):
+    """The rank's last atexit handler: after a failure (an exception, a non-zero exit code, a
+    run the launcher released) Python's final collections are skipped, for the report waits on
+    the rank's exit; a rank that ends well keeps Python's whole exit."""
+    from accelify.runtime import rank_entry
+
+    recorder = collective_record._Recorder(tmp_path, 0, skip=())
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+    monkeypatch.setattr(collective_record, "_released_flag", str(tmp_path / "released"))
+    frozen: list[bool] = []
+    monkeypatch.setattr(rank_entry.gc, "freeze", lambda: frozen.append(True))
+    outcomes = []
+    for leave in (
+        lambda: collective_record.leaving(0),
+        lambda: collective_record.release(tmp_path),
+        lambda: collective_record.leaving(3),
+        collective_record.crashed,
+    ):
+        recorder.state, recorder.exit_code = RUNNING, 0
+        (tmp_path / "released").unlink(missing_ok=True)
+        leave()
+        rank_entry._after_the_scripts_exit_handlers()
+        outcomes.append(bool(frozen))
+        frozen.clear()
+    # a healthy end; released by the launcher while it ends; sys.exit(3); an exception
+    assert outcomes == [False, True, True, True]
 
 
 def test_a_long_wait_for_a_busy_peer_is_a_hang_only_past_the_timeout():

@@ -72,6 +72,13 @@ class Backend:
         """The optimizer to step: the user's, or one rebuilt on the engine's parameters."""
         return optimizer
 
+    def steps_locally(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether ``optimizer.step()`` (the optimizer `bind_optimizer` returned) never makes a
+        collective, so that the prepared optimizer's step need not track pending work
+        (`accelify.runtime.pending_work`: a tracked block costs every op inside it). Not known
+        here: an engine's step may communicate (DeepSpeed gathers the new partitions)."""
+        return False
+
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The user's module inside whatever `wrap_model` returned."""
         compiled = getattr(model, "_orig_mod", None)

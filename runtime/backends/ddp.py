@@ -74,6 +74,12 @@ class DDPBackend(Backend):
             return _synced_backward(model)
         return contextlib.nullcontext()
 
+    def steps_locally(self, optimizer: torch.optim.Optimizer) -> bool:
+        """DDP leaves the optimizer to the script: torch.optim's own optimizers update each
+        rank's replica alone. Another one may communicate (torch.distributed.optim's
+        ZeroRedundancyOptimizer broadcasts the new parameters, a subclass may all-reduce)."""
+        return type(optimizer).__module__.startswith("torch.optim.")
+
     def joinable(self, model: torch.nn.Module) -> bool:
         return isinstance(model, DistributedDataParallel)
 

@@ -12,7 +12,10 @@ Read side by side, the records show the three ways a distributed run hangs:
 
 The first two are certain once they have lasted a few seconds (`GRACE`: a healthy rank leaves a
 collective within milliseconds of its peers), so they are reported then, not after torch's
-30-minute timeout. The report names each rank's place as the user's ``file:line`` and source line.
+30-minute timeout. A rank that has left for good is certain at once: its exit guard records that
+it is past its last collective (or its process is gone), and a peer waiting in a collective
+numbered after that one waits for good; it is reported at the next poll. The report names each
+rank's place as the user's ``file:line`` and source line.
 The watcher then stops the ranks (a rank that is leaving is let finish, so that its own exit code
 is the run's); the launcher's final report (`outcome`) uses the `Verdict`.
 """
@@ -123,13 +126,18 @@ class Watcher:
 
     # --- what the records say ---------------------------------------------------------------
     def inspect(self, ranks: dict[int, Record], now: float, directory: Path) -> Verdict | None:
-        waiting = {
-            r: rec
-            for r, rec in ranks.items()
-            if rec.state == IN_COLLECTIVE and now - rec.since >= self.grace and _alive(rec.pid)
-        }
-        if not waiting or any(rec.state == CRASHED for rec in ranks.values()):
+        if any(rec.state == CRASHED for rec in ranks.values()):
             return None  # a rank that raised ends the run through the agent, with its traceback
+        in_collective = {
+            r: rec for r, rec in ranks.items() if rec.state == IN_COLLECTIVE and _alive(rec.pid)
+        }
+        stranded = _left_for_good(ranks, in_collective)
+        if stranded is not None:
+            leaver, waiting = stranded
+            return _left(ranks, waiting, {leaver: ranks[leaver]}, exit_handler_errors(directory))
+        waiting = {r: rec for r, rec in in_collective.items() if now - rec.since >= self.grace}
+        if not waiting:
+            return None
         if len({(rec.operation, rec.sequence) for rec in waiting.values()}) > 1:
             stacks = {r: _stack(directory, r, rec.pid) for r, rec in sorted(waiting.items())}
             return _mismatch(ranks, waiting, stacks)
@@ -179,6 +187,23 @@ def read_all(directory: Path) -> dict[int, Record]:
             if record is not None:
                 found[int(rank)] = record
     return found
+
+
+def _left_for_good(
+    ranks: dict[int, Record], in_collective: dict[int, Record]
+) -> tuple[int, dict[int, Record]] | None:
+    """A rank that has left for good (past its last collective, `collectives_over`, or its
+    process gone) while peers wait in collectives it never entered (numbered after its
+    last): they wait for good, from the moment both are so, with no `GRACE` to let pass. The
+    leaver and those peers; None when no rank has. (A peer still in the leaver's last
+    collective may be taking its result: that one waits `GRACE`.)"""
+    for rank, record in sorted(ranks.items()):
+        if record.state != LEAVING or not (record.over or not _alive(record.pid)):
+            continue
+        waiting = {r: rec for r, rec in in_collective.items() if rec.sequence > record.sequence}
+        if waiting:
+            return rank, waiting
+    return None
 
 
 def _alive(pid: int) -> bool:
