@@ -245,10 +245,24 @@ def test_a_file_that_cannot_hold_an_accelerator_is_not_built_into_a_tree(monkeyp
         "annotated.py": "import torch\ndef f(a: 'Accelerator'):\n    pass\n",
         "factory.py": "import torch\nacc = make()\nmodel = acc.prepare(model)\n",
         "settings.py": "import torch\nif args.process_index == 0:\n    print(accelerate)\n",
+        # named in a docstring, a comment or a string only: Python's parser reads it, no tree
+        "docstring.py": '"""With an Accelerator: accelerator.prepare(model)."""\nimport torch\n',
+        "comment.py": "import torch\n# then accelerator.backward(loss) and .prepare()\n",
+        "string.py": "import torch\nprint('accelerator.is_main_process', 'Accelerator()')\n",
+        "aliased.py": "import torch\nfrom accelerate import Accelerator as A\n",
+        "held.py": "import torch\ndef f(trainer):\n    trainer.accelerator.print(1)\n",
+        "broken.py": "import torch\n# Accelerator\nfor\n",  # Python rejects it: parse reports
     }
     for path, source in sources.items():
         engine.lint_source(source.encode(), path, Selection())
-    assert parsed == ["parameter.py", "attribute.py", "annotated.py", "factory.py"]
+    assert parsed == [
+        "parameter.py",
+        "attribute.py",
+        "factory.py",
+        "aliased.py",
+        "held.py",
+        "broken.py",
+    ]
 
 
 def _examples() -> list[tuple[str, str]]:
@@ -260,8 +274,9 @@ def _examples() -> list[tuple[str, str]]:
 
 
 def test_every_accelerator_file_of_the_fixtures_and_rule_examples_passes_the_text_test():
-    """`MAY_USE_ACCELERATOR` decides, before parsing, which files are analysed: a file the
-    analysis calls an Accelerator file must never fail it (its findings would be lost)."""
+    """`MAY_USE_ACCELERATOR`, then `code_may_use_accelerator`, decide before parsing which
+    files are analysed: a file the analysis calls an Accelerator file must never fail either
+    (its findings would be lost)."""
     accelerator_files, missed = 0, []
     for label, code in _examples():
         try:
@@ -272,6 +287,8 @@ def test_every_accelerator_file_of_the_fixtures_and_rule_examples_passes_the_tex
             accelerator_files += 1
             if engine.MAY_USE_ACCELERATOR.search(code.encode()) is None:
                 missed.append(label)
+            elif not engine.code_may_use_accelerator(code.encode(), label):
+                missed.append(f"{label} (code)")
     assert accelerator_files > 300
     assert missed == []
 
@@ -291,7 +308,12 @@ def test_a_syntax_error_is_reported_alike_with_or_without_an_accelerator(source)
     data = source if isinstance(source, bytes) else source.encode("latin-1")
     plain = engine.lint_source(data, "plain.py", Selection()).findings
     named = engine.lint_source(data + b"\n# accelerator\n", "plain.py", Selection()).findings
+    # a name the text test finds (in a comment): Python's parser rejects it, libcst reports it
+    found = engine.lint_source(data + b"\n# Accelerator\n", "plain.py", Selection()).findings
     assert [f.code for f in plain] == ["ACC000"]
     assert [(f.message, f.line, f.column) for f in plain] == [
         (f.message, f.line, f.column) for f in named
+    ]
+    assert [(f.message, f.line, f.column) for f in plain] == [
+        (f.message, f.line, f.column) for f in found
     ]

@@ -3,6 +3,7 @@ apply the safe fixes (until nothing changes) when asked."""
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -51,6 +52,57 @@ MAY_USE_ACCELERATOR = re.compile(
 )
 
 
+#: The last part of each accelerator class's qualified name (``Accelerator``).
+_ACCELERATOR_CLASSES = frozenset(name.rsplit(".", 1)[-1] for name in names.ACCELERATORS)
+
+
+def code_may_use_accelerator(data: bytes, path: str) -> bool:
+    """`MAY_USE_ACCELERATOR` read in the code, not in its text: what that test finds in a
+    docstring, a comment or a string (Accelerate's own modules name ``Accelerator`` in nearly
+    every docstring; ``# prepare the data``) cannot make an Accelerator file. The analysis
+    finds an accelerator in two places only, both code: a call whose qualified name is one of
+    `names.ACCELERATORS` (`ScriptModel.call_names` resolves a dotted name through the imports,
+    so the class's own name is a name, an attribute or an imported name of the file), and
+    the member uses `accelerator_objects` proves an accelerator by (an attribute of
+    `names.ACCELERATOR_ONLY_MEMBERS`, or one of `names.ACCELERATOR_SHARED_MEMBERS` read from a
+    receiver named ``...accelerator``). A file with neither is not built into a tree: Python's
+    own parser reads it (also its syntax check). One that Python's parser rejects is left to
+    `parse`, which reports the error as before (True)."""
+    try:
+        tree = ast.parse(data, filename=path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    only, shared, classes = (
+        names.ACCELERATOR_ONLY_MEMBERS,
+        names.ACCELERATOR_SHARED_MEMBERS,
+        _ACCELERATOR_CLASSES,
+    )
+    attribute, name, alias = ast.Attribute, ast.Name, ast.alias
+    for node in ast.walk(tree):
+        kind = type(node)
+        if kind is attribute:
+            member = node.attr  # type: ignore[attr-defined]
+            if member in only or member in classes:
+                return True
+            if member in shared:
+                receiver = node.value  # type: ignore[attr-defined]
+                last = (
+                    receiver.id
+                    if type(receiver) is name
+                    else receiver.attr
+                    if type(receiver) is attribute
+                    else ""
+                )
+                if last.lower().endswith("accelerator"):
+                    return True
+        elif kind is name:
+            if node.id in classes:  # type: ignore[attr-defined]
+                return True
+        elif kind is alias and node.name.rsplit(".", 1)[-1] in classes:  # type: ignore[attr-defined]
+            return True
+    return False
+
+
 @dataclass
 class FileResult:
     path: str
@@ -78,6 +130,8 @@ def lint_source(
         if MAY_USE_ACCELERATOR.search(data) is None:
             check_syntax(data, path)  # no rule reports on it: its syntax only
             return result
+        if not code_may_use_accelerator(data, path):
+            return result  # named in docstrings or comments only: Python's parser read it
         module = parse(data, path)
     except UserError as error:
         if selection.enabled("ACC000", path):
