@@ -40,13 +40,14 @@ from accelify.analysis.dataflow import (
 from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.shard_totals import divided_by_set_size
+from accelify.analysis.shard_totals import averaged_over_batches, divided_by_set_size
 from accelify.analysis.syntax import (
     argument_value,
     assigned_targets,
     dotted,
     keyword_value,
     root_name,
+    statement_lines,
     target_names,
     walk,
 )
@@ -1136,7 +1137,20 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
             if dotted(call.func) not in model.functions  # the file's own: it may sum
         ]
         total = statement.target.value
-        if not mean or _divided_as_added(statement.value):
+        if not mean:
+            # ``total += criterion(model(x), y).item() * len(y)``: a loss call's batch total
+            called = _weighted_mean(statement.value, set(), model)
+            averaged = (
+                averaged_over_batches(model, facts.placement, found.loop, total)
+                if called is not None
+                else None
+            )
+            if averaged is not None:
+                return _totals_averaged_over_batches(
+                    found, sink, called, total, averaged, facts, listed=False
+                )
+            continue
+        if _divided_as_added(statement.value):
             continue
         if not _divided(scope, total):
             found.unsure_at = sink
@@ -1149,8 +1163,16 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
                 f"{total} is never divided by a count: gathered, each step holds every rank's "
                 "batch, so the sum would cover N times fewer batches"
             )
+        weighted = _weighted_by_batch_size(statement.value)
+        averaged = (
+            averaged_over_batches(model, facts.placement, found.loop, total) if weighted else None
+        )
+        if averaged is not None:
+            return _totals_averaged_over_batches(
+                found, sink, mean[0], total, averaged, facts, listed=False
+            )
         over_set = _over_the_set(found.loop, total, body, facts)
-        if over_set is not None and not _weighted_by_batch_size(statement.value):
+        if over_set is not None and not weighted:
             found.unsure_at = sink
             found.advice = (
                 f"sum each batch's loss times its size ({mean[0]}.item() * x.size(0)) to divide "
@@ -1186,13 +1208,23 @@ def _lists_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts)
         ):
             continue
         value = _unwrapped(statement.value.args[0].value)
+        listed = model.module.code_for_node(statement.value.func.value)
+        weighted = _weighted_mean(value, means, model)
+        if weighted is not None:
+            averaged = averaged_over_batches(
+                model, facts.placement, found.loop, listed
+            ) or _handed_back(found.loop, listed)
+            if averaged is None:
+                continue  # batch totals summed: the whole set's total once gathered
+            return _totals_averaged_over_batches(
+                found, sink, weighted, listed, averaged, facts, listed=True
+            )
         if isinstance(value, cst.Name) and value.value in means:
             mean = value.value
-        elif _added_batch_means(value) and dotted(value.func) not in model.functions:
+        elif _a_loss_call(value, model):
             mean = model.module.code_for_node(value)
         else:
             continue
-        listed = model.module.code_for_node(statement.value.func.value)
         found.unsure_at = sink
         found.advice = (
             f"prepare the loader and extend {listed} with each batch's value from every rank, "
@@ -1206,6 +1238,83 @@ def _lists_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts)
             "so the list would hold N times fewer values, each weighted otherwise (padding "
             "ignored, a short last batch), and a mean over it would differ from one process's"
         )
+    return None
+
+
+def _a_loss_call(value: cst.BaseExpression, model: ScriptModel) -> bool:
+    """``criterion(output, target)``: one batch's mean computed where it is used (not by a
+    function of the file, which may sum)."""
+    return (
+        isinstance(value, cst.Call)
+        and bool(_added_batch_means(value))
+        and dotted(value.func) not in model.functions
+    )
+
+
+def _weighted_mean(value: cst.BaseExpression, means: set[str], model: ScriptModel) -> str | None:
+    """``loss.item() * x.size(0)`` (or ``len(y) * criterion(out, y)``): one batch's mean times
+    its sample count, the batch's total. The mean as the code spells it, or None."""
+    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
+        return None
+    for factor, other in ((value.left, value.right), (value.right, value.left)):
+        if not _batch_size(other):
+            continue
+        mean = _unwrapped(factor)
+        if isinstance(mean, cst.Name) and mean.value in means:
+            return mean.value
+        if _a_loss_call(mean, model):
+            return model.module.code_for_node(mean)
+    return None
+
+
+def _totals_averaged_over_batches(
+    found: Evaluation,
+    sink: cst.CSTNode,
+    mean: str,
+    total: str,
+    averaged: cst.CSTNode,
+    facts: Facts,
+    *,
+    listed: bool,
+) -> str:
+    """The reason (and advice) for batch totals (``loss.item() * x.size(0)``) that the code
+    averages over the batches it read (``np.mean(losses)``, ``total / len(loader)``): gathered,
+    each step's value covers N batches and there are N times fewer steps, so the mean reads
+    about N times one process's number."""
+    model = facts.model
+    found.unsure_at = sink
+    summed = f"sum({total})" if listed else total
+    found.advice = (
+        f"divide {summed} by the number of samples (len of the loader's dataset), which "
+        "gathered is the whole set's mean loss"
+    )
+    how = (
+        "hands it back to the callers, who may average it over the batches"
+        if isinstance(averaged, cst.Return)
+        else "averages it over the batches"
+    )
+    return (
+        f"the metric at line {model.line(sink)} folds {mean} times the batch's size, one "
+        f"batch's total, into {total}, and line {model.line(averaged)} {how} "
+        f"({model.module.code_for_node(averaged).strip()}): gathered, each step would hold N "
+        "batches, so there would be N times fewer totals, each N times larger, and a mean over "
+        "the batches would read about N times one process's value"
+    )
+
+
+def _handed_back(loop: Loop, listed: str) -> cst.Return | None:
+    """The ``return`` of the loop's function that hands ``listed`` back as it is (``return
+    losses``, ``return losses, acc``): what the callers make of it is out of sight."""
+    if not isinstance(loop.scope, cst.FunctionDef):
+        return None
+    for node in statement_lines(loop.scope.body):
+        returned = node.body[0] if node.body else None
+        if not isinstance(returned, cst.Return) or returned.value is None:
+            continue
+        value = returned.value
+        parts = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+        if any(dotted(part) == listed for part in parts):
+            return returned
     return None
 
 
