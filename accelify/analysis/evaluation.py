@@ -221,6 +221,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _one_sample_of_the_batch(found, body, facts)
     if found.unsure is None:
         found.unsure = _a_fixed_range_of_the_first_axis(found, body, facts)
+    if found.unsure is None:
+        found.unsure = _weighs_token_means(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
@@ -1300,6 +1302,95 @@ def _totals_averaged_over_batches(
         "batches, so there would be N times fewer totals, each N times larger, and a mean over "
         "the batches would read about N times one process's value"
     )
+
+
+def _weighs_token_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """``val_loss += loss.item() * x.size(0)`` where ``loss`` is a mean over the batch's tokens
+    (`_over_tokens`): one process weighs each batch's token mean by its samples; gathered, the
+    loss of N merged batches weighs each batch by its tokens instead, and the total differs
+    (exact only for a per-sample loss)."""
+    model = facts.model
+    means = _batch_means(body)
+    for sink in found.sinks:
+        statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
+        if not (
+            isinstance(statement, cst.AugAssign)
+            and isinstance(statement.operator, cst.AddAssign)
+            and isinstance(statement.target, cst.Name)
+        ):
+            continue
+        mean = _weighted_mean(statement.value, means, model)
+        tokens = _over_tokens(mean, body, facts) if mean is not None else None
+        if tokens is None:
+            continue
+        total = statement.target.value
+        found.unsure_at = sink
+        found.advice = (
+            f"sum the loss over the tokens (reduction='sum') into {total} and count the tokens "
+            "it covers ((labels != ignore_index).sum()), and divide the two totals"
+        )
+        return (
+            f"the metric at line {model.line(sink)} weighs {mean} by the batch's size, but "
+            f"{mean} is a mean over the batch's tokens ({tokens}): gathered, it would be the "
+            "mean over the tokens of N merged batches, which weighs each batch by its tokens, "
+            "not its samples, so the total would differ from one process's"
+        )
+    return None
+
+
+#: reshapes that lay a batch's tokens out as one list: ``logits.view(-1, vocab)``
+_FLATTENING = ("view", "reshape", "flatten")
+
+
+def _over_tokens(mean: str, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """How the loss ``mean`` (a name the loop binds to a loss call, or the call's code)
+    averages over tokens rather than samples: a loss built with ``ignore_index``
+    (``nn.CrossEntropyLoss(ignore_index=pad)``, ``F.cross_entropy(..., ignore_index=pad)``)
+    counts only the tokens it does not ignore, and one handed logits laid out flat
+    (``logits.view(-1, vocab)``, ``.flatten(0, 1)``) counts every token. None for a
+    per-sample loss. The loss object is followed to where it is made (a helper's
+    ``criterion`` parameter to the caller's name)."""
+    model = facts.model
+    calls = [
+        node.value
+        for small in body
+        for node in walk(small)
+        if isinstance(node, cst.Assign)
+        and isinstance(node.value, cst.Call)
+        and any(dotted(t) == mean for t in assigned_targets(node))
+    ] + [
+        node
+        for small in body
+        for node in walk(small)
+        if isinstance(node, cst.Call) and model.module.code_for_node(node) == mean
+    ]
+    for call in calls:
+        func = dotted(call.func) or ""
+        made = [
+            assignment.value
+            for name in {func, facts.flow.outer_name(func, call) or func}
+            for assignment in model.index.assignments_to(name)
+            if isinstance(assignment.value, cst.Call)
+        ]
+        for built in [call, *made]:
+            if keyword_value(built, "ignore_index") is not None:
+                return f"{model.module.code_for_node(built.func)} with ignore_index"
+        for argument in call.args:
+            for node in walk(argument.value):
+                if (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value in _FLATTENING
+                    and (
+                        node.func.attr.value == "flatten"
+                        or (
+                            len(node.args) == 2  # ``(-1, vocab)``: [batch, tokens] made one
+                            and model.module.code_for_node(node.args[0].value) == "-1"
+                        )
+                    )
+                ):
+                    return f"handed {model.module.code_for_node(node)}, laid out by token"
+    return None
 
 
 def _handed_back(loop: Loop, listed: str) -> cst.Return | None:
