@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.collectives import EVERY_BACKEND, SHARDED_FORWARD, collective_backends
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
@@ -185,6 +186,42 @@ class CollectiveReach:
             if self.synchronising_in(statement) is not None:
                 return statement
         return None
+
+    def where_the_ranks_meet(self, loop: cst.For | cst.While) -> cst.CSTNode | None:
+        """What in ``loop`` (its header or body, its inner loops too) makes the ranks meet: a
+        ``backward``, a barrier or another collective (also through the file's functions), a
+        model's forward (a collective under FSDP once prepared), or the iteration of a
+        DataLoader (a prepared one agrees on its shuffle at each pass). None when nothing does:
+        the loop is each rank's own (a retry, a search over a local list), and a rank that
+        leaves it sooner, or runs it more times, leaves no other rank waiting."""
+        found = self.synchronising_in(loop)
+        if found is not None:
+            return found
+        for node in walk(loop):
+            if isinstance(node, cst.Call) and self._meets(node, depth=3):
+                return node
+        for inner in self.model.loops:
+            if (inner.node is loop or self.model.inside(inner.node, loop)) and (
+                self.flow.reads_loader(inner)
+            ):
+                return inner.node
+        return None
+
+    def _meets(self, call: cst.Call, depth: int) -> bool:
+        """``call`` is a model's forward or a ``torch.save`` (which the conversion puts after a
+        barrier), or runs a function of the file that synchronises or does either (a method
+        a subclass overrides, a callback's ``__call__``), ``depth`` calls deep."""
+        if self.flow.is_forward(call) or self.model.call_names(call) & names.TORCH_SAVE:
+            return True
+        if depth == 0:
+            return False
+        for target in self.model.call_graph.targets(call):
+            if self.synchronising_call(target) is not None or any(
+                isinstance(node, cst.Call) and self._meets(node, depth - 1)
+                for node in walk(target.body)
+            ):
+                return True
+        return False
 
     def where_the_others_wait_after(
         self, stop: cst.If, leaves: cst.Continue | cst.Return

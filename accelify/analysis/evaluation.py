@@ -40,13 +40,14 @@ from accelify.analysis.dataflow import (
 from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.shard_totals import divided_by_set_size
+from accelify.analysis.shard_totals import averaged_over_batches, divided_by_set_size
 from accelify.analysis.syntax import (
     argument_value,
     assigned_targets,
     dotted,
     keyword_value,
     root_name,
+    statement_lines,
     target_names,
     walk,
 )
@@ -220,6 +221,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _one_sample_of_the_batch(found, body, facts)
     if found.unsure is None:
         found.unsure = _a_fixed_range_of_the_first_axis(found, body, facts)
+    if found.unsure is None:
+        found.unsure = _weighs_token_means(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
     return found
@@ -1136,7 +1139,20 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
             if dotted(call.func) not in model.functions  # the file's own: it may sum
         ]
         total = statement.target.value
-        if not mean or _divided_as_added(statement.value):
+        if not mean:
+            # ``total += criterion(model(x), y).item() * len(y)``: a loss call's batch total
+            called = _weighted_mean(statement.value, set(), model)
+            averaged = (
+                averaged_over_batches(model, facts.placement, found.loop, total)
+                if called is not None
+                else None
+            )
+            if averaged is not None:
+                return _totals_averaged_over_batches(
+                    found, sink, called, total, averaged, facts, listed=False
+                )
+            continue
+        if _divided_as_added(statement.value):
             continue
         if not _divided(scope, total):
             found.unsure_at = sink
@@ -1149,8 +1165,16 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
                 f"{total} is never divided by a count: gathered, each step holds every rank's "
                 "batch, so the sum would cover N times fewer batches"
             )
+        weighted = _weighted_by_batch_size(statement.value)
+        averaged = (
+            averaged_over_batches(model, facts.placement, found.loop, total) if weighted else None
+        )
+        if averaged is not None:
+            return _totals_averaged_over_batches(
+                found, sink, mean[0], total, averaged, facts, listed=False
+            )
         over_set = _over_the_set(found.loop, total, body, facts)
-        if over_set is not None and not _weighted_by_batch_size(statement.value):
+        if over_set is not None and not weighted:
             found.unsure_at = sink
             found.advice = (
                 f"sum each batch's loss times its size ({mean[0]}.item() * x.size(0)) to divide "
@@ -1186,13 +1210,23 @@ def _lists_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts)
         ):
             continue
         value = _unwrapped(statement.value.args[0].value)
+        listed = model.module.code_for_node(statement.value.func.value)
+        weighted = _weighted_mean(value, means, model)
+        if weighted is not None:
+            averaged = averaged_over_batches(
+                model, facts.placement, found.loop, listed
+            ) or _handed_back(found.loop, listed)
+            if averaged is None:
+                continue  # batch totals summed: the whole set's total once gathered
+            return _totals_averaged_over_batches(
+                found, sink, weighted, listed, averaged, facts, listed=True
+            )
         if isinstance(value, cst.Name) and value.value in means:
             mean = value.value
-        elif _added_batch_means(value) and dotted(value.func) not in model.functions:
+        elif _a_loss_call(value, model):
             mean = model.module.code_for_node(value)
         else:
             continue
-        listed = model.module.code_for_node(statement.value.func.value)
         found.unsure_at = sink
         found.advice = (
             f"prepare the loader and extend {listed} with each batch's value from every rank, "
@@ -1206,6 +1240,172 @@ def _lists_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts)
             "so the list would hold N times fewer values, each weighted otherwise (padding "
             "ignored, a short last batch), and a mean over it would differ from one process's"
         )
+    return None
+
+
+def _a_loss_call(value: cst.BaseExpression, model: ScriptModel) -> bool:
+    """``criterion(output, target)``: one batch's mean computed where it is used (not by a
+    function of the file, which may sum)."""
+    return (
+        isinstance(value, cst.Call)
+        and bool(_added_batch_means(value))
+        and dotted(value.func) not in model.functions
+    )
+
+
+def _weighted_mean(value: cst.BaseExpression, means: set[str], model: ScriptModel) -> str | None:
+    """``loss.item() * x.size(0)`` (or ``len(y) * criterion(out, y)``): one batch's mean times
+    its sample count, the batch's total. The mean as the code spells it, or None."""
+    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
+        return None
+    for factor, other in ((value.left, value.right), (value.right, value.left)):
+        if not _batch_size(other):
+            continue
+        mean = _unwrapped(factor)
+        if isinstance(mean, cst.Name) and mean.value in means:
+            return mean.value
+        if _a_loss_call(mean, model):
+            return model.module.code_for_node(mean)
+    return None
+
+
+def _totals_averaged_over_batches(
+    found: Evaluation,
+    sink: cst.CSTNode,
+    mean: str,
+    total: str,
+    averaged: cst.CSTNode,
+    facts: Facts,
+    *,
+    listed: bool,
+) -> str:
+    """The reason (and advice) for batch totals (``loss.item() * x.size(0)``) that the code
+    averages over the batches it read (``np.mean(losses)``, ``total / len(loader)``): gathered,
+    each step's value covers N batches and there are N times fewer steps, so the mean reads
+    about N times one process's number."""
+    model = facts.model
+    found.unsure_at = sink
+    summed = f"sum({total})" if listed else total
+    found.advice = (
+        f"divide {summed} by the number of samples (len of the loader's dataset), which "
+        "gathered is the whole set's mean loss"
+    )
+    how = (
+        "hands it back to the callers, who may average it over the batches"
+        if isinstance(averaged, cst.Return)
+        else "averages it over the batches"
+    )
+    return (
+        f"the metric at line {model.line(sink)} folds {mean} times the batch's size, one "
+        f"batch's total, into {total}, and line {model.line(averaged)} {how} "
+        f"({model.module.code_for_node(averaged).strip()}): gathered, each step would hold N "
+        "batches, so there would be N times fewer totals, each N times larger, and a mean over "
+        "the batches would read about N times one process's value"
+    )
+
+
+def _weighs_token_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """``val_loss += loss.item() * x.size(0)`` where ``loss`` is a mean over the batch's tokens
+    (`_over_tokens`): one process weighs each batch's token mean by its samples; gathered, the
+    loss of N merged batches weighs each batch by its tokens instead, and the total differs
+    (exact only for a per-sample loss)."""
+    model = facts.model
+    means = _batch_means(body)
+    for sink in found.sinks:
+        statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
+        if not (
+            isinstance(statement, cst.AugAssign)
+            and isinstance(statement.operator, cst.AddAssign)
+            and isinstance(statement.target, cst.Name)
+        ):
+            continue
+        mean = _weighted_mean(statement.value, means, model)
+        tokens = _over_tokens(mean, body, facts) if mean is not None else None
+        if tokens is None:
+            continue
+        total = statement.target.value
+        found.unsure_at = sink
+        found.advice = (
+            f"sum the loss over the tokens (reduction='sum') into {total} and count the tokens "
+            "it covers ((labels != ignore_index).sum()), and divide the two totals"
+        )
+        return (
+            f"the metric at line {model.line(sink)} weighs {mean} by the batch's size, but "
+            f"{mean} is a mean over the batch's tokens ({tokens}): gathered, it would be the "
+            "mean over the tokens of N merged batches, which weighs each batch by its tokens, "
+            "not its samples, so the total would differ from one process's"
+        )
+    return None
+
+
+#: reshapes that lay a batch's tokens out as one list: ``logits.view(-1, vocab)``
+_FLATTENING = ("view", "reshape", "flatten")
+
+
+def _over_tokens(mean: str, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """How the loss ``mean`` (a name the loop binds to a loss call, or the call's code)
+    averages over tokens rather than samples: a loss built with ``ignore_index``
+    (``nn.CrossEntropyLoss(ignore_index=pad)``, ``F.cross_entropy(..., ignore_index=pad)``)
+    counts only the tokens it does not ignore, and one handed logits laid out flat
+    (``logits.view(-1, vocab)``, ``.flatten(0, 1)``) counts every token. None for a
+    per-sample loss. The loss object is followed to where it is made (a helper's
+    ``criterion`` parameter to the caller's name)."""
+    model = facts.model
+    calls = [
+        node.value
+        for small in body
+        for node in walk(small)
+        if isinstance(node, cst.Assign)
+        and isinstance(node.value, cst.Call)
+        and any(dotted(t) == mean for t in assigned_targets(node))
+    ] + [
+        node
+        for small in body
+        for node in walk(small)
+        if isinstance(node, cst.Call) and model.module.code_for_node(node) == mean
+    ]
+    for call in calls:
+        func = dotted(call.func) or ""
+        made = [
+            assignment.value
+            for name in {func, facts.flow.outer_name(func, call) or func}
+            for assignment in model.index.assignments_to(name)
+            if isinstance(assignment.value, cst.Call)
+        ]
+        for built in [call, *made]:
+            if keyword_value(built, "ignore_index") is not None:
+                return f"{model.module.code_for_node(built.func)} with ignore_index"
+        for argument in call.args:
+            for node in walk(argument.value):
+                if (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value in _FLATTENING
+                    and (
+                        node.func.attr.value == "flatten"
+                        or (
+                            len(node.args) == 2  # ``(-1, vocab)``: [batch, tokens] made one
+                            and model.module.code_for_node(node.args[0].value) == "-1"
+                        )
+                    )
+                ):
+                    return f"handed {model.module.code_for_node(node)}, laid out by token"
+    return None
+
+
+def _handed_back(loop: Loop, listed: str) -> cst.Return | None:
+    """The ``return`` of the loop's function that hands ``listed`` back as it is (``return
+    losses``, ``return losses, acc``): what the callers make of it is out of sight."""
+    if not isinstance(loop.scope, cst.FunctionDef):
+        return None
+    for node in statement_lines(loop.scope.body):
+        returned = node.body[0] if node.body else None
+        if not isinstance(returned, cst.Return) or returned.value is None:
+            continue
+        value = returned.value
+        parts = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+        if any(dotted(part) == listed for part in parts):
+            return returned
     return None
 
 

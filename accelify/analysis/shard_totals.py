@@ -155,6 +155,49 @@ def _averaged_over_batches(
     return found
 
 
+def averaged_over_batches(
+    model: ScriptModel, placement: Placement, loop: Loop, total: str
+) -> cst.CSTNode | None:
+    """Where ``total`` (a list the loop appends to, or a ``+=`` sum) is averaged over the
+    batches ``loop`` read, after the loop and in its scope: a list's mean (``np.mean(total)``,
+    ``sum(total) / len(total)``, ``sum(total) / len(loader)``, ...), or the sum divided by the
+    loader's length or by a count the loop takes one batch at a time (``total / len(loader)``,
+    ``total / steps`` with ``steps += 1``). On a prepared loader each rank reads fewer batches:
+    a mean over them is not the whole set's once the loop's values are gathered."""
+    counted = {
+        node.target.value
+        for node in walk(loop.node.body)
+        if isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and isinstance(node.target, cst.Name)
+        and isinstance(node.value, cst.Integer)
+        and node.value.value == "1"
+    }
+    for node in walk(loop.scope):
+        if not (
+            model.order(node) > model.order(loop.node)
+            and not placement.inside(node, loop.node)
+            and model.scope_of(node) is loop.scope
+        ):
+            continue
+        if (
+            isinstance(node, (cst.BinaryOperation, cst.Call))
+            and _list_mean(model, node, loop.iterable) == total
+        ):
+            return node
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+            divided, divisor = node.left, node.right
+        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+            divided, divisor = node.target, node.value
+        else:
+            continue
+        if dotted(divided) == total and (
+            _is_len_of(divisor, loop.iterable) or dotted(divisor) in counted
+        ):
+            return node
+    return None
+
+
 def _is_len_of(node: cst.BaseExpression, loader: str | None) -> bool:
     return (
         isinstance(node, cst.Call)

@@ -6,7 +6,8 @@ rank, which went on to its next batch. The decision is made collective with
 would, which on one process is what the script did. What the ``if`` did before leaving
 (``converged = True``, a print) moves under the collective check, so every rank does it. A
 ``continue`` or ``return`` with no collective after it skips nothing the others wait in: it
-stays."""
+stays; so does a ``break`` out of a loop where the ranks never meet (a per-rank retry, a search
+over a local list), which each rank may run a different number of times."""
 
 from __future__ import annotations
 
@@ -21,9 +22,15 @@ from accelify.edits.collective_rewrites import collective_stop
 def run(ctx: Context) -> None:
     reach = ctx.facts.collective_reach
     for if_node, stop in ctx.facts.ranks.per_process_stops():
-        # a break leaves the loop whose later collectives the others reach; a continue or a
+        # a break leaves the loop whose later collectives the others reach (none in a loop
+        # that is each rank's own: a retry, a search over a local list, where a check_trigger
+        # would itself be a collective reached a different number of times); a continue or a
         # return matters only where something after it synchronises
-        if isinstance(stop, cst.Break) or reach.where_the_others_wait_after(if_node, stop):
+        if isinstance(stop, cst.Break):
+            loop = ctx.model.index.enclosing_loop(if_node)
+            if loop is not None and reach.where_the_ranks_meet(loop) is not None:
+                _make_collective(ctx, if_node, stop)
+        elif reach.where_the_others_wait_after(if_node, stop):
             _make_collective(ctx, if_node, stop)
 
 

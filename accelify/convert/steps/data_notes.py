@@ -7,6 +7,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
+from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import randomness_of
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted
@@ -18,6 +19,7 @@ def run(ctx: Context) -> None:
     _totals_over_dataset(ctx)
     _meters_over_shards(ctx)
     _statistics_over_a_shard(ctx)
+    _passes_counted(ctx)
     noted = False
     for loop in ctx.model.loops:
         unprepared = _trained_unprepared(ctx, loop) if loop.trains else []
@@ -371,3 +373,25 @@ def _step_name(ctx: Context, step: cst.FunctionDef) -> str:
     owner = ctx.model.call_graph.owner(step)
     prefix = f"{owner.name.value}." if owner is not None else ""
     return f"{prefix}{step.name.value}()"
+
+
+def _passes_counted(ctx: Context) -> None:
+    """``epoch += 1`` where a prepared loader's iterator runs out (`pass_counters`): the count
+    of this rank's passes, N times the original one for the same steps. Said, not changed: it
+    is the number of passes the ranks made over the set together."""
+    prepared = set(ctx.plan.prepared) | ctx.prepared_arguments
+    for counted in pass_counters(ctx.facts):
+        outer = ctx.facts.flow.outer_name(counted.loader, counted.bump)
+        if counted.loader not in prepared and outer not in prepared:
+            continue
+        ctx.plan.review(
+            ctx.line(counted.bump),
+            f"{counted.counter} counts the times {counted.loader} runs out, and prepared, each "
+            f"rank's {counted.loader} holds 1/N of the set: in as many steps it runs out N "
+            f"times as often, so {counted.counter} counts about N times as many passes as on "
+            "one process (each "
+            "step reads N batches, one per rank: the run reads N times the data, and each "
+            f"count is a pass over the whole set by the ranks together); to train on as many "
+            f"passes as on one process, divide the step count by "
+            f"{ctx.a('num_processes')}",
+        )

@@ -36,7 +36,11 @@ def run(ctx: Context) -> None:
         return
     handed = _handed_to_constructors(ctx)
     for call in ctx.model.calls:
-        name = prepared_model_called(ctx, call) or _handed_model_called(ctx, call, handed)
+        name = (
+            prepared_model_called(ctx, call)
+            or _handed_model_called(ctx, call, handed)
+            or _handed_model_parameter(ctx, call, handed)
+        )
         if name is None or _in_a_prepared_loop(ctx, call):
             continue
         values = [argument.value for argument in call.args]
@@ -239,6 +243,49 @@ def _handed_model_called(
         if ctx.model.scope_of(made) is scope and ctx.model.order(made) < ctx.model.order(call):
             return None if _rebound_between(ctx, name, made, call) else name
     return None
+
+
+def _handed_model_parameter(
+    ctx: Context, call: cst.Call, handed: dict[str, list[cst.Call]]
+) -> str | None:
+    """``model(inputs)`` in a helper whose ``model`` parameter every call of the helper fills
+    with a model handed, before that call and in the same scope, to a constructor that
+    prepares it (``perplexity(model, val_loader)`` after ``trainer = Trainer(model, ...)``):
+    prepare moved that very module to the device, and the helper's inputs stay on the CPU."""
+    name = dotted(call.func)
+    if name is None or "." in name:
+        return None
+    passed = _passed_for_parameter(ctx, name, call)
+    if not passed:
+        return None
+    moved = [argument for argument in passed if _handed_before(ctx, argument, handed)]
+    if len(moved) == len(passed):
+        return name
+    if moved and not _in_a_prepared_loop(ctx, call):
+        ctx.plan.review(
+            ctx.line(call),
+            f"{ctx.code(call)}: the call at line {ctx.line(moved[0])} hands over "
+            f"{ctx.code(moved[0].value)} after a constructor prepared it, which places it on "
+            "the device, and other calls hand over a model still on the CPU: left as it is; "
+            "on a GPU, send the inputs to the model's device there (send_to_device of "
+            "accelify.utils), or call it with the prepared model only",
+        )
+    return None
+
+
+def _handed_before(ctx: Context, argument: cst.Arg, handed: dict[str, list[cst.Call]]) -> bool:
+    """``argument`` names a model handed, before it and in its scope, to a constructor that
+    prepares it (`_handed_to_constructors`), and not bound again since."""
+    outer = dotted(argument.value)
+    if outer is None or "." in outer:
+        return False
+    scope = ctx.model.scope_of(argument)
+    return any(
+        ctx.model.scope_of(made) is scope
+        and ctx.model.order(made) < ctx.model.order(argument)
+        and not _rebound_between(ctx, outer, made, argument)
+        for made in handed.get(outer, ())
+    )
 
 
 def cpu_only(ctx: Context) -> bool:
