@@ -17,6 +17,8 @@ from accelify.analysis.rank_dependence import BackendGuards
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, statement_lines, walk
 
+_PREPARED_KINDS = frozenset({Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER, Kind.ACCELERATOR})
+
 
 @dataclass(frozen=True)
 class CollectiveUse:
@@ -213,13 +215,27 @@ class CollectiveReach:
         a subclass overrides, a callback's ``__call__``), ``depth`` calls deep."""
         if self.flow.is_forward(call) or self.model.call_names(call) & names.TORCH_SAVE:
             return True
+        targets = self.model.call_graph.targets(call)
+        if not targets and self._hands_over_a_prepared_kind(call):
+            return True
         if depth == 0:
             return False
-        for target in self.model.call_graph.targets(call):
+        for target in targets:
             if self.synchronising_call(target) is not None or any(
                 isinstance(node, cst.Call) and self._meets(node, depth - 1)
                 for node in walk(target.body)
             ):
+                return True
+        return False
+
+    def _hands_over_a_prepared_kind(self, call: cst.Call) -> bool:
+        """A call the file cannot follow (a function of another module, a library's) handed a
+        model, an optimizer, a DataLoader or the accelerator: it may run a forward, a backward
+        or a collective (``train_one_epoch(model, loader, opt)`` from ``engine.py``), so the
+        ranks are taken to meet in it."""
+        for arg in call.args:
+            name = dotted(arg.value)
+            if name is not None and self.flow.kind_of(name, call) in _PREPARED_KINDS:
                 return True
         return False
 
