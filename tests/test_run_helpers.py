@@ -4,6 +4,7 @@ its test, with every process it started stopped, instead of hanging the suite.""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_in_own_group, seconds_after_line
+from conftest import ForkedRun, _forkable, run_in_own_group, seconds_after_line, start
 
 #: Starts a child in a session of its own (as torch's elastic agent starts each rank), which
 #: inherits the pipes, writes its pid and sleeps; then sleeps itself.
@@ -47,8 +48,17 @@ TIMEOUT = 10
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_a_timed_out_run_fails_and_leaves_no_process_in_another_session(tmp_path):
-    """Both helpers at once (the test's time is one TIMEOUT)."""
+@pytest.mark.parametrize("started", ["fresh", "forked"])
+def test_a_timed_out_run_fails_and_leaves_no_process_in_another_session(tmp_path, started):
+    """Both helpers at once (the test's time is one TIMEOUT); the run a fresh process, or a
+    fork of the fork server (a script that imports torch first)."""
+    if started == "forked":
+        script = tmp_path / "parent.py"
+        script.write_text(f"import torch  # noqa: F401\n{PARENT}")
+        assert _forkable([sys.executable, str(script)], tmp_path, dict(os.environ))
+        program = [str(script)]
+    else:
+        program = ["-c", PARENT]
     helpers = {
         "run_in_own_group": lambda command, cwd: run_in_own_group(command, cwd, TIMEOUT),
         "seconds_after_line": lambda command, cwd: seconds_after_line(
@@ -59,7 +69,7 @@ def test_a_timed_out_run_fails_and_leaves_no_process_in_another_session(tmp_path
 
     def run(name: str, folder: Path) -> None:
         try:
-            helpers[name]([sys.executable, "-c", PARENT, str(folder / "child.pid")], folder)
+            helpers[name]([sys.executable, *program, str(folder / "child.pid")], folder)
         except BaseException as error:
             outcomes[name] = error
         else:
@@ -88,3 +98,90 @@ def test_a_timed_out_run_fails_and_leaves_no_process_in_another_session(tmp_path
         for child in children.values():
             if _alive(child):
                 os.kill(child, 9)
+
+
+#: What a run sees of how it was started; it imports torch before any statement of its own, so
+#: the helpers start it as a fork of the fork server (tests/fork_server.py)
+STARTED = '''"""Reports how it was started."""
+import atexit
+import json
+import os
+import sys
+
+import torch  # noqa: F401
+
+atexit.register(print, "atexit ran", flush=True)
+main = sys.modules["__main__"]
+print(json.dumps({
+    "argv": sys.argv,
+    "path0": sys.path[0],
+    "cwd": os.getcwd(),
+    "variable": os.environ.get("ACCELIFY_PROBE"),
+    "unset": "ACCELIFY_UNSET" in os.environ,
+    "name": __name__,
+    "file": __file__,
+    "main": main.__dict__ is globals() and main.__file__ == __file__,
+    "session": os.getsid(0) == os.getpid(),
+    "open_fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2),
+}))
+print("to stderr", file=sys.stderr)
+if sys.argv[1] == "raise":
+    raise ValueError("from the script")
+sys.exit(int(sys.argv[1]))
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks on Linux only")
+@pytest.mark.parametrize("ending", ["3", "0", "raise"])
+def test_a_forked_run_starts_as_a_fresh_process_would(tmp_path, monkeypatch, ending):
+    (tmp_path / "started.py").write_text(STARTED)
+    monkeypatch.setenv("ACCELIFY_UNSET", "1")
+    env = {**os.environ, "ACCELIFY_PROBE": "sent"}
+    del env["ACCELIFY_UNSET"]
+    command = [sys.executable, "started.py", ending]
+    forked = start(command, cwd=tmp_path, env=env)
+    assert isinstance(forked, ForkedRun), "not started from the fork server"
+    fresh = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert forked.communicate(timeout=120) == fresh.communicate(timeout=120)
+    assert forked.returncode == fresh.returncode == (1 if ending == "raise" else int(ending))
+
+
+@pytest.mark.parametrize(
+    ("source", "env", "forked"),
+    [
+        ('"""Doc."""\nimport os\nimport torch\n', {}, True),
+        ("import os\nos.environ['OMP_NUM_THREADS'] = '1'\nimport torch\n", {}, False),
+        ("import numpy\nimport torch\n", {}, False),
+        ("import torch\n", {"OMP_NUM_THREADS": "1"}, False),
+        ("import torch\n", {"ACCELIFY_USE_CPU": "true"}, True),
+        ("print('no torch')\n", {}, False),
+    ],
+    ids=[
+        "imports-first",
+        "sets-a-variable-first",
+        "other-package-first",
+        "torch-variable",
+        "per-test-variable",
+        "no-torch",
+    ],
+)
+def test_only_what_would_import_torch_first_in_the_same_environment_is_forked(
+    tmp_path, source, env, forked
+):
+    """A script that sets a variable torch reads as it starts, or imports a package that may,
+    before it imports torch, or an environment torch would start differently in, starts fresh:
+    torch in the fork server was imported before that and with its own environment."""
+    (tmp_path / "script.py").write_text(source)
+    environment = {**os.environ, **env}
+    assert _forkable([sys.executable, "script.py"], tmp_path, environment) is forked
+    # the launcher imports torch before it reads or sets anything: only the environment counts
+    launch = [sys.executable, "-m", "accelify", "launch", "script.py"]
+    assert _forkable(launch, tmp_path, environment) is ("OMP_NUM_THREADS" not in env)

@@ -1,0 +1,167 @@
+"""``python tests/fork_server.py SOCKET``: import torch once, then start each run a test asks for
+(`python -m accelify launch ...`, `python SCRIPT ...`) as a fork of this process, set up as if it
+had been started on its own, the way `accelify verify` forks its runs (accelify/verify/forks.py).
+
+Every launch's launcher and every script's run imports torch first (2 CPU-seconds a process, a
+third of a 2-rank launch): here it is imported once per test process. The tests' side
+(`conftest.start`) sends a run here only where that import is all that is shared: the launcher
+imports torch before it reads or sets anything torch reads, a script only when it imports torch
+before any statement of its own, and only with the environment this process imported torch with
+(variables that torch, Python or their libraries read as they start are the same). The ranks a
+launch starts are fresh processes, as always.
+
+Protocol, one Unix-socket connection per run: the test sends one JSON line (``argv``: what follows
+``python``; ``cwd``; ``env``) with its stdin, stdout and stderr attached (SCM_RIGHTS); this process
+forks, answers ``PID`` on a line, and ``CODE`` on another when the run has ended (as
+`subprocess.Popen.returncode`: -N for signal N). The run is a session of its own
+(``start_new_session``), in its folder, with exactly the environment sent, its own ``sys.argv``,
+``sys.path[0]``, ``__main__`` and exit: the interpreter's usual one (``atexit`` handlers, threads
+joined, its exit code; an uncaught exception goes through ``sys.excepthook``, exit 1).
+This process ends when its stdin closes (the test process ended).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import sys
+import types
+
+MAX_FDS = 3
+
+
+def main() -> None:
+    import torch  # noqa: F401  (the point: once, for every run)
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sys.argv[1])
+    listener.listen(64)
+    os.write(1, b"ready\n")
+    request = _serve(listener)  # returns only in a forked run
+    _run(request)
+
+
+def _serve(listener: socket.socket) -> dict:
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd is written
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(wake_read, selectors.EVENT_READ, "child")
+    selector.register(0, selectors.EVENT_READ, "stdin")
+    running: dict[int, socket.socket] = {}
+    while True:
+        for key, _ in selector.select():
+            if key.data == "stdin":
+                if not os.read(0, 4096):
+                    os._exit(0)  # the test process ended
+            elif key.data == "child":
+                os.read(wake_read, 4096)
+                _reap(running)
+            else:
+                connection, _ = listener.accept()
+                request, fds = _receive(connection)
+                if request is None:
+                    connection.close()
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    selector.close()
+                    for fd in (wake_read, wake_write):
+                        os.close(fd)
+                    for other in (listener, connection, *running.values()):
+                        other.close()
+                    request["fds"] = fds
+                    return request
+                for fd in fds:
+                    os.close(fd)
+                running[pid] = connection
+                _send(connection, f"{pid}\n")
+        _reap(running)  # a SIGCHLD that came between two selects
+
+
+def _receive(connection: socket.socket) -> tuple[dict | None, list[int]]:
+    data, fds, _, _ = socket.recv_fds(connection, 1 << 16, MAX_FDS)
+    while not data.endswith(b"\n"):
+        more = connection.recv(1 << 16)
+        if not more:
+            for fd in fds:
+                os.close(fd)
+            return None, []
+        data += more
+    return json.loads(data), list(fds)
+
+
+def _reap(running: dict[int, socket.socket]) -> None:
+    while running:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        connection = running.pop(pid, None)
+        if connection is not None:
+            _send(connection, f"{os.waitstatus_to_exitcode(status)}\n")
+            connection.close()
+
+
+def _send(connection: socket.socket, line: str) -> None:
+    with contextlib.suppress(OSError):  # the test stopped waiting (it failed or timed out)
+        connection.sendall(line.encode())
+
+
+def _run(request: dict) -> None:
+    """What starting ``python ARGV...`` in its own session would have given the run."""
+    os.setsid()
+    for target, fd in enumerate(request["fds"]):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    argv = request["argv"]
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's file first
+        sys.path[0] = os.getcwd()  # `python -m` puts its working directory first
+        _as_main(lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True))
+    else:
+        script = os.path.abspath(argv[0])  # `python SCRIPT`'s __file__ and tracebacks
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        with open(script, "rb") as source:
+            code = compile(source.read(), script, "exec", dont_inherit=True)
+        module = types.ModuleType("__main__")
+        module.__file__ = script
+        module.__builtins__ = builtins
+        sys.modules["__main__"] = module  # for the life of the process, as `python SCRIPT`
+        _as_main(lambda: exec(code, module.__dict__))
+
+
+def _as_main(run: types.FunctionType) -> None:
+    """An uncaught exception is reported from the script's own frames on (this module's are cut,
+    as the interpreter's would be none), then exits 1; SystemExit and KeyboardInterrupt leave
+    as they would leave a fresh interpreter."""
+    try:
+        run()
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as error:
+        traceback = error.__traceback__
+        while traceback is not None and traceback.tb_frame.f_code.co_filename == __file__:
+            traceback = traceback.tb_next
+        sys.excepthook(type(error), error.with_traceback(traceback), traceback)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
