@@ -71,7 +71,14 @@ PER_TEST_VARIABLES = (
     "TORCH_EXTENSIONS_DIR",
     "PYTEST_",
     "SLURM_",
+    # set in the test process by what it imports (torch._inductor.config, DeepSpeed), read
+    # lazily by what compiles or starts CUDA, never as torch starts; a fork gets them exactly
+    "TORCHINDUCTOR_CACHE_DIR",
+    "PYTORCH_NVML_BASED_CUDA_CHECK",
 )
+#: The environment the test process started with, before any test set a variable of its own
+#: (monkeypatch) or an import set one: the fork server's, whenever it is first asked for
+START_ENVIRONMENT = dict(os.environ)
 
 
 def start(
@@ -147,7 +154,7 @@ class ForkServer:
     (its stdin closes)."""
 
     def __init__(self) -> None:
-        self.environment = dict(os.environ)
+        self.environment = dict(START_ENVIRONMENT)
         self.folder = tempfile.mkdtemp(prefix="accelify-forks-")
         self.path = os.path.join(self.folder, "socket")
         self.process = subprocess.Popen(

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ForkedRun, _forkable, run_in_own_group, seconds_after_line, start
+from conftest import (
+    FRESH_PROCESSES,
+    START_ENVIRONMENT,
+    ForkedRun,
+    _forkable,
+    run_in_own_group,
+    seconds_after_line,
+    start,
+)
 
 #: Starts a child in a session of its own (as torch's elastic agent starts each rank), which
 #: inherits the pipes, writes its pid and sleeps; then sleeps itself.
@@ -53,16 +61,22 @@ def test_a_timed_out_run_fails_and_leaves_no_process_in_another_session(tmp_path
     """Both helpers at once (the test's time is one TIMEOUT); the run a fresh process, or a
     fork of the fork server (a script that imports torch first)."""
     if started == "forked":
+        if FRESH_PROCESSES:
+            pytest.skip("ACCELIFY_TEST_FRESH_PROCESSES=1 forks nothing")
         script = tmp_path / "parent.py"
         script.write_text(f"import torch  # noqa: F401\n{PARENT}")
-        assert _forkable([sys.executable, str(script)], tmp_path, dict(os.environ))
+        # the environment the test process started with: one an earlier test's imports
+        # changed in this process would start the run fresh
+        env = dict(START_ENVIRONMENT)
+        assert _forkable([sys.executable, str(script)], tmp_path, env)
         program = [str(script)]
     else:
+        env = dict(os.environ)
         program = ["-c", PARENT]
     helpers = {
-        "run_in_own_group": lambda command, cwd: run_in_own_group(command, cwd, TIMEOUT),
+        "run_in_own_group": lambda command, cwd: run_in_own_group(command, cwd, TIMEOUT, env),
         "seconds_after_line": lambda command, cwd: seconds_after_line(
-            command, "started", cwd, TIMEOUT, dict(os.environ)
+            command, "started", cwd, TIMEOUT, env
         ),
     }
     outcomes: dict[str, BaseException | None] = {}
@@ -132,12 +146,14 @@ sys.exit(int(sys.argv[1]))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks on Linux only")
+@pytest.mark.skipif(FRESH_PROCESSES, reason="ACCELIFY_TEST_FRESH_PROCESSES=1 forks nothing")
 @pytest.mark.parametrize("ending", ["3", "0", "raise"])
 def test_a_forked_run_starts_as_a_fresh_process_would(tmp_path, monkeypatch, ending):
     (tmp_path / "started.py").write_text(STARTED)
-    monkeypatch.setenv("ACCELIFY_UNSET", "1")
-    env = {**os.environ, "ACCELIFY_PROBE": "sent"}
-    del env["ACCELIFY_UNSET"]
+    monkeypatch.setenv("ACCELIFY_UNSET", "1")  # set here, not in the run's environment
+    # the test process's own environment as it started (a variable an import of an earlier
+    # test set in this process would make the run start fresh), with this test's variables
+    env = {**START_ENVIRONMENT, "ACCELIFY_PROBE": "sent"}
     command = [sys.executable, "started.py", ending]
     forked = start(command, cwd=tmp_path, env=env)
     assert isinstance(forked, ForkedRun), "not started from the fork server"
@@ -180,7 +196,7 @@ def test_only_what_would_import_torch_first_in_the_same_environment_is_forked(
     before it imports torch, or an environment torch would start differently in, starts fresh:
     torch in the fork server was imported before that and with its own environment."""
     (tmp_path / "script.py").write_text(source)
-    environment = {**os.environ, **env}
+    environment = {**START_ENVIRONMENT, **env}
     assert _forkable([sys.executable, "script.py"], tmp_path, environment) is forked
     # the launcher imports torch before it reads or sets anything: only the environment counts
     launch = [sys.executable, "-m", "accelify", "launch", "script.py"]
