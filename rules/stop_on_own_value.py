@@ -147,6 +147,10 @@ class StopOnOwnValue(Rule):
     (every rank sees the same batches) are left alone."""
 
     code = "ACC420"
+    # a decision made under a rank test on this rank's own value: ACC210 sees the rank test
+    # alone (its trigger would stop every rank on the main process's shard value); this
+    # finding's advice reduces the value as well
+    covers = ("ACC210",)
     name = "stop-on-own-value"
     message = (
         "Stop on every rank together: this test reads a value this rank computed from its own "

@@ -1061,18 +1061,31 @@ def test_a_stopper_called_on_the_main_process_alone_is_never_advised_a_reduce_be
     assert "before the call at line 31" not in found.message
 
 
+_MAIN_ONLY_COUNTER = _MAIN_ONLY_STOPPER.replace(
+    "    if accelerator.is_main_process:\n        stopper(val_loss / len(val_loader), model)\n"
+    "    if stopper.early_stop:\n",
+    "    if accelerator.is_main_process:\n        if val_loss < best:\n"
+    "            best, bad = val_loss, 0\n        else:\n            bad += 1\n"
+    "    if bad >= patience:\n",
+)
+
+
 def test_a_counter_stepped_on_the_main_process_alone_is_never_advised_a_reduce_under_the_guard():
-    code = _MAIN_ONLY_STOPPER.replace(
-        "    if accelerator.is_main_process:\n        stopper(val_loss / len(val_loader), model)\n"
-        "    if stopper.early_stop:\n",
-        "    if accelerator.is_main_process:\n        if val_loss < best:\n"
-        "            best, bad = val_loss, 0\n        else:\n            bad += 1\n"
-        "    if bad >= patience:\n",
-    )
-    found = the_finding(code, "ACC420", line=36)
+    found = the_finding(_MAIN_ONLY_COUNTER, "ACC420", line=36)
     assert "line 31 runs only under the rank test at line 30" in found.message
     assert "reduce the value on every rank before the rank test at line 30" in found.message
     assert "before the test at line 31" not in found.message
+
+
+def test_a_stop_decided_on_the_main_process_on_its_own_value_is_one_finding():
+    """One bug, one finding: the stop under the rank test on this rank's own value is ACC420's
+    (its advice reduces the value too); ACC210, which sees the rank test alone, reports it only
+    where ACC420 is not selected."""
+    for code, line in ((_MAIN_ONLY_STOPPER, 33), (_MAIN_ONLY_COUNTER, 36)):
+        both = lint_source(code.encode(), "example.py", Selection(select=["ACC210", "ACC420"]))
+        assert [(f.code, f.line) for f in both.findings] == [("ACC420", line)]
+        alone = lint(code, "ACC210").findings
+        assert [(f.code, f.line) for f in alone] == [("ACC210", line)]
 
 
 def test_a_decision_an_early_stopping_method_returns_is_followed_through_the_name_bound_to_it():

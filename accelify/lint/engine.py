@@ -172,6 +172,7 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
     lines = data.decode("utf-8", errors="replace").splitlines()
     single_device = _single_device_classes(script)
     found: list[Finding] = []
+    covered: set[tuple[int, str]] = set()
     for rule in all_rules():
         if not selection.enabled(rule.code, path):
             continue
@@ -181,6 +182,8 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
                 continue
             if not suppressed(lines, finding.line, finding.code):
                 found.append(finding)
+                covered.update((finding.line, code) for code in rule.covers)
+    found = [f for f in found if (f.line, f.code) not in covered]
     return sorted(found, key=lambda f: (f.line, f.column, f.code))
 
 

@@ -39,6 +39,10 @@ class Rule:
     #: Why the rule is left out of the default set, for a rule whose findings are not a hang, a
     #: crash, a lost or corrupted file or a silently wrong number; empty for the default set.
     opt_in: str = ""
+    #: Codes whose finding at the same line is the same bug, which this rule's finding reports
+    #: with advice that fixes all of it: where both are selected, only this rule's is reported
+    #: (one finding per bug and place).
+    covers: tuple[str, ...] = ()
 
     @property
     def default(self) -> bool:
