@@ -8,6 +8,7 @@ from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.lint.rule import (
     HEADER,
+    MULTI_BACKEND_TRAINER,
     PARITY_REFERENCE,
     Example,
     Finding,
@@ -68,29 +69,7 @@ class ManualAmp(Rule):
     )
     good = (
         PARITY_REFERENCE,
-        # a Pokemon offline-RL trainer set up for DDP, Accelerate or one GPU: the GradScaler,
-        # the plain backward and torch's clip belong to the arms that make no Accelerator
-        "import torch\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
-        + "    def setup(self):\n"
-        + "        if self.world_size > 1:\n            self._setup_ddp()\n"
-        + "        elif HAS_ACCELERATE:\n            self._setup_accelerate()\n"
-        + "        else:\n            self.scaler = torch.amp.GradScaler('cuda')\n\n"
-        + "    def _setup_ddp(self):\n"
-        + "        self.model = DDP(self.model.to(self.device))\n"
-        + "        self.scaler = torch.amp.GradScaler('cuda') if fp16 else None\n\n"
-        + "    def _setup_accelerate(self):\n"
-        + "        self.accelerator = Accelerator(mixed_precision='fp16')\n"
-        + "        self.model, self.optimizer = self.accelerator.prepare(\n"
-        + "            self.model, self.optimizer)\n\n"
-        + "    def step(self, loss):\n"
-        + "        if HAS_ACCELERATE and hasattr(self, 'accelerator'):\n"
-        + "            self.accelerator.backward(loss)\n"
-        + "            self.accelerator.clip_grad_norm_(self.model.parameters(), 1.0)\n"
-        + "        else:\n"
-        + "            self.scaler.scale(loss).backward()\n"
-        + "            self.scaler.unscale_(self.optimizer)\n"
-        + "            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n"
-        + "            self.scaler.step(self.optimizer)\n",
+        MULTI_BACKEND_TRAINER,
         HEADER + "with accelerator.autocast():\n    y = f(x)\n",
         HEADER
         + "import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n"

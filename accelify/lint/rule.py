@@ -372,3 +372,30 @@ WRITE_ATOMIC_PER_PROCESS = (
     + "    finally:\n        if temporary.exists():\n            temporary.unlink()\n\n\n"
     + "for image, path in images:\n    write_atomic(image, path)\n"
 )
+
+#: A good example of ACC301, ACC302 and ACC504: a Pokemon offline-RL trainer set up for DDP,
+#: Accelerate or one GPU; the GradScaler, the plain backward and torch's clip belong to the arms
+#: that make no Accelerator
+MULTI_BACKEND_TRAINER = (
+    "import torch\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
+    + "    def setup(self):\n"
+    + "        if self.world_size > 1:\n            self._setup_ddp()\n"
+    + "        elif HAS_ACCELERATE:\n            self._setup_accelerate()\n"
+    + "        else:\n            self.scaler = torch.amp.GradScaler('cuda')\n\n"
+    + "    def _setup_ddp(self):\n"
+    + "        self.model = DDP(self.model.to(self.device))\n"
+    + "        self.scaler = torch.amp.GradScaler('cuda') if fp16 else None\n\n"
+    + "    def _setup_accelerate(self):\n"
+    + "        self.accelerator = Accelerator(mixed_precision='fp16')\n"
+    + "        self.model, self.optimizer = self.accelerator.prepare(\n"
+    + "            self.model, self.optimizer)\n\n"
+    + "    def step(self, loss):\n"
+    + "        if HAS_ACCELERATE and hasattr(self, 'accelerator'):\n"
+    + "            self.accelerator.backward(loss)\n"
+    + "            self.accelerator.clip_grad_norm_(self.model.parameters(), 1.0)\n"
+    + "        else:\n"
+    + "            self.scaler.scale(loss).backward()\n"
+    + "            self.scaler.unscale_(self.optimizer)\n"
+    + "            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n"
+    + "            self.scaler.step(self.optimizer)\n"
+)
