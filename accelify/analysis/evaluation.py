@@ -1112,6 +1112,19 @@ def _stores_at(sink: cst.CSTNode, counted: set[str]) -> set[str]:
     return read & counted
 
 
+def _sums_added(found: Evaluation) -> Iterator[tuple[cst.CSTNode, cst.AugAssign]]:
+    """The evaluation's sinks that add to a plain name (``val_loss += ...``), with their
+    statements."""
+    for sink in found.sinks:
+        statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
+        if (
+            isinstance(statement, cst.AugAssign)
+            and isinstance(statement.operator, cst.AddAssign)
+            and isinstance(statement.target, cst.Name)
+        ):
+            yield sink, statement
+
+
 def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
     """``epoch_loss += loss`` where ``loss = criterion(output, trg)`` is one batch's mean, and
     nothing in the function ever divides ``epoch_loss`` (by ``len(loader)``, a counter): the
@@ -1123,14 +1136,7 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
     model = facts.model
     means = _batch_means(body)
     scope = model.scope_of(found.loop.node)
-    for sink in found.sinks:
-        statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
-        if not (
-            isinstance(statement, cst.AugAssign)
-            and isinstance(statement.operator, cst.AddAssign)
-            and isinstance(statement.target, cst.Name)
-        ):
-            continue
+    for sink, statement in _sums_added(found):
         read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
         # ``val_loss += criterion(output, target).item()``: the loss added as it is computed
         mean = sorted(read & means) or [
@@ -1311,14 +1317,7 @@ def _weighs_token_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts
     (exact only for a per-sample loss)."""
     model = facts.model
     means = _batch_means(body)
-    for sink in found.sinks:
-        statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
-        if not (
-            isinstance(statement, cst.AugAssign)
-            and isinstance(statement.operator, cst.AddAssign)
-            and isinstance(statement.target, cst.Name)
-        ):
-            continue
+    for sink, statement in _sums_added(found):
         mean = _weighted_mean(statement.value, means, model)
         tokens = _over_tokens(mean, body, facts) if mean is not None else None
         if tokens is None:
