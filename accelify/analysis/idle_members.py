@@ -28,7 +28,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, self_parameter, walk
+from accelify.analysis.syntax import dotted, holds_own, self_parameter, walk
 
 #: torch.nn layers without parameters of their own.
 _PARAMETERLESS = re.compile(
@@ -231,24 +231,11 @@ def _after_a_return(ancestor: cst.CSTNode, child: cst.CSTNode) -> bool:
     body = getattr(ancestor, "body", None)
     if not (isinstance(body, (list, tuple)) and child in body):
         return False
-    return any(_may_return(statement) for statement in body[: body.index(child)])
+    return any(holds_own(statement, cst.Return) for statement in body[: body.index(child)])
 
 
 def _is_training_flag(test: cst.BaseExpression) -> bool:
     return dotted(test) is not None and dotted(test).endswith(".training")  # type: ignore[union-attr]
-
-
-def _may_return(statement: cst.CSTNode) -> bool:
-    """A ``return`` in ``statement`` outside the functions and classes it defines."""
-    pending = [statement]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, cst.Return):
-            return True
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        pending.extend(node.children)
-    return False
 
 
 def without_gradients(model: ScriptModel, node: cst.CSTNode, function: cst.FunctionDef) -> bool:

@@ -380,10 +380,16 @@ def is_generator_function(function: cst.FunctionDef) -> bool:
     """A ``def`` whose own body yields (``def cycle(dl): while True: for b in dl: yield b``):
     calling it runs none of that body, it only makes the generator; a ``yield`` of a nested
     ``def``, ``lambda`` or ``class`` belongs to that one."""
-    stack: list[cst.CSTNode] = [function.body]
+    return holds_own(function.body, cst.Yield)
+
+
+def holds_own(node: cst.CSTNode, kind: type[cst.CSTNode]) -> bool:
+    """A ``kind`` node in ``node`` outside the functions, lambdas and classes it defines (a
+    ``yield`` or ``return`` of a nested ``def`` belongs to that one)."""
+    stack: list[cst.CSTNode] = [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, cst.Yield):
+        if isinstance(current, kind):
             return True
         if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             continue
