@@ -124,12 +124,7 @@ def _ema_made(
     if name is None or depth == 0:
         return None
     if name.startswith("self.") and name.count(".") == 1:
-        owner = script.index.enclosing_class(at)
-        values = [
-            assign.value
-            for assign in script.index.assignments_to(name)
-            if owner is not None and script.index.enclosing_class(assign) is owner
-        ]
+        values = [assign.value for assign in script.index.assignments_in_class(name, at)]
     elif isinstance(value, cst.Name):
         scope = script.scope_of(at)
         values = [

@@ -229,6 +229,14 @@ class Index:
         ...`` too), in source order; an assignment to several targets once."""
         return self._assignments_by_target.get(name, [])
 
+    def assignments_in_class(self, name: str, at: cst.CSTNode) -> list[Assignment]:
+        """The ``self.x = ...`` of ``name`` made in the class around ``at`` (its methods'
+        instance attribute); none where ``at`` is in no class."""
+        owner = self.enclosing_class(at)
+        if owner is None:
+            return []
+        return [a for a in self.assignments_to(name) if self.enclosing_class(a) is owner]
+
     @cached_property
     def _calls_by_name(self) -> dict[str, list[cst.Call]]:
         found: dict[str, list[cst.Call]] = {}

@@ -139,12 +139,7 @@ def _bound_value(
             if model.scope_of(node) is scope
         ]  # fmt: skip
     elif name.startswith("self.") and name.count(".") == 1:
-        owner = model.index.enclosing_class(at)
-        values = [
-            assign.value
-            for assign in model.index.assignments_to(name)
-            if owner is not None and model.index.enclosing_class(assign) is owner
-        ]
+        values = [assign.value for assign in model.index.assignments_in_class(name, at)]
     else:
         return None
     return values[0] if len(values) == 1 else None
