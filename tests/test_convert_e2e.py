@@ -34,21 +34,16 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def convert_to(script: Path, destination: Path, *args: str) -> Path:
-    result = run_accelify("convert", script, "-o", destination, "--quiet", *args)
-    assert_ok(result)
-    return destination
-
-
 class Runs:
-    """What several tests compare against, made once per script: the conversion through the
-    CLI (per target) and the original's run on one process, each in a folder of its own. A test
-    runs the conversion from a copy in its own folder."""
+    """What several tests compare against or read, made once per script: the conversion (per
+    target), the original's run on one process and the conversion's on 2 ranks, each run in a
+    folder of its own. A test runs the conversion otherwise from a copy in its own folder."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._conversions: dict[tuple[Path, str], str] = {}
         self._originals: dict[Path, subprocess.CompletedProcess[str]] = {}
+        self._launches: dict[Path, tuple[Path, subprocess.CompletedProcess[str]]] = {}
 
     def converted(self, script: Path, workdir: Path, target: str = "accelify") -> Path:
         """In process: the CLI's own writing is tested in test_convert_cli."""
@@ -70,6 +65,15 @@ class Runs:
             assert result.stdout.strip(), "the fixture prints nothing to compare"
             self._originals[script] = result
         return self._originals[script]
+
+    def launched(self, script: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        """The conversion's run on 2 ranks, and the folder it ran in (what it wrote is there)."""
+        if script not in self._launches:
+            folder = self.root / f"{script.stem}-two-ranks"
+            folder.mkdir()
+            result = launch(self.converted(script, folder), cwd=folder)
+            self._launches[script] = folder, result
+        return self._launches[script]
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +108,9 @@ def test_one_process_prints_exactly_what_the_original_prints(
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
-def test_two_ranks_run_print_once_and_evaluate_everything(script: Path, runs: Runs, workdir: Path):
+def test_two_ranks_run_print_once_and_evaluate_everything(script: Path, runs: Runs):
     single = runs.original(script)
-    result = launch(runs.converted(script, workdir), cwd=workdir)
+    _, result = runs.launched(script)
     assert_ok(result)
     assert eval_totals(result.stdout) == eval_totals(single.stdout)
     # Each rank trains on half the batches, so it logs at most as often as the single process;
@@ -115,17 +119,17 @@ def test_two_ranks_run_print_once_and_evaluate_everything(script: Path, runs: Ru
     assert all(two_ranks[shape] <= one[shape] for shape in two_ranks), (two_ranks, one)
 
 
-def test_checkpoints_are_written_once_and_load(workdir: Path):
-    script = FIXTURES / "scripts" / "checkpointing.py"
-    converted = convert_to(script, workdir / script.name)
-    assert_ok(launch(converted, "--out", "run", cwd=workdir))
+def test_checkpoints_are_written_once_and_load(runs: Runs):
+    """What the conversion's run on 2 ranks (the test above's) wrote."""
+    folder, result = runs.launched(FIXTURES / "scripts" / "checkpointing.py")
+    assert_ok(result)
     import torch
 
-    final = torch.load(workdir / "run_final.pt", weights_only=True)
+    final = torch.load(folder / "checkpoints_final.pt", weights_only=True)
     assert set(final) == {"weight", "bias"}  # unwrapped: no "module." prefix
-    epoch = torch.load(workdir / "run_epoch2.pt", weights_only=True)
+    epoch = torch.load(folder / "checkpoints_epoch2.pt", weights_only=True)
     assert epoch["epoch"] == 2 and set(epoch["model"]) == {"weight", "bias"}
-    assert not list(workdir.glob("*.tmp"))
+    assert not list(folder.glob("*.tmp"))
 
 
 @pytest.mark.skipif(
