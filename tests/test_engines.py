@@ -6,13 +6,15 @@ global batch, unclipped (with SGD and Adam, with and without accumulation), and 
 (with a limit that is not DeepSpeed's default). One launch per engine trains all of these in turn
 (the script's --runs), each with its own Accelerator. DeepSpeed JIT-builds its shared-memory comm op
 on first use; torch caches it in TORCH_EXTENSIONS_DIR (by default one folder per Python environment
-here: conftest.extensions_dir), so it is built once, by the first DeepSpeed launch of the first run.
+here: conftest.extensions_dir), so it is built once, before the first DeepSpeed launch of the first
+run (`deepspeed_op`), not inside it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from click.testing import CliRunner
 from accelify.cli import main
 from accelify.convert import convert_source
 from accelify.runtime.options import deepspeed as deepspeed_options
-from conftest import FIXTURES, assert_ok, launch, run_accelify
+from conftest import FIXTURES, assert_ok, extensions_dir, launch, run_accelify, run_in_own_group
 
 # One pytest-xdist worker runs this module: its tests share module fixtures
 # (each engine's launch, made once).
@@ -42,6 +44,40 @@ FSDP = ("--backend", "fsdp", "--fsdp-auto-wrap", "Block")
 FSDP_BY_SIZE = ("--backend", "fsdp", "--fsdp-min-num-params", "1000", "--fsdp-keep-after-forward")
 ACCUMULATE = ("--accumulate", "2")
 ZERO = {stage: ("--backend", "deepspeed", "--zero-stage", str(stage)) for stage in (1, 2, 3)}
+
+
+#: What building DeepSpeed's CPU shared-memory op may take: 78 CPU-seconds alone, many minutes
+#: on a machine loaded many times over
+BUILD_TIMEOUT = 1800
+
+
+@pytest.fixture(scope="module")
+def deepspeed_op() -> None:
+    """DeepSpeed's CPU comm op, JIT-built once before the first DeepSpeed launch. Built inside a
+    launch, it counted against the launch's timeout: on a loaded machine the first launch timed
+    out mid-build, and the kill left torch's build lock file behind, for which every later
+    DeepSpeed launch waited until its own timeout (each failed after 240 s). Here the build has
+    a timeout of its own; the launches find the op built."""
+    code = (
+        "from deepspeed.accelerator import get_accelerator\n"
+        "get_accelerator().create_op_builder('ShareMemCommBuilder').load()\n"
+    )
+    folder = os.environ.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir())
+    environment = {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": folder}
+    command = [sys.executable, "-c", code]
+    result = run_in_own_group(command, cwd=None, timeout=BUILD_TIMEOUT, env=environment)
+    assert result.returncode == 0, (
+        f"building DeepSpeed's op failed (a lock file under {folder} that no build holds is "
+        f"left by a killed one: remove it)\n{result.stdout}\n{result.stderr}"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _deepspeed_op_before_a_deepspeed_launch(request: pytest.FixtureRequest) -> None:
+    """`deepspeed_op` for each test whose ``flags`` launch DeepSpeed."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "deepspeed" in callspec.params.get("flags", ()):
+        request.getfixturevalue("deepspeed_op")
 
 
 def train(
