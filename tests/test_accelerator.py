@@ -421,3 +421,10 @@ def test_save_on_each_node_writes_on_the_local_main_process(tmp_path, monkeypatc
     monkeypatch.setattr(type(accelerator), "is_local_main_process", property(lambda self: False))
     accelerator.save({"w": torch.ones(1)}, tmp_path / "other.pt")
     assert not (tmp_path / "other.pt").exists()
+
+
+def test_reduce_applies_no_scale_as_hf_does_off_xla():
+    """HF Accelerate multiplies by ``scale`` on XLA only: on GPUs and CPUs the value comes back
+    unscaled, and a script must print the same number on either runtime."""
+    accelerator = Accelerator()
+    assert accelerator.reduce(torch.tensor([2.0]), "sum", scale=0.5).tolist() == [2.0]
