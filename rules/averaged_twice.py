@@ -5,7 +5,6 @@ import libcst as cst
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.process_count import averaged_over_ranks, process_count
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 
@@ -74,7 +73,7 @@ class AveragedTwice(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        for node in walk(script.module):
+        for node in script.index.of_type((cst.BinaryOperation, cst.AugAssign)):
             if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
                 if process_count(script, node.right, node) and averaged_over_ranks(
                     script, node.left, node

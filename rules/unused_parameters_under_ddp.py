@@ -68,8 +68,9 @@ class UnusedParametersUnderDdp(Rule):
     ``torch.no_grad()``), or one it reaches only under a branch that a training call of the
     model skips (``model(x)`` where ``forward(self, x, with_aux=False)`` calls ``self.aux``
     under ``if with_aux:``), or an output a training step drops (``validity, _ =
-    discriminator(x)``) that layers no kept output needs compute. DDP expects a gradient for every parameter that requires one;
-    without ``find_unused_parameters=True`` the second step stops on every rank with
+    discriminator(x)``) that layers no kept output needs compute. DDP expects a gradient for
+    every parameter that requires one; without ``find_unused_parameters=True`` the second
+    step stops on every rank with
     "Expected to have finished reduction in the prior iteration before starting a new one"
     (one process, with no DDP, runs). Reported at the ``prepare`` call, naming the layer and
     the line; not where the file sets ``find_unused_parameters`` (a
@@ -212,13 +213,13 @@ def _creates_accelerator(script: ScriptModel) -> bool:
 
 
 def _expects_unused_parameters(script: ScriptModel) -> bool:
-    """``find_unused_parameters=...`` anywhere in the file (a handler, a config value)."""
+    """``find_unused_parameters=...`` in any call of the file (a handler, a config)."""
     return any(
-        isinstance(node, cst.Arg)
-        and node.keyword is not None
-        and node.keyword.value == "find_unused_parameters"
-        and not (isinstance(node.value, cst.Name) and node.value.value == "False")
-        for node in walk(script.module)
+        argument.keyword is not None
+        and argument.keyword.value == "find_unused_parameters"
+        and not (isinstance(argument.value, cst.Name) and argument.value.value == "False")
+        for call in script.calls
+        for argument in call.args
     )
 
 
