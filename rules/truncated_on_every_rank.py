@@ -28,14 +28,14 @@ class TruncatedOnEveryRank(Rule):
     ``json.dump``, ``f.write``) in the block, or ``accelerator.save(state, f)``, which writes on
     the main process alone; also a bare ``f = open(path, "w")`` whose writes after it (up to
     ``f.close()``) are the main process's, and a handle handed to a helper of the file that
-    writes under the test (``write_rows(f, rows)``). Opening with ``"w"`` empties the file,
-    so every other rank's open truncates it too; a rank that opens it after the main process has written (or while it
-    writes) leaves an empty or torn checkpoint, and which one wins changes from run to run. The
-    open has to run where the write does: the ``with`` under the main-process test, or the path
-    handed to ``accelerator.save`` (it opens the file on the main process only); for a bare
-    open, ``os.devnull`` on the other ranks (``open(path if accelerator.is_main_process else
-    os.devnull, "w")``), which leaves its writes, its close and the code between them as they
-    are.
+    writes under the test (``write_rows(f, rows)``). Opening with ``"w"`` empties the file, so
+    every other rank's open truncates it too; a rank that opens it after the main process has
+    written (or while it writes) leaves an empty or torn checkpoint, and which one wins changes
+    from run to run. The open has to run where the write does: the ``with`` under the
+    main-process test, or the path handed to ``accelerator.save`` (it opens the file on the main
+    process only); for a bare open, ``os.devnull`` on the other ranks (``open(path if
+    accelerator.is_main_process else os.devnull, "w")``), which leaves its writes, its close and
+    the code between them as they are.
 
     A path made per process (a rank in its name, a temporary directory), a file opened on some
     ranks only, ``open(os.devnull, "w")``, a block whose writes every rank makes (that is

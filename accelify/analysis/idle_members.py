@@ -391,7 +391,9 @@ def members_behind_outputs(
     reached = [members(e.value, set()) for e in elements]
     if any(found & set(methods) for found in reached):
         return None  # through a method of the class: its members are not followed here
-    return [(frozenset(found & parameters), e.value) for found, e in zip(reached, elements, strict=True)]
+    return [
+        (frozenset(found & parameters), e.value) for found, e in zip(reached, elements, strict=True)
+    ]
 
 
 def _target_names(target: cst.BaseExpression) -> list[str]:
