@@ -162,6 +162,12 @@ class UnusedParametersUnderDdp(Rule):
         # the head is frozen: DDP leaves its parameters out
         _TWO_HEADS.replace("model = Net()\n", "model = Net()\nmodel.aux.requires_grad_(False)\n")
         + "    accelerator.backward(loss_fn(model(x), y))\n",
+        # the call that skips it runs under no_grad: no gradient is expected there
+        _TWO_HEADS
+        + "    out, aux = model(x, with_aux=True)\n"
+        + "    accelerator.backward(loss_fn(out, y) + aux.mean())\n"
+        + "    with torch.no_grad():\n"
+        + "        features = model(x)\n",
         # decided at run time: not known to be skipped
         _TWO_HEADS + "    accelerator.backward(loss_fn(model(x, with_aux=args.aux)[0], y))\n",
         # only ``if self.training:`` around it: every training step uses it
@@ -316,7 +322,8 @@ def _dropped_outputs(
 
 
 def _training_calls(script: ScriptModel, names: set[str]) -> Iterator[cst.Call]:
-    """Calls of the model ``names`` in a function (or module) that runs a backward."""
+    """Calls of the model ``names`` in a function (or module) that runs a backward, outside
+    ``no_grad`` (where DDP expects no gradient: a feature extraction beside the training)."""
     facts = facts_of(script)
     backward_scopes = {
         id(script.scope_of(c))
@@ -325,6 +332,8 @@ def _training_calls(script: ScriptModel, names: set[str]) -> Iterator[cst.Call]:
     }  # ``loss.backward()`` and ``accelerator.backward(loss)``
     for call in script.calls:
         if dotted(call.func) not in names or id(script.scope_of(call)) not in backward_scopes:
+            continue
+        if any(script.disables_grad(a) for a in script.ancestors(call)):
             continue
         if facts.flow.is_forward(call):
             yield call
