@@ -168,6 +168,11 @@ class UnusedParametersUnderDdp(Rule):
         + "    accelerator.backward(loss_fn(out, y) + aux.mean())\n"
         + "    with torch.no_grad():\n"
         + "        features = model(x)\n",
+        # the idle layer runs outside the forward, through the unwrapped model
+        _TWO_HEADS
+        + "    h = model(x)\n"
+        + "    aux = accelerator.unwrap_model(model).aux(h)\n"
+        + "    accelerator.backward(loss_fn(h, y) + aux.mean())\n",
         # decided at run time: not known to be skipped
         _TWO_HEADS + "    accelerator.backward(loss_fn(model(x, with_aux=args.aux)[0], y))\n",
         # only ``if self.training:`` around it: every training step uses it
@@ -257,7 +262,7 @@ def _classes_of(
 def _why_idle(script: ScriptModel, made_by: str, names: set[str]) -> str | None:
     """Why an instance of ``made_by``, prepared under ``names``, leaves parameters without
     gradients in a training step."""
-    frozen = _frozen_members(script, names)
+    frozen = _frozen_members(script, names) | _reached_from_outside(script)
     idle = [(m, node) for m, node in idle_members(script, made_by) if m not in frozen]
     if idle:
         members = ", ".join(f"self.{m} (line {script.line(node)})" for m, node in idle)
@@ -337,6 +342,17 @@ def _training_calls(script: ScriptModel, names: set[str]) -> Iterator[cst.Call]:
             continue
         if facts.flow.is_forward(call):
             yield call
+
+
+def _reached_from_outside(script: ScriptModel) -> set[str]:
+    """Members read through something other than ``self`` (``model.classifier(h)``,
+    ``accelerator.unwrap_model(model).head(h)``): a layer the step runs outside the forward gets
+    its gradient there, and DDP's hooks see it."""
+    return {
+        node.attr.value
+        for node in script.index.of_type(cst.Attribute)
+        if isinstance(node, cst.Attribute) and dotted(node.value) != "self"
+    }
 
 
 def _frozen_members(script: ScriptModel, names: set[str]) -> set[str]:
