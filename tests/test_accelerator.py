@@ -390,3 +390,41 @@ def test_checkpoints_written_by_accelify_0_1_still_load(tmp_path):
     accelerator.load_state(folder)
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
     assert torch.equal(torch.rand(3), expected)  # the RNG went back to the saved state
+
+
+def test_save_takes_a_file_object_as_hf_does(tmp_path):
+    """HF's ``save`` hands ``f`` to ``torch.save``, which writes to an open file: scripts that
+    pass one (``with open(path, "wb") as f: accelerator.save(state, f)``) must not break."""
+    import io
+
+    from safetensors.torch import load as safetensors_load
+
+    accelerator = Accelerator()
+    target = tmp_path / "weights.pt"
+    with open(target, "wb") as handle:
+        accelerator.save({"w": torch.ones(2)}, handle)
+    assert torch.load(target, weights_only=True)["w"].tolist() == [1.0, 1.0]
+    buffer = io.BytesIO()
+    accelerator.save({"w": torch.zeros(3)}, buffer, safe_serialization=True)
+    assert safetensors_load(buffer.getvalue())["w"].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_save_on_each_node_writes_on_the_local_main_process(tmp_path, monkeypatch):
+    """With ``save_on_each_node`` HF writes on every node's local main process, not on the
+    global main process alone (a node without the file cannot load it)."""
+    from accelify.runtime.project import ProjectConfiguration
+
+    accelerator = Accelerator(project_config=ProjectConfiguration(save_on_each_node=True))
+    monkeypatch.setattr(type(accelerator), "is_main_process", property(lambda self: False))
+    accelerator.save({"w": torch.ones(1)}, tmp_path / "node.pt")
+    assert (tmp_path / "node.pt").exists()
+    monkeypatch.setattr(type(accelerator), "is_local_main_process", property(lambda self: False))
+    accelerator.save({"w": torch.ones(1)}, tmp_path / "other.pt")
+    assert not (tmp_path / "other.pt").exists()
+
+
+def test_reduce_applies_no_scale_as_hf_does_off_xla():
+    """HF Accelerate multiplies by ``scale`` on XLA only: on GPUs and CPUs the value comes back
+    unscaled, and a script must print the same number on either runtime."""
+    accelerator = Accelerator()
+    assert accelerator.reduce(torch.tensor([2.0]), "sum", scale=0.5).tolist() == [2.0]

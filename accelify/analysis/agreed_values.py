@@ -22,6 +22,16 @@ from accelify.analysis.syntax import dotted, unpacked_names, walk
 #: Builtins whose result is the same wherever their arguments are.
 _PURE_BUILTINS = {"float", "int", "round", "abs", "max", "min", "bool", "str"}
 
+#: Tensor methods whose result is the same wherever the tensor and the arguments are.
+_PURE_METHODS = {
+    "mean", "sum", "float", "double", "numpy", "detach", "exp", "sqrt", "argmax", "std",
+}  # fmt: skip
+#: Modules of pure math: a function of theirs gives the same result of the same arguments.
+_PURE_MODULES = (
+    "torch.mean", "torch.exp", "torch.sum", "torch.cat", "torch.stack", "math.", "numpy.mean",
+    "statistics.",
+)  # fmt: skip
+
 #: Helpers followed into helpers: an evaluation that calls a function that returns a metric.
 _MAX_DEPTH = 3
 
@@ -132,6 +142,10 @@ class AgreedValues:
             return arguments
         if isinstance(func, cst.Attribute) and func.attr.value in ("item", "tolist", "cpu"):
             return not call.args and self._agreed(func.value, function, agreed, depth)
+        if any(name.startswith(_PURE_MODULES) for name in self.model.call_names(call)):
+            return arguments and bool(call.args)  # ``torch.mean(losses)``, ``math.exp(loss)``
+        if isinstance(func, cst.Attribute) and func.attr.value in _PURE_METHODS:
+            return arguments and self._agreed(func.value, function, agreed, depth)
         targets = self.facts.calls.targets(call)
         return len(targets) == 1 and depth < _MAX_DEPTH and self.returns_agreed(targets[0], depth)
 
@@ -148,3 +162,26 @@ class AgreedValues:
                 for r in returns
             )
         return self._returns[key]
+
+
+#: Text serializers: the same value gives the same bytes on every rank.
+_DUMPERS = {"json.dump", "yaml.dump", "yaml.safe_dump"}
+_TO_TEXT = {"json.dumps", "yaml.dump", "yaml.safe_dump"}
+
+
+def dumps_agreed(agreed: AgreedValues, call: cst.Call) -> bool:
+    """``json.dump(metrics, f)`` (``yaml.dump``, ``f.write(json.dumps(metrics))``) of values
+    every rank holds alike: every rank writes the same bytes into the file."""
+    names = agreed.model.call_names(call)
+    if names & _DUMPERS and call.args:
+        return agreed.test_agreed(call.args[0].value, call)
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "write" and len(call.args) == 1:
+        text = call.args[0].value
+        return (
+            isinstance(text, cst.Call)
+            and bool(agreed.model.call_names(text) & _TO_TEXT)
+            and bool(text.args)
+            and agreed.test_agreed(text.args[0].value, call)
+        )
+    return False

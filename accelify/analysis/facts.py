@@ -7,6 +7,7 @@ kept."""
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -45,6 +46,9 @@ from accelify.analysis.step_driven_loops import step_driven_loops
 from accelify.analysis.syntax import dotted
 from accelify.analysis.writing_helpers import writing_helpers
 
+if TYPE_CHECKING:
+    from accelify.analysis.agreed_values import AgreedValues
+
 
 class Facts:
     def __init__(self, model: ScriptModel) -> None:
@@ -54,6 +58,14 @@ class Facts:
         self.ranks = RankDependence(model, self.placement)
         self.calls = model.call_graph
         self.shared_files = SharedFiles(model, self.placement, self.flow, self.ranks)
+
+    @cached_property
+    def agreed(self) -> AgreedValues:
+        """Values every rank holds alike: those folded from evaluations the script gathers
+        itself, and what is computed from them (`agreed_values`)."""
+        from accelify.analysis.agreed_values import AgreedValues
+
+        return AgreedValues(self, lambda e: e.already_gathered and not e.syncs_itself)
 
     @cached_property
     def shared_loop_evaluations(self) -> dict[str, SharedLoopEvaluation]:

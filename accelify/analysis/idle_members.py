@@ -311,3 +311,94 @@ def _turns_off(arguments: Sequence[cst.Arg]) -> bool:
 
 def _is_false(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.Name) and value.value == "False"
+
+
+def skipping_test(
+    model: ScriptModel, node: cst.CSTNode, function: cst.FunctionDef
+) -> tuple[cst.BaseExpression, bool] | None:
+    """The one test of ``function`` that decides whether ``node`` runs, and the truth ``node``
+    needs of it: an ``if`` around it (true for its body, false for its ``else``), or an
+    ``if <test>: return`` before it (false). None where no test, several, or another construct
+    (a conditional expression, ``and``/``or``) decides: whether a call reaches ``node`` is then
+    more than one test's value at the call site."""
+    found: list[tuple[cst.BaseExpression, bool]] = []
+    child = node
+    for ancestor in model.ancestors(node):
+        if ancestor is function:
+            return found[0] if len(found) == 1 else None
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            if not (child is ancestor.body and _is_training_flag(ancestor.test)):
+                found.append((ancestor.test, child is ancestor.body))
+        elif isinstance(ancestor, (cst.IfExp, cst.BooleanOperation)) and _branches(ancestor, child):
+            return None
+        body = getattr(ancestor, "body", None)
+        if isinstance(body, (list, tuple)) and child in body:
+            for statement in body[: body.index(child)]:
+                if not holds_own(statement, cst.Return):
+                    continue
+                if not (
+                    isinstance(statement, cst.If)
+                    and statement.orelse is None
+                    and not holds_own(statement.test, cst.Return)
+                ):
+                    return None
+                found.append((statement.test, False))
+        child = ancestor
+    return None
+
+
+def members_behind_outputs(
+    model: ScriptModel, class_name: str
+) -> list[tuple[frozenset[str], cst.CSTNode]] | None:
+    """For a forward that returns one tuple (``return validity, label``), the parameter members
+    each element is computed with, followed through the forward's own local names (``label =
+    self.aux_layer(out)``, ``out = self.conv(img)``); None for any other forward. A caller
+    that drops an element (``validity, _ = discriminator(x)``) leaves the members only that
+    element needed without a gradient in its step."""
+    methods = class_methods(model, class_name)
+    init, forward = methods.get("__init__"), methods.get("forward")
+    if init is None or forward is None:
+        return None
+    returns = [n for n in walk(forward.body) if isinstance(n, cst.Return)]
+    if len(returns) != 1 or not isinstance(returns[0].value, cst.Tuple):
+        return None
+    elements = returns[0].value.elements
+    if any(isinstance(e, cst.StarredElement) for e in elements):
+        return None
+    parameters = set(_parameter_members(model, init))
+    me = self_parameter(forward)
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    for node in walk(forward.body):
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and node.value is not None:
+            targets = (
+                [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            )
+            for target in targets:
+                for name in _target_names(target):
+                    assigned.setdefault(name, []).append(node.value)
+
+    def members(expression: cst.CSTNode, seen: set[str]) -> set[str]:
+        found: set[str] = set()
+        for node in walk(expression):
+            if isinstance(node, cst.Attribute) and dotted(node.value) == me:
+                found.add(node.attr.value)
+            elif isinstance(node, cst.Name) and node.value in assigned and node.value not in seen:
+                seen.add(node.value)
+                for value in assigned[node.value]:
+                    found |= members(value, seen)
+        return found
+
+    reached = [members(e.value, set()) for e in elements]
+    if any(found & set(methods) for found in reached):
+        return None  # through a method of the class: its members are not followed here
+    return [
+        (frozenset(found & parameters), e.value) for found, e in zip(reached, elements, strict=True)
+    ]
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    return []
