@@ -115,4 +115,6 @@ class PreparedOptimizer(torch.optim.Optimizer):
         self.__dict__.update(state)
 
     def __repr__(self) -> str:
-        return f"PreparedOptimizer({self.optimizer!r})"
+        # the wrapped optimizer's: a script that prints its optimizer (``print(f"Using optim:
+        # {optimizer}")``) prints on N processes what it printed on one
+        return repr(self.optimizer)

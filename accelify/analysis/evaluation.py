@@ -800,12 +800,13 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
         uses = later.get(name, [])
         if not uses:
             continue
-        if name not in fed:
-            found.gathered.append(name)
-            continue
-        # Fed to the model and read again: only the fields read (``batch["labels"]``) when
-        # that is all, else the whole input (``data`` compared with its reconstruction).
-        fields = _fields_only(uses, model, allow_index=name in _whole_batches(found.loop))
+        # Only the fields read (``batch["labels"]``, ``batch.label``) when that is all, else
+        # the whole value (``data`` compared with its reconstruction). A batch read only
+        # through its attributes may be no container gather knows (a torchtext ``Batch``, a
+        # ``SimpleNamespace`` from a collate_fn): gathered whole, it comes back as a list of
+        # each rank's objects; its fields are tensors.
+        index = name in fed and name in _whole_batches(found.loop)
+        fields = _fields_only(uses, model, allow_index=index)
         if fields is None:
             found.gathered.append(name)
         else:

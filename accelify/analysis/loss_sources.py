@@ -201,7 +201,9 @@ def made_for(script: ScriptModel, name: str, at: cst.CSTNode) -> cst.CSTNode | N
 
 def runs_before(script: ScriptModel, binding: cst.CSTNode, at: cst.CSTNode) -> bool:
     """``binding`` (above ``at`` in the same function) runs whenever ``at`` does: every block
-    that holds it (a branch, a loop, a ``with``) also holds ``at``."""
+    that holds it (a branch, a loop, a ``with``) also holds ``at``. A ``try`` body is such a
+    block: its handlers and ``finally`` run when the body stopped early, maybe before the
+    binding (``except KeyboardInterrupt:`` around a loop that makes the trainer)."""
     around = {id(ancestor) for ancestor in script.ancestors(at)}
     scope = facts_of(script).placement.enclosing_function(at)
     for ancestor in script.ancestors(binding):
@@ -209,4 +211,18 @@ def runs_before(script: ScriptModel, binding: cst.CSTNode, at: cst.CSTNode) -> b
             break
         if isinstance(ancestor, cst.BaseCompoundStatement) and id(ancestor) not in around:
             return False
+        if isinstance(ancestor, cst.Try) and not _after_the_body(script, ancestor, binding, at):
+            return False
     return True
+
+
+def _after_the_body(
+    script: ScriptModel, statement: cst.Try, binding: cst.CSTNode, at: cst.CSTNode
+) -> bool:
+    """A binding in the ``try`` body runs before ``at`` only when ``at`` is in that body or
+    its ``else`` (where the body ran to ``at`` or to its end), never in a handler or the
+    ``finally``, which run when the body stopped early."""
+    if not any(ancestor is statement.body for ancestor in script.ancestors(binding)):
+        return True
+    blocks = [statement.body] + ([statement.orelse] if statement.orelse is not None else [])
+    return any(ancestor is block for ancestor in script.ancestors(at) for block in blocks)

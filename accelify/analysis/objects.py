@@ -811,7 +811,26 @@ def _value_kind(
         }
         if kinds == {Kind.DATALOADER}:
             return Kind.DATALOADER
-    return classify(value, "")
+    kind = classify(value, "")
+    if kind is None and isinstance(value, cst.Call):
+        # ``return make(train_set, True), make(val_set, False)`` with ``make = lambda ds,
+        # shuffle: DataLoader(ds, ...)`` (or a function of the file): what that call makes
+        kind = _made_by_a_call(model, value, classify)
+    return kind
+
+
+def _made_by_a_call(model: ScriptModel, call: cst.Call, classify: Classify) -> Kind | None:
+    """`_made_by_factory`, followed once per function: two factories returning each other's
+    calls stop instead of recursing forever."""
+    target = callee(model, call)
+    key = id(target[0]) if target is not None else id(call.func)
+    if key in _FOLLOWING:
+        return None
+    _FOLLOWING.add(key)
+    try:
+        return _made_by_factory(model, call, classify)
+    finally:
+        _FOLLOWING.discard(key)
 
 
 def _bind(

@@ -16,6 +16,7 @@ is replaced by its value (``path = os.path.join(out, "best.pt")``).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -717,7 +718,12 @@ class SharedFiles:
         if depth > _MAX_DEPTH:
             return spellings
         if not isinstance(path, (cst.Name, cst.Attribute)):
-            spellings.add(self.model.module.code_for_node(self._substituted(path, depth)).strip())
+            substituted = self._substituted(path, depth)
+            spellings.add(self.model.module.code_for_node(substituted).strip())
+            for spelled in (path, substituted):
+                constant = self._constant_path(spelled)
+                if constant is not None:
+                    spellings.add(constant)
             template = _template(path)
             if template is not None:
                 spellings.add(template)
@@ -748,6 +754,36 @@ class SharedFiles:
             for value in values:
                 spellings |= self._spellings(value, depth + 1)
         return spellings
+
+    def _constant_path(self, path: cst.BaseExpression) -> str | None:
+        """The file a path made of constants only names, normalised: ``'best' + '_LSTM.pt'``
+        saved in a helper and ``os.path.join('./', "best_LSTM.pt")`` loaded by the caller are
+        ``path:best_LSTM.pt`` both. None when any part of it is not a constant string."""
+        text = self._constant_text(path)
+        return None if not text else f"path:{os.path.normpath(text)}"
+
+    def _constant_text(self, node: cst.BaseExpression) -> str | None:
+        if isinstance(node, cst.SimpleString):
+            value = node.evaluated_value
+            return value if isinstance(value, str) else None
+        if isinstance(node, cst.ConcatenatedString):
+            left, right = self._constant_text(node.left), self._constant_text(node.right)
+            return None if left is None or right is None else left + right
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            left, right = self._constant_text(node.left), self._constant_text(node.right)
+            return None if left is None or right is None else left + right
+        if isinstance(node, cst.FormattedString):
+            if any(not isinstance(p, cst.FormattedStringText) for p in node.parts):
+                return None
+            return "".join(p.value for p in node.parts)  # type: ignore[union-attr]
+        if isinstance(node, cst.Call) and _JOIN in self.model.call_names(node):
+            if not node.args or any(a.keyword is not None or a.star for a in node.args):
+                return None
+            parts = [self._constant_text(a.value) for a in node.args]
+            if any(part is None for part in parts):
+                return None
+            return os.path.join(*parts)  # type: ignore[arg-type]
+        return None
 
     def _substituted(self, path: cst.BaseExpression, depth: int) -> cst.BaseExpression:
         """``path`` with each plain name in it (not an attribute's object, not a called

@@ -15,6 +15,7 @@ from accelify.analysis.agreed_values import AgreedValues
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.flow import SchedulerStep
+from accelify.analysis.loss_sources import runs_before
 from accelify.analysis.objects import bound_arguments, returned_local
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import all_params, assigned_targets, dotted, self_parameter, walk
@@ -324,6 +325,7 @@ class Context:
             if (
                 self.model.scope_of(assign) is scope
                 and self.line(assign) < self.line(node)
+                and runs_before(self.model, assign, node)
                 and isinstance(value, cst.Call)
                 and dotted(value.func) == owner.name.value
                 and len(assigned_targets(assign)) == 1

@@ -19,11 +19,13 @@ from accelify.analysis.device_moves import (
     saved_whole,
     strip_moves,
 )
+from accelify.analysis.loss_sources import made_for
 from accelify.analysis.script_model import Binding, Kind, number_read
 from accelify.analysis.side_effects import calls_for_effect
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
+from accelify.edits.kinds import InsertAfter
 from accelify.edits.node_rewrites import Swap
 from accelify.edits.plan import statement
 
@@ -70,6 +72,7 @@ def run_model_moves(ctx: Context) -> None:
             and dotted(target)
             in (model_names | ctx.facts.flow.param_names(Kind.MODEL)) - ctx.frozen
             and not never_prepared(ctx, dotted(target) or "", ctx.model.scope_of(line_statement))
+            and not made_after_prepare(ctx, dotted(target) or "", line_statement)
         ):
             handed = handed_on_before_prepare(ctx, dotted(target) or "", line_statement)
             if handed is not None:
@@ -115,6 +118,15 @@ def _review_move_chosen_by_flags(
         f"{name} runs on the GPU and what is moved only under this test stays on the CPU; "
         "for a CPU run, launch with `accelify launch --cpu` or pass Accelerator(cpu=...)",
     )
+
+
+def made_after_prepare(ctx: Context, name: str, at: cst.CSTNode) -> bool:
+    """``name`` holds, at ``at``, a model made after the prepare call (``net = ShallowNet(64)``
+    to reload the saved weights for a last test, under the name the trained model had): no
+    prepare call sees that object, so its device move (``net.to(device)``) is what puts it
+    beside the batches of the prepared loaders, and it stays."""
+    made = made_for(ctx.model, name, at)
+    return made is not None and ctx.prepare_anchor is not None and ctx.after_prepare(made, name)
 
 
 def never_prepared(ctx: Context, name: str, scope: cst.CSTNode | None) -> bool:
@@ -496,6 +508,17 @@ def _helper_with_effects(ctx: Context, value: cst.BaseExpression) -> bool:
     )
 
 
+def _set_after(ctx: Context, binding: Binding, device: str, why: str) -> None:
+    """``name = accelerator.device`` right after the binding's statement, noted only when it
+    is made: outside the class that owns ``self.accelerator`` the insert is refused, and the
+    summary must not claim it (the review line `Context.need` writes says why)."""
+    ctx.plan.add(
+        InsertAfter(binding.statement, statement(f"{binding.name} = {device}")),
+        line=binding.line,
+        text=f"{binding.name} = {device} {why}",
+    )
+
+
 def run_devices(ctx: Context) -> None:
     for binding in ctx.model.of_kind(Kind.DEVICE):
         # a string the script reads as one stays one
@@ -504,15 +527,11 @@ def run_devices(ctx: Context) -> None:
         if _unpacked(binding):
             # ``device, device_ids = prepare_device(n_gpu)``: the call stays (it also makes the
             # rest of the tuple), the device is this rank's after it
-            ctx.plan.insert_after(binding.statement, statement(f"{binding.name} = {device}"))
-            ctx.plan.change(binding.line, f"{binding.name} = {device} after it is unpacked")
+            _set_after(ctx, binding, device, "after it is unpacked")
         elif _helper_with_effects(ctx, binding.value):
             # ``self.device = get_device()`` whose helper logs the device it picks: the call
             # stays, so what it prints is printed, and the device is this rank's after it
-            ctx.plan.insert_after(binding.statement, statement(f"{binding.name} = {device}"))
-            ctx.plan.change(
-                binding.line, f"{binding.name} = {device} after the call (it also prints or logs)"
-            )
+            _set_after(ctx, binding, device, "after the call (it also prints or logs)")
         else:
             # Outside the class that holds ``self.accelerator`` (``device = torch.device(...)``
             # in main, which moves the model before handing it to the trainer), the process

@@ -166,10 +166,15 @@ def _remove_wrappers(ctx: Context) -> None:
         inner = strip_moves(call.args[0].value)
         wrapper = ctx.code(call.func)
         text = f"removed {wrapper} wrapping and device moves (prepare wraps the model)"
+        # needs no accelerator: made outside the class that owns ``self.accelerator`` too
+        # (``generator = nn.DataParallel(generator)`` in the script that hands it to a Trainer
+        # that prepares it), where DDP would otherwise wrap a DataParallel over every GPU
         if dotted(inner) == binding.name:
-            ctx.plan.remove(binding.statement, binding.line, text)
+            ctx.plan.remove(binding.statement, binding.line, text, anywhere=True)
         else:
-            ctx.plan.replace(binding.value, lambda _, inner=inner: inner, binding.line, text)
+            ctx.plan.replace(
+                binding.value, lambda _, inner=inner: inner, binding.line, text, anywhere=True
+            )
         _review_wrapper_handed_on(ctx, binding, wrapper)
 
 
