@@ -208,7 +208,7 @@ def test_a_torch_with_the_tls_stash_but_not_its_removal_tracks_nothing(monkeypat
     spec.loader.exec_module(module)
     with module.tracked(True):
         pass
-    assert not module._in_flight and module.wait_until_freed(0)
+    assert module.in_flight() == 0 and module.wait_until_freed(0)
 
 
 def test_the_group_is_freed_without_the_gil_while_a_worker_still_needs_it():
