@@ -296,19 +296,23 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
 
     # --- the training step ---------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward(**kwargs)``, divided for gradient accumulation and scaled for fp16."""
-        if self.gradient_accumulation_steps > 1 and not self.backend.scales_loss_for_accumulation:
-            loss = loss / self.gradient_accumulation_steps
+        """``loss.backward(**kwargs)``, divided for gradient accumulation and scaled for fp16.
+
+        Every step runs it: the state is read once, not through the properties."""
+        state, backend = self.gradient_state, self.backend
+        steps = state.accumulation_steps
+        if steps > 1 and not backend.scales_loss_for_accumulation:
+            loss = loss / steps
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
-        sync = self.sync_gradients
+        sync = state.sync_gradients
         with (
             collective_record.backward_pass(
-                lambda: self.backend.reduces_in_backward(self._models, sync)
+                lambda: backend.reduces_in_backward(self._models, sync)
             ),
-            pending_work.tracked(self.process.distributed),
+            pending_work.tracked(self.process.num_processes > 1),
         ):
-            self.backend.backward(loss, sync, **kwargs)
+            backend.backward(loss, sync, **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:

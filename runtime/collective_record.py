@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import CodeType
+from types import FrameType
 from typing import IO, Any, TypeVar
 
 from accelify.runtime.environment import FAILURE_DIR
@@ -56,8 +56,8 @@ STACK_SIGNAL: int = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else sign
 # whether its collectives are over (`collectives_over`)
 _LAYOUT = struct.Struct("<IiiiqqdQ32s240s?")
 _GENERATION = struct.Struct("<I")
-_STATE, _STATE_OFFSET = struct.Struct("<i"), 8
-_SINCE, _SINCE_OFFSET = struct.Struct("<d"), 32
+#: The fields up to the state's time (leaving a collective rewrites only these).
+_HEAD = struct.Struct("<Iiiiqqd")
 _OVER, _OVER_OFFSET = struct.Struct("<?"), _LAYOUT.size - 1
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -156,7 +156,10 @@ class _Recorder:
         self._generation = 0
         self._pid = os.getpid()
         self._main = threading.main_thread().ident or 0
-        self._places: dict[tuple[CodeType, int], bytes] = {}
+        #: file name -> whether it is a library's (`_caller`); keyed by the name, a string
+        #: whose hash Python keeps, where a code object's is computed anew at each lookup
+        self._library: dict[str, bool] = {}
+        self._places: dict[tuple[str, int], bytes] = {}
         self.depth = 0
         self.sequence = 0
         self.passes = 0
@@ -174,13 +177,16 @@ class _Recorder:
         self._map = mmap.mmap(-1, _LAYOUT.size)
         self._file.close()
 
+    # The writes run at every collective (every backward that reduces): each is two C calls, the
+    # first writing the fields with an odd generation (a reader skips the record while it is
+    # odd: the generation is the first field, stored first), the second the even one after.
     def _write(self, state: int) -> None:
         self.state = state
-        self._generation += 1  # odd while the fields change: a reader skips the record
+        generation = self._generation = self._generation + 2
         _LAYOUT.pack_into(
             self._map,
             0,
-            self._generation,
+            generation - 1,
             self._pid,
             state,
             self.exit_code,
@@ -192,18 +198,25 @@ class _Recorder:
             self.where,
             self.over,
         )
-        self._generation += 1
-        _GENERATION.pack_into(self._map, 0, self._generation)
+        _GENERATION.pack_into(self._map, 0, generation)
 
     def _write_state(self, state: int) -> None:
-        """Only the state and its time (leaving a collective: the rest stays as it was)."""
+        """Only the fields up to the state's time (leaving a collective: the operation and the
+        place stay as they were)."""
         self.state = state
-        self._generation += 1
-        _GENERATION.pack_into(self._map, 0, self._generation)
-        _STATE.pack_into(self._map, _STATE_OFFSET, state)
-        _SINCE.pack_into(self._map, _SINCE_OFFSET, time.time())
-        self._generation += 1
-        _GENERATION.pack_into(self._map, 0, self._generation)
+        generation = self._generation = self._generation + 2
+        _HEAD.pack_into(
+            self._map,
+            0,
+            generation - 1,
+            self._pid,
+            state,
+            self.exit_code,
+            self.sequence,
+            self.passes,
+            time.time(),
+        )
+        _GENERATION.pack_into(self._map, 0, generation)
 
     def enter(self, operation: bytes) -> None:
         self.depth += 1
@@ -247,15 +260,22 @@ class _Recorder:
     def _caller(self) -> bytes:
         """The innermost frame outside accelify, torch and the standard library: the line of
         the user's script that called the collective."""
-        frame = sys._getframe(2)
-        while frame is not None and frame.f_code.co_filename.startswith(self._skip):
+        frame: FrameType | None = sys._getframe(2)
+        library = self._library
+        while frame is not None:
+            name = frame.f_code.co_filename
+            known = library.get(name)
+            if known is None:
+                known = library[name] = name.startswith(self._skip)
+            if not known:
+                break
             frame = frame.f_back
         if frame is None:
             return b""
-        key = (frame.f_code, frame.f_lineno)
+        key = (name, frame.f_lineno)
         where = self._places.get(key)
         if where is None:
-            where = self._places[key] = f"{key[0].co_filename}:{key[1]}".encode()[:240]
+            where = self._places[key] = f"{name}:{key[1]}".encode()[:240]
         return where
 
 

@@ -32,6 +32,9 @@ from accelify.runtime import collective_record
 #: DDP wrappers whose reducer has readied a backward that reduces: their next training forward
 #: rebuilds the buckets (until `_has_rebuilt_buckets`).
 REDUCED: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
+#: Models whose forwards had nothing left to record, their hooks removed (`record_forwards`):
+#: recorded again if ``loss.backward()`` comes to be recorded (`_record_backwards`).
+QUIET: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 _RECORDED = "_accelify_recorded"
 
 
@@ -58,11 +61,18 @@ def record_forwards(model: DistributedDataParallel) -> None:
     record says so; a forward that does not communicate is not recorded, or a slow one would
     look like a rank waiting. Once per model. Once ``loss.backward()`` is recorded here (the
     script built a DDP model of its own), every training forward leaves its reduction pending:
-    the runtime's models too, whose backward a script may also run with ``loss.backward()``."""
+    the runtime's models too, whose backward a script may also run with ``loss.backward()``.
+
+    Once the buckets are rebuilt, a model that syncs no buffers has nothing left to record in
+    its forwards while ``loss.backward()`` is not recorded: its hooks go (two Python calls on
+    every forward, and the module's call through its hooks' slower path, cost a small model's
+    step more than the rest of the record: bench/step_cost.py's forward phase)."""
     if getattr(model, _RECORDED, False):
         return
     setattr(model, _RECORDED, True)
+    QUIET.discard(model)
     begun: list[bool] = []
+    handles: list[torch.utils.hooks.RemovableHandle] = []
 
     def before(module: DistributedDataParallel, args: Any) -> None:
         rebuilds = (
@@ -85,9 +95,22 @@ def record_forwards(model: DistributedDataParallel) -> None:
                 _pending_until_its_gradients_flow(output)
         if begun:
             collective_record.end(begun.pop())
+        if module._has_rebuilt_buckets and not _backwards_recorded and not _syncs_buffers(module):
+            for handle in handles:  # the module's call copied its hooks before calling them
+                handle.remove()
+            setattr(module, _RECORDED, False)
+            QUIET.add(module)
 
-    model.register_forward_pre_hook(before)
-    model.register_forward_hook(after, always_call=True)
+    handles.append(model.register_forward_pre_hook(before))
+    handles.append(model.register_forward_hook(after, always_call=True))
+
+
+def _syncs_buffers(model: DistributedDataParallel) -> bool:
+    """Whether the model's forwards may broadcast its buffers (`will_sync_module_buffers`
+    without the part that `no_sync` turns on and off). ``broadcast_buffers``: torch before
+    ``forward_sync_buffers``."""
+    syncs = getattr(model, "forward_sync_buffers", getattr(model, "broadcast_buffers", True))
+    return bool(syncs) and len(getattr(model, "modules_buffers", ())) > 0
 
 
 def _pending_until_its_gradients_flow(output: Any) -> None:
@@ -157,6 +180,8 @@ def _record_backwards() -> None:
     all-reduce when a DDP forward readied one: the same record as `Accelerator.backward`'s."""
     global _backwards_recorded
     _backwards_recorded = True
+    for model in list(QUIET):  # their training forwards leave their reductions pending again
+        record_forwards(model)
     backward = torch.autograd.backward
     if getattr(backward, "__accelify_operation__", None):
         return

@@ -21,18 +21,17 @@ thread through the same GIL-taking path.
 
 So each `Accelerator.backward`, and each collective the runtime itself launches (`tracks`), puts
 a token of ours into the same thread-local state. Every work launched meanwhile holds the token
-for exactly as long as it holds torch's Context and its tensors, so when the last token is gone
-no work that can touch Python is left, and exiting is safe. At exit the runtime waits for that,
-with the GIL released, rather than for a guessed amount of time. Collectives a script launches
+for exactly as long as it holds torch's Context and its tensors, so once no work holds the
+token, no work that can touch Python is left, and exiting is safe. At exit the runtime waits for
+that, with the GIL released, rather than for a guessed amount of time. Collectives a script launches
 through `torch.distributed` itself are not tagged.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
+import sys
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -42,50 +41,59 @@ import torch.distributed as dist
 _KEY = "accelify.collectives_in_flight"
 _stash = getattr(torch._C, "_stash_obj_in_tls", None)
 _remove = getattr(torch._C, "_remove_obj_from_tls", None)
-#: Both halves are needed: torch 2.11 has the stash and not the removal (a token stashed there
+_stashed = getattr(torch._C, "_is_key_in_tls", None)
+#: All three are needed: torch 2.11 has the stash and not the removal (a token stashed there
 #: could never be taken out, and every tracked block failed as it ended); without them nothing
 #: is tracked and a rank exits as it would without this module.
-_TRACKABLE = _stash is not None and _remove is not None
+_TRACKABLE = _stash is not None and _remove is not None and _stashed is not None
 
 
 class _Token:
-    """Held only by the C++ state of the works launched in one tracked block."""
+    """Held only by the C++ state of the works launched in tracked blocks."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ()
 
 
-#: A weak reference to each token still held; a token's reference removes itself when the
-#: token is freed. Plain C calls (no Python frame) on the training step's path.
-_in_flight: set[weakref.ref[_Token]] = set()
-_thread = threading.local()  # .active: a token is stashed on this thread (blocks nest)
+#: The one token every tracked block stashes. Each stash wraps it in one C++ holder that takes
+#: one reference to it, shared by every copy of the thread's state (each work launched in the
+#: block) and dropped with the last of them: the token's references beyond `_OWN` are the tracked
+#: blocks whose works are still held. One object for the life of the process, so that a step
+#: allocates nothing here (a token, a weak reference and a set entry per block cost the step
+#: more than DDP's own Python did: bench/step_cost.py).
+_TOKEN = _Token()
+_OWN = sys.getrefcount(_TOKEN)  # this module's reference and getrefcount's argument
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def in_flight() -> int:
+    """How many tracked blocks still have a work that holds the thread's state they launched it
+    with."""
+    return sys.getrefcount(_TOKEN) - _OWN
 
 
 class tracked:  # used as a function: `with tracked(enabled):`
     """Track the collectives launched inside this block (a backward, a gather, a barrier).
 
     A class rather than a generator context manager: it runs on every training step (in
-    `Accelerator.backward` and the prepared optimizer's step), so entering costs no generator.
+    `Accelerator.backward` and the prepared optimizer's step), so entering costs no generator,
+    and two C calls at most. Blocks nest: an inner one finds the token stashed by an outer one
+    (torch's own thread-local map says so) and leaves it there.
     """
 
-    __slots__ = ("enabled", "stashed")
+    __slots__ = ("stashed",)
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.stashed = False
+        self.stashed = enabled and _TRACKABLE
 
     def __enter__(self) -> None:
-        if not self.enabled or not _TRACKABLE or getattr(_thread, "active", False):
-            return
-        token = _Token()
-        _in_flight.add(weakref.ref(token, _in_flight.discard))
-        _stash(_KEY, token)  # type: ignore[misc]
-        del token  # from here on only the thread-local state and the works hold it
-        _thread.active = self.stashed = True
+        if self.stashed:
+            if _stashed(_KEY):  # type: ignore[misc]
+                self.stashed = False  # an outer block on this thread tracks
+            else:
+                _stash(_KEY, _TOKEN)  # type: ignore[misc]
 
     def __exit__(self, *exc_info: object) -> None:
         if self.stashed:
-            self.stashed = _thread.active = False
             _remove(_KEY)  # type: ignore[misc]
 
 
@@ -107,7 +115,7 @@ def wait_until_freed(timeout: float) -> bool:
     a worker thread dropping its last reference, which takes microseconds once it runs.
     """
     deadline = time.monotonic() + timeout
-    while len(_in_flight):
+    while in_flight():
         if time.monotonic() > deadline:
             return False
         time.sleep(0.001)

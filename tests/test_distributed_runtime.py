@@ -208,7 +208,7 @@ def test_a_torch_with_the_tls_stash_but_not_its_removal_tracks_nothing(monkeypat
     spec.loader.exec_module(module)
     with module.tracked(True):
         pass
-    assert not module._in_flight and module.wait_until_freed(0)
+    assert module.in_flight() == 0 and module.wait_until_freed(0)
 
 
 def test_the_group_is_freed_without_the_gil_while_a_worker_still_needs_it():
@@ -366,3 +366,31 @@ def test_a_gathered_loss_has_no_gradient_and_a_divided_one_shrinks_n_fold():
     half = [value / 2 for value in one["plain"]]
     assert two["divided"] == pytest.approx(half, abs=1e-4)
     assert two["reduced_mean"] == pytest.approx(half, abs=1e-4)
+
+
+def test_the_runtimes_ddp_model_drops_its_forward_hooks_once_they_record_nothing():
+    """The collective record's forward hooks cost every step of a small model (bench/step_cost.py):
+    they stay for the forwards that may communicate (the first, the one that rebuilds the
+    buckets) and go after it; a DDP model the script builds itself brings them back, as its
+    ``loss.backward()`` is then recorded and the runtime's forwards must mark their reductions."""
+    result = launch(RUNTIME / "forward_hooks.py")
+    assert_ok(result)
+    assert sorted(result.stdout.splitlines()) == [
+        f"rank {rank}: [2, 2, 0, 0, 2]" for rank in (0, 1)
+    ]
+
+
+def test_tracked_blocks_nest_and_hold_one_token_while_a_stash_lives():
+    """Blocks nest (the inner one leaves the outer one's stash in place); each stash is counted
+    by the token's references until torch's copies of it are gone."""
+    import torch
+
+    from accelify.runtime import pending_work
+
+    with pending_work.tracked(True):
+        with pending_work.tracked(True):
+            assert torch._C._is_key_in_tls(pending_work._KEY)
+        assert torch._C._is_key_in_tls(pending_work._KEY)  # the inner block left it
+        assert pending_work.in_flight() == 1
+    assert not torch._C._is_key_in_tls(pending_work._KEY)
+    assert pending_work.in_flight() == 0 and pending_work.wait_until_freed(0)

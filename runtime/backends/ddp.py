@@ -84,11 +84,12 @@ class DDPBackend(Backend):
         return isinstance(model, DistributedDataParallel)
 
     def reduces_in_backward(self, models: Sequence[torch.nn.Module], sync: bool) -> bool:
-        """DDP reduces unless its `no_sync` is on, whatever the accumulation state says."""
-        return any(
-            isinstance(model, DistributedDataParallel) and model.require_backward_grad_sync
-            for model in models
-        )
+        """DDP reduces unless its `no_sync` is on, whatever the accumulation state says. (A
+        loop, not ``any`` over a generator: asked at every recorded backward.)"""
+        for model in models:
+            if isinstance(model, DistributedDataParallel) and model.require_backward_grad_sync:
+                return True
+        return False
 
     # clip_grad_norm_: DDP gradients are already averaged across ranks, so the local norm is the
     # global one (the default).
