@@ -382,12 +382,28 @@ class Context:
         owns ``self.accelerator``, the instance the scope made (``trainer.accelerator``), else
         the process state (`process_state`). Code that reads another than ``self.acc`` is
         planned ``anywhere`` and needs no accelerator created for it."""
+        return self.reachable_accelerator(node) or self.process_state()
+
+    def reachable_accelerator(self, node: cst.CSTNode) -> str | None:
+        """The accelerator as code at ``node`` can reach it (``self.acc``, or
+        ``trainer.accelerator`` outside the class that owns it); None where no Accelerator
+        can be reached there (`accelerator_at` then falls back to the process state, which
+        has no ``reduce`` nor ``gather``: review advice that needs them says how to hand the
+        accelerator in instead)."""
         outside = self.instance_outside_class(node)
         if outside is not None:
             return f"{outside}.accelerator"
         if not self.plan.reaches(node):
-            return self.process_state()
+            return None
         return self.acc
+
+    def a_at(self, node: cst.CSTNode, member: str) -> str:
+        """``accelerator.<member>`` as code at ``node`` reaches it, for review advice; where
+        none is reachable, the member of an accelerator said to be handed in."""
+        reached = self.reachable_accelerator(node)
+        if reached is not None:
+            return f"{reached}.{member}"
+        return f"accelerator.{member} (no accelerator is reachable here: hand it in as a parameter)"
 
     def process_state(self) -> str:
         """``PartialState()``: where ``self.accelerator`` cannot be reached and no instance is

@@ -9,6 +9,7 @@ from accelify.analysis import names
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
 from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import randomness_of
+from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
@@ -17,6 +18,7 @@ from accelify.convert.steps.evaluation import loader_names
 
 def run(ctx: Context) -> None:
     _totals_over_dataset(ctx)
+    _samples_counted(ctx)
     _meters_over_shards(ctx)
     _statistics_over_a_shard(ctx)
     _passes_counted(ctx)
@@ -189,6 +191,54 @@ def _totals_over_dataset(ctx: Context) -> None:
         )
 
 
+def _samples_counted(ctx: Context) -> None:
+    """``seen += len(x)`` per training batch, then ``seen`` or ``total / seen`` shown: over a
+    prepared loader, this rank's count and this rank's mean (`sample_counts`). One review
+    line per line that shows them. Said, not rewritten: the sum of the counts across ranks
+    also counts the samples the prepared loader repeats to even out the last batch."""
+    by_line: dict[int, list[SampleCount]] = {}
+    for found in ctx.facts.sample_counts:
+        if not ctx.unprepared_loaders(found.loop):  # else every rank counts the whole set
+            by_line.setdefault(ctx.line(found.read), []).append(found)
+    for line, found in by_line.items():
+        shown = list(dict.fromkeys(_shown_count(entry) for entry in found))
+        summed = list(dict.fromkeys(v for e in found for v in (e.total, e.shown) if v is not None))
+        first = found[0]
+        where = f"line {ctx.line(first.bump)}"
+        if first.through is not None:
+            where = f"{first.through}, counted at {where}"
+        means = any(entry.total is not None for entry in found)
+        share = "its own shard's mean" if means else "its own shard's count (about 1/N of it)"
+        values = summed[0] if len(summed) == 1 else f"[{', '.join(summed)}]"
+        ctx.plan.review(
+            line,
+            f"{' and '.join(shown)} {'are' if len(shown) > 1 else 'is'} over this rank's "
+            f"samples of {first.loop.iterable} only ({where}): on N ranks the main process "
+            f"shows {share}, not the whole set's; for the whole set's, sum "
+            f"{'them' if len(summed) > 1 else 'it'} across ranks on every rank after the loop "
+            f"and show that: {_summed_across_ranks(ctx, first.read, values)} (which also "
+            "counts the samples the prepared loader repeats to even out the last batch)",
+        )
+
+
+def _shown_count(found: SampleCount) -> str:
+    if found.total is None:
+        return f"{found.shown} (a count)"
+    return f"{found.total} / {found.shown} (a mean)"
+
+
+def _summed_across_ranks(ctx: Context, at: cst.CSTNode, values: str) -> str:
+    """``accelerator.reduce(torch.tensor(values, device=...), "sum")`` as code at ``at``
+    reaches the accelerator, or how to hand one in."""
+    acc = ctx.reachable_accelerator(at)
+    if acc is None:
+        return (
+            f'accelerator.reduce(torch.tensor({values}, device=accelerator.device), "sum"), '
+            "with the accelerator handed in (none is reachable here)"
+        )
+    return f'{acc}.reduce(torch.tensor({values}, device={acc}.device), "sum")'
+
+
 def _meters_over_shards(ctx: Context) -> None:
     """``meter.update(loss.item(), x.size(0))`` per training batch, ``meter.avg`` after the
     loop: over a prepared loader the meter holds this rank's batches only."""
@@ -206,8 +256,8 @@ def _meters_over_shards(ctx: Context) -> None:
             f"{found.meter} ({found.kind}) is updated with this rank's batches of "
             f"{shown} only (line {ctx.line(found.update)}): on N ranks what the "
             "main process reads from it here is its own shard's value, not the whole set's; "
-            f"for the whole set's, reduce its totals across ranks ({ctx.a('reduce')}) before "
-            "reading them",
+            "for the whole set's, reduce its totals across ranks "
+            f"({ctx.a_at(found.read, 'reduce')}) before reading them",
         )
 
 
