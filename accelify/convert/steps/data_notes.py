@@ -199,7 +199,8 @@ def _samples_counted(ctx: Context) -> None:
     by_line: dict[int, list[SampleCount]] = {}
     for found in ctx.facts.sample_counts:
         if not ctx.unprepared_loaders(found.loop):  # else every rank counts the whole set
-            by_line.setdefault(ctx.line(found.read), []).append(found)
+            # at the statement that shows it: one line for a print written over several
+            by_line.setdefault(ctx.line(ctx.statement_of(found.read)), []).append(found)
     for line, found in by_line.items():
         shown = list(dict.fromkeys(_shown_count(entry) for entry in found))
         summed = list(dict.fromkeys(v for e in found for v in (e.total, e.shown) if v is not None))
@@ -212,13 +213,18 @@ def _samples_counted(ctx: Context) -> None:
         values = summed[0] if len(summed) == 1 else f"[{', '.join(summed)}]"
         ctx.plan.review(
             line,
-            f"{' and '.join(shown)} {'are' if len(shown) > 1 else 'is'} over this rank's "
+            f"{_listed(shown)} {'are' if len(shown) > 1 else 'is'} over this rank's "
             f"samples of {first.loop.iterable} only ({where}): on N ranks the main process "
             f"shows {share}, not the whole set's; for the whole set's, sum "
             f"{'them' if len(summed) > 1 else 'it'} across ranks on every rank after the loop "
             f"and show that: {_summed_across_ranks(ctx, first.read, values)} (which also "
             "counts the samples the prepared loader repeats to even out the last batch)",
         )
+
+
+def _listed(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _shown_count(found: SampleCount) -> str:
