@@ -17,7 +17,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.loops import phase_name
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.placement import Placement
 from accelify.analysis.sample_counts import bound_to, spelled
 from accelify.analysis.script_model import Loop, ScriptModel
@@ -186,6 +186,9 @@ def averaged_over_batches(
             and _list_mean(model, node, loop.iterable) == total
         ):
             return node
+        averaged = _averaged_by_helper(model, node, total) if isinstance(node, cst.Call) else None
+        if averaged is not None:
+            return averaged
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
             divided, divisor = node.left, node.right
         elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
@@ -194,6 +197,29 @@ def averaged_over_batches(
             continue
         if dotted(divided) == total and (
             _is_len_of(divisor, loop.iterable) or dotted(divisor) in counted
+        ):
+            return node
+    return None
+
+
+def _averaged_by_helper(model: ScriptModel, call: cst.Call, total: str) -> cst.CSTNode | None:
+    """``log_mean("val loss", losses)``: a function of the file handed the list ``total``
+    whose parameter it takes the mean of (``sum(values) / len(values)``, ``np.mean(values)``):
+    the mean it makes, inside the helper."""
+    target = callee(model, call)
+    if target is None:
+        return None
+    function, implicit = target
+    handed = [
+        name
+        for name, argument in bound_arguments(function, call, implicit)
+        if dotted(argument.value) == total
+    ]
+    for node in walk(function.body):
+        if (
+            isinstance(node, (cst.BinaryOperation, cst.Call))
+            and model.scope_of(node) is function
+            and _list_mean(model, node, None) in handed
         ):
             return node
     return None

@@ -397,10 +397,29 @@ class Context:
             return None
         return self.acc
 
+    def advised_accelerator(self, node: cst.CSTNode) -> str | None:
+        """The accelerator review advice at ``node`` may name: `reachable_accelerator`, and,
+        for a plain name (``accelerator``), only in a function the conversion hands it to (it
+        creates it there, or an edit there uses it) or at module level. None elsewhere: a
+        module-level helper that gets no edit does not get the parameter either."""
+        reached = self.reachable_accelerator(node)
+        if reached is None or "." in reached:
+            return reached
+        placement = self.facts.placement
+        function = placement.enclosing_function(node)
+        if function is None or (
+            self.scope is not None
+            and (self.scope is function or placement.inside(self.scope, function))
+        ):
+            return reached
+        if any(need is function or placement.inside(need, function) for need in self.needs):
+            return reached
+        return None
+
     def a_at(self, node: cst.CSTNode, member: str) -> str:
         """``accelerator.<member>`` as code at ``node`` reaches it, for review advice; where
         none is reachable, the member of an accelerator said to be handed in."""
-        reached = self.reachable_accelerator(node)
+        reached = self.advised_accelerator(node)
         if reached is not None:
             return f"{reached}.{member}"
         return f"accelerator.{member} (no accelerator is reachable here: hand it in as a parameter)"

@@ -156,7 +156,8 @@ def _totals_over_dataset(ctx: Context) -> None:
                 f"{found.total} sums this rank's batches in the {trained} phase and is divided "
                 "by the whole set's size: on N ranks it reads about 1/N of the value there "
                 "(the phases evaluated on every rank's whole set are right); gather each "
-                f"batch's values with {ctx.a('gather_for_metrics')} before summing them",
+                f"batch's values with {ctx.a_at(found.division, 'gather_for_metrics')} before "
+                "summing them",
             )
             continue
         if ctx.unprepared_loaders(found.loop):
@@ -171,10 +172,10 @@ def _totals_over_dataset(ctx: Context) -> None:
                 "mean, not the whole set's; "
                 + (
                     "for the whole set's, reduce it on every rank after the loop (each rank has "
-                    f"as many batches): {ctx.a('reduce')}(torch.tensor({reduced}, "
-                    f"device={ctx.a('device')}), 'mean')"
+                    f"as many batches): {_across_ranks(ctx, found.division, reduced, 'mean')}"
                     if found.loop.trains  # a collective per training step would cost more
-                    else f"gather each batch's values with {ctx.a('gather_for_metrics')} "
+                    else "gather each batch's values with "
+                    f"{ctx.a_at(found.division, 'gather_for_metrics')} "
                     "before summing them for the whole set's"
                 ),
             )
@@ -187,7 +188,7 @@ def _totals_over_dataset(ctx: Context) -> None:
             f"set's size ({size}): on N ranks it reads about 1/N of the value; "
             "reducing the total is not enough (the prepared loader repeats samples to even out "
             f"the last batch): gather each batch's values with "
-            f"{ctx.a('gather_for_metrics')} before summing them",
+            f"{ctx.a_at(found.division, 'gather_for_metrics')} before summing them",
         )
 
 
@@ -217,7 +218,7 @@ def _samples_counted(ctx: Context) -> None:
             f"samples of {first.loop.iterable} only ({where}): on N ranks the main process "
             f"shows {share}, not the whole set's; for the whole set's, sum "
             f"{'them' if len(summed) > 1 else 'it'} across ranks on every rank after the loop "
-            f"and show that: {_summed_across_ranks(ctx, first.read, values)} (which also "
+            f"and show that: {_across_ranks(ctx, first.read, values)} (which also "
             "counts the samples the prepared loader repeats to even out the last batch)",
         )
 
@@ -233,16 +234,16 @@ def _shown_count(found: SampleCount) -> str:
     return f"{found.total} / {found.shown} (a mean)"
 
 
-def _summed_across_ranks(ctx: Context, at: cst.CSTNode, values: str) -> str:
+def _across_ranks(ctx: Context, at: cst.CSTNode, values: str, how: str = "sum") -> str:
     """``accelerator.reduce(torch.tensor(values, device=...), "sum")`` as code at ``at``
     reaches the accelerator, or how to hand one in."""
-    acc = ctx.reachable_accelerator(at)
+    acc = ctx.advised_accelerator(at)
     if acc is None:
         return (
-            f'accelerator.reduce(torch.tensor({values}, device=accelerator.device), "sum"), '
+            f"accelerator.reduce(torch.tensor({values}, device=accelerator.device), '{how}'), "
             "with the accelerator handed in (none is reachable here)"
         )
-    return f'{acc}.reduce(torch.tensor({values}, device={acc}.device), "sum")'
+    return f"{acc}.reduce(torch.tensor({values}, device={acc}.device), '{how}')"
 
 
 def _meters_over_shards(ctx: Context) -> None:
@@ -449,5 +450,5 @@ def _passes_counted(ctx: Context) -> None:
             "step reads N batches, one per rank: the run reads N times the data, and each "
             f"count is a pass over the whole set by the ranks together); to train on as many "
             f"passes as on one process, divide the step count by "
-            f"{ctx.a('num_processes')}",
+            f"{ctx.a_at(counted.bump, 'num_processes')}",
         )
