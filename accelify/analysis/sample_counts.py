@@ -228,7 +228,8 @@ class _Reads:
         return list(self._shown(nodes, {c: c for c in self.counters}, totals, None))
 
     def on_the_instance(self, totals: set[str]) -> list[SampleCount]:
-        """``self.num_samples`` read in another method of the loop's class."""
+        """``self.num_samples`` read in another method of the loop's class (not its
+        constructor, which runs before any training)."""
         kept = {c: c for c in self.counters if c.startswith("self.")}
         owner = self.placement.class_of(self.loop.node)
         if not kept or owner is None or not isinstance(self.loop.scope, cst.FunctionDef):
@@ -236,7 +237,7 @@ class _Reads:
         nodes = [
             node
             for method in self.model.index.methods_of(owner.name.value).values()
-            if method is not self.loop.scope
+            if method is not self.loop.scope and method.name.value != "__init__"
             for node in walk(method)
         ]
         kept_totals = {t for t in totals if t.startswith("self.")}
