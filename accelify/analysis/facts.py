@@ -26,6 +26,7 @@ from accelify.analysis.precision import Precision, precision_of
 from accelify.analysis.print_aliases import print_alias_calls, print_partial_calls
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, callers_of, repeated_effects
+from accelify.analysis.sample_counts import SampleCount, samples_counted
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.self_training import SelfTraining, self_training_of
 from accelify.analysis.shard_totals import (
@@ -241,9 +242,14 @@ class Facts:
         return totals_over_dataset(self.model, self.placement, self.flow.reads_loader, self.calls)
 
     @cached_property
+    def sample_counts(self) -> list[SampleCount]:
+        """Counts of a training loop's samples shown after it, alone or under a total."""
+        return samples_counted(self.model, self.placement, self.calls, self.flow.reads_loader)
+
+    @cached_property
     def shard_meters(self) -> list[MeterTotal]:
         """Metric objects a training loop updates per batch and that are read after it."""
-        return meters_over_shards(self.model, self.placement, self.flow.reads_loader)
+        return meters_over_shards(self.model, self.placement, self.flow.reads_loader, self.calls)
 
     def trains_itself(self, backward: cst.Call) -> bool:
         """``backward`` runs in a method of a model class that trains itself."""

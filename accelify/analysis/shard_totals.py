@@ -17,8 +17,9 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.loops import phase_name
-from accelify.analysis.objects import bound_arguments
+from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.placement import Placement
+from accelify.analysis.sample_counts import bound_to, spelled
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import argument_value, assigned_targets, dotted, walk
 
@@ -185,6 +186,9 @@ def averaged_over_batches(
             and _list_mean(model, node, loop.iterable) == total
         ):
             return node
+        averaged = _averaged_by_helper(model, node, total) if isinstance(node, cst.Call) else None
+        if averaged is not None:
+            return averaged
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
             divided, divisor = node.left, node.right
         elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
@@ -193,6 +197,29 @@ def averaged_over_batches(
             continue
         if dotted(divided) == total and (
             _is_len_of(divisor, loop.iterable) or dotted(divisor) in counted
+        ):
+            return node
+    return None
+
+
+def _averaged_by_helper(model: ScriptModel, call: cst.Call, total: str) -> cst.CSTNode | None:
+    """``log_mean("val loss", losses)``: a function of the file handed the list ``total``
+    whose parameter it takes the mean of (``sum(values) / len(values)``, ``np.mean(values)``):
+    the mean it makes, inside the helper."""
+    target = callee(model, call)
+    if target is None:
+        return None
+    function, implicit = target
+    handed = [
+        name
+        for name, argument in bound_arguments(function, call, implicit)
+        if dotted(argument.value) == total
+    ]
+    for node in walk(function.body):
+        if (
+            isinstance(node, (cst.BinaryOperation, cst.Call))
+            and model.scope_of(node) is function
+            and _list_mean(model, node, None) in handed
         ):
             return node
     return None
@@ -457,7 +484,10 @@ class MeterTotal:
 
 
 def meters_over_shards(
-    model: ScriptModel, placement: Placement, reads_loader: Callable[[Loop], bool]
+    model: ScriptModel,
+    placement: Placement,
+    reads_loader: Callable[[Loop], bool],
+    graph: CallGraph,
 ) -> list[MeterTotal]:
     """Each training loop's meters, as `MeterTotal` says. A meter is an instance of a class of
     this file whose ``update`` method accumulates into its own attributes (``self.sum +=
@@ -479,10 +509,12 @@ def meters_over_shards(
                 and node.func.attr.value == "update"
             ):
                 continue
-            meter = dotted(node.func.value)
+            meter = spelled(model, node.func.value)
             if meter is None or meter not in made or meter in seen or _across_ranks(node):
                 continue
             read = _read_after(model, placement, loop, meter)
+            if read is None:
+                read = _read_elsewhere(model, placement, graph, loop, meter)
             if read is not None and not _synchronises(model, made[meter], read):
                 seen.add(meter)
                 found.append(MeterTotal(loop, meter, made[meter], node, read))
@@ -509,18 +541,30 @@ def _accumulating_classes(model: ScriptModel) -> set[str]:
 
 
 def _instances(model: ScriptModel, classes: set[str]) -> dict[str, str]:
-    """Names and attributes bound to an instance of one of ``classes``: name -> class."""
+    """Names, attributes and constant keys of a dict bound to an instance of one of
+    ``classes`` (``meter = AverageMeter()``, ``self.meters = {"acc": AverageMeter()}``):
+    spelled as `spelled` spells them -> class."""
     made = {}
     for node in walk(model.module):
-        if (
-            isinstance(node, cst.Assign)
-            and isinstance(node.value, cst.Call)
-            and dotted(node.value.func) in classes
-        ):
-            for target in assigned_targets(node):
-                name = dotted(target)
-                if name is not None:
-                    made[name] = dotted(node.value.func) or ""
+        if not isinstance(node, cst.Assign):
+            continue
+        for target in assigned_targets(node):
+            name = spelled(model, target)
+            if name is None:
+                continue
+            if isinstance(node.value, cst.Call) and dotted(node.value.func) in classes:
+                made[name] = dotted(node.value.func) or ""
+            elif isinstance(node.value, cst.Dict):
+                for element in node.value.elements:
+                    if (
+                        isinstance(element, cst.DictElement)
+                        and isinstance(element.key, cst.SimpleString)
+                        and isinstance(element.key.evaluated_value, str)
+                        and isinstance(element.value, cst.Call)
+                        and dotted(element.value.func) in classes
+                    ):
+                        key = f"{name}[{element.key.evaluated_value!r}]"
+                        made[key] = dotted(element.value.func) or ""
     return made
 
 
@@ -560,14 +604,57 @@ def _read_after(
 ) -> cst.CSTNode | None:
     """The first read of ``meter`` (``meter.avg``, ``meter.compute()``) after ``loop`` in its
     scope, other than starting it over (``meter.reset()``) or updating it again."""
-    for node in walk(loop.scope):
+    nodes = [
+        node
+        for node in walk(loop.scope)
+        if model.order(node) > model.order(loop.node)
+        and not placement.inside(node, loop.node)
+        and model.scope_of(node) is loop.scope
+    ]
+    return _first_read(model, nodes, meter)
+
+
+def _first_read(model: ScriptModel, nodes: list[cst.CSTNode], meter: str) -> cst.CSTNode | None:
+    for node in nodes:
         if (
             isinstance(node, cst.Attribute)
-            and dotted(node.value) == meter
+            and spelled(model, node.value) == meter
             and node.attr.value not in ("reset", "update")
-            and model.order(node) > model.order(loop.node)
-            and not placement.inside(node, loop.node)
-            and model.scope_of(node) is loop.scope
         ):
             return node
+    return None
+
+
+def _read_elsewhere(
+    model: ScriptModel, placement: Placement, graph: CallGraph, loop: Loop, meter: str
+) -> cst.CSTNode | None:
+    """A meter kept on the instance (``self.loss_meter``) read in another method of the
+    loop's class (``fit`` shows ``self.loss_meter.avg``), or one the loop's function returns
+    (``return meter``) read by the caller it hands it to (``meter = train_epoch(...)``)."""
+    function = loop.scope
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    owner = placement.class_of(loop.node)
+    if meter.startswith("self.") and owner is not None:
+        for method in model.index.methods_of(owner.name.value).values():
+            if method is not function:
+                read = _first_read(model, list(walk(method)), meter)
+                if read is not None:
+                    return read
+    returns = model.index.own_returns(function)
+    if not returns or any(r.value is None or spelled(model, r.value) != meter for r in returns):
+        return None
+    for call, _ in graph.calls_of(function):
+        bound = bound_to(model, call, 1)
+        if bound is None or bound[0] is None:
+            continue
+        scope = model.scope_of(call)
+        nodes = [
+            node
+            for node in walk(scope)
+            if model.order(node) > model.order(call) and model.scope_of(node) is scope
+        ]
+        read = _first_read(model, nodes, bound[0])
+        if read is not None:
+            return read
     return None

@@ -384,12 +384,47 @@ class Context:
         owns ``self.accelerator``, the instance the scope made (``trainer.accelerator``), else
         the process state (`process_state`). Code that reads another than ``self.acc`` is
         planned ``anywhere`` and needs no accelerator created for it."""
+        return self.reachable_accelerator(node) or self.process_state()
+
+    def reachable_accelerator(self, node: cst.CSTNode) -> str | None:
+        """The accelerator as code at ``node`` can reach it (``self.acc``, or
+        ``trainer.accelerator`` outside the class that owns it); None where no Accelerator
+        can be reached there (`accelerator_at` then falls back to the process state, which
+        has no ``reduce`` nor ``gather``: review advice that needs them says how to hand the
+        accelerator in instead)."""
         outside = self.instance_outside_class(node)
         if outside is not None:
             return f"{outside}.accelerator"
         if not self.plan.reaches(node):
-            return self.process_state()
+            return None
         return self.acc
+
+    def advised_accelerator(self, node: cst.CSTNode) -> str | None:
+        """The accelerator review advice at ``node`` may name: `reachable_accelerator`, and,
+        for a plain name (``accelerator``), only in a function the conversion hands it to (it
+        creates it there, or an edit there uses it) or at module level. None elsewhere: a
+        module-level helper that gets no edit does not get the parameter either."""
+        reached = self.reachable_accelerator(node)
+        if reached is None or "." in reached:
+            return reached
+        placement = self.facts.placement
+        function = placement.enclosing_function(node)
+        if function is None or (
+            self.scope is not None
+            and (self.scope is function or placement.inside(self.scope, function))
+        ):
+            return reached
+        if any(need is function or placement.inside(need, function) for need in self.needs):
+            return reached
+        return None
+
+    def a_at(self, node: cst.CSTNode, member: str) -> str:
+        """``accelerator.<member>`` as code at ``node`` reaches it, for review advice; where
+        none is reachable, the member of an accelerator said to be handed in."""
+        reached = self.advised_accelerator(node)
+        if reached is not None:
+            return f"{reached}.{member}"
+        return f"accelerator.{member} (no accelerator is reachable here: hand it in as a parameter)"
 
     def process_state(self) -> str:
         """``PartialState()``: where ``self.accelerator`` cannot be reached and no instance is

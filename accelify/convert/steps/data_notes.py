@@ -9,6 +9,7 @@ from accelify.analysis import names
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
 from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import randomness_of
+from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
@@ -17,6 +18,7 @@ from accelify.convert.steps.evaluation import loader_names
 
 def run(ctx: Context) -> None:
     _totals_over_dataset(ctx)
+    _samples_counted(ctx)
     _meters_over_shards(ctx)
     _statistics_over_a_shard(ctx)
     _passes_counted(ctx)
@@ -154,7 +156,8 @@ def _totals_over_dataset(ctx: Context) -> None:
                 f"{found.total} sums this rank's batches in the {trained} phase and is divided "
                 "by the whole set's size: on N ranks it reads about 1/N of the value there "
                 "(the phases evaluated on every rank's whole set are right); gather each "
-                f"batch's values with {ctx.a('gather_for_metrics')} before summing them",
+                f"batch's values with {ctx.a_at(found.division, 'gather_for_metrics')} before "
+                "summing them",
             )
             continue
         if ctx.unprepared_loaders(found.loop):
@@ -169,10 +172,10 @@ def _totals_over_dataset(ctx: Context) -> None:
                 "mean, not the whole set's; "
                 + (
                     "for the whole set's, reduce it on every rank after the loop (each rank has "
-                    f"as many batches): {ctx.a('reduce')}(torch.tensor({reduced}, "
-                    f"device={ctx.a('device')}), 'mean')"
+                    f"as many batches): {_across_ranks(ctx, found.division, reduced, 'mean')}"
                     if found.loop.trains  # a collective per training step would cost more
-                    else f"gather each batch's values with {ctx.a('gather_for_metrics')} "
+                    else "gather each batch's values with "
+                    f"{ctx.a_at(found.division, 'gather_for_metrics')} "
                     "before summing them for the whole set's"
                 ),
             )
@@ -185,8 +188,62 @@ def _totals_over_dataset(ctx: Context) -> None:
             f"set's size ({size}): on N ranks it reads about 1/N of the value; "
             "reducing the total is not enough (the prepared loader repeats samples to even out "
             f"the last batch): gather each batch's values with "
-            f"{ctx.a('gather_for_metrics')} before summing them",
+            f"{ctx.a_at(found.division, 'gather_for_metrics')} before summing them",
         )
+
+
+def _samples_counted(ctx: Context) -> None:
+    """``seen += len(x)`` per training batch, then ``seen`` or ``total / seen`` shown: over a
+    prepared loader, this rank's count and this rank's mean (`sample_counts`). One review
+    line per line that shows them. Said, not rewritten: the sum of the counts across ranks
+    also counts the samples the prepared loader repeats to even out the last batch."""
+    by_line: dict[int, list[SampleCount]] = {}
+    for found in ctx.facts.sample_counts:
+        if not ctx.unprepared_loaders(found.loop):  # else every rank counts the whole set
+            # at the statement that shows it: one line for a print written over several
+            by_line.setdefault(ctx.line(ctx.statement_of(found.read)), []).append(found)
+    for line, found in by_line.items():
+        shown = list(dict.fromkeys(_shown_count(entry) for entry in found))
+        summed = list(dict.fromkeys(v for e in found for v in (e.total, e.shown) if v is not None))
+        first = found[0]
+        where = f"line {ctx.line(first.bump)}"
+        if first.through is not None:
+            where = f"{first.through}, counted at {where}"
+        means = any(entry.total is not None for entry in found)
+        share = "its own shard's mean" if means else "its own shard's count (about 1/N of it)"
+        values = summed[0] if len(summed) == 1 else f"[{', '.join(summed)}]"
+        ctx.plan.review(
+            line,
+            f"{_listed(shown)} {'are' if len(shown) > 1 else 'is'} over this rank's "
+            f"samples of {first.loop.iterable} only ({where}): on N ranks the main process "
+            f"shows {share}, not the whole set's; for the whole set's, sum "
+            f"{'them' if len(summed) > 1 else 'it'} across ranks on every rank after the loop "
+            f"and show that: {_across_ranks(ctx, first.read, values)} (which also "
+            "counts the samples the prepared loader repeats to even out the last batch)",
+        )
+
+
+def _listed(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _shown_count(found: SampleCount) -> str:
+    if found.total is None:
+        return f"{found.shown} (a count)"
+    return f"{found.total} / {found.shown} (a mean)"
+
+
+def _across_ranks(ctx: Context, at: cst.CSTNode, values: str, how: str = "sum") -> str:
+    """``accelerator.reduce(torch.tensor(values, device=...), "sum")`` as code at ``at``
+    reaches the accelerator, or how to hand one in."""
+    acc = ctx.advised_accelerator(at)
+    if acc is None:
+        return (
+            f"accelerator.reduce(torch.tensor({values}, device=accelerator.device), '{how}'), "
+            "with the accelerator handed in (none is reachable here)"
+        )
+    return f"{acc}.reduce(torch.tensor({values}, device={acc}.device), '{how}')"
 
 
 def _meters_over_shards(ctx: Context) -> None:
@@ -206,8 +263,8 @@ def _meters_over_shards(ctx: Context) -> None:
             f"{found.meter} ({found.kind}) is updated with this rank's batches of "
             f"{shown} only (line {ctx.line(found.update)}): on N ranks what the "
             "main process reads from it here is its own shard's value, not the whole set's; "
-            f"for the whole set's, reduce its totals across ranks ({ctx.a('reduce')}) before "
-            "reading them",
+            "for the whole set's, reduce its totals across ranks "
+            f"({ctx.a_at(found.read, 'reduce')}) before reading them",
         )
 
 
@@ -393,5 +450,5 @@ def _passes_counted(ctx: Context) -> None:
             "step reads N batches, one per rank: the run reads N times the data, and each "
             f"count is a pass over the whole set by the ranks together); to train on as many "
             f"passes as on one process, divide the step count by "
-            f"{ctx.a('num_processes')}",
+            f"{ctx.a_at(counted.bump, 'num_processes')}",
         )

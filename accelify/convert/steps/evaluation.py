@@ -28,7 +28,8 @@ def run(ctx: Context) -> None:
             continue
         if evaluation.unsure is not None:
             advice = evaluation.advice or (
-                f"gather predictions and labels together with {ctx.a('gather_for_metrics')} "
+                "gather predictions and labels together with "
+                f"{ctx.a_at(evaluation.line_node, 'gather_for_metrics')} "
                 "before the metrics"
             )
             ctx.plan.review(
@@ -43,7 +44,8 @@ def run(ctx: Context) -> None:
                 "evaluation left as is: its totals are combined across ranks after the loop; "
                 "a prepared loader repeats samples to even out the last batches and the "
                 "combined totals count them: gather predictions and labels in the loop with "
-                f"{ctx.a('gather_for_metrics')} instead, and combine nothing after it",
+                f"{ctx.a_at(evaluation.combined_by[0], 'gather_for_metrics')} instead, and "
+                "combine nothing after it",
             )
             continue
         unprepared = ctx.unprepared_loaders(evaluation.loop)
@@ -53,7 +55,7 @@ def run(ctx: Context) -> None:
                 f"evaluation left as is: it reads {loader_names(unprepared)}, which is not "
                 "prepared (every rank reads all of it): gathering would count each sample once "
                 "per rank; prepare the loader, then gather predictions and labels together with "
-                f"{ctx.a('gather_for_metrics')}",
+                f"{ctx.a_at(evaluation.loop.node, 'gather_for_metrics')}",
             )
             continue
         _gather(ctx, evaluation)
