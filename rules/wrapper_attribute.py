@@ -936,7 +936,8 @@ def _falls_back(script: ScriptModel, attribute: cst.Attribute) -> bool:
     ``accelerator.unwrap_model(model)``), or ``model.module`` read in such a handler after the
     body read ``model`` directly, or ``model.generate`` read in such a handler after the body
     read ``model.module.generate`` (the one-process run, where ``.module`` is missing, lands
-    there). A handler that only logs is no fallback: the read it swallows is still lost."""
+    there), and that ``model.module`` read in the body. A handler that only logs is no
+    fallback: the read it swallows is still lost."""
     owner = dotted(attribute.value)
     if owner is None:
         return False
@@ -947,9 +948,12 @@ def _falls_back(script: ScriptModel, attribute: cst.Attribute) -> bool:
             if _contains(ancestor.body, attribute):
                 return any(
                     _catches_missing(handler)
-                    and any(
-                        word in script.module.code_for_node(handler.body)
-                        for word in through_wrapper
+                    and (
+                        any(
+                            word in script.module.code_for_node(handler.body)
+                            for word in through_wrapper
+                        )
+                        or (attribute.attr.value == "module" and _reads_directly(handler, owner))
                     )
                     for handler in ancestor.handlers
                 )
@@ -970,6 +974,17 @@ def _falls_back(script: ScriptModel, attribute: cst.Attribute) -> bool:
             return False
         previous = ancestor
     return False
+
+
+def _reads_directly(handler: cst.ExceptHandler, owner: str) -> bool:
+    """The handler reads a member of ``owner`` itself, not through ``.module``
+    (``except: out = model.generate(ids)``): the one-process run's side of the fallback."""
+    return any(
+        isinstance(node, cst.Attribute)
+        and dotted(node.value) == owner
+        and node.attr.value != "module"
+        for node in walk(handler.body)
+    )
 
 
 def _catches_missing(handler: cst.ExceptHandler) -> bool:
