@@ -44,7 +44,11 @@ class FixedCountSchedulerPrepared(Rule):
 
     Fix: leave the scheduler out of ``prepare``
     (``accelerator.register_for_checkpointing(scheduler)`` keeps it in ``save_state``), or
-    create the Accelerator with ``step_scheduler_with_optimizer=False``. Not reported: a loop
+    create the Accelerator with ``step_scheduler_with_optimizer=False``; where ``step()`` runs
+    at every micro-batch of ``accelerator.accumulate()`` (no ``sync_gradients`` test around
+    it), both would step it ``gradient_accumulation_steps`` times per optimizer step, so the
+    advice there is to size the schedule in ``num_processes`` times its steps (the warmup too),
+    as diffusers' scripts do. Not reported: a loop
     over a prepared DataLoader (or one that calls a helper looping over it: an epoch loop,
     ACC408's), a ``range`` (or a ``while step < n``) bounded by ``len()`` of a DataLoader or by
     ``num_processes``, a ``while`` loop with no counter held to a bound, a schedule sized with
@@ -335,8 +339,41 @@ def _message(
     text = (
         f"{name} is stepped (line {steps}) in a loop of a fixed count (line {loops}) that every "
         "rank runs whole: prepared, each step() advances it num_processes times, so on N "
-        "processes its schedule ends N times too soon; leave it out of prepare "
-        f"(accelerator.register_for_checkpointing({name}) keeps it in save_state), or create "
-        "the Accelerator with step_scheduler_with_optimizer=False"
+        "processes its schedule ends N times too soon; "
     )
+    accumulating = [a for call, _ in fixed if (a := _unsynced_accumulate(script, call))]
+    if accumulating:
+        text += (
+            "size it for that (its step counts, the warmup's too, times "
+            "accelerator.num_processes, as diffusers' scripts do): it steps inside "
+            f"accelerator.accumulate() (line {script.line(accumulating[0])}) at every "
+            "micro-batch, so left out of prepare, or with step_scheduler_with_optimizer=False, "
+            "it would step gradient_accumulation_steps times per optimizer step instead"
+        )
+    else:
+        text += (
+            f"leave it out of prepare (accelerator.register_for_checkpointing({name}) keeps it "
+            "in save_state), or create the Accelerator with step_scheduler_with_optimizer=False"
+        )
     return in_file_words(text, accelerator_name(script, argument))
+
+
+def _unsynced_accumulate(script: ScriptModel, step: cst.Call) -> cst.With | None:
+    """The ``with accelerator.accumulate(model):`` around ``step`` when no test of
+    ``sync_gradients`` stands between them: the step runs at every micro-batch, and only the
+    prepared scheduler skips the ones that do not step the optimizer."""
+    for ancestor in script.ancestors(step):
+        if isinstance(ancestor, cst.If) and "sync_gradients" in script.module.code_for_node(
+            ancestor.test
+        ):
+            return None
+        if isinstance(ancestor, cst.With) and any(
+            isinstance(item.item, cst.Call)
+            and isinstance(item.item.func, cst.Attribute)
+            and item.item.func.attr.value == "accumulate"
+            for item in ancestor.items
+        ):
+            return ancestor
+        if isinstance(ancestor, cst.FunctionDef):
+            return None
+    return None

@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.collectives import DDP, backends_in_view
 from accelify.analysis.construction import (
     constructed_accelerator,
     holds_constructed_wrapper,
@@ -249,6 +250,12 @@ class WrappedStateDict(Rule):
         ),
     )
     good = (
+        # the file reads its checkpoints back with the wrapper's ``module.`` stripped (a T5
+        # dialogue trainer, a ResNet script's --load-model): the prefix loses nothing
+        _PREPARED + "torch.save({'model_state_dict': model.state_dict()}, 'best.ckpt')\n"
+        "def load(net, path):\n"
+        "    sd = torch.load(path)['model_state_dict']\n"
+        "    net.load_state_dict({k.replace('module.', ''): v for k, v in sd.items()})\n",
         # the unwrapped state dict kept in a local, the local in the checkpoint dict
         _PREPARED + "sd = accelerator.unwrap_model(model).state_dict()\n"
         "torch.save({'model': sd, 'epoch': 1}, 'm.pt')\n",
@@ -362,10 +369,13 @@ class WrappedStateDict(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         reported: set[int] = set()  # one finding per state dict, however many saves write it
+        read_back = _strips_the_wrapper_prefix(script) and backends_in_view(script) == {DDP}
         for call in calls(script):
             if not (is_save_call(script, call) or _saving_helper(script, call)) or not call.args:
                 continue
-            for node, at in _saved_state_dicts(script, call.args[0].value, call):
+            for node, at in (
+                () if read_back else _saved_state_dicts(script, call.args[0].value, call)
+            ):
                 owner = node.func.value  # type: ignore[union-attr]
                 not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
                 name = dotted(owner) or script.module.code_for_node(owner)
@@ -475,6 +485,26 @@ class WrappedStateDict(Rule):
                     f"{name} unwrapped by the Accelerator that prepared it",
                 )
             yield self.finding(script, model, fix, message=in_file_words(message, acc))
+
+
+#: String methods a key is renamed with: ``k.replace("module.", "")``, ``removeprefix``, or
+#: tested first (``k.startswith("module.")``, then cut).
+_KEY_RENAMES = frozenset({"replace", "removeprefix", "startswith", "split", "lstrip"})
+
+
+def _strips_the_wrapper_prefix(script: ScriptModel) -> bool:
+    """The file renames the keys it loads from ``module.x`` to ``x`` (a T5 trainer's resume, a
+    ResNet script's ``--load-model``): the checkpoints it writes from the DDP wrapper are read
+    back by that code, so their ``module.`` keys lose nothing. Under FSDP or DeepSpeed the
+    wrapper's state dict is a shard, which no renaming mends: there the finding stays."""
+    for call in script.calls:
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in _KEY_RENAMES):
+            continue
+        first = call.args[0].value if call.args else None
+        if isinstance(first, cst.SimpleString) and first.evaluated_value in ("module.", "module"):
+            return True
+    return False
 
 
 def _holds_the_wrapper(script: ScriptModel, owner: cst.BaseExpression, at: cst.Call) -> bool:

@@ -557,6 +557,12 @@ class WrapperAttribute(Rule):
         + "except AttributeError:\n    channels = model.module.config.out_channels\n"
         + "try:\n    model.save_pretrained('out')\n"
         + "except:\n    accelerator.unwrap_model(model).save_pretrained('out')\n",
+        # the mirror (a T5 dialogue trainer): the wrapper's module first, the model itself where
+        # a one-process run has no wrapper
+        HEADER
+        + "model = accelerator.prepare(model)\n"
+        + "try:\n    out = model.module.generate(input_ids=ids)\n"
+        + "except:\n    out = model.generate(input_ids=ids)\n",
         # the wrapper's own private state
         HEADER + "model = accelerator.prepare(model)\nhooks = len(model._comm_hooks)\n",
         # an attribute set on the wrapper, and the model's own attributes before prepare
@@ -928,8 +934,10 @@ def _falls_back(script: ScriptModel, attribute: cst.Attribute) -> bool:
     read in the ``try`` body with a handler that catches the AttributeError and reaches the same
     object through the wrapper (``except AttributeError: model.module.config``,
     ``accelerator.unwrap_model(model)``), or ``model.module`` read in such a handler after the
-    body read ``model`` directly. A handler that only logs is no fallback: the read it swallows
-    is still lost."""
+    body read ``model`` directly, or ``model.generate`` read in such a handler after the body
+    read ``model.module.generate`` (the one-process run, where ``.module`` is missing, lands
+    there), and that ``model.module`` read in the body. A handler that only logs is no
+    fallback: the read it swallows is still lost."""
     owner = dotted(attribute.value)
     if owner is None:
         return False
@@ -940,26 +948,43 @@ def _falls_back(script: ScriptModel, attribute: cst.Attribute) -> bool:
             if _contains(ancestor.body, attribute):
                 return any(
                     _catches_missing(handler)
-                    and any(
-                        word in script.module.code_for_node(handler.body)
-                        for word in through_wrapper
+                    and (
+                        any(
+                            word in script.module.code_for_node(handler.body)
+                            for word in through_wrapper
+                        )
+                        or (attribute.attr.value == "module" and _reads_directly(handler, owner))
                     )
                     for handler in ancestor.handlers
                 )
-            if (
-                isinstance(previous, cst.ExceptHandler)
-                and attribute.attr.value == "module"
-                and _catches_missing(previous)
-            ):
+            if not (isinstance(previous, cst.ExceptHandler) and _catches_missing(previous)):
+                return False
+            if attribute.attr.value == "module":
                 return any(
                     isinstance(node, cst.Attribute) and dotted(node.value) == owner
                     for node in walk(ancestor.body)
                 )
-            return False
+            # the mirror: the body reads through the wrapper (``model.module.generate``), and
+            # the handler reads the model directly where there is no wrapper (one process)
+            return any(
+                isinstance(node, cst.Attribute) and dotted(node) == f"{owner}.module"
+                for node in walk(ancestor.body)
+            )
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
             return False
         previous = ancestor
     return False
+
+
+def _reads_directly(handler: cst.ExceptHandler, owner: str) -> bool:
+    """The handler reads a member of ``owner`` itself, not through ``.module``
+    (``except: out = model.generate(ids)``): the one-process run's side of the fallback."""
+    return any(
+        isinstance(node, cst.Attribute)
+        and dotted(node.value) == owner
+        and node.attr.value != "module"
+        for node in walk(handler.body)
+    )
 
 
 def _catches_missing(handler: cst.ExceptHandler) -> bool:

@@ -1181,3 +1181,30 @@ def test_a_plateau_metric_folded_by_a_comprehension_over_the_shard_is_the_rank_s
         "accelerator.gather_for_metrics(loss_fn(model(x), y)).mean().item() for",
     )
     assert [f for f in lint(gathered, "ACC409").findings if f.code == "ACC409"] == []
+
+
+def test_a_fixed_count_scheduler_stepped_at_every_micro_batch_is_advised_its_size():
+    """A MeanFlow trainer: ``lr_scheduler.step()`` inside ``accumulate()`` with no
+    ``sync_gradients`` test. Left out of prepare (or with ``step_scheduler_with_optimizer=False``)
+    it would step at every micro-batch, so the only right advice is to size it for the N steps."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n"
+        "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
+        "max_steps = 5000\n"
+        "optimizer = torch.optim.AdamW(model.parameters())\n"
+        "scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, total_iters=max_steps)\n"
+        "model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)\n"
+        "step = 0\n"
+        "while step < max_steps:\n"
+        "    with accelerator.accumulate(model):\n"
+        "        accelerator.backward(model(next(batches)))\n"
+        "        optimizer.step()\n"
+        "        scheduler.step()\n"
+        "        optimizer.zero_grad()\n"
+        "    if accelerator.sync_gradients:\n"
+        "        step += 1\n"
+    )
+    finding = the_finding(code, "ACC410")
+    assert "times accelerator.num_processes" in finding.message
+    assert "accelerator.accumulate() (line 10)" in finding.message
+    assert "leave it out of prepare" not in finding.message

@@ -11,7 +11,8 @@ import re
 import libcst as cst
 
 from accelify.analysis.facts import Facts, facts_of
-from accelify.analysis.objects import callee
+from accelify.analysis.loss_sources import last_binding
+from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
 from accelify.analysis.syntax import (
     all_params,
@@ -352,4 +353,103 @@ def _calls_backward(node: cst.CSTNode) -> bool:
         and isinstance(call.func, cst.Attribute)
         and call.func.attr.value == "backward"
         for call in walk(node)
+    )
+
+
+#: How many bindings and helpers the sizing of a scheduler is followed through
+#: (``total = len(loader) * epochs`` in a factory handed the loader).
+_SIZING_DEPTH = 5
+#: How many callers up a measured parameter is followed to the name its callers pass.
+_CALLERS_DEPTH = 2
+
+
+def sized_by_a_prepared_loader(script: ScriptModel, argument: cst.Arg) -> cst.Call | None:
+    """The ``len(loader)`` a scheduler handed to ``prepare`` by ``argument`` was sized with,
+    where ``loader`` is what an earlier ``prepare`` returned: each rank's share of the batches,
+    1/N of them. None when the sizing reads no such length, or names the process count (sized
+    for the N steps per call on purpose)."""
+    prepare = next((a for a in script.ancestors(argument) if isinstance(a, cst.Call)), None)
+    given = dotted(argument.value)
+    if prepare is None or given is None:
+        return None
+    binding = last_binding(script, given, prepare)
+    if not isinstance(binding, cst.Assign) or not isinstance(binding.value, cst.Call):
+        return None
+    found = _prepared_length(script, binding.value, binding, _SIZING_DEPTH, set())
+    return found or None
+
+
+def _prepared_length(
+    script: ScriptModel, expression: cst.CSTNode, at: cst.CSTNode, depth: int, seen: set[int]
+) -> cst.Call | bool | None:
+    """The first ``len()`` of a loader prepared before it that ``expression`` reads, through the
+    names it reads (their last binding above ``at``) and the file's functions it calls (their
+    return values); False when a value on the way names the process count."""
+    if id(expression) in seen:
+        return None
+    seen.add(id(expression))
+    if PROCESS_COUNT.search(script.module.code_for_node(expression)):
+        return False
+    skipped = script.names_of(Kind.MODEL, Kind.OPTIMIZER, Kind.ACCELERATOR)
+    for node in walk(expression):
+        if isinstance(node, cst.Call) and dotted(node.func) == "len" and len(node.args) == 1:
+            if _prepared_before(script, node.args[0].value, node, _CALLERS_DEPTH):
+                return node
+            continue
+        if depth <= 0:
+            continue
+        nested: list[tuple[cst.CSTNode, cst.CSTNode]] = []
+        if isinstance(node, cst.Name) and node.value not in skipped:
+            parent = script.parent(node)
+            if isinstance(parent, cst.Call) and parent.func is node:
+                continue  # a function called, followed through its return values below
+            binding = last_binding(script, node.value, at)
+            if isinstance(binding, cst.Assign):
+                nested.append((binding.value, binding))
+        elif isinstance(node, cst.Call):
+            target = script.call_graph.callee(node)
+            if target is not None:
+                nested.extend(
+                    (r.value, r)
+                    for r in walk(target[0])
+                    if isinstance(r, cst.Return) and r.value is not None
+                )
+        for value, where in nested:
+            found = _prepared_length(script, value, where, depth - 1, seen)
+            if found is not None:
+                return found
+    return None
+
+
+def _prepared_before(
+    script: ScriptModel, measured: cst.BaseExpression, at: cst.CSTNode, depth: int
+) -> bool:
+    """``measured`` holds, at ``at``, what a ``prepare`` returned: an output of a prepare call
+    above it in the same function (or both at the module's level), or a parameter every caller
+    fills with such a name."""
+    name = dotted(measured)
+    if name is None:
+        return False
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(at)
+    for prepare in script.prepare_calls:
+        if name not in prepare.outputs:
+            continue
+        if facts.placement.enclosing_function(prepare.call) is function and script.order(
+            prepare.call
+        ) < script.order(at):
+            return True
+    if function is None or "." in name or depth <= 0:
+        return False
+    if name not in {param.name.value for param in all_params(function.params)}:
+        return False
+    sites = script.call_graph.calls_of(function)
+    passed = [
+        (argument, site)
+        for site, implicit in sites
+        for parameter, argument in bound_arguments(function, site, implicit)
+        if parameter == name
+    ]
+    return bool(passed) and all(
+        _prepared_before(script, argument.value, site, depth - 1) for argument, site in passed
     )

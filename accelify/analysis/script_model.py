@@ -1320,8 +1320,11 @@ def _optimizer_factory_call(call: cst.Call) -> bool:
 
 def _scheduler_factory_call(call: cst.Call) -> bool:
     """``get_scheduler(optimizer=self.optimizer, scheduler_config=cfg)``: a project's helper
-    handed the optimizer it schedules (a trainer that steps it once per epoch, prepared)."""
-    if (dotted(call.func) or "").rsplit(".", 1)[-1] not in names.SCHEDULER_FACTORIES:
+    handed the optimizer it schedules (a trainer that steps it once per epoch, prepared); also
+    a project's own scheduler class handed it (``WarmupCosineScheduler(optimizer, warmup,
+    total)``, a talking-head trainer's), named as schedulers are."""
+    last_name = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    if last_name not in names.SCHEDULER_FACTORIES and not last_name.endswith("Scheduler"):
         return False
     handed = argument_value(call, "optimizer")
     last = (dotted(handed) or "").rsplit(".", 1)[-1] if handed is not None else ""
