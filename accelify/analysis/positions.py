@@ -18,7 +18,8 @@ from typing import Any
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
-from libcst._position import CodePosition, CodeRange  # libcst.metadata's own: not its providers
+from libcst.metadata import CodeRange
+from libcst.metadata.position_provider import CodePosition
 
 #: libcst's own (position_provider.NEWLINE_RE): what ends a line inside a token
 _NEWLINE = re.compile(r"\r\n?|\n")

@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst._position import CodeRange  # libcst.metadata's own: not its providers
+from libcst.metadata import CodeRange
 
 from accelify.analysis import names
 from accelify.analysis.imports import ImportTable

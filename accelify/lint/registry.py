@@ -9,12 +9,8 @@ import functools
 import importlib
 import inspect
 import pkgutil
-from typing import TYPE_CHECKING
 
-from accelify.cst_loader import load_libcst
-
-if TYPE_CHECKING:
-    from accelify.lint.rule import Rule
+from accelify.lint.rule import Rule
 
 #: Codes that moved into their band (DESIGN: 1xx devices, 2xx processes and I/O, 3xx gradients
 #: and optimizer, 4xx data and metrics, 5xx precision and checkpoints). The old codes still
@@ -28,9 +24,6 @@ class CatalogError(RuntimeError):
 
 @functools.cache
 def all_rules() -> tuple[Rule, ...]:
-    load_libcst()  # the rules' libcst, before any of them imports it: no metadata providers
-    from accelify.lint.rule import Rule
-
     package = importlib.import_module("accelify.rules")
     found = []
     for info in pkgutil.iter_modules(package.__path__):
