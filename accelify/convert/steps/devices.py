@@ -412,8 +412,13 @@ def handed_on_before_prepare(ctx: Context, name: str, statement: cst.CSTNode) ->
         return None
     scope = ctx.model.scope_of(statement)
     start, end = ctx.model.order(statement), ctx.model.order(anchor)
+    # ``optimizer = build_optimizer(cfg, model)``: an optimizer keeps the model's parameters,
+    # which prepare moves in place, not a copy of them
+    optimizers = {id(b.value) for b in ctx.model.of_kind(Kind.OPTIMIZER, Kind.SCHEDULER)}
     for call in ctx.model.calls:
         if not start < ctx.model.order(call) < end or ctx.model.scope_of(call) is not scope:
+            continue
+        if id(call) in optimizers:
             continue
         if any(dotted(argument.value) == name for argument in call.args) and not _rebinds(
             ctx, call, name

@@ -24,7 +24,7 @@ from accelify.analysis.objects import (
 )
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
-from accelify.analysis.script_model import Binding, Kind, Loop, Scope, owning_model
+from accelify.analysis.script_model import Binding, Kind, Loop, Scope, ScriptModel, owning_model
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
@@ -1087,11 +1087,83 @@ def _prepare_each_value(ctx: Context, binding: Binding) -> None:
     code = f"{name} = {{{comprehension}}}"
     if indent + len(code) > 88:
         code = f"{name} = {{\n    {comprehension}\n}}"
-    ctx.plan.insert_after(binding.statement, statement(code))
-    ctx.need(binding.statement)
+    sized = _schedulers_sized_by_the_dict(ctx, binding)
+    anchor = sized[0] if sized else binding.statement
+    ctx.plan.insert_after(anchor, statement(code))
+    ctx.need(anchor)
     ctx.plan.prepared.append(name)
+    if sized:
+        ctx.plan.change(
+            binding.line,
+            f"each loader of {name} prepared after line {ctx.line(anchor)}, where "
+            f"{', '.join(sized[1])} has read the whole loaders' length (a prepared scheduler "
+            "steps once per rank at each call: it counts the whole set's steps)",
+        )
+        return
     where = "it is received" if binding.received else "the dict is created"
     ctx.plan.change(binding.line, f"each loader of {name} prepared where {where}")
+
+
+def _schedulers_sized_by_the_dict(
+    ctx: Context, binding: Binding
+) -> tuple[cst.CSTNode, list[str]] | None:
+    """``loaders = build_loaders(cfg)`` then ``scheduler = build_scheduler(opt,
+    len(loaders["train"]))``: schedulers made later in the scope whose arguments read the dict
+    (directly or through names bound before them), as `_left_out_schedulers_reading_loaders`
+    finds for a loader of its own. Prepared where the dict is made, its loaders would hand
+    them one rank's length and the schedule would end N times too soon. The top statement of
+    the last of them and their names, when the dict is read in between only by ``len()`` (so
+    its loaders can be prepared after them); None when there is none or the dict is used
+    (iterated, handed on) before them: a review line says so then."""
+    placement, model = ctx.facts.placement, ctx.model
+    scope = binding.scope
+    top = placement.top_statement(binding.statement, scope)
+    if top is None:
+        return None
+    body = placement.body_of(scope)
+    start = placement.index(top, scope)
+    sized: list[tuple[int, str]] = []
+    for scheduler in model.of_kind(Kind.SCHEDULER):
+        if scheduler.scope is not scope or scheduler.value is None or _conditional(ctx, scheduler):
+            continue
+        made = placement.top_statement(scheduler.statement, scope)
+        if made is None or placement.index(made, scope) <= start:
+            continue
+        index = placement.index(made, scope)
+        if binding.name in _read_through(ctx, body[:index], scheduler.value):
+            sized.append((index, scheduler.name))
+    if not sized:
+        return None
+    last = max(index for index, _ in sized)
+    names = sorted({name for _, name in sized})
+    for line in body[start + 1 : last + 1]:
+        for read in walk(line):
+            if (
+                isinstance(read, cst.Name)
+                and read.value == binding.name
+                and not _only_its_length(model, read, line)
+            ):
+                ctx.plan.review(
+                    binding.line,
+                    f"{', '.join(names)} is sized by {binding.name}, whose loaders are used "
+                    f"(line {ctx.line(read)}) before it is made: prepared where the dict is "
+                    "made, its loaders' length is one rank's shard (N times smaller) and the "
+                    "schedule ends N times too soon (a OneCycleLR raises past its total); "
+                    "compute the sizes from the loaders before they are prepared",
+                )
+                return None
+    return body[last], names
+
+
+def _only_its_length(model: ScriptModel, read: cst.Name, line: cst.CSTNode) -> bool:
+    """``read`` (a loader dict's name) is inside a ``len()`` call's argument in ``line``:
+    ``len(loaders["train"])``, ``len(loaders)``."""
+    for ancestor in model.ancestors(read):
+        if ancestor is line:
+            return False
+        if isinstance(ancestor, cst.Call) and dotted(ancestor.func) == "len":
+            return True
+    return False
 
 
 def _prepare_trained_phases(ctx: Context, binding: Binding, phases: PhaseLoaders) -> None:

@@ -435,21 +435,24 @@ def _opened_on_main_only(ctx: Context, opened: cst.With | cst.Call) -> bool:
             or "x" in mode  # ``open(os.devnull, "x")`` fails: the sink exists
             or path is None
             or ctx.facts.shared_files.read_back_below(call) is not None
-            or not ctx.plan.reaches(call)
         ):
             return False
         paths.append((call, path.value))
-    test = ctx.a("is_main_process")
     for call, path in paths:
+        # a callback's method handed the trainer: ``trainer.accelerator``; the process state
+        # where no accelerator is reached (`accelerator_at`)
+        acc = ctx.accelerator_at(call)
         shown = ctx.code(path)
         ctx.plan.replace(
             path,
-            Swap(f"{shown} if {test} else {devnull}"),
+            Swap(f"{shown} if {acc}.is_main_process else {devnull}"),
             ctx.line(call),
             f"{shown} opened on the main process only, {devnull} on the others (the code "
             "around its writes runs on every rank)",
+            anywhere=acc != ctx.acc,
         )
-        ctx.need(call)
+        if acc == ctx.acc:
+            ctx.need(call)
     if (
         devnull == "os.devnull"
         and "os" not in ctx.model.imports.bound
