@@ -166,7 +166,19 @@ class ObjectFlow:
         if kind is None and container is not None:
             held = kinds_by_name.get(container) or self.params.get(caller, {}).get(container)  # type: ignore[arg-type]
             kind = held if held is Kind.DATALOADER else None
+        if kind is None and name.count(".") == 1 and not name.startswith("self."):
+            kind = self._made_instance_attribute(name, call)
         return kind
+
+    def _made_instance_attribute(self, name: str, at: cst.CSTNode) -> Kind | None:
+        """``trainer.val_loader`` where ``trainer = Trainer(...)`` (a class of the file) in the
+        same function: what that class's ``self.val_loader`` holds, so a helper handed it
+        (``summarize(trainer.model, trainer.val_loader)``) knows its parameter's kind."""
+        base, attribute = name.split(".")
+        made = self.model.call_graph.instance_class(base, at)
+        owner = self.model.classes.get(made) if made is not None else None
+        init = owner and self.model.call_graph.lookup(owner, "__init__")
+        return self.kind_of(f"self.{attribute}", init) if init else None
 
     def calls_of(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]]:
         """Every call in the file that runs ``function``, with its implicit ``self``."""

@@ -58,7 +58,17 @@ def run(ctx: Context) -> None:
                 f"{ctx.a_at(evaluation.loop.node, 'gather_for_metrics')}",
             )
             continue
-        _gather(ctx, evaluation)
+        if not _gather(ctx, evaluation) and not ctx.plan.reaches(evaluation.statement):
+            # a plan confined to a trainer class cannot reach a module-level helper that its
+            # caller hands ``trainer.val_loader``: say so rather than leave 1/N of the metrics
+            ctx.plan.review(
+                ctx.line(evaluation.line_node),
+                "evaluation left as is: the conversion makes no edit here (no accelerator "
+                "reaches this code); where its loader is a prepared one, each rank evaluates "
+                "only its shard and the metrics cover 1/N of the set: gather predictions and "
+                f"labels together with {ctx.a_at(evaluation.line_node, 'gather_for_metrics')} "
+                "before the metrics",
+            )
 
 
 def gathers_instead_of_reducing(ctx: Context, evaluation: Evaluation) -> bool:
