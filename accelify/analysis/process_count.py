@@ -4,6 +4,8 @@ backward; ACC414: a mean divided a second time)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
@@ -81,15 +83,7 @@ def averaged_over_ranks(script: ScriptModel, value: cst.BaseExpression, at: cst.
         if script.call_names(value) & _MEANS and value.args and _over_samples(value, 1):
             return _gathered(script, value.args[0].value, at)
         return False
-    name = dotted(value)
-    if name is None or "." in name:
-        return False
-    binding = last_binding(script, name, at)
-    return (
-        isinstance(binding, cst.Assign)
-        and len(binding.targets) == 1
-        and averaged_over_ranks(script, binding.value, binding)
-    )
+    return _bound_to(script, value, at, averaged_over_ranks)
 
 
 def _over_samples(call: cst.Call, skip: int = 0) -> bool:
@@ -115,6 +109,17 @@ def _gathered(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -
             return False
         accelerators = facts_of(script).flow.names_of(Kind.ACCELERATOR)
         return dotted(func.value) in accelerators
+    return _bound_to(script, value, at, _gathered)
+
+
+def _bound_to(
+    script: ScriptModel,
+    value: cst.BaseExpression,
+    at: cst.CSTNode,
+    test: Callable[[ScriptModel, cst.BaseExpression, cst.CSTNode], bool],
+) -> bool:
+    """``value`` is a plain name whose last binding above ``at`` is one assignment of a value
+    that passes ``test`` there (``loss = accelerator.gather(l)``, then ``loss.mean()``)."""
     name = dotted(value)
     if name is None or "." in name:
         return False
@@ -122,5 +127,5 @@ def _gathered(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -
     return (
         isinstance(binding, cst.Assign)
         and len(binding.targets) == 1
-        and _gathered(script, binding.value, binding)
+        and test(script, binding.value, binding)
     )
