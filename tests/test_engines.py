@@ -126,6 +126,7 @@ UNCLIPPED = {
         *("--optimizer", "adam", "--max-grad-norm", "0", "--constant-lr", "--steps", "6"),
         *ACCUMULATE,
     ),
+    "adamw": ("--optimizer", "adamw", "--max-grad-norm", "0", "--constant-lr", "--steps", "6"),
 }
 #: What each engine trains: the unclipped settings, and the script's defaults (6 steps clipped
 #: at 0.5), which DDP's run makes the reference of clipping.

@@ -13,6 +13,7 @@ shard, and a checkpoint loads into a different world size.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -152,7 +153,7 @@ class FSDPBackend(Backend):
             places = [self._names[id(p)] for p in group["params"]]
             groups.append({**settings, "params": [sharded[(id(m), n)] for m, n in places]})
         try:
-            rebuilt = type(optimizer)(groups, **optimizer.defaults)
+            rebuilt = type(optimizer)(groups, **_constructor_defaults(optimizer))
         except TypeError as error:
             raise RuntimeError(
                 f"with --backend fsdp, {type(optimizer).__name__} could not be rebuilt on the "
@@ -255,3 +256,14 @@ def _optimizers_by_model(
         ]
         pairs.append((model, owned))
     return pairs
+
+
+def _constructor_defaults(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's defaults that its class's constructor takes. torch's AdamW is an Adam
+    whose defaults hold ``decoupled_weight_decay``, which ``AdamW()`` does not take; every group
+    handed to the constructor carries its own value of each default anyway."""
+    parameters = inspect.signature(type(optimizer).__init__).parameters.values()
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+        return dict(optimizer.defaults)
+    names = {parameter.name for parameter in parameters}
+    return {key: value for key, value in optimizer.defaults.items() if key in names}
