@@ -234,9 +234,15 @@ def _end_the_launcher(code: int) -> NoReturn:
     logging's) and the streams' flush still run. Inside another program (a test's CliRunner,
     whose ``__main__`` is not ours) the process is not ours to end: ``sys.exit``."""
     gc.freeze()
-    if getattr(sys.modules.get("__main__"), "main", None) is not _cli_main():
+    # ``atexit._run_exitfuncs`` is CPython's (and PyPy's), not the documented API: an
+    # interpreter without it ends the usual way
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if (
+        run_exit_handlers is None
+        or getattr(sys.modules.get("__main__"), "main", None) is not _cli_main()
+    ):
         sys.exit(code)
-    atexit._run_exitfuncs()
+    run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed stream, or a reader gone
             stream.flush()
