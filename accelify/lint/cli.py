@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import gc
 import subprocess
 import sys
@@ -182,9 +183,7 @@ def _cycles_collected_once(collect: bool = True) -> Iterator[None]:
             gc.collect(0)
 
 
-_EXIT_UNCOLLECTED: list[bool] = []
-
-
+@functools.cache
 def _no_collection_at_exit() -> None:
     """At the end of the process, Python collects cycles once more over every object: the
     modules the analysis imported (libcst's ~250 node classes, the rules), ~45k objects, 0.04 s
@@ -192,9 +191,7 @@ def _no_collection_at_exit() -> None:
     Frozen at exit (`gc.freeze`: the final collection skips them), once per process; nothing
     lint leaves relies on a collection to be finalized (its files are written and closed in
     ``with`` blocks, its workers joined before `run_lint` returns)."""
-    if not _EXIT_UNCOLLECTED:
-        _EXIT_UNCOLLECTED.append(True)
-        atexit.register(gc.freeze)
+    atexit.register(gc.freeze)
 
 
 def _lint_all(
