@@ -2,7 +2,6 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.process_count import averaged_over_ranks, process_count
 from accelify.analysis.script_model import ScriptModel
 from accelify.lint.rule import HEADER, Example, Finding, Rule
@@ -75,18 +74,10 @@ class AveragedTwice(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         for node in script.index.of_type((cst.BinaryOperation, cst.AugAssign)):
             if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
-                if process_count(script, node.right, node) and averaged_over_ranks(
-                    script, node.left, node
-                ):
-                    yield self.finding(script, node)
+                divided, divisor = node.left, node.right
             elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
-                target = node.target
-                if not (isinstance(target, cst.Name) and process_count(script, node.value, node)):
-                    continue
-                binding = last_binding(script, target.value, node)
-                if (
-                    isinstance(binding, cst.Assign)
-                    and len(binding.targets) == 1
-                    and averaged_over_ranks(script, binding.value, binding)
-                ):
-                    yield self.finding(script, node)
+                divided, divisor = node.target, node.value
+            else:
+                continue
+            if process_count(script, divisor, node) and averaged_over_ranks(script, divided, node):
+                yield self.finding(script, node)

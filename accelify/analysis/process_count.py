@@ -35,12 +35,7 @@ def process_count(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNod
         return False
     if name.rsplit(".", 1)[-1] in PROCESS_COUNTS:
         return True
-    binding = last_binding(script, name, at) if "." not in name else None
-    return (
-        isinstance(binding, cst.Assign)
-        and len(binding.targets) == 1
-        and process_count(script, binding.value, binding)
-    )
+    return _bound_to(script, value, at, process_count)
 
 
 def mean_reduce(script: ScriptModel, call: cst.Call) -> bool:
