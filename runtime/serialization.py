@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,13 +17,18 @@ _UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GI
 
 
 def write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
+    """Written under the file's own name in a fresh folder beside it, then renamed into place:
+    `torch.save` names its archive's root folder after the file it writes, so a temporary
+    name of the file itself would make the bytes differ from a plain `torch.save` to the path
+    (and from one save to the next, with the pid in it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    temporary = staging / path.name
     try:
         write(temporary)
         os.replace(temporary, path)
     finally:
-        temporary.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def parse_size(size: int | str) -> int:

@@ -241,6 +241,18 @@ def test_save_writes_atomically_and_leaves_no_temporary(tmp_path):
     assert [p.name for p in target.parent.iterdir()] == ["weights.pt"]
 
 
+def test_save_writes_the_bytes_torch_save_writes(tmp_path):
+    """torch.save names its archive's root folder after the file: a temporary file name would
+    change the bytes (a script printing the checkpoint's size printed another number)."""
+    state = {"w": torch.arange(4.0)}
+    Accelerator().save(state, tmp_path / "ours" / "best.pt")
+    (tmp_path / "plain").mkdir()
+    torch.save(state, tmp_path / "plain" / "best.pt")
+    assert (tmp_path / "ours" / "best.pt").read_bytes() == (
+        tmp_path / "plain" / "best.pt"
+    ).read_bytes()
+
+
 def test_save_model_shards_and_loads_into_a_plain_module(tmp_path):
     from safetensors.torch import load_file
 
