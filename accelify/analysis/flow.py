@@ -260,10 +260,7 @@ class ObjectFlow:
             if source == "self" and self.placement.class_of(call) is not None:
                 kind = self.kind_of(f"self.{attribute}", call)
             elif source is not None and "." not in source:
-                made = self.model.call_graph.instance_class(source, call)
-                owner = self.model.classes.get(made) if made is not None else None
-                init = owner and self.model.call_graph.lookup(owner, "__init__")
-                kind = self.kind_of(f"self.{attribute}", init) if init else None
+                kind = self._made_instance_attribute(f"{source}.{attribute}", call)
             else:
                 kind = None
             if kind is None:

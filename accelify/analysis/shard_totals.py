@@ -215,6 +215,8 @@ def _averaged_by_helper(model: ScriptModel, call: cst.Call, total: str) -> cst.C
         for name, argument in bound_arguments(function, call, implicit)
         if dotted(argument.value) == total
     ]
+    if not handed:  # the call does not hand it ``total``: nothing to look for in its body
+        return None
     for node in walk(function.body):
         if (
             isinstance(node, (cst.BinaryOperation, cst.Call))
