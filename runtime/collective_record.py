@@ -56,8 +56,6 @@ STACK_SIGNAL: int = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else sign
 # whether its collectives are over (`collectives_over`)
 _LAYOUT = struct.Struct("<IiiiqqdQ32s240s?")
 _GENERATION = struct.Struct("<I")
-#: The fields up to the state's time (leaving a collective rewrites only these).
-_HEAD = struct.Struct("<Iiiiqqd")
 _OVER, _OVER_OFFSET = struct.Struct("<?"), _LAYOUT.size - 1
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -200,24 +198,6 @@ class _Recorder:
         )
         _GENERATION.pack_into(self._map, 0, generation)
 
-    def _write_state(self, state: int) -> None:
-        """Only the fields up to the state's time (leaving a collective: the operation and the
-        place stay as they were)."""
-        self.state = state
-        generation = self._generation = self._generation + 2
-        _HEAD.pack_into(
-            self._map,
-            0,
-            generation - 1,
-            self._pid,
-            state,
-            self.exit_code,
-            self.sequence,
-            self.passes,
-            time.time(),
-        )
-        _GENERATION.pack_into(self._map, 0, generation)
-
     def enter(self, operation: bytes) -> None:
         self.depth += 1
         if self.depth > 1:
@@ -238,7 +218,8 @@ class _Recorder:
     def leave(self) -> None:
         self.depth -= 1
         if self.depth == 0 and self.state == IN_COLLECTIVE:
-            self._write_state(RUNNING)
+            # the operation and the place stay as they were: the record holds them already
+            self._write(RUNNING)
 
     def finish(self, state: int, exit_code: int = 0) -> None:
         """Leaving or crashed, once: a rank that crashed stays so, and the time a rank began
