@@ -28,7 +28,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, holds_own, self_parameter, walk
+from accelify.analysis.syntax import dotted, holds_own, self_parameter, target_names, walk
 
 #: torch.nn layers without parameters of their own.
 _PARAMETERLESS = re.compile(
@@ -374,7 +374,7 @@ def members_behind_outputs(
                 [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
             )
             for target in targets:
-                for name in _target_names(target):
+                for name in target_names(target):
                     assigned.setdefault(name, []).append(node.value)
 
     def members(expression: cst.CSTNode, seen: set[str]) -> set[str]:
@@ -394,11 +394,3 @@ def members_behind_outputs(
     return [
         (frozenset(found & parameters), e.value) for found, e in zip(reached, elements, strict=True)
     ]
-
-
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    return []
