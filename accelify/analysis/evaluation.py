@@ -38,6 +38,7 @@ from accelify.analysis.dataflow import (
     within,
 )
 from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name
+from accelify.analysis.loss_reduction import sums_its_batch
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.shard_totals import averaged_over_batches, divided_by_set_size
@@ -1135,14 +1136,14 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
     trainer): it counts batches over samples, and only a sum weighted by each batch's size
     (``loss.item() * x.size(0)``) is the whole set's total once gathered."""
     model = facts.model
-    means = _batch_means(body)
+    means = _batch_means(body, model)
     scope = model.scope_of(found.loop.node)
     for sink, statement in _sums_added(found):
         read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
         # ``val_loss += criterion(output, target).item()``: the loss added as it is computed
         mean = sorted(read & means) or [
             model.module.code_for_node(call)
-            for call in _added_batch_means(statement.value)
+            for call in _added_batch_means(statement.value, model)
             if dotted(call.func) not in model.functions  # the file's own: it may sum
         ]
         total = statement.target.value
@@ -1205,7 +1206,7 @@ def _lists_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts)
     batch's mean times its size (``loss.item() * x.size(0)``) is the batch's total, and is not
     asked about."""
     model = facts.model
-    means = _batch_means(body)
+    means = _batch_means(body, model)
     for sink in found.sinks:
         statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
         if not (
@@ -1255,7 +1256,7 @@ def _a_loss_call(value: cst.BaseExpression, model: ScriptModel) -> bool:
     function of the file, which may sum)."""
     return (
         isinstance(value, cst.Call)
-        and bool(_added_batch_means(value))
+        and bool(_added_batch_means(value, model))
         and dotted(value.func) not in model.functions
     )
 
@@ -1317,7 +1318,7 @@ def _weighs_token_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts
     loss of N merged batches weighs each batch by its tokens instead, and the total differs
     (exact only for a per-sample loss)."""
     model = facts.model
-    means = _batch_means(body)
+    means = _batch_means(body, model)
     for sink, statement in _sums_added(found):
         mean = _weighted_mean(statement.value, means, model)
         tokens = _over_tokens(mean, body, facts) if mean is not None else None
@@ -1425,12 +1426,12 @@ def _unwrapped(value: cst.BaseExpression) -> cst.BaseExpression:
             return value
 
 
-def _added_batch_means(value: cst.BaseExpression) -> list[cst.Call]:
+def _added_batch_means(value: cst.BaseExpression, model: ScriptModel) -> list[cst.Call]:
     """The loss calls ``value`` adds as they are (``criterion(output, target)`` of
     ``criterion(output, target).item()``), read through ``.item()``, ``.detach()``,
     ``float()`` and a constant weight; none where the value is anything else."""
     value = _unwrapped(value)
-    if isinstance(value, cst.Call) and _a_batch_mean(value, set()):
+    if isinstance(value, cst.Call) and _a_batch_mean(value, set(), model):
         return [value]
     return []
 
@@ -1722,7 +1723,7 @@ def _taken_as_a_number(node: cst.CSTNode) -> cst.BaseExpression | None:
 _MEAN_CALLS = ("loss", "criterion", "cross_entropy")
 
 
-def _batch_means(body: list[cst.CSTNode]) -> set[str]:
+def _batch_means(body: list[cst.CSTNode], model: ScriptModel) -> set[str]:
     """Names the loop body binds to a loss of its batch: ``loss = criterion(out, y)``,
     ``loss = F.cross_entropy(out, y)``, ``loss = (out - y).pow(2).mean()`` (not with
     ``reduction="sum"``), and a weighted sum of them (``loss = loss_id + 0.5 * loss_u``)."""
@@ -1732,37 +1733,34 @@ def _batch_means(body: list[cst.CSTNode]) -> set[str]:
             if not isinstance(node, cst.Assign) or len(assigned_targets(node)) != 1:
                 continue
             target = assigned_targets(node)[0]
-            if isinstance(target, cst.Name) and _a_batch_mean(node.value, found):
+            if isinstance(target, cst.Name) and _a_batch_mean(node.value, found, model):
                 found.add(target.value)
     return found
 
 
-def _a_batch_mean(value: cst.BaseExpression, means: set[str]) -> bool:
+def _a_batch_mean(value: cst.BaseExpression, means: set[str], model: ScriptModel) -> bool:
     """``value`` is one batch's mean: a loss call, a name bound to one (``means``), or a sum of
-    them, each possibly scaled by a constant weight (not by a batch size: that is a total)."""
+    them, each possibly scaled by a constant weight (not by a batch size: that is a total). A
+    loss built with ``reduction="sum"`` (where it is called or where it was constructed:
+    `sums_its_batch`) is a batch's total, not its mean."""
     if isinstance(value, cst.Name):
         return value.value in means
     if isinstance(value, cst.Call):
         name = (dotted(value.func) or "").lower()
         last = name.rsplit(".", 1)[-1]
-        summed = any(
-            a.keyword is not None
-            and a.keyword.value == "reduction"
-            and isinstance(a.value, cst.SimpleString)
-            and a.value.evaluated_value != "mean"
-            for a in value.args
-        )
-        return not summed and (last == "mean" or any(k in last for k in _MEAN_CALLS))
+        if not (last == "mean" or any(k in last for k in _MEAN_CALLS)):
+            return False
+        return not sums_its_batch(model, value)
     if not isinstance(value, cst.BinaryOperation):
         return False
     if isinstance(value.operator, cst.Add | cst.Subtract):
-        return _a_batch_mean(value.left, means) and _a_batch_mean(value.right, means)
+        return _a_batch_mean(value.left, means, model) and _a_batch_mean(value.right, means, model)
     if isinstance(value.operator, cst.Multiply):
-        return (_a_batch_mean(value.left, means) and _a_weight(value.right)) or (
-            _a_weight(value.left) and _a_batch_mean(value.right, means)
+        return (_a_batch_mean(value.left, means, model) and _a_weight(value.right)) or (
+            _a_weight(value.left) and _a_batch_mean(value.right, means, model)
         )
     if isinstance(value.operator, cst.Divide):
-        return _a_batch_mean(value.left, means) and _a_weight(value.right)
+        return _a_batch_mean(value.left, means, model) and _a_weight(value.right)
     return False
 
 
