@@ -139,11 +139,15 @@ def _only_argument(node: cst.BaseExpression, functions: set[str], model: ScriptM
 def _averaged_over_batches(
     model: ScriptModel, placement: Placement, loop: Loop, totals: set[str]
 ) -> list[ShardTotal]:
-    """``total_loss / len(train_loader)`` after the loop, in its scope: the mean of the batches
-    this rank read. Over a prepared loader that is one shard's mean, not the whole set's."""
+    """``total_loss / len(train_loader)`` (or ``/ steps``, with ``steps += 1`` per batch) after
+    the loop, in its scope: the mean of the batches this rank read. Over a prepared loader that
+    is one shard's mean, not the whole set's."""
     found = []
+    counted = _batch_counters(loop)
     for node, (divided, divisor) in _divisions_in(loop.scope):
-        if isinstance(node, cst.FormattedString) or not _is_len_of(divisor, loop.iterable):
+        if isinstance(node, cst.FormattedString) or not (
+            _is_len_of(divisor, loop.iterable) or dotted(divisor) in counted
+        ):
             continue
         if not (
             model.order(node) > model.order(loop.node)
@@ -165,15 +169,7 @@ def averaged_over_batches(
     loader's length or by a count the loop takes one batch at a time (``total / len(loader)``,
     ``total / steps`` with ``steps += 1``). On a prepared loader each rank reads fewer batches:
     a mean over them is not the whole set's once the loop's values are gathered."""
-    counted = {
-        node.target.value
-        for node in walk(loop.node.body)
-        if isinstance(node, cst.AugAssign)
-        and isinstance(node.operator, cst.AddAssign)
-        and isinstance(node.target, cst.Name)
-        and isinstance(node.value, cst.Integer)
-        and node.value.value == "1"
-    }
+    counted = _batch_counters(loop)
     for node in walk(loop.scope):
         if not (
             model.order(node) > model.order(loop.node)
@@ -200,6 +196,19 @@ def averaged_over_batches(
         ):
             return node
     return None
+
+
+def _batch_counters(loop: Loop) -> set[str]:
+    """``steps += 1`` in the loop's body: names that count the batches it reads."""
+    return {
+        node.target.value
+        for node in walk(loop.node.body)
+        if isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and isinstance(node.target, cst.Name)
+        and isinstance(node.value, cst.Integer)
+        and node.value.value == "1"
+    }
 
 
 def _averaged_by_helper(model: ScriptModel, call: cst.Call, total: str) -> cst.CSTNode | None:
