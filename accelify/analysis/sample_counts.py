@@ -22,6 +22,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.call_graph import CallGraph
 from accelify.analysis.collectives import agrees_across_ranks
+from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
@@ -29,6 +30,9 @@ from accelify.analysis.syntax import dotted, target_names, walk
 #: Names that hold how many samples a batch has (``num_samples += batch_size``,
 #: ``n += args.batch_size``), by their last part.
 _BATCH_SIZE_NAMES = frozenset({"batch_size", "bs", "bsz", "batch_len", "n_batch", "nbatch"})
+
+#: How many helpers deep a count handed on is followed (``report()`` calling ``show()``).
+_HELPER_DEPTH = 3
 
 #: Methods that show what they are handed: loggers, progress bars, writers.
 _SHOWING_METHODS = frozenset(
@@ -295,9 +299,12 @@ class _Reads:
         counters: dict[str, str],
         totals: set[str],
         through: str | None,
+        depth: int = 0,
     ) -> Iterator[SampleCount]:
         """Among ``nodes``: divisions of a total by a count (``counters`` maps the count as
-        spelled there to the loop's), and counts shown on their own."""
+        spelled there to the loop's), and counts shown on their own; also inside a function of
+        the file they are handed to (`_in_helpers`)."""
+        yield from self._in_helpers(nodes, counters, totals, depth)
         divisors: set[int] = set()
         for node in nodes:
             ratio = _ratio(self.model, node)
@@ -335,6 +342,37 @@ class _Reads:
                 counter,
                 through,
             )
+
+    def _in_helpers(
+        self,
+        nodes: list[cst.CSTNode],
+        counters: dict[str, str],
+        totals: set[str],
+        depth: int,
+    ) -> Iterator[SampleCount]:
+        """``report(epoch, total_loss, seen)``: a function of the file handed a count (and the
+        totals) that divides or shows them itself; read there by its parameters' names, so
+        rank 0's share printed inside a helper is found as it is in the loop's own function."""
+        if depth >= _HELPER_DEPTH:
+            return
+        for call in nodes:
+            if not isinstance(call, cst.Call):
+                continue
+            target = callee(self.model, call)
+            if target is None:
+                continue
+            function, implicit = target
+            handed = [
+                (parameter, spelled(self.model, argument.value))
+                for parameter, argument in bound_arguments(function, call, implicit)
+            ]
+            inner = {p: counters[h] for p, h in handed if h in counters}
+            if not inner:
+                continue
+            inner_totals = {p for p, h in handed if h in totals}
+            body = [n for n in walk(function) if self.model.scope_of(n) is function]
+            through = f"handed to {function.name.value}()"
+            yield from self._shown(body, inner, inner_totals, through, depth + 1)
 
 
 def _ratio(
