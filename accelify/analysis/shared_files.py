@@ -427,17 +427,20 @@ class SharedFiles:
 
     def per_process(self, path: cst.BaseExpression, depth: int = 0) -> PerProcessPath | None:
         """The call that makes ``path`` another file on every process, followed through the
-        names it reads (assignments and ``with ... as name`` in scope)."""
+        names it reads (assignments and ``with ... as name`` in scope), the attributes and
+        parameters that hold it, and what a function of the file returns (``run_dir()`` that
+        returns a timestamped folder)."""
         if depth > _MAX_DEPTH:
             return None
         members = {id(n.attr) for n in walk(path) if isinstance(n, cst.Attribute)}
         for node in walk(path):
+            values: list[cst.BaseExpression] = []
             if isinstance(node, cst.Call):
                 called = self.model.call_names(node)
                 if called & UNIQUE_PER_PROCESS or called & CLOCK:
                     return PerProcessPath(node, clock=not called & UNIQUE_PER_PROCESS)
-            values: list[cst.BaseExpression] = []
-            if isinstance(node, cst.Attribute):
+                values = self._returned_by(node)
+            elif isinstance(node, cst.Attribute):
                 values = self._attribute_values(node)
             elif isinstance(node, cst.Name) and id(node) not in members:
                 values = self._values_of(node.value, path) or self._passed_for(node.value, path)
@@ -446,6 +449,15 @@ class SharedFiles:
                 if found is not None:
                     return found
         return None
+
+    def _returned_by(self, call: cst.Call) -> list[cst.BaseExpression]:
+        """What every ``return`` of the function of this file that ``call`` runs hands back
+        (not a class's construction: the instance is no path)."""
+        target = self.model.call_graph.callee(call)
+        if target is None or target[0].name.value == "__init__":
+            return []
+        returns = self.model.index.own_returns(target[0])
+        return [r.value for r in returns if r.value is not None]
 
     def _attribute_values(self, node: cst.Attribute) -> list[cst.BaseExpression]:
         """What ``self.ckpt`` is set to in the class that reads it (``self.ckpt = ckpt``);
