@@ -11,12 +11,14 @@ import libcst as cst
 from accelify.analysis.objects import bound_arguments, methods_of
 from accelify.analysis.script_model import Scope
 from accelify.analysis.syntax import dotted, walk
+from accelify.convert.steps import handed_accelerator
 from accelify.convert.steps.context import Context
 from accelify.edits.node_rewrites import WithKeyword
 from accelify.edits.plan import statement
 
 
 def run(ctx: Context, prepare_scope: Scope) -> None:
+    handed_accelerator.thread(ctx)
     home = _home(ctx, prepare_scope)
     create = f"{ctx.acc} = {ctx.constructor_code()}"
     threaded = _thread(ctx, home)

@@ -45,6 +45,10 @@ TARGET_MODULES = {
 }
 
 
+#: The parameter a helper outside the accelerator's class takes it under (`handed_in`).
+HANDED_ACCELERATOR = "accelerator"
+
+
 def import_lines(target: str, used: list[str]) -> list[str]:
     """``from accelify import Accelerator, set_seed``: one line per module, the modules and
     names in isort's order (classes before functions), as ruff's ``I001`` checks them."""
@@ -120,6 +124,10 @@ class Context:
     mixed_pace: dict[str, tuple[int, list[SchedulerStep]]] = field(default_factory=dict)
     #: statements that go right after the ``Accelerator(...)`` is created.
     after_creation: list[str] = field(default_factory=list)
+    #: module-level helpers outside the class that owns ``self.accelerator`` that take it as
+    #: the parameter `HANDED_ACCELERATOR`, with each call and the accelerator it passes
+    #: (`handed_accelerator`).
+    handed_in: dict[cst.FunctionDef, list[tuple[cst.Call, str]]] = field(default_factory=dict)
 
     @property
     def facts(self) -> Facts:
@@ -310,13 +318,17 @@ class Context:
         ]
         return bool(sources) and all(source in prepared for source in sources)
 
-    def instance_outside_class(self, node: cst.CSTNode) -> str | None:
+    def instance_outside_class(
+        self, node: cst.CSTNode, owner: cst.ClassDef | None = None
+    ) -> str | None:
         """``trainer`` for ``node`` outside the class that owns ``self.accelerator``, in a scope
         where ``trainer = Trainer(...)`` was created before it: the accelerator is reached
-        there as ``trainer.accelerator``."""
-        if not self.acc.startswith("self.") or self.prepare_anchor is None:
+        there as ``trainer.accelerator``. ``owner``: that class, asked before the prepare call
+        is planned (which names it otherwise)."""
+        if not self.acc.startswith("self."):
             return None
-        owner = self.facts.placement.class_of(self.prepare_anchor)
+        if owner is None and self.prepare_anchor is not None:
+            owner = self.facts.placement.class_of(self.prepare_anchor)
         if owner is None or self.facts.placement.inside(node, owner):
             return None
         scope = self.model.scope_of(node)
@@ -396,7 +408,8 @@ class Context:
         if outside is not None:
             return f"{outside}.accelerator"
         if not self.plan.reaches(node):
-            return None
+            handed = self.facts.placement.top_function(node) in self.handed_in
+            return HANDED_ACCELERATOR if handed else None
         return self.acc
 
     def advised_accelerator(self, node: cst.CSTNode) -> str | None:
@@ -408,6 +421,8 @@ class Context:
         if reached is None or "." in reached:
             return reached
         placement = self.facts.placement
+        if placement.top_function(node) in self.handed_in:
+            return reached
         function = placement.enclosing_function(node)
         if function is None or (
             self.scope is not None

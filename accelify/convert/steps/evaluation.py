@@ -12,7 +12,8 @@ from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.helper_evaluation import HelperEvaluation
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, root_name, walk
-from accelify.convert.steps.context import Context
+from accelify.convert.steps import handed_accelerator
+from accelify.convert.steps.context import HANDED_ACCELERATOR, Context
 from accelify.edits.collective_rewrites import gather_for_metrics
 
 
@@ -130,6 +131,15 @@ def loader_names(unprepared: list[str | None]) -> str:
 
 def _gather(ctx: Context, evaluation: Evaluation) -> bool:
     assert evaluation.statement is not None and evaluation.forward is not None
+    # outside the class that owns ``self.accelerator``: ``trainer.accelerator`` in the scope
+    # that made the trainer, or one handed to the module-level helper that evaluates
+    acc = ctx.reachable_accelerator(evaluation.statement)
+    handed = None
+    if acc is None:
+        handed = handed_accelerator.calls_to_pass(ctx, evaluation.statement)
+        if handed is None:
+            return False
+        acc = HANDED_ACCELERATOR
     targets = [*evaluation.gathered, *(f.name for f in evaluation.fields)]
     values = [*evaluation.gathered, *(f.code for f in evaluation.fields)]
     renamed = [(use, f.name) for f in evaluation.fields for use in f.uses]
@@ -141,7 +151,7 @@ def _gather(ctx: Context, evaluation: Evaluation) -> bool:
     pads = []
     if evaluation.pad_index is not None:
         # each value padded into its name to the ranks' longest second dimension, then gathered
-        pad = ctx.a("pad_across_processes")
+        pad = f"{acc}.pad_across_processes"
         pads = [
             f"{t} = {pad}({v}, dim=1, pad_index={evaluation.pad_index})"
             for t, v in zip(targets, values, strict=True)
@@ -149,9 +159,9 @@ def _gather(ctx: Context, evaluation: Evaluation) -> bool:
         values = list(targets)
     apart = [t for t in targets if t in evaluation.apart] if len(targets) > 1 else []
     joined = [(t, v) for t, v in zip(targets, values, strict=True) if t not in apart]
-    gathers = [_gather_code(ctx, [t for t, _ in joined], [v for _, v in joined])] if joined else []
+    gathers = [_gather_code(acc, [t for t, _ in joined], [v for _, v in joined])] if joined else []
     gathers = pads + gathers
-    gathers += [_gather_code(ctx, [name], [name]) for name in apart]
+    gathers += [_gather_code(acc, [name], [name]) for name in apart]
     made = ctx.plan.add(
         *gather_for_metrics(evaluation.statement, gathers, renamed, extract),
         line=ctx.line(evaluation.statement),
@@ -159,9 +169,12 @@ def _gather(ctx: Context, evaluation: Evaluation) -> bool:
         + _gathered_apart(apart)
         + _kept_local(ctx, evaluation)
         + _padded(evaluation),
+        anywhere=acc != ctx.acc,
     )
-    if made:
+    if made and acc == ctx.acc:
         ctx.need(evaluation.statement)
+    if made and handed is not None:
+        handed_accelerator.hand_in(ctx, evaluation.statement, handed)
     return bool(made)
 
 
@@ -194,8 +207,8 @@ def _kept_local(ctx: Context, evaluation: Evaluation) -> str:
     )
 
 
-def _gather_code(ctx: Context, targets: list[str], values: list[str]) -> str:
-    call = ctx.a("gather_for_metrics")
+def _gather_code(acc: str, targets: list[str], values: list[str]) -> str:
+    call = f"{acc}.gather_for_metrics"
     if len(targets) == 1:
         code = f"{targets[0]} = {call}({values[0]})"
     else:

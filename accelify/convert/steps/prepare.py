@@ -39,6 +39,7 @@ from accelify.analysis.syntax import (
     walk,
 )
 from accelify.analysis.writing_helpers import BINDS, MUTATORS
+from accelify.convert.steps import handed_accelerator
 from accelify.convert.steps.context import Context, star_imported_from_the_project
 from accelify.convert.steps.saving import file_write_blocks, result_read_after
 from accelify.edits.kinds import InsertBefore
@@ -1900,6 +1901,8 @@ def _evaluated_out_of_reach(ctx: Context, chosen: dict[str, Kind]) -> dict[str, 
         loop = evaluation.loop
         if evaluation.already_gathered or not evaluation.sinks or ctx.plan.reaches(loop.node):
             continue
+        if handed_accelerator.calls_to_pass(ctx, loop.node) is not None:
+            continue  # a module-level helper every caller can hand the accelerator to
         for name in sorted(_loader_origins(ctx, loop) - trained):
             if chosen.get(name) is Kind.DATALOADER:
                 found.setdefault(name, loop.node)
