@@ -42,6 +42,8 @@ UNIQUE_PER_PROCESS = {
     "os.getpid",
     "uuid.uuid1",
     "uuid.uuid4",
+    "secrets.token_hex",
+    "secrets.token_urlsafe",
 }
 CLOCK = {
     "time.time",
