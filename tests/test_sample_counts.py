@@ -105,3 +105,45 @@ def test_an_evaluation_loop_is_not_asked_about():
         "    print(seen)\n"
     )
     assert shown(code) == set()
+
+
+def test_a_count_handed_to_a_helper_that_prints_it_is_read_there():
+    code = (
+        "def report(epoch, loss_sum, n):\n"
+        '    print(f"{epoch}: {loss_sum / n:.3f}")\n'
+        "\n"
+        "def log_seen(count):\n"
+        "    show(count)\n"
+        "\n"
+        "def show(value):\n"
+        "    print(value)\n"
+        "\n"
+        "def train(model, loader, optimizer):\n"
+        "    seen, total = 0, 0.0\n"
+        "    for x, y in loader:\n"
+        + textwrap.indent(textwrap.dedent(STEP), "        ")
+        + "        seen += x.size(0)\n"
+        "        total += loss.item() * len(x)\n"
+        "    report(1, total, seen)\n"
+        "    log_seen(seen)\n"
+    )
+    assert shown(code) == {
+        ("n", "loss_sum", "handed to report()", 'print(f"{epoch}: {loss_sum / n:.3f}")'),
+        ("value", None, "handed to show()", "print(value)"),
+    }
+
+
+def test_a_helper_handed_no_count_is_not_read():
+    code = (
+        "def report(loss_sum, n):\n"
+        "    print(loss_sum / n)\n"
+        "\n"
+        "def train(model, loader, optimizer):\n"
+        "    seen, total = 0, 0.0\n"
+        "    for x, y in loader:\n"
+        + textwrap.indent(textwrap.dedent(STEP), "        ")
+        + "        seen += x.size(0)\n"
+        "        total += loss.item() * len(x)\n"
+        "    report(total, len(loader.dataset))\n"
+    )
+    assert shown(code) == set()
