@@ -49,6 +49,7 @@ from accelify.analysis.syntax import (
     keyword_value,
     root_name,
     statement_lines,
+    strip_self_methods,
     target_names,
     walk,
 )
@@ -783,6 +784,11 @@ def _place(found: Evaluation, facts: Facts) -> str | None:
         found.scalar_losses += _plain_names_bound(small)
     later = _uses_after(found, facts)
     for output in outputs:
+        if output != found.extracted and not _read_after(model, output, statement):
+            # ``pred, _, _ = model(x)``: an output nothing reads after the forward needs no
+            # gather (Accelerate's gather refuses the None one may be), and ``out, h = net(x,
+            # h)``'s state, read only by the next forward, must stay this rank's batch's
+            continue
         fields = _fields_only(later.get(output, []), model, allow_index=False)
         if output in found.scalar_losses:
             continue
@@ -1831,6 +1837,10 @@ def _is_sink(small: cst.CSTNode, local: set[str]) -> bool:
         target = root_name(written) if isinstance(written, cst.Subscript) else dotted(written)
         if target is None or target in local:
             return False
+        if isinstance(written, (cst.Name, cst.Attribute)) and dotted(
+            strip_self_methods(small.value)
+        ) == dotted(written):
+            return False  # ``model = model.eval()`` hands the same object back, folds in nothing
         return target in _variables(small.value) or _fills_a_range(written)
     return False
 
@@ -2155,6 +2165,28 @@ def _device_names(value: cst.BaseExpression) -> set[str]:
             for argument in node.args:
                 found |= {n.value for n in walk(argument.value) if isinstance(n, cst.Name)}
     return found
+
+
+def _read_after(model: ScriptModel, name: str, statement: cst.CSTNode) -> bool:
+    """``name`` is read below ``statement`` in the function (or module code) that holds it:
+    in the loop, or after it (a helper's ``return {"sse": ...(pred, y)}``)."""
+    scope = model.scope_of(statement)
+    start = model.order(statement)
+    for node in walk(scope):
+        if (
+            isinstance(node, cst.Name)
+            and node.value == name
+            and model.order(node) > start
+            and not is_binding(model, node)
+            and not _is_attribute_name(model, node)
+        ):
+            return True
+    return False
+
+
+def _is_attribute_name(model: ScriptModel, node: cst.Name) -> bool:
+    parent = model.parent(node)
+    return isinstance(parent, cst.Attribute) and parent.attr is node
 
 
 def _uses_after(found: Evaluation, facts: Facts) -> dict[str, list[cst.Name]]:

@@ -84,6 +84,8 @@ class Precision:
     #: ``GradScaler()`` made where no name the analysis follows holds it
     #: (``self.scaler = GradScaler() if cuda else None``): its calls cannot be removed
     unfollowed_scalers: list[cst.Call] = field(default_factory=list)
+    #: an ``if`` over an autocast or scaler whose test cannot stand for its ``enabled=``
+    unclear_guard: cst.If | None = None
 
     @property
     def used(self) -> bool:
@@ -102,18 +104,28 @@ def precision_of(model: ScriptModel, prepare_scope: cst.CSTNode | None) -> Preci
         if isinstance(node, cst.WithItem) and isinstance(node.item, cst.Call):
             qualified = model.call_names(node.item) & names.AUTOCASTS
             if qualified:
-                found.autocasts.append(_autocast(model, node.item, min(qualified)))
+                autocast = _autocast(model, node.item, min(qualified))
+                autocast.enabled, unclear = _switched_on(model, node, autocast.enabled)
+                found.unclear_guard = found.unclear_guard or unclear
+                found.autocasts.append(autocast)
     for binding in model.of_kind(Kind.SCALER):
         value = binding.value
         enabled = _argument(value, "enabled", ()) if isinstance(value, cst.Call) else None
-        found.scalers.append(Scaler(binding, _unless_true(enabled)))
+        enabled, unclear = _switched_on(model, binding.assign, _unless_true(enabled))
+        found.unclear_guard = found.unclear_guard or unclear
+        found.scalers.append(Scaler(binding, enabled))
     followed = {id(scaler.binding.value) for scaler in found.scalers}
     found.unfollowed_scalers = [
         call
         for call in model.calls
         if model.call_names(call) & names.GRAD_SCALERS and id(call) not in followed
     ]
-    if found.used:
+    if found.used and found.unclear_guard is not None:
+        found.reason = (
+            f"the mixed precision is switched on under the `if` at line "
+            f"{model.line(found.unclear_guard)}, which no one enabled= condition says"
+        )
+    elif found.used:
         found.mixed_precision, found.reason = _carried(model, found, prepare_scope)
         read = _read_otherwise(model, found.scalers)
         if found.reason is None and read is not None:
@@ -221,6 +233,36 @@ def _bound_once(model: ScriptModel, name: str) -> cst.BaseExpression | None:
 def _argument(call: cst.Call, name: str, positions: tuple[str, ...]) -> cst.BaseExpression | None:
     """What ``call`` passes as ``name``, by keyword or at its place among ``positions``."""
     return argument_value(call, name, positions.index(name) if name in positions else None)
+
+
+def _switched_on(
+    model: ScriptModel, node: cst.CSTNode, enabled: cst.BaseExpression | None
+) -> tuple[cst.BaseExpression | None, cst.If | None]:
+    """``if self.args.use_amp: scaler = GradScaler()`` and ``if self.args.use_amp: with
+    autocast(): ...``: an ``if`` of the function around the autocast (the scaler) switches it
+    as ``enabled=`` does, so its test is the condition the Accelerator's precision must keep
+    (else fp16 would be on for every GPU run of a script that casts only when asked). One
+    ``if`` over a call without ``enabled=`` is carried as its test; an ``else`` branch, nested
+    ``if``s or an ``if`` beside ``enabled=`` come back as the ``if`` that cannot be said (the
+    second value), and the script's AMP then stays as written."""
+    guards: list[cst.If] = []
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            break
+        if isinstance(ancestor, cst.If) and not _is_main_guard(ancestor.test):
+            guards.append(ancestor)
+    if not guards:
+        return enabled, None
+    guard = guards[0]
+    in_body = any(ancestor is guard.body for ancestor in model.ancestors(node))
+    if len(guards) > 1 or enabled is not None or not in_body:
+        return enabled, guard
+    return guard.test, None
+
+
+def _is_main_guard(test: cst.BaseExpression) -> bool:
+    """``__name__ == "__main__"``: the script runs, not a precision switch."""
+    return isinstance(test, cst.Comparison) and dotted(test.left) == "__name__"
 
 
 def _unless_true(expression: cst.BaseExpression | None) -> cst.BaseExpression | None:

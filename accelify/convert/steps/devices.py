@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.batch_values import holds_the_batch
 from accelify.analysis.dataflow import sees_binding
 from accelify.analysis.device_moves import (
     batch_moves_in,
@@ -20,9 +21,9 @@ from accelify.analysis.device_moves import (
     strip_moves,
 )
 from accelify.analysis.loss_sources import made_for
-from accelify.analysis.script_model import Binding, Kind, number_read
+from accelify.analysis.script_model import Binding, Kind, Loop, number_read
 from accelify.analysis.side_effects import calls_for_effect
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import dotted, root_name, target_names, walk
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
 from accelify.edits.kinds import InsertAfter
@@ -491,7 +492,7 @@ def run_batch_moves(ctx: Context) -> None:
         batch = set(loop.batch_names) | ctx.facts.flow.derived_batch_names(loop)
         for node in walk(loop.node.body):
             if isinstance(node, cst.SimpleStatementLine):
-                _batch_move_statement(ctx, node, batch)
+                _batch_move_statement(ctx, loop, node, batch)
 
 
 def _unpacked(binding: Binding) -> bool:
@@ -759,15 +760,19 @@ def _sees_binding(ctx: Context, node: cst.CSTNode, name: str, scope: cst.CSTNode
 
 
 def _batch_move_statement(
-    ctx: Context, line_statement: cst.SimpleStatementLine, batch: set[str]
+    ctx: Context, loop: Loop, line_statement: cst.SimpleStatementLine, batch: set[str]
 ) -> None:
+    """Drop the moves of what the loop's prepared loader handed over; a name the body
+    rebinds from elsewhere first (``j, data = next(enumerate(test_loader))``, that loader left
+    unprepared) keeps its move: its tensors are not on the device yet."""
     for small in line_statement.body:
         if not isinstance(small, cst.Assign):
             continue
-        moves = batch_moves_in(small.value, batch)
+        found = batch_moves_in(small.value, batch)
+        moves = [move for move in found if _moves_the_batch(ctx, loop, move)]
         if not moves:
             continue
-        if is_identity_assignment(small, batch):
+        if len(moves) == len(found) and is_identity_assignment(small, batch):
             ctx.plan.add(
                 rewrites.drop_statement(line_statement),
                 line=ctx.line(small),
@@ -780,6 +785,14 @@ def _batch_move_statement(
                 line=ctx.line(move),
                 text="removed batch device move (batches arrive on accelerator.device)",
             )
+
+
+def _moves_the_batch(ctx: Context, loop: Loop, move: cst.Call) -> bool:
+    receiver = move_receiver(move)
+    name = root_name(receiver) if receiver is not None else None
+    if name is None:
+        return True
+    return holds_the_batch(ctx.model, loop, name, move, set(ctx.plan.prepared))
 
 
 def _is_string(value: cst.BaseExpression) -> bool:
