@@ -437,3 +437,43 @@ def test_fsdp_bf16_with_cpu_offload_on_gpus_with_nccl(tmp_path):
     flags = ("--mixed-precision", "bf16", *FSDP, "--fsdp-cpu-offload")
     run = train(tmp_path, "gpu", *flags, args=("--steps", "12"), cpu=False)
     assert sum(run["losses"][-4:]) < sum(run["losses"][:4])
+
+
+@pytest.mark.parametrize(
+    ("flags", "refused"),
+    [
+        pytest.param(DDP, (), id="ddp"),
+        pytest.param(("--backend", "fsdp"), ("own", "optimizer"), id="fsdp"),
+        pytest.param(ZERO[2], ("optimizer",), id="zero2", marks=needs_deepspeed),
+        pytest.param(ZERO[3], ("own", "optimizer"), id="zero3", marks=needs_deepspeed),
+    ],
+)
+def test_a_model_saved_whole_loads_back_and_one_ranks_part_is_refused(flags, refused, tmp_path):
+    """What a converted script does with its own checkpoint: `accelerator.save` of one rank's
+    part (a model's own state dict under FSDP or ZeRO-3, an optimizer's under any sharding
+    engine) fails on every rank, naming get_state_dict; `get_state_dict` saves the whole
+    weights, and under FSDP (as under DDP) they load back into the prepared model, each rank
+    taking its own shard. Under ZeRO-3 the module's parameters are empty partitions, so torch's
+    load_state_dict refuses the whole tensors (a size mismatch, not a silent load)."""
+    script = FIXTURES / "runtime" / "full_state_saves.py"
+    assert_ok(launch(script, "--out", tmp_path / "found", cwd=tmp_path, flags=flags))
+    ranks = [json.loads((tmp_path / f"found.rank{r}.json").read_text()) for r in (0, 1)]
+    for found in ranks:
+        for kind in ("own", "optimizer"):
+            if kind in refused:
+                assert "accelerator.get_state_dict(model)" in found[kind]
+                assert "that rank's part only" in found[kind]
+            else:
+                assert found[kind] is None
+    main = ranks[0]
+    assert main["saved"] and main["saved"].keys() == _sequential_keys()
+    if flags == ZERO[3]:
+        assert all("size mismatch" in found["load"] for found in ranks)
+        return
+    assert all(found["load"] is None for found in ranks)
+    for name, values in main["saved"].items():
+        assert main["after"][name] == pytest.approx(values, abs=1e-7)
+
+
+def _sequential_keys() -> set[str]:
+    return {"0.weight", "0.bias", "2.weight", "2.bias"}
