@@ -477,3 +477,24 @@ def test_a_model_saved_whole_loads_back_and_one_ranks_part_is_refused(flags, ref
 
 def _sequential_keys() -> set[str]:
     return {"0.weight", "0.bias", "2.weight", "2.bias"}
+
+
+def test_a_converted_best_checkpoint_reload_tests_alike_under_ddp_and_fsdp(tmp_path):
+    """A converted script that saves its best epoch's weights and reloads them for the test set
+    (the golden fixtures/convert/best_checkpoint_reloaded_into_the_trained_model): under FSDP its
+    own ``state_dict()`` held each rank's shard, the main process saved its own, and the reload
+    put rank 0's rows everywhere (test 37/77 where DDP printed 70/77). With
+    ``get_state_dict`` saved and the whole tensors loaded back, FSDP prints what DDP prints,
+    line for line, and the test line is there."""
+    script = FIXTURES / "convert" / "best_checkpoint_reloaded_into_the_trained_model" / "after.py"
+    printed = {}
+    for backend in ("ddp", "fsdp"):
+        folder = tmp_path / backend
+        folder.mkdir()
+        run = launch(script, cwd=folder, flags=("--backend", backend))
+        assert_ok(run)
+        printed[backend] = [
+            line for line in run.stdout.splitlines() if line.startswith(("epoch", "test"))
+        ]
+    assert printed["ddp"][-1].startswith("test ")
+    assert printed["fsdp"] == printed["ddp"]
