@@ -1,4 +1,4 @@
-"""A whole (unsharded) state dict loaded into a model FSDP2 has sharded.
+"""A whole (unsharded) state dict loaded into a model FSDP2 has sharded, or ZeRO-3 partitioned.
 
 ``accelerator.save(accelerator.get_state_dict(model), path)`` writes the model's full tensors,
 and a converted script reloads them as it did before conversion:
@@ -8,12 +8,13 @@ got mixed torch.Tensor and DTensor"). Every rank holds the whole tensor it loade
 its own shard out of it (`distribute_tensor` with ``src_data_rank=None``: no communication, so
 a load that only some ranks run cannot hang). A DTensor entry (the model's own sharded state
 dict, loaded back on the same ranks) and an entry of another shape (torch's size-mismatch
-error) are left to torch.
+error) are left to torch. Under ZeRO-3 each rank writes its own partition the same way.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -49,3 +50,43 @@ def _shard_whole_tensors(
             held.placements,
             src_data_rank=None,
         )
+
+
+def accept_full_state_dicts_partitioned(
+    model: torch.nn.Module, refresh: Callable[[], None] | None
+) -> None:
+    """The same for a module DeepSpeed ZeRO-3 partitions: each parameter's ``data`` is empty
+    until gathered, so torch would refuse whole tensors (a size mismatch). Each rank writes its
+    own partition of the whole tensor it loaded (``ds_tensor``: the flattened tensor's
+    ``[rank * size, (rank + 1) * size)`` slice, as DeepSpeed cuts it), and a parameter kept
+    whole between steps (a small one DeepSpeed persists) is written whole as torch does; no
+    communication. ``refresh`` then copies the new partitions into the optimizer's fp32 master
+    weights (DeepSpeed's ``refresh_fp32_params``), so the next step starts from them."""
+    for module in model.modules():
+        if any(hasattr(p, "ds_tensor") for p in module._parameters.values() if p is not None):
+            module.register_load_state_dict_pre_hook(_write_partitions)
+    if refresh is not None:
+        model.register_load_state_dict_post_hook(lambda module, incompatible: refresh())
+
+
+def _write_partitions(
+    module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any
+) -> None:
+    for name, held in module._parameters.items():
+        key = prefix + name
+        value = state_dict.get(key)
+        partition = getattr(held, "ds_tensor", None)
+        if (
+            partition is None
+            or not isinstance(value, torch.Tensor)
+            or isinstance(value, DTensor)
+            or tuple(value.shape) != tuple(held.ds_shape)  # type: ignore[union-attr]
+        ):
+            continue
+        rank = torch.distributed.get_rank(group=getattr(held, "ds_process_group", None))
+        size = partition.numel()
+        mine = value.detach().reshape(-1)[rank * size : (rank + 1) * size]
+        with torch.no_grad():
+            partition.narrow(0, 0, mine.numel()).copy_(mine)
+        if held.numel() == 0:  # type: ignore[union-attr]
+            state_dict[key] = held.data  # type: ignore[union-attr]  # nothing left to copy

@@ -452,9 +452,9 @@ def test_a_model_saved_whole_loads_back_and_one_ranks_part_is_refused(flags, ref
     """What a converted script does with its own checkpoint: `accelerator.save` of one rank's
     part (a model's own state dict under FSDP or ZeRO-3, an optimizer's under any sharding
     engine) fails on every rank, naming get_state_dict; `get_state_dict` saves the whole
-    weights, and under FSDP (as under DDP) they load back into the prepared model, each rank
-    taking its own shard. Under ZeRO-3 the module's parameters are empty partitions, so torch's
-    load_state_dict refuses the whole tensors (a size mismatch, not a silent load)."""
+    weights, and they load back into the prepared model (spoiled first) on every engine: under
+    FSDP each rank takes its own shard, under ZeRO-3 each writes its own partition (the module's
+    parameters are empty there, and torch alone refused the whole tensors: a size mismatch)."""
     script = FIXTURES / "runtime" / "full_state_saves.py"
     assert_ok(launch(script, "--out", tmp_path / "found", cwd=tmp_path, flags=flags))
     ranks = [json.loads((tmp_path / f"found.rank{r}.json").read_text()) for r in (0, 1)]
@@ -467,9 +467,6 @@ def test_a_model_saved_whole_loads_back_and_one_ranks_part_is_refused(flags, ref
                 assert found[kind] is None
     main = ranks[0]
     assert main["saved"] and main["saved"].keys() == _sequential_keys()
-    if flags == ZERO[3]:
-        assert all("size mismatch" in found["load"] for found in ranks)
-        return
     assert all(found["load"] is None for found in ranks)
     for name, values in main["saved"].items():
         assert main["after"][name] == pytest.approx(values, abs=1e-7)
