@@ -21,7 +21,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.saved_values import saved_state_dicts
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.node_rewrites import StateOf
 
@@ -62,6 +62,17 @@ def gather_or_review(
     if ctx.facts.shared_files.kept_on_every_rank(save):
         return False  # each rank saves its own shards and reads them back itself
     acc = through or ctx.acc
+    kept = _read_besides_the_save(ctx, state, save)
+    if kept is not None:
+        ctx.plan.review(
+            ctx.line(state),
+            f"{name}'s state is saved through {kept[0]}, which line {kept[1]} also reads: kept "
+            f"as {acc}.unwrap_model({name}).state_dict(), as {acc}.get_state_dict({name}) "
+            f"would hand the other ranks an empty dict {_SHARDED}; there the kept one holds "
+            "this rank's shard only, which accelerator.save refuses: for those engines save "
+            f"`{acc}.get_state_dict({name})` itself, on every rank",
+        )
+        return False
     apart = _where_ranks_part(ctx, state, save, instance=through is not None)
     if apart is None:
         planned = ctx.plan.replace(
@@ -106,6 +117,44 @@ def review_optimizer_states(ctx: Context) -> None:
             f"training state with {acc}.save_state(folder) and {acc}.load_state(folder), "
             "on every rank",
         )
+
+
+def _read_besides_the_save(ctx: Context, state: cst.Call, save: cst.Call) -> tuple[str, int] | None:
+    """``best = model.state_dict()`` (or a checkpoint dict holding it) saved by name, and that
+    name read elsewhere too (``model.load_state_dict(best)`` restoring the weights in memory):
+    the name and the line of such a read. None when the state is built in the save's own call,
+    or the name is only bound, stored into and saved."""
+    saved = save.args[0].value
+    if ctx.facts.placement.inside(state, save) or not isinstance(saved, cst.Name):
+        return None
+    scope = ctx.model.scope_of(save)
+    for node in walk(scope):
+        if not isinstance(node, cst.Name) or node.value != saved.value or node is saved:
+            continue
+        if ctx.model.scope_of(node) is not scope or _bound_or_stored_into(ctx, node):
+            continue
+        if _printed(ctx, node):
+            continue  # ``print(sorted(state["model"]))``: shown by the main process only
+        return saved.value, ctx.line(node)
+    return None
+
+
+def _printed(ctx: Context, node: cst.CSTNode) -> bool:
+    """``node`` is inside a ``print(...)`` or ``accelerator.print(...)``: it is only shown."""
+    return any(
+        isinstance(a, cst.Call)
+        and isinstance(a.func, (cst.Name, cst.Attribute))
+        and (dotted(a.func) or "").rsplit(".", 1)[-1] == "print"
+        for a in ctx.model.ancestors(node)
+    )
+
+
+def _bound_or_stored_into(ctx: Context, name: cst.Name) -> bool:
+    """``name = ...`` or ``name[key] = ...``: not a read of what ``name`` holds."""
+    parent = ctx.model.parent(name)
+    if isinstance(parent, cst.Subscript) and parent.value is name:
+        parent = ctx.model.parent(parent)
+    return isinstance(parent, cst.AssignTarget)
 
 
 def _where_ranks_part(ctx: Context, state: cst.Call, save: cst.Call, instance: bool) -> str | None:
