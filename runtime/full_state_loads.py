@@ -60,18 +60,30 @@ def accept_full_state_dicts_partitioned(
     own partition of the whole tensor it loaded (``ds_tensor``: the flattened tensor's
     ``[rank * size, (rank + 1) * size)`` slice, as DeepSpeed cuts it), and a parameter kept
     whole between steps (a small one DeepSpeed persists) is written whole as torch does; no
-    communication. ``refresh`` then copies the new partitions into the optimizer's fp32 master
-    weights (DeepSpeed's ``refresh_fp32_params``), so the next step starts from them."""
+    communication. When a load wrote partitions, ``refresh`` then copies them into the
+    optimizer's fp32 master weights (DeepSpeed's ``refresh_fp32_params``), so the next step
+    starts from them; a load that wrote none (DeepSpeed's own checkpoint loading) is left
+    alone, its fp32 weights untouched."""
+    written: list[bool] = []
+
+    def write(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
+        if _write_partitions(module, state_dict, prefix):
+            written.append(True)
+
+    def refreshed(module: torch.nn.Module, incompatible: Any) -> None:
+        if written and refresh is not None:
+            refresh()
+        written.clear()
+
     for module in model.modules():
         if any(hasattr(p, "ds_tensor") for p in module._parameters.values() if p is not None):
-            module.register_load_state_dict_pre_hook(_write_partitions)
-    if refresh is not None:
-        model.register_load_state_dict_post_hook(lambda module, incompatible: refresh())
+            module.register_load_state_dict_pre_hook(write)
+    model.register_load_state_dict_post_hook(refreshed)
 
 
-def _write_partitions(
-    module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any
-) -> None:
+def _write_partitions(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str) -> bool:
+    """Whether any partition of ``module``'s own parameters was written from ``state_dict``."""
+    wrote = False
     for name, held in module._parameters.items():
         key = prefix + name
         value = state_dict.get(key)
@@ -88,5 +100,7 @@ def _write_partitions(
         mine = value.detach().reshape(-1)[rank * size : (rank + 1) * size]
         with torch.no_grad():
             partition.narrow(0, 0, mine.numel()).copy_(mine)
+        wrote = True
         if held.numel() == 0:  # type: ignore[union-attr]
             state_dict[key] = held.data  # type: ignore[union-attr]  # nothing left to copy
+    return wrote
