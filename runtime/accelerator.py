@@ -36,6 +36,7 @@ from accelify.runtime.kwargs_handlers import (
     InitProcessGroupKwargs,
 )
 from accelify.runtime.optimizer import PreparedOptimizer
+from accelify.runtime.partial_saves import refuse_one_ranks_part
 from accelify.runtime.partial_state import AcceleratorState, ProcessMethods
 from accelify.runtime.plugins import DataLoaderConfiguration, GradientAccumulationPlugin
 from accelify.runtime.precision import Precision, restore_forward
@@ -464,7 +465,10 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         temporary name and renamed (a crash never leaves half a file); a file object, which HF
         takes too (``torch.save`` writes to one), is written where it stands, the caller owning
         it; with ``safe_serialization`` it gets the safetensors bytes (``save_file`` takes only
-        a path)."""
+        a path). An object holding one rank's part of a sharded tensor (a model's own state
+        dict under FSDP or ZeRO-3) is refused on every rank (`partial_saves`)."""
+        if self.num_processes > 1:
+            refuse_one_ranks_part(obj, self.backend.partition_test())
         if self.project_configuration.save_on_each_node:
             if not self.is_local_main_process:
                 return

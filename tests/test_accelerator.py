@@ -440,3 +440,18 @@ def test_reduce_applies_no_scale_as_hf_does_off_xla():
     unscaled, and a script must print the same number on either runtime."""
     accelerator = Accelerator()
     assert accelerator.reduce(torch.tensor([2.0]), "sum", scale=0.5).tolist() == [2.0]
+
+
+def test_one_ranks_part_is_named_where_it_sits_in_what_is_saved():
+    """`accelerator.save` on several ranks refuses what a sharding engine split (launched for
+    real in test_engines); the search goes through dicts, lists and a module's parameters and
+    names the entry, and a whole object passes."""
+    from accelify.runtime.partial_saves import refuse_one_ranks_part
+
+    part = torch.zeros(0)
+    model = nn.Linear(2, 2)
+    refuse_one_ranks_part({"model": model.state_dict(), "epoch": 3}, lambda t: t is part)
+    with pytest.raises(RuntimeError, match=r"the entry \['ckpt'\]\[1\]\['w'\] is this rank's"):
+        refuse_one_ranks_part({"ckpt": [1, {"w": part}]}, lambda t: t is part)
+    with pytest.raises(RuntimeError, match=r"the module's bias .*get_state_dict\(model\)"):
+        refuse_one_ranks_part(model, lambda t: t is model.bias)

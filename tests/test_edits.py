@@ -231,9 +231,10 @@ SHARED = [
     ),
     (
         "unwrap",
-        SCRIPT,
+        # the save itself becomes accelerator.get_state_dict(model), which ACC503 also accepts
+        SCRIPT + 'model.load_state_dict(torch.load("model.pt"))\n',
         "ACC503",
-        {"accelerator.unwrap_model(model).state_dict()": "model.state_dict()"},
+        {"accelerator.unwrap_model(model).load_state_dict(": "model.load_state_dict("},
     ),
     (
         "device",

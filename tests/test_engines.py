@@ -437,3 +437,61 @@ def test_fsdp_bf16_with_cpu_offload_on_gpus_with_nccl(tmp_path):
     flags = ("--mixed-precision", "bf16", *FSDP, "--fsdp-cpu-offload")
     run = train(tmp_path, "gpu", *flags, args=("--steps", "12"), cpu=False)
     assert sum(run["losses"][-4:]) < sum(run["losses"][:4])
+
+
+@pytest.mark.parametrize(
+    ("flags", "refused"),
+    [
+        pytest.param(DDP, (), id="ddp"),
+        pytest.param(("--backend", "fsdp"), ("own", "optimizer"), id="fsdp"),
+        pytest.param(ZERO[2], ("optimizer",), id="zero2", marks=needs_deepspeed),
+        pytest.param(ZERO[3], ("own", "optimizer"), id="zero3", marks=needs_deepspeed),
+    ],
+)
+def test_a_model_saved_whole_loads_back_and_one_ranks_part_is_refused(flags, refused, tmp_path):
+    """What a converted script does with its own checkpoint: `accelerator.save` of one rank's
+    part (a model's own state dict under FSDP or ZeRO-3, an optimizer's under any sharding
+    engine) fails on every rank, naming get_state_dict; `get_state_dict` saves the whole
+    weights, and they load back into the prepared model (spoiled first) on every engine: under
+    FSDP each rank takes its own shard, under ZeRO-3 each writes its own partition (the module's
+    parameters are empty there, and torch alone refused the whole tensors: a size mismatch)."""
+    script = FIXTURES / "runtime" / "full_state_saves.py"
+    assert_ok(launch(script, "--out", tmp_path / "found", cwd=tmp_path, flags=flags))
+    ranks = [json.loads((tmp_path / f"found.rank{r}.json").read_text()) for r in (0, 1)]
+    for found in ranks:
+        for kind in ("own", "optimizer"):
+            if kind in refused:
+                assert "accelerator.get_state_dict(model)" in found[kind]
+                assert "that rank's part only" in found[kind]
+            else:
+                assert found[kind] is None
+    main = ranks[0]
+    assert main["saved"] and main["saved"].keys() == _sequential_keys()
+    assert all(found["load"] is None for found in ranks)
+    for name, values in main["saved"].items():
+        assert main["after"][name] == pytest.approx(values, abs=1e-7)
+
+
+def _sequential_keys() -> set[str]:
+    return {"0.weight", "0.bias", "2.weight", "2.bias"}
+
+
+def test_a_converted_best_checkpoint_reload_tests_alike_under_ddp_and_fsdp(tmp_path):
+    """A converted script that saves its best epoch's weights and reloads them for the test set
+    (the golden fixtures/convert/best_checkpoint_reloaded_into_the_trained_model): under FSDP its
+    own ``state_dict()`` held each rank's shard, the main process saved its own, and the reload
+    put rank 0's rows everywhere (test 37/77 where DDP printed 70/77). With
+    ``get_state_dict`` saved and the whole tensors loaded back, FSDP prints what DDP prints,
+    line for line, and the test line is there."""
+    script = FIXTURES / "convert" / "best_checkpoint_reloaded_into_the_trained_model" / "after.py"
+    printed = {}
+    for backend in ("ddp", "fsdp"):
+        folder = tmp_path / backend
+        folder.mkdir()
+        run = launch(script, cwd=folder, flags=("--backend", backend))
+        assert_ok(run)
+        printed[backend] = [
+            line for line in run.stdout.splitlines() if line.startswith(("epoch", "test"))
+        ]
+    assert printed["ddp"][-1].startswith("test ")
+    assert printed["fsdp"] == printed["ddp"]

@@ -140,6 +140,8 @@ class AgreedValues:
         func = call.func
         if isinstance(func, cst.Name) and func.value in _PURE_BUILTINS:
             return arguments
+        if _size_of_a_data_set(call):
+            return True
         if isinstance(func, cst.Attribute) and func.attr.value in ("item", "tolist", "cpu"):
             return not call.args and self._agreed(func.value, function, agreed, depth)
         if any(name.startswith(_PURE_MODULES) for name in self.model.call_names(call)):
@@ -162,6 +164,19 @@ class AgreedValues:
                 for r in returns
             )
         return self._returns[key]
+
+
+def _size_of_a_data_set(call: cst.Call) -> bool:
+    """``len(loader.dataset)``: a DataLoader's data set is the whole set on every rank, prepared
+    or not (a prepared loader shards the batches it draws, not its ``dataset``)."""
+    func, args = call.func, call.args
+    return (
+        isinstance(func, cst.Name)
+        and func.value == "len"
+        and len(args) == 1
+        and isinstance(args[0].value, cst.Attribute)
+        and args[0].value.attr.value == "dataset"
+    )
 
 
 #: Text serializers: the same value gives the same bytes on every rank.

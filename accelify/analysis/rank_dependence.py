@@ -83,7 +83,9 @@ class RankDependence:
             return [self._top_of_chain(branch)]
         if function is None:
             return [save]
-        owner = self.model.parent(self.model.parent(function))
+        owner = self.model.parent(function)  # a function of the module
+        if not isinstance(owner, cst.Module):
+            owner = self.model.parent(owner)  # a method: its class, past the class's body
         if not isinstance(owner, (cst.Module, cst.ClassDef)):
             return [save]
         places = []

@@ -68,3 +68,28 @@ def saved_whole_objects(script: ScriptModel, call: cst.Call) -> list[cst.Name | 
             kept.append(value)  # ``state['net'] = net``
     found = [module_chain_root(value) for value in kept]
     return [name for name in found if name is not None]
+
+
+def saved_state_dicts(script: ScriptModel, call: cst.Call) -> list[cst.Call]:
+    """The ``x.state_dict()`` calls whose result a save writes: its object itself, or an entry
+    of the checkpoint it writes, nested dicts, lists and tuples included (``{"model":
+    model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}``, ``ckpt["ema"] =
+    ema.state_dict()``). Whose state each is, is the caller's question."""
+    if not call.args:
+        return []
+    found: list[cst.Call] = []
+    pending = list(saved_values(script, call.args[0].value, call))
+    while pending:
+        value = pending.pop()
+        if isinstance(value, cst.Dict):
+            pending += [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+        elif isinstance(value, (cst.List, cst.Tuple)):
+            pending += [e.value for e in value.elements if isinstance(e, cst.Element)]
+        elif (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "state_dict"
+            and not value.args
+        ):
+            found.append(value)
+    return sorted(found, key=script.order)

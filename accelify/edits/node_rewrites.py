@@ -74,6 +74,18 @@ class Wrapped:
 
 
 @dataclass(frozen=True)
+class StateOf:
+    """``model.state_dict()`` -> ``function(model)`` (``accelerator.get_state_dict(model)``):
+    the receiver, as other rewrites left it, handed to ``function``."""
+
+    function: str
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
+        return cst.Call(expression(self.function), [cst.Arg(updated.func.value)])
+
+
+@dataclass(frozen=True)
 class Receiver:
     """``x.to(device)`` -> ``x``: the move goes, what was moved stays."""
 

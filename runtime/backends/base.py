@@ -13,7 +13,7 @@ import itertools
 import operator
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,12 @@ class Backend:
     ) -> torch.Tensor | None:
         """Clip over every rank's gradients; returns the total norm before clipping."""
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def partition_test(self) -> Callable[[torch.Tensor], bool]:
+        """What tells, as things stand now, whether a tensor is this rank's part of one the
+        engine split across the ranks without a DTensor to say so (DeepSpeed's partitions);
+        asked once per save."""
+        return lambda tensor: False
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """A full, unwrapped state dict (keys as in the user's module); a collective for the

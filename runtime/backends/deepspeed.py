@@ -16,7 +16,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from accelify.runtime.backends.base import Backend, BackendInputs
+from accelify.runtime.full_state_loads import accept_full_state_dicts_partitioned
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.options import DeepSpeedOptions
 from accelify.runtime.options.deepspeed import read_config as read_deepspeed_config
@@ -32,6 +33,12 @@ from accelify.runtime.state import ProcessState
 
 DEFAULT_STAGE = 2
 QUIET = 2**31 - 1  # steps_per_print: DeepSpeed's own progress lines stay off unless asked for
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    """The identity of ``tensor``'s storage, which its views and detached copies share (an
+    empty partition has no data pointer to tell it apart)."""
+    return tensor.untyped_storage()._cdata
 
 
 def _import_deepspeed(state: ProcessState) -> Any:
@@ -96,6 +103,10 @@ class DeepSpeedBackend(Backend):
         if optimizer is not None:
             self._engines[id(optimizer)] = (engine, engine_optimizer)
         self.engines.append(engine)
+        if engine.zero_optimization_stage() == 3:
+            accept_full_state_dicts_partitioned(
+                engine.module, getattr(engine.optimizer, "refresh_fp32_params", None)
+            )
         return engine
 
     def _config(self, companions: Sequence[Any]) -> dict[str, Any]:
@@ -151,6 +162,30 @@ class DeepSpeedBackend(Backend):
             return optimizer
         engine, engine_optimizer = found
         return EngineStepOptimizer(engine, engine_optimizer, optimizer)
+
+    def partition_test(self) -> Callable[[torch.Tensor], bool]:
+        """The storages of this rank's partitions: under ZeRO-3 each parameter's data (empty
+        until gathered; a module's ``state_dict()`` holds views of it), and at every stage the
+        ZeRO optimizer's flat fp32 partitions and their moments (its ``state_dict()``)."""
+        storages: set[int] = set()
+        for engine in self.engines:
+            stage = engine.zero_optimization_stage()
+            if stage == 3:
+                storages.update(
+                    _storage(p.data)
+                    for p in engine.module.parameters()
+                    if p.numel() == 0 and getattr(p, "ds_numel", 0) > 0
+                )
+            inner = getattr(engine.optimizer, "optimizer", None) if stage > 0 else None
+            if isinstance(inner, torch.optim.Optimizer):
+                storages.update(_storage(p) for g in inner.param_groups for p in g["params"])
+                storages.update(
+                    _storage(value)
+                    for state in inner.state.values()
+                    for value in state.values()
+                    if isinstance(value, torch.Tensor) and value.dim() > 0
+                )
+        return lambda tensor: bool(storages) and _storage(tensor) in storages
 
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         inner = model.module if isinstance(model, self.deepspeed.DeepSpeedEngine) else model

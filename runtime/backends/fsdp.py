@@ -7,7 +7,9 @@ with sharded ones, so an optimizer built on the originals is rebuilt, from its c
 ``param_groups`` settings, on the sharded parameters (its LR scheduler is pointed at the new one).
 bf16 runs through FSDP's ``MixedPrecisionPolicy`` (bf16 compute, fp32 gradient reduction) instead
 of autocast. Checkpoints go through ``torch.distributed.checkpoint``: every rank writes its
-shard, and a checkpoint loads into a different world size.
+shard, and a checkpoint loads into a different world size. The sharded model takes a whole state
+dict in ``load_state_dict`` too (`accelify.runtime.full_state_loads`): what
+``get_state_dict`` saved loads back as it does under DDP.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch.distributed.fsdp import (
 )
 
 from accelify.runtime.backends.base import Backend, BackendInputs
+from accelify.runtime.full_state_loads import accept_full_state_dicts
 from accelify.runtime.options import FSDPOptions
 from accelify.runtime.state import ProcessState
 
@@ -83,6 +86,7 @@ class FSDPBackend(Backend):
         for block in blocks:
             fully_shard(block, **settings)
         fully_shard(model, **{**settings, "mp_policy": self._mixed_precision_policy(root=True)})
+        accept_full_state_dicts(model)
         return model
 
     def _mixed_precision_policy(self, root: bool) -> MixedPrecisionPolicy:

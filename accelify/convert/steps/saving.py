@@ -12,7 +12,7 @@ from accelify.analysis.loss_sources import last_binding, runs_before
 from accelify.analysis.saved_values import saved_whole_objects
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
-from accelify.convert.steps import main_process
+from accelify.convert.steps import main_process, saved_states
 from accelify.convert.steps.context import Context, star_imported_from_the_project, unwrap
 from accelify.convert.steps.host_inputs import returned_by
 from accelify.edits import rewrites
@@ -22,6 +22,7 @@ from accelify.edits.node_rewrites import Swap
 def run(ctx: Context) -> None:
     guarded_writes = _plan_file_writes(ctx)
     _project_writers(ctx)
+    saved_states.review_optimizer_states(ctx)
     for line_statement, call in ctx.facts.placement.expression_statements():
         if not ctx.model.call_names(call) & names.TORCH_SAVE:
             continue
@@ -149,8 +150,9 @@ def _save_through_instance(
 ) -> None:
     """``torch.save(trainer.model.state_dict(), path)`` outside the class that owns
     ``self.accelerator`` (a callback handed the trainer, ``main()`` after ``trainer.fit()``):
-    saved through ``trainer.accelerator``, the model unwrapped, when every barrier before it is
-    in the same function (where ``trainer`` is the same name); else left for review."""
+    saved through ``trainer.accelerator``, the model unwrapped (its state gathered where every
+    rank saves: `saved_states`), when every barrier before it is in the same function (where
+    ``trainer`` is the same name); else left for review."""
     function = ctx.facts.placement.enclosing_function(call)
     if any(ctx.facts.placement.enclosing_function(b) is not function for b in barriers):
         ctx.plan.review(
@@ -160,17 +162,25 @@ def _save_through_instance(
         return
     acc = f"{instance}.accelerator"
     saved = call.args[0].value if call.args else None
+    state = None
     if (
         isinstance(saved, cst.Call)
         and isinstance(saved.func, cst.Attribute)
         and saved.func.attr.value == "state_dict"
         and not saved.args
     ):
-        saved = saved.func.value
+        state, saved = saved, saved.func.value
     owned = dotted(saved) if isinstance(saved, cst.Attribute) else None
     if owned is not None and owned.startswith(f"{instance}.") and owned.count(".") == 1:
         attribute = "self." + owned.split(".", 1)[1]
-        if attribute in ctx.plan.prepared and ctx.facts.flow.is_model_name(attribute, ctx.scope):
+        prepared = attribute in ctx.plan.prepared and ctx.facts.flow.is_model_name(
+            attribute, ctx.scope
+        )
+        # ``trainer.accelerator.get_state_dict(trainer.model)`` where every rank saves
+        gathered = (
+            prepared and state is not None and saved_states.gather_or_review(ctx, saved, state, acc)  # type: ignore[arg-type]
+        )
+        if prepared and not gathered:
             ctx.plan.add(
                 rewrites.unwrap(saved, acc),
                 line=ctx.line(call),

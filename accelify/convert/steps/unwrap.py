@@ -14,6 +14,7 @@ from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
 from accelify.convert.steps.devices import never_prepared
+from accelify.convert.steps.saved_states import gather_or_review, saved_state
 from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
 
@@ -315,6 +316,9 @@ def _attributes(ctx: Context) -> None:
             continue
         if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
             continue
+        state = saved_state(ctx, attribute) if member == "state_dict" else None
+        if state is not None and gather_or_review(ctx, owner, state):
+            continue  # ``accelerator.get_state_dict(model)``
         unwrap(
             ctx,
             owner,
@@ -344,6 +348,9 @@ def _unwrap_through_instance(ctx: Context, owner: cst.BaseExpression, at: cst.CS
         return False
     acc = f"{instance}.accelerator"
     member = at.attr.value  # type: ignore[attr-defined]
+    state = saved_state(ctx, at) if member == "state_dict" else None  # type: ignore[arg-type]
+    if state is not None and gather_or_review(ctx, owner, state, through=acc):  # type: ignore[arg-type]
+        return True
     ctx.plan.add(
         rewrites.unwrap(owner, acc),
         line=ctx.line(at),

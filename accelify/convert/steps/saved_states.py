@@ -1,0 +1,182 @@
+"""A prepared model's state saved by the script: ``torch.save(model.state_dict(), path)``, or a
+checkpoint dict holding it, becomes ``accelerator.get_state_dict(model)``.
+
+``accelerator.save`` writes on the main process alone. Under DDP the unwrapped model's own
+``state_dict()`` is the whole model on every rank, but under FSDP it holds DTensor shards and
+under DeepSpeed ZeRO-3 empty partitions: the file would hold rank 0's part only, and a reload
+would load rank 0's rows on every rank (a test accuracy of 37/77 for 70/77). ``get_state_dict``
+(Hugging Face Accelerate's name and meaning) gathers the whole tensors for the main process
+under those engines and is the unwrapped state dict under DDP; it is a collective there, so it
+is emitted only where every rank reaches it: no rank test or condition the ranks may decide
+differently around it, in its function or around the calls of that function (a test of a metric
+the conversion gathers, ``if acc > best:``, is decided alike). Elsewhere the unwrapped state
+dict stays, with a review line saying what to write. An optimizer's state is split by those
+engines too: a review line says how to keep it (``save_state``/``load_state``).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.saved_values import saved_state_dicts
+from accelify.analysis.script_model import Kind
+from accelify.analysis.syntax import dotted, walk
+from accelify.convert.steps.context import Context
+from accelify.edits.node_rewrites import StateOf
+
+#: Where a review line says what a sharding engine does to a state dict kept as it is.
+_SHARDED = "under --backend fsdp or DeepSpeed ZeRO-3"
+
+
+def saves_of_states(ctx: Context) -> dict[int, tuple[cst.Call, cst.Call]]:
+    """Each ``x.state_dict()`` call a ``torch.save`` writes, by id, with that save."""
+    found = ctx.__dict__.get("_saved_states")
+    if found is None:
+        found = {}
+        for call in ctx.model.calls:
+            if ctx.model.call_names(call) & names.TORCH_SAVE:
+                for state in saved_state_dicts(ctx.model, call):
+                    found.setdefault(id(state), (state, call))
+        ctx.__dict__["_saved_states"] = found
+    return found
+
+
+def saved_state(ctx: Context, attribute: cst.Attribute) -> cst.Call | None:
+    """The ``model.state_dict()`` call that ``attribute`` heads, when a save writes its result."""
+    call = ctx.model.parent(attribute)
+    if isinstance(call, cst.Call) and call.func is attribute and id(call) in saves_of_states(ctx):
+        return call
+    return None
+
+
+def gather_or_review(
+    ctx: Context, owner: cst.Name | cst.Attribute, state: cst.Call, through: str | None = None
+) -> bool:
+    """``model.state_dict()`` saved -> ``accelerator.get_state_dict(model)`` where every rank
+    reaches it (True). Elsewhere False, with a review line: the caller unwraps it as before.
+    ``through``: the accelerator of an instance outside its class (``trainer.accelerator``
+    for ``torch.save(trainer.model.state_dict(), path)`` in ``main()``)."""
+    name = dotted(owner)
+    save = saves_of_states(ctx)[id(state)][1]
+    if ctx.facts.shared_files.kept_on_every_rank(save):
+        return False  # each rank saves its own shards and reads them back itself
+    acc = through or ctx.acc
+    kept = _read_besides_the_save(ctx, state, save)
+    if kept is not None:
+        ctx.plan.review(
+            ctx.line(state),
+            f"{name}'s state is saved through {kept[0]}, which line {kept[1]} also reads: kept "
+            f"as {acc}.unwrap_model({name}).state_dict(), as {acc}.get_state_dict({name}) "
+            f"would hand the other ranks an empty dict {_SHARDED}; there the kept one holds "
+            "this rank's shard only, which accelerator.save refuses: for those engines save "
+            f"`{acc}.get_state_dict({name})` itself, on every rank",
+        )
+        return False
+    apart = _where_ranks_part(ctx, state, save, instance=through is not None)
+    if apart is None:
+        planned = ctx.plan.replace(
+            state,
+            StateOf(f"{acc}.get_state_dict"),
+            ctx.line(state),
+            f"{name}.state_dict() -> {acc}.get_state_dict({name}): the whole model's state "
+            "for the main process to save (gathered from every rank under FSDP and ZeRO-3)",
+            anywhere=through is not None,
+        )
+        if planned and through is None:
+            ctx.need(state)
+        return bool(planned)
+    ctx.plan.review(
+        ctx.line(state),
+        f"{name}'s state is saved {apart}: kept as {acc}.unwrap_model({name}).state_dict(), "
+        f"which {_SHARDED} holds this rank's shard only (accelerator.save refuses it there); "
+        f"for those engines write `state = {acc}.get_state_dict({name})` where every rank "
+        "runs it, before that test, and save `state`",
+    )
+    return False
+
+
+def review_optimizer_states(ctx: Context) -> None:
+    """A prepared optimizer's ``state_dict()`` in what a save writes: FSDP and DeepSpeed ZeRO
+    split the optimizer's state across the ranks, so one rank's part cannot resume a run."""
+    for call, _ in saves_of_states(ctx).values():
+        owner = dotted(call.func.value)  # type: ignore[attr-defined]
+        if (
+            owner is None
+            or owner not in ctx.plan.prepared
+            or ctx.facts.flow.kind_of(owner, call) is not Kind.OPTIMIZER
+            or not ctx.after_prepare(call, owner)
+        ):
+            continue
+        acc = ctx.accelerator_at(call)
+        ctx.plan.review(
+            ctx.line(call),
+            f"{owner}.state_dict() is saved: under --backend fsdp or deepspeed the "
+            "optimizer's state is split across the ranks, and accelerator.save refuses one "
+            f"rank's part there; to resume on those engines save and load the whole "
+            f"training state with {acc}.save_state(folder) and {acc}.load_state(folder), "
+            "on every rank",
+        )
+
+
+def _read_besides_the_save(ctx: Context, state: cst.Call, save: cst.Call) -> tuple[str, int] | None:
+    """``best = model.state_dict()`` (or a checkpoint dict holding it) saved by name, and that
+    name read elsewhere too (``model.load_state_dict(best)`` restoring the weights in memory):
+    the name and the line of such a read. None when the state is built in the save's own call,
+    or the name is only bound, stored into and saved."""
+    saved = save.args[0].value
+    if ctx.facts.placement.inside(state, save) or not isinstance(saved, cst.Name):
+        return None
+    scope = ctx.model.scope_of(save)
+    for node in walk(scope):
+        if not isinstance(node, cst.Name) or node.value != saved.value or node is saved:
+            continue
+        if ctx.model.scope_of(node) is not scope or _bound_or_stored_into(ctx, node):
+            continue
+        if _printed(ctx, node):
+            continue  # ``print(sorted(state["model"]))``: shown by the main process only
+        return saved.value, ctx.line(node)
+    return None
+
+
+def _printed(ctx: Context, node: cst.CSTNode) -> bool:
+    """``node`` is inside a ``print(...)`` or ``accelerator.print(...)``: it is only shown."""
+    return any(
+        isinstance(a, cst.Call)
+        and isinstance(a.func, (cst.Name, cst.Attribute))
+        and (dotted(a.func) or "").rsplit(".", 1)[-1] == "print"
+        for a in ctx.model.ancestors(node)
+    )
+
+
+def _bound_or_stored_into(ctx: Context, name: cst.Name) -> bool:
+    """``name = ...`` or ``name[key] = ...``: not a read of what ``name`` holds."""
+    parent = ctx.model.parent(name)
+    if isinstance(parent, cst.Subscript) and parent.value is name:
+        parent = ctx.model.parent(parent)
+    return isinstance(parent, cst.AssignTarget)
+
+
+def _where_ranks_part(ctx: Context, state: cst.Call, save: cst.Call, instance: bool) -> str | None:
+    """Why some ranks may not reach ``state`` once converted, in words; None when every rank
+    does (`get_state_dict` is a collective under the sharding engines)."""
+    if not instance and not ctx.plan.reaches(save):
+        return f"where {ctx.acc} is out of reach (on the main process only)"
+    if not instance and ctx.instance_outside_class(save) is not None:
+        return "outside the class that holds the accelerator"
+    if ctx.facts.ranks.under_rank_guard(state):
+        return "under a rank test"
+    for ancestor in ctx.model.ancestors(state):
+        if isinstance(ancestor, cst.ExceptHandler):
+            return f"in an `except` block (line {ctx.line(ancestor)}), which some ranks may enter"
+        if isinstance(ancestor, cst.FunctionDef):
+            break
+    branch = ctx.facts.shared_files.divergent_around(
+        state, decided_alike=lambda branch: ctx.agreed.test_agreed(branch.test, branch)
+    )
+    if branch is not None:
+        return (
+            f"under `{ctx.code(branch.test)}` (line {ctx.line(branch)}), which the ranks may "
+            "decide differently"
+        )
+    return None
