@@ -11,6 +11,7 @@ from accelify.analysis.loops import entry_read
 from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
 from accelify.analysis.script_model import Binding, Kind, Loop, PrepareCall, ScriptModel
+from accelify.analysis.sharded_loaders import sharded_by_its_sampler
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
     assigned_targets,
@@ -354,6 +355,39 @@ class UnpreparedObject(Rule):
         Example(_SPLIT_TRAINER.format(prepared="self.unet, self.loader"), 20, 9),
     )
     good = (
+        # a loader sharded by its own DistributedSampler: prepared, it would be sharded twice
+        HEADER
+        + "import torch\n"
+        + "from torch.utils.data.distributed import DistributedSampler\n"
+        + "model = torch.nn.Linear(4, 1)\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "sampler = DistributedSampler(data, shuffle=True)\n"
+        + "loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=sampler)\n"
+        + "for epoch in range(3):\n"
+        + "    sampler.set_epoch(epoch)\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n",
+        # a project helper's loader whose sampler takes the epoch: a DistributedSampler made
+        # where the loader is (a plain sampler has no set_epoch), so each rank reads its part
+        "from accelerate import Accelerator\n"
+        "from torch.utils.data import DataLoader\n"
+        "from project.data import get_local_dataloader, ShardDataset\n"
+        "def train(accelerator, model, optimizer, args):\n"
+        "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+        "    per_rank = args.batch_size // accelerator.num_processes\n"
+        "    if args.streaming:\n"
+        "        loader = DataLoader(ShardDataset(args.shards), batch_size=1)\n"
+        "    else:\n"
+        "        loader = get_local_dataloader(args.shards, per_rank)\n"
+        "    for epoch in range(args.epochs):\n"
+        "        if not args.streaming:\n"
+        "            loader.sampler.set_epoch(epoch)\n"
+        "        for batch in loader:\n"
+        "            accelerator.backward(model(**batch).loss)\n"
+        "            optimizer.step()\n"
+        "train(Accelerator(), model, optimizer, args)\n",
         # the same trainer with its optimizer prepared beside the models
         _SPLIT_TRAINER.format(prepared="self.unet, self.opt, self.loader"),
         # the prepared object is kept by the loop's body
@@ -734,6 +768,7 @@ class UnpreparedObject(Rule):
                 and not passed_in  # its callers' arguments are judged at the call
                 and not _prepared_inline(loop)
                 and not over_step_data(facts_of(script), loop)
+                and not sharded_by_its_sampler(script, source)
             ):
                 yield self.finding(
                     script, loop.node.iter, message=_message("DataLoader", source, "sharded")
@@ -886,6 +921,7 @@ class UnpreparedObject(Rule):
                 name in dataloaders
                 and name not in prepared
                 and not script.under_rank_guard(argument)
+                and not sharded_by_its_sampler(script, name)
             ):
                 yield self.finding(
                     script,
