@@ -535,10 +535,8 @@ class ScriptModel:
         from accelify.analysis.objects import returned_local  # objects builds on this module
 
         found = set()
-        for binding in self.bindings:
-            if binding.received or not isinstance(binding.value, cst.Call):
-                continue
-            returned = returned_local(self, binding.name, binding.statement)
+        for name, at in self._factory_results():
+            returned = returned_local(self, name, at)
             if returned is None or returned[0] not in prepared:
                 continue
             inside = self.index.enclosing_function(returned[1])
@@ -546,8 +544,23 @@ class ScriptModel:
                 returned[0] in p.outputs and self.index.enclosing_function(p.call) is inside
                 for p in self.prepare_calls
             ):
-                found.add(binding.name)
+                found.add(name)
         return found
+
+    def _factory_results(self) -> Iterator[tuple[str, cst.CSTNode]]:
+        """The names a call's result is bound to (``train_dl = make_loader("train")``), with the
+        statement: the tracked bindings, and the plain ``name = f(...)`` assignments whose
+        object the analysis cannot classify (a loader a helper loads and prepares:
+        ``dataloader = accelerator.prepare(torch.load(path).loader(8)); return dataloader``)."""
+        for binding in self.bindings:
+            if not binding.received and isinstance(binding.value, cst.Call):
+                yield binding.name, binding.statement
+        for assign in self.assignments:
+            if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call):
+                for target in assign.targets:
+                    for name in target_names(target.target):
+                        if "." not in name:
+                            yield name, assign
 
     @property
     def uses_accelerator(self) -> bool:
