@@ -388,6 +388,26 @@ class UnpreparedObject(Rule):
         "            accelerator.backward(model(**batch).loss)\n"
         "            optimizer.step()\n"
         "train(Accelerator(), model, optimizer, args)\n",
+        # a trainer that prepares a data module's loaders in place and keeps them: the loop
+        # reads what prepare returned (another class's ``self.train_loader`` is the raw one)
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "class Data:\n"
+        "    def setup(self):\n"
+        "        self.train_loader = torch.utils.data.DataLoader(self.ds, batch_size=8)\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, optimizer):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model, self.optimizer = model, optimizer\n"
+        "    def prepare(self, data):\n"
+        "        self.model, self.optimizer, data.train_loader = self.accelerator.prepare(\n"
+        "            self.model, self.optimizer, data.train_loader\n"
+        "        )\n"
+        "        self.train_loader = data.train_loader\n"
+        "    def train_one_epoch(self):\n"
+        "        for x, y in self.train_loader:\n"
+        "            self.accelerator.backward(self.model(x, y))\n"
+        "            self.optimizer.step()\n",
         # the same trainer with its optimizer prepared beside the models
         _SPLIT_TRAINER.format(prepared="self.unet, self.opt, self.loader"),
         # the prepared object is kept by the loop's body

@@ -519,15 +519,29 @@ class ScriptModel:
             return set(kept)
         prepared = {name for call in self.prepare_calls for name in call.outputs if name}
         prepared |= self._returned_prepared(prepared)
-        received = [b for b in self.bindings if b.received and b.sources]
+        received = [(b.name, set(b.sources)) for b in self.bindings if b.received and b.sources]
+        received += self._aliases()
         for _ in range(len(received)):
-            grown = {b.name for b in received if prepared.intersection(b.sources)} - prepared
+            grown = {name for name, sources in received if prepared & sources} - prepared
             if not grown:
                 break
             prepared |= grown
         if self.complete:
             self.__dict__["_prepared_names"] = frozenset(prepared)
         return prepared
+
+    def _aliases(self) -> list[tuple[str, set[str]]]:
+        """``self.train_loader = data.train_loader``: a name bound to another name (or an
+        attribute chain) holds the same object, prepared when that one is (a trainer that
+        prepares a data module's loaders in place and keeps them)."""
+        found = []
+        for assign in self.assignments:
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            target, value = dotted(assign.targets[0].target), dotted(assign.value)
+            if target is not None and value is not None and target != value:
+                found.append((target, {value}))
+        return found
 
     def _returned_prepared(self, prepared: set[str]) -> set[str]:
         """``model, opt, train_dl = setup(cfg)`` where ``setup`` prepares what it returns: the
