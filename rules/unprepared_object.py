@@ -154,6 +154,46 @@ class UnpreparedObject(Rule):
     message = "Pass this to accelerator.prepare and use what it returns"
     why = "Unprepared loaders are not sharded and unprepared models are not synchronised."
     bad = (
+        # a trainer whose constructor sizes the scheduler (in a method written below it) from
+        # the loader before preparing the loader: the whole dataset's steps, stepped per rank;
+        # a plateau scheduler of another configuration steps once per epoch
+        Example(
+            "import torch\n"
+            "from torch.optim.lr_scheduler import ReduceLROnPlateau\n"
+            "from accelerate import Accelerator\n"
+            "from transformers import get_scheduler\n"
+            "class Trainer:\n"
+            "    def __init__(self, cfg):\n"
+            "        self.accelerator = Accelerator(gradient_accumulation_steps=2)\n"
+            "        self.model = torch.nn.Linear(4, 1)\n"
+            "        self.loader = torch.utils.data.DataLoader(cfg.data, batch_size=8)\n"
+            "        self.optimizer = torch.optim.AdamW(self.model.parameters())\n"
+            "        self.setup_scheduler(cfg)\n"
+            "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+            "            self.model, self.optimizer, self.loader\n"
+            "        )\n"
+            "    def setup_scheduler(self, cfg):\n"
+            "        if cfg.plateau:\n"
+            "            self.scheduler = ReduceLROnPlateau(self.optimizer)\n"
+            "            return\n"
+            "        per_epoch = len(self.loader) // 2\n"
+            "        total = per_epoch * cfg.epochs\n"
+            "        self.scheduler = get_scheduler('linear', self.optimizer, 0, total)\n"
+            "    def train(self, cfg):\n"
+            "        for epoch in range(cfg.epochs):\n"
+            "            for x, y in self.loader:\n"
+            "                with self.accelerator.accumulate(self.model):\n"
+            "                    self.accelerator.backward((self.model(x) - y).pow(2).mean())\n"
+            "                    self.optimizer.step()\n"
+            "                    if self.accelerator.sync_gradients and not isinstance(\n"
+            "                        self.scheduler, ReduceLROnPlateau\n"
+            "                    ):\n"
+            "                        self.scheduler.step()\n"
+            "            if isinstance(self.scheduler, ReduceLROnPlateau):\n"
+            "                self.scheduler.step(self.validate())\n",
+            31,
+            25,
+        ),
         # stepped per batch and per epoch, sized in the whole loader's batches, and stepped
         # once per rank's batch: on N ranks the cosine ends N times late
         Example(
@@ -1072,7 +1112,7 @@ def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) ->
             + ": inside accumulate() it steps on every batch, gradient_accumulation_steps times "
             "per optimizer step"
         )
-    whole = _sized_by_a_whole_loader(script, step, name)
+    whole = _sized_by_a_whole_loader(script, step, name, any_binding=True)
     if whole is not None:
         return _whole_loader_message(script, name, whole)
     return _message("scheduler", name, "stepped with the optimizer")
@@ -1169,18 +1209,25 @@ def _sized_by_a_whole_loader_at(
     later = {
         output
         for call in script.prepare_calls
-        if script.order(call.call) > built and script.order(call.call) < script.order(step)
+        if _runs_after(script, call.call, binding.assign)
+        and script.order(call.call) < script.order(step)
         for output in call.outputs
         if output
     }
+    # the names its arguments read, and the names their values read (``total =
+    # per_epoch * epochs`` over ``per_epoch = len(loader) // accumulation``), in its scope
     values: list[cst.CSTNode] = [binding.value]
-    for node in walk(binding.value):
-        if isinstance(node, cst.Name) and node.value != name:
-            values += [
-                value
-                for statement, value in script.index.values_bound_to(node.value)
-                if script.scope_of(statement) is binding.scope and script.order(statement) < built
-            ]
+    seen = {name}
+    for value in values:
+        for node in walk(value):
+            if isinstance(node, cst.Name) and node.value not in seen and len(values) < 32:
+                seen.add(node.value)
+                values += [
+                    bound
+                    for statement, bound in script.index.values_bound_to(node.value)
+                    if script.scope_of(statement) is binding.scope
+                    and script.order(statement) < built
+                ]
     for value in values:
         for node in walk(value):
             if (
@@ -1193,8 +1240,40 @@ def _sized_by_a_whole_loader_at(
     return None
 
 
+def _runs_after(script: ScriptModel, later: cst.CSTNode, earlier: cst.CSTNode) -> bool:
+    """``later`` runs after ``earlier``: below it in the same function, or below a call, in
+    ``later``'s function, of the method that holds ``earlier`` (a constructor that calls
+    ``self.setup_scheduler()`` and then prepares: the scheduler is sized before prepare, though
+    its method is written below the constructor)."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(earlier)
+    if function is None or function is facts.placement.enclosing_function(later):
+        return script.order(later) > script.order(earlier)
+    home = facts.placement.enclosing_function(later)
+    sites = [site for site, _ in facts.calls.calls_of(function)]
+    if sites and all(facts.placement.enclosing_function(site) is home for site in sites):
+        return all(script.order(later) > script.order(site) for site in sites)
+    return script.order(later) > script.order(earlier)
+
+
 def _whole_loader_message(script: ScriptModel, name: str | None, length: cst.Call) -> str:
     loader = dotted(length.args[0].value)
+    per_epoch = [
+        step
+        for step in facts_of(script).flow.scheduler_steps({name or ""})
+        if step.scheduler == name and not step.per_batch
+    ]
+    if per_epoch:
+        # also stepped once per epoch (a ReduceLROnPlateau built in another branch): prepared,
+        # that step would run num_processes times, so the fix is the size, not prepare
+        return (
+            f"Build scheduler `{name}` after prepare, sized from the prepared len({loader}): it "
+            f"is sized from len({loader}) at line {script.line(length)}, before prepare, so from "
+            "all of the dataset's batches, while each of N processes steps it through its 1/N "
+            "shard only: the schedule gets 1/N of the way (preparing it is no fix, as it is also "
+            f"stepped per epoch at line {script.line(per_epoch[0].call)}, where a prepared "
+            "scheduler would step N times)"
+        )
     message = (
         f"Pass scheduler `{name}` to accelerator.prepare and use what it returns: it is sized "
         f"from len({loader}) at line {script.line(length)}, before prepare, so from all of the "
