@@ -1209,8 +1209,7 @@ def _sized_by_a_whole_loader_at(
     later = {
         output
         for call in script.prepare_calls
-        if _runs_after(script, call.call, binding.assign)
-        and script.order(call.call) < script.order(step)
+        if _runs_after(script, call.call, binding.assign) and _runs_after(script, step, call.call)
         for output in call.outputs
         if output
     }
@@ -1247,12 +1246,19 @@ def _runs_after(script: ScriptModel, later: cst.CSTNode, earlier: cst.CSTNode) -
     its method is written below the constructor)."""
     facts = facts_of(script)
     function = facts.placement.enclosing_function(earlier)
-    if function is None or function is facts.placement.enclosing_function(later):
-        return script.order(later) > script.order(earlier)
     home = facts.placement.enclosing_function(later)
-    sites = [site for site, _ in facts.calls.calls_of(function)]
-    if sites and all(facts.placement.enclosing_function(site) is home for site in sites):
-        return all(script.order(later) > script.order(site) for site in sites)
+    if function is home:
+        return script.order(later) > script.order(earlier)
+    if function is not None:
+        sites = [site for site, _ in facts.calls.calls_of(function)]
+        if sites and all(facts.placement.enclosing_function(site) is home for site in sites):
+            return all(script.order(later) > script.order(site) for site in sites)
+    if home is not None:
+        # ``later`` in a helper (``def train(...): scheduler.step()``) that ``earlier``'s
+        # function calls below it: ``train(...)`` after the prepare in ``main``
+        sites = [site for site, _ in facts.calls.calls_of(home)]
+        if sites and all(facts.placement.enclosing_function(site) is function for site in sites):
+            return all(script.order(site) > script.order(earlier) for site in sites)
     return script.order(later) > script.order(earlier)
 
 
