@@ -2,9 +2,9 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis import names
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.sharded_loaders import distributed_sampler_argument
 from accelify.analysis.syntax import dotted, strip_self_methods, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
@@ -157,20 +157,12 @@ class DistributedSamplerPrepared(Rule):
 
     def _sampler_prepared(self, script: ScriptModel) -> Iterator[Finding]:
         prepared_inputs = {name for call in script.prepare_calls for name in call.inputs}
-        samplers = script.names_of(Kind.SAMPLER)
         for binding in script.of_kind(Kind.DATALOADER):
             call = strip_self_methods(binding.value)
             if binding.name not in prepared_inputs or not isinstance(call, cst.Call):
                 continue
-            for argument in call.args:
-                if argument.keyword is None or argument.keyword.value != "sampler":
-                    continue
-                value = argument.value
-                inline = isinstance(value, cst.Call) and (
-                    script.call_names(value) & names.DISTRIBUTED_SAMPLERS
-                )
-                if dotted(value) in samplers or inline:
-                    yield self.finding(script, call)
+            if distributed_sampler_argument(script, call):
+                yield self.finding(script, call)
 
 
 def _split_again(node: cst.CSTNode, batch_names: set[str] | frozenset[str]) -> bool:

@@ -90,6 +90,22 @@ class LossDividedByProcesses(Rule):
         ),
     )
     good = (
+        # the global batch split over the ranks: the loader's batch size, not the loss, is
+        # divided (the model reached through ``.to(model.device)`` is no value of the loss)
+        "from accelerate import Accelerator\n"
+        "from project.data import get_local_dataloader\n"
+        "def train(accelerator, model, optimizer, scheduler, args):\n"
+        "    per_rank = int(args.batch_size / accelerator.num_processes)\n"
+        "    loader = get_local_dataloader(args.shards, per_rank)\n"
+        "    steps = len(loader.dataset) // args.batch_size\n"
+        "    scheduler = make_scheduler(optimizer, steps * accelerator.num_processes)\n"
+        "    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)\n"
+        "    for batch in loader:\n"
+        "        out = model(input_ids=batch['ids'].to(model.device))\n"
+        "        accelerator.backward(clip_loss(out['embedding'], step=steps))\n"
+        "        optimizer.step()\n"
+        "        scheduler.step()\n"
+        "train(Accelerator(), model, optimizer, scheduler, args)\n",
         HEADER + "for x, y in loader:\n"
         "    loss = criterion(model(x), y)\n"
         "    accelerator.backward(loss)\n"

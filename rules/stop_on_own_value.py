@@ -163,6 +163,33 @@ class StopOnOwnValue(Rule):
         "backward's all-reduce."
     )
     bad = (
+        # the loaders come from a helper that loads and prepares them: the validation loss is
+        # still this rank's shard's, and the patience ends this rank's epochs alone
+        Example(
+            HEADER
+            + "import torch\n"
+            + "def load_split(name):\n"
+            + "    loader = torch.load(f'data/{name}.pt').loader(512)\n"
+            + "    loader = accelerator.prepare(loader)\n"
+            + "    return loader\n"
+            + "train_loader = load_split('train')\n"
+            + "valid_loader = load_split('valid')\n"
+            + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            + "best, count = float('inf'), 0\n"
+            + "for epoch in range(100):\n"
+            + "    for x, y in train_loader:\n"
+            + "        accelerator.backward(loss_fn(model(x), y))\n"
+            + "        optimizer.step()\n"
+            + "    total = sum(loss_fn(model(x), y).item() for x, y in valid_loader)\n"
+            + "    if total < best:\n"
+            + "        best, count = total, 0\n"
+            + "    else:\n"
+            + "        count += 1\n"
+            + "        if count == 3:\n"
+            + "            break\n",
+            22,
+            13,
+        ),
         # tril's PPO: the early stop on the minibatch's approximate KL ends this rank's epochs
         Example(
             HEADER

@@ -11,6 +11,7 @@ from accelify.analysis.loops import entry_read
 from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
 from accelify.analysis.script_model import Binding, Kind, Loop, PrepareCall, ScriptModel
+from accelify.analysis.sharded_loaders import sharded_by_its_sampler
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
     assigned_targets,
@@ -153,6 +154,46 @@ class UnpreparedObject(Rule):
     message = "Pass this to accelerator.prepare and use what it returns"
     why = "Unprepared loaders are not sharded and unprepared models are not synchronised."
     bad = (
+        # a trainer whose constructor sizes the scheduler (in a method written below it) from
+        # the loader before preparing the loader: the whole dataset's steps, stepped per rank;
+        # a plateau scheduler of another configuration steps once per epoch
+        Example(
+            "import torch\n"
+            "from torch.optim.lr_scheduler import ReduceLROnPlateau\n"
+            "from accelerate import Accelerator\n"
+            "from transformers import get_scheduler\n"
+            "class Trainer:\n"
+            "    def __init__(self, cfg):\n"
+            "        self.accelerator = Accelerator(gradient_accumulation_steps=2)\n"
+            "        self.model = torch.nn.Linear(4, 1)\n"
+            "        self.loader = torch.utils.data.DataLoader(cfg.data, batch_size=8)\n"
+            "        self.optimizer = torch.optim.AdamW(self.model.parameters())\n"
+            "        self.setup_scheduler(cfg)\n"
+            "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+            "            self.model, self.optimizer, self.loader\n"
+            "        )\n"
+            "    def setup_scheduler(self, cfg):\n"
+            "        if cfg.plateau:\n"
+            "            self.scheduler = ReduceLROnPlateau(self.optimizer)\n"
+            "            return\n"
+            "        per_epoch = len(self.loader) // 2\n"
+            "        total = per_epoch * cfg.epochs\n"
+            "        self.scheduler = get_scheduler('linear', self.optimizer, 0, total)\n"
+            "    def train(self, cfg):\n"
+            "        for epoch in range(cfg.epochs):\n"
+            "            for x, y in self.loader:\n"
+            "                with self.accelerator.accumulate(self.model):\n"
+            "                    self.accelerator.backward((self.model(x) - y).pow(2).mean())\n"
+            "                    self.optimizer.step()\n"
+            "                    if self.accelerator.sync_gradients and not isinstance(\n"
+            "                        self.scheduler, ReduceLROnPlateau\n"
+            "                    ):\n"
+            "                        self.scheduler.step()\n"
+            "            if isinstance(self.scheduler, ReduceLROnPlateau):\n"
+            "                self.scheduler.step(self.validate())\n",
+            31,
+            25,
+        ),
         # stepped per batch and per epoch, sized in the whole loader's batches, and stepped
         # once per rank's batch: on N ranks the cosine ends N times late
         Example(
@@ -354,6 +395,59 @@ class UnpreparedObject(Rule):
         Example(_SPLIT_TRAINER.format(prepared="self.unet, self.loader"), 20, 9),
     )
     good = (
+        # a loader sharded by its own DistributedSampler: prepared, it would be sharded twice
+        HEADER
+        + "import torch\n"
+        + "from torch.utils.data.distributed import DistributedSampler\n"
+        + "model = torch.nn.Linear(4, 1)\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "sampler = DistributedSampler(data, shuffle=True)\n"
+        + "loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=sampler)\n"
+        + "for epoch in range(3):\n"
+        + "    sampler.set_epoch(epoch)\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n",
+        # a project helper's loader whose sampler takes the epoch: a DistributedSampler made
+        # where the loader is (a plain sampler has no set_epoch), so each rank reads its part
+        "from accelerate import Accelerator\n"
+        "from torch.utils.data import DataLoader\n"
+        "from project.data import get_local_dataloader, ShardDataset\n"
+        "def train(accelerator, model, optimizer, args):\n"
+        "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+        "    per_rank = args.batch_size // accelerator.num_processes\n"
+        "    if args.streaming:\n"
+        "        loader = DataLoader(ShardDataset(args.shards), batch_size=1)\n"
+        "    else:\n"
+        "        loader = get_local_dataloader(args.shards, per_rank)\n"
+        "    for epoch in range(args.epochs):\n"
+        "        if not args.streaming:\n"
+        "            loader.sampler.set_epoch(epoch)\n"
+        "        for batch in loader:\n"
+        "            accelerator.backward(model(**batch).loss)\n"
+        "            optimizer.step()\n"
+        "train(Accelerator(), model, optimizer, args)\n",
+        # a trainer that prepares a data module's loaders in place and keeps them: the loop
+        # reads what prepare returned (another class's ``self.train_loader`` is the raw one)
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "class Data:\n"
+        "    def setup(self):\n"
+        "        self.train_loader = torch.utils.data.DataLoader(self.ds, batch_size=8)\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, optimizer):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model, self.optimizer = model, optimizer\n"
+        "    def prepare(self, data):\n"
+        "        self.model, self.optimizer, data.train_loader = self.accelerator.prepare(\n"
+        "            self.model, self.optimizer, data.train_loader\n"
+        "        )\n"
+        "        self.train_loader = data.train_loader\n"
+        "    def train_one_epoch(self):\n"
+        "        for x, y in self.train_loader:\n"
+        "            self.accelerator.backward(self.model(x, y))\n"
+        "            self.optimizer.step()\n",
         # the same trainer with its optimizer prepared beside the models
         _SPLIT_TRAINER.format(prepared="self.unet, self.opt, self.loader"),
         # the prepared object is kept by the loop's body
@@ -734,6 +828,7 @@ class UnpreparedObject(Rule):
                 and not passed_in  # its callers' arguments are judged at the call
                 and not _prepared_inline(loop)
                 and not over_step_data(facts_of(script), loop)
+                and not sharded_by_its_sampler(script, source)
             ):
                 yield self.finding(
                     script, loop.node.iter, message=_message("DataLoader", source, "sharded")
@@ -886,6 +981,7 @@ class UnpreparedObject(Rule):
                 name in dataloaders
                 and name not in prepared
                 and not script.under_rank_guard(argument)
+                and not sharded_by_its_sampler(script, name)
             ):
                 yield self.finding(
                     script,
@@ -1016,7 +1112,7 @@ def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) ->
             + ": inside accumulate() it steps on every batch, gradient_accumulation_steps times "
             "per optimizer step"
         )
-    whole = _sized_by_a_whole_loader(script, step, name)
+    whole = _sized_by_a_whole_loader(script, step, name, any_binding=True)
     if whole is not None:
         return _whole_loader_message(script, name, whole)
     return _message("scheduler", name, "stepped with the optimizer")
@@ -1113,18 +1209,24 @@ def _sized_by_a_whole_loader_at(
     later = {
         output
         for call in script.prepare_calls
-        if script.order(call.call) > built and script.order(call.call) < script.order(step)
+        if _runs_after(script, call.call, binding.assign) and _runs_after(script, step, call.call)
         for output in call.outputs
         if output
     }
+    # the names its arguments read, and the names their values read (``total =
+    # per_epoch * epochs`` over ``per_epoch = len(loader) // accumulation``), in its scope
     values: list[cst.CSTNode] = [binding.value]
-    for node in walk(binding.value):
-        if isinstance(node, cst.Name) and node.value != name:
-            values += [
-                value
-                for statement, value in script.index.values_bound_to(node.value)
-                if script.scope_of(statement) is binding.scope and script.order(statement) < built
-            ]
+    seen = {name}
+    for value in values:
+        for node in walk(value):
+            if isinstance(node, cst.Name) and node.value not in seen and len(values) < 32:
+                seen.add(node.value)
+                values += [
+                    bound
+                    for statement, bound in script.index.values_bound_to(node.value)
+                    if script.scope_of(statement) is binding.scope
+                    and script.order(statement) < built
+                ]
     for value in values:
         for node in walk(value):
             if (
@@ -1137,8 +1239,47 @@ def _sized_by_a_whole_loader_at(
     return None
 
 
+def _runs_after(script: ScriptModel, later: cst.CSTNode, earlier: cst.CSTNode) -> bool:
+    """``later`` runs after ``earlier``: below it in the same function, or below a call, in
+    ``later``'s function, of the method that holds ``earlier`` (a constructor that calls
+    ``self.setup_scheduler()`` and then prepares: the scheduler is sized before prepare, though
+    its method is written below the constructor)."""
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(earlier)
+    home = facts.placement.enclosing_function(later)
+    if function is home:
+        return script.order(later) > script.order(earlier)
+    if function is not None:
+        sites = [site for site, _ in facts.calls.calls_of(function)]
+        if sites and all(facts.placement.enclosing_function(site) is home for site in sites):
+            return all(script.order(later) > script.order(site) for site in sites)
+    if home is not None:
+        # ``later`` in a helper (``def train(...): scheduler.step()``) that ``earlier``'s
+        # function calls below it: ``train(...)`` after the prepare in ``main``
+        sites = [site for site, _ in facts.calls.calls_of(home)]
+        if sites and all(facts.placement.enclosing_function(site) is function for site in sites):
+            return all(script.order(site) > script.order(earlier) for site in sites)
+    return script.order(later) > script.order(earlier)
+
+
 def _whole_loader_message(script: ScriptModel, name: str | None, length: cst.Call) -> str:
     loader = dotted(length.args[0].value)
+    per_epoch = [
+        step
+        for step in facts_of(script).flow.scheduler_steps({name or ""})
+        if step.scheduler == name and not step.per_batch
+    ]
+    if per_epoch:
+        # also stepped once per epoch (a ReduceLROnPlateau built in another branch): prepared,
+        # that step would run num_processes times, so the fix is the size, not prepare
+        return (
+            f"Build scheduler `{name}` after prepare, sized from the prepared len({loader}): it "
+            f"is sized from len({loader}) at line {script.line(length)}, before prepare, so from "
+            "all of the dataset's batches, while each of N processes steps it through its 1/N "
+            "shard only: the schedule gets 1/N of the way (preparing it is no fix, as it is also "
+            f"stepped per epoch at line {script.line(per_epoch[0].call)}, where a prepared "
+            "scheduler would step N times)"
+        )
     message = (
         f"Pass scheduler `{name}` to accelerator.prepare and use what it returns: it is sized "
         f"from len({loader}) at line {script.line(length)}, before prepare, so from all of the "

@@ -1208,3 +1208,36 @@ def test_a_fixed_count_scheduler_stepped_at_every_micro_batch_is_advised_its_siz
     assert "times accelerator.num_processes" in finding.message
     assert "accelerator.accumulate() (line 10)" in finding.message
     assert "leave it out of prepare" not in finding.message
+
+
+def test_a_scheduler_sized_before_prepare_and_stepped_in_a_helper_names_its_size():
+    """The helper that steps the scheduler is written above ``main``, which sizes it from the
+    loader and prepares the loader before calling the helper: the schedule is the whole
+    loader's, stepped over one rank's shard, and the finding says so (not "not stepped with
+    the optimizer": the helper steps it with the optimizer)."""
+    code = (
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "from transformers import get_cosine_schedule_with_warmup\n"
+        "def train(accelerator, loader, model, optimizer, scheduler):\n"
+        "    for idx, (x, y) in enumerate(loader):\n"
+        "        accelerator.backward((model(x) - y).pow(2).mean() / 4)\n"
+        "        if (idx + 1) % 4 == 0:\n"
+        "            optimizer.step()\n"
+        "            optimizer.zero_grad()\n"
+        "            scheduler.step()\n"
+        "def main(args):\n"
+        "    accelerator = Accelerator()\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.AdamW(model.parameters())\n"
+        "    loader = torch.utils.data.DataLoader(args.data, batch_size=8, shuffle=True)\n"
+        "    scheduler = get_cosine_schedule_with_warmup(\n"
+        "        optimizer, 0, args.epochs * len(loader) // 4\n"
+        "    )\n"
+        "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "    for epoch in range(args.epochs):\n"
+        "        train(accelerator, loader, model, optimizer, scheduler)\n"
+    )
+    finding = the_finding(code, "ACC401")
+    assert finding.line == 10
+    assert "sized from len(loader) at line 17, before prepare" in finding.message

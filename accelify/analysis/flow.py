@@ -777,11 +777,62 @@ class ObjectFlow:
         for step in self.scheduler_steps(schedulers):
             if step.scheduler in schedulers:
                 steps.setdefault(step.scheduler, []).append(step)
-        return {
-            name: found
-            for name, found in steps.items()
-            if any(s.per_batch for s in found) and not all(s.per_batch for s in found)
-        }
+        mixed = {}
+        for name, found in steps.items():
+            batch = [s for s in found if s.per_batch]
+            # a per-epoch step for another class of scheduler than every per-batch one
+            # (``if isinstance(sched, ReduceLROnPlateau): sched.step(val_loss)`` beside ``if not
+            # isinstance(sched, ReduceLROnPlateau): sched.step()`` per batch) never shares a run
+            epoch = [
+                s
+                for s in found
+                if not s.per_batch
+                and not all(self._exclusive_classes(s.call, b.call) for b in batch)
+            ]
+            if batch and epoch:
+                mixed[name] = batch + epoch
+        return mixed
+
+    def _exclusive_classes(self, one: cst.Call, other: cst.Call) -> bool:
+        """The two calls run under contradicting ``isinstance`` tests of one name (``if
+        isinstance(s, C)`` around one, ``if not isinstance(s, C)`` around the other)."""
+        first, second = self._isinstance_tests(one), self._isinstance_tests(other)
+        return any(
+            test[:2] == against[:2] and test[2] != against[2]
+            for test in first
+            for against in second
+        )
+
+    def _isinstance_tests(self, call: cst.Call) -> set[tuple[str, str, bool]]:
+        """``(name, class, holds)`` for each ``if [not] isinstance(name, class)`` (also one part
+        of an ``and``) whose body holds ``call``, up to its function."""
+        found: set[tuple[str, str, bool]] = set()
+        for ancestor in self.model.ancestors(call):
+            if isinstance(ancestor, cst.FunctionDef):
+                break
+            if not isinstance(ancestor, cst.If) or not any(
+                a is ancestor.body for a in self.model.ancestors(call)
+            ):
+                continue
+            tests = [ancestor.test]
+            while tests:
+                test = tests.pop()
+                if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+                    tests += [test.left, test.right]
+                    continue
+                holds = True
+                if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                    test, holds = test.expression, False
+                if (
+                    isinstance(test, cst.Call)
+                    and dotted(test.func) == "isinstance"
+                    and len(test.args) == 2
+                ):
+                    name = dotted(test.args[0].value)
+                    kind = self.model.module.code_for_node(test.args[1].value)
+                    if name is not None:
+                        found.add((name, kind, holds))
+        return found
 
     def unstepped_schedulers(self, prepared: set[str]) -> set[str]:
         """Prepared schedulers whose ``step()`` is nowhere to be seen: stepped through a name the

@@ -27,6 +27,40 @@ from accelify.analysis.syntax import children_of, dotted
 
 #: Methods whose result carries no gradient: nothing behind them reaches a backward.
 _CUTS_GRADIENT = frozenset({"detach", "item", "tolist", "numpy", "cpu_detach"})
+#: Methods whose result holds the receiver's values: their arguments say where (a device), in
+#: which dtype or in which shape, and are no part of what the value is computed from
+#: (``batch["x"].to(model.device)`` is the batch's, not the model's).
+_KEEPS_RECEIVER = frozenset(
+    {
+        "to",
+        "cuda",
+        "cpu",
+        "type",
+        "type_as",
+        "view",
+        "reshape",
+        "expand",
+        "permute",
+        "transpose",
+        "squeeze",
+        "unsqueeze",
+        "flatten",
+        "contiguous",
+        "float",
+        "half",
+        "bfloat16",
+        "double",
+    }
+)
+#: Builtins whose result is a plain Python number, which carries no gradient (``len(loader)``,
+#: ``int(total / world_size)``): what they are computed from does not reach a backward.
+_NUMBERS = frozenset(f"builtins.{name}" for name in ("len", "int", "float", "round", "bool"))
+#: Objects a loss is computed *by*, not from: how a model, an optimizer or a loader was made
+#: (``accelerator.prepare(model, optimizer, scheduler)``, the scheduler's step count) is no
+#: value the loss holds.
+_NOT_VALUES = frozenset(
+    {Kind.MODEL, Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER, Kind.ACCELERATOR, Kind.SCALER}
+)
 #: How many bindings, returns and call sites one walk follows before it stops.
 _MAX_STEPS = 200
 _Binding = cst.Assign | cst.AugAssign | cst.AnnAssign
@@ -99,6 +133,8 @@ def _sources(walk: _Walk, node: cst.CSTNode, at: cst.CSTNode) -> Iterator[cst.CS
     walk.steps += 1
     yield node
     if isinstance(node, (cst.Name, cst.Attribute)) and dotted(node) is not None:
+        if facts_of(walk.script).flow.kind_of(dotted(node), at) in _NOT_VALUES:
+            return
         yield from _bound_value(walk, node, at)
         if isinstance(node, cst.Attribute):
             yield from _sources(walk, node.value, at)
@@ -126,12 +162,16 @@ def _call_sources(walk: _Walk, call: cst.Call, at: cst.CSTNode) -> Iterator[cst.
         return
     if walk.stop_at(call):
         return
+    if walk.script.qualified(func) & _NUMBERS:
+        return
     facts = facts_of(walk.script)
     for function in facts.calls.targets(call):
         for returned in walk.script.index.own_returns(function):
             yield from _sources(walk, returned.value, returned)  # type: ignore[arg-type]
     if isinstance(func, cst.Attribute):
         yield from _sources(walk, func.value, at)  # ``loss.mean()``, ``out.logits.float()``
+        if func.attr.value in _KEEPS_RECEIVER:
+            return
     for argument in call.args:
         yield from _sources(walk, argument.value, at)
 

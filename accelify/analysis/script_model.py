@@ -519,9 +519,10 @@ class ScriptModel:
             return set(kept)
         prepared = {name for call in self.prepare_calls for name in call.outputs if name}
         prepared |= self._returned_prepared(prepared)
-        received = [b for b in self.bindings if b.received and b.sources]
+        received = [(b.name, set(b.sources)) for b in self.bindings if b.received and b.sources]
+        received += self._aliases()
         for _ in range(len(received)):
-            grown = {b.name for b in received if prepared.intersection(b.sources)} - prepared
+            grown = {name for name, sources in received if prepared & sources} - prepared
             if not grown:
                 break
             prepared |= grown
@@ -529,16 +530,27 @@ class ScriptModel:
             self.__dict__["_prepared_names"] = frozenset(prepared)
         return prepared
 
+    def _aliases(self) -> list[tuple[str, set[str]]]:
+        """``self.train_loader = data.train_loader``: a name bound to another name (or an
+        attribute chain) holds the same object, prepared when that one is (a trainer that
+        prepares a data module's loaders in place and keeps them)."""
+        found = []
+        for assign in self.assignments:
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            target, value = dotted(assign.targets[0].target), dotted(assign.value)
+            if target is not None and value is not None and target != value:
+                found.append((target, {value}))
+        return found
+
     def _returned_prepared(self, prepared: set[str]) -> set[str]:
         """``model, opt, train_dl = setup(cfg)`` where ``setup`` prepares what it returns: the
         caller's names hold the prepared objects."""
         from accelify.analysis.objects import returned_local  # objects builds on this module
 
         found = set()
-        for binding in self.bindings:
-            if binding.received or not isinstance(binding.value, cst.Call):
-                continue
-            returned = returned_local(self, binding.name, binding.statement)
+        for name, at in self._factory_results():
+            returned = returned_local(self, name, at)
             if returned is None or returned[0] not in prepared:
                 continue
             inside = self.index.enclosing_function(returned[1])
@@ -546,8 +558,23 @@ class ScriptModel:
                 returned[0] in p.outputs and self.index.enclosing_function(p.call) is inside
                 for p in self.prepare_calls
             ):
-                found.add(binding.name)
+                found.add(name)
         return found
+
+    def _factory_results(self) -> Iterator[tuple[str, cst.CSTNode]]:
+        """The names a call's result is bound to (``train_dl = make_loader("train")``), with the
+        statement: the tracked bindings, and the plain ``name = f(...)`` assignments whose
+        object the analysis cannot classify (a loader a helper loads and prepares:
+        ``dataloader = accelerator.prepare(torch.load(path).loader(8)); return dataloader``)."""
+        for binding in self.bindings:
+            if not binding.received and isinstance(binding.value, cst.Call):
+                yield binding.name, binding.statement
+        for assign in self.assignments:
+            if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call):
+                for target in assign.targets:
+                    for name in target_names(target.target):
+                        if "." not in name:
+                            yield name, assign
 
     @property
     def uses_accelerator(self) -> bool:
