@@ -158,10 +158,11 @@ def _edit_of_part(
     from accelify.edits.apply import ApplyPlan
     from accelify.edits.fstring_quotes import requote
 
-    if part is None:
-        return False
-    start, _, indents = spans[id(part.nodes[0])]
-    end = spans[id(part.nodes[-1])][1]
+    first, last = (spans.get(id(node)) for node in part.ends) if part is not None else (None, None)
+    if first is None or last is None:
+        return False  # no part, or one the file's code generation did not reach
+    start, _, indents = first
+    end = last[1]
     original: Sequence[cst.CSTNode] = part.nodes
     if part.top_level:  # a module of them rebuilds its body as the file's does
         statements = cst.Module(
