@@ -11,7 +11,6 @@ import contextlib
 import functools
 import os
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -140,6 +139,8 @@ def _syntax_error(data: bytes, label: str, error: cst.ParserSyntaxError) -> User
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` in one rename, keeping its permission bits."""
+    import tempfile  # what writes files imports it, not every `accelify lint` start
+
     mode = path.stat().st_mode if path.exists() else None
     descriptor, temporary = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"

@@ -231,6 +231,23 @@ def test_lint_imports_no_parser_no_rules_no_torch_when_it_parses_nothing(project
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
 
 
+def test_lint_without_a_cache_imports_what_only_a_cache_a_write_or_git_needs_not(tmp_path: Path):
+    """``accelify lint --no-cache FILE`` of a plain file: no hashing, temporary files, folder
+    removal or subprocesses (start-up: each is imported where a cache, a fix's write or a
+    folder's git listing needs it)."""
+    (tmp_path / "plain.py").write_text("import torch\n\nmodel = torch.nn.Linear(2, 2)\n")
+    code = (
+        "import sys\nfrom accelify.cli import main\n"
+        "try:\n    main(['lint', '--no-cache', 'plain.py'])\nexcept SystemExit:\n    pass\n"
+        "names = ('hashlib', 'shutil', 'subprocess', 'tempfile')\n"
+        "print(sorted(m for m in names if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=os.environ
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
+
+
 def test_a_file_that_cannot_hold_an_accelerator_is_not_built_into_a_tree(monkeypatch):
     parsed: list[str] = []
     real_parse = engine.parse

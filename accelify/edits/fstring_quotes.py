@@ -15,6 +15,11 @@ def requote_inside_fstrings(module: cst.Module) -> cst.Module:
     return module.visit(_Requote())
 
 
+def requote(statement: cst.CSTNode) -> cst.CSTNode:
+    """`requote_inside_fstrings` over one statement or block (never inside an f-string)."""
+    return statement.visit(_Requote())  # type: ignore[return-value]
+
+
 class _Requote(cst.CSTTransformer):
     def __init__(self) -> None:
         super().__init__()

@@ -226,6 +226,11 @@ class Plan:
     def rewrite_of(self, node: cst.CSTNode) -> Rewrite | None:
         return self._edits.rewrite_of(node)
 
+    def edited_nodes(self) -> tuple[list[cst.CSTNode], list[cst.CSTNode]]:
+        """The nodes rewritten where they stand, and the statements whose block is rebuilt
+        around them (`EditTable.edited_nodes`): where in the file the plan's edits are made."""
+        return self._edits.edited_nodes()
+
     def removes(self, statement: cst.CSTNode) -> bool:
         return self._edits.removes(statement)
 

@@ -20,6 +20,7 @@ from accelify.edits.kinds import (
     Rewrite,
     Within,
     Wrap,
+    target,
 )
 from accelify.edits.node_rewrites import TakenOut
 
@@ -122,6 +123,19 @@ class EditTable:
         for inserts, kind in ((self.before, InsertBefore), (self.after, InsertAfter)):
             found += [(kind(a, i), e) for a, items in inserts.items() for e, i in items]
         return found
+
+    def edited_nodes(self) -> tuple[list[cst.CSTNode], list[cst.CSTNode]]:
+        """The nodes rewritten where they stand (replaced, wrapped, given a parameter), and the
+        statements whose block is rebuilt around them (removed, inserted at, guarded, run in a
+        context, removed when emptied), defaults included."""
+        rewritten = [*self.replacements, *self.wraps, *self.new_parameters]
+        rebuilt = [*self.removals, *self.before, *self.after, *self.guards, *self.contexts]
+        rebuilt += list(self.emptied)
+        for fallback in self.fallbacks:
+            for edit in fallback.edits:
+                into = rewritten if isinstance(edit, (Replace, Wrap)) else rebuilt
+                into.append(target(edit))
+        return rewritten, rebuilt
 
     # -- lookups, for applying -------------------------------------------------------------
 

@@ -11,13 +11,10 @@ no cache.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +54,8 @@ class LintCache:
         self, path: str, data: bytes, findings: list[Finding], no_accelerator: bool = False
     ) -> None:
         """Remember ``findings`` for this content; only portable ones (fixes as text edits)."""
+        import tempfile
+
         if any(finding.fix is not None for finding in findings):
             return
         entry = {
@@ -76,6 +75,8 @@ class LintCache:
             Path(temporary).unlink(missing_ok=True)
 
     def _name(self, path: str, data: bytes) -> str:
+        import hashlib
+
         digest = hashlib.blake2b(digest_size=20)
         for part in (self.settings.encode(), path.encode("utf-8", "surrogateescape"), data):
             digest.update(len(part).to_bytes(8, "little"))
@@ -97,7 +98,10 @@ def cache_root(explicit: Path | None, settings: Selection, cwd: Path) -> Path:
 
 def open_cache(root: Path, selection: Selection) -> LintCache | None:
     """The cache of this accelify under ``root``, created when missing (with its `.gitignore`);
-    other builds' folders are removed when this one is created. None when it cannot be."""
+    other builds' folders are removed when this one is created. None when it cannot be.
+    (What only a cache needs is imported here and below, not by `accelify lint --no-cache`.)"""
+    import shutil
+
     folder = root / f"{__version__}-{_code_fingerprint()}"
     try:
         if not folder.is_dir():
@@ -112,6 +116,8 @@ def open_cache(root: Path, selection: Selection) -> LintCache | None:
 
 
 def _create(root: Path) -> None:
+    import tempfile
+
     root.mkdir(parents=True, exist_ok=True)
     for name, text in ((".gitignore", GITIGNORE), ("CACHEDIR.TAG", CACHEDIR_TAG)):
         if not (root / name).exists():
@@ -122,6 +128,8 @@ def _create(root: Path) -> None:
 
 
 def _settings_digest(selection: Selection) -> str:
+    import hashlib
+
     settings = [
         selection.select,
         selection.extend_select,
@@ -135,6 +143,7 @@ def _code_fingerprint() -> str:
     """A release is named by its version, but an editable install changes between releases: the
     fingerprint also covers the size and time of every module the findings come from (engine,
     analysis, edits, rules), the Python and the libcst they run on."""
+    import hashlib
     import importlib.util
 
     package = Path(__file__).resolve().parent.parent

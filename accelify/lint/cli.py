@@ -6,10 +6,10 @@ import atexit
 import contextlib
 import functools
 import gc
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +21,9 @@ from accelify.lint.output import render, statistics
 from accelify.lint.selection import Selection, load_settings, resolve_selectors
 from accelify.source import python_files, write_atomically
 from accelify.terminal import colorize
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 def run_lint(
@@ -240,6 +243,8 @@ def _collect(paths: list[Path], selection: Selection):
 
 
 def _git(folder: Path, *args: str) -> subprocess.CompletedProcess | None:
+    import subprocess  # a folder's files only: `accelify lint FILE` starts without it
+
     try:
         return subprocess.run(["git", *args], cwd=folder, capture_output=True)
     except OSError:

@@ -144,24 +144,26 @@ def lint_source(
     script = analyze(module, data.decode("utf-8", errors="replace"))
     result.no_accelerator = not script.uses_accelerator
     result.findings = _check(script, data, path, selection)
-    if portable and not fix:
-        result.findings = _portable(result.findings, module)
     if fix and any(f.fix for f in result.findings):
         result.fixed, result.fixed_count = _fix(data, path, selection)
         if result.fixed != data:
-            module = parse(result.fixed, path)
-            result.findings = _check(analyze(module), result.fixed, path, selection)
-        if portable:
-            result.findings = _portable(result.findings, module)
+            script = analyze(parse(result.fixed, path))
+            result.findings = _check(script, result.fixed, path, selection)
+    if portable:
+        result.findings = _portable(result.findings, script)
     return result
 
 
-def _portable(findings: list[Finding], module: cst.Module) -> list[Finding]:
-    """The findings with their fixes as text edits; the file's code is generated once."""
-    if not any(finding.fix for finding in findings):
+def _portable(findings: list[Finding], script: ScriptModel) -> list[Finding]:
+    """The findings with their fixes as text edits: the file's code is generated once, each
+    plan applied to the part of the file it rewrites (`text_edits`)."""
+    fixable = [finding for finding in findings if finding.fix is not None]
+    if not fixable:
         return findings
-    code = module.code
-    return [finding.portable(module, code) for finding in findings]
+    from accelify.edits.text_edit import text_edits
+
+    edits = iter(text_edits(script.module, [f.fix for f in fixable], script.parent))  # type: ignore[misc]
+    return [finding.portable(next(edits)) if finding.fix else finding for finding in findings]
 
 
 def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) -> list[Finding]:

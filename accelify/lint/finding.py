@@ -24,12 +24,10 @@ class Finding:
     def __post_init__(self) -> None:
         self.fixable = self.fixable or self.fix is not None
 
-    def portable(self, module: object, code: str) -> Finding:
-        """This finding with its fix as a text edit on ``module`` (the parsed file, whose code
-        is ``code``) instead of an edit plan, which holds functions of that tree: to send to
-        another process, or to print as JSON."""
+    def portable(self, edit: TextEdit | None) -> Finding:
+        """This finding with its fix as ``edit``, a text edit (`text_edits` of its plan),
+        instead of an edit plan, which holds functions of the parsed tree: to send to another
+        process, or to print as JSON."""
         if self.fix is None:
             return self
-        from accelify.edits.text_edit import text_edit
-
-        return replace(self, fix=None, edit=text_edit(module, self.fix, code), fixable=True)
+        return replace(self, fix=None, edit=edit, fixable=True)
