@@ -260,6 +260,58 @@ def test_what_a_subclass_hands_to_super_init_is_received_by_the_base_constructor
     assert received == {"self.model": Kind.MODEL, "self.optimizer": Kind.OPTIMIZER}
 
 
+def test_what_a_subclass_forwards_through_star_args_reaches_the_base_by_position():
+    model = script(
+        """
+        class Base:
+            def __init__(self, model, optimizer, loader, epochs=3):
+                self.model = model
+                self.optimizer = optimizer
+                self.loader = loader
+
+        class Child(Base):
+            def __init__(self, *args, smoothing=0.1, **kwargs):
+                super().__init__(*args, **kwargs)
+
+        class Tagged(Base):
+            def __init__(self, tag, *args):
+                super().__init__(*args)
+
+        net = nn.Linear(2, 2)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        train_loader = DataLoader(range(8))
+        Child(net, opt, train_loader, epochs=2)
+        Tagged("t", net, opt, train_loader)
+        """
+    )
+    found = {b.name: b for b in model.bindings if b.received}
+    assert {name: b.kind for name, b in found.items()} == {
+        "self.model": Kind.MODEL,
+        "self.optimizer": Kind.OPTIMIZER,
+        "self.loader": Kind.DATALOADER,
+    }
+    assert found["self.loader"].sources == ["train_loader"]  # once, whichever subclass handed it
+
+
+def test_a_model_known_by_its_optimizer_is_what_its_factory_returns():
+    model = script(
+        """
+        MODELS = {"linear": nn.Linear}
+
+        def build(cfg):
+            net = MODELS[cfg.model](6, 3)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            return net, opt
+
+        def main(cfg):
+            model, optimizer = build(cfg)
+        """
+    )
+    made = {(b.name, b.scope.name.value): b.kind for b in model.bindings}
+    assert made[("model", "main")] is Kind.MODEL
+    assert made[("optimizer", "main")] is Kind.OPTIMIZER
+
+
 def test_self_called_in_a_model_that_trains_itself_is_a_forward_pass():
     model = script(
         """

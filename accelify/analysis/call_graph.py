@@ -648,11 +648,51 @@ class CallGraph:
         keyword argument of an outer call, in that call's scope."""
         bound = {p for p, _ in bound_arguments(function, call, implicit)}
         found: list[tuple[str, cst.Arg]] = []
+        positional = function.params.params[implicit:]
         for param in [*function.params.params, *function.params.kwonly_params]:
             name = param.name.value
             if name in bound:
                 continue
-            found += [(name, a) for a in self._forwarded_keyword_args(call, name, _MAX_DEPTH)]
+            passed = self._forwarded_keyword_args(call, name, _MAX_DEPTH)
+            if not passed and param in positional:
+                passed = self._forwarded_positional_args(call, positional.index(param), _MAX_DEPTH)
+            found += [(name, a) for a in passed]
+        return found
+
+    def _forwarded_positional_args(self, call: cst.Call, index: int, depth: int) -> list[cst.Arg]:
+        """What reaches the ``index``-th positional parameter of ``call``'s callee through the
+        enclosing function's own ``*args`` (``super().__init__(*args, **kwargs)`` in
+        ``ClassifierTrainer.__init__(self, *args, label_smoothing=0.1, **kwargs)``): the
+        positional argument at that place of each of its callers (``ClassifierTrainer(model,
+        optimizer, train_loader, val_loader)``). Empty when a caller's positionals are not all
+        plain (a star of its own), or any caller passes none there."""
+        enclosing = self.index.enclosing_function(call)
+        star = enclosing.params.star_arg if enclosing is not None else None
+        if enclosing is None or not isinstance(star, cst.Param) or depth == 0:
+            return []
+        own = star.name.value
+        spread = [i for i, a in enumerate(call.args) if a.star == "*" and dotted(a.value) == own]
+        if len(spread) != 1 or any(a.star or a.keyword for a in call.args[: spread[0]]):
+            return []
+        if index < spread[0]:
+            return []
+        callers = self._direct_callers(enclosing)
+        if not callers:
+            return []
+        found: list[cst.Arg] = []
+        for outer, implicit in callers:
+            named = len(enclosing.params.params) - implicit  # its own positionals come first
+            place = named + index - spread[0]
+            plain = [a for a in outer.args if a.keyword is None]
+            if any(a.star for a in plain[: place + 1]):
+                return []
+            if place < len(plain):
+                found.append(plain[place])
+            else:
+                passed = self._forwarded_positional_args(outer, place, depth - 1)
+                if not passed:
+                    return []
+                found.extend(passed)
         return found
 
     def _forwarded_keyword(self, call: cst.Call, name: str, depth: int) -> list[cst.BaseExpression]:

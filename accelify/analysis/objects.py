@@ -218,7 +218,7 @@ def _record_sources(model: ScriptModel) -> None:
         for call, implicit in calls.get(binding.scope, ()):  # type: ignore[call-overload]
             for name, argument in _arguments(model, binding.scope, call, implicit):  # type: ignore[arg-type]
                 source = dotted(argument.value)
-                if name == parameter and source is not None:
+                if name == parameter and source is not None and source not in binding.sources:
                     binding.sources.append(source)
 
 

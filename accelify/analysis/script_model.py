@@ -634,7 +634,13 @@ def analyze(
     from accelify.analysis.optimizer_models import add_models_fed_to_optimizers
 
     add_object_bindings(model, _Collector(model).classify)
+    models = len(model.bindings)
     add_models_fed_to_optimizers(model)
+    if len(model.bindings) != models:
+        # a model known only by the optimizer over its parameters (``MODELS[cfg.model](6, 3)``
+        # of a registry) is what a factory returning it hands its callers, too
+        add_object_bindings(model, _Collector(model).classify)
+        add_models_fed_to_optimizers(model)
     model.complete = True
     return model
 

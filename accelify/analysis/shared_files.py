@@ -878,14 +878,22 @@ class SharedFiles:
     def _may_follow(self, read: cst.Call, write: cst.Call) -> bool:
         """``read`` can run after ``write``: below it, or in a loop around both, in the first
         function that runs both (``load_checkpoint()`` called before the training loop whose
-        ``save_checkpoint()`` writes the file reads what an earlier run wrote); in functions
-        called in an order the file does not show, it can."""
+        ``save_checkpoint()`` writes the file reads what an earlier run wrote), or in a later
+        run of that function: its callers run it again (``train(2)`` then ``train(4)``, a call
+        in a loop), so a resume at its top reads what its previous run saved at its end. In
+        functions called in an order the file does not show, it can."""
         writes = self._call_chain(write)
+        common = False
         for function, read_anchors in self._call_chain(read).items():
             write_anchors = writes.get(function)
-            if write_anchors is not None:
-                return any(self._follows(r, w) for r in read_anchors for w in write_anchors)
-        return True
+            if write_anchors is None:
+                if common:
+                    return False
+                continue
+            common = True
+            if any(self._follows(r, w) for r in read_anchors for w in write_anchors):
+                return True
+        return not common
 
     def _follows(self, later: cst.CSTNode, earlier: cst.CSTNode) -> bool:
         """In one function: ``later`` is below ``earlier``, or in a loop around both."""

@@ -74,7 +74,8 @@ def run(ctx: Context, scope: Scope) -> None:
                 dict_parameters.add(received_name(scope, binding.value))
             continue
         if is_loader_dict(ctx.model, binding):
-            _prepare_each_value(ctx, binding)
+            if not _dict_evaluated_unsure(ctx, binding):
+                _prepare_each_value(ctx, binding)
             if binding.received and isinstance(scope, cst.FunctionDef):
                 dict_parameters.add(received_name(scope, binding.value))
             continue
@@ -1925,6 +1926,31 @@ def _evaluated_unsure(ctx: Context, chosen: dict[str, Kind]) -> dict[str, Evalua
             if chosen.get(name) is Kind.DATALOADER:
                 found.setdefault(name, evaluation)
     return found
+
+
+def _dict_evaluated_unsure(ctx: Context, binding: Binding) -> bool:
+    """``loaders = {"val": DataLoader(...), "test": ...}`` read (``for name, loader in
+    loaders.items()``) by an evaluation the conversion leaves as it is, and by no training loop:
+    as `_evaluated_unsure` keeps such a loader whole, each loader of the dict stays unprepared
+    (which one a loop reads is not known, so none is sharded), with a review line; prepared, the
+    loop would print one rank's shard's numbers. True when it is left so."""
+    found = _evaluated_unsure(ctx, {binding.name: Kind.DATALOADER}).get(binding.name)
+    if found is None:
+        return False
+    for evaluation in ctx.facts.evaluations:
+        if evaluation.unsure is not None and binding.name in _loader_origins(ctx, evaluation.loop):
+            ctx.left_whole.add(id(evaluation.loop.node))
+    advice = found.advice or (
+        f"gather predictions and labels together with {ctx.a('gather_for_metrics')} before the "
+        "metrics"
+    )
+    ctx.plan.review(
+        ctx.line(found.line_node),
+        f"evaluation left as is: {found.unsure}; each loader of {binding.name} is left "
+        "unprepared, so every rank evaluates all of it (correct, not sharded); to shard it, "
+        f"{advice}",
+    )
+    return True
 
 
 def _evaluated_beside_a_whole_loader(
