@@ -44,7 +44,9 @@ class SchedulerSizedPerRank(Rule):
     scripts multiply the prepared counts by ``accelerator.num_processes``.
 
     Followed through names and the file's functions (a ``setup_scheduler(optimizer, opt,
-    loader)`` factory handed the prepared loader). Not reported: a length taken before the
+    loader)`` factory handed the prepared loader), and through a dict of loaders: an entry
+    prepared in place (``loaders["train"]``) or a dict prepared entry by entry, also read under
+    a name of its own (``train_loader = loaders["train"]``). Not reported: a length taken before the
     loader was prepared, a sizing that names ``num_processes`` (or ``world_size``), a scheduler
     left out of ``prepare``, an Accelerator with ``split_batches=True`` or
     ``step_scheduler_with_optimizer`` set, or made elsewhere (its settings are not in the
@@ -90,8 +92,44 @@ class SchedulerSizedPerRank(Rule):
             17,
             37,
         ),
+        # the loaders kept in a dict, its entries prepared in place
+        Example(
+            _HEAD.replace(
+                "loader = accelerator.prepare(model, optimizer, loader)",
+                'loaders["train"] = accelerator.prepare(\n'
+                '    model, optimizer, loaders["train"]\n)',
+            )
+            + _SIZED.format(steps='len(loaders["train"]) * 3')
+            + _LOOP.replace("in loader:", 'in loaders["train"]:'),
+            11,
+            33,
+        ),
+        # the dict prepared entry by entry, one of its entries read under a name of its own
+        Example(
+            _HEAD.replace(
+                ", loader = accelerator.prepare(model, optimizer, loader)",
+                " = accelerator.prepare(model, optimizer)",
+            )
+            + "loaders = {split: accelerator.prepare(dl) for split, dl in loaders.items()}\n"
+            + 'train_loader = loaders["train"]\n'
+            + _SIZED.format(steps="len(train_loader) * 3")
+            + _LOOP.replace("in loader:", "in train_loader:"),
+            11,
+            33,
+        ),
     )
     good = (
+        # the dict's entry sized before it is prepared
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "from transformers import get_scheduler\n"
+        "accelerator = Accelerator()\n"
+        + _SIZED.format(steps='len(loaders["train"]) * 3').replace(
+            "scheduler = accelerator.prepare(scheduler)\n",
+            'model, optimizer, loaders["train"], scheduler = accelerator.prepare(\n'
+            '    model, optimizer, loaders["train"], scheduler\n)\n',
+        )
+        + _LOOP.replace("in loader:", 'in loaders["train"]:'),
         # sized with the DataLoader before prepare, as Accelerate's examples do
         "import torch\n"
         "from accelerate import Accelerator\n"
