@@ -52,8 +52,8 @@ class CollectiveOnSomeRanks(Rule):
     where the advice is to run that forward through ``accelerator.unwrap_model(model)``...)
     inside a block only some ranks enter, directly or through a function of the script. A
     backend counts when the script names it, also through its own flag (``--deepspeed``,
-    ``args.use_fsdp``). Those ranks wait for the others, who never arrive: the job hangs until the timeout, 30 minutes
-    later. A guard that lets every rank in where the call is a collective
+    ``args.use_fsdp``). Those ranks wait for the others, who never arrive: the job hangs until
+    the timeout, 30 minutes later. A guard that lets every rank in where the call is a collective
     (``is_main_process or distributed_type == DistributedType.DEEPSPEED``) is right."""
 
     code = "ACC202"
