@@ -103,14 +103,17 @@ def _accelerator_uses(model: ScriptModel) -> dict[str, list[cst.Attribute]]:
             continue
         candidates.setdefault(receiver, []).append(node)
         if _held(receiver):
-            # ``trainer.accelerator``, ``self.trainer.accelerator``: another object's, proven by
-            # a member an HF Accelerator has and Lightning's ``trainer.accelerator`` (a device
-            # plugin: ``setup_device``, ``get_device_stats``) has not, whether only an
-            # Accelerator has it or it shares it with process states (``is_main_process``,
-            # ``wait_for_everyone``: a callback that only guards and waits through it)
+            # ``trainer.accelerator``: another object's, proven by a member only an HF
+            # Accelerator has (Lightning's ``trainer.accelerator`` has none of them); held by
+            # this object (``self.trainer.accelerator``: a callback holding its trainer), also
+            # by a member it shares with process states (``is_main_process``,
+            # ``wait_for_everyone``), which Lightning's device plugin has not either
             if trains and (
                 _used_as_accelerator_only(model, node)
-                or node.attr.value in names.ACCELERATOR_SHARED_MEMBERS
+                or (
+                    receiver.startswith("self.")
+                    and node.attr.value in names.ACCELERATOR_SHARED_MEMBERS
+                )
             ):
                 proven.add(receiver)
         elif _named_accelerator(receiver) or (trains and _used_as_accelerator_only(model, node)):

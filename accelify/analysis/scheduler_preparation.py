@@ -422,6 +422,35 @@ def _prepared_length(
     return None
 
 
+def _returns(script: ScriptModel, prepare: PrepareCall, name: str, entry_of: str | None) -> bool:
+    """``prepare`` returns ``name``, or the dict ``entry_of`` (``loaders = {k:
+    accelerator.prepare(v) for ...}``) that ``name`` is an entry of."""
+    return name in prepare.outputs or (
+        entry_of in prepare.outputs and isinstance(script.parent(prepare.call), cst.DictComp)
+    )
+
+
+def preparing_call(script: ScriptModel, length: cst.Call) -> cst.Call | None:
+    """The ``prepare`` that returned the loader ``len(loader)`` measures, when it is in the same
+    function above it and the length names its output (or an entry of a dict it prepared)."""
+    if not length.args:
+        return None
+    measured = length.args[0].value
+    name = output_name(script, measured)
+    entry_of = root_name(measured) if isinstance(measured, cst.Subscript) else None
+    function = facts_of(script).placement.enclosing_function(length)
+    found = None
+    for prepare in script.prepare_calls:
+        if (
+            name
+            and _returns(script, prepare, name, entry_of)
+            and facts_of(script).placement.enclosing_function(prepare.call) is function
+            and script.order(prepare.call) < script.order(length)
+        ):
+            found = prepare.call
+    return found
+
+
 def _prepared_before(
     script: ScriptModel, measured: cst.BaseExpression, at: cst.CSTNode, depth: int
 ) -> bool:
@@ -436,9 +465,7 @@ def _prepared_before(
     # ``loaders["train"]`` of ``loaders = {k: accelerator.prepare(v) for k, v in ...}``
     entry_of = root_name(measured) if isinstance(measured, cst.Subscript) else None
     for prepare in script.prepare_calls:
-        if name not in prepare.outputs and not (
-            entry_of in prepare.outputs and isinstance(script.parent(prepare.call), cst.DictComp)
-        ):
+        if not _returns(script, prepare, name, entry_of):
             continue
         if facts.placement.enclosing_function(prepare.call) is function and script.order(
             prepare.call
