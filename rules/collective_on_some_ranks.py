@@ -2,23 +2,58 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.collectives import backends_in_view, named
+from accelify.analysis.buffered_models import forward_syncs_buffers
+from accelify.analysis.collective_reach import CollectiveUse
+from accelify.analysis.collectives import FSDP, backends_in_view, named
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
-from accelify.lint.rule import HEADER, Example, Finding, Rule
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, in_file_words
 
 _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
+
+#: A model with a BatchNorm, trained under DDP (`_EVALUATE` and `_MAIN_ONLY` follow it).
+_BUFFERED = (
+    "import torch\n"
+    "from accelerate import Accelerator, DistributedDataParallelKwargs\n\n\n"
+    "class Net(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.body = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))\n"
+    "        self.head = torch.nn.Linear(8, 1)\n\n"
+    "    def forward(self, x):\n"
+    "        return self.head(self.body(x))\n\n\n"
+    "accelerator = Accelerator()\n"
+)
+_EVALUATE = (
+    "def evaluate(model, loader):\n"
+    "    model.eval()\n"
+    "    with torch.no_grad():\n"
+    "        total = sum(model(x).sub(y).abs().sum().item() for x, y in loader)\n"
+    "    model.train()\n"
+    "    return total\n"
+)
+_MAIN_ONLY = (
+    "model, optimizer, loader = accelerator.prepare(Net(), optimizer, loader)\n"
+    "for x, y in loader:\n"
+    "    accelerator.backward(model(x).sub(y).pow(2).mean())\n"
+    "    optimizer.step()\n"
+    "if accelerator.is_main_process:\n"
+    "    print(evaluate({model}, test_loader))\n"
+)
 
 
 class CollectiveOnSomeRanks(Rule):
     """A collective (``wait_for_everyone``, ``gather``, ``reduce``, ``main_process_first``,
     ``save_state`` under DeepSpeed/FSDP or accelify's runtime, ``get_state_dict`` under FSDP
-    and ZeRO-3, the forward or ``generate`` of a prepared model under FSDP...) inside a block
-    only some ranks enter, directly or through a function of the script. A backend counts when
-    the script names it, also through its own flag (``--deepspeed``, ``args.use_fsdp``). Those
-    ranks wait for the others, who never arrive: the job hangs until the timeout, 30 minutes
-    later. A guard that lets every rank in where the call is a collective
+    and ZeRO-3, the forward or ``generate`` of a prepared model under FSDP, and under DDP too
+    when the model holds buffers (a BatchNorm: DDP's forward broadcasts them from rank 0, in
+    eval mode and under ``no_grad`` as well; measured on 2 ranks, `analysis.buffered_models`),
+    where the advice is to run that forward through ``accelerator.unwrap_model(model)``...)
+    inside a block only some ranks enter, directly or through a function of the script. A
+    backend counts when the script names it, also through its own flag (``--deepspeed``,
+    ``args.use_fsdp``). Those ranks wait for the others, who never arrive: the job hangs until
+    the timeout, 30 minutes later. A guard that lets every rank in where the call is a collective
     (``is_main_process or distributed_type == DistributedType.DEEPSPEED``) is right."""
 
     code = "ACC202"
@@ -28,6 +63,22 @@ class CollectiveOnSomeRanks(Rule):
     )
     why = "Collectives complete only when every rank calls them."
     bad = (
+        # a DDP model with a BatchNorm evaluated on the main process only: DDP's forward
+        # broadcasts the buffers from rank 0 (eval mode and no_grad too), the others never join
+        Example(_BUFFERED + _EVALUATE + _MAIN_ONLY.format(model="model"), 27, 11),
+        # a torchvision ResNet (BatchNorm throughout), run directly under the guard
+        Example(
+            "import torch\nimport torchvision\nfrom accelerate import Accelerator\n"
+            "accelerator = Accelerator()\n"
+            "model = torchvision.models.resnet18(num_classes=10)\n"
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            "if accelerator.is_main_process:\n"
+            "    with torch.no_grad():\n"
+            "        preview = model(torch.zeros(1, 3, 32, 32))\n",
+            10,
+            19,
+        ),
         # an evaluator callback handed the trainer: its accelerator is the trainer's, and a
         # gather under the main-process test is reached by one rank only
         Example(
@@ -197,6 +248,19 @@ class CollectiveOnSomeRanks(Rule):
         ),
     )
     good = (
+        # the unwrapped model's forward is this rank's own
+        _BUFFERED + _EVALUATE + _MAIN_ONLY.format(model="accelerator.unwrap_model(model)"),
+        # no buffers: DDP's forward broadcasts nothing
+        _BUFFERED.replace("torch.nn.BatchNorm1d(8)", "torch.nn.Dropout(0.1)")
+        + _EVALUATE
+        + _MAIN_ONLY.format(model="model"),
+        # buffers not broadcast
+        _BUFFERED.replace(
+            "Accelerator()",
+            "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)])",
+        )
+        + _EVALUATE
+        + _MAIN_ONLY.format(model="model"),
         # a LoRA adapter's rank and a retrieval metric's are no process ranks: every rank runs it
         HEADER
         + "if lora_rank == 0 or reciprocal_rank == 0:\n    accelerator.wait_for_everyone()\n",
@@ -322,7 +386,9 @@ class CollectiveOnSomeRanks(Rule):
             name = _called(use.collective)
             forward = facts_of(script).flow.forward_of_prepared(use.collective)
             where = f"under {named(hang_on)}" if hang_on != in_view else ""
-            if use.through_helper and forward:
+            if forward and FSDP not in hang_on and forward_syncs_buffers(script, use.collective):
+                text = _unwrap_advice(script, use)
+            elif use.through_helper and forward:
                 text = (
                     f"Call {_called(use.call)}() on every rank: it runs {name}() (line "
                     f"{script.line(use.collective)}), the forward of a model sharded under FSDP, "
@@ -347,6 +413,30 @@ class CollectiveOnSomeRanks(Rule):
                     ", and the other ranks never reach it (hang)"
                 )
             yield self.finding(script, use.call, message=text)
+
+
+def _unwrap_advice(script: ScriptModel, use: CollectiveUse) -> str:
+    """A DDP model with buffers run on some ranks: its forward broadcasts them (a collective);
+    the unwrapped module's forward is this rank's own."""
+    called = _called(use.collective)
+    model = facts_of(script).flow.outer_name(called, use.collective) or called
+    reason = (
+        f"{model} holds buffers (BatchNorm's running statistics), and DDP's forward broadcasts "
+        "them from rank 0, a collective the other ranks never reach (hang); the unwrapped "
+        "model's forward is this rank's own"
+    )
+    if use.through_helper:
+        text = (
+            f"Run {called}() (line {script.line(use.collective)}) through "
+            f"accelerator.unwrap_model({model}) for this call of {_called(use.call)}() on some "
+            f"ranks, or call it on every rank: {reason}"
+        )
+    else:
+        text = (
+            f"Run this forward through accelerator.unwrap_model({model}), or run it on every "
+            f"rank: {reason}"
+        )
+    return in_file_words(text, accelerator_name(script, use.call))
 
 
 def _called(call: cst.Call) -> str:

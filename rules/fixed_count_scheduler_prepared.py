@@ -40,7 +40,10 @@ class FixedCountSchedulerPrepared(Rule):
     every rank step ``max_iters`` times, so a schedule sized in ``max_iters`` ends after
     ``max_iters / N`` iterations: the warmup is N times shorter, the cosine reaches its floor
     (and ``CosineAnnealingLR`` climbs back up) halfway through on 2 ranks. Nothing fails; the
-    model trains with the wrong learning rate. One process hides it.
+    model trains with the wrong learning rate. One process hides it. A scheduler made by a
+    function this file cannot see into (``warm = make_lr(optimizer, n)`` from the project's own
+    module) is known as one by its use: built from the optimizer, stepped with no argument,
+    never zeroed (`analysis.scheduler_objects`).
 
     Fix: leave the scheduler out of ``prepare``
     (``accelerator.register_for_checkpointing(scheduler)`` keeps it in ``save_state``), or
@@ -137,6 +140,24 @@ class FixedCountSchedulerPrepared(Rule):
             12,
             68,
         ),
+        Example(  # made by the project's own module, under names that say nothing: built from
+            # the optimizer and stepped with no argument, it is a scheduler
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "from .schedules import make_lr\n"
+            "def main(args, model):\n"
+            "    accelerator = Accelerator()\n"
+            "    optimizer = torch.optim.AdamW(model.parameters())\n"
+            "    warm = make_lr(optimizer, args.max_iters)\n"
+            "    model, optimizer, warm = accelerator.prepare(model, optimizer, warm)\n"
+            "    for it in range(args.max_iters):\n"
+            "        accelerator.backward(model(*get_batch()))\n"
+            "        optimizer.step()\n"
+            "        warm.step()\n"
+            "        optimizer.zero_grad()\n",
+            8,
+            68,
+        ),
         Example(  # a factory makes it; the accelerator is a parameter
             "import torch\n"
             "from accelerate import Accelerator\n"
@@ -212,6 +233,20 @@ class FixedCountSchedulerPrepared(Rule):
         ),
     )
     good = (
+        # an optimizer wrapper from the project, handed the optimizer and stepped too: zeroed
+        # as optimizers are, it is no scheduler
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "from .optim import Lookahead\n"
+        "def main(args, model):\n"
+        "    accelerator = Accelerator()\n"
+        "    base = torch.optim.AdamW(model.parameters())\n"
+        "    fast = Lookahead(base, k=5)\n"
+        "    model, fast = accelerator.prepare(model, fast)\n"
+        "    for it in range(args.max_iters):\n"
+        "        accelerator.backward(model(*get_batch()))\n"
+        "        fast.step()\n"
+        "        fast.zero_grad()\n",
         # left out of prepare: one step per call on every rank
         _SCRIPT.replace(
             "model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)",

@@ -47,8 +47,9 @@ class SaveOutsideMainProcess(Rule):
     Small files every rank writes with the same bytes (a tokenizer's or a config's
     ``save_pretrained``, the settings dumped to JSON, and the metrics of an evaluation the
     script gathers, dumped to JSON or YAML: ``json.dump({"accuracy": acc}, f)`` where ``acc``
-    was folded from ``gather_for_metrics``' output, `agreed_values`) before a barrier, or with
-    nothing reading them after, are whole when read: not reported. Measured (ext4, 4 processes
+    was folded from ``gather_for_metrics``' output, or computed by an ``evaluate`` metric fed
+    it, `agreed_values`) before a barrier, or with nothing reading them after, are whole when
+    read: not reported. Measured (ext4, 4 processes
     dumping one 40 kB JSON to one path at once, 300 rounds): after every writer has closed, the
     file was whole in every round (each open truncates, then writes the same bytes at the same
     offsets); a process that read it right after its own write, with no barrier, saw it torn in
@@ -282,6 +283,22 @@ class SaveOutsideMainProcess(Rule):
         "            self.accelerator.backward(self.model(step))\n"
         "            if self.is_main and step % 5 == 0:\n                self.save('m.pt')\n"
         "        self.save_last('last.pt')\n",
+        # an ``evaluate`` metric fed gathered predictions: its compute() is the whole set's on
+        # every rank, and every rank dumps the same bytes (Accelerate's no_trainer examples)
+        HEADER
+        + "import json\n\nimport evaluate\nimport torch\n\n\n"
+        + "def main(model, eval_loader):\n"
+        + "    model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+        + "    metric = evaluate.load('accuracy')\n"
+        + "    for batch in eval_loader:\n"
+        + "        with torch.no_grad():\n"
+        + "            logits = model(**batch).logits\n"
+        + "        preds = logits.argmax(-1)\n"
+        + "        preds, refs = accelerator.gather_for_metrics((preds, batch['labels']))\n"
+        + "        metric.add_batch(predictions=preds, references=refs)\n"
+        + "    result = metric.compute()\n"
+        + "    with open('eval_results.json', 'w') as f:\n"
+        + "        json.dump(result, f)\n",
         # the metrics of a gathered evaluation: every rank dumps the same bytes, nobody reads
         HEADER
         + "import json\n\n\n"

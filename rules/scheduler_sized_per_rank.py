@@ -1,12 +1,17 @@
 from collections.abc import Iterator
 
+import libcst as cst
+
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.scheduler_preparation import (
     prepared_schedulers,
+    preparing_call,
     sized_by_a_prepared_loader,
     steps_once_per_process,
 )
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import root_name
 from accelify.lint.rule import Example, Finding, Rule, accelerator_name, in_file_words
 
 _HEAD = (
@@ -44,7 +49,9 @@ class SchedulerSizedPerRank(Rule):
     scripts multiply the prepared counts by ``accelerator.num_processes``.
 
     Followed through names and the file's functions (a ``setup_scheduler(optimizer, opt,
-    loader)`` factory handed the prepared loader). Not reported: a length taken before the
+    loader)`` factory handed the prepared loader), and through a dict of loaders: an entry
+    prepared in place (``loaders["train"]``) or a dict prepared entry by entry, also read under
+    a name of its own (``train_loader = loaders["train"]``). Not reported: a length taken before the
     loader was prepared, a sizing that names ``num_processes`` (or ``world_size``), a scheduler
     left out of ``prepare``, an Accelerator with ``split_batches=True`` or
     ``step_scheduler_with_optimizer`` set, or made elsewhere (its settings are not in the
@@ -90,8 +97,44 @@ class SchedulerSizedPerRank(Rule):
             17,
             37,
         ),
+        # the loaders kept in a dict, its entries prepared in place
+        Example(
+            _HEAD.replace(
+                "loader = accelerator.prepare(model, optimizer, loader)",
+                'loaders["train"] = accelerator.prepare(\n'
+                '    model, optimizer, loaders["train"]\n)',
+            )
+            + _SIZED.format(steps='len(loaders["train"]) * 3')
+            + _LOOP.replace("in loader:", 'in loaders["train"]:'),
+            11,
+            33,
+        ),
+        # the dict prepared entry by entry, one of its entries read under a name of its own
+        Example(
+            _HEAD.replace(
+                ", loader = accelerator.prepare(model, optimizer, loader)",
+                " = accelerator.prepare(model, optimizer)",
+            )
+            + "loaders = {split: accelerator.prepare(dl) for split, dl in loaders.items()}\n"
+            + 'train_loader = loaders["train"]\n'
+            + _SIZED.format(steps="len(train_loader) * 3")
+            + _LOOP.replace("in loader:", "in train_loader:"),
+            11,
+            33,
+        ),
     )
     good = (
+        # the dict's entry sized before it is prepared
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "from transformers import get_scheduler\n"
+        "accelerator = Accelerator()\n"
+        + _SIZED.format(steps='len(loaders["train"]) * 3').replace(
+            "scheduler = accelerator.prepare(scheduler)\n",
+            'model, optimizer, loaders["train"], scheduler = accelerator.prepare(\n'
+            '    model, optimizer, loaders["train"], scheduler\n)\n',
+        )
+        + _LOOP.replace("in loader:", 'in loaders["train"]:'),
         # sized with the DataLoader before prepare, as Accelerate's examples do
         "import torch\n"
         "from accelerate import Accelerator\n"
@@ -133,14 +176,35 @@ class SchedulerSizedPerRank(Rule):
                 continue
             measured = script.module.code_for_node(length)
             given = script.module.code_for_node(argument.value)
+            where = _where_prepared(script, length)
             text = (
                 f"Size {given} in all ranks' steps: it was sized with {measured} (line "
                 f"{script.line(length)}), the batches of one rank's shard of the prepared "
-                "DataLoader, and prepared, each step() advances it num_processes times, so on N "
-                "processes its schedule ends N times too soon (the warmup too); multiply its "
+                f"DataLoader{where}, and prepared, each step() advances it num_processes "
+                "times, so on N processes its schedule ends N times too soon (the warmup too); "
+                "multiply its "
                 "step counts by accelerator.num_processes, or size it with the DataLoader "
                 "before it is prepared"
             )
             yield self.finding(
                 script, argument, message=in_file_words(text, accelerator_name(script, argument))
             )
+
+
+def _where_prepared(script: ScriptModel, length: cst.Call) -> str:
+    """`` (prepared at line N)``, and for a dict prepared entry by entry, the line that made
+    the loaders it was built from (where they can still be measured whole); or nothing."""
+    prepared_at = preparing_call(script, length)
+    if prepared_at is None:
+        return ""
+    where = f" (prepared at line {script.line(prepared_at)}"
+    comprehension = script.parent(prepared_at)
+    if isinstance(comprehension, cst.DictComp):
+        iterated = comprehension.for_in.iter  # ``loaders.items()``
+        if isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Attribute):
+            iterated = iterated.func.value
+        made = root_name(iterated)
+        binding = last_binding(script, made, prepared_at) if made else None
+        if binding is not None:
+            where += f", from the loaders made at line {script.line(binding)}"
+    return where + ")"

@@ -53,6 +53,7 @@ def test_an_accelerator_is_known_however_the_file_got_it():
     assert "self.accelerator" in accelerators("class_attribute.py")
     assert "self.accelerator" in accelerators("module_attribute.py")
     assert {"acc", "accelerator"} <= accelerators("parameter.py")
+    assert "self.trainer.accelerator" in accelerators("held_by_a_trainer.py")
 
 
 NOT_ACCELERATORS = {
@@ -74,6 +75,14 @@ NOT_ACCELERATORS = {
         "from transformers import Trainer\n\n"
         "trainer = Trainer(model=model, args=args)\ntrainer.train()\n"
         "trainer.save_model()\ntrainer.save_state()\n"
+    ),
+    # Lightning: a callback's ``trainer.accelerator`` is a device plugin, not HF's Accelerator
+    "lightning-trainer-accelerator": (
+        "import torch\nimport lightning as L\n\n\n"
+        "class Stats(L.Callback):\n"
+        "    def on_train_epoch_end(self, trainer, pl_module):\n"
+        "        stats = trainer.accelerator.get_device_stats(pl_module.device)\n"
+        "        torch.save(stats, 'stats.pt')\n"
     ),
     # autotrain's dataset module: a preprocessor's own prepare(), with nothing to prepare
     "preprocessor-prepare": (

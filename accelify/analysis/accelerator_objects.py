@@ -104,8 +104,17 @@ def _accelerator_uses(model: ScriptModel) -> dict[str, list[cst.Attribute]]:
         candidates.setdefault(receiver, []).append(node)
         if _held(receiver):
             # ``trainer.accelerator``: another object's, proven by a member only an HF
-            # Accelerator has (Lightning's ``trainer.accelerator`` has none of them)
-            if trains and _used_as_accelerator_only(model, node):
+            # Accelerator has (Lightning's ``trainer.accelerator`` has none of them); held by
+            # this object (``self.trainer.accelerator``: a callback holding its trainer), also
+            # by a member it shares with process states (``is_main_process``,
+            # ``wait_for_everyone``), which Lightning's device plugin has not either
+            if trains and (
+                _used_as_accelerator_only(model, node)
+                or (
+                    receiver.startswith("self.")
+                    and node.attr.value in names.ACCELERATOR_SHARED_MEMBERS
+                )
+            ):
                 proven.add(receiver)
         elif _named_accelerator(receiver) or (trains and _used_as_accelerator_only(model, node)):
             proven.add(receiver)

@@ -1,6 +1,7 @@
 """Values every rank holds alike once an evaluation is gathered. A metric folded from gathered
 predictions and labels (``correct += (outputs.argmax(1) == targets).sum().item()``) covers the
-whole set on every rank; so does what a function returns from such metrics (``return correct /
+whole set on every rank, as does an ``evaluate`` metric fed them (``metric.add_batch(...)``,
+then ``metric.compute()``); so does what a function returns from such metrics (``return correct /
 total``), and a name of the caller set only from them, constants, counters and settings (``acc =
 evaluate(model, val_loader)``, ``best = acc``). A test that reads only such names (``acc >
 best``) is decided alike by every rank, though it reads values this rank computed.
@@ -25,12 +26,19 @@ _PURE_BUILTINS = {"float", "int", "round", "abs", "max", "min", "bool", "str"}
 #: Tensor methods whose result is the same wherever the tensor and the arguments are.
 _PURE_METHODS = {
     "mean", "sum", "float", "double", "numpy", "detach", "exp", "sqrt", "argmax", "std",
+    "compute",  # an ``evaluate`` metric's, over what it was fed
 }  # fmt: skip
 #: Modules of pure math: a function of theirs gives the same result of the same arguments.
 _PURE_MODULES = (
     "torch.mean", "torch.exp", "torch.sum", "torch.cat", "torch.stack", "math.", "numpy.mean",
     "statistics.",
 )  # fmt: skip
+
+#: How a metric object of Hugging Face's ``evaluate`` folds a batch in: fed gathered
+#: predictions and references, its ``compute()`` covers the whole set on every rank.
+_METRIC_FOLDS = ("add_batch", "add")
+#: Calls that make the same empty metric object on every rank of the same arguments.
+_METRIC_LOADERS = ("evaluate.load", "datasets.load_metric")
 
 #: Helpers followed into helpers: an evaluation that calls a function that returns a metric.
 _MAX_DEPTH = 3
@@ -90,6 +98,13 @@ class AgreedValues:
                         name = dotted(node.target)
                         if name is not None and "." not in name:
                             seeds.add(name)
+                    elif (  # ``metric.add_batch(predictions=..., references=...)``
+                        isinstance(node, cst.Call)
+                        and isinstance(node.func, cst.Attribute)
+                        and node.func.attr.value in _METRIC_FOLDS
+                        and isinstance(node.func.value, cst.Name)
+                    ):
+                        seeds.add(node.func.value.value)
         return seeds, folded
 
     def _bindings(
@@ -144,6 +159,8 @@ class AgreedValues:
             return True
         if isinstance(func, cst.Attribute) and func.attr.value in ("item", "tolist", "cpu"):
             return not call.args and self._agreed(func.value, function, agreed, depth)
+        if self.model.call_names(call) & set(_METRIC_LOADERS):
+            return arguments  # ``evaluate.load("accuracy")``: an empty metric on every rank
         if any(name.startswith(_PURE_MODULES) for name in self.model.call_names(call)):
             return arguments and bool(call.args)  # ``torch.mean(losses)``, ``math.exp(loss)``
         if isinstance(func, cst.Attribute) and func.attr.value in _PURE_METHODS:

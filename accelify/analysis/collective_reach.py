@@ -10,7 +10,13 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.collectives import EVERY_BACKEND, SHARDED_FORWARD, collective_backends
+from accelify.analysis.buffered_models import forward_syncs_buffers
+from accelify.analysis.collectives import (
+    DDP,
+    EVERY_BACKEND,
+    SHARDED_FORWARD,
+    collective_backends,
+)
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
@@ -98,7 +104,9 @@ class CollectiveReach:
     def _collectives_of(self, call: cst.Call) -> list[tuple[cst.Call, frozenset[str]]]:
         backends = collective_backends(self.model, call, self.accelerators)
         if not backends and self.flow.forward_of_prepared(call):
-            backends = SHARDED_FORWARD
+            # a model with buffers: DDP's forward broadcasts them (`buffered_models`)
+            buffered = forward_syncs_buffers(self.model, call)
+            backends = SHARDED_FORWARD | {DDP} if buffered else SHARDED_FORWARD
         if backends:
             return [(call, backends)]
         function = self._local_function(call) or self._own_method(call)

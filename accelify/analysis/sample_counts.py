@@ -411,13 +411,17 @@ def _part_of_a_show(model: ScriptModel, node: cst.CSTNode) -> bool:
     for ancestor in model.ancestors(node):
         if isinstance(ancestor, cst.SimpleStatementLine | cst.BaseCompoundStatement):
             return False
-        if isinstance(ancestor, cst.Call) and node is not ancestor.func:
-            func = ancestor.func
-            if model.call_names(ancestor) & names.PRINT or (
-                isinstance(func, cst.Attribute) and func.attr.value in _SHOWING_METHODS
-            ):
-                return True
+        if isinstance(ancestor, cst.Call) and node is not ancestor.func and shows(model, ancestor):
+            return True
     return False
+
+
+def shows(model: ScriptModel, call: cst.Call) -> bool:
+    """``call`` shows what it is handed: a print, a logger's, a writer's or a progress bar's."""
+    func = call.func
+    return bool(model.call_names(call) & names.PRINT) or (
+        isinstance(func, cst.Attribute) and func.attr.value in _SHOWING_METHODS
+    )
 
 
 def _combined_away(model: ScriptModel, found: list[SampleCount]) -> list[SampleCount]:

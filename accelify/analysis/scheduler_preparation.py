@@ -13,12 +13,13 @@ import libcst as cst
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import bound_arguments, callee
-from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel
+from accelify.analysis.script_model import Kind, PrepareCall, ScriptModel, output_name
 from accelify.analysis.syntax import (
     all_params,
     assigned_targets,
     dotted,
     is_accelerator_call,
+    root_name,
     updated_with,
     walk,
 )
@@ -421,23 +422,65 @@ def _prepared_length(
     return None
 
 
+def _returns(script: ScriptModel, prepare: PrepareCall, name: str, entry_of: str | None) -> bool:
+    """``prepare`` returns ``name``, or the dict ``entry_of`` (``loaders = {k:
+    accelerator.prepare(v) for ...}``) that ``name`` is an entry of."""
+    return name in prepare.outputs or (
+        entry_of in prepare.outputs and isinstance(script.parent(prepare.call), cst.DictComp)
+    )
+
+
+def preparing_call(script: ScriptModel, length: cst.Call) -> cst.Call | None:
+    """The ``prepare`` that returned the loader ``len(loader)`` measures, when it is in the same
+    function above it and the length names its output (or an entry of a dict it prepared)."""
+    if not length.args:
+        return None
+    measured = length.args[0].value
+    name = output_name(script, measured)
+    entry_of = root_name(measured) if isinstance(measured, cst.Subscript) else None
+    function = facts_of(script).placement.enclosing_function(length)
+    found = None
+    for prepare in script.prepare_calls:
+        if (
+            name
+            and _returns(script, prepare, name, entry_of)
+            and facts_of(script).placement.enclosing_function(prepare.call) is function
+            and script.order(prepare.call) < script.order(length)
+        ):
+            found = prepare.call
+    return found
+
+
 def _prepared_before(
     script: ScriptModel, measured: cst.BaseExpression, at: cst.CSTNode, depth: int
 ) -> bool:
     """``measured`` holds, at ``at``, what a ``prepare`` returned: an output of a prepare call
     above it in the same function (or both at the module's level), or a parameter every caller
     fills with such a name."""
-    name = dotted(measured)
-    if name is None:
+    name = output_name(script, measured)
+    if not name:
         return False
     facts = facts_of(script)
     function = facts.placement.enclosing_function(at)
+    # ``loaders["train"]`` of ``loaders = {k: accelerator.prepare(v) for k, v in ...}``
+    entry_of = root_name(measured) if isinstance(measured, cst.Subscript) else None
     for prepare in script.prepare_calls:
-        if name not in prepare.outputs:
+        if not _returns(script, prepare, name, entry_of):
             continue
         if facts.placement.enclosing_function(prepare.call) is function and script.order(
             prepare.call
         ) < script.order(at):
+            return True
+    if isinstance(measured, cst.Name):
+        # ``train_dl = loaders["train"]`` after the prepare: the same loader under a new name
+        binding = last_binding(script, name, at)
+        if (
+            isinstance(binding, cst.Assign)
+            and len(binding.targets) == 1
+            and binding.targets[0].target is not measured
+            and isinstance(binding.value, (cst.Name, cst.Attribute, cst.Subscript))
+            and _prepared_before(script, binding.value, binding, 0)
+        ):
             return True
     if function is None or "." in name or depth <= 0:
         return False

@@ -632,6 +632,7 @@ def analyze(
     ]
     from accelify.analysis.objects import add_object_bindings
     from accelify.analysis.optimizer_models import add_models_fed_to_optimizers
+    from accelify.analysis.scheduler_objects import add_schedulers_by_use
 
     add_object_bindings(model, _Collector(model).classify)
     models = len(model.bindings)
@@ -641,6 +642,7 @@ def analyze(
         # of a registry) is what a factory returning it hands its callers, too
         add_object_bindings(model, _Collector(model).classify)
         add_models_fed_to_optimizers(model)
+    add_schedulers_by_use(model)
     model.complete = True
     return model
 
@@ -831,7 +833,7 @@ def _prepare_call(
     for target in assigned_targets(node):
         elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else [target]
         outputs += [
-            _output_name(model, e.value if isinstance(e, cst.BaseElement) else e) for e in elements
+            output_name(model, e.value if isinstance(e, cst.BaseElement) else e) for e in elements
         ]
     inputs = [dotted(argument.value) or "" for argument in value.args]
     if len(outputs) == 1 and len(inputs) > 1 and outputs[0]:
@@ -856,13 +858,14 @@ def _unpacked_later(model: ScriptModel, node: cst.Assign, name: str) -> list[str
             )
         ):
             elements = assigned_targets(later)[0].elements  # type: ignore[attr-defined]
-            return [_output_name(model, element.value) for element in elements]
+            return [output_name(model, element.value) for element in elements]
     return None
 
 
-def _output_name(model: ScriptModel, target: cst.BaseExpression) -> str:
+def output_name(model: ScriptModel, target: cst.BaseExpression) -> str:
     """A name or attribute chain; one entry of a dict as written with double quotes
-    (``loaders["train"]``); else empty."""
+    (``loaders["train"]``); else empty. How `PrepareCall.outputs` spell what they bind, and
+    how a read of one is spelled to be found there."""
     name = dotted(target)
     if name is not None:
         return name

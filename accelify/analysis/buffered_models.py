@@ -1,0 +1,109 @@
+"""Prepared models whose forward is a collective under DDP: those that hold buffers.
+
+DDP is built with ``broadcast_buffers=True`` (HF Accelerate's and accelify's default), and its
+forward broadcasts the module's buffers from rank 0 whenever the last forward ran with
+gradients on (``_pre_forward`` -> ``_sync_buffers`` in torch 2.13; in train mode and in eval
+mode alike, also under ``torch.no_grad()``: the first no-grad forward after training still
+syncs). Measured on 2 ranks (gloo, after three training steps): a forward on the main process
+alone of a DDP model with a BatchNorm hangs, in eval or train mode, with or without
+``no_grad``; the same model without buffers, or the one ``accelerator.unwrap_model`` returns,
+runs. So ``if accelerator.is_main_process: evaluate(model, ...)`` hangs exactly when the
+model holds buffers.
+
+A model holds buffers here when it is made by a class of the file whose code builds a
+BatchNorm (``SyncBatchNorm`` too) or calls ``register_buffer`` (also through the file's other
+classes it builds), by ``nn.Sequential`` of such layers, or by a torchvision constructor of a
+family built on BatchNorm (``resnet50()``). Models of other libraries are not judged (most
+transformers models register buffers, but not all)."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted, walk
+
+#: Layers that hold running statistics as buffers.
+_BUFFERED_LAYERS = re.compile(r"^torch\.nn\.(?:modules\.\w+\.)?(?:Lazy)?(?:Sync)?BatchNorm\w*$")
+#: torchvision families built on BatchNorm.
+_BUFFERED_VISION = re.compile(
+    r"^torchvision\.models\.(?:\w+\.)?(?:resnet|resnext|wide_resnet|densenet|efficientnet|"
+    r"mobilenet|mnasnet|regnet|shufflenet|inception|googlenet|vgg\d+_bn)\w*$"
+)
+#: How many of the file's classes deep a class's layers are followed.
+_DEPTH = 3
+
+
+def buffered_prepared_models(script: ScriptModel) -> frozenset[str]:
+    """The names ``prepare`` returns for models that hold buffers; empty where the file turns
+    ``broadcast_buffers`` off (its forward then broadcasts nothing)."""
+    memo = script.__dict__.get("_buffered_prepared_models")
+    if memo is not None:
+        return memo
+    found: set[str] = set()
+    if "broadcast_buffers" not in script.source:
+        models = script.of_kind(Kind.MODEL)
+        for prepare in script.prepare_calls:
+            arguments = [a.value for a in prepare.call.args]
+            for given, output, argument in zip(
+                prepare.inputs, prepare.outputs, arguments, strict=False
+            ):
+                if not output:
+                    continue
+                # a bound model, or one made in the call (``accelerator.prepare(Net(), opt)``)
+                values = [b.value for b in models if b.name == given] if given else [argument]
+                if any(_holds_buffers(script, value, _DEPTH) for value in values):
+                    found.add(output)
+    script.__dict__["_buffered_prepared_models"] = frozenset(found)
+    return frozenset(found)
+
+
+def _holds_buffers(script: ScriptModel, value: cst.BaseExpression, depth: int) -> bool:
+    """``value`` builds a module with buffers (see the module docstring)."""
+    for node in walk(value):
+        if not isinstance(node, cst.Call):
+            continue
+        qualified = script.call_names(node)
+        if any(_BUFFERED_LAYERS.match(n) or _BUFFERED_VISION.match(n) for n in qualified):
+            return True
+        made = dotted(node.func)
+        if made is not None and depth > 0 and _class_holds_buffers(script, made, depth - 1):
+            return True
+    return False
+
+
+def _class_holds_buffers(script: ScriptModel, name: str, depth: int) -> bool:
+    classes = [
+        s for s in script.module.body if isinstance(s, cst.ClassDef) and s.name.value == name
+    ]
+    for cls in classes:
+        for node in walk(cls):
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value == "register_buffer"
+            ):
+                return True
+            if isinstance(node, cst.Call) and _holds_buffers(script, node, depth):
+                return True
+    return False
+
+
+def forward_syncs_buffers(script: ScriptModel, call: cst.Call) -> bool:
+    """``call`` is the forward of a prepared model that holds buffers (``model(x)``, also
+    through a helper's parameter its callers fill with one): under DDP a collective."""
+    buffered = buffered_prepared_models(script)
+    if not buffered:
+        return False
+    from accelify.analysis.facts import facts_of  # facts builds on the analysis modules
+
+    flow = facts_of(script).flow
+    if not flow.forward_of_prepared(call):
+        return False
+    func = call.func
+    name = dotted(
+        func.value if isinstance(func, cst.Attribute) and func.attr.value == "generate" else func
+    )
+    return name in buffered or flow.outer_name(name, call) in buffered

@@ -1,0 +1,71 @@
+"""A learning-rate scheduler known by how it is made and used, not by the name of what made it:
+``warm = make_lr(optimizer, args.max_iters)`` with ``make_lr`` imported from the project's own
+``utils.py`` (lint reads one file at a time, so it cannot look inside), then ``warm.step()``.
+The names of library schedulers and of the usual factories (``get_scheduler``,
+``build_scheduler``) are the collector's; this adds the objects built from the file's optimizer
+and stepped with no argument, which is what a scheduler is to the loop that steps it.
+
+Not a scheduler: anything also zeroed (``.zero_grad()``: an optimizer wrapper such as
+``Lookahead(optimizer)``), anything named as an optimizer, or handed something to step
+(``scaler.step(optimizer)``, ``ema.step(model)``)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.analysis.syntax import assigned_targets, dotted
+
+
+def add_schedulers_by_use(model: ScriptModel) -> None:
+    """Bind as schedulers the names made by a call handed one of the file's optimizers and
+    stepped with no argument (see the module docstring)."""
+    optimizers = model.names_of(Kind.OPTIMIZER)
+    if not optimizers:
+        return
+    stepped, zeroed = _stepped_and_zeroed(model)
+    candidates = stepped - zeroed
+    if not candidates:
+        return
+    known = {(b.name, id(b.scope)) for b in model.bindings}
+    for assign in model.assignments:
+        if not isinstance(assign.value, cst.Call) or len(assigned_targets(assign)) != 1:
+            continue
+        name = dotted(assigned_targets(assign)[0])
+        if name is None or name not in candidates or "optim" in name.lower():
+            continue
+        scope = model.scope_of(assign)
+        if (name, id(scope)) in known or not _handed_an_optimizer(assign.value, optimizers):
+            continue
+        statement = model.parent(assign)
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        known.add((name, id(scope)))
+        model.bindings.append(
+            Binding(name, Kind.SCHEDULER, scope, statement, assign, assign.value, model)
+        )
+
+
+def _stepped_and_zeroed(model: ScriptModel) -> tuple[set[str], set[str]]:
+    """The receivers of ``x.step()`` with no argument, and of ``x.zero_grad(...)``."""
+    stepped: set[str] = set()
+    zeroed: set[str] = set()
+    for call in model.calls:
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            continue
+        if func.attr.value == "step" and not call.args:
+            receiver = dotted(func.value)
+            if receiver is not None:
+                stepped.add(receiver)
+        elif func.attr.value == "zero_grad":
+            receiver = dotted(func.value)
+            if receiver is not None:
+                zeroed.add(receiver)
+    return stepped, zeroed
+
+
+def _handed_an_optimizer(call: cst.Call, optimizers: set[str]) -> bool:
+    """An argument of ``call`` is one of the file's optimizers itself (not a setting read from
+    it: ``optimizer.param_groups``)."""
+    return any(dotted(argument.value) in optimizers for argument in call.args)

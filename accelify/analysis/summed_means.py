@@ -1,0 +1,312 @@
+"""Per-rank means summed over the ranks and shown as one mean: ``accelerator.reduce(loss)``
+(``Accelerator.reduce`` sums by default, in HF Accelerate and in accelify's runtime alike;
+Accelerate's ``reduce`` utility function averages) of a batch's mean loss, then printed or
+logged. The sum of N means is N times their mean: on 2 processes the logged loss doubles, on
+one it is right, and nothing fails.
+
+A per-rank mean is, followed through the names it is bound to and through calls that keep its
+values (``.detach()``, ``.clone()``, ``.item()``): ``x.mean()``, ``torch.mean(x)``, a quotient
+(``total / len(loader)``, not one by the process count), or a model's loss (``outputs.loss``,
+what the file hands to ``backward``), unless it was computed with ``reduction="sum"``.
+Also a running total of per-rank means (``total_loss += loss.detach()``) summed over the ranks
+and then divided by ``len()`` of a prepared DataLoader, this rank's count of batches: the sum
+of N ranks' totals over one rank's count is again N times the mean.
+Shown: the reduced value, or a name, a dict, a running total it goes into, reaches the
+arguments of a print, a logger, a tracker's ``log`` or a progress bar, in the same function or
+in a caller it is returned to, with no division by the process count on the way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accelify.analysis import names
+from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import last_binding
+from accelify.analysis.process_count import process_count
+from accelify.analysis.sample_counts import shows
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import argument_value, dotted, walk
+
+#: Calls that hand back the same values: ``loss.detach().clone()``, ``loss.item()``.
+_KEEPS_VALUES = frozenset({"detach", "clone", "item", "float", "double", "cpu", "contiguous"})
+#: Functions whose value is a mean of what they are handed.
+_MEANS = frozenset({"torch.mean", "numpy.mean", "statistics.mean", "statistics.fmean"})
+#: Calls that make a tensor of the value they are handed.
+_TENSOR_OF = frozenset({"torch.tensor", "torch.as_tensor", "torch.Tensor"})
+#: How many names, returns and running totals the walks follow.
+_DEPTH = 4
+
+
+@dataclass
+class SummedMean:
+    """One ``accelerator.reduce`` that sums a per-rank mean, and where the sum is shown."""
+
+    reduce: cst.Call
+    #: the per-rank mean as the reduce's argument spells it
+    mean: cst.BaseExpression
+    #: the print, log or progress-bar call that shows the sum
+    shown: cst.Call
+
+
+def summed_means(script: ScriptModel) -> list[SummedMean]:
+    """Every summing ``reduce`` of a per-rank mean whose sum is shown undivided."""
+    found = []
+    accelerators = facts_of(script).flow.names_of(Kind.ACCELERATOR)
+    for call in script.index.attributes_named("reduce"):
+        reduce = script.parent(call)
+        if not (isinstance(reduce, cst.Call) and reduce.func is call and reduce.args):
+            continue
+        if dotted(call.value) not in accelerators or not _sums(reduce):
+            continue
+        argument = reduce.args[0].value
+        if per_rank_mean(script, argument, reduce, _DEPTH):
+            shown = _shown(script, reduce, _DEPTH, divided=True)
+        elif _total_of_means(script, argument, reduce):
+            shown = _shown(script, reduce, _DEPTH, divided=False)
+        else:
+            continue
+        if shown is not None:
+            found.append(SummedMean(reduce, argument, shown))
+    return found
+
+
+def _total_of_means(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """``total_loss`` after ``total_loss += loss.detach().float()`` of a per-rank mean."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        if value.func.attr.value not in _KEEPS_VALUES:
+            return False
+        value = value.func.value
+    name = dotted(value)
+    binding = last_binding(script, name, at) if name is not None else None
+    return (
+        isinstance(binding, cst.AugAssign)
+        and isinstance(binding.operator, cst.AddAssign)
+        and per_rank_mean(script, binding.value, binding, _DEPTH)
+    )
+
+
+def _sums(reduce: cst.Call) -> bool:
+    """``Accelerator.reduce``'s reduction is ``"sum"``: its default, or said so."""
+    reduction = argument_value(reduce, "reduction", 1)
+    return reduction is None or (
+        isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "sum"
+    )
+
+
+def per_rank_mean(
+    script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode, depth: int
+) -> bool:
+    """``value`` at ``at`` is a mean over this rank's values (see the module docstring)."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        member = value.func.attr.value
+        if member == "mean" and not value.args:
+            return True
+        if member not in _KEEPS_VALUES:
+            break
+        value = value.func.value
+    if isinstance(value, cst.Call):
+        if script.call_names(value) & _MEANS and len(value.args) == 1:
+            return True
+        if script.call_names(value) & _TENSOR_OF and value.args:
+            return per_rank_mean(script, value.args[0].value, at, depth)
+        target = script.call_graph.callee(value)
+        if target is not None and depth > 0:  # ``loss = training_step(model, batch)``
+            returns = [r for r in script.index.own_returns(target[0]) if r.value is not None]
+            return bool(returns) and all(
+                per_rank_mean(script, r.value, r, depth - 1)  # type: ignore[arg-type]
+                for r in returns
+            )
+        return _loss_call(script, value)
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide):
+        return not process_count(script, value.right, at)
+    if isinstance(value, cst.Attribute) and value.attr.value == "loss":
+        return True  # ``outputs.loss``: the mean over the batch a transformers model returns
+    name = dotted(value)
+    if name is None or depth <= 0:
+        return False
+    binding = last_binding(script, name, at)
+    if isinstance(binding, cst.Assign) and len(binding.targets) == 1:
+        return per_rank_mean(script, binding.value, binding, depth - 1)
+    if isinstance(binding, cst.AugAssign) and isinstance(binding.operator, cst.DivideAssign):
+        return not process_count(script, binding.value, binding)
+    return False
+
+
+def _loss_call(script: ScriptModel, call: cst.Call) -> bool:
+    """``F.cross_entropy(logits, y)``, ``criterion(out, y)`` with a loss module: a mean unless
+    it says ``reduction="sum"`` (or ``"none"``)."""
+    reduction = argument_value(call, "reduction", None)
+    if reduction is not None:
+        return isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "mean"
+    qualified = script.call_names(call)
+    if any(n.startswith("torch.nn.functional.") and n.endswith("_loss") for n in qualified):
+        return True
+    if qualified & {"torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss"}:
+        return True
+    criterion = dotted(call.func)
+    if criterion is None:
+        return False
+    binding = last_binding(script, criterion, call)
+    made = binding.value if isinstance(binding, cst.Assign) else None
+    if made is None:
+        for assign in script.index.assignments_to(criterion):
+            made = assign.value
+    return (
+        isinstance(made, cst.Call)
+        and any(
+            n.startswith(names.NN_PREFIX) and n.endswith("Loss") for n in script.call_names(made)
+        )
+        and argument_value(made, "reduction", None) is None
+    )
+
+
+def _shown(script: ScriptModel, node: cst.CSTNode, depth: int, divided: bool) -> cst.Call | None:
+    """The show call ``node``'s value reaches undivided by the process count (see the module
+    docstring), or None. ``divided``: the value is already N times a mean (else it becomes one
+    when divided by one rank's count of batches on the way)."""
+    child = node
+    for ancestor in script.ancestors(node):
+        if (
+            isinstance(ancestor, cst.BinaryOperation)
+            and isinstance(ancestor.operator, cst.Divide)
+            and ancestor.left is child
+        ):
+            if process_count(script, ancestor.right, ancestor):
+                return None  # divided back into a mean
+            divided = divided or _one_ranks_batches(script, ancestor.right)
+        if (
+            isinstance(ancestor, cst.Call)
+            and ancestor.func is not child
+            and shows_value(script, ancestor)
+        ):
+            return ancestor if divided else None
+        if isinstance(ancestor, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            return _shown_through(script, ancestor, depth, divided)
+        if isinstance(ancestor, cst.Return):
+            return _returned_and_shown(script, ancestor, depth, divided)
+        if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return None
+        child = ancestor
+    return None
+
+
+def _one_ranks_batches(script: ScriptModel, divisor: cst.BaseExpression) -> bool:
+    """``len(eval_loader)`` of a prepared DataLoader: the batches of this rank's shard."""
+    return (
+        isinstance(divisor, cst.Call)
+        and dotted(divisor.func) == "len"
+        and len(divisor.args) == 1
+        and dotted(divisor.args[0].value) in script.prepared_names
+    )
+
+
+def shows_value(script: ScriptModel, call: cst.Call) -> bool:
+    """A print, a logger's, a tracker's (``accelerator.log``) or a progress bar's call, or
+    ``accelerator.print``."""
+    func = call.func
+    return shows(script, call) or (isinstance(func, cst.Attribute) and func.attr.value == "print")
+
+
+def _shown_through(
+    script: ScriptModel,
+    statement: cst.Assign | cst.AugAssign | cst.AnnAssign,
+    depth: int,
+    divided: bool,
+) -> cst.Call | None:
+    """The show a name bound (or a running total added to) by ``statement`` reaches."""
+    if depth <= 0:
+        return None
+    if isinstance(statement, cst.Assign):
+        if len(statement.targets) != 1:
+            return None
+        target = statement.targets[0].target
+    else:
+        target = statement.target
+    name = dotted(target)
+    if name is None:
+        return None
+    if _divided_by_processes(script, name, statement):
+        return None
+    for read in _reads_after(script, name, statement):
+        shown = _shown(script, read, depth - 1, divided)
+        if shown is not None:
+            return shown
+    return None
+
+
+def _reads_after(script: ScriptModel, name: str, statement: cst.CSTNode) -> list[cst.CSTNode]:
+    """Reads of ``name`` (a plain name, or ``self.x`` anywhere in the class) after
+    ``statement``: in its function, and for a running total in a loop, anywhere in it."""
+    placement = facts_of(script).placement
+    function = placement.enclosing_function(statement)
+    if "." in name:
+        if not name.startswith("self.") or name.count(".") != 1:
+            return []
+        owner = script.index.enclosing_class(statement)
+        return [
+            a
+            for a in script.index.attributes_named(name.split(".", 1)[1])
+            if dotted(a) == name
+            and a is not _target_of(statement)
+            and script.index.enclosing_class(a) is owner
+        ]
+    here = script.order(statement)
+    return [
+        read
+        for read in script.index.names_spelled(name)
+        if placement.enclosing_function(read) is function
+        and read is not _target_of(statement)
+        and (script.order(read) > here or isinstance(statement, cst.AugAssign))
+        and not _is_target(script, read)
+    ]
+
+
+def _target_of(statement: cst.CSTNode) -> cst.CSTNode | None:
+    if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+        return statement.targets[0].target
+    return getattr(statement, "target", None)
+
+
+def _is_target(script: ScriptModel, node: cst.CSTNode) -> bool:
+    parent = script.parent(node)
+    return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and (
+        getattr(parent, "target", None) is node
+    )
+
+
+def _divided_by_processes(script: ScriptModel, name: str, statement: cst.CSTNode) -> bool:
+    """``name /= accelerator.num_processes`` or ``name / world_size`` in the same function."""
+    function = facts_of(script).placement.enclosing_function(statement)
+    body = function if function is not None else script.module
+    for node in walk(body):
+        if (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.DivideAssign)
+            and dotted(node.target) == name
+            and process_count(script, node.value, node)
+        ):
+            return True
+        if (
+            isinstance(node, cst.BinaryOperation)
+            and isinstance(node.operator, cst.Divide)
+            and dotted(node.left) == name
+            and process_count(script, node.right, node)
+        ):
+            return True
+    return False
+
+
+def _returned_and_shown(
+    script: ScriptModel, returned: cst.Return, depth: int, divided: bool
+) -> cst.Call | None:
+    """``return total_loss`` from an evaluation helper, shown by the caller."""
+    function = facts_of(script).placement.enclosing_function(returned)
+    if function is None or depth <= 0:
+        return None
+    for site, _ in script.call_graph.calls_of(function):
+        shown = _shown(script, site, depth - 1, divided)
+        if shown is not None:
+            return shown
+    return None

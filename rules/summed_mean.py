@@ -1,0 +1,147 @@
+from collections.abc import Iterator
+
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.summed_means import summed_means
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, in_file_words
+
+_HEADER = "import torch\n" + HEADER
+_EVAL = (
+    _HEADER
+    + "model, eval_loader = accelerator.prepare(model, eval_loader)\n"
+    + "total_loss = 0.0\n"
+    + "for batch in eval_loader:\n"
+    + "    total_loss += model(**batch).loss.detach().float()\n"
+)
+
+
+class SummedMean(Rule):
+    """A per-rank mean summed over the ranks and shown as a mean: ``Accelerator.reduce`` sums
+    by default (HF Accelerate's ``reduction="sum"``, and accelify's runtime alike; only
+    Accelerate's ``reduce`` utility function averages), so ``accelerator.reduce(loss)`` of a
+    batch's mean loss, printed or logged, is the sum of N means: N times the mean (twice the
+    loss on 2 processes, right on one). Nothing fails; the curves shift with the process count.
+    The same for a running total of batch means summed over the ranks and divided by ``len()``
+    of the prepared DataLoader, which counts one rank's batches.
+
+    A per-rank mean: ``x.mean()``, ``torch.mean(x)``, a quotient, a model's ``.loss``, a loss
+    function or module without ``reduction="sum"``, followed through names and ``.detach()``,
+    ``.item()``. Shown: the value reaches a print, ``accelerator.print``, a logger's, a
+    tracker's ``log`` or a progress bar's arguments (through names, dicts, running totals, and
+    a helper's return), with no division by the process count on the way. Not reported: a
+    ``reduction="mean"``, a sum of sums (``F.cross_entropy(..., reduction="sum")``, counts),
+    a sum divided by ``accelerator.num_processes``, a value never shown. Reported at the
+    ``reduce`` call, naming the line that shows it."""
+
+    code = "ACC416"
+    name = "summed-mean"
+    message = (
+        'Reduce this mean with reduction="mean": Accelerator.reduce sums by default, so the '
+        "value shown is the sum of every rank's mean, num_processes times the mean"
+    )
+    why = "A sum over ranks of per-rank means is N times the mean: the logged number is wrong."
+    bad = (
+        Example(
+            _HEADER
+            + "for batch in loader:\n"
+            + "    loss = model(**batch).loss\n"
+            + "    accelerator.backward(loss)\n"
+            + "    logged = accelerator.reduce(loss.detach())\n"
+            + '    accelerator.log({"train_loss": logged.item()})\n',
+            7,
+            14,
+        ),
+        # run_clm_no_trainer-like: a step's loss summed, then a running total of it printed
+        Example(
+            _HEADER
+            + "criterion = torch.nn.CrossEntropyLoss()\n"
+            + "total = 0.0\n"
+            + "for step, batch in enumerate(loader):\n"
+            + "    loss = criterion(model(batch[0]), batch[1])\n"
+            + "    accelerator.backward(loss)\n"
+            + "    step_loss = accelerator.reduce(loss.clone()).item()\n"
+            + "    total += step_loss\n"
+            + "print(f'mean loss {total / (step + 1):.4f}')\n",
+            9,
+            17,
+        ),
+        # a running total of batch means, summed, over one rank's count of batches
+        Example(
+            _EVAL
+            + "total_loss = accelerator.reduce(total_loss)\n"
+            + 'accelerator.print(f"eval loss: {total_loss.item() / len(eval_loader)}")\n',
+            8,
+            14,
+        ),
+        # an evaluation helper's per-rank mean, summed, returned and printed by its caller
+        Example(
+            _HEADER
+            + "def evaluate(model, loader):\n"
+            + "    total = 0.0\n"
+            + "    for batch in loader:\n"
+            + "        total += model(**batch).loss.item()\n"
+            + "    mean = torch.tensor(total / len(loader), device=accelerator.device)\n"
+            + '    return accelerator.reduce(mean, reduction="sum").item()\n'
+            + "model, loader = accelerator.prepare(model, loader)\n"
+            + "print('eval loss', evaluate(model, loader))\n",
+            9,
+            12,
+        ),
+    )
+    good = (
+        # averaged over the ranks
+        _HEADER
+        + "for batch in loader:\n"
+        + "    loss = model(**batch).loss\n"
+        + "    accelerator.backward(loss)\n"
+        + '    logged = accelerator.reduce(loss.detach(), "mean")\n'
+        + '    accelerator.log({"train_loss": logged.item()})\n',
+        # the sum divided by the number of processes
+        _HEADER
+        + "for batch in loader:\n"
+        + "    loss = model(**batch).loss\n"
+        + "    accelerator.backward(loss)\n"
+        + "    logged = accelerator.reduce(loss.detach()) / accelerator.num_processes\n"
+        + '    accelerator.log({"train_loss": logged.item()})\n',
+        # sums of sums over the count of every rank's tokens: a true mean
+        _HEADER
+        + "import torch.nn.functional as F\n"
+        + "loss_sum = 0.0\n"
+        + "count = 0\n"
+        + "for x, y in loader:\n"
+        + "    loss_sum += F.cross_entropy(model(x), y, reduction='sum')\n"
+        + "    count += y.numel()\n"
+        + "loss_sum = accelerator.reduce(loss_sum)\n"
+        + "count = accelerator.reduce(torch.tensor(count, device=accelerator.device))\n"
+        + "print((loss_sum / count).item())\n",
+        # a running total summed, divided by every rank's batches
+        _EVAL
+        + "total_loss = accelerator.reduce(total_loss)\n"
+        + "batches = len(eval_loader) * accelerator.num_processes\n"
+        + 'accelerator.print(f"eval loss: {total_loss.item() / batches}")\n',
+        # summed and never shown (a stopping test on the total)
+        _HEADER
+        + "for batch in loader:\n"
+        + "    loss = model(**batch).loss\n"
+        + "    accelerator.backward(loss)\n"
+        + "    if accelerator.reduce(loss.detach()).isnan():\n"
+        + "        break\n",
+        # a count summed over the ranks
+        _HEADER
+        + "correct = (model(x).argmax(-1) == y).sum()\n"
+        + "print(accelerator.reduce(correct).item())\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        for found in summed_means(script):
+            mean = script.module.code_for_node(found.mean)
+            text = (
+                f'Reduce {mean} with reduction="mean": it is a mean over this rank\'s values, '
+                "and Accelerator.reduce sums by default, so the value shown at line "
+                f"{script.line(found.shown)} is the sum of every rank's mean, num_processes "
+                "times the mean (or divide the sum by accelerator.num_processes)"
+            )
+            yield self.finding(
+                script,
+                found.reduce,
+                message=in_file_words(text, accelerator_name(script, found.reduce)),
+            )
