@@ -48,6 +48,7 @@ def main(arguments: Sequence[str]) -> None:
     # registered before the script's own handlers, so run after them all
     atexit.register(_after_the_scripts_exit_handlers)
     _record_collectives_once_the_group_exists(rank)
+    sys.meta_path.insert(0, _AfterImport("torch", _freeze_what_torch_made))
     if arguments[:1] == ["-m"]:
         module, code = _main_module_of_module(arguments[1])
         sys.argv = [module.__file__ or arguments[1], *arguments[2:]]
@@ -70,6 +71,21 @@ def _after_the_scripts_exit_handlers() -> None:
     collective_record.collectives_over()
     if collective_record.failing():
         gc.freeze()
+
+
+def _freeze_what_torch_made(torch: ModuleType) -> None:
+    """Once torch has been imported, its objects (and the standard library's, and those of any
+    package imported before it) are moved out of the cyclic garbage collector's generations
+    (`gc.freeze`): about 170 000 objects that live as long as the process, which every full
+    collection walked again, during the run and three times more as the interpreter exits. A
+    healthy 2-rank run's rank spent 0.95 CPU-seconds exiting, 0.45 with them frozen, and about
+    1 CPU-second less in all (bench/rank_exit.py). The script's own objects, made after torch's
+    import, are collected as before, at exit too: what their finalizers write is still written.
+    Frozen objects are still freed when their last reference goes; only those in reference
+    cycles stay (53 such objects were garbage when torch's import ended: a few kilobytes).
+    `gc.get_referrers` does not see frozen objects: the exit guard's search for references to
+    the process groups unfreezes them first (`backends.base.let_go_of_groups`)."""
+    gc.freeze()
 
 
 def _put_the_scripts_folder_first(script: str) -> None:

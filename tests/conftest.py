@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -402,11 +403,31 @@ def _own_folder(factory: pytest.TempPathFactory, name: str) -> Path:
     return folder
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_user_config_in_shared_fixtures(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """The same isolation as `_no_user_config`, for the whole session: a module-scoped fixture
+    (the runs several tests share: `test_distributed_runtime`'s straight run,
+    `test_engines`' converted run) is set up before any function-scoped fixture of its first
+    test, and its launch read the developer's config and variables. Session-scoped autouse
+    fixtures are set up before every fixture of a narrower scope."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _isolate(tmp_path_factory, monkeypatch)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _no_user_config(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Tests never read the developer's ~/.config/accelify/config.yaml."""
+    """Tests never read the developer's ~/.config/accelify/config.yaml: each test its own empty
+    config folder and lint cache (the session's, `_no_user_config_in_shared_fixtures`, is
+    shared by the fixtures of wider scope)."""
+    _isolate(tmp_path_factory, monkeypatch)
+
+
+def _isolate(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(_own_folder(tmp_path_factory, "xdg")))
     if shutil.which("nvidia-smi") is None:
         # HF Accelerate imports DeepSpeed when it is installed, and DeepSpeed then prints a

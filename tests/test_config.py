@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from accelify.errors import UserError
 from accelify.runtime.launch.config import LaunchConfig, load_config
 from accelify.runtime.options import DeepSpeedOptions, FSDPOptions
-from conftest import FIXTURES, assert_ok, run_accelify
+from conftest import FIXTURES, assert_ok, run_accelify, run_in_own_group
 
 WHOAMI = FIXTURES / "runtime" / "whoami.py"
 
@@ -240,3 +242,48 @@ def test_bad_backend_sections_are_errors(tmp_path, text, words):
     with pytest.raises(UserError) as raised:
         load_config(write(tmp_path, text))
     assert words in str(raised.value)
+
+
+#: A test file whose module-scoped fixture launches before any test-scoped fixture is set up
+SHARED_FIXTURE = """
+import pytest
+
+from conftest import run_accelify
+
+
+@pytest.fixture(scope="module")
+def shared_run():
+    return run_accelify("env")
+
+
+def test_the_shared_run_read_no_user_config(shared_run):
+    assert shared_run.returncode == 0, shared_run.stderr
+    assert "num_processes: 7" not in shared_run.stdout, shared_run.stdout
+    assert "ACCELIFY_* set: none" in shared_run.stdout, shared_run.stdout
+"""
+
+
+def test_a_module_scoped_fixtures_launch_reads_no_user_config(tmp_path):
+    """The suite's isolation from the developer's ~/.config/accelify and ACCELIFY_* variables
+    covers fixtures shared by a module's tests too, though they are set up before any
+    function-scoped fixture: run in a pytest of its own, with a config in a fake HOME."""
+    home = tmp_path / "home"
+    (home / ".config" / "accelify").mkdir(parents=True)
+    (home / ".config" / "accelify" / "config.yaml").write_text("num_processes: 7\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_shared.py").write_text(SHARED_FIXTURE)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name != "XDG_CONFIG_HOME" and not name.startswith(("ACCELIFY_", "PYTEST_"))
+    }
+    env.update(
+        HOME=str(home),
+        PYTHONPATH=str(Path(__file__).parent),
+        ACCELIFY_NUM_PROCESSES="7",  # a variable the user left set
+    )
+    command = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:xdist"]
+    command += ["-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini"), "-q"]
+    result = run_in_own_group([*command, str(tmp_path / "test_shared.py")], tmp_path, 240, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout

@@ -288,6 +288,82 @@ def test_a_failing_rank_skips_the_final_collections_and_a_healthy_one_keeps_them
     assert outcomes == [False, True, True, True]
 
 
+#: Run in a fresh process (it freezes gc and starts a process group): whether the exit guard's
+#: search for the group's holders lets go of each, frozen ones included, and skips the heap when
+#: the engine's own objects were the only holders.
+LET_GO = """
+import gc, sys
+import torch
+import torch.distributed as dist
+from accelify.runtime.backends import base
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+group = dist.group.WORLD
+registry = {}  # a module's global made as it was imported: frozen (rank_entry)
+gc.freeze()
+holder = type("Wrapper", (), {})()
+holder.process_group = group
+if sys.argv[1] == "frozen-too":
+    registry["world"] = group
+held = [group]
+del group
+dist.destroy_process_group()
+searched = []
+get_referrers = base.gc.get_referrers
+base.gc.get_referrers = lambda *a: searched.append(1) or get_referrers(*a)
+base.let_go_of_groups(held, [holder])
+print(holder.process_group, registry.get("world"), bool(searched), gc.get_freeze_count() > 0)
+"""
+
+
+@pytest.mark.parametrize(
+    ("holders", "expected"),
+    [("engine-only", "None None False True"), ("frozen-too", "None None True False")],
+)
+def test_the_exit_guard_lets_go_of_the_groups_frozen_holders_included(tmp_path, holders, expected):
+    result = run_in_own_group([sys.executable, "-c", LET_GO, holders], tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == expected
+
+
+#: Started as `accelify launch` starts a rank: torch's objects are frozen once it is imported
+#: (gc no longer lists them), the script's own, made after, are not, and the garbage it leaves in
+#: reference cycles is still finalized by the interpreter's last collection.
+FROZEN_AT_IMPORT = """
+import gc, os
+print("before torch", gc.get_freeze_count())
+import torch
+gc.disable()  # what is finalized below, the interpreter's exit finalizes
+
+
+class Log:
+    def __init__(self):
+        self.me = self  # a cycle: freed only by a collection
+
+    def __del__(self):
+        os.write(1, b"finalized at exit\\n")
+
+
+log = Log()
+listed = {id(o) for o in gc.get_objects()}
+print("torch listed", id(vars(torch)) in listed, "script's listed", id(log) in listed)
+del log
+"""
+
+
+def test_a_ranks_entry_freezes_torchs_objects_and_still_finalizes_the_scripts(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(FROZEN_AT_IMPORT)
+    command = [sys.executable, "-m", "accelify.runtime.rank_entry", str(script)]
+    result = run_in_own_group(command, tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "before torch 0",
+        "torch listed False script's listed True",
+        "finalized at exit",
+    ]
+
+
 def test_a_long_wait_for_a_busy_peer_is_a_hang_only_past_the_timeout():
     now = time.time()
     waiting = record(0, IN_COLLECTIVE, "gather", "train.py:88", since=now - 100.0)

@@ -43,12 +43,19 @@ def _alive(pid: int) -> bool:
     return not (status.exists() and status.read_text().rpartition(")")[2].split()[0] == "Z")
 
 
-def _child_pid(path: Path) -> int:
+def _child_pid(path: Path, runner: threading.Thread, outcome: dict[str, object], name: str) -> int:
+    """The pid the run's child wrote. A run that ended (or was stopped at its timeout) before
+    its child wrote it fails the test with what the helper said of it (the run's exit and its
+    output): not a bare "never started" a minute later, which hid why."""
     for _ in range(600):
         if path.exists() and path.read_text():
             return int(path.read_text())
+        if not runner.is_alive():
+            if path.exists() and path.read_text():
+                return int(path.read_text())
+            raise AssertionError(f"{name}: the child never started; the run: {outcome.get(name)}")
         time.sleep(0.1)
-    raise AssertionError("the child never started")
+    raise AssertionError(f"{name}: the child never started")
 
 
 #: Long enough for two Pythons to start on a loaded machine; the test waits it out, idle. 10 s
@@ -99,7 +106,9 @@ def test_a_timed_out_run_fails_and_leaves_no_process_in_another_session(tmp_path
         runners[name].start()
     try:
         for name in helpers:
-            children[name] = _child_pid(tmp_path / name / "child.pid")
+            children[name] = _child_pid(
+                tmp_path / name / "child.pid", runners[name], outcomes, name
+            )
         for name, runner in runners.items():
             runner.join(timeout=120)
             assert not runner.is_alive(), f"{name} still waits on the pipes the child holds"

@@ -57,7 +57,13 @@ class Backend:
         """At exit, once the process groups are destroyed and while the interpreter is still
         whole: let go of every reference that still holds one (`let_go_of_groups`). An engine
         whose C++ objects own a group lets go of them first, then calls this."""
-        let_go_of_groups(exit_groups())
+        let_go_of_groups(exit_groups(), cls.group_holders())
+
+    @classmethod
+    def group_holders(cls) -> Sequence[Any]:
+        """Objects of the engine's that keep a group as an attribute, let go of first: when
+        they were the only holders, the search of the whole heap is skipped."""
+        return ()
 
     def casts_model(self) -> bool:
         """The engine runs the model in the mixed-precision dtype itself (so no autocast)."""
@@ -137,7 +143,7 @@ class Backend:
         raise NotImplementedError
 
 
-def let_go_of_groups(groups: Sequence[dist.ProcessGroup]) -> None:
+def let_go_of_groups(groups: Sequence[dist.ProcessGroup], known: Sequence[Any] = ()) -> None:
     """Set to None every reference Python code still holds to one of ``groups`` (destroyed at
     exit, so none can be used again; ``groups`` itself is left alone), wherever it is kept, so
     that the exit guard frees each group while the interpreter is still whole
@@ -162,10 +168,22 @@ def let_go_of_groups(groups: Sequence[dist.ProcessGroup]) -> None:
     cannot change: its own holders (a function's defaults, an attribute) get a copy without
     the groups. Objects in cycles a finished training left are among gc's objects and let go
     like the rest. References held by C++ objects (a DDP reducer) are the engine's to drop.
+
+    The holders the engine knows (``known``: DDP's wrappers) let go first; when nothing else
+    refers to a group then (a DDP run's usual end), the heap is not searched. Else the objects
+    the rank's entry froze (`accelify.runtime.rank_entry`: torch's, as it was imported), which
+    `gc.get_referrers` does not see, are unfrozen first: a module's globals are among them.
     """
     if not groups:
         return
     wanted = {id(group) for group in groups}
+    for holder in known:
+        with contextlib.suppress(Exception):
+            _drop_attributes(holder, _is_one_of(wanted), lambda value: None)
+    if not _still_referred_to(groups):
+        return
+    if gc.get_freeze_count():
+        gc.unfreeze()
     tuples = _drop_everywhere(gc.get_referrers(*groups), wanted, id(groups))
     if _still_referred_to(groups):
         tuples += _drop_everywhere(_untracked_holders(wanted), wanted, id(groups))
@@ -195,10 +213,7 @@ def _drop_everywhere(holders: list[Any], wanted: set[int], own: int) -> list[tup
     """Set to None each group (by id, in ``wanted``) the ``holders`` hold; returns the tuples
     among them, which cannot change. ``own``: the id of the caller's list of groups."""
     tuples: list[tuple[Any, ...]] = []
-
-    def is_group(value: object) -> bool:
-        return id(value) in wanted and isinstance(value, dist.ProcessGroup)
-
+    is_group = _is_one_of(wanted)
     for holder in holders:
         if id(holder) == own:
             continue
@@ -208,6 +223,11 @@ def _drop_everywhere(holders: list[Any], wanted: set[int], own: int) -> list[tup
         with contextlib.suppress(Exception):  # one that cannot change keeps its reference
             _drop_from(holder, is_group, lambda value: None)
     return tuples
+
+
+def _is_one_of(wanted: set[int]) -> Callable[[object], bool]:
+    """Whether a value is one of the groups (by id, in ``wanted``)."""
+    return lambda value: id(value) in wanted and isinstance(value, dist.ProcessGroup)
 
 
 def _still_referred_to(groups: Sequence[dist.ProcessGroup]) -> bool:

@@ -46,6 +46,11 @@ class DDPBackend(Backend):
                 model.__dict__.pop(attribute, None)
         super().at_exit()
 
+    @classmethod
+    def group_holders(cls) -> list[torch.nn.Module]:
+        """The wrappers keep their group (``process_group``)."""
+        return list(WRAPPED_MODELS)
+
     def wrap_model(self, model: torch.nn.Module, companions: Sequence[Any]) -> torch.nn.Module:
         model = model.to(self.state.device)
         if not self.state.distributed or not has_trainable_parameters(model):
