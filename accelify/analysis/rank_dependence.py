@@ -32,6 +32,17 @@ class RankDependence:
     def under_rank_guard(self, node: cst.CSTNode) -> bool:
         return self.model.under_rank_guard(node)
 
+    def handler_around(self, node: cst.CSTNode) -> cst.ExceptHandler | None:
+        """The ``except`` block of ``node``'s own function that holds it: a block the rank that
+        raised enters alone, so a barrier or a collective there waits for ranks that never
+        come."""
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.ExceptHandler):
+                return ancestor
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                return None
+        return None
+
     def is_rank_test(self, test: cst.BaseExpression) -> bool:
         """``accelerator.is_main_process``, ``rank == 0``, a name set from one: true on some
         ranks only, on every backend."""

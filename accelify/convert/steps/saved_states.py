@@ -166,11 +166,9 @@ def _where_ranks_part(ctx: Context, state: cst.Call, save: cst.Call, instance: b
         return "outside the class that holds the accelerator"
     if ctx.facts.ranks.under_rank_guard(state):
         return "under a rank test"
-    for ancestor in ctx.model.ancestors(state):
-        if isinstance(ancestor, cst.ExceptHandler):
-            return f"in an `except` block (line {ctx.line(ancestor)}), which some ranks may enter"
-        if isinstance(ancestor, cst.FunctionDef):
-            break
+    handler = ctx.facts.ranks.handler_around(state)
+    if handler is not None:
+        return f"in an `except` block (line {ctx.line(handler)}), which some ranks may enter"
     branch = ctx.facts.shared_files.divergent_around(
         state, decided_alike=lambda branch: ctx.agreed.test_agreed(branch.test, branch)
     )

@@ -33,7 +33,8 @@ def run(ctx: Context) -> None:
         if ctx.facts.shared_files.kept_on_every_rank(call):
             continue  # a per-process path read back: each rank saves its own file
         barriers = []
-        if not ctx.facts.ranks.under_rank_guard(call):
+        handler = ctx.facts.ranks.handler_around(call)
+        if not ctx.facts.ranks.under_rank_guard(call) and handler is None:
             barriers = ctx.facts.ranks.barrier_places(line_statement)
         outside = ctx.instance_outside_class(call)
         if outside is not None:
@@ -46,7 +47,8 @@ def run(ctx: Context) -> None:
             *rewrites.save(call, ctx.acc, barriers),
             line=ctx.line(call),
             text=f"torch.save -> {ctx.a('save')} (main process only)"
-            + _waits_first(ctx, call, barriers, ctx.acc),
+            + _waits_first(ctx, call, barriers, ctx.acc)
+            + _no_barrier_in(ctx, handler),
         )
         ctx.need(call)
         for anchor in barriers:
@@ -193,6 +195,16 @@ def _save_through_instance(
         text=f"torch.save -> {acc}.save (main process only)"
         + _waits_first(ctx, call, barriers, acc),
         anywhere=True,
+    )
+
+
+def _no_barrier_in(ctx: Context, handler: cst.ExceptHandler | None) -> str:
+    """A save in an ``except`` block gets no barrier: the rank that raised may enter it alone."""
+    if handler is None:
+        return ""
+    return (
+        f", with no barrier before it: the `except` block (line {ctx.line(handler)}) may be "
+        "entered by one rank alone"
     )
 
 
