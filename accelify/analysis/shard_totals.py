@@ -89,15 +89,30 @@ def _lists_averaged(model: ScriptModel, placement: Placement, loop: Loop) -> lis
 
 
 def _appended_in(loop: Loop) -> set[str]:
-    """``values.append(...)`` in the loop's body (plain names)."""
+    """``values.append(...)`` in the loop's body: a name, an attribute (``self.losses``) or a
+    list kept under a string key (``log["train_loss"]``)."""
     return {
-        node.func.value.value
+        listed
         for node in walk(loop.node.body)
         if isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
         and node.func.attr.value == "append"
-        and isinstance(node.func.value, cst.Name)
+        and (listed := _list_named(node.func.value)) is not None
     }
+
+
+def _list_named(node: cst.BaseExpression) -> str | None:
+    """How a list is named, the same for every spelling of it: ``losses``, ``self.losses``,
+    ``log["train_loss"]`` (and ``log['train_loss']``); None for anything else."""
+    name = dotted(node)
+    if name is not None or not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+        return name
+    held, key = dotted(node.value), node.slice[0].slice
+    if held is None or not isinstance(key, cst.Index):
+        return None
+    if not isinstance(key.value, cst.SimpleString):
+        return None
+    return f"{held}[{key.value.evaluated_value!r}]"
 
 
 #: functions whose value is the mean of the list they are handed
@@ -133,7 +148,7 @@ def _only_argument(node: cst.BaseExpression, functions: set[str], model: ScriptM
     called = dotted(node.func) or ""
     if called not in functions and not model.qualified(node.func) & functions:
         return None
-    return dotted(node.args[0].value)
+    return _list_named(node.args[0].value)
 
 
 def _averaged_over_batches(

@@ -670,6 +670,40 @@ class SharedFiles:
                 return outer
         return None
 
+    def parting_before(
+        self,
+        node: cst.CSTNode,
+        depth: int = 0,
+        decided_alike: Callable[[cst.If], bool] | None = None,
+    ) -> cst.If | cst.ExceptHandler | None:
+        """Where some ranks may never get to ``node`` though no branch the ranks disagree on
+        holds it: an ``except`` block around it, or a stop this rank may take alone above it
+        (``if loss.item() > best: continue`` in its loop, ``if ...: return`` in its function);
+        in its function or around a call of that function. A collective there waits for ranks
+        that left."""
+        function = self.placement.enclosing_function(node)
+        handler = self._ranks.handler_around(node)
+        if handler is not None:
+            return handler
+        order = self.model.order(node)
+        for test, stop in self._ranks.per_process_stops():
+            if self.model.order(test) >= order or (decided_alike and decided_alike(test)):
+                continue
+            if isinstance(stop, cst.Return):
+                if function is not None and self.placement.enclosing_function(test) is function:
+                    return test
+                continue
+            loop = self.model.index.enclosing_loop(test)
+            if loop is not None and self.model.inside(node, loop):
+                return test  # ``continue`` skips it this time, ``break`` every time after
+        if function is None or depth >= _MAX_DEPTH:
+            return None
+        for call in self._calls_of(function):
+            outer = self.parting_before(call, depth + 1, decided_alike)
+            if outer is not None:
+                return outer
+        return None
+
     def _calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
         owner = self.placement.class_of(function)
         if owner is None:

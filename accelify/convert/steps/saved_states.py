@@ -88,10 +88,10 @@ def gather_or_review(
         return bool(planned)
     ctx.plan.review(
         ctx.line(state),
-        f"{name}'s state is saved {apart}: kept as {acc}.unwrap_model({name}).state_dict(), "
+        f"{name}'s state is saved {apart[0]}: kept as {acc}.unwrap_model({name}).state_dict(), "
         f"which {_SHARDED} holds this rank's shard only (accelerator.save refuses it there); "
         f"for those engines write `state = {acc}.get_state_dict({name})` where every rank "
-        "runs it, before that test, and save `state`",
+        f"runs it{apart[1]}, and save `state`",
     )
     return False
 
@@ -157,24 +157,39 @@ def _bound_or_stored_into(ctx: Context, name: cst.Name) -> bool:
     return isinstance(parent, cst.AssignTarget)
 
 
-def _where_ranks_part(ctx: Context, state: cst.Call, save: cst.Call, instance: bool) -> str | None:
-    """Why some ranks may not reach ``state`` once converted, in words; None when every rank
-    does (`get_state_dict` is a collective under the sharding engines)."""
+def _where_ranks_part(
+    ctx: Context, state: cst.Call, save: cst.Call, instance: bool
+) -> tuple[str, str] | None:
+    """Why some ranks may not reach ``state`` once converted, and where every rank would (both
+    in words); None when every rank does (`get_state_dict` is a collective under the sharding
+    engines)."""
     if not instance and not ctx.plan.reaches(save):
-        return f"where {ctx.acc} is out of reach (on the main process only)"
+        return f"where {ctx.acc} is out of reach (on the main process only)", ""
     if not instance and ctx.instance_outside_class(save) is not None:
-        return "outside the class that holds the accelerator"
+        return "outside the class that holds the accelerator", ""
     if ctx.facts.ranks.under_rank_guard(state):
-        return "under a rank test"
-    handler = ctx.facts.ranks.handler_around(state)
-    if handler is not None:
-        return f"in an `except` block (line {ctx.line(handler)}), which some ranks may enter"
-    branch = ctx.facts.shared_files.divergent_around(
-        state, decided_alike=lambda branch: ctx.agreed.test_agreed(branch.test, branch)
-    )
+        return "under a rank test", ", before that test"
+
+    def decided_alike(branch: cst.If) -> bool:
+        return ctx.agreed.test_agreed(branch.test, branch)
+
+    parted = ctx.facts.shared_files.parting_before(state, decided_alike=decided_alike)
+    if isinstance(parted, cst.ExceptHandler):
+        return (
+            f"in an `except` block (line {ctx.line(parted)}), which some ranks may enter",
+            ", before the `try`",
+        )
+    if parted is not None:
+        return (
+            f"after `{ctx.code(parted.test)}` (line {ctx.line(parted)}), where this rank may "
+            "leave alone",
+            ", before that test",
+        )
+    branch = ctx.facts.shared_files.divergent_around(state, decided_alike=decided_alike)
     if branch is not None:
         return (
             f"under `{ctx.code(branch.test)}` (line {ctx.line(branch)}), which the ranks may "
-            "decide differently"
+            "decide differently",
+            ", before that test",
         )
     return None
