@@ -188,6 +188,16 @@ class SaveOutsideMainProcess(Rule):
             3,
             1,
         ),
+        # a checkpoint named by the clock on every rank and read back: the path is the bug (no
+        # fix: a main-process save would leave the others loading a file nobody wrote)
+        Example(
+            HEADER + "import time\nimport torch\n\n"
+            "path = time.strftime('ckpt-%H%M%S.pt')\n"
+            "torch.save(model.state_dict(), path)\n"
+            "model.load_state_dict(torch.load(path))\n",
+            7,
+            1,
+        ),
     )
     good = (
         # a log of each rank's own, and one written by the main process alone
@@ -364,6 +374,12 @@ class SaveOutsideMainProcess(Rule):
                 or dumps_agreed(facts.agreed, effect.effect)
             ) and (facts.barrier_after(effect.reported) or not facts.read_after(effect.reported)):
                 continue  # whole when read: after a barrier, or once every rank is done
+            per_process = facts.shared_files.written_per_process(effect.effect)
+            if per_process is not None:
+                if per_process.clock:  # the same path on some ranks, another on others
+                    message = _clock_path_message(script, effect, per_process.source)
+                    yield self.finding(script, effect.reported, None, message)
+                continue  # a pid, a temporary folder: each rank writes a file of its own
             per_batch = side_effects.per_batch_files(script, effect.effect)
             if per_batch is not None and not effect.through_helper:
                 loop, collide = per_batch
@@ -377,6 +393,20 @@ class SaveOutsideMainProcess(Rule):
                 _fix(script, effect.reported),
                 _message(script, effect, in_view),
             )
+
+
+def _clock_path_message(script: ScriptModel, effect: RepeatedEffect, clock: cst.Call) -> str:
+    """A path made from the clock on every rank: a main-process guard would leave the other
+    ranks reading back a file of their own that nobody wrote, so the path is what to fix."""
+    accelerator = accelerator_name(script, effect.reported)
+    return (
+        f"Make this path one for the whole run (made once before the ranks start, or on the "
+        f"main process and shared with broadcast_object_list), or put "
+        f"{accelerator}.process_index in it: it is made from the clock on every rank "
+        f"({dotted(clock.func)}, line {script.line(clock)}), so ranks that read the same time "
+        "write the same file at once, and a main-process guard alone would leave the others "
+        "reading back a path nobody wrote"
+    )
 
 
 def _per_batch_message(script: ScriptModel, effect: RepeatedEffect, loop: cst.For) -> str:

@@ -378,6 +378,12 @@ class SharedFiles:
         written = _path(self.model, call, WRITERS, WRITING_METHODS)
         return written is not None and self._same_file(path, written)
 
+    def written_per_process(self, write: cst.Call) -> PerProcessPath | None:
+        """The call that makes the path ``write`` writes another file on each process (a
+        timestamp, a pid, a temporary folder), when it is one."""
+        found = self._written_path(write)
+        return None if found is None else self.per_process(found[0])
+
     def _written_path(self, write: cst.Call) -> tuple[cst.BaseExpression, cst.CSTNode] | None:
         """The path ``write`` writes, and the statement that writes it: the call itself, or the
         ``with open(path, "w") as f`` whose handle it is handed (``json.dump(data, f)``)."""
