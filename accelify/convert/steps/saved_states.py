@@ -131,8 +131,8 @@ def _read_besides_the_save(ctx: Context, state: cst.Call, save: cst.Call) -> tup
     for node in walk(scope):
         if not isinstance(node, cst.Name) or node.value != saved.value or node is saved:
             continue
-        if ctx.model.scope_of(node) is not scope or _bound_or_stored_into(ctx, node):
-            continue
+        if _bound_or_stored_into(ctx, node):
+            continue  # a read in a nested function counts too (``def restore(): ...(best)``)
         if _printed(ctx, node):
             continue  # ``print(sorted(state["model"]))``: shown by the main process only
         return saved.value, ctx.line(node)

@@ -33,8 +33,10 @@ def run(ctx: Context) -> None:
         if ctx.facts.shared_files.kept_on_every_rank(call):
             continue  # a per-process path read back: each rank saves its own file
         barriers = []
-        handler = ctx.facts.ranks.handler_around(call)
-        if not ctx.facts.ranks.under_rank_guard(call) and handler is None:
+        parted = ctx.facts.shared_files.parting_before(
+            call, decided_alike=lambda branch: ctx.agreed.test_agreed(branch.test, branch)
+        )
+        if not ctx.facts.ranks.under_rank_guard(call) and parted is None:
             barriers = ctx.facts.ranks.barrier_places(line_statement)
         outside = ctx.instance_outside_class(call)
         if outside is not None:
@@ -48,7 +50,7 @@ def run(ctx: Context) -> None:
             line=ctx.line(call),
             text=f"torch.save -> {ctx.a('save')} (main process only)"
             + _waits_first(ctx, call, barriers, ctx.acc)
-            + _no_barrier_in(ctx, handler),
+            + _no_barrier_in(ctx, parted),
         )
         ctx.need(call)
         for anchor in barriers:
@@ -198,13 +200,21 @@ def _save_through_instance(
     )
 
 
-def _no_barrier_in(ctx: Context, handler: cst.ExceptHandler | None) -> str:
-    """A save in an ``except`` block gets no barrier: the rank that raised may enter it alone."""
-    if handler is None:
+def _no_barrier_in(ctx: Context, parted: cst.If | cst.ExceptHandler | None) -> str:
+    """A save some ranks may never get to gets no barrier: the others would wait there for
+    them. In an ``except`` block (here or around a call of its function) the rank that raised
+    may enter it alone; after ``if <this rank's value>: continue`` (or ``return``) a rank
+    may leave alone."""
+    if parted is None:
         return ""
+    if isinstance(parted, cst.ExceptHandler):
+        return (
+            f", with no barrier before it: the `except` block (line {ctx.line(parted)}) may be "
+            "entered by one rank alone"
+        )
     return (
-        f", with no barrier before it: the `except` block (line {ctx.line(handler)}) may be "
-        "entered by one rank alone"
+        f", with no barrier before it: after `{ctx.code(parted.test)}` (line "
+        f"{ctx.line(parted)}) a rank may leave alone"
     )
 
 
