@@ -108,7 +108,9 @@ def refresh_masters_after_loads(model: torch.nn.Module, refresh: Callable[[], No
     ``load_state_dict`` into the model (or a submodule) that is not copied into the masters is
     undone by the next step, silently. After a load that held a value for one of the model's
     parameters, ``refresh`` (the optimizer's ``refresh_fp32_params``: a local copy, no
-    communication) takes the loaded values into the masters."""
+    communication) takes the loaded values into the masters. DeepSpeed's own checkpoint loading
+    loads the module through here too (refreshed: the values it loaded), and then, by default,
+    its optimizer state, which puts the saved masters back."""
     if refresh is not None:
         _refresh_after_loads(model, refresh, _holds_parameters)
 
