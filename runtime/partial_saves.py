@@ -10,6 +10,7 @@ is; here the save fails on every rank that calls it, naming what to call instead
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -28,7 +29,8 @@ FIX = (
 
 def refuse_one_ranks_part(obj: Any, partitioned: Callable[[torch.Tensor], bool]) -> None:
     """Raise when ``obj`` holds a tensor that is one rank's part of a larger one: a DTensor
-    sharded over more than one rank, or one ``partitioned`` says the engine split."""
+    sharded (or a partial sum) over a mesh dimension of more than one rank, or one
+    ``partitioned`` says the engine split."""
     for where, tensor in _tensors(obj, "", 0):
         what = _part_of(tensor, partitioned)
         if what is not None:
@@ -49,14 +51,27 @@ def _part_of(tensor: torch.Tensor, partitioned: Callable[[torch.Tensor], bool]) 
     from torch.distributed.tensor import DTensor
 
     if isinstance(tensor, DTensor):
-        ranks = tensor.device_mesh.size()
-        if ranks > 1 and not all(p.is_replicate() for p in tensor.placements):
-            local = tuple(tensor.to_local().shape)
+        mesh = tensor.device_mesh
+        # a placement over a mesh dimension of one rank leaves the tensor whole on that dimension
+        split = [
+            (placement, mesh.size(dim))
+            for dim, placement in enumerate(tensor.placements)
+            if (placement.is_shard() or placement.is_partial()) and mesh.size(dim) > 1
+        ]
+        if not split:
+            return None
+        local = tuple(tensor.to_local().shape)
+        if any(placement.is_shard() for placement, _ in split):
+            ranks = math.prod(size for placement, size in split if placement.is_shard())
             return (
                 f"a shard of a tensor split across {ranks} ranks (FSDP): shape {local} of "
                 f"{tuple(tensor.shape)}"
             )
-        return None
+        ranks = math.prod(size for _, size in split)
+        return (
+            f"one rank's partial sum of a tensor summed across {ranks} ranks: its values are "
+            "not the tensor's"
+        )
     if partitioned(tensor):
         return "this rank's partition of a tensor DeepSpeed ZeRO splits across the ranks"
     return None

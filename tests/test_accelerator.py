@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -455,3 +456,49 @@ def test_one_ranks_part_is_named_where_it_sits_in_what_is_saved():
         refuse_one_ranks_part({"ckpt": [1, {"w": part}]}, lambda t: t is part)
     with pytest.raises(RuntimeError, match=r"the module's bias .*get_state_dict\(model\)"):
         refuse_one_ranks_part(model, lambda t: t is model.bias)
+
+
+#: Run in its own process: a DTensor needs a process group (torch's "fake" one: 2 ranks, no
+#: communication), and the group is global to the process.
+_PLACEMENTS_SCRIPT = """
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from accelify.runtime.partial_saves import refuse_one_ranks_part
+
+dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+mesh = init_device_mesh("cpu", (2, 1))
+for placements in [(Replicate(), Shard(0)), (Replicate(), Partial()), (Shard(0), Replicate()),
+                   (Partial(), Shard(0))]:
+    tensor = DTensor.from_local(torch.ones(4, 3), mesh, placements, run_check=False)
+    try:
+        refuse_one_ranks_part({"w": tensor}, lambda t: False)
+        print("saved")
+    except RuntimeError as error:
+        print(str(error).split(";")[0])
+dist.destroy_process_group()
+"""
+
+
+def test_a_dtensor_split_only_over_a_mesh_dimension_of_one_rank_is_whole():
+    """A DTensor is one rank's part only when a mesh dimension of more than one rank shards it or
+    holds partial sums: a shard over a dimension of size 1 (a 2x1 mesh) is the whole tensor, and
+    a partial sum is named as one, not as a shard."""
+    found = subprocess.run(
+        [sys.executable, "-c", _PLACEMENTS_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.splitlines()
+    assert found == [
+        "saved",
+        "saved",
+        "accelerator.save: the entry ['w'] is a shard of a tensor split across 2 ranks (FSDP): "
+        "shape (4, 3) of (8, 3)",
+        "accelerator.save: the entry ['w'] is one rank's partial sum of a tensor summed across "
+        "2 ranks: its values are not the tensor's",
+    ]

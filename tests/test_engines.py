@@ -440,23 +440,36 @@ def test_fsdp_bf16_with_cpu_offload_on_gpus_with_nccl(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("flags", "refused"),
+    ("flags", "refused", "script_flags"),
     [
-        pytest.param(DDP, (), id="ddp"),
-        pytest.param(("--backend", "fsdp"), ("own", "optimizer"), id="fsdp"),
-        pytest.param(ZERO[2], ("optimizer",), id="zero2", marks=needs_deepspeed),
-        pytest.param(ZERO[3], ("own", "optimizer"), id="zero3", marks=needs_deepspeed),
+        pytest.param(DDP, (), (), id="ddp"),
+        pytest.param(("--backend", "fsdp"), ("own", "optimizer"), (), id="fsdp"),
+        pytest.param(
+            ("--backend", "fsdp", "--fsdp-keep-after-forward"),
+            ("own", "optimizer"),
+            ("--forward-before-load",),
+            id="fsdp-unsharded-at-load",
+        ),
+        pytest.param(ZERO[2], ("optimizer",), (), id="zero2", marks=needs_deepspeed),
+        pytest.param(ZERO[3], ("own", "optimizer"), (), id="zero3", marks=needs_deepspeed),
     ],
 )
-def test_a_model_saved_whole_loads_back_and_one_ranks_part_is_refused(flags, refused, tmp_path):
+def test_a_model_saved_whole_loads_back_and_one_ranks_part_is_refused(
+    flags, refused, script_flags, tmp_path
+):
     """What a converted script does with its own checkpoint: `accelerator.save` of one rank's
     part (a model's own state dict under FSDP or ZeRO-3, an optimizer's under any sharding
     engine) fails on every rank, naming get_state_dict; `get_state_dict` saves the whole
-    weights, and they load back into the prepared model (spoiled first) on every engine: under
-    FSDP each rank takes its own shard, under ZeRO-3 each writes its own partition (the module's
-    parameters are empty there, and torch alone refused the whole tensors: a size mismatch)."""
+    weights, and weights that differ from the trained ones load into the prepared model (spoiled
+    first) and its last layer, and stay through a step with a learning rate of 0, on every
+    engine: under FSDP each rank takes its own shard, also of a module a forward left unsharded
+    (FSDP2's own load hook runs after ours there); under ZeRO-3 each writes its own partition
+    (the module's parameters are empty there, and torch alone refused the whole tensors: a size
+    mismatch), and the optimizer's fp32 master weights are refreshed after each load, the
+    submodule's too (else the step copies the stale ones back)."""
     script = FIXTURES / "runtime" / "full_state_saves.py"
-    assert_ok(launch(script, "--out", tmp_path / "found", cwd=tmp_path, flags=flags))
+    out = ("--out", tmp_path / "found", *script_flags)
+    assert_ok(launch(script, *out, cwd=tmp_path, flags=flags))
     ranks = [json.loads((tmp_path / f"found.rank{r}.json").read_text()) for r in (0, 1)]
     for found in ranks:
         for kind in ("own", "optimizer"):
@@ -468,7 +481,8 @@ def test_a_model_saved_whole_loads_back_and_one_ranks_part_is_refused(flags, ref
     main = ranks[0]
     assert main["saved"] and main["saved"].keys() == _sequential_keys()
     assert all(found["load"] is None for found in ranks)
-    for name, values in main["saved"].items():
+    for name, values in main["loaded"].items():
+        assert values != pytest.approx(main["saved"][name], abs=1e-3)
         assert main["after"][name] == pytest.approx(values, abs=1e-7)
 
 

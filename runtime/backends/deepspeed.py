@@ -25,7 +25,10 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from accelify.runtime.backends.base import Backend, BackendInputs
-from accelify.runtime.full_state_loads import accept_full_state_dicts_partitioned
+from accelify.runtime.full_state_loads import (
+    accept_full_state_dicts_partitioned,
+    refresh_masters_after_loads,
+)
 from accelify.runtime.gradient_state import GradientState
 from accelify.runtime.options import DeepSpeedOptions
 from accelify.runtime.options.deepspeed import read_config as read_deepspeed_config
@@ -103,10 +106,11 @@ class DeepSpeedBackend(Backend):
         if optimizer is not None:
             self._engines[id(optimizer)] = (engine, engine_optimizer)
         self.engines.append(engine)
+        refresh = getattr(engine.optimizer, "refresh_fp32_params", None)
         if engine.zero_optimization_stage() == 3:
-            accept_full_state_dicts_partitioned(
-                engine.module, getattr(engine.optimizer, "refresh_fp32_params", None)
-            )
+            accept_full_state_dicts_partitioned(engine.module, refresh)
+        else:
+            refresh_masters_after_loads(engine.module, refresh)
         return engine
 
     def _config(self, companions: Sequence[Any]) -> dict[str, Any]:
