@@ -5,7 +5,11 @@ The names of library schedulers and of the usual factories (``get_scheduler``,
 ``build_scheduler``) are the collector's; this adds the objects built from the file's optimizer
 and stepped with no argument, which is what a scheduler is to the loop that steps it.
 
-Not a scheduler: anything also zeroed (``.zero_grad()``: an optimizer wrapper such as
+Only where one of the file's optimizers is itself stepped (``optimizer.step()``, or handed to a
+``step``: ``scaler.step(optimizer)``): where none is, the object stepped in its place is the
+optimizer's wrapper (``fast = Lookahead(base)``, ``fast.step()``), whose grads may well be zeroed
+through the model (``model.zero_grad()``) or the parameters, never through it. Not a scheduler
+either: anything also zeroed (``.zero_grad()``: an optimizer wrapper such as
 ``Lookahead(optimizer)``), anything named as an optimizer, or handed something to step
 (``scaler.step(optimizer)``, ``ema.step(model)``)."""
 
@@ -24,6 +28,8 @@ def add_schedulers_by_use(model: ScriptModel) -> None:
     if not optimizers:
         return
     stepped, zeroed = _stepped_and_zeroed(model)
+    if not _an_optimizer_stepped(model, optimizers):
+        return  # what is stepped in the optimizers' place wraps them (see the module docstring)
     candidates = stepped - zeroed
     if not candidates:
         return
@@ -69,3 +75,17 @@ def _handed_an_optimizer(call: cst.Call, optimizers: set[str]) -> bool:
     """An argument of ``call`` is one of the file's optimizers itself (not a setting read from
     it: ``optimizer.param_groups``)."""
     return any(dotted(argument.value) in optimizers for argument in call.args)
+
+
+def _an_optimizer_stepped(model: ScriptModel, optimizers: set[str]) -> bool:
+    """One of ``optimizers`` is stepped itself: ``optimizer.step(...)``, or handed to a
+    ``step`` (``scaler.step(optimizer)``)."""
+    for call in model.calls:
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "step":
+            continue
+        if dotted(func.value) in optimizers:
+            return True
+        if any(dotted(argument.value) in optimizers for argument in call.args):
+            return True
+    return False
