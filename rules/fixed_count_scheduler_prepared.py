@@ -159,6 +159,25 @@ class FixedCountSchedulerPrepared(Rule):
             8,
             68,
         ),
+        Example(  # the same, the optimizer stepped in a helper through its parameter
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "from .schedules import make_lr\n"
+            "def update(opt):\n"
+            "    opt.step()\n"
+            "    opt.zero_grad()\n"
+            "def main(args, model):\n"
+            "    accelerator = Accelerator()\n"
+            "    optimizer = torch.optim.AdamW(model.parameters())\n"
+            "    warm = make_lr(optimizer, args.max_iters)\n"
+            "    model, optimizer, warm = accelerator.prepare(model, optimizer, warm)\n"
+            "    for it in range(args.max_iters):\n"
+            "        accelerator.backward(model(*get_batch()))\n"
+            "        update(optimizer)\n"
+            "        warm.step()\n",
+            11,
+            68,
+        ),
         Example(  # a factory makes it; the accelerator is a parameter
             "import torch\n"
             "from accelerate import Accelerator\n"

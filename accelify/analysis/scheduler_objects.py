@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted
 
@@ -79,13 +80,38 @@ def _handed_an_optimizer(call: cst.Call, optimizers: set[str]) -> bool:
 
 def _an_optimizer_stepped(model: ScriptModel, optimizers: set[str]) -> bool:
     """One of ``optimizers`` is stepped itself: ``optimizer.step(...)``, or handed to a
-    ``step`` (``scaler.step(optimizer)``)."""
+    ``step`` (``scaler.step(optimizer)``), here or in a helper of the file through the
+    parameter its callers fill with one (``def update(opt): opt.step()``)."""
     for call in model.calls:
         func = call.func
         if not isinstance(func, cst.Attribute) or func.attr.value != "step":
             continue
-        if dotted(func.value) in optimizers:
-            return True
-        if any(dotted(argument.value) in optimizers for argument in call.args):
-            return True
+        stepped = [func.value] + [argument.value for argument in call.args]
+        for value in stepped:
+            name = dotted(value)
+            if name in optimizers or _filled_with_optimizer(model, name, call, optimizers):
+                return True
+    return False
+
+
+def _filled_with_optimizer(
+    model: ScriptModel, name: str | None, at: cst.CSTNode, optimizers: set[str]
+) -> bool:
+    """``name`` is a parameter of the function around ``at`` that one of its calls in the file
+    (``update(optimizer)``, ``self.update(opt=optimizer)``) fills with an optimizer."""
+    function = model.index.enclosing_function(at)
+    if function is None or name is None:
+        return False
+    params = [p.name.value for p in function.params.params]
+    if name not in params + [p.name.value for p in function.params.kwonly_params]:
+        return False
+    implicit = 1 if params and params[0] in ("self", "cls") else 0
+    for call in model.calls:
+        func = call.func
+        called = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+        if called != function.name.value:
+            continue
+        for parameter, argument in bound_arguments(function, call, implicit):
+            if parameter == name and dotted(argument.value) in optimizers:
+                return True
     return False
