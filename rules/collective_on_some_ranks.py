@@ -66,6 +66,17 @@ class CollectiveOnSomeRanks(Rule):
         # a DDP model with a BatchNorm evaluated on the main process only: DDP's forward
         # broadcasts the buffers from rank 0 (eval mode and no_grad too), the others never join
         Example(_BUFFERED + _EVALUATE + _MAIN_ONLY.format(model="model"), 27, 11),
+        # broadcast_buffers named, but on (the default): DDP's forward still broadcasts
+        Example(
+            _BUFFERED.replace(
+                "Accelerator()",
+                "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=True)])",
+            )
+            + _EVALUATE
+            + _MAIN_ONLY.format(model="model"),
+            27,
+            11,
+        ),
         # a torchvision ResNet (BatchNorm throughout), run directly under the guard
         Example(
             "import torch\nimport torchvision\nfrom accelerate import Accelerator\n"
@@ -250,6 +261,19 @@ class CollectiveOnSomeRanks(Rule):
     good = (
         # the unwrapped model's forward is this rank's own
         _BUFFERED + _EVALUATE + _MAIN_ONLY.format(model="accelerator.unwrap_model(model)"),
+        # unwrapped once after training (or DDP's ``.module``): every later forward is the
+        # bare module's, directly and through the helper
+        _BUFFERED
+        + _EVALUATE
+        + _MAIN_ONLY.format(model="model").replace(
+            "if accelerator", "model = accelerator.unwrap_model(model)\nif accelerator"
+        )
+        + "    print(model(torch.zeros(2, 4)))\n",
+        _BUFFERED
+        + _EVALUATE
+        + _MAIN_ONLY.format(model="model").replace(
+            "if accelerator", "model = model.module\nif accelerator"
+        ),
         # no buffers: DDP's forward broadcasts nothing
         _BUFFERED.replace("torch.nn.BatchNorm1d(8)", "torch.nn.Dropout(0.1)")
         + _EVALUATE

@@ -43,7 +43,8 @@ class FixedCountSchedulerPrepared(Rule):
     model trains with the wrong learning rate. One process hides it. A scheduler made by a
     function this file cannot see into (``warm = make_lr(optimizer, n)`` from the project's own
     module) is known as one by its use: built from the optimizer, stepped with no argument,
-    never zeroed (`analysis.scheduler_objects`).
+    never zeroed itself, in a file that steps the optimizer too (else it is the optimizer's
+    wrapper: `analysis.scheduler_objects`).
 
     Fix: leave the scheduler out of ``prepare``
     (``accelerator.register_for_checkpointing(scheduler)`` keeps it in ``save_state``), or
@@ -158,6 +159,25 @@ class FixedCountSchedulerPrepared(Rule):
             8,
             68,
         ),
+        Example(  # the same, the optimizer stepped in a helper through its parameter
+            "import torch\n"
+            "from accelerate import Accelerator\n"
+            "from .schedules import make_lr\n"
+            "def update(opt):\n"
+            "    opt.step()\n"
+            "    opt.zero_grad()\n"
+            "def main(args, model):\n"
+            "    accelerator = Accelerator()\n"
+            "    optimizer = torch.optim.AdamW(model.parameters())\n"
+            "    warm = make_lr(optimizer, args.max_iters)\n"
+            "    model, optimizer, warm = accelerator.prepare(model, optimizer, warm)\n"
+            "    for it in range(args.max_iters):\n"
+            "        accelerator.backward(model(*get_batch()))\n"
+            "        update(optimizer)\n"
+            "        warm.step()\n",
+            11,
+            68,
+        ),
         Example(  # a factory makes it; the accelerator is a parameter
             "import torch\n"
             "from accelerate import Accelerator\n"
@@ -247,6 +267,20 @@ class FixedCountSchedulerPrepared(Rule):
         "        accelerator.backward(model(*get_batch()))\n"
         "        fast.step()\n"
         "        fast.zero_grad()\n",
+        # the same wrapper with the grads zeroed through the model: the base optimizer is
+        # never stepped itself, so what is stepped in its place is no scheduler
+        "import torch\n"
+        "from accelerate import Accelerator\n"
+        "from .optim import Lookahead\n"
+        "def main(args, model):\n"
+        "    accelerator = Accelerator()\n"
+        "    base = torch.optim.AdamW(model.parameters())\n"
+        "    fast = Lookahead(base, k=5)\n"
+        "    model, fast = accelerator.prepare(model, fast)\n"
+        "    for it in range(args.max_iters):\n"
+        "        model.zero_grad()\n"
+        "        accelerator.backward(model(*get_batch()))\n"
+        "        fast.step()\n",
         # left out of prepare: one step per call on every rank
         _SCRIPT.replace(
             "model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)",

@@ -23,7 +23,9 @@ class SummedMean(Rule):
     The same for a running total of batch means summed over the ranks and divided by ``len()``
     of the prepared DataLoader, which counts one rank's batches.
 
-    A per-rank mean: ``x.mean()``, ``torch.mean(x)``, a quotient, a model's ``.loss``, a loss
+    A per-rank mean: ``x.mean()``, ``torch.mean(x)``, a quotient by this rank's own count
+    (``len()`` of its DataLoader or batch, ``x.size(0)``, a counter it increments; not
+    ``len(loader.dataset)`` nor a reduced count), a model's ``.loss``, a loss
     function or module without ``reduction="sum"``, followed through names and ``.detach()``,
     ``.item()``. Shown: the value reaches a print, ``accelerator.print``, a logger's, a
     tracker's ``log`` or a progress bar's arguments (through names, dicts, running totals, and
@@ -71,6 +73,27 @@ class SummedMean(Rule):
             + 'accelerator.print(f"eval loss: {total_loss.item() / len(eval_loader)}")\n',
             8,
             14,
+        ),
+        # a loss module whose reduction="mean" is spelled out, and a quotient by the batch's
+        # own size: per-rank means both
+        Example(
+            _HEADER
+            + "criterion = torch.nn.CrossEntropyLoss(reduction='mean')\n"
+            + "for x, y in loader:\n"
+            + "    loss = criterion(model(x), y)\n"
+            + "    accelerator.backward(loss)\n"
+            + "    print(accelerator.reduce(loss.detach()).item())\n",
+            8,
+            11,
+        ),
+        Example(
+            _HEADER
+            + "for x, y in loader:\n"
+            + "    errors = (model(x).argmax(-1) != y).sum()\n"
+            + "    rate = errors.float() / y.size(0)\n"
+            + "    print(accelerator.reduce(rate).item())\n",
+            7,
+            11,
         ),
         # an evaluation helper's per-rank mean, summed, returned and printed by its caller
         Example(
@@ -125,6 +148,25 @@ class SummedMean(Rule):
         + "    accelerator.backward(loss)\n"
         + "    if accelerator.reduce(loss.detach()).isnan():\n"
         + "        break\n",
+        # a quotient by the whole data's count: each rank's share, and their sum is the mean
+        _HEADER
+        + "model, loader = accelerator.prepare(model, loader)\n"
+        + "correct = 0\n"
+        + "for x, y in loader:\n"
+        + "    correct += (model(x).argmax(-1) == y).sum().item()\n"
+        + "acc = torch.tensor(correct / len(loader.dataset), device=accelerator.device)\n"
+        + "print(accelerator.reduce(acc).item())\n",
+        # a quotient by every rank's count (reduced first): again a share of the mean
+        _HEADER
+        + "import torch.nn.functional as F\n"
+        + "model, loader = accelerator.prepare(model, loader)\n"
+        + "loss_sum, count = 0.0, 0\n"
+        + "for x, y in loader:\n"
+        + "    loss_sum += F.cross_entropy(model(x), y, reduction='sum').item()\n"
+        + "    count += y.size(0)\n"
+        + "count = accelerator.reduce(torch.tensor(count, device=accelerator.device)).item()\n"
+        + "share = torch.tensor(loss_sum / count, device=accelerator.device)\n"
+        + "print(accelerator.reduce(share).item())\n",
         # a count summed over the ranks
         _HEADER
         + "correct = (model(x).argmax(-1) == y).sum()\n"
@@ -134,9 +176,10 @@ class SummedMean(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         for found in summed_means(script):
             mean = script.module.code_for_node(found.mean)
+            sums = "this reduce sums" if found.said_sum else "Accelerator.reduce sums by default"
             text = (
                 f'Reduce {mean} with reduction="mean": it is a mean over this rank\'s values, '
-                "and Accelerator.reduce sums by default, so the value shown at line "
+                f"and {sums}, so the value shown at line "
                 f"{script.line(found.shown)} is the sum of every rank's mean, num_processes "
                 "times the mean (or divide the sum by accelerator.num_processes)"
             )

@@ -1241,3 +1241,19 @@ def test_a_scheduler_sized_before_prepare_and_stepped_in_a_helper_names_its_size
     finding = the_finding(code, "ACC401")
     assert finding.line == 10
     assert "sized from len(loader) at line 17, before prepare" in finding.message
+
+
+def test_a_reduce_that_says_sum_is_told_it_sums_not_that_it_sums_by_default():
+    code = (
+        HEADER
+        + "for x, y in loader:\n"
+        + "    loss = model(x).sub(y).pow(2).mean()\n"
+        + "    accelerator.backward(loss)\n"
+        + '    print(accelerator.reduce(loss.detach(), reduction="sum").item())\n'
+    )
+    (finding,) = [f for f in lint(code, "ACC416").findings if f.code == "ACC416"]
+    assert "this reduce sums" in finding.message
+    assert "by default" not in finding.message
+    default = code.replace(', reduction="sum"', "")
+    (finding,) = [f for f in lint(default, "ACC416").findings if f.code == "ACC416"]
+    assert "sums by default" in finding.message

@@ -22,6 +22,7 @@ import re
 
 import libcst as cst
 
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
 
@@ -43,7 +44,7 @@ def buffered_prepared_models(script: ScriptModel) -> frozenset[str]:
     if memo is not None:
         return memo
     found: set[str] = set()
-    if "broadcast_buffers" not in script.source:
+    if not _buffer_broadcast_off(script):
         models = script.of_kind(Kind.MODEL)
         for prepare in script.prepare_calls:
             arguments = [a.value for a in prepare.call.args]
@@ -58,6 +59,23 @@ def buffered_prepared_models(script: ScriptModel) -> frozenset[str]:
                     found.add(output)
     script.__dict__["_buffered_prepared_models"] = frozenset(found)
     return frozenset(found)
+
+
+def _buffer_broadcast_off(script: ScriptModel) -> bool:
+    """The file passes ``broadcast_buffers=False`` to a call (``DistributedDataParallelKwargs(
+    broadcast_buffers=False)`` as a kwargs handler): its DDP forward then broadcasts nothing. A
+    mention elsewhere (a comment, ``broadcast_buffers=True``, a config key) changes nothing."""
+    return any(
+        isinstance(node, cst.Call)
+        and any(
+            arg.keyword is not None
+            and arg.keyword.value == "broadcast_buffers"
+            and isinstance(arg.value, cst.Name)
+            and arg.value.value == "False"
+            for arg in node.args
+        )
+        for node in walk(script.module)
+    )
 
 
 def _holds_buffers(script: ScriptModel, value: cst.BaseExpression, depth: int) -> bool:
@@ -106,4 +124,48 @@ def forward_syncs_buffers(script: ScriptModel, call: cst.Call) -> bool:
     name = dotted(
         func.value if isinstance(func, cst.Attribute) and func.attr.value == "generate" else func
     )
+    if _unwrapped_at(script, name, call, _DEPTH):
+        return False
     return name in buffered or flow.outer_name(name, call) in buffered
+
+
+def _unwrapped_at(script: ScriptModel, name: str | None, at: cst.CSTNode, depth: int) -> bool:
+    """``name`` holds the bare module at ``at``: its last binding above ``at`` is
+    ``accelerator.unwrap_model(...)`` or ``wrapped.module`` (the module DDP wraps, whose forward
+    syncs nothing); for a helper's parameter, every caller passes such a name. A binding in a
+    branch that may not run is still the last one: ``model = accelerator.unwrap_model(model)``
+    under ``if is_main_process:`` is where the forward on one rank goes."""
+    from accelify.analysis.facts import facts_of  # facts builds on the analysis modules
+    from accelify.analysis.loss_sources import last_binding
+
+    if name is None:
+        return False
+    binding = last_binding(script, name, at)
+    if binding is not None:
+        value = binding.value if isinstance(binding, cst.Assign | cst.AnnAssign) else None
+        return value is not None and _unwraps(value)
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(at)
+    if function is None or depth == 0 or "." in name:
+        return False
+    passed = [
+        argument.value
+        for call, implicit in facts.flow.calls_of(function)
+        for parameter, argument in bound_arguments(function, call, implicit)
+        if parameter == name
+    ]
+    return bool(passed) and all(
+        _unwraps(value) or _unwrapped_at(script, dotted(value), value, depth - 1)
+        for value in passed
+    )
+
+
+def _unwraps(value: cst.BaseExpression) -> bool:
+    """``accelerator.unwrap_model(model)`` or ``model.module``."""
+    if isinstance(value, cst.Attribute):
+        return value.attr.value == "module"
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "unwrap_model"
+    )

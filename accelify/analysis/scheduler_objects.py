@@ -5,7 +5,11 @@ The names of library schedulers and of the usual factories (``get_scheduler``,
 ``build_scheduler``) are the collector's; this adds the objects built from the file's optimizer
 and stepped with no argument, which is what a scheduler is to the loop that steps it.
 
-Not a scheduler: anything also zeroed (``.zero_grad()``: an optimizer wrapper such as
+Only where one of the file's optimizers is itself stepped (``optimizer.step()``, or handed to a
+``step``: ``scaler.step(optimizer)``): where none is, the object stepped in its place is the
+optimizer's wrapper (``fast = Lookahead(base)``, ``fast.step()``), whose grads may well be zeroed
+through the model (``model.zero_grad()``) or the parameters, never through it. Not a scheduler
+either: anything also zeroed (``.zero_grad()``: an optimizer wrapper such as
 ``Lookahead(optimizer)``), anything named as an optimizer, or handed something to step
 (``scaler.step(optimizer)``, ``ema.step(model)``)."""
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Binding, Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted
 
@@ -24,6 +29,8 @@ def add_schedulers_by_use(model: ScriptModel) -> None:
     if not optimizers:
         return
     stepped, zeroed = _stepped_and_zeroed(model)
+    if not _an_optimizer_stepped(model, optimizers):
+        return  # what is stepped in the optimizers' place wraps them (see the module docstring)
     candidates = stepped - zeroed
     if not candidates:
         return
@@ -69,3 +76,42 @@ def _handed_an_optimizer(call: cst.Call, optimizers: set[str]) -> bool:
     """An argument of ``call`` is one of the file's optimizers itself (not a setting read from
     it: ``optimizer.param_groups``)."""
     return any(dotted(argument.value) in optimizers for argument in call.args)
+
+
+def _an_optimizer_stepped(model: ScriptModel, optimizers: set[str]) -> bool:
+    """One of ``optimizers`` is stepped itself: ``optimizer.step(...)``, or handed to a
+    ``step`` (``scaler.step(optimizer)``), here or in a helper of the file through the
+    parameter its callers fill with one (``def update(opt): opt.step()``)."""
+    for call in model.calls:
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "step":
+            continue
+        stepped = [func.value] + [argument.value for argument in call.args]
+        for value in stepped:
+            name = dotted(value)
+            if name in optimizers or _filled_with_optimizer(model, name, call, optimizers):
+                return True
+    return False
+
+
+def _filled_with_optimizer(
+    model: ScriptModel, name: str | None, at: cst.CSTNode, optimizers: set[str]
+) -> bool:
+    """``name`` is a parameter of the function around ``at`` that one of its calls in the file
+    (``update(optimizer)``, ``self.update(opt=optimizer)``) fills with an optimizer."""
+    function = model.index.enclosing_function(at)
+    if function is None or name is None:
+        return False
+    params = [p.name.value for p in function.params.params]
+    if name not in params + [p.name.value for p in function.params.kwonly_params]:
+        return False
+    implicit = 1 if params and params[0] in ("self", "cls") else 0
+    for call in model.calls:
+        func = call.func
+        called = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+        if called != function.name.value:
+            continue
+        for parameter, argument in bound_arguments(function, call, implicit):
+            if parameter == name and dotted(argument.value) in optimizers:
+                return True
+    return False

@@ -6,8 +6,10 @@ one it is right, and nothing fails.
 
 A per-rank mean is, followed through the names it is bound to and through calls that keep its
 values (``.detach()``, ``.clone()``, ``.item()``): ``x.mean()``, ``torch.mean(x)``, a quotient
-(``total / len(loader)``, not one by the process count), or a model's loss (``outputs.loss``,
-what the file hands to ``backward``), unless it was computed with ``reduction="sum"``.
+by this rank's own count (``total / len(loader)``, ``/ y.size(0)``: `one_ranks_count`; not
+``correct / len(loader.dataset)`` nor one by a reduced count, each rank's share of the mean),
+or a model's loss (``outputs.loss``, what the file hands to ``backward``), unless it was
+computed with ``reduction="sum"``.
 Also a running total of per-rank means (``total_loss += loss.detach()``) summed over the ranks
 and then divided by ``len()`` of a prepared DataLoader, this rank's count of batches: the sum
 of N ranks' totals over one rank's count is again N times the mean.
@@ -23,6 +25,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loops import first_enumerate_name
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.process_count import process_count
 from accelify.analysis.sample_counts import shows
@@ -48,6 +51,8 @@ class SummedMean:
     mean: cst.BaseExpression
     #: the print, log or progress-bar call that shows the sum
     shown: cst.Call
+    #: the reduce says ``reduction="sum"`` itself (else it sums by default)
+    said_sum: bool = False
 
 
 def summed_means(script: ScriptModel) -> list[SummedMean]:
@@ -68,7 +73,8 @@ def summed_means(script: ScriptModel) -> list[SummedMean]:
         else:
             continue
         if shown is not None:
-            found.append(SummedMean(reduce, argument, shown))
+            said = argument_value(reduce, "reduction", 1) is not None
+            found.append(SummedMean(reduce, argument, shown, said))
     return found
 
 
@@ -120,7 +126,7 @@ def per_rank_mean(
             )
         return _loss_call(script, value)
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide):
-        return not process_count(script, value.right, at)
+        return one_ranks_count(script, value.right, at, depth)
     if isinstance(value, cst.Attribute) and value.attr.value == "loss":
         return True  # ``outputs.loss``: the mean over the batch a transformers model returns
     name = dotted(value)
@@ -130,8 +136,83 @@ def per_rank_mean(
     if isinstance(binding, cst.Assign) and len(binding.targets) == 1:
         return per_rank_mean(script, binding.value, binding, depth - 1)
     if isinstance(binding, cst.AugAssign) and isinstance(binding.operator, cst.DivideAssign):
-        return not process_count(script, binding.value, binding)
+        return one_ranks_count(script, binding.value, binding, depth - 1)
     return False
+
+
+def one_ranks_count(
+    script: ScriptModel, divisor: cst.BaseExpression, at: cst.CSTNode, depth: int
+) -> bool:
+    """``divisor`` at ``at`` counts this rank's own items, so a quotient by it is a per-rank
+    mean: ``len()`` of a prepared (or any) DataLoader, of a batch or of a list this rank fills,
+    ``x.size(0)``/``x.shape[0]``/``x.numel()``, a batch size, a loop's ``step + 1``, a counter
+    the file increments (``n += y.size(0)``), or a name bound to one. Not one: ``len(X.dataset)``
+    or another whole-data count, a reduced or gathered count (``accelerator.reduce(count)``),
+    the process count, a number: a quotient by those is no mean a sum over ranks inflates."""
+    if isinstance(divisor, cst.BinaryOperation):  # ``step + 1``, ``len(loader) * epochs``
+        if isinstance(divisor.operator, (cst.Add, cst.Multiply)):
+            sides = (divisor.left, divisor.right)
+            counts = [s for s in sides if not isinstance(s, (cst.Integer, cst.Float))]
+            return bool(counts) and all(one_ranks_count(script, s, at, depth) for s in counts)
+        return False
+    if isinstance(divisor, cst.Call):
+        func = divisor.func
+        if dotted(func) in ("len", "float", "int", "max") and divisor.args:
+            inner = divisor.args[0].value
+            if dotted(func) != "len":  # ``max(n, 1)``, ``float(n)``
+                return one_ranks_count(script, inner, at, depth)
+            return _one_ranks_collection(script, inner, at)
+        if isinstance(func, cst.Attribute) and func.attr.value in ("size", "numel", "item"):
+            return func.attr.value != "item" or one_ranks_count(script, func.value, at, depth)
+        return False
+    if isinstance(divisor, cst.Subscript):  # ``x.shape[0]``
+        return isinstance(divisor.value, cst.Attribute) and divisor.value.attr.value == "shape"
+    name = dotted(divisor)
+    if name is None or process_count(script, divisor, at):
+        return False
+    if "batch_size" in name.rsplit(".", 1)[-1] or _enumerate_index(script, name):
+        return True
+    binding = last_binding(script, name, at)
+    if isinstance(binding, cst.AugAssign):
+        return isinstance(binding.operator, cst.AddAssign)  # a counter this rank keeps
+    if isinstance(binding, cst.Assign) and depth > 0:
+        if any(  # ``count = 0`` then ``count += y.numel()`` in the loop below it
+            isinstance(b, cst.AugAssign) and isinstance(b.operator, cst.AddAssign)
+            for b in script.index.own_bindings(
+                facts_of(script).placement.enclosing_function(at)
+            ).get(name, ())
+        ) and isinstance(binding.value, (cst.Integer, cst.Float)):
+            return True
+        return one_ranks_count(script, binding.value, binding, depth - 1)
+    return False
+
+
+def _enumerate_index(script: ScriptModel, name: str) -> bool:
+    """``step`` of ``for step, batch in enumerate(loader)``: this rank's count of batches."""
+    return any(
+        isinstance(loop.node.iter, cst.Call)
+        and dotted(loop.node.iter.func) == "enumerate"
+        and name in first_enumerate_name(loop.node.target)
+        for loop in script.loops
+    )
+
+
+def _one_ranks_collection(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """What ``len()`` of ``value`` counts is this rank's: a DataLoader (prepared, one rank's
+    shard; or not, the batches every rank runs), a loop's batch, a list the file appends to."""
+    name = dotted(value)
+    if name is None or name.endswith(".dataset"):
+        return False
+    if name in script.prepared_names:
+        return True
+    if facts_of(script).flow.kind_of(name, at) is Kind.DATALOADER:
+        return True
+    if any(name in loop.batch_names for loop in script.loops):
+        return True
+    return any(
+        dotted(a.value) == name and isinstance(script.parent(a), cst.Call)
+        for a in script.index.attributes_named("append")
+    )
 
 
 def _loss_call(script: ScriptModel, call: cst.Call) -> bool:
@@ -158,7 +239,14 @@ def _loss_call(script: ScriptModel, call: cst.Call) -> bool:
         and any(
             n.startswith(names.NN_PREFIX) and n.endswith("Loss") for n in script.call_names(made)
         )
-        and argument_value(made, "reduction", None) is None
+        and _mean_reduction(argument_value(made, "reduction", None))
+    )
+
+
+def _mean_reduction(reduction: cst.BaseExpression | None) -> bool:
+    """A loss module's ``reduction``: left out (the mean) or ``"mean"`` spelled out."""
+    return reduction is None or (
+        isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "mean"
     )
 
 
