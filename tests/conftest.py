@@ -127,11 +127,18 @@ def _forkable(command: list[str], cwd: Path | None, env: dict[str, str]) -> bool
     return server is not None and server.same_start(env)
 
 
+_parse_lock = threading.Lock()
+
+
 def _imports_torch_first(script: Path) -> bool:
     """Whether the script imports torch before any statement of its own (its docstring and
     imports of the standard library may come first)."""
     try:
-        tree = ast.parse(script.read_bytes())
+        # one parse at a time: CPython 3.11's AST validator keeps its recursion depth in
+        # interpreter-wide state, and two threads parsing at once (two runs started together)
+        # fail with "SystemError: AST constructor recursion depth mismatch"
+        with _parse_lock:
+            tree = ast.parse(script.read_bytes())
     except (OSError, SyntaxError, ValueError):
         return False
     for index, statement in enumerate(tree.body):
