@@ -18,7 +18,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.analysis.objects import bind
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted, is_assignment, walk
 
 _LIBRARIES = ("torch", "deepspeed", "accelerate", "accelify", "lightning", "pytorch_lightning")
@@ -59,13 +60,7 @@ def add_accelerator_objects(model: ScriptModel) -> None:
                 continue
             if name not in evidence and not (from_factory and not unpacked):
                 continue
-            statement = model.parent(assign)
-            if not isinstance(statement, cst.SimpleStatementLine):
-                continue
-            known.add((name, id(scope)))
-            model.bindings.append(
-                Binding(name, Kind.ACCELERATOR, scope, statement, assign, assign.value, model)
-            )
+            bind(model, name, Kind.ACCELERATOR, scope, assign, known)
     bound = {binding.name for binding in model.of_kind(Kind.ACCELERATOR)}
     model.inherited_accelerators = {
         name

@@ -502,7 +502,7 @@ def _receive(
                 if kind is None or not name or not name.startswith("self."):
                     continue
                 if (name, id(function)) not in known:
-                    added += _bind(
+                    added += bind(
                         model, name, kind, function, assign, known, received=True, value=value
                     )
     return added
@@ -541,7 +541,7 @@ def _keep_locals(model: ScriptModel, known: set[tuple[str, int]]) -> int:
             ]
             if len(rebound) != 1 or (name, id(function)) in known:
                 continue
-            added += _bind(model, name, binding.kind, function, assign, known, received=True)
+            added += bind(model, name, binding.kind, function, assign, known, received=True)
     return added
 
 
@@ -588,7 +588,7 @@ def _receive_tuples(
                 kinds = {element[index][0] for _, element in elements.calls}
                 if len(kinds) != 1 or None in kinds or (name, id(function)) in known:
                     continue
-                added += _bind(model, name, kinds.pop(), function, assign, known, received=True)
+                added += bind(model, name, kinds.pop(), function, assign, known, received=True)
                 model.bindings[-1].sources.extend(
                     source for _, element in elements.calls if (source := element[index][1])
                 )
@@ -683,7 +683,7 @@ def _factories(model: ScriptModel, classify: Classify, known: set[tuple[str, int
         for path, target in targets:
             name, kind = dotted(target), kinds[path]
             if name is not None and kind is not None and (name, id(scope)) not in known:
-                added += _bind(model, name, kind, scope, assign, known, received=False)
+                added += bind(model, name, kind, scope, assign, known, received=False)
     return added
 
 
@@ -833,7 +833,7 @@ def _made_by_a_call(model: ScriptModel, call: cst.Call, classify: Classify) -> K
         _FOLLOWING.discard(key)
 
 
-def _bind(
+def bind(
     model: ScriptModel,
     name: str,
     kind: Kind,
@@ -841,9 +841,11 @@ def _bind(
     assign: cst.Assign,
     known: set[tuple[str, int]],
     *,
-    received: bool,
+    received: bool = False,
     value: cst.BaseExpression | None = None,
 ) -> int:
+    """``name = value`` holds an object of ``kind`` in ``scope``, when the assignment is a
+    statement of its own: 1 binding added (``known`` told), else 0."""
     statement = model.parent(assign)
     if not isinstance(statement, cst.SimpleStatementLine):
         return 0

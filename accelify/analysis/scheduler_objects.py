@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.objects import bound_arguments
-from accelify.analysis.script_model import Binding, Kind, ScriptModel
+from accelify.analysis.objects import bind, bound_arguments
+from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted
 
 
@@ -44,13 +44,7 @@ def add_schedulers_by_use(model: ScriptModel) -> None:
         scope = model.scope_of(assign)
         if (name, id(scope)) in known or not _handed_an_optimizer(assign.value, optimizers):
             continue
-        statement = model.parent(assign)
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        known.add((name, id(scope)))
-        model.bindings.append(
-            Binding(name, Kind.SCHEDULER, scope, statement, assign, assign.value, model)
-        )
+        bind(model, name, Kind.SCHEDULER, scope, assign, known)
 
 
 def _stepped_and_zeroed(model: ScriptModel) -> tuple[set[str], set[str]]:
