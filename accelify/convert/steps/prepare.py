@@ -288,10 +288,7 @@ def _keep_evaluated_loaders_whole(
         )
     for name, evaluation in _evaluated_unsure(ctx, chosen).items():
         _leave_whole(ctx, chosen, created, name, evaluation.loop.node)
-        advice = evaluation.advice or (
-            f"gather predictions and labels together with {ctx.a('gather_for_metrics')} before "
-            "the metrics"
-        )
+        advice = _sharding_advice(ctx, evaluation)
         ctx.plan.review(
             ctx.line(evaluation.line_node),
             f"evaluation left as is: {evaluation.unsure}; {name} is left unprepared, so every "
@@ -1335,10 +1332,7 @@ def _leave_evaluated_whole(
         unprepared.remove(name)
         ctx.left_whole.add(id(evaluation.loop.node))
         shown = ", ".join(sorted(origins[name])) if by_caller else name
-        advice = evaluation.advice or (
-            f"gather predictions and labels together with {ctx.a('gather_for_metrics')} before "
-            "the metrics"
-        )
+        advice = _sharding_advice(ctx, evaluation)
         ctx.plan.review(
             ctx.line(evaluation.line_node),
             f"evaluation left as is: {evaluation.unsure}; {shown} is left unprepared, so every "
@@ -1940,10 +1934,7 @@ def _dict_evaluated_unsure(ctx: Context, binding: Binding) -> bool:
     for evaluation in ctx.facts.evaluations:
         if evaluation.unsure is not None and binding.name in _loader_origins(ctx, evaluation.loop):
             ctx.left_whole.add(id(evaluation.loop.node))
-    advice = found.advice or (
-        f"gather predictions and labels together with {ctx.a('gather_for_metrics')} before the "
-        "metrics"
-    )
+    advice = _sharding_advice(ctx, found)
     ctx.plan.review(
         ctx.line(found.line_node),
         f"evaluation left as is: {found.unsure}; each loader of {binding.name} is left "
@@ -2173,3 +2164,12 @@ def _loader_origins(ctx: Context, loop: Loop) -> set[str]:
             for source in binding.sources
         ]
     return found
+
+
+def _sharding_advice(ctx: Context, evaluation: Evaluation) -> str:
+    """What to write so that an evaluation left whole could be sharded: its own advice, or
+    the gather of predictions and labels."""
+    return evaluation.advice or (
+        f"gather predictions and labels together with {ctx.a('gather_for_metrics')} before the "
+        "metrics"
+    )
