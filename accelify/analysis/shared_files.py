@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 import libcst as cst
 
@@ -134,6 +135,7 @@ DOWNLOADING_METHODS = {"extractall"}
 #: Data set classes that download into their root folder when it is empty, asked or not.
 DOWNLOADING_DATASETS = ("torch_geometric.datasets.", "ogb.nodeproppred.", "ogb.graphproppred.")
 _MAX_DEPTH = 4
+_Found = TypeVar("_Found")
 
 
 @dataclass(frozen=True)
@@ -668,13 +670,11 @@ class SharedFiles:
                     and not decided_alike(ancestor)
                 ):
                     branch = ancestor
-        if branch is not None or function is None or depth >= _MAX_DEPTH:
+        if branch is not None:
             return branch
-        for call in self._calls_of(function):
-            outer = self.divergent_around(call, depth + 1, decided_alike)
-            if outer is not None:
-                return outer
-        return None
+        return self._first_at_callers(
+            function, depth, lambda call, deeper: self.divergent_around(call, deeper, decided_alike)
+        )
 
     def parting_before(
         self,
@@ -702,12 +702,25 @@ class SharedFiles:
             loop = self.model.index.enclosing_loop(test)
             if loop is not None and self.model.inside(node, loop):
                 return test  # ``continue`` skips it this time, ``break`` every time after
+        return self._first_at_callers(
+            function, depth, lambda call, deeper: self.parting_before(call, deeper, decided_alike)
+        )
+
+    def _first_at_callers(
+        self,
+        function: cst.FunctionDef | None,
+        depth: int,
+        find: Callable[[cst.Call, int], _Found | None],
+    ) -> _Found | None:
+        """What ``find`` sees first around a call of ``function`` in this file: a rank reaches
+        the function's body only through one of its calls, so what holds a call holds the body
+        too (``_MAX_DEPTH`` calls up at most)."""
         if function is None or depth >= _MAX_DEPTH:
             return None
         for call in self._calls_of(function):
-            outer = self.parting_before(call, depth + 1, decided_alike)
-            if outer is not None:
-                return outer
+            found = find(call, depth + 1)
+            if found is not None:
+                return found
         return None
 
     def _calls_of(self, function: cst.FunctionDef) -> list[cst.Call]:
