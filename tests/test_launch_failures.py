@@ -610,6 +610,25 @@ def test_a_leaver_the_watcher_named_keeps_its_exit_code_when_its_peer_ends_first
     assert code == 1 and "exit code" not in text
 
 
+def test_a_rank_aborted_inside_a_collective_is_told_of_the_debug_mode(tmp_path):
+    """gloo aborts a rank sent more bytes than its tensor holds (the ranks reduced tensors of
+    different sizes): the rank dies of SIGABRT inside the collective."""
+    recorder = collective_record._Recorder(tmp_path / "0", 0, skip=())
+    recorder.enter(b"reduce")
+    write_failure(tmp_path, 1, "RuntimeError: Connection reset by peer", at=1)
+    text, code = outcome.failed_run({0: failure(-signal.SIGABRT), 1: failure(1)}, tmp_path, 0)
+    assert code == 128 + signal.SIGABRT
+    assert text.splitlines()[0].startswith("accelify launch: rank 0 was killed by SIGABRT")
+    assert (
+        "rank 0 aborted inside reduce: the communication library aborts a rank when the ranks "
+        "pass it tensors of different sizes or dtypes; rerun with `accelify launch --debug`"
+    ) in text
+    assert "rank 1 failed because its peer had gone" in text
+    recorder.leave()  # aborted outside any collective (an extension's own abort): no such line
+    text, _ = outcome.failed_run({0: failure(-signal.SIGABRT), 1: failure(1)}, tmp_path, 0)
+    assert "--debug" not in text
+
+
 def test_the_earliest_exception_that_is_not_a_victims_is_the_cause(tmp_path):
     write_failure(tmp_path, 0, "RuntimeError: Connection closed by peer", at=1)
     write_failure(tmp_path, 1, "ValueError: boom", at=2)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from accelify.runtime import collective_record
-from accelify.runtime.collective_record import LEAVING, Record
+from accelify.runtime.collective_record import IN_COLLECTIVE, LEAVING, Record
 from accelify.runtime.failure_record import (
     PEER_GONE,
     WORKER_TRACEBACK,
@@ -237,6 +237,14 @@ def _exited(
         )
         where = f"{passes}{last}"
     lines = [f"{PREFIX} rank {rank} {how}{where}, while its peers were still running"]
+    if exitcode == -signal.SIGABRT and state is not None and state.state == IN_COLLECTIVE:
+        # gloo's "Received data size doesn't match expected size", NCCL's own checks
+        lines.append(
+            f"{PREFIX} rank {rank} aborted inside {state.operation}: the communication library "
+            "aborts a rank when the ranks pass it tensors of different sizes or dtypes; rerun "
+            "with `accelify launch --debug` to have each collective compare the ranks' shapes "
+            "first and raise, naming each rank's"
+        )
     lines += _victim_lines(victims, exclude=rank)
     if exitcode == 0:
         lines.append(
