@@ -813,6 +813,7 @@ def test_a_rank_that_exits_with_3_is_named_and_its_code_is_the_runs():
         in result.stderr
     )
     assert "rank 1 failed with exit code 3" in result.stderr
+    assert "rank 1 called sys.exit alone while the others are still in the loop" in result.stderr
     assert "rank 0 failed first" not in result.stderr
     assert result.stderr.count("Traceback") == 0  # a victim's traceback is one line
     # the leaver's wait for its peers at exit is quiet (torch's socket timeout warnings were)

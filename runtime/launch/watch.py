@@ -442,10 +442,18 @@ def _left(
         f"{_passes_if_counted(record).removeprefix(',')} ({last}), while:"
     ]
     lines += [f"  {_waits(rec)}: it cannot finish" for _, rec in sorted(waiting.items())]
-    lines.append(
-        f"{PREFIX} rank {leaver} left the loop the others are still in: every rank must run "
-        f"as many steps ({AGREED_BREAK})"
-    )
+    if exit_place(directory, leaver) is not None:
+        lines.append(
+            f"{PREFIX} rank {leaver} called sys.exit alone while the others are still in the "
+            "loop: to stop every rank on one rank's condition, accelerator.set_trigger() there "
+            "and `if accelerator.check_trigger(): sys.exit(...)` on every rank (without an "
+            "Accelerator, an all_reduce of a stop flag)"
+        )
+    else:
+        lines.append(
+            f"{PREFIX} rank {leaver} left the loop the others are still in: every rank must run "
+            f"as many steps ({AGREED_BREAK})"
+        )
     return Verdict("\n".join(lines), leaver, "left")
 
 
