@@ -7,7 +7,9 @@ moves between them, and a few percent is noise. Here each rank builds every arm 
 the same process group and alternates them in blocks of steps, in a new order each round; each
 arm's time is the main thread's CPU time (`time.thread_time`: what the training loop itself
 spends, not the waits for the peer nor the time the machine gave to others), per step, per
-phase (the loader's next batch, zero_grad, forward, loss, backward, step). The ratios are the
+phase (the loader's next batch, zero_grad, forward, loss, backward, step), and the Python
+function calls one step makes (cProfile over one more block: a count, which the load does not
+move, where the times move by several percent on a loaded machine). The ratios are the
 medians of each round's own ratio against raw DDP with accelify's DDP options
 (``gradient_as_bucket_view=True``). The arms:
 
@@ -132,12 +134,27 @@ def worker(args: argparse.Namespace) -> None:
                 per_step[name].append((time.thread_time() - started) / args.block * 1e6)
             else:
                 spent[name] = collections.Counter(before)
+
+    def step_of(arm):  # the loop above, untimed: one step of the arm
+        name, model, zero_grad, backward, step, _ = arm
+
+        def one_step() -> None:
+            x, y = next(batches[name])
+            zero_grad()
+            backward(loss_fn(model(x), y))
+            step()
+
+        return one_step
+
+    # the loaders hold one block beyond the rounds': counted in the same order on every rank
+    calls = {arm[0]: python_calls(step_of(arm), args.block) for arm in arms}
     if dist.get_rank() == 0:
         steps = args.block * args.rounds
         print(
             json.dumps(
                 {
                     name: {
+                        "calls": calls[name],
                         "cpu_us": statistics.median(samples_),
                         "ratio": statistics.median(
                             mine / raw for mine, raw in zip(samples_, per_step[RAW], strict=True)
@@ -150,6 +167,25 @@ def worker(args: argparse.Namespace) -> None:
             flush=True,
         )
     torch.distributed.barrier()
+
+
+def python_calls(step, steps: int) -> float:
+    """The Python function calls one step of an arm makes, counted by cProfile over ``steps``
+    steps on every rank (the peers must step too): a count, which the machine's load does not
+    move, where the times above move by several percent."""
+    import cProfile
+    import pstats
+
+    import torch.distributed as dist
+
+    dist.barrier()
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(steps):
+        step()
+    profile.disable()
+    dist.barrier()
+    return sum(row[1] for row in pstats.Stats(profile).stats.values()) / steps  # type: ignore[attr-defined]
 
 
 def run(width: int, args: argparse.Namespace) -> dict:
@@ -214,10 +250,10 @@ def main() -> None:
             f"load {load:.1f} on {os.cpu_count()} cores"
         )
         header = "".join(f"{phase:>10}" for phase in PHASES)
-        print(f"{'main thread CPU us/step':34} {'total':>8} {'/ raw':>7}{header}")
+        print(f"{'main thread CPU us/step':34} {'total':>8} {'/ raw':>7}{header} {'py calls':>9}")
         for name, arm in arms.items():
             phases = "".join(f"{arm['phases'][phase]:10.1f}" for phase in PHASES)
-            print(f"{name:34} {arm['cpu_us']:8.1f} {arm['ratio']:7.3f}{phases}")
+            print(f"{name:34} {arm['cpu_us']:8.1f} {arm['ratio']:7.3f}{phases} {arm['calls']:9.1f}")
 
 
 if __name__ == "__main__":

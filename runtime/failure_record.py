@@ -203,8 +203,12 @@ def _write(directory: Path, rank: int, error: BaseException, handler: str = "") 
         "where": _user_line(error),
         "handler": handler,
     }
+    return _write_record(directory, f"{rank}{EXIT_HANDLER_SUFFIX if handler else '.json'}", record)
+
+
+def _write_record(directory: Path, name: str, record: dict[str, Any]) -> bool:
+    """Write ``record`` whole (a reader never sees half of it) in this attempt's folder."""
     attempt = directory / os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    name = f"{rank}{EXIT_HANDLER_SUFFIX if handler else '.json'}"
     temporary = attempt / f".{name}.tmp"
     try:
         attempt.mkdir(exist_ok=True)
@@ -213,6 +217,30 @@ def _write(directory: Path, rank: int, error: BaseException, handler: str = "") 
     except OSError:
         return False  # the record only improves the launcher's report; the rank prints it
     return True
+
+
+#: The file a rank's ``sys.exit`` is recorded in, after the rank's number.
+EXIT_SUFFIX = ".exit.json"
+
+
+def record_exit(rank: int, leaving: SystemExit) -> None:
+    """Where the script called ``sys.exit`` (the user's line; nothing when the call was in a
+    library's code): a rank that leaves while its peers still need it, or with a code of its
+    own, is named with the line that made it leave, not only with its last collective."""
+    directory = os.environ.get(FAILURE_DIR)
+    where = _user_line(leaving) if directory else ""
+    if where:
+        _write_record(Path(directory), f"{rank}{EXIT_SUFFIX}", {"rank": rank, "where": where})
+
+
+def exit_place(attempt_directory: Path, rank: int) -> tuple[str, int] | None:
+    """The file and line where ``rank`` called ``sys.exit`` in this attempt (`record_exit`)."""
+    try:
+        path = attempt_directory / f"{rank}{EXIT_SUFFIX}"
+        file, _, line = str(json.loads(path.read_text(encoding="utf-8"))["where"]).rpartition(":")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (file, int(line)) if file and line.isdigit() else None
 
 
 def _user_line(error: BaseException) -> str:

@@ -106,6 +106,8 @@ def _run(code: CodeType, module: ModuleType) -> None:
     try:
         exec(code, module.__dict__)
     except SystemExit as leaving:
+        # where it left first: the watcher may report the leaving as soon as it is recorded
+        failure_record.record_exit(int(os.environ.get("RANK", "0")), leaving)
         collective_record.leaving(_exit_status(leaving.code))
         raise
     collective_record.leaving()

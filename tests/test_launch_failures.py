@@ -24,6 +24,7 @@ from accelify.errors import UserError
 from accelify.runtime import collective_record, failure_record
 from accelify.runtime.collective_record import IN_COLLECTIVE, LEAVING, RUNNING, Record
 from accelify.runtime.launch import launcher, outcome
+from accelify.runtime.launch.rank_guards import RankGuard, rank_guard
 from accelify.runtime.launch.watch import Watcher, parse_stack
 from conftest import FIXTURES, launch, launch_timed, run_accelify, run_in_own_group
 
@@ -188,6 +189,50 @@ def test_ranks_waiting_in_the_same_call_at_different_places_in_the_sequence_are_
     verdict = watcher().inspect(ranks, time.time(), Path("/nonexistent"))
     assert verdict is not None and verdict.kind == "mismatch"
     assert "collective #8" in verdict.text and "collective #7" in verdict.text
+
+
+GUARDED = """\
+from accelify import Accelerator
+
+accelerator = Accelerator()
+
+
+@accelerator.on_main_process
+def log(loss):
+    accelerator.gather(loss)
+
+
+def save(loss):
+    if not accelerator.is_main_process:
+        return
+    accelerator.wait_for_everyone()
+
+
+for step in range(10):
+    if accelerator.process_index == 0 and step % 2:
+        accelerator.reduce(
+            step
+        )
+    accelerator.gather(step)
+    best = step > 3
+    if best:
+        accelerator.wait_for_everyone()
+"""
+
+
+def test_a_call_only_some_ranks_reach_is_named_with_its_guard(tmp_path):
+    script = tmp_path / "guarded.py"
+    script.write_text(GUARDED)
+    path = str(script)
+    assert rank_guard(path, 8) == RankGuard(6, "@accelerator.on_main_process")
+    assert rank_guard(path, 14) == RankGuard(12, "if not accelerator.is_main_process:")
+    guard = RankGuard(18, "if accelerator.process_index == 0 and step % 2:")
+    assert rank_guard(path, 19) == rank_guard(path, 21) == guard  # every line of the call
+    assert rank_guard(path, 22) is None  # every rank gathers
+    assert rank_guard(path, 25) is None  # a rank's own value: not a rank guard
+    assert rank_guard(str(tmp_path / "gone.py"), 3) is None
+    (tmp_path / "broken.py").write_text("if (:\n")
+    assert rank_guard(str(tmp_path / "broken.py"), 1) is None
 
 
 def test_ranks_waiting_in_the_same_collective_are_not_a_mismatch():
@@ -565,6 +610,25 @@ def test_a_leaver_the_watcher_named_keeps_its_exit_code_when_its_peer_ends_first
     assert code == 1 and "exit code" not in text
 
 
+def test_a_rank_aborted_inside_a_collective_is_told_of_the_debug_mode(tmp_path):
+    """gloo aborts a rank sent more bytes than its tensor holds (the ranks reduced tensors of
+    different sizes): the rank dies of SIGABRT inside the collective."""
+    recorder = collective_record._Recorder(tmp_path / "0", 0, skip=())
+    recorder.enter(b"reduce")
+    write_failure(tmp_path, 1, "RuntimeError: Connection reset by peer", at=1)
+    text, code = outcome.failed_run({0: failure(-signal.SIGABRT), 1: failure(1)}, tmp_path, 0)
+    assert code == 128 + signal.SIGABRT
+    assert text.splitlines()[0].startswith("accelify launch: rank 0 was killed by SIGABRT")
+    assert (
+        "rank 0 aborted inside reduce: the communication library aborts a rank when the ranks "
+        "pass it tensors of different sizes or dtypes; rerun with `accelify launch --debug`"
+    ) in text
+    assert "rank 1 failed because its peer had gone" in text
+    recorder.leave()  # aborted outside any collective (an extension's own abort): no such line
+    text, _ = outcome.failed_run({0: failure(-signal.SIGABRT), 1: failure(1)}, tmp_path, 0)
+    assert "--debug" not in text
+
+
 def test_the_earliest_exception_that_is_not_a_victims_is_the_cause(tmp_path):
     write_failure(tmp_path, 0, "RuntimeError: Connection closed by peer", at=1)
     write_failure(tmp_path, 1, "ValueError: boom", at=2)
@@ -744,8 +808,12 @@ def assert_user_lines_only(result: subprocess.CompletedProcess[str]) -> None:
 def test_a_rank_that_exits_with_3_is_named_and_its_code_is_the_runs():
     result = launched("exit_code.py")
     assert result.returncode == 3, result.stderr
-    assert "accelify launch: rank 1 is leaving" in result.stderr
+    assert (
+        "accelify launch: rank 1 is leaving (it called sys.exit at exit_code.py:20 (`sys.exit(3)`))"
+        in result.stderr
+    )
     assert "rank 1 failed with exit code 3" in result.stderr
+    assert "rank 1 called sys.exit alone while the others are still in the loop" in result.stderr
     assert "rank 0 failed first" not in result.stderr
     assert result.stderr.count("Traceback") == 0  # a victim's traceback is one line
     # the leaver's wait for its peers at exit is quiet (torch's socket timeout warnings were)
@@ -871,11 +939,54 @@ def test_a_collective_in_a_helper_under_a_guard_names_the_guarded_call():
         "called from helper_gather.py:20 "
         "(`log_loss(accelerator, loss)`)"
     ) in result.stderr
-    assert "rank 0 went into a collective inside the training loop that the others did not" in (
-        result.stderr
-    )
+    assert (
+        "rank 0 went into a collective that only some ranks reach: helper_gather.py:20 "
+        "(`log_loss(accelerator, loss)`) runs under `if accelerator.is_main_process and step == 2:`"
+        " (helper_gather.py:19), which rank 1 skipped and went on"
+    ) in result.stderr
     assert "left the training loop early" not in result.stderr  # it is still in the loop
     assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_guarded_barrier_between_epochs_names_its_guard_not_an_early_stop():
+    """Rank 0 waits after fewer backward passes, as a rank that left the loop would: the
+    analysis, not the counts, tells the two apart."""
+    result = launched("epoch_end_barrier.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 0 went into a collective that only some ranks reach: epoch_end_barrier.py:20 "
+        "(`accelerator.wait_for_everyone()`) runs under `if accelerator.is_main_process:` "
+        "(epoch_end_barrier.py:19), which rank 1 skipped and went on"
+    ) in result.stderr
+    assert "left the training loop early" not in result.stderr
+    assert "set_trigger" not in result.stderr  # an early stop's advice
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_out_of_memory_in_python_is_named_at_its_line():
+    result = launched("memory_error.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 failed first at memory_error.py:18 (`cache = bytearray(1 << 62)`): MemoryError"
+    ) in result.stderr
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert "unreachable" not in result.stdout
+
+
+@pytest.mark.distributed
+def test_a_rank_raising_in_prepare_is_named_at_the_prepare_line():
+    result = launched("prepare_raises.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 failed first at prepare_raises.py:12 "
+        "(`model, optimizer = accelerator.prepare(model, optimizer)`): RuntimeError: [1]: "
+        "params[0] in this process with sizes [2, 4] appears not to match"
+    ) in result.stderr
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
 
 
 @pytest.mark.distributed
@@ -930,10 +1041,11 @@ def test_a_script_using_torch_distributed_itself_exits_with_its_leavers_code():
     # the script's own DDP backward is recorded by the rank's entry. Said by the final report
     # once rank 0's backward failed on the closed connection, or first by the watcher when
     # rank 1 takes more than its grace to exit on a loaded machine (then "rank 1 is leaving").
+    exit_call = "raw_ddp_exits.py:15 (`sys.exit(3)`)"
     assert report[0] in (
-        "accelify launch: rank 1 failed with exit code 3 after 4 backward passes; its last "
-        f"collective: {place}, while its peers were still running",
-        "accelify launch: rank 1 is leaving (its script ended, or it called sys.exit) after 4 "
+        f"accelify launch: rank 1 failed with exit code 3 (sys.exit at {exit_call}) after 4 "
+        f"backward passes; its last collective: {place}, while its peers were still running",
+        f"accelify launch: rank 1 is leaving (it called sys.exit at {exit_call}) after 4 "
         f"backward passes (its last collective: {place}), while:",
     ), report
     assert "rank 1 failed with exit code 3" in result.stderr

@@ -164,7 +164,7 @@ class ScriptModel:
     #: without a code-generation pass for positions
     orders: dict[cst.CSTNode, int] = field(default_factory=dict, repr=False)
     #: `_rank_exit` by function: where each leaves early on some ranks (None: it does not)
-    _rank_exits: dict[int, int | None] = field(default_factory=dict, repr=False)
+    _rank_exits: dict[int, tuple[int, cst.If] | None] = field(default_factory=dict, repr=False)
     #: `rank_decorator_test` by function: the rank test its decorator stands for (None: none)
     _rank_decorator_tests: dict[int, cst.BaseExpression | None] = field(
         default_factory=dict, repr=False
@@ -274,17 +274,24 @@ class ScriptModel:
         """Inside ``if accelerator.is_main_process:``, ``if rank == 0:`` and the like: code only
         some ranks run; also after ``if not accelerator.is_main_process: return`` at the top of
         its function (BigVGAN's ``validate``), which the other ranks leave before reaching it."""
+        return self.rank_guard_of(node) is not None
+
+    def rank_guard_of(self, node: cst.CSTNode) -> cst.If | cst.FunctionDef | None:
+        """What keeps ``node`` from some ranks (`under_rank_guard`), innermost first: the ``if``
+        that reads the rank, the function a rank decorator wraps, or that function's early
+        ``if <rank test>: return``. The launcher names it as the line to fix when a rank waits
+        alone in a collective there (`accelify.runtime.launch.rank_guards`)."""
         for ancestor in self.ancestors(node):
             kind = type(ancestor)  # neither class has subclasses: no ABC check per ancestor
             if kind is cst.If and self.reads_rank(ancestor.test):  # type: ignore[attr-defined]
-                return True
+                return ancestor  # type: ignore[return-value]
             if kind is cst.FunctionDef:
-                if self.rank_decorator_test(ancestor) is not None:
-                    return True
-                exit_at = self._rank_exit(ancestor)
-                if exit_at is not None and self.order(node) > exit_at:
-                    return True
-        return False
+                if self.rank_decorator_test(ancestor) is not None:  # type: ignore[arg-type]
+                    return ancestor  # type: ignore[return-value]
+                exit_at = self._rank_exit(ancestor)  # type: ignore[arg-type]
+                if exit_at is not None and self.order(node) > exit_at[0]:
+                    return exit_at[1]
+        return None
 
     def rank_decorator_test(self, function: cst.FunctionDef) -> cst.BaseExpression | None:
         """The rank test a decorator puts around ``function``'s body, as the ``if`` it stands
@@ -303,9 +310,10 @@ class ScriptModel:
             )
         return cache[id(function)]
 
-    def _rank_exit(self, function: cst.FunctionDef) -> int | None:
+    def _rank_exit(self, function: cst.FunctionDef) -> tuple[int, cst.If] | None:
         """Where ``function``'s body leaves early on some ranks: the place of the first
-        statement of its own body shaped ``if <rank test>: return`` (or ``raise``), no else."""
+        statement of its own body shaped ``if <rank test>: return`` (or ``raise``), no else,
+        and that statement."""
         cache = self._rank_exits
         if id(function) not in cache:
             cache[id(function)] = None
@@ -317,7 +325,7 @@ class ScriptModel:
                     and _leaves(statement.body)
                     and self.reads_rank(statement.test)
                 ):
-                    cache[id(function)] = self.order(statement.body)
+                    cache[id(function)] = (self.order(statement.body), statement)
                     break
         return cache[id(function)]
 

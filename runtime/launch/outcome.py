@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from accelify.runtime import collective_record
-from accelify.runtime.collective_record import LEAVING, Record
+from accelify.runtime.collective_record import IN_COLLECTIVE, LEAVING, Record
 from accelify.runtime.failure_record import (
     PEER_GONE,
     WORKER_TRACEBACK,
     Failure,
     exit_handler_errors,
+    exit_place,
     is_peer_gone,
     recorded_failures,
 )
@@ -83,7 +84,9 @@ def failed_run(
         rank = min(exited, key=lambda r: (_left_at(states.get(r), exited[r].timestamp), r))
         if len(exited) > 1 and not any(state.sequence for state in states.values()):
             return _all_exited(exited_with, first=rank)
-        crash = _crash_place(records, attempt, rank, exited_with[rank])
+        crash = _crash_place(records, attempt, rank, exited_with[rank]) or _exit_call(
+            records, attempt, rank
+        )
         return _exited(rank, exited_with[rank], states.get(rank), failures, victims, crash)
     left = [
         rank for rank, state in states.items() if state.state == LEAVING and rank not in failures
@@ -234,6 +237,14 @@ def _exited(
         )
         where = f"{passes}{last}"
     lines = [f"{PREFIX} rank {rank} {how}{where}, while its peers were still running"]
+    if exitcode == -signal.SIGABRT and state is not None and state.state == IN_COLLECTIVE:
+        # gloo's "Received data size doesn't match expected size", NCCL's own checks
+        lines.append(
+            f"{PREFIX} rank {rank} aborted inside {state.operation}: the communication library "
+            "aborts a rank when the ranks pass it tensors of different sizes or dtypes; rerun "
+            "with `accelify launch --debug` to have each collective compare the ranks' shapes "
+            "first and raise, naming each rank's"
+        )
     lines += _victim_lines(victims, exclude=rank)
     if exitcode == 0:
         lines.append(
@@ -255,6 +266,12 @@ def _crash_place(records: Path, attempt: int, rank: int, exitcode: int) -> str:
         return ""
     frames = crash_stack(collective_record.attempt_directory(records, attempt), rank)
     return f" at {source_place(frames[-1][0], frames[-1][1])}" if frames else ""
+
+
+def _exit_call(records: Path, attempt: int, rank: int) -> str:
+    """`` (sys.exit at train.py:40 (`sys.exit(3)`))``: the user's line a rank left from."""
+    at = exit_place(collective_record.attempt_directory(records, attempt), rank)
+    return f" (sys.exit at {source_place(*at)})" if at is not None else ""
 
 
 _BEFORE_ANY_COLLECTIVE = "on their own before any collective call"

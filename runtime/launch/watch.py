@@ -44,7 +44,8 @@ from accelify.runtime.collective_record import (
     STACK_SIGNAL,
     Record,
 )
-from accelify.runtime.failure_record import Failure, exit_handler_errors
+from accelify.runtime.failure_record import Failure, exit_handler_errors, exit_place
+from accelify.runtime.launch.rank_guards import RankGuard, rank_guard
 
 PREFIX = "accelify launch:"
 #: How long a situation that cannot resolve itself must last before it is reported.
@@ -134,7 +135,7 @@ class Watcher:
         stranded = _left_for_good(ranks, in_collective)
         if stranded is not None:
             leaver, waiting = stranded
-            return _left(ranks, waiting, {leaver: ranks[leaver]}, exit_handler_errors(directory))
+            return _left(ranks, waiting, {leaver: ranks[leaver]}, directory)
         waiting = {r: rec for r, rec in in_collective.items() if now - rec.since >= self.grace}
         if not waiting:
             return None
@@ -147,7 +148,7 @@ class Watcher:
             if rec.state == LEAVING and now - rec.since >= self.grace
         }
         if left:
-            return _left(ranks, waiting, left, exit_handler_errors(directory))
+            return _left(ranks, waiting, left, directory)
         if self.hang_timeout <= 0:
             return None
         stuck = {r: rec for r, rec in waiting.items() if now - rec.since >= self.hang_timeout}
@@ -315,8 +316,24 @@ def _mismatch(
     for rank, rec in sorted(ranks.items()):
         if rank not in waiting:
             lines.append(f"  rank {rank} is {_state_words(rec)}")
-    culprit = _fewest_passes(waiting)
-    if culprit is not None:
+    guarded = {
+        rank: found
+        for rank, rec in sorted(waiting.items())
+        if (found := _guarded_call(rec, stacks.get(rank) or [])) is not None
+    }
+    culprit = min(guarded) if guarded and len(guarded) < len(waiting) else _fewest_passes(waiting)
+    if culprit in guarded:
+        (path, line), guard = guarded[culprit]
+        others = ", ".join(str(rank) for rank in sorted(waiting) if rank not in guarded)
+        lines.append(
+            f"{PREFIX} rank {culprit} went into a collective that only some ranks reach: "
+            f"{source_place(path, line)} runs under `{guard.text}` "
+            f"({_shown_path(path)}:{guard.line}), which rank{'s' if ',' in others else ''} "
+            f"{others} skipped and went on; every rank must make the call: take the "
+            "collective out of the guard (gather or wait on every rank, then print or save "
+            "on the main process only)"
+        )
+    elif culprit is not None:
         most = max(rec.passes for rec in waiting.values())
         ahead = next(r for r, rec in sorted(waiting.items()) if rec.passes == most)
         if _in_the_loop_of(stacks.get(culprit) or [], stacks.get(ahead) or []):
@@ -338,6 +355,19 @@ def _mismatch(
         "metric, a loop of a different length); stopping every rank"
     )
     return Verdict("\n".join(lines), culprit, "mismatch")
+
+
+def _guarded_call(record: Record, frames: Frames) -> tuple[tuple[str, int], RankGuard] | None:
+    """The outermost of the rank's own lines that runs on some ranks only (the guarded call of
+    a helper that makes the collective, or the collective itself), with its guard."""
+    places = [(path, line) for path, line, _ in frames]
+    if record.where and (record.file, record.line) not in places:
+        places.append((record.file, record.line))
+    for path, line in places:
+        guard = rank_guard(path, line)
+        if guard is not None:
+            return (path, line), guard
+    return None
 
 
 def _called_from(frames: Frames) -> str:
@@ -387,9 +417,10 @@ def _left(
     ranks: dict[int, Record],
     waiting: dict[int, Record],
     left: dict[int, Record],
-    handler_errors: dict[int, Failure],
+    directory: Path,
 ) -> Verdict:
     leaver, record = min(left.items())
+    handler_errors = exit_handler_errors(directory)
     how = "is leaving" if _alive(record.pid) else "has exited"
     last = (
         f"its last collective: {record.operation} at {place(record)}"
@@ -407,15 +438,31 @@ def _left(
         )
         return Verdict("\n".join(lines), leaver, "left")
     lines = [
-        f"{PREFIX} rank {leaver} {how} (its script ended, or it called sys.exit)"
+        f"{PREFIX} rank {leaver} {how} ({leaving_words(directory, leaver)})"
         f"{_passes_if_counted(record).removeprefix(',')} ({last}), while:"
     ]
     lines += [f"  {_waits(rec)}: it cannot finish" for _, rec in sorted(waiting.items())]
-    lines.append(
-        f"{PREFIX} rank {leaver} left the loop the others are still in: every rank must run "
-        f"as many steps ({AGREED_BREAK})"
-    )
+    if exit_place(directory, leaver) is not None:
+        lines.append(
+            f"{PREFIX} rank {leaver} called sys.exit alone while the others are still in the "
+            "loop: to stop every rank on one rank's condition, accelerator.set_trigger() there "
+            "and `if accelerator.check_trigger(): sys.exit(...)` on every rank (without an "
+            "Accelerator, an all_reduce of a stop flag)"
+        )
+    else:
+        lines.append(
+            f"{PREFIX} rank {leaver} left the loop the others are still in: every rank must run "
+            f"as many steps ({AGREED_BREAK})"
+        )
     return Verdict("\n".join(lines), leaver, "left")
+
+
+def leaving_words(directory: Path, rank: int) -> str:
+    """``it called sys.exit at train.py:40 (`sys.exit(3)`)``, or that its script ended."""
+    at = exit_place(directory, rank)
+    if at is None:
+        return "its script ended, or it called sys.exit"
+    return f"it called sys.exit at {source_place(*at)}"
 
 
 def handler_error_words(error: Failure) -> str:
