@@ -90,6 +90,9 @@ def test_a_conversions_edits_alone_and_together_are_those_of_the_whole_module(
         # tab and mixed indentation, CRLF newlines
         "class A:\n\tdef f(self):\n\t\tif x:\n\t\t    model.to('cuda')\n\t\t    y = 2\n",
         "if a:\r\n    model.to('cuda')\r\n    b = 1\r\n",
+        # a block of an elif (generated only inside its if) and a decorated function's body
+        "if a:\n    pass\nelif b:\n    model.to('cuda')\n    y = 2\n",
+        "class A:\n    # about f\n    @staticmethod\n    def f():\n        model.to('cuda')\n",
     ],
 )
 def test_removals_and_inserts_at_any_depth_and_layout(source: str, monkeypatch):

@@ -205,20 +205,25 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
 
     if not script.uses_accelerator:
         return []
+    reported = [
+        (rule, finding)
+        for rule in all_rules()
+        if selection.enabled(rule.code, path)
+        for finding in rule.check(script)
+    ]
+    if not reported:
+        return []  # the classes below cost a code generation: asked only about a finding
     lines = data.decode("utf-8", errors="replace").splitlines()
     single_device = _single_device_classes(script)
     found: list[Finding] = []
     covered: set[tuple[int, str]] = set()
-    for rule in all_rules():
-        if not selection.enabled(rule.code, path):
+    for rule, finding in reported:
+        finding.path = path
+        if any(first <= finding.line <= last for first, last in single_device):
             continue
-        for finding in rule.check(script):
-            finding.path = path
-            if any(first <= finding.line <= last for first, last in single_device):
-                continue
-            if not suppressed(lines, finding.line, finding.code):
-                found.append(finding)
-                covered.update((finding.line, code) for code in rule.covers)
+        if not suppressed(lines, finding.line, finding.code):
+            found.append(finding)
+            covered.update((finding.line, code) for code in rule.covers)
     found = [f for f in found if (f.line, f.code) not in covered]
     return sorted(found, key=lambda f: (f.line, f.column, f.code))
 
