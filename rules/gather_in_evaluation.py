@@ -21,8 +21,6 @@ from accelify.analysis.syntax import (
     root_name,
     walk,
 )
-from accelify.edits import rewrites
-from accelify.edits.plan import Plan
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -302,6 +300,9 @@ class GatherInEvaluation(Rule):
                 and not gathers_batch_loss(call)
                 and not _result_dropped(script, call)
             ):
+                from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+                from accelify.edits.plan import Plan
+
                 yield self.finding(script, call, Plan.of(rewrites.use_gather_for_metrics(call)))
         yield from self._gathered_totals(script)
 

@@ -1,4 +1,5 @@
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -6,8 +7,6 @@ from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.device_moves import chosen_beside_accelerator_device
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted
-from accelify.edits import rewrites
-from accelify.edits.plan import Plan
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -19,6 +18,9 @@ from accelify.lint.rule import (
     calls,
     moved_by_prepare,
 )
+
+if TYPE_CHECKING:
+    from accelify.edits.plan import Plan
 
 
 class HardCodedCuda(Rule):
@@ -219,10 +221,13 @@ def _global_rank_message(script: ScriptModel, node: cst.CSTNode) -> str:
     )
 
 
-def _use_accelerator_device(script: ScriptModel, node: cst.CSTNode) -> Plan | None:
+def _use_accelerator_device(script: ScriptModel, node: cst.CSTNode) -> "Plan | None":
     accelerator = accelerator_at(script, node)
     if accelerator is None:
         return None  # no Accelerator bound here: the fix would not run
+    from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+    from accelify.edits.plan import Plan
+
     return Plan.of(rewrites.use_device(node, accelerator))
 
 

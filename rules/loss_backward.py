@@ -8,8 +8,6 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.precision import apex_scaled_backward
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import all_params, dotted
-from accelify.edits import rewrites
-from accelify.edits.plan import Plan
 from accelify.lint.rule import (
     HEADER,
     MULTI_BACKEND_TRAINER,
@@ -290,6 +288,9 @@ class LossBackward(Rule):
                 )
                 continue
             # The script still uses its scaler (if any): the scaling stays.
+            from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+            from accelify.edits.plan import Plan
+
             fix = Plan.of(rewrites.backward(call, acc, keep_scaling=True))
             yield self.finding(script, call, fix)
 

@@ -1,4 +1,5 @@
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -12,8 +13,6 @@ from accelify.analysis.device_moves import (
 )
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, root_name, target_names
-from accelify.edits import rewrites
-from accelify.edits.plan import Plan
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -24,6 +23,9 @@ from accelify.lint.rule import (
     calls,
     prepared,
 )
+
+if TYPE_CHECKING:
+    from accelify.edits.plan import Plan
 
 _PREPARED = HEADER + "model, loader = accelerator.prepare(model, loader)\n"
 
@@ -215,8 +217,11 @@ def _placement_disabled(script: ScriptModel) -> bool:
     return False
 
 
-def _removal(script: ScriptModel, call: cst.Call) -> Plan:
+def _removal(script: ScriptModel, call: cst.Call) -> "Plan":
     """Drop the move; a statement left doing nothing (``x = x``, ``model``) goes entirely."""
+    from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+    from accelify.edits.plan import Plan
+
     parent = script.parent(call)
     line = script.parent(parent) if parent is not None else None
     receiver = call.func.value  # type: ignore[union-attr]
@@ -243,8 +248,11 @@ def _removal(script: ScriptModel, call: cst.Call) -> Plan:
     return Plan.of(rewrites.drop_move(call))
 
 
-def _device_dropped(call: cst.Call) -> Plan:
+def _device_dropped(call: cst.Call) -> "Plan":
     """``.to("cuda:0", dtype=torch.long)`` -> ``.to(dtype=torch.long)``: only the move goes."""
+    from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+    from accelify.edits.plan import Plan
+
     index = next(
         (
             i

@@ -5,8 +5,6 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.edits import rewrites
-from accelify.edits.plan import Plan
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -69,6 +67,9 @@ class PrintInLoop(Rule):
             if under_rank_guard(script, call):
                 continue
             acc = accelerator_at(script, call)
+            from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+            from accelify.edits.plan import Plan
+
             fix = Plan.of(rewrites.print_once(call, acc)) if acc is not None else None
             yield self.finding(script, call, fix)
 

@@ -1,4 +1,5 @@
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -14,8 +15,6 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.repeated_effects import RepeatedEffect
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
-from accelify.edits import rewrites
-from accelify.edits.plan import Plan
 from accelify.lint.rule import (
     HEADER,
     WRITE_ATOMIC_PER_PROCESS,
@@ -25,6 +24,9 @@ from accelify.lint.rule import (
     accelerator_at,
     accelerator_name,
 )
+
+if TYPE_CHECKING:
+    from accelify.edits.plan import Plan
 
 _HF = "from accelerate import Accelerator, DistributedType\naccelerator = Accelerator()\n"
 
@@ -690,7 +692,7 @@ def _holds_weights(script: ScriptModel, func: cst.Attribute) -> bool:
     return kind is None and receiver is not None and "model" in receiver.rsplit(".", 1)[-1].lower()
 
 
-def _fix(script: ScriptModel, call: cst.Call) -> Plan | None:
+def _fix(script: ScriptModel, call: cst.Call) -> "Plan | None":
     """``torch.save`` -> ``accelerator.save`` after the barrier `convert` puts before a save."""
     if not script.call_names(call) & names.TORCH_SAVE:
         return None
@@ -699,4 +701,7 @@ def _fix(script: ScriptModel, call: cst.Call) -> Plan | None:
     if accelerator is None or facts.ranks.under_rank_guard(call):
         return None
     line = script.parent(script.parent(call))
+    from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+    from accelify.edits.plan import Plan
+
     return Plan.of(*rewrites.save(call, accelerator, facts.ranks.barrier_places(line)))

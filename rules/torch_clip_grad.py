@@ -9,8 +9,6 @@ from accelify.analysis.accelerator_objects import (
     without_accelerator,
 )
 from accelify.analysis.script_model import ScriptModel
-from accelify.edits import rewrites
-from accelify.edits.plan import Plan
 from accelify.lint.rule import (
     HEADER,
     MULTI_BACKEND_TRAINER,
@@ -106,6 +104,9 @@ class TorchClipGrad(Rule):
                     and not _unscaled_before(script, call)
                 ):
                     acc = accelerator_at(script, call)
+                    from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+                    from accelify.edits.plan import Plan
+
                     clip = rewrites.clip_grad(call, acc, method) if acc is not None else None
                     yield self.finding(script, call, None if clip is None else Plan.of(clip))
                     break

@@ -15,8 +15,6 @@ from accelify.analysis.objects import bound_arguments
 from accelify.analysis.saved_values import saved_values, saved_whole_objects
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted, walk
-from accelify.edits import rewrites
-from accelify.edits.plan import Plan
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -397,6 +395,9 @@ class WrappedStateDict(Rule):
                 acc = accelerator_at(script, at)
                 if acc is None and constructed:
                     acc = constructed_accelerator(script, owner, at)
+                from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+                from accelify.edits.plan import Plan
+
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
                 message = self.message.replace("(model)", f"({name})")  # ``self.model``
                 if acc is None and constructed:
@@ -445,6 +446,9 @@ class WrappedStateDict(Rule):
             acc = accelerator_at(script, call)
             if acc is None and constructed:
                 acc = constructed_accelerator(script, func.value, call)
+            from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+            from accelify.edits.plan import Plan
+
             fix = Plan.of(rewrites.unwrap(func.value, acc)) if acc is not None else None
             unwrapped = (
                 f"{acc}.unwrap_model({name})"
@@ -477,6 +481,9 @@ class WrappedStateDict(Rule):
             acc = accelerator_at(script, call)
             if acc is None and constructed:
                 acc = constructed_accelerator(script, model, call)
+            from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+            from accelify.edits.plan import Plan
+
             fix = Plan.of(rewrites.unwrap(model, acc)) if acc is not None else None
             message = _WHOLE.replace("(model)", f"({name})")
             if acc is None and constructed:

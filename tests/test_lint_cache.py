@@ -248,6 +248,62 @@ def test_lint_without_a_cache_imports_what_only_a_cache_a_write_or_git_needs_not
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
 
 
+def test_lint_imports_a_fixs_edits_only_for_a_fixable_finding(tmp_path: Path):
+    """A file that is analysed (libcst, the rules) and has no fixable finding: the edits a fix
+    is made of are not imported (start-up)."""
+    (tmp_path / "classify.py").write_bytes((FIXTURES / "examples" / "classify.py").read_bytes())
+    code = (
+        "import sys\nfrom accelify.cli import main\n"
+        "try:\n    main(['lint', '--no-cache', '--select', 'ALL', 'classify.py'])\n"
+        "except SystemExit:\n    pass\n"
+        "print('libcst' in sys.modules, 'accelify.rules.print_in_loop' in sys.modules,"
+        " sorted(m for m in sys.modules if m.startswith('accelify.edits')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=os.environ
+    )
+    assert result.stdout.strip().splitlines()[-1] == "True True []", result.stderr
+
+
+@pytest.mark.parametrize(
+    ("source", "plainly"),
+    [
+        ("import torch\nfrom accelerate import Accelerator\n", True),
+        ("import torch\ndef train(accelerator):\n    accelerator.wait_for_everyone()\n", True),
+        ('"""\nfrom accelerate import Accelerator\n"""\nimport torch\n', False),
+        ("import torch\n# accelerator.prepare(model)\n", False),
+        ("import torch\n>>> accelerator.prepare(model)\n", False),
+        ("import torch\nx = AcceleratorState()\n", False),  # a longer name
+        ("import torch\nprint('Accelerator')\n", False),
+    ],
+)
+def test_an_accelerator_plainly_named_in_code_is_told_from_the_text(source: str, plainly: bool):
+    assert engine._plainly_named_in_code(source.encode()) is plainly
+
+
+def test_a_name_that_only_looks_like_code_costs_a_parse_and_changes_nothing(monkeypatch):
+    """`_plainly_named_in_code` reads text: a string continued by a backslash onto a line of
+    its own fools it. The file is then built into a tree, where the analysis finds no
+    accelerator; and a libcst error on it is not reported, as with the ast test alone."""
+    source = b"import torch\nnote = 'see \\\nAccelerator'\n"
+    assert engine._plainly_named_in_code(source)
+    assert not engine.code_may_use_accelerator(source, "note.py")
+    every_rule = Selection(select=["ALL"])
+    result = engine.lint_source(source, "note.py", every_rule)
+    assert (result.findings, result.no_accelerator) == ([], True)
+
+    def failing(data: bytes, path: str) -> None:
+        raise UserError("libcst cannot read it", path, 2, 1)
+
+    monkeypatch.setattr(engine, "parse", failing)
+    assert engine.lint_source(source, "note.py", every_rule).findings == []
+    # one Python's parser reads and whose code names an Accelerator: libcst's error reported
+    named = b"import torch\nfrom accelerate import Accelerator\n"
+    assert [f.code for f in engine.lint_source(named, "named.py", every_rule).findings] == [
+        "ACC000"
+    ]
+
+
 def test_a_file_that_cannot_hold_an_accelerator_is_not_built_into_a_tree(monkeypatch):
     parsed: list[str] = []
     real_parse = engine.parse

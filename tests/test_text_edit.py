@@ -10,7 +10,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from accelify.analysis.script_model import analyze
+from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.convert import project
 from accelify.convert.planner import Options, plan_conversion
 from accelify.edits import text_edit as text_edit_module
@@ -26,7 +26,9 @@ CONVERT_CASES = sorted(p for p in (ROOT / "fixtures" / "convert").iterdir() if p
 EVERY_RULE = Selection(select=["ALL"])
 
 
-def assert_same_edits(module: cst.Module, plans: list[Plan], parent, monkeypatch) -> int:
+def assert_same_edits(
+    module: cst.Module, plans: list[Plan], script: ScriptModel, monkeypatch
+) -> int:
     """Both ways agree on every plan; how many of them were applied to a part of the file (a
     plan `text_edits` hands to the whole-module `text_edit`, up front or as a fallback when a
     part's code differs, is not)."""
@@ -39,7 +41,7 @@ def assert_same_edits(module: cst.Module, plans: list[Plan], parent, monkeypatch
 
     with monkeypatch.context() as patched:
         patched.setattr(text_edit_module, "text_edit", whole_module)
-        edits = text_edits(module, plans, parent)
+        edits = text_edits(module, plans, script.parent, script.position)
     assert edits == [text_edit(module, p, code) for p in plans]
     return len(plans) - len(whole)
 
@@ -53,7 +55,7 @@ def test_every_rule_examples_fix_is_the_edit_of_the_whole_module(monkeypatch):
             script = analyze(module, example.code)
             plans = [f.fix for f in _check(script, data, "x.py", EVERY_RULE) if f.fix is not None]
             if plans:
-                parts += assert_same_edits(module, plans, script.parent, monkeypatch)
+                parts += assert_same_edits(module, plans, script, monkeypatch)
                 plans_seen += len(plans)
     assert plans_seen >= 50
     assert parts == plans_seen  # no lint fix needs the whole module
@@ -73,7 +75,7 @@ def test_a_conversions_edits_alone_and_together_are_those_of_the_whole_module(
     plan = plan_conversion(model, Options(), project.imported_writers(path, model))
     plan.imports = []
     alone = [Plan.of(edit) for edit, _ in plan._edits.every_edit()]
-    assert_same_edits(module, [plan, *alone], model.parent, monkeypatch)
+    assert_same_edits(module, [plan, *alone], model, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -88,6 +90,9 @@ def test_a_conversions_edits_alone_and_together_are_those_of_the_whole_module(
         # tab and mixed indentation, CRLF newlines
         "class A:\n\tdef f(self):\n\t\tif x:\n\t\t    model.to('cuda')\n\t\t    y = 2\n",
         "if a:\r\n    model.to('cuda')\r\n    b = 1\r\n",
+        # a block of an elif (generated only inside its if) and a decorated function's body
+        "if a:\n    pass\nelif b:\n    model.to('cuda')\n    y = 2\n",
+        "class A:\n    # about f\n    @staticmethod\n    def f():\n        model.to('cuda')\n",
     ],
 )
 def test_removals_and_inserts_at_any_depth_and_layout(source: str, monkeypatch):
@@ -106,7 +111,7 @@ def test_removals_and_inserts_at_any_depth_and_layout(source: str, monkeypatch):
     plans[0].remove(statement)
     plans[1].insert_before(statement, new)
     plans[2].insert_after(statement, new)
-    parts = assert_same_edits(module, plans, script.parent, monkeypatch)
+    parts = assert_same_edits(module, plans, script, monkeypatch)
     # a last line with no newline is not the code its statement generates alone: that file
     # takes the whole-module way
     assert parts == (len(plans) if source.endswith("\n") else 0)

@@ -5,23 +5,31 @@ Fixes are applied from plans, where the tree is (``lint --fix`` applies them in 
 
 A lint with a cache computes the edit of every fixable finding. Applying each plan to the whole
 module and generating the whole file's code again cost more than parsing the file, once per
-finding. `text_edits` generates the file's code once and records where the statements that
-the plans rewrite start and end in it; each plan is then applied to that part alone (the
-statement holding its nodes, the block whose statements it inserts, removes or guards, or the
-run of top-level statements it touches), whose code is generated with the indentation it has in
-the file. The edit is the same: applying a plan changes nothing outside that part."""
+finding. `text_edits` generates the file's code once; each plan is then applied to the part of
+the file it rewrites alone (the statement holding its nodes, the statement whose block it
+inserts in, removes from or guards, or the run of top-level statements it touches), whose code
+is generated with the indentation it has in the file and found there, at the line the part's
+position gives. The edit is the same: applying a plan changes nothing outside that part. Only
+libcst's public API is used (`Module.code_for_node`, nodes built and generated as any code
+generation builds them), so a libcst release that reorganises its internals changes nothing."""
 
 from __future__ import annotations
 
-import functools
+import re
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # a TextEdit read back from the lint cache needs no parser
     import libcst as cst
+    from libcst.metadata import CodeRange
 
     from accelify.edits.plan import Plan
+
+
+#: libcst's own (position_provider.NEWLINE_RE): what ends a line, for positions' line numbers
+_NEWLINE = re.compile(r"\r\n?|\n")
 
 
 @dataclass(frozen=True)
@@ -46,45 +54,38 @@ def text_edits(
     module: cst.Module,
     plans: Sequence[Plan],
     parent: Callable[[cst.CSTNode], cst.CSTNode | None],
+    position: Callable[[cst.CSTNode], CodeRange],
 ) -> list[TextEdit | None]:
     """`text_edit` of each plan over ``module``, whose code is generated once (``parent``: a
-    node's parent in ``module``). A plan whose part of the file cannot be told (a top-level
-    insert of an import, a plan that spans the whole module) is applied to the whole module."""
-    recording = _recording_state()
-    if recording is None:  # a libcst release that moved its state: the whole module each
-        before = module.code
-        return [text_edit(module, plan, before) for plan in plans]
-    parts = [_part(plan, parent) for plan in plans]
-    wanted = {id(node) for part in parts if part is not None for node in part.ends}
-    state = recording(module, wanted)
-    module._codegen(state)
-    before = "".join(state.tokens)
+    node's parent in ``module``; ``position``: its range, as libcst's `PositionProvider` gives
+    it). A plan whose part of the file cannot be told (a top-level insert of an import, a plan
+    that spans the whole module) is applied to the whole module."""
+    before = module.code
+    lines = _line_starts(before)
     edits = []
-    for plan, part in zip(plans, parts, strict=True):
-        edit = _edit_of_part(module, plan, part, before, state.spans, recording)
+    for plan in plans:
+        part = _part(plan, parent)
+        edit = False if part is None else _edit_of_part(module, plan, part, before, lines, position)
         edits.append(text_edit(module, plan, before) if edit is False else edit)
     return edits
 
 
 @dataclass(frozen=True)
 class _Part:
-    """The part of the file a plan rewrites: one statement or block, or (``top_level``) a run
-    of top-level statements, applied as a module of them (the module rebuilds its body)."""
+    """The part of the file a plan rewrites: one statement of a block or of the module, or
+    (``top_level``) a run of top-level statements, applied as a module of them (the module
+    rebuilds its body)."""
 
-    nodes: tuple[cst.CSTNode, ...]
+    nodes: tuple[cst.BaseStatement, ...]
     top_level: bool = False
-
-    @property
-    def ends(self) -> tuple[cst.CSTNode, cst.CSTNode]:
-        return self.nodes[0], self.nodes[-1]
 
 
 def _part(plan: Plan, parent: Callable[[cst.CSTNode], cst.CSTNode | None]) -> _Part | None:
     """The smallest part of the file that holds every edit of ``plan`` with what applying it
     reads: a node's replacement is made where the statement holding it is generated; an insert,
     a removal or a guard is made by the block around the statement (`ApplyPlan._rebuild_body`,
-    which carries a removed statement's comment lines onto the next one). None: the whole
-    module."""
+    which carries a removed statement's comment lines onto the next one), so by the statement
+    that holds that block. None: the whole module."""
     import libcst as cst
 
     if plan.imports:
@@ -101,12 +102,17 @@ def _part(plan: Plan, parent: Callable[[cst.CSTNode], cst.CSTNode | None]) -> _P
     if not chains or any(chain is None or len(chain) <= skip for chain, skip in chains):
         return None
     common = _common_ancestor([chain[skip:] for chain, skip in chains])  # type: ignore[index]
-    while common is not None and not isinstance(
-        common, (cst.BaseStatement, cst.IndentedBlock, cst.Module)
-    ):
-        common = parent(common)
-    if common is None or not isinstance(common, cst.Module):
-        return None if common is None else _Part((common,))
+    if common is not None and not isinstance(common, cst.Module):
+        # the statement of a block (or of the module) that holds it: an ``elif`` or a block
+        # generates its code only inside the statement that holds it
+        while common is not None and not (
+            isinstance(common, cst.BaseStatement)
+            and isinstance(parent(common), (cst.IndentedBlock, cst.Module))
+        ):
+            common = parent(common)
+        return None if common is None else _Part((common,))  # type: ignore[arg-type]
+    if common is None:
+        return None
     # at top level: the run of statements from the first the plan touches to the last
     body = list(common.body)
     indices = {id(statement): index for index, statement in enumerate(body)}
@@ -146,48 +152,62 @@ def _common_ancestor(chains: list[list[cst.CSTNode]]) -> cst.CSTNode | None:
 def _edit_of_part(
     module: cst.Module,
     plan: Plan,
-    part: _Part | None,
+    part: _Part,
     before: str,
-    spans: dict[int, tuple[int, int, tuple[str, ...]]],
-    recording: type,
+    lines: list[int],
+    position: Callable[[cst.CSTNode], CodeRange],
 ) -> TextEdit | bool | None:
     """The edit of ``plan`` applied to ``part`` alone; False when it must be applied to the
-    whole module (no part, or the part's code generated alone is not its text in the file)."""
+    whole module (the part's code, generated alone, is not found in the file where it is)."""
     import libcst as cst
 
     from accelify.edits.apply import ApplyPlan
     from accelify.edits.fstring_quotes import requote
 
-    first, last = (spans.get(id(node)) for node in part.ends) if part is not None else (None, None)
-    if first is None or last is None:
-        return False  # no part, or one the file's code generation did not reach
-    start, _, indents = first
-    end = last[1]
-    original: Sequence[cst.CSTNode] = part.nodes
+    statement = position(part.nodes[0]).start  # where its first statement's syntax starts
+    if not 1 <= statement.line <= len(lines):
+        return False
+    line_start = lines[statement.line - 1]
+    indent = before[line_start : line_start + statement.column] if not part.top_level else ""
+    if indent.strip():
+        return False  # not a statement's indentation
+    original = _generated(part.nodes, module, indent)
+    # its code ends past the line its syntax starts on and starts at or before that line (its
+    # comment lines and decorators come first): the last place it is found that far
+    start = before.rfind(original, 0, line_start + len(original))
+    at_line_start = start >= 0 and lines[bisect_right(lines, start) - 1] == start
+    if not at_line_start or start + len(original) <= line_start:
+        return False  # its code depends on more than its indentation: the whole module
     if part.top_level:  # a module of them rebuilds its body as the file's does
         statements = cst.Module(
-            body=part.nodes,  # type: ignore[arg-type]
+            body=part.nodes,
             default_indent=module.default_indent,
             default_newline=module.default_newline,
         )
         edited: Sequence[cst.CSTNode] = statements.visit(ApplyPlan(plan)).body
     else:
         edited = [requote(part.nodes[0].visit(ApplyPlan(plan)))]
-    if _generated(original, module, indents, recording) != before[start:end]:
-        return False  # its code depends on more than its indentation: the whole module
-    after = _generated(edited, module, indents, recording)
+    after = _generated(edited, module, indent)
+    end = start + len(original)
     return _difference(before, before[:start] + after + before[end:], start, len(before) - end)
 
 
-def _generated(
-    nodes: Sequence[cst.CSTNode], module: cst.Module, indents: tuple[str, ...], recording: type
-) -> str:
-    """The code of ``nodes`` as the file generates it where the indentation is ``indents``."""
-    state = recording(module, set())
-    state.indent_tokens = list(indents)
-    for node in nodes:
-        node._codegen(state)
-    return "".join(state.tokens)
+def _generated(nodes: Sequence[cst.CSTNode], module: cst.Module, indent: str) -> str:
+    """The code of the statements ``nodes`` as the file generates them where the indentation
+    is ``indent``: as the body of a block indented by it (whose header, a newline, is cut)."""
+    import libcst as cst
+
+    if not indent:
+        return "".join(module.code_for_node(node) for node in nodes)
+    block = cst.IndentedBlock(body=nodes, indent=indent)  # type: ignore[arg-type]
+    code = module.code_for_node(block)
+    newline = module.default_newline
+    return code[len(newline) :] if code.startswith(newline) else code
+
+
+def _line_starts(code: str) -> list[int]:
+    """The offset of each line's first character, lines ended as libcst ends them."""
+    return [0, *(match.end() for match in _NEWLINE.finditer(code))]
 
 
 def _difference(before: str, after: str, same_start: int, same_end: int) -> TextEdit | None:
@@ -207,44 +227,3 @@ def _difference(before: str, after: str, same_start: int, same_end: int) -> Text
     ):
         common_suffix += 1
     return TextEdit(start, len(before) - common_suffix, after[start : len(after) - common_suffix])
-
-
-@functools.cache
-def _recording_state() -> type | None:
-    """libcst's code-generation state (a private class: None where a release moved it) made to
-    record, for the nodes asked, where their code starts and ends in the file and the
-    indentation in force there."""
-    try:
-        from libcst._nodes.internal import CodegenState
-    except ImportError:
-        return None
-
-    class RecordingState(CodegenState):
-        def __init__(self, module: cst.Module, wanted: set[int]) -> None:
-            super().__init__(
-                default_indent=module.default_indent, default_newline=module.default_newline
-            )
-            self.wanted = wanted
-            self.length = 0
-            self.spans: dict[int, tuple[int, int, tuple[str, ...]]] = {}
-            self._starts: dict[int, tuple[int, tuple[str, ...]]] = {}
-
-        def add_indent_tokens(self) -> None:
-            for token in self.indent_tokens:
-                self.add_token(token)
-
-        def add_token(self, value: str) -> None:
-            self.tokens.append(value)
-            self.length += len(value)
-
-        def before_codegen(self, node: cst.CSTNode) -> None:
-            if id(node) in self.wanted:
-                self._starts[id(node)] = (self.length, tuple(self.indent_tokens))
-
-        def after_codegen(self, node: cst.CSTNode) -> None:
-            key = id(node)
-            if key in self.wanted:
-                start, indents = self._starts[key]
-                self.spans[key] = (start, self.length, indents)
-
-    return RecordingState

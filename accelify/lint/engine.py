@@ -103,6 +103,35 @@ def code_may_use_accelerator(data: bytes, path: str) -> bool:
     return False
 
 
+_WORD_CHARACTER = re.compile(rb"\w")
+
+
+def _plainly_named_in_code(data: bytes, tried: int = 8) -> bool:
+    """One of the first ``tried`` matches of `MAY_USE_ACCELERATOR` is a whole word on a line
+    whose text before it holds no comment sign, no quote and no doctest prompt, after an even
+    number of each triple quote: code, as far as the text tells. A file that creates an
+    Accelerator names it so near its top (its import), and Python's parser need not read it
+    first (`code_may_use_accelerator`: a second parse of every analysed file, ~a tenth of
+    libcst's). A wrong True costs only time: the analysis finds no accelerator where there is
+    none; a wrong False asks that test, as every file did before."""
+    for count, match in enumerate(MAY_USE_ACCELERATOR.finditer(data)):
+        if count == tried:
+            return False
+        start, end = match.span()
+        if (start and _WORD_CHARACTER.match(data, start - 1)) or _WORD_CHARACTER.match(data, end):
+            continue  # part of a longer name
+        line_start = data.rfind(b"\n", 0, start) + 1
+        before = data[line_start:start]
+        if b"#" in before or b'"' in before or b"'" in before:
+            continue
+        if before.lstrip().startswith((b">>>", b"...")):
+            continue
+        if data.count(b'"""', 0, line_start) % 2 or data.count(b"'''", 0, line_start) % 2:
+            continue  # inside a docstring, it seems
+        return True
+    return False
+
+
 @dataclass
 class FileResult:
     path: str
@@ -126,14 +155,18 @@ def lint_source(
     result = FileResult(path, original=data, no_accelerator=True)
     if ACCELERATOR_WORDS.search(data) is None and b"torch" not in data:
         return result  # cannot match any rule: skipped before parsing
+    plainly_named = False
     try:
         if MAY_USE_ACCELERATOR.search(data) is None:
             check_syntax(data, path)  # no rule reports on it: its syntax only
             return result
-        if not code_may_use_accelerator(data, path):
+        plainly_named = _plainly_named_in_code(data)
+        if not plainly_named and not code_may_use_accelerator(data, path):
             return result  # named in docstrings or comments only: Python's parser read it
         module = parse(data, path)
     except UserError as error:
+        if plainly_named and not code_may_use_accelerator(data, path):
+            return result  # what the test alone answers: libcst's error is not reported
         if selection.enabled("ACC000", path):
             result.findings.append(
                 Finding("ACC000", error.message, error.line or 1, error.column or 1, None, path)
@@ -162,7 +195,8 @@ def _portable(findings: list[Finding], script: ScriptModel) -> list[Finding]:
         return findings
     from accelify.edits.text_edit import text_edits
 
-    edits = iter(text_edits(script.module, [f.fix for f in fixable], script.parent))  # type: ignore[misc]
+    plans = [f.fix for f in fixable]
+    edits = iter(text_edits(script.module, plans, script.parent, script.position))  # type: ignore[arg-type]
     return [finding.portable(next(edits)) if finding.fix else finding for finding in findings]
 
 
@@ -171,20 +205,25 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
 
     if not script.uses_accelerator:
         return []
+    reported = [
+        (rule, finding)
+        for rule in all_rules()
+        if selection.enabled(rule.code, path)
+        for finding in rule.check(script)
+    ]
+    if not reported:
+        return []  # the classes below cost a code generation: asked only about a finding
     lines = data.decode("utf-8", errors="replace").splitlines()
     single_device = _single_device_classes(script)
     found: list[Finding] = []
     covered: set[tuple[int, str]] = set()
-    for rule in all_rules():
-        if not selection.enabled(rule.code, path):
+    for rule, finding in reported:
+        finding.path = path
+        if any(first <= finding.line <= last for first, last in single_device):
             continue
-        for finding in rule.check(script):
-            finding.path = path
-            if any(first <= finding.line <= last for first, last in single_device):
-                continue
-            if not suppressed(lines, finding.line, finding.code):
-                found.append(finding)
-                covered.update((finding.line, code) for code in rule.covers)
+        if not suppressed(lines, finding.line, finding.code):
+            found.append(finding)
+            covered.update((finding.line, code) for code in rule.covers)
     found = [f for f in found if (f.line, f.code) not in covered]
     return sorted(found, key=lambda f: (f.line, f.column, f.code))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -13,8 +14,10 @@ from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import accelerator_argument as accelerator_argument
 from accelify.analysis.syntax import dotted, root_name, walk
-from accelify.edits.plan import Plan
 from accelify.lint.finding import Finding
+
+if TYPE_CHECKING:  # a fix's plan: the edits are imported where a rule builds one
+    from accelify.edits.plan import Plan
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,6 @@ from pathlib import Path
 
 from accelify.errors import UserError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, as a package (a dependency on 3.10 only)
-    import tomli as tomllib
-
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
 
 
@@ -113,6 +108,11 @@ def load_settings(start: Path) -> Selection:
     for folder in [start, *start.parents]:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
+            # imported where a file is read: a tree without one (a one-file lint) starts sooner
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # Python 3.10: the same parser, as a package (a dependency on 3.10 only)
+                import tomli as tomllib
             try:
                 table = tomllib.loads(candidate.read_text()).get("tool", {}).get("accelify", {})
             except tomllib.TOMLDecodeError as error:
