@@ -337,14 +337,17 @@ class ObjectFlow:
         """For ``t.val_loader`` in a function whose parameter ``t`` its callers hand an object
         (``validate(trainer)``): what every call passes for ``t``, with the attribute path
         (``val_loader``). None for a plain name, a method's own instance (``self.x`` is the
-        class's, followed where the class keeps it), or a function nothing in the file calls."""
+        class's, followed where the class keeps it), a function nothing in the file calls, or
+        a call that hands anything but a name (a record built in the call's arguments)."""
         if function is None or name is None or "." not in name:
             return None
         root, path = name.split(".", 1)
         if self.placement.class_of(function) is not None and root == self_parameter(function):
             return None
         passed = self._handed_in(function, root)
-        return (passed, path) if passed else None
+        if not passed or any(dotted(value) is None for value, _ in passed):
+            return None  # ``evaluate(Pair(train, val))``: a record's field, followed as one
+        return passed, path
 
     def _handed_in(
         self, function: cst.FunctionDef | None, name: str | None
