@@ -112,7 +112,8 @@ class AgreedValues:
     ) -> dict[str, list[cst.BaseExpression | None]]:
         """What each plain name of ``function`` is bound to, outside the gathered evaluations'
         folding statements (None: a value not followed: a parameter, a loop target, ``with
-        ... as``, an element unpacked from a call)."""
+        ... as``); an element unpacked from a value not written out (``acc, n = f()``) is bound
+        to the whole value."""
         found: dict[str, list[cst.BaseExpression | None]] = {}
         for node in self.model.index.own_nodes(function):
             if id(node) in folded:
@@ -128,7 +129,9 @@ class AgreedValues:
                 bound = [(node.name, None)]  # type: ignore[list-item]
             for target, value in bound:
                 for name, written in unpacked_names(target, value):
-                    found.setdefault(name, []).append(written)
+                    # ``acc, n = evaluate(...)``: an element of a value not written out is
+                    # agreed where the whole value is (a tuple of agreed values)
+                    found.setdefault(name, []).append(value if written is None else written)
         for parameter in (*function.params.params, *function.params.kwonly_params):
             found.setdefault(parameter.name.value, []).append(None)
         return found

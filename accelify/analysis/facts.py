@@ -27,6 +27,7 @@ from accelify.analysis.print_aliases import print_alias_calls, print_partial_cal
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.repeated_effects import RepeatedEffect, callers_of, repeated_effects
 from accelify.analysis.sample_counts import SampleCount, samples_counted
+from accelify.analysis.saved_values import saves_of_states
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.self_training import SelfTraining, self_training_of
 from accelify.analysis.shard_totals import (
@@ -234,6 +235,11 @@ class Facts:
         return writing_helpers(
             self.model, self.placement, self.calls, self.flow, self.shared_files.reads_files
         )
+
+    @cached_property
+    def saved_states(self) -> dict[int, tuple[cst.Call, cst.Call]]:
+        """Each ``x.state_dict()`` call a ``torch.save`` writes, by id, with that save."""
+        return saves_of_states(self.model)
 
     @cached_property
     def shard_totals(self) -> list[ShardTotal]:

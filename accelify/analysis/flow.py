@@ -243,8 +243,9 @@ class ObjectFlow:
         """``trainer.model`` where ``trainer`` is a parameter of the enclosing function (a
         callback's ``__call__(self, trainer, loss)``) and every call of that function in the
         file passes an instance whose ``self.model`` tells: ``self`` in a trainer's method
-        (``cb(self, val_loss)``), or a name a class of the file made. Empty when any caller
-        passes anything else."""
+        (``cb(self, val_loss)``), a name a class of the file made, or a parameter of the
+        caller's that its own callers hand such an instance. Empty when any caller passes
+        anything else."""
         if name.count(".") != 1 or name.startswith("self."):
             return set()
         base, attribute = name.split(".")
@@ -260,7 +261,10 @@ class ObjectFlow:
             if source == "self" and self.placement.class_of(call) is not None:
                 kind = self.kind_of(f"self.{attribute}", call)
             elif source is not None and "." not in source:
-                kind = self._made_instance_attribute(f"{source}.{attribute}", call)
+                # a made instance, or the caller's own parameter (``run_epochs(t)`` calling
+                # ``validate(t)``), followed to its callers in turn
+                held = f"{source}.{attribute}"
+                kind = self._made_instance_attribute(held, call) or self.kind_of(held, call)
             else:
                 kind = None
             if kind is None:
@@ -326,6 +330,24 @@ class ObjectFlow:
             if (current, id(function)) not in seen:
                 seen.add((current, id(function)))
                 yield current, place, function
+
+    def _held_by_a_parameter(
+        self, function: cst.FunctionDef | None, name: str | None
+    ) -> tuple[list[tuple[cst.BaseExpression, cst.Call]], str] | None:
+        """For ``t.val_loader`` in a function whose parameter ``t`` its callers hand an object
+        (``validate(trainer)``): what every call passes for ``t``, with the attribute path
+        (``val_loader``). None for a plain name, a method's own instance (``self.x`` is the
+        class's, followed where the class keeps it), a function nothing in the file calls, or
+        a call that hands anything but a name (a record built in the call's arguments)."""
+        if function is None or name is None or "." not in name:
+            return None
+        root, path = name.split(".", 1)
+        if self.placement.class_of(function) is not None and root == self_parameter(function):
+            return None
+        passed = self._handed_in(function, root)
+        if not passed or any(dotted(value) is None for value, _ in passed):
+            return None  # ``evaluate(Pair(train, val))``: a record's field, followed as one
+        return passed, path
 
     def _handed_in(
         self, function: cst.FunctionDef | None, name: str | None
@@ -671,6 +693,15 @@ class ObjectFlow:
         found: set[tuple[str | None, cst.CSTNode]] = set()
         pending: list[tuple[str | None, cst.CSTNode]] = [(name, at)]
         for current, place, function in self._once_per_function(pending):
+            held = self._held_by_a_parameter(function, current) if current not in stop else None
+            if held is not None:  # ``t.val_loader`` in ``def validate(t)``: the caller's
+                for value, call in held[0]:  # ``trainer.val_loader`` for ``validate(trainer)``
+                    holder = dotted(value)
+                    if holder is None:
+                        found.add((None, call))
+                    else:
+                        pending.append((f"{holder}.{held[1]}", call))
+                continue
             passed = (self._handed_in(function, current) or []) if current not in stop else []
             if current not in stop and not passed:
                 passed = self.dataclass_arguments(current, place) or []

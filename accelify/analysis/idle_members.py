@@ -274,6 +274,32 @@ def requires_grad_writes(model: ScriptModel) -> list[tuple[cst.CSTNode, str, boo
     return found
 
 
+def sets_every_parameter(model: ScriptModel, write: cst.CSTNode) -> bool:
+    """A write of ``requires_grad_writes`` sets every parameter of its module alike:
+    ``teacher.requires_grad_(flag)``, or ``p.requires_grad = flag`` straight in the body of
+    ``for p in teacher.parameters()`` with a value that reads nothing the loop binds. Not
+    ``model[0].requires_grad_(False)`` (a part of ``model``), nor a write under an ``if`` in the
+    loop or computed per parameter (``p.requires_grad = "fc" in name``)."""
+    if isinstance(write, cst.Call):
+        return isinstance(write.func, cst.Attribute) and dotted(write.func.value) is not None
+    if not isinstance(write, cst.Assign):
+        return False
+    loop = next(
+        (a for a in model.ancestors(write) if isinstance(a, cst.BaseCompoundStatement)), None
+    )
+    if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
+        return False
+    func = loop.iter.func
+    if not (
+        isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters")
+    ):
+        return False
+    if dotted(func.value) is None:
+        return False  # ``model[0].parameters()``
+    bound = target_names(loop.target)
+    return not any(isinstance(node, cst.Name) and node.value in bound for node in walk(write.value))
+
+
 def _parameters_owner(model: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> str | None:
     """``model.backbone`` for ``p`` bound by an enclosing ``for p in model.backbone.parameters()``
     (or ``for name, p in ....named_parameters()``)."""

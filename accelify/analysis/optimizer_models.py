@@ -79,6 +79,11 @@ def _parameter_owners(optimizer: Binding) -> set[str]:
             for alias in _aliased(script, owner, optimizer.assign, 0)
         }
     factory = optimizer.script.functions.get(dotted(core.func) or "")
+    method = _own_method(optimizer.script, core, optimizer.assign)
+    if method is not None:  # ``self._select_optimizer()`` over ``self.model.parameters()``
+        found_before = set(owners)
+        visit_code(method.body, _Params(owners))
+        owners = found_before | {o for o in owners - found_before if o.split(".", 1)[0] == "self"}
     if factory is not None:  # ``build_optimizer(cfg, model)`` over ``model.parameters()``
         inner = _Params(owners)
         found_before = set(owners)
@@ -102,6 +107,31 @@ def _parameter_owners(optimizer: Binding) -> set[str]:
         if receiver:
             owners.add(owning_model(receiver))
     return owners
+
+
+def _own_method(script: ScriptModel, call: cst.Call, at: cst.CSTNode) -> cst.FunctionDef | None:
+    """The method of ``at``'s own class that ``self.<name>()`` runs (an optimizer factory of a
+    trainer: Informer's ``model_optim = self._select_optimizer()``): what it builds over
+    ``self.model`` trains the same instance's model. Its own methods only, read from the class
+    body (the analysis is still being built)."""
+    func = call.func
+    if not (
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Name)
+        and func.value.value == "self"
+    ):
+        return None
+    owner = script.index.enclosing_class(at)
+    if owner is None or not isinstance(owner.body, cst.IndentedBlock):
+        return None
+    return next(
+        (
+            line
+            for line in owner.body.body
+            if isinstance(line, cst.FunctionDef) and line.name.value == func.attr.value
+        ),
+        None,
+    )
 
 
 _MAX_DEPTH = 3

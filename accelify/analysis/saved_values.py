@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.device_moves import module_chain_root
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import assigned_targets
@@ -93,3 +94,14 @@ def saved_state_dicts(script: ScriptModel, call: cst.Call) -> list[cst.Call]:
         ):
             found.append(value)
     return sorted(found, key=script.order)
+
+
+def saves_of_states(script: ScriptModel) -> dict[int, tuple[cst.Call, cst.Call]]:
+    """Each ``x.state_dict()`` call a ``torch.save`` of the script writes, by id, with the
+    first such save (in the file's order)."""
+    found: dict[int, tuple[cst.Call, cst.Call]] = {}
+    for call in script.calls:
+        if script.call_names(call) & names.TORCH_SAVE:
+            for state in saved_state_dicts(script, call):
+                found.setdefault(id(state), (state, call))
+    return found

@@ -62,6 +62,7 @@ def totals_over_dataset(
         found += divided_by_set_size(model, placement, graph, loop, totals)
         found += _averaged_over_batches(model, placement, loop, totals)
         found += _lists_averaged(model, placement, loop)
+        found += _lists_averaged_elsewhere(model, placement, graph, loop)
     return found
 
 
@@ -85,6 +86,46 @@ def _lists_averaged(model: ScriptModel, placement: Placement, loop: Loop) -> lis
             continue
         code = model.module.code_for_node(node)
         found.append(ShardTotal(loop, listed, node, node, over_batches=True, mean=code))
+    return found
+
+
+def _lists_averaged_elsewhere(
+    model: ScriptModel, placement: Placement, graph: CallGraph, loop: Loop
+) -> list[ShardTotal]:
+    """The same list averaged outside the loop's function: returned (``return losses``) and
+    averaged by a caller that binds the call to a name (``losses = self.train_epoch()`` then
+    ``np.mean(losses)``, after that call in the caller's scope), or kept on the instance
+    (``self.losses.append(...)``) and averaged by another method of the class. Either way it
+    holds the batches this rank read."""
+    function = loop.scope
+    if not isinstance(function, cst.FunctionDef):
+        return []
+    appended = _appended_in(loop)
+    places: list[tuple[str, cst.CSTNode, cst.CSTNode]] = []  # (name there, scope, after)
+    for node in walk(function.body):
+        if isinstance(node, cst.Return) and _list_named(node.value) in appended:  # type: ignore[arg-type]
+            for call in graph.callers(function):
+                statement = model.parent(call)
+                targets = assigned_targets(statement) if isinstance(statement, cst.Assign) else []
+                if len(targets) == 1 and isinstance(targets[0], cst.Name):
+                    places.append((targets[0].value, model.scope_of(call), call))
+    owner = placement.class_of(function)
+    if owner is not None:
+        for listed in sorted(a for a in appended if a.startswith("self.")):
+            for method in graph.methods(owner).values():
+                if method is not function:
+                    places.append((listed, method, method))
+    found = []
+    for listed, scope, after in places:
+        for node in walk(scope):
+            if not isinstance(node, (cst.BinaryOperation, cst.Call)):
+                continue
+            if model.order(node) <= model.order(after) and after is not scope:
+                continue
+            if model.scope_of(node) is not scope or _list_mean(model, node, None) != listed:
+                continue
+            code = model.module.code_for_node(node)
+            found.append(ShardTotal(loop, listed, node, node, over_batches=True, mean=code))
     return found
 
 

@@ -19,9 +19,14 @@ def run(ctx: Context) -> None:
         if ctx.facts.trains_itself(call):
             continue  # its optimizer is its own, not prepared: see `self_training`
         code = ctx.code(rewrites.backward_loss(call, **how))
+        # ``main()`` training ``obj.model`` of a class that prepares it: ``obj.accelerator``
+        outside = None if ctx.plan.reaches(call) else ctx.instance_outside_class(call)
+        acc = f"{outside}.accelerator" if outside is not None else ctx.acc
         ctx.plan.add(
-            rewrites.backward(call, ctx.acc, **how),
+            rewrites.backward(call, acc, **how),
             line=ctx.line(call),
-            text=f"{code}.backward() -> {ctx.a('backward')}({code})",
+            text=f"{code}.backward() -> {acc}.backward({code})",
+            anywhere=outside is not None,
         )
-        ctx.need(call)
+        if outside is None:
+            ctx.need(call)

@@ -73,6 +73,10 @@ class Options:
     mixed_precision: str | None = None
 
 
+#: Functions followed back through the parameters that hand an instance of the class on.
+_MAX_HANDED_DEPTH = 4
+
+
 @dataclass
 class Context:
     model: ScriptModel
@@ -319,7 +323,7 @@ class Context:
         return bool(sources) and all(source in prepared for source in sources)
 
     def instance_outside_class(
-        self, node: cst.CSTNode, owner: cst.ClassDef | None = None
+        self, node: cst.CSTNode, owner: cst.ClassDef | None = None, depth: int = 0
     ) -> str | None:
         """``trainer`` for ``node`` outside the class that owns ``self.accelerator``, in a scope
         where ``trainer = Trainer(...)`` was created before it: the accelerator is reached
@@ -344,12 +348,16 @@ class Context:
                 and isinstance(assigned_targets(assign)[0], cst.Name)
             ):
                 return assigned_targets(assign)[0].value
-        return self._instance_parameter(node, owner)
+        return self._instance_parameter(node, owner, depth)
 
-    def _instance_parameter(self, node: cst.CSTNode, owner: cst.ClassDef) -> str | None:
+    def _instance_parameter(
+        self, node: cst.CSTNode, owner: cst.ClassDef, depth: int = 0
+    ) -> str | None:
         """``trainer`` of ``def on_epoch_end(self, trainer, logs)`` in a callback class, when
         every call in the file that may run that method passes the owner's ``self`` there
-        (``callback.on_epoch_end(self, logs)`` in a method of the trainer)."""
+        (``callback.on_epoch_end(self, logs)`` in a method of the trainer); ``t`` of ``def
+        run_epochs(t, epochs)`` when every call passes an instance of the owner its caller
+        made or was handed in turn (``run_epochs(trainer, 3)`` after ``trainer = Trainer()``)."""
         placement, graph = self.facts.placement, self.facts.calls
         function = placement.enclosing_function(node)
         if function is None:
@@ -359,9 +367,16 @@ class Context:
         found: set[str] = set()
         for call in calls:
             method = placement.enclosing_function(call)
-            if method is None or graph.owner(method) is not owner or not method.params.params:
+            if method is None:
                 return None
-            itself = method.params.params[0].name.value
+            if graph.owner(method) is owner and method.params.params:
+                itself: str | None = method.params.params[0].name.value
+            elif depth < _MAX_HANDED_DEPTH:
+                itself = self.instance_outside_class(call, owner, depth + 1)
+            else:
+                itself = None
+            if itself is None:
+                return None
             passed = [
                 parameter
                 for parameter, argument in bound_arguments(function, call, implicit)

@@ -28,11 +28,19 @@ def run(ctx: Context) -> None:
         if helper is not None and _gather_in_helper(ctx, helper, gathered_helpers):
             continue
         if evaluation.unsure is not None:
+            whole = ctx.unprepared_loaders(evaluation.loop)
             advice = evaluation.advice or (
                 "gather predictions and labels together with "
                 f"{ctx.a_at(evaluation.line_node, 'gather_for_metrics')} "
                 "before the metrics"
             )
+            if whole and evaluation.advice is None:
+                # gathered over a loader every rank reads whole, each sample counts N times
+                advice = (
+                    f"it reads {loader_names(whole)}, which is not prepared (every rank reads "
+                    "all of it, so its metrics are right as they are); to shard it, prepare the "
+                    f"loader, then {advice}"
+                )
             ctx.plan.review(
                 ctx.line(evaluation.line_node),
                 f"evaluation left as is: {evaluation.unsure}; {advice}",

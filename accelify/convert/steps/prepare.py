@@ -220,6 +220,7 @@ def run(ctx: Context, scope: Scope) -> None:
     ctx.prepare_anchor = groups[0][0]
     if ctx.acc == "self.accelerator":
         _prepare_step_driven_loaders(ctx)
+        _prepare_loaders_of_loops_training_an_instance(ctx)
         _prepare_property_loaders(ctx)
     trained = [names for _, names in groups if {chosen[n] for n in names} & _TRAINED_KINDS]
     if len(trained) > 1:
@@ -1474,6 +1475,42 @@ def _prepare_step_driven_loaders(ctx: Context) -> None:
             continue
         trains = f"trains through {owner.name.value}.{step.name.value}() (read by that loop only)"
         _prepare_before(ctx, top, instance, names, trains)
+
+
+def _prepare_loaders_of_loops_training_an_instance(ctx: Context) -> None:
+    """``for x, y in loader: ... obj.model(x) ... loss.backward(); obj.optimizer.step()`` in
+    ``main()``, where ``obj``'s class builds and prepares the model and the optimizer: the
+    loop's loader is prepared once, through the instance, before the outermost loop that reads
+    it (``loader = obj.accelerator.prepare(loader)``). The same conditions as a step-driven
+    loop's (`_prepare_step_driven_loaders`): a DataLoader made in that function, read there by
+    nothing but this loop; the loop reads one of the objects the class prepares."""
+    owner = ctx.facts.placement.class_of(ctx.prepare_anchor)
+    if owner is None:
+        return
+    prepared = {n.split(".", 1)[1] for n in ctx.plan.prepared if n.startswith("self.")}
+    for loop in ctx.model.loops:
+        if not loop.trains or ctx.facts.placement.inside(loop.node, owner):
+            continue
+        instance = ctx.instance_outside_class(loop.node)
+        function = ctx.facts.placement.enclosing_function(loop.node)
+        if instance is None or function is None:
+            continue
+        read = {dotted(node) for node in walk(loop.node.body) if isinstance(node, cst.Attribute)}
+        if not any(f"{instance}.{name}" in read for name in prepared):
+            continue  # it trains something else than what the class prepares
+        top = _outermost_loop_of(ctx, loop.node, function)
+        names = [
+            name
+            for name in ctx.unprepared_loaders(loop)
+            if name is not None
+            and name not in ctx.facts.shared_loop_evaluations
+            and name not in ctx.facts.phase_loaders
+        ]
+        if not names or not _bound_before(ctx, instance, top) or assigns(top, instance):
+            continue
+        if not all(_only_read_by(ctx, name, function, loop, top) for name in names):
+            continue
+        _prepare_before(ctx, top, instance, names, f"trains {instance}'s prepared objects")
 
 
 def _prepare_property_loaders(ctx: Context) -> None:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis import names
-from accelify.analysis.saved_values import saved_state_dicts
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
@@ -29,23 +27,10 @@ from accelify.edits.node_rewrites import StateOf
 _SHARDED = "under --backend fsdp or DeepSpeed ZeRO-3"
 
 
-def saves_of_states(ctx: Context) -> dict[int, tuple[cst.Call, cst.Call]]:
-    """Each ``x.state_dict()`` call a ``torch.save`` writes, by id, with that save."""
-    found = ctx.__dict__.get("_saved_states")
-    if found is None:
-        found = {}
-        for call in ctx.model.calls:
-            if ctx.model.call_names(call) & names.TORCH_SAVE:
-                for state in saved_state_dicts(ctx.model, call):
-                    found.setdefault(id(state), (state, call))
-        ctx.__dict__["_saved_states"] = found
-    return found
-
-
 def saved_state(ctx: Context, attribute: cst.Attribute) -> cst.Call | None:
     """The ``model.state_dict()`` call that ``attribute`` heads, when a save writes its result."""
     call = ctx.model.parent(attribute)
-    if isinstance(call, cst.Call) and call.func is attribute and id(call) in saves_of_states(ctx):
+    if isinstance(call, cst.Call) and call.func is attribute and id(call) in ctx.facts.saved_states:
         return call
     return None
 
@@ -58,7 +43,7 @@ def gather_or_review(
     ``through``: the accelerator of an instance outside its class (``trainer.accelerator``
     for ``torch.save(trainer.model.state_dict(), path)`` in ``main()``)."""
     name = dotted(owner)
-    save = saves_of_states(ctx)[id(state)][1]
+    save = ctx.facts.saved_states[id(state)][1]
     if ctx.facts.shared_files.kept_on_every_rank(save):
         return False  # each rank saves its own shards and reads them back itself
     acc = through or ctx.acc
@@ -99,7 +84,7 @@ def gather_or_review(
 def review_optimizer_states(ctx: Context) -> None:
     """A prepared optimizer's ``state_dict()`` in what a save writes: FSDP and DeepSpeed ZeRO
     split the optimizer's state across the ranks, so one rank's part cannot resume a run."""
-    for call, _ in saves_of_states(ctx).values():
+    for call, _ in ctx.facts.saved_states.values():
         owner = dotted(call.func.value)  # type: ignore[attr-defined]
         if (
             owner is None

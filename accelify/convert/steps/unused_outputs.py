@@ -15,9 +15,11 @@ import libcst as cst
 from accelify.analysis.idle_members import (
     idle_members,
     requires_grad_writes,
+    sets_every_parameter,
     sometimes_idle_members,
 )
 from accelify.analysis.objects import instance_class, received_classes
+from accelify.analysis.outside_forward import in_training_step
 from accelify.analysis.script_model import Binding, Kind
 from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
@@ -92,13 +94,20 @@ def _dropped_outputs(ctx: Context) -> bool:
 
 
 def _drops_outputs(ctx: Context, call: cst.Call) -> bool:
-    """``a, _, _ = model(x)`` or ``a, *_ = model(x)`` where a backward follows (in the same
-    function): the dropped heads get no gradient in that step."""
+    """``a, _, _ = model(x)`` or ``a, *_ = model(x)`` in a training step (a backward follows in
+    the same function): the dropped heads get no gradient in that step. An evaluation's forward
+    (``_, pred = model(x)`` under ``no_grad``, or in a loop over a loader without a backward)
+    runs no backward, so DDP waits for no gradient there."""
     parent = ctx.model.parent(call)
     if not isinstance(parent, cst.Assign) or parent.value is not call:
         return False
     scope = ctx.model.scope_of(call)
     if not any(ctx.model.scope_of(backward) is scope for backward in ctx.model.backward_calls):
+        return False
+    if not in_training_step(ctx.model, ctx.facts.placement, call) or any(
+        ctx.facts.placement.inside(call, evaluation.loop.node)
+        for evaluation in ctx.facts.evaluations
+    ):
         return False
     for target in parent.targets:
         if isinstance(target.target, (cst.Tuple, cst.List)):
@@ -112,14 +121,24 @@ def _drops_outputs(ctx: Context, call: cst.Call) -> bool:
 def _switched_parameters(ctx: Context) -> bool:
     """``p.requires_grad = flag`` over a prepared model's parameters (here, or in a helper
     handed the prepared model), or ``= False`` after ``prepare`` wrapped it with them: in the
-    steps where they are off they get no gradient. Turned off before ``prepare`` wraps the
+    steps where they are off they get no gradient. The whole model on or off
+    (``teacher.requires_grad_(False)``, a GAN's discriminator frozen for the generator's step)
+    needs no option: in a step DDP waits for all of its parameters or for none. Turned off
+    before ``prepare`` wraps the
     model, DDP leaves them out for good: once turned on again their gradients are never
     averaged, and the ranks drift apart (a review line says so)."""
     writes = requires_grad_writes(ctx.model)
     for node, owner, turns_on in writes:
-        prepared_as = _prepared_name(ctx, owner, node)
-        if prepared_as is None:
+        found = _prepared_name(ctx, owner, node)
+        if found is None:
             continue
+        prepared_as, whole = found
+        if (
+            whole
+            and sets_every_parameter(ctx.model, node)
+            and _frozen_before_prepare(ctx, writes, prepared_as) is None
+        ):
+            continue  # all its parameters on or off: in a step DDP waits for all or none
         if turns_on:
             how = "switched on and off here"
         elif _runs_after_prepare(ctx, node, prepared_as):
@@ -158,18 +177,24 @@ def _runs_after_prepare(ctx: Context, node: cst.CSTNode, model: str) -> bool:
     return not calls or any(ctx.after_prepare(call, model) for call in calls)
 
 
-def _prepared_name(ctx: Context, owner: str, at: cst.CSTNode) -> str | None:
+def _prepared_as(ctx: Context, owner: str, at: cst.CSTNode) -> str | None:
+    found = _prepared_name(ctx, owner, at)
+    return found[0] if found is not None else None
+
+
+def _prepared_name(ctx: Context, owner: str, at: cst.CSTNode) -> tuple[str, bool] | None:
     """The prepared model ``owner`` (``model.backbone``) belongs to, under its name there or
-    at a helper's call sites."""
+    at a helper's call sites, and whether ``owner`` is that whole model (``teacher``, or a
+    helper's parameter handed it) rather than a part of it."""
     flow = ctx.facts.flow
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
     for name in _prefixes(owner):
         if name in prepared:
-            return name
+            return name, name == owner
         for origin in sorted(o for o in flow.origins(name, at, stop=prepared) if o is not None):
             found = next((p for p in _prefixes(origin) if p in prepared), None)
             if found is not None:
-                return found
+                return found, name == owner and origin == found
     return None
 
 
@@ -188,7 +213,7 @@ def _frozen_before_prepare(
     if anchor is None:
         return None
     scope = ctx.model.scope_of(anchor)
-    mine = [node for node, owner, _ in writes if _prepared_name(ctx, owner, node) == model]
+    mine = [node for node, owner, _ in writes if _prepared_as(ctx, owner, node) == model]
     functions = {ctx.facts.placement.enclosing_function(node) for node in mine} - {None}
     reaching = [
         call
