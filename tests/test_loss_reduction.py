@@ -8,7 +8,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from accelify.analysis.loss_reduction import sums_its_batch
+from accelify.analysis.loss_reduction import is_ctc_loss, sums_its_batch
 from accelify.analysis.script_model import analyze
 
 HEADER = "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n"
@@ -122,3 +122,64 @@ def _summed(code: str, called: str = "criterion") -> bool:
 )
 def test_the_reduction_is_read_where_the_loss_was_built(code: str, called: str, expected: bool):
     assert _summed(code, called) is expected
+
+
+def _ctc(code: str, called: str) -> bool:
+    model = analyze(cst.parse_module(HEADER + textwrap.dedent(code)))
+    calls = [c for c in model.calls if model.module.code_for_node(c.func) == called]
+    assert calls, f"no call of {called}"
+    return is_ctc_loss(model, calls[-1])
+
+
+@pytest.mark.parametrize(
+    ("code", "called", "expected"),
+    [
+        pytest.param(
+            """
+            def validate(log_probs, targets, input_lens, target_lens):
+                return F.ctc_loss(log_probs, targets, input_lens, target_lens)
+            """,
+            "F.ctc_loss",
+            True,
+            id="functional",
+        ),
+        pytest.param(
+            """
+            class Trainer:
+                def __init__(self):
+                    self.ctc = nn.CTCLoss(blank=0, zero_infinity=True)
+
+                def validate(self, log_probs, targets, input_lens, target_lens):
+                    return self.ctc(log_probs, targets, input_lens, target_lens)
+            """,
+            "self.ctc",
+            True,
+            id="instance-attribute",
+        ),
+        pytest.param(
+            """
+            def make_loss():
+                return nn.CTCLoss(blank=0)
+
+            def validate(log_probs, targets, input_lens, target_lens):
+                loss_fn = make_loss()
+                return loss_fn(log_probs, targets, input_lens, target_lens)
+            """,
+            "loss_fn",
+            True,
+            id="factory",
+        ),
+        pytest.param(
+            """
+            def validate(out, y):
+                criterion = nn.CrossEntropyLoss()
+                return criterion(out, y)
+            """,
+            "criterion",
+            False,
+            id="not-ctc",
+        ),
+    ],
+)
+def test_a_ctc_loss_is_known_where_it_was_built(code: str, called: str, expected: bool) -> None:
+    assert _ctc(code, called) is expected

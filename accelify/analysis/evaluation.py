@@ -38,7 +38,7 @@ from accelify.analysis.dataflow import (
     within,
 )
 from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name
-from accelify.analysis.loss_reduction import sums_its_batch
+from accelify.analysis.loss_reduction import is_ctc_loss, sums_its_batch
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.shard_totals import averaged_over_batches, divided_by_set_size
@@ -223,6 +223,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _one_sample_of_the_batch(found, body, facts)
     if found.unsure is None:
         found.unsure = _a_fixed_range_of_the_first_axis(found, body, facts)
+    if found.unsure is None:
+        found.unsure = _a_ctc_loss_of_gathered_values(found, body, facts)
     if found.unsure is None:
         found.unsure = _weighs_token_means(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
@@ -1606,6 +1608,48 @@ def _a_fixed_range_of_the_first_axis(
             "steps first, [length, batch]): gather_for_metrics joins and trims the first "
             "dimension, and the range would be cut from the first rank's part only"
         )
+    return None
+
+
+def _a_ctc_loss_of_gathered_values(
+    found: Evaluation, body: list[cst.CSTNode], facts: Facts
+) -> str | None:
+    """``loss = ctc_loss(log_probs, targets, input_lens, target_lens)`` after the forward, on
+    values the loop would gather (an OCR or speech model's validation): CTC's log-probabilities
+    are [time, batch, classes] and its targets the batch's labels joined end to end, so neither
+    has one row per sample. gather_for_metrics joins and trims the first dimension: it would
+    join time steps, and cut the joined labels at a count of samples, a loss of mismatched
+    lengths (an error) or of the wrong values. Left as it is: the loop evaluates the whole set
+    on every rank."""
+    model = facts.model
+    gathered = set(found.gathered) | {f.name for f in found.fields}
+    if found.statement is None or not gathered:
+        return None
+    for small in body:
+        if model.order(small) <= model.order(found.statement):
+            continue
+        for node in walk(small):
+            if not isinstance(node, cst.Call) or not is_ctc_loss(model, node):
+                continue
+            read = sorted(
+                {n.value for a in node.args for n in walk(a.value) if isinstance(n, cst.Name)}
+                & gathered
+            )
+            if not read:
+                continue
+            found.unsure_at = small
+            found.advice = (
+                "compute the loss on this rank's batch and combine the ranks' results "
+                "(accelerator.reduce of the loss times the batch size, and of the batch "
+                "size), or gather per-sample values such as decoded predictions"
+            )
+            return (
+                f"line {model.line(small)} computes a CTC loss from {', '.join(read)}: CTC "
+                "takes log-probabilities as [time, batch, classes] and targets as the "
+                "batch's labels joined end to end, not one row per sample; gather_for_metrics "
+                "joins and trims the first dimension, so it would join time steps and cut "
+                "the joined labels at a count of samples"
+            )
     return None
 
 

@@ -158,3 +158,21 @@ def _made_by(script: ScriptModel, call: cst.Call, steps: list[int]) -> Iterator[
             yield None
         else:
             yield from _constructions(script, returned.value, returned, steps)
+
+
+#: The functional spellings of torch's CTC loss.
+_CTC_FUNCTIONS = frozenset({"ctc_loss"})
+
+
+def is_ctc_loss(script: ScriptModel, call: cst.Call) -> bool:
+    """``call`` computes a CTC loss: ``F.ctc_loss(...)``, or a call of an object some
+    construction of which is ``nn.CTCLoss(...)`` (bound in the function, on the instance, handed
+    in, returned by a factory). CTC reads its log-probabilities as [time, batch, classes] and its
+    targets as the batch's labels joined end to end, neither of them one row per sample."""
+    name = dotted(call.func)
+    if name is not None and name.rsplit(".", 1)[-1] in _CTC_FUNCTIONS:
+        return True
+    return any(
+        made is not None and (dotted(made.func) or "").rsplit(".", 1)[-1] == "CTCLoss"
+        for made in _constructions(script, call.func, call, [0])
+    )

@@ -50,7 +50,13 @@ def run_model_moves(ctx: Context) -> None:
         # Another edit of the statement (a DataParallel(...) unwrapped, the line removed)
         # decides what becomes of it: these moves give way.
         gives_way_to = [binding.value, binding.statement]
-        _review_move_chosen_by_flags(ctx, binding.statement, binding.value, binding.name)
+        _review_move_chosen_by_flags(
+            ctx,
+            binding.statement,
+            binding.value,
+            binding.name,
+            made_here=dotted(stripped) != binding.name,
+        )
         if dotted(stripped) == binding.name:
             ctx.plan.remove(
                 binding.statement,
@@ -97,17 +103,23 @@ def run_model_moves(ctx: Context) -> None:
 
 
 def _review_move_chosen_by_flags(
-    ctx: Context, moved: cst.CSTNode, move: cst.BaseExpression, name: str
+    ctx: Context, moved: cst.CSTNode, move: cst.BaseExpression, name: str, made_here: bool = False
 ) -> None:
     """``if args.cuda: model.cuda()`` (tkipf/pygcn's shape, with the inputs moved in the same
     block): the flag chose CPU or GPU for the model; prepare places it on this rank's device
     whatever the flag says, so with the flag off on a GPU machine the model is on the GPU and
     the inputs moved under the same test stay on the CPU. Said at the ``if``, as a device
-    variable chosen by a flag is (once per line: that review already covers this ``if``)."""
+    variable chosen by a flag is (once per line: that review already covers this ``if``).
+
+    A model built and moved in one statement (``made_here``: ``self.model = GCN(...).to(device)``
+    under ``if self.model_name == "GCN":``) exists only under its test: the test chooses the
+    model, not its device, unless another branch of it builds the same name unmoved."""
     flags = device_choosers(ctx.model, moved, move)
     if not flags:
         return
     branch = next(a for a in ctx.model.ancestors(moved) if isinstance(a, cst.If))
+    if made_here and not _bound_in_the_other_branch(branch, name):
+        return
     line = ctx.line(branch)
     if any(note.line == line for note in ctx.plan.reviews):
         return
@@ -118,6 +130,17 @@ def _review_move_chosen_by_flags(
         f"{ctx.a('device')}, this rank's, whatever {read} says, so with it off on a GPU machine "
         f"{name} runs on the GPU and what is moved only under this test stays on the CPU; "
         "for a CPU run, launch with `accelify launch --cpu` or pass Accelerator(cpu=...)",
+    )
+
+
+def _bound_in_the_other_branch(branch: cst.If, name: str) -> bool:
+    """``name`` is assigned in ``branch``'s ``else`` (or ``elif``): ``if args.cuda: model =
+    Net().cuda()`` / ``else: model = Net()``, a choice of device for one model."""
+    if branch.orelse is None:
+        return False
+    return any(
+        isinstance(node, cst.AssignTarget) and dotted(node.target) == name
+        for node in walk(branch.orelse)
     )
 
 
