@@ -258,3 +258,37 @@ def test_an_optimizer_a_sibling_factory_makes_with_the_loaders_is_prepared_with_
     # the loss module it also returns is no object prepare takes
     assert result.prepared == ["model", "optimizer", "train_loader", "valid_loader"]
     assert not result.reviews
+
+
+CONFIGURED = FIXTURES / "projects" / "config_and_factories_in_a_sibling_module"
+
+
+def test_an_optimizer_factory_handed_the_config_first_prepares_the_model_it_is_handed(
+    tmp_path: Path,
+):
+    # ``build_optimizer(cfg, model)`` of config.py: the model is the name the script uses as one
+    # (``build_model(cfg).to(device)``, ``model.load_state_dict``), not the config before it
+    shutil.copytree(CONFIGURED, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    assert result.prepared == ["model", "optimizer", "train_loader", "val_loader"]
+    converted = result.converted.decode()
+    assert "unwrap_model(cfg)" not in converted
+    assert "logits, targets = accelerator.gather_for_metrics((logits, targets))" in converted
+
+
+@pytest.mark.distributed
+def test_a_project_configured_by_a_dataclass_trains_in_step_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(CONFIGURED, project)
+    assert_ok(run_accelify("convert", project / "train.py", "-o", project / "converted.py"))
+    result = run_accelify(
+        "verify",
+        project / "train.py",
+        project / "converted.py",
+        "--to-end",
+        cwd=tmp_path,
+        timeout=400,
+    )
+    assert_ok(result)
+    assert "verdict: PASS" in result.stdout
+    assert re.search(r"all [1-9]\d* printed lines identical", result.stdout), result.stdout

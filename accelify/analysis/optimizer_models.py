@@ -14,11 +14,11 @@ from accelify.analysis.script_model import (
     Binding,
     Kind,
     ScriptModel,
+    factory_handed_model,
     owning_model,
 )
 from accelify.analysis.syntax import (
     Visitor,
-    argument_value,
     assigned_targets,
     dotted,
     strip_self_methods,
@@ -97,8 +97,8 @@ def _parameter_owners(optimizer: Binding) -> set[str]:
     if factory is None and (dotted(core.func) or "").rsplit(".", 1)[-1] in OPTIMIZER_FACTORIES:
         # ``build_optimizer(model, cfg)``, ``create_optimizer(model=net)`` of a library (one of
         # this file is read above): handed the model
-        handed = argument_value(core, "model")
-        name = dotted(handed) if isinstance(handed, (cst.Name, cst.Attribute)) else None
+        handed = factory_handed_model(core, optimizer.script.scope_of(core))
+        name = dotted(handed) if handed is not None else None
         if name:
             owners.add(owning_model(name))
     func = core.func

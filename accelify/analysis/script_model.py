@@ -36,6 +36,7 @@ from accelify.analysis.syntax import (
     assigned_targets,
     children_of,
     dotted,
+    keyword_value,
     remember_walk,
     root_name,
     strip_self_methods,
@@ -1210,7 +1211,9 @@ class _Collector(Visitor):
                 return Kind.MODEL
         if local in self.model.module_classes:
             return Kind.MODEL
-        if _optimizer_factory_call(call):
+        if _optimizer_factory_call(
+            call, self._functions[-1] if self._functions else self.model.module
+        ):
             return Kind.OPTIMIZER
         if _scheduler_factory_call(call):
             return Kind.SCHEDULER
@@ -1353,13 +1356,70 @@ def _optimizer_class(qualified_name: str) -> bool:
     return names.is_optimizer_class(qualified_name)
 
 
-def _optimizer_factory_call(call: cst.Call) -> bool:
+def _optimizer_factory_call(call: cst.Call, scope: cst.CSTNode) -> bool:
     """``build_optimizer(model, cfg)`` or ``create_optimizer(model=net, ...)``: a project's
     helper handed the model it builds the optimizer for (not a dict of parameter groups)."""
     if (dotted(call.func) or "").rsplit(".", 1)[-1] not in names.OPTIMIZER_FACTORIES:
         return False
-    handed = argument_value(call, "model")
-    return isinstance(handed, (cst.Name, cst.Attribute))
+    return factory_handed_model(call, scope) is not None
+
+
+#: What code calls on a model it trains and on no config: ``cfg`` of ``build_optimizer(cfg,
+#: model)`` is read for its fields only
+_MODULE_METHODS = frozenset(
+    {
+        "parameters",
+        "named_parameters",
+        "train",
+        "eval",
+        "state_dict",
+        "load_state_dict",
+        "to",
+        "cuda",
+        "modules",
+        "zero_grad",
+    }
+)
+
+
+def factory_handed_model(call: cst.Call, scope: cst.CSTNode) -> cst.BaseExpression | None:
+    """The model a project's optimizer factory of another module is handed (its body is not
+    read): ``model=``; else, of its plain positional names, the one ``scope`` (the call's
+    function or module) uses as a module (``model.train()``, ``model.load_state_dict(...)``,
+    ``model = build_model(cfg).to(device)``), not the config beside it (``build_optimizer(cfg,
+    model)``: a project's own helper may take the config first); else the first (mmcv's
+    ``build_optimizer(model, cfg)``). Read from the tree alone: the call is classified while
+    the analysis is still being built."""
+    given = keyword_value(call, "model")
+    if given is not None:
+        return given if isinstance(given, (cst.Name, cst.Attribute)) else None
+    handed: list[cst.BaseExpression] = []
+    for argument in call.args:
+        if argument.star:
+            break
+        if argument.keyword is None:
+            handed.append(argument.value)
+    if not handed or not isinstance(handed[0], (cst.Name, cst.Attribute)):
+        return None
+    modules = _used_as_modules(scope)
+    used = [value for value in handed if dotted(value) in modules]
+    return used[0] if len(used) == 1 else handed[0]
+
+
+def _used_as_modules(scope: cst.CSTNode) -> set[str]:
+    """The names ``scope`` calls a module's method on (``model.train()``) or binds to a device
+    move (``model = build_model(cfg).to(device)``)."""
+    found: set[str] = set()
+    for node in walk(scope):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value in _MODULE_METHODS:
+                found.add(dotted(node.func.value) or "")
+        elif isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+            func = node.value.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda"):
+                found |= {dotted(t.target) or "" for t in node.targets}
+    found.discard("")
+    return found
 
 
 def _scheduler_factory_call(call: cst.Call) -> bool:

@@ -220,13 +220,18 @@ class PassedNames(cst.CSTTransformer):
 
 
 def locals_of(ctx: Context, scope: Scope) -> set[str]:
-    """The names ``scope`` binds itself: its parameters and assignment targets."""
-    return {
-        n.value
-        for n in walk(scope)
-        if isinstance(n, cst.Name)
-        and isinstance(ctx.model.parent(n), (cst.Param, cst.AssignTarget))
-    }
+    """The names ``scope`` binds itself: its parameters and assignment targets. A parameter's
+    default is read, not bound: ``False`` of ``def run(epochs, resume=False)`` is no local, or
+    ``Accelerator(step_scheduler_with_optimizer=False)`` could not be made in ``run``'s caller
+    (``main()``, whose print then took an accelerator nobody passed: a TypeError)."""
+    found: set[str] = set()
+    for n in walk(scope):
+        parent = ctx.model.parent(n) if isinstance(n, cst.Name) else None
+        if (isinstance(parent, cst.Param) and parent.name is n) or isinstance(
+            parent, cst.AssignTarget
+        ):
+            found.add(n.value)
+    return found
 
 
 def _calls_reaching_a_need(
