@@ -11,7 +11,7 @@ from accelify.analysis.loops import entry_read
 from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
 from accelify.analysis.script_model import Binding, Kind, Loop, PrepareCall, ScriptModel
-from accelify.analysis.sharded_loaders import sharded_by_its_sampler
+from accelify.analysis.sharded_loaders import epoch_set_through, sharded_by_its_sampler
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
     assigned_targets,
@@ -125,6 +125,29 @@ _SPLIT_TRAINER = (
 )
 
 
+_BUCKET = (
+    HEADER
+    + "import torch\n"
+    + "from torch.utils.data import DataLoader, Sampler\n\n\n"
+    + "class BucketSampler(Sampler):\n"
+    + "    def __init__(self, lengths, batch_size{params}):\n"
+    + "        self.lengths, self.batch_size, self.epoch = lengths, batch_size, 0\n"
+    + "{init}"
+    + "\n    def set_epoch(self, epoch):\n"
+    + "        self.epoch = epoch\n\n"
+    + "    def __iter__(self):\n"
+    + "        order = torch.randperm(len(self.lengths)).tolist(){shard}\n"
+    + "        return iter([order[i : i + 8] for i in range(0, len(order), 8)])\n\n\n"
+    + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+    + "loader = DataLoader(data, batch_sampler=BucketSampler(lengths, 8{arguments}))\n"
+    + "for epoch in range(3):\n"
+    + "    loader.batch_sampler.set_epoch(epoch)\n"
+    + "    for x, y in loader:\n"
+    + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+    + "        optimizer.step()\n"
+)
+
+
 class UnpreparedObject(Rule):
     """A DataLoader, a trained model, its optimizer or a per-step LR scheduler that the training
     loop uses without it having gone through ``accelerator.prepare`` (or under its old name after
@@ -139,7 +162,14 @@ class UnpreparedObject(Rule):
     optimizer step (inside ``accumulate()``, under ``if accelerator.sync_gradients:``), and a
     DataLoader rebuilt every step over the rollouts this rank just made
     (``DataLoader(TensorDataset(*rollouts))`` in a helper the training loop calls) are left
-    alone: not preparing them is correct. A prepare indented into one branch of an
+    alone: not preparing them is correct. A loader whose sampler's epoch the script sets
+    (``loader.sampler.set_epoch(epoch)``) is taken as sharded by a DistributedSampler made
+    where it is (a plain sampler has no ``set_epoch``), unless the file shows the sampler: one
+    of its classes that neither subclasses DistributedSampler nor reads a rank or a replica
+    count (a bucket sampler whose ``set_epoch`` seeds its shuffle), or a torch sampler that does
+    not shard; such a loader is reported, and the message says to call ``set_epoch`` on the
+    sampler object itself (the prepared loader's sampler is the Accelerator's shard wrapper).
+    A prepare indented into one branch of an
     ``if``/``elif`` chain whose other branches build the same objects (a scheduler chosen by
     name) is reported at the prepare: on those branches the training after the chain uses
     everything unprepared.
@@ -393,8 +423,18 @@ class UnpreparedObject(Rule):
         # a trainer builds its optimizer in one method over the models another sets, prepares
         # the models in a third, and steps in the step its training loop calls
         Example(_SPLIT_TRAINER.format(prepared="self.unet, self.loader"), 20, 9),
+        # a project's bucket sampler with its own set_epoch (the shuffle's seed): it does not
+        # shard, so every rank reads the whole data set
+        Example(_BUCKET.format(params="", init="", shard="", arguments=""), 23, 17),
     )
     good = (
+        # ... that one shards itself: it reads its rank and the replica count
+        _BUCKET.format(
+            params=", rank, num_replicas",
+            init="        self.rank, self.num_replicas = rank, num_replicas\n",
+            shard="[self.rank :: self.num_replicas]",
+            arguments=", accelerator.process_index, accelerator.num_processes",
+        ),
         # a loader sharded by its own DistributedSampler: prepared, it would be sharded twice
         HEADER
         + "import torch\n"
@@ -830,9 +870,16 @@ class UnpreparedObject(Rule):
                 and not over_step_data(facts_of(script), loop)
                 and not sharded_by_its_sampler(script, source)
             ):
-                yield self.finding(
-                    script, loop.node.iter, message=_message("DataLoader", source, "sharded")
-                )
+                message = _message("DataLoader", source, "sharded")
+                epoch = epoch_set_through(script, source) if source else None
+                if epoch is not None:  # a project's own sampler (bucketing), set through it
+                    message += (
+                        f"; its sampler does not shard (the set_epoch at line "
+                        f"{script.line(epoch)} is its own shuffle's seed), and prepared, "
+                        f"`{source}`'s sampler is the Accelerator's shard wrapper on several "
+                        "processes: keep the sampler object and call its set_epoch itself"
+                    )
+                yield self.finding(script, loop.node.iter, message=message)
             yield from self._unprepared_arguments(script, loop, dataloaders, prepared)
         trained_models = set().union(*optimizer_models(script).values())
         optimizers = script.names_of(Kind.OPTIMIZER)
