@@ -1275,3 +1275,13 @@ def test_a_reduce_that_says_sum_is_told_it_sums_not_that_it_sums_by_default():
     default = code.replace(', reduction="sum"', "")
     (finding,) = [f for f in lint(default, "ACC416").findings if f.code == "ACC416"]
     assert "sums by default" in finding.message
+
+
+def test_scheduler_sized_through_an_alias_or_a_parameter_names_the_prepare():
+    """``train_loader = loaders["train"]`` of a dict prepared entry by entry, and a helper's
+    parameter filled with a prepared loader: the message names the line that prepared it."""
+    rule = next(r for r in RULES if r.code == "ACC415")
+    aliased = next(e for e in rule.bad if 'train_loader = loaders["train"]' in e.code)
+    assert "(prepared at line 7)" in the_finding(aliased.code, "ACC415").message
+    helper = next(e for e in rule.bad if "def setup_scheduler(" in e.code)
+    assert "(prepared at line 13)" in the_finding(helper.code, "ACC415").message

@@ -432,23 +432,42 @@ def _returns(script: ScriptModel, prepare: PrepareCall, name: str, entry_of: str
 
 def preparing_call(script: ScriptModel, length: cst.Call) -> cst.Call | None:
     """The ``prepare`` that returned the loader ``len(loader)`` measures, when it is in the same
-    function above it and the length names its output (or an entry of a dict it prepared)."""
+    function above it and the length names its output (or an entry of a dict it prepared);
+    followed through an alias (``train_loader = loaders["train"]``) and a parameter every call
+    fills from one place (``setup_scheduler(optimizer, opt, dataloader_train)``), two deep."""
     if not length.args:
         return None
-    measured = length.args[0].value
+    return _preparing(script, length.args[0].value, length, 2)
+
+
+def _preparing(
+    script: ScriptModel, measured: cst.BaseExpression, at: cst.CSTNode, depth: int
+) -> cst.Call | None:
     name = output_name(script, measured)
     entry_of = root_name(measured) if isinstance(measured, cst.Subscript) else None
-    function = facts_of(script).placement.enclosing_function(length)
+    placement = facts_of(script).placement
+    function = placement.enclosing_function(at)
     found = None
     for prepare in script.prepare_calls:
         if (
             name
             and _returns(script, prepare, name, entry_of)
-            and facts_of(script).placement.enclosing_function(prepare.call) is function
-            and script.order(prepare.call) < script.order(length)
+            and placement.enclosing_function(prepare.call) is function
+            and script.order(prepare.call) < script.order(at)
         ):
             found = prepare.call
-    return found
+    plain = dotted(measured)
+    if found is not None or depth <= 0 or plain is None:
+        return found
+    binding = last_binding(script, plain, at)
+    if isinstance(binding, cst.Assign) and len(binding.targets) == 1:
+        if isinstance(binding.value, (cst.Name, cst.Attribute, cst.Subscript)):
+            return _preparing(script, binding.value, binding, depth - 1)  # an alias
+        return None
+    passed = facts_of(script).flow.call_site_arguments(plain, at)
+    if binding is None and len(passed) == 1:
+        return _preparing(script, passed[0].value, passed[0], depth - 1)  # a parameter
+    return None
 
 
 def _prepared_before(
