@@ -286,14 +286,33 @@ def _shrinks_with_the_shard(facts: Facts, bound: cst.BaseExpression, depth: int)
             # a parameter: what its callers pass (``train(..., len(loader))``); one no call
             # passes may be anything, so the loop is not taken as fixed (left prepared)
             passed = facts.flow.call_site_arguments(name, node)
-            if not passed:
+            default = _default_left_to_some_call(facts, name, node)
+            if not passed and default is None:
                 # a number setting of a function no call in the file runs (a CLI entry point:
                 # ``def main(num_train_steps: int = 10000)`` handed to ``tyro.cli(main)``)
                 return not _integer_default(facts, name, node)
+            # what its callers pass, and the default where a call leaves it (``main()``)
             values = [argument.value for argument in passed]
+            values += [default] if default is not None else []
         if any(_shrinks_with_the_shard(facts, value, depth - 1) for value in values):
             return True
     return False
+
+
+def _default_left_to_some_call(
+    facts: Facts, name: str, at: cst.CSTNode
+) -> cst.BaseExpression | None:
+    """The default of ``name``, a parameter of the function around ``at``, where a call of
+    that function in the file leaves it out (``def main(max_steps=5000)`` run as ``main()``)."""
+    function = facts.placement.enclosing_function(at)
+    if function is None:
+        return None
+    default = next((p.default for p in all_params(function.params) if p.name.value == name), None)
+    if default is None:
+        return None
+    calls = facts.flow.calls_of(function)
+    passed = facts.flow.call_site_arguments(name, at)
+    return default if len(passed) < len(calls) else None
 
 
 def _integer_default(facts: Facts, name: str, at: cst.CSTNode) -> bool:
