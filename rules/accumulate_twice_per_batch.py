@@ -129,7 +129,7 @@ class AccumulateTwicePerBatch(Rule):
                 yield self.finding(
                     script,
                     site if site is not None else second.items[0].item,
-                    message=_message(script, accelerator, first, first_site, second, steps),
+                    message=_message(script, accelerator, first, first_site, second, site, steps),
                 )
 
 
@@ -206,6 +206,7 @@ def _message(
     first: cst.With,
     first_site: cst.Call | None,
     second: cst.With,
+    second_site: cst.Call | None,
     steps: int,
 ) -> str:
     models = [
@@ -221,8 +222,13 @@ def _message(
     entered = f"line {script.line(first)}"
     if first_site is not None:
         entered += f", through the call at line {script.line(first_site)}"
+    context = script.module.code_for_node(second.items[0].item)
+    this = f"this {context}"
+    if second_site is not None:
+        this = f"this call's {context} (line {script.line(second)})"
     return (
-        f"Enter {accelerator}.accumulate once per batch, for every model: this batch already "
+        f"Enter {accelerator}.accumulate once per batch, for every model: {this} comes after "
+        f"this batch already "
         f"entered {script.module.code_for_node(first.items[0].item)} ({entered}), and each "
         f"accumulate() counts one micro-batch on the Accelerator's one step counter, so with "
         f"gradient_accumulation_steps={steps} the first context never reaches a sync step: its "
