@@ -109,10 +109,17 @@ class AccumulateTwicePerBatch(Rule):
         # the steps from the command line: nothing in the file says they are even
         _GAN.format(steps="args.gradient_accumulation_steps"),
         # the generator updated every fifth batch only (a WGAN's critic loop): left to review
-        _GAN.format(steps=2).replace(
-            "    with accelerator.accumulate(G):\n",
-            "    if step % 5 == 0:\n        with accelerator.accumulate(G):\n",
-        ),
+        "import torch\n"
+        + HEADER.replace("Accelerator()", "Accelerator(gradient_accumulation_steps=2)")
+        + "G, D, opt_G, opt_D, loader = accelerator.prepare(G, D, opt_G, opt_D, loader)\n"
+        + "for step, real in enumerate(loader):\n"
+        + "    with accelerator.accumulate(D):\n"
+        + "        accelerator.backward(D(G(torch.randn(8, 16)).detach()).mean())\n"
+        + "        opt_D.step()\n"
+        + "    if step % 5 == 0:\n"
+        + "        with accelerator.accumulate(G):\n"
+        + "            accelerator.backward(-D(G(torch.randn(8, 16))).mean())\n"
+        + "            opt_G.step()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
