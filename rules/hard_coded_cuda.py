@@ -39,14 +39,14 @@ class HardCodedCuda(Rule):
             HEADER
             + "import torch\n"
             + "def evaluate(model, loader, device=torch.device('cuda:0')):\n"
-            + "    return [model(x.to(device)) for x in loader]\n"
+            + "    return [model(x.to(device)) for x, y in loader]\n"
             + "print(evaluate(model, loader))\n",
             4,
             36,
             HEADER
             + "import torch\n"
             + "def evaluate(model, loader, device=accelerator.device):\n"
-            + "    return [model(x.to(device)) for x in loader]\n"
+            + "    return [model(x.to(device)) for x, y in loader]\n"
             + "print(evaluate(model, loader))\n",
         ),
         Example(  # RuSigLIP: the global rank as the GPU index (a second machine has no cuda:8)
