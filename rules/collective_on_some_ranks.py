@@ -49,7 +49,10 @@ class CollectiveOnSomeRanks(Rule):
     and ZeRO-3, the forward or ``generate`` of a prepared model under FSDP, and under DDP too
     when the model holds buffers (a BatchNorm: DDP's forward broadcasts them from rank 0, in
     eval mode and under ``no_grad`` as well; measured on 2 ranks, `analysis.buffered_models`),
-    where the advice is to run that forward through ``accelerator.unwrap_model(model)``...)
+    where the advice is to run that forward through ``accelerator.unwrap_model(model)``...;
+    a model bound to ``accelerator.unwrap_model(model)``, also moved after it (``.to("cpu")``),
+    is the bare module, unless that binding sits in a branch a run may skip, ``if
+    args.export:``)
     inside a block only some ranks enter, directly or through a function of the script. A
     backend counts when the script names it, also through its own flag (``--deepspeed``,
     ``args.use_fsdp``). Those ranks wait for the others, who never arrive: the job hangs until
@@ -257,8 +260,25 @@ class CollectiveOnSomeRanks(Rule):
             6,
             5,
         ),
+        # unwrapped only when a setting says so: without it the forward is DDP's, on one rank
+        Example(
+            _BUFFERED
+            + _EVALUATE
+            + _MAIN_ONLY.format(model="model").replace(
+                "if accelerator",
+                "if args.export:\n    model = accelerator.unwrap_model(model)\nif accelerator",
+            ),
+            29,
+            11,
+        ),
     )
     good = (
+        # unwrapped and moved to the CPU after training: the bare module's forward
+        _BUFFERED
+        + _EVALUATE
+        + _MAIN_ONLY.format(model="model").replace(
+            "if accelerator", "model = accelerator.unwrap_model(model).to('cpu')\nif accelerator"
+        ),
         # the unwrapped model's forward is this rank's own
         _BUFFERED + _EVALUATE + _MAIN_ONLY.format(model="accelerator.unwrap_model(model)"),
         # unwrapped once after training (or DDP's ``.module``): every later forward is the

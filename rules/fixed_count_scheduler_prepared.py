@@ -251,6 +251,24 @@ class FixedCountSchedulerPrepared(Rule):
             7,
             77,
         ),
+        # the loop's count a parameter's default, the function run without it
+        Example(
+            "import torch\n"
+            "from accelerate import Accelerator\n\n\n"
+            "def main(max_steps=5000):\n"
+            "    accelerator = Accelerator()\n"
+            "    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)\n"
+            "    scheduler = CosineAnnealingLR(optimizer, T_max=max_steps)\n"
+            "    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)\n"
+            "    for it in range(max_steps):\n"
+            "        accelerator.backward(model(*get_batch('train')))\n"
+            "        optimizer.step()\n"
+            "        optimizer.zero_grad()\n"
+            "        scheduler.step()\n\n\n"
+            "main()\n",
+            9,
+            73,
+        ),
     )
     good = (
         # an optimizer wrapper from the project, handed the optimizer and stepped too: zeroed

@@ -4,7 +4,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis.accelerator_objects import without_accelerator
+from accelify.analysis.dataflow import variables_in
 from accelify.analysis.device_moves import chosen_beside_accelerator_device
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted
 from accelify.lint.rule import (
@@ -34,6 +36,21 @@ class HardCodedCuda(Rule):
     message = "Use accelerator.device instead of a hard-coded CUDA device"
     why = "Each rank has its own GPU; only accelerator.device knows which."
     bad = (
+        # a default the call below leaves in place: every rank evaluates on GPU 0
+        Example(
+            HEADER
+            + "import torch\n"
+            + "def evaluate(model, loader, device=torch.device('cuda:0')):\n"
+            + "    return [model(x.to(device)) for x, y in loader]\n"
+            + "print(evaluate(model, loader))\n",
+            4,
+            36,
+            HEADER
+            + "import torch\n"
+            + "def evaluate(model, loader, device=accelerator.device):\n"
+            + "    return [model(x.to(device)) for x, y in loader]\n"
+            + "print(evaluate(model, loader))\n",
+        ),
         Example(  # RuSigLIP: the global rank as the GPU index (a second machine has no cuda:8)
             HEADER + "import torch\nloss = torch.tensor([0.0], device=accelerator.process_index)\n",
             4,
@@ -94,6 +111,12 @@ class HardCodedCuda(Rule):
         ),
     )
     good = (
+        # a default no call ever uses: the body places on accelerator.device
+        HEADER
+        + "import torch\n"
+        + "def evaluate(model, loader, device=torch.device('cuda:0')):\n"
+        + "    return [model(x.to(accelerator.device)) for x in loader]\n"
+        + "print(evaluate(model, loader))\n",
         # the device chosen in one expression: GPU 0 for the plain-PyTorch reference run that
         # makes no accelerator, the accelerator's device otherwise (an Accelerate test fixture)
         "import torch\n"
@@ -123,7 +146,11 @@ class HardCodedCuda(Rule):
         for call in calls(script):
             if without_accelerator(script, call) or chosen_beside_accelerator_device(script, call):
                 continue  # no accelerator there, or a fixed GPU chosen where its device cannot be
-            if "torch.device" in script.call_names(call) and _names_gpu(call, also_cpu):
+            if (
+                "torch.device" in script.call_names(call)
+                and _names_gpu(call, also_cpu)
+                and not _default_never_used(script, call)
+            ):
                 yield self.finding(script, call, _use_accelerator_device(script, call))
                 continue
             func = call.func
@@ -253,4 +280,24 @@ def _must_run_without_cuda(script: ScriptModel) -> bool:
     """``Accelerator(cpu=...)``: the script is meant to run on CPU too, where "cuda" fails."""
     return any(
         accelerator_argument(b.value, "cpu") is not None for b in script.of_kind(Kind.ACCELERATOR)
+    )
+
+
+def _default_never_used(script: ScriptModel, value: cst.CSTNode) -> bool:
+    """``value`` is a parameter's default that never places anything: the function never reads
+    the parameter (``def evaluate(model, loader, device=torch.device("cuda:0"))`` whose body
+    uses ``accelerator.device``), or every call of it in the file passes its own."""
+    param = script.parent(value)
+    if not isinstance(param, cst.Param) or param.default is not value:
+        return False
+    function = next((a for a in script.ancestors(param) if isinstance(a, cst.FunctionDef)), None)
+    if function is None:
+        return False
+    name = param.name.value
+    if name not in variables_in(script, function.body):
+        return True
+    sites = script.call_graph.calls_of(function)
+    return bool(sites) and all(
+        any(bound == name for bound, _ in bound_arguments(function, site, implicit))
+        for site, implicit in sites
     )

@@ -6,7 +6,7 @@ from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.shared_files import SharedFile
-from accelify.analysis.syntax import assigned_targets, target_names, walk
+from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 _TRAINER = (
@@ -56,7 +56,10 @@ class ReadBeforeWritten(Rule):
     The write and the read may be in two functions that a third calls one after the other (a
     trainer's ``save()``, guarded inside or at its call, then its ``load()``): a barrier after
     the write in its function, between the two calls or before the read orders them there.
-    The same race in one call: a dataset built by every rank with
+    A write and a read no run does both of are not reported: two arms of one ``if``/``elif``
+    chain, or two ``if``s comparing the same setting with different constants (``if args.mode
+    == "train":`` ... ``elif args.mode == "eval":``), their tests the same on every rank and no
+    loop around them. The same race in one call: a dataset built by every rank with
     ``download=accelerator.is_main_process``. A file every rank writes itself (``torch.save``
     unguarded) is ACC201's."""
 
@@ -122,6 +125,23 @@ class ReadBeforeWritten(Rule):
         ),
     )
     good = (
+        # a write and a read in exclusive branches: no run does both
+        HEADER
+        + "import torch\n"
+        + "model = accelerator.prepare(model)\n"
+        + "if args.mode == 'train':\n"
+        + "    if accelerator.is_main_process:\n"
+        + "        torch.save(accelerator.unwrap_model(model).state_dict(), 'model.pt')\n"
+        + "elif args.mode == 'eval':\n"
+        + "    accelerator.unwrap_model(model).load_state_dict(torch.load('model.pt'))\n",
+        # ... also as two ifs comparing the same setting with different constants
+        HEADER
+        + "import torch\n"
+        + "model = accelerator.prepare(model)\n"
+        + "if args.mode == 'train':\n"
+        + "    accelerator.save(accelerator.unwrap_model(model).state_dict(), 'model.pt')\n"
+        + "if args.mode == 'eval':\n"
+        + "    accelerator.unwrap_model(model).load_state_dict(torch.load('model.pt'))\n",
         # the same with a barrier between train() and the read
         _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
         # the trainer's methods, ordered by a barrier: before the read, between the calls, or
@@ -195,6 +215,8 @@ class ReadBeforeWritten(Rule):
                 continue
             if _ordered_by_a_collective(script, shared.write, shared.read):
                 continue
+            if _exclusive(script, shared.write, shared.read):
+                continue  # ``if mode == "train": ... save`` / ``elif mode == "eval": ... load``
             accelerator = accelerator_name(script, shared.read)
             branch = _divergent_branch(script, shared.read, shared.write)
             if branch is not None:
@@ -444,3 +466,81 @@ def _ordered_by_a_collective(script: ScriptModel, write: cst.Call, read: cst.Cal
 
 #: Barriers by their own name, whatever object answers them.
 _BARRIERS = {"wait_for_everyone", "barrier", "main_process_first", "local_main_process_first"}
+
+
+def _exclusive(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bool:
+    """No run does both: they sit in two branches of one ``if``/``elif``/``else`` chain, or
+    under two ``if``s that compare the same name with different constants (``if mode ==
+    "train":`` ... ``if mode == "eval":``), with no loop around either in their function (a
+    loop could take one branch, then the other)."""
+    if _in_a_loop(script, write) or _in_a_loop(script, read):
+        return False
+    ranks = facts_of(script).ranks
+    for branch in script.ancestors(write):
+        if isinstance(branch, cst.If):
+            chain = branch
+            while isinstance(parent := script.parent(chain), cst.If) and parent.orelse is chain:
+                chain = parent
+            if (
+                script.inside(read, chain)
+                and not _same_arm(script, write, read, chain)
+                and all(ranks.uniform(test) for test in _tests(chain))  # not a rank's own test
+            ):
+                return True
+    tested = {
+        _compared_with_constant(b)
+        for b in script.ancestors(write)
+        if isinstance(b, cst.If) and ranks.uniform(b.test)
+    }
+    for branch in script.ancestors(read):
+        if isinstance(branch, cst.If) and ranks.uniform(branch.test):
+            name, constant = _compared_with_constant(branch)
+            if name is not None and any(
+                name == other and constant != value for other, value in tested if other
+            ):
+                return True
+    return False
+
+
+def _tests(chain: cst.If) -> list[cst.BaseExpression]:
+    """The tests of an ``if``/``elif`` chain."""
+    found = []
+    arm: cst.BaseSuite | cst.If | cst.Else | None = chain
+    while isinstance(arm, cst.If):
+        found.append(arm.test)
+        arm = arm.orelse
+    return found
+
+
+def _same_arm(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode, chain: cst.If) -> bool:
+    """``write`` and ``read`` are in the same arm of the ``if``/``elif``/``else`` ``chain``."""
+    arm: cst.CSTNode | None = chain
+    while arm is not None:
+        body = arm.body if isinstance(arm, (cst.If, cst.Else)) else None
+        if body is not None and script.inside(write, body):
+            return script.inside(read, body)
+        arm = arm.orelse if isinstance(arm, cst.If) else None
+    return True
+
+
+def _compared_with_constant(branch: cst.If) -> tuple[str | None, str | None]:
+    """``("args.mode", "'train'")`` for ``if args.mode == "train":``; else ``(None, None)``."""
+    test = branch.test
+    if (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Equal)
+    ):
+        left, right = test.left, test.comparisons[0].comparator
+        if isinstance(right, (cst.SimpleString, cst.Integer)) and dotted(left) is not None:
+            return dotted(left), str(right.evaluated_value)
+    return None, None
+
+
+def _in_a_loop(script: ScriptModel, node: cst.CSTNode) -> bool:
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, (cst.For, cst.While)):
+            return True
+    return False

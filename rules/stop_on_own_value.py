@@ -3,7 +3,11 @@ from dataclasses import dataclass, replace
 
 import libcst as cst
 
-from accelify.analysis.collectives import agreed_in_place, agrees_across_ranks
+from accelify.analysis.collectives import (
+    agreed_in_place,
+    agrees_across_ranks,
+    read_outside_agreement,
+)
 from accelify.analysis.dataflow import statements, variables_in
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.loss_sources import Backward, backwards, last_binding
@@ -383,6 +387,13 @@ class StopOnOwnValue(Rule):
         + "        break\n"
         + "    accelerator.backward(loss)\n"
         + "    optimizer.step()\n",
+        # ... or in the test itself: every rank tests the same sum (ACC416's good example)
+        HEADER
+        + _LOOP
+        + "    if accelerator.reduce(loss.detach()).isnan():\n"
+        + "        continue\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n",
         # TRL's early stop: the KL reduced in place over the ranks before the test
         HEADER
         + "import torch.distributed as dist\n"
@@ -499,7 +510,8 @@ def _decided_on_own_shard(facts: Facts, test: cst.If, loop: cst.For) -> _Decided
     reads what the last one stepped."""
     script = facts.model
     values = OwnValues(facts)
-    pending = names_read(script, test.test)
+    read_as_is = read_outside_agreement(script, test.test)  # not ``val_loss`` of ``reduce(...)``
+    pending = [n for n in names_read(script, test.test) if n.split(".", 1)[0] in read_as_is]
     decided = _decided_by_object(facts, test.test, loop)  # ``if stopper.early_stop:``
     if decided is not None:
         return decided
@@ -893,7 +905,8 @@ def _own_value(
     the loop handed it (the loop's target), on the way to a loss the loop differentiates: the
     loss itself, or what it is computed from (``ratio`` of a PPO step). None when the test's
     values pass a gather or reduce (every rank holds them alike), or reach no loss."""
-    tested = _trace(script, variables_in(script, test.test), test, loop)
+    read_as_is = read_outside_agreement(script, test.test)  # not ``loss`` of ``reduce(loss)``
+    tested = _trace(script, read_as_is, test, loop)
     if not tested:
         return None
     batch = set(target_names(loop.target))
@@ -908,7 +921,7 @@ def _own_value(
         }
         if not shared:
             continue
-        for read in sorted(variables_in(script, test.test)):
+        for read in sorted(read_as_is):
             direct = _trace(script, {read}, test, loop) or {}
             if read in direct and shared & direct.keys():
                 return read, direct[read]

@@ -1,5 +1,8 @@
 from collections.abc import Iterator
 
+import libcst as cst
+
+from accelify.analysis import summed_means as sums
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.summed_means import summed_means
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, in_file_words
@@ -22,6 +25,12 @@ class SummedMean(Rule):
     loss on 2 processes, right on one). Nothing fails; the curves shift with the process count.
     The same for a running total of batch means summed over the ranks and divided by ``len()``
     of the prepared DataLoader, which counts one rank's batches.
+
+    Any sum over the ranks, a summing ``reduce`` or ``accelerator.gather(total).sum()``,
+    divided on its way to the show by ``len()`` of a prepared DataLoader (``len(val_loader)``,
+    ``len(self.val_loader)``: one rank's count of batches) is likewise N times what one process
+    shows, whatever it summed; the fix divides by ``len(val_loader) *
+    accelerator.num_processes``.
 
     A per-rank mean: ``x.mean()``, ``torch.mean(x)``, a quotient by this rank's own count
     (``len()`` of its DataLoader or batch, ``x.size(0)``, a counter it increments; not
@@ -109,8 +118,29 @@ class SummedMean(Rule):
             9,
             12,
         ),
+        # the validation totals gathered and summed over one rank's batch count (a trainer's)
+        Example(
+            _HEADER
+            + "class Trainer:\n"
+            + "    def __init__(self, model, val_loader):\n"
+            + "        self.model, self.val_loader = accelerator.prepare(model, val_loader)\n\n"
+            + "    def validate(self):\n"
+            + "        total = torch.zeros(1, device=accelerator.device)\n"
+            + "        for x, y in self.val_loader:\n"
+            + "            total += torch.nn.functional.cross_entropy(self.model(x), y)\n"
+            + "        loss = accelerator.gather(total).sum() / len(self.val_loader)\n"
+            + "        print(f'val loss {loss.item():.4f}')\n",
+            12,
+            16,
+        ),
     )
     good = (
+        # the gathered totals over every rank's batches
+        _EVAL
+        + "batches = len(eval_loader) * accelerator.num_processes\n"
+        + "print((accelerator.gather(total_loss).sum() / batches).item())\n",
+        # ... or over the whole data set's count of samples
+        _EVAL + "print((accelerator.gather(total_loss).sum() / len(eval_loader.dataset)).item())\n",
         # averaged over the ranks
         _HEADER
         + "for batch in loader:\n"
@@ -183,8 +213,25 @@ class SummedMean(Rule):
                 f"{script.line(found.shown)} is the sum of every rank's mean, num_processes "
                 "times the mean (or divide the sum by accelerator.num_processes)"
             )
+            if found.over is not None:
+                text = _over_one_ranks_batches(script, found, found.over)
             yield self.finding(
                 script,
                 found.reduce,
                 message=in_file_words(text, accelerator_name(script, found.reduce)),
             )
+
+
+def _over_one_ranks_batches(
+    script: ScriptModel, found: sums.SummedMean, over: cst.BaseExpression
+) -> str:
+    """The message for a sum over the ranks divided by one rank's count of batches."""
+    count = script.module.code_for_node(over)
+    summed = script.module.code_for_node(found.reduce)
+    total = script.module.code_for_node(found.mean)
+    return (
+        f"Divide {summed} by every rank's batches: it sums {total} over the ranks, but {count} "
+        f"counts this rank's batches only, so the value shown at line {script.line(found.shown)} "
+        f"is num_processes times what one process shows; divide by ({count} * "
+        "accelerator.num_processes)"
+    )

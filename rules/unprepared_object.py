@@ -11,7 +11,7 @@ from accelify.analysis.loops import entry_read
 from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
 from accelify.analysis.script_model import Binding, Kind, Loop, PrepareCall, ScriptModel
-from accelify.analysis.sharded_loaders import sharded_by_its_sampler
+from accelify.analysis.sharded_loaders import epoch_set_through, sharded_by_its_sampler
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
     assigned_targets,
@@ -25,6 +25,7 @@ from accelify.lint.rule import (
     Example,
     Finding,
     Rule,
+    accelerator_argument,
     accelerator_name,
     calls,
     calls_in,
@@ -125,6 +126,43 @@ _SPLIT_TRAINER = (
 )
 
 
+_BUCKET = (
+    HEADER
+    + "import torch\n"
+    + "from torch.utils.data import DataLoader, Sampler\n\n\n"
+    + "class BucketSampler(Sampler):\n"
+    + "    def __init__(self, lengths, batch_size{params}):\n"
+    + "        self.lengths, self.batch_size, self.epoch = lengths, batch_size, 0\n"
+    + "{init}"
+    + "\n    def set_epoch(self, epoch):\n"
+    + "        self.epoch = epoch\n\n"
+    + "    def __iter__(self):\n"
+    + "        order = torch.randperm(len(self.lengths)).tolist(){shard}\n"
+    + "        return iter([order[i : i + 8] for i in range(0, len(order), 8)])\n\n\n"
+    + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+    + "loader = DataLoader(data, batch_sampler=BucketSampler(lengths, 8{arguments}))\n"
+    + "for epoch in range(3):\n"
+    + "    loader.batch_sampler.set_epoch(epoch)\n"
+    + "    for x, y in loader:\n"
+    + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+    + "        optimizer.step()\n"
+)
+
+
+_NOTHING_PREPARED = (
+    "import torch\n"
+    + HEADER.replace("Accelerator()", "Accelerator({settings})")
+    + "model = Net().to(accelerator.device)\n"
+    + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    + "loader = torch.utils.data.DataLoader(data, batch_size=32, shuffle=True)\n"
+    + "for x, y in loader:\n"
+    + "    x, y = x.to(accelerator.device), y.to(accelerator.device)\n"
+    + "    accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+    + "    optimizer.step()\n"
+    + "    optimizer.zero_grad()\n"
+)
+
+
 class UnpreparedObject(Rule):
     """A DataLoader, a trained model, its optimizer or a per-step LR scheduler that the training
     loop uses without it having gone through ``accelerator.prepare`` (or under its old name after
@@ -139,7 +177,18 @@ class UnpreparedObject(Rule):
     optimizer step (inside ``accumulate()``, under ``if accelerator.sync_gradients:``), and a
     DataLoader rebuilt every step over the rollouts this rank just made
     (``DataLoader(TensorDataset(*rollouts))`` in a helper the training loop calls) are left
-    alone: not preparing them is correct. A prepare indented into one branch of an
+    alone: not preparing them is correct. A loader whose sampler's epoch the script sets
+    (``loader.sampler.set_epoch(epoch)``) is taken as sharded by a DistributedSampler made
+    where it is (a plain sampler has no ``set_epoch``), unless the file shows the sampler: one
+    of its classes that neither subclasses DistributedSampler nor reads a rank or a replica
+    count (a bucket sampler whose ``set_epoch`` seeds its shuffle), or a torch sampler that does
+    not shard; such a loader is reported, and the message says to call ``set_epoch`` on the
+    sampler object itself (the prepared loader's sampler is the Accelerator's shard wrapper).
+    A file that prepares nothing at all is data-parallel in nothing (each rank trains its own
+    copy on all the data: correct, N times the work), and is reported only where its own
+    Accelerator sets ``mixed_precision="fp16"`` or ``gradient_accumulation_steps`` and trains
+    through ``accelerator.backward``: the unprepared optimizer's ``step()`` then steps the
+    scaled (or divided, every batch) gradients. A prepare indented into one branch of an
     ``if``/``elif`` chain whose other branches build the same objects (a scheduler chosen by
     name) is reported at the prepare: on those branches the training after the chain uses
     everything unprepared.
@@ -393,8 +442,24 @@ class UnpreparedObject(Rule):
         # a trainer builds its optimizer in one method over the models another sets, prepares
         # the models in a third, and steps in the step its training loop calls
         Example(_SPLIT_TRAINER.format(prepared="self.unet, self.loader"), 20, 9),
+        # a project's bucket sampler with its own set_epoch (the shuffle's seed): it does not
+        # shard, so every rank reads the whole data set
+        Example(_BUCKET.format(params="", init="", shard="", arguments=""), 23, 17),
+        # nothing prepared, fp16 on: the Accelerator's backward scales the loss, and the
+        # optimizer steps the scaled gradients
+        Example(_NOTHING_PREPARED.format(settings='mixed_precision="fp16"'), 10, 5),
     )
     good = (
+        # nothing prepared, nothing the backward changes: each rank trains its own copy on all
+        # the data (correct, not data-parallel: convert leaves such a file so, with a review)
+        _NOTHING_PREPARED.format(settings=""),
+        # ... that one shards itself: it reads its rank and the replica count
+        _BUCKET.format(
+            params=", rank, num_replicas",
+            init="        self.rank, self.num_replicas = rank, num_replicas\n",
+            shard="[self.rank :: self.num_replicas]",
+            arguments=", accelerator.process_index, accelerator.num_processes",
+        ),
         # a loader sharded by its own DistributedSampler: prepared, it would be sharded twice
         HEADER
         + "import torch\n"
@@ -806,7 +871,11 @@ class UnpreparedObject(Rule):
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         if not script.prepare_calls:
-            return  # nothing is prepared at all: not a script this rule can reason about
+            # nothing is prepared: every rank trains its own copy on all the data (correct, not
+            # data-parallel, as convert leaves it), but an optimizer stepped after the
+            # Accelerator's backward misses what that backward did to the gradients
+            yield from self._optimizers_without_prepare(script)
+            return
         yield from self._prepared_in_one_branch(script)
         yield from self._prepared_into_loop_variable(script)
         prepared = _prepared_names(script)
@@ -830,9 +899,16 @@ class UnpreparedObject(Rule):
                 and not over_step_data(facts_of(script), loop)
                 and not sharded_by_its_sampler(script, source)
             ):
-                yield self.finding(
-                    script, loop.node.iter, message=_message("DataLoader", source, "sharded")
-                )
+                message = _message("DataLoader", source, "sharded")
+                epoch = epoch_set_through(script, source) if source else None
+                if epoch is not None:  # a project's own sampler (bucketing), set through it
+                    message += (
+                        f"; its sampler does not shard (the set_epoch at line "
+                        f"{script.line(epoch)} is its own shuffle's seed), and prepared, "
+                        f"`{source}`'s sampler is the Accelerator's shard wrapper on several "
+                        "processes: keep the sampler object and call its set_epoch itself"
+                    )
+                yield self.finding(script, loop.node.iter, message=message)
             yield from self._unprepared_arguments(script, loop, dataloaders, prepared)
         trained_models = set().union(*optimizer_models(script).values())
         optimizers = script.names_of(Kind.OPTIMIZER)
@@ -896,6 +972,36 @@ class UnpreparedObject(Rule):
                     yield self.finding(
                         script, call, message=_scheduler_message(script, call, owner)
                     )
+
+    def _optimizers_without_prepare(self, script: ScriptModel) -> Iterator[Finding]:
+        """A file that prepares nothing, trains through its own Accelerator's backward and sets
+        fp16 or accumulation on it: each optimizer's ``step()`` in a training loop."""
+        setting = _backward_changes_gradients(script)
+        if setting is None:
+            return
+        optimizers = script.names_of(Kind.OPTIMIZER)
+        training = [loop for loop in script.loops if loop.trains]
+        inside = {id(call) for loop in training for call in calls_in(script, loop.node)}
+        for call in calls(script):
+            func = call.func
+            if not (
+                id(call) in inside
+                and isinstance(func, cst.Attribute)
+                and func.attr.value == "step"
+                and dotted(func.value) in optimizers
+                and not script.under_rank_guard(call)
+            ):
+                continue
+            name = dotted(func.value)
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    f"Pass `{name}` to accelerator.prepare, with the model and the DataLoader "
+                    f"it trains on, and use what it returns: nothing in this file is prepared, "
+                    f"and with {setting}"
+                ),
+            )
 
     def _prepared_into_loop_variable(self, script: ScriptModel) -> Iterator[Finding]:
         """``for model in self.models: model = accelerator.prepare(model)`` and nothing in the
@@ -1499,3 +1605,54 @@ def _in_a_training_step(script: ScriptModel, call: cst.Call) -> bool:
         and node.func.attr.value == "backward"
         for node in walk(function)
     )
+
+
+def _backward_changes_gradients(script: ScriptModel) -> str | None:
+    """What the file's own Accelerator does to the gradients an unprepared optimizer then
+    steps, in words: ``mixed_precision="fp16"`` (the backward scales the loss; the prepared
+    optimizer unscales, skips steps with inf/NaN), ``gradient_accumulation_steps`` (the backward
+    divides every loss; the prepared optimizer steps only on sync steps). None where it sets
+    neither, hands the Accelerator to another function (which may prepare), or never runs its
+    backward."""
+    found = None
+    made = set()
+    for binding in script.of_kind(Kind.ACCELERATOR):
+        value = binding.value
+        if "." in binding.name or not isinstance(value, cst.Call):
+            continue
+        if not script.call_names(value) & names.ACCELERATORS:
+            continue
+        made.add(binding.name)
+        precision = accelerator_argument(value, "mixed_precision")
+        steps = accelerator_argument(value, "gradient_accumulation_steps")
+        if (
+            precision is not None
+            and isinstance(precision.value, cst.SimpleString)
+            and precision.value.evaluated_value == "fp16"
+        ):
+            found = (
+                'mixed_precision="fp16" the Accelerator\'s backward scales the loss, so this '
+                "unprepared optimizer steps gradients thousands of times too large (the "
+                "prepared one unscales them and skips steps with inf or NaN)"
+            )
+        elif (
+            steps is not None
+            and isinstance(steps.value, cst.Integer)
+            and int(steps.value.evaluated_value) > 1
+        ):
+            found = (
+                f"gradient_accumulation_steps={steps.value.value} the Accelerator's backward "
+                "divides every loss, so this unprepared optimizer steps every batch on a "
+                "fraction of the gradient (the prepared one steps only when they are synced)"
+            )
+    if found is None or any("prepare" in (dotted(call.func) or "") for call in script.calls):
+        return None
+    if any(dotted(argument.value) in made for call in script.calls for argument in call.args):
+        return None  # ``setup(accelerator, model)`` may prepare elsewhere
+    backward = any(
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "backward"
+        and dotted(call.func.value) in made
+        for call in script.calls
+    )
+    return found if backward else None

@@ -77,7 +77,14 @@ _SAVES_GLOBAL = "def save():\n    torch.save(model.state_dict(), 'm.pt')\n"
 
 class WrappedStateDict(Rule):
     """The state dict of a prepared model is the wrapper's: under DDP every key starts with
-    ``module.``, so the file does not load into the plain model later."""
+    ``module.``, so the file does not load into the plain model later.
+
+    The fix is convert's: ``accelerator.get_state_dict(model)`` (the whole unwrapped model, also
+    under FSDP and ZeRO-3) where the state dict is built in an ``accelerator.save(...)`` every
+    rank reaches (it is a collective under those engines); elsewhere (under a rank test, in a
+    ``torch.save`` every rank runs, through a name or a helper)
+    ``accelerator.unwrap_model(model).state_dict()``, and the message says where to write
+    ``get_state_dict`` for FSDP and ZeRO-3."""
 
     code = "ACC503"
     name = "wrapped-state-dict"
@@ -114,11 +121,23 @@ class WrappedStateDict(Rule):
             "    ckpt['model'] = accelerator.unwrap_model(model).state_dict()\n"
             "torch.save(ckpt, 'm.pt')\n",
         ),
+        # every rank reaches the save: convert's get_state_dict (the whole model on any engine)
         Example(
             _PREPARED + "accelerator.save(model.state_dict(), 'm.pt')\n",
             5,
             18,
-            _PREPARED + "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",
+            _PREPARED + "accelerator.save(accelerator.get_state_dict(model), 'm.pt')\n",
+        ),
+        # under the main-process test get_state_dict would hang FSDP's other ranks: unwrapped
+        Example(
+            _PREPARED
+            + "if accelerator.is_main_process:\n"
+            + "    accelerator.save(model.state_dict(), 'm.pt')\n",
+            6,
+            22,
+            _PREPARED
+            + "if accelerator.is_main_process:\n"
+            + "    accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')\n",
         ),
         # the same function called once before the unwrapping as well: that save is wrapped
         Example(
@@ -400,6 +419,22 @@ class WrappedStateDict(Rule):
 
                 fix = Plan.of(rewrites.unwrap(owner, acc)) if acc is not None else None
                 message = self.message.replace("(model)", f"({name})")  # ``self.model``
+                if acc is not None and not constructed and _every_rank_saves_it(script, node, at):
+                    # convert's edit: the whole model's state under every engine
+                    fix = Plan.of(rewrites.full_state(node, acc))
+                    message = (
+                        f"Save accelerator.get_state_dict({name}): {name}.state_dict() is the "
+                        "wrapper's (every key prefixed 'module.' under DDP, one rank's shard "
+                        "under FSDP or ZeRO-3); get_state_dict is the whole unwrapped model, and "
+                        "every rank runs it here (a collective under those engines)"
+                    )
+                elif acc is not None and not constructed:
+                    message = (
+                        f"Save accelerator.unwrap_model({name}).state_dict(): {name}.state_dict() "
+                        "is the wrapper's, every key prefixed 'module.' under DDP (under FSDP or "
+                        f"ZeRO-3 write accelerator.get_state_dict({name}) where every rank runs "
+                        "it, before any rank test, and save that)"
+                    )
                 if acc is None and constructed:
                     message = (
                         f"Save the state dict of {name} unwrapped by the Accelerator that "
@@ -773,3 +808,24 @@ def _unwrapped_before(script: ScriptModel, name: str | None, call: cst.Call) -> 
         if isinstance(value, cst.Attribute) and value.attr.value == "module":
             return True
     return False
+
+
+def _every_rank_saves_it(script: ScriptModel, state: cst.Call, save: cst.Call) -> bool:
+    """``state`` (``model.state_dict()``) is built inside the arguments of ``save``, an
+    ``accelerator.save`` (it writes on the main process alone: under FSDP and ZeRO-3 the other
+    ranks' ``get_state_dict`` is empty, and a ``torch.save`` of it on every rank would race the
+    main process's file), which every rank reaches: no rank test around it or
+    around a call of its function, no ``except`` block, no stop a rank may take alone before it
+    (`SharedFiles.divergent_around`, `parting_before`). There ``accelerator.get_state_dict``,
+    a collective under FSDP and ZeRO-3, is safe, as convert writes it."""
+    facts = facts_of(script)
+    return (
+        isinstance(save.func, cst.Attribute)
+        and save.func.attr.value == "save"
+        and dotted(save.func.value) in facts.flow.names_of(Kind.ACCELERATOR)
+        and facts.placement.inside(state, save)
+        and not facts.ranks.under_rank_guard(state)
+        and facts.shared_files.kept_on_every_rank(save) is None
+        and facts.shared_files.divergent_around(state) is None
+        and facts.shared_files.parting_before(state) is None
+    )

@@ -265,10 +265,28 @@ def test_wrapped_state_dict_advice_names_the_saved_model_and_accelerator():
         "        self.accelerator.save(self.model.state_dict(), path)\n"
     )
     finding = the_finding(code, "ACC503")
-    assert finding.message == (
-        "Save self.accelerator.unwrap_model(self.model).state_dict() "
-        "(or self.accelerator.get_state_dict(self.model))"
+    assert finding.message.startswith(
+        "Save self.accelerator.get_state_dict(self.model): self.model.state_dict() is the wrapper's"
     )
+    fixed = lint(code, "ACC503", fix=True).fixed.decode()
+    assert "self.accelerator.save(self.accelerator.get_state_dict(self.model), path)" in fixed
+
+
+def test_wrapped_state_dict_under_a_rank_test_is_unwrapped_and_says_where_get_state_dict_goes():
+    """get_state_dict is a collective under FSDP and ZeRO-3: under the main-process test the
+    fix keeps the unwrapped state dict, and the advice puts get_state_dict before the test."""
+    code = (
+        "from accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "model = accelerator.prepare(model)\n"
+        "if accelerator.is_main_process:\n"
+        "    accelerator.save(model.state_dict(), 'm.pt')\n"
+    )
+    finding = the_finding(code, "ACC503")
+    assert finding.message.startswith("Save accelerator.unwrap_model(model).state_dict()")
+    assert "get_state_dict(model) where every rank runs it, before any rank test" in finding.message
+    fixed = lint(code, "ACC503", fix=True).fixed.decode()
+    assert "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'm.pt')" in fixed
 
 
 def test_an_evaluation_run_under_a_rank_guard_is_advised_out_of_the_guard_first():
@@ -1257,3 +1275,13 @@ def test_a_reduce_that_says_sum_is_told_it_sums_not_that_it_sums_by_default():
     default = code.replace(', reduction="sum"', "")
     (finding,) = [f for f in lint(default, "ACC416").findings if f.code == "ACC416"]
     assert "sums by default" in finding.message
+
+
+def test_scheduler_sized_through_an_alias_or_a_parameter_names_the_prepare():
+    """``train_loader = loaders["train"]`` of a dict prepared entry by entry, and a helper's
+    parameter filled with a prepared loader: the message names the line that prepared it."""
+    rule = next(r for r in RULES if r.code == "ACC415")
+    aliased = next(e for e in rule.bad if 'train_loader = loaders["train"]' in e.code)
+    assert "(prepared at line 7)" in the_finding(aliased.code, "ACC415").message
+    helper = next(e for e in rule.bad if "def setup_scheduler(" in e.code)
+    assert "(prepared at line 13)" in the_finding(helper.code, "ACC415").message

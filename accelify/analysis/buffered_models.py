@@ -19,12 +19,16 @@ transformers models register buffers, but not all)."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
+
+if TYPE_CHECKING:
+    from accelify.analysis.facts import Facts
 
 #: Layers that hold running statistics as buffers.
 _BUFFERED_LAYERS = re.compile(r"^torch\.nn\.(?:modules\.\w+\.)?(?:Lazy)?(?:Sync)?BatchNorm\w*$")
@@ -141,10 +145,10 @@ def _unwrapped_at(script: ScriptModel, name: str | None, at: cst.CSTNode, depth:
     if name is None:
         return False
     binding = last_binding(script, name, at)
+    facts = facts_of(script)
     if binding is not None:
         value = binding.value if isinstance(binding, cst.Assign | cst.AnnAssign) else None
-        return value is not None and _unwraps(value)
-    facts = facts_of(script)
+        return value is not None and _unwraps(value) and not _may_be_skipped(facts, binding, at)
     function = facts.placement.enclosing_function(at)
     if function is None or depth == 0 or "." in name:
         return False
@@ -160,8 +164,20 @@ def _unwrapped_at(script: ScriptModel, name: str | None, at: cst.CSTNode, depth:
     )
 
 
+#: Module methods that return the module itself: ``unwrap_model(model).to("cpu")`` is still
+#: the unwrapped module.
+_RETURNS_ITSELF = frozenset({"to", "cpu", "cuda", "eval", "train", "float", "half", "bfloat16"})
+
+
 def _unwraps(value: cst.BaseExpression) -> bool:
-    """``accelerator.unwrap_model(model)`` or ``model.module``."""
+    """``accelerator.unwrap_model(model)`` or ``model.module``, also moved or switched after
+    (``accelerator.unwrap_model(model).to("cpu")``, ``.eval()``)."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in _RETURNS_ITSELF
+    ):
+        value = value.func.value
     if isinstance(value, cst.Attribute):
         return value.attr.value == "module"
     return (
@@ -169,3 +185,19 @@ def _unwraps(value: cst.BaseExpression) -> bool:
         and isinstance(value.func, cst.Attribute)
         and value.func.attr.value == "unwrap_model"
     )
+
+
+def _may_be_skipped(facts: Facts, binding: cst.CSTNode, at: cst.CSTNode) -> bool:
+    """``binding`` sits in a branch ``at`` is not in, whose test is no rank test: a run may
+    skip it (``if args.export: model = accelerator.unwrap_model(model)``) and reach ``at``
+    with the wrapper. A branch on the main process (``if accelerator.is_main_process:``) is
+    taken by the ranks a forward under the same test runs on."""
+    script = facts.model
+    for ancestor in script.ancestors(binding):
+        if isinstance(ancestor, cst.FunctionDef) or script.inside(at, ancestor):
+            return False
+        if isinstance(ancestor, cst.If) and not facts.ranks.is_rank_test(ancestor.test):
+            return True
+        if isinstance(ancestor, cst.ExceptHandler):
+            return True
+    return False

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import argument_value, dotted, keyword_value
+from accelify.analysis.syntax import argument_value, children_of, dotted, keyword_value
 
 DDP, FSDP, DEEPSPEED, ZERO3 = "ddp", "fsdp", "deepspeed", "deepspeed-zero3"
 EVERY_BACKEND = frozenset({DDP, FSDP, DEEPSPEED, ZERO3})
@@ -384,3 +384,22 @@ def named(backends: frozenset[str]) -> str:
     if DEEPSPEED in backends:
         names = [n for n in names if n != BACKEND_NAMES[ZERO3]]
     return " and ".join(names)
+
+
+def read_outside_agreement(script: ScriptModel, node: cst.CSTNode) -> set[str]:
+    """The variables ``node`` reads outside every call that makes its value the same on every
+    rank: ``step`` of ``accelerator.reduce(loss).isnan() or step > limit``, not ``loss``, which
+    the test only sees reduced (every rank decides on the same sum)."""
+    found: set[str] = set()
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Call) and agrees_across_ranks(script, current):
+            continue
+        if isinstance(current, cst.Name):
+            found.add(current.value)
+        elif isinstance(current, cst.Attribute):
+            pending.append(current.value)  # ``x`` of ``x.mean``, not the member's name
+        else:
+            pending += children_of(current)
+    return found

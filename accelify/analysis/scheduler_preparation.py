@@ -286,14 +286,33 @@ def _shrinks_with_the_shard(facts: Facts, bound: cst.BaseExpression, depth: int)
             # a parameter: what its callers pass (``train(..., len(loader))``); one no call
             # passes may be anything, so the loop is not taken as fixed (left prepared)
             passed = facts.flow.call_site_arguments(name, node)
-            if not passed:
+            default = _default_left_to_some_call(facts, name, node)
+            if not passed and default is None:
                 # a number setting of a function no call in the file runs (a CLI entry point:
                 # ``def main(num_train_steps: int = 10000)`` handed to ``tyro.cli(main)``)
                 return not _integer_default(facts, name, node)
+            # what its callers pass, and the default where a call leaves it (``main()``)
             values = [argument.value for argument in passed]
+            values += [default] if default is not None else []
         if any(_shrinks_with_the_shard(facts, value, depth - 1) for value in values):
             return True
     return False
+
+
+def _default_left_to_some_call(
+    facts: Facts, name: str, at: cst.CSTNode
+) -> cst.BaseExpression | None:
+    """The default of ``name``, a parameter of the function around ``at``, where a call of
+    that function in the file leaves it out (``def main(max_steps=5000)`` run as ``main()``)."""
+    function = facts.placement.enclosing_function(at)
+    if function is None:
+        return None
+    default = next((p.default for p in all_params(function.params) if p.name.value == name), None)
+    if default is None:
+        return None
+    calls = facts.flow.calls_of(function)
+    passed = facts.flow.call_site_arguments(name, at)
+    return default if len(passed) < len(calls) else None
 
 
 def _integer_default(facts: Facts, name: str, at: cst.CSTNode) -> bool:
@@ -432,23 +451,42 @@ def _returns(script: ScriptModel, prepare: PrepareCall, name: str, entry_of: str
 
 def preparing_call(script: ScriptModel, length: cst.Call) -> cst.Call | None:
     """The ``prepare`` that returned the loader ``len(loader)`` measures, when it is in the same
-    function above it and the length names its output (or an entry of a dict it prepared)."""
+    function above it and the length names its output (or an entry of a dict it prepared);
+    followed through an alias (``train_loader = loaders["train"]``) and a parameter every call
+    fills from one place (``setup_scheduler(optimizer, opt, dataloader_train)``), two deep."""
     if not length.args:
         return None
-    measured = length.args[0].value
+    return _preparing(script, length.args[0].value, length, 2)
+
+
+def _preparing(
+    script: ScriptModel, measured: cst.BaseExpression, at: cst.CSTNode, depth: int
+) -> cst.Call | None:
     name = output_name(script, measured)
     entry_of = root_name(measured) if isinstance(measured, cst.Subscript) else None
-    function = facts_of(script).placement.enclosing_function(length)
+    placement = facts_of(script).placement
+    function = placement.enclosing_function(at)
     found = None
     for prepare in script.prepare_calls:
         if (
             name
             and _returns(script, prepare, name, entry_of)
-            and facts_of(script).placement.enclosing_function(prepare.call) is function
-            and script.order(prepare.call) < script.order(length)
+            and placement.enclosing_function(prepare.call) is function
+            and script.order(prepare.call) < script.order(at)
         ):
             found = prepare.call
-    return found
+    plain = dotted(measured)
+    if found is not None or depth <= 0 or plain is None:
+        return found
+    binding = last_binding(script, plain, at)
+    if isinstance(binding, cst.Assign) and len(binding.targets) == 1:
+        if isinstance(binding.value, (cst.Name, cst.Attribute, cst.Subscript)):
+            return _preparing(script, binding.value, binding, depth - 1)  # an alias
+        return None
+    passed = facts_of(script).flow.call_site_arguments(plain, at)
+    if binding is None and len(passed) == 1:
+        return _preparing(script, passed[0].value, passed[0], depth - 1)  # a parameter
+    return None
 
 
 def _prepared_before(

@@ -4,7 +4,11 @@ A loader built with ``sampler=DistributedSampler(...)`` (or a name bound to one)
 each rank its 1/N of the data: left out of ``accelerator.prepare`` it is sharded, and prepared
 it is sharded twice (ACC402). A loader whose ``.sampler.set_epoch(epoch)`` the script calls
 holds such a sampler too, made where the loader is (a project helper's
-``get_dataloader(...)``): a plain sampler has no ``set_epoch``.
+``get_dataloader(...)``): a plain sampler has no ``set_epoch``. Unless the file shows what the
+sampler is: a loader built here with ``sampler=``/``batch_sampler=`` of a class of the file that
+neither subclasses DistributedSampler nor reads a rank or a replica count (a project's bucket
+sampler with its own ``set_epoch`` for the shuffle's seed), or of a torch sampler that does not
+shard, reads the whole data set on every rank.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods
+from accelify.analysis.syntax import dotted, strip_self_methods, walk
 
 _SAMPLER_KEYWORDS = frozenset({"sampler", "batch_sampler"})
 
@@ -54,6 +58,79 @@ def sharded_by_its_sampler(script: ScriptModel, loader: str | None) -> bool:
                 isinstance(owner, cst.Attribute)
                 and owner.attr.value in _SAMPLER_KEYWORDS
                 and dotted(owner.value) == loader
+                and not _whole_data_sampler(script, loader, owner.attr.value)
             ):
                 return True
     return False
+
+
+def epoch_set_through(script: ScriptModel, loader: str) -> cst.Call | None:
+    """``loader.sampler.set_epoch(epoch)`` (or ``.batch_sampler``): the script sets its own
+    sampler's epoch through the loader. Prepared, the loader's ``batch_sampler`` is the
+    Accelerator's shard wrapper (on several processes), which has no ``set_epoch``."""
+    for call in script.calls:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "set_epoch":
+            owner = func.value
+            if (
+                isinstance(owner, cst.Attribute)
+                and owner.attr.value in _SAMPLER_KEYWORDS
+                and dotted(owner.value) == loader
+            ):
+                return call
+    return None
+
+
+#: The words a sampler that shards reads: its replica count and its rank.
+_SHARDING_WORDS = frozenset(
+    {"num_replicas", "rank", "get_rank", "get_world_size", "world_size", "process_index"}
+)
+
+
+def _whole_data_sampler(script: ScriptModel, loader: str, keyword: str) -> bool:
+    """Every construction of ``loader`` in the file hands ``keyword`` (``sampler`` or
+    ``batch_sampler``) a sampler that does not shard: a class of the file that neither
+    subclasses DistributedSampler nor reads a rank or a replica count, or a torch sampler
+    other than DistributedSampler."""
+    values = [
+        argument.value
+        for binding in script.of_kind(Kind.DATALOADER)
+        if binding.name == loader
+        and isinstance(made := strip_self_methods(binding.value), cst.Call)
+        for argument in made.args
+        if argument.keyword is not None and argument.keyword.value == keyword
+    ]
+    return bool(values) and all(_does_not_shard(script, value) for value in values)
+
+
+def _does_not_shard(script: ScriptModel, value: cst.BaseExpression) -> bool:
+    if not isinstance(value, cst.Call):
+        name = dotted(value)
+        bound = [a.value for a in script.index.assignments_to(name)] if name else []
+        return bool(bound) and all(_does_not_shard(script, v) for v in bound)
+    called = script.call_names(value)
+    if called & names.DISTRIBUTED_SAMPLERS:
+        return False
+    if any(n.startswith("torch.utils.data.") for n in called):
+        return True  # RandomSampler, SequentialSampler, BatchSampler, ...
+    classes = [
+        c
+        for c in script.index.of_type(cst.ClassDef)
+        if isinstance(c, cst.ClassDef) and c.name.value == dotted(value.func)
+    ]
+    return len(classes) == 1 and not _shards_itself(script, classes[0])
+
+
+def _shards_itself(script: ScriptModel, sampler: cst.ClassDef) -> bool:
+    """The class subclasses a DistributedSampler or reads a rank or a replica count."""
+    for base in sampler.bases:
+        base_name = dotted(base.value) or ""
+        if "Distributed" in base_name or script.imports.resolve(base_name) in (
+            names.DISTRIBUTED_SAMPLERS
+        ):
+            return True
+    return any(
+        isinstance(node, (cst.Name, cst.Attribute))
+        and (node.attr.value if isinstance(node, cst.Attribute) else node.value) in _SHARDING_WORDS
+        for node in walk(sampler)
+    )

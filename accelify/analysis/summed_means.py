@@ -15,7 +15,12 @@ and then divided by ``len()`` of a prepared DataLoader, this rank's count of bat
 of N ranks' totals over one rank's count is again N times the mean.
 Shown: the reduced value, or a name, a dict, a running total it goes into, reaches the
 arguments of a print, a logger, a tracker's ``log`` or a progress bar, in the same function or
-in a caller it is returned to, with no division by the process count on the way."""
+in a caller it is returned to, with no division by the process count on the way.
+
+Any sum over the ranks (a summing ``reduce``, or ``accelerator.gather(total).sum()``) divided on
+its way to the show by ``len()`` of a prepared DataLoader, one rank's count of batches, is N
+times what one process shows, whatever it summed (batch means, per-sample sums, counts):
+``accelerator.gather(total).sum() / len(val_loader)``."""
 
 from __future__ import annotations
 
@@ -53,10 +58,13 @@ class SummedMean:
     shown: cst.Call
     #: the reduce says ``reduction="sum"`` itself (else it sums by default)
     said_sum: bool = False
+    #: one rank's count of batches the sum is divided by on the way (``len(val_loader)``)
+    over: cst.BaseExpression | None = None
 
 
 def summed_means(script: ScriptModel) -> list[SummedMean]:
-    """Every summing ``reduce`` of a per-rank mean whose sum is shown undivided."""
+    """Every summing ``reduce`` of a per-rank mean whose sum is shown undivided, and every sum
+    over the ranks shown divided by one rank's count of batches."""
     found = []
     accelerators = facts_of(script).flow.names_of(Kind.ACCELERATOR)
     for call in script.index.attributes_named("reduce"):
@@ -66,31 +74,48 @@ def summed_means(script: ScriptModel) -> list[SummedMean]:
         if dotted(call.value) not in accelerators or not _sums(reduce):
             continue
         argument = reduce.args[0].value
+        said = argument_value(reduce, "reduction", 1) is not None
         if per_rank_mean(script, argument, reduce, _DEPTH):
             shown = _shown(script, reduce, _DEPTH, divided=True)
-        elif _total_of_means(script, argument, reduce):
-            shown = _shown(script, reduce, _DEPTH, divided=False)
-        else:
-            continue
+            if shown is not None:
+                found.append(SummedMean(reduce, argument, shown[0], said))
+                continue
+        shown = _shown(script, reduce, _DEPTH, divided=False)
         if shown is not None:
-            said = argument_value(reduce, "reduction", 1) is not None
-            found.append(SummedMean(reduce, argument, shown, said))
+            found.append(SummedMean(reduce, argument, shown[0], said, shown[1]))
+    for summed, argument in _gathered_sums(script, accelerators):
+        shown = _shown(script, summed, _DEPTH, divided=False)
+        if shown is not None:
+            found.append(SummedMean(summed, argument, shown[0], True, shown[1]))
     return found
 
 
-def _total_of_means(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
-    """``total_loss`` after ``total_loss += loss.detach().float()`` of a per-rank mean."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        if value.func.attr.value not in _KEEPS_VALUES:
-            return False
-        value = value.func.value
-    name = dotted(value)
-    binding = last_binding(script, name, at) if name is not None else None
-    return (
-        isinstance(binding, cst.AugAssign)
-        and isinstance(binding.operator, cst.AddAssign)
-        and per_rank_mean(script, binding.value, binding, _DEPTH)
-    )
+def _gathered_sums(
+    script: ScriptModel, accelerators: set[str]
+) -> list[tuple[cst.Call, cst.BaseExpression]]:
+    """``accelerator.gather(total).sum()`` (or of ``gather_for_metrics``, or
+    ``torch.sum(accelerator.gather(total))``), with what was gathered: a sum over the ranks."""
+    found = []
+    for member in ("gather", "gather_for_metrics"):
+        for call in script.index.attributes_named(member):
+            gather = script.parent(call)
+            if not (isinstance(gather, cst.Call) and gather.func is call and gather.args):
+                continue
+            if dotted(call.value) not in accelerators:
+                continue
+            summed = script.parent(gather)
+            if isinstance(summed, cst.Attribute) and summed.value is gather:
+                summed = script.parent(summed) if summed.attr.value == "sum" else None
+                if isinstance(summed, cst.Call) and not summed.args:
+                    found.append((summed, gather.args[0].value))
+            elif (
+                isinstance(summed, cst.Arg)
+                and isinstance((outer := script.parent(summed)), cst.Call)
+                and script.call_names(outer) & {"torch.sum"}
+                and len(outer.args) == 1
+            ):
+                found.append((outer, gather.args[0].value))
+    return found
 
 
 def _sums(reduce: cst.Call) -> bool:
@@ -250,10 +275,17 @@ def _mean_reduction(reduction: cst.BaseExpression | None) -> bool:
     )
 
 
-def _shown(script: ScriptModel, node: cst.CSTNode, depth: int, divided: bool) -> cst.Call | None:
+#: A show call, and the count of one rank's batches divided into the value on the way to it
+#: (None where the value was N times a mean already).
+_Shown = tuple[cst.Call, cst.BaseExpression | None]
+
+
+def _shown(
+    script: ScriptModel, node: cst.CSTNode, depth: int, divided: bool | cst.BaseExpression
+) -> _Shown | None:
     """The show call ``node``'s value reaches undivided by the process count (see the module
-    docstring), or None. ``divided``: the value is already N times a mean (else it becomes one
-    when divided by one rank's count of batches on the way)."""
+    docstring), or None. ``divided``: the value is already N times a mean (True), or the count
+    of one rank's batches it was divided by on the way, which makes a sum over the ranks one."""
     child = node
     for ancestor in script.ancestors(node):
         if (
@@ -263,13 +295,16 @@ def _shown(script: ScriptModel, node: cst.CSTNode, depth: int, divided: bool) ->
         ):
             if process_count(script, ancestor.right, ancestor):
                 return None  # divided back into a mean
-            divided = divided or _one_ranks_batches(script, ancestor.right)
+            if not divided and _one_ranks_batches(script, ancestor.right):
+                divided = ancestor.right
         if (
             isinstance(ancestor, cst.Call)
             and ancestor.func is not child
             and shows_value(script, ancestor)
         ):
-            return ancestor if divided else None
+            if divided is False:
+                return None
+            return ancestor, None if divided is True else divided
         if isinstance(ancestor, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
             return _shown_through(script, ancestor, depth, divided)
         if isinstance(ancestor, cst.Return):
@@ -281,7 +316,14 @@ def _shown(script: ScriptModel, node: cst.CSTNode, depth: int, divided: bool) ->
 
 
 def _one_ranks_batches(script: ScriptModel, divisor: cst.BaseExpression) -> bool:
-    """``len(eval_loader)`` of a prepared DataLoader: the batches of this rank's shard."""
+    """``len(eval_loader)`` of a prepared DataLoader (``len(self.val_loader)`` of a trainer's, a
+    name bound to one): the batches of this rank's shard."""
+    name = dotted(divisor)
+    if name is not None:
+        binding = last_binding(script, name, divisor)
+        if not isinstance(binding, cst.Assign) or len(binding.targets) != 1:
+            return False
+        divisor = binding.value
     return (
         isinstance(divisor, cst.Call)
         and dotted(divisor.func) == "len"
@@ -301,8 +343,8 @@ def _shown_through(
     script: ScriptModel,
     statement: cst.Assign | cst.AugAssign | cst.AnnAssign,
     depth: int,
-    divided: bool,
-) -> cst.Call | None:
+    divided: bool | cst.BaseExpression,
+) -> _Shown | None:
     """The show a name bound (or a running total added to) by ``statement`` reaches."""
     if depth <= 0:
         return None
@@ -387,8 +429,8 @@ def _divided_by_processes(script: ScriptModel, name: str, statement: cst.CSTNode
 
 
 def _returned_and_shown(
-    script: ScriptModel, returned: cst.Return, depth: int, divided: bool
-) -> cst.Call | None:
+    script: ScriptModel, returned: cst.Return, depth: int, divided: bool | cst.BaseExpression
+) -> _Shown | None:
     """``return total_loss`` from an evaluation helper, shown by the caller."""
     function = facts_of(script).placement.enclosing_function(returned)
     if function is None or depth <= 0:

@@ -20,6 +20,7 @@ from accelify.edits.node_rewrites import (
     OnHostFirst,
     PrintInsteadOfWrite,
     Receiver,
+    StateOf,
     Swap,
     WithKeyword,
     WithoutArgument,
@@ -119,6 +120,18 @@ def barrier(anchor: cst.CSTNode, acc: str) -> InsertBefore:
 def barrier_after(anchor: cst.CSTNode, acc: str) -> InsertAfter:
     """``acc.wait_for_everyone()`` after ``anchor``: the others wait for what it did."""
     return InsertAfter(anchor, statement(f"{acc}.wait_for_everyone()"))
+
+
+def gathered_state(acc: str) -> StateOf:
+    """``model.state_dict()`` -> ``acc.get_state_dict(model)``: the whole unwrapped model's
+    state (gathered for the main process under FSDP and ZeRO-3; a collective there, so only
+    where every rank runs it). Convert's saving step and ACC503's fix write this same edit."""
+    return StateOf(f"{acc}.get_state_dict")
+
+
+def full_state(state: cst.Call, acc: str) -> Replace:
+    """``model.state_dict()`` (``state``) -> ``acc.get_state_dict(model)``: see `gathered_state`."""
+    return Replace(state, gathered_state(acc))
 
 
 def unwrap(model: cst.CSTNode, acc: str) -> Replace:

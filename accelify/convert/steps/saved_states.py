@@ -21,7 +21,7 @@ import libcst as cst
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
-from accelify.edits.node_rewrites import StateOf
+from accelify.edits.rewrites import gathered_state
 
 #: Where a review line says what a sharding engine does to a state dict kept as it is.
 _SHARDED = "under --backend fsdp or DeepSpeed ZeRO-3"
@@ -62,7 +62,7 @@ def gather_or_review(
     if apart is None:
         planned = ctx.plan.replace(
             state,
-            StateOf(f"{acc}.get_state_dict"),
+            gathered_state(acc),
             ctx.line(state),
             f"{name}.state_dict() -> {acc}.get_state_dict({name}): the whole model's state "
             "for the main process to save (gathered from every rank under FSDP and ZeRO-3)",

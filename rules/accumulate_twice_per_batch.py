@@ -1,0 +1,246 @@
+from collections.abc import Iterator
+
+import libcst as cst
+
+from accelify.analysis.flow import accumulate_context
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import accelerator_argument, all_params, dotted, walk
+from accelify.lint.rule import HEADER, Example, Finding, Rule
+
+_GAN = (
+    "import torch\n"
+    + HEADER.replace("Accelerator()", "Accelerator(gradient_accumulation_steps={steps})")
+    + "G, D, opt_G, opt_D, loader = accelerator.prepare(G, D, opt_G, opt_D, loader)\n"
+    + "for real in loader:\n"
+    + "    with accelerator.accumulate(D):\n"
+    + "        fake = G(torch.randn(8, 16)).detach()\n"
+    + "        accelerator.backward(D(fake).mean() - D(real).mean())\n"
+    + "        opt_D.step()\n"
+    + "        opt_D.zero_grad()\n"
+    + "    with accelerator.accumulate(G):\n"
+    + "        accelerator.backward(-D(G(torch.randn(8, 16))).mean())\n"
+    + "        opt_G.step()\n"
+    + "        opt_G.zero_grad()\n"
+)
+
+#: Statements between a context and the loop (or function) around it that may not run on every
+#: iteration (a branch, a loop of its own, a handler) or that start another scope.
+_CONDITIONAL = (
+    cst.If,
+    cst.IfExp,
+    cst.For,
+    cst.While,
+    cst.ExceptHandler,
+    cst.Else,
+    cst.BooleanOperation,
+    cst.FunctionDef,
+    cst.ClassDef,
+    cst.Lambda,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
+)
+
+
+class AccumulateTwicePerBatch(Rule):
+    """Two ``accelerator.accumulate(...)`` contexts entered on every batch (a GAN's ``with
+    accumulate(D): ... opt_D.step()`` then ``with accumulate(G): ... opt_G.step()``) with an
+    even ``gradient_accumulation_steps``. Each entry of ``accumulate()`` counts one micro-batch
+    on the Accelerator's one step counter (HF Accelerate's ``_do_sync``, accelify's
+    ``GradientState.advance``), and the prepared optimizers step only when that count reaches a
+    multiple of the steps: with 2 contexts per batch and steps = 2k, the first context always
+    lands on an odd count, so its optimizer never steps (only on the loader's last batch, with
+    the whole epoch's gradients piled up), while the second steps every k batches on k batches'
+    gradients divided by 2k. Nothing fails; the first model does not train. (With odd steps
+    each context still syncs every ``steps`` batches: not reported; nor a context entered under
+    a branch, a setting the file does not fix, or a plugin's steps.) The fix enters one context
+    per batch for every model it trains: ``with accelerator.accumulate(D, G):`` around both
+    updates."""
+
+    code = "ACC311"
+    name = "accumulate-twice-per-batch"
+    message = (
+        "Enter accelerator.accumulate once per batch, for every model (accumulate(D, G)): each "
+        "accumulate() counts one micro-batch, so with even gradient_accumulation_steps the "
+        "first context's optimizer never steps"
+    )
+    why = "Two accumulate() per batch share one step counter: the first model never steps."
+    bad = (
+        Example(_GAN.format(steps=2), 11, 10),
+        # the two updates in methods the loop calls, the steps a constant of the file
+        Example(
+            "import torch\n"
+            + HEADER.replace(
+                "Accelerator()", "Accelerator(gradient_accumulation_steps=ACCUMULATION)"
+            ).replace("accelerator = ", "ACCUMULATION = 4\naccelerator = ")
+            + "\n\nclass Trainer:\n"
+            + "    def critic_step(self, real):\n"
+            + "        with accelerator.accumulate(self.critic):\n"
+            + "            accelerator.backward(self.critic(real).mean())\n"
+            + "            self.opt_critic.step()\n\n"
+            + "    def actor_step(self, real):\n"
+            + "        with accelerator.accumulate(self.actor):\n"
+            + "            accelerator.backward(self.actor(real).mean())\n"
+            + "            self.opt_actor.step()\n\n"
+            + "    def fit(self, loader):\n"
+            + "        for real in loader:\n"
+            + "            self.critic_step(real)\n"
+            + "            self.actor_step(real)\n",
+            21,
+            13,
+        ),
+    )
+    good = (
+        # one context per batch for both models
+        "import torch\n"
+        + HEADER.replace("Accelerator()", "Accelerator(gradient_accumulation_steps=2)")
+        + "G, D, opt_G, opt_D, loader = accelerator.prepare(G, D, opt_G, opt_D, loader)\n"
+        + "for real in loader:\n"
+        + "    with accelerator.accumulate(D, G):\n"
+        + "        accelerator.backward(D(G(torch.randn(8, 16)).detach()).mean())\n"
+        + "        opt_D.step()\n"
+        + "        accelerator.backward(-D(G(torch.randn(8, 16))).mean())\n"
+        + "        opt_G.step()\n",
+        # odd steps: each context still syncs every 3 batches
+        _GAN.format(steps=3),
+        # no accumulation: every entry syncs
+        _GAN.format(steps=1),
+        # the steps from the command line: nothing in the file says they are even
+        _GAN.format(steps="args.gradient_accumulation_steps"),
+        # the generator updated every fifth batch only (a WGAN's critic loop): left to review
+        "import torch\n"
+        + HEADER.replace("Accelerator()", "Accelerator(gradient_accumulation_steps=2)")
+        + "G, D, opt_G, opt_D, loader = accelerator.prepare(G, D, opt_G, opt_D, loader)\n"
+        + "for step, real in enumerate(loader):\n"
+        + "    with accelerator.accumulate(D):\n"
+        + "        accelerator.backward(D(G(torch.randn(8, 16)).detach()).mean())\n"
+        + "        opt_D.step()\n"
+        + "    if step % 5 == 0:\n"
+        + "        with accelerator.accumulate(G):\n"
+        + "            accelerator.backward(-D(G(torch.randn(8, 16))).mean())\n"
+        + "            opt_G.step()\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        for loop in script.loops:
+            entered = _entered_every_iteration(script, loop.node)
+            for accelerator in dict.fromkeys(acc for _, acc, _ in entered):
+                contexts = [(w, site) for w, acc, site in entered if acc == accelerator]
+                if len(contexts) < 2:
+                    continue
+                steps = _even_steps(script, accelerator)
+                if steps is None:
+                    continue
+                (first, first_site), (second, site) = contexts[0], contexts[1]
+                yield self.finding(
+                    script,
+                    site if site is not None else second.items[0].item,
+                    message=_message(script, accelerator, first, first_site, second, site, steps),
+                )
+
+
+def _entered_every_iteration(
+    script: ScriptModel, loop: cst.For | cst.While
+) -> list[tuple[cst.With, str, cst.Call | None]]:
+    """The ``accumulate()`` contexts each iteration of ``loop`` enters, in order, with their
+    accelerator: in its body, or at the top of a function a call in its body runs (with that
+    call), neither under a branch nor in a loop of their own."""
+    found: list[tuple[int, cst.With, str, cst.Call | None]] = []
+    for node in walk(loop.body):
+        if isinstance(node, cst.With) and _always(script, node, loop):
+            accelerator = accumulate_context(node)
+            if accelerator is not None:
+                found.append((script.order(node), node, accelerator, None))
+        elif isinstance(node, cst.Call) and _always(script, node, loop):
+            for function, _ in script.call_graph.callees(node):
+                for inner in walk(function.body):
+                    if isinstance(inner, cst.With) and _always(script, inner, function):
+                        accelerator = accumulate_context(inner)
+                        if accelerator is not None:
+                            found.append((script.order(node), inner, accelerator, node))
+    found.sort(key=lambda entry: entry[0])
+    return [(w, accelerator, site) for _, w, accelerator, site in found]
+
+
+def _always(script: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    """``node`` runs whenever ``container``'s body does: nothing between them branches."""
+    for ancestor in script.ancestors(node):
+        if ancestor is container:
+            return True
+        if isinstance(ancestor, _CONDITIONAL):
+            return False
+    return False
+
+
+def _even_steps(script: ScriptModel, accelerator: str) -> int | None:
+    """The even ``gradient_accumulation_steps`` the file gives ``accelerator``: a literal, a
+    name every binding of which is one, or a parameter's literal default; else None."""
+    bindings = [b for b in script.of_kind(Kind.ACCELERATOR) if b.name == accelerator]
+    if not bindings:
+        bindings = list(script.of_kind(Kind.ACCELERATOR))
+    values = set()
+    for binding in bindings:
+        argument = accelerator_argument(binding.value, "gradient_accumulation_steps")
+        if argument is None:
+            return None
+        values.add(_integer(script, argument.value))
+    if len(values) != 1:
+        return None
+    steps = values.pop()
+    return steps if steps is not None and steps > 1 and steps % 2 == 0 else None
+
+
+def _integer(script: ScriptModel, value: cst.BaseExpression) -> int | None:
+    """The integer ``value`` always holds in the file, where it says so."""
+    if isinstance(value, cst.Integer):
+        return int(value.evaluated_value)
+    name = dotted(value)
+    if name is None or "." in name:
+        return None
+    values = [assign.value for assign in script.index.assignments_to(name)]
+    for function in script.index.of_type(cst.FunctionDef):
+        for param in all_params(function.params):
+            if param.name.value == name and param.default is not None:
+                values.append(param.default)
+    found = {int(v.evaluated_value) if isinstance(v, cst.Integer) else None for v in values}
+    return found.pop() if len(found) == 1 else None
+
+
+def _message(
+    script: ScriptModel,
+    accelerator: str,
+    first: cst.With,
+    first_site: cst.Call | None,
+    second: cst.With,
+    second_site: cst.Call | None,
+    steps: int,
+) -> str:
+    models = [
+        script.module.code_for_node(argument.value)
+        for context in (first, second)
+        for item in context.items
+        if isinstance(item.item, cst.Call)
+        for argument in item.item.args
+    ]
+    together = ", ".join(dict.fromkeys(models)) or "model"
+    half = "one batch's" if steps == 2 else f"{steps // 2} batches'"
+    every = "every batch" if steps == 2 else f"every {steps // 2} batches"
+    entered = f"line {script.line(first)}"
+    if first_site is not None:
+        entered += f", through the call at line {script.line(first_site)}"
+    context = script.module.code_for_node(second.items[0].item)
+    this = f"this {context}"
+    if second_site is not None:
+        this = f"this call's {context} (line {script.line(second)})"
+    return (
+        f"Enter {accelerator}.accumulate once per batch, for every model: {this} comes after "
+        f"this batch already "
+        f"entered {script.module.code_for_node(first.items[0].item)} ({entered}), and each "
+        f"accumulate() counts one micro-batch on the Accelerator's one step counter, so with "
+        f"gradient_accumulation_steps={steps} the first context never reaches a sync step: its "
+        f"optimizer never steps (only on the loader's last batch, with the epoch's gradients "
+        f"piled up) while the one under this context steps {every} on {half} gradients "
+        f"divided by {steps}; wrap both updates in one "
+        f"`with {accelerator}.accumulate({together}):`"
+    )
