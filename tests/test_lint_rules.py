@@ -1257,3 +1257,12 @@ def test_a_reduce_that_says_sum_is_told_it_sums_not_that_it_sums_by_default():
     default = code.replace(', reduction="sum"', "")
     (finding,) = [f for f in lint(default, "ACC416").findings if f.code == "ACC416"]
     assert "sums by default" in finding.message
+
+
+def test_a_loss_total_from_a_step_helper_returning_item_is_reduced_as_a_tensor():
+    """A tabular trainer's ``loss, pred = self.make_step(batch, False)`` returns ``loss.item()``:
+    the advice makes the float total a tensor first (``reduce`` refuses floats)."""
+    from accelify.rules.ungathered_metric import UngatheredMetric
+
+    finding = the_finding(UngatheredMetric.bad[-1].code, "ACC403")
+    assert "reduce(torch.tensor(total_loss, device=self.accelerator.device)" in finding.message
