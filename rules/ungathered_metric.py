@@ -310,6 +310,14 @@ class UngatheredMetric(Rule):
             9,
             9,
         ),
+        # a dict of per-key lists (a sports-vocabulary probe's ``sports2prob[token].append``)
+        Example(
+            _EVAL.replace("correct = 0\n", "probs = {k: [] for k in vocab}\n")
+            + "        for k, i in vocab.items():\n"
+            + "            probs[k].append(preds.eq(i).float().mean())\n",
+            10,
+            13,
+        ),
         # a tabular trainer's evaluation runs its training step with the update turned off;
         # the loss total is the finding's line, not the count of samples beside it
         Example(
@@ -1074,6 +1082,9 @@ def _accumulations(
                 and node not in synced
             ):
                 owner = dotted(func.value)
+                if owner is None and isinstance(func.value, cst.Subscript):
+                    # ``sports2prob[token].append(p)``: a dict of per-key lists
+                    owner = dotted(func.value.value)
                 inputs = [argument.value for argument in node.args]
                 if (
                     owner
