@@ -595,7 +595,27 @@ class UngatheredMetric(Rule):
                 message = _inner_guard_message(script, at, kept, inner_guard)
                 yield self.finding(script, at, message=message)
             elif guarded is None and loss_total is not None:
-                yield self.finding(script, at, message=_loss_total_message(script, loss_total))
+                message = _loss_total_message(script, loss_total)
+                others = sorted(
+                    {
+                        target
+                        for target, node in found
+                        if _loss_total(node) is None and not _sample_count(node, loop)
+                    }
+                    - {"_"}
+                )
+                if others:
+                    # ``predictions += logits.argmax(-1).tolist()`` beside the loss total: an
+                    # accuracy from them is this rank's too, and a reduce of the loss alone
+                    # leaves it so
+                    accelerator = accelerator_name(script, at)
+                    listed = ", ".join(f"`{name}`" for name in others)
+                    verb = "holds" if len(others) == 1 else "hold"
+                    message += (
+                        f"; {listed} also {verb} this rank's batches only: gather what feeds "
+                        f"them with {accelerator}.gather_for_metrics in the loop"
+                    )
+                yield self.finding(script, at, message=message)
             elif guarded is None:
                 mixed = values.mixed_with_gathered(at)
                 message = _mixed_message(script, at, mixed) if mixed else None

@@ -1266,3 +1266,25 @@ def test_a_loss_total_from_a_step_helper_returning_item_is_reduced_as_a_tensor()
 
     finding = the_finding(UngatheredMetric.bad[-1].code, "ACC403")
     assert "reduce(torch.tensor(total_loss, device=self.accelerator.device)" in finding.message
+
+
+def test_a_loss_total_beside_per_rank_prediction_lists_names_them_too():
+    """A finance classifier's validation sums its loss and collects predictions and labels for
+    an accuracy: reducing the loss alone would leave the accuracy this rank's, so the message
+    names the lists (and not the sample count the loss advice already covers)."""
+    code = (
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "total_loss, seen, preds, golds = 0, 0, [], []\n"
+        + "with torch.no_grad():\n"
+        + "    for batch in loader:\n"
+        + "        golds += batch['labels'].tolist()\n"
+        + "        out = model(**batch)\n"
+        + "        total_loss += out.loss.item()\n"
+        + "        seen += len(batch['labels'])\n"
+        + "        preds += out.logits.argmax(-1).tolist()\n"
+    )
+    finding = the_finding(code, "ACC403")
+    assert finding.line == 10
+    assert "`golds`, `preds` also hold this rank's batches only" in finding.message
+    assert "`seen`" not in finding.message
