@@ -269,8 +269,44 @@ class FixedCountSchedulerPrepared(Rule):
             9,
             73,
         ),
+        Example(  # a GPT-2 fine-tuning: ``while True`` over the loader, left by a return from
+            # inside the loop over it once the optimizer steps reach the bound
+            _SCRIPT.replace(
+                "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+            ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+            + "def train():\n"
+            + "    step = 0\n"
+            + "    while True:\n"
+            + "        for xb, yb in loader:\n"
+            + "            accelerator.backward(model(xb, yb))\n"
+            + "            optimizer.step()\n"
+            + "            scheduler.step()\n"
+            + "            step += 1\n"
+            + "            if step >= max_iters:\n"
+            + "                accelerator.print('done')\n"
+            + "                return\n"
+            + "train()\n",
+            7,
+            77,
+        ),
     )
     good = (
+        # ``while True`` over the prepared loader, returning once an epoch count is reached:
+        # the loop shrinks with the shard
+        _SCRIPT.replace(
+            "(model, optimizer, scheduler)", "(model, optimizer, scheduler, loader)"
+        ).replace("model, optimizer, scheduler =", "model, optimizer, scheduler, loader =")
+        + "def train():\n"
+        + "    step = 0\n"
+        + "    while True:\n"
+        + "        for xb, yb in loader:\n"
+        + "            accelerator.backward(model(xb, yb))\n"
+        + "            optimizer.step()\n"
+        + "            scheduler.step()\n"
+        + "            step += 1\n"
+        + "            if step >= len(loader) * epochs:\n"
+        + "                return\n"
+        + "train()\n",
         # an optimizer wrapper from the project, handed the optimizer and stepped too: zeroed
         # as optimizers are, it is no scheduler
         "import torch\n"

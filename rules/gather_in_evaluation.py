@@ -12,7 +12,7 @@ from accelify.analysis.evaluation import (
     totals_combined_after,
 )
 from accelify.analysis.facts import facts_of
-from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import (
     assigned_targets,
     dotted,
@@ -193,6 +193,17 @@ class GatherInEvaluation(Rule):
         ),
     )
     good = (
+        # a Ray Train worker's evaluation over its own dataset shard: no prepared DataLoader,
+        # no padded batch for gather_for_metrics to drop
+        "import torch\nfrom accelerate import Accelerator\nfrom ray import train\n\n\n"
+        "def evaluate(accelerator, model, batch_size):\n"
+        "    losses = []\n"
+        "    batches = train.get_dataset_shard('valid').iter_torch_batches(batch_size=batch_size)\n"
+        "    for batch in batches:\n"
+        "        with torch.no_grad():\n"
+        "            loss = model(batch['x'], batch['y'])['loss']\n"
+        "        losses.append(accelerator.gather(loss[None]))\n"
+        "    return torch.stack(losses).mean().item()\n",
         _EVAL + "        preds = accelerator.gather_for_metrics(model(x))\n",
         # the helper's callers hand it a loader that drops its last batch: nothing padded
         _HELPER.format(combine=_ALL_REDUCED, drop=", drop_last=True"),
@@ -299,6 +310,7 @@ class GatherInEvaluation(Rule):
                 and gather_counts_padding(evaluating[id(loop)], call, facts)
                 and not gathers_batch_loss(call)
                 and not _result_dropped(script, call)
+                and not _iterates_unprepared_local(script, evaluating[id(loop)])
             ):
                 from accelify.edits import rewrites  # a fix's edits: imported for a fix only
                 from accelify.edits.plan import Plan
@@ -499,3 +511,21 @@ def _even_batches_turned_off(script: ScriptModel) -> bool:
 
 def _literally_true(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.Name) and value.value == "True"
+
+
+def _iterates_unprepared_local(script: ScriptModel, loop: Loop) -> bool:
+    """The loop reads a local of its own function that no prepare call returns
+    (``eval_dataloader = self.valid_dataset.iter_torch_batches(...)``, a Ray Train worker's
+    dataset shard): no prepared DataLoader pads its last batch, so there is nothing
+    ``gather_for_metrics`` would drop, and the padding this rule is about does not exist."""
+    name = loop.iterable
+    function = script.index.enclosing_function(loop.node)
+    if name is None or "." in name or function is None:
+        return False
+    assigns = [a for a in script.index.assignments_to(name) if script.scope_of(a) is function]
+    if not assigns:
+        return False
+    return not any(
+        name in prepare.outputs and script.inside(prepare.call, function)
+        for prepare in script.prepare_calls
+    )

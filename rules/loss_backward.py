@@ -64,6 +64,20 @@ class LossBackward(Rule):
             8,
             1,
         ),
+        # a flag picks the backward, but the objects are prepared whatever it says: its plain
+        # arm runs on the prepared model too
+        Example(
+            "from accelerate import Accelerator\n"
+            "accelerator = Accelerator()\n"
+            "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            "loss = model(x).sum()\n"
+            "if args.accelerate:\n"
+            "    accelerator.backward(loss)\n"
+            "else:\n"
+            "    loss.backward()\n",
+            8,
+            5,
+        ),
         # an Accelerator that never scales: the script's own scaling stays, once
         Example(
             "import torch\nfrom accelerate import Accelerator\n"
@@ -224,6 +238,20 @@ class LossBackward(Rule):
         + "        else:\n"
         + "            self.model.backward(loss)\n"
         + "            self.model.step()\n",
+        # a time-series imputation experiment: everything is prepared under one flag, and the
+        # other arm of that flag is its plain single-device path
+        "class Experiment:\n"
+        + "    def train(self, loader):\n"
+        + "        if self.args.accelerate:\n"
+        + "            self.model, self.optim, loader = self.accelerator.prepare(\n"
+        + "                self.model, self.optim, loader)\n"
+        + "        for x, y in loader:\n"
+        + "            loss = (self.model(x) - y).pow(2).mean()\n"
+        + "            if self.args.accelerate:\n"
+        + "                self.accelerator.backward(loss)\n"
+        + "            else:\n"
+        + "                loss.backward()\n"
+        + "            self.optim.step()\n",
         # trl's online trainers: HF Trainer's apex branch
         "from apex import amp\n"
         + "class OnlineTrainer:\n"

@@ -20,6 +20,22 @@ _EVAL = (
     + "    for x, y in eval_loader:\n"
     + "        preds = model(x).argmax(-1)\n"
 )
+_STEP_HELPER = (
+    "import torch\n"
+    + "from accelerate import Accelerator\n\n\n"
+    + "class Trainer:\n"
+    + "    def __init__(self, model, optimizer, val_loader):\n"
+    + "        self.accelerator = Accelerator()\n"
+    + "        self.model, self.optimizer, self.val_loader = self.accelerator.prepare(\n"
+    + "            model, optimizer, val_loader)\n\n"
+    + "    def make_step(self, batch, update_model=True):\n"
+    + "        pred = self.model(batch['x'])\n"
+    + "        loss = (pred - batch['y']).pow(2).mean()\n"
+    + "        if update_model:\n"
+    + "            self.accelerator.backward(loss)\n"
+    + "            self.optimizer.step()\n"
+    + "        return loss.item(), pred.detach()\n\n"
+)
 _COLLECTIVES = ("gather", "gather_for_metrics", "reduce", "gather_object", "pad_across_processes")
 _ACCUMULATING_METHODS = ("append", "extend", "add_batch", "update", "add")
 
@@ -294,8 +310,45 @@ class UngatheredMetric(Rule):
             9,
             9,
         ),
+        # a dict of per-key lists (a sports-vocabulary probe's ``sports2prob[token].append``)
+        Example(
+            _EVAL.replace("correct = 0\n", "probs = {k: [] for k in vocab}\n")
+            + "        for k, i in vocab.items():\n"
+            + "            probs[k].append(preds.eq(i).float().mean())\n",
+            10,
+            13,
+        ),
+        # a tabular trainer's evaluation runs its training step with the update turned off;
+        # the loss total is the finding's line, not the count of samples beside it
+        Example(
+            _STEP_HELPER
+            + "    @torch.no_grad()\n"
+            + "    def evaluate(self):\n"
+            + "        total_loss, total_samples = 0.0, 0\n"
+            + "        for batch in self.val_loader:\n"
+            + "            loss, pred = self.make_step(batch, False)\n"
+            + "            batch_len = len(pred)\n"
+            + "            total_samples += batch_len\n"
+            + "            total_loss += loss * batch_len\n"
+            + "        return total_loss / total_samples\n",
+            26,
+            13,
+        ),
     )
     good = (
+        # the same evaluation, its totals reduced over the ranks after the loop
+        _STEP_HELPER
+        + "    @torch.no_grad()\n"
+        + "    def evaluate(self):\n"
+        + "        total_loss, total_samples = 0.0, 0\n"
+        + "        for batch in self.val_loader:\n"
+        + "            loss, pred = self.make_step(batch, False)\n"
+        + "            total_samples += len(pred)\n"
+        + "            total_loss += loss * len(pred)\n"
+        + "        totals = self.accelerator.reduce(\n"
+        + "            torch.tensor([total_loss, total_samples], device=self.accelerator.device),\n"
+        + "            reduction='sum')\n"
+        + "        return (totals[0] / totals[1]).item()\n",
         # a helper's parameter named like the training loader main prepares, filled by every
         # call with a test loader nothing prepares: each rank scores the whole set
         "import torch\nfrom torch.utils.data import DataLoader\n"
@@ -513,6 +566,7 @@ class UngatheredMetric(Rule):
                 _first_forward(loop, facts)
                 or _helper_forward(facts, loop)
                 or _model_helper_forward(script, facts, loop)
+                or _step_helper_forward(script, facts, loop)
             )
             if forward is None or not facts.flow.over_prepared_loader(loop):
                 continue
@@ -531,6 +585,7 @@ class UngatheredMetric(Rule):
             # the metric's line: the first total fed after the model's forward (the
             # predictions, the loss), not a batch statistic counted before it
             after = [n for _, n in found if script.order(n) > script.order(forward)]
+            after = [n for n in after if not _sample_count(n, loop)] or after
             at = after[0] if after else found[0][1]
             guarded = _rank_only_call(script, facts, loop.node)
             loss_total = _loss_total(at)
@@ -540,7 +595,27 @@ class UngatheredMetric(Rule):
                 message = _inner_guard_message(script, at, kept, inner_guard)
                 yield self.finding(script, at, message=message)
             elif guarded is None and loss_total is not None:
-                yield self.finding(script, at, message=_loss_total_message(script, loss_total))
+                message = _loss_total_message(script, loss_total)
+                others = sorted(
+                    {
+                        target
+                        for target, node in found
+                        if _loss_total(node) is None and not _sample_count(node, loop)
+                    }
+                    - {"_"}
+                )
+                if others:
+                    # ``predictions += logits.argmax(-1).tolist()`` beside the loss total: an
+                    # accuracy from them is this rank's too, and a reduce of the loss alone
+                    # leaves it so
+                    accelerator = accelerator_name(script, at)
+                    listed = ", ".join(f"`{name}`" for name in others)
+                    verb = "holds" if len(others) == 1 else "hold"
+                    message += (
+                        f"; {listed} also {verb} this rank's batches only: gather what feeds "
+                        f"them with {accelerator}.gather_for_metrics in the loop"
+                    )
+                yield self.finding(script, at, message=message)
             elif guarded is None:
                 mixed = values.mixed_with_gathered(at)
                 message = _mixed_message(script, at, mixed) if mixed else None
@@ -577,6 +652,27 @@ class UngatheredMetric(Rule):
             yield self.finding(script, node)
 
 
+def _sample_count(node: cst.CSTNode, loop: Loop) -> bool:
+    """``total_samples += batch_len`` (``batch_len = len(pred)`` in the loop), ``n +=
+    len(pred)``: a count of the batch's samples, which only weighs the metric the loop sums
+    beside it; that metric's line is the finding's."""
+    if not isinstance(node, cst.AugAssign):
+        return False
+    value = node.value
+    if isinstance(value, cst.Name):
+        bound = [
+            assign.value
+            for assign in walk(loop.node.body)
+            if isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and dotted(assign.targets[0].target) == value.value
+        ]
+        if len(bound) != 1:
+            return False
+        value = bound[0]
+    return isinstance(value, cst.Call) and dotted(value.func) == "len"
+
+
 def _loss_total(node: cst.CSTNode) -> cst.AugAssign | None:
     """``val_loss += loss.item()``, ``losses[k] += v.detach()``: a running total of a loss,
     where there are no predictions and labels to gather, only the total to combine."""
@@ -602,11 +698,7 @@ def _loss_total_message(script: ScriptModel, node: cst.AugAssign) -> str:
     count; ``gather_for_metrics`` needs a per-batch tensor."""
     accelerator = accelerator_name(script, node)
     total = _total_name(node)
-    from_item = any(  # a host value: ``.item()``, ``.cpu().numpy()``, ``float(loss)``
-        (isinstance(n, cst.Attribute) and n.attr.value in ("item", "numpy", "tolist"))
-        or (isinstance(n, cst.Call) and dotted(n.func) in ("float", "int"))
-        for n in walk(node.value)
-    )
+    from_item = _host_value(node.value) or _from_host_helper(script, node)
     reduced = f"torch.tensor({total}, device={accelerator}.device)" if from_item else total
     what = f"each total in {total}" if isinstance(node.target, cst.Subscript) else total
     return (
@@ -615,6 +707,37 @@ def _loss_total_message(script: ScriptModel, node: cst.AugAssign) -> str:
         f"{accelerator}.gather_for_metrics the per-batch losses); each rank sums only its "
         "shard of the prepared loader"
     )
+
+
+def _host_value(node: cst.CSTNode) -> bool:
+    """A host value: ``.item()``, ``.cpu().numpy()``, ``float(loss)``."""
+    return any(
+        (isinstance(n, cst.Attribute) and n.attr.value in ("item", "numpy", "tolist"))
+        or (isinstance(n, cst.Call) and dotted(n.func) in ("float", "int"))
+        for n in walk(node)
+    )
+
+
+def _from_host_helper(script: ScriptModel, node: cst.AugAssign) -> bool:
+    """The total adds a name bound from a call of a function of the file that returns host
+    values (``loss, pred = self.make_step(batch, False)`` where it returns ``loss.item(),
+    ...``): a float, which ``reduce`` refuses until it is made a tensor."""
+    read = {n.value for n in walk(node.value) if isinstance(n, cst.Name)}
+    function = next((a for a in script.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+    if not read or function is None:
+        return False
+    for assign in walk(function.body):
+        if not (isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call)):
+            continue
+        if not read & {name for t in assign.targets for name in target_names(t.target)}:
+            continue
+        found = script.call_graph.callee(assign.value)
+        if found is not None and any(
+            isinstance(ret, cst.Return) and ret.value is not None and _host_value(ret.value)
+            for ret in walk(found[0].body)
+        ):
+            return True
+    return False
 
 
 def _rank_only_call(
@@ -685,10 +808,23 @@ def _helper_forward(facts: Facts, loop: Loop) -> cst.Call | None:
     return helper.call
 
 
-def _runs_the_model_only(helper: cst.FunctionDef) -> bool:
+def _runs_the_model_only(
+    helper: cst.FunctionDef, off: frozenset[str] | set[str] = frozenset()
+) -> bool:
     """Nothing in the helper combines the ranks (a gather there makes what it returns every
-    rank's) and it is no training step (its ``backward``, ``optimizer.step()``)."""
+    rank's) and it is no training step (its ``backward``, ``optimizer.step()``), leaving out
+    the bodies of ``if flag:`` tests on a parameter in ``off`` (one the call sets to False)."""
+    skipped = {
+        id(node)
+        for branch in walk(helper.body)
+        if isinstance(branch, cst.If)
+        and isinstance(branch.test, cst.Name)
+        and branch.test.value in off
+        for node in walk(branch.body)
+    }
     for node in walk(helper.body):
+        if id(node) in skipped:
+            continue
         func = node.func if isinstance(node, cst.Call) else None
         if isinstance(func, cst.Attribute) and func.attr.value in (
             *_COLLECTIVES,
@@ -725,6 +861,35 @@ def _model_helper_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.
             ):
                 return call
     return None
+
+
+def _step_helper_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.Call | None:
+    """``loss, pred = self.make_step(batch, False)``: a function of the file that runs a
+    prepared model on the batch and trains only under a parameter this call turns off
+    (``if update_model: self.accelerator.backward(loss)``), so that here it is the loop's
+    forward (a tabular trainer's evaluation, sharing its training step)."""
+    for call in walk(loop.node.body):
+        if not isinstance(call, cst.Call):
+            continue
+        found = script.call_graph.callee(call)
+        if found is None:
+            continue
+        helper, implicit = found
+        off = {
+            parameter
+            for parameter, argument in bound_arguments(helper, call, implicit)
+            if isinstance(argument.value, cst.Name) and argument.value.value in ("False", "None")
+        }
+        if off and _runs_the_model_only(helper, off) and _forward_in(helper, facts):
+            return call
+    return None
+
+
+def _forward_in(helper: cst.FunctionDef, facts: Facts) -> bool:
+    """The helper calls a model (``self.model(x)``, prepared by the class)."""
+    return any(
+        isinstance(node, cst.Call) and facts.flow.is_forward(node) for node in walk(helper.body)
+    )
 
 
 def _is_collective(call: cst.Call, accelerators: set[str]) -> bool:
@@ -937,6 +1102,9 @@ def _accumulations(
                 and node not in synced
             ):
                 owner = dotted(func.value)
+                if owner is None and isinstance(func.value, cst.Subscript):
+                    # ``sports2prob[token].append(p)``: a dict of per-key lists
+                    owner = dotted(func.value.value)
                 inputs = [argument.value for argument in node.args]
                 if (
                     owner

@@ -460,6 +460,25 @@ class UnpreparedObject(Rule):
             shard="[self.rank :: self.num_replicas]",
             arguments=", accelerator.process_index, accelerator.num_processes",
         ),
+        # a classifier trainer handed a dataset object whose loaders it never prepares: every
+        # rank steps the scheduler once per batch of the whole set, as its len() sized it;
+        # prepared, it would step num_processes times per call
+        "import torch\nfrom accelerate import Accelerator\n"
+        "from transformers import get_scheduler\n\n\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, dataset, epochs):\n"
+        "        self.dataset = dataset\n"
+        "        self.optimizer = torch.optim.AdamW(model.parameters())\n"
+        "        self.lr_scheduler = get_scheduler(\n"
+        "            'linear', self.optimizer, 0, epochs * len(dataset.train_dataloader))\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model, self.optimizer = self.accelerator.prepare(model, self.optimizer)\n\n"
+        "    def train_epoch(self):\n"
+        "        for batch in self.dataset.train_dataloader:\n"
+        "            self.accelerator.backward(self.model(**batch).loss)\n"
+        "            self.optimizer.step()\n"
+        "            self.lr_scheduler.step()\n"
+        "            self.optimizer.zero_grad()\n",
         # a loader sharded by its own DistributedSampler: prepared, it would be sharded twice
         HEADER
         + "import torch\n"
@@ -968,6 +987,7 @@ class UnpreparedObject(Rule):
                     not flow.sized_per_process_and_stepped_with_optimizer(call)
                     and not _sized_per_batch_inside_accumulate(script, call, owner)
                     and not _stepped_per_fixed_iteration_with_optimizer(script, call)
+                    and not _stepped_over_whole_data(script, call)
                 ):
                     yield self.finding(
                         script, call, message=_scheduler_message(script, call, owner)
@@ -1190,6 +1210,25 @@ def _stepped_per_fixed_iteration_with_optimizer(script: ScriptModel, step: cst.C
     return stepped_per_fixed_iteration(facts_of(script), step) is not None and (
         once_per_optimizer_step(script, step)
     )
+
+
+def _stepped_over_whole_data(script: ScriptModel, step: cst.Call) -> bool:
+    """Stepped in a training loop over an object no prepare call returned, that is not a known
+    DataLoader either (``for batch in self.dataset.train_dataloader`` of a dataset object the
+    trainer was handed): every rank steps it once per batch of the whole set, as on one
+    process, and a schedule sized in that loader's ``len()`` fits. Prepared, it would step
+    ``num_processes`` times per call and end N times too soon (whatever the loader, which
+    this file cannot see prepared, is)."""
+    flow = facts_of(script).flow
+    loop = next(
+        (loop for loop in reversed(script.loops) if loop.trains and script.inside(step, loop.node)),
+        None,
+    )
+    if loop is None or loop.iterable is None or "." not in loop.iterable:
+        return False
+    if loop.iterable in script.names_of(Kind.DATALOADER):
+        return False
+    return not flow.over_prepared_loader(loop)
 
 
 def _accumulate_around(script: ScriptModel, step: cst.Call) -> str | None:

@@ -131,6 +131,29 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-process run stops with AttributeError at the first call; one process hides it."
     bad = (
+        # a classifier trainer whose evaluation mode loads a new model into self.model and
+        # prepares it again: every other method still reads a wrapper
+        Example(
+            "import torch\nfrom accelerate import Accelerator\n"
+            "from transformers import AutoModelForSequenceClassification\n\n\n"
+            "class Trainer:\n"
+            "    def __init__(self, name):\n"
+            "        self.model = AutoModelForSequenceClassification.from_pretrained(name)\n"
+            "        self.optimizer = torch.optim.AdamW(self.model.parameters())\n"
+            "        self.accelerator = Accelerator()\n"
+            "        self.model, self.optimizer = self.accelerator.prepare(\n"
+            "            self.model, self.optimizer)\n\n"
+            "    def training(self, loader):\n"
+            "        for batch in loader:\n"
+            "            self.accelerator.backward(self.model(**batch).loss)\n"
+            "            self.optimizer.step()\n"
+            "        self.model.save_pretrained('out')\n\n"
+            "    def load_trained(self, name):\n"
+            "        self.model = AutoModelForSequenceClassification.from_pretrained(name)\n"
+            "        self.model = self.accelerator.prepare(self.model)\n",
+            18,
+            9,
+        ),
         # a DDPM trainer hands its prepared UNet to the pipeline it saves: the pipeline's
         # save_pretrained leaves the wrapper out
         Example(

@@ -1285,3 +1285,34 @@ def test_scheduler_sized_through_an_alias_or_a_parameter_names_the_prepare():
     assert "(prepared at line 7)" in the_finding(aliased.code, "ACC415").message
     helper = next(e for e in rule.bad if "def setup_scheduler(" in e.code)
     assert "(prepared at line 13)" in the_finding(helper.code, "ACC415").message
+
+
+def test_a_loss_total_from_a_step_helper_returning_item_is_reduced_as_a_tensor():
+    """A tabular trainer's ``loss, pred = self.make_step(batch, False)`` returns ``loss.item()``:
+    the advice makes the float total a tensor first (``reduce`` refuses floats)."""
+    from accelify.rules.ungathered_metric import UngatheredMetric
+
+    finding = the_finding(UngatheredMetric.bad[-1].code, "ACC403")
+    assert "reduce(torch.tensor(total_loss, device=self.accelerator.device)" in finding.message
+
+
+def test_a_loss_total_beside_per_rank_prediction_lists_names_them_too():
+    """A finance classifier's validation sums its loss and collects predictions and labels for
+    an accuracy: reducing the loss alone would leave the accuracy this rank's, so the message
+    names the lists (and not the sample count the loss advice already covers)."""
+    code = (
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "total_loss, seen, preds, golds = 0, 0, [], []\n"
+        + "with torch.no_grad():\n"
+        + "    for batch in loader:\n"
+        + "        golds += batch['labels'].tolist()\n"
+        + "        out = model(**batch)\n"
+        + "        total_loss += out.loss.item()\n"
+        + "        seen += len(batch['labels'])\n"
+        + "        preds += out.logits.argmax(-1).tolist()\n"
+    )
+    finding = the_finding(code, "ACC403")
+    assert finding.line == 10
+    assert "`golds`, `preds` also hold this rank's batches only" in finding.message
+    assert "`seen`" not in finding.message

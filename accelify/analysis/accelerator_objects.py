@@ -346,7 +346,8 @@ _IFS_AND_FUNCTIONS = (cst.If, cst.IfExp, cst.FunctionDef)
 def _made_under(model: ScriptModel, accelerators: set[str]) -> list[cst.BaseExpression]:
     """The tests of the ``if`` statements whose body makes an accelerator the file set to
     ``None`` before (``accelerator = None`` then ``if not args.reference: accelerator =
-    Accelerator(...)``): where such a test is false, the script runs without one."""
+    Accelerator(...)``), and the one test every prepare call runs under (`_prepared_under`):
+    where such a test is false, the script runs without one."""
     tests = []
     for assign in model.assignments:
         if (
@@ -368,7 +369,26 @@ def _made_under(model: ScriptModel, accelerators: set[str]) -> list[cst.BaseExpr
         block = next((a for a in parents if isinstance(a, cst.If)), None)
         if block is not None and any(a is block.body for a in parents):
             tests.append(block.test)
+    prepared = _prepared_under(model)
+    if prepared is not None:
+        tests.append(prepared)
     return tests
+
+
+def _prepared_under(model: ScriptModel) -> cst.BaseExpression | None:
+    """The one test every prepare call of the file runs under (a forecasting experiment's
+    ``if self.args.accelerate: self.model, ... = self.accelerator.prepare(...)``): where it is
+    false nothing is prepared, and the script's other arms (``else: loss.backward();
+    model_optim.step()``) are its plain single-device path. None where a prepare call runs
+    outside such an ``if`` body or the calls' tests differ."""
+    spelled: dict[str, cst.BaseExpression] = {}
+    for prepare in model.prepare_calls:
+        parents = list(model.ancestors(prepare.call))
+        block = next((a for a in parents if isinstance(a, (cst.If, cst.FunctionDef))), None)
+        if not isinstance(block, cst.If) or not any(a is block.body for a in parents):
+            return None
+        spelled.setdefault(_spelling(block.test), block.test)
+    return next(iter(spelled.values())) if len(spelled) == 1 else None
 
 
 def _same_test(test: cst.BaseExpression, made_under: list[cst.BaseExpression]) -> bool | None:

@@ -42,6 +42,11 @@ def prepared_in_construction(
     init = graph.methods(owner_class).get("__init__")
     if init is None or method in run_by_construction(graph, init):
         return False
+    if any(  # read where the method itself binds it again: unprepared there for a while
+        script.index.enclosing_function(assign) is method and not keeps_the_object(assign, spelling)
+        for assign in script.index.assignments_to(spelling)
+    ):
+        return False
     return _construction_prepares(script, owner_class, spelling)
 
 
@@ -310,6 +315,8 @@ def _construction_prepares(script: ScriptModel, owner_class: cst.ClassDef, spell
             continue  # ``self.model = self.model.to(device)``: still the prepared wrapper
         binder = script.index.enclosing_function(assign)
         if binder is not None and graph.owner(binder) is owner_class and binder not in construction:
+            if _prepared_again_after(script, assign, spelling, binder):
+                continue  # ``self.model = load(...)`` then ``self.model = prepare(self.model)``
             return False  # bound again after construction: unwrap_model, a new model
     prepared = any(
         spelling in prepare.outputs
@@ -321,6 +328,31 @@ def _construction_prepares(script: ScriptModel, owner_class: cst.ClassDef, spell
         for call in script.calls
     )
     return prepared and (called or _prepared_as_a_model(script, spelling, construction))
+
+
+def _prepared_again_after(
+    script: ScriptModel, assign: cst.CSTNode, spelling: str, method: cst.FunctionDef
+) -> bool:
+    """``method`` binds ``spelling`` at ``assign`` from a prepare call, or binds it there and,
+    later in its own body (at its top level, so on every path), from a prepare call: a trainer's
+    ``_load_trained_model`` loads a new model into ``self.model`` and prepares it again, so
+    every other method still reads a wrapper."""
+    if any(
+        spelling in prepare.outputs and script.inside(prepare.call, assign)
+        for prepare in script.prepare_calls
+    ):
+        return True  # the prepare's own binding
+    top = list(method.body.body)
+    position = next(
+        (i for i, statement in enumerate(top) if script.inside(assign, statement)), None
+    )
+    if position is None:
+        return False
+    later = {id(statement) for statement in top[position + 1 :]}
+    return any(
+        spelling in prepare.outputs and any(id(a) in later for a in script.ancestors(prepare.call))
+        for prepare in script.prepare_calls
+    )
 
 
 def keeps_the_object(assign: cst.CSTNode, spelling: str) -> bool:

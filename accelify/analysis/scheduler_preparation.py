@@ -182,7 +182,9 @@ def _fixed_count(facts: Facts, loop: cst.For) -> bool:
 
 def _counted_while(facts: Facts, loop: cst.While, counted_in: cst.CSTNode | None = None) -> bool:
     """``while step < max_steps:``, or ``while True:`` left by ``if step >= max_steps: break``
-    at its own level, where ``step`` is counted up in ``counted_in`` (the loop itself unless
+    at its own level (or by ``if step >= max_steps: return`` anywhere in it: a GPT-2
+    fine-tuning's ``while True: for batch in loader: ...`` that returns from inside the loop
+    over the loader), where ``step`` is counted up in ``counted_in`` (the loop itself unless
     given) and ``max_steps`` does not shrink with the shard (as `_fixed_count`'s ``range(n)``):
     every rank runs all its iterations."""
     where = counted_in if counted_in is not None else loop
@@ -190,12 +192,27 @@ def _counted_while(facts: Facts, loop: cst.While, counted_in: cst.CSTNode | None
         return True
     if not (isinstance(loop.test, cst.Name) and loop.test.value == "True"):
         return False
+    leaving = [s for s in loop.body.body if isinstance(s, cst.If) and _breaks(s)]
+    leaving += [
+        node
+        for node in walk(loop.body)
+        if isinstance(node, cst.If)
+        and _ends_in_return(node)
+        and facts.placement.enclosing_function(node) is facts.placement.enclosing_function(loop)
+    ]
     return any(
-        isinstance(statement, cst.If)
-        and _breaks(statement)
-        and _counter_below_a_bound(facts, statement.test, where, leaves_when_true=True)
-        for statement in loop.body.body
+        _counter_below_a_bound(facts, statement.test, where, leaves_when_true=True)
+        for statement in leaving
     )
+
+
+def _ends_in_return(statement: cst.If) -> bool:
+    """``if ...: ...; return`` (the body ends in a ``return``), with no ``else``."""
+    body = statement.body.body if isinstance(statement.body, cst.IndentedBlock) else []
+    if statement.orelse is not None or not body:
+        return False
+    line = body[-1]
+    return isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[-1], cst.Return)
 
 
 def _counting_while_around(facts: Facts, inner: cst.For) -> cst.While | None:
