@@ -129,14 +129,16 @@ class ZeroOptimizerStates:
         for group, settings in zip(self.groups, self._settings(), strict=True):
             numbers = []
             for param in group:
-                if template:
-                    entries = {}
-                    for key, value in template.items():
-                        if _elementwise(value):
-                            full = safe_get_full_optimizer_state(param, key)
-                            entries[key] = None if full is None else full.detach().cpu().clone()
-                        else:
-                            entries[key] = _copied(value)
+                entries = {}
+                for key, value in template.items():
+                    if not _elementwise(value):
+                        entries[key] = _copied(value)
+                    elif (full := safe_get_full_optimizer_state(param, key)) is not None:
+                        entries[key] = full.detach().cpu().clone()
+                    else:  # a frozen parameter DeepSpeed leaves out: no state, as torch keeps
+                        entries = {}
+                        break
+                if entries:
                     state[number] = entries
                 numbers.append(number)
                 number += 1
