@@ -188,3 +188,15 @@ def test_every_name_the_conversion_imports_is_used(case: Path):
     }
     read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     assert imported <= read, f"imported and never used: {sorted(imported - read)}"
+
+
+def test_the_accelerate_target_says_what_hf_needs_for_a_whole_optimizer_state():
+    """Under ``--target accelerate`` the optimizer's saved state and its load before
+    ``prepare`` stay as written (HF's get_state_dict takes models only), each with a review
+    line naming what HF's FSDP2 and DeepSpeed need; accelify's target has neither line."""
+    case = FIXTURES / "convert" / "checkpoint_with_optimizer_state_loaded_before_prepare"
+    theirs = {note.line: note.text for note in convert_case(case, target="accelerate").reviews}
+    assert "prepare drops it silently" in theirs[42]
+    assert "set_optimizer_state_dict(model, optimizer, state" in theirs[42]
+    assert "HF's get_state_dict takes models only" in theirs[63]
+    assert not convert_case(case).reviews

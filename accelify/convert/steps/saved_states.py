@@ -151,6 +151,41 @@ def gather_or_review_optimizer_states(ctx: Context) -> None:
             ctx.need(state)
 
 
+def review_optimizer_loads_under_hf(ctx: Context) -> None:
+    """``optimizer.load_state_dict(state)`` of a prepared optimizer, converted for Hugging Face
+    Accelerate: a whole state (what one process or DDP saved) loads there only under DDP.
+    Under HF's FSDP2 a load after ``prepare`` puts plain tensors beside the DTensor parameters
+    and the next step fails; one before ``prepare`` is dropped silently (prepare points the
+    optimizer's groups at the sharded parameters, the state stays keyed by the old ones).
+    accelify's runtime takes it on every engine, so only ``--target accelerate`` says so."""
+    if ctx.options.target != "accelerate":
+        return
+    for call in ctx.model.calls:
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "load_state_dict":
+            continue
+        owner = dotted(func.value)
+        if (
+            owner is None
+            or owner not in ctx.plan.prepared
+            or ctx.facts.flow.kind_of(owner, call) is not Kind.OPTIMIZER
+        ):
+            continue
+        when = (
+            "the next step fails (mixed torch.Tensor and DTensor)"
+            if ctx.after_prepare(call, owner)
+            else "prepare drops it silently (the state stays keyed by the parameters FSDP replaces)"
+        )
+        ctx.plan.review(
+            ctx.line(call),
+            f"{owner}.load_state_dict(...) loads a whole optimizer state: under Hugging Face "
+            f"Accelerate's FSDP2 {when}; there, after prepare, load it with torch's "
+            f"set_optimizer_state_dict(model, {owner}, state, options=StateDictOptions("
+            "full_state_dict=True)) on every rank, and under DeepSpeed (whose optimizer state "
+            "has the engine's own format) resume with accelerator.save_state/load_state",
+        )
+
+
 def _optimizer_kept(owner: str, acc: str, why: str, where: str) -> str:
     return (
         f"{owner}'s state is saved {why}: kept as {owner}.state_dict(), which under --backend "
