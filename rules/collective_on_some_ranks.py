@@ -213,6 +213,18 @@ class CollectiveOnSomeRanks(Rule):
             6,
             13,
         ),
+        # accelify's get_state_dict of an optimizer gathers its state under every ZeRO stage
+        Example(
+            HEADER
+            + "import torch\nimport argparse\nparser = argparse.ArgumentParser()\n"
+            + "parser.add_argument('--use_deepspeed', action='store_true')\n"
+            + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+            + "if accelerator.is_main_process:\n"
+            + "    state = accelerator.get_state_dict(optimizer)\n",
+            10,
+            13,
+        ),
         # evaluation on the main process only, through a model FSDP shards
         Example(
             _HF
@@ -406,6 +418,14 @@ class CollectiveOnSomeRanks(Rule):
         + "if accelerator.is_main_process or is_fsdp:\n"
         + "    accelerator.save_state('ckpt')\n",
         _HF + "if accelerator.is_main_process:\n    sd = accelerator.get_state_dict(model)\n",
+        # HF's get_state_dict of an optimizer gathers nothing (it fails on every rank alike)
+        _HF
+        + "import torch\nimport argparse\nparser = argparse.ArgumentParser()\n"
+        + "parser.add_argument('--use_deepspeed', action='store_true')\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    state = accelerator.get_state_dict(optimizer)\n",
         HEADER
         + "def finish():\n    if accelerator.is_main_process:\n        print('done')\n\n\n"
         + "if accelerator.is_main_process:\n    finish()\n",

@@ -252,6 +252,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
                 self.gradient_state,
                 self.scaler,
                 tracks_step=not self.backend.steps_locally(inner),
+                loads=self.backend.load_optimizer_state_dict,
             )
             self._optimizers.append(optimizer)
             return optimizer
@@ -452,7 +453,17 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
             restore_forward(inner)
         return inner
 
-    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+    def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, Any]:
+        """The whole state of a prepared model (keys as in the user's module), or of a prepared
+        optimizer (torch's one-process format: what ``optimizer.state_dict()`` gives on one
+        process, and what the prepared optimizer's ``load_state_dict`` takes back under every
+        engine). A collective under FSDP and DeepSpeed: call it on every rank. Hugging Face
+        Accelerate's ``get_state_dict`` takes models only (an optimizer there is its
+        ``state_dict()`` under DDP, and fails under FSDP and DeepSpeed ZeRO-3)."""
+        if isinstance(model, torch.optim.Optimizer):
+            if isinstance(model, PreparedOptimizer) and unwrap:
+                return self.backend.optimizer_state_dict(model.optimizer)
+            return model.state_dict()
         if not unwrap:
             return model.state_dict()
         return self.backend.model_state_dict(model)

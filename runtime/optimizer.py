@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,8 +25,12 @@ class PreparedOptimizer(torch.optim.Optimizer):
         gradient_state: GradientState,
         scaler: torch.amp.GradScaler | None = None,
         tracks_step: bool = True,
+        loads: Callable[[torch.optim.Optimizer, dict[str, Any]], None] | None = None,
     ) -> None:
         self.optimizer = optimizer
+        #: the engine's load (`Backend.load_optimizer_state_dict`): a whole state, as one
+        #: process saved it, loads into a sharded optimizer too
+        self.loads = loads
         self.gradient_state = gradient_state
         self.scaler = scaler
         self.step_was_skipped = False
@@ -62,7 +67,10 @@ class PreparedOptimizer(torch.optim.Optimizer):
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state_dict)
+        if self.loads is None:
+            self.optimizer.load_state_dict(state_dict)
+        else:
+            self.loads(self.optimizer, state_dict)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self.gradient_state.sync_gradients:

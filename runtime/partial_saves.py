@@ -21,9 +21,10 @@ _MAX_DEPTH = 6
 
 FIX = (
     "save a model's weights with accelerator.save(accelerator.get_state_dict(model), path), "
-    "called on every rank (it gathers the whole tensors for the main process to write); for "
-    "an optimizer's state, or to resume training, use accelerator.save_state(directory) and "
-    "accelerator.load_state(directory) on every rank"
+    "called on every rank (it gathers the whole tensors for the main process to write), and "
+    "an optimizer's state with accelerator.get_state_dict(optimizer) the same way (the "
+    "prepared optimizer's load_state_dict takes it back); or, to resume training, use "
+    "accelerator.save_state(directory) and accelerator.load_state(directory) on every rank"
 )
 
 

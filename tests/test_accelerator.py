@@ -502,3 +502,70 @@ def test_a_dtensor_split_only_over_a_mesh_dimension_of_one_rank_is_whole():
         "accelerator.save: the entry ['w'] is one rank's partial sum of a tensor summed across "
         "2 ranks: its values are not the tensor's",
     ]
+
+
+def test_one_process_get_state_dict_of_an_optimizer_is_its_own_state_and_loads_back():
+    """With no engine, ``get_state_dict(optimizer)`` is ``optimizer.state_dict()`` (the format
+    every engine saves), and the prepared optimizer's ``load_state_dict`` takes it back."""
+    accelerator = Accelerator()
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.backward(model(torch.ones(4, 3)).sum())
+    optimizer.step()
+    saved = accelerator.get_state_dict(optimizer)
+    assert saved["param_groups"][0]["params"] == [0, 1]
+    assert torch.equal(
+        saved["state"][0]["exp_avg"], optimizer.optimizer.state_dict()["state"][0]["exp_avg"]
+    )
+    fresh = torch.optim.Adam(nn.Linear(3, 2).parameters(), lr=0.5)
+    fresh = accelerator.prepare(fresh)
+    fresh.load_state_dict(saved)
+    assert fresh.param_groups[0]["lr"] == 0.1
+    assert torch.equal(
+        fresh.state_dict()["state"][1]["exp_avg_sq"], saved["state"][1]["exp_avg_sq"]
+    )
+
+
+_OPTIMIZER_SHARDS_SCRIPT = """
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from accelify.runtime.optimizer_states import shard_whole_state
+
+dist.init_process_group("fake", rank=1, world_size=2, store=FakeStore())
+mesh = init_device_mesh("cpu", (2,))
+whole = torch.arange(12.0).reshape(4, 3)
+param = torch.nn.Parameter(distribute_tensor(whole, mesh, [Shard(0)], src_data_rank=None))
+plain = torch.nn.Parameter(torch.zeros(5))
+optimizer = torch.optim.SGD([param, plain], lr=0.1, momentum=0.9)
+state = {
+    "state": {0: {"momentum_buffer": whole * 10}, 1: {"momentum_buffer": torch.ones(5)}},
+    "param_groups": [{**optimizer.defaults, "params": [0, 1]}],
+}
+sharded = shard_whole_state(optimizer, state)
+mine = sharded["state"][0]["momentum_buffer"]
+print(type(mine).__name__, mine.to_local().tolist())
+print(type(sharded["state"][1]["momentum_buffer"]).__name__)
+optimizer.load_state_dict(sharded)
+print(optimizer.state[param]["momentum_buffer"].to_local().tolist())
+dist.destroy_process_group()
+"""
+
+
+def test_a_whole_optimizer_state_is_cut_to_this_ranks_shard_of_each_parameter():
+    """Rank 1 of 2: the whole momentum of a parameter sharded by rows becomes rank 1's rows, as
+    a DTensor laid out like the parameter (no communication: a fake process group); the state
+    of a parameter that is not a DTensor stays as it is; the optimizer then loads it."""
+    found = subprocess.run(
+        [sys.executable, "-c", _OPTIMIZER_SHARDS_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.splitlines()
+    rows = [[60.0, 70.0, 80.0], [90.0, 100.0, 110.0]]
+    assert found == [f"DTensor {rows}", "Tensor", str(rows)]

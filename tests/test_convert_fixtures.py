@@ -79,12 +79,31 @@ def test_accelerate_target_differs_only_in_the_import(case: Path):
     # Accelerate synchronizes torch's generators only: a script that draws from NumPy or
     # ``random`` before training gets ``set_seed(0)`` there (convert/steps/seeding.py).
     theirs = theirs.replace("set_seed(0)", "synchronize_rng_states()")
+    # Accelerate's get_state_dict takes models only: an optimizer's saved state stays there,
+    # with a review line saying what HF needs under FSDP and DeepSpeed
+    for optimizer, gathered in _optimizer_states_gathered(convert_case(case)):
+        ours = ours.replace(gathered, f"{optimizer}.state_dict()")
+        assert any(
+            f"{optimizer}.state_dict() is saved: under Hugging Face Accelerate's" in note.text
+            for note in convert_case(case, target="accelerate").reviews
+        )
     assert _without_runtime_imports(theirs) == _without_runtime_imports(ours)
     imported = {_SAME_ROLE.get(n, n) for n in _runtime_imports(theirs, "accelerate")}
     assert imported == _runtime_imports(ours, "accelify")
 
 
 _SAME_ROLE = {"set_seed": "synchronize_rng_states"}
+
+#: ``optimizer.state_dict() -> accelerator.get_state_dict(optimizer): the optimizer's whole ...``
+_OPTIMIZER_GATHERED = re.compile(
+    r"^(\S+)\.state_dict\(\) -> (\S+\.get_state_dict\(\1\)): the optimizer's"
+)
+
+
+def _optimizer_states_gathered(conversion: Conversion) -> list[tuple[str, str]]:
+    """Each optimizer whose saved state the conversion gathers, with the call it wrote."""
+    found = (_OPTIMIZER_GATHERED.match(note.text) for note in conversion.changes)
+    return [(match[1], match[2]) for match in found if match is not None]
 
 
 _RUNTIME_IMPORT = re.compile(r"^from (accelify|accelerate)(\.utils)? import (.+)\n", re.MULTILINE)
@@ -169,3 +188,15 @@ def test_every_name_the_conversion_imports_is_used(case: Path):
     }
     read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     assert imported <= read, f"imported and never used: {sorted(imported - read)}"
+
+
+def test_the_accelerate_target_says_what_hf_needs_for_a_whole_optimizer_state():
+    """Under ``--target accelerate`` the optimizer's saved state and its load before
+    ``prepare`` stay as written (HF's get_state_dict takes models only), each with a review
+    line naming what HF's FSDP2 and DeepSpeed need; accelify's target has neither line."""
+    case = FIXTURES / "convert" / "checkpoint_with_optimizer_state_loaded_before_prepare"
+    theirs = {note.line: note.text for note in convert_case(case, target="accelerate").reviews}
+    assert "prepare drops it silently" in theirs[42]
+    assert "set_optimizer_state_dict(model, optimizer, state" in theirs[42]
+    assert "HF's get_state_dict takes models only" in theirs[63]
+    assert not convert_case(case).reviews

@@ -509,3 +509,91 @@ def test_a_converted_best_checkpoint_reload_tests_alike_under_ddp_and_fsdp(tmp_p
         ]
     assert printed["ddp"][-1].startswith("test ")
     assert printed["fsdp"] == printed["ddp"]
+
+
+#: The engines a checkpoint dict with the optimizer's state resumes on, compared with DDP
+OPTIMIZER_STATE_ENGINES = [
+    pytest.param(("--backend", "fsdp"), id="fsdp"),
+    pytest.param(ZERO[2], id="zero2", marks=needs_deepspeed),
+    pytest.param(ZERO[3], id="zero3", marks=needs_deepspeed),
+]
+
+
+@pytest.fixture(scope="module")
+def saved_under_ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """fixtures/runtime/optimizer_state_saves.py's first launch under DDP: the folder holding
+    its checkpoint.pt, and what it wrote."""
+    folder = tmp_path_factory.mktemp("optimizer_state_ddp")
+    script = FIXTURES / "runtime" / "optimizer_state_saves.py"
+    assert_ok(launch(script, "--out", "first.json", cwd=folder, flags=DDP))
+    return folder, json.loads((folder / "first.json").read_text())
+
+
+@pytest.mark.parametrize("flags", OPTIMIZER_STATE_ENGINES)
+def test_a_checkpoint_with_the_optimizers_whole_state_resumes_as_under_ddp(
+    flags, saved_under_ddp, tmp_path
+):
+    """``accelerator.save({"model": get_state_dict(model), "optimizer":
+    get_state_dict(optimizer), ...})`` every rank reaches: under FSDP and ZeRO the optimizer's
+    state is gathered whole, in torch's one-process format (parameters numbered, tensors of
+    the parameters' shapes), the values DDP saves; a fresh launch loads it on every rank, after
+    ``prepare`` (the prepared optimizer's ``load_state_dict``) or before it (into the plain
+    optimizer, loaded again once the engine rebuilt it: refused before under FSDP), and
+    trains the steps DDP trained after its save, loss for loss, with the saved learning rate.
+    The checkpoint DDP wrote resumes there too: one format for every engine."""
+    ddp_folder, ddp = saved_under_ddp
+    script = FIXTURES / "runtime" / "optimizer_state_saves.py"
+    assert_ok(launch(script, "--out", "first.json", cwd=tmp_path, flags=flags))
+    first = json.loads((tmp_path / "first.json").read_text())
+    assert first["first"] == pytest.approx(ddp["first"], abs=1e-6)
+    assert first["saved"] == ddp["saved"]
+    ours = torch.load(tmp_path / "checkpoint.pt")["optimizer"]
+    theirs = torch.load(ddp_folder / "checkpoint.pt")["optimizer"]
+    for number, entries in theirs["state"].items():
+        for key, value in entries.items():
+            assert torch.allclose(ours["state"][number][key], value, atol=1e-6), (number, key)
+    resumes = {
+        "after-prepare": ("--checkpoint", tmp_path / "checkpoint.pt"),
+        "before-prepare": ("--checkpoint", tmp_path / "checkpoint.pt", "--load-before-prepare"),
+        "ddp's-file": ("--checkpoint", ddp_folder / "checkpoint.pt"),
+    }
+    for name, args in resumes.items():
+        out = tmp_path / f"{name}.json"
+        assert_ok(launch(script, "--out", out, "--resume", *args, cwd=tmp_path, flags=flags))
+        resumed = json.loads(out.read_text())
+        assert resumed["next"] == pytest.approx(ddp["next"], abs=1e-6), name
+        assert resumed["lr"] == ddp["lr"] == 0.01
+
+
+CONVERTED_RESUME = FIXTURES / "convert" / "checkpoint_with_optimizer_state_loaded_before_prepare"
+
+
+def _epoch_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stdout.splitlines() if line.startswith("epoch")]
+
+
+@pytest.fixture(scope="module")
+def four_epochs_under_ddp(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The converted golden's epoch lines, 4 epochs in one DDP launch."""
+    folder = tmp_path_factory.mktemp("four_epochs")
+    run = launch(CONVERTED_RESUME / "after.py", "--epochs", "4", cwd=folder, flags=DDP)
+    assert_ok(run)
+    return _epoch_lines(run)
+
+
+@pytest.mark.parametrize("flags", [pytest.param(DDP, id="ddp"), *OPTIMIZER_STATE_ENGINES])
+def test_a_converted_checkpoint_resumed_before_prepare_prints_what_one_run_prints(
+    flags, four_epochs_under_ddp, tmp_path
+):
+    """The golden checkpoint_with_optimizer_state_loaded_before_prepare: a launch of 2 epochs
+    saves model and optimizer each epoch, a launch of 4 loads them before ``prepare`` and
+    trains epochs 2 and 3; together they print what one DDP launch of 4 epochs prints (the
+    evaluation gathered, so exact counts), on every engine."""
+    script = CONVERTED_RESUME / "after.py"
+    first = launch(script, "--epochs", "2", cwd=tmp_path, flags=flags)
+    assert_ok(first)
+    second = launch(script, "--epochs", "4", cwd=tmp_path, flags=flags)
+    assert_ok(second)
+    assert "resumed at epoch 2" in second.stdout
+    assert _epoch_lines(first) + _epoch_lines(second) == four_epochs_under_ddp
+    assert len(four_epochs_under_ddp) == 4

@@ -319,11 +319,28 @@ def collective_backends(
     ):
         if func.attr.value in _WEIGHTS_GATHERING and _never_prepared(script, call):
             return frozenset()
+        if func.attr.value == "get_state_dict" and _of_an_optimizer(script, call):
+            return OPTIMIZER_STATE_GATHERED.on(runtime_of(script))
         return ACCELERATOR_METHODS[func.attr.value].on(runtime_of(script))
     found = script.call_names(call) & FUNCTIONS
     if found:
         return frozenset() if _on_a_subgroup(call, found) else EVERY_BACKEND
     return frozenset()
+
+
+#: ``accelerator.get_state_dict(optimizer)``: accelify's runtime gathers the optimizer's whole
+#: state under FSDP and every ZeRO stage (each splits it); HF's takes models only and fails
+#: alike on every rank, which is no hang.
+OPTIMIZER_STATE_GATHERED = Collective(frozenset(), SHARDING)
+
+
+def _of_an_optimizer(script: ScriptModel, call: cst.Call) -> bool:
+    """``accelerator.get_state_dict(optimizer)``: the argument is an optimizer of the file."""
+    from accelify.analysis.facts import facts_of  # facts is built on this module
+
+    handed = argument_value(call, "model")
+    name = dotted(handed) if handed is not None else None
+    return name is not None and facts_of(script).flow.kind_of(name, call) is Kind.OPTIMIZER
 
 
 #: The methods that gather a prepared model's full weights (under FSDP and ZeRO-3).

@@ -128,6 +128,19 @@ class Backend:
         sharding engines, and then only the main process gets the tensors."""
         return self.unwrap_model(model).state_dict()
 
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The whole state of ``optimizer`` (the one `bind_optimizer` returned) in torch's
+        one-process format (`accelify.runtime.optimizer_states`); a collective for the engines
+        that shard it, and then every rank gets it."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]
+    ) -> None:
+        """Load into ``optimizer`` a state of torch's one-process format (each rank keeping its
+        own part, no communication) or of the engine's own."""
+        optimizer.load_state_dict(state_dict)
+
     # --- checkpoints -------------------------------------------------------------------------
     #: The engine writes models and optimizers into checkpoints itself (sharded, every rank).
     owns_checkpoints = False

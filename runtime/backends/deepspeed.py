@@ -7,11 +7,15 @@ the Accelerator's accumulation steps, the mixed precision and the ZeRO stage fla
 ``accelerator.backward`` is ``engine.backward`` (DeepSpeed divides by its own accumulation
 steps; accelify tells it where each accumulation boundary is), the prepared optimizer's ``step``
 is ``engine.step`` and its ``zero_grad`` a no-op, ``clip_grad_norm_`` becomes the engine's
-``gradient_clipping``, and checkpoints are the engine's own (``save_checkpoint``).
+``gradient_clipping``, and checkpoints are the engine's own (``save_checkpoint``). The whole
+optimizer state in torch's format (``get_state_dict(optimizer)``, and a load of it, also into an
+optimizer that held a state when it was prepared) goes through DeepSpeed's
+``safe_get_full_optimizer_state``/``safe_set_full_optimizer_state`` (`optimizer_states`).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import shutil
@@ -30,6 +34,7 @@ from accelify.runtime.full_state_loads import (
     refresh_masters_after_loads,
 )
 from accelify.runtime.gradient_state import GradientState
+from accelify.runtime.optimizer_states import ZeroOptimizerStates, is_whole_state
 from accelify.runtime.options import DeepSpeedOptions
 from accelify.runtime.options.deepspeed import read_config as read_deepspeed_config
 from accelify.runtime.state import ProcessState
@@ -70,7 +75,7 @@ class DeepSpeedBackend(Backend):
         self.deepspeed = _import_deepspeed(state)
         self.options = options or DeepSpeedOptions()
         self.gradient_state = gradient_state or GradientState()
-        self._engines: dict[int, tuple[Any, Any]] = {}  # id(user optimizer) -> engine, its opt
+        self._engines: dict[int, tuple[Any, Any, Any]] = {}  # id(user opt) -> engine, opt, whole
         self.engines: list[Any] = []
 
     @classmethod
@@ -97,6 +102,13 @@ class DeepSpeedBackend(Backend):
                 "the DeepSpeed config names an optimizer and the script prepares one too: "
                 "remove one of them"
             )
+        groups = [] if optimizer is None else [list(g["params"]) for g in optimizer.param_groups]
+        held = None
+        if optimizer is not None and optimizer.state:
+            # loaded (or stepped) before prepare: DeepSpeed would keep it under parameters its
+            # flat partitions replace; loaded again into the engine's optimizer below
+            held = optimizer.state_dict()
+            optimizer.state = collections.defaultdict(dict)
         engine, engine_optimizer, _, _ = self.deepspeed.initialize(
             model=model,
             optimizer=optimizer,
@@ -104,7 +116,14 @@ class DeepSpeedBackend(Backend):
             config=config,
         )
         if optimizer is not None:
-            self._engines[id(optimizer)] = (engine, engine_optimizer)
+            whole = (
+                ZeroOptimizerStates(groups, engine.optimizer)
+                if engine.zero_optimization_stage() > 0
+                else None
+            )
+            self._engines[id(optimizer)] = (engine, engine_optimizer, whole)
+            if held is not None:
+                (whole or engine_optimizer).load_state_dict(held)
         self.engines.append(engine)
         refresh = getattr(engine.optimizer, "refresh_fp32_params", None)
         if engine.zero_optimization_stage() == 3:
@@ -164,8 +183,21 @@ class DeepSpeedBackend(Backend):
                     "with --backend deepspeed, prepare this optimizer together with its model"
                 )
             return optimizer
-        engine, engine_optimizer = found
-        return EngineStepOptimizer(engine, engine_optimizer, optimizer)
+        engine, engine_optimizer, whole = found
+        return EngineStepOptimizer(engine, engine_optimizer, optimizer, whole)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        whole = getattr(optimizer, "whole", None)
+        return optimizer.state_dict() if whole is None else whole.state_dict()
+
+    def load_optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]
+    ) -> None:
+        whole = getattr(optimizer, "whole", None)
+        if whole is not None and is_whole_state(state_dict):
+            whole.load_state_dict(state_dict)
+        else:
+            optimizer.load_state_dict(state_dict)
 
     def partition_test(self) -> Callable[[torch.Tensor], bool]:
         """The storages of this rank's partitions: under ZeRO-3 each parameter's data (empty
@@ -272,10 +304,18 @@ class EngineStepOptimizer(torch.optim.Optimizer):
     boundaries and zeroes the gradients), ``zero_grad`` does nothing. ``param_groups`` are the
     user optimizer's, so LR schedulers built on it keep working."""
 
-    def __init__(self, engine: Any, engine_optimizer: Any, user_optimizer: Any) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        engine_optimizer: Any,
+        user_optimizer: Any,
+        whole: ZeroOptimizerStates | None = None,
+    ) -> None:
         self.engine = engine
         self.engine_optimizer = engine_optimizer
         self.user_optimizer = user_optimizer
+        #: the whole state in torch's format, under ZeRO (`optimizer_states`)
+        self.whole = whole
         self.defaults = user_optimizer.defaults
 
     @property

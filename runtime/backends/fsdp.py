@@ -9,7 +9,10 @@ bf16 runs through FSDP's ``MixedPrecisionPolicy`` (bf16 compute, fp32 gradient r
 of autocast. Checkpoints go through ``torch.distributed.checkpoint``: every rank writes its
 shard, and a checkpoint loads into a different world size. The sharded model takes a whole state
 dict in ``load_state_dict`` too (`accelify.runtime.full_state_loads`): what
-``get_state_dict`` saved loads back as it does under DDP.
+``get_state_dict`` saved loads back as it does under DDP; so does the prepared optimizer, whose
+whole state ``get_state_dict(optimizer)`` gathers (`accelify.runtime.optimizer_states`), and an
+optimizer that holds a state when it is prepared (loaded from a checkpoint before ``prepare``)
+has it loaded again once rebuilt.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from torch.distributed.fsdp import (
 
 from accelify.runtime.backends.base import Backend, BackendInputs
 from accelify.runtime.full_state_loads import accept_full_state_dicts
+from accelify.runtime.optimizer_states import shard_whole_state, whole_from_shards
 from accelify.runtime.options import FSDPOptions
 from accelify.runtime.state import ProcessState
 
@@ -140,11 +144,8 @@ class FSDPBackend(Backend):
             raise RuntimeError(
                 "with --backend fsdp, an optimizer must hold parameters of prepared models only"
             )
-        if optimizer.state:
-            raise RuntimeError(
-                "with --backend fsdp, prepare the optimizer before it steps: its state belongs to "
-                "parameters that sharding replaces"
-            )
+        # a state loaded (or stepped) before prepare is whole: loaded again once rebuilt
+        held = optimizer.state_dict() if optimizer.state else None
         models = {id(model): model for model, _ in self._names.values()}.values()
         sharded = {
             (id(model), name): parameter
@@ -165,7 +166,21 @@ class FSDPBackend(Backend):
                 "model = accelerator.prepare(model), from model.parameters()"
             ) from None
         self._bound.update(id(p) for group in groups for p in group["params"])
+        if held is not None:
+            self.load_optimizer_state_dict(rebuilt, held)
         return rebuilt
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        if not self.state.distributed:
+            return optimizer.state_dict()
+        return whole_from_shards(optimizer)
+
+    def load_optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]
+    ) -> None:
+        if self.state.distributed:
+            state_dict = shard_whole_state(optimizer, state_dict)
+        optimizer.load_state_dict(state_dict)
 
     def reduces_in_backward(self, models: Sequence[torch.nn.Module], sync: bool) -> bool:
         return sync and any(isinstance(model, FSDPModule) for model in models)

@@ -11,7 +11,8 @@ is emitted only where every rank reaches it: no rank test or condition the ranks
 differently around it, in its function or around the calls of that function (a test of a metric
 the conversion gathers, ``if acc > best:``, is decided alike). Elsewhere the unwrapped state
 dict stays, with a review line saying what to write. An optimizer's state is split by those
-engines too: a review line says how to keep it (``save_state``/``load_state``).
+engines too, and is gathered the same way where the same holds
+(`gather_or_review_optimizer_states`).
 """
 
 from __future__ import annotations
@@ -81,27 +82,116 @@ def gather_or_review(
     return False
 
 
-def review_optimizer_states(ctx: Context) -> None:
-    """A prepared optimizer's ``state_dict()`` in what a save writes: FSDP and DeepSpeed ZeRO
-    split the optimizer's state across the ranks, so one rank's part cannot resume a run."""
-    for call, _ in ctx.facts.saved_states.values():
-        owner = dotted(call.func.value)  # type: ignore[attr-defined]
+def gather_or_review_optimizer_states(ctx: Context) -> None:
+    """A prepared optimizer's ``state_dict()`` in what a save writes (``{"model": ...,
+    "optimizer": optimizer.state_dict(), "epoch": e}``): FSDP and DeepSpeed ZeRO split the
+    optimizer's state across the ranks, so the main process alone holds one rank's part, which
+    cannot resume a run (accelify's ``accelerator.save`` refuses it). Where every rank reaches
+    the save, as for a model's state (`gather_or_review`), it becomes
+    ``accelerator.get_state_dict(optimizer)``: the whole state in torch's one-process format,
+    the file's format before conversion, which the prepared optimizer's ``load_state_dict``
+    takes back on every engine (after ``prepare``, or before it). Hugging Face Accelerate's
+    ``get_state_dict`` takes models only: under ``--target accelerate``, and where some ranks
+    may not reach the save, the call stays, with a review line saying what to write."""
+    for state, save in ctx.facts.saved_states.values():
+        owner = dotted(state.func.value)  # type: ignore[attr-defined]
+        if (
+            owner is None
+            or owner not in ctx.plan.prepared
+            or ctx.facts.flow.kind_of(owner, state) is not Kind.OPTIMIZER
+            or not ctx.after_prepare(state, owner)
+            or ctx.facts.shared_files.kept_on_every_rank(save)
+        ):
+            continue
+        reachable = ctx.reachable_accelerator(state)
+        acc = reachable or ctx.accelerator_at(state)
+        if ctx.options.target == "accelerate":
+            ctx.plan.review(ctx.line(state), _hf_optimizer_advice(owner, acc))
+            continue
+        if reachable is None:
+            why = f"where no Accelerator is in reach ({acc} has no get_state_dict)"
+            ctx.plan.review(ctx.line(state), _optimizer_kept(owner, "accelerator", why, ""))
+            continue
+        kept = _read_besides_the_save(ctx, state, save)
+        if kept is not None:
+            why = f"through {kept[0]}, which line {kept[1]} also reads"
+            ctx.plan.review(ctx.line(state), _optimizer_kept(owner, acc, why, ""))
+            continue
+        instance = acc != ctx.acc
+        apart = _where_ranks_part(ctx, state, save, instance=instance)
+        if apart is not None:
+            ctx.plan.review(ctx.line(state), _optimizer_kept(owner, acc, *apart))
+            continue
+        planned = ctx.plan.replace(
+            state,
+            gathered_state(acc),
+            ctx.line(state),
+            f"{owner}.state_dict() -> {acc}.get_state_dict({owner}): the optimizer's whole "
+            "state, as one process saves it (gathered from every rank under FSDP and "
+            "DeepSpeed ZeRO); the prepared optimizer's load_state_dict takes it back on every "
+            "engine",
+            anywhere=instance,
+        )
+        if planned and not instance:
+            ctx.need(state)
+
+
+def review_optimizer_loads_under_hf(ctx: Context) -> None:
+    """``optimizer.load_state_dict(state)`` of a prepared optimizer, converted for Hugging Face
+    Accelerate: a whole state (what one process or DDP saved) loads there only under DDP.
+    Under HF's FSDP2 a load after ``prepare`` puts plain tensors beside the DTensor parameters
+    and the next step fails; one before ``prepare`` is dropped silently (prepare points the
+    optimizer's groups at the sharded parameters, the state stays keyed by the old ones).
+    accelify's runtime takes it on every engine, so only ``--target accelerate`` says so."""
+    if ctx.options.target != "accelerate":
+        return
+    for call in ctx.model.calls:
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "load_state_dict":
+            continue
+        owner = dotted(func.value)
         if (
             owner is None
             or owner not in ctx.plan.prepared
             or ctx.facts.flow.kind_of(owner, call) is not Kind.OPTIMIZER
-            or not ctx.after_prepare(call, owner)
         ):
             continue
-        acc = ctx.accelerator_at(call)
+        when = (
+            "the next step fails (mixed torch.Tensor and DTensor)"
+            if ctx.after_prepare(call, owner)
+            else "prepare drops it silently (the state stays keyed by the parameters FSDP replaces)"
+        )
         ctx.plan.review(
             ctx.line(call),
-            f"{owner}.state_dict() is saved: under --backend fsdp or deepspeed the "
-            "optimizer's state is split across the ranks, and accelerator.save refuses one "
-            f"rank's part there; to resume on those engines save and load the whole "
-            f"training state with {acc}.save_state(folder) and {acc}.load_state(folder), "
-            "on every rank",
+            f"{owner}.load_state_dict(...) loads a whole optimizer state: under Hugging Face "
+            f"Accelerate's FSDP2 {when}; there, after prepare, load it with torch's "
+            f"set_optimizer_state_dict(model, {owner}, state, options=StateDictOptions("
+            "full_state_dict=True)) on every rank, and under DeepSpeed (whose optimizer state "
+            "has the engine's own format) resume with accelerator.save_state/load_state",
         )
+
+
+def _optimizer_kept(owner: str, acc: str, why: str, where: str) -> str:
+    return (
+        f"{owner}'s state is saved {why}: kept as {owner}.state_dict(), which under --backend "
+        "fsdp or deepspeed holds this rank's part only (accelerator.save refuses it there); "
+        f"for those engines write `state = {acc}.get_state_dict({owner})` where every rank "
+        f"runs it{where}, and save `state` (or save and load the whole training state with "
+        f"{acc}.save_state(folder) and {acc}.load_state(folder), on every rank)"
+    )
+
+
+def _hf_optimizer_advice(owner: str, acc: str) -> str:
+    """Hugging Face Accelerate has no whole optimizer state of its own: what to write there."""
+    return (
+        f"{owner}.state_dict() is saved: under Hugging Face Accelerate's FSDP or DeepSpeed it "
+        "holds this rank's part only, and HF's get_state_dict takes models only; to resume "
+        f"there save and load the whole training state with {acc}.save_state(folder) and "
+        f"{acc}.load_state(folder) on every rank, or, under FSDP2, torch's "
+        f"get_optimizer_state_dict(model, {owner}, options=StateDictOptions("
+        "full_state_dict=True, cpu_offload=True)) on every rank and set_optimizer_state_dict "
+        "to load it (torch.distributed.checkpoint.state_dict)"
+    )
 
 
 def _read_besides_the_save(ctx: Context, state: cst.Call, save: cst.Call) -> tuple[str, int] | None:

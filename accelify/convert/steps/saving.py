@@ -22,7 +22,8 @@ from accelify.edits.node_rewrites import Swap
 def run(ctx: Context) -> None:
     guarded_writes = _plan_file_writes(ctx)
     _project_writers(ctx)
-    saved_states.review_optimizer_states(ctx)
+    saved_states.gather_or_review_optimizer_states(ctx)
+    saved_states.review_optimizer_loads_under_hf(ctx)
     for line_statement, call in ctx.facts.placement.expression_statements():
         if not ctx.model.call_names(call) & names.TORCH_SAVE:
             continue

@@ -1,0 +1,226 @@
+"""An optimizer's whole state, as one process holds it, under the engines that shard it.
+
+A script that checkpoints ``{"model": ..., "optimizer": optimizer.state_dict(), "epoch": e}``
+and resumes with ``optimizer.load_state_dict(ckpt["optimizer"])`` keeps one format on every
+engine: torch's own (``{"state": {0: {"step": ..., "exp_avg": ...}}, "param_groups": [...]}``,
+parameters numbered in the optimizer's order, every tensor whole). Under FSDP2 each state tensor
+is a DTensor shard of the parameter's, and under DeepSpeed ZeRO the state is kept per flat
+partition of each parameter group, so ``optimizer.state_dict()`` there is one rank's part.
+
+``accelerator.get_state_dict(optimizer)`` (Hugging Face Accelerate's name, which takes a model
+there) gathers the whole state: under FSDP each shard is gathered (``full_tensor``), under ZeRO
+each parameter's state is assembled by DeepSpeed's ``safe_get_full_optimizer_state``; a
+collective there, so every rank calls it, and every rank gets the whole state (on the CPU).
+``optimizer.load_state_dict(whole)`` on the prepared optimizer takes that format under every
+engine: each rank keeps its own shard (``distribute_tensor`` with ``src_data_rank=None``, no
+communication) or writes its own partition (``safe_set_full_optimizer_state``, local). A state
+of the engine's own format (a DTensor shard, loaded back on the same ranks) is left to torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+
+def whole_from_shards(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """``optimizer.state_dict()`` with every DTensor gathered whole onto the CPU (a collective
+    per tensor, in the state's own order, the same on every rank: each steps alike)."""
+    state = optimizer.state_dict()
+    whole: dict[Any, dict[str, Any]] = {}
+    for number, entries in state["state"].items():
+        whole[number] = {key: _gathered(value) for key, value in entries.items()}
+    return {"state": whole, "param_groups": state["param_groups"]}
+
+
+def _gathered(value: Any) -> Any:
+    if isinstance(value, DTensor):
+        return value.full_tensor().cpu()
+    return value
+
+
+def shard_whole_state(
+    optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]
+) -> dict[str, Any]:
+    """``state_dict`` with each whole tensor of a sharded parameter's state cut to this rank's
+    shard, laid out as the parameter is (no communication). Parameters are matched to the
+    saved numbers in order, group by group, as ``torch.optim.Optimizer.load_state_dict`` does;
+    a tensor that is already a DTensor, or whose shape is not the parameter's, is left as is."""
+    numbers = [number for group in state_dict.get("param_groups", ()) for number in group["params"]]
+    params = [param for group in optimizer.param_groups for param in group["params"]]
+    by_number = dict(zip(numbers, params, strict=False))
+    sharded: dict[Any, Any] = {}
+    for number, entries in state_dict.get("state", {}).items():
+        param = by_number.get(number)
+        if not isinstance(param, DTensor) or not isinstance(entries, dict):
+            sharded[number] = entries
+            continue
+        sharded[number] = {key: _shard_like(value, param) for key, value in entries.items()}
+    return {**state_dict, "state": sharded}
+
+
+def _shard_like(value: Any, param: DTensor) -> Any:
+    if (
+        not isinstance(value, torch.Tensor)
+        or isinstance(value, DTensor)
+        or value.shape != param.shape
+    ):
+        return value
+    return distribute_tensor(
+        value.detach().to(param.to_local().device),
+        param.device_mesh,
+        param.placements,
+        src_data_rank=None,
+    )
+
+
+class ZeroOptimizerStates:
+    """The whole state of a torch optimizer that DeepSpeed ZeRO (stage 1 to 3) steps, and its
+    load.
+
+    ``groups``: the user optimizer's parameters, group by group, recorded before
+    ``deepspeed.initialize`` replaced its groups by flat fp32 partitions; they are the engine
+    module's own parameters, through which DeepSpeed finds each one's fragment of the state.
+    ``zero``: the engine's ZeRO optimizer; its ``optimizer`` is the torch optimizer it steps
+    (whose groups hold the flat partitions). Per-element state (``exp_avg``) is assembled per
+    parameter; a scalar entry (``step``) is kept per flat partition, the same for every
+    parameter of a run where each steps every time. DeepSpeed makes the state at the first
+    step: a load before it makes the flat state first (zeros), then writes into it."""
+
+    def __init__(self, groups: Sequence[Sequence[torch.nn.Parameter]], zero: Any) -> None:
+        self.groups = [list(group) for group in groups]
+        self.zero = zero
+
+    @property
+    def inner(self) -> Any:
+        return self.zero.optimizer
+
+    def _flats(self) -> list[torch.Tensor]:
+        """The flat fp32 partitions the state is kept under: ZeRO-3 keeps them itself (its
+        inner groups hold them only while it steps), ZeRO-1/2 in the inner groups."""
+        partitions = getattr(self.zero, "fp32_partitioned_groups_flat", None)
+        if partitions is not None:
+            return [flat for flat in partitions if flat is not None]
+        return [flat for group in self.inner.param_groups for flat in group["params"]]
+
+    def _flat_states(self) -> list[dict[str, Any]]:
+        return [self.inner.state[flat] for flat in self._flats() if flat in self.inner.state]
+
+    def _settings(self) -> list[dict[str, Any]]:
+        """Each user group's settings (``lr`` as a scheduler left it), from the inner groups."""
+        inner = self.inner.param_groups
+        return [
+            {k: v for k, v in inner[min(i, len(inner) - 1)].items() if k != "params"}
+            for i in range(len(self.groups))
+        ]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The one-process format; a collective (every rank, the same order)."""
+        from deepspeed.utils import safe_get_full_optimizer_state
+
+        flats = self._flat_states()
+        template = flats[0] if flats else {}
+        state: dict[int, dict[str, Any]] = {}
+        param_groups = []
+        number = 0
+        for group, settings in zip(self.groups, self._settings(), strict=True):
+            numbers = []
+            for param in group:
+                entries = {}
+                for key, value in template.items():
+                    if not _elementwise(value):
+                        entries[key] = _copied(value)
+                    elif (full := safe_get_full_optimizer_state(param, key)) is not None:
+                        entries[key] = full.detach().cpu().clone()
+                    else:  # a frozen parameter DeepSpeed leaves out: no state, as torch keeps
+                        entries = {}
+                        break
+                if entries:
+                    state[number] = entries
+                numbers.append(number)
+                number += 1
+            param_groups.append({**settings, "params": numbers})
+        return {"state": state, "param_groups": param_groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Write this rank's partition of each parameter's whole state (local), the scalar
+        entries into every flat state, the groups' settings into the inner groups."""
+        from deepspeed.utils import safe_set_full_optimizer_state
+
+        saved_groups = state_dict.get("param_groups", [])
+        numbers = [number for group in saved_groups for number in group["params"]]
+        params = [param for group in self.groups for param in group]
+        if len(numbers) != len(params):
+            raise ValueError(
+                f"the optimizer state holds {len(numbers)} parameters, the optimizer {len(params)}"
+            )
+        saved = state_dict.get("state", {})
+        template = next((entries for entries in saved.values() if entries), None)
+        if template is None:
+            return
+        if not self._flat_states():
+            self._make_flat_states(template)
+        scalars: dict[str, Any] = {}
+        for number, param in zip(numbers, params, strict=True):
+            for key, value in saved.get(number, {}).items():
+                if not _elementwise(value):
+                    scalars.setdefault(key, value)
+                elif hasattr(param, "ds_id"):
+                    self._set_partition(param, value, key)
+                else:
+                    safe_set_full_optimizer_state(param, value.detach().float(), key)
+        for flat in self._flat_states():
+            for key, value in scalars.items():
+                flat[key] = _copied(value, like=flat.get(key))
+        inner = self.inner.param_groups
+        if len(saved_groups) == len(inner):
+            for group, settings in zip(inner, saved_groups, strict=True):
+                group.update({k: v for k, v in settings.items() if k != "params"})
+
+    def _set_partition(self, param: torch.nn.Parameter, value: torch.Tensor, key: str) -> None:
+        """ZeRO-3: this rank's partition of ``param``'s state ``key`` from the whole ``value``.
+        DeepSpeed's own ``safe_set_full_optimizer_state`` cuts the partition out of the
+        unpadded tensor and fails on the last rank where the ranks do not divide the
+        parameter's size ("start (2) + length (2) exceeds dimension size (3)"); the
+        partitions are padded to one size, so the whole tensor is padded the same way here."""
+        fragment, _ = self.zero._get_fp32_opt_state_partition(
+            param, release_swap_buffers=False, optim_state_key=key
+        )
+        rank = self.zero._get_param_partition_rank(param)
+        size = fragment.numel()
+        whole = value.detach().float().flatten()
+        whole = torch.nn.functional.pad(whole, (0, max(0, size * (rank + 1) - whole.numel())))
+        with torch.no_grad():
+            fragment.copy_(whole.narrow(0, size * rank, size))
+
+    def _make_flat_states(self, template: dict[str, Any]) -> None:
+        """The inner optimizer's state, made as its first step would make it (zeros per
+        element, the saved scalars); then ZeRO-1/2 link each parameter's fragment of it, as
+        they do after their first step."""
+        for flat in self._flats():
+            self.inner.state[flat] = {
+                key: torch.zeros_like(flat) if _elementwise(value) else _copied(value)
+                for key, value in template.items()
+            }
+        if hasattr(self.zero, "_hp_optimizer_states_linked"):
+            self.zero._hp_optimizer_states_linked = False
+            self.zero._lazy_init_hp_params_optimizer_state()
+
+
+def is_whole_state(state_dict: Any) -> bool:
+    """torch's own format (``state`` and ``param_groups`` only), not an engine's."""
+    return isinstance(state_dict, dict) and set(state_dict) == {"state", "param_groups"}
+
+
+def _elementwise(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() > 0
+
+
+def _copied(value: Any, like: Any = None) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value
+    target = like.device if isinstance(like, torch.Tensor) else value.device
+    return value.detach().clone().to(target)
