@@ -60,6 +60,11 @@ class AgreedValues:
             return False
         return self._agreed(test, function, self.names(function), 0)
 
+    def branch_agreed(self, branch: cst.If) -> bool:
+        """Every rank takes ``branch`` alike: the ``decided_alike`` test of the walks that ask
+        whether some ranks may not reach a save or a write (`SharedFiles.divergent_around`)."""
+        return self.test_agreed(branch.test, branch)
+
     def names(self, function: cst.FunctionDef, depth: int = 0) -> frozenset[str]:
         """The names of ``function`` every rank holds alike: the greatest set of names whose
         every binding there is agreed, given the metrics of its gathered evaluations."""

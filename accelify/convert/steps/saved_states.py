@@ -245,9 +245,7 @@ def _where_ranks_part(
     if ctx.facts.ranks.under_rank_guard(state):
         return "under a rank test", ", before that test"
 
-    def decided_alike(branch: cst.If) -> bool:
-        return ctx.agreed.test_agreed(branch.test, branch)
-
+    decided_alike = ctx.agreed.branch_agreed
     parted = ctx.facts.shared_files.parting_before(state, decided_alike=decided_alike)
     if isinstance(parted, cst.ExceptHandler):
         return (

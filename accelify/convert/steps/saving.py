@@ -34,9 +34,7 @@ def run(ctx: Context) -> None:
         if ctx.facts.shared_files.kept_on_every_rank(call):
             continue  # a per-process path read back: each rank saves its own file
         barriers = []
-        parted = ctx.facts.shared_files.parting_before(
-            call, decided_alike=lambda branch: ctx.agreed.test_agreed(branch.test, branch)
-        )
+        parted = ctx.facts.shared_files.parting_before(call, decided_alike=ctx.agreed.branch_agreed)
         if not ctx.facts.ranks.under_rank_guard(call) and parted is None:
             barriers = ctx.facts.ranks.barrier_places(line_statement)
         outside = ctx.instance_outside_class(call)

@@ -170,7 +170,7 @@ def _kept_on_every_rank(ctx: Context, shared: SharedFile) -> None:
         return
     # a test of a metric the conversion gathers (``acc > best``) is decided alike by every rank
     branch = ctx.facts.shared_files.divergent_around(
-        shared.write, decided_alike=lambda branch: ctx.agreed.test_agreed(branch.test, branch)
+        shared.write, decided_alike=ctx.agreed.branch_agreed
     )
     if branch is not None:
         ctx.plan.review(
