@@ -309,14 +309,24 @@ class PreparedDataLoader:
         return self._stream_pass.padding
 
     def set_epoch(self, epoch: int) -> None:
-        for owner in (getattr(self._sampler, "batch_sampler", None), self.base_dataloader.dataset):
-            sampler = getattr(owner, "sampler", owner)
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
+        """The pass count becomes ``epoch`` and the user's batch sampler, its sampler (else the
+        data set) learn it, as on HF's ``DataLoaderShard``: each pass sets it (``__iter__``), so a
+        sampler of the user's seeded by seed + epoch (a bucket sampler) shuffles anew each epoch
+        although its ``loader.sampler.set_epoch`` reaches the user's object, not this copy."""
+        self.iteration = epoch
+        batch_sampler = self._sampler.batch_sampler if self._sampler is not None else None
+        sampler = getattr(batch_sampler, "sampler", None)
+        if hasattr(batch_sampler, "set_epoch"):
+            batch_sampler.set_epoch(epoch)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        elif hasattr(self.base_dataloader.dataset, "set_epoch"):
+            self.base_dataloader.dataset.set_epoch(epoch)
 
     # --- iteration --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         skip, self._resume_skip = self._resume_skip, 0
+        self.set_epoch(self.iteration)
         if self._sampler is not None:
             self._sampler.skip = skip
             batches: Iterator[Any] = self._start_inner_pass()

@@ -82,6 +82,57 @@ def test_prepare_keeps_input_order_and_types():
     assert isinstance(prepared[2], torch.optim.Optimizer)
 
 
+class _EpochSeededSampler(torch.utils.data.Sampler):
+    """A project's own sampler (a bucket sampler): its order is seeded by seed + epoch."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.epoch = size, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.epoch)
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class _EpochDataset(TensorDataset):
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+
+def test_each_pass_sets_the_users_sampler_epoch_as_hfs_loader_does():
+    """HF's DataLoaderShard sets its pass count on the user's sampler each pass: the prepared
+    loader's copy of a sampler seeded by seed + epoch must shuffle anew each epoch, as the
+    script's own ``loader.sampler.set_epoch(epoch)`` made it do before prepare."""
+    data = TensorDataset(torch.arange(16.0))
+    plain = DataLoader(data, batch_size=4, sampler=_EpochSeededSampler(16))
+    expected = []
+    for epoch in range(3):
+        plain.sampler.set_epoch(epoch)
+        expected.append([batch[0].tolist() for batch in plain])
+    loader = Accelerator().prepare(DataLoader(data, batch_size=4, sampler=_EpochSeededSampler(16)))
+    seen = []
+    for epoch in range(3):
+        loader.sampler.set_epoch(epoch)  # the user's object (not the copy the loader reads)
+        seen.append([batch[0].tolist() for batch in loader])
+    assert seen == expected
+    assert expected[0] != expected[1]
+    loader.set_epoch(7)  # set by hand, as on HF: the next pass is pass 7
+    assert loader.iteration == 7 and loader.batch_sampler.batch_sampler.sampler.epoch == 7
+
+
+def test_a_data_sets_epoch_is_set_each_pass_when_its_sampler_has_none():
+    data = _EpochDataset(torch.arange(8.0))
+    loader = Accelerator().prepare(DataLoader(data, batch_size=4, shuffle=True))
+    for epoch in range(2):
+        list(loader)
+        assert data.epoch == epoch
+
+
 class _AllReducingSGD(torch.optim.SGD):
     """A script's optimizer whose step may communicate (as ZeroRedundancyOptimizer's does)."""
 

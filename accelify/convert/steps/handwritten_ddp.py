@@ -10,7 +10,8 @@ from accelify.analysis import names
 from accelify.analysis.dataflow import is_binding
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.script_model import Binding, Kind
-from accelify.analysis.syntax import assigned_targets, dotted, strip_self_methods
+from accelify.analysis.sharded_loaders import sharded_by_its_sampler
+from accelify.analysis.syntax import assigned_targets, dotted, strip_self_methods, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import reductions_replaced_by_gathers
 from accelify.edits import rewrites
@@ -278,7 +279,10 @@ def _sampler_arguments(ctx: Context, value: cst.BaseExpression) -> tuple[str, li
 
 
 def _process_group_calls(ctx: Context, samplers: set[str]) -> None:
-    """Setup goes, teardown becomes ``end_training``, ``sampler.set_epoch`` goes."""
+    """Setup goes, teardown becomes ``end_training``, a DistributedSampler's ``set_epoch`` goes
+    (the prepared loader shuffles each pass itself). A sampler of the project's own (a bucket
+    sampler seeded by seed + epoch) keeps its call: it reads the whole data set, and its epoch
+    is the script's to set."""
     for line_statement, call in ctx.facts.placement.expression_statements():
         qualified = ctx.model.call_names(call)
         if qualified & (names.INIT_PROCESS_GROUP | names.SET_CUDA_DEVICE):
@@ -296,13 +300,56 @@ def _process_group_calls(ctx: Context, samplers: set[str]) -> None:
             )
             ctx.need(call)
         elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "set_epoch":
-            owner = dotted(call.func.value)
-            if owner in samplers or (owner or "").endswith(".sampler"):
+            owner = dotted(call.func.value) or ""
+            loader = owner.removesuffix(".sampler")
+            if owner in samplers or (loader != owner and sharded_by_its_sampler(ctx.model, loader)):
                 ctx.plan.remove(
                     line_statement,
                     ctx.line(call),
                     "removed sampler.set_epoch (the prepared loader reshuffles each epoch)",
                 )
+            elif loader != owner and loader in ctx.plan.prepared:
+                _own_sampler_epoch(ctx, call, loader)
+
+
+def _own_sampler_epoch(ctx: Context, call: cst.Call, loader: str) -> None:
+    """``loader.sampler.set_epoch(e)`` of a sampler of the project's own (a bucket sampler
+    seeded by seed + epoch) -> ``loader.set_epoch(e)``: prepared, ``loader.sampler`` is the
+    user's object, not the copy the loader reads, and each pass sets the copy's epoch to the
+    loader's pass count (as HF's loader does); ``set_epoch`` on the loader sets both, so the
+    pass reads epoch ``e`` as before. A loop that reads the loader more than once per epoch
+    (``next(iter(loader))`` before the pass) moves the count on: said in a review line."""
+    code = f"{loader}.set_epoch({', '.join(ctx.code(a) for a in call.args)})"
+    ctx.plan.replace(
+        call,
+        Swap(code),
+        ctx.line(call),
+        f"{ctx.code(call)} -> {code} (the prepared loader reads a copy of the sampler)",
+    )
+    loops = [
+        loop.node for loop in ctx.model.loops if ctx.facts.placement.in_loop_body(call, loop.node)
+    ]
+    if not loops:
+        return
+    innermost = min(loops, key=lambda node: len(list(walk(node))))
+    passes = [
+        node
+        for node in walk(innermost)
+        if (isinstance(node, cst.For) and dotted(node.iter) == loader)
+        or (
+            isinstance(node, cst.Call)
+            and dotted(node.func) == "iter"
+            and node.args
+            and dotted(node.args[0].value) == loader
+        )
+    ]
+    if len(passes) > 1:
+        ctx.plan.review(
+            ctx.line(call),
+            f"{loader} is read {len(passes)} times per epoch here: each pass of the prepared "
+            "loader moves its sampler's epoch on by one (as HF's does), so the passes after the "
+            f"first read other epochs than before; call {loader}.set_epoch(...) before each one",
+        )
 
 
 def _rank_reads_and_loaders(ctx: Context, samplers: dict[str, str]) -> None:
