@@ -240,7 +240,8 @@ class ObjectFlow:
         return min(found, key=list(Kind).index) if found else None
 
     def _instance_attribute_kinds(self, name: str, at: cst.CSTNode) -> set[Kind]:
-        """``trainer.model`` where ``trainer`` is a parameter of the enclosing function (a
+        """``trainer.model`` where ``trainer`` is an instance of a class of the file made in the
+        enclosing function (`_made_instance_attribute`), or a parameter of it (a
         callback's ``__call__(self, trainer, loss)``) and every call of that function in the
         file passes an instance whose ``self.model`` tells: ``self`` in a trainer's method
         (``cb(self, val_loss)``), a name a class of the file made, or a parameter of the
@@ -250,8 +251,12 @@ class ObjectFlow:
             return set()
         base, attribute = name.split(".")
         function = self.placement.enclosing_function(at)
-        if function is None or base not in {p.name.value for p in function.params.params}:
+        if function is None:
             return set()
+        if base not in {p.name.value for p in function.params.params}:
+            # ``obj.model`` in ``main()`` after ``obj = Setup(...)``: what ``Setup`` holds
+            made = self._made_instance_attribute(name, at)
+            return {made} if made is not None else set()
         passed = self._passed_to(function, base)
         if not passed:
             return set()

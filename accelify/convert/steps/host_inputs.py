@@ -378,6 +378,8 @@ def prepared_model_called(ctx: Context, call: cst.Call) -> str | None:
     if name is None or ctx.facts.flow.kind_of(name, call) is not Kind.MODEL:
         return None
     outer = name if name in ctx.prepared_after else ctx.facts.flow.outer_name(name, call)
+    if outer not in ctx.prepared_after:
+        outer = _held_by_the_instance(ctx, name, call) or outer
     if outer not in ctx.prepared_after or outer in ctx.frozen:
         return None
     if not ctx.after_prepare(call, outer) or _rebound_between(
@@ -389,6 +391,16 @@ def prepared_model_called(ctx: Context, call: cst.Call) -> str | None:
     ):
         return None
     return name
+
+
+def _held_by_the_instance(ctx: Context, name: str, call: cst.Call) -> str | None:
+    """``self.model`` for ``obj.model(x)`` in ``main()`` after ``obj = Setup(...)``, where
+    ``Setup`` prepares its ``self.model`` (`Context.instance_outside_class`, as the backward
+    finds ``obj.accelerator``)."""
+    base, _, attribute = name.partition(".")
+    if not attribute or "." in attribute:
+        return None
+    return f"self.{attribute}" if ctx.instance_outside_class(call) == base else None
 
 
 def _on_device_at_every_call(ctx: Context, parameter: str, outer: str, call: cst.Call) -> bool:
