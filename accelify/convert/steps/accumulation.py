@@ -33,7 +33,7 @@ def run(ctx: Context) -> None:
                     "rewrites): correct, but every backward all-reduces; use "
                     "accelerator.accumulate(model) to skip the syncs between steps",
                 )
-                _review_schedulers_stepped_per_optimizer_step(ctx, kept)
+                _review_schedulers_stepped_per_optimizer_step(ctx, kept, loop, rewritten=False)
             continue
         if found.unaccounted is not None:
             ctx.plan.review(found.line, f"manual gradient accumulation kept: {found.unaccounted}")
@@ -46,7 +46,7 @@ def run(ctx: Context) -> None:
         _apply(found, ctx.plan, ctx.acc, ctx.facts.flow.model_names_in_scope(loop.scope), steps)
         ctx.need(loop.node)
         _review_schedulers_stepped_per_batch(ctx, found)
-        _review_schedulers_stepped_per_optimizer_step(ctx, found.condition)
+        _review_schedulers_stepped_per_optimizer_step(ctx, found.condition, loop, rewritten=True)
     reviewed: set[int] = set()
     for _, step in ctx.facts.step_driven_loops:
         kept = stepped_every_in_step(step, ctx.facts)
@@ -129,30 +129,52 @@ def _review_schedulers_stepped_per_batch(ctx: Context, found: ManualAccumulation
         )
 
 
-def _review_schedulers_stepped_per_optimizer_step(ctx: Context, condition: cst.If) -> None:
+def _review_schedulers_stepped_per_optimizer_step(
+    ctx: Context, condition: cst.If, loop: Loop, rewritten: bool
+) -> None:
     """A prepared ``scheduler.step()`` under the accumulation step test steps once per rank at
     each optimizer step, and each rank steps its optimizer every few of its own batches (and,
-    written so or inside ``accumulate()``, at the last one): N x ceil(len(loader) / N / k)
-    steps an epoch where the original makes ceil(len(loader) / k) (6 for 5 with 19 batches,
-    k = 4, on 2 ranks). A schedule sized to the original's count (``T_max=ceil(len(loader) /
-    k) * epochs`` read before prepare) ends early or runs past its end, a cosine climbing
-    again: the count to size it by is the one the prepared loader gives."""
+    inside ``accumulate()`` - ``rewritten``, the test now ``sync_gradients`` - at its last one
+    too: rounded up): N x ceil(len(loader) / N / k) steps an epoch where the original makes
+    ceil(len(loader) / k) (6 for 5 with 19 batches, k = 4, on 2 ranks). A schedule sized to the
+    original's count (``T_max=ceil(len(loader) / k) * epochs`` read before prepare) ends early
+    or runs past its end, a cosine climbing again: the count to size it by is the one the
+    prepared loader gives. Each rank's count is the prepared loader's only when the loop's
+    loader is prepared; else the line says only that each call steps N times."""
     flow, placement = ctx.facts.flow, ctx.facts.placement
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+    sharded = flow.reads_loader(loop) and not ctx.unprepared_loaders(loop)
+    if rewritten:
+        rounded = f"rounded up, as {ctx.a('accumulate')}() also steps at the last batch"
+        original = "len(loader) / k, rounded as its step test rounds"
+    else:
+        rounded = "rounded as the step test rounds"
+        original = f"len(loader) / k, {rounded}"
     for step in flow.scheduler_steps(flow.names_of(Kind.SCHEDULER)):
         call = step.call
         if step.scheduler not in prepared or not placement.inside(call, condition):
+            continue
+        if not sharded:
+            ctx.plan.review(
+                ctx.line(call),
+                f"{ctx.code(call)} steps with each accumulated optimizer step: prepared, it "
+                f"steps once per rank ({ctx.a('num_processes')} times a call), so a schedule "
+                "sized to the original's count of optimizer steps ends early (a cosine climbs "
+                "again): size it from the optimizer steps each rank makes times "
+                f"{ctx.a('num_processes')}",
+            )
             continue
         ctx.plan.review(
             ctx.line(call),
             f"{ctx.code(call)} steps with each accumulated optimizer step: prepared, it steps "
             "once per rank, and each rank steps its optimizer every k of its own batches "
-            "(len(loader) / N of them), so on N ranks an epoch makes N times that rank's count "
-            "where the original makes len(loader) / k, rounded as the step test rounds: they "
-            "differ unless each rank's batches divide by k, and a schedule sized to the "
-            "original's count ends early or runs past its end (a cosine climbs again); size it "
-            "after prepare, from the prepared loader's length (each rank's batches) times "
-            f"{ctx.a('num_processes')}, rounded as the step test rounds",
+            f"(len(loader) / N of them): len(loader) / N / k times, {rounded}; so on N ranks "
+            f"an epoch makes N times that count where the original makes {original}: they "
+            "differ unless each "
+            "rank's batches divide by k, and a schedule sized to the original's count ends "
+            "early or runs past its end (a cosine climbs again); size it after prepare, from "
+            "the prepared loader's length (each rank's batches) / k, "
+            f"{rounded}, times {ctx.a('num_processes')}",
         )
 
 
