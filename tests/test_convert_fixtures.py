@@ -200,3 +200,41 @@ def test_the_accelerate_target_says_what_hf_needs_for_a_whole_optimizer_state():
     assert "set_optimizer_state_dict(model, optimizer, state" in theirs[42]
     assert "HF's get_state_dict takes models only" in theirs[63]
     assert not convert_case(case).reviews
+
+
+_HF_OPTIMIZER_STATE = """
+import torch
+from torch import nn
+
+def main():
+    net = nn.Linear(4, 2)
+    head = nn.Linear(2, 2)
+    optimizer = torch.optim.Adam({params}, lr=0.01)
+    for _ in range(2):
+        optimizer.zero_grad()
+        loss = head(net(torch.randn(3, 4))).sum()
+        loss.backward()
+        optimizer.step()
+    torch.save({{"optimizer": optimizer.state_dict()}}, "ckpt.pt")
+    optimizer.load_state_dict(torch.load("ckpt.pt")["optimizer"])
+
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("params", "model"),
+    [
+        ("net.parameters()", "net"),
+        ("[*net.parameters(), *head.parameters()]", "<your model>"),
+    ],
+)
+def test_hf_optimizer_state_lines_name_the_optimizers_model(params: str, model: str):
+    """torch's get/set_optimizer_state_dict take the model the optimizer trains: the line
+    names it (``net``, not a ``model`` the script does not have), or says ``<your model>``."""
+    source = _HF_OPTIMIZER_STATE.format(params=params).encode()
+    reviews = convert_source(source, "hf.py", Options(target="accelerate")).reviews
+    texts = " ".join(note.text for note in reviews)
+    assert f"get_optimizer_state_dict({model}, optimizer," in texts
+    assert f"set_optimizer_state_dict({model}, optimizer, state" in texts
+    assert "FSDP1 (fsdp_version 1, its default)" in texts

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
@@ -106,7 +107,10 @@ def gather_or_review_optimizer_states(ctx: Context) -> None:
         reachable = ctx.reachable_accelerator(state)
         acc = reachable or ctx.accelerator_at(state)
         if ctx.options.target == "accelerate":
-            ctx.plan.review(ctx.line(state), _hf_optimizer_advice(owner, acc))
+            ctx.plan.review(
+                ctx.line(state),
+                _hf_optimizer_advice(owner, acc, optimizer_model(ctx, owner, state)),
+            )
             continue
         if reachable is None:
             why = f"where no Accelerator is in reach ({acc} has no get_state_dict)"
@@ -161,14 +165,34 @@ def review_optimizer_loads_under_hf(ctx: Context) -> None:
             if ctx.after_prepare(call, owner)
             else "prepare drops it silently (the state stays keyed by the parameters FSDP replaces)"
         )
+        model = optimizer_model(ctx, owner, call)
         ctx.plan.review(
             ctx.line(call),
             f"{owner}.load_state_dict(...) loads a whole optimizer state: under Hugging Face "
-            f"Accelerate's FSDP2 {when}; there, after prepare, load it with torch's "
-            f"set_optimizer_state_dict(model, {owner}, state, options=StateDictOptions("
+            f"Accelerate's FSDP2 {when}, and under its FSDP1 (fsdp_version 1, its default) the "
+            "optimizer holds FSDP's flattened parameters, which a whole state does not fit; "
+            "under either, after prepare, load it with torch's "
+            f"set_optimizer_state_dict({model}, {owner}, state, options=StateDictOptions("
             "full_state_dict=True)) on every rank, and under DeepSpeed (whose optimizer state "
             "has the engine's own format) resume with accelerator.save_state/load_state",
         )
+
+
+def optimizer_model(ctx: Context, optimizer: str, at: cst.CSTNode) -> str:
+    """The model whose parameters ``optimizer`` is built from (`parameter_owners`), as ``at``
+    names it: torch's get/set_optimizer_state_dict take that model; ``<your model>`` when
+    the optimizer is built from several, none the file shows, or one ``at`` cannot name."""
+    owners = {
+        owner
+        for binding in ctx.model.of_kind(Kind.OPTIMIZER)
+        if binding.name == optimizer
+        for owner in parameter_owners(binding)
+    }
+    if len(owners) == 1:
+        (owner,) = owners
+        if ctx.facts.flow.kind_of(owner, at) is Kind.MODEL:
+            return owner
+    return "<your model>"
 
 
 def _optimizer_kept(owner: str, acc: str, why: str, where: str) -> str:
@@ -181,14 +205,15 @@ def _optimizer_kept(owner: str, acc: str, why: str, where: str) -> str:
     )
 
 
-def _hf_optimizer_advice(owner: str, acc: str) -> str:
-    """Hugging Face Accelerate has no whole optimizer state of its own: what to write there."""
+def _hf_optimizer_advice(owner: str, acc: str, model: str) -> str:
+    """Hugging Face Accelerate has no whole optimizer state of its own: what to write there
+    (torch's get/set_optimizer_state_dict take FSDP1's and FSDP2's models alike)."""
     return (
-        f"{owner}.state_dict() is saved: under Hugging Face Accelerate's FSDP or DeepSpeed it "
-        "holds this rank's part only, and HF's get_state_dict takes models only; to resume "
-        f"there save and load the whole training state with {acc}.save_state(folder) and "
-        f"{acc}.load_state(folder) on every rank, or, under FSDP2, torch's "
-        f"get_optimizer_state_dict(model, {owner}, options=StateDictOptions("
+        f"{owner}.state_dict() is saved: under Hugging Face Accelerate's FSDP (1 or 2) or "
+        "DeepSpeed it holds this rank's part only, and HF's get_state_dict takes models only; "
+        f"to resume there save and load the whole training state with {acc}.save_state(folder) "
+        f"and {acc}.load_state(folder) on every rank, or, under FSDP, torch's "
+        f"get_optimizer_state_dict({model}, {owner}, options=StateDictOptions("
         "full_state_dict=True, cpu_offload=True)) on every rank and set_optimizer_state_dict "
         "to load it (torch.distributed.checkpoint.state_dict)"
     )
