@@ -39,7 +39,9 @@ def distributed_sampler_argument(script: ScriptModel, call: cst.Call) -> bool:
 
 def sharded_by_its_sampler(script: ScriptModel, loader: str | None) -> bool:
     """``loader`` is built with a DistributedSampler, or the script sets its sampler's epoch
-    (``loader.sampler.set_epoch(epoch)``): each rank already reads its own part of the data."""
+    (``loader.sampler.set_epoch(epoch)``, `epoch_set_through`) and the file does not show that
+    sampler reading the whole data set (`_whole_data_sampler`): each rank already reads its own
+    part of the data. Lint (ACC402) and convert (which ``set_epoch`` goes) ask this one test."""
     if loader is None:
         return False
     for binding in script.of_kind(Kind.DATALOADER):
@@ -50,18 +52,12 @@ def sharded_by_its_sampler(script: ScriptModel, loader: str | None) -> bool:
             and distributed_sampler_argument(script, value)
         ):
             return True
-    for call in script.calls:
-        func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "set_epoch":
-            owner = func.value
-            if (
-                isinstance(owner, cst.Attribute)
-                and owner.attr.value in _SAMPLER_KEYWORDS
-                and dotted(owner.value) == loader
-                and not _whole_data_sampler(script, loader, owner.attr.value)
-            ):
-                return True
-    return False
+    epoch = epoch_set_through(script, loader)
+    func = epoch.func if epoch is not None else None
+    owner = func.value if isinstance(func, cst.Attribute) else None
+    return isinstance(owner, cst.Attribute) and not _whole_data_sampler(
+        script, loader, owner.attr.value
+    )
 
 
 def epoch_set_through(script: ScriptModel, loader: str) -> cst.Call | None:

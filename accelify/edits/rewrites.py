@@ -123,14 +123,17 @@ def barrier_after(anchor: cst.CSTNode, acc: str) -> InsertAfter:
 
 
 def gathered_state(acc: str) -> StateOf:
-    """``model.state_dict()`` -> ``acc.get_state_dict(model)``: the whole unwrapped model's
-    state (gathered for the main process under FSDP and ZeRO-3; a collective there, so only
-    where every rank runs it). Convert's saving step and ACC503's fix write this same edit."""
+    """``obj.state_dict()`` -> ``acc.get_state_dict(obj)``: the whole state of a model (its
+    unwrapped model's) or of an optimizer (in torch's one-process format), gathered for the
+    main process under FSDP and ZeRO-3 (a collective there, so only where every rank runs it).
+    Convert's saving steps (a model's and an optimizer's saved state) and ACC503's fix write
+    this same edit."""
     return StateOf(f"{acc}.get_state_dict")
 
 
 def full_state(state: cst.Call, acc: str) -> Replace:
-    """``model.state_dict()`` (``state``) -> ``acc.get_state_dict(model)``: see `gathered_state`."""
+    """``obj.state_dict()`` (``state``, a model's or an optimizer's) ->
+    ``acc.get_state_dict(obj)``: see `gathered_state`."""
     return Replace(state, gathered_state(acc))
 
 
