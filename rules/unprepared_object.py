@@ -923,9 +923,10 @@ class UnpreparedObject(Rule):
                 if epoch is not None:  # a project's own sampler (bucketing), set through it
                     message += (
                         f"; its sampler does not shard (the set_epoch at line "
-                        f"{script.line(epoch)} is its own shuffle's seed), and prepared, "
-                        f"`{source}`'s sampler is the Accelerator's shard wrapper on several "
-                        "processes: keep the sampler object and call its set_epoch itself"
+                        f"{script.line(epoch)} is its own shuffle's seed); prepared, "
+                        f"`{source}` reads a copy of it (HF's: its shard wrapper's), so call "
+                        f"`{source}.set_epoch(epoch)` instead, which the prepared loader hands "
+                        "to the sampler it reads"
                     )
                 yield self.finding(script, loop.node.iter, message=message)
             yield from self._unprepared_arguments(script, loop, dataloaders, prepared)

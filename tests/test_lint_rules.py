@@ -1316,3 +1316,49 @@ def test_a_loss_total_beside_per_rank_prediction_lists_names_them_too():
     assert finding.line == 10
     assert "`golds`, `preds` also hold this rank's batches only" in finding.message
     assert "`seen`" not in finding.message
+
+
+_BUCKET_SAMPLER = """
+import torch
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+from accelerate import Accelerator
+
+
+class BucketSampler(Sampler):
+    def __init__(self, n):
+        self.n, self.epoch = n, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+    def __len__(self):
+        return self.n
+
+
+accelerator = Accelerator()
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = DataLoader(data, batch_size=4, sampler=BucketSampler(32))
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for epoch in range(2):
+    loader.sampler.set_epoch(epoch)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_a_loader_of_a_bucket_sampler_is_reported_and_advised_its_own_set_epoch():
+    """A project's own sampler seeded by its epoch does not shard: the loader reads the whole
+    data set on every rank. Prepared, ``loader.sampler`` is not the sampler it reads (a copy),
+    so the advice is the loader's own ``set_epoch``, which reaches that copy."""
+    finding = the_finding(_BUCKET_SAMPLER, "ACC401")
+    assert finding.line == 30  # the loop over the loader
+    assert "call `loader.set_epoch(epoch)` instead" in finding.message
