@@ -238,3 +238,20 @@ def test_hf_optimizer_state_lines_name_the_optimizers_model(params: str, model: 
     assert f"get_optimizer_state_dict({model}, optimizer," in texts
     assert f"set_optimizer_state_dict({model}, optimizer, state" in texts
     assert "FSDP1 (fsdp_version 1, its default)" in texts
+
+
+def test_a_loader_read_twice_per_epoch_keeps_its_own_samplers_epoch_with_a_review_line():
+    """``next(iter(loader))`` before the epoch's pass: each pass of the prepared loader moves
+    its sampler's epoch on, so the rewritten ``loader.set_epoch(epoch)`` alone does not keep
+    the original's epochs; the review line says so. (own_sampler_seeded_by_epoch: once.)"""
+    case = FIXTURES / "convert" / "own_sampler_seeded_by_epoch"
+    before = (case / "before.py").read_text()
+    twice = before.replace(
+        "        model.train()\n",
+        "        model.train()\n        print(next(iter(train_loader))[1].tolist()[:4])\n",
+    )
+    assert twice != before
+    conversion = convert_source(twice.encode(), "twice.py")
+    assert b"train_loader.set_epoch(epoch)" in conversion.converted
+    assert any("train_loader is read 2 times per epoch" in n.text for n in conversion.reviews)
+    assert not any("read 2 times" in n.text for n in convert_case(case).reviews)

@@ -319,7 +319,7 @@ def _own_sampler_epoch(ctx: Context, call: cst.Call, loader: str) -> None:
     loader's pass count (as HF's loader does); ``set_epoch`` on the loader sets both, so the
     pass reads epoch ``e`` as before. A loop that reads the loader more than once per epoch
     (``next(iter(loader))`` before the pass) moves the count on: said in a review line."""
-    code = f"{loader}.set_epoch({', '.join(ctx.code(a) for a in call.args)})"
+    code = ctx.code(call.with_changes(func=cst.parse_expression(f"{loader}.set_epoch")))
     ctx.plan.replace(
         call,
         Swap(code),
