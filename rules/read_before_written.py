@@ -58,10 +58,12 @@ class ReadBeforeWritten(Rule):
     the write in its function, between the two calls or before the read orders them there.
     A write and a read no run does both of are not reported: two arms of one ``if``/``elif``
     chain, or two ``if``s comparing the same setting with different constants (``if args.mode
-    == "train":`` ... ``elif args.mode == "eval":``), their tests the same on every rank and no
-    loop around them. The same race in one call: a dataset built by every rank with
-    ``download=accelerator.is_main_process``. A file every rank writes itself (``torch.save``
-    unguarded) is ACC201's."""
+    == "train":`` ... ``elif args.mode == "eval":``), their tests the same on every rank, and
+    both run at most once per run (no loop around them, functions called once) with a setting
+    bound once (not ``self.mode`` of a class built per mode: ``Runner("train").run()`` then
+    ``Runner("eval").run()`` does both). The same race in one call: a dataset built by every
+    rank with ``download=accelerator.is_main_process``. A file every rank writes itself
+    (``torch.save`` unguarded) is ACC201's."""
 
     code = "ACC212"
     name = "read-before-written"
@@ -123,6 +125,19 @@ class ReadBeforeWritten(Rule):
             6,
             9,
         ),
+        Example(  # exclusive branches, but the method runs twice: once per mode
+            HEADER
+            + "import torch\n\n\nclass Runner:\n"
+            + "    def __init__(self, mode):\n        self.mode = mode\n\n"
+            + "    def run(self):\n"
+            + "        if self.mode == 'train':\n"
+            + "            accelerator.save(model.state_dict(), 'best.pt')\n"
+            + "        elif self.mode == 'eval':\n"
+            + "            model.load_state_dict(torch.load('best.pt'))\n\n\n"
+            + "Runner('train').run()\nRunner('eval').run()\n",
+            14,
+            35,
+        ),
     )
     good = (
         # a write and a read in exclusive branches: no run does both
@@ -142,6 +157,14 @@ class ReadBeforeWritten(Rule):
         + "    accelerator.save(accelerator.unwrap_model(model).state_dict(), 'model.pt')\n"
         + "if args.mode == 'eval':\n"
         + "    accelerator.unwrap_model(model).load_state_dict(torch.load('model.pt'))\n",
+        # ... also in a function the run calls once
+        HEADER
+        + "import torch\n\n\ndef main():\n"
+        + "    if args.mode == 'train':\n"
+        + "        accelerator.save(model.state_dict(), 'model.pt')\n"
+        + "    if args.mode == 'eval':\n"
+        + "        model.load_state_dict(torch.load('model.pt'))\n\n\n"
+        + "main()\n",
         # the same with a barrier between train() and the read
         _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
         # the trainer's methods, ordered by a barrier: before the read, between the calls, or
@@ -472,8 +495,10 @@ def _exclusive(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bo
     """No run does both: they sit in two branches of one ``if``/``elif``/``else`` chain, or
     under two ``if``s that compare the same name with different constants (``if mode ==
     "train":`` ... ``if mode == "eval":``), with no loop around either in their function (a
-    loop could take one branch, then the other)."""
-    if _in_a_loop(script, write) or _in_a_loop(script, read):
+    loop could take one branch, then the other). Only where both run at most once per run and
+    every tested name is bound once per run: ``Runner("train").run(); Runner("eval").run()``
+    takes the save branch in one call and the load branch in the next."""
+    if not (_runs_once(script, write) and _runs_once(script, read)):
         return False
     ranks = facts_of(script).ranks
     for branch in script.ancestors(write):
@@ -485,6 +510,7 @@ def _exclusive(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bo
                 script.inside(read, chain)
                 and not _same_arm(script, write, read, chain)
                 and all(ranks.uniform(test) for test in _tests(chain))  # not a rank's own test
+                and all(_bound_once(script, test) for test in _tests(chain))
             ):
                 return True
     tested = {
@@ -495,8 +521,10 @@ def _exclusive(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bo
     for branch in script.ancestors(read):
         if isinstance(branch, cst.If) and ranks.uniform(branch.test):
             name, constant = _compared_with_constant(branch)
-            if name is not None and any(
-                name == other and constant != value for other, value in tested if other
+            if (
+                name is not None
+                and _bound_once(script, branch.test)
+                and any(name == other and constant != value for other, value in tested if other)
             ):
                 return True
     return False
@@ -535,6 +563,62 @@ def _compared_with_constant(branch: cst.If) -> tuple[str | None, str | None]:
         if isinstance(right, (cst.SimpleString, cst.Integer)) and dotted(left) is not None:
             return dotted(left), str(right.evaluated_value)
     return None, None
+
+
+def _runs_once(script: ScriptModel, node: cst.CSTNode, depth: int = 0) -> bool:
+    """``node`` runs at most once per run: in no loop of its function, and that function (and
+    each function calling it, in turn) has one known call site in the file, itself run once.
+    False where unsure (no call site seen, called through a value, recursion)."""
+    if depth > 8 or _in_a_loop(script, node):
+        return False
+    function = script.index.enclosing_function(node)
+    if function is None:
+        return True
+    graph = script.call_graph
+    callers = graph.callers(function)
+    if len(callers) != 1 or graph.uncertain_callers(function) or graph.references(function):
+        return False
+    return _runs_once(script, callers[0], depth + 1)
+
+
+def _bound_once(script: ScriptModel, test: cst.BaseExpression) -> bool:
+    """Every name ``test`` reads keeps one value for the run: not a ``self.`` attribute (an
+    instance is made per call: ``Runner("train")`` then ``Runner("eval")``) unless its class
+    is instantiated once, and a plain name with one binding in its scope (a parameter counts
+    once: the function runs once, `_runs_once`)."""
+    for node in walk(test):
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            continue
+        name = dotted(node)
+        if name is None:
+            continue
+        if name.startswith("self."):
+            owner = script.index.enclosing_class(test)
+            if owner is None or not _instantiated_once(script, owner):
+                return False
+        elif isinstance(node, cst.Name):
+            scope = script.scope_of(test)
+            bindings = [
+                value for bound, value in script.index.values_bound_to(name)
+                if script.scope_of(bound) is scope
+            ]  # fmt: skip
+            if len(bindings) > 1:
+                return False
+    return True
+
+
+def _instantiated_once(script: ScriptModel, owner: cst.ClassDef) -> bool:
+    """``owner`` (and no subclass in the file) is built by one call in the file, run once."""
+    name = owner.name.value
+    built = [
+        call for call in script.calls
+        if isinstance(call.func, cst.Name) and call.func.value == name
+    ]  # fmt: skip
+    subclassed = any(
+        isinstance(node, cst.ClassDef) and any(dotted(b.value) == name for b in node.bases)
+        for node in walk(script.module)
+    )
+    return len(built) == 1 and not subclassed and _runs_once(script, built[0])
 
 
 def _in_a_loop(script: ScriptModel, node: cst.CSTNode) -> bool:
