@@ -188,7 +188,9 @@ class UnpreparedObject(Rule):
     copy on all the data: correct, N times the work), and is reported only where its own
     Accelerator sets ``mixed_precision="fp16"`` or ``gradient_accumulation_steps`` and trains
     through ``accelerator.backward``: the unprepared optimizer's ``step()`` then steps the
-    scaled (or divided, every batch) gradients. A prepare indented into one branch of an
+    scaled (or divided, every batch) gradients. With accumulation, a ``step()`` under a ``%``
+    or ``sync_gradients`` test or inside ``accumulate()`` steps once per cycle, on the mean
+    the divided losses add up to: not reported. A prepare indented into one branch of an
     ``if``/``elif`` chain whose other branches build the same objects (a scheduler chosen by
     name) is reported at the prepare: on those branches the training after the chain uses
     everything unprepared.
@@ -453,6 +455,21 @@ class UnpreparedObject(Rule):
         # nothing prepared, nothing the backward changes: each rank trains its own copy on all
         # the data (correct, not data-parallel: convert leaves such a file so, with a review)
         _NOTHING_PREPARED.format(settings=""),
+        # ... or accumulation stepped once per cycle, by hand or on the synced batches: the
+        # backward's division by the steps makes the accumulated gradient their mean
+        _NOTHING_PREPARED.format(settings="gradient_accumulation_steps=4")
+        .replace("for x, y in loader:", "for i, (x, y) in enumerate(loader):")
+        .replace(
+            "    optimizer.step()\n    optimizer.zero_grad()\n",
+            "    if (i + 1) % 4 == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
+        ),
+        _NOTHING_PREPARED.format(settings="gradient_accumulation_steps=4").split("for x")[0]
+        + "for x, y in loader:\n"
+        + "    with accelerator.accumulate(model):\n"
+        + "        accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+        + "        if accelerator.sync_gradients:\n"
+        + "            optimizer.step()\n"
+        + "            optimizer.zero_grad()\n",
         # ... that one shards itself: it reads its rank and the replica count
         _BUCKET.format(
             params=", rank, num_replicas",
@@ -1012,6 +1029,10 @@ class UnpreparedObject(Rule):
                 and not script.under_rank_guard(call)
             ):
                 continue
+            if setting.startswith("gradient_accumulation_steps") and _stepped_per_cycle(
+                script, call
+            ):
+                continue  # the backward's division is the mean over the steps it accumulates
             name = dotted(func.value)
             yield self.finding(
                 script,
@@ -1644,6 +1665,26 @@ def _in_a_training_step(script: ScriptModel, call: cst.Call) -> bool:
         and node.func.attr.value == "backward"
         for node in walk(function)
     )
+
+
+def _stepped_per_cycle(script: ScriptModel, step: cst.Call) -> bool:
+    """``step`` may run once per accumulation cycle rather than every batch: under a test with
+    a ``%`` (``if (i + 1) % accum == 0:``) or of ``sync_gradients``, or inside an
+    ``accumulate()`` context. Dividing each loss by the steps is then what accumulating by
+    hand does; whether the cycle matches the Accelerator's steps the file cannot always tell,
+    so such a step is not reported."""
+    for ancestor in script.ancestors(step):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if isinstance(ancestor, cst.With) and accumulate_context(ancestor) is not None:
+            return True
+        if isinstance(ancestor, (cst.If, cst.While)) and any(
+            (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo))
+            or (isinstance(node, cst.Attribute) and node.attr.value == "sync_gradients")
+            for node in walk(ancestor.test)
+        ):
+            return True
+    return False
 
 
 def _backward_changes_gradients(script: ScriptModel) -> str | None:
