@@ -181,7 +181,8 @@ class UnpreparedObject(Rule):
     (``loader.sampler.set_epoch(epoch)``) is taken as sharded by a DistributedSampler made
     where it is (a plain sampler has no ``set_epoch``), unless the file shows the sampler: one
     of its classes that neither subclasses DistributedSampler nor reads a rank or a replica
-    count (a bucket sampler whose ``set_epoch`` seeds its shuffle), or a torch sampler that does
+    count, itself or through the file's classes it subclasses (a bucket sampler whose
+    ``set_epoch`` seeds its shuffle), or a torch sampler that does
     not shard; such a loader is reported, and the message says to call ``set_epoch`` on the
     sampler object itself (the prepared loader's sampler is the Accelerator's shard wrapper).
     A file that prepares nothing at all is data-parallel in nothing (each rank trains its own
@@ -477,6 +478,14 @@ class UnpreparedObject(Rule):
             shard="[self.rank :: self.num_replicas]",
             arguments=", accelerator.process_index, accelerator.num_processes",
         ),
+        # ... or through a class of the file that subclasses DistributedSampler
+        _BUCKET.format(params="", init="", shard="", arguments="")
+        .replace(
+            "DataLoader, Sampler\n\n\n",
+            "DataLoader, DistributedSampler\n\n\nclass ShardSampler(DistributedSampler):\n"
+            "    pass\n\n\n",
+        )
+        .replace("BucketSampler(Sampler)", "BucketSampler(ShardSampler)"),
         # a classifier trainer handed a dataset object whose loaders it never prepares: every
         # rank steps the scheduler once per batch of the whole set, as its len() sized it;
         # prepared, it would step num_processes times per call
