@@ -229,6 +229,23 @@ def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
     )
 
 
+@pytest.mark.parametrize("count", ["x.size(0)", "x.shape[0]", "y.numel()", "len(y)", "1"])
+def test_a_sample_count_beside_a_loss_total_is_not_told_to_gather(count):
+    """``n += x.size(0)`` (or ``.shape[0]``, ``.numel()``, ``len()``, ``+= 1``) only counts the
+    batch: the advice reduces it with the loss total and asks to gather the predictions alone."""
+    code = _LOSS_EVAL.replace("val_loss, batches", "val_loss, preds, n").replace(
+        "0.0, 0\n", "0.0, [], 0\n"
+    )
+    code = code.replace(
+        "        batches += 1\n",
+        f"        n += {count}\n        preds.append(model(x).argmax(-1))\n",
+    )
+    finding = the_finding(code, "ACC403")
+    assert finding.line == 9
+    assert "`preds` also holds this rank's batches only" in finding.message
+    assert "`n`" not in finding.message
+
+
 def test_an_ungathered_loss_total_of_numpy_values_is_advised_a_reduce_of_a_tensor():
     """A CLIP evaluation sums ``loss.cpu().numpy() * n``: ``reduce`` takes tensors only, so the
     advice makes the total one first, as for ``.item()``."""
