@@ -6,7 +6,7 @@ from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.shared_files import SharedFile
-from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
+from accelify.analysis.syntax import all_params, assigned_targets, dotted, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 _TRAINER = (
@@ -159,12 +159,12 @@ class ReadBeforeWritten(Rule):
         + "    accelerator.unwrap_model(model).load_state_dict(torch.load('model.pt'))\n",
         # ... also in a function the run calls once
         HEADER
-        + "import torch\n\n\ndef main():\n"
-        + "    if args.mode == 'train':\n"
+        + "import torch\n\n\ndef main(mode):\n"
+        + "    if mode == 'train':\n"
         + "        accelerator.save(model.state_dict(), 'model.pt')\n"
-        + "    if args.mode == 'eval':\n"
+        + "    if mode == 'eval':\n"
         + "        model.load_state_dict(torch.load('model.pt'))\n\n\n"
-        + "main()\n",
+        + "main(args.mode)\n",
         # the same with a barrier between train() and the read
         _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
         # the trainer's methods, ordered by a barrier: before the read, between the calls, or
@@ -337,12 +337,89 @@ def _divergent_branch(script: ScriptModel, read: cst.Call, write: cst.Call) -> c
         (a for a in script.ancestors(read) if isinstance(a, cst.SimpleStatementLine)), read
     )
     places = facts.ranks.barrier_places(statement)
-    for place in places:
-        if facts.placement.inside(write, place):
-            return place
+    found = next((place for place in places if facts.placement.inside(write, place)), None)
+    if found is None:
+        found = next(
+            (b for b in map(facts.shared_files.divergent_around, places) if b is not None), None
+        )
+    if not (isinstance(found, cst.If) and _alike_by_its_callers(script, found.test)):
+        return found
+    # ``def run(stage): if stage == "fit":`` run as ``run("fit")``: every rank takes it alike;
+    # the read's other branches may still be the ranks' own
+    ranks = facts.ranks
+    function = facts.placement.enclosing_function(read)
     return next(
-        (b for b in map(facts.shared_files.divergent_around, places) if b is not None), None
+        (
+            branch
+            for branch in reversed(list(script.ancestors(read)))
+            if isinstance(branch, cst.If)
+            and facts.placement.enclosing_function(branch) is function
+            and not ranks.uniform(branch.test)
+            and not _alike_by_its_callers(script, branch.test)
+        ),
+        None,
     )
+
+
+def _alike_by_its_callers(script: ScriptModel, test: cst.BaseExpression) -> bool:
+    """Every name ``test`` reads that the rank analysis cannot vouch for is a parameter of the
+    function around it, not rebound there, that each of its calls in the file fills with a
+    value every rank holds alike: a constant (``run("fit")``), a setting, or the variable of a
+    loop over such values (``for mode in ["train", "eval"]: run(mode)``)."""
+    facts = facts_of(script)
+    ranks = facts.ranks
+    function = facts.placement.enclosing_function(test)
+    if function is None:
+        return False
+    graph = script.call_graph
+    sites = facts.flow.calls_of(function)
+    if not sites or graph.uncertain_callers(function) or graph.references(function):
+        return False
+    rebound = {
+        name for a in script.index.own_assignments(function) for t in assigned_targets(a)
+        for name in target_names(t)
+    }  # fmt: skip
+    parameters = {p.name.value: p for p in all_params(function.params)}
+    names = [
+        n.value
+        for n in walk(test)
+        if isinstance(n, cst.Name) and not is_attribute_name(script, n) and not ranks.uniform(n)
+    ]
+    if not names:
+        return False
+    for name in dict.fromkeys(names):
+        if name not in parameters or name in rebound:
+            return False
+        passed = facts.flow.call_site_arguments(name, test)
+        if len(passed) < len(sites):
+            default = parameters[name].default
+            if default is None or not ranks.uniform(default):
+                return False
+        if not all(_alike_value(script, argument.value) for argument in passed):
+            return False
+    return True
+
+
+def _alike_value(script: ScriptModel, value: cst.BaseExpression) -> bool:
+    """``value`` is the same on every rank: a constant or setting, or the variable of a loop
+    over such values around it."""
+    ranks = facts_of(script).ranks
+    if ranks.uniform(value):
+        return True
+    if not isinstance(value, cst.Name):
+        return False
+    for loop in script.ancestors(value):
+        if isinstance(loop, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if (
+            isinstance(loop, cst.For)
+            and isinstance(loop.target, cst.Name)
+            and loop.target.value == value.value
+            and isinstance(loop.iter, (cst.List, cst.Tuple))
+            and all(ranks.uniform(element.value) for element in loop.iter.elements)
+        ):
+            return True
+    return False
 
 
 def _per_rank_values(script: ScriptModel, branch: cst.CSTNode) -> str:
@@ -501,6 +578,10 @@ def _exclusive(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bo
     if not (_runs_once(script, write) and _runs_once(script, read)):
         return False
     ranks = facts_of(script).ranks
+
+    def alike(test: cst.BaseExpression) -> bool:  # not a rank's own test
+        return ranks.uniform(test) or _alike_by_its_callers(script, test)
+
     for branch in script.ancestors(write):
         if isinstance(branch, cst.If):
             chain = branch
@@ -509,17 +590,17 @@ def _exclusive(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bo
             if (
                 script.inside(read, chain)
                 and not _same_arm(script, write, read, chain)
-                and all(ranks.uniform(test) for test in _tests(chain))  # not a rank's own test
+                and all(alike(test) for test in _tests(chain))
                 and all(_bound_once(script, test) for test in _tests(chain))
             ):
                 return True
     tested = {
         _compared_with_constant(b)
         for b in script.ancestors(write)
-        if isinstance(b, cst.If) and ranks.uniform(b.test)
+        if isinstance(b, cst.If) and alike(b.test)
     }
     for branch in script.ancestors(read):
-        if isinstance(branch, cst.If) and ranks.uniform(branch.test):
+        if isinstance(branch, cst.If) and alike(branch.test):
             name, constant = _compared_with_constant(branch)
             if (
                 name is not None
