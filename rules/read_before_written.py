@@ -165,6 +165,14 @@ class ReadBeforeWritten(Rule):
         + "    if mode == 'eval':\n"
         + "        model.load_state_dict(torch.load('model.pt'))\n\n\n"
         + "main(args.mode)\n",
+        # ... or handed once to a command-line runner
+        HEADER
+        + "import fire\nimport torch\n\n\ndef main():\n"
+        + "    if args.mode == 'train':\n"
+        + "        accelerator.save(model.state_dict(), 'model.pt')\n"
+        + "    elif args.mode == 'eval':\n"
+        + "        model.load_state_dict(torch.load('model.pt'))\n\n\n"
+        + "fire.Fire(main)\n",
         # the same with a barrier between train() and the read
         _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
         # the trainer's methods, ordered by a barrier: before the read, between the calls, or
@@ -648,8 +656,9 @@ def _compared_with_constant(branch: cst.If) -> tuple[str | None, str | None]:
 
 def _runs_once(script: ScriptModel, node: cst.CSTNode, depth: int = 0) -> bool:
     """``node`` runs at most once per run: in no loop of its function, and that function (and
-    each function calling it, in turn) has one known call site in the file, itself run once.
-    False where unsure (no call site seen, called through a value, recursion)."""
+    each function calling it, in turn) has one known call site in the file, itself run once,
+    or is handed once to a runner (``fire.Fire(main)``). False where unsure (no call site
+    seen, called through a value, recursion)."""
     if depth > 8 or _in_a_loop(script, node):
         return False
     function = script.index.enclosing_function(node)
@@ -657,9 +666,15 @@ def _runs_once(script: ScriptModel, node: cst.CSTNode, depth: int = 0) -> bool:
         return True
     graph = script.call_graph
     callers = graph.callers(function)
-    if len(callers) != 1 or graph.uncertain_callers(function) or graph.references(function):
+    references = graph.references(function)
+    if graph.uncertain_callers(function) or len(callers) + len(references) != 1:
         return False
-    return _runs_once(script, callers[0], depth + 1)
+    if callers:
+        return _runs_once(script, callers[0], depth + 1)
+    # handed to a command-line runner once (``fire.Fire(main)``, ``tyro.cli(main)``)
+    handed = script.parent(references[0])
+    runner = script.parent(handed) if isinstance(handed, cst.Arg) else None
+    return isinstance(runner, cst.Call) and _runs_once(script, runner, depth + 1)
 
 
 def _bound_once(script: ScriptModel, test: cst.BaseExpression) -> bool:
