@@ -87,6 +87,16 @@ class AccumulateTwicePerBatch(Rule):
     why = "Two accumulate() per batch share one step counter: the first model never steps."
     bad = (
         Example(_GAN.format(steps=2), 11, 10),
+        # a `break` before the second context ends the loop: every batch it goes on with
+        # still enters both
+        Example(
+            _GAN.format(steps=2).replace(
+                "    with accelerator.accumulate(G)",
+                "    if real.isnan().any():\n        break\n    with accelerator.accumulate(G)",
+            ),
+            13,
+            10,
+        ),
         # the two updates in methods the loop calls, the steps a constant of the file
         Example(
             "import torch\n"
@@ -201,8 +211,11 @@ def _entered_every_iteration(
 
 def _always(script: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
     """``node`` runs whenever ``container``'s body does: nothing between them branches, and no
-    statement before it in ``container`` may leave the iteration or the call early (WGAN's
-    ``if i % n_critic != 0: continue`` before the generator's ``accumulate(G)``)."""
+    statement before it may skip the rest of the iteration (a ``continue``: WGAN's ``if i %
+    n_critic != 0: continue`` before the generator's ``accumulate(G)``) or of the call (a
+    ``return`` in the function the loop calls). A ``break`` or ``raise`` ends the loop: every
+    batch it goes on with still enters the context."""
+    skip = cst.Return if isinstance(container, cst.FunctionDef) else cst.Continue
     for ancestor in (node, *script.ancestors(node)):
         if ancestor is container:
             return True
@@ -210,32 +223,23 @@ def _always(script: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> b
             return False
         block = script.parent(ancestor)
         if isinstance(block, (cst.IndentedBlock, cst.Module)) and any(
-            _may_leave(statement)
+            _skips_rest(statement, skip)
             for statement in block.body[: block.body.index(ancestor)]  # type: ignore[arg-type]
         ):
             return False
     return False
 
 
-def _may_leave(statement: cst.CSTNode) -> bool:
-    """``statement`` holds a ``continue``, ``break``, ``return`` or ``raise`` that leaves the
-    loop's iteration or the function it is in (not one of a loop or function inside it)."""
-    if isinstance(statement, (cst.Continue, cst.Break, cst.Return, cst.Raise)):
+def _skips_rest(statement: cst.CSTNode, skip: type[cst.Continue] | type[cst.Return]) -> bool:
+    """``statement`` holds a ``skip`` (``continue`` or ``return``) of the loop or function it is
+    in: not one of a function defined in it, nor a ``continue`` of a loop of its own."""
+    if isinstance(statement, skip):
         return True
     if isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
         return False
-    if isinstance(statement, (cst.For, cst.While)):  # their own continue/break stay inside
-        return _may_leave_function(statement)
-    return any(_may_leave(child) for child in statement.children)
-
-
-def _may_leave_function(statement: cst.CSTNode) -> bool:
-    """A ``return`` or ``raise`` in ``statement`` outside any function defined in it."""
-    if isinstance(statement, (cst.Return, cst.Raise)):
-        return True
-    if isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+    if skip is cst.Continue and isinstance(statement, (cst.For, cst.While)):
         return False
-    return any(_may_leave_function(child) for child in statement.children)
+    return any(_skips_rest(child, skip) for child in statement.children)
 
 
 def _even_steps(script: ScriptModel, accelerator: str) -> int | None:
