@@ -234,7 +234,8 @@ class ZeroOptimizerStates:
 
 class UnassembledStates:
     """The optimizer's state under a DeepSpeed wrapper that keeps it in its own layout, with no
-    per-parameter fragments to assemble it from (``FP16_Optimizer``, ZeRO stage 0 with fp16):
+    per-parameter fragments to assemble it from (``FP16_Optimizer`` or ``FP16_UnfusedOptimizer``,
+    ZeRO stage 0 with fp16 or bf16):
     neither gathered nor loaded in torch's format, which would hand back DeepSpeed's own format
     under torch's name, or fail deep in DeepSpeed. Raises, on every rank alike (no hang), with
     what to use instead."""

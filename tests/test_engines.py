@@ -627,7 +627,8 @@ def test_zero_stage_0_with_mixed_precision_refuses_the_optimizers_whole_state(
     per-parameter fragments to assemble the state from: ``get_state_dict(optimizer)`` handed
     back DeepSpeed's format under torch's name, a load of torch's format failed inside
     DeepSpeed, and so did ``prepare`` after a load before it. Each now raises, on every rank,
-    naming ``save_state``. (bf16 runs on the CPU; fp16 takes the same wrapper.)"""
+    naming ``save_state``. (bf16 runs on the CPU; fp16's ``FP16_Optimizer`` is refused by the
+    same test, anything but the user's optimizer or a wrapper with fragments, but needs a GPU.)"""
     ddp_folder, _ = saved_under_ddp
     script = FIXTURES / "runtime" / "optimizer_state_saves.py"
     refused = "keeps the optimizer's state in its own layout"

@@ -12,7 +12,8 @@ optimizer state in torch's format (``get_state_dict(optimizer)``, and a load of 
 optimizer that held a state when it was prepared) goes through DeepSpeed's
 ``safe_get_full_optimizer_state``/``safe_set_full_optimizer_state`` (`optimizer_states`), the
 main process keeping what is gathered; at stage 0 in fp32 it is the torch optimizer's own, and
-under stage 0's ``FP16_Optimizer`` (fp16 or bf16) it is refused, naming ``save_state``.
+under stage 0's ``FP16_Optimizer``/``FP16_UnfusedOptimizer`` (fp16, bf16) it is refused,
+naming ``save_state``.
 """
 
 from __future__ import annotations
@@ -357,9 +358,10 @@ def _whole_states(
 ) -> ZeroOptimizerStates | UnassembledStates | None:
     """How the optimizer's whole state is gathered and loaded in torch's format: through each
     parameter's fragment (``safe_get_full_optimizer_state``) under every ZeRO stage and under
-    stage 0's ``BF16_Optimizer`` (bf16), which partitions its fp32 state the same way; by torch
+    ``BF16_Optimizer`` (DeepSpeed's at ZeRO-1 with bf16, and at stage 0 under pipeline
+    parallelism), which partitions its fp32 state and maps each fragment the same way; by torch
     itself where the engine steps the user's optimizer (stage 0 in fp32); refused under another
-    wrapper (``FP16_Optimizer``: fp16 at stage 0)."""
+    wrapper (``FP16_Optimizer``, ``FP16_UnfusedOptimizer``: fp16 or bf16 at stage 0)."""
     from deepspeed.runtime.bf16_optimizer import BF16_Optimizer
 
     wrapper = engine.optimizer
