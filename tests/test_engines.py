@@ -586,7 +586,7 @@ def sgd_saved_under_ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
 
 
 @pytest.mark.parametrize("flags", OPTIMIZER_STATE_ENGINES)
-def test_a_state_without_per_parameter_entries_loads_the_groups_settings(
+def test_an_optimizer_state_without_per_parameter_entries_loads_the_groups_settings(
     flags, sgd_saved_under_ddp, tmp_path
 ):
     """SGD without momentum keeps no per-parameter state (``"state": {}``, as a save before
