@@ -2,7 +2,9 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import accumulate_context
+from accelify.analysis.scheduler_preparation import default_left_to_some_call
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import accelerator_argument, all_params, dotted, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
@@ -21,6 +23,22 @@ _GAN = (
     + "        accelerator.backward(-D(G(torch.randn(8, 16))).mean())\n"
     + "        opt_G.step()\n"
     + "        opt_G.zero_grad()\n"
+)
+
+_IN_TRAIN = (
+    "import torch\n"
+    + "from accelify import Accelerator\n\n\n"
+    + "def train(steps=2):\n"
+    + "    accelerator = Accelerator(gradient_accumulation_steps=steps)\n"
+    + "    G, D, opt_G, opt_D, loader = accelerator.prepare(G, D, opt_G, opt_D, loader)\n"
+    + "    for real in loader:\n"
+    + "        with accelerator.accumulate(D):\n"
+    + "            accelerator.backward(D(G(torch.randn(8, 16)).detach()).mean())\n"
+    + "            opt_D.step()\n"
+    + "        with accelerator.accumulate(G):\n"
+    + "            accelerator.backward(-D(G(torch.randn(8, 16))).mean())\n"
+    + "            opt_G.step()\n\n\n"
+    + "{call}\n"
 )
 
 #: Statements between a context and the loop (or function) around it that may not run on every
@@ -54,9 +72,10 @@ class AccumulateTwicePerBatch(Rule):
     the whole epoch's gradients piled up), while the second steps every k batches on k batches'
     gradients divided by 2k. Nothing fails; the first model does not train. (With odd steps
     each context still syncs every ``steps`` batches: not reported; nor a context entered under
-    a branch, a setting the file does not fix, or a plugin's steps.) The fix enters one context
-    per batch for every model it trains: ``with accelerator.accumulate(D, G):`` around both
-    updates."""
+    a branch or after an ``if`` that may ``continue`` first, a setting the file does not fix
+    (a parameter every call passes the command line's value), or a plugin's steps.) The fix
+    enters one context per batch for every model it trains: ``with accelerator.accumulate(D,
+    G):`` around both updates."""
 
     code = "ACC311"
     name = "accumulate-twice-per-batch"
@@ -68,6 +87,16 @@ class AccumulateTwicePerBatch(Rule):
     why = "Two accumulate() per batch share one step counter: the first model never steps."
     bad = (
         Example(_GAN.format(steps=2), 11, 10),
+        # a `break` before the second context ends the loop: every batch it goes on with
+        # still enters both
+        Example(
+            _GAN.format(steps=2).replace(
+                "    with accelerator.accumulate(G)",
+                "    if real.isnan().any():\n        break\n    with accelerator.accumulate(G)",
+            ),
+            13,
+            10,
+        ),
         # the two updates in methods the loop calls, the steps a constant of the file
         Example(
             "import torch\n"
@@ -90,6 +119,8 @@ class AccumulateTwicePerBatch(Rule):
             21,
             13,
         ),
+        # the steps a parameter's default, which the one call leaves in place
+        Example(_IN_TRAIN.format(call="train()"), 12, 14),
     )
     good = (
         # one context per batch for both models
@@ -120,6 +151,21 @@ class AccumulateTwicePerBatch(Rule):
         + "        with accelerator.accumulate(G):\n"
         + "            accelerator.backward(-D(G(torch.randn(8, 16))).mean())\n"
         + "            opt_G.step()\n",
+        # ... or behind a `continue` on the other batches
+        "import torch\n"
+        + HEADER.replace("Accelerator()", "Accelerator(gradient_accumulation_steps=2)")
+        + "G, D, opt_G, opt_D, loader = accelerator.prepare(G, D, opt_G, opt_D, loader)\n"
+        + "for step, real in enumerate(loader):\n"
+        + "    with accelerator.accumulate(D):\n"
+        + "        accelerator.backward(D(G(torch.randn(8, 16)).detach()).mean())\n"
+        + "        opt_D.step()\n"
+        + "    if step % 5 != 0:\n"
+        + "        continue\n"
+        + "    with accelerator.accumulate(G):\n"
+        + "        accelerator.backward(-D(G(torch.randn(8, 16))).mean())\n"
+        + "        opt_G.step()\n",
+        # a parameter with an even default, but every call passes the command line's value
+        _IN_TRAIN.format(call="train(args.gradient_accumulation_steps)"),
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -164,18 +210,43 @@ def _entered_every_iteration(
 
 
 def _always(script: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
-    """``node`` runs whenever ``container``'s body does: nothing between them branches."""
-    for ancestor in script.ancestors(node):
+    """``node`` runs whenever ``container``'s body does: nothing between them branches, and no
+    statement before it may skip the rest of the iteration (a ``continue``: WGAN's ``if i %
+    n_critic != 0: continue`` before the generator's ``accumulate(G)``) or of the call (a
+    ``return`` in the function the loop calls). A ``break`` or ``raise`` ends the loop: every
+    batch it goes on with still enters the context."""
+    skip = cst.Return if isinstance(container, cst.FunctionDef) else cst.Continue
+    for ancestor in (node, *script.ancestors(node)):
         if ancestor is container:
             return True
-        if isinstance(ancestor, _CONDITIONAL):
+        if isinstance(ancestor, _CONDITIONAL) and ancestor is not node:
+            return False
+        block = script.parent(ancestor)
+        if isinstance(block, (cst.IndentedBlock, cst.Module)) and any(
+            _skips_rest(statement, skip)
+            for statement in block.body[: block.body.index(ancestor)]  # type: ignore[arg-type]
+        ):
             return False
     return False
 
 
+def _skips_rest(statement: cst.CSTNode, skip: type[cst.Continue] | type[cst.Return]) -> bool:
+    """``statement`` holds a ``skip`` (``continue`` or ``return``) of the loop or function it is
+    in: not one of a function defined in it, nor a ``continue`` of a loop of its own."""
+    if isinstance(statement, skip):
+        return True
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        return False
+    if skip is cst.Continue and isinstance(statement, (cst.For, cst.While)):
+        return False
+    return any(_skips_rest(child, skip) for child in statement.children)
+
+
 def _even_steps(script: ScriptModel, accelerator: str) -> int | None:
     """The even ``gradient_accumulation_steps`` the file gives ``accelerator``: a literal, a
-    name every binding of which is one, or a parameter's literal default; else None."""
+    name every binding of which is one, or a parameter of the function around it whose every
+    call passes the same literal (its default counting where a call leaves it out, or where no
+    call in the file runs it); else None."""
     bindings = [b for b in script.of_kind(Kind.ACCELERATOR) if b.name == accelerator]
     if not bindings:
         bindings = list(script.of_kind(Kind.ACCELERATOR))
@@ -191,19 +262,29 @@ def _even_steps(script: ScriptModel, accelerator: str) -> int | None:
     return steps if steps is not None and steps > 1 and steps % 2 == 0 else None
 
 
-def _integer(script: ScriptModel, value: cst.BaseExpression) -> int | None:
-    """The integer ``value`` always holds in the file, where it says so."""
+def _integer(script: ScriptModel, value: cst.BaseExpression, depth: int = 0) -> int | None:
+    """The integer ``value`` always holds in the file, where it says so. A parameter holds
+    what its calls pass (``train(args, args.steps)``: unknown), its default only where a call
+    leaves it out or nothing in the file calls the function (a CLI entry point)."""
     if isinstance(value, cst.Integer):
         return int(value.evaluated_value)
     name = dotted(value)
-    if name is None or "." in name:
+    if name is None or "." in name or depth > 4:
         return None
     values = [assign.value for assign in script.index.assignments_to(name)]
-    for function in script.index.of_type(cst.FunctionDef):
-        for param in all_params(function.params):
-            if param.name.value == name and param.default is not None:
-                values.append(param.default)
-    found = {int(v.evaluated_value) if isinstance(v, cst.Integer) else None for v in values}
+    function = script.index.enclosing_function(value)
+    parameter = None
+    if function is not None:
+        parameter = next((p for p in all_params(function.params) if p.name.value == name), None)
+    if parameter is not None:
+        facts = facts_of(script)
+        values += [argument.value for argument in facts.flow.call_site_arguments(name, value)]
+        default = default_left_to_some_call(facts, name, value)
+        if default is not None or not facts.flow.calls_of(function):
+            values += [parameter.default] if parameter.default is not None else []
+    if not values:
+        return None
+    found = {_integer(script, v, depth + 1) for v in values}
     return found.pop() if len(found) == 1 else None
 
 

@@ -306,6 +306,14 @@ class CollectiveOnSomeRanks(Rule):
         + _MAIN_ONLY.format(model="model").replace(
             "if accelerator", "model = model.module\nif accelerator"
         ),
+        # ... under a test every wrapped model passes: DDP always takes the branch
+        _BUFFERED
+        + _EVALUATE
+        + _MAIN_ONLY.format(model="model").replace(
+            "if accelerator",
+            "if hasattr(model, 'module'):\n    model = model.module\nif accelerator",
+            1,
+        ),
         # no buffers: DDP's forward broadcasts nothing
         _BUFFERED.replace("torch.nn.BatchNorm1d(8)", "torch.nn.Dropout(0.1)")
         + _EVALUATE

@@ -1,4 +1,5 @@
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -7,6 +8,9 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+
+if TYPE_CHECKING:
+    from accelify.edits.plan import Plan
 
 
 class MakedirsOnEveryRank(Rule):
@@ -32,7 +36,18 @@ class MakedirsOnEveryRank(Rule):
             5,
             5,
         ),
-        Example(HEADER + "import os\nos.makedirs('out/checkpoints')\n", 4, 1),
+        Example(  # the check and the creation race: fixed as one call
+            HEADER + "import os\nif not os.path.exists('runs'):\n    os.makedirs('runs')\n",
+            5,
+            5,
+            HEADER + "import os\nos.makedirs('runs', exist_ok=True)\n",
+        ),
+        Example(
+            HEADER + "import os\nos.makedirs('out/checkpoints')\n",
+            4,
+            1,
+            HEADER + "import os\nos.makedirs('out/checkpoints', exist_ok=True)\n",
+        ),
         # a ClipCap fine-tuning's train(accelerator, ...): handed the accelerator, called by
         # every rank from main()
         Example(
@@ -101,7 +116,7 @@ class MakedirsOnEveryRank(Rule):
                 or _handed_the_accelerator(script, call)
             ):
                 continue
-            yield self.finding(script, call)
+            yield self.finding(script, call, _fix(race))
 
 
 def _after_the_accelerator_is_made(
@@ -136,3 +151,13 @@ def _handed_the_accelerator(script: ScriptModel, call: cst.Call) -> bool:
         facts.synchronising_call,
         function,
     )
+
+
+def _fix(race: side_effects.MakedirsRace) -> "Plan | None":
+    """``os.makedirs(d, exist_ok=True)`` in place of the call (and of the ``if not
+    os.path.isdir(d):`` around it): convert's edit."""
+    from accelify.edits import rewrites  # a fix's edits: imported for a fix only
+    from accelify.edits.plan import Plan
+
+    edit = rewrites.makedirs_exist_ok(race.statement, race.call)
+    return None if edit is None else Plan.of(edit)

@@ -6,7 +6,7 @@ from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.shared_files import SharedFile
-from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
+from accelify.analysis.syntax import all_params, assigned_targets, dotted, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 _TRAINER = (
@@ -58,10 +58,12 @@ class ReadBeforeWritten(Rule):
     the write in its function, between the two calls or before the read orders them there.
     A write and a read no run does both of are not reported: two arms of one ``if``/``elif``
     chain, or two ``if``s comparing the same setting with different constants (``if args.mode
-    == "train":`` ... ``elif args.mode == "eval":``), their tests the same on every rank and no
-    loop around them. The same race in one call: a dataset built by every rank with
-    ``download=accelerator.is_main_process``. A file every rank writes itself (``torch.save``
-    unguarded) is ACC201's."""
+    == "train":`` ... ``elif args.mode == "eval":``), their tests the same on every rank, and
+    both run at most once per run (no loop around them, functions called once) with a setting
+    bound once (not ``self.mode`` of a class built per mode: ``Runner("train").run()`` then
+    ``Runner("eval").run()`` does both). The same race in one call: a dataset built by every
+    rank with ``download=accelerator.is_main_process``. A file every rank writes itself
+    (``torch.save`` unguarded) is ACC201's."""
 
     code = "ACC212"
     name = "read-before-written"
@@ -123,6 +125,19 @@ class ReadBeforeWritten(Rule):
             6,
             9,
         ),
+        Example(  # exclusive branches, but the method runs twice: once per mode
+            HEADER
+            + "import torch\n\n\nclass Runner:\n"
+            + "    def __init__(self, mode):\n        self.mode = mode\n\n"
+            + "    def run(self):\n"
+            + "        if self.mode == 'train':\n"
+            + "            accelerator.save(model.state_dict(), 'best.pt')\n"
+            + "        elif self.mode == 'eval':\n"
+            + "            model.load_state_dict(torch.load('best.pt'))\n\n\n"
+            + "Runner('train').run()\nRunner('eval').run()\n",
+            14,
+            35,
+        ),
     )
     good = (
         # a write and a read in exclusive branches: no run does both
@@ -142,6 +157,22 @@ class ReadBeforeWritten(Rule):
         + "    accelerator.save(accelerator.unwrap_model(model).state_dict(), 'model.pt')\n"
         + "if args.mode == 'eval':\n"
         + "    accelerator.unwrap_model(model).load_state_dict(torch.load('model.pt'))\n",
+        # ... also in a function the run calls once
+        HEADER
+        + "import torch\n\n\ndef main(mode):\n"
+        + "    if mode == 'train':\n"
+        + "        accelerator.save(model.state_dict(), 'model.pt')\n"
+        + "    if mode == 'eval':\n"
+        + "        model.load_state_dict(torch.load('model.pt'))\n\n\n"
+        + "main(args.mode)\n",
+        # ... or handed once to a command-line runner
+        HEADER
+        + "import fire\nimport torch\n\n\ndef main():\n"
+        + "    if args.mode == 'train':\n"
+        + "        accelerator.save(model.state_dict(), 'model.pt')\n"
+        + "    elif args.mode == 'eval':\n"
+        + "        model.load_state_dict(torch.load('model.pt'))\n\n\n"
+        + "fire.Fire(main)\n",
         # the same with a barrier between train() and the read
         _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
         # the trainer's methods, ordered by a barrier: before the read, between the calls, or
@@ -314,12 +345,89 @@ def _divergent_branch(script: ScriptModel, read: cst.Call, write: cst.Call) -> c
         (a for a in script.ancestors(read) if isinstance(a, cst.SimpleStatementLine)), read
     )
     places = facts.ranks.barrier_places(statement)
-    for place in places:
-        if facts.placement.inside(write, place):
-            return place
+    found = next((place for place in places if facts.placement.inside(write, place)), None)
+    if found is None:
+        found = next(
+            (b for b in map(facts.shared_files.divergent_around, places) if b is not None), None
+        )
+    if not (isinstance(found, cst.If) and _alike_by_its_callers(script, found.test)):
+        return found
+    # ``def run(stage): if stage == "fit":`` run as ``run("fit")``: every rank takes it alike;
+    # the read's other branches may still be the ranks' own
+    ranks = facts.ranks
+    function = facts.placement.enclosing_function(read)
     return next(
-        (b for b in map(facts.shared_files.divergent_around, places) if b is not None), None
+        (
+            branch
+            for branch in reversed(list(script.ancestors(read)))
+            if isinstance(branch, cst.If)
+            and facts.placement.enclosing_function(branch) is function
+            and not ranks.uniform(branch.test)
+            and not _alike_by_its_callers(script, branch.test)
+        ),
+        None,
     )
+
+
+def _alike_by_its_callers(script: ScriptModel, test: cst.BaseExpression) -> bool:
+    """Every name ``test`` reads that the rank analysis cannot vouch for is a parameter of the
+    function around it, not rebound there, that each of its calls in the file fills with a
+    value every rank holds alike: a constant (``run("fit")``), a setting, or the variable of a
+    loop over such values (``for mode in ["train", "eval"]: run(mode)``)."""
+    facts = facts_of(script)
+    ranks = facts.ranks
+    function = facts.placement.enclosing_function(test)
+    if function is None:
+        return False
+    graph = script.call_graph
+    sites = facts.flow.calls_of(function)
+    if not sites or graph.uncertain_callers(function) or graph.references(function):
+        return False
+    rebound = {
+        name for a in script.index.own_assignments(function) for t in assigned_targets(a)
+        for name in target_names(t)
+    }  # fmt: skip
+    parameters = {p.name.value: p for p in all_params(function.params)}
+    names = [
+        n.value
+        for n in walk(test)
+        if isinstance(n, cst.Name) and not is_attribute_name(script, n) and not ranks.uniform(n)
+    ]
+    if not names:
+        return False
+    for name in dict.fromkeys(names):
+        if name not in parameters or name in rebound:
+            return False
+        passed = facts.flow.call_site_arguments(name, test)
+        if len(passed) < len(sites):
+            default = parameters[name].default
+            if default is None or not ranks.uniform(default):
+                return False
+        if not all(_alike_value(script, argument.value) for argument in passed):
+            return False
+    return True
+
+
+def _alike_value(script: ScriptModel, value: cst.BaseExpression) -> bool:
+    """``value`` is the same on every rank: a constant or setting, or the variable of a loop
+    over such values around it."""
+    ranks = facts_of(script).ranks
+    if ranks.uniform(value):
+        return True
+    if not isinstance(value, cst.Name):
+        return False
+    for loop in script.ancestors(value):
+        if isinstance(loop, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if (
+            isinstance(loop, cst.For)
+            and isinstance(loop.target, cst.Name)
+            and loop.target.value == value.value
+            and isinstance(loop.iter, (cst.List, cst.Tuple))
+            and all(ranks.uniform(element.value) for element in loop.iter.elements)
+        ):
+            return True
+    return False
 
 
 def _per_rank_values(script: ScriptModel, branch: cst.CSTNode) -> str:
@@ -472,10 +580,16 @@ def _exclusive(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bo
     """No run does both: they sit in two branches of one ``if``/``elif``/``else`` chain, or
     under two ``if``s that compare the same name with different constants (``if mode ==
     "train":`` ... ``if mode == "eval":``), with no loop around either in their function (a
-    loop could take one branch, then the other)."""
-    if _in_a_loop(script, write) or _in_a_loop(script, read):
+    loop could take one branch, then the other). Only where both run at most once per run and
+    every tested name is bound once per run: ``Runner("train").run(); Runner("eval").run()``
+    takes the save branch in one call and the load branch in the next."""
+    if not (_runs_once(script, write) and _runs_once(script, read)):
         return False
     ranks = facts_of(script).ranks
+
+    def alike(test: cst.BaseExpression) -> bool:  # not a rank's own test
+        return ranks.uniform(test) or _alike_by_its_callers(script, test)
+
     for branch in script.ancestors(write):
         if isinstance(branch, cst.If):
             chain = branch
@@ -484,19 +598,22 @@ def _exclusive(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bo
             if (
                 script.inside(read, chain)
                 and not _same_arm(script, write, read, chain)
-                and all(ranks.uniform(test) for test in _tests(chain))  # not a rank's own test
+                and all(alike(test) for test in _tests(chain))
+                and all(_bound_once(script, test) for test in _tests(chain))
             ):
                 return True
     tested = {
         _compared_with_constant(b)
         for b in script.ancestors(write)
-        if isinstance(b, cst.If) and ranks.uniform(b.test)
+        if isinstance(b, cst.If) and alike(b.test)
     }
     for branch in script.ancestors(read):
-        if isinstance(branch, cst.If) and ranks.uniform(branch.test):
+        if isinstance(branch, cst.If) and alike(branch.test):
             name, constant = _compared_with_constant(branch)
-            if name is not None and any(
-                name == other and constant != value for other, value in tested if other
+            if (
+                name is not None
+                and _bound_once(script, branch.test)
+                and any(name == other and constant != value for other, value in tested if other)
             ):
                 return True
     return False
@@ -535,6 +652,69 @@ def _compared_with_constant(branch: cst.If) -> tuple[str | None, str | None]:
         if isinstance(right, (cst.SimpleString, cst.Integer)) and dotted(left) is not None:
             return dotted(left), str(right.evaluated_value)
     return None, None
+
+
+def _runs_once(script: ScriptModel, node: cst.CSTNode, depth: int = 0) -> bool:
+    """``node`` runs at most once per run: in no loop of its function, and that function (and
+    each function calling it, in turn) has one known call site in the file, itself run once,
+    or is handed once to a runner (``fire.Fire(main)``). False where unsure (no call site
+    seen, called through a value, recursion)."""
+    if depth > 8 or _in_a_loop(script, node):
+        return False
+    function = script.index.enclosing_function(node)
+    if function is None:
+        return True
+    graph = script.call_graph
+    callers = graph.callers(function)
+    references = graph.references(function)
+    if graph.uncertain_callers(function) or len(callers) + len(references) != 1:
+        return False
+    if callers:
+        return _runs_once(script, callers[0], depth + 1)
+    # handed to a command-line runner once (``fire.Fire(main)``, ``tyro.cli(main)``)
+    handed = script.parent(references[0])
+    runner = script.parent(handed) if isinstance(handed, cst.Arg) else None
+    return isinstance(runner, cst.Call) and _runs_once(script, runner, depth + 1)
+
+
+def _bound_once(script: ScriptModel, test: cst.BaseExpression) -> bool:
+    """Every name ``test`` reads keeps one value for the run: not a ``self.`` attribute (an
+    instance is made per call: ``Runner("train")`` then ``Runner("eval")``) unless its class
+    is instantiated once, and a plain name with one binding in its scope (a parameter counts
+    once: the function runs once, `_runs_once`)."""
+    for node in walk(test):
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            continue
+        name = dotted(node)
+        if name is None:
+            continue
+        if name.startswith("self."):
+            owner = script.index.enclosing_class(test)
+            if owner is None or not _instantiated_once(script, owner):
+                return False
+        elif isinstance(node, cst.Name):
+            scope = script.scope_of(test)
+            bindings = [
+                value for bound, value in script.index.values_bound_to(name)
+                if script.scope_of(bound) is scope
+            ]  # fmt: skip
+            if len(bindings) > 1:
+                return False
+    return True
+
+
+def _instantiated_once(script: ScriptModel, owner: cst.ClassDef) -> bool:
+    """``owner`` (and no subclass in the file) is built by one call in the file, run once."""
+    name = owner.name.value
+    built = [
+        call for call in script.calls
+        if isinstance(call.func, cst.Name) and call.func.value == name
+    ]  # fmt: skip
+    subclassed = any(
+        isinstance(node, cst.ClassDef) and any(dotted(b.value) == name for b in node.bases)
+        for node in walk(script.module)
+    )
+    return len(built) == 1 and not subclassed and _runs_once(script, built[0])
 
 
 def _in_a_loop(script: ScriptModel, node: cst.CSTNode) -> bool:

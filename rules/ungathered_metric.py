@@ -654,9 +654,10 @@ class UngatheredMetric(Rule):
 
 def _sample_count(node: cst.CSTNode, loop: Loop) -> bool:
     """``total_samples += batch_len`` (``batch_len = len(pred)`` in the loop), ``n +=
-    len(pred)``: a count of the batch's samples, which only weighs the metric the loop sums
-    beside it; that metric's line is the finding's."""
-    if not isinstance(node, cst.AugAssign):
+    len(pred)``, ``+= x.size(0)``, ``+= x.shape[0]``, ``+= y.numel()``, ``n_batches += 1``: a
+    count of the batch's samples (or of batches), which only weighs the metric the loop sums
+    beside it; that metric's line is the finding's, and its advice reduces the count too."""
+    if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
         return False
     value = node.value
     if isinstance(value, cst.Name):
@@ -670,7 +671,38 @@ def _sample_count(node: cst.CSTNode, loop: Loop) -> bool:
         if len(bound) != 1:
             return False
         value = bound[0]
-    return isinstance(value, cst.Call) and dotted(value.func) == "len"
+    if isinstance(value, cst.Integer):  # ``n_batches += 1``; not ``if hit: correct += 1``
+        return not any(
+            isinstance(branch, cst.If) and any(inner is node for inner in walk(branch))
+            for branch in walk(loop.node.body)
+        )
+    return _a_count(value)
+
+
+def _a_count(value: cst.BaseExpression) -> bool:
+    """``len(x)``, ``x.size(0)``, ``x.shape[0]`` or ``x.numel()``."""
+    if isinstance(value, cst.Call):
+        func = value.func
+        if dotted(func) == "len":
+            return True
+        if isinstance(func, cst.Attribute) and func.attr.value == "numel" and not value.args:
+            return True
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "size"
+            and len(value.args) == 1
+            and isinstance(value.args[0].value, cst.Integer)
+            and value.args[0].value.value == "0"
+        )
+    return (
+        isinstance(value, cst.Subscript)
+        and isinstance(value.value, cst.Attribute)
+        and value.value.attr.value == "shape"
+        and len(value.slice) == 1
+        and isinstance(value.slice[0].slice, cst.Index)
+        and isinstance(value.slice[0].slice.value, cst.Integer)
+        and value.slice[0].slice.value.value == "0"
+    )
 
 
 def _loss_total(node: cst.CSTNode) -> cst.AugAssign | None:

@@ -181,14 +181,17 @@ class UnpreparedObject(Rule):
     (``loader.sampler.set_epoch(epoch)``) is taken as sharded by a DistributedSampler made
     where it is (a plain sampler has no ``set_epoch``), unless the file shows the sampler: one
     of its classes that neither subclasses DistributedSampler nor reads a rank or a replica
-    count (a bucket sampler whose ``set_epoch`` seeds its shuffle), or a torch sampler that does
+    count, itself or through the file's classes it subclasses (a bucket sampler whose
+    ``set_epoch`` seeds its shuffle), or a torch sampler that does
     not shard; such a loader is reported, and the message says to call ``set_epoch`` on the
     sampler object itself (the prepared loader's sampler is the Accelerator's shard wrapper).
     A file that prepares nothing at all is data-parallel in nothing (each rank trains its own
     copy on all the data: correct, N times the work), and is reported only where its own
     Accelerator sets ``mixed_precision="fp16"`` or ``gradient_accumulation_steps`` and trains
     through ``accelerator.backward``: the unprepared optimizer's ``step()`` then steps the
-    scaled (or divided, every batch) gradients. A prepare indented into one branch of an
+    scaled (or divided, every batch) gradients. With accumulation, a ``step()`` under a ``%``
+    or ``sync_gradients`` test or inside ``accumulate()`` steps once per cycle, on the mean
+    the divided losses add up to: not reported. A prepare indented into one branch of an
     ``if``/``elif`` chain whose other branches build the same objects (a scheduler chosen by
     name) is reported at the prepare: on those branches the training after the chain uses
     everything unprepared.
@@ -453,6 +456,21 @@ class UnpreparedObject(Rule):
         # nothing prepared, nothing the backward changes: each rank trains its own copy on all
         # the data (correct, not data-parallel: convert leaves such a file so, with a review)
         _NOTHING_PREPARED.format(settings=""),
+        # ... or accumulation stepped once per cycle, by hand or on the synced batches: the
+        # backward's division by the steps makes the accumulated gradient their mean
+        _NOTHING_PREPARED.format(settings="gradient_accumulation_steps=4")
+        .replace("for x, y in loader:", "for i, (x, y) in enumerate(loader):")
+        .replace(
+            "    optimizer.step()\n    optimizer.zero_grad()\n",
+            "    if (i + 1) % 4 == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
+        ),
+        _NOTHING_PREPARED.format(settings="gradient_accumulation_steps=4").split("for x")[0]
+        + "for x, y in loader:\n"
+        + "    with accelerator.accumulate(model):\n"
+        + "        accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+        + "        if accelerator.sync_gradients:\n"
+        + "            optimizer.step()\n"
+        + "            optimizer.zero_grad()\n",
         # ... that one shards itself: it reads its rank and the replica count
         _BUCKET.format(
             params=", rank, num_replicas",
@@ -460,6 +478,14 @@ class UnpreparedObject(Rule):
             shard="[self.rank :: self.num_replicas]",
             arguments=", accelerator.process_index, accelerator.num_processes",
         ),
+        # ... or through a class of the file that subclasses DistributedSampler
+        _BUCKET.format(params="", init="", shard="", arguments="")
+        .replace(
+            "DataLoader, Sampler\n\n\n",
+            "DataLoader, DistributedSampler\n\n\nclass ShardSampler(DistributedSampler):\n"
+            "    pass\n\n\n",
+        )
+        .replace("BucketSampler(Sampler)", "BucketSampler(ShardSampler)"),
         # a classifier trainer handed a dataset object whose loaders it never prepares: every
         # rank steps the scheduler once per batch of the whole set, as its len() sized it;
         # prepared, it would step num_processes times per call
@@ -1013,6 +1039,10 @@ class UnpreparedObject(Rule):
                 and not script.under_rank_guard(call)
             ):
                 continue
+            if setting.startswith("gradient_accumulation_steps") and _stepped_per_cycle(
+                script, call
+            ):
+                continue  # the backward's division is the mean over the steps it accumulates
             name = dotted(func.value)
             yield self.finding(
                 script,
@@ -1645,6 +1675,26 @@ def _in_a_training_step(script: ScriptModel, call: cst.Call) -> bool:
         and node.func.attr.value == "backward"
         for node in walk(function)
     )
+
+
+def _stepped_per_cycle(script: ScriptModel, step: cst.Call) -> bool:
+    """``step`` may run once per accumulation cycle rather than every batch: under a test with
+    a ``%`` (``if (i + 1) % accum == 0:``) or of ``sync_gradients``, or inside an
+    ``accumulate()`` context. Dividing each loss by the steps is then what accumulating by
+    hand does; whether the cycle matches the Accelerator's steps the file cannot always tell,
+    so such a step is not reported."""
+    for ancestor in script.ancestors(step):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if isinstance(ancestor, cst.With) and accumulate_context(ancestor) is not None:
+            return True
+        if isinstance(ancestor, (cst.If, cst.While)) and any(
+            (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo))
+            or (isinstance(node, cst.Attribute) and node.attr.value == "sync_gradients")
+            for node in walk(ancestor.test)
+        ):
+            return True
+    return False
 
 
 def _backward_changes_gradients(script: ScriptModel) -> str | None:

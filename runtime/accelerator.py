@@ -457,9 +457,11 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         """The whole state of a prepared model (keys as in the user's module), or of a prepared
         optimizer (torch's one-process format: what ``optimizer.state_dict()`` gives on one
         process, and what the prepared optimizer's ``load_state_dict`` takes back under every
-        engine). A collective under FSDP and DeepSpeed: call it on every rank. Hugging Face
-        Accelerate's ``get_state_dict`` takes models only (an optimizer there is its
-        ``state_dict()`` under DDP, and fails under FSDP and DeepSpeed ZeRO-3)."""
+        engine). A collective under FSDP and DeepSpeed: call it on every rank; there only the
+        main process gets the tensors (the others ``{}``), for ``accelerator.save`` to write.
+        Hugging Face Accelerate's ``get_state_dict`` takes models only: given an optimizer it
+        raises ``AttributeError`` (``'AcceleratedOptimizer' object has no attribute
+        '_modules'``), on one process too."""
         if isinstance(model, torch.optim.Optimizer):
             if isinstance(model, PreparedOptimizer) and unwrap:
                 return self.backend.optimizer_state_dict(model.optimizer)

@@ -224,13 +224,38 @@ EXIT_SUFFIX = ".exit.json"
 
 
 def record_exit(rank: int, leaving: SystemExit) -> None:
-    """Where the script called ``sys.exit`` (the user's line; nothing when the call was in a
-    library's code): a rank that leaves while its peers still need it, or with a code of its
-    own, is named with the line that made it leave, not only with its last collective."""
+    """Where the script called ``sys.exit`` when that call is the user's choice to leave
+    (``if rank == 1: sys.exit(3)``): a rank that leaves while its peers still need it, or with a
+    code of its own, is named with the line that made it leave, not only with its last
+    collective. Nothing for an exit raised in a library's code (argparse's ``--help`` or usage
+    error) or for the script's own end (``sys.exit(main())`` at the top level: a rank that got
+    there early left its training loop early, as its last collective already says)."""
     directory = os.environ.get(FAILURE_DIR)
-    where = _user_line(leaving) if directory else ""
-    if where:
-        _write_record(Path(directory), f"{rank}{EXIT_SUFFIX}", {"rank": rank, "where": where})
+    frames = traceback.extract_tb(leaving.__traceback__) if directory else []
+    if not frames:
+        return
+    last = frames[-1]
+    if not _in_user_code(last.filename):
+        return
+    if last.name == "<module>" and _exits_with_a_call_result(last.line or ""):
+        return
+    where = f"{last.filename}:{last.lineno}"
+    _write_record(Path(directory), f"{rank}{EXIT_SUFFIX}", {"rank": rank, "where": where})
+
+
+def _exits_with_a_call_result(line: str) -> bool:
+    """``sys.exit(main())``, ``raise SystemExit(app.run())``: the script ends with what its
+    entry function returned, on every rank alike."""
+    import ast  # a rank that leaves only; the runtime's import stays light
+
+    try:
+        statement = ast.parse(line.strip()).body[0]
+    except (SyntaxError, IndexError):
+        return False
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    if isinstance(statement, ast.Raise):
+        call = statement.exc
+    return isinstance(call, ast.Call) and bool(call.args) and isinstance(call.args[0], ast.Call)
 
 
 def exit_place(attempt_directory: Path, rank: int) -> tuple[str, int] | None:
@@ -246,16 +271,21 @@ def exit_place(attempt_directory: Path, rank: int) -> tuple[str, int] | None:
 def _user_line(error: BaseException) -> str:
     """The innermost line of the traceback in the user's code (not accelify, torch, DeepSpeed,
     the standard library or an installed package): the line the launcher's report names."""
-    skip = (*library_prefixes(), *_installed_prefixes(), "<")
     places = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(error.__traceback__)]
     # A DataLoader worker's exception is raised again in the rank with the worker's traceback
     # as text: the line that failed is in there.
     places += [(file, int(line)) for file, line in _WORKER_FRAME.findall(str(error))]
     where = ""
     for file, line in places:
-        if line is not None and not file.startswith(skip):
+        if line is not None and _in_user_code(file):
             where = f"{file}:{line}"
     return where
+
+
+def _in_user_code(file: str) -> bool:
+    """Not accelify, torch, DeepSpeed, the standard library, an installed package or a
+    ``<string>``: a file of the user's."""
+    return not file.startswith((*library_prefixes(), *_installed_prefixes(), "<"))
 
 
 #: A frame of the worker's traceback that torch's ExceptionWrapper puts in its message.

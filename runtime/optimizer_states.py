@@ -10,11 +10,15 @@ partition of each parameter group, so ``optimizer.state_dict()`` there is one ra
 ``accelerator.get_state_dict(optimizer)`` (Hugging Face Accelerate's name, which takes a model
 there) gathers the whole state: under FSDP each shard is gathered (``full_tensor``), under ZeRO
 each parameter's state is assembled by DeepSpeed's ``safe_get_full_optimizer_state``; a
-collective there, so every rank calls it, and every rank gets the whole state (on the CPU).
-``optimizer.load_state_dict(whole)`` on the prepared optimizer takes that format under every
-engine: each rank keeps its own shard (``distribute_tensor`` with ``src_data_rank=None``, no
-communication) or writes its own partition (``safe_set_full_optimizer_state``, local). A state
-of the engine's own format (a DTensor shard, loaded back on the same ranks) is left to torch.
+collective there, so every rank calls it, and only the main process keeps the whole state (on
+the CPU; the other ranks get ``{}``), as the model's ``get_state_dict`` and torch's
+``get_optimizer_state_dict`` with ``full_state_dict`` and ``cpu_offload`` do: a copy per rank
+would be the ranks' count times two fp32 copies of the model in host memory. It is made for
+``accelerator.save``, which writes from the main process. ``optimizer.load_state_dict(whole)``
+on the prepared optimizer takes that format under every engine: each rank keeps its own shard
+(``distribute_tensor`` with ``src_data_rank=None``, no communication) or writes its own
+partition (``safe_set_full_optimizer_state``, local). A state of the engine's own format (a
+DTensor shard, loaded back on the same ranks) is left to torch.
 """
 
 from __future__ import annotations
@@ -26,19 +30,22 @@ import torch
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 
-def whole_from_shards(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def whole_from_shards(optimizer: torch.optim.Optimizer, keep: bool) -> dict[str, Any]:
     """``optimizer.state_dict()`` with every DTensor gathered whole onto the CPU (a collective
-    per tensor, in the state's own order, the same on every rank: each steps alike)."""
+    per tensor, in the state's own order, the same on every rank: each steps alike). Only a
+    rank that ``keep``s it (the main process) holds the gathered tensors, one at a time on the
+    device; the others drop each as it comes and get ``{}``."""
     state = optimizer.state_dict()
     whole: dict[Any, dict[str, Any]] = {}
     for number, entries in state["state"].items():
-        whole[number] = {key: _gathered(value) for key, value in entries.items()}
-    return {"state": whole, "param_groups": state["param_groups"]}
+        whole[number] = {key: _gathered(value, keep) for key, value in entries.items()}
+    return {"state": whole, "param_groups": state["param_groups"]} if keep else {}
 
 
-def _gathered(value: Any) -> Any:
+def _gathered(value: Any, keep: bool) -> Any:
     if isinstance(value, DTensor):
-        return value.full_tensor().cpu()
+        full = value.full_tensor()
+        return full.cpu() if keep else None
     return value
 
 
@@ -109,16 +116,27 @@ class ZeroOptimizerStates:
     def _flat_states(self) -> list[dict[str, Any]]:
         return [self.inner.state[flat] for flat in self._flats() if flat in self.inner.state]
 
+    def _inner_groups(self) -> list[dict[str, Any]]:
+        """The inner groups, one per user group (DeepSpeed keeps one flat partition per group);
+        any other count would pair a group's settings with another's."""
+        inner = self.inner.param_groups
+        if len(inner) != len(self.groups):
+            raise ValueError(
+                f"DeepSpeed's optimizer holds {len(inner)} parameter groups where the prepared "
+                f"optimizer had {len(self.groups)}: its settings cannot be told apart; save and "
+                "load the whole training state with accelerator.save_state(folder) and "
+                "accelerator.load_state(folder) instead"
+            )
+        return inner
+
     def _settings(self) -> list[dict[str, Any]]:
         """Each user group's settings (``lr`` as a scheduler left it), from the inner groups."""
-        inner = self.inner.param_groups
-        return [
-            {k: v for k, v in inner[min(i, len(inner) - 1)].items() if k != "params"}
-            for i in range(len(self.groups))
-        ]
+        return [{k: v for k, v in g.items() if k != "params"} for g in self._inner_groups()]
 
-    def state_dict(self) -> dict[str, Any]:
-        """The one-process format; a collective (every rank, the same order)."""
+    def state_dict(self, keep: bool = True) -> dict[str, Any]:
+        """The one-process format; a collective (every rank, the same order). Only a rank that
+        ``keep``s it (the main process) holds the assembled tensors; the others drop each one
+        as it comes and get ``{}``."""
         from deepspeed.utils import safe_get_full_optimizer_state
 
         flats = self._flat_states()
@@ -134,7 +152,7 @@ class ZeroOptimizerStates:
                     if not _elementwise(value):
                         entries[key] = _copied(value)
                     elif (full := safe_get_full_optimizer_state(param, key)) is not None:
-                        entries[key] = full.detach().cpu().clone()
+                        entries[key] = full.detach().cpu().clone() if keep else None
                     else:  # a frozen parameter DeepSpeed leaves out: no state, as torch keeps
                         entries = {}
                         break
@@ -143,20 +161,28 @@ class ZeroOptimizerStates:
                 numbers.append(number)
                 number += 1
             param_groups.append({**settings, "params": numbers})
-        return {"state": state, "param_groups": param_groups}
+        return {"state": state, "param_groups": param_groups} if keep else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Write this rank's partition of each parameter's whole state (local), the scalar
-        entries into every flat state, the groups' settings into the inner groups."""
+        """The groups' settings into the inner groups (first: a state without per-parameter
+        entries, SGD without momentum or a save before the first step, still sets ``lr``),
+        then this rank's partition of each parameter's whole state (local) and the scalar
+        entries into every flat state. Groups that do not match raise ``ValueError`` with
+        torch's words, before anything is changed."""
         from deepspeed.utils import safe_set_full_optimizer_state
 
-        saved_groups = state_dict.get("param_groups", [])
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        if any(len(s["params"]) != len(g) for s, g in zip(saved_groups, self.groups, strict=True)):
+            raise ValueError(
+                "loaded state dict contains a parameter group that doesn't match the size of "
+                "optimizer's group"
+            )
+        for group, settings in zip(self._inner_groups(), saved_groups, strict=True):
+            group.update({k: v for k, v in settings.items() if k != "params"})
         numbers = [number for group in saved_groups for number in group["params"]]
         params = [param for group in self.groups for param in group]
-        if len(numbers) != len(params):
-            raise ValueError(
-                f"the optimizer state holds {len(numbers)} parameters, the optimizer {len(params)}"
-            )
         saved = state_dict.get("state", {})
         template = next((entries for entries in saved.values() if entries), None)
         if template is None:
@@ -175,10 +201,6 @@ class ZeroOptimizerStates:
         for flat in self._flat_states():
             for key, value in scalars.items():
                 flat[key] = _copied(value, like=flat.get(key))
-        inner = self.inner.param_groups
-        if len(saved_groups) == len(inner):
-            for group, settings in zip(inner, saved_groups, strict=True):
-                group.update({k: v for k, v in settings.items() if k != "params"})
 
     def _set_partition(self, param: torch.nn.Parameter, value: torch.Tensor, key: str) -> None:
         """ZeRO-3: this rank's partition of ``param``'s state ``key`` from the whole ``value``.
@@ -208,6 +230,36 @@ class ZeroOptimizerStates:
         if hasattr(self.zero, "_hp_optimizer_states_linked"):
             self.zero._hp_optimizer_states_linked = False
             self.zero._lazy_init_hp_params_optimizer_state()
+
+
+class UnassembledStates:
+    """The optimizer's state under a DeepSpeed wrapper that keeps it in its own layout, with no
+    per-parameter fragments to assemble it from (``FP16_Optimizer`` or ``FP16_UnfusedOptimizer``,
+    ZeRO stage 0 with fp16 or bf16):
+    neither gathered nor loaded in torch's format, which would hand back DeepSpeed's own format
+    under torch's name, or fail deep in DeepSpeed. Raises, on every rank alike (no hang), with
+    what to use instead."""
+
+    def __init__(self, wrapper: str) -> None:
+        self.wrapper = wrapper
+
+    def _refusal(self, what: str) -> RuntimeError:
+        return RuntimeError(
+            f"with --backend deepspeed at ZeRO stage 0, DeepSpeed's {self.wrapper} keeps the "
+            f"optimizer's state in its own layout: {what} in torch's one-process format is not "
+            "supported there; save and load the whole training state with "
+            "accelerator.save_state(folder) and accelerator.load_state(folder) on every rank, "
+            "or run with --zero-stage 1 or higher"
+        )
+
+    def state_dict(self, keep: bool = True) -> dict[str, Any]:
+        raise self._refusal("accelerator.get_state_dict(optimizer)")
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        raise self._refusal(
+            "a load of the optimizer's whole state (optimizer.load_state_dict after prepare, "
+            "or a state loaded into the optimizer before prepare)"
+        )
 
 
 def is_whole_state(state_dict: Any) -> bool:

@@ -514,6 +514,7 @@ def test_a_converted_best_checkpoint_reload_tests_alike_under_ddp_and_fsdp(tmp_p
 #: The engines a checkpoint dict with the optimizer's state resumes on, compared with DDP
 OPTIMIZER_STATE_ENGINES = [
     pytest.param(("--backend", "fsdp"), id="fsdp"),
+    pytest.param(ZERO[1], id="zero1", marks=needs_deepspeed),
     pytest.param(ZERO[2], id="zero2", marks=needs_deepspeed),
     pytest.param(ZERO[3], id="zero3", marks=needs_deepspeed),
 ]
@@ -540,13 +541,18 @@ def test_a_checkpoint_with_the_optimizers_whole_state_resumes_as_under_ddp(
     ``prepare`` (the prepared optimizer's ``load_state_dict``) or before it (into the plain
     optimizer, loaded again once the engine rebuilt it: refused before under FSDP), and
     trains the steps DDP trained after its save, loss for loss, with the saved learning rate.
-    The checkpoint DDP wrote resumes there too: one format for every engine."""
+    The checkpoint DDP wrote resumes there too: one format for every engine. Only the main
+    process holds the gathered state (the others get ``{}``, as torch's ``full_state_dict`` with
+    ``cpu_offload`` gives them: not a whole copy per rank), where under DDP each rank has its
+    own optimizer's, gathered from nowhere."""
     ddp_folder, ddp = saved_under_ddp
     script = FIXTURES / "runtime" / "optimizer_state_saves.py"
     assert_ok(launch(script, "--out", "first.json", cwd=tmp_path, flags=flags))
     first = json.loads((tmp_path / "first.json").read_text())
     assert first["first"] == pytest.approx(ddp["first"], abs=1e-6)
     assert first["saved"] == ddp["saved"]
+    assert [optimizer for _, optimizer in ddp["held"]] == [1, 1]
+    assert [optimizer for _, optimizer in first["held"]] == [1, 0]
     ours = torch.load(tmp_path / "checkpoint.pt")["optimizer"]
     theirs = torch.load(ddp_folder / "checkpoint.pt")["optimizer"]
     for number, entries in theirs["state"].items():
@@ -563,6 +569,79 @@ def test_a_checkpoint_with_the_optimizers_whole_state_resumes_as_under_ddp(
         resumed = json.loads(out.read_text())
         assert resumed["next"] == pytest.approx(ddp["next"], abs=1e-6), name
         assert resumed["lr"] == ddp["lr"] == 0.01
+
+
+@pytest.fixture(scope="module")
+def sgd_saved_under_ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """fixtures/runtime/optimizer_state_saves.py with SGD without momentum under DDP: the folder
+    holding its checkpoint.pt (``"state": {}``), what its first launch wrote, and what a
+    resume into an optimizer of two groups wrote (torch's ``ValueError``)."""
+    folder = tmp_path_factory.mktemp("sgd_state_ddp")
+    script = FIXTURES / "runtime" / "optimizer_state_saves.py"
+    assert_ok(launch(script, "--out", "first.json", "--optimizer", "sgd", cwd=folder, flags=DDP))
+    two = ("--out", "two.json", "--resume", "--optimizer", "sgd", "--groups", "2")
+    assert_ok(launch(script, *two, cwd=folder, flags=DDP))
+    first = json.loads((folder / "first.json").read_text())
+    return folder, {**first, "two": json.loads((folder / "two.json").read_text())}
+
+
+@pytest.mark.parametrize("flags", OPTIMIZER_STATE_ENGINES)
+def test_an_optimizer_state_without_per_parameter_entries_loads_the_groups_settings(
+    flags, sgd_saved_under_ddp, tmp_path
+):
+    """SGD without momentum keeps no per-parameter state (``"state": {}``, as a save before
+    the first step): loaded after ``prepare`` it still sets the saved learning rate, and the
+    resumed steps are DDP's (under ZeRO the load returned before the groups, so the resume
+    trained on at the first rate). Loaded into an optimizer of two groups, it raises torch's
+    ``ValueError`` as under DDP (under ZeRO the groups were skipped without a word)."""
+    ddp_folder, ddp = sgd_saved_under_ddp
+    script = FIXTURES / "runtime" / "optimizer_state_saves.py"
+    sgd = ("--optimizer", "sgd")
+    assert_ok(launch(script, "--out", "first.json", *sgd, cwd=tmp_path, flags=flags))
+    first = json.loads((tmp_path / "first.json").read_text())
+    assert first["saved"] == ddp["saved"]
+    assert first["saved"]["state"] == {} and first["saved"]["lr"] == [0.01]
+    resumed = tmp_path / "resumed.json"
+    args = ("--out", resumed, "--resume", *sgd)
+    assert_ok(launch(script, *args, cwd=tmp_path, flags=flags))
+    result = json.loads(resumed.read_text())
+    assert result["lr"] == ddp["lr"] == 0.01
+    assert result["next"] == pytest.approx(ddp["next"], abs=1e-6)
+    assert "different number of parameter groups" in ddp["two"]["load_error"]
+    two = tmp_path / "two.json"
+    ddp_file = ("--checkpoint", ddp_folder / "checkpoint.pt")
+    args = ("--out", two, "--resume", *sgd, "--groups", "2", *ddp_file)
+    assert_ok(launch(script, *args, cwd=tmp_path, flags=flags))
+    assert json.loads(two.read_text()) == ddp["two"]
+
+
+#: DeepSpeed's own wrapper at ZeRO stage 0 with mixed precision: ``FP16_UnfusedOptimizer``
+ZERO_0_MIXED = ("--backend", "deepspeed", "--zero-stage", "0", "--mixed-precision", "bf16")
+
+
+@needs_deepspeed
+def test_zero_stage_0_with_mixed_precision_refuses_the_optimizers_whole_state(
+    deepspeed_op, saved_under_ddp, tmp_path
+):
+    """At ZeRO stage 0 with bf16 DeepSpeed steps its own ``FP16_UnfusedOptimizer``, with no
+    per-parameter fragments to assemble the state from: ``get_state_dict(optimizer)`` handed
+    back DeepSpeed's format under torch's name, a load of torch's format failed inside
+    DeepSpeed, and so did ``prepare`` after a load before it. Each now raises, on every rank,
+    naming ``save_state``. (bf16 runs on the CPU; fp16's ``FP16_Optimizer`` is refused by the
+    same test, anything but the user's optimizer or a wrapper with fragments, but needs a GPU.)"""
+    ddp_folder, _ = saved_under_ddp
+    script = FIXTURES / "runtime" / "optimizer_state_saves.py"
+    refused = "keeps the optimizer's state in its own layout"
+    saved = launch(script, "--out", "first.json", cwd=tmp_path, flags=ZERO_0_MIXED)
+    assert saved.returncode != 0
+    assert "accelerator.get_state_dict(optimizer) in torch's" in saved.stderr
+    assert refused in saved.stderr and "accelerator.save_state(folder)" in saved.stderr
+    assert not (tmp_path / "checkpoint.pt").exists()
+    resume = ("--out", "resumed.json", "--resume", "--checkpoint", ddp_folder / "checkpoint.pt")
+    for where in ((), ("--load-before-prepare",)):
+        loaded = launch(script, *resume, *where, cwd=tmp_path, flags=ZERO_0_MIXED)
+        assert loaded.returncode != 0, where
+        assert refused in loaded.stderr and "a load of the optimizer's whole state" in loaded.stderr
 
 
 CONVERTED_RESUME = FIXTURES / "convert" / "checkpoint_with_optimizer_state_loaded_before_prepare"

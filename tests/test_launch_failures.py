@@ -822,6 +822,38 @@ def test_a_rank_that_exits_with_3_is_named_and_its_code_is_the_runs():
 
 
 @pytest.mark.distributed
+def test_a_rank_that_left_its_loop_early_is_not_blamed_on_the_scripts_closing_sys_exit():
+    """``sys.exit(main())`` ends every rank's script: rank 1 got there early because it left
+    its loop after 3 steps. The report names its last collective and advises every rank to run
+    as many steps, not the sys.exit line and advice about calling sys.exit alone."""
+    result = launched("early_stop_then_exit_main.py")
+    assert result.returncode == 1, result.stderr
+    assert "rank 1 is leaving (its script ended, or it called sys.exit)" in result.stderr
+    assert "early_stop_then_exit_main.py:16 (`accelerator.reduce(torch.ones(1))`)" in result.stderr
+    assert "rank 1 left the loop the others are still in" in result.stderr
+    assert "called sys.exit alone" not in result.stderr
+    assert "sys.exit(main())" not in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_guarded_last_collective_is_named_with_its_guard_not_as_a_loop_left_early():
+    """Rank 1 skips the script's last collective (under is_main_process) and its script ends:
+    the guard is the line to fix; there is no loop it left and no break to agree on."""
+    result = launched("main_only_reduce_at_the_end.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 0 went into a collective that only some ranks reach: main_only_reduce_at_the_end"
+        '.py:21 (`total = accelerator.reduce(loss.detach(), "mean")`) runs under '
+        "`if accelerator.is_main_process:` (main_only_reduce_at_the_end.py:20), which rank 1 "
+        "skipped and left" in result.stderr
+    )
+    assert "left the loop the others are still in" not in result.stderr
+    assert "set_trigger" not in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_tensors_that_differ_in_more_than_their_rows_fail_the_gather_on_every_rank():
     result = launched("gather_shapes.py")
     assert result.returncode == 1, result.stderr

@@ -229,6 +229,23 @@ def test_an_ungathered_loss_total_is_advised_a_reduce_of_a_tensor():
     )
 
 
+@pytest.mark.parametrize("count", ["x.size(0)", "x.shape[0]", "y.numel()", "len(y)", "1"])
+def test_a_sample_count_beside_a_loss_total_is_not_told_to_gather(count):
+    """``n += x.size(0)`` (or ``.shape[0]``, ``.numel()``, ``len()``, ``+= 1``) only counts the
+    batch: the advice reduces it with the loss total and asks to gather the predictions alone."""
+    code = _LOSS_EVAL.replace("val_loss, batches", "val_loss, preds, n").replace(
+        "0.0, 0\n", "0.0, [], 0\n"
+    )
+    code = code.replace(
+        "        batches += 1\n",
+        f"        n += {count}\n        preds.append(model(x).argmax(-1))\n",
+    )
+    finding = the_finding(code, "ACC403")
+    assert finding.line == 9
+    assert "`preds` also holds this rank's batches only" in finding.message
+    assert "`n`" not in finding.message
+
+
 def test_an_ungathered_loss_total_of_numpy_values_is_advised_a_reduce_of_a_tensor():
     """A CLIP evaluation sums ``loss.cpu().numpy() * n``: ``reduce`` takes tensors only, so the
     advice makes the total one first, as for ``.item()``."""
@@ -889,6 +906,38 @@ def test_a_save_method_and_a_load_method_called_in_turn_are_reported_at_the_read
     assert "written at line 12" in finding.message
     assert "between the calls at lines 18 and 19" in finding.message
     assert "self.accelerator.wait_for_everyone()" in finding.message
+
+
+_STAGES = (
+    "import torch\nfrom accelerate import Accelerator\n\n"
+    "accelerator = Accelerator()\n"
+    "model = accelerator.prepare(model)\n\n\n"
+    "def run(stage):\n"
+    "    if stage == 'fit':\n"
+    "        if accelerator.is_main_process:\n"
+    "            torch.save(model.state_dict(), 'best.pt')\n"
+    "    elif stage == 'test':\n"
+    "        model.load_state_dict(torch.load('best.pt'))\n\n\n"
+)
+
+
+@pytest.mark.parametrize(
+    "calls", ["run('fit')\nrun('test')\n", "for stage in ['fit', 'test']:\n    run(stage)\n"]
+)
+def test_a_branch_on_a_parameter_every_call_fills_alike_is_plain_barrier_advice(calls):
+    """``def run(stage): if stage == "fit": ...`` run as ``run("fit")`` then ``run("test")`` (or
+    over a literal list): every rank takes the branch alike, so the advice is the barrier alone,
+    not to reduce a string across the ranks."""
+    finding = the_finding(_STAGES + calls, "ACC212")
+    assert finding.line == 13
+    assert finding.message.startswith("Call accelerator.wait_for_everyone() before this read")
+
+
+def test_a_branch_on_a_parameter_a_call_fills_per_rank_keeps_the_branch_advice():
+    """The same helper called with a per-rank value: the ranks may disagree on the branch."""
+    code = _STAGES + "run('fit' if loss.item() < best else 'test')\n"
+    finding = the_finding(code, "ACC212")
+    assert finding.message.startswith("Make every rank take the branch at line 9 alike")
 
 
 def test_a_while_loops_training_step_is_not_advised_to_unwrap_the_model():

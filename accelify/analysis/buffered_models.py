@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accelify.analysis import names
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
@@ -137,8 +138,10 @@ def _unwrapped_at(script: ScriptModel, name: str | None, at: cst.CSTNode, depth:
     """``name`` holds the bare module at ``at``: its last binding above ``at`` is
     ``accelerator.unwrap_model(...)`` or ``wrapped.module`` (the module DDP wraps, whose forward
     syncs nothing); for a helper's parameter, every caller passes such a name. A binding in a
-    branch that may not run is still the last one: ``model = accelerator.unwrap_model(model)``
-    under ``if is_main_process:`` is where the forward on one rank goes."""
+    branch a run may skip does not count (`_may_be_skipped`), but one under a rank test
+    (``model = accelerator.unwrap_model(model)`` under ``if is_main_process:``, where the
+    forward on one rank goes) does, and so does one under a test every wrapped model passes
+    (``if hasattr(model, "module"): model = model.module``)."""
     from accelify.analysis.facts import facts_of  # facts builds on the analysis modules
     from accelify.analysis.loss_sources import last_binding
 
@@ -191,13 +194,36 @@ def _may_be_skipped(facts: Facts, binding: cst.CSTNode, at: cst.CSTNode) -> bool
     """``binding`` sits in a branch ``at`` is not in, whose test is no rank test: a run may
     skip it (``if args.export: model = accelerator.unwrap_model(model)``) and reach ``at``
     with the wrapper. A branch on the main process (``if accelerator.is_main_process:``) is
-    taken by the ranks a forward under the same test runs on."""
+    taken by the ranks a forward under the same test runs on, and one only a bare module
+    skips (``if hasattr(model, "module"):``) by every wrapped model."""
     script = facts.model
     for ancestor in script.ancestors(binding):
         if isinstance(ancestor, cst.FunctionDef) or script.inside(at, ancestor):
             return False
-        if isinstance(ancestor, cst.If) and not facts.ranks.is_rank_test(ancestor.test):
+        if (
+            isinstance(ancestor, cst.If)
+            and not facts.ranks.is_rank_test(ancestor.test)
+            and not (
+                _taken_when_wrapped(script, ancestor) and script.inside(binding, ancestor.body)
+            )
+        ):
             return True
         if isinstance(ancestor, cst.ExceptHandler):
             return True
     return False
+
+
+def _taken_when_wrapped(script: ScriptModel, branch: cst.If) -> bool:
+    """``branch``'s test holds whenever the model is wrapped, so the forward it guards from is
+    the DDP one: ``if hasattr(model, "module"):``, ``if isinstance(model, DDP):`` (or a tuple
+    of wrappers)."""
+    test = branch.test
+    if not (isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and len(test.args) == 2):
+        return False
+    second = test.args[1].value
+    if test.func.value == "hasattr":
+        return isinstance(second, cst.SimpleString) and second.evaluated_value == "module"
+    if test.func.value != "isinstance":
+        return False
+    kinds = [e.value for e in second.elements] if isinstance(second, cst.Tuple) else [second]
+    return any(script.imports.resolve(dotted(kind) or "") in names.DDP_WRAPPERS for kind in kinds)

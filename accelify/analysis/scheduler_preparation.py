@@ -303,7 +303,7 @@ def _shrinks_with_the_shard(facts: Facts, bound: cst.BaseExpression, depth: int)
             # a parameter: what its callers pass (``train(..., len(loader))``); one no call
             # passes may be anything, so the loop is not taken as fixed (left prepared)
             passed = facts.flow.call_site_arguments(name, node)
-            default = _default_left_to_some_call(facts, name, node)
+            default = default_left_to_some_call(facts, name, node)
             if not passed and default is None:
                 # a number setting of a function no call in the file runs (a CLI entry point:
                 # ``def main(num_train_steps: int = 10000)`` handed to ``tyro.cli(main)``)
@@ -316,7 +316,7 @@ def _shrinks_with_the_shard(facts: Facts, bound: cst.BaseExpression, depth: int)
     return False
 
 
-def _default_left_to_some_call(
+def default_left_to_some_call(
     facts: Facts, name: str, at: cst.CSTNode
 ) -> cst.BaseExpression | None:
     """The default of ``name``, a parameter of the function around ``at``, where a call of

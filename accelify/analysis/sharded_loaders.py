@@ -117,12 +117,20 @@ def _does_not_shard(script: ScriptModel, value: cst.BaseExpression) -> bool:
     return len(classes) == 1 and not _shards_itself(script, classes[0])
 
 
-def _shards_itself(script: ScriptModel, sampler: cst.ClassDef) -> bool:
-    """The class subclasses a DistributedSampler or reads a rank or a replica count."""
+def _shards_itself(script: ScriptModel, sampler: cst.ClassDef, depth: int = 0) -> bool:
+    """The class subclasses a DistributedSampler or reads a rank or a replica count, itself or
+    through a class of the file it subclasses (``BucketSampler(ShardSampler)``, where
+    ``ShardSampler(DistributedSampler)``)."""
     for base in sampler.bases:
         base_name = dotted(base.value) or ""
         if "Distributed" in base_name or script.imports.resolve(base_name) in (
             names.DISTRIBUTED_SAMPLERS
+        ):
+            return True
+        if depth < 8 and any(
+            _shards_itself(script, c, depth + 1)
+            for c in script.index.of_type(cst.ClassDef)
+            if isinstance(c, cst.ClassDef) and c.name.value == base_name and c is not sampler
         ):
             return True
     return any(

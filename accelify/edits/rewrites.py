@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable
 import libcst as cst
 
 from accelify.analysis.syntax import dotted
-from accelify.edits.code import statement
+from accelify.edits.code import expression, statement, with_keyword
 from accelify.edits.kinds import Edit, Guard, InsertAfter, InsertBefore, Remove, Replace
 from accelify.edits.node_rewrites import (
     CallInstead,
@@ -250,3 +250,30 @@ def step_per_process(statement_node: cst.CSTNode, acc: str) -> Replace:
         )
 
     return Replace(statement_node, repeat)
+
+
+def makedirs_exist_ok(race: cst.CSTNode, call: cst.Call) -> Replace | None:
+    """``os.makedirs(d)`` / ``os.mkdir(d)`` that every rank runs, bare or as the whole ``if not
+    os.path.exists(d):`` around it (``race``) -> ``os.makedirs(d, exist_ok=True)``: the ranks
+    start together, and the one that comes second fails with FileExistsError (the check races
+    too). None where the call is not spelled ``module.makedirs`` (a bare ``makedirs`` imported
+    from os): the caller says what to write. Convert's side-effects step and ACC211's fix."""
+    func = dotted(call.func) or ""
+    if "." not in func or not func.endswith(("makedirs", "mkdir")):
+        return None
+    makedirs = expression(func.rsplit(".", 1)[0] + ".makedirs")
+
+    def exist_ok(made: cst.Call) -> cst.Call:
+        return made.with_changes(
+            func=makedirs, args=with_keyword(made.args, "exist_ok", cst.Name("True"))
+        )
+
+    if isinstance(race, cst.If):
+        return Replace(
+            race,
+            lambda updated: cst.SimpleStatementLine(
+                [cst.Expr(exist_ok(call))],
+                leading_lines=updated.leading_lines,  # type: ignore[attr-defined]
+            ),
+        )
+    return Replace(call, lambda updated: exist_ok(updated))  # type: ignore[arg-type]

@@ -131,7 +131,8 @@ class Backend:
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The whole state of ``optimizer`` (the one `bind_optimizer` returned) in torch's
         one-process format (`accelify.runtime.optimizer_states`); a collective for the engines
-        that shard it, and then every rank gets it."""
+        that shard it, and then only the main process gets it (the others ``{}``), as with
+        `model_state_dict`."""
         return optimizer.state_dict()
 
     def load_optimizer_state_dict(

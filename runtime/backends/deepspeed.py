@@ -10,7 +10,10 @@ is ``engine.step`` and its ``zero_grad`` a no-op, ``clip_grad_norm_`` becomes th
 ``gradient_clipping``, and checkpoints are the engine's own (``save_checkpoint``). The whole
 optimizer state in torch's format (``get_state_dict(optimizer)``, and a load of it, also into an
 optimizer that held a state when it was prepared) goes through DeepSpeed's
-``safe_get_full_optimizer_state``/``safe_set_full_optimizer_state`` (`optimizer_states`).
+``safe_get_full_optimizer_state``/``safe_set_full_optimizer_state`` (`optimizer_states`), the
+main process keeping what is gathered; at stage 0 in fp32 it is the torch optimizer's own, and
+under stage 0's ``FP16_Optimizer``/``FP16_UnfusedOptimizer`` (fp16, bf16) it is refused,
+naming ``save_state``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,11 @@ from accelify.runtime.full_state_loads import (
     refresh_masters_after_loads,
 )
 from accelify.runtime.gradient_state import GradientState
-from accelify.runtime.optimizer_states import ZeroOptimizerStates, is_whole_state
+from accelify.runtime.optimizer_states import (
+    UnassembledStates,
+    ZeroOptimizerStates,
+    is_whole_state,
+)
 from accelify.runtime.options import DeepSpeedOptions
 from accelify.runtime.options.deepspeed import read_config as read_deepspeed_config
 from accelify.runtime.state import ProcessState
@@ -116,11 +123,7 @@ class DeepSpeedBackend(Backend):
             config=config,
         )
         if optimizer is not None:
-            whole = (
-                ZeroOptimizerStates(groups, engine.optimizer)
-                if engine.zero_optimization_stage() > 0
-                else None
-            )
+            whole = _whole_states(engine, optimizer, groups)
             self._engines[id(optimizer)] = (engine, engine_optimizer, whole)
             if held is not None:
                 (whole or engine_optimizer).load_state_dict(held)
@@ -188,7 +191,9 @@ class DeepSpeedBackend(Backend):
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         whole = getattr(optimizer, "whole", None)
-        return optimizer.state_dict() if whole is None else whole.state_dict()
+        if whole is None:
+            return optimizer.state_dict()
+        return whole.state_dict(keep=self.state.is_main_process)
 
     def load_optimizer_state_dict(
         self, optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]
@@ -309,12 +314,13 @@ class EngineStepOptimizer(torch.optim.Optimizer):
         engine: Any,
         engine_optimizer: Any,
         user_optimizer: Any,
-        whole: ZeroOptimizerStates | None = None,
+        whole: ZeroOptimizerStates | UnassembledStates | None = None,
     ) -> None:
         self.engine = engine
         self.engine_optimizer = engine_optimizer
         self.user_optimizer = user_optimizer
-        #: the whole state in torch's format, under ZeRO (`optimizer_states`)
+        #: the whole state in torch's format, where DeepSpeed's wrapper keeps it its own way
+        #: (`optimizer_states`); None where the torch optimizer steps itself
         self.whole = whole
         self.defaults = user_optimizer.defaults
 
@@ -345,6 +351,25 @@ class EngineStepOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.engine_optimizer.load_state_dict(state_dict)
+
+
+def _whole_states(
+    engine: Any, optimizer: torch.optim.Optimizer, groups: Sequence[Sequence[torch.nn.Parameter]]
+) -> ZeroOptimizerStates | UnassembledStates | None:
+    """How the optimizer's whole state is gathered and loaded in torch's format: through each
+    parameter's fragment (``safe_get_full_optimizer_state``) under every ZeRO stage and under
+    ``BF16_Optimizer`` (DeepSpeed's at ZeRO-1 with bf16, and at stage 0 under pipeline
+    parallelism), which partitions its fp32 state and maps each fragment the same way; by torch
+    itself where the engine steps the user's optimizer (stage 0 in fp32); refused under another
+    wrapper (``FP16_Optimizer``, ``FP16_UnfusedOptimizer``: fp16 or bf16 at stage 0)."""
+    from deepspeed.runtime.bf16_optimizer import BF16_Optimizer
+
+    wrapper = engine.optimizer
+    if engine.zero_optimization_stage() > 0 or isinstance(wrapper, BF16_Optimizer):
+        return ZeroOptimizerStates(groups, wrapper)
+    if wrapper is optimizer:
+        return None
+    return UnassembledStates(type(wrapper).__name__)
 
 
 def _auto(value: Any) -> bool:

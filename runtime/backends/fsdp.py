@@ -173,7 +173,7 @@ class FSDPBackend(Backend):
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         if not self.state.distributed:
             return optimizer.state_dict()
-        return whole_from_shards(optimizer)
+        return whole_from_shards(optimizer, keep=self.state.is_main_process)
 
     def load_optimizer_state_dict(
         self, optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]

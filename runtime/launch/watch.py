@@ -323,16 +323,8 @@ def _mismatch(
     }
     culprit = min(guarded) if guarded and len(guarded) < len(waiting) else _fewest_passes(waiting)
     if culprit in guarded:
-        (path, line), guard = guarded[culprit]
-        others = ", ".join(str(rank) for rank in sorted(waiting) if rank not in guarded)
-        lines.append(
-            f"{PREFIX} rank {culprit} went into a collective that only some ranks reach: "
-            f"{source_place(path, line)} runs under `{guard.text}` "
-            f"({_shown_path(path)}:{guard.line}), which rank{'s' if ',' in others else ''} "
-            f"{others} skipped and went on; every rank must make the call: take the "
-            "collective out of the guard (gather or wait on every rank, then print or save "
-            "on the main process only)"
-        )
+        others = [rank for rank in sorted(waiting) if rank not in guarded]
+        lines.append(_guarded_words(culprit, guarded[culprit], others, "went on"))
     elif culprit is not None:
         most = max(rec.passes for rec in waiting.values())
         ahead = next(r for r, rec in sorted(waiting.items()) if rec.passes == most)
@@ -355,6 +347,22 @@ def _mismatch(
         "metric, a loop of a different length); stopping every rank"
     )
     return Verdict("\n".join(lines), culprit, "mismatch")
+
+
+def _guarded_words(
+    rank: int, found: tuple[tuple[str, int], RankGuard], others: list[int], then: str
+) -> str:
+    """The line that names a collective only some ranks reach (`_guarded_call`) as the cause."""
+    (path, line), guard = found
+    named = ", ".join(str(other) for other in others)
+    return (
+        f"{PREFIX} rank {rank} went into a collective that only some ranks reach: "
+        f"{source_place(path, line)} runs under `{guard.text}` "
+        f"({_shown_path(path)}:{guard.line}), which rank{'s' if len(others) > 1 else ''} "
+        f"{named} skipped and {then}; every rank must make the call: take the "
+        "collective out of the guard (gather or wait on every rank, then print or save "
+        "on the main process only)"
+    )
 
 
 def _guarded_call(record: Record, frames: Frames) -> tuple[tuple[str, int], RankGuard] | None:
@@ -442,6 +450,16 @@ def _left(
         f"{_passes_if_counted(record).removeprefix(',')} ({last}), while:"
     ]
     lines += [f"  {_waits(rec)}: it cannot finish" for _, rec in sorted(waiting.items())]
+    guarded = {
+        rank: found
+        for rank, rec in sorted(waiting.items())
+        if (found := _guarded_call(rec, _stack(directory, rank, rec.pid))) is not None
+    }
+    if guarded:
+        # the leaver skipped a guarded collective and ran out of script: the guard is the cause
+        culprit = min(guarded)
+        lines.append(_guarded_words(culprit, guarded[culprit], sorted(left), "left"))
+        return Verdict("\n".join(lines), culprit, "mismatch")
     if exit_place(directory, leaver) is not None:
         lines.append(
             f"{PREFIX} rank {leaver} called sys.exit alone while the others are still in the "

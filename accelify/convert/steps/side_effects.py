@@ -15,7 +15,7 @@ from accelify.analysis.writing_helpers import arguments_change_state
 from accelify.convert.steps import main_process
 from accelify.convert.steps.context import Context, unwrap
 from accelify.convert.steps.saving import in_writing_helper
-from accelify.edits.plan import expression, statement, with_keyword
+from accelify.edits import rewrites
 
 
 def run(ctx: Context) -> None:
@@ -190,31 +190,16 @@ def _guard_writer(ctx: Context, writer: side_effects.SummaryWriterUse) -> None:
 
 def _fix_makedirs(ctx: Context, race: side_effects.MakedirsRace) -> None:
     call = race.call
-    func = dotted(call.func) or ""
-    if not func.endswith(("makedirs", "mkdir")) or "." not in func:
+    edit = rewrites.makedirs_exist_ok(race.statement, call)
+    if edit is None:
         ctx.plan.review(ctx.line(call), "directory created on every rank: use exist_ok=True")
         return
-    makedirs = func.rsplit(".", 1)[0] + ".makedirs"
+    makedirs = (dotted(call.func) or "").rsplit(".", 1)[0] + ".makedirs"
     path = ctx.code(call.args[0].value) if call.args else ""
-    fixed = f"{makedirs}({path}, exist_ok=True)"
-    text = f"every rank creates the directory: {fixed}"
     # Needs no accelerator: fixed anywhere.
-    if isinstance(race.statement, cst.If):
-        ctx.plan.replace(
-            race.statement,
-            lambda updated: statement(fixed).with_changes(leading_lines=updated.leading_lines),
-            ctx.line(call),
-            text,
-            anywhere=True,
-        )
-    else:
-        ctx.plan.replace(
-            call,
-            lambda updated: updated.with_changes(
-                func=expression(makedirs),
-                args=with_keyword(updated.args, "exist_ok", cst.Name("True")),
-            ),
-            ctx.line(call),
-            text,
-            anywhere=True,
-        )
+    ctx.plan.add(
+        edit,
+        line=ctx.line(call),
+        text=f"every rank creates the directory: {makedirs}({path}, exist_ok=True)",
+        anywhere=True,
+    )
