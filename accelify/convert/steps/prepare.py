@@ -1461,20 +1461,8 @@ def _prepare_step_driven_loaders(ctx: Context) -> None:
         function = ctx.facts.placement.enclosing_function(loop.node)
         if instance is None or function is None:
             continue
-        top = _outermost_loop_of(ctx, loop.node, function)
-        names = [
-            name
-            for name in ctx.unprepared_loaders(loop)
-            if name is not None
-            and name not in ctx.facts.shared_loop_evaluations
-            and name not in ctx.facts.phase_loaders
-        ]
-        if not names or not _bound_before(ctx, instance, top) or assigns(top, instance):
-            continue
-        if not all(_only_read_by(ctx, name, function, loop, top) for name in names):
-            continue
         trains = f"trains through {owner.name.value}.{step.name.value}() (read by that loop only)"
-        _prepare_before(ctx, top, instance, names, trains)
+        _prepare_loop_loaders_through(ctx, loop, instance, function, trains)
 
 
 def _prepare_loaders_of_loops_training_an_instance(ctx: Context) -> None:
@@ -1498,19 +1486,29 @@ def _prepare_loaders_of_loops_training_an_instance(ctx: Context) -> None:
         read = {dotted(node) for node in walk(loop.node.body) if isinstance(node, cst.Attribute)}
         if not any(f"{instance}.{name}" in read for name in prepared):
             continue  # it trains something else than what the class prepares
-        top = _outermost_loop_of(ctx, loop.node, function)
-        names = [
-            name
-            for name in ctx.unprepared_loaders(loop)
-            if name is not None
-            and name not in ctx.facts.shared_loop_evaluations
-            and name not in ctx.facts.phase_loaders
-        ]
-        if not names or not _bound_before(ctx, instance, top) or assigns(top, instance):
-            continue
-        if not all(_only_read_by(ctx, name, function, loop, top) for name in names):
-            continue
-        _prepare_before(ctx, top, instance, names, f"trains {instance}'s prepared objects")
+        trains = f"trains {instance}'s prepared objects"
+        _prepare_loop_loaders_through(ctx, loop, instance, function, trains)
+
+
+def _prepare_loop_loaders_through(
+    ctx: Context, loop: Loop, instance: str, function: cst.FunctionDef, trains: str
+) -> None:
+    """Prepare ``loop``'s unprepared DataLoaders through ``instance``'s accelerator, once,
+    before the outermost loop around it: only loaders made in ``function`` and read there by
+    nothing but this loop, where ``instance`` is bound before that loop and not rebound in it."""
+    top = _outermost_loop_of(ctx, loop.node, function)
+    names = [
+        name
+        for name in ctx.unprepared_loaders(loop)
+        if name is not None
+        and name not in ctx.facts.shared_loop_evaluations
+        and name not in ctx.facts.phase_loaders
+    ]
+    if not names or not _bound_before(ctx, instance, top) or assigns(top, instance):
+        return
+    if not all(_only_read_by(ctx, name, function, loop, top) for name in names):
+        return
+    _prepare_before(ctx, top, instance, names, trains)
 
 
 def _prepare_property_loaders(ctx: Context) -> None:
