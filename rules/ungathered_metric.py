@@ -874,13 +874,7 @@ def _model_helper_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.
     prepared model, that calls it (a Florence-2 trainer's evaluation, the same helper its
     training loop uses). The loop's forward runs there."""
     prepared = script.prepared_names
-    for call in walk(loop.node.body):
-        if not isinstance(call, cst.Call):
-            continue
-        found = script.call_graph.callee(call)
-        if found is None:
-            continue
-        helper, implicit = found
+    for call, helper, implicit in _helper_calls(script, loop):
         if not _runs_the_model_only(helper):
             continue
         called = {dotted(node.func) for node in walk(helper.body) if isinstance(node, cst.Call)}
@@ -895,18 +889,22 @@ def _model_helper_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.
     return None
 
 
+def _helper_calls(
+    script: ScriptModel, loop: Loop
+) -> Iterator[tuple[cst.Call, cst.FunctionDef, int]]:
+    """Each call in ``loop``'s body to a function of the file, with that function and how many
+    of its leading parameters the call binds implicitly (`CallGraph.callee`)."""
+    for call in walk(loop.node.body):
+        if isinstance(call, cst.Call) and (found := script.call_graph.callee(call)) is not None:
+            yield call, *found
+
+
 def _step_helper_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.Call | None:
     """``loss, pred = self.make_step(batch, False)``: a function of the file that runs a
     prepared model on the batch and trains only under a parameter this call turns off
     (``if update_model: self.accelerator.backward(loss)``), so that here it is the loop's
     forward (a tabular trainer's evaluation, sharing its training step)."""
-    for call in walk(loop.node.body):
-        if not isinstance(call, cst.Call):
-            continue
-        found = script.call_graph.callee(call)
-        if found is None:
-            continue
-        helper, implicit = found
+    for call, helper, implicit in _helper_calls(script, loop):
         off = {
             parameter
             for parameter, argument in bound_arguments(helper, call, implicit)
