@@ -53,8 +53,9 @@ STACK_SIGNAL: int = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else sign
 
 # generation (odd while a write is under way), pid, state, exit code (while leaving), collective
 # sequence number, backward passes, time the state began, main thread id, operation, where,
-# whether its collectives are over (`collectives_over`)
-_LAYOUT = struct.Struct("<IiiiqqdQ32s240s?")
+# the sequence number of the last collective whose tensors were described and their shapes
+# (`shapes_of`), whether its collectives are over (`collectives_over`)
+_LAYOUT = struct.Struct("<IiiiqqdQ32s240sq96s?")
 _GENERATION = struct.Struct("<I")
 _OVER, _OVER_OFFSET = struct.Struct("<?"), _LAYOUT.size - 1
 F = TypeVar("F", bound=Callable[..., Any])
@@ -76,6 +77,12 @@ class Record:
     #: a leaving rank past every collective it could still make (`collectives_over`): a peer
     #: waiting in a collective this rank never entered waits for good
     over: bool = False
+    #: the sequence number of the last collective that must see the same shapes on every rank
+    #: (an all-reduce, a broadcast), and the shapes and dtypes this rank passed it
+    #: (``(4,) float32``): a peer that passed other shapes made the collective abort a rank or
+    #: hand back a wrong result while the other waits
+    shaped: int = 0
+    shapes: str = ""
 
     @property
     def file(self) -> str:
@@ -130,10 +137,16 @@ def read(directory: Path, rank: int) -> Record | None:
     if len(data) < _LAYOUT.size or data != again:
         return None
     fields = _LAYOUT.unpack_from(data)
-    generation, pid, state, code, sequence, passes, since, _, op, where, over = fields
+    generation, pid, state, code, sequence, passes, since, _, op, where, shaped, shapes, over = (
+        fields
+    )
     if generation % 2 or generation == 0:
         return None  # torn: read again at the next poll
-    return Record(rank, pid, state, sequence, passes, since, _text(op), _text(where), code, over)
+    return Record(
+        rank,
+        *(pid, state, sequence, passes, since, _text(op), _text(where), code, over),
+        *(shaped, _text(shapes)),
+    )
 
 
 def _text(raw: bytes) -> str:
@@ -163,6 +176,8 @@ class _Recorder:
         self.passes = 0
         self.operation = b""
         self.where = b""
+        self.shaped = 0
+        self.shapes = b""
         self.state = RUNNING
         self.exit_code = 0
         self.over = False
@@ -194,17 +209,24 @@ class _Recorder:
             self._main,
             self.operation,
             self.where,
+            self.shaped,
+            self.shapes,
             self.over,
         )
         _GENERATION.pack_into(self._map, 0, generation)
 
-    def enter(self, operation: bytes) -> None:
+    def enter(self, operation: bytes, shapes: bytes | None = None) -> None:
+        """``shapes``: those of the tensors a collective that needs the same on every rank was
+        passed (`shapes_of`), None for any other."""
         self.depth += 1
         if self.depth > 1:
             return
         self.sequence += 1
         self.operation = operation
         self.where = self._caller()
+        if shapes is not None:
+            self.shaped = self.sequence
+            self.shapes = shapes
         self._write(IN_COLLECTIVE)
 
     def wait_for_peers_to_start(self, operation: bytes) -> None:
@@ -258,6 +280,46 @@ class _Recorder:
         if where is None:
             where = self._places[key] = f"{name}:{key[1]}".encode()[:240]
         return where
+
+
+#: (shape, dtype) -> its words; a script passes the same few shapes again and again
+_SHAPE_WORDS: dict[tuple[tuple[int, ...], Any], bytes] = {}
+_SHAPES_SIZE = 96
+_MOST_LEAVES = 4
+
+
+def shapes_of(args: tuple[Any, ...]) -> bytes:
+    """``(4,) float32``: the first tensor among a collective's positional arguments (torch's
+    ``all_gather(outputs, tensor)`` passes its own in the second), or the first leaves of a
+    container passed first (the runtime's ``reduce({"loss": l, "acc": a})``). What a rank
+    records for a collective every rank must call with the same shapes: gloo aborts the rank
+    sent more bytes than its tensor holds, and hands the other a wrong result, while NCCL
+    hangs; the launcher compares the ranks' words once one of them aborts or waits alone."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return b""
+    tensor_type = torch.Tensor
+    for value in args:
+        if isinstance(value, tensor_type):
+            return _words(value)
+    first = args[0] if args else None
+    if not isinstance(first, (list, tuple, dict)):
+        return b""
+    leaves = list(first.values() if isinstance(first, dict) else first)[:_MOST_LEAVES]
+    words = [_words(leaf) if isinstance(leaf, tensor_type) else b"-" for leaf in leaves]
+    if len(first) > _MOST_LEAVES:
+        words.append(b"...")
+    return b"[" + b"; ".join(words)[: _SHAPES_SIZE - 2] + b"]"
+
+
+def _words(tensor: Any) -> bytes:
+    key = (tuple(tensor.shape), tensor.dtype)
+    words = _SHAPE_WORDS.get(key)
+    if words is None:
+        dims = ", ".join(map(str, key[0])) + ("," if len(key[0]) == 1 else "")
+        dtype = str(key[1]).removeprefix("torch.")
+        words = _SHAPE_WORDS[key] = f"({dims}) {dtype}".encode()[:_SHAPES_SIZE]
+    return words
 
 
 _recorder: _Recorder | None = None
@@ -378,8 +440,14 @@ def record_torch_collectives() -> None:
             setattr(dist, name, _on_the_default_group(dist, name, function))
 
 
+#: torch's collectives whose tensors must have the same shapes and dtypes on every rank.
+SAME_SHAPES = frozenset(
+    {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather"}
+)
+
+
 def _on_the_default_group(dist: Any, name: str, function: F) -> F:
-    recorded = collective(name)(function)
+    recorded = collective(name, same_shapes=name in SAME_SHAPES)(function)
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -419,8 +487,10 @@ def _folder_of(package: str) -> str:
     return os.path.dirname(origin) if origin else ""
 
 
-def collective(operation: str) -> Callable[[F], F]:
-    """Record calls of the decorated function as the collective ``operation``."""
+def collective(operation: str, same_shapes: bool = False) -> Callable[[F], F]:
+    """Record calls of the decorated function as the collective ``operation``;
+    ``same_shapes``: every rank must pass it tensors of the same shapes and dtypes, and the
+    record says which this rank passed (`shapes_of`)."""
     encoded = operation.encode()
 
     def decorate(function: F) -> F:
@@ -429,7 +499,8 @@ def collective(operation: str) -> Callable[[F], F]:
             recorder = _recorder
             if recorder is None:
                 return function(*args, **kwargs)
-            recorder.enter(encoded)
+            shapes = shapes_of(args) if same_shapes and not recorder.depth else None
+            recorder.enter(encoded, shapes)
             try:
                 return function(*args, **kwargs)
             finally:

@@ -212,7 +212,7 @@ def gather_object(obj: Any) -> list[Any]:
     return gathered
 
 
-@collective_record.collective("reduce")
+@collective_record.collective("reduce", same_shapes=True)
 @pending_work.tracks
 @same_shapes_in_debug_mode
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
@@ -237,7 +237,7 @@ def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     return apply_to_tensors(reduce_one, data)
 
 
-@collective_record.collective("broadcast")
+@collective_record.collective("broadcast", same_shapes=True)
 @pending_work.tracks
 @same_shapes_in_debug_mode
 def broadcast(data: Any, from_process: int = 0) -> Any:

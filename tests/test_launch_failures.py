@@ -71,6 +71,91 @@ def test_a_rank_records_the_collective_it_is_in_at_the_users_line(tmp_path, monk
     assert collective_record.read(tmp_path, 3).state == LEAVING
 
 
+def test_a_collective_that_needs_the_same_shapes_records_the_ones_this_rank_passed(
+    tmp_path, monkeypatch
+):
+    import torch
+
+    recorder = collective_record._Recorder(tmp_path, 0, skip=())
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+
+    @collective_record.collective("all_gather", same_shapes=True)
+    def all_gather(outputs, tensor):
+        inner(tensor.double())  # nested: the outer call's shapes stay
+        return collective_record.read(tmp_path, 0)
+
+    @collective_record.collective("reduce", same_shapes=True)
+    def inner(tensor):
+        pass
+
+    @collective_record.collective("gather")
+    def gather(tensor):  # rows may differ between ranks: no shapes kept
+        pass
+
+    inside = all_gather([torch.ones(3, 2)], torch.ones(3, 2, dtype=torch.float16))
+    assert (inside.shaped, inside.shapes) == (1, "(3, 2) float16")
+    gather(torch.ones(5))
+    after = collective_record.read(tmp_path, 0)
+    assert (after.sequence, after.shaped, after.shapes) == (2, 1, "(3, 2) float16")
+    inner({"loss": torch.ones(4), "count": torch.ones((), dtype=torch.int64), "name": "x"})
+    assert collective_record.read(tmp_path, 0).shapes == "[(4,) float32; () int64; -]"
+
+
+def shaped(rank: int, state: int, shapes: str, **fields) -> Record:
+    fields.setdefault("sequence", 7)
+    return replace(
+        record(rank, state, "reduce", "train.py:12", **fields),
+        shaped=fields["sequence"],
+        shapes=shapes,
+    )
+
+
+def test_a_rank_waiting_in_a_reduce_its_peer_passed_other_shapes_is_told_both_shapes():
+    """Gloo gave rank 1 a wrong sum of its 3 values and rank 0 waits for good: the shapes are
+    the cause, not a rank that went on."""
+    ranks = {
+        0: shaped(0, IN_COLLECTIVE, "(4,) float32"),
+        1: replace(shaped(1, RUNNING, "(3,) float32"), where="train.py:12"),
+    }
+    verdict = watcher().inspect(ranks, time.time(), Path("/nonexistent"))
+    assert verdict is not None and verdict.kind == "shapes" and verdict.culprit is None
+    assert (
+        "the ranks passed reduce (collective #7) tensors of different shapes or dtypes"
+        in verdict.text
+    )
+    assert "  rank 0: (4,) float32 at train.py:12\n" in verdict.text + "\n"
+    assert "  rank 1: (3,) float32 at train.py:12 (went on with a wrong result)" in verdict.text
+    assert "accelerator.pad_across_processes" in verdict.text
+    # rank 1 went on to a backward that waits for rank 0: the shapes still say why
+    ranks[1] = replace(
+        shaped(1, IN_COLLECTIVE, "(3,) float32"), operation="backward", sequence=8, shaped=7
+    )
+    verdict = watcher().inspect(ranks, time.time(), Path("/nonexistent"))
+    assert verdict is not None and verdict.kind == "shapes"
+    assert "rank 1: (3,) float32, and went on with a wrong result: it is at collective #8" in (
+        verdict.text
+    )
+
+
+def test_shapes_that_differ_are_no_report_while_the_same_or_a_moment_old():
+    now = time.time()
+    same = {0: shaped(0, IN_COLLECTIVE, "(4,) float32"), 1: shaped(1, RUNNING, "(4,) float32")}
+    assert watcher().inspect(same, now, Path("/nonexistent")) is None
+    # reduce(x, "none") communicates nothing: a rank is in it for microseconds
+    moment = {
+        0: shaped(0, IN_COLLECTIVE, "(4,) float32", since=now - 0.1),
+        1: shaped(1, RUNNING, "(3,) float32"),
+    }
+    assert watcher().inspect(moment, now, Path("/nonexistent")) is None
+    # the peer's record no longer holds that collective's shapes: no guess
+    later = {
+        0: shaped(0, IN_COLLECTIVE, "(4,) float32"),
+        1: replace(shaped(1, RUNNING, "(3,) float32"), shaped=6),
+    }
+    verdict = watcher().inspect(later, now, Path("/nonexistent"))
+    assert verdict is None or verdict.kind != "shapes"
+
+
 def test_a_backward_counts_as_a_collective_only_when_it_reduces(tmp_path, monkeypatch):
     recorder = collective_record._Recorder(tmp_path, 0, skip=())
     monkeypatch.setattr(collective_record, "_recorder", recorder)
@@ -629,6 +714,24 @@ def test_a_rank_aborted_inside_a_collective_is_told_of_the_debug_mode(tmp_path):
     assert "--debug" not in text
 
 
+def test_a_rank_aborted_inside_a_collective_its_peer_passed_other_shapes_is_told_both(tmp_path):
+    recorder = collective_record._Recorder(tmp_path / "0", 0, skip=())
+    recorder.enter(b"all_reduce", b"(10,) float32")
+    peer = collective_record._Recorder(tmp_path / "0", 1, skip=())
+    peer.enter(b"all_reduce", b"(1000,) float32")
+    peer.finish(collective_record.CRASHED)
+    write_failure(tmp_path, 1, "RuntimeError: Connection reset by peer", at=1)
+    text, code = outcome.failed_run({0: failure(-signal.SIGABRT), 1: failure(1)}, tmp_path, 0)
+    assert code == 128 + signal.SIGABRT
+    assert text.splitlines()[0].startswith("accelify launch: rank 0 was killed by SIGABRT")
+    assert (
+        "the ranks passed all_reduce (collective #1) tensors of different shapes or dtypes" in text
+    )
+    assert "  rank 0: (10,) float32 at " in text and "  rank 1: (1000,) float32 at " in text
+    assert "ReduceOp.MAX" in text and "--debug" not in text
+    assert "rank 1 failed because its peer had gone" in text
+
+
 def test_the_earliest_exception_that_is_not_a_victims_is_the_cause(tmp_path):
     write_failure(tmp_path, 0, "RuntimeError: Connection closed by peer", at=1)
     write_failure(tmp_path, 1, "ValueError: boom", at=2)
@@ -880,6 +983,34 @@ def test_containers_that_differ_between_ranks_fail_the_gather_on_every_rank():
     )
     assert "the ranks passed containers that differ" in result.stderr
     assert "failed the same way, on its own" in result.stderr
+
+
+@pytest.mark.distributed
+def test_a_reduce_of_different_lengths_names_each_ranks_shape_not_a_rank_that_left():
+    result = launched("reduce_lengths.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "the ranks passed reduce (collective #1) tensors of different shapes or dtypes"
+        in result.stderr
+    )
+    line = 'reduce_lengths.py:12 (`total = accelerator.reduce(losses, "sum")`)'
+    assert f"  rank 0: (4,) float32 at {line}\n" in result.stderr
+    assert f"  rank 1: (3,) float32 at {line} (went on with a wrong result)" in result.stderr
+    assert "left the loop" not in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_an_all_reduce_that_aborts_gloo_names_each_ranks_shape():
+    result = launched("raw_all_reduce_sizes.py")
+    assert result.returncode == 128 + signal.SIGABRT, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    assert report[0].startswith("accelify launch: rank 1 was killed by SIGABRT"), report
+    line = "raw_all_reduce_sizes.py:10 (`dist.all_reduce(counts)`)"
+    assert f"  rank 0: (1000,) float32 at {line}" in result.stderr
+    assert f"  rank 1: (10,) float32 at {line}" in result.stderr
+    assert "--debug" not in result.stderr
+    assert_user_lines_only(result)
 
 
 @pytest.mark.distributed

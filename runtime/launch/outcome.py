@@ -27,6 +27,7 @@ from accelify.runtime.failure_record import (
     is_peer_gone,
     recorded_failures,
 )
+from accelify.runtime.launch.shapes import other_shapes, shapes_words
 from accelify.runtime.launch.watch import (
     AGREED_BREAK,
     Verdict,
@@ -87,7 +88,7 @@ def failed_run(
         crash = _crash_place(records, attempt, rank, exited_with[rank]) or _exit_call(
             records, attempt, rank
         )
-        return _exited(rank, exited_with[rank], states.get(rank), failures, victims, crash)
+        return _exited(rank, exited_with[rank], states.get(rank), failures, victims, crash, states)
     left = [
         rank for rank, state in states.items() if state.state == LEAVING and rank not in failures
     ]
@@ -173,6 +174,7 @@ def _after_verdict(
     lines += _victim_lines(victims, exclude=verdict.culprit)
     cause = {
         "mismatch": "mismatched collectives",
+        "shapes": "tensors of different shapes in one collective",
         "left": f"rank {verdict.culprit} left while its peers waited",
         "hang": "a hang",
     }[verdict.kind]
@@ -223,9 +225,12 @@ def _exited(
     failures: dict[int, Any],
     victims: dict[int, Failure],
     crash: str = "",
+    states: dict[int, Record] | None = None,
 ) -> tuple[str, int]:
     """A rank that left without an exception (``sys.exit``, the end of its script, a signal)
-    while its peers still needed it; ``crash``: where a fatal signal killed it."""
+    while its peers still needed it; ``crash``: where a fatal signal killed it; ``states``:
+    every rank's record (a rank that aborted inside a collective its peers passed other shapes
+    is told so)."""
     how = describe_exit(exitcode) if exitcode != 0 else "exited with code 0"
     how += crash
     where = ""
@@ -237,8 +242,12 @@ def _exited(
         )
         where = f"{passes}{last}"
     lines = [f"{PREFIX} rank {rank} {how}{where}, while its peers were still running"]
-    if exitcode == -signal.SIGABRT and state is not None and state.state == IN_COLLECTIVE:
-        # gloo's "Received data size doesn't match expected size", NCCL's own checks
+    aborted = exitcode == -signal.SIGABRT and state is not None and state.state == IN_COLLECTIVE
+    if aborted and state is not None and other_shapes(states or {}, state):
+        # gloo's "Received data size doesn't match expected size": the records say which
+        lines += shapes_words(states or {}, state, place)
+    elif aborted and state is not None:
+        # NCCL's own checks, or shapes the records did not keep (a peer went on past them)
         lines.append(
             f"{PREFIX} rank {rank} aborted inside {state.operation}: the communication library "
             "aborts a rank when the ranks pass it tensors of different sizes or dtypes; rerun "

@@ -46,11 +46,16 @@ from accelify.runtime.collective_record import (
 )
 from accelify.runtime.failure_record import Failure, exit_handler_errors, exit_place
 from accelify.runtime.launch.rank_guards import RankGuard, rank_guard
+from accelify.runtime.launch.shapes import other_shapes, shapes_words
 
 PREFIX = "accelify launch:"
 #: How long a situation that cannot resolve itself must last before it is reported.
 GRACE = 5.0
 POLL = 0.5
+#: How long a rank must wait in a collective its peers passed other shapes before it is
+#: reported: certain at once for a collective that communicates, and a reduction that does not
+#: (``reduce(x, "none")``) leaves within microseconds.
+SHAPES_WAIT = 1.0
 #: How long a rank has to dump its stack when asked, and how long the dump must stay the same
 #: size to count as whole: faulthandler writes it a few bytes per ``write`` with no end marker,
 #: and a rank descheduled mid-dump (a loaded node) left a file that ended at a line's end with
@@ -71,7 +76,7 @@ class Verdict:
 
     text: str
     culprit: int | None
-    kind: str  # "mismatch", "left", "hang"
+    kind: str  # "mismatch", "shapes", "left", "hang"
 
 
 class Watcher:
@@ -132,6 +137,12 @@ class Watcher:
         in_collective = {
             r: rec for r, rec in ranks.items() if rec.state == IN_COLLECTIVE and _alive(rec.pid)
         }
+        for rec in in_collective.values():
+            if other_shapes(ranks, rec):
+                if now - rec.since < SHAPES_WAIT:
+                    return None
+                text = "\n".join([*shapes_words(ranks, rec, place), _STOPPING])
+                return Verdict(text, None, "shapes")
         stranded = _left_for_good(ranks, in_collective)
         if stranded is not None:
             leaver, waiting = stranded
@@ -273,6 +284,9 @@ _OPERATION_WORDS = {
     "backward": "backward (DDP reduces gradients there)",
     "init_process_group": "init_process_group (every rank must come to start the group)",
 }
+
+
+_STOPPING = f"{PREFIX} stopping every rank"
 
 
 def _waits(record: Record) -> str:

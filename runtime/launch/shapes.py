@@ -1,0 +1,81 @@
+"""Ranks that passed one collective tensors of different shapes or dtypes, found in their records.
+
+An all-reduce or a broadcast must see the same shapes on every rank. Gloo does not check: the
+rank sent more bytes than its tensor holds aborts (SIGABRT, "Received data size doesn't match
+expected size" on stderr from C++), while the rank sent fewer takes a wrong result and goes on,
+and its peer waits for bytes that never come; NCCL hangs. Checking before each collective costs a
+collective more per call (HF Accelerate's debug mode, ``accelify launch --debug``). Instead each
+rank's record keeps the shapes it passed its last such collective
+(`accelify.runtime.collective_record.shapes_of`), written with the rest of the record at no
+extra system call, and the launcher compares them only once a rank has aborted inside one or
+waits there alone: the normal run pays nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from accelify.runtime.collective_record import CRASHED, IN_COLLECTIVE, Record
+
+PREFIX = "accelify launch:"
+
+
+def other_shapes(ranks: dict[int, Record], stuck: Record) -> dict[int, Record]:
+    """The peers that passed ``stuck``'s collective (the one it is in, or aborted in) other
+    shapes or dtypes than it did: none when that collective keeps no shapes, or when a peer's
+    record no longer holds the shapes of that collective (it went on to another)."""
+    if stuck.shaped != stuck.sequence or not stuck.shapes or not stuck.sequence:
+        return {}
+    return {
+        rank: record
+        for rank, record in ranks.items()
+        if rank != stuck.rank
+        and record.shaped == stuck.sequence
+        and record.shapes
+        and record.shapes != stuck.shapes
+    }
+
+
+def shapes_words(
+    ranks: dict[int, Record], stuck: Record, place: Callable[[Record], str]
+) -> list[str]:
+    """The report: each rank's shapes in the collective, and what came of it (``place``: a
+    record's ``file:line`` words, the watcher's)."""
+    others = other_shapes(ranks, stuck)
+    lines = [
+        f"{PREFIX} the ranks passed {stuck.operation} (collective #{stuck.sequence}) tensors of "
+        "different shapes or dtypes; it cannot give every rank the right result:"
+    ]
+    for rank, record in sorted({stuck.rank: stuck, **others}.items()):
+        lines.append(f"  rank {rank}: {record.shapes}{_after(record, stuck, place)}")
+    lines.append(
+        f"{PREFIX} every rank must pass {stuck.operation} the same shapes and dtypes: "
+        + _ADVICE.get(stuck.operation, _TORCH_ADVICE)
+    )
+    return lines
+
+
+#: What to do instead, for the runtime's collectives (the script has an Accelerator)
+_ADVICE = {
+    operation: "a tensor whose length differs between ranks can be padded to the longest first "
+    "(accelerator.pad_across_processes), or gathered (accelerator.gather takes different row "
+    "counts)"
+    for operation in ("reduce", "broadcast")
+}
+_TORCH_ADVICE = (
+    "a tensor whose length differs between ranks can be padded to the longest first (all_reduce "
+    "its length with ReduceOp.MAX, then pad)"
+)
+
+
+def _after(record: Record, stuck: Record, place: Callable[[Record], str]) -> str:
+    """Where the rank passed its shapes, and what it did after."""
+    if record.rank == stuck.rank or record.state == CRASHED:
+        return f" at {place(record)}" if record.sequence == stuck.sequence else ""
+    if record.sequence == stuck.sequence:
+        still = "still in it" if record.state == IN_COLLECTIVE else "went on with a wrong result"
+        return f" at {place(record)} ({still})"
+    return (
+        f", and went on with a wrong result: it is at collective #{record.sequence}, "
+        f"{record.operation} at {place(record)}"
+    )
