@@ -158,9 +158,16 @@ def test_after_restarts_the_last_attempts_cause_is_named():
     assert "(attempt 0)" not in result.stderr.split("accelify launch:", 1)[1]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_stopping_the_launcher_stops_every_rank_with_one_line(signum, tmp_path):
-    # A copy of its own, as above: both signals' tests may run at once under pytest-xdist.
+@pytest.mark.parametrize(
+    ("signum", "group"),
+    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
+    ids=["SIGINT", "SIGTERM", "Ctrl-C"],
+)
+def test_stopping_the_launcher_stops_every_rank_with_one_line(signum, group, tmp_path):
+    """``group``: the signal goes to the launcher and every rank at once, as a terminal's
+    Ctrl-C sends it to its whole foreground process group (each rank raises
+    KeyboardInterrupt as the launcher stops them)."""
+    # A copy of its own, as above: the tests may run at once under pytest-xdist.
     script = shutil.copy(RUNTIME / "forever.py", tmp_path / "forever.py")
     command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
     process = subprocess.Popen(
@@ -169,7 +176,10 @@ def test_stopping_the_launcher_stops_every_rank_with_one_line(signum, tmp_path):
     try:
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "training", "the ranks never started"
-        process.send_signal(signum)
+        if group:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
         _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:

@@ -1128,6 +1128,39 @@ def test_a_guarded_barrier_between_epochs_names_its_guard_not_an_early_stop():
 
 
 @pytest.mark.distributed
+def test_a_nan_loss_raised_on_one_rank_names_that_rank_and_its_line():
+    result = launched("nan_loss_one_rank.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 failed first at nan_loss_one_rank.py:24 "
+        '(`raise FloatingPointError(f"the loss is NaN at step {step}")`): '
+        "FloatingPointError: the loss is NaN at step 3"
+    ) in result.stderr
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert "unreachable" not in result.stdout
+
+
+@pytest.mark.distributed
+def test_a_barrier_under_a_main_process_guard_in_a_trainers_method_names_the_guard():
+    result = launched("trainer_class_barrier.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 0 waits in wait_for_everyone at trainer_class_barrier.py:21 "
+        "(`self.accelerator.wait_for_everyone()`)"
+    ) in result.stderr
+    assert (
+        "rank 0 went into a collective that only some ranks reach: trainer_class_barrier.py:21 "
+        "(`self.accelerator.wait_for_everyone()`) runs under "
+        "`if self.accelerator.is_main_process:` (trainer_class_barrier.py:20), which rank 1 "
+        "skipped and went on"
+    ) in result.stderr
+    assert "left the training loop early" not in result.stderr
+    assert "saved" not in result.stdout
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_a_rank_out_of_memory_in_python_is_named_at_its_line():
     result = launched("memory_error.py")
     assert result.returncode == 1, result.stderr
