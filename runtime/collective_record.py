@@ -285,6 +285,7 @@ class _Recorder:
 #: (shape, dtype) -> its words; a script passes the same few shapes again and again
 _SHAPE_WORDS: dict[tuple[tuple[int, ...], Any], bytes] = {}
 _SHAPES_SIZE = 96
+_MOST_SHAPES = 4096
 _MOST_LEAVES = 4
 
 
@@ -316,6 +317,8 @@ def _words(tensor: Any) -> bytes:
     key = (tuple(tensor.shape), tensor.dtype)
     words = _SHAPE_WORDS.get(key)
     if words is None:
+        if len(_SHAPE_WORDS) >= _MOST_SHAPES:  # a script whose shapes vary without end
+            _SHAPE_WORDS.clear()
         dims = ", ".join(map(str, key[0])) + ("," if len(key[0]) == 1 else "")
         dtype = str(key[1]).removeprefix("torch.")
         words = _SHAPE_WORDS[key] = f"({dims}) {dtype}".encode()[:_SHAPES_SIZE]

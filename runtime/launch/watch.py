@@ -52,10 +52,6 @@ PREFIX = "accelify launch:"
 #: How long a situation that cannot resolve itself must last before it is reported.
 GRACE = 5.0
 POLL = 0.5
-#: How long a rank must wait in a collective its peers passed other shapes before it is
-#: reported: certain at once for a collective that communicates, and a reduction that does not
-#: (``reduce(x, "none")``) leaves within microseconds.
-SHAPES_WAIT = 1.0
 #: How long a rank has to dump its stack when asked, and how long the dump must stay the same
 #: size to count as whole: faulthandler writes it a few bytes per ``write`` with no end marker,
 #: and a rank descheduled mid-dump (a loaded node) left a file that ended at a line's end with
@@ -139,7 +135,9 @@ class Watcher:
         }
         for rec in in_collective.values():
             if other_shapes(ranks, rec):
-                if now - rec.since < SHAPES_WAIT:
+                # certain once it lasts: a reduction that communicates nothing
+                # (``reduce(x, "none")``) is left within microseconds
+                if now - rec.since < self.grace:
                     return None
                 text = "\n".join([*shapes_words(ranks, rec, place), _STOPPING])
                 return Verdict(text, None, "shapes")
