@@ -20,7 +20,11 @@ The arms, each its own model, optimizer and loader over the same data:
   (``gradient_as_bucket_view=True``): accelify against it is what accelify adds;
 - ``accelify recorded``: `Accelerator.prepare`'s objects and `Accelerator.backward`, each
   collective recorded for the launcher's hang diagnosis as under `accelify launch`;
-- ``accelify``: the same without the record (the recorder set aside while it runs).
+- ``accelify``: the same without the record (the recorder set aside while it runs);
+- ``raw DDP, a copy``: the hand-written loop again, its own objects: the control. Two arms that
+  run the same code still differ (where their tensors landed in memory, the caches): its ratio
+  to raw DDP is how far this bench can see on this machine, and no verdict on accelify is
+  finer than that.
 
 Run under torchrun by this script itself, 2 CPU ranks.
 """
@@ -38,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-RAW, RECORDED, UNRECORDED = "raw DDP", "accelify recorded", "accelify"
+RAW, COPY, RECORDED, UNRECORDED = "raw DDP", "raw DDP, a copy", "accelify recorded", "accelify"
 MEASURES = ("cpu", "wall", "thread")
 WORDS = {
     "cpu": "process CPU",
@@ -82,6 +86,7 @@ def worker(args: argparse.Namespace) -> None:
 
     arms = {RAW: raw_arm()}
     arms[RECORDED] = accelify_arm()
+    arms[COPY] = raw_arm()
     collective_record._recorder = None  # this arm's model and steps record nothing
     arms[UNRECORDED] = accelify_arm()
     collective_record._recorder = recorder
@@ -208,7 +213,7 @@ def report(width: int, result: dict, args: argparse.Namespace, load: float) -> N
             for measure in MEASURES
         )
         print(f"{name:34}{values}")
-    for name in (RECORDED, UNRECORDED):
+    for name in (RECORDED, UNRECORDED, COPY):
         print(f"{name} / {RAW}: median ratio of the rounds [95 % bootstrap interval]")
         for measure in MEASURES:
             cells = []
@@ -221,12 +226,18 @@ def report(width: int, result: dict, args: argparse.Namespace, load: float) -> N
     for measure in MEASURES:
         ratios = paired(ranks, RECORDED, measure, None)
         low, high = bootstrap(ratios)
+        control = paired(ranks, COPY, measure, None)
         print(
             f"verdict, {WORDS[measure]} per step of {RECORDED} / {RAW} (both ranks): "
             f"{verdict(low, high)}: median {statistics.median(ratios):.3f} "
-            f"[{low:.3f}, {high:.3f}]",
+            f"[{low:.3f}, {high:.3f}]; the control (a copy of raw DDP) "
+            f"{statistics.median(control):.3f} {list(map(round3, bootstrap(control)))}",
             flush=True,
         )
+
+
+def round3(value: float) -> float:
+    return round(value, 3)
 
 
 def main() -> None:

@@ -112,8 +112,8 @@ def verdict(cost: list[float], tolerance: float = TOLERANCE) -> str:
     if high - low > 2 * tolerance:
         return (
             f"NOT DECIDED: the rounds spread wider than the {tolerance:.0%} asked ({spread}); "
-            "more rounds, or a quieter machine (bench/step_cost.py times each phase on one "
-            "process pair, less moved by the load)"
+            "bench/interleaved_overhead.py alternates short blocks of every arm in one process "
+            "group and decides by a bootstrap interval; bench/step_cost.py times each phase"
         )
     if middle <= 1 + tolerance:
         return f"within {tolerance:.0%} ({spread})"
