@@ -48,7 +48,7 @@ def test_noise_drawn_after_one_seed_is_reviewed_at_its_draw():
     reviews = [text for text in _reviews("0") if "is drawn each training step" in text]
     assert len(reviews) == 1, reviews
     assert reviews[0].startswith("torch.randn(real.size(0), 4) is drawn each training step")
-    assert "(torch.manual_seed(0), line 19)" in reviews[0]
+    assert "(torch.manual_seed(0), line 17)" in reviews[0]
     assert "set_seed(seed, device_specific=True)" in reviews[0]
 
 
