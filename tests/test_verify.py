@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from accelify.convert import convert_source
+from accelify.verify.checks import check_ranks
 from accelify.verify.evaluation_code import check_evaluation_code
 from accelify.verify.learning_rates import ScheduleComparison, compare_learning_rates
 from accelify.verify.records import LoaderPass, OptimizerAtPass, StepRecord
+from accelify.verify.runs import Run
 from conftest import FIXTURES, assert_ok, run_accelify
 
 #: The original trains in processes it starts itself (mp.spawn), where the probe is not: verify
@@ -312,3 +314,38 @@ def test_a_script_that_counts_optimizer_steps_is_compared_step_by_step():
     result = compare_learning_rates(original, passes, faster, halves, _same)
     assert result.difference is not None
     assert "at optimizer step 2 (every rank makes the original's steps)" in result.difference
+
+
+def _step(step: int, optimizer: int, loss: float, line: int) -> StepRecord:
+    return StepRecord(step, optimizer, (loss,), (1.0,), line, line)
+
+
+def test_an_optimizer_whose_losses_repeat_on_every_rank_is_named_not_called_sharded():
+    """A GAN seeded alike on every rank: the discriminator's losses differ per shard, the
+    generator's (fed the same noise on each rank) are the same at every step. Check 2 still
+    passes (the ranks are in step) but does not say the losses differ per shard."""
+    rank_0 = [
+        _step(1, 0, 0.7, 36),
+        _step(2, 1, 0.5, 40),
+        _step(3, 0, 0.6, 36),
+        _step(4, 1, 0.4, 40),
+    ]
+    rank_1 = [
+        _step(1, 0, 0.8, 36),
+        _step(2, 1, 0.5, 40),
+        _step(3, 0, 0.9, 36),
+        _step(4, 1, 0.4, 40),
+    ]
+    run = Run("converted", 2, 0, "", ranks=[rank_0, rank_1])
+    result = check_ranks(run, 0.0)
+    assert result.passed, result.verdict
+    assert "losses differ per shard except those of the optimizer stepped at line 40" in (
+        result.verdict
+    )
+    assert "each rank repeats its work" in result.verdict
+    split = [rank_0, [*rank_1[:3], _step(4, 1, 0.3, 40)]]
+    result = check_ranks(Run("converted", 2, 0, "", ranks=split), 0.0)
+    assert result.verdict.startswith(
+        "pass: 4 steps, parameters identical on every rank, losses differ per shard"
+    )
+    assert "except" not in result.verdict

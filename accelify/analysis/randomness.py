@@ -5,6 +5,7 @@ generators is fine as it is; one that does not and draws such values needs a see
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -26,10 +27,7 @@ class Randomness:
 
 
 def randomness_of(model: ScriptModel) -> Randomness:
-    seeded_families: set[str] = set()
-    for call in model.calls:
-        for name in model.call_names(call) & names.SEEDS:
-            seeded_families |= _SEEDED_BY.get(name, set(_FAMILIES))
+    seeded_families = _seeded_families(model)
     training = [loop.node for loop in model.loops if loop.trains]
     setup, step = [], []
     for call in model.calls:
@@ -43,6 +41,60 @@ def randomness_of(model: ScriptModel) -> Randomness:
     else:
         seeded = bool(seeded_families)
     return Randomness(seeded, setup, step, torch_only)
+
+
+def _seeded_families(model: ScriptModel, seeds: list[cst.Call] | None = None) -> set[str]:
+    families: set[str] = set()
+    for call in model.calls if seeds is None else seeds:
+        for name in model.call_names(call) & names.SEEDS:
+            families |= _SEEDED_BY.get(name, set(_FAMILIES))
+    return families
+
+
+def draws_alike_per_step(
+    model: ScriptModel, training: list[cst.CSTNode], rank_reads: Callable[[cst.CSTNode], bool]
+) -> tuple[list[cst.Call], cst.Call] | None:
+    """Random values each training step draws (a GAN's noise, a random mask) from a global
+    generator the script seeds with the same seed on every rank, and that seed call: every
+    rank draws the same values, so what they feed repeats on each rank instead of adding to
+    the batch. A step is the body of a loop of ``training``, or a function called from one
+    (through the file's call graph). Per-sample code (``forward``, ``__getitem__``: dropout,
+    augmentation) applies its draws to each rank's own samples: not counted. A seed that reads
+    the rank (``seed + rank``, ``rank_reads``) seeds the ranks apart: None."""
+    seeds = [call for call in model.calls if model.call_names(call) & names.SEEDS]
+    if not seeds or any(rank_reads(call) for call in seeds):
+        return None
+    families = _seeded_families(model, seeds)
+    steps = _step_functions(model, training)
+    drawn = [
+        call
+        for call in model.calls
+        if _draws(model, call)
+        and not _in_per_sample_code(model, call)
+        and _family(model, call) in families
+        and (
+            any(any(a is loop for a in model.ancestors(call)) for loop in training)
+            or model.index.enclosing_function(call) in steps
+        )
+    ]
+    return (drawn, seeds[0]) if drawn else None
+
+
+def _step_functions(model: ScriptModel, training: list[cst.CSTNode]) -> set[cst.FunctionDef]:
+    """The file's functions a training loop's body calls, directly or through others."""
+    graph = model.call_graph
+    found: set[cst.FunctionDef] = set()
+    pending = [
+        call
+        for call in model.calls
+        if any(any(a is loop for a in model.ancestors(call)) for loop in training)
+    ]
+    while pending:
+        for function in graph.targets(pending.pop()):
+            if function not in found:
+                found.add(function)
+                pending += [c for c in model.calls if model.index.enclosing_function(c) is function]
+    return found
 
 
 #: The generators a seed call seeds; one not named here (``set_seed``, ``seed_everything``)

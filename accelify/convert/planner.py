@@ -146,6 +146,10 @@ def plan_conversion(
     if options.mixed_precision:
         ctx.constructor.setdefault("mixed_precision", repr(options.mixed_precision))
     accelerator.run(ctx, prepare_scope)
+    if ctx.left_as_is is not None:  # a plan of this review line only: the script unchanged
+        left = Context(model, options).plan
+        left.review(*ctx.left_as_is)
+        return left
     ctx.plan.imports = import_lines(options.target, ["Accelerator", *ctx.uses])
     ctx.plan.imports += [i for i in ctx.extra_imports if i not in ctx.plan.imports]
     return ctx.plan

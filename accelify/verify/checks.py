@@ -3,8 +3,10 @@
 Check 1 (one process): the converted script makes the same optimizer steps as the original,
 with the same losses and parameter fingerprints (exactly, or within ``atol``).
 Check 2 (K ranks): every rank holds the same parameters after every step, losses are finite,
-the ranks' losses differ (the data is sharded), every optimizer's learning rates at the start of
-each training pass are the original's (`learning_rates`), and the run ends on all ranks.
+the ranks' losses differ (the data is sharded; an optimizer whose losses alone are the same on
+every rank, a GAN generator's fed the same noise, is named as repeating its work), every
+optimizer's learning rates at the start of each training pass are the original's
+(`learning_rates`), and the run ends on all ranks.
 Run to the end, check 1 also compares every printed line, and check 2 requires every evaluation
 loop over a sharded loader to gather or reduce what it computes.
 """
@@ -203,7 +205,8 @@ def check_ranks(
     else:
         result.passed = True
         result.verdict = (
-            f"pass: {steps} steps, parameters identical on every rank, losses differ per shard"
+            f"pass: {steps} steps, parameters identical on every rank, "
+            + _losses_per_shard(run.ranks)
         )
         if schedule is not None and schedule.compared > 1:
             result.verdict += ", learning rates as the original's " + (
@@ -281,6 +284,47 @@ def _ungathered_evaluations(
             )
             break
     return problems
+
+
+def _losses_per_shard(ranks: list[list[StepRecord]]) -> str:
+    """What the ranks' losses say about the split of the work. One optimizer whose losses are
+    the same on every rank at every one of its steps while another's differ (a GAN's generator
+    fed noise drawn after the same seed on every rank) repeats its work on each rank: its
+    effective batch is one rank's, not N ranks'. Said, not passed over as sharded."""
+    repeated = _optimizers_repeated(ranks)
+    if not repeated:
+        return "losses differ per shard"
+    lines = ", ".join(_stepped_at(ranks[0], optimizer) for optimizer in repeated)
+    return (
+        f"losses differ per shard except those of the optimizer stepped at {lines}: identical "
+        "on every rank at every one of its steps, so its inputs do not differ between ranks "
+        "(random values drawn after the same seed on every rank?) and each rank repeats its "
+        "work instead of splitting it"
+    )
+
+
+def _optimizers_repeated(ranks: list[list[StepRecord]]) -> list[int]:
+    """The optimizers (in the order they first step) whose losses were the same on every rank
+    at each of their steps, when the ranks made the same steps with the same optimizers."""
+    if len(ranks) < 2 or len({len(records) for records in ranks}) > 1:
+        return []
+    same: dict[int, bool] = {}
+    for at in zip(*ranks, strict=True):
+        optimizer = at[0].optimizer
+        if any(record.optimizer != optimizer for record in at):
+            return []
+        if not any(record.losses for record in at):
+            continue  # a step with no loss recorded (a closure's) says nothing either way
+        alike = all(record.losses == at[0].losses for record in at[1:])
+        same[optimizer] = same.get(optimizer, True) and alike
+    if len(same) < 2 or all(same.values()):
+        return []
+    return [optimizer for optimizer, alike in same.items() if alike]
+
+
+def _stepped_at(records: list[StepRecord], optimizer: int) -> str:
+    line = next((r.step_line for r in records if r.optimizer == optimizer), None)
+    return f"line {line}" if line is not None else f"the script's optimizer #{optimizer + 1}"
 
 
 def _same_losses_everywhere(ranks: list[list[StepRecord]]) -> bool:

@@ -21,6 +21,11 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
     handed_accelerator.thread(ctx)
     home = _home(ctx, prepare_scope)
     create = f"{ctx.acc} = {ctx.constructor_code()}"
+    if not ctx.acc.startswith("self.") and not isinstance(home, cst.Module):
+        stranded = _threading(ctx, home).stranded
+        if stranded:
+            ctx.left_as_is = _stranded(ctx, home, stranded[0])
+            return
     threaded = _thread(ctx, home)
     anchor = _first_need(ctx, home, threaded)
     if anchor is None and home is not prepare_scope and ctx.acc.startswith("self."):
@@ -47,6 +52,34 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
         return
     ctx.plan.insert_before(anchor, *created, early=True)
     ctx.plan.change(ctx.line(anchor), f"created {create} before line {ctx.line(anchor)}")
+
+
+def _stranded(ctx: Context, home: Scope, call: cst.Call) -> tuple[int, str]:
+    """Why no call site can stay well-formed: a function that needs the accelerator (its
+    prints, its saves) is called where none exists (``main()`` at the module's end), and the
+    accelerator cannot be made higher up, since its constructor reads what only ``home``
+    defines (``Accelerator(gradient_accumulation_steps=accum)`` in ``run(accum)``). Threaded
+    anyway, the call would miss a required argument (a TypeError); unthreaded, the function's
+    prints would run on every rank. So the file stays as it is, with this line."""
+    local = locals_of(ctx, home)
+    read = sorted(
+        {
+            n.value
+            for code in ctx.constructor.values()
+            for n in walk(cst.parse_expression(code))
+            if isinstance(n, cst.Name) and n.value in local
+        }
+    )
+    name = home.name.value if isinstance(home, cst.FunctionDef) else "the module"
+    called = ctx.code(call.func)
+    return (
+        ctx.line(call),
+        f"left as it is: {called}() needs the accelerator (what it prints or saves must run "
+        f"once) and is called here, where none exists; it cannot be made higher up, since "
+        f"{ctx.constructor_code()} reads {', '.join(read) or 'what'} of {name}(): no call "
+        f"could pass it. Make one Accelerator where the run starts, hand it to {name}() (a "
+        "setting that changes per call can be set on it there), then convert",
+    )
 
 
 def _needed_by(ctx: Context, statement_node: cst.CSTNode) -> bool:

@@ -111,6 +111,9 @@ class Context:
     extra_imports: list[str] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.
     uses: list[str] = field(default_factory=list)
+    #: why the file is left as it is, found once the steps have run (the accelerator cannot
+    #: reach every function that needs it): the plan becomes this review line alone.
+    left_as_is: tuple[int, str] | None = None
     #: loops (by id) that evaluate only loaders left whole, so every rank evaluates all of it:
     #: their evaluation needs no gather (a loop that also trains, where none fits).
     left_whole: set[int] = field(default_factory=set)

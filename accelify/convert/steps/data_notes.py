@@ -8,15 +8,16 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
 from accelify.analysis.pass_counters import pass_counters
-from accelify.analysis.randomness import randomness_of
+from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import loader_names
 
 
 def run(ctx: Context) -> None:
+    _draws_alike_on_every_rank(ctx)
     _totals_over_dataset(ctx)
     _samples_counted(ctx)
     _meters_over_shards(ctx)
@@ -413,6 +414,50 @@ def _received_attributes(ctx: Context) -> set[str]:
         kept = attributes_kept(ctx.model, function)
         found |= {kept[n] for n, k in parameters.items() if k is Kind.DATALOADER and n in kept}
     return found
+
+
+def _draws_alike_on_every_rank(ctx: Context) -> None:
+    """A training step that draws random values (a GAN's noise) after the same seed on every
+    rank: the data is sharded, the draws are not, so what they feed repeats on every rank (the
+    generator trains on one rank's noise batch, 1/N of what the N-rank run claims). Seeding
+    each rank apart would change the draws a one-process run makes, so the code stays as it
+    is and a review line says what to do. (Without a DataLoader the batches themselves are
+    drawn: said by the review line of `run`.)"""
+    if not ctx.model.of_kind(Kind.DATALOADER):
+        return
+    training = [loop.node for loop in ctx.model.loops if loop.trains]
+    training += [loop.node for loop, _ in ctx.facts.step_driven_loops]
+    found = draws_alike_per_step(ctx.model, training, lambda seed: _reads_rank(ctx, seed))
+    if found is None:
+        return
+    draws, seed = found
+    for draw in draws:
+        ctx.plan.review(
+            ctx.line(draw),
+            f"{ctx.code(draw)} is drawn each training step after the same seed on every rank "
+            f"({ctx.code(seed)}, line {ctx.line(seed)}): every rank draws the same values, so "
+            "what they feed (a generator's noise, a random mask) repeats on each rank instead "
+            "of adding to the batch (a GAN's generator trains on 1/N of the noise the N-rank "
+            "run claims); to draw apart, seed each rank apart once the values every rank must "
+            "share are drawn: set_seed(seed, device_specific=True) before the training loop "
+            "(on one process its draws then differ from the original's)",
+        )
+
+
+def _reads_rank(ctx: Context, node: cst.CSTNode, depth: int = 0) -> bool:
+    """``node`` reads this process's rank (``seed + rank``), directly or through a local
+    bound from it."""
+    for part in walk(node):
+        name = dotted(part) if isinstance(part, (cst.Name, cst.Attribute)) else None
+        if name is None:
+            continue
+        if names.is_process_rank_name(name):
+            return True
+        if isinstance(part, cst.Name) and depth < 3:
+            bound = ctx.model.index.assignments_to(name)
+            if any(_reads_rank(ctx, a.value, depth + 1) for a in bound):
+                return True
+    return False
 
 
 def _trained_unprepared(ctx: Context, loop: Loop) -> list[str]:

@@ -20,6 +20,7 @@ from accelify.analysis.device_moves import (
     saved_whole,
     strip_moves,
 )
+from accelify.analysis.field_defaults import OverriddenField, overridden_field
 from accelify.analysis.loss_sources import made_for
 from accelify.analysis.script_model import Binding, Kind, Loop, number_read
 from accelify.analysis.side_effects import calls_for_effect
@@ -550,6 +551,10 @@ def _set_after(ctx: Context, binding: Binding, device: str, why: str) -> None:
 
 def run_devices(ctx: Context) -> None:
     for binding in ctx.model.of_kind(Kind.DEVICE):
+        overridden = overridden_field(ctx.model, binding)
+        if overridden is not None:
+            _review_overridden_field(ctx, binding, overridden)
+            continue
         # a string the script reads as one stays one
         as_string = _is_string(binding.value) and read_as_string(ctx.model, binding.name)
         device = f"str({ctx.a('device')})" if as_string else ctx.a("device")
@@ -628,6 +633,63 @@ def run_devices(ctx: Context) -> None:
                     text=f'device="cuda" -> device={ctx.a("device")}',
                 )
                 ctx.need(call)
+
+
+def _review_overridden_field(ctx: Context, binding: Binding, field: OverriddenField) -> None:
+    """``device: str = "cpu"`` of a config class that every construction sets
+    (``Config(device=args.device)``): the default is not what runs, so it stays, with a review
+    line. The value passed is followed to its reads (the instance's attribute is that value):
+    where one places a tensor (``torch.zeros(n, device=config.device)``, ``w.to(config.device)``,
+    ``torch.device(config.device)``) it becomes this rank's device, as a device local does,
+    since on N GPUs the passed ``"cuda"`` is the same GPU on every rank while prepare puts the
+    model on each rank's own. A move another step drops (a batch's, a model's) gives way."""
+    made, passed = field.constructions[0], ctx.code(field.passed[0])
+    models = [b.value for b in ctx.model.of_kind(Kind.MODEL) if b.name in ctx.plan.prepared]
+    placing = [
+        read
+        for read in field.reads
+        if _places(ctx, read)
+        # ``model = Net().to(config.device)``: the move goes (prepare places it)
+        and not any(ctx.facts.placement.inside(read, made) for made in models)
+    ]
+    for read in placing:
+        call = _call_around(ctx, read)
+        planned = ctx.plan.add(
+            rewrites.use_device(read, ctx.acc),
+            line=ctx.line(read),
+            text=f"{ctx.code(read)} -> {ctx.a('device')} (where it places a tensor)",
+            gives_way_to=[call, ctx.statement_of(call)],
+        )
+        ctx.need(read, when=planned.in_effect)
+    ctx.plan.review(
+        binding.line,
+        f"{field.owner.name.value}.{field.field} = {ctx.code(binding.value)} is a default every "
+        f"construction overrides ({ctx.code(made.func)}(..., {field.field}={passed}), line "
+        f"{ctx.line(made)}): left as it is; prepare puts the model on this rank's device and "
+        f"the tensors its reads place follow it, so {passed} no longer chooses where "
+        "the script trains (for a CPU run launch with `accelify launch --cpu`)",
+    )
+
+
+def _call_around(ctx: Context, read: cst.Attribute) -> cst.Call:
+    argument = ctx.model.parent(read)
+    call = ctx.model.parent(argument)
+    assert isinstance(call, cst.Call)
+    return call
+
+
+def _places(ctx: Context, read: cst.Attribute) -> bool:
+    """``device=read``, ``x.to(read)``, ``torch.device(read)``: ``read`` says where a tensor
+    goes."""
+    argument = ctx.model.parent(read)
+    call = ctx.model.parent(argument) if isinstance(argument, cst.Arg) else None
+    if not isinstance(argument, cst.Arg) or not isinstance(call, cst.Call):
+        return False
+    if argument.keyword is not None:
+        return argument.keyword.value == "device"
+    if ctx.model.call_names(call) & {"torch.device"}:
+        return True
+    return _calls_method(call, "to") and call.args[0] is argument
 
 
 def _to_a_device_binding(ctx: Context, call: cst.Call) -> bool:

@@ -301,7 +301,7 @@ def _process_group_calls(ctx: Context, samplers: set[str]) -> None:
             ctx.need(call)
         elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "set_epoch":
             owner = dotted(call.func.value) or ""
-            loader = owner.removesuffix(".sampler")
+            loader = _sampler_owner(owner)
             if owner in samplers or (loader != owner and sharded_by_its_sampler(ctx.model, loader)):
                 ctx.plan.remove(
                     line_statement,
@@ -312,13 +312,24 @@ def _process_group_calls(ctx: Context, samplers: set[str]) -> None:
                 _own_sampler_epoch(ctx, call, loader)
 
 
+def _sampler_owner(owner: str) -> str:
+    """``loader`` of ``loader.sampler`` or ``loader.batch_sampler`` (``owner`` itself
+    otherwise): prepared, both are the loader's copies (the batch sampler the Accelerator's
+    shard wrapper, which has no ``set_epoch``), so either call is the loader's to make."""
+    for suffix in (".sampler", ".batch_sampler"):
+        if owner.endswith(suffix):
+            return owner.removesuffix(suffix)
+    return owner
+
+
 def _own_sampler_epoch(ctx: Context, call: cst.Call, loader: str) -> None:
-    """``loader.sampler.set_epoch(e)`` of a sampler of the project's own (a bucket sampler
-    seeded by seed + epoch) -> ``loader.set_epoch(e)``: prepared, ``loader.sampler`` is the
-    user's object, not the copy the loader reads, and each pass sets the copy's epoch to the
-    loader's pass count (as HF's loader does); ``set_epoch`` on the loader sets both, so the
-    pass reads epoch ``e`` as before. A loop that reads the loader more than once per epoch
-    (``next(iter(loader))`` before the pass) moves the count on: said in a review line."""
+    """``loader.sampler.set_epoch(e)`` (or ``loader.batch_sampler.set_epoch(e)``) of a sampler
+    of the project's own (a bucket sampler seeded by seed + epoch) -> ``loader.set_epoch(e)``:
+    prepared, ``loader.sampler`` is the user's object, not the copy the loader reads, and each
+    pass sets the copy's epoch to the loader's pass count (as HF's loader does); ``set_epoch``
+    on the loader sets both, so the pass reads epoch ``e`` as before. A loop that reads the
+    loader more than once per epoch (``next(iter(loader))`` before the pass) moves the count
+    on: said in a review line."""
     code = ctx.code(call.with_changes(func=cst.parse_expression(f"{loader}.set_epoch")))
     ctx.plan.replace(
         call,
