@@ -1165,7 +1165,7 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
             # whatever the call is named, and their mean over this rank's batches is no
             # whole-set number once gathered; undivided, such a sum is asked about as before
             return _totals_averaged_over_batches(
-                found, sink, summed, total, averaged, facts, listed=False, summed=True
+                found, sink, summed, total, averaged, facts, listed=False, summed_whole=True
             )
         if not mean:
             # ``total += criterion(model(x), y).item() * len(y)``: a loss call's batch total
@@ -1325,10 +1325,10 @@ def _totals_averaged_over_batches(
     facts: Facts,
     *,
     listed: bool,
-    summed: bool = False,
+    summed_whole: bool = False,
 ) -> str:
-    """The reason (and advice) for batch totals (``loss.item() * x.size(0)``, or ``summed``:
-    ``per_sample.sum().item()``) that the code averages over the batches it read
+    """The reason (and advice) for batch totals (``loss.item() * x.size(0)``, or, with
+    ``summed_whole``, ``per_sample.sum().item()``) that the code averages over the batches it read
     (``np.mean(losses)``, ``total / len(loader)``): gathered, each step's value covers N
     batches and there are N times fewer steps, so the mean reads about N times one process's
     number."""
@@ -1344,7 +1344,9 @@ def _totals_averaged_over_batches(
         if isinstance(averaged, cst.Return)
         else "averages it over the batches"
     )
-    folded = f"the sum of {mean} over the batch" if summed else f"{mean} times the batch's size"
+    folded = (
+        f"the sum of {mean} over the batch" if summed_whole else f"{mean} times the batch's size"
+    )
     return (
         f"the metric at line {model.line(sink)} folds {folded}, one "
         f"batch's total, into {total}, and line {model.line(averaged)} {how} "
