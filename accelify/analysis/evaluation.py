@@ -1155,6 +1155,18 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
             if dotted(call.func) not in model.functions  # the file's own: it may sum
         ]
         total = statement.target.value
+        summed = _summed_over_the_batch(statement.value)
+        averaged = (
+            averaged_over_batches(model, facts.placement, found.loop, total) if summed else None
+        )
+        if summed is not None and averaged is not None:
+            # ``total += t_loss.sum().item()`` then ``total /= len(loader)``: the batch's values
+            # summed whole (a loss per sample, ``size_average=False``) are one batch's total
+            # whatever the call is named, and their mean over this rank's batches is no
+            # whole-set number once gathered; undivided, such a sum is asked about as before
+            return _totals_averaged_over_batches(
+                found, sink, summed, total, averaged, facts, listed=False, summed_whole=True
+            )
         if not mean:
             # ``total += criterion(model(x), y).item() * len(y)``: a loss call's batch total
             called = _weighted_mean(statement.value, set(), model)
@@ -1269,6 +1281,25 @@ def _a_loss_call(value: cst.BaseExpression, model: ScriptModel) -> bool:
     )
 
 
+def _summed_over_the_batch(value: cst.BaseExpression) -> str | None:
+    """``t_loss.sum().item()`` (or ``torch.sum(t_loss)``): a batch's values summed whole, over
+    every sample it holds (no ``dim``), the batch's total. What is summed, as the code spells
+    it, or None."""
+    value = _unwrapped(value)
+    if not isinstance(value, cst.Call):
+        return None
+    if (
+        isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "sum"
+        and not value.args
+        and isinstance(value.func.value, (cst.Name, cst.Attribute))
+    ):
+        return dotted(value.func.value)
+    if dotted(value.func) == "torch.sum" and len(value.args) == 1 and value.args[0].keyword is None:
+        return dotted(value.args[0].value)
+    return None
+
+
 def _weighted_mean(value: cst.BaseExpression, means: set[str], model: ScriptModel) -> str | None:
     """``loss.item() * x.size(0)`` (or ``len(y) * criterion(out, y)``): one batch's mean times
     its sample count, the batch's total. The mean as the code spells it, or None."""
@@ -1294,11 +1325,13 @@ def _totals_averaged_over_batches(
     facts: Facts,
     *,
     listed: bool,
+    summed_whole: bool = False,
 ) -> str:
-    """The reason (and advice) for batch totals (``loss.item() * x.size(0)``) that the code
-    averages over the batches it read (``np.mean(losses)``, ``total / len(loader)``): gathered,
-    each step's value covers N batches and there are N times fewer steps, so the mean reads
-    about N times one process's number."""
+    """The reason (and advice) for batch totals (``loss.item() * x.size(0)``, or, with
+    ``summed_whole``, ``per_sample.sum().item()``) that the code averages over the batches it read
+    (``np.mean(losses)``, ``total / len(loader)``): gathered, each step's value covers N
+    batches and there are N times fewer steps, so the mean reads about N times one process's
+    number."""
     model = facts.model
     found.unsure_at = sink
     summed = f"sum({total})" if listed else total
@@ -1311,8 +1344,11 @@ def _totals_averaged_over_batches(
         if isinstance(averaged, cst.Return)
         else "averages it over the batches"
     )
+    folded = (
+        f"the sum of {mean} over the batch" if summed_whole else f"{mean} times the batch's size"
+    )
     return (
-        f"the metric at line {model.line(sink)} folds {mean} times the batch's size, one "
+        f"the metric at line {model.line(sink)} folds {folded}, one "
         f"batch's total, into {total}, and line {model.line(averaged)} {how} "
         f"({model.module.code_for_node(averaged).strip()}): gathered, each step would hold N "
         "batches, so there would be N times fewer totals, each N times larger, and a mean over "

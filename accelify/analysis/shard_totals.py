@@ -225,7 +225,7 @@ def averaged_over_batches(
     loader's length or by a count the loop takes one batch at a time (``total / len(loader)``,
     ``total / steps`` with ``steps += 1``). On a prepared loader each rank reads fewer batches:
     a mean over them is not the whole set's once the loop's values are gathered."""
-    counted = _batch_counters(loop)
+    counted = _batch_counters(loop) | _lengths_of_the_loader(model, loop)
     for node in walk(loop.scope):
         if not (
             model.order(node) > model.order(loop.node)
@@ -252,6 +252,27 @@ def averaged_over_batches(
         ):
             return node
     return None
+
+
+def _lengths_of_the_loader(model: ScriptModel, loop: Loop) -> set[str]:
+    """``num_batches = len(data_loader)`` in the loop's scope, the name's one binding there:
+    the batches ``loop`` reads, counted before it (a quotient by it is one by the loader's
+    length)."""
+    bound: dict[str, list[cst.BaseExpression]] = {}
+    for node in walk(loop.scope):
+        if model.scope_of(node) is not loop.scope:
+            continue
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target = node.targets[0].target
+            if isinstance(target, cst.Name):
+                bound.setdefault(target.value, []).append(node.value)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
+            bound.setdefault(node.target.value, []).append(cst.Name("_"))
+    return {
+        name
+        for name, values in bound.items()
+        if len(values) == 1 and _is_len_of(values[0], loop.iterable)
+    }
 
 
 def _batch_counters(loop: Loop) -> set[str]:

@@ -1060,12 +1060,17 @@ def _prepare_recreated_optimizers(ctx: Context, scope: Scope) -> None:
     """``optimizer = torch.optim.Adam(model.parameters(), lr=lr)`` again after the prepare call
     (a learning rate decayed by rebuilding the optimizer, a second stage after unfreezing):
     the new optimizer is prepared where it is made, or it would step without the Accelerator
-    (no loss-scale unscaling under fp16, no accumulation, not the engine's optimizer)."""
+    (no loss-scale unscaling under fp16, no accumulation, not the engine's optimizer). One made
+    inside the statement the prepare call follows (each arm of ``if regularize: ... else: ...``
+    making its own) is the one that call prepares: prepared again there, it would be prepared
+    twice, the first time on its own before its model."""
     for binding in ctx.model.of_kind(Kind.OPTIMIZER):
         anchor = ctx.prepared_after.get(binding.name)
         if binding.scope is not scope or anchor is None:
             continue
         if ctx.model.order(binding.statement) <= ctx.model.order(anchor):
+            continue
+        if ctx.model.inside(binding.statement, anchor):
             continue
         name = binding.name
         ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
