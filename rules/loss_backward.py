@@ -199,6 +199,20 @@ class LossBackward(Rule):
         + '            param.grad = accelerator.reduce(param.grad, "mean")\n'
         + "        self.opt.step()\n"
         + "layer = Layer(4, 4)\n",
+        # a plain PyTorch trainer whose settings name the accumulation steps
+        # (``self.args.accumulate``, a number read, not an accelerator's method called)
+        "import torch\n\n\n"
+        + "class Trainer:\n"
+        + "    def __init__(self, model, optimizer, loader, args):\n"
+        + "        self.args = args\n"
+        + "        self.model, self.optimizer, self.loader = model, optimizer, loader\n\n"
+        + "    def train(self):\n"
+        + "        for step, batch in enumerate(self.loader):\n"
+        + "            loss = self.model(**batch).loss / self.args.accumulate\n"
+        + "            loss.backward()\n"
+        + "            if (step + 1) % self.args.accumulate == 0:\n"
+        + "                self.optimizer.step()\n"
+        + "                self.optimizer.zero_grad()\n",
         # torchdistill: a training box that runs with or without an accelerator
         "class Box:\n"
         + "    def __init__(self, accelerator=None):\n"

@@ -2,6 +2,7 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
+from accelify.analysis.collectives import combines_ranks
 from accelify.analysis.evaluation import first_forward as _first_forward
 from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
@@ -378,6 +379,16 @@ class UngatheredMetric(Rule):
         + "            changes.append([index, score])\n"
         + "print(f'Rank {accelerator.local_process_index}: {len(changes)} items')\n"
         + "changes = accelerator.gather_for_metrics(changes, use_gather_object=True)\n",
+        # a VAE trainer's validation: the outputs kept in a list, gathered after the loop by
+        # accelerate.utils' gather_object (a function, not the accelerator's method)
+        "import torch\nfrom accelerate import Accelerator\n"
+        + "from accelerate.utils import gather_object\n"
+        + "accelerator = Accelerator()\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "results = []\nwith torch.inference_mode():\n    for x in loader:\n"
+        + "        results.append(model(x))\n"
+        + "results = gather_object(results)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    print(torch.stack([r.loss for r in results]).mean().item())\n",
         # a LoftQ sweep's evaluate_model: each total wrapped in a tensor after the loop, gathered
         # and summed
         _EVAL
@@ -1233,7 +1244,8 @@ def _reduced_later(
     all_calls: list[cst.Call],
     accelerators: set[str],
 ) -> bool:
-    """``total = accelerator.reduce(total)`` (or a gather of it) after the loop, also through
+    """``total = accelerator.reduce(total)`` (or a gather of it, also by ``gather_object``
+    imported from accelerate.utils) after the loop, also through
     what is built from it there (``t = torch.tensor([correct], device=...)``, then
     ``accelerator.gather(t).sum()``). Only a collective that every rank reaches before the
     total is used: one under a rank test the loop is not under combines nothing, and one after
@@ -1242,7 +1254,11 @@ def _reduced_later(
     after = script.order(loop)
     carriers = _built_after(script, loop, target.split(".")[0])
     for call in all_calls:
-        if script.order(call) <= after or not _is_collective(call, accelerators):
+        if script.order(call) <= after:
+            continue
+        # a method of the accelerator, or Accelerate's own function (``val_results =
+        # gather_object(val_results)`` from accelerate.utils, a VAE trainer's validation)
+        if not (_is_collective(call, accelerators) or combines_ranks(script, call)):
             continue
         if not any(_mentions(argument.value, carriers) for argument in call.args):
             continue

@@ -267,6 +267,20 @@ class WrappedStateDict(Rule):
         ),
     )
     good = (
+        # a VAE trainer's checkpoint helper: its only call hands it the unwrapped model
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "def train(acc, model, optimizer, data):\n"
+        + "    model, optimizer, data = acc.prepare(model, optimizer, data)\n"
+        + "    for x in data:\n"
+        + "        acc.backward(model(x).sum())\n"
+        + "        optimizer.step()\n"
+        + "    if acc.is_main_process:\n"
+        + "        save_model('m.pt', acc.unwrap_model(model))\n\n\n"
+        + "def save_model(path, model):\n"
+        + "    model_sd = model.state_dict()\n"
+        + "    torch.save({'state_dict': model_sd}, path)\n\n\n"
+        + "def run():\n"
+        + "    train(Accelerator(), make_model(), make_optimizer(), make_data())\n",
         # the file reads its checkpoints back with the wrapper's ``module.`` stripped (a T5
         # dialogue trainer, a ResNet script's --load-model): the prefix loses nothing
         _PREPARED + "torch.save({'model_state_dict': model.state_dict()}, 'best.ckpt')\n"
@@ -768,12 +782,43 @@ def _unwrapped_since_prepare(
     if _unwrapped_before(script, name, call):
         return True
     function = facts_of(script).placement.enclosing_function(call)
-    if function is None or depth >= 3 or name is None or _bound_in(script, name, function):
+    if function is None or depth >= 3 or name is None:
         return False
+    if _bound_in(script, name, function):
+        return _handed_unwrapped(script, name, function, depth)
     sites = script.call_graph.calls_of(function)
     return bool(sites) and all(
         _unwrapped_since_prepare(script, name, site, depth + 1) for site, _ in sites
     )
+
+
+def _handed_unwrapped(
+    script: ScriptModel, name: str, function: cst.FunctionDef, depth: int
+) -> bool:
+    """``name`` is a parameter of ``function`` that its body never binds again, and every call
+    of the function in the file hands it the plain model: ``save_model(path,
+    acc.unwrap_model(model), ...)`` (a VAE trainer's checkpoint helper), ``model.module``, or a
+    name unwrapped since its prepare where the call is made. The parameter is that object."""
+    parameters = (*function.params.params, *function.params.kwonly_params)
+    if "." in name or not any(p.name.value == name for p in parameters):
+        return False
+    if any(script.scope_of(assign) is function for assign in script.index.assignments_to(name)):
+        return False
+    sites = script.call_graph.calls_of(function)
+    if not sites:
+        return False
+    for site, implicit in sites:
+        handed = [a for p, a in bound_arguments(function, site, implicit) if p == name]
+        if len(handed) != 1:
+            return False
+        value = handed[0].value
+        if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith(_UNWRAPPING):
+            continue
+        if isinstance(value, cst.Attribute) and value.attr.value == "module":
+            continue
+        if not _unwrapped_since_prepare(script, dotted(value), site, depth + 1):
+            return False
+    return True
 
 
 def _bound_in(script: ScriptModel, name: str, function: cst.FunctionDef) -> bool:

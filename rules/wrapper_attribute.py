@@ -432,6 +432,25 @@ class WrapperAttribute(Rule):
             20,
             5,
         ),
+        # a research repo's base trainer: the model it is handed is prepared in construction
+        # and known as one by its evaluation's eval(), then asked for the model's own loss
+        Example(
+            "import torch\nfrom accelerate import Accelerator\n\n\n"
+            "class BaseTrainer:\n"
+            "    def __init__(self, model, optimizer, loader, args):\n"
+            "        self.args = args\n"
+            "        self.accelerator = Accelerator(gradient_accumulation_steps=args.accumulate)\n"
+            "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+            "            model, optimizer, loader\n"
+            "        )\n\n"
+            "    @torch.no_grad()\n"
+            "    def evaluate(self):\n"
+            "        self.model.eval()\n"
+            "        for batch in self.loader:\n"
+            "            outputs = self.model.compute_loss(**batch)\n",
+            17,
+            23,
+        ),
     )
     good = (
         # the pipeline gets the model itself

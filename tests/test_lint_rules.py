@@ -1411,3 +1411,14 @@ def test_a_loader_of_a_bucket_sampler_is_reported_and_advised_its_own_set_epoch(
     finding = the_finding(_BUCKET_SAMPLER, "ACC401")
     assert finding.line == 30  # the loop over the loader
     assert "call `loader.set_epoch(epoch)` instead" in finding.message
+
+
+def test_a_settings_object_read_for_its_accumulation_steps_is_no_accelerator():
+    """``self.args.accumulate`` is a number the trainer reads, not ``accumulate()`` called: the
+    advice unwraps through the trainer's own accelerator, never through its settings."""
+    from accelify.rules.wrapper_attribute import WrapperAttribute
+
+    example = next(e for e in WrapperAttribute.bad if "compute_loss" in e.code)
+    finding = the_finding(example.code, "ACC104")
+    assert "self.accelerator.unwrap_model(self.model).compute_loss" in finding.message
+    assert "self.args" not in finding.message

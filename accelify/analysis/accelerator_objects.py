@@ -182,15 +182,16 @@ def _imports_a_training_library(model: ScriptModel) -> bool:
 
 
 def _used_as_accelerator_only(model: ScriptModel, node: cst.Attribute) -> bool:
-    """``x.prepare(model)``, ``x.accumulate(model)``: a member only an accelerator has, used as
-    one (``preprocessor.prepare()`` with nothing to prepare is some other class's method)."""
+    """``x.prepare(model)``, ``x.accumulate(model)``: a member only an accelerator has, called as
+    one (``preprocessor.prepare()`` with nothing to prepare is some other class's method, and
+    ``self.args.accumulate`` read as a value is a setting)."""
     member = node.attr.value
     if member not in names.ACCELERATOR_ONLY_MEMBERS:
         return False
-    if member not in names.ACCELERATOR_MEMBERS_WITH_ARGUMENTS:
-        return True
     call = model.parent(node)
-    return isinstance(call, cst.Call) and call.func is node and bool(call.args)
+    if not isinstance(call, cst.Call) or call.func is not node:
+        return False  # read, not called: a setting's value (``self.args.accumulate``, an int)
+    return member not in names.ACCELERATOR_MEMBERS_WITH_ARGUMENTS or bool(call.args)
 
 
 def _held(receiver: str) -> bool:
@@ -217,8 +218,8 @@ def _may_be_an_accelerator(model: ScriptModel, receiver: str) -> bool:
         # ``from .common import accelerator``: the project's own, shared accelerator
         imported = model.imports.bound[receiver]
         return _named_accelerator(receiver) and not imported.startswith(_LIBRARIES)
-    if receiver in _SETTINGS:
-        return False
+    if parts[-1] in _SETTINGS:
+        return False  # ``args``, a trainer's ``self.args``: settings, whatever members they have
     return receiver not in ("self", "cls")
 
 

@@ -303,7 +303,8 @@ def _rebound(
 
 def _construction_prepares(script: ScriptModel, owner_class: cst.ClassDef, spelling: str) -> bool:
     """The construction of ``owner_class`` prepares ``spelling`` (``self.model``), a model
-    (called in the class, or shown to be one where it is prepared), and no method outside
+    (called or put in train/eval mode in the class, or shown to be one where it is prepared),
+    and no method outside
     construction binds it to another object."""
     graph = script.call_graph
     init = graph.methods(owner_class).get("__init__")
@@ -323,8 +324,11 @@ def _construction_prepares(script: ScriptModel, owner_class: cst.ClassDef, spell
         and script.index.enclosing_function(prepare.call) in construction
         for prepare in script.prepare_calls
     )
+    # called (``self.model(x)``) or switched between modes (``self.model.eval()``): only a
+    # module has ``train``/``eval``, never the optimizer, loader or scheduler prepared beside it
+    modes = {spelling, f"{spelling}.train", f"{spelling}.eval"}
     called = any(
-        dotted(call.func) == spelling and script.index.enclosing_class(call) is owner_class
+        dotted(call.func) in modes and script.index.enclosing_class(call) is owner_class
         for call in script.calls
     )
     return prepared and (called or _prepared_as_a_model(script, spelling, construction))
