@@ -57,8 +57,10 @@ def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | N
     if found is None:
         return None
     _account_for_later_uses(found, loop, facts)
-    if not facts.flow.model_names_in_scope(loop.scope):
+    if not accumulated_models(loop, facts):
         found.unaccounted = "no model found to pass to accelerator.accumulate()"
+    if found.unaccounted is None:
+        found.unaccounted = _stepped_outside(found, loop, facts)
     if found.unaccounted is None:
         found.unaccounted = _undivided_backward(found, facts)
     if found.unaccounted is None and _draws_from_a_loader(loop, facts):
@@ -68,6 +70,41 @@ def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | N
             "that runs it out it syncs one batch late, shifting every later step"
         )
     return found
+
+
+def accumulated_models(loop: Loop, facts: Facts) -> list[str]:
+    """The models to hand ``accelerator.accumulate()``: those of the loop's scope the loop reads
+    (``model(xb)``, ``train_step(model, ...)``). A model the function makes after the loop (a
+    fresh one the saved weights are reloaded into) does not exist yet when the loop enters
+    the context: naming it there raises NameError. A loop that reads none of them by name (its
+    step reaches the model through a helper) gets every model of the scope."""
+    scoped = facts.flow.model_names_in_scope(loop.scope)
+    read = {dotted(node) for node in walk(loop.node) if isinstance(node, (cst.Name, cst.Attribute))}
+    return [name for name in scoped if name in read] or scoped
+
+
+def _stepped_outside(found: ManualAccumulation, loop: Loop, facts: Facts) -> str | None:
+    """Why the rewrite would step twice: the function also steps an optimizer outside the
+    accumulating loop, the remainder step after it (``if len(loader) % accum != 0:
+    optimizer.step()``) for the batches the last ``% accum`` test left over. ``accumulate()``
+    already steps at the loader's last batch, so that step would run again on gradients just
+    applied and zeroed, and whatever it updates beside the optimizer (an EMA copy, a step
+    counter) would update twice. Kept as written, the pair is correct."""
+    model = facts.model
+    for node in walk(loop.scope):
+        if (
+            isinstance(node, cst.Call)
+            and _method(node) == "step"
+            and not within_node(model, node, loop.node)
+            and model.scope_of(node) is loop.scope
+            and facts.flow.kind_of(dotted(node.func.value), node) in (Kind.OPTIMIZER, Kind.SCALER)  # type: ignore[union-attr]
+        ):
+            return (
+                f"the optimizer also steps at line {model.line(node)}, outside the accumulating "
+                "loop (a remainder step for its last batches): accumulate() already steps at "
+                "the loader's last batch, so that step would run a second time"
+            )
+    return None
 
 
 def _draws_from_a_loader(loop: Loop, facts: Facts) -> bool:

@@ -963,6 +963,8 @@ class _Collector(Visitor):
         self.model = model
         #: names bound to a dict of optimizer makers (``{"sgd": lambda p: optim.SGD(p, ...)}``)
         self._optimizer_tables: set[str] = set()
+        #: tables (``{}`` or of optimizer makers) whose entries assigned one by one all make one
+        self._filling_tables: set[str] = set()
         #: the functions the walk is inside, innermost last
         self._functions: list[cst.FunctionDef] = []
 
@@ -1034,14 +1036,33 @@ class _Collector(Visitor):
     def _note_optimizer_table(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         """Remember ``OPTIMIZERS = {"sgd": lambda p: optim.SGD(p, lr=...), "adam": optim.Adam}``
         so that ``OPTIMIZERS[name](model.parameters())`` is read as the optimizer it builds; a
-        later binding of the name to anything else forgets it."""
+        later binding of the name to anything else forgets it. A table may also start empty and
+        be filled entry by entry (`_note_optimizer_entry`)."""
+        if isinstance(target, cst.Subscript):
+            self._note_optimizer_entry(dotted(target.value), value)
+            return
         name = dotted(target)
         if name is None:
             return
+        self._optimizer_tables.discard(name)
+        self._filling_tables.discard(name)
         if isinstance(value, cst.Dict) and self._optimizer_table(value):
             self._optimizer_tables.add(name)
+            self._filling_tables.add(name)
+        elif isinstance(value, cst.Dict) and not value.elements:
+            self._filling_tables.add(name)
+
+    def _note_optimizer_entry(self, table: str | None, value: cst.BaseExpression) -> None:
+        """``OPTIMIZERS = {}`` then ``OPTIMIZERS["adam"] = lambda params, cfg:
+        optim.Adam(params, lr=cfg.lr)``: a table of optimizer makers while every entry is one;
+        an entry of anything else makes it an ordinary dict for good."""
+        if table is None or table not in self._filling_tables:
+            return
+        if self._optimizer_maker(value):
+            self._optimizer_tables.add(table)
         else:
-            self._optimizer_tables.discard(name)
+            self._optimizer_tables.discard(table)
+            self._filling_tables.discard(table)
 
     def _optimizer_table(self, table: cst.Dict) -> bool:
         """Every value of the dict makes an optimizer: an optimizer class, or a lambda whose

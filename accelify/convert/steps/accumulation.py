@@ -8,6 +8,7 @@ import libcst as cst
 
 from accelify.analysis.accumulation import (
     ManualAccumulation,
+    accumulated_models,
     stepped_every,
     stepped_every_in_step,
 )
@@ -43,7 +44,7 @@ def run(ctx: Context) -> None:
             ctx.plan.review(found.line, f"manual gradient accumulation kept: {unreadable}")
             continue
         ctx.constructor["gradient_accumulation_steps"] = steps
-        _apply(found, ctx.plan, ctx.acc, ctx.facts.flow.model_names_in_scope(loop.scope), steps)
+        _apply(found, ctx.plan, ctx.acc, accumulated_models(loop, ctx.facts), steps)
         ctx.need(loop.node)
         _review_schedulers_stepped_per_batch(ctx, found)
         _review_schedulers_stepped_per_optimizer_step(ctx, found.condition, loop, rewritten=True)
