@@ -147,8 +147,8 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
 
 #: Code with the shapes whose position libcst records apart from its code generation's order
 #: (a decorated ``async def`` and its parameters, statements on one line, ``elif``/``else``,
-#: parentheses, a multi-line string, an f-string, CRLF and tab indentation): small, as it is
-#: generated twice in each process that reports a finding.
+#: parentheses, a multi-line string, an f-string, CRLF and tab indentation): small, as each
+#: process that asks for positions parses it and computes its positions both ways.
 _PROBE = (
     "@decorator(1)\r\n"
     "async def f(a, *, b: int = 2) -> None:\n"
@@ -165,10 +165,9 @@ _PROBE = (
 @functools.cache
 def faithful() -> bool:
     """`Positions` gives what libcst's public `PositionProvider` gives, node for node, on
-    `_PROBE` with the installed libcst (checked once per process, the first time a file's
-    positions are asked: ~5 ms): False where a libcst
-    release changed the internals it relies on (a missing name, a new signature, a hook no
-    longer called)."""
+    `_PROBE` with the installed libcst: checked once per process, the first time a file's
+    positions are asked (3-10 ms by load). False where a libcst release changed the internals
+    it relies on (a missing name, a new signature, a hook no longer called)."""
     from libcst.metadata import MetadataWrapper, PositionProvider
 
     module = cst.parse_module(_PROBE)
