@@ -6,7 +6,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import accumulate_context
 from accelify.analysis.scheduler_preparation import default_left_to_some_call
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import accelerator_argument, all_params, dotted, walk
+from accelify.analysis.syntax import accelerator_argument, all_params, children_of, dotted, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 _GAN = (
@@ -193,15 +193,16 @@ def _entered_every_iteration(
     accelerator: in its body, or at the top of a function a call in its body runs (with that
     call), neither under a branch nor in a loop of their own."""
     found: list[tuple[int, cst.With, str, cst.Call | None]] = []
+    skipped: dict[tuple[int, type], int] = {}
     for node in walk(loop.body):
-        if isinstance(node, cst.With) and _always(script, node, loop):
+        if isinstance(node, cst.With) and _always(script, node, loop, skipped):
             accelerator = accumulate_context(node)
             if accelerator is not None:
                 found.append((script.order(node), node, accelerator, None))
-        elif isinstance(node, cst.Call) and _always(script, node, loop):
+        elif isinstance(node, cst.Call) and _always(script, node, loop, skipped):
             for function, _ in script.call_graph.callees(node):
                 for inner in walk(function.body):
-                    if isinstance(inner, cst.With) and _always(script, inner, function):
+                    if isinstance(inner, cst.With) and _always(script, inner, function, skipped):
                         accelerator = accumulate_context(inner)
                         if accelerator is not None:
                             found.append((script.order(node), inner, accelerator, node))
@@ -209,12 +210,18 @@ def _entered_every_iteration(
     return [(w, accelerator, site) for _, w, accelerator, site in found]
 
 
-def _always(script: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+def _always(
+    script: ScriptModel,
+    node: cst.CSTNode,
+    container: cst.CSTNode,
+    skipped: dict[tuple[int, type], int],
+) -> bool:
     """``node`` runs whenever ``container``'s body does: nothing between them branches, and no
     statement before it may skip the rest of the iteration (a ``continue``: WGAN's ``if i %
     n_critic != 0: continue`` before the generator's ``accumulate(G)``) or of the call (a
     ``return`` in the function the loop calls). A ``break`` or ``raise`` ends the loop: every
-    batch it goes on with still enters the context."""
+    batch it goes on with still enters the context. ``skipped``: each block's first statement
+    that may skip, by the block's id and the skip (asked for every call of a loop's body)."""
     skip = cst.Return if isinstance(container, cst.FunctionDef) else cst.Continue
     for ancestor in (node, *script.ancestors(node)):
         if ancestor is container:
@@ -222,11 +229,15 @@ def _always(script: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> b
         if isinstance(ancestor, _CONDITIONAL) and ancestor is not node:
             return False
         block = script.parent(ancestor)
-        if isinstance(block, (cst.IndentedBlock, cst.Module)) and any(
-            _skips_rest(statement, skip)
-            for statement in block.body[: block.body.index(ancestor)]  # type: ignore[arg-type]
-        ):
-            return False
+        if isinstance(block, (cst.IndentedBlock, cst.Module)):
+            key = (id(block), skip)
+            first = skipped.get(key)
+            if first is None:
+                first = skipped[key] = next(
+                    (i for i, s in enumerate(block.body) if _skips_rest(s, skip)), len(block.body)
+                )
+            if first < block.body.index(ancestor):  # type: ignore[arg-type]
+                return False
     return False
 
 
@@ -239,7 +250,7 @@ def _skips_rest(statement: cst.CSTNode, skip: type[cst.Continue] | type[cst.Retu
         return False
     if skip is cst.Continue and isinstance(statement, (cst.For, cst.While)):
         return False
-    return any(_skips_rest(child, skip) for child in statement.children)
+    return any(_skips_rest(child, skip) for child in children_of(statement))
 
 
 def _even_steps(script: ScriptModel, accelerator: str) -> int | None:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from libcst._nodes.internal import CodegenState
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from accelify.analysis.positions import Positions
+from accelify.analysis.positions import Positions, _PositionState, faithful
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SOURCES = sorted(FIXTURES.glob("convert/*/before.py")) + sorted(FIXTURES.glob("lint/**/*.py"))
@@ -80,3 +81,36 @@ def test_a_libcst_without_the_internals_falls_back_to_its_provider(monkeypatch) 
         node = stack.pop()
         assert fallback[node] == ours[node]
         stack.extend(node.children)
+
+
+def test_the_installed_libcst_passes_the_probe() -> None:
+    faithful.cache_clear()
+    assert faithful()
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        # a hook renamed in a libcst release: the base class's no-op runs, positions go wrong
+        ("record_syntactic_position", CodegenState.record_syntactic_position),
+        # a hook that fails (a new signature, a moved attribute)
+        ("add_indent_tokens", lambda self: self.no_such_attribute),
+    ],
+)
+def test_internals_that_changed_fall_back_to_the_public_provider(monkeypatch, broken) -> None:
+    from accelify.analysis import script_model
+
+    name, replacement = broken
+    monkeypatch.setattr(_PositionState, name, replacement)
+    faithful.cache_clear()
+    try:
+        assert not faithful()
+        module = cst.parse_module("@d\ndef f(a):\n    if a: return (a)\n")
+        fallback = script_model._positions_of(module)
+        assert not isinstance(fallback, Positions)
+        theirs = PositionProvider()._gen(MetadataWrapper(module, unsafe_skip_copy=True))
+        assert all(fallback[node] == at for node, at in theirs.items())
+    finally:
+        monkeypatch.undo()
+        faithful.cache_clear()
+    assert faithful()

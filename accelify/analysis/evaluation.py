@@ -45,6 +45,7 @@ from accelify.analysis.shard_totals import averaged_over_batches, divided_by_set
 from accelify.analysis.syntax import (
     argument_value,
     assigned_targets,
+    children_of,
     dotted,
     keyword_value,
     root_name,
@@ -246,7 +247,7 @@ def reads_part(loop: Loop, model: ScriptModel) -> cst.CSTNode | None:
         if isinstance(node, cst.Break):
             return node
         if not isinstance(node, _OWN_BREAKS):
-            pending += node.children
+            pending += children_of(node)
     return None
 
 
@@ -274,7 +275,7 @@ def _skips_on_its_own(found: Evaluation, facts: Facts) -> str | None:
                     "together would drop the other ranks' batches from the metrics"
                 )
         elif not isinstance(node, _OWN_BREAKS):
-            pending += node.children
+            pending += children_of(node)
     return None
 
 

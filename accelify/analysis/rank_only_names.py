@@ -19,6 +19,7 @@ from accelify.analysis import names
 from accelify.analysis.syntax import (
     all_params,
     assigned_targets,
+    children_of,
     dotted,
     is_assignment,
     keyword_value,
@@ -595,7 +596,7 @@ def _names_in(scope: cst.CSTNode) -> tuple[dict[str, list[cst.Name]], dict[str, 
     stored: set[int] = set()
 
     def visit(node: cst.CSTNode) -> None:
-        for child in node.children:
+        for child in children_of(node):
             if isinstance(child, (cst.FunctionDef, cst.ClassDef)):
                 everywhere.add(child.name.value)
                 continue

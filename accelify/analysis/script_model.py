@@ -62,14 +62,18 @@ OPTIMIZER_METHODS = {"configure_optimizers"}
 
 def _positions_of(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
     """Our cheaper pass where libcst's code generation has the internals it relies on (a private
-    module of libcst), libcst's own `PositionProvider` where a libcst release moved them."""
+    module of libcst, checked once per process: `positions.faithful`), libcst's own public
+    `PositionProvider` where a libcst release moved or changed them."""
     try:
-        from accelify.analysis.positions import Positions
-    except ImportError:
-        from libcst.metadata import MetadataWrapper, PositionProvider
+        from accelify.analysis.positions import Positions, faithful
 
-        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    return Positions(module)
+        if faithful():
+            return Positions(module)
+    except ImportError:
+        pass
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
 
 
 class Kind(enum.Enum):
