@@ -464,11 +464,20 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         '_modules'``), on one process too."""
         if isinstance(model, torch.optim.Optimizer):
             if isinstance(model, PreparedOptimizer) and unwrap:
-                return self.backend.optimizer_state_dict(model.optimizer)
+                return self.backend.optimizer_state_dict(model.optimizer, self._saves)
             return model.state_dict()
         if not unwrap:
             return model.state_dict()
-        return self.backend.model_state_dict(model)
+        return self.backend.model_state_dict(model, self._saves)
+
+    @property
+    def _saves(self) -> bool:
+        """Whether this process writes what `save` is given: the main process, or each
+        node's local main process with ``save_on_each_node`` (which then keeps the gathered
+        state too: the other ranks get ``{}``)."""
+        if self.project_configuration.save_on_each_node:
+            return self.is_local_main_process
+        return self.is_main_process
 
     def save(
         self, obj: Any, f: str | os.PathLike[str] | IO[bytes], safe_serialization: bool = False
@@ -482,10 +491,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         dict under FSDP or ZeRO-3) is refused on every rank (`partial_saves`)."""
         if self.num_processes > 1:
             refuse_one_ranks_part(obj, self.backend.partition_test())
-        if self.project_configuration.save_on_each_node:
-            if not self.is_local_main_process:
-                return
-        elif not self.is_main_process:
+        if not self._saves:
             return
         if not isinstance(f, (str, os.PathLike)):
             if safe_serialization:
@@ -511,8 +517,11 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         max_shard_size: int | str = "10GB",
         safe_serialization: bool = True,
     ) -> None:
+        """The model's whole weights as Transformers lays them out; a collective under the
+        sharding engines. Written where `save` writes: on each node with
+        ``save_on_each_node``, as HF's, which writes each shard through ``save``."""
         state_dict = self.get_state_dict(model)
-        if self.is_main_process:
+        if self._saves:
             save_model_files(state_dict, Path(save_directory), max_shard_size, safe_serialization)
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:

@@ -11,14 +11,16 @@ partition of each parameter group, so ``optimizer.state_dict()`` there is one ra
 there) gathers the whole state: under FSDP each shard is gathered (``full_tensor``), under ZeRO
 each parameter's state is assembled by DeepSpeed's ``safe_get_full_optimizer_state``; a
 collective there, so every rank calls it, and only the main process keeps the whole state (on
-the CPU; the other ranks get ``{}``), as the model's ``get_state_dict`` and torch's
+the CPU; each node's local main process with ``save_on_each_node``, where each writes it; the
+other ranks get ``{}``), as the model's ``get_state_dict`` and torch's
 ``get_optimizer_state_dict`` with ``full_state_dict`` and ``cpu_offload`` do: a copy per rank
 would be the ranks' count times two fp32 copies of the model in host memory. It is made for
 ``accelerator.save``, which writes from the main process. ``optimizer.load_state_dict(whole)``
 on the prepared optimizer takes that format under every engine: each rank keeps its own shard
 (``distribute_tensor`` with ``src_data_rank=None``, no communication) or writes its own
-partition (``safe_set_full_optimizer_state``, local). A state of the engine's own format (a
-DTensor shard, loaded back on the same ranks) is left to torch.
+partition (``safe_set_full_optimizer_state``, local), the load replacing the state as torch's
+does (`ZeroOptimizerStates`). A state of the engine's own format (a DTensor shard, loaded back
+on the same ranks) is left to torch.
 """
 
 from __future__ import annotations
@@ -38,15 +40,21 @@ def whole_from_shards(optimizer: torch.optim.Optimizer, keep: bool) -> dict[str,
     state = optimizer.state_dict()
     whole: dict[Any, dict[str, Any]] = {}
     for number, entries in state["state"].items():
-        whole[number] = {key: _gathered(value, keep) for key, value in entries.items()}
+        whole[number] = {
+            key: gathered(value, keep) if isinstance(value, DTensor) else value
+            for key, value in entries.items()
+        }
     return {"state": whole, "param_groups": state["param_groups"]} if keep else {}
 
 
-def _gathered(value: Any, keep: bool) -> Any:
-    if isinstance(value, DTensor):
-        full = value.full_tensor()
-        return full.cpu() if keep else None
-    return value
+def gathered(value: DTensor, keep: bool) -> torch.Tensor | None:
+    """``value`` whole (a collective), on the CPU for a rank that ``keep``s it, else None. A
+    shard FSDP offloads to the CPU on a GPU mesh goes to the mesh's device first, as torch's
+    own full state dict moves it (the mesh's collectives do not take CPU tensors there)."""
+    if value.device.type != value.device_mesh.device_type:
+        value = value.to(value.device_mesh.device_type)
+    full = value.full_tensor()
+    return full.cpu() if keep else None
 
 
 def shard_whole_state(
@@ -95,7 +103,12 @@ class ZeroOptimizerStates:
     (whose groups hold the flat partitions). Per-element state (``exp_avg``) is assembled per
     parameter; a scalar entry (``step``) is kept per flat partition, the same for every
     parameter of a run where each steps every time. DeepSpeed makes the state at the first
-    step: a load before it makes the flat state first (zeros), then writes into it."""
+    step: a load before it makes the flat state first (zeros), then writes into it.
+
+    A load replaces the state, as torch's does: a group whose parameters the loaded state
+    holds no entries for (a state saved before the first step) starts afresh at the next step,
+    its old moments dropped. What one flat state per partition cannot hold (entries for some
+    parameters of a group only, or scalars that differ between them) is refused."""
 
     def __init__(self, groups: Sequence[Sequence[torch.nn.Parameter]], zero: Any) -> None:
         self.groups = [list(group) for group in groups]
@@ -105,16 +118,22 @@ class ZeroOptimizerStates:
     def inner(self) -> Any:
         return self.zero.optimizer
 
-    def _flats(self) -> list[torch.Tensor]:
-        """The flat fp32 partitions the state is kept under: ZeRO-3 keeps them itself (its
-        inner groups hold them only while it steps), ZeRO-1/2 in the inner groups."""
+    def _flats_by_group(self) -> list[list[torch.Tensor]]:
+        """The flat fp32 partitions each user group's state is kept under: ZeRO-3 keeps them
+        itself, one per sub-group (its inner groups hold them only while it steps), ZeRO-1/2
+        one per group, in the inner groups."""
         partitions = getattr(self.zero, "fp32_partitioned_groups_flat", None)
-        if partitions is not None:
-            return [flat for flat in partitions if flat is not None]
-        return [flat for group in self.inner.param_groups for flat in group["params"]]
+        if partitions is None:
+            return [list(group["params"]) for group in self._inner_groups()]
+        flats: list[list[torch.Tensor]] = [[] for _ in self.groups]
+        for sub_group, flat in enumerate(partitions):
+            if flat is not None:
+                flats[self.zero.sub_group_to_group_id[sub_group]].append(flat)
+        return flats
 
-    def _flat_states(self) -> list[dict[str, Any]]:
-        return [self.inner.state[flat] for flat in self._flats() if flat in self.inner.state]
+    def _state_of(self, flats: Sequence[torch.Tensor]) -> dict[str, Any]:
+        """The state DeepSpeed keeps for a group's partitions (``{}`` before its first step)."""
+        return next((self.inner.state[flat] for flat in flats if self.inner.state.get(flat)), {})
 
     def _inner_groups(self) -> list[dict[str, Any]]:
         """The inner groups, one per user group (DeepSpeed keeps one flat partition per group);
@@ -136,15 +155,17 @@ class ZeroOptimizerStates:
     def state_dict(self, keep: bool = True) -> dict[str, Any]:
         """The one-process format; a collective (every rank, the same order). Only a rank that
         ``keep``s it (the main process) holds the assembled tensors; the others drop each one
-        as it comes and get ``{}``."""
+        as it comes and get ``{}``. Each group's entries are those of its own flat state (a
+        group without one, before its first step, has none)."""
         from deepspeed.utils import safe_get_full_optimizer_state
 
-        flats = self._flat_states()
-        template = flats[0] if flats else {}
         state: dict[int, dict[str, Any]] = {}
         param_groups = []
         number = 0
-        for group, settings in zip(self.groups, self._settings(), strict=True):
+        for group, settings, flats in zip(
+            self.groups, self._settings(), self._flats_by_group(), strict=True
+        ):
+            template = self._state_of(flats)
             numbers = []
             for param in group:
                 entries = {}
@@ -164,13 +185,15 @@ class ZeroOptimizerStates:
         return {"state": state, "param_groups": param_groups} if keep else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """The groups' settings into the inner groups (first: a state without per-parameter
-        entries, SGD without momentum or a save before the first step, still sets ``lr``),
-        then this rank's partition of each parameter's whole state (local) and the scalar
-        entries into every flat state. Groups that do not match raise ``ValueError`` with
-        torch's words, before anything is changed."""
-        from deepspeed.utils import safe_set_full_optimizer_state
-
+        """Replace the state with ``state_dict``'s (every rank, no communication): the groups'
+        settings into the inner groups (a state without per-parameter entries, SGD without
+        momentum, still sets ``lr``); then, group by group, a group the state holds entries
+        for gets this rank's partition of each parameter's whole state and the scalar entries
+        in its flat state (made first where DeepSpeed has none yet), and a group it holds none
+        for has its flat state dropped, to start afresh at the next step as torch's optimizer
+        does after such a load (the old moments were kept before). Anything that does not
+        load raises before anything is changed: groups that do not match (torch's
+        ``ValueError``), or what one flat state per group cannot hold (`_planned`)."""
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.groups):
             raise ValueError("loaded state dict has a different number of parameter groups")
@@ -179,28 +202,48 @@ class ZeroOptimizerStates:
                 "loaded state dict contains a parameter group that doesn't match the size of "
                 "optimizer's group"
             )
+        plans = [
+            _planned(index, group, saved["params"], state_dict.get("state", {}))
+            for index, (group, saved) in enumerate(zip(self.groups, saved_groups, strict=True))
+        ]
         for group, settings in zip(self._inner_groups(), saved_groups, strict=True):
             group.update({k: v for k, v in settings.items() if k != "params"})
-        numbers = [number for group in saved_groups for number in group["params"]]
-        params = [param for group in self.groups for param in group]
-        saved = state_dict.get("state", {})
-        template = next((entries for entries in saved.values() if entries), None)
-        if template is None:
-            return
-        if not self._flat_states():
-            self._make_flat_states(template)
-        scalars: dict[str, Any] = {}
-        for number, param in zip(numbers, params, strict=True):
-            for key, value in saved.get(number, {}).items():
+        flats_by_group = self._flats_by_group()
+        dropped = made = False
+        for plan, flats in zip(plans, flats_by_group, strict=True):
+            if plan is None:
+                dropped |= any(self.inner.state.pop(flat, None) is not None for flat in flats)
+            else:
+                made |= self._make_flat_states(flats, plan[0][1])
+        if made and hasattr(self.zero, "_hp_optimizer_states_linked"):
+            # ZeRO-1/2 link each parameter's fragment of the state after their first step
+            self.zero._hp_optimizer_states_linked = False
+            self.zero._lazy_init_hp_params_optimizer_state()
+        for plan, flats in zip(plans, flats_by_group, strict=True):
+            if plan is not None:
+                self._write(plan, flats)
+        if dropped and hasattr(self.zero, "_hp_optimizer_states_linked"):
+            self.zero._hp_optimizer_states_linked = False  # linked again after the next step
+
+    def _write(
+        self, plan: list[tuple[torch.nn.Parameter, dict[str, Any]]], flats: list[torch.Tensor]
+    ) -> None:
+        """One group's loaded entries: each parameter's partition, then the scalars."""
+        from deepspeed.utils import safe_set_full_optimizer_state
+
+        for param, entries in plan:
+            for key, value in entries.items():
                 if not _elementwise(value):
-                    scalars.setdefault(key, value)
-                elif hasattr(param, "ds_id"):
+                    continue
+                if hasattr(param, "ds_id"):
                     self._set_partition(param, value, key)
                 else:
                     safe_set_full_optimizer_state(param, value.detach().float(), key)
-        for flat in self._flat_states():
+        scalars = {k: v for k, v in plan[0][1].items() if not _elementwise(v)}
+        for flat in flats:
+            state = self.inner.state[flat]
             for key, value in scalars.items():
-                flat[key] = _copied(value, like=flat.get(key))
+                state[key] = _copied(value, like=state.get(key))
 
     def _set_partition(self, param: torch.nn.Parameter, value: torch.Tensor, key: str) -> None:
         """ZeRO-3: this rank's partition of ``param``'s state ``key`` from the whole ``value``.
@@ -218,18 +261,70 @@ class ZeroOptimizerStates:
         with torch.no_grad():
             fragment.copy_(whole.narrow(0, size * rank, size))
 
-    def _make_flat_states(self, template: dict[str, Any]) -> None:
-        """The inner optimizer's state, made as its first step would make it (zeros per
-        element, the saved scalars); then ZeRO-1/2 link each parameter's fragment of it, as
-        they do after their first step."""
-        for flat in self._flats():
+    def _make_flat_states(self, flats: Sequence[torch.Tensor], template: dict[str, Any]) -> bool:
+        """The state of each of ``flats`` DeepSpeed has none for yet, made as its first step
+        would make it (zeros per element, the saved scalars); whether any was made."""
+        missing = [flat for flat in flats if not self.inner.state.get(flat)]
+        for flat in missing:
             self.inner.state[flat] = {
                 key: torch.zeros_like(flat) if _elementwise(value) else _copied(value)
                 for key, value in template.items()
             }
-        if hasattr(self.zero, "_hp_optimizer_states_linked"):
-            self.zero._hp_optimizer_states_linked = False
-            self.zero._lazy_init_hp_params_optimizer_state()
+        return bool(missing)
+
+
+def _planned(
+    index: int,
+    group: Sequence[torch.nn.Parameter],
+    numbers: Sequence[Any],
+    saved: dict[Any, Any],
+) -> list[tuple[torch.nn.Parameter, dict[str, Any]]] | None:
+    """What a load writes into one group: each parameter DeepSpeed steps with its loaded
+    entries, or None where the state holds entries for none of them (the group starts
+    afresh). A parameter DeepSpeed leaves out (frozen at ``prepare``) has no state to write.
+    DeepSpeed keeps one state per flat partition of a group, so entries for some of its
+    parameters only (torch would start the others afresh: a state saved while some had no
+    gradient yet) and scalars that differ between them (Adam's ``step``) cannot be loaded
+    as they are: refused, naming what to use."""
+    stepped = [
+        (param, saved.get(number) or {})
+        for number, param in zip(numbers, group, strict=True)
+        if param.requires_grad
+    ]
+    held = [(param, entries) for param, entries in stepped if entries]
+    if not held:
+        return None
+    if len(held) < len(stepped):
+        raise RuntimeError(
+            f"the optimizer state loaded holds entries for {len(held)} of the {len(stepped)} "
+            f"parameters of group {index}: DeepSpeed ZeRO keeps one state per group's flat "
+            "partition, so the others cannot start afresh as torch would start them. Load a "
+            "state with entries for all of a group's parameters or for none, or save and load "
+            "the whole training state with accelerator.save_state(folder) and "
+            "accelerator.load_state(folder)"
+        )
+    first = held[0][1]
+    for _, entries in held[1:]:
+        for key, value in entries.items():
+            if not _elementwise(value) and not _same(value, first.get(key)):
+                raise RuntimeError(
+                    f"the optimizer state loaded holds different {key!r} values for the "
+                    f"parameters of group {index} ({_shown(first.get(key))} and "
+                    f"{_shown(value)}): DeepSpeed ZeRO keeps one per group's flat partition. "
+                    "Save and load the whole training state with "
+                    "accelerator.save_state(folder) and accelerator.load_state(folder)"
+                )
+    return held
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and torch.equal(a.detach().cpu(), b.detach().cpu())
+    return bool(a == b)
+
+
+def _shown(value: Any) -> Any:
+    return value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
 
 
 class UnassembledStates:

@@ -620,3 +620,29 @@ def test_a_whole_optimizer_state_is_cut_to_this_ranks_shard_of_each_parameter():
     ).stdout.splitlines()
     rows = [[60.0, 70.0, 80.0], [90.0, 100.0, 110.0]]
     assert found == [f"DTensor {rows}", "Tensor", str(rows)]
+
+
+def test_a_zero_load_plans_each_group_whole_or_afresh_and_refuses_what_one_flat_state_cannot_hold():
+    """What a whole optimizer state's load writes into one group under DeepSpeed ZeRO (launched
+    for real in test_engines): every parameter DeepSpeed steps with its entries, or None for a
+    group the state holds nothing for (it starts afresh, as torch's load leaves it); a frozen
+    parameter, which DeepSpeed leaves out, needs none. Entries for some parameters only, or
+    steps that differ between them, do not fit one flat state per group: refused, naming
+    save_state."""
+    from accelify.runtime.optimizer_states import _planned
+
+    a, b = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(3))
+    frozen = nn.Parameter(torch.zeros(1), requires_grad=False)
+
+    def entries(step: float) -> dict:
+        return {"step": torch.tensor(step), "exp_avg": torch.ones(2)}
+
+    both = {0: entries(4.0), 1: entries(4.0)}
+    assert [p for p, _ in _planned(0, [a, b, frozen], [0, 1, 2], both)] == [a, b]
+    assert _planned(0, [a, b], [0, 1], {}) is None
+    with pytest.raises(
+        RuntimeError, match=r"entries for 1 of the 2 parameters of group 3.*save_state"
+    ):
+        _planned(3, [a, b], [0, 1], {1: entries(4.0)})
+    with pytest.raises(RuntimeError, match=r"different 'step' values .* \(4\.0 and 2\.0\)"):
+        _planned(0, [a, b], [0, 1], {0: entries(4.0), 1: entries(2.0)})

@@ -676,3 +676,138 @@ def test_a_converted_checkpoint_resumed_before_prepare_prints_what_one_run_print
     assert "resumed at epoch 2" in second.stdout
     assert _epoch_lines(first) + _epoch_lines(second) == four_epochs_under_ddp
     assert len(four_epochs_under_ddp) == 4
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@needs_deepspeed
+def test_a_bf16_deepspeed_models_whole_state_is_its_fp32_master_weights(
+    stage, deepspeed_op, tmp_path
+):
+    """``get_state_dict(model)`` of a bf16 run gives the fp32 master weights at every ZeRO
+    stage, the main process alone holding them: at stages 1 to 3 exactly what DeepSpeed's
+    ``zero_to_fp32`` reads back from the engine's checkpoint (the state used to be read that
+    way, through a checkpoint written to a temporary folder), at stage 0 (whose
+    ``FP16_UnfusedOptimizer`` writes no ZeRO files: DeepSpeed's reader failed there with
+    ``TypeError: 'NoneType' object is not iterable``) the wrapper's masters, the module's
+    bf16 weights before rounding."""
+    flags = ("--backend", "deepspeed", "--zero-stage", str(stage), "--mixed-precision", "bf16")
+    script = FIXTURES / "runtime" / "fp32_masters.py"
+    assert_ok(launch(script, "--out", "found.json", cwd=tmp_path, flags=flags))
+    found = json.loads((tmp_path / "found.json").read_text())
+    assert found["keys"] == sorted(_sequential_keys())
+    assert found["dtypes"] == ["torch.float32"] and found["held"] == [4, 0]
+    assert found["finer_than_bf16"] and found["from_bf16"] <= 2**-8  # |weights| < 1
+    if stage > 0:
+        assert found["reference_keys"] == found["keys"] and found["from_reference"] == 0.0
+
+
+@needs_deepspeed
+def test_zero3_gathers_the_whole_model_for_the_main_process_alone(deepspeed_op, tmp_path):
+    """Under ZeRO-3 ``get_state_dict(model)`` gathered every parameter at once, and every rank
+    copied the whole model to the CPU (each rank's peak grew by more than the model's size, for
+    a state only the main process writes); one tensor is gathered at a time now, and only the
+    main process copies it: the other rank's peak grows by less than half the model. Every
+    allocation past 64 KiB is its own mapping (``MALLOC_MMAP_THRESHOLD_``), returned when
+    freed: glibc otherwise keeps freed memory for reuse, and the peak measured what the heap
+    happened to hold, not what the call held."""
+    script = FIXTURES / "runtime" / "whole_state_memory.py"
+    exact = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+    assert_ok(launch(script, "--out", "memory", cwd=tmp_path, flags=ZERO[3], env=exact))
+    main, other = (json.loads((tmp_path / f"memory.rank{r}.json").read_text()) for r in (0, 1))
+    assert main["entries"] == 16 and other["entries"] == 0
+    assert main["peak_added_bytes"] >= main["model_bytes"]  # the copies it keeps
+    assert other["peak_added_bytes"] < other["model_bytes"] / 2
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(("--backend", "fsdp"), id="fsdp"),
+        pytest.param(ZERO[3], id="zero3", marks=needs_deepspeed),
+        pytest.param(
+            (*ZERO[2], "--mixed-precision", "bf16"), id="zero2-bf16", marks=needs_deepspeed
+        ),
+    ],
+)
+def test_save_on_each_node_writes_the_whole_state_on_every_node(flags, tmp_path):
+    """Two launchers on one host as two nodes of one process each (``--num-machines 2``): with
+    ``save_on_each_node`` each node's local main process writes the checkpoint, and the second
+    node's file held ``{}`` (the gathered state was kept by the global main process alone).
+    Now every node's file holds the whole model and optimizer state, the same on both."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    script = FIXTURES / "runtime" / "save_on_each_node.py"
+    nodes = ("--num-machines", "2", "--main-process-ip", "127.0.0.1")
+    port = ("--main-process-port", str(_free_port()))
+
+    def node(rank: int) -> subprocess.CompletedProcess[str]:
+        machine = (*nodes, *port, "--machine-rank", str(rank))
+        return launch(script, cwd=tmp_path, flags=(*machine, *flags))
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(node, (0, 1)))
+    for run in runs:
+        assert_ok(run)
+    first, second = (torch.load(tmp_path / f"node{r}" / "checkpoint.pt") for r in (0, 1))
+    assert first["model"].keys() == _sequential_keys()
+    assert len(first["optimizer"]["state"]) == 4
+    for part in ("model", "optimizer"):
+        assert _equal(first[part], second[part]), part
+
+
+def _equal(a: object, b: object) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def reloaded_under_ddp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """fixtures/runtime/optimizer_state_saves.py's ``--reload`` runs under DDP, by kind."""
+    folder = tmp_path_factory.mktemp("reloaded_ddp")
+    script = FIXTURES / "runtime" / "optimizer_state_saves.py"
+    found = {}
+    for kind in ("fresh", "partial"):
+        assert_ok(launch(script, "--out", f"{kind}.json", "--reload", kind, cwd=folder, flags=DDP))
+        found[kind] = json.loads((folder / f"{kind}.json").read_text())
+    return found
+
+
+@pytest.mark.parametrize("flags", OPTIMIZER_STATE_ENGINES)
+def test_a_state_loaded_after_some_steps_replaces_the_optimizers_own(
+    flags, reloaded_under_ddp, tmp_path
+):
+    """After four steps the optimizer's state from before its first step (``"state": {}``) is
+    loaded: torch's load replaces the state, so the moments start afresh, and under ZeRO they
+    were kept (the next losses differed from DDP's from the second step on). Every engine now
+    trains DDP's next steps. A state with entries for some parameters only (torch starts the
+    others afresh) loads under FSDP as under DDP; ZeRO, which keeps one state per group's flat
+    partition, refuses it on every rank, naming save_state."""
+    script = FIXTURES / "runtime" / "optimizer_state_saves.py"
+    out = ("--out", "fresh.json", "--reload", "fresh")
+    assert_ok(launch(script, *out, cwd=tmp_path, flags=flags))
+    fresh = json.loads((tmp_path / "fresh.json").read_text())
+    assert fresh["first"] == pytest.approx(reloaded_under_ddp["fresh"]["first"], abs=1e-6)
+    assert fresh["next"] == pytest.approx(reloaded_under_ddp["fresh"]["next"], abs=1e-6)
+    out = ("--out", "partial.json", "--reload", "partial")
+    assert_ok(launch(script, *out, cwd=tmp_path, flags=flags))
+    partial = json.loads((tmp_path / "partial.json").read_text())
+    assert "load_error" not in reloaded_under_ddp["partial"]
+    if "deepspeed" in flags:
+        assert "holds entries for 3 of the 4 parameters of group 0" in partial["load_error"]
+        assert "accelerator.save_state(folder)" in partial["load_error"]
+    else:
+        assert "load_error" not in partial
+        assert partial["next"] == pytest.approx(reloaded_under_ddp["partial"]["next"], abs=1e-6)

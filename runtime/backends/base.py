@@ -123,16 +123,19 @@ class Backend:
         asked once per save."""
         return lambda tensor: False
 
-    def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    def model_state_dict(self, model: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:
         """A full, unwrapped state dict (keys as in the user's module); a collective for the
-        sharding engines, and then only the main process gets the tensors."""
+        sharding engines, and then only the ranks that ``keep`` it get the tensors (the
+        others ``{}``): the main process, or each node's local main process where the
+        project configuration sets ``save_on_each_node``. Every rank holds the whole model
+        here, and gets it."""
         return self.unwrap_model(model).state_dict()
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, keep: bool) -> dict[str, Any]:
         """The whole state of ``optimizer`` (the one `bind_optimizer` returned) in torch's
         one-process format (`accelify.runtime.optimizer_states`); a collective for the engines
-        that shard it, and then only the main process gets it (the others ``{}``), as with
-        `model_state_dict`."""
+        that shard it, and then only the ranks that ``keep`` it get it (the others ``{}``), as
+        with `model_state_dict`."""
         return optimizer.state_dict()
 
     def load_optimizer_state_dict(

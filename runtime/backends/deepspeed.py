@@ -7,7 +7,9 @@ the Accelerator's accumulation steps, the mixed precision and the ZeRO stage fla
 ``accelerator.backward`` is ``engine.backward`` (DeepSpeed divides by its own accumulation
 steps; accelify tells it where each accumulation boundary is), the prepared optimizer's ``step``
 is ``engine.step`` and its ``zero_grad`` a no-op, ``clip_grad_norm_`` becomes the engine's
-``gradient_clipping``, and checkpoints are the engine's own (``save_checkpoint``). The whole
+``gradient_clipping``, and checkpoints are the engine's own (``save_checkpoint``). The model's
+whole state (``get_state_dict(model)``) is `zero_model_states`'s: the fp32 master weights of a
+bf16/fp16 run, one tensor at a time, copied by the ranks that save it alone. The whole
 optimizer state in torch's format (``get_state_dict(optimizer)``, and a load of it, also into an
 optimizer that held a state when it was prepared) goes through DeepSpeed's
 ``safe_get_full_optimizer_state``/``safe_set_full_optimizer_state`` (`optimizer_states`), the
@@ -19,16 +21,12 @@ naming ``save_state``.
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from accelify.runtime.backends.base import Backend, BackendInputs
@@ -45,6 +43,7 @@ from accelify.runtime.optimizer_states import (
 from accelify.runtime.options import DeepSpeedOptions
 from accelify.runtime.options.deepspeed import read_config as read_deepspeed_config
 from accelify.runtime.state import ProcessState
+from accelify.runtime.zero_model_states import whole_model_state
 
 DEFAULT_STAGE = 2
 QUIET = 2**31 - 1  # steps_per_print: DeepSpeed's own progress lines stay off unless asked for
@@ -189,11 +188,11 @@ class DeepSpeedBackend(Backend):
         engine, engine_optimizer, whole = found
         return EngineStepOptimizer(engine, engine_optimizer, optimizer, whole)
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, keep: bool) -> dict[str, Any]:
         whole = getattr(optimizer, "whole", None)
         if whole is None:
             return optimizer.state_dict()
-        return whole.state_dict(keep=self.state.is_main_process)
+        return whole.state_dict(keep=keep)
 
     def load_optimizer_state_dict(
         self, optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]
@@ -268,19 +267,10 @@ class DeepSpeedBackend(Backend):
                 engine.optimizer.clip_grad = float(max_norm)
         return None
 
-    def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    def model_state_dict(self, model: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:
         if not isinstance(model, self.deepspeed.DeepSpeedEngine):
-            return super().model_state_dict(model)
-        if model.bfloat16_enabled() or model.fp16_enabled():
-            return _fp32_from_checkpoint(model, self.state.is_main_process)
-        module = model.module
-        gathered = (
-            self.deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
-            if model.zero_optimization_stage() == 3  # partitioned: gather the full tensors
-            else contextlib.nullcontext()
-        )
-        with gathered:
-            return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+            return super().model_state_dict(model, keep)
+        return whole_model_state(model, keep)
 
     def save_checkpoint(
         self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
@@ -395,23 +385,3 @@ def _optimizer_of(model: torch.nn.Module, companions: Sequence[Any]) -> Any:
         ):
             return obj
     return None
-
-
-def _fp32_from_checkpoint(engine: Any, is_main_process: bool) -> dict[str, torch.Tensor]:
-    """The fp32 master weights of a bf16/fp16 run, through DeepSpeed's own zero_to_fp32 on a
-    temporary checkpoint (a collective; the main process gets the tensors)."""
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-    folder = [tempfile.mkdtemp(prefix="accelify-fp32-") if is_main_process else ""]
-    dist.broadcast_object_list(folder, src=0)
-    try:
-        engine.save_checkpoint(folder[0], tag="fp32")
-        dist.barrier()
-        if not is_main_process:
-            return {}
-        state = get_fp32_state_dict_from_zero_checkpoint(folder[0], tag="fp32")
-        return {key: value.cpu() for key, value in state.items()}
-    finally:
-        dist.barrier()
-        if is_main_process:
-            shutil.rmtree(folder[0], ignore_errors=True)

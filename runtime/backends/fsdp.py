@@ -32,10 +32,11 @@ from torch.distributed.fsdp import (
     OffloadPolicy,
     fully_shard,
 )
+from torch.distributed.tensor import DTensor
 
 from accelify.runtime.backends.base import Backend, BackendInputs
 from accelify.runtime.full_state_loads import accept_full_state_dicts
-from accelify.runtime.optimizer_states import shard_whole_state, whole_from_shards
+from accelify.runtime.optimizer_states import gathered, shard_whole_state, whole_from_shards
 from accelify.runtime.options import FSDPOptions
 from accelify.runtime.state import ProcessState
 
@@ -170,10 +171,10 @@ class FSDPBackend(Backend):
             self.load_optimizer_state_dict(rebuilt, held)
         return rebuilt
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, keep: bool) -> dict[str, Any]:
         if not self.state.distributed:
             return optimizer.state_dict()
-        return whole_from_shards(optimizer, keep=self.state.is_main_process)
+        return whole_from_shards(optimizer, keep=keep)
 
     def load_optimizer_state_dict(
         self, optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]
@@ -197,17 +198,27 @@ class FSDPBackend(Backend):
         full = getattr(total, "full_tensor", None)  # a DTensor norm over sharded gradients
         return full() if full is not None else total
 
-    def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    def model_state_dict(self, model: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:
+        """Each shard gathered whole in turn (the state dict's order, the same on every rank),
+        copied to the CPU by the ranks that ``keep`` it, as torch's ``get_model_state_dict``
+        with ``full_state_dict`` and ``cpu_offload`` does for rank 0 alone (it cannot keep the
+        state on another rank: with ``save_on_each_node`` every node's local main process
+        writes it). A tensor under two keys (tied weights) is gathered once."""
         if not isinstance(model, FSDPModule):
-            return super().model_state_dict(model)
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-        )
-
-        return get_model_state_dict(
-            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-        )
+            return super().model_state_dict(model, keep)
+        copies: dict[int, Any] = {}
+        state: dict[str, Any] = {}
+        for key, value in model.state_dict().items():
+            if id(value) not in copies:
+                if isinstance(value, DTensor):
+                    copies[id(value)] = gathered(value, keep)
+                elif isinstance(value, torch.Tensor):
+                    copies[id(value)] = value.detach().to("cpu", copy=True) if keep else None
+                else:
+                    copies[id(value)] = value
+            if keep:
+                state[key] = copies[id(value)]
+        return state
 
     def save_checkpoint(
         self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
