@@ -3,7 +3,7 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 _TOGGLE = (
@@ -27,9 +27,12 @@ class OptimizerNeverStepped(Rule):
     optimizer.step()``), or under the negated test (``if not use_accelerate:``). A script kept
     runnable both ways by a flag steps only on the plain path: on the Accelerate path the
     gradients pile up and the model never trains, with no error. Only where the two tests are
-    the same expression (one arm of one ``if``, or ``x`` against ``not x``); a step reached
-    through a helper, a scheduler or a closure the file hands elsewhere is not followed, and
-    a file with no ``step()`` of the optimizer at all is left alone."""
+    the same expression (one arm of one ``if``, or ``x`` against ``not x``) and that test is
+    the same on every pass of the loop (a setting: not ``step % accumulation != 0``, a
+    hand-written accumulation whose backward-only arm skips the step on purpose; not a test
+    of the rank, ACC307's). Any call handed the optimizer (``scaler.step(optimizer)``, a
+    helper's ``train_step(model, optimizer)``) counts as a step; a file with no step of the
+    optimizer at all is left alone."""
 
     code = "ACC312"
     name = "optimizer-never-stepped"
@@ -71,6 +74,31 @@ class OptimizerNeverStepped(Rule):
             "        accelerator.backward(loss)\n",
             "        accelerator.backward(loss)\n        optimizer.step()\n",
         ),
+        # a hand-written accumulation: the backward-only arm skips the step on purpose
+        HEADER
+        + "import torch\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for step, (x, y) in enumerate(loader):\n"
+        + "    if step % accumulation != 0:\n"
+        + "        with accelerator.no_sync(model):\n"
+        + "            accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "    else:\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n",
+        # the other arm steps through the scaler it hands the optimizer to
+        HEADER
+        + "import torch\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for x, y in loader:\n"
+        + "    loss = (model(x) - y).pow(2).mean()\n"
+        + "    if args.fp32:\n"
+        + "        accelerator.backward(loss)\n"
+        + "        optimizer.step()\n"
+        + "    else:\n"
+        + "        accelerator.backward(scaler.scale(loss))\n"
+        + "        scaler.step(optimizer)\n",
         # stepped through a helper the file does not show: not followed
         HEADER + _TOGGLE.format(step="") + "    trainer_step(optimizer)\n",
     )
@@ -84,6 +112,8 @@ class OptimizerNeverStepped(Rule):
         }
         if not optimizers:
             return
+        # ``optimizer.step()``, and every call handed the optimizer (``scaler.step(optimizer)``,
+        # a helper's ``train_step(model, optimizer)``), each a step the file may not show
         steps: dict[str, list[cst.Call]] = {}
         for call in script.calls:
             func = call.func
@@ -91,6 +121,9 @@ class OptimizerNeverStepped(Rule):
                 owner = dotted(func.value)
                 if owner in optimizers:
                     steps.setdefault(owner, []).append(call)
+            for argument in call.args:
+                if dotted(argument.value) in optimizers and not _prepare(call):
+                    steps.setdefault(dotted(argument.value), []).append(call)  # type: ignore[arg-type]
         accelerators = script.names_of(Kind.ACCELERATOR)
         for call in script.calls:
             func = call.func
@@ -109,6 +142,36 @@ class OptimizerNeverStepped(Rule):
                 break
 
 
+def _prepare(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare"
+
+
+def _fixed_for_the_run(script: ScriptModel, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """``test`` holds the same value on every pass of the loops around ``at``: no name it reads
+    is bound in them (``step % accumulation != 0`` of ``for step, batch in ...`` changes per
+    batch: a hand-written accumulation, whose backward-only arm is meant to skip the step),
+    and it reads no call's result, nor the rank (which parts ranks, not runs: ACC307's)."""
+    if script.reads_rank(test) or any(isinstance(n, cst.Call) for n in walk(test)):
+        return False
+    read = {n.value for n in walk(test) if isinstance(n, cst.Name)}
+    for loop in script.ancestors(at):
+        if not isinstance(loop, (cst.For, cst.While)):
+            continue
+        for node in walk(loop):
+            targets: list[cst.BaseExpression] = []
+            if isinstance(node, cst.Assign):
+                targets = [t.target for t in node.targets]
+            elif isinstance(
+                node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)
+            ):
+                targets = [node.target]
+            elif isinstance(node, cst.AsName):
+                targets = [node.name]  # type: ignore[list-item]
+            if any(isinstance(n, cst.Name) and n.value in read for t in targets for n in walk(t)):
+                return False
+    return True
+
+
 def _parting_test(script: ScriptModel, backward: cst.Call, step: cst.Call) -> cst.If | None:
     """The ``if`` that keeps ``step`` from every run of ``backward``: one whose two arms hold
     one each, or, for two ``if``s in the same block of code, the one around ``step`` whose
@@ -122,14 +185,13 @@ def _parting_test(script: ScriptModel, backward: cst.Call, step: cst.Call) -> cs
             and any(branch is b for b in around_backward)
             and script.inside(step, branch.body) != script.inside(backward, branch.body)
         ):
-            return None if script.reads_rank(branch.test) else branch
+            return branch if _fixed_for_the_run(script, branch.test, backward) else None
     for branch in around_step:
         for other in around_backward:
             if other is branch:
                 continue
             if _negates(code, branch.test, other.test) or _negates(code, other.test, branch.test):
-                # a test of the rank parts ranks, not runs: ACC307's
-                return None if script.reads_rank(branch.test) else branch
+                return branch if _fixed_for_the_run(script, branch.test, backward) else None
     return None
 
 
