@@ -4,6 +4,7 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import accumulate_context
+from accelify.analysis.rank_dependence import SETTINGS_ROOTS
 from accelify.analysis.scheduler_preparation import default_left_to_some_call
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import accelerator_argument, all_params, children_of, dotted, walk
@@ -72,8 +73,10 @@ class AccumulateTwicePerBatch(Rule):
     the whole epoch's gradients piled up), while the second steps every k batches on k batches'
     gradients divided by 2k. Nothing fails; the first model does not train. (With odd steps
     each context still syncs every ``steps`` batches: not reported; nor a context entered under
-    a branch or after an ``if`` that may ``continue`` first, a setting the file does not fix
-    (a parameter every call passes the command line's value), or a plugin's steps.) The fix
+    a branch or after an ``if`` that may ``continue`` first, or a plugin's steps.) Steps that
+    come from a setting (``args.gradient_accumulation_steps``, in place or through a parameter
+    every call passes it to) are reported: the flag is there to be set, and 2, 4 or 8 make the
+    first model stop training without a word. The fix
     enters one context per batch for every model it trains: ``with accelerator.accumulate(D,
     G):`` around both updates."""
 
@@ -121,6 +124,10 @@ class AccumulateTwicePerBatch(Rule):
         ),
         # the steps a parameter's default, which the one call leaves in place
         Example(_IN_TRAIN.format(call="train()"), 12, 14),
+        # the steps from the command line: any run may pass an even number (2, 4, 8...)
+        Example(_GAN.format(steps="args.gradient_accumulation_steps"), 11, 10),
+        # ... also handed to the function that makes the Accelerator
+        Example(_IN_TRAIN.format(call="train(args.gradient_accumulation_steps)"), 12, 14),
     )
     good = (
         # one context per batch for both models
@@ -137,8 +144,6 @@ class AccumulateTwicePerBatch(Rule):
         _GAN.format(steps=3),
         # no accumulation: every entry syncs
         _GAN.format(steps=1),
-        # the steps from the command line: nothing in the file says they are even
-        _GAN.format(steps="args.gradient_accumulation_steps"),
         # the generator updated every fifth batch only (a WGAN's critic loop): left to review
         "import torch\n"
         + HEADER.replace("Accelerator()", "Accelerator(gradient_accumulation_steps=2)")
@@ -164,8 +169,8 @@ class AccumulateTwicePerBatch(Rule):
         + "    with accelerator.accumulate(G):\n"
         + "        accelerator.backward(-D(G(torch.randn(8, 16))).mean())\n"
         + "        opt_G.step()\n",
-        # a parameter with an even default, but every call passes the command line's value
-        _IN_TRAIN.format(call="train(args.gradient_accumulation_steps)"),
+        # the steps a parameter some call sets to an odd number, another to its own value
+        _IN_TRAIN.format(call="train(3)\ntrain(steps=5)"),
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -253,24 +258,53 @@ def _skips_rest(statement: cst.CSTNode, skip: type[cst.Continue] | type[cst.Retu
     return any(_skips_rest(child, skip) for child in children_of(statement))
 
 
-def _even_steps(script: ScriptModel, accelerator: str) -> int | None:
+def _even_steps(script: ScriptModel, accelerator: str) -> int | str | None:
     """The even ``gradient_accumulation_steps`` the file gives ``accelerator``: a literal, a
     name every binding of which is one, or a parameter of the function around it whose every
     call passes the same literal (its default counting where a call leaves it out, or where no
-    call in the file runs it); else None."""
+    call in the file runs it); or the setting it comes from (`_setting`: the command line's
+    ``args.gradient_accumulation_steps``), which any run may set to an even number; else
+    None."""
     bindings = [b for b in script.of_kind(Kind.ACCELERATOR) if b.name == accelerator]
     if not bindings:
         bindings = list(script.of_kind(Kind.ACCELERATOR))
-    values = set()
+    values: set[int | str | None] = set()
     for binding in bindings:
         argument = accelerator_argument(binding.value, "gradient_accumulation_steps")
         if argument is None:
             return None
-        values.add(_integer(script, argument.value))
+        steps = _integer(script, argument.value)
+        values.add(steps if steps is not None else _setting(script, argument.value))
     if len(values) != 1:
         return None
     steps = values.pop()
+    if isinstance(steps, str):
+        return steps
     return steps if steps is not None and steps > 1 and steps % 2 == 0 else None
+
+
+def _setting(script: ScriptModel, value: cst.BaseExpression, depth: int = 0) -> str | None:
+    """The run's setting ``value`` holds, as the file spells it (``args.grad_accum``: a
+    command-line flag or a config entry, any number the user passes, even ones included):
+    an attribute of a settings object (``args``, ``config``, ...), read in place, through
+    ``int(...)``, or through a name or a parameter every value of which is that setting (or
+    one every call passes it to)."""
+    if isinstance(value, cst.Call) and dotted(value.func) == "int" and len(value.args) == 1:
+        value = value.args[0].value
+    if isinstance(value, cst.Attribute):
+        name = dotted(value)
+        if name is not None and name.split(".")[0] in SETTINGS_ROOTS:
+            return name
+        return None
+    name = dotted(value)
+    if name is None or depth > 4:
+        return None
+    values = [assign.value for assign in script.index.assignments_to(name)]
+    function = script.index.enclosing_function(value)
+    if function is not None and any(p.name.value == name for p in all_params(function.params)):
+        values += [a.value for a in facts_of(script).flow.call_site_arguments(name, value)]
+    found = {_setting(script, v, depth + 1) for v in values}
+    return found.pop() if len(found) == 1 else None
 
 
 def _integer(script: ScriptModel, value: cst.BaseExpression, depth: int = 0) -> int | None:
@@ -306,7 +340,7 @@ def _message(
     first_site: cst.Call | None,
     second: cst.With,
     second_site: cst.Call | None,
-    steps: int,
+    steps: int | str,
 ) -> str:
     models = [
         script.module.code_for_node(argument.value)
@@ -316,8 +350,17 @@ def _message(
         for argument in item.item.args
     ]
     together = ", ".join(dict.fromkeys(models)) or "model"
-    half = "one batch's" if steps == 2 else f"{steps // 2} batches'"
-    every = "every batch" if steps == 2 else f"every {steps // 2} batches"
+    if isinstance(steps, str):  # a setting: any run may pass an even number
+        setting = (
+            f"an even gradient_accumulation_steps (it is {steps}, which a run may set to 2, 4, "
+            "8...)"
+        )
+        stepping = "every steps/2 batches on steps/2 batches' gradients divided by steps"
+    else:
+        setting = f"gradient_accumulation_steps={steps}"
+        half = "one batch's" if steps == 2 else f"{steps // 2} batches'"
+        every = "every batch" if steps == 2 else f"every {steps // 2} batches"
+        stepping = f"{every} on {half} gradients divided by {steps}"
     entered = f"line {script.line(first)}"
     if first_site is not None:
         entered += f", through the call at line {script.line(first_site)}"
@@ -330,9 +373,8 @@ def _message(
         f"this batch already "
         f"entered {script.module.code_for_node(first.items[0].item)} ({entered}), and each "
         f"accumulate() counts one micro-batch on the Accelerator's one step counter, so with "
-        f"gradient_accumulation_steps={steps} the first context never reaches a sync step: its "
+        f"{setting} the first context never reaches a sync step: its "
         f"optimizer never steps (only on the loader's last batch, with the epoch's gradients "
-        f"piled up) while the one under this context steps {every} on {half} gradients "
-        f"divided by {steps}; wrap both updates in one "
+        f"piled up) while the one under this context steps {stepping}; wrap both updates in one "
         f"`with {accelerator}.accumulate({together}):`"
     )

@@ -40,6 +40,17 @@ class DistributedSamplerPrepared(Rule):
             6,
             10,
         ),
+        # a batch sampler built over a DistributedSampler: prepare splits its batches again
+        Example(
+            HEADER
+            + _IMPORTS
+            + "from torch.utils.data import BatchSampler\n"
+            + "batches = BatchSampler(DistributedSampler(data), batch_size=8, drop_last=False)\n"
+            + "loader = DataLoader(data, batch_sampler=batches)\n"
+            + "loader = accelerator.prepare(loader)\n",
+            7,
+            10,
+        ),
         # a prepared loader's batch sharded again by rank (a hand-written split kept after
         # the conversion): each rank keeps 1/N of its own shard, or one row of it
         Example(

@@ -62,8 +62,12 @@ class ReadBeforeWritten(Rule):
     both run at most once per run (no loop around them, functions called once) with a setting
     bound once (not ``self.mode`` of a class built per mode: ``Runner("train").run()`` then
     ``Runner("eval").run()`` does both). The same race in one call: a dataset built by every
-    rank with ``download=accelerator.is_main_process``. A file every rank writes itself
-    (``torch.save`` unguarded) is ACC201's."""
+    rank with ``download=accelerator.is_main_process``. The same race between the arms of a
+    rank test: the main process saves in ``if accelerator.is_main_process:`` while the others
+    load the file in its ``else:`` (or under an ``if not accelerator.is_main_process:`` below it); a
+    barrier in the readers' arm before the read (matched by one after the write), or between
+    the two ``if``s, orders them. A file every rank writes itself (``torch.save`` unguarded)
+    is ACC201's."""
 
     code = "ACC212"
     name = "read-before-written"
@@ -138,8 +142,45 @@ class ReadBeforeWritten(Rule):
             14,
             35,
         ),
+        Example(  # saved on the main process, loaded in the else: by the others at once
+            HEADER
+            + "import torch\n"
+            + "if accelerator.is_main_process:\n"
+            + "    torch.save(accelerator.unwrap_model(model).state_dict(), 'init.pt')\n"
+            + "else:\n"
+            + "    accelerator.unwrap_model(model).load_state_dict(torch.load('init.pt'))\n",
+            7,
+            53,
+        ),
+        Example(  # ... or under the negated test below it
+            HEADER
+            + "import torch\n"
+            + "if accelerator.is_main_process:\n"
+            + "    torch.save(state, 'init.pt')\n"
+            + "if not accelerator.is_main_process:\n"
+            + "    state = torch.load('init.pt')\n",
+            7,
+            13,
+        ),
     )
     good = (
+        # the readers wait in their own arm for the writer's barrier after its write
+        HEADER
+        + "import torch\n"
+        + "if not accelerator.is_main_process:\n"
+        + "    accelerator.wait_for_everyone()\n"
+        + "    state = torch.load('init.pt')\n"
+        + "else:\n"
+        + "    torch.save(state, 'init.pt')\n"
+        + "    accelerator.wait_for_everyone()\n",
+        # ... or at a barrier between the write's test and the read's
+        HEADER
+        + "import torch\n"
+        + "if accelerator.is_main_process:\n"
+        + "    torch.save(state, 'init.pt')\n"
+        + "accelerator.wait_for_everyone()\n"
+        + "if not accelerator.is_main_process:\n"
+        + "    state = torch.load('init.pt')\n",
         # a write and a read in exclusive branches: no run does both
         HEADER
         + "import torch\n"
@@ -239,6 +280,31 @@ class ReadBeforeWritten(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         yield from self._download_on_one_rank(script)
         facts = facts_of(script)
+        for shared, guard in facts.shared_files.read_by_the_other_ranks:
+            arm = None  # the readers' own arm of the test that parts them from the writer
+            if script.inside(shared.write, guard):
+                arm = guard.body if script.inside(shared.read, guard.body) else guard.orelse
+            if _ordered_by_a_collective(script, shared.write, shared.read, within=arm):
+                continue
+            accelerator = accelerator_name(script, shared.read)
+            barrier = f"{accelerator}.wait_for_everyone()"
+            where = (
+                f"take this read out of the `if` at line {script.line(guard)}, call {barrier} "
+                "below that `if` on every rank, then read the file there (under `if not "
+                f"{accelerator}.is_main_process:` if only the other ranks need it)"
+                if arm is not None
+                else f"call {barrier} above the `if` at line {script.line(guard)}, on every rank"
+            )
+            yield self.finding(
+                script,
+                shared.read,
+                message=(
+                    f"Read this after a barrier every rank reaches: {where}. The ranks that "
+                    f"read it here do so while the main process is still writing it at line "
+                    f"{script.line(shared.write)}, and find nothing there yet (a first run) "
+                    "or half of it"
+                ),
+            )
         for shared in facts.shared_files.written_by_one_rank_read_by_all:
             if shared.through is not None:
                 if not _ordered_across_calls(script, shared):
@@ -553,12 +619,17 @@ def _collective_between(
     return False
 
 
-def _ordered_by_a_collective(script: ScriptModel, write: cst.Call, read: cst.Call) -> bool:
+def _ordered_by_a_collective(
+    script: ScriptModel, write: cst.Call, read: cst.Call, within: cst.CSTNode | None = None
+) -> bool:
     """A barrier, ``prepare`` or other collective between ``write`` and ``read`` (or around the
-    read, ``main_process_first()``): every rank waits there for the main process."""
+    read, ``main_process_first()``): every rank waits there for the main process. ``within``:
+    only one in it before the read counts (the reading ranks' own arm of the rank test that
+    parts them from the writer: a barrier after the write in the writer's arm is one the
+    readers never reach)."""
     reach = facts_of(script).collective_reach
     function = script.index.enclosing_function(read)
-    start, end = script.order(write), script.order(read)
+    start, end = script.order(write if within is None else within), script.order(read)
     for call in script.calls:
         if not start < script.order(call) < end or call is read:
             continue

@@ -28,8 +28,9 @@ class SummedMean(Rule):
 
     Any sum over the ranks, a summing ``reduce`` or ``accelerator.gather(total).sum()``,
     divided on its way to the show by ``len()`` of a prepared DataLoader (``len(val_loader)``,
-    ``len(self.val_loader)``: one rank's count of batches) is likewise N times what one process
-    shows, whatever it summed; the fix divides by ``len(val_loader) *
+    ``len(self.val_loader)``, or a counter raised by ``n_batches += 1`` once per batch of it:
+    one rank's count of batches) is likewise N times what one process shows, whatever it
+    summed; the fix divides by ``len(val_loader) *
     accelerator.num_processes``.
 
     A per-rank mean: ``x.mean()``, ``torch.mean(x)``, a quotient by this rank's own count
@@ -133,8 +134,31 @@ class SummedMean(Rule):
             12,
             16,
         ),
+        # every rank's batch means summed into one total, over a counter of this rank's
+        # batches
+        Example(
+            _HEADER
+            + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+            + "total, n_batches = 0.0, 0\n"
+            + "for batch in val_loader:\n"
+            + "    loss = model(**batch).loss\n"
+            + "    total += accelerator.gather(loss).sum().item()\n"
+            + "    n_batches += 1\n"
+            + "accelerator.print(total / n_batches)\n",
+            8,
+            14,
+        ),
     )
     good = (
+        # the same divided by every rank's batches
+        _HEADER
+        + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+        + "total, n_batches = 0.0, 0\n"
+        + "for batch in val_loader:\n"
+        + "    loss = model(**batch).loss\n"
+        + "    total += accelerator.gather(loss).sum().item()\n"
+        + "    n_batches += 1\n"
+        + "accelerator.print(total / (n_batches * accelerator.num_processes))\n",
         # the gathered totals over every rank's batches
         _EVAL
         + "batches = len(eval_loader) * accelerator.num_processes\n"

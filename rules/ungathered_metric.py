@@ -9,6 +9,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.sharded_loaders import sharded_by_its_sampler
 from accelify.analysis.syntax import Visitor, dotted, target_names, visit_code, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls
 
@@ -41,6 +42,22 @@ _COLLECTIVES = ("gather", "gather_for_metrics", "reduce", "gather_object", "pad_
 _ACCUMULATING_METHODS = ("append", "extend", "add_batch", "update", "add")
 
 
+_WHOLE_EVAL = (
+    HEADER
+    + "import torch\n"
+    + "from torch.utils.data import DataLoader\n"
+    + "model = accelerator.prepare(model)\n"
+    + "test_loader = DataLoader(test_set, batch_size=64{sampler})\n"
+    + "correct = 0\n"
+    + "with torch.no_grad():\n"
+    + "    for x, y in test_loader:\n"
+    + "        x, y = x.to(accelerator.device), y.to(accelerator.device)\n"
+    + "        {preds}\n"
+    + "        correct += (preds == y).sum().item()\n"
+    + "accelerator.print(correct / len(test_loader.dataset))\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -57,6 +74,22 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
+        # predictions gathered over a loader every rank reads whole, compared with the
+        # batch's own labels: N copies of the predictions against one of the labels
+        Example(
+            _WHOLE_EVAL.format(sampler="", preds="preds = accelerator.gather(model(x).argmax(-1))"),
+            12,
+            9,
+        ),
+        # ... over a loader its DistributedSampler shards: the labels are this rank's part
+        Example(
+            _WHOLE_EVAL.format(
+                sampler=", sampler=torch.utils.data.DistributedSampler(test_set)",
+                preds="preds = accelerator.gather(model(x).argmax(-1))",
+            ),
+            12,
+            9,
+        ),
         # a stock forecaster gathers its predictions and targets, then compares them with
         # prev_values from its own batch: 1/N of their rows on N processes
         Example(
@@ -337,6 +370,8 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # every rank evaluates the whole set itself: nothing to gather
+        _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)"),
         # the same evaluation, its totals reduced over the ranks after the loop
         _STEP_HELPER
         + "    @torch.no_grad()\n"
@@ -579,7 +614,10 @@ class UngatheredMetric(Rule):
                 or _model_helper_forward(script, facts, loop)
                 or _step_helper_forward(script, facts, loop)
             )
-            if forward is None or not facts.flow.over_prepared_loader(loop):
+            if forward is None:
+                continue
+            if not facts.flow.over_prepared_loader(loop):
+                yield from self._gathered_over_a_whole_loader(script, facts, loop, accelerators)
                 continue
             local = _assigned_in(loop.node.body) | loop.batch_names
             values = _RankValues(script, loop, local, accelerators)
@@ -636,6 +674,43 @@ class UngatheredMetric(Rule):
                 yield self.finding(script, at, message=_guarded_message(script, at, line))
         yield from self._comprehensions(script, facts, accelerators, all_calls)
 
+    def _gathered_over_a_whole_loader(
+        self, script: ScriptModel, facts: Facts, loop: Loop, accelerators: set[str]
+    ) -> Iterator[Finding]:
+        """An evaluation over a DataLoader left out of prepare (each rank reads the whole set)
+        that gathers its predictions and compares them with its own batch's labels: the
+        gathered rows are N copies of the batch's predictions, the labels one copy (a shape
+        error on several processes, or a metric over rows that do not match). A loader
+        sharded by its own DistributedSampler is split already, and not reported."""
+        found = _unprepared_loader(script, facts, loop)
+        if found is None or _splits_by_rank(loop):
+            return
+        loader, sharded = found
+        local = _assigned_in(loop.node.body) | loop.batch_names
+        values = _RankValues(script, loop, local, accelerators)
+        synced = set(self_syncing_metrics(loop, script))
+        for _, node in _accumulations(loop, lambda value: True, synced):
+            mixed = values.mixed_with_gathered(node)
+            if not mixed:
+                continue
+            accelerator = accelerator_name(script, node)
+            listed = ", ".join(f"`{name}`" for name in mixed)
+            if sharded:  # each rank reads its part, as from a prepared loader
+                yield self.finding(script, node, message=_mixed_message(script, node, mixed))
+                return
+            yield self.finding(
+                script,
+                node,
+                message=(
+                    f"Pass {loader} to {accelerator}.prepare and gather {listed} in the same "
+                    f"{accelerator}.gather_for_metrics(...) as the predictions: {loader} is "
+                    f"not prepared, so every rank reads the whole set, the gathered "
+                    f"predictions hold N copies of each batch and {listed} one (a shape error "
+                    "on several processes, or a metric over rows that do not match)"
+                ),
+            )
+            return
+
     def _comprehensions(
         self, script: ScriptModel, facts: Facts, accelerators: set[str], all_calls: list[cst.Call]
     ) -> Iterator[Finding]:
@@ -661,6 +736,32 @@ class UngatheredMetric(Rule):
             if target is None or _reduced_later(script, node, target, all_calls, accelerators):
                 continue
             yield self.finding(script, node)
+
+
+def _unprepared_loader(script: ScriptModel, facts: Facts, loop: Loop) -> tuple[str, bool] | None:
+    """The DataLoader ``loop`` reads that no prepare call returns, one the file makes (by
+    name, or the name a helper's parameter is filled with), and whether its own
+    DistributedSampler shards it (else every rank reads it whole); None where the loop reads
+    anything else."""
+    name = loop.iterable
+    if name is None or facts.flow.over_prepared_loader(loop):
+        return None
+    for candidate in dict.fromkeys((name, facts.flow.outer_name(name, loop.node))):
+        if candidate is None or candidate in script.prepared_names:
+            continue
+        if facts.flow.kind_of(candidate, loop.node) is Kind.DATALOADER:
+            return candidate, sharded_by_its_sampler(script, candidate)
+    return None
+
+
+def _splits_by_rank(loop: Loop) -> bool:
+    """The loop splits its batches between the ranks itself (``split_between_processes``,
+    ``x[accelerator.process_index::n]``): what it gathers is each rank's part."""
+    return any(
+        isinstance(node, cst.Attribute)
+        and node.attr.value in ("split_between_processes", "process_index", "get_rank", "rank")
+        for node in walk(loop.node.body)
+    )
 
 
 def _sample_count(node: cst.CSTNode, loop: Loop) -> bool:

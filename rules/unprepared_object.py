@@ -519,6 +519,27 @@ class UnpreparedObject(Rule):
         + "    for x, y in loader:\n"
         + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
         + "        optimizer.step()\n",
+        # a batch sampler over a DistributedSampler (by name or in place): its batches hold
+        # this rank's indices only, so the loader is sharded already
+        HEADER
+        + "import torch\n"
+        + "from torch.utils.data import BatchSampler, DataLoader\n"
+        + "from torch.utils.data.distributed import DistributedSampler\n"
+        + "model = torch.nn.Linear(4, 1)\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "batches = BatchSampler(DistributedSampler(data, shuffle=True), 8, drop_last=False)\n"
+        + "loader = DataLoader(data, batch_sampler=batches)\n"
+        + "eval_loader = DataLoader(\n"
+        + "    data, batch_sampler=BatchSampler(DistributedSampler(data), 8, False)\n"
+        + ")\n"
+        + "for epoch in range(3):\n"
+        + "    loader.batch_sampler.sampler.set_epoch(epoch)\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n"
+        + "    for x, y in eval_loader:\n"
+        + "        print(model(x).sum())\n",
         # a project helper's loader whose sampler takes the epoch: a DistributedSampler made
         # where the loader is (a plain sampler has no set_epoch), so each rank reads its part
         "from accelerate import Accelerator\n"

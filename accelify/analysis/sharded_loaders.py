@@ -25,16 +25,33 @@ _SAMPLER_KEYWORDS = frozenset({"sampler", "batch_sampler"})
 def distributed_sampler_argument(script: ScriptModel, call: cst.Call) -> bool:
     """``DataLoader(data, sampler=s)`` where ``s`` is a DistributedSampler (a name bound to one,
     or the constructor's call in place)."""
-    samplers = script.names_of(Kind.SAMPLER)
-    for argument in call.args:
-        if argument.keyword is None or argument.keyword.value not in _SAMPLER_KEYWORDS:
-            continue
-        value = argument.value
-        if dotted(value) in samplers:
-            return True
-        if isinstance(value, cst.Call) and script.call_names(value) & names.DISTRIBUTED_SAMPLERS:
-            return True
-    return False
+    return any(
+        argument.keyword is not None
+        and argument.keyword.value in _SAMPLER_KEYWORDS
+        and _distributed_sampler(script, argument.value)
+        for argument in call.args
+    )
+
+
+def _distributed_sampler(script: ScriptModel, value: cst.BaseExpression, depth: int = 0) -> bool:
+    """``value`` is a DistributedSampler: a name bound to one, the constructor's call, or a
+    batch sampler built over one (``BatchSampler(DistributedSampler(ds), 8, False)``, or a name
+    bound to it): the batches it yields hold this rank's indices only."""
+    if dotted(value) in script.names_of(Kind.SAMPLER):
+        return True
+    name = dotted(value)
+    if name is not None and depth < 4:
+        bound = [a.value for a in script.index.assignments_to(name)]
+        return bool(bound) and all(_distributed_sampler(script, v, depth + 1) for v in bound)
+    if not isinstance(value, cst.Call):
+        return False
+    if script.call_names(value) & names.DISTRIBUTED_SAMPLERS:
+        return True
+    return depth < 4 and any(
+        (argument.keyword is None or argument.keyword.value == "sampler")
+        and _distributed_sampler(script, argument.value, depth + 1)
+        for argument in value.args[:1] or ()
+    )
 
 
 def sharded_by_its_sampler(script: ScriptModel, loader: str | None) -> bool:

@@ -275,6 +275,61 @@ class SharedFiles:
                     break
         return found
 
+    @cached_property
+    def read_by_the_other_ranks(self) -> list[tuple[SharedFile, cst.If]]:
+        """A file written on some ranks and read, in the same function, by the ranks that do
+        not write it, with the rank test that parts them: the two arms of one rank test (``if
+        accelerator.is_main_process: torch.save(...)`` / ``else: torch.load(...)``), or an
+        ``if not <test>:`` read below an ``if <test>:`` write. The ranks run both at the same
+        time, so the readers find nothing there yet (a first run) or half of it.
+        `written_by_one_rank_read_by_all` leaves reads under a rank test out; these are the
+        ones that race with the write all the same. Whether a barrier orders them is the
+        caller's question."""
+        writes = [
+            (call, path)
+            for call in self.model.calls
+            if self.model.under_rank_guard(call)
+            and (path := self._written_by_one_rank(call)) is not None
+            and not side_effects.per_rank_path(self.model, call)
+        ]
+        found = []
+        for read, read_path in self._reads() if writes else ():
+            guard = self.model.rank_guard_of(read)
+            if not isinstance(guard, cst.If):
+                continue
+            function = self.placement.enclosing_function(read)
+            for write, path in writes:
+                if (
+                    self.placement.enclosing_function(write) is not function
+                    or not self._other_ranks(write, read, guard)
+                    or not self._same_file(path, read_path)
+                ):
+                    continue
+                found.append((SharedFile(write, read, path, self.per_process(path)), guard))
+                break
+        return found
+
+    def _other_ranks(self, write: cst.Call, read: cst.Call, guard: cst.If) -> bool:
+        """``write`` runs on the ranks that do not run ``read`` (under ``guard``, the innermost
+        rank test around it): the other arm of ``guard``, or an earlier ``if`` whose test is
+        the one ``guard`` negates (``if main:`` above ``if not main:``), or the reverse."""
+        model = self.model
+        arms = (guard.body, guard.orelse) if guard.orelse is not None else (guard.body,)
+        write_arm = [model.inside(write, arm) for arm in arms]
+        read_arm = [model.inside(read, arm) for arm in arms]
+        if len(arms) == 2 and any(write_arm) and any(read_arm):
+            return write_arm != read_arm
+        wrote = model.rank_guard_of(write)
+        if not isinstance(wrote, cst.If) or model.order(write) > model.order(read):
+            return False
+        if not model.inside(read, guard.body) or not model.inside(write, wrote.body):
+            return False
+        code = model.module.code_for_node
+        negated, other = _negated(guard.test), wrote.test
+        if negated is None:
+            negated, other = _negated(wrote.test), guard.test
+        return negated is not None and code(negated) == code(other)
+
     def _called_in_order(
         self, write: cst.Call, read: cst.Call
     ) -> tuple[cst.CSTNode, cst.CSTNode] | None:
@@ -1039,6 +1094,13 @@ def _template(path: cst.BaseExpression) -> str | None:
 def _parameters(function: cst.FunctionDef) -> set[str]:
     params = function.params
     return {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+
+
+def _negated(test: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``x`` of ``not x`` (``not (x)`` too); None where ``test`` is no negation."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.expression.with_changes(lpar=[], rpar=[])
+    return None
 
 
 def _tests_rank(model: ScriptModel, node: cst.CSTNode) -> bool:

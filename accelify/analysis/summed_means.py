@@ -317,9 +317,12 @@ def _shown(
 
 def _one_ranks_batches(script: ScriptModel, divisor: cst.BaseExpression) -> bool:
     """``len(eval_loader)`` of a prepared DataLoader (``len(self.val_loader)`` of a trainer's, a
-    name bound to one): the batches of this rank's shard."""
+    name bound to one), or a counter of its batches (`_batch_counter`): the batches of this
+    rank's shard."""
     name = dotted(divisor)
     if name is not None:
+        if _batch_counter(script, name, divisor):
+            return True
         binding = last_binding(script, name, divisor)
         if not isinstance(binding, cst.Assign) or len(binding.targets) != 1:
             return False
@@ -330,6 +333,49 @@ def _one_ranks_batches(script: ScriptModel, divisor: cst.BaseExpression) -> bool
         and len(divisor.args) == 1
         and dotted(divisor.args[0].value) in script.prepared_names
     )
+
+
+def _batch_counter(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
+    """``n_batches``, set to 0 and raised by ``n_batches += 1`` once per batch of a prepared
+    DataLoader (in its loop's own body, under no branch), and bound nowhere else in the
+    function around ``at``: one rank's count of batches, as ``len()`` of its loader is."""
+    function = facts_of(script).placement.enclosing_function(at)
+    bindings = list(script.index.own_bindings(function).get(name, ()))
+    counts = [b for b in bindings if isinstance(b, cst.AugAssign)]
+    if not counts:
+        return False
+    for binding in bindings:
+        if isinstance(binding, cst.AugAssign):
+            if not (
+                isinstance(binding.operator, cst.AddAssign)
+                and isinstance(binding.value, cst.Integer)
+                and binding.value.value == "1"
+            ):
+                return False
+        elif not (isinstance(binding, cst.Assign) and _zero_for(binding, name)):
+            return False
+    prepared = script.prepared_names
+    for count in counts:
+        statement = script.parent(count)
+        block = script.parent(statement) if statement is not None else None
+        loop = script.parent(block) if block is not None else None
+        if not (isinstance(loop, cst.For) and dotted(loop.iter) in prepared):
+            return False
+    return True
+
+
+def _zero_for(assign: cst.Assign, name: str) -> bool:
+    """``assign`` sets ``name`` to 0: ``n = 0``, or ``total, n = 0.0, 0``."""
+    for target in assign.targets:
+        value = assign.value
+        if isinstance(target.target, cst.Tuple) and isinstance(value, cst.Tuple):
+            pairs = zip(target.target.elements, value.elements, strict=False)
+            for element, bound in pairs:
+                if dotted(element.value) == name:
+                    return isinstance(bound.value, cst.Integer) and bound.value.value == "0"
+        elif dotted(target.target) == name:
+            return isinstance(value, cst.Integer) and value.value == "0"
+    return False
 
 
 def shows_value(script: ScriptModel, call: cst.Call) -> bool:
