@@ -191,11 +191,22 @@ def _own_method(model: ScriptModel, call: cst.Call, method: str) -> bool:
     )
 
 
+_PROCESS_OWN_FILES = ("/proc/self/", "/proc/thread-self/", "/dev/")
+
+
+def _names_a_process_own_file(path: cst.BaseExpression) -> bool:
+    value = path.evaluated_value if isinstance(path, cst.SimpleString) else None
+    return isinstance(value, str) and value.startswith(_PROCESS_OWN_FILES)
+
+
 def per_rank_path(model: ScriptModel, call: cst.Call) -> bool:
     """``np.save(f"preds_{rank}.npy", ...)``: one file per rank, meant to be written by each.
     Also through a local name (``process_idx = accelerator.process_index`` then
     ``plt.savefig(f"image_{process_idx}.png")``): named from the rank, each rank's file is its
-    own."""
+    own. So is a file the kernel keeps per process (``open("/proc/self/clear_refs", "w")``) or a
+    device (``/dev/null``): no rank's write reaches another's."""
+    if call.args and _names_a_process_own_file(call.args[0].value):
+        return True
     for argument in call.args:
         for node in walk(argument.value):
             name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
