@@ -14,7 +14,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.saved_values import saved_values, saved_whole_objects
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import assigned_targets, dotted, walk
+from accelify.analysis.syntax import assigned_targets, children_of, dotted, walk
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -763,7 +763,7 @@ def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:
             and current.func.attr.value == "state_dict"
         ):
             found.append(current)
-        stack.extend(current.children)
+        stack.extend(children_of(current))
     return found
 
 

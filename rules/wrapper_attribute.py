@@ -12,7 +12,7 @@ from accelify.analysis.construction import (
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import assigned_targets, dotted, has_parameter, walk
+from accelify.analysis.syntax import assigned_targets, children_of, dotted, has_parameter, walk
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -1043,7 +1043,7 @@ def _catches_missing(handler: cst.ExceptHandler) -> bool:
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return tree is node or any(_contains(child, node) for child in tree.children)
+    return tree is node or any(_contains(child, node) for child in children_of(tree))
 
 
 #: Names that say a script is written for DeepSpeed or FSDP (``DummyOptim`` exists only for

@@ -207,7 +207,7 @@ def statement_lines(node: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:
     if isinstance(node, cst.SimpleStatementLine):
         yield node
     elif not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-        for child in node.children:
+        for child in children_of(node):
             yield from statement_lines(child)
 
 
@@ -314,13 +314,13 @@ def operands(node: cst.CSTNode) -> list[cst.BaseExpression]:
     indexes are not expressions themselves, and a check that looks only at expression children
     would pass over them (``acc > best and acc > loss.item()`` read as the left side alone)."""
     found: list[cst.BaseExpression] = []
-    pending = list(node.children)
+    pending = children_of(node)
     while pending:
         child = pending.pop()
         if isinstance(child, cst.BaseExpression):
             found.append(child)
         else:
-            pending.extend(child.children)
+            pending.extend(children_of(child))
     return found
 
 
