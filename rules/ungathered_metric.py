@@ -370,6 +370,18 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # gathered on the main process only: a hang, ACC202's finding at the gather, not this one
+        HEADER
+        + "import torch\n"
+        + "from accelerate.utils import gather_object\n"
+        + "model, val_dl = accelerator.prepare(model, val_dl)\n"
+        + "results = []\n"
+        + "with torch.no_grad():\n"
+        + "    for xb in val_dl:\n"
+        + "        results.append(model(xb))\n"
+        + "if accelerator.is_main_process:\n"
+        + "    results = gather_object(results)\n"
+        + "    print(torch.stack(results).mean())\n",
         # every rank evaluates the whole set itself: nothing to gather
         _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)"),
         # the same evaluation, its totals reduced over the ranks after the loop
@@ -1349,9 +1361,12 @@ def _reduced_later(
     imported from accelerate.utils) after the loop, also through
     what is built from it there (``t = torch.tensor([correct], device=...)``, then
     ``accelerator.gather(t).sum()``). Only a collective that every rank reaches before the
-    total is used: one under a rank test the loop is not under combines nothing, and one after
-    ``print(errs.mean())`` leaves the printed number this rank's (a reduce whose result is
-    never read, below the print)."""
+    total is used: one after ``print(errs.mean())`` leaves the printed number this rank's (a
+    reduce whose result is never read, below the print). One under a rank test the loop is not
+    under (``if acc.is_main_process: results = gather_object(results)``) is where the total is
+    combined, in the wrong place: a hang, ACC202's finding at that call, and the one fix for
+    both (call it on every rank); reported here too, it would be the same bug twice with advice
+    that moves nothing."""
     after = script.order(loop)
     carriers = _built_after(script, loop, target.split(".")[0])
     for call in all_calls:
@@ -1362,8 +1377,6 @@ def _reduced_later(
         if not (_is_collective(call, accelerators) or combines_ranks(script, call)):
             continue
         if not any(_mentions(argument.value, carriers) for argument in call.args):
-            continue
-        if script.under_rank_guard(call) and not script.under_rank_guard(loop):
             continue
         if "." in target or _used_before(script, loop, carriers, call, accelerators) is None:
             return True  # ``self.total``: what reads ``self`` is no read of the total
