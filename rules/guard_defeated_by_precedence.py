@@ -17,7 +17,8 @@ class GuardDefeatedByPrecedence(Rule):
     call in ``Y``; ``Y`` without such a call (a default value) is the idiom working as meant.
     In an ``if`` test, the block runs on every rank where ``Y`` holds: reported at ``Y`` when the
     block writes, deletes or uploads and synchronises nothing (parenthesizing must not put a
-    collective on one rank)."""
+    collective on one rank). The same slip with ``&`` (``if epoch == n - 1 & is_main:``, read
+    ``epoch == (n - 1 & is_main)``) is reported at the ``&``, on the same conditions."""
 
     code = "ACC208"
     name = "guard-defeated-by-precedence"
@@ -50,6 +51,17 @@ class GuardDefeatedByPrecedence(Rule):
             5,
             26,
         ),
+        # a rank test put in a comparison with `&`: `epoch == (n - 1 & is_main)`, so at epoch 0
+        # every other rank saves too (a research trainer's last-epoch save)
+        Example(
+            HEADER
+            + "import torch\n"
+            + "for epoch in range(n):\n"
+            + "    if epoch == n - 1 & accelerator.is_main_process:\n"
+            + "        torch.save(state, 'ckpt.pt')\n",
+            5,
+            17,
+        ),
         # the guard of a block: at the last step every rank saves
         Example(
             HEADER
@@ -62,6 +74,10 @@ class GuardDefeatedByPrecedence(Rule):
     )
     good = (
         HEADER + "name = accelerator.is_main_process and args.name or 'default'\n",
+        # a bit mask compared, no rank test in it
+        HEADER
+        + "import torch\nif step & 1 == 0 and accelerator.is_main_process:\n"
+        + "    torch.save(state, 'ckpt.pt')\n",
         HEADER
         + "import torch\n"
         + "if accelerator.is_main_process and args.save or accelerator.is_local_main_process:\n"
@@ -78,6 +94,47 @@ class GuardDefeatedByPrecedence(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        yield from self._guards_and_or(script)
+        yield from self._guards_in_a_comparison(script)
+
+    def _guards_in_a_comparison(self, script: ScriptModel) -> Iterator[Finding]:
+        """``if epoch == n - 1 & accelerator.is_main_process:``: ``&`` binds tighter than
+        ``==``, so the rank test is a bit of the number compared (``epoch == (n - 1 & False)``
+        on the other ranks: ``epoch == 0``), and every rank runs the block at some epoch."""
+        ranks = facts_of(script).ranks
+        for node in script.index.of_type(cst.Comparison):
+            if len(node.comparisons) != 1:
+                continue
+            target = node.comparisons[0]
+            for side in (node.left, target.comparator):
+                if not (
+                    isinstance(side, cst.BinaryOperation) and isinstance(side.operator, cst.BitAnd)
+                ):
+                    continue
+                guards = [o for o in (side.left, side.right) if ranks.is_rank_test(o)]
+                if len(guards) != 1:
+                    continue
+                guard, operand = guards[0], side.right if guards[0] is side.left else side.left
+                branch = _if_testing(script, node)
+                effect = _once_per_run_in(script, branch.body) if branch is not None else None
+                if effect is None or _synchronises(script, branch.body):  # type: ignore[union-attr]
+                    continue
+                code = script.module.code_for_node
+                left = code(operand if side is node.left else node.left)
+                right = code(operand if side is target.comparator else target.comparator)
+                meant = f"{left}{code(target.operator)}{right} and {code(guard)}"
+                yield self.finding(
+                    script,
+                    side,
+                    message=(
+                        f"Write `{meant}`: `&` binds tighter than `{code(target.operator).strip()}`"
+                        f", so `{code(side)}` is one number compared, the rank test a bit of it, "
+                        f"and the other ranks run the block too whenever the comparison holds "
+                        f"with that bit 0 ({code(effect.func)}, line {script.line(effect)})"
+                    ),
+                )
+
+    def _guards_and_or(self, script: ScriptModel) -> Iterator[Finding]:
         ranks = facts_of(script).ranks
         for node in script.index.of_type(cst.BooleanOperation):
             if not (
@@ -118,6 +175,14 @@ class GuardDefeatedByPrecedence(Rule):
                             "the guard is false, and it must run once"
                         ),
                     )
+
+
+def _if_testing(script: ScriptModel, node: cst.CSTNode) -> cst.If | None:
+    """The ``if`` whose test ``node`` is, or is one ``and``/``or`` operand of."""
+    child, parent = node, script.parent(node)
+    while isinstance(parent, (cst.BooleanOperation, cst.UnaryOperation)):
+        child, parent = parent, script.parent(parent)
+    return parent if isinstance(parent, cst.If) and parent.test is child else None
 
 
 def _operands(chain: cst.BooleanOperation) -> list[cst.BaseExpression]:
