@@ -55,7 +55,7 @@ STACK_SIGNAL: int = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else sign
 # sequence number, backward passes, time the state began, main thread id, operation, where,
 # the sequence number of the last collective whose tensors were described and their shapes
 # (`shapes_of`), whether its collectives are over (`collectives_over`)
-_LAYOUT = struct.Struct("<IiiiqqdQ32s240sq96s?")
+_LAYOUT = struct.Struct("<IiiiqqdQ32s240sq32s96s?")
 _GENERATION = struct.Struct("<I")
 _OVER, _OVER_OFFSET = struct.Struct("<?"), _LAYOUT.size - 1
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,6 +83,10 @@ class Record:
     #: hand back a wrong result while the other waits
     shaped: int = 0
     shapes: str = ""
+    #: which collective that was: two ranks' collectives of one sequence number are another
+    #: operation each when one rank is elsewhere in the script (a reduce under a rank test
+    #: while the other rank's loader broadcasts): a mismatch of collectives, not of shapes
+    shaped_operation: str = ""
 
     @property
     def file(self) -> str:
@@ -137,15 +141,14 @@ def read(directory: Path, rank: int) -> Record | None:
     if len(data) < _LAYOUT.size or data != again:
         return None
     fields = _LAYOUT.unpack_from(data)
-    generation, pid, state, code, sequence, passes, since, _, op, where, shaped, shapes, over = (
-        fields
-    )
+    generation, pid, state, code, sequence, passes, since, _, op, where, shaped = fields[:11]
+    shaped_op, shapes, over = fields[11:]
     if generation % 2 or generation == 0:
         return None  # torn: read again at the next poll
     return Record(
         rank,
         *(pid, state, sequence, passes, since, _text(op), _text(where), code, over),
-        *(shaped, _text(shapes)),
+        *(shaped, _text(shapes), _text(shaped_op)),
     )
 
 
@@ -177,6 +180,7 @@ class _Recorder:
         self.operation = b""
         self.where = b""
         self.shaped = 0
+        self.shaped_operation = b""
         self.shapes = b""
         self.state = RUNNING
         self.exit_code = 0
@@ -210,6 +214,7 @@ class _Recorder:
             self.operation,
             self.where,
             self.shaped,
+            self.shaped_operation,
             self.shapes,
             self.over,
         )
@@ -226,6 +231,7 @@ class _Recorder:
         self.where = self._caller()
         if shapes is not None:
             self.shaped = self.sequence
+            self.shaped_operation = operation
             self.shapes = shapes
         self._write(IN_COLLECTIVE)
 

@@ -23,7 +23,7 @@ import pytest
 from accelify.errors import UserError
 from accelify.runtime import collective_record, failure_record
 from accelify.runtime.collective_record import IN_COLLECTIVE, LEAVING, RUNNING, Record
-from accelify.runtime.launch import launcher, outcome
+from accelify.runtime.launch import launcher, outcome, shapes
 from accelify.runtime.launch.rank_guards import RankGuard, rank_guard
 from accelify.runtime.launch.watch import Watcher, parse_stack
 from conftest import FIXTURES, launch, launch_timed, run_accelify, run_in_own_group
@@ -94,6 +94,7 @@ def test_a_collective_that_needs_the_same_shapes_records_the_ones_this_rank_pass
 
     inside = all_gather([torch.ones(3, 2)], torch.ones(3, 2, dtype=torch.float16))
     assert (inside.shaped, inside.shapes) == (1, "(3, 2) float16")
+    assert inside.shaped_operation == "all_gather"
     gather(torch.ones(5))
     after = collective_record.read(tmp_path, 0)
     assert (after.sequence, after.shaped, after.shapes) == (2, 1, "(3, 2) float16")
@@ -101,12 +102,13 @@ def test_a_collective_that_needs_the_same_shapes_records_the_ones_this_rank_pass
     assert collective_record.read(tmp_path, 0).shapes == "[(4,) float32; () int64; -]"
 
 
-def shaped(rank: int, state: int, shapes: str, **fields) -> Record:
+def shaped(rank: int, state: int, shapes: str, operation: str = "reduce", **fields) -> Record:
     fields.setdefault("sequence", 7)
     return replace(
-        record(rank, state, "reduce", "train.py:12", **fields),
+        record(rank, state, operation, "train.py:12", **fields),
         shaped=fields["sequence"],
         shapes=shapes,
+        shaped_operation=operation,
     )
 
 
@@ -135,6 +137,23 @@ def test_a_rank_waiting_in_a_reduce_its_peer_passed_other_shapes_is_told_both_sh
     assert "rank 1: (3,) float32, and went on with a wrong result: it is at collective #8" in (
         verdict.text
     )
+
+
+def test_a_peer_whose_collective_of_that_number_is_another_operation_is_no_shape_mismatch():
+    """Rank 0 reduces under `if accelerator.is_main_process:` while rank 1's next epoch's
+    loader broadcasts its seed: both are collective #13, one the reduce of a float, the other a
+    broadcast of an int64. The ranks are in different collectives, not one of different shapes:
+    no shapes report (the mismatch of collectives names the guard)."""
+    ranks = {
+        0: shaped(0, IN_COLLECTIVE, "() float32", sequence=13),
+        1: replace(
+            shaped(1, IN_COLLECTIVE, "() int64", operation="broadcast", sequence=13),
+            where="train.py:39",
+        ),
+    }
+    verdict = watcher().inspect(ranks, time.time(), Path("/nonexistent"))
+    assert verdict is None or verdict.kind != "shapes"
+    assert shapes.other_shapes(ranks, ranks[0]) == {}
 
 
 def test_shapes_that_differ_are_no_report_while_the_same_or_a_moment_old():

@@ -23,7 +23,9 @@ PREFIX = "accelify launch:"
 def other_shapes(ranks: dict[int, Record], stuck: Record) -> dict[int, Record]:
     """The peers that passed ``stuck``'s collective (the one it is in, or aborted in) other
     shapes or dtypes than it did: none when that collective keeps no shapes, or when a peer's
-    record no longer holds the shapes of that collective (it went on to another)."""
+    record no longer holds the shapes of that collective (it went on to another). A peer whose
+    collective of that number was another operation is elsewhere in the script (the watcher's
+    mismatch of collectives says where), whatever it passed."""
     if stuck.shaped != stuck.sequence or not stuck.shapes or not stuck.sequence:
         return {}
     return {
@@ -31,6 +33,7 @@ def other_shapes(ranks: dict[int, Record], stuck: Record) -> dict[int, Record]:
         for rank, record in ranks.items()
         if rank != stuck.rank
         and record.shaped == stuck.sequence
+        and record.shaped_operation == stuck.shaped_operation
         and record.shapes
         and record.shapes != stuck.shapes
     }
