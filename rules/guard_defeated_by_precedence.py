@@ -5,7 +5,7 @@ import libcst as cst
 from accelify.analysis import side_effects
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import walk
+from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 
@@ -78,6 +78,10 @@ class GuardDefeatedByPrecedence(Rule):
         HEADER
         + "import torch\nif step & 1 == 0 and accelerator.is_main_process:\n"
         + "    torch.save(state, 'ckpt.pt')\n",
+        # the rank's number masked: every other rank saves, as meant
+        HEADER
+        + "import torch\nif accelerator.process_index & 1 == 0:\n"
+        + "    torch.save(state, 'ckpt.pt')\n",
         HEADER
         + "import torch\n"
         + "if accelerator.is_main_process and args.save or accelerator.is_local_main_process:\n"
@@ -111,7 +115,9 @@ class GuardDefeatedByPrecedence(Rule):
                     isinstance(side, cst.BinaryOperation) and isinstance(side.operator, cst.BitAnd)
                 ):
                     continue
-                guards = [o for o in (side.left, side.right) if ranks.is_rank_test(o)]
+                guards = [
+                    o for o in (side.left, side.right) if _boolean(o) and ranks.is_rank_test(o)
+                ]
                 if len(guards) != 1:
                     continue
                 guard, operand = guards[0], side.right if guards[0] is side.left else side.left
@@ -175,6 +181,16 @@ class GuardDefeatedByPrecedence(Rule):
                             "the guard is false, and it must run once"
                         ),
                     )
+
+
+def _boolean(guard: cst.BaseExpression) -> bool:
+    """A rank test that is true or false (``is_main_process``, ``rank == 0``), not the rank's
+    number itself: ``process_index & 1 == 0`` is a bit mask, meant as written."""
+    if isinstance(guard, (cst.Comparison, cst.UnaryOperation)):
+        return True
+    name = dotted(guard) if isinstance(guard, (cst.Name, cst.Attribute)) else None
+    last = name.rsplit(".", 1)[-1] if name else ""
+    return last.startswith("is_") or "main" in last
 
 
 def _if_testing(script: ScriptModel, node: cst.CSTNode) -> cst.If | None:

@@ -67,6 +67,12 @@ class SaveOutsideMainProcess(Rule):
     )
     why = "N processes writing one path race; the file can be truncated or mixed."
     bad = (
+        # /dev/shm is a folder every process of the machine shares, not a process's own file
+        Example(
+            HEADER + "with open('/dev/shm/status.txt', 'w') as f:\n    f.write('done')\n",
+            4,
+            5,
+        ),
         # this rank's own loss, dumped by every rank: different bytes into one file
         Example(
             HEADER

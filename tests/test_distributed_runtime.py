@@ -155,7 +155,15 @@ def test_after_restarts_the_last_attempts_cause_is_named():
     cause = "RuntimeError: boom on rank 0 at step 3 (attempt 1)"
     assert "rank 0 failed first at " in result.stderr
     assert cause in result.stderr
-    assert "(attempt 0)" not in result.stderr.split("accelify launch:", 1)[1]
+    # the restart is announced when it happens, with the first attempt's cause
+    restart = (
+        "accelify launch: attempt 1 of the run ended (rank 1 failed first: RuntimeError: boom on "
+        "rank 1 at step 3 (attempt 0) at "
+    )
+    assert restart in result.stderr
+    assert "restarting every rank from the start of the script (restart 1 of 1)" in result.stderr
+    final = result.stderr.split("(restart 1 of 1)", 1)[1]
+    assert "(attempt 0)" not in final.split("accelify launch:", 1)[1]
 
 
 @pytest.mark.parametrize(

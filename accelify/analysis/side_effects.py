@@ -191,12 +191,15 @@ def _own_method(model: ScriptModel, call: cst.Call, method: str) -> bool:
     )
 
 
-_PROCESS_OWN_FILES = ("/proc/self/", "/proc/thread-self/", "/dev/")
+#: Files the kernel keeps per process, and devices no write of one rank reaches another's
+#: through; not ``/dev/shm``, a folder every process of the machine shares.
+_PROCESS_OWN_FOLDERS = ("/proc/self/", "/proc/thread-self/", "/dev/fd/")
+_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 
 
 def _names_a_process_own_file(path: cst.BaseExpression) -> bool:
     value = path.evaluated_value if isinstance(path, cst.SimpleString) else None
-    return isinstance(value, str) and value.startswith(_PROCESS_OWN_FILES)
+    return isinstance(value, str) and (value.startswith(_PROCESS_OWN_FOLDERS) or value in _DEVICES)
 
 
 def per_rank_path(model: ScriptModel, call: cst.Call) -> bool:
@@ -204,7 +207,7 @@ def per_rank_path(model: ScriptModel, call: cst.Call) -> bool:
     Also through a local name (``process_idx = accelerator.process_index`` then
     ``plt.savefig(f"image_{process_idx}.png")``): named from the rank, each rank's file is its
     own. So is a file the kernel keeps per process (``open("/proc/self/clear_refs", "w")``) or a
-    device (``/dev/null``): no rank's write reaches another's."""
+    device (``/dev/null``): no rank's write reaches another's (``/dev/shm`` is shared)."""
     if call.args and _names_a_process_own_file(call.args[0].value):
         return True
     for argument in call.args:

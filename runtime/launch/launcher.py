@@ -342,7 +342,11 @@ def launch(plan: LaunchPlan) -> int:
     ):
         arguments = torchrun.parse_args(torchrun_arguments(plan, processes, port))
         os.environ[FAILURE_DIR] = records
-        watcher = Watcher(Path(records), hang_timeout=plan.config.hang_timeout)
+        watcher = Watcher(
+            Path(records),
+            hang_timeout=plan.config.hang_timeout,
+            max_restarts=plan.config.max_restarts,
+        )
         watcher.start()
         try:
             torchrun.run(arguments)

@@ -44,7 +44,13 @@ from accelify.runtime.collective_record import (
     STACK_SIGNAL,
     Record,
 )
-from accelify.runtime.failure_record import Failure, exit_handler_errors, exit_place
+from accelify.runtime.failure_record import (
+    Failure,
+    exit_handler_errors,
+    exit_place,
+    is_peer_gone,
+    recorded_failures,
+)
 from accelify.runtime.launch.rank_guards import RankGuard, rank_guard
 from accelify.runtime.launch.shapes import other_shapes, shapes_words
 
@@ -83,8 +89,11 @@ class Watcher:
         out: TextIO | None = None,
         grace: float = GRACE,
         poll: float = POLL,
+        max_restarts: int = 0,
     ) -> None:
         self.root = root
+        self.max_restarts = max_restarts
+        self._announced = 0  # the last restart attempt the user was told of
         self.hang_timeout = hang_timeout
         self.out = out or sys.stderr
         self.grace = grace
@@ -106,6 +115,8 @@ class Watcher:
     def _run(self) -> None:
         while not self._stop.wait(self.poll):
             attempt = self.last_attempt()
+            if attempt is not None and attempt > self._announced:
+                self._announce_restart(attempt)
             if attempt is None or attempt in self.verdicts:
                 continue
             directory = records.attempt_directory(self.root, attempt)
@@ -117,6 +128,28 @@ class Watcher:
             print(verdict.text, file=self.out, flush=True)
             records.release(directory)  # a rank waiting for its peers at exit stops waiting
             self._end(verdict, directory)
+
+    def _announce_restart(self, attempt: int) -> None:
+        """torchrun's agent restarts every rank without a word (``--max-restarts``): what follows
+        on the terminal is a new run of the script, and the user must know it, and why."""
+        self._announced = attempt
+        previous = attempt - 1
+        failures = recorded_failures(self.root, previous, set(read_all(
+            records.attempt_directory(self.root, previous))))  # fmt: skip
+        causes = [f for f in failures.values() if not is_peer_gone(f.summary)]
+        first = min(causes or failures.values(), key=lambda f: f.time_ns, default=None)
+        if first is None:
+            why = "a rank failed"
+        else:
+            path, _, line = first.where.rpartition(":")
+            where = f" at {_shown_path(path)}:{line}" if path and line.isdigit() else ""
+            why = f"rank {first.rank} failed first: {first.summary}{where}"
+        print(
+            f"{PREFIX} attempt {previous + 1} of the run ended ({why}); restarting every rank "
+            f"from the start of the script (restart {attempt} of {self.max_restarts})",
+            file=self.out,
+            flush=True,
+        )
 
     def last_attempt(self) -> int | None:
         """The latest restart attempt whose ranks wrote records (None: none did)."""
