@@ -199,10 +199,14 @@ def _samples_counted(ctx: Context) -> None:
     line per line that shows them. Said, not rewritten: the sum of the counts across ranks
     also counts the samples the prepared loader repeats to even out the last batch."""
     by_line: dict[int, list[SampleCount]] = {}
+    mixed: list[SampleCount] = []
     for found in ctx.facts.sample_counts:
         if not ctx.unprepared_loaders(found.loop):  # else every rank counts the whole set
             # at the statement that shows it: one line for a print written over several
             by_line.setdefault(ctx.line(ctx.statement_of(found.read)), []).append(found)
+        else:
+            mixed.append(found)
+    _counted_on_the_prepared_calls(ctx, mixed)
     for line, found in by_line.items():
         shown = list(dict.fromkeys(_shown_count(entry) for entry in found))
         summed = list(dict.fromkeys(v for e in found for v in (e.total, e.shown) if v is not None))
@@ -222,6 +226,112 @@ def _samples_counted(ctx: Context) -> None:
             f"and show that: {_across_ranks(ctx, first.read, values)} (which also "
             "counts the samples the prepared loader repeats to even out the last batch)",
         )
+
+
+def _counted_on_the_prepared_calls(ctx: Context, found: list[SampleCount]) -> None:
+    """A helper whose loop both trains and evaluates (``run_epoch(model, loader,
+    optimizer=None)``, called with the training loader and the validation one) and shows or
+    returns its count or mean: the validation loader is left whole (every rank reads all of
+    it, the value is right there), the training one is prepared, so on that call the value is
+    this rank's shard's. A returned value gets a review line on each call handed a prepared
+    loader, with the reduce for that call's value only (the same reduce on the validation call
+    would be wrong: every rank's value there is already the whole set's); one shown in the
+    helper, a line there that says to reduce it only when the loop trains."""
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
+    by_call: dict[int, tuple[cst.Call, str, list[str], list[tuple[SampleCount, str]]]] = {}
+    for entry in found:
+        unprepared = sorted({o for o in ctx.unprepared_loaders(entry.loop) if o is not None})
+        calls = []
+        for argument in ctx.facts.flow.call_site_arguments(entry.loop.iterable, entry.loop.node):
+            call = ctx.model.parent(argument)
+            loader = dotted(argument.value)
+            if isinstance(call, cst.Call) and loader in prepared and loader not in unprepared:
+                calls.append((call, loader))
+        if not calls:
+            continue
+        index = _returned_at(ctx, entry.read)
+        if index is None:
+            _review_shown_in_the_helper(ctx, entry, calls, unprepared)
+            continue
+        for call, loader in calls:
+            held = _held_as(ctx, call, index)
+            by_call.setdefault(id(call), (call, loader, unprepared, []))[3].append((entry, held))
+    for call, loader, whole, values in by_call.values():
+        _review_prepared_call(ctx, call, loader, whole, values)
+
+
+def _returned_at(ctx: Context, read: cst.CSTNode) -> int | None:
+    """``read`` is what its function returns (-1), or element ``i`` of the tuple it returns
+    (``return total_loss / seen, correct / seen``); None when it is shown there instead."""
+    parent = ctx.model.parent(read)
+    if isinstance(parent, cst.Return):
+        return -1
+    if isinstance(parent, cst.Element):
+        values = ctx.model.parent(parent)
+        if isinstance(values, cst.Tuple) and isinstance(ctx.model.parent(values), cst.Return):
+            return next(i for i, e in enumerate(values.elements) if e is parent)
+    return None
+
+
+def _held_as(ctx: Context, call: cst.Call, index: int) -> str:
+    """The caller's name for the returned value (``train_loss`` of ``train_loss = run_epoch(...)``,
+    ``tr_acc`` of ``tr_loss, tr_acc = ...`` for element 1), else ``value``."""
+    kept = ctx.model.parent(call)
+    if not isinstance(kept, cst.Assign) or len(kept.targets) != 1 or kept.value is not call:
+        return "value"
+    target = kept.targets[0].target
+    if index >= 0 and isinstance(target, (cst.Tuple, cst.List)):
+        elements = target.elements
+        target = elements[index].value if index < len(elements) else target
+    return dotted(target) or "value"
+
+
+def _review_shown_in_the_helper(
+    ctx: Context, entry: SampleCount, calls: list[tuple[cst.Call, str]], whole: list[str]
+) -> None:
+    """The helper shows the count or mean itself: right for the whole loaders, this rank's
+    shard's on the calls handed a prepared one; a reduce there must run on those calls only."""
+    shown = _shown_count(entry)
+    value = entry.shown if entry.total is None else f"{entry.total} / {entry.shown}"
+    how = "sum" if entry.total is None else "mean"
+    lines = ", ".join(f"line {ctx.line(call)}" for call, _ in calls)
+    loaders = _listed(list(dict.fromkeys(loader for _, loader in calls)))
+    ctx.plan.review(
+        ctx.line(ctx.statement_of(entry.read)),
+        f"{shown} is over this rank's samples only when the loop reads {loaders} ({lines}): on "
+        f"N ranks the main process shows its own shard's value there, not the whole set's "
+        f"({_listed(whole)} {'is' if len(whole) == 1 else 'are'} read whole by every rank: "
+        "right as it is); for the whole set's, reduce it on every rank only when the loop "
+        f"trains: {_across_ranks(ctx, entry.read, value, how)}",
+    )
+
+
+def _review_prepared_call(
+    ctx: Context,
+    call: cst.Call,
+    loader: str,
+    whole: list[str],
+    values: list[tuple[SampleCount, str]],
+) -> None:
+    function = ctx.code(call.func)
+    kinds = {"a mean" if entry.total is not None else "a count" for entry, _ in values}
+    what = _listed(sorted(kinds)) if len(values) == 1 else "means and counts"
+    if kinds == {"a mean"} and len(values) > 1:
+        what = "means"
+    held = _listed([name for _, name in values])
+    reduces = "; ".join(
+        f"{name} = {_across_ranks(ctx, call, name, 'mean' if e.total is not None else 'sum')}"
+        ".item()"
+        for e, name in values
+    )
+    ctx.plan.review(
+        ctx.line(call),
+        f"{function}() returns {what} over this rank's samples of {loader} only (counted at "
+        f"line {ctx.line(values[0][0].bump)}): on N ranks the main process shows its own "
+        f"shard's {held}, not the whole set's; for the whole set's, reduce on every rank after "
+        f"this call only: {reduces} ({function}() on {_listed(whole)} reads it whole on every "
+        "rank: no reduce there)",
+    )
 
 
 def _listed(items: list[str]) -> str:

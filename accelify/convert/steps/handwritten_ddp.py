@@ -9,6 +9,7 @@ import libcst as cst
 from accelify.analysis import names
 from accelify.analysis.dataflow import is_binding
 from accelify.analysis.device_moves import strip_moves
+from accelify.analysis.outside_forward import in_training_step
 from accelify.analysis.script_model import Binding, Kind
 from accelify.analysis.sharded_loaders import sharded_by_its_sampler
 from accelify.analysis.syntax import assigned_targets, dotted, strip_self_methods, walk
@@ -428,16 +429,72 @@ def replaces_the_inner_model(ctx: Context) -> bool:
 
 
 def _module_access(ctx: Context) -> None:
-    """``model.module`` (the DataParallel/DDP inner model) -> ``unwrap_model(model)``."""
+    """``model.module`` (the DataParallel/DDP inner model) -> ``unwrap_model(model)``; a
+    ``model = model.module`` that strips the wrapper to train the inner model goes instead
+    (`_stripped_for_training`)."""
     for attribute in ctx.facts.placement.attributes():
         name = dotted(attribute.value)
-        if attribute.attr.value == "module" and _holds_a_model(ctx, name, attribute):
+        if attribute.attr.value != "module" or not _holds_a_model(ctx, name, attribute):
+            continue
+        if not _stripped_for_training(ctx, attribute):
             ctx.plan.add(
                 rewrites.unwrap_module(attribute, ctx.acc),
                 line=ctx.line(attribute),
                 text=f"{name}.module -> {ctx.a('unwrap_model')}({name})",
             )
             ctx.need(attribute)
+
+
+def _stripped_for_training(ctx: Context, attribute: cst.Attribute) -> bool:
+    """``model = model.module`` (or ``net = model.module``) whose target a training step then
+    calls: the script strips its DataParallel to train the inner model. Kept as
+    ``unwrap_model``, the training would run past the DDP wrapper that prepare makes (no
+    gradient is reduced; the ranks drift apart). When the conversion removes the script's
+    wrapper, the line goes (``net = model`` for another name); otherwise it stays as written,
+    with a review line. False when the line does not strip the wrapper for training."""
+    assign = ctx.model.parent(attribute)
+    if not isinstance(assign, cst.Assign) or assign.value is not attribute:
+        return False
+    targets = [dotted(t.target) for t in assign.targets]
+    if len(targets) != 1 or targets[0] is None or not _trained_after(ctx, targets[0], assign):
+        return False
+    target, name = targets[0], dotted(attribute.value)
+    statement = ctx.model.parent(assign)
+    if not _wrapper_removed(ctx):
+        ctx.plan.review(
+            ctx.line(attribute),
+            f"{target} = {name}.module trains the model inside the wrapper, past the DDP "
+            f"wrapper that prepare makes: its gradients are not reduced and the ranks drift "
+            f"apart; left as is: train through {name} itself",
+        )
+        return True
+    text = f"removed {target} = {name}.module: training runs through the prepared (DDP) model"
+    if target == name and isinstance(statement, cst.SimpleStatementLine):
+        ctx.plan.remove(statement, ctx.line(attribute), text)
+    else:
+        ctx.plan.replace(attribute, Swap(name or ""), ctx.line(attribute), text)
+    return True
+
+
+def _trained_after(ctx: Context, target: str, assign: cst.Assign) -> bool:
+    """A call of ``target`` after ``assign``, in its function, that runs in a training step."""
+    function = ctx.facts.placement.enclosing_function(assign)
+    here = ctx.model.order(assign)
+    return any(
+        dotted(call.func) == target
+        and ctx.facts.placement.enclosing_function(call) is function
+        and ctx.model.order(call) > here
+        and in_training_step(ctx.model, ctx.facts.placement, call)
+        for call in ctx.model.calls
+    )
+
+
+def _wrapper_removed(ctx: Context) -> bool:
+    """The conversion removes a DataParallel/DDP wrapping the script makes (`_remove_wrappers`)."""
+    return any(
+        (call := _wrapper_call(binding.value)) is not None and bool(call.args)
+        for binding in ctx.model.of_kind(Kind.WRAPPER)
+    )
 
 
 def _holds_a_model(ctx: Context, name: str | None, at: cst.CSTNode) -> bool:

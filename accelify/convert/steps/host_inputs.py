@@ -13,7 +13,8 @@ helper's parameter every caller passes such a tensor for (``evaluate(model, X_te
 A loop's item, anything a function returned, a parameter some caller passes a batch for may
 already be on the device, whose output the caller compares with labels that are there too:
 those calls stay as written. Calls inside a loop over a prepared loader stay too (their output
-meets the batches on the device; `loop_tensors` moves what is made there instead).
+meets the batches on the device; `loop_tensors` moves the factories made there, and
+`loop_host_inputs` what the loop builds from them on the host).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def run(ctx: Context) -> None:
             or _handed_model_called(ctx, call, handed)
             or _handed_model_parameter(ctx, call, handed)
         )
-        if name is None or _in_a_prepared_loop(ctx, call):
+        if name is None or in_a_prepared_loop(ctx, call):
             continue
         values = [argument.value for argument in call.args]
         inputs = [i for i, value in enumerate(values) if not _stays(value)]
@@ -78,7 +79,7 @@ def _loader_loops_around(ctx: Context, node: cst.CSTNode) -> list[Loop]:
     return sorted(loops, key=lambda loop: -ctx.model.order(loop.node))
 
 
-def _in_a_prepared_loop(ctx: Context, call: cst.Call, depth: int = 3) -> bool:
+def in_a_prepared_loop(ctx: Context, call: cst.Call, depth: int = 3) -> bool:
     """The innermost loop over a DataLoader around ``call`` reads a prepared one: its batches
     are on the device (an evaluation over a loader left whole, nested in the training loop, is
     not). So is a call in a helper every call of which is in such a loop (a GAN trainer's
@@ -91,7 +92,7 @@ def _in_a_prepared_loop(ctx: Context, call: cst.Call, depth: int = 3) -> bool:
     if function is None or depth == 0:
         return False
     callers = [c for c, _ in ctx.facts.calls.calls_of(function)]
-    return bool(callers) and all(_in_a_prepared_loop(ctx, c, depth - 1) for c in callers)
+    return bool(callers) and all(in_a_prepared_loop(ctx, c, depth - 1) for c in callers)
 
 
 def _batch_of_a_whole_loader(ctx: Context, name: str, at: cst.CSTNode) -> bool:
@@ -261,7 +262,7 @@ def _handed_model_parameter(
     moved = [argument for argument in passed if _handed_before(ctx, argument, handed)]
     if len(moved) == len(passed):
         return name
-    if moved and not _in_a_prepared_loop(ctx, call):
+    if moved and not in_a_prepared_loop(ctx, call):
         ctx.plan.review(
             ctx.line(call),
             f"{ctx.code(call)}: the call at line {ctx.line(moved[0])} hands over "
