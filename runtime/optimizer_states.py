@@ -53,7 +53,7 @@ def gathered(value: DTensor, keep: bool) -> torch.Tensor | None:
     own full state dict moves it (the mesh's collectives do not take CPU tensors there)."""
     if value.device.type != value.device_mesh.device_type:
         value = value.to(value.device_mesh.device_type)
-    full = value.full_tensor()
+    full = value.detach().full_tensor()  # a parameter (keep_vars): no autograd record
     return full.cpu() if keep else None
 
 

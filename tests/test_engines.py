@@ -811,3 +811,15 @@ def test_a_state_loaded_after_some_steps_replaces_the_optimizers_own(
     else:
         assert "load_error" not in partial
         assert partial["next"] == pytest.approx(reloaded_under_ddp["partial"]["next"], abs=1e-6)
+
+
+@pytest.mark.parametrize("flags", [DDP, ("--backend", "fsdp")], ids=["ddp", "fsdp"])
+def test_tied_weights_are_one_storage_under_both_keys_of_the_whole_state(flags):
+    """FSDP's own ``state_dict()`` detaches each key anew, so tied weights were two objects,
+    gathered twice and kept as two copies; read with ``keep_vars`` they are one, as DDP's
+    state dict shares the storage."""
+    run = launch(FIXTURES / "runtime" / "tied_weights_state.py", flags=flags)
+    assert_ok(run)
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["keys"] == ["embed.weight", "head.weight", "hidden.bias", "hidden.weight"]
+    assert report["one_storage"] and report["equal"] and not report["requires_grad"]

@@ -208,7 +208,7 @@ class FSDPBackend(Backend):
             return super().model_state_dict(model, keep)
         copies: dict[int, Any] = {}
         state: dict[str, Any] = {}
-        for key, value in model.state_dict().items():
+        for key, value in model.state_dict(keep_vars=True).items():  # tied: one object
             if id(value) not in copies:
                 if isinstance(value, DTensor):
                     copies[id(value)] = gathered(value, keep)
