@@ -89,14 +89,24 @@ def _stepped_outside(found: ManualAccumulation, loop: Loop, facts: Facts) -> str
     optimizer.step()``) for the batches the last ``% accum`` test left over. ``accumulate()``
     already steps at the loader's last batch, so that step would run again on gradients just
     applied and zeroed, and whatever it updates beside the optimizer (an EMA copy, a step
-    counter) would update twice. Kept as written, the pair is correct."""
+    counter) would update twice. Kept as written, the pair is correct. Only a step of what the
+    loop itself steps, after it, in no loop but those around it: a second training loop's own
+    optimizer, or a fine-tuning loop stepping the same one, is no remainder step."""
     model = facts.model
+    stepped = {
+        dotted(node.func.value)  # type: ignore[union-attr]
+        for node in walk(loop.node)
+        if isinstance(node, cst.Call) and _method(node) == "step"
+    }
     for node in walk(loop.scope):
         if (
             isinstance(node, cst.Call)
             and _method(node) == "step"
             and not within_node(model, node, loop.node)
             and model.scope_of(node) is loop.scope
+            and dotted(node.func.value) in stepped  # type: ignore[union-attr]
+            and model.order(node) > model.order(loop.node)
+            and _in_the_loops_around(model, node, loop.node)
             and facts.flow.kind_of(dotted(node.func.value), node) in (Kind.OPTIMIZER, Kind.SCALER)  # type: ignore[union-attr]
         ):
             return (
@@ -105,6 +115,12 @@ def _stepped_outside(found: ManualAccumulation, loop: Loop, facts: Facts) -> str
                 "the loader's last batch, so that step would run a second time"
             )
     return None
+
+
+def _in_the_loops_around(model: ScriptModel, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
+    """Every loop around ``node`` is also around ``loop`` (an epoch loop around both)."""
+    around = model.index.enclosing_loop(node)
+    return around is None or within_node(model, loop, around)
 
 
 def _draws_from_a_loader(loop: Loop, facts: Facts) -> bool:
