@@ -64,7 +64,9 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
         model = analyze(module, imported_returns=returns)
     plan = plan_conversion(model, options or Options(), project.imported_writers(path, model))
     if plan.empty:
-        return Conversion(label, data, data, reviews=plan.reviews, skipped="nothing to convert")
+        # a plan of review lines only: the script was left as it is for the reason they give
+        why = "left as it is (the review line says why)" if plan.reviews else "nothing to convert"
+        return Conversion(label, data, data, reviews=plan.reviews, skipped=why)
     converted = module.visit(ApplyPlan(plan))
     for code in plan.imports:
         converted = _add_import(converted, code, Path(label))

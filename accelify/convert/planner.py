@@ -139,22 +139,25 @@ def plan_conversion(
     prepare.prepare_loaders_made_where_trained(ctx, prepare_scope)
     outside = unwrap.forwards_outside_the_wrapper(ctx)
     if outside:  # the script is left as it is: a plan of these review lines only
-        left = Context(model, options).plan
-        for line, text in outside:
-            left.review(line, text)
-        return left
+        return _left_as_is(model, options, outside)
     for step in STEPS:
         step(ctx)
     if options.mixed_precision:
         ctx.constructor.setdefault("mixed_precision", repr(options.mixed_precision))
     accelerator.run(ctx, prepare_scope)
     if ctx.left_as_is is not None:  # a plan of this review line only: the script unchanged
-        left = Context(model, options).plan
-        left.review(*ctx.left_as_is)
-        return left
+        return _left_as_is(model, options, [ctx.left_as_is])
     ctx.plan.imports = import_lines(options.target, ["Accelerator", *ctx.uses])
     ctx.plan.imports += [i for i in ctx.extra_imports if i not in ctx.plan.imports]
     return ctx.plan
+
+
+def _left_as_is(model: ScriptModel, options: Options, reviews: list[tuple[int, str]]) -> Plan:
+    """A plan of these review lines only: the script unchanged, and why."""
+    left = Context(model, options).plan
+    for line, text in reviews:
+        left.review(line, text)
+    return left
 
 
 _RENORM = (
