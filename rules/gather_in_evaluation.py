@@ -12,6 +12,7 @@ from accelify.analysis.evaluation import (
     totals_combined_after,
 )
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loops import entry_read
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import (
     assigned_targets,
@@ -70,6 +71,22 @@ _ALL_REDUCED = (
     "    counts = torch.tensor([correct, total], device=accelerator.device)\n"
     "    dist.all_reduce(counts)\n"
     "    return counts[0].item() / counts[1].item()\n"
+)
+
+
+_HANDED_LOADER = (  # a trainer handed what main prepared (a fresh user's two-module project)
+    "import torch\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
+    "    def __init__(self, accelerator, model, val_loader):\n"
+    "        self.accelerator, self.model = accelerator, model\n"
+    "        self.val_loader = val_loader\n\n"
+    "    @torch.no_grad()\n    def evaluate(self):\n        n = 0\n"
+    "        for x, y in self.val_loader:\n"
+    "            pred = self.accelerator.{gather}(self.model(x).argmax(dim=1))\n"
+    "            n += pred.numel()\n        return n\n\n\n"
+    "def main():\n    accelerator = Accelerator()\n    model = torch.nn.Linear(4, 2)\n"
+    "    val_loader = torch.utils.data.DataLoader(data, batch_size=16)\n"
+    "    {prepared} = accelerator.prepare({prepared})\n"
+    "    print(Trainer(accelerator, model, val_loader).evaluate())\n"
 )
 
 
@@ -191,6 +208,13 @@ class GatherInEvaluation(Rule):
             11,
             12,
         ),
+        # the validation loader handed to a trainer that keeps it (``self.val_loader``)
+        Example(
+            _HANDED_LOADER.format(prepared="model, val_loader", gather="gather"),
+            14,
+            20,
+            _HANDED_LOADER.format(prepared="model, val_loader", gather="gather_for_metrics"),
+        ),
     )
     good = (
         # a Ray Train worker's evaluation over its own dataset shard: no prepared DataLoader,
@@ -288,6 +312,9 @@ class GatherInEvaluation(Rule):
         + "        loss = model(x, y)\n"
         + "        losses.append(accelerator.gather(loss.repeat(len(x))))\n"
         + "perplexity = torch.cat(losses)[: len(loader.dataset)].mean()\n",
+        # a trainer handed a validation loader main never prepared: every rank reads the whole
+        # set, unpadded (ACC401 reports the loader; gather_for_metrics would not mend it)
+        _HANDED_LOADER.format(prepared="model", gather="gather"),
         # a training loop gathers its losses for logging: no evaluation, no padding to drop
         HEADER
         + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
@@ -311,6 +338,7 @@ class GatherInEvaluation(Rule):
                 and not gathers_batch_loss(call)
                 and not _result_dropped(script, call)
                 and not _iterates_unprepared_local(script, evaluating[id(loop)])
+                and not _over_an_unprepared_loader(script, evaluating[id(loop)])
             ):
                 from accelify.edits import rewrites  # a fix's edits: imported for a fix only
                 from accelify.edits.plan import Plan
@@ -511,6 +539,22 @@ def _even_batches_turned_off(script: ScriptModel) -> bool:
 
 def _literally_true(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.Name) and value.value == "True"
+
+
+def _over_an_unprepared_loader(script: ScriptModel, loop: Loop) -> bool:
+    """The loop reads a DataLoader that no prepare call returns, under its own name or as the
+    attribute a trainer keeps it in (``self.val_loader = val_loader`` of ``Trainer(accelerator,
+    model, optimizer, train_loader, val_loader)`` after ``prepare(model, optimizer,
+    train_loader)``), nor a caller hands in: every rank reads the whole set, unpadded, and
+    ``gather_for_metrics`` returns every rank's copy too. ACC401 reports the loader; prepared,
+    its padding is this rule's again."""
+    name = loop.iterable
+    if name is None or name not in script.names_of(Kind.DATALOADER):
+        return False
+    prepared = script.prepared_names
+    if name in prepared or entry_read(script.module, loop.node.iter) in prepared:
+        return False
+    return not facts_of(script).flow.call_site_arguments(name, loop.node)
 
 
 def _iterates_unprepared_local(script: ScriptModel, loop: Loop) -> bool:

@@ -73,6 +73,17 @@ _DRIVEN_TRAINER = (
 #: The same, its checkpoint loaded the right way (the save side is left to each example).
 _LOADED = _DRIVEN_TRAINER.format(model="trainer.accelerator.unwrap_model(trainer.model)")
 _SAVES_GLOBAL = "def save():\n    torch.save(model.state_dict(), 'm.pt')\n"
+#: A trainer handed what ``main`` prepared: ``self.model`` is the wrapper, as ``model`` is.
+_HANDED_TRAINER = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n    def __init__(self, accelerator, model):\n"
+    "        self.accelerator = accelerator\n        self.model = model\n\n"
+    "    def save(self):\n        self.accelerator.save({state}, 't.pt')\n\n\n"
+    "def main():\n    accelerator = Accelerator()\n    model = torch.nn.Linear(4, 2)\n"
+    "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    model, opt = accelerator.prepare(model, opt)\n"
+    "{between}    Trainer(accelerator, model).save()\n"
+)
 
 
 class WrappedStateDict(Rule):
@@ -265,8 +276,42 @@ class WrappedStateDict(Rule):
             _LOADED + "    sd = trainer.accelerator.unwrap_model(trainer.model).state_dict()\n"
             "    torch.save({'model': sd, 'step': 1}, 'm.pt')\n",
         ),
+        # a trainer handed the prepared model (a fresh user's Trainer(accelerator, model, ...)
+        # saving self.model's state dict): the attribute is the wrapper the local is
+        Example(
+            _HANDED_TRAINER.format(state="self.model.state_dict()", between=""),
+            11,
+            31,
+            _HANDED_TRAINER.format(
+                state="self.accelerator.unwrap_model(self.model).state_dict()", between=""
+            ),
+        ),
+        # the same trainer resuming: the plain checkpoint's keys into the wrapper
+        Example(
+            _HANDED_TRAINER.replace(
+                "self.accelerator.save({state}, 't.pt')",
+                "self.model.load_state_dict(torch.load('t.pt'))",
+            ).format(between=""),
+            11,
+            9,
+            _HANDED_TRAINER.replace(
+                "self.accelerator.save({state}, 't.pt')",
+                "self.accelerator.unwrap_model(self.model).load_state_dict(torch.load('t.pt'))",
+            ).format(between=""),
+        ),
     )
     good = (
+        # the same trainer handed the model unwrapped again, or saving it unwrapped
+        _HANDED_TRAINER.format(
+            state="self.model.state_dict()",
+            between="    model = accelerator.unwrap_model(model)\n",
+        ),
+        _HANDED_TRAINER.format(state="self.accelerator.get_state_dict(self.model)", between=""),
+        # one construction handed the plain model: which one a save meets is not certain
+        _HANDED_TRAINER.format(
+            state="self.model.state_dict()",
+            between="    Trainer(accelerator, torch.nn.Linear(4, 2)).save()\n",
+        ),
         # a VAE trainer's checkpoint helper: its only call hands it the unwrapped model
         "import torch\nfrom accelerate import Accelerator\n\n\n"
         + "def train(acc, model, optimizer, data):\n"

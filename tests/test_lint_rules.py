@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from accelify.lint.cli import rule_page
 from accelify.lint.engine import lint_source
 from accelify.lint.finding import Finding
 from accelify.lint.registry import all_rules
@@ -54,6 +55,17 @@ def test_fix_turns_the_bad_example_into_the_fixed_one(rule, example):
 @pytest.mark.parametrize(("rule", "code"), GOOD)
 def test_good_example_is_silent(rule, code):
     assert [f for f in lint(code, rule.code).findings if f.code == rule.code] == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
+def test_a_rules_page_advises_code_the_rule_leaves_silent(rule):
+    """`accelify rules CODE`'s "Use instead" is the shown example cured (ACC404's page once
+    showed a Ray worker's ``gather(loss[None])``, never the ``gather_for_metrics`` it advises)."""
+    page = rule_page(rule)
+    advised = page.split("## Use instead\n```python\n")[1].split("\n```")[0] + "\n"
+    if rule.bad[0].fixed is not None:
+        assert advised == rule.bad[0].fixed
+    assert [f for f in lint(advised, rule.code).findings if f.code == rule.code] == []
 
 
 def test_a_trainers_model_saved_under_fsdp_is_never_advised_an_if_around_it():

@@ -324,6 +324,13 @@ def _construction_prepares(script: ScriptModel, owner_class: cst.ClassDef, spell
         and script.index.enclosing_function(prepare.call) in construction
         for prepare in script.prepare_calls
     )
+    if not prepared:
+        handed = _handed_prepared(script, init, spelling)
+        if handed is None:
+            return False
+        prepared, handed_models = True, handed
+    else:
+        handed_models = False
     # called (``self.model(x)``) or switched between modes (``self.model.eval()``): only a
     # module has ``train``/``eval``, never the optimizer, loader or scheduler prepared beside it
     modes = {spelling, f"{spelling}.train", f"{spelling}.eval"}
@@ -331,7 +338,67 @@ def _construction_prepares(script: ScriptModel, owner_class: cst.ClassDef, spell
         dotted(call.func) in modes and script.index.enclosing_class(call) is owner_class
         for call in script.calls
     )
-    return prepared and (called or _prepared_as_a_model(script, spelling, construction))
+    return prepared and (
+        called or handed_models or _prepared_as_a_model(script, spelling, construction)
+    )
+
+
+def _handed_prepared(script: ScriptModel, init: cst.FunctionDef, spelling: str) -> bool | None:
+    """``self.model = model`` in ``__init__`` (its only binding in the file, ``model`` a
+    parameter ``__init__`` never binds), and every construction of the class in this file hands
+    that parameter a name a ``prepare`` call bound last above the call, in the caller's scope
+    (``model, opt = accelerator.prepare(model, opt)``, then ``Trainer(accelerator, model,
+    opt)``): the attribute is that wrapper, as the local is. None when it is not so; else
+    whether every object handed is a model by the analysis (made by a model class, or fed to an
+    optimizer beside it), where the class itself never calls it."""
+    binds = [a for a in script.index.assignments_to(spelling) if not keeps_the_object(a, spelling)]
+    if len(binds) != 1 or script.index.enclosing_function(binds[0]) is not init:
+        return None
+    assign = binds[0]
+    if not is_assignment(assign) or len(assigned_targets(assign)) != 1:
+        return None
+    if not isinstance(assign.value, cst.Name) or not has_parameter(init, assign.value.value):
+        return None
+    parameter = assign.value.value
+    if any(script.scope_of(a) is init for a in script.index.assignments_to(parameter)):
+        return None
+    sites = script.call_graph.calls_of(init)
+    if not sites:
+        return None
+    models = True
+    for site, implicit in sites:
+        handed = [a for name, a in bound_arguments(init, site, implicit) if name == parameter]
+        source = _prepared_from(script, handed[0].value, site) if len(handed) == 1 else None
+        if source is None:
+            return None
+        models = models and source
+    return models
+
+
+def _prepared_from(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> bool | None:
+    """``value`` is a name whose last binding above ``at`` in its scope is a ``prepare`` call's
+    output: None when not; else whether what was prepared there is a model by the analysis."""
+    if not isinstance(value, cst.Name):
+        return None
+    here, scope = script.order(at), script.scope_of(at)
+    made = [  # unpacked too (``model, opt = prepare(...)``), loop targets, walruses
+        node
+        for node, _ in script.index.values_set_to(value.value)
+        if script.scope_of(node) is scope and script.order(node) < here
+    ]
+    if not made:
+        return None
+    last = max(made, key=script.order)
+    for prepare in script.prepare_calls:
+        if value.value not in prepare.outputs or not script.inside(prepare.call, last):
+            continue
+        position = prepare.outputs.index(value.value)
+        source = prepare.inputs[position] if position < len(prepare.inputs) else ""
+        return any(
+            binding.name in (source, value.value) and binding.scope is scope
+            for binding in script.of_kind(Kind.MODEL)
+        )
+    return None
 
 
 def _prepared_again_after(

@@ -309,6 +309,15 @@ PLAIN_SCRIPTS = (
 )
 
 
+def _use_instead(rule) -> str | None:
+    """The code the page advises: the shown example as the rule's fix leaves it (the example and
+    its cure side by side, the fix the message advises), else the rule's first good example (a
+    rule with no automatic fix)."""
+    if rule.bad and rule.bad[0].fixed is not None:
+        return rule.bad[0].fixed
+    return rule.good[0] if rule.good else None
+
+
 def rule_page(rule) -> str:
     doc = " ".join((rule.__doc__ or "").split())
     bad = rule.bad[0] if rule.bad else None
@@ -324,8 +333,9 @@ def rule_page(rule) -> str:
     ]
     if bad is not None:
         lines += ["## Example", "```python", bad.code.rstrip(), "```", ""]
-    if rule.good:
-        lines += ["## Use instead", "```python", rule.good[0].rstrip(), "```", ""]
+    instead = _use_instead(rule)
+    if instead is not None:
+        lines += ["## Use instead", "```python", instead.rstrip(), "```", ""]
     lines += [
         "## Default set",
         f"Opt-in (`--extend-select {rule.code}` or `--select ALL`): {rule.opt_in}."
