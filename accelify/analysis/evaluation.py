@@ -2132,8 +2132,9 @@ def first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
 def predicting_method(call: cst.Call, facts: Facts) -> bool:
     """``model.greedy(x)`` or ``accelerator.unwrap_model(model).predict(x)``, with ``model`` a
     known model: a method named for predicting (``predict``, ``generate``...), or one the
-    model's class of this file defines and that returns a value (``Seq2Seq.greedy``). Not
-    ``model.eval()`` nor a method that returns nothing (``model.reset_state()``)."""
+    model's class of this file defines that runs its layers and returns a value
+    (``Seq2Seq.greedy``). Not ``model.eval()``, ``model.init_hidden(n)`` nor
+    ``model.reset_state()``."""
     func = call.func
     if not isinstance(func, cst.Attribute):
         return False
@@ -2152,16 +2153,23 @@ def predicting_method(call: cst.Call, facts: Facts) -> bool:
         return True
     index = facts.model.index
     return any(
-        _returns_a_value(index.methods_of(name)[method])
+        _runs_its_layers(index.methods_of(name)[method])
         for name in index.model_classes_with(method)
     )
 
 
-def _returns_a_value(function: cst.FunctionDef) -> bool:
-    return any(
-        isinstance(node, cst.Return) and node.value is not None
-        for node in walk(function.body)
-        if not isinstance(node, (cst.FunctionDef, cst.Lambda))
+def _runs_its_layers(method: cst.FunctionDef) -> bool:
+    """``method`` returns a value and calls the model or a layer of it (``self(x)``,
+    ``self.dec(...)``): a prediction, not ``init_hidden`` (``torch.zeros(...)``) nor ``reset``."""
+    nodes = list(walk(method.body))
+    returns = any(isinstance(n, cst.Return) and n.value is not None for n in nodes)
+    me = method.params.params[0].name.value if method.params.params else None
+    return returns and any(
+        isinstance(n, cst.Call)
+        and me is not None
+        and (dotted(n.func) == me or (dotted(n.func) or "").count(".") == 1)
+        and (dotted(n.func) or "").partition(".")[0] == me
+        for n in nodes
     )
 
 
