@@ -13,7 +13,7 @@ import pytest
 
 from accelify.convert import Options
 from accelify.convert.files import collect, convert_all
-from conftest import FIXTURES, assert_ok, run_accelify
+from conftest import FIXTURES, assert_ok, launch, run_accelify
 
 PROJECT = FIXTURES / "projects" / "trains_in_a_sibling_module"
 
@@ -292,3 +292,66 @@ def test_a_project_configured_by_a_dataclass_trains_in_step_on_two_ranks(tmp_pat
     assert_ok(result)
     assert "verdict: PASS" in result.stdout
     assert re.search(r"all [1-9]\d* printed lines identical", result.stdout), result.stdout
+
+
+BUILDS = FIXTURES / "projects" / "trainer_class_builds_everything"
+
+
+def _converted_together(tmp_path: Path) -> tuple[Path, dict[str, object]]:
+    project = tmp_path / "project"
+    shutil.copytree(BUILDS, project)
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    return project, results
+
+
+def test_an_entry_script_of_a_trainer_converted_on_its_own_prints_through_its_accelerator(
+    tmp_path: Path,
+):
+    _, results = _converted_together(tmp_path)
+    trainer, train = results["trainer.py"], results["train.py"]
+    assert trainer.prepared == [
+        "self.model",
+        "self.optimizer",
+        "self.train_loader",
+        "self.val_loader",
+    ]
+    assert train.changed and not train.prepared
+    converted = train.converted.decode()
+    assert 'trainer.accelerator.print(f"epoch {epoch} val_acc {acc:.4f} n {n}")' in converted
+    assert 'print("starting")' in converted  # before the trainer exists: reviewed, kept
+    (said, printed) = train.changes
+    assert said.line == 10
+    assert "whose own conversion creates the Accelerator there and prepares self.model" in said.text
+    assert "nothing to create or prepare here (this file reaches it as trainer.accelerator)" in (
+        said.text
+    )
+    assert printed.line == 14
+    assert printed.text == "print -> trainer.accelerator.print (local main process only)"
+    (review,) = train.reviews
+    assert review.line == 5 and "runs on every rank" in review.text
+
+
+def test_an_entry_script_converted_without_its_trainer_says_to_convert_both(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(BUILDS, project)
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    assert not result.changed  # trainer.accelerator does not exist until trainer.py is converted
+    review = next(r for r in result.reviews if r.line == 10)
+    assert "it is not converted in this run: convert trainer.py as well" in review.text
+    assert "print through trainer.accelerator.print" in review.text
+    assert "neither file is converted" not in review.text
+
+
+def test_a_project_whose_trainer_builds_everything_prints_each_line_once_on_two_ranks(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(BUILDS, project)
+    assert_ok(run_accelify("convert", project, "--write"))
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 2, result.stdout  # once each, not once per rank
+    assert all(line.endswith(" n 103") for line in epochs), epochs  # the whole validation set

@@ -2116,10 +2116,61 @@ def _variables(node: cst.CSTNode) -> set[str]:
 
 
 def first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
-    for node in walk(loop.node.body):
-        if isinstance(node, cst.Call) and facts.flow.is_forward(node):
+    """The loop's first call of a model; with none, its first prediction through a method of
+    one (`predicting_method`): ``pred = model.greedy(src, length)`` decodes as much as
+    ``model(src)`` forwards, and its output is what the metric reads."""
+    calls = [node for node in walk(loop.node.body) if isinstance(node, cst.Call)]
+    for node in calls:
+        if facts.flow.is_forward(node):
+            return node
+    for node in calls:
+        if predicting_method(node, facts):
             return node
     return None
+
+
+def predicting_method(call: cst.Call, facts: Facts) -> bool:
+    """``model.greedy(x)`` or ``accelerator.unwrap_model(model).predict(x)``, with ``model`` a
+    known model: a method named for predicting (``predict``, ``generate``...), or one the
+    model's class of this file defines that runs its layers and returns a value
+    (``Seq2Seq.greedy``). Not ``model.eval()``, ``model.init_hidden(n)`` nor
+    ``model.reset_state()``."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    owner = func.value
+    if (
+        isinstance(owner, cst.Call)
+        and isinstance(owner.func, cst.Attribute)
+        and owner.func.attr.value == "unwrap_model"
+        and owner.args
+    ):
+        owner = owner.args[0].value
+    if not facts.flow.is_model_name(dotted(owner), call):
+        return False
+    method = func.attr.value
+    if method.startswith(_PREDICTING):
+        return True
+    index = facts.model.index
+    return any(
+        _runs_its_layers(index.methods_of(name)[method])
+        for name in index.model_classes_with(method)
+    )
+
+
+def _runs_its_layers(method: cst.FunctionDef) -> bool:
+    """``method`` returns a value and calls the model or a layer of it (``self(x)``,
+    ``self.dec(...)``): a prediction, not ``init_hidden`` (``torch.zeros(...)``) nor ``reset``."""
+    nodes = list(walk(method.body))
+    returns = any(isinstance(n, cst.Return) and n.value is not None for n in nodes)
+    me = method.params.params[0].name.value if method.params.params else None
+    return returns and any(
+        isinstance(n, cst.Call)
+        and me is not None
+        and (dotted(n.func) == me or (dotted(n.func) or "").count(".") == 1)
+        and (dotted(n.func) or "").partition(".")[0] == me
+        for n in nodes
+    )
 
 
 def _gathers(loop: Loop, facts: Facts) -> bool:

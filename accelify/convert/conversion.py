@@ -12,7 +12,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from accelify.analysis.script_model import analyze
+from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.convert import project
 from accelify.convert.planner import Options, plan_conversion
@@ -49,15 +49,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
     if not model.trains:
         elsewhere = project.trained_elsewhere(path, model)
         if elsewhere:
-            first = elsewhere[0]
-            return Conversion(
-                label,
-                data,
-                data,
-                reviews=project.review_notes(path, elsewhere),
-                skipped=f"no .backward() call in this file: it trains through {first.function}() "
-                f"of another module (line {first.line})",
-            )
+            return _drives_another_file(data, label, module, model, elsewhere, options)
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
     returns = project.imported_returns(path, model)
     if returns:  # DataLoaders made by the project's other modules: analysed as made here
@@ -81,6 +73,142 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
         reviews=sorted(plan.reviews, key=lambda n: n.line),
         prepared=plan.prepared,
     )
+
+
+def _drives_another_file(
+    data: bytes,
+    label: str,
+    module: cst.Module,
+    model: ScriptModel,
+    elsewhere: list[project.TrainedElsewhere],
+    options: Options | None,
+) -> Conversion:
+    """A file with no backward of its own that trains through another module of its folder
+    (``trainer = Trainer(lr=0.1)`` of ``trainer.py``, then ``trainer.train_epoch()``). Where
+    that module's own conversion creates the Accelerator and prepares what trains, nothing is
+    to be prepared here, but this file's prints run on every rank: those after the instance
+    is made go through the accelerator it holds (``trainer.accelerator.print``) when the
+    other module is converted in the same run (else it would not hold one yet); the others
+    get a review line. Where it does not, a review line says what to do by hand."""
+    options = options or Options()
+    there: dict[Path, _There] = {}
+    for entry in elsewhere:
+        if entry.module not in there:
+            there[entry.module] = _there(entry.module, options)
+    first = elsewhere[0]
+    skipped = (
+        f"no .backward() call in this file: it trains through {first.function}() of another "
+        f"module (line {first.line})"
+    )
+    prepared = {file: state.prepared for file, state in there.items()}
+    reviews = project.review_notes(label, elsewhere, prepared)
+    driven = [e for e in elsewhere if prepared[e.module]]
+    if not driven:
+        return Conversion(label, data, data, reviews=reviews, skipped=skipped)
+    changes: list[Note] = []
+    reach: tuple[str, cst.CSTNode] | None = None
+    told = False
+    for entry in driven:
+        state = there[entry.module]
+        found = project.instance_accelerator(model, entry, state.source)
+        note = project.prepared_there_note(
+            label, entry, state.prepared, found[0] if found else None, state.when
+        )
+        if state.when == "converted alone":
+            reviews.append(note)  # the other file is not converted with this one: say so
+            told |= found is not None  # and where this file's prints are to go
+            continue
+        reach = reach or found
+        changes.append(note)
+    prints = _builtin_prints(model)
+    after = [
+        p
+        for p in prints
+        if reach is not None
+        and model.order(p) > model.order(reach[1])
+        and _at_module_level(model, p)
+    ]
+    for call in prints:
+        if reach is not None and call in after:
+            changes.append(
+                Note(model.line(call), f"print -> {reach[0]}.print (local main process only)")
+            )
+        elif not told:
+            reviews.append(Note(model.line(call), _PRINT_ON_EVERY_RANK))
+    changes.sort(key=lambda n: n.line)
+    reviews.sort(key=lambda n: n.line)
+    if reach is None or not after:
+        return Conversion(label, data, data, changes=changes, reviews=reviews, skipped=skipped)
+    rendered = render(module.visit(_PrintThrough(after, reach[0])), data)
+    _check_parses(rendered, label, data)
+    return Conversion(label, data, rendered, changes=changes, reviews=reviews)
+
+
+_PRINT_ON_EVERY_RANK = (
+    "this print runs on every rank once the file it trains through is converted (each line "
+    "printed once per process), and no accelerator is reachable here: print only where "
+    "int(os.environ.get('RANK', 0)) == 0, or through the Accelerator that file creates"
+)
+
+
+@dataclass
+class _There:
+    """The module a file trains through: what its own conversion prepares and its source once
+    converted; ``when`` says whether it is converted in this run or alone (not in this run).
+    Nothing prepared: it is not converted on its own (a module of helpers handed everything,
+    one that already uses an Accelerator)."""
+
+    prepared: list[str]
+    source: bytes
+    when: str
+
+
+def _there(file: Path, options: Options) -> _There:
+    try:
+        data = file.read_bytes()
+        conversion = convert_source(data, file, options)
+    except (OSError, UserError):
+        return _There([], b"", "")
+    if conversion.skipped or not conversion.prepared:
+        return _There([], b"", "")
+    converting = str(file.resolve()) in options.converted_with
+    return _There(
+        conversion.prepared, conversion.converted, "converted" if converting else "converted alone"
+    )
+
+
+def _builtin_prints(model: ScriptModel) -> list[cst.Call]:
+    """The file's calls of the builtin ``print`` (none where the file binds or imports the
+    name)."""
+    if model.index.values_bound_to("print") or model.imports.resolve("print") is not None:
+        return []
+    return [
+        node
+        for node in walk(model.module)
+        if isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "print"
+    ]
+
+
+def _at_module_level(model: ScriptModel, node: cst.CSTNode) -> bool:
+    return not any(
+        isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) for a in model.ancestors(node)
+    )
+
+
+class _PrintThrough(cst.CSTTransformer):
+    """``print(...)`` -> ``trainer.accelerator.print(...)`` for the given calls."""
+
+    def __init__(self, calls: list[cst.Call], accelerator: str) -> None:
+        super().__init__()
+        self.calls = {id(c) for c in calls}
+        self.func = cst.parse_expression(f"{accelerator}.print")
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if id(original) in self.calls:
+            return updated.with_changes(func=self.func)
+        return updated
 
 
 def _add_import(module: cst.Module, code: str, script: Path) -> cst.Module:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from accelify.convert.conversion import Conversion, Options, convert_source
@@ -49,6 +50,9 @@ def convert_all(
     jobs: int,
     progress: Callable[[int], None] | None = None,
 ) -> list[Conversion | UserError]:
+    # each file's conversion knows the others converted with it (`Options.converted_with`)
+    together = frozenset(str(path.resolve()) for path, _ in files)
+    options = replace(options, converted_with=options.converted_with | together)
     if jobs <= 1 or len(files) < 2:
         results = []
         for path, named in files:

@@ -8,7 +8,7 @@ the file and line of the backward it reaches, and what to do there."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +35,8 @@ class TrainedElsewhere:
     function: str  # as the call names it
     module: Path
     backward_line: int
+    call: cst.Call
+    defined: str  # the function's or class's name in ``module``
 
 
 def may_train_elsewhere(path: Path, data: bytes) -> bool:
@@ -56,7 +58,7 @@ def trained_elsewhere(path: str | Path, model: ScriptModel) -> list[TrainedElsew
     for call, name, function, file, other in _sibling_calls(Path(path), model):
         backward = _backward_reached(other, function)
         if backward is not None:
-            found.append(TrainedElsewhere(model.line(call), name, file, backward))
+            found.append(TrainedElsewhere(model.line(call), name, file, backward, call, function))
     return found
 
 
@@ -181,9 +183,16 @@ def _defined_beside(
     return (definition, other) if isinstance(definition, cst.FunctionDef) else None
 
 
-def review_notes(script: str | Path, found: list[TrainedElsewhere]) -> list[Note]:
+def review_notes(
+    script: str | Path, found: list[TrainedElsewhere], prepared: Mapping[Path, list[str]]
+) -> list[Note]:
+    """A line per call that trains in another module. ``prepared``: what the conversion of
+    each such module prepares there by itself (a trainer class that makes its model, optimizer
+    and loaders and gets ``self.accelerator``); for those, nothing is to be done here."""
     notes = []
     for entry in found:
+        if prepared.get(entry.module):
+            continue
         where = _relative(entry.module, Path(script))
         notes.append(
             Note(
@@ -198,6 +207,84 @@ def review_notes(script: str | Path, found: list[TrainedElsewhere]) -> list[Note
             )
         )
     return notes
+
+
+def prepared_there_note(
+    script: str | Path,
+    entry: TrainedElsewhere,
+    names: list[str],
+    accelerator: str | None,
+    when: str,
+) -> Note:
+    """What the other module's own conversion does for the training this file drives
+    (``when``: "converted" in this run, or "converted alone": not in this run)."""
+    where = _relative(entry.module, Path(script))
+    trains = f"{entry.function}() trains in {where} (its .backward() at line {entry.backward_line})"
+    prepares = ", ".join(names)
+    reach = f"this file reaches it as {accelerator}" if accelerator else "no handle to it here"
+    if when == "converted alone":
+        return Note(
+            entry.line,
+            f"{trains}: its own conversion creates the Accelerator there and prepares "
+            f"{prepares}, and it is not converted in this run: convert {where} as well "
+            "(accelify convert on the folder); nothing to create or prepare here, and this "
+            f"file's prints then run on every rank: print through {accelerator or 'it'}.print",
+        )
+    return Note(
+        entry.line,
+        f"{trains}, whose own conversion creates the Accelerator there and prepares "
+        f"{prepares}: nothing to create or prepare here ({reach})",
+    )
+
+
+def instance_accelerator(
+    model: ScriptModel, entry: TrainedElsewhere, converted: bytes
+) -> tuple[str, cst.CSTNode] | None:
+    """``trainer.accelerator`` for ``trainer = Trainer(...)`` (a top-level statement binding
+    the one name ``trainer``, nowhere rebound) when the converted class of the other module
+    holds its Accelerator as ``self.accelerator`` (read from the converted source: what that
+    file does once converted), with the binding statement; else None."""
+    assign = model.parent(entry.call)
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    statement = model.parent(assign)
+    if not isinstance(target, cst.Name) or model.parent(statement) is not model.module:
+        return None
+    if len(model.index.values_bound_to(target.value)) != 1:
+        return None
+    try:
+        other = cst.parse_module(converted)
+    except cst.ParserSyntaxError:
+        return None
+    classes = [
+        s for s in other.body if isinstance(s, cst.ClassDef) and s.name.value == entry.defined
+    ]
+    if len(classes) != 1:
+        return None
+    for node in walk(classes[0]):
+        if (
+            isinstance(node, cst.FunctionDef)
+            and node.name.value == "__init__"
+            and (attribute := _accelerator_attribute(node)) is not None
+        ):
+            return f"{target.value}.{attribute}", statement  # type: ignore[return-value]
+    return None
+
+
+def _accelerator_attribute(init: cst.FunctionDef) -> str | None:
+    """``accelerator`` for ``self.accelerator = Accelerator(...)`` in ``init``'s own body."""
+    for node in walk(init.body):
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.value, cst.Call)
+            and (dotted(node.value.func) or "").rsplit(".", 1)[-1] == "Accelerator"
+        ):
+            name = dotted(node.targets[0].target) or ""
+            if name.startswith("self.") and name.count(".") == 1:
+                return name.partition(".")[2]
+    return None
 
 
 def _backward_reached(model: ScriptModel, function: str) -> int | None:

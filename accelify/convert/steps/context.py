@@ -71,6 +71,9 @@ def _isort_name(name: str) -> tuple[int, str]:
 class Options:
     target: str = "accelify"
     mixed_precision: str | None = None
+    #: the files this run converts (resolved): a file that drives another's training prints
+    #: through the accelerator that file's conversion creates only when both are converted
+    converted_with: frozenset[str] = frozenset()
 
 
 #: Functions followed back through the parameters that hand an instance of the class on.
