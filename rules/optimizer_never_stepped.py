@@ -220,6 +220,7 @@ def _prepare(call: cst.Call) -> bool:
 
 #: Roots of the run's settings (``args.use_accelerate``, a trainer's ``self.config.fp32``).
 _SETTINGS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS", "training_args")
+_CONVERSIONS = ("int", "float", "bool", "str")
 _CONSTANTS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString)
 
 
@@ -228,12 +229,13 @@ def _fixed_for_the_run(
 ) -> bool:
     """``test`` is known to hold the same value on every pass of the code around ``at``: it is
     made of constants and of the run's settings (``args.stage == 1``; a name bound only to such
-    a value, outside every loop around ``at``: ``use_accelerate = args.use_accelerate``,
-    ``pretrain_generator = True``). Anything else counts as changing: a loop's counter
-    (``step % accumulation != 0``, a hand-written accumulation whose backward-only arm skips
-    the step on purpose), a parameter of the function around ``at`` (``def train_step(step,
-    ...)``, called per batch), an attribute of ``self`` (``self.micro_step``), a call's result,
-    the rank (which parts ranks, not runs: ACC307's)."""
+    a value, outside any loop: ``use_accelerate = args.use_accelerate``, ``pretrain_generator =
+    True``; ``int(...)``, ``bool(...)`` of such values). Anything else counts as changing: a
+    loop's counter (``step % accumulation != 0``, a hand-written accumulation whose
+    backward-only arm skips the step on purpose), a parameter of the function around ``at``
+    (``def train_step(step, ...)``, called per batch), an attribute of ``self``
+    (``self.micro_step``), any other call's result, the rank (which parts ranks, not runs:
+    ACC307's)."""
     if depth > 4 or script.reads_rank(test):
         return False
     if isinstance(test, _CONSTANTS):
@@ -249,6 +251,13 @@ def _fixed_for_the_run(
         parts = [test.expression]
     elif isinstance(test, (cst.Tuple, cst.List)):
         parts = [e.value for e in test.elements]
+    elif (
+        isinstance(test, cst.Call)
+        and isinstance(test.func, cst.Name)
+        and test.func.value in _CONVERSIONS
+        and all(a.keyword is None and a.star == "" for a in test.args)
+    ):
+        parts = [a.value for a in test.args]  # ``int(os_flag)``, ``bool(args.fp16)``
     else:
         return False  # a call's result, a lambda, a comprehension...
     return all(_fixed_for_the_run(script, part, at, depth) for part in parts)
