@@ -182,6 +182,12 @@ class ReadBeforeWritten(Rule):
         + "        torch.save(torch.randn(10, 4), 'features.pt')\n"
         + "    else:\n"
         + "        features = torch.load('features.pt')\n",
+        HEADER
+        + "import torch\n"
+        + "with accelerator.main_process_first():\n"
+        + "    if accelerator.is_main_process:\n"
+        + "        torch.save(torch.randn(10, 4), 'features.pt')\n"
+        + "    features = torch.load('features.pt')\n",
         # ... or at a barrier between the write's test and the read's
         HEADER
         + "import torch\n"
@@ -322,6 +328,8 @@ class ReadBeforeWritten(Rule):
                     yield self._across_calls(script, shared)
                 continue
             if _ordered_by_a_collective(script, shared.write, shared.read):
+                continue
+            if _taking_turns(script, shared.write, shared.read):
                 continue
             if _exclusive(script, shared.write, shared.read):
                 continue  # ``if mode == "train": ... save`` / ``elif mode == "eval": ... load``
