@@ -161,6 +161,19 @@ class OptimizerNeverStepped(Rule):
         + "for x, y in loader:\n"
         + "    train_step(x, y)\n"
         + "    micro_step += 1\n",
+        # a settings-like name that a loop sets: one run tries both ways
+        HEADER
+        + "import torch\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for config in [{'accumulate': True}, {'accumulate': False}]:\n"
+        + "    for x, y in loader:\n"
+        + "        loss = (model(x) - y).pow(2).mean()\n"
+        + "        if config['accumulate']:\n"
+        + "            accelerator.backward(loss)\n"
+        + "        else:\n"
+        + "            accelerator.backward(loss)\n"
+        + "            optimizer.step()\n",
         # stepped through a helper the file does not show: not followed
         HEADER + _TOGGLE.format(step="") + "    trainer_step(optimizer)\n",
     )
@@ -284,12 +297,24 @@ def _setting(
     if parts[0] in _SETTINGS or (
         parts[0] in ("self", "cls") and parts[1:2] and parts[1] in _SETTINGS
     ):
-        return True
+        return not _set_per_pass(script, parts[0], at)
     if parts[0] in ("True", "False", "None"):
         return len(parts) == 1
     if parts[0] in ("self", "cls"):
         return False  # ``self.micro_step``: a member any method may change
     return _bound_to_settings(script, parts[0], at, depth)
+
+
+def _set_per_pass(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
+    """``name`` is set again inside a loop around ``at`` or is a loop's target (``for opt in
+    optimizers:``, ``for config in sweep:``): a settings-like name that is not the run's."""
+    loops = [a for a in script.ancestors(at) if isinstance(a, (cst.For, cst.While))]
+    return any(
+        isinstance(statement, (cst.For, cst.CompFor))
+        or any(script.inside(statement, loop) for loop in loops)
+        for statement, _ in script.index.values_set_to(name)
+        if not isinstance(statement, cst.Param)
+    )
 
 
 def _bound_to_settings(script: ScriptModel, name: str, at: cst.CSTNode, depth: int) -> bool:
