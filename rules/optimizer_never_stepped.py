@@ -3,7 +3,7 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 _TOGGLE = (
@@ -27,12 +27,16 @@ class OptimizerNeverStepped(Rule):
     optimizer.step()``), or under the negated test (``if not use_accelerate:``). A script kept
     runnable both ways by a flag steps only on the plain path: on the Accelerate path the
     gradients pile up and the model never trains, with no error. Only where the two tests are
-    the same expression (one arm of one ``if``, or ``x`` against ``not x``) and that test is
-    the same on every pass of the loop (a setting: not ``step % accumulation != 0``, a
-    hand-written accumulation whose backward-only arm skips the step on purpose; not a test
-    of the rank, ACC307's). Any call handed the optimizer (``scaler.step(optimizer)``, a
-    helper's ``train_step(model, optimizer)``) counts as a step; a file with no step of the
-    optimizer at all is left alone."""
+    the same expression (one arm of one ``if``, or ``x`` against ``not x``), that test is known
+    to be the same on every pass (made of constants and settings: ``args.x``, ``config.x``, a
+    name bound once to such a value outside any loop; not ``step % accumulation != 0``, a
+    hand-written accumulation whose backward-only arm skips the step on purpose, nor a
+    parameter of the step function around it, nor ``self.micro_step``; not a test of the rank,
+    ACC307's), and no prepared optimizer is stepped on the backward's side (a two-stage run
+    whose arms each step their own optimizer trains on both). Any call handed the optimizer
+    (``scaler.step(optimizer)``, a helper's ``train_step(model, optimizer)``) counts as a step;
+    a file with no step of the optimizer at all is left alone. One finding per parting ``if``,
+    at its first backward."""
 
     code = "ACC312"
     name = "optimizer-never-stepped"
@@ -54,6 +58,7 @@ class OptimizerNeverStepped(Rule):
             + "import torch\n"
             + "optimizer = torch.optim.AdamW(model.parameters())\n"
             + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "use_accelerate = not args.plain_torch\n"
             + "for x, y in loader:\n"
             + "    loss = (model(x) - y).pow(2).mean()\n"
             + "    if use_accelerate:\n"
@@ -61,6 +66,16 @@ class OptimizerNeverStepped(Rule):
             + "    if not use_accelerate:\n"
             + "        loss.backward()\n"
             + "        optimizer.step()\n",
+            10,
+            9,
+        ),
+        # two backwards in the arm that never steps: one finding, at the first
+        Example(
+            HEADER
+            + _TOGGLE.format(step="        optimizer.step()\n").replace(
+                "        accelerator.backward(loss)\n",
+                "        accelerator.backward(loss)\n        accelerator.backward(aux(x))\n",
+            ),
             9,
             9,
         ),
@@ -99,6 +114,66 @@ class OptimizerNeverStepped(Rule):
         + "    else:\n"
         + "        accelerator.backward(scaler.scale(loss))\n"
         + "        scaler.step(optimizer)\n",
+        # each stage steps its own optimizer: the backward's arm steps one (a two-stage run,
+        # a GAN's generator pretraining)
+        HEADER
+        + "import torch\n"
+        + "head_opt = torch.optim.AdamW(model.head.parameters())\n"
+        + "enc_opt = torch.optim.AdamW(model.encoder.parameters())\n"
+        + "model, head_opt, enc_opt = accelerator.prepare(model, head_opt, enc_opt)\n"
+        + "for x, y in loader:\n"
+        + "    if args.stage == 1:\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        head_opt.step()\n"
+        + "    else:\n"
+        + "        accelerator.backward((model(x) - y).abs().mean())\n"
+        + "        enc_opt.step()\n",
+        # a hand-written accumulation in a step function called per batch: its test reads a
+        # parameter, not a setting of the run
+        HEADER
+        + "import torch\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "accum_steps = 4\n\n\n"
+        + "def train_step(step, x, y):\n"
+        + "    loss = (model(x) - y).pow(2).mean() / accum_steps\n"
+        + "    if (step + 1) % accum_steps != 0:\n"
+        + "        with accelerator.no_sync(model):\n"
+        + "            accelerator.backward(loss)\n"
+        + "    else:\n"
+        + "        accelerator.backward(loss)\n"
+        + "        optimizer.step()\n\n\n"
+        + "for step, (x, y) in enumerate(loader):\n"
+        + "    train_step(step, x, y)\n",
+        # the same with a counter the loop keeps: set again on every pass
+        HEADER
+        + "import torch\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "micro_step = 0\n\n\n"
+        + "def train_step(x, y):\n"
+        + "    loss = (model(x) - y).pow(2).mean()\n"
+        + "    if micro_step % args.accum_steps != 0:\n"
+        + "        accelerator.backward(loss)\n"
+        + "    else:\n"
+        + "        accelerator.backward(loss)\n"
+        + "        optimizer.step()\n\n\n"
+        + "for x, y in loader:\n"
+        + "    train_step(x, y)\n"
+        + "    micro_step += 1\n",
+        # a settings-like name that a loop sets: one run tries both ways
+        HEADER
+        + "import torch\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for config in [{'accumulate': True}, {'accumulate': False}]:\n"
+        + "    for x, y in loader:\n"
+        + "        loss = (model(x) - y).pow(2).mean()\n"
+        + "        if config['accumulate']:\n"
+        + "            accelerator.backward(loss)\n"
+        + "        else:\n"
+        + "            accelerator.backward(loss)\n"
+        + "            optimizer.step()\n",
         # stepped through a helper the file does not show: not followed
         HEADER + _TOGGLE.format(step="") + "    trainer_step(optimizer)\n",
     )
@@ -125,6 +200,7 @@ class OptimizerNeverStepped(Rule):
                 if dotted(argument.value) in optimizers and not _prepare(call):
                     steps.setdefault(dotted(argument.value), []).append(call)  # type: ignore[arg-type]
         accelerators = script.names_of(Kind.ACCELERATOR)
+        reported: set[int] = set()  # the parting ``if``s reported: one finding each
         for call in script.calls:
             func = call.func
             if not (
@@ -133,49 +209,147 @@ class OptimizerNeverStepped(Rule):
                 and dotted(func.value) in accelerators
             ):
                 continue
-            for optimizer in sorted(optimizers & steps.keys()):
-                tests = [_parting_test(script, call, step) for step in steps[optimizer]]
-                if tests[0] is None or not all(tests):
-                    continue
-                message = _message(script, call, optimizer, steps[optimizer], tests[0])
-                yield self.finding(script, call, message=message)
-                break
+            parted = {
+                optimizer: [_parting_test(script, call, step) for step in steps[optimizer]]
+                for optimizer in sorted(optimizers & steps.keys())
+            }
+            # a prepared optimizer stepped on the backward's side (each arm of a fixed ``if``
+            # steps its own: a two-stage run, a GAN's pretraining arm) trains on this path
+            if not parted or any(not all(tests) for tests in parted.values()):
+                continue
+            optimizer, tests = next(iter(parted.items()))
+            test = tests[0]
+            assert test is not None
+            if id(test) in reported:
+                continue
+            reported.add(id(test))
+            message = _message(script, call, optimizer, steps[optimizer], test)
+            yield self.finding(script, call, message=message)
 
 
 def _prepare(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare"
 
 
-def _fixed_for_the_run(script: ScriptModel, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
-    """``test`` holds the same value on every pass of the loops around ``at``: no name it reads
-    is bound in them (``step % accumulation != 0`` of ``for step, batch in ...`` changes per
-    batch: a hand-written accumulation, whose backward-only arm is meant to skip the step),
-    and it reads no call's result, nor the rank (which parts ranks, not runs: ACC307's)."""
-    if script.reads_rank(test) or any(isinstance(n, cst.Call) for n in walk(test)):
+#: Roots of the run's settings (``args.use_accelerate``, a trainer's ``self.config.fp32``).
+_SETTINGS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS", "training_args")
+_CONVERSIONS = ("int", "float", "bool", "str")
+_CONSTANTS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString)
+
+
+def _fixed_for_the_run(
+    script: ScriptModel, test: cst.BaseExpression, at: cst.CSTNode, depth: int = 0
+) -> bool:
+    """``test`` is known to hold the same value on every pass of the code around ``at``: it is
+    made of constants and of the run's settings (``args.stage == 1``; a name bound only to such
+    a value, outside any loop: ``use_accelerate = args.use_accelerate``, ``pretrain_generator =
+    True``; ``int(...)``, ``bool(...)`` of such values). Anything else counts as changing: a
+    loop's counter (``step % accumulation != 0``, a hand-written accumulation whose
+    backward-only arm skips the step on purpose), a parameter of the function around ``at``
+    (``def train_step(step, ...)``, called per batch), an attribute of ``self``
+    (``self.micro_step``), any other call's result, the rank (which parts ranks, not runs:
+    ACC307's)."""
+    if depth > 4 or script.reads_rank(test):
         return False
-    read = {n.value for n in walk(test) if isinstance(n, cst.Name)}
-    for loop in script.ancestors(at):
-        if not isinstance(loop, (cst.For, cst.While)):
+    if isinstance(test, _CONSTANTS):
+        return True
+    if isinstance(test, (cst.Name, cst.Attribute, cst.Subscript)):
+        return _setting(script, test, at, depth)
+    parts: list[cst.BaseExpression]
+    if isinstance(test, cst.Comparison):
+        parts = [test.left, *(c.comparator for c in test.comparisons)]
+    elif isinstance(test, (cst.BooleanOperation, cst.BinaryOperation)):
+        parts = [test.left, test.right]
+    elif isinstance(test, cst.UnaryOperation):
+        parts = [test.expression]
+    elif isinstance(test, (cst.Tuple, cst.List)):
+        parts = [e.value for e in test.elements]
+    elif (
+        isinstance(test, cst.Call)
+        and isinstance(test.func, cst.Name)
+        and test.func.value in _CONVERSIONS
+        and all(a.keyword is None and a.star == "" for a in test.args)
+    ):
+        parts = [a.value for a in test.args]  # ``int(os_flag)``, ``bool(args.fp16)``
+    else:
+        return False  # a call's result, a lambda, a comprehension...
+    return all(_fixed_for_the_run(script, part, at, depth) for part in parts)
+
+
+def _setting(
+    script: ScriptModel,
+    value: cst.Name | cst.Attribute | cst.Subscript,
+    at: cst.CSTNode,
+    depth: int,
+) -> bool:
+    """``value`` reads a setting of the run or a constant (see `_fixed_for_the_run`)."""
+    while isinstance(value, cst.Subscript):  # ``args["stage"]``, ``cfg.stages[0]``
+        if not all(
+            isinstance(e.slice, cst.Index) and _fixed_for_the_run(script, e.slice.value, at, depth)
+            for e in value.slice
+        ):
+            return False
+        value = value.value  # type: ignore[assignment]
+    name = dotted(value)
+    if name is None:
+        return False
+    parts = name.split(".")
+    if parts[0] in _SETTINGS or (
+        parts[0] in ("self", "cls") and parts[1:2] and parts[1] in _SETTINGS
+    ):
+        return not _set_per_pass(script, parts[0], at)
+    if parts[0] in ("True", "False", "None"):
+        return len(parts) == 1
+    if parts[0] in ("self", "cls"):
+        return False  # ``self.micro_step``: a member any method may change
+    return _bound_to_settings(script, parts[0], at, depth)
+
+
+def _set_per_pass(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
+    """``name`` is set again inside a loop around ``at`` or is a loop's target (``for opt in
+    optimizers:``, ``for config in sweep:``): a settings-like name that is not the run's."""
+    loops = [a for a in script.ancestors(at) if isinstance(a, (cst.For, cst.While))]
+    return any(
+        isinstance(statement, (cst.For, cst.CompFor))
+        or any(script.inside(statement, loop) for loop in loops)
+        for statement, _ in script.index.values_set_to(name)
+        if not isinstance(statement, cst.Param)
+    )
+
+
+def _bound_to_settings(script: ScriptModel, name: str, at: cst.CSTNode, depth: int) -> bool:
+    """Every binding of ``name`` that ``at`` may read (in its own function or the module) is a
+    plain assignment of a fixed value, none inside a loop; not a parameter of a function around
+    ``at``. A name the file never binds is no evidence."""
+    function = script.index.enclosing_function(at)
+    scopes = {id(function), id(None)}
+    found = False
+    for statement, value in script.index.values_set_to(name):
+        owner = script.index.enclosing_function(statement)
+        if isinstance(statement, cst.Param):
+            if any(owner is f for f in script.ancestors(at)):
+                return False  # ``def train_step(step, ...)``: what each call passes
             continue
-        for node in walk(loop):
-            targets: list[cst.BaseExpression] = []
-            if isinstance(node, cst.Assign):
-                targets = [t.target for t in node.targets]
-            elif isinstance(
-                node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)
-            ):
-                targets = [node.target]
-            elif isinstance(node, cst.AsName):
-                targets = [node.name]  # type: ignore[list-item]
-            if any(isinstance(n, cst.Name) and n.value in read for t in targets for n in walk(t)):
-                return False
-    return True
+        if id(owner) not in scopes:
+            continue  # another function's own local
+        if not isinstance(statement, (cst.Assign, cst.AnnAssign)):
+            return False  # a loop target, ``+=``, a walrus, ``with ... as``
+        if script.index.enclosing_loop(statement) is not None:
+            return False  # set again on some passes (a warm-up phase switched off)
+        if not isinstance(value, cst.BaseExpression) or not _fixed_for_the_run(
+            script, value, at, depth + 1
+        ):
+            return False
+        found = True
+    return found
 
 
 def _parting_test(script: ScriptModel, backward: cst.Call, step: cst.Call) -> cst.If | None:
-    """The ``if`` that keeps ``step`` from every run of ``backward``: one whose two arms hold
-    one each, or, for two ``if``s in the same block of code, the one around ``step`` whose
-    test negates the test around ``backward`` (or is the one ``backward``'s negates)."""
+    """The ``if`` that keeps ``step`` from every run of ``backward``, where its test is the
+    same on every pass (`_fixed_for_the_run`): one ``if`` whose two arms hold one each, or an
+    ``if`` around ``step`` whose test negates that of an ``if`` around ``backward`` (or is
+    the one ``backward``'s negates), wherever the two sit: a test fixed for the run takes the
+    same arm everywhere. None where no such ``if`` parts them."""
     code = script.module.code_for_node
     around_step = [a for a in script.ancestors(step) if isinstance(a, cst.If)]
     around_backward = [a for a in script.ancestors(backward) if isinstance(a, cst.If)]

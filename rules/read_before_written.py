@@ -66,8 +66,9 @@ class ReadBeforeWritten(Rule):
     rank test: the main process saves in ``if accelerator.is_main_process:`` while the others
     load the file in its ``else:`` (or under an ``if not accelerator.is_main_process:`` below it); a
     barrier in the readers' arm before the read (matched by one after the write), or between
-    the two ``if``s, orders them. A file every rank writes itself (``torch.save`` unguarded)
-    is ACC201's."""
+    the two ``if``s, orders them, and so does a ``main_process_first()`` around both (the others
+    enter it once the main process has left). A file every rank writes itself (``torch.save``
+    unguarded) is ACC201's."""
 
     code = "ACC212"
     name = "read-before-written"
@@ -173,6 +174,20 @@ class ReadBeforeWritten(Rule):
         + "else:\n"
         + "    torch.save(state, 'init.pt')\n"
         + "    accelerator.wait_for_everyone()\n",
+        # the main process's turn comes first: the others enter once it has written
+        HEADER
+        + "import torch\n"
+        + "with accelerator.main_process_first():\n"
+        + "    if accelerator.is_main_process:\n"
+        + "        torch.save(torch.randn(10, 4), 'features.pt')\n"
+        + "    else:\n"
+        + "        features = torch.load('features.pt')\n",
+        HEADER
+        + "import torch\n"
+        + "with accelerator.main_process_first():\n"
+        + "    if accelerator.is_main_process:\n"
+        + "        torch.save(torch.randn(10, 4), 'features.pt')\n"
+        + "    features = torch.load('features.pt')\n",
         # ... or at a barrier between the write's test and the read's
         HEADER
         + "import torch\n"
@@ -286,6 +301,8 @@ class ReadBeforeWritten(Rule):
                 arm = guard.body if script.inside(shared.read, guard.body) else guard.orelse
             if _ordered_by_a_collective(script, shared.write, shared.read, within=arm):
                 continue
+            if _taking_turns(script, shared.write, shared.read):
+                continue
             accelerator = accelerator_name(script, shared.read)
             barrier = f"{accelerator}.wait_for_everyone()"
             where = (
@@ -311,6 +328,8 @@ class ReadBeforeWritten(Rule):
                     yield self._across_calls(script, shared)
                 continue
             if _ordered_by_a_collective(script, shared.write, shared.read):
+                continue
+            if _taking_turns(script, shared.write, shared.read):
                 continue
             if _exclusive(script, shared.write, shared.read):
                 continue  # ``if mode == "train": ... save`` / ``elif mode == "eval": ... load``
@@ -561,15 +580,29 @@ def _other_ranks_wait_before(script: ScriptModel, call: cst.Call) -> bool:
 
 
 def _in_main_process_first(script: ScriptModel, node: cst.CSTNode) -> bool:
-    for ancestor in script.ancestors(node):
-        if isinstance(ancestor, cst.With) and any(
-            isinstance(item.item, cst.Call)
-            and isinstance(item.item.func, cst.Attribute)
-            and item.item.func.attr.value in ("main_process_first", "local_main_process_first")
-            for item in ancestor.items
+    return any(_takes_turns(ancestor) for ancestor in script.ancestors(node))
+
+
+def _taking_turns(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bool:
+    """The read sits in a ``with accelerator.main_process_first():`` (or the local one) that
+    holds the write too, or that comes after it: the other ranks wait at its entry until the
+    main process has left it, so whatever the main process wrote before leaving is there when
+    they read (``with main_process_first(): if is_main: torch.save(...) else: torch.load(...)``)."""
+    for ancestor in script.ancestors(read):
+        if _takes_turns(ancestor) and (
+            script.inside(write, ancestor) or script.order(write) < script.order(ancestor)
         ):
             return True
     return False
+
+
+def _takes_turns(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.With) and any(
+        isinstance(item.item, cst.Call)
+        and isinstance(item.item.func, cst.Attribute)
+        and item.item.func.attr.value in ("main_process_first", "local_main_process_first")
+        for item in node.items
+    )
 
 
 def _ordered_across_calls(script: ScriptModel, shared: SharedFile) -> bool:

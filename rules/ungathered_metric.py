@@ -38,6 +38,11 @@ _STEP_HELPER = (
     + "            self.optimizer.step()\n"
     + "        return loss.item(), pred.detach()\n\n"
 )
+#: A data set split by the rank by hand, for `_WHOLE_EVAL`'s loader.
+_RANK_PART = (
+    "torch.utils.data.Subset(test_set, "
+    + "range(accelerator.process_index, len(test_set), accelerator.num_processes))"
+)
 _COLLECTIVES = ("gather", "gather_for_metrics", "reduce", "gather_object", "pad_across_processes")
 _ACCUMULATING_METHODS = ("append", "extend", "add_batch", "update", "add")
 
@@ -87,6 +92,14 @@ class UngatheredMetric(Rule):
                 sampler=", sampler=torch.utils.data.DistributedSampler(test_set)",
                 preds="preds = accelerator.gather(model(x).argmax(-1))",
             ),
+            12,
+            9,
+        ),
+        # ... over a data set each rank builds from its own rank: the labels are its part
+        Example(
+            _WHOLE_EVAL.format(
+                sampler="", preds="preds = accelerator.gather(model(x).argmax(-1))"
+            ).replace("DataLoader(test_set", "DataLoader(" + _RANK_PART),
             12,
             9,
         ),
@@ -382,6 +395,11 @@ class UngatheredMetric(Rule):
         + "if accelerator.is_main_process:\n"
         + "    results = gather_object(results)\n"
         + "    print(torch.stack(results).mean())\n",
+        # the labels gathered inline beside the predictions, over the rank's own part
+        _WHOLE_EVAL.format(sampler="", preds="preds = accelerator.gather(model(x).argmax(-1))")
+        .replace("DataLoader(test_set", "DataLoader(" + _RANK_PART)
+        .replace("(preds == y)", "(preds == accelerator.gather(y))")
+        .replace("len(test_loader.dataset)", "len(test_set)"),
         # every rank evaluates the whole set itself: nothing to gather
         _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)"),
         # the same evaluation, its totals reduced over the ranks after the loop
@@ -693,11 +711,15 @@ class UngatheredMetric(Rule):
         that gathers its predictions and compares them with its own batch's labels: the
         gathered rows are N copies of the batch's predictions, the labels one copy (a shape
         error on several processes, or a metric over rows that do not match). A loader
-        sharded by its own DistributedSampler is split already, and not reported."""
+        sharded by its own DistributedSampler, or over a data set built from the rank
+        (``Subset(full, range(accelerator.process_index, n, accelerator.num_processes))``), is
+        split already: what it gathers is every rank's part, and only a total that mixes it with
+        this rank's own values is reported, as for a prepared loader."""
         found = _unprepared_loader(script, facts, loop)
         if found is None or _splits_by_rank(loop):
             return
         loader, sharded = found
+        sharded = sharded or _dataset_split_by_rank(script, loader)
         local = _assigned_in(loop.node.body) | loop.batch_names
         values = _RankValues(script, loop, local, accelerators)
         synced = set(self_syncing_metrics(loop, script))
@@ -764,6 +786,33 @@ def _unprepared_loader(script: ScriptModel, facts: Facts, loop: Loop) -> tuple[s
         if facts.flow.kind_of(candidate, loop.node) is Kind.DATALOADER:
             return candidate, sharded_by_its_sampler(script, candidate)
     return None
+
+
+def _dataset_split_by_rank(script: ScriptModel, loader: str) -> bool:
+    """``loader`` is a ``DataLoader(part, ...)`` of a data set the file builds from the rank
+    (``part = Subset(full, range(accelerator.process_index, len(full), world))``): each rank
+    reads its own part, as a DistributedSampler would give it."""
+    for binding in script.of_kind(Kind.DATALOADER):
+        value = binding.value
+        if binding.name != loader or not isinstance(value, cst.Call):
+            continue
+        dataset = next(
+            (
+                a.value
+                for a in value.args
+                if (a.keyword is None and a.star == "")
+                or (a.keyword and a.keyword.value == "dataset")
+            ),
+            None,
+        )
+        if dataset is None:
+            continue
+        values = [dataset]
+        if isinstance(dataset, cst.Name):
+            values += [v for _, v in script.index.values_bound_to(dataset.value)]
+        if any(script.reads_rank(v) for v in values):
+            return True
+    return False
 
 
 def _splits_by_rank(loop: Loop) -> bool:
@@ -1141,12 +1190,20 @@ class _RankValues:
         pending: list[cst.CSTNode] = [node]
         while pending and len(seen) <= len(self.assigns) + 1:
             current = pending.pop()
+            # what a collective's arguments read is every rank's once it returns:
+            # ``preds == accelerator.gather(y)`` compares gathered rows with gathered labels
+            inside = self._inside_collectives(current)
             names = [
                 n.value
                 for n in walk(current)
-                if isinstance(n, cst.Name) and n.value in self.local and not self._member_name(n)
+                if isinstance(n, cst.Name)
+                and n.value in self.local
+                and not self._member_name(n)
+                and id(n) not in inside
             ]
             gathered = [name for name in names if self._from_collective(name, current, 0)]
+            if inside:
+                gathered.append("")  # the collective's own result
             local = [name for name in names if not self._gathered(name, current, 0)]
             if gathered and local:
                 mixed = True
@@ -1161,6 +1218,18 @@ class _RankValues:
                     continue
                 pending.append(last.value)
         return found if mixed else []
+
+    def _inside_collectives(self, node: cst.CSTNode) -> set[int]:
+        """The ids of the nodes under the arguments of the collectives in ``node``."""
+        found: set[int] = set()
+        for call in walk(node):
+            if (
+                isinstance(call, cst.Call)
+                and id(call) not in found
+                and (_is_collective(call, self.accelerators) or self._combining_helper(call))
+            ):
+                found |= {id(n) for argument in call.args for n in walk(argument)}
+        return found
 
     def _reads_gathered(self, value: cst.CSTNode) -> bool:
         return self._collective_in(value) or any(

@@ -1434,3 +1434,25 @@ def test_a_settings_object_read_for_its_accumulation_steps_is_no_accelerator():
     finding = the_finding(example.code, "ACC104")
     assert "self.accelerator.unwrap_model(self.model).compute_loss" in finding.message
     assert "self.args" not in finding.message
+
+
+def test_a_data_set_split_by_rank_by_hand_is_advised_a_gather_not_a_prepare():
+    """``Subset(full, range(accelerator.process_index, n, accelerator.num_processes))``: each rank
+    reads its own part already, so gathered predictions against its own labels are 1/N of the
+    rows, and gathering the labels too is the fix; gathered inline, nothing is reported."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\nfrom torch.utils.data import Subset\n"
+        "accelerator = Accelerator()\nmodel = accelerator.prepare(model)\n"
+        "world = accelerator.num_processes\n"
+        "part = Subset(full, range(accelerator.process_index, len(full), world))\n"
+        "loader = torch.utils.data.DataLoader(part, batch_size=8)\ncorrect = 0\n"
+        "with torch.no_grad():\n    for x, y in loader:\n"
+        "        preds = accelerator.gather(model(x).argmax(-1))\n"
+        "        correct += (preds == y).sum().item()\n"
+        "accelerator.print(correct / len(full))\n"
+    )
+    finding = the_finding(code, "ACC403")
+    assert finding.line == 13
+    assert finding.message.startswith("Gather `y` in the same accelerator.gather_for_metrics")
+    inline = code.replace("(preds == y)", "(preds == accelerator.gather(y))")
+    assert [f for f in lint(inline, "ACC403").findings if f.code == "ACC403"] == []
