@@ -78,6 +78,19 @@ class ReadBeforeWritten(Rule):
     )
     why = "Without a barrier the other ranks read a file the main process has not written yet."
     bad = (
+        # each machine's first process goes first: on a second machine the read comes before
+        # the global main process has written the file
+        Example(
+            HEADER
+            + "import torch\n"
+            + "with accelerator.local_main_process_first():\n"
+            + "    if accelerator.is_main_process:\n"
+            + "        torch.save(state, 'cache.pt')\n"
+            + "    else:\n"
+            + "        cache = torch.load('cache.pt')\n",
+            8,
+            17,
+        ),
         Example(  # tatami-galaxy/speech-processing's whisper fine-tuning
             HEADER
             + "from transformers import AutoProcessor\n"
@@ -592,8 +605,30 @@ def _taking_turns(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) ->
         if _takes_turns(ancestor) and (
             script.inside(write, ancestor) or script.order(write) < script.order(ancestor)
         ):
+            if _local_turns(ancestor) and not _written_per_machine(script, write):
+                continue  # each machine's first process goes first: not rank 0 alone
             return True
     return False
+
+
+def _local_turns(node: cst.With) -> bool:
+    """``local_main_process_first()``: the first process of each machine goes first, so on
+    several machines a file the global main process writes is read before it is there."""
+    return any(
+        isinstance(item.item, cst.Call)
+        and isinstance(item.item.func, cst.Attribute)
+        and item.item.func.attr.value == "local_main_process_first"
+        for item in node.items
+    )
+
+
+def _written_per_machine(script: ScriptModel, write: cst.CSTNode) -> bool:
+    """The write's rank test is the machine's own (``is_local_main_process``, the local rank)."""
+    code = script.module.code_for_node
+    return any(
+        isinstance(ancestor, cst.If) and "local" in code(ancestor.test)
+        for ancestor in script.ancestors(write)
+    )
 
 
 def _takes_turns(node: cst.CSTNode) -> bool:
