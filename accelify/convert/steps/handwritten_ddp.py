@@ -275,15 +275,33 @@ def _read_besides_loaders(ctx: Context, binding: Binding) -> bool:
         parent = ctx.model.parent(name)
         if isinstance(parent, cst.Attribute) and parent.attr is name:
             continue  # ``loader.sampler``: another object's attribute
-        if isinstance(parent, cst.Arg) and (
-            parent.keyword is name
-            or (parent.keyword is not None and parent.keyword.value == "sampler")
-        ):
+        if isinstance(parent, cst.Arg) and parent.keyword is name:
             continue
         if isinstance(parent, cst.Attribute) and parent.attr.value == "set_epoch":
             continue
+        if _in_a_rewritten_loader_argument(ctx, name, binding.name):
+            continue
         return True
     return False
+
+
+def _in_a_rewritten_loader_argument(ctx: Context, name: cst.Name, sampler: str) -> bool:
+    """``name`` is read in the ``sampler=`` or ``shuffle=`` of a loader given ``sampler=``
+    ``sampler`` (``shuffle=(sampler is None)``): both become the one ``shuffle=`` the sampler
+    had (`_rank_reads_and_loaders`), so the read goes with them."""
+    argument = ctx.model.index.nearest(name, cst.Arg)
+    call = ctx.model.parent(argument) if argument is not None else None
+    return (
+        isinstance(argument, cst.Arg)
+        and argument.keyword is not None
+        and argument.keyword.value in ("sampler", "shuffle")
+        and isinstance(call, cst.Call)
+        and bool(ctx.model.call_names(call) & names.DATALOADERS)
+        and any(
+            a.keyword is not None and a.keyword.value == "sampler" and dotted(a.value) == sampler
+            for a in call.args
+        )
+    )
 
 
 def _one_process_sampler(ctx: Context, value: cst.BaseExpression) -> None:
