@@ -12,7 +12,13 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import keyword_argument
+from accelify.analysis.syntax import (
+    all_params,
+    assigned_targets,
+    keyword_argument,
+    target_names,
+    walk,
+)
 
 
 @dataclass
@@ -66,18 +72,83 @@ def draws_alike_per_step(
         return None
     families = _seeded_families(model, seeds)
     steps = _step_functions(model, training)
-    drawn = [
-        call
-        for call in model.calls
-        if _draws(model, call)
-        and not _in_per_sample_code(model, call)
-        and _family(model, call) in families
-        and (
-            any(any(a is loop for a in model.ancestors(call)) for loop in training)
-            or model.index.enclosing_function(call) in steps
-        )
-    ]
+    batches = _batch_names(model, training)
+    drawn = []
+    for call in model.calls:
+        if not _draws(model, call) or _in_per_sample_code(model, call):
+            continue
+        if _family(model, call) not in families:
+            continue
+        loops = [loop for loop in training if any(a is loop for a in model.ancestors(call))]
+        function = model.index.enclosing_function(call)
+        if not loops and function not in steps:
+            continue
+        # in a helper the loop calls, its parameters may be the batch (``add_noise(x)``)
+        batch = set(batches) if loops else _parameter_names(function)
+        if not _applied_to_the_batch(model, call, batch):
+            drawn.append(call)
     return (drawn, seeds[0]) if drawn else None
+
+
+def _batch_names(model: ScriptModel, training: list[cst.CSTNode]) -> set[str]:
+    """The names a training loop binds to its batch, and those its body sets from them
+    (``inputs, labels = inputs.to(device), ...``, ``noisy = inputs + ...``)."""
+    found: set[str] = set()
+    for loop in model.loops:
+        if loop.node in training:
+            found |= loop.batch_names | target_names(loop.node.target)
+    assigns = [
+        node
+        for loop in training
+        for node in walk(loop)
+        if isinstance(node, (cst.Assign, cst.AnnAssign)) and node.value is not None
+    ]
+    grown = True
+    while grown:
+        grown = False
+        for assign in assigns:
+            if not _reads(assign.value, found):  # type: ignore[arg-type]
+                continue
+            for target in assigned_targets(assign):
+                new = target_names(target) - found
+                if new:
+                    found |= new
+                    grown = True
+    return found
+
+
+def _parameter_names(function: cst.FunctionDef | None) -> set[str]:
+    if function is None:
+        return set()
+    return {param.name.value for param in all_params(function.params)} - {"self", "cls"}
+
+
+def _reads(node: cst.CSTNode, batch: set[str]) -> bool:
+    return any(isinstance(n, cst.Name) and n.value in batch for n in walk(node))
+
+
+def _applied_to_the_batch(model: ScriptModel, call: cst.Call, batch: set[str]) -> bool:
+    """The draw is shaped like a batch tensor (``torch.randn_like(inputs)``) or combined with
+    one in arithmetic (``inputs + 0.1 * torch.randn(...)``): each rank applies the same values
+    to its own samples, as an augmentation does, so nothing repeats across ranks. Noise fed to
+    a model as its input (a GAN's ``netG(torch.randn(b, nz))``) is neither."""
+    if not batch:
+        return False
+    if any(name.endswith("_like") for name in model.call_names(call)):
+        first = call.args[0].value if call.args else None
+        if first is not None and _reads(first, batch):
+            return True
+    outer: cst.CSTNode | None = None
+    for ancestor in model.ancestors(call):  # the arithmetic around it, not a call around that
+        if not isinstance(ancestor, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison)):
+            break
+        outer = ancestor
+    if outer is None:
+        return False
+    drawn = {id(n) for n in walk(call)}
+    return any(
+        isinstance(n, cst.Name) and n.value in batch and id(n) not in drawn for n in walk(outer)
+    )
 
 
 def _step_functions(model: ScriptModel, training: list[cst.CSTNode]) -> set[cst.FunctionDef]:

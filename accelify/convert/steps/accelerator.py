@@ -22,9 +22,13 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
     home = _home(ctx, prepare_scope)
     create = f"{ctx.acc} = {ctx.constructor_code()}"
     if not ctx.acc.startswith("self.") and not isinstance(home, cst.Module):
-        stranded = _threading(ctx, home).stranded
-        if stranded:
-            ctx.left_as_is = _stranded(ctx, home, stranded[0])
+        threading = _threading(ctx, home)
+        if threading.stranded:
+            ctx.left_as_is = _stranded(ctx, home, threading.stranded[0])
+            return
+        implicit = [f for f in threading.functions if _implicitly_called(ctx, f)]
+        if implicit:
+            ctx.left_as_is = _implicit(ctx, home, implicit[0])
             return
     threaded = _thread(ctx, home)
     anchor = _first_need(ctx, home, threaded)
@@ -82,6 +86,49 @@ def _stranded(ctx: Context, home: Scope, call: cst.Call) -> tuple[int, str]:
     )
 
 
+def _implicit(ctx: Context, home: Scope, function: cst.FunctionDef) -> tuple[int, str]:
+    """Why a method Python calls itself (``__post_init__``, ``__getitem__``) cannot take the
+    accelerator: no call in the file passes its arguments, so a parameter added to it is
+    missing at every implicit call (a TypeError on construction), and the accelerator cannot
+    be a module-level global instead, since its constructor reads what only ``home``
+    defines. So the file stays as it is, with this line."""
+    name = home.name.value if isinstance(home, cst.FunctionDef) else "the module"
+    method = _qualified_name(ctx, function)
+    return (
+        ctx.line(function),
+        f"left as it is: {method}() needs the accelerator, and Python calls it itself (no "
+        f"call in the file could pass it); it cannot be made at the module's level, since "
+        f"{ctx.constructor_code()} reads what {name}() defines. Make one Accelerator where "
+        f"the run starts and read what {method}() needs from it there, then convert",
+    )
+
+
+def _implicitly_called(ctx: Context, function: cst.FunctionDef) -> bool:
+    """A method Python runs itself, through syntax or a protocol (``__post_init__`` of a
+    dataclass, ``__getitem__`` of ``x[i]``, ``__len__``, ``__iter__``): no call in the file
+    passes its arguments, so it can take no new parameter. ``__init__`` and ``__call__`` are
+    not: ``Config(...)`` and ``early_stopping(loss, model)`` are their calls (the call graph
+    finds them, and those it cannot place get review lines), and pass what they gain."""
+    name = function.name.value
+    return (
+        ctx.facts.calls.owner(function) is not None
+        and name.startswith("__")
+        and name.endswith("__")
+        and name not in ("__init__", "__call__")
+    )
+
+
+def _constructions(ctx: Context, function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls that make an instance of ``function``'s class (or a subclass): a method Python
+    runs itself runs on an instance, so none of it runs before the first of them."""
+    graph = ctx.facts.calls
+    owner = graph.owner(function)
+    if owner is None:
+        return []
+    classes = [owner, *graph.subclasses(owner)]
+    return [call for cls in classes for call in ctx.model.index.calls_named(cls.name.value)]
+
+
 def _needed_by(ctx: Context, statement_node: cst.CSTNode) -> bool:
     """An edit inside ``statement_node`` itself uses the accelerator."""
     placement = ctx.facts.placement
@@ -123,13 +170,17 @@ def _home(ctx: Context, prepare_scope: Scope) -> Scope:
 
 def _handed_on(ctx: Context, home: Scope) -> bool:
     """A function that would take the accelerator as a parameter is handed on somewhere
-    (``sub.set_defaults(func=evaluate)``, then ``args.func(args)``): its callers cannot be
-    found to pass it, and a required parameter they do not pass is a crash. Created at the
-    module's level, the accelerator is a global every function reads, and none takes it."""
+    (``sub.set_defaults(func=evaluate)``, then ``args.func(args)``), or Python calls it itself
+    (a dataclass's ``__post_init__``): its callers cannot be found to pass it, and a required
+    parameter they do not pass is a crash. Created at the module's level, the accelerator is a
+    global every function reads, and none takes it."""
     if isinstance(home, cst.Module):
         return False
     graph = ctx.facts.calls
-    return any(graph.references(function) for function in _threading(ctx, home).functions)
+    return any(
+        graph.references(function) or _implicitly_called(ctx, function)
+        for function in _threading(ctx, home).functions
+    )
 
 
 def _home_by_calls(ctx: Context, prepare_scope: Scope) -> Scope:
@@ -381,8 +432,10 @@ def _module_level_calls(ctx: Context) -> list[cst.CSTNode]:
         if function is None or function in seen:
             continue
         seen.add(function)
-        # a function handed on (``set_defaults(func=evaluate)``) runs wherever it was handed
-        for call in [*graph.callers(function), *graph.references(function)]:
+        # a function handed on (``set_defaults(func=evaluate)``) runs wherever it was handed;
+        # one Python calls itself (``__post_init__``), once an instance is made
+        implicit = _constructions(ctx, function) if _implicitly_called(ctx, function) else []
+        for call in [*graph.callers(function), *graph.references(function), *implicit]:
             caller = placement.top_function(call)
             if caller is None:
                 found.append(call)

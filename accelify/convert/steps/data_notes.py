@@ -11,7 +11,7 @@ from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import loader_names
 
@@ -537,7 +537,7 @@ def _draws_alike_on_every_rank(ctx: Context) -> None:
         return
     training = [loop.node for loop in ctx.model.loops if loop.trains]
     training += [loop.node for loop, _ in ctx.facts.step_driven_loops]
-    found = draws_alike_per_step(ctx.model, training, lambda seed: _reads_rank(ctx, seed))
+    found = draws_alike_per_step(ctx.model, training, ctx.model.reads_rank)
     if found is None:
         return
     draws, seed = found
@@ -552,22 +552,6 @@ def _draws_alike_on_every_rank(ctx: Context) -> None:
             "share are drawn: set_seed(seed, device_specific=True) before the training loop "
             "(on one process its draws then differ from the original's)",
         )
-
-
-def _reads_rank(ctx: Context, node: cst.CSTNode, depth: int = 0) -> bool:
-    """``node`` reads this process's rank (``seed + rank``), directly or through a local
-    bound from it."""
-    for part in walk(node):
-        name = dotted(part) if isinstance(part, (cst.Name, cst.Attribute)) else None
-        if name is None:
-            continue
-        if names.is_process_rank_name(name):
-            return True
-        if isinstance(part, cst.Name) and depth < 3:
-            bound = ctx.model.index.assignments_to(name)
-            if any(_reads_rank(ctx, a.value, depth + 1) for a in bound):
-                return True
-    return False
 
 
 def _trained_unprepared(ctx: Context, loop: Loop) -> list[str]:

@@ -236,18 +236,122 @@ def _remove_samplers(ctx: Context) -> tuple[dict[str, str], set[str]]:
             continue
         shuffle, dropped = _sampler_arguments(ctx, binding.value)
         samplers[binding.name] = shuffle
-        ctx.plan.remove(
-            binding.statement,
-            binding.line,
-            f"removed DistributedSampler {binding.name} (prepare shards the data)",
-        )
+        if _read_besides_loaders(ctx, binding):
+            # ``BatchSampler(sampler, 8, False)``: the name stays bound, to the sampler one
+            # process reads the data set with (prepare shards the batches it makes)
+            _one_process_sampler(ctx, binding.value)
+        else:
+            ctx.plan.remove(
+                binding.statement,
+                binding.line,
+                f"removed DistributedSampler {binding.name} (prepare shards the data)",
+            )
         if dropped:
             ctx.plan.review(
                 binding.line,
                 f"DistributedSampler's {', '.join(dropped)} not carried over: the prepared "
                 "loader shuffles with the run's seed and evens out the last batch itself",
             )
+    bound = [binding.value for binding in ctx.model.of_kind(Kind.SAMPLER)]
+    inside = ctx.facts.placement.inside
+    for call in ctx.model.calls:
+        if _is_sampler(ctx, call) and not any(
+            call is value or inside(call, value) for value in bound
+        ):
+            # in place (``BatchSampler(DistributedSampler(ds), 8, False)``): prepared, the
+            # loader would shard batches of this rank's part again (1/N² of the data)
+            _one_process_sampler(ctx, call)
     return samplers, chosen
+
+
+def _read_besides_loaders(ctx: Context, binding: Binding) -> bool:
+    """The sampler's name is read other than as a loader's ``sampler=`` (rewritten to its
+    ``shuffle=``) or a ``set_epoch`` receiver (removed): removing its binding would leave
+    that read a NameError (``BatchSampler(sampler, 8, False)``)."""
+    for name in ctx.model.index.names_spelled(binding.name):
+        if ctx.model.scope_of(name) is not binding.scope or ctx.facts.placement.inside(
+            name, binding.assign
+        ):
+            continue
+        parent = ctx.model.parent(name)
+        if isinstance(parent, cst.Attribute) and parent.attr is name:
+            continue  # ``loader.sampler``: another object's attribute
+        if isinstance(parent, cst.Arg) and parent.keyword is name:
+            continue
+        if isinstance(parent, cst.Attribute) and parent.attr.value == "set_epoch":
+            continue
+        if _in_a_rewritten_loader_argument(ctx, name, binding.name):
+            continue
+        return True
+    return False
+
+
+def _in_a_rewritten_loader_argument(ctx: Context, name: cst.Name, sampler: str) -> bool:
+    """``name`` is read in the ``sampler=`` or ``shuffle=`` of a loader given ``sampler=``
+    ``sampler`` (``shuffle=(sampler is None)``): both become the one ``shuffle=`` the sampler
+    had (`_rank_reads_and_loaders`), so the read goes with them."""
+    argument = ctx.model.index.nearest(name, cst.Arg)
+    call = ctx.model.parent(argument) if argument is not None else None
+    return (
+        isinstance(argument, cst.Arg)
+        and argument.keyword is not None
+        and argument.keyword.value in ("sampler", "shuffle")
+        and isinstance(call, cst.Call)
+        and bool(ctx.model.call_names(call) & names.DATALOADERS)
+        and any(
+            a.keyword is not None and a.keyword.value == "sampler" and dotted(a.value) == sampler
+            for a in call.args
+        )
+    )
+
+
+def _one_process_sampler(ctx: Context, value: cst.BaseExpression) -> None:
+    """``DistributedSampler(ds, shuffle=s)`` -> ``RandomSampler(ds)`` (``SequentialSampler``
+    for ``shuffle=False``): what one process reads the data set with, so that the loader,
+    prepared, shards the batches built over it once (the Accelerator draws the shuffle alike
+    on every rank). Without its data set in view, the call stays with a review line."""
+    call = strip_self_methods(value)
+    if not isinstance(call, cst.Call):
+        return
+    dataset = next(
+        (
+            a.value
+            for i, a in enumerate(call.args)
+            if (a.keyword is None and not a.star and i == 0)
+            or (a.keyword is not None and a.keyword.value == "dataset")
+        ),
+        None,
+    )
+    shuffle, dropped = _sampler_arguments(ctx, call)
+    if dataset is None:
+        ctx.plan.review(
+            ctx.line(call),
+            "a DistributedSampler whose data set the conversion cannot see: left as it is; "
+            "replace it with RandomSampler(dataset) (SequentialSampler without shuffling), "
+            "or the prepared loader shards this rank's part again",
+        )
+        return
+    data = ctx.code(dataset)
+    code = {
+        "True": f"RandomSampler({data})",
+        "False": f"SequentialSampler({data})",
+    }.get(shuffle, f"RandomSampler({data}) if {shuffle} else SequentialSampler({data})")
+    ctx.plan.replace(
+        call,
+        Swap(code),
+        ctx.line(call),
+        f"{ctx.code(call)} -> {code} (prepare shards the batches made over it)",
+    )
+    for imported in ("RandomSampler", "SequentialSampler"):
+        line = f"from torch.utils.data import {imported}"
+        if imported in code and line not in ctx.extra_imports:
+            ctx.extra_imports.append(line)
+    if dropped:
+        ctx.plan.review(
+            ctx.line(call),
+            f"DistributedSampler's {', '.join(dropped)} not carried over: the prepared "
+            "loader shuffles with the run's seed and evens out the last batch itself",
+        )
 
 
 def _is_sampler(ctx: Context, value: cst.BaseExpression) -> bool:
