@@ -22,7 +22,11 @@ def test_preview_shows_the_diff_and_summary_and_writes_nothing(tmp_path: Path):
     assert "-            d_loss.backward(retain_graph=True)" in result.stdout
     assert "+            accelerator.backward(d_loss, retain_graph=True)" in result.stdout
     assert f"{script}: prepared generator, discriminator, opt_g, opt_d, loader" in result.stdout
-    assert "1 of 1 file would be converted (run with --write to apply)" in result.stderr
+    # the generator's noise is drawn alike on every rank after one seed: its review line
+    assert "1 of 1 file would be converted, 1 place to review (run with --write" in result.stderr
+    assert "review " in result.stdout and "drawn each training step after the same seed" in (
+        result.stdout
+    )
     assert script.read_bytes() == GAN.read_bytes()
 
 
