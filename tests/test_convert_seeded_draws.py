@@ -54,3 +54,30 @@ def test_noise_drawn_after_one_seed_is_reviewed_at_its_draw():
 
 def test_a_seed_that_reads_the_rank_draws_apart():
     assert not [text for text in _reviews("1234 + rank") if "drawn each training step" in text]
+
+
+def _unseeded_reviews(step: str) -> list[str]:
+    source = GAN.replace("    torch.manual_seed(SEED)\n", "").replace(
+        "fake = gen(torch.randn(real.size(0), 4))", step
+    )
+    reviews = convert_source(source.encode(), "gan.py").reviews
+    return [note.text for note in reviews if "is drawn each training step" in note.text]
+
+
+def test_noise_after_the_state_the_conversion_synchronizes_is_reviewed_too():
+    """No seed, a synthetic data set drawn before training: the conversion makes the random
+    state alike on every rank (synchronize_rng_states) so that the data is; the generator's
+    noise drawn after it is then alike on every rank as well."""
+    reviews = _unseeded_reviews("fake = gen(torch.randn(real.size(0), 4))")
+    assert len(reviews) == 1, reviews
+    assert "the random state this conversion makes alike on every rank" in reviews[0]
+
+
+def test_noise_shaped_like_a_batch_tensor_is_applied_to_each_ranks_own_samples():
+    """Drawn in the batch tensor's whole shape, then added to it: each rank's own samples."""
+    assert not _unseeded_reviews(
+        "noise = torch.randn(real.shape)\n        fake = gen(real - noise)"
+    )
+    assert not _unseeded_reviews(
+        "noise = torch.randn(real.size())\n        fake = gen(real * noise)"
+    )

@@ -58,19 +58,27 @@ def _seeded_families(model: ScriptModel, seeds: list[cst.Call] | None = None) ->
 
 
 def draws_alike_per_step(
-    model: ScriptModel, training: list[cst.CSTNode], rank_reads: Callable[[cst.CSTNode], bool]
-) -> tuple[list[cst.Call], cst.Call] | None:
+    model: ScriptModel,
+    training: list[cst.CSTNode],
+    rank_reads: Callable[[cst.CSTNode], bool],
+    synchronized: frozenset[str] = frozenset(),
+) -> tuple[list[cst.Call], cst.Call | None] | None:
     """Random values each training step draws (a GAN's noise, a random mask) from a global
     generator the script seeds with the same seed on every rank, and that seed call: every
     rank draws the same values, so what they feed repeats on each rank instead of adding to
     the batch. A step is the body of a loop of ``training``, or a function called from one
     (through the file's call graph). Per-sample code (``forward``, ``__getitem__``: dropout,
     augmentation) applies its draws to each rank's own samples: not counted. A seed that reads
-    the rank (``seed + rank``, ``rank_reads``) seeds the ranks apart: None."""
+    the rank (``seed + rank``, ``rank_reads``) seeds the ranks apart: None. ``synchronized``:
+    the generators the conversion itself makes alike on every rank before training, in a
+    script that sets no seed (`synchronize_rng_states` before its synthetic data): the same
+    holds for them, with no seed call to name."""
     seeds = [call for call in model.calls if model.call_names(call) & names.SEEDS]
-    if not seeds or any(rank_reads(call) for call in seeds):
+    if any(rank_reads(call) for call in seeds):
         return None
-    families = _seeded_families(model, seeds)
+    families = _seeded_families(model, seeds) if seeds else set(synchronized)
+    if not families:
+        return None
     steps = _step_functions(model, training)
     batches = _batch_names(model, training)
     drawn = []
@@ -87,7 +95,7 @@ def draws_alike_per_step(
         batch = set(batches) if loops else _parameter_names(function)
         if not _applied_to_the_batch(model, call, batch):
             drawn.append(call)
-    return (drawn, seeds[0]) if drawn else None
+    return (drawn, seeds[0] if seeds else None) if drawn else None
 
 
 def _batch_names(model: ScriptModel, training: list[cst.CSTNode]) -> set[str]:
@@ -134,10 +142,15 @@ def _applied_to_the_batch(model: ScriptModel, call: cst.Call, batch: set[str]) -
     a model as its input (a GAN's ``netG(torch.randn(b, nz))``) is neither."""
     if not batch:
         return False
-    if any(name.endswith("_like") for name in model.call_names(call)):
-        first = call.args[0].value if call.args else None
-        if first is not None and _reads(first, batch):
-            return True
+    first = call.args[0].value if call.args else None
+    if first is not None and _whole_shape_of(first, batch):
+        return True  # ``torch.randn(y.shape)``: elementwise with a batch tensor
+    if (
+        any(name.endswith("_like") for name in model.call_names(call))
+        and first is not None
+        and _reads(first, batch)
+    ):
+        return True
     outer: cst.CSTNode | None = None
     for ancestor in model.ancestors(call):  # the arithmetic around it, not a call around that
         if not isinstance(ancestor, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison)):
@@ -148,6 +161,22 @@ def _applied_to_the_batch(model: ScriptModel, call: cst.Call, batch: set[str]) -
     drawn = {id(n) for n in walk(call)}
     return any(
         isinstance(n, cst.Name) and n.value in batch and id(n) not in drawn for n in walk(outer)
+    )
+
+
+def _whole_shape_of(node: cst.BaseExpression, batch: set[str]) -> bool:
+    """``y.shape`` or ``y.size()`` of a batch tensor: not ``real.size(0)``, a batch's length
+    that a generator's noise is drawn for."""
+    if isinstance(node, cst.Call) and not node.args:
+        node = node.func
+        attribute = "size"
+    else:
+        attribute = "shape"
+    return (
+        isinstance(node, cst.Attribute)
+        and node.attr.value == attribute
+        and isinstance(node.value, cst.Name)
+        and node.value.value in batch
     )
 
 

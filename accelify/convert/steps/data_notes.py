@@ -538,7 +538,7 @@ def _draws_alike_on_every_rank(ctx: Context) -> None:
     training = [loop.node for loop in ctx.model.loops if loop.trains]
     training += [loop.node for loop, _ in ctx.facts.step_driven_loops]
     found = draws_alike_per_step(ctx.model, training, ctx.model.reads_rank)
-    if found is None:
+    if found is None or found[1] is None:
         return
     draws, seed = found
     for draw in draws:
