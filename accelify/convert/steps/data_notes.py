@@ -17,7 +17,7 @@ from accelify.convert.steps.evaluation import loader_names
 
 
 def run(ctx: Context) -> None:
-    _draws_alike_on_every_rank(ctx)
+    draws_alike_on_every_rank(ctx)
     _totals_over_dataset(ctx)
     _samples_counted(ctx)
     _meters_over_shards(ctx)
@@ -526,31 +526,48 @@ def _received_attributes(ctx: Context) -> set[str]:
     return found
 
 
-def _draws_alike_on_every_rank(ctx: Context) -> None:
+def draws_alike_on_every_rank(ctx: Context, synchronized: frozenset[str] = frozenset()) -> None:
     """A training step that draws random values (a GAN's noise) after the same seed on every
     rank: the data is sharded, the draws are not, so what they feed repeats on every rank (the
     generator trains on one rank's noise batch, 1/N of what the N-rank run claims). Seeding
     each rank apart would change the draws a one-process run makes, so the code stays as it
     is and a review line says what to do. (Without a DataLoader the batches themselves are
-    drawn: said by the review line of `run`.)"""
+    drawn: said by the review line of `run`.) The seeding step calls it again with the
+    generators it ``synchronized`` before training in a script with no seed of its own: the
+    same holds for them, with no seed call to name."""
     if not ctx.model.of_kind(Kind.DATALOADER):
         return
     training = [loop.node for loop in ctx.model.loops if loop.trains]
     training += [loop.node for loop, _ in ctx.facts.step_driven_loops]
-    found = draws_alike_per_step(ctx.model, training, ctx.model.reads_rank)
-    if found is None or found[1] is None:
+    found = draws_alike_per_step(ctx.model, training, ctx.model.reads_rank, synchronized)
+    if found is None:
         return
     draws, seed = found
+    if (seed is None) != bool(synchronized):
+        return  # the data notes' call reviews a seed of the script's own, the seeding step's not
+    if seed is not None:
+        cause = (
+            f"after the same seed on every rank ({ctx.code(seed)}, line {ctx.line(seed)}): "
+            "every rank draws the same values, so"
+        )
+        effect = (
+            " (a GAN's generator trains on 1/N of the noise the N-rank run claims); to draw "
+            "apart, seed each rank apart once the values every rank must share are drawn:"
+        )
+    else:
+        cause = (
+            "after the random state this conversion makes alike on every rank before training "
+            "(so that the data every rank draws is the same): every rank then draws the same "
+            "values here, so"
+        )
+        effect = "; to draw apart, seed each rank apart once the shared values are drawn:"
     for draw in draws:
         ctx.plan.review(
             ctx.line(draw),
-            f"{ctx.code(draw)} is drawn each training step after the same seed on every rank "
-            f"({ctx.code(seed)}, line {ctx.line(seed)}): every rank draws the same values, so "
-            "what they feed (a generator's noise, a random mask) repeats on each rank instead "
-            "of adding to the batch (a GAN's generator trains on 1/N of the noise the N-rank "
-            "run claims); to draw apart, seed each rank apart once the values every rank must "
-            "share are drawn: set_seed(seed, device_specific=True) before the training loop "
-            "(on one process its draws then differ from the original's)",
+            f"{ctx.code(draw)} is drawn each training step {cause} what they feed (a "
+            "generator's noise, a random mask) repeats on each rank instead of adding to the "
+            f"batch{effect} set_seed(seed, device_specific=True) before the training loop (on "
+            "one process its draws then differ from the original's)",
         )
 
 

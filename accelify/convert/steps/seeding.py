@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.randomness import draws_alike_per_step, randomness_of
-from accelify.analysis.script_model import Kind
+from accelify.analysis.randomness import randomness_of
 from accelify.convert.steps.context import Context
+from accelify.convert.steps.data_notes import draws_alike_on_every_rank
 from accelify.edits.kinds import InsertBefore
 from accelify.edits.plan import statement
 
@@ -44,32 +44,11 @@ def run(ctx: Context) -> None:
     )
     if made:  # not where self.accelerator cannot reach
         ctx.uses.append(used)
-        _review_draws_made_alike(ctx, frozenset({"torch"}) if randomness.torch_only else _ALL)
+        # what each training step draws after the synchronized state is alike on every rank
+        draws_alike_on_every_rank(ctx, frozenset({"torch"}) if randomness.torch_only else _ALL)
 
 
 _ALL = frozenset({"torch", "numpy", "random"})
-
-
-def _review_draws_made_alike(ctx: Context, families: frozenset[str]) -> None:
-    """The state synchronized before training stays alike on every rank: what each training
-    step draws after it (a GAN's noise) is then the same on every rank, as after one seed (the
-    data notes' review, which sees only the script's own seeds)."""
-    if not ctx.model.of_kind(Kind.DATALOADER):
-        return
-    training = [loop.node for loop in ctx.model.loops if loop.trains]
-    training += [loop.node for loop, _ in ctx.facts.step_driven_loops]
-    found = draws_alike_per_step(ctx.model, training, ctx.model.reads_rank, families)
-    for draw in found[0] if found is not None else []:
-        ctx.plan.review(
-            ctx.line(draw),
-            f"{ctx.code(draw)} is drawn each training step after the random state this "
-            "conversion makes alike on every rank before training (so that the data every rank "
-            "draws is the same): every rank then draws the same values here, so what they feed "
-            "(a generator's noise, a random mask) repeats on each rank instead of adding to the "
-            "batch; to draw apart, seed each rank apart once the shared values are drawn: "
-            "set_seed(seed, device_specific=True) before the training loop (on one process its "
-            "draws then differ from the original's)",
-        )
 
 
 def _seed_anchor(ctx: Context, draws: list[cst.Call]) -> cst.CSTNode | None:
