@@ -602,24 +602,14 @@ def _taking_turns(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) ->
     main process has left it, so whatever the main process wrote before leaving is there when
     they read (``with main_process_first(): if is_main: torch.save(...) else: torch.load(...)``)."""
     for ancestor in script.ancestors(read):
-        if _takes_turns(ancestor) and (
+        turns = _turns_taken(ancestor)
+        if turns and (
             script.inside(write, ancestor) or script.order(write) < script.order(ancestor)
         ):
-            if _local_turns(ancestor) and not _written_per_machine(script, write):
+            if "local_main_process_first" in turns and not _written_per_machine(script, write):
                 continue  # each machine's first process goes first: not rank 0 alone
             return True
     return False
-
-
-def _local_turns(node: cst.With) -> bool:
-    """``local_main_process_first()``: the first process of each machine goes first, so on
-    several machines a file the global main process writes is read before it is there."""
-    return any(
-        isinstance(item.item, cst.Call)
-        and isinstance(item.item.func, cst.Attribute)
-        and item.item.func.attr.value == "local_main_process_first"
-        for item in node.items
-    )
 
 
 def _written_per_machine(script: ScriptModel, write: cst.CSTNode) -> bool:
@@ -632,12 +622,22 @@ def _written_per_machine(script: ScriptModel, write: cst.CSTNode) -> bool:
 
 
 def _takes_turns(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.With) and any(
-        isinstance(item.item, cst.Call)
+    return bool(_turns_taken(node))
+
+
+def _turns_taken(node: cst.CSTNode) -> set[str]:
+    """The ``main_process_first()`` kinds a ``with`` enters: the global one lets rank 0 go
+    first; the local one, each machine's first process (on several machines a file the global
+    main process writes is read before it is there)."""
+    if not isinstance(node, cst.With):
+        return set()
+    return {
+        item.item.func.attr.value
+        for item in node.items
+        if isinstance(item.item, cst.Call)
         and isinstance(item.item.func, cst.Attribute)
         and item.item.func.attr.value in ("main_process_first", "local_main_process_first")
-        for item in node.items
-    )
+    }
 
 
 def _ordered_across_calls(script: ScriptModel, shared: SharedFile) -> bool:
