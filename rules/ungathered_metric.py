@@ -630,6 +630,27 @@ class UngatheredMetric(Rule):
         + "        values.append(model(**batch).loss.detach())\n"
         + "if values:\n"
         + "    print(accelerator.gather_for_metrics(torch.stack(values)).mean().item())\n",
+        # an RLHF PPO trainer (minitune's): the rollout phase, with the policy in eval mode,
+        # keeps each sample of this rank's prompts in a member buffer, and learn() trains on
+        # what it holds: this rank's own rollouts, not an evaluation's total
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        + "class PPOTrainer:\n    def __init__(self, policy, optimizer, prompts):\n"
+        + "        self.accelerator = Accelerator()\n"
+        + "        self.policy, self.optimizer, self.prompts = self.accelerator.prepare(\n"
+        + "            policy, optimizer, prompts)\n"
+        + "        self.rollout_buffer = RolloutBuffer()\n\n"
+        + "    def train(self):\n        for _ in range(10):\n"
+        + "            self.rollout_buffer.clear()\n            self.policy.eval()\n"
+        + "            for batch in self.prompts:\n                with torch.no_grad():\n"
+        + "                    responses = self.policy(batch)\n"
+        + "                for i in range(len(batch)):\n"
+        + "                    self.rollout_buffer.add(batch[i], responses[i])\n"
+        + "            self.learn()\n\n"
+        + "    def learn(self):\n        self.policy.train()\n"
+        + "        for prompt, response in self.rollout_buffer:\n"
+        + "            loss = self.policy(prompt, response).mean()\n"
+        + "            self.accelerator.backward(loss)\n"
+        + "            self.optimizer.step()\n            self.optimizer.zero_grad()\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

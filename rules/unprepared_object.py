@@ -729,6 +729,28 @@ class UnpreparedObject(Rule):
         + "for batch in loader:\n"
         + "    accelerator.backward(model(batch['input_ids'], labels=batch['labels']).loss)\n"
         + "    optimizer.step()\n",
+        # an RLHF PPO trainer (PaLM-rlhf style): learn(memories) stacks this rank's rollouts and
+        # batches them through a helper that also takes a batch size and a device
+        HEADER
+        + "import torch\nfrom torch.nn.utils.rnn import pad_sequence\n"
+        + "from torch.utils.data import DataLoader, Dataset\n\n\n"
+        + "class ExperienceDataset(Dataset):\n"
+        + "    def __init__(self, data, device=None):\n"
+        + "        self.data, self.device = data, device\n\n\n"
+        + "def create_dataloader(data, batch_size, shuffle=True, device=None):\n"
+        + "    ds = ExperienceDataset(data, device=device)\n"
+        + "    return DataLoader(ds, batch_size=batch_size, shuffle=shuffle)\n\n\n"
+        + "class RLHFTrainer:\n    def __init__(self, actor, optimizer):\n"
+        + "        self.actor, self.optimizer = accelerator.prepare(actor, optimizer)\n"
+        + "        self.minibatch_size = 16\n\n"
+        + "    def learn(self, memories):\n"
+        + "        stacked = [pad_sequence(m, batch_first=True) for m in zip(*memories)]\n"
+        + "        loader = create_dataloader(\n"
+        + "            stacked, self.minibatch_size, device=accelerator.device)\n"
+        + "        for sequences, rewards in loader:\n"
+        + "            loss = (self.actor(sequences) - rewards).pow(2).mean()\n"
+        + "            accelerator.backward(loss)\n"
+        + "            self.optimizer.step()\n",
         # re-grpo: a replay buffer emptied and refilled with this rank's rollouts on each pass,
         # then batched for the update in the same pass
         HEADER

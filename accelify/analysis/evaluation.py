@@ -2051,7 +2051,69 @@ def _feeds_training(loop: Loop, sinks: list[cst.CSTNode], facts: Facts) -> bool:
             if isinstance(assign, cst.Assign) and len(assigned_targets(assign)) == 1:
                 names = target_names(assigned_targets(assign)[0])
                 places.append((names, placement.enclosing_function(call) or model.module))
-    return any(_read_by_training(names, scope, loop.node, facts) for names, scope in places)
+    if any(_read_by_training(names, scope, loop.node, facts) for names, scope in places):
+        return True
+    return _member_read_by_training(sinks, loop, facts)
+
+
+def _member_read_by_training(sinks: list[cst.CSTNode], loop: Loop, facts: Facts) -> bool:
+    """``self.rollout_buffer.add(prompt, response, logprobs, reward)`` in a rollout loop, read
+    back by ``for prompts, responses, ... in self.rollout_buffer:`` in the loop of ``learn()``
+    that trains: a member of the trainer that a training loop of the same class reads, and
+    never folds into itself, is that training's input (this rank's own rollouts), not an
+    evaluation's total."""
+    model, placement = facts.model, facts.placement
+    home = placement.class_of(loop.node)
+    if home is None:
+        return False
+    members = {
+        member
+        for sink in sinks
+        for member in _folded_members(sink)
+        if member.startswith("self.") and member.count(".") == 1
+    }
+    for training in model.loops:
+        if not training.trains or placement.class_of(training.node) is not home:
+            continue
+        if placement.inside(loop.node, training.node):
+            continue  # the loop that folds is itself inside the training: its total, not a cache
+        written = {member for small in walk(training.node) for member in _folded_members(small)}
+        if _draws_from(training.node, members) - written:
+            return True
+    return False
+
+
+def _draws_from(training: cst.CSTNode, members: set[str]) -> set[str]:
+    """The ``members`` a training loop takes its batches from: iterated (``for x in
+    self.buffer``, ``DataLoader(self.buffer)`` in a ``for``) or sampled (``self.buffer.sample(
+    64)``); not merely read (``if self.val_losses[-1] > best``, a total compared)."""
+    found: set[str] = set()
+    for node in walk(training):
+        if isinstance(node, cst.For):
+            found |= {
+                dotted(n)
+                for n in walk(node.iter)
+                if isinstance(n, cst.Attribute) and dotted(n) in members
+            }
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            owner = dotted(node.func.value)
+            if owner in members and node.func.attr.value not in (*SINK_METHODS, "clear"):
+                found.add(owner)
+    return found
+
+
+def _folded_members(sink: cst.CSTNode) -> set[str]:
+    """``self.buffer`` of ``self.buffer.add(...)``, ``self.total`` of ``self.total += ...``: the
+    attribute chain a statement folds into (``_folded_into`` keeps only its root, ``self``)."""
+    if isinstance(sink, cst.AugAssign):
+        target = dotted(sink.target)
+        return {target} if target else set()
+    if isinstance(sink, cst.Expr) and isinstance(sink.value, cst.Call):
+        func = sink.value.func
+        if isinstance(func, cst.Attribute):
+            owner = dotted(func.value)
+            return {owner} if owner else set()
+    return set()
 
 
 def _read_by_training(

@@ -17,10 +17,16 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accelify.analysis.names import DATALOADERS
-from accelify.analysis.objects import callee
+from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.syntax import argument_value, assigned_targets, strip_self_methods, walk
+from accelify.analysis.syntax import (
+    argument_value,
+    assigned_targets,
+    dotted,
+    strip_self_methods,
+    walk,
+)
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -65,7 +71,7 @@ def over_step_data(facts: Facts, loop: Loop) -> bool:
             ),
             None,
         )
-        if constructor is None or not _from_arguments(model, value, function):
+        if constructor is None or not _data_from_arguments(model, value, function, home):
             return False
     return _dataset_from_arguments(model, constructor, home) and _per_iteration(
         facts, binding.assign, 0
@@ -121,6 +127,7 @@ def _value_names(node: cst.CSTNode) -> set[str]:
     not the targets of its own comprehensions)."""
     read: set[str] = set()
     bound: set[str] = set()
+    keywords: set[int] = set()
     for sub in walk(node):
         if isinstance(sub, cst.CompFor):
             bound |= {n.value for n in walk(sub.target) if isinstance(n, cst.Name)}
@@ -132,16 +139,72 @@ def _value_names(node: cst.CSTNode) -> set[str]:
                 bound.add(root.value)  # ``Dataset.from_dict(...)``: a class's constructor
         elif isinstance(sub, cst.Attribute):
             bound.add(sub.attr.value)
+        elif isinstance(sub, cst.Arg) and sub.keyword is not None:
+            keywords.add(id(sub.keyword))  # ``batch_first=True``: a keyword, not a value read
     for sub in walk(node):
-        if isinstance(sub, cst.Name):
+        if isinstance(sub, cst.Name) and id(sub) not in keywords:
             read.add(sub.value)
-    return read - bound
+    return read - bound - {"True", "False", "None"}
 
 
 def _from_arguments(model: ScriptModel, call: cst.Call, function: cst.FunctionDef) -> bool:
     """Every value ``call`` passes comes from ``function``'s own parameters."""
     names = set().union(*(_value_names(a.value) for a in call.args)) if call.args else set()
     return bool(names) and names <= _parameters(function)
+
+
+def _data_from_arguments(
+    model: ScriptModel, call: cst.Call, function: cst.FunctionDef, home: cst.FunctionDef
+) -> bool:
+    """``create_dataloader(stacked, self.minibatch_size, device=self.accelerator.device)`` in
+    ``learn(self, memories)``, where ``stacked`` is made from ``memories``: the data the helper
+    batches comes from ``function``'s parameters (or locals made from them alone); its other
+    arguments (a batch size, a device) are settings, not data. Every value passed qualifies as
+    well (``_from_arguments``)."""
+    if _from_arguments(model, call, function):
+        return True
+    implicit = 1 if home.params.params and home.params.params[0].name.value == "self" else 0
+    pairs = bound_arguments(home, call, implicit)
+    data = _dataset_parameters(model, home)
+    own = _parameters(function) | _locals_from_parameters(model, function)
+    fed = [argument for parameter, argument in pairs if parameter in data]
+    return (
+        bool(fed)
+        and all(
+            _value_names(argument.value) <= own or _a_device(argument.value) for argument in fed
+        )
+        and any(_value_names(argument.value) & own for argument in fed)
+    )
+
+
+def _a_device(value: cst.BaseExpression) -> bool:
+    """``self.accelerator.device``, ``device``: where the tensors go, not what they hold."""
+    name = dotted(value)
+    return name is not None and name.rsplit(".", 1)[-1] == "device"
+
+
+def _dataset_parameters(model: ScriptModel, home: cst.FunctionDef) -> set[str]:
+    """The parameters of ``home`` that the dataset of its DataLoader reads (``data`` of
+    ``ds = ExperienceDataset(data, device=device); return DataLoader(ds, ...)``)."""
+    constructor = next(
+        (c for c in model.calls if model.call_names(c) & DATALOADERS and _within(model, c, home)),
+        None,
+    )
+    dataset = argument_value(constructor, "dataset") if constructor is not None else None
+    if isinstance(dataset, cst.Name):
+        made = [
+            assign.value
+            for assign in model.assignments
+            if _within(model, assign, home)
+            and any(
+                isinstance(t, cst.Name) and t.value == dataset.value
+                for t in assigned_targets(assign)
+            )
+        ]
+        dataset = made[0] if len(made) == 1 else None
+    if dataset is None:
+        return set()
+    return _value_names(dataset) & _parameters(home)
 
 
 def _dataset_from_arguments(
@@ -174,14 +237,27 @@ def _dataset_from_arguments(
 def _locals_from_parameters(model: ScriptModel, home: cst.FunctionDef) -> set[str]:
     """Locals of ``home`` assigned only from its parameters (``keys = tuple(rollouts.keys())``)."""
     params = _parameters(home)
+    code = _code_names(model)
     found: set[str] = set()
     for assign in model.assignments:
         if not _within(model, assign, home) or len(assigned_targets(assign)) != 1:
             continue
         target = assigned_targets(assign)[0]
-        if isinstance(target, cst.Name) and _value_names(assign.value) <= params:
+        read = _value_names(assign.value) - code
+        if isinstance(target, cst.Name) and read <= params:
             found.add(target.value)
     return found
+
+
+def _code_names(model: ScriptModel) -> set[str]:
+    """Names that hold code, not data: the file's imports (``pad_sequence`` handed to ``map``)
+    and its top-level functions and classes."""
+    defined = {
+        statement.name.value
+        for statement in model.module.body
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+    }
+    return set(model.imports.bound) | defined
 
 
 def _per_iteration(facts: Facts, node: cst.CSTNode, depth: int) -> bool:
