@@ -3,11 +3,11 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.accelerator_objects import gradients_averaged_by_hand, without_accelerator
-from accelify.analysis.dataflow import assigns, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.precision import apex_scaled_backward
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import all_params, dotted
+from accelify.analysis.single_device import single_device_twin
+from accelify.analysis.syntax import dotted
 from accelify.lint.rule import (
     HEADER,
     MULTI_BACKEND_TRAINER,
@@ -311,7 +311,7 @@ class LossBackward(Rule):
                 continue  # the path without an accelerator, or apex's own scaled backward
             acc = accelerator_at(script, call)
             if acc is None:
-                if not _single_device_twin(script, call):
+                if not single_device_twin(facts, call):
                     yield self.finding(script, call)
                 continue
             if _scaled_by_hand(script, call) and not _accelerator_never_scales(script):
@@ -389,24 +389,3 @@ def _accelerator_never_scales(script: ScriptModel) -> bool:
         if not (isinstance(value, cst.SimpleString) and value.evaluated_value in ("no", "bf16")):
             return False
     return True
-
-
-def _single_device_twin(script: ScriptModel, call: cst.Call) -> bool:
-    """``call`` runs in a module-level function that no accelerator or prepared object can
-    reach: nothing in this file calls it or hands it on, or its callers pass it nothing
-    ``prepare`` returned (nor an accelerator) and it reads none from the module."""
-    facts = facts_of(script)
-    function = facts.placement.enclosing_function(call)
-    if function is None or facts.calls.owner(function) is not None:
-        return False
-    if facts.placement.enclosing_function(function) is not None:
-        return False  # a nested def: its outer function's objects reach it
-    if facts.calls.references(function):
-        return False  # handed on: what it will be called with is not in sight
-    reaching = script.prepared_names | script.names_of(Kind.ACCELERATOR)
-    for caller in facts.calls.callers(function):
-        if any(variables_in(script, arg.value) & reaching for arg in caller.args):
-            return False
-    local = {param.name.value for param in all_params(function.params)}
-    free = {name for name in variables_in(script, function.body) if name not in local}
-    return not any(name in reaching and not assigns(function, name) for name in free)

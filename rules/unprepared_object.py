@@ -12,6 +12,7 @@ from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
 from accelify.analysis.script_model import Binding, Kind, Loop, PrepareCall, ScriptModel
 from accelify.analysis.sharded_loaders import epoch_set_through, sharded_by_its_sampler
+from accelify.analysis.single_device import single_device_twin
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
     assigned_targets,
@@ -729,6 +730,26 @@ class UnpreparedObject(Rule):
         + "for batch in loader:\n"
         + "    accelerator.backward(model(batch['input_ids'], labels=batch['labels']).loss)\n"
         + "    optimizer.step()\n",
+        # a linear probe (a perception benchmark's): the prepared backbone extracts features on
+        # every rank, then the main process alone trains a plain linear model on them
+        "import torch\nfrom accelerate import Accelerator\n"
+        + "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        + "def extract(model, loader, accelerator):\n    feats = []\n"
+        + "    for x, y in loader:\n        with torch.no_grad():\n"
+        + "            feats.append(accelerator.gather_for_metrics(model(x)))\n"
+        + "    return torch.cat(feats)\n\n\n"
+        + "def train_probe(probe, loader, optimizer, device):\n"
+        + "    for x, y in loader:\n        optimizer.zero_grad()\n"
+        + "        loss = torch.nn.functional.cross_entropy(probe(x.to(device)), y.to(device))\n"
+        + "        loss.backward()\n        optimizer.step()\n\n\n"
+        + "def main(backbone, loader, labels):\n    accelerator = Accelerator()\n"
+        + "    backbone, loader = accelerator.prepare(backbone, loader)\n"
+        + "    features = extract(backbone, loader, accelerator)\n"
+        + "    if not accelerator.is_main_process:\n        return\n"
+        + "    device = accelerator.device\n"
+        + "    probe = torch.nn.Linear(features.shape[-1], 2).to(device)\n"
+        + "    optimizer = torch.optim.AdamW(probe.parameters())\n"
+        + "    train_probe(probe, DataLoader(TensorDataset(features, labels)), optimizer, device)\n",
         # an RLHF PPO trainer (PaLM-rlhf style): learn(memories) stacks this rank's rollouts and
         # batches them through a helper that also takes a batch size and a device
         HEADER
@@ -1009,6 +1030,8 @@ class UnpreparedObject(Rule):
         for call in calls(script):
             if id(call) not in inside | through or script.under_rank_guard(call):
                 continue
+            if single_device_twin(facts_of(script), call):
+                continue  # a plain step no prepared object reaches (a main-process probe)
             func = call.func
             called = dotted(func)
             # ``model = self.model.train()`` in a method: the prepared attribute, not the
