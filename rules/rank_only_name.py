@@ -51,6 +51,24 @@ class RankOnlyName(Rule):
             9,
             9,
         ),
+        Example(  # a cardiac motion-field diffusion trainer: the EMA made on the main process,
+            # its checkpoint entry named "ema", updated by train() (called from the entry script)
+            HEADER + "class Trainer:\n"
+            "    def __init__(self, model, opt, loader):\n"
+            "        if accelerator.is_main_process:\n"
+            "            self.ema = EMA(model, beta=0.95)\n"
+            "        self.model, self.opt, self.dl = accelerator.prepare(model, opt, loader)\n"
+            "    def save(self, path):\n"
+            "        if accelerator.is_main_process:\n"
+            "            torch.save({'ema': self.ema.state_dict()}, path)\n"
+            "    def train(self):\n"
+            "        for batch in self.dl:\n"
+            "            accelerator.backward(self.model(batch))\n"
+            "            self.opt.step()\n"
+            "        self.ema.update()\n",
+            15,
+            9,
+        ),
     )
     good = (
         # a trainer that unwraps into a local `model` for a main-process checkpoint, then
@@ -123,6 +141,14 @@ class RankOnlyName(Rule):
         "trainer = Trainer()\n"
         "if accelerator.is_main_process:\n"
         "    trainer.log(1.0)\n",
+        # a method nothing in the file calls that runs no backward nor collective: its callers
+        # (another module) may well call it under their own rank test
+        HEADER + "class Trainer:\n"
+        "    def __init__(self):\n"
+        "        if accelerator.is_main_process:\n"
+        "            self.writer = make_writer()\n"
+        "    def log(self, loss):\n"
+        "        self.writer.add_scalar('loss', loss)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -137,10 +163,16 @@ class RankOnlyName(Rule):
             yield self.finding(script, found.read, message=message)
         for attribute in rank_only_attributes(facts_of(script)):
             code = script.module.code_for_node(attribute.read)
+            how = (
+                f"it runs `{script.module.code_for_node(attribute.call.func)}` at line "
+                f"{script.line(attribute.call)}, which every rank must reach"
+                if attribute.synchronising
+                else f"called at line {script.line(attribute.call)}"
+            )
             message = (
                 f"Bind `{code}` on every rank: the constructor sets it only under the rank test "
                 f"at line {script.line(attribute.guard)}, and this method runs on every rank "
-                f"(called at line {script.line(attribute.call)}), where it raises "
+                f"({how}), where it raises "
                 f"AttributeError; use it under the same test, or set it on every rank (`{code} "
                 "= None` before the test) and check it here"
             )

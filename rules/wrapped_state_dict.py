@@ -301,6 +301,23 @@ class WrappedStateDict(Rule):
         ),
     )
     good = (
+        # a motion-field diffusion trainer: its optimizer ``self.opt`` (``Adam`` from a star
+        # import, stepped and zeroed) saved beside the full model state
+        "from accelerate import Accelerator\nfrom torch.optim import *\nimport torch\n\n\n"
+        "class Trainer:\n    def __init__(self, model, loader):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.opt = Adam(model.parameters(), lr=1e-4)\n"
+        "        self.model, self.opt = self.accelerator.prepare(model, self.opt)\n"
+        "        self.dl = self.accelerator.prepare(loader)\n\n"
+        "    def save(self, path):\n        if not self.accelerator.is_main_process:\n"
+        "            return\n"
+        "        data = {'model': self.accelerator.get_state_dict(self.model),\n"
+        "                'opt': self.opt.state_dict()}\n"
+        "        torch.save(data, path)\n\n"
+        "    def train(self):\n        for batch in self.dl:\n"
+        "            self.opt.zero_grad()\n"
+        "            self.accelerator.backward(self.model(batch))\n"
+        "            self.opt.step()\n",
         # the same trainer handed the model unwrapped again, or saving it unwrapped
         _HANDED_TRAINER.format(
             state="self.model.state_dict()",
@@ -710,6 +727,15 @@ def _treated_as_module(script: ScriptModel, name: str | None) -> bool:
     }
     if spellings & script.names_of(Kind.MODEL):
         return True
+    if any(
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "step"
+        and dotted(call.func.value) in spellings
+        for call in script.calls
+    ):
+        # ``self.opt.step()``: an optimizer (an ``Adam`` from a star import, which nothing
+        # classifies), whose ``zero_grad()`` reads like nn.Module's; a module has no step()
+        return False
     used = False
     for attribute in script.index.of_type(cst.Attribute):
         assert isinstance(attribute, cst.Attribute)
@@ -737,6 +763,8 @@ def _not_a_model(name: str | None) -> bool:
     last = (name or "").rsplit(".", 1)[-1].lower()
     if "ema" in last.split("_"):
         return True  # ema, ema_model, model_ema: an EMA copy
+    if "opt" in last.split("_"):
+        return True  # opt, opt_g, d_opt: an optimizer
     return any(word in last for word in _NOT_MODEL_WORDS)
 
 

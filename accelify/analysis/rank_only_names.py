@@ -82,6 +82,9 @@ class RankOnlyAttribute:
     read: cst.Attribute  # ``self.writer`` where every rank reads it
     guard: cst.If  # the rank test the constructor binds it under
     call: cst.Call  # a call that runs the reading method on every rank
+    #: ``call`` is no call of the method but the ``backward`` (or collective) the method runs
+    #: itself: a method nothing in the file calls that every rank must run all the same
+    synchronising: bool = False
 
 
 def rank_only_attributes(facts: Facts) -> list[RankOnlyAttribute]:
@@ -133,6 +136,10 @@ def rank_only_attributes(facts: Facts) -> list[RankOnlyAttribute]:
             call = _called_on_every_rank(facts, method, owner)
             if call is not None:
                 found.append(RankOnlyAttribute(read, guards[0], call))
+                break
+            runs = _synchronises_uncalled(facts, method)
+            if runs is not None:
+                found.append(RankOnlyAttribute(read, guards[0], runs, synchronising=True))
                 break
     return found
 
@@ -433,7 +440,16 @@ def _attribute_uses(
                 stores.setdefault(attribute.attr.value, []).append(attribute)
     reads: dict[str, list[cst.Attribute]] = {}
     strings: set[str] = set()
+    # a dict's key (``{"ema": self.ema.state_dict()}``) or a subscript (``data["ema"]``) names
+    # an entry of a checkpoint, not the attribute
+    keys = {id(n.key) for n in nodes if isinstance(n, cst.DictElement)} | {
+        id(n.slice.value)
+        for n in nodes
+        if isinstance(n, cst.SubscriptElement) and isinstance(n.slice, cst.Index)
+    }
     for node in nodes:
+        if isinstance(node, cst.SimpleString) and id(node) in keys:
+            continue
         if isinstance(node, cst.SimpleString):
             strings.add(node.evaluated_value if isinstance(node.evaluated_value, str) else "")
         elif (
@@ -496,6 +512,20 @@ def _returns_early_on_some_ranks(facts: Facts, method: cst.FunctionDef, read: cs
         ):
             return True
     return False
+
+
+def _synchronises_uncalled(facts: Facts, method: cst.FunctionDef) -> cst.Call | None:
+    """A method nothing in the file calls (a trainer's ``train()``, called by the project's
+    entry script) that runs ``backward`` or a collective every backend needs outside any rank
+    test of its own: every rank must run it, or the run hangs there. The call that says so."""
+    if method.name.value == "__init__" or facts.calls.callers(method):
+        return None
+    if facts.calls.references(method):
+        return None  # handed on (a hook, a callback): who calls it is not in sight
+    call = facts.synchronising_call(method, everywhere=True)
+    if call is None or facts.ranks.under_rank_guard(call):
+        return None
+    return call
 
 
 def _called_on_every_rank(
