@@ -87,6 +87,18 @@ class DeviceMapOnEveryRank(Rule):
         ),
     )
     good = (
+        # a generative-recommendation evaluator: its own DDP switch picks each rank's device,
+        # 'auto' only for its one-process mode
+        HEADER
+        + "from transformers import AutoModelForCausalLM\n\n\n"
+        + "def load(path, use_ddp):\n"
+        + "    if use_ddp:\n"
+        + "        device_map = {'': accelerator.local_process_index}\n"
+        + "    else:\n"
+        + "        device_map = 'auto'\n"
+        + "    model = AutoModelForCausalLM.from_pretrained(path, device_map=device_map)\n"
+        + "    model = accelerator.prepare(model)\n"
+        + "    return model\n",
         # each rank's copy on its own device
         HEADER
         + _LOAD.replace("'auto'", "{'': accelerator.process_index}")
@@ -152,13 +164,34 @@ def _keyword(argument: cst.Arg) -> str | None:
 
 
 def _spreads(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
-    """``value`` is one of the spreading strings, or a name last bound to one above ``at``."""
+    """``value`` is one of the spreading strings, or a name last bound to one above ``at``; not
+    a name another arm of the function binds to this rank's own device (``if use_ddp:
+    device_map = {"": accelerator.local_process_index} else: device_map = "auto"``): the
+    script picks the spread for its one-process mode itself."""
     if isinstance(value, cst.Name):
         binding = last_binding(script, value.value, at)
         if not isinstance(binding, cst.Assign):
             return False
+        if _a_rank_map_beside(script, value.value, at):
+            return False
         value = binding.value
     return isinstance(value, cst.SimpleString) and value.evaluated_value in _SPREADING
+
+
+def _a_rank_map_beside(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
+    """``name`` is also bound, above ``at`` in its function, to a value that reads the rank."""
+    placement = facts_of(script).placement
+    function = placement.enclosing_function(at)
+    for assign in script.assignments:
+        if (
+            isinstance(assign, cst.Assign)
+            and script.order(assign) < script.order(at)
+            and placement.enclosing_function(assign) is function
+            and any(dotted(t.target) == name for t in assign.targets)
+            and script.reads_rank(assign.value)
+        ):
+            return True
+    return False
 
 
 def _prepared_as(script: ScriptModel, call: cst.Call) -> str | None:
