@@ -148,6 +148,24 @@ class SummedMean(Rule):
             8,
             14,
         ),
+        Example(  # an MLP trainer's evaluate(): the accelerator and the prepared loader handed
+            # in, divided by the largest rank's batch count
+            "import torch\nfrom accelerate import Accelerator\n\n\n"
+            "def evaluate(accelerator, model, loader):\n"
+            "    total = 0.0\n"
+            "    for xb, yb in loader:\n"
+            "        loss = torch.nn.functional.cross_entropy(model(xb), yb)\n"
+            "        total += accelerator.gather_for_metrics(loss.detach()).sum().item()\n"
+            "    n = torch.tensor(len(loader), device=accelerator.device)\n"
+            "    num_batches = accelerator.gather_for_metrics(n).max().item()\n"
+            "    return total / max(num_batches, 1)\n\n\n"
+            "def main(model, loader):\n"
+            "    accelerator = Accelerator()\n"
+            "    model, val_loader = accelerator.prepare(model, loader)\n"
+            "    accelerator.print(evaluate(accelerator, model, val_loader))\n",
+            9,
+            18,
+        ),
     )
     good = (
         # the same divided by every rank's batches

@@ -315,10 +315,15 @@ def _shown(
     return None
 
 
-def _one_ranks_batches(script: ScriptModel, divisor: cst.BaseExpression) -> bool:
+def _one_ranks_batches(script: ScriptModel, divisor: cst.BaseExpression, depth: int = 0) -> bool:
     """``len(eval_loader)`` of a prepared DataLoader (``len(self.val_loader)`` of a trainer's, a
     name bound to one), or a counter of its batches (`_batch_counter`): the batches of this
-    rank's shard."""
+    rank's shard. Also through what keeps it one rank's count: ``max(n, 1)``, ``.item()``, and
+    the largest or smallest of the ranks' counts (``accelerator.gather_for_metrics(
+    torch.tensor(len(loader))).max().item()``, as an MLP trainer's evaluation divides by)."""
+    inner = _count_kept(divisor)
+    if inner is not None and depth < 6:
+        return _one_ranks_batches(script, inner, depth + 1)
     name = dotted(divisor)
     if name is not None:
         if _batch_counter(script, name, divisor):
@@ -327,12 +332,58 @@ def _one_ranks_batches(script: ScriptModel, divisor: cst.BaseExpression) -> bool
         if not isinstance(binding, cst.Assign) or len(binding.targets) != 1:
             return False
         divisor = binding.value
+    if depth < 6 and _count_kept(divisor) is not None:
+        return _one_ranks_batches(script, divisor, depth + 1)
+    if not (
+        isinstance(divisor, cst.Call) and dotted(divisor.func) == "len" and len(divisor.args) == 1
+    ):
+        return False
+    measured = dotted(divisor.args[0].value)
+    if measured in script.prepared_names:
+        return True
+    # ``len(loader)`` of a parameter the callers hand a prepared DataLoader
+    # (``evaluate(accelerator, model, val_loader, loss_fn)``)
+    facts = facts_of(script)
+    function = facts.placement.enclosing_function(divisor)
     return (
-        isinstance(divisor, cst.Call)
-        and dotted(divisor.func) == "len"
-        and len(divisor.args) == 1
-        and dotted(divisor.args[0].value) in script.prepared_names
+        function is not None
+        and measured is not None
+        and facts.flow.parameter_prepared(function, measured) is True
     )
+
+
+#: Collectives whose ``.max()``/``.min()`` is one of the ranks' own values.
+_GATHERS = ("gather", "gather_for_metrics", "all_gather")
+
+
+def _count_kept(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """What ``value`` keeps as it is, for a count: ``n`` of ``max(n, 1)``, ``x.item()``,
+    ``torch.tensor(n, ...)``, and ``accelerator.gather(x).max()`` (one rank's ``x``, the
+    largest); None for anything else."""
+    if not isinstance(value, cst.Call):
+        return None
+    func = value.func
+    name = dotted(func) or ""
+    positional = [a.value for a in value.args if a.keyword is None and not a.star]
+    if name in ("max", "min") and len(positional) == 2:
+        small = [p for p in positional if isinstance(p, cst.Integer)]
+        others = [p for p in positional if not isinstance(p, cst.Integer)]
+        return others[0] if len(small) == 1 and len(others) == 1 else None
+    if name in ("torch.tensor", "torch.as_tensor") and positional:
+        return positional[0]
+    if isinstance(func, cst.Attribute) and not value.args:
+        receiver = func.value
+        if func.attr.value == "item":
+            return receiver
+        if (
+            func.attr.value in ("max", "min")
+            and isinstance(receiver, cst.Call)
+            and isinstance(receiver.func, cst.Attribute)
+            and receiver.func.attr.value in _GATHERS
+            and len(receiver.args) == 1
+        ):
+            return receiver.args[0].value
+    return None
 
 
 def _batch_counter(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
