@@ -67,6 +67,22 @@ class SaveOutsideMainProcess(Rule):
     )
     why = "N processes writing one path race; the file can be truncated or mixed."
     bad = (
+        # a motion-field diffusion trainer: each rank's own losses, logged to one spreadsheet
+        # by every rank after each epoch
+        Example(
+            HEADER
+            + "import pandas as pd\n"
+            + "model, loader = accelerator.prepare(model, loader)\n"
+            + "log = []\n"
+            + "for epoch in range(10):\n"
+            + "    for x in loader:\n"
+            + "        loss = model(x).mean()\n"
+            + "        accelerator.backward(loss)\n"
+            + "    log.append([epoch, loss.item()])\n"
+            + "    pd.DataFrame(log).to_excel('training_log.xlsx', index=False)\n",
+            11,
+            5,
+        ),
         # /dev/shm is a folder every process of the machine shares, not a process's own file
         Example(
             HEADER + "with open('/dev/shm/status.txt', 'w') as f:\n    f.write('done')\n",

@@ -374,6 +374,7 @@ FILE_WRITING_METHODS = {
     "save_pretrained",
     "save_to_disk",
     "to_csv",
+    "to_excel",
     "to_json",
     "to_parquet",
     "write_text",

@@ -384,7 +384,7 @@ _DUMPERS = {"json.dump", "yaml.dump", "yaml.safe_dump"}
 #: Copies whose bytes are the source file's: the same on every rank when the source is.
 _COPIES = {"shutil.copy", "shutil.copy2", "shutil.copyfile"}
 #: A table's writers (``frame.to_csv(path)``): same bytes on every rank when its rows are.
-_TABLE_WRITERS = {"to_csv", "to_json", "to_parquet"}
+_TABLE_WRITERS = {"to_csv", "to_excel", "to_json", "to_parquet"}
 
 
 def same_on_every_rank(model: ScriptModel, call: cst.Call) -> bool:
