@@ -749,7 +749,8 @@ class UnpreparedObject(Rule):
         + "    device = accelerator.device\n"
         + "    probe = torch.nn.Linear(features.shape[-1], 2).to(device)\n"
         + "    optimizer = torch.optim.AdamW(probe.parameters())\n"
-        + "    train_probe(probe, DataLoader(TensorDataset(features, labels)), optimizer, device)\n",
+        + "    train_probe(\n"
+        + "        probe, DataLoader(TensorDataset(features, labels)), optimizer, device\n    )\n",
         # an RLHF PPO trainer (PaLM-rlhf style): learn(memories) stacks this rank's rollouts and
         # batches them through a helper that also takes a batch size and a device
         HEADER
