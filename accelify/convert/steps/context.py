@@ -106,7 +106,8 @@ class Context:
     prepared_anchors: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
     #: models no optimizer trains: not prepared, so their device moves stay.
     frozen: set[str] = field(default_factory=set)
-    #: loaders prepared where they are handed to a trainer's method, by the caller's name.
+    #: loaders prepared where they are handed to a trainer's method, by the caller's name, and
+    #: the attributes a method that prepares the loaders it receives keeps them under.
     prepared_arguments: set[str] = field(default_factory=set)
     #: Functions of the project's other modules that only write files, by the name calls use
     imported_writers: dict[str, str] = field(default_factory=dict)

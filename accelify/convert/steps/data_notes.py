@@ -11,12 +11,13 @@ from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.evaluation import loader_names
 
 
 def run(ctx: Context) -> None:
+    _gradients_assigned_by_hand(ctx)
     draws_alike_on_every_rank(ctx)
     _totals_over_dataset(ctx)
     _samples_counted(ctx)
@@ -142,6 +143,43 @@ def run(ctx: Context) -> None:
                 "copy; prepare the model and its optimizer"
             )
         ctx.plan.review(line, text)
+
+
+def _gradients_assigned_by_hand(ctx: Context) -> None:
+    """``meta_grads = torch.autograd.grad(meta_loss, self.weights)`` then ``w.grad = g`` in the
+    same function, ahead of a prepared optimizer's step (MAML's outer loop, a hand-written
+    second-order update): DDP averages the gradients a ``backward()`` through the prepared
+    model's own forward produces; these never pass through it, so each rank steps on its own.
+    The ranks stay in step only while they compute the same gradients (the same data on every
+    rank); once each draws its own, they drift apart with nothing said. A gradient penalty
+    (``autograd.grad`` with no ``.grad`` assigned) is left alone: its gradient goes into a loss
+    that is backpropagated as usual."""
+    if not ctx.plan.prepared:
+        return
+    for call in ctx.model.calls:
+        if "torch.autograd.grad" not in ctx.model.qualified(call.func):
+            continue
+        function = ctx.facts.placement.enclosing_function(call)
+        scope = function if function is not None else ctx.model.module
+        if not any(
+            isinstance(node, cst.Assign)
+            and any(
+                isinstance(t.target, cst.Attribute) and t.target.attr.value == "grad"
+                for t in node.targets
+            )
+            for node in walk(scope)
+        ):
+            continue
+        reduce = ctx.a_at(call, "reduce")
+        ctx.plan.review(
+            ctx.line(call),
+            "gradients computed with torch.autograd.grad and assigned to .grad by hand: DDP "
+            "averages only what a backward() through the prepared model's forward computes, so "
+            "each rank steps on its own gradients (the ranks agree only while every rank "
+            "computes on the same data); average each gradient across ranks before it is "
+            f"assigned ({reduce}(g, 'mean'))",
+        )
+        return
 
 
 def _totals_over_dataset(ctx: Context) -> None:

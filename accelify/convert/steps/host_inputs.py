@@ -23,10 +23,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from accelify.analysis.dataflow import is_binding
 from accelify.analysis.device_moves import moved_to, strip_moves
 from accelify.analysis.objects import bound_arguments
+from accelify.analysis.outside_forward import defined_by_a_module_class
 from accelify.analysis.script_model import Kind, Loop
-from accelify.analysis.syntax import dotted, has_parameter, unpacked_pairs, walk
+from accelify.analysis.syntax import dotted, has_parameter, target_names, unpacked_pairs, walk
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.devices import handed_on_before_prepare
 from accelify.edits import rewrites
@@ -36,6 +38,7 @@ def run(ctx: Context) -> None:
     if not cpu_only(ctx):
         return
     handed = _handed_to_constructors(ctx)
+    all_on_host = _no_batch_on_the_device(ctx)
     for call in ctx.model.calls:
         name = (
             prepared_model_called(ctx, call)
@@ -49,7 +52,7 @@ def run(ctx: Context) -> None:
         if not inputs:
             continue
         unknown = [values[i] for i in inputs if not _made_on_host(ctx, values[i], call)]
-        if unknown:
+        if unknown and not all_on_host:
             _review_returned_inputs(ctx, call, name, unknown)
             continue
         acc = ctx.accelerator_at(call)
@@ -67,6 +70,23 @@ def run(ctx: Context) -> None:
             ctx.need(call)
         if "send_to_device" not in ctx.uses:
             ctx.uses.append("send_to_device")
+
+
+def _no_batch_on_the_device(ctx: Context) -> bool:
+    """The file has no DataLoader, and prepares nothing but models, optimizers and schedulers:
+    its batches come from elsewhere (a replay buffer's ``sample()``, an environment, the random
+    generator), made on the host like every tensor of a CPU-only script. What a prepared model
+    is called on is then on the CPU, whatever the analysis can follow of it (``batch.s`` of a
+    namedtuple a buffer returns): nothing else the conversion does puts a tensor on the device,
+    as every such call sends its output back to the CPU."""
+    if ctx.model.of_kind(Kind.DATALOADER) or ctx.prepared_arguments:
+        return False
+    held = {
+        binding.name
+        for kind in (Kind.MODEL, Kind.OPTIMIZER, Kind.SCHEDULER)
+        for binding in ctx.model.of_kind(kind)
+    }
+    return all(name in held for name in ctx.plan.prepared)
 
 
 def _loader_loops_around(ctx: Context, node: cst.CSTNode) -> list[Loop]:
@@ -374,9 +394,25 @@ def names_a_device(call: cst.Call) -> bool:
 
 def prepared_model_called(ctx: Context, call: cst.Call) -> str | None:
     """The model ``call`` runs (``model(x)``, ``self.net(x)``), when it is prepared and the
-    call comes after its prepare."""
+    call comes after its prepare. A layer or method of it that a module class of this file
+    defines (``model.encoder(data)``, ``self.transe.entity_embeddings(ids)``: run through
+    ``unwrap_model``) runs on the model's device too: its name is returned as the model's."""
     name = dotted(call.func)
-    if name is None or ctx.facts.flow.kind_of(name, call) is not Kind.MODEL:
+    if name is None:
+        return None
+    parent, _, member = name.rpartition(".")
+    if (
+        ctx.facts.flow.kind_of(name, call) is not Kind.MODEL
+        and parent
+        and defined_by_a_module_class(ctx.model, member)
+        and _prepared_model_named(ctx, parent, call)
+    ):
+        return name
+    return _prepared_model_named(ctx, name, call)
+
+
+def _prepared_model_named(ctx: Context, name: str, call: cst.Call) -> str | None:
+    if ctx.facts.flow.kind_of(name, call) is not Kind.MODEL:
         return None
     outer = name if name in ctx.prepared_after else ctx.facts.flow.outer_name(name, call)
     if outer not in ctx.prepared_after:
@@ -527,6 +563,12 @@ def _made_on_host(
     passed = _passed_for_parameter(ctx, name, at)
     if passed is not None:
         return bool(passed) and all(_made_on_host(ctx, a.value, a, depth + 1) for a in passed)
+    reaching = reaching_assignment(ctx, name, at) if "." not in name else None
+    if reaching is not None:  # ``state = torch.tensor(state).float()`` above the call
+        values = _values_bound(reaching, name)
+        return bool(values) and all(
+            v is not None and _made_on_host(ctx, v, reaching, depth + 1) for v in values
+        )
     assigned = assigned_values(ctx, name, at)
     return bool(assigned) and all(
         v is not None and _made_on_host(ctx, v, at, depth + 1) for v in assigned
@@ -562,7 +604,9 @@ def _passed_for_parameter(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.
     if function is None or "." in name or not has_parameter(function, name):
         return None
     if any(_values_bound(node, name) for node in walk(function.body)):
-        return []  # rebound inside: what it holds at ``at`` is not known
+        # rebound inside: what it holds at ``at`` is the rebinding that reaches it for sure
+        # (``state = torch.tensor(state).float()`` above ``model(state)``), else not known
+        return None if reaching_assignment(ctx, name, at) is not None else []
     return ctx.facts.flow.call_site_arguments(name, at)
 
 
@@ -645,3 +689,54 @@ def _names_of(target: cst.BaseExpression) -> set[str]:
         return _names_of(target.value)
     name = dotted(target)
     return {name} if name else set()
+
+
+def reaching_value(ctx: Context, name: str, at: cst.CSTNode) -> cst.BaseExpression | None:
+    """The value of the assignment of ``name`` that reaches ``at`` for sure (`reaching_assignment`;
+    of an unpacking, its whole value)."""
+    assign = reaching_assignment(ctx, name, at)
+    return assign.value if assign is not None else None
+
+
+def reaching_assignment(ctx: Context, name: str, at: cst.CSTNode) -> cst.Assign | None:
+    """The assignment of ``name`` that reaches ``at`` for sure: the last binding
+    of ``name`` before ``at`` in ``at``'s function (or module), an assignment (also an
+    unpacking: its whole value) in a block around ``at``, with no binding of ``name`` in a
+    loop around ``at`` that does not hold that assignment (a later iteration's value)."""
+    function = ctx.model.index.enclosing_function(at)
+    scope = function if function is not None else ctx.model.module
+    here = ctx.model.order(at)
+    bindings = [
+        node
+        for node in walk(scope)
+        if isinstance(node, cst.Name)
+        and node.value == name
+        and is_binding(ctx.model, node)
+        and ctx.model.index.enclosing_function(node) is function
+    ]
+    before = [node for node in bindings if ctx.model.order(node) < here]
+    if not before:
+        return None
+    last = max(before, key=ctx.model.order)
+    assign = next(
+        (a for a in ctx.model.ancestors(last) if isinstance(a, (cst.Assign, cst.BaseStatement))),
+        None,
+    )
+    if not isinstance(assign, cst.Assign) or not any(
+        name in target_names(t.target) for t in assign.targets
+    ):
+        return None
+    statement = ctx.model.parent(assign)
+    block = ctx.model.parent(statement) if statement is not None else None
+    if block is None or not ctx.model.inside(at, block):
+        return None
+    for loop in ctx.model.ancestors(at):
+        if loop is scope:
+            break
+        if (
+            isinstance(loop, (cst.For, cst.While))
+            and not ctx.model.inside(assign, loop)
+            and any(ctx.model.inside(node, loop) for node in bindings)
+        ):
+            return None
+    return assign

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.analysis.dataflow import is_binding
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import dotted
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.host_inputs import (
     SAME_DEVICE_METHODS,
@@ -27,6 +26,7 @@ from accelify.convert.steps.host_inputs import (
     device_given,
     in_a_prepared_loop,
     prepared_model_called,
+    reaching_value,
     torch_factory,
 )
 from accelify.edits import rewrites
@@ -87,7 +87,7 @@ def _built(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, depth: int)
         inner = value.expression if isinstance(value, cst.UnaryOperation) else value.value
         return _built(ctx, inner, at, depth + 1)
     if isinstance(value, cst.Name):
-        reaching = _reaching_value(ctx, value.value, at)
+        reaching = reaching_value(ctx, value.value, at)
         return reaching is not None and _built(ctx, reaching, reaching, depth + 1)
     return False
 
@@ -112,7 +112,7 @@ def _host_made(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, depth: 
     if isinstance(value, cst.Subscript):
         return _host_made(ctx, value.value, at, depth + 1)
     if isinstance(value, cst.Name):
-        reaching = _reaching_value(ctx, value.value, at)
+        reaching = reaching_value(ctx, value.value, at)
         return reaching is not None and _host_made(ctx, reaching, reaching, depth + 1)
     return False
 
@@ -131,47 +131,3 @@ def _host_call(ctx: Context, call: cst.Call, at: cst.CSTNode, depth: int) -> boo
     if device_given(call) or not call.args:
         return False
     return all(not a.star and _host_made(ctx, a.value, at, depth + 1) for a in call.args)
-
-
-def _reaching_value(ctx: Context, name: str, at: cst.CSTNode) -> cst.BaseExpression | None:
-    """The value of the assignment of ``name`` that reaches ``at`` for sure: the last binding
-    of ``name`` before ``at`` in ``at``'s function (or module), an assignment (also an
-    unpacking: its whole value) in a block around ``at``, with no binding of ``name`` in a
-    loop around ``at`` that does not hold that assignment (a later iteration's value)."""
-    function = ctx.model.index.enclosing_function(at)
-    scope = function if function is not None else ctx.model.module
-    here = ctx.model.order(at)
-    bindings = [
-        node
-        for node in walk(scope)
-        if isinstance(node, cst.Name)
-        and node.value == name
-        and is_binding(ctx.model, node)
-        and ctx.model.index.enclosing_function(node) is function
-    ]
-    before = [node for node in bindings if ctx.model.order(node) < here]
-    if not before:
-        return None
-    last = max(before, key=ctx.model.order)
-    assign = next(
-        (a for a in ctx.model.ancestors(last) if isinstance(a, (cst.Assign, cst.BaseStatement))),
-        None,
-    )
-    if not isinstance(assign, cst.Assign) or not any(
-        name in target_names(t.target) for t in assign.targets
-    ):
-        return None
-    statement = ctx.model.parent(assign)
-    block = ctx.model.parent(statement) if statement is not None else None
-    if block is None or not ctx.model.inside(at, block):
-        return None
-    for loop in ctx.model.ancestors(at):
-        if loop is scope:
-            break
-        if (
-            isinstance(loop, (cst.For, cst.While))
-            and not ctx.model.inside(assign, loop)
-            and any(ctx.model.inside(node, loop) for node in bindings)
-        ):
-            return None
-    return assign.value

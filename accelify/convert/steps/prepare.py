@@ -1312,6 +1312,11 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         ctx.need(first)
         received_here.update(n for n in unprepared if n not in ctx.plan.prepared)
         ctx.plan.prepared.extend(unprepared)
+        # ``self.test_loader = test_loader`` below the prepare call keeps the prepared object:
+        # the other methods' loops over the attribute read it sharded (their evaluation is
+        # gathered, their training loop needs no review line).
+        kept = attributes_kept(ctx.model, method)
+        ctx.prepared_arguments.update(kept[n] for n in unprepared if n in kept)
         ctx.plan.change(
             ctx.line(method),
             f"{method.name.value}() prepares the loaders it receives: {targets}",
