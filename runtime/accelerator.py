@@ -306,7 +306,7 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         Every step runs it, so it is written for the step's cost: the state is read once, not
         through the properties, and the pass is recorded (`collective_record`) and its works
         tracked (`pending_work`) inline, not through context managers (each a Python call or
-        two more: bench/step_cost.py --instructions)."""
+        two more: callgrind's count of a step, README "Benchmarks")."""
         state, backend = self.gradient_state, self.backend
         steps = state.accumulation_steps
         if steps > 1 and not backend.scales_loss_for_accumulation:

@@ -63,6 +63,15 @@ _GENERATION = struct.Struct("<I")
 _HEAD = struct.Struct("<IiiiqqdQ")
 _PLACE, _PLACE_OFFSET = struct.Struct("32s240s"), _HEAD.size
 _SHAPED, _SHAPED_OFFSET = struct.Struct("<q32s96s"), _HEAD.size + _PLACE.size
+#: The file's size: the layout, padded to whole 8-byte words, so that the head's numbers are
+#: written as items of typed views of the map (one store each, where a pack is a call):
+#: the generation is word 0 of 32 bits, the state word 2, the sequence and passes words 2 and 3
+#: of 64 bits, the time word 4 of the doubles.
+_SIZE = -(-_LAYOUT.size // 8) * 8
+_STATE_ITEM, _SEQUENCE_ITEM, _PASSES_ITEM, _SINCE_ITEM = 2, 2, 3, 4
+#: The views are of the machine's byte order, the layout's is little-endian: elsewhere every
+#: write packs the whole layout.
+_VIEWS = sys.byteorder == "little"
 _OVER, _OVER_OFFSET = struct.Struct("<?"), _LAYOUT.size - 1
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -169,9 +178,9 @@ class _Recorder:
         directory.mkdir(parents=True, exist_ok=True)
         path = record_path(directory, rank)
         with open(path, "wb") as created:
-            created.write(b"\0" * _LAYOUT.size)
+            created.write(b"\0" * _SIZE)
         self._file = open(path, "r+b")  # noqa: SIM115 - held for the life of the process
-        self._map = mmap.mmap(self._file.fileno(), _LAYOUT.size)
+        self._view(mmap.mmap(self._file.fileno(), _SIZE))
         self._skip = skip
         self._generation = 0
         self._pid = os.getpid()
@@ -198,8 +207,16 @@ class _Recorder:
     def forget_in_the_child(self) -> None:
         """In a child forked by the rank: what this object still writes (a collective the
         child was forked inside) goes to memory of its own, never to the rank's file."""
-        self._map = mmap.mmap(-1, _LAYOUT.size)
+        self._view(mmap.mmap(-1, _SIZE))
         self._file.close()
+
+    def _view(self, mapped: mmap.mmap) -> None:
+        """Write through ``mapped`` from now on: the map, and the typed views of its head."""
+        self._map = mapped
+        self._words = memoryview(mapped).cast("I")
+        self._ints = memoryview(mapped).cast("i")
+        self._quads = memoryview(mapped).cast("q")
+        self._doubles = memoryview(mapped).cast("d")
 
     # The writes run at every collective (every backward that reduces), so each writes only what
     # changed: the head (its generation odd: a reader skips the record while it is odd, and the
@@ -233,31 +250,28 @@ class _Recorder:
         """The state, counts and time; with ``place``, the operation and where (unless the
         record holds those already: a step's backward is at the same line every time); with
         ``shaped``, the shapes."""
+        if not _VIEWS:
+            return self._write(state)
         self.state = state
         generation = self._generation = self._generation + 2
-        mapped = self._map
-        _HEAD.pack_into(
-            mapped,
-            0,
-            generation - 1,
-            self._pid,
-            state,
-            self.exit_code,
-            self.sequence,
-            self.passes,
-            time.time(),
-            self._main,
-        )
+        words = self._words
+        words[0] = generation - 1
+        self._ints[_STATE_ITEM] = state
+        quads = self._quads
+        quads[_SEQUENCE_ITEM] = self.sequence
+        quads[_PASSES_ITEM] = self.passes
+        self._doubles[_SINCE_ITEM] = time.time()
         if place:
             written = self._written
             if written[0] is not self.operation or written[1] is not self.where:
-                _PLACE.pack_into(mapped, _PLACE_OFFSET, self.operation, self.where)
+                _PLACE.pack_into(self._map, _PLACE_OFFSET, self.operation, self.where)
                 self._written = self.operation, self.where
         if shaped:
             _SHAPED.pack_into(
-                mapped, _SHAPED_OFFSET, self.shaped, self.shaped_operation, self.shapes
+                self._map, _SHAPED_OFFSET, self.shaped, self.shaped_operation, self.shapes
             )
-        _GENERATION.pack_into(mapped, 0, generation)
+        words[0] = generation
+        return None
 
     def enter(
         self, operation: bytes, shapes: bytes | None = None, frame: FrameType | None = None
