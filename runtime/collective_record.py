@@ -532,10 +532,15 @@ def record_torch_collectives() -> None:
 #: documents uneven tensors for them on some backends, and a report of "different shapes" there
 #: would stop a valid run whose third rank is only slow.
 SAME_SHAPES = frozenset({"all_reduce", "broadcast", "reduce", "all_gather_into_tensor"})
+#: Collectives whose shapes are recorded too, though they may differ between ranks: the
+#: launcher names them only once a rank aborted inside one (gloo's "Received data size doesn't
+#: match", when a rank's tensor is not the size the gather's outputs hold for it), never while a
+#: rank only waits there.
+SHAPES_ON_ABORT = frozenset({"gather", "all_gather"})
 
 
 def _on_the_default_group(dist: Any, name: str, function: F) -> F:
-    recorded = collective(name, same_shapes=name in SAME_SHAPES)(function)
+    recorded = collective(name, same_shapes=name in SAME_SHAPES | SHAPES_ON_ABORT)(function)
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
