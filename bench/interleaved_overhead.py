@@ -1,6 +1,7 @@
 """accelify's training step against hand-written DDP's, decided by paired, interleaved blocks.
 
     python bench/interleaved_overhead.py [--widths 32 512 2048] [--rounds 40] [--block 20]
+                                         [--source SRC]
 
 `runtime_overhead.py`'s whole runs, one after the other, could not tell 1 % apart on a shared
 machine: the load moves between two runs by several percent. Here both ranks build every arm in
@@ -26,7 +27,9 @@ The arms, each its own model, optimizer and loader over the same data:
   to raw DDP is how far this bench can see on this machine, and no verdict on accelify is
   finer than that.
 
-Run under torchrun by this script itself, 2 CPU ranks.
+Run under torchrun by this script itself, 2 CPU ranks. ``--source SRC`` runs another accelify (a
+source tree laid out as installed: ``SRC/accelify/runtime``), to set a change beside the code
+before it, run after run.
 """
 
 from __future__ import annotations
@@ -190,7 +193,8 @@ def run(width: int, args: argparse.Namespace) -> dict:
         *("--rounds", str(args.rounds), "--block", str(args.block)),
         *("--seconds", str(args.seconds)),
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent.parent)}
+    source = args.source or str(Path(__file__).parent.parent)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": source}
     with tempfile.TemporaryDirectory() as records:
         env[FAILURE_DIR] = records  # as `accelify launch` sets it: every rank records
         result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -248,6 +252,7 @@ def main() -> None:
         "--block", type=int, default=0, help="steps per arm per round (0: --seconds' worth)"
     )
     parser.add_argument("--seconds", type=float, default=0.3, help="a block's length")
+    parser.add_argument("--source", help="another accelify's source tree, laid out as installed")
     parser.add_argument("--recorded", action="store_true", default=True, help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,6 +145,8 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         self.trackers: list[tracking.GeneralTracker] = []
         self._init_checkpoint_hooks()
         self._models: list[torch.nn.Module] = []
+        #: how `backward` tracks its works (`_backward_tracking`), known at the first
+        self._tracks_backward: str | None = None
         self._optimizers: list[PreparedOptimizer] = []
         self._schedulers: list[PreparedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
@@ -300,7 +303,10 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward(**kwargs)``, divided for gradient accumulation and scaled for fp16.
 
-        Every step runs it: the state is read once, not through the properties."""
+        Every step runs it, so it is written for the step's cost: the state is read once, not
+        through the properties, and the pass is recorded (`collective_record`) and its works
+        tracked (`pending_work`) inline, not through context managers (each a Python call or
+        two more: callgrind's count of a step, README "Benchmarks")."""
         state, backend = self.gradient_state, self.backend
         steps = state.accumulation_steps
         if steps > 1 and not backend.scales_loss_for_accumulation:
@@ -308,13 +314,27 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         sync = state.sync_gradients
-        with (
-            collective_record.backward_pass(
-                lambda: backend.reduces_in_backward(self._models, sync)
-            ),
-            pending_work.tracked(self.process.num_processes > 1),
-        ):
-            backend.backward(loss, sync, **kwargs)
+        recorder = collective_record._recorder
+        begun = (
+            recorder.begin_pass(backend.reduces_in_backward(self._models, sync), sys._getframe(1))
+            if recorder is not None
+            else None
+        )
+        tracks = self._tracks_backward
+        if tracks is None:
+            tracks = self._tracks_backward = _backward_tracking(self)
+        marker = pending_work.IN_BACKWARD.set(pending_work.TOKEN) if tracks == "context" else None
+        try:
+            if tracks == "stash":
+                with pending_work.tracked(True):
+                    backend.backward(loss, sync, **kwargs)
+            else:
+                backend.backward(loss, sync, **kwargs)
+        finally:
+            if marker is not None:
+                pending_work.IN_BACKWARD.reset(marker)
+            if begun is not None:
+                recorder.end_pass(begun)  # type: ignore[union-attr]
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
@@ -558,6 +578,18 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         if self.process.distributed and dist.is_initialized():
             self.wait_for_everyone()
             destroy_process_groups()
+
+
+def _backward_tracking(accelerator: Accelerator) -> str:
+    """How `Accelerator.backward` tracks the works its pass launches (`pending_work`): "none" on
+    one process (or a torch that cannot); "context" where every collective of the engine's
+    backward is launched inside the autograd pass (DDP's gradient hooks) and this torch's
+    backward copies the caller's context there; else "stash"."""
+    if not accelerator.process.distributed or not pending_work.TRACKABLE:
+        return "none"
+    if accelerator.backend.collectives_in_autograd and pending_work.backward_copies_the_context():
+        return "context"
+    return "stash"
 
 
 def _is_model(obj: Any) -> bool:

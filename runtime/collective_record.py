@@ -57,6 +57,21 @@ STACK_SIGNAL: int = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else sign
 # (`shapes_of`), whether its collectives are over (`collectives_over`)
 _LAYOUT = struct.Struct("<IiiiqqdQ32s240sq32s96s?")
 _GENERATION = struct.Struct("<I")
+#: The layout's parts, written alone where the rest has not changed (`_Recorder.enter` and
+#: `leave` run at every collective: one pack of all the fields cost a 32-wide step 1 % of its
+#: instructions). The head: generation to main thread id; the place: operation and where.
+_HEAD = struct.Struct("<IiiiqqdQ")
+_PLACE, _PLACE_OFFSET = struct.Struct("32s240s"), _HEAD.size
+_SHAPED, _SHAPED_OFFSET = struct.Struct("<q32s96s"), _HEAD.size + _PLACE.size
+#: The file's size: the layout, padded to whole 8-byte words, so that the head's numbers are
+#: written as items of typed views of the map (one store each, where a pack is a call):
+#: the generation is word 0 of 32 bits, the state word 2, the sequence and passes words 2 and 3
+#: of 64 bits, the time word 4 of the doubles.
+_SIZE = -(-_LAYOUT.size // 8) * 8
+_STATE_ITEM, _SEQUENCE_ITEM, _PASSES_ITEM, _SINCE_ITEM = 2, 2, 3, 4
+#: The views are of the machine's byte order, the layout's is little-endian: elsewhere every
+#: write packs the whole layout.
+_VIEWS = sys.byteorder == "little"
 _OVER, _OVER_OFFSET = struct.Struct("<?"), _LAYOUT.size - 1
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -163,9 +178,9 @@ class _Recorder:
         directory.mkdir(parents=True, exist_ok=True)
         path = record_path(directory, rank)
         with open(path, "wb") as created:
-            created.write(b"\0" * _LAYOUT.size)
+            created.write(b"\0" * _SIZE)
         self._file = open(path, "r+b")  # noqa: SIM115 - held for the life of the process
-        self._map = mmap.mmap(self._file.fileno(), _LAYOUT.size)
+        self._view(mmap.mmap(self._file.fileno(), _SIZE))
         self._skip = skip
         self._generation = 0
         self._pid = os.getpid()
@@ -186,17 +201,27 @@ class _Recorder:
         self.exit_code = 0
         self.over = False
         self.in_backward = False
+        self._written: tuple[bytes, bytes] = (b"", b"")
         self._write(RUNNING)
 
     def forget_in_the_child(self) -> None:
         """In a child forked by the rank: what this object still writes (a collective the
         child was forked inside) goes to memory of its own, never to the rank's file."""
-        self._map = mmap.mmap(-1, _LAYOUT.size)
+        self._view(mmap.mmap(-1, _SIZE))
         self._file.close()
 
-    # The writes run at every collective (every backward that reduces): each is two C calls, the
-    # first writing the fields with an odd generation (a reader skips the record while it is
-    # odd: the generation is the first field, stored first), the second the even one after.
+    def _view(self, mapped: mmap.mmap) -> None:
+        """Write through ``mapped`` from now on: the map, and the typed views of its head."""
+        self._map = mapped
+        self._words = memoryview(mapped).cast("I")
+        self._ints = memoryview(mapped).cast("i")
+        self._quads = memoryview(mapped).cast("q")
+        self._doubles = memoryview(mapped).cast("d")
+
+    # The writes run at every collective (every backward that reduces), so each writes only what
+    # changed: the head (its generation odd: a reader skips the record while it is odd, and the
+    # generation is the head's first field, stored first), the place and the shapes when they
+    # are new, then the even generation. `_write` writes every field.
     def _write(self, state: int) -> None:
         self.state = state
         generation = self._generation = self._generation + 2
@@ -218,28 +243,59 @@ class _Recorder:
             self.shapes,
             self.over,
         )
+        self._written = self.operation, self.where
         _GENERATION.pack_into(self._map, 0, generation)
 
-    def enter(self, operation: bytes, shapes: bytes | None = None) -> None:
+    def _write_head(self, state: int, place: bool = False, shaped: bool = False) -> None:
+        """The state, counts and time; with ``place``, the operation and where (unless the
+        record holds those already: a step's backward is at the same line every time); with
+        ``shaped``, the shapes."""
+        if not _VIEWS:
+            return self._write(state)
+        self.state = state
+        generation = self._generation = self._generation + 2
+        words = self._words
+        words[0] = generation - 1
+        self._ints[_STATE_ITEM] = state
+        quads = self._quads
+        quads[_SEQUENCE_ITEM] = self.sequence
+        quads[_PASSES_ITEM] = self.passes
+        self._doubles[_SINCE_ITEM] = time.time()
+        if place:
+            written = self._written
+            if written[0] is not self.operation or written[1] is not self.where:
+                _PLACE.pack_into(self._map, _PLACE_OFFSET, self.operation, self.where)
+                self._written = self.operation, self.where
+        if shaped:
+            _SHAPED.pack_into(
+                self._map, _SHAPED_OFFSET, self.shaped, self.shaped_operation, self.shapes
+            )
+        words[0] = generation
+        return None
+
+    def enter(
+        self, operation: bytes, shapes: bytes | None = None, frame: FrameType | None = None
+    ) -> None:
         """``shapes``: those of the tensors a collective that needs the same on every rank was
-        passed (`shapes_of`), None for any other."""
+        passed (`shapes_of`), None for any other. ``frame``: where to start looking for the
+        user's line (by default the caller)."""
         self.depth += 1
         if self.depth > 1:
             return
         self.sequence += 1
         self.operation = operation
-        self.where = self._caller()
+        self.where = self._caller(frame or sys._getframe(1))
         if shapes is not None:
             self.shaped = self.sequence
             self.shaped_operation = operation
             self.shapes = shapes
-        self._write(IN_COLLECTIVE)
+        self._write_head(IN_COLLECTIVE, place=True, shaped=shapes is not None)
 
     def wait_for_peers_to_start(self, operation: bytes) -> None:
         """In the process group's rendezvous: waiting for every rank, as in a collective, but
         not one of the numbered collectives (each rank starts its group once)."""
         self.operation = operation
-        self.where = self._caller()
+        self.where = self._caller(sys._getframe(1))
         self.depth += 1
         self._write(IN_COLLECTIVE)
 
@@ -247,7 +303,30 @@ class _Recorder:
         self.depth -= 1
         if self.depth == 0 and self.state == IN_COLLECTIVE:
             # the operation and the place stay as they were: the record holds them already
-            self._write(RUNNING)
+            self._write_head(RUNNING)
+
+    def begin_pass(self, reduces: bool, frame: FrameType) -> int:
+        """A backward pass begins (`Accelerator.backward`, `backward_pass`), a collective when
+        it ``reduces``; ``frame`` is the backward's caller. A pass inside a pass is the same
+        pass (counted once), a collective of its own when it reduces. Returns what `end_pass`
+        undoes: `_NESTED` or `_OUTER`, plus `_REDUCES`."""
+        if self.in_backward:
+            if not reduces:
+                return _NESTED
+            self.enter(_BACKWARD, None, frame)
+            return _NESTED | _REDUCES
+        self.passes += 1
+        self.in_backward = True
+        if not reduces:
+            return _OUTER
+        self.enter(_BACKWARD, None, frame)
+        return _OUTER | _REDUCES
+
+    def end_pass(self, begun: int) -> None:
+        if begun & _REDUCES:
+            self.leave()
+        if begun & _OUTER:
+            self.in_backward = False
 
     def finish(self, state: int, exit_code: int = 0) -> None:
         """Leaving or crashed, once: a rank that crashed stays so, and the time a rank began
@@ -266,10 +345,9 @@ class _Recorder:
             self._generation += 1
             _GENERATION.pack_into(self._map, 0, self._generation)
 
-    def _caller(self) -> bytes:
-        """The innermost frame outside accelify, torch and the standard library: the line of
-        the user's script that called the collective."""
-        frame: FrameType | None = sys._getframe(2)
+    def _caller(self, frame: FrameType | None) -> bytes:
+        """The innermost frame from ``frame`` out that is outside accelify, torch and the
+        standard library: the line of the user's script that called the collective."""
         library = self._library
         while frame is not None:
             name = frame.f_code.co_filename
@@ -454,10 +532,15 @@ def record_torch_collectives() -> None:
 #: documents uneven tensors for them on some backends, and a report of "different shapes" there
 #: would stop a valid run whose third rank is only slow.
 SAME_SHAPES = frozenset({"all_reduce", "broadcast", "reduce", "all_gather_into_tensor"})
+#: Collectives whose shapes are recorded too, though they may differ between ranks: the
+#: launcher names them only once a rank aborted inside one (gloo's "Received data size doesn't
+#: match", when a rank's tensor is not the size the gather's outputs hold for it), never while a
+#: rank only waits there.
+SHAPES_ON_ABORT = frozenset({"gather", "all_gather"})
 
 
 def _on_the_default_group(dist: Any, name: str, function: F) -> F:
-    recorded = collective(name, same_shapes=name in SAME_SHAPES)(function)
+    recorded = collective(name, same_shapes=name in SAME_SHAPES | SHAPES_ON_ABORT)(function)
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -545,6 +628,9 @@ def during(operation: str | None) -> contextlib.AbstractContextManager[None]:
 
 
 _BACKWARD = b"backward"
+#: What `_Recorder.begin_pass` began: a pass inside a pass, the outermost pass, and (added) a
+#: collective, for `_Recorder.end_pass` to undo.
+_NESTED, _OUTER, _REDUCES = 0, 1, 2
 
 
 def backward_pass(reduces: Callable[[], bool]) -> contextlib.AbstractContextManager[None]:
@@ -555,30 +641,26 @@ def backward_pass(reduces: Callable[[], bool]) -> contextlib.AbstractContextMana
     recorder = _recorder
     if recorder is None:
         return contextlib.nullcontext()
-    if recorder.in_backward:
-        return _Recorded(recorder, _BACKWARD) if reduces() else contextlib.nullcontext()
-    recorder.passes += 1
-    return _Pass(recorder, reduces())
+    return _Pass(recorder, reduces(), sys._getframe(1))
 
 
 class _Pass:
-    """The outermost backward pass, a collective when it reduces."""
+    """A backward pass (`_Recorder.begin_pass`), as a block."""
 
-    __slots__ = ("_recorder", "_reduces")
+    __slots__ = ("_begun", "_frame", "_recorder", "_reduces")
 
-    def __init__(self, recorder: _Recorder, reduces: bool) -> None:
+    def __init__(self, recorder: _Recorder, reduces: bool, frame: FrameType) -> None:
         self._recorder = recorder
         self._reduces = reduces
+        self._frame = frame
+        self._begun = _NESTED
 
     def __enter__(self) -> None:
-        self._recorder.in_backward = True
-        if self._reduces:
-            self._recorder.enter(_BACKWARD)
+        self._begun = self._recorder.begin_pass(self._reduces, self._frame)
+        self._frame = None  # type: ignore[assignment]  # not kept past the pass
 
     def __exit__(self, *exc: object) -> None:
-        if self._reduces:
-            self._recorder.leave()
-        self._recorder.in_backward = False
+        self._recorder.end_pass(self._begun)
 
 
 def recording() -> bool:

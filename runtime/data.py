@@ -206,7 +206,7 @@ class _ShardedBatchSampler:
                 **options,
             )
         skip, self.skip = self.skip, 0
-        yield from itertools.islice(batches, skip, None)
+        yield from itertools.islice(batches, skip, None) if skip else batches
 
 
 class PreparedDataLoader:
@@ -443,9 +443,13 @@ def _items_in(item: Any) -> int:
 
 def _count_to_end(batches: Iterator[Any], expected: int) -> Iterator[tuple[Any, bool]]:
     """Mark the last batch by count, not by reading ahead: reading ahead would move a dataset's
-    random transforms before the training step that precedes them, changing the RNG stream."""
-    for index, batch in enumerate(batches, start=1):
-        yield batch, index == expected
+    random transforms before the training step that precedes them, changing the RNG stream.
+    The ``expected``-th batch is the last; iterators of C, no generator's frame resumed per
+    batch (the prepared loader's layers cost a small model's step more than DDP's own Python)."""
+    if expected < 1:
+        return zip(batches, itertools.repeat(False), strict=False)
+    marks = itertools.chain(itertools.repeat(False, expected - 1), (True,), itertools.repeat(False))
+    return zip(batches, marks, strict=False)
 
 
 def _look_ahead(batches: Iterator[Any]) -> Iterator[tuple[Any, bool]]:

@@ -29,6 +29,7 @@ through `torch.distributed` itself are not tagged.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import sys
 import time
@@ -46,6 +47,7 @@ _stashed = getattr(torch._C, "_is_key_in_tls", None)
 #: could never be taken out, and every tracked block failed as it ended); without them nothing
 #: is tracked and a rank exits as it would without this module.
 _TRACKABLE = _stash is not None and _remove is not None and _stashed is not None
+TRACKABLE = _TRACKABLE
 
 
 class _Token:
@@ -61,7 +63,8 @@ class _Token:
 #: allocates nothing here (a token, a weak reference and a set entry per block cost the step
 #: more than DDP's own Python did: bench/step_cost.py).
 _TOKEN = _Token()
-_OWN = sys.getrefcount(_TOKEN)  # this module's reference and getrefcount's argument
+TOKEN = _TOKEN  # what `IN_BACKWARD` is set to
+_OWN = sys.getrefcount(_TOKEN)  # this module's two references and getrefcount's argument
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -95,6 +98,50 @@ class tracked:  # used as a function: `with tracked(enabled):`
     def __exit__(self, *exc_info: object) -> None:
         if self.stashed:
             _remove(_KEY)  # type: ignore[misc]
+
+
+#: The backward's own tracking, without a stash of ours: `torch.autograd.backward` stashes a copy
+#: of the thread's context (``contextvars.copy_context()``) for the duration of the pass, and every
+#: work launched inside holds that copy, as it holds the token's stash in a `tracked` block. While
+#: this variable is set to the token, the copy holds the token too (a context's mapping keeps one
+#: reference to each value), for exactly as long as any work holds the copy, and `in_flight`
+#: counts it. Setting and resetting it are two C calls, where a stash of ours is one more entry in
+#: the map that torch copies into every work and every autograd node's run (a 32-wide
+#: DDP step made 1.1 % more instructions with the stash: callgrind, README "Benchmarks").
+#: Only collectives launched inside the autograd engine's pass are covered: an engine that
+#: communicates around it (DeepSpeed's backward) keeps `tracked`.
+IN_BACKWARD: contextvars.ContextVar[_Token] = contextvars.ContextVar("accelify_in_backward")
+_copies_the_context: bool | None = None
+
+
+def backward_copies_the_context() -> bool:
+    """Whether this torch's backward stashes a copy of the caller's context, with
+    `IN_BACKWARD` in it, where the works it launches copy the thread's state from (asked once:
+    a one-node backward whose hook looks)."""
+    global _copies_the_context
+    if _copies_the_context is None:
+        _copies_the_context = _TRACKABLE and _looks_inside_a_backward()
+    return _copies_the_context
+
+
+def _looks_inside_a_backward() -> bool:
+    get = getattr(torch._C, "_get_obj_in_tls", None)
+    if get is None:
+        return False
+    seen: list[bool] = []
+
+    def look(grad: torch.Tensor) -> None:
+        context = get("context") if _stashed("context") else None  # type: ignore[misc]
+        seen.append(isinstance(context, contextvars.Context) and context.get(IN_BACKWARD) is TOKEN)
+
+    leaf = torch.ones((), requires_grad=True)
+    leaf.register_hook(look)
+    marker = IN_BACKWARD.set(TOKEN)
+    try:
+        (leaf * 2).backward()
+    finally:
+        IN_BACKWARD.reset(marker)
+    return seen == [True]
 
 
 def tracks(function: F) -> F:

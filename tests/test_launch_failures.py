@@ -1020,6 +1020,23 @@ def test_a_reduce_of_different_lengths_names_each_ranks_shape_not_a_rank_that_le
 
 
 @pytest.mark.distributed
+def test_a_gather_that_aborts_gloo_names_each_ranks_shape_with_a_gathers_advice():
+    """A gather's ranks may pass different shapes (the outputs say which): recorded, and named
+    once the destination aborted inside it; was "rerun with --debug"."""
+    result = launched("raw_gather_sizes.py")
+    assert result.returncode == 128 + signal.SIGABRT, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    assert report[0].startswith("accelify launch: rank 0 was killed by SIGABRT"), report
+    line = "raw_gather_sizes.py:13 (`dist.gather(scores, gathered, dst=0)`)"
+    assert f"  rank 0: (3,) float32 at {line}\n" in result.stderr
+    assert f"  rank 1: (4,) float32 at {line}" in result.stderr
+    assert "wrong result" not in result.stderr  # rank 1 only sent its part
+    assert "the shape and dtype that the gather's output list holds for that rank" in result.stderr
+    assert "--debug" not in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_an_all_reduce_that_aborts_gloo_names_each_ranks_shape():
     result = launched("raw_all_reduce_sizes.py")
     assert result.returncode == 128 + signal.SIGABRT, result.stderr

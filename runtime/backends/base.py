@@ -38,6 +38,11 @@ class BackendInputs:
 
 class Backend:
     name = ""
+    #: Every collective the engine's backward makes is launched inside the autograd pass (DDP's
+    #: gradient hooks): `Accelerator.backward` tracks them through the context torch copies
+    #: there (`pending_work.IN_BACKWARD`) rather than a stash of its own. False where the
+    #: engine also communicates around the pass (DeepSpeed reduces after it) or may.
+    collectives_in_autograd = False
     #: The engine divides the loss by its own accumulation steps (the Accelerator must not).
     scales_loss_for_accumulation = False
     #: The engine scales fp16 losses itself (the Accelerator keeps no GradScaler).

@@ -22,6 +22,9 @@ from accelify.runtime.state import ProcessState
 
 class DDPBackend(Backend):
     name = "ddp"
+    #: the reducer's all-reduces start in its gradient hooks and end in the pass's final
+    #: callback; a comm hook runs there too
+    collectives_in_autograd = True
 
     def __init__(self, state: ProcessState, mixed_precision: str = "no", **ddp_kwargs: Any):
         super().__init__(state, mixed_precision)

@@ -1,6 +1,7 @@
 """Ranks that passed one collective tensors of different shapes or dtypes, found in their records.
 
-An all-reduce or a broadcast must see the same shapes on every rank. Gloo does not check: the
+An all-reduce or a broadcast must see the same shapes on every rank; a gather, the shapes its
+outputs hold for each rank (named only once a rank aborted inside it). Gloo does not check: the
 rank sent more bytes than its tensor holds aborts (SIGABRT, "Received data size doesn't match
 expected size" on stderr from C++), while the rank sent fewer takes a wrong result and goes on,
 and its peer waits for bytes that never come; NCCL hangs. Checking before each collective costs a
@@ -51,11 +52,26 @@ def shapes_words(
     ]
     for rank, record in sorted({stuck.rank: stuck, **others}.items()):
         lines.append(f"  rank {rank}: {record.shapes}{_after(record, stuck, place)}")
+    if stuck.operation in _GATHERS:
+        lines.append(
+            f"{PREFIX} each rank's tensor must have the shape and dtype that the {stuck.operation}"
+            "'s output list holds for that rank, on every rank that holds one: " + _GATHER_ADVICE
+        )
+        return lines
     lines.append(
         f"{PREFIX} every rank must pass {stuck.operation} the same shapes and dtypes: "
         + _ADVICE.get(stuck.operation, _TORCH_ADVICE)
     )
     return lines
+
+
+#: torch's gathers, whose ranks may pass different shapes when the outputs say so (their
+#: shapes are compared only after an abort: `collective_record.SHAPES_ON_ABORT`)
+_GATHERS = frozenset({"gather", "all_gather"})
+_GATHER_ADVICE = (
+    "all_gather each rank's length first and size the outputs by it, or pad every rank's "
+    "tensor to the longest (accelerator.gather takes different row counts)"
+)
 
 
 #: What to do instead, for the runtime's collectives (the script has an Accelerator)
@@ -75,10 +91,12 @@ def _after(record: Record, stuck: Record, place: Callable[[Record], str]) -> str
     """Where the rank passed its shapes, and what it did after."""
     if record.rank == stuck.rank or record.state == CRASHED:
         return f" at {place(record)}" if record.sequence == stuck.sequence else ""
+    # a rank that sent its part of a gather got no result to be wrong
+    went_on = "went on" if stuck.operation in _GATHERS else "went on with a wrong result"
     if record.sequence == stuck.sequence:
-        still = "still in it" if record.state == IN_COLLECTIVE else "went on with a wrong result"
+        still = "still in it" if record.state == IN_COLLECTIVE else went_on
         return f" at {place(record)} ({still})"
     return (
-        f", and went on with a wrong result: it is at collective #{record.sequence}, "
+        f", and {went_on}: it is at collective #{record.sequence}, "
         f"{record.operation} at {place(record)}"
     )

@@ -41,6 +41,7 @@ from accelify.runtime.collective_record import (
     IN_COLLECTIVE,
     LEAVING,
     RUNNING,
+    SAME_SHAPES,
     STACK_SIGNAL,
     Record,
 )
@@ -167,7 +168,7 @@ class Watcher:
             r: rec for r, rec in ranks.items() if rec.state == IN_COLLECTIVE and _alive(rec.pid)
         }
         for rec in in_collective.values():
-            if other_shapes(ranks, rec):
+            if rec.shaped_operation in SAME_SHAPES and other_shapes(ranks, rec):
                 # certain once it lasts: a reduction that communicates nothing
                 # (``reduce(x, "none")``) is left within microseconds
                 if now - rec.since < self.grace:
