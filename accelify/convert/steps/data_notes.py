@@ -161,8 +161,10 @@ def _totals_over_dataset(ctx: Context) -> None:
                 "summing them",
             )
             continue
-        if ctx.unprepared_loaders(found.loop):
-            continue  # every rank reads all of it: the quotient is right
+        whole = ctx.unprepared_loaders(found.loop)
+        if whole:  # every rank reads all of it: the quotient is right, but for a prepared one
+            _shard_value_beside_a_whole_loader(ctx, found.loop, found.division, whole)
+            continue
         if found.over_batches:
             mean = found.mean or f"{found.total} / {ctx.code(found.divisor)}"
             reduced = found.mean or found.total
@@ -361,8 +363,10 @@ def _meters_over_shards(ctx: Context) -> None:
     """``meter.update(loss.item(), x.size(0))`` per training batch, ``meter.avg`` after the
     loop: over a prepared loader the meter holds this rank's batches only."""
     for found in ctx.facts.shard_meters:
-        if ctx.unprepared_loaders(found.loop):
-            continue  # every rank reads all of it: the meter is right
+        whole = ctx.unprepared_loaders(found.loop)
+        if whole:  # every rank reads all of it: the meter is right, but for a prepared one
+            _shard_value_beside_a_whole_loader(ctx, found.loop, found.read, whole)
+            continue
         source = found.loop.node.iter
         shown = (
             ctx.code(source)
@@ -377,6 +381,32 @@ def _meters_over_shards(ctx: Context) -> None:
             "for the whole set's, reduce its totals across ranks "
             f"({ctx.a_at(found.read, 'reduce')}) before reading them",
         )
+
+
+def _shard_value_beside_a_whole_loader(
+    ctx: Context, loop: Loop, at: cst.CSTNode, whole: list[str | None]
+) -> None:
+    """A training total or meter (`_totals_over_dataset`, `_meters_over_shards`) in a loop
+    that reads both a loader left whole and a prepared one (``run_epoch(train_loader,
+    optimizer)`` beside ``run_epoch(val_loader)``): over the whole one every rank's value is
+    the set's, over the prepared one it is this rank's shard's. One reduce cannot serve both
+    (it would count the whole set N times), so it is said, per loader, at the line that reads
+    the value."""
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
+    origins = ctx.facts.flow.origins(loop.iterable, loop.node, stop=prepared)
+    sharded = sorted(o for o in origins if o is not None and o not in whole)
+    if not sharded:
+        return
+    ctx.plan.review(
+        ctx.line(at),
+        f"{ctx.code(at)} covers the batches the loop at line {ctx.line(loop.node)} reads: "
+        f"over {loader_names(whole)} (left unprepared) every rank reads the whole set, so the "
+        f"value is right; over {loader_names(sharded)} (prepared) each rank reads its own "
+        "shard, so on N ranks the value of those calls is one shard's; for the whole set's, "
+        "return the loop's sums and counts and, after the calls that hand the prepared loader "
+        f"only, sum them across ranks on every rank ({ctx.a_at(at, 'reduce')}) before dividing "
+        "(which also counts the samples the prepared loader repeats to even out the last batch)",
+    )
 
 
 def _size_read(ctx: Context, divisor: cst.BaseExpression, loader: str | None) -> str:
