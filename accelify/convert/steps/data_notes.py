@@ -3,6 +3,8 @@ DataLoader or from one that is not prepared, parameters updated by hand."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from accelify.analysis import names
@@ -12,7 +14,7 @@ from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted
-from accelify.convert.steps.context import Context
+from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
 
 
@@ -174,8 +176,11 @@ def _totals_over_dataset(ctx: Context) -> None:
                 f"of {loader} only: on N ranks what the main process shows is its own shard's "
                 "mean, not the whole set's; "
                 + (
-                    "for the whole set's, reduce it on every rank after the loop (each rank has "
-                    f"as many batches): {_across_ranks(ctx, found.division, reduced, 'mean')}"
+                    _list_gathered(ctx, found.total, found.mean)
+                    if found.loop.trains and found.mean is not None
+                    else "for the whole set's, reduce it on every rank after the loop (each "
+                    "rank has as many batches): "
+                    f"{_across_ranks(ctx, found.division, reduced, 'mean')}"
                     if found.loop.trains  # a collective per training step would cost more
                     else "gather each batch's values with "
                     f"{ctx.a_at(found.division, 'gather_for_metrics')} "
@@ -345,6 +350,23 @@ def _shown_count(found: SampleCount) -> str:
     if found.total is None:
         return f"{found.shown} (a count)"
     return f"{found.total} / {found.shown} (a mean)"
+
+
+def _list_gathered(ctx: Context, listed: str, mean: str) -> str:
+    """Advice for a list of per-batch values averaged after the loop (``sum(losses) /
+    len(losses)``): gather the lists, then average as written. Not rewritten: the gather is a
+    collective every rank must reach, where the average is often read on the main process
+    only. A reduce of the mean as a tensor would hold float32 (float64 is not on every device)
+    and print other digits than the original on one process; the gathered Python floats are
+    the original's there, and on N ranks the mean of every batch (each rank has as many)."""
+    module = TARGET_MODULES[ctx.options.target]["gather_object"]
+    gathered = "all_" + re.findall(r"\w+", listed)[-1]  # all_train_loss of log["train_loss"]
+    averaged = re.sub(rf"(?<![\w.]){re.escape(listed)}(?!\w)", gathered, mean)
+    return (
+        f"for the whole set's, gather the lists on every rank after the loop and average "
+        f"that (each rank has as many batches): {gathered} = gather_object({listed}) (from "
+        f"{module} import gather_object), then {averaged}"
+    )
 
 
 def _across_ranks(ctx: Context, at: cst.CSTNode, values: str, how: str = "sum") -> str:
