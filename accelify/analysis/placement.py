@@ -284,7 +284,7 @@ class Placement:
         (``lr`` of ``for lr in [0.01, 0.1]:``), with that loop: a value per iteration, which
         nothing made once before the loop can read, and nothing made once per process can
         follow from one iteration to the next."""
-        wanted = _read_by(codes)
+        wanted = _read_by(codes, attributes=False)
         found = []
         for line in self.body_of(home):
             for node in walk(line):
@@ -293,17 +293,27 @@ class Placement:
         return found
 
 
-def _read_by(codes: Iterable[str]) -> set[str]:
+def _read_by(codes: Iterable[str], attributes: bool = True) -> set[str]:
     """The names and instance attributes (``self.accum_steps``) the expressions ``codes``
-    read, but torch and the constants."""
+    read, but torch and the constants. ``attributes=False``: not the names of attributes
+    either (``amp`` of ``cfg.amp`` is no variable)."""
     wanted = set()
     for code in codes:
-        for node in walk(cst.parse_expression(code)):
+        expression = cst.parse_expression(code)
+        members = set()
+        for node in walk(expression):
             spelling = dotted(node) if isinstance(node, cst.Attribute) else None
             if spelling is not None and spelling.startswith("self."):
                 wanted.add(spelling)
-            if isinstance(node, cst.Name) and node.value not in ("torch", "True", "False", "None"):
-                wanted.add(node.value)
+            if isinstance(node, cst.Attribute) and not attributes:
+                members.add(id(node.attr))
+        wanted |= {
+            node.value
+            for node in walk(expression)
+            if isinstance(node, cst.Name)
+            and id(node) not in members
+            and node.value not in ("torch", "True", "False", "None")
+        }
     return wanted
 
 
