@@ -417,7 +417,7 @@ def _shard_value_beside_a_whole_loader(
     prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
     origins = ctx.facts.flow.origins(loop.iterable, loop.node, stop=prepared)
     sharded = sorted(o for o in origins if o is not None and o not in whole)
-    if not sharded:
+    if not sharded or not _read_on_a_sharded_call(ctx, loop, at, set(sharded)):
         return
     ctx.plan.review(
         ctx.line(at),
@@ -425,10 +425,25 @@ def _shard_value_beside_a_whole_loader(
         f"over {loader_names(whole)} (left unprepared) every rank reads the whole set, so the "
         f"value is right; over {loader_names(sharded)} (prepared) each rank reads its own "
         "shard, so on N ranks the value of those calls is one shard's; for the whole set's, "
-        "return the loop's sums and counts and, after the calls that hand the prepared loader "
-        f"only, sum them across ranks on every rank ({ctx.a_at(at, 'reduce')}) before dividing "
-        "(which also counts the samples the prepared loader repeats to even out the last batch)",
+        "combine the ranks' values on every rank after the calls that hand the prepared "
+        f"loader only: sums and counts with {ctx.a_at(at, 'reduce')} before dividing, a list "
+        "with gather_object before averaging (either also counts the samples the prepared "
+        "loader repeats to even out the last batch)",
     )
+
+
+def _read_on_a_sharded_call(ctx: Context, loop: Loop, at: cst.CSTNode, sharded: set[str]) -> bool:
+    """The value at ``at`` is shown where it is (not returned), or returned to a call that
+    hands the loop a loader of ``sharded`` and keeps what it returns: a call whose result
+    is dropped (``run_epoch(model, train_dl, optimizer)`` for its training alone) shows
+    nothing."""
+    if _returned_at(ctx, at) is None:
+        return True
+    for argument in ctx.facts.flow.call_site_arguments(loop.iterable, loop.node):
+        call = ctx.model.parent(argument)
+        if dotted(argument.value) in sharded and not isinstance(ctx.model.parent(call), cst.Expr):
+            return True
+    return False
 
 
 def _size_read(ctx: Context, divisor: cst.BaseExpression, loader: str | None) -> str:
