@@ -355,3 +355,45 @@ def test_a_project_whose_trainer_builds_everything_prints_each_line_once_on_two_
     epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
     assert len(epochs) == 2, result.stdout  # once each, not once per rank
     assert all(line.endswith(" n 103") for line in epochs), epochs  # the whole validation set
+
+
+DRIVES = FIXTURES / "projects" / "driver_of_an_already_converted_trainer"
+
+
+def test_a_driver_of_an_already_converted_trainer_prints_through_its_accelerator(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(DRIVES, project)
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    assert results["trainer.py"].skipped == "already uses an Accelerator"
+    train = results["train.py"]
+    assert train.changed and not train.prepared  # not "no .backward() call: not a training script"
+    (said, printed) = train.changes
+    assert said.line == 18
+    assert "trains in trainer.py (its .backward() at line 19), which already creates" in said.text
+    assert "prepares model, optimizer, loader" in said.text
+    assert printed.line == 21
+    converted = train.converted.decode()
+    assert 'trainer.accelerator.print(f"epoch {epoch} loss {loss:.4f}")' in converted
+    (review,) = train.reviews
+    assert review.line == 22  # torch.save(model.state_dict(), "model.pt") on every rank
+    assert "under if trainer.accelerator.is_main_process" in review.text
+
+
+def test_a_driver_of_an_already_converted_trainer_prints_each_line_once_on_two_ranks(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(DRIVES, project)
+    original = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    assert_ok(run_accelify("convert", project, "--write"))
+    assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
+    alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    assert alone.stdout == original.stdout
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 2, result.stdout  # once each, not once per rank

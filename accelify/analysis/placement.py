@@ -267,19 +267,7 @@ class Placement:
         """Names read by ``codes`` that ``home`` assigns at or after ``anchor``; an attribute
         of the instance too (``gradient_accumulation_steps=self.accum_steps`` before
         ``self.accum_steps = accum_steps`` would raise AttributeError)."""
-        wanted = set()
-        for code in codes:
-            for node in walk(cst.parse_expression(code)):
-                spelling = dotted(node) if isinstance(node, cst.Attribute) else None
-                if spelling is not None and spelling.startswith("self."):
-                    wanted.add(spelling)
-                if isinstance(node, cst.Name) and node.value not in (
-                    "torch",
-                    "True",
-                    "False",
-                    "None",
-                ):
-                    wanted.add(node.value)
+        wanted = _read_by(codes)
         body = self.body_of(home)
         late = []
         for line in body[body.index(anchor) :]:
@@ -288,6 +276,45 @@ class Placement:
                     for name in _assigned(node.target) & wanted:
                         late.append((name, self.model.line(node)))
         return late
+
+    def bound_per_iteration(
+        self, home: cst.CSTNode, codes: Iterable[str]
+    ) -> list[tuple[str, cst.For]]:
+        """Names read by ``codes`` that a ``for`` loop of ``home`` binds as its target
+        (``lr`` of ``for lr in [0.01, 0.1]:``), with that loop: a value per iteration, which
+        nothing made once before the loop can read, and nothing made once per process can
+        follow from one iteration to the next."""
+        wanted = _read_by(codes, attributes=False)
+        found = []
+        for line in self.body_of(home):
+            for node in walk(line):
+                if isinstance(node, cst.For) and self.model.scope_of(node) is home:
+                    found += [(name, node) for name in sorted(_assigned(node.target) & wanted)]
+        return found
+
+
+def _read_by(codes: Iterable[str], attributes: bool = True) -> set[str]:
+    """The names and instance attributes (``self.accum_steps``) the expressions ``codes``
+    read, but torch and the constants. ``attributes=False``: not the names of attributes
+    either (``amp`` of ``cfg.amp`` is no variable)."""
+    wanted = set()
+    for code in codes:
+        expression = cst.parse_expression(code)
+        members = set()
+        for node in walk(expression):
+            spelling = dotted(node) if isinstance(node, cst.Attribute) else None
+            if spelling is not None and spelling.startswith("self."):
+                wanted.add(spelling)
+            if isinstance(node, cst.Attribute) and not attributes:
+                members.add(id(node.attr))
+        wanted |= {
+            node.value
+            for node in walk(expression)
+            if isinstance(node, cst.Name)
+            and id(node) not in members
+            and node.value not in ("torch", "True", "False", "None")
+        }
+    return wanted
 
 
 def _assigned(target: cst.BaseExpression) -> set[str]:

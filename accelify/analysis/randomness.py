@@ -151,16 +151,69 @@ def _applied_to_the_batch(model: ScriptModel, call: cst.Call, batch: set[str]) -
         and _reads(first, batch)
     ):
         return True
+    outer = _arithmetic_around(model, call)
+    if outer is not None and _reads_apart(outer, call, batch):
+        return True
+    return _named_then_applied(model, outer or call, batch)
+
+
+def _arithmetic_around(model: ScriptModel, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The outermost arithmetic ``node`` is part of (``0.1 * torch.randn(...)``), not a call
+    around that; None when ``node`` is not inside arithmetic."""
     outer: cst.CSTNode | None = None
-    for ancestor in model.ancestors(call):  # the arithmetic around it, not a call around that
+    for ancestor in model.ancestors(node):
         if not isinstance(ancestor, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison)):
             break
         outer = ancestor
-    if outer is None:
-        return False
-    drawn = {id(n) for n in walk(call)}
+    return outer
+
+
+def _reads_apart(outer: cst.CSTNode, inner: cst.CSTNode, batch: set[str]) -> bool:
+    """``outer`` reads a batch name outside ``inner``."""
+    skipped = {id(n) for n in walk(inner)}
     return any(
-        isinstance(n, cst.Name) and n.value in batch and id(n) not in drawn for n in walk(outer)
+        isinstance(n, cst.Name) and n.value in batch and id(n) not in skipped for n in walk(outer)
+    )
+
+
+def _named_then_applied(model: ScriptModel, drawn: cst.CSTNode, batch: set[str]) -> bool:
+    """The draw is given a name first (``noise = 0.1 * torch.randn(b, d)``) and every read of
+    that name in its scope combines it with a batch tensor (``x = x + noise``, ``x += noise``):
+    the same as writing the draw into that arithmetic. A read that goes anywhere else (a
+    generator's input, ``netG(noise)``) keeps the draw counted."""
+    assign = model.parent(drawn)
+    if not (
+        isinstance(assign, cst.Assign)
+        and assign.value is drawn
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+    ):
+        return False
+    target = assign.targets[0].target
+    scope = model.scope_of(assign)
+    reads = [
+        n
+        for n in walk(scope)
+        if isinstance(n, cst.Name)
+        and n.value == target.value
+        and n is not target
+        and model.scope_of(n) is scope
+    ]
+    return bool(reads) and all(_combined_with_the_batch(model, read, batch) for read in reads)
+
+
+def _combined_with_the_batch(model: ScriptModel, read: cst.Name, batch: set[str]) -> bool:
+    """``read`` is an operand of arithmetic that also reads a batch name (``x + noise``), or
+    the value added in place to one (``x += noise``)."""
+    outer = _arithmetic_around(model, read)
+    if outer is not None:
+        return _reads_apart(outer, read, batch)
+    parent = model.parent(read)
+    return (
+        isinstance(parent, cst.AugAssign)
+        and parent.value is read
+        and isinstance(parent.target, cst.Name)
+        and parent.target.value in batch
     )
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import libcst as cst
 
+from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel, analyze
+from accelify.analysis.side_effects import writes
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.convert import project
 from accelify.convert.planner import Options, plan_conversion
@@ -21,6 +23,8 @@ from accelify.edits.apply import ApplyPlan
 from accelify.edits.plan import Note, statement
 from accelify.errors import UserError
 from accelify.source import parse, render, room_for_deep_trees
+
+ALREADY_ACCELERATED = "already uses an Accelerator"
 
 
 @dataclass
@@ -45,7 +49,7 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
     module = parse(data, label)
     model = analyze(module)
     if model.uses_accelerator:
-        return Conversion(label, data, data, skipped="already uses an Accelerator")
+        return Conversion(label, data, data, skipped=ALREADY_ACCELERATED)
     if not model.trains:
         elsewhere = project.trained_elsewhere(path, model)
         if elsewhere:
@@ -135,6 +139,7 @@ def _drives_another_file(
             )
         elif not told:
             reviews.append(Note(model.line(call), _PRINT_ON_EVERY_RANK))
+    reviews += _writes_on_every_rank(model, reach)
     changes.sort(key=lambda n: n.line)
     reviews.sort(key=lambda n: n.line)
     if reach is None or not after:
@@ -142,6 +147,32 @@ def _drives_another_file(
     rendered = render(module.visit(_PrintThrough(after, reach[0])), data)
     _check_parses(rendered, label, data)
     return Conversion(label, data, rendered, changes=changes, reviews=reviews)
+
+
+def _writes_on_every_rank(model: ScriptModel, reach: tuple[str, cst.CSTNode] | None) -> list[Note]:
+    """A line per statement of this file that writes a file (``torch.save(model.state_dict(),
+    path)``): once the file it trains through is converted, every rank runs it and writes the
+    same path. Said, not rewritten: this file is not converted itself. ``reach``: the
+    accelerator the other file's instance holds, and the statement after which it exists."""
+    notes = []
+    for write in writes(model, facts_of(model).placement, with_torch_save=True):
+        if (
+            reach is not None
+            and model.order(write.call) > model.order(reach[1])
+            and _at_module_level(model, write.call)
+        ):
+            acc = reach[0]
+            guard = f"after {acc}.wait_for_everyone(), under if {acc}.is_main_process:"
+        else:
+            guard = "on the process where int(os.environ.get('RANK', 0)) == 0, once all are done"
+        notes.append(
+            Note(
+                model.line(write.call),
+                "this write runs on every rank once the file it trains through runs them all "
+                f"(each process writes the same file, racing): write it once, {guard}",
+            )
+        )
+    return notes
 
 
 _PRINT_ON_EVERY_RANK = (
@@ -154,7 +185,8 @@ _PRINT_ON_EVERY_RANK = (
 @dataclass
 class _There:
     """The module a file trains through: what its own conversion prepares and its source once
-    converted; ``when`` says whether it is converted in this run or alone (not in this run).
+    converted; ``when`` says whether it is converted in this run, alone (not in this run), or
+    was already (it uses an Accelerator: what it prepares itself, and its own source).
     Nothing prepared: it is not converted on its own (a module of helpers handed everything,
     one that already uses an Accelerator)."""
 
@@ -169,6 +201,8 @@ def _there(file: Path, options: Options) -> _There:
         conversion = convert_source(data, file, options)
     except (OSError, UserError):
         return _There([], b"", "")
+    if conversion.skipped == ALREADY_ACCELERATED:  # converted by hand, or by an earlier run
+        return _There(project.prepared_by_hand(data, str(file)), data, "already converted")
     if conversion.skipped or not conversion.prepared:
         return _There([], b"", "")
     converting = str(file.resolve()) in options.converted_with

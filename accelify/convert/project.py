@@ -15,6 +15,7 @@ from pathlib import Path
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import backwards
 from accelify.analysis.objects import returned_kinds
 from accelify.analysis.script_model import Kind, ScriptModel, analyze, value_classifier
 from accelify.analysis.syntax import dotted, walk
@@ -222,6 +223,12 @@ def prepared_there_note(
     trains = f"{entry.function}() trains in {where} (its .backward() at line {entry.backward_line})"
     prepares = ", ".join(names)
     reach = f"this file reaches it as {accelerator}" if accelerator else "no handle to it here"
+    if when == "already converted":
+        return Note(
+            entry.line,
+            f"{trains}, which already creates the Accelerator there and prepares {prepares}: "
+            f"nothing to create or prepare here ({reach})",
+        )
     if when == "converted alone":
         return Note(
             entry.line,
@@ -290,7 +297,8 @@ def _accelerator_attribute(init: cst.FunctionDef) -> str | None:
 def _backward_reached(model: ScriptModel, function: str) -> int | None:
     """The line of a backward that ``function`` (a top-level function of ``model``, or a class
     of it: its methods) runs, in its body or in a function of the module it calls (three calls
-    deep at most)."""
+    deep at most). An accelerator's (``self.accelerator.backward(loss)`` of a module already
+    converted) counts: the file that drives it trains there all the same."""
     top = {
         s.name.value: s for s in model.module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))
     }
@@ -301,9 +309,9 @@ def _backward_reached(model: ScriptModel, function: str) -> int | None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        for call in model.backward_calls:
-            if any(a is current for a in model.ancestors(call)):
-                return model.line(call)
+        for backward in backwards(model):
+            if any(a is current for a in model.ancestors(backward.call)):
+                return model.line(backward.call)
         if depth < 3:
             for node in walk(current):
                 if isinstance(node, cst.Call):
@@ -323,6 +331,16 @@ def _module_file(script: Path, name: str) -> Path | None:
         if candidate.is_file() and candidate.resolve() != script.resolve():
             return candidate
     return None
+
+
+def prepared_by_hand(source: bytes, label: str) -> list[str]:
+    """What a module that already uses an Accelerator prepares itself (``model, optimizer,
+    loader`` of ``self.accelerator.prepare(model, optimizer, loader)``), as written."""
+    try:
+        module = parse(source, label)
+    except UserError:
+        return []
+    return [name for prepare in analyze(module).prepare_calls for name in prepare.inputs]
 
 
 def _analyzed(file: Path) -> ScriptModel | None:

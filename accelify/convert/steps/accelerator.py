@@ -44,6 +44,10 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
         return
     if anchor is None:
         return
+    per_iteration = ctx.facts.placement.bound_per_iteration(home, ctx.constructor.values())
+    if per_iteration:
+        ctx.left_as_is = _per_iteration(ctx, *per_iteration[0])
+        return
     # Early inserts: the Accelerator (and what its constructor reads) comes before whatever
     # other steps put at the same place, which uses it.
     _move_constructor_arguments_up(ctx, home, anchor)
@@ -56,6 +60,24 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
         return
     ctx.plan.insert_before(anchor, *created, early=True)
     ctx.plan.change(ctx.line(anchor), f"created {create} before line {ctx.line(anchor)}")
+
+
+def _per_iteration(ctx: Context, name: str, loop: cst.For) -> tuple[int, str]:
+    """The constructor would read ``name``, which ``loop`` binds anew for each run (``for lr,
+    amp in configs:`` then ``GradScaler(enabled=amp)``): made before the loop it reads a name not
+    bound yet (NameError), made in it there is an Accelerator per run in one process, whose
+    settings (precision, accumulation) Hugging Face Accelerate's shared state refuses to change
+    from one to the next. The file stays as it is, with this line."""
+    arguments = ", ".join(f"{key}={code}" for key, code in ctx.constructor.items())
+    return (
+        ctx.line(loop),
+        f"the Accelerator would be made with {arguments}, which reads {name}, set anew for each "
+        f"run of this loop: one Accelerator per process cannot change these settings from one "
+        f"run to the next (made before the loop, {name} is not yet set; made in it, a second "
+        "Accelerator with other settings is refused by Hugging Face Accelerate); left as it "
+        "is: give every run the same setting (or pass it to accelify launch, e.g. "
+        "--mixed-precision), or start one process per run, then convert",
+    )
 
 
 def _stranded(ctx: Context, home: Scope, call: cst.Call) -> tuple[int, str]:

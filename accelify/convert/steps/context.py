@@ -31,6 +31,7 @@ TARGET_MODULES = {
         "DistributedDataParallelKwargs": "accelify",
         "broadcast": "accelify.utils",
         "send_to_device": "accelify.utils",
+        "gather_object": "accelify.utils",
         "PartialState": "accelify",
     },
     "accelerate": {
@@ -40,6 +41,7 @@ TARGET_MODULES = {
         "DistributedDataParallelKwargs": "accelerate",
         "broadcast": "accelerate.utils",
         "send_to_device": "accelerate.utils",
+        "gather_object": "accelerate.utils",
         "PartialState": "accelerate",
     },
 }

@@ -3,6 +3,8 @@ DataLoader or from one that is not prepared, parameters updated by hand."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from accelify.analysis import names
@@ -12,7 +14,7 @@ from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted, walk
-from accelify.convert.steps.context import Context
+from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
 
 
@@ -199,8 +201,10 @@ def _totals_over_dataset(ctx: Context) -> None:
                 "summing them",
             )
             continue
-        if ctx.unprepared_loaders(found.loop):
-            continue  # every rank reads all of it: the quotient is right
+        whole = ctx.unprepared_loaders(found.loop)
+        if whole:  # every rank reads all of it: the quotient is right, but for a prepared one
+            _shard_value_beside_a_whole_loader(ctx, found.loop, found.division, whole)
+            continue
         if found.over_batches:
             mean = found.mean or f"{found.total} / {ctx.code(found.divisor)}"
             reduced = found.mean or found.total
@@ -210,8 +214,11 @@ def _totals_over_dataset(ctx: Context) -> None:
                 f"of {loader} only: on N ranks what the main process shows is its own shard's "
                 "mean, not the whole set's; "
                 + (
-                    "for the whole set's, reduce it on every rank after the loop (each rank has "
-                    f"as many batches): {_across_ranks(ctx, found.division, reduced, 'mean')}"
+                    _list_gathered(ctx, found.total, found.mean)
+                    if found.loop.trains and found.mean is not None
+                    else "for the whole set's, reduce it on every rank after the loop (each "
+                    "rank has as many batches): "
+                    f"{_across_ranks(ctx, found.division, reduced, 'mean')}"
                     if found.loop.trains  # a collective per training step would cost more
                     else "gather each batch's values with "
                     f"{ctx.a_at(found.division, 'gather_for_metrics')} "
@@ -383,6 +390,23 @@ def _shown_count(found: SampleCount) -> str:
     return f"{found.total} / {found.shown} (a mean)"
 
 
+def _list_gathered(ctx: Context, listed: str, mean: str) -> str:
+    """Advice for a list of per-batch values averaged after the loop (``sum(losses) /
+    len(losses)``): gather the lists, then average as written. Not rewritten: the gather is a
+    collective every rank must reach, where the average is often read on the main process
+    only. A reduce of the mean as a tensor would hold float32 (float64 is not on every device)
+    and print other digits than the original on one process; the gathered Python floats are
+    the original's there, and on N ranks the mean of every batch (each rank has as many)."""
+    module = TARGET_MODULES[ctx.options.target]["gather_object"]
+    gathered = "all_" + re.findall(r"\w+", listed)[-1]  # all_train_loss of log["train_loss"]
+    averaged = re.sub(rf"(?<![\w.]){re.escape(listed)}(?!\w)", gathered, mean)
+    return (
+        f"for the whole set's, gather the lists on every rank after the loop and average "
+        f"that (each rank has as many batches): {gathered} = gather_object({listed}) (from "
+        f"{module} import gather_object), then {averaged}"
+    )
+
+
 def _across_ranks(ctx: Context, at: cst.CSTNode, values: str, how: str = "sum") -> str:
     """``accelerator.reduce(torch.tensor(values, device=...), "sum")`` as code at ``at``
     reaches the accelerator, or how to hand one in."""
@@ -399,8 +423,10 @@ def _meters_over_shards(ctx: Context) -> None:
     """``meter.update(loss.item(), x.size(0))`` per training batch, ``meter.avg`` after the
     loop: over a prepared loader the meter holds this rank's batches only."""
     for found in ctx.facts.shard_meters:
-        if ctx.unprepared_loaders(found.loop):
-            continue  # every rank reads all of it: the meter is right
+        whole = ctx.unprepared_loaders(found.loop)
+        if whole:  # every rank reads all of it: the meter is right, but for a prepared one
+            _shard_value_beside_a_whole_loader(ctx, found.loop, found.read, whole)
+            continue
         source = found.loop.node.iter
         shown = (
             ctx.code(source)
@@ -415,6 +441,47 @@ def _meters_over_shards(ctx: Context) -> None:
             "for the whole set's, reduce its totals across ranks "
             f"({ctx.a_at(found.read, 'reduce')}) before reading them",
         )
+
+
+def _shard_value_beside_a_whole_loader(
+    ctx: Context, loop: Loop, at: cst.CSTNode, whole: list[str | None]
+) -> None:
+    """A training total or meter (`_totals_over_dataset`, `_meters_over_shards`) in a loop
+    that reads both a loader left whole and a prepared one (``run_epoch(train_loader,
+    optimizer)`` beside ``run_epoch(val_loader)``): over the whole one every rank's value is
+    the set's, over the prepared one it is this rank's shard's. One reduce cannot serve both
+    (it would count the whole set N times), so it is said, per loader, at the line that reads
+    the value."""
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
+    origins = ctx.facts.flow.origins(loop.iterable, loop.node, stop=prepared)
+    sharded = sorted(o for o in origins if o is not None and o not in whole)
+    if not sharded or not _read_on_a_sharded_call(ctx, loop, at, set(sharded)):
+        return
+    ctx.plan.review(
+        ctx.line(at),
+        f"{ctx.code(at)} covers the batches the loop at line {ctx.line(loop.node)} reads: "
+        f"over {loader_names(whole)} (left unprepared) every rank reads the whole set, so the "
+        f"value is right; over {loader_names(sharded)} (prepared) each rank reads its own "
+        "shard, so on N ranks the value of those calls is one shard's; for the whole set's, "
+        "combine the ranks' values on every rank after the calls that hand the prepared "
+        f"loader only: sums and counts with {ctx.a_at(at, 'reduce')} before dividing, a list "
+        "with gather_object before averaging (either also counts the samples the prepared "
+        "loader repeats to even out the last batch)",
+    )
+
+
+def _read_on_a_sharded_call(ctx: Context, loop: Loop, at: cst.CSTNode, sharded: set[str]) -> bool:
+    """The value at ``at`` is shown where it is (not returned), or returned to a call that
+    hands the loop a loader of ``sharded`` and keeps what it returns: a call whose result
+    is dropped (``run_epoch(model, train_dl, optimizer)`` for its training alone) shows
+    nothing."""
+    if _returned_at(ctx, at) is None:
+        return True
+    for argument in ctx.facts.flow.call_site_arguments(loop.iterable, loop.node):
+        call = ctx.model.parent(argument)
+        if dotted(argument.value) in sharded and not isinstance(ctx.model.parent(call), cst.Expr):
+            return True
+    return False
 
 
 def _size_read(ctx: Context, divisor: cst.BaseExpression, loader: str | None) -> str:

@@ -535,10 +535,33 @@ def _made_on_host(
         )
     if isinstance(value, (cst.BaseNumber, cst.BaseString)):
         return True
+    if isinstance(value, (cst.List, cst.Tuple)):  # ``torch.stack([a, b])``'s list
+        items = [e.value for e in value.elements if not isinstance(e, cst.StarredElement)]
+        return (
+            bool(items)
+            and len(items) == len(value.elements)
+            and all(_made_on_host(ctx, item, at, depth + 1) for item in items)
+        )
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp)):
+        # ``[dataset[i][0] for i in range(4)]``: each element as written (one that is the
+        # comprehension's own variable is whatever it iterates: not followed)
+        own = {
+            n.value
+            for f in _comprehension_fors(value)
+            for n in walk(f.target)
+            if isinstance(n, cst.Name)
+        }
+        return not (isinstance(value.elt, cst.Name) and value.elt.value in own) and _made_on_host(
+            ctx, value.elt, at, depth + 1
+        )
     if isinstance(value, cst.Call):
         func = value.func
         if torch_factory(value) is not None:
             return not device_given(value)
+        if (dotted(func) or "") in _JOINED and value.args:  # a stack of host tensors
+            return _made_on_host(ctx, value.args[0].value, at, depth + 1)
+        if any(q.endswith("TensorDataset") for q in ctx.model.qualified(func)):
+            return True  # its items, ``dataset[i][0]``: the tensors it was made of, never moved
         if isinstance(func, cst.Attribute) and func.attr.value in SAME_DEVICE_METHODS:
             return _made_on_host(ctx, func.value, at, depth + 1)
         returned = _returns_of(ctx, value)
@@ -573,6 +596,21 @@ def _made_on_host(
     return bool(assigned) and all(
         v is not None and _made_on_host(ctx, v, at, depth + 1) for v in assigned
     )
+
+
+#: torch functions that join tensors into one on their device: ``torch.stack(samples)``
+_JOINED = frozenset(
+    {"torch.stack", "torch.cat", "torch.concat", "torch.vstack", "torch.hstack", "torch.dstack"}
+)
+
+
+def _comprehension_fors(value: cst.ListComp | cst.GeneratorExp) -> list[cst.CompFor]:
+    fors = []
+    current: cst.CompFor | None = value.for_in
+    while current is not None:
+        fors.append(current)
+        current = current.inner_for_in
+    return fors
 
 
 def _returns_of(ctx: Context, call: cst.Call) -> list[cst.Return]:

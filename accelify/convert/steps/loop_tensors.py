@@ -428,6 +428,8 @@ def _meets_the_device(ctx: Context, factory: cst.Call, loop: Loop, on_device: se
     if name is None:
         return False
     for node in walk(loop.node.body):
+        if _combined_on_the_device(ctx, node, name, on_device):
+            return True
         if not isinstance(node, cst.Call):
             continue
         for argument in node.args:
@@ -436,6 +438,24 @@ def _meets_the_device(ctx: Context, factory: cst.Call, loop: Loop, on_device: se
             ):
                 return True
     return False
+
+
+def _combined_on_the_device(
+    ctx: Context, node: cst.CSTNode, name: str, on_device: set[str]
+) -> bool:
+    """``inputs + noise`` or ``inputs += noise``: arithmetic of ``name`` with a batch tensor or
+    a model's output (a tensor on the device), which needs both on one device."""
+    if isinstance(node, cst.AugAssign):
+        return name in variables_in(ctx.model, node.value) and bool(
+            variables_in(ctx.model, node.target) & on_device
+        )
+    if not isinstance(node, cst.BinaryOperation):
+        return False
+    sides = (node.left, node.right)
+    return any(
+        name in variables_in(ctx.model, side) and _reads_the_device(ctx, other, on_device - {name})
+        for side, other in (sides, sides[::-1])
+    )
 
 
 def _first_call_taking(ctx: Context, node: cst.CSTNode) -> tuple[cst.Call | None, cst.Arg | None]:

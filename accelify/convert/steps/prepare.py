@@ -306,6 +306,16 @@ def _keep_evaluated_loaders_whole(
             "it (correct, not sharded); prepare the loader this call hands over, and gather "
             "in that loop, to shard both",
         )
+    for name, (loop, inline) in _evaluated_beside_an_inline_loader(ctx, chosen).items():
+        _leave_whole(ctx, chosen, created, name, loop.node)
+        ctx.plan.review(
+            ctx.line(inline),
+            f"{name} is evaluated by the loop at line {ctx.line(loop.node)}, which this call "
+            "also runs on a loader made in its arguments, which no prepare takes (every rank "
+            f"reads all of it, so no gather fits that loop): {name} is left unprepared too, "
+            "and every rank evaluates all of it (correct, not sharded); bind that loader to a "
+            "name before the call so that it is prepared, and gather in that loop, to shard both",
+        )
     for name, call in _evaluated_in_another_module(ctx, chosen).items():
         chosen.pop(name)
         created.pop(name, None)
@@ -2022,6 +2032,36 @@ def _evaluated_beside_a_whole_loader(
                 whole = _whole_beside(ctx, scope, helper, name, iterated, prepared)
                 if whole is not None:
                     found[name] = (loop, whole)
+    return found
+
+
+def _evaluated_beside_an_inline_loader(
+    ctx: Context, chosen: dict[str, Kind]
+) -> dict[str, tuple[Loop, cst.CSTNode]]:
+    """Loaders of ``chosen`` read by an evaluation loop (``for x, y in loader`` in
+    ``evaluate(loader)``) that a call also runs on a loader made in its arguments
+    (``evaluate(DataLoader(test_set))`` beside ``evaluate(val_loader)``). No prepare takes that
+    one, so the loop cannot gather (its samples would be counted once per rank), and the
+    prepared loader's totals there would cover one rank's shard while it divides by the whole
+    set's size (its AverageMeters the same): 1/N of the value, silently. By name, with the
+    loop and the place the inline loader is handed over. A loader some training loop reads is
+    not among them: its shard is what that rank trains on."""
+    flow = ctx.facts.flow
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names | ctx.prepared_arguments
+    trained = _trained_loaders(ctx)
+    found: dict[str, tuple[Loop, cst.CSTNode]] = {}
+    for loop in ctx.model.loops:
+        if loop.trains or loop.iterable is None or not flow.reads_loader(loop):
+            continue
+        sites = flow.origin_sites(loop.iterable, loop.node, stop=prepared)
+        inline = sorted((place for origin, place in sites if origin is None), key=ctx.model.order)
+        if not inline:
+            continue
+        for origin, _ in sites:
+            if origin is None or origin in trained or origin in found:
+                continue
+            if chosen.get(origin) is Kind.DATALOADER:
+                found[origin] = (loop, inline[0])
     return found
 
 
