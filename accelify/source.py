@@ -137,20 +137,33 @@ def _syntax_error(data: bytes, label: str, error: cst.ParserSyntaxError) -> User
     return UserError(f"syntax error: {message}", label, error.raw_line, error.raw_column + 1)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` in one rename, keeping its permission bits."""
+def write_atomically(path: Path, data: bytes, like: Path | None = None) -> None:
+    """Replace ``path`` in one rename, keeping its permission bits; a new file gets those of
+    ``like`` (the converted script's own, for ``convert x.py -o y.py``), else what the umask
+    gives any new file: the temporary file is made 0600, which a rename would keep."""
     import tempfile  # what writes files imports it, not every `accelify lint` start
 
-    mode = path.stat().st_mode if path.exists() else None
+    if path.exists():
+        mode: int = path.stat().st_mode
+    elif like is not None and like.exists():
+        mode = like.stat().st_mode
+    else:
+        mode = 0o666 & ~_umask()
     descriptor, temporary = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
     )
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
-        if mode is not None:
-            os.chmod(temporary, mode)
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set back at once)."""
+    current = os.umask(0o022)
+    os.umask(current)
+    return current

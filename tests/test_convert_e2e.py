@@ -151,6 +151,18 @@ def test_converting_twice_changes_nothing(script: Path):
     assert twice.converted == once.converted
 
 
+@pytest.mark.parametrize("mode", [0o644, 0o755])
+def test_an_output_file_gets_the_input_files_mode(tmp_path: Path, mode: int):
+    """``convert x.py -o y.py`` writes through a temporary file, made 0600: y.py must not keep
+    that (a script others in the group cannot read, one that lost its executable bit)."""
+    script, output = tmp_path / "train.py", tmp_path / "train_acc.py"
+    shutil.copy(FIXTURES / "scripts" / "gan.py", script)
+    script.chmod(mode)
+    assert_ok(run_accelify("convert", script, "-o", output))
+    assert "accelerator.backward(" in output.read_text()
+    assert output.stat().st_mode & 0o777 == mode
+
+
 def test_write_converts_in_place_atomically_keeping_the_mode(tmp_path: Path):
     script = tmp_path / "train.py"
     shutil.copy(FIXTURES / "scripts" / "gan.py", script)

@@ -397,3 +397,38 @@ def test_a_driver_of_an_already_converted_trainer_prints_each_line_once_on_two_r
     assert_ok(result)
     epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
     assert len(epochs) == 2, result.stdout  # once each, not once per rank
+
+
+MAIN_DRIVEN = FIXTURES / "projects" / "trainer_driven_from_a_main_function"
+
+
+def test_a_driver_written_as_a_main_function_prints_through_its_trainers_accelerator(
+    tmp_path: Path,
+):
+    """``def main(): trainer = Trainer(cfg); ...`` as the module-level driver does: its prints
+    after the trainer exists go through ``trainer.accelerator.print``, and its load of the
+    checkpoint trainer.py saves on the main process waits for it."""
+    project = tmp_path / "project"
+    shutil.copytree(MAIN_DRIVEN, project)
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    train = results["train.py"]
+    assert train.skipped is None and train.changed and not train.reviews
+    converted = train.converted.decode()
+    assert converted.count("trainer.accelerator.print(f") == 2
+    waited = converted.index("    trainer.accelerator.wait_for_everyone()\n")
+    assert waited < converted.index('torch.load("runs/best.pt")')
+    assert waited > converted.index("best = trainer.fit()")
+    (barrier,) = [note for note in train.changes if "wait_for_everyone" in note.text]
+    assert barrier.line == 11 and "writes its files on the main process only" in barrier.text
+
+
+def test_a_main_function_driver_loads_its_trainers_checkpoint_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(MAIN_DRIVEN, project)
+    assert_ok(run_accelify("convert", project, "--write"))
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    lines = result.stdout.splitlines()
+    assert [line.split()[:2] for line in lines] == [["best", "acc"], ["best", "epoch"]], lines

@@ -71,6 +71,40 @@ def test_each_run_is_set_up_as_a_process_of_its_own_forked_or_not(
     assert runs[0].process.pid != runs[1].process.pid
 
 
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "started-alone"])
+def test_each_run_imports_the_modules_of_its_own_project(
+    forked: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`verify ../a/train.py train.py`: the original driver imports ../a/trainer.py, the
+    converted one (alone and on 2 ranks' labels) the trainer.py beside it."""
+    if not forked or sys.platform != "linux":
+        monkeypatch.setattr(runs_module.sys, "platform", "elsewhere")
+    projects = {}
+    for name in ("original", "converted"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "trainer.py").write_text(f"WHICH = {name!r}\n")
+        (folder / "train.py").write_text("import trainer\nprint(trainer.WHICH)\n")
+        projects[name] = folder
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = scratch / "train.py"  # verify runs copies, away from either project
+    script.write_text((projects["original"] / "train.py").read_text())
+    settings = RunSettings(
+        steps=1,
+        timeout=120,
+        search_path=projects["original"],
+        search_paths=(("converted", projects["converted"]),),
+    )
+    runs = start_runs([(script, "original", 1), (script, "converted", 1)], scratch, settings)
+    try:
+        first, second = (run.finish() for run in runs)
+    finally:
+        stop_all(runs)
+    assert first.stdout.splitlines() == ["original"], first.output
+    assert second.stdout.splitlines() == ["converted"], second.output
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="verify forks its runs on Linux only")
 def test_a_forked_run_is_stopped_by_its_own_group(tmp_path: Path):
     """Stopping one run (SIGTERM to its process group) leaves the other running; the

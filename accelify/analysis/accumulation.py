@@ -69,7 +69,47 @@ def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | N
             "accumulate() also syncs when the loader runs out, and entered before the next() "
             "that runs it out it syncs one batch late, shifting every later step"
         )
+    if (
+        found.unaccounted is None
+        and facts.flow.reads_loader(loop)
+        and not _steps_at_the_last_batch(found.condition.test, loop, facts)
+    ):
+        found.unaccounted = (
+            f"its step test fires every {found.steps_code} batches only, and accumulate() also "
+            "steps at each pass's last batch: where a pass's batch count does not divide by "
+            f"{found.steps_code}, the conversion would make more optimizer steps than the "
+            "original (a schedule sized to its count would run past its end); to use "
+            "accumulate(), step at the last batch too (`or i + 1 == len(loader)`)"
+        )
     return found
+
+
+def _steps_at_the_last_batch(test: cst.BaseExpression, loop: Loop, facts: Facts) -> bool:
+    """``(i + 1) % k == 0 or i + 1 == len(loader)``: the test also fires at the last batch of
+    the loader the loop iterates, as ``accumulate()`` syncs there (HF's
+    ``sync_with_dataloader``): the rewrite keeps the original's optimizer steps. Without that
+    side, a pass whose batch count does not divide by ``k`` leaves its last batches'
+    gradients to the next pass's first step, where ``accumulate()`` would step on them."""
+    if not isinstance(test, cst.BooleanOperation) or not isinstance(test.operator, cst.Or):
+        return False
+    loaders = {loop.iterable} - {None}
+    if loop.through is not None:
+        loaders |= {dotted(node) for node in walk(loop.through)} - {None}
+    for side in (test.left, test.right):
+        if _steps_at_the_last_batch(side, loop, facts):
+            return True
+        for node in walk(side):
+            if (
+                isinstance(node, cst.Call)
+                and dotted(node.func) == "len"
+                and len(node.args) == 1
+                and (
+                    dotted(node.args[0].value) in loaders
+                    or facts.flow.kind_of(dotted(node.args[0].value), node) is Kind.DATALOADER
+                )
+            ):
+                return True
+    return False
 
 
 def accumulated_models(loop: Loop, facts: Facts) -> list[str]:

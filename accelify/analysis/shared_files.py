@@ -819,6 +819,16 @@ class SharedFiles:
         """The file reads some file back (a checkpoint, a log, settings) somewhere."""
         return bool(self._reads())
 
+    @cached_property
+    def written_on_one_rank(self) -> list[cst.Call]:
+        """The file's writes that run on the main process only (``accelerator.save``, a write
+        under a rank test): a project's other modules that read those files back must wait."""
+        return [call for call in self.model.calls if self._written_by_one_rank(call) is not None]
+
+    def file_reads(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
+        """Each call that reads a file (``torch.load(p)``, ``open(p)``), with its path."""
+        return self._reads()
+
     def _reads(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
         found = []
         for call in self.model.calls:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import libcst as cst
 
@@ -125,13 +126,7 @@ def _drives_another_file(
         reach = reach or found
         changes.append(note)
     prints = _builtin_prints(model)
-    after = [
-        p
-        for p in prints
-        if reach is not None
-        and model.order(p) > model.order(reach[1])
-        and _at_module_level(model, p)
-    ]
+    after = [p for p in prints if reach is not None and project.in_scope_below(model, p, reach[1])]
     for call in prints:
         if reach is not None and call in after:
             changes.append(
@@ -140,11 +135,27 @@ def _drives_another_file(
         elif not told:
             reviews.append(Note(model.line(call), _PRINT_ON_EVERY_RANK))
     reviews += _writes_on_every_rank(model, reach)
+    barrier = None
+    if reach is not None:
+        writers = [there[e.module] for e in driven if there[e.module].when == "converted"]
+        barrier = _read_back(model, reach[1], writers)
+    if barrier is not None:
+        read = barrier[0]
+        changes.append(
+            Note(
+                model.line(read),
+                f"{reach[0]}.wait_for_everyone() before this read of a file: the module it "  # type: ignore[index]
+                "trains through writes its files on the main process only, and the other ranks "
+                "would read before it has written",
+            )
+        )
     changes.sort(key=lambda n: n.line)
     reviews.sort(key=lambda n: n.line)
-    if reach is None or not after:
+    if reach is None or not (after or barrier):
         return Conversion(label, data, data, changes=changes, reviews=reviews, skipped=skipped)
-    rendered = render(module.visit(_PrintThrough(after, reach[0])), data)
+    wait = statement(f"{reach[0]}.wait_for_everyone()")
+    visitor = _PrintThrough(after, reach[0], barrier[1] if barrier else None, wait)
+    rendered = render(module.visit(visitor), data)
     _check_parses(rendered, label, data)
     return Conversion(label, data, rendered, changes=changes, reviews=reviews)
 
@@ -156,11 +167,7 @@ def _writes_on_every_rank(model: ScriptModel, reach: tuple[str, cst.CSTNode] | N
     accelerator the other file's instance holds, and the statement after which it exists."""
     notes = []
     for write in writes(model, facts_of(model).placement, with_torch_save=True):
-        if (
-            reach is not None
-            and model.order(write.call) > model.order(reach[1])
-            and _at_module_level(model, write.call)
-        ):
+        if reach is not None and project.in_scope_below(model, write.call, reach[1]):
             acc = reach[0]
             guard = f"after {acc}.wait_for_everyone(), under if {acc}.is_main_process:"
         else:
@@ -225,19 +232,70 @@ def _builtin_prints(model: ScriptModel) -> list[cst.Call]:
     ]
 
 
-def _at_module_level(model: ScriptModel, node: cst.CSTNode) -> bool:
-    return not any(
-        isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) for a in model.ancestors(node)
-    )
+def _read_back(
+    model: ScriptModel, bound: cst.CSTNode, writers: list[_There]
+) -> tuple[cst.Call, cst.CSTNode] | None:
+    """The first read of a file (``torch.load(f"{out}/best.pt")``) that every rank runs below
+    ``bound`` (the statement that makes the trainer) in its scope, where a module this file
+    trains through writes files on the main process only (``accelerator.save`` of its best
+    checkpoint): the paths are spelled in two modules, so any such read may be of what was
+    written; a barrier costs one wait. With the statement of ``bound``'s body holding it,
+    where the barrier goes (every rank reaches it). None where nothing is read back."""
+    if not any(_writes_on_one_rank(there.source) for there in writers):
+        return None
+    body = model.parent(bound)
+    for read, _ in sorted(
+        facts_of(model).shared_files.file_reads(), key=lambda pair: model.order(pair[0])
+    ):
+        if not project.in_scope_below(model, read, bound) or model.under_rank_guard(read):
+            continue
+        holder = next((a for a in [read, *model.ancestors(read)] if model.parent(a) is body), None)
+        if holder is not None:
+            return read, holder
+    return None
+
+
+def _writes_on_one_rank(source: bytes) -> bool:
+    try:
+        other = analyze(cst.parse_module(source))
+    except cst.ParserSyntaxError:
+        return False
+    return bool(facts_of(other).shared_files.written_on_one_rank)
 
 
 class _PrintThrough(cst.CSTTransformer):
-    """``print(...)`` -> ``trainer.accelerator.print(...)`` for the given calls."""
+    """``print(...)`` -> ``trainer.accelerator.print(...)`` for the given calls; ``wait``
+    (``trainer.accelerator.wait_for_everyone()``) above the statement ``before``."""
 
-    def __init__(self, calls: list[cst.Call], accelerator: str) -> None:
+    def __init__(
+        self,
+        calls: list[cst.Call],
+        accelerator: str,
+        before: cst.CSTNode | None = None,
+        wait: cst.BaseStatement | None = None,
+    ) -> None:
         super().__init__()
         self.calls = {id(c) for c in calls}
         self.func = cst.parse_expression(f"{accelerator}.print")
+        self.before, self.wait = before, wait
+
+    def _with_wait(self, original: Any, updated: Any) -> Any:
+        if self.before is None or self.wait is None:
+            return updated
+        body = list(updated.body)
+        for index, line in enumerate(original.body):
+            if line is self.before:
+                body.insert(index, self.wait)
+                return updated.with_changes(body=body)
+        return updated
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        return self._with_wait(original, updated)
+
+    def leave_IndentedBlock(
+        self, original: cst.IndentedBlock, updated: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        return self._with_wait(original, updated)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         if id(original) in self.calls:

@@ -71,4 +71,6 @@ def convert_all(
 
 
 def write(conversion: Conversion, destination: Path | None = None) -> None:
-    write_atomically(destination or Path(conversion.path), conversion.converted)
+    write_atomically(
+        destination or Path(conversion.path), conversion.converted, Path(conversion.path)
+    )

@@ -247,16 +247,18 @@ def prepared_there_note(
 def instance_accelerator(
     model: ScriptModel, entry: TrainedElsewhere, converted: bytes
 ) -> tuple[str, cst.CSTNode] | None:
-    """``trainer.accelerator`` for ``trainer = Trainer(...)`` (a top-level statement binding
-    the one name ``trainer``, nowhere rebound) when the converted class of the other module
-    holds its Accelerator as ``self.accelerator`` (read from the converted source: what that
-    file does once converted), with the binding statement; else None."""
+    """``trainer.accelerator`` for ``trainer = Trainer(...)`` (a statement of the module's own
+    body, or of a function's own body: a ``def main()`` driver; binding the one name
+    ``trainer``, nowhere rebound) when the converted class of the other module holds its
+    Accelerator as ``self.accelerator`` (read from the converted source: what that file does
+    once converted), with the binding statement; else None. The statement is in no branch or
+    loop of its scope: every statement below it in that scope runs with ``trainer`` bound."""
     assign = model.parent(entry.call)
     if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
         return None
     target = assign.targets[0].target
     statement = model.parent(assign)
-    if not isinstance(target, cst.Name) or model.parent(statement) is not model.module:
+    if not isinstance(target, cst.Name) or not _of_its_scopes_own_body(model, statement):
         return None
     if len(model.index.values_bound_to(target.value)) != 1:
         return None
@@ -277,6 +279,33 @@ def instance_accelerator(
         ):
             return f"{target.value}.{attribute}", statement  # type: ignore[return-value]
     return None
+
+
+def _of_its_scopes_own_body(model: ScriptModel, statement: cst.CSTNode) -> bool:
+    """A statement of the module's body, or of a function's own indented block."""
+    parent = model.parent(statement)
+    if parent is model.module:
+        return True
+    return isinstance(parent, cst.IndentedBlock) and isinstance(
+        model.parent(parent), cst.FunctionDef
+    )
+
+
+def in_scope_below(model: ScriptModel, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
+    """``node`` runs after ``statement`` in the same scope (not in a function or class defined
+    there, which may run anywhere): below it in source order."""
+    if model.order(node) <= model.order(statement):
+        return False
+    scope = model.parent(statement)
+    if scope is not model.module:
+        scope = model.parent(scope)  # the function whose body holds the statement
+        if not model.inside(node, scope):
+            return False
+    return not any(
+        isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+        for a in model.ancestors(node)
+        if a is not scope and model.inside(a, scope)
+    )
 
 
 def _accelerator_attribute(init: cst.FunctionDef) -> str | None:

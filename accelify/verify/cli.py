@@ -36,7 +36,18 @@ def run_verify(
     if atol is None:
         added = MIXED_PRECISION.search(converted_code) and not MIXED_PRECISION.search(original_code)
         atol = MIXED_PRECISION_ATOL if added else 0.0
-    settings = RunSettings(steps, timeout, search_path=original.resolve().parent, args=script_args)
+    # Each run imports its own project's modules: a converted driver beside its converted
+    # trainer.py must not import the original's (`verify ../a/train.py train.py`).
+    converted_folder = None if converted is None else converted.resolve().parent
+    settings = RunSettings(
+        steps,
+        timeout,
+        search_path=original.resolve().parent,
+        search_paths=()
+        if converted_folder is None
+        else (("converted", converted_folder), ("ranks", converted_folder)),
+        args=script_args,
+    )
     with tempfile.TemporaryDirectory(prefix="accelify-verify-") as folder:
         scratch = Path(folder)
         # Copies under the same name: the scripts' own writes (next to __file__ or in the working

@@ -58,6 +58,13 @@ class RunSettings:
     timeout: float
     seed: int = 0
     search_path: Path | None = None  # where the script's own imports are found
+    #: a run's own search path, by label: a converted project's runs import its converted
+    #: modules, the original's its own (`search_path` for a label not here)
+    search_paths: tuple[tuple[str, Path], ...] = ()
+
+    def search_path_of(self, label: str) -> Path | None:
+        return dict(self.search_paths).get(label, self.search_path)
+
     args: tuple[str, ...] = ()
 
 
@@ -136,6 +143,7 @@ class _PlacedRun:
     records: Path
     log: Path
     errors: Path
+    env: dict[str, str]  # the run's own: where its records go, where its imports are found
 
     @property
     def launched(self) -> bool:
@@ -153,7 +161,7 @@ class _PlacedRun:
             "workdir": str(self.workdir),
             "stdout": str(self.log),
             "stderr": str(self.errors),
-            "env": {ENV_OUT: str(self.records)},
+            "env": self.env,
         }
 
     def started(self, process: ProcessLike, deadline: float) -> StartedRun:
@@ -181,7 +189,11 @@ def _place_run(
     # Output goes to a file, not a pipe: nothing can keep the parent waiting on a pipe end.
     log.touch()
     errors.touch()
-    return _PlacedRun(label, processes, arguments, workdir, records, log, errors)
+    search_path = settings.search_path_of(label)
+    env = {ENV_OUT: str(records)}
+    if search_path is not None:
+        env[ENV_PATH] = str(search_path)
+    return _PlacedRun(label, processes, arguments, workdir, records, log, errors, env)
 
 
 def _run_env(settings: RunSettings, deadline: float) -> dict[str, str]:
@@ -190,8 +202,6 @@ def _run_env(settings: RunSettings, deadline: float) -> dict[str, str]:
         ENV_SEED: str(settings.seed),
         ENV_DEADLINE: str(deadline),
     }
-    if settings.search_path is not None:
-        env[ENV_PATH] = str(settings.search_path)
     return env
 
 
@@ -200,7 +210,7 @@ def _start_alone(run: _PlacedRun, env: dict[str, str], deadline: float) -> Start
         process = subprocess.Popen(
             run.command(),
             cwd=run.workdir,
-            env={**env, ENV_OUT: str(run.records)},
+            env={**env, **run.env},
             stdout=output,
             stderr=error_output,
             start_new_session=True,

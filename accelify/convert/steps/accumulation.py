@@ -38,6 +38,7 @@ def run(ctx: Context) -> None:
             continue
         if found.unaccounted is not None:
             ctx.plan.review(found.line, f"manual gradient accumulation kept: {found.unaccounted}")
+            _review_schedulers_stepped_per_optimizer_step(ctx, found.condition, loop, False)
             continue
         steps, unreadable = _steps_where_prepared(ctx, found, loop)
         if steps is None:

@@ -18,10 +18,10 @@ from accelify.analysis.idle_members import (
     sets_every_parameter,
     sometimes_idle_members,
 )
-from accelify.analysis.objects import instance_class, received_classes
+from accelify.analysis.objects import instance_class, methods_of, received_classes
 from accelify.analysis.outside_forward import in_training_step
 from accelify.analysis.script_model import Binding, Kind
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 
 HANDLER = "DistributedDataParallelKwargs"
@@ -109,13 +109,63 @@ def _drops_outputs(ctx: Context, call: cst.Call) -> bool:
         for evaluation in ctx.facts.evaluations
     ):
         return False
+    returned = _returned_elements(ctx, call)
     for target in parent.targets:
         if isinstance(target.target, (cst.Tuple, cst.List)):
-            for element in target.target.elements:
+            elements = target.target.elements
+            for position, element in enumerate(elements):
                 value = element.value  # ``_`` of an Element, ``*_`` of a StarredElement
-                if isinstance(value, cst.Name) and value.value.startswith("_"):
+                if not (isinstance(value, cst.Name) and value.value.startswith("_")):
+                    continue
+                starred = isinstance(element, cst.StarredElement)
+                if starred or not _feeds_a_kept_output(returned, position, len(elements)):
                     return True
     return False
+
+
+def _returned_elements(ctx: Context, call: cst.Call) -> list[cst.BaseExpression] | None:
+    """What the called model's ``forward`` of this file returns, element by element, where it
+    returns one tuple (``return h, self.proj(h)``); else None."""
+    name = dotted(call.func)
+    made = instance_class(ctx.model, name, call) if name is not None else None
+    forward = methods_of(ctx.model, made).get("forward") if made is not None else None
+    if forward is None:
+        return None
+    returns = [node for node in walk(forward.body) if isinstance(node, cst.Return)]
+    if len(returns) != 1 or not isinstance(returns[0].value, cst.Tuple):
+        return None
+    if any(isinstance(e, cst.StarredElement) for e in returns[0].value.elements):
+        return None
+    return [element.value for element in returns[0].value.elements]
+
+
+def _feeds_a_kept_output(
+    returned: list[cst.BaseExpression] | None, position: int, targets: int
+) -> bool:
+    """The dropped output at ``position`` is a value the kept outputs are computed from
+    (``h`` of ``return h, self.proj(h)``): every layer that made it gets a gradient through
+    them, so dropping it leaves no parameter without one."""
+    if returned is None or len(returned) != targets:
+        return False
+    dropped = returned[position]
+    if not isinstance(dropped, (cst.Name, cst.Attribute)):
+        return False
+    spelled = dotted(dropped)
+    return any(
+        dotted(node) == spelled
+        for index, kept in enumerate(returned)
+        if index != position and not _cut_from_the_graph(kept)
+        for node in walk(kept)
+        if isinstance(node, (cst.Name, cst.Attribute))
+    )
+
+
+def _cut_from_the_graph(value: cst.BaseExpression) -> bool:
+    """``self.proj(h.detach())``, ``h.data``: no gradient flows back through it."""
+    return any(
+        isinstance(node, cst.Attribute) and node.attr.value in ("detach", "data")
+        for node in walk(value)
+    )
 
 
 def _switched_parameters(ctx: Context) -> bool:
