@@ -39,6 +39,20 @@ _NESTED = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 Binding = cst.Assign | cst.AugAssign | cst.AnnAssign
 
 
+_SUBCLASS: dict[tuple[type, type | tuple[type, ...]], bool] = {}
+
+
+def _is_subclass(node_type: type, kind: type | tuple[type, ...]) -> bool:
+    """``issubclass``, kept for the process: each file's `Index.of_type` asks it of every node
+    type of the file for each kind, and a miss against libcst's abstract classes runs ABCMeta's
+    Python-level check."""
+    key = (node_type, kind)
+    found = _SUBCLASS.get(key)
+    if found is None:
+        found = _SUBCLASS[key] = issubclass(node_type, kind)
+    return found
+
+
 class Index:
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
@@ -124,7 +138,7 @@ class Index:
         (from the analysis's walk)."""
         found = self._of_type.get(kind)
         if found is None:
-            buckets = [b for t, b in self._by_exact_type.items() if issubclass(t, kind)]
+            buckets = [b for t, b in self._by_exact_type.items() if _is_subclass(t, kind)]
             if len(buckets) == 1:
                 found = list(buckets[0])
             else:
