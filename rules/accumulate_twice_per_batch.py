@@ -1,3 +1,4 @@
+import functools
 from collections.abc import Iterator
 
 import libcst as cst
@@ -60,6 +61,10 @@ _CONDITIONAL = (
     cst.DictComp,
     cst.GeneratorExp,
 )
+#: The same, tested by exact type (none of them has subclasses): ``isinstance`` against a tuple
+#: of libcst's classes runs ABCMeta's check per class for every ancestor of every call asked.
+_CONDITIONAL_TYPES = frozenset(_CONDITIONAL)
+_BLOCKS = (cst.IndentedBlock, cst.Module)
 
 
 class AccumulateTwicePerBatch(Rule):
@@ -200,14 +205,15 @@ def _entered_every_iteration(
     found: list[tuple[int, cst.With, str, cst.Call | None]] = []
     skipped: dict[tuple[int, type], int] = {}
     for node in walk(loop.body):
-        if isinstance(node, cst.With) and _always(script, node, loop, skipped):
+        kind = type(node)
+        if kind is cst.With and _always(script, node, loop, skipped):
             accelerator = accumulate_context(node)
             if accelerator is not None:
                 found.append((script.order(node), node, accelerator, None))
-        elif isinstance(node, cst.Call) and _always(script, node, loop, skipped):
+        elif kind is cst.Call and _always(script, node, loop, skipped):
             for function, _ in script.call_graph.callees(node):
                 for inner in walk(function.body):
-                    if isinstance(inner, cst.With) and _always(script, inner, function, skipped):
+                    if type(inner) is cst.With and _always(script, inner, function, skipped):
                         accelerator = accumulate_context(inner)
                         if accelerator is not None:
                             found.append((script.order(node), inner, accelerator, node))
@@ -227,14 +233,14 @@ def _always(
     ``return`` in the function the loop calls). A ``break`` or ``raise`` ends the loop: every
     batch it goes on with still enters the context. ``skipped``: each block's first statement
     that may skip, by the block's id and the skip (asked for every call of a loop's body)."""
-    skip = cst.Return if isinstance(container, cst.FunctionDef) else cst.Continue
+    skip = cst.Return if type(container) is cst.FunctionDef else cst.Continue
     for ancestor in (node, *script.ancestors(node)):
         if ancestor is container:
             return True
-        if isinstance(ancestor, _CONDITIONAL) and ancestor is not node:
+        if type(ancestor) in _CONDITIONAL_TYPES and ancestor is not node:
             return False
         block = script.parent(ancestor)
-        if isinstance(block, (cst.IndentedBlock, cst.Module)):
+        if type(block) in _BLOCKS:
             key = (id(block), skip)
             first = skipped.get(key)
             if first is None:
@@ -248,14 +254,24 @@ def _always(
 
 def _skips_rest(statement: cst.CSTNode, skip: type[cst.Continue] | type[cst.Return]) -> bool:
     """``statement`` holds a ``skip`` (``continue`` or ``return``) of the loop or function it is
-    in: not one of a function defined in it, nor a ``continue`` of a loop of its own."""
-    if isinstance(statement, skip):
+    in: not one of a function defined in it, nor a ``continue`` of a loop of its own. An
+    expression or another simple statement holds no statement: not walked (most of a block's
+    nodes)."""
+    kind = type(statement)
+    if kind is skip:
         return True
-    if isinstance(statement, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+    if _holds_no_statement(kind) or kind is cst.FunctionDef or kind is cst.ClassDef:
         return False
-    if skip is cst.Continue and isinstance(statement, (cst.For, cst.While)):
+    if skip is cst.Continue and (kind is cst.For or kind is cst.While):
         return False
     return any(_skips_rest(child, skip) for child in children_of(statement))
+
+
+@functools.cache
+def _holds_no_statement(kind: type) -> bool:
+    """An expression (a ``lambda`` too) or a simple statement other than the skip: nothing
+    below it is a statement, so no ``continue`` or ``return``."""
+    return issubclass(kind, (cst.BaseExpression, cst.BaseSmallStatement))
 
 
 def _even_steps(script: ScriptModel, accelerator: str) -> int | str | None:

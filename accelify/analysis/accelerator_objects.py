@@ -267,10 +267,22 @@ def without_accelerator(model: ScriptModel, node: cst.CSTNode) -> bool:
     # only if the analysis has since found more accelerators or assignments), not per node
     key = (frozenset(accelerators), len(model.assignments))
     memo = model.__dict__.setdefault("_made_under", {})
-    made_under = memo.get(key)
-    if made_under is None:
-        made_under = memo[key] = _made_under(model, accelerators)
-    return _without_accelerator(model, node, accelerators, made_under, 0)
+    entry = memo.get(key)
+    if entry is None:
+        entry = memo[key] = (_made_under(model, accelerators), {})
+    made_under, answers = entry
+    if not model.complete:  # the call graph may still grow: asked afresh
+        return _without_accelerator(model, node, accelerators, made_under, 0)
+    # once the analysis is complete the answer is kept: rules ask it of every call of the
+    # file (ACC101 and ACC105 of the same calls), and of a function's callers for each
+    # node in it; kept with the node, so a node made later under a reused id is not taken
+    # for it
+    kept = answers.get(id(node))
+    if kept is not None and kept[0] is node:
+        return kept[1]
+    answer = _without_accelerator(model, node, accelerators, made_under, 0, answers)
+    answers[id(node)] = (node, answer)
+    return answer
 
 
 def _without_accelerator(
@@ -279,12 +291,14 @@ def _without_accelerator(
     accelerators: set[str],
     made_under: list[cst.BaseExpression],
     depth: int,
+    answers: dict[object, tuple[cst.CSTNode, bool]] | None = None,
 ) -> bool:
     """Also where the test is the one the Accelerator is made under, negated (``accelerator =
     None`` then ``if not args.reference: accelerator = Accelerator(...)``: ``if
     args.reference:`` runs without one), and in a function every call of which in the file runs
     without one (an Accelerate fixture's ``train_reference``, called in that branch only); the
-    same for an arm of an if-expression."""
+    same for an arm of an if-expression. ``answers``: each function's answer at each depth, kept
+    by `without_accelerator` once the analysis is complete (asked for every node in it)."""
     # the ifs around ``node`` up to its function, each found through the index's memo (most
     # nodes asked about share their ancestors), not by a step and a type test per ancestor
     ancestor = model.index.nearest(node, _IFS_AND_FUNCTIONS)
@@ -302,11 +316,18 @@ def _without_accelerator(
         if type(ancestor) is cst.FunctionDef:
             if depth >= 3:
                 return False
+            key = (id(ancestor), depth)
+            kept = answers.get(key) if answers is not None else None
+            if kept is not None and kept[0] is ancestor:
+                return kept[1]
             sites = [call for call, _ in model.call_graph.calls_of(ancestor)]
-            return bool(sites) and all(
-                _without_accelerator(model, site, accelerators, made_under, depth + 1)
+            answer = bool(sites) and all(
+                _without_accelerator(model, site, accelerators, made_under, depth + 1, answers)
                 for site in sites
             )
+            if answers is not None:
+                answers[key] = (ancestor, answer)
+            return answer
         ancestor = model.index.nearest(ancestor, _IFS_AND_FUNCTIONS)
     return False
 

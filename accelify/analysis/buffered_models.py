@@ -71,15 +71,12 @@ def _buffer_broadcast_off(script: ScriptModel) -> bool:
     broadcast_buffers=False)`` as a kwargs handler): its DDP forward then broadcasts nothing. A
     mention elsewhere (a comment, ``broadcast_buffers=True``, a config key) changes nothing."""
     return any(
-        isinstance(node, cst.Call)
-        and any(
-            arg.keyword is not None
-            and arg.keyword.value == "broadcast_buffers"
-            and isinstance(arg.value, cst.Name)
-            and arg.value.value == "False"
-            for arg in node.args
-        )
-        for node in walk(script.module)
+        arg.keyword is not None
+        and arg.keyword.value == "broadcast_buffers"
+        and isinstance(arg.value, cst.Name)
+        and arg.value.value == "False"
+        for node in script.index.of_type(cst.Call)  # the analysis's walk, by type
+        for arg in node.args  # type: ignore[attr-defined]
     )
 
 

@@ -271,9 +271,10 @@ def chosen_beside_accelerator_device(model: ScriptModel, node: cst.CSTNode) -> b
     accelerators = model.names_of(Kind.ACCELERATOR)
     child: cst.CSTNode = node
     for ancestor in model.ancestors(node):
-        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+        kind = type(ancestor)  # exact types (none has subclasses): no ABC check per ancestor
+        if kind is cst.FunctionDef or kind is cst.ClassDef:
             return False
-        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+        if kind is cst.If and child is not ancestor.test:  # type: ignore[attr-defined]
             other = ancestor.orelse if child is ancestor.body else ancestor.body
             if other is not None and _reads_accelerator_device(other, accelerators):
                 return True

@@ -39,6 +39,12 @@ _NESTED = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 Binding = cst.Assign | cst.AugAssign | cst.AnnAssign
 
 
+#: By the kind `Index.of_type` is asked for, whether each node type is one, kept for the
+#: process: each file asks it of every node type of the file for each kind, and a miss against
+#: libcst's abstract classes runs ABCMeta's Python-level check.
+_SUBCLASS: dict[type | tuple[type, ...], dict[type, bool]] = {}
+
+
 class Index:
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
@@ -124,7 +130,16 @@ class Index:
         (from the analysis's walk)."""
         found = self._of_type.get(kind)
         if found is None:
-            buckets = [b for t, b in self._by_exact_type.items() if issubclass(t, kind)]
+            is_kind = _SUBCLASS.get(kind)
+            if is_kind is None:
+                is_kind = _SUBCLASS[kind] = {}
+            buckets = []
+            for node_type, bucket in self._by_exact_type.items():
+                hit = is_kind.get(node_type)
+                if hit is None:
+                    hit = is_kind[node_type] = issubclass(node_type, kind)
+                if hit:
+                    buckets.append(bucket)
             if len(buckets) == 1:
                 found = list(buckets[0])
             else:

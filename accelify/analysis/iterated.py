@@ -15,6 +15,7 @@ from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+_COMPREHENSION_TYPES = frozenset(_COMPREHENSIONS)
 
 
 def iterated_sources(model: ScriptModel, name: str, at: cst.CSTNode) -> list[str]:
@@ -33,9 +34,10 @@ def _loops_binding(
     node: cst.CSTNode, at: cst.CSTNode, model: ScriptModel
 ) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
     """(target, iterable) of the loop ``node`` is, when ``at`` is inside what it repeats."""
-    if isinstance(node, cst.For) and not _within(model, at, node.iter):
-        return [(node.target, node.iter)]
-    if isinstance(node, _COMPREHENSIONS):
+    kind = type(node)  # exact types (none has subclasses): asked of every ancestor of ``at``
+    if kind is cst.For and not _within(model, at, node.iter):  # type: ignore[attr-defined]
+        return [(node.target, node.iter)]  # type: ignore[attr-defined]
+    if kind in _COMPREHENSION_TYPES:
         found = []
         clause: cst.CompFor | None = node.for_in
         while clause is not None:

@@ -159,7 +159,7 @@ def _values_behind(
         behind += [
             argument.value
             for call in script.calls
-            if isinstance(call.func, cst.Attribute)
+            if type(call.func) is cst.Attribute  # no ABC check per call of the file
             and call.func.attr.value in _ADDING
             and dotted(call.func.value) == name
             and script.scope_of(call) is scope
@@ -177,15 +177,16 @@ def _values_behind(
 
 def _loops_binding(script: ScriptModel, scope: cst.CSTNode | None, name: str) -> list[cst.For]:
     """The ``for`` loops of ``scope`` (not of functions nested in it) whose target binds
-    ``name``."""
+    ``name``. ``scope`` is a scope of the analysed tree (`ScriptModel.scope_of`): its loops are
+    read from the analysis's walk by type, in source order (not by a walk of the scope with a
+    type test per node)."""
     if scope is None:
         return []
     return [
         node
-        for node in walk(scope)
-        if isinstance(node, cst.For)
-        and script.scope_of(node) is scope
-        and any(isinstance(n, cst.Name) and n.value == name for n in walk(node.target))
+        for node in script.index.of_type(cst.For)
+        if script.scope_of(node) is scope
+        and any(type(n) is cst.Name and n.value == name for n in walk(node.target))  # type: ignore[attr-defined]
     ]
 
 

@@ -288,8 +288,8 @@ class SharedFiles:
         writes = [
             (call, path)
             for call in self.model.calls
-            if self.model.under_rank_guard(call)
-            and (path := self._written_by_one_rank(call)) is not None
+            if (path := self._written_by_one_rank(call)) is not None  # most calls: None at once
+            and self.model.under_rank_guard(call)
             and not side_effects.per_rank_path(self.model, call)
         ]
         found = []
@@ -354,10 +354,14 @@ class SharedFiles:
         ``accelerator.save(obj, path)``, which writes on the main process whoever calls it."""
         if _accelerator_save(self.model, call):
             return _path(self.model, call, {}, {"save": (1, "f")})
+        # asked of every call of the file: whether it writes at all is the cheap question
+        path = _path(self.model, call, WRITERS, WRITING_METHODS)
+        if path is None:
+            return None
         if self.model.under_rank_guard(call) or side_effects.main_process_only(call):
-            return _path(self.model, call, WRITERS, WRITING_METHODS)
+            return path
         if self._called_on_one_rank(call):
-            return _path(self.model, call, WRITERS, WRITING_METHODS)
+            return path
         return None
 
     def _called_on_one_rank(self, call: cst.Call) -> bool:

@@ -285,22 +285,22 @@ Assignment = cst.Assign | cst.AnnAssign
 
 def is_assignment(node: object) -> typing.TypeGuard[Assignment]:
     """``node`` binds its targets to one value: ``x = v`` or ``x: T = v`` (not ``x: T``)."""
-    return isinstance(node, cst.Assign) or (
-        isinstance(node, cst.AnnAssign) and node.value is not None
-    )
+    kind = type(node)  # exact types (neither has subclasses): asked of most statements
+    return kind is cst.Assign or (kind is cst.AnnAssign and node.value is not None)  # type: ignore[attr-defined]
 
 
 def assigned_targets(assign: Assignment) -> list[cst.BaseExpression]:
     """What ``assign`` binds its value to: each target of ``a = b = v``, the one of ``x: T = v``."""
-    if isinstance(assign, cst.AnnAssign):
+    if type(assign) is cst.AnnAssign:
         return [assign.target]
-    return [target.target for target in assign.targets]
+    return [target.target for target in assign.targets]  # type: ignore[union-attr]
 
 
 def target_names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
+    kind = type(target)
+    if kind is cst.Name:
+        return {target.value}  # type: ignore[attr-defined]
+    if kind is cst.Tuple or kind is cst.List:
         found: set[str] = set()
         for element in target.elements:
             found |= target_names(element.value)
