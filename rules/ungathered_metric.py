@@ -9,6 +9,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.shard_totals import ShardTotal, divided_by_set_size
 from accelify.analysis.sharded_loaders import sharded_by_its_sampler
 from accelify.analysis.syntax import Visitor, dotted, target_names, visit_code, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls
@@ -100,6 +101,34 @@ class UngatheredMetric(Rule):
             _WHOLE_EVAL.format(
                 sampler="", preds="preds = accelerator.gather(model(x).argmax(-1))"
             ).replace("DataLoader(test_set", "DataLoader(" + _RANK_PART),
+            12,
+            9,
+        ),
+        # predictions and labels gathered inline over a loader every rank reads whole, the
+        # total divided by the set's size: N copies counted, N times the accuracy
+        Example(
+            _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)").replace(
+                "(preds == y)", "(accelerator.gather(preds) == accelerator.gather(y))"
+            ),
+            12,
+            9,
+        ),
+        # ... gathered together into new names (gather_for_metrics drops no copy there: only
+        # a prepared loader tells it the last batch's padding)
+        Example(
+            _WHOLE_EVAL.format(
+                sampler="",
+                preds="preds, y = accelerator.gather_for_metrics((model(x).argmax(-1), y))",
+            ),
+            12,
+            9,
+        ),
+        # ... counted on each rank and reduced after the loop: the reduce sums N whole sets
+        Example(
+            _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)").replace(
+                "accelerator.print(",
+                "correct = accelerator.reduce(torch.tensor(correct), 'sum')\naccelerator.print(",
+            ),
             12,
             9,
         ),
@@ -400,6 +429,23 @@ class UngatheredMetric(Rule):
         .replace("DataLoader(test_set", "DataLoader(" + _RANK_PART)
         .replace("(preds == y)", "(preds == accelerator.gather(y))")
         .replace("len(test_loader.dataset)", "len(test_set)"),
+        # gathered over a whole loader and divided by a count of the gathered labels: N copies
+        # over N copies, a right ratio (N times the work: ACC401's)
+        _WHOLE_EVAL.format(
+            sampler="", preds="preds, y = accelerator.gather((model(x).argmax(-1), y))"
+        )
+        .replace("correct = 0\n", "correct = total = 0\n")
+        .replace(".sum().item()\n", ".sum().item()\n        total += y.size(0)\n")
+        .replace("len(test_loader.dataset)", "total"),
+        # counted on each rank, the correct and the seen count both reduced: a right ratio
+        _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)")
+        .replace("correct = 0\n", "correct = seen = 0\n")
+        .replace(".sum().item()\n", ".sum().item()\n        seen += len(y)\n")
+        .replace(
+            "accelerator.print(correct / len(test_loader.dataset))",
+            "counts = accelerator.reduce(torch.tensor([correct, seen]), 'sum')\n"
+            + "accelerator.print(counts[0] / counts[1])",
+        ),
         # every rank evaluates the whole set itself: nothing to gather
         _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)"),
         # the same evaluation, its totals reduced over the ranks after the loop
@@ -720,10 +766,17 @@ class UngatheredMetric(Rule):
             return
         loader, sharded = found
         sharded = sharded or _dataset_split_by_rank(script, loader)
+        # a helper's parameter: the loader as its caller names it, one nothing prepares
+        outer = facts.flow.outer_name(loader, loop.node)
+        if outer is not None and outer not in script.prepared_names:
+            loader = outer
         local = _assigned_in(loop.node.body) | loop.batch_names
         values = _RankValues(script, loop, local, accelerators)
         synced = set(self_syncing_metrics(loop, script))
-        for _, node in _accumulations(loop, lambda value: True, synced):
+        accumulated = _accumulations(loop, lambda value: True, synced)
+        # the loader ACC401 reports is this bug's cause: one finding, at the total
+        covers = () if sharded else _loader_findings(script, facts, loop)
+        for _, node in accumulated:
             mixed = values.mixed_with_gathered(node)
             if not mixed:
                 continue
@@ -742,8 +795,29 @@ class UngatheredMetric(Rule):
                     f"predictions hold N copies of each batch and {listed} one (a shape error "
                     "on several processes, or a metric over rows that do not match)"
                 ),
+                covers=covers,
             )
             return
+        if sharded:
+            return
+        combined = _combined_whole_set_total(script, facts, loop, values, accumulated)
+        if combined is not None:
+            node, how, division = combined
+            accelerator = accelerator_name(script, node)
+            total = _total_name(node)  # type: ignore[arg-type]
+            yield self.finding(
+                script,
+                node,
+                message=(
+                    f"Pass {loader} to {accelerator}.prepare and gather the predictions and "
+                    f"labels with {accelerator}.gather_for_metrics: {loader} is not "
+                    f"prepared, so every rank reads the whole set and `{total}`, {how}, "
+                    f"counts each sample N times; line {script.line(division.division)} "
+                    f"divides it by {script.module.code_for_node(division.divisor)}, so on N "
+                    "processes it shows N times the metric"
+                ),
+                covers=covers,
+            )
 
     def _comprehensions(
         self, script: ScriptModel, facts: Facts, accelerators: set[str], all_calls: list[cst.Call]
@@ -770,6 +844,74 @@ class UngatheredMetric(Rule):
             if target is None or _reduced_later(script, node, target, all_calls, accelerators):
                 continue
             yield self.finding(script, node)
+
+
+def _combined_whole_set_total(
+    script: ScriptModel,
+    facts: Facts,
+    loop: Loop,
+    values: "_RankValues",
+    accumulated: list[tuple[str, cst.CSTNode]],
+) -> tuple[cst.AugAssign, str, ShardTotal] | None:
+    """Over a loader every rank reads whole: a total summed from gathered or reduced values
+    (``correct += (accelerator.gather(preds) == accelerator.gather(y)).sum()``), or this rank's
+    total reduced after the loop, then divided by the size of the whole set (``len(loader.
+    dataset)``) or by a count of this rank's own samples (``seen += y.size(0)``, the whole set
+    too): the ranks' N copies of the set are summed, so the metric is N times the truth (an
+    accuracy of 2.0 on 2 processes). Not a total over a count gathered the same way
+    (``total += labels.size(0)`` of the gathered labels: a right ratio, if N times the work).
+    The total, how it was combined, and the division."""
+    accelerators = values.accelerators
+    all_calls = calls(script)
+    sums = [
+        (target, node)
+        for target, node in accumulated
+        if isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and isinstance(node.target, cst.Name)
+    ]
+    reduced = {
+        target
+        for target, _ in sums
+        if _reduced_later(script, loop.node, target, all_calls, accelerators)
+    }
+    # what counts this rank's own samples, never combined: the whole set's size on each rank
+    counted = (
+        frozenset(
+            target
+            for target, node in sums
+            if _sample_count(node, loop) and values.this_rank_only(node.value)
+        )
+        - reduced
+    )
+    for target, node in sums:
+        if target in counted or _sample_count(node, loop):
+            continue
+        if not values.this_rank_only(node.value) and values.reads_gathered(node.value):
+            how = "combined over the ranks in the loop"
+        elif target in reduced:
+            how = "reduced after the loop"
+        else:
+            continue
+        carriers = _built_after(script, loop.node, target)
+        divisions = divided_by_set_size(
+            script, facts.placement, facts.calls, loop, carriers, counted
+        )
+        if divisions:
+            return node, how, divisions[0]  # type: ignore[return-value]
+    return None
+
+
+def _loader_findings(script: ScriptModel, facts: Facts, loop: Loop) -> tuple[tuple[int, str], ...]:
+    """Where ACC401 reports the unprepared loader ``loop`` reads (the loop's iterable, or the
+    argument a caller hands the helper the loop is in): the same bug as a total this rule
+    reports over it."""
+    lines = {script.line(loop.node.iter)}
+    lines |= {
+        script.line(argument.value)
+        for argument in facts.flow.call_site_arguments(loop.iterable, loop.node)
+    }
+    return tuple((line, "ACC401") for line in sorted(lines))
 
 
 def _unprepared_loader(script: ScriptModel, facts: Facts, loop: Loop) -> tuple[str, bool] | None:
@@ -1276,6 +1418,11 @@ class _RankValues:
             ):
                 last = assign
         return last
+
+    def reads_gathered(self, value: cst.CSTNode) -> bool:
+        """``value`` holds a gather or reduce (or a helper that combines the ranks), or reads a
+        name of the loop last set from one (``preds, y = accelerator.gather((preds, y))``)."""
+        return self._reads_gathered(value)
 
     def _collective_in(self, node: cst.CSTNode) -> bool:
         return any(

@@ -1456,3 +1456,37 @@ def test_a_data_set_split_by_rank_by_hand_is_advised_a_gather_not_a_prepare():
     assert finding.message.startswith("Gather `y` in the same accelerator.gather_for_metrics")
     inline = code.replace("(preds == y)", "(preds == accelerator.gather(y))")
     assert [f for f in lint(inline, "ACC403").findings if f.code == "ACC403"] == []
+
+
+def test_a_total_gathered_over_an_unprepared_loader_is_one_finding_at_the_total():
+    """Every rank reads the unprepared loader whole and the gather sums N copies: ACC403 reports
+    the total a user sees (N times the accuracy), with the prepare advice; ACC401's finding at
+    the loader (or at the argument a caller hands the helper) is that bug, so it is dropped
+    where both rules run. Divided by a count of what was gathered, the ratio is right: ACC403
+    says nothing and ACC401 keeps its own finding."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n"
+        "from torch.utils.data import DataLoader\n\n\n"
+        "def evaluate(model, loader, accelerator):\n    correct = 0\n"
+        "    with torch.no_grad():\n        for x, y in loader:\n"
+        "            preds, labels = accelerator.gather_for_metrics((model(x).argmax(-1), y))\n"
+        "            correct += (preds == labels).sum().item()\n"
+        "    return correct / len(loader.dataset)\n\n\n"
+        "accelerator = Accelerator()\n"
+        "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n"
+        "test_loader = DataLoader(test_set, batch_size=64)\n"
+        "accelerator.print(evaluate(model, test_loader, accelerator))\n"
+    )
+    both = Selection(select=["ACC401", "ACC403"])
+    findings = lint_source(code.encode(), "example.py", both).findings
+    assert [(f.code, f.line) for f in findings] == [("ACC403", 11)]
+    assert findings[0].message.startswith("Pass test_loader to accelerator.prepare")
+    assert "line 12 divides it by len(loader.dataset)" in findings[0].message
+    alone = [(f.code, f.line) for f in lint(code, "ACC401").findings]
+    assert alone == [("ACC401", 18)]  # the argument, when ACC401 runs alone
+    ratio = code.replace("correct = 0\n", "correct = total = 0\n").replace(
+        ".sum().item()\n", ".sum().item()\n            total += labels.size(0)\n"
+    )
+    ratio = ratio.replace("len(loader.dataset)", "total")
+    findings = lint_source(ratio.encode(), "example.py", both).findings
+    assert [(f.code, f.line) for f in findings] == [("ACC401", 19)]
