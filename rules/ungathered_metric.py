@@ -64,6 +64,22 @@ _WHOLE_EVAL = (
 )
 
 
+_WHOLE_LISTS = (
+    HEADER
+    + "import torch\n"
+    + "from torch.utils.data import DataLoader\n"
+    + "model = accelerator.prepare(model)\n"
+    + "test_loader = DataLoader(test_set, batch_size=64)\n"
+    + "all_preds, all_labels = [], []\n"
+    + "with torch.no_grad():\n"
+    + "    for x, y in test_loader:\n"
+    + "        all_preds.append(accelerator.gather(model(x).argmax(-1)))\n"
+    + "        all_labels.append({labels})\n"
+    + "preds, labels = torch.cat(all_preds), torch.cat(all_labels)\n"
+    + "{metric}\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -130,6 +146,24 @@ class UngatheredMetric(Rule):
                 "correct = accelerator.reduce(torch.tensor(correct), 'sum')\naccelerator.print(",
             ),
             12,
+            9,
+        ),
+        # gathered predictions kept in one list, the batch's own labels in another, compared
+        # after the loop: N copies of the rows against one
+        Example(
+            _WHOLE_LISTS.format(
+                labels="y", metric="accelerator.print((preds == labels).float().mean().item())"
+            ),
+            13,
+            20,
+        ),
+        # both lists gathered, the matches divided by the set's size: N times the accuracy
+        Example(
+            _WHOLE_LISTS.format(
+                labels="accelerator.gather(y)",
+                metric="accelerator.print((preds == labels).sum().item() / len(test_set))",
+            ),
+            10,
             9,
         ),
         # a stock forecaster gathers its predictions and targets, then compares them with
@@ -446,6 +480,13 @@ class UngatheredMetric(Rule):
             "counts = accelerator.reduce(torch.tensor([correct, seen]), 'sum')\n"
             + "accelerator.print(counts[0] / counts[1])",
         ),
+        # both lists gathered and compared: N copies against N copies, a right mean
+        _WHOLE_LISTS.format(
+            labels="accelerator.gather(y)",
+            metric="accelerator.print((preds == labels).float().mean().item())",
+        ),
+        # the gathered and the own list read side by side for their sizes and shown: no metric
+        _WHOLE_LISTS.format(labels="y", metric="print(len(preds), len(labels), preds, labels)"),
         # every rank evaluates the whole set itself: nothing to gather
         _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)"),
         # the same evaluation, its totals reduced over the ranks after the loop
@@ -800,11 +841,36 @@ class UngatheredMetric(Rule):
             return
         if sharded:
             return
+        mixed_lists = _lists_mixed_after(script, loop, values, accumulated)
+        if mixed_lists is not None:
+            # gathered rows collected in one list, this rank's own in another, the two
+            # combined after the loop: the metric is made there
+            node, own = mixed_lists
+            accelerator = accelerator_name(script, node)
+            code = script.module.code_for_node
+            listed = ", ".join(f"`{code(value)}`" for append in own for value in _added(append))
+            lines = ", ".join(str(script.line(append)) for append in own)
+            yield self.finding(
+                script,
+                node,
+                message=(
+                    f"Pass {loader} to {accelerator}.prepare and gather {listed} (line {lines}) "
+                    f"in the same {accelerator}.gather_for_metrics(...) as the predictions: "
+                    f"{loader} is not prepared, so every rank reads the whole set, the gathered "
+                    f"predictions hold N copies of each batch and {listed} one, and the rows "
+                    "compared here do not match (a shape error on several processes)"
+                ),
+                covers=covers,
+            )
+            return
         combined = _combined_whole_set_total(script, facts, loop, values, accumulated)
         if combined is not None:
             node, how, division = combined
             accelerator = accelerator_name(script, node)
-            total = _total_name(node)  # type: ignore[arg-type]
+            if isinstance(node, cst.AugAssign):
+                total, counts = _total_name(node), "counts each sample N times"
+            else:  # a list appended to
+                total, counts = dotted(node.func.value), "holds each sample N times"  # type: ignore[attr-defined]
             yield self.finding(
                 script,
                 node,
@@ -812,7 +878,7 @@ class UngatheredMetric(Rule):
                     f"Pass {loader} to {accelerator}.prepare and gather the predictions and "
                     f"labels with {accelerator}.gather_for_metrics: {loader} is not "
                     f"prepared, so every rank reads the whole set and `{total}`, {how}, "
-                    f"counts each sample N times; line {script.line(division.division)} "
+                    f"{counts}; line {script.line(division.division)} "
                     f"divides it by {script.module.code_for_node(division.divisor)}, so on N "
                     "processes it shows N times the metric"
                 ),
@@ -852,7 +918,7 @@ def _combined_whole_set_total(
     loop: Loop,
     values: "_RankValues",
     accumulated: list[tuple[str, cst.CSTNode]],
-) -> tuple[cst.AugAssign, str, ShardTotal] | None:
+) -> tuple[cst.AugAssign | cst.Call, str, ShardTotal] | None:
     """Over a loader every rank reads whole: a total summed from gathered or reduced values
     (``correct += (accelerator.gather(preds) == accelerator.gather(y)).sum()``), or this rank's
     total reduced after the loop, then divided by the size of the whole set (``len(loader.
@@ -860,15 +926,20 @@ def _combined_whole_set_total(
     too): the ranks' N copies of the set are summed, so the metric is N times the truth (an
     accuracy of 2.0 on 2 processes). Not a total over a count gathered the same way
     (``total += labels.size(0)`` of the gathered labels: a right ratio, if N times the work).
-    The total, how it was combined, and the division."""
+    Also a list every append to which is gathered (``all_preds.append(accelerator.gather(
+    preds))``), read after the loop in the division. The total, how it was combined, and the
+    division."""
     accelerators = values.accelerators
     all_calls = calls(script)
     sums = [
         (target, node)
         for target, node in accumulated
-        if isinstance(node, cst.AugAssign)
-        and isinstance(node.operator, cst.AddAssign)
-        and isinstance(node.target, cst.Name)
+        if (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.AddAssign)
+            and isinstance(node.target, cst.Name)
+        )
+        or (_list_appended(node) and "." not in target)
     ]
     reduced = {
         target
@@ -887,7 +958,10 @@ def _combined_whole_set_total(
     for target, node in sums:
         if target in counted or _sample_count(node, loop):
             continue
-        if not values.this_rank_only(node.value) and values.reads_gathered(node.value):
+        added = _added(node)
+        if not any(values.this_rank_only(v) for v in added) and all(
+            values.reads_gathered(v) for v in added
+        ):
             how = "combined over the ranks in the loop"
         elif target in reduced:
             how = "reduced after the loop"
@@ -900,6 +974,100 @@ def _combined_whole_set_total(
         if divisions:
             return node, how, divisions[0]  # type: ignore[return-value]
     return None
+
+
+def _list_appended(node: cst.CSTNode) -> bool:
+    """``values.append(v)`` or ``values.extend(v)``: a list the loop fills."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in ("append", "extend")
+        and bool(node.args)
+    )
+
+
+def _added(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """What an accumulation adds per batch: ``v`` of ``total += v``, the arguments of
+    ``values.append(v)``."""
+    if isinstance(node, cst.AugAssign):
+        return [node.value]
+    if isinstance(node, cst.Call):
+        return [argument.value for argument in node.args]
+    return []
+
+
+def _lists_mixed_after(
+    script: ScriptModel,
+    loop: Loop,
+    values: "_RankValues",
+    accumulated: list[tuple[str, cst.CSTNode]],
+) -> tuple[cst.CSTNode, list[cst.CSTNode]] | None:
+    """Over a loader every rank reads whole: one list filled with gathered values
+    (``all_preds.append(accelerator.gather(preds))``, N copies of each batch) and another with
+    this rank's own (``all_labels.append(y)``, one), combined after the loop in its scope
+    (``(torch.cat(all_preds) == torch.cat(all_labels)).float().mean()``, also through the
+    names built from them): the rows do not match (a shape error on several processes). The
+    innermost expression of the first that reads both, and the appends of this rank's own
+    values to the lists it reads."""
+    lists = [(t, n) for t, n in accumulated if _list_appended(n) and "." not in t]
+    gathered = {
+        target
+        for target, node in lists
+        if all(values.reads_gathered(v) and not values.this_rank_only(v) for v in _added(node))
+    }
+    own = {
+        target for target, node in lists if any(values.this_rank_only(v) for v in _added(node))
+    } - gathered
+    if not gathered or not own:
+        return None
+    of_gathered = set().union(*(_built_after(script, loop.node, t) for t in gathered))
+    of_own = {t: _built_after(script, loop.node, t) for t in sorted(own)}
+    mixed_names = of_gathered & set().union(*of_own.values())
+    after = script.order(loop.node)
+    found: tuple[cst.CSTNode, list[str]] | None = None
+    for node in walk(loop.scope):
+        if not isinstance(node, (cst.Comparison, cst.BinaryOperation)) and not _metric_call(
+            script, node
+        ):
+            continue
+        if script.order(node) <= after or script.inside(node, loop.node):
+            continue
+        if script.scope_of(node) is not loop.scope:
+            continue
+        if found is not None and not script.inside(node, found[0]):
+            break  # the innermost expression of the first that reads both
+        read = _rows_read(node) - mixed_names
+        if not read & of_gathered:
+            continue
+        listed = [t for t, built in of_own.items() if read & (built - mixed_names)]
+        if listed:
+            found = (node, listed)
+    if found is None:
+        return None
+    node, listed = found
+    return node, [n for t, n in lists if t in listed]
+
+
+#: Libraries whose functions score predictions against labels row by row.
+_METRIC_LIBRARIES = ("sklearn.metrics.", "torchmetrics.functional.", "scipy.stats.")
+
+
+def _metric_call(script: ScriptModel, node: cst.CSTNode) -> bool:
+    """``accuracy_score(labels, preds)``, ``f1_score(...)``: a library's metric function."""
+    return isinstance(node, cst.Call) and any(
+        name.startswith(_METRIC_LIBRARIES) for name in script.call_names(node)
+    )
+
+
+def _rows_read(node: cst.CSTNode) -> set[str]:
+    """The names ``node`` reads the values of, not only the size (``len(preds)``)."""
+    sizes = {
+        id(inner)
+        for call in walk(node)
+        if isinstance(call, cst.Call) and dotted(call.func) == "len"
+        for inner in walk(call)
+    }
+    return {n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in sizes}
 
 
 def _loader_findings(script: ScriptModel, facts: Facts, loop: Loop) -> tuple[tuple[int, str], ...]:
@@ -1690,11 +1858,33 @@ def _built_after(script: ScriptModel, loop: cst.CSTNode, root: str) -> set[str]:
     while grew:
         grew = False
         for assign in assigns:
-            if not _mentions(assign.value, names):
-                continue
-            for target in assign.targets:
-                new = target_names(target.target) - names
+            for target, value in _paired(assign):
+                if not _mentions(value, names):
+                    continue
+                new = target_names(target) - names
                 if new:
                     names |= new
                     grew = True
     return names
+
+
+def _paired(assign: cst.Assign) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """Each target of ``assign`` with the value it gets: element by element for ``a, b = x,
+    y`` (``preds, labels = torch.cat(all_preds), torch.cat(all_labels)``), else the whole
+    value for each target."""
+    value = assign.value
+    found: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+    for target in assign.targets:
+        names = target.target
+        if (
+            isinstance(names, (cst.Tuple, cst.List))
+            and isinstance(value, (cst.Tuple, cst.List))
+            and len(names.elements) == len(value.elements)
+            and not any(isinstance(e, cst.StarredElement) for e in value.elements)
+        ):
+            found += [
+                (n.value, v.value) for n, v in zip(names.elements, value.elements, strict=True)
+            ]
+        else:
+            found.append((names, value))
+    return found
