@@ -1490,3 +1490,32 @@ def test_a_total_gathered_over_an_unprepared_loader_is_one_finding_at_the_total(
     ratio = ratio.replace("len(loader.dataset)", "total")
     findings = lint_source(ratio.encode(), "example.py", both).findings
     assert [(f.code, f.line) for f in findings] == [("ACC401", 19)]
+
+
+def test_a_batch_sampler_over_a_distributed_sampler_is_advised_a_rebuild_that_runs():
+    """``shuffle=True`` beside ``batch_sampler=`` is refused by the DataLoader itself: the advice
+    rebuilds the batch sampler over the whole data set, code that builds and lints clean."""
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    from accelify.rules.distributed_sampler_prepared import DistributedSamplerPrepared
+
+    example = next(e for e in DistributedSamplerPrepared.bad if "BatchSampler" in e.code)
+    finding = the_finding(example.code, "ACC402")
+    advised = "BatchSampler(RandomSampler(data), batch_size=8, drop_last=False)"
+    assert f"(`{advised}`)" in finding.message
+    assert "shuffle=True" not in finding.message
+    data = torch.utils.data.TensorDataset(torch.arange(20))
+    with pytest.raises(ValueError):
+        DataLoader(data, batch_sampler=BatchSampler(RandomSampler(data), 8, False), shuffle=True)
+    loader = DataLoader(
+        data, batch_sampler=BatchSampler(RandomSampler(data), batch_size=8, drop_last=False)
+    )
+    assert sorted(int(i) for (batch,) in loader for i in batch) == list(range(20))
+    fixed = example.code.replace(
+        "BatchSampler(DistributedSampler(data), batch_size=8, drop_last=False)", advised
+    ).replace(
+        "from torch.utils.data import BatchSampler\n",
+        "from torch.utils.data import BatchSampler, RandomSampler\n",
+    )
+    assert [f for f in lint(fixed, "ACC402").findings if f.code == "ACC402"] == []
