@@ -1519,3 +1519,19 @@ def test_a_batch_sampler_over_a_distributed_sampler_is_advised_a_rebuild_that_ru
         "from torch.utils.data import BatchSampler, RandomSampler\n",
     )
     assert [f for f in lint(fixed, "ACC402").findings if f.code == "ACC402"] == []
+
+
+def test_a_forward_in_the_header_of_a_loop_over_the_batch_is_linted_not_crashed_on():
+    """``for p, t in zip(model(x).argmax(-1), y):`` inside an evaluation loop: the forward has
+    no statement of its own, which the evaluation analysis once took for granted (lint and
+    convert stopped with an internal error on the file)."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "model, loader = accelerator.prepare(model, loader)\ncorrect = 0\n"
+        "with torch.no_grad():\n    for x, y in loader:\n"
+        "        for p, t in zip(model(x).argmax(-1), y):\n"
+        "            correct += int(p == t)\n"
+        "print(correct)\n"
+    )
+    findings = lint_source(code.encode(), "example.py", Selection()).findings
+    assert ("ACC403", 9) in [(f.code, f.line) for f in findings]
