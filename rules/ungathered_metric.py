@@ -11,7 +11,7 @@ from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.shard_totals import ShardTotal, divided_by_set_size
 from accelify.analysis.sharded_loaders import sharded_by_its_sampler
-from accelify.analysis.syntax import Visitor, dotted, target_names, visit_code, walk
+from accelify.analysis.syntax import Visitor, dotted, root_name, target_names, visit_code, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls
 
 _EVAL = (
@@ -487,6 +487,22 @@ class UngatheredMetric(Rule):
         ),
         # the gathered and the own list read side by side for their sizes and shown: no metric
         _WHOLE_LISTS.format(labels="y", metric="print(len(preds), len(labels), preds, labels)"),
+        # an evaluator object whose result() reduces the totals it kept across the ranks
+        HEADER
+        + "import torch\n\n\nclass Evaluator:\n"
+        + "    def __init__(self):\n        self.correct, self.total = 0, 0\n\n"
+        + "    def update(self, preds, labels):\n"
+        + "        self.correct += (preds == labels).sum().item()\n"
+        + "        self.total += labels.numel()\n\n"
+        + "    def result(self):\n"
+        + "        counts = torch.tensor([self.correct, self.total], device=accelerator.device)\n"
+        + "        counts = accelerator.reduce(counts)\n"
+        + "        return (counts[0] / counts[1]).item()\n\n\n"
+        + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+        + "evaluator = Evaluator()\n"
+        + "with torch.no_grad():\n    for x, y in val_loader:\n"
+        + "        evaluator.update(model(x).argmax(-1), y)\n"
+        + "accelerator.print(f'accuracy {evaluator.result():.4f}')\n",
         # every rank evaluates the whole set itself: nothing to gather
         _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)"),
         # the same evaluation, its totals reduced over the ranks after the loop
@@ -1758,13 +1774,32 @@ def _reduced_later(
             continue
         # a method of the accelerator, or Accelerate's own function (``val_results =
         # gather_object(val_results)`` from accelerate.utils, a VAE trainer's validation)
-        if not (_is_collective(call, accelerators) or combines_ranks(script, call)):
-            continue
-        if not any(_mentions(argument.value, carriers) for argument in call.args):
+        if _is_collective(call, accelerators) or combines_ranks(script, call):
+            if not any(_mentions(argument.value, carriers) for argument in call.args):
+                continue
+        elif not _combining_method(script, call, carriers, accelerators):
             continue
         if "." in target or _used_before(script, loop, carriers, call, accelerators) is None:
             return True  # ``self.total``: what reads ``self`` is no read of the total
     return False
+
+
+def _combining_method(
+    script: ScriptModel, call: cst.Call, carriers: set[str], accelerators: set[str]
+) -> bool:
+    """``evaluator.result()`` where ``evaluator`` holds the totals and the method (of a class of
+    the file) reaches a gather or reduce: the object combines its own totals across the ranks
+    (a meter whose ``result`` reduces ``[self.correct, self.total]``)."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and (root_name(func.value) or "") in carriers):
+        return False
+    found = script.call_graph.callee(call)
+    if found is None:
+        return False
+    reach = facts_of(script).collective_reach
+    return any(
+        _is_collective(collective, accelerators) for collective, _ in reach.reached_by(found[0])
+    )
 
 
 def _used_before(
