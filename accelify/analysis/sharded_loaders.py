@@ -35,9 +35,8 @@ class ShardingSampler:
     sampler: cst.Call | None = None
     #: the batch sampler built over it (``BatchSampler(DistributedSampler(ds), 8, False)``)
     batches: cst.Call | None = None
-    #: a project's own sampler class that shards by the rank it is handed, and its call
+    #: a project's own sampler class that shards by the rank it is handed
     own: cst.ClassDef | None = None
-    own_call: cst.Call | None = None
 
 
 def distributed_sampler_argument(script: ScriptModel, call: cst.Call) -> bool:
@@ -67,7 +66,7 @@ def sharding_sampler(script: ScriptModel, call: cst.Call) -> ShardingSampler | N
         made = _made(script, argument.value)
         own = _own_sharding_class(script, made) if made is not None else None
         if own is not None:
-            return ShardingSampler(keyword, own=own, own_call=made)
+            return ShardingSampler(keyword, own=own)
     return None
 
 
