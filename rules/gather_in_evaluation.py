@@ -474,20 +474,21 @@ def _sample_counts(script: ScriptModel, evaluation: Evaluation) -> set[str]:
             if not (isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)):
                 continue
             if _counts_samples(small.value) or (
-                isinstance(small.value, cst.Integer) and _per_sample(script, small, sink)
+                isinstance(small.value, cst.Integer)
+                and _per_sample(script, small, evaluation.loop.node)
             ):
                 found.add(root_name(small.target))
     return found - {None}
 
 
-def _per_sample(script: ScriptModel, node: cst.CSTNode, sink: cst.CSTNode) -> bool:
-    """``node`` runs once per item of a loop inside the evaluation loop's statement ``sink``:
-    a loop over the batch's samples (its predictions, its labels, their ``zip``)."""
+def _per_sample(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> bool:
+    """``node`` runs once per item of a loop inside the evaluation ``loop``: a loop over the
+    batch's samples (its predictions, its labels, their ``zip``), not once per batch."""
     for ancestor in script.ancestors(node):
+        if ancestor is loop:
+            return False
         if isinstance(ancestor, cst.For):
             return True
-        if ancestor is sink:
-            return False
     return False
 
 

@@ -302,7 +302,10 @@ class OptimizerNeverStepped(Rule):
                 continue
             reported.add(id(test))
             message = _message(script, call, optimizer, steps[optimizer], test, through)
-            # at the backward, or at the call of its helper in the arm the test picks
+            if at is not call:  # at the call of the backward's helper in the arm the test picks
+                message = message.replace(
+                    " runs: ", f" runs (line {script.line(call)}, through this call): ", 1
+                )
             yield self.finding(script, at, message=message)
 
 
