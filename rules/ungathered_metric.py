@@ -855,7 +855,7 @@ class UngatheredMetric(Rule):
                 covers=covers,
             )
             return
-        if sharded:
+        if sharded or not _made_unprepared(script, {found[0], loader}):
             return
         mixed_lists = _lists_mixed_after(script, loop, values, accumulated)
         if mixed_lists is not None:
@@ -1084,6 +1084,19 @@ def _rows_read(node: cst.CSTNode) -> set[str]:
         for inner in walk(call)
     }
     return {n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in sizes}
+
+
+def _made_unprepared(script: ScriptModel, names: set[str]) -> bool:
+    """One of ``names`` is a DataLoader the file makes (not one handed in), and none is an
+    attribute spelled as one that ``prepare`` returned elsewhere (``trainer.val_loader`` of a
+    trainer whose ``self.val_loader`` is prepared): the loader is known to be read whole."""
+    prepared = {name.rsplit(".", 1)[-1] for name in script.prepared_names if "." in name}
+    if any("." in name and name.rsplit(".", 1)[-1] in prepared for name in names):
+        return False
+    return any(
+        binding.name in names and not binding.received
+        for binding in script.of_kind(Kind.DATALOADER)
+    )
 
 
 def _loader_findings(script: ScriptModel, facts: Facts, loop: Loop) -> tuple[tuple[int, str], ...]:
