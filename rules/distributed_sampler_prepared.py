@@ -4,13 +4,35 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.sharded_loaders import distributed_sampler_argument
+from accelify.analysis.sharded_loaders import ShardingSampler, sharding_sampler
 from accelify.analysis.syntax import dotted, strip_self_methods, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 _IMPORTS = (
     "from torch.utils.data import DataLoader\n"
     "from torch.utils.data.distributed import DistributedSampler\n"
+)
+
+
+#: A project's bucketing batch sampler that deals its batches out by the rank it is handed.
+_BUCKETS = (
+    HEADER
+    + "import math\n"
+    + "from torch.utils.data import DataLoader, Sampler\n\n\n"
+    + "class BucketBatchSampler(Sampler):\n"
+    + "    def __init__(self, lengths, batch_size, num_replicas=1, rank=0):\n"
+    + "        self.lengths, self.batch_size = lengths, batch_size\n"
+    + "        self.num_replicas, self.rank = num_replicas, rank\n\n"
+    + "    def __iter__(self):\n"
+    + "        order = sorted(range(len(self.lengths)), key=self.lengths.__getitem__)\n"
+    + "        size = self.batch_size\n"
+    + "        batches = [order[i : i + size] for i in range(0, len(order), size)]\n"
+    + "        return iter(batches[self.rank :: self.num_replicas])\n\n"
+    + "    def __len__(self):\n"
+    + "        return math.ceil(len(self.lengths) / self.batch_size / self.num_replicas)\n\n\n"
+    + "sampler = BucketBatchSampler(lengths, 8{ranks})\n"
+    + "loader = DataLoader(data, batch_sampler=sampler)\n"
+    + "model, loader = accelerator.prepare(model, loader)\n"
 )
 
 
@@ -24,11 +46,21 @@ class DistributedSamplerPrepared(Rule):
     shard, and ``batch[accelerator.process_index]`` takes one row (or one field of an ``(x,
     y)`` batch) chosen by the rank; a position or a key is not a rank, and is not reported.
     ``accelerator.split_between_processes(batch)`` of such a batch shards it again the same
-    way."""
+    way.
+
+    The advice fits the shape: ``shuffle=`` in place of a ``sampler=DistributedSampler(...)``
+    (its own ``shuffle`` value); a batch sampler rebuilt over ``RandomSampler(data)`` (a
+    DataLoader refuses ``shuffle=`` beside ``batch_sampler=``, and prepare shards a batch
+    sampler by dealing out its batches); a project's own sampler that shards by the rank it is
+    handed (or derives from DistributedSampler) made for one process, or its loader left out
+    of prepare."""
 
     code = "ACC402"
     name = "distributed-sampler-prepared"
-    message = "Drop the DistributedSampler (use shuffle=True): prepare() shards the DataLoader"
+    message = (
+        "Drop the DistributedSampler (sampler=) and pass shuffle=True to the DataLoader: "
+        "prepare() shards the DataLoader again, so each rank reads 1/N² of the data"
+    )
     why = "Sharded twice, each rank sees 1/N² of the data."
     bad = (
         Example(
@@ -49,6 +81,13 @@ class DistributedSamplerPrepared(Rule):
             + "loader = DataLoader(data, batch_sampler=batches)\n"
             + "loader = accelerator.prepare(loader)\n",
             7,
+            10,
+        ),
+        # a project's batch sampler handed the rank: it deals out its batches, and prepare
+        # deals them out again
+        Example(
+            _BUCKETS.format(ranks=", accelerator.num_processes, accelerator.process_index"),
+            23,
             10,
         ),
         # a prepared loader's batch sharded again by rank (a hand-written split kept after
@@ -96,6 +135,15 @@ class DistributedSamplerPrepared(Rule):
         + _IMPORTS
         + "loader = DataLoader(data, batch_size=8, shuffle=True)\n"
         + "loader = accelerator.prepare(loader)\n",
+        # the batch sampler over the whole data set: prepare deals its batches out
+        HEADER
+        + _IMPORTS
+        + "from torch.utils.data import BatchSampler, RandomSampler\n"
+        + "batches = BatchSampler(RandomSampler(data), batch_size=8, drop_last=False)\n"
+        + "loader = DataLoader(data, batch_sampler=batches)\n"
+        + "loader = accelerator.prepare(loader)\n",
+        # the project's batch sampler made for one process: it yields every batch
+        _BUCKETS.format(ranks=""),
         # what split_between_processes is for: prompts no loader has sharded
         HEADER
         + "model = accelerator.prepare(model)\n"
@@ -172,8 +220,61 @@ class DistributedSamplerPrepared(Rule):
             call = strip_self_methods(binding.value)
             if binding.name not in prepared_inputs or not isinstance(call, cst.Call):
                 continue
-            if distributed_sampler_argument(script, call):
-                yield self.finding(script, call)
+            found = sharding_sampler(script, call)
+            if found is not None:
+                yield self.finding(script, call, message=_sampler_message(script, found))
+
+
+def _sampler_message(script: ScriptModel, found: ShardingSampler) -> str:
+    """Advice that works for the shape at hand: ``shuffle=`` beside a ``sampler=`` only (a
+    DataLoader refuses it beside ``batch_sampler=``); a batch sampler rebuilt over the plain
+    sampler, which prepare shards by batches; a project's own sampler made for one process,
+    or its loader kept out of prepare."""
+    code = script.module.code_for_node
+    if found.own is not None:
+        made = found.own.name.value
+        return (
+            f"Make {made} for one process (leave out its rank and replica arguments, or pass "
+            f"one replica and rank 0) so it yields every batch, which prepare() then deals out "
+            f"to the ranks; or leave this DataLoader out of prepare(), since {made} already "
+            "gives each rank its part: prepared as it is, each rank reads 1/N² of the data"
+        )
+    shuffle = _shuffle_of(found.sampler)
+    plain = "RandomSampler" if shuffle != "False" else "SequentialSampler"
+    dataset = (
+        code(found.sampler.args[0].value)
+        if found.sampler is not None and found.sampler.args
+        else "dataset"
+    )
+    if found.batches is not None or found.keyword == "batch_sampler":
+        rebuilt = f"`{plain}({dataset})`"
+        first = found.batches.args[0].value if found.batches and found.batches.args else None
+        if first is not None and first is found.sampler:
+            batches = found.batches.deep_replace(first, cst.parse_expression(rebuilt[1:-1]))  # type: ignore[union-attr]
+            rebuilt = f"`{code(batches)}`"
+        elif isinstance(first, cst.Name):
+            rebuilt = f"`{first.value} = {plain}({dataset})`"
+        return (
+            f"Build the batch sampler over the whole data set, not a DistributedSampler "
+            f"({rebuilt}): prepare() shards a batch sampler too, dealing each rank every N-th "
+            "batch, and over the DistributedSampler each rank reads 1/N² of the data "
+            "(shuffle= cannot go beside batch_sampler=)"
+        )
+    return (
+        f"Drop the DistributedSampler (sampler=) and pass shuffle={shuffle} to the DataLoader: "
+        "prepare() shards the DataLoader again, so each rank reads 1/N² of the data"
+    )
+
+
+def _shuffle_of(sampler: cst.Call | None) -> str:
+    """The ``shuffle=`` a DistributedSampler was made with (its default shuffles)."""
+    if sampler is None:
+        return "True"
+    for argument in sampler.args:
+        if argument.keyword is not None and argument.keyword.value == "shuffle":
+            value = argument.value
+            return value.value if isinstance(value, cst.Name) else "True"
+    return "True"
 
 
 def _split_again(node: cst.CSTNode, batch_names: set[str] | frozenset[str]) -> bool:

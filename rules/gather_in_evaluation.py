@@ -215,8 +215,48 @@ class GatherInEvaluation(Rule):
             20,
             _HANDED_LOADER.format(prepared="model, val_loader", gather="gather_for_metrics"),
         ),
+        # per-sample counters raised in a loop over the batch, then summed over the ranks
+        Example(
+            HEADER
+            + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+            + "correct, total = 0, 0\n"
+            + "with torch.no_grad():\n"
+            + "    for x, y in loader:\n"
+            + "        preds = model(x).argmax(-1)\n"
+            + "        for p, t in zip(preds, y):\n"
+            + "            total += 1\n"
+            + "            if p == t:\n"
+            + "                correct += 1\n"
+            + "counts = torch.tensor([correct, total], device=accelerator.device)\n"
+            + "counts = accelerator.reduce(counts)\n",
+            14,
+            10,
+        ),
     )
     good = (
+        # the same counters over what gather_for_metrics returned, nothing combined after
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "correct, total = 0, 0\n"
+        + "with torch.no_grad():\n"
+        + "    for x, y in loader:\n"
+        + "        preds, y = accelerator.gather_for_metrics((model(x).argmax(-1), y))\n"
+        + "        for p, t in zip(preds, y):\n"
+        + "            total += 1\n"
+        + "            if p == t:\n"
+        + "                correct += 1\n"
+        + "accelerator.print(correct / total)\n",
+        # a count of batches, summed: the padding adds samples, not batches
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "total_loss, batches = 0.0, 0\n"
+        + "with torch.no_grad():\n"
+        + "    for x, y in loader:\n"
+        + "        total_loss += torch.nn.functional.cross_entropy(model(x), y).item()\n"
+        + "        batches += 1\n"
+        + "sums = torch.tensor([total_loss, batches], device=accelerator.device)\n"
+        + "sums = accelerator.reduce(sums)\n"
+        + "accelerator.print(sums[0] / sums[1])\n",
         # a Ray Train worker's evaluation over its own dataset shard: no prepared DataLoader,
         # no padded batch for gather_for_metrics to drop
         "import torch\nfrom accelerate import Accelerator\nfrom ray import train\n\n\n"
@@ -361,7 +401,7 @@ class GatherInEvaluation(Rule):
             loop = evaluation.loop
             if first_forward(loop, facts) is None and not predicts_through_the_model(loop):
                 continue
-            counted = _sample_counts(evaluation)
+            counted = _sample_counts(script, evaluation)
             if not counted:
                 continue
             combining = [
@@ -409,6 +449,7 @@ def _counts_combined(script: ScriptModel, call: cst.Call, counted: set[str]) -> 
         for assign in script.assignments
         if script.index.enclosing_function(assign) is function
         and script.order(assign) < script.order(call)
+        and not script.inside(call, assign)  # ``counts = accelerator.reduce(counts)`` itself
         and any(dotted(t) == name for t in assigned_targets(assign))
     ]
     if made:
@@ -422,18 +463,33 @@ def _result_dropped(script: ScriptModel, call: cst.Call) -> bool:
     return isinstance(script.parent(call), cst.Expr)
 
 
-def _sample_counts(evaluation: Evaluation) -> set[str]:
+def _sample_counts(script: ScriptModel, evaluation: Evaluation) -> set[str]:
     """The totals the loop adds counts of samples to: ``correct += (pred == y).sum()``,
-    ``total += y.size(0)`` (a metric over the set, which padded samples change)."""
+    ``total += y.size(0)`` (a metric over the set, which padded samples change), also under a
+    branch of the loop; and a counter raised by a number once per sample, in a loop over the
+    batch's samples (``for p, t in zip(preds, y): total += 1; if p == t: correct += 1``)."""
     found = set()
     for sink in evaluation.sinks:
-        smalls = sink.body if isinstance(sink, cst.SimpleStatementLine) else [sink]
-        for small in smalls:
+        for small in walk(sink):
             if not (isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)):
                 continue
-            if _counts_samples(small.value):
+            if _counts_samples(small.value) or (
+                isinstance(small.value, cst.Integer)
+                and _per_sample(script, small, evaluation.loop.node)
+            ):
                 found.add(root_name(small.target))
     return found - {None}
+
+
+def _per_sample(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> bool:
+    """``node`` runs once per item of a loop inside the evaluation ``loop``: a loop over the
+    batch's samples (its predictions, its labels, their ``zip``), not once per batch."""
+    for ancestor in script.ancestors(node):
+        if ancestor is loop:
+            return False
+        if isinstance(ancestor, cst.For):
+            return True
+    return False
 
 
 def _counts_samples(value: cst.BaseExpression) -> bool:

@@ -2,6 +2,8 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
+from accelify.analysis.flow import ObjectFlow
+from accelify.analysis.names import OPTIMIZER_NAMES
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
@@ -16,6 +18,31 @@ _TOGGLE = (
     + "        accelerator.backward(loss)\n"
     + "    else:\n"
     + "        loss.backward()\n"
+    + "{step}"
+)
+
+
+_TRAINER = (
+    "import torch\n"
+    + "from accelify import Accelerator\n\n\n"
+    + "class Trainer:\n"
+    + "    def __init__(self, args, model, loader):\n"
+    + "        self.args = args\n"
+    + "        self.accelerator = Accelerator()\n"
+    + "        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+    + "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+    + "            model, optimizer, loader\n"
+    + "        )\n\n"
+    + "    def step_optimizer(self):\n"
+    + "        self.optimizer.step()\n"
+    + "        self.optimizer.zero_grad()\n\n"
+    + "    def train(self):\n"
+    + "        for x, y in self.loader:\n"
+    + "            loss = (self.model(x) - y).pow(2).mean()\n"
+    + "            if self.args.use_accelerate:\n"
+    + "                self.accelerator.backward(loss)\n"
+    + "            else:\n"
+    + "                loss.backward()\n"
     + "{step}"
 )
 
@@ -35,8 +62,12 @@ class OptimizerNeverStepped(Rule):
     ACC307's), and no prepared optimizer is stepped on the backward's side (a two-stage run
     whose arms each step their own optimizer trains on both). Any call handed the optimizer
     (``scaler.step(optimizer)``, a helper's ``train_step(model, optimizer)``) counts as a step;
-    a file with no step of the optimizer at all is left alone. One finding per parting ``if``,
-    at its first backward."""
+    a file with no step of the optimizer at all is left alone. A trainer class is read the
+    same: the optimizer ``prepare`` returns into ``self.optimizer`` in ``__init__`` (also a
+    constructor's parameter named as one and kept after ``prepare``), a step or a backward in
+    a method of the file followed to its every call (``self.step_optimizer()`` called only in
+    the plain arm); a method also handed elsewhere (a hook) is not followed. One finding per
+    parting ``if``, at its first backward (or the call of its method under the test)."""
 
     code = "ACC312"
     name = "optimizer-never-stepped"
@@ -78,6 +109,34 @@ class OptimizerNeverStepped(Rule):
             ),
             9,
             9,
+        ),
+        # a trainer: the optimizer prepared in ``__init__`` into ``self.optimizer``, stepped
+        # only by a method the plain arm calls
+        Example(_TRAINER.format(step="                self.step_optimizer()\n"), 22, 17),
+        # the same stepped in place, the backward in a method the accelerate arm calls, the
+        # optimizer a constructor's parameter kept as ``self.optimizer`` after ``prepare``
+        Example(
+            "from accelify import Accelerator\n\n\n"
+            + "class Trainer:\n"
+            + "    def __init__(self, args, model, optimizer, loader):\n"
+            + "        self.args = args\n"
+            + "        self.accelerator = Accelerator()\n"
+            + "        model, optimizer, loader = self.accelerator.prepare(\n"
+            + "            model, optimizer, loader\n"
+            + "        )\n"
+            + "        self.model, self.optimizer, self.loader = model, optimizer, loader\n\n"
+            + "    def backward_pass(self, loss):\n"
+            + "        self.accelerator.backward(loss)\n\n"
+            + "    def train(self):\n"
+            + "        for x, y in self.loader:\n"
+            + "            loss = (self.model(x) - y).pow(2).mean()\n"
+            + "            if self.args.use_accelerate:\n"
+            + "                self.backward_pass(loss)\n"
+            + "            else:\n"
+            + "                loss.backward()\n"
+            + "                self.optimizer.step()\n",
+            20,
+            17,
         ),
     )
     good = (
@@ -174,17 +233,33 @@ class OptimizerNeverStepped(Rule):
         + "        else:\n"
         + "            accelerator.backward(loss)\n"
         + "            optimizer.step()\n",
+        # a trainer whose step method runs after the if/else, on both paths
+        _TRAINER.format(step="            self.step_optimizer()\n"),
+        # ... or in both arms
+        _TRAINER.replace(
+            "self.accelerator.backward(loss)\n",
+            "self.accelerator.backward(loss)\n                self.step_optimizer()\n",
+        ).format(step="                self.step_optimizer()\n"),
+        # ... or is also handed to a hook the file does not show: not followed
+        _TRAINER.format(step="                self.step_optimizer()\n")
+        + "        hooks.register(on_step=self.step_optimizer)\n",
+        # one update method (backward, then step) that each arm calls with its own loss
+        _TRAINER.replace(
+            "    def step_optimizer(self):\n",
+            "    def step_optimizer(self, loss):\n        self.accelerator.backward(loss)\n",
+        )
+        .replace(
+            "                self.accelerator.backward(loss)\n",
+            "                self.step_optimizer(loss)\n",
+        )
+        .format(step="                self.step_optimizer(loss.abs())\n")
+        .replace("                loss.backward()\n", ""),
         # stepped through a helper the file does not show: not followed
         HEADER + _TOGGLE.format(step="") + "    trainer_step(optimizer)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        optimizers = {
-            name
-            for call in script.prepare_calls
-            for name in call.outputs
-            if name in script.names_of(Kind.OPTIMIZER)
-        }
+        optimizers = _prepared_optimizers(script)
         if not optimizers:
             return
         # ``optimizer.step()``, and every call handed the optimizer (``scaler.step(optimizer)``,
@@ -209,8 +284,12 @@ class OptimizerNeverStepped(Rule):
                 and dotted(func.value) in accelerators
             ):
                 continue
+            backward_chains = _chains(script, call)
             parted = {
-                optimizer: [_parting_test(script, call, step) for step in steps[optimizer]]
+                optimizer: [
+                    _parted(script, backward_chains, _chains(script, step))
+                    for step in steps[optimizer]
+                ]
                 for optimizer in sorted(optimizers & steps.keys())
             }
             # a prepared optimizer stepped on the backward's side (each arm of a fixed ``if``
@@ -218,13 +297,136 @@ class OptimizerNeverStepped(Rule):
             if not parted or any(not all(tests) for tests in parted.values()):
                 continue
             optimizer, tests = next(iter(parted.items()))
-            test = tests[0]
-            assert test is not None
+            test, through, at = tests[0]  # type: ignore[misc]
             if id(test) in reported:
                 continue
             reported.add(id(test))
-            message = _message(script, call, optimizer, steps[optimizer], test)
-            yield self.finding(script, call, message=message)
+            message = _message(script, call, optimizer, steps[optimizer], test, through)
+            if at is not call:  # at the call of the backward's helper in the arm the test picks
+                message = message.replace(
+                    " runs: ", f" runs (line {script.line(call)}, through this call): ", 1
+                )
+            yield self.finding(script, at, message=message)
+
+
+def _prepared_optimizers(script: ScriptModel) -> set[str]:
+    """The names that hold an optimizer ``prepare`` returned: its outputs for an optimizer
+    handed in (``self.optimizer`` of ``self.model, self.optimizer = self.accelerator.prepare(
+    model, optimizer)`` where the local ``optimizer`` is the one built; a constructor's
+    parameter its callers or annotation say is one, or named as one where nothing says what it
+    is), and the names they are kept under after (``self.optimizer = optimizer``)."""
+    from accelify.analysis.facts import facts_of
+
+    known = script.names_of(Kind.OPTIMIZER)
+    flow = facts_of(script).flow
+    found: set[str] = set()
+    for prepare in script.prepare_calls:
+        if len(prepare.inputs) != len(prepare.outputs):  # ``prepared = prepare(a, b)``
+            pairs = [(output, output) for output in prepare.outputs]
+        else:
+            pairs = list(zip(prepare.inputs, prepare.outputs, strict=True))
+        for given, output in pairs:
+            if output and (
+                output in known or given in known or _named_optimizer(flow, given, prepare.call)
+            ):
+                found.add(output)
+    # kept under another name: ``self.optimizer = optimizer`` after the ``prepare``, or a
+    # constructor's ``self.optimizer = optimizer`` of what its callers hand it
+    kept = [
+        pair
+        for assign in script.assignments
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1
+        for pair in _kept_pairs(assign.targets[0].target, assign.value)
+    ]
+    kept += [
+        (binding.name, source)
+        for binding in script.bindings
+        if binding.received
+        for source in binding.sources
+    ]
+    for _ in range(3):
+        grown = {target for target, source in kept if source in found and target} - found
+        if not grown:
+            break
+        found |= grown  # type: ignore[arg-type]
+    return found
+
+
+def _kept_pairs(
+    target: cst.BaseExpression, value: cst.BaseExpression
+) -> list[tuple[str | None, str | None]]:
+    """``(kept, source)`` for each name an assignment binds to another's object: ``self.opt =
+    opt``, and element by element ``self.model, self.opt = model, opt``."""
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+        if len(target.elements) != len(value.elements):
+            return []
+        return [
+            pair
+            for kept, source in zip(target.elements, value.elements, strict=True)
+            for pair in _kept_pairs(kept.value, source.value)
+        ]
+    return [(dotted(target), dotted(value))]
+
+
+def _named_optimizer(flow: ObjectFlow, name: str, at: cst.CSTNode) -> bool:
+    """``optimizer`` handed to ``prepare`` where the file says nothing of what it is (a
+    trainer's constructor parameter no call of the file passes): named as an optimizer, and not
+    known to be anything else."""
+    if not name or flow.kind_of(name, at) not in (None, Kind.OPTIMIZER):
+        return False
+    if flow.kind_of(name, at) is Kind.OPTIMIZER:
+        return True
+    last = name.rsplit(".", 1)[-1].lower()
+    return last in OPTIMIZER_NAMES or (last.endswith("optimizer") and "sched" not in last)
+
+
+#: How deep a step or a backward is followed up through the calls of its helper.
+_CALL_DEPTH = 3
+#: Call paths kept per place before giving up on following it (a helper called everywhere).
+_MAX_CHAINS = 16
+
+
+def _chains(
+    script: ScriptModel, node: cst.CSTNode, depth: int = 0
+) -> list[tuple[cst.CSTNode, ...]]:
+    """The ways ``node`` runs: ``(node,)`` where it sits, then, when its function is a helper
+    of the file whose every caller the file shows (``self.step_optimizer()`` called only in
+    the plain arm; nothing hands it elsewhere), ``node`` followed by each call site's own ways.
+    A helper nothing in the file calls, or handed to someone who will, ends the path."""
+    function = script.index.enclosing_function(node)
+    if function is None or depth >= _CALL_DEPTH:
+        return [(node,)]
+    graph = script.call_graph
+    callers = graph.callers(function)
+    if not callers or graph.references(function) or graph.uncertain_callers(function):
+        return [(node,)]
+    found: list[tuple[cst.CSTNode, ...]] = []
+    for call in callers:
+        if script.inside(call, function):
+            return [(node,)]  # recursion: no path known
+        for chain in _chains(script, call, depth + 1):
+            found.append((node, *chain))
+        if len(found) > _MAX_CHAINS:
+            return [(node,)]
+    return found
+
+
+def _parted(
+    script: ScriptModel,
+    backwards: list[tuple[cst.CSTNode, ...]],
+    steps: list[tuple[cst.CSTNode, ...]],
+) -> tuple[cst.If, cst.CSTNode, cst.CSTNode] | None:
+    """The ``if`` that keeps a step from the backward on every pair of the ways each runs
+    (`_chains`), with the places on the step's and the backward's way it holds (the call
+    itself, or the call of its helper); None where some way runs both."""
+    found = None
+    for backward in backwards:
+        for step in steps:
+            parting = _parting_test(script, backward, step)
+            if parting is None:
+                return None
+            found = found or parting
+    return found
 
 
 def _prepare(call: cst.Call) -> bool:
@@ -344,29 +546,51 @@ def _bound_to_settings(script: ScriptModel, name: str, at: cst.CSTNode, depth: i
     return found
 
 
-def _parting_test(script: ScriptModel, backward: cst.Call, step: cst.Call) -> cst.If | None:
-    """The ``if`` that keeps ``step`` from every run of ``backward``, where its test is the
-    same on every pass (`_fixed_for_the_run`): one ``if`` whose two arms hold one each, or an
-    ``if`` around ``step`` whose test negates that of an ``if`` around ``backward`` (or is
-    the one ``backward``'s negates), wherever the two sit: a test fixed for the run takes the
-    same arm everywhere. None where no such ``if`` parts them."""
+def _parting_test(
+    script: ScriptModel, backward: tuple[cst.CSTNode, ...], step: tuple[cst.CSTNode, ...]
+) -> tuple[cst.If, cst.CSTNode, cst.CSTNode] | None:
+    """The ``if`` that keeps a step from every run of a backward, each given as the way it runs
+    (`_chains`: the call itself, then the calls of the helpers it sits in), where its test is
+    the same on every pass (`_fixed_for_the_run`): one ``if`` whose two arms hold one each, or
+    an ``if`` around the step whose test negates that of an ``if`` around the backward (or is
+    the one the backward's negates), wherever the two sit: a test fixed for the run takes the
+    same arm everywhere. With it, the places on the step's and the backward's way that the
+    ``if``s hold. None where no such ``if`` parts them."""
     code = script.module.code_for_node
-    around_step = [a for a in script.ancestors(step) if isinstance(a, cst.If)]
-    around_backward = [a for a in script.ancestors(backward) if isinstance(a, cst.If)]
-    for branch in around_step:
-        if (
-            branch.orelse is not None
-            and any(branch is b for b in around_backward)
-            and script.inside(step, branch.body) != script.inside(backward, branch.body)
-        ):
-            return branch if _fixed_for_the_run(script, branch.test, backward) else None
-    for branch in around_step:
-        for other in around_backward:
+    around_step = _ifs_around(script, step)
+    around_backward = _ifs_around(script, backward)
+    for branch, step_at in around_step:
+        if branch.orelse is None:
+            continue
+        for other, backward_at in around_backward:
+            if other is branch and script.inside(step_at, branch.body) != script.inside(
+                backward_at, branch.body
+            ):
+                fixed = _fixed_for_the_run(script, branch.test, step_at)
+                return (branch, step_at, backward_at) if fixed else None
+    for branch, step_at in around_step:
+        for other, backward_at in around_backward:
             if other is branch:
                 continue
             if _negates(code, branch.test, other.test) or _negates(code, other.test, branch.test):
-                return branch if _fixed_for_the_run(script, branch.test, backward) else None
+                fixed = _fixed_for_the_run(script, branch.test, step_at)
+                return (branch, step_at, backward_at) if fixed else None
     return None
+
+
+def _ifs_around(
+    script: ScriptModel, chain: tuple[cst.CSTNode, ...]
+) -> list[tuple[cst.If, cst.CSTNode]]:
+    """The ``if``s around each place of a way something runs (`_chains`), innermost first,
+    each with the place it holds."""
+    found: list[tuple[cst.If, cst.CSTNode]] = []
+    seen: set[int] = set()
+    for place in chain:
+        for ancestor in script.ancestors(place):
+            if isinstance(ancestor, cst.If) and id(ancestor) not in seen:
+                seen.add(id(ancestor))
+                found.append((ancestor, place))
+    return found
 
 
 def _negates(
@@ -381,13 +605,20 @@ def _negates(
 
 
 def _message(
-    script: ScriptModel, backward: cst.Call, optimizer: str, steps: list[cst.Call], test: cst.If
+    script: ScriptModel,
+    backward: cst.Call,
+    optimizer: str,
+    steps: list[cst.Call],
+    test: cst.If,
+    through: cst.CSTNode,
 ) -> str:
     accelerator = accelerator_name(script, backward)
     lines = ", ".join(str(script.line(step)) for step in steps)
     where = (
         f"its only step (line {lines}) is" if len(steps) == 1 else f"its steps (lines {lines}) are"
     )
+    if all(through is not step for step in steps):  # a helper called in the other arm
+        where = where.replace(") ", f", run by the call at line {script.line(through)}) ", 1)
     return (
         f"Step {optimizer} where {accelerator}.backward runs: {where} on the other side of the "
         f"test at line {script.line(test)} "

@@ -1,9 +1,25 @@
 from collections.abc import Iterator
 
+import libcst as cst
+
 from accelify.analysis.facts import facts_of
+from accelify.analysis.rank_only_fills import rank_only_fills
 from accelify.analysis.rank_only_names import rank_only_attributes, rank_only_reads
 from accelify.analysis.script_model import ScriptModel
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
+
+_VALIDATION = (
+    HEADER
+    + "import torch\n"
+    + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+    + "vals = []\n"
+    + "with torch.no_grad():\n"
+    + "    for x, y in val_loader:\n"
+    + "        loss = model(x, y)\n"
+    + "        if accelerator.is_main_process:\n"
+    + "            vals.append(loss.item())\n"
+    + "{read}"
+)
 
 
 class RankOnlyName(Rule):
@@ -12,7 +28,14 @@ class RankOnlyName(Rule):
     it. The other ranks never bind the name and stop with a ``NameError`` when they reach the
     read; the main process then waits for them at its next collective. A name also bound
     before the test or in its ``else``, and a read made under a rank test of its own
-    (``if accelerator.is_main_process and save:``), are not reported."""
+    (``if accelerator.is_main_process and save:``), are not reported. Also a collection made
+    empty on every rank and filled only under a rank test (``if accelerator.is_main_process:
+    vals.append(loss.item())``, a trainer's ``self.losses`` filled so in one method), then read
+    by every rank in a way that fails when it is empty: ``sum(vals) / len(vals)``
+    (ZeroDivisionError), ``statistics.mean``, ``max``, ``vals[-1]``, ``torch.stack``; reported
+    at that read, with advice to fill it on every rank where the values are every rank's, else
+    to read it under the same test or gather it first. Not where the collection is tested for
+    emptiness first, bound from a gather, or handed to a helper."""
 
     code = "ACC209"
     name = "rank-only-name"
@@ -69,8 +92,44 @@ class RankOnlyName(Rule):
             15,
             9,
         ),
+        # a list filled on the main process only, averaged on every rank: ZeroDivisionError
+        Example(_VALIDATION.format(read="avg = sum(vals) / len(vals)\n"), 11, 7),
+        # a trainer's list, filled under the test in one method, read in another
+        Example(
+            "import statistics\nfrom accelify import Accelerator\n\n\n"
+            + "class Trainer:\n"
+            + "    def __init__(self, model, optimizer):\n"
+            + "        self.accelerator = Accelerator()\n"
+            + "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n"
+            + "        self.losses = []\n\n"
+            + "    def step(self, x, y):\n"
+            + "        loss = self.model(x, y)\n"
+            + "        self.accelerator.backward(loss)\n"
+            + "        self.optimizer.step()\n"
+            + "        if self.accelerator.is_main_process:\n"
+            + "            self.losses.append(loss.item())\n\n"
+            + "    def end_epoch(self):\n"
+            + "        mean, self.losses = statistics.mean(self.losses), []\n"
+            + "        return mean\n",
+            19,
+            29,
+        ),
     )
     good = (
+        # filled on every rank
+        _VALIDATION.format(read="avg = sum(vals) / len(vals)\n").replace(
+            "        if accelerator.is_main_process:\n            vals.append",
+            "        vals.append",
+        ),
+        # tested for emptiness, or read under the test that fills it
+        _VALIDATION.format(read="avg = sum(vals) / len(vals) if vals else 0.0\n"),
+        _VALIDATION.format(
+            read="if accelerator.is_main_process:\n    print(sum(vals) / len(vals))\n"
+        ),
+        # given to every rank by a gather first
+        _VALIDATION.format(
+            read="vals = accelerator.gather_object(vals)\nprint(sum(vals) / len(vals))\n"
+        ),
         # a trainer that unwraps into a local `model` for a main-process checkpoint, then
         # passes `self.model` (an attribute, not that local) on every rank
         "from accelerate import Accelerator\n\n\nclass Trainer:\n"
@@ -177,3 +236,34 @@ class RankOnlyName(Rule):
                 "= None` before the test) and check it here"
             )
             yield self.finding(script, attribute.read, message=message)
+        for fill in rank_only_fills(facts_of(script)):
+            accelerator = accelerator_name(script, fill.read)
+            test = (
+                f"the rank test at line {script.line(fill.guard)}"
+                if isinstance(fill.guard, cst.If)
+                else f"{fill.guard.name.value}(), which only some ranks run"  # type: ignore[attr-defined]
+            )
+            if fill.movable:
+                advice = (
+                    f"fill it on every rank: move line {script.line(fill.fill)} out of the "
+                    "test (each rank then reads its own values; the main process's are "
+                    "unchanged)"
+                )
+            else:
+                guarded = (
+                    f"`if {script.module.code_for_node(fill.guard.test)}:`"
+                    if isinstance(fill.guard, cst.If)
+                    else "that rank test"
+                )
+                advice = (
+                    f"compute it, and what reads the result, under {guarded} too, or, where "
+                    f"every rank needs the number, give every rank the values first: "
+                    f"`{fill.name} = {accelerator}.gather_object({fill.name})` on every rank "
+                    "before this line"
+                )
+            message = (
+                f"`{fill.name}` is filled only under {test} (line "
+                f"{script.line(fill.fill)}), so on the other ranks it is empty when this line "
+                f"reads it and they stop with {fill.error}; {advice}"
+            )
+            yield self.finding(script, fill.read, message=message)

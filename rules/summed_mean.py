@@ -17,6 +17,26 @@ _EVAL = (
 )
 
 
+#: A training epoch whose per-rank total of batch losses is summed over the ranks and shown
+#: over a count this rank keeps of its own batches.
+_EPOCH = (
+    _HEADER
+    + "from tqdm import tqdm\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "for epoch in range(3):\n"
+    + "    epoch_loss, steps = 0.0, 0\n"
+    + "    for batch in tqdm(loader):\n"
+    + "        with accelerator.accumulate(model):\n"
+    + "            loss = model(**batch).loss\n"
+    + "            accelerator.backward(loss)\n"
+    + "            optimizer.step()\n"
+    + "            epoch_loss += loss.item()\n"
+    + "            steps += 1\n"
+    + "    total = accelerator.reduce(torch.tensor(epoch_loss, device=accelerator.device))\n"
+    + "    accelerator.print(f'epoch {{epoch}} loss {{total.item() / {count}:.4f}}')\n"
+)
+
+
 class SummedMean(Rule):
     """A per-rank mean summed over the ranks and shown as a mean: ``Accelerator.reduce`` sums
     by default (HF Accelerate's ``reduction="sum"``, and accelify's runtime alike; only
@@ -166,8 +186,59 @@ class SummedMean(Rule):
             9,
             18,
         ),
+        # a per-epoch total over a counter raised inside accumulate(), in a loop over a bar
+        # around the prepared loader
+        Example(_EPOCH.format(count="steps"), 15, 13),
+        # ... over the enumerate index of the loader's loop
+        Example(
+            _EPOCH.format(count="(step + 1)").replace(
+                "for batch in tqdm(loader)", "for step, batch in enumerate(loader)"
+            ),
+            15,
+            13,
+        ),
+        # every rank's batch mean gathered and added up, logged as the loss
+        Example(
+            _HEADER
+            + "for batch in loader:\n"
+            + "    loss = model(**batch).loss\n"
+            + "    accelerator.backward(loss)\n"
+            + '    accelerator.log({"loss": accelerator.gather(loss.detach()).sum().item()})\n',
+            7,
+            30,
+        ),
+        # a helper that reduces what it is handed, handed a batch's mean loss; the sum kept in
+        # a dict entry that is logged
+        Example(
+            _HEADER
+            + "def all_reduce(value):\n"
+            + "    return accelerator.reduce(value)\n"
+            + "logs = {}\n"
+            + "for batch in loader:\n"
+            + "    loss = model(**batch).loss\n"
+            + "    accelerator.backward(loss)\n"
+            + '    logs["loss"] = all_reduce(loss.detach()).item()\n'
+            + "    accelerator.log(logs)\n",
+            5,
+            12,
+        ),
     )
     good = (
+        # the epoch's total and its count of batches both summed over the ranks
+        _EPOCH.format(count="count.item()").replace(
+            "    accelerator.print(",
+            "    count = accelerator.reduce(torch.tensor(steps, device=accelerator.device))\n"
+            + "    accelerator.print(",
+        ),
+        # the helper also handed a count: it sums what it is handed, which is right there
+        _HEADER
+        + "def all_reduce(value):\n"
+        + "    return accelerator.reduce(value)\n"
+        + "for x, y in loader:\n"
+        + "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        + "    accelerator.backward(loss)\n"
+        + "    print(all_reduce(loss.detach()).item())\n"
+        + "    print(all_reduce((model(x).argmax(-1) == y).sum()).item())\n",
         # the same divided by every rank's batches
         _HEADER
         + "model, val_loader = accelerator.prepare(model, val_loader)\n"
@@ -255,13 +326,31 @@ class SummedMean(Rule):
                 f"{script.line(found.shown)} is the sum of every rank's mean, num_processes "
                 "times the mean (or divide the sum by accelerator.num_processes)"
             )
+            if found.handed is not None:
+                text = text.replace(
+                    "this rank's values,",
+                    f"this rank's values (what the call at line {script.line(found.handed)} "
+                    "hands it),",
+                )
             if found.over is not None:
                 text = _over_one_ranks_batches(script, found, found.over)
+            elif not _is_reduce(found.reduce):
+                gathered = f"{accelerator_name(script, found.reduce)}.gather"
+                text = (
+                    f"Take the mean of what {gathered} returns (.mean() in place of the sum): "
+                    f"it holds every rank's {mean}, each a mean over that rank's values, so the "
+                    f"sum shown at line {script.line(found.shown)} is num_processes times the "
+                    "mean"
+                )
             yield self.finding(
                 script,
                 found.reduce,
                 message=in_file_words(text, accelerator_name(script, found.reduce)),
             )
+
+
+def _is_reduce(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "reduce"
 
 
 def _over_one_ranks_batches(

@@ -9,8 +9,9 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.repeated_effects import callers_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
+from accelify.analysis.shard_totals import ShardTotal, divided_by_set_size
 from accelify.analysis.sharded_loaders import sharded_by_its_sampler
-from accelify.analysis.syntax import Visitor, dotted, target_names, visit_code, walk
+from accelify.analysis.syntax import Visitor, dotted, root_name, target_names, visit_code, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name, calls
 
 _EVAL = (
@@ -63,6 +64,22 @@ _WHOLE_EVAL = (
 )
 
 
+_WHOLE_LISTS = (
+    HEADER
+    + "import torch\n"
+    + "from torch.utils.data import DataLoader\n"
+    + "model = accelerator.prepare(model)\n"
+    + "test_loader = DataLoader(test_set, batch_size=64)\n"
+    + "all_preds, all_labels = [], []\n"
+    + "with torch.no_grad():\n"
+    + "    for x, y in test_loader:\n"
+    + "        all_preds.append(accelerator.gather(model(x).argmax(-1)))\n"
+    + "        all_labels.append({labels})\n"
+    + "preds, labels = torch.cat(all_preds), torch.cat(all_labels)\n"
+    + "{metric}\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -101,6 +118,52 @@ class UngatheredMetric(Rule):
                 sampler="", preds="preds = accelerator.gather(model(x).argmax(-1))"
             ).replace("DataLoader(test_set", "DataLoader(" + _RANK_PART),
             12,
+            9,
+        ),
+        # predictions and labels gathered inline over a loader every rank reads whole, the
+        # total divided by the set's size: N copies counted, N times the accuracy
+        Example(
+            _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)").replace(
+                "(preds == y)", "(accelerator.gather(preds) == accelerator.gather(y))"
+            ),
+            12,
+            9,
+        ),
+        # ... gathered together into new names (gather_for_metrics drops no copy there: only
+        # a prepared loader tells it the last batch's padding)
+        Example(
+            _WHOLE_EVAL.format(
+                sampler="",
+                preds="preds, y = accelerator.gather_for_metrics((model(x).argmax(-1), y))",
+            ),
+            12,
+            9,
+        ),
+        # ... counted on each rank and reduced after the loop: the reduce sums N whole sets
+        Example(
+            _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)").replace(
+                "accelerator.print(",
+                "correct = accelerator.reduce(torch.tensor(correct), 'sum')\naccelerator.print(",
+            ),
+            12,
+            9,
+        ),
+        # gathered predictions kept in one list, the batch's own labels in another, compared
+        # after the loop: N copies of the rows against one
+        Example(
+            _WHOLE_LISTS.format(
+                labels="y", metric="accelerator.print((preds == labels).float().mean().item())"
+            ),
+            13,
+            20,
+        ),
+        # both lists gathered, the matches divided by the set's size: N times the accuracy
+        Example(
+            _WHOLE_LISTS.format(
+                labels="accelerator.gather(y)",
+                metric="accelerator.print((preds == labels).sum().item() / len(test_set))",
+            ),
+            10,
             9,
         ),
         # a stock forecaster gathers its predictions and targets, then compares them with
@@ -400,6 +463,46 @@ class UngatheredMetric(Rule):
         .replace("DataLoader(test_set", "DataLoader(" + _RANK_PART)
         .replace("(preds == y)", "(preds == accelerator.gather(y))")
         .replace("len(test_loader.dataset)", "len(test_set)"),
+        # gathered over a whole loader and divided by a count of the gathered labels: N copies
+        # over N copies, a right ratio (N times the work: ACC401's)
+        _WHOLE_EVAL.format(
+            sampler="", preds="preds, y = accelerator.gather((model(x).argmax(-1), y))"
+        )
+        .replace("correct = 0\n", "correct = total = 0\n")
+        .replace(".sum().item()\n", ".sum().item()\n        total += y.size(0)\n")
+        .replace("len(test_loader.dataset)", "total"),
+        # counted on each rank, the correct and the seen count both reduced: a right ratio
+        _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)")
+        .replace("correct = 0\n", "correct = seen = 0\n")
+        .replace(".sum().item()\n", ".sum().item()\n        seen += len(y)\n")
+        .replace(
+            "accelerator.print(correct / len(test_loader.dataset))",
+            "counts = accelerator.reduce(torch.tensor([correct, seen]), 'sum')\n"
+            + "accelerator.print(counts[0] / counts[1])",
+        ),
+        # both lists gathered and compared: N copies against N copies, a right mean
+        _WHOLE_LISTS.format(
+            labels="accelerator.gather(y)",
+            metric="accelerator.print((preds == labels).float().mean().item())",
+        ),
+        # the gathered and the own list read side by side for their sizes and shown: no metric
+        _WHOLE_LISTS.format(labels="y", metric="print(len(preds), len(labels), preds, labels)"),
+        # an evaluator object whose result() reduces the totals it kept across the ranks
+        HEADER
+        + "import torch\n\n\nclass Evaluator:\n"
+        + "    def __init__(self):\n        self.correct, self.total = 0, 0\n\n"
+        + "    def update(self, preds, labels):\n"
+        + "        self.correct += (preds == labels).sum().item()\n"
+        + "        self.total += labels.numel()\n\n"
+        + "    def result(self):\n"
+        + "        counts = torch.tensor([self.correct, self.total], device=accelerator.device)\n"
+        + "        counts = accelerator.reduce(counts)\n"
+        + "        return (counts[0] / counts[1]).item()\n\n\n"
+        + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+        + "evaluator = Evaluator()\n"
+        + "with torch.no_grad():\n    for x, y in val_loader:\n"
+        + "        evaluator.update(model(x).argmax(-1), y)\n"
+        + "accelerator.print(f'accuracy {evaluator.result():.4f}')\n",
         # every rank evaluates the whole set itself: nothing to gather
         _WHOLE_EVAL.format(sampler="", preds="preds = model(x).argmax(-1)"),
         # the same evaluation, its totals reduced over the ranks after the loop
@@ -741,10 +844,17 @@ class UngatheredMetric(Rule):
             return
         loader, sharded = found
         sharded = sharded or _dataset_split_by_rank(script, loader)
+        # a helper's parameter: the loader as its caller names it, one nothing prepares
+        outer = facts.flow.outer_name(loader, loop.node)
+        if outer is not None and outer not in script.prepared_names:
+            loader = outer
         local = _assigned_in(loop.node.body) | loop.batch_names
         values = _RankValues(script, loop, local, accelerators)
         synced = set(self_syncing_metrics(loop, script))
-        for _, node in _accumulations(loop, lambda value: True, synced):
+        accumulated = _accumulations(loop, lambda value: True, synced)
+        # the loader ACC401 reports is this bug's cause: one finding, at the total
+        covers = () if sharded else _loader_findings(script, facts, loop)
+        for _, node in accumulated:
             mixed = values.mixed_with_gathered(node)
             if not mixed:
                 continue
@@ -763,8 +873,54 @@ class UngatheredMetric(Rule):
                     f"predictions hold N copies of each batch and {listed} one (a shape error "
                     "on several processes, or a metric over rows that do not match)"
                 ),
+                covers=covers,
             )
             return
+        if sharded or not _made_unprepared(script, {found[0], loader}):
+            return
+        mixed_lists = _lists_mixed_after(script, loop, values, accumulated)
+        if mixed_lists is not None:
+            # gathered rows collected in one list, this rank's own in another, the two
+            # combined after the loop: the metric is made there
+            node, own = mixed_lists
+            accelerator = accelerator_name(script, node)
+            code = script.module.code_for_node
+            listed = ", ".join(f"`{code(value)}`" for append in own for value in _added(append))
+            lines = ", ".join(str(script.line(append)) for append in own)
+            yield self.finding(
+                script,
+                node,
+                message=(
+                    f"Pass {loader} to {accelerator}.prepare and gather {listed} (line {lines}) "
+                    f"in the same {accelerator}.gather_for_metrics(...) as the predictions: "
+                    f"{loader} is not prepared, so every rank reads the whole set, the gathered "
+                    f"predictions hold N copies of each batch and {listed} one, and the rows "
+                    "compared here do not match (a shape error on several processes)"
+                ),
+                covers=covers,
+            )
+            return
+        combined = _combined_whole_set_total(script, facts, loop, values, accumulated)
+        if combined is not None:
+            node, how, division = combined
+            accelerator = accelerator_name(script, node)
+            if isinstance(node, cst.AugAssign):
+                total, counts = _total_name(node), "counts each sample N times"
+            else:  # a list appended to
+                total, counts = dotted(node.func.value), "holds each sample N times"  # type: ignore[attr-defined]
+            yield self.finding(
+                script,
+                node,
+                message=(
+                    f"Pass {loader} to {accelerator}.prepare and gather the predictions and "
+                    f"labels with {accelerator}.gather_for_metrics: {loader} is not "
+                    f"prepared, so every rank reads the whole set and `{total}`, {how}, "
+                    f"{counts}; line {script.line(division.division)} "
+                    f"divides it by {script.module.code_for_node(division.divisor)}, so on N "
+                    "processes it shows N times the metric"
+                ),
+                covers=covers,
+            )
 
     def _comprehensions(
         self, script: ScriptModel, facts: Facts, accelerators: set[str], all_calls: list[cst.Call]
@@ -791,6 +947,189 @@ class UngatheredMetric(Rule):
             if target is None or _reduced_later(script, node, target, all_calls, accelerators):
                 continue
             yield self.finding(script, node)
+
+
+def _combined_whole_set_total(
+    script: ScriptModel,
+    facts: Facts,
+    loop: Loop,
+    values: "_RankValues",
+    accumulated: list[tuple[str, cst.CSTNode]],
+) -> tuple[cst.AugAssign | cst.Call, str, ShardTotal] | None:
+    """Over a loader every rank reads whole: a total summed from gathered or reduced values
+    (``correct += (accelerator.gather(preds) == accelerator.gather(y)).sum()``), or this rank's
+    total reduced after the loop, then divided by the size of the whole set (``len(loader.
+    dataset)``) or by a count of this rank's own samples (``seen += y.size(0)``, the whole set
+    too): the ranks' N copies of the set are summed, so the metric is N times the truth (an
+    accuracy of 2.0 on 2 processes). Not a total over a count gathered the same way
+    (``total += labels.size(0)`` of the gathered labels: a right ratio, if N times the work).
+    Also a list every append to which is gathered (``all_preds.append(accelerator.gather(
+    preds))``), read after the loop in the division. The total, how it was combined, and the
+    division."""
+    accelerators = values.accelerators
+    all_calls = calls(script)
+    sums = [
+        (target, node)
+        for target, node in accumulated
+        if (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.AddAssign)
+            and isinstance(node.target, cst.Name)
+        )
+        or (_list_appended(node) and "." not in target)
+    ]
+    reduced = {
+        target
+        for target, _ in sums
+        if _reduced_later(script, loop.node, target, all_calls, accelerators)
+    }
+    # what counts this rank's own samples, never combined: the whole set's size on each rank
+    counted = (
+        frozenset(
+            target
+            for target, node in sums
+            if _sample_count(node, loop) and values.this_rank_only(node.value)
+        )
+        - reduced
+    )
+    for target, node in sums:
+        if target in counted or _sample_count(node, loop):
+            continue
+        added = _added(node)
+        if not any(values.this_rank_only(v) for v in added) and all(
+            values.reads_gathered(v) for v in added
+        ):
+            how = "combined over the ranks in the loop"
+        elif target in reduced:
+            how = "reduced after the loop"
+        else:
+            continue
+        carriers = _built_after(script, loop.node, target)
+        divisions = divided_by_set_size(
+            script, facts.placement, facts.calls, loop, carriers, counted
+        )
+        if divisions:
+            return node, how, divisions[0]  # type: ignore[return-value]
+    return None
+
+
+def _list_appended(node: cst.CSTNode) -> bool:
+    """``values.append(v)`` or ``values.extend(v)``: a list the loop fills."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in ("append", "extend")
+        and bool(node.args)
+    )
+
+
+def _added(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """What an accumulation adds per batch: ``v`` of ``total += v``, the arguments of
+    ``values.append(v)``."""
+    if isinstance(node, cst.AugAssign):
+        return [node.value]
+    if isinstance(node, cst.Call):
+        return [argument.value for argument in node.args]
+    return []
+
+
+def _lists_mixed_after(
+    script: ScriptModel,
+    loop: Loop,
+    values: "_RankValues",
+    accumulated: list[tuple[str, cst.CSTNode]],
+) -> tuple[cst.CSTNode, list[cst.CSTNode]] | None:
+    """Over a loader every rank reads whole: one list filled with gathered values
+    (``all_preds.append(accelerator.gather(preds))``, N copies of each batch) and another with
+    this rank's own (``all_labels.append(y)``, one), combined after the loop in its scope
+    (``(torch.cat(all_preds) == torch.cat(all_labels)).float().mean()``, also through the
+    names built from them): the rows do not match (a shape error on several processes). The
+    innermost expression of the first that reads both, and the appends of this rank's own
+    values to the lists it reads."""
+    lists = [(t, n) for t, n in accumulated if _list_appended(n) and "." not in t]
+    gathered = {
+        target
+        for target, node in lists
+        if all(values.reads_gathered(v) and not values.this_rank_only(v) for v in _added(node))
+    }
+    own = {
+        target for target, node in lists if any(values.this_rank_only(v) for v in _added(node))
+    } - gathered
+    if not gathered or not own:
+        return None
+    of_gathered = set().union(*(_built_after(script, loop.node, t) for t in gathered))
+    of_own = {t: _built_after(script, loop.node, t) for t in sorted(own)}
+    mixed_names = of_gathered & set().union(*of_own.values())
+    after = script.order(loop.node)
+    found: tuple[cst.CSTNode, list[str]] | None = None
+    for node in walk(loop.scope):
+        if not isinstance(node, (cst.Comparison, cst.BinaryOperation)) and not _metric_call(
+            script, node
+        ):
+            continue
+        if script.order(node) <= after or script.inside(node, loop.node):
+            continue
+        if script.scope_of(node) is not loop.scope:
+            continue
+        if found is not None and not script.inside(node, found[0]):
+            break  # the innermost expression of the first that reads both
+        read = _rows_read(node) - mixed_names
+        if not read & of_gathered:
+            continue
+        listed = [t for t, built in of_own.items() if read & (built - mixed_names)]
+        if listed:
+            found = (node, listed)
+    if found is None:
+        return None
+    node, listed = found
+    return node, [n for t, n in lists if t in listed]
+
+
+#: Libraries whose functions score predictions against labels row by row.
+_METRIC_LIBRARIES = ("sklearn.metrics.", "torchmetrics.functional.", "scipy.stats.")
+
+
+def _metric_call(script: ScriptModel, node: cst.CSTNode) -> bool:
+    """``accuracy_score(labels, preds)``, ``f1_score(...)``: a library's metric function."""
+    return isinstance(node, cst.Call) and any(
+        name.startswith(_METRIC_LIBRARIES) for name in script.call_names(node)
+    )
+
+
+def _rows_read(node: cst.CSTNode) -> set[str]:
+    """The names ``node`` reads the values of, not only the size (``len(preds)``)."""
+    sizes = {
+        id(inner)
+        for call in walk(node)
+        if isinstance(call, cst.Call) and dotted(call.func) == "len"
+        for inner in walk(call)
+    }
+    return {n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in sizes}
+
+
+def _made_unprepared(script: ScriptModel, names: set[str]) -> bool:
+    """One of ``names`` is a DataLoader the file makes (not one handed in), and none is an
+    attribute spelled as one that ``prepare`` returned elsewhere (``trainer.val_loader`` of a
+    trainer whose ``self.val_loader`` is prepared): the loader is known to be read whole."""
+    prepared = {name.rsplit(".", 1)[-1] for name in script.prepared_names if "." in name}
+    if any("." in name and name.rsplit(".", 1)[-1] in prepared for name in names):
+        return False
+    return any(
+        binding.name in names and not binding.received
+        for binding in script.of_kind(Kind.DATALOADER)
+    )
+
+
+def _loader_findings(script: ScriptModel, facts: Facts, loop: Loop) -> tuple[tuple[int, str], ...]:
+    """Where ACC401 reports the unprepared loader ``loop`` reads (the loop's iterable, or the
+    argument a caller hands the helper the loop is in): the same bug as a total this rule
+    reports over it."""
+    lines = {script.line(loop.node.iter)}
+    lines |= {
+        script.line(argument.value)
+        for argument in facts.flow.call_site_arguments(loop.iterable, loop.node)
+    }
+    return tuple((line, "ACC401") for line in sorted(lines))
 
 
 def _unprepared_loader(script: ScriptModel, facts: Facts, loop: Loop) -> tuple[str, bool] | None:
@@ -1298,6 +1637,11 @@ class _RankValues:
                 last = assign
         return last
 
+    def reads_gathered(self, value: cst.CSTNode) -> bool:
+        """``value`` holds a gather or reduce (or a helper that combines the ranks), or reads a
+        name of the loop last set from one (``preds, y = accelerator.gather((preds, y))``)."""
+        return self._reads_gathered(value)
+
     def _collective_in(self, node: cst.CSTNode) -> bool:
         return any(
             isinstance(call, cst.Call)
@@ -1464,13 +1808,32 @@ def _reduced_later(
             continue
         # a method of the accelerator, or Accelerate's own function (``val_results =
         # gather_object(val_results)`` from accelerate.utils, a VAE trainer's validation)
-        if not (_is_collective(call, accelerators) or combines_ranks(script, call)):
-            continue
-        if not any(_mentions(argument.value, carriers) for argument in call.args):
+        if _is_collective(call, accelerators) or combines_ranks(script, call):
+            if not any(_mentions(argument.value, carriers) for argument in call.args):
+                continue
+        elif not _combining_method(script, call, carriers, accelerators):
             continue
         if "." in target or _used_before(script, loop, carriers, call, accelerators) is None:
             return True  # ``self.total``: what reads ``self`` is no read of the total
     return False
+
+
+def _combining_method(
+    script: ScriptModel, call: cst.Call, carriers: set[str], accelerators: set[str]
+) -> bool:
+    """``evaluator.result()`` where ``evaluator`` holds the totals and the method (of a class of
+    the file) reaches a gather or reduce: the object combines its own totals across the ranks
+    (a meter whose ``result`` reduces ``[self.correct, self.total]``)."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and (root_name(func.value) or "") in carriers):
+        return False
+    found = script.call_graph.callee(call)
+    if found is None:
+        return False
+    reach = facts_of(script).collective_reach
+    return any(
+        _is_collective(collective, accelerators) for collective, _ in reach.reached_by(found[0])
+    )
 
 
 def _used_before(
@@ -1564,11 +1927,33 @@ def _built_after(script: ScriptModel, loop: cst.CSTNode, root: str) -> set[str]:
     while grew:
         grew = False
         for assign in assigns:
-            if not _mentions(assign.value, names):
-                continue
-            for target in assign.targets:
-                new = target_names(target.target) - names
+            for target, value in _paired(assign):
+                if not _mentions(value, names):
+                    continue
+                new = target_names(target) - names
                 if new:
                     names |= new
                     grew = True
     return names
+
+
+def _paired(assign: cst.Assign) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """Each target of ``assign`` with the value it gets: element by element for ``a, b = x,
+    y`` (``preds, labels = torch.cat(all_preds), torch.cat(all_labels)``), else the whole
+    value for each target."""
+    value = assign.value
+    found: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+    for target in assign.targets:
+        names = target.target
+        if (
+            isinstance(names, (cst.Tuple, cst.List))
+            and isinstance(value, (cst.Tuple, cst.List))
+            and len(names.elements) == len(value.elements)
+            and not any(isinstance(e, cst.StarredElement) for e in value.elements)
+        ):
+            found += [
+                (n.value, v.value) for n, v in zip(names.elements, value.elements, strict=True)
+            ]
+        else:
+            found.append((names, value))
+    return found

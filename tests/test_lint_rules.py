@@ -1456,3 +1456,82 @@ def test_a_data_set_split_by_rank_by_hand_is_advised_a_gather_not_a_prepare():
     assert finding.message.startswith("Gather `y` in the same accelerator.gather_for_metrics")
     inline = code.replace("(preds == y)", "(preds == accelerator.gather(y))")
     assert [f for f in lint(inline, "ACC403").findings if f.code == "ACC403"] == []
+
+
+def test_a_total_gathered_over_an_unprepared_loader_is_one_finding_at_the_total():
+    """Every rank reads the unprepared loader whole and the gather sums N copies: ACC403 reports
+    the total a user sees (N times the accuracy), with the prepare advice; ACC401's finding at
+    the loader (or at the argument a caller hands the helper) is that bug, so it is dropped
+    where both rules run. Divided by a count of what was gathered, the ratio is right: ACC403
+    says nothing and ACC401 keeps its own finding."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\n"
+        "from torch.utils.data import DataLoader\n\n\n"
+        "def evaluate(model, loader, accelerator):\n    correct = 0\n"
+        "    with torch.no_grad():\n        for x, y in loader:\n"
+        "            preds, labels = accelerator.gather_for_metrics((model(x).argmax(-1), y))\n"
+        "            correct += (preds == labels).sum().item()\n"
+        "    return correct / len(loader.dataset)\n\n\n"
+        "accelerator = Accelerator()\n"
+        "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n"
+        "test_loader = DataLoader(test_set, batch_size=64)\n"
+        "accelerator.print(evaluate(model, test_loader, accelerator))\n"
+    )
+    both = Selection(select=["ACC401", "ACC403"])
+    findings = lint_source(code.encode(), "example.py", both).findings
+    assert [(f.code, f.line) for f in findings] == [("ACC403", 11)]
+    assert findings[0].message.startswith("Pass test_loader to accelerator.prepare")
+    assert "line 12 divides it by len(loader.dataset)" in findings[0].message
+    alone = [(f.code, f.line) for f in lint(code, "ACC401").findings]
+    assert alone == [("ACC401", 18)]  # the argument, when ACC401 runs alone
+    ratio = code.replace("correct = 0\n", "correct = total = 0\n").replace(
+        ".sum().item()\n", ".sum().item()\n            total += labels.size(0)\n"
+    )
+    ratio = ratio.replace("len(loader.dataset)", "total")
+    findings = lint_source(ratio.encode(), "example.py", both).findings
+    assert [(f.code, f.line) for f in findings] == [("ACC401", 19)]
+
+
+def test_a_batch_sampler_over_a_distributed_sampler_is_advised_a_rebuild_that_runs():
+    """``shuffle=True`` beside ``batch_sampler=`` is refused by the DataLoader itself: the advice
+    rebuilds the batch sampler over the whole data set, code that builds and lints clean."""
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    from accelify.rules.distributed_sampler_prepared import DistributedSamplerPrepared
+
+    example = next(e for e in DistributedSamplerPrepared.bad if "BatchSampler" in e.code)
+    finding = the_finding(example.code, "ACC402")
+    advised = "BatchSampler(RandomSampler(data), batch_size=8, drop_last=False)"
+    assert f"(`{advised}`)" in finding.message
+    assert "shuffle=True" not in finding.message
+    data = torch.utils.data.TensorDataset(torch.arange(20))
+    with pytest.raises(ValueError):
+        DataLoader(data, batch_sampler=BatchSampler(RandomSampler(data), 8, False), shuffle=True)
+    loader = DataLoader(
+        data, batch_sampler=BatchSampler(RandomSampler(data), batch_size=8, drop_last=False)
+    )
+    assert sorted(int(i) for (batch,) in loader for i in batch) == list(range(20))
+    fixed = example.code.replace(
+        "BatchSampler(DistributedSampler(data), batch_size=8, drop_last=False)", advised
+    ).replace(
+        "from torch.utils.data import BatchSampler\n",
+        "from torch.utils.data import BatchSampler, RandomSampler\n",
+    )
+    assert [f for f in lint(fixed, "ACC402").findings if f.code == "ACC402"] == []
+
+
+def test_a_forward_in_the_header_of_a_loop_over_the_batch_is_linted_not_crashed_on():
+    """``for p, t in zip(model(x).argmax(-1), y):`` inside an evaluation loop: the forward has
+    no statement of its own, which the evaluation analysis once took for granted (lint and
+    convert stopped with an internal error on the file)."""
+    code = (
+        "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+        "model, loader = accelerator.prepare(model, loader)\ncorrect = 0\n"
+        "with torch.no_grad():\n    for x, y in loader:\n"
+        "        for p, t in zip(model(x).argmax(-1), y):\n"
+        "            correct += int(p == t)\n"
+        "print(correct)\n"
+    )
+    findings = lint_source(code.encode(), "example.py", Selection()).findings
+    assert ("ACC403", 9) in [(f.code, f.line) for f in findings]

@@ -196,7 +196,20 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         )
         return found
     found.forward = forward
-    statement = next(a for a in model.ancestors(forward) if isinstance(a, cst.SimpleStatementLine))
+    statement = next(
+        (a for a in model.ancestors(forward) if isinstance(a, cst.SimpleStatementLine)), None
+    )
+    if statement is None:  # ``for p, t in zip(model(x).argmax(-1), y):``
+        found.unsure_at = forward
+        found.unsure = (
+            "its forward pass sits in the header of a loop or a test, with no statement of its "
+            "own after which to gather the predictions"
+        )
+        found.advice = (
+            "bind the forward's output to a name first (`preds = model(x).argmax(-1)`), then "
+            "gather it with the labels by accelerator.gather_for_metrics"
+        )
+        return found
     found.statement = statement
     found.batch = _batch_names(loop, facts, statement)
     found.unsure = _place(found, facts)

@@ -16,6 +16,9 @@ OPTIMIZER_PREFIXES = (
 )
 OPTIMIZER_EXCLUDED_PREFIXES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 SCHEDULER_PREFIXES = ("torch.optim.lr_scheduler.",)
+#: What an optimizer is called where nothing else says what an object is: one unpacked from a
+#: helper's tuple, a trainer's constructor parameter handed to ``prepare``.
+OPTIMIZER_NAMES = ("optimizer", "optim", "opt", "optimiser")
 
 
 def is_optimizer_class(qualified_name: str) -> bool:

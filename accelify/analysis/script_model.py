@@ -1024,7 +1024,7 @@ class _Collector(Visitor):
             return
         for element in target.elements:
             name = dotted(element.value) if isinstance(element, cst.Element) else None
-            if name is not None and name.rsplit(".", 1)[-1].lower() in _OPTIMIZER_NAMES:
+            if name is not None and name.rsplit(".", 1)[-1].lower() in names.OPTIMIZER_NAMES:
                 self.model.bindings.append(
                     Binding(
                         name=name,
@@ -1327,10 +1327,6 @@ def _prepares_its_own(node: cst.ClassDef) -> bool:
         and (dotted(call.func.value) or "").startswith("self.")
         for call in walk(node.body)
     )
-
-
-#: What an optimizer unpacked from a helper's tuple is called (`_bind_unpacked_optimizer`).
-_OPTIMIZER_NAMES = ("optimizer", "optim", "opt", "optimiser")
 
 
 #: Accelerate's decorators that run a function on some ranks only, and the attribute each tests

@@ -13,6 +13,8 @@ shard, reads the whole data set on every rank.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from accelify.analysis import names
@@ -22,15 +24,90 @@ from accelify.analysis.syntax import dotted, strip_self_methods, walk
 _SAMPLER_KEYWORDS = frozenset({"sampler", "batch_sampler"})
 
 
+@dataclass(frozen=True)
+class ShardingSampler:
+    """What shards a DataLoader by itself, as handed to it."""
+
+    #: ``sampler`` or ``batch_sampler``
+    keyword: str
+    #: the DistributedSampler's call (None for a project's own class, or one made where the
+    #: file does not show it)
+    sampler: cst.Call | None = None
+    #: the batch sampler built over it (``BatchSampler(DistributedSampler(ds), 8, False)``)
+    batches: cst.Call | None = None
+    #: a project's own sampler class that shards by the rank it is handed
+    own: cst.ClassDef | None = None
+
+
 def distributed_sampler_argument(script: ScriptModel, call: cst.Call) -> bool:
     """``DataLoader(data, sampler=s)`` where ``s`` is a DistributedSampler (a name bound to one,
     or the constructor's call in place)."""
-    return any(
-        argument.keyword is not None
-        and argument.keyword.value in _SAMPLER_KEYWORDS
-        and _distributed_sampler(script, argument.value)
-        for argument in call.args
-    )
+    found = sharding_sampler(script, call)
+    return found is not None and found.own is None
+
+
+def sharding_sampler(script: ScriptModel, call: cst.Call) -> ShardingSampler | None:
+    """What shards ``DataLoader(...)``'s data before ``prepare`` would: a DistributedSampler as
+    its ``sampler=`` or under its ``batch_sampler=`` (`_distributed_sampler`), or a sampler class
+    of the file that shards by the rank its call hands it (``BucketBatchSampler(lengths, 8,
+    accelerator.num_processes, accelerator.process_index)``) or that derives from a
+    DistributedSampler."""
+    for argument in call.args:
+        if argument.keyword is None or argument.keyword.value not in _SAMPLER_KEYWORDS:
+            continue
+        keyword = argument.keyword.value
+        if _distributed_sampler(script, argument.value):
+            made = _made(script, argument.value)
+            if made is not None and not (script.call_names(made) & names.DISTRIBUTED_SAMPLERS):
+                inner = made.args[0].value if made.args else None
+                sampler = _made(script, inner) if inner is not None else None
+                return ShardingSampler(keyword, sampler=sampler, batches=made)
+            return ShardingSampler(keyword, sampler=made)
+        made = _made(script, argument.value)
+        own = _own_sharding_class(script, made) if made is not None else None
+        if own is not None:
+            return ShardingSampler(keyword, own=own)
+    return None
+
+
+def _made(script: ScriptModel, value: cst.BaseExpression, depth: int = 0) -> cst.Call | None:
+    """The call that made ``value``: itself, or the one assignment of the name it reads."""
+    if isinstance(value, cst.Call):
+        return value
+    name = dotted(value)
+    if name is None or depth >= 4:
+        return None
+    bound = [a.value for a in script.index.assignments_to(name)]
+    return _made(script, bound[0], depth + 1) if len(bound) == 1 else None
+
+
+def _own_sharding_class(script: ScriptModel, made: cst.Call) -> cst.ClassDef | None:
+    """The class of the file ``made`` builds, where it shards: it derives from a
+    DistributedSampler, or it reads a rank or replica count (`_shards_itself`) and the call
+    hands it the rank (``rank=accelerator.process_index``)."""
+    classes = [
+        c
+        for c in script.index.of_type(cst.ClassDef)
+        if isinstance(c, cst.ClassDef) and c.name.value == dotted(made.func)
+    ]
+    if len(classes) != 1 or not _shards_itself(script, classes[0]):
+        return None
+    handed_rank = any(script.reads_rank(argument.value) for argument in made.args)
+    return classes[0] if handed_rank or _derives_from_distributed(script, classes[0]) else None
+
+
+def _derives_from_distributed(script: ScriptModel, sampler: cst.ClassDef, depth: int = 0) -> bool:
+    for base in sampler.bases:
+        base_name = dotted(base.value) or ""
+        if script.imports.resolve(base_name) in names.DISTRIBUTED_SAMPLERS:
+            return True
+        if depth < 8 and any(
+            _derives_from_distributed(script, c, depth + 1)
+            for c in script.index.of_type(cst.ClassDef)
+            if isinstance(c, cst.ClassDef) and c.name.value == base_name and c is not sampler
+        ):
+            return True
+    return False
 
 
 def _distributed_sampler(script: ScriptModel, value: cst.BaseExpression, depth: int = 0) -> bool:

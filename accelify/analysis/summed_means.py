@@ -25,6 +25,7 @@ times what one process shows, whatever it summed (batch means, per-sample sums, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import libcst as cst
 
@@ -32,9 +33,10 @@ from accelify.analysis import names
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loops import first_enumerate_name
 from accelify.analysis.loss_sources import last_binding
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.process_count import process_count
 from accelify.analysis.sample_counts import shows
-from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import argument_value, dotted, walk
 
 #: Calls that hand back the same values: ``loss.detach().clone()``, ``loss.item()``.
@@ -60,6 +62,8 @@ class SummedMean:
     said_sum: bool = False
     #: one rank's count of batches the sum is divided by on the way (``len(val_loader)``)
     over: cst.BaseExpression | None = None
+    #: a helper's parameter reduced: the call that hands it the per-rank mean
+    handed: cst.Call | None = None
 
 
 def summed_means(script: ScriptModel) -> list[SummedMean]:
@@ -75,19 +79,53 @@ def summed_means(script: ScriptModel) -> list[SummedMean]:
             continue
         argument = reduce.args[0].value
         said = argument_value(reduce, "reduction", 1) is not None
-        if per_rank_mean(script, argument, reduce, _DEPTH):
+        handed = (
+            None
+            if per_rank_mean(script, argument, reduce, _DEPTH)
+            else (_handed_means(script, argument, reduce))
+        )
+        if handed is not False:
             shown = _shown(script, reduce, _DEPTH, divided=True)
             if shown is not None:
-                found.append(SummedMean(reduce, argument, shown[0], said))
+                found.append(SummedMean(reduce, argument, shown[0], said, handed=handed))
                 continue
         shown = _shown(script, reduce, _DEPTH, divided=False)
         if shown is not None:
             found.append(SummedMean(reduce, argument, shown[0], said, shown[1]))
     for summed, argument in _gathered_sums(script, accelerators):
+        if per_rank_mean(script, argument, summed, _DEPTH):
+            # ``accelerator.gather(loss).sum()``: every rank's mean added up, as a reduce's
+            shown = _shown(script, summed, _DEPTH, divided=True)
+            if shown is not None:
+                found.append(SummedMean(summed, argument, shown[0], True))
+                continue
         shown = _shown(script, summed, _DEPTH, divided=False)
         if shown is not None:
             found.append(SummedMean(summed, argument, shown[0], True, shown[1]))
     return found
+
+
+def _handed_means(
+    script: ScriptModel, argument: cst.BaseExpression, at: cst.CSTNode
+) -> cst.Call | Literal[False]:
+    """``argument`` is a parameter of the helper around ``at`` (``def all_reduce(value):
+    return accelerator.reduce(value)``) and every call of that helper in the file hands it a
+    per-rank mean (``all_reduce(loss.detach())``): the first such call; else False."""
+    function = facts_of(script).placement.enclosing_function(at)
+    if function is None or not isinstance(argument, cst.Name):
+        return False
+    if argument.value not in {p.name.value for p in function.params.params}:
+        return False
+    if last_binding(script, argument.value, at) is not None:
+        return False  # rebound inside the helper before the reduce
+    sites = script.call_graph.calls_of(function)
+    if not sites:
+        return False
+    for site, implicit in sites:
+        handed = dict(bound_arguments(function, site, implicit)).get(argument.value)
+        if handed is None or not per_rank_mean(script, handed.value, site, _DEPTH - 1):
+            return False
+    return sites[0][0]
 
 
 def _gathered_sums(
@@ -293,7 +331,7 @@ def _shown(
             and isinstance(ancestor.operator, cst.Divide)
             and ancestor.left is child
         ):
-            if process_count(script, ancestor.right, ancestor):
+            if _over_processes(script, ancestor.right, ancestor, _DEPTH):
                 return None  # divided back into a mean
             if not divided and _one_ranks_batches(script, ancestor.right):
                 divided = ancestor.right
@@ -315,18 +353,48 @@ def _shown(
     return None
 
 
+def _over_processes(
+    script: ScriptModel, divisor: cst.BaseExpression, at: cst.CSTNode, depth: int
+) -> bool:
+    """``divisor`` counts the processes, alone or as a factor: ``accelerator.num_processes``,
+    ``(n_batches * accelerator.num_processes)``, a name bound to such a product."""
+    if process_count(script, divisor, at):
+        return True
+    if isinstance(divisor, cst.BinaryOperation) and isinstance(divisor.operator, cst.Multiply):
+        return _over_processes(script, divisor.left, at, depth) or _over_processes(
+            script, divisor.right, at, depth
+        )
+    name = dotted(divisor)
+    if name is None or depth <= 0:
+        return False
+    binding = last_binding(script, name, at)
+    return (
+        isinstance(binding, cst.Assign)
+        and len(binding.targets) == 1
+        and _over_processes(script, binding.value, binding, depth - 1)
+    )
+
+
 def _one_ranks_batches(script: ScriptModel, divisor: cst.BaseExpression, depth: int = 0) -> bool:
     """``len(eval_loader)`` of a prepared DataLoader (``len(self.val_loader)`` of a trainer's, a
     name bound to one), or a counter of its batches (`_batch_counter`): the batches of this
-    rank's shard. Also through what keeps it one rank's count: ``max(n, 1)``, ``.item()``, and
-    the largest or smallest of the ranks' counts (``accelerator.gather_for_metrics(
-    torch.tensor(len(loader))).max().item()``, as an MLP trainer's evaluation divides by)."""
+    rank's shard (``step + 1`` of the loader's ``enumerate``). Also through what keeps it one
+    rank's count: ``max(n, 1)``, ``.item()``, and the largest or smallest of the ranks' counts
+    (``accelerator.gather_for_metrics(torch.tensor(len(loader))).max().item()``, as an MLP
+    trainer's evaluation divides by)."""
     inner = _count_kept(divisor)
     if inner is not None and depth < 6:
         return _one_ranks_batches(script, inner, depth + 1)
+    if (  # ``step + 1`` after ``for step, batch in enumerate(loader)``
+        isinstance(divisor, cst.BinaryOperation)
+        and isinstance(divisor.operator, cst.Add)
+        and isinstance(divisor.right, cst.Integer)
+        and divisor.right.value == "1"
+    ):
+        divisor = divisor.left
     name = dotted(divisor)
     if name is not None:
-        if _batch_counter(script, name, divisor):
+        if _batch_counter(script, name, divisor) or _batch_index(script, name):
             return True
         binding = last_binding(script, name, divisor)
         if not isinstance(binding, cst.Assign) or len(binding.targets) != 1:
@@ -386,10 +454,25 @@ def _count_kept(value: cst.BaseExpression) -> cst.BaseExpression | None:
     return None
 
 
+def _batch_index(script: ScriptModel, name: str) -> bool:
+    """``step`` of ``for step, batch in enumerate(loader)`` over a prepared DataLoader, and of
+    no other loop: ``step + 1`` after it counts this rank's batches."""
+    loops = [
+        loop
+        for loop in script.loops
+        if isinstance(loop.node.iter, cst.Call)
+        and dotted(loop.node.iter.func) == "enumerate"
+        and name in first_enumerate_name(loop.node.target)
+    ]
+    flow = facts_of(script).flow
+    return bool(loops) and all(flow.over_prepared_loader(loop) for loop in loops)
+
+
 def _batch_counter(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
-    """``n_batches``, set to 0 and raised by ``n_batches += 1`` once per batch of a prepared
-    DataLoader (in its loop's own body, under no branch), and bound nowhere else in the
-    function around ``at``: one rank's count of batches, as ``len()`` of its loader is."""
+    """``n_batches``, set to 0 and raised by ``n_batches += 1`` in a loop over a prepared
+    DataLoader (`_prepared_loop_around`: also inside ``accumulate()`` or under a test of the
+    step), and bound nowhere else in the function around ``at``: one rank's count of batches,
+    as ``len()`` of its loader is."""
     function = facts_of(script).placement.enclosing_function(at)
     bindings = list(script.index.own_bindings(function).get(name, ()))
     counts = [b for b in bindings if isinstance(b, cst.AugAssign)]
@@ -405,14 +488,24 @@ def _batch_counter(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
                 return False
         elif not (isinstance(binding, cst.Assign) and _zero_for(binding, name)):
             return False
-    prepared = script.prepared_names
-    for count in counts:
-        statement = script.parent(count)
-        block = script.parent(statement) if statement is not None else None
-        loop = script.parent(block) if block is not None else None
-        if not (isinstance(loop, cst.For) and dotted(loop.iter) in prepared):
-            return False
-    return True
+    return all(_prepared_loop_around(script, count) is not None for count in counts)
+
+
+def _prepared_loop_around(script: ScriptModel, node: cst.CSTNode) -> Loop | None:
+    """The innermost loop around ``node`` in its function, where that loop reads a prepared
+    DataLoader (also through ``tqdm``/``enumerate``, or a helper's parameter its callers fill
+    with one); inside ``with accelerator.accumulate(model):`` or a test of the step
+    (``if accelerator.sync_gradients:``) too: a count this rank keeps of its own batches or
+    steps."""
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return None
+        if isinstance(ancestor, (cst.For, cst.While)):
+            loop = next((loop for loop in script.loops if loop.node is ancestor), None)
+            if loop is not None and facts_of(script).flow.over_prepared_loader(loop):
+                return loop
+            return None
+    return None
 
 
 def _zero_for(assign: cst.Assign, name: str) -> bool:
@@ -451,6 +544,8 @@ def _shown_through(
         target = statement.targets[0].target
     else:
         target = statement.target
+    if isinstance(target, cst.Subscript) and isinstance(statement, cst.Assign):
+        target = target.value  # ``logs["loss"] = value``: the dict holds it from here on
     name = dotted(target)
     if name is None:
         return None

@@ -224,6 +224,7 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
         if not suppressed(lines, finding.line, finding.code):
             found.append(finding)
             covered.update((finding.line, code) for code in rule.covers)
+            covered.update(finding.covers)
     found = [f for f in found if (f.line, f.code) not in covered]
     return sorted(found, key=lambda f: (f.line, f.column, f.code))
 

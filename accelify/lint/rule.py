@@ -65,12 +65,15 @@ class Rule:
         node: cst.CSTNode,
         fix: Plan | None = None,
         message: str | None = None,
+        covers: Collection[tuple[int, str]] = (),
     ) -> Finding:
+        """``covers``: other rules' findings (line, code) of the same bug that this one
+        reports where the user sees it (`Finding.covers`)."""
         start = script.position(node).start
         # every message names the accelerator as it is reachable at the finding
         text = self.message if message is None else message
         message = in_file_words(text, accelerator_name(script, node))
-        return Finding(self.code, message, start.line, start.column + 1, fix)
+        return Finding(self.code, message, start.line, start.column + 1, fix, covers=tuple(covers))
 
 
 def in_file_words(message: str, name: str | None) -> str:
