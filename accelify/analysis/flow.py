@@ -565,6 +565,9 @@ class ObjectFlow:
         outside, a call site leaves it to its default or passes something else)."""
         if parameter not in {p.name.value for p in all_params(function.params)}:
             return None
+        given = self.model.given_parameters.get(function, {}).get(parameter)
+        if given is not None and given.prepared:
+            return True  # every call of the project's other modules hands it prepared
         if any(
             parameter in target_names(t)
             for a in self.model.index.own_assignments(function)
@@ -584,6 +587,11 @@ class ObjectFlow:
         if True in answers:
             return True
         return False if all(answer is False for answer in answers) else None
+
+    def prepared_argument(self, call: cst.Call, value: cst.BaseExpression) -> bool:
+        """``call`` certainly hands ``value`` prepared: a prepare call's result (here, or at
+        the call sites of the caller that passes its own parameter on)."""
+        return self._prepared_argument(call, value, 0) is True
 
     def _prepared_argument(
         self, call: cst.Call, value: cst.BaseExpression, depth: int

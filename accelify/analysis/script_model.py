@@ -47,6 +47,7 @@ from accelify.analysis.syntax import (
 
 if TYPE_CHECKING:
     from accelify.analysis.call_graph import CallGraph
+    from accelify.analysis.outside_callers import Given, ProjectView
 
 Scope = cst.Module | cst.FunctionDef
 #: HF TrainingArguments' flags true on the process that saves or logs (not
@@ -178,6 +179,13 @@ class ScriptModel:
     #: what calls of functions of the project's other modules return, by the call's id: the
     #: DataLoaders a ``get_dataloader()`` of ``dataset.py`` makes (`convert.project`)
     imported_returns: Mapping[int, list[tuple[tuple[int, ...], Kind | None]]] = field(
+        default_factory=dict, repr=False
+    )
+    #: the module as the rest of the project sees it (`outside_callers`): None alone
+    project: ProjectView | None = field(default=None, repr=False)
+    #: what every call of the project's other modules hands a function's parameters: the
+    #: accelerator, a prepared model or loader (`outside_callers.ProjectView.given`)
+    given_parameters: dict[cst.FunctionDef, dict[str, Given]] = field(
         default_factory=dict, repr=False
     )
     #: the analysis's walk kept: `walk` of a node of this tree is a slice of it
@@ -514,12 +522,26 @@ class ScriptModel:
     def prepared_before(self, node: cst.CSTNode) -> set[str]:
         """The names a ``prepare`` call at or above ``node`` (in source order) returned."""
         here = self.order(node)
-        return {
+        found = {
             name
             for call in self.prepare_calls
             if self.order(call.call) <= here
             for name in call.outputs
             if name
+        }
+        if self.given_parameters:  # handed prepared by every caller of the project
+            for function in self.ancestors(node):
+                given = self.given_parameters.get(function, {})  # type: ignore[call-overload]
+                found |= {name for name, g in given.items() if g.prepared}
+        return found
+
+    def given_prepared(self) -> set[str]:
+        """The parameters every call of the project's other modules hands a prepared object."""
+        return {
+            name
+            for given in self.given_parameters.values()
+            for name, g in given.items()
+            if g.prepared
         }
 
     @property
@@ -531,6 +553,7 @@ class ScriptModel:
         if kept is not None:
             return set(kept)
         prepared = {name for call in self.prepare_calls for name in call.outputs if name}
+        prepared |= self.given_prepared()
         prepared |= self._returned_prepared(prepared)
         received = [(b.name, set(b.sources)) for b in self.bindings if b.received and b.sources]
         received += self._aliases()
@@ -611,11 +634,15 @@ def analyze(
     module: cst.Module,
     source: str | None = None,
     imported_returns: Mapping[int, list[tuple[tuple[int, ...], Kind | None]]] | None = None,
+    project: ProjectView | None = None,
 ) -> ScriptModel:
     """One traversal collects everything; positions are left for the first finding that needs
     one (libcst's scope analysis is not used: an import table answers what a name is).
-    ``imported_returns``: what calls of the project's other modules return (`ScriptModel`)."""
-    model = ScriptModel(module=module, imports=ImportTable.of_module(module))
+    ``imported_returns``: what calls of the project's other modules return (`ScriptModel`);
+    ``project``: what the project's other modules tell about this one (`outside_callers`)."""
+    model = ScriptModel(module=module, imports=ImportTable.of_module(module), project=project)
+    if project is not None:
+        model.given_parameters = project.given(module)
     if imported_returns:
         model.imported_returns = imported_returns
     if source is not None:  # the text the module was parsed from: no code generation for it
