@@ -490,7 +490,7 @@ class ObjectFlow:
         entry = self.returned_entry_read(loop)
         if entry is not None and self.kind_of(*entry) is Kind.DATALOADER:
             return True
-        prepared = self.model.prepared_names
+        prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         return loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared
 
     def returned_entry_read(self, loop: Loop) -> tuple[str, cst.CSTNode] | None:
@@ -506,7 +506,7 @@ class ObjectFlow:
         """The loop reads a prepared loader, so each rank sees its own shard: by name, or as a
         helper's parameter that a call site fills with one (``evaluate(model, test_loader)``
         after prepare)."""
-        prepared = self.model.prepared_names
+        prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         if self._made_here_unprepared(loop) or self._handed_unprepared(loop):
             return False
         if loop.iterable in prepared:

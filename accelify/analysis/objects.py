@@ -218,9 +218,6 @@ def _record_sources(model: ScriptModel) -> None:
     calls = model.call_graph.calls_by_callee()
     for binding in received:
         parameter = received_name(binding.scope, binding.value)  # type: ignore[arg-type]
-        given = model.given_parameters.get(binding.scope, {}).get(parameter or "")  # type: ignore[call-overload]
-        if given is not None and given.prepared and parameter not in binding.sources:
-            binding.sources.append(parameter)  # prepared where the project's callers made it
         for call, implicit in calls.get(binding.scope, ()):  # type: ignore[call-overload]
             for name, argument in _arguments(model, binding.scope, call, implicit):  # type: ignore[arg-type]
                 source = dotted(argument.value)

@@ -61,16 +61,20 @@ class ProjectView:
     path: Path
     importers: tuple[Path, ...] = ()
     load: Load | None = None
+    #: how a factory's module is analysed (alone: no module's facts go further than one step)
+    load_alone: Load | None = None
     #: the project modules read for the facts: a change in one of them changes the findings
     read: set[Path] = field(default_factory=set)
     #: the module's top-level functions that every rank runs: each call of the importing
     #: modules is outside any rank test, and the file itself calls them nowhere (with the
     #: first call site); set by `given`
     run_by_every_rank: dict[cst.FunctionDef, str] = field(default_factory=dict)
+    _module: cst.Module | None = field(default=None, repr=False)
 
     def given(self, module: cst.Module) -> dict[cst.FunctionDef, dict[str, Given]]:
         """For each top-level function and class constructor of ``module``, what every call
         of the importing modules hands its parameters (see the module docstring)."""
+        self._module = module
         if not self.importers or self.load is None:
             return {}
         targets = _targets(module)
@@ -110,6 +114,24 @@ class ProjectView:
                     found.setdefault(function, {})[parameter] = first
         return found
 
+    def callers_of(self, function: cst.FunctionDef) -> list[tuple[ScriptModel, cst.Call, str]]:
+        """The calls of the importing modules that run ``function`` (a top-level function of
+        the module `given` read), each with its module's analysis and its place
+        (``train.py:12``)."""
+        if self.load is None or self._module is None:
+            return []
+        targets = _targets(self._module)
+        found = []
+        for importer in self.importers:
+            caller = self.load(importer)
+            if caller is None:
+                continue
+            for call, target, _ in self._calls_into(caller, importer, targets):
+                if target is function:
+                    where = f"{_relative(importer, self.path)}:{caller.line(call)}"
+                    found.append((caller, call, where))
+        return found
+
     def _calls_into(
         self, caller: ScriptModel, importer: Path, targets: dict[str, cst.FunctionDef]
     ) -> Iterable[tuple[cst.Call, cst.FunctionDef, int]]:
@@ -142,7 +164,7 @@ class ProjectView:
             split = split_member(qualified, self.path) if qualified else None
             if split is None or _ACCELERATOR_CLASS not in read(split[0]):
                 continue
-            other = self.load(split[0])
+            other = (self.load_alone or self.load)(split[0])
             if other is None:
                 continue
             self.read.add(split[0])

@@ -529,20 +529,35 @@ class ScriptModel:
             for name in call.outputs
             if name
         }
-        if self.given_parameters:  # handed prepared by every caller of the project
+        return found | self.given_prepared(node)  # handed prepared by the project's callers
+
+    def given_prepared(self, node: cst.CSTNode) -> set[str]:
+        """The parameters of the functions around ``node`` that every call of the project's
+        other modules hands a prepared object (``loader`` in ``def evaluate(model, loader)``):
+        another function's parameter of the same name is another object."""
+        found: set[str] = set()
+        if self.given_parameters:
             for function in self.ancestors(node):
                 given = self.given_parameters.get(function, {})  # type: ignore[call-overload]
                 found |= {name for name, g in given.items() if g.prepared}
         return found
 
-    def given_prepared(self) -> set[str]:
-        """The parameters every call of the project's other modules hands a prepared object."""
-        return {
-            name
-            for given in self.given_parameters.values()
-            for name, g in given.items()
-            if g.prepared
-        }
+    def _given_attributes(self) -> set[str]:
+        """``self.model`` set from a constructor's parameter that every construction in the
+        project's other modules hands a prepared object (`given_parameters`)."""
+        if not self.given_parameters:
+            return set()
+        from accelify.analysis.objects import received_name  # objects builds on this module
+
+        found = set()
+        for binding in self.bindings:
+            given = self.given_parameters.get(binding.scope)  # type: ignore[call-overload]
+            if not (binding.received and given and isinstance(binding.scope, cst.FunctionDef)):
+                continue
+            parameter = received_name(binding.scope, binding.value)
+            if parameter in given and given[parameter].prepared:
+                found.add(binding.name)
+        return found
 
     @property
     def prepared_names(self) -> set[str]:
@@ -553,7 +568,7 @@ class ScriptModel:
         if kept is not None:
             return set(kept)
         prepared = {name for call in self.prepare_calls for name in call.outputs if name}
-        prepared |= self.given_prepared()
+        prepared |= self._given_attributes()
         prepared |= self._returned_prepared(prepared)
         received = [(b.name, set(b.sources)) for b in self.bindings if b.received and b.sources]
         received += self._aliases()

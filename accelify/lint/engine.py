@@ -166,9 +166,14 @@ def lint_source(
         return result  # cannot match any rule: skipped before parsing
     plainly_named = False
     try:
-        if MAY_USE_ACCELERATOR.search(data) is not None:
+        named = MAY_USE_ACCELERATOR.search(data) is not None
+        if named:
             plainly_named = _plainly_named_in_code(data)
-            if not plainly_named and not code_may_use_accelerator(data, path):
+            if (
+                not plainly_named
+                and not code_may_use_accelerator(data, path)
+                and (importers is None or not _factory_imported(path, data))
+            ):
                 return result  # named in docstrings or comments only: Python's parser read it
         elif importers is None or not _factory_imported(path, data):
             check_syntax(data, path)  # no rule reports on it: its syntax only
@@ -228,28 +233,43 @@ def project_view(path: str, data: bytes, importers: tuple[Path, ...]) -> Project
     script = Path(path)
     if not importers and not imported_files(script, data):
         return None
-    return ProjectView(script, importers, load_module)
+    return ProjectView(script, importers, load_module, load_alone=_load_alone)
 
 
-#: Modules analysed for another file's facts, by resolved path, with the text they were read
-#: with: a trainer module imported by several scripts is analysed once per process.
-_LOADED: dict[Path, tuple[bytes, ScriptModel | None]] = {}
+#: Modules analysed for another file's facts, by resolved path and whether they were read with
+#: their own imports, with the text they were read with: a trainer module imported by several
+#: scripts is analysed once per process.
+_LOADED: dict[tuple[Path, bool], tuple[bytes, ScriptModel | None]] = {}
 _LOADED_KEPT = 16
 
 
 def load_module(file: Path) -> ScriptModel | None:
-    """``file`` analysed alone (None when it cannot be read or parsed), kept for the next
-    file that asks while its text is the same."""
-    from accelify.analysis.project_modules import read
+    """``file`` analysed with the Accelerators its own project imports give it (a caller's
+    ``accelerator = build_accelerator(args)``), not with its callers' facts; None when it
+    cannot be read or parsed. Kept for the next file that asks while its text is the same."""
+    return _loaded(file, imports=True)
+
+
+def _load_alone(file: Path) -> ScriptModel | None:
+    """``file`` analysed alone: a factory's module, read for what it constructs."""
+    return _loaded(file, imports=False)
+
+
+def _loaded(file: Path, imports: bool) -> ScriptModel | None:
+    from accelify.analysis.outside_callers import ProjectView
+    from accelify.analysis.project_modules import imported_files, read
     from accelify.analysis.script_model import analyze
 
-    key = file.resolve()
+    key = (file.resolve(), imports)
     data = read(file)
     kept = _LOADED.get(key)
     if kept is not None and kept[0] == data:
         return kept[1]
+    view = None
+    if imports and imported_files(file, data):
+        view = ProjectView(file, (), _load_alone)
     try:
-        model: ScriptModel | None = analyze(parse(data, str(file)))
+        model: ScriptModel | None = analyze(parse(data, str(file)), project=view)
     except (UserError, RecursionError):
         model = None
     if len(_LOADED) >= _LOADED_KEPT:
@@ -282,11 +302,15 @@ def _name_the_callers(
             said += " with " + ", ".join(handed)
         if function in everyone:
             said += " on every rank"
-        spans.append((position.start.line, position.end.line, said))
+        spans.append((position.start.line, position.end.line, where, said))
     for finding in findings:
         if (finding.line, finding.code) in alone:
             continue
-        said = [text for first, last, text in spans if first <= finding.line <= last]
+        said = [
+            text
+            for first, last, where, text in spans
+            if first <= finding.line <= last and where not in finding.message
+        ]
         if said:
             finding.message += f" ({'; '.join(said)})"
 
