@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.project_modules import read, split_member
+from accelify.analysis.project_modules import calls_any, kept_calls, read, split_member
 from accelify.analysis.syntax import dotted
 
 if TYPE_CHECKING:
@@ -63,6 +63,9 @@ class ProjectView:
     load: Load | None = None
     #: how a factory's module is analysed (alone: no module's facts go further than one step)
     load_alone: Load | None = None
+    #: whether a module's text may hold a factory of accelerators for these kept calls' names
+    #: (a test of the text before an analysis: most imported modules construct none)
+    constructs_for: Callable[[bytes, set[bytes]], bool] | None = None
     #: the project modules read for the facts: a change in one of them changes the findings
     read: set[Path] = field(default_factory=set)
     #: the module's top-level functions that every rank runs: each call of the importing
@@ -82,6 +85,11 @@ class ProjectView:
         excluded: set[cst.FunctionDef] = set()
         sites: dict[cst.FunctionDef, str] = {}
         for importer in self.importers:
+            named = {
+                n for n, f in targets.items() if _parameters(f, int(f.name.value == "__init__"))
+            }
+            if not calls_any(read(importer), named):
+                continue  # calls none of them (a use of its constants, a class's methods)
             caller = self.load(importer)
             if caller is None:
                 continue
@@ -156,13 +164,19 @@ class ProjectView:
         from accelify.analysis.accelerator_objects import local_factories
 
         found: set[str] = set()
+        kept: set[bytes] | None = None
         for call in model.calls:
             name = dotted(call.func)
             if name is None or not isinstance(model.parent(call), (cst.Assign, cst.AnnAssign)):
                 continue
             qualified = model.imports.resolve(name)
             split = split_member(qualified, self.path) if qualified else None
-            if split is None or _ACCELERATOR_CLASS not in read(split[0]):
+            if split is None:
+                continue
+            if kept is None:
+                kept = kept_calls(model.source.encode())
+            text = read(split[0])
+            if not (self.constructs_for or _names_a_class)(text, kept):
                 continue
             other = (self.load_alone or self.load)(split[0])
             if other is None:
@@ -171,6 +185,10 @@ class ProjectView:
             if split[1] in local_factories(other):
                 found.add(name)
         return found
+
+
+def _names_a_class(text: bytes, kept: set[bytes]) -> bool:
+    return _ACCELERATOR_CLASS in text
 
 
 def _targets(module: cst.Module) -> dict[str, cst.FunctionDef]:

@@ -11,6 +11,7 @@ folder with an ``__init__.py``). A library's module is none of them: it is not a
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -19,9 +20,11 @@ from pathlib import Path
 IMPORTED = re.compile(rb"^\s*(?:from\s+(\.*[\w.]*)\s+import|import\s+([\w.]+))", re.MULTILINE)
 
 
+@functools.lru_cache(maxsize=4096)
 def module_file(script: Path, name: str) -> Path | None:
     """The file of module ``name`` as ``script`` imports it (see the module docstring); never
-    ``script`` itself."""
+    ``script`` itself. Kept per process: a tree's files ask the same of each of their calls'
+    modules (``torch.nn``: no file of the project, looked up on disk once)."""
     dots = len(name) - len(name.lstrip("."))
     relative = name[dots:]
     if dots:
@@ -43,14 +46,15 @@ def _roots(script: Path, first: str) -> Iterator[Path]:
     folder; the folder above the one named like the import's first part, on the script's path
     (``project`` of ``from project import util``); the package root."""
     yield script.parent
-    for folder in _ancestors(script.parent):
+    for folder in _ancestors(script.parent.absolute()):
         if folder.name == first:
             yield folder.parent
             break
-    root = script.parent
-    while (root / "__init__.py").is_file():
+    folder = script.parent.absolute()
+    root = folder
+    while (root / "__init__.py").is_file() and root.parent != root:
         root = root.parent
-    if root != script.parent:
+    if root != folder:
         yield root
 
 
@@ -131,3 +135,27 @@ def importers_of(files: list[Path], texts: Callable[[Path], bytes]) -> dict[Path
             if target is not None and target != file and file not in found.get(target, []):
                 found.setdefault(target, []).append(file)
     return found
+
+
+#: ``def name(`` at the top level of a module
+_TOP_LEVEL_DEF = re.compile(rb"^def\s+(\w+)\s*\(", re.MULTILINE)
+#: ``x = name(`` or ``x = module.name(``: a call whose result is kept
+_KEPT_CALL = re.compile(rb"=\s*(?:[\w.]+\.)?(\w+)\s*\(")
+
+
+def top_level_functions(data: bytes) -> set[bytes]:
+    """The names ``def`` binds at the top level of a module's text (no parse)."""
+    return set(_TOP_LEVEL_DEF.findall(data))
+
+
+def kept_calls(data: bytes) -> set[bytes]:
+    """The names of calls whose result a script's text assigns (``acc = build(args)``)."""
+    return set(_KEPT_CALL.findall(data))
+
+
+def calls_any(data: bytes, names: set[str]) -> bool:
+    """``data`` (a module's text) calls one of ``names``: ``name(`` or ``x.name(``, as text."""
+    if not names:
+        return False
+    pattern = rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\s*\("
+    return re.search(pattern, data) is not None

@@ -213,14 +213,28 @@ def _factory_imported(path: str, data: bytes) -> bool:
     """The file names no accelerator, but may get one from a factory of the project: it names
     something like one (``build_accelerator``) and imports a project module that constructs an
     Accelerator (`ProjectView.accelerator_factories` tells which name, once analysed)."""
-    from accelify.analysis.project_modules import imported_files, read
+    from accelify.analysis.project_modules import imported_files, kept_calls, read
 
     if ACCELERATOR_WORDS.search(data) is None:
         return False
+    kept = kept_calls(data)
     return any(
-        MAY_USE_ACCELERATOR.search(read(file)) is not None
-        for file in imported_files(Path(path), data).values()
+        _constructs_for(read(file), kept) for file in imported_files(Path(path), data).values()
     )
+
+
+#: ``Accelerator(`` (any accelerator class) constructed in a module's text
+_CONSTRUCTION = re.compile(rb"\b(?:" + _alternatives(_ACCELERATOR_CLASSES) + rb")\s*\(")
+
+
+def _constructs_for(module: bytes, kept: set[bytes]) -> bool:
+    """A module's text constructs an accelerator and defines at its top level a function the
+    importing file calls and keeps the result of: maybe a factory (its analysis tells)."""
+    from accelify.analysis.project_modules import top_level_functions
+
+    if _CONSTRUCTION.search(module) is None:
+        return False
+    return bool(top_level_functions(module) & kept)
 
 
 def project_view(path: str, data: bytes, importers: tuple[Path, ...]) -> ProjectView | None:
@@ -233,7 +247,9 @@ def project_view(path: str, data: bytes, importers: tuple[Path, ...]) -> Project
     script = Path(path)
     if not importers and not imported_files(script, data):
         return None
-    return ProjectView(script, importers, load_module, load_alone=_load_alone)
+    return ProjectView(
+        script, importers, load_caller, load_alone=_load_alone, constructs_for=_constructs_for
+    )
 
 
 #: Modules analysed for another file's facts, by resolved path and whether they were read with
@@ -241,6 +257,21 @@ def project_view(path: str, data: bytes, importers: tuple[Path, ...]) -> Project
 #: scripts is analysed once per process.
 _LOADED: dict[tuple[Path, bool], tuple[bytes, ScriptModel | None]] = {}
 _LOADED_KEPT = 16
+
+
+def load_caller(file: Path) -> ScriptModel | None:
+    """`load_module` of a file that may hand an accelerator or prepared objects: one that
+    names an accelerator in its code (`MAY_USE_ACCELERATOR`, then Python's parser) or gets one
+    from a factory of the project; None for any other (its calls hand nothing prepared)."""
+    from accelify.analysis.project_modules import read
+
+    data = read(file)
+    named = MAY_USE_ACCELERATOR.search(data) is not None and (
+        _plainly_named_in_code(data) or code_may_use_accelerator(data, str(file))
+    )
+    if not named and not _factory_imported(str(file), data):
+        return None
+    return load_module(file)
 
 
 def load_module(file: Path) -> ScriptModel | None:
@@ -267,7 +298,7 @@ def _loaded(file: Path, imports: bool) -> ScriptModel | None:
         return kept[1]
     view = None
     if imports and imported_files(file, data):
-        view = ProjectView(file, (), _load_alone)
+        view = ProjectView(file, (), _load_alone, constructs_for=_constructs_for)
     try:
         model: ScriptModel | None = analyze(parse(data, str(file)), project=view)
     except (UserError, RecursionError):
