@@ -152,9 +152,36 @@ class AccumulationSettings(Rule):
             if argument is None or _is_one(argument.value):
                 continue
             if placement.returns_name(binding.scope, binding.name):
-                continue  # a factory: its callers decide how to accumulate
+                # a factory: its callers decide how to accumulate; reported when every
+                # caller the project shows trains with it and none accumulates
+                unhandled = _callers_unhandled(script, binding.scope, argument.value)
+                if unhandled:
+                    factory = binding.scope.name.value  # type: ignore[union-attr]
+                    message = (
+                        f"{_message(self, script, binding)} (this Accelerator is what "
+                        f"{factory}() returns to {', '.join(unhandled)}, which calls its "
+                        "backward and never accumulate())"
+                    )
+                    yield self.finding(script, binding.value, message=message)
+                continue
             if accumulation_unhandled(script, argument.value):
                 yield self.finding(script, binding.value, message=_message(self, script, binding))
+
+
+def _callers_unhandled(
+    script: ScriptModel, factory: cst.CSTNode, steps: cst.BaseExpression
+) -> list[str]:
+    """Where the project's other modules call ``factory`` (``train.py:12``), when there is
+    such a call, the file itself calls it nowhere, and every calling module trains with the
+    Accelerator without accumulating (`accumulation_unhandled` of that module); else none."""
+    if script.project is None or not isinstance(factory, cst.FunctionDef):
+        return []
+    if script.call_graph.calls_of(factory):
+        return []
+    callers = script.project.callers_of(factory)
+    if not callers or not all(accumulation_unhandled(caller, steps) for caller, _, _ in callers):
+        return []
+    return [where for _, _, where in callers]
 
 
 def _message(rule: Rule, script: ScriptModel, binding: Binding) -> str:

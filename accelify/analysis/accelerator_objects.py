@@ -33,17 +33,15 @@ def add_accelerator_objects(model: ScriptModel) -> None:
     """Bind every accelerator the file got from elsewhere (see the module docstring)."""
     uses = _accelerator_uses(model)
     evidence = set(uses)
-    factories = _local_factories(model)
+    factories = local_factories(model)
+    if model.project is not None:
+        factories |= model.project.accelerator_factories(model)
     known = {(b.name, id(b.scope)) for b in model.of_kind(Kind.ACCELERATOR)}
     for assign in model.assignments if evidence or factories else ():
         if len(assigned_targets(assign)) != 1 or not _may_hold_an_object(assign.value):
             continue
         target = assigned_targets(assign)[0]
-        from_factory = (
-            isinstance(assign.value, cst.Call)
-            and isinstance(assign.value.func, cst.Name)
-            and assign.value.func.value in factories
-        )
+        from_factory = isinstance(assign.value, cst.Call) and dotted(assign.value.func) in factories
         # ``accelerator, logger = setup(args)``: an element used as an accelerator is one
         unpacked = isinstance(target, (cst.Tuple, cst.List))
         elements = [e.value for e in target.elements] if unpacked else [target]  # type: ignore[union-attr]
@@ -68,6 +66,10 @@ def add_accelerator_objects(model: ScriptModel) -> None:
         if name not in bound
         and (name.startswith("self.") or name in model.imports.bound or _held(name))
     }
+    for function, received in model.given_parameters.items():
+        for name, given in received.items():
+            if given.kind is Kind.ACCELERATOR:  # every caller of the project hands one
+                model.accelerator_params.setdefault(function, set()).add(name)
     for name, nodes in uses.items():
         if "." in name:
             continue
@@ -231,7 +233,7 @@ def _functions_around(model: ScriptModel, node: cst.CSTNode) -> list[cst.Functio
     return [a for a in model.ancestors(node) if isinstance(a, cst.FunctionDef)]
 
 
-def _local_factories(model: ScriptModel) -> set[str]:
+def local_factories(model: ScriptModel) -> set[str]:
     """Module-level functions that return an ``Accelerator(...)`` (directly or through a name
     bound to one)."""
     found = set()

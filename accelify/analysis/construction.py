@@ -363,6 +363,9 @@ def _handed_prepared(script: ScriptModel, init: cst.FunctionDef, spelling: str) 
     if any(script.scope_of(a) is init for a in script.index.assignments_to(parameter)):
         return None
     sites = script.call_graph.calls_of(init)
+    given = script.given_parameters.get(init, {}).get(parameter)
+    if not sites and given is not None and given.prepared:
+        return given.kind is Kind.MODEL  # every construction in the project's other modules
     if not sites:
         return None
     models = True

@@ -490,7 +490,7 @@ class ObjectFlow:
         entry = self.returned_entry_read(loop)
         if entry is not None and self.kind_of(*entry) is Kind.DATALOADER:
             return True
-        prepared = self.model.prepared_names
+        prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         return loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared
 
     def returned_entry_read(self, loop: Loop) -> tuple[str, cst.CSTNode] | None:
@@ -506,7 +506,7 @@ class ObjectFlow:
         """The loop reads a prepared loader, so each rank sees its own shard: by name, or as a
         helper's parameter that a call site fills with one (``evaluate(model, test_loader)``
         after prepare)."""
-        prepared = self.model.prepared_names
+        prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         if self._made_here_unprepared(loop) or self._handed_unprepared(loop):
             return False
         if loop.iterable in prepared:
@@ -565,6 +565,9 @@ class ObjectFlow:
         outside, a call site leaves it to its default or passes something else)."""
         if parameter not in {p.name.value for p in all_params(function.params)}:
             return None
+        given = self.model.given_parameters.get(function, {}).get(parameter)
+        if given is not None and given.prepared:
+            return True  # every call of the project's other modules hands it prepared
         if any(
             parameter in target_names(t)
             for a in self.model.index.own_assignments(function)
@@ -584,6 +587,11 @@ class ObjectFlow:
         if True in answers:
             return True
         return False if all(answer is False for answer in answers) else None
+
+    def prepared_argument(self, call: cst.Call, value: cst.BaseExpression) -> bool:
+        """``call`` certainly hands ``value`` prepared: a prepare call's result (here, or at
+        the call sites of the caller that passes its own parameter on)."""
+        return self._prepared_argument(call, value, 0) is True
 
     def _prepared_argument(
         self, call: cst.Call, value: cst.BaseExpression, depth: int

@@ -163,13 +163,17 @@ class _CallSites:
 
     def entry_point(self, function: cst.FunctionDef) -> bool:
         """Called nowhere in the file (from another module, ``trainer.fit()``, a callback) yet
-        synchronising the ranks on every backend: every rank runs it. One that synchronises
-        nothing (a hook), or only where a checkpoint is a collective (``save_state``, called on
-        the main process alone under HF's DDP), may run on one rank: not counted."""
-        return (
-            not callers_of(self.model, self.placement, function)
-            and self.synchronising(function, everywhere=True) is not None
-        )
+        synchronising the ranks on every backend, or called by the project's other modules
+        outside any rank test (`ProjectView.run_by_every_rank`): every rank runs it. One that
+        synchronises nothing (a hook), or only where a checkpoint is a collective
+        (``save_state``, called on the main process alone under HF's DDP), may run on one
+        rank: not counted."""
+        if callers_of(self.model, self.placement, function):
+            return False
+        project = self.model.project
+        if project is not None and function in project.run_by_every_rank:
+            return True  # every call of the project's other modules is outside a rank test
+        return self.synchronising(function, everywhere=True) is not None
 
     def of(
         self, function: cst.FunctionDef, depth: int, seen: frozenset[int]

@@ -47,6 +47,7 @@ from accelify.analysis.syntax import (
 
 if TYPE_CHECKING:
     from accelify.analysis.call_graph import CallGraph
+    from accelify.analysis.outside_callers import Given, ProjectView
 
 Scope = cst.Module | cst.FunctionDef
 #: HF TrainingArguments' flags true on the process that saves or logs (not
@@ -178,6 +179,13 @@ class ScriptModel:
     #: what calls of functions of the project's other modules return, by the call's id: the
     #: DataLoaders a ``get_dataloader()`` of ``dataset.py`` makes (`convert.project`)
     imported_returns: Mapping[int, list[tuple[tuple[int, ...], Kind | None]]] = field(
+        default_factory=dict, repr=False
+    )
+    #: the module as the rest of the project sees it (`outside_callers`): None alone
+    project: ProjectView | None = field(default=None, repr=False)
+    #: what every call of the project's other modules hands a function's parameters: the
+    #: accelerator, a prepared model or loader (`outside_callers.ProjectView.given`)
+    given_parameters: dict[cst.FunctionDef, dict[str, Given]] = field(
         default_factory=dict, repr=False
     )
     #: the analysis's walk kept: `walk` of a node of this tree is a slice of it
@@ -514,13 +522,42 @@ class ScriptModel:
     def prepared_before(self, node: cst.CSTNode) -> set[str]:
         """The names a ``prepare`` call at or above ``node`` (in source order) returned."""
         here = self.order(node)
-        return {
+        found = {
             name
             for call in self.prepare_calls
             if self.order(call.call) <= here
             for name in call.outputs
             if name
         }
+        return found | self.given_prepared(node)  # handed prepared by the project's callers
+
+    def given_prepared(self, node: cst.CSTNode) -> set[str]:
+        """The parameters of the functions around ``node`` that every call of the project's
+        other modules hands a prepared object (``loader`` in ``def evaluate(model, loader)``):
+        another function's parameter of the same name is another object."""
+        found: set[str] = set()
+        if self.given_parameters:
+            for function in self.ancestors(node):
+                given = self.given_parameters.get(function, {})  # type: ignore[call-overload]
+                found |= {name for name, g in given.items() if g.prepared}
+        return found
+
+    def _given_attributes(self) -> set[str]:
+        """``self.model`` set from a constructor's parameter that every construction in the
+        project's other modules hands a prepared object (`given_parameters`)."""
+        if not self.given_parameters:
+            return set()
+        from accelify.analysis.objects import received_name  # objects builds on this module
+
+        found = set()
+        for binding in self.bindings:
+            given = self.given_parameters.get(binding.scope)  # type: ignore[call-overload]
+            if not (binding.received and given and isinstance(binding.scope, cst.FunctionDef)):
+                continue
+            parameter = received_name(binding.scope, binding.value)
+            if parameter in given and given[parameter].prepared:
+                found.add(binding.name)
+        return found
 
     @property
     def prepared_names(self) -> set[str]:
@@ -531,6 +568,7 @@ class ScriptModel:
         if kept is not None:
             return set(kept)
         prepared = {name for call in self.prepare_calls for name in call.outputs if name}
+        prepared |= self._given_attributes()
         prepared |= self._returned_prepared(prepared)
         received = [(b.name, set(b.sources)) for b in self.bindings if b.received and b.sources]
         received += self._aliases()
@@ -611,11 +649,15 @@ def analyze(
     module: cst.Module,
     source: str | None = None,
     imported_returns: Mapping[int, list[tuple[tuple[int, ...], Kind | None]]] | None = None,
+    project: ProjectView | None = None,
 ) -> ScriptModel:
     """One traversal collects everything; positions are left for the first finding that needs
     one (libcst's scope analysis is not used: an import table answers what a name is).
-    ``imported_returns``: what calls of the project's other modules return (`ScriptModel`)."""
-    model = ScriptModel(module=module, imports=ImportTable.of_module(module))
+    ``imported_returns``: what calls of the project's other modules return (`ScriptModel`);
+    ``project``: what the project's other modules tell about this one (`outside_callers`)."""
+    model = ScriptModel(module=module, imports=ImportTable.of_module(module), project=project)
+    if project is not None:
+        model.given_parameters = project.given(module)
     if imported_returns:
         model.imported_returns = imported_returns
     if source is not None:  # the text the module was parsed from: no code generation for it

@@ -7,7 +7,6 @@ the file and line of the backward it reaches, and what to do there."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,15 +16,13 @@ import libcst as cst
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import backwards
 from accelify.analysis.objects import returned_kinds
+from accelify.analysis.project_modules import IMPORTED, module_file, read
 from accelify.analysis.script_model import Kind, ScriptModel, analyze, value_classifier
 from accelify.analysis.syntax import dotted, walk
 from accelify.analysis.writing_helpers import writes_only
 from accelify.edits.plan import Note
 from accelify.errors import UserError
 from accelify.source import parse
-
-#: ``from engine import ...``, ``from .engine import ...``, ``import engine``
-_IMPORTED = re.compile(rb"^\s*(?:from\s+(\.?[\w.]+)\s+import|import\s+([\w.]+))", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -43,10 +40,10 @@ class TrainedElsewhere:
 def may_train_elsewhere(path: Path, data: bytes) -> bool:
     """A cheap test for a file without ``.backward(``: it imports a module of its own folder
     whose source has one."""
-    for match in _IMPORTED.finditer(data):
+    for match in IMPORTED.finditer(data):
         name = (match.group(1) or match.group(2)).decode()
-        found = _module_file(path, name)
-        if found is not None and b".backward(" in _read(found):
+        found = module_file(path, name)
+        if found is not None and b".backward(" in read(found):
             return True
     return False
 
@@ -99,7 +96,7 @@ def _sibling_calls(
             continue
         module_name, _, function = imported.rpartition(".")
         if module_name not in files:  # one look on disk per module
-            files[module_name] = _module_file(script, module_name)
+            files[module_name] = module_file(script, module_name)
         file = files[module_name]
         if file is None:
             continue
@@ -165,7 +162,7 @@ def _defined_beside(
     if imported is None or "." not in imported.lstrip("."):
         return None
     module_name, _, defined = imported.rpartition(".")
-    file = _module_file(script, module_name)
+    file = module_file(script, module_name)
     if file is None:
         return None
     if file not in modules:
@@ -349,19 +346,6 @@ def _backward_reached(model: ScriptModel, function: str) -> int | None:
     return None
 
 
-def _module_file(script: Path, name: str) -> Path | None:
-    """The file of module ``name`` beside ``script`` (``engine`` -> ``engine.py`` or
-    ``engine/__init__.py`` in its folder; ``.engine`` the same; ``pkg.engine`` below it)."""
-    relative = name.lstrip(".")
-    if not relative or name.startswith(".."):
-        return None
-    base = script.parent.joinpath(*relative.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file() and candidate.resolve() != script.resolve():
-            return candidate
-    return None
-
-
 def prepared_by_hand(source: bytes, label: str) -> list[str]:
     """What a module that already uses an Accelerator prepares itself (``model, optimizer,
     loader`` of ``self.accelerator.prepare(model, optimizer, loader)``), as written."""
@@ -374,16 +358,9 @@ def prepared_by_hand(source: bytes, label: str) -> list[str]:
 
 def _analyzed(file: Path) -> ScriptModel | None:
     try:
-        return analyze(parse(_read(file), str(file)))
+        return analyze(parse(read(file), str(file)))
     except (UserError, RecursionError):
         return None
-
-
-def _read(file: Path) -> bytes:
-    try:
-        return file.read_bytes()
-    except OSError:
-        return b""
 
 
 def _relative(module: Path, script: Path) -> str:

@@ -38,11 +38,13 @@ class LintCache:
     folder: Path  # this build's entries
     settings: str  # digest of what selects the rules
 
-    def get(self, path: str, data: bytes) -> tuple[list[Finding], bool] | None:
+    def get(self, path: str, data: bytes, read: bytes = b"") -> tuple[list[Finding], bool] | None:
         """The findings stored for ``path`` with this content, and whether it uses no
-        accelerator (a run from the cache says what a first run says), or None."""
+        accelerator (a run from the cache says what a first run says), or None. ``read``: the
+        paths and contents of the project's other modules the findings depend on
+        (`project_context`): a change in ``train.py`` lints ``trainer.py`` again."""
         try:
-            entry = json.loads((self.folder / self._name(path, data)).read_bytes())
+            entry = json.loads((self.folder / self._name(path, data, read)).read_bytes())
             if entry["accelify"] != __version__:
                 return None
             findings = [_finding(item, path) for item in entry["findings"]]
@@ -51,7 +53,12 @@ class LintCache:
             return None
 
     def put(
-        self, path: str, data: bytes, findings: list[Finding], no_accelerator: bool = False
+        self,
+        path: str,
+        data: bytes,
+        findings: list[Finding],
+        no_accelerator: bool = False,
+        read: bytes = b"",
     ) -> None:
         """Remember ``findings`` for this content; only portable ones (fixes as text edits)."""
         import tempfile
@@ -70,15 +77,15 @@ class LintCache:
         try:
             with os.fdopen(descriptor, "w") as handle:
                 json.dump(entry, handle)
-            os.replace(temporary, self.folder / self._name(path, data))
+            os.replace(temporary, self.folder / self._name(path, data, read))
         except OSError:
             Path(temporary).unlink(missing_ok=True)
 
-    def _name(self, path: str, data: bytes) -> str:
+    def _name(self, path: str, data: bytes, read: bytes = b"") -> str:
         import hashlib
 
         digest = hashlib.blake2b(digest_size=20)
-        for part in (self.settings.encode(), path.encode("utf-8", "surrogateescape"), data):
+        for part in (self.settings.encode(), path.encode("utf-8", "surrogateescape"), data, read):
             digest.update(len(part).to_bytes(8, "little"))
             digest.update(part)
         return f"{digest.hexdigest()}.json"
@@ -191,3 +198,15 @@ def _finding(item: dict, path: str) -> Finding:
         fixable=item["fixable"],
         edit=edit,
     )
+
+
+def project_context(path: Path, data: bytes, importers: tuple[Path, ...]) -> bytes:
+    """What the findings of ``path`` read besides its own text: the path and content of each
+    project module it imports and of each linted file that imports it (`project_view`),
+    empty for a file of neither."""
+    from accelify.analysis.project_modules import project_files, read
+
+    parts = []
+    for file in project_files(path, data, importers):
+        parts += [str(file).encode("utf-8", "surrogateescape"), read(file)]
+    return b"".join(len(part).to_bytes(8, "little") + part for part in parts)

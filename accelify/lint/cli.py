@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from accelify.errors import UserError
-from accelify.lint.cache import LintCache, cache_root, open_cache
+from accelify.lint.cache import LintCache, cache_root, open_cache, project_context
 from accelify.lint.engine import FileResult, lint_source
 from accelify.lint.finding import Finding
 from accelify.lint.output import render, statistics
@@ -132,23 +132,28 @@ def _lint_one(
     portable: bool = False,
     cache: LintCache | None = None,
     collect: bool = True,
+    importers: tuple[Path, ...] = (),
 ) -> FileResult:
     """``collect``: free the cycles the file left before the next one (`_cycles_collected_once`);
-    not after the last file of a serial run."""
+    not after the last file of a serial run. ``importers``: the linted files that import this
+    one (`project_importers`)."""
     try:
         data = path.read_bytes()
     except OSError as error:
         return FileResult(
             str(path), [Finding("ACC000", f"cannot read: {error.strerror}", 1, 1, None, str(path))]
         )
-    stored = cache.get(str(path), data) if cache is not None else None
+    read = project_context(path, data, importers) if cache is not None else b""
+    stored = cache.get(str(path), data, read) if cache is not None else None
     # --fix needs the tree of a file with something to fix; the rest is done
     if stored is not None and not (fix and any(f.fixable for f in stored[0])):
         findings, no_accelerator = stored
         return FileResult(str(path), findings, original=data, no_accelerator=no_accelerator)
     try:
         with _cycles_collected_once(collect):
-            result = lint_source(data, str(path), selection, fix, portable or cache is not None)
+            result = lint_source(
+                data, str(path), selection, fix, portable or cache is not None, importers
+            )
     except Exception as error:  # our bug, not the user's: one line, the other files go on
         return FileResult(
             str(path),
@@ -158,7 +163,7 @@ def _lint_one(
         )
     if cache is not None:  # after a fix, the findings are those of the fixed content
         content = data if result.fixed is None else result.fixed
-        cache.put(str(path), content, result.findings, result.no_accelerator)
+        cache.put(str(path), content, result.findings, result.no_accelerator, read)
     return result
 
 
@@ -205,10 +210,11 @@ def _lint_all(
     portable: bool,
     cache: LintCache | None = None,
 ) -> list[FileResult]:
+    importers = project_importers(files)
     if jobs <= 1 or len(files) < 2:
         last = len(files) - 1
         return [
-            _lint_one(path, selection, fix, portable, cache, collect=index < last)
+            _lint_one(path, selection, fix, portable, cache, index < last, importers.get(path, ()))
             for index, path in enumerate(files)
         ]
     from concurrent.futures import ProcessPoolExecutor
@@ -224,8 +230,20 @@ def _lint_all(
                 [fix] * count,
                 [True] * count,
                 [cache] * count,
+                [True] * count,
+                [importers.get(path, ()) for path in files],
             )
         )
+
+
+def project_importers(files: list[Path]) -> dict[Path, tuple[Path, ...]]:
+    """For each linted file, the other linted files that import it (their calls tell what its
+    functions are handed, `ProjectView`). One file alone has none: nothing more is read."""
+    if len(files) < 2:
+        return {}
+    from accelify.analysis.project_modules import importers_of, read
+
+    return {file: tuple(found) for file, found in importers_of(files, read).items()}
 
 
 def _collect(paths: list[Path], selection: Selection):

@@ -7,6 +7,7 @@ import ast
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accelify.analysis import names
@@ -18,6 +19,7 @@ from accelify.source import check_syntax, parse, room_for_deep_trees
 if TYPE_CHECKING:
     import libcst as cst
 
+    from accelify.analysis.outside_callers import ProjectView
     from accelify.analysis.script_model import ScriptModel
 
 #: A file that may hold an accelerator names it somewhere: an import of accelerate or accelify,
@@ -148,21 +150,34 @@ class FileResult:
 
 @room_for_deep_trees
 def lint_source(
-    data: bytes, path: str, selection: Selection, fix: bool = False, portable: bool = False
+    data: bytes,
+    path: str,
+    selection: Selection,
+    fix: bool = False,
+    portable: bool = False,
+    importers: tuple[Path, ...] | None = None,
 ) -> FileResult:
     """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
-    plan over this process's tree."""
+    plan over this process's tree. ``importers``: the linted files that import this one, whose
+    calls tell what this module's functions are handed (`project_view`); None: the file alone,
+    without reading the project's other modules."""
     result = FileResult(path, original=data, no_accelerator=True)
     if ACCELERATOR_WORDS.search(data) is None and b"torch" not in data:
         return result  # cannot match any rule: skipped before parsing
     plainly_named = False
     try:
-        if MAY_USE_ACCELERATOR.search(data) is None:
+        named = MAY_USE_ACCELERATOR.search(data) is not None
+        if named:
+            plainly_named = _plainly_named_in_code(data)
+            if (
+                not plainly_named
+                and not code_may_use_accelerator(data, path)
+                and (importers is None or not _factory_imported(path, data))
+            ):
+                return result  # named in docstrings or comments only: Python's parser read it
+        elif importers is None or not _factory_imported(path, data):
             check_syntax(data, path)  # no rule reports on it: its syntax only
             return result
-        plainly_named = _plainly_named_in_code(data)
-        if not plainly_named and not code_may_use_accelerator(data, path):
-            return result  # named in docstrings or comments only: Python's parser read it
         module = parse(data, path)
     except UserError as error:
         if plainly_named and not code_may_use_accelerator(data, path):
@@ -174,17 +189,161 @@ def lint_source(
         return result
     from accelify.analysis.script_model import analyze
 
-    script = analyze(module, data.decode("utf-8", errors="replace"))
+    project = project_view(path, data, importers) if importers is not None else None
+    script = analyze(module, data.decode("utf-8", errors="replace"), project=project)
     result.no_accelerator = not script.uses_accelerator
     result.findings = _check(script, data, path, selection)
+    if (
+        project is not None
+        and result.findings
+        and (script.given_parameters or project.run_by_every_rank)
+    ):
+        _name_the_callers(result.findings, script, data, path, selection)
     if fix and any(f.fix for f in result.findings):
-        result.fixed, result.fixed_count = _fix(data, path, selection)
+        result.fixed, result.fixed_count = _fix(data, path, selection, project)
         if result.fixed != data:
-            script = analyze(parse(result.fixed, path))
+            script = analyze(parse(result.fixed, path), project=project)
             result.findings = _check(script, result.fixed, path, selection)
     if portable:
         result.findings = _portable(result.findings, script)
     return result
+
+
+def _factory_imported(path: str, data: bytes) -> bool:
+    """The file names no accelerator, but may get one from a factory of the project: it names
+    something like one (``build_accelerator``) and imports a project module that constructs an
+    Accelerator (`ProjectView.accelerator_factories` tells which name, once analysed)."""
+    from accelify.analysis.project_modules import imported_files, kept_calls, read
+
+    if ACCELERATOR_WORDS.search(data) is None:
+        return False
+    kept = kept_calls(data)
+    return any(
+        _constructs_for(read(file), kept) for file in imported_files(Path(path), data).values()
+    )
+
+
+#: ``Accelerator(`` (any accelerator class) constructed in a module's text
+_CONSTRUCTION = re.compile(rb"\b(?:" + _alternatives(_ACCELERATOR_CLASSES) + rb")\s*\(")
+
+
+def _constructs_for(module: bytes, kept: set[bytes]) -> bool:
+    """A module's text constructs an accelerator and defines at its top level a function the
+    importing file calls and keeps the result of: maybe a factory (its analysis tells)."""
+    from accelify.analysis.project_modules import top_level_functions
+
+    if _CONSTRUCTION.search(module) is None:
+        return False
+    return bool(top_level_functions(module) & kept)
+
+
+def project_view(path: str, data: bytes, importers: tuple[Path, ...]) -> ProjectView | None:
+    """The file as the rest of its project sees it, when there is a rest: it imports a module
+    of the project (an Accelerator factory may be there) or linted files import it (their
+    calls tell what its functions are handed). A file of neither reads no other module."""
+    from accelify.analysis.outside_callers import ProjectView
+    from accelify.analysis.project_modules import imported_files
+
+    script = Path(path)
+    if not importers and not imported_files(script, data):
+        return None
+    return ProjectView(
+        script, importers, load_caller, load_alone=_load_alone, constructs_for=_constructs_for
+    )
+
+
+#: Modules analysed for another file's facts, by resolved path and whether they were read with
+#: their own imports, with the text they were read with: a trainer module imported by several
+#: scripts is analysed once per process.
+_LOADED: dict[tuple[Path, bool], tuple[bytes, ScriptModel | None]] = {}
+_LOADED_KEPT = 16
+
+
+def load_caller(file: Path) -> ScriptModel | None:
+    """`load_module` of a file that may hand an accelerator or prepared objects: one that
+    names an accelerator in its code (`MAY_USE_ACCELERATOR`, then Python's parser) or gets one
+    from a factory of the project; None for any other (its calls hand nothing prepared)."""
+    from accelify.analysis.project_modules import read
+
+    data = read(file)
+    named = MAY_USE_ACCELERATOR.search(data) is not None and (
+        _plainly_named_in_code(data) or code_may_use_accelerator(data, str(file))
+    )
+    if not named and not _factory_imported(str(file), data):
+        return None
+    return load_module(file)
+
+
+def load_module(file: Path) -> ScriptModel | None:
+    """``file`` analysed with the Accelerators its own project imports give it (a caller's
+    ``accelerator = build_accelerator(args)``), not with its callers' facts; None when it
+    cannot be read or parsed. Kept for the next file that asks while its text is the same."""
+    return _loaded(file, imports=True)
+
+
+def _load_alone(file: Path) -> ScriptModel | None:
+    """``file`` analysed alone: a factory's module, read for what it constructs."""
+    return _loaded(file, imports=False)
+
+
+def _loaded(file: Path, imports: bool) -> ScriptModel | None:
+    from accelify.analysis.outside_callers import ProjectView
+    from accelify.analysis.project_modules import imported_files, read
+    from accelify.analysis.script_model import analyze
+
+    key = (file.resolve(), imports)
+    data = read(file)
+    kept = _LOADED.get(key)
+    if kept is not None and kept[0] == data:
+        return kept[1]
+    view = None
+    if imports and imported_files(file, data):
+        view = ProjectView(file, (), _load_alone, constructs_for=_constructs_for)
+    try:
+        model: ScriptModel | None = analyze(parse(data, str(file)), project=view)
+    except (UserError, RecursionError):
+        model = None
+    if len(_LOADED) >= _LOADED_KEPT:
+        _LOADED.pop(next(iter(_LOADED)))
+    _LOADED[key] = (data, model)
+    return model
+
+
+def _name_the_callers(
+    findings: list[Finding], script: ScriptModel, data: bytes, path: str, selection: Selection
+) -> None:
+    """A finding the file alone would not give came from what another module's calls hand a
+    function: its message names them (the caller's file and line), where the finding sits in
+    that function (or the class whose constructor it is)."""
+    from accelify.analysis.script_model import analyze
+
+    alone = {(f.line, f.code) for f in _check(analyze(script.module), data, path, selection)}
+    everyone = script.project.run_by_every_rank if script.project is not None else {}
+    spans = []
+    for function in dict.fromkeys([*script.given_parameters, *everyone]):
+        constructor = function.name.value == "__init__"
+        owner = script.index.enclosing_class(function) if constructor else None
+        position = script.position(owner or function)
+        name = owner.name.value if owner is not None else f"{function.name.value}()"
+        given = script.given_parameters.get(function, {})
+        handed = [g.says(parameter) for parameter, g in given.items()]
+        where = next(iter(given.values())).where if given else everyone[function]
+        said = f"{where} calls {name}"
+        if handed:
+            said += " with " + ", ".join(handed)
+        if function in everyone:
+            said += " on every rank"
+        spans.append((position.start.line, position.end.line, where, said))
+    for finding in findings:
+        if (finding.line, finding.code) in alone:
+            continue
+        said = [
+            text
+            for first, last, where, text in spans
+            if first <= finding.line <= last and where not in finding.message
+        ]
+        if said:
+            finding.message += f" ({'; '.join(said)})"
 
 
 def _portable(findings: list[Finding], script: ScriptModel) -> list[Finding]:
@@ -364,7 +523,13 @@ def _statements_naming(module: cst.Module) -> dict[str, set[int]]:
     return found
 
 
-def _fix(data: bytes, path: str, selection: Selection, rounds: int = 5) -> tuple[bytes, int]:
+def _fix(
+    data: bytes,
+    path: str,
+    selection: Selection,
+    project: ProjectView | None = None,
+    rounds: int = 5,
+) -> tuple[bytes, int]:
     """One fix per node per round; later rounds see the earlier rounds' code. A result that
     Python cannot compile is never returned: the file stays as it was."""
     from accelify.analysis.script_model import analyze
@@ -373,7 +538,7 @@ def _fix(data: bytes, path: str, selection: Selection, rounds: int = 5) -> tuple
     current, applied = data, 0
     for _ in range(rounds):
         module = parse(current, path)
-        findings = _check(analyze(module), current, path, selection)
+        findings = _check(analyze(module, project=project), current, path, selection)
         plans = [f.fix for f in findings if f.fix is not None]
         if not plans:
             break

@@ -1,0 +1,161 @@
+"""The project's own modules: which file an import of a script names, for the conversion
+(training that runs in a sibling module) and the linter (facts one module's calls carry into
+another's functions). One resolution, read from the file system; nothing is imported or run.
+
+``import engine`` and ``from engine import train`` name ``engine.py`` (or ``engine/__init__.py``)
+beside the script; ``from .engine import train`` the same, ``from ..utils import x`` one folder
+up; ``from project.utils import x`` (or ``import project.utils``) names ``utils.py`` of the folder
+``project`` that holds the script, or of the script's package root (the folder above its last
+folder with an ``__init__.py``). A library's module is none of them: it is not a file there.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+#: ``from engine import ...``, ``from .engine import ...``, ``import engine``, ``import a.b``
+IMPORTED = re.compile(rb"^\s*(?:from\s+(\.*[\w.]*)\s+import|import\s+([\w.]+))", re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=4096)
+def module_file(script: Path, name: str) -> Path | None:
+    """The file of module ``name`` as ``script`` imports it (see the module docstring); never
+    ``script`` itself. Kept per process: a tree's files ask the same of each of their calls'
+    modules (``torch.nn``: no file of the project, looked up on disk once)."""
+    dots = len(name) - len(name.lstrip("."))
+    relative = name[dots:]
+    if dots:
+        folder = script.parent
+        for _ in range(dots - 1):
+            folder = folder.parent
+        return _file_in(folder, relative, script) if relative else None
+    if not relative:
+        return None
+    for root in _roots(script, relative.split(".", 1)[0]):
+        found = _file_in(root, relative, script)
+        if found is not None:
+            return found
+    return None
+
+
+def _roots(script: Path, first: str) -> Iterator[Path]:
+    """Where an absolute import of the project is looked up, nearest first: the script's
+    folder; the folder above the one named like the import's first part, on the script's path
+    (``project`` of ``from project import util``); the package root."""
+    yield script.parent
+    for folder in _ancestors(script.parent.absolute()):
+        if folder.name == first:
+            yield folder.parent
+            break
+    folder = script.parent.absolute()
+    root = folder
+    while (root / "__init__.py").is_file() and root.parent != root:
+        root = root.parent
+    if root != folder:
+        yield root
+
+
+def _ancestors(folder: Path) -> Iterator[Path]:
+    """``folder`` and the folders above it (eight at most: a project, not the file system)."""
+    yield folder
+    for count, parent in enumerate(folder.parents):
+        if count == 8:
+            return
+        yield parent
+
+
+def _file_in(root: Path, dotted_name: str, script: Path) -> Path | None:
+    base = root.joinpath(*dotted_name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file() and candidate.resolve() != script.resolve():
+            return candidate
+    return None
+
+
+def imported_files(script: Path, data: bytes) -> dict[str, Path]:
+    """The project modules ``data`` (the text of ``script``) imports, by the module name its
+    imports spell: a test of the text, no parse (``from . import util`` names ``util`` too)."""
+    found: dict[str, Path] = {}
+    for match in IMPORTED.finditer(data):
+        name = (match.group(1) or match.group(2)).decode()
+        names = [name]
+        if match.group(1) is not None and name.strip(".") == "":
+            names = []  # ``from . import a, b``: each name a module of the folder
+            line_end = data.find(b"\n", match.end())
+            imported = data[match.end() : line_end if line_end >= 0 else len(data)]
+            for part in imported.decode(errors="replace").strip(" ()\\").split(","):
+                word = part.split(" as ")[0].strip()
+                if word.isidentifier():
+                    names.append(name + word)
+        for each in names:
+            if each in found:
+                continue
+            file = module_file(script, each)
+            if file is not None:
+                found[each] = file
+    return found
+
+
+def split_member(qualified: str, script: Path) -> tuple[Path, str] | None:
+    """``utils.validate`` (as a script's imports resolve a call's name) -> ``utils.py`` of the
+    project and ``validate``: the module is the longest prefix that is a project file."""
+    module_name, _, member = qualified.rpartition(".")
+    if not module_name or not member:
+        return None
+    if module_name.strip(".") == "":  # ``from . import util``: ``.util`` is the module
+        return None
+    file = module_file(script, module_name)
+    return (file, member) if file is not None else None
+
+
+def read(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError:
+        return b""
+
+
+def project_files(path: Path, data: bytes, linted: Iterable[Path]) -> list[Path]:
+    """The project modules whose text the findings of ``path`` may depend on: those it
+    imports, and the linted files that import it (`importers_of`)."""
+    found = list(imported_files(path, data).values())
+    return found + [p for p in linted if p not in found]
+
+
+def importers_of(files: list[Path], texts: Callable[[Path], bytes]) -> dict[Path, list[Path]]:
+    """For each of ``files``, the others of them that import it (by resolved path)."""
+    resolved = {file.resolve(): file for file in files}
+    found: dict[Path, list[Path]] = {}
+    for file in files:
+        for module in imported_files(file, texts(file)).values():
+            target = resolved.get(module.resolve())
+            if target is not None and target != file and file not in found.get(target, []):
+                found.setdefault(target, []).append(file)
+    return found
+
+
+#: ``def name(`` at the top level of a module
+_TOP_LEVEL_DEF = re.compile(rb"^def\s+(\w+)\s*\(", re.MULTILINE)
+#: ``x = name(`` or ``x = module.name(``: a call whose result is kept
+_KEPT_CALL = re.compile(rb"=\s*(?:[\w.]+\.)?(\w+)\s*\(")
+
+
+def top_level_functions(data: bytes) -> set[bytes]:
+    """The names ``def`` binds at the top level of a module's text (no parse)."""
+    return set(_TOP_LEVEL_DEF.findall(data))
+
+
+def kept_calls(data: bytes) -> set[bytes]:
+    """The names of calls whose result a script's text assigns (``acc = build(args)``)."""
+    return set(_KEPT_CALL.findall(data))
+
+
+def calls_any(data: bytes, names: set[str]) -> bool:
+    """``data`` (a module's text) calls one of ``names``: ``name(`` or ``x.name(``, as text."""
+    if not names:
+        return False
+    pattern = rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\s*\("
+    return re.search(pattern, data) is not None

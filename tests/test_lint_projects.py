@@ -1,0 +1,144 @@
+"""Lint reads the project, not one file: what train.py's calls hand a trainer module's classes
+and helpers (the accelerator, a prepared model or loader, every rank), and an Accelerator a
+factory of another module returns, reach the module that uses them. Each folder of
+``fixtures/lint/projects`` is linted as a tree; ``# expect: ACC503`` marks each finding."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from accelify.analysis.project_modules import importers_of, module_file, read
+from accelify.lint.cache import open_cache
+from accelify.lint.cli import _lint_all
+from accelify.lint.engine import lint_source
+from accelify.lint.selection import Selection
+from conftest import FIXTURES
+
+PROJECTS = FIXTURES / "lint" / "projects"
+EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>ACC\d+(?:\s*,\s*ACC\d+)*)")
+EVERY_RULE = Selection(select=["ACC"])
+
+
+def expected(folder: Path) -> set[tuple[str, int, str]]:
+    found = set()
+    for path in sorted(folder.glob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            match = EXPECT.search(line)
+            if match:
+                for code in match.group("codes").split(","):
+                    found.add((path.name, number, code.strip()))
+    return found
+
+
+def reported(folder: Path, jobs: int = 1, cache=None) -> dict[tuple[str, int, str], str]:
+    files = sorted(folder.glob("*.py"))
+    results = _lint_all(files, EVERY_RULE, False, jobs, False, cache)
+    return {
+        (Path(result.path).name, finding.line, finding.code): finding.message
+        for result in results
+        for finding in result.findings
+    }
+
+
+@pytest.mark.parametrize(
+    "folder", sorted(p for p in PROJECTS.iterdir() if p.is_dir()), ids=lambda p: p.name
+)
+def test_each_project_reports_its_bugs_where_they_are_and_nothing_else(folder: Path):
+    assert set(reported(folder)) == expected(folder)
+
+
+def test_findings_that_come_from_another_module_name_the_call_that_tells():
+    messages = reported(PROJECTS / "handed_trainer")
+    assert "train.py:19 calls Trainer with" in messages[("trainer.py", 23, "ACC503")]
+    assert "model a prepared model" in messages[("trainer.py", 23, "ACC503")]
+    assert "train.py:21 calls accuracy()" in messages[("evaluation.py", 11, "ACC403")]
+    assert "loader a prepared dataloader" in messages[("evaluation.py", 11, "ACC403")]
+    factory = reported(PROJECTS / "accelerator_factory")
+    assert "make_accelerator() returns to finetune.py:9" in factory[("setup_util.py", 6, "ACC304")]
+
+
+def test_a_module_linted_alone_knows_nothing_its_callers_hand_it():
+    """Without train.py among the linted files, trainer.py's model is a parameter like any
+    other: nothing is reported (the facts come only from calls that are read)."""
+    for name in ("trainer.py", "evaluation.py"):
+        path = PROJECTS / "handed_trainer" / name
+        assert lint_source(path.read_bytes(), str(path), EVERY_RULE, importers=()).findings == []
+
+
+def test_the_accelerator_of_another_modules_factory_is_known_when_linting_one_file():
+    path = PROJECTS / "factory_only_shared_members" / "report.py"
+    found = lint_source(path.read_bytes(), str(path), EVERY_RULE, importers=())
+    assert [(f.line, f.code) for f in found.findings] == [(14, "ACC202")]
+    # read alone (no project: `lint_source`'s default), ``state`` proves nothing
+    assert lint_source(path.read_bytes(), str(path), EVERY_RULE).no_accelerator
+
+
+def test_processes_report_what_one_process_reports():
+    folder = PROJECTS / "handed_trainer"
+    assert reported(folder, jobs=2) == reported(folder)
+
+
+def test_a_change_in_the_calling_module_lints_the_called_module_again(tmp_path: Path):
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "handed_trainer", folder)
+    cache = open_cache(tmp_path / "cache", EVERY_RULE)
+    assert ("trainer.py", 23, "ACC503") in reported(folder, cache=cache)
+    assert ("trainer.py", 23, "ACC503") in reported(folder, cache=cache)  # warm
+    train = folder / "train.py"
+    # a second construction hands a model nobody prepared: the calls no longer agree
+    train.write_text(
+        train.read_text().replace(
+            "    trainer.fit(3)\n",
+            "    trainer.fit(3)\n    Trainer(accelerator, torch.nn.Linear(8, 2), optimizer, [])\n",
+        )
+    )
+    warm = reported(folder, cache=cache)
+    assert ("trainer.py", 23, "ACC503") not in warm
+    assert warm == reported(folder)
+
+
+def test_a_call_under_a_rank_test_carries_nothing(tmp_path: Path):
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "handed_trainer", folder)
+    train = folder / "train.py"
+    train.write_text(
+        train.read_text().replace(
+            "    trainer = Trainer(",
+            "    if accelerator.is_main_process:\n        trainer = Trainer(",
+        )
+    )
+    assert ("trainer.py", 23, "ACC503") not in reported(folder)
+
+
+def test_project_modules_resolve_as_python_would_find_them(tmp_path: Path):
+    package = tmp_path / "src" / "pkg"
+    (package / "engine").mkdir(parents=True)
+    for name in ("__init__.py", "utils.py", "engine/__init__.py", "engine/loop.py"):
+        (package / name).write_text("")
+    (tmp_path / "src" / "scripts").mkdir()
+    script = package / "engine" / "loop.py"
+    assert module_file(script, "..utils") == package / "utils.py"
+    assert module_file(script, ".") is None
+    assert module_file(package / "utils.py", ".engine") == package / "engine" / "__init__.py"
+    assert module_file(script, "pkg.utils") == package / "utils.py"  # from the package root
+    assert module_file(script, "torch.nn") is None  # a library: no file of the project
+    assert module_file(package / "utils.py", "utils") is None  # never the file itself
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "train_util.py").write_text("")
+    assert module_file(folder / "train.py", "project.train_util") == folder / "train_util.py"
+
+
+def test_importers_are_the_linted_files_that_import_a_module(tmp_path: Path):
+    (tmp_path / "trainer.py").write_text("import torch\n")
+    (tmp_path / "train.py").write_text("from trainer import Trainer\nfrom . import utils\n")
+    (tmp_path / "utils.py").write_text("import trainer as t\n")
+    files = sorted(tmp_path.glob("*.py"))
+    found = importers_of(files, read)
+    assert found[tmp_path / "trainer.py"] == [tmp_path / "train.py", tmp_path / "utils.py"]
+    assert found[tmp_path / "utils.py"] == [tmp_path / "train.py"]
+    assert tmp_path / "train.py" not in found
