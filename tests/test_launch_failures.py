@@ -1050,6 +1050,27 @@ def test_an_all_reduce_that_aborts_gloo_names_each_ranks_shape():
 
 
 @pytest.mark.distributed
+def test_a_collective_reached_under_a_rank_test_that_aborts_gloo_names_the_guard():
+    """Rank 0's reduce (dst 0: it only receives) meets rank 1's next gradient all-reduce: gloo
+    aborts rank 0 on the sizes, and the launcher names the guarded call, not "tensors of
+    different sizes" (the records hold no shapes of one collective: the ranks were in two)."""
+    result = launched("reduce_under_main_in_a_method.py")
+    assert result.returncode == 128 + signal.SIGABRT, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    assert report[0].startswith("accelify launch: rank 0 was killed by SIGABRT"), report
+    assert report[1] == (
+        "accelify launch: rank 0 went into a collective that only some ranks reach: "
+        "reduce_under_main_in_a_method.py:33 (`self.log_metrics(loss)`) runs under "
+        "`if self.accelerator.is_main_process:` (reduce_under_main_in_a_method.py:32), which "
+        "rank 1 skipped and went on to other collectives; every rank must make the call: take "
+        "the collective out of the guard (gather or wait on every rank, then print or save on "
+        "the main process only)"
+    ), report
+    assert "--debug" not in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_a_rank_killed_from_outside_is_named_and_the_run_exits_as_a_shell_says():
     result = launched("killed.py")
     assert result.returncode == 128 + signal.SIGKILL, result.stderr

@@ -30,8 +30,11 @@ from accelify.runtime.failure_record import (
 from accelify.runtime.launch.shapes import other_shapes, shapes_words
 from accelify.runtime.launch.watch import (
     AGREED_BREAK,
+    Frames,
     Verdict,
     crash_stack,
+    guarded_call,
+    guarded_words,
     handler_error_words,
     passes_words,
     place,
@@ -85,10 +88,11 @@ def failed_run(
         rank = min(exited, key=lambda r: (_left_at(states.get(r), exited[r].timestamp), r))
         if len(exited) > 1 and not any(state.sequence for state in states.values()):
             return _all_exited(exited_with, first=rank)
-        crash = _crash_place(records, attempt, rank, exited_with[rank]) or _exit_call(
-            records, attempt, rank
+        frames = _crash_frames(records, attempt, rank, exited_with[rank])
+        crash = _crash_place(frames) or _exit_call(records, attempt, rank)
+        return _exited(
+            rank, exited_with[rank], states.get(rank), failures, victims, crash, states, frames
         )
-        return _exited(rank, exited_with[rank], states.get(rank), failures, victims, crash, states)
     left = [
         rank for rank, state in states.items() if state.state == LEAVING and rank not in failures
     ]
@@ -226,11 +230,13 @@ def _exited(
     victims: dict[int, Failure],
     crash: str = "",
     states: dict[int, Record] | None = None,
+    frames: Frames | None = None,
 ) -> tuple[str, int]:
     """A rank that left without an exception (``sys.exit``, the end of its script, a signal)
-    while its peers still needed it; ``crash``: where a fatal signal killed it; ``states``:
-    every rank's record (a rank that aborted inside a collective its peers passed other shapes
-    is told so)."""
+    while its peers still needed it; ``crash``: where a fatal signal killed it, ``frames``: the
+    user's frames it died in; ``states``: every rank's record (a rank that aborted inside a
+    collective its peers passed other shapes is told so; one that aborted in a collective it
+    reached under a rank test, which its peers skipped into another, is told that)."""
     how = describe_exit(exitcode) if exitcode != 0 else "exited with code 0"
     how += crash
     where = ""
@@ -246,13 +252,18 @@ def _exited(
     if aborted and state is not None and other_shapes(states or {}, state):
         # gloo's "Received data size doesn't match expected size": the records say which
         lines += shapes_words(states or {}, state, place)
+    elif aborted and state is not None and (guarded := guarded_call(state, frames or [])):
+        # gloo matched this rank's collective with another one its peers went on to
+        peers = sorted(r for r in (states or {}) if r != rank)
+        lines.append(guarded_words(rank, guarded, peers, "went on to other collectives"))
     elif aborted and state is not None:
         # NCCL's own checks, or shapes the records did not keep (a peer went on past them)
         lines.append(
             f"{PREFIX} rank {rank} aborted inside {state.operation}: the communication library "
-            "aborts a rank when the ranks pass it tensors of different sizes or dtypes; rerun "
-            "with `accelify launch --debug` to have each collective compare the ranks' shapes "
-            "first and raise, naming each rank's"
+            "aborts a rank when the ranks pass it tensors of different sizes or dtypes, or when "
+            "one rank's collective meets another collective of its peers; rerun with "
+            "`accelify launch --debug` to have each collective compare the ranks' operations "
+            "and shapes first and raise, naming each rank's call"
         )
     lines += _victim_lines(victims, exclude=rank)
     if exitcode == 0:
@@ -268,12 +279,16 @@ def _exited(
 FATAL_SIGNALS = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
 
 
-def _crash_place(records: Path, attempt: int, rank: int, exitcode: int) -> str:
-    """`` at train.py:10 (`lib.run(x)`)``: the user's line a rank was on when a fatal signal
-    killed it (a segfault in an extension, an abort in a C++ library)."""
+def _crash_frames(records: Path, attempt: int, rank: int, exitcode: int) -> Frames:
+    """The user's frames a rank was in when a fatal signal killed it (a segfault in an
+    extension, an abort in a C++ library), oldest first; none for any other end."""
     if -exitcode not in FATAL_SIGNALS:
-        return ""
-    frames = crash_stack(collective_record.attempt_directory(records, attempt), rank)
+        return []
+    return crash_stack(collective_record.attempt_directory(records, attempt), rank)
+
+
+def _crash_place(frames: Frames) -> str:
+    """`` at train.py:10 (`lib.run(x)`)``: the innermost of them."""
     return f" at {source_place(frames[-1][0], frames[-1][1])}" if frames else ""
 
 

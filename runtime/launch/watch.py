@@ -365,12 +365,12 @@ def _mismatch(
     guarded = {
         rank: found
         for rank, rec in sorted(waiting.items())
-        if (found := _guarded_call(rec, stacks.get(rank) or [])) is not None
+        if (found := guarded_call(rec, stacks.get(rank) or [])) is not None
     }
     culprit = min(guarded) if guarded and len(guarded) < len(waiting) else _fewest_passes(waiting)
     if culprit in guarded:
         others = [rank for rank in sorted(waiting) if rank not in guarded]
-        lines.append(_guarded_words(culprit, guarded[culprit], others, "went on"))
+        lines.append(guarded_words(culprit, guarded[culprit], others, "went on"))
     elif culprit is not None:
         most = max(rec.passes for rec in waiting.values())
         ahead = next(r for r, rec in sorted(waiting.items()) if rec.passes == most)
@@ -395,10 +395,10 @@ def _mismatch(
     return Verdict("\n".join(lines), culprit, "mismatch")
 
 
-def _guarded_words(
+def guarded_words(
     rank: int, found: tuple[tuple[str, int], RankGuard], others: list[int], then: str
 ) -> str:
-    """The line that names a collective only some ranks reach (`_guarded_call`) as the cause."""
+    """The line that names a collective only some ranks reach (`guarded_call`) as the cause."""
     (path, line), guard = found
     named = ", ".join(str(other) for other in others)
     return (
@@ -411,7 +411,7 @@ def _guarded_words(
     )
 
 
-def _guarded_call(record: Record, frames: Frames) -> tuple[tuple[str, int], RankGuard] | None:
+def guarded_call(record: Record, frames: Frames) -> tuple[tuple[str, int], RankGuard] | None:
     """The outermost of the rank's own lines that runs on some ranks only (the guarded call of
     a helper that makes the collective, or the collective itself), with its guard."""
     places = [(path, line) for path, line, _ in frames]
@@ -499,12 +499,12 @@ def _left(
     guarded = {
         rank: found
         for rank, rec in sorted(waiting.items())
-        if (found := _guarded_call(rec, _stack(directory, rank, rec.pid))) is not None
+        if (found := guarded_call(rec, _stack(directory, rank, rec.pid))) is not None
     }
     if guarded:
         # the leaver skipped a guarded collective and ran out of script: the guard is the cause
         culprit = min(guarded)
-        lines.append(_guarded_words(culprit, guarded[culprit], sorted(left), "left"))
+        lines.append(guarded_words(culprit, guarded[culprit], sorted(left), "left"))
         return Verdict("\n".join(lines), culprit, "mismatch")
     if exit_place(directory, leaver) is not None:
         lines.append(
