@@ -534,9 +534,11 @@ class StopOnOwnValue(Rule):
                     f"`if {accelerator}.check_trigger(): {leaves}`"
                 ),
             )
-        yield from self._collective_on_own_value(script, facts)
+        yield from self._collective_on_own_value(script, facts, losses)
 
-    def _collective_on_own_value(self, script: ScriptModel, facts: Facts) -> Iterator[Finding]:
+    def _collective_on_own_value(
+        self, script: ScriptModel, facts: Facts, losses: list[Backward]
+    ) -> Iterator[Finding]:
         """``if eval_loss < best: self._save_checkpoint()`` in the epoch loop, where the
         method waits for everyone or gathers the weights and ``eval_loss`` is this rank's own
         shard's: the ranks where the test holds enter the collective, the others never do
@@ -545,13 +547,13 @@ class StopOnOwnValue(Rule):
             loop = script.index.enclosing_loop(test)
             if not isinstance(loop, cst.For) or script.under_rank_guard(test):
                 continue
-            if facts.ranks.is_rank_test(test.test):
-                continue
-            collective = _collective_under(script, facts, test)
+            if facts.ranks.is_rank_test(test.test) or facts.agreed.branch_agreed(test):
+                continue  # a gathered evaluation's metric: every rank decides alike
+            collective = _collective_under(script, facts, test, losses)
             if collective is None:
                 continue
             decided = _decided_on_own_shard(facts, test, loop)
-            if decided is None:
+            if decided is None or _in_training_pass(script, decided.origin, losses):
                 continue
             accelerator = accelerator_name(script, test)
             read = decided.read
@@ -573,13 +575,23 @@ class StopOnOwnValue(Rule):
             )
 
 
-def _collective_under(script: ScriptModel, facts: Facts, test: cst.If) -> cst.Call | None:
+def _in_training_pass(script: ScriptModel, origin: cst.CSTNode, losses: list[Backward]) -> bool:
+    """``origin`` is folded in a loop that runs ``backward`` (the last training batch's loss):
+    left out for now, the conversion names that branch at another line (`dataset_download`);
+    an evaluation pass's metric is what this check reports."""
+    loop = script.index.enclosing_loop(origin)
+    return loop is not None and any(script.inside(b.call, loop) for b in losses)
+
+
+def _collective_under(
+    script: ScriptModel, facts: Facts, test: cst.If, losses: list[Backward]
+) -> cst.Call | None:
     """A call in ``test``'s body (not its test) that is a collective on a backend this script
     runs on (DDP always: a barrier, a gather, a backward), or a call of the file's functions that
     runs one on every backend (``self._save_checkpoint()`` around ``wait_for_everyone``)."""
     reach = facts.collective_reach
     in_view = backends_in_view(script)
-    backwards = {id(call) for call in script.backward_calls}
+    backwards = {id(b.call) for b in losses}
     for call in walk(test.body):
         if not isinstance(call, cst.Call):
             continue
