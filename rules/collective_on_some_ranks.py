@@ -43,6 +43,23 @@ _MAIN_ONLY = (
 )
 
 
+_BEST_CHECKPOINT = (
+    "import torch\nfrom accelerate import Accelerator{imports}\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer):\n"
+    "        self.accelerator = Accelerator({plugin})\n"
+    "        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)\n"
+    "        self.best_acc = 0.0\n\n"
+    "    def save_checkpoint(self, name):\n"
+    "        state = {{'model': self.accelerator.get_state_dict(self.model)}}\n"
+    "        self.accelerator.save(state, name)\n\n"
+    "    def fit(self, acc):\n"
+    "        if acc > self.best_acc and self.accelerator.is_main_process:\n"
+    "            self.best_acc = acc\n"
+    "            self.save_checkpoint('best.pt')\n"
+)
+
+
 class CollectiveOnSomeRanks(Rule):
     """A collective (``wait_for_everyone``, ``gather``, ``reduce``, ``main_process_first``,
     ``save_state`` under DeepSpeed/FSDP or accelify's runtime, ``get_state_dict`` under FSDP
@@ -283,8 +300,21 @@ class CollectiveOnSomeRanks(Rule):
             29,
             11,
         ),
+        # a trainer's best-checkpoint method, reached through self under the main-process
+        # test, gathers the FSDP-sharded weights: the other ranks never join it
+        Example(
+            _BEST_CHECKPOINT.format(
+                imports=", FullyShardedDataParallelPlugin",
+                plugin="fsdp_plugin=FullyShardedDataParallelPlugin()",
+            ),
+            18,
+            13,
+        ),
     )
     good = (
+        # the same trainer where the script names no sharding engine: under DDP every rank
+        # holds the whole model, and get_state_dict is no collective
+        _BEST_CHECKPOINT.format(imports="", plugin=""),
         # unwrapped and moved to the CPU after training: the bare module's forward
         _BUFFERED
         + _EVALUATE

@@ -6,6 +6,8 @@ import libcst as cst
 from accelify.analysis.collectives import (
     agreed_in_place,
     agrees_across_ranks,
+    backends_in_view,
+    collective_backends,
     read_outside_agreement,
 )
 from accelify.analysis.dataflow import statements, variables_in
@@ -120,6 +122,37 @@ _HANDED_STOPPER = (
 )
 
 
+#: A trainer that saves its best checkpoint (a barrier, then the weights) when this rank's own
+#: validation loss improves: the ranks where it did wait in the barrier for the others.
+_BEST_SAVE = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer, loader, val_loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer, self.loader, self.val_loader = self.accelerator.prepare(\n"
+    "            model, optimizer, loader, val_loader\n"
+    "        )\n"
+    "        self.best = float('inf')\n\n"
+    "    def _save_checkpoint(self):\n"
+    "        self.accelerator.wait_for_everyone()\n"
+    "        self.accelerator.save(self.accelerator.get_state_dict(self.model), 'best.pt')\n\n"
+    "    def fit(self, epochs):\n"
+    "        for epoch in range(epochs):\n"
+    "            for x, y in self.loader:\n"
+    "                self.accelerator.backward(torch.nn.functional.mse_loss(self.model(x), y))\n"
+    "                self.optimizer.step()\n"
+    "                self.optimizer.zero_grad()\n"
+    "            eval_loss = 0.0\n"
+    "            with torch.no_grad():\n"
+    "                for x, y in self.val_loader:\n"
+    "                    eval_loss += torch.nn.functional.mse_loss(self.model(x), y).item()\n"
+    "            eval_loss /= len(self.val_loader)\n"
+    "            if eval_loss < self.best:\n"
+    "                self.best = eval_loss\n"
+    "                self._save_checkpoint()\n"
+)
+
+
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
     from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
@@ -144,6 +177,11 @@ class StopOnOwnValue(Rule):
     the call (or the counter's test) runs under ``if accelerator.is_main_process:``, a reduce
     there would run on one rank and hang: the advice is the trigger, or the reduce on every
     rank with the call moved out of the guard.
+
+    The same decision guarding a collective instead of a stop (``if eval_loss < best:
+    self._save_checkpoint()``, the method waiting for everyone): only the ranks where the test
+    holds enter it, and they wait there for the others (hang); reported at the ``if``, with the
+    value reduced before the test (or decided on the main process and broadcast) as the fix.
 
     A test of a counter, a setting, or of a value gathered or reduced over the ranks before the
     test (every rank holds it alike), a test under a rank guard (ACC210's), a ``continue`` with
@@ -326,8 +364,19 @@ class StopOnOwnValue(Rule):
             38,
             17,
         ),
+        # the best checkpoint saved (a barrier in the method) when this rank's own shard's
+        # validation loss improved: reported at the test
+        Example(_BEST_SAVE, 28, 13),
     )
     good = (
+        # the best checkpoint saved on the validation loss reduced over the ranks first
+        _BEST_SAVE.replace(
+            "            if eval_loss < self.best:\n",
+            "            eval_loss = self.accelerator.reduce(\n"
+            "                torch.tensor(eval_loss, device=self.accelerator.device), 'mean'\n"
+            "            ).item()\n"
+            "            if eval_loss < self.best:\n",
+        ),
         # the early stop on the validation loss reduced over the ranks: they stop together
         _EARLY_STOP.replace(
             "    if val_loss < best:\n",
@@ -485,6 +534,75 @@ class StopOnOwnValue(Rule):
                     f"`if {accelerator}.check_trigger(): {leaves}`"
                 ),
             )
+        yield from self._collective_on_own_value(script, facts, losses)
+
+    def _collective_on_own_value(
+        self, script: ScriptModel, facts: Facts, losses: list[Backward]
+    ) -> Iterator[Finding]:
+        """``if eval_loss < best: self._save_checkpoint()`` in the epoch loop, where the
+        method waits for everyone or gathers the weights and ``eval_loss`` is this rank's own
+        shard's: the ranks where the test holds enter the collective, the others never do
+        (hang). The same decision as a stop's, reported at the test's line."""
+        for test in script.index.of_type(cst.If):
+            loop = script.index.enclosing_loop(test)
+            if not isinstance(loop, cst.For) or script.under_rank_guard(test):
+                continue
+            if facts.ranks.is_rank_test(test.test) or facts.agreed.branch_agreed(test):
+                continue  # a gathered evaluation's metric: every rank decides alike
+            collective = _collective_under(script, facts, test, losses)
+            if collective is None:
+                continue
+            decided = _decided_on_own_shard(facts, test, loop)
+            if decided is None or _in_training_pass(script, decided.origin, losses):
+                continue
+            accelerator = accelerator_name(script, test)
+            read = decided.read
+            if decided.condition is not None:
+                read += f" (stepped under the test at line {script.line(decided.condition)})"
+            yield self.finding(
+                script,
+                test,
+                message=(
+                    f"Decide on every rank together: this test reads {read}, which this rank "
+                    f"computed from its own shard (line {script.line(decided.origin)}), so only "
+                    f"the ranks where it holds reach the collective at line "
+                    f"{script.line(collective)}, and they wait there for the others (hang); "
+                    f"reduce what it reads over the ranks before the test "
+                    f"({accelerator}.reduce(torch.tensor(value, device={accelerator}.device), "
+                    f"'mean').item(), or gather_for_metrics the per-batch values), or decide on "
+                    f"the main process and broadcast the decision"
+                ),
+            )
+
+
+def _in_training_pass(script: ScriptModel, origin: cst.CSTNode, losses: list[Backward]) -> bool:
+    """``origin`` is folded in a loop that runs ``backward`` (the last training batch's loss):
+    left out for now, the conversion names that branch at another line (`dataset_download`);
+    an evaluation pass's metric is what this check reports."""
+    loop = script.index.enclosing_loop(origin)
+    return loop is not None and any(script.inside(b.call, loop) for b in losses)
+
+
+def _collective_under(
+    script: ScriptModel, facts: Facts, test: cst.If, losses: list[Backward]
+) -> cst.Call | None:
+    """A call in ``test``'s body (not its test) that is a collective on a backend this script
+    runs on (DDP always: a barrier, a gather, a backward), or a call of the file's functions that
+    runs one on every backend (``self._save_checkpoint()`` around ``wait_for_everyone``)."""
+    reach = facts.collective_reach
+    in_view = backends_in_view(script)
+    backwards = {id(b.call) for b in losses}
+    for call in walk(test.body):
+        if not isinstance(call, cst.Call):
+            continue
+        if id(call) in backwards:
+            return call
+        if collective_backends(script, call, reach.accelerators) & in_view:
+            return call
+        callee = script.call_graph.callee(call)
+        if callee is not None and reach.synchronising_call(callee[0], everywhere=True):
+            return call
+    return None
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,25 @@ _PIPELINE = (
 )
 
 
+_CYCLE = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class CycleTrainer:\n"
+    "    def __init__(self, model_a, model_b, opt_a, opt_b):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model_A, self.opt_A, self.model_B, self.opt_B = self.accelerator.prepare(\n"
+    "            model_a, opt_a, model_b, opt_b\n"
+    "        )\n\n"
+    "    def train(self, loader):\n"
+    "        for batch in loader:\n"
+    "            self._cycle_step(self.model_A, self.model_B, self.opt_A, batch)\n\n"
+    "    def _cycle_step(self, model_train, model_gen, optimizer, batch):\n"
+    "        with torch.inference_mode():\n"
+    "            synth = {generator}.generate(input_ids=batch['input_ids'])\n"
+    "        self.accelerator.backward(model_train(input_ids=synth).loss)\n"
+    "        optimizer.step()\n"
+)
+
+
 class WrapperAttribute(Rule):
     """A method or attribute of the model's own class read from the object ``prepare`` returned
     (``model.generate(...)``, ``model.config``, ``model.save_pretrained(...)``): on several
@@ -451,8 +470,13 @@ class WrapperAttribute(Rule):
             17,
             23,
         ),
+        # a cycle trainer hands the member it prepared in construction (never called by its own
+        # name) to a method that runs it as the generator: the parameter is the wrapper
+        Example(_CYCLE.format(generator="model_gen"), 18, 21),
     )
     good = (
+        # the same method given the model itself through unwrap_model
+        _CYCLE.format(generator="self.accelerator.unwrap_model(model_gen)"),
         # the pipeline gets the model itself
         _PIPELINE.format(unet="accelerator.unwrap_model(model)"),
         # a module-level trainer, and a function's own loop variable of the same name: the

@@ -339,7 +339,42 @@ def _construction_prepares(script: ScriptModel, owner_class: cst.ClassDef, spell
         for call in script.calls
     )
     return prepared and (
-        called or handed_models or _prepared_as_a_model(script, spelling, construction)
+        called
+        or handed_models
+        or _prepared_as_a_model(script, spelling, construction)
+        or _run_where_handed(script, owner_class, spelling)
+    )
+
+
+def _run_where_handed(script: ScriptModel, owner_class: cst.ClassDef, spelling: str) -> bool:
+    """The class hands ``spelling`` (``self.model_B``) to a function of this file that runs
+    what it gets as a model: calls it, its ``generate`` or its ``train``/``eval``
+    (``self._cycle_step(self.model_A, self.model_B, ...)`` where ``model_gen.generate(...)``).
+    The parameter is the same object, so it is a model the class never calls by its own name.
+    A parameter the function binds again is another object there."""
+    graph = script.call_graph
+    for call in script.calls:
+        if script.index.enclosing_class(call) is not owner_class:
+            continue
+        handed = [a for a in call.args if dotted(a.value) == spelling]
+        if not handed:
+            continue
+        for function, implicit in graph.callees(call):
+            for parameter, argument in bound_arguments(function, call, implicit):
+                if argument in handed and _runs_parameter(script, function, parameter):
+                    return True
+    return False
+
+
+def _runs_parameter(script: ScriptModel, function: cst.FunctionDef, parameter: str) -> bool:
+    """``function`` calls its ``parameter`` as a model (``model(x)``, ``model.generate(...)``,
+    ``model.eval()``) and never binds it again."""
+    if any(script.scope_of(a) is function for a in script.index.assignments_to(parameter)):
+        return False
+    runs = {parameter} | {f"{parameter}.{m}" for m in ("generate", "train", "eval")}
+    return any(
+        dotted(call.func) in runs and script.index.enclosing_function(call) is function
+        for call in script.calls
     )
 
 
