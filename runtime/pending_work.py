@@ -131,8 +131,9 @@ def _looks_inside_a_backward() -> bool:
     ``torch.inference_mode()`` (the loss was built before), so the probe builds its own graph
     under `torch.enable_grad` outside inference mode, on the CPU whatever the default device.
     It calls torch's own backward, not the runtime's recording around it (`_unrecorded`): the
-    probe is no pass of the script's. A torch whose backward still cannot run it answers False: the caller
-    then stashes its token (`tracked`), which covers every work, at one C call more a step.
+    probe is no pass of the script's. A torch whose backward still cannot run it answers False:
+    the caller then stashes its token (`tracked`), which covers every work, at one C call more a
+    step.
     """
     get = getattr(torch._C, "_get_obj_in_tls", None)
     if get is None:
