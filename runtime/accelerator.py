@@ -145,8 +145,9 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         self.trackers: list[tracking.GeneralTracker] = []
         self._init_checkpoint_hooks()
         self._models: list[torch.nn.Module] = []
-        #: how `backward` tracks its works (`_backward_tracking`), known at the first
-        self._tracks_backward: str | None = None
+        #: how `backward` tracks its works: decided here, outside whatever block the script
+        #: calls `backward` in, and not on the step (`_backward_tracking`)
+        self._tracks_backward = _backward_tracking(self)
         self._optimizers: list[PreparedOptimizer] = []
         self._schedulers: list[PreparedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
@@ -314,18 +315,19 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         sync = state.sync_gradients
+        tracks = self._tracks_backward
         recorder = collective_record._recorder
         begun = (
             recorder.begin_pass(backend.reduces_in_backward(self._models, sync), sys._getframe(1))
             if recorder is not None
             else None
         )
-        tracks = self._tracks_backward
-        if tracks is None:
-            tracks = self._tracks_backward = _backward_tracking(self)
-        marker = pending_work.IN_BACKWARD.set(pending_work.TOKEN) if tracks == "context" else None
-        try:
-            if tracks == "stash":
+        marker = None
+        try:  # from the pass's beginning: a failure anywhere in it still ends it
+            if tracks == "context":
+                marker = pending_work.IN_BACKWARD.set(pending_work.TOKEN)
+                backend.backward(loss, sync, **kwargs)
+            elif tracks == "stash":
                 with pending_work.tracked(True):
                     backend.backward(loss, sync, **kwargs)
             else:

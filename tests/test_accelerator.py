@@ -162,6 +162,25 @@ def test_a_torch_optimizers_step_under_ddp_is_not_tracked_and_any_other_is(monke
     assert not Backend(accelerator.process).steps_locally(local.optimizer)  # an engine may
 
 
+def test_a_backward_that_fails_still_ends_its_recorded_pass(tmp_path, monkeypatch):
+    """Everything after the pass began is inside its ``try``: a backward that raises (a loss
+    with no graph) leaves the record out of the backward, so the next pass is counted."""
+    from accelify.runtime import collective_record
+
+    recorder = collective_record._Recorder(tmp_path, 0, skip=())
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(nn.Linear(2, 1))
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        accelerator.backward(torch.ones(()))
+    assert (recorder.passes, recorder.in_backward) == (1, False)
+    loss = model(torch.ones(1, 2)).sum()
+    with torch.no_grad():  # the graph was built before: valid
+        accelerator.backward(loss)
+    assert (recorder.passes, recorder.in_backward) == (2, False)
+    assert model.weight.grad is not None
+
+
 def test_preparing_twice_changes_nothing():
     accelerator = Accelerator()
     model, optimizer, loader, _ = parts()

@@ -236,6 +236,48 @@ def test_a_torch_with_the_tls_stash_but_not_its_removal_tracks_nothing(monkeypat
     assert module.in_flight() == 0 and module.wait_until_freed(0)
 
 
+def test_a_backward_under_no_grad_trains_as_plain_ddp_and_is_one_pass_each():
+    """A loss built with grad may be backpropagated under ``torch.no_grad()`` or
+    ``torch.inference_mode()``: the Accelerator's one-time look at how torch's backward carries
+    its context once raised "does not require grad" there and stopped every rank. The look is
+    not a pass of the script's either: made after the script's own DDP model recorded
+    ``torch.autograd.backward``, it counted one backward pass more than the script made."""
+    script = RUNTIME / "backward_under_no_grad.py"
+    plain = launch(script, "plain")
+    assert_ok(plain)
+    prepared = launch(script)
+    assert_ok(prepared)
+    lines = sorted(prepared.stdout.splitlines())
+    assert lines == sorted(plain.stdout.splitlines())
+    assert [line.split(":")[0] for line in lines] == ["rank 0", "rank 1"]
+    assert all(line.endswith("passes 3") for line in lines), lines
+
+
+def test_the_look_inside_a_backward_works_under_no_grad_and_is_no_recorded_pass(
+    tmp_path, monkeypatch
+):
+    """`pending_work._looks_inside_a_backward` answers the same inside ``torch.no_grad()`` and
+    ``torch.inference_mode()`` as outside, and calls torch's backward under the recording
+    `ddp_collectives` puts on it (a real ``loss.backward()`` there is still one pass)."""
+    import torch
+
+    from accelify.runtime import collective_record, ddp_collectives, pending_work
+
+    outside = pending_work._looks_inside_a_backward()
+    recorder = collective_record._Recorder(tmp_path, 0, skip=())
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+    monkeypatch.setattr(torch.autograd, "backward", torch.autograd.backward)  # restored after
+    monkeypatch.setattr(ddp_collectives, "_backwards_recorded", False)
+    ddp_collectives._record_backwards()
+    assert getattr(torch.autograd.backward, "__accelify_operation__", None) == "backward"
+    for around in (torch.no_grad, torch.inference_mode):
+        with around():
+            assert pending_work._looks_inside_a_backward() == outside
+    assert recorder.passes == 0 and not recorder.in_backward
+    torch.ones((), requires_grad=True).mul(2).backward()
+    assert recorder.passes == 1
+
+
 def test_the_group_is_freed_without_the_gil_while_a_worker_still_needs_it():
     """A rank that printed everything and never exited (seen in CI, about once in forty
     `verify --to-end` runs), or died of SIGABRT at exit: the group must be freed through its
