@@ -298,14 +298,14 @@ class _PrintThrough(cst.CSTTransformer):
         super().__init__()
         self.calls = {id(c) for c in calls}
         self.func = cst.parse_expression(f"{accelerator}.print")
-        self.before, self.wait = before, wait
+        self.ahead_of, self.wait = before, wait
 
     def _with_wait(self, original: Any, updated: Any) -> Any:
-        if self.before is None or self.wait is None:
+        if self.ahead_of is None or self.wait is None:
             return updated
         body = list(updated.body)
         for index, line in enumerate(original.body):
-            if line is self.before:
+            if line is self.ahead_of:
                 body.insert(index, self.wait)
                 return updated.with_changes(body=body)
         return updated
