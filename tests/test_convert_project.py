@@ -432,3 +432,85 @@ def test_a_main_function_driver_loads_its_trainers_checkpoint_on_two_ranks(tmp_p
     assert_ok(result)
     lines = result.stdout.splitlines()
     assert [line.split()[:2] for line in lines] == [["best", "acc"], ["best", "epoch"]], lines
+
+
+MAIN_GUARD = FIXTURES / "projects" / "trainer_driven_from_a_main_guard"
+
+
+def _results(fixture: Path, tmp_path: Path) -> tuple[Path, dict[str, object]]:
+    project = tmp_path / "project"
+    shutil.copytree(fixture, project)
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    return project, results
+
+
+def test_a_driver_under_a_main_guard_waits_before_each_rounds_read(tmp_path: Path):
+    """``if __name__ == "__main__": trainer = Trainer(cfg); for round in ...: trainer.fit();
+    torch.load(...)``: the guard's block is the driver's scope (its prints go through
+    ``trainer.accelerator.print``, not "no accelerator is reachable"), the barrier goes just
+    before the read inside the loop (above the loop, each later round's read would still race
+    the main process's save), and the write already under a rank test is not reviewed."""
+    _, results = _results(MAIN_GUARD, tmp_path)
+    train = results["train.py"]
+    assert train.skipped is None and train.changed and not train.reviews
+    converted = train.converted.decode()
+    assert 'trainer.accelerator.print(f"round {round}' in converted
+    assert (
+        "        best = trainer.fit()\n"
+        "        trainer.accelerator.wait_for_everyone()\n"
+        '        checkpoint = torch.load("runs/best.pt")\n'
+    ) in converted
+    assert converted.count("wait_for_everyone()") == 1
+    (barrier,) = [note for note in train.changes if "wait_for_everyone" in note.text]
+    assert barrier.line == 12
+
+
+def test_a_read_under_a_per_rank_condition_gets_a_review_and_no_barrier(tmp_path: Path):
+    """A barrier under ``if best > 0.5:`` (a value each rank computed) would hang the ranks
+    that skip it: said, not placed."""
+    project = tmp_path / "project"
+    shutil.copytree(MAIN_GUARD, project)
+    train_py = project / "train.py"
+    source = train_py.read_text()
+    train_py.write_text(
+        source.replace(
+            '        checkpoint = torch.load("runs/best.pt")\n',
+            '        if best > 0.5:\n            checkpoint = torch.load("runs/best.pt")\n',
+        ).replace('        print(f"round', '            print(f"round')
+    )
+    (train, _) = convert_all(list(collect([train_py, project / "trainer.py"])), Options(), 1)
+    assert "wait_for_everyone" not in train.converted.decode()
+    (review,) = train.reviews
+    assert review.line == 13
+    assert "a condition the ranks may disagree on holds it" in review.text
+
+
+def test_a_driver_under_a_main_guard_reads_each_rounds_checkpoint_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(MAIN_GUARD, project)
+    original = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    assert_ok(run_accelify("convert", project, "--write"))
+    alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    assert alone.stdout == original.stdout
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    lines = result.stdout.splitlines()
+    assert [line.split()[:2] for line in lines] == [["round", "0"], ["round", "1"]], lines
+
+
+READS_BACK = FIXTURES / "projects" / "driver_reads_what_an_already_converted_trainer_saves"
+
+
+def test_a_driver_of_an_already_converted_trainer_waits_before_reading_its_save(
+    tmp_path: Path,
+):
+    """trainer.py already uses an Accelerator and saves ``best.pt`` on the main process: its
+    source as written is what runs, so the driver's ``torch.load("best.pt")`` waits for it."""
+    _, results = _results(READS_BACK, tmp_path)
+    assert results["trainer.py"].skipped == "already uses an Accelerator"
+    converted = results["train.py"].converted.decode()
+    assert 'trainer.accelerator.wait_for_everyone()\nstate = torch.load("best.pt")\n' in converted
+    (barrier,) = [n for n in results["train.py"].changes if "wait_for_everyone" in n.text]
+    assert barrier.line == 17

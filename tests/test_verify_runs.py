@@ -75,8 +75,9 @@ def test_each_run_is_set_up_as_a_process_of_its_own_forked_or_not(
 def test_each_run_imports_the_modules_of_its_own_project(
     forked: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """`verify ../a/train.py train.py`: the original driver imports ../a/trainer.py, the
-    converted one (alone and on 2 ranks' labels) the trainer.py beside it."""
+    """`verify ../a/train.py train.py`: the run labelled "original" imports the original
+    project's trainer.py, the run labelled "converted" the converted project's (each run's
+    search path by its label), though both run the same copied script away from either."""
     if not forked or sys.platform != "linux":
         monkeypatch.setattr(runs_module.sys, "platform", "elsewhere")
     projects = {}

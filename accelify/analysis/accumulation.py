@@ -74,12 +74,16 @@ def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | N
         and facts.flow.reads_loader(loop)
         and not _steps_at_the_last_batch(found.condition.test, loop, facts)
     ):
+        models = accumulated_models(loop, facts)
         found.unaccounted = (
             f"its step test fires every {found.steps_code} batches only, and accumulate() also "
             "steps at each pass's last batch: where a pass's batch count does not divide by "
-            f"{found.steps_code}, the conversion would make more optimizer steps than the "
-            "original (a schedule sized to its count would run past its end); to use "
-            "accumulate(), step at the last batch too (`or i + 1 == len(loader)`)"
+            f"{found.steps_code}, accumulate() would make more optimizer steps than the "
+            "original (a schedule sized to its count would run past its end). As written it is "
+            "correct, but every backward all-reduces: to skip those syncs and keep its steps, "
+            "run the backward of the batches that do not step under `with "
+            f"accelerator.no_sync({models[0] if models else 'model'}):`; or step at the last "
+            f"batch too (`or {_last_batch_test(loop, facts)}`) and the conversion uses accumulate()"
         )
     return found
 
@@ -89,27 +93,130 @@ def _steps_at_the_last_batch(test: cst.BaseExpression, loop: Loop, facts: Facts)
     the loader the loop iterates, as ``accumulate()`` syncs there (HF's
     ``sync_with_dataloader``): the rewrite keeps the original's optimizer steps. Without that
     side, a pass whose batch count does not divide by ``k`` leaves its last batches'
-    gradients to the next pass's first step, where ``accumulate()`` would step on them."""
+    gradients to the next pass's first step, where ``accumulate()`` would step on them. Only
+    an equality of the loop's own counter and its own loader's length counts (``or
+    len(loader) < k``, ``or i + 1 == len(other)`` fire at other batches)."""
     if not isinstance(test, cst.BooleanOperation) or not isinstance(test.operator, cst.Or):
         return False
-    loaders = {loop.iterable} - {None}
+    counter = _loop_counter(loop.node)
+    if counter is None:
+        return False
+    loaders = {loop.iterable, _enumerated(loop.node, facts.model)} - {None}
     if loop.through is not None:
         loaders |= {dotted(node) for node in walk(loop.through)} - {None}
-    for side in (test.left, test.right):
-        if _steps_at_the_last_batch(side, loop, facts):
-            return True
-        for node in walk(side):
-            if (
-                isinstance(node, cst.Call)
-                and dotted(node.func) == "len"
-                and len(node.args) == 1
-                and (
-                    dotted(node.args[0].value) in loaders
-                    or facts.flow.kind_of(dotted(node.args[0].value), node) is Kind.DATALOADER
-                )
-            ):
-                return True
-    return False
+    return any(
+        _steps_at_the_last_batch(side, loop, facts)
+        or _is_the_last_batch(side, counter, loaders, facts.model)
+        for side in (test.left, test.right)
+    )
+
+
+def _last_batch_test(loop: Loop, facts: Facts) -> str:
+    """The test to add, in the loop's own names: ``step + 1 == len(train_loader)``."""
+    counter = _loop_counter(loop.node)
+    iterated = _enumerated(loop.node, facts.model)
+    loader = f"len({iterated})" if iterated else "the number of batches"
+    if counter is None:
+        return f"<the batch index> + 1 == {loader}"
+    name, start = counter
+    offset = 1 - start
+    if offset > 0:
+        return f"{name} + {offset} == {loader}"
+    return f"{name} - {-offset} == {loader}" if offset < 0 else f"{name} == {loader}"
+
+
+def _enumerated(loop: cst.For, model: ScriptModel) -> str | None:
+    """``loaders["train"]`` of ``for step, batch in enumerate(loaders["train"])``, as written."""
+    call = loop.iter
+    if isinstance(call, cst.Call) and dotted(call.func) == "enumerate" and call.args:
+        return model.module.code_for_node(call.args[0].value)
+    return None
+
+
+def _loop_counter(loop: cst.For) -> tuple[str, int] | None:
+    """``i`` and its first value for ``for i, batch in enumerate(loader)`` (``enumerate(loader,
+    1)``: 1); None for another loop, or a start not written as a number."""
+    call, target = loop.iter, loop.target
+    if not (
+        isinstance(call, cst.Call)
+        and dotted(call.func) == "enumerate"
+        and isinstance(target, cst.Tuple)
+        and len(target.elements) == 2
+        and isinstance(target.elements[0].value, cst.Name)
+    ):
+        return None
+    start = 0
+    if len(call.args) > 1:
+        value = call.args[1].value
+        if not isinstance(value, cst.Integer):
+            return None
+        start = int(value.value)
+    return target.elements[0].value.value, start  # type: ignore[attr-defined]
+
+
+def _is_the_last_batch(
+    side: cst.BaseExpression, counter: tuple[str, int], loaders: set[str], model: ScriptModel
+) -> bool:
+    """``i + 1 == len(loader)`` or ``i == len(loader) - 1`` (either way round; ``n`` bound
+    once to ``len(loader)`` as well): true at the last batch of the loop's own loader only."""
+    if (
+        not isinstance(side, cst.Comparison)
+        or len(side.comparisons) != 1
+        or not isinstance(side.comparisons[0].operator, cst.Equal)
+    ):
+        return False
+    pair = (side.left, side.comparisons[0].comparator)
+    name, start = counter
+    return any(
+        (offset := _counter_offset(a, name)) is not None
+        and (length := _length_offset(b, loaders, model)) is not None
+        and offset + start - 1 == length
+        for a, b in (pair, pair[::-1])
+    )
+
+
+def _counter_offset(node: cst.BaseExpression, counter: str) -> int | None:
+    """0 for ``i``, 1 for ``i + 1`` (``1 + i``)."""
+    if isinstance(node, cst.Name):
+        return 0 if node.value == counter else None
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        sides = {_code(node.left), _code(node.right)}
+        return 1 if sides == {counter, "1"} else None
+    return None
+
+
+def _length_offset(node: cst.BaseExpression, loaders: set[str], model: ScriptModel) -> int | None:
+    """0 for ``len(loader)`` (or a name bound once to it), -1 for ``len(loader) - 1``."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract):
+        if _code(node.right) != "1":
+            return None
+        inner = _length_offset(node.left, loaders, model)
+        return None if inner is None else inner - 1
+    if isinstance(node, cst.Name):
+        bound = model.index.values_bound_to(node.value)
+        if len(bound) != 1 or isinstance(bound[0][1], cst.Name):
+            return None
+        node = bound[0][1]
+    if (
+        isinstance(node, cst.Call)
+        and dotted(node.func) == "len"
+        and len(node.args) == 1
+        and (
+            dotted(node.args[0].value) in loaders
+            or model.module.code_for_node(node.args[0].value) in loaders
+        )
+    ):
+        return 0
+    return None
+
+
+def _code(node: cst.BaseExpression) -> str | None:
+    """A name's or a whole number's text; None for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Integer):
+        return node.value
+    return None
 
 
 def accumulated_models(loop: Loop, facts: Facts) -> list[str]:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 
 import libcst as cst
 
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, Scope, ScriptModel
 from accelify.analysis.syntax import (
@@ -280,17 +281,59 @@ class Placement:
     def bound_per_iteration(
         self, home: cst.CSTNode, codes: Iterable[str]
     ) -> list[tuple[str, cst.For]]:
-        """Names read by ``codes`` that a ``for`` loop of ``home`` binds as its target
-        (``lr`` of ``for lr in [0.01, 0.1]:``), with that loop: a value per iteration, which
-        nothing made once before the loop can read, and nothing made once per process can
-        follow from one iteration to the next."""
+        """Names read by ``codes`` that a ``for`` loop of ``home`` binds anew per iteration, as
+        its target (``lr`` of ``for lr in [0.01, 0.1]:``) or anywhere in its body (``lr, amp =
+        cfg`` of ``for cfg in runs:``), with that loop: a value per iteration, which nothing
+        made once before the loop can read, and nothing made once per process can follow from
+        one iteration to the next. A parameter of ``home`` counts where a call of it sits in
+        such a loop and passes it a name bound there (``Trainer(lr, amp)`` in ``for lr, amp in
+        runs:``, whose ``__init__`` reads ``amp``): one object, and so one setting, per run."""
         wanted = _read_by(codes, attributes=False)
         found = []
         for line in self.body_of(home):
             for node in walk(line):
                 if isinstance(node, cst.For) and self.model.scope_of(node) is home:
-                    found += [(name, node) for name in sorted(_assigned(node.target) & wanted)]
+                    found += [(name, node) for name in sorted(self._bound_in(node) & wanted)]
+        if isinstance(home, cst.FunctionDef):
+            found += self._passed_per_iteration(home, wanted)
         return found
+
+    def _passed_per_iteration(
+        self, function: cst.FunctionDef, wanted: set[str]
+    ) -> list[tuple[str, cst.For]]:
+        """Calls of ``function`` inside a ``for`` loop that pass one of the ``wanted``
+        parameters a name that loop binds per iteration."""
+        parameters = {p.name.value for p in function.params.params} & wanted
+        if not parameters:
+            return []
+        implicit = 1 if self.class_of(function) is not None else 0  # ``self``
+        found = []
+        for call in self.model.call_graph.callers(function):
+            passed = {
+                node.value
+                for parameter, argument in bound_arguments(function, call, implicit)
+                if parameter in parameters
+                for node in walk(argument.value)
+                if isinstance(node, cst.Name)
+            }
+            for loop in self.model.ancestors(call):
+                if isinstance(loop, cst.For) and not self.model.inside(call, loop.iter):
+                    found += [(name, loop) for name in sorted(self._bound_in(loop) & passed)]
+        return found
+
+    def _bound_in(self, loop: cst.For) -> set[str]:
+        """The names ``loop`` binds per iteration: its target, and what its body assigns in
+        the loop's own scope (not in a function defined there)."""
+        scope = self.model.scope_of(loop)
+        bound = _assigned(loop.target)
+        for node in walk(loop.body):
+            if self.model.scope_of(node) is not scope:
+                continue
+            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For)):
+                bound |= target_names(node.target)
+            elif isinstance(node, cst.AsName):
+                bound |= target_names(node.name)
+        return bound
 
 
 def _read_by(codes: Iterable[str], attributes: bool = True) -> set[str]:

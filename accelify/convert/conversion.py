@@ -137,8 +137,21 @@ def _drives_another_file(
     reviews += _writes_on_every_rank(model, reach)
     barrier = None
     if reach is not None:
-        writers = [there[e.module] for e in driven if there[e.module].when == "converted"]
-        barrier = _read_back(model, reach[1], writers)
+        writers = [there[e.module] for e in driven if there[e.module].when != "converted alone"]
+        found_read = _read_back(model, reach[1], writers)
+        if found_read is not None and found_read[1] is None:
+            reviews.append(
+                Note(
+                    model.line(found_read[0]),
+                    "this read of a file may come before the module it trains through has "
+                    "written it (that module writes its files on the main process only), and "
+                    "a condition the ranks may disagree on holds it, so no barrier is placed "
+                    f"here: call {reach[0]}.wait_for_everyone() where every rank runs it, "
+                    "before this read",
+                )
+            )
+        elif found_read is not None:
+            barrier = found_read
     if barrier is not None:
         read = barrier[0]
         changes.append(
@@ -167,6 +180,8 @@ def _writes_on_every_rank(model: ScriptModel, reach: tuple[str, cst.CSTNode] | N
     accelerator the other file's instance holds, and the statement after which it exists."""
     notes = []
     for write in writes(model, facts_of(model).placement, with_torch_save=True):
+        if model.under_rank_guard(write.call):
+            continue  # written once already (``if int(os.environ.get("RANK", 0)) == 0:``)
         if reach is not None and project.in_scope_below(model, write.call, reach[1]):
             acc = reach[0]
             guard = f"after {acc}.wait_for_everyone(), under if {acc}.is_main_process:"
@@ -234,24 +249,30 @@ def _builtin_prints(model: ScriptModel) -> list[cst.Call]:
 
 def _read_back(
     model: ScriptModel, bound: cst.CSTNode, writers: list[_There]
-) -> tuple[cst.Call, cst.CSTNode] | None:
+) -> tuple[cst.Call, cst.CSTNode | None] | None:
     """The first read of a file (``torch.load(f"{out}/best.pt")``) that every rank runs below
     ``bound`` (the statement that makes the trainer) in its scope, where a module this file
     trains through writes files on the main process only (``accelerator.save`` of its best
     checkpoint): the paths are spelled in two modules, so any such read may be of what was
-    written; a barrier costs one wait. With the statement of ``bound``'s body holding it,
-    where the barrier goes (every rank reaches it). None where nothing is read back."""
+    written; a barrier costs one wait. With the read's own statement in its innermost block,
+    where the barrier goes (in ``for r in ...: trainer.fit(); torch.load(...)`` each round's
+    read waits for that round's write), or None there when a condition the ranks may disagree
+    on holds the read (a barrier there would hang the ranks that skip it: said, not placed).
+    None where nothing is read back."""
     if not any(_writes_on_one_rank(there.source) for there in writers):
         return None
-    body = model.parent(bound)
-    for read, _ in sorted(
-        facts_of(model).shared_files.file_reads(), key=lambda pair: model.order(pair[0])
-    ):
+    shared = facts_of(model).shared_files
+    for read, _ in sorted(shared.file_reads(), key=lambda pair: model.order(pair[0])):
         if not project.in_scope_below(model, read, bound) or model.under_rank_guard(read):
             continue
-        holder = next((a for a in [read, *model.ancestors(read)] if model.parent(a) is body), None)
-        if holder is not None:
-            return read, holder
+        if shared.divergent_around(read) is not None or shared.parting_before(read) is not None:
+            return read, None
+        own = next(
+            a
+            for a in [read, *model.ancestors(read)]
+            if isinstance(model.parent(a), (cst.Module, cst.IndentedBlock))
+        )
+        return read, own
     return None
 
 
@@ -277,14 +298,14 @@ class _PrintThrough(cst.CSTTransformer):
         super().__init__()
         self.calls = {id(c) for c in calls}
         self.func = cst.parse_expression(f"{accelerator}.print")
-        self.before, self.wait = before, wait
+        self.ahead_of, self.wait = before, wait
 
     def _with_wait(self, original: Any, updated: Any) -> Any:
-        if self.before is None or self.wait is None:
+        if self.ahead_of is None or self.wait is None:
             return updated
         body = list(updated.body)
         for index, line in enumerate(original.body):
-            if line is self.before:
+            if line is self.ahead_of:
                 body.insert(index, self.wait)
                 return updated.with_changes(body=body)
         return updated

@@ -18,7 +18,7 @@ from accelify.analysis.loss_sources import backwards
 from accelify.analysis.objects import returned_kinds
 from accelify.analysis.project_modules import IMPORTED, module_file, read
 from accelify.analysis.script_model import Kind, ScriptModel, analyze, value_classifier
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, is_main_guard, walk
 from accelify.analysis.writing_helpers import writes_only
 from accelify.edits.plan import Note
 from accelify.errors import UserError
@@ -279,25 +279,31 @@ def instance_accelerator(
 
 
 def _of_its_scopes_own_body(model: ScriptModel, statement: cst.CSTNode) -> bool:
-    """A statement of the module's body, or of a function's own indented block."""
+    """A statement of the module's body, of a function's own indented block, or of a
+    module-level ``if __name__ == "__main__":`` block (it runs once, as the module's own
+    statements do: the most common driver shape)."""
     parent = model.parent(statement)
     if parent is model.module:
         return True
-    return isinstance(parent, cst.IndentedBlock) and isinstance(
-        model.parent(parent), cst.FunctionDef
-    )
+    return isinstance(parent, cst.IndentedBlock) and _a_scope(model, model.parent(parent))
+
+
+def _a_scope(model: ScriptModel, owner: cst.CSTNode | None) -> bool:
+    """A function, or a main guard of the module's own body: its block is a scope's body."""
+    if isinstance(owner, cst.FunctionDef):
+        return True
+    return is_main_guard(owner) and model.parent(owner) is model.module  # type: ignore[arg-type]
 
 
 def in_scope_below(model: ScriptModel, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
     """``node`` runs after ``statement`` in the same scope (not in a function or class defined
-    there, which may run anywhere): below it in source order."""
+    there, which may run anywhere): below it in source order. The scope of a statement of a
+    function's block or of a main guard's block is that block."""
     if model.order(node) <= model.order(statement):
         return False
-    scope = model.parent(statement)
-    if scope is not model.module:
-        scope = model.parent(scope)  # the function whose body holds the statement
-        if not model.inside(node, scope):
-            return False
+    scope = model.parent(statement)  # the module, or the block holding the statement
+    if scope is not model.module and not model.inside(node, scope):
+        return False
     return not any(
         isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
         for a in model.ancestors(node)

@@ -61,11 +61,10 @@ class RunSettings:
     #: a run's own search path, by label: a converted project's runs import its converted
     #: modules, the original's its own (`search_path` for a label not here)
     search_paths: tuple[tuple[str, Path], ...] = ()
+    args: tuple[str, ...] = ()
 
     def search_path_of(self, label: str) -> Path | None:
         return dict(self.search_paths).get(label, self.search_path)
-
-    args: tuple[str, ...] = ()
 
 
 @dataclass

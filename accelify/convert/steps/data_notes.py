@@ -13,7 +13,7 @@ from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
 
@@ -163,14 +163,7 @@ def _gradients_assigned_by_hand(ctx: Context) -> None:
             continue
         function = ctx.facts.placement.enclosing_function(call)
         scope = function if function is not None else ctx.model.module
-        if not any(
-            isinstance(node, cst.Assign)
-            and any(
-                isinstance(t.target, cst.Attribute) and t.target.attr.value == "grad"
-                for t in node.targets
-            )
-            for node in walk(scope)
-        ):
+        if not _assigned_to_grad(ctx, call, scope):
             continue
         reduce = ctx.a_at(call, "reduce")
         ctx.plan.review(
@@ -182,6 +175,45 @@ def _gradients_assigned_by_hand(ctx: Context) -> None:
             f"assigned ({reduce}(g, 'mean'))",
         )
         return
+
+
+def _assigned_to_grad(ctx: Context, call: cst.Call, scope: cst.CSTNode) -> bool:
+    """A ``.grad = value`` of ``scope`` whose value comes from what ``call`` (an
+    ``autograd.grad``) binds: ``meta_grads = autograd.grad(...)``, then ``for w, g in
+    zip(ws, meta_grads): w.grad = g``. Names follow assignments and loop targets whose value
+    reads one already found. ``p.grad = None`` (clearing before a gradient penalty's
+    backward) and a value from elsewhere are not meta-gradients assigned by hand."""
+    bound = ctx.model.parent(call)
+    if not isinstance(bound, cst.Assign):
+        return False
+    found = set().union(*(target_names(t.target) for t in bound.targets))
+    grows = True
+    while grows:
+        grows = False
+        for node in walk(scope):
+            if isinstance(node, cst.Assign) and _reads(node.value, found):
+                targets = [t.target for t in node.targets]
+            elif isinstance(node, cst.For) and _reads(node.iter, found):
+                targets = [node.target]
+            else:
+                continue
+            more = set().union(*(target_names(t) for t in targets)) - found
+            if more:
+                found |= more
+                grows = True
+    return any(
+        isinstance(node, cst.Assign)
+        and any(
+            isinstance(t.target, cst.Attribute) and t.target.attr.value == "grad"
+            for t in node.targets
+        )
+        and _reads(node.value, found)
+        for node in walk(scope)
+    )
+
+
+def _reads(value: cst.BaseExpression, found: set[str]) -> bool:
+    return any(isinstance(n, cst.Name) and n.value in found for n in walk(value))
 
 
 def _totals_over_dataset(ctx: Context) -> None:
