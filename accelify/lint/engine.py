@@ -375,7 +375,8 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
     lines = data.decode("utf-8", errors="replace").splitlines()
     single_device = _single_device_classes(script)
     found: list[Finding] = []
-    covered: set[tuple[int, str]] = set()
+    covered: set[tuple[int, str]] = set()  # whole lines, a rule's `Rule.covers`
+    covered_at: set[tuple[int, int, str]] = set()  # places, a finding's `Finding.covers`
     for rule, finding in reported:
         finding.path = path
         if any(first <= finding.line <= last for first, last in single_device):
@@ -383,8 +384,12 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
         if not suppressed(lines, finding.line, finding.code):
             found.append(finding)
             covered.update((finding.line, code) for code in rule.covers)
-            covered.update(finding.covers)
-    found = [f for f in found if (f.line, f.code) not in covered]
+            covered_at.update(finding.covers)
+    found = [
+        f
+        for f in found
+        if (f.line, f.code) not in covered and (f.line, f.column, f.code) not in covered_at
+    ]
     return sorted(found, key=lambda f: (f.line, f.column, f.code))
 
 
