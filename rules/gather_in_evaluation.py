@@ -20,6 +20,7 @@ from accelify.analysis.syntax import (
     is_accelerator_call,
     keyword_value,
     root_name,
+    target_names,
     walk,
 )
 from accelify.lint.rule import (
@@ -232,8 +233,37 @@ class GatherInEvaluation(Rule):
             14,
             10,
         ),
+        # the same, counted over the batch's indices
+        Example(
+            HEADER
+            + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+            + "correct, total = 0, 0\n"
+            + "with torch.no_grad():\n"
+            + "    for x, y in loader:\n"
+            + "        logits = model(x)\n"
+            + "        for i in range(len(y)):\n"
+            + "            total += 1\n"
+            + "            correct += int(logits[i].argmax() == y[i])\n"
+            + "counts = torch.tensor([correct, total], device=accelerator.device)\n"
+            + "counts = accelerator.reduce(counts)\n",
+            13,
+            10,
+        ),
     )
     good = (
+        # a counter raised once per augmented pass (a fixed tuple of scales, not the batch's
+        # samples), summed over the ranks: padded samples change no pass count
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "total_loss, passes = 0.0, 0\n"
+        + "with torch.no_grad():\n"
+        + "    for x in loader:\n"
+        + "        for scale in (0.9, 1.0, 1.1):\n"
+        + "            total_loss += model(x * scale).pow(2).mean().item()\n"
+        + "            passes += 1\n"
+        + "sums = torch.tensor([total_loss, passes], device=accelerator.device)\n"
+        + "sums = accelerator.reduce(sums)\n"
+        + "accelerator.print(sums[0] / sums[1])\n",
         # the same counters over what gather_for_metrics returned, nothing combined after
         HEADER
         + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
@@ -474,22 +504,57 @@ def _sample_counts(script: ScriptModel, evaluation: Evaluation) -> set[str]:
             if not (isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)):
                 continue
             if _counts_samples(small.value) or (
-                isinstance(small.value, cst.Integer)
-                and _per_sample(script, small, evaluation.loop.node)
+                isinstance(small.value, cst.Integer) and _per_sample(script, small, evaluation)
             ):
                 found.add(root_name(small.target))
     return found - {None}
 
 
-def _per_sample(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> bool:
-    """``node`` runs once per item of a loop inside the evaluation ``loop``: a loop over the
-    batch's samples (its predictions, its labels, their ``zip``), not once per batch."""
+def _per_sample(script: ScriptModel, node: cst.CSTNode, evaluation: Evaluation) -> bool:
+    """``node`` runs once per item of a loop inside the evaluation loop over the batch's
+    samples: its iterable reads the batch or the model's output, or a name the loop derives
+    from them (``zip(preds, y)``, ``range(len(y))``, ``labels.tolist()``). A loop over
+    anything else (``for scale in (0.9, 1.0, 1.1)``: test-time augmentation) runs a fixed
+    number of times per batch, and a counter raised in it counts passes, not samples."""
+    loop = evaluation.loop.node
+    samples = _sample_names(script, evaluation)
     for ancestor in script.ancestors(node):
         if ancestor is loop:
             return False
-        if isinstance(ancestor, cst.For):
+        if isinstance(ancestor, cst.For) and any(
+            isinstance(n, cst.Name) and n.value in samples for n in walk(ancestor.iter)
+        ):
             return True
     return False
+
+
+def _sample_names(script: ScriptModel, evaluation: Evaluation) -> set[str]:
+    """The batch's names, the forward's outputs, what is gathered, and every name the
+    evaluation loop binds from them (``preds = logits.argmax(-1)``, ``preds, labels =
+    accelerator.gather_for_metrics((preds, y))``, an inner loop's ``p, t`` over them)."""
+    loop = evaluation.loop.node
+    found = set(evaluation.loop.batch_names) | evaluation.batch
+    found |= set(evaluation.outputs) | set(evaluation.gathered)
+    bindings: list[tuple[cst.BaseExpression, set[str]]] = [
+        (assign.value, {n for t in assigned_targets(assign) for n in target_names(t)})
+        for assign in script.assignments
+        if script.inside(assign, loop) and assign.value is not None
+    ]
+    bindings += [
+        (inner.iter, target_names(inner.target))
+        for inner in walk(loop.body)
+        if isinstance(inner, cst.For)
+    ]
+    grown = True
+    while grown:
+        grown = False
+        for value, targets in bindings:
+            if targets - found and any(
+                isinstance(n, cst.Name) and n.value in found for n in walk(value)
+            ):
+                found |= targets
+                grown = True
+    return found
 
 
 def _counts_samples(value: cst.BaseExpression) -> bool:
