@@ -15,6 +15,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.loops import entry_read
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import (
+    all_params,
     assigned_targets,
     dotted,
     is_accelerator_call,
@@ -251,6 +252,16 @@ class GatherInEvaluation(Rule):
         ),
     )
     good = (
+        # a helper handed only an unprepared loader: ACC403 advises preparing it (and
+        # gather_for_metrics); over the unprepared loader there is no padding to drop
+        HEADER
+        + "import torch\n\n\ndef evaluate(model, loader):\n    correct = 0\n"
+        + "    for x, y in loader:\n        preds = model(x).argmax(-1)\n"
+        + "        correct += accelerator.gather(preds == y).sum().item()\n"
+        + "    return correct / len(loader.dataset)\n\n\n"
+        + "val_loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+        + "model = accelerator.prepare(model)\n"
+        + "accelerator.print(evaluate(model, val_loader))\n",
         # a counter raised once per augmented pass (a fixed tuple of scales, not the batch's
         # samples), summed over the ranks: padded samples change no pass count
         HEADER
@@ -666,16 +677,28 @@ def _over_an_unprepared_loader(script: ScriptModel, loop: Loop) -> bool:
     """The loop reads a DataLoader that no prepare call returns, under its own name or as the
     attribute a trainer keeps it in (``self.val_loader = val_loader`` of ``Trainer(accelerator,
     model, optimizer, train_loader, val_loader)`` after ``prepare(model, optimizer,
-    train_loader)``), nor a caller hands in: every rank reads the whole set, unpadded, and
-    ``gather_for_metrics`` returns every rank's copy too. ACC401 reports the loader; prepared,
-    its padding is this rule's again."""
+    train_loader)``), or a helper's parameter every call hands such a loader
+    (`Flow.parameter_prepared` is False): every rank reads the whole set, unpadded, and
+    ``gather_for_metrics`` returns every rank's copy too. ACC401 (or ACC403, at the total)
+    reports the loader; prepared, its padding is this rule's again. A name counts only as its
+    own function binds it (or the module, where the function does not): another function's
+    ``loader = DataLoader(...)`` is another object. Prepared also means what the project's
+    other modules hand the function prepared (`ScriptModel.given_prepared`)."""
     name = loop.iterable
-    if name is None or name not in script.names_of(Kind.DATALOADER):
+    if name is None:
         return False
-    prepared = script.prepared_names
+    prepared = script.prepared_names | script.given_prepared(loop.node)
     if name in prepared or entry_read(script.module, loop.node.iter) in prepared:
         return False
-    return not facts_of(script).flow.call_site_arguments(name, loop.node)
+    function = script.index.enclosing_function(loop.node)
+    if function is not None and name in {p.name.value for p in all_params(function.params)}:
+        return facts_of(script).flow.parameter_prepared(function, name) is False
+    if "." in name:  # an attribute: every method of the object reads the same one
+        return name in script.names_of(Kind.DATALOADER)
+    own = [b for b in script.of_kind(Kind.DATALOADER) if b.name == name]
+    if function is not None and any(b.scope is function for b in own):
+        return True
+    return any(isinstance(b.scope, cst.Module) for b in own)
 
 
 def _iterates_unprepared_local(script: ScriptModel, loop: Loop) -> bool:
