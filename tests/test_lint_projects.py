@@ -101,6 +101,25 @@ def test_a_change_in_the_calling_module_lints_the_called_module_again(tmp_path: 
     assert warm == reported(folder)
 
 
+def test_a_change_in_a_module_the_caller_imports_lints_the_called_module_again(tmp_path: Path):
+    """trainer.py's finding comes from what train.py hands it, and train.py's accelerator from
+    setup_util's factory: a module trainer.py neither imports nor is imported by. The cache
+    entry holds the digest of every module read, so a factory that no longer builds an
+    Accelerator lints trainer.py again (the cached run says what ``--no-cache`` says)."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "accelerator_kept_under_another_name", folder)
+    cache = open_cache(tmp_path / "cache", EVERY_RULE)
+    assert ("trainer.py", 9, "ACC202") in reported(folder, cache=cache)
+    assert ("trainer.py", 9, "ACC202") in reported(folder, cache=cache)  # warm
+    factory = folder / "setup_util.py"
+    factory.write_text(factory.read_text().replace("Accelerator()", "object()"))
+    warm = reported(folder, cache=cache)
+    assert ("trainer.py", 9, "ACC202") not in warm
+    assert warm == reported(folder)
+    factory.write_text(factory.read_text().replace("object()", "Accelerator()"))
+    assert ("trainer.py", 9, "ACC202") in reported(folder, cache=cache)
+
+
 def test_a_call_under_a_rank_test_carries_nothing(tmp_path: Path):
     folder = tmp_path / "project"
     shutil.copytree(PROJECTS / "handed_trainer", folder)

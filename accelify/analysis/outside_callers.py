@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.project_modules import calls_any, kept_calls, read, split_member
+from accelify.analysis.project_modules import (
+    calls_any,
+    imported_files,
+    kept_calls,
+    read,
+    split_member,
+)
 from accelify.analysis.syntax import dotted
 
 if TYPE_CHECKING:
@@ -66,7 +72,9 @@ class ProjectView:
     #: whether a module's text may hold a factory of accelerators for these kept calls' names
     #: (a test of the text before an analysis: most imported modules construct none)
     constructs_for: Callable[[bytes, set[bytes]], bool] | None = None
-    #: the project modules read for the facts: a change in one of them changes the findings
+    #: the project modules read for the facts (the importers and the modules they import, a
+    #: factory's module): a change in one of them may change the findings, so the lint cache
+    #: keys its entry on their digests (`FileResult.read_modules`)
     read: set[Path] = field(default_factory=set)
     #: the module's top-level functions that every rank runs: each call of the importing
     #: modules is outside any rank test, and the file itself calls them nowhere (with the
@@ -90,10 +98,13 @@ class ProjectView:
             }
             if not calls_any(read(importer), named):
                 continue  # calls none of them (a use of its constants, a class's methods)
+            # the importer, and the modules it imports: their text tells whether (and how) it
+            # gets an Accelerator from a factory (`load_module`), so what its calls hand
+            self.read.add(importer)
+            self.read.update(imported_files(importer, read(importer)).values())
             caller = self.load(importer)
             if caller is None:
                 continue
-            self.read.add(importer)
             for call, function, implicit in self._calls_into(caller, importer, targets):
                 if _guarded(caller, call):
                     excluded.add(function)

@@ -146,6 +146,10 @@ class FileResult:
     #: the file uses no accelerator, so no rule ran on it (its syntax only, ACC000): a plain
     #: PyTorch script, which `accelify convert` makes distributed
     no_accelerator: bool = False
+    #: the project's other modules whose text the findings were read from (`ProjectView.read`:
+    #: the importers, and the factory modules those importers' own imports read): a cache
+    #: entry holds while each is unchanged
+    read_modules: tuple[str, ...] = ()
 
 
 @room_for_deep_trees
@@ -204,6 +208,8 @@ def lint_source(
         if result.fixed != data:
             script = analyze(parse(result.fixed, path), project=project)
             result.findings = _check(script, result.fixed, path, selection)
+    if project is not None:
+        result.read_modules = tuple(sorted(str(p) for p in project.read))
     if portable:
         result.findings = _portable(result.findings, script)
     return result
@@ -253,9 +259,12 @@ def project_view(path: str, data: bytes, importers: tuple[Path, ...]) -> Project
 
 
 #: Modules analysed for another file's facts, by resolved path and whether they were read with
-#: their own imports, with the text they were read with: a trainer module imported by several
-#: scripts is analysed once per process.
-_LOADED: dict[tuple[Path, bool], tuple[bytes, ScriptModel | None]] = {}
+#: their own imports, with the text they were read with and the text of each module their
+#: analysis read (a factory module): a trainer module imported by several scripts is analysed
+#: once per process, and again once one of those texts changes.
+_LOADED: dict[
+    tuple[Path, bool], tuple[bytes, ScriptModel | None, tuple[tuple[Path, bytes], ...]]
+] = {}
 _LOADED_KEPT = 16
 
 
@@ -294,10 +303,11 @@ def _loaded(file: Path, imports: bool) -> ScriptModel | None:
     key = (file.resolve(), imports)
     data = read(file)
     kept = _LOADED.get(key)
-    if kept is not None and kept[0] == data:
+    if kept is not None and kept[0] == data and all(read(p) == text for p, text in kept[2]):
         return kept[1]
     view = None
-    if imports and imported_files(file, data):
+    imported = list(imported_files(file, data).values()) if imports else []
+    if imported:
         view = ProjectView(file, (), _load_alone, constructs_for=_constructs_for)
     try:
         model: ScriptModel | None = analyze(parse(data, str(file)), project=view)
@@ -305,7 +315,7 @@ def _loaded(file: Path, imports: bool) -> ScriptModel | None:
         model = None
     if len(_LOADED) >= _LOADED_KEPT:
         _LOADED.pop(next(iter(_LOADED)))
-    _LOADED[key] = (data, model)
+    _LOADED[key] = (data, model, tuple((p, read(p)) for p in imported))
     return model
 
 
