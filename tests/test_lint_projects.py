@@ -120,6 +120,25 @@ def test_a_change_in_a_module_the_caller_imports_lints_the_called_module_again(t
     assert ("trainer.py", 9, "ACC202") in reported(folder, cache=cache)
 
 
+def test_a_function_the_module_calls_itself_carries_nothing(tmp_path: Path):
+    """evaluation.py's own ``smoke_test`` calls ``predict`` with a loader nobody prepared: its
+    call sites speak for it, so what train.py hands ``predict`` (a prepared loader, on every
+    rank) is not carried, and no message says it was."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "handed_trainer", folder)
+    evaluation = folder / "evaluation.py"
+    evaluation.write_text(
+        evaluation.read_text()
+        + "\n\ndef smoke_test(accelerator, model):\n"
+        + "    loader = torch.utils.data.DataLoader(torch.randn(32, 8), batch_size=8)\n"
+        + "    return predict(accelerator, model, loader)\n"
+    )
+    found = reported(folder)
+    assert ("evaluation.py", 21, "ACC404") not in found
+    assert not any("calls predict()" in message for message in found.values())
+    assert ("evaluation.py", 11, "ACC403") in found  # accuracy() is still train.py's alone
+
+
 def test_a_call_under_a_rank_test_carries_nothing(tmp_path: Path):
     folder = tmp_path / "project"
     shutil.copytree(PROJECTS / "handed_trainer", folder)

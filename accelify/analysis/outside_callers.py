@@ -10,7 +10,7 @@ caller's file and line, so the analysis sees the parameter as it sees one a call
 file fills. A fact is carried only when every call site agrees: every call the importing
 modules make of the function hands the same kind of object to the parameter, the prepared one,
 no call is under a rank test (what a guarded caller hands runs on one rank, which the callee's
-own analysis cannot see), and the file itself never calls the function (its own call sites
+own analysis cannot see), and the file itself never calls the function by name (its own call sites
 speak for it).
 
 The other direction needs no caller: ``accelerator = build_accelerator(args)`` of a module that
@@ -33,7 +33,7 @@ from accelify.analysis.project_modules import (
     read,
     split_member,
 )
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.script_model import Kind, ScriptModel
@@ -90,7 +90,8 @@ class ProjectView:
             return {}
         targets = _targets(module)
         answers: dict[cst.FunctionDef, dict[str, list[Given | None]]] = {}
-        excluded: set[cst.FunctionDef] = set()
+        # a function (or class) the module calls itself: its own call sites speak for it
+        excluded = {targets[name] for name in _called_by_name(module) if name in targets}
         sites: dict[cst.FunctionDef, str] = {}
         for importer in self.importers:
             named = {
@@ -200,6 +201,15 @@ class ProjectView:
 
 def _names_a_class(text: bytes, kept: set[bytes]) -> bool:
     return _ACCELERATOR_CLASS in text
+
+
+def _called_by_name(module: cst.Module) -> set[str]:
+    """The plain names the module calls (``evaluate(...)``, ``Trainer(...)``), anywhere in it."""
+    return {
+        node.func.value
+        for node in walk(module)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
+    }
 
 
 def _targets(module: cst.Module) -> dict[str, cst.FunctionDef]:
