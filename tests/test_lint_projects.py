@@ -61,6 +61,16 @@ def test_findings_that_come_from_another_module_name_the_call_that_tells():
     assert "make_accelerator() returns to finetune.py:9" in factory[("setup_util.py", 6, "ACC304")]
 
 
+def test_what_is_left_after_a_fix_still_names_the_callers(tmp_path: Path):
+    """``--fix`` lints the fixed file again: the findings left come from the same callers, and
+    their messages name them as a run without ``--fix`` does."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "handed_trainer", folder)
+    results = _lint_all(sorted(folder.glob("*.py")), EVERY_RULE, True, 1, False, None)
+    left = {(Path(r.path).name, f.line, f.code): f.message for r in results for f in r.findings}
+    assert "train.py:21 calls accuracy()" in left[("evaluation.py", 11, "ACC403")]
+
+
 def test_a_module_linted_alone_knows_nothing_its_callers_hand_it():
     """Without train.py among the linted files, trainer.py's model is a parameter like any
     other: nothing is reported (the facts come only from calls that are read)."""

@@ -197,17 +197,14 @@ def lint_source(
     script = analyze(module, data.decode("utf-8", errors="replace"), project=project)
     result.no_accelerator = not script.uses_accelerator
     result.findings = _check(script, data, path, selection)
-    if (
-        project is not None
-        and result.findings
-        and (script.given_parameters or project.run_by_every_rank)
-    ):
-        _name_the_callers(result.findings, script, data, path, selection)
+    _name_callers_of(result.findings, script, data, path, selection, project)
     if fix and any(f.fix for f in result.findings):
         result.fixed, result.fixed_count = _fix(data, path, selection, project)
         if result.fixed != data:
             script = analyze(parse(result.fixed, path), project=project)
             result.findings = _check(script, result.fixed, path, selection)
+            # what is left after the fix came from the same callers: named as before
+            _name_callers_of(result.findings, script, result.fixed, path, selection, project)
     if project is not None:
         result.read_modules = tuple(sorted(str(p) for p in project.read))
     if portable:
@@ -317,6 +314,19 @@ def _loaded(file: Path, imports: bool) -> ScriptModel | None:
         _LOADED.pop(next(iter(_LOADED)))
     _LOADED[key] = (data, model, tuple((p, read(p)) for p in imported))
     return model
+
+
+def _name_callers_of(
+    findings: list[Finding],
+    script: ScriptModel,
+    data: bytes,
+    path: str,
+    selection: Selection,
+    project: ProjectView | None,
+) -> None:
+    """`_name_the_callers`, where the project's other modules handed the file something."""
+    if project is not None and findings and (script.given_parameters or project.run_by_every_rank):
+        _name_the_callers(findings, script, data, path, selection)
 
 
 def _name_the_callers(
