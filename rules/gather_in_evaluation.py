@@ -15,11 +15,13 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.loops import entry_read
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import (
+    all_params,
     assigned_targets,
     dotted,
     is_accelerator_call,
     keyword_value,
     root_name,
+    target_names,
     walk,
 )
 from accelify.lint.rule import (
@@ -232,8 +234,47 @@ class GatherInEvaluation(Rule):
             14,
             10,
         ),
+        # the same, counted over the batch's indices
+        Example(
+            HEADER
+            + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+            + "correct, total = 0, 0\n"
+            + "with torch.no_grad():\n"
+            + "    for x, y in loader:\n"
+            + "        logits = model(x)\n"
+            + "        for i in range(len(y)):\n"
+            + "            total += 1\n"
+            + "            correct += int(logits[i].argmax() == y[i])\n"
+            + "counts = torch.tensor([correct, total], device=accelerator.device)\n"
+            + "counts = accelerator.reduce(counts)\n",
+            13,
+            10,
+        ),
     )
     good = (
+        # a helper handed only an unprepared loader: ACC403 advises preparing it (and
+        # gather_for_metrics); over the unprepared loader there is no padding to drop
+        HEADER
+        + "import torch\n\n\ndef evaluate(model, loader):\n    correct = 0\n"
+        + "    for x, y in loader:\n        preds = model(x).argmax(-1)\n"
+        + "        correct += accelerator.gather(preds == y).sum().item()\n"
+        + "    return correct / len(loader.dataset)\n\n\n"
+        + "val_loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+        + "model = accelerator.prepare(model)\n"
+        + "accelerator.print(evaluate(model, val_loader))\n",
+        # a counter raised once per augmented pass (a fixed tuple of scales, not the batch's
+        # samples), summed over the ranks: padded samples change no pass count
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
+        + "total_loss, passes = 0.0, 0\n"
+        + "with torch.no_grad():\n"
+        + "    for x in loader:\n"
+        + "        for scale in (0.9, 1.0, 1.1):\n"
+        + "            total_loss += model(x * scale).pow(2).mean().item()\n"
+        + "            passes += 1\n"
+        + "sums = torch.tensor([total_loss, passes], device=accelerator.device)\n"
+        + "sums = accelerator.reduce(sums)\n"
+        + "accelerator.print(sums[0] / sums[1])\n",
         # the same counters over what gather_for_metrics returned, nothing combined after
         HEADER
         + "import torch\nmodel, loader = accelerator.prepare(model, loader)\n"
@@ -474,22 +515,57 @@ def _sample_counts(script: ScriptModel, evaluation: Evaluation) -> set[str]:
             if not (isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)):
                 continue
             if _counts_samples(small.value) or (
-                isinstance(small.value, cst.Integer)
-                and _per_sample(script, small, evaluation.loop.node)
+                isinstance(small.value, cst.Integer) and _per_sample(script, small, evaluation)
             ):
                 found.add(root_name(small.target))
     return found - {None}
 
 
-def _per_sample(script: ScriptModel, node: cst.CSTNode, loop: cst.For) -> bool:
-    """``node`` runs once per item of a loop inside the evaluation ``loop``: a loop over the
-    batch's samples (its predictions, its labels, their ``zip``), not once per batch."""
+def _per_sample(script: ScriptModel, node: cst.CSTNode, evaluation: Evaluation) -> bool:
+    """``node`` runs once per item of a loop inside the evaluation loop over the batch's
+    samples: its iterable reads the batch or the model's output, or a name the loop derives
+    from them (``zip(preds, y)``, ``range(len(y))``, ``labels.tolist()``). A loop over
+    anything else (``for scale in (0.9, 1.0, 1.1)``: test-time augmentation) runs a fixed
+    number of times per batch, and a counter raised in it counts passes, not samples."""
+    loop = evaluation.loop.node
+    samples = _sample_names(script, evaluation)
     for ancestor in script.ancestors(node):
         if ancestor is loop:
             return False
-        if isinstance(ancestor, cst.For):
+        if isinstance(ancestor, cst.For) and any(
+            isinstance(n, cst.Name) and n.value in samples for n in walk(ancestor.iter)
+        ):
             return True
     return False
+
+
+def _sample_names(script: ScriptModel, evaluation: Evaluation) -> set[str]:
+    """The batch's names, the forward's outputs, what is gathered, and every name the
+    evaluation loop binds from them (``preds = logits.argmax(-1)``, ``preds, labels =
+    accelerator.gather_for_metrics((preds, y))``, an inner loop's ``p, t`` over them)."""
+    loop = evaluation.loop.node
+    found = set(evaluation.loop.batch_names) | evaluation.batch
+    found |= set(evaluation.outputs) | set(evaluation.gathered)
+    bindings: list[tuple[cst.BaseExpression, set[str]]] = [
+        (assign.value, {n for t in assigned_targets(assign) for n in target_names(t)})
+        for assign in script.assignments
+        if script.inside(assign, loop) and assign.value is not None
+    ]
+    bindings += [
+        (inner.iter, target_names(inner.target))
+        for inner in walk(loop.body)
+        if isinstance(inner, cst.For)
+    ]
+    grown = True
+    while grown:
+        grown = False
+        for value, targets in bindings:
+            if targets - found and any(
+                isinstance(n, cst.Name) and n.value in found for n in walk(value)
+            ):
+                found |= targets
+                grown = True
+    return found
 
 
 def _counts_samples(value: cst.BaseExpression) -> bool:
@@ -601,16 +677,28 @@ def _over_an_unprepared_loader(script: ScriptModel, loop: Loop) -> bool:
     """The loop reads a DataLoader that no prepare call returns, under its own name or as the
     attribute a trainer keeps it in (``self.val_loader = val_loader`` of ``Trainer(accelerator,
     model, optimizer, train_loader, val_loader)`` after ``prepare(model, optimizer,
-    train_loader)``), nor a caller hands in: every rank reads the whole set, unpadded, and
-    ``gather_for_metrics`` returns every rank's copy too. ACC401 reports the loader; prepared,
-    its padding is this rule's again."""
+    train_loader)``), or a helper's parameter every call hands such a loader
+    (`Flow.parameter_prepared` is False): every rank reads the whole set, unpadded, and
+    ``gather_for_metrics`` returns every rank's copy too. ACC401 (or ACC403, at the total)
+    reports the loader; prepared, its padding is this rule's again. A name counts only as its
+    own function binds it (or the module, where the function does not): another function's
+    ``loader = DataLoader(...)`` is another object. Prepared also means what the project's
+    other modules hand the function prepared (`ScriptModel.given_prepared`)."""
     name = loop.iterable
-    if name is None or name not in script.names_of(Kind.DATALOADER):
+    if name is None:
         return False
-    prepared = script.prepared_names
+    prepared = script.prepared_names | script.given_prepared(loop.node)
     if name in prepared or entry_read(script.module, loop.node.iter) in prepared:
         return False
-    return not facts_of(script).flow.call_site_arguments(name, loop.node)
+    function = script.index.enclosing_function(loop.node)
+    if function is not None and name in {p.name.value for p in all_params(function.params)}:
+        return facts_of(script).flow.parameter_prepared(function, name) is False
+    if "." in name:  # an attribute: every method of the object reads the same one
+        return name in script.names_of(Kind.DATALOADER)
+    own = [b for b in script.of_kind(Kind.DATALOADER) if b.name == name]
+    if function is not None and any(b.scope is function for b in own):
+        return True
+    return any(isinstance(b.scope, cst.Module) for b in own)
 
 
 def _iterates_unprepared_local(script: ScriptModel, loop: Loop) -> bool:

@@ -94,7 +94,8 @@ class RankOnlyName(Rule):
         ),
         # a list filled on the main process only, averaged on every rank: ZeroDivisionError
         Example(_VALIDATION.format(read="avg = sum(vals) / len(vals)\n"), 11, 7),
-        # a trainer's list, filled under the test in one method, read in another
+        # a trainer's list, filled under the test in one method, read in another that every
+        # rank runs (``fit`` trains: each rank calls it)
         Example(
             "import statistics\nfrom accelify import Accelerator\n\n\n"
             + "class Trainer:\n"
@@ -110,7 +111,11 @@ class RankOnlyName(Rule):
             + "            self.losses.append(loss.item())\n\n"
             + "    def end_epoch(self):\n"
             + "        mean, self.losses = statistics.mean(self.losses), []\n"
-            + "        return mean\n",
+            + "        return mean\n\n"
+            + "    def fit(self, loader):\n"
+            + "        for x, y in loader:\n"
+            + "            self.step(x, y)\n"
+            + "        return self.end_epoch()\n",
             19,
             29,
         ),

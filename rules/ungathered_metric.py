@@ -1120,16 +1120,22 @@ def _made_unprepared(script: ScriptModel, names: set[str]) -> bool:
     )
 
 
-def _loader_findings(script: ScriptModel, facts: Facts, loop: Loop) -> tuple[tuple[int, str], ...]:
+def _loader_findings(
+    script: ScriptModel, facts: Facts, loop: Loop
+) -> tuple[tuple[int, int, str], ...]:
     """Where ACC401 reports the unprepared loader ``loop`` reads (the loop's iterable, or the
-    argument a caller hands the helper the loop is in): the same bug as a total this rule
-    reports over it."""
-    lines = {script.line(loop.node.iter)}
-    lines |= {
-        script.line(argument.value)
-        for argument in facts.flow.call_site_arguments(loop.iterable, loop.node)
-    }
-    return tuple((line, "ACC401") for line in sorted(lines))
+    argument a caller hands the helper the loop is in), by line and column: the same bug as a
+    total this rule reports over it. Another loader on the same line (``evaluate(model,
+    test_loader, val_loader)``) is another place: its ACC401 stays."""
+    nodes = [loop.node.iter]
+    nodes += [
+        argument.value for argument in facts.flow.call_site_arguments(loop.iterable, loop.node)
+    ]
+    places = set()
+    for node in nodes:
+        start = script.position(node).start
+        places.add((start.line, start.column + 1, "ACC401"))
+    return tuple(sorted(places))
 
 
 def _unprepared_loader(script: ScriptModel, facts: Facts, loop: Loop) -> tuple[str, bool] | None:

@@ -61,6 +61,16 @@ def test_findings_that_come_from_another_module_name_the_call_that_tells():
     assert "make_accelerator() returns to finetune.py:9" in factory[("setup_util.py", 6, "ACC304")]
 
 
+def test_what_is_left_after_a_fix_still_names_the_callers(tmp_path: Path):
+    """``--fix`` lints the fixed file again: the findings left come from the same callers, and
+    their messages name them as a run without ``--fix`` does."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "handed_trainer", folder)
+    results = _lint_all(sorted(folder.glob("*.py")), EVERY_RULE, True, 1, False, None)
+    left = {(Path(r.path).name, f.line, f.code): f.message for r in results for f in r.findings}
+    assert "train.py:21 calls accuracy()" in left[("evaluation.py", 11, "ACC403")]
+
+
 def test_a_module_linted_alone_knows_nothing_its_callers_hand_it():
     """Without train.py among the linted files, trainer.py's model is a parameter like any
     other: nothing is reported (the facts come only from calls that are read)."""
@@ -99,6 +109,44 @@ def test_a_change_in_the_calling_module_lints_the_called_module_again(tmp_path: 
     warm = reported(folder, cache=cache)
     assert ("trainer.py", 23, "ACC503") not in warm
     assert warm == reported(folder)
+
+
+def test_a_change_in_a_module_the_caller_imports_lints_the_called_module_again(tmp_path: Path):
+    """trainer.py's finding comes from what train.py hands it, and train.py's accelerator from
+    setup_util's factory: a module trainer.py neither imports nor is imported by. The cache
+    entry holds the digest of every module read, so a factory that no longer builds an
+    Accelerator lints trainer.py again (the cached run says what ``--no-cache`` says)."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "accelerator_kept_under_another_name", folder)
+    cache = open_cache(tmp_path / "cache", EVERY_RULE)
+    assert ("trainer.py", 9, "ACC202") in reported(folder, cache=cache)
+    assert ("trainer.py", 9, "ACC202") in reported(folder, cache=cache)  # warm
+    factory = folder / "setup_util.py"
+    factory.write_text(factory.read_text().replace("Accelerator()", "object()"))
+    warm = reported(folder, cache=cache)
+    assert ("trainer.py", 9, "ACC202") not in warm
+    assert warm == reported(folder)
+    factory.write_text(factory.read_text().replace("object()", "Accelerator()"))
+    assert ("trainer.py", 9, "ACC202") in reported(folder, cache=cache)
+
+
+def test_a_function_the_module_calls_itself_carries_nothing(tmp_path: Path):
+    """evaluation.py's own ``smoke_test`` calls ``predict`` with a loader nobody prepared: its
+    call sites speak for it, so what train.py hands ``predict`` (a prepared loader, on every
+    rank) is not carried, and no message says it was."""
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "handed_trainer", folder)
+    evaluation = folder / "evaluation.py"
+    evaluation.write_text(
+        evaluation.read_text()
+        + "\n\ndef smoke_test(accelerator, model):\n"
+        + "    loader = torch.utils.data.DataLoader(torch.randn(32, 8), batch_size=8)\n"
+        + "    return predict(accelerator, model, loader)\n"
+    )
+    found = reported(folder)
+    assert ("evaluation.py", 21, "ACC404") not in found
+    assert not any("calls predict()" in message for message in found.values())
+    assert ("evaluation.py", 11, "ACC403") in found  # accuracy() is still train.py's alone
 
 
 def test_a_call_under_a_rank_test_carries_nothing(tmp_path: Path):

@@ -1490,6 +1490,32 @@ def test_a_total_gathered_over_an_unprepared_loader_is_one_finding_at_the_total(
     ratio = ratio.replace("len(loader.dataset)", "total")
     findings = lint_source(ratio.encode(), "example.py", both).findings
     assert [(f.code, f.line) for f in findings] == [("ACC401", 19)]
+    # a second unprepared loader handed on the same line, read by a loop with no wrong total:
+    # ACC403 covers test_loader's argument only, val_loader's ACC401 stays
+    two = code.replace(
+        "def evaluate(model, loader, accelerator):",
+        "def evaluate(model, loader, other, accelerator):",
+    )
+    two = two.replace(
+        "    return correct",
+        "        for x, y in other:\n"
+        "            preds, labels = accelerator.gather_for_metrics((model(x).argmax(-1), y))\n"
+        "            accelerator.print((preds == labels).float().mean())\n"
+        "    return correct",
+    )
+    two = two.replace(
+        "evaluate(model, test_loader, accelerator)",
+        "evaluate(model, test_loader, val_loader, accelerator)",
+    ).replace(
+        "accelerator.print(evaluate",
+        "val_loader = DataLoader(val_set, batch_size=64)\naccelerator.print(evaluate",
+    )
+    findings = lint_source(two.encode(), "example.py", both).findings
+    assert [(f.code, f.line, f.column) for f in findings] == [
+        ("ACC403", 11, 13),
+        ("ACC401", 22, 48),
+    ]
+    assert "`val_loader`" in findings[1].message
 
 
 def test_a_batch_sampler_over_a_distributed_sampler_is_advised_a_rebuild_that_runs():

@@ -70,6 +70,7 @@ def add_accelerator_objects(model: ScriptModel) -> None:
         for name, given in received.items():
             if given.kind is Kind.ACCELERATOR:  # every caller of the project hands one
                 model.accelerator_params.setdefault(function, set()).add(name)
+                _bind_kept_attributes(model, function, name, known)
     for name, nodes in uses.items():
         if "." in name:
             continue
@@ -81,6 +82,25 @@ def add_accelerator_objects(model: ScriptModel) -> None:
                 if name in parameters:
                     model.accelerator_params.setdefault(function, set()).add(name)
                     break
+
+
+def _bind_kept_attributes(
+    model: ScriptModel, function: cst.FunctionDef, parameter: str, known: set[tuple[str, int]]
+) -> None:
+    """``self.state = state`` in a function whose ``state`` every call of the project hands
+    the accelerator (``Trainer(accelerator)`` of train.py): ``self.state`` is that
+    accelerator in every method, whatever it is called (as `ScriptModel._given_attributes`
+    binds a prepared object's attribute)."""
+    for assign in model.index.own_assignments(function):
+        targets = assigned_targets(assign)
+        if len(targets) != 1 or dotted(assign.value) != parameter:
+            continue
+        name = dotted(targets[0])
+        if name is None or name.count(".") != 1 or not name.startswith("self."):
+            continue
+        scope = model.scope_of(assign)
+        if (name, id(scope)) not in known:
+            bind(model, name, Kind.ACCELERATOR, scope, assign, known, received=True)
 
 
 def _may_hold_an_object(value: cst.BaseExpression) -> bool:

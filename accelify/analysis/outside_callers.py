@@ -10,7 +10,7 @@ caller's file and line, so the analysis sees the parameter as it sees one a call
 file fills. A fact is carried only when every call site agrees: every call the importing
 modules make of the function hands the same kind of object to the parameter, the prepared one,
 no call is under a rank test (what a guarded caller hands runs on one rank, which the callee's
-own analysis cannot see), and the file itself never calls the function (its own call sites
+own analysis cannot see), and the file itself never calls the function by name (its own call sites
 speak for it).
 
 The other direction needs no caller: ``accelerator = build_accelerator(args)`` of a module that
@@ -26,8 +26,14 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.analysis.project_modules import calls_any, kept_calls, read, split_member
-from accelify.analysis.syntax import dotted
+from accelify.analysis.project_modules import (
+    calls_any,
+    imported_files,
+    kept_calls,
+    read,
+    split_member,
+)
+from accelify.analysis.syntax import dotted, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.script_model import Kind, ScriptModel
@@ -66,7 +72,9 @@ class ProjectView:
     #: whether a module's text may hold a factory of accelerators for these kept calls' names
     #: (a test of the text before an analysis: most imported modules construct none)
     constructs_for: Callable[[bytes, set[bytes]], bool] | None = None
-    #: the project modules read for the facts: a change in one of them changes the findings
+    #: the project modules read for the facts (the importers and the modules they import, a
+    #: factory's module): a change in one of them may change the findings, so the lint cache
+    #: keys its entry on their digests (`FileResult.read_modules`)
     read: set[Path] = field(default_factory=set)
     #: the module's top-level functions that every rank runs: each call of the importing
     #: modules is outside any rank test, and the file itself calls them nowhere (with the
@@ -82,7 +90,8 @@ class ProjectView:
             return {}
         targets = _targets(module)
         answers: dict[cst.FunctionDef, dict[str, list[Given | None]]] = {}
-        excluded: set[cst.FunctionDef] = set()
+        # a function (or class) the module calls itself: its own call sites speak for it
+        excluded = {targets[name] for name in _called_by_name(module) if name in targets}
         sites: dict[cst.FunctionDef, str] = {}
         for importer in self.importers:
             named = {
@@ -90,10 +99,13 @@ class ProjectView:
             }
             if not calls_any(read(importer), named):
                 continue  # calls none of them (a use of its constants, a class's methods)
+            # the importer, and the modules it imports: their text tells whether (and how) it
+            # gets an Accelerator from a factory (`load_module`), so what its calls hand
+            self.read.add(importer)
+            self.read.update(imported_files(importer, read(importer)).values())
             caller = self.load(importer)
             if caller is None:
                 continue
-            self.read.add(importer)
             for call, function, implicit in self._calls_into(caller, importer, targets):
                 if _guarded(caller, call):
                     excluded.add(function)
@@ -189,6 +201,15 @@ class ProjectView:
 
 def _names_a_class(text: bytes, kept: set[bytes]) -> bool:
     return _ACCELERATOR_CLASS in text
+
+
+def _called_by_name(module: cst.Module) -> set[str]:
+    """The plain names the module calls (``evaluate(...)``, ``Trainer(...)``), anywhere in it."""
+    return {
+        node.func.value
+        for node in walk(module)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
+    }
 
 
 def _targets(module: cst.Module) -> dict[str, cst.FunctionDef]:

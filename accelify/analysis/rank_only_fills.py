@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.syntax import assigned_targets, dotted, walk
 
 if TYPE_CHECKING:
@@ -352,12 +353,21 @@ def _constant_index(value: cst.BaseExpression) -> bool:
 
 
 def _run_by_every_rank(facts: Facts, use: cst.CSTNode) -> bool:
-    """The function around ``use`` is not one only called under a rank test."""
+    """The function around ``use`` is run by every rank (`repeated_effects.run_by_every_rank`):
+    some call of it, followed up through its callers, is outside a rank test. A method nothing
+    in the file calls counts only where the project's other modules call it outside a rank test
+    or it synchronises the ranks: one called from a main-process branch elsewhere (``if
+    accelerator.is_main_process: print(trainer.summary())``) fails nowhere."""
     function = facts.placement.enclosing_function(use)
     if function is None:
         return True
-    callers = facts.calls.callers(function)
-    return not callers or not all(facts.model.under_rank_guard(call) for call in callers)
+    return run_by_every_rank(
+        facts.model,
+        facts.placement,
+        facts.ranks.backend_guards,
+        facts.synchronising_call,
+        function,
+    )
 
 
 def _movable(facts: Facts, fill: cst.CSTNode, guard: cst.CSTNode, name: str) -> bool:

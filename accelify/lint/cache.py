@@ -42,10 +42,14 @@ class LintCache:
         """The findings stored for ``path`` with this content, and whether it uses no
         accelerator (a run from the cache says what a first run says), or None. ``read``: the
         paths and contents of the project's other modules the findings depend on
-        (`project_context`): a change in ``train.py`` lints ``trainer.py`` again."""
+        (`project_context`): a change in ``train.py`` lints ``trainer.py`` again. The entry
+        also lists every other module the findings were read from (`FileResult.read_modules`:
+        a factory module ``train.py`` imports) with its digest: a change in one is a miss."""
         try:
             entry = json.loads((self.folder / self._name(path, data, read)).read_bytes())
             if entry["accelify"] != __version__:
+                return None
+            if any(_digest(Path(p)) != digest for p, digest in entry.get("read", [])):
                 return None
             findings = [_finding(item, path) for item in entry["findings"]]
             return findings, bool(entry["no_accelerator"])
@@ -59,8 +63,11 @@ class LintCache:
         findings: list[Finding],
         no_accelerator: bool = False,
         read: bytes = b"",
+        read_modules: tuple[str, ...] = (),
     ) -> None:
-        """Remember ``findings`` for this content; only portable ones (fixes as text edits)."""
+        """Remember ``findings`` for this content; only portable ones (fixes as text edits).
+        ``read_modules``: the other modules the findings were read from, stored with their
+        digests (checked by `get`)."""
         import tempfile
 
         if any(finding.fix is not None for finding in findings):
@@ -69,6 +76,7 @@ class LintCache:
             "accelify": __version__,
             "findings": [_as_dict(f) for f in findings],
             "no_accelerator": no_accelerator,
+            "read": [[p, _digest(Path(p))] for p in read_modules],
         }
         try:
             descriptor, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
@@ -169,6 +177,15 @@ def _code_fingerprint() -> str:
             continue
         digest.update(f"{file}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     return digest.hexdigest()
+
+
+def _digest(file: Path) -> str:
+    """The digest of a module's text (of nothing, where it cannot be read)."""
+    import hashlib
+
+    from accelify.analysis.project_modules import read
+
+    return hashlib.blake2b(read(file), digest_size=16).hexdigest()
 
 
 def _as_dict(finding: Finding) -> dict[str, object]:

@@ -163,7 +163,9 @@ def _lint_one(
         )
     if cache is not None:  # after a fix, the findings are those of the fixed content
         content = data if result.fixed is None else result.fixed
-        cache.put(str(path), content, result.findings, result.no_accelerator, read)
+        cache.put(
+            str(path), content, result.findings, result.no_accelerator, read, result.read_modules
+        )
     return result
 
 

@@ -146,6 +146,10 @@ class FileResult:
     #: the file uses no accelerator, so no rule ran on it (its syntax only, ACC000): a plain
     #: PyTorch script, which `accelify convert` makes distributed
     no_accelerator: bool = False
+    #: the project's other modules whose text the findings were read from (`ProjectView.read`:
+    #: the importers, and the factory modules those importers' own imports read): a cache
+    #: entry holds while each is unchanged
+    read_modules: tuple[str, ...] = ()
 
 
 @room_for_deep_trees
@@ -193,17 +197,16 @@ def lint_source(
     script = analyze(module, data.decode("utf-8", errors="replace"), project=project)
     result.no_accelerator = not script.uses_accelerator
     result.findings = _check(script, data, path, selection)
-    if (
-        project is not None
-        and result.findings
-        and (script.given_parameters or project.run_by_every_rank)
-    ):
-        _name_the_callers(result.findings, script, data, path, selection)
+    _name_callers_of(result.findings, script, data, path, selection, project)
     if fix and any(f.fix for f in result.findings):
         result.fixed, result.fixed_count = _fix(data, path, selection, project)
         if result.fixed != data:
             script = analyze(parse(result.fixed, path), project=project)
             result.findings = _check(script, result.fixed, path, selection)
+            # what is left after the fix came from the same callers: named as before
+            _name_callers_of(result.findings, script, result.fixed, path, selection, project)
+    if project is not None:
+        result.read_modules = tuple(sorted(str(p) for p in project.read))
     if portable:
         result.findings = _portable(result.findings, script)
     return result
@@ -253,9 +256,12 @@ def project_view(path: str, data: bytes, importers: tuple[Path, ...]) -> Project
 
 
 #: Modules analysed for another file's facts, by resolved path and whether they were read with
-#: their own imports, with the text they were read with: a trainer module imported by several
-#: scripts is analysed once per process.
-_LOADED: dict[tuple[Path, bool], tuple[bytes, ScriptModel | None]] = {}
+#: their own imports, with the text they were read with and the text of each module their
+#: analysis read (a factory module): a trainer module imported by several scripts is analysed
+#: once per process, and again once one of those texts changes.
+_LOADED: dict[
+    tuple[Path, bool], tuple[bytes, ScriptModel | None, tuple[tuple[Path, bytes], ...]]
+] = {}
 _LOADED_KEPT = 16
 
 
@@ -294,10 +300,11 @@ def _loaded(file: Path, imports: bool) -> ScriptModel | None:
     key = (file.resolve(), imports)
     data = read(file)
     kept = _LOADED.get(key)
-    if kept is not None and kept[0] == data:
+    if kept is not None and kept[0] == data and all(read(p) == text for p, text in kept[2]):
         return kept[1]
     view = None
-    if imports and imported_files(file, data):
+    imported = list(imported_files(file, data).values()) if imports else []
+    if imported:
         view = ProjectView(file, (), _load_alone, constructs_for=_constructs_for)
     try:
         model: ScriptModel | None = analyze(parse(data, str(file)), project=view)
@@ -305,8 +312,21 @@ def _loaded(file: Path, imports: bool) -> ScriptModel | None:
         model = None
     if len(_LOADED) >= _LOADED_KEPT:
         _LOADED.pop(next(iter(_LOADED)))
-    _LOADED[key] = (data, model)
+    _LOADED[key] = (data, model, tuple((p, read(p)) for p in imported))
     return model
+
+
+def _name_callers_of(
+    findings: list[Finding],
+    script: ScriptModel,
+    data: bytes,
+    path: str,
+    selection: Selection,
+    project: ProjectView | None,
+) -> None:
+    """`_name_the_callers`, where the project's other modules handed the file something."""
+    if project is not None and findings and (script.given_parameters or project.run_by_every_rank):
+        _name_the_callers(findings, script, data, path, selection)
 
 
 def _name_the_callers(
@@ -375,7 +395,8 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
     lines = data.decode("utf-8", errors="replace").splitlines()
     single_device = _single_device_classes(script)
     found: list[Finding] = []
-    covered: set[tuple[int, str]] = set()
+    covered: set[tuple[int, str]] = set()  # whole lines, a rule's `Rule.covers`
+    covered_at: set[tuple[int, int, str]] = set()  # places, a finding's `Finding.covers`
     for rule, finding in reported:
         finding.path = path
         if any(first <= finding.line <= last for first, last in single_device):
@@ -383,8 +404,12 @@ def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) ->
         if not suppressed(lines, finding.line, finding.code):
             found.append(finding)
             covered.update((finding.line, code) for code in rule.covers)
-            covered.update(finding.covers)
-    found = [f for f in found if (f.line, f.code) not in covered]
+            covered_at.update(finding.covers)
+    found = [
+        f
+        for f in found
+        if (f.line, f.code) not in covered and (f.line, f.column, f.code) not in covered_at
+    ]
     return sorted(found, key=lambda f: (f.line, f.column, f.code))
 
 

@@ -20,10 +20,12 @@ class Finding:
     path: str = ""
     fixable: bool = False  # kept when `fix` is dropped (a Plan does not cross processes)
     edit: TextEdit | None = None  # the fix as plain data (see `portable`)
-    #: other rules' findings, by (line, code), that report the same bug at another place: this
-    #: one names it where the user sees it (a wrong evaluation total over the loader another
-    #: rule reports), so where both are selected only this one is kept
-    covers: tuple[tuple[int, str], ...] = ()
+    #: other rules' findings, by (line, column, code), that report the same bug at another
+    #: place: this one names it where the user sees it (a wrong evaluation total over the
+    #: loader another rule reports), so where both are selected only this one is kept. The
+    #: column tells apart two loaders on one line (``evaluate(model, test_loader, val_loader)``):
+    #: covering one keeps the other's finding
+    covers: tuple[tuple[int, int, str], ...] = ()
 
     def __post_init__(self) -> None:
         self.fixable = self.fixable or self.fix is not None

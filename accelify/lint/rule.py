@@ -65,9 +65,9 @@ class Rule:
         node: cst.CSTNode,
         fix: Plan | None = None,
         message: str | None = None,
-        covers: Collection[tuple[int, str]] = (),
+        covers: Collection[tuple[int, int, str]] = (),
     ) -> Finding:
-        """``covers``: other rules' findings (line, code) of the same bug that this one
+        """``covers``: other rules' findings (line, column, code) of the same bug that this one
         reports where the user sees it (`Finding.covers`)."""
         start = script.position(node).start
         # every message names the accelerator as it is reachable at the finding
