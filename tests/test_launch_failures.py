@@ -725,7 +725,10 @@ def test_a_rank_aborted_inside_a_collective_is_told_of_the_debug_mode(tmp_path):
     assert text.splitlines()[0].startswith("accelify launch: rank 0 was killed by SIGABRT")
     assert (
         "rank 0 aborted inside reduce: the communication library aborts a rank when the ranks "
-        "pass it tensors of different sizes or dtypes; rerun with `accelify launch --debug`"
+        "pass it tensors of different sizes or dtypes, or when one rank's collective meets "
+        "another collective of its peers; rerun with `accelify launch --debug` to have each "
+        "collective compare the ranks' operations and shapes first and raise, naming each "
+        "rank's call\n"
     ) in text
     assert "rank 1 failed because its peer had gone" in text
     recorder.leave()  # aborted outside any collective (an extension's own abort): no such line
