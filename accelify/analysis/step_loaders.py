@@ -190,7 +190,18 @@ def _dataset_parameters(model: ScriptModel, home: cst.FunctionDef) -> set[str]:
         (c for c in model.calls if model.call_names(c) & DATALOADERS and _within(model, c, home)),
         None,
     )
-    dataset = argument_value(constructor, "dataset") if constructor is not None else None
+    dataset = _dataset_of(model, constructor, home) if constructor is not None else None
+    if dataset is None:
+        return set()
+    return _value_names(dataset) & _parameters(home)
+
+
+def _dataset_of(
+    model: ScriptModel, constructor: cst.Call, home: cst.FunctionDef
+) -> cst.BaseExpression | None:
+    """The loader's ``dataset`` argument, or the one value ``home`` binds to the name it is
+    (``ds = ExperienceDataset(data)``); None where there is none or several."""
+    dataset = argument_value(constructor, "dataset")
     if isinstance(dataset, cst.Name):
         made = [
             assign.value
@@ -201,10 +212,8 @@ def _dataset_parameters(model: ScriptModel, home: cst.FunctionDef) -> set[str]:
                 for t in assigned_targets(assign)
             )
         ]
-        dataset = made[0] if len(made) == 1 else None
-    if dataset is None:
-        return set()
-    return _value_names(dataset) & _parameters(home)
+        return made[0] if len(made) == 1 else None
+    return dataset
 
 
 def _dataset_from_arguments(
@@ -212,22 +221,9 @@ def _dataset_from_arguments(
 ) -> bool:
     """The loader's dataset is built in ``home`` (``TensorDataset(...)``, directly or through a
     local) from ``home``'s parameters alone: not a dataset that exists outside the call."""
-    dataset = argument_value(constructor, "dataset")
+    dataset = _dataset_of(model, constructor, home)
     if dataset is None:
         return False
-    if isinstance(dataset, cst.Name):
-        made = [
-            assign.value
-            for assign in model.assignments
-            if _within(model, assign, home)
-            and any(
-                isinstance(t, cst.Name) and t.value == dataset.value
-                for t in assigned_targets(assign)
-            )
-        ]
-        if len(made) != 1:
-            return False
-        dataset = made[0]
     if not isinstance(dataset, cst.Call):
         return False
     names = _value_names(dataset)
