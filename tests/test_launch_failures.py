@@ -1263,6 +1263,10 @@ def test_a_rank_busy_past_the_hang_timeout_is_shown_with_its_stack():
     assert "rank 1 has not reached a collective" in result.stderr
     assert "it is at sleeper.py:12 (`time.sleep(600)" in result.stderr
     assert 'File "sleeper.py", line 17, in <module>' in result.stderr
+    assert (  # the guard it works under, which the other ranks skip
+        "rank 1 is in sleeper.py:12 (`time.sleep(600)  # stands for a loop one rank runs "
+        "alone`), which runs under `if accelerator.process_index == 1:` (sleeper.py:11)"
+    ) in result.stderr
     assert_user_lines_only(result)
 
 

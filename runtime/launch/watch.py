@@ -559,6 +559,19 @@ def _hang(
         if frames:
             lines.append("  its stack (most recent call last):")
             lines += [f'    File "{_shown_path(p)}", line {n}, in {f}' for p, n, f in frames]
+        guarded = next(
+            ((p, n, g) for p, n, _ in frames if (g := rank_guard(p, n)) is not None), None
+        )
+        if guarded is not None:
+            # FSDP's get_state_dict under is_main_process: its own gathers are not recorded
+            path, line, guard = guarded
+            lines.append(
+                f"{PREFIX} rank {rank} is in {source_place(path, line)}, which runs under "
+                f"`{guard.text}` ({_shown_path(path)}:{guard.line}): the other ranks skip it; "
+                "if it reaches a collective (FSDP's or DeepSpeed's get_state_dict and "
+                "save_model gather from every rank), take that out of the guard: every rank "
+                "calls it, then save or print on the main process only"
+            )
     lines.append(
         f"{PREFIX} no rank can go on (--hang-timeout {timeout:g} s); if a rank was meant to "
         "work alone that long (a long main-process-only section), raise --hang-timeout; "
