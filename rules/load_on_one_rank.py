@@ -7,7 +7,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, unwrapped_argument, walk
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -278,27 +278,16 @@ def _loaded_object(
     """``model`` for ``model.load_state_dict``, ``accelerator.unwrap_model(model)...``, and for
     a local the unwrapped model was bound to above (``m = accelerator.unwrap_model(model)``,
     then ``m.load_state_dict``: the same weights)."""
-    if (
-        isinstance(receiver, cst.Call)
-        and isinstance(receiver.func, cst.Attribute)
-        and receiver.func.attr.value == "unwrap_model"
-        and receiver.args
-    ):
-        return dotted(receiver.args[0].value)
+    model = unwrapped_argument(receiver)
+    if model is not None:
+        return dotted(model)
     if isinstance(receiver, cst.Name):
         binding = last_binding(script, receiver.value, at)
         value = binding.value if isinstance(binding, cst.Assign) else None
         if isinstance(value, cst.Call) and len(binding.targets) == 1:  # type: ignore[union-attr]
-            return _loaded_object(script, value, binding) if _unwraps(value) else dotted(receiver)
+            unwraps = unwrapped_argument(value) is not None
+            return _loaded_object(script, value, binding) if unwraps else dotted(receiver)
     return dotted(receiver)
-
-
-def _unwraps(call: cst.Call) -> bool:
-    return (
-        isinstance(call.func, cst.Attribute)
-        and call.func.attr.value == "unwrap_model"
-        and bool(call.args)
-    )
 
 
 def _prepared_before(script: ScriptModel, name: str, call: cst.Call) -> bool:

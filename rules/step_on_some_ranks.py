@@ -4,7 +4,7 @@ import libcst as cst
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, unwrapped_argument, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, prepared
 
 _EPOCHS = (
@@ -159,13 +159,8 @@ def _weights_loaded(script: ScriptModel, call: cst.Call) -> str | None:
     owner = func.value
     if isinstance(owner, cst.Attribute) and owner.attr.value == "module":
         owner = owner.value
-    elif (
-        isinstance(owner, cst.Call)
-        and isinstance(owner.func, cst.Attribute)
-        and owner.func.attr.value == "unwrap_model"
-        and owner.args
-    ):
-        owner = owner.args[0].value
+    else:
+        owner = unwrapped_argument(owner) or owner
     name = dotted(owner)
     not_models = script.names_of(Kind.OPTIMIZER, Kind.SCHEDULER, Kind.DATALOADER)
     if name is None or name in not_models or name not in prepared(script, call):

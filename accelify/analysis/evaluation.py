@@ -52,6 +52,7 @@ from accelify.analysis.syntax import (
     statement_lines,
     strip_self_methods,
     target_names,
+    unwrapped_argument,
     walk,
 )
 
@@ -2213,14 +2214,7 @@ def predicting_method(call: cst.Call, facts: Facts) -> bool:
     func = call.func
     if not isinstance(func, cst.Attribute):
         return False
-    owner = func.value
-    if (
-        isinstance(owner, cst.Call)
-        and isinstance(owner.func, cst.Attribute)
-        and owner.func.attr.value == "unwrap_model"
-        and owner.args
-    ):
-        owner = owner.args[0].value
+    owner = unwrapped_argument(func.value) or func.value  # a node is always true
     if not facts.flow.is_model_name(dotted(owner), call):
         return False
     method = func.attr.value

@@ -278,6 +278,19 @@ def accelerator_argument(accelerator: cst.BaseExpression, keyword: str) -> cst.A
     return keyword_argument(accelerator, keyword)
 
 
+def unwrapped_argument(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """``model`` of ``accelerator.unwrap_model(model)`` (whatever holds the accelerator): the
+    prepared model the call reads; None for any other node."""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "unwrap_model"
+        and node.args
+    ):
+        return node.args[0].value
+    return None
+
+
 #: a statement that binds its targets to one value: ``x = v``, ``a = b = v``, ``x: T = v`` (an
 #: annotation with a value binds like a plain ``=``; ``x: T`` alone binds nothing and is not one)
 Assignment = cst.Assign | cst.AnnAssign
