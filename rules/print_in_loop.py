@@ -17,11 +17,34 @@ from accelify.lint.rule import (
 
 _PREPARED = HEADER + "loader = accelerator.prepare(loader)\n"
 
+#: An epoch loop in ``main()`` whose batches are a runner's method: ``{show}`` in that loop.
+_RUNNER = (
+    "from accelify import Accelerator\n\n\n"
+    + "class Runner:\n"
+    + "    def __init__(self, accelerator, model, optimizer, loader):\n"
+    + "        self.accelerator = accelerator\n"
+    + "        self.model, self.optimizer, self.loader = accelerator.prepare(\n"
+    + "            model, optimizer, loader\n"
+    + "        )\n\n"
+    + "    def train_epoch(self):\n"
+    + "        for x, y in self.loader:\n"
+    + "            self.accelerator.backward(self.model(x).sub(y).pow(2).mean())\n"
+    + "            self.optimizer.step()\n\n\n"
+    + "def main(model, optimizer, loader):\n"
+    + "    accelerator = Accelerator()\n"
+    + "    runner = Runner(accelerator, model, optimizer, loader)\n"
+    + "    for epoch in range(3):\n"
+    + "        runner.train_epoch()\n"
+    + "        {show}(f'epoch {{epoch}} done')\n"
+)
+
 
 class PrintInLoop(Rule):
     """``print`` inside a training or evaluation loop (over a DataLoader, around one, or running
     a forward, backward or optimizer step) prints once per process: N copies of every log line,
-    interleaved. Setup loops (over tokens, config entries) are not reported."""
+    interleaved. A loop whose work is a function of the file it calls (``for epoch in
+    range(n): runner.train_epoch()``, a trainer's method that loops over the DataLoader) is such
+    a loop too. Setup loops (over tokens, config entries) are not reported."""
 
     code = "ACC203"
     name = "print-in-loop"
@@ -46,6 +69,13 @@ class PrintInLoop(Rule):
             _PREPARED + "for epoch in range(3):\n    for batch in loader:\n        pass\n"
             "    accelerator.print(epoch)\n",
         ),
+        # the epoch loop of main() runs the batches through a runner's method
+        Example(
+            _RUNNER.format(show="print"),
+            22,
+            9,
+            _RUNNER.format(show="accelerator.print"),
+        ),
     )
     good = (
         HEADER + "for batch in loader:\n    accelerator.print(loss.item())\n",
@@ -58,6 +88,10 @@ class PrintInLoop(Rule):
         + "validate(accelerator, loader)\n",
         HEADER + "for token in tokenizer.additional_special_tokens:\n    print(token)\n",
         HEADER + "for name, value in vars(args).items():\n    print(name, value)\n",
+        # a loop that calls a function of the file doing no training or evaluation
+        HEADER
+        + "def describe(name):\n    return name.upper()\n\n\n"
+        + "for name in args.datasets:\n    print(describe(name))\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

@@ -51,6 +51,9 @@ from accelify.analysis.writing_helpers import writing_helpers
 if TYPE_CHECKING:
     from accelify.analysis.agreed_values import AgreedValues
 
+#: How many calls up a loop is followed to the work a function of the file does for it.
+_WORK_CALL_DEPTH = 3
+
 
 class Facts:
     def __init__(self, model: ScriptModel) -> None:
@@ -187,8 +190,10 @@ class Facts:
     @cached_property
     def work_loops(self) -> set[int]:
         """The ``id`` of every loop that trains or evaluates: over a DataLoader, around one (the
-        epoch loop), or running a forward pass, a backward or an optimizer step. A loop over
-        tokens, config entries or text encoders is setup, run once per process by design."""
+        epoch loop), or running a forward pass, a backward or an optimizer step, there or in a
+        function of the file it calls (``for epoch in ...: runner.train_epoch()``, followed
+        through the call graph). A loop over tokens, config entries or text encoders is setup,
+        run once per process by design."""
         marked: set[int] = set()
         anchors: list[cst.CSTNode] = [
             loop.node for loop in self.model.loops if self.flow.reads_loader(loop)
@@ -204,11 +209,34 @@ class Facts:
             )
             if stepping or self.flow.is_forward(call) or id(call) in backwards:
                 anchors.append(call)
+        anchors += self._calls_of_working_functions(anchors)
         for anchor in anchors:
             for node in (anchor, *self.model.ancestors(anchor)):
                 if isinstance(node, (cst.For, cst.While)):
                     marked.add(id(node))
         return marked
+
+    def _calls_of_working_functions(self, anchors: list[cst.CSTNode]) -> list[cst.Call]:
+        """The calls of the file's functions that hold a work anchor (a loop over a DataLoader,
+        a forward, a backward, a step), and of the functions that call those, a few calls deep:
+        the loop that calls ``runner.train_epoch()`` trains as much as one that holds its body."""
+        index, graph = self.model.index, self.model.call_graph
+        working = {index.enclosing_function(anchor) for anchor in anchors} - {None}
+        found: list[cst.Call] = []
+        seen: set[int] = set()
+        for _ in range(_WORK_CALL_DEPTH):
+            reached = [
+                call
+                for function in working
+                for call in graph.callers(function)  # type: ignore[arg-type]
+                if id(call) not in seen
+            ]
+            if not reached:
+                break
+            seen.update(id(call) for call in reached)
+            found += reached
+            working = {index.enclosing_function(call) for call in reached} - {None} - working
+        return found
 
     @cached_property
     def precision(self) -> Precision:
