@@ -76,6 +76,24 @@ _ALL_REDUCED = (
 )
 
 
+#: A trainer's evaluation that counts on its own members; ``{after}`` follows the loop.
+_TRAINER_COUNTS = (
+    "import torch\n"
+    + "from accelify import Accelerator\n\n\n"
+    + "class Trainer:\n"
+    + "    def __init__(self, model, loader):\n"
+    + "        self.accelerator = Accelerator()\n"
+    + "        self.model, self.loader = self.accelerator.prepare(model, loader)\n\n"
+    + "    def evaluate(self):\n"
+    + "        self.correct, self.total = 0, 0\n"
+    + "        with torch.no_grad():\n"
+    + "            for x, y in self.loader:\n"
+    + "                pred = self.model(x).argmax(-1)\n"
+    + "                self.correct += (pred == y).sum()\n"
+    + "                self.total += y.size(0)\n"
+    + "{after}"
+)
+
 _HANDED_LOADER = (  # a trainer handed what main prepared (a fresh user's two-module project)
     "import torch\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
     "    def __init__(self, accelerator, model, val_loader):\n"
@@ -234,6 +252,17 @@ class GatherInEvaluation(Rule):
             14,
             10,
         ),
+        # a trainer's counters on ``self``, summed over the ranks in its evaluate method: the
+        # message names them whole
+        Example(
+            _TRAINER_COUNTS.format(
+                after="        correct = self.accelerator.reduce(self.correct)\n"
+                "        total = self.accelerator.reduce(torch.tensor(self.total))\n"
+                "        self.accelerator.print(correct.item() / total.item())\n"
+            ),
+            17,
+            19,
+        ),
         # the same, counted over the batch's indices
         Example(
             HEADER
@@ -252,6 +281,12 @@ class GatherInEvaluation(Rule):
         ),
     )
     good = (
+        # a trainer's counters on ``self`` (ACC403's, never combined), and another member
+        # reduced after the loop: ``self.accelerator`` reads ``self``, not the counts
+        _TRAINER_COUNTS.format(
+            after="        slowest = self.accelerator.reduce(self.elapsed, 'max')\n"
+            "        self.accelerator.print(slowest)\n"
+        ),
         # a helper handed only an unprepared loader: ACC403 advises preparing it (and
         # gather_for_metrics); over the unprepared loader there is no padding to drop
         HEADER
@@ -479,8 +514,7 @@ def _counts_combined(script: ScriptModel, call: cst.Call, counted: set[str]) -> 
     ``reduce(torch.tensor(correct))``) or in the one value its argument's name was made from
     (``counts = torch.tensor([correct, total]); dist.all_reduce(counts)``)."""
     argument = call.args[0].value
-    read = {n.value for n in walk(argument) if isinstance(n, cst.Name)}
-    found = read & counted
+    found = _read_totals(argument) & counted
     name = root_name(argument)
     if found or name is None:
         return found
@@ -494,8 +528,28 @@ def _counts_combined(script: ScriptModel, call: cst.Call, counted: set[str]) -> 
         and any(dotted(t) == name for t in assigned_targets(assign))
     ]
     if made:
-        found = {n.value for n in walk(made[-1]) if isinstance(n, cst.Name)} & counted
+        found = _read_totals(made[-1]) & counted
     return found
+
+
+def _read_totals(value: cst.CSTNode) -> set[str]:
+    """The totals ``value`` reads as `_total_key` spells them: ``correct``, ``self.correct``
+    (never ``self`` alone, which ``self.accelerator`` reads too)."""
+    return {
+        key
+        for node in walk(value)
+        if isinstance(node, (cst.Name, cst.Attribute, cst.Subscript))
+        and (key := _total_key(node)) is not None
+    }
+
+
+def _total_key(target: cst.BaseExpression) -> str | None:
+    """A total as the analysis keeps it: a name or an attribute chain whole (``correct``,
+    ``self.correct``: each of a trainer's counters is its own), a dict's entry by the dict
+    (``stats`` for ``stats["n"]``)."""
+    if isinstance(target, cst.Subscript):
+        return root_name(target)
+    return dotted(target)
 
 
 def _result_dropped(script: ScriptModel, call: cst.Call) -> bool:
@@ -517,7 +571,7 @@ def _sample_counts(script: ScriptModel, evaluation: Evaluation) -> set[str]:
             if _counts_samples(small.value) or (
                 isinstance(small.value, cst.Integer) and _per_sample(script, small, evaluation)
             ):
-                found.add(root_name(small.target))
+                found.add(_total_key(small.target))
     return found - {None}
 
 
