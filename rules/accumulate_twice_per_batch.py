@@ -3,12 +3,10 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.facts import facts_of
+from accelify.analysis.accumulation_steps import accumulation_steps
 from accelify.analysis.flow import accumulate_context
-from accelify.analysis.rank_dependence import SETTINGS_ROOTS
-from accelify.analysis.scheduler_preparation import default_left_to_some_call
-from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import accelerator_argument, all_params, children_of, dotted, walk
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import children_of, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 _GAN = (
@@ -275,78 +273,13 @@ def _holds_no_statement(kind: type) -> bool:
 
 
 def _even_steps(script: ScriptModel, accelerator: str) -> int | str | None:
-    """The even ``gradient_accumulation_steps`` the file gives ``accelerator``: a literal, a
-    name every binding of which is one, or a parameter of the function around it whose every
-    call passes the same literal (its default counting where a call leaves it out, or where no
-    call in the file runs it); or the setting it comes from (`_setting`: the command line's
-    ``args.gradient_accumulation_steps``), which any run may set to an even number; else
-    None."""
-    bindings = [b for b in script.of_kind(Kind.ACCELERATOR) if b.name == accelerator]
-    if not bindings:
-        bindings = list(script.of_kind(Kind.ACCELERATOR))
-    values: set[int | str | None] = set()
-    for binding in bindings:
-        argument = accelerator_argument(binding.value, "gradient_accumulation_steps")
-        if argument is None:
-            return None
-        steps = _integer(script, argument.value)
-        values.add(steps if steps is not None else _setting(script, argument.value))
-    if len(values) != 1:
-        return None
-    steps = values.pop()
+    """The even ``gradient_accumulation_steps`` the file gives ``accelerator``
+    (`accumulation_steps`), or the setting it comes from, which any run may set to an even
+    number; else None."""
+    steps = accumulation_steps(script, accelerator)
     if isinstance(steps, str):
         return steps
     return steps if steps is not None and steps > 1 and steps % 2 == 0 else None
-
-
-def _setting(script: ScriptModel, value: cst.BaseExpression, depth: int = 0) -> str | None:
-    """The run's setting ``value`` holds, as the file spells it (``args.grad_accum``: a
-    command-line flag or a config entry, any number the user passes, even ones included):
-    an attribute of a settings object (``args``, ``config``, ...), read in place, through
-    ``int(...)``, or through a name or a parameter every value of which is that setting (or
-    one every call passes it to)."""
-    if isinstance(value, cst.Call) and dotted(value.func) == "int" and len(value.args) == 1:
-        value = value.args[0].value
-    if isinstance(value, cst.Attribute):
-        name = dotted(value)
-        if name is not None and name.split(".")[0] in SETTINGS_ROOTS:
-            return name
-        return None
-    name = dotted(value)
-    if name is None or depth > 4:
-        return None
-    values = [assign.value for assign in script.index.assignments_to(name)]
-    function = script.index.enclosing_function(value)
-    if function is not None and any(p.name.value == name for p in all_params(function.params)):
-        values += [a.value for a in facts_of(script).flow.call_site_arguments(name, value)]
-    found = {_setting(script, v, depth + 1) for v in values}
-    return found.pop() if len(found) == 1 else None
-
-
-def _integer(script: ScriptModel, value: cst.BaseExpression, depth: int = 0) -> int | None:
-    """The integer ``value`` always holds in the file, where it says so. A parameter holds
-    what its calls pass (``train(args, args.steps)``: unknown), its default only where a call
-    leaves it out or nothing in the file calls the function (a CLI entry point)."""
-    if isinstance(value, cst.Integer):
-        return int(value.evaluated_value)
-    name = dotted(value)
-    if name is None or "." in name or depth > 4:
-        return None
-    values = [assign.value for assign in script.index.assignments_to(name)]
-    function = script.index.enclosing_function(value)
-    parameter = None
-    if function is not None:
-        parameter = next((p for p in all_params(function.params) if p.name.value == name), None)
-    if parameter is not None:
-        facts = facts_of(script)
-        values += [argument.value for argument in facts.flow.call_site_arguments(name, value)]
-        default = default_left_to_some_call(facts, name, value)
-        if default is not None or not facts.flow.calls_of(function):
-            values += [parameter.default] if parameter.default is not None else []
-    if not values:
-        return None
-    found = {_integer(script, v, depth + 1) for v in values}
-    return found.pop() if len(found) == 1 else None
 
 
 def _message(
