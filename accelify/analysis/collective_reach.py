@@ -96,7 +96,7 @@ class CollectiveReach:
             isinstance(other, cst.If)
             and other is not branch
             and other.orelse is None
-            and _negations(self.model, branch.test, other.test)
+            and negations(self.model, branch.test, other.test)
             and self._calls_same(other.body, call)
             for other in block.body
         )
@@ -320,7 +320,7 @@ class CollectiveReach:
 _NEGATED = ((cst.Equal, cst.NotEqual), (cst.Is, cst.IsNot), (cst.In, cst.NotIn))
 
 
-def _negations(model: ScriptModel, first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
+def negations(model: ScriptModel, first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
     """``not x`` and ``x``; ``a == b`` and ``a != b`` (``is``/``is not``, ``in``/``not in``)."""
     code = model.module.code_for_node
     for one, other in ((first, second), (second, first)):
