@@ -153,6 +153,29 @@ _BEST_SAVE = (
 )
 
 
+#: A training loss folded on the main process alone, then tested by every rank; ``{use}``
+#: below the loop over batches.
+_FOLDED_ON_MAIN = (
+    HEADER
+    + "import torch\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "best = float('inf')\n"
+    + "for epoch in range(10):\n"
+    + "    running = 0.0\n"
+    + "    for x, y in loader:\n"
+    + "        loss = (model(x) - y).pow(2).mean()\n"
+    + "        accelerator.backward(loss)\n"
+    + "        optimizer.step()\n"
+    + "{fold}"
+    + "{use}"
+)
+_ON_MAIN = "        if accelerator.is_main_process:\n            running += loss.item()\n"
+_STOP_ON_RUNNING = "    if running >= best:\n        break\n    best = running\n"
+_SAVE_ON_RUNNING = (
+    "    if running < best:\n        best = running\n        accelerator.wait_for_everyone()\n"
+)
+
+
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
     from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
@@ -205,6 +228,19 @@ class StopOnOwnValue(Rule):
         "backward's all-reduce."
     )
     bad = (
+        # a training loss folded on the main process alone and tested by every rank: the
+        # others keep 0.0 and break at the second epoch, the main process goes on
+        Example(
+            _FOLDED_ON_MAIN.format(fold=_ON_MAIN, use=_STOP_ON_RUNNING),
+            15,
+            9,
+        ),
+        # ... and a barrier under a test of it: only the ranks where it holds get there
+        Example(
+            _FOLDED_ON_MAIN.format(fold=_ON_MAIN, use=_SAVE_ON_RUNNING),
+            14,
+            5,
+        ),
         # the loaders come from a helper that loads and prepares them: the validation loss is
         # still this rank's shard's, and the patience ends this rank's epochs alone
         Example(
@@ -369,6 +405,19 @@ class StopOnOwnValue(Rule):
         Example(_BEST_SAVE, 28, 13),
     )
     good = (
+        # the same training loss folded on every rank, reduced before the test, and the
+        # barrier under it: every rank decides on one number
+        _FOLDED_ON_MAIN.format(
+            fold="        running += loss.item()\n",
+            use="    running = accelerator.reduce(torch.tensor(running), 'mean').item()\n"
+            + _SAVE_ON_RUNNING,
+        ),
+        # the fold and its test under the same rank test, with nothing every rank must reach
+        _FOLDED_ON_MAIN.format(
+            fold=_ON_MAIN,
+            use="    if accelerator.is_main_process and running < best:\n"
+            "        best = running\n        print('best', best)\n",
+        ),
         # the best checkpoint saved on the validation loss reduced over the ranks first
         _BEST_SAVE.replace(
             "            if eval_loss < self.best:\n",
@@ -553,21 +602,40 @@ class StopOnOwnValue(Rule):
             if collective is None:
                 continue
             decided = _decided_on_own_shard(facts, test, loop)
-            if decided is None or _in_training_pass(script, decided.origin, losses):
+            if decided is None:
+                continue
+            # a training loss folded on the main process alone (``if is_main_process:
+            # running += loss.item()``): the other ranks keep its first value, so the ranks
+            # disagree whatever the shards hold
+            folded = _rank_guard_around(script, decided.origin)
+            if folded is None and _in_training_pass(script, decided.origin, losses):
                 continue
             accelerator = accelerator_name(script, test)
             read = decided.read
             if decided.condition is not None:
                 read += f" (stepped under the test at line {script.line(decided.condition)})"
+            computed = f"computed from its own shard (line {script.line(decided.origin)})"
+            reduce = "reduce what it reads over the ranks before the test"
+            if folded is not None:
+                computed = (
+                    f"folds from its own shard at line {script.line(decided.origin)} only under "
+                    f"the rank test at line {script.line(folded)} (the other ranks keep the "
+                    "value it started with)"
+                )
+                reduce = (
+                    f"fold it on every rank (line {script.line(decided.origin)} out of the rank "
+                    f"test at line {script.line(folded)}) and reduce it over the ranks before "
+                    "the test"
+                )
             yield self.finding(
                 script,
                 test,
                 message=(
                     f"Decide on every rank together: this test reads {read}, which this rank "
-                    f"computed from its own shard (line {script.line(decided.origin)}), so only "
+                    f"{computed}, so only "
                     f"the ranks where it holds reach the collective at line "
                     f"{script.line(collective)}, and they wait there for the others (hang); "
-                    f"reduce what it reads over the ranks before the test "
+                    f"{reduce} "
                     f"({accelerator}.reduce(torch.tensor(value, device={accelerator}.device), "
                     f"'mean').item(), or gather_for_metrics the per-batch values), or decide on "
                     f"the main process and broadcast the decision"
@@ -909,6 +977,25 @@ def _shard_message(
             f"it, on every rank, `if {accelerator}.check_trigger(): {leaves}` (or reduce the "
             f"value on every rank before the rank test at line {script.line(guard)} and decide "
             "outside it)"
+        )
+    folded = _rank_guard_around(script, decided.origin)
+    if folded is not None:
+        # folded on the guarded ranks alone: the others keep its first value, and a reduce
+        # of it would mix those in; the fold goes out of the test first
+        origin = script.line(decided.origin)
+        return (
+            f"Stop on every rank together: the test at line {script.line(test)} reads {reads}, "
+            f"folded at line {origin} from this rank's shard of a prepared DataLoader only "
+            f"under the rank test at line {script.line(folded)} (the other ranks keep the value "
+            f"it started with) and never reduced, so the ranks disagree and some take this "
+            f"{leaves} alone while the others go on to the collective at line "
+            f"{script.line(waiting)} and wait there for them (hang); fold it on every rank "
+            f"(line {origin} out of the rank test at line {script.line(folded)}) and reduce it "
+            f"over the ranks before the test at line {script.line(decide)} "
+            f'({accelerator}.reduce(torch.tensor(value, device={accelerator}.device), "mean")'
+            f".item()), or call {accelerator}.set_trigger() under the test at line "
+            f"{script.line(test)} and, after it, on every rank, "
+            f"`if {accelerator}.check_trigger(): {leaves}`"
         )
     return (
         f"Stop on every rank together: the test at line {script.line(test)} reads {reads} "
