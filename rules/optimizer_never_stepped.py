@@ -2,10 +2,11 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
+from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.names import OPTIMIZER_NAMES
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, is_main_guard
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 _TOGGLE = (
@@ -45,6 +46,11 @@ _TRAINER = (
     + "                loss.backward()\n"
     + "{step}"
 )
+
+
+#: A method of ``_TRAINER`` that steps the optimizer and that nothing in the file runs.
+_LEFTOVER = "    def legacy_update(self):\n        self.optimizer.step()\n\n"
+_RUN_AS_SCRIPT = "\n\nif __name__ == '__main__':\n    Trainer(args, model, loader).train()\n"
 
 
 class OptimizerNeverStepped(Rule):
@@ -113,6 +119,16 @@ class OptimizerNeverStepped(Rule):
         # a trainer: the optimizer prepared in ``__init__`` into ``self.optimizer``, stepped
         # only by a method the plain arm calls
         Example(_TRAINER.format(step="                self.step_optimizer()\n"), 22, 17),
+        # ... beside a leftover method that steps and that nothing in the script runs: no way
+        # the optimizer steps on the Accelerate path
+        Example(
+            _TRAINER.format(step="                self.step_optimizer()\n").replace(
+                "    def train(self):\n", _LEFTOVER + "    def train(self):\n"
+            )
+            + _RUN_AS_SCRIPT,
+            25,
+            17,
+        ),
         # the same stepped in place, the backward in a method the accelerate arm calls, the
         # optimizer a constructor's parameter kept as ``self.optimizer`` after ``prepare``
         Example(
@@ -140,6 +156,11 @@ class OptimizerNeverStepped(Rule):
         ),
     )
     good = (
+        # the same leftover method in a module another may import: its methods may be called
+        # from there, so its step counts
+        _TRAINER.format(step="                self.step_optimizer()\n").replace(
+            "    def train(self):\n", _LEFTOVER + "    def train(self):\n"
+        ),
         # stepped after the if/else, on both paths
         HEADER + _TOGGLE.format(step="    optimizer.step()\n    optimizer.zero_grad()\n"),
         # stepped in both arms
@@ -265,7 +286,10 @@ class OptimizerNeverStepped(Rule):
         # ``optimizer.step()``, and every call handed the optimizer (``scaler.step(optimizer)``,
         # a helper's ``train_step(model, optimizer)``), each a step the file may not show
         steps: dict[str, list[cst.Call]] = {}
+        dead = _DeadMethods(script)
         for call in script.calls:
+            if dead.holds(call):
+                continue  # a method nobody runs: its step is no way the optimizer steps
             func = call.func
             if isinstance(func, cst.Attribute) and func.attr.value == "step" and not call.args:
                 owner = dotted(func.value)
@@ -284,10 +308,10 @@ class OptimizerNeverStepped(Rule):
                 and dotted(func.value) in accelerators
             ):
                 continue
-            backward_chains = _chains(script, call)
+            backward_chains = _chains(script, call, dead)
             parted = {
                 optimizer: [
-                    _parted(script, backward_chains, _chains(script, step))
+                    _parted(script, backward_chains, _chains(script, step, dead))
                     for step in steps[optimizer]
                 ]
                 for optimizer in sorted(optimizers & steps.keys())
@@ -386,25 +410,77 @@ _CALL_DEPTH = 3
 _MAX_CHAINS = 16
 
 
+class _DeadMethods:
+    """Methods nobody runs, in a script: a class's method (no dunder) that nothing in the file
+    calls, references or may call through an instance it cannot see, that runs no
+    ``backward``, ``prepare`` or collective (those are a trainer's entry points, run from
+    outside: ``train()``), of a class the file itself makes an instance of, in a file that
+    runs as a program (``if __name__ == "__main__":``). A step there is no way the optimizer
+    steps (a leftover ``legacy_update()``), nor is a call there a way a helper runs. A module
+    without that block may be imported, its methods called from elsewhere: none is dead."""
+
+    def __init__(self, script: ScriptModel) -> None:
+        self.script = script
+        self.runs_as_program = any(is_main_guard(s) for s in script.module.body)
+        self._known: dict[int, bool] = {}
+
+    def holds(self, node: cst.CSTNode) -> bool:
+        """``node`` sits in a dead method (directly: a function defined inside one too)."""
+        if not self.runs_as_program:
+            return False
+        function = self.script.index.enclosing_function(node)
+        return function is not None and self.dead(function)
+
+    def dead(self, function: cst.FunctionDef) -> bool:
+        known = self._known.get(id(function))
+        if known is None:
+            known = self._known[id(function)] = self._dead(function)
+        return known
+
+    def _dead(self, function: cst.FunctionDef) -> bool:
+        script, graph = self.script, self.script.call_graph
+        name = function.name.value
+        owner = graph.owner(function)
+        if owner is None or (name.startswith("__") and name.endswith("__")):
+            return False
+        if graph.callers(function) or graph.references(function):
+            return False
+        if graph.uncertain_callers(function):
+            return False
+        if facts_of(script).synchronising_call(function) is not None:
+            return False  # an entry point run from outside (a trainer's ``train()``)
+        return owner.name.value in _constructed(script)
+
+
+def _constructed(script: ScriptModel) -> set[str]:
+    """The names of the classes the file makes an instance of (``Trainer(...)``)."""
+    return {
+        call.func.value
+        for call in script.calls
+        if isinstance(call.func, cst.Name) and call.func.value in script.call_graph.classes
+    }
+
+
 def _chains(
-    script: ScriptModel, node: cst.CSTNode, depth: int = 0
+    script: ScriptModel, node: cst.CSTNode, dead: _DeadMethods, depth: int = 0
 ) -> list[tuple[cst.CSTNode, ...]]:
     """The ways ``node`` runs: ``(node,)`` where it sits, then, when its function is a helper
     of the file whose every caller the file shows (``self.step_optimizer()`` called only in
     the plain arm; nothing hands it elsewhere), ``node`` followed by each call site's own ways.
-    A helper nothing in the file calls, or handed to someone who will, ends the path."""
+    A helper nothing in the file calls, or handed to someone who will, ends the path; a call
+    in a method nobody runs (`_DeadMethods`) is no way."""
     function = script.index.enclosing_function(node)
     if function is None or depth >= _CALL_DEPTH:
         return [(node,)]
     graph = script.call_graph
-    callers = graph.callers(function)
+    callers = [call for call in graph.callers(function) if not dead.holds(call)]
     if not callers or graph.references(function) or graph.uncertain_callers(function):
         return [(node,)]
     found: list[tuple[cst.CSTNode, ...]] = []
     for call in callers:
         if script.inside(call, function):
             return [(node,)]  # recursion: no path known
-        for chain in _chains(script, call, depth + 1):
+        for chain in _chains(script, call, dead, depth + 1):
             found.append((node, *chain))
         if len(found) > _MAX_CHAINS:
             return [(node,)]
