@@ -39,10 +39,11 @@ class CollectivesOutOfOrder(Rule):
     not by their names: the n-th collective of one rank meets the n-th of every other. Handed
     the same values in another order, the main process's ``x`` is joined with the other ranks'
     ``y`` (a silently swapped metric where the shapes agree, a size error or a hang where they
-    do not); a gather meeting a reduce or a barrier, or one side making one more collective,
-    waits forever (a hang). ACC202 does not report these: each collective is called on every
-    rank, somewhere. Only straight code is compared (no collective under a branch, loop or
-    ``try`` of its own on either side, no early ``return``/``break``), on DDP; sides that
+    do not); a gather meeting a reduce or a barrier, or one side making one more gather,
+    waits forever (a hang). ACC202 does not report these: each kind of collective is called on
+    every rank, somewhere (a kind one side never makes is ACC202's finding). Only straight
+    code is compared (no collective under a branch, loop or ``try`` of its own on either
+    side, no early ``return``/``break``), on DDP; sides that
     differ only in what they hand (``gather(torch.zeros_like(x))``: the other ranks'
     stand-in) agree. The fix makes the same collectives in the same order on every rank,
     usually by moving them out of the test."""
@@ -69,7 +70,8 @@ class CollectivesOutOfOrder(Rule):
             9,
             17,
         ),
-        # a gather on one side meets a barrier on the other (hang)
+        # a gather on one side meets a barrier on the other (hang): the same two kinds
+        # in another order
         Example(
             _EVAL.format(
                 split="    if accelerator.process_index == 0:\n"
@@ -107,6 +109,15 @@ class CollectivesOutOfOrder(Rule):
             + "    preds, labels = out, y\n"
             + "    if accelerator.is_main_process:\n"
             + "        accelerator.wait_for_everyone()\n"
+        ),
+        # a kind only one side makes: ACC202's collective on some ranks, not this rule's
+        _EVAL.format(
+            split="    if accelerator.is_main_process:\n"
+            + "        preds = accelerator.gather(out)\n"
+            + "    else:\n"
+            + "        accelerator.wait_for_everyone()\n"
+            + "        preds = out\n"
+            + "    labels = y\n"
         ),
         # a side that may skip its gathers: not one sequence, not compared
         _EVAL.format(

@@ -4,8 +4,10 @@ Every rank must make the same collectives in the same order: the n-th collective
 meets the n-th of every other. ``if rank == 0: a = gather(x); b = gather(y)`` with ``else: b =
 gather(y); a = gather(x)`` pairs rank 0's ``x`` with the others' ``y`` (a silent swap where the
 shapes agree, a size error or a hang where they do not); a gather meeting a reduce or a barrier,
-or one side making one more collective, hangs. The same split written as two ``if``s of one
-block (``if is_main: gather(a)``, ``gather(b)``, ``if not is_main: gather(a)``) is read the same.
+or one side making one more gather, hangs. A kind of collective that one side never makes is
+a collective on some ranks (ACC202's, reported there), not compared here. The same split
+written as two ``if``s of one block (``if is_main: gather(a)``, ``gather(b)``, ``if not
+is_main: gather(a)``) is read the same.
 
 `CollectiveReach` already finds a collective some ranks skip (ACC202); where the other side of
 the test makes the same call somewhere (`CollectiveReach._mirrored`) it is taken as reached on
@@ -191,8 +193,9 @@ def _ancestors_below(model: ScriptModel, node: cst.CSTNode, top: cst.CSTNode) ->
 
 
 def _compare(branch: cst.If, tested: list[Step], others: list[Step]) -> OrderMismatch | None:
-    """The mismatch of two sides' sequences: the kinds on the wire differ in order or number
-    (one gathers where the other reduces, or makes one more), or the same collectives are
+    """The mismatch of two sides' sequences: the same kinds on the wire in another order or
+    number (one side gathers, then reduces, the other reduces first; or gathers once more),
+    or the same collectives are
     handed the same values in another order (a swap). Sides that differ only in what they
     hand (``gather(x)`` against ``gather(torch.zeros_like(x))``: the others' stand-in) agree;
     a function of the file that reaches a collective is compared only with the same call."""
@@ -204,6 +207,8 @@ def _compare(branch: cst.If, tested: list[Step], others: list[Step]) -> OrderMis
     if ops[0] != ops[1]:
         if any(step.helper for step in (*tested, *others)):
             return None  # a helper's collectives against direct ones: not compared
+        if set(ops[0]) != set(ops[1]):
+            return None  # a kind one side never makes: ACC202's collective on some ranks
         return OrderMismatch(branch, tested, others, at, swapped=False)
     operands = [step.operand for step in tested], [step.operand for step in others]
     if operands[0] == operands[1] or sorted(operands[0]) != sorted(operands[1]):
