@@ -73,7 +73,8 @@ class AccumulateAroundLoop(Rule):
     syncs, and the context does nothing). The loop is found in the context's body or in a
     function of the file called there (a trainer's ``train_epoch``). Not for a loop over
     something other than a DataLoader (micro-chunks of one batch: one micro-batch, several
-    backwards), nor where the loop enters an ``accumulate()`` of its own."""
+    backwards), nor a context entered per batch of an outer DataLoader (its inner loader is
+    that batch's micro-batches), nor where the loop enters an ``accumulate()`` of its own."""
 
     code = "ACC313"
     name = "accumulate-around-loop"
@@ -106,6 +107,18 @@ class AccumulateAroundLoop(Rule):
             + "            optimizer.step()\n"
             + "            optimizer.zero_grad()\n",
         ),
+        # entered per batch of the outer loader around a DataLoader of that batch's
+        # micro-batches: one micro-batch per entry
+        _SCRIPT.format(
+            steps=4,
+            body="    for batch in loader:\n"
+            + "        with accelerator.accumulate(model):\n"
+            + "            micro = torch.utils.data.DataLoader(batch, batch_size=2)\n"
+            + "            for x, y in micro:\n"
+            + "                accelerator.backward((model(x) - y).pow(2).mean())\n"
+            + "            optimizer.step()\n"
+            + "            optimizer.zero_grad()\n",
+        ),
         # the same method called from inside a context per batch
         _TRAINER.replace(
             "            with self.accelerator.accumulate(self.model):\n"
@@ -134,7 +147,10 @@ class AccumulateAroundLoop(Rule):
         if not contexts:
             return
         loops = [loop for loop in script.loops if facts_of(script).flow.reads_loader(loop)]
+        over_batches = {id(loop.node) for loop in loops}
         for context, accelerator in contexts:
+            if any(id(a) in over_batches for a in script.ancestors(context)):
+                continue  # entered per batch of an outer loader: its inner loop is micro-batches
             found = _batch_loop_inside(script, context, accelerator, loops)
             if found is None:
                 continue
