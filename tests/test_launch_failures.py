@@ -1566,3 +1566,22 @@ def test_an_fsdp_get_state_dict_on_the_main_process_only_is_named_as_a_collectiv
     ) in result.stderr
     assert "Connection closed by peer" not in result.stderr
     assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_early_stopping_alone_inside_a_trainers_method_is_named_with_its_step():
+    result = launched("trainer_early_stop.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 0 waits in backward (DDP reduces gradients there) at trainer_early_stop.py:28 "
+        "(`self.accelerator.backward(loss)`)"
+    ) in result.stderr
+    assert (
+        "rank 1 waits in wait_for_everyone at trainer_early_stop.py:36 "
+        "(`self.accelerator.wait_for_everyone()`)"
+    ) in result.stderr
+    assert "rank 1 left the training loop early: it stopped after 4 backward passes" in (
+        result.stderr
+    )
+    assert "unreachable" not in result.stdout
+    assert_user_lines_only(result)
