@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
+from types import CodeType, FrameType
 from typing import IO, Any, TypeVar
 
 from accelify.runtime.environment import FAILURE_DIR
@@ -188,7 +188,8 @@ class _Recorder:
         #: file name -> whether it is a library's (`_caller`); keyed by the name, a string
         #: whose hash Python keeps, where a code object's is computed anew at each lookup
         self._library: dict[str, bool] = {}
-        self._places: dict[tuple[str, int], bytes] = {}
+        #: (id of a code object, instruction) -> that code object and its "path:line"
+        self._places: dict[tuple[int, int], tuple[CodeType, bytes]] = {}
         self.depth = 0
         self.sequence = 0
         self.passes = 0
@@ -350,7 +351,8 @@ class _Recorder:
         standard library: the line of the user's script that called the collective."""
         library = self._library
         while frame is not None:
-            name = frame.f_code.co_filename
+            code = frame.f_code
+            name = code.co_filename
             known = library.get(name)
             if known is None:
                 known = library[name] = name.startswith(self._skip)
@@ -359,11 +361,15 @@ class _Recorder:
             frame = frame.f_back
         if frame is None:
             return b""
-        key = (name, frame.f_lineno)
-        where = self._places.get(key)
-        if where is None:
-            where = self._places[key] = f"{name}:{key[1]}".encode()[:240]
-        return where
+        # by the code object and the instruction, not the line: a frame's line is found by
+        # scanning its code's line table up to the instruction, every time (a module-level
+        # training loop's is the whole script's); the entry holds the code object, so that
+        # its id is not another's while the entry lasts
+        key = (id(code), frame.f_lasti)
+        place = self._places.get(key)
+        if place is None:
+            place = self._places[key] = (code, f"{name}:{frame.f_lineno}".encode()[:240])
+        return place[1]
 
 
 #: (shape, dtype) -> its words; a script passes the same few shapes again and again

@@ -11,6 +11,7 @@ the repeats either way: each pass records how many samples were added.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -84,18 +85,27 @@ def shard_index_batches(
             record=record,
         )
         return
+    # Rounds of ``world`` batches are taken in C (``zip_longest`` over one iterator): every
+    # rank reads every rank's batches, and a Python loop over them cost the prepared loader's
+    # step more than the rest of its layers (bench/step_instructions.py).
+    iterator = iter(batches)
     start: list[int] = []  # the first round's indices, to complete the end with
-    round_: list[list[int]] = []
-    for index, batch in enumerate(batches):
-        if index < world:
-            start += batch
-        round_.append(batch)
-        if len(round_) == world and len(batch) == batch_size:
+    pending: list[list[int]] = []
+    for index, round_ in enumerate(itertools.zip_longest(*[iterator] * world)):
+        if index == 0:
+            start = [sample for batch in round_ if batch is not None for sample in batch]
+        last = round_[-1]
+        if last is not None and len(last) == batch_size:
             yield round_[rank]
-            round_ = []
-    if not round_ or not start:
+            continue
+        # the end: a round cut short, or a short batch that ends it (every batch after it, if
+        # any, goes to the completed round too)
+        pending = [batch for batch in round_ if batch is not None]
+        pending.extend(iterator)
+        break
+    if not pending or not start:
         return
-    final, record.padding = _completed_round(round_, start, world, batch_size)
+    final, record.padding = _completed_round(pending, start, world, batch_size)
     yield final[rank]
 
 

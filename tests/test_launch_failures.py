@@ -1546,3 +1546,42 @@ def test_imports_found_only_when_the_script_runs_are_not_refused(tmp_path, monke
     script.write_text("import helpers, missing_one\n")
     with pytest.raises(UserError, match=r"train\.py:1: ModuleNotFoundError: .*'missing_one'"):
         launcher._check_script(script)
+
+
+@pytest.mark.distributed
+def test_an_fsdp_get_state_dict_on_the_main_process_only_is_named_as_a_collective():
+    """FSDP's whole state is gathered by torch's DTensor collectives, which the record does not
+    see one by one: the runtime records the call, so the main process's lone gather is named at
+    its line while its peer leaves (without it: rank 0 was blamed for 'Connection closed by
+    peer' with torch's frames, or, with the peer still running, only at --hang-timeout)."""
+    result = launched("fsdp_main_only_state.py", "--backend", "fsdp")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 0 waits in get_state_dict at fsdp_main_only_state.py:25 "
+        "(`state = accelerator.get_state_dict(model)`)"
+    ) in result.stderr
+    assert (
+        "runs under `if accelerator.is_main_process:` (fsdp_main_only_state.py:23), "
+        "which rank 1 skipped and left"
+    ) in result.stderr
+    assert "Connection closed by peer" not in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_early_stopping_alone_inside_a_trainers_method_is_named_with_its_step():
+    result = launched("trainer_early_stop.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 0 waits in backward (DDP reduces gradients there) at trainer_early_stop.py:28 "
+        "(`self.accelerator.backward(loss)`)"
+    ) in result.stderr
+    assert (
+        "rank 1 waits in wait_for_everyone at trainer_early_stop.py:36 "
+        "(`self.accelerator.wait_for_everyone()`)"
+    ) in result.stderr
+    assert "rank 1 left the training loop early: it stopped after 4 backward passes" in (
+        result.stderr
+    )
+    assert "unreachable" not in result.stdout
+    assert_user_lines_only(result)

@@ -223,3 +223,43 @@ def test_dispatched_batches_share_the_last_rounds_rows_evenly(
     gathered = [row for pieces in rounds for piece in pieces for row in piece]
     kept = samples if not drop_last else len(rounds) * 16
     assert gathered[: len(gathered) - padding] == list(range(kept))
+
+
+def _per_batch_reference(batches, rank, world, batch_size, record):
+    """`shard_index_batches`' even path as a Python loop over every batch (before its rounds
+    were taken in C): the rounds must come out the same, whatever the stream."""
+    from accelify.runtime.sharding import _completed_round
+
+    start, round_ = [], []
+    for index, batch in enumerate(batches):
+        if index < world:
+            start += batch
+        round_.append(batch)
+        if len(round_) == world and len(batch) == batch_size:
+            yield round_[rank]
+            round_ = []
+    if not round_ or not start:
+        return
+    final, record.padding = _completed_round(round_, start, world, batch_size)
+    yield final[rank]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_rounds_taken_in_c_are_the_per_batch_loops_rounds(seed):
+    import random
+
+    rng = random.Random(seed)
+    world, batch_size = rng.randint(2, 4), rng.randint(1, 4)  # one rank is not sharded
+    sizes = [batch_size] * rng.randint(0, 9) + rng.choice([[], [rng.randint(1, batch_size)]])
+    if rng.random() < 0.3:  # a batch sampler of its own: a short batch inside the stream
+        sizes.insert(rng.randint(0, len(sizes)), rng.randint(0, batch_size))
+    stream, first = [], 0
+    for size in sizes:
+        stream.append(list(range(first, first + size)))
+        first += size
+    for rank in range(world):
+        mine, theirs = ShardPass(), ShardPass()
+        options = {"even_batches": True, "drop_last": False, "record": mine}
+        got = list(shard_index_batches(iter(stream), rank, world, batch_size=batch_size, **options))
+        assert got == list(_per_batch_reference(stream, rank, world, batch_size, theirs))
+        assert mine.padding == theirs.padding

@@ -34,6 +34,7 @@ from torch.distributed.fsdp import (
 )
 from torch.distributed.tensor import DTensor
 
+from accelify.runtime import collective_record
 from accelify.runtime.backends.base import Backend, BackendInputs
 from accelify.runtime.full_state_loads import accept_full_state_dicts
 from accelify.runtime.optimizer_states import gathered, shard_whole_state, whole_from_shards
@@ -174,7 +175,14 @@ class FSDPBackend(Backend):
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, keep: bool) -> dict[str, Any]:
         if not self.state.distributed:
             return optimizer.state_dict()
-        return whole_from_shards(optimizer, keep=keep)
+        # a collective when a state entry is sharded (none before the first step)
+        sharded = any(
+            isinstance(value, DTensor)
+            for entries in optimizer.state.values()
+            for value in entries.values()
+        )
+        with collective_record.during("get_state_dict" if sharded else None):
+            return whole_from_shards(optimizer, keep=keep)
 
     def load_optimizer_state_dict(
         self, optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]
@@ -194,9 +202,14 @@ class FSDPBackend(Backend):
     def clip_grad_norm_(
         self, parameters: Any, max_norm: float, norm_type: float
     ) -> torch.Tensor | None:
-        total = torch.nn.utils.clip_grad_norm_(list(parameters), max_norm, norm_type=norm_type)
-        full = getattr(total, "full_tensor", None)  # a DTensor norm over sharded gradients
-        return full() if full is not None else total
+        parameters = list(parameters)
+        # over sharded gradients the norm is reduced across ranks (torch's DTensor collectives,
+        # which `collective_record` does not see by themselves)
+        sharded = self.state.distributed and any(isinstance(p, DTensor) for p in parameters)
+        with collective_record.during("clip_grad_norm_" if sharded else None):
+            total = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+            full = getattr(total, "full_tensor", None)  # a DTensor norm over sharded gradients
+            return full() if full is not None else total
 
     def model_state_dict(self, model: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:
         """Each shard gathered whole in turn (the state dict's order, the same on every rank),
@@ -206,6 +219,13 @@ class FSDPBackend(Backend):
         writes it). A tensor under two keys (tied weights) is gathered once."""
         if not isinstance(model, FSDPModule):
             return super().model_state_dict(model, keep)
+        # each shard's gather is a collective of torch's DTensor, which the record does not
+        # see: recorded as one, at the script's line, so that a get_state_dict reached on the
+        # main process only is named in seconds like any collective, not at --hang-timeout
+        with collective_record.during("get_state_dict" if self.state.distributed else None):
+            return self._whole_model_state(model, keep)
+
+    def _whole_model_state(self, model: FSDPModule, keep: bool) -> dict[str, Any]:
         copies: dict[int, Any] = {}
         state: dict[str, Any] = {}
         for key, value in model.state_dict(keep_vars=True).items():  # tied: one object
@@ -223,6 +243,14 @@ class FSDPBackend(Backend):
     def save_checkpoint(
         self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
     ) -> None:
+        # dcp's planning gathers through torch.distributed's own functions, which are recorded
+        # one by one; its DTensor collectives are not: the whole save is one collective
+        with collective_record.during("save_state" if self.state.distributed else None):
+            self._save_checkpoint(models, optimizers, directory)
+
+    def _save_checkpoint(
+        self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
+    ) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -234,6 +262,12 @@ class FSDPBackend(Backend):
             )
 
     def load_checkpoint(
+        self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
+    ) -> None:
+        with collective_record.during("load_state" if self.state.distributed else None):
+            self._load_checkpoint(models, optimizers, directory)
+
+    def _load_checkpoint(
         self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
     ) -> None:
         import torch.distributed.checkpoint as dcp
