@@ -623,9 +623,7 @@ def _tested_for_binding(model, read: cst.Name) -> bool:
             if _tests_binding(ancestor.test, read.value):
                 return True
         elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
-            if isinstance(ancestor.operator, cst.And) and _tests_binding(
-                ancestor.left, read.value
-            ):
+            if isinstance(ancestor.operator, cst.And) and _tests_binding(ancestor.left, read.value):
                 return True
         elif isinstance(ancestor, cst.Try) and child is ancestor.body:
             if any(_catches_unbound(handler) for handler in ancestor.handlers):
