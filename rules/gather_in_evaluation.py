@@ -110,6 +110,19 @@ _HANDED_LOADER = (  # a trainer handed what main prepared (a fresh user's two-mo
 )
 
 
+#: Predictions collected per batch over a prepared loader, gathered once after the loop.
+_COLLECTED = (
+    HEADER
+    + "import torch\nmodel, loader = accelerator.prepare(model, loader)\npredictions = []\n"
+    + "with torch.no_grad():\n"
+    + "    for x, y in loader:\n"
+    + "        predictions.extend(model(x))\n"
+    + "gathered = accelerator.gather(torch.cat(predictions))\n"
+    + "if accelerator.is_main_process:\n"
+    + "    torch.save(gathered, 'predictions.pt')\n"
+)
+
+
 class GatherInEvaluation(Rule):
     """``accelerator.gather`` in an evaluation loop keeps the samples repeated to give every rank
     a full last batch, so they are counted twice and the metric is off. ``gather_for_metrics``
@@ -128,6 +141,8 @@ class GatherInEvaluation(Rule):
     )
     why = "The last round is evened out with repeated samples; only gather_for_metrics drops them."
     bad = (
+        # a BERT regression script's predictions file: collected per rank, gathered after
+        Example(_COLLECTED, 9, 12),
         Example(
             _EVAL + "        preds = accelerator.gather(model(x))\n",
             7,
@@ -286,6 +301,25 @@ class GatherInEvaluation(Rule):
         _TRAINER_COUNTS.format(
             after="        slowest = self.accelerator.reduce(self.elapsed, 'max')\n"
             "        self.accelerator.print(slowest)\n"
+        ),
+        # each batch's mean loss collected and gathered after the loop: the padding is inside
+        # each mean, and a mean of them has no order
+        HEADER
+        + "import torch\nmodel, loader = accelerator.prepare(model, loader)\nlosses = []\n"
+        + "with torch.no_grad():\n"
+        + "    for x, y in loader:\n"
+        + "        loss = loss_fn(model(x), y)\n"
+        + "        losses.append(loss.item())\n"
+        + "losses = torch.tensor(losses, device=accelerator.device)\n"
+        + "print(accelerator.gather(losses).mean().item())\n",
+        # the same predictions gathered batch by batch in the loop: the padding dropped, the
+        # loader's order kept
+        _COLLECTED.replace(
+            "        predictions.extend(model(x))\n",
+            "        predictions.extend(accelerator.gather_for_metrics(model(x)))\n",
+        ).replace(
+            "gathered = accelerator.gather(torch.cat(predictions))\n",
+            "gathered = torch.cat(predictions)\n",
         ),
         # a helper handed only an unprepared loader: ACC403 advises preparing it (and
         # gather_for_metrics); over the unprepared loader there is no padding to drop
@@ -461,6 +495,44 @@ class GatherInEvaluation(Rule):
 
                 yield self.finding(script, call, Plan.of(rewrites.use_gather_for_metrics(call)))
         yield from self._gathered_totals(script)
+        yield from self._gathered_collections(script)
+
+    def _gathered_collections(self, script: ScriptModel) -> Iterator[Finding]:
+        """Per-batch values collected into a list in an evaluation loop over a padded prepared
+        DataLoader (``predictions.extend(model(x))``) and gathered once after it
+        (``accelerator.gather(torch.tensor(predictions))``, a BERT regression script's
+        predictions file): the samples repeated to even out the ranks' last batches stay in
+        (``gather_for_metrics`` drops them only while the loader runs, so not after the loop
+        either), and the values come out rank by rank, not in the loader's order. The fix is a
+        ``gather_for_metrics`` of each batch in the loop."""
+        facts = facts_of(script)
+        for evaluation in facts.evaluations:
+            if evaluation.already_gathered or not _over_a_padded_loader(script, evaluation):
+                continue
+            loop = evaluation.loop
+            if first_forward(loop, facts) is None and not predicts_through_the_model(loop):
+                continue
+            collected = {name for sink in evaluation.sinks if (name := _collection(sink))}
+            gathers = [
+                call
+                for call in _gathered_after(script, loop, collected)
+                if not isinstance(script.parent(call), cst.Subscript)  # cut to the set's size
+            ]
+            if not gathers:
+                continue
+            call = gathers[0]  # one finding per loop: the fix is in the loop
+            accelerator = accelerator_name(script, call)
+            yield self.finding(
+                script,
+                call,
+                message=(
+                    f"Gather each batch's values with {accelerator}.gather_for_metrics in the "
+                    f"loop at line {script.line(loop.node)} and collect what it returns: "
+                    "gathered after the loop, the samples repeated to even out the ranks' last "
+                    "batches stay in (gather_for_metrics drops them only while the loader runs), "
+                    "and the values come out rank by rank, not in the loader's order"
+                ),
+            )
 
     def _gathered_totals(self, script: ScriptModel) -> Iterator[Finding]:
         """Totals counted per rank in an evaluation loop over a prepared DataLoader (``correct
@@ -502,6 +574,62 @@ class GatherInEvaluation(Rule):
                     "totals cannot drop them)"
                 ),
             )
+
+
+def _gathered_after(script: ScriptModel, loop: Loop, collected: set[str]) -> list[cst.Call]:
+    """The ``gather``/``gather_for_metrics`` calls after ``loop`` (in its function, else the
+    module) of a value read from ``collected`` (``torch.cat(predictions)``), or from a name
+    assigned from them there first (``preds = torch.cat(predictions)``)."""
+    if not collected:
+        return []
+    facts = facts_of(script)
+    scope = facts.placement.enclosing_function(loop.node)
+    body = scope.body if scope is not None else script.module
+    start = script.order(loop.node)
+    made_from, found = set(collected), []
+    for node in walk(body):
+        if script.order(node) <= start or facts.placement.inside(node, loop.node):
+            continue
+        if isinstance(node, cst.Assign):
+            if {n.value for n in walk(node.value) if isinstance(n, cst.Name)} & made_from:
+                made_from |= {n for t in assigned_targets(node) for n in target_names(t)}
+        elif (
+            isinstance(node, cst.Call)
+            and node.args
+            and calls_accelerator(script, node, ("gather", "gather_for_metrics"))
+            and {n.value for n in walk(node.args[0].value) if isinstance(n, cst.Name)} & made_from
+        ):
+            found.append(node)
+    return found
+
+
+def _collection(sink: cst.CSTNode) -> str | None:
+    """``predictions`` of a sink ``predictions.append(...)`` / ``predictions.extend(...)``."""
+    for node in walk(sink):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in ("append", "extend")
+            and isinstance(node.func.value, cst.Name)
+        ):
+            # a batch's mean loss per entry: its padding is inside each mean, which no gather
+            # for metrics undoes (as `gathers_batch_loss` says of a gather in the loop)
+            if not node.args or _batch_loss(node.args[0].value):
+                return None
+            return node.func.value.value
+    return None
+
+
+def _batch_loss(value: cst.BaseExpression) -> bool:
+    """``loss``, ``loss.item()``, ``loss.detach().cpu()``: one batch's mean loss."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in ("item", "detach", "cpu", "float", "clone")
+    ):
+        value = value.func.value
+    name = dotted(value)
+    return name is not None and "loss" in name.rsplit(".", 1)[-1].lower()
 
 
 def _article(word: str) -> str:

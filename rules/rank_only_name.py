@@ -156,6 +156,15 @@ class RankOnlyName(Rule):
         HEADER
         + "result = {}\nif accelerator.is_main_process:\n    result = {'loss': loss.item()}\n"
         + "accelerator.log(result)\n",
+        # a code-generation PPO trainer: the read is made only where the name is bound
+        HEADER
+        + "def evaluate(rewards):\n"
+        + "    if accelerator.is_main_process:\n"
+        + "        mean = sum(rewards) / len(rewards)\n"
+        + "    return {'reward': mean if 'mean' in locals() else 0}\n",
+        HEADER
+        + "if accelerator.is_main_process:\n    best = loss.item()\n"
+        + "try:\n    print(best)\nexcept NameError:\n    pass\n",
         HEADER
         + "if accelerator.is_main_process:\n    best = True\nelse:\n    best = False\n"
         + "print(best)\n",

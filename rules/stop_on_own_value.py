@@ -418,6 +418,18 @@ class StopOnOwnValue(Rule):
             use="    if accelerator.is_main_process and running < best:\n"
             "        best = running\n        print('best', best)\n",
         ),
+        # a tri-modal retrieval trainer: the step count of a loop under a progress bar
+        # (``tqdm(enumerate(loader))``) is the same on every rank, and so is what a test on it
+        # decides (the gathered validation loss)
+        HEADER
+        + "from tqdm import tqdm\n"
+        + _LOOP.replace("for x, y in loader", "for i, (x, y) in tqdm(enumerate(loader))")
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n"
+        + "    if (i + 1) % 100 == 0:\n"
+        + "        dev_loss = accelerator.gather(loss).mean().item()\n"
+        + "        if dev_loss < 0.1:\n"
+        + "            accelerator.wait_for_everyone()\n",
         # the best checkpoint saved on the validation loss reduced over the ranks first
         _BEST_SAVE.replace(
             "            if eval_loss < self.best:\n",

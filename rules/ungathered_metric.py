@@ -298,6 +298,25 @@ class UngatheredMetric(Rule):
             7,
             9,
         ),
+        # a tri-modal retrieval trainer: the prepared loader handed on through two helpers
+        # (train -> train_epoch -> evaluate), the per-sample distances kept per rank
+        Example(
+            HEADER
+            + "import numpy as np\n"
+            + "def evaluate(loader, model):\n"
+            + "    dists = []\n"
+            + "    for batch in loader:\n"
+            + "        dists.extend(model(batch).tolist())\n"
+            + "    return np.array(dists).mean()\n"
+            + "def train_epoch(dev_loader, model):\n"
+            + "    return evaluate(dev_loader, model)\n"
+            + "def train(dev_loader, model):\n"
+            + "    print(train_epoch(dev_loader, model))\n"
+            + "model, dev_loader = accelerator.prepare(model, dev_loader)\n"
+            + "train(dev_loader, model)\n",
+            7,
+            9,
+        ),
         # the same helper called with the prepared loader too: that call scores a shard
         Example(
             "import torch\nfrom torch.utils.data import DataLoader\n"

@@ -514,7 +514,16 @@ class ObjectFlow:
         entry = self.returned_entry_read(loop)
         if entry is not None:
             return entry[0] in prepared
-        return self.outer_name(loop.iterable, loop.node) in prepared
+        if self.outer_name(loop.iterable, loop.node) in prepared:
+            return True
+        # handed on through helpers: ``train(dev_dl)`` -> ``train_epoch(dev_dataloader)`` ->
+        # ``evaluate(dev_dataloader)`` (a tri-modal retrieval trainer's evaluation)
+        function = self.placement.enclosing_function(loop.node)
+        return (
+            function is not None
+            and loop.iterable is not None
+            and self.parameter_prepared(function, loop.iterable) is True
+        )
 
     def _prepared_by_another_class(self, loop: Loop) -> bool:
         """``self.data_loader`` read in ``Test.run_epoch`` while only ``Train.__init__`` prepares

@@ -17,6 +17,7 @@ import libcst as cst
 from accelify.analysis.collectives import agreed_in_place, agrees_across_ranks
 from accelify.analysis.dataflow import bound_by, statements, variables_in
 from accelify.analysis.facts import Facts
+from accelify.analysis.loops import enumerates
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
@@ -309,10 +310,9 @@ class OwnValues:
 
 def _enumerated_index(loop: cst.For, name: str) -> bool:
     """``name`` is the count of ``for name, batch in enumerate(...)``: the same on every rank."""
-    target, iterated = loop.target, loop.iter
+    target = loop.target
     return (
-        isinstance(iterated, cst.Call)
-        and dotted(iterated.func) == "enumerate"
+        enumerates(loop.iter)  # also under a progress bar: ``tqdm(enumerate(loader))``
         and isinstance(target, cst.Tuple)
         and bool(target.elements)
         and dotted(target.elements[0].value) == name

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.collectives import DDP, DEEPSPEED, EVERY_BACKEND, FSDP, ZERO3
+from accelify.analysis.loops import enumerates
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, operands, root_name, target_names
@@ -138,15 +139,10 @@ class RankDependence:
                         assigned[name] = assigned.get(name, True) and uniform
             elif isinstance(node, cst.For):
                 iterable = node.iter
-                is_range = isinstance(iterable, cst.Call) and dotted(iterable.func) in (
-                    "range",
-                    "enumerate",
-                )
+                is_range = isinstance(iterable, cst.Call) and dotted(iterable.func) == "range"
+                counted = enumerates(iterable)  # also ``tqdm(enumerate(loader))``
                 for name in target_names(node.target):
-                    if is_range and (
-                        dotted(iterable.func) == "range"  # type: ignore[union-attr]
-                        or _is_first_target(node.target, name)
-                    ):
+                    if is_range or (counted and _is_first_target(node.target, name)):
                         assigned.setdefault(name, True)
                     else:
                         assigned[name] = False

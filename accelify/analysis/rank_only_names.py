@@ -71,6 +71,7 @@ def rank_only_reads(facts: Facts) -> list[RankOnlyRead]:
                     and not _bound_before(model, read, unguarded)
                     and not facts.ranks.under_rank_guard(read)
                     and not _tested_inline(facts, read)
+                    and not _tested_for_binding(model, read)
                 ):
                     found.append(RankOnlyRead(read, guarded[0][0], guarded[0][1]))
                     break
@@ -605,6 +606,59 @@ def _tested_inline(facts: Facts, read: cst.Name) -> bool:
         if isinstance(ancestor, cst.BooleanOperation) and facts.ranks.is_rank_test(ancestor.left):
             return True
     return False
+
+
+#: What a read of a name that may be unbound is caught by.
+_UNBOUND_ERRORS = frozenset({"NameError", "UnboundLocalError", "Exception", "BaseException"})
+
+
+def _tested_for_binding(model, read: cst.Name) -> bool:
+    """``total if "total" in locals() else 0``, ``if "total" in locals(): log(total)``,
+    ``try: log(total) except NameError: ...``: the read is made only where the name is bound
+    (a reinforcement-learning trainer's evaluation returns its main-process mean so), so no rank
+    stops with a NameError."""
+    child: cst.CSTNode = read
+    for ancestor in model.ancestors(read):
+        if isinstance(ancestor, cst.IfExp | cst.If) and child is ancestor.body:
+            if _tests_binding(ancestor.test, read.value):
+                return True
+        elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+            if isinstance(ancestor.operator, cst.And) and _tests_binding(ancestor.left, read.value):
+                return True
+        elif isinstance(ancestor, cst.Try) and child is ancestor.body:
+            if any(_catches_unbound(handler) for handler in ancestor.handlers):
+                return True
+        elif isinstance(ancestor, cst.FunctionDef | cst.Lambda | cst.ClassDef):
+            return False
+        child = ancestor
+    return False
+
+
+def _tests_binding(test: cst.BaseExpression, name: str) -> bool:
+    """``"name" in locals()`` (or ``vars()``, ``dir()``, ``globals()``)."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return False
+    comparison = test.comparisons[0]
+    scope = comparison.comparator
+    return (
+        isinstance(comparison.operator, cst.In)
+        and isinstance(test.left, cst.SimpleString)
+        and test.left.evaluated_value == name
+        and isinstance(scope, cst.Call)
+        and not scope.args
+        and dotted(scope.func) in ("locals", "vars", "dir", "globals")
+    )
+
+
+def _catches_unbound(handler: cst.ExceptHandler) -> bool:
+    """A bare ``except:`` or one naming ``NameError`` (``UnboundLocalError``, ``Exception``)."""
+    if handler.type is None:
+        return True
+    caught = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+    return any(
+        dotted(element.value if isinstance(element, cst.Element) else element) in _UNBOUND_ERRORS
+        for element in caught
+    )
 
 
 def _in_orelse(model, node: cst.CSTNode, guard: cst.If | None) -> bool:
