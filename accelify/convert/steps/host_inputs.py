@@ -558,6 +558,8 @@ def _made_on_host(
         func = value.func
         if torch_factory(value) is not None:
             return not device_given(value)
+        if _sent_to_the_host(ctx, value, at):
+            return True  # ``feats = encoder(x).cpu()``: whatever it was made from
         if (dotted(func) or "") in _JOINED and value.args:  # a stack of host tensors
             return _made_on_host(ctx, value.args[0].value, at, depth + 1)
         if any(q.endswith("TensorDataset") for q in ctx.model.qualified(func)):
@@ -596,6 +598,18 @@ def _made_on_host(
     return bool(assigned) and all(
         v is not None and _made_on_host(ctx, v, at, depth + 1) for v in assigned
     )
+
+
+def _sent_to_the_host(ctx: Context, call: cst.Call, at: cst.CSTNode) -> bool:
+    """``x.cpu()``, ``x.to("cpu")``: the original moves the value to the host itself (a linear
+    probe trained on ``feats = encoder(x).cpu()``), wherever ``x`` was."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value == "cpu":
+        return not call.args
+    target = moved_to(call) if func.attr.value == "to" else None
+    return target is not None and _always_cpu(ctx, target, at)
 
 
 #: torch functions that join tensors into one on their device: ``torch.stack(samples)``
