@@ -28,16 +28,18 @@ def run(ctx: Context) -> None:
         if found is None:
             kept = stepped_every(loop, ctx.facts) if loop.trains else None
             if kept is not None:
-                ctx.plan.review(
-                    ctx.line(kept),
+                models = accumulated_models(loop, ctx.facts)
+                ctx.review_at(
+                    kept,
                     "manual gradient accumulation kept as written (not a shape the conversion "
                     "rewrites): correct, but every backward all-reduces; use "
-                    "accelerator.accumulate(model) to skip the syncs between steps",
+                    f"accelerator.accumulate({models[0] if models else 'model'}) to skip the "
+                    "syncs between steps",
                 )
                 _review_schedulers_stepped_per_optimizer_step(ctx, kept, loop, rewritten=False)
             continue
         if found.unaccounted is not None:
-            ctx.plan.review(found.line, f"manual gradient accumulation kept: {found.unaccounted}")
+            ctx.review_at(found.division, f"manual gradient accumulation kept: {found.unaccounted}")
             _review_schedulers_stepped_per_optimizer_step(ctx, found.condition, loop, False)
             continue
         steps, unreadable = _steps_where_prepared(ctx, found, loop)
@@ -54,8 +56,8 @@ def run(ctx: Context) -> None:
         kept = stepped_every_in_step(step, ctx.facts)
         if kept is not None and id(kept) not in reviewed:
             reviewed.add(id(kept))
-            ctx.plan.review(
-                ctx.line(kept),
+            ctx.review_at(
+                kept,
                 f"manual gradient accumulation kept as written ({step.name.value}(), which a "
                 "training loop calls per batch, steps the optimizer every few calls): correct, "
                 "but every backward all-reduces; use accelerator.accumulate(model) to skip the "
