@@ -15,7 +15,7 @@ from accelify.analysis.accumulation import (
 from accelify.analysis.dataflow import variables_in
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, Loop
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.accelerator import PassedNames, locals_of
 from accelify.convert.steps.context import Context
 from accelify.edits.node_rewrites import Swap
@@ -60,9 +60,22 @@ def run(ctx: Context) -> None:
                 kept,
                 f"manual gradient accumulation kept as written ({step.name.value}(), which a "
                 "training loop calls per batch, steps the optimizer every few calls): correct, "
-                "but every backward all-reduces; use accelerator.accumulate(model) to skip the "
-                "syncs between steps",
+                "but every backward all-reduces; use "
+                f"accelerator.accumulate({_model_of(ctx, step)}) to skip the syncs between steps",
             )
+
+
+def _model_of(ctx: Context, function: cst.FunctionDef) -> str:
+    """The one prepared model ``function`` reads (``self.model``), as advice names it; else
+    ``model``."""
+    read = {
+        shown
+        for node in walk(function.body)
+        if isinstance(node, (cst.Name, cst.Attribute))
+        and (shown := dotted(node)) in ctx.plan.prepared
+        and ctx.facts.flow.is_model_name(shown, node)
+    }
+    return read.pop() if len(read) == 1 else "model"
 
 
 def _steps_where_prepared(

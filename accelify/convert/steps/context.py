@@ -112,6 +112,8 @@ class Context:
     prepared_anchors: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
     #: models no optimizer trains: not prepared, so their device moves stay.
     frozen: set[str] = field(default_factory=set)
+    #: DataLoaders left out of prepare because their own sampler shards them by rank
+    self_sharded: set[str] = field(default_factory=set)
     #: loaders prepared where they are handed to a trainer's method, by the caller's name, and
     #: the attributes a method that prepares the loaders it receives keeps them under.
     prepared_arguments: set[str] = field(default_factory=set)
