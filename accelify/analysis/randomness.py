@@ -169,24 +169,9 @@ def _paired_with_the_batch(
     (``netG(torch.randn(real.size(0), nz))``) replaces data: still counted."""
     if not any(_reads(argument.value, batch) for argument in call.args):
         return False
-    assign = model.parent(drawn)
-    if not (
-        isinstance(assign, cst.Assign)
-        and assign.value is drawn
-        and len(assign.targets) == 1
-        and isinstance(assign.targets[0].target, cst.Name)
-    ):
+    reads = _reads_of_its_name(model, drawn)
+    if reads is None:
         return _beside_the_batch(model, drawn, batch)
-    target = assign.targets[0].target
-    scope = model.scope_of(assign)
-    reads = [
-        n
-        for n in walk(scope)
-        if isinstance(n, cst.Name)
-        and n.value == target.value
-        and n is not target
-        and model.scope_of(n) is scope
-    ]
     return bool(reads) and all(_beside_the_batch(model, read, batch) for read in reads)
 
 
@@ -230,6 +215,13 @@ def _named_then_applied(model: ScriptModel, drawn: cst.CSTNode, batch: set[str])
     that name in its scope combines it with a batch tensor (``x = x + noise``, ``x += noise``):
     the same as writing the draw into that arithmetic. A read that goes anywhere else (a
     generator's input, ``netG(noise)``) keeps the draw counted."""
+    reads = _reads_of_its_name(model, drawn)
+    return bool(reads) and all(_combined_with_the_batch(model, read, batch) for read in reads)
+
+
+def _reads_of_its_name(model: ScriptModel, drawn: cst.CSTNode) -> list[cst.Name] | None:
+    """The reads, in its scope, of the one name ``drawn`` is assigned to (``noise = ...``);
+    None where ``drawn`` is not the whole value of such an assignment."""
     assign = model.parent(drawn)
     if not (
         isinstance(assign, cst.Assign)
@@ -237,10 +229,10 @@ def _named_then_applied(model: ScriptModel, drawn: cst.CSTNode, batch: set[str])
         and len(assign.targets) == 1
         and isinstance(assign.targets[0].target, cst.Name)
     ):
-        return False
+        return None
     target = assign.targets[0].target
     scope = model.scope_of(assign)
-    reads = [
+    return [
         n
         for n in walk(scope)
         if isinstance(n, cst.Name)
@@ -248,7 +240,6 @@ def _named_then_applied(model: ScriptModel, drawn: cst.CSTNode, batch: set[str])
         and n is not target
         and model.scope_of(n) is scope
     ]
-    return bool(reads) and all(_combined_with_the_batch(model, read, batch) for read in reads)
 
 
 def _combined_with_the_batch(model: ScriptModel, read: cst.Name, batch: set[str]) -> bool:
