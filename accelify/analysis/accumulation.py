@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accelify.analysis.dataflow import is_binding
 from accelify.analysis.script_model import Kind, Loop, ScriptModel, own_method
 from accelify.analysis.syntax import (
     Visitor,
@@ -69,6 +70,19 @@ def find_manual_accumulation(loop: Loop, facts: Facts) -> ManualAccumulation | N
             "accumulate() also syncs when the loader runs out, and entered before the next() "
             "that runs it out it syncs one batch late, shifting every later step"
         )
+    counter = _loop_counter(loop.node, facts.model, found.condition.test)
+    if (
+        found.unaccounted is None
+        and counter is not None
+        and _in_step_with_accumulate(found.condition.test, counter, facts.model) is False
+    ):
+        found.unaccounted = (
+            f"its step test `{facts.model.module.code_for_node(found.condition.test)}` does not "
+            f"count the batches from 1 as accumulate() does (it steps at the last of every "
+            f"{found.steps_code} batches): the optimizer would step at other batches, and a "
+            f"pass's number of steps can change. As written it is correct; to use accumulate(), "
+            f"test `{_first_batch_count(counter)} % {found.steps_code} == 0`"
+        )
     if (
         found.unaccounted is None
         and facts.flow.reads_loader(loop)
@@ -98,9 +112,9 @@ def _steps_at_the_last_batch(test: cst.BaseExpression, loop: Loop, facts: Facts)
     len(loader) < k``, ``or i + 1 == len(other)`` fire at other batches)."""
     if not isinstance(test, cst.BooleanOperation) or not isinstance(test.operator, cst.Or):
         return False
-    counter = _loop_counter(loop.node)
-    if counter is None:
-        return False
+    counter = _loop_counter(loop.node, facts.model, test)
+    if counter is None or not _in_step_with_accumulate(test, counter, facts.model):
+        return False  # another phase, or a test not read (``not step % k``)
     loaders = {loop.iterable, _enumerated(loop.node, facts.model)} - {None}
     if loop.through is not None:
         loaders |= {dotted(node) for node in walk(loop.through)} - {None}
@@ -111,10 +125,47 @@ def _steps_at_the_last_batch(test: cst.BaseExpression, loop: Loop, facts: Facts)
     )
 
 
+def _in_step_with_accumulate(
+    test: cst.BaseExpression, counter: tuple[str, int], model: ScriptModel
+) -> bool | None:
+    """Every ``x % k == 0`` of ``test`` counts the loop's own batches from 1, as
+    ``accumulate()`` does: ``(i + 1) % k`` of ``enumerate(loader)``, ``step % k`` of a
+    counter incremented before the test. ``i % k == 0`` fires at batches 1, k + 1, ...:
+    another count of optimizer steps than accumulate()'s (9 batches, k = 3: 4 against 3).
+    None where ``test`` has no such comparison (``not step % k``): not read."""
+    name, start = counter
+    found = False
+    for node in walk(test):
+        if not (
+            isinstance(node, cst.Comparison)
+            and isinstance(node.left, cst.BinaryOperation)
+            and isinstance(node.left.operator, cst.Modulo)
+        ):
+            continue
+        found = True
+        offset = _counter_offset(_unparenthesized(node.left.left), name)
+        zero = len(node.comparisons) == 1 and _code(node.comparisons[0].comparator) == "0"
+        if offset is None or offset + start != 1 or not zero:
+            return False
+    return True if found else None
+
+
+def _first_batch_count(counter: tuple[str, int]) -> str:
+    """The counter as 1 at the first batch: ``i + 1`` of ``enumerate(loader)``."""
+    name, start = counter
+    if start == 1:
+        return name
+    return f"({name} + {1 - start})" if start < 1 else f"({name} - {start - 1})"
+
+
+def _unparenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    return node.with_changes(lpar=(), rpar=()) if node.lpar else node
+
+
 def _last_batch_test(loop: Loop, facts: Facts) -> str:
     """The test to add, in the loop's own names: ``step + 1 == len(train_loader)``."""
-    counter = _loop_counter(loop.node)
-    iterated = _enumerated(loop.node, facts.model)
+    counter = _loop_counter(loop.node, facts.model, None)
+    iterated = _enumerated(loop.node, facts.model) or loop.iterable
     loader = f"len({iterated})" if iterated else "the number of batches"
     if counter is None:
         return f"<the batch index> + 1 == {loader}"
@@ -133,9 +184,119 @@ def _enumerated(loop: cst.For, model: ScriptModel) -> str | None:
     return None
 
 
-def _loop_counter(loop: cst.For) -> tuple[str, int] | None:
-    """``i`` and its first value for ``for i, batch in enumerate(loader)`` (``enumerate(loader,
-    1)``: 1); None for another loop, or a start not written as a number."""
+def _loop_counter(
+    loop: cst.For, model: ScriptModel, test: cst.BaseExpression | None
+) -> tuple[str, int] | None:
+    """``i`` and its value at the first batch for ``for i, batch in enumerate(loader)``
+    (``enumerate(loader, 1)``: 1), or for a counter the loop keeps itself (`_kept_counter`);
+    None for another loop, or a start not written as a number."""
+    return _enumerate_counter(loop) or _kept_counter(loop, model, test)
+
+
+def _kept_counter(
+    loop: cst.For, model: ScriptModel, test: cst.BaseExpression | None
+) -> tuple[str, int] | None:
+    """``step`` of ``step = 0`` just before the loop (in the same block, so every pass starts
+    it again) and ``step += 1`` a statement of the loop's own body, its only binding there,
+    with no ``continue`` of the loop to skip it: it counts the batches like ``enumerate``.
+    Its value at ``test`` (the step test, a statement of the body) at the first batch is the
+    start, plus 1 where the increment runs before the test. ``test`` None: where the test
+    sits is not known, the increment must come first."""
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    increments = [
+        (index, name)
+        for index, statement in enumerate(body)
+        if (name := _incremented(statement)) is not None
+    ]
+    if len(increments) != 1:
+        return None
+    index, name = increments[0]
+    bindings = [
+        node
+        for node in walk(loop.body)
+        if isinstance(node, cst.Name) and node.value == name and is_binding(model, node)
+    ]
+    if len(bindings) != 1 or _continues(loop):
+        return None
+    start = _reset_before(loop, name, model)
+    if start is None:
+        return None
+    position = next(
+        (i for i, statement in enumerate(body) if test is not None and _holds(statement, test)),
+        None,
+    )
+    if position is None and test is not None:
+        return None
+    return name, start + (1 if position is None or index < position else 0)
+
+
+def _incremented(statement: cst.BaseStatement) -> str | None:
+    """``step`` of the statement ``step += 1``."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if (
+        isinstance(small, cst.AugAssign)
+        and isinstance(small.operator, cst.AddAssign)
+        and isinstance(small.target, cst.Name)
+        and _code(small.value) == "1"
+    ):
+        return small.target.value
+    return None
+
+
+def _continues(loop: cst.For) -> bool:
+    """A ``continue`` of ``loop`` itself (not of a loop nested in it, nor in a function)."""
+    found = False
+
+    class _Finder(cst.CSTVisitor):
+        def visit_Continue(self, node: cst.Continue) -> None:
+            nonlocal found
+            found = True
+
+        def visit_For(self, node: cst.For) -> bool:
+            return False
+
+        def visit_While(self, node: cst.While) -> bool:
+            return False
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+    loop.body.visit(_Finder())
+    return found
+
+
+def _reset_before(loop: cst.For, name: str, model: ScriptModel) -> int | None:
+    """The number ``name`` is set to by the statement right before ``loop`` in its block
+    (``step = 0``), none of the statements between binding it."""
+    block = model.parent(loop)
+    statements = list(getattr(block, "body", ()))
+    if loop not in statements:
+        return None
+    for statement in reversed(statements[: statements.index(loop)]):
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            small = statement.body[0]
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and dotted(small.targets[0].target) == name
+            ):
+                return int(small.value.value) if isinstance(small.value, cst.Integer) else None
+        if any(
+            isinstance(node, cst.Name) and node.value == name and is_binding(model, node)
+            for node in walk(statement)
+        ):
+            return None
+    return None
+
+
+def _holds(statement: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(n is node for n in walk(statement))
+
+
+def _enumerate_counter(loop: cst.For) -> tuple[str, int] | None:
+    """``i`` and its first value for ``for i, batch in enumerate(loader)``."""
     call, target = loop.iter, loop.target
     if not (
         isinstance(call, cst.Call)

@@ -154,7 +154,41 @@ def _applied_to_the_batch(model: ScriptModel, call: cst.Call, batch: set[str]) -
     outer = _arithmetic_around(model, call)
     if outer is not None and _reads_apart(outer, call, batch):
         return True
+    if _paired_with_the_batch(model, call, outer or call, batch):
+        return True
     return _named_then_applied(model, outer or call, batch)
+
+
+def _paired_with_the_batch(
+    model: ScriptModel, call: cst.Call, drawn: cst.CSTNode, batch: set[str]
+) -> bool:
+    """Negative sampling: ``j = torch.randint(0, n_items, (u.size(0), k))`` then ``model(u,
+    j)``. The draw's shape follows this rank's batch and every use hands it to a call beside
+    that batch (another argument reads it): each rank pairs the draws with its own samples, so
+    the pairs differ between ranks and no work repeats. Noise a generator takes alone
+    (``netG(torch.randn(real.size(0), nz))``) replaces data: still counted."""
+    if not any(_reads(argument.value, batch) for argument in call.args):
+        return False
+    reads = _reads_of_its_name(model, drawn)
+    if reads is None:
+        return _beside_the_batch(model, drawn, batch)
+    return bool(reads) and all(_beside_the_batch(model, read, batch) for read in reads)
+
+
+def _beside_the_batch(model: ScriptModel, node: cst.CSTNode, batch: set[str]) -> bool:
+    """``node`` is (in) an argument of a call another argument of which reads the batch."""
+    argument: cst.CSTNode | None = None
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, cst.Arg):
+            argument = ancestor
+            continue
+        if isinstance(ancestor, cst.Call) and argument is not None:
+            return any(
+                other is not argument and _reads(other.value, batch) for other in ancestor.args
+            )
+        if isinstance(ancestor, (cst.BaseStatement, cst.BaseSmallStatement)):
+            return False
+    return False
 
 
 def _arithmetic_around(model: ScriptModel, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -181,6 +215,13 @@ def _named_then_applied(model: ScriptModel, drawn: cst.CSTNode, batch: set[str])
     that name in its scope combines it with a batch tensor (``x = x + noise``, ``x += noise``):
     the same as writing the draw into that arithmetic. A read that goes anywhere else (a
     generator's input, ``netG(noise)``) keeps the draw counted."""
+    reads = _reads_of_its_name(model, drawn)
+    return bool(reads) and all(_combined_with_the_batch(model, read, batch) for read in reads)
+
+
+def _reads_of_its_name(model: ScriptModel, drawn: cst.CSTNode) -> list[cst.Name] | None:
+    """The reads, in its scope, of the one name ``drawn`` is assigned to (``noise = ...``);
+    None where ``drawn`` is not the whole value of such an assignment."""
     assign = model.parent(drawn)
     if not (
         isinstance(assign, cst.Assign)
@@ -188,10 +229,10 @@ def _named_then_applied(model: ScriptModel, drawn: cst.CSTNode, batch: set[str])
         and len(assign.targets) == 1
         and isinstance(assign.targets[0].target, cst.Name)
     ):
-        return False
+        return None
     target = assign.targets[0].target
     scope = model.scope_of(assign)
-    reads = [
+    return [
         n
         for n in walk(scope)
         if isinstance(n, cst.Name)
@@ -199,7 +240,6 @@ def _named_then_applied(model: ScriptModel, drawn: cst.CSTNode, batch: set[str])
         and n is not target
         and model.scope_of(n) is scope
     ]
-    return bool(reads) and all(_combined_with_the_batch(model, read, batch) for read in reads)
 
 
 def _combined_with_the_batch(model: ScriptModel, read: cst.Name, batch: set[str]) -> bool:

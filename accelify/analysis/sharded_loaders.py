@@ -132,7 +132,8 @@ def _distributed_sampler(script: ScriptModel, value: cst.BaseExpression, depth: 
 
 
 def sharded_by_its_sampler(script: ScriptModel, loader: str | None) -> bool:
-    """``loader`` is built with a DistributedSampler, or the script sets its sampler's epoch
+    """``loader`` is built with a DistributedSampler or a sampler class of the file that shards
+    by the rank it is handed (`sharding_sampler`), or the script sets its sampler's epoch
     (``loader.sampler.set_epoch(epoch)``, `epoch_set_through`) and the file does not show that
     sampler reading the whole data set (`_whole_data_sampler`): each rank already reads its own
     part of the data. Lint (ACC402) and convert (which ``set_epoch`` goes) ask this one test."""
@@ -143,9 +144,9 @@ def sharded_by_its_sampler(script: ScriptModel, loader: str | None) -> bool:
         if (
             binding.name == loader
             and isinstance(value, cst.Call)
-            and distributed_sampler_argument(script, value)
+            and sharding_sampler(script, value) is not None
         ):
-            return True
+            return True  # a DistributedSampler, or a class of the file handed the rank
     epoch = epoch_set_through(script, loader)
     func = epoch.func if epoch is not None else None
     owner = func.value if isinstance(func, cst.Attribute) else None

@@ -198,10 +198,15 @@ def _sent(value: cst.BaseExpression, device: cst.BaseExpression) -> cst.Call:
 
 @dataclass(frozen=True)
 class OnHostFirst:
-    """``x.numpy()`` -> ``x.cpu().numpy()``: a NumPy view needs host memory, and ``.cpu()`` of
-    a tensor already there is the tensor itself."""
+    """``x.numpy()`` -> ``x.cpu().numpy()``, ``np.array(x)`` -> ``np.array(x.cpu())``: a NumPy
+    view needs host memory, and ``.cpu()`` of a tensor already there is the tensor itself."""
 
     def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
-        assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
+        assert isinstance(updated, cst.Call)
+        if not isinstance(updated.func, cst.Attribute) or updated.func.attr.value != "numpy":
+            # ``np.array(pred)`` -> ``np.array(pred.cpu())``
+            first = updated.args[0]
+            on_host = cst.Call(cst.Attribute(first.value, cst.Name("cpu")))
+            return updated.with_changes(args=[first.with_changes(value=on_host)])
         on_host = cst.Call(cst.Attribute(updated.func.value, cst.Name("cpu")))
         return updated.with_changes(func=updated.func.with_changes(value=on_host))

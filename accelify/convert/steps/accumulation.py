@@ -15,7 +15,7 @@ from accelify.analysis.accumulation import (
 from accelify.analysis.dataflow import variables_in
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, Loop
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.accelerator import PassedNames, locals_of
 from accelify.convert.steps.context import Context
 from accelify.edits.node_rewrites import Swap
@@ -28,16 +28,18 @@ def run(ctx: Context) -> None:
         if found is None:
             kept = stepped_every(loop, ctx.facts) if loop.trains else None
             if kept is not None:
-                ctx.plan.review(
-                    ctx.line(kept),
+                models = accumulated_models(loop, ctx.facts)
+                ctx.review_at(
+                    kept,
                     "manual gradient accumulation kept as written (not a shape the conversion "
                     "rewrites): correct, but every backward all-reduces; use "
-                    "accelerator.accumulate(model) to skip the syncs between steps",
+                    f"accelerator.accumulate({models[0] if models else 'model'}) to skip the "
+                    "syncs between steps",
                 )
                 _review_schedulers_stepped_per_optimizer_step(ctx, kept, loop, rewritten=False)
             continue
         if found.unaccounted is not None:
-            ctx.plan.review(found.line, f"manual gradient accumulation kept: {found.unaccounted}")
+            ctx.review_at(found.division, f"manual gradient accumulation kept: {found.unaccounted}")
             _review_schedulers_stepped_per_optimizer_step(ctx, found.condition, loop, False)
             continue
         steps, unreadable = _steps_where_prepared(ctx, found, loop)
@@ -54,13 +56,26 @@ def run(ctx: Context) -> None:
         kept = stepped_every_in_step(step, ctx.facts)
         if kept is not None and id(kept) not in reviewed:
             reviewed.add(id(kept))
-            ctx.plan.review(
-                ctx.line(kept),
+            ctx.review_at(
+                kept,
                 f"manual gradient accumulation kept as written ({step.name.value}(), which a "
                 "training loop calls per batch, steps the optimizer every few calls): correct, "
-                "but every backward all-reduces; use accelerator.accumulate(model) to skip the "
-                "syncs between steps",
+                "but every backward all-reduces; use "
+                f"accelerator.accumulate({_model_of(ctx, step)}) to skip the syncs between steps",
             )
+
+
+def _model_of(ctx: Context, function: cst.FunctionDef) -> str:
+    """The one prepared model ``function`` reads (``self.model``), as advice names it; else
+    ``model``."""
+    read = {
+        shown
+        for node in walk(function.body)
+        if isinstance(node, (cst.Name, cst.Attribute))
+        and (shown := dotted(node)) in ctx.plan.prepared
+        and ctx.facts.flow.is_model_name(shown, node)
+    }
+    return read.pop() if len(read) == 1 else "model"
 
 
 def _steps_where_prepared(

@@ -46,8 +46,8 @@ def _make_collective(
 ) -> None:
     check_after = _branch_around(ctx, if_node, stop)
     if check_after is False:
-        ctx.plan.review(
-            ctx.line(if_node),
+        ctx.review_at(
+            if_node,
             "this stop is decided on a value each rank computed for itself, inside a branch "
             "the ranks may take differently, with more code after it in that branch: left as "
             "it is (a check_trigger() there would be reached by some ranks only: a hang); "

@@ -4,6 +4,7 @@ the accelerator's name and constructor arguments, and the nodes that need the ac
 from __future__ import annotations
 
 import builtins
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import all_params, assigned_targets, dotted, self_parameter, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
+
+#: ``accelerator.`` as review advice writes it, not part of a longer name (``self.accelerator.``).
+_PLAIN_ACCELERATOR = re.compile(r"(?<![\w.])accelerator\.(?=\w)")
 
 #: Where each name the converted code uses comes from, per target runtime.
 TARGET_MODULES = {
@@ -108,6 +112,8 @@ class Context:
     prepared_anchors: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
     #: models no optimizer trains: not prepared, so their device moves stay.
     frozen: set[str] = field(default_factory=set)
+    #: DataLoaders left out of prepare because their own sampler shards them by rank
+    self_sharded: set[str] = field(default_factory=set)
     #: loaders prepared where they are handed to a trainer's method, by the caller's name, and
     #: the attributes a method that prepares the loaders it receives keeps them under.
     prepared_arguments: set[str] = field(default_factory=set)
@@ -456,6 +462,21 @@ class Context:
         if any(need is function or placement.inside(need, function) for need in self.needs):
             return reached
         return None
+
+    def named_in_scope(self, node: cst.CSTNode, text: str) -> str:
+        """Review advice ``text`` written with the plain ``accelerator.`` (``with
+        accelerator.no_sync(model):``), naming the accelerator code at ``node`` reaches
+        instead (``self.accelerator`` in a trainer's method, ``trainer.accelerator`` beside
+        the instance): advice is copied as written. Unchanged where none is reachable (the
+        advice then stands for an accelerator to hand in)."""
+        reached = self.advised_accelerator(node)
+        if reached is None or reached == "accelerator":
+            return text
+        return _PLAIN_ACCELERATOR.sub(f"{reached}.", text)
+
+    def review_at(self, node: cst.CSTNode, text: str) -> None:
+        """A review line at ``node``'s line, its advice in the names in scope there."""
+        self.plan.review(self.line(node), self.named_in_scope(node, text))
 
     def a_at(self, node: cst.CSTNode, member: str) -> str:
         """``accelerator.<member>`` as code at ``node`` reaches it, for review advice; where

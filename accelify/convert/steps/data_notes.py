@@ -16,6 +16,7 @@ from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
+from accelify.convert.steps.host_inputs import cpu_only
 
 
 def run(ctx: Context) -> None:
@@ -29,6 +30,17 @@ def run(ctx: Context) -> None:
     noted = False
     for loop in ctx.model.loops:
         unprepared = _trained_unprepared(ctx, loop) if loop.trains else []
+        sharded = [n for n in unprepared if n in ctx.self_sharded]
+        noted = noted or bool(sharded)  # its batches come from a DataLoader, said here
+        if sharded and cpu_only(ctx):
+            ctx.review_at(
+                loop.node,
+                f"this training loop reads {loader_names(sharded)}, which its own sampler "
+                "shards (left out of prepare): its batches stay where the loader makes them, "
+                "on the host in this script, while prepare places the model on the device; "
+                "on a GPU send them there first (batch.to(accelerator.device))",
+            )
+        unprepared = [n for n in unprepared if n not in ctx.self_sharded]
         if unprepared:
             noted = True
             ctx.plan.review(

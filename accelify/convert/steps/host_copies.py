@@ -12,8 +12,9 @@ import libcst as cst
 
 from accelify.analysis.dataflow import variables_in
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import target_names, walk
+from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import Context
+from accelify.convert.steps.host_inputs import SAME_DEVICE_METHODS, reaching_value
 from accelify.edits import rewrites
 
 #: Methods in a receiver chain that already say where the tensor goes.
@@ -34,8 +35,58 @@ def run(ctx: Context) -> None:
             if receiver is not None and variables_in(ctx.model, receiver) & on_device:
                 _on_host_first(ctx, node, done, "batches arrive on accelerator.device")  # type: ignore[arg-type]
     for call in ctx.model.calls:
-        if _of_a_prepared_model(ctx, call) and not _brought_back(ctx, call):
+        copied = _of_a_prepared_model(ctx, call) and not _brought_back(ctx, call)
+        if copied or _array_of_a_model_output(ctx, call):
             _on_host_first(ctx, call, done, "prepare places the model on accelerator.device")
+
+
+#: NumPy functions that copy a tensor into an array (through its host memory).
+_ARRAY_FUNCTIONS = frozenset({"numpy.array", "numpy.asarray", "numpy.asanyarray"})
+
+#: Tensor methods whose result is a tensor on the same device as the one they are called on.
+_TENSOR_METHODS = SAME_DEVICE_METHODS | {
+    "argmax", "argmin", "softmax", "log_softmax", "sigmoid", "exp", "round", "abs", "sum",
+    "mean", "squeeze", "topk",
+}  # fmt: skip
+
+
+def _array_of_a_model_output(ctx: Context, call: cst.Call) -> bool:
+    """``np.array(pred)`` where ``pred`` is the output of a model the conversion prepares
+    (``pred = model(x).argmax(1)``, or that expression itself), after its ``prepare``: NumPy
+    reads host memory, so on a GPU the copy raises where the original's CPU tensor did not.
+    Only a value followed to the model's call through tensor methods, indexing and names
+    assigned once before the call counts (a batch's item may be a list or a string)."""
+    if len(call.args) != 1 or call.args[0].star or call.args[0].keyword is not None:
+        return False
+    if not ctx.model.qualified(call.func) & _ARRAY_FUNCTIONS:
+        return False
+    return _model_output(ctx, call.args[0].value, call, 0)
+
+
+def _model_output(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, depth: int) -> bool:
+    if depth > 6:
+        return False
+    if isinstance(value, cst.Subscript):
+        return _model_output(ctx, value.value, at, depth + 1)
+    if isinstance(value, cst.Name):
+        bound = reaching_value(ctx, value.value, at)
+        return bound is not None and _model_output(ctx, bound, at, depth + 1)
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _PLACING_METHODS:
+        return False  # ``pred.cpu()``: the original says where it goes
+    if isinstance(func, cst.Attribute) and func.attr.value in _TENSOR_METHODS:
+        return _model_output(ctx, func.value, at, depth + 1)
+    name = dotted(func)
+    if name is None or ctx.facts.flow.kind_of(name, value) is not Kind.MODEL:
+        return False
+    if value is not at and id(value) in ctx.host_calls:
+        return False  # `host_inputs` sends this output back to the CPU
+    outer = name if name in ctx.prepared_after else ctx.facts.flow.outer_name(name, value)
+    if outer not in ctx.prepared_after or outer in ctx.frozen:
+        return False
+    return ctx.after_prepare(value, outer)
 
 
 def _brought_back(ctx: Context, call: cst.Call) -> bool:

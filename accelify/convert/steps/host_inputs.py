@@ -520,12 +520,25 @@ class _Unpacked:
     index: int
 
 
+@dataclass(frozen=True)
+class _ElementOf:
+    """An element of what ``value`` holds: ``inputs`` of ``inputs, targets = batch`` (a
+    method's parameter a loop over a loader hands each batch)."""
+
+    value: cst.BaseExpression
+
+
 def _made_on_host(
-    ctx: Context, value: cst.BaseExpression | _Unpacked, at: cst.CSTNode, depth: int = 0
+    ctx: Context,
+    value: cst.BaseExpression | _Unpacked | _ElementOf,
+    at: cst.CSTNode,
+    depth: int = 0,
 ) -> bool:
     """``value`` is a tensor the original made on the CPU (see the module's docstring)."""
     if depth > 8:
         return False
+    if isinstance(value, _ElementOf):  # an element of a host value, as ``value[i]`` is
+        return _made_on_host(ctx, value.value, at, depth + 1)
     if isinstance(value, _Unpacked):
         returned = _returns_of(ctx, value.call)
         return bool(returned) and all(
@@ -558,6 +571,8 @@ def _made_on_host(
         func = value.func
         if torch_factory(value) is not None:
             return not device_given(value)
+        if _sent_to_the_host(ctx, value, at):
+            return True  # ``feats = encoder(x).cpu()``: whatever it was made from
         if (dotted(func) or "") in _JOINED and value.args:  # a stack of host tensors
             return _made_on_host(ctx, value.args[0].value, at, depth + 1)
         if any(q.endswith("TensorDataset") for q in ctx.model.qualified(func)):
@@ -596,6 +611,18 @@ def _made_on_host(
     return bool(assigned) and all(
         v is not None and _made_on_host(ctx, v, at, depth + 1) for v in assigned
     )
+
+
+def _sent_to_the_host(ctx: Context, call: cst.Call, at: cst.CSTNode) -> bool:
+    """``x.cpu()``, ``x.to("cpu")``: the original moves the value to the host itself (a linear
+    probe trained on ``feats = encoder(x).cpu()``), wherever ``x`` was."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value == "cpu":
+        return not call.args
+    target = moved_to(call) if func.attr.value == "to" else None
+    return target is not None and _always_cpu(ctx, target, at)
 
 
 #: torch functions that join tensors into one on their device: ``torch.stack(samples)``
@@ -650,7 +677,7 @@ def _passed_for_parameter(ctx: Context, name: str, at: cst.CSTNode) -> list[cst.
 
 def assigned_values(
     ctx: Context, name: str, at: cst.CSTNode
-) -> list[cst.BaseExpression | _Unpacked | None]:
+) -> list[cst.BaseExpression | _Unpacked | _ElementOf | None]:
     """What each assignment of ``name`` binds it to, in the scope it is read from (``self.x``:
     anywhere in the class); None for a binding whose value is not known (a parameter, a loop
     target, an unpacked call). Nothing when the name is never assigned."""
@@ -664,7 +691,7 @@ def assigned_values(
         scopes = (
             [function] if function is not None and _binds(function, name) else [ctx.model.module]
         )
-    found: list[cst.BaseExpression | _Unpacked | None] = []
+    found: list[cst.BaseExpression | _Unpacked | _ElementOf | None] = []
     for scope in scopes:
         if isinstance(scope, cst.FunctionDef) and has_parameter(scope, name):
             found.append(None)
@@ -683,10 +710,12 @@ def _binds(function: cst.FunctionDef, name: str) -> bool:
     return has_parameter(function, name) or any(_values_bound(n, name) for n in walk(function))
 
 
-def _values_bound(node: cst.CSTNode, name: str) -> list[cst.BaseExpression | _Unpacked | None]:
+def _values_bound(
+    node: cst.CSTNode, name: str
+) -> list[cst.BaseExpression | _Unpacked | _ElementOf | None]:
     """What ``node`` binds ``name`` to: ``x = v`` gives v, ``a, x = u, v`` gives v, ``a, x =
-    f()`` gives element 1 of what ``f`` returns; a loop, a ``with ... as``, a starred or nested
-    unpacking or a walrus give None (not known)."""
+    f()`` gives element 1 of what ``f`` returns, ``a, x = batch`` an element of ``batch``; a
+    loop, a ``with ... as``, a starred or nested unpacking or a walrus give None (not known)."""
     if isinstance(node, cst.Assign):
         return [v for t in node.targets for v in _matched(t.target, node.value, name)]
     if isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
@@ -714,6 +743,8 @@ def _matched(target: cst.BaseExpression, value: cst.BaseExpression, name: str) -
         flat = not any(isinstance(e, cst.StarredElement) for e in target.elements)
         if isinstance(value, cst.Call) and flat and len(positions) == 1:
             return [_Unpacked(value, positions[0])]
+        if dotted(value) is not None and flat and len(positions) == 1:
+            return [_ElementOf(value)]
         if name in set().union(*(_names_of(t) for t in elements)):
             return [None]
     return []

@@ -25,6 +25,7 @@ from accelify.analysis.objects import (
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, ScriptModel, owning_model
+from accelify.analysis.sharded_loaders import sharding_sampler
 from accelify.analysis.shared_loops import PhaseLoaders
 from accelify.analysis.step_loaders import over_step_data
 from accelify.analysis.syntax import (
@@ -128,6 +129,16 @@ def run(ctx: Context, scope: Scope) -> None:
             "could be prepared: prepare would hand the wrapper back untouched, so it is left "
             "unprepared and every rank reads all of it (correct, not data-parallel); prepare "
             "the DataLoader before wrapping it (and gather its evaluation's results)",
+        )
+    for name, sampler in _sharded_by_own_samplers(ctx, scope, chosen).items():
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.self_sharded.add(name)
+        ctx.plan.change(
+            _binding_line(ctx, name, scope),
+            f"{name} is sharded by its own sampler ({sampler.name.value}, a class of this file "
+            "handed the rank): left out of prepare, which would shard it again (each rank "
+            "reading 1/N of its part); its batches stay where the script puts them",
         )
     untrained = _untrained_models(ctx, scope, chosen, aliases)
     parts = _parts_of_other_models(ctx, scope, chosen, untrained)
@@ -683,6 +694,23 @@ def _trains_or_evaluates(ctx: Context, function: cst.FunctionDef) -> bool:
         and (loop.trains or ctx.facts.flow.reads_loader(loop))
         for loop in ctx.model.loops
     ) or any(ctx.facts.placement.inside(call, function) for call in ctx.model.backward_calls)
+
+
+def _sharded_by_own_samplers(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind]
+) -> dict[str, cst.ClassDef]:
+    """The loaders of ``chosen`` built here with ``sampler=``/``batch_sampler=`` of a sampler
+    class of the file that shards by the rank its call hands it (lint's ACC402 test,
+    `sharding_sampler`): each rank already reads its own part."""
+    found: dict[str, cst.ClassDef] = {}
+    for binding in ctx.model.of_kind(Kind.DATALOADER):
+        if binding.scope is not scope or chosen.get(binding.name) is not Kind.DATALOADER:
+            continue
+        value = strip_self_methods(binding.value)
+        sharding = sharding_sampler(ctx.model, value) if isinstance(value, cst.Call) else None
+        if sharding is not None and sharding.own is not None:
+            found[binding.name] = sharding.own
+    return found
 
 
 def _binding_line(ctx: Context, name: str, scope: Scope) -> int:

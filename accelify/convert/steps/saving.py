@@ -432,8 +432,8 @@ def _plan_file_writes(ctx: Context) -> list[cst.With]:
             and not in_writing_helper(ctx, call)
             and not _opened_on_main_only(ctx, call)
         ):
-            ctx.plan.review(
-                ctx.line(call),
+            ctx.review_at(
+                call,
                 "a file is written on every rank: guard it with `if accelerator.is_main_process:`",
             )
     return guarded

@@ -42,8 +42,8 @@ def _barrier_before_deletion(ctx: Context, shared: SharedFile) -> None:
         shared_branch,
     )
     if unreached is not None:
-        ctx.plan.review(
-            ctx.line(deletion),
+        ctx.review_at(
+            deletion,
             f"{path} is read by every rank at line {ctx.line(read)} and deleted here on the main "
             f"process; left without a barrier between them: the ranks may disagree on line "
             f"{ctx.line(unreached)}, and a barrier must be reached by every rank: delete it "
@@ -114,8 +114,8 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
     places = ctx.facts.ranks.barrier_places(ctx.statement_of(read))
     path = ctx.code(shared.path)
     if any(ctx.facts.placement.inside(write, place) for place in places):
-        ctx.plan.review(
-            ctx.line(read),
+        ctx.review_at(
+            read,
             f"{path} is saved at line {ctx.line(write)} on the main process and read here by "
             "every rank, in a branch the ranks may disagree on: no barrier can go between "
             "them; read it after the branch, behind accelerator.wait_for_everyone()",
@@ -125,8 +125,8 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
         (b for b in map(ctx.facts.shared_files.divergent_around, places) if b is not None), None
     )
     if unreached is not None:
-        ctx.plan.review(
-            ctx.line(read),
+        ctx.review_at(
+            read,
             f"{path} is saved on the main process at line {ctx.line(write)} and read here by "
             f"every rank that gets here; left without a barrier: the ranks may disagree on "
             f"line {ctx.line(unreached)}, and a barrier must be reached by every rank: read it "
@@ -161,8 +161,8 @@ def _kept_on_every_rank(ctx: Context, shared: SharedFile) -> None:
     made = f"{ctx.code(source.source.func)}() (line {ctx.line(source.source)})"
     where = f"saved and read back at line {ctx.line(shared.read)} on every rank"
     if source.clock:
-        ctx.plan.review(
-            ctx.line(shared.write),
+        ctx.review_at(
+            shared.write,
             f"the path comes from {made}, a timestamp: ranks may get different paths or the "
             f"same one; {where}, each its own file, and two ranks with one path write it at "
             "once: make it one path for the run, or put accelerator.process_index in it",
@@ -173,8 +173,8 @@ def _kept_on_every_rank(ctx: Context, shared: SharedFile) -> None:
         shared.write, decided_alike=ctx.agreed.branch_agreed
     )
     if branch is not None:
-        ctx.plan.review(
-            ctx.line(shared.write),
+        ctx.review_at(
+            shared.write,
             f"kept on every rank (the path comes from {made}, another file on each process), "
             f"but whether to save is decided by `{ctx.code(branch.test)}` (line "
             f"{ctx.line(branch)}), which the ranks may decide differently: each rank reads "

@@ -30,6 +30,7 @@ def run(ctx: Context) -> None:
     _traced(ctx)
     _handed_out_of_reach(ctx)
     _handed_to_be_copied(ctx)
+    _copied(ctx)
     _type_checked(ctx)
     _model_types(ctx)
 
@@ -143,6 +144,54 @@ def _handed_to_be_copied(ctx: Context) -> None:
                 "which keeps a copy of it (copy.deepcopy): a copy of the model, not of its DDP "
                 "wrapper",
             )
+
+
+def _copied(ctx: Context) -> None:
+    """``fast = copy.deepcopy(self.model)`` after prepare (MAML's fast weights, an EMA or a
+    target network made late): the copy would be of the DDP wrapper, a second wrapper whose
+    backward all-reduces with the other ranks on its own (a hang where the ranks adapt a
+    different number of copies) and whose state dict prefixes every key with ``module.``.
+    The model itself is copied: ``copy.deepcopy(accelerator.unwrap_model(self.model))``, on the
+    device, trained or averaged by this rank alone as in the original."""
+    for call in ctx.model.calls:
+        if not call.args or "copy.deepcopy" not in ctx.model.call_names(call):
+            continue
+        model = call.args[0].value
+        if not isinstance(model, (cst.Name, cst.Attribute)):
+            continue
+        shown = dotted(model)
+        if (
+            shown is None
+            or shown in ctx.frozen
+            or shown not in ctx.plan.prepared
+            or not ctx.facts.flow.is_model_name(shown, call)
+            or not _same_object(ctx, shown, call)
+            or not ctx.after_prepare(call, shown)
+            or not ctx.plan.reaches(call)
+        ):
+            continue
+        unwrap(
+            ctx,
+            model,
+            call,
+            f"copy.deepcopy({shown}) -> copy.deepcopy({ctx.a('unwrap_model')}({shown})): a copy "
+            "of the model, not of its DDP wrapper",
+            gives_way_to=[model],
+        )
+
+
+def _same_object(ctx: Context, shown: str, at: cst.CSTNode) -> bool:
+    """``shown`` at ``at`` is the name prepare rebinds: a local of the preparing scope, or
+    ``self.x`` in the preparing class. A parameter of another function that happens to share the
+    name (``EMA.__init__(self, model)``) is unwrapped at its call sites (`_handed_to_be_copied`)."""
+    anchor = ctx.prepared_after.get(shown)
+    if anchor is None:
+        return False
+    placement = ctx.facts.placement
+    if shown.startswith("self."):
+        owner = placement.class_of(anchor)
+        return owner is not None and placement.class_of(at) is owner
+    return ctx.model.scope_of(at) is ctx.model.scope_of(anchor)
 
 
 def _unwrap_where_handed(ctx: Context, function: cst.FunctionDef, parameter: str, why: str) -> None:
