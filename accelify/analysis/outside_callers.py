@@ -425,8 +425,12 @@ def _handed(caller: ScriptModel, call: cst.Call) -> tuple[tuple[int, str, str, b
             found.append((index, keyword, Kind.ACCELERATOR.value, False))
             continue
         kind = facts.flow.kind_of(name, call)
-        if kind in (Kind.MODEL, Kind.DATALOADER, Kind.OPTIMIZER) and facts.flow.prepared_argument(
-            call, argument.value
+        if kind not in (Kind.MODEL, Kind.DATALOADER, Kind.OPTIMIZER):
+            continue
+        # a prepared local (or parameter), or an attribute the class was handed prepared
+        # (``self.model``: a constructor's parameter every caller hands prepared)
+        if facts.flow.prepared_argument(call, argument.value) or (
+            name.startswith("self.") and name in caller.prepared_names
         ):
             found.append((index, keyword, kind.value, True))
     return tuple(found)

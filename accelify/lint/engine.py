@@ -176,6 +176,8 @@ def lint_source(
     result = FileResult(path, original=data, no_accelerator=True)
     this = str(Path(path).resolve()) if handed else ""
     given = any(call.arguments for call in handed if call.module == this)
+    if not given and importers:  # an import cycle: what the importer hands is read below
+        given = _called_by(importers, data)
     if not given and ACCELERATOR_WORDS.search(data) is None and b"torch" not in data:
         return result  # cannot match any rule: skipped before parsing
     plainly_named = False
@@ -225,6 +227,15 @@ def lint_source(
     if portable:
         result.findings = _portable(result.findings, script)
     return result
+
+
+def _called_by(importers: tuple[Path, ...], data: bytes) -> bool:
+    """An importer analysed with the file (an import cycle: `lint_source`'s ``importers``)
+    calls a function or class the file defines, as text: it may hand it an accelerator."""
+    from accelify.analysis.project_modules import calls_any, read, top_level_names
+
+    defined = top_level_names(data)
+    return any(calls_any(read(importer), defined) for importer in importers)
 
 
 def _factory_imported(path: str, data: bytes) -> bool:
@@ -366,9 +377,12 @@ def _name_the_callers(
     spans = []
     for function in dict.fromkeys([*script.given_parameters, *everyone]):
         constructor = function.name.value == "__init__"
-        owner = script.index.enclosing_class(function) if constructor else None
+        cls = script.index.enclosing_class(function)
+        owner = cls if constructor else None
         position = script.position(owner or function)
-        name = owner.name.value if owner is not None else f"{function.name.value}()"
+        name = f"{function.name.value}()" if cls is None else cls.name.value
+        if cls is not None and not constructor:
+            name += f".{function.name.value}()"  # a method of an instance the caller made
         given = script.given_parameters.get(function, {})
         handed = [g.says(parameter) for parameter, g in given.items()]
         where = next(iter(given.values())).where if given else everyone[function]
