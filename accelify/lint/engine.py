@@ -4,6 +4,7 @@ apply the safe fixes (until nothing changes) when asked."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -263,7 +264,25 @@ def _constructs_for(module: bytes, kept: set[bytes]) -> bool:
 
     if _CONSTRUCTION.search(module) is None:
         return False
-    return bool(top_level_functions(module) & kept)
+    return bool(top_level_functions(module) & kept) and _constructs_in_code(module)
+
+
+@functools.lru_cache(maxsize=64)
+def _constructs_in_code(module: bytes) -> bool:
+    """The module's code (not a docstring's example: a library's modules show
+    ``accelerator = Accelerator()`` in nearly every one) calls an accelerator class, as
+    Python's parser reads it (a tenth of an analysis); a module it cannot parse may be one."""
+    try:
+        tree = ast.parse(module)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    for node in ast.walk(tree):
+        if type(node) is ast.Call:
+            func = node.func
+            name = func.id if type(func) is ast.Name else getattr(func, "attr", "")
+            if name in _ACCELERATOR_CLASSES:
+                return True
+    return False
 
 
 def project_view(
