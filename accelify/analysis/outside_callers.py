@@ -319,16 +319,21 @@ def _bound(
     return found
 
 
-def handed_calls(caller: ScriptModel, path: Path) -> tuple[HandedCall, ...]:
+def handed_calls(
+    caller: ScriptModel, path: Path, modules: set[str] | None = None
+) -> tuple[HandedCall, ...]:
     """What ``caller`` (the analysis of ``path``) hands the functions, classes and methods of
-    the project's other modules, call by call: the accelerator, or a model, optimizer or loader
-    a prepare call returned (the caller's own analysis answers), and whether the call runs on
-    some ranks only. A file that uses no accelerator hands nothing worth carrying (none)."""
+    the project's other modules (of ``modules`` only, by resolved path, when given), call by
+    call: the accelerator, or a model, optimizer or loader a prepare call returned (the
+    caller's own analysis answers), and whether the call runs on some ranks only. A file that
+    uses no accelerator hands nothing worth carrying (none)."""
     if not caller.uses_accelerator:
         return ()
     defined: dict[Path, set[str]] = {}
     found = []
     for call, module, member in _project_calls(caller, path):
+        if modules is not None and str(module.resolve()) not in modules:
+            continue
         if module not in defined:
             defined[module] = top_level_names(read(module))
         if member.partition(".")[0] not in defined[module]:

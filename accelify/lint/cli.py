@@ -136,18 +136,22 @@ def _lint_one(
     collect: bool = True,
     importers: tuple[Path, ...] = (),
     handed: tuple[HandedCall, ...] = (),
+    wanted: tuple[str, ...] = (),
 ) -> FileResult:
     """``collect``: free the cycles the file left before the next one (`_cycles_collected_once`);
     not after the last file of a serial run. ``importers``: the linted files that import this
     one and were not linted before it (an import cycle: `lint_order`); ``handed``: what the
-    calls of those linted before it hand it."""
+    calls of those linted before it hand it; ``wanted``: the linted modules that wait for what
+    its own calls hand them (a cache entry keeps those facts: they are part of its key)."""
     try:
         data = path.read_bytes()
     except OSError as error:
         return FileResult(
             str(path), [Finding("ACC000", f"cannot read: {error.strerror}", 1, 1, None, str(path))]
         )
-    read = project_context(path, data, importers, handed) if cache is not None else b""
+    read = b""
+    if cache is not None:
+        read = project_context(path, data, importers, handed) + "\0".join(wanted).encode()
     stored = cache.get(str(path), data, read) if cache is not None else None
     # --fix needs the tree of a file with something to fix; the rest is done
     if stored is not None and not (fix and any(f.fixable for f in stored.findings)):
@@ -161,7 +165,14 @@ def _lint_one(
     try:
         with _cycles_collected_once(collect):
             result = lint_source(
-                data, str(path), selection, fix, portable or cache is not None, importers, handed
+                data,
+                str(path),
+                selection,
+                fix,
+                portable or cache is not None,
+                importers,
+                handed,
+                wanted,
             )
     except Exception as error:  # our bug, not the user's: one line, the other files go on
         return FileResult(
@@ -232,20 +243,23 @@ def _lint_all(
     came from) is what that module is linted with. With ``jobs``, a file starts as soon as the
     files it waits for are done; the findings are those of a serial run."""
     order = lint_order(files)
+    waiting_for: dict[Path, list[str]] = {}
+    for path in files:
+        for importer in order[path][0]:
+            waiting_for.setdefault(importer, []).append(str(path.resolve()))
     results: dict[Path, FileResult] = {}
 
-    def arguments(path: Path) -> tuple[tuple[Path, ...], tuple[HandedCall, ...]]:
+    def arguments(path: Path) -> tuple[tuple[Path, ...], tuple[HandedCall, ...], tuple[str, ...]]:
         waits, cyclic = order[path]
         this = str(path.resolve())
         handed = tuple(c for w in waits for c in results[w].handed if c.module == this)
-        return cyclic, handed
+        return cyclic, handed, tuple(sorted(set(waiting_for.get(path, ()))))
 
     if jobs <= 1 or len(files) < 2:
         last = len(files) - 1
         for count, path in enumerate(_serial(files, order)):
-            cyclic, handed = arguments(path)
             results[path] = _lint_one(
-                path, selection, fix, portable, cache, count < last, cyclic, handed
+                path, selection, fix, portable, cache, count < last, *arguments(path)
             )
         return [results[path] for path in files]
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -257,9 +271,8 @@ def _lint_all(
         while waiting or running:
             for path in [p for p, before in waiting.items() if not before]:
                 del waiting[path]
-                cyclic, handed = arguments(path)
                 future = pool.submit(
-                    _lint_one, path, selection, fix, True, cache, True, cyclic, handed
+                    _lint_one, path, selection, fix, True, cache, True, *arguments(path)
                 )
                 running[future] = path
             done, _ = wait(running, return_when=FIRST_COMPLETED)

@@ -165,6 +165,7 @@ def lint_source(
     portable: bool = False,
     importers: tuple[Path, ...] | None = None,
     handed: tuple[HandedCall, ...] = (),
+    wanted: tuple[str, ...] = (),
 ) -> FileResult:
     """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
     plan over this process's tree. ``importers``: the files that import this one whose
@@ -173,7 +174,8 @@ def lint_source(
     other modules. ``handed``: what the linted importers' calls hand (their
     `FileResult.handed`, the facts of the analyses they were linted with). A module handed an
     accelerator or a prepared object is analysed whatever its text names (``def
-    validate(acc, model, loader)`` names no accelerator)."""
+    validate(acc, model, loader)`` names no accelerator). ``wanted``: the linted modules (by
+    resolved path) that wait for what this file's calls hand them (`FileResult.handed`)."""
     result = FileResult(path, original=data, no_accelerator=True)
     this = str(Path(path).resolve()) if handed else ""
     given = any(call.arguments for call in handed if call.module == this)
@@ -219,10 +221,10 @@ def lint_source(
             result.findings = _check(script, result.fixed, path, selection)
             # what is left after the fix came from the same callers: named as before
             _name_callers_of(result.findings, script, result.fixed, path, selection, project)
-    if importers is not None:
+    if importers is not None and wanted:
         from accelify.analysis.outside_callers import handed_calls
 
-        result.handed = handed_calls(script, Path(path))
+        result.handed = handed_calls(script, Path(path), set(wanted))
     if project is not None:
         result.read_modules = tuple(sorted(str(p) for p in project.read))
     if portable:
