@@ -190,3 +190,84 @@ def test_importers_are_the_linted_files_that_import_a_module(tmp_path: Path):
     assert found[tmp_path / "trainer.py"] == [tmp_path / "train.py", tmp_path / "utils.py"]
     assert found[tmp_path / "utils.py"] == [tmp_path / "train.py"]
     assert tmp_path / "train.py" not in found
+
+
+def test_a_method_is_named_with_its_class():
+    messages = reported(PROJECTS / "method_of_a_handed_instance")
+    assert (
+        "train.py:15 calls Trainer.evaluate() with loader a prepared dataloader"
+        in (messages[("trainer.py", 15, "ACC403")])
+    )
+
+
+def test_the_called_module_is_linted_again_only_when_what_it_is_handed_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """trainer.py's findings are keyed on what train.py's calls hand it (the facts), not on
+    train.py's text: a change in train.py that hands the same lints train.py alone; one that
+    moves its calls lints trainer.py again, whose message names the new line."""
+    from accelify.lint import cli
+
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECTS / "handed_trainer", folder)
+    cache = open_cache(tmp_path / "cache", EVERY_RULE)
+    linted: list[str] = []
+
+    def counted(data, path, *args, **kwargs):
+        linted.append(Path(path).name)
+        return lint_source(data, path, *args, **kwargs)
+
+    monkeypatch.setattr(cli, "lint_source", counted)
+    cold = reported(folder, cache=cache)
+    assert sorted(linted) == ["evaluation.py", "train.py", "trainer.py"]  # each analysed once
+    linted.clear()
+    assert reported(folder, cache=cache) == cold and linted == []
+    train = folder / "train.py"
+    train.write_text(train.read_text() + "# a comment below the calls\n")
+    assert reported(folder, cache=cache) == cold and linted == ["train.py"]
+    linted.clear()
+    train.write_text("# a line above the calls\n" + train.read_text())
+    moved = reported(folder, cache=cache)
+    assert sorted(linted) == ["evaluation.py", "train.py", "trainer.py"]
+    assert "train.py:20 calls Trainer with" in moved[("trainer.py", 23, "ACC503")]
+    monkeypatch.undo()
+    assert moved == reported(folder)  # what --no-cache says
+
+
+def test_facts_reach_a_module_in_an_import_cycle(tmp_path: Path):
+    """train.py imports helpers.py, which imports train.py back: one of the two waits for
+    the other; the one that cannot wait reads the other's analysis itself. The same findings
+    whatever the order and the number of processes."""
+    (tmp_path / "helpers.py").write_text(
+        "import train\n\n\n"
+        "def accuracy(accelerator, model, loader):\n"
+        "    correct, total = 0, 0\n"
+        "    for batch in loader:\n"
+        "        correct += (model(batch).argmax(-1) == train.LABEL).sum().item()\n"
+        "        total += len(batch)\n"
+        "    return correct / total\n"
+    )
+    (tmp_path / "train.py").write_text(
+        (PROJECTS / "helper_naming_no_accelerator" / "train.py")
+        .read_text()
+        .replace("from scoring import score", "from helpers import accuracy\n\nLABEL = 0")
+        .replace("score(accelerator, model, loader)", "accuracy(accelerator, model, loader)")
+    )
+    files = sorted(tmp_path.glob("*.py"))
+    found = set()
+    for order in (files, files[::-1]):
+        for jobs in (1, 2):
+            results = _lint_all(order, EVERY_RULE, False, jobs, False, None)
+            found.add(
+                frozenset((Path(r.path).name, f.line, f.code) for r in results for f in r.findings)
+            )
+    assert found == {frozenset({("helpers.py", 8, "ACC403")})}
+
+
+def test_every_project_together_on_two_processes_reports_what_one_reports():
+    files = sorted(PROJECTS.rglob("*.py"))
+    one = _lint_all(files, EVERY_RULE, False, 1, False, None)
+    two = _lint_all(files, EVERY_RULE, False, 2, False, None)
+    assert [(r.path, [(f.line, f.code, f.message) for f in r.findings]) for r in one] == [
+        (r.path, [(f.line, f.code, f.message) for f in r.findings]) for r in two
+    ]

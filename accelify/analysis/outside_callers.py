@@ -13,6 +13,13 @@ no call is under a rank test (what a guarded caller hands runs on one rank, whic
 own analysis cannot see), and the file itself never calls the function by name (its own call sites
 speak for it).
 
+The facts travel as plain data (`HandedCall`): the linter analyses each importing module once,
+for its own findings, and keeps what its calls hand (`handed_calls`); the modules it imports are
+linted after it, with those facts (and a chain ``train.py -> trainer.py -> utils.py`` carries
+them on: what ``train.py`` hands ``Trainer`` makes ``self.model`` the wrapper, which
+``trainer.py`` hands ``utils.validate``). A method counts as the class's own when the caller
+made the instance itself (``trainer = Trainer(...)``, then ``trainer.fit(loader)``).
+
 The other direction needs no caller: ``accelerator = build_accelerator(args)`` of a module that
 returns ``Accelerator(...)`` makes ``accelerator`` one (`accelerator_factories`).
 """
@@ -32,8 +39,9 @@ from accelify.analysis.project_modules import (
     kept_calls,
     read,
     split_member,
+    top_level_names,
 )
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, has_parameter, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.script_model import Kind, ScriptModel
@@ -59,10 +67,47 @@ class Given:
         return f"{parameter} the {self.kind.value}"
 
 
+@dataclass(frozen=True)
+class HandedCall:
+    """One call a module makes of a function, class or method of another module of the project,
+    as plain data (it is cached beside the caller's findings and crosses `--jobs` processes):
+    what each argument hands, read from the caller's own analysis (`handed_calls`)."""
+
+    module: str  # the called module's resolved path
+    member: str  # ``validate``; ``Trainer`` (its constructor); ``Trainer.fit`` (a method)
+    caller: str  # the calling file, as it was linted
+    line: int
+    guarded: bool  # runs on some ranks only (`_guarded`)
+    #: the arguments that hand something: (position among the call's arguments, keyword or
+    #: "", the `Kind`'s value, whether prepared); an argument handing nothing is left out
+    arguments: tuple[tuple[int, str, str, bool], ...] = ()
+
+    def where(self, to: Path) -> str:
+        """``train.py:12``, relative to the called module's folder."""
+        return f"{_relative(Path(self.caller), to)}:{self.line}"
+
+    def as_list(self) -> list:
+        return [self.module, self.member, self.caller, self.line, self.guarded, self.arguments]
+
+    @classmethod
+    def from_list(cls, item: list) -> HandedCall:
+        module, member, caller, line, guarded, arguments = item
+        return cls(
+            str(module),
+            str(member),
+            str(caller),
+            int(line),
+            bool(guarded),
+            tuple((int(a), str(b), str(c), bool(d)) for a, b, c, d in arguments),
+        )
+
+
 @dataclass
 class ProjectView:
-    """One module of a project as the rest of the project sees it. ``importers``: the files
-    being linted that import it (their calls are read); ``load`` analyses a module once."""
+    """One module of a project as the rest of the project sees it. ``handed``: what the calls
+    of the linted files that import it hand (`handed_calls` of their analyses); ``importers``:
+    importing files whose analyses are not at hand (an import cycle: each waits for the other),
+    analysed by ``load`` and read the same way; ``handing``: the files ``handed`` came from."""
 
     path: Path
     importers: tuple[Path, ...] = ()
@@ -72,50 +117,49 @@ class ProjectView:
     #: whether a module's text may hold a factory of accelerators for these kept calls' names
     #: (a test of the text before an analysis: most imported modules construct none)
     constructs_for: Callable[[bytes, set[bytes]], bool] | None = None
-    #: the project modules read for the facts (the importers and the modules they import, a
-    #: factory's module): a change in one of them may change the findings, so the lint cache
-    #: keys its entry on their digests (`FileResult.read_modules`)
+    handed: tuple[HandedCall, ...] = ()
+    handing: tuple[Path, ...] = ()
+    #: the project modules read for the facts (an importer analysed here and the modules it
+    #: imports, a factory's module): a change in one of them may change the findings, so the
+    #: lint cache keys its entry on their digests (`FileResult.read_modules`)
     read: set[Path] = field(default_factory=set)
-    #: the module's top-level functions that every rank runs: each call of the importing
+    #: the module's functions and methods that every rank runs: each call of the importing
     #: modules is outside any rank test, and the file itself calls them nowhere (with the
     #: first call site); set by `given`
     run_by_every_rank: dict[cst.FunctionDef, str] = field(default_factory=dict)
+    #: the module's functions and methods that some importing module calls on some ranks only
+    #: (under a rank test): what they hand on runs on those ranks (`_guarded`)
+    called_on_some_ranks: set[cst.FunctionDef] = field(default_factory=set)
     _module: cst.Module | None = field(default=None, repr=False)
 
     def given(self, module: cst.Module) -> dict[cst.FunctionDef, dict[str, Given]]:
-        """For each top-level function and class constructor of ``module``, what every call
-        of the importing modules hands its parameters (see the module docstring)."""
+        """For each top-level function, class constructor and method of ``module``, what every
+        call of the importing modules hands its parameters (see the module docstring)."""
         self._module = module
-        if not self.importers or self.load is None:
-            return {}
+        self.called_on_some_ranks = set()
         targets = _targets(module)
+        calls = self._incoming(targets)
+        if not calls:
+            return {}
         answers: dict[cst.FunctionDef, dict[str, list[Given | None]]] = {}
-        # a function (or class) the module calls itself: its own call sites speak for it
-        excluded = {targets[name] for name in _called_by_name(module) if name in targets}
+        # a function (or class, or method) the module calls itself: its own call sites speak
+        excluded = _called_in(module, targets)
         sites: dict[cst.FunctionDef, str] = {}
-        for importer in self.importers:
-            named = {
-                n for n, f in targets.items() if _parameters(f, int(f.name.value == "__init__"))
-            }
-            if not calls_any(read(importer), named):
-                continue  # calls none of them (a use of its constants, a class's methods)
-            # the importer, and the modules it imports: their text tells whether (and how) it
-            # gets an Accelerator from a factory (`load_module`), so what its calls hand
-            self.read.add(importer)
-            self.read.update(imported_files(importer, read(importer)).values())
-            caller = self.load(importer)
-            if caller is None:
+        for call in calls:
+            target = targets.get(call.member)
+            if target is None:
                 continue
-            for call, function, implicit in self._calls_into(caller, importer, targets):
-                if _guarded(caller, call):
-                    excluded.add(function)
-                    continue
-                where = f"{_relative(importer, self.path)}:{caller.line(call)}"
-                sites.setdefault(function, where)
-                handed = _handed(caller, function, call, implicit, where)
-                slots = answers.setdefault(function, {})
-                for parameter in _parameters(function, implicit):
-                    slots.setdefault(parameter, []).append(handed.get(parameter))
+            function, implicit = target
+            if call.guarded:
+                excluded.add(function)
+                self.called_on_some_ranks.add(function)
+                continue
+            where = call.where(self.path)
+            sites.setdefault(function, where)
+            handed = _bound(function, implicit, call, where)
+            slots = answers.setdefault(function, {})
+            for parameter in _parameters(function, implicit):
+                slots.setdefault(parameter, []).append(handed.get(parameter))
         self.run_by_every_rank = {
             function: where
             for function, where in sites.items()
@@ -134,39 +178,46 @@ class ProjectView:
                     found.setdefault(function, {})[parameter] = first
         return found
 
+    def _incoming(self, targets: dict[str, tuple[cst.FunctionDef, int]]) -> list[HandedCall]:
+        """The calls into this module: those handed as data, then those of the importers
+        analysed here (an import cycle), each only when its text calls one of ``targets``
+        (most of a package's cyclic imports call nothing: ``__init__`` re-exports)."""
+        this = str(self.path.resolve())
+        calls = [call for call in self.handed if call.module == this]
+        if self.load is None or not self.importers:
+            return calls
+        named = {name.rpartition(".")[2] for name in targets}
+        for importer in self.importers:
+            if not calls_any(read(importer), named):
+                continue
+            self.read.add(importer)
+            self.read.update(imported_files(importer, read(importer)).values())
+            caller = self.load(importer)
+            if caller is not None:
+                calls += [c for c in handed_calls(caller, importer) if c.module == this]
+        return calls
+
     def callers_of(self, function: cst.FunctionDef) -> list[tuple[ScriptModel, cst.Call, str]]:
         """The calls of the importing modules that run ``function`` (a top-level function of
         the module `given` read), each with its module's analysis and its place
-        (``train.py:12``)."""
+        (``train.py:12``). A rule that asks reads whole analyses of the importers (loaded
+        here, once per process: `ProjectView.load`)."""
         if self.load is None or self._module is None:
             return []
-        targets = _targets(self._module)
+        this = self.path.resolve()
         found = []
-        for importer in self.importers:
+        for importer in dict.fromkeys((*self.handing, *self.importers)):
+            self.read.add(importer)
+            self.read.update(imported_files(importer, read(importer)).values())
             caller = self.load(importer)
             if caller is None:
                 continue
-            for call, target, _ in self._calls_into(caller, importer, targets):
-                if target is function:
-                    where = f"{_relative(importer, self.path)}:{caller.line(call)}"
-                    found.append((caller, call, where))
+            for call, module, member in _project_calls(caller, importer):
+                if module.resolve() == this and member == function.name.value:
+                    found.append(
+                        (caller, call, f"{_relative(importer, self.path)}:{caller.line(call)}")
+                    )
         return found
-
-    def _calls_into(
-        self, caller: ScriptModel, importer: Path, targets: dict[str, cst.FunctionDef]
-    ) -> Iterable[tuple[cst.Call, cst.FunctionDef, int]]:
-        """The calls of ``caller`` that run a function (or construct a class) of this module,
-        with its ``self`` count."""
-        this = self.path.resolve()
-        for call in caller.calls:
-            name = dotted(call.func)
-            qualified = caller.imports.resolve(name) if name else None
-            split = split_member(qualified, importer) if qualified else None
-            if split is None or split[0].resolve() != this:
-                continue
-            function = targets.get(split[1])
-            if function is not None:
-                yield call, function, int(function.name.value == "__init__")
 
     def accelerator_factories(self, model: ScriptModel) -> set[str]:
         """The names this file calls (``build_accelerator``, ``train_util.make_accelerator``)
@@ -203,26 +254,47 @@ def _names_a_class(text: bytes, kept: set[bytes]) -> bool:
     return _ACCELERATOR_CLASS in text
 
 
-def _called_by_name(module: cst.Module) -> set[str]:
-    """The plain names the module calls (``evaluate(...)``, ``Trainer(...)``), anywhere in it."""
-    return {
-        node.func.value
-        for node in walk(module)
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
-    }
+def _called_in(module: cst.Module, targets: dict[str, tuple[cst.FunctionDef, int]]) -> set:
+    """The targets the module calls itself: a function or class by its plain name
+    (``evaluate(...)``, ``Trainer(...)``), a method by its name on any object (``x.fit()``,
+    ``self.fit()``), anywhere in it."""
+    plain: set[str] = set()
+    members: set[str] = set()
+    for node in walk(module):
+        if isinstance(node, cst.Call):
+            if isinstance(node.func, cst.Name):
+                plain.add(node.func.value)
+            elif isinstance(node.func, cst.Attribute):
+                members.add(node.func.attr.value)
+    found = set()
+    for name, (function, _) in targets.items():
+        owner, _, method = name.rpartition(".")
+        if (method in members) if owner else (name in plain):
+            found.add(function)
+    return found
 
 
-def _targets(module: cst.Module) -> dict[str, cst.FunctionDef]:
-    """The module's top-level functions by name, and each top-level class's ``__init__``
-    under the class's name."""
-    found: dict[str, cst.FunctionDef] = {}
+def _targets(module: cst.Module) -> dict[str, tuple[cst.FunctionDef, int]]:
+    """The module's top-level functions by name, each top-level class's ``__init__`` under the
+    class's name and its other methods as ``Class.method``, with the parameters the call binds
+    itself (``self``: one; a static method none)."""
+    found: dict[str, tuple[cst.FunctionDef, int]] = {}
     for statement in module.body:
         if isinstance(statement, cst.FunctionDef):
-            found[statement.name.value] = statement
+            found[statement.name.value] = (statement, 0)
         elif isinstance(statement, cst.ClassDef):
             for inner in statement.body.body:
-                if isinstance(inner, cst.FunctionDef) and inner.name.value == "__init__":
-                    found[statement.name.value] = inner
+                if not isinstance(inner, cst.FunctionDef):
+                    continue
+                decorators = {dotted(d.decorator) for d in inner.decorators}
+                if decorators - {"staticmethod"}:
+                    continue  # a property, a class method, a wrapped method: not plainly called
+                implicit = 0 if "staticmethod" in decorators else 1
+                name = inner.name.value
+                key = (
+                    statement.name.value if name == "__init__" else f"{statement.name.value}.{name}"
+                )
+                found[key] = (inner, implicit)
     return found
 
 
@@ -231,42 +303,157 @@ def _parameters(function: cst.FunctionDef, implicit: int) -> list[str]:
     return [p.name.value for p in (*params.params[implicit:], *params.kwonly_params)]
 
 
-def _handed(
-    caller: ScriptModel, function: cst.FunctionDef, call: cst.Call, implicit: int, where: str
+def _bound(
+    function: cst.FunctionDef, implicit: int, call: HandedCall, where: str
 ) -> dict[str, Given]:
-    """What ``call`` (in ``caller``) hands each parameter of ``function``: the accelerator, or
-    a prepared model, optimizer or loader (the caller's own analysis answers)."""
+    """What ``call`` hands each parameter of ``function``, bound as Python binds it (as
+    `objects.bound_arguments` binds a call of the file)."""
+    from accelify.analysis.script_model import Kind
+
+    positional = [p.name.value for p in function.params.params][implicit:]
+    found: dict[str, Given] = {}
+    for index, keyword, kind, prepared in call.arguments:
+        parameter = keyword or (positional[index] if index < len(positional) else None)
+        if parameter is not None:
+            found[parameter] = Given(Kind(kind), prepared, where)
+    return found
+
+
+def handed_calls(
+    caller: ScriptModel, path: Path, modules: set[str] | None = None
+) -> tuple[HandedCall, ...]:
+    """What ``caller`` (the analysis of ``path``) hands the functions, classes and methods of
+    the project's other modules (of ``modules`` only, by resolved path, when given), call by
+    call: the accelerator, or a model, optimizer or loader a prepare call returned (the
+    caller's own analysis answers), and whether the call runs on some ranks only. A file that
+    uses no accelerator hands nothing worth carrying (none)."""
+    if not caller.uses_accelerator:
+        return ()
+    defined: dict[Path, set[str]] = {}
+    found = []
+    for call, module, member in _project_calls(caller, path):
+        if modules is not None and str(module.resolve()) not in modules:
+            continue
+        if module not in defined:
+            defined[module] = top_level_names(read(module))
+        if member.partition(".")[0] not in defined[module]:
+            continue  # a name the module imports (a package re-exporting): not its own
+        guarded = _guarded(caller, call)
+        arguments = () if guarded else _handed(caller, call)
+        found.append(
+            HandedCall(
+                str(module.resolve()), member, str(path), caller.line(call), guarded, arguments
+            )
+        )
+    return tuple(found)
+
+
+def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, Path, str]]:
+    """The calls of ``caller`` that run a function, class or method of another project module,
+    with that module's file and the member's name (``Trainer.fit``): a name the imports resolve
+    (``validate``, ``utils.validate``), or a method of an instance the file made of an imported
+    class (``trainer = Trainer(...)`` then ``trainer.fit()``; ``Trainer(...).fit()``)."""
+    for call in caller.calls:
+        name = dotted(call.func)
+        qualified = caller.imports.resolve(name) if name else None
+        split = split_member(qualified, path) if qualified else None
+        if split is not None:
+            yield call, split[0], split[1]
+            continue
+        if not isinstance(call.func, cst.Attribute):
+            continue
+        made = _instance_of(caller, call.func.value, path)
+        if made is not None:
+            yield call, made[0], f"{made[1]}.{call.func.attr.value}"
+
+
+def _instance_of(
+    caller: ScriptModel, value: cst.BaseExpression, path: Path
+) -> tuple[Path, str] | None:
+    """The project module and class ``value`` is an instance of: a construction
+    (``Trainer(...)``) of a class the imports resolve to another module, or a name (``trainer``,
+    ``self.trainer``) every assignment of the file binds to such a construction of one class."""
+    if isinstance(value, cst.Call):
+        name = dotted(value.func)
+        qualified = caller.imports.resolve(name) if name else None
+        split = split_member(qualified, path) if qualified else None
+        if split is None or not split[1][:1].isupper():
+            return None  # a function's result: what it returns is not known here
+        return split
+    name = dotted(value)
+    if name is None or name.count(".") > 1 or (name.count(".") and not name.startswith("self.")):
+        return None
+    index = caller.index
+    if name.startswith("self."):
+        assignments = index.assignments_in_class(name, value)
+    else:
+        function = index.enclosing_function(value)
+        if function is not None and has_parameter(function, name):
+            return None
+        assignments = [
+            a for a in index.assignments_to(name) if index.enclosing_function(a) is function
+        ]
+    made = set()
+    for assignment in assignments:
+        if not isinstance(assignment, cst.Assign) or len(assignment.targets) != 1:
+            return None
+        if dotted(assignment.targets[0].target) != name or not isinstance(
+            assignment.value, cst.Call
+        ):
+            return None
+        split = _instance_of(caller, assignment.value, path)
+        if split is None:
+            return None
+        made.add((split[0].resolve(), split[1]))
+    if len(made) != 1:
+        return None
+    return next(iter(made))
+
+
+def _handed(caller: ScriptModel, call: cst.Call) -> tuple[tuple[int, str, str, bool], ...]:
+    """What ``call`` (in ``caller``) hands by each argument: the accelerator, or a prepared
+    model, optimizer or loader (the caller's own analysis answers)."""
     from accelify.analysis.facts import facts_of
-    from accelify.analysis.objects import bound_arguments
     from accelify.analysis.script_model import Kind
 
     facts = facts_of(caller)
     accelerators = caller.names_of(Kind.ACCELERATOR)
-    found: dict[str, Given] = {}
-    for parameter, argument in bound_arguments(function, call, implicit):
+    found = []
+    for index, argument in enumerate(call.args):
+        if argument.star:
+            continue
         name = dotted(argument.value)
         if name is None:
             continue
+        keyword = argument.keyword.value if argument.keyword is not None else ""
         if name in accelerators:
-            found[parameter] = Given(Kind.ACCELERATOR, False, where)
+            found.append((index, keyword, Kind.ACCELERATOR.value, False))
             continue
         kind = facts.flow.kind_of(name, call)
-        if kind in (Kind.MODEL, Kind.DATALOADER, Kind.OPTIMIZER) and facts.flow.prepared_argument(
-            call, argument.value
+        if kind not in (Kind.MODEL, Kind.DATALOADER, Kind.OPTIMIZER):
+            continue
+        # a prepared local (or parameter), or an attribute the class was handed prepared
+        # (``self.model``: a constructor's parameter every caller hands prepared)
+        if facts.flow.prepared_argument(call, argument.value) or (
+            name.startswith("self.") and name in caller.prepared_names
         ):
-            found[parameter] = Given(kind, True, where)
-    return found
+            found.append((index, keyword, kind.value, True))
+    return tuple(found)
 
 
 def _guarded(caller: ScriptModel, call: cst.Call, depth: int = 0) -> bool:
     """``call`` runs on some ranks only: under a rank test, or in a function of ``caller``
     that some call of that file runs under one (three calls up at most; a function handed on
-    as a value is taken as guarded: who runs it is unknown)."""
+    as a value is taken as guarded: who runs it is unknown), or that a module importing
+    ``caller`` calls under one (`ProjectView.called_on_some_ranks`)."""
     if caller.under_rank_guard(call):
         return True
     function = caller.index.enclosing_function(call)
     if function is None or depth >= 3:
         return function is not None
+    project = caller.project
+    if project is not None and function in project.called_on_some_ranks:
+        return True  # its own callers, in another module, run it on some ranks
     graph = caller.call_graph
     if graph.references(function) or graph.uncertain_callers(function):
         return True

@@ -139,6 +139,8 @@ def importers_of(files: list[Path], texts: Callable[[Path], bytes]) -> dict[Path
 
 #: ``def name(`` at the top level of a module
 _TOP_LEVEL_DEF = re.compile(rb"^def\s+(\w+)\s*\(", re.MULTILINE)
+#: ``def name(``, ``async def name(`` or ``class Name`` at the top level of a module
+_TOP_LEVEL_NAME = re.compile(rb"^(?:(?:async\s+)?def|class)\s+(\w+)", re.MULTILINE)
 #: ``x = name(`` or ``x = module.name(``: a call whose result is kept
 _KEPT_CALL = re.compile(rb"=\s*(?:[\w.]+\.)?(\w+)\s*\(")
 
@@ -146,6 +148,12 @@ _KEPT_CALL = re.compile(rb"=\s*(?:[\w.]+\.)?(\w+)\s*\(")
 def top_level_functions(data: bytes) -> set[bytes]:
     """The names ``def`` binds at the top level of a module's text (no parse)."""
     return set(_TOP_LEVEL_DEF.findall(data))
+
+
+def top_level_names(data: bytes) -> set[str]:
+    """The functions and classes a module's text defines at its top level (no parse): a name
+    it only imports (a package's ``__init__`` re-exporting ``utils.other.f``) is not there."""
+    return {name.decode() for name in _TOP_LEVEL_NAME.findall(data)}
 
 
 def kept_calls(data: bytes) -> set[bytes]:

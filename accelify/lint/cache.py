@@ -17,10 +17,14 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from accelify import __version__
 from accelify.lint.finding import Finding
 from accelify.lint.selection import Selection
+
+if TYPE_CHECKING:
+    from accelify.analysis.outside_callers import HandedCall
 
 DEFAULT_FOLDER = ".accelify_cache"
 ENVIRONMENT_VARIABLE = "ACCELIFY_CACHE_DIR"
@@ -34,17 +38,27 @@ _BUILD_FOLDER = re.compile(r"[0-9][0-9A-Za-z.+!_]*-[0-9a-f]{16}")
 
 
 @dataclass(frozen=True)
+class CachedResult:
+    """A file's stored lint: its findings, whether it uses no accelerator (a run from the
+    cache says what a first run says), and what its calls hand other modules."""
+
+    findings: list[Finding]
+    no_accelerator: bool
+    handed: tuple[HandedCall, ...] = ()
+
+
+@dataclass(frozen=True)
 class LintCache:
     folder: Path  # this build's entries
     settings: str  # digest of what selects the rules
 
-    def get(self, path: str, data: bytes, read: bytes = b"") -> tuple[list[Finding], bool] | None:
-        """The findings stored for ``path`` with this content, and whether it uses no
-        accelerator (a run from the cache says what a first run says), or None. ``read``: the
-        paths and contents of the project's other modules the findings depend on
-        (`project_context`): a change in ``train.py`` lints ``trainer.py`` again. The entry
-        also lists every other module the findings were read from (`FileResult.read_modules`:
-        a factory module ``train.py`` imports) with its digest: a change in one is a miss."""
+    def get(self, path: str, data: bytes, read: bytes = b"") -> CachedResult | None:
+        """What was stored for ``path`` with this content (`CachedResult`), or None. ``read``:
+        what the findings depend on besides the file's text (`project_context`: the project
+        modules it imports, and what its importers' calls hand it): a change in ``train.py``
+        that changes what it hands ``Trainer`` lints ``trainer.py`` again. The entry also
+        lists every other module the findings were read from (`FileResult.read_modules`: a
+        factory module ``train.py`` imports) with its digest: a change in one is a miss."""
         try:
             entry = json.loads((self.folder / self._name(path, data, read)).read_bytes())
             if entry["accelify"] != __version__:
@@ -52,7 +66,12 @@ class LintCache:
             if any(_digest(Path(p)) != digest for p, digest in entry.get("read", [])):
                 return None
             findings = [_finding(item, path) for item in entry["findings"]]
-            return findings, bool(entry["no_accelerator"])
+            handed = entry.get("handed", [])
+            if handed:
+                from accelify.analysis.outside_callers import HandedCall
+
+                handed = [HandedCall.from_list(item) for item in handed]
+            return CachedResult(findings, bool(entry["no_accelerator"]), tuple(handed))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -64,10 +83,12 @@ class LintCache:
         no_accelerator: bool = False,
         read: bytes = b"",
         read_modules: tuple[str, ...] = (),
+        handed: tuple[HandedCall, ...] = (),
     ) -> None:
         """Remember ``findings`` for this content; only portable ones (fixes as text edits).
         ``read_modules``: the other modules the findings were read from, stored with their
-        digests (checked by `get`)."""
+        digests (checked by `get`). ``handed``: what the file's calls hand other modules (the
+        facts they are linted with, so a cached importer still tells them)."""
         import tempfile
 
         if any(finding.fix is not None for finding in findings):
@@ -77,6 +98,7 @@ class LintCache:
             "findings": [_as_dict(f) for f in findings],
             "no_accelerator": no_accelerator,
             "read": [[p, _digest(Path(p))] for p in read_modules],
+            "handed": [call.as_list() for call in handed],
         }
         try:
             descriptor, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
@@ -217,13 +239,19 @@ def _finding(item: dict, path: str) -> Finding:
     )
 
 
-def project_context(path: Path, data: bytes, importers: tuple[Path, ...]) -> bytes:
+def project_context(
+    path: Path, data: bytes, importers: tuple[Path, ...], handed: tuple[HandedCall, ...] = ()
+) -> bytes:
     """What the findings of ``path`` read besides its own text: the path and content of each
-    project module it imports and of each linted file that imports it (`project_view`),
-    empty for a file of neither."""
+    project module it imports and of each importer analysed with it (`lint_source`'s
+    ``importers``: an import cycle), and what the linted importers' calls hand it (their facts,
+    not their text: a change in ``train.py`` that hands ``trainer.py`` the same keeps its
+    findings); empty for a file of none."""
     from accelify.analysis.project_modules import project_files, read
 
     parts = []
     for file in project_files(path, data, importers):
         parts += [str(file).encode("utf-8", "surrogateescape"), read(file)]
+    if handed:
+        parts.append(json.dumps([call.as_list() for call in handed]).encode())
     return b"".join(len(part).to_bytes(8, "little") + part for part in parts)

@@ -25,6 +25,8 @@ from accelify.terminal import colorize
 if TYPE_CHECKING:
     import subprocess
 
+    from accelify.analysis.outside_callers import HandedCall
+
 
 def run_lint(
     paths: list[Path],
@@ -133,26 +135,44 @@ def _lint_one(
     cache: LintCache | None = None,
     collect: bool = True,
     importers: tuple[Path, ...] = (),
+    handed: tuple[HandedCall, ...] = (),
+    wanted: tuple[str, ...] = (),
 ) -> FileResult:
     """``collect``: free the cycles the file left before the next one (`_cycles_collected_once`);
     not after the last file of a serial run. ``importers``: the linted files that import this
-    one (`project_importers`)."""
+    one and were not linted before it (an import cycle: `lint_order`); ``handed``: what the
+    calls of those linted before it hand it; ``wanted``: the linted modules that wait for what
+    its own calls hand them (a cache entry keeps those facts: they are part of its key)."""
     try:
         data = path.read_bytes()
     except OSError as error:
         return FileResult(
             str(path), [Finding("ACC000", f"cannot read: {error.strerror}", 1, 1, None, str(path))]
         )
-    read = project_context(path, data, importers) if cache is not None else b""
+    read = b""
+    if cache is not None:
+        read = project_context(path, data, importers, handed) + "\0".join(wanted).encode()
     stored = cache.get(str(path), data, read) if cache is not None else None
     # --fix needs the tree of a file with something to fix; the rest is done
-    if stored is not None and not (fix and any(f.fixable for f in stored[0])):
-        findings, no_accelerator = stored
-        return FileResult(str(path), findings, original=data, no_accelerator=no_accelerator)
+    if stored is not None and not (fix and any(f.fixable for f in stored.findings)):
+        return FileResult(
+            str(path),
+            stored.findings,
+            original=data,
+            no_accelerator=stored.no_accelerator,
+            handed=stored.handed,
+        )
     try:
         with _cycles_collected_once(collect):
             result = lint_source(
-                data, str(path), selection, fix, portable or cache is not None, importers
+                data,
+                str(path),
+                selection,
+                fix,
+                portable or cache is not None,
+                importers,
+                handed,
+                wanted,
             )
     except Exception as error:  # our bug, not the user's: one line, the other files go on
         return FileResult(
@@ -164,7 +184,13 @@ def _lint_one(
     if cache is not None:  # after a fix, the findings are those of the fixed content
         content = data if result.fixed is None else result.fixed
         cache.put(
-            str(path), content, result.findings, result.no_accelerator, read, result.read_modules
+            str(path),
+            content,
+            result.findings,
+            result.no_accelerator,
+            read,
+            result.read_modules,
+            result.handed,
         )
     return result
 
@@ -212,40 +238,110 @@ def _lint_all(
     portable: bool,
     cache: LintCache | None = None,
 ) -> list[FileResult]:
-    importers = project_importers(files)
+    """Each file linted once, importers before the modules they import (`lint_order`): what an
+    importer's calls hand a module (`FileResult.handed`, from the analysis its own findings
+    came from) is what that module is linted with. With ``jobs``, a file starts as soon as the
+    files it waits for are done; the findings are those of a serial run."""
+    order = lint_order(files)
+    waiting_for: dict[Path, list[str]] = {}
+    for path in files:
+        for importer in order[path][0]:
+            waiting_for.setdefault(importer, []).append(str(path.resolve()))
+    results: dict[Path, FileResult] = {}
+
+    def arguments(path: Path) -> tuple[tuple[Path, ...], tuple[HandedCall, ...], tuple[str, ...]]:
+        waits, cyclic = order[path]
+        this = str(path.resolve())
+        handed = tuple(c for w in waits for c in results[w].handed if c.module == this)
+        return cyclic, handed, tuple(sorted(set(waiting_for.get(path, ()))))
+
     if jobs <= 1 or len(files) < 2:
         last = len(files) - 1
-        return [
-            _lint_one(path, selection, fix, portable, cache, index < last, importers.get(path, ()))
-            for index, path in enumerate(files)
-        ]
-    from concurrent.futures import ProcessPoolExecutor
+        for count, path in enumerate(_serial(files, order)):
+            results[path] = _lint_one(
+                path, selection, fix, portable, cache, count < last, *arguments(path)
+            )
+        return [results[path] for path in files]
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    count = len(files)
+    waiting = {path: set(order[path][0]) for path in files}
+    running: dict = {}
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         # findings come back with their fixes as text edits (plain data): plans do not pickle
-        return list(
-            pool.map(
-                _lint_one,
-                files,
-                [selection] * count,
-                [fix] * count,
-                [True] * count,
-                [cache] * count,
-                [True] * count,
-                [importers.get(path, ()) for path in files],
-            )
-        )
+        while waiting or running:
+            for path in [p for p, before in waiting.items() if not before]:
+                del waiting[path]
+                future = pool.submit(
+                    _lint_one, path, selection, fix, True, cache, True, *arguments(path)
+                )
+                running[future] = path
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                path = running.pop(future)
+                results[path] = future.result()
+                for before in waiting.values():
+                    before.discard(path)
+    return [results[path] for path in files]
 
 
-def project_importers(files: list[Path]) -> dict[Path, tuple[Path, ...]]:
-    """For each linted file, the other linted files that import it (their calls tell what its
-    functions are handed, `ProjectView`). One file alone has none: nothing more is read."""
+def _serial(files: list[Path], order: dict[Path, tuple[tuple[Path, ...], tuple[Path, ...]]]):
+    """``files`` in their order, each after the files it waits for."""
+    done: set[Path] = set()
+    pending = list(files)
+    while pending:
+        ready = [path for path in pending if all(w in done for w in order[path][0])]
+        for path in ready:
+            done.add(path)
+            yield path
+        pending = [path for path in pending if path not in done]
+
+
+def lint_order(files: list[Path]) -> dict[Path, tuple[tuple[Path, ...], tuple[Path, ...]]]:
+    """For each linted file, the linted files that import it, in two parts: those it waits
+    for (the analysis their findings came from tells what their calls hand it), and those it
+    cannot wait for, as they wait for it through an import cycle (``utils`` imports ``state``,
+    which imports ``utils``): analysed again where they are read (`ProjectView.importers`).
+    Which edge of a cycle is cut depends only on the files' order: the findings of `--jobs N`
+    are those of one process. One file alone has none: nothing more is read."""
     if len(files) < 2:
-        return {}
+        return {path: ((), ()) for path in files}
     from accelify.analysis.project_modules import importers_of, read
 
-    return {file: tuple(found) for file, found in importers_of(files, read).items()}
+    importers = importers_of(files, read)
+    cut = _cycle_edges(files, importers)
+    return {
+        path: (
+            tuple(i for i in importers.get(path, ()) if (path, i) not in cut),
+            tuple(i for i in importers.get(path, ()) if (path, i) in cut),
+        )
+        for path in files
+    }
+
+
+def _cycle_edges(files: list[Path], waits: dict[Path, list[Path]]) -> set[tuple[Path, Path]]:
+    """The edges (file, what it waits for) that close a cycle: the back edges of a depth-first
+    walk in the files' order (without recursion). Without them, every wait ends."""
+    state: dict[Path, int] = {}  # 1: on the walk's path, 2: done
+    cut: set[tuple[Path, Path]] = set()
+    for root in files:
+        if root in state:
+            continue
+        state[root] = 1
+        work = [(root, iter(waits.get(root, ())))]
+        while work:
+            node, edges = work[-1]
+            for target in edges:
+                seen = state.get(target)
+                if seen == 1:
+                    cut.add((node, target))
+                elif seen is None:
+                    state[target] = 1
+                    work.append((target, iter(waits.get(target, ()))))
+                    break
+            else:
+                state[node] = 2
+                work.pop()
+    return cut
 
 
 def _collect(paths: list[Path], selection: Selection):

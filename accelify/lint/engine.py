@@ -4,6 +4,7 @@ apply the safe fixes (until nothing changes) when asked."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from accelify.source import check_syntax, parse, room_for_deep_trees
 if TYPE_CHECKING:
     import libcst as cst
 
-    from accelify.analysis.outside_callers import ProjectView
+    from accelify.analysis.outside_callers import HandedCall, ProjectView
     from accelify.analysis.script_model import ScriptModel
 
 #: A file that may hold an accelerator names it somewhere: an import of accelerate or accelify,
@@ -150,6 +151,9 @@ class FileResult:
     #: the importers, and the factory modules those importers' own imports read): a cache
     #: entry holds while each is unchanged
     read_modules: tuple[str, ...] = ()
+    #: what the file's calls hand the functions, classes and methods of the project's other
+    #: modules (`outside_callers.handed_calls`): the facts those modules are linted with
+    handed: tuple[HandedCall, ...] = ()
 
 
 @room_for_deep_trees
@@ -160,18 +164,30 @@ def lint_source(
     fix: bool = False,
     portable: bool = False,
     importers: tuple[Path, ...] | None = None,
+    handed: tuple[HandedCall, ...] = (),
+    wanted: tuple[str, ...] = (),
 ) -> FileResult:
     """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
-    plan over this process's tree. ``importers``: the linted files that import this one, whose
-    calls tell what this module's functions are handed (`project_view`); None: the file alone,
-    without reading the project's other modules."""
+    plan over this process's tree. ``importers``: the files that import this one whose
+    analyses are not at hand (an import cycle), analysed here for what their calls hand this
+    module's functions (`project_view`); None: the file alone, without reading the project's
+    other modules. ``handed``: what the linted importers' calls hand (their
+    `FileResult.handed`, the facts of the analyses they were linted with). A module handed an
+    accelerator or a prepared object is analysed whatever its text names (``def
+    validate(acc, model, loader)`` names no accelerator). ``wanted``: the linted modules (by
+    resolved path) that wait for what this file's calls hand them (`FileResult.handed`)."""
     result = FileResult(path, original=data, no_accelerator=True)
-    if ACCELERATOR_WORDS.search(data) is None and b"torch" not in data:
+    this = str(Path(path).resolve()) if handed else ""
+    given = any(call.arguments for call in handed if call.module == this)
+    if not given and importers:  # an import cycle: what the importer hands is read below
+        given = _called_by(importers, data)
+    if not given and ACCELERATOR_WORDS.search(data) is None and b"torch" not in data:
         return result  # cannot match any rule: skipped before parsing
     plainly_named = False
     try:
-        named = MAY_USE_ACCELERATOR.search(data) is not None
-        if named:
+        if given:
+            pass  # handed an accelerator or prepared objects: analysed whatever it names
+        elif MAY_USE_ACCELERATOR.search(data) is not None:
             plainly_named = _plainly_named_in_code(data)
             if (
                 not plainly_named
@@ -193,7 +209,7 @@ def lint_source(
         return result
     from accelify.analysis.script_model import analyze
 
-    project = project_view(path, data, importers) if importers is not None else None
+    project = project_view(path, data, importers, handed) if importers is not None else None
     script = analyze(module, data.decode("utf-8", errors="replace"), project=project)
     result.no_accelerator = not script.uses_accelerator
     result.findings = _check(script, data, path, selection)
@@ -205,11 +221,24 @@ def lint_source(
             result.findings = _check(script, result.fixed, path, selection)
             # what is left after the fix came from the same callers: named as before
             _name_callers_of(result.findings, script, result.fixed, path, selection, project)
+    if importers is not None and wanted:
+        from accelify.analysis.outside_callers import handed_calls
+
+        result.handed = handed_calls(script, Path(path), set(wanted))
     if project is not None:
         result.read_modules = tuple(sorted(str(p) for p in project.read))
     if portable:
         result.findings = _portable(result.findings, script)
     return result
+
+
+def _called_by(importers: tuple[Path, ...], data: bytes) -> bool:
+    """An importer analysed with the file (an import cycle: `lint_source`'s ``importers``)
+    calls a function or class the file defines, as text: it may hand it an accelerator."""
+    from accelify.analysis.project_modules import calls_any, read, top_level_names
+
+    defined = top_level_names(data)
+    return any(calls_any(read(importer), defined) for importer in importers)
 
 
 def _factory_imported(path: str, data: bytes) -> bool:
@@ -237,21 +266,48 @@ def _constructs_for(module: bytes, kept: set[bytes]) -> bool:
 
     if _CONSTRUCTION.search(module) is None:
         return False
-    return bool(top_level_functions(module) & kept)
+    return bool(top_level_functions(module) & kept) and _constructs_in_code(module)
 
 
-def project_view(path: str, data: bytes, importers: tuple[Path, ...]) -> ProjectView | None:
+@functools.lru_cache(maxsize=64)
+def _constructs_in_code(module: bytes) -> bool:
+    """The module's code (not a docstring's example: a library's modules show
+    ``accelerator = Accelerator()`` in nearly every one) calls an accelerator class, as
+    Python's parser reads it (a tenth of an analysis); a module it cannot parse may be one."""
+    try:
+        tree = ast.parse(module)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    for node in ast.walk(tree):
+        if type(node) is ast.Call:
+            func = node.func
+            name = func.id if type(func) is ast.Name else getattr(func, "attr", "")
+            if name in _ACCELERATOR_CLASSES:
+                return True
+    return False
+
+
+def project_view(
+    path: str, data: bytes, importers: tuple[Path, ...], handed: tuple[HandedCall, ...] = ()
+) -> ProjectView | None:
     """The file as the rest of its project sees it, when there is a rest: it imports a module
-    of the project (an Accelerator factory may be there) or linted files import it (their
-    calls tell what its functions are handed). A file of neither reads no other module."""
+    of the project (an Accelerator factory may be there), or importers' calls tell what its
+    functions are handed (as data, ``handed``; or read from ``importers``, analysed here). A
+    file of neither reads no other module."""
     from accelify.analysis.outside_callers import ProjectView
     from accelify.analysis.project_modules import imported_files
 
     script = Path(path)
-    if not importers and not imported_files(script, data):
+    if not importers and not handed and not imported_files(script, data):
         return None
     return ProjectView(
-        script, importers, load_caller, load_alone=_load_alone, constructs_for=_constructs_for
+        script,
+        importers,
+        load_caller,
+        load_alone=_load_alone,
+        constructs_for=_constructs_for,
+        handed=handed,
+        handing=tuple(dict.fromkeys(Path(call.caller) for call in handed)),
     )
 
 
@@ -342,9 +398,12 @@ def _name_the_callers(
     spans = []
     for function in dict.fromkeys([*script.given_parameters, *everyone]):
         constructor = function.name.value == "__init__"
-        owner = script.index.enclosing_class(function) if constructor else None
+        cls = script.index.enclosing_class(function)
+        owner = cls if constructor else None
         position = script.position(owner or function)
-        name = owner.name.value if owner is not None else f"{function.name.value}()"
+        name = f"{function.name.value}()" if cls is None else cls.name.value
+        if cls is not None and not constructor:
+            name += f".{function.name.value}()"  # a method of an instance the caller made
         given = script.given_parameters.get(function, {})
         handed = [g.says(parameter) for parameter, g in given.items()]
         where = next(iter(given.values())).where if given else everyone[function]
