@@ -1013,8 +1013,34 @@ def _where_it_may_not_run(ctx: Context, binding: Binding) -> str:
 
 
 def _bound_on_every_branch(branch: cst.If, name: str) -> bool:
+    """Every branch binds ``name`` or leaves the scope (``else: raise NotImplementedError``):
+    past the ``if`` the name is always bound."""
     _, blocks, has_else = if_chain(branch)
-    return has_else and all(_binds(block, name) for block in blocks)
+    return has_else and all(_binds(block, name) or _leaves(block) for block in blocks)
+
+
+#: calls that end the process, as a statement of their own
+_EXITS = frozenset({"exit", "quit", "sys.exit", "os._exit"})
+
+
+def _leaves(block: cst.CSTNode) -> bool:
+    """The block's last statement raises, returns or exits the process: nothing after the
+    ``if`` runs once it is taken."""
+    body = getattr(block, "body", None)
+    lines = getattr(body, "body", body)
+    if not isinstance(lines, (list, tuple)) or not lines:
+        return False
+    last = lines[-1]
+    if not isinstance(last, cst.SimpleStatementLine) or not last.body:
+        return False
+    small = last.body[-1]
+    if isinstance(small, (cst.Raise, cst.Return)):
+        return True
+    return (
+        isinstance(small, cst.Expr)
+        and isinstance(small.value, cst.Call)
+        and dotted(small.value.func) in _EXITS
+    )
 
 
 def _binds(block: cst.CSTNode, name: str) -> bool:
