@@ -44,6 +44,25 @@ class _Params(Visitor):
             if name:
                 self.owners.add(owning_model(name))
 
+    def visit_DictElement(self, element: cst.DictElement) -> None:
+        """``{"params": get_1x_lr_params(model), "lr": lr}``: a parameter group whose
+        parameters a function picks out of the one object it is handed (the C3D / R(2+1)D
+        trainers' ``R2Plus1D_model.get_10x_lr_params(model)``, a function of another module)
+        trains that object."""
+        key, value = element.key, element.value
+        if not (
+            isinstance(key, cst.SimpleString)
+            and key.evaluated_value == "params"
+            and isinstance(value, cst.Call)
+            and len(value.args) == 1
+            and value.args[0].keyword is None
+            and not value.args[0].star
+        ):
+            return
+        name = dotted(value.args[0].value)
+        if name:
+            self.owners.add(owning_model(name))
+
 
 def parameter_owners(optimizer: Binding) -> set[str]:
     """The models whose ``.parameters()``/``.named_parameters()`` build ``optimizer``

@@ -11,6 +11,7 @@ from accelify.analysis.dataflow import assigns, bound_by, fresh, names_in_scope,
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
+from accelify.analysis.loader_readers import loops_reading
 from accelify.analysis.loops import loop_source
 from accelify.analysis.objects import (
     attributes_kept,
@@ -368,16 +369,26 @@ def prepare_loaders_made_where_trained(ctx: Context, scope: Scope) -> None:
             continue
         if placement.top_statement(binding.statement, function) is None:
             continue
-        if sum(1 for b in ctx.model.bindings if b.name == name) != 1:
+        bound_here = [b for b in ctx.model.bindings if b.name == name and b.scope is function]
+        unique = sum(1 for b in ctx.model.bindings if b.name == name) == 1
+        if len(bound_here) != 1:
             continue
         if name in ctx.plan.prepared or name in ctx.model.prepared_names:
             continue
         returned = returned_local(ctx.model, name, binding.statement)
         if returned is not None and returned[0] in ctx.plan.prepared:
             continue  # ``model, opt, train_dl = setup(cfg)`` where setup() prepares them
-        readers = [loop for loop in ctx.model.loops if loop.iterable == name]
+        if unique:
+            readers = [loop for loop in ctx.model.loops if loop.iterable == name]
+            if not all(placement.inside(loop.node, function) for loop in readers):
+                continue
+        else:  # also bound elsewhere (the factory that made it): only what this one reaches
+            readers = []
+        if not readers:
+            # handed to the helpers that train on it: ``train(net, trainloader, ...)``
+            readers = loops_reading(ctx.model, placement, ctx.model.call_graph, name, function)
         if not readers or not all(
-            loop.trains and placement.inside(loop.node, function) for loop in readers
+            loop.trains and _steps_what_is_prepared(ctx, loop, function) for loop in readers
         ):
             continue
         if any(over_step_data(ctx.facts, loop) for loop in readers):
@@ -390,7 +401,66 @@ def prepare_loaders_made_where_trained(ctx: Context, scope: Scope) -> None:
         ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
         ctx.need(binding.statement)
         ctx.plan.prepared.append(name)
-        ctx.plan.change(binding.line, f"{name} is made where it is trained on: prepared there")
+        helpers = sorted(
+            {
+                f"{found.name.value}()"
+                for loop in readers
+                if (found := placement.enclosing_function(loop.node)) is not function
+                and found is not None
+            }
+        )
+        ctx.plan.change(
+            binding.line,
+            f"{name} is handed to {', '.join(helpers)}, which trains on it: prepared where it "
+            "is made"
+            if helpers
+            else f"{name} is made where it is trained on: prepared there",
+        )
+
+
+def _steps_what_is_prepared(ctx: Context, loop: Loop, function: cst.FunctionDef) -> bool:
+    """A loop of ``function`` itself; or a helper's that prepares nothing of its own and steps
+    an optimizer it is handed, which every call of it passes a name the conversion prepares
+    (``train(net, trainloader, criterion, optimizer)`` after ``setup_network()`` prepared
+    ``optimizer``). A helper that makes its own optimizer (``finetune(model, loader)``) trains
+    what it is handed unwrapped: its data sharded, each rank's copy would never be synchronised;
+    one that prepares its parameters itself would wrap the loader twice."""
+    placement = ctx.facts.placement
+    helper = placement.enclosing_function(loop.node)
+    if helper is function:
+        return True
+    if helper is None or any(
+        placement.inside(anchor, helper)
+        for anchors in ctx.prepared_anchors.values()
+        for anchor in anchors
+    ):
+        return False
+    stepped = {
+        dotted(node.func.value)
+        for node in walk(loop.node.body)
+        if isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "step"
+        and not node.args
+    } | {
+        dotted(node.args[0].value)
+        for node in walk(loop.node.body)
+        if isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "step"
+        and len(node.args) == 1
+    }
+    calls = ctx.model.call_graph.calls_of(helper)
+    for parameter in stepped & {p.name.value for p in helper.params.params}:
+        passed = [
+            dotted(argument.value)
+            for call, implicit in calls
+            for bound, argument in bound_arguments(helper, call, implicit)
+            if bound == parameter
+        ]
+        if passed and all(name in ctx.plan.prepared for name in passed):
+            return True
+    return False
 
 
 def _called_in_a_loop(ctx: Context, call: cst.Call) -> bool:
@@ -971,8 +1041,34 @@ def _where_it_may_not_run(ctx: Context, binding: Binding) -> str:
 
 
 def _bound_on_every_branch(branch: cst.If, name: str) -> bool:
+    """Every branch binds ``name`` or leaves the scope (``else: raise NotImplementedError``):
+    past the ``if`` the name is always bound."""
     _, blocks, has_else = if_chain(branch)
-    return has_else and all(_binds(block, name) for block in blocks)
+    return has_else and all(_binds(block, name) or _leaves(block) for block in blocks)
+
+
+#: calls that end the process, as a statement of their own
+_EXITS = frozenset({"exit", "quit", "sys.exit", "os._exit"})
+
+
+def _leaves(block: cst.CSTNode) -> bool:
+    """The block's last statement raises, returns or exits the process: nothing after the
+    ``if`` runs once it is taken."""
+    body = getattr(block, "body", None)
+    lines = getattr(body, "body", body)
+    if not isinstance(lines, (list, tuple)) or not lines:
+        return False
+    last = lines[-1]
+    if not isinstance(last, cst.SimpleStatementLine) or not last.body:
+        return False
+    small = last.body[-1]
+    if isinstance(small, (cst.Raise, cst.Return)):
+        return True
+    return (
+        isinstance(small, cst.Expr)
+        and isinstance(small.value, cst.Call)
+        and dotted(small.value.func) in _EXITS
+    )
 
 
 def _binds(block: cst.CSTNode, name: str) -> bool:
