@@ -48,15 +48,18 @@ _ACCELERATOR_CLASS = b"Accelerator"
 class Given:
     """What every call site of the project hands one parameter."""
 
-    kind: Kind
+    #: None: a prepared object whose kind the caller cannot name (``train_loader, val_loader =
+    #: get_loaders()`` of a third module, then prepared): prepared all the same
+    kind: Kind | None
     prepared: bool  # the object a prepare call returned (the accelerator: False)
     where: str  # the first call site, ``train.py:12``
 
     def says(self, parameter: str) -> str:
         """``model`` a prepared model, ``acc`` the accelerator: for a message."""
+        what = self.kind.value if self.kind is not None else "object"
         if self.prepared:
-            return f"{parameter} a prepared {self.kind.value}"
-        return f"{parameter} the {self.kind.value}"
+            return f"{parameter} a prepared {what}"
+        return f"{parameter} the {what}"
 
 
 @dataclass
@@ -235,7 +238,10 @@ def _handed(
     caller: ScriptModel, function: cst.FunctionDef, call: cst.Call, implicit: int, where: str
 ) -> dict[str, Given]:
     """What ``call`` (in ``caller``) hands each parameter of ``function``: the accelerator, or
-    a prepared model, optimizer or loader (the caller's own analysis answers)."""
+    a prepared model, optimizer or loader (the caller's own analysis answers). A prepare call's
+    result whose kind the caller cannot name (its input came from another module's function)
+    is handed as prepared all the same, as the callee's own call sites would tell
+    (`Flow.parameter_prepared` needs no kind)."""
     from accelify.analysis.facts import facts_of
     from accelify.analysis.objects import bound_arguments
     from accelify.analysis.script_model import Kind
@@ -251,9 +257,9 @@ def _handed(
             found[parameter] = Given(Kind.ACCELERATOR, False, where)
             continue
         kind = facts.flow.kind_of(name, call)
-        if kind in (Kind.MODEL, Kind.DATALOADER, Kind.OPTIMIZER) and facts.flow.prepared_argument(
-            call, argument.value
-        ):
+        if kind not in (Kind.MODEL, Kind.DATALOADER, Kind.OPTIMIZER, None):
+            continue
+        if facts.flow.prepared_argument(call, argument.value):
             found[parameter] = Given(kind, True, where)
     return found
 
