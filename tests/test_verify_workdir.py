@@ -29,3 +29,12 @@ def test_the_files_beside_the_script_are_copied_not_its_modules_nor_what_is_too_
     assert (workdir / "data" / "vocab.txt").read_text() == "a\nb\n"
     (workdir / "config.yaml").write_text("lr: 0.5\n")  # a run that writes its config
     assert (folder / "config.yaml").read_text() == "lr: 0.1\n"
+
+
+def test_the_folder_that_holds_the_working_directory_is_not_copied_into_it(tmp_path: Path):
+    """A script in the temporary folder, where verify's scratch folder lies too."""
+    workdir = tmp_path / "scratch" / "first-work"
+    workdir.mkdir(parents=True)
+    (tmp_path / "config.yaml").write_text("lr: 0.1\n")
+    copy_beside(tmp_path, workdir)
+    assert sorted(p.name for p in workdir.iterdir()) == ["config.yaml"]

@@ -201,6 +201,8 @@ def _place_run(
 #: the script is read where it is only through an absolute path: a copy per run would cost more
 #: than the run)
 COPIED_AT_MOST = 64 * 1024 * 1024
+#: The most files a folder beside the script may hold to be copied (a walk of a big tree costs)
+COPIED_FILES = 1000
 
 
 def copy_beside(folder: Path, workdir: Path, budget: int = COPIED_AT_MOST) -> None:
@@ -209,17 +211,21 @@ def copy_beside(folder: Path, workdir: Path, budget: int = COPIED_AT_MOST) -> No
     user, while what the run writes (a checkpoint, a log, an edited config) lands in the copy,
     never in the user's folder. Not copied: Python modules and packages (the imports are found
     in the script's own folder, or a converted project's, by the search path: a copy in the
-    working directory would shadow them), hidden entries and caches, links, and whatever would
-    take the copies past ``budget``."""
+    working directory would shadow them), hidden entries and caches, links, the folder that
+    holds the working directory (a script run from the temporary folder), and whatever would
+    take the copies past ``budget`` (or a folder of more than `COPIED_FILES` files)."""
     import shutil
 
     try:
         entries = sorted(folder.iterdir())
+        inside = workdir.resolve()
     except OSError:
         return
     for entry in entries:
         name = entry.name
         if name.startswith(".") or name == "__pycache__" or entry.is_symlink():
+            continue
+        if inside.is_relative_to(entry.resolve()):
             continue
         if entry.suffix == ".py" or (entry / "__init__.py").is_file():
             continue
@@ -243,12 +249,12 @@ def _size(entry: Path, limit: int) -> int:
             return entry.stat().st_size
         return limit + 1
     total = 0
-    for path in entry.rglob("*"):
+    for count, path in enumerate(entry.rglob("*")):
         with contextlib.suppress(OSError):
             if path.is_file() and not path.is_symlink():
                 total += path.stat().st_size
-        if total > limit:
-            break
+        if total > limit or count >= COPIED_FILES:
+            return limit + 1
     return total
 
 
