@@ -30,6 +30,7 @@ import os
 import signal
 import struct
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Callable
@@ -563,8 +564,10 @@ def _on_the_default_group(dist: Any, name: str, function: F) -> F:
 
 def library_prefixes() -> tuple[str, ...]:
     """Folders whose frames are never "the user's line": accelify (its source folders, which an
-    editable install keeps apart), torch, DeepSpeed and the standard library."""
+    editable install keeps apart), torch, DeepSpeed, the standard library and the installed
+    packages (site-packages: a library's wrapper or loop around the user's code)."""
     folders = {os.path.dirname(contextlib.__file__)}
+    folders |= {path for path in map(sysconfig.get_path, ("purelib", "platlib")) if path}
     for name in ("accelify", "accelify.runtime", "accelify.rules", "torch", "deepspeed"):
         folder = _folder_of(name)
         if folder:

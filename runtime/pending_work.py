@@ -130,10 +130,13 @@ def _looks_inside_a_backward() -> bool:
     Whatever the caller is inside: a backward is valid under ``torch.no_grad()`` or
     ``torch.inference_mode()`` (the loss was built before), so the probe builds its own graph
     under `torch.enable_grad` outside inference mode, on the CPU whatever the default device.
-    It calls torch's own backward, not the runtime's recording around it (`_unrecorded`): the
-    probe is no pass of the script's. A torch whose backward still cannot run it answers False:
-    the caller then stashes its token (`tracked`), which covers every work, at one C call more a
-    step.
+    It runs the pass with ``torch.autograd.grad``, which enters the engine the same way
+    (``_engine_run_backward`` stashes the copy for both), not ``torch.autograd.backward``: the
+    probe is no pass of the script's, and that entry is the one that whoever watches the
+    script's passes wraps (the runtime's recording in `ddp_collectives`, `accelify verify`'s
+    probe, which took the look's ``2`` for a loss of the script). A torch whose backward still
+    cannot run it answers False: the caller then stashes its token (`tracked`), which covers
+    every work, at one C call more a step.
     """
     get = getattr(torch._C, "_get_obj_in_tls", None)
     if get is None:
@@ -144,31 +147,17 @@ def _looks_inside_a_backward() -> bool:
         context = get("context") if _stashed("context") else None  # type: ignore[misc]
         seen.append(isinstance(context, contextvars.Context) and context.get(IN_BACKWARD) is TOKEN)
 
-    backward = _unrecorded(torch.autograd.backward)
     with torch.inference_mode(False), torch.enable_grad():
         leaf = torch.ones((), device="cpu", requires_grad=True)
         leaf.register_hook(look)
         marker = IN_BACKWARD.set(TOKEN)
         try:
-            backward(leaf * 2)
+            torch.autograd.grad(leaf * 2, leaf)
         except RuntimeError:
             return False
         finally:
             IN_BACKWARD.reset(marker)
     return seen == [True]
-
-
-def _unrecorded(function: F) -> F:
-    """``function`` under the runtime's recording wrappers (each marked
-    ``__accelify_operation__`` and made with `functools.wraps`, which keeps the wrapped one as
-    ``__wrapped__``): `ddp_collectives` records ``torch.autograd.backward`` as a pass of the
-    script's once the script builds its own DDP model."""
-    while getattr(function, "__accelify_operation__", None) is not None:
-        inner = getattr(function, "__wrapped__", None)
-        if inner is None:
-            break
-        function = inner
-    return function
 
 
 def tracks(function: F) -> F:

@@ -257,8 +257,8 @@ def test_the_look_inside_a_backward_works_under_no_grad_and_is_no_recorded_pass(
     tmp_path, monkeypatch
 ):
     """`pending_work._looks_inside_a_backward` answers the same inside ``torch.no_grad()`` and
-    ``torch.inference_mode()`` as outside, and calls torch's backward under the recording
-    `ddp_collectives` puts on it (a real ``loss.backward()`` there is still one pass)."""
+    ``torch.inference_mode()`` as outside, and is no pass for the recording `ddp_collectives`
+    puts on torch's backward (a real ``loss.backward()`` there is still one pass)."""
     import torch
 
     from accelify.runtime import collective_record, ddp_collectives, pending_work
@@ -276,6 +276,28 @@ def test_the_look_inside_a_backward_works_under_no_grad_and_is_no_recorded_pass(
     assert recorder.passes == 0 and not recorder.in_backward
     torch.ones((), requires_grad=True).mul(2).backward()
     assert recorder.passes == 1
+
+
+def test_the_look_inside_a_backward_runs_through_no_wrapper_of_torch_autograd_backward(
+    monkeypatch,
+):
+    """`accelify verify`'s probe wraps ``torch.autograd.backward`` to record the script's
+    losses: the look (run by ``Accelerator()`` on several ranks) is no pass of the script's, and
+    showed as an extra loss ``2`` before step 1 on every rank while it went through that entry."""
+    import torch
+
+    from accelify.runtime import pending_work
+
+    seen: list[object] = []
+    entry = torch.autograd.backward
+
+    def watched(tensors, *args, **kwargs):
+        seen.append(tensors)
+        return entry(tensors, *args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "backward", watched)
+    assert pending_work._looks_inside_a_backward() is True
+    assert seen == []
 
 
 def test_the_group_is_freed_without_the_gil_while_a_worker_still_needs_it():

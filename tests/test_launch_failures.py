@@ -644,6 +644,29 @@ def test_a_stack_taken_as_the_rank_imports_ends_at_the_users_import(tmp_path, mo
     assert frames[-1][:2] == (__file__, line)
 
 
+def test_a_decorators_library_frame_between_the_users_is_no_caller():
+    """``@torch.no_grad()`` runs the user's function from torch's ``_contextlib`` wrapper: the
+    call chain names the user's lines only (the README: never accelify's or torch's frames)."""
+    header = {"main_thread": 1, "skip": ["/venv/site-packages/torch/", "/usr/lib/python3.11/"]}
+    dump = "\n".join(
+        [
+            json.dumps(header),
+            "Current thread 0x0000000000000001 (most recent call first):",
+            '  File "/venv/site-packages/torch/distributed/c10d.py", line 9 in all_gather',
+            '  File "/work/train.py", line 43 in evaluate',
+            '  File "/venv/site-packages/torch/utils/_contextlib.py", line 124 in decorate_context',
+            '  File "/work/train.py", line 77 in main',
+            '  File "/work/train.py", line 91 in <module>',
+            '  File "/usr/lib/python3.11/runpy.py", line 88 in _run_code',
+        ]
+    )
+    assert parse_stack(dump) == [
+        ("/work/train.py", 91, "<module>"),
+        ("/work/train.py", 77, "main"),
+        ("/work/train.py", 43, "evaluate"),
+    ]
+
+
 # --- the final report ---------------------------------------------------------------------------
 def failure(exitcode: int, timestamp: float = 0.0) -> SimpleNamespace:
     return SimpleNamespace(exitcode=exitcode, timestamp=timestamp)

@@ -200,14 +200,14 @@ def test_changed_content_or_settings_are_linted_again(project: Path):
 def test_fix_leaves_the_cache_true_to_the_fixed_file(project: Path):
     assert len(lint_json("train.py", cwd=project)) == 3  # the cache holds the unfixed file's
     fixed = run_accelify("lint", "--fix", "train.py", cwd=project)
-    assert "Fixed 3 errors (0 remaining)." in fixed.stderr
+    assert "Fixed 3 errors (0 remaining)." in fixed.stdout
     warm = run_accelify("lint", "train.py", cwd=project)
     cold = run_accelify("lint", "--no-cache", "train.py", cwd=project)
     assert_ok(warm)
     assert (warm.stdout, warm.stderr) == (cold.stdout, cold.stderr)
     (project / "train.py").write_text(BAD)  # back to the content cached before the fix
     again = run_accelify("lint", "--fix", "train.py", cwd=project)
-    assert "Fixed 3 errors (0 remaining)." in again.stderr  # a cached finding still gets fixed
+    assert "Fixed 3 errors (0 remaining)." in again.stdout  # a cached finding still gets fixed
 
 
 @pytest.mark.parametrize("case", ["warm-cache", "no-accelerator"])

@@ -43,24 +43,24 @@ def test_text_output_is_path_line_col_code_message(project: Path):
     )
     assert any(line.startswith("train.py:10:1: ACC201 ") for line in lines)
     assert any(line.startswith("train.py:10:12: ACC503 ") for line in lines)
-    assert "Found 3 errors." in result.stderr
+    assert "Found 3 errors." in result.stdout
     assert "ACC203" not in result.stdout  # opt-in: N copies of a log line are not a bug
     extended = run_accelify("lint", "--extend-select", "ACC203", "train.py", cwd=project)
     assert any(line.startswith("train.py:9:5: ACC203 ") for line in extended.stdout.splitlines())
-    assert "Found 4 errors." in extended.stderr
+    assert "Found 4 errors." in extended.stdout
 
 
 def test_clean_file_exits_0(tmp_path: Path):
     shutil.copy(FIXTURES / "examples" / "classify.py", tmp_path / "classify.py")
     result = run_accelify("lint", "classify.py", cwd=tmp_path)
     assert_ok(result)
-    assert "All checks passed!" in result.stderr
+    assert "All checks passed!" in result.stdout
 
 
 def test_fix_applies_safe_fixes_and_fixing_again_changes_nothing(project: Path):
     result = run_accelify("lint", "--fix", "--extend-select", "ACC203", "train.py", cwd=project)
     assert result.returncode == 0
-    assert "Fixed 4 errors (0 remaining)." in result.stderr
+    assert "Fixed 4 errors (0 remaining)." in result.stdout
     fixed = (project / "train.py").read_text()
     assert "accelerator.backward(loss)" in fixed
     assert "accelerator.print(loss.item())" in fixed
@@ -78,7 +78,7 @@ def test_fix_reports_what_remains(project: Path):
     )
     result = run_accelify("lint", "--fix", "train.py", cwd=project)
     assert result.returncode == 1
-    assert "Fixed 3 errors (1 remaining)." in result.stderr
+    assert "Fixed 3 errors (1 remaining)." in result.stdout
     assert "ACC202" in result.stdout
 
 
@@ -119,7 +119,7 @@ def test_diff_shows_fixes_without_writing_and_exits_1(project: Path):
     assert result.returncode == 1
     assert "+    accelerator.backward(loss)" in result.stdout
     assert "+++ train.py\t(fixed)" in result.stdout
-    assert "Would fix 3 errors." in result.stderr
+    assert "Would fix 3 errors." in result.stdout
     assert (project / "train.py").read_text() == BAD
     (project / "clean.py").write_text("print('nothing to fix')\n")
     assert_ok(run_accelify("lint", "--diff", "clean.py", cwd=project))
@@ -161,10 +161,10 @@ def test_noqa_suppresses_one_code_or_all(project: Path):
 
 def test_select_ignore_and_pyproject_settings(project: Path):
     result = run_accelify("lint", "--select", "ACC3", "train.py", cwd=project)
-    assert {line.split()[1] for line in result.stdout.splitlines()} == {"ACC301"}
+    assert {line.split()[1] for line in _findings(result.stdout)} == {"ACC301"}
     (project / "pyproject.toml").write_text('[tool.accelify]\nignore = ["ACC2", "ACC5"]\n')
     result = run_accelify("lint", "train.py", cwd=project)
-    assert {line.split()[1] for line in result.stdout.splitlines()} == {"ACC301"}
+    assert {line.split()[1] for line in _findings(result.stdout)} == {"ACC301"}
     (project / "pyproject.toml").write_text(
         '[tool.accelify]\nper-file-ignores = {"train.py" = ["ACC301", "ACC2", "ACC503"]}\n'
     )
@@ -173,7 +173,7 @@ def test_select_ignore_and_pyproject_settings(project: Path):
         '[tool.accelify]\nextend-select = ["ACC203"]\nignore = ["ACC5"]\n'
     )
     result = run_accelify("lint", "train.py", cwd=project)
-    assert {line.split()[1] for line in result.stdout.splitlines()} == {
+    assert {line.split()[1] for line in _findings(result.stdout)} == {
         "ACC201",
         "ACC203",
         "ACC301",
@@ -181,15 +181,20 @@ def test_select_ignore_and_pyproject_settings(project: Path):
 
 
 def test_selectors_are_prefixes_all_and_acc_select_everything(project: Path):
-    default = run_accelify("lint", "train.py", cwd=project).stdout
+    default = _findings(run_accelify("lint", "train.py", cwd=project).stdout)
     everything = run_accelify("lint", "--select", "ALL", "train.py", cwd=project).stdout
     assert run_accelify("lint", "--select", "ACC", "train.py", cwd=project).stdout == everything
-    assert set(everything.splitlines()) - set(default.splitlines()) == {  # the opt-in rule
+    assert set(_findings(everything)) - set(default) == {  # the opt-in rule
         "train.py:9:5: ACC203 Use accelerator.print in loops: it prints on the local main "
         "process only"
     }
-    group = run_accelify("lint", "--select", "acc2", "train.py", cwd=project).stdout
-    assert {line.split()[1] for line in group.splitlines()} == {"ACC201", "ACC203"}
+    group = _findings(run_accelify("lint", "--select", "acc2", "train.py", cwd=project).stdout)
+    assert {line.split()[1] for line in group} == {"ACC201", "ACC203"}
+
+
+def _findings(stdout: str) -> list[str]:
+    """The finding lines of a text report (without ruff's summary line after them)."""
+    return [line for line in stdout.splitlines() if ": ACC" in line]
 
 
 def test_an_unknown_selector_is_a_usage_error(project: Path):
@@ -204,7 +209,7 @@ def test_an_unknown_selector_is_a_usage_error(project: Path):
 
 def test_a_moved_code_still_selects_its_rule_with_a_warning(project: Path):
     result = run_accelify("lint", "--select", "ACC204", "train.py", cwd=project)
-    assert [line.split()[1] for line in result.stdout.splitlines()] == ["ACC503"]
+    assert [line.split()[1] for line in _findings(result.stdout)] == ["ACC503"]
     assert "ACC204 is now ACC503" in result.stderr
 
 
@@ -230,13 +235,13 @@ def test_a_pass_of_plain_scripts_alone_says_only_their_syntax_was_checked(tmp_pa
     for _ in range(2):  # the second run reads the cache
         result = run_accelify("lint", "--select", "ALL", "gan.py", cwd=tmp_path)
         assert_ok(result)
-        assert "All checks passed!" in result.stderr and note in result.stderr
+        assert "All checks passed!" in result.stdout and note in result.stderr
         assert "accelify convert" in result.stderr and note not in result.stdout
     assert note not in run_accelify("lint", "--quiet", "gan.py", cwd=tmp_path).stderr
     shutil.copy(FIXTURES / "examples" / "classify.py", tmp_path / "classify.py")
     mixed = run_accelify("lint", "gan.py", "classify.py", cwd=tmp_path)
     assert_ok(mixed)
-    assert "All checks passed!" in mixed.stderr and note not in mixed.stderr
+    assert "All checks passed!" in mixed.stdout and note not in mixed.stderr
     (tmp_path / "train.py").write_text(BAD)
     assert note not in run_accelify("lint", "train.py", "gan.py", cwd=tmp_path).stderr
 
@@ -245,7 +250,7 @@ def test_nothing_to_check_is_a_warning_not_a_pass(tmp_path: Path):
     (tmp_path / "empty").mkdir()
     result = run_accelify("lint", "empty", cwd=tmp_path)
     assert result.returncode == 0
-    assert "No Python files found" in result.stderr and "All checks passed" not in result.stderr
+    assert "No Python files found" in result.stderr and "All checks passed" not in result.stdout
 
 
 def test_a_named_folder_is_linted_even_when_gitignored(project: Path):

@@ -61,6 +61,14 @@ def test_findings_that_come_from_another_module_name_the_call_that_tells():
     assert "make_accelerator() returns to finetune.py:9" in factory[("setup_util.py", 6, "ACC304")]
 
 
+def test_a_loader_another_module_built_is_handed_prepared_all_the_same():
+    """train.py cannot name the kind of what ``get_loaders()`` of data.py returns, but it
+    prepares it: evaluate() of engine.py is handed a prepared object, as a call in its own
+    file would tell."""
+    messages = reported(PROJECTS / "loaders_built_in_another_module")
+    assert "loader a prepared object" in messages[("engine.py", 22, "ACC403")]
+
+
 def test_what_is_left_after_a_fix_still_names_the_callers(tmp_path: Path):
     """``--fix`` lints the fixed file again: the findings left come from the same callers, and
     their messages name them as a run without ``--fix`` does."""

@@ -5,12 +5,15 @@ Such a default is not the value the script runs with: the instance's attribute i
 construction passed, and every ``config.device`` (or ``self.device`` in the class) reads that
 value. A rewrite of the default would change nothing the script reads and, at module level,
 make an Accelerator before the script's own code runs; the conversion follows the passed value
-to its reads instead.
+to its reads instead. A construction from a mapping (``Config(**yaml.safe_load(f))``) may set
+the field or not, as a file the script reads says: its default is left alone the same way (a
+module-level Accelerator made for a default that the yaml overrides anyway, in a ``str`` field,
+is what a user does not want).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -24,25 +27,34 @@ class OverriddenField:
     field: str
     #: the constructions of ``owner`` that pass ``field``
     constructions: list[cst.Call]
-    #: the argument each of them passes
+    #: the argument each of them passes (the constructions that name it)
     passed: list[cst.BaseExpression]
     #: ``instance.field`` reads of the file (``self.field`` in the class too)
     reads: list[cst.Attribute]
+    #: the constructions that pass a mapping (``Config(**overrides)``) and do not name the field
+    unpacked: list[cst.Call] = field(default_factory=list)
 
 
 def overridden_field(model: ScriptModel, binding: Binding) -> OverriddenField | None:
     """``binding`` as a field default of a class body whose every construction in the file
-    passes that field (by keyword, or by position in a dataclass's field order); None when it
-    is no field, or some construction (or none at all) leaves the default in place."""
+    passes that field (by keyword, or by position in a dataclass's field order) or a mapping
+    that may (``**overrides``); None when it is no field, or some construction (or none at
+    all) leaves the default in place."""
     owner = _class_body_owner(model, binding.statement)
     if owner is None or "." in binding.name:
         return None
     constructions = [call for call in model.calls if dotted(call.func) == owner.name.value]
     passed = [_passed(owner, call, binding.name) for call in constructions]
-    if not constructions or any(value is None for value in passed):
+    unpacked = [
+        call
+        for call, value in zip(constructions, passed, strict=True)
+        if value is None and any(argument.star == "**" for argument in call.args)
+    ]
+    if not constructions or sum(value is None for value in passed) > len(unpacked):
         return None
     reads = _reads(model, owner, binding.name)
-    return OverriddenField(owner, binding.name, constructions, passed, reads)  # type: ignore[arg-type]
+    named = [value for value in passed if value is not None]
+    return OverriddenField(owner, binding.name, constructions, named, reads, unpacked)
 
 
 def _class_body_owner(model: ScriptModel, line: cst.CSTNode) -> cst.ClassDef | None:
@@ -74,10 +86,10 @@ def _is_dataclass(owner: cst.ClassDef) -> bool:
 
 def _passed(owner: cst.ClassDef, call: cst.Call, field: str) -> cst.BaseExpression | None:
     for argument in call.args:
-        if argument.star:
-            return None  # ``Config(**overrides)``: what it sets is not in the file
         if argument.keyword is not None and argument.keyword.value == field:
             return argument.value
+    if any(argument.star for argument in call.args):
+        return None  # ``Config(**overrides)``: what it sets is not in the file
     if not _is_dataclass(owner):
         return None
     order = _fields(owner)

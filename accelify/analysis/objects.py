@@ -191,7 +191,11 @@ def add_object_bindings(model: ScriptModel, classify: Classify) -> None:
     into their callers' names, until nothing new is found. ``classify`` is the analysis's own
     test of what a value makes (the collector's)."""
     parameters: dict[cst.FunctionDef, dict[str, Kind]] = {
-        function: {name: g.kind for name, g in given.items() if g.kind is not Kind.ACCELERATOR}
+        function: {
+            name: g.kind
+            for name, g in given.items()
+            if g.kind is not None and g.kind is not Kind.ACCELERATOR
+        }
         for function, given in model.given_parameters.items()
     }
     known = {(b.name, id(b.scope)) for b in model.bindings}

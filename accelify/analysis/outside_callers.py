@@ -56,15 +56,18 @@ _ACCELERATOR_CLASS = b"Accelerator"
 class Given:
     """What every call site of the project hands one parameter."""
 
-    kind: Kind
+    #: None: a prepared object whose kind the caller cannot name (``train_loader, val_loader =
+    #: get_loaders()`` of a third module, then prepared): prepared all the same
+    kind: Kind | None
     prepared: bool  # the object a prepare call returned (the accelerator: False)
     where: str  # the first call site, ``train.py:12``
 
     def says(self, parameter: str) -> str:
         """``model`` a prepared model, ``acc`` the accelerator: for a message."""
+        what = self.kind.value if self.kind is not None else "object"
         if self.prepared:
-            return f"{parameter} a prepared {self.kind.value}"
-        return f"{parameter} the {self.kind.value}"
+            return f"{parameter} a prepared {what}"
+        return f"{parameter} the {what}"
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class HandedCall:
     line: int
     guarded: bool  # runs on some ranks only (`_guarded`)
     #: the arguments that hand something: (position among the call's arguments, keyword or
-    #: "", the `Kind`'s value, whether prepared); an argument handing nothing is left out
+    #: "", the `Kind`'s value ("" for a prepared object of no known kind), whether prepared);
+    #: an argument handing nothing is left out
     arguments: tuple[tuple[int, str, str, bool], ...] = ()
 
     def where(self, to: Path) -> str:
@@ -315,7 +319,7 @@ def _bound(
     for index, keyword, kind, prepared in call.arguments:
         parameter = keyword or (positional[index] if index < len(positional) else None)
         if parameter is not None:
-            found[parameter] = Given(Kind(kind), prepared, where)
+            found[parameter] = Given(Kind(kind) if kind else None, prepared, where)
     return found
 
 
@@ -412,7 +416,10 @@ def _instance_of(
 
 def _handed(caller: ScriptModel, call: cst.Call) -> tuple[tuple[int, str, str, bool], ...]:
     """What ``call`` (in ``caller``) hands by each argument: the accelerator, or a prepared
-    model, optimizer or loader (the caller's own analysis answers)."""
+    model, optimizer or loader (the caller's own analysis answers). A prepare call's result
+    whose kind the caller cannot name (its input came from another module's function) is
+    handed as prepared all the same (kind ``""``), as the callee's own call sites would tell
+    (`Flow.parameter_prepared` needs no kind)."""
     from accelify.analysis.facts import facts_of
     from accelify.analysis.script_model import Kind
 
@@ -430,14 +437,14 @@ def _handed(caller: ScriptModel, call: cst.Call) -> tuple[tuple[int, str, str, b
             found.append((index, keyword, Kind.ACCELERATOR.value, False))
             continue
         kind = facts.flow.kind_of(name, call)
-        if kind not in (Kind.MODEL, Kind.DATALOADER, Kind.OPTIMIZER):
+        if kind not in (Kind.MODEL, Kind.DATALOADER, Kind.OPTIMIZER, None):
             continue
         # a prepared local (or parameter), or an attribute the class was handed prepared
         # (``self.model``: a constructor's parameter every caller hands prepared)
         if facts.flow.prepared_argument(call, argument.value) or (
             name.startswith("self.") and name in caller.prepared_names
         ):
-            found.append((index, keyword, kind.value, True))
+            found.append((index, keyword, kind.value if kind is not None else "", True))
     return tuple(found)
 
 

@@ -65,7 +65,7 @@ def run_lint(
     if diff:
         _show_diffs(changed)
         fixes = sum(r.fixed_count for r in changed)
-        click.echo(f"Would fix {fixes} error{_plural(fixes)}." if fixes else "No fixes.", err=True)
+        click.echo(f"Would fix {fixes} error{_plural(fixes)}." if fixes else "No fixes.")
         return 2 if failed else 1 if changed and not exit_zero else 0
     for result in changed if fix else ():
         write_atomically(Path(result.path), result.fixed)
@@ -75,7 +75,8 @@ def run_lint(
     elif findings or output_format in ("json", "sarif"):
         click.echo(render(findings, output_format))
     if output_format == "text" and not show_statistics:
-        click.echo(_summary(findings, sum(r.fixed_count for r in changed) if fix else 0), err=True)
+        # on stdout, after the findings, as ruff prints it (a script reads the outcome there)
+        click.echo(_summary(findings, sum(r.fixed_count for r in changed) if fix else 0))
         if not quiet and not findings and not failed and all(r.no_accelerator for r in results):
             click.echo(NO_ACCELERATOR_NOTE, err=True)
     if failed:

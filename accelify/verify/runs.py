@@ -176,6 +176,8 @@ def _place_run(
     workdir = scratch / f"{label}-work"
     records.mkdir(parents=True)
     workdir.mkdir(parents=True)
+    if settings.search_path is not None:
+        copy_beside(settings.search_path, workdir)
     probe = [str(script), *settings.args]
     # No device flag: the launcher runs on the CPU where there is no GPU, and the parent need
     # not import torch to ask.
@@ -193,6 +195,67 @@ def _place_run(
     if search_path is not None:
         env[ENV_PATH] = str(search_path)
     return _PlacedRun(label, processes, arguments, workdir, records, log, errors, env)
+
+
+#: How much of the script's folder a run's working directory gets, in all (a data set beside
+#: the script is read where it is only through an absolute path: a copy per run would cost more
+#: than the run)
+COPIED_AT_MOST = 64 * 1024 * 1024
+#: The most files a folder beside the script may hold to be copied (a walk of a big tree costs)
+COPIED_FILES = 1000
+
+
+def copy_beside(folder: Path, workdir: Path, budget: int = COPIED_AT_MOST) -> None:
+    """Copy what lies beside the script (``config.yaml``, a vocabulary, a small data folder)
+    into the run's working directory, so that its relative paths open what they open for the
+    user, while what the run writes (a checkpoint, a log, an edited config) lands in the copy,
+    never in the user's folder. Not copied: Python modules and packages (the imports are found
+    in the script's own folder, or a converted project's, by the search path: a copy in the
+    working directory would shadow them), hidden entries and caches, links, the folder that
+    holds the working directory (a script run from the temporary folder), and whatever would
+    take the copies past ``budget`` (or a folder of more than `COPIED_FILES` files)."""
+    import shutil
+
+    try:
+        entries = sorted(folder.iterdir())
+        inside = workdir.resolve()
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if name.startswith(".") or name == "__pycache__" or entry.is_symlink():
+            continue
+        if inside.is_relative_to(entry.resolve()):
+            continue
+        if entry.suffix == ".py" or (entry / "__init__.py").is_file():
+            continue
+        size = _size(entry, budget)
+        if size > budget:
+            continue
+        try:
+            if entry.is_dir():
+                shutil.copytree(entry, workdir / name, symlinks=True)
+            elif entry.is_file():
+                shutil.copy2(entry, workdir / name)
+        except OSError:
+            continue
+        budget -= size
+
+
+def _size(entry: Path, limit: int) -> int:
+    """The bytes of a file, or of a folder's files (counting stops past ``limit``)."""
+    if not entry.is_dir():
+        with contextlib.suppress(OSError):
+            return entry.stat().st_size
+        return limit + 1
+    total = 0
+    for count, path in enumerate(entry.rglob("*")):
+        with contextlib.suppress(OSError):
+            if path.is_file() and not path.is_symlink():
+                total += path.stat().st_size
+        if total > limit or count >= COPIED_FILES:
+            return limit + 1
+    return total
 
 
 def _run_env(settings: RunSettings, deadline: float) -> dict[str, str]:

@@ -639,7 +639,10 @@ def crash_stack(directory: Path, rank: int) -> list[tuple[str, int, str]]:
 
 def parse_stack(text: str) -> list[tuple[str, int, str]]:
     """faulthandler's dump (the last one in the file) → the main thread's frames, oldest first,
-    cut to begin at the user's outermost frame and end at the user's innermost."""
+    cut to begin at the user's outermost frame and end at the user's innermost, without the
+    library's frames between two of the user's (``@torch.no_grad()``'s wrapper around the user's
+    function, a library's loop calling back into the script): a call chain names the user's
+    lines only."""
     header, _, dumps = text.partition("\n")
     try:
         info = json.loads(header)
@@ -650,13 +653,10 @@ def parse_stack(text: str) -> list[tuple[str, int, str]]:
     sections = _thread_sections(dumps)
     frames = sections.get(main) or []
     frames = list(reversed(frames))  # faulthandler lists the most recent call first
-    # the library's frames below the user's, and the import system's (``<frozen importlib...>``)
-    # between them when the user's line is an ``import`` still running
-    while frames and _not_the_users(frames[-1], skip):
-        frames.pop()
-    # the frames that started the script (the rank's entry, runpy) are not the user's either
-    first = next((i for i, frame in enumerate(frames) if not _not_the_users(frame, skip)), 0)
-    return frames[first:]
+    # the library's frames below the user's, the import system's (``<frozen importlib...>``)
+    # between them when the user's line is an ``import`` still running, those that started the
+    # script (the rank's entry, runpy) and a decorator's wrapper between two of the user's
+    return [frame for frame in frames if not _not_the_users(frame, skip)]
 
 
 def _not_the_users(frame: tuple[str, int, str], skip: tuple[str, ...]) -> bool:

@@ -643,7 +643,8 @@ def _review_overridden_field(ctx: Context, binding: Binding, field: OverriddenFi
     ``torch.device(config.device)``) it becomes this rank's device, as a device local does,
     since on N GPUs the passed ``"cuda"`` is the same GPU on every rank while prepare puts the
     model on each rank's own. A move another step drops (a batch's, a model's) gives way."""
-    made, passed = field.constructions[0], ctx.code(field.passed[0])
+    made = field.unpacked[0] if field.unpacked else field.constructions[0]
+    passed = ctx.code(field.passed[0]) if field.passed else None
     models = [b.value for b in ctx.model.of_kind(Kind.MODEL) if b.name in ctx.plan.prepared]
     placing = [
         read
@@ -661,13 +662,24 @@ def _review_overridden_field(ctx: Context, binding: Binding, field: OverriddenFi
             gives_way_to=[call, ctx.statement_of(call)],
         )
         ctx.need(read, when=planned.in_effect)
+    default = f"{field.owner.name.value}.{field.field} = {ctx.code(binding.value)}"
+    if passed is None:
+        said = (
+            f"{default} is a default that {ctx.code(made.func)}(**...) (line {ctx.line(made)}) "
+            "may override from a mapping the file does not show"
+        )
+        chooser = f"the {field.field} it is given"
+    else:
+        said = (
+            f"{default} is a default every construction overrides ({ctx.code(made.func)}(..., "
+            f"{field.field}={passed}), line {ctx.line(made)})"
+        )
+        chooser = passed
     ctx.plan.review(
         binding.line,
-        f"{field.owner.name.value}.{field.field} = {ctx.code(binding.value)} is a default every "
-        f"construction overrides ({ctx.code(made.func)}(..., {field.field}={passed}), line "
-        f"{ctx.line(made)}): left as it is; prepare puts the model on this rank's device and "
-        f"the tensors its reads place follow it, so {passed} no longer chooses where "
-        "the script trains (for a CPU run launch with `accelify launch --cpu`)",
+        f"{said}: left as it is; prepare puts the model on this rank's device and the tensors "
+        f"its reads place follow it, so {chooser} no longer chooses where the script trains "
+        "(for a CPU run launch with `accelify launch --cpu`)",
     )
 
 
