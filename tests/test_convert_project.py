@@ -592,3 +592,19 @@ def test_a_driver_and_its_engine_train_on_two_ranks_over_the_whole_set(tmp_path:
     assert all(line.endswith("n=60") for line in epochs)  # the whole validation set
     saved = [line for line in result.stdout.splitlines() if line.startswith("saved best")]
     assert 1 <= len(saved) <= 2 and (project / "best.pt").is_file()
+
+
+def test_a_driver_at_the_top_level_leaves_both_files(tmp_path: Path):
+    # trained at the module's top level, the combined script's functions would read its
+    # global accelerator, which engine.py does not have: neither file is converted
+    project = _copy(tmp_path)
+    source = (project / "train.py").read_text()
+    body = source.split("def main():\n")[1].split("\n\nif __name__")[0]
+    top = "\n".join(line.removeprefix("    ") for line in body.splitlines())
+    (project / "train.py").write_text(source.split("def main():\n")[0] + top + "\n")
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    assert not any(r.changed for r in results.values())
+    assert (
+        "for epoch in range(2):\n    loss = train_one_epoch(" in (project / "train.py").read_text()
+    )
+    assert results["train.py"].reviews and results["engine.py"].reviews

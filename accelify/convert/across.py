@@ -404,6 +404,8 @@ def _engine_back(
         if isinstance(original, cst.FunctionDef):
             if not isinstance(new, cst.FunctionDef) or new.name.value != original.name.value:
                 return None
+            if _reads_new_globals(original, new, added):
+                return None
             body.append(new.with_changes(leading_lines=original.leading_lines))
         else:
             body.append(original)
@@ -423,6 +425,52 @@ def _engine_back(
     return module.code
 
 
+def _reads_new_globals(
+    original: cst.FunctionDef, new: cst.FunctionDef, added: list[cst.BaseStatement]
+) -> bool:
+    """The converted function reads a name the original does not and that it neither takes
+    as a parameter, binds, nor gets from an added import: a global of the combined script
+    (``accelerator`` of a driver that trains at its top level, which the functions read as a
+    global there), which the engine's module would not have."""
+    known = _read_names(original) | _bound_in(new)
+    imported = {
+        (dotted(a.asname.name if a.asname else a.name) or "").split(".")[0]  # type: ignore[arg-type]
+        for line in added
+        for small in line.body  # type: ignore[attr-defined]
+        if not isinstance(small.names, cst.ImportStar)
+        for a in small.names
+    }
+    return bool(_read_names(new) - known - imported)
+
+
+def _read_names(function: cst.FunctionDef) -> set[str]:
+    """The names a function's code reads or writes, not counting attribute names and keyword
+    names of calls (``x.to(device=d)``: ``x`` and ``d``)."""
+    skip = set()
+    for node in walk(function):
+        if isinstance(node, cst.Attribute):
+            skip.add(id(node.attr))
+        elif isinstance(node, cst.Arg) and node.keyword is not None:
+            skip.add(id(node.keyword))
+        elif isinstance(node, cst.Param):
+            skip.add(id(node.name))
+    return {n.value for n in walk(function.body) if isinstance(n, cst.Name) and id(n) not in skip}
+
+
+def _bound_in(function: cst.FunctionDef) -> set[str]:
+    """The names a function takes as parameters or assigns in its body."""
+    names = {p.name.value for p in walk(function.params) if isinstance(p, cst.Param)}
+    for node in walk(function.body):
+        targets: list[cst.CSTNode] = []
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)):
+            targets = [node.target]
+        elif isinstance(node, cst.AsName):
+            targets = [node.name]
+        for target in targets:
+            names |= {n.value for n in walk(target) if isinstance(n, cst.Name)}
+    return names
+
+
 def _driver_back(
     driver: cst.Module,
     converted: cst.Module,
@@ -432,15 +480,21 @@ def _driver_back(
     shape: _Shape,
 ) -> str | None:
     """The driver as converted, with its own import of the engine in place of the engine's
-    imports (the statement at its index once the added imports are skipped), and
-    ``engine.f(...)`` where it called so."""
+    imports, and ``engine.f(...)`` where it called so. The import is found as the same
+    occurrence of that line among the statements the conversion did not add (it also adds
+    statements of the module's body: ``accelerator = Accelerator()`` of a script that trains
+    at the top level)."""
+
+    def code(node: cst.CSTNode) -> str:
+        bare = node.with_changes(leading_lines=[])  # type: ignore[attr-defined]
+        return converted.code_for_node(bare).strip()
+
+    before = [code(s) for s in driver.body[: shape.index]].count(joined)
     new = {id(s) for s in added}
-    own = [i for i, s in enumerate(part) if id(s) not in new]
-    if len(own) != len(driver.body):
+    same = [i for i, s in enumerate(part) if id(s) not in new and code(s) == joined]
+    if len(same) <= before:
         return None
-    at = own[shape.index]
-    if converted.code_for_node(part[at].with_changes(leading_lines=[])).strip() != joined:  # type: ignore[attr-defined]
-        return None
+    at = same[before]
     body = list(part)
     body[at] = driver.body[shape.index].with_changes(leading_lines=body[at].leading_lines)
     if shape.module_name:
