@@ -16,7 +16,7 @@ statements of its own) leaves both as today: review lines, nothing changed."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,11 @@ def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
     if new_engine is None:
         return None
     new_driver = _driver_back(driver, converted, d_part, added, joined or "pass", shape)
+    engine_only = _bound_names(engine) - shape.functions - _bound_names(driver)
+    if new_driver is not None and engine_only & (
+        _names_in(cst.parse_module(new_driver).body) - _names_in(driver.body)
+    ):
+        return None  # the converted driver would read a name only the engine's module binds
     if new_driver is None:
         return None
     lines = _Lines(offset, pair.driver.name, pair.engine.name)
@@ -423,6 +428,10 @@ def _engine_back(
         if names & used:
             module = _add_import(module, converted.code_for_node(line).strip(), path)
     return module.code
+
+
+def _names_in(statements: Sequence[cst.BaseStatement]) -> set[str]:
+    return {n.value for s in statements for n in walk(s) if isinstance(n, cst.Name)}
 
 
 def _reads_new_globals(
