@@ -33,14 +33,19 @@ def test_the_entry_script_is_reviewed_at_the_call_into_the_module_that_trains(tm
     assert "train_one_epoch() trains in engine.py (its .backward() at line 10)" in review.text
 
 
-def test_a_directory_reviews_both_files_and_changes_neither(tmp_path: Path):
+def test_a_directory_converts_the_driver_and_its_engine_together(tmp_path: Path):
     project = _copy(tmp_path)
-    before = {p.name: p.read_bytes() for p in project.iterdir()}
     result = run_accelify("convert", project, "--write")
     assert_ok(result)
-    assert "review" in result.stdout and "engine.py" in result.stdout
-    assert "train.py:18" in result.stdout
-    assert {p.name: p.read_bytes() for p in project.iterdir()} == before
+    train = (project / "train.py").read_text()
+    engine = (project / "engine.py").read_text()
+    assert "accelerator = Accelerator()" in train
+    assert "model, train_loader, optimizer, criterion, accelerator=accelerator" in train
+    assert "evaluate(model, val_loader, accelerator=accelerator)" in train
+    assert "def train_one_epoch(model, loader, optimizer, criterion, accelerator):" in engine
+    assert "accelerator.backward(loss)" in engine
+    assert "accelerator.gather_for_metrics((outputs, y))" in engine
+    assert "engine.py:10: loss.backward() -> accelerator.backward(loss)" in result.stdout
 
 
 def test_a_module_that_trains_through_a_class_is_followed_to_its_method(tmp_path: Path):
@@ -514,3 +519,92 @@ def test_a_driver_of_an_already_converted_trainer_waits_before_reading_its_save(
     assert 'trainer.accelerator.wait_for_everyone()\nstate = torch.load("best.pt")\n' in converted
     (barrier,) = [n for n in results["train.py"].changes if "wait_for_everyone" in n.text]
     assert barrier.line == 17
+
+
+ENGINE = FIXTURES / "projects" / "engine_module_of_a_driver"
+ENGINE_WHOLE = FIXTURES / "projects" / "engine_module_imported_whole"
+ENGINE_SHARED = FIXTURES / "projects" / "engine_module_with_a_second_caller"
+
+
+@pytest.mark.parametrize("fixture", [ENGINE, ENGINE_WHOLE])
+def test_a_driver_and_its_engine_module_are_converted_consistently(tmp_path: Path, fixture: Path):
+    shutil.copytree(fixture, tmp_path / "project")
+    files = list(collect([tmp_path / "project"]))
+    results = {Path(r.path).name: r for r in convert_all(files, Options(), 1)}
+    main, engine = results["main.py"], results["engine.py"]
+    assert main.prepared == ["model", "optimizer", "train_loader", "val_loader"]
+    called = "engine." if fixture == ENGINE_WHOLE else ""
+    converted = main.converted.decode()
+    assert f"{called}evaluate(model, val_loader, device, accelerator=accelerator)" in converted
+    assert "epoch, accelerator=accelerator" in converted
+    assert converted.count("accelerator.prepare(") == 1
+    assert "accelerator.save(accelerator.get_state_dict(model), args.out)" in converted
+    assert ("import engine\n" in converted) == bool(called)
+    engine_code = engine.converted.decode()
+    assert (
+        "def train_one_epoch(model, loader, optimizer, device, epoch, log_every=5, *, accelerator):"
+        in engine_code
+    )
+    assert "def evaluate(model, loader, device, accelerator):" in engine_code
+    assert "accelerator.backward(loss)" in engine_code
+    assert "out, y = accelerator.gather_for_metrics((out, y))" in engine_code
+    assert "Accelerator" not in engine_code.split("def ")[0]  # handed in, not imported
+    lines = {(n.line, n.text.split(" ")[0]) for n in engine.changes}
+    assert (12, "loss.backward()") in lines  # the engine's own line numbers
+    (review,) = engine.reviews
+    assert review.line == 18 and "(line 15)" in review.text
+    assert not main.reviews
+
+
+def test_converting_only_the_driver_keeps_the_review(tmp_path: Path):
+    shutil.copytree(ENGINE, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "main.py"])), Options(), 1)
+    assert not result.changed
+    (review,) = result.reviews
+    assert "train_one_epoch() trains in engine.py" in review.text
+
+
+def test_an_engine_another_script_calls_is_left_in_both(tmp_path: Path):
+    # eval.py calls evaluate(model, val_loader, "cpu"): a parameter added for the driver's
+    # accelerator would break it, so neither file is converted (each keeps its review line)
+    project = tmp_path / "project"
+    shutil.copytree(ENGINE_SHARED, project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    assert not any(r.changed for r in results.values())
+    assert results["main.py"].reviews and results["engine.py"].reviews
+
+
+@pytest.mark.distributed
+def test_a_driver_and_its_engine_train_on_two_ranks_over_the_whole_set(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(ENGINE, project)
+    original = launch(project / "main.py", "--epochs", "2", cwd=project, timeout=300, processes=1)
+    assert_ok(original)
+    assert_ok(run_accelify("convert", project, "--write"))
+    assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
+    (project / "best.pt").unlink()
+    alone = launch(project / "main.py", "--epochs", "2", cwd=project, timeout=300, processes=1)
+    assert alone.stdout == original.stdout
+    result = launch(project / "main.py", "--epochs", "2", cwd=project, timeout=300)
+    assert_ok(result)
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 2, result.stdout  # once each, not once per rank
+    assert all(line.endswith("n=60") for line in epochs)  # the whole validation set
+    saved = [line for line in result.stdout.splitlines() if line.startswith("saved best")]
+    assert 1 <= len(saved) <= 2 and (project / "best.pt").is_file()
+
+
+def test_a_driver_at_the_top_level_leaves_both_files(tmp_path: Path):
+    # trained at the module's top level, the combined script's functions would read its
+    # global accelerator, which engine.py does not have: neither file is converted
+    project = _copy(tmp_path)
+    source = (project / "train.py").read_text()
+    body = source.split("def main():\n")[1].split("\n\nif __name__")[0]
+    top = "\n".join(line.removeprefix("    ") for line in body.splitlines())
+    (project / "train.py").write_text(source.split("def main():\n")[0] + top + "\n")
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    assert not any(r.changed for r in results.values())
+    assert (
+        "for epoch in range(2):\n    loss = train_one_epoch(" in (project / "train.py").read_text()
+    )
+    assert results["train.py"].reviews and results["engine.py"].reviews

@@ -13,11 +13,12 @@ from typing import Any
 
 import libcst as cst
 
+from accelify.analysis import project_modules
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.side_effects import writes
 from accelify.analysis.syntax import dotted, is_docstring, walk
-from accelify.convert import project
+from accelify.convert import across, project
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.wrap_lines import wrap_long_lines
 from accelify.edits.apply import ApplyPlan
@@ -44,13 +45,21 @@ class Conversion:
 
 
 @room_for_deep_trees
-def convert_source(data: bytes, path: str | Path, options: Options | None = None) -> Conversion:
-    """Convert one script's source; raises `UserError` for a file that does not parse."""
+def convert_source(
+    data: bytes, path: str | Path, options: Options | None = None, together: bool = True
+) -> Conversion:
+    """Convert one script's source; raises `UserError` for a file that does not parse.
+    ``together``: a driver and its engine module converted in the same run are converted as
+    one (`across`); False for that combined script itself."""
     label = str(path)
     module = parse(data, label)
     model = analyze(module)
     if model.uses_accelerator:
         return Conversion(label, data, data, skipped=ALREADY_ACCELERATED)
+    if together:
+        both = _converted_together(data, Path(path), model, options or Options())
+        if both is not None:
+            return both
     if not model.trains:
         elsewhere = project.trained_elsewhere(path, model)
         if elsewhere:
@@ -78,6 +87,54 @@ def convert_source(data: bytes, path: str | Path, options: Options | None = None
         reviews=sorted(plan.reviews, key=lambda n: n.line),
         prepared=plan.prepared,
     )
+
+
+def _converted_together(
+    data: bytes, path: Path, model: ScriptModel, options: Options
+) -> Conversion | None:
+    """This file's part of the conversion of a driver and the engine module it trains
+    through, converted as one script (`across`); None where they are not both converted in
+    this run, or the pair is not one `across` handles (then each is converted as today)."""
+    if not options.converted_with or not path.is_file():
+        return None
+    file = path.resolve()
+    if model.trains:
+        driver = across.driver_of_engine(file, model.module, options.converted_with)
+        if driver is None:
+            return None
+        pair = across.Pair(driver, file, project_modules.read(driver), data)
+    else:
+        elsewhere = project.trained_elsewhere(path, model)
+        engine = across.pair_of_driver(file, {e.module.resolve() for e in elsewhere})
+        if engine is None or str(engine) not in options.converted_with:
+            return None
+        pair = across.Pair(file, engine, data, project_modules.read(engine))
+    split = across.combine_and_split(
+        pair, lambda source, where: convert_source(source, where, options, together=False)
+    )
+    if split is None:
+        return None
+    label = str(path)
+    if file == pair.driver:
+        converted, changes, reviews, prepared = split.driver
+        _check_parses(converted, label, data)
+        return Conversion(label, data, converted, changes, reviews, prepared)
+    converted, changes, reviews = split.engine
+    _check_parses(converted, label, data)
+    driver = _relative_to(pair.driver, file)
+    told = Note(
+        0,
+        f"converted with {driver}, which creates the Accelerator, prepares what trains and "
+        "hands the accelerator to these functions at each of its calls",
+    )
+    return Conversion(label, data, converted, [told, *changes], reviews)
+
+
+def _relative_to(other: Path, file: Path) -> str:
+    try:
+        return str(other.relative_to(file.parent))
+    except ValueError:
+        return str(other)
 
 
 def _drives_another_file(

@@ -196,9 +196,11 @@ def review_notes(
             Note(
                 entry.line,
                 f"{entry.function}() trains in {where} (its .backward() at line "
-                f"{entry.backward_line}): the conversion converts one file at a time and does "
-                "not follow training into another module, so neither file is converted for it; "
-                "by hand: create the Accelerator here, prepare the model, optimizer and loaders "
+                f"{entry.backward_line}): neither file is converted for it (the two are "
+                "converted together only when both are converted in one run, this is the one "
+                "file of the folder that imports that module, which holds only imports and "
+                "functions, and this file trains inside a function); by hand: create the "
+                "Accelerator here, prepare the model, optimizer and loaders "
                 f"here, and hand the accelerator to {entry.function}() (there: "
                 "accelerator.backward(loss), the evaluation's predictions and labels gathered "
                 "with accelerator.gather_for_metrics, prints through accelerator.print)",

@@ -1,0 +1,522 @@
+"""A driver and its engine module converted together: ``main.py`` makes the model, optimizer
+and loaders and calls ``train_one_epoch(...)`` and ``evaluate(...)`` of ``engine.py``, where
+the ``.backward()`` is (the torchvision-references shape).
+
+When both files are converted in one run and the driver is the one file of the folder that
+imports the engine, the two are converted as one script: the engine's functions are appended
+to the driver (the engine's imports take the place of the driver's import of the engine, the
+engine's own import lines become ``pass``, so every line keeps its number), that script is
+converted by the single-file rules (one Accelerator, one ``prepare``, ``accelerator`` threaded
+through the functions it calls, ``accelerator.backward(loss)``, gathered evaluation), and the
+result is split back into the two files. Both files' conversions compute the same combined
+conversion, so the parameter the engine's functions get is the one every call passes. Any
+doubt (another importer of the engine, a name the two files bind differently, an engine with
+statements of its own) leaves both as today: review lines, nothing changed."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+
+from accelify.analysis.project_modules import IMPORTED, module_file, read
+from accelify.analysis.syntax import dotted, is_docstring, walk
+from accelify.edits.plan import Note
+from accelify.errors import UserError
+from accelify.source import parse
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A driver and the engine module it trains through, as read from disk."""
+
+    driver: Path
+    engine: Path
+    driver_data: bytes
+    engine_data: bytes
+
+
+@dataclass(frozen=True)
+class Split:
+    """The combined conversion split back: each file's new source, changes and reviews."""
+
+    driver: tuple[bytes, list[Note], list[Note], list[str]]
+    engine: tuple[bytes, list[Note], list[Note]]
+
+
+#: The single-file conversion (`conversion.convert_source` of the combined script, which
+#: returns a `Conversion`; typed loosely here: that module imports this one)
+Convert = Callable[[bytes, Path], Any]
+
+
+def pair_of_driver(path: Path, modules: set[Path]) -> Path | None:
+    """The one engine module ``path`` (a file without a backward) trains through, when every
+    call it makes into a sibling module's training is of that module's top-level functions."""
+    if not modules or len(modules) != 1:
+        return None
+    (engine,) = modules
+    return engine if _importers(engine) == [path.resolve()] else None
+
+
+def driver_of_engine(path: Path, module: cst.Module, converted_with: frozenset[str]) -> Path | None:
+    """The one file of ``path``'s folder that imports it, when both are converted in this run.
+    Only a module of imports and functions is looked for (the folder is read for it)."""
+    if not all(
+        isinstance(s, cst.FunctionDef) or is_docstring(s) or _is_import(s) for s in module.body
+    ):
+        return None
+    importers = _importers(path)
+    if len(importers) != 1 or str(path.resolve()) not in converted_with:
+        return None
+    (driver,) = importers
+    return driver if str(driver) in converted_with else None
+
+
+def _importers(engine: Path) -> list[Path]:
+    """The files of the engine's folder (not below it: a module of the folder is imported by
+    name from there) whose imports name it; the folder's files are few."""
+    name = engine.stem.encode()
+    found = []
+    for other in sorted(engine.parent.glob("*.py")):
+        other = other.resolve()
+        if other == engine.resolve() or not other.is_file():
+            continue
+        data = read(other)
+        if name not in data:
+            continue
+        for match in IMPORTED.finditer(data):
+            imported = (match.group(1) or match.group(2)).decode()
+            if module_file(other, imported) == engine.resolve() or (
+                imported.strip(".") == "" and _names_module(data, match, engine.stem)
+            ):
+                found.append(other)
+                break
+    return found
+
+
+def _names_module(data: bytes, match, stem: str) -> bool:  # type: ignore[no-untyped-def]
+    """``from . import engine``: the imported names include the module."""
+    end = data.find(b"\n", match.end())
+    return stem in data[match.end() : end if end >= 0 else len(data)].decode(errors="replace")
+
+
+@dataclass
+class _Shape:
+    """How the driver reaches the engine: its import statement (index in the driver's body),
+    the module name when it is ``import engine`` (calls ``engine.f(...)``), and the engine's
+    top-level function names."""
+
+    index: int
+    module_name: str | None
+    functions: set[str]
+
+
+def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
+    """The two files converted as one (``convert(data, path)``: the single-file conversion,
+    returning a `Conversion`), split back; None where the shape is not one this handles or the
+    combined script is not converted (both files then stay as today)."""
+    try:
+        driver = parse(pair.driver_data, str(pair.driver))
+        engine = parse(pair.engine_data, str(pair.engine))
+    except UserError:
+        return None
+    shape = _shape(driver, engine, pair.engine.stem)
+    if shape is None:
+        return None
+    flat = _flatten(driver, shape) if shape.module_name else driver
+    imports = [s for s in engine.body if _is_import(s)]
+    joined = "; ".join(engine.code_for_node(small).strip() for s in imports for small in s.body)
+    d_body = list(flat.body)
+    d_body[shape.index] = cst.parse_statement(joined or "pass").with_changes(
+        leading_lines=d_body[shape.index].leading_lines
+    )
+    driver_text = flat.with_changes(body=d_body).code
+    if not driver_text.endswith("\n"):
+        driver_text += "\n"
+    e_body = [
+        cst.parse_statement("pass").with_changes(leading_lines=s.leading_lines)
+        if _is_import(s)
+        else s
+        for s in engine.body
+    ]
+    engine_text = engine.with_changes(body=e_body).code
+    if driver_text.count("\n") != pair.driver_data.count(b"\n") + (
+        0 if pair.driver_data.endswith(b"\n") else 1
+    ) or engine_text.count("\n") != engine.code.count("\n"):
+        return None  # a line moved: the notes' lines would not map back
+    offset = driver_text.count("\n")
+    combined = (driver_text + engine_text).encode()
+    try:
+        result = convert(combined, pair.driver)
+    except UserError:
+        return None
+    if result.skipped or not result.changed:
+        return None
+    try:
+        converted = cst.parse_module(result.converted)
+    except cst.ParserSyntaxError:
+        return None
+    body = list(converted.body)
+    n_engine = len(engine.body)
+    if len(body) < len(driver.body) + n_engine:
+        return None
+    d_part, e_part = body[: len(body) - n_engine], body[len(body) - n_engine :]
+    added = _added_imports(combined, converted)
+    new_engine = _engine_back(engine, e_part, converted, added, pair.engine)
+    if new_engine is None:
+        return None
+    new_driver = _driver_back(driver, converted, d_part, added, joined or "pass", shape)
+    engine_only = _bound_names(engine) - shape.functions - _bound_names(driver)
+    if new_driver is not None and engine_only & (
+        _names_in(cst.parse_module(new_driver).body) - _names_in(driver.body)
+    ):
+        return None  # the converted driver would read a name only the engine's module binds
+    if new_driver is None:
+        return None
+    lines = _Lines(offset, pair.driver.name, pair.engine.name)
+    d_changes = [lines.driver(n) for n in result.changes if n.line <= offset]
+    d_reviews = [lines.driver(n) for n in result.reviews if n.line <= offset]
+    e_changes = [lines.engine(n) for n in result.changes if n.line > offset]
+    e_reviews = [lines.engine(n) for n in result.reviews if n.line > offset]
+    return Split(
+        (new_driver.encode(), d_changes, d_reviews, list(result.prepared)),
+        (new_engine.encode(), e_changes, e_reviews),
+    )
+
+
+_LINE = re.compile(r"\bline (\d+)\b")
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """The combined script's line numbers, back in each file's: a note's own line, and the
+    lines its text names (``(line 47)`` of the engine's loop, from the driver's note)."""
+
+    offset: int
+    driver_name: str
+    engine_name: str
+
+    def driver(self, note: Note) -> Note:
+        return Note(note.line, _LINE.sub(lambda m: self._named(m, self.engine_name), note.text))
+
+    def engine(self, note: Note) -> Note:
+        return Note(
+            note.line - self.offset,
+            _LINE.sub(lambda m: self._named(m, self.driver_name), note.text),
+        )
+
+    def _named(self, match: re.Match[str], other: str) -> str:
+        """``line N`` of this file, or ``other line M`` for a line of the other file."""
+        number = int(match.group(1))
+        in_engine = number > self.offset
+        if other == self.engine_name:  # a driver's note
+            return f"{other} line {number - self.offset}" if in_engine else match.group(0)
+        return f"line {number - self.offset}" if in_engine else f"{other} line {number}"
+
+
+def _shape(driver: cst.Module, engine: cst.Module, stem: str) -> _Shape | None:
+    """The driver imports the engine once, in a one-line statement of its own body (``from
+    engine import a, b`` of the engine's functions, or ``import engine``), and uses the
+    imported names only as the functions of calls; the engine holds only a docstring, one-line
+    imports (no ``__future__``) and functions; no name means two things across the two."""
+    functions: set[str] = set()
+    for s in engine.body:
+        if isinstance(s, cst.FunctionDef):
+            functions.add(s.name.value)
+        elif not (is_docstring(s) or (_is_import(s) and _one_line(engine, s))) or (
+            _is_import(s)
+            and any(
+                isinstance(small, cst.ImportFrom) and dotted(small.module or "") == "__future__"
+                for small in s.body  # type: ignore[attr-defined]
+            )
+        ):
+            return None
+    index, module_name, imported = None, None, set()
+    for i, s in enumerate(driver.body):
+        for small in getattr(s, "body", []) if _is_import(s) else []:
+            hit = _of_engine(small, stem)
+            if hit is None:
+                continue
+            if index is not None or len(s.body) != 1 or not _one_line(driver, s):  # type: ignore[attr-defined]
+                return None
+            index, (module_name, imported) = i, hit
+    if index is None or not (imported <= functions):
+        return None
+    used = functions if module_name else imported
+    own = list(driver.body)
+    del own[index]  # the import of the engine binds its functions' names: the same objects
+    driver_names = _bound_names(driver.with_changes(body=own))
+    engine_names = _bound_names(engine)
+    if driver_names & (engine_names | functions) - _same_imports(driver, engine):
+        return None
+    if not _only_called(driver, driver.body[index], module_name, used, functions):
+        return None
+    return _Shape(index, module_name, functions)
+
+
+def _of_engine(small: cst.BaseSmallStatement, stem: str) -> tuple[str | None, set[str]] | None:
+    """``from engine import a, b`` -> (None, {a, b}); ``import engine`` -> ("engine", set());
+    None for other imports. An alias or a star is not handled (None with a marker set)."""
+    if isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
+        if dotted(small.module) != stem:
+            return None
+        if isinstance(small.names, cst.ImportStar) or any(a.asname for a in small.names):
+            return ("*", {"*"})
+        return None, {dotted(a.name) or "" for a in small.names}
+    if isinstance(small, cst.Import):
+        names = [dotted(a.name) for a in small.names]
+        if stem not in names:
+            return None
+        if len(names) != 1 or small.names[0].asname:
+            return ("*", {"*"})
+        return stem, set()
+    return None
+
+
+def _only_called(
+    driver: cst.Module,
+    statement: cst.CSTNode,
+    module_name: str | None,
+    used: set[str],
+    functions: set[str],
+) -> bool:
+    """Every use of the imported names is the function of a call (``f(...)``, or
+    ``engine.f(...)`` of a function of the engine): nothing handed on or rebound."""
+    funcs = {id(node.func) for node in walk(driver) if isinstance(node, cst.Call)}
+    inner = {id(n) for n in walk(statement)}
+    attrs = set()
+    for node in walk(driver):
+        if (
+            module_name
+            and isinstance(node, cst.Attribute)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == module_name
+        ):
+            if id(node) not in funcs or node.attr.value not in functions:
+                return False
+            attrs |= {id(node.value), id(node.attr)}
+    for node in walk(driver):
+        if not isinstance(node, cst.Name) or id(node) in inner:
+            continue
+        if id(node) in attrs:
+            continue
+        if module_name and node.value == module_name:
+            return False
+        if not module_name and node.value in used and id(node) not in funcs:
+            return False
+        if module_name and node.value in functions:
+            return False  # the driver has a name of its own the engine's function would shadow
+    return True
+
+
+def _bound_names(module: cst.Module) -> set[str]:
+    """Names bound at the module's top level (imports, functions, classes, assignments)."""
+    names: set[str] = set()
+    for s in module.body:
+        if isinstance(s, (cst.FunctionDef, cst.ClassDef)):
+            names.add(s.name.value)
+        for node in walk(s) if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) else []:
+            if isinstance(node, cst.ImportAlias):
+                bound = node.asname.name if node.asname else node.name
+                names.add((dotted(bound) or "").split(".")[0])  # type: ignore[arg-type]
+            elif isinstance(node, cst.AssignTarget):
+                names |= {n.value for n in walk(node) if isinstance(n, cst.Name)}
+    return names
+
+
+def _same_imports(driver: cst.Module, engine: cst.Module) -> set[str]:
+    """Names both files bind by the same import (``import torch`` in each)."""
+
+    def imported(module: cst.Module) -> dict[str, str]:
+        found = {}
+        for s in module.body:
+            if not _is_import(s):
+                continue
+            for small in s.body:  # type: ignore[attr-defined]
+                if isinstance(small.names, cst.ImportStar):
+                    continue
+                base = (
+                    dotted(small.module)
+                    if isinstance(small, cst.ImportFrom) and small.module
+                    else ""
+                )
+                for alias in small.names:
+                    bound = alias.asname.name if alias.asname else alias.name
+                    key = (dotted(bound) or "").split(".")[0]
+                    found[key] = f"{base}:{dotted(alias.name)}:{bool(alias.asname)}"
+        return found
+
+    a, b = imported(driver), imported(engine)
+    return {name for name in a.keys() & b.keys() if a[name] == b[name]}
+
+
+def _flatten(driver: cst.Module, shape: _Shape) -> cst.Module:
+    """``engine.f(...)`` -> ``f(...)``: the combined script calls the appended functions."""
+
+    class Flatten(cst.CSTTransformer):
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute):  # type: ignore[no-untyped-def]
+            if isinstance(updated.value, cst.Name) and updated.value.value == shape.module_name:
+                return cst.Name(updated.attr.value)
+            return updated
+
+    return driver.visit(Flatten())
+
+
+def _unflatten(statements: list[cst.BaseStatement], shape: _Shape) -> list[cst.BaseStatement]:
+    """``f(...)`` -> ``engine.f(...)`` again, for the engine's functions."""
+
+    class Unflatten(cst.CSTTransformer):
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+            if isinstance(updated.func, cst.Name) and updated.func.value in shape.functions:
+                return updated.with_changes(
+                    func=cst.Attribute(cst.Name(shape.module_name or ""), updated.func)
+                )
+            return updated
+
+    return [s.visit(Unflatten()) for s in statements]  # type: ignore[misc]
+
+
+def _added_imports(combined: bytes, converted: cst.Module) -> list[cst.BaseStatement]:
+    """The import lines the conversion added (``from accelify import Accelerator``)."""
+    before = {
+        cst.Module([]).code_for_node(s).strip()
+        for s in cst.parse_module(combined).body
+        if _is_import(s)
+    }
+    return [
+        s
+        for s in converted.body
+        if _is_import(s) and cst.Module([]).code_for_node(s).strip() not in before
+    ]
+
+
+def _engine_back(
+    engine: cst.Module,
+    part: list[cst.BaseStatement],
+    converted: cst.Module,
+    added: list[cst.BaseStatement],
+    path: Path,
+) -> str | None:
+    """The engine with its functions as converted (each keeping its own blank lines and
+    comments above it), and the added imports its functions use; None where the part is not
+    the engine's statements in order."""
+    body = []
+    for original, new in zip(engine.body, part, strict=True):
+        if isinstance(original, cst.FunctionDef):
+            if not isinstance(new, cst.FunctionDef) or new.name.value != original.name.value:
+                return None
+            if _reads_new_globals(original, new, added):
+                return None
+            body.append(new.with_changes(leading_lines=original.leading_lines))
+        else:
+            body.append(original)
+    module = engine.with_changes(body=body)
+    used = {n.value for s in part for n in walk(s) if isinstance(n, cst.Name)}
+    from accelify.convert.conversion import _add_import  # the one import placement
+
+    for line in added:
+        names = {
+            (dotted(a.asname.name if a.asname else a.name) or "").split(".")[0]  # type: ignore[arg-type]
+            for small in line.body  # type: ignore[attr-defined]
+            if not isinstance(small.names, cst.ImportStar)
+            for a in small.names
+        }
+        if names & used:
+            module = _add_import(module, converted.code_for_node(line).strip(), path)
+    return module.code
+
+
+def _names_in(statements: Sequence[cst.BaseStatement]) -> set[str]:
+    return {n.value for s in statements for n in walk(s) if isinstance(n, cst.Name)}
+
+
+def _reads_new_globals(
+    original: cst.FunctionDef, new: cst.FunctionDef, added: list[cst.BaseStatement]
+) -> bool:
+    """The converted function reads a name the original does not and that it neither takes
+    as a parameter, binds, nor gets from an added import: a global of the combined script
+    (``accelerator`` of a driver that trains at its top level, which the functions read as a
+    global there), which the engine's module would not have."""
+    known = _read_names(original) | _bound_in(new)
+    imported = {
+        (dotted(a.asname.name if a.asname else a.name) or "").split(".")[0]  # type: ignore[arg-type]
+        for line in added
+        for small in line.body  # type: ignore[attr-defined]
+        if not isinstance(small.names, cst.ImportStar)
+        for a in small.names
+    }
+    return bool(_read_names(new) - known - imported)
+
+
+def _read_names(function: cst.FunctionDef) -> set[str]:
+    """The names a function's code reads or writes, not counting attribute names and keyword
+    names of calls (``x.to(device=d)``: ``x`` and ``d``)."""
+    skip = set()
+    for node in walk(function):
+        if isinstance(node, cst.Attribute):
+            skip.add(id(node.attr))
+        elif isinstance(node, cst.Arg) and node.keyword is not None:
+            skip.add(id(node.keyword))
+        elif isinstance(node, cst.Param):
+            skip.add(id(node.name))
+    return {n.value for n in walk(function.body) if isinstance(n, cst.Name) and id(n) not in skip}
+
+
+def _bound_in(function: cst.FunctionDef) -> set[str]:
+    """The names a function takes as parameters or assigns in its body."""
+    names = {p.name.value for p in walk(function.params) if isinstance(p, cst.Param)}
+    for node in walk(function.body):
+        targets: list[cst.CSTNode] = []
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)):
+            targets = [node.target]
+        elif isinstance(node, cst.AsName):
+            targets = [node.name]
+        for target in targets:
+            names |= {n.value for n in walk(target) if isinstance(n, cst.Name)}
+    return names
+
+
+def _driver_back(
+    driver: cst.Module,
+    converted: cst.Module,
+    part: list[cst.BaseStatement],
+    added: list[cst.BaseStatement],
+    joined: str,
+    shape: _Shape,
+) -> str | None:
+    """The driver as converted, with its own import of the engine in place of the engine's
+    imports, and ``engine.f(...)`` where it called so. The import is found as the same
+    occurrence of that line among the statements the conversion did not add (it also adds
+    statements of the module's body: ``accelerator = Accelerator()`` of a script that trains
+    at the top level)."""
+
+    def code(node: cst.CSTNode) -> str:
+        bare = node.with_changes(leading_lines=[])  # type: ignore[attr-defined]
+        return converted.code_for_node(bare).strip()
+
+    before = [code(s) for s in driver.body[: shape.index]].count(joined)
+    new = {id(s) for s in added}
+    same = [i for i, s in enumerate(part) if id(s) not in new and code(s) == joined]
+    if len(same) <= before:
+        return None
+    at = same[before]
+    body = list(part)
+    body[at] = driver.body[shape.index].with_changes(leading_lines=body[at].leading_lines)
+    if shape.module_name:
+        body = _unflatten(body, shape)
+    return driver.with_changes(body=body).code
+
+
+def _is_import(line: cst.CSTNode) -> bool:
+    return isinstance(line, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in line.body
+    )
+
+
+def _one_line(module: cst.Module, statement: cst.CSTNode) -> bool:
+    bare = statement.with_changes(leading_lines=[])  # type: ignore[attr-defined]
+    return "\n" not in module.code_for_node(bare).strip("\n")
