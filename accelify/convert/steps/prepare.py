@@ -466,28 +466,36 @@ def _handed_prepared(
     if not passed:
         return False
     for name, call in passed:
-        if name is None or name not in ctx.plan.prepared:
-            caller = placement.enclosing_function(call)
-            if not (
-                name is not None
-                and depth < 3
-                and caller is not None
-                and name in {p.name.value for p in caller.params.params}
-                and _handed_prepared(ctx, caller, name, depth + 1)
-            ):
-                return False
+        if name is None:
+            return False
+        if name in ctx.plan.prepared and not ctx.prepared_anchors.get(name):
+            continue  # prepared where it is made (`prepare_loaders_made_where_trained`)
+        if name in ctx.plan.prepared and _prepared_in_scope(ctx, name, call, 0):
             continue
-        anchors = ctx.prepared_anchors.get(name)
-        if not anchors:  # prepared where it is made (`prepare_loaders_made_where_trained`)
-            continue
-        if name.startswith("self."):
-            owner = placement.class_of(call)
-            here = owner is not None and any(placement.class_of(a) is owner for a in anchors)
-        else:
-            here = any(ctx.model.scope_of(a) is ctx.model.scope_of(call) for a in anchors)
-        if not here:
+        caller = placement.enclosing_function(call)
+        if not (
+            depth < 3
+            and caller is not None
+            and name in {p.name.value for p in caller.params.params}
+            and _handed_prepared(ctx, caller, name, depth + 1)
+        ):
             return False
     return True
+
+
+def _prepared_in_scope(ctx: Context, name: str, at: cst.CSTNode, depth: int) -> bool:
+    """``name`` at ``at`` is an object a ``prepare`` call rebinds: prepared in ``at``'s scope
+    (``self.x``: in its class), or handed back by a factory that prepared its own local
+    (``net, optimizer = setup_network(lr)``)."""
+    placement = ctx.facts.placement
+    anchors = ctx.prepared_anchors.get(name, [])
+    if name.startswith("self."):
+        owner = placement.class_of(at)
+        return owner is not None and any(placement.class_of(a) is owner for a in anchors)
+    if any(ctx.model.scope_of(a) is ctx.model.scope_of(at) for a in anchors):
+        return True
+    returned = returned_local(ctx.model, name, at) if depth < 3 else None
+    return returned is not None and _prepared_in_scope(ctx, *returned, depth + 1)
 
 
 def _called_in_a_loop(ctx: Context, call: cst.Call) -> bool:
