@@ -451,7 +451,7 @@ def _constant_truth(value: cst.BaseExpression) -> bool | None:
     if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
         return value.value == "True"
     if isinstance(value, (cst.Integer, cst.Float)):
-        return float(value.value) != 0
+        return value.evaluated_value != 0
     if isinstance(value, cst.SimpleString):
         return bool(value.evaluated_value)
     return None

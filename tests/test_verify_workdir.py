@@ -31,10 +31,26 @@ def test_the_files_beside_the_script_are_copied_not_its_modules_nor_what_is_too_
     assert (folder / "config.yaml").read_text() == "lr: 0.1\n"
 
 
-def test_the_folder_that_holds_the_working_directory_is_not_copied_into_it(tmp_path: Path):
-    """A script in the temporary folder, where verify's scratch folder lies too."""
+def test_nothing_is_copied_from_a_folder_that_holds_the_working_directory(tmp_path: Path):
+    """A script in the temporary folder, where verify's scratch folder lies too: what lies
+    beside it is other runs' scratch folders and other users' files."""
     workdir = tmp_path / "scratch" / "first-work"
     workdir.mkdir(parents=True)
     (tmp_path / "config.yaml").write_text("lr: 0.1\n")
+    (tmp_path / "other-run").mkdir()
+    (tmp_path / "other-run" / "out.txt").write_text("x\n")
     copy_beside(tmp_path, workdir)
-    assert sorted(p.name for p in workdir.iterdir()) == ["config.yaml"]
+    assert list(workdir.iterdir()) == []
+
+
+def test_nothing_is_copied_from_the_temporary_folder(tmp_path: Path, monkeypatch):
+    """A script directly in the temporary folder, the working directory made elsewhere."""
+    import tempfile
+
+    temporary, workdir = tmp_path / "tmp", tmp_path / "work"
+    temporary.mkdir()
+    workdir.mkdir()
+    (temporary / "config.yaml").write_text("lr: 0.1\n")
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(temporary))
+    copy_beside(temporary, workdir)
+    assert list(workdir.iterdir()) == []

@@ -282,7 +282,7 @@ def _reset_before(loop: cst.For, name: str, model: ScriptModel) -> int | None:
                 and len(small.targets) == 1
                 and dotted(small.targets[0].target) == name
             ):
-                return int(small.value.value) if isinstance(small.value, cst.Integer) else None
+                return small.value.evaluated_value if isinstance(small.value, cst.Integer) else None
         if any(
             isinstance(node, cst.Name) and node.value == name and is_binding(model, node)
             for node in walk(statement)
@@ -311,7 +311,7 @@ def _enumerate_counter(loop: cst.For) -> tuple[str, int] | None:
         value = call.args[1].value
         if not isinstance(value, cst.Integer):
             return None
-        start = int(value.value)
+        start = value.evaluated_value
     return target.elements[0].value.value, start  # type: ignore[attr-defined]
 
 

@@ -286,7 +286,7 @@ def _zero_stage_pinned_below_3(script: ScriptModel) -> bool:
 
 def _literal_stage_below_3(plugin: cst.Call) -> bool:
     stage = keyword_value(plugin, "zero_stage")
-    return isinstance(stage, cst.Integer) and int(stage.value) < 3
+    return isinstance(stage, cst.Integer) and stage.evaluated_value < 3
 
 
 def _refusals(script: ScriptModel) -> list[cst.Assert]:

@@ -26,13 +26,19 @@ from accelify.analysis.syntax import (
     walk,
 )
 
+#: a parameter group's function, the name it is handed, and the group
+_Handed = tuple[str, str, cst.DictElement]
+
 
 class _Params(Visitor):
     """Adds to ``owners`` the model of each ``<model>.parameters()`` (or
-    ``.named_parameters()``) call it visits."""
+    ``.named_parameters()``) call it visits, and to ``handed`` the name each parameter group
+    hands to a function (``{"params": get_1x_lr_params(model)}``): the caller tells whether
+    that name is a model or a list of parameters picked before (`_handed_owners`)."""
 
-    def __init__(self, owners: set[str]) -> None:
+    def __init__(self, owners: set[str], handed: list[_Handed]) -> None:
         self.owners = owners
+        self.handed = handed
 
     def visit_Call(self, call: cst.Call) -> None:
         func = call.func
@@ -48,7 +54,9 @@ class _Params(Visitor):
         """``{"params": get_1x_lr_params(model), "lr": lr}``: a parameter group whose
         parameters a function picks out of the one object it is handed (the C3D / R(2+1)D
         trainers' ``R2Plus1D_model.get_10x_lr_params(model)``, a function of another module)
-        trains that object."""
+        trains that object. Only when that object holds no parameters picked before
+        (``decay = [p for n, p in model.named_parameters() ...]`` then ``{"params":
+        list(decay)}`` trains ``model``, not ``decay``): the caller resolves the name."""
         key, value = element.key, element.value
         if not (
             isinstance(key, cst.SimpleString)
@@ -61,7 +69,40 @@ class _Params(Visitor):
             return
         name = dotted(value.args[0].value)
         if name:
-            self.owners.add(owning_model(name))
+            self.handed.append((dotted(value.func) or "", name, element))
+
+
+#: functions that only copy or reorder the parameters they are handed: ``list(decay)`` trains
+#: what ``decay`` was picked from, never ``decay`` itself
+_COLLECTING = frozenset(
+    {"list", "tuple", "set", "sorted", "iter", "filter", "chain", "itertools.chain"}
+)
+
+
+def _params(script: ScriptModel, code: cst.CSTNode, owners: set[str], depth: int = 0) -> None:
+    """Adds to ``owners`` the models whose parameters ``code`` hands an optimizer; ``depth``
+    bounds the names followed (a group may read the name it is assigned to)."""
+    handed: list[_Handed] = []
+    visit_code(code, _Params(owners, handed))
+    owners |= _handed_owners(script, handed, depth)
+
+
+def _handed_owners(script: ScriptModel, handed: list[_Handed], depth: int) -> set[str]:
+    """The models the parameter groups of ``handed`` train: the models whose parameters the
+    argument was picked from before the group, in its scope (``decay = [p for n, p in
+    model.named_parameters() if ...]``), else the argument itself when a function that is not
+    a mere collection picks the parameters out of it (``get_1x_lr_params(model)``)."""
+    owners: set[str] = set()
+    for function, name, element in handed:
+        picked: set[str] = set()
+        if "." not in name and depth < _MAX_DEPTH:
+            for value in _values_behind(script, [cst.Name(name)], element, 0)[1:]:
+                _params(script, value, picked, depth + 1)
+        if picked:
+            owners |= picked
+        elif function not in _COLLECTING:
+            owners.add(owning_model(name))
+    return owners
 
 
 def parameter_owners(optimizer: Binding) -> set[str]:
@@ -85,13 +126,12 @@ def _parameter_owners(optimizer: Binding) -> set[str]:
     if not isinstance(core, cst.Call):
         return set()
     owners: set[str] = set()
-
+    script = optimizer.script
     for argument in core.args:
-        visit_code(argument.value, _Params(owners))
+        _params(script, argument.value, owners)
     if not owners:  # ``AdamW(param_groups)``: the groups built in names before it
-        script = optimizer.script
         for value in _values_behind(script, [a.value for a in core.args], optimizer.assign, 0):
-            visit_code(value, _Params(owners))
+            _params(script, value, owners)
         owners |= {
             owning_model(alias)
             for owner in set(owners)
@@ -101,12 +141,11 @@ def _parameter_owners(optimizer: Binding) -> set[str]:
     method = _own_method(optimizer.script, core, optimizer.assign)
     if method is not None:  # ``self._select_optimizer()`` over ``self.model.parameters()``
         found_before = set(owners)
-        visit_code(method.body, _Params(owners))
+        _params(script, method.body, owners)
         owners = found_before | {o for o in owners - found_before if o.split(".", 1)[0] == "self"}
     if factory is not None:  # ``build_optimizer(cfg, model)`` over ``model.parameters()``
-        inner = _Params(owners)
         found_before = set(owners)
-        visit_code(factory.body, inner)
+        _params(script, factory.body, owners)
         fed = owners - found_before
         owners -= fed
         for parameter, argument in bound_arguments(factory, core):

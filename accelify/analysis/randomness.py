@@ -159,14 +159,34 @@ def _applied_to_the_batch(model: ScriptModel, call: cst.Call, batch: set[str]) -
     return _named_then_applied(model, outer or call, batch)
 
 
+#: draws that pick indices (negative samples, sampled items), not values fed in place of data
+_INDEX_DRAWS = frozenset(
+    {
+        "torch.randint",
+        "torch.randperm",
+        "torch.multinomial",
+        "numpy.random.randint",
+        "numpy.random.choice",
+        "numpy.random.permutation",
+        "random.randint",
+        "random.randrange",
+        "random.choice",
+        "random.sample",
+    }
+)
+
+
 def _paired_with_the_batch(
     model: ScriptModel, call: cst.Call, drawn: cst.CSTNode, batch: set[str]
 ) -> bool:
     """Negative sampling: ``j = torch.randint(0, n_items, (u.size(0), k))`` then ``model(u,
     j)``. The draw's shape follows this rank's batch and every use hands it to a call beside
     that batch (another argument reads it): each rank pairs the draws with its own samples, so
-    the pairs differ between ranks and no work repeats. Noise a generator takes alone
-    (``netG(torch.randn(real.size(0), nz))``) replaces data: still counted."""
+    the pairs differ between ranks and no work repeats. Index draws only (`_INDEX_DRAWS`):
+    noise a generator takes, alone or beside the batch's labels (a conditional GAN's
+    ``netG(torch.randn(labels.size(0), nz), labels)``), replaces data: still counted."""
+    if not model.call_names(call) & _INDEX_DRAWS:
+        return False
     if not any(_reads(argument.value, batch) for argument in call.args):
         return False
     reads = _reads_of_its_name(model, drawn)

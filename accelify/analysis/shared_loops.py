@@ -114,7 +114,7 @@ def _literal(node: cst.BaseExpression | None) -> object:
     if isinstance(node, cst.SimpleString):
         return node.evaluated_value
     if isinstance(node, cst.Integer):
-        return int(node.value)
+        return node.evaluated_value
     return _UNKNOWN
 
 

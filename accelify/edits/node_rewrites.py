@@ -204,9 +204,16 @@ class OnHostFirst:
     def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.Call)
         if not isinstance(updated.func, cst.Attribute) or updated.func.attr.value != "numpy":
-            # ``np.array(pred)`` -> ``np.array(pred.cpu())``
-            first = updated.args[0]
-            on_host = cst.Call(cst.Attribute(first.value, cst.Name("cpu")))
-            return updated.with_changes(args=[first.with_changes(value=on_host)])
+            # ``np.array(pred, dtype=...)`` -> ``np.array(pred.cpu(), dtype=...)``: the array
+            # argument (first positional, else ``a=``), the others kept
+            args = list(updated.args)
+            index = next(
+                (i for i, a in enumerate(args) if a.keyword is None or a.keyword.value == "a"),
+                0,
+            )
+            held = args[index]
+            on_host = cst.Call(cst.Attribute(held.value, cst.Name("cpu")))
+            args[index] = held.with_changes(value=on_host)
+            return updated.with_changes(args=args)
         on_host = cst.Call(cst.Attribute(updated.func.value, cst.Name("cpu")))
         return updated.with_changes(func=updated.func.with_changes(value=on_host))

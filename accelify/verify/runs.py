@@ -211,21 +211,24 @@ def copy_beside(folder: Path, workdir: Path, budget: int = COPIED_AT_MOST) -> No
     user, while what the run writes (a checkpoint, a log, an edited config) lands in the copy,
     never in the user's folder. Not copied: Python modules and packages (the imports are found
     in the script's own folder, or a converted project's, by the search path: a copy in the
-    working directory would shadow them), hidden entries and caches, links, the folder that
-    holds the working directory (a script run from the temporary folder), and whatever would
-    take the copies past ``budget`` (or a folder of more than `COPIED_FILES` files)."""
+    working directory would shadow them), hidden entries and caches, links, and whatever would
+    take the copies past ``budget`` (or a folder of more than `COPIED_FILES` files). Nothing at
+    all from the temporary folder itself or from a folder that holds the working directory (a
+    script run from ``/tmp``): what lies there is other runs' scratch folders and other users'
+    files, not the script's."""
     import shutil
+    import tempfile
 
     try:
+        here = folder.resolve()
+        if here == Path(tempfile.gettempdir()).resolve() or workdir.resolve().is_relative_to(here):
+            return
         entries = sorted(folder.iterdir())
-        inside = workdir.resolve()
     except OSError:
         return
     for entry in entries:
         name = entry.name
         if name.startswith(".") or name == "__pycache__" or entry.is_symlink():
-            continue
-        if inside.is_relative_to(entry.resolve()):
             continue
         if entry.suffix == ".py" or (entry / "__init__.py").is_file():
             continue

@@ -643,7 +643,9 @@ def _review_overridden_field(ctx: Context, binding: Binding, field: OverriddenFi
     ``torch.device(config.device)``) it becomes this rank's device, as a device local does,
     since on N GPUs the passed ``"cuda"`` is the same GPU on every rank while prepare puts the
     model on each rank's own. A move another step drops (a batch's, a model's) gives way."""
-    made = field.unpacked[0] if field.unpacked else field.constructions[0]
+    unpacked = {id(call) for call in field.unpacked}
+    naming = [call for call in field.constructions if id(call) not in unpacked]
+    made = naming[0] if naming else field.unpacked[0]  # the construction the review quotes
     passed = ctx.code(field.passed[0]) if field.passed else None
     models = [b.value for b in ctx.model.of_kind(Kind.MODEL) if b.name in ctx.plan.prepared]
     placing = [
@@ -667,6 +669,14 @@ def _review_overridden_field(ctx: Context, binding: Binding, field: OverriddenFi
         said = (
             f"{default} is a default that {ctx.code(made.func)}(**...) (line {ctx.line(made)}) "
             "may override from a mapping the file does not show"
+        )
+        chooser = f"the {field.field} it is given"
+    elif field.unpacked:  # ``Config(**yaml.safe_load(f))`` here, ``Config(device="cuda")`` there
+        mapping = field.unpacked[0]
+        said = (
+            f"{default} is a default that {ctx.code(made.func)}(..., {field.field}={passed}) "
+            f"(line {ctx.line(made)}) overrides and {ctx.code(mapping.func)}(**...) (line "
+            f"{ctx.line(mapping)}) may override from a mapping the file does not show"
         )
         chooser = f"the {field.field} it is given"
     else:

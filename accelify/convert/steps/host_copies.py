@@ -4,7 +4,9 @@ places the model there, so ``labels.numpy()`` (only the inputs were moved), ``mo
 or ``model[0].weight.detach().numpy()`` of a CPU-only script, harmless in the original, raise on
 a GPU once converted (a CUDA tensor has no NumPy view). Each becomes ``... .cpu().numpy()``,
 which is the same tensor where it already was on the host. A chain that already says where the
-tensor goes (``.cpu()``, ``.to(...)``, ``numpy(force=True)``) is left as written."""
+tensor goes (``.cpu()``, ``.to(...)``, ``numpy(force=True)``) is left as written. Likewise
+``np.array(pred)``/``np.asarray(a=pred)`` of a model's output followed through tensor methods
+becomes ``np.array(pred.cpu())`` (`_array_of_a_model_output`)."""
 
 from __future__ import annotations
 
@@ -43,10 +45,11 @@ def run(ctx: Context) -> None:
 #: NumPy functions that copy a tensor into an array (through its host memory).
 _ARRAY_FUNCTIONS = frozenset({"numpy.array", "numpy.asarray", "numpy.asanyarray"})
 
-#: Tensor methods whose result is a tensor on the same device as the one they are called on.
-_TENSOR_METHODS = SAME_DEVICE_METHODS | {
+#: Tensor methods whose result is a tensor on the same device as the one they are called on
+#: (not ``topk``/``max(dim)``: a named tuple, which has no ``.cpu()``; not ``type()``: a string).
+_TENSOR_METHODS = (SAME_DEVICE_METHODS - {"type"}) | {
     "argmax", "argmin", "softmax", "log_softmax", "sigmoid", "exp", "round", "abs", "sum",
-    "mean", "squeeze", "topk",
+    "mean",
 }  # fmt: skip
 
 
@@ -55,29 +58,48 @@ def _array_of_a_model_output(ctx: Context, call: cst.Call) -> bool:
     (``pred = model(x).argmax(1)``, or that expression itself), after its ``prepare``: NumPy
     reads host memory, so on a GPU the copy raises where the original's CPU tensor did not.
     Only a value followed to the model's call through tensor methods, indexing and names
-    assigned once before the call counts (a batch's item may be a list or a string)."""
-    if len(call.args) != 1 or call.args[0].star or call.args[0].keyword is not None:
+    assigned once before the call counts (a batch's item may be a list or a string), and only
+    through a tensor method (``.argmax(1)``): a bare model call's output may be a tuple or a
+    dict, which has no ``.cpu()``. The array is the first positional argument or ``a=``
+    (``np.asarray(a=pred)``); other arguments (``dtype=np.int64``) are kept."""
+    argument = array_argument(call)
+    if argument is None or not ctx.model.qualified(call.func) & _ARRAY_FUNCTIONS:
         return False
-    if not ctx.model.qualified(call.func) & _ARRAY_FUNCTIONS:
-        return False
-    return _model_output(ctx, call.args[0].value, call, 0)
+    return _model_output(ctx, argument.value, call, 0, tensor=False)
 
 
-def _model_output(ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, depth: int) -> bool:
+def array_argument(call: cst.Call) -> cst.Arg | None:
+    """The argument of ``np.array(...)``/``np.asarray(...)`` that holds the array: the first
+    positional one, else ``a=``; None when it is passed by ``*``/``**``."""
+    if any(argument.star for argument in call.args):
+        return None
+    first = call.args[0] if call.args else None
+    if first is not None and first.keyword is None:
+        return first
+    return next((a for a in call.args if a.keyword is not None and a.keyword.value == "a"), None)
+
+
+def _model_output(
+    ctx: Context, value: cst.BaseExpression, at: cst.CSTNode, depth: int, tensor: bool
+) -> bool:
+    """``value`` is a tensor (``tensor``: a tensor method was met on the way) computed from
+    the output of a prepared model's call."""
     if depth > 6:
         return False
     if isinstance(value, cst.Subscript):
-        return _model_output(ctx, value.value, at, depth + 1)
+        return _model_output(ctx, value.value, at, depth + 1, tensor)
     if isinstance(value, cst.Name):
         bound = reaching_value(ctx, value.value, at)
-        return bound is not None and _model_output(ctx, bound, at, depth + 1)
+        return bound is not None and _model_output(ctx, bound, at, depth + 1, tensor)
     if not isinstance(value, cst.Call):
         return False
     func = value.func
     if isinstance(func, cst.Attribute) and func.attr.value in _PLACING_METHODS:
         return False  # ``pred.cpu()``: the original says where it goes
     if isinstance(func, cst.Attribute) and func.attr.value in _TENSOR_METHODS:
-        return _model_output(ctx, func.value, at, depth + 1)
+        return _model_output(ctx, func.value, at, depth + 1, tensor=True)
+    if not tensor:
+        return False  # ``np.array(model(x))``: a tuple or dict as well as a tensor
     name = dotted(func)
     if name is None or ctx.facts.flow.kind_of(name, value) is not Kind.MODEL:
         return False

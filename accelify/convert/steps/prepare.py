@@ -358,7 +358,9 @@ def prepare_loaders_made_where_trained(ctx: Context, scope: Scope) -> None:
     trains on it (a BYOL trainer's ``train(self, train_dataset)``), away from the scope that
     prepares the model: prepared right where it is made, or every rank would train on all of
     it. Only a loader made once per call of a function called once (not per step of a loop),
-    under a name bound nowhere else in the file, and read only by training loops."""
+    bound once in that function, and read only by training loops: those of the function when
+    its name is bound nowhere else in the file, else only the helpers the function hands it
+    to (a namesake elsewhere, the factory that made it, is not followed)."""
     placement, flow = ctx.facts.placement, ctx.facts.flow
     for binding in ctx.model.of_kind(Kind.DATALOADER):
         function = binding.scope
@@ -436,31 +438,64 @@ def _steps_what_is_prepared(ctx: Context, loop: Loop, function: cst.FunctionDef)
     ):
         return False
     stepped = {
-        dotted(node.func.value)
+        dotted(node.args[0].value if node.args else node.func.value)
         for node in walk(loop.node.body)
         if isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
         and node.func.attr.value == "step"
-        and not node.args
-    } | {
-        dotted(node.args[0].value)
-        for node in walk(loop.node.body)
-        if isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value == "step"
-        and len(node.args) == 1
+        and len(node.args) <= 1
     }
-    calls = ctx.model.call_graph.calls_of(helper)
-    for parameter in stepped & {p.name.value for p in helper.params.params}:
-        passed = [
-            dotted(argument.value)
-            for call, implicit in calls
-            for bound, argument in bound_arguments(helper, call, implicit)
-            if bound == parameter
-        ]
-        if passed and all(name in ctx.plan.prepared for name in passed):
-            return True
-    return False
+    parameters = {p.name.value for p in helper.params.params}
+    return any(_handed_prepared(ctx, helper, parameter) for parameter in stepped & parameters)
+
+
+def _handed_prepared(
+    ctx: Context, function: cst.FunctionDef, parameter: str, depth: int = 0
+) -> bool:
+    """Every call of ``function`` hands ``parameter`` an object the conversion prepares, each
+    resolved in its caller's scope: a name prepared there (not a namesake another function
+    prepares: ``pretrain_probe()``'s own ``optimizer`` beside ``main()``'s), or a parameter of
+    the caller that its own callers hand a prepared object (``depth`` bounds the climb)."""
+    placement = ctx.facts.placement
+    passed = [
+        (dotted(argument.value), call)
+        for call, implicit in ctx.model.call_graph.calls_of(function)
+        for bound, argument in bound_arguments(function, call, implicit)
+        if bound == parameter
+    ]
+    if not passed:
+        return False
+    for name, call in passed:
+        if name is None:
+            return False
+        if name in ctx.plan.prepared and not ctx.prepared_anchors.get(name):
+            continue  # prepared where it is made (`prepare_loaders_made_where_trained`)
+        if name in ctx.plan.prepared and _prepared_in_scope(ctx, name, call, 0):
+            continue
+        caller = placement.enclosing_function(call)
+        if not (
+            depth < 3
+            and caller is not None
+            and name in {p.name.value for p in caller.params.params}
+            and _handed_prepared(ctx, caller, name, depth + 1)
+        ):
+            return False
+    return True
+
+
+def _prepared_in_scope(ctx: Context, name: str, at: cst.CSTNode, depth: int) -> bool:
+    """``name`` at ``at`` is an object a ``prepare`` call rebinds: prepared in ``at``'s scope
+    (``self.x``: in its class), or handed back by a factory that prepared its own local
+    (``net, optimizer = setup_network(lr)``)."""
+    placement = ctx.facts.placement
+    anchors = ctx.prepared_anchors.get(name, [])
+    if name.startswith("self."):
+        owner = placement.class_of(at)
+        return owner is not None and any(placement.class_of(a) is owner for a in anchors)
+    if any(ctx.model.scope_of(a) is ctx.model.scope_of(at) for a in anchors):
+        return True
+    returned = returned_local(ctx.model, name, at) if depth < 3 else None
+    return returned is not None and _prepared_in_scope(ctx, *returned, depth + 1)
 
 
 def _called_in_a_loop(ctx: Context, call: cst.Call) -> bool:
@@ -1052,16 +1087,22 @@ _EXITS = frozenset({"exit", "quit", "sys.exit", "os._exit"})
 
 
 def _leaves(block: cst.CSTNode) -> bool:
-    """The block's last statement raises, returns or exits the process: nothing after the
-    ``if`` runs once it is taken."""
-    body = getattr(block, "body", None)
-    lines = getattr(body, "body", body)
-    if not isinstance(lines, (list, tuple)) or not lines:
+    """The block's (an ``if``'s suite, or a statement holding one) last statement raises,
+    returns or exits the process: nothing after the ``if`` runs once it is taken."""
+    if isinstance(block, cst.SimpleStatementSuite):  # ``else: raise NotImplementedError``
+        smalls = block.body
+    else:
+        body = getattr(block, "body", None)
+        lines = getattr(body, "body", body)
+        if not isinstance(lines, (list, tuple)) or not lines:
+            return False
+        last = lines[-1]
+        if not isinstance(last, cst.SimpleStatementLine):
+            return False
+        smalls = last.body
+    if not smalls:
         return False
-    last = lines[-1]
-    if not isinstance(last, cst.SimpleStatementLine) or not last.body:
-        return False
-    small = last.body[-1]
+    small = smalls[-1]
     if isinstance(small, (cst.Raise, cst.Return)):
         return True
     return (

@@ -182,15 +182,20 @@ def _copied(ctx: Context) -> None:
 
 def _same_object(ctx: Context, shown: str, at: cst.CSTNode) -> bool:
     """``shown`` at ``at`` is the name prepare rebinds: a local of the preparing scope, or
-    ``self.x`` in the preparing class. A parameter of another function that happens to share the
+    ``self.x`` in the preparing class or a subclass of it (its instances are prepared by the
+    inherited method). A parameter of another function that happens to share the
     name (``EMA.__init__(self, model)``) is unwrapped at its call sites (`_handed_to_be_copied`)."""
     anchor = ctx.prepared_after.get(shown)
     if anchor is None:
         return False
     placement = ctx.facts.placement
-    if shown.startswith("self."):
-        owner = placement.class_of(anchor)
-        return owner is not None and placement.class_of(at) is owner
+    if shown.startswith("self."):  # the preparing class's methods, or a subclass's
+        owner, here = placement.class_of(anchor), placement.class_of(at)
+        return (
+            owner is not None
+            and here is not None
+            and ctx.model.call_graph.is_or_derives(here, owner)
+        )
     return ctx.model.scope_of(at) is ctx.model.scope_of(anchor)
 
 
