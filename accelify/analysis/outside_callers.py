@@ -201,14 +201,18 @@ class ProjectView:
                 calls += [c for c in handed_calls(caller, importer) if c.module == this]
         return calls
 
-    def callers_of(self, function: cst.FunctionDef) -> list[tuple[ScriptModel, cst.Call, str]]:
+    def callers_of(
+        self, function: cst.FunctionDef, owner: str | None = None
+    ) -> list[tuple[ScriptModel, cst.Call, str]]:
         """The calls of the importing modules that run ``function`` (a top-level function of
-        the module `given` read), each with its module's analysis and its place
+        the module `given` read, or a method of its class ``owner``: ``trainer.legacy_update()``
+        on a ``Trainer(...)`` it made), each with its module's analysis and its place
         (``train.py:12``). A rule that asks reads whole analyses of the importers (loaded
         here, once per process: `ProjectView.load`)."""
         if self.load is None or self._module is None:
             return []
         this = self.path.resolve()
+        wanted = f"{owner}.{function.name.value}" if owner else function.name.value
         found = []
         for importer in dict.fromkeys((*self.handing, *self.importers)):
             self.read.add(importer)
@@ -217,7 +221,7 @@ class ProjectView:
             if caller is None:
                 continue
             for call, module, member in _project_calls(caller, importer):
-                if module.resolve() == this and member == function.name.value:
+                if module.resolve() == this and member == wanted:
                     found.append(
                         (caller, call, f"{_relative(importer, self.path)}:{caller.line(call)}")
                     )
