@@ -448,8 +448,29 @@ def _handed(caller: ScriptModel, call: cst.Call) -> tuple[tuple[int, str, str, b
         if facts.flow.prepared_argument(call, argument.value) or (
             name.startswith("self.") and name in caller.prepared_names
         ):
+            kind = kind or _constructed_kind(caller, name)
             found.append((index, keyword, kind.value if kind is not None else "", True))
     return tuple(found)
+
+
+def _constructed_kind(caller: ScriptModel, name: str) -> Kind | None:
+    """The kind of what ``prepare`` returned into ``name`` from a construction written in its
+    call (``model, loader = prepare(torch.nn.Linear(2, 2), DataLoader(...))``): the
+    constructor's, as the file itself reads it; None when the prepare calls binding ``name``
+    disagree or one is not such a construction."""
+    from accelify.analysis.script_model import value_classifier
+
+    classify = value_classifier(caller)
+    kinds = set()
+    for prepare in caller.prepare_calls:
+        if name not in prepare.outputs:
+            continue
+        position = prepare.outputs.index(name)
+        arguments = [a for a in prepare.call.args if not a.star and a.keyword is None]
+        if len(arguments) != len(prepare.outputs):
+            return None
+        kinds.add(classify(arguments[position].value, name))
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def _guarded(caller: ScriptModel, call: cst.Call, depth: int = 0) -> bool:
