@@ -74,7 +74,9 @@ class AccumulateAroundLoop(Rule):
     function of the file called there (a trainer's ``train_epoch``). Not for a loop over
     something other than a DataLoader (micro-chunks of one batch: one micro-batch, several
     backwards), nor a context entered per batch of an outer DataLoader (its inner loader is
-    that batch's micro-batches), nor where the loop enters an ``accumulate()`` of its own."""
+    that batch's micro-batches) or in a function every call of which runs per batch (``def
+    train_step(batch)`` called from ``for batch in loader:``), nor where the loop enters an
+    ``accumulate()`` of its own."""
 
     code = "ACC313"
     name = "accumulate-around-loop"
@@ -93,6 +95,22 @@ class AccumulateAroundLoop(Rule):
         Example(_TRAINER, 21, 13),
     )
     good = (
+        # entered in a step function that every call runs per batch of the loader: its own
+        # loop is over the micro-batches of that batch
+        "import torch\n"
+        + "from accelify import Accelerator\n\n"
+        + "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n\n\n"
+        + "def train_step(batch):\n"
+        + "    with accelerator.accumulate(model):\n"
+        + "        micro = torch.utils.data.DataLoader(batch, batch_size=2)\n"
+        + "        for x, y in micro:\n"
+        + "            accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n"
+        + "        optimizer.zero_grad()\n\n\n"
+        + "for epoch in range(3):\n"
+        + "    for batch in loader:\n"
+        + "        train_step(batch)\n",
         # one batch's step inside the context, entered once per batch
         _SCRIPT.format(steps=4, body=_PER_BATCH),
         # no accumulation: every entry syncs, the context does nothing
@@ -140,16 +158,14 @@ class AccumulateAroundLoop(Rule):
         contexts = [
             (node, accelerator)
             for node in walk(script.module)
-            if isinstance(node, cst.With)
-            and (accelerator := accumulate_context(node)) is not None
-            and accelerator
+            if isinstance(node, cst.With) and (accelerator := accumulate_context(node))
         ]
         if not contexts:
             return
         loops = [loop for loop in script.loops if facts_of(script).flow.reads_loader(loop)]
         over_batches = {id(loop.node) for loop in loops}
         for context, accelerator in contexts:
-            if any(id(a) in over_batches for a in script.ancestors(context)):
+            if _per_batch(script, context, over_batches):
                 continue  # entered per batch of an outer loader: its inner loop is micro-batches
             found = _batch_loop_inside(script, context, accelerator, loops)
             if found is None:
@@ -161,6 +177,28 @@ class AccumulateAroundLoop(Rule):
             yield self.finding(
                 script, context, message=_message(script, context, accelerator, loop, site, steps)
             )
+
+
+def _per_batch(
+    script: ScriptModel, node: cst.CSTNode, over_batches: set[int], depth: int = 0
+) -> bool:
+    """``node`` runs once per batch of a loop over a DataLoader: inside that loop, or in a
+    function of the file whose every call (each known: not handed elsewhere) is
+    (``def train_step(batch): with accelerator.accumulate(model): ...`` called from ``for batch
+    in loader: train_step(batch)``)."""
+    if any(id(a) in over_batches for a in script.ancestors(node)):
+        return True
+    function = script.index.enclosing_function(node)
+    graph = script.call_graph
+    if function is None or depth >= 3:
+        return False
+    callers = graph.callers(function)
+    if not callers or graph.references(function) or graph.uncertain_callers(function):
+        return False
+    return all(
+        not script.inside(call, function) and _per_batch(script, call, over_batches, depth + 1)
+        for call in callers
+    )
 
 
 def _batch_loop_inside(

@@ -143,6 +143,16 @@ class GatherInEvaluation(Rule):
     bad = (
         # a BERT regression script's predictions file: collected per rank, gathered after
         Example(_COLLECTED, 9, 12),
+        # ... and cut to the set's size: the cut neither puts the values back in the loader's
+        # order nor, with more than two ranks, drops the repeats (not all at the tail)
+        Example(
+            _COLLECTED.replace(
+                "accelerator.gather(torch.cat(predictions))\n",
+                "accelerator.gather(torch.cat(predictions))[: len(loader.dataset)]\n",
+            ),
+            9,
+            12,
+        ),
         Example(
             _EVAL + "        preds = accelerator.gather(model(x))\n",
             7,
@@ -513,24 +523,29 @@ class GatherInEvaluation(Rule):
             if first_forward(loop, facts) is None and not predicts_through_the_model(loop):
                 continue
             collected = {name for sink in evaluation.sinks if (name := _collection(sink))}
-            gathers = [
-                call
-                for call in _gathered_after(script, loop, collected)
-                if not isinstance(script.parent(call), cst.Subscript)  # cut to the set's size
-            ]
+            gathers = _gathered_after(script, loop, collected)
             if not gathers:
                 continue
             call = gathers[0]  # one finding per loop: the fix is in the loop
             accelerator = accelerator_name(script, call)
+            stays = (
+                "the samples repeated to even out the ranks' last batches stay in "
+                "(gather_for_metrics drops them only while the loader runs)"
+            )
+            if isinstance(script.parent(call), cst.Subscript):
+                stays = (  # ``gather(...)[: len(dataset)]``: the cut keeps the wrong samples
+                    "a cut to the set's size drops the last values, which with more than two "
+                    "ranks are not the samples repeated to even out the ranks' last batches "
+                    "(those end each padded rank's share)"
+                )
             yield self.finding(
                 script,
                 call,
                 message=(
                     f"Gather each batch's values with {accelerator}.gather_for_metrics in the "
                     f"loop at line {script.line(loop.node)} and collect what it returns: "
-                    "gathered after the loop, the samples repeated to even out the ranks' last "
-                    "batches stay in (gather_for_metrics drops them only while the loader runs), "
-                    "and the values come out rank by rank, not in the loader's order"
+                    f"gathered after the loop, {stays}, and the values come out rank by rank, "
+                    "not in the loader's order"
                 ),
             )
 

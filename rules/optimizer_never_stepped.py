@@ -6,7 +6,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.names import OPTIMIZER_NAMES
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, is_main_guard
+from accelify.analysis.syntax import dotted, is_main_guard, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 _TOGGLE = (
@@ -72,7 +72,8 @@ class OptimizerNeverStepped(Rule):
     same: the optimizer ``prepare`` returns into ``self.optimizer`` in ``__init__`` (also a
     constructor's parameter named as one and kept after ``prepare``), a step or a backward in
     a method of the file followed to its every call (``self.step_optimizer()`` called only in
-    the plain arm); a method also handed elsewhere (a hook) is not followed. One finding per
+    the plain arm); a method also handed elsewhere (a hook) is not followed, nor taken as
+    dead when a base class may call it (a base the file does not define). One finding per
     parting ``if``, at its first backward (or the call of its method under the test)."""
 
     code = "ACC312"
@@ -161,6 +162,19 @@ class OptimizerNeverStepped(Rule):
         _TRAINER.format(step="                self.step_optimizer()\n").replace(
             "    def train(self):\n", _LEFTOVER + "    def train(self):\n"
         ),
+        # the leftover a hook of a base class the file does not define (a library's
+        # ``BaseTrainer.fit()`` may call it): not dead
+        "from mylib import BaseTrainer\n"
+        + _TRAINER.format(step="                self.step_optimizer()\n")
+        .replace("class Trainer:", "class Trainer(BaseTrainer):")
+        .replace("    def train(self):\n", _LEFTOVER + "    def train(self):\n")
+        + _RUN_AS_SCRIPT,
+        # ... or of the file's own base class, whose ``fit()`` calls ``self.legacy_update()``
+        "class Base:\n    def fit(self):\n        self.train()\n        self.legacy_update()\n\n\n"
+        + _TRAINER.format(step="                self.step_optimizer()\n")
+        .replace("class Trainer:", "class Trainer(Base):")
+        .replace("    def train(self):\n", _LEFTOVER + "    def train(self):\n")
+        + _RUN_AS_SCRIPT,
         # stepped after the if/else, on both paths
         HEADER + _TOGGLE.format(step="    optimizer.step()\n    optimizer.zero_grad()\n"),
         # stepped in both arms
@@ -449,7 +463,42 @@ class _DeadMethods:
             return False
         if facts_of(script).synchronising_call(function) is not None:
             return False  # an entry point run from outside (a trainer's ``train()``)
+        if _may_run_from_base(script, owner, name):
+            return False  # a hook: ``BaseTrainer.fit()`` calls ``self.optimizer_step()``
+        if script.project is not None and script.project.callers_of(function, owner.name.value):
+            return False  # another module of the project calls it (``trainer.legacy_update()``)
         return owner.name.value in _constructed(script)
+
+
+def _may_run_from_base(script: ScriptModel, owner: cst.ClassDef, name: str, depth: int = 0) -> bool:
+    """A base class of ``owner`` may call its method ``name``: a base the file does not
+    define (``BaseTrainer`` of a library, whose ``fit()`` runs the hook ``optimizer_step()``),
+    or one of the file's own classes that calls ``self.name`` (itself or through its bases)."""
+    graph = script.call_graph
+    if depth > 20:
+        return True
+    for base in owner.bases:
+        if dotted(base.value) == "object":
+            continue
+        if dotted(base.value) not in graph.classes or graph.classes[dotted(base.value)] is owner:
+            return True
+    for base in graph.bases(owner):
+        if any(_self_calls(method, name) for method in graph.methods(base).values()):
+            return True
+        if _may_run_from_base(script, base, name, depth + 1):
+            return True
+    return False
+
+
+def _self_calls(method: cst.FunctionDef, name: str) -> bool:
+    """``method`` calls or names ``self.name`` (a hook its subclasses define)."""
+    return any(
+        isinstance(node, cst.Attribute)
+        and node.attr.value == name
+        and isinstance(node.value, cst.Name)
+        and node.value.value == "self"
+        for node in walk(method)
+    )
 
 
 def _constructed(script: ScriptModel) -> set[str]:

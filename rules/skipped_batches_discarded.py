@@ -32,9 +32,11 @@ class SkippedBatchesDiscarded(Rule):
     ``skip_first_batches``) leaves ``loader`` as it is and returns a new loader that starts
     ``n`` batches in. Called as a statement (a LoRA fine-tuning script resuming from
     ``step_N``), its result is dropped: the resumed run trains again on the batches the
-    checkpoint already saw, its step counter restarts at 0 and names the next checkpoints
-    after steps already saved. On one process too, on every backend. Reported at the call; the
-    fix is to iterate what it returns for the resumed epoch."""
+    checkpoint already saw. On one process too, on every backend. Reported at the call; the
+    fix is to iterate what it returns for the resumed epoch only (``active =
+    accelerator.skip_first_batches(loader, n)`` in that epoch, else ``active = loader``):
+    rebinding ``loader`` itself to Accelerate's skipping loader would skip ``n`` batches in
+    every later epoch too."""
 
     code = "ACC417"
     name = "skipped-batches-discarded"
@@ -80,7 +82,9 @@ class SkippedBatchesDiscarded(Rule):
                     f"Iterate what {skip} returns: it leaves "
                     f"{loader or 'the loader it is given'} as it is and returns a new loader, so "
                     "as a statement it skips nothing and the resumed run trains again on the "
-                    "batches the checkpoint already saw (`loader = ...skip_first_batches(...)` "
-                    "for the resumed epoch only)"
+                    "batches the checkpoint already saw; iterate `active = "
+                    f"{skip}` in the resumed epoch and `active = {loader or 'loader'}` in the "
+                    f"others (rebound to Accelerate's skipping loader, {loader or 'the loader'} "
+                    "would skip those batches in every later epoch too)"
                 ),
             )

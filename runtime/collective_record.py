@@ -565,14 +565,36 @@ def _on_the_default_group(dist: Any, name: str, function: F) -> F:
 def library_prefixes() -> tuple[str, ...]:
     """Folders whose frames are never "the user's line": accelify (its source folders, which an
     editable install keeps apart), torch, DeepSpeed, the standard library and the installed
-    packages (site-packages: a library's wrapper or loop around the user's code)."""
+    packages (site-packages, the user's and the system's too, Debian's dist-packages: a
+    library's wrapper or loop around the user's code)."""
     folders = {os.path.dirname(contextlib.__file__)}
     folders |= {path for path in map(sysconfig.get_path, ("purelib", "platlib")) if path}
+    folders |= set(_site_folders())
+    folders = {os.path.normpath(folder) for folder in folders}
     for name in ("accelify", "accelify.runtime", "accelify.rules", "torch", "deepspeed"):
         folder = _folder_of(name)
         if folder:
             folders.add(folder)
     return tuple(folder + os.sep for folder in sorted(folders))
+
+
+def _site_folders() -> list[str]:
+    """``site``'s package folders (the system's, Debian's ``dist-packages``, the user's): a
+    virtual environment's ``site`` may lack them, an embedded interpreter may have no ``site``."""
+    try:
+        import site
+    except ImportError:
+        return []
+    found: list[str] = []
+    for getter in ("getsitepackages", "getusersitepackages"):
+        try:
+            paths = getattr(site, getter)()
+        except (AttributeError, OSError, TypeError, ValueError):
+            continue
+        found.extend([paths] if isinstance(paths, str) else list(paths))
+    # a Debian python's ``dist-packages`` (also reached from a venv with system packages)
+    found += [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    return [path for path in found if path]
 
 
 def _folder_of(package: str) -> str:

@@ -201,14 +201,18 @@ class ProjectView:
                 calls += [c for c in handed_calls(caller, importer) if c.module == this]
         return calls
 
-    def callers_of(self, function: cst.FunctionDef) -> list[tuple[ScriptModel, cst.Call, str]]:
+    def callers_of(
+        self, function: cst.FunctionDef, owner: str | None = None
+    ) -> list[tuple[ScriptModel, cst.Call, str]]:
         """The calls of the importing modules that run ``function`` (a top-level function of
-        the module `given` read), each with its module's analysis and its place
+        the module `given` read, or a method of its class ``owner``: ``trainer.legacy_update()``
+        on a ``Trainer(...)`` it made), each with its module's analysis and its place
         (``train.py:12``). A rule that asks reads whole analyses of the importers (loaded
         here, once per process: `ProjectView.load`)."""
         if self.load is None or self._module is None:
             return []
         this = self.path.resolve()
+        wanted = f"{owner}.{function.name.value}" if owner else function.name.value
         found = []
         for importer in dict.fromkeys((*self.handing, *self.importers)):
             self.read.add(importer)
@@ -217,7 +221,7 @@ class ProjectView:
             if caller is None:
                 continue
             for call, module, member in _project_calls(caller, importer):
-                if module.resolve() == this and member == function.name.value:
+                if module.resolve() == this and member == wanted:
                     found.append(
                         (caller, call, f"{_relative(importer, self.path)}:{caller.line(call)}")
                     )
@@ -444,8 +448,29 @@ def _handed(caller: ScriptModel, call: cst.Call) -> tuple[tuple[int, str, str, b
         if facts.flow.prepared_argument(call, argument.value) or (
             name.startswith("self.") and name in caller.prepared_names
         ):
+            kind = kind or _constructed_kind(caller, name)
             found.append((index, keyword, kind.value if kind is not None else "", True))
     return tuple(found)
+
+
+def _constructed_kind(caller: ScriptModel, name: str) -> Kind | None:
+    """The kind of what ``prepare`` returned into ``name`` from a construction written in its
+    call (``model, loader = prepare(torch.nn.Linear(2, 2), DataLoader(...))``): the
+    constructor's, as the file itself reads it; None when the prepare calls binding ``name``
+    disagree or one is not such a construction."""
+    from accelify.analysis.script_model import value_classifier
+
+    classify = value_classifier(caller)
+    kinds = set()
+    for prepare in caller.prepare_calls:
+        if name not in prepare.outputs:
+            continue
+        position = prepare.outputs.index(name)
+        arguments = [a for a in prepare.call.args if not a.star and a.keyword is None]
+        if len(arguments) != len(prepare.outputs):
+            return None
+        kinds.add(classify(arguments[position].value, name))
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def _guarded(caller: ScriptModel, call: cst.Call, depth: int = 0) -> bool:

@@ -243,8 +243,9 @@ class FSDPBackend(Backend):
     def save_checkpoint(
         self, models: Sequence[Any], optimizers: Sequence[Any], directory: Path
     ) -> None:
-        # dcp's planning gathers through torch.distributed's own functions, which are recorded
-        # one by one; its DTensor collectives are not: the whole save is one collective
+        # the whole save is recorded as one collective: dcp's planning gathers (through
+        # torch.distributed's own functions) and its DTensor collectives inside it are not
+        # recorded one by one
         with collective_record.during("save_state" if self.state.distributed else None):
             self._save_checkpoint(models, optimizers, directory)
 
