@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.collectives import runtime_of
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls, calls_accelerator
@@ -16,8 +17,10 @@ _FUNCTIONS = frozenset(
     }
 )
 
+_HF_HEADER = HEADER.replace("from accelify import", "from accelerate import")
+
 _RESUME = (
-    HEADER
+    _HF_HEADER
     + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
     + "accelerator.load_state(args.resume)\n"
     + "{skip}"
@@ -32,7 +35,9 @@ class SkippedBatchesDiscarded(Rule):
     ``skip_first_batches``) leaves ``loader`` as it is and returns a new loader that starts
     ``n`` batches in. Called as a statement (a LoRA fine-tuning script resuming from
     ``step_N``), its result is dropped: the resumed run trains again on the batches the
-    checkpoint already saw. On one process too, on every backend. Reported at the call; the
+    checkpoint already saw. On one process too, on every backend. Not with accelify's runtime,
+    whose ``skip_first_batches`` marks the prepared loader itself to skip ``n`` batches on its
+    next pass (and returns it), so the statement does skip. Reported at the call; the
     fix is to iterate what it returns for the resumed epoch only (``active =
     accelerator.skip_first_batches(loader, n)`` in that epoch, else ``active = loader``):
     rebinding ``loader`` itself to Accelerate's skipping loader would skip ``n`` batches in
@@ -60,13 +65,19 @@ class SkippedBatchesDiscarded(Rule):
             skip="active = accelerator.skip_first_batches(loader, resume_step)\n",
             loader="active",
         ),
+        # accelify's runtime: the prepared loader itself skips on its next pass
+        _RESUME.replace(_HF_HEADER, HEADER).format(
+            skip="accelerator.skip_first_batches(loader, resume_step)\n", loader="loader"
+        ),
         # another object's method of the same name
-        HEADER
+        _HF_HEADER
         + "model, loader = accelerator.prepare(model, loader)\n"
         + "sampler.skip_first_batches(loader, 3)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        if runtime_of(script) == "accelify":
+            return
         for call in calls(script):
             if not isinstance(script.parent(call), cst.Expr):
                 continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 from test_lint_rules import lint
 
 _SCRIPT = (
-    "from accelify import Accelerator\n"
+    "from accelerate import Accelerator\n"
     "accelerator = Accelerator()\n"
     "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
     "accelerator.load_state(args.resume)\n"
