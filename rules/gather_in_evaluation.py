@@ -515,13 +515,8 @@ class GatherInEvaluation(Rule):
         (``gather_for_metrics`` drops them only while the loader runs, so not after the loop
         either), and the values come out rank by rank, not in the loader's order. The fix is a
         ``gather_for_metrics`` of each batch in the loop."""
-        facts = facts_of(script)
-        for evaluation in facts.evaluations:
-            if evaluation.already_gathered or not _over_a_padded_loader(script, evaluation):
-                continue
+        for evaluation in _padded_forward_evaluations(script):
             loop = evaluation.loop
-            if first_forward(loop, facts) is None and not predicts_through_the_model(loop):
-                continue
             collected = {name for sink in evaluation.sinks if (name := _collection(sink))}
             gathers = _gathered_after(script, loop, collected)
             if not gathers:
@@ -557,19 +552,14 @@ class GatherInEvaluation(Rule):
         ``gather_for_metrics`` of the totals (a sum has no rows to drop) nor a reduce undoes
         that: the per-sample values are gathered for metrics in the loop. Not reported where
         no batch is padded (``even_batches=False``, ``drop_last``)."""
-        facts = facts_of(script)
-        for evaluation in facts.evaluations:
-            if evaluation.already_gathered or not _over_a_padded_loader(script, evaluation):
-                continue
+        for evaluation in _padded_forward_evaluations(script):
             loop = evaluation.loop
-            if first_forward(loop, facts) is None and not predicts_through_the_model(loop):
-                continue
             counted = _sample_counts(script, evaluation)
             if not counted:
                 continue
             combining = [
                 (call, combined)
-                for call in totals_combined_after(evaluation, facts)
+                for call in totals_combined_after(evaluation, facts_of(script))
                 if call.args and (combined := _counts_combined(script, call, counted))
             ]
             if not combining:
@@ -914,3 +904,18 @@ def _iterates_unprepared_local(script: ScriptModel, loop: Loop) -> bool:
         name in prepare.outputs and script.inside(prepare.call, function)
         for prepare in script.prepare_calls
     )
+
+
+def _padded_forward_evaluations(script: ScriptModel) -> Iterator[Evaluation]:
+    """The evaluation loops, not gathered yet, over a prepared DataLoader whose last batches
+    are padded, that run the model (its call, or a prediction through it): where what is
+    combined after the loop holds the repeated samples."""
+    facts = facts_of(script)
+    for evaluation in facts.evaluations:
+        if evaluation.already_gathered or not _over_a_padded_loader(script, evaluation):
+            continue
+        if first_forward(evaluation.loop, facts) is None and not predicts_through_the_model(
+            evaluation.loop
+        ):
+            continue
+        yield evaluation
