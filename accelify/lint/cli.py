@@ -256,22 +256,27 @@ def _lint_all(
         handed = tuple(c for w in waits for c in results[w].handed if c.module == this)
         return cyclic, handed, tuple(sorted(set(waiting_for.get(path, ()))))
 
+    from graphlib import TopologicalSorter
+
+    # the cycles are cut (`lint_order`): every wait ends
+    sorter = TopologicalSorter({path: order[path][0] for path in files})
+    sorter.prepare()
     if jobs <= 1 or len(files) < 2:
         last = len(files) - 1
-        for count, path in enumerate(_serial(files, order)):
-            results[path] = _lint_one(
-                path, selection, fix, portable, cache, count < last, *arguments(path)
-            )
+        while sorter.is_active():
+            for path in sorter.get_ready():
+                results[path] = _lint_one(
+                    path, selection, fix, portable, cache, len(results) < last, *arguments(path)
+                )
+                sorter.done(path)
         return [results[path] for path in files]
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    waiting = {path: set(order[path][0]) for path in files}
     running: dict = {}
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         # findings come back with their fixes as text edits (plain data): plans do not pickle
-        while waiting or running:
-            for path in [p for p, before in waiting.items() if not before]:
-                del waiting[path]
+        while sorter.is_active():
+            for path in sorter.get_ready():
                 future = pool.submit(
                     _lint_one, path, selection, fix, True, cache, True, *arguments(path)
                 )
@@ -280,21 +285,8 @@ def _lint_all(
             for future in done:
                 path = running.pop(future)
                 results[path] = future.result()
-                for before in waiting.values():
-                    before.discard(path)
+                sorter.done(path)
     return [results[path] for path in files]
-
-
-def _serial(files: list[Path], order: dict[Path, tuple[tuple[Path, ...], tuple[Path, ...]]]):
-    """``files`` in their order, each after the files it waits for."""
-    done: set[Path] = set()
-    pending = list(files)
-    while pending:
-        ready = [path for path in pending if all(w in done for w in order[path][0])]
-        for path in ready:
-            done.add(path)
-            yield path
-        pending = [path for path in pending if path not in done]
 
 
 def lint_order(files: list[Path]) -> dict[Path, tuple[tuple[Path, ...], tuple[Path, ...]]]:
