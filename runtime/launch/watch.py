@@ -563,7 +563,8 @@ def _hang(
             ((p, n, g) for p, n, _ in frames if (g := rank_guard(p, n)) is not None), None
         )
         if guarded is not None:
-            # FSDP's get_state_dict under is_main_process: its own gathers are not recorded
+            # a call whose own gathers the record does not see (DeepSpeed's get_state_dict
+            # under is_main_process; FSDP's are recorded as one collective at the user's line)
             path, line, guard = guarded
             lines.append(
                 f"{PREFIX} rank {rank} is in {source_place(path, line)}, which runs under "
