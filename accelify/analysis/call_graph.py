@@ -32,6 +32,7 @@ from accelify.analysis.syntax import (
     all_params,
     assigned_targets,
     dotted,
+    self_parameter,
     strip_self_methods,
     target_names,
     walk,
@@ -75,6 +76,28 @@ class CallGraph:
         block = self.model.parent(function)
         parent = self.model.parent(block) if block is not None else None
         return parent if isinstance(parent, cst.ClassDef) else None
+
+    def without_instance(self, function: cst.FunctionDef) -> bool:
+        """A function of a class body that runs with no instance: a static or class method, or
+        an undecorated one the file calls only through its class, its first parameter filled by
+        the call's own arguments (``Trainer.train_model(model=model, ...)`` of a
+        ``def train_model(model, train_loader, ...)``, a class used as a namespace). There is no
+        ``self`` there to hold an accelerator: it takes one as a function does. One whose first
+        parameter is ``self`` (``Trainer.fit(trainer)`` hands the instance), or that is also
+        named or maybe called through an instance, has one."""
+        if self.owner(function) is None:
+            return False
+        if self_parameter(function) is None:
+            return True
+        if function.decorators or self_parameter(function) == "self":
+            return False
+        calls = self.calls_of(function)
+        return (
+            bool(calls)
+            and all(implicit == 0 for _, implicit in calls)
+            and not self.references(function)
+            and not self.uncertain_callers(function)
+        )
 
     def bases(self, owner: cst.ClassDef) -> list[cst.ClassDef]:
         found = []

@@ -129,7 +129,7 @@ def plan_conversion(
     if twice is not None:
         ctx.plan.review(model.line(prepare_scope), twice)
         return ctx.plan
-    if placement.is_method(prepare_scope) and not _static(prepare_scope):
+    if placement.is_method(prepare_scope) and not _instanceless(model, prepare_scope):
         ctx.acc = "self.accelerator"
         ctx.confine_to_class(model.parent(model.parent(prepare_scope)))  # type: ignore[arg-type]
     ctx.plan.accelerator = ctx.acc
@@ -305,7 +305,7 @@ def _without_instance(model: ScriptModel, scope: cst.CSTNode) -> bool:
     """A static or class method makes what trains, and training also runs outside it: no
     ``self`` there to hold the accelerator for the methods that train. One that trains all by
     itself gets a local ``accelerator``, as a function would."""
-    if not _static(scope):
+    if not _instanceless(model, scope):
         return False
     facts = facts_of(model)
     placement = facts.placement
@@ -457,6 +457,15 @@ def _loop_around(ctx: Context, call: cst.Call) -> cst.CSTNode | None:
 def _static(scope: cst.CSTNode) -> bool:
     decorators = {dotted(d.decorator) for d in getattr(scope, "decorators", ())}
     return bool(decorators & {"staticmethod", "classmethod"})
+
+
+def _instanceless(model: ScriptModel, scope: cst.CSTNode) -> bool:
+    """A static or class method, or a function of a class the file calls only through the
+    class (``Trainer.train_model(model=model, ...)``): no ``self`` there to hold the
+    accelerator."""
+    return _static(scope) or (
+        isinstance(scope, cst.FunctionDef) and facts_of(model).calls.without_instance(scope)
+    )
 
 
 def _prepare_other_training_functions(ctx: Context, prepare_scope: Scope) -> None:

@@ -187,10 +187,13 @@ class Context:
 
     def in_static(self, node: cst.CSTNode) -> bool:
         """``node`` is in a static or class method (``@staticmethod def _print(message)``,
-        called as ``self._print(...)``): there is no instance there, so ``self.accelerator``
-        is a NameError even inside the class that owns it."""
+        called as ``self._print(...)``), or in a function of the class the file calls only
+        through the class (``Trainer.validate(model=model, ...)``): there is no instance there,
+        so ``self.accelerator`` is a NameError even inside the class that owns it."""
         return any(
-            isinstance(a, cst.FunctionDef) and self_parameter(a) is None and self._method(a)
+            isinstance(a, cst.FunctionDef)
+            and self._method(a)
+            and (self_parameter(a) is None or self.facts.calls.without_instance(a))
             for a in (node, *self.model.ancestors(node))
         )
 
