@@ -77,6 +77,8 @@ class _BackwardFinder(Visitor):
     def __init__(self, skip_loops: bool) -> None:
         self.skip_loops = skip_loops
         self.found: list[cst.Call] = []
+        #: calls whose result is bound: a model's own ``backward`` (see syntax.bound_result)
+        self.bound: set[cst.Call] = set()
 
     def visit_For(self, loop: cst.For) -> bool:
         return not self.skip_loops
@@ -84,7 +86,17 @@ class _BackwardFinder(Visitor):
     def visit_While(self, loop: cst.While) -> bool:
         return not self.skip_loops
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call):  # ``z, ld = flow.backward(z)``: not autograd's
+            self.bound.add(node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if isinstance(node.value, cst.Call):
+            self.bound.add(node.value)
+
     def visit_Call(self, call: cst.Call) -> None:
+        if call in self.bound:
+            return
         if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward") or (
             dotted(call.func) and str(dotted(call.func)).endswith(".backward")
         ):

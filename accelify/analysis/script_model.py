@@ -34,6 +34,7 @@ from accelify.analysis.syntax import (
     WalkedTree,
     argument_value,
     assigned_targets,
+    bound_result,
     children_of,
     dotted,
     keyword_value,
@@ -684,6 +685,7 @@ def analyze(
         if (receiver := dotted(call.func.value) or "") not in accelerators  # type: ignore[union-attr]
         and not ("." in receiver and receiver.rsplit(".", 1)[-1] in members)
         and not (receiver == "self" and own_method(model, call, "backward"))
+        and not bound_result(call, model.parent(call))
     ]
     from accelify.analysis.objects import add_object_bindings
     from accelify.analysis.optimizer_models import add_models_fed_to_optimizers

@@ -222,6 +222,13 @@ def has_parameter(function: cst.FunctionDef, name: str) -> bool:
     return any(p.name.value == name for p in all_params(function.params))
 
 
+def bound_result(call: cst.Call, parent: cst.CSTNode | None) -> bool:
+    """``z, log_det = flow.backward(z)``: a call whose result is bound to a name. One named
+    ``backward`` is then a model's own method (a normalizing flow's inverse pass), not
+    autograd's ``Tensor.backward``, which returns None."""
+    return isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is call
+
+
 def self_parameter(method: cst.FunctionDef) -> str | None:
     """The name a method calls its instance, unless it is a static or class method."""
     if any(dotted(d.decorator) in ("staticmethod", "classmethod") for d in method.decorators):
