@@ -89,7 +89,7 @@ class CallGraph:
             return False
         if self_parameter(function) is None:
             return True
-        if function.decorators or self_parameter(function) == "self":
+        if self_parameter(function) == "self":
             return False
         calls = self.calls_of(function)
         return (
