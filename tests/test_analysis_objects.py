@@ -11,7 +11,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.idle_members import idle_members, sometimes_idle_members
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Kind, ScriptModel, analyze
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 
 HEADER = (
     "import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
@@ -807,3 +807,55 @@ def test_an_attribute_set_from_a_local_is_that_local_and_the_one_prepared():
     conversion = converted("print(model)")
     assert "model" in conversion.prepared and "self.model" not in conversion.prepared
     assert any("self.model is left the bare model" in note.text for note in conversion.reviews)
+
+
+def test_a_backward_whose_result_is_bound_is_a_models_own_method_not_autograds():
+    model = script(
+        """
+        class Flow(nn.Module):
+            def backward(self, z):
+                for layer in self.layers:
+                    z, _ = layer.backward(z)
+                return z
+
+        def train(model, loader, optimizer):
+            for x in loader:
+                loss = model(x).mean()
+                loss.backward()
+                optimizer.step()
+            samples = model.backward(torch.randn(4, 2))
+        """
+    )
+    assert [dotted(call.func) for call in model.backward_calls] == ["loss.backward"]
+    assert [loop.trains for loop in model.loops] == [False, True]
+
+
+def test_a_function_of_a_class_called_only_through_the_class_has_no_instance():
+    model = script(
+        """
+        class Trainer:
+            def train_model(model, loader):
+                for x in loader:
+                    model(x).mean().backward()
+
+            @torch.no_grad()
+            def evaluate(model, loader):
+                return sum(model(x).sum() for x in loader)
+
+            def fit(self, loader):
+                Trainer.train_model(self.model, loader)
+
+            def summary(model):
+                return 0
+
+        Trainer.train_model(model=net, loader=data)
+        Trainer.evaluate(net, data)
+        Trainer.fit(trainer, data)
+        """
+    )
+    graph = facts_of(model).calls
+    methods = {f.name.value: f for f in walk(model.module) if isinstance(f, cst.FunctionDef)}
+    assert graph.without_instance(methods["train_model"])
+    assert graph.without_instance(methods["evaluate"])
+    assert not graph.without_instance(methods["fit"])  # its first parameter is self
+    assert not graph.without_instance(methods["summary"])  # never called
