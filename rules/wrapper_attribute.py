@@ -128,7 +128,9 @@ class WrapperAttribute(Rule):
     (``__init__`` and the methods it calls) prepared it and nothing else binds it; an attribute
     set on it (``model.x = ...``) binds on the wrapper and is not reported. DeepSpeed's engine
     and FSDP forward unknown attributes to the model, but the DDP case alone crashes the
-    script's most common multi-GPU run.
+    script's most common multi-GPU run. A model whose every parameter the file froze before
+    ``prepare`` and no optimizer trains (an RLHF reward or reference model) is not wrapped:
+    Accelerate and accelify's runtime wrap only a model with a parameter that requires grad.
 
     And the model's forward called past the wrapper in a training step (``raw_model =
     accelerator.unwrap_model(model)``, then ``raw_model(x)``): DistributedDataParallel arms its
@@ -150,6 +152,30 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-process run stops with AttributeError at the first call; one process hides it."
     bad = (
+        # a helper handed the policy and a frozen reference model: the policy is wrapped
+        # (an RLHF trainer's log-probabilities)
+        Example(
+            HEADER
+            + "import torch\n"
+            + "from transformers import AutoModelForCausalLM\n"
+            + "policy = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+            + "ref_model = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+            + "def log_probs(model, ids):\n"
+            + "    ids = ids[:, : model.config.max_position_embeddings]\n"
+            + "    return model(ids).logits.log_softmax(-1)\n"
+            + "for param in ref_model.parameters():\n"
+            + "    param.requires_grad = False\n"
+            + "optimizer = torch.optim.AdamW(policy.parameters())\n"
+            + "policy, ref_model, optimizer = accelerator.prepare(policy, ref_model, optimizer)\n"
+            + "for ids in loader:\n"
+            + "    with torch.no_grad():\n"
+            + "        ref = log_probs(ref_model, ids)\n"
+            + "    loss = (log_probs(policy, ids) - ref).mean()\n"
+            + "    accelerator.backward(loss)\n"
+            + "    optimizer.step()\n",
+            8,
+            20,
+        ),
         # a classifier trainer whose evaluation mode loads a new model into self.model and
         # prepares it again: every other method still reads a wrapper
         Example(
@@ -475,6 +501,32 @@ class WrapperAttribute(Rule):
         Example(_CYCLE.format(generator="model_gen"), 18, 21),
     )
     good = (
+        # a frozen reference model read through the same helper: prepare wraps no model
+        # without a parameter that requires grad, so its own config is there
+        HEADER
+        + "import torch\n"
+        + "from transformers import AutoModelForCausalLM\n"
+        + "policy = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+        + "ref_model = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+        + "def log_probs(model, ids):\n"
+        + "    ids = ids[:, : model.config.max_position_embeddings]\n"
+        + "    return model(ids).logits.log_softmax(-1)\n"
+        + "for param in ref_model.parameters():\n"
+        + "    param.requires_grad = False\n"
+        + "optimizer = torch.optim.AdamW(policy.parameters())\n"
+        + "policy, ref_model, optimizer = accelerator.prepare(policy, ref_model, optimizer)\n"
+        + "for ids in loader:\n"
+        + "    with torch.no_grad():\n"
+        + "        ref = log_probs(ref_model, ids)\n"
+        + "    loss = (policy(ids).logits.log_softmax(-1) - ref).mean()\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n",
+        HEADER
+        + "from transformers import AutoModelForSequenceClassification as Scorer\n"
+        + "reward_model = Scorer.from_pretrained('rm', num_labels=1)\n"
+        + "reward_model.requires_grad_(False)\n"
+        + "reward_model, loader = accelerator.prepare(reward_model, loader)\n"
+        + "limit = reward_model.config.max_position_embeddings\n",
         # the same method given the model itself through unwrap_model
         _CYCLE.format(generator="self.accelerator.unwrap_model(model_gen)"),
         # the pipeline gets the model itself
@@ -1180,6 +1232,8 @@ def _prepared_model(
             return False
     elif kind is not Kind.MODEL and not facts.flow.is_model_name(name, at):
         return False
+    if _frozen_when_prepared(script, name, last):
+        return False  # no parameter trains: prepare leaves it unwrapped (no DDP without grads)
     statement_of_prepare = script.order(last)
     for assign in script.index.assignments_to(name):
         if script.scope_of(assign) is not scope:
@@ -1198,27 +1252,102 @@ def _parameter_given_prepared_model(
     call of that function in the file passes a model ``prepare`` returned: ``def evaluate(model,
     loader): model.encode(x)`` called as ``evaluate(model, loader)`` after ``model, ... =
     accelerator.prepare(model, ...)`` holds the same wrapper. A function never called here, or
-    called once with anything else (a model of its own, ``unwrap_model(model)``), is not."""
+    called once with anything else (a model of its own, ``unwrap_model(model)``), is not; one
+    called with a frozen model too (a reference model beside the policy) is, by its other calls."""
+    return _given(script, name, at, unknown_is_model, depth) == "wrapped"
+
+
+def _given(
+    script: ScriptModel, name: str, at: cst.CSTNode, unknown_is_model: bool, depth: int
+) -> str | None:
+    """What every call of the function around ``at`` passes as its parameter ``name``:
+    ``"wrapped"`` when each passes a prepared model and one at least a wrapped one,
+    ``"frozen"`` when each passes a model prepared with every parameter frozen (which prepare
+    leaves unwrapped), None otherwise (`_parameter_given_prepared_model`)."""
     function = script.index.enclosing_function(at)
     if function is None or depth > 3 or not has_parameter(function, name):
-        return False
+        return None
     scope = script.scope_of(at)
     if any(script.scope_of(a) is scope for a in script.index.assignments_to(name)):
-        return False
+        return None
     passed = facts_of(script).flow.call_site_arguments(name, at)
     if not passed:
-        return False
+        return None
+    wrapped = False
     for argument in passed:
         if holds_constructed_wrapper(script, argument.value, argument):
+            wrapped = True
             continue  # ``save(trainer.model)``: the wrapper a trainer's construction prepared
         if not isinstance(argument.value, cst.Name):
-            return False
+            return None
         outer = argument.value.value
-        if not _prepared_model(script, outer, argument, unknown_is_model) and not (
-            _parameter_given_prepared_model(script, outer, argument, unknown_is_model, depth + 1)
+        if _frozen_prepared(script, outer, argument):
+            continue  # a frozen reference model beside the policy: the model itself, no wrapper
+        if _prepared_model(script, outer, argument, unknown_is_model):
+            wrapped = True
+            continue
+        further = _given(script, outer, argument, unknown_is_model, depth + 1)
+        if further is None:
+            return None
+        wrapped = wrapped or further == "wrapped"
+    return "wrapped" if wrapped else "frozen"
+
+
+def _frozen_prepared(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
+    """``name`` was prepared in the scope of ``at``, above it, with every parameter frozen
+    (`_frozen_when_prepared`)."""
+    scope, here = script.scope_of(at), script.order(at)
+    return any(
+        name in prepare.outputs
+        and script.scope_of(prepare.call) is scope
+        and script.order(prepare.call) < here
+        and _frozen_when_prepared(script, name, prepare.call)
+        for prepare in script.prepare_calls
+    )
+
+
+def _frozen_when_prepared(script: ScriptModel, name: str, prepare: cst.Call) -> bool:
+    """Every parameter of ``name`` was frozen before ``prepare`` (``for p in
+    name.parameters(): p.requires_grad = False``, ``name.requires_grad_(False)``) and no
+    optimizer of the file trains it: a reward or reference model in an RLHF loop. Accelerate
+    (and accelify's runtime) wrap in DistributedDataParallel only a model with a parameter that
+    requires grad, so ``prepare`` returns the model itself and its own attributes are there."""
+    if name in _trained_models(script):
+        return False
+    before = script.order(prepare)
+    for call in script.calls:
+        func = call.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "requires_grad_"
+            and dotted(func.value) == name
+            and len(call.args) == 1
+            and isinstance(call.args[0].value, cst.Name)
+            and call.args[0].value.value == "False"
+            and script.order(call) < before
         ):
-            return False
-    return True
+            return True
+    for node in walk(script.module):
+        if (
+            isinstance(node, cst.For)
+            and isinstance(node.iter, cst.Call)
+            and isinstance(node.iter.func, cst.Attribute)
+            and node.iter.func.attr.value == "parameters"
+            and dotted(node.iter.func.value) == name
+            and isinstance(node.target, cst.Name)
+            and script.order(node) < before
+            and any(
+                isinstance(statement, cst.Assign)
+                and dotted(statement.targets[0].target) == f"{node.target.value}.requires_grad"
+                and isinstance(statement.value, cst.Name)
+                and statement.value.value == "False"
+                for line in node.body.body
+                if isinstance(line, cst.SimpleStatementLine)
+                for statement in line.body
+            )
+        ):
+            return True
+    return False
 
 
 def _is_the_prepare(assign: cst.Assign, prepare: cst.Call) -> bool:
