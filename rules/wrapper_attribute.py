@@ -12,7 +12,8 @@ from accelify.analysis.construction import (
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import assigned_targets, children_of, dotted, has_parameter, walk
+from accelify.analysis.syntax import assigned_targets, dotted, has_parameter, walk
+from accelify.analysis.wrapper_tests import WRAPPER_TESTS, contains, in_unwrapped_branch
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -722,7 +723,7 @@ class WrapperAttribute(Rule):
                 if not holds_constructed_wrapper(script, owner, attribute):
                     continue
                 constructed = True  # ``model = trainer.model``: the trainer's wrapper renamed
-            if _unwrapped_branch(script, attribute) or _falls_back(script, attribute):
+            if in_unwrapped_branch(script, attribute) or _falls_back(script, attribute):
                 continue  # ``if hasattr(model, "module"): ... else: model.generate(...)``
             if _tested_for_itself(script, attribute):
                 continue  # ``if hasattr(self.model, "tokenizer"):``: never read where missing
@@ -956,9 +957,6 @@ def _accelerator_for(
 
 
 #: What a test that chooses between the wrapper and the model reads.
-_WRAPPER_TESTS = ("module", "num_processes", "world_size", "distributed_type", "distributed")
-
-
 def _wrapper_tested(script: ScriptModel, attribute: cst.Attribute) -> bool:
     """``attribute`` is read under (or beside) a test of whether the model is wrapped or the
     run has several processes: ``hasattr(model, "module")``, ``isinstance(model, DDP)``,
@@ -972,29 +970,7 @@ def _wrapper_tested(script: ScriptModel, attribute: cst.Attribute) -> bool:
         if test is None:
             continue
         code = script.module.code_for_node(test)
-        if "isinstance(" in code or any(word in code for word in _WRAPPER_TESTS):
-            return True
-    return False
-
-
-def _unwrapped_branch(script: ScriptModel, attribute: cst.Attribute) -> bool:
-    """``attribute`` runs only where the model is not wrapped: in the ``else`` of a test that
-    the wrapper is there (``if hasattr(model, "module"): model.module.generate(...) else:
-    model.generate(...)``, ``isinstance(model, DDP)``, ``num_processes > 1``), or under the
-    negation of one (``if not hasattr(model, "module"):``)."""
-    owner = dotted(attribute.value) or ""
-    for ancestor in script.ancestors(attribute):
-        if not isinstance(ancestor, (cst.If, cst.IfExp)):
-            continue
-        test = ancestor.test
-        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
-        code = script.module.code_for_node(test)
-        # a test of this object (hasattr, isinstance), or of the run's number of processes
-        of_object = owner in code and ("isinstance(" in code or "module" in code)
-        of_run = any(w in code for w in _WRAPPER_TESTS if w != "module")
-        tests_wrapper = of_object or of_run
-        in_else = ancestor.orelse is not None and _contains(ancestor.orelse, attribute)
-        if tests_wrapper and in_else != negated:
+        if "isinstance(" in code or any(word in code for word in WRAPPER_TESTS):
             return True
     return False
 
@@ -1063,7 +1039,7 @@ def _falls_back(script: ScriptModel, attribute: cst.Attribute) -> bool:
     previous: cst.CSTNode = attribute
     for ancestor in script.ancestors(attribute):
         if isinstance(ancestor, cst.Try):
-            if _contains(ancestor.body, attribute):
+            if contains(ancestor.body, attribute):
                 return any(
                     _catches_missing(handler)
                     and (
@@ -1116,10 +1092,6 @@ def _catches_missing(handler: cst.ExceptHandler) -> bool:
         if spelled.rsplit(".", 1)[-1] in _CATCHES_MISSING:
             return True
     return False
-
-
-def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return tree is node or any(_contains(child, node) for child in children_of(tree))
 
 
 #: Names that say a script is written for DeepSpeed or FSDP (``DummyOptim`` exists only for
