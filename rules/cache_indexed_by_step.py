@@ -2,7 +2,7 @@ from collections.abc import Iterator
 
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.step_caches import step_indexed_caches
+from accelify.analysis.step_caches import step_indexed_caches, step_indexed_datasets
 from accelify.lint.rule import HEADER, Example, Finding, Rule
 
 _CACHE = (
@@ -32,6 +32,20 @@ class CacheIndexedByStep(Rule):
     )
     why = "A prepared loop's step counts this rank's batches, not the dataset's."
     bad = (
+        # the dataset the prepared loader was built over, indexed by its step: each output file
+        # is named after a sample of the first 1/N (a music-prompt generation pipeline)
+        Example(
+            HEADER
+            + "import torch\n"
+            + "loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+            + "model, loader = accelerator.prepare(model, loader)\n"
+            + "for idx, batch in enumerate(loader):\n"
+            + "    for j, out in enumerate(model.generate(batch)):\n"
+            + "        name = data[idx * 8 + j]['url']\n"
+            + "        save_text(out, name)\n",
+            8,
+            16,
+        ),
         Example(
             _CACHE
             + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
@@ -43,6 +57,15 @@ class CacheIndexedByStep(Rule):
         ),
     )
     good = (
+        # the step mapped back to the sample: this rank's batches are every num_processes-th
+        HEADER
+        + "import torch\n"
+        + "loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+        + "model, loader = accelerator.prepare(model, loader)\n"
+        + "n, rank = accelerator.num_processes, accelerator.process_index\n"
+        + "for idx, batch in enumerate(loader):\n"
+        + "    for j, out in enumerate(model.generate(batch)):\n"
+        + "        name = data[(idx * n + rank) * 8 + j]['url']\n",
         # filled over the (unshuffled) prepared loader: each rank caches its own batches
         HEADER
         + "import torch\n"
@@ -71,3 +94,12 @@ class CacheIndexedByStep(Rule):
                 "reaches only its first 1/N, the same part on every rank"
             )
             yield self.finding(script, found.read, message=message)
+        for read in step_indexed_datasets(facts_of(script)):
+            message = (
+                f"Take this sample from the batch, not from `{read.dataset}` by the step: the "
+                f"prepared DataLoader (built over it at line {script.line(read.loader)}) gives "
+                f"each rank 1/N of the batches, so this index reads the first 1/N of "
+                f"`{read.dataset}`, the same samples on every rank, not those of the batch in hand "
+                "(carry the field through the collate function, or gather what the loop makes)"
+            )
+            yield self.finding(script, read.read, message=message)

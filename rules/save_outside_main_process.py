@@ -224,6 +224,17 @@ class SaveOutsideMainProcess(Rule):
         ),
     )
     good = (
+        # fixed source folders snapshotted into the run folder by every rank, nothing read
+        # back (the second copy reads ./config, which no one writes): the same bytes on every
+        # rank (a trainer copying its models/ and config/)
+        HEADER
+        + "import os, shutil\n"
+        + "run_dir = f'./cache/{args.name}'\n"
+        + "os.makedirs(run_dir, exist_ok=True)\n"
+        + "shutil.copytree('./models', f'{run_dir}/models', dirs_exist_ok=True)\n"
+        + "shutil.copytree('./config', f'{run_dir}/config', dirs_exist_ok=True)\n"
+        + "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        + "accelerator.backward(model(x).sum())\n",
         # a log of each rank's own, and one written by the main process alone
         HEADER + "log = open(f'log_{accelerator.process_index}.txt', 'w')\nlog.write('start')\n",
         HEADER + "if accelerator.is_main_process:\n"

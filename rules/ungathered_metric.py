@@ -394,6 +394,20 @@ class UngatheredMetric(Rule):
             7,
             9,
         ),
+        # the validation loop itself under the main-process test (a CLIP reward model's
+        # trainer): the loss is the main process's shard's, and the advice moves the loop out
+        # of the test (a reduce added inside it would hang)
+        Example(
+            HEADER
+            + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+            + "if accelerator.is_main_process:\n"
+            + "    val_loss = 0.0\n"
+            + "    for batch in val_loader:\n"
+            + "        val_loss += model(**batch).loss.item()\n"
+            + "    accelerator.log({'val_loss': val_loss / len(val_loader)})\n",
+            7,
+            9,
+        ),
         # a validation loss over each rank's shard, logged by the main process
         Example(
             HEADER
@@ -810,9 +824,13 @@ class UngatheredMetric(Rule):
             after = [n for n in after if not _sample_count(n, loop)] or after
             at = after[0] if after else found[0][1]
             guarded = _rank_only_call(script, facts, loop.node)
+            loop_guard = script.rank_guard_of(loop.node) if guarded is None else None
             loss_total = _loss_total(at)
             inner_guard = _guard_in_loop(script, facts, loop.node, at)
-            if guarded is None and inner_guard is not None:
+            if loop_guard is not None:
+                message = _guarded_loop_message(script, at, script.line(loop_guard))
+                yield self.finding(script, at, message=message)
+            elif guarded is None and inner_guard is not None:
                 kept = next(target for target, node in found if node is at)
                 message = _inner_guard_message(script, at, kept, inner_guard)
                 yield self.finding(script, at, message=message)
@@ -1384,6 +1402,20 @@ def _guarded_message(script: ScriptModel, node: cst.CSTNode, line: int) -> str:
         f"(line {line}), so the metric covers that rank's shard of the prepared loader only; "
         f"call it on every rank and {name}.gather_for_metrics(...) the predictions and labels "
         f"(a gather added while the call stays guarded would hang)"
+    )
+
+
+def _guarded_loop_message(script: ScriptModel, node: cst.CSTNode, line: int) -> str:
+    """The advice when the evaluation loop itself sits under a rank test (``if
+    accelerator.is_main_process:`` around the validation): a reduce or gather added there would
+    hang, so the loop moves out of the test first."""
+    name = accelerator_name(script, node)
+    return (
+        f"Run this evaluation loop on every rank: it is inside the rank test at line {line}, so "
+        f"the metric covers that rank's shard of the prepared loader only; move the loop out of "
+        f"the test, combine its totals on every rank ({name}.gather_for_metrics(...) the "
+        f"predictions and labels, or {name}.reduce the sums), and keep only the logging under "
+        f"the test (a gather or reduce inside it would hang)"
     )
 
 

@@ -175,8 +175,10 @@ class UnpreparedObject(Rule):
     beside the optimizer outside ``accumulate()``, a scheduler sized in batches (``max_steps *
     gradient_accumulation_steps``) and stepped on every batch inside it, a scheduler stepped
     in a loop of a fixed count every rank runs whole (``for it in range(max_iters)``) once per
-    optimizer step (inside ``accumulate()``, under ``if accelerator.sync_gradients:``), and a
-    DataLoader rebuilt every step over the rollouts this rank just made
+    optimizer step (inside ``accumulate()``, under ``if accelerator.sync_gradients:``), a
+    scheduler sized from the dataset's length in a file that splits a global batch over the
+    processes by hand (``batch_size=cfg.batch_size // world_size``) and stepped once per
+    optimizer step, and a DataLoader rebuilt every step over the rollouts this rank just made
     (``DataLoader(TensorDataset(*rollouts))`` in a helper the training loop calls) are left
     alone: not preparing them is correct. A loader whose sampler's epoch the script sets
     (``loader.sampler.set_epoch(epoch)``) is taken as sharded by a DistributedSampler made
@@ -860,6 +862,30 @@ class UnpreparedObject(Rule):
         + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
         + _LOOP
         + "    scheduler.step()\n",
+        # a global batch split by hand over the processes, the schedule sized in global
+        # optimizer steps from the dataset's length and stepped once per accumulation cycle: an
+        # RLHF reward-model trainer's, per-process steps by construction
+        HEADER
+        + "import torch\n"
+        + "from transformers import get_scheduler\n"
+        + "world_size = accelerator.num_processes\n"
+        + "loader = torch.utils.data.DataLoader(\n"
+        + "    train_set, batch_size=cfg.batch_size // world_size\n)\n"
+        + "optimizer = torch.optim.AdamW(model.parameters())\n"
+        + "lr_scheduler = get_scheduler(\n"
+        + "    'cosine', optimizer, num_warmup_steps=10,\n"
+        + "    num_training_steps=len(train_set) // (cfg.batch_size * cfg.accumulation),\n)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "accumulated = 0\n"
+        + "for x, y in loader:\n"
+        + "    with accelerator.accumulate(model):\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n"
+        + "        optimizer.zero_grad()\n"
+        + "        accumulated += 1\n"
+        + "    if accumulated >= cfg.accumulation:\n"
+        + "        lr_scheduler.step()\n"
+        + "        accumulated = 0\n",
         # built before prepare and left out of it, sized by the very bound that stops the loop
         # stepping it (while steps < cfg.max_steps), stepped beside the optimizer in a helper: a
         # VLA trainer's cosine schedule, per-process steps by construction
@@ -1082,6 +1108,7 @@ class UnpreparedObject(Rule):
                     and not _sized_per_batch_inside_accumulate(script, call, owner)
                     and not _stepped_per_fixed_iteration_with_optimizer(script, call)
                     and not _stepped_over_whole_data(script, call)
+                    and not _sized_in_global_batches(script, call, owner)
                 ):
                     yield self.finding(
                         script, call, message=_scheduler_message(script, call, owner)
@@ -1307,6 +1334,37 @@ def _stepped_per_fixed_iteration_with_optimizer(script: ScriptModel, step: cst.C
     message says to fix."""
     return stepped_per_fixed_iteration(facts_of(script), step) is not None and (
         once_per_optimizer_step(script, step)
+    )
+
+
+def _sized_in_global_batches(script: ScriptModel, step: cst.Call, name: str | None) -> bool:
+    """Sized from a dataset's ``len()`` (no loader's) in a file whose DataLoader (however
+    imported) takes a share of a global batch (``batch_size=config.batch_size // world_size``),
+    and stepped once per optimizer step: the script counts in global batches, so
+    ``len(train_dataset) // (config.batch_size * accumulation)`` is the optimizer steps each
+    rank takes (an RLHF reward-model trainer). Prepared, it would step ``num_processes`` times
+    per call and end N times too soon."""
+    if not once_per_optimizer_step(script, step):
+        return False
+    loaders = script.names_of(Kind.DATALOADER)
+    sized_by_data = any(
+        isinstance(node, cst.Call)
+        and dotted(node.func) == "len"
+        and len(node.args) == 1
+        and dotted(node.args[0].value) not in loaders
+        for binding in script.of_kind(Kind.SCHEDULER)
+        if binding.name == name
+        for node in walk(binding.value)
+    )
+    return sized_by_data and any(
+        (dotted(call.func) or "").rsplit(".", 1)[-1] == "DataLoader"
+        and any(
+            argument.keyword is not None
+            and argument.keyword.value == "batch_size"
+            and PROCESS_COUNT.search(script.module.code_for_node(argument.value))
+            for argument in call.args
+        )
+        for call in script.calls
     )
 
 

@@ -15,6 +15,7 @@ from accelify.analysis.objects import bound_arguments
 from accelify.analysis.saved_values import saved_values, saved_whole_objects
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, children_of, dotted, walk
+from accelify.analysis.wrapper_tests import in_unwrapped_branch
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -301,6 +302,16 @@ class WrappedStateDict(Rule):
         ),
     )
     good = (
+        # the wrapper tested for: its module's state dict under DDP, the model's own on one
+        # process (a trainer's checkpoint written on the local main process)
+        "import torch\nfrom accelerate import Accelerator\n"
+        + "accelerator = Accelerator()\n"
+        + "net = torch.nn.Linear(2, 2)\n"
+        + "optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        + "net, optimizer = accelerator.prepare(net, optimizer)\n"
+        + "if accelerator.is_local_main_process:\n"
+        + "    sd = net.module.state_dict() if hasattr(net, 'module') else net.state_dict()\n"
+        + "    torch.save({'model': sd}, 'latest.pt')\n",
         # a motion-field diffusion trainer: its optimizer ``self.opt`` (``Adam`` from a star
         # import, stepped and zeroed) saved beside the full model state
         "from accelerate import Accelerator\nfrom torch.optim import *\nimport torch\n\n\n"
@@ -486,6 +497,8 @@ class WrappedStateDict(Rule):
                     continue
                 if _unwrapped_since_prepare(script, name, at):
                     continue
+                if isinstance(node.func, cst.Attribute) and in_unwrapped_branch(script, node.func):
+                    continue  # ``m.module.state_dict() if hasattr(m, "module") else ...``
                 reported.add(id(node))
                 acc = accelerator_at(script, at)
                 if acc is None and constructed:

@@ -12,7 +12,8 @@ from accelify.analysis.construction import (
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import assigned_targets, children_of, dotted, has_parameter, walk
+from accelify.analysis.syntax import assigned_targets, dotted, has_parameter, walk
+from accelify.analysis.wrapper_tests import WRAPPER_TESTS, contains, in_unwrapped_branch
 from accelify.lint.rule import (
     HEADER,
     Example,
@@ -128,7 +129,9 @@ class WrapperAttribute(Rule):
     (``__init__`` and the methods it calls) prepared it and nothing else binds it; an attribute
     set on it (``model.x = ...``) binds on the wrapper and is not reported. DeepSpeed's engine
     and FSDP forward unknown attributes to the model, but the DDP case alone crashes the
-    script's most common multi-GPU run.
+    script's most common multi-GPU run. A model whose every parameter the file froze before
+    ``prepare`` and no optimizer trains (an RLHF reward or reference model) is not wrapped:
+    Accelerate and accelify's runtime wrap only a model with a parameter that requires grad.
 
     And the model's forward called past the wrapper in a training step (``raw_model =
     accelerator.unwrap_model(model)``, then ``raw_model(x)``): DistributedDataParallel arms its
@@ -150,6 +153,30 @@ class WrapperAttribute(Rule):
     )
     why = "A multi-process run stops with AttributeError at the first call; one process hides it."
     bad = (
+        # a helper handed the policy and a frozen reference model: the policy is wrapped
+        # (an RLHF trainer's log-probabilities)
+        Example(
+            HEADER
+            + "import torch\n"
+            + "from transformers import AutoModelForCausalLM\n"
+            + "policy = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+            + "ref_model = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+            + "def log_probs(model, ids):\n"
+            + "    ids = ids[:, : model.config.max_position_embeddings]\n"
+            + "    return model(ids).logits.log_softmax(-1)\n"
+            + "for param in ref_model.parameters():\n"
+            + "    param.requires_grad = False\n"
+            + "optimizer = torch.optim.AdamW(policy.parameters())\n"
+            + "policy, ref_model, optimizer = accelerator.prepare(policy, ref_model, optimizer)\n"
+            + "for ids in loader:\n"
+            + "    with torch.no_grad():\n"
+            + "        ref = log_probs(ref_model, ids)\n"
+            + "    loss = (log_probs(policy, ids) - ref).mean()\n"
+            + "    accelerator.backward(loss)\n"
+            + "    optimizer.step()\n",
+            8,
+            20,
+        ),
         # a classifier trainer whose evaluation mode loads a new model into self.model and
         # prepares it again: every other method still reads a wrapper
         Example(
@@ -475,6 +502,32 @@ class WrapperAttribute(Rule):
         Example(_CYCLE.format(generator="model_gen"), 18, 21),
     )
     good = (
+        # a frozen reference model read through the same helper: prepare wraps no model
+        # without a parameter that requires grad, so its own config is there
+        HEADER
+        + "import torch\n"
+        + "from transformers import AutoModelForCausalLM\n"
+        + "policy = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+        + "ref_model = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+        + "def log_probs(model, ids):\n"
+        + "    ids = ids[:, : model.config.max_position_embeddings]\n"
+        + "    return model(ids).logits.log_softmax(-1)\n"
+        + "for param in ref_model.parameters():\n"
+        + "    param.requires_grad = False\n"
+        + "optimizer = torch.optim.AdamW(policy.parameters())\n"
+        + "policy, ref_model, optimizer = accelerator.prepare(policy, ref_model, optimizer)\n"
+        + "for ids in loader:\n"
+        + "    with torch.no_grad():\n"
+        + "        ref = log_probs(ref_model, ids)\n"
+        + "    loss = (policy(ids).logits.log_softmax(-1) - ref).mean()\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n",
+        HEADER
+        + "from transformers import AutoModelForSequenceClassification as Scorer\n"
+        + "reward_model = Scorer.from_pretrained('rm', num_labels=1)\n"
+        + "reward_model.requires_grad_(False)\n"
+        + "reward_model, loader = accelerator.prepare(reward_model, loader)\n"
+        + "limit = reward_model.config.max_position_embeddings\n",
         # the same method given the model itself through unwrap_model
         _CYCLE.format(generator="self.accelerator.unwrap_model(model_gen)"),
         # the pipeline gets the model itself
@@ -670,7 +723,7 @@ class WrapperAttribute(Rule):
                 if not holds_constructed_wrapper(script, owner, attribute):
                     continue
                 constructed = True  # ``model = trainer.model``: the trainer's wrapper renamed
-            if _unwrapped_branch(script, attribute) or _falls_back(script, attribute):
+            if in_unwrapped_branch(script, attribute) or _falls_back(script, attribute):
                 continue  # ``if hasattr(model, "module"): ... else: model.generate(...)``
             if _tested_for_itself(script, attribute):
                 continue  # ``if hasattr(self.model, "tokenizer"):``: never read where missing
@@ -904,9 +957,6 @@ def _accelerator_for(
 
 
 #: What a test that chooses between the wrapper and the model reads.
-_WRAPPER_TESTS = ("module", "num_processes", "world_size", "distributed_type", "distributed")
-
-
 def _wrapper_tested(script: ScriptModel, attribute: cst.Attribute) -> bool:
     """``attribute`` is read under (or beside) a test of whether the model is wrapped or the
     run has several processes: ``hasattr(model, "module")``, ``isinstance(model, DDP)``,
@@ -920,29 +970,7 @@ def _wrapper_tested(script: ScriptModel, attribute: cst.Attribute) -> bool:
         if test is None:
             continue
         code = script.module.code_for_node(test)
-        if "isinstance(" in code or any(word in code for word in _WRAPPER_TESTS):
-            return True
-    return False
-
-
-def _unwrapped_branch(script: ScriptModel, attribute: cst.Attribute) -> bool:
-    """``attribute`` runs only where the model is not wrapped: in the ``else`` of a test that
-    the wrapper is there (``if hasattr(model, "module"): model.module.generate(...) else:
-    model.generate(...)``, ``isinstance(model, DDP)``, ``num_processes > 1``), or under the
-    negation of one (``if not hasattr(model, "module"):``)."""
-    owner = dotted(attribute.value) or ""
-    for ancestor in script.ancestors(attribute):
-        if not isinstance(ancestor, (cst.If, cst.IfExp)):
-            continue
-        test = ancestor.test
-        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
-        code = script.module.code_for_node(test)
-        # a test of this object (hasattr, isinstance), or of the run's number of processes
-        of_object = owner in code and ("isinstance(" in code or "module" in code)
-        of_run = any(w in code for w in _WRAPPER_TESTS if w != "module")
-        tests_wrapper = of_object or of_run
-        in_else = ancestor.orelse is not None and _contains(ancestor.orelse, attribute)
-        if tests_wrapper and in_else != negated:
+        if "isinstance(" in code or any(word in code for word in WRAPPER_TESTS):
             return True
     return False
 
@@ -1011,7 +1039,7 @@ def _falls_back(script: ScriptModel, attribute: cst.Attribute) -> bool:
     previous: cst.CSTNode = attribute
     for ancestor in script.ancestors(attribute):
         if isinstance(ancestor, cst.Try):
-            if _contains(ancestor.body, attribute):
+            if contains(ancestor.body, attribute):
                 return any(
                     _catches_missing(handler)
                     and (
@@ -1064,10 +1092,6 @@ def _catches_missing(handler: cst.ExceptHandler) -> bool:
         if spelled.rsplit(".", 1)[-1] in _CATCHES_MISSING:
             return True
     return False
-
-
-def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return tree is node or any(_contains(child, node) for child in children_of(tree))
 
 
 #: Names that say a script is written for DeepSpeed or FSDP (``DummyOptim`` exists only for
@@ -1180,6 +1204,8 @@ def _prepared_model(
             return False
     elif kind is not Kind.MODEL and not facts.flow.is_model_name(name, at):
         return False
+    if _frozen_when_prepared(script, name, last):
+        return False  # no parameter trains: prepare leaves it unwrapped (no DDP without grads)
     statement_of_prepare = script.order(last)
     for assign in script.index.assignments_to(name):
         if script.scope_of(assign) is not scope:
@@ -1198,27 +1224,102 @@ def _parameter_given_prepared_model(
     call of that function in the file passes a model ``prepare`` returned: ``def evaluate(model,
     loader): model.encode(x)`` called as ``evaluate(model, loader)`` after ``model, ... =
     accelerator.prepare(model, ...)`` holds the same wrapper. A function never called here, or
-    called once with anything else (a model of its own, ``unwrap_model(model)``), is not."""
+    called once with anything else (a model of its own, ``unwrap_model(model)``), is not; one
+    called with a frozen model too (a reference model beside the policy) is, by its other calls."""
+    return _given(script, name, at, unknown_is_model, depth) == "wrapped"
+
+
+def _given(
+    script: ScriptModel, name: str, at: cst.CSTNode, unknown_is_model: bool, depth: int
+) -> str | None:
+    """What every call of the function around ``at`` passes as its parameter ``name``:
+    ``"wrapped"`` when each passes a prepared model and one at least a wrapped one,
+    ``"frozen"`` when each passes a model prepared with every parameter frozen (which prepare
+    leaves unwrapped), None otherwise (`_parameter_given_prepared_model`)."""
     function = script.index.enclosing_function(at)
     if function is None or depth > 3 or not has_parameter(function, name):
-        return False
+        return None
     scope = script.scope_of(at)
     if any(script.scope_of(a) is scope for a in script.index.assignments_to(name)):
-        return False
+        return None
     passed = facts_of(script).flow.call_site_arguments(name, at)
     if not passed:
-        return False
+        return None
+    wrapped = False
     for argument in passed:
         if holds_constructed_wrapper(script, argument.value, argument):
+            wrapped = True
             continue  # ``save(trainer.model)``: the wrapper a trainer's construction prepared
         if not isinstance(argument.value, cst.Name):
-            return False
+            return None
         outer = argument.value.value
-        if not _prepared_model(script, outer, argument, unknown_is_model) and not (
-            _parameter_given_prepared_model(script, outer, argument, unknown_is_model, depth + 1)
+        if _frozen_prepared(script, outer, argument):
+            continue  # a frozen reference model beside the policy: the model itself, no wrapper
+        if _prepared_model(script, outer, argument, unknown_is_model):
+            wrapped = True
+            continue
+        further = _given(script, outer, argument, unknown_is_model, depth + 1)
+        if further is None:
+            return None
+        wrapped = wrapped or further == "wrapped"
+    return "wrapped" if wrapped else "frozen"
+
+
+def _frozen_prepared(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:
+    """``name`` was prepared in the scope of ``at``, above it, with every parameter frozen
+    (`_frozen_when_prepared`)."""
+    scope, here = script.scope_of(at), script.order(at)
+    return any(
+        name in prepare.outputs
+        and script.scope_of(prepare.call) is scope
+        and script.order(prepare.call) < here
+        and _frozen_when_prepared(script, name, prepare.call)
+        for prepare in script.prepare_calls
+    )
+
+
+def _frozen_when_prepared(script: ScriptModel, name: str, prepare: cst.Call) -> bool:
+    """Every parameter of ``name`` was frozen before ``prepare`` (``for p in
+    name.parameters(): p.requires_grad = False``, ``name.requires_grad_(False)``) and no
+    optimizer of the file trains it: a reward or reference model in an RLHF loop. Accelerate
+    (and accelify's runtime) wrap in DistributedDataParallel only a model with a parameter that
+    requires grad, so ``prepare`` returns the model itself and its own attributes are there."""
+    if name in _trained_models(script):
+        return False
+    before = script.order(prepare)
+    for call in script.calls:
+        func = call.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "requires_grad_"
+            and dotted(func.value) == name
+            and len(call.args) == 1
+            and isinstance(call.args[0].value, cst.Name)
+            and call.args[0].value.value == "False"
+            and script.order(call) < before
         ):
-            return False
-    return True
+            return True
+    for node in walk(script.module):
+        if (
+            isinstance(node, cst.For)
+            and isinstance(node.iter, cst.Call)
+            and isinstance(node.iter.func, cst.Attribute)
+            and node.iter.func.attr.value == "parameters"
+            and dotted(node.iter.func.value) == name
+            and isinstance(node.target, cst.Name)
+            and script.order(node) < before
+            and any(
+                isinstance(statement, cst.Assign)
+                and dotted(statement.targets[0].target) == f"{node.target.value}.requires_grad"
+                and isinstance(statement.value, cst.Name)
+                and statement.value.value == "False"
+                for line in node.body.body
+                if isinstance(line, cst.SimpleStatementLine)
+                for statement in line.body
+            )
+        ):
+            return True
+    return False
 
 
 def _is_the_prepare(assign: cst.Assign, prepare: cst.Call) -> bool:

@@ -369,6 +369,10 @@ _READERS = {
 }
 
 
+#: The copies among `_READERS`: they read their source.
+_COPIES = frozenset({"copy", "copy2", "copytree", "copyfile"})
+
+
 def _may_read(model: ScriptModel, call: cst.Call) -> bool:
     """``call`` may read a file: a loader by its name, or ``open`` in a mode that is not only
     for writing."""
@@ -376,4 +380,9 @@ def _may_read(model: ScriptModel, call: cst.Call) -> bool:
     name = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
     if name == "open":
         return not opens_for_writing(call)
+    if name in _COPIES and call.args and isinstance(call.args[0].value, cst.SimpleString):
+        # ``shutil.copytree("./config", run_dir)``: a fixed path this file names nowhere else
+        # is the repository's own, never a file the run wrote
+        source = call.args[0].value.value
+        return model.source.count(source) > 1
     return name in _READERS

@@ -381,8 +381,9 @@ def open_mode(node: cst.BaseExpression) -> str:
 #: scheduler configs (``tokenizer.save_pretrained(d)``, ``json.dump(vars(args), f)``).
 _SAME_EVERYWHERE = ("tokenizer", "processor", "config", "feature_extractor", "scheduler", "args")
 _DUMPERS = {"json.dump", "yaml.dump", "yaml.safe_dump"}
-#: Copies whose bytes are the source file's: the same on every rank when the source is.
-_COPIES = {"shutil.copy", "shutil.copy2", "shutil.copyfile"}
+#: Copies whose bytes are the source file's (or folder's): the same on every rank when the
+#: source is.
+_COPIES = {"shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.copytree"}
 #: A table's writers (``frame.to_csv(path)``): same bytes on every rank when its rows are.
 _TABLE_WRITERS = {"to_csv", "to_excel", "to_json", "to_parquet"}
 
@@ -390,7 +391,9 @@ _TABLE_WRITERS = {"to_csv", "to_excel", "to_json", "to_parquet"}
 def same_on_every_rank(model: ScriptModel, call: cst.Call) -> bool:
     """A small file every rank writes with the same bytes: a tokenizer's, a processor's or a
     config's ``save_pretrained``, the run's settings dumped to JSON or YAML or the config file
-    copied (``shutil.copy(config_path, log_dir)``) into the run's folder, or an HF Trainer's log
+    copied (``shutil.copy(config_path, log_dir)``) into the run's folder, a fixed source folder
+    snapshotted there (``shutil.copytree("./models", run_dir / "models", dirs_exist_ok=True)``),
+    or an HF Trainer's log
     history (``pd.DataFrame(trainer.state.log_history).to_csv(...)``: every rank logs the same
     values, the losses gathered across ranks first). Written by every rank before a barrier,
     the file is whole when anyone reads it (unlike a checkpoint, whose ranks may hold different
@@ -407,7 +410,8 @@ def same_on_every_rank(model: ScriptModel, call: cst.Call) -> bool:
             and _trainer_log_history(frame.args[0].value)
         )
     if model.call_names(call) & _COPIES and call.args:
-        return _names_settings(call.args[0].value)
+        source = call.args[0].value  # a settings name, or a fixed path (``"./models"``)
+        return _names_settings(source) or isinstance(source, cst.SimpleString)
     if model.call_names(call) & _DUMPERS and call.args:
         value = call.args[0].value
         if isinstance(value, cst.Call) and dotted(value.func) == "vars" and value.args:
