@@ -970,6 +970,23 @@ def test_a_rank_that_exits_with_3_is_named_and_its_code_is_the_runs():
 
 
 @pytest.mark.distributed
+def test_a_rank_leaving_with_os_exit_is_named_at_its_line_and_its_code_is_the_runs():
+    """``os._exit(5)`` raises nothing and runs no atexit handler: the entry records the call
+    itself, so the report names the helper's line, not only the rank's last collective."""
+    result = launched("os_exit.py")
+    assert result.returncode == 5, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    # the rank's exit or its record, whichever the launcher reads first
+    exited = "rank 1 failed with exit code 5 (os._exit at os_exit.py:12 (`os._exit(code)`))"
+    leaving = "rank 1 is leaving (it called os._exit at os_exit.py:12 (`os._exit(code)`))"
+    assert exited in report[0] or leaving in report[0], report
+    assert not any("rank 0 failed first" in line for line in report), report
+    assert "called sys.exit" not in result.stderr and "(sys.exit at" not in result.stderr
+    assert result.stderr.count("Traceback") == 0
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
 def test_a_rank_that_left_its_loop_early_is_not_blamed_on_the_scripts_closing_sys_exit():
     """``sys.exit(main())`` ends every rank's script: rank 1 got there early because it left
     its loop after 3 steps. The report names its last collective and advises every rank to run
