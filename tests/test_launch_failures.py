@@ -227,6 +227,42 @@ def test_a_backward_inside_a_recorded_backward_is_the_same_pass(tmp_path, monkey
     assert collective_record.read(tmp_path, 0).state == RUNNING
 
 
+def test_the_accelerators_backward_record_is_the_general_paths(tmp_path, monkeypatch):
+    """`backward_begins`/`backward_ends` (`Accelerator.backward`'s one call at each end) write
+    what `begin_pass`/`end_pass` write: the pass counted, the collective numbered at the
+    caller's line (the same line again from its cached place), a pass that does not reduce
+    counted only, and a pass begun inside a collective or a pass left to the general path."""
+    recorder = collective_record._Recorder(tmp_path, 0, skip=(collective_record.__file__,))
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+    seen = []
+    for _ in range(2):  # the second finds its place cached
+        line = sys._getframe().f_lineno + 1
+        begun = recorder.backward_begins(True, sys._getframe())
+        seen.append(collective_record.read(tmp_path, 0))
+        recorder.backward_ends(begun)
+        assert collective_record.read(tmp_path, 0).state == RUNNING
+    assert [(r.state, r.operation, r.sequence, r.passes) for r in seen] == [
+        (IN_COLLECTIVE, "backward", 1, 1),
+        (IN_COLLECTIVE, "backward", 2, 2),
+    ]
+    assert {r.where for r in seen} == {f"{__file__}:{line}"}
+    recorder.backward_ends(recorder.backward_begins(False, sys._getframe()))
+    after = collective_record.read(tmp_path, 0)
+    assert (after.state, after.sequence, after.passes) == (RUNNING, 2, 2)  # written at the next
+    with collective_record.during("gather"):  # a backward inside a collective: no new number
+        begun = recorder.backward_begins(True, sys._getframe())
+        inside = collective_record.read(tmp_path, 0)
+        recorder.backward_ends(begun)
+        assert collective_record.read(tmp_path, 0).state == IN_COLLECTIVE
+    assert (inside.operation, inside.sequence, inside.passes) == ("gather", 3, 3)
+    with collective_record.backward_pass(lambda: True):  # a pass inside a pass: the same pass
+        begun = recorder.backward_begins(True, sys._getframe())
+        recorder.backward_ends(begun)
+        inside = collective_record.read(tmp_path, 0)
+    assert (inside.state, inside.sequence, inside.passes) == (IN_COLLECTIVE, 4, 5)
+    assert collective_record.read(tmp_path, 0).state == RUNNING
+
+
 def test_a_forked_child_never_writes_its_ranks_record(tmp_path, monkeypatch):
     """A DataLoader worker or a multiprocessing child forked by the rank inherits its record: a
     collective, a backward, an exception or the end of the script there is the child's, and
