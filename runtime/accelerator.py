@@ -26,6 +26,7 @@ from accelify.runtime import collective_record, operations, pending_work, tracki
 from accelify.runtime import kwargs_handlers as kwargs_handlers_module
 from accelify.runtime.accelerator_checkpoints import CheckpointMethods
 from accelify.runtime.backends import create_backend
+from accelify.runtime.backends.base import Backend
 from accelify.runtime.data import PreparedDataLoader
 from accelify.runtime.data_loader_api import skip_first_batches
 from accelify.runtime.environment import LaunchSettings
@@ -148,6 +149,8 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         #: how `backward` tracks its works: decided here, outside whatever block the script
         #: calls `backward` in, and not on the step (`_backward_tracking`)
         self._tracks_backward = _backward_tracking(self)
+        #: the engine's backward is the loss's own: `backward` calls that, not the engine
+        self._loss_backward = type(self.backend).backward is Backend.backward
         self._optimizers: list[PreparedOptimizer] = []
         self._schedulers: list[PreparedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
@@ -305,9 +308,10 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         """``loss.backward(**kwargs)``, divided for gradient accumulation and scaled for fp16.
 
         Every step runs it, so it is written for the step's cost: the state is read once, not
-        through the properties, and the pass is recorded (`collective_record`) and its works
-        tracked (`pending_work`) inline, not through context managers (each a Python call or
-        two more: callgrind's count of a step, README "Benchmarks")."""
+        through the properties, the pass is recorded (`collective_record`) in one call at each
+        end and its works tracked (`pending_work`) inline, not through context managers, and
+        an engine whose backward is the loss's own is not called (each a Python call or two
+        more: callgrind's count of a step, README "Benchmarks")."""
         state, backend = self.gradient_state, self.backend
         steps = state.accumulation_steps
         if steps > 1 and not backend.scales_loss_for_accumulation:
@@ -318,7 +322,9 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         tracks = self._tracks_backward
         recorder = collective_record._recorder
         begun = (
-            recorder.begin_pass(backend.reduces_in_backward(self._models, sync), sys._getframe(1))
+            recorder.backward_begins(
+                backend.reduces_in_backward(self._models, sync), sys._getframe(1)
+            )
             if recorder is not None
             else None
         )
@@ -326,17 +332,18 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         try:  # from the pass's beginning: a failure anywhere in it still ends it
             if tracks == "context":
                 marker = pending_work.IN_BACKWARD.set(pending_work.TOKEN)
-                backend.backward(loss, sync, **kwargs)
-            elif tracks == "stash":
+            if tracks == "stash":
                 with pending_work.tracked(True):
                     backend.backward(loss, sync, **kwargs)
+            elif self._loss_backward:
+                loss.backward(**kwargs)
             else:
                 backend.backward(loss, sync, **kwargs)
         finally:
             if marker is not None:
                 pending_work.IN_BACKWARD.reset(marker)
             if begun is not None:
-                recorder.end_pass(begun)  # type: ignore[union-attr]
+                recorder.backward_ends(begun)  # type: ignore[union-attr]
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:

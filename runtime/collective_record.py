@@ -330,6 +330,61 @@ class _Recorder:
         if begun & _OUTER:
             self.in_backward = False
 
+    # `Accelerator.backward`'s pass, the one record every step makes: `begin_pass`, `enter`,
+    # `_caller` and `_write_head` (and `end_pass`, `leave`, `_write_head`) in one call each, the
+    # user's place found by the caller's own code object and instruction when it was found
+    # there before. Seven Python calls fewer a step (callgrind: about 9 k of the 32-wide
+    # step's 23 k instructions over raw DDP's backward, bench/step_instructions.py). Anything
+    # else (a pass inside a pass, a collective under way, a big-endian map) takes the general
+    # path.
+    def backward_begins(self, reduces: bool, frame: FrameType) -> int:
+        """`begin_pass`, for the outermost pass outside any collective; ``frame`` is the
+        backward's caller, looked at now and not kept."""
+        if self.in_backward or self.depth or not _VIEWS:
+            return self.begin_pass(reduces, frame)
+        self.passes += 1
+        self.in_backward = True
+        if not reduces:
+            return _OUTER
+        self.depth = 1
+        self.sequence += 1
+        place = self._places.get((id(frame.f_code), frame.f_lasti))
+        # a hit is the user's frame itself: only the user's frames are cached, each entry
+        # holding its code object (so the id is no other's)
+        where = place[1] if place is not None else self._caller(frame)
+        self.operation = _BACKWARD
+        self.where = where
+        self.state = IN_COLLECTIVE
+        generation = self._generation = self._generation + 2
+        words = self._words
+        words[0] = generation - 1
+        self._ints[_STATE_ITEM] = IN_COLLECTIVE
+        quads = self._quads
+        quads[_SEQUENCE_ITEM] = self.sequence
+        quads[_PASSES_ITEM] = self.passes
+        self._doubles[_SINCE_ITEM] = time.time()
+        written = self._written
+        if written[0] is not _BACKWARD or written[1] is not where:
+            _PLACE.pack_into(self._map, _PLACE_OFFSET, _BACKWARD, where)
+            self._written = _BACKWARD, where
+        words[0] = generation
+        return _OUTER | _REDUCES
+
+    def backward_ends(self, begun: int) -> None:
+        """`end_pass` of `backward_begins`."""
+        if begun != _OUTER | _REDUCES or self.depth != 1 or self.state != IN_COLLECTIVE:
+            self.end_pass(begun)
+            return
+        self.depth = 0
+        self.in_backward = False
+        self.state = RUNNING
+        generation = self._generation = self._generation + 2
+        words = self._words
+        words[0] = generation - 1
+        self._ints[_STATE_ITEM] = RUNNING
+        self._doubles[_SINCE_ITEM] = time.time()
+        words[0] = generation
+
     def finish(self, state: int, exit_code: int = 0) -> None:
         """Leaving or crashed, once: a rank that crashed stays so, and the time a rank began
         to leave is kept (the script's end, then its exit guard, both say it)."""

@@ -16,7 +16,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
 
 from accelify.runtime import pending_work
 from accelify.runtime.dispatch import dispatched
@@ -28,6 +34,7 @@ from accelify.runtime.sharding import (
     ShardPass,
     shard_batches,
     shard_index_batches,
+    shard_range_batches,
     sharded_length,
     split_index_batches,
 )
@@ -170,6 +177,20 @@ class _ShardedBatchSampler:
         per_rank = self.batch_size // self.state.num_processes
         return batches if last > self.state.process_index * per_rank else batches - 1
 
+    def _sequential(self, world: int) -> bool:
+        """Whether this pass's index batches are torch's `BatchSampler`'s over a
+        `SequentialSampler` (``range(n)`` in batches), evened out on several ranks: cut from
+        the range (`shard_range_batches`). A subclass of either may order otherwise."""
+        batches = self.batch_sampler
+        return (
+            type(batches) is BatchSampler
+            and type(batches.sampler) is SequentialSampler
+            and self.even_batches
+            and not self.drop_last
+            and not batches.drop_last
+            and world > 1
+        )
+
     def __iter__(self) -> Iterator[Any]:
         # A generator, like torch's BatchSampler: the shuffle seed is drawn at the first batch,
         # after the DataLoader iterator has drawn its own base seed, exactly as without prepare.
@@ -186,6 +207,14 @@ class _ShardedBatchSampler:
                 batch_size=self.batch_size,
                 record=self.current,
                 **options,
+            )
+        elif self.batch_size is not None and self.size_of is len and self._sequential(world):
+            batches = shard_range_batches(
+                range(len(self.batch_sampler.sampler)),
+                rank,
+                world,
+                batch_size=self.batch_size,
+                record=self.current,
             )
         elif self.batch_size is not None and self.size_of is len:
             batches = shard_index_batches(

@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import CodeType, TracebackType
+from types import CodeType, FrameType, TracebackType
 from typing import Any
 
 from accelify.runtime.collective_record import library_prefixes
@@ -241,6 +241,31 @@ def record_exit(rank: int, leaving: SystemExit) -> None:
         return
     where = f"{last.filename}:{last.lineno}"
     _write_record(Path(directory), f"{rank}{EXIT_SUFFIX}", {"rank": rank, "where": where})
+
+
+def record_exit_call(rank: int, frame: FrameType | None, call: str) -> None:
+    """Where the script called ``call`` (``os._exit``, which leaves at once: no exception to
+    read the line from, no atexit handler), found from ``frame`` out: the innermost of the
+    user's frames. A rank that left with ``os._exit(5)`` is named with that line, as one that
+    called ``sys.exit`` is (`record_exit`)."""
+    directory = os.environ.get(FAILURE_DIR)
+    while directory and frame is not None and not _in_user_code(frame.f_code.co_filename):
+        frame = frame.f_back
+    if not directory or frame is None:
+        return
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    record = {"rank": rank, "where": where, "call": call}
+    _write_record(Path(directory), f"{rank}{EXIT_SUFFIX}", record)
+
+
+def exit_call(attempt_directory: Path, rank: int) -> str:
+    """What ``rank`` left through (`exit_place`): ``sys.exit`` unless the record says."""
+    try:
+        path = attempt_directory / f"{rank}{EXIT_SUFFIX}"
+        call = json.loads(path.read_text(encoding="utf-8")).get("call", "sys.exit")
+    except (OSError, ValueError, AttributeError):
+        return "sys.exit"
+    return call if call in ("sys.exit", "os._exit") else "sys.exit"
 
 
 def _exits_with_a_call_result(line: str) -> bool:

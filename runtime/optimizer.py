@@ -86,7 +86,13 @@ class PreparedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Any = None) -> Any:
         if self.tracks_step:
             return self._tracked_step(closure)
-        return self._step(closure)
+        if self.scaler is not None:
+            return self._step(closure)
+        # `_step` without a scaler, inline: every training step runs it
+        self.step_was_skipped = False
+        if not self.gradient_state.sync_gradients:
+            return None
+        return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
 
     @pending_work.tracks
     def _tracked_step(self, closure: Any) -> Any:

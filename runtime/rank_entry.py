@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import contextlib
 import gc
 import importlib.abc
 import importlib.machinery
@@ -32,7 +33,7 @@ import os
 import sys
 from collections.abc import Sequence
 from types import CodeType, ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from accelify.runtime import collective_record, failure_record, rank_output
 
@@ -45,6 +46,7 @@ def main(arguments: Sequence[str]) -> None:
     # From the start, not from the process group's: a rank that loops or sleeps before it
     # starts its group keeps its peers waiting in the rendezvous, and its place is asked of it.
     collective_record.install(rank)
+    _record_os_exit(rank)
     # registered before the script's own handlers, so run after them all
     atexit.register(_after_the_scripts_exit_handlers)
     _record_collectives_once_the_group_exists(rank)
@@ -111,6 +113,27 @@ def _run(code: CodeType, module: ModuleType) -> None:
         collective_record.leaving(_exit_status(leaving.code))
         raise
     collective_record.leaving()
+
+
+def _record_os_exit(rank: int) -> None:
+    """``os._exit(5)`` leaves at once: no exception the entry sees, no atexit handler, so the
+    launcher knew only the rank's exit code and its last collective. The call is recorded as a
+    ``sys.exit`` is: where (the user's line) and that the rank is leaving, with its code, so a
+    peer left waiting is told at once which line made the rank go. Only in the rank's own
+    process: a child it forks (a DataLoader worker, multiprocessing's ``Process``) ends with
+    ``os._exit`` every time."""
+    real = os._exit
+    rank_pid = os.getpid()
+
+    def _exit(status: int) -> NoReturn:
+        if os.getpid() == rank_pid:
+            with contextlib.suppress(Exception):  # the exit itself must happen
+                failure_record.record_exit_call(rank, sys._getframe(1), "os._exit")
+                collective_record.leaving(_exit_status(status))
+        real(status)
+
+    _exit.__wrapped__ = real  # type: ignore[attr-defined]
+    os._exit = _exit
 
 
 def _exit_status(code: object) -> int:

@@ -227,6 +227,42 @@ def test_a_backward_inside_a_recorded_backward_is_the_same_pass(tmp_path, monkey
     assert collective_record.read(tmp_path, 0).state == RUNNING
 
 
+def test_the_accelerators_backward_record_is_the_general_paths(tmp_path, monkeypatch):
+    """`backward_begins`/`backward_ends` (`Accelerator.backward`'s one call at each end) write
+    what `begin_pass`/`end_pass` write: the pass counted, the collective numbered at the
+    caller's line (the same line again from its cached place), a pass that does not reduce
+    counted only, and a pass begun inside a collective or a pass left to the general path."""
+    recorder = collective_record._Recorder(tmp_path, 0, skip=(collective_record.__file__,))
+    monkeypatch.setattr(collective_record, "_recorder", recorder)
+    seen = []
+    for _ in range(2):  # the second finds its place cached
+        line = sys._getframe().f_lineno + 1
+        begun = recorder.backward_begins(True, sys._getframe())
+        seen.append(collective_record.read(tmp_path, 0))
+        recorder.backward_ends(begun)
+        assert collective_record.read(tmp_path, 0).state == RUNNING
+    assert [(r.state, r.operation, r.sequence, r.passes) for r in seen] == [
+        (IN_COLLECTIVE, "backward", 1, 1),
+        (IN_COLLECTIVE, "backward", 2, 2),
+    ]
+    assert {r.where for r in seen} == {f"{__file__}:{line}"}
+    recorder.backward_ends(recorder.backward_begins(False, sys._getframe()))
+    after = collective_record.read(tmp_path, 0)
+    assert (after.state, after.sequence, after.passes) == (RUNNING, 2, 2)  # written at the next
+    with collective_record.during("gather"):  # a backward inside a collective: no new number
+        begun = recorder.backward_begins(True, sys._getframe())
+        inside = collective_record.read(tmp_path, 0)
+        recorder.backward_ends(begun)
+        assert collective_record.read(tmp_path, 0).state == IN_COLLECTIVE
+    assert (inside.operation, inside.sequence, inside.passes) == ("gather", 3, 3)
+    with collective_record.backward_pass(lambda: True):  # a pass inside a pass: the same pass
+        begun = recorder.backward_begins(True, sys._getframe())
+        recorder.backward_ends(begun)
+        inside = collective_record.read(tmp_path, 0)
+    assert (inside.state, inside.sequence, inside.passes) == (IN_COLLECTIVE, 4, 5)
+    assert collective_record.read(tmp_path, 0).state == RUNNING
+
+
 def test_a_forked_child_never_writes_its_ranks_record(tmp_path, monkeypatch):
     """A DataLoader worker or a multiprocessing child forked by the rank inherits its record: a
     collective, a backward, an exception or the end of the script there is the child's, and
@@ -966,6 +1002,23 @@ def test_a_rank_that_exits_with_3_is_named_and_its_code_is_the_runs():
     assert result.stderr.count("Traceback") == 0  # a victim's traceback is one line
     # the leaver's wait for its peers at exit is quiet (torch's socket timeout warnings were)
     assert "socket.cpp" not in result.stderr and "timed out after" not in result.stderr
+    assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_leaving_with_os_exit_is_named_at_its_line_and_its_code_is_the_runs():
+    """``os._exit(5)`` raises nothing and runs no atexit handler: the entry records the call
+    itself, so the report names the helper's line, not only the rank's last collective."""
+    result = launched("os_exit.py")
+    assert result.returncode == 5, result.stderr
+    report = [line for line in result.stderr.splitlines() if "accelify launch:" in line]
+    # the rank's exit or its record, whichever the launcher reads first
+    exited = "rank 1 failed with exit code 5 (os._exit at os_exit.py:12 (`os._exit(code)`))"
+    leaving = "rank 1 is leaving (it called os._exit at os_exit.py:12 (`os._exit(code)`))"
+    assert exited in report[0] or leaving in report[0], report
+    assert not any("rank 0 failed first" in line for line in report), report
+    assert "called sys.exit" not in result.stderr and "(sys.exit at" not in result.stderr
+    assert result.stderr.count("Traceback") == 0
     assert_user_lines_only(result)
 
 

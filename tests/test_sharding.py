@@ -263,3 +263,30 @@ def test_rounds_taken_in_c_are_the_per_batch_loops_rounds(seed):
         got = list(shard_index_batches(iter(stream), rank, world, batch_size=batch_size, **options))
         assert got == list(_per_batch_reference(stream, rank, world, batch_size, theirs))
         assert mine.padding == theirs.padding
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_batches_cut_from_a_range_are_those_read_from_the_sequential_batch_sampler(world):
+    """`shard_range_batches` (a `BatchSampler` over a `SequentialSampler`) gives each rank the
+    batches and the padding that `shard_index_batches` gives from the sampler's own batches,
+    for every length around the rounds' edges (empty, shorter than a round, a short batch)."""
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    from accelify.runtime.sharding import shard_range_batches
+
+    for batch_size in (1, 2, 3, 5):
+        for length in range(0, 3 * world * batch_size + 2):
+            sampler = BatchSampler(SequentialSampler(range(length)), batch_size, drop_last=False)
+            for rank in range(world):
+                cut, read = ShardPass(), ShardPass()
+                got = list(
+                    shard_range_batches(
+                        range(length), rank, world, batch_size=batch_size, record=cut
+                    )
+                )
+                options = {"even_batches": True, "drop_last": False, "record": read}
+                expected = list(
+                    shard_index_batches(sampler, rank, world, batch_size=batch_size, **options)
+                )
+                assert got == expected, (length, batch_size, rank)
+                assert cut.padding == read.padding

@@ -22,6 +22,7 @@ from accelify.runtime.failure_record import (
     PEER_GONE,
     WORKER_TRACEBACK,
     Failure,
+    exit_call,
     exit_handler_errors,
     exit_place,
     is_peer_gone,
@@ -294,8 +295,11 @@ def _crash_place(frames: Frames) -> str:
 
 def _exit_call(records: Path, attempt: int, rank: int) -> str:
     """`` (sys.exit at train.py:40 (`sys.exit(3)`))``: the user's line a rank left from."""
-    at = exit_place(collective_record.attempt_directory(records, attempt), rank)
-    return f" (sys.exit at {source_place(*at)})" if at is not None else ""
+    directory = collective_record.attempt_directory(records, attempt)
+    at = exit_place(directory, rank)
+    if at is None:
+        return ""
+    return f" ({exit_call(directory, rank)} at {source_place(*at)})"
 
 
 _BEFORE_ANY_COLLECTIVE = "on their own before any collective call"

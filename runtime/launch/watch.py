@@ -47,6 +47,7 @@ from accelify.runtime.collective_record import (
 )
 from accelify.runtime.failure_record import (
     Failure,
+    exit_call,
     exit_handler_errors,
     exit_place,
     is_peer_gone,
@@ -508,7 +509,8 @@ def _left(
         return Verdict("\n".join(lines), culprit, "mismatch")
     if exit_place(directory, leaver) is not None:
         lines.append(
-            f"{PREFIX} rank {leaver} called sys.exit alone while the others are still in the "
+            f"{PREFIX} rank {leaver} called {exit_call(directory, leaver)} alone while the "
+            "others are still in the "
             "loop: to stop every rank on one rank's condition, accelerator.set_trigger() there "
             "and `if accelerator.check_trigger(): sys.exit(...)` on every rank (without an "
             "Accelerator, an all_reduce of a stop flag)"
@@ -526,7 +528,7 @@ def leaving_words(directory: Path, rank: int) -> str:
     at = exit_place(directory, rank)
     if at is None:
         return "its script ended, or it called sys.exit"
-    return f"it called sys.exit at {source_place(*at)}"
+    return f"it called {exit_call(directory, rank)} at {source_place(*at)}"
 
 
 def handler_error_words(error: Failure) -> str:
