@@ -64,16 +64,25 @@ def _roots(folder: Path, first: str) -> Iterator[Path]:
     part, on the script's path (``project`` of ``from project import util``); the package
     root."""
     yield folder
-    for ancestor in _ancestors(folder.absolute()):
+    ancestors, package_root = _around(folder)
+    for ancestor in ancestors:
         if ancestor.name == first:
             yield ancestor.parent
             break
+    if package_root is not None:
+        yield package_root
+
+
+@functools.lru_cache(maxsize=1024)
+def _around(folder: Path) -> tuple[tuple[Path, ...], Path | None]:
+    """``folder`` (absolute) and the folders above it (`_ancestors`), and its package root (the
+    folder above its last folder with an ``__init__.py``; None: not in a package): the same for
+    every import of every file of the folder."""
     folder = folder.absolute()
     root = folder
     while (root / "__init__.py").is_file() and root.parent != root:
         root = root.parent
-    if root != folder:
-        yield root
+    return tuple(_ancestors(folder)), root if root != folder else None
 
 
 def _ancestors(folder: Path) -> Iterator[Path]:
