@@ -198,14 +198,16 @@ def _gathered_output(
     """The first gather on ``loss``'s path whose gathered tensor is computed with a gradient
     and reaches the loss only through the gather (this rank's copy is not in the loss too)."""
     forward = facts_of(script).flow.is_forward
-    local = _local_reads(script, loss, at)
-    if _local_forward(script, loss, at):
-        return None  # trained through this rank's forward: what it gathered weighs or compares
     gathers = [  # a gather inside a forward's arguments gathered its inputs: the model runs after
         node
         for node in loss_sources(script, loss, at, stop_at=forward)
         if isinstance(node, cst.Call) and _is_gather(script, node)
     ]
+    if not gathers:
+        return None  # (most losses: the walks below are not needed)
+    if _local_forward(script, loss, at):
+        return None  # trained through this rank's forward: what it gathered weighs or compares
+    local = _local_reads(script, loss, at)
     for gather in sorted(gathers, key=script.order):
         gathered = gather.args[0].value
         if _origins(script, gathered, gather) & local:

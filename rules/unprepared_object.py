@@ -1054,8 +1054,9 @@ class UnpreparedObject(Rule):
         inside = {id(call) for loop in training for call in calls_in(script, loop.node)}
         through = _called_from_loops(script, script.loops)
         by_hand = _wrapped_by_hand(script)
+        reached = inside | through
         for call in calls(script):
-            if id(call) not in inside | through or script.under_rank_guard(call):
+            if id(call) not in reached or script.under_rank_guard(call):
                 continue
             if single_device_twin(facts_of(script), call):
                 continue  # a plain step no prepared object reaches (a main-process probe)

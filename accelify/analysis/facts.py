@@ -65,6 +65,12 @@ class Facts:
         self.shared_files = SharedFiles(model, self.placement, self.flow, self.ranks)
 
     @cached_property
+    def single_device_functions(self) -> dict[int, tuple[cst.FunctionDef, bool]]:
+        """`single_device.single_device_twin`'s answer for each function asked about (by id,
+        kept with the function): the same for every node of it."""
+        return {}
+
+    @cached_property
     def agreed(self) -> AgreedValues:
         """Values every rank holds alike: those folded from evaluations the script gathers
         itself, and what is computed from them (`agreed_values`)."""

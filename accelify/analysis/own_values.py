@@ -386,15 +386,24 @@ def _last_binding(facts: Facts, name: str, at: cst.CSTNode) -> cst.CSTNode | Non
         block = script.index.nearest(at, cst.ClassDef) if function is not None else None
     if block is None:
         return None
-    position = _position(script, at)
+    # "before ``at``" is where the statement starts, in the file's text; source order (no
+    # code generation: `ScriptModel.position`) tells it but for the statement that holds
+    # ``at`` (``x = f(x)`` asked at ``f(x)``), which comes before ``at`` only when it starts
+    # before it, and is the last statement before ``at`` either way
+    here = script.order(at)
     found: cst.CSTNode | None = None
     for small in statements(block):
         if facts.placement.enclosing_function(small) is not function and not name.startswith(
             "self."
         ):
             continue
-        if not name.startswith("self.") and _position(script, small) >= position:
-            break
+        if not name.startswith("self."):
+            if script.order(small) >= here:
+                break
+            if script.inside(at, small):
+                if binds(script, small, name) and _position(script, small) < _position(script, at):
+                    found = small
+                break
         if binds(script, small, name):
             found = small
     return found

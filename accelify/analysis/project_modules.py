@@ -25,37 +25,64 @@ def module_file(script: Path, name: str) -> Path | None:
     """The file of module ``name`` as ``script`` imports it (see the module docstring); never
     ``script`` itself. Kept per process: a tree's files ask the same of each of their calls'
     modules (``torch.nn``: no file of the project, looked up on disk once)."""
-    dots = len(name) - len(name.lstrip("."))
-    relative = name[dots:]
-    if dots:
-        folder = script.parent
-        for _ in range(dots - 1):
-            folder = folder.parent
-        return _file_in(folder, relative, script) if relative else None
-    if not relative:
-        return None
-    for root in _roots(script, relative.split(".", 1)[0]):
-        found = _file_in(root, relative, script)
-        if found is not None:
-            return found
+    for candidate in _candidates(script.parent, name):
+        if candidate.resolve() != script.resolve():
+            return candidate
     return None
 
 
-def _roots(script: Path, first: str) -> Iterator[Path]:
-    """Where an absolute import of the project is looked up, nearest first: the script's
-    folder; the folder above the one named like the import's first part, on the script's path
-    (``project`` of ``from project import util``); the package root."""
-    yield script.parent
-    for folder in _ancestors(script.parent.absolute()):
-        if folder.name == first:
-            yield folder.parent
+@functools.lru_cache(maxsize=4096)
+def _candidates(folder: Path, name: str) -> tuple[Path, ...]:
+    """The files that module ``name`` may be for a script in ``folder``, in the order they
+    are looked up, the first two found (the first may be the script itself): the same for
+    every file of a folder, so a whole tree's ``import torch`` of each file of a folder is
+    looked up on disk once, not once per file (`importers_of` asks it of every linted file)."""
+    dots = len(name) - len(name.lstrip("."))
+    relative = name[dots:]
+    if dots:
+        for _ in range(dots - 1):
+            folder = folder.parent
+        roots: Iterable[Path] = [folder] if relative else []
+    elif relative:
+        roots = _roots(folder, relative.split(".", 1)[0])
+    else:
+        roots = []
+    found: list[Path] = []
+    for root in roots:
+        base = root.joinpath(*relative.split("."))
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                found.append(candidate)
+                if len(found) == 2:
+                    return tuple(found)
+    return tuple(found)
+
+
+def _roots(folder: Path, first: str) -> Iterator[Path]:
+    """Where an absolute import of the project is looked up from a script in ``folder``,
+    nearest first: the script's folder; the folder above the one named like the import's first
+    part, on the script's path (``project`` of ``from project import util``); the package
+    root."""
+    yield folder
+    ancestors, package_root = _around(folder)
+    for ancestor in ancestors:
+        if ancestor.name == first:
+            yield ancestor.parent
             break
-    folder = script.parent.absolute()
+    if package_root is not None:
+        yield package_root
+
+
+@functools.lru_cache(maxsize=1024)
+def _around(folder: Path) -> tuple[tuple[Path, ...], Path | None]:
+    """``folder`` (absolute) and the folders above it (`_ancestors`), and its package root (the
+    folder above its last folder with an ``__init__.py``; None: not in a package): the same for
+    every import of every file of the folder."""
+    folder = folder.absolute()
     root = folder
     while (root / "__init__.py").is_file() and root.parent != root:
         root = root.parent
-    if root != folder:
-        yield root
+    return tuple(_ancestors(folder)), root if root != folder else None
 
 
 def _ancestors(folder: Path) -> Iterator[Path]:
@@ -65,14 +92,6 @@ def _ancestors(folder: Path) -> Iterator[Path]:
         if count == 8:
             return
         yield parent
-
-
-def _file_in(root: Path, dotted_name: str, script: Path) -> Path | None:
-    base = root.joinpath(*dotted_name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file() and candidate.resolve() != script.resolve():
-            return candidate
-    return None
 
 
 def imported_files(script: Path, data: bytes) -> dict[str, Path]:

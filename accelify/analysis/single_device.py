@@ -24,7 +24,25 @@ def single_device_twin(facts: Facts, node: cst.CSTNode) -> bool:
     ``prepare`` returned (nor an accelerator) and it reads none from the module."""
     script: ScriptModel = facts.model
     function = facts.placement.enclosing_function(node)
-    if function is None or facts.calls.owner(function) is not None:
+    if function is None:
+        return False
+    if not script.complete:  # the call graph and the prepared names may still grow
+        return _reached_by_nothing(facts, function)
+    # ACC401 asks it of every call in a training loop or a method it runs: the answer is the
+    # function's (its body walked for the names it reads), kept with the function, once per file
+    answers = facts.single_device_functions
+    kept = answers.get(id(function))
+    if kept is not None and kept[0] is function:
+        return kept[1]
+    answer = _reached_by_nothing(facts, function)
+    answers[id(function)] = (function, answer)
+    return answer
+
+
+def _reached_by_nothing(facts: Facts, function: cst.FunctionDef) -> bool:
+    """`single_device_twin` of every node of ``function``."""
+    script: ScriptModel = facts.model
+    if facts.calls.owner(function) is not None:
         return False
     if facts.placement.enclosing_function(function) is not None:
         return False  # a nested def: its outer function's objects reach it

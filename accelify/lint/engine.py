@@ -245,10 +245,10 @@ def _factory_imported(path: str, data: bytes) -> bool:
     """The file names no accelerator, but may get one from a factory of the project: it names
     something like one (``build_accelerator``) and imports a project module that constructs an
     Accelerator (`ProjectView.accelerator_factories` tells which name, once analysed)."""
+    if ACCELERATOR_WORDS.search(data) is None:
+        return False  # (a plain script: nothing more imported)
     from accelify.analysis.project_modules import imported_files, kept_calls, read
 
-    if ACCELERATOR_WORDS.search(data) is None:
-        return False
     kept = kept_calls(data)
     return any(
         _constructs_for(read(file), kept) for file in imported_files(Path(path), data).values()
