@@ -373,6 +373,11 @@ class CollectiveOnSomeRanks(Rule):
         + "if accelerator.process_index != 0:\n    torch.distributed.barrier()\n"
         + "tokenized = tokenize(dataset)\n"
         + "if accelerator.process_index == 0:\n    torch.distributed.barrier()\n",
+        # the same idiom with the test kept by a walrus: the name below is that test
+        _HF
+        + "if not (is_main := accelerator.is_main_process):\n    accelerator.wait_for_everyone()\n"
+        + "dataset = build_cache(args)\n"
+        + "if is_main:\n    accelerator.wait_for_everyone()\n",
         # open-instruct's weight sync to vLLM: rank 0 broadcasts in a group of itself and the
         # engines; the other training ranks are no members of it
         "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
