@@ -123,6 +123,11 @@ class ProjectView:
     constructs_for: Callable[[bytes, set[bytes]], bool] | None = None
     handed: tuple[HandedCall, ...] = ()
     handing: tuple[Path, ...] = ()
+    #: every linted file that imports the module, also one that names no accelerator (it
+    #: hands nothing, but may run a trainer's hook: `callers_of`), and how such a file is
+    #: analysed (whatever it names)
+    callers: tuple[Path, ...] = ()
+    load_any: Load | None = None
     #: the project modules read for the facts (an importer analysed here and the modules it
     #: imports, a factory's module): a change in one of them may change the findings, so the
     #: lint cache keys its entry on their digests (`FileResult.read_modules`)
@@ -214,10 +219,15 @@ class ProjectView:
         this = self.path.resolve()
         wanted = f"{owner}.{function.name.value}" if owner else function.name.value
         found = []
-        for importer in dict.fromkeys((*self.handing, *self.importers)):
+        known = (*self.handing, *self.importers)
+        for importer in dict.fromkeys((*known, *self.callers)):
+            if importer not in known and not calls_any(read(importer), {function.name.value}):
+                continue  # its text never calls the name: read no further
             self.read.add(importer)
             self.read.update(imported_files(importer, read(importer)).values())
             caller = self.load(importer)
+            if caller is None and importer not in known and self.load_any is not None:
+                caller = self.load_any(importer)  # names no accelerator, may run the hook
             if caller is None:
                 continue
             for call, module, member in _project_calls(caller, importer):
