@@ -90,6 +90,14 @@ class LoopCountPerRank(Rule):
             .replace("        obs, reward, done, info", "        obs, reward, ended, info")
             .replace("float(done)", "float(ended)")
         ),
+        # the batches of a prepared loader drawn by hand: every rank gets as many
+        HEADER
+        + "policy, optimizer, loader = accelerator.prepare(policy, optimizer, loader)\n"
+        + "batches = iter(loader)\n"
+        + "batch = next(batches, None)\n"
+        + "while batch is not None:\n"
+        + "    accelerator.backward(policy(batch).sum())\n"
+        + "    batch = next(batches, None)\n",
         # a counter and a flag set from it: every rank runs the same passes
         HEADER
         + "policy, optimizer, loader = accelerator.prepare(policy, optimizer, loader)\n"

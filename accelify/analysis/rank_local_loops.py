@@ -11,8 +11,8 @@ A test is each rank's own where it reads a name the loop itself binds, each pass
 that is neither a count nor a setting (`RankDependence.uniform`) nor agreed over the ranks (a
 reduce or a gather on the way): ``done`` from ``env.step``, ``len(buffer)`` of what this
 rank appended. A counter (``step += 1``), a setting, a flag set from one (``done = step >=
-args.max_steps``) or from a reduced value, and a test bound in the test itself (``while (batch
-:= next(it, None)) is not None:``, a prepared loader's batches: the same count on every rank)
+args.max_steps``) or from a reduced value, and a batch drawn by hand (``batch = next(batches, None)``, or bound in the test itself,
+``while (batch := next(it, None)) is not None:``: a prepared loader gives every rank as many)
 are not.
 """
 
@@ -26,7 +26,7 @@ import libcst as cst
 from accelify.analysis.collectives import agrees_across_ranks, backends_in_view
 from accelify.analysis.dataflow import statements
 from accelify.analysis.own_values import binds, names_read
-from accelify.analysis.syntax import walk
+from accelify.analysis.syntax import dotted, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
@@ -93,6 +93,8 @@ def _own_value(facts: Facts, binding: cst.CSTNode) -> bool:
         return False
     if value is None:
         return False
+    if isinstance(value, cst.Call) and (dotted(value.func) or "").rsplit(".", 1)[-1] == "next":
+        return False  # ``batch = next(batches, None)``: a prepared loader's, the same count
     if any(
         isinstance(call, cst.Call) and agrees_across_ranks(facts.model, call)
         for call in walk(value)
