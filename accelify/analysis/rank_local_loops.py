@@ -11,9 +11,9 @@ A test is each rank's own where it reads a name the loop itself binds, each pass
 that is neither a count nor a setting (`RankDependence.uniform`) nor agreed over the ranks (a
 reduce or a gather on the way): ``done`` from ``env.step``, ``len(buffer)`` of what this
 rank appended. A counter (``step += 1``), a setting, a flag set from one (``done = step >=
-args.max_steps``) or from a reduced value, and a batch drawn by hand (``batch = next(batches, None)``, or bound in the test itself,
-``while (batch := next(it, None)) is not None:``: a prepared loader gives every rank as many)
-are not.
+args.max_steps``) or from a reduced value, and a batch drawn by hand (``batch =
+next(batches, None)``, or bound in the test itself, ``while (batch := next(it, None)) is not
+None:``: a prepared loader gives every rank as many) are not.
 """
 
 from __future__ import annotations
