@@ -1,4 +1,5 @@
 from collections.abc import Iterator
+from pathlib import Path
 
 import libcst as cst
 
@@ -173,15 +174,27 @@ def _callers_unhandled(
 ) -> list[str]:
     """Where the project's other modules call ``factory`` (``train.py:12``), when there is
     such a call, the file itself calls it nowhere, and every calling module trains with the
-    Accelerator without accumulating (`accumulation_unhandled` of that module); else none."""
-    if script.project is None or not isinstance(factory, cst.FunctionDef):
+    Accelerator without accumulating (`accumulation_unhandled` of that module); else none.
+    A linted caller answered that when it was linted (`HandedCall.unaccumulated`): only the
+    others (an import cycle) are analysed here."""
+    project = script.project
+    if project is None or not isinstance(factory, cst.FunctionDef):
         return []
     if script.call_graph.calls_of(factory):
         return []
-    callers = script.project.callers_of(factory)
-    if not callers or not all(accumulation_unhandled(caller, steps) for caller, _, _ in callers):
+    this = str(project.path.resolve())
+    handed = [
+        call for call in project.handed if call.module == this and call.member == factory.name.value
+    ]
+    sites = [(call.unaccumulated, call.where(project.path)) for call in handed]
+    answered = frozenset(Path(call.caller).resolve() for call in handed)
+    sites += [
+        (accumulation_unhandled(caller, steps), where)
+        for caller, _, where in project.callers_of(factory, skip=answered)
+    ]
+    if not sites or not all(unhandled for unhandled, _ in sites):
         return []
-    return [where for _, _, where in callers]
+    return [where for _, where in sites]
 
 
 def _message(rule: Rule, script: ScriptModel, binding: Binding) -> str:

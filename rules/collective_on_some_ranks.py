@@ -196,6 +196,35 @@ class CollectiveOnSomeRanks(Rule):
             6,
             5,
         ),
+        # a PPO trainer's rollout answers None on the other ranks, and its caller branches on
+        # the answer around the collectives: only the main process enters
+        Example(
+            HEADER
+            + "import torch\n\n\n"
+            + "def collect_rollouts(policy, n):\n"
+            + "    if not accelerator.is_main_process:\n        return None\n"
+            + "    return [policy(torch.randn(4)) for _ in range(n)]\n\n\n"
+            + "for epoch in range(3):\n"
+            + "    rollouts = collect_rollouts(model, 8)\n"
+            + "    if rollouts is not None:\n"
+            + "        stats = accelerator.gather(torch.tensor(len(rollouts)))\n",
+            15,
+            17,
+        ),
+        # the same answer read through a method of a trainer, tested in place
+        Example(
+            "from accelerate import Accelerator\n\n\nclass PPOTrainer:\n"
+            + "    def __init__(self):\n        self.accelerator = Accelerator()\n\n"
+            + "    def rollout(self):\n"
+            + "        if self.accelerator.is_main_process:\n"
+            + "            return self.sample()\n"
+            + "        return None\n\n"
+            + "    def step(self):\n"
+            + "        if self.rollout():\n"
+            + "            self.accelerator.wait_for_everyone()\n",
+            15,
+            13,
+        ),
         Example(
             _HF + "if accelerator.distributed_type == DistributedType.DEEPSPEED:\n    pass\n"
             "if accelerator.is_main_process:\n    accelerator.save_state('ckpt')\n",
@@ -373,6 +402,11 @@ class CollectiveOnSomeRanks(Rule):
         + "if accelerator.process_index != 0:\n    torch.distributed.barrier()\n"
         + "tokenized = tokenize(dataset)\n"
         + "if accelerator.process_index == 0:\n    torch.distributed.barrier()\n",
+        # the same idiom with the test kept by a walrus: the name below is that test
+        _HF
+        + "if not (is_main := accelerator.is_main_process):\n    accelerator.wait_for_everyone()\n"
+        + "dataset = build_cache(args)\n"
+        + "if is_main:\n    accelerator.wait_for_everyone()\n",
         # open-instruct's weight sync to vLLM: rank 0 broadcasts in a group of itself and the
         # engines; the other training ranks are no members of it
         "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
@@ -464,6 +498,21 @@ class CollectiveOnSomeRanks(Rule):
         + "model, optimizer = accelerator.prepare(model, optimizer)\n"
         + "if accelerator.is_main_process:\n"
         + "    state = accelerator.get_state_dict(optimizer)\n",
+        # the rollout logs on the main process but answers alike on every rank
+        HEADER
+        + "import torch\n\n\n"
+        + "def collect_rollouts(policy, n):\n"
+        + "    rollouts = [policy(torch.randn(4)) for _ in range(n)]\n"
+        + "    if accelerator.is_main_process:\n        print(len(rollouts))\n"
+        + "        return rollouts\n"
+        + "    return rollouts\n\n\n"
+        + "rollouts = collect_rollouts(model, 8)\n"
+        + "if rollouts is not None:\n"
+        + "    stats = accelerator.gather(torch.tensor(len(rollouts)))\n",
+        # a helper run on the main process by its decorator answers None everywhere
+        HEADER
+        + "@accelerator.on_main_process\ndef report(stats):\n    print(stats)\n\n\n"
+        + "if report(1) is None:\n    accelerator.wait_for_everyone()\n",
         HEADER
         + "def finish():\n    if accelerator.is_main_process:\n        print('done')\n\n\n"
         + "if accelerator.is_main_process:\n    finish()\n",
@@ -514,7 +563,7 @@ class CollectiveOnSomeRanks(Rule):
                     f"Call {name}() on every rank: it is a collective{' ' + where if where else ''}"
                     ", and the other ranks never reach it (hang)"
                 )
-            yield self.finding(script, use.call, message=text)
+            yield self.finding(script, use.call, message=text + _guard_note(script, use.call))
 
 
 def _unwrap_advice(script: ScriptModel, use: CollectiveUse) -> str:
@@ -539,6 +588,36 @@ def _unwrap_advice(script: ScriptModel, use: CollectiveUse) -> str:
             f"rank: {reason}"
         )
     return in_file_words(text, accelerator_name(script, use.call))
+
+
+def _guard_note(script: ScriptModel, call: cst.Call) -> str:
+    """Where the other ranks part from ``call`` when the guard is not an ``if`` around it:
+    an early ``return`` above it on some ranks (a PPO trainer's ``if not
+    accelerator.is_main_process: return 0``), or a test that names no rank but reads what a
+    function of the file answers differently by rank."""
+    guard = script.rank_guard_of(call)
+    if not isinstance(guard, cst.If):
+        return ""
+    if not script.inside(call, guard):
+        return (
+            f"; the other ranks return at line {script.line(guard)}, above it: make the "
+            "collective before that return, or let every rank go on to it"
+        )
+    answer = script.rank_answer_read(guard.test)
+    found = script.call_graph.callee(answer) if answer is not None else None
+    if answer is None or found is None:
+        return ""
+    returns = [
+        node
+        for node in script.index.own_nodes(found[0])
+        if isinstance(node, cst.Return) and script.rank_guard_of(node) is not None
+    ]
+    where = f", line {script.line(returns[0])}" if returns else ""
+    return (
+        f"; the test at line {script.line(guard)} reads what {_called(answer)}() returns, "
+        f"which differs between ranks (it answers under a rank test{where}): make the "
+        "collective outside that test, or have every rank return the same value"
+    )
 
 
 def _called(call: cst.Call) -> str:

@@ -70,6 +70,18 @@ class CollectivesOutOfOrder(Rule):
             9,
             17,
         ),
+        # the test kept by a walrus and negated through its name below: the same split
+        Example(
+            _EVAL.format(
+                split="    if (is_main := accelerator.is_main_process):\n"
+                + "        preds = accelerator.gather_for_metrics(out)\n"
+                + "    labels = accelerator.gather_for_metrics(y)\n"
+                + "    if not is_main:\n"
+                + "        preds = accelerator.gather_for_metrics(out)\n"
+            ),
+            9,
+            17,
+        ),
         # a gather on one side meets a barrier on the other (hang): the same two kinds
         # in another order
         Example(
@@ -108,6 +120,14 @@ class CollectivesOutOfOrder(Rule):
             + "        accelerator.wait_for_everyone()\n"
             + "    preds, labels = out, y\n"
             + "    if accelerator.is_main_process:\n"
+            + "        accelerator.wait_for_everyone()\n"
+        ),
+        # ... also with the test kept by a walrus and negated through its name
+        _EVAL.format(
+            split="    if not (is_main := accelerator.is_main_process):\n"
+            + "        accelerator.wait_for_everyone()\n"
+            + "    preds, labels = out, y\n"
+            + "    if is_main:\n"
             + "        accelerator.wait_for_everyone()\n"
         ),
         # a kind only one side makes: ACC202's collective on some ranks, not this rule's

@@ -27,6 +27,7 @@ from accelify.analysis.dataflow import is_binding
 from accelify.analysis.script_model import Kind, Loop, ScriptModel, own_method
 from accelify.analysis.syntax import (
     Visitor,
+    accelerator_argument,
     assigned_targets,
     dotted,
     updated_with,
@@ -639,6 +640,31 @@ def _times_steps(name: cst.Name, steps_code: str, model: ScriptModel) -> cst.Bin
     ):
         return product
     return None
+
+
+def factory_accumulation_steps(model: ScriptModel) -> dict[str, cst.BaseExpression]:
+    """The functions of ``model`` that return an Accelerator they make with
+    ``gradient_accumulation_steps`` other than 1, by name, with that argument: ACC304 reports
+    such a factory where every module of the project that calls it trains with it without
+    accumulating (`accumulation_unhandled` of each caller, asked with this argument)."""
+    from accelify.analysis.facts import facts_of
+
+    placement = facts_of(model).placement
+    found: dict[str, cst.BaseExpression] = {}
+    for binding in model.of_kind(Kind.ACCELERATOR):
+        argument = accelerator_argument(binding.value, "gradient_accumulation_steps")
+        if argument is None or is_one(argument.value):
+            continue
+        if isinstance(binding.scope, cst.FunctionDef) and placement.returns_name(
+            binding.scope, binding.name
+        ):
+            found.setdefault(binding.scope.name.value, argument.value)
+    return found
+
+
+def is_one(value: cst.BaseExpression) -> bool:
+    """``1``: the setting that accumulates nothing."""
+    return isinstance(value, cst.Integer) and value.evaluated_value == 1
 
 
 def accumulation_unhandled(model: ScriptModel, steps: cst.BaseExpression) -> bool:

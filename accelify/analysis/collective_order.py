@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.analysis.collective_reach import CollectiveUse, negations
+from accelify.analysis.collective_reach import CollectiveUse, negations, spelled
 from accelify.analysis.collectives import DDP
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted, walk
@@ -111,7 +111,6 @@ def _sides(
     test (each such ``if``'s body to its side, the statements between to both). None where
     the split is neither (no ``else`` and no negated ``if``; an ``elif``; a statement between
     that tests the rank another way)."""
-    code = model.module.code_for_node
     if isinstance(branch.orelse, cst.Else):
         return [branch.body], [branch.orelse.body]
     if branch.orelse is not None:
@@ -121,10 +120,10 @@ def _sides(
         return None
     statements = list(block.body)
     start = statements.index(branch)
-    spelled = code(branch.test).strip("() ")
+    spelling = spelled(model, branch.test)  # a walrus read as its target, as the tests below
 
     def same(test: cst.BaseExpression) -> bool:
-        return code(test).strip("() ") == spelled
+        return spelled(model, test) == spelling
 
     partners = [
         i

@@ -21,7 +21,7 @@ from accelify.analysis.flow import ObjectFlow
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import BackendGuards
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, statement_lines, walk
+from accelify.analysis.syntax import bound_value, dotted, statement_lines, walk
 
 _PREPARED_KINDS = frozenset({Kind.MODEL, Kind.OPTIMIZER, Kind.DATALOADER, Kind.ACCELERATOR})
 
@@ -321,21 +321,30 @@ _NEGATED = ((cst.Equal, cst.NotEqual), (cst.Is, cst.IsNot), (cst.In, cst.NotIn))
 
 
 def negations(model: ScriptModel, first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
-    """``not x`` and ``x``; ``a == b`` and ``a != b`` (``is``/``is not``, ``in``/``not in``)."""
-    code = model.module.code_for_node
+    """``not x`` and ``x``; ``a == b`` and ``a != b`` (``is``/``is not``, ``in``/``not in``). A
+    walrus reads as its target: ``if (is_main := accelerator.is_main_process):`` and ``if not
+    is_main:`` are one test and its negation."""
+    first, second = bound_value(first), bound_value(second)
     for one, other in ((first, second), (second, first)):
         inner = _under_not(one)
-        if inner is not None and code(inner).strip("() ") == code(other).strip("() "):
+        if inner is not None and spelled(model, inner) == spelled(model, other):
             return True
     if not (isinstance(first, cst.Comparison) and isinstance(second, cst.Comparison)):
         return False
     if len(first.comparisons) != 1 or len(second.comparisons) != 1:
         return False
     left, right = first.comparisons[0], second.comparisons[0]
-    if code(first.left) != code(second.left) or code(left.comparator) != code(right.comparator):
+    if spelled(model, first.left) != spelled(model, second.left) or spelled(
+        model, left.comparator
+    ) != spelled(model, right.comparator):
         return False
     kinds = {type(left.operator), type(right.operator)}
     return any(kinds == set(pair) for pair in _NEGATED)
+
+
+def spelled(model: ScriptModel, test: cst.BaseExpression) -> str:
+    """A test's code without its parentheses, a walrus read as its target."""
+    return model.module.code_for_node(bound_value(test)).strip("() ")
 
 
 def _under_not(test: cst.BaseExpression) -> cst.BaseExpression | None:

@@ -85,17 +85,30 @@ class HandedCall:
     #: "", the `Kind`'s value ("" for a prepared object of no known kind), whether prepared);
     #: an argument handing nothing is left out
     arguments: tuple[tuple[int, str, str, bool], ...] = ()
+    #: a call of an Accelerator factory whose ``gradient_accumulation_steps`` is not 1, and the
+    #: caller trains with what it returns without accumulating (`accumulation_unhandled`,
+    #: answered from the analysis the caller was linted with: ACC304 of the factory's module
+    #: reads it here instead of analysing the caller again)
+    unaccumulated: bool = False
 
     def where(self, to: Path) -> str:
         """``train.py:12``, relative to the called module's folder."""
         return f"{_relative(Path(self.caller), to)}:{self.line}"
 
     def as_list(self) -> list:
-        return [self.module, self.member, self.caller, self.line, self.guarded, self.arguments]
+        return [
+            self.module,
+            self.member,
+            self.caller,
+            self.line,
+            self.guarded,
+            self.arguments,
+            self.unaccumulated,
+        ]
 
     @classmethod
     def from_list(cls, item: list) -> HandedCall:
-        module, member, caller, line, guarded, arguments = item
+        module, member, caller, line, guarded, arguments, unaccumulated = item
         return cls(
             str(module),
             str(member),
@@ -103,6 +116,7 @@ class HandedCall:
             int(line),
             bool(guarded),
             tuple((int(a), str(b), str(c), bool(d)) for a, b, c, d in arguments),
+            bool(unaccumulated),
         )
 
 
@@ -123,6 +137,11 @@ class ProjectView:
     constructs_for: Callable[[bytes, set[bytes]], bool] | None = None
     handed: tuple[HandedCall, ...] = ()
     handing: tuple[Path, ...] = ()
+    #: every linted file that imports the module, also one that names no accelerator (it
+    #: hands nothing, but may run a trainer's hook: `callers_of`), and how such a file is
+    #: analysed (whatever it names)
+    callers: tuple[Path, ...] = ()
+    load_any: Load | None = None
     #: the project modules read for the facts (an importer analysed here and the modules it
     #: imports, a factory's module): a change in one of them may change the findings, so the
     #: lint cache keys its entry on their digests (`FileResult.read_modules`)
@@ -134,6 +153,10 @@ class ProjectView:
     #: the module's functions and methods that some importing module calls on some ranks only
     #: (under a rank test): what they hand on runs on those ranks (`_guarded`)
     called_on_some_ranks: set[cst.FunctionDef] = field(default_factory=set)
+    #: the factories `accelerator_factories` found that set ``gradient_accumulation_steps``
+    #: (not 1), by the factory module's resolved path and the function's name, with that
+    #: argument: what a caller's `handed_calls` answers ACC304's question with
+    factory_steps: dict[tuple[str, str], cst.BaseExpression] = field(default_factory=dict)
     _module: cst.Module | None = field(default=None, repr=False)
 
     def given(self, module: cst.Module) -> dict[cst.FunctionDef, dict[str, Given]]:
@@ -202,7 +225,10 @@ class ProjectView:
         return calls
 
     def callers_of(
-        self, function: cst.FunctionDef, owner: str | None = None
+        self,
+        function: cst.FunctionDef,
+        owner: str | None = None,
+        skip: frozenset[Path] = frozenset(),
     ) -> list[tuple[ScriptModel, cst.Call, str]]:
         """The calls of the importing modules that run ``function`` (a top-level function of
         the module `given` read, or a method of its class ``owner``: ``trainer.legacy_update()``
@@ -214,10 +240,17 @@ class ProjectView:
         this = self.path.resolve()
         wanted = f"{owner}.{function.name.value}" if owner else function.name.value
         found = []
-        for importer in dict.fromkeys((*self.handing, *self.importers)):
+        known = (*self.handing, *self.importers)
+        for importer in dict.fromkeys((*known, *self.callers)):
+            if importer.resolve() in skip:
+                continue  # answered from what it handed (`HandedCall`): not analysed again
+            if importer not in known and not calls_any(read(importer), {function.name.value}):
+                continue  # its text never calls the name: read no further
             self.read.add(importer)
             self.read.update(imported_files(importer, read(importer)).values())
             caller = self.load(importer)
+            if caller is None and importer not in known and self.load_any is not None:
+                caller = self.load_any(importer)  # names no accelerator, may run the hook
             if caller is None:
                 continue
             for call, module, member in _project_calls(caller, importer):
@@ -233,6 +266,7 @@ class ProjectView:
         if self.load is None:
             return set()
         from accelify.analysis.accelerator_objects import local_factories
+        from accelify.analysis.accumulation import factory_accumulation_steps
 
         found: set[str] = set()
         kept: set[bytes] | None = None
@@ -255,6 +289,9 @@ class ProjectView:
             self.read.add(split[0])
             if split[1] in local_factories(other):
                 found.add(name)
+                steps = factory_accumulation_steps(other).get(split[1])
+                if steps is not None:
+                    self.factory_steps[(str(split[0].resolve()), split[1])] = steps
         return found
 
 
@@ -337,6 +374,9 @@ def handed_calls(
     uses no accelerator hands nothing worth carrying (none)."""
     if not caller.uses_accelerator:
         return ()
+    from accelify.analysis.accumulation import accumulation_unhandled
+
+    factories = caller.project.factory_steps if caller.project is not None else {}
     defined: dict[Path, set[str]] = {}
     found = []
     for call, module, member in _project_calls(caller, path):
@@ -348,9 +388,16 @@ def handed_calls(
             continue  # a name the module imports (a package re-exporting): not its own
         guarded = _guarded(caller, call)
         arguments = () if guarded else _handed(caller, call)
+        steps = factories.get((str(module.resolve()), member))
         found.append(
             HandedCall(
-                str(module.resolve()), member, str(path), caller.line(call), guarded, arguments
+                str(module.resolve()),
+                member,
+                str(path),
+                caller.line(call),
+                guarded,
+                arguments,
+                steps is not None and accumulation_unhandled(caller, steps),
             )
         )
     return tuple(found)

@@ -96,38 +96,101 @@ def _ancestors(folder: Path) -> Iterator[Path]:
 
 def imported_files(script: Path, data: bytes) -> dict[str, Path]:
     """The project modules ``data`` (the text of ``script``) imports, by the module name its
-    imports spell: a test of the text, no parse (``from . import util`` names ``util`` too)."""
+    imports spell: a test of the text, no parse (``from . import util`` names ``util`` too);
+    also, for ``from pkg import Trainer`` where ``pkg/__init__.py`` only re-exports it, the
+    module that defines it (`defining_module`), by ``pkg.Trainer``."""
     found: dict[str, Path] = {}
     for match in IMPORTED.finditer(data):
         name = (match.group(1) or match.group(2)).decode()
         names = [name]
+        end = data.find(b"\n", match.end())
+        if data[match.end() :].lstrip(b" \t").startswith(b"("):
+            end = data.find(b")", match.end())  # ``from pkg import (\n    A,\n    B,\n)``
+        imported = data[match.end() : end if end >= 0 else len(data)]
+        words = [
+            part.split(" as ")[0].strip()
+            for part in imported.decode(errors="replace").strip(" ()\\\n").split(",")
+        ]
         if match.group(1) is not None and name.strip(".") == "":
-            names = []  # ``from . import a, b``: each name a module of the folder
-            line_end = data.find(b"\n", match.end())
-            imported = data[match.end() : line_end if line_end >= 0 else len(data)]
-            for part in imported.decode(errors="replace").strip(" ()\\").split(","):
-                word = part.split(" as ")[0].strip()
-                if word.isidentifier():
-                    names.append(name + word)
+            # ``from . import a, b``: each name a module of the folder
+            names = [name + word for word in words if word.isidentifier()]
         for each in names:
             if each in found:
                 continue
             file = module_file(script, each)
-            if file is not None:
-                found[each] = file
+            if file is None:
+                continue
+            found[each] = file
+            if match.group(1) is None or each != name:
+                continue
+            for word in words:
+                source = defining_module(file, word)[0] if word.isidentifier() else file
+                if source != file:
+                    found.setdefault(f"{each}.{word}", source)
     return found
 
 
 def split_member(qualified: str, script: Path) -> tuple[Path, str] | None:
     """``utils.validate`` (as a script's imports resolve a call's name) -> ``utils.py`` of the
-    project and ``validate``: the module is the longest prefix that is a project file."""
+    project and ``validate``: the module is the longest prefix that is a project file; where
+    that module only imports the member (a package's ``__init__.py`` re-exporting ``from
+    .trainer import Trainer``), the module that defines it (`defining_module`)."""
     module_name, _, member = qualified.rpartition(".")
     if not module_name or not member:
         return None
     if module_name.strip(".") == "":  # ``from . import util``: ``.util`` is the module
         return None
     file = module_file(script, module_name)
-    return (file, member) if file is not None else None
+    return defining_module(file, member) if file is not None else None
+
+
+#: ``from .trainer import Trainer``, ``from pkg.a import (f, g as h)``, ``from .x import *``
+_FROM_IMPORT = re.compile(
+    rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.MULTILINE
+)
+#: How many re-exports deep a member is followed (``pkg/__init__`` -> ``pkg/core/__init__``)
+_REEXPORT_DEPTH = 3
+
+
+@functools.lru_cache(maxsize=4096)
+def defining_module(file: Path, member: str) -> tuple[Path, str]:
+    """The project module that defines ``member`` of ``file``, and its name there: ``file``
+    itself where it defines it (or nothing says otherwise), else the module it imports it from
+    (``from .trainer import Trainer as EpochTrainer`` in ``pkg/__init__.py``: ``trainer.py``
+    and ``Trainer``; a star import whose module defines it), followed a few re-exports deep.
+    Read as text, like the rest of the project's reading: nothing is imported."""
+    for _ in range(_REEXPORT_DEPTH):
+        text = read(file)
+        if member in top_level_names(text):
+            break
+        found = _imported_from(file, text, member)
+        if found is None:
+            break
+        file, member = found
+    return file, member
+
+
+def _imported_from(file: Path, text: bytes, member: str) -> tuple[Path, str] | None:
+    """Where ``file``'s text imports the name it binds as ``member`` from a project module."""
+    for match in _FROM_IMPORT.finditer(text):
+        module = match.group(1).decode()
+        if module.strip(".") == "":
+            continue  # ``from . import trainer``: a module, not a member of one
+        listed = match.group(2).decode(errors="replace").strip().strip("()\\")
+        for part in listed.replace("\n", " ").split(","):
+            words = part.split()
+            if not words:
+                continue
+            original, bound = words[0], words[-1]  # ``Trainer as EpochTrainer``
+            if original == "*" or bound == member:
+                source = module_file(file, module)
+                if source is None:
+                    continue
+                if original != "*":
+                    return source, original
+                if member in top_level_names(read(source)):
+                    return source, member
+    return None
 
 
 def read(file: Path) -> bytes:

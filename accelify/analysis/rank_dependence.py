@@ -18,7 +18,7 @@ from accelify.analysis.collectives import DDP, DEEPSPEED, EVERY_BACKEND, FSDP, Z
 from accelify.analysis.loops import enumerates
 from accelify.analysis.placement import Placement
 from accelify.analysis.script_model import ScriptModel
-from accelify.analysis.syntax import dotted, operands, root_name, target_names
+from accelify.analysis.syntax import dotted, operands, root_name, target_names, unpacked_pairs
 
 SETTINGS_ROOTS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS")
 
@@ -134,9 +134,17 @@ class RankDependence:
                 assigned[node.target.value] = assigned.get(node.target.value, True) and uniform
             elif isinstance(node, cst.Assign):
                 for target in node.targets:
-                    for name in target_names(target.target):
-                        uniform = isinstance(node.value, cst.Integer)
-                        assigned[name] = assigned.get(name, True) and uniform
+                    # ``step, done = 0, False``: each name with the value at its place
+                    pairs = unpacked_pairs(target.target, node.value) or [
+                        (target.target, node.value)
+                    ]
+                    for bound, value in pairs:
+                        for name in target_names(bound):
+                            uniform = isinstance(value, cst.Integer)
+                            assigned[name] = assigned.get(name, True) and uniform
+            elif isinstance(node, cst.NamedExpr):
+                for name in target_names(node.target):
+                    assigned[name] = False  # ``(n := len(batch))``: whatever it holds
             elif isinstance(node, cst.For):
                 iterable = node.iter
                 is_range = isinstance(iterable, cst.Call) and dotted(iterable.func) == "range"

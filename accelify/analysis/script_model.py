@@ -37,6 +37,7 @@ from accelify.analysis.syntax import (
     bound_result,
     children_of,
     dotted,
+    is_generator_function,
     keyword_value,
     remember_walk,
     root_name,
@@ -176,6 +177,8 @@ class ScriptModel:
     _rank_decorator_tests: dict[int, cst.BaseExpression | None] = field(
         default_factory=dict, repr=False
     )
+    #: `answers_by_rank` by function: whether its answer differs between ranks
+    _rank_answers: dict[int, bool] = field(default_factory=dict, repr=False)
     _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
     #: what calls of functions of the project's other modules return, by the call's id: the
     #: DataLoaders a ``get_dataloader()`` of ``dataset.py`` makes (`convert.project`)
@@ -361,7 +364,21 @@ class ScriptModel:
             found = memo[id(value)] = self._reads_rank(value, deep=True, seen=set())
         return found
 
-    def _reads_rank(self, value: cst.CSTNode, deep: bool, seen: set[tuple[int, str]]) -> bool:
+    def rank_answer_read(self, value: cst.CSTNode) -> cst.Call | None:
+        """The call of a function that `answers_by_rank` through which ``value`` reads the rank
+        (``if stats is not None:`` after ``stats = collect_rollouts(n)``), or None: what a
+        finding names so that the reader sees why the test differs between ranks."""
+        answers: list[cst.Call] = []
+        self._reads_rank(value, deep=True, seen=set(), answers=answers)
+        return answers[0] if answers else None
+
+    def _reads_rank(
+        self,
+        value: cst.CSTNode,
+        deep: bool,
+        seen: set[tuple[int, str]],
+        answers: list[cst.Call] | None = None,
+    ) -> bool:
         stack = [value]
         while stack:
             node = stack.pop()
@@ -388,11 +405,15 @@ class ScriptModel:
                 stack.append(node.value)
                 continue
             if isinstance(node, cst.Name):
-                if self._name_reads_rank(node, seen):
+                if self._name_reads_rank(node, seen, answers):
                     return True
                 continue
             if isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
                 continue
+            if isinstance(node, cst.Call) and self._calls_rank_answer(node):
+                if answers is not None:
+                    answers.append(node)
+                return True  # ``stats = collect_rollouts(n)``: None on the other ranks
             if isinstance(node, cst.Call) and not deep:
                 function = (dotted(node.func) or "").rsplit(".", 1)[-1]
                 stack.append(node.func)
@@ -406,7 +427,52 @@ class ScriptModel:
             stack.extend(children_of(node))
         return False
 
-    def _name_reads_rank(self, read: cst.Name, seen: set[tuple[int, str]]) -> bool:
+    def _calls_rank_answer(self, call: cst.Call) -> bool:
+        """``call`` runs a function of the file that `answers_by_rank`."""
+        found = self.call_graph.callee(call)
+        return found is not None and self.answers_by_rank(found[0])
+
+    def answers_by_rank(self, function: cst.FunctionDef) -> bool:
+        """``function`` returns one value on some ranks and another on the rest: ``if not
+        accelerator.is_main_process: return None`` above ``return stats`` (a PPO trainer's
+        rollout or evaluation), ``return`` of different values in the two arms of a rank test,
+        or a value from a body a rank decorator runs on one process (the others get None). A
+        caller's test of the answer (``if stats is not None: accelerator.wait_for_everyone()``)
+        is then a rank test: only some ranks enter it."""
+        cache = self._rank_answers
+        found = cache.get(id(function))
+        if found is None:
+            cache[id(function)] = False  # a recursive call reads no rank while it is asked
+            found = cache[id(function)] = self._answers_by_rank(function)
+        return found
+
+    def _answers_by_rank(self, function: cst.FunctionDef) -> bool:
+        if is_generator_function(function):
+            return False
+        code = self.module.code_for_node
+        answers: set[str] = set()
+        guarded = False
+        for node in self.index.own_nodes(function):
+            if type(node) is not cst.Return:
+                continue
+            answers.add(code(node.value) if node.value is not None else "None")
+            guard = self.rank_guard_of(node)
+            if guard is not None and (guard is function or self.inside(guard, function)):
+                guarded = True
+        if self.rank_decorator_test(function) is not None:
+            return bool(answers - {"None"})  # the other ranks get None from the decorator
+        if not guarded:
+            return False
+        if not _ends_in_exit(function.body):
+            answers.add("None")  # falling off the end answers None
+        return len(answers) > 1
+
+    def _name_reads_rank(
+        self,
+        read: cst.Name,
+        seen: set[tuple[int, str]],
+        answers: list[cst.Call] | None = None,
+    ) -> bool:
         """A name read: the rank when named for it (a parameter, a global, an import, a local
         set other than by a loop: ``rank, world_size = setup()``), an alias, or set from a
         value that reads it. The name is looked up in the function it is read in, then in the
@@ -429,7 +495,7 @@ class ScriptModel:
             id(value) not in self._loop_iterables for value in values
         ):
             return True  # ``rank, world_size = setup()``: named so, and set once, not counted
-        return any(self._reads_rank(v, deep=False, seen=seen) for v in values)
+        return any(self._reads_rank(v, deep=False, seen=seen, answers=answers) for v in values)
 
     @cached_property
     def _loop_iterables(self) -> set[int]:
@@ -1401,6 +1467,23 @@ def _decorator_rank_test(decorator: cst.BaseExpression) -> cst.BaseExpression | 
         return None
     index = call.args[0].value
     return cst.Comparison(attribute, [cst.ComparisonTarget(cst.Equal(), index)])
+
+
+def _ends_in_exit(block: cst.BaseSuite) -> bool:
+    """The block's last statement returns or raises, or is an ``if``/``else`` whose every arm
+    does: control never falls off its end."""
+    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    last = statements[-1] if statements else None
+    if isinstance(last, cst.If):
+        orelse = last.orelse
+        if orelse is None or not _ends_in_exit(last.body):
+            return False
+        return (
+            _ends_in_exit(orelse.body)
+            if isinstance(orelse, cst.Else)
+            else _ends_in_exit(cst.IndentedBlock(body=[orelse]))
+        )
+    return _leaves(block)
 
 
 def _leaves(block: cst.BaseSuite) -> bool:

@@ -328,6 +328,15 @@ def target_names(target: cst.BaseExpression) -> set[str]:
     return set()
 
 
+def bound_value(node: cst.BaseExpression) -> cst.BaseExpression:
+    """What a later test reads ``node`` by: the target of a walrus (``(is_main :=
+    accelerator.is_main_process)`` is ``is_main`` for an ``if not is_main:`` below it, as if
+    bound by an assignment first), else ``node`` itself."""
+    while isinstance(node, cst.NamedExpr):
+        node = node.target
+    return node
+
+
 def operands(node: cst.CSTNode) -> list[cst.BaseExpression]:
     """The expressions ``node`` reads directly, found through the syntax that wraps them: a
     comparison's right side, a collection's elements, a call's arguments and a subscript's

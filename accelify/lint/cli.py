@@ -138,12 +138,15 @@ def _lint_one(
     importers: tuple[Path, ...] = (),
     handed: tuple[HandedCall, ...] = (),
     wanted: tuple[str, ...] = (),
+    callers: tuple[Path, ...] = (),
 ) -> FileResult:
     """``collect``: free the cycles the file left before the next one (`_cycles_collected_once`);
     not after the last file of a serial run. ``importers``: the linted files that import this
     one and were not linted before it (an import cycle: `lint_order`); ``handed``: what the
     calls of those linted before it hand it; ``wanted``: the linted modules that wait for what
-    its own calls hand them (a cache entry keeps those facts: they are part of its key)."""
+    its own calls hand them (a cache entry keeps those facts: they are part of its key);
+    ``callers``: every linted file that imports it, read only where a rule asks who runs one
+    of its methods (`ProjectView.callers_of`)."""
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -174,6 +177,7 @@ def _lint_one(
                 importers,
                 handed,
                 wanted,
+                callers,
             )
     except Exception as error:  # our bug, not the user's: one line, the other files go on
         return FileResult(
@@ -250,11 +254,13 @@ def _lint_all(
             waiting_for.setdefault(importer, []).append(str(path.resolve()))
     results: dict[Path, FileResult] = {}
 
-    def arguments(path: Path) -> tuple[tuple[Path, ...], tuple[HandedCall, ...], tuple[str, ...]]:
+    def arguments(
+        path: Path,
+    ) -> tuple[tuple[Path, ...], tuple[HandedCall, ...], tuple[str, ...], tuple[Path, ...]]:
         waits, cyclic = order[path]
         this = str(path.resolve())
         handed = tuple(c for w in waits for c in results[w].handed if c.module == this)
-        return cyclic, handed, tuple(sorted(set(waiting_for.get(path, ()))))
+        return cyclic, handed, tuple(sorted(set(waiting_for.get(path, ())))), waits + cyclic
 
     from graphlib import TopologicalSorter
 

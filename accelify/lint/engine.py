@@ -166,6 +166,7 @@ def lint_source(
     importers: tuple[Path, ...] | None = None,
     handed: tuple[HandedCall, ...] = (),
     wanted: tuple[str, ...] = (),
+    callers: tuple[Path, ...] = (),
 ) -> FileResult:
     """``portable``: findings carry their fix as a text edit on ``data`` (plain data), not as a
     plan over this process's tree. ``importers``: the files that import this one whose
@@ -175,7 +176,10 @@ def lint_source(
     `FileResult.handed`, the facts of the analyses they were linted with). A module handed an
     accelerator or a prepared object is analysed whatever its text names (``def
     validate(acc, model, loader)`` names no accelerator). ``wanted``: the linted modules (by
-    resolved path) that wait for what this file's calls hand them (`FileResult.handed`)."""
+    resolved path) that wait for what this file's calls hand them (`FileResult.handed`).
+    ``callers``: every linted file that imports this one, read only where a rule asks who
+    runs a method of it (`ProjectView.callers_of`: a module that names no accelerator hands
+    nothing, but may call a trainer's hook)."""
     result = FileResult(path, original=data, no_accelerator=True)
     this = str(Path(path).resolve()) if handed else ""
     given = any(call.arguments for call in handed if call.module == this)
@@ -209,7 +213,9 @@ def lint_source(
         return result
     from accelify.analysis.script_model import analyze
 
-    project = project_view(path, data, importers, handed) if importers is not None else None
+    project = (
+        project_view(path, data, importers, handed, callers) if importers is not None else None
+    )
     script = analyze(module, data.decode("utf-8", errors="replace"), project=project)
     result.no_accelerator = not script.uses_accelerator
     result.findings = _check(script, data, path, selection)
@@ -288,7 +294,11 @@ def _constructs_in_code(module: bytes) -> bool:
 
 
 def project_view(
-    path: str, data: bytes, importers: tuple[Path, ...], handed: tuple[HandedCall, ...] = ()
+    path: str,
+    data: bytes,
+    importers: tuple[Path, ...],
+    handed: tuple[HandedCall, ...] = (),
+    callers: tuple[Path, ...] = (),
 ) -> ProjectView | None:
     """The file as the rest of its project sees it, when there is a rest: it imports a module
     of the project (an Accelerator factory may be there), or importers' calls tell what its
@@ -298,7 +308,7 @@ def project_view(
     from accelify.analysis.project_modules import imported_files
 
     script = Path(path)
-    if not importers and not handed and not imported_files(script, data):
+    if not importers and not handed and not callers and not imported_files(script, data):
         return None
     return ProjectView(
         script,
@@ -308,6 +318,8 @@ def project_view(
         constructs_for=_constructs_for,
         handed=handed,
         handing=tuple(dict.fromkeys(Path(call.caller) for call in handed)),
+        callers=callers,
+        load_any=load_module,
     )
 
 

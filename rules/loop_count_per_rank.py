@@ -1,0 +1,128 @@
+from collections.abc import Iterator
+
+from accelify.analysis.facts import facts_of
+from accelify.analysis.rank_local_loops import rank_local_loops
+from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.syntax import dotted
+from accelify.lint.rule import HEADER, Example, Finding, Rule
+
+#: A REINFORCE-style trainer: one episode per pass of the epoch loop; ``{loop}`` plays it.
+_EPISODES = (
+    HEADER
+    + "import torch\n"
+    + "policy, optimizer = accelerator.prepare(policy, optimizer)\n"
+    + "env = make_env(seed=accelerator.process_index)\n"
+    + "for episode in range(100):\n"
+    + "    obs = env.reset()\n"
+    + "{loop}"
+)
+_PLAYED = (
+    "    done = False\n"
+    + "    while not done:\n"
+    + "        logits = policy(torch.as_tensor(obs))\n"
+    + "        action = torch.distributions.Categorical(logits=logits).sample()\n"
+    + "        obs, reward, done, info = env.step(action.item())\n"
+    + "        loss = -reward * logits.log_softmax(-1)[action]\n"
+    + "        accelerator.backward(loss)\n"
+    + "        optimizer.step()\n"
+    + "        optimizer.zero_grad()\n"
+)
+
+
+class LoopCountPerRank(Rule):
+    """A ``while`` loop whose test reads a value each rank computes from its own data (an
+    environment's ``done`` from ``env.step``, ``len(buffer)`` of this rank's rollouts), with a
+    backward or another collective in its body (directly or through a function of the file):
+    each rank makes its own number of passes, and under DDP each ``accelerator.backward`` is a
+    gradient all-reduce. The rank whose episode ends first leaves the loop; the others wait in
+    their next all-reduce for it (a hang) or meet its next collective instead (gradients of
+    different steps averaged). Decide the loop's end on every rank together (reduce the flag
+    each pass), or collect this rank's episode first with no backward and train on it for a
+    number of steps every rank agrees on. Counters, settings, flags made from them or from a
+    reduced value, and a prepared DataLoader's batches (the same count on every rank) are no
+    such test."""
+
+    code = "ACC215"
+    name = "loop-count-per-rank"
+    message = (
+        "End this loop on every rank together: its test reads a value this rank computes from "
+        "its own data, so the ranks make different numbers of passes, each with a collective "
+        "(hang)"
+    )
+    why = "Ranks that loop a different number of times meet different collectives."
+    bad = (
+        Example(_EPISODES.format(loop=_PLAYED), 9, 5),
+        # a buffer this rank fills, trained on while it is short
+        Example(
+            HEADER
+            + "import torch\n"
+            + "policy, optimizer = accelerator.prepare(policy, optimizer)\n"
+            + "buffer = []\n"
+            + "while len(buffer) < 512:\n"
+            + "    obs, reward, done, info = env.step(policy(obs).argmax().item())\n"
+            + "    if reward > 0:\n"
+            + "        buffer.append((obs, reward))\n"
+            + "    accelerator.backward(policy(torch.as_tensor(obs)).sum())\n",
+            6,
+            1,
+        ),
+    )
+    good = (
+        # the episode is played with no backward; training runs a count every rank agrees on
+        _EPISODES.format(
+            loop="    done, transitions = False, []\n"
+            + "    while not done:\n"
+            + "        with torch.no_grad():\n"
+            + "            action = policy(torch.as_tensor(obs)).argmax().item()\n"
+            + "        obs, reward, done, info = env.step(action)\n"
+            + "        transitions.append((obs, action, reward))\n"
+            + "    for step in range(8):\n"
+            + "        accelerator.backward(loss_of(policy, transitions))\n"
+            + "        optimizer.step()\n"
+        ),
+        # the end decided on every rank together: the flag reduced each pass
+        _EPISODES.format(
+            loop=_PLAYED.replace(
+                "        optimizer.zero_grad()\n",
+                "        optimizer.zero_grad()\n"
+                "        done = accelerator.reduce(torch.tensor(float(done)), 'min').item()\n",
+            )
+            .replace("        obs, reward, done, info", "        obs, reward, ended, info")
+            .replace("float(done)", "float(ended)")
+        ),
+        # the batches of a prepared loader drawn by hand: every rank gets as many
+        HEADER
+        + "policy, optimizer, loader = accelerator.prepare(policy, optimizer, loader)\n"
+        + "batches = iter(loader)\n"
+        + "batch = next(batches, None)\n"
+        + "while batch is not None:\n"
+        + "    accelerator.backward(policy(batch).sum())\n"
+        + "    batch = next(batches, None)\n",
+        # a counter and a flag set from it: every rank runs the same passes
+        HEADER
+        + "policy, optimizer, loader = accelerator.prepare(policy, optimizer, loader)\n"
+        + "step, done = 0, False\n"
+        + "while not done:\n"
+        + "    for batch in loader:\n"
+        + "        accelerator.backward(policy(batch).sum())\n"
+        + "        step += 1\n"
+        + "        done = step >= args.max_steps\n",
+    )
+
+    def check(self, script: ScriptModel) -> Iterator[Finding]:
+        for found in rank_local_loops(facts_of(script)):
+            called = dotted(found.collective.func) or "a collective"
+            yield self.finding(
+                script,
+                found.loop,
+                message=(
+                    f"End this loop on every rank together: its test reads {found.name}, which "
+                    f"this rank computes from its own data (line {script.line(found.binding)}), "
+                    f"so the ranks make different numbers of passes, and each pass reaches "
+                    f"{called}() (line {script.line(found.collective)}), a collective: the rank "
+                    "that leaves first leaves the others waiting in it (hang); reduce the flag "
+                    "over the ranks each pass and loop while any rank goes on, or collect this "
+                    "rank's data first with no collective and train on it for a number of steps "
+                    "every rank agrees on"
+                ),
+            )
