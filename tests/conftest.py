@@ -301,6 +301,16 @@ def seconds_after_line(
     printed). A bound on a run's whole time also counts how long the ranks took to import torch
     and meet, which grows with the machine's load; timed from the script's own line, it counts
     only what the launcher does about it."""
+    result, _, after = seconds_around_line(command, marker, cwd, timeout, env)
+    return result, after
+
+
+def seconds_around_line(
+    command: list[str], marker: str, cwd: Path | None, timeout: float, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], float | None, float | None]:
+    """`seconds_after_line`, and also the seconds from the run's start to that line (None:
+    never printed): how long the run took to get there on this machine at this load."""
+    begun = time.monotonic()
     process = start(command, cwd=cwd, env=env)
     stdout: list[str] = []
     reader = threading.Thread(target=lambda: stdout.append(process.stdout.read()), daemon=True)
@@ -324,7 +334,9 @@ def seconds_after_line(
     assert process.returncode != -signal.SIGKILL, (
         f"timed out after {timeout}s: {command}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     )
-    return result, None if seen is None else ended - seen
+    if seen is None:
+        return result, None, None
+    return result, seen - begun, ended - seen
 
 
 def _kill_group(pid: int) -> None:
@@ -365,11 +377,11 @@ def _descendants(pid: int) -> list[int]:
 
 def launch_timed(
     script: Path, marker: str, cwd: Path | None = None, timeout: float = 240
-) -> tuple[subprocess.CompletedProcess[str], float | None]:
-    """`launch` on 2 ranks, timed from the script's ``marker`` line on stderr to the end
-    (`seconds_after_line`)."""
+) -> tuple[subprocess.CompletedProcess[str], float | None, float | None]:
+    """`launch` on 2 ranks, timed from its start to the script's ``marker`` line on stderr and
+    from that line to the end (`seconds_around_line`)."""
     command = [sys.executable, "-m", "accelify", "launch", "--cpu", "-n", "2", str(script)]
-    return seconds_after_line(command, marker, cwd=cwd, timeout=timeout, env=dict(os.environ))
+    return seconds_around_line(command, marker, cwd=cwd, timeout=timeout, env=dict(os.environ))
 
 
 def launch(

@@ -124,14 +124,22 @@ def test_a_failing_rank_is_named_as_the_cause_with_its_traceback(tmp_path):
     # A copy of its own: the processes left over are looked for by the script's path, and
     # another test may be running fail.py beside this one (pytest-xdist).
     script = shutil.copy(RUNTIME / "fail.py", tmp_path / "fail.py")
-    result, after_the_raise = launch_timed(script, "rank 1 raises now", timeout=240)
+    result, to_the_raise, after_the_raise = launch_timed(script, "rank 1 raises now", timeout=240)
     assert result.returncode == 1, result.stderr
     # Timed from the rank's raise, not from the launch: starting the ranks (importing torch,
     # meeting) takes as long as the machine's load makes it (40 s seen with the 2 cores
     # loaded). After the raise nothing may wait out a timeout: torch's own (30 minutes), the
-    # agent's 30 s between SIGTERM and SIGKILL for a rank that will not stop.
-    assert after_the_raise is not None, result.stderr
-    assert after_the_raise < 30, f"took {after_the_raise:.1f}s after the raise"
+    # agent's 30 s between SIGTERM and SIGKILL for a rank that will not stop. What the
+    # processes do after it (end, be collected, report: 1.2-1.7 s at load 14) is less than
+    # what they did to get to it (two Pythons importing torch and meeting: 18-27 s there), and
+    # takes as much longer under load: the bound is 30 s, or the time to the raise where a
+    # loaded machine made that longer (a 30 s wait on top of the ending then still fails,
+    # unless the start took more than 30 s plus the ending).
+    assert to_the_raise is not None and after_the_raise is not None, result.stderr
+    bound = max(30.0, to_the_raise)
+    assert after_the_raise < bound, (
+        f"took {after_the_raise:.1f}s after the raise ({to_the_raise:.1f}s to get to it)"
+    )
     # Rank 0 fails too ("Connection closed by peer" in its all-reduce), a moment later: the
     # report names rank 1, ends with its error, and shows its traceback.
     report = result.stderr[result.stderr.index("accelify launch: rank 1 failed first; its") :]

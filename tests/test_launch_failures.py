@@ -1214,7 +1214,7 @@ def test_a_rank_that_breaks_out_of_its_loop_alone_is_named_with_its_step():
 
 @pytest.mark.distributed
 def test_a_collective_under_a_main_process_guard_is_a_mismatch_reported_in_seconds():
-    result, after_the_gather = launch_timed(
+    result, _, after_the_gather = launch_timed(
         FAILURES / "main_only_gather.py", "rank 0 gathers alone", cwd=FAILURES, timeout=240
     )
     assert result.returncode == 1, result.stderr
