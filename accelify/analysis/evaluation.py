@@ -127,6 +127,11 @@ class Evaluation:
     #: value is padded to the ranks' longest first (``pad_across_processes(x, dim=1,
     #: pad_index=...)``), and the extra positions count for nothing.
     pad_index: str | None = None
+    #: gathered, a metric is near the whole set's but not exactly one process's (a mean of
+    #: batch means whose merged batches differ in size): the gather is made and this says why
+    #: and what makes it exact, on a review line at ``caveat_at``.
+    caveat: str | None = None
+    caveat_at: cst.CSTNode | None = None
 
     @property
     def line_node(self) -> cst.CSTNode:
@@ -244,6 +249,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _weighs_token_means(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
+    if found.unsure is None:
+        _caveat_batch_means_over_batches(found, body, facts)
     return found
 
 
@@ -1329,6 +1336,80 @@ def _weighted_mean(value: cst.BaseExpression, means: set[str], model: ScriptMode
         if _a_loss_call(mean, model):
             return model.module.code_for_node(mean)
     return None
+
+
+def _caveat_batch_means_over_batches(
+    found: Evaluation, body: list[cst.CSTNode], facts: Facts
+) -> None:
+    """``test_loss += criterion(out, y).item()`` then ``test_loss /= len(test_loader)`` (or
+    each mean added already divided, ``loss.item() / len(loader)``): the mean of the batches'
+    means. Gathered, each step's loss is the mean of N ranks' batches merged, and the last step
+    holds fewer samples than the others (the padding dropped), yet counts as much: the number is
+    the whole set's mean only when every merged batch is full (the set's size a multiple of the
+    batch size times N), which no number in the file proves (a PointNet test loop, batches of
+    one, 13 samples on 2 ranks). The gather stays (the counts beside it are exact) and this is
+    said on a review line, with the sum that is exact on any number of ranks."""
+    loop = found.loop
+    model = facts.model
+    means = _batch_means(body, model)
+    for sink, statement in _sums_added(found):
+        value = statement.value
+        over = value.right if _divided_as_added(value) else None  # type: ignore[attr-defined]
+        added = value.left if over is not None else value  # type: ignore[attr-defined]
+        read = {n.value for n in walk(added) if isinstance(n, cst.Name)}
+        mean = sorted(read & means) or [
+            model.module.code_for_node(call)
+            for call in _added_batch_means(added, model)
+            if dotted(call.func) not in model.functions
+        ]
+        if not mean or _weighted_by_batch_size(added) or _summed_over_the_batch(added):
+            continue
+        total = statement.target.value
+        if over is not None:
+            if not _is_len_of_loader(over, loop.iterable):
+                continue
+            averaged: cst.CSTNode | None = statement
+        else:
+            averaged = averaged_over_batches(model, facts.placement, loop, total)
+        if averaged is None:
+            continue
+        loader = loop.iterable or "the loader"
+        unwrapped = _unwrapped(added)
+        direct = bool(_added_batch_means(added, model)) or (
+            isinstance(unwrapped, cst.Name) and unwrapped.value in means
+        )
+        found.caveat_at = sink
+        if direct:
+            found.caveat = (
+                f"{total} sums {mean[0]}, one batch's mean, and line {model.line(averaged)} "
+                "averages it over the batches: gathered, each step's mean covers N ranks' "
+                "batches and the last step fewer samples than the others while counting as "
+                "much, so on N ranks the number is the whole set's mean only when the set "
+                "splits into full batches on every rank; for the exact mean add "
+                f"{mean[0]} times the batch's count of samples to {total} and divide it by "
+                f"len({loader}.dataset)"
+            )
+        else:
+            found.caveat = (
+                f"{total} sums {model.module.code_for_node(added)}, a function of {mean[0]}, "
+                f"one batch's mean, and line {model.line(averaged)} averages it over the "
+                f"batches: gathered, {mean[0]} is the mean of N ranks' batches merged, and "
+                "the average of the function over the merged batches differs from one "
+                "process's over its own; for one process's number on any count of ranks, "
+                "compute the value per sample, gather those and average them"
+            )
+        return
+
+
+def _is_len_of_loader(node: cst.BaseExpression, loader: str | None) -> bool:
+    """``len(loader)``: the count of batches ``loader`` yields."""
+    return (
+        isinstance(node, cst.Call)
+        and dotted(node.func) == "len"
+        and len(node.args) == 1
+        and loader is not None
+        and dotted(node.args[0].value) == loader
+    )
 
 
 def _totals_averaged_over_batches(
