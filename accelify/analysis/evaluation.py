@@ -37,7 +37,7 @@ from accelify.analysis.dataflow import (
     variables_in,
     within,
 )
-from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name
+from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name, phase_name
 from accelify.analysis.loss_reduction import is_ctc_loss, sums_its_batch
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
@@ -756,6 +756,8 @@ def _phase_evaluation(loop: Loop, facts: Facts) -> Evaluation | None:
         conditions += tests
     if not any(word in test for test in conditions for word in ("train", "phase", "mode")):
         return None
+    if _trains_in_every_phase(loop, backwards, model):
+        return None
     local = _assigned_in(loop.node)
     sinks = [sink for sink in statements(loop.node.body) if _is_sink(sink, local)]
     if not sinks:
@@ -772,6 +774,69 @@ def _phase_evaluation(loop: Loop, facts: Facts) -> Evaluation | None:
         "accelerator.gather_for_metrics"
     )
     return found
+
+
+def _trains_in_every_phase(loop: Loop, backwards: list[cst.Call], model: ScriptModel) -> bool:
+    """``for phase in ["train"]:`` around ``for x, y in loaders[phase]:`` whose backward runs
+    under ``if phase == "train":``: every phase the list names passes every test around the
+    backward, so the loop only ever trains (the transfer-learning tutorial with its validation
+    phase taken out): a training loop, sharded, with nothing to gather."""
+    phase = phase_name(loop.node.iter)
+    phases = _listed_phases(loop, phase, model) if phase is not None else None
+    if not phases:
+        return False
+    for call in backwards:
+        for ancestor in between(model, call, loop.node):
+            if isinstance(ancestor, cst.If) and not all(
+                _phase_test(ancestor.test, phase, value)
+                for value in phases  # type: ignore[arg-type]
+            ):
+                return False
+    return True
+
+
+def _listed_phases(loop: Loop, phase: str, model: ScriptModel) -> list[str] | None:
+    """The strings of ``for phase in ["train", "val"]:`` around ``loop``, or None when the
+    phases are not written out."""
+    for ancestor in model.ancestors(loop.node):
+        if (
+            isinstance(ancestor, cst.For)
+            and isinstance(ancestor.target, cst.Name)
+            and ancestor.target.value == phase
+        ):
+            values = ancestor.iter
+            if not isinstance(values, (cst.List, cst.Tuple)) or not values.elements:
+                return None
+            strings = [element.value for element in values.elements]
+            if not all(isinstance(value, cst.SimpleString) for value in strings):
+                return None
+            return [value.evaluated_value for value in strings]  # type: ignore[union-attr]
+    return None
+
+
+def _phase_test(test: cst.BaseExpression, phase: str, value: str) -> bool:
+    """``phase == "train"`` (``!=``, ``in ("train", "finetune")``) holds when ``phase`` is
+    ``value``; False for any other test (not known to hold)."""
+    if not (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.left, cst.Name)
+        and test.left.value == phase
+    ):
+        return False
+    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(right, cst.SimpleString):
+        if isinstance(operator, cst.Equal):
+            return right.evaluated_value == value
+        if isinstance(operator, cst.NotEqual):
+            return right.evaluated_value != value
+        return False
+    if isinstance(right, (cst.List, cst.Tuple, cst.Set)) and isinstance(operator, cst.In):
+        return any(
+            isinstance(e.value, cst.SimpleString) and e.value.evaluated_value == value
+            for e in right.elements
+        )
+    return False
 
 
 def _place(found: Evaluation, facts: Facts) -> str | None:
