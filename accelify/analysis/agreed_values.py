@@ -6,6 +6,12 @@ total``), and a name of the caller set only from them, constants, counters and s
 evaluate(model, val_loader)``, ``best = acc``). A test that reads only such names (``acc >
 best``) is decided alike by every rank, though it reads values this rank computed.
 
+A model's forward in eval mode of agreed inputs is agreed too: the prepared model's parameters
+are the same on every rank, so a greedy generation after training (``logits =
+model(torch.tensor([generated], device=device))``, ``next_tok = logits[0, -1].argmax().item()``)
+decides its ``if next_tok == eos: break`` alike everywhere (a sampled token is not: the draws
+are each rank's own). A list is bound to what ``append``/``extend``/``insert`` put in it.
+
 Which evaluations are gathered is the caller's answer (a conversion gathers some and leaves
 others); this module only follows the values.
 """
@@ -18,10 +24,14 @@ import libcst as cst
 
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts
+from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, unpacked_names, walk
 
+#: Where names are agreed: a function's own body, or the module's own code.
+Scope = cst.FunctionDef | cst.Module
+
 #: Builtins whose result is the same wherever their arguments are.
-_PURE_BUILTINS = {"float", "int", "round", "abs", "max", "min", "bool", "str"}
+_PURE_BUILTINS = {"float", "int", "round", "abs", "max", "min", "bool", "str", "range", "len"}
 
 #: Tensor methods whose result is the same wherever the tensor and the arguments are.
 _PURE_METHODS = {
@@ -33,6 +43,13 @@ _PURE_MODULES = (
     "torch.mean", "torch.exp", "torch.sum", "torch.cat", "torch.stack", "math.", "numpy.mean",
     "statistics.",
 )  # fmt: skip
+
+#: Calls that make a tensor of the values they are handed: where it is placed (``device=``)
+#: differs between ranks, its values do not.
+_TENSOR_OF = {"torch.tensor", "torch.as_tensor", "torch.LongTensor", "torch.Tensor"}
+_PLACING_KEYWORDS = {"device", "dtype", "requires_grad"}
+#: List methods that put their last argument into the list.
+_LIST_FILLS = {"append", "extend", "insert"}
 
 #: How a metric object of Hugging Face's ``evaluate`` folds a batch in: fed gathered
 #: predictions and references, its ``compute()`` covers the whole set on every rank.
@@ -55,9 +72,7 @@ class AgreedValues:
     def test_agreed(self, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Every rank decides ``test`` (read at ``at``) alike: it reads only constants,
         counters, settings and values of gathered evaluations."""
-        function = self.facts.placement.enclosing_function(at)
-        if function is None:
-            return False
+        function = self.facts.placement.enclosing_function(at) or self.model.module
         return self._agreed(test, function, self.names(function), 0)
 
     def branch_agreed(self, branch: cst.If) -> bool:
@@ -65,7 +80,7 @@ class AgreedValues:
         whether some ranks may not reach a save or a write (`SharedFiles.divergent_around`)."""
         return self.test_agreed(branch.test, branch)
 
-    def names(self, function: cst.FunctionDef, depth: int = 0) -> frozenset[str]:
+    def names(self, function: Scope, depth: int = 0) -> frozenset[str]:
         """The names of ``function`` every rank holds alike: the greatest set of names whose
         every binding there is agreed, given the metrics of its gathered evaluations."""
         key = id(function)
@@ -88,7 +103,7 @@ class AgreedValues:
         self._names[key] = frozenset(agreed)
         return self._names[key]
 
-    def _metrics(self, function: cst.FunctionDef) -> tuple[set[str], set[int]]:
+    def _metrics(self, function: Scope) -> tuple[set[str], set[int]]:
         """The names the gathered evaluations of ``function`` fold into, and the ids of their
         folding statements."""
         seeds: set[str] = set()
@@ -113,7 +128,7 @@ class AgreedValues:
         return seeds, folded
 
     def _bindings(
-        self, function: cst.FunctionDef, folded: set[int]
+        self, function: Scope, folded: set[int]
     ) -> dict[str, list[cst.BaseExpression | None]]:
         """What each plain name of ``function`` is bound to, outside the gathered evaluations'
         folding statements (None: a value not followed: a parameter, a loop target, ``with
@@ -132,19 +147,44 @@ class AgreedValues:
                 bound = [(node.target, None)]
             elif isinstance(node, cst.AsName):
                 bound = [(node.name, None)]  # type: ignore[list-item]
+            elif (  # ``generated.append(next_tok)``: the list holds what is put in it
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in _LIST_FILLS
+                and isinstance(node.func.value, cst.Name)
+                and node.args
+            ):
+                bound = [(node.func.value, node.args[-1].value)]
+            guards = self._guards(node, function) if bound else []
             for target, value in bound:
                 for name, written in unpacked_names(target, value):
+                    # bound under a test or in a loop the ranks may take differently
+                    # (``else: bad += 1`` after ``if epoch_loss < best``): not agreed
+                    found.setdefault(name, []).extend(guards)
                     # ``acc, n = evaluate(...)``: an element of a value not written out is
                     # agreed where the whole value is (a tuple of agreed values)
                     found.setdefault(name, []).append(value if written is None else written)
-        for parameter in (*function.params.params, *function.params.kwonly_params):
-            found.setdefault(parameter.name.value, []).append(None)
+        if isinstance(function, cst.FunctionDef):
+            for parameter in (*function.params.params, *function.params.kwonly_params):
+                found.setdefault(parameter.name.value, []).append(None)
+        return found
+
+    def _guards(self, node: cst.CSTNode, function: Scope) -> list[cst.BaseExpression]:
+        """The tests of the ``if``/``while`` statements around ``node`` inside ``function``:
+        what decides whether it runs. (A loop's count is not asked about: an epoch loop over a
+        parameter runs as often on every rank.)"""
+        found: list[cst.BaseExpression] = []
+        for ancestor in self.model.ancestors(node):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, (cst.If, cst.While)):
+                found.append(ancestor.test)
         return found
 
     def _agreed(
         self,
         value: cst.BaseExpression,
-        function: cst.FunctionDef,
+        function: Scope,
         agreed: set[str] | frozenset[str],
         depth: int,
     ) -> bool:
@@ -155,16 +195,24 @@ class AgreedValues:
     def _agreed_call(
         self,
         call: cst.Call,
-        function: cst.FunctionDef,
+        function: Scope,
         agreed: set[str] | frozenset[str],
         depth: int,
     ) -> bool:
         arguments = all(self._agreed(a.value, function, agreed, depth) for a in call.args)
         func = call.func
-        if isinstance(func, cst.Name) and func.value in _PURE_BUILTINS:
-            return arguments
+        if self.model.call_names(call) & _TENSOR_OF:
+            return all(
+                self._agreed(a.value, function, agreed, depth)
+                for a in call.args
+                if a.keyword is None or a.keyword.value not in _PLACING_KEYWORDS
+            )
+        if arguments and call.args and self._forward_in_eval_mode(call, function):
+            return True
         if _size_of_a_data_set(call):
             return True
+        if isinstance(func, cst.Name) and func.value in _PURE_BUILTINS:
+            return arguments
         if isinstance(func, cst.Attribute) and func.attr.value in ("item", "tolist", "cpu"):
             return not call.args and self._agreed(func.value, function, agreed, depth)
         if self.model.call_names(call) & set(_METRIC_LOADERS):
@@ -175,6 +223,27 @@ class AgreedValues:
             return arguments and self._agreed(func.value, function, agreed, depth)
         targets = self.facts.calls.targets(call)
         return len(targets) == 1 and depth < _MAX_DEPTH and self.returns_agreed(targets[0], depth)
+
+    def _forward_in_eval_mode(self, call: cst.Call, function: Scope) -> bool:
+        """``model(x)`` of a model of the file switched to eval mode before it in ``function``
+        (``model.eval()``, no ``model.train()`` between): the same parameters on every rank
+        (prepare keeps them in step) and no dropout draws, so the same output of the same
+        inputs."""
+        name = dotted(call.func)
+        if name is None or self.facts.flow.kind_of(name, call) is not Kind.MODEL:
+            return False
+        mode = None
+        for node in self.model.index.own_nodes(function):
+            if node is call:
+                return mode == "eval"
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in ("eval", "train")
+                and dotted(node.func.value) == name
+            ):
+                mode = node.func.attr.value
+        return False
 
     def returns_agreed(self, function: cst.FunctionDef, depth: int = 0) -> bool:
         """Every ``return`` of ``function`` hands back values every rank holds alike (whatever

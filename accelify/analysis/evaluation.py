@@ -37,7 +37,7 @@ from accelify.analysis.dataflow import (
     variables_in,
     within,
 )
-from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name
+from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name, phase_name
 from accelify.analysis.loss_reduction import is_ctc_loss, sums_its_batch
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Loop, ScriptModel
@@ -127,6 +127,11 @@ class Evaluation:
     #: value is padded to the ranks' longest first (``pad_across_processes(x, dim=1,
     #: pad_index=...)``), and the extra positions count for nothing.
     pad_index: str | None = None
+    #: gathered, a metric is near the whole set's but not exactly one process's (a mean of
+    #: batch means whose merged batches differ in size): the gather is made and this says why
+    #: and what makes it exact, on a review line at ``caveat_at``.
+    caveat: str | None = None
+    caveat_at: cst.CSTNode | None = None
 
     @property
     def line_node(self) -> cst.CSTNode:
@@ -244,6 +249,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _weighs_token_means(found, body, facts)
     if found.unsure is not None and found.unsure_at is None:
         found.unsure_at = found.sinks[0]  # the metric that stays this rank's
+    if found.unsure is None:
+        _caveat_batch_means_over_batches(found, body, facts)
     return found
 
 
@@ -749,6 +756,8 @@ def _phase_evaluation(loop: Loop, facts: Facts) -> Evaluation | None:
         conditions += tests
     if not any(word in test for test in conditions for word in ("train", "phase", "mode")):
         return None
+    if _trains_in_every_phase(loop, backwards, model):
+        return None
     local = _assigned_in(loop.node)
     sinks = [sink for sink in statements(loop.node.body) if _is_sink(sink, local)]
     if not sinks:
@@ -765,6 +774,69 @@ def _phase_evaluation(loop: Loop, facts: Facts) -> Evaluation | None:
         "accelerator.gather_for_metrics"
     )
     return found
+
+
+def _trains_in_every_phase(loop: Loop, backwards: list[cst.Call], model: ScriptModel) -> bool:
+    """``for phase in ["train"]:`` around ``for x, y in loaders[phase]:`` whose backward runs
+    under ``if phase == "train":``: every phase the list names passes every test around the
+    backward, so the loop only ever trains (the transfer-learning tutorial with its validation
+    phase taken out): a training loop, sharded, with nothing to gather."""
+    phase = phase_name(loop.node.iter)
+    phases = _listed_phases(loop, phase, model) if phase is not None else None
+    if not phases:
+        return False
+    for call in backwards:
+        for ancestor in between(model, call, loop.node):
+            if isinstance(ancestor, cst.If) and not all(
+                _phase_test(ancestor.test, phase, value)
+                for value in phases  # type: ignore[arg-type]
+            ):
+                return False
+    return True
+
+
+def _listed_phases(loop: Loop, phase: str, model: ScriptModel) -> list[str] | None:
+    """The strings of ``for phase in ["train", "val"]:`` around ``loop``, or None when the
+    phases are not written out."""
+    for ancestor in model.ancestors(loop.node):
+        if (
+            isinstance(ancestor, cst.For)
+            and isinstance(ancestor.target, cst.Name)
+            and ancestor.target.value == phase
+        ):
+            values = ancestor.iter
+            if not isinstance(values, (cst.List, cst.Tuple)) or not values.elements:
+                return None
+            strings = [element.value for element in values.elements]
+            if not all(isinstance(value, cst.SimpleString) for value in strings):
+                return None
+            return [value.evaluated_value for value in strings]  # type: ignore[union-attr]
+    return None
+
+
+def _phase_test(test: cst.BaseExpression, phase: str, value: str) -> bool:
+    """``phase == "train"`` (``!=``, ``in ("train", "finetune")``) holds when ``phase`` is
+    ``value``; False for any other test (not known to hold)."""
+    if not (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.left, cst.Name)
+        and test.left.value == phase
+    ):
+        return False
+    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(right, cst.SimpleString):
+        if isinstance(operator, cst.Equal):
+            return right.evaluated_value == value
+        if isinstance(operator, cst.NotEqual):
+            return right.evaluated_value != value
+        return False
+    if isinstance(right, (cst.List, cst.Tuple, cst.Set)) and isinstance(operator, cst.In):
+        return any(
+            isinstance(e.value, cst.SimpleString) and e.value.evaluated_value == value
+            for e in right.elements
+        )
+    return False
 
 
 def _place(found: Evaluation, facts: Facts) -> str | None:
@@ -1329,6 +1401,80 @@ def _weighted_mean(value: cst.BaseExpression, means: set[str], model: ScriptMode
         if _a_loss_call(mean, model):
             return model.module.code_for_node(mean)
     return None
+
+
+def _caveat_batch_means_over_batches(
+    found: Evaluation, body: list[cst.CSTNode], facts: Facts
+) -> None:
+    """``test_loss += criterion(out, y).item()`` then ``test_loss /= len(test_loader)`` (or
+    each mean added already divided, ``loss.item() / len(loader)``): the mean of the batches'
+    means. Gathered, each step's loss is the mean of N ranks' batches merged, and the last step
+    holds fewer samples than the others (the padding dropped), yet counts as much: the number is
+    the whole set's mean only when every merged batch is full (the set's size a multiple of the
+    batch size times N), which no number in the file proves (a PointNet test loop, batches of
+    one, 13 samples on 2 ranks). The gather stays (the counts beside it are exact) and this is
+    said on a review line, with the sum that is exact on any number of ranks."""
+    loop = found.loop
+    model = facts.model
+    means = _batch_means(body, model)
+    for sink, statement in _sums_added(found):
+        value = statement.value
+        over = value.right if _divided_as_added(value) else None  # type: ignore[attr-defined]
+        added = value.left if over is not None else value  # type: ignore[attr-defined]
+        read = {n.value for n in walk(added) if isinstance(n, cst.Name)}
+        mean = sorted(read & means) or [
+            model.module.code_for_node(call)
+            for call in _added_batch_means(added, model)
+            if dotted(call.func) not in model.functions
+        ]
+        if not mean or _weighted_by_batch_size(added) or _summed_over_the_batch(added):
+            continue
+        total = statement.target.value
+        if over is not None:
+            if not _is_len_of_loader(over, loop.iterable):
+                continue
+            averaged: cst.CSTNode | None = statement
+        else:
+            averaged = averaged_over_batches(model, facts.placement, loop, total)
+        if averaged is None:
+            continue
+        loader = loop.iterable or "the loader"
+        unwrapped = _unwrapped(added)
+        direct = bool(_added_batch_means(added, model)) or (
+            isinstance(unwrapped, cst.Name) and unwrapped.value in means
+        )
+        found.caveat_at = sink
+        if direct:
+            found.caveat = (
+                f"{total} sums {mean[0]}, one batch's mean, and line {model.line(averaged)} "
+                "averages it over the batches: gathered, each step's mean covers N ranks' "
+                "batches and the last step fewer samples than the others while counting as "
+                "much, so on N ranks the number is the whole set's mean only when the set "
+                "splits into full batches on every rank; for the exact mean add "
+                f"{mean[0]} times the batch's count of samples to {total} and divide it by "
+                f"len({loader}.dataset)"
+            )
+        else:
+            found.caveat = (
+                f"{total} sums {model.module.code_for_node(added)}, a function of {mean[0]}, "
+                f"one batch's mean, and line {model.line(averaged)} averages it over the "
+                f"batches: gathered, {mean[0]} is the mean of N ranks' batches merged, and "
+                "the average of the function over the merged batches differs from one "
+                "process's over its own; for one process's number on any count of ranks, "
+                "compute the value per sample, gather those and average them"
+            )
+        return
+
+
+def _is_len_of_loader(node: cst.BaseExpression, loader: str | None) -> bool:
+    """``len(loader)``: the count of batches ``loader`` yields."""
+    return (
+        isinstance(node, cst.Call)
+        and dotted(node.func) == "len"
+        and len(node.args) == 1
+        and loader is not None
+        and dotted(node.args[0].value) == loader
+    )
 
 
 def _totals_averaged_over_batches(

@@ -50,7 +50,7 @@ class Index:
         self.model = model
         #: by the kinds asked for, then by the id of a node of the tree (`ScriptModel.parents`)
         self._nearest: dict[type | tuple[type, ...], dict[int, cst.CSTNode | None]] = {}
-        self._own: dict[cst.FunctionDef, list[cst.CSTNode]] = {}
+        self._own: dict[cst.FunctionDef | cst.Module, list[cst.CSTNode]] = {}
         self._of_type: dict[type | tuple[type, ...], list[cst.CSTNode]] = {}
         #: by ``kinds`` of `nearest`, whether a node type is one (ABC checks are slow)
         self._is_kind: dict[type | tuple[type, ...], dict[type, bool]] = {}
@@ -304,12 +304,13 @@ class Index:
         return self._model_classes_by_method.get(method, [])
 
     # --- a function's own body -------------------------------------------------------------------
-    def own_nodes(self, function: cst.FunctionDef) -> list[cst.CSTNode]:
+    def own_nodes(self, function: cst.FunctionDef | cst.Module) -> list[cst.CSTNode]:
         """``function``'s body in source order, not the bodies of functions, classes or lambdas
-        defined inside it (their headers are included)."""
+        defined inside it (their headers are included); the module's own code for the module."""
         found = self._own.get(function)
         if found is None:
-            found = self._own[function] = self._own_under([function.body])
+            tops = list(function.body) if isinstance(function, cst.Module) else [function.body]
+            found = self._own[function] = self._own_under(tops)
         return found
 
     def _own_under(self, tops: list[cst.CSTNode]) -> list[cst.CSTNode]:

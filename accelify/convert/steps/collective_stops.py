@@ -7,7 +7,8 @@ would, which on one process is what the script did. What the ``if`` did before l
 (``converged = True``, a print) moves under the collective check, so every rank does it. A
 ``continue`` or ``return`` with no collective after it skips nothing the others wait in: it
 stays; so does a ``break`` out of a loop where the ranks never meet (a per-rank retry, a search
-over a local list), which each rank may run a different number of times."""
+over a local list), which each rank may run a different number of times, and a stop every rank
+decides alike (`agreed_values`: a gathered metric, a greedy generation's end token)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Literal
 
 import libcst as cst
 
+from accelify.analysis.syntax import walk
 from accelify.convert.steps.context import Context
 from accelify.edits.collective_rewrites import collective_stop
 
@@ -22,6 +24,10 @@ from accelify.edits.collective_rewrites import collective_stop
 def run(ctx: Context) -> None:
     reach = ctx.facts.collective_reach
     for if_node, stop in ctx.facts.ranks.per_process_stops():
+        if _names_only(if_node.test) and ctx.agreed.test_agreed(if_node.test, if_node):
+            # every rank decides alike (a gathered metric, a greedy token of the prepared model
+            # in eval mode): each leaves at the same iteration on its own
+            continue
         # a break leaves the loop whose later collectives the others reach (none in a loop
         # that is each rank's own: a retry, a search over a local list, where a check_trigger
         # would itself be a collective reached a different number of times); a continue or a
@@ -32,6 +38,13 @@ def run(ctx: Context) -> None:
                 _make_collective(ctx, if_node, stop)
         elif reach.where_the_others_wait_after(if_node, stop):
             _make_collective(ctx, if_node, stop)
+
+
+def _names_only(test: cst.BaseExpression) -> bool:
+    """``next_tok == EOS``: a test of plain names and constants. A call (``stopper(f1)``) or an
+    attribute (``self.stop``) may read state an object keeps per rank, which `agreed_values`
+    takes as agreed: such a stop is still made collective, which costs nothing when it is."""
+    return not any(isinstance(node, (cst.Call, cst.Attribute)) for node in walk(test))
 
 
 _DONE = {

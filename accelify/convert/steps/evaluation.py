@@ -67,7 +67,13 @@ def run(ctx: Context) -> None:
                 f"{ctx.a_at(evaluation.loop.node, 'gather_for_metrics')}",
             )
             continue
-        if not _gather(ctx, evaluation) and not ctx.plan.reaches(evaluation.statement):
+        made = _gather(ctx, evaluation)
+        if made and evaluation.caveat is not None:
+            ctx.plan.review(
+                ctx.line(evaluation.caveat_at or evaluation.line_node),
+                f"evaluation gathered, but {evaluation.caveat}",
+            )
+        if not made and not ctx.plan.reaches(evaluation.statement):
             # a plan confined to a trainer class cannot reach a module-level helper that its
             # caller hands ``trainer.val_loader``: say so rather than leave 1/N of the metrics
             ctx.plan.review(
@@ -127,6 +133,11 @@ def _gather_in_helper(ctx: Context, helper: HelperEvaluation, done: set[int]) ->
     made = _gather(ctx, helper.evaluation)
     if made:
         done.add(id(helper.helper))
+        if helper.evaluation.caveat is not None:
+            ctx.plan.review(
+                ctx.line(helper.evaluation.caveat_at or helper.evaluation.line_node),
+                f"evaluation gathered, but {helper.evaluation.caveat}",
+            )
     return bool(made)
 
 

@@ -1057,7 +1057,42 @@ def _conditional(ctx: Context, binding: Binding) -> bool:
             return True
         if is_main_guard(ancestor):
             continue
-        if isinstance(ancestor, cst.If) and not _bound_on_every_branch(ancestor, binding.name):
+        if (
+            isinstance(ancestor, cst.If)
+            and not _bound_on_every_branch(ancestor, binding.name)
+            and not _read_after(ctx, ancestor, binding.name)
+        ):
+            return True
+    return False
+
+
+def _read_after(ctx: Context, branch: cst.If, name: str) -> bool:
+    """``if args.arch == "mlp": model = ...`` / ``if args.arch == "cnn": model = ...`` (no
+    ``else: raise``), then ``optimizer = SGD(model.parameters())`` in the same block: a
+    statement after the chain that always runs reads ``name``, so every run that gets past it
+    has bound it (the others stop there with a NameError, converted or not). Past the chain the
+    name is as good as bound on every branch: prepared after it with the rest, not in the one
+    branch the conversion saw first (the other branch's model was left unprepared)."""
+    top: cst.CSTNode = branch
+    while isinstance(ctx.model.parent(top), cst.If):  # an ``elif``: its chain's first ``if``
+        top = ctx.model.parent(top)
+    block = ctx.model.parent(top)
+    lines = getattr(block, "body", None)
+    if not isinstance(lines, (list, tuple)) or top not in lines:
+        return False
+    for line in lines[lines.index(top) + 1 :]:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        targets = {  # ``model = model.to(device)`` reads it; ``a, model = f()`` does not
+            id(bound)
+            for node in walk(line)
+            if isinstance(node, (cst.AssignTarget, cst.AnnAssign))
+            for bound in walk(node.target)
+        }
+        if any(
+            isinstance(node, cst.Name) and node.value == name and id(node) not in targets
+            for node in walk(line)
+        ):
             return True
     return False
 

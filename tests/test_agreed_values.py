@@ -1,0 +1,81 @@
+"""Values every rank holds alike (accelify/analysis/agreed_values.py): a greedy token of the
+prepared model in eval mode, a name bound only under tests every rank decides alike."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from accelify.analysis.agreed_values import AgreedValues
+from accelify.analysis.facts import facts_of
+from accelify.analysis.script_model import analyze
+
+TRAINED = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randint(1, 9, (32, 4))), batch_size=8)
+model = nn.Sequential(nn.Embedding(9, 8), nn.Linear(8, 9))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for (x,) in loader:
+    loss = model(x).logsumexp(-1).mean()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def _agreed_at_module(source: str) -> frozenset[str]:
+    model = analyze(cst.parse_module(textwrap.dedent(TRAINED) + textwrap.dedent(source)))
+    return AgreedValues(facts_of(model), lambda evaluation: True).names(model.module)
+
+
+def test_a_greedy_token_of_the_model_in_eval_mode_is_agreed():
+    agreed = _agreed_at_module(
+        """
+        model.eval()
+        generated = [5]
+        for _ in range(10):
+            logits = model(torch.tensor([generated], device="cpu"))
+            next_tok = logits[0, -1].argmax().item()
+            generated.append(next_tok)
+        """
+    )
+    assert {"generated", "logits", "next_tok"} <= agreed
+
+
+def test_a_sampled_token_is_not_agreed():
+    agreed = _agreed_at_module(
+        """
+        model.eval()
+        generated = [5]
+        for _ in range(10):
+            logits = model(torch.tensor([generated]))
+            next_tok = torch.multinomial(logits[0, -1].softmax(-1), 1).item()
+            generated.append(next_tok)
+        """
+    )
+    assert "next_tok" not in agreed
+    assert "generated" not in agreed  # it holds what was appended
+
+
+def test_the_model_in_train_mode_is_not_agreed():
+    agreed = _agreed_at_module(
+        """
+        model.train()
+        logits = model(torch.tensor([[5]]))
+        """
+    )
+    assert "logits" not in agreed
+
+
+def test_a_counter_stepped_under_a_test_of_this_ranks_loss_is_not_agreed():
+    agreed = _agreed_at_module(
+        """
+        bad = 0
+        if loss.item() > 1.0:
+            bad += 1
+        """
+    )
+    assert "bad" not in agreed
