@@ -121,17 +121,39 @@ class RankDependence:
         return branch
 
     def counters(self) -> set[str]:
-        """Names only set to integer literals or stepped by them: equal on every rank."""
+        """Names only set to integer literals or stepped by them, under tests every rank
+        answers alike: equal on every rank."""
         if self._counters is None:
-            self._counters = self._find_counters()
+            self._counters, steps = self._find_counters()
+            # ``else: bad += 1`` under a test of this rank's own loss counts per rank: drop
+            # such names until what is left is stepped under agreed tests only
+            while dropped := {
+                name
+                for name, step in steps
+                if name in self._counters and not self._stepped_alike(step)
+            }:
+                self._counters -= dropped
         return self._counters
 
-    def _find_counters(self) -> set[str]:
+    def _stepped_alike(self, step: cst.CSTNode) -> bool:
+        child, parent = step, self.model.parent(step)
+        while parent is not None and not isinstance(
+            parent, (cst.FunctionDef, cst.Lambda, cst.Module)
+        ):
+            tested = isinstance(parent, (cst.If, cst.While)) and child is not parent.test
+            if tested and not self.uniform(parent.test):
+                return False
+            child, parent = parent, self.model.parent(parent)
+        return True
+
+    def _find_counters(self) -> tuple[set[str], list[tuple[str, cst.CSTNode]]]:
         assigned: dict[str, bool] = {}
+        steps: list[tuple[str, cst.CSTNode]] = []
         for node in self.placement.all_nodes():
             if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
                 uniform = isinstance(node.value, cst.Integer)
                 assigned[node.target.value] = assigned.get(node.target.value, True) and uniform
+                steps.append((node.target.value, node))
             elif isinstance(node, cst.Assign):
                 for target in node.targets:
                     # ``step, done = 0, False``: each name with the value at its place
@@ -142,6 +164,7 @@ class RankDependence:
                         for name in target_names(bound):
                             uniform = isinstance(value, cst.Integer)
                             assigned[name] = assigned.get(name, True) and uniform
+                            steps.append((name, node))
             elif isinstance(node, cst.NamedExpr):
                 for name in target_names(node.target):
                     assigned[name] = False  # ``(n := len(batch))``: whatever it holds
@@ -154,7 +177,7 @@ class RankDependence:
                         assigned.setdefault(name, True)
                     else:
                         assigned[name] = False
-        return {name for name, uniform in assigned.items() if uniform}
+        return {name for name, uniform in assigned.items() if uniform}, steps
 
     def uniform(
         self,
