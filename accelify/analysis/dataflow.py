@@ -63,6 +63,24 @@ def is_attribute_name(model: ScriptModel, name: cst.Name) -> bool:
     return isinstance(parent, cst.Attribute) and parent.attr is name
 
 
+def is_keyword_name(model: ScriptModel, name: cst.Name) -> bool:
+    """``model`` of ``build(model=None)``: a parameter's name at a call, not a read."""
+    parent = model.parent(name)
+    return isinstance(parent, cst.Arg) and parent.keyword is name
+
+
+def is_name_read(model: ScriptModel, node: cst.CSTNode, name: str) -> bool:
+    """``node`` reads the variable ``name``: not a binding of it (``model = ...``), not a
+    member's name (``cfg.model``), not a keyword at a call (``build(model=None)``)."""
+    return (
+        isinstance(node, cst.Name)
+        and node.value == name
+        and not is_binding(model, node)
+        and not is_attribute_name(model, node)
+        and not is_keyword_name(model, node)
+    )
+
+
 def variables_in(model: ScriptModel, node: cst.CSTNode) -> set[str]:
     """The variable names under ``node``: ``x`` and ``args`` of ``x.view(args.batch_size)``,
     not the member names ``view`` and ``batch_size``. Read from the tree under ``node`` alone,
@@ -76,7 +94,7 @@ def variables_in(model: ScriptModel, node: cst.CSTNode) -> set[str]:
         kind = type(current)
         if kind is cst.Name:
             found.add(current.value)  # type: ignore[attr-defined]
-        elif kind is cst.Attribute:
+        elif kind is cst.Attribute or kind is cst.Arg:  # not ``model=`` of ``f(model=None)``
             pending.append(current.value)  # type: ignore[attr-defined]
         else:
             pending += children_of(current)

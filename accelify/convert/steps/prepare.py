@@ -7,7 +7,15 @@ import builtins
 
 import libcst as cst
 
-from accelify.analysis.dataflow import assigns, bound_by, fresh, names_in_scope, variables_in
+from accelify.analysis.dataflow import (
+    assigns,
+    bound_by,
+    fresh,
+    is_binding,
+    is_name_read,
+    names_in_scope,
+    variables_in,
+)
 from accelify.analysis.device_moves import strip_moves
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
@@ -1072,7 +1080,12 @@ def _read_after(ctx: Context, branch: cst.If, name: str) -> bool:
     statement after the chain that always runs reads ``name``, so every run that gets past it
     has bound it (the others stop there with a NameError, converted or not). Past the chain the
     name is as good as bound on every branch: prepared after it with the rest, not in the one
-    branch the conversion saw first (the other branch's model was left unprepared)."""
+    branch the conversion saw first (the other branch's model was left unprepared).
+
+    Not when a branch uses the object after binding it (each branch builds the model and trains
+    it, the save after the chain): prepared after the chain, every branch would train it
+    unwrapped, each rank on its own. Only real reads count: ``cfg.model`` and
+    ``build(model=None)`` do not read ``model``."""
     top: cst.CSTNode = branch
     while isinstance(ctx.model.parent(top), cst.If):  # an ``elif``: its chain's first ``if``
         top = ctx.model.parent(top)
@@ -1080,21 +1093,28 @@ def _read_after(ctx: Context, branch: cst.If, name: str) -> bool:
     lines = getattr(block, "body", None)
     if not isinstance(lines, (list, tuple)) or top not in lines:
         return False
-    for line in lines[lines.index(top) + 1 :]:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
-        targets = {  # ``model = model.to(device)`` reads it; ``a, model = f()`` does not
-            id(bound)
-            for node in walk(line)
-            if isinstance(node, (cst.AssignTarget, cst.AnnAssign))
-            for bound in walk(node.target)
-        }
-        if any(
-            isinstance(node, cst.Name) and node.value == name and id(node) not in targets
-            for node in walk(line)
-        ):
-            return True
-    return False
+    assert isinstance(top, cst.If)
+    if any(_used_after_binding(ctx, suite, name) for suite in if_chain(top)[1]):
+        return False
+    return any(
+        is_name_read(ctx.model, node, name)
+        for line in lines[lines.index(top) + 1 :]
+        if isinstance(line, cst.SimpleStatementLine)
+        for node in walk(line)
+    )
+
+
+def _used_after_binding(ctx: Context, suite: cst.BaseSuite, name: str) -> bool:
+    """A branch of the chain reads ``name`` after a statement of it binds ``name``."""
+    bound = [
+        ctx.model.order(node)
+        for node in walk(suite)
+        if isinstance(node, cst.Name) and node.value == name and is_binding(ctx.model, node)
+    ]
+    return bool(bound) and any(
+        is_name_read(ctx.model, node, name) and ctx.model.order(node) > min(bound)
+        for node in walk(suite)
+    )
 
 
 def _where_it_may_not_run(ctx: Context, binding: Binding) -> str:
@@ -1282,10 +1302,41 @@ def _prepare_recreated_optimizers(ctx: Context, scope: Scope) -> None:
             continue
         if ctx.model.inside(binding.statement, anchor):
             continue
-        name = binding.name
-        ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
+        names = [*_models_built_again_with(ctx, binding), binding.name]
+        joined = ", ".join(names)
+        ctx.plan.insert_after(
+            binding.statement, statement(f"{joined} = {ctx.a('prepare')}({joined})")
+        )
         ctx.need(binding.statement)
-        ctx.plan.change(binding.line, f"{name} is created again: prepared where it is created")
+        where = "it is" if len(names) == 1 else "they are"
+        verb = "is" if len(names) == 1 else "are"
+        ctx.plan.change(
+            binding.line, f"{joined} {verb} created again: prepared where {where} created"
+        )
+
+
+def _models_built_again_with(ctx: Context, optimizer: Binding) -> list[str]:
+    """The prepared models the optimizer made again is over that are themselves made again just
+    above it in its block (``elif args.arch == "linear": model = nn.Linear(...)``, ``optimizer =
+    SGD(model.parameters())``, when the first branch's were prepared): prepared with it, or the
+    new model would train unwrapped, each rank on its own."""
+    block = ctx.model.parent(optimizer.statement)
+    found = []
+    for name in sorted(parameter_owners(optimizer)):
+        anchor = ctx.prepared_after.get(name)
+        if anchor is None:
+            continue
+        if any(
+            model.name == name
+            and model.scope is optimizer.scope
+            and ctx.model.parent(model.statement) is block
+            and ctx.model.order(anchor) < ctx.model.order(model.statement)
+            and ctx.model.order(model.statement) < ctx.model.order(optimizer.statement)
+            and not ctx.model.inside(model.statement, anchor)
+            for model in ctx.model.of_kind(Kind.MODEL)
+        ):
+            found.append(name)
+    return found
 
 
 def _prepare_each_value(ctx: Context, binding: Binding) -> None:
