@@ -79,3 +79,70 @@ def test_a_counter_stepped_under_a_test_of_this_ranks_loss_is_not_agreed():
         """
     )
     assert "bad" not in agreed
+
+
+def test_a_write_through_a_subscript_binds_the_dict():
+    agreed = _agreed_at_module(
+        """
+        state = {"done": False}
+        state["done"] = loss.item() < 0.3
+        """
+    )
+    assert "state" not in agreed
+
+
+def test_a_write_of_a_constant_through_a_subscript_keeps_the_dict_agreed():
+    agreed = _agreed_at_module(
+        """
+        state = {"done": False}
+        state["done"] = True
+        """
+    )
+    assert "state" in agreed
+
+
+def test_a_flag_set_in_a_loop_over_this_ranks_values_is_not_agreed():
+    agreed = _agreed_at_module(
+        """
+        stop = False
+        history = [loss.item()]
+        for h in [v for v in history if v > 5]:
+            stop = True
+        """
+    )
+    assert "stop" not in agreed
+
+
+def test_a_flag_set_in_a_loop_over_a_range_of_constants_is_agreed():
+    agreed = _agreed_at_module(
+        """
+        stop = False
+        for i in range(3):
+            stop = True
+        """
+    )
+    assert "stop" in agreed
+
+
+def test_an_eval_before_a_loop_that_trains_is_not_eval_mode():
+    agreed = _agreed_at_module(
+        """
+        model.eval()
+        for _ in range(3):
+            logits = model(torch.tensor([[5]]))
+            model.train()
+        """
+    )
+    assert "logits" not in agreed
+
+
+def test_an_eval_under_a_test_is_not_eval_mode():
+    agreed = _agreed_at_module(
+        """
+        import sys
+        if len(sys.argv) > 1:
+            model.eval()
+        logits = model(torch.tensor([[5]]))
+        """
+    )
+    assert "logits" not in agreed

@@ -155,6 +155,9 @@ class AgreedValues:
                 and node.args
             ):
                 bound = [(node.func.value, node.args[-1].value)]
+            # ``state["done"] = loss.item() < 0.3``, ``log.best = acc``: a write through a
+            # subscript or an attribute binds what the root name holds
+            bound = [(_written_root(target), value) for target, value in bound]
             guards = self._guards(node, function) if bound else []
             for target, value in bound:
                 for name, written in unpacked_names(target, value):
@@ -170,16 +173,43 @@ class AgreedValues:
         return found
 
     def _guards(self, node: cst.CSTNode, function: Scope) -> list[cst.BaseExpression]:
-        """The tests of the ``if``/``while`` statements around ``node`` inside ``function``:
-        what decides whether it runs. (A loop's count is not asked about: an epoch loop over a
-        parameter runs as often on every rank.)"""
+        """The tests of the ``if``/``while`` statements around ``node`` inside ``function``,
+        and the iterables of the ``for`` loops: what decides whether (how often) it runs. A
+        loop over ``range(...)`` of the function's parameters (an epoch loop) or over a
+        DataLoader (every rank draws as many batches) runs as often on every rank; a loop over
+        this rank's values (``for h in [v for v in history if v > 5]: stop = True``) does not."""
         found: list[cst.BaseExpression] = []
         for ancestor in self.model.ancestors(node):
             if ancestor is function:
                 break
             if isinstance(ancestor, (cst.If, cst.While)):
                 found.append(ancestor.test)
+            elif isinstance(ancestor, cst.For) and not self._counted_alike(ancestor, function):
+                found.append(ancestor.iter)
         return found
+
+    def _counted_alike(self, loop: cst.For, function: Scope) -> bool:
+        """``for epoch in range(epochs)`` with ``epochs`` a parameter of ``function``, or a loop
+        over a DataLoader: as many rounds on every rank. (``range`` of other agreed names is
+        asked of the iterable like any guard.)"""
+        it = loop.iter
+        if (
+            isinstance(function, cst.FunctionDef)
+            and isinstance(it, cst.Call)
+            and dotted(it.func) == "range"
+        ):
+            parameters = {
+                p.name.value for p in (*function.params.params, *function.params.kwonly_params)
+            }
+            if all(
+                n.value in parameters
+                for a in it.args
+                for n in walk(a.value)
+                if isinstance(n, cst.Name) and not _member_name(a.value, n)
+            ):
+                return True
+        found = next((each for each in self.model.loops if each.node is loop), None)
+        return found is not None and self.facts.flow.reads_loader(found)
 
     def _agreed(
         self,
@@ -228,21 +258,39 @@ class AgreedValues:
         """``model(x)`` of a model of the file switched to eval mode before it in ``function``
         (``model.eval()``, no ``model.train()`` between): the same parameters on every rank
         (prepare keeps them in step) and no dropout draws, so the same output of the same
-        inputs."""
+        inputs. An ``eval()`` under a test or in a loop the forward is not in may not have run;
+        a ``train()`` anywhere in a loop around the forward runs before its next round."""
         name = dotted(call.func)
         if name is None or self.facts.flow.kind_of(name, call) is not Kind.MODEL:
             return False
         mode = None
         for node in self.model.index.own_nodes(function):
             if node is call:
-                return mode == "eval"
-            if (
-                isinstance(node, cst.Call)
-                and isinstance(node.func, cst.Attribute)
-                and node.func.attr.value in ("eval", "train")
-                and dotted(node.func.value) == name
+                return mode == "eval" and not self._trained_in_a_loop_around(call, name, function)
+            if _mode_switch(node, name) == "train":
+                mode = "train"
+            elif _mode_switch(node, name) == "eval" and self._runs_before(node, call, function):
+                mode = "eval"
+        return False
+
+    def _runs_before(self, node: cst.CSTNode, call: cst.CSTNode, function: Scope) -> bool:
+        """Every block around ``node`` in ``function`` is around ``call`` too: ``node``, above
+        ``call``, has run whenever ``call`` runs."""
+        for ancestor in self.model.ancestors(node):
+            if ancestor is function:
+                return True
+            if isinstance(ancestor, _BLOCKS) and not self.model.inside(call, ancestor):
+                return False
+        return True
+
+    def _trained_in_a_loop_around(self, call: cst.CSTNode, name: str, function: Scope) -> bool:
+        for ancestor in self.model.ancestors(call):
+            if ancestor is function:
+                return False
+            if isinstance(ancestor, (cst.For, cst.While)) and any(
+                _mode_switch(node, name) == "train" for node in walk(ancestor)
             ):
-                mode = node.func.attr.value
+                return True
         return False
 
     def returns_agreed(self, function: cst.FunctionDef, depth: int = 0) -> bool:
@@ -258,6 +306,34 @@ class AgreedValues:
                 for r in returns
             )
         return self._returns[key]
+
+
+#: Blocks whose body may not run (or runs again): an ``eval()`` in one is not surely before.
+_BLOCKS = (cst.If, cst.Else, cst.For, cst.While, cst.Try, cst.ExceptHandler)
+
+
+def _mode_switch(node: cst.CSTNode, name: str) -> str | None:
+    """``"eval"`` / ``"train"`` for ``model.eval()`` / ``model.train()`` of the model ``name``."""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in ("eval", "train")
+        and dotted(node.func.value) == name
+    ):
+        return node.func.attr.value
+    return None
+
+
+def _written_root(target: cst.BaseExpression) -> cst.BaseExpression:
+    """The name a write goes into: ``state`` of ``state["done"]`` and of ``log.best``."""
+    while isinstance(target, (cst.Subscript, cst.Attribute)):
+        target = target.value
+    return target
+
+
+def _member_name(value: cst.BaseExpression, name: cst.Name) -> bool:
+    """``epochs`` of ``cfg.epochs``: an attribute's name under ``value``, not a variable."""
+    return any(isinstance(n, cst.Attribute) and n.attr is name for n in walk(value))
 
 
 def _size_of_a_data_set(call: cst.Call) -> bool:

@@ -41,10 +41,13 @@ def run(ctx: Context) -> None:
 
 
 def _names_only(test: cst.BaseExpression) -> bool:
-    """``next_tok == EOS``: a test of plain names and constants. A call (``stopper(f1)``) or an
-    attribute (``self.stop``) may read state an object keeps per rank, which `agreed_values`
-    takes as agreed: such a stop is still made collective, which costs nothing when it is."""
-    return not any(isinstance(node, (cst.Call, cst.Attribute)) for node in walk(test))
+    """``next_tok == EOS``: a test of plain names and constants. A call (``stopper(f1)``), an
+    attribute (``self.stop``) or a subscript (``state["done"]``) may read state an object keeps
+    per rank, which `agreed_values` takes as agreed: such a stop is still made collective,
+    which costs nothing when it is."""
+    return not any(
+        isinstance(node, (cst.Call, cst.Attribute, cst.Subscript)) for node in walk(test)
+    )
 
 
 _DONE = {
