@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from accelify.analysis.syntax import Visitor, dotted, visit_code
+from accelify.analysis.syntax import Visitor, dotted, result_used, visit_code
 
 
 def loop_source(node: cst.BaseExpression) -> str | None:
@@ -77,8 +77,8 @@ class _BackwardFinder(Visitor):
     def __init__(self, skip_loops: bool) -> None:
         self.skip_loops = skip_loops
         self.found: list[cst.Call] = []
-        #: calls whose result is bound: a model's own ``backward`` (see syntax.bound_result)
-        self.bound: set[cst.Call] = set()
+        #: what holds each call that is a statement or a lambda's body (see syntax.result_used)
+        self.holders: dict[int, cst.CSTNode] = {}
 
     def visit_For(self, loop: cst.For) -> bool:
         return not self.skip_loops
@@ -86,16 +86,14 @@ class _BackwardFinder(Visitor):
     def visit_While(self, loop: cst.While) -> bool:
         return not self.skip_loops
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if isinstance(node.value, cst.Call):  # ``z, ld = flow.backward(z)``: not autograd's
-            self.bound.add(node.value)
+    def visit_Expr(self, node: cst.Expr) -> None:
+        self.holders[id(node.value)] = node
 
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if isinstance(node.value, cst.Call):
-            self.bound.add(node.value)
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self.holders[id(node.body)] = node
 
     def visit_Call(self, call: cst.Call) -> None:
-        if call in self.bound:
+        if result_used(call, self.holders.get(id(call))):  # ``z = flow.backward(z)[0]``
             return
         if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward") or (
             dotted(call.func) and str(dotted(call.func)).endswith(".backward")

@@ -34,12 +34,12 @@ from accelify.analysis.syntax import (
     WalkedTree,
     argument_value,
     assigned_targets,
-    bound_result,
     children_of,
     dotted,
     is_generator_function,
     keyword_value,
     remember_walk,
+    result_used,
     root_name,
     strip_self_methods,
     target_names,
@@ -751,7 +751,7 @@ def analyze(
         if (receiver := dotted(call.func.value) or "") not in accelerators  # type: ignore[union-attr]
         and not ("." in receiver and receiver.rsplit(".", 1)[-1] in members)
         and not (receiver == "self" and own_method(model, call, "backward"))
-        and not bound_result(call, model.parent(call))
+        and not result_used(call, model.parent(call))
     ]
     from accelify.analysis.objects import add_object_bindings
     from accelify.analysis.optimizer_models import add_models_fed_to_optimizers

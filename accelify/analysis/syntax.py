@@ -222,11 +222,14 @@ def has_parameter(function: cst.FunctionDef, name: str) -> bool:
     return any(p.name.value == name for p in all_params(function.params))
 
 
-def bound_result(call: cst.Call, parent: cst.CSTNode | None) -> bool:
-    """``z, log_det = flow.backward(z)``: a call whose result is bound to a name. One named
-    ``backward`` is then a model's own method (a normalizing flow's inverse pass), not
-    autograd's ``Tensor.backward``, which returns None."""
-    return isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is call
+def result_used(call: cst.Call, parent: cst.CSTNode | None) -> bool:
+    """``z, log_det = flow.backward(z)``, ``samples = model.backward(z)[0]``, ``return
+    model.backward(z)[0]``: a call whose value is used (not a statement of its own, nor a
+    lambda's body). One named ``backward`` is then a model's own method (a normalizing flow's
+    inverse pass), not autograd's ``Tensor.backward``, which returns None."""
+    if isinstance(parent, cst.Expr):
+        return parent.value is not call
+    return not (isinstance(parent, cst.Lambda) and parent.body is call)
 
 
 def self_parameter(method: cst.FunctionDef) -> str | None:
