@@ -270,6 +270,7 @@ def _totals_over_dataset(ctx: Context) -> None:
                 ),
             )
             continue
+        loader = _loader_read(ctx, found.loop)
         size = found.size_from or _size_read(ctx, found.divisor, loader)
         divided = "shown over" if isinstance(found.division, cst.FormattedString) else "divided by"
         ctx.plan.review(
@@ -529,11 +530,23 @@ def _read_on_a_sharded_call(ctx: Context, loop: Loop, at: cst.CSTNode, sharded: 
 
 
 def _size_read(ctx: Context, divisor: cst.BaseExpression, loader: str | None) -> str:
-    """The divisor as written when it is ``len(...)`` (``len(train_loader.sampler)``), else
-    what the name it reads was assigned: the loader's data set's length."""
-    if isinstance(divisor, cst.Call):
+    """The divisor as written when it is not a plain name (``len(train_loader.sampler)``,
+    ``dataset_sizes[phase]``), else what the name it reads was assigned: the loader's data
+    set's length."""
+    if not isinstance(divisor, cst.Name):
         return ctx.code(divisor)
     return f"len({loader}.dataset)"
+
+
+def _loader_read(ctx: Context, loop: Loop) -> str | None:
+    """The loader as the loop reads it: ``dataloaders[phase]`` of a dict of loaders (also
+    through ``enumerate``/``tqdm``), else the name it iterates."""
+    iterable: cst.BaseExpression = loop.node.iter
+    while isinstance(iterable, cst.Call) and iterable.args:
+        iterable = iterable.args[0].value
+    if isinstance(iterable, cst.Subscript) and dotted(iterable.value) == loop.iterable:
+        return ctx.code(iterable)
+    return loop.iterable
 
 
 def _inline_optimizers(ctx: Context) -> list[cst.Call]:
