@@ -146,3 +146,15 @@ def test_an_eval_under_a_test_is_not_eval_mode():
         """
     )
     assert "logits" not in agreed
+
+
+def test_an_eval_again_in_each_round_of_a_loop_that_trains_is_eval_mode():
+    agreed = _agreed_at_module(
+        """
+        for _ in range(3):
+            model.eval()
+            logits = model(torch.tensor([[5]]))
+            model.train()
+        """
+    )
+    assert "logits" in agreed

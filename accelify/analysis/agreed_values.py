@@ -263,14 +263,14 @@ class AgreedValues:
         name = dotted(call.func)
         if name is None or self.facts.flow.kind_of(name, call) is not Kind.MODEL:
             return False
-        mode = None
+        switched: cst.CSTNode | None = None  # the ``eval()`` the forward runs after
         for node in self.model.index.own_nodes(function):
             if node is call:
-                return mode == "eval" and not self._trained_in_a_loop_around(call, name, function)
+                return switched is not None and not self._trained_again(call, switched, name)
             if _mode_switch(node, name) == "train":
-                mode = "train"
+                switched = None
             elif _mode_switch(node, name) == "eval" and self._runs_before(node, call, function):
-                mode = "eval"
+                switched = node
         return False
 
     def _runs_before(self, node: cst.CSTNode, call: cst.CSTNode, function: Scope) -> bool:
@@ -283,9 +283,11 @@ class AgreedValues:
                 return False
         return True
 
-    def _trained_in_a_loop_around(self, call: cst.CSTNode, name: str, function: Scope) -> bool:
+    def _trained_again(self, call: cst.CSTNode, switched: cst.CSTNode, name: str) -> bool:
+        """A loop around the forward calls ``train()`` and does not call the ``eval()`` again
+        before it: from its second round on the forward runs in train mode."""
         for ancestor in self.model.ancestors(call):
-            if ancestor is function:
+            if self.model.inside(switched, ancestor):
                 return False
             if isinstance(ancestor, (cst.For, cst.While)) and any(
                 _mode_switch(node, name) == "train" for node in walk(ancestor)
