@@ -555,6 +555,10 @@ class CallGraph:
         for sub in self.subclasses(owner):  # ``super().__init__(model, optimizer, callbacks)``
             init = self.methods(sub).get("__init__")
             if init is None:
+                # ``ClassifierTrainer(model, optimizer, callbacks=...)``: a subclass with no
+                # constructor of its own runs this one
+                if self.lookup(sub, "__init__") is function:
+                    found += [(c, 1) for c in self.index.calls_named(sub.name.value)]
                 continue
             found += [
                 (c, 1)
@@ -574,7 +578,7 @@ class CallGraph:
             for element in value.elements:
                 if isinstance(element, cst.StarredElement):
                     return None
-                made = self._made_by(element.value, depth=2)
+                made = self._made_by(element.value, depth=2) or self._local_instance(element.value)
                 if made is None:
                     return None
                 found.add(made)
@@ -596,6 +600,20 @@ class CallGraph:
         if name is None or depth == 0:
             return None
         return self._element_classes_of_name(name, value, depth - 1)
+
+    def _local_instance(self, value: cst.BaseExpression) -> str | None:
+        """``history`` of ``[EarlyStopping(), history]``: a local name every assignment of
+        its function binds to an instance of one class of this file (``history =
+        History()``)."""
+        if not isinstance(value, cst.Name):
+            return None
+        function = self.index.enclosing_function(value)
+        made = {
+            self._made_by(a.value, depth=2)
+            for a in self.index.assignments_to(value.value)
+            if self.index.enclosing_function(a) is function
+        }
+        return made.pop() if len(made) == 1 else None
 
     def _element_classes_of_name(self, name: str, at: cst.CSTNode, depth: int) -> set[str] | None:
         wanted = self.index.enclosing_class_name(at) if name.startswith("self.") else None
