@@ -1041,6 +1041,9 @@ class CallGraph:
         """``trainer = Trainer(...)`` (also ``Trainer(...).to(device)``), by target name."""
         found: dict[str, list[tuple[cst.Assign, cst.ClassDef]]] = {}
         for assign in self.model.assignments:
+            for name, made in _paired_constructions(assign):
+                if made in self.classes:  # ``train_metric, val_metric = Metric(), Metric()``
+                    found.setdefault(name, []).append((assign, self.classes[made]))
             value = strip_self_methods(assign.value)
             if not isinstance(value, cst.Call) or dotted(value.func) not in self.classes:
                 continue
@@ -1074,6 +1077,25 @@ class _Resolution:
     targets: list[cst.FunctionDef]
     implicit: int
     unplaced: str | None = None
+
+
+def _paired_constructions(assign: cst.CSTNode) -> list[tuple[str, str]]:
+    """``a, b = Metric(), Other()``: each target name with the class its own element calls
+    (by name); empty for any other assignment."""
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return []
+    target, value = assign.targets[0].target, assign.value
+    if not isinstance(target, cst.Tuple | cst.List) or not isinstance(value, cst.Tuple | cst.List):
+        return []
+    if len(target.elements) != len(value.elements):
+        return []
+    found = []
+    for left, right in zip(target.elements, value.elements, strict=True):
+        name = dotted(left.value)
+        element = strip_self_methods(right.value)
+        if name is not None and isinstance(element, cst.Call) and dotted(element.func):
+            found.append((name, dotted(element.func) or ""))
+    return found
 
 
 def _is_super_call(node: cst.BaseExpression) -> bool:

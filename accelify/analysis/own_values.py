@@ -26,6 +26,9 @@ from accelify.analysis.syntax import dotted, target_names, walk
 #: How many helpers deep a value is followed (``fit`` → ``evaluate`` → ``_loss_over``).
 _DEPTH = 3
 
+#: The key under which a method call's receiver is passed (no parameter is spelt so).
+_RECEIVER = "<receiver>"
+
 
 @dataclass(frozen=True)
 class ShardView:
@@ -303,6 +306,10 @@ class OwnValues:
             name: argument.value
             for name, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
         }
+        if implicit == 1 and isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
+            # ``train_metric.compute()``: what its ``self.sse`` sums is what the calls on
+            # ``train_metric`` hand it, not ``val_metric``'s (`_parameter`)
+            passed[_RECEIVER] = call.func.value
         for returned in self.script.index.own_returns(function):
             found = self.origin(returned, returned, passed, depth - 1, folded)
             if found is not None:
@@ -350,7 +357,16 @@ class OwnValues:
             return self.origin(passed[name], passed[name], {}, depth, folded)
         if depth == 0:
             return None
+        receiver = dotted(passed[_RECEIVER]) if _RECEIVER in passed else None
         for argument in self.facts.flow.call_site_arguments(name, at):
+            call = self.script.parent(argument)
+            if (
+                receiver not in (None, "self")
+                and isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and dotted(call.func.value) not in (None, "self", receiver)
+            ):
+                continue  # a call on another instance of the class
             found = self.origin(argument.value, argument, {}, depth - 1, folded)
             if found is not None:
                 return found
