@@ -147,7 +147,9 @@ class RankDependence:
         while parent is not None and not isinstance(
             parent, (cst.FunctionDef, cst.Lambda, cst.Module)
         ):
-            tested = isinstance(parent, (cst.If, cst.While)) and child is not parent.test
+            # (a ``while``'s count is ACC215's question: ``while not done`` on a flag made
+            # from a counter runs alike, and ``done`` is no counter itself)
+            tested = isinstance(parent, cst.If) and child is not parent.test
             if tested and not self.uniform(parent.test):
                 return False
             child, parent = parent, self.model.parent(parent)
