@@ -1419,6 +1419,16 @@ def _caveat_batch_means_over_batches(
     means = _batch_means(body, model)
     for sink, statement in _sums_added(found):
         value = statement.value
+        counted = _batch_fraction(value, loop.iterable)
+        if counted is not None:
+            averaged = averaged_over_batches(model, facts.placement, loop, statement.target.value)
+            if averaged is not None:
+                found.caveat_at = sink
+                found.caveat = _fraction_caveat(
+                    model, statement, counted, averaged, loop.iterable or "the loader"
+                )
+                return
+            continue
         over = value.right if _divided_as_added(value) else None  # type: ignore[attr-defined]
         added = value.left if over is not None else value  # type: ignore[attr-defined]
         read = {n.value for n in walk(added) if isinstance(n, cst.Name)}
@@ -1464,6 +1474,53 @@ def _caveat_batch_means_over_batches(
                 "compute the value per sample, gather those and average them"
             )
         return
+
+
+#: calls that count or sum what a batch holds: the numerator of a batch's fraction
+_COUNTS = frozenset({"sum", "count_nonzero"})
+
+
+def _batch_fraction(value: cst.BaseExpression, loader: str | None) -> cst.BaseExpression | None:
+    """``np.sum(pred == labels) / len(labels)``, ``(pred == y).sum().item() / y.size(0)``: what
+    the batch counts (its correct predictions) over its own count of samples, one batch's mean
+    spelled as a division (a classifier's per-batch accuracy). The count, or None. A division by
+    ``len(loader)`` (the count of batches) is no batch's size."""
+    value = _unwrapped(value)
+    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
+        return None
+    if not _batch_size(value.right) or _is_len_of_loader(value.right, loader):
+        return None
+    counts = any(
+        isinstance(node, cst.Call)
+        and (
+            (isinstance(node.func, cst.Attribute) and node.func.attr.value in _COUNTS)
+            or (dotted(node.func) or "").rsplit(".", 1)[-1] in _COUNTS
+        )
+        for node in walk(value.left)
+    )
+    return value.left if counts else None
+
+
+def _fraction_caveat(
+    model: ScriptModel,
+    statement: cst.AugAssign,
+    counted: cst.BaseExpression,
+    averaged: cst.CSTNode,
+    loader: str,
+) -> str:
+    """The review for each batch's fraction summed and averaged over the batches: like a batch's
+    mean loss (`_caveat_batch_means_over_batches`), exact on N ranks only when every merged
+    batch is full."""
+    total = statement.target.value
+    added = model.module.code_for_node(statement.value)
+    return (
+        f"{total} sums {added}, one batch's fraction of its samples, and line "
+        f"{model.line(averaged)} averages it over the batches: gathered, each step's fraction "
+        "covers N ranks' batches and the last step fewer samples than the others while counting "
+        "as much, so on N ranks the number is the whole set's fraction only when the set splits "
+        f"into full batches on every rank; for the exact number add "
+        f"{model.module.code_for_node(counted)} to {total} and divide it by len({loader}.dataset)"
+    )
 
 
 def _is_len_of_loader(node: cst.BaseExpression, loader: str | None) -> bool:
@@ -1994,6 +2051,9 @@ def _a_batch_mean(value: cst.BaseExpression, means: set[str], model: ScriptModel
         return value.value in means
     if isinstance(value, cst.Call):
         name = (dotted(value.func) or "").lower()
+        if not name and isinstance(value.func, cst.Attribute) and not value.args:
+            # ``(pred == y).float().mean()``: a chain's whole mean, a batch's accuracy
+            name = value.func.attr.value
         last = name.rsplit(".", 1)[-1]
         if not (last == "mean" or any(k in last for k in _MEAN_CALLS)):
             return False
