@@ -162,6 +162,24 @@ class Download:
 
 
 @dataclass(frozen=True)
+class CacheBuild:
+    """``if os.path.exists(path): <read path> else: <build, write path>``: a file made once and
+    read on later runs (a vocabulary pickle, preprocessed features), in code every rank runs.
+    The conversion makes the write the main process's, yet every rank tests and reads: rank 1
+    finds the file half written (and fails to unpickle it) or missing (and builds it again)."""
+
+    statement: cst.If
+    read: cst.Call
+    write: cst.Call
+    path: cst.BaseExpression  # as the write spells it
+    #: the ``if`` around it that the ranks may disagree on, or a call site of its function in
+    #: one: no block every rank must enter can go there.
+    divergent: cst.CSTNode | None
+    #: the statement also does work every rank must do in step (a forward, a collective)
+    with_shared_work: bool = False
+
+
+@dataclass(frozen=True)
 class SharedFile:
     """``write`` saves a file that ``read`` loads on every rank."""
 
@@ -587,6 +605,78 @@ class SharedFiles:
                 continue
             found.append(Download(statement, call, self._divergent(statement)))
         return found
+
+    @cached_property
+    def cache_builds(self) -> list[CacheBuild]:
+        """Each ``if`` that tests whether a file exists and reads it in one arm, builds and
+        writes it (on every rank, as written) in the other (`CacheBuild`), outermost first."""
+        writes, reads = self._writes(), self._reads()
+        found: list[CacheBuild] = []
+        for call in self.model.calls:
+            tested = self._existence_tested(call)
+            if tested is None:
+                continue
+            statement = next((a for a in self.model.ancestors(call) if isinstance(a, cst.If)), None)
+            if (
+                statement is None
+                or statement.orelse is None
+                or not self.placement.inside(call, statement.test)
+                or self.model.under_rank_guard(statement)
+                or any(self.placement.inside(statement, f.statement) for f in found)
+            ):
+                continue
+            arms = (statement.body, statement.orelse)
+            pair = self._read_and_written(arms, tested, reads, writes)
+            if pair is None:
+                continue
+            read, write, path = pair
+            found.append(
+                CacheBuild(
+                    statement,
+                    read,
+                    write,
+                    path,
+                    self._divergent(statement),
+                    with_shared_work=self._shared_work(statement),
+                )
+            )
+        return found
+
+    def _existence_tested(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The path ``os.path.exists(p)``, ``os.path.isfile(p)``, ``Path(p).exists()`` or
+        ``p.is_file()`` asks about, or None."""
+        if self.model.call_names(call) & {"os.path.exists", "os.path.isfile"}:
+            return call.args[0].value if call.args else None
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("exists", "is_file"):
+            receiver = func.value
+            if (
+                isinstance(receiver, cst.Call)
+                and receiver.args
+                and (dotted(receiver.func) or "").endswith("Path")
+            ):
+                return receiver.args[0].value
+            return None if call.args else receiver
+        return None
+
+    def _read_and_written(
+        self,
+        arms: tuple[cst.CSTNode, cst.CSTNode],
+        tested: cst.BaseExpression,
+        reads: list[tuple[cst.Call, cst.BaseExpression]],
+        writes: list[tuple[cst.Call, cst.BaseExpression]],
+    ) -> tuple[cst.Call, cst.Call, cst.BaseExpression] | None:
+        """A read of ``tested`` in one arm and a write of it in the other."""
+        inside = self.placement.inside
+        for read, read_path in reads:
+            if not self._same_file(tested, read_path):
+                continue
+            for write, path in writes:
+                if not self._same_file(tested, path):
+                    continue
+                if any(inside(read, a) and inside(write, b) for a, b in (arms, arms[::-1])):
+                    return read, write, path
+        return None
 
     def _downloads(self, call: cst.Call) -> bool:
         called = self.model.call_names(call)
