@@ -1486,12 +1486,16 @@ def _batch_fraction(value: cst.BaseExpression, loader: str | None) -> cst.BaseEx
     """``np.sum(pred == labels) / len(labels)``, ``(pred == y).sum().item() / y.size(0)``: what
     the batch counts (its correct predictions) over its own count of samples, one batch's mean
     spelled as a division (a classifier's per-batch accuracy). The count, or None. A division by
-    ``len(loader)`` (the count of batches) is no batch's size."""
+    ``len(loader)`` (the count of batches) or ``len(loader.dataset)`` is no batch's size."""
     value = _unwrapped(value)
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
         return None
     if not _batch_size(value.right) or _is_len_of_loader(value.right, loader):
         return None
+    right = value.right
+    counted = right.args[0].value if isinstance(right, cst.Call) and right.args else None
+    if counted is not None and (dotted(counted) or "").endswith((".dataset", ".sampler")):
+        return None  # ``correct / len(loader.dataset)``: the whole set's share, exact
     counts = any(
         isinstance(node, cst.Call)
         and (
