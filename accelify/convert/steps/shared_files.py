@@ -113,17 +113,17 @@ def _main_process_builds_first(ctx: Context, cache: CacheBuild) -> None:
         f"{path} is read if it exists (line {ctx.line(cache.read)}) and else built and written "
         f"(line {ctx.line(cache.write)}, on the main process once converted), by every rank"
     )
-    if cache.with_shared_work or cache.divergent is not None:
-        why = (
-            "the same block does work every rank must do in step"
-            if cache.with_shared_work
-            else f"the ranks may disagree on line {ctx.line(cache.divergent)}"  # type: ignore[arg-type]
-        )
+    if cache.with_shared_work:
+        # the build trains (or gathers) with every rank in step: no rank gets to the test
+        # after the main process has written the file in this run, so there is no race
+        return
+    if cache.divergent is not None:
         ctx.plan.review(
             line,
             f"{what}: the other ranks may read it half written or build it again; left as is: "
-            f"{why}, and `with {ctx.a('main_process_first()')}:` must be reached by every rank "
-            "alone: build the file before the training starts, where every rank gets",
+            f"the ranks may disagree on line {ctx.line(cache.divergent)}, and `with "
+            f"{ctx.a('main_process_first()')}:` must be reached by every rank: build the file "
+            "before that branch, where every rank gets",
         )
         return
     ctx.plan.wrap_in(
