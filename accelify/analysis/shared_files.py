@@ -175,8 +175,12 @@ class CacheBuild:
     #: the ``if`` around it that the ranks may disagree on, or a call site of its function in
     #: one: no block every rank must enter can go there.
     divergent: cst.CSTNode | None
-    #: the statement also does work every rank must do in step (a forward, a collective)
+    #: the statement also does work every rank must do in step (a forward, a collective):
+    #: the ranks build in step, and none tests after the main process wrote
     with_shared_work: bool = False
+    #: written by ``torch.save``, which the conversion makes ``accelerator.save`` with a
+    #: barrier before it: a barrier that must not go inside a block the main process runs first
+    saved_behind_a_barrier: bool = False
 
 
 @dataclass(frozen=True)
@@ -637,7 +641,8 @@ class SharedFiles:
                     write,
                     path,
                     self._divergent(statement),
-                    with_shared_work=self._shared_work(statement),
+                    with_shared_work=self._shared_work(statement, saves=False),
+                    saved_behind_a_barrier=bool(self.model.call_names(write) & names.TORCH_SAVE),
                 )
             )
         return found
@@ -717,11 +722,12 @@ class SharedFiles:
             helpers = grown
         return helpers
 
-    def _shared_work(self, node: cst.CSTNode, depth: int = 0) -> bool:
+    def _shared_work(self, node: cst.CSTNode, depth: int = 0, saves: bool = True) -> bool:
         """Work every rank must do in step, never inside a block the main process runs first:
         a forward or backward, a collective, an optimizer step, a save (the conversion puts a
-        barrier before it), a loop over a DataLoader; here or in a function of the file that
-        ``node`` calls."""
+        barrier before it; not counted when ``saves`` is False), a loop over a DataLoader; here
+        or in a function of the file that ``node`` calls."""
+        saving = names.TORCH_SAVE if saves else frozenset()
         backwards = {id(c) for c in self.model.backward_calls}
         for inner in walk(node):
             callee = self._callee(inner)
@@ -729,7 +735,7 @@ class SharedFiles:
                 callee is not None
                 and callee is not node
                 and depth < _MAX_DEPTH
-                and self._shared_work(callee, depth + 1)
+                and self._shared_work(callee, depth + 1, saves)
             ):
                 return True
             if isinstance(inner, cst.For):
@@ -743,7 +749,7 @@ class SharedFiles:
             if (
                 id(inner) in backwards
                 or self.flow.is_forward(inner)
-                or called & (collectives.FUNCTIONS | names.TORCH_SAVE)
+                or called & (collectives.FUNCTIONS | saving)
                 or func.startswith(("accelerator.", "self.accelerator."))
                 or func.endswith((".step", ".prepare"))
             ):

@@ -117,13 +117,20 @@ def _main_process_builds_first(ctx: Context, cache: CacheBuild) -> None:
         # the build trains (or gathers) with every rank in step: no rank gets to the test
         # after the main process has written the file in this run, so there is no race
         return
-    if cache.divergent is not None:
+    if cache.divergent is not None or cache.saved_behind_a_barrier:
+        why = (
+            f"the ranks may disagree on line {ctx.line(cache.divergent)}, and `with "
+            f"{ctx.a('main_process_first()')}:` must be reached by every rank: build the file "
+            "before that branch, where every rank gets"
+            if cache.divergent is not None
+            else f"the save becomes {ctx.a('save')}, whose barrier cannot go inside `with "
+            f"{ctx.a('main_process_first()')}:`: write the file with torch.save under `if "
+            f"{ctx.a('is_main_process')}:` inside such a block"
+        )
         ctx.plan.review(
             line,
             f"{what}: the other ranks may read it half written or build it again; left as is: "
-            f"the ranks may disagree on line {ctx.line(cache.divergent)}, and `with "
-            f"{ctx.a('main_process_first()')}:` must be reached by every rank: build the file "
-            "before that branch, where every rank gets",
+            f"{why}",
         )
         return
     ctx.plan.wrap_in(
