@@ -144,6 +144,8 @@ class HardCodedCuda(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         also_cpu = _must_run_without_cuda(script)
         for call in calls(script):
+            if not _may_name_gpu(call, also_cpu):
+                continue  # none of the tests below can hold: skip the walks up
             if without_accelerator(script, call) or chosen_beside_accelerator_device(script, call):
                 continue  # no accelerator there, or a fixed GPU chosen where its device cannot be
             if (
@@ -187,6 +189,32 @@ class HardCodedCuda(Rule):
                 or chosen_beside_accelerator_device(script, literal)
             ):
                 yield self.finding(script, literal, _use_accelerator_device(script, literal))
+
+
+def _may_name_gpu(call: cst.Call, also_cpu: bool) -> bool:
+    """The syntactic half of each test of `HardCodedCuda.check`: a call for which this is
+    False is never reported, so the costly tests (`without_accelerator` walks up the tree)
+    are asked only of the few calls that name a GPU or a rank."""
+    func = call.func
+    if _names_gpu(call, also_cpu):
+        return True
+    if (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "cuda"
+        and len(call.args) == 1
+        and isinstance(call.args[0].value, cst.Integer)
+        and call.args[0].keyword is None
+    ):
+        return True
+    for position, argument in enumerate(call.args):
+        keyword = argument.keyword.value if argument.keyword else None
+        if _moves_to(func, position, keyword) and _cuda_literal(argument.value, False):
+            return True
+        if keyword == "device" and _cuda_literal(argument.value, also_cpu):
+            return True
+        if _global_rank_as_device(func, position, keyword, argument.value):
+            return True
+    return False
 
 
 def _device_names_holding_gpu(script: ScriptModel) -> Iterator[cst.SimpleString]:

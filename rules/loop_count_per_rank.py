@@ -66,8 +66,57 @@ class LoopCountPerRank(Rule):
             6,
             1,
         ),
+        # tokens counted by numel(): a padded batch's token count is each rank's own
+        Example(
+            HEADER
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "tokens_seen = 0\n"
+            + "while tokens_seen < args.max_tokens:\n"
+            + "    for batch in loader:\n"
+            + "        accelerator.backward(model(**batch).loss)\n"
+            + "        optimizer.step()\n"
+            + "        tokens_seen += batch['input_ids'].numel()\n",
+            5,
+            1,
+        ),
     )
     good = (
+        # one rollout appended on every pass, played with no skip: len() is a counter
+        HEADER
+        + "import torch\n"
+        + "policy, optimizer = accelerator.prepare(policy, optimizer)\n"
+        + "rollouts = []\n"
+        + "obs = env.reset()\n"
+        + "while len(rollouts) < 128:\n"
+        + "    with torch.no_grad():\n"
+        + "        action = policy(torch.as_tensor(obs)).argmax().item()\n"
+        + "    obs, reward, done, info = env.step(action)\n"
+        + "    rollouts.append((obs, action, reward))\n"
+        + "    mean_reward = accelerator.gather(torch.tensor([reward])).mean()\n",
+        # samples counted by a prepared loader's batch size: every rank's batches are as large
+        HEADER
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "samples = 0\n"
+        + "while samples < 10000:\n"
+        + "    for x, y in loader:\n"
+        + "        accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "        optimizer.step()\n"
+        + "        samples += x.size(0)\n",
+        # the same, the batches drawn by hand from the prepared loader
+        HEADER
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "it = iter(loader)\n"
+        + "step = 0\n"
+        + "while step < 1000:\n"
+        + "    try:\n"
+        + "        batch = next(it)\n"
+        + "    except StopIteration:\n"
+        + "        it = iter(loader)\n"
+        + "        batch = next(it)\n"
+        + "    x, y = batch\n"
+        + "    accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "    optimizer.step()\n"
+        + "    step += len(x)\n",
         # the episode is played with no backward; training runs a count every rank agrees on
         _EPISODES.format(
             loop="    done, transitions = False, []\n"

@@ -103,15 +103,13 @@ class ManualAmp(Rule):
         trains = script.trains or bool(_accelerator_backwards(script))
         scales = trains and _scales_by_hand(script)
         for call in calls(script):
-            if without_accelerator(script, call):
-                continue  # the plain-PyTorch path of a script that runs with or without one
             qualified = script.call_names(call)
             scaler = bool(qualified & names.GRAD_SCALERS) and scales
-            if scaler or (
-                qualified & names.AUTOCASTS
-                and not _bfloat16(call)
-                and _around_training(script, call)
-            ):
+            if not scaler and not qualified & names.AUTOCASTS:
+                continue  # neither: the walk up of `without_accelerator` is not needed
+            if without_accelerator(script, call):
+                continue  # the plain-PyTorch path of a script that runs with or without one
+            if scaler or (not _bfloat16(call) and _around_training(script, call)):
                 yield self.finding(script, call)
 
 

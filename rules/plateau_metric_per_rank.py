@@ -25,6 +25,36 @@ _SCRIPT = (
     "        optimizer.zero_grad()\n"
     "        total += loss.item()\n"
 )
+#: A metric object of the file whose ``update`` sums each batch's ``.item()``: one instance per
+#: split, the training one updated per batch of this rank's shard; ``{step}`` ends each epoch.
+_METRIC_OBJECTS = (
+    "import torch\n"
+    "from accelerate import Accelerator\n\n\n"
+    "class MSEMetric:\n"
+    "    def __init__(self):\n"
+    "        self.sse, self.count = 0.0, 0\n\n"
+    "    def update(self, pred, target):\n"
+    "        self.sse += ((pred - target) ** 2).sum().item()\n"
+    "        self.count += target.numel()\n\n"
+    "    def compute(self):\n"
+    "        return self.sse / max(self.count, 1)\n\n\n"
+    "accelerator = Accelerator()\n"
+    "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\n"
+    "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+    "    model, optimizer, loader, val_loader\n"
+    ")\n"
+    "train_metric, val_metric = MSEMetric(), MSEMetric()\n"
+    "for epoch in range(10):\n"
+    "    for x, y in loader:\n"
+    "        pred = model(x)\n"
+    "        accelerator.backward(torch.nn.functional.mse_loss(pred, y))\n"
+    "        optimizer.step()\n"
+    "        train_metric.update(pred.detach(), y)\n"
+    "    with torch.no_grad():\n"
+    "        for x, y in val_loader:\n"
+    "            val_metric.update(*accelerator.gather_for_metrics((model(x), y)))\n"
+    "{step}"
+)
 #: A validation loss summed over this rank's shard of a prepared loader, before it is reduced.
 _VALIDATED = (
     _SCRIPT.replace("model, optimizer, loader =", "model, optimizer, loader, val_loader =")
@@ -114,6 +144,9 @@ class PlateauMetricPerRank(Rule):
     why = "Each rank's plateau scheduler sees its own shard's metric and decays on its own."
     bad = (
         Example(_SCRIPT + "    scheduler.step(total / len(loader))\n", 15, 5),
+        Example(  # the metric object's training instance: its update sums this rank's batches
+            _METRIC_OBJECTS.format(step="    scheduler.step(train_metric.compute())\n"), 32, 5
+        ),
         Example(  # stepped per batch with this rank's loss
             _SCRIPT.replace("        total += loss.item()\n", "        scheduler.step(loss)\n"),
             14,
@@ -178,6 +211,8 @@ class PlateauMetricPerRank(Rule):
         ),
     )
     good = (
+        # the validation instance of the same class, updated with gathered outputs
+        _METRIC_OBJECTS.format(step="    scheduler.step(val_metric.compute())\n"),
         # the entry zipped with "val_loss" is the validation loss reduced in its helper (the
         # training loss beside it in the dict is no part of it)
         _ZIPPED + "    scheduler.step(metrics['val_loss'])\n",

@@ -34,8 +34,10 @@ class ReducedRankOnlyTotal(Rule):
     process's shard alone (a mean over them is that divided by N), a silently wrong number on
     any run of more than one process. Fold on every rank and keep only what is shown under the
     test. A value the main process decides alone and shares through the collective (a stop flag
-    set under the test and reduced), a count (``n += 1``), and a total folded in both arms of
-    the test are not reported; a combine run on some ranks only is ACC202's hang."""
+    set under the test and reduced), a count (``n += 1``: it reads no data, and the reduce
+    hands back the main process's count of batches, the per-rank number, not N times it), and a
+    total folded in both arms of the test are not reported; a combine run on some ranks only
+    is ACC202's hang."""
 
     code = "ACC418"
     name = "reduced-rank-only-total"
@@ -80,7 +82,8 @@ class ReducedRankOnlyTotal(Rule):
         + "        stop += 1\n"
         + "    if accelerator.reduce(stop).item() > 0:\n"
         + "        break\n",
-        # counted under the test, a count is the same on every rank
+        # counted under the test: no data of the shard, and the reduce hands back the main
+        # process's count of batches (the per-rank number, every rank has as many), not N times it
         HEADER
         + "import torch\n"
         + "model, loader = accelerator.prepare(model, loader)\n"

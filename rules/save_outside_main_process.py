@@ -212,6 +212,16 @@ class SaveOutsideMainProcess(Rule):
             3,
             1,
         ),
+        # the checkpoint main saved, copied by every rank: not a fixed file of the repository
+        # (the file names it twice), each rank may copy it while main still writes it
+        Example(
+            HEADER + "import shutil\nimport torch\n"
+            "if accelerator.is_main_process:\n"
+            '    torch.save(model.state_dict(), "last.pt")\n'
+            "shutil.copy('last.pt', 'best.pt')\n",
+            7,
+            1,
+        ),
         # a checkpoint named by the clock on every rank and read back: the path is the bug (no
         # fix: a main-process save would leave the others loading a file nobody wrote)
         Example(

@@ -1,29 +1,23 @@
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
 
 import libcst as cst
 
 from accelify.analysis.collectives import (
     agreed_in_place,
-    agrees_across_ranks,
     backends_in_view,
     collective_backends,
     read_outside_agreement,
 )
-from accelify.analysis.dataflow import statements, variables_in
+from accelify.analysis.dataflow import variables_in
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.loss_sources import Backward, backwards, last_binding
-from accelify.analysis.objects import bound_arguments
-from accelify.analysis.own_values import OwnValues, binds, names_read
+from accelify.analysis.own_stops import Decided, agrees, decided_on_own_shard
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, statement_lines, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 #: How many bindings one trace follows before it gives up (and reports nothing).
 _MAX_BINDINGS = 60
-
-#: How many calls deep the calls of an early-stopping object held by the instance are looked for.
-_HELPER_DEPTH = 2
 
 _LOOP = (
     "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
@@ -150,6 +144,50 @@ _BEST_SAVE = (
     "            if eval_loss < self.best:\n"
     "                self.best = eval_loss\n"
     "                self._save_checkpoint()\n"
+)
+
+
+#: A trainer hands itself and the epoch's logs to each callback of its list; the early-stopping
+#: callback sets ``trainer.should_stop`` on this rank's own training loss, and ``fit`` stops on
+#: it. ``{fold}`` ends the epoch's loop over batches.
+_CALLBACK_STOP = (
+    HEADER
+    + "import torch\n\n\nclass EarlyStopping:\n"
+    + "    def __init__(self, patience=2, monitor='train_loss'):\n"
+    + "        self.patience, self.monitor = patience, monitor\n"
+    + "        self.best, self.wait = float('inf'), 0\n\n"
+    + "    def on_epoch_end(self, trainer, epoch, logs):\n"
+    + "        if logs[self.monitor] < self.best:\n"
+    + "            self.best, self.wait = logs[self.monitor], 0\n"
+    + "        else:\n"
+    + "            self.wait += 1\n"
+    + "            if self.wait >= self.patience:\n"
+    + "                trainer.should_stop = True\n\n\n"
+    + "class Trainer:\n"
+    + "    def __init__(self, model, optimizer, loader, callbacks=None):\n"
+    + "        self.model, self.optimizer, self.loader = accelerator.prepare(\n"
+    + "            model, optimizer, loader\n"
+    + "        )\n"
+    + "        self.callbacks = callbacks or []\n"
+    + "        self.should_stop = False\n\n"
+    + "    def on_epoch_end(self, epoch, logs):\n"
+    + "        for cb in self.callbacks:\n"
+    + "            cb.on_epoch_end(self, epoch, logs)\n\n"
+    + "    def fit(self, epochs):\n"
+    + "        for epoch in range(epochs):\n"
+    + "            total, n = 0.0, 0\n"
+    + "            for x, y in self.loader:\n"
+    + "                loss = loss_fn(self.model(x), y)\n"
+    + "                accelerator.backward(loss)\n"
+    + "                self.optimizer.step()\n"
+    + "                total += loss.item() * len(x)\n"
+    + "                n += len(x)\n"
+    + "{fold}"
+    + "            logs = {{'train_loss': total / n}}\n"
+    + "            self.on_epoch_end(epoch, logs)\n"
+    + "            if self.should_stop:\n"
+    + "                break\n\n\n"
+    + "Trainer(model, optimizer, loader, callbacks=[EarlyStopping()]).fit(10)\n"
 )
 
 
@@ -403,8 +441,16 @@ class StopOnOwnValue(Rule):
         # the best checkpoint saved (a barrier in the method) when this rank's own shard's
         # validation loss improved: reported at the test
         Example(_BEST_SAVE, 28, 13),
+        # a callback of the trainer's list sets the trainer's flag on this rank's own training
+        # loss, handed in the logs dict: fit() stops on it alone
+        Example(_CALLBACK_STOP.format(fold=""), 44, 17),
     )
     good = (
+        # the callback's training loss reduced over the ranks before the logs hold it
+        _CALLBACK_STOP.format(
+            fold="            total = accelerator.reduce(torch.tensor(total), 'sum').item()\n"
+            "            n = accelerator.reduce(torch.tensor(n), 'sum').item()\n"
+        ),
         # the same training loss folded on every rank, reduced before the test, and the
         # barrier under it: every rank decides on one number
         _FOLDED_ON_MAIN.format(
@@ -572,7 +618,7 @@ class StopOnOwnValue(Rule):
             accelerator = accelerator_name(script, node)
             own = _own_value(script, test, loop, losses)
             if own is None:
-                decided = _decided_on_own_shard(facts, test, loop)
+                decided = decided_on_own_shard(facts, test, loop)
                 if decided is not None:
                     yield self.finding(
                         script,
@@ -613,7 +659,7 @@ class StopOnOwnValue(Rule):
             collective = _collective_under(script, facts, test, losses)
             if collective is None:
                 continue
-            decided = _decided_on_own_shard(facts, test, loop)
+            decided = decided_on_own_shard(facts, test, loop)
             if decided is None:
                 continue
             # a training loss folded on the main process alone (``if is_main_process:
@@ -685,278 +731,9 @@ def _collective_under(
     return None
 
 
-@dataclass(frozen=True)
-class _Decided:
-    """What makes a stop's test this rank's own: the test reads a value the rank folded from its
-    shard of a prepared DataLoader, or a counter the loop steps under a test of one."""
-
-    read: str  # what the stop's test reads
-    origin: cst.CSTNode  # where the rank folds its shard into the value
-    stepped: cst.CSTNode | None = None  # the counter's binding under ``condition``
-    condition: cst.If | None = None  # the test of the rank's own value the counter is stepped under
-    call: cst.Call | None = None  # the loop's call of an object's method that decides the stop
-    method: cst.FunctionDef | None = None  # the method it runs: ``EarlyStopping.__call__``
-    argument: cst.BaseExpression | None = None  # what the call hands it of the rank's own
-
-
-def _decided_on_own_shard(facts: Facts, test: cst.If, loop: cst.For) -> _Decided | None:
-    """The stop's test reads a value this rank computed from its shard of a prepared DataLoader
-    and never reduced (``if val_loss > limit: break``), or a counter the loop steps under a test
-    of one: the early stop's ``if val_loss < best: best = val_loss; bad = 0`` / ``else: bad +=
-    1``, then ``if bad >= patience: break``. The counter is followed through every binding the
-    loop gives it (and the names those read), wherever it stands in the loop: the next epoch
-    reads what the last one stepped."""
-    script = facts.model
-    values = OwnValues(facts)
-    read_as_is = read_outside_agreement(script, test.test)  # not ``val_loss`` of ``reduce(...)``
-    pending = [n for n in names_read(script, test.test) if n.split(".", 1)[0] in read_as_is]
-    decided = _decided_by_object(facts, test.test, loop)  # ``if stopper.early_stop:``
-    if decided is not None:
-        return decided
-    for binding in statements(loop.body):  # ``stop = stopper.step(val_loss)``, ``if stop:``
-        bound = [name for name in pending if binds(script, binding, name)]
-        decided = _decided_by_object(facts, binding, loop) if bound else None
-        if decided is not None:
-            read = f"{bound[0]}, bound at line {script.line(binding)} to {decided.read}"
-            return replace(decided, read=read)
-    for node in walk(test.test):
-        name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
-        if name in pending and (origin := values.origin(node, test, {})) is not None:
-            return _Decided(name, origin)
-    seen: set[str] = set()
-    while pending and len(seen) < _MAX_BINDINGS:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for binding in statements(loop.body):
-            if not binds(script, binding, name) or _agrees(script, binding):
-                continue
-            decided = _decided_by_object(facts, binding, loop)
-            if decided is not None:
-                read = f"{name}, bound at line {script.line(binding)} to {decided.read}"
-                return replace(decided, read=read)
-            for condition in _conditions_around(script, binding, loop):
-                origin = values.origin(condition.test, condition, {})
-                if origin is not None:
-                    return _Decided(name, origin, binding, condition)
-            pending.extend(names_read(script, binding))
-    return None
-
-
-def _decided_by_object(facts: Facts, read: cst.CSTNode, loop: cst.For) -> _Decided | None:
-    """``read`` (a stop's test, or a binding the test reads) asks an object of a class of this
-    file for the decision: the attribute a method sets (``if stopper.early_stop: break`` after
-    ``stopper(val_loss)`` in the loop), or what the method returns (``if stopper.step(val_loss):
-    break``). The method the loop's call runs (`call_graph`) is followed with its parameters
-    bound to that call's arguments, to a test of the value the call hands it: the early-stopping
-    object's ``if val_loss < self.best: ... self.counter = 0`` / ``else: self.counter += 1``,
-    then ``self.early_stop = True`` (or ``return True``) once ``self.counter >= self.patience``."""
-    script = facts.model
-    graph = script.call_graph
-    values = OwnValues(facts)
-    for node in walk(read):
-        if isinstance(node, cst.Call):
-            for function, implicit in graph.callees(node):
-                if graph.owner(function) is None:
-                    continue
-                returns: list[cst.CSTNode] = list(script.index.own_returns(function))
-                found = _decided_in_method(facts, values, function, node, implicit, returns, [])
-                if found is not None:
-                    argument = _own_argument(facts, node, function, implicit)
-                    read_as = script.module.code_for_node(node)
-                    origin, stepped, condition, method = found
-                    return _Decided(read_as, origin, stepped, condition, node, method, argument)
-        name = dotted(node) if isinstance(node, cst.Attribute) else None
-        if name is None or (name.startswith("self.") and name.count(".") == 1):
-            continue  # ``self.wait``: the trainer's own counter, followed by the caller
-        receiver, attribute = name.rsplit(".", 1)
-        for call in _calls_on(script, receiver, loop):
-            for function, implicit in graph.callees(call):
-                if graph.owner(function) is None or implicit != 1:
-                    continue
-                member = [f"self.{attribute}"]
-                found = _decided_in_method(facts, values, function, call, implicit, [], member)
-                if found is not None:
-                    argument = _own_argument(facts, call, function, implicit)
-                    origin, stepped, condition, method = found
-                    return _Decided(name, origin, stepped, condition, call, method, argument)
-    return None
-
-
-#: Where a method decides: the origin of the rank's own value, the statement it decides, the
-#: ``if`` that tests it (None for a value set itself), and the method that holds them.
-_InMethod = tuple[cst.CSTNode, cst.CSTNode, cst.If | None, cst.FunctionDef]
-
-
-def _own_argument(
-    facts: Facts, call: cst.Call, function: cst.FunctionDef, implicit: int
-) -> cst.BaseExpression | None:
-    """The argument of ``call`` that holds a value of this rank's own (``val_loss``)."""
-    for _, argument in bound_arguments(function, call, implicit):
-        if OwnValues(facts).origin(argument.value, argument, {}) is not None:
-            return argument.value
-    return None
-
-
-def _calls_on(script: ScriptModel, receiver: str, loop: cst.For) -> list[cst.Call]:
-    """The calls in ``loop`` of ``receiver`` itself (``stopper(val_loss)``) or of one of its
-    methods (``stopper.step(val_loss)``); for an attribute of the instance (``self.stopper``),
-    also those in the methods the loop calls (``self.validate()`` that hands it the loss), two
-    calls deep."""
-    found: list[cst.Call] = []
-    blocks: list[cst.CSTNode] = [loop.body]
-    visited: set[int] = set()
-    for depth in range(_HELPER_DEPTH + 1):
-        deeper: list[cst.CSTNode] = []
-        for block in blocks:
-            for node in walk(block):
-                if not isinstance(node, cst.Call):
-                    continue
-                func = node.func
-                if dotted(func) == receiver or (
-                    isinstance(func, cst.Attribute) and dotted(func.value) == receiver
-                ):
-                    found.append(node)
-                elif receiver.startswith("self.") and depth < _HELPER_DEPTH:
-                    for function, _ in script.call_graph.callees(node):
-                        if id(function) not in visited:
-                            visited.add(id(function))
-                            deeper.append(function.body)
-        blocks = deeper
-    return found
-
-
-def _decided_in_method(
-    facts: Facts,
-    values: OwnValues,
-    function: cst.FunctionDef,
-    call: cst.Call,
-    implicit: int,
-    sources: list[cst.CSTNode],
-    members: list[str],
-) -> _InMethod | None:
-    """A value of this rank's own, handed to ``function`` by ``call`` (its parameters bound to
-    the call's arguments), that decides ``sources`` (its returns) or the bindings of ``members``
-    (``self.early_stop``): tested by an ``if`` around one of them, or around a binding of a name
-    one of them or one of those tests reads (``self.counter``), or returned or set itself
-    (``return metric > self.limit``). A method that hands the value on to another method of its
-    class (``__call__`` that runs ``self._check(val_loss)``) is followed into it, its returns
-    deciding where the caller returns what it returns. Where the rank folds it from its shard,
-    the statement it decides, and the ``if`` that tests it (None for a value set itself)."""
-    passed = {name: argument.value for name, argument in bound_arguments(function, call, implicit)}
-    return _decided_with(facts, values, function, passed, sources, members, _HELPER_DEPTH)
-
-
-def _decided_with(
-    facts: Facts,
-    values: OwnValues,
-    function: cst.FunctionDef,
-    passed: dict[str, cst.BaseExpression],
-    sources: list[cst.CSTNode],
-    members: list[str],
-    depth: int,
-) -> _InMethod | None:
-    """`_decided_in_method` with ``function``'s parameters bound to ``passed``."""
-    script = facts.model
-    returns = [s for s in sources if isinstance(s, cst.Return)]
-    own = [
-        small
-        for small in statements(function.body)
-        if facts.placement.enclosing_function(small) is function
-    ]
-    pending = list(members)
-    checked: set[int] = set()
-    seen: set[str] = set()
-    while (sources or pending) and len(checked) < _MAX_BINDINGS:
-        if not sources:
-            name = pending.pop()
-            if name not in seen:
-                seen.add(name)
-                sources = [s for s in own if binds(script, s, name) and not _agrees(script, s)]
-            continue
-        source = sources.pop()
-        if id(source) in checked:
-            continue
-        checked.add(id(source))
-        origin = values.origin(source, source, passed)
-        if origin is not None:
-            return origin, source, None, function
-        for condition in _conditions_around(script, source, function):
-            origin = values.origin(condition.test, condition, passed)
-            if origin is not None:
-                return origin, source, condition, function
-            pending.extend(names_read(script, condition.test))
-        pending.extend(names_read(script, getattr(source, "value", None) or source))
-    if depth == 0:
-        return None
-    return _decided_by_own_method(facts, values, function, passed, returns, members, depth)
-
-
-def _decided_by_own_method(
-    facts: Facts,
-    values: OwnValues,
-    function: cst.FunctionDef,
-    passed: dict[str, cst.BaseExpression],
-    returns: list[cst.Return],
-    members: list[str],
-    depth: int,
-) -> _InMethod | None:
-    """The decision made by another method of ``function``'s class that ``function`` calls on
-    ``self`` (``self._check(val_loss)``), its parameters bound to what that call hands it (a
-    parameter of ``function`` standing for what ``passed`` binds it to): the bindings of the
-    same ``members``, and its returns where ``function`` returns what that call returns."""
-    script = facts.model
-    graph = script.call_graph
-    owner = graph.owner(function)
-    for call in script.index.calls_directly_in(function):
-        if not (isinstance(call.func, cst.Attribute) and dotted(call.func.value) == "self"):
-            continue
-        for method, implicit in graph.callees(call):
-            if method is function or graph.owner(method) is not owner or implicit != 1:
-                continue
-            handed = {
-                name: _substituted(argument.value, passed)
-                for name, argument in bound_arguments(method, call, implicit)
-            }
-            returned = [r for r in returns if r.value is not None and _holds(script, r.value, call)]
-            sources: list[cst.CSTNode] = list(script.index.own_returns(method)) if returned else []
-            found = _decided_with(facts, values, method, handed, sources, members, depth - 1)
-            if found is not None:
-                return found
-    return None
-
-
-def _substituted(
-    value: cst.BaseExpression, passed: dict[str, cst.BaseExpression]
-) -> cst.BaseExpression:
-    """``value`` as the caller handed it: a parameter read whole is what ``passed`` binds it
-    to."""
-    name = value.value if isinstance(value, cst.Name) else None
-    return passed.get(name, value) if name is not None else value
-
-
-def _holds(script: ScriptModel, value: cst.CSTNode, call: cst.Call) -> bool:
-    return value is call or any(node is call for node in walk(value))
-
-
-def _conditions_around(script: ScriptModel, node: cst.CSTNode, loop: cst.CSTNode) -> list[cst.If]:
-    """The ``if`` statements between ``loop`` and ``node`` whose branches (either one) hold
-    ``node``, innermost first."""
-    found: list[cst.If] = []
-    child: cst.CSTNode = node
-    for ancestor in script.ancestors(node):
-        if ancestor is loop:
-            break
-        if isinstance(ancestor, cst.If) and child is not ancestor.test:
-            found.append(ancestor)
-        child = ancestor
-    return found
-
-
 def _shard_message(
     script: ScriptModel,
-    decided: _Decided,
+    decided: Decided,
     test: cst.If,
     leaves: str,
     waiting: cst.CSTNode,
@@ -1024,7 +801,7 @@ def _shard_message(
 
 def _object_message(
     script: ScriptModel,
-    decided: _Decided,
+    decided: Decided,
     test: cst.If,
     leaves: str,
     waiting: cst.CSTNode,
@@ -1055,6 +832,18 @@ def _object_message(
     reduced = f'{accelerator}.reduce(torch.tensor({handed}, device={accelerator}.device), "mean")'
     if isinstance(decided.argument, cst.Name):
         reduced = f"{handed} = {reduced}.item()"
+    reduced = f"`{reduced}`"
+    reduce_it = f"reduce it over the ranks before the call at line {at} ({reduced})"
+    if decided.argument is not None and _a_dict(script, decided.argument, decided.call):
+        # ``logs`` of ``cb.on_epoch_end(self, epoch, logs)``: no tensor of a dict; the entry
+        # is reduced where the rank folds it
+        reduced = (
+            f"reduce the entries of {handed} folded from this rank's shard (line "
+            f"{script.line(decided.origin)}) over the ranks "
+            f'({accelerator}.reduce(torch.tensor(value, device={accelerator}.device), "sum")'
+            ".item()) before they go into it"
+        )
+        reduce_it = reduced
     if script.under_rank_guard(decided.call):
         # a reduce before the call would run on the guarded ranks alone: a hang of its own
         guard = _rank_guard_around(script, decided.call)
@@ -1069,7 +858,7 @@ def _object_message(
             f"(hang); call {accelerator}.set_trigger() under the test at line "
             f"{script.line(test)} and, after it, on every rank, "
             f"`if {accelerator}.check_trigger(): {leaves}` (or reduce the value on every rank, "
-            f"outside {where}, and move the call at line {at} out of it: `{reduced}`)"
+            f"outside {where}, and move the call at line {at} out of it: {reduced})"
         )
     return (
         f"Stop on every rank together: the test at line {script.line(test)} reads "
@@ -1077,11 +866,31 @@ def _object_message(
         f"this rank computed that value at line {script.line(decided.origin)} from its shard of "
         f"a prepared DataLoader and never reduced it, so this rank alone takes this {leaves} "
         f"while the others go on to the collective at line {script.line(waiting)} and wait "
-        f"there for it (hang); reduce it over the ranks before the call at line {at} "
-        f"(`{reduced}`), or call {accelerator}.set_trigger() under the test at line "
-        f"{script.line(test)} and, after it, on every rank, "
+        f"there for it (hang); {reduce_it}, or call {accelerator}.set_trigger() under the "
+        f"test at line {script.line(test)} and, after it, on every rank, "
         f"`if {accelerator}.check_trigger(): {leaves}`"
     )
+
+
+def _a_dict(
+    script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode, depth: int = 2
+) -> bool:
+    """``value`` holds a dict display: written here, bound to one above ``at``, or a parameter
+    every call of its function fills with one (``logs`` handed down from ``fit``)."""
+    if isinstance(value, cst.Dict):
+        return True
+    if not isinstance(value, cst.Name):
+        return False
+    binding = last_binding(script, value.value, at)
+    if binding is not None:
+        bound = getattr(binding, "value", None)
+        return (
+            isinstance(binding, cst.Assign)
+            and bound is not None
+            and _a_dict(script, bound, binding, depth)
+        )
+    arguments = facts_of(script).flow.call_site_arguments(value.value, at) if depth else []
+    return bool(arguments) and all(_a_dict(script, a.value, a, depth - 1) for a in arguments)
 
 
 def _rank_guard_around(script: ScriptModel, node: cst.CSTNode) -> cst.If | None:
@@ -1186,7 +995,7 @@ def _trace(
         value = binding.value
         if value is None:
             continue
-        if _agrees(script, value) or _agreed_in_place(script, name, loop):
+        if agrees(script, value) or _agreed_in_place(script, name, loop):
             return None
         found[name] = binding
         pending.extend((read, binding) for read in variables_in(script, value))
@@ -1210,19 +1019,6 @@ def _reaches(
         variables_in(script, bound.value) & batch
         for bound in traced.values()
         if getattr(bound, "value", None) is not None
-    )
-
-
-def _agrees(script: ScriptModel, value: cst.CSTNode) -> bool:
-    """``value`` holds what a collective made the same on every rank (``accelerator.reduce``,
-    ``gather``, ``check_trigger``)."""
-    return any(
-        isinstance(node, cst.Call)
-        and (
-            agrees_across_ranks(script, node)
-            or (isinstance(node.func, cst.Attribute) and node.func.attr.value == "check_trigger")
-        )
-        for node in walk(value)
     )
 
 

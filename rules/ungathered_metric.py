@@ -828,7 +828,7 @@ class UngatheredMetric(Rule):
             loss_total = _loss_total(at)
             inner_guard = _guard_in_loop(script, facts, loop.node, at)
             if loop_guard is not None:
-                message = _guarded_loop_message(script, at, script.line(loop_guard))
+                message = _guarded_loop_message(script, at, loop, loop_guard)
                 yield self.finding(script, at, message=message)
             elif guarded is None and inner_guard is not None:
                 kept = next(target for target, node in found if node is at)
@@ -1405,17 +1405,29 @@ def _guarded_message(script: ScriptModel, node: cst.CSTNode, line: int) -> str:
     )
 
 
-def _guarded_loop_message(script: ScriptModel, node: cst.CSTNode, line: int) -> str:
-    """The advice when the evaluation loop itself sits under a rank test (``if
-    accelerator.is_main_process:`` around the validation): a reduce or gather added there would
-    hang, so the loop moves out of the test first."""
+def _guarded_loop_message(
+    script: ScriptModel, node: cst.CSTNode, loop: Loop, guard: cst.CSTNode
+) -> str:
+    """The advice when the evaluation loop itself runs on some ranks only: inside a rank test
+    (``if accelerator.is_main_process:`` around the validation) or below an early ``return``
+    the other ranks take (``if not accelerator.is_main_process: return``; `_guard_note` of
+    ACC202 tells them apart the same way). A reduce or gather added there would hang, so the
+    loop runs on every rank first."""
     name = accelerator_name(script, node)
+    line = script.line(guard)
+    if isinstance(guard, cst.If) and not script.inside(loop.node, guard):
+        where = f"the other ranks return at line {line}, above it"
+        move = "move that return below the loop (or drop it)"
+        keep = "keep only the logging on the main process"
+    else:
+        where = f"it is inside the rank test at line {line}"
+        move = "move the loop out of the test"
+        keep = "keep only the logging under the test"
     return (
-        f"Run this evaluation loop on every rank: it is inside the rank test at line {line}, so "
-        f"the metric covers that rank's shard of the prepared loader only; move the loop out of "
-        f"the test, combine its totals on every rank ({name}.gather_for_metrics(...) the "
-        f"predictions and labels, or {name}.reduce the sums), and keep only the logging under "
-        f"the test (a gather or reduce inside it would hang)"
+        f"Run this evaluation loop on every rank: {where}, so the metric covers that rank's "
+        f"shard of the prepared loader only; {move}, combine its totals on every rank "
+        f"({name}.gather_for_metrics(...) the predictions and labels, or {name}.reduce the "
+        f"sums), and {keep} (a gather or reduce on some ranks only would hang)"
     )
 
 

@@ -500,8 +500,35 @@ class WrapperAttribute(Rule):
         # a cycle trainer hands the member it prepared in construction (never called by its own
         # name) to a method that runs it as the generator: the parameter is the wrapper
         Example(_CYCLE.format(generator="model_gen"), 18, 21),
+        # a teacher frozen in its own function under the same local name: the student
+        # prepared in main() trains, so it is wrapped
+        Example(
+            HEADER
+            + "import torch\nimport torchvision\n\n\n"
+            + "def make_teacher():\n"
+            + "    model = torchvision.models.resnet50()\n"
+            + "    model.requires_grad_(False)\n"
+            + "    return model\n\n\n"
+            + "def main(loader):\n"
+            + "    teacher = make_teacher()\n"
+            + "    model = torchvision.models.resnet18()\n"
+            + "    optimizer = build_optimizer(model)\n"
+            + "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "    print(model.fc.weight.shape)\n",
+            18,
+            11,
+        ),
     )
     good = (
+        # a reference model frozen in the function that prepares it: prepare leaves it as is
+        HEADER
+        + "import torchvision\n\n\n"
+        + "def main(loader):\n"
+        + "    model = torchvision.models.resnet50()\n"
+        + "    for p in model.parameters():\n"
+        + "        p.requires_grad = False\n"
+        + "    model, loader = accelerator.prepare(model, loader)\n"
+        + "    print(model.fc.weight.shape)\n",
         # a frozen reference model read through the same helper: prepare wraps no model
         # without a parameter that requires grad, so its own config is there
         HEADER
@@ -1287,6 +1314,10 @@ def _frozen_when_prepared(script: ScriptModel, name: str, prepare: cst.Call) -> 
     if name in _trained_models(script):
         return False
     before = script.order(prepare)
+    # the same object as the prepared one: a local of the prepare's own function (a same-named
+    # local of another function is another model), an attribute of the same class
+    holder = (cst.ClassDef, cst.FunctionDef) if "." in name else cst.FunctionDef
+    owner = _held_by(script, prepare, holder)
     for call in script.calls:
         func = call.func
         if (
@@ -1297,6 +1328,7 @@ def _frozen_when_prepared(script: ScriptModel, name: str, prepare: cst.Call) -> 
             and isinstance(call.args[0].value, cst.Name)
             and call.args[0].value.value == "False"
             and script.order(call) < before
+            and _held_by(script, call, holder) is owner
         ):
             return True
     for node in walk(script.module):
@@ -1308,6 +1340,7 @@ def _frozen_when_prepared(script: ScriptModel, name: str, prepare: cst.Call) -> 
             and dotted(node.iter.func.value) == name
             and isinstance(node.target, cst.Name)
             and script.order(node) < before
+            and _held_by(script, node, holder) is owner
             and any(
                 isinstance(statement, cst.Assign)
                 and dotted(statement.targets[0].target) == f"{node.target.value}.requires_grad"
@@ -1320,6 +1353,17 @@ def _frozen_when_prepared(script: ScriptModel, name: str, prepare: cst.Call) -> 
         ):
             return True
     return False
+
+
+def _held_by(
+    script: ScriptModel, node: cst.CSTNode, holder: type | tuple[type, ...]
+) -> cst.CSTNode | None:
+    """The function around ``node`` (for an attribute, the class around it: ``self.ref`` frozen
+    in ``__init__`` and prepared in ``setup``), as `_frozen_when_prepared` compares them."""
+    found = script.index.nearest(node, holder)
+    if isinstance(found, cst.FunctionDef) and holder != cst.FunctionDef:
+        found = script.index.nearest(found, cst.ClassDef) or found
+    return found
 
 
 def _is_the_prepare(assign: cst.Assign, prepare: cst.Call) -> bool:

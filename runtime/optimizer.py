@@ -88,7 +88,9 @@ class PreparedOptimizer(torch.optim.Optimizer):
             return self._tracked_step(closure)
         if self.scaler is not None:
             return self._step(closure)
-        # `_step` without a scaler, inline: every training step runs it
+        # `_step`'s scaler-less branch, copied here on purpose: every untracked training step
+        # runs it, and the call to `_step` it saves shows in a step's instruction count
+        # (bench/step_instructions.py). Change both together.
         self.step_was_skipped = False
         if not self.gradient_state.sync_gradients:
             return None
@@ -102,7 +104,7 @@ class PreparedOptimizer(torch.optim.Optimizer):
         self.step_was_skipped = False
         if not self.gradient_state.sync_gradients:
             return None
-        if self.scaler is None:
+        if self.scaler is None:  # also inlined in `step` for the untracked path: keep alike
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
         scale_before = self.scaler.get_scale()
         result = (

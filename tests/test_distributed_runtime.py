@@ -132,11 +132,10 @@ def test_a_failing_rank_is_named_as_the_cause_with_its_traceback(tmp_path):
     # agent's 30 s between SIGTERM and SIGKILL for a rank that will not stop. What the
     # processes do after it (end, be collected, report: 1.2-1.7 s at load 14) is less than
     # what they did to get to it (two Pythons importing torch and meeting: 18-27 s there), and
-    # takes as much longer under load: the bound is 30 s, or the time to the raise where a
-    # loaded machine made that longer (a 30 s wait on top of the ending then still fails,
-    # unless the start took more than 30 s plus the ending).
+    # takes as much longer under load; a fixed bound below the agent's 30 s still fails on
+    # that wait however long the start took, with a margin of 15x over the ending seen.
     assert to_the_raise is not None and after_the_raise is not None, result.stderr
-    bound = max(30.0, to_the_raise)
+    bound = 25.0
     assert after_the_raise < bound, (
         f"took {after_the_raise:.1f}s after the raise ({to_the_raise:.1f}s to get to it)"
     )

@@ -210,6 +210,29 @@ def test_fix_leaves_the_cache_true_to_the_fixed_file(project: Path):
     assert "Fixed 3 errors (0 remaining)." in again.stdout  # a cached finding still gets fixed
 
 
+def test_a_caller_added_or_edited_to_run_a_hook_is_linted_again(project: Path):
+    """ACC312 asks the linted importers who runs ``Trainer.update`` (`ProjectView.callers_of`):
+    a new importer, or one edited to call it, changes the answer for ``trainer.py``."""
+    example = FIXTURES / "lint" / "projects" / "hook_run_from_a_plain_module"
+    (project / "train.py").unlink()
+    (project / "trainer.py").write_text((example / "trainer.py").read_text())
+    schedule = (example / "schedule.py").read_text()
+    assert "runner.update()" in schedule
+
+    def codes() -> list[str]:
+        warm = sorted(f["code"] for f in lint_json(".", cwd=project))
+        assert warm == sorted(f["code"] for f in lint_json("--no-cache", ".", cwd=project))
+        return warm
+
+    assert codes() == ["ACC301", "ACC312"]  # nothing runs the hook yet
+    (project / "schedule.py").write_text(schedule)
+    assert codes() == ["ACC301"]  # a new importer runs it
+    (project / "schedule.py").write_text(schedule.replace("runner.update()", "pass"))
+    assert codes() == ["ACC301", "ACC312"]
+    (project / "schedule.py").write_text(schedule)  # edited back: calls it again
+    assert codes() == ["ACC301"]
+
+
 @pytest.mark.parametrize("case", ["warm-cache", "no-accelerator"])
 def test_lint_imports_no_parser_no_rules_no_torch_when_it_parses_nothing(project: Path, case):
     """A warm cache, or a file that never names an accelerator (ast checks its syntax)."""

@@ -258,6 +258,36 @@ def test_a_sample_count_beside_a_loss_total_is_not_told_to_gather(count):
     assert "`n`" not in finding.message
 
 
+@pytest.mark.parametrize("early_return", [True, False])
+def test_an_evaluation_loop_on_main_only_is_told_where_the_other_ranks_part(early_return):
+    """Below ``if not accelerator.is_main_process: return`` the loop is inside no rank test:
+    the advice names the return and moves it, as ACC202's `_guard_note` does."""
+    body = (
+        "    for batch in val_loader:\n"
+        "        val_loss += model(**batch).loss.item()\n"
+        "    accelerator.log({'val_loss': val_loss / len(val_loader)})\n"
+    )
+    guard = (
+        "    if not accelerator.is_main_process:\n        return\n    val_loss = 0.0\n" + body
+        if early_return
+        else "    val_loss = 0.0\n    if accelerator.is_main_process:\n"
+        + body.replace("\n    ", "\n        ").replace("    for", "        for", 1)
+    )
+    code = (
+        "from accelerate import Accelerator\n\naccelerator = Accelerator()\n"
+        "model, val_loader = accelerator.prepare(model, val_loader)\n\n\n"
+        "def validate():\n" + guard + "\n\nvalidate()\n"
+    )
+    message = the_finding(code, "ACC403").message
+    if early_return:
+        assert "the other ranks return at line 8, above it" in message
+        assert "move that return below the loop" in message
+        assert "inside the rank test" not in message
+    else:
+        assert "it is inside the rank test at line 9" in message
+        assert "move the loop out of the test" in message
+
+
 def test_an_ungathered_loss_total_of_numpy_values_is_advised_a_reduce_of_a_tensor():
     """A CLIP evaluation sums ``loss.cpu().numpy() * n``: ``reduce`` takes tensors only, so the
     advice makes the total one first, as for ``.item()``."""

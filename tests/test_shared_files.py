@@ -219,3 +219,61 @@ def test_a_method_called_in_a_branch_the_ranks_may_disagree_on_runs_under_it():
     read = next(c for c in model.calls if code(model, c) == "torch.load('b.pt')")
     branch = files.divergent_around(read)
     assert branch is not None and code(model, branch.test) == "total < self.best"
+
+
+def cache_builds(body: str) -> list[tuple[str, str, bool]]:
+    model = script(body)
+    return [
+        (code(model, cache.read), code(model, cache.write), cache.with_shared_work)
+        for cache in facts_of(model).shared_files.cache_builds
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param(
+            "if os.path.exists('v.pt'):\n    v = torch.load('v.pt')\n"
+            "else:\n    v = torch.ones(3)\n    torch.save(v, 'v.pt')\n",
+            [("torch.load('v.pt')", "torch.save(v, 'v.pt')", False)],
+            id="read-if-there-else-built",
+        ),
+        pytest.param(
+            "if not os.path.isfile('v.pt'):\n    v = torch.ones(3)\n    torch.save(v, 'v.pt')\n"
+            "else:\n    v = torch.load('v.pt')\n",
+            [("torch.load('v.pt')", "torch.save(v, 'v.pt')", False)],
+            id="negated-test",
+        ),
+        pytest.param(
+            "if os.path.exists('v.pt'):\n    v = torch.load('w.pt')\n"
+            "else:\n    v = torch.ones(3)\n    torch.save(v, 'v.pt')\n",
+            [],
+            id="another-file-read",
+        ),
+        pytest.param(
+            "if os.path.exists('v.pt'):\n    v = torch.load('v.pt')\n",
+            [],
+            id="nothing-built",
+        ),
+    ],
+)
+def test_a_file_read_if_there_and_else_built_is_a_cache_build(body, expected):
+    assert cache_builds(body) == expected
+
+
+def test_a_build_that_trains_does_shared_work():
+    body = (
+        "if os.path.exists('m.pt'):\n    m.load_state_dict(torch.load('m.pt'))\n"
+        "else:\n    loss = m(x).sum()\n    loss.backward()\n"
+        "    torch.save(m.state_dict(), 'm.pt')\n"
+    )
+    assert [shared for _, _, shared in cache_builds(body)] == [True]
+
+
+def test_a_cache_written_with_torch_save_is_saved_behind_a_barrier():
+    model = script(
+        "if os.path.exists('v.pt'):\n    v = torch.load('v.pt')\n"
+        "else:\n    v = torch.ones(3)\n    torch.save(v, 'v.pt')\n"
+    )
+    builds = facts_of(model).shared_files.cache_builds
+    assert [b.saved_behind_a_barrier for b in builds] == [True]

@@ -462,6 +462,16 @@ def _undivided_backward(found: ManualAccumulation, facts: Facts) -> str | None:
     return None
 
 
+def _conditional(model: ScriptModel, node: cst.CSTNode, owner: cst.CSTNode) -> bool:
+    """``node`` runs under an ``if`` inside ``owner`` (``if i % accum == 0: opt.zero_grad()``)."""
+    for ancestor in model.ancestors(node):
+        if ancestor is owner:
+            return False
+        if isinstance(ancestor, cst.If):
+            return True
+    return False
+
+
 def within_node(model: ScriptModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
     return node is container or any(a is container for a in model.ancestors(node))
 
@@ -540,9 +550,54 @@ def _stepped_every_in(owner: cst.For | cst.While | cst.FunctionDef, facts: Facts
             isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
             for n in walk(node.test)
         )
-        if modulo and (_steps_optimizer(node, facts) or _scaler_steps(node, facts)):
+        if not (modulo and (_steps_optimizer(node, facts) or _scaler_steps(node, facts))):
+            continue
+        if _sums_several_backwards(node, owner, facts):
             return node
     return None
+
+
+def _sums_several_backwards(
+    condition: cst.If, owner: cst.For | cst.While | cst.FunctionDef, facts: Facts
+) -> bool:
+    """An optimizer stepped under ``condition`` steps on gradients summed over several
+    backwards: no ``zero_grad()`` of it in ``owner`` outside the branch (every pass would wipe
+    what the others summed) nor in the branch before its step (the step then reads the
+    branch's own backward alone: a GAN's ``if step % 2 == 0: opt_g.zero_grad();
+    g_loss.backward(); opt_g.step()`` spaces the generator's steps, it accumulates nothing).
+    A scaler's step (``scaler.step(optimizer)``) names its optimizer as the argument."""
+    model = facts.model
+    stepped: list[tuple[str, cst.Call]] = []
+    for node in walk(condition.body):
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+            continue
+        if node.func.attr.value != "step":
+            continue
+        receiver = dotted(node.func.value)
+        kind = facts.flow.kind_of(receiver, node)
+        if kind is Kind.OPTIMIZER and receiver is not None:
+            stepped.append((receiver, node))
+        elif kind is Kind.SCALER and node.args and (name := dotted(node.args[0].value)):
+            stepped.append((name, node))
+    if not stepped:
+        return True  # nothing to tell it by: as the test reads
+    for optimizer, step in stepped:
+        zeroed = [
+            call
+            for call in walk(owner.body)
+            if isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "zero_grad"
+            and dotted(call.func.value) == optimizer
+        ]
+        inside = [z for z in zeroed if within_node(model, z, condition.body)]
+        outside = [z for z in zeroed if not within_node(model, z, condition.body)]
+        if any(not _conditional(model, z, owner) for z in outside):
+            continue  # zeroed on every pass, the ones the step skips too
+        if any(model.order(z) < model.order(step) for z in inside):
+            continue  # zeroed in the branch, before its step
+        return True
+    return False
 
 
 def _scaler_steps(condition: cst.If, facts: Facts) -> bool:

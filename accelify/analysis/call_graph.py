@@ -578,6 +578,10 @@ class CallGraph:
         for sub in self.subclasses(owner):  # ``super().__init__(model, optimizer, callbacks)``
             init = self.methods(sub).get("__init__")
             if init is None:
+                # ``ClassifierTrainer(model, optimizer, callbacks=...)``: a subclass with no
+                # constructor of its own runs this one
+                if self.lookup(sub, "__init__") is function:
+                    found += [(c, 1) for c in self.index.calls_named(sub.name.value)]
                 continue
             found += [
                 (c, 1)
@@ -597,7 +601,7 @@ class CallGraph:
             for element in value.elements:
                 if isinstance(element, cst.StarredElement):
                     return None
-                made = self._made_by(element.value, depth=2)
+                made = self._made_by(element.value, depth=2) or self._local_instance(element.value)
                 if made is None:
                     return None
                 found.add(made)
@@ -619,6 +623,20 @@ class CallGraph:
         if name is None or depth == 0:
             return None
         return self._element_classes_of_name(name, value, depth - 1)
+
+    def _local_instance(self, value: cst.BaseExpression) -> str | None:
+        """``history`` of ``[EarlyStopping(), history]``: a local name every assignment of
+        its function binds to an instance of one class of this file (``history =
+        History()``)."""
+        if not isinstance(value, cst.Name):
+            return None
+        function = self.index.enclosing_function(value)
+        made = {
+            self._made_by(a.value, depth=2)
+            for a in self.index.assignments_to(value.value)
+            if self.index.enclosing_function(a) is function
+        }
+        return made.pop() if len(made) == 1 else None
 
     def _element_classes_of_name(self, name: str, at: cst.CSTNode, depth: int) -> set[str] | None:
         wanted = self.index.enclosing_class_name(at) if name.startswith("self.") else None
@@ -1046,6 +1064,9 @@ class CallGraph:
         """``trainer = Trainer(...)`` (also ``Trainer(...).to(device)``), by target name."""
         found: dict[str, list[tuple[cst.Assign, cst.ClassDef]]] = {}
         for assign in self.model.assignments:
+            for name, made in _paired_constructions(assign):
+                if made in self.classes:  # ``train_metric, val_metric = Metric(), Metric()``
+                    found.setdefault(name, []).append((assign, self.classes[made]))
             value = strip_self_methods(assign.value)
             if not isinstance(value, cst.Call) or dotted(value.func) not in self.classes:
                 continue
@@ -1079,6 +1100,25 @@ class _Resolution:
     targets: list[cst.FunctionDef]
     implicit: int
     unplaced: str | None = None
+
+
+def _paired_constructions(assign: cst.CSTNode) -> list[tuple[str, str]]:
+    """``a, b = Metric(), Other()``: each target name with the class its own element calls
+    (by name); empty for any other assignment."""
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return []
+    target, value = assign.targets[0].target, assign.value
+    if not isinstance(target, cst.Tuple | cst.List) or not isinstance(value, cst.Tuple | cst.List):
+        return []
+    if len(target.elements) != len(value.elements):
+        return []
+    found = []
+    for left, right in zip(target.elements, value.elements, strict=True):
+        name = dotted(left.value)
+        element = strip_self_methods(right.value)
+        if name is not None and isinstance(element, cst.Call) and dotted(element.func):
+            found.append((name, dotted(element.func) or ""))
+    return found
 
 
 def _is_super_call(node: cst.BaseExpression) -> bool:

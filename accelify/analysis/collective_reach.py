@@ -5,6 +5,7 @@ forward of a prepared model counts: under FSDP it gathers parameters from every 
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import libcst as cst
@@ -50,6 +51,7 @@ class CollectiveReach:
         self._reached: dict[cst.FunctionDef, list[tuple[cst.Call, frozenset[str]]]] = {}
         self._synchronising: dict[tuple[cst.FunctionDef, bool], cst.Call | None] = {}
         self._calls_in: dict[cst.FunctionDef, list[cst.Call]] | None = None
+        self._call_orders: list[int] | None = None
 
     def uses(self) -> list[CollectiveUse]:
         """Every call that is or reaches a collective, with the backends some ranks skip it on
@@ -170,15 +172,27 @@ class CollectiveReach:
         ``torch.save(accelerator.get_state_dict(model), p)``, ``json.dump(evaluate(...), f)``.
         Guarding ``node`` would run it on one rank."""
         backwards = {id(call) for call in self.model.backward_calls}
-        for call in self.model.calls:
-            if call is node or not any(a is node for a in self.model.ancestors(call)):
-                continue
+        for call in self._calls_under(node):
             if id(call) in backwards or collective_backends(self.model, call, self.accelerators):
                 return call
             callee = self._local_function(call) or self._own_method(call)
             if callee is not None and self.synchronising_call(callee) is not None:
                 return call
         return None
+
+    def _calls_under(self, node: cst.CSTNode) -> list[cst.Call]:
+        """The file's calls strictly under ``node``, in source order. The calls are collected in
+        source order, so those under ``node`` are one slice of them, found by bisecting on their
+        places: asked once per statement of a loop, a walk up from every call of the file
+        each time was most of the cost of the loop rules on long scripts."""
+        model = self.model
+        at = model.orders.get(node)
+        if at is None:  # not of the analysed tree
+            return [c for c in model.calls if c is not node and model.inside(c, node)]
+        if self._call_orders is None:
+            self._call_orders = [model.order(call) for call in model.calls]
+        start = bisect_right(self._call_orders, at)
+        return model.calls[start : bisect_left(self._call_orders, model.walked.ends[at], start)]
 
     def where_the_others_wait(
         self, loop: cst.For | cst.While, after: cst.CSTNode | None = None

@@ -16,7 +16,7 @@ it is, with the reason, rather than gathered on one side only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,7 +40,7 @@ from accelify.analysis.dataflow import (
 from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name, phase_name
 from accelify.analysis.loss_reduction import is_ctc_loss, sums_its_batch
 from accelify.analysis.objects import callee, methods_of
-from accelify.analysis.script_model import Loop, ScriptModel
+from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.shard_totals import averaged_over_batches, divided_by_set_size
 from accelify.analysis.syntax import (
     argument_value,
@@ -239,6 +239,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
         found.unsure = _lists_batch_means(found, body, facts)
     if found.unsure is None:
         found.unsure = _scalar_of_a_gathered_value(found, body, facts)
+    if found.unsure is None:
+        found.unsure = _squeezed_to_one_sample(found, body, facts)
     if found.unsure is None:
         found.unsure = _one_sample_of_the_batch(found, body, facts)
     if found.unsure is None:
@@ -1419,6 +1421,16 @@ def _caveat_batch_means_over_batches(
     means = _batch_means(body, model)
     for sink, statement in _sums_added(found):
         value = statement.value
+        counted = _batch_fraction(value, loop.iterable)
+        if counted is not None:
+            averaged = averaged_over_batches(model, facts.placement, loop, statement.target.value)
+            if averaged is not None:
+                found.caveat_at = sink
+                found.caveat = _fraction_caveat(
+                    model, statement, counted, averaged, loop.iterable or "the loader"
+                )
+                return
+            continue
         over = value.right if _divided_as_added(value) else None  # type: ignore[attr-defined]
         added = value.left if over is not None else value  # type: ignore[attr-defined]
         read = {n.value for n in walk(added) if isinstance(n, cst.Name)}
@@ -1464,6 +1476,57 @@ def _caveat_batch_means_over_batches(
                 "compute the value per sample, gather those and average them"
             )
         return
+
+
+#: calls that count or sum what a batch holds: the numerator of a batch's fraction
+_COUNTS = frozenset({"sum", "count_nonzero"})
+
+
+def _batch_fraction(value: cst.BaseExpression, loader: str | None) -> cst.BaseExpression | None:
+    """``np.sum(pred == labels) / len(labels)``, ``(pred == y).sum().item() / y.size(0)``: what
+    the batch counts (its correct predictions) over its own count of samples, one batch's mean
+    spelled as a division (a classifier's per-batch accuracy). The count, or None. A division by
+    ``len(loader)`` (the count of batches) or ``len(loader.dataset)`` is no batch's size."""
+    value = _unwrapped(value)
+    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
+        return None
+    if not _batch_size(value.right) or _is_len_of_loader(value.right, loader):
+        return None
+    right = value.right
+    counted = right.args[0].value if isinstance(right, cst.Call) and right.args else None
+    if counted is not None and (dotted(counted) or "").endswith((".dataset", ".sampler")):
+        return None  # ``correct / len(loader.dataset)``: the whole set's share, exact
+    counts = any(
+        isinstance(node, cst.Call)
+        and (
+            (isinstance(node.func, cst.Attribute) and node.func.attr.value in _COUNTS)
+            or (dotted(node.func) or "").rsplit(".", 1)[-1] in _COUNTS
+        )
+        for node in walk(value.left)
+    )
+    return value.left if counts else None
+
+
+def _fraction_caveat(
+    model: ScriptModel,
+    statement: cst.AugAssign,
+    counted: cst.BaseExpression,
+    averaged: cst.CSTNode,
+    loader: str,
+) -> str:
+    """The review for each batch's fraction summed and averaged over the batches: like a batch's
+    mean loss (`_caveat_batch_means_over_batches`), exact on N ranks only when every merged
+    batch is full."""
+    total = statement.target.value
+    added = model.module.code_for_node(statement.value)
+    return (
+        f"{total} sums {added}, one batch's fraction of its samples, and line "
+        f"{model.line(averaged)} averages it over the batches: gathered, each step's fraction "
+        "covers N ranks' batches and the last step fewer samples than the others while counting "
+        "as much, so on N ranks the number is the whole set's fraction only when the set splits "
+        f"into full batches on every rank; for the exact number add "
+        f"{model.module.code_for_node(counted)} to {total} and divide it by len({loader}.dataset)"
+    )
 
 
 def _is_len_of_loader(node: cst.BaseExpression, loader: str | None) -> bool:
@@ -1687,6 +1750,81 @@ def _scalar_of_a_gathered_value(
     reduced first and stay one number. Left as it is: the loop evaluates the whole set on every
     rank."""
     model = facts.model
+    hit = _gathered_read(found, body, model, _taken_as_a_number)
+    if hit is None:
+        return None
+    small, node, read = hit
+    found.unsure_at = small
+    found.advice = (
+        "gather with accelerator.gather_for_metrics, then take per-sample values with "
+        ".tolist() (not .item())"
+    )
+    return (
+        f"line {model.line(small)} takes {model.module.code_for_node(read)} as one "
+        f"number ({model.module.code_for_node(node)}): gathered, it holds one value per "
+        "rank and that would raise"
+    )
+
+
+def _squeezed_to_one_sample(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
+    """``sr_img = ToPILImage()(sr.cpu().squeeze())`` after the forward of a loader with
+    ``batch_size=1`` (an SRResNet validation loop): ``.squeeze()`` drops the batch's axis of
+    one sample, and what follows treats the result as one image (PIL conversion, a PSNR, one
+    file per step). Gathered, each step holds one image per rank: the squeeze keeps the
+    batch's axis and the per-image code raises, or measures N images as one. Left as it is:
+    the loop evaluates the whole set on every rank."""
+    model = facts.model
+    if not _batches_of_one(found.loop, model):
+        return None
+    hit = _gathered_read(found, body, model, _squeezed)
+    if hit is None:
+        return None
+    small, node, read = hit
+    found.unsure_at = small
+    found.advice = (
+        "compute the per-image metric on every rank as one value per sample (a tensor of "
+        "shape [batch]), gather those with accelerator.gather_for_metrics and average them"
+    )
+    return (
+        f"line {model.line(small)} squeezes {model.module.code_for_node(read)} to one "
+        f"sample ({model.module.code_for_node(node)}) of a loader with batch_size=1, and "
+        "treats it as one image: gathered, a step holds one sample per rank, the squeeze "
+        "keeps the batch's axis and the per-sample code would raise or measure N samples as one"
+    )
+
+
+def _squeezed(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """``x`` of ``x.squeeze()`` (every axis of size one, the batch's too)."""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "squeeze"
+        and not node.args
+    ):
+        return node.func.value
+    return None
+
+
+def _batches_of_one(loop: Loop, model: ScriptModel) -> bool:
+    """``loop`` reads a DataLoader made with ``batch_size=1``: each batch is one sample."""
+    for binding in model.of_kind(Kind.DATALOADER):
+        if binding.name != loop.iterable or not isinstance(binding.value, cst.Call):
+            continue
+        size = argument_value(binding.value, "batch_size", 1)
+        if isinstance(size, cst.Integer) and size.value == "1":
+            return True
+    return False
+
+
+def _gathered_read(
+    found: Evaluation,
+    body: list[cst.CSTNode],
+    model: ScriptModel,
+    taken: Callable[[cst.CSTNode], cst.BaseExpression | None],
+) -> tuple[cst.CSTNode, cst.CSTNode, cst.BaseExpression] | None:
+    """The first node after the forward that ``taken`` reads a gathered value through (the
+    gathered tensor itself, or one reshaped or moved from it: ``output = model(x).squeeze()``,
+    ``p = output.cpu()``), with its statement and the value read."""
     gathered = set(found.gathered) | {f.name for f in found.fields}
     if found.statement is None:
         return None
@@ -1703,19 +1841,9 @@ def _scalar_of_a_gathered_value(
         if forward:
             continue
         for node in walk(small):
-            read = _taken_as_a_number(node)
-            if read is None or not _same_values(read, gathered):
-                continue
-            found.unsure_at = small
-            found.advice = (
-                "gather with accelerator.gather_for_metrics, then take per-sample values with "
-                ".tolist() (not .item())"
-            )
-            return (
-                f"line {model.line(small)} takes {model.module.code_for_node(read)} as one "
-                f"number ({model.module.code_for_node(node)}): gathered, it holds one value per "
-                "rank and that would raise"
-            )
+            read = taken(node)
+            if read is not None and _same_values(read, gathered):
+                return small, node, read
     return None
 
 
@@ -1994,6 +2122,9 @@ def _a_batch_mean(value: cst.BaseExpression, means: set[str], model: ScriptModel
         return value.value in means
     if isinstance(value, cst.Call):
         name = (dotted(value.func) or "").lower()
+        if not name and isinstance(value.func, cst.Attribute) and not value.args:
+            # ``(pred == y).float().mean()``: a chain's whole mean, a batch's accuracy
+            name = value.func.attr.value
         last = name.rsplit(".", 1)[-1]
         if not (last == "mean" or any(k in last for k in _MEAN_CALLS)):
             return False

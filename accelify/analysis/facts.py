@@ -43,7 +43,7 @@ from accelify.analysis.shared_loops import (
     phase_loaders,
     shared_loop_evaluations,
 )
-from accelify.analysis.side_effects import opens_for_writing
+from accelify.analysis.side_effects import opens_for_writing, repository_path
 from accelify.analysis.step_driven_loops import step_driven_loops
 from accelify.analysis.syntax import dotted
 from accelify.analysis.writing_helpers import writing_helpers
@@ -389,6 +389,5 @@ def _may_read(model: ScriptModel, call: cst.Call) -> bool:
     if name in _COPIES and call.args and isinstance(call.args[0].value, cst.SimpleString):
         # ``shutil.copytree("./config", run_dir)``: a fixed path this file names nowhere else
         # is the repository's own, never a file the run wrote
-        source = call.args[0].value.value
-        return model.source.count(source) > 1
+        return not repository_path(model, call.args[0].value)
     return name in _READERS

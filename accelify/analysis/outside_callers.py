@@ -244,9 +244,9 @@ class ProjectView:
         for importer in dict.fromkeys((*known, *self.callers)):
             if importer.resolve() in skip:
                 continue  # answered from what it handed (`HandedCall`): not analysed again
+            self.read.add(importer)  # a later edit that calls the name changes the answer
             if importer not in known and not calls_any(read(importer), {function.name.value}):
                 continue  # its text never calls the name: read no further
-            self.read.add(importer)
             self.read.update(imported_files(importer, read(importer)).values())
             caller = self.load(importer)
             if caller is None and importer not in known and self.load_any is not None:

@@ -10,7 +10,8 @@ ACC409 asks it of a plateau scheduler's metric, ACC420 of a stop's test."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -19,11 +20,25 @@ from accelify.analysis.dataflow import bound_by, statements, variables_in
 from accelify.analysis.facts import Facts
 from accelify.analysis.loops import enumerates
 from accelify.analysis.objects import bound_arguments, callee
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, target_names, walk
 
 #: How many helpers deep a value is followed (``fit`` → ``evaluate`` → ``_loss_over``).
 _DEPTH = 3
+
+#: The key under which a method call's receiver is passed (no parameter is spelt so).
+_RECEIVER = "<receiver>"
+
+
+@dataclass(frozen=True)
+class ShardView:
+    """Which loaders are sharded, for a caller that asks before they are: the conversion reads
+    the original script, where nothing is prepared yet, and names what it prepares. ``prepared``:
+    the names it prepares (a comprehension over one, a parameter handed one); ``loop``: whether
+    a loop reads one."""
+
+    prepared: frozenset[str]
+    loop: Callable[[Loop], bool]
 
 
 class OwnValues:
@@ -34,10 +49,15 @@ class OwnValues:
     target of a loop over a prepared DataLoader (its shard); a collective on the way makes the
     ranks agree and ends that path."""
 
-    def __init__(self, facts: Facts) -> None:
+    def __init__(self, facts: Facts, view: ShardView | None = None) -> None:
         self.facts = facts
         self.script = facts.model
+        self.view = view
         self.seen: set[tuple[str, int]] = set()
+
+    def _prepared(self) -> set[str]:
+        extra = self.view.prepared if self.view is not None else frozenset()
+        return self.script.prepared_names | extra
 
     def origin(
         self,
@@ -58,20 +78,33 @@ class OwnValues:
                 return folded or at
         zipped: set[str] = set()
         for node in walk(value):
-            entry = self._zipped_entry(node, at, passed, depth, folded)
+            entry = self._zipped_entry(node, at, passed, depth, folded) or self._dict_entry(
+                node, at, passed, depth, folded
+            )
             if entry is None:
                 continue
             base, found = entry
             if found is not None:
                 return found
             zipped.add(base)
+        followed: set[int] = set()  # the nodes of calls whose returns were followed
         if depth > 0:
             for call in walk(value):
                 found = self._through_callee(call, depth, folded)
                 if found is not None:
                     return found
+                if isinstance(call, cst.Call) and callee(self.script, call) is not None:
+                    followed |= {id(node) for node in walk(call) if node is not call}
+        outside = {
+            dotted(node)
+            for node in walk(value)
+            if isinstance(node, cst.Name | cst.Attribute) and id(node) not in followed
+        }
         for name in names_read(self.script, value):
-            if name in zipped:
+            if name in zipped or name not in outside:
+                # ``out = self.validation_step(batch)``: the batch is the parameter the
+                # method's returns were followed with (a gathered result is the same on
+                # every rank)
                 continue
             found = self._name(name, at, passed, depth, folded)
             if found is not None:
@@ -115,6 +148,81 @@ class OwnValues:
         if key not in names or any(isinstance(k, cst.StarredElement) for k in keys):
             return base, None
         return base, self._slot(values, names.index(key), binding, passed, depth, folded)
+
+    def _dict_entry(
+        self,
+        node: cst.CSTNode,
+        at: cst.CSTNode,
+        passed: dict[str, cst.BaseExpression],
+        depth: int,
+        folded: cst.CSTNode | None,
+    ) -> tuple[str, cst.CSTNode | None] | None:
+        """For ``logs["val_loss"]`` of ``logs = {"train_loss": total / n, "val_loss": ...}``
+        (bound here, or handed down as a parameter by every call): the dict's name and the
+        origin of the entry under that key alone (the other entries are no part of it). None
+        when ``node`` is no such entry."""
+        if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+            return None
+        index = node.slice[0].slice
+        if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
+            return None
+        base = dotted(node.value)
+        key = index.value.evaluated_value
+        if base is None or "." in base:
+            return None
+        displays = self._dict_displays(base, at, passed, depth)
+        if not displays:
+            return None
+        for display, where in displays:
+            entries = [
+                e
+                for e in display.elements
+                if isinstance(e, cst.DictElement)
+                and isinstance(e.key, cst.SimpleString)
+                and e.key.evaluated_value == key
+            ]
+            if len(entries) != 1 or any(
+                isinstance(e, cst.StarredDictElement) for e in display.elements
+            ):
+                return None  # the entry cannot be told: the name is followed whole
+            found = self.origin(entries[0].value, where, {}, depth, folded)
+            if found is not None:
+                return base, found
+        return base, None
+
+    def _dict_displays(
+        self, name: str, at: cst.CSTNode, passed: dict[str, cst.BaseExpression], depth: int
+    ) -> list[tuple[cst.Dict, cst.CSTNode]]:
+        """The dict displays ``name`` holds at ``at``, with where each is bound: its last
+        binding, or every argument the calls of its function pass for it. Empty when one of
+        them is no dict display."""
+        binding = _last_binding(self.facts, name, at)
+        if binding is not None:
+            value = binding.value if isinstance(binding, cst.Assign) else None
+            return [(value, binding)] if isinstance(value, cst.Dict) else []
+        if name in passed:
+            given = passed[name]
+            if isinstance(given, cst.Dict):
+                return [(given, given)]
+            if isinstance(given, cst.Name) and depth > 0:
+                return self._dict_displays(given.value, given, {}, depth - 1)
+            return []
+        if depth == 0:
+            return []
+        found: list[tuple[cst.Dict, cst.CSTNode]] = []
+        arguments = self.facts.flow.call_site_arguments(name, at)
+        for argument in arguments:
+            given = argument.value
+            if isinstance(given, cst.Dict):
+                found.append((given, argument))
+            elif isinstance(given, cst.Name):
+                more = self._dict_displays(given.value, argument, {}, depth - 1)
+                if not more:
+                    return []
+                found += more
+            else:
+                return []
+        return found
 
     def _elements(
         self, value: cst.BaseExpression, at: cst.CSTNode
@@ -198,6 +306,10 @@ class OwnValues:
             name: argument.value
             for name, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
         }
+        if implicit == 1 and isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
+            # ``train_metric.compute()``: what its ``self.sse`` sums is what the calls on
+            # ``train_metric`` hand it, not ``val_metric``'s (`_parameter`)
+            passed[_RECEIVER] = call.func.value
         for returned in self.script.index.own_returns(function):
             found = self.origin(returned, returned, passed, depth - 1, folded)
             if found is not None:
@@ -245,7 +357,16 @@ class OwnValues:
             return self.origin(passed[name], passed[name], {}, depth, folded)
         if depth == 0:
             return None
+        receiver = dotted(passed[_RECEIVER]) if _RECEIVER in passed else None
         for argument in self.facts.flow.call_site_arguments(name, at):
+            call = self.script.parent(argument)
+            if (
+                receiver not in (None, "self")
+                and isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and dotted(call.func.value) not in (None, "self", receiver)
+            ):
+                continue  # a call on another instance of the class
             found = self.origin(argument.value, argument, {}, depth - 1, folded)
             if found is not None:
                 return found
@@ -274,7 +395,9 @@ class OwnValues:
             return False
         if found.iterable in passed:
             given = dotted(passed[found.iterable])
-            return given is not None and given in self.script.prepared_names
+            return given is not None and given in self._prepared()
+        if self.view is not None and self.view.loop(found):
+            return True
         return self.facts.flow.over_prepared_loader(found)
 
     def _over_shard(
@@ -294,7 +417,7 @@ class OwnValues:
             iterated = dotted(level.iter)
             if iterated in passed:
                 iterated = dotted(passed[iterated])
-            if iterated in self.script.prepared_names and read & set(target_names(level.target)):
+            if iterated in self._prepared() and read & set(target_names(level.target)):
                 return True
             level = level.inner_for_in
         return False

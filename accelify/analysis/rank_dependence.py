@@ -53,6 +53,15 @@ class RankDependence:
         """``if <value this rank computed>: ...; break`` (``continue`` inside a loop, ``return``
         inside a function): this rank alone leaves the loop, skips the rest of its iteration or
         of the function, and the others may wait for it in a collective there."""
+        for node, stop in self.stops():
+            if not self.uniform(node.test):
+                yield node, stop
+
+    def stops(self) -> Iterator[tuple[cst.If, cst.Break | cst.Continue | cst.Return]]:
+        """Every ``if ...: ...; break`` (``continue`` in a loop, ``return`` in a function), with
+        no ``else``, whatever it tests: `per_process_stops` keeps those whose test the ranks may
+        disagree on by its spelling; `own_stops` follows the others' attributes (``if
+        self.should_stop: break``) to what set them."""
         for node in self.model.index.of_type(cst.If):
             if node.orelse is not None:
                 continue
@@ -64,8 +73,6 @@ class RankDependence:
                 if self.model.index.enclosing_function(node) is None:
                     continue
             elif self.model.index.enclosing_loop(node) is None:
-                continue
-            if self.uniform(node.test):
                 continue
             yield node, stop
 
@@ -140,7 +147,9 @@ class RankDependence:
         while parent is not None and not isinstance(
             parent, (cst.FunctionDef, cst.Lambda, cst.Module)
         ):
-            tested = isinstance(parent, (cst.If, cst.While)) and child is not parent.test
+            # (a ``while``'s count is ACC215's question: ``while not done`` on a flag made
+            # from a counter runs alike, and ``done`` is no counter itself)
+            tested = isinstance(parent, cst.If) and child is not parent.test
             if tested and not self.uniform(parent.test):
                 return False
             child, parent = parent, self.model.parent(parent)

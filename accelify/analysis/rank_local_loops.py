@@ -26,10 +26,14 @@ import libcst as cst
 from accelify.analysis.collectives import agrees_across_ranks, backends_in_view
 from accelify.analysis.dataflow import statements
 from accelify.analysis.own_values import binds, names_read
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.sample_counts import first_dimension_of
+from accelify.analysis.syntax import dotted, target_names, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
+    from accelify.analysis.script_model import ScriptModel
+
+_LOOPS = (cst.For, cst.While)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ def _own_binding(facts: Facts, loop: cst.While) -> tuple[str, cst.CSTNode] | Non
         for small in statements(loop.body):
             if not binds(model, small, name) or not _own_value(facts, small):
                 continue
+            if _one_per_pass(model, loop, small, name) or _prepared_rows(facts, loop, small):
+                continue  # grows alike on every rank each pass: a count
             return name, small
     return None
 
@@ -103,3 +109,102 @@ def _own_value(facts: Facts, binding: cst.CSTNode) -> bool:
     if isinstance(binding, cst.AugAssign) and isinstance(value, cst.Integer):
         return False  # ``step += 1``
     return not facts.ranks.uniform(value)
+
+
+def _one_per_pass(model: ScriptModel, loop: cst.While, binding: cst.CSTNode, name: str) -> bool:
+    """``rollouts.append(...)`` once on every pass of ``while len(rollouts) < 128:``: the test
+    reads the list's length only, and nothing skips the append (no ``if``, inner loop or
+    ``continue`` on the way), so every rank makes the same number of passes."""
+    if not (
+        isinstance(binding, cst.Expr)
+        and isinstance(binding.value, cst.Call)
+        and dotted(binding.value.func) == f"{name}.append"
+    ):
+        return False
+    for read in walk(loop.test):
+        if isinstance(read, cst.Name) and read.value == name:
+            arg = model.parent(read)
+            call = model.parent(arg) if isinstance(arg, cst.Arg) else None
+            if not (isinstance(call, cst.Call) and dotted(call.func) == "len"):
+                return False  # ``rollouts[-1].done``: read for more than its length
+    for outer in model.ancestors(binding):
+        if outer is loop.body:
+            break
+        if not isinstance(outer, cst.SimpleStatementLine | cst.IndentedBlock | cst.With):
+            return False
+    return not any(
+        isinstance(node, cst.Continue) and model.index.nearest(node, _LOOPS) is loop
+        for node in walk(loop.body)
+    )
+
+
+def _prepared_rows(facts: Facts, loop: cst.While, binding: cst.CSTNode) -> bool:
+    """``samples += x.size(0)`` (``len(x)``, ``x.shape[0]``) of a batch drawn from a prepared
+    loader: with Accelerate's ``even_batches`` (the default) every rank's batches have the same
+    first dimension, so the count grows alike. Not ``numel()``: a padded batch's token count is
+    each rank's own."""
+    model = facts.model
+    if not (
+        isinstance(binding, cst.AugAssign)
+        and isinstance(binding.operator, cst.AddAssign)
+        and "even_batches" not in model.source
+    ):
+        return False
+    batch = first_dimension_of(binding.value)
+    if not isinstance(batch, cst.Name):
+        return False
+    return _drawn_from_prepared(model, loop, binding, batch.value, depth=3)
+
+
+def _drawn_from_prepared(
+    model: ScriptModel, loop: cst.While, use: cst.CSTNode, name: str, depth: int
+) -> bool:
+    """``name`` is a batch of a prepared loader at ``use``: the target of a ``for`` over one
+    around it, or unpacked (``x, y = batch``) from one in the ``while``'s body, or drawn by
+    hand from one (``batch = next(it)`` after ``it = iter(loader)``)."""
+    prepared = model.prepared_before(use)
+    for outer in model.ancestors(use):
+        if outer is loop:
+            break
+        if isinstance(outer, cst.For) and name in target_names(outer.target):
+            return any(f.node is outer and f.iterable in prepared for f in model.loops)
+    if depth == 0:
+        return False
+    values = [
+        small.value
+        for small in statements(loop.body)
+        if isinstance(small, cst.Assign) and binds(model, small, name)
+    ]
+    return bool(values) and all(
+        _a_batch_from(model, loop, value, prepared, depth - 1) for value in values
+    )
+
+
+def _a_batch_from(
+    model: ScriptModel,
+    loop: cst.While,
+    value: cst.BaseExpression,
+    prepared: set[str],
+    depth: int,
+) -> bool:
+    if isinstance(value, cst.Name):  # ``x, y = batch``
+        return _drawn_from_prepared(model, loop, value, value.value, depth)
+    if not (isinstance(value, cst.Call) and dotted(value.func) == "next" and value.args):
+        return False
+    source = value.args[0].value  # ``next(it)``: every ``it = iter(loader)`` of a prepared one
+    if not isinstance(source, cst.Name):
+        return False
+    function = model.index.nearest(value, cst.FunctionDef)
+    made = [
+        node.value
+        for node in model.index.of_type(cst.Assign)
+        if binds(model, node, source.value)
+        and model.index.nearest(node, cst.FunctionDef) is function
+    ]
+    return bool(made) and all(
+        isinstance(it, cst.Call)
+        and dotted(it.func) == "iter"
+        and len(it.args) == 1
+        and dotted(it.args[0].value) in prepared
+        for it in made
+    )

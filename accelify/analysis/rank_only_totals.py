@@ -9,9 +9,11 @@ wrong number with no error. The same for ``gather``/``gather_for_metrics``/``dis
 What a fold reads of this rank's shard is found by `OwnValues` (the analysis ACC409 and ACC420
 ask): a value main decided alone and combined on purpose (``stop = 0``, ``if is_main: stop =
 1``, ``reduce(stop)`` to broadcast a flag) reads no shard and is not one; nor is a count
-(``n += 1``), the same on every rank. Only where every fold of the total is under the same rank
-test (a fold on every rank too, or one in the test's ``else``, is every rank's) and the
-combine runs on every rank (a combine on some ranks is ACC202's hang).
+(``n += 1``): it reads none of the shard's data, and the combine hands back the main process's
+count (its number of batches, which every rank shares over a prepared loader), not N times it,
+a per-rank step count a script often means. Only where every fold of the total is under the
+same rank test (a fold on every rank too, or one in the test's ``else``, is every rank's) and
+the combine runs on every rank (a combine on some ranks is ACC202's hang).
 """
 
 from __future__ import annotations

@@ -106,13 +106,13 @@ class _Judge:
         model, placement, guards = self.model, self.placement, self.guards
         if side_effects.main_process_only(call):
             return []
-        if without_accelerator(model, call):
-            return []  # ``else:`` of ``if self.accelerator is not None:``: one plain process
-        deletes = side_effects.deletes(model, call)
         function = placement.enclosing_function(call)
         entered = guards.entered_by_all(call, within=function)
         if not entered:
             return []
+        if without_accelerator(model, call):  # asked after the cheaper tests: it walks up
+            return []  # ``else:`` of ``if self.accelerator is not None:``: one plain process
+        deletes = side_effects.deletes(model, call)
         if function is None:
             return [RepeatedEffect(call, call, deletes, entered)]
         sites = _CallSites(model, placement, guards, self.synchronising)

@@ -183,6 +183,29 @@ def _a_batch_size(value: cst.BaseExpression, local: set[str], sizes: set[str]) -
     return False
 
 
+def first_dimension_of(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """What ``value`` takes the first dimension of: ``x`` of ``len(x)``, ``x.size(0)``,
+    ``x.shape[0]``; None for anything else (``x.numel()`` counts every element)."""
+    if isinstance(value, cst.Call):
+        func = value.func
+        if dotted(func) == "len" and len(value.args) == 1:
+            return value.args[0].value
+        if isinstance(func, cst.Attribute) and func.attr.value == "size":
+            return func.value if _first_dimension(value.args) else None
+        return None
+    if (
+        isinstance(value, cst.Subscript)
+        and isinstance(value.value, cst.Attribute)
+        and value.value.attr.value == "shape"
+        and len(value.slice) == 1
+        and isinstance(value.slice[0].slice, cst.Index)
+        and isinstance(value.slice[0].slice.value, cst.Integer)
+        and value.slice[0].slice.value.value == "0"
+    ):
+        return value.value.value
+    return None
+
+
 def _first_dimension(args: tuple[cst.Arg, ...] | list[cst.Arg] | object) -> bool:
     arguments = list(args)  # type: ignore[call-overload]
     return (

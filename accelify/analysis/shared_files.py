@@ -162,6 +162,28 @@ class Download:
 
 
 @dataclass(frozen=True)
+class CacheBuild:
+    """``if os.path.exists(path): <read path> else: <build, write path>``: a file made once and
+    read on later runs (a vocabulary pickle, preprocessed features), in code every rank runs.
+    The conversion makes the write the main process's, yet every rank tests and reads: rank 1
+    finds the file half written (and fails to unpickle it) or missing (and builds it again)."""
+
+    statement: cst.If
+    read: cst.Call
+    write: cst.Call
+    path: cst.BaseExpression  # as the write spells it
+    #: the ``if`` around it that the ranks may disagree on, or a call site of its function in
+    #: one: no block every rank must enter can go there.
+    divergent: cst.CSTNode | None
+    #: the statement also does work every rank must do in step (a forward, a collective):
+    #: the ranks build in step, and none tests after the main process wrote
+    with_shared_work: bool = False
+    #: written by ``torch.save``, which the conversion makes ``accelerator.save`` with a
+    #: barrier before it: a barrier that must not go inside a block the main process runs first
+    saved_behind_a_barrier: bool = False
+
+
+@dataclass(frozen=True)
 class SharedFile:
     """``write`` saves a file that ``read`` loads on every rank."""
 
@@ -588,6 +610,79 @@ class SharedFiles:
             found.append(Download(statement, call, self._divergent(statement)))
         return found
 
+    @cached_property
+    def cache_builds(self) -> list[CacheBuild]:
+        """Each ``if`` that tests whether a file exists and reads it in one arm, builds and
+        writes it (on every rank, as written) in the other (`CacheBuild`), outermost first."""
+        writes, reads = self._writes(), self._reads()
+        found: list[CacheBuild] = []
+        for call in self.model.calls:
+            tested = self._existence_tested(call)
+            if tested is None:
+                continue
+            statement = next((a for a in self.model.ancestors(call) if isinstance(a, cst.If)), None)
+            if (
+                statement is None
+                or statement.orelse is None
+                or not self.placement.inside(call, statement.test)
+                or self.model.under_rank_guard(statement)
+                or any(self.placement.inside(statement, f.statement) for f in found)
+            ):
+                continue
+            arms = (statement.body, statement.orelse)
+            pair = self._read_and_written(arms, tested, reads, writes)
+            if pair is None:
+                continue
+            read, write, path = pair
+            found.append(
+                CacheBuild(
+                    statement,
+                    read,
+                    write,
+                    path,
+                    self._divergent(statement),
+                    with_shared_work=self._shared_work(statement, saves=False),
+                    saved_behind_a_barrier=bool(self.model.call_names(write) & names.TORCH_SAVE),
+                )
+            )
+        return found
+
+    def _existence_tested(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The path ``os.path.exists(p)``, ``os.path.isfile(p)``, ``Path(p).exists()`` or
+        ``p.is_file()`` asks about, or None."""
+        if self.model.call_names(call) & {"os.path.exists", "os.path.isfile"}:
+            return call.args[0].value if call.args else None
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("exists", "is_file"):
+            receiver = func.value
+            if (
+                isinstance(receiver, cst.Call)
+                and receiver.args
+                and (dotted(receiver.func) or "").endswith("Path")
+            ):
+                return receiver.args[0].value
+            return None if call.args else receiver
+        return None
+
+    def _read_and_written(
+        self,
+        arms: tuple[cst.CSTNode, cst.CSTNode],
+        tested: cst.BaseExpression,
+        reads: list[tuple[cst.Call, cst.BaseExpression]],
+        writes: list[tuple[cst.Call, cst.BaseExpression]],
+    ) -> tuple[cst.Call, cst.Call, cst.BaseExpression] | None:
+        """A read of ``tested`` in one arm and a write of it in the other."""
+        inside = self.placement.inside
+        for read, read_path in reads:
+            if not self._same_file(tested, read_path):
+                continue
+            for write, path in writes:
+                if not self._same_file(tested, path):
+                    continue
+                if any(inside(read, a) and inside(write, b) for a, b in (arms, arms[::-1])):
+                    return read, write, path
+        return None
+
     def _downloads(self, call: cst.Call) -> bool:
         called = self.model.call_names(call)
         if called & DOWNLOADERS or any(n.startswith(DOWNLOADING_DATASETS) for n in called):
@@ -627,11 +722,12 @@ class SharedFiles:
             helpers = grown
         return helpers
 
-    def _shared_work(self, node: cst.CSTNode, depth: int = 0) -> bool:
+    def _shared_work(self, node: cst.CSTNode, depth: int = 0, saves: bool = True) -> bool:
         """Work every rank must do in step, never inside a block the main process runs first:
         a forward or backward, a collective, an optimizer step, a save (the conversion puts a
-        barrier before it), a loop over a DataLoader; here or in a function of the file that
-        ``node`` calls."""
+        barrier before it; not counted when ``saves`` is False), a loop over a DataLoader; here
+        or in a function of the file that ``node`` calls."""
+        saving = names.TORCH_SAVE if saves else frozenset()
         backwards = {id(c) for c in self.model.backward_calls}
         for inner in walk(node):
             callee = self._callee(inner)
@@ -639,7 +735,7 @@ class SharedFiles:
                 callee is not None
                 and callee is not node
                 and depth < _MAX_DEPTH
-                and self._shared_work(callee, depth + 1)
+                and self._shared_work(callee, depth + 1, saves)
             ):
                 return True
             if isinstance(inner, cst.For):
@@ -653,7 +749,7 @@ class SharedFiles:
             if (
                 id(inner) in backwards
                 or self.flow.is_forward(inner)
-                or called & (collectives.FUNCTIONS | names.TORCH_SAVE)
+                or called & (collectives.FUNCTIONS | saving)
                 or func.startswith(("accelerator.", "self.accelerator."))
                 or func.endswith((".step", ".prepare"))
             ):

@@ -411,13 +411,31 @@ def same_on_every_rank(model: ScriptModel, call: cst.Call) -> bool:
         )
     if model.call_names(call) & _COPIES and call.args:
         source = call.args[0].value  # a settings name, or a fixed path (``"./models"``)
-        return _names_settings(source) or isinstance(source, cst.SimpleString)
+        return _names_settings(source) or repository_path(model, source)
     if model.call_names(call) & _DUMPERS and call.args:
         value = call.args[0].value
         if isinstance(value, cst.Call) and dotted(value.func) == "vars" and value.args:
             value = value.args[0].value
         return _names_settings(value) or _trainer_log_history(value)
     return False
+
+
+def repository_path(model: ScriptModel, node: cst.BaseExpression) -> bool:
+    """``node`` is a fixed path (``"./models"``) that no other string of the file names: the
+    repository's own file, never one the run wrote (``torch.save(state, "last.pt")`` on main
+    then ``shutil.copy("last.pt", "best.pt")`` copies what this run saved: not the same bytes
+    on every rank while main writes it). Compared by value: ``'last.pt'`` is ``"last.pt"``."""
+    if not isinstance(node, cst.SimpleString):
+        return False
+    path = node.evaluated_value
+    if not isinstance(path, str):
+        return False
+    if model.source.count(path) == 1:
+        return True  # the text holds it once, unescaped: no other string can name it
+    return not any(
+        other is not node and other.evaluated_value == path  # type: ignore[attr-defined]
+        for other in model.index.of_type(cst.SimpleString)
+    )
 
 
 def _trainer_log_history(node: cst.BaseExpression) -> bool:

@@ -155,7 +155,14 @@ def _lint_one(
         )
     read = b""
     if cache is not None:
-        read = project_context(path, data, importers, handed) + "\0".join(wanted).encode()
+        # the linted importers a rule may ask who runs a method (`ProjectView.callers_of`): a
+        # new one may call it; their content, once read, is checked by digest (`read_modules`)
+        read = (
+            project_context(path, data, importers, handed)
+            + "\0".join(wanted).encode()
+            + b"\0\0"
+            + "\0".join(sorted(str(c) for c in callers)).encode("utf-8", "surrogateescape")
+        )
     stored = cache.get(str(path), data, read) if cache is not None else None
     # --fix needs the tree of a file with something to fix; the rest is done
     if stored is not None and not (fix and any(f.fixable for f in stored.findings)):

@@ -52,10 +52,12 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
         )
     else:
         lines = ", ".join(row[0] for row in result.rows)
-        which = f"loops at converted lines {lines}" if len(loops) > 1 else f"loop at line {lines}"
+        several = len(loops) > 1
+        which = f"loops at converted lines {lines}" if several else f"loop at line {lines}"
+        gathers = "gather what they accumulate" if several else "gathers what it accumulates"
         result.passed = True
         result.verdict = (
-            f"pass: the evaluation {which} gathers what it accumulates "
+            f"pass: the evaluation {which} {gathers} "
             "(read from the code, not run: `--to-end` runs it)"
         )
     return result

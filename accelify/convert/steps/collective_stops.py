@@ -16,6 +16,7 @@ from typing import Literal
 
 import libcst as cst
 
+from accelify.analysis.own_stops import decided_on_own_shard
 from accelify.analysis.syntax import walk
 from accelify.convert.steps.context import Context
 from accelify.edits.collective_rewrites import collective_stop
@@ -28,15 +29,18 @@ def run(ctx: Context) -> None:
             # every rank decides alike (a gathered metric, a greedy token of the prepared model
             # in eval mode): each leaves at the same iteration on its own
             continue
-        # a break leaves the loop whose later collectives the others reach (none in a loop
-        # that is each rank's own: a retry, a search over a local list, where a check_trigger
-        # would itself be a collective reached a different number of times); a continue or a
-        # return matters only where something after it synchronises
-        if isinstance(stop, cst.Break):
-            loop = ctx.model.index.enclosing_loop(if_node)
-            if loop is not None and reach.where_the_ranks_meet(loop) is not None:
-                _make_collective(ctx, if_node, stop)
-        elif reach.where_the_others_wait_after(if_node, stop):
+        _stop_made_collective(ctx, if_node, stop)
+    view = ctx.shard_view()
+    for if_node, stop in ctx.facts.ranks.stops():
+        if not isinstance(stop, cst.Break) or not ctx.facts.ranks.uniform(if_node.test):
+            continue
+        # ``if self.should_stop: break``: an attribute, spelt as every rank's, that a callback
+        # sets on a test of this rank's own training loss (ACC420's analysis: `own_stops`)
+        loop = ctx.model.index.enclosing_loop(if_node)
+        if not isinstance(loop, cst.For) or reach.where_the_ranks_meet(loop) is None:
+            continue
+        decided = decided_on_own_shard(ctx.facts, if_node, loop, view)
+        if decided is not None and _in_training(ctx, decided.origin):
             _make_collective(ctx, if_node, stop)
 
 
@@ -48,6 +52,31 @@ def _names_only(test: cst.BaseExpression) -> bool:
     return not any(
         isinstance(node, (cst.Call, cst.Attribute, cst.Subscript)) for node in walk(test)
     )
+
+
+def _in_training(ctx: Context, origin: cst.CSTNode) -> bool:
+    """``origin`` folds a training loop's batches (``total += loss.item()``): what an
+    evaluation loop folds, the evaluation step gathers (or says it cannot), and a stop on it
+    is then every rank's."""
+    trains = {id(loop.node) for loop in ctx.model.loops if loop.trains}
+    loop = origin if isinstance(origin, cst.For) else ctx.model.index.enclosing_loop(origin)
+    return loop is not None and id(loop) in trains
+
+
+def _stop_made_collective(
+    ctx: Context, if_node: cst.If, stop: cst.Break | cst.Continue | cst.Return
+) -> None:
+    """A break leaves the loop whose later collectives the others reach (none in a loop that is
+    each rank's own: a retry, a search over a local list, where a check_trigger would itself be
+    a collective reached a different number of times); a continue or a return matters only
+    where something after it synchronises."""
+    reach = ctx.facts.collective_reach
+    if isinstance(stop, cst.Break):
+        loop = ctx.model.index.enclosing_loop(if_node)
+        if loop is not None and reach.where_the_ranks_meet(loop) is not None:
+            _make_collective(ctx, if_node, stop)
+    elif reach.where_the_others_wait_after(if_node, stop):
+        _make_collective(ctx, if_node, stop)
 
 
 _DONE = {

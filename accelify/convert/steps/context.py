@@ -18,6 +18,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.flow import SchedulerStep
 from accelify.analysis.loss_sources import runs_before
 from accelify.analysis.objects import bound_arguments, returned_local
+from accelify.analysis.own_values import ShardView
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import all_params, assigned_targets, dotted, self_parameter, walk
 from accelify.edits import rewrites
@@ -244,6 +245,20 @@ class Context:
             and not evaluation.combined_by
             and not self.unprepared_loaders(evaluation.loop)
         )
+
+    def shard_view(self) -> ShardView:
+        """The loaders this conversion prepares, for `own_values` (ACC420's and ACC409's
+        analysis): nothing is prepared yet in the script the conversion reads."""
+        prepared = frozenset(self.plan.prepared) | frozenset(self.prepared_arguments)
+
+        def sharded(loop: Loop) -> bool:
+            return (
+                self.facts.flow.kind_of(loop.iterable, loop.node) is Kind.DATALOADER
+                and id(loop.node) not in self.left_whole
+                and not self.unprepared_loaders(loop)
+            )
+
+        return ShardView(prepared, sharded)
 
     def unprepared_loaders(self, loop: Loop) -> list[str | None]:
         """The DataLoaders ``loop`` reads that no ``prepare`` call takes, followed back through

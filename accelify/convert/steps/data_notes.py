@@ -9,6 +9,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
+from accelify.analysis.own_values import OwnValues
 from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
@@ -26,6 +27,7 @@ def run(ctx: Context) -> None:
     _samples_counted(ctx)
     _meters_over_shards(ctx)
     _statistics_over_a_shard(ctx)
+    _printed_training_folds(ctx)
     _passes_counted(ctx)
     noted = False
     for loop in ctx.model.loops:
@@ -486,6 +488,95 @@ def _meters_over_shards(ctx: Context) -> None:
             "for the whole set's, reduce its totals across ranks "
             f"({ctx.a_at(found.read, 'reduce')}) before reading them",
         )
+
+
+def _printed_training_folds(ctx: Context) -> None:
+    """A value folded from this rank's training batches and printed after the loop that folds
+    it: a per-epoch sum (``c_total += c_loss.item()``, then ``print(c_total)``), a running mean
+    over the batches (``running / (step + 1)``), a mean over the samples: on N ranks the main
+    process prints its own shard's. `own_values` follows the printed value back (the analysis
+    ACC420 and ACC409 ask); a value the evaluation step gathers is no training loop's, and a
+    line another review already speaks for (`_samples_counted`) is left to it."""
+    reviewed = {note.line for note in ctx.plan.reviews}
+    counted = {(id(f.loop.node), f.total) for f in ctx.facts.sample_counts if f.total}
+    trains = {id(loop.node) for loop in ctx.model.loops if loop.trains}
+    view = ctx.shard_view()
+    for call in ctx.model.calls:
+        qualified = ctx.model.call_names(call)
+        if call in ctx.facts.print_alias_calls:
+            qualified = qualified | {"builtins.print"}
+        if not qualified & names.PRINT or ctx.facts.ranks.under_rank_guard(call):
+            continue
+        line = ctx.line(ctx.statement_of(call))
+        if line in reviewed:
+            continue
+        shown: list[tuple[str, cst.CSTNode]] = []
+        for value in _printed_values(call):
+            origin = OwnValues(ctx.facts, view).origin(value, call, {})
+            if origin is None or not _folds(origin):
+                continue  # the last batch's ``loss.item()``: one batch, as the original's
+            loop = ctx.model.index.enclosing_loop(origin)
+            if loop is None or id(loop) not in trains or ctx.model.inside(call, loop):
+                continue
+            target = dotted(origin.target) if isinstance(origin, cst.AugAssign) else None
+            if (id(loop), target) in counted:
+                continue  # ``total`` of ``total / n``: `_samples_counted` says it
+            shown.append((ctx.code(value), origin))
+        if not shown:
+            continue
+        values = ", ".join(code for code, _ in shown)
+        folded = ", ".join(sorted({str(ctx.line(origin)) for _, origin in shown}, key=int))
+        device = f"{ctx.advised_accelerator(call) or 'accelerator'}.device"
+        ctx.plan.review(
+            line,
+            f"{values} {'are' if len(shown) > 1 else 'is'} folded from this rank's training "
+            f"batches only ({'lines' if ',' in folded else 'line'} {folded}): on N ranks "
+            "the main process prints its own "
+            "shard's, not the whole run's; for the whole run's, reduce across ranks on every "
+            f"rank before printing: {ctx.a_at(call, 'reduce')}(torch.tensor(value, "
+            f"device={device}), 'sum').item() of a sum (of a mean: of the sum and of what it "
+            "is divided by)",
+        )
+
+
+def _folds(statement: cst.CSTNode) -> bool:
+    """``total += loss.item()``, ``losses.append(loss.item())``, ``running = running +
+    loss.item()``: each batch adds to what the ones before left."""
+    if isinstance(statement, cst.AugAssign):
+        return True
+    if isinstance(statement, cst.Expr | cst.Call):
+        call = statement.value if isinstance(statement, cst.Expr) else statement
+        return (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in ("append", "extend")
+        )
+    if isinstance(statement, cst.Assign):
+        targets = {dotted(t.target) for t in statement.targets}
+        return any(
+            dotted(node) in targets
+            for node in walk(statement.value)
+            if isinstance(node, cst.Name | cst.Attribute)
+        )
+    return False
+
+
+def _printed_values(call: cst.Call) -> list[cst.BaseExpression]:
+    """What a print shows: its arguments, and the expressions of an f-string among them."""
+    found: list[cst.BaseExpression] = []
+    for argument in call.args:
+        if argument.keyword is not None:
+            continue
+        value = argument.value
+        if isinstance(value, cst.FormattedString):
+            found += [
+                part.expression
+                for part in value.parts
+                if isinstance(part, cst.FormattedStringExpression)
+            ]
+        elif not isinstance(value, cst.SimpleString | cst.ConcatenatedString):
+            found.append(value)
+    return found
 
 
 def _shard_value_beside_a_whole_loader(

@@ -35,10 +35,12 @@ from accelify.edits import rewrites
 
 
 def run(ctx: Context) -> None:
-    if not cpu_only(ctx):
+    only_cpu = cpu_only(ctx)
+    kept = set() if only_cpu else models_kept_on_host(ctx)
+    if not (only_cpu or kept):
         return
-    handed = _handed_to_constructors(ctx)
-    all_on_host = _no_batch_on_the_device(ctx)
+    handed = _handed_to_constructors(ctx) if only_cpu else {}
+    all_on_host = only_cpu and _no_batch_on_the_device(ctx)
     for call in ctx.model.calls:
         name = (
             prepared_model_called(ctx, call)
@@ -46,6 +48,8 @@ def run(ctx: Context) -> None:
             or _handed_model_parameter(ctx, call, handed)
         )
         if name is None or in_a_prepared_loop(ctx, call):
+            continue
+        if not only_cpu and name not in kept:
             continue
         values = [argument.value for argument in call.args]
         inputs = [i for i, value in enumerate(values) if not _stays(value)]
@@ -70,6 +74,44 @@ def run(ctx: Context) -> None:
             ctx.need(call)
         if "send_to_device" not in ctx.uses:
             ctx.uses.append("send_to_device")
+
+
+def models_kept_on_host(ctx: Context) -> set[str]:
+    """In a script that uses another device, the models it never moves there: a linear probe
+    trained on ``feats = encoder(x).cpu()`` after the encoder, made by a constructor and never
+    ``.to(device)``-ed, ``.cuda()``-ed or handed to any call (a helper might move it). The
+    original runs them on the CPU, on CPU tensors; ``prepare`` places them on the device."""
+    bindings: dict[str, list[cst.BaseExpression | None]] = {}
+    for binding in ctx.model.of_kind(Kind.MODEL):
+        # ``self.probe`` or a model handed in: where it lives is decided elsewhere
+        known = "." not in binding.name and not binding.received
+        bindings.setdefault(binding.name, []).append(binding.value if known else None)
+    return {
+        name
+        for name, values in bindings.items()
+        if all(v is not None and _a_constructor_kept_where_made(ctx, v) for v in values)
+        and not any(_moved_or_handed_on(call, name) for call in ctx.model.calls)
+    }
+
+
+def _a_constructor_kept_where_made(ctx: Context, value: cst.BaseExpression) -> bool:
+    """``nn.Linear(16, 3)``: a module made here (not by a function of the file, which may move
+    it), with no move chained to it."""
+    return (
+        isinstance(value, cst.Call)
+        and strip_moves(value) is value
+        and (dotted(value.func) or "") not in ctx.model.functions
+        and dotted(value.func) is not None
+    )
+
+
+def _moved_or_handed_on(call: cst.Call, name: str) -> bool:
+    """``call`` moves ``name`` (``probe.to(device)``, ``probe.cuda()``) or takes it as an
+    argument (``nn.DataParallel(probe)``, ``setup(probe)``)."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and dotted(func.value) == name and names_a_device(call):
+        return True
+    return any(dotted(argument.value) == name for argument in call.args)
 
 
 def _no_batch_on_the_device(ctx: Context) -> bool:
@@ -604,6 +646,9 @@ def _made_on_host(
     reaching = reaching_assignment(ctx, name, at) if "." not in name else None
     if reaching is not None:  # ``state = torch.tensor(state).float()`` above the call
         values = _values_bound(reaching, name)
+        if values and all(_empty_list(v) for v in values):  # ``feats = []`` then appended
+            appended = _appended(ctx, name, reaching)
+            return bool(appended) and all(_made_on_host(ctx, v, a, depth + 1) for v, a in appended)
         return bool(values) and all(
             v is not None and _made_on_host(ctx, v, reaching, depth + 1) for v in values
         )
@@ -611,6 +656,38 @@ def _made_on_host(
     return bool(assigned) and all(
         v is not None and _made_on_host(ctx, v, at, depth + 1) for v in assigned
     )
+
+
+def _empty_list(value: object) -> bool:
+    return isinstance(value, cst.List) and not value.elements
+
+
+def _appended(
+    ctx: Context, name: str, bound: cst.CSTNode
+) -> list[tuple[cst.BaseExpression, cst.Call]]:
+    """What ``name.append(v)`` adds to the list ``bound`` made empty, in the same function:
+    ``feats.append(encoder(x).cpu())`` of a feature collector. Nothing (not known) when the
+    list is also extended, inserted into or handed to a call."""
+    function = ctx.facts.placement.enclosing_function(bound)
+    found = []
+    for call in ctx.model.calls:
+        if ctx.facts.placement.enclosing_function(call) is not function:
+            continue
+        func = call.func
+        if isinstance(func, cst.Attribute) and dotted(func.value) == name:
+            if func.attr.value != "append":
+                if func.attr.value in ("extend", "insert", "__setitem__", "__iadd__"):
+                    return []
+                continue
+            if len(call.args) != 1:
+                return []
+            found.append((call.args[0].value, call))
+        elif (
+            any(dotted(argument.value) == name for argument in call.args)
+            and (dotted(func) or "") not in _JOINED
+        ):
+            return []
+    return found
 
 
 def _sent_to_the_host(ctx: Context, call: cst.Call, at: cst.CSTNode) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.analysis import side_effects
-from accelify.analysis.shared_files import Download, SharedFile
+from accelify.analysis.shared_files import CacheBuild, Download, SharedFile
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
 
@@ -26,6 +26,8 @@ def run(ctx: Context) -> None:
             _barrier_before_read(ctx, shared)
     for download in ctx.facts.shared_files.downloads:
         _download_once(ctx, download)
+    for cache in ctx.facts.shared_files.cache_builds:
+        _main_process_builds_first(ctx, cache)
     for deleted in ctx.facts.shared_files.deleted_after_read:
         _barrier_before_deletion(ctx, deleted)
 
@@ -100,6 +102,45 @@ def _download_once(ctx: Context, download: Download) -> None:
             "process downloads first, then the others read what it wrote",
         )
     ctx.need(download.statement)
+
+
+def _main_process_builds_first(ctx: Context, cache: CacheBuild) -> None:
+    """A file built if missing and read otherwise, by every rank: in
+    ``with accelerator.main_process_first():`` the main process builds and writes it, and the
+    others, let in after it, find it whole and read it."""
+    line, path = ctx.line(cache.statement), ctx.code(cache.path)
+    what = (
+        f"{path} is read if it exists (line {ctx.line(cache.read)}) and else built and written "
+        f"(line {ctx.line(cache.write)}, on the main process once converted), by every rank"
+    )
+    if cache.with_shared_work:
+        # the build trains (or gathers) with every rank in step: no rank gets to the test
+        # after the main process has written the file in this run, so there is no race
+        return
+    if cache.divergent is not None or cache.saved_behind_a_barrier:
+        why = (
+            f"the ranks may disagree on line {ctx.line(cache.divergent)}, and `with "
+            f"{ctx.a('main_process_first()')}:` must be reached by every rank: build the file "
+            "before that branch, where every rank gets"
+            if cache.divergent is not None
+            else f"the save becomes {ctx.a('save')}, whose barrier cannot go inside `with "
+            f"{ctx.a('main_process_first()')}:`: write the file with torch.save under `if "
+            f"{ctx.a('is_main_process')}:` inside such a block"
+        )
+        ctx.plan.review(
+            line,
+            f"{what}: the other ranks may read it half written or build it again; left as is: "
+            f"{why}",
+        )
+        return
+    ctx.plan.wrap_in(
+        cache.statement,
+        ctx.a("main_process_first()"),
+        line,
+        f"{what}: in `with {ctx.a('main_process_first()')}:` the main process builds it first, "
+        "then the others read what it wrote (not half of it, nor build it again)",
+    )
+    ctx.need(cache.statement)
 
 
 def _effects_only(node: cst.CSTNode) -> bool:
