@@ -41,7 +41,7 @@ from accelify.analysis.loops import enumerates, find_backward, first_enumerate_n
 from accelify.analysis.loss_reduction import is_ctc_loss, sums_its_batch
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
-from accelify.analysis.shard_totals import averaged_over_batches, divided_by_set_size
+from accelify.analysis.shard_totals import averaged_over_batches, divided_by_set_size, is_len_of
 from accelify.analysis.syntax import (
     argument_value,
     assigned_targets,
@@ -1443,7 +1443,7 @@ def _caveat_batch_means_over_batches(
             continue
         total = statement.target.value
         if over is not None:
-            if not _is_len_of_loader(over, loop.iterable):
+            if not is_len_of(over, loop.iterable):
                 continue
             averaged: cst.CSTNode | None = statement
         else:
@@ -1490,7 +1490,7 @@ def _batch_fraction(value: cst.BaseExpression, loader: str | None) -> cst.BaseEx
     value = _unwrapped(value)
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
         return None
-    if not _batch_size(value.right) or _is_len_of_loader(value.right, loader):
+    if not _batch_size(value.right) or is_len_of(value.right, loader):
         return None
     right = value.right
     counted = right.args[0].value if isinstance(right, cst.Call) and right.args else None
@@ -1526,17 +1526,6 @@ def _fraction_caveat(
         "as much, so on N ranks the number is the whole set's fraction only when the set splits "
         f"into full batches on every rank; for the exact number add "
         f"{model.module.code_for_node(counted)} to {total} and divide it by len({loader}.dataset)"
-    )
-
-
-def _is_len_of_loader(node: cst.BaseExpression, loader: str | None) -> bool:
-    """``len(loader)``: the count of batches ``loader`` yields."""
-    return (
-        isinstance(node, cst.Call)
-        and dotted(node.func) == "len"
-        and len(node.args) == 1
-        and loader is not None
-        and dotted(node.args[0].value) == loader
     )
 
 

@@ -202,7 +202,7 @@ def _averaged_over_batches(
     counted = _batch_counters(loop)
     for node, (divided, divisor) in _divisions_in(loop.scope):
         if isinstance(node, cst.FormattedString) or not (
-            _is_len_of(divisor, loop.iterable) or dotted(divisor) in counted
+            is_len_of(divisor, loop.iterable) or dotted(divisor) in counted
         ):
             continue
         if not (
@@ -248,7 +248,7 @@ def averaged_over_batches(
         else:
             continue
         if dotted(divided) == total and (
-            _is_len_of(divisor, loop.iterable) or dotted(divisor) in counted
+            is_len_of(divisor, loop.iterable) or dotted(divisor) in counted
         ):
             return node
     return None
@@ -271,7 +271,7 @@ def _lengths_of_the_loader(model: ScriptModel, loop: Loop) -> set[str]:
     return {
         name
         for name, values in bound.items()
-        if len(values) == 1 and _is_len_of(values[0], loop.iterable)
+        if len(values) == 1 and is_len_of(values[0], loop.iterable)
     }
 
 
@@ -313,7 +313,8 @@ def _averaged_by_helper(model: ScriptModel, call: cst.Call, total: str) -> cst.C
     return None
 
 
-def _is_len_of(node: cst.BaseExpression, loader: str | None) -> bool:
+def is_len_of(node: cst.BaseExpression, loader: str | None) -> bool:
+    """``len(loader)``: the count of batches ``loader`` yields."""
     return (
         isinstance(node, cst.Call)
         and dotted(node.func) == "len"
