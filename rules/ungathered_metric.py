@@ -8,6 +8,7 @@ from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.repeated_effects import callers_of
+from accelify.analysis.sample_counts import first_dimension_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.shard_totals import ShardTotal, divided_by_set_size
 from accelify.analysis.sharded_loaders import sharded_by_its_sampler
@@ -1270,15 +1271,7 @@ def _a_count(value: cst.BaseExpression) -> bool:
             and isinstance(value.args[0].value, cst.Integer)
             and value.args[0].value.value == "0"
         )
-    return (
-        isinstance(value, cst.Subscript)
-        and isinstance(value.value, cst.Attribute)
-        and value.value.attr.value == "shape"
-        and len(value.slice) == 1
-        and isinstance(value.slice[0].slice, cst.Index)
-        and isinstance(value.slice[0].slice.value, cst.Integer)
-        and value.slice[0].slice.value.value == "0"
-    )
+    return isinstance(value, cst.Subscript) and first_dimension_of(value) is not None
 
 
 def _loss_total(node: cst.CSTNode) -> cst.AugAssign | None:

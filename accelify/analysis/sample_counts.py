@@ -170,16 +170,9 @@ def _a_batch_size(value: cst.BaseExpression, local: set[str], sizes: set[str]) -
                 return True
             return func.attr.value == "size" and _first_dimension(value.args)
         return False
-    if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Attribute):
-        shape = value.value
-        return (
-            shape.attr.value == "shape"
-            and _root(shape.value) in local
-            and len(value.slice) == 1
-            and isinstance(value.slice[0].slice, cst.Index)
-            and isinstance(value.slice[0].slice.value, cst.Integer)
-            and value.slice[0].slice.value.value == "0"
-        )
+    if isinstance(value, cst.Subscript):  # ``x.shape[0]``
+        shaped = first_dimension_of(value)
+        return shaped is not None and _root(shaped) in local
     return False
 
 
