@@ -125,14 +125,10 @@ class OwnValues:
         among them stands for as many as the helper's returned tuples hold). None when ``node``
         is no such entry; the origin is None too when the entry cannot be told (keys or values
         that are no literal list): the other entries are no part of it, so nothing is followed."""
-        if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+        entry = _literal_key_entry(node)
+        if entry is None:
             return None
-        index = node.slice[0].slice
-        if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
-            return None
-        base = dotted(node.value)
-        if base is None:
-            return None
+        base, key = entry
         binding = _last_binding(self.facts, base, at)
         pair = _zipped(binding)
         if binding is None or pair is None:
@@ -144,7 +140,6 @@ class OwnValues:
         names = [
             k.value.evaluated_value if isinstance(k.value, cst.SimpleString) else None for k in keys
         ]
-        key = index.value.evaluated_value
         if key not in names or any(isinstance(k, cst.StarredElement) for k in keys):
             return base, None
         return base, self._slot(values, names.index(key), binding, passed, depth, folded)
@@ -161,15 +156,10 @@ class OwnValues:
         (bound here, or handed down as a parameter by every call): the dict's name and the
         origin of the entry under that key alone (the other entries are no part of it). None
         when ``node`` is no such entry."""
-        if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+        entry = _literal_key_entry(node)
+        if entry is None or "." in entry[0]:
             return None
-        index = node.slice[0].slice
-        if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
-            return None
-        base = dotted(node.value)
-        key = index.value.evaluated_value
-        if base is None or "." in base:
-            return None
+        base, key = entry
         displays = self._dict_displays(base, at, passed, depth)
         if not displays:
             return None
@@ -594,3 +584,15 @@ def _agrees(script: ScriptModel, node: cst.CSTNode) -> bool:
     return any(
         isinstance(call, cst.Call) and agrees_across_ranks(script, call) for call in walk(node)
     )
+
+
+def _literal_key_entry(node: cst.CSTNode) -> tuple[str, str | bytes] | None:
+    """``metrics["val_loss"]``: the subscripted name and its literal key; None for any other
+    node (a key that is no string literal names no one entry)."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+        return None
+    index = node.slice[0].slice
+    if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
+        return None
+    base = dotted(node.value)
+    return None if base is None else (base, index.value.evaluated_value)
