@@ -140,6 +140,25 @@ _GLOBAL_MODEL = (
 )
 
 
+#: A trainer whose base class defines ``prepare(self, *args)`` as ``return {body}``, reading its
+#: prepared model's ``generate``.
+_BASE_PREPARE = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Base:\n"
+    "    def prepare(self, *args):\n"
+    "        return {body}\n\n\n"
+    "class Sampler(Base):\n"
+    "    def __init__(self, model, optimizer):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer = self.prepare(model, optimizer)\n\n"
+    "    def step(self, x):\n"
+    "        self.accelerator.backward(self.model(x).sum())\n"
+    "        self.optimizer.step()\n\n"
+    "    def sample(self, prompt):\n"
+    "        return self.model.generate(prompt)\n"
+)
+
+
 def _plain_global_model(rebind: str) -> str:
     """`_GLOBAL_MODEL` on DDP alone, reading the model's own ``config``."""
     return (
@@ -159,6 +178,9 @@ class WrapperAttribute(Rule):
     the first such call raises ``AttributeError`` on a multi-process run, while a one-process
     run (no wrapper) works. ``accelerator.unwrap_model(model)`` reaches the model itself.
 
+    ``prepare`` is also a trainer's own ``self.prepare(...)`` where its class, a base class of
+    the file or one imported from a project module hands everything to the accelerator's
+    (muse-maskgit's ``BaseAcceleratedTrainer.prepare``: `analysis.prepare_wrappers`).
     Only a plain name that ``prepare`` returned in the same function (or at module level, also
     read in a top-level function the module's code calls after that ``prepare``: PixArt's
     ``train()`` logging ``model.module.h``), not
@@ -421,6 +443,8 @@ class WrapperAttribute(Rule):
         ),
         # without FSDP, the model's own attribute read through the wrapper there
         Example(_plain_global_model(""), 10, 23),
+        # a base trainer's prepare() hands everything to its accelerator's
+        Example(_BASE_PREPARE.format(body="self.accelerator.prepare(*args)"), 20, 16),
         Example(  # qiuqiangkong/audio_understanding: an encoder from an imported helper, never
             # called itself, only through the wrapper's module
             HEADER
@@ -568,6 +592,8 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # the base trainer's prepare() moves to the device: the model is no wrapper
+        _BASE_PREPARE.format(body="tuple(a.to(self.accelerator.device) for a in args)"),
         # without FSDP, the model's own attribute read where the main block unwrapped the
         # model again before the call
         _plain_global_model("    model = accelerator.unwrap_model(model)\n"),
