@@ -28,13 +28,16 @@ def run(ctx: Context) -> None:
     if not ctx.plan.reaches(anchor):
         # the draws run before the class that owns ``self.accelerator`` is built: a
         # synchronization inside it would come after them, and claim what it cannot do
+        draw = randomness.setup_draws[0]
+        placement = ctx.facts.placement
+        run_from = "" if placement.inside(draw, anchor) else f", run from line {ctx.line(anchor)}"
         ctx.plan.review(
-            ctx.line(randomness.setup_draws[0]),
-            "random values drawn before training with no seed set, and run from line "
-            f"{ctx.line(anchor)}, before {ctx.acc} exists: every rank draws its own values "
-            "(its own synthetic data, its own targets); left as is: seed the generators the "
-            "script draws from at its top, the same seed on every rank "
-            "(torch.manual_seed(0), numpy.random.seed(0), random.seed(0))",
+            ctx.line(draw),
+            f"random values drawn before training with no seed set{run_from}, where "
+            f"{ctx.acc} does not exist yet: every rank draws its own values (its own synthetic "
+            "data, its own targets); left as is: seed the generators the script draws from "
+            "at its top, the same seed on every rank (torch.manual_seed(0), "
+            "numpy.random.seed(0), random.seed(0))",
         )
         return
     if ctx.options.target == "accelify" or randomness.torch_only:
