@@ -26,9 +26,16 @@ def module_file(script: Path, name: str) -> Path | None:
     ``script`` itself. Kept per process: a tree's files ask the same of each of their calls'
     modules (``torch.nn``: no file of the project, looked up on disk once)."""
     for candidate in _candidates(script.parent, name):
-        if candidate.resolve() != script.resolve():
+        if resolved(candidate) != resolved(script):
             return candidate
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def resolved(path: Path) -> Path:
+    """``path.resolve()``, kept per process: each linted file and each module it imports is
+    resolved for every question about it (a ``realpath``: an ``lstat`` per folder on the way)."""
+    return path.resolve()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -99,12 +106,20 @@ def imported_files(script: Path, data: bytes) -> dict[str, Path]:
     imports spell: a test of the text, no parse (``from . import util`` names ``util`` too);
     also, for ``from pkg import Trainer`` where ``pkg/__init__.py`` only re-exports it, the
     module that defines it (`defining_module`), by ``pkg.Trainer``."""
+    return dict(_imported_files(script, data))
+
+
+@functools.lru_cache(maxsize=256)
+def _imported_files(script: Path, data: bytes) -> dict[str, Path]:
+    """`imported_files`, kept per file and text (a copy is handed out): lint asks it of every
+    file for its order, again for its cache key and its project view. The answer is already
+    the process's: `module_file` and `defining_module` keep theirs."""
     found: dict[str, Path] = {}
     for match in IMPORTED.finditer(data):
         name = (match.group(1) or match.group(2)).decode()
         names = [name]
         end = data.find(b"\n", match.end())
-        if data[match.end() :].lstrip(b" \t").startswith(b"("):
+        if _OPEN_PARENTHESIS.match(data, match.end()):
             end = data.find(b")", match.end())  # ``from pkg import (\n    A,\n    B,\n)``
         imported = data[match.end() : end if end >= 0 else len(data)]
         words = [
@@ -128,6 +143,10 @@ def imported_files(script: Path, data: bytes) -> dict[str, Path]:
                 if source != file:
                     found.setdefault(f"{each}.{word}", source)
     return found
+
+
+#: ``(`` after spaces: the names of ``from pkg import (`` go on to the closing parenthesis
+_OPEN_PARENTHESIS = re.compile(rb"[ \t]*\(")
 
 
 def split_member(qualified: str, script: Path) -> tuple[Path, str] | None:
@@ -209,11 +228,11 @@ def project_files(path: Path, data: bytes, linted: Iterable[Path]) -> list[Path]
 
 def importers_of(files: list[Path], texts: Callable[[Path], bytes]) -> dict[Path, list[Path]]:
     """For each of ``files``, the others of them that import it (by resolved path)."""
-    resolved = {file.resolve(): file for file in files}
+    by_resolved = {resolved(file): file for file in files}
     found: dict[Path, list[Path]] = {}
     for file in files:
         for module in imported_files(file, texts(file)).values():
-            target = resolved.get(module.resolve())
+            target = by_resolved.get(resolved(module))
             if target is not None and target != file and file not in found.get(target, []):
                 found.setdefault(target, []).append(file)
     return found
@@ -235,7 +254,15 @@ def top_level_functions(data: bytes) -> set[bytes]:
 def top_level_names(data: bytes) -> set[str]:
     """The functions and classes a module's text defines at its top level (no parse): a name
     it only imports (a package's ``__init__`` re-exporting ``utils.other.f``) is not there."""
-    return {name.decode() for name in _TOP_LEVEL_NAME.findall(data)}
+    return set(_top_level_names(data))
+
+
+@functools.lru_cache(maxsize=256)
+def _top_level_names(data: bytes) -> frozenset[str]:
+    """`top_level_names`, kept per text: `defining_module` asks it of the same module once per
+    member a file imports from it (a test helper module imported by every test of a tree: its
+    text scanned 47 times over a 46-file tree, most of `lint_order`'s CPU)."""
+    return frozenset(name.decode() for name in _TOP_LEVEL_NAME.findall(data))
 
 
 def kept_calls(data: bytes) -> set[bytes]:
