@@ -12,6 +12,7 @@ folder with an ``__init__.py``). A library's module is none of them: it is not a
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -55,14 +56,37 @@ def _candidates(folder: Path, name: str) -> tuple[Path, ...]:
     else:
         roots = []
     found: list[Path] = []
+    parts = relative.split(".")
     for root in roots:
-        base = root.joinpath(*relative.split("."))
+        if not _may_hold(root, parts):
+            continue  # ``import torch``: no ``torch`` there, without a stat per candidate
+        base = root.joinpath(*parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
                 found.append(candidate)
                 if len(found) == 2:
                     return tuple(found)
     return tuple(found)
+
+
+def _may_hold(root: Path, parts: list[str]) -> bool:
+    """``root`` holds what module ``a.b`` (``parts``) starts with: a folder ``a``, or ``a.py``
+    for ``a``; read from one listing of the folder (True where it cannot be listed: the files
+    are looked up). Most imports name a library: nothing of the project holds them."""
+    entries = _entries(root)
+    if entries is None:
+        return True
+    first = parts[0]
+    return first in entries or (len(parts) == 1 and f"{first}.py" in entries)
+
+
+@functools.lru_cache(maxsize=1024)
+def _entries(folder: Path) -> frozenset[str] | None:
+    """The names in ``folder``, listed once per process (as `_candidates` keeps its answers)."""
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:
+        return None
 
 
 def _roots(folder: Path, first: str) -> Iterator[Path]:
