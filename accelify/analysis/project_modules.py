@@ -133,25 +133,22 @@ def imported_files(script: Path, data: bytes) -> dict[str, Path]:
     return dict(_imported_files(script, data))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)
 def _imported_files(script: Path, data: bytes) -> dict[str, Path]:
     """`imported_files`, kept per file and text (a copy is handed out): lint asks it of every
-    file for its order, again for its cache key and its project view. The answer is already
-    the process's: `module_file` and `defining_module` keep theirs."""
+    file for its order, again for its cache key and its project view, so it keeps a whole
+    tree's (holding their texts: a 1,300-file tree's are 5 MB). The answer is already the
+    process's: `module_file` and `defining_module` keep theirs."""
     found: dict[str, Path] = {}
-    for match in IMPORTED.finditer(data):
+    data = b"\n" + data  # `_IMPORTED_AFTER_NEWLINE` finds the first line's import too
+    for match in _IMPORTED_AFTER_NEWLINE.finditer(data):
         name = (match.group(1) or match.group(2)).decode()
+        from_import = match.group(1) is not None
         names = [name]
-        end = data.find(b"\n", match.end())
-        if _OPEN_PARENTHESIS.match(data, match.end()):
-            end = data.find(b")", match.end())  # ``from pkg import (\n    A,\n    B,\n)``
-        imported = data[match.end() : end if end >= 0 else len(data)]
-        words = [
-            part.split(" as ")[0].strip()
-            for part in imported.decode(errors="replace").strip(" ()\\\n").split(",")
-        ]
-        if match.group(1) is not None and name.strip(".") == "":
+        words = None  # what a ``from`` import lists, read where it matters (most name a library)
+        if from_import and name.strip(".") == "":
             # ``from . import a, b``: each name a module of the folder
+            words = _listed(data, match.end())
             names = [name + word for word in words if word.isidentifier()]
         for each in names:
             if each in found:
@@ -160,15 +157,30 @@ def _imported_files(script: Path, data: bytes) -> dict[str, Path]:
             if file is None:
                 continue
             found[each] = file
-            if match.group(1) is None or each != name:
+            if not from_import or each != name:
                 continue
-            for word in words:
+            for word in words if words is not None else _listed(data, match.end()):
                 source = defining_module(file, word)[0] if word.isidentifier() else file
                 if source != file:
                     found.setdefault(f"{each}.{word}", source)
     return found
 
 
+def _listed(data: bytes, start: int) -> list[str]:
+    """The names a ``from ... import`` lists from ``start`` on (``a``, ``b as c``: ``b``)."""
+    end = data.find(b"\n", start)
+    if _OPEN_PARENTHESIS.match(data, start):
+        end = data.find(b")", start)  # ``from pkg import (\n    A,\n    B,\n)``
+    imported = data[start : end if end >= 0 else len(data)]
+    return [
+        part.split(" as ")[0].strip()
+        for part in imported.decode(errors="replace").strip(" ()\\\n").split(",")
+    ]
+
+
+#: `IMPORTED` found from the newline before its line: a search for a newline skips ahead in C,
+#: where ``^`` under MULTILINE is tried at every character (half the time over a whole tree)
+_IMPORTED_AFTER_NEWLINE = re.compile(b"\n" + IMPORTED.pattern.removeprefix(b"^"))
 #: ``(`` after spaces: the names of ``from pkg import (`` go on to the closing parenthesis
 _OPEN_PARENTHESIS = re.compile(rb"[ \t]*\(")
 

@@ -254,18 +254,20 @@ def _lint_all(
     importer's calls hand a module (`FileResult.handed`, from the analysis its own findings
     came from) is what that module is linted with. With ``jobs``, a file starts as soon as the
     files it waits for are done; the findings are those of a serial run."""
+    from accelify.analysis.project_modules import resolved
+
     order = lint_order(files)
     waiting_for: dict[Path, list[str]] = {}
     for path in files:
         for importer in order[path][0]:
-            waiting_for.setdefault(importer, []).append(str(path.resolve()))
+            waiting_for.setdefault(importer, []).append(str(resolved(path)))
     results: dict[Path, FileResult] = {}
 
     def arguments(
         path: Path,
     ) -> tuple[tuple[Path, ...], tuple[HandedCall, ...], tuple[str, ...], tuple[Path, ...]]:
         waits, cyclic = order[path]
-        this = str(path.resolve())
+        this = str(resolved(path))
         handed = tuple(c for w in waits for c in results[w].handed if c.module == this)
         return cyclic, handed, tuple(sorted(set(waiting_for.get(path, ())))), waits + cyclic
 
