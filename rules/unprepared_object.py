@@ -164,6 +164,35 @@ _NOTHING_PREPARED = (
 )
 
 
+#: a script's ``main()`` that makes its Accelerator and sizes a per-batch OneCycleLR from the
+#: loader it then prepares ({before}/{after}: the scheduler built before or after the prepare,
+#: {prepared}: what the prepare returns)
+_MAIN_ONE_CYCLE = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "def main(args):\n"
+    "    accelerator = Accelerator()\n"
+    "    train_loader = torch.utils.data.DataLoader(train_set, batch_size=32, shuffle=True)\n"
+    "    model = Net()\n"
+    "    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)\n"
+    "{before}"
+    "    {prepared} = accelerator.prepare({prepared})\n"
+    "{after}"
+    "    for epoch in range(args.epochs):\n"
+    "        for x, y in train_loader:\n"
+    "            loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+    "            accelerator.backward(loss)\n"
+    "            optimizer.step()\n"
+    "            scheduler.step()\n"
+    "            optimizer.zero_grad()\n\n\n"
+    "main(parse_args())\n"
+)
+_ONE_CYCLE = (
+    "    scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
+    "        optimizer, max_lr=args.lr, total_steps=args.epochs * len(train_loader)\n"
+    "    )\n"
+)
+
+
 class UnpreparedObject(Rule):
     """A DataLoader, a trained model, its optimizer or a per-step LR scheduler that the training
     loop uses without it having gone through ``accelerator.prepare`` (or under its old name after
@@ -454,6 +483,16 @@ class UnpreparedObject(Rule):
         # nothing prepared, fp16 on: the Accelerator's backward scales the loss, and the
         # optimizer steps the scaled gradients
         Example(_NOTHING_PREPARED.format(settings='mixed_precision="fp16"'), 10, 5),
+        # main() makes the Accelerator and prepares its own locals: its loop is the distributed
+        # one (no single-device twin), and the OneCycleLR sized from len(train_loader) before
+        # prepare, left out of it, gets 1/N of the way on N processes
+        Example(
+            _MAIN_ONE_CYCLE.format(
+                before=_ONE_CYCLE, prepared="model, optimizer, train_loader", after=""
+            ),
+            19,
+            13,
+        ),
     )
     good = (
         # nothing prepared, nothing the backward changes: each rank trains its own copy on all
@@ -1003,6 +1042,17 @@ class UnpreparedObject(Rule):
         + "                raise FloatingPointError('skipped')\n"
         + "            scheduler.step()\n        optimizer.zero_grad()\n"
         + "    if accelerator.sync_gradients:\n        step += 1\n",
+        # main()'s OneCycleLR sized before prepare and prepared with the loader: it steps
+        # num_processes times per call, all ranks' batches in all
+        _MAIN_ONE_CYCLE.format(
+            before=_ONE_CYCLE,
+            prepared="model, optimizer, train_loader, scheduler",
+            after="",
+        ),
+        # ... or sized after prepare, from the prepared loader's per-process length
+        _MAIN_ONE_CYCLE.format(
+            before="", prepared="model, optimizer, train_loader", after=_ONE_CYCLE
+        ),
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
