@@ -186,6 +186,27 @@ _MAIN_ONE_CYCLE = (
     "            optimizer.zero_grad()\n\n\n"
     "main(parse_args())\n"
 )
+
+#: A OneCycleLR sized per epoch from the loader before prepare, stepped on every batch inside
+#: accumulate(); {size} is its steps_per_epoch, {prepared} what the prepare returns.
+_ACCUMULATED_ONE_CYCLE = (
+    "import torch\nfrom accelerate import Accelerator\n"
+    "accelerator = Accelerator(gradient_accumulation_steps=2)\n"
+    "loader = torch.utils.data.DataLoader(train_set, batch_size=32, shuffle=True)\n"
+    "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+    "scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
+    "    optimizer, max_lr=1e-3, epochs=10, steps_per_epoch={size}\n"
+    ")\n"
+    "{prepared} = accelerator.prepare({prepared})\n"
+    "for epoch in range(10):\n"
+    "    for x, y in loader:\n"
+    "        with accelerator.accumulate(model):\n"
+    "            accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+    "            optimizer.step()\n"
+    "            scheduler.step()\n"
+    "            optimizer.zero_grad()\n"
+)
+
 _ONE_CYCLE = (
     "    scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
     "        optimizer, max_lr=args.lr, total_steps=args.epochs * len(train_loader)\n"
@@ -491,6 +512,13 @@ class UnpreparedObject(Rule):
                 before=_ONE_CYCLE, prepared="model, optimizer, train_loader", after=""
             ),
             19,
+            13,
+        ),
+        # ... inside accumulate(): stepping it with the optimizer alone would leave it 1/N
+        # of the way too; prepared and sized in optimizer steps it fits
+        Example(
+            _ACCUMULATED_ONE_CYCLE.format(size="len(loader)", prepared="model, optimizer, loader"),
+            15,
             13,
         ),
     )
@@ -1049,6 +1077,9 @@ class UnpreparedObject(Rule):
             prepared="model, optimizer, train_loader, scheduler",
             after="",
         ),
+        _ACCUMULATED_ONE_CYCLE.format(
+            size="len(loader) // 2", prepared="model, optimizer, loader, scheduler"
+        ),
         # ... or sized after prepare, from the prepared loader's per-process length
         _MAIN_ONE_CYCLE.format(
             before="", prepared="model, optimizer, train_loader", after=_ONE_CYCLE
@@ -1456,6 +1487,20 @@ def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) ->
         and not once_per_optimizer_step(script, step)
         and not _never_accumulates(script)
     ):
+        whole = _sized_by_a_whole_loader(script, step, name, any_binding=True)
+        if whole is not None:
+            # sized in all ranks' batches before prepare, stepped per batch of one rank's
+            # shard: Accelerate's own examples size it in optimizer steps and prepare it
+            loader = dotted(whole.args[0].value)
+            return (
+                f"Pass scheduler `{name}` to {accelerator}.prepare and size it in optimizer "
+                f"steps (len({loader}) // gradient_accumulation_steps per epoch): it is sized "
+                f"from len({loader}) at line {script.line(whole)}, before prepare, so from all "
+                "of the dataset's batches, while each of N processes steps it once per batch "
+                "of its 1/N shard: the schedule gets 1/N of the way (a prepared scheduler "
+                "steps once per process, and inside accumulate() only when the optimizer "
+                "steps)"
+            )
         fixed = stepped_per_fixed_iteration(facts_of(script), step) is not None
         return (
             f"Step scheduler `{name}` only when the optimizer steps (under `if "
