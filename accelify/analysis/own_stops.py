@@ -20,6 +20,7 @@ import libcst as cst
 from accelify.analysis.collectives import agrees_across_ranks, read_outside_agreement
 from accelify.analysis.dataflow import statements
 from accelify.analysis.facts import Facts
+from accelify.analysis.loss_sources import last_binding, runs_before
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.own_values import OwnValues, ShardView, binds, names_read
 from accelify.analysis.script_model import ScriptModel
@@ -58,7 +59,11 @@ def decided_on_own_shard(
     script = facts.model
     values = OwnValues(facts, view)
     read_as_is = read_outside_agreement(script, test.test)  # not ``val_loss`` of ``reduce(...)``
-    pending = [n for n in names_read(script, test.test) if n.split(".", 1)[0] in read_as_is]
+    pending = [
+        n
+        for n in names_read(script, test.test)
+        if n.split(".", 1)[0] in read_as_is and not _agreed_at(script, n, test)
+    ]
     decided = _decided_by_object(facts, test.test, loop, view)  # ``if stopper.early_stop:``
     if decided is not None:
         return decided
@@ -91,6 +96,14 @@ def decided_on_own_shard(
                     return Decided(name, origin, binding, condition)
             pending.extend(names_read(script, binding))
     return None
+
+
+def _agreed_at(script: ScriptModel, name: str, test: cst.If) -> bool:
+    """``name``'s last binding above the test holds what a collective made the same on every
+    rank and runs whenever the test does (``total = accelerator.reduce(...)`` just before ``if
+    total / n < limit:``): the bindings before it no longer decide the test."""
+    binding = last_binding(script, name, test)
+    return binding is not None and agrees(script, binding) and runs_before(script, binding, test)
 
 
 def decided_by_object(facts: Facts, test: cst.BaseExpression, loop: cst.While) -> Decided | None:
