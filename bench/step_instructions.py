@@ -11,8 +11,12 @@ with one intra-op thread, and the arms run in blocks of ``--block`` steps, alter
 then C B A), round after round. Around each block callgrind's client requests (a few lines of C
 built here with the system's ``valgrind/callgrind.h``; no-ops outside valgrind) zero the counts
 and dump them, so each block's file holds that block's instructions alone, and one step's count
-is the block's over its steps. ``--phases`` dumps per phase of the step too (the loader's next
-batch, zero_grad, forward, loss, backward, optimizer step), to say where a gap is.
+is the block's over its steps. ``--pass-steps N`` starts each arm's pass over the data anew
+every N steps, so that what a loader does once a pass is counted with the steps (a hand-written
+`DistributedSampler` makes every index of the data set at its pass's start, where accelify's
+sharded loader makes its rank's indices batch by batch). ``--phases`` dumps per phase of the
+step too (the loader's next batch, zero_grad, forward, loss, backward, optimizer step), to say
+where a gap is.
 
 The arms:
 
@@ -152,19 +156,19 @@ def worker(args: argparse.Namespace) -> None:
     if rank == 0:
         counter = Callgrind(args.client) if args.client else PythonCalls()
     blocks = args.rounds + 1  # one warm-up round
-    samples = 32 * accelerator.num_processes * args.block * blocks
+    samples = 32 * accelerator.num_processes * (args.pass_steps or args.block * blocks)
     loss_fn = nn.MSELoss()
 
     def raw_arm():
         model, optimizer, data = build(args.width, samples)
         model = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
         loader = DataLoader(data, batch_size=32, sampler=DistributedSampler(data, shuffle=False))
-        return model, optimizer, iter(loader), lambda loss: loss.backward()
+        return model, optimizer, [loader, iter(loader)], lambda loss: loss.backward()
 
     def accelify_arm():
         model, optimizer, data = build(args.width, samples)
         model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data, 32))
-        return model, optimizer, iter(loader), accelerator.backward
+        return model, optimizer, [loader, iter(loader)], accelerator.backward
 
     arms = {RAW: raw_arm(), ACCELIFY: accelify_arm(), COPY: raw_arm()}
 
@@ -177,7 +181,11 @@ def worker(args: argparse.Namespace) -> None:
         if counted:
             counter.start()
         for _ in range(args.block):
-            x, y = next(batches)
+            try:
+                x, y = next(batches[1])
+            except StopIteration:  # --pass-steps: the next pass, its start counted as the step's
+                batches[1] = iter(batches[0])
+                x, y = next(batches[1])
             phase("next")
             optimizer.zero_grad()
             phase("zero_grad")
@@ -245,7 +253,7 @@ def run(width: int, args: argparse.Namespace) -> tuple[dict[str, list[int]], str
         }
         command = [__file__, "--worker", "--widths", str(width), "--rounds", str(args.rounds)]
         command += ["--block", str(args.block), *(["--phases"] if args.phases else [])]
-        command += ["--client", library or ""]
+        command += ["--client", library or "", "--pass-steps", str(args.pass_steps)]
         valgrind = [
             "valgrind",
             "--tool=callgrind",
@@ -345,6 +353,14 @@ def main() -> None:
     parser.add_argument("--phases", action="store_true", help="count each phase of a step")
     parser.add_argument("--counter", choices=["callgrind", "calls"], default="callgrind")
     parser.add_argument("--source", help="another accelify's source tree, laid out as installed")
+    parser.add_argument(
+        "--pass-steps",
+        type=int,
+        default=0,
+        help="steps per pass over the data (default: one pass for the whole run): each arm's "
+        "loader starts a new pass every N steps, so what a loader does once a pass (a "
+        "DistributedSampler's index lists, a prepared loader's set-up) is counted too",
+    )
     parser.add_argument("--keep", help="copy callgrind's dump files here (callgrind_annotate)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", default="", help=argparse.SUPPRESS)

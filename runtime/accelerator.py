@@ -48,6 +48,10 @@ from accelify.runtime.serialization import save_model_files, write_atomically
 from accelify.runtime.state import DEFAULT_TIMEOUT, destroy_process_groups, shared_state
 from accelify.runtime.tracking import TrackerMethods
 
+#: `Accelerator.backward` reads it at every step: a module's own name is one lookup. (Not the
+#: token too: `pending_work.in_flight` counts its references beyond its module's own.)
+_IN_BACKWARD = pending_work.IN_BACKWARD
+
 _SCHEDULER_TYPES: tuple[type, ...] = (
     torch.optim.lr_scheduler.LRScheduler,
     torch.optim.lr_scheduler.ReduceLROnPlateau,
@@ -331,17 +335,19 @@ class Accelerator(ProcessMethods, CheckpointMethods, TrackerMethods):
         marker = None
         try:  # from the pass's beginning: a failure anywhere in it still ends it
             if tracks == "context":
-                marker = pending_work.IN_BACKWARD.set(pending_work.TOKEN)
+                marker = _IN_BACKWARD.set(pending_work.TOKEN)
             if tracks == "stash":
                 with pending_work.tracked(True):
                     backend.backward(loss, sync, **kwargs)
-            elif self._loss_backward:
-                loss.backward(**kwargs)
-            else:
+            elif not self._loss_backward:
                 backend.backward(loss, sync, **kwargs)
+            elif kwargs:
+                loss.backward(**kwargs)
+            else:  # ``**{}`` would copy the empty dict and call through it
+                loss.backward()
         finally:
             if marker is not None:
-                pending_work.IN_BACKWARD.reset(marker)
+                _IN_BACKWARD.reset(marker)
             if begun is not None:
                 recorder.backward_ends(begun)  # type: ignore[union-attr]
 

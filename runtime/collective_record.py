@@ -64,6 +64,10 @@ _GENERATION = struct.Struct("<I")
 _HEAD = struct.Struct("<IiiiqqdQ")
 _PLACE, _PLACE_OFFSET = struct.Struct("32s240s"), _HEAD.size
 _SHAPED, _SHAPED_OFFSET = struct.Struct("<q32s96s"), _HEAD.size + _PLACE.size
+#: The head but the main thread's id, written in one pack by a step's backward at each end
+#: (`_Recorder.backward_begins`): the odd generation first, as each field's own store did, in
+#: a third of the instructions of five stores through the typed views
+_STEP_HEAD = struct.Struct("<Iiiiqqd")
 #: The file's size: the layout, padded to whole 8-byte words, so that the head's numbers are
 #: written as items of typed views of the map (one store each, where a pack is a call):
 #: the generation is word 0 of 32 bits, the state word 2, the sequence and passes words 2 and 3
@@ -75,6 +79,7 @@ _STATE_ITEM, _SEQUENCE_ITEM, _PASSES_ITEM, _SINCE_ITEM = 2, 2, 3, 4
 _VIEWS = sys.byteorder == "little"
 _OVER, _OVER_OFFSET = struct.Struct("<?"), _LAYOUT.size - 1
 F = TypeVar("F", bound=Callable[..., Any])
+_now = time.time  # read at every backward: one name, not a module's attribute
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,11 @@ class _Recorder:
         self._library: dict[str, bool] = {}
         #: (id of a code object, instruction) -> that code object and its "path:line"
         self._places: dict[tuple[int, int], tuple[CodeType, bytes]] = {}
+        #: `backward_begins`' last hit in ``_places``, asked first: the code object (held, so
+        #: compared by identity), the instruction and the place
+        self._last_code: CodeType | None = None
+        self._last_instruction = -1
+        self._last_where = b""
         self.depth = 0
         self.sequence = 0
         self.passes = 0
@@ -342,48 +352,68 @@ class _Recorder:
         backward's caller, looked at now and not kept."""
         if self.in_backward or self.depth or not _VIEWS:
             return self.begin_pass(reduces, frame)
-        self.passes += 1
+        passes = self.passes = self.passes + 1
         self.in_backward = True
         if not reduces:
             return _OUTER
         self.depth = 1
-        self.sequence += 1
-        place = self._places.get((id(frame.f_code), frame.f_lasti))
-        # a hit is the user's frame itself: only the user's frames are cached, each entry
-        # holding its code object (so the id is no other's)
-        where = place[1] if place is not None else self._caller(frame)
+        sequence = self.sequence = self.sequence + 1
+        code, instruction = frame.f_code, frame.f_lasti
+        if code is self._last_code and instruction == self._last_instruction:
+            where = self._last_where  # the same call as the last pass's: a step's backward
+        else:
+            place = self._places.get((id(code), instruction))
+            # a hit is the user's frame itself: only the user's frames are cached, each entry
+            # holding its code object (so the id is no other's)
+            if place is not None:
+                where = self._last_where = place[1]
+                self._last_code, self._last_instruction = code, instruction
+            else:
+                where = self._caller(frame)
         self.operation = _BACKWARD
         self.where = where
         self.state = IN_COLLECTIVE
         generation = self._generation = self._generation + 2
-        words = self._words
-        words[0] = generation - 1
-        self._ints[_STATE_ITEM] = IN_COLLECTIVE
-        quads = self._quads
-        quads[_SEQUENCE_ITEM] = self.sequence
-        quads[_PASSES_ITEM] = self.passes
-        self._doubles[_SINCE_ITEM] = time.time()
+        mapped = self._map
+        _STEP_HEAD.pack_into(
+            mapped,
+            0,
+            generation - 1,
+            self._pid,
+            IN_COLLECTIVE,
+            self.exit_code,
+            sequence,
+            passes,
+            _now(),
+        )
         written = self._written
         if written[0] is not _BACKWARD or written[1] is not where:
-            _PLACE.pack_into(self._map, _PLACE_OFFSET, _BACKWARD, where)
+            _PLACE.pack_into(mapped, _PLACE_OFFSET, _BACKWARD, where)
             self._written = _BACKWARD, where
-        words[0] = generation
-        return _OUTER | _REDUCES
+        self._words[0] = generation
+        return _OUTER_REDUCES
 
     def backward_ends(self, begun: int) -> None:
         """`end_pass` of `backward_begins`."""
-        if begun != _OUTER | _REDUCES or self.depth != 1 or self.state != IN_COLLECTIVE:
+        if begun != _OUTER_REDUCES or self.depth != 1 or self.state != IN_COLLECTIVE:
             self.end_pass(begun)
             return
         self.depth = 0
         self.in_backward = False
         self.state = RUNNING
         generation = self._generation = self._generation + 2
-        words = self._words
-        words[0] = generation - 1
-        self._ints[_STATE_ITEM] = RUNNING
-        self._doubles[_SINCE_ITEM] = time.time()
-        words[0] = generation
+        _STEP_HEAD.pack_into(
+            self._map,
+            0,
+            generation - 1,
+            self._pid,
+            RUNNING,
+            self.exit_code,
+            self.sequence,
+            self.passes,
+            _now(),
+        )
+        self._words[0] = generation
 
     def finish(self, state: int, exit_code: int = 0) -> None:
         """Leaving or crashed, once: a rank that crashed stays so, and the time a rank began
@@ -717,6 +747,7 @@ _BACKWARD = b"backward"
 #: What `_Recorder.begin_pass` began: a pass inside a pass, the outermost pass, and (added) a
 #: collective, for `_Recorder.end_pass` to undo.
 _NESTED, _OUTER, _REDUCES = 0, 1, 2
+_OUTER_REDUCES = _OUTER | _REDUCES
 
 
 def backward_pass(reduces: Callable[[], bool]) -> contextlib.AbstractContextManager[None]:

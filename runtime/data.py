@@ -192,8 +192,15 @@ class _ShardedBatchSampler:
         )
 
     def __iter__(self) -> Iterator[Any]:
-        # A generator, like torch's BatchSampler: the shuffle seed is drawn at the first batch,
-        # after the DataLoader iterator has drawn its own base seed, exactly as without prepare.
+        # Lazy, like torch's BatchSampler (a generator): the shuffle seed is drawn at the first
+        # batch, after the DataLoader iterator has drawn its own base seed, exactly as without
+        # prepare. `_pass` runs then and hands over the pass's iterator, which the chain reads
+        # from C: no frame of ours is resumed at each batch (a prepared loader's step cost,
+        # bench/step_instructions.py).
+        return itertools.chain.from_iterable(self._pass())
+
+    def _pass(self) -> Iterator[Iterator[Any]]:
+        """The pass's batches, as one iterator: `__iter__`."""
         self.seeds.start_pass()
         self.current = ShardPass()
         rank, world = self.state.process_index, self.state.num_processes
@@ -235,7 +242,7 @@ class _ShardedBatchSampler:
                 **options,
             )
         skip, self.skip = self.skip, 0
-        yield from itertools.islice(batches, skip, None) if skip else batches
+        yield itertools.islice(batches, skip, None) if skip else batches
 
 
 class PreparedDataLoader:
@@ -391,12 +398,14 @@ class PreparedDataLoader:
         self.at_last_batch = False
         self._pass_finished = False
         self.gradient_state.active_loaders.append(self)
+        # read once a pass, not at every batch: the device is the process's, set once
+        device, non_blocking = self.state.device, self.non_blocking
         try:
-            for batch, is_last in stream:
-                self.batches_yielded += 1
+            # the count kept by enumerate, in C, stored straight into the attribute
+            for self.batches_yielded, (batch, is_last) in enumerate(stream, skip + 1):
                 self.at_last_batch = self._pass_finished = is_last
                 if self.device_placement:
-                    batch = send_to_device(batch, self.state.device, self.non_blocking)
+                    batch = send_to_device(batch, device, non_blocking)
                 yield batch
             self._pass_finished = True
         finally:

@@ -118,16 +118,32 @@ def shard_range_batches(
     every rank's batches from the sampler made each step build ``world`` lists of new ints
     (the indices above 256 are new objects), where a hand-written `DistributedSampler` makes
     its rank's indices once a pass: about a third of the prepared loader's cost over it at 32
-    wide (bench/step_instructions.py). The same batches, end and padding as that path."""
+    wide (bench/step_instructions.py). The same batches, end and padding as that path.
+
+    The full rounds are cut by iterators of C (``list(order[start:stop])`` mapped over the
+    starts), not by a generator whose frame is resumed at every batch; the last round, which
+    says its padding in ``record`` when it is reached, is a generator that runs once."""
     span = world * batch_size
     full = len(order) // span * span  # the indices of the rounds whose every batch is full
-    for start in range(rank * batch_size, full, span):
-        yield list(order[start : start + batch_size])
+    first = rank * batch_size
+    cuts = map(slice, range(first, full, span), range(first + batch_size, full + batch_size, span))
+    return itertools.chain(
+        map(list, map(order.__getitem__, cuts)),
+        _last_range_round(order, full, rank, world, batch_size, record),
+    )
+
+
+def _last_range_round(
+    order: range, full: int, rank: int, world: int, batch_size: int, record: ShardPass
+) -> Iterator[list[int]]:
+    """`shard_range_batches`' last round, when the range does not end with a full one."""
     tail = order[full:]
     if not tail:
         return
     pending = [list(tail[i : i + batch_size]) for i in range(0, len(tail), batch_size)]
-    final, record.padding = _completed_round(pending, list(order[:span]), world, batch_size)
+    final, record.padding = _completed_round(
+        pending, list(order[: world * batch_size]), world, batch_size
+    )
     yield final[rank]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -665,3 +666,84 @@ def test_a_zero_load_plans_each_group_whole_or_afresh_and_refuses_what_one_flat_
         _planned(3, [a, b], [0, 1], {1: entries(4.0)})
     with pytest.raises(RuntimeError, match=r"different 'step' values .* \(4\.0 and 2\.0\)"):
         _planned(0, [a, b], [0, 1], {0: entries(4.0), 1: entries(2.0)})
+
+
+def test_a_steps_recorded_backward_writes_its_state_place_and_counts_at_each_end(tmp_path):
+    """`_Recorder.backward_begins`/`backward_ends` write the head in one pack each: what the
+    launcher reads back is the state, the counts, and the place of the call that made the
+    pass, also when two call sites take turns (the last place seen is asked first)."""
+    from accelify.runtime import collective_record
+
+    recorder = collective_record._Recorder(tmp_path, 0, skip=())
+
+    def first_site() -> int:
+        return recorder.backward_begins(True, sys._getframe(0))
+
+    def second_site() -> int:
+        return recorder.backward_begins(True, sys._getframe(0))
+
+    places = []
+    for number, site in enumerate([first_site, first_site, second_site, first_site, first_site]):
+        begun = site()
+        record = collective_record.read(tmp_path, 0)
+        assert record is not None
+        assert (record.state, record.sequence, record.passes) == (
+            collective_record.IN_COLLECTIVE,
+            number + 1,
+            number + 1,
+        )
+        assert (record.operation, record.pid) == ("backward", os.getpid())
+        places.append(record.line)
+        recorder.backward_ends(begun)
+        record = collective_record.read(tmp_path, 0)
+        assert record is not None
+        assert (record.state, record.sequence, record.passes) == (
+            collective_record.RUNNING,
+            number + 1,
+            number + 1,
+        )
+        assert record.where.endswith(f":{places[-1]}")
+    first, second = first_site.__code__.co_firstlineno + 1, second_site.__code__.co_firstlineno + 1
+    assert places == [first, first, second, first, first]
+
+
+def test_the_prepared_optimizers_zero_grad_keeps_set_to_none_either_way():
+    """torch's own zero_grad is called without arguments (its default is True); False, or an
+    optimizer of its own zero_grad, gets the keyword as it was given."""
+
+    class OwnZeroGrad(torch.optim.SGD):
+        def zero_grad(self, set_to_none: bool = False) -> None:
+            calls.append(set_to_none)
+            super().zero_grad(set_to_none=set_to_none)
+
+    calls: list[bool] = []
+    model = nn.Linear(2, 1)
+    accelerator = Accelerator(cpu=True)
+    torch_optimizer = accelerator.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
+    own = accelerator.prepare(OwnZeroGrad(model.parameters(), lr=0.1))
+    model(torch.ones(1, 2)).sum().backward()
+    torch_optimizer.zero_grad(set_to_none=False)
+    assert model.weight.grad is not None and not model.weight.grad.any()
+    torch_optimizer.zero_grad()
+    assert model.weight.grad is None
+    own.zero_grad()
+    own.zero_grad(set_to_none=False)
+    assert calls == [True, False]
+
+
+def test_a_cpu_batch_already_in_place_is_handed_back_as_it_is():
+    from accelify.runtime.operations import send_to_device
+
+    cpu = torch.device("cpu")
+    batch = [torch.ones(2), torch.zeros(2)]
+    assert send_to_device(batch, cpu) is batch
+    mapping = {"x": torch.ones(2)}
+    assert send_to_device(mapping, cpu) is mapping
+    tensor = torch.ones(2)
+    assert send_to_device(tensor, cpu) is tensor
+    mixed = (torch.ones(2), 3)
+    moved = send_to_device(mixed, cpu)
+    assert moved is not mixed and moved[0] is mixed[0] and moved[1] == 3
+    meta = [torch.empty(2, device="meta")]  # not on the CPU: moved (torch refuses meta data)
+    with pytest.raises(NotImplementedError):
+        send_to_device(meta, cpu)
