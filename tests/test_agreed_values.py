@@ -158,3 +158,29 @@ def test_an_eval_again_in_each_round_of_a_loop_that_trains_is_eval_mode():
         """
     )
     assert "logits" in agreed
+
+
+def test_a_helper_handed_agreed_values_returns_an_agreed_value():
+    # ``ratio(a, b)`` reads only its parameters: agreed where it is handed agreed values
+    agreed = _agreed_at_module(
+        """
+        def ratio(part, whole):
+            return part / whole
+
+        correct, seen = 3, 4
+        acc = ratio(correct, seen)
+        """
+    )
+    assert "acc" in agreed
+
+
+def test_a_helper_handed_a_rank_s_own_value_does_not_return_an_agreed_one():
+    agreed = _agreed_at_module(
+        """
+        def ratio(part, whole):
+            return part / whole
+
+        mine = ratio(loss.item(), 4)
+        """
+    )
+    assert "mine" not in agreed
