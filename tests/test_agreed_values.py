@@ -184,3 +184,44 @@ def test_a_helper_handed_a_rank_s_own_value_does_not_return_an_agreed_one():
         """
     )
     assert "mine" not in agreed
+
+
+def _agreed_in(source: str, function: str) -> frozenset[str]:
+    model = analyze(cst.parse_module(textwrap.dedent(TRAINED) + textwrap.dedent(source)))
+    found = next(
+        node
+        for node in model.module.body
+        if isinstance(node, cst.FunctionDef) and node.name.value == function
+    )
+    return AgreedValues(facts_of(model), lambda evaluation: True).names(found)
+
+
+def test_a_parameter_every_call_hands_an_agreed_value_is_agreed():
+    agreed = _agreed_in(
+        """
+        def check(value, limit):
+            better = value < limit
+            return better
+
+        check(3, 4)
+        check(5, 4)
+        """,
+        "check",
+    )
+    assert {"value", "limit", "better"} <= agreed
+
+
+def test_a_parameter_one_call_hands_a_rank_s_own_value_is_not_agreed():
+    agreed = _agreed_in(
+        """
+        def check(value, limit):
+            better = value < limit
+            return better
+
+        check(3, 4)
+        check(loss.item(), 4)
+        """,
+        "check",
+    )
+    assert "value" not in agreed and "better" not in agreed
+    assert "limit" in agreed

@@ -24,6 +24,7 @@ import libcst as cst
 
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, unpacked_names, walk
 
@@ -173,10 +174,28 @@ class AgreedValues:
             for parameter in (*function.params.params, *function.params.kwonly_params):
                 name = parameter.name.value
                 # handed agreed values, a parameter holds one: as agreed as what it is handed
-                found.setdefault(name, []).append(
-                    cst.Name("True") if handed and name not in ("self", "cls") else None
+                agreed = name not in ("self", "cls") and (
+                    handed or self._handed_alike(function, name)
                 )
+                found.setdefault(name, []).append(cst.Name("True") if agreed else None)
         return found
+
+    def _handed_alike(self, function: cst.FunctionDef, parameter: str) -> bool:
+        """Every call of ``function`` in the file passes ``parameter`` a value every rank holds
+        alike where it is called (``cb.on_epoch_end(epoch, {"val_acc": acc})`` of a gathered
+        ``acc``): followed into the parameter as a local's binding is. Not for a function the
+        file never calls (its callers are elsewhere) nor a call that leaves the parameter to its
+        default or hands ``*args``."""
+        calls = self.facts.flow.calls_of(function)
+        if not calls:
+            return False
+        for call, implicit in calls:
+            passed = [a for n, a in bound_arguments(function, call, implicit) if n == parameter]
+            if len(passed) != 1 or passed[0].star:
+                return False
+            if not self.test_agreed(passed[0].value, call):
+                return False
+        return True
 
     def _guards(self, node: cst.CSTNode, function: Scope) -> list[cst.BaseExpression]:
         """The tests of the ``if``/``while`` statements around ``node`` inside ``function``,
