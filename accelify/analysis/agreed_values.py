@@ -183,14 +183,18 @@ class AgreedValues:
     def _handed_alike(self, function: cst.FunctionDef, parameter: str) -> bool:
         """Every call of ``function`` in the file passes ``parameter`` a value every rank holds
         alike where it is called (``cb.on_epoch_end(epoch, {"val_acc": acc})`` of a gathered
-        ``acc``): followed into the parameter as a local's binding is. Not for a function the
-        file never calls (its callers are elsewhere) nor a call that leaves the parameter to its
-        default or hands ``*args``."""
+        ``acc``): followed into the parameter as a local's binding is; a call that leaves it
+        out hands its default (a constant, a setting). Not for a function the file never calls
+        (its callers are elsewhere) nor a call that hands ``*args`` or ``**kwargs``."""
         calls = self.facts.flow.calls_of(function)
         if not calls:
             return False
         for call, implicit in calls:
             passed = [a for n, a in bound_arguments(function, call, implicit) if n == parameter]
+            if not passed and not any(a.star for a in call.args):
+                if not self._default_alike(function, parameter):
+                    return False
+                continue
             if len(passed) != 1 or passed[0].star:
                 return False
             if not self.test_agreed(passed[0].value, call):
@@ -284,6 +288,13 @@ class AgreedValues:
         return self.returns_agreed(targets[0], depth) or (
             arguments and self.returns_agreed(targets[0], depth, handed=True)
         )
+
+    def _default_alike(self, function: cst.FunctionDef, parameter: str) -> bool:
+        """``parameter`` of ``function`` has a default every rank holds alike (``patience=2``)."""
+        for param in (*function.params.params, *function.params.kwonly_params):
+            if param.name.value == parameter:
+                return param.default is not None and self.facts.ranks.uniform(param.default)
+        return False
 
     def _forward_in_eval_mode(self, call: cst.Call, function: Scope) -> bool:
         """``model(x)`` of a model of the file switched to eval mode before it in ``function``

@@ -25,7 +25,7 @@ from accelify.edits.collective_rewrites import collective_stop
 def run(ctx: Context) -> None:
     reach = ctx.facts.collective_reach
     for if_node, stop in ctx.facts.ranks.per_process_stops():
-        if _names_only(if_node.test) and ctx.agreed.test_agreed(if_node.test, if_node):
+        if _names_only(ctx, if_node.test) and ctx.agreed.test_agreed(if_node.test, if_node):
             # every rank decides alike (a gathered metric, a greedy token of the prepared model
             # in eval mode): each leaves at the same iteration on its own
             continue
@@ -44,14 +44,52 @@ def run(ctx: Context) -> None:
             _make_collective(ctx, if_node, stop)
 
 
-def _names_only(test: cst.BaseExpression) -> bool:
-    """``next_tok == EOS``: a test of plain names and constants. A call (``stopper(f1)``), an
-    attribute (``self.stop``) or a subscript (``state["done"]``) may read state an object keeps
-    per rank, which `agreed_values` takes as agreed: such a stop is still made collective,
-    which costs nothing when it is."""
+def _names_only(ctx: Context, test: cst.BaseExpression) -> bool:
+    """``next_tok == EOS``: a test of plain names and constants, and of the instance's
+    settings (``bad >= self.patience``: `_constructor_setting`). A call (``stopper(f1)``),
+    another attribute (``self.stop``) or a subscript (``state["done"]``) may read state an
+    object keeps per rank, which `agreed_values` takes as agreed: such a stop is still made
+    collective, which costs nothing when it is."""
     return not any(
-        isinstance(node, (cst.Call, cst.Attribute, cst.Subscript)) for node in walk(test)
+        isinstance(node, (cst.Call, cst.Subscript))
+        or (isinstance(node, cst.Attribute) and not _constructor_setting(ctx, node))
+        for node in walk(test)
     )
+
+
+def _constructor_setting(ctx: Context, attribute: cst.Attribute) -> bool:
+    """``self.patience``: every write of an attribute of that name in the file is
+    ``self.patience = <value>`` in an ``__init__``, of a value every rank holds alike there
+    (a constant, a parameter every construction hands one: `agreed_values`)."""
+    if not (isinstance(attribute.value, cst.Name) and attribute.value.value == "self"):
+        return False
+    name = attribute.attr.value
+    writes = [
+        node
+        for node in walk(ctx.model.module)
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+        and any(
+            isinstance(target, cst.Attribute) and target.attr.value == name
+            for target in _targets_of(node)
+        )
+    ]
+    if not writes:
+        return False
+    for write in writes:
+        function = ctx.facts.placement.enclosing_function(write)
+        if not isinstance(write, cst.Assign) or len(write.targets) != 1:
+            return False
+        if function is None or function.name.value != "__init__":
+            return False
+        if not ctx.agreed.test_agreed(write.value, write):
+            return False
+    return True
+
+
+def _targets_of(node: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.BaseExpression]:
+    if isinstance(node, cst.Assign):
+        return [target.target for target in node.targets]
+    return [node.target]
 
 
 def _in_training(ctx: Context, origin: cst.CSTNode) -> bool:
