@@ -158,3 +158,70 @@ def test_an_eval_again_in_each_round_of_a_loop_that_trains_is_eval_mode():
         """
     )
     assert "logits" in agreed
+
+
+def test_a_helper_handed_agreed_values_returns_an_agreed_value():
+    # ``ratio(a, b)`` reads only its parameters: agreed where it is handed agreed values
+    agreed = _agreed_at_module(
+        """
+        def ratio(part, whole):
+            return part / whole
+
+        correct, seen = 3, 4
+        acc = ratio(correct, seen)
+        """
+    )
+    assert "acc" in agreed
+
+
+def test_a_helper_handed_a_rank_s_own_value_does_not_return_an_agreed_one():
+    agreed = _agreed_at_module(
+        """
+        def ratio(part, whole):
+            return part / whole
+
+        mine = ratio(loss.item(), 4)
+        """
+    )
+    assert "mine" not in agreed
+
+
+def _agreed_in(source: str, function: str) -> frozenset[str]:
+    model = analyze(cst.parse_module(textwrap.dedent(TRAINED) + textwrap.dedent(source)))
+    found = next(
+        node
+        for node in model.module.body
+        if isinstance(node, cst.FunctionDef) and node.name.value == function
+    )
+    return AgreedValues(facts_of(model), lambda evaluation: True).names(found)
+
+
+def test_a_parameter_every_call_hands_an_agreed_value_is_agreed():
+    agreed = _agreed_in(
+        """
+        def check(value, limit):
+            better = value < limit
+            return better
+
+        check(3, 4)
+        check(5, 4)
+        """,
+        "check",
+    )
+    assert {"value", "limit", "better"} <= agreed
+
+
+def test_a_parameter_one_call_hands_a_rank_s_own_value_is_not_agreed():
+    agreed = _agreed_in(
+        """
+        def check(value, limit):
+            better = value < limit
+            return better
+
+        check(3, 4)
+        check(loss.item(), 4)
+        """,
+        "check",
+    )
+    assert "value" not in agreed and "better" not in agreed
+    assert "limit" in agreed

@@ -14,6 +14,7 @@ import pytest
 from accelify.convert import convert_source
 from accelify.edits import rewrites
 from accelify.edits.apply import ApplyPlan
+from accelify.edits.collective_rewrites import collective_stop
 from accelify.edits.kinds import InsertBefore, Replace, Wrap
 from accelify.edits.node_rewrites import Swap, WithKeyword
 from accelify.edits.plan import Plan, statement
@@ -81,6 +82,43 @@ def test_wraps_stack_on_a_replacement_in_the_order_added():
     plan.add(Replace(call, Swap("fit(model)")))
     plan.add(Wrap(call, WithKeyword("epochs", "3")))
     assert applied(module, plan) == "fit(model, accelerator=accelerator, epochs=3)\n"
+
+
+def test_a_stop_s_told_print_moves_under_the_check_as_rewritten():
+    module = cst.parse_module(
+        "for epoch in range(9):\n"
+        "    if bad >= patience:\n"
+        "        print('early stop')\n"
+        "        stop = True\n"
+        "    if stop:\n"
+        "        break\n"
+    )
+    loop = module.body[0]
+    told_if, stop_if = loop.body.body  # type: ignore[attr-defined]
+    told = told_if.body.body[0]
+    plan = Plan()
+    plan.add(*collective_stop(stop_if, "accelerator", told=[told]))
+    plan.add(rewrites.print_once(told.body[0].value, "accelerator"))
+    assert applied(module, plan) == (
+        "for epoch in range(9):\n"
+        "    if bad >= patience:\n"
+        "        stop = True\n"
+        "    if stop:\n"
+        "        accelerator.set_trigger()\n"
+        "    if accelerator.check_trigger():\n"
+        "        accelerator.print('early stop')\n"
+        "        break\n"
+    )
+
+
+def test_a_shown_sum_becomes_the_mean_of_the_ranks_sums_before_its_line():
+    module = cst.parse_module("print(total / len(loader))\n")
+    plan = Plan()
+    plan.add(rewrites.whole_run_sum(module.body[0], "total", "accelerator"))
+    assert applied(module, plan) == (
+        "total = sum(gather_object([total])) / accelerator.num_processes\n"
+        "print(total / len(loader))\n"
+    )
 
 
 def test_an_edit_that_gives_way_is_dropped_with_its_note_where_another_decides():

@@ -24,6 +24,7 @@ import libcst as cst
 
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts
+from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, unpacked_names, walk
 
@@ -66,8 +67,8 @@ class AgreedValues:
         self.facts = facts
         self.model = facts.model
         self.gathered = gathered
-        self._names: dict[int, frozenset[str]] = {}
-        self._returns: dict[int, bool] = {}
+        self._names: dict[tuple[int, bool], frozenset[str]] = {}
+        self._returns: dict[tuple[int, bool], bool] = {}
 
     def test_agreed(self, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Every rank decides ``test`` (read at ``at``) alike: it reads only constants,
@@ -80,15 +81,17 @@ class AgreedValues:
         whether some ranks may not reach a save or a write (`SharedFiles.divergent_around`)."""
         return self.test_agreed(branch.test, branch)
 
-    def names(self, function: Scope, depth: int = 0) -> frozenset[str]:
+    def names(self, function: Scope, depth: int = 0, handed: bool = False) -> frozenset[str]:
         """The names of ``function`` every rank holds alike: the greatest set of names whose
-        every binding there is agreed, given the metrics of its gathered evaluations."""
-        key = id(function)
+        every binding there is agreed, given the metrics of its gathered evaluations. With
+        ``handed``, for a call that hands it only agreed values: its parameters are agreed
+        too (but ``self``/``cls``, the instance's own state)."""
+        key = (id(function), handed)
         if key in self._names:
             return self._names[key]
         self._names[key] = frozenset()  # a function that reaches itself agrees on nothing
         seeds, folded = self._metrics(function)
-        bindings = self._bindings(function, folded)
+        bindings = self._bindings(function, folded, handed)
         agreed = set(seeds) | set(bindings)
         changed = True
         while changed:
@@ -128,7 +131,7 @@ class AgreedValues:
         return seeds, folded
 
     def _bindings(
-        self, function: Scope, folded: set[int]
+        self, function: Scope, folded: set[int], handed: bool = False
     ) -> dict[str, list[cst.BaseExpression | None]]:
         """What each plain name of ``function`` is bound to, outside the gathered evaluations'
         folding statements (None: a value not followed: a parameter, a loop target, ``with
@@ -169,8 +172,34 @@ class AgreedValues:
                     found.setdefault(name, []).append(value if written is None else written)
         if isinstance(function, cst.FunctionDef):
             for parameter in (*function.params.params, *function.params.kwonly_params):
-                found.setdefault(parameter.name.value, []).append(None)
+                name = parameter.name.value
+                # handed agreed values, a parameter holds one: as agreed as what it is handed
+                agreed = name not in ("self", "cls") and (
+                    handed or self._handed_alike(function, name)
+                )
+                found.setdefault(name, []).append(cst.Name("True") if agreed else None)
         return found
+
+    def _handed_alike(self, function: cst.FunctionDef, parameter: str) -> bool:
+        """Every call of ``function`` in the file passes ``parameter`` a value every rank holds
+        alike where it is called (``cb.on_epoch_end(epoch, {"val_acc": acc})`` of a gathered
+        ``acc``): followed into the parameter as a local's binding is; a call that leaves it
+        out hands its default (a constant, a setting). Not for a function the file never calls
+        (its callers are elsewhere) nor a call that hands ``*args`` or ``**kwargs``."""
+        calls = self.facts.flow.calls_of(function)
+        if not calls:
+            return False
+        for call, implicit in calls:
+            passed = [a for n, a in bound_arguments(function, call, implicit) if n == parameter]
+            if not passed and not any(a.star for a in call.args):
+                if not self._default_alike(function, parameter):
+                    return False
+                continue
+            if len(passed) != 1 or passed[0].star:
+                return False
+            if not self.test_agreed(passed[0].value, call):
+                return False
+        return True
 
     def _guards(self, node: cst.CSTNode, function: Scope) -> list[cst.BaseExpression]:
         """The tests of the ``if``/``while`` statements around ``node`` inside ``function``,
@@ -252,7 +281,20 @@ class AgreedValues:
         if isinstance(func, cst.Attribute) and func.attr.value in _PURE_METHODS:
             return arguments and self._agreed(func.value, function, agreed, depth)
         targets = self.facts.calls.targets(call)
-        return len(targets) == 1 and depth < _MAX_DEPTH and self.returns_agreed(targets[0], depth)
+        if len(targets) != 1 or depth >= _MAX_DEPTH:
+            return False
+        # ``return self.accuracy(correct, total)`` of gathered counts: a helper of the file
+        # handed only agreed values returns an agreed value when its returns read nothing else
+        return self.returns_agreed(targets[0], depth) or (
+            arguments and self.returns_agreed(targets[0], depth, handed=True)
+        )
+
+    def _default_alike(self, function: cst.FunctionDef, parameter: str) -> bool:
+        """``parameter`` of ``function`` has a default every rank holds alike (``patience=2``)."""
+        for param in (*function.params.params, *function.params.kwonly_params):
+            if param.name.value == parameter:
+                return param.default is not None and self.facts.ranks.uniform(param.default)
+        return False
 
     def _forward_in_eval_mode(self, call: cst.Call, function: Scope) -> bool:
         """``model(x)`` of a model of the file switched to eval mode before it in ``function``
@@ -295,14 +337,17 @@ class AgreedValues:
                 return True
         return False
 
-    def returns_agreed(self, function: cst.FunctionDef, depth: int = 0) -> bool:
+    def returns_agreed(
+        self, function: cst.FunctionDef, depth: int = 0, handed: bool = False
+    ) -> bool:
         """Every ``return`` of ``function`` hands back values every rank holds alike (whatever
-        it is handed: a metric of the whole gathered set)."""
-        key = id(function)
+        it is handed: a metric of the whole gathered set; with ``handed``, as it is handed
+        agreed values)."""
+        key = (id(function), handed)
         if key not in self._returns:
             self._returns[key] = False
             returns = self.model.index.own_returns(function)
-            agreed = self.names(function, depth + 1)
+            agreed = self.names(function, depth + 1, handed)
             self._returns[key] = bool(returns) and all(
                 self._agreed(r.value, function, agreed, depth + 1)  # type: ignore[arg-type]
                 for r in returns

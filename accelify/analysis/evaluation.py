@@ -1776,7 +1776,8 @@ def _squeezed_to_one_sample(found: Evaluation, body: list[cst.CSTNode], facts: F
     )
     return (
         f"line {model.line(small)} squeezes {model.module.code_for_node(read)} to one "
-        f"sample ({model.module.code_for_node(node)}) of a loader with batch_size=1, and "
+        f"sample ({model.module.code_for_node(node)}) of a loader whose batches may be one "
+        "sample each, and "
         "treats it as one image: gathered, a step holds one sample per rank, the squeeze "
         "keeps the batch's axis and the per-sample code would raise or measure N samples as one"
     )
@@ -1795,12 +1796,15 @@ def _squeezed(node: cst.CSTNode) -> cst.BaseExpression | None:
 
 
 def _batches_of_one(loop: Loop, model: ScriptModel) -> bool:
-    """``loop`` reads a DataLoader made with ``batch_size=1``: each batch is one sample."""
+    """``loop`` reads a DataLoader whose batches may be one sample each: made with
+    ``batch_size=1``, with none (DataLoader's default is 1), or with a size the run picks
+    (``batch_size=args.val_batch``, whose default is often 1): only a literal other than 1
+    rules it out."""
     for binding in model.of_kind(Kind.DATALOADER):
         if binding.name != loop.iterable or not isinstance(binding.value, cst.Call):
             continue
         size = argument_value(binding.value, "batch_size", 1)
-        if isinstance(size, cst.Integer) and size.value == "1":
+        if not isinstance(size, cst.Integer) or size.value == "1":
             return True
     return False
 
@@ -1827,11 +1831,13 @@ def _gathered_read(
             assign.value, gathered, found.forward if forward else None
         ):
             gathered |= {t for target in assigned_targets(assign) for t in target_names(target)}
-        if forward:
-            continue
         for node in walk(small):
             read = taken(node)
-            if read is not None and _same_values(read, gathered):
+            # in the forward's own statement, what is taken of the forward itself
+            # (``sr = model(lr).squeeze()``): the conversion gathers the forward first
+            if read is not None and _same_values(
+                read, set() if forward else gathered, found.forward
+            ):
                 return small, node, read
     return None
 

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 import libcst as cst
 
 from accelify.edits.code import expression, statement
-from accelify.edits.kinds import Edit, InsertAfter, InsertBefore, Replace, Wrap
-from accelify.edits.node_rewrites import Swap, TakenOut
+from accelify.edits.kinds import Edit, InsertAfter, InsertBefore, Remove, Replace, Wrap
+from accelify.edits.node_rewrites import KeptForAMove, Swap, TakenOut
 
 
 def gather_for_metrics(
@@ -51,13 +51,19 @@ def computed_before(value: cst.CSTNode, anchor: cst.CSTNode, name: str) -> list[
 
 
 def collective_stop(
-    if_node: cst.If, acc: str, check_after: cst.BaseStatement | None = None
+    if_node: cst.If,
+    acc: str,
+    check_after: cst.BaseStatement | None = None,
+    told: Iterable[cst.BaseStatement] = (),
 ) -> list[Edit]:
     """``if <this rank's test>: ...; break`` -> ``if ...: acc.set_trigger()`` and, after it
     (or after ``check_after``, a branch around it the ranks may take differently: every rank
     must reach the check), ``if acc.check_trigger(): ...; break``: every rank stops when any
-    rank would, and does what the ``if`` did before breaking."""
+    rank would, and does what the ``if`` did before breaking. ``told``: statements (the
+    "early stopping" print where a flag was set) moved, as the pass rewrote them, to the head
+    of the check's body: said once when any rank decided, not only when the main one did."""
     bodies: list[cst.BaseSuite] = []
+    moved = [KeptForAMove() for _ in told]
 
     def trigger(updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.If)
@@ -65,6 +71,14 @@ def collective_stop(
         return updated.with_changes(body=cst.IndentedBlock([statement(f"{acc}.set_trigger()")]))
 
     def check() -> cst.BaseStatement:
-        return cst.If(test=expression(f"{acc}.check_trigger()"), body=bodies[-1])
+        body = bodies[-1]
+        taken = [take.taken[-1] for take in moved]
+        if taken:
+            assert isinstance(body, cst.IndentedBlock)
+            body = body.with_changes(body=[*taken, *body.body])
+        return cst.If(test=expression(f"{acc}.check_trigger()"), body=body)
 
-    return [Wrap(if_node, trigger), InsertAfter(check_after or if_node, check)]
+    edits: list[Edit] = [Wrap(if_node, trigger), InsertAfter(check_after or if_node, check)]
+    for line, take in zip(told, moved, strict=True):
+        edits += [Wrap(line, take), Remove(line)]
+    return edits

@@ -172,6 +172,18 @@ class TakenOut:
 
 
 @dataclass(frozen=True)
+class KeptForAMove:
+    """The statement, as every other rewrite of it left it, is kept in ``taken``: a `Remove`
+    of it drops it from its block and the insert it moves to puts it back there."""
+
+    taken: list[cst.CSTNode] = field(default_factory=list, compare=False, hash=False)
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        self.taken.append(updated)
+        return updated
+
+
+@dataclass(frozen=True)
 class OnDeviceAndBack:
     """``model(x, k=y)`` -> ``send_to_device(model(send_to_device(x, device), k=...), "cpu")``
     for the arguments at ``inputs`` (their positions in the call): the model runs where it is,

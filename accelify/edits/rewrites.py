@@ -277,3 +277,14 @@ def makedirs_exist_ok(race: cst.CSTNode, call: cst.Call) -> Replace | None:
             ),
         )
     return Replace(call, lambda updated: exist_ok(updated))  # type: ignore[arg-type]
+
+
+def whole_run_sum(anchor: cst.CSTNode, total: str, acc: str) -> InsertBefore:
+    """``total = sum(gather_object([total])) / acc.num_processes`` before ``anchor``: a sum
+    each rank folded from its own batches becomes the mean of the ranks' sums, so the batch
+    mean shown after it (``total / len(loader)``, every rank with as many batches) is the whole
+    run's. Python floats (float64, on no device); on one process ``sum([total]) / 1`` is
+    ``total`` itself, to the last digit. A collective: ``anchor`` is one every rank reaches."""
+    return InsertBefore(
+        anchor, statement(f"{total} = sum(gather_object([{total}])) / {acc}.num_processes")
+    )

@@ -25,7 +25,7 @@ from accelify.edits.collective_rewrites import collective_stop
 def run(ctx: Context) -> None:
     reach = ctx.facts.collective_reach
     for if_node, stop in ctx.facts.ranks.per_process_stops():
-        if _names_only(if_node.test) and ctx.agreed.test_agreed(if_node.test, if_node):
+        if _names_only(ctx, if_node.test) and ctx.agreed.test_agreed(if_node.test, if_node):
             # every rank decides alike (a gathered metric, a greedy token of the prepared model
             # in eval mode): each leaves at the same iteration on its own
             continue
@@ -44,14 +44,52 @@ def run(ctx: Context) -> None:
             _make_collective(ctx, if_node, stop)
 
 
-def _names_only(test: cst.BaseExpression) -> bool:
-    """``next_tok == EOS``: a test of plain names and constants. A call (``stopper(f1)``), an
-    attribute (``self.stop``) or a subscript (``state["done"]``) may read state an object keeps
-    per rank, which `agreed_values` takes as agreed: such a stop is still made collective,
-    which costs nothing when it is."""
+def _names_only(ctx: Context, test: cst.BaseExpression) -> bool:
+    """``next_tok == EOS``: a test of plain names and constants, and of the instance's
+    settings (``bad >= self.patience``: `_constructor_setting`). A call (``stopper(f1)``),
+    another attribute (``self.stop``) or a subscript (``state["done"]``) may read state an
+    object keeps per rank, which `agreed_values` takes as agreed: such a stop is still made
+    collective, which costs nothing when it is."""
     return not any(
-        isinstance(node, (cst.Call, cst.Attribute, cst.Subscript)) for node in walk(test)
+        isinstance(node, (cst.Call, cst.Subscript))
+        or (isinstance(node, cst.Attribute) and not _constructor_setting(ctx, node))
+        for node in walk(test)
     )
+
+
+def _constructor_setting(ctx: Context, attribute: cst.Attribute) -> bool:
+    """``self.patience``: every write of an attribute of that name in the file is
+    ``self.patience = <value>`` in an ``__init__``, of a value every rank holds alike there
+    (a constant, a parameter every construction hands one: `agreed_values`)."""
+    if not (isinstance(attribute.value, cst.Name) and attribute.value.value == "self"):
+        return False
+    name = attribute.attr.value
+    writes = [
+        node
+        for node in walk(ctx.model.module)
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+        and any(
+            isinstance(target, cst.Attribute) and target.attr.value == name
+            for target in _targets_of(node)
+        )
+    ]
+    if not writes:
+        return False
+    for write in writes:
+        function = ctx.facts.placement.enclosing_function(write)
+        if not isinstance(write, cst.Assign) or len(write.targets) != 1:
+            return False
+        if function is None or function.name.value != "__init__":
+            return False
+        if not ctx.agreed.test_agreed(write.value, write):
+            return False
+    return True
+
+
+def _targets_of(node: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.BaseExpression]:
+    if isinstance(node, cst.Assign):
+        return [target.target for target in node.targets]
+    return [node.target]
 
 
 def _in_training(ctx: Context, origin: cst.CSTNode) -> bool:
@@ -100,12 +138,92 @@ def _make_collective(
             "alike",
         )
         return
+    told = _told_where_the_flag_is_set(ctx, if_node, stop) if check_after is None else []
     ctx.plan.add(
-        *collective_stop(if_node, ctx.acc, check_after),
+        *collective_stop(if_node, ctx.acc, check_after, told),
         line=ctx.line(if_node),
-        text=f"{_DONE[type(stop)]}: set_trigger() / check_trigger()",
+        text=f"{_DONE[type(stop)]}: set_trigger() / check_trigger()"
+        + "".join(
+            f"; the print of line {ctx.line(line)} moved under the check (said when any rank stops)"
+            for line in told
+        ),
     )
     ctx.need(if_node)
+
+
+def _told_where_the_flag_is_set(
+    ctx: Context, if_node: cst.If, stop: cst.CSTNode
+) -> list[cst.BaseStatement]:
+    """``if early_stop: break`` on a flag set, in the statement just before it, by this rank's
+    own test (``if counter >= patience: print("early stopping"); early_stop = True``): the
+    prints beside that ``early_stop = True`` say the stop happens, and left there only the main
+    process's decision would say it. They move to the collective check, run once when any rank
+    decided, at the same point of the output on one process: nothing else in that statement
+    prints, and they read nothing it binds (the text is the one the original printed). The
+    flag is set nowhere else in the loop. Empty when any of that does not hold."""
+    test = if_node.test
+    loop = ctx.model.index.enclosing_loop(if_node)
+    block = ctx.model.parent(if_node)
+    if not isinstance(stop, cst.Break) or not isinstance(test, cst.Name) or loop is None:
+        return []
+    if not isinstance(block, cst.IndentedBlock) or block.body[0] is if_node:
+        return []
+    before = block.body[list(block.body).index(if_node) - 1]
+    flag = test.value
+    sets = [
+        node
+        for node in walk(loop)
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+        and flag in _bound_names(node)
+    ]
+    if len(sets) != 1 or not ctx.model.inside(sets[0], before):
+        return []
+    assign = sets[0]
+    if not (
+        isinstance(assign, cst.Assign)
+        and isinstance(assign.value, cst.Name)
+        and assign.value.value == "True"
+    ):
+        return []
+    line = ctx.model.parent(assign)
+    holder = ctx.model.parent(line) if line is not None else None
+    if not isinstance(holder, cst.IndentedBlock):
+        return []
+    told = [s for s in holder.body if _is_print(s)]
+    prints = [n for n in walk(before) if isinstance(n, cst.Call) and _calls_print(n)]
+    if not told or len(prints) != len(told):
+        return []
+    bound = set().union(*(_bound_names(n) for n in walk(before)))
+    read = {n.value for s in told for n in walk(s) if isinstance(n, cst.Name)}
+    if read & bound:
+        return []
+    return told
+
+
+def _bound_names(node: cst.CSTNode) -> set[str]:
+    """The plain names an assignment (``=``, ``+=``, annotated) binds."""
+    if isinstance(node, cst.Assign):
+        targets = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+        targets = [node.target]
+    else:
+        return set()
+    return {n.value for t in targets for n in walk(t) if isinstance(n, cst.Name)}
+
+
+def _calls_print(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Name) and call.func.value == "print"
+
+
+def _is_print(line: cst.CSTNode) -> bool:
+    """``line`` is ``print(...)`` alone."""
+    return (
+        isinstance(line, cst.SimpleStatementLine)
+        and len(line.body) == 1
+        and isinstance(line.body[0], cst.Expr)
+        and isinstance(line.body[0].value, cst.Call)
+        and _calls_print(line.body[0].value)
+    )
 
 
 def _branch_around(

@@ -14,20 +14,22 @@ from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
+from accelify.analysis.shard_totals import ShardTotal
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
 from accelify.convert.steps.host_inputs import cpu_only
+from accelify.edits import rewrites
 
 
 def run(ctx: Context) -> None:
     _gradients_assigned_by_hand(ctx)
     draws_alike_on_every_rank(ctx)
-    _totals_over_dataset(ctx)
+    summed = _totals_over_dataset(ctx)
     _samples_counted(ctx)
     _meters_over_shards(ctx)
     _statistics_over_a_shard(ctx)
-    _printed_training_folds(ctx)
+    _printed_training_folds(ctx, summed)
     _passes_counted(ctx)
     noted = False
     for loop in ctx.model.loops:
@@ -230,9 +232,11 @@ def _reads(value: cst.BaseExpression, found: set[str]) -> bool:
     return any(isinstance(n, cst.Name) and n.value in found for n in walk(value))
 
 
-def _totals_over_dataset(ctx: Context) -> None:
+def _totals_over_dataset(ctx: Context) -> set[tuple[int, str]]:
     """``running_loss / len(train_loader.dataset)`` over a prepared loader: this rank's sum
-    over the whole set's size; ``total_loss / len(train_loader)``: this rank's batches' mean."""
+    over the whole set's size; ``total_loss / len(train_loader)``: this rank's batches' mean.
+    Returns the (loop id, total) of the sums made the whole run's before their print."""
+    summed: set[tuple[int, str]] = set()
     for found in ctx.facts.shard_totals:
         loader = found.loop.iterable
         phases = ctx.facts.phase_loaders.get(loader or "")
@@ -250,6 +254,9 @@ def _totals_over_dataset(ctx: Context) -> None:
         whole = ctx.unprepared_loaders(found.loop)
         if whole:  # every rank reads all of it: the quotient is right, but for a prepared one
             _shard_value_beside_a_whole_loader(ctx, found.loop, found.division, whole)
+            continue
+        if found.over_batches and _printed_as_the_whole_runs_mean(ctx, found):
+            summed.add((id(found.loop.node), found.total))
             continue
         if found.over_batches:
             mean = found.mean or f"{found.total} / {ctx.code(found.divisor)}"
@@ -283,6 +290,97 @@ def _totals_over_dataset(ctx: Context) -> None:
             f"the last batch): gather each batch's values with "
             f"{ctx.a_at(found.division, 'gather_for_metrics')} before summing them",
         )
+    return summed
+
+
+def _printed_as_the_whole_runs_mean(ctx: Context, found: ShardTotal) -> bool:
+    """``print(f"... {total / len(train_loader):.4f}")`` right after the training loop that
+    sums ``total``, in the same block: the print is the user's metric, so the sum becomes the
+    mean of the ranks' sums before it (`rewrites.whole_run_sum`) and the main process prints
+    the whole run's batch mean (each rank has as many batches), which is the original's on one
+    process. Only where every rank reaches that line (the loop's own block, which they all
+    run), the total is a name or attribute, and this print is the only place it is divided:
+    another division (a history entry, a later line) keeps its review line, and the sum is
+    then left as each rank's."""
+    division = found.division
+    if not (
+        found.loop.trains
+        and found.mean is None
+        and isinstance(division, cst.BinaryOperation)
+        and found.total.isidentifier()
+    ):
+        return False
+    shown = ctx.statement_of(division)
+    if not _is_print(shown):
+        return False
+    block = ctx.model.parent(shown)
+    if block is None or block is not ctx.model.parent(found.loop.node):
+        return False
+    lines = list(getattr(block, "body", ()))
+    if lines.index(found.loop.node) > lines.index(shown):
+        return False
+    if any(
+        other is not found and other.total == found.total and other.loop is found.loop
+        for other in ctx.facts.shard_totals
+    ):
+        return False
+    if _read_beside(ctx, found, shown):
+        return False
+    acc = ctx.reachable_accelerator(shown)
+    if acc is None:
+        return False
+    planned = ctx.plan.add(
+        rewrites.whole_run_sum(shown, found.total, acc),
+        line=ctx.line(shown),
+        text=f"{found.total} summed over every rank before it is shown (gather_object): "
+        f"{ctx.code(division)} prints the whole run's batch mean, not the main process's shard's",
+        anywhere=acc != ctx.acc,
+    )
+    if not planned:
+        return False
+    if acc == ctx.acc:
+        ctx.need(shown)
+    if "gather_object" not in ctx.uses:
+        ctx.uses.append("gather_object")
+    return True
+
+
+def _read_beside(ctx: Context, found: ShardTotal, shown: cst.CSTNode) -> bool:
+    """The sum is read in its function elsewhere than its own folding and the print: a test
+    (``if total < best``), a history, a return. Those keep their value, this rank's sum: the
+    sum is then left as it is (with its review line)."""
+    function = ctx.facts.placement.enclosing_function(shown) or ctx.model.module
+    for node in ctx.model.index.own_nodes(function):
+        if not isinstance(node, cst.Name) or node.value != found.total:
+            continue
+        if ctx.model.inside(node, shown) or _folded_by(ctx, node, found):
+            continue
+        parent = ctx.model.parent(node)
+        if isinstance(parent, cst.AssignTarget):  # ``total = 0.0`` at each epoch's start
+            continue
+        return True
+    return False
+
+
+def _folded_by(ctx: Context, node: cst.Name, found: ShardTotal) -> bool:
+    """``node`` is the target of a ``total += ...`` of the training loop that sums it."""
+    parent = ctx.model.parent(node)
+    return (
+        isinstance(parent, cst.AugAssign)
+        and parent.target is node
+        and ctx.model.inside(parent, found.loop.node)
+    )
+
+
+def _is_print(line: cst.CSTNode) -> bool:
+    """``line`` is ``print(...)`` alone."""
+    return (
+        isinstance(line, cst.SimpleStatementLine)
+        and len(line.body) == 1
+        and isinstance(line.body[0], cst.Expr)
+        and isinstance(line.body[0].value, cst.Call)
+        and dotted(line.body[0].value.func) == "print"
+    )
 
 
 def _samples_counted(ctx: Context) -> None:
@@ -490,13 +588,14 @@ def _meters_over_shards(ctx: Context) -> None:
         )
 
 
-def _printed_training_folds(ctx: Context) -> None:
+def _printed_training_folds(ctx: Context, summed: set[tuple[int, str]]) -> None:
     """A value folded from this rank's training batches and printed after the loop that folds
     it: a per-epoch sum (``c_total += c_loss.item()``, then ``print(c_total)``), a running mean
     over the batches (``running / (step + 1)``), a mean over the samples: on N ranks the main
     process prints its own shard's. `own_values` follows the printed value back (the analysis
     ACC420 and ACC409 ask); a value the evaluation step gathers is no training loop's, and a
-    line another review already speaks for (`_samples_counted`) is left to it."""
+    line another review already speaks for (`_samples_counted`) is left to it, as is a sum
+    made the whole run's before its print (``summed``, `_printed_as_the_whole_runs_mean`)."""
     reviewed = {note.line for note in ctx.plan.reviews}
     counted = {(id(f.loop.node), f.total) for f in ctx.facts.sample_counts if f.total}
     trains = {id(loop.node) for loop in ctx.model.loops if loop.trains}
@@ -519,7 +618,7 @@ def _printed_training_folds(ctx: Context) -> None:
             if loop is None or id(loop) not in trains or ctx.model.inside(call, loop):
                 continue
             target = dotted(origin.target) if isinstance(origin, cst.AugAssign) else None
-            if (id(loop), target) in counted:
+            if (id(loop), target) in counted | summed:
                 continue  # ``total`` of ``total / n``: `_samples_counted` says it
             shown.append((ctx.code(value), origin))
         if not shown:

@@ -1195,8 +1195,11 @@ def _prepare_conditional(ctx: Context, bindings: list[Binding]) -> None:
         else:
             _prepare_where_created(ctx, binding)
     for block, members in by_block.items():
+        members = _without_loader_dicts(ctx, members)
+        if not members:
+            continue
         kinds = {b.kind for b in members}
-        if len(members) == 1 or not kinds & _TRAINED_KINDS or is_loader_dict_in(ctx, members):
+        if len(members) == 1 or not kinds & _TRAINED_KINDS:
             for binding in members:
                 _prepare_where_created(ctx, binding)
             continue
@@ -1245,8 +1248,19 @@ def _steps_with_an_optimizer_of(ctx: Context, scheduler: Binding, members: list[
     return scheduler.name not in ctx.facts.flow.per_epoch_schedulers({scheduler.name})
 
 
-def is_loader_dict_in(ctx: Context, members: list[Binding]) -> bool:
-    return any(is_loader_dict(ctx.model, b) for b in members)
+def _without_loader_dicts(ctx: Context, members: list[Binding]) -> list[Binding]:
+    """The block's objects but its dicts of DataLoaders (one fold's ``loaders = {"train": ...,
+    "val": ...}``), whose loaders are prepared each where the dict is made, as a scope's are:
+    ``prepare`` hands a dict back untouched, so ``loaders = accelerator.prepare(loaders)``
+    would leave every rank reading all of them while the summary said prepared. The rest of
+    the block (the fold's model and optimizer) is still prepared together."""
+    kept = []
+    for binding in members:
+        if not is_loader_dict(ctx.model, binding):
+            kept.append(binding)
+        elif not _dict_evaluated_unsure(ctx, binding):
+            _prepare_each_value(ctx, binding)
+    return kept
 
 
 def _prepare_where_created(ctx: Context, binding: Binding) -> None:

@@ -1,0 +1,58 @@
+"""Which stops the conversion makes collective (convert/steps/collective_stops.py): a test of an
+instance's setting (``bad >= self.patience``, set once in ``__init__`` of an agreed value) beside
+a count every rank keeps alike stays a plain ``break``; the same test of an attribute another
+method writes from this rank's loss is made collective."""
+
+from __future__ import annotations
+
+import textwrap
+
+from accelify.convert import convert_source
+
+TRAINER = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, loader, patience=2):
+        self.model = model
+        self.loader = loader
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.patience = patience
+
+    def fit(self, epochs):
+        bad = 0
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                loss = nn.functional.mse_loss(self.model(x), y)
+                loss.backward()
+                self.optimizer.step()
+            if epochs > 3:  # a parameter every call hands alike
+                bad += 1
+            {extra}
+            if bad >= self.patience:
+                break
+
+
+Trainer(nn.Linear(3, 1), DataLoader(TensorDataset(torch.randn(8, 3), torch.randn(8, 1)))).fit(5)
+"""
+
+
+def _converted(extra: str) -> str:
+    source = textwrap.dedent(TRAINER).replace("{extra}", extra)
+    return convert_source(source.encode(), "trainer.py").converted.decode()
+
+
+def test_a_setting_the_constructor_keeps_decides_alike_on_every_rank():
+    converted = _converted("pass")
+    assert "set_trigger" not in converted
+    assert "            if bad >= self.patience:\n                break\n" in converted
+
+
+def test_an_attribute_a_method_writes_from_this_rank_s_loss_is_made_collective():
+    converted = _converted("self.patience = loss.item()")
+    assert "self.accelerator.set_trigger()" in converted
+    assert "if self.accelerator.check_trigger():" in converted
