@@ -8,6 +8,7 @@ import re
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
 from accelify.analysis.own_values import OwnValues
 from accelify.analysis.pass_counters import pass_counters
@@ -118,6 +119,16 @@ def run(ctx: Context) -> None:
                 "prepared, so every rank trains on all of it (correct, not data-parallel); "
                 "prepare it where it is made and hand the prepared loader in"
             )
+        elif returned := _loader_returned_by_a_method(ctx):
+            loop, call, made = returned
+            text = (
+                f"the training loop at line {ctx.line(loop.node)} reads {loop.iterable}, the "
+                f"DataLoader {ctx.code(call)} returns (made at line {ctx.line(made)}), a method "
+                "called on an object the conversion does not follow: it is not prepared, so "
+                "every rank trains on all of it (correct, not data-parallel); prepare it where "
+                f"it is received ({loop.iterable} = {ctx.a('prepare')}({loop.iterable})) to "
+                "shard it"
+            )
         else:
             text = (
                 "batches do not come from a DataLoader: every rank trains on the same data; "
@@ -139,7 +150,19 @@ def run(ctx: Context) -> None:
         line = ctx.line(by_hand[0])
         models = {b.name for b in ctx.model.of_kind(Kind.MODEL)}
         kept = _optimizers_kept_unnamed(ctx)
-        if models & set(ctx.plan.prepared) and kept:
+        returned = [call for call in kept if isinstance(ctx.model.parent(call), cst.Return)]
+        if models & set(ctx.plan.prepared) and returned:
+            function = ctx.facts.placement.enclosing_function(returned[0])
+            maker = f"{function.name.value}()" if function is not None else "a function"
+            text = (
+                f"the optimizer made at line {ctx.line(returned[0])} is returned by {maker}, "
+                "whose caller the conversion does not follow (a method called on another "
+                "object), so it is not prepared: it steps on the DDP-averaged gradients as it "
+                "is (right without mixed precision), but under --mixed-precision fp16 it would "
+                "step on the scaled gradients; prepare it with the model where the caller "
+                "receives it"
+            )
+        elif models & set(ctx.plan.prepared) and kept:
             text = (
                 f"the optimizers made at line {ctx.line(kept[0])} are kept in a container "
                 "the conversion does not follow (a dict or a list), so they are not prepared: "
@@ -663,6 +686,35 @@ def _optimizers_kept_unnamed(ctx: Context) -> list[cst.Call]:
         if any(names.is_optimizer_class(q) for q in ctx.model.call_names(call))
         and not isinstance(ctx.model.parent(call), cst.Arg)
     ]
+
+
+def _loader_returned_by_a_method(
+    ctx: Context,
+) -> tuple[Loop, cst.Call, cst.Call] | None:
+    """``train_loader = datamodule.train_dataloader()`` read by a training loop, where a method
+    of that name in the file returns ``DataLoader(...)``: batches that do come from a
+    DataLoader, one the analysis does not see because it comes back from another object's
+    method. The loop, the call, and the DataLoader construction."""
+    for loop in ctx.model.loops:
+        if not loop.trains or loop.iterable is None:
+            continue
+        binding = last_binding(ctx.model, loop.iterable, loop.node)
+        value = binding.value if isinstance(binding, cst.Assign) else None
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+            continue
+        method = value.func.attr.value
+        for owner in ctx.model.classes.values():
+            for statement in owner.body.body:
+                if not (isinstance(statement, cst.FunctionDef) and statement.name.value == method):
+                    continue
+                for node in walk(statement):
+                    made = node.value if isinstance(node, cst.Return) else None
+                    if (
+                        isinstance(made, cst.Call)
+                        and ctx.model.call_names(made) & names.DATALOADERS
+                    ):
+                        return loop, value, made
+    return None
 
 
 def _receiver(ctx: Context, call: cst.Call) -> cst.BaseExpression:
