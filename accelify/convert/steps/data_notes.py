@@ -15,6 +15,7 @@ from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
+from accelify.analysis.shard_totals import list_mean
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
@@ -25,6 +26,7 @@ def run(ctx: Context) -> None:
     _gradients_assigned_by_hand(ctx)
     draws_alike_on_every_rank(ctx)
     _totals_over_dataset(ctx)
+    _comprehended_shard_means(ctx)
     _samples_counted(ctx)
     _meters_over_shards(ctx)
     _statistics_over_a_shard(ctx)
@@ -474,6 +476,59 @@ def _list_gathered(ctx: Context, listed: str, mean: str) -> str:
         f"for the whole set's, gather the lists on every rank after the loop and average "
         f"that (each rank has as many batches): {gathered} = gather_object({listed}) (from "
         f"{module} import gather_object), then {averaged}"
+    )
+
+
+def _comprehended_shard_means(ctx: Context) -> None:
+    """``losses = [self._step(x) for (x,) in self.train_loader]`` where the called function
+    trains (runs a backward) and the loader is prepared, then ``sum(losses) / len(losses)`` (or
+    ``np.mean(losses)``) in the same scope: a training loop spelled as a comprehension, whose
+    mean is this rank's shard's only, as ``total / len(loader)`` of a loop is."""
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+    for assign in ctx.model.assignments:
+        comp = assign.value
+        if not (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and isinstance(comp, cst.ListComp)
+            and comp.for_in.inner_for_in is None
+            and isinstance(comp.elt, cst.Call)
+        ):
+            continue
+        loader = dotted(comp.for_in.iter)
+        if loader not in prepared or ctx.facts.flow.kind_of(loader, comp) is not Kind.DATALOADER:
+            continue
+        if not any(_runs_a_backward(ctx, f) for f in ctx.facts.calls.targets(comp.elt)):
+            continue
+        listed = assign.targets[0].target.value
+        scope = ctx.model.scope_of(assign)
+        for node in walk(scope):
+            if not (
+                isinstance(node, cst.BinaryOperation | cst.Call)
+                and ctx.model.order(node) > ctx.model.order(assign)
+                and ctx.model.scope_of(node) is scope
+                and list_mean(ctx.model, node, loader) == listed
+            ):
+                continue
+            mean = ctx.code(node)
+            ctx.plan.review(
+                ctx.line(node),
+                f"{mean} is the mean of this rank's batches of {loader} only ({listed} holds "
+                f"what {ctx.code(comp.elt.func)}() returns for each batch of this rank's "
+                "shard): on N ranks what the main process shows or writes is its own shard's "
+                "mean, not the whole set's; for the whole set's, reduce it on every rank after "
+                "the list is made (each rank has as many batches): "
+                f"{_across_ranks(ctx, node, mean, 'mean')}",
+            )
+            break
+
+
+def _runs_a_backward(ctx: Context, function: cst.FunctionDef) -> bool:
+    """A backward call in ``function`` itself: it trains on what it is handed."""
+    return any(
+        ctx.facts.placement.enclosing_function(call) is function
+        for call in ctx.model.backward_calls
     )
 
 
