@@ -42,6 +42,32 @@ _MAIN_ONLY = (
     "    print(evaluate({model}, test_loader))\n"
 )
 
+#: A CLIP reward model (its embeddings register ``position_ids`` buffers) trained under DDP and
+#: validated each epoch on the main process in train mode, gradients on; ``{model}`` is what
+#: the validation runs.
+_CLIP_MAIN_ONLY = (
+    "import torch\nfrom accelerate import Accelerator\n"
+    "from transformers import CLIPModel\n\n\n"
+    "def main(config):\n"
+    "    accelerator = Accelerator()\n"
+    "    model = CLIPModel.from_pretrained('openai/clip-vit-base-patch32')\n"
+    "    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)\n"
+    "    model, optimizer, train_loader, val_loader = accelerator.prepare(\n"
+    "        model, optimizer, train_loader, val_loader\n"
+    "    )\n"
+    "    for epoch in range(config.epochs):\n"
+    "        for batch in train_loader:\n"
+    "            accelerator.backward(model(**batch, return_loss=True).loss)\n"
+    "            optimizer.step()\n"
+    "            optimizer.zero_grad()\n"
+    "        if accelerator.is_main_process:\n"
+    "            accelerator.save_model({model}, config.output_dir)\n"
+    "            val_loss = 0.0\n"
+    "            for batch in val_loader:\n"
+    "                val_loss += {model}(**batch, return_loss=True).loss.item()\n"
+    "            print(epoch, val_loss)\n"
+)
+
 
 _BEST_CHECKPOINT = (
     "import torch\nfrom accelerate import Accelerator{imports}\n\n\n"
@@ -64,8 +90,9 @@ class CollectiveOnSomeRanks(Rule):
     """A collective (``wait_for_everyone``, ``gather``, ``reduce``, ``main_process_first``,
     ``save_state`` under DeepSpeed/FSDP or accelify's runtime, ``get_state_dict`` under FSDP
     and ZeRO-3, the forward or ``generate`` of a prepared model under FSDP, and under DDP too
-    when the model holds buffers (a BatchNorm: DDP's forward broadcasts them from rank 0, in
-    eval mode and under ``no_grad`` as well; measured on 2 ranks, `analysis.buffered_models`),
+    when the model holds buffers (a BatchNorm, a transformers CLIP's or BERT's position ids:
+    DDP's forward broadcasts them from rank 0, in train and eval mode alike and under
+    ``no_grad`` as well; measured on 2 ranks, `analysis.buffered_models`),
     where the advice is to run that forward through ``accelerator.unwrap_model(model)``...;
     a model bound to ``accelerator.unwrap_model(model)``, also moved after it (``.to("cpu")``),
     is the bare module, unless that binding sits in a branch a run may skip, ``if
@@ -97,6 +124,9 @@ class CollectiveOnSomeRanks(Rule):
             27,
             11,
         ),
+        # a transformers CLIP (position_ids buffers) validated on the main process alone,
+        # in train mode with gradients on: each forward broadcasts the buffers from rank 0
+        Example(_CLIP_MAIN_ONLY.format(model="model"), 22, 29),
         # a torchvision ResNet (BatchNorm throughout), run directly under the guard
         Example(
             "import torch\nimport torchvision\nfrom accelerate import Accelerator\n"
@@ -352,6 +382,7 @@ class CollectiveOnSomeRanks(Rule):
         ),
         # the unwrapped model's forward is this rank's own
         _BUFFERED + _EVALUATE + _MAIN_ONLY.format(model="accelerator.unwrap_model(model)"),
+        _CLIP_MAIN_ONLY.format(model="accelerator.unwrap_model(model)"),
         # unwrapped once after training (or DDP's ``.module``): every later forward is the
         # bare module's, directly and through the helper
         _BUFFERED
@@ -572,9 +603,9 @@ def _unwrap_advice(script: ScriptModel, use: CollectiveUse) -> str:
     called = _called(use.collective)
     model = facts_of(script).flow.outer_name(called, use.collective) or called
     reason = (
-        f"{model} holds buffers (BatchNorm's running statistics), and DDP's forward broadcasts "
-        "them from rank 0, a collective the other ranks never reach (hang); the unwrapped "
-        "model's forward is this rank's own"
+        f"{model} holds buffers (a BatchNorm's running statistics, a transformer's position "
+        "ids), and DDP's forward broadcasts them from rank 0, a collective the other ranks "
+        "never reach (hang); the unwrapped model's forward is this rank's own"
     )
     if use.through_helper:
         text = (

@@ -13,6 +13,7 @@ from accelify.analysis.evaluation import (
 )
 from accelify.analysis.facts import facts_of
 from accelify.analysis.loops import entry_read
+from accelify.analysis.returned_values import held_by_callers
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import (
     all_params,
@@ -122,6 +123,28 @@ _COLLECTED = (
     + "    torch.save(gathered, 'predictions.pt')\n"
 )
 
+#: An embedding extractor: a helper collects one record per sample over the prepared loader
+#: with a model the file builds by a factory, and returns the list; ``{gather}`` is how the
+#: helper keeps each batch's records, ``{after}`` what ``main`` does with the list.
+_EXTRACTED = (
+    "import pickle\nfrom accelerate import Accelerator\n"
+    "from torch.utils.data import DataLoader\n\n\n"
+    "def extract(loader, model, accelerator):\n"
+    "    records, seen = [], 0\n"
+    "    for batch in loader:\n"
+    "        out = model(batch['image'])\n"
+    "        seen += len(out)\n"
+    "        kept = [{{'embedding': out[i], 'name': batch['name'][i]}} for i in range(len(out))]\n"
+    "        records.extend({gather})\n"
+    "    return records\n\n\n"
+    "def main():\n"
+    "    accelerator = Accelerator()\n"
+    "    loader = accelerator.prepare(DataLoader(images, batch_size=64))\n"
+    "    model = get_model(args.model).to(accelerator.device)\n"
+    "    records = extract(loader, model, accelerator)\n"
+    "{after}"
+)
+
 
 class GatherInEvaluation(Rule):
     """``accelerator.gather`` in an evaluation loop keeps the samples repeated to give every rank
@@ -143,6 +166,18 @@ class GatherInEvaluation(Rule):
     bad = (
         # a BERT regression script's predictions file: collected per rank, gathered after
         Example(_COLLECTED, 9, 12),
+        # collected in a helper that returns the list, gathered by its caller: the same list
+        Example(
+            _EXTRACTED.format(
+                gather="kept",
+                after="    records = accelerator.gather_for_metrics(records)\n"
+                "    if accelerator.is_main_process:\n"
+                "        with open('embeddings.pkl', 'wb') as f:\n"
+                "            pickle.dump(records, f)\n",
+            ),
+            21,
+            15,
+        ),
         # ... and cut to the set's size: the cut neither puts the values back in the loader's
         # order nor, with more than two ranks, drops the repeats (not all at the tail)
         Example(
@@ -306,6 +341,13 @@ class GatherInEvaluation(Rule):
         ),
     )
     good = (
+        # ... each batch's records gathered for metrics in the helper's loop: the padding dropped
+        _EXTRACTED.format(
+            gather="accelerator.gather_for_metrics(kept)",
+            after="    if accelerator.is_main_process:\n"
+            "        with open('embeddings.pkl', 'wb') as f:\n"
+            "            pickle.dump(records, f)\n",
+        ),
         # a trainer's counters on ``self`` (ACC403's, never combined), and another member
         # reduced after the loop: ``self.accelerator`` reads ``self``, not the counts
         _TRAINER_COUNTS.format(
@@ -515,7 +557,7 @@ class GatherInEvaluation(Rule):
         (``gather_for_metrics`` drops them only while the loader runs, so not after the loop
         either), and the values come out rank by rank, not in the loader's order. The fix is a
         ``gather_for_metrics`` of each batch in the loop."""
-        for evaluation in _padded_forward_evaluations(script):
+        for evaluation in _padded_collecting_evaluations(script):
             loop = evaluation.loop
             collected = {name for sink in evaluation.sinks if (name := _collection(sink))}
             gathers = _gathered_after(script, loop, collected)
@@ -589,12 +631,29 @@ def _gathered_after(script: ScriptModel, loop: Loop, collected: set[str]) -> lis
         return []
     facts = facts_of(script)
     scope = facts.placement.enclosing_function(loop.node)
+    return _gathered_below(script, scope, loop.node, set(collected), depth=2)
+
+
+def _gathered_below(
+    script: ScriptModel,
+    scope: cst.FunctionDef | None,
+    start: cst.CSTNode,
+    collected: set[str],
+    depth: int,
+) -> list[cst.Call]:
+    """`_gathered_after` in ``scope`` below ``start``; where ``scope`` returns what it collected
+    (``return embeddings``), also in each caller below the call, through the name the caller
+    binds the result to (``embeddings = extract(loader, model)``, then
+    ``accelerator.gather_for_metrics(embeddings)``): the returned list is the same object."""
+    facts = facts_of(script)
     body = scope.body if scope is not None else script.module
-    start = script.order(loop.node)
+    after = script.order(start)
     made_from, found = set(collected), []
     for node in walk(body):
-        if script.order(node) <= start or facts.placement.inside(node, loop.node):
+        if script.order(node) <= after or facts.placement.inside(node, start):
             continue
+        if scope is not None and facts.placement.enclosing_function(node) is not scope:
+            continue  # a nested function's own statements
         if isinstance(node, cst.Assign):
             if {n.value for n in walk(node.value) if isinstance(n, cst.Name)} & made_from:
                 made_from |= {n for t in assigned_targets(node) for n in target_names(t)}
@@ -605,6 +664,11 @@ def _gathered_after(script: ScriptModel, loop: Loop, collected: set[str]) -> lis
             and {n.value for n in walk(node.args[0].value) if isinstance(n, cst.Name)} & made_from
         ):
             found.append(node)
+    if found or scope is None or depth == 0:
+        return found
+    for statement, name in held_by_callers(facts, scope, made_from):
+        caller = facts.placement.enclosing_function(statement)
+        found += _gathered_below(script, caller, statement, {name}, depth - 1)
     return found
 
 
@@ -904,6 +968,60 @@ def _iterates_unprepared_local(script: ScriptModel, loop: Loop) -> bool:
         name in prepare.outputs and script.inside(prepare.call, function)
         for prepare in script.prepare_calls
     )
+
+
+def _padded_collecting_evaluations(script: ScriptModel) -> Iterator[Evaluation]:
+    """`_padded_forward_evaluations`, and the loops over such a loader that run no model the
+    analysis knows (an embedding extractor's ``model = get_model(args.model)``) but collect
+    values read from the batch: each padded rank's share holds the repeated samples whatever
+    computes the values, so a gather of the collection after the loop keeps them."""
+    facts = facts_of(script)
+    for evaluation in facts.evaluations:
+        if evaluation.already_gathered or not _over_a_padded_loader(script, evaluation):
+            continue
+        if (
+            first_forward(evaluation.loop, facts) is not None
+            or predicts_through_the_model(evaluation.loop)
+            or any(_reads_the_batch(script, evaluation.loop, sink) for sink in evaluation.sinks)
+        ):
+            yield evaluation
+
+
+def _reads_the_batch(script: ScriptModel, loop: Loop, sink: cst.CSTNode) -> bool:
+    """``sink`` (``embeddings.append({"embedding": out[i], ...})``) reads the loop's batch or a
+    name the loop binds from it (``out = model(data["image"])``, also through several
+    bindings)."""
+    derived = set(loop.batch_names)
+    assignments = [
+        node
+        for node in walk(loop.node.body)
+        if isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign)
+    ]
+    grew = True
+    while grew:
+        grew = False
+        for node in assignments:
+            value = node.value
+            if value is None or not _names_in(value) & derived:
+                continue
+            bound = [node.target] if isinstance(node, cst.AugAssign) else assigned_targets(node)
+            targets = {n for t in bound for n in target_names(t)}
+            if not targets <= derived:
+                derived |= targets
+                grew = True
+    added = [
+        argument.value
+        for node in walk(sink)
+        if isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in ("append", "extend")
+        for argument in node.args
+    ]
+    return any(_names_in(value) & derived for value in added)
+
+
+def _names_in(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
 
 
 def _padded_forward_evaluations(script: ScriptModel) -> Iterator[Evaluation]:

@@ -1,10 +1,12 @@
 from collections.abc import Iterator
 
+import libcst as cst
+
 from accelify.analysis.facts import facts_of
-from accelify.analysis.rank_local_loops import rank_local_loops
+from accelify.analysis.rank_local_loops import RankLocalLoop, rank_local_loops
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.syntax import dotted
-from accelify.lint.rule import HEADER, Example, Finding, Rule
+from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 #: A REINFORCE-style trainer: one episode per pass of the epoch loop; ``{loop}`` plays it.
 _EPISODES = (
@@ -26,6 +28,37 @@ _PLAYED = (
     + "        accelerator.backward(loss)\n"
     + "        optimizer.step()\n"
     + "        optimizer.zero_grad()\n"
+)
+
+#: An early-stopping object (it sets its flag once the value it is handed stops improving)
+#: driving the epochs: ``{handed}`` is what each epoch hands it.
+_STOPPER_LOOP = (
+    HEADER
+    + "import torch\n\n\n"
+    + "class EarlyStopping:\n"
+    + "    def __init__(self, patience=3):\n"
+    + "        self.patience, self.best, self.counter = patience, 1e9, 0\n"
+    + "        self.early_stop = False\n\n"
+    + "    def __call__(self, val_loss):\n"
+    + "        if val_loss < self.best:\n"
+    + "            self.best, self.counter = val_loss, 0\n"
+    + "        else:\n"
+    + "            self.counter += 1\n"
+    + "            if self.counter >= self.patience:\n"
+    + "                self.early_stop = True\n\n\n"
+    + "model, optimizer, loader, val_loader = accelerator.prepare(\n"
+    + "    model, optimizer, loader, val_loader\n)\n"
+    + "stopper = EarlyStopping(patience=5)\n"
+    + "while not stopper.early_stop:\n"
+    + "    for x, y in loader:\n"
+    + "        accelerator.backward(loss_fn(model(x), y))\n"
+    + "        optimizer.step()\n"
+    + "        optimizer.zero_grad()\n"
+    + "    val_loss = 0.0\n"
+    + "    with torch.no_grad():\n"
+    + "        for x, y in val_loader:\n"
+    + "            val_loss += loss_fn(model(x), y).item()\n"
+    + "    stopper({handed})\n"
 )
 
 
@@ -79,8 +112,16 @@ class LoopCountPerRank(Rule):
             5,
             1,
         ),
+        # an early-stopping object's flag, set from this rank's validation loss over its shard
+        Example(_STOPPER_LOOP.format(handed="val_loss / len(val_loader)"), 24, 1),
     )
     good = (
+        # ... handed the loss averaged over the ranks: every rank's stopper stops at one epoch
+        _STOPPER_LOOP.format(
+            handed="accelerator.reduce(\n"
+            "        torch.tensor(val_loss / len(val_loader), device=accelerator.device), 'mean'\n"
+            "    ).item()"
+        ),
         # one rollout appended on every pass, played with no skip: len() is a counter
         HEADER
         + "import torch\n"
@@ -161,6 +202,9 @@ class LoopCountPerRank(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         for found in rank_local_loops(facts_of(script)):
             called = dotted(found.collective.func) or "a collective"
+            if found.handed is not None:
+                yield self.finding(script, found.loop, message=_object_message(script, found))
+                continue
             yield self.finding(
                 script,
                 found.loop,
@@ -175,3 +219,24 @@ class LoopCountPerRank(Rule):
                     "every rank agrees on"
                 ),
             )
+
+
+def _object_message(script: ScriptModel, found: RankLocalLoop) -> str:
+    """An early-stopping object's flag: the fix is to hand the object a value every rank
+    holds alike, so each rank's copy of it sets the flag at the same pass."""
+    assert found.handed is not None
+    called = dotted(found.collective.func) or "a collective"
+    handed = script.module.code_for_node(found.handed)
+    call = found.binding
+    receiver = script.module.code_for_node(call.func) if isinstance(call, cst.Call) else "it"
+    accelerator = accelerator_name(script, found.loop)
+    return (
+        f"End this loop on every rank together: its test reads {found.name}, set from "
+        f"{handed}, which this rank computes from its own shard and hands over at line "
+        f"{script.line(found.binding)}, so each rank stops at its own pass, and each pass "
+        f"reaches {called}() (line {script.line(found.collective)}), a collective: the rank "
+        f"that leaves first leaves the others waiting in it (hang); hand {receiver} the value "
+        "averaged "
+        f"over the ranks ({accelerator}.reduce(torch.tensor({handed}, "
+        f"device={accelerator}.device), 'mean').item()), so every rank's copy decides alike"
+    )

@@ -134,6 +134,17 @@ class ReadBeforeWritten(Rule):
             11,
             27,
         ),
+        Example(  # the helper's parameter hides the script's own ``model_path = 'ckpt'``
+            HEADER
+            + "import torch\n\n\ndef train(model, model_path):\n"
+            + "    accelerator.save(model.state_dict(), f'{model_path}/model.bin')\n"
+            + "\n\ndef test(model, model_path):\n"
+            + "    model.load_state_dict(torch.load(model_path))\n"
+            + "\n\nmodel_path = 'ckpt'\ntrain(model, model_path)\n"
+            + "test(model, f'{model_path}/model.bin')\n",
+            11,
+            27,
+        ),
         Example(  # told to write on the main process only, read back by every rank
             HEADER
             + "from transformers import AutoModel\n"
@@ -178,6 +189,14 @@ class ReadBeforeWritten(Rule):
         ),
     )
     good = (
+        # the loading helper waits for the save first, wherever its callers saved
+        HEADER
+        + "import torch\n\n\ndef train(model, model_path):\n"
+        + "    accelerator.save(model.state_dict(), f'{model_path}/model.bin')\n"
+        + "\n\ndef test(model, model_path):\n    accelerator.wait_for_everyone()\n"
+        + "    model.load_state_dict(torch.load(model_path))\n"
+        + "\n\nmodel_path = 'ckpt'\ntrain(model, model_path)\n"
+        + "test(model, f'{model_path}/model.bin')\n",
         # the readers wait in their own arm for the writer's barrier after its write
         HEADER
         + "import torch\n"

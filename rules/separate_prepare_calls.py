@@ -3,9 +3,25 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.optimizer_models import parameter_owners
 from accelify.analysis.script_model import Binding, Kind, PrepareCall, ScriptModel
+from accelify.analysis.syntax import dotted, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule
+
+_ADAMW = "optimizer = torch.optim.AdamW(model.parameters())\n"
+
+#: A model and its EMA copy prepared in one call, the optimizer in the next; ``{built_before}``
+#: and ``{built_after}`` place the optimizer's construction around the models' prepare.
+_WITH_EMA = (
+    HEADER
+    + "import copy\nimport torch\n"
+    + "{built_before}"
+    + "model_ema = copy.deepcopy(model).eval()\n"
+    + "model, model_ema = accelerator.prepare(model, model_ema)\n"
+    + "{built_after}"
+    + "optimizer, loader = accelerator.prepare(optimizer, loader)\n"
+)
 
 
 class SeparatePrepareCalls(Rule):
@@ -47,8 +63,13 @@ class SeparatePrepareCalls(Rule):
             7,
             17,
         ),
+        # PixArt-alpha: the model prepared beside its EMA copy, the optimizer made before from
+        # the unprepared parameters: the advice builds it after the models' prepare
+        Example(_WITH_EMA.format(built_before=_ADAMW, built_after=""), 8, 21),
     )
     good = (
+        # ... the order FSDP documents for several models: the optimizer after their prepare
+        _WITH_EMA.format(built_before="", built_after=_ADAMW),
         # Prismer: under its sharding flag the model is prepared first and the optimizer built
         # from the sharded parameters; the other arm prepares both in one call
         HEADER
@@ -118,8 +139,59 @@ class SeparatePrepareCalls(Rule):
                 if model_prepares and not _built_from_prepared(
                     script, script.order(optimizer.assign), models, model_prepares
                 ):
-                    yield self.finding(script, call.call)
+                    several = next(
+                        (o for o in model_prepares if len(_models_of(script, o, models)) > 1),
+                        None,
+                    )
+                    if several is None:
+                        yield self.finding(script, call.call)
+                        break
+                    prepared = ", ".join(_models_of(script, several, models))
+                    yield self.finding(
+                        script,
+                        call.call,
+                        message=(
+                            f"Build {optimizer.name} after the prepare at line "
+                            f"{script.line(several.call)}, from the prepared model's "
+                            f"parameters: that call prepares several models ({prepared}), "
+                            "which under FSDP must all be prepared before their optimizers "
+                            "are made (one prepare of several models beside an optimizer "
+                            f"raises ValueError), and {optimizer.name}, made before it and "
+                            "prepared on its own, keeps updating the unsharded parameters"
+                        ),
+                    )
                     break
+
+
+def _models_of(script: ScriptModel, prepare: PrepareCall, trained: set[str]) -> list[str]:
+    """The models ``prepare`` takes: the ones the optimizer trains (``trained``), the ones the
+    analysis names as models, and copies of one of them (``model_ema =
+    deepcopy(model).eval()``, an EMA prepared beside its model)."""
+    flow = facts_of(script).flow
+
+    def a_model(name: str) -> bool:
+        return (
+            name in trained
+            or flow.kind_of(name, prepare.call) is Kind.MODEL
+            or flow.is_model_name(name, prepare.call)
+        )
+
+    found = []
+    for name in prepare.inputs:
+        if a_model(name):
+            found.append(name)
+            continue
+        value = getattr(last_binding(script, name, prepare.call), "value", None)
+        copies = [
+            node.args[0].value
+            for node in (walk(value) if value is not None else ())
+            if isinstance(node, cst.Call)
+            and dotted(node.func) in ("deepcopy", "copy.deepcopy")
+            and node.args
+        ]
+        if any(a_model(dotted(copied) or "") for copied in copies):
+            found.append(name)
+    return found
 
 
 def _built_from_prepared(

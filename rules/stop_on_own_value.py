@@ -214,6 +214,43 @@ _SAVE_ON_RUNNING = (
 )
 
 
+#: lucidrains' trainers: batches drawn by hand (``next(dl_iter)`` in a helper handed the
+#: iterator) from a generator the file defines over the prepared loader, the epoch's mean loss
+#: tested against a threshold; ``{fold}`` before the test.
+_DRAWN_STOP = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "def cycle(dl):\n"
+    "    while True:\n"
+    "        for data in dl:\n"
+    "            yield data\n\n\n"
+    "class Trainer(torch.nn.Module):\n"
+    "    def __init__(self, model, optimizer, loader):\n"
+    "        super().__init__()\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+    "            model, optimizer, loader\n"
+    "        )\n\n"
+    "    def next_batch(self, dl_iter):\n"
+    "        x, y = next(dl_iter)\n"
+    "        return x, y\n\n"
+    "    def train(self, epochs, stop_at_loss):\n"
+    "        dl_iter = cycle(self.loader)\n"
+    "        for epoch in range(epochs):\n"
+    "            total, n = 0.0, 0\n"
+    "            while n < len(self.loader):\n"
+    "                x, y = self.next_batch(dl_iter)\n"
+    "                loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
+    "                self.accelerator.backward(loss)\n"
+    "                self.optimizer.step()\n"
+    "                self.optimizer.zero_grad()\n"
+    "                total += loss.item()\n"
+    "                n += 1\n"
+    "{fold}"
+    "            if total / n < stop_at_loss:\n"
+    "                break\n"
+)
+
+
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
     from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
@@ -444,8 +481,15 @@ class StopOnOwnValue(Rule):
         # a callback of the trainer's list sets the trainer's flag on this rank's own training
         # loss, handed in the logs dict: fit() stops on it alone
         Example(_CALLBACK_STOP.format(fold=""), 44, 17),
+        # batches drawn by hand from a generator over the prepared loader, through a helper:
+        # the epoch's mean loss is still this rank's shard's
+        Example(_DRAWN_STOP.format(fold=""), 36, 17),
     )
     good = (
+        # the same epoch loss summed over the ranks before the test
+        _DRAWN_STOP.format(
+            fold="            total = self.accelerator.reduce(torch.tensor(total), 'mean').item()\n"
+        ),
         # the callback's training loss reduced over the ranks before the logs hold it
         _CALLBACK_STOP.format(
             fold="            total = accelerator.reduce(torch.tensor(total), 'sum').item()\n"

@@ -8,6 +8,7 @@ from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.repeated_effects import callers_of
+from accelify.analysis.returned_values import held_by_callers
 from accelify.analysis.sample_counts import first_dimension_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.shard_totals import ShardTotal, divided_by_set_size
@@ -816,6 +817,7 @@ class UngatheredMetric(Rule):
                 for target, node in _accumulations(loop, values.this_rank_only, synced)
                 if not _reduced_later(script, loop.node, target, all_calls, accelerators)
                 and target.split(".")[0] not in gathered
+                and not _reduced_by_callers(script, facts, loop, target, all_calls, accelerators)
             ]
             if not found:
                 continue
@@ -1844,6 +1846,26 @@ def _assigned_in(body: cst.CSTNode) -> set[str]:
     visitor = Assigned()
     visit_code(body, visitor)
     return visitor.names
+
+
+def _reduced_by_callers(
+    script: ScriptModel,
+    facts: Facts,
+    loop: Loop,
+    target: str,
+    all_calls: list[cst.Call],
+    accelerators: set[str],
+) -> bool:
+    """The loop's helper returns the total (``return embeddings``) and every caller that holds
+    the result combines it after the call (``accelerator.gather_for_metrics(embeddings)``):
+    gathered, if after the loop (ACC404 reports there what that keeps)."""
+    function = facts.placement.enclosing_function(loop.node)
+    if function is None or "." in target:
+        return False
+    held = held_by_callers(facts, function, {target})
+    return bool(held) and all(
+        _reduced_later(script, statement, name, all_calls, accelerators) for statement, name in held
+    )
 
 
 def _reduced_later(

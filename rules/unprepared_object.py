@@ -164,6 +164,56 @@ _NOTHING_PREPARED = (
 )
 
 
+#: a script's ``main()`` that makes its Accelerator and sizes a per-batch OneCycleLR from the
+#: loader it then prepares ({before}/{after}: the scheduler built before or after the prepare,
+#: {prepared}: what the prepare returns)
+_MAIN_ONE_CYCLE = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "def main(args):\n"
+    "    accelerator = Accelerator()\n"
+    "    train_loader = torch.utils.data.DataLoader(train_set, batch_size=32, shuffle=True)\n"
+    "    model = Net()\n"
+    "    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)\n"
+    "{before}"
+    "    {prepared} = accelerator.prepare({prepared})\n"
+    "{after}"
+    "    for epoch in range(args.epochs):\n"
+    "        for x, y in train_loader:\n"
+    "            loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+    "            accelerator.backward(loss)\n"
+    "            optimizer.step()\n"
+    "            scheduler.step()\n"
+    "            optimizer.zero_grad()\n\n\n"
+    "main(parse_args())\n"
+)
+
+#: A OneCycleLR sized per epoch from the loader before prepare, stepped on every batch inside
+#: accumulate(); {size} is its steps_per_epoch, {prepared} what the prepare returns.
+_ACCUMULATED_ONE_CYCLE = (
+    "import torch\nfrom accelerate import Accelerator\n"
+    "accelerator = Accelerator(gradient_accumulation_steps=2)\n"
+    "loader = torch.utils.data.DataLoader(train_set, batch_size=32, shuffle=True)\n"
+    "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+    "scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
+    "    optimizer, max_lr=1e-3, epochs=10, steps_per_epoch={size}\n"
+    ")\n"
+    "{prepared} = accelerator.prepare({prepared})\n"
+    "for epoch in range(10):\n"
+    "    for x, y in loader:\n"
+    "        with accelerator.accumulate(model):\n"
+    "            accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+    "            optimizer.step()\n"
+    "            scheduler.step()\n"
+    "            optimizer.zero_grad()\n"
+)
+
+_ONE_CYCLE = (
+    "    scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
+    "        optimizer, max_lr=args.lr, total_steps=args.epochs * len(train_loader)\n"
+    "    )\n"
+)
+
+
 class UnpreparedObject(Rule):
     """A DataLoader, a trained model, its optimizer or a per-step LR scheduler that the training
     loop uses without it having gone through ``accelerator.prepare`` (or under its old name after
@@ -454,6 +504,23 @@ class UnpreparedObject(Rule):
         # nothing prepared, fp16 on: the Accelerator's backward scales the loss, and the
         # optimizer steps the scaled gradients
         Example(_NOTHING_PREPARED.format(settings='mixed_precision="fp16"'), 10, 5),
+        # main() makes the Accelerator and prepares its own locals: its loop is the distributed
+        # one (no single-device twin), and the OneCycleLR sized from len(train_loader) before
+        # prepare, left out of it, gets 1/N of the way on N processes
+        Example(
+            _MAIN_ONE_CYCLE.format(
+                before=_ONE_CYCLE, prepared="model, optimizer, train_loader", after=""
+            ),
+            19,
+            13,
+        ),
+        # ... inside accumulate(): stepping it with the optimizer alone would leave it 1/N
+        # of the way too; prepared and sized in optimizer steps it fits
+        Example(
+            _ACCUMULATED_ONE_CYCLE.format(size="len(loader)", prepared="model, optimizer, loader"),
+            15,
+            13,
+        ),
     )
     good = (
         # nothing prepared, nothing the backward changes: each rank trains its own copy on all
@@ -1003,6 +1070,20 @@ class UnpreparedObject(Rule):
         + "                raise FloatingPointError('skipped')\n"
         + "            scheduler.step()\n        optimizer.zero_grad()\n"
         + "    if accelerator.sync_gradients:\n        step += 1\n",
+        # main()'s OneCycleLR sized before prepare and prepared with the loader: it steps
+        # num_processes times per call, all ranks' batches in all
+        _MAIN_ONE_CYCLE.format(
+            before=_ONE_CYCLE,
+            prepared="model, optimizer, train_loader, scheduler",
+            after="",
+        ),
+        _ACCUMULATED_ONE_CYCLE.format(
+            size="len(loader) // 2", prepared="model, optimizer, loader, scheduler"
+        ),
+        # ... or sized after prepare, from the prepared loader's per-process length
+        _MAIN_ONE_CYCLE.format(
+            before="", prepared="model, optimizer, train_loader", after=_ONE_CYCLE
+        ),
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -1406,6 +1487,20 @@ def _scheduler_message(script: ScriptModel, step: cst.Call, name: str | None) ->
         and not once_per_optimizer_step(script, step)
         and not _never_accumulates(script)
     ):
+        whole = _sized_by_a_whole_loader(script, step, name, any_binding=True)
+        if whole is not None:
+            # sized in all ranks' batches before prepare, stepped per batch of one rank's
+            # shard: Accelerate's own examples size it in optimizer steps and prepare it
+            loader = dotted(whole.args[0].value)
+            return (
+                f"Pass scheduler `{name}` to {accelerator}.prepare and size it in optimizer "
+                f"steps (len({loader}) // gradient_accumulation_steps per epoch): it is sized "
+                f"from len({loader}) at line {script.line(whole)}, before prepare, so from all "
+                "of the dataset's batches, while each of N processes steps it once per batch "
+                "of its 1/N shard: the schedule gets 1/N of the way (a prepared scheduler "
+                "steps once per process, and inside accumulate() only when the optimizer "
+                "steps)"
+            )
         fixed = stepped_per_fixed_iteration(facts_of(script), step) is not None
         return (
             f"Step scheduler `{name}` only when the optimizer steps (under `if "

@@ -115,6 +115,61 @@ _CYCLE = (
 )
 
 
+#: The FSDP plugin `_GLOBAL_MODEL`'s main block makes (left out by its DDP variant).
+_FSDP_PLUGIN = (
+    "    plugin = FullyShardedDataParallelPlugin() if torch.cuda.device_count() > 1 else None\n"
+)
+
+
+#: A training function reading the module's model, prepared by the main block before it calls
+#: the function (``{rebind}`` after the ``prepare``).
+_GLOBAL_MODEL = (
+    "import torch\nfrom accelerate import Accelerator, FullyShardedDataParallelPlugin\n\n\n"
+    "def train():\n"
+    "    for x, y in loader:\n"
+    "        loss = (model(x) - y).pow(2).mean()\n"
+    "        accelerator.backward(loss)\n"
+    "        optimizer.step()\n"
+    "        print(f'size {{model.module.h}}')\n\n\n"
+    "if __name__ == '__main__':\n"
+    + _FSDP_PLUGIN
+    + "    accelerator = Accelerator(fsdp_plugin=plugin)\n"
+    + "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "{rebind}"
+    + "    train()\n"
+)
+
+
+#: A trainer whose base class defines ``prepare(self, *args)`` as ``return {body}``, reading its
+#: prepared model's ``generate``.
+_BASE_PREPARE = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Base:\n"
+    "    def prepare(self, *args):\n"
+    "        return {body}\n\n\n"
+    "class Sampler(Base):\n"
+    "    def __init__(self, model, optimizer):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer = self.prepare(model, optimizer)\n\n"
+    "    def step(self, x):\n"
+    "        self.accelerator.backward(self.model(x).sum())\n"
+    "        self.optimizer.step()\n\n"
+    "    def sample(self, prompt):\n"
+    "        return self.model.generate(prompt)\n"
+)
+
+
+def _plain_global_model(rebind: str) -> str:
+    """`_GLOBAL_MODEL` on DDP alone, reading the model's own ``config``."""
+    return (
+        _GLOBAL_MODEL.format(rebind=rebind)
+        .replace(", FullyShardedDataParallelPlugin", "")
+        .replace(_FSDP_PLUGIN, "")
+        .replace("Accelerator(fsdp_plugin=plugin)", "Accelerator()")
+        .replace("model.module.h", "model.config.h")
+    )
+
+
 class WrapperAttribute(Rule):
     """A method or attribute of the model's own class read from the object ``prepare`` returned
     (``model.generate(...)``, ``model.config``, ``model.save_pretrained(...)``): on several
@@ -123,7 +178,12 @@ class WrapperAttribute(Rule):
     the first such call raises ``AttributeError`` on a multi-process run, while a one-process
     run (no wrapper) works. ``accelerator.unwrap_model(model)`` reaches the model itself.
 
-    Only a plain name that ``prepare`` returned in the same function (or at module level), not
+    ``prepare`` is also a trainer's own ``self.prepare(...)`` where its class, a base class of
+    the file or one imported from a project module hands everything to the accelerator's
+    (muse-maskgit's ``BaseAcceleratedTrainer.prepare``: `analysis.prepare_wrappers`).
+    Only a plain name that ``prepare`` returned in the same function (or at module level, also
+    read in a top-level function the module's code calls after that ``prepare``: PixArt's
+    ``train()`` logging ``model.module.h``), not
     bound again since (``model = accelerator.unwrap_model(model)``), is checked, and a
     trainer's ``self.model`` read in a method that runs after construction when construction
     (``__init__`` and the methods it calls) prepared it and nothing else binds it; an attribute
@@ -140,7 +200,8 @@ class WrapperAttribute(Rule):
 
     The reverse too: ``model.module`` on what ``prepare`` returned exists only on the wrapper,
     and a one-process run gets the model itself back (AttributeError at the first checkpoint),
-    unless a test chooses (``hasattr(model, "module")``, ``num_processes > 1``), or a ``try``
+    whatever engine a multi-process run wraps it in (FSDP's and DeepSpeed's have ``module``
+    too), unless a test chooses (``hasattr(model, "module")``, ``num_processes > 1``), or a ``try``
     falls back from one to the other (``try: model.config except AttributeError:
     model.module.config``, a diffusion trainer's read of its UNet's channels): the handler runs
     exactly where the first read fails."""
@@ -373,6 +434,17 @@ class WrapperAttribute(Rule):
             7,
             26,
         ),
+        Example(  # PixArt-alpha's train(): the module's prepared model read through the
+            # wrapper's module in a function the main block calls after ``prepare``; the file
+            # also names FSDP, whose wrapper has ``module`` too, but one process gets neither
+            _GLOBAL_MODEL.format(rebind=""),
+            10,
+            23,
+        ),
+        # without FSDP, the model's own attribute read through the wrapper there
+        Example(_plain_global_model(""), 10, 23),
+        # a base trainer's prepare() hands everything to its accelerator's
+        Example(_BASE_PREPARE.format(body="self.accelerator.prepare(*args)"), 20, 16),
         Example(  # qiuqiangkong/audio_understanding: an encoder from an imported helper, never
             # called itself, only through the wrapper's module
             HEADER
@@ -520,6 +592,11 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # the base trainer's prepare() moves to the device: the model is no wrapper
+        _BASE_PREPARE.format(body="tuple(a.to(self.accelerator.device) for a in args)"),
+        # without FSDP, the model's own attribute read where the main block unwrapped the
+        # model again before the call
+        _plain_global_model("    model = accelerator.unwrap_model(model)\n"),
         # a reference model frozen in the function that prepares it: prepare leaves it as is
         HEADER
         + "import torchvision\n\n\n"
@@ -721,14 +798,16 @@ class WrapperAttribute(Rule):
     def check(self, script: ScriptModel) -> Iterator[Finding]:
         facts = facts_of(script)
         yield from self._handed_to_a_pipeline(script)
-        if _written_for_an_engine(script):
-            return  # DeepSpeed's engine and FSDP forward what they lack to the model
-        yield from self._indexed(script)
-        yield from self._forward_past_the_wrapper(script)
+        # DeepSpeed's engine and FSDP forward what they lack to the model; ``model.module`` is
+        # missing on a one-process run whatever the multi-process run wraps the model in
+        engine = _written_for_an_engine(script)
+        if not engine:
+            yield from self._indexed(script)
+            yield from self._forward_past_the_wrapper(script)
         for attribute in facts.placement.attributes():
             member = attribute.attr.value
             owner = attribute.value
-            if member.startswith("_"):
+            if member.startswith("_") or (engine and member != "module"):
                 continue  # private names: the wrapper's own state (``_comm_hooks``) or the model's
             held = _held_name(script, owner, attribute)
             constructed = held is None and holds_constructed_wrapper(script, owner, attribute)
@@ -1212,6 +1291,11 @@ def _prepared_model(
         if last is None or script.order(prepare.call) > script.order(last):
             last = prepare.call
     if last is None:
+        calls = _calls_reading_a_global(script, name, at)
+        if calls:  # ``train()`` reads the module's ``model``, prepared before each call
+            return all(
+                _prepared_model(script, name, call, unknown_is_model, called_as) for call in calls
+            )
         return _parameter_given_prepared_model(script, name, at, unknown_is_model)
     kind = facts.flow.kind_of(name, at)
     if kind is None:  # unknown: a model if the file calls it (``model(batch)``), switches its
@@ -1242,6 +1326,43 @@ def _prepared_model(
         if statement_of_prepare < script.order(assign) < here and not _is_the_prepare(assign, last):
             return False
     return True
+
+
+def _calls_reading_a_global(script: ScriptModel, name: str, at: cst.CSTNode) -> list[cst.Call]:
+    """``name`` read at ``at`` in a top-level function that never binds it (PixArt's ``train()``
+    logging ``model.module.h``): the module's ``name``, as it is at each call of the function.
+    The calls, when every one is the module's own code (``train()`` under ``if __name__ ==
+    "__main__":`` after the ``prepare``); else none (a call from another function may run
+    before the module binds it)."""
+    function = script.index.enclosing_function(at)
+    if function is None or any(
+        isinstance(ancestor, cst.FunctionDef | cst.ClassDef | cst.Lambda)
+        for ancestor in script.ancestors(function)
+    ):
+        return []
+    if name in script.index.own_bindings(function) or has_parameter(function, name):
+        return []
+    for node in walk(function.body):  # a loop's, a ``with``'s or a ``global``'s name: its own
+        if isinstance(node, cst.For | cst.CompFor) and name in _names_of(node.target):
+            return []
+        if (
+            isinstance(node, cst.WithItem)
+            and node.asname is not None
+            and name in _names_of(node.asname.name)
+        ):
+            return []
+        if isinstance(node, cst.Global | cst.Nonlocal) and any(
+            n.name.value == name for n in node.names
+        ):
+            return []
+    calls = [call for call, _ in script.call_graph.calls_of(function)]
+    if not calls or any(script.scope_of(call) is not script.module for call in calls):
+        return []
+    return calls
+
+
+def _names_of(target: cst.BaseExpression) -> set[str]:
+    return {node.value for node in walk(target) if isinstance(node, cst.Name)}
 
 
 def _parameter_given_prepared_model(

@@ -13,7 +13,7 @@ import pytest
 
 from accelify.convert import Options
 from accelify.convert.files import collect, convert_all
-from conftest import FIXTURES, assert_ok, launch, run_accelify
+from conftest import FIXTURES, assert_ok, launch, run_accelify, run_python
 
 PROJECT = FIXTURES / "projects" / "trains_in_a_sibling_module"
 
@@ -393,7 +393,10 @@ def test_a_driver_of_an_already_converted_trainer_prints_each_line_once_on_two_r
 ):
     project = tmp_path / "project"
     shutil.copytree(DRIVES, project)
-    original = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    # the original as it is run alone (`python train.py`): its lines, without the launcher and
+    # fresh rank a launch of 1 process starts for the same lines
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
     assert_ok(run_accelify("convert", project, "--write"))
     assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
     alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
@@ -495,7 +498,8 @@ def test_a_read_under_a_per_rank_condition_gets_a_review_and_no_barrier(tmp_path
 def test_a_driver_under_a_main_guard_reads_each_rounds_checkpoint_on_two_ranks(tmp_path: Path):
     project = tmp_path / "project"
     shutil.copytree(MAIN_GUARD, project)
-    original = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
     assert_ok(run_accelify("convert", project, "--write"))
     alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
     assert alone.stdout == original.stdout
@@ -578,7 +582,7 @@ def test_an_engine_another_script_calls_is_left_in_both(tmp_path: Path):
 def test_a_driver_and_its_engine_train_on_two_ranks_over_the_whole_set(tmp_path: Path):
     project = tmp_path / "project"
     shutil.copytree(ENGINE, project)
-    original = launch(project / "main.py", "--epochs", "2", cwd=project, timeout=300, processes=1)
+    original = run_python(project / "main.py", "--epochs", "2", cwd=project)
     assert_ok(original)
     assert_ok(run_accelify("convert", project, "--write"))
     assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing

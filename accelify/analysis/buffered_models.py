@@ -13,8 +13,10 @@ model holds buffers.
 A model holds buffers here when it is made by a class of the file whose code builds a
 BatchNorm (``SyncBatchNorm`` too) or calls ``register_buffer`` (also through the file's other
 classes it builds), by ``nn.Sequential`` of such layers, or by a torchvision constructor of a
-family built on BatchNorm (``resnet50()``). Models of other libraries are not judged (most
-transformers models register buffers, but not all)."""
+family built on BatchNorm (``resnet50()``), or a transformers model of a family whose
+embeddings register buffers (``CLIPModel.from_pretrained(...)``: ``position_ids``; Llama's
+rotary ``inv_freq``). Other models of other libraries are not judged (``AutoModel`` may be
+any architecture)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,14 @@ _BUFFERED_LAYERS = re.compile(r"^torch\.nn\.(?:modules\.\w+\.)?(?:Lazy)?(?:Sync)
 _BUFFERED_VISION = re.compile(
     r"^torchvision\.models\.(?:\w+\.)?(?:resnet|resnext|wide_resnet|densenet|efficientnet|"
     r"mobilenet|mnasnet|regnet|shufflenet|inception|googlenet|vgg\d+_bn)\w*$"
+)
+#: transformers families whose embeddings register buffers in every release that has them
+#: (CLIP's and BERT's ``position_ids``, RoBERTa's too; the rotary ``inv_freq`` of Llama,
+#: Mistral and Qwen2), made by their class or its ``from_pretrained``; not ``AutoModel``
+#: (any architecture) nor families whose buffers came and went between releases.
+_BUFFERED_TRANSFORMERS = re.compile(
+    r"^transformers\.(?:models\.[\w.]+\.)?(?:CLIP|Bert|Roberta|XLMRoberta|Llama|Mistral|Qwen2)"
+    r"(?:Model|For\w+|TextModel\w*|VisionModel\w*)(?:\.from_pretrained)?$"
 )
 #: How many of the file's classes deep a class's layers are followed.
 _DEPTH = 3
@@ -86,7 +96,12 @@ def _holds_buffers(script: ScriptModel, value: cst.BaseExpression, depth: int) -
         if not isinstance(node, cst.Call):
             continue
         qualified = script.call_names(node)
-        if any(_BUFFERED_LAYERS.match(n) or _BUFFERED_VISION.match(n) for n in qualified):
+        if any(
+            _BUFFERED_LAYERS.match(n)
+            or _BUFFERED_VISION.match(n)
+            or _BUFFERED_TRANSFORMERS.match(n)
+            for n in qualified
+        ):
             return True
         made = dotted(node.func)
         if made is not None and depth > 0 and _class_holds_buffers(script, made, depth - 1):

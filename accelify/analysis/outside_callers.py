@@ -294,6 +294,32 @@ class ProjectView:
                     self.factory_steps[(str(split[0].resolve()), split[1])] = steps
         return found
 
+    def imported_class(
+        self, model: ScriptModel, name: str
+    ) -> tuple[ScriptModel, cst.ClassDef] | None:
+        """The class a name this file imports from a project module stands for (a base class:
+        ``from .base_trainer import BaseAcceleratedTrainer``), with that module's analysis;
+        None for a name of no project module."""
+        if self.load is None:
+            return None
+        qualified = model.imports.resolve(name)
+        split = split_member(qualified, self.path) if qualified else None
+        if split is None or b"class " + split[1].encode() not in read(split[0]):
+            return None
+        other = (self.load_alone or self.load)(split[0])
+        if other is None:
+            return None
+        self.read.add(split[0])
+        found = next(
+            (
+                c
+                for c in other.module.body
+                if isinstance(c, cst.ClassDef) and c.name.value == split[1]
+            ),
+            None,
+        )
+        return (other, found) if found is not None else None
+
 
 def _names_a_class(text: bytes, kept: set[bytes]) -> bool:
     return _ACCELERATOR_CLASS in text

@@ -20,6 +20,7 @@ import libcst as cst
 from accelify.analysis.collectives import agrees_across_ranks, read_outside_agreement
 from accelify.analysis.dataflow import statements
 from accelify.analysis.facts import Facts
+from accelify.analysis.loss_sources import last_binding, runs_before
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.own_values import OwnValues, ShardView, binds, names_read
 from accelify.analysis.script_model import ScriptModel
@@ -58,7 +59,11 @@ def decided_on_own_shard(
     script = facts.model
     values = OwnValues(facts, view)
     read_as_is = read_outside_agreement(script, test.test)  # not ``val_loss`` of ``reduce(...)``
-    pending = [n for n in names_read(script, test.test) if n.split(".", 1)[0] in read_as_is]
+    pending = [
+        n
+        for n in names_read(script, test.test)
+        if n.split(".", 1)[0] in read_as_is and not _agreed_at(script, n, test)
+    ]
     decided = _decided_by_object(facts, test.test, loop, view)  # ``if stopper.early_stop:``
     if decided is not None:
         return decided
@@ -93,8 +98,23 @@ def decided_on_own_shard(
     return None
 
 
+def _agreed_at(script: ScriptModel, name: str, test: cst.If) -> bool:
+    """``name``'s last binding above the test holds what a collective made the same on every
+    rank and runs whenever the test does (``total = accelerator.reduce(...)`` just before ``if
+    total / n < limit:``): the bindings before it no longer decide the test."""
+    binding = last_binding(script, name, test)
+    return binding is not None and agrees(script, binding) and runs_before(script, binding, test)
+
+
+def decided_by_object(facts: Facts, test: cst.BaseExpression, loop: cst.While) -> Decided | None:
+    """A ``while`` test that asks an object of a class of this file for the decision that the
+    loop's body hands it this rank's own value for: ``while not stopper.early_stop:`` with
+    ``stopper(val_loss)`` in the body (ACC215: each rank makes its own number of passes)."""
+    return _decided_by_object(facts, test, loop, None)
+
+
 def _decided_by_object(
-    facts: Facts, read: cst.CSTNode, loop: cst.For, view: ShardView | None
+    facts: Facts, read: cst.CSTNode, loop: cst.For | cst.While, view: ShardView | None
 ) -> Decided | None:
     """``read`` (a stop's test, or a binding the test reads) asks an object of a class of this
     file for the decision: the attribute a method sets (``if stopper.early_stop: break`` after
@@ -143,7 +163,11 @@ def _decided_by_object(
 
 
 def _set_on_handed_self(
-    facts: Facts, values: OwnValues, attribute: str, loop: cst.For, view: ShardView | None
+    facts: Facts,
+    values: OwnValues,
+    attribute: str,
+    loop: cst.For | cst.While,
+    view: ShardView | None,
 ) -> Decided | None:
     """``self.<attribute>`` set by a method of another object that the loop hands the instance
     itself: ``for cb in self.callbacks: cb.on_epoch_end(self, epoch, logs)`` (in the loop, or in
@@ -177,7 +201,7 @@ def _set_on_handed_self(
     return None
 
 
-def _calls_on_self_methods(script: ScriptModel, loop: cst.For) -> list[cst.Call]:
+def _calls_on_self_methods(script: ScriptModel, loop: cst.For | cst.While) -> list[cst.Call]:
     """The calls in ``loop`` and in the methods it calls on ``self`` (two calls deep), where
     ``self`` is the same instance as the loop's."""
     found: list[cst.Call] = []
@@ -222,7 +246,7 @@ def _own_argument(
     return None
 
 
-def _calls_on(script: ScriptModel, receiver: str, loop: cst.For) -> list[cst.Call]:
+def _calls_on(script: ScriptModel, receiver: str, loop: cst.For | cst.While) -> list[cst.Call]:
     """The calls in ``loop`` of ``receiver`` itself (``stopper(val_loss)``) or of one of its
     methods (``stopper.step(val_loss)``); for an attribute of the instance (``self.stopper``),
     also those in the methods the loop calls (``self.validate()`` that hands it the loss), two

@@ -21,7 +21,7 @@ from accelify.analysis.facts import Facts
 from accelify.analysis.loops import enumerates
 from accelify.analysis.objects import bound_arguments, callee
 from accelify.analysis.script_model import Loop, ScriptModel
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import dotted, is_generator_function, target_names, walk
 
 #: How many helpers deep a value is followed (``fit`` → ``evaluate`` → ``_loss_over``).
 _DEPTH = 3
@@ -87,6 +87,9 @@ class OwnValues:
             if found is not None:
                 return found
             zipped.add(base)
+        for call in walk(value):
+            if isinstance(call, cst.Call) and self._drawn_from_shard(call, passed):
+                return folded or at
         followed: set[int] = set()  # the nodes of calls whose returns were followed
         if depth > 0:
             for call in walk(value):
@@ -389,6 +392,32 @@ class OwnValues:
         if self.view is not None and self.view.loop(found):
             return True
         return self.facts.flow.over_prepared_loader(found)
+
+    def _drawn_from_shard(self, call: cst.Call, passed: dict[str, cst.BaseExpression]) -> bool:
+        """``next(it)`` of an iterator over a prepared DataLoader: ``it = iter(loader)``, or a
+        generator the file defines handed the loader (lucidrains' ``dl_iter =
+        cycle(self.dataloader)``), also through a helper's parameter (``batch =
+        next(dl_iter)`` in ``self.next_data(dl_iter)``): a batch drawn by hand from this rank's
+        shard, as a loop's target is one."""
+        if dotted(call.func) != "next" or not call.args:
+            return False
+        source = call.args[0].value
+        name = dotted(source)
+        if name in passed:  # a parameter: what this call of its function hands it
+            source = passed[name]
+            name = dotted(source)
+        if name is None:
+            return False
+        binding = _last_binding(self.facts, name, source)
+        made = getattr(binding, "value", None)
+        if not isinstance(made, cst.Call) or len(made.args) != 1:
+            return False
+        if dotted(made.args[0].value) not in self._prepared():
+            return False
+        if dotted(made.func) in ("iter", "itertools.cycle"):
+            return True
+        target = callee(self.script, made)
+        return target is not None and is_generator_function(target[0])
 
     def _over_shard(
         self,

@@ -12,6 +12,7 @@ folder with an ``__init__.py``). A library's module is none of them: it is not a
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -26,9 +27,16 @@ def module_file(script: Path, name: str) -> Path | None:
     ``script`` itself. Kept per process: a tree's files ask the same of each of their calls'
     modules (``torch.nn``: no file of the project, looked up on disk once)."""
     for candidate in _candidates(script.parent, name):
-        if candidate.resolve() != script.resolve():
+        if resolved(candidate) != resolved(script):
             return candidate
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def resolved(path: Path) -> Path:
+    """``path.resolve()``, kept per process: each linted file and each module it imports is
+    resolved for every question about it (a ``realpath``: an ``lstat`` per folder on the way)."""
+    return path.resolve()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -48,14 +56,37 @@ def _candidates(folder: Path, name: str) -> tuple[Path, ...]:
     else:
         roots = []
     found: list[Path] = []
+    parts = relative.split(".")
     for root in roots:
-        base = root.joinpath(*relative.split("."))
+        if not _may_hold(root, parts):
+            continue  # ``import torch``: no ``torch`` there, without a stat per candidate
+        base = root.joinpath(*parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
                 found.append(candidate)
                 if len(found) == 2:
                     return tuple(found)
     return tuple(found)
+
+
+def _may_hold(root: Path, parts: list[str]) -> bool:
+    """``root`` holds what module ``a.b`` (``parts``) starts with: a folder ``a``, or ``a.py``
+    for ``a``; read from one listing of the folder (True where it cannot be listed: the files
+    are looked up). Most imports name a library: nothing of the project holds them."""
+    entries = _entries(root)
+    if entries is None:
+        return True
+    first = parts[0]
+    return first in entries or (len(parts) == 1 and f"{first}.py" in entries)
+
+
+@functools.lru_cache(maxsize=1024)
+def _entries(folder: Path) -> frozenset[str] | None:
+    """The names in ``folder``, listed once per process (as `_candidates` keeps its answers)."""
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:
+        return None
 
 
 def _roots(folder: Path, first: str) -> Iterator[Path]:
@@ -99,20 +130,25 @@ def imported_files(script: Path, data: bytes) -> dict[str, Path]:
     imports spell: a test of the text, no parse (``from . import util`` names ``util`` too);
     also, for ``from pkg import Trainer`` where ``pkg/__init__.py`` only re-exports it, the
     module that defines it (`defining_module`), by ``pkg.Trainer``."""
+    return dict(_imported_files(script, data))
+
+
+@functools.lru_cache(maxsize=4096)
+def _imported_files(script: Path, data: bytes) -> dict[str, Path]:
+    """`imported_files`, kept per file and text (a copy is handed out): lint asks it of every
+    file for its order, again for its cache key and its project view, so it keeps a whole
+    tree's (holding their texts: a 1,300-file tree's are 5 MB). The answer is already the
+    process's: `module_file` and `defining_module` keep theirs."""
     found: dict[str, Path] = {}
-    for match in IMPORTED.finditer(data):
+    data = b"\n" + data  # `_IMPORTED_AFTER_NEWLINE` finds the first line's import too
+    for match in _IMPORTED_AFTER_NEWLINE.finditer(data):
         name = (match.group(1) or match.group(2)).decode()
+        from_import = match.group(1) is not None
         names = [name]
-        end = data.find(b"\n", match.end())
-        if data[match.end() :].lstrip(b" \t").startswith(b"("):
-            end = data.find(b")", match.end())  # ``from pkg import (\n    A,\n    B,\n)``
-        imported = data[match.end() : end if end >= 0 else len(data)]
-        words = [
-            part.split(" as ")[0].strip()
-            for part in imported.decode(errors="replace").strip(" ()\\\n").split(",")
-        ]
-        if match.group(1) is not None and name.strip(".") == "":
+        words = None  # what a ``from`` import lists, read where it matters (most name a library)
+        if from_import and name.strip(".") == "":
             # ``from . import a, b``: each name a module of the folder
+            words = _listed(data, match.end())
             names = [name + word for word in words if word.isidentifier()]
         for each in names:
             if each in found:
@@ -121,13 +157,32 @@ def imported_files(script: Path, data: bytes) -> dict[str, Path]:
             if file is None:
                 continue
             found[each] = file
-            if match.group(1) is None or each != name:
+            if not from_import or each != name:
                 continue
-            for word in words:
+            for word in words if words is not None else _listed(data, match.end()):
                 source = defining_module(file, word)[0] if word.isidentifier() else file
                 if source != file:
                     found.setdefault(f"{each}.{word}", source)
     return found
+
+
+def _listed(data: bytes, start: int) -> list[str]:
+    """The names a ``from ... import`` lists from ``start`` on (``a``, ``b as c``: ``b``)."""
+    end = data.find(b"\n", start)
+    if _OPEN_PARENTHESIS.match(data, start):
+        end = data.find(b")", start)  # ``from pkg import (\n    A,\n    B,\n)``
+    imported = data[start : end if end >= 0 else len(data)]
+    return [
+        part.split(" as ")[0].strip()
+        for part in imported.decode(errors="replace").strip(" ()\\\n").split(",")
+    ]
+
+
+#: `IMPORTED` found from the newline before its line: a search for a newline skips ahead in C,
+#: where ``^`` under MULTILINE is tried at every character (half the time over a whole tree)
+_IMPORTED_AFTER_NEWLINE = re.compile(b"\n" + IMPORTED.pattern.removeprefix(b"^"))
+#: ``(`` after spaces: the names of ``from pkg import (`` go on to the closing parenthesis
+_OPEN_PARENTHESIS = re.compile(rb"[ \t]*\(")
 
 
 def split_member(qualified: str, script: Path) -> tuple[Path, str] | None:
@@ -209,11 +264,11 @@ def project_files(path: Path, data: bytes, linted: Iterable[Path]) -> list[Path]
 
 def importers_of(files: list[Path], texts: Callable[[Path], bytes]) -> dict[Path, list[Path]]:
     """For each of ``files``, the others of them that import it (by resolved path)."""
-    resolved = {file.resolve(): file for file in files}
+    by_resolved = {resolved(file): file for file in files}
     found: dict[Path, list[Path]] = {}
     for file in files:
         for module in imported_files(file, texts(file)).values():
-            target = resolved.get(module.resolve())
+            target = by_resolved.get(resolved(module))
             if target is not None and target != file and file not in found.get(target, []):
                 found.setdefault(target, []).append(file)
     return found
@@ -235,7 +290,15 @@ def top_level_functions(data: bytes) -> set[bytes]:
 def top_level_names(data: bytes) -> set[str]:
     """The functions and classes a module's text defines at its top level (no parse): a name
     it only imports (a package's ``__init__`` re-exporting ``utils.other.f``) is not there."""
-    return {name.decode() for name in _TOP_LEVEL_NAME.findall(data)}
+    return set(_top_level_names(data))
+
+
+@functools.lru_cache(maxsize=256)
+def _top_level_names(data: bytes) -> frozenset[str]:
+    """`top_level_names`, kept per text: `defining_module` asks it of the same module once per
+    member a file imports from it (a test helper module imported by every test of a tree: its
+    text scanned 47 times over a 46-file tree, most of `lint_order`'s CPU)."""
+    return frozenset(name.decode() for name in _TOP_LEVEL_NAME.findall(data))
 
 
 def kept_calls(data: bytes) -> set[bytes]:

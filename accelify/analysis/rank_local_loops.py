@@ -25,6 +25,7 @@ import libcst as cst
 
 from accelify.analysis.collectives import agrees_across_ranks, backends_in_view
 from accelify.analysis.dataflow import statements
+from accelify.analysis.own_stops import decided_by_object
 from accelify.analysis.own_values import binds, names_read
 from accelify.analysis.sample_counts import first_dimension_of
 from accelify.analysis.syntax import dotted, target_names, walk
@@ -44,6 +45,9 @@ class RankLocalLoop:
     name: str  # what the test reads: ``done``
     binding: cst.CSTNode  # where the loop binds it from this rank's data
     collective: cst.Call  # a collective (or a call reaching one) every pass makes
+    #: for a flag an object sets (``stopper.early_stop``): what the loop hands it of this
+    #: rank's own (``val_loss`` of ``stopper(val_loss)``, the call being ``binding``)
+    handed: cst.BaseExpression | None = None
 
 
 def rank_local_loops(facts: Facts) -> list[RankLocalLoop]:
@@ -51,14 +55,25 @@ def rank_local_loops(facts: Facts) -> list[RankLocalLoop]:
     found: list[RankLocalLoop] = []
     for loop in model.index.of_type(cst.While):
         test = loop.test
-        if facts.ranks.uniform(test) or facts.ranks.is_rank_test(test):
-            continue  # a count or a setting; a rank test is ACC202's
+        if facts.ranks.is_rank_test(test):
+            continue  # a rank test is ACC202's
+        uniform = facts.ranks.uniform(test)  # a count or a setting (``self.*`` taken as one)
+        if uniform and not any(isinstance(node, cst.Attribute) for node in walk(test)):
+            continue
         collective = _collective_in(facts, loop)
         if collective is None:
             continue
-        own = _own_binding(facts, loop)
+        own = None if uniform else _own_binding(facts, loop)
         if own is not None:
             found.append(RankLocalLoop(loop, own[0], own[1], collective))
+            continue
+        decided = decided_by_object(facts, test, loop)
+        if decided is not None and decided.call is not None:
+            # ``while not stopper.early_stop:`` (``self.stopper.early_stop``): the flag an
+            # object of a class of the file sets from what the body hands it
+            # (``stopper(val_loss)``), this rank's own (folded from its shard, never reduced)
+            handed = decided.argument
+            found.append(RankLocalLoop(loop, decided.read, decided.call, collective, handed))
     return found
 
 

@@ -737,10 +737,14 @@ def analyze(
     from accelify.analysis.accelerator_objects import add_accelerator_objects
 
     add_accelerator_objects(model)
+    from accelify.analysis.prepare_wrappers import classes_wrapping_prepare
+
+    wrapping = classes_wrapping_prepare(model)
     model.prepare_calls = [
         prepare
         for assign in model.assignments
-        if (prepare := _prepare_call(model, assign, model.names_of(Kind.ACCELERATOR))) is not None
+        if (prepare := _prepare_call(model, assign, model.names_of(Kind.ACCELERATOR), wrapping))
+        is not None
     ]
     accelerators = model.names_of(Kind.ACCELERATOR) | {"accelerator", "self.accelerator"}
     # a held object's own accelerator (a runner's ``self.trainer.accelerator.backward(loss)``)
@@ -941,16 +945,20 @@ def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
 
 
 def _prepare_call(
-    model: ScriptModel, node: cst.Assign, accelerators: set[str]
+    model: ScriptModel, node: cst.Assign, accelerators: set[str], wrapping: set[int]
 ) -> PrepareCall | None:
     """``model, optimizer = accelerator.prepare(model, optimizer)``, for any accelerator; and
-    ``loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}``."""
+    ``loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}``; also a trainer's own
+    ``self.prepare(...)`` that hands everything to its accelerator's (``wrapping``: the ids of
+    such classes, `prepare_wrappers`)."""
     value = node.value
     if isinstance(value, cst.DictComp) and _is_prepare(value.value, accelerators):
         outputs = [dotted(target) or "" for target in assigned_targets(node)]
         inputs = [root_name(value.for_in.iter) or ""]
         return PrepareCall(value.value, inputs, outputs, model)  # type: ignore[arg-type]
-    if not isinstance(value, cst.Call) or not _is_prepare(value, accelerators):
+    if not isinstance(value, cst.Call) or not (
+        _is_prepare(value, accelerators) or _wrapped_prepare(model, value, wrapping)
+    ):
         return None
     outputs: list[str] = []
     for target in assigned_targets(node):
@@ -995,6 +1003,20 @@ def output_name(model: ScriptModel, target: cst.BaseExpression) -> str:
     if isinstance(target, cst.Subscript) and dotted(target.value) is not None:
         return model.module.code_for_node(target).replace("'", '"')
     return ""
+
+
+def _wrapped_prepare(model: ScriptModel, value: cst.BaseExpression, wrapping: set[int]) -> bool:
+    """``self.prepare(...)`` in a class whose ``prepare`` is its accelerator's."""
+    if not (
+        wrapping
+        and isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "prepare"
+        and dotted(value.func.value) == "self"
+    ):
+        return False
+    owner = model.index.enclosing_class(value)
+    return owner is not None and id(owner) in wrapping
 
 
 def _is_prepare(value: cst.BaseExpression, accelerators: set[str]) -> bool:

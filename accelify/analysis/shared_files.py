@@ -1085,8 +1085,16 @@ class SharedFiles:
 
     def _values_of(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
         """What ``name`` is bound to in the scope of ``at`` (or the module's): assignments and
-        ``with X as name``."""
-        scopes = {self.model.scope_of(at), self.model.module}
+        ``with X as name``. A parameter of the function around ``at`` hides the module's name:
+        ``def test(model, model_path)`` reads what its callers pass, not the
+        ``model_path = "./ckpt"`` of the script's ``__main__`` block (taken for it, a load of
+        ``f"{model_path}/model.bin"`` looked like another file and got no barrier)."""
+        scope = self.model.scope_of(at)
+        function = self.placement.enclosing_function(at)
+        scopes = {scope, self.model.module}
+        hidden = function is not None and name in _parameters(function)
+        if hidden and scope is not self.model.module:
+            scopes = {scope}
         return [
             value
             for statement, value in self.model.index.values_bound_to(name)

@@ -48,6 +48,8 @@ def _reached_by_nothing(facts: Facts, function: cst.FunctionDef) -> bool:
         return False  # a nested def: its outer function's objects reach it
     if facts.calls.references(function):
         return False  # handed on: what it will be called with is not in sight
+    if _prepares_or_makes_an_accelerator(facts, function):
+        return False  # ``def main(): accelerator = Accelerator(); ... prepare(...)``
     reaching = script.prepared_names | script.names_of(Kind.ACCELERATOR)
     for caller in facts.calls.callers(function):
         if any(variables_in(script, arg.value) & reaching for arg in caller.args):
@@ -55,3 +57,17 @@ def _reached_by_nothing(facts: Facts, function: cst.FunctionDef) -> bool:
     local = {param.name.value for param in all_params(function.params)}
     free = {name for name in variables_in(script, function.body) if name not in local}
     return not any(name in reaching and not assigns(function, name) for name in free)
+
+
+def _prepares_or_makes_an_accelerator(facts: Facts, function: cst.FunctionDef) -> bool:
+    """``function`` calls ``prepare`` or binds an accelerator in its own body (a script's
+    ``main()``): the objects it prepares are its locals, so no name it reads is free, yet its
+    loop is the distributed one."""
+    script: ScriptModel = facts.model
+    placement = facts.placement
+    return any(
+        placement.enclosing_function(call.call) is function for call in script.prepare_calls
+    ) or any(
+        placement.enclosing_function(binding.assign) is function
+        for binding in script.of_kind(Kind.ACCELERATOR)
+    )

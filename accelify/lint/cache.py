@@ -137,11 +137,11 @@ def open_cache(root: Path, selection: Selection) -> LintCache | None:
     """The cache of this accelify under ``root``, created when missing (with its `.gitignore`);
     other builds' folders are removed when this one is created. None when it cannot be.
     (What only a cache needs is imported here and below, not by `accelify lint --no-cache`.)"""
-    import shutil
-
     folder = root / f"{__version__}-{_code_fingerprint()}"
     try:
         if not folder.is_dir():
+            import shutil  # (a warm run does not import it)
+
             _create(root)
             for other in root.iterdir():
                 if other.is_dir() and _BUILD_FOLDER.fullmatch(other.name):

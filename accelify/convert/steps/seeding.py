@@ -25,6 +25,21 @@ def run(ctx: Context) -> None:
     anchor = _seed_anchor(ctx, randomness.setup_draws)
     if anchor is None:
         return
+    if not ctx.plan.reaches(anchor):
+        # the draws run before the class that owns ``self.accelerator`` is built: a
+        # synchronization inside it would come after them, and claim what it cannot do
+        draw = randomness.setup_draws[0]
+        placement = ctx.facts.placement
+        run_from = "" if placement.inside(draw, anchor) else f", run from line {ctx.line(anchor)}"
+        ctx.plan.review(
+            ctx.line(draw),
+            f"random values drawn before training with no seed set{run_from}, where "
+            f"{ctx.acc} does not exist yet: every rank draws its own values (its own synthetic "
+            "data, its own targets); left as is: seed the generators the script draws from "
+            "at its top, the same seed on every rank (torch.manual_seed(0), "
+            "numpy.random.seed(0), random.seed(0))",
+        )
+        return
     if ctx.options.target == "accelify" or randomness.torch_only:
         # Only the generators the script draws from before training, named as Accelerate does.
         torch_only = 'synchronize_rng_states(["torch"])'
@@ -49,6 +64,46 @@ def run(ctx: Context) -> None:
 
 
 _ALL = frozenset({"torch", "numpy", "random"})
+_MAX_DEPTH = 6
+
+
+def _run_from_module(
+    ctx: Context, draw: cst.Call, scope: cst.FunctionDef | None
+) -> cst.CSTNode | None:
+    """The statement of the module's own code that runs ``draw`` through the file's calls
+    (``train_loader = get_loader(64, 2000)``, whose helper builds a data set that draws in its
+    ``__init__``), when no call on the way is made inside ``scope``, the function that owns
+    training: a synchronization at the top of ``scope`` would come after such a draw. None
+    when the draw is reached from ``scope``, or through calls the file cannot follow."""
+    placement, module = ctx.facts.placement, ctx.model.module
+    graph = ctx.model.call_graph
+    frontier: list[cst.CSTNode] = [draw]
+    seen: set[int] = set()
+    found: list[cst.CSTNode] = []
+    for _ in range(_MAX_DEPTH):
+        later: list[cst.CSTNode] = []
+        for node in frontier:
+            if scope is not None and placement.inside(node, scope):
+                return None
+            function = placement.enclosing_function(node)
+            if function is None:
+                top = placement.top_statement(node, module)
+                if top is not None:
+                    found.append(top)
+                continue
+            if id(function) in seen:
+                continue
+            seen.add(id(function))
+            sites = [call for call, _ in ctx.facts.flow.calls_of(function)]
+            if not sites or graph.uncertain_callers(function) or graph.references(function):
+                return None
+            later += sites
+        frontier = later
+        if not frontier:
+            break
+    if frontier:
+        return None
+    return min(found, key=ctx.model.order) if found else None
 
 
 def _seed_anchor(ctx: Context, draws: list[cst.Call]) -> cst.CSTNode | None:
@@ -58,6 +113,10 @@ def _seed_anchor(ctx: Context, draws: list[cst.Call]) -> cst.CSTNode | None:
     if at_module:
         return placement.top_statement(at_module[0], module)
     scope = ctx.scope
+    if not isinstance(scope, cst.Module):
+        reached = [s for d in draws if (s := _run_from_module(ctx, d, scope)) is not None]
+        if reached:
+            return min(reached, key=ctx.model.order)
     if isinstance(scope, cst.FunctionDef):
         inner = placement.body_of(scope)
         first = placement.first_free_index(scope)

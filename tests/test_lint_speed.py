@@ -1,0 +1,73 @@
+"""What lint keeps or does once for speed (issue 21) answers as the work it replaces did."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from accelify.analysis import project_modules
+
+
+def test_a_listed_folder_finds_what_a_lookup_of_each_file_finds(tmp_path: Path):
+    """`_may_hold` reads a folder's listing instead of a stat per candidate: a module beside
+    the script, a package's module, a package itself and a library name resolve as before."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "core.py").write_text("def f():\n    pass\n")
+    (tmp_path / "util.py").write_text("def g():\n    pass\n")
+    (tmp_path / "data.py").mkdir()  # a folder named like a module is no module
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nimport util\nimport data\nfrom pkg.core import f\nimport pkg\n"
+    )
+    found = project_modules.imported_files(script, script.read_bytes())
+    assert found == {
+        "util": tmp_path / "util.py",
+        "pkg.core": tmp_path / "pkg" / "core.py",
+        "pkg": tmp_path / "pkg" / "__init__.py",
+    }
+
+
+def test_kept_answers_are_copies():
+    """The names and files kept per text are handed out as copies: a caller that changes its
+    answer does not change the next caller's."""
+    text = b"def a():\n    pass\nclass B:\n    pass\n"
+    names = project_modules.top_level_names(text)
+    names.add("c")
+    assert project_modules.top_level_names(text) == {"a", "B"}
+
+
+@pytest.mark.parametrize(
+    ("code", "loaded"),
+    [
+        ("import torch\nprint(torch.ones(1))\n", False),
+        ("from accelerate import Accelerator\naccelerator = Accelerator()\n", True),
+    ],
+)
+def test_workers_inherit_the_analysis_only_where_a_file_needs_it(
+    tmp_path: Path, code: str, loaded: bool
+):
+    """Before a --jobs pool forks, libcst and the rules are imported where a file names what
+    an analysis looks for; a tree of plain scripts (syntax-checked with `ast`) never imports
+    them."""
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(code)
+    probe = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from accelify.lint.cli import _load_analysis_for_workers
+        _load_analysis_for_workers([Path({str(tmp_path)!r}) / n for n in ("a.py", "b.py")])
+        print("libcst" in sys.modules, "accelify.rules.hard_coded_cuda" in sys.modules)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    forks = multiprocessing.get_all_start_methods()[0] == "fork"  # the platform's default
+    expected = "True True" if loaded and forks else "False False"
+    assert done.stdout.split() == expected.split()
