@@ -38,7 +38,7 @@ from accelify.analysis.dataflow import (
     within,
 )
 from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name, phase_name
-from accelify.analysis.loss_reduction import is_ctc_loss, sums_its_batch
+from accelify.analysis.loss_reduction import is_ctc_loss, made_as_a_loss, sums_its_batch
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.shard_totals import averaged_over_batches, divided_by_set_size, is_len_of
@@ -2121,7 +2121,9 @@ def _a_batch_mean(value: cst.BaseExpression, means: set[str], model: ScriptModel
             # ``(pred == y).float().mean()``: a chain's whole mean, a batch's accuracy
             name = value.func.attr.value
         last = name.rsplit(".", 1)[-1]
-        if not (last == "mean" or any(k in last for k in _MEAN_CALLS)):
+        if not (
+            last == "mean" or any(k in last for k in _MEAN_CALLS) or made_as_a_loss(model, value)
+        ):
             return False
         return not sums_its_batch(model, value)
     if not isinstance(value, cst.BinaryOperation):

@@ -52,6 +52,23 @@ def sums_its_batch(script: ScriptModel, call: cst.Call) -> bool:
     return None not in reductions and "mean" not in reductions
 
 
+def made_as_a_loss(script: ScriptModel, call: cst.Call) -> bool:
+    """``crit(out, yb)`` where every construction of ``crit`` found is one of torch's loss
+    modules (``crit = nn.CrossEntropyLoss()``): a loss whatever the name it is kept under, so
+    the evaluation analysis reads it as one batch's mean as it reads ``criterion(out, y)``."""
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in _MOVES:
+        return False
+    made = list(_constructions(script, call.func, call, [0]))
+    return bool(made) and all(
+        m is not None and any(_a_loss_module(name) for name in script.call_names(m)) for m in made
+    )
+
+
+def _a_loss_module(qualified: str) -> bool:
+    """``torch.nn.CrossEntropyLoss``, ``torch.nn.modules.loss.MSELoss``."""
+    return qualified.startswith("torch.nn.") and qualified.endswith("Loss")
+
+
 def _constructions(
     script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode, steps: list[int]
 ) -> Iterator[cst.Call | None]:

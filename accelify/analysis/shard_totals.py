@@ -75,7 +75,7 @@ def _lists_averaged(model: ScriptModel, placement: Placement, loop: Loop) -> lis
     for node in walk(loop.scope):
         if not isinstance(node, (cst.BinaryOperation, cst.Call)):
             continue
-        listed = _list_mean(model, node, loop.iterable)
+        listed = list_mean(model, node, loop.iterable)
         if listed is None or listed not in appended:
             continue
         if not (
@@ -122,7 +122,7 @@ def _lists_averaged_elsewhere(
                 continue
             if model.order(node) <= model.order(after) and after is not scope:
                 continue
-            if model.scope_of(node) is not scope or _list_mean(model, node, None) != listed:
+            if model.scope_of(node) is not scope or list_mean(model, node, None) != listed:
                 continue
             code = model.module.code_for_node(node)
             found.append(ShardTotal(loop, listed, node, node, over_batches=True, mean=code))
@@ -162,7 +162,7 @@ _MEANS = {"numpy.mean", "statistics.mean", "statistics.fmean", "numpy.average"}
 _ARRAYS = {"torch.tensor", "torch.stack", "torch.as_tensor", "numpy.array", "numpy.asarray"}
 
 
-def _list_mean(
+def list_mean(
     model: ScriptModel, node: cst.BinaryOperation | cst.Call, loader: str | None
 ) -> str | None:
     """The list ``node`` takes the mean of: ``sum(xs) / len(xs)``, ``sum(xs) / len(loader)``,
@@ -235,7 +235,7 @@ def averaged_over_batches(
             continue
         if (
             isinstance(node, (cst.BinaryOperation, cst.Call))
-            and _list_mean(model, node, loop.iterable) == total
+            and list_mean(model, node, loop.iterable) == total
         ):
             return node
         averaged = _averaged_by_helper(model, node, total) if isinstance(node, cst.Call) else None
@@ -307,7 +307,7 @@ def _averaged_by_helper(model: ScriptModel, call: cst.Call, total: str) -> cst.C
         if (
             isinstance(node, (cst.BinaryOperation, cst.Call))
             and model.scope_of(node) is function
-            and _list_mean(model, node, None) in handed
+            and list_mean(model, node, None) in handed
         ):
             return node
     return None

@@ -20,6 +20,7 @@ from accelify.analysis.side_effects import writes
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.convert import across, project
 from accelify.convert.planner import Options, plan_conversion
+from accelify.convert.unread_devices import drop_unread_devices
 from accelify.convert.wrap_lines import wrap_long_lines
 from accelify.edits.apply import ApplyPlan
 from accelify.edits.plan import Note, statement
@@ -76,6 +77,7 @@ def convert_source(
     converted = module.visit(ApplyPlan(plan))
     for code in plan.imports:
         converted = _add_import(converted, code, Path(label))
+    converted, changes = drop_unread_devices(converted, data, plan.changes)
     converted = wrap_long_lines(converted, data)
     rendered = render(converted, data)
     _check_parses(rendered, label, data)
@@ -83,7 +85,7 @@ def convert_source(
         label,
         data,
         rendered,
-        changes=sorted(plan.changes, key=lambda n: n.line),
+        changes=sorted(changes, key=lambda n: n.line),
         reviews=sorted(plan.reviews, key=lambda n: n.line),
         prepared=plan.prepared,
     )

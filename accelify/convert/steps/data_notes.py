@@ -8,13 +8,14 @@ import re
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import attributes_kept, bound_arguments, loader_property
 from accelify.analysis.own_values import OwnValues
 from accelify.analysis.pass_counters import pass_counters
 from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
-from accelify.analysis.shard_totals import ShardTotal
+from accelify.analysis.shard_totals import ShardTotal, list_mean
 from accelify.analysis.syntax import dotted, target_names, walk
 from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
@@ -26,6 +27,7 @@ def run(ctx: Context) -> None:
     _gradients_assigned_by_hand(ctx)
     draws_alike_on_every_rank(ctx)
     summed = _totals_over_dataset(ctx)
+    _comprehended_shard_means(ctx)
     _samples_counted(ctx)
     _meters_over_shards(ctx)
     _statistics_over_a_shard(ctx)
@@ -120,6 +122,16 @@ def run(ctx: Context) -> None:
                 "prepared, so every rank trains on all of it (correct, not data-parallel); "
                 "prepare it where it is made and hand the prepared loader in"
             )
+        elif returned := _loader_returned_by_a_method(ctx):
+            loop, call, made = returned
+            text = (
+                f"the training loop at line {ctx.line(loop.node)} reads {loop.iterable}, the "
+                f"DataLoader {ctx.code(call)} returns (made at line {ctx.line(made)}), a method "
+                "called on an object the conversion does not follow: it is not prepared, so "
+                "every rank trains on all of it (correct, not data-parallel); prepare it where "
+                f"it is received ({loop.iterable} = {ctx.a('prepare')}({loop.iterable})) to "
+                "shard it"
+            )
         else:
             text = (
                 "batches do not come from a DataLoader: every rank trains on the same data; "
@@ -141,7 +153,19 @@ def run(ctx: Context) -> None:
         line = ctx.line(by_hand[0])
         models = {b.name for b in ctx.model.of_kind(Kind.MODEL)}
         kept = _optimizers_kept_unnamed(ctx)
-        if models & set(ctx.plan.prepared) and kept:
+        returned = [call for call in kept if isinstance(ctx.model.parent(call), cst.Return)]
+        if models & set(ctx.plan.prepared) and returned:
+            function = ctx.facts.placement.enclosing_function(returned[0])
+            maker = f"{function.name.value}()" if function is not None else "a function"
+            text = (
+                f"the optimizer made at line {ctx.line(returned[0])} is returned by {maker}, "
+                "whose caller the conversion does not follow (a method called on another "
+                "object), so it is not prepared: it steps on the DDP-averaged gradients as it "
+                "is (right without mixed precision), but under --mixed-precision fp16 it would "
+                "step on the scaled gradients; prepare it with the model where the caller "
+                "receives it"
+            )
+        elif models & set(ctx.plan.prepared) and kept:
             text = (
                 f"the optimizers made at line {ctx.line(kept[0])} are kept in a container "
                 "the conversion does not follow (a dict or a list), so they are not prepared: "
@@ -552,6 +576,59 @@ def _list_gathered(ctx: Context, listed: str, mean: str) -> str:
     )
 
 
+def _comprehended_shard_means(ctx: Context) -> None:
+    """``losses = [self._step(x) for (x,) in self.train_loader]`` where the called function
+    trains (runs a backward) and the loader is prepared, then ``sum(losses) / len(losses)`` (or
+    ``np.mean(losses)``) in the same scope: a training loop spelled as a comprehension, whose
+    mean is this rank's shard's only, as ``total / len(loader)`` of a loop is."""
+    prepared = set(ctx.plan.prepared) | ctx.model.prepared_names
+    for assign in ctx.model.assignments:
+        comp = assign.value
+        if not (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and isinstance(comp, cst.ListComp)
+            and comp.for_in.inner_for_in is None
+            and isinstance(comp.elt, cst.Call)
+        ):
+            continue
+        loader = dotted(comp.for_in.iter)
+        if loader not in prepared or ctx.facts.flow.kind_of(loader, comp) is not Kind.DATALOADER:
+            continue
+        if not any(_runs_a_backward(ctx, f) for f in ctx.facts.calls.targets(comp.elt)):
+            continue
+        listed = assign.targets[0].target.value
+        scope = ctx.model.scope_of(assign)
+        for node in walk(scope):
+            if not (
+                isinstance(node, cst.BinaryOperation | cst.Call)
+                and ctx.model.order(node) > ctx.model.order(assign)
+                and ctx.model.scope_of(node) is scope
+                and list_mean(ctx.model, node, loader) == listed
+            ):
+                continue
+            mean = ctx.code(node)
+            ctx.plan.review(
+                ctx.line(node),
+                f"{mean} is the mean of this rank's batches of {loader} only ({listed} holds "
+                f"what {ctx.code(comp.elt.func)}() returns for each batch of this rank's "
+                "shard): on N ranks what the main process shows or writes is its own shard's "
+                "mean, not the whole set's; for the whole set's, reduce it on every rank after "
+                "the list is made (each rank has as many batches): "
+                f"{_across_ranks(ctx, node, mean, 'mean')}",
+            )
+            break
+
+
+def _runs_a_backward(ctx: Context, function: cst.FunctionDef) -> bool:
+    """A backward call in ``function`` itself: it trains on what it is handed."""
+    return any(
+        ctx.facts.placement.enclosing_function(call) is function
+        for call in ctx.model.backward_calls
+    )
+
+
 def _across_ranks(ctx: Context, at: cst.CSTNode, values: str, how: str = "sum") -> str:
     """``accelerator.reduce(torch.tensor(values, device=...), "sum")`` as code at ``at``
     reaches the accelerator, or how to hand one in."""
@@ -762,6 +839,35 @@ def _optimizers_kept_unnamed(ctx: Context) -> list[cst.Call]:
         if any(names.is_optimizer_class(q) for q in ctx.model.call_names(call))
         and not isinstance(ctx.model.parent(call), cst.Arg)
     ]
+
+
+def _loader_returned_by_a_method(
+    ctx: Context,
+) -> tuple[Loop, cst.Call, cst.Call] | None:
+    """``train_loader = datamodule.train_dataloader()`` read by a training loop, where a method
+    of that name in the file returns ``DataLoader(...)``: batches that do come from a
+    DataLoader, one the analysis does not see because it comes back from another object's
+    method. The loop, the call, and the DataLoader construction."""
+    for loop in ctx.model.loops:
+        if not loop.trains or loop.iterable is None:
+            continue
+        binding = last_binding(ctx.model, loop.iterable, loop.node)
+        value = binding.value if isinstance(binding, cst.Assign) else None
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+            continue
+        method = value.func.attr.value
+        for owner in ctx.model.classes.values():
+            for statement in owner.body.body:
+                if not (isinstance(statement, cst.FunctionDef) and statement.name.value == method):
+                    continue
+                for node in walk(statement):
+                    made = node.value if isinstance(node, cst.Return) else None
+                    if (
+                        isinstance(made, cst.Call)
+                        and ctx.model.call_names(made) & names.DATALOADERS
+                    ):
+                        return loop, value, made
+    return None
 
 
 def _receiver(ctx: Context, call: cst.Call) -> cst.BaseExpression:

@@ -11,7 +11,7 @@ from accelify.analysis import names
 from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.helper_evaluation import HelperEvaluation
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import dotted, root_name, walk
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps import handed_accelerator
 from accelify.convert.steps.context import HANDED_ACCELERATOR, Context
 from accelify.edits.collective_rewrites import gather_for_metrics
@@ -248,7 +248,7 @@ def _metric_driven_steps(ctx: Context, evaluation: Evaluation) -> None:
     for call in ctx.model.calls:
         if not (steps_scheduler_on_a_value(ctx, call) and ctx.model.scope_of(call) is scope):
             continue
-        read = {n.value for a in call.args for n in walk(a.value) if isinstance(n, cst.Name)}
+        read = {name for a in call.args for name in reads(a.value)}
         if read & fed:
             ctx.plan.review(
                 ctx.line(call),
@@ -260,22 +260,26 @@ def _metric_driven_steps(ctx: Context, evaluation: Evaluation) -> None:
 
 
 def written(sink: cst.CSTNode) -> set[str]:
-    """The names a metric statement folds into: ``total += ...``, ``losses.append(...)``."""
+    """The names a metric statement folds into: ``total += ...``, ``losses.append(...)``, and
+    the attribute a method keeps it in (``self.total += ...``: ``self.total``, not ``self``)."""
     found = set()
     for node in walk(sink):
         if isinstance(node, cst.AugAssign | cst.AssignTarget):
-            name = root_name(node.target)
-            if name:
-                found.add(name)
+            found |= stored(node.target)
         elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            name = root_name(node.func.value)
-            if name:
-                found.add(name)
+            container = node.func.value
+            while isinstance(container, cst.Subscript):
+                container = container.value
+            chain = dotted(container)
+            if chain:
+                found.add(chain)
     return found
 
 
 def fed_by(ctx: Context, scope: cst.CSTNode, sources: set[str]) -> set[str]:
-    """``sources`` and every name of ``scope`` assigned from them, transitively."""
+    """``sources`` and every name of ``scope`` assigned from them, transitively. A store into
+    an attribute or an item feeds that attribute (``self.best = train_loss`` feeds
+    ``self.best``), not the object: ``self.validate()`` after it reads nothing fed."""
     fed = set(sources)
     assignments = [
         node
@@ -286,15 +290,47 @@ def fed_by(ctx: Context, scope: cst.CSTNode, sources: set[str]) -> set[str]:
     while grown and fed:
         grown = False
         for assign in assignments:
-            read = {n.value for n in walk(assign.value) if isinstance(n, cst.Name)}
-            if not read & fed:
+            if not reads(assign.value) & fed:
                 continue
             for target in assign.targets:
-                for node in walk(target.target):
-                    if isinstance(node, cst.Name) and node.value not in fed:
-                        fed.add(node.value)
-                        grown = True
+                for name in stored(target.target) - fed:
+                    fed.add(name)
+                    grown = True
     return fed
+
+
+def reads(node: cst.CSTNode) -> set[str]:
+    """The names and attribute chains ``node`` reads, each chain with its prefixes:
+    ``self.best`` reads ``self`` and ``self.best``; ``self.validate()`` reads ``self`` and
+    ``self.validate``, never a bare ``validate`` or ``best``."""
+    found: set[str] = set()
+    pending: list[cst.CSTNode] = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Name | cst.Attribute) and (chain := dotted(current)):
+            parts = chain.split(".")
+            found |= {".".join(parts[: i + 1]) for i in range(len(parts))}
+        elif isinstance(current, cst.Attribute):
+            pending.append(current.value)  # ``make().x``: what the call reads
+        else:
+            pending += current.children
+    return found
+
+
+def stored(target: cst.BaseExpression) -> set[str]:
+    """What an assignment target binds: a name, an attribute chain (``self.best``), the
+    container an item is stored in (``history["train"]``: ``history``), each element of an
+    unpacking."""
+    if isinstance(target, cst.Tuple | cst.List):
+        return {name for element in target.elements for name in stored(element.value)}
+    if isinstance(target, cst.StarredElement):
+        return stored(target.value)
+    if isinstance(target, cst.Subscript):
+        target = target.value
+    chain = dotted(target)
+    if chain is not None:
+        return {chain}
+    return {n.value for n in walk(target) if isinstance(n, cst.Name)}
 
 
 def steps_scheduler_on_a_value(ctx: Context, call: cst.Call) -> bool:

@@ -17,7 +17,13 @@ import libcst as cst
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
-from accelify.convert.steps.evaluation import fed_by, steps_scheduler_on_a_value, written
+from accelify.convert.steps.evaluation import (
+    fed_by,
+    reads,
+    steps_scheduler_on_a_value,
+    stored,
+    written,
+)
 
 
 def run(ctx: Context) -> None:
@@ -27,7 +33,7 @@ def run(ctx: Context) -> None:
             continue
         scope = ctx.model.scope_of(call)
         fed = fed_by(ctx, scope, _accumulated_in_training(ctx, scope))
-        read = {n.value for a in call.args for n in walk(a.value) if isinstance(n, cst.Name)}
+        read = {name for a in call.args for name in reads(a.value)}
         if read & fed:
             ctx.plan.review(
                 ctx.line(call),
@@ -48,12 +54,7 @@ def _optimizers_set_from_training(ctx: Context) -> None:
             continue
         scope = ctx.model.scope_of(value)
         fed = fed_by(ctx, scope, _accumulated_in_training(ctx, scope))
-        read = {
-            n.value
-            for argument in value.args[1:]
-            for n in walk(argument.value)
-            if isinstance(n, cst.Name)
-        }
+        read = {name for argument in value.args[1:] for name in reads(argument.value)}
         if read & fed:
             ctx.plan.review(
                 ctx.line(value),
@@ -82,7 +83,7 @@ def _accumulated_in_training(ctx: Context, scope: cst.CSTNode) -> set[str]:
             continue
         if any(_trains(ctx, f) for f in ctx.facts.calls.targets(node.value)):
             for target in node.targets:
-                found |= {n.value for n in walk(target.target) if isinstance(n, cst.Name)}
+                found |= stored(target.target)
     return found
 
 

@@ -411,6 +411,10 @@ def prepare_loaders_made_where_trained(ctx: Context, scope: Scope) -> None:
         ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
         ctx.need(binding.statement)
         ctx.plan.prepared.append(name)
+        # where: a local of the same name in another function (``loader`` of ``evaluate()``
+        # beside the ``loader`` of ``train()``) is another object, not prepared
+        ctx.prepared_after[name] = binding.statement
+        ctx.prepared_anchors.setdefault(name, []).append(binding.statement)
         helpers = sorted(
             {
                 f"{found.name.value}()"
