@@ -44,6 +44,7 @@ from accelify.analysis.project_modules import (
 from accelify.analysis.syntax import dotted, has_parameter, walk
 
 if TYPE_CHECKING:
+    from accelify.analysis.imported_returns import Returned
     from accelify.analysis.script_model import Kind, ScriptModel
 
 #: How a module is analysed (the engine's parse and `analyze`): None when it does not parse.
@@ -158,6 +159,8 @@ class ProjectView:
     #: argument: what a caller's `handed_calls` answers ACC304's question with
     factory_steps: dict[tuple[str, str], cst.BaseExpression] = field(default_factory=dict)
     _module: cst.Module | None = field(default=None, repr=False)
+    #: `imported_returns` by the call asked about
+    _returns: dict[cst.Call, Returned] = field(default_factory=dict, repr=False)
 
     def given(self, module: cst.Module) -> dict[cst.FunctionDef, dict[str, Given]]:
         """For each top-level function, class constructor and method of ``module``, what every
@@ -292,6 +295,27 @@ class ProjectView:
                 steps = factory_accumulation_steps(other).get(split[1])
                 if steps is not None:
                     self.factory_steps[(str(split[0].resolve()), split[1])] = steps
+        return found
+
+    def imported_returns(self, model: ScriptModel, call: cst.Call) -> Returned:
+        """What ``call`` of the module returns where it runs a factory of another module of
+        the project that makes DataLoaders (`imported_returns.returned_by_project`, the
+        conversion's answer too), analysed alone; empty for any other call. A module whose
+        text makes no DataLoader is not analysed for it."""
+        kept = self._returns.get(call)
+        if kept is not None:
+            return kept
+        from accelify.analysis.imported_returns import returned_by_project
+
+        load = self.load_alone or self.load
+        found: Returned = []
+        if load is not None:
+            found, file = returned_by_project(
+                self.path, model, call, lambda f: load(f) if b"DataLoader" in read(f) else None
+            )
+            if file is not None:
+                self.read.add(file)  # a later edit of the factory changes the answer
+        self._returns[call] = found
         return found
 
     def imported_class(
