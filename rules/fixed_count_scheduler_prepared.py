@@ -74,7 +74,13 @@ class FixedCountSchedulerPrepared(Rule):
     function this file cannot see into (``warm = make_lr(optimizer, n)`` from the project's own
     module) is known as one by its use: built from the optimizer, stepped with no argument,
     never zeroed itself, in a file that steps the optimizer too (else it is the optimizer's
-    wrapper: `analysis.scheduler_objects`).
+    wrapper: `analysis.scheduler_objects`). A loop bounded by the schedule's own length
+    (``CosineAnnealingLR(opt, T_max=num_train_steps)`` and ``while self.steps <
+    self.num_train_steps`` of a trainer that set the attribute from that parameter: lucidrains'
+    trainers) is reported whatever the value is, one handed by a caller the file does not show
+    included: every rank runs that many steps, so the prepared schedule ends after 1/N of them
+    (not where the step runs at every micro-batch of ``accumulate()``: whether that is right
+    depends on the value).
 
     Fix: leave the scheduler out of ``prepare``
     (``accelerator.register_for_checkpointing(scheduler)`` keeps it in ``save_state``), or

@@ -29,13 +29,20 @@ _FOLLOWED = (Kind.DATALOADER, Kind.OPTIMIZER)
 
 
 def returned_by_project(
-    script: Path, model: ScriptModel, call: cst.Call, load: Load
+    script: Path,
+    model: ScriptModel,
+    call: cst.Call,
+    load: Load,
+    worth: Callable[[Path, str, bool], bool] | None = None,
 ) -> tuple[Returned, Path | None]:
     """What ``call`` (of ``model``, the file ``script``) returns by position, when it runs a
     function of a module of the project that returns at least one DataLoader (every kind but
     the loaders and an optimizer left out: `_FOLLOWED`), with that module's file (read for the
-    answer, whatever it is). Empty when it runs no such function."""
-    located = _defined_beside(script, model, call, load)
+    answer, whatever it is). Empty when it runs no such function. ``worth``: whether a module's
+    file may define the function (or the class, when its third argument says a method of it is
+    called) of that name so that it makes a DataLoader (a test of its text before it is
+    analysed); every module is analysed without it."""
+    located = _defined_beside(script, model, call, load, worth)
     if located is None:
         return [], None
     function, other, file = located
@@ -52,7 +59,11 @@ def returned_by_project(
 
 
 def _defined_beside(
-    script: Path, model: ScriptModel, call: cst.Call, load: Load
+    script: Path,
+    model: ScriptModel,
+    call: cst.Call,
+    load: Load,
+    worth: Callable[[Path, str, bool], bool] | None = None,
 ) -> tuple[cst.FunctionDef, ScriptModel, Path] | None:
     """The function of a module of the project that ``call`` runs, with that module's analysis
     and file: a top-level function imported from it, or a method of a class imported from it
@@ -71,7 +82,7 @@ def _defined_beside(
         return None
     module_name, _, defined = imported.rpartition(".")
     file = module_file(script, module_name)
-    if file is None:
+    if file is None or (worth is not None and not worth(file, defined, member is not None)):
         return None
     other = load(file)
     if other is None:
