@@ -6,6 +6,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.scheduler_preparation import (
     per_fixed_iteration_steps,
     prepared_schedulers,
+    schedule_length,
     sized_by_process_count,
     steps_once_per_process,
 )
@@ -20,6 +21,35 @@ _SCRIPT = (
     "optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)\n"
     "scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_iters)\n"
     "model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)\n"
+)
+#: lucidrains' trainers (voicebox, e2-tts, meshgpt): the step count a constructor parameter no
+#: call in the file passes, the counter a buffer raised in ``train_step``; {length} sizes the
+#: schedule
+_STEPS_TRAINER = (
+    "import torch\n"
+    "from torch.optim.lr_scheduler import CosineAnnealingLR\n"
+    "from accelerate import Accelerator\n\n\n"
+    "class Trainer(torch.nn.Module):\n"
+    "    def __init__(self, model, optimizer, loader, num_train_steps, decay_steps):\n"
+    "        super().__init__()\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.num_train_steps = num_train_steps\n"
+    "        self.scheduler = CosineAnnealingLR(optimizer, T_max={length})\n"
+    "        self.model, self.optim, self.scheduler, self.dl = self.accelerator.prepare(\n"
+    "            model, optimizer, self.scheduler, loader\n"
+    "        )\n"
+    "        self.batches = iter(self.dl)\n"
+    "        self.register_buffer('steps', torch.tensor([0]))\n\n"
+    "    def train_step(self):\n"
+    "        x, y = next(self.batches)\n"
+    "        self.accelerator.backward(torch.nn.functional.mse_loss(self.model(x), y))\n"
+    "        self.optim.step()\n"
+    "        self.optim.zero_grad()\n"
+    "        self.scheduler.step()\n"
+    "        self.steps += 1\n\n"
+    "    def train(self):\n"
+    "        while self.steps < self.num_train_steps:\n"
+    "            self.train_step()\n"
 )
 _LOOP = (
     "for it in range(max_iters):\n"
@@ -44,7 +74,13 @@ class FixedCountSchedulerPrepared(Rule):
     function this file cannot see into (``warm = make_lr(optimizer, n)`` from the project's own
     module) is known as one by its use: built from the optimizer, stepped with no argument,
     never zeroed itself, in a file that steps the optimizer too (else it is the optimizer's
-    wrapper: `analysis.scheduler_objects`).
+    wrapper: `analysis.scheduler_objects`). A loop bounded by the schedule's own length
+    (``CosineAnnealingLR(opt, T_max=num_train_steps)`` and ``while self.steps <
+    self.num_train_steps`` of a trainer that set the attribute from that parameter: lucidrains'
+    trainers) is reported whatever the value is, one handed by a caller the file does not show
+    included: every rank runs that many steps, so the prepared schedule ends after 1/N of them
+    (not where the step runs at every micro-batch of ``accumulate()``: whether that is right
+    depends on the value).
 
     Fix: leave the scheduler out of ``prepare``
     (``accelerator.register_for_checkpointing(scheduler)`` keeps it in ``save_state``), or
@@ -73,6 +109,16 @@ class FixedCountSchedulerPrepared(Rule):
     )
     bad = (
         Example(_SCRIPT + _LOOP, 7, 69),
+        # the loop's bound is the schedule's own length: whatever a caller passes, every rank
+        # runs that many steps and the prepared schedule counts N per step
+        Example(_STEPS_TRAINER.format(length="num_train_steps"), 13, 31),
+        Example(  # the same, the length read back from the attribute, counted by range()
+            _STEPS_TRAINER.format(length="self.num_train_steps").replace(
+                "while self.steps < self.num_train_steps:", "for _ in range(self.num_train_steps):"
+            ),
+            13,
+            31,
+        ),
         # a LoRA fine-tuning run from the command line (tyro): its step count is a setting,
         # and every rank runs all of its steps over the same in-memory images
         Example(
@@ -291,6 +337,9 @@ class FixedCountSchedulerPrepared(Rule):
         ),
     )
     good = (
+        # the schedule sized with another value than the loop's bound, handed by a caller the
+        # file does not show: the bound may be this rank's share and the length the whole
+        _STEPS_TRAINER.format(length="decay_steps"),
         # ``while True`` over the prepared loader, returning once an epoch count is reached:
         # the loop shrinks with the shard
         _SCRIPT.replace(
@@ -439,9 +488,14 @@ class FixedCountSchedulerPrepared(Rule):
         for name, argument in prepared.items():
             if sized_by_process_count(script, name):
                 continue
-            fixed = per_fixed_iteration_steps(facts, [s.call for s in steps if s.scheduler == name])
+            own = [s.call for s in steps if s.scheduler == name]
+            fixed = per_fixed_iteration_steps(facts, own)
             if fixed is None:
-                continue
+                # bounded by the schedule's own length, whatever it is; not where the step
+                # runs at every micro-batch (whether that is right depends on the value)
+                fixed = per_fixed_iteration_steps(facts, own, schedule_length(script, name))
+                if fixed is None or any(_unsynced_accumulate(script, c) for c, _ in fixed):
+                    continue
             yield self.finding(
                 script,
                 argument,

@@ -146,6 +146,29 @@ _EXTRACTED = (
 )
 
 
+#: PickScore's evaluation: each rank's per-sample answers collected in a list, gathered as
+#: Python objects after the loop ({gather}: the call over the ranks), the accuracy taken over
+#: all of them
+_OBJECTS_GATHERED = (
+    "import torch\nimport torch.distributed as dist\n"
+    + HEADER.replace("Accelerator()", "Accelerator({settings})")
+    + "model, loader = accelerator.prepare(model, loader)\n"
+    + "eval_dict = {{'is_correct': []}}\n"
+    + "with torch.no_grad():\n"
+    + "    for x, y in loader:\n"
+    + "        preds = model(x).argmax(-1)\n"
+    + "        eval_dict['is_correct'] += (preds == y).tolist()\n"
+    + "{gather}"
+    + "accelerator.print(sum(is_correct) / len(is_correct))\n"
+)
+_GATHER_OBJECT = "is_correct = accelerator.gather_object(eval_dict['is_correct'])\n"
+_ALL_GATHER_OBJECT = (
+    "parts = [None] * accelerator.num_processes\n"
+    "dist.all_gather_object(parts, eval_dict['is_correct'])\n"
+    "is_correct = [v for part in parts for v in part]\n"
+)
+
+
 class GatherInEvaluation(Rule):
     """``accelerator.gather`` in an evaluation loop keeps the samples repeated to give every rank
     a full last batch, so they are counted twice and the metric is off. ``gather_for_metrics``
@@ -155,7 +178,10 @@ class GatherInEvaluation(Rule):
     The same padding counted another way: counts of samples kept per rank over the loop
     (``correct += (pred == y).sum()``, ``total += y.size(0)``) and combined after it with
     ``gather`` or ``reduce``; there the per-sample values are to be gathered for metrics in the
-    loop (not reported with ``even_batches`` turned off or a ``drop_last=True`` loader)."""
+    loop (not reported with ``even_batches`` turned off or a ``drop_last=True`` loader). The
+    same again for per-sample values collected in a list over the loop (``preds.extend(...)``,
+    ``eval_dict["is_correct"] += ok.tolist()``) and gathered once after it, as tensors or as
+    Python objects (``gather_object``, ``torch.distributed.all_gather_object``)."""
 
     code = "ACC404"
     name = "gather-in-evaluation"
@@ -178,6 +204,10 @@ class GatherInEvaluation(Rule):
             21,
             15,
         ),
+        # per-sample answers gathered as Python objects after the loop: the padding stays in
+        # the accuracy's numerator and denominator
+        Example(_OBJECTS_GATHERED.format(settings="", gather=_GATHER_OBJECT), 11, 14),
+        Example(_OBJECTS_GATHERED.format(settings="", gather=_ALL_GATHER_OBJECT), 12, 1),
         # ... and cut to the set's size: the cut neither puts the values back in the loader's
         # order nor, with more than two ranks, drops the repeats (not all at the tail)
         Example(
@@ -348,6 +378,8 @@ class GatherInEvaluation(Rule):
             "        with open('embeddings.pkl', 'wb') as f:\n"
             "            pickle.dump(records, f)\n",
         ),
+        # uneven last batches left uneven: nothing is repeated, gathering all of it is right
+        _OBJECTS_GATHERED.format(settings="even_batches=False", gather=_GATHER_OBJECT),
         # a trainer's counters on ``self`` (ACC403's, never combined), and another member
         # reduced after the loop: ``self.accelerator`` reads ``self``, not the counts
         _TRAINER_COUNTS.format(
@@ -659,9 +691,8 @@ def _gathered_below(
                 made_from |= {n for t in assigned_targets(node) for n in target_names(t)}
         elif (
             isinstance(node, cst.Call)
-            and node.args
-            and calls_accelerator(script, node, ("gather", "gather_for_metrics"))
-            and {n.value for n in walk(node.args[0].value) if isinstance(n, cst.Name)} & made_from
+            and (gathered := _gathered_value(script, node)) is not None
+            and {n.value for n in walk(gathered) if isinstance(n, cst.Name)} & made_from
         ):
             found.append(node)
     if found or scope is None or depth == 0:
@@ -672,8 +703,33 @@ def _gathered_below(
     return found
 
 
+def _gathered_value(script: ScriptModel, call: cst.Call) -> cst.BaseExpression | None:
+    """What ``call`` gathers over the ranks: the first argument of the accelerator's
+    ``gather``, ``gather_for_metrics`` or ``gather_object``, the object of
+    ``torch.distributed.all_gather_object(out, obj)`` (PickScore's per-rank lists of
+    predictions); None for any other call."""
+    if call.args and calls_accelerator(
+        script, call, ("gather", "gather_for_metrics", "gather_object")
+    ):
+        return call.args[0].value
+    name = dotted(call.func)
+    qualified = script.imports.resolve(name) if name else None
+    if qualified == "torch.distributed.all_gather_object" and len(call.args) >= 2:
+        return call.args[1].value
+    return None
+
+
 def _collection(sink: cst.CSTNode) -> str | None:
-    """``predictions`` of a sink ``predictions.append(...)`` / ``predictions.extend(...)``."""
+    """``predictions`` of a sink ``predictions.append(...)`` / ``predictions.extend(...)``, or
+    of ``predictions += preds.tolist()`` (also ``eval_dict["preds"] += ...``): a list grown
+    by a list of the batch's values (a count added up is `_gathered_totals`' business)."""
+    if (
+        isinstance(sink, cst.AugAssign)
+        and isinstance(sink.operator, cst.AddAssign)
+        and _a_list(sink.value)
+        and not _batch_loss(sink.value)
+    ):
+        return root_name(sink.target)
     for node in walk(sink):
         if (
             isinstance(node, cst.Call)
@@ -687,6 +743,17 @@ def _collection(sink: cst.CSTNode) -> str | None:
                 return None
             return node.func.value.value
     return None
+
+
+def _a_list(value: cst.BaseExpression) -> bool:
+    """``x.tolist()``, ``list(x)``, a list display or comprehension: a list, item by item."""
+    if isinstance(value, (cst.List, cst.ListComp)):
+        return True
+    if not isinstance(value, cst.Call):
+        return False
+    if isinstance(value.func, cst.Attribute):
+        return value.func.attr.value == "tolist"
+    return isinstance(value.func, cst.Name) and value.func.value == "list"
 
 
 def _batch_loss(value: cst.BaseExpression) -> bool:

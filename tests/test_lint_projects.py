@@ -62,11 +62,11 @@ def test_findings_that_come_from_another_module_name_the_call_that_tells():
 
 
 def test_a_loader_another_module_built_is_handed_prepared_all_the_same():
-    """train.py cannot name the kind of what ``get_loaders()`` of data.py returns, but it
-    prepares it: evaluate() of engine.py is handed a prepared object, as a call in its own
-    file would tell."""
+    """train.py reads what ``get_loaders()`` of data.py returns there (the conversion's
+    analysis of a project module's factory: `imported_returns`), and prepares it: evaluate() of
+    engine.py is handed a prepared dataloader, as a call in its own file would tell."""
     messages = reported(PROJECTS / "loaders_built_in_another_module")
-    assert "loader a prepared object" in messages[("engine.py", 22, "ACC403")]
+    assert "loader a prepared dataloader" in messages[("engine.py", 22, "ACC403")]
 
 
 def test_what_is_left_after_a_fix_still_names_the_callers(tmp_path: Path):

@@ -709,7 +709,8 @@ def _call_returns(
     """What a call of one of this file's functions (not a constructor) returns, by position
     (`returned_kinds`); a function written as a lambda (``make_loader = lambda ds:
     DataLoader(ds, ...)``) returns what its body makes; a function of another module of the
-    project, what the conversion found it returns there (`ScriptModel.imported_returns`)."""
+    project, what it returns there (`imported_returns.returned_by_project`: found beforehand by
+    the conversion, `ScriptModel.imported_returns`, or asked of the linter's project view)."""
     target = callee(model, call)
     if target is not None:
         if target[0].name.value == "__init__":
@@ -717,7 +718,11 @@ def _call_returns(
         return returned_kinds(model, target[0], classify)
     body = _lambda_body(model, call)
     if body is None:
-        return list(model.imported_returns.get(id(call), []))
+        if id(call) in model.imported_returns:
+            return list(model.imported_returns[id(call)])
+        if model.project is not None:  # the linter: the project's modules are asked here
+            return list(model.project.imported_returns(model, call))
+        return []
     return _kinds_of([body], None, model, classify)
 
 

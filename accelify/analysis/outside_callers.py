@@ -26,6 +26,8 @@ returns ``Accelerator(...)`` makes ``accelerator`` one (`accelerator_factories`)
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,10 +46,13 @@ from accelify.analysis.project_modules import (
 from accelify.analysis.syntax import dotted, has_parameter, walk
 
 if TYPE_CHECKING:
+    from accelify.analysis.imported_returns import Returned
     from accelify.analysis.script_model import Kind, ScriptModel
 
 #: How a module is analysed (the engine's parse and `analyze`): None when it does not parse.
 Load = Callable[[Path], "ScriptModel | None"]
+#: ``def name``, ``async def name`` or ``class Name`` where a line starts
+_TOP_LEVEL_NAME = re.compile(rb"(?:async\s+)?(def|class)\s+(\w+)")
 #: What a module's text must name before it is analysed for an Accelerator factory.
 _ACCELERATOR_CLASS = b"Accelerator"
 
@@ -158,6 +163,10 @@ class ProjectView:
     #: argument: what a caller's `handed_calls` answers ACC304's question with
     factory_steps: dict[tuple[str, str], cst.BaseExpression] = field(default_factory=dict)
     _module: cst.Module | None = field(default=None, repr=False)
+    #: `imported_returns` by the call asked about
+    _returns: dict[cst.Call, Returned] = field(default_factory=dict, repr=False)
+    #: `_may_make_loaders`: the top-level names of each module read that makes DataLoaders
+    _loader_modules: dict[Path, dict[str, bool]] = field(default_factory=dict, repr=False)
 
     def given(self, module: cst.Module) -> dict[cst.FunctionDef, dict[str, Given]]:
         """For each top-level function, class constructor and method of ``module``, what every
@@ -294,6 +303,37 @@ class ProjectView:
                     self.factory_steps[(str(split[0].resolve()), split[1])] = steps
         return found
 
+    def imported_returns(self, model: ScriptModel, call: cst.Call) -> Returned:
+        """What ``call`` of the module returns where it runs a factory of another module of
+        the project that makes DataLoaders (`imported_returns.returned_by_project`, the
+        conversion's answer too), analysed alone; empty for any other call. A module whose
+        text makes no DataLoader is not analysed for it."""
+        kept = self._returns.get(call)
+        if kept is not None:
+            return kept
+        from accelify.analysis.imported_returns import returned_by_project
+
+        load = self.load_alone or self.load
+        found: Returned = []
+        if load is not None:
+            found, file = returned_by_project(self.path, model, call, load, self._may_make_loaders)
+            if file is not None:
+                self.read.add(file)  # a later edit of the factory changes the answer
+        self._returns[call] = found
+        return found
+
+    def _may_make_loaders(self, file: Path, name: str, method: bool) -> bool:
+        """``file``'s text defines ``name`` at its top level (a package's ``__init__`` that
+        re-exports it does not: not analysed for it, as the conversion does not), and its
+        definition names a DataLoader: a factory that only hands on another's call (``return
+        build(cfg)``) is not followed here; ``method``: ``name`` is to be a class (a method of
+        it is called), else a function. Each file's text is read once."""
+        names = self._loader_modules.get(file)
+        if names is None:
+            names = _defining_loaders(read(file))
+            self._loader_modules[file] = names
+        return names.get(name) is method
+
     def imported_class(
         self, model: ScriptModel, name: str
     ) -> tuple[ScriptModel, cst.ClassDef] | None:
@@ -319,6 +359,25 @@ class ProjectView:
             None,
         )
         return (other, found) if found is not None else None
+
+
+#: A line of a module's text at its top level: code at column 0 (not a comment, nor the
+#: closing parenthesis of a signature split over lines)
+_TOP_LEVEL_LINE = re.compile(rb"^[^\s#)\]}]", re.MULTILINE)
+
+
+def _defining_loaders(text: bytes) -> dict[str, bool]:
+    """The functions and classes (True) a module's text defines at its top level whose text
+    names a DataLoader (no parse: what is worth analysing the module for)."""
+    if b"DataLoader" not in text:
+        return {}
+    starts = [m.start() for m in _TOP_LEVEL_LINE.finditer(text)] + [len(text)]
+    found = {}
+    for start, end in itertools.pairwise(starts):
+        defined = _TOP_LEVEL_NAME.match(text, start)
+        if defined is not None and b"DataLoader" in text[start:end]:
+            found[defined.group(2).decode()] = defined.group(1) == b"class"
+    return found
 
 
 def _names_a_class(text: bytes, kept: set[bytes]) -> bool:

@@ -113,7 +113,9 @@ def sized_by_process_count(script: ScriptModel, name: str) -> bool:
     )
 
 
-def stepped_per_fixed_iteration(facts: Facts, step: cst.Call) -> cst.For | cst.While | None:
+def stepped_per_fixed_iteration(
+    facts: Facts, step: cst.Call, sized_with: frozenset[str] = frozenset()
+) -> cst.For | cst.While | None:
     """The loop of a fixed count that runs ``step`` (a ``scheduler.step()`` handed nothing)
     once per iteration, or None. Every rank runs all its iterations (nanoGPT's ``for it in
     range(max_iters)``), so the schedule must step once per call, as an unprepared one does: the
@@ -121,26 +123,31 @@ def stepped_per_fixed_iteration(facts: Facts, step: cst.Call) -> cst.For | cst.W
     ACC410 reports a prepared one. The one definition all three ask; whether the step also runs
     once per optimizer step (outside ``accumulate()``, or under ``sync_gradients`` in it, as a
     manual accumulation's step becomes) is `flow.once_per_optimizer_step`, ACC401's business.
-    None for a step handed an argument (an epoch, a metric)."""
+    None for a step handed an argument (an epoch, a metric). ``sized_with``: the
+    schedule's own length (`schedule_length`); a loop bounded by that value counts as fixed
+    whatever the value is (`_bounded_alike`)."""
     if step.args:
         return None
-    return fixed_count_loop(facts, step)
+    return fixed_count_loop(facts, step, sized_with=sized_with)
 
 
 def per_fixed_iteration_steps(
-    facts: Facts, steps: list[cst.Call]
+    facts: Facts, steps: list[cst.Call], sized_with: frozenset[str] = frozenset()
 ) -> list[tuple[cst.Call, cst.For | cst.While]] | None:
     """Each of one scheduler's ``steps`` with its fixed-count loop, when there is at least one
     and every one is `stepped_per_fixed_iteration`: the scheduler steps once per optimizer step
     of such a loop and nowhere else. None otherwise."""
-    found = [(step, stepped_per_fixed_iteration(facts, step)) for step in steps]
+    found = [(step, stepped_per_fixed_iteration(facts, step, sized_with)) for step in steps]
     if not found or any(loop is None for _, loop in found):
         return None
     return found  # type: ignore[return-value]
 
 
 def fixed_count_loop(
-    facts: Facts, node: cst.CSTNode, depth: int = _DEPTH
+    facts: Facts,
+    node: cst.CSTNode,
+    depth: int = _DEPTH,
+    sized_with: frozenset[str] = frozenset(),
 ) -> cst.For | cst.While | None:
     """The ``for _ in range(n)`` (or ``while step < n``, `_counted_while`) that runs ``node``
     once per iteration, beside the backward it steps after, where ``n`` does not shrink with the
@@ -152,35 +159,42 @@ def fixed_count_loop(
         if isinstance(ancestor, cst.FunctionDef):
             break
         if isinstance(ancestor, cst.While):
-            counted = _counted_while(facts, ancestor)
+            counted = _counted_while(facts, ancestor, sized_with=sized_with)
             return ancestor if counted and _trains(facts, ancestor) else None
         if isinstance(ancestor, cst.For):
-            if _fixed_count(facts, ancestor) and _trains(facts, ancestor):
+            if _fixed_count(facts, ancestor, sized_with) and _trains(facts, ancestor):
                 return ancestor
-            return _counting_while_around(facts, ancestor)
+            return _counting_while_around(facts, ancestor, sized_with)
     function = facts.placement.enclosing_function(node)
     if function is None or depth == 0:
         return None
     found = {
         id(loop): loop
         for call, _ in facts.flow.calls_of(function)
-        if (loop := fixed_count_loop(facts, call, depth - 1)) is not None
+        if (loop := fixed_count_loop(facts, call, depth - 1, sized_with)) is not None
     }
     calls = facts.flow.calls_of(function)
     return next(iter(found.values())) if calls and len(found) == len(calls) == 1 else None
 
 
-def _fixed_count(facts: Facts, loop: cst.For) -> bool:
+def _fixed_count(facts: Facts, loop: cst.For, sized_with: frozenset[str] = frozenset()) -> bool:
     """``range(n)`` where ``n`` is no ``len()`` of a prepared object and no share of the
-    processes, nor a name bound to one."""
+    processes, nor a name bound to one; or is the schedule's own length (`_bounded_alike`)."""
     iterated = loop.iter
     if not (isinstance(iterated, cst.Call) and dotted(iterated.func) == "range" and iterated.args):
         return False
     bound = iterated.args[1 if len(iterated.args) > 1 else 0].value
-    return not _shrinks_with_the_shard(facts, bound, depth=2)
+    return _bounded_alike(facts, bound, sized_with) or not _shrinks_with_the_shard(
+        facts, bound, depth=2
+    )
 
 
-def _counted_while(facts: Facts, loop: cst.While, counted_in: cst.CSTNode | None = None) -> bool:
+def _counted_while(
+    facts: Facts,
+    loop: cst.While,
+    counted_in: cst.CSTNode | None = None,
+    sized_with: frozenset[str] = frozenset(),
+) -> bool:
     """``while step < max_steps:``, or ``while True:`` left by ``if step >= max_steps: break``
     at its own level (or by ``if step >= max_steps: return`` anywhere in it: a GPT-2
     fine-tuning's ``while True: for batch in loader: ...`` that returns from inside the loop
@@ -188,7 +202,7 @@ def _counted_while(facts: Facts, loop: cst.While, counted_in: cst.CSTNode | None
     given) and ``max_steps`` does not shrink with the shard (as `_fixed_count`'s ``range(n)``):
     every rank runs all its iterations."""
     where = counted_in if counted_in is not None else loop
-    if _counter_below_a_bound(facts, loop.test, where, leaves_when_true=False):
+    if _counter_below_a_bound(facts, loop.test, where, False, sized_with):
         return True
     if not (isinstance(loop.test, cst.Name) and loop.test.value == "True"):
         return False
@@ -201,7 +215,7 @@ def _counted_while(facts: Facts, loop: cst.While, counted_in: cst.CSTNode | None
         and facts.placement.enclosing_function(node) is facts.placement.enclosing_function(loop)
     ]
     return any(
-        _counter_below_a_bound(facts, statement.test, where, leaves_when_true=True)
+        _counter_below_a_bound(facts, statement.test, where, True, sized_with)
         for statement in leaving
     )
 
@@ -215,7 +229,9 @@ def _ends_in_return(statement: cst.If) -> bool:
     return isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[-1], cst.Return)
 
 
-def _counting_while_around(facts: Facts, inner: cst.For) -> cst.While | None:
+def _counting_while_around(
+    facts: Facts, inner: cst.For, sized_with: frozenset[str] = frozenset()
+) -> cst.While | None:
     """``while step < max_steps: for batch in loader: ...; step += 1``: the loop over the
     shard is not of a fixed count, but the while loop around it, counting optimizer steps in
     it, is: every rank runs ``max_steps`` of them, however short its shard (the loader is
@@ -225,7 +241,7 @@ def _counting_while_around(facts: Facts, inner: cst.For) -> cst.While | None:
         if isinstance(ancestor, (cst.FunctionDef, cst.For)):
             return None
         if isinstance(ancestor, cst.While):
-            counted = _counted_while(facts, ancestor, counted_in=inner)
+            counted = _counted_while(facts, ancestor, inner, sized_with)
             trains = facts.flow.reaches(inner, _DEPTH, _calls_backward)
             return ancestor if counted and trains else None
     return None
@@ -246,11 +262,16 @@ _STOPS = (cst.GreaterThan, cst.GreaterThanEqual)
 
 
 def _counter_below_a_bound(
-    facts: Facts, test: cst.BaseExpression, counted_in: cst.CSTNode, *, leaves_when_true: bool
+    facts: Facts,
+    test: cst.BaseExpression,
+    counted_in: cst.CSTNode,
+    leaves_when_true: bool,
+    sized_with: frozenset[str] = frozenset(),
 ) -> bool:
     """``step < n`` (or ``n > step``) that keeps the loop going, or ``step >= n`` (``n <= step``)
-    that leaves it, with ``step`` counted up in ``loop`` and ``n`` not shrinking with the
-    shard."""
+    that leaves it, with ``step`` counted up in ``loop`` (an attribute also in a method of the
+    file the loop calls: ``self.steps += 1`` of a trainer's ``train_step()``) and ``n`` not
+    shrinking with the shard, or the schedule's own length (`_bounded_alike`)."""
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return False
     operator = test.comparisons[0].operator
@@ -264,11 +285,91 @@ def _counter_below_a_bound(
     else:
         return False
     name = dotted(counter)
-    return (
-        name is not None
-        and _counted_up(counted_in, name)
-        and not _shrinks_with_the_shard(facts, bound, depth=2)
+    if name is None:
+        return False
+    counted = _counted_up(counted_in, name) or (
+        name.startswith("self.")
+        and facts.flow.reaches(counted_in, _DEPTH, lambda node: _counted_up(node, name))
     )
+    return counted and (
+        _bounded_alike(facts, bound, sized_with)
+        or not _shrinks_with_the_shard(facts, bound, depth=2)
+    )
+
+
+#: The arguments that give a scheduler's length in steps (torch's, transformers' and
+#: diffusers' schedules), by keyword only: a positional one is not taken for it
+_LENGTH_KEYWORDS = ("T_max", "total_iters", "total_steps", "num_training_steps")
+
+
+def schedule_length(script: ScriptModel, name: str) -> frozenset[str]:
+    """The value that sizes the scheduler bound to ``name`` (``CosineAnnealingLR(opt,
+    T_max=num_train_steps)``), as `_value_keys` names it: a loop bounded by the same value
+    (``while self.steps < self.num_train_steps`` where ``self.num_train_steps =
+    num_train_steps``) runs as many iterations on every rank as the schedule has steps, whatever
+    the value is (handed by a caller no one sees, or shard-sized): prepared, the schedule ends
+    after 1/N of them. Empty when the scheduler is made more than one way, or not here."""
+    made = [
+        binding.value
+        for binding in script.of_kind(Kind.SCHEDULER)
+        if binding.name == name and isinstance(binding.value, cst.Call)
+    ]
+    if len(made) != 1:
+        return frozenset()
+    lengths = [
+        a.value
+        for a in made[0].args
+        if a.keyword is not None and a.keyword.value in _LENGTH_KEYWORDS
+    ]
+    return _value_keys(script, lengths[0]) if len(lengths) == 1 else frozenset()
+
+
+def _bounded_alike(facts: Facts, bound: cst.BaseExpression, sized_with: frozenset[str]) -> bool:
+    """``bound`` is the value the schedule was sized with (`schedule_length`)."""
+    return bool(sized_with) and bool(_value_keys(facts.model, bound) & sized_with)
+
+
+def _value_keys(script: ScriptModel, value: cst.BaseExpression) -> frozenset[str]:
+    """Names for the value ``value`` reads, the same wherever it is read: a parameter of the
+    function around it that the function never rebinds (by the function), an attribute of the
+    class around it (by the class), and for an attribute set once in its class, from such a
+    parameter, and never updated in place, that parameter too (``self.num_train_steps =
+    num_train_steps`` in ``__init__``). Empty for any other value."""
+    name = dotted(value)
+    if name is None:
+        return frozenset()
+    if "." not in name:
+        parameter = _unchanged_parameter(script, value, name)
+        return frozenset([parameter] if parameter else [])
+    owner = script.index.enclosing_class(value)
+    if not name.startswith("self.") or name.count(".") != 1 or owner is None:
+        return frozenset()
+    keys = {f"{id(owner)}:{name}"}
+    assigned = script.index.assignments_in_class(name, value)
+    updated = any(
+        isinstance(node, cst.AugAssign) and dotted(node.target) == name for node in walk(owner)
+    )
+    if len(assigned) == 1 and isinstance(assigned[0].value, cst.Name) and not updated:
+        parameter = _unchanged_parameter(script, assigned[0].value, assigned[0].value.value)
+        if parameter:
+            keys.add(parameter)
+    return frozenset(keys)
+
+
+def _unchanged_parameter(script: ScriptModel, at: cst.CSTNode, name: str) -> str | None:
+    """``function-id:name`` where ``name`` is a parameter of the function around ``at`` that
+    nothing in it rebinds; None otherwise."""
+    function = script.index.enclosing_function(at)
+    if function is None or not any(p.name.value == name for p in all_params(function.params)):
+        return None
+    if script.index.assigned_under(function).get(name):
+        return None
+    if any(
+        isinstance(node, cst.AugAssign) and dotted(node.target) == name
+        for node in walk(function.body)
+    ):
+        return None
+    return f"{id(function)}:{name}"
 
 
 def _counted_up(loop: cst.CSTNode, name: str) -> bool:

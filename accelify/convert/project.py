@@ -14,10 +14,10 @@ from pathlib import Path
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
+from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
-from accelify.analysis.objects import returned_kinds
 from accelify.analysis.project_modules import IMPORTED, module_file, read
-from accelify.analysis.script_model import Kind, ScriptModel, analyze, value_classifier
+from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, is_main_guard, walk
 from accelify.analysis.writing_helpers import writes_only
 from accelify.edits.plan import Note
@@ -107,78 +107,28 @@ def _sibling_calls(
             yield node, name, function, file, other
 
 
-#: What a call of another module's factory is taken to return: the loaders, and an optimizer
-#: made beside them (``train_loader, valid_loader, optimizer, loss = init_config(model, ...)``)
-_FOLLOWED = (Kind.DATALOADER, Kind.OPTIMIZER)
-
-
-def imported_returns(
-    path: str | Path, model: ScriptModel
-) -> dict[int, list[tuple[tuple[int, ...], Kind | None]]]:
+def imported_returns(path: str | Path, model: ScriptModel) -> dict[int, Returned]:
     """The calls of ``model`` (the file ``path``) that return DataLoaders made in a module of its
-    own folder, by the call's id, with what each returns by position (`objects.returned_kinds`:
-    the loaders and an optimizer made with them, every other kind left out): a function
-    imported from there (``get_dataloader(train=True)`` of ``dataset.py``), or a method of an
-    instance of a class imported from there (``data_loader = TinyImageNetDataLoader(32)``,
-    then ``data_loader.get_loaders()``). The conversion prepares them as it prepares what a
-    factory of the file returns."""
+    own folder, by the call's id, with what each returns by position (the analysis the linter
+    asks too: `imported_returns.returned_by_project`). The conversion prepares them as it
+    prepares what a factory of the file returns."""
     script = Path(path)
     if not script.is_file():
         return {}
     modules: dict[Path, ScriptModel | None] = {}
-    found: dict[int, list[tuple[tuple[int, ...], Kind | None]]] = {}
+
+    def load(file: Path) -> ScriptModel | None:
+        if file not in modules:  # each module analysed once
+            modules[file] = _analyzed(file)
+        return modules[file]
+
+    found: dict[int, Returned] = {}
     for node in walk(model.module):
-        if not isinstance(node, cst.Call):
-            continue
-        located = _defined_beside(script, model, node, modules)
-        if located is None:
-            continue
-        function, other = located
-        kinds = [
-            (path, kind if kind in _FOLLOWED else None)
-            for path, kind in returned_kinds(other, function, value_classifier(other))
-        ]
-        if any(kind is Kind.DATALOADER for _, kind in kinds):
-            found[id(node)] = kinds
+        if isinstance(node, cst.Call):
+            kinds, _ = returned_by_project(script, model, node, load)
+            if kinds:
+                found[id(node)] = kinds
     return found
-
-
-def _defined_beside(
-    script: Path, model: ScriptModel, call: cst.Call, modules: dict[Path, ScriptModel | None]
-) -> tuple[cst.FunctionDef, ScriptModel] | None:
-    """The function of a module beside ``script`` that ``call`` runs, with that module's
-    analysis: a top-level function imported from it, or a method of a class imported from it
-    called on the one instance the file binds to that name."""
-    name = dotted(call.func)
-    imported = model.imports.resolve(name) if name else None
-    member = None
-    if imported is None and isinstance(call.func, cst.Attribute):
-        owner = call.func.value
-        bound = model.index.values_bound_to(owner.value) if isinstance(owner, cst.Name) else []
-        made = bound[0][1] if len(bound) == 1 else None
-        maker = dotted(made.func) if isinstance(made, cst.Call) else None
-        imported = model.imports.resolve(maker) if maker else None
-        member = call.func.attr.value
-    if imported is None or "." not in imported.lstrip("."):
-        return None
-    module_name, _, defined = imported.rpartition(".")
-    file = module_file(script, module_name)
-    if file is None:
-        return None
-    if file not in modules:
-        modules[file] = _analyzed(file)
-    other = modules[file]
-    if other is None:
-        return None
-    top = {
-        s.name.value: s for s in other.module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))
-    }
-    definition = top.get(defined)
-    if member is not None and isinstance(definition, cst.ClassDef):
-        definition = other.index.methods_of(defined).get(member)
-    elif member is not None:
-        return None  # a method of something that is not a class there
-    return (definition, other) if isinstance(definition, cst.FunctionDef) else None
 
 
 def review_notes(
