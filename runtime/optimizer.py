@@ -10,6 +10,8 @@ import torch
 from accelify.runtime import pending_work
 from accelify.runtime.gradient_state import GradientState
 
+_TORCH_ZERO_GRAD = torch.optim.Optimizer.zero_grad
+
 
 class PreparedOptimizer(torch.optim.Optimizer):
     """Wraps the user's optimizer; ``step``/``zero_grad`` are skipped on accumulation steps.
@@ -35,11 +37,6 @@ class PreparedOptimizer(torch.optim.Optimizer):
         self.scaler = scaler
         self.step_was_skipped = False
         self.tracks_step = tracks_step
-        #: the wrapped optimizer's zero_grad is torch's own, whose set_to_none defaults to True:
-        #: `zero_grad` then calls it without arguments (see there)
-        self._torch_zero_grad = (
-            getattr(type(optimizer), "zero_grad", None) is torch.optim.Optimizer.zero_grad
-        )
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
@@ -82,14 +79,13 @@ class PreparedOptimizer(torch.optim.Optimizer):
             # torch's zero_grad is wrapped (``torch._disable_dynamo``) by a function of
             # ``*args, **kwargs``: a keyword builds and unpacks a dict there on every step, about
             # 2.5 k instructions at 32 wide (bench/step_instructions.py); torch's own default is
-            # the same True, so it is left to it
-            if set_to_none is True and self._torch_zero_grad:
-                self.optimizer.zero_grad()
+            # the same True, so it is left to it. Asked per call, of the bound method itself: a
+            # zero_grad replaced on the object (before or after prepare) gets the keyword
+            zero = self.optimizer.zero_grad
+            if set_to_none is True and getattr(zero, "__func__", None) is _TORCH_ZERO_GRAD:
+                zero()
             else:
-                self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    #: set per object (`__init__`); False, the keyword path, for one unpickled from before it
-    _torch_zero_grad = False
+                zero(set_to_none=set_to_none)
 
     #: Whether ``step`` tracks the collectives it launches (`pending_work.tracks`): an engine's
     #: step communicates (DeepSpeed gathers the new partitions). A block tracked costs each op

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -729,6 +730,22 @@ def test_the_prepared_optimizers_zero_grad_keeps_set_to_none_either_way():
     own.zero_grad()
     own.zero_grad(set_to_none=False)
     assert calls == [True, False]
+
+
+def test_a_zero_grad_replaced_on_the_optimizer_object_still_gets_set_to_none():
+    """A zero_grad patched on the object (here after prepare) defaults to False: the prepared
+    optimizer's ``zero_grad(set_to_none=True)`` must reach it as asked, not as its default."""
+    model = nn.Linear(2, 1)
+    accelerator = Accelerator(cpu=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    prepared = accelerator.prepare(optimizer)
+    optimizer.zero_grad = functools.partial(optimizer.zero_grad, set_to_none=False)
+    model(torch.ones(1, 2)).sum().backward()
+    prepared.zero_grad(set_to_none=True)
+    assert model.weight.grad is None
+    model(torch.ones(1, 2)).sum().backward()
+    prepared.zero_grad()
+    assert model.weight.grad is None
 
 
 def test_a_cpu_batch_already_in_place_is_handed_back_as_it_is():
