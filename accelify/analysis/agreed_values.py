@@ -69,6 +69,7 @@ class AgreedValues:
         self.gathered = gathered
         self._names: dict[tuple[int, bool], frozenset[str]] = {}
         self._returns: dict[tuple[int, bool], bool] = {}
+        self._state_names: frozenset[str] | None = None
 
     def test_agreed(self, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Every rank decides ``test`` (read at ``at``) alike: it reads only constants,
@@ -350,9 +351,50 @@ class AgreedValues:
             agreed = self.names(function, depth + 1, handed)
             self._returns[key] = bool(returns) and all(
                 self._agreed(r.value, function, agreed, depth + 1)  # type: ignore[arg-type]
+                and not self._reads_own_state(r.value)  # type: ignore[arg-type]
                 for r in returns
             )
         return self._returns[key]
+
+    def _reads_own_state(self, value: cst.BaseExpression) -> bool:
+        """``correct / n - self.train_loss``: a return may read what its instance holds, which
+        each rank may set itself (a training loss kept on ``self`` by a step); the return is
+        then not agreed, whatever it is handed. What only ``__init__`` sets (``self.loader``)
+        and a method called on ``self`` are not such reads."""
+        called = {id(node.func) for node in walk(value) if isinstance(node, cst.Call)}
+        return any(
+            isinstance(node, cst.Attribute)
+            and isinstance(node.value, cst.Name)
+            and node.value.value in ("self", "cls")
+            and id(node) not in called
+            and node.attr.value in self._set_after_construction()
+            for node in walk(value)
+        )
+
+    def _set_after_construction(self) -> frozenset[str]:
+        """Attribute names the file writes (``x.name = ...``, ``+=``, an unpacking's element)
+        somewhere other than an ``__init__``."""
+        if self._state_names is None:
+            placement = self.facts.placement
+            names: set[str] = set()
+            for node in walk(self.model.module):
+                if isinstance(node, cst.Assign):
+                    targets = [t.target for t in node.targets]
+                elif isinstance(node, cst.AugAssign | cst.AnnAssign):
+                    targets = [node.target]
+                else:
+                    continue
+                function = placement.enclosing_function(node)
+                if function is not None and function.name.value == "__init__":
+                    continue
+                names.update(
+                    part.attr.value
+                    for target in targets
+                    for part in walk(target)
+                    if isinstance(part, cst.Attribute)
+                )
+            self._state_names = frozenset(names)
+        return self._state_names
 
 
 #: Blocks whose body may not run (or runs again): an ``eval()`` in one is not surely before.

@@ -555,7 +555,9 @@ def binds(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
     """``name = ...``, ``name += ...``, ``name.append(...)``; and ``dist.all_reduce(name)``,
     which writes the value every rank agrees on into ``name``."""
     if isinstance(small, cst.Assign):
-        return any(dotted(t.target) == name for t in small.targets) or name in bound_by(small)
+        return any(name in _dotted_targets(t.target) for t in small.targets) or name in bound_by(
+            small
+        )
     if isinstance(small, cst.AugAssign | cst.AnnAssign):
         return dotted(small.target) == name or name in bound_by(small)
     call = small.value if isinstance(small, cst.Expr) else None
@@ -567,6 +569,17 @@ def binds(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
         and call.func.attr.value in ("append", "extend")
         and dotted(call.func.value) == name
     )
+
+
+def _dotted_targets(target: cst.BaseExpression) -> set[str]:
+    """``self.best`` and ``self.bad`` of ``self.best, self.bad = ...``: an unpacking binds each
+    of its elements as a plain assignment would."""
+    if isinstance(target, cst.Tuple | cst.List):
+        return {name for element in target.elements for name in _dotted_targets(element.value)}
+    if isinstance(target, cst.StarredElement):
+        return _dotted_targets(target.value)
+    name = dotted(target)
+    return {name} if name else set()
 
 
 def _written_in_place(script: ScriptModel, call: cst.Call) -> str | None:

@@ -17,7 +17,7 @@ from typing import Literal
 import libcst as cst
 
 from accelify.analysis.own_stops import decided_on_own_shard
-from accelify.analysis.syntax import walk
+from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.collective_rewrites import collective_stop
 
@@ -64,20 +64,16 @@ def _constructor_setting(ctx: Context, attribute: cst.Attribute) -> bool:
     if not (isinstance(attribute.value, cst.Name) and attribute.value.value == "self"):
         return False
     name = attribute.attr.value
-    writes = [
-        node
-        for node in walk(ctx.model.module)
-        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
-        and any(
-            isinstance(target, cst.Attribute) and target.attr.value == name
-            for target in _targets_of(node)
-        )
-    ]
+    if _set_by_name(ctx, name):
+        return False
+    writes = [node for node in walk(ctx.model.module) if _writes_attribute(node, name)]
     if not writes:
         return False
     for write in writes:
         function = ctx.facts.placement.enclosing_function(write)
         if not isinstance(write, cst.Assign) or len(write.targets) != 1:
+            return False
+        if not isinstance(write.targets[0].target, cst.Attribute):  # ``self.a, self.b = ...``
             return False
         if function is None or function.name.value != "__init__":
             return False
@@ -86,10 +82,36 @@ def _constructor_setting(ctx: Context, attribute: cst.Attribute) -> bool:
     return True
 
 
-def _targets_of(node: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.BaseExpression]:
+def _writes_attribute(node: cst.CSTNode, name: str) -> bool:
+    """``node`` stores into an attribute called ``name`` anywhere in its targets: a tuple or
+    list unpacking (``self.best, self.bad = ...``), a loop's or a ``with``'s target too."""
     if isinstance(node, cst.Assign):
-        return [target.target for target in node.targets]
-    return [node.target]
+        targets: list[cst.CSTNode] = [target.target for target in node.targets]
+    elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
+        targets = [node.target]
+    elif isinstance(node, cst.WithItem) and node.asname is not None:
+        targets = [node.asname.name]
+    else:
+        return False
+    return any(
+        isinstance(part, cst.Attribute) and part.attr.value == name
+        for target in targets
+        for part in walk(target)
+    )
+
+
+def _set_by_name(ctx: Context, name: str) -> bool:
+    """``setattr(self, "bad", ...)`` or a ``setattr`` whose name the file computes: a write the
+    assignments do not show, so the attribute is not a constructor's setting."""
+    for node in walk(ctx.model.module):
+        if not (isinstance(node, cst.Call) and dotted(node.func) == "setattr"):
+            continue
+        if len(node.args) < 2:
+            return True
+        key = node.args[1].value
+        if not isinstance(key, cst.SimpleString) or key.evaluated_value == name:
+            return True
+    return False
 
 
 def _in_training(ctx: Context, origin: cst.CSTNode) -> bool:

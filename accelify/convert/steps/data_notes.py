@@ -323,7 +323,7 @@ def _printed_as_the_whole_runs_mean(ctx: Context, found: ShardTotal) -> bool:
     mean of the ranks' sums before it (`rewrites.whole_run_sum`) and the main process prints
     the whole run's batch mean (each rank has as many batches), which is the original's on one
     process. Only where every rank reaches that line (the loop's own block, which they all
-    run), the total is a name or attribute, and this print is the only place it is divided:
+    run), the total is a plain name, and this print is the only place it is divided:
     another division (a history entry, a later line) keeps its review line, and the sum is
     then left as each rank's."""
     division = found.division
@@ -342,6 +342,11 @@ def _printed_as_the_whole_runs_mean(ctx: Context, found: ShardTotal) -> bool:
         return False
     lines = list(getattr(block, "body", ()))
     if lines.index(found.loop.node) > lines.index(shown):
+        return False
+    between = lines[lines.index(found.loop.node) + 1 : lines.index(shown)]
+    if not all(_falls_through(line) for line in between):
+        return False  # a rank that leaves before the print would leave the others in the gather
+    if not _read_once_as_numerator(shown, division, found.total):
         return False
     if any(
         other is not found and other.total == found.total and other.loop is found.loop
@@ -367,6 +372,22 @@ def _printed_as_the_whole_runs_mean(ctx: Context, found: ShardTotal) -> bool:
     if "gather_object" not in ctx.uses:
         ctx.uses.append("gather_object")
     return True
+
+
+def _falls_through(line: cst.CSTNode) -> bool:
+    """A simple statement that cannot leave its block (no ``continue``, ``break``, ``return``
+    or ``raise``): every rank that runs the loop reaches the print after it."""
+    return isinstance(line, cst.SimpleStatementLine) and not any(
+        isinstance(node, (cst.Continue, cst.Break, cst.Return, cst.Raise)) for node in walk(line)
+    )
+
+
+def _read_once_as_numerator(shown: cst.CSTNode, division: cst.BinaryOperation, total: str) -> bool:
+    """The print reads ``total`` only as what ``division`` divides: shown alone (``correct
+    {correct}``), the mean of the ranks' counts would be printed, and an integer count as a
+    float on one process."""
+    reads = [node for node in walk(shown) if isinstance(node, cst.Name) and node.value == total]
+    return len(reads) == 1 and reads[0] is division.left
 
 
 def _read_beside(ctx: Context, found: ShardTotal, shown: cst.CSTNode) -> bool:
