@@ -1110,7 +1110,9 @@ def test_an_early_stopping_object_a_helper_hands_the_rank_s_loss_is_fixed_at_tha
     code = HEADER + "import torch\n" + _PATIENCE_CLASS
     found = the_finding(code, "ACC420", line=44)
     assert "reads self.early_stopping.early_stop" in found.message
-    assert "EarlyStopping.__call__ sets at line 17 under `if score < " in found.message
+    # the counter it tests is stepped under ``score < best`` (an unpacking resets it): of val_loss
+    assert "EarlyStopping.__call__ sets at line 17 under `if self.counter >= " in found.message
+    assert "a test of val_loss" in found.message
     assert "before the call at line 35 (`val_loss = accelerator.reduce(" in found.message
     reduced = code.replace(
         "        val_loss = sum(losses) / len(losses)\n",
