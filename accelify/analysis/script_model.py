@@ -218,6 +218,14 @@ class ScriptModel:
             return {f"builtins.{name}"}
         return {name}
 
+    @cached_property
+    def name_scopes(self) -> Mapping[cst.CSTNode, object]:
+        """libcst's `ScopeProvider` over the file, resolved on first use only (a pass over
+        the whole module): `name_scopes` answers which binding a name means with it."""
+        from libcst.metadata import MetadataWrapper, ScopeProvider
+
+        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(ScopeProvider)
+
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions cost a code-generation pass over the file: resolved on first use only.
         if self._positions is None:
