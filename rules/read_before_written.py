@@ -145,6 +145,19 @@ class ReadBeforeWritten(Rule):
             11,
             27,
         ),
+        Example(  # the same through a closure: ``inner`` reads ``outer``'s parameter
+            HEADER
+            + "import torch\n\n\ndef train(model, model_path):\n"
+            + "    accelerator.save(model.state_dict(), f'{model_path}/model.bin')\n"
+            + "\n\ndef outer(model, model_path):\n"
+            + "    def inner():\n"
+            + "        model.load_state_dict(torch.load(model_path))\n\n"
+            + "    inner()\n"
+            + "\n\nmodel_path = 'ckpt'\ntrain(model, model_path)\n"
+            + "outer(model, f'{model_path}/model.bin')\n",
+            12,
+            31,
+        ),
         Example(  # told to write on the main process only, read back by every rank
             HEADER
             + "from transformers import AutoModel\n"
