@@ -1185,8 +1185,24 @@ class SharedFiles:
         """Where ``node`` runs, function by function outwards: itself in its function, then the
         calls of that function in the one function that calls it, and so on (`_callers_chain`;
         ``None``: the module's own code)."""
+        lam = self._lambda_around(node)
+        if lam is not None:  # a lambda's body runs at its calls, not where it is written
+            runs = [call for call, _ in self._runs_of(lam)]
+            functions = {self.placement.enclosing_function(call) for call in runs}
+            if len(functions) == 1:
+                (function,) = functions
+                return {function: list(runs), **self._callers_chain(function)}
         function = self.placement.enclosing_function(node)
         return {function: [node], **self._callers_chain(function)}
+
+    def _lambda_around(self, node: cst.CSTNode) -> cst.Lambda | None:
+        """The lambda whose body holds ``node``, inside the function around it."""
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.Lambda):
+                return ancestor
+            if isinstance(ancestor, cst.FunctionDef):
+                return None
+        return None
 
     def _callers_chain(
         self, function: cst.FunctionDef | None
