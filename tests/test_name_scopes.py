@@ -96,3 +96,39 @@ def test_a_default_value_runs_where_its_def_runs():
     assert placement.running_function(default) is None
     assert placement.running_function(inside) is init
     assert placement.runs_inside(inside, init) and not placement.runs_inside(default, init)
+
+
+def test_the_plain_answer_agrees_with_the_scopes():
+    """Where the cheap path answers, libcst's scopes over the statement answer the same, for
+    every name read in every function of the conversion fixtures' scripts."""
+    from pathlib import Path
+
+    from accelify.analysis import name_scopes
+
+    checked = 0
+    for before in sorted(Path(__file__).parent.parent.glob("fixtures/convert/*/before.py"))[:80]:
+        try:
+            script = analyze(cst.parse_module(before.read_text()))
+        except cst.ParserSyntaxError:
+            continue
+        for node in walk(script.module):
+            if not isinstance(node, cst.Name) or isinstance(
+                script.parent(node), (*name_scopes._BINDING_PARENTS, cst.Attribute)
+            ):
+                continue
+            if node.value in ("None", "True", "False"):
+                continue
+            top = name_scopes._top_statement(script, node)
+            if top is None:
+                continue
+            plain = name_scopes._plain_answer(script, node.value, node, top)
+            if plain is None:
+                continue
+            scope = name_scopes._scopes(script, top).get(node)
+            if scope is None:
+                continue
+            found = (name_scopes._owner_of(script, a.scope) for a in scope[node.value])
+            owners = [o for o in found if o is not None] or [script.module]  # builtins
+            assert all(o is plain for o in owners), (before, script.line(node), node.value)
+            checked += 1
+    assert checked > 1000

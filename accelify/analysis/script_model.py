@@ -219,12 +219,10 @@ class ScriptModel:
         return {name}
 
     @cached_property
-    def name_scopes(self) -> Mapping[cst.CSTNode, object]:
-        """libcst's `ScopeProvider` over the file, resolved on first use only (a pass over
-        the whole module): `name_scopes` answers which binding a name means with it."""
-        from libcst.metadata import MetadataWrapper, ScopeProvider
-
-        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(ScopeProvider)
+    def name_scopes(self) -> dict[int, Mapping[cst.CSTNode, object]]:
+        """libcst's `ScopeProvider` per top-level statement, resolved on first use only
+        (`name_scopes`): a pass over the whole module costs several times its parse."""
+        return {}
 
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions cost a code-generation pass over the file: resolved on first use only.
