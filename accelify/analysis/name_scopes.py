@@ -146,6 +146,8 @@ def _plain_answer(model: ScriptModel, name: str, at: cst.CSTNode, top: cst.CSTNo
     ``name`` there is that function's own exactly when some binding of it (a parameter, a
     target, an ``as``, a capture, an import) has that function as its innermost scope;
     else the module's. None where this does not apply (the scopes answer)."""
+    if _innermost_scope(model, at) is None:
+        return model.module  # the module's own code: its names are the module's
     function = _innermost_scope(model, at, in_body=True)
     if not isinstance(function, cst.FunctionDef) or _innermost_scope(model, function) not in (
         None,
