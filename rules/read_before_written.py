@@ -145,6 +145,29 @@ class ReadBeforeWritten(Rule):
             11,
             27,
         ),
+        Example(  # the same through a closure: ``inner`` reads ``outer``'s parameter
+            HEADER
+            + "import torch\n\n\ndef train(model, model_path):\n"
+            + "    accelerator.save(model.state_dict(), f'{model_path}/model.bin')\n"
+            + "\n\ndef outer(model, model_path):\n"
+            + "    def inner():\n"
+            + "        model.load_state_dict(torch.load(model_path))\n\n"
+            + "    inner()\n"
+            + "\n\nmodel_path = 'ckpt'\ntrain(model, model_path)\n"
+            + "outer(model, f'{model_path}/model.bin')\n",
+            12,
+            31,
+        ),
+        Example(  # the same through a lambda's parameter, at the lambda's call
+            HEADER
+            + "import torch\n\n\ndef train(model, model_path):\n"
+            + "    accelerator.save(model.state_dict(), f'{model_path}/model.bin')\n"
+            + "\n\nload = lambda model, model_path: model.load_state_dict(torch.load(model_path))\n"
+            + "model_path = 'ckpt'\ntrain(model, model_path)\n"
+            + "load(model, f'{model_path}/model.bin')\n",
+            10,
+            56,
+        ),
         Example(  # told to write on the main process only, read back by every rank
             HEADER
             + "from transformers import AutoModel\n"
@@ -189,6 +212,13 @@ class ReadBeforeWritten(Rule):
         ),
     )
     good = (
+        # a barrier between the save and the call of the lambda that loads
+        HEADER
+        + "import torch\n\n\ndef train(model, model_path):\n"
+        + "    accelerator.save(model.state_dict(), f'{model_path}/model.bin')\n"
+        + "\n\nload = lambda model, model_path: model.load_state_dict(torch.load(model_path))\n"
+        + "model_path = 'ckpt'\ntrain(model, model_path)\naccelerator.wait_for_everyone()\n"
+        + "load(model, f'{model_path}/model.bin')\n",
         # the loading helper waits for the save first, wherever its callers saved
         HEADER
         + "import torch\n\n\ndef train(model, model_path):\n"
@@ -403,7 +433,7 @@ class ReadBeforeWritten(Rule):
         where = (
             # a barrier in the function would hang its calls on one rank: between the calls
             f"between the calls at lines {script.line(writing)} and {script.line(reading)}"
-            if some_ranks
+            if some_ranks or _in_a_lambda(script, shared.read)  # no statement in a lambda
             else f"before this read (or between the calls at lines {script.line(writing)} and "
             f"{script.line(reading)})"
         )
@@ -677,12 +707,28 @@ def _ordered_across_calls(script: ScriptModel, shared: SharedFile) -> bool:
         _collective_between(
             script, index.enclosing_function(writing), script.order(writing), script.order(reading)
         )
-        or _collective_between(script, index.enclosing_function(shared.read), since, read_order)
+        or (
+            # a lambda's body holds no barrier: the code around where it is written is not
+            # what runs before its read (its calls are, `reading`)
+            not _in_a_lambda(script, shared.read)
+            and _collective_between(
+                script, index.enclosing_function(shared.read), since, read_order
+            )
+        )
         or _collective_between(
             script, index.enclosing_function(shared.write), script.order(shared.write), until
         )
         or _in_main_process_first(script, shared.read)
     )
+
+
+def _in_a_lambda(script: ScriptModel, node: cst.CSTNode) -> bool:
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, cst.Lambda):
+            return True
+        if isinstance(ancestor, cst.FunctionDef):
+            return False
+    return False
 
 
 def _collective_between(

@@ -316,6 +316,38 @@ class StopOnOwnValue(Rule):
             14,
             5,
         ),
+        # a batch drawn by hand from the prepared loader, through an iterator made in place
+        # (``next(iter(loader))``) or by ``cycle`` imported from itertools: this rank's loss
+        Example(
+            HEADER
+            + "import torch\n"
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "for step in range(100):\n"
+            + "    x, y = next(iter(loader))\n"
+            + "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+            + "    accelerator.backward(loss)\n"
+            + "    optimizer.step()\n"
+            + "    if loss.item() < 0.01:\n"
+            + "        break\n",
+            11,
+            9,
+        ),
+        Example(
+            HEADER
+            + "import torch\n"
+            + "from itertools import cycle\n"
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "batches = cycle(loader)\n"
+            + "for step in range(100):\n"
+            + "    x, y = next(batches)\n"
+            + "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+            + "    accelerator.backward(loss)\n"
+            + "    optimizer.step()\n"
+            + "    if loss.item() < 0.01:\n"
+            + "        break\n",
+            13,
+            9,
+        ),
         # the loaders come from a helper that loads and prepares them: the validation loss is
         # still this rank's shard's, and the patience ends this rank's epochs alone
         Example(

@@ -10,6 +10,7 @@ from accelify.analysis.construction import (
     keeps_the_object,
 )
 from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.name_scopes import means_module_binding
 from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import assigned_targets, dotted, has_parameter, walk
@@ -592,6 +593,35 @@ class WrapperAttribute(Rule):
         ),
     )
     good = (
+        # functions that bind ``model`` themselves (a default, a comprehension's, a lambda's
+        # parameter, a walrus, ``except ... as``, a ``case`` capture, a local import, a loop's
+        # name): none of them reads the module's prepared model
+        "from accelerate import Accelerator\n\n\n"
+        "def report(model=None):\n    print(model.config)\n\n\n"
+        "def comp():\n    return [model.config for model in models]\n\n\n"
+        "def lam():\n    return lambda model: model.config\n\n\n"
+        "def walrus():\n    if (model := get()) is not None:\n        return model.config\n\n\n"
+        "def excepted():\n    try:\n        pass\n    except Exception as model:\n"
+        "        return model.config\n\n\n"
+        "def matched(x):\n    match x:\n        case {'m': model}:\n"
+        "            return model.config\n\n\n"
+        "def imported():\n    from transformers import AutoModel as model\n"
+        "    print(model.config)\n\n\n"
+        "def looped():\n    for i, (name, model) in enumerate(zoo.items()):\n        pass\n"
+        "    print(model.config)\n\n\n"
+        "accelerator = Accelerator()\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "for x, y in loader:\n"
+        "    accelerator.backward(model(x).sum())\n"
+        "    optimizer.step()\n"
+        "report(); comp(); lam(); walrus(); excepted(); matched(1); imported(); looped()\n",
+        # the one call of the function that reads ``model.module`` is under a test that the
+        # run has several processes: the wrapper is there whenever it runs
+        "from accelerate import Accelerator\n\n\n"
+        "def log():\n    print(model.module.h)\n\n\n"
+        "accelerator = Accelerator()\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "if accelerator.num_processes > 1:\n    log()\n",
         # the base trainer's prepare() moves to the device: the model is no wrapper
         _BASE_PREPARE.format(body="tuple(a.to(self.accelerator.device) for a in args)"),
         # without FSDP, the model's own attribute read where the main block unwrapped the
@@ -984,6 +1014,8 @@ class WrapperAttribute(Rule):
             return
         if _wrapper_tested(script, attribute) or _falls_back(script, attribute):
             return
+        if _wrapper_tested_at_every_call(script, attribute):
+            return  # ``if accelerator.num_processes > 1: log()``: the test chooses at the call
         accelerator = accelerator_name(script, attribute)
         yield self.finding(
             script,
@@ -1079,6 +1111,24 @@ def _wrapper_tested(script: ScriptModel, attribute: cst.Attribute) -> bool:
         if "isinstance(" in code or any(word in code for word in WRAPPER_TESTS):
             return True
     return False
+
+
+def _wrapper_tested_at_every_call(script: ScriptModel, node: cst.CSTNode, depth: int = 0) -> bool:
+    """The function around ``node`` runs only under a test of the wrapper (`_wrapper_tested`):
+    every call of it in the file is under one, or in a function whose every call is, and no
+    call is hidden from the file (a reference handed on, a method called through an object it
+    cannot follow)."""
+    graph = script.call_graph
+    function = script.index.enclosing_function(node)
+    if function is None or depth > 3:
+        return False
+    calls = [call for call, _ in graph.calls_of(function)]
+    if not calls or graph.uncertain_callers(function) or graph.references(function):
+        return False
+    return all(
+        _wrapper_tested(script, call) or _wrapper_tested_at_every_call(script, call, depth + 1)
+        for call in calls
+    )
 
 
 def _tested_for_itself(script: ScriptModel, attribute: cst.Attribute) -> bool:
@@ -1340,29 +1390,17 @@ def _calls_reading_a_global(script: ScriptModel, name: str, at: cst.CSTNode) -> 
         for ancestor in script.ancestors(function)
     ):
         return []
-    if name in script.index.own_bindings(function) or has_parameter(function, name):
+    # a local of its own (a parameter, a loop's or a ``with``'s name, a lambda's parameter, a
+    # walrus, ``except ... as``, a ``case`` capture, a local import): not the module's
+    if not means_module_binding(script, name, at):
         return []
-    for node in walk(function.body):  # a loop's, a ``with``'s or a ``global``'s name: its own
-        if isinstance(node, cst.For | cst.CompFor) and name in _names_of(node.target):
-            return []
-        if (
-            isinstance(node, cst.WithItem)
-            and node.asname is not None
-            and name in _names_of(node.asname.name)
-        ):
-            return []
-        if isinstance(node, cst.Global | cst.Nonlocal) and any(
-            n.name.value == name for n in node.names
-        ):
+    for node in walk(function.body):  # ``global model``: it may bind the module's name itself
+        if isinstance(node, cst.Global) and any(n.name.value == name for n in node.names):
             return []
     calls = [call for call, _ in script.call_graph.calls_of(function)]
     if not calls or any(script.scope_of(call) is not script.module for call in calls):
         return []
     return calls
-
-
-def _names_of(target: cst.BaseExpression) -> set[str]:
-    return {node.value for node in walk(target) if isinstance(node, cst.Name)}
 
 
 def _parameter_given_prepared_model(

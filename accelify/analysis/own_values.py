@@ -30,6 +30,10 @@ _DEPTH = 3
 _RECEIVER = "<receiver>"
 
 
+#: What makes an iterator over a loader that ``next`` draws batches from.
+_ITERATORS = frozenset({"iter", "builtins.iter", "itertools.cycle"})
+
+
 @dataclass(frozen=True)
 class ShardView:
     """Which loaders are sharded, for a caller that asks before they are: the conversion reads
@@ -406,15 +410,18 @@ class OwnValues:
         if name in passed:  # a parameter: what this call of its function hands it
             source = passed[name]
             name = dotted(source)
-        if name is None:
+        if isinstance(source, cst.Call):
+            made: object = source  # ``next(iter(loader))``: the iterator made in place
+        elif name is None:
             return False
-        binding = _last_binding(self.facts, name, source)
-        made = getattr(binding, "value", None)
+        else:
+            made = getattr(_last_binding(self.facts, name, source), "value", None)
         if not isinstance(made, cst.Call) or len(made.args) != 1:
             return False
         if dotted(made.args[0].value) not in self._prepared():
             return False
-        if dotted(made.func) in ("iter", "itertools.cycle"):
+        # ``cycle`` imported from itertools as well as spelled ``itertools.cycle``
+        if dotted(made.func) in _ITERATORS or self.script.call_names(made) & _ITERATORS:
             return True
         target = callee(self.script, made)
         return target is not None and is_generator_function(target[0])

@@ -142,6 +142,27 @@ class Placement:
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         return self.model.index.enclosing_function(node)
 
+    def running_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        """The function whose call runs ``node``: the closest one that holds it in its body. A
+        default value, a decorator or an annotation (``def __init__(self, noise=torch.randn(32,
+        4))``) runs once, when the ``def`` statement runs (at class or module definition), in
+        the code around that ``def``, not on each call."""
+        child: cst.CSTNode = node
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef) and child is ancestor.body:
+                return ancestor
+            child = ancestor
+        return None
+
+    def runs_inside(self, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+        """``node`` runs during a call of ``function`` (`running_function`, outwards)."""
+        current = self.running_function(node)
+        while current is not None:
+            if current is function:
+                return True
+            current = self.running_function(current)
+        return False
+
     def top_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         found = None
         for ancestor in self.model.ancestors(node):

@@ -218,6 +218,12 @@ class ScriptModel:
             return {f"builtins.{name}"}
         return {name}
 
+    @cached_property
+    def name_scopes(self) -> dict[int, Mapping[cst.CSTNode, object]]:
+        """libcst's `ScopeProvider` per top-level statement, resolved on first use only
+        (`name_scopes`): a pass over the whole module costs several times its parse."""
+        return {}
+
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions cost a code-generation pass over the file: resolved on first use only.
         if self._positions is None:

@@ -27,6 +27,7 @@ import libcst as cst
 
 from accelify.analysis import collectives, names, side_effects
 from accelify.analysis.flow import ObjectFlow
+from accelify.analysis.name_scopes import binding_owners, local_owner
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
@@ -578,15 +579,52 @@ class SharedFiles:
     def _passed_for(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
         """What the callers in this file pass for the parameter ``name`` of the function around
         ``at``: ``Trainer(model, ckpt=os.path.join(workdir, "best.pt"))`` for ``ckpt``."""
-        function = self.placement.enclosing_function(at)
-        if function is None or name not in _parameters(function):
+        function = self._parameter_owner(name, at)
+        if function is None:
             return []
         return [
             argument.value
-            for call, implicit in self.model.call_graph.calls_of(function)
-            for parameter, argument in bound_arguments(function, call, implicit)
+            for call, implicit in self._runs_of(function)
+            for parameter, argument in bound_arguments(function, call, implicit)  # type: ignore[arg-type]
             if parameter == name
         ]
+
+    def _parameter_owner(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | cst.Lambda | None:
+        """The function or lambda whose parameter ``name`` read at ``at`` is: the one around
+        it, or an enclosing one whose parameter a nested ``def`` reads (a closure), by Python's
+        scoping (`name_scopes`); None where ``name`` is no parameter there."""
+        owner = local_owner(self.model, name, at)
+        if owner is None and binding_owners(self.model, name, at) is None:
+            owner = self.placement.enclosing_function(at)  # a node the analysis built
+        if isinstance(owner, cst.FunctionDef | cst.Lambda) and name in _parameters(owner):
+            return owner
+        return None
+
+    def _runs_of(self, function: cst.FunctionDef | cst.Lambda) -> list[tuple[cst.Call, int]]:
+        """The file's calls of ``function``; of a lambda, the calls of the one name it is
+        assigned to (``load = lambda path: ...`` then ``load(ckpt)``) where that name means
+        it."""
+        if isinstance(function, cst.FunctionDef):
+            return self.flow.calls_of(function)
+        assign = self.model.parent(function)
+        if not (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+        ):
+            return []
+        name, scope = assign.targets[0].target.value, self.model.scope_of(assign)
+        found = []
+        for call in self.model.calls:
+            if not (isinstance(call.func, cst.Name) and call.func.value == name):
+                continue
+            owners = binding_owners(self.model, name, call.func)
+            if owners is None or len(owners) != 1 or owners[0] is not scope:
+                return []  # the name means something else there: the calls are not known
+            found.append((call, 0))
+        if len(self.model.index.values_bound_to(name)) != 1:
+            return []  # bound again: which calls run the lambda is not known
+        return found
 
     @cached_property
     def downloads(self) -> list[Download]:
@@ -971,15 +1009,16 @@ class SharedFiles:
         if not isinstance(path, cst.Name):
             return spellings
         values = self._values_of(path.value, path)
-        function = self.placement.enclosing_function(path)
-        if not values and function is not None and path.value in _parameters(function):
+        function = self._parameter_owner(path.value, path)
+        if not values and function is not None:
             # a parameter is its function's own name for what the callers pass: ``path`` of
             # one helper is not ``path`` of another
-            spellings = {f"{function.name.value}({path.value})"}
+            owner = function.name.value if isinstance(function, cst.FunctionDef) else "lambda"
+            spellings = {f"{owner}({path.value})"}
             values = self._passed_or_default(function, path.value)
         if len({self.model.module.code_for_node(v).strip() for v in values}) == 1:
             spellings |= self._spellings(values[0], depth + 1)
-        elif function is not None and path.value in _parameters(function) and values:
+        elif function is not None and values:
             # ``load(self, path)`` called with ``args.resume`` and with ``args.ckpt``: it may
             # read either file, so it reads each of them (a barrier too many costs a wait; one
             # too few, a read before the write)
@@ -1038,8 +1077,8 @@ class SharedFiles:
             if not isinstance(node, cst.Name) or id(node) in skipped:
                 continue
             values = self._values_of(node.value, node)
-            function = self.placement.enclosing_function(node)
-            if not values and function is not None and node.value in _parameters(function):
+            function = self._parameter_owner(node.value, node)
+            if not values and function is not None:
                 values = self._passed_or_default(function, node.value)
             codes = {self.model.module.code_for_node(v).strip() for v in values}
             if len(codes) == 1 and depth < _MAX_DEPTH:
@@ -1067,7 +1106,9 @@ class SharedFiles:
         (name,) = passed
         return cst.parse_expression(name) if name is not None else None
 
-    def _passed_or_default(self, function: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
+    def _passed_or_default(
+        self, function: cst.FunctionDef | cst.Lambda, name: str
+    ) -> list[cst.BaseExpression]:
         """What each call of ``function`` in the file gives its parameter ``name``: the argument,
         or the default where a call leaves it out (``EarlyStopping(patience=2)`` saves to
         ``path="checkpoint.pt"``)."""
@@ -1075,8 +1116,8 @@ class SharedFiles:
             (p.default for p in all_params(function.params) if p.name.value == name), None
         )
         values = []
-        for call, implicit in self.flow.calls_of(function):
-            passed = [a.value for n, a in bound_arguments(function, call, implicit) if n == name]
+        for call, implicit in self._runs_of(function):
+            passed = [a.value for n, a in bound_arguments(function, call, implicit) if n == name]  # type: ignore[arg-type]
             if passed:
                 values += passed
             elif default is not None:
@@ -1088,7 +1129,17 @@ class SharedFiles:
         ``with X as name``. A parameter of the function around ``at`` hides the module's name:
         ``def test(model, model_path)`` reads what its callers pass, not the
         ``model_path = "./ckpt"`` of the script's ``__main__`` block (taken for it, a load of
-        ``f"{model_path}/model.bin"`` looked like another file and got no barrier)."""
+        ``f"{model_path}/model.bin"`` looked like another file and got no barrier). Python's
+        own scoping decides (`name_scopes`): a closure reading its enclosing function's
+        parameter, a lambda's parameter, a comprehension's name are the function's own."""
+        owners = binding_owners(self.model, name, at)
+        if owners is not None:
+            return [
+                value
+                for statement, value in self.model.index.values_bound_to(name)
+                if any(self.model.scope_of(statement) is owner for owner in owners)
+            ]
+        # a node the analysis built (a substituted path): by the function around it
         scope = self.model.scope_of(at)
         function = self.placement.enclosing_function(at)
         scopes = {scope, self.model.module}
@@ -1134,8 +1185,24 @@ class SharedFiles:
         """Where ``node`` runs, function by function outwards: itself in its function, then the
         calls of that function in the one function that calls it, and so on (`_callers_chain`;
         ``None``: the module's own code)."""
+        lam = self._lambda_around(node)
+        if lam is not None:  # a lambda's body runs at its calls, not where it is written
+            runs = [call for call, _ in self._runs_of(lam)]
+            functions = {self.placement.enclosing_function(call) for call in runs}
+            if len(functions) == 1:
+                (function,) = functions
+                return {function: list(runs), **self._callers_chain(function)}
         function = self.placement.enclosing_function(node)
         return {function: [node], **self._callers_chain(function)}
+
+    def _lambda_around(self, node: cst.CSTNode) -> cst.Lambda | None:
+        """The lambda whose body holds ``node``, inside the function around it."""
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.Lambda):
+                return ancestor
+            if isinstance(ancestor, cst.FunctionDef):
+                return None
+        return None
 
     def _callers_chain(
         self, function: cst.FunctionDef | None
@@ -1209,7 +1276,7 @@ def _template(path: cst.BaseExpression) -> str | None:
     return f"template:{text}"
 
 
-def _parameters(function: cst.FunctionDef) -> set[str]:
+def _parameters(function: cst.FunctionDef | cst.Lambda) -> set[str]:
     params = function.params
     return {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
 

@@ -182,7 +182,17 @@ class Context:
             return range(span.start.line, span.end.line + 1)
 
         def reaches(node: cst.CSTNode) -> bool:
-            return any(placement.inside(node, c) for c in classes) and not self.in_static(node)
+            # the class's own body, its methods' default values and the ``class`` statement
+            # itself run when the class is defined, before any instance (or accelerator)
+            # exists: only code its methods run (or a method itself) reaches the instance
+            runs_in = (
+                node if isinstance(node, cst.FunctionDef) else placement.running_function(node)
+            )
+            return (
+                runs_in is not None
+                and any(placement.inside(runs_in, c) for c in classes)
+                and not self.in_static(node)
+            )
 
         self.plan.confine(reaches, lines)
 

@@ -30,11 +30,17 @@ def run(ctx: Context) -> None:
         # synchronization inside it would come after them, and claim what it cannot do
         draw = randomness.setup_draws[0]
         placement = ctx.facts.placement
-        run_from = "" if placement.inside(draw, anchor) else f", run from line {ctx.line(anchor)}"
+        written_in = placement.enclosing_function(draw)
+        if written_in is not None and placement.running_function(draw) is not written_in:
+            run_from = f", in a default value that runs when line {ctx.line(written_in)} defines it"
+        elif placement.inside(draw, anchor):
+            run_from = ""
+        else:
+            run_from = f", run from line {ctx.line(anchor)}"
         ctx.plan.review(
             ctx.line(draw),
             f"random values drawn before training with no seed set{run_from}, where "
-            f"{ctx.acc} does not exist yet: every rank draws its own values (its own synthetic "
+            f"{ctx.acc} is not reachable: every rank draws its own values (its own synthetic "
             "data, its own targets); left as is: seed the generators the script draws from "
             "at its top, the same seed on every rank (torch.manual_seed(0), "
             "numpy.random.seed(0), random.seed(0))",
@@ -70,11 +76,14 @@ _MAX_DEPTH = 6
 def _run_from_module(
     ctx: Context, draw: cst.Call, scope: cst.FunctionDef | None
 ) -> cst.CSTNode | None:
-    """The statement of the module's own code that runs ``draw`` through the file's calls
-    (``train_loader = get_loader(64, 2000)``, whose helper builds a data set that draws in its
-    ``__init__``), when no call on the way is made inside ``scope``, the function that owns
-    training: a synchronization at the top of ``scope`` would come after such a draw. None
-    when the draw is reached from ``scope``, or through calls the file cannot follow."""
+    """The first statement of the module's own code that runs ``draw`` through the file's
+    calls (``train_loader = get_loader(64, 2000)``, whose helper builds a data set that draws
+    in its ``__init__``): a synchronization at the top of ``scope``, the function that owns
+    training, would come after such a draw. A path through ``scope`` runs after that
+    synchronization and needs nothing, but it does not excuse another path from the module's
+    code (``VAL = make_data(16)`` beside ``make_data(32)`` in ``main()``): any such path is
+    found. None when every path goes through ``scope``, or when one goes through calls the
+    file cannot follow."""
     placement, module = ctx.facts.placement, ctx.model.module
     graph = ctx.model.call_graph
     frontier: list[cst.CSTNode] = [draw]
@@ -83,9 +92,9 @@ def _run_from_module(
     for _ in range(_MAX_DEPTH):
         later: list[cst.CSTNode] = []
         for node in frontier:
-            if scope is not None and placement.inside(node, scope):
-                return None
-            function = placement.enclosing_function(node)
+            if isinstance(scope, cst.FunctionDef) and placement.runs_inside(node, scope):
+                continue  # after the synchronization at the top of ``scope``
+            function = placement.running_function(node)
             if function is None:
                 top = placement.top_statement(node, module)
                 if top is not None:
@@ -109,7 +118,8 @@ def _run_from_module(
 def _seed_anchor(ctx: Context, draws: list[cst.Call]) -> cst.CSTNode | None:
     placement, module = ctx.facts.placement, ctx.model.module
     body = placement.body_of(module)
-    at_module = [d for d in draws if isinstance(ctx.model.scope_of(d), cst.Module)]
+    # a draw in a module-level class body or in a default value runs at definition
+    at_module = [d for d in draws if ctx.facts.placement.running_function(d) is None]
     if at_module:
         return placement.top_statement(at_module[0], module)
     scope = ctx.scope
