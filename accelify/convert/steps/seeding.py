@@ -35,8 +35,9 @@ def run(ctx: Context) -> None:
             run_from = f", in a default value that runs when line {ctx.line(written_in)} defines it"
         elif placement.inside(draw, anchor):
             run_from = ""
-        else:
-            run_from = f", run from line {ctx.line(anchor)}"
+        else:  # the module's statement that runs this draw (the anchor may be another draw's)
+            runner = _run_from_module(ctx, draw, None) or anchor
+            run_from = f", run from line {ctx.line(runner)}"
         ctx.plan.review(
             ctx.line(draw),
             f"random values drawn before training with no seed set{run_from}, where "
