@@ -475,6 +475,18 @@ def is_docstring(line: cst.CSTNode) -> bool:
     )
 
 
+def is_print_alone(line: cst.CSTNode) -> bool:
+    """``line`` is a ``print(...)`` call and nothing else: a statement a conversion may move or
+    put a collective before, knowing it only shows something."""
+    return (
+        isinstance(line, cst.SimpleStatementLine)
+        and len(line.body) == 1
+        and isinstance(line.body[0], cst.Expr)
+        and isinstance(line.body[0].value, cst.Call)
+        and dotted(line.body[0].value.func) == "print"
+    )
+
+
 def unpacked_pairs(
     target: cst.BaseExpression, value: cst.BaseExpression
 ) -> list[tuple[cst.BaseExpression, cst.BaseExpression]] | None:

@@ -17,7 +17,7 @@ from typing import Literal
 import libcst as cst
 
 from accelify.analysis.own_stops import decided_on_own_shard
-from accelify.analysis.syntax import dotted, walk
+from accelify.analysis.syntax import dotted, is_print_alone, walk
 from accelify.convert.steps.context import Context
 from accelify.edits.collective_rewrites import collective_stop
 
@@ -211,7 +211,7 @@ def _told_where_the_flag_is_set(
     holder = ctx.model.parent(line) if line is not None else None
     if not isinstance(holder, cst.IndentedBlock):
         return []
-    told = [s for s in holder.body if _is_print(s)]
+    told = [s for s in holder.body if is_print_alone(s)]
     prints = [n for n in walk(before) if isinstance(n, cst.Call) and _calls_print(n)]
     if not told or len(prints) != len(told):
         return []
@@ -235,17 +235,6 @@ def _bound_names(node: cst.CSTNode) -> set[str]:
 
 def _calls_print(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Name) and call.func.value == "print"
-
-
-def _is_print(line: cst.CSTNode) -> bool:
-    """``line`` is ``print(...)`` alone."""
-    return (
-        isinstance(line, cst.SimpleStatementLine)
-        and len(line.body) == 1
-        and isinstance(line.body[0], cst.Expr)
-        and isinstance(line.body[0].value, cst.Call)
-        and _calls_print(line.body[0].value)
-    )
 
 
 def _branch_around(

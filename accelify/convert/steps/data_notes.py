@@ -16,7 +16,7 @@ from accelify.analysis.randomness import draws_alike_per_step, randomness_of
 from accelify.analysis.sample_counts import SampleCount
 from accelify.analysis.script_model import Kind, Loop
 from accelify.analysis.shard_totals import ShardTotal, list_mean
-from accelify.analysis.syntax import dotted, target_names, walk
+from accelify.analysis.syntax import dotted, is_print_alone, target_names, walk
 from accelify.convert.steps.context import TARGET_MODULES, Context
 from accelify.convert.steps.evaluation import loader_names
 from accelify.convert.steps.host_inputs import cpu_only
@@ -335,7 +335,7 @@ def _printed_as_the_whole_runs_mean(ctx: Context, found: ShardTotal) -> bool:
     ):
         return False
     shown = ctx.statement_of(division)
-    if not _is_print(shown):
+    if not is_print_alone(shown):
         return False
     block = ctx.model.parent(shown)
     if block is None or block is not ctx.model.parent(found.loop.node):
@@ -414,17 +414,6 @@ def _folded_by(ctx: Context, node: cst.Name, found: ShardTotal) -> bool:
         isinstance(parent, cst.AugAssign)
         and parent.target is node
         and ctx.model.inside(parent, found.loop.node)
-    )
-
-
-def _is_print(line: cst.CSTNode) -> bool:
-    """``line`` is ``print(...)`` alone."""
-    return (
-        isinstance(line, cst.SimpleStatementLine)
-        and len(line.body) == 1
-        and isinstance(line.body[0], cst.Expr)
-        and isinstance(line.body[0].value, cst.Call)
-        and dotted(line.body[0].value.func) == "print"
     )
 
 
