@@ -26,7 +26,7 @@ from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.facts import Facts
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind
-from accelify.analysis.syntax import dotted, unpacked_names, walk
+from accelify.analysis.syntax import attributes_in_targets, dotted, unpacked_names, walk
 
 #: Where names are agreed: a function's own body, or the module's own code.
 Scope = cst.FunctionDef | cst.Module
@@ -70,6 +70,7 @@ class AgreedValues:
         self._names: dict[tuple[int, bool], frozenset[str]] = {}
         self._returns: dict[tuple[int, bool], bool] = {}
         self._state_names: frozenset[str] | None = None
+        self._attribute_writes: dict[str, list[cst.CSTNode]] | None = None
 
     def test_agreed(self, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Every rank decides ``test`` (read at ``at``) alike: it reads only constants,
@@ -371,29 +372,31 @@ class AgreedValues:
             for node in walk(value)
         )
 
+    def attribute_writes(self) -> dict[str, list[cst.CSTNode]]:
+        """Every statement of the file that writes an attribute, by the attribute's name (of
+        whatever object: ``x.name = ...``, ``+=``, an unpacking's element, a loop's target):
+        asked of every stop test and of every helper's return, so the file is walked once."""
+        if self._attribute_writes is None:
+            writes: dict[str, list[cst.CSTNode]] = {}
+            for node in walk(self.model.module):
+                for attribute in attributes_in_targets(node):
+                    writes.setdefault(attribute.attr.value, []).append(node)
+            self._attribute_writes = writes
+        return self._attribute_writes
+
     def _set_after_construction(self) -> frozenset[str]:
-        """Attribute names the file writes (``x.name = ...``, ``+=``, an unpacking's element)
-        somewhere other than an ``__init__``."""
+        """Attribute names the file writes somewhere other than an ``__init__``."""
         if self._state_names is None:
             placement = self.facts.placement
-            names: set[str] = set()
-            for node in walk(self.model.module):
-                if isinstance(node, cst.Assign):
-                    targets = [t.target for t in node.targets]
-                elif isinstance(node, cst.AugAssign | cst.AnnAssign):
-                    targets = [node.target]
-                else:
-                    continue
-                function = placement.enclosing_function(node)
-                if function is not None and function.name.value == "__init__":
-                    continue
-                names.update(
-                    part.attr.value
-                    for target in targets
-                    for part in walk(target)
-                    if isinstance(part, cst.Attribute)
+            self._state_names = frozenset(
+                name
+                for name, writes in self.attribute_writes().items()
+                if any(
+                    (function := placement.enclosing_function(write)) is None
+                    or function.name.value != "__init__"
+                    for write in writes
                 )
-            self._state_names = frozenset(names)
+            )
         return self._state_names
 
 

@@ -331,6 +331,21 @@ def target_names(target: cst.BaseExpression) -> set[str]:
     return set()
 
 
+def attributes_in_targets(node: cst.CSTNode) -> list[cst.Attribute]:
+    """The attributes written in ``node``'s targets (``self.best, self.bad = ...``, ``+=``, an
+    annotated one, a loop's or a ``with``'s target), with those a target reads on the way
+    (``self.i`` of ``self.hist[self.i] = v``): a cautious answer to "what may this store into"."""
+    if isinstance(node, cst.Assign):
+        targets: list[cst.CSTNode] = [target.target for target in node.targets]
+    elif isinstance(node, cst.AugAssign | cst.AnnAssign | cst.For):
+        targets = [node.target]
+    elif isinstance(node, cst.WithItem) and node.asname is not None:
+        targets = [node.asname.name]
+    else:
+        return []
+    return [part for target in targets for part in walk(target) if isinstance(part, cst.Attribute)]
+
+
 def bound_value(node: cst.BaseExpression) -> cst.BaseExpression:
     """What a later test reads ``node`` by: the target of a walrus (``(is_main :=
     accelerator.is_main_process)`` is ``is_main`` for an ``if not is_main:`` below it, as if

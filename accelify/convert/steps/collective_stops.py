@@ -66,7 +66,7 @@ def _constructor_setting(ctx: Context, attribute: cst.Attribute) -> bool:
     name = attribute.attr.value
     if _set_by_name(ctx, name):
         return False
-    writes = [node for node in walk(ctx.model.module) if _writes_attribute(node, name)]
+    writes = ctx.agreed.attribute_writes().get(name, [])
     if not writes:
         return False
     for write in writes:
@@ -80,24 +80,6 @@ def _constructor_setting(ctx: Context, attribute: cst.Attribute) -> bool:
         if not ctx.agreed.test_agreed(write.value, write):
             return False
     return True
-
-
-def _writes_attribute(node: cst.CSTNode, name: str) -> bool:
-    """``node`` stores into an attribute called ``name`` anywhere in its targets: a tuple or
-    list unpacking (``self.best, self.bad = ...``), a loop's or a ``with``'s target too."""
-    if isinstance(node, cst.Assign):
-        targets: list[cst.CSTNode] = [target.target for target in node.targets]
-    elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
-        targets = [node.target]
-    elif isinstance(node, cst.WithItem) and node.asname is not None:
-        targets = [node.asname.name]
-    else:
-        return False
-    return any(
-        isinstance(part, cst.Attribute) and part.attr.value == name
-        for target in targets
-        for part in walk(target)
-    )
 
 
 def _set_by_name(ctx: Context, name: str) -> bool:
