@@ -9,10 +9,12 @@ included."""
 
 from __future__ import annotations
 
+import typing
+
 import libcst as cst
 from libcst.metadata import FunctionScope, MetadataWrapper, ScopeProvider
 
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, walk
 from accelify.edits.plan import Note
 
 #: calls that read a function's locals by name: the binding may be read though no name is
@@ -74,38 +76,29 @@ def drop_unread_devices(
 
 def _device_bindings(module: cst.Module) -> list[cst.SimpleStatementLine]:
     """Statements ``name = <something>.accelerator.device`` (or ``accelerator.device``)."""
-    found: list[cst.SimpleStatementLine] = []
+    return [node for node in walk(module) if _binds_a_device(node)]
 
-    class _Find(cst.CSTVisitor):
-        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-            if len(node.body) != 1 or not isinstance(node.body[0], cst.Assign):
-                return
-            assign = node.body[0]
-            value = dotted(assign.value) or ""
-            if (
-                len(assign.targets) == 1
-                and isinstance(assign.targets[0].target, cst.Name)
-                and value.split(".")[-2:-1] == ["accelerator"]
-                and value.endswith(".device")
-            ):
-                found.append(node)
 
-    module.visit(_Find())
-    return found
+def _binds_a_device(node: cst.CSTNode) -> typing.TypeGuard[cst.SimpleStatementLine]:
+    if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
+        return False
+    assign = node.body[0]
+    if not isinstance(assign, cst.Assign):
+        return False
+    value = dotted(assign.value) or ""
+    return (
+        len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+        and value.split(".")[-2:-1] == ["accelerator"]
+        and value.endswith(".device")
+    )
 
 
 def _reads_locals_by_name(function: cst.CSTNode | None) -> bool:
-    if function is None:
-        return True
-    seen: list[bool] = []
-
-    class _Find(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            if dotted(node.func) in _LOCALS_READERS:
-                seen.append(True)
-
-    function.visit(_Find())
-    return bool(seen)
+    return function is None or any(
+        isinstance(node, cst.Call) and dotted(node.func) in _LOCALS_READERS
+        for node in walk(function)
+    )
 
 
 class _Remove(cst.CSTTransformer):
