@@ -2489,9 +2489,12 @@ def predicting_method(call: cst.Call, facts: Facts) -> bool:
     if not isinstance(func, cst.Attribute):
         return False
     owner = unwrapped_argument(func.value) or func.value  # a node is always true
+    method = func.attr.value
+    if method.startswith(_PREDICTING) and facts.flow.names_a_model(dotted(owner), call):
+        # ``model.generate(...)`` in a helper handed the prepared model (nanoT5's predict)
+        return True
     if not facts.flow.is_model_name(dotted(owner), call):
         return False
-    method = func.attr.value
     if method.startswith(_PREDICTING):
         return True
     index = facts.model.index

@@ -754,12 +754,18 @@ class ObjectFlow:
         """A call of a model; in an Accelerator script also of anything that came out of
         ``prepare`` (only models are called)."""
         name = dotted(call.func)
-        if self.is_model_name(name, call):
-            return True
         if name in ("self", "self.forward") and self._in_self_training_model(call):
             return True  # ``self(x)`` in a method of a model that trains itself
+        return self.names_a_model(name, call)
+
+    def names_a_model(self, name: str | None, at: cst.CSTNode) -> bool:
+        """``name`` is a model where ``at`` calls it (or a method of it): by its kind, or in an
+        Accelerator script anything that came out of ``prepare``, here or as what a helper's
+        callers pass for its parameter (only models are called, or ``generate`` run)."""
+        if self.is_model_name(name, at):
+            return True
         prepared = self.model.prepared_names
-        return name in prepared or self.outer_name(name, call) in prepared
+        return name in prepared or self.outer_name(name, at) in prepared
 
     def _in_self_training_model(self, node: cst.CSTNode) -> bool:
         """Inside a model class of the file whose own methods run a backward."""
