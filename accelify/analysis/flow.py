@@ -491,7 +491,20 @@ class ObjectFlow:
         if entry is not None and self.kind_of(*entry) is Kind.DATALOADER:
             return True
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
-        return loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared
+        if loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared:
+            return True
+        return self._handed_prepared(loop.iterable, loop.node)
+
+    def _handed_prepared(self, name: str | None, at: cst.CSTNode) -> bool:
+        """``name`` is a parameter of the function around ``at`` that its callers hand a
+        prepared object, also on through helpers (nanoT5: ``main`` prepares, ``train(model,
+        ..., test_dataloader)`` -> ``maybe_eval_predict(model, dataloader)`` -> ``predict``)."""
+        function = self.placement.enclosing_function(at)
+        return (
+            function is not None
+            and name is not None
+            and self.parameter_prepared(function, name) is True
+        )
 
     def returned_entry_read(self, loop: Loop) -> tuple[str, cst.CSTNode] | None:
         """``for x, y in objs["val_loader"]:`` (also through ``enumerate``/``tqdm``) where
@@ -765,7 +778,9 @@ class ObjectFlow:
         if self.is_model_name(name, at):
             return True
         prepared = self.model.prepared_names
-        return name in prepared or self.outer_name(name, at) in prepared
+        if name in prepared or self.outer_name(name, at) in prepared:
+            return True
+        return self._handed_prepared(name, at)
 
     def _in_self_training_model(self, node: cst.CSTNode) -> bool:
         """Inside a model class of the file whose own methods run a backward."""
