@@ -5,7 +5,8 @@ import libcst as cst
 from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.repeated_effects import run_by_every_rank
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.syntax import dotted
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 _PREPARED = (
@@ -34,7 +35,10 @@ class PromptOnEveryRank(Rule):
     (a batch job), every rank reads EOF and stops with ``EOFError``. The main process asks, and
     the answer reaches the others through ``broadcast_object_list`` (called on every rank).
 
-    Counted where every rank runs the call: outside a rank test (not in ``input(...) if
+    Only in a script written for several processes (it trains, prepares a DataLoader, or
+    gathers, reduces or waits for the ranks): a chat demo that makes an Accelerator for its
+    device alone runs as one process, where ``input()`` is right. Counted where every rank
+    runs the call: outside a rank test (not in ``input(...) if
     accelerator.is_main_process else None`` nor ``is_main and input()``), and in a function
     some call of which every rank makes (or that nothing in the file calls and that reaches a
     collective). ``is_main and X or input()`` is ACC208's (the guard defeated by precedence);
@@ -54,7 +58,9 @@ class PromptOnEveryRank(Rule):
             + _PREPARED
             + "answer = input('Overwrite? [y/N] ')\n"
             + "if answer != 'y':\n"
-            + "    raise SystemExit\n",
+            + "    raise SystemExit\n"
+            + "for x in loader:\n"
+            + "    accelerator.backward(model(x).sum())\n",
             7,
             10,
         ),
@@ -94,12 +100,22 @@ class PromptOnEveryRank(Rule):
         "    else:\n"
         "        name = 'run'\n"
         "    return name\n",
+        # a chat demo that makes an Accelerator for its device alone: run as one process
+        "import torch\nfrom accelerate import Accelerator\n"
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        "accelerator = Accelerator()\n"
+        "model = accelerator.prepare(AutoModelForCausalLM.from_pretrained('gpt2'))\n"
+        "tokenizer = AutoTokenizer.from_pretrained('gpt2')\n"
+        "while True:\n"
+        "    prompt = input('> ')\n"
+        "    ids = tokenizer(prompt, return_tensors='pt').input_ids.to(accelerator.device)\n"
+        "    print(tokenizer.decode(model.generate(ids)[0]))\n",
         # a local function that shadows the builtin
         HEADER + "def input(prompt):\n    return 'y'\n\n\nanswer = input('Overwrite? ')\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        if "input" not in script.source:
+        if "input" not in script.source or not _runs_on_several_processes(script):
             return
         facts = facts_of(script)
         placement, guards = facts.placement, facts.ranks.backend_guards
@@ -116,6 +132,29 @@ class PromptOnEveryRank(Rule):
             ):
                 continue
             yield self.finding(script, call, message=_message(script, call))
+
+
+#: Accelerator methods of a script written for several processes (training, combining).
+_MULTI_PROCESS = frozenset(
+    {"backward", "gather", "gather_for_metrics", "reduce", "wait_for_everyone"}
+)
+
+
+def _runs_on_several_processes(script: ScriptModel) -> bool:
+    """The script is written for a launch on several processes: it trains (a backward), shards
+    a DataLoader through prepare, or combines or waits for the ranks. A chat or demo script that
+    makes an Accelerator for its device alone is run as one process, where input() is right."""
+    if script.backward_calls:
+        return True
+    if script.names_of(Kind.DATALOADER) & script.prepared_names:
+        return True
+    accelerators = script.names_of(Kind.ACCELERATOR)
+    return any(
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in _MULTI_PROCESS
+        and dotted(call.func.value) in accelerators
+        for call in script.calls
+    )
 
 
 def _builtin_input(script: ScriptModel, call: cst.Call) -> bool:
