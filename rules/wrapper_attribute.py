@@ -444,6 +444,16 @@ class WrapperAttribute(Rule):
             7,
             26,
         ),
+        Example(  # the plugin built on every run, but a --cpu run leaves DeepSpeed out
+            "import torch\nfrom accelerate import Accelerator, DeepSpeedPlugin\n"
+            + "plugin = DeepSpeedPlugin(zero_stage=2)\n"
+            + "accelerator = Accelerator(deepspeed_plugin=plugin, cpu=args.cpu)\n"
+            + "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+            + "accelerator.backward(model(batch).loss)\n"
+            + "print(model.module.config)\n",
+            7,
+            7,
+        ),
         Example(  # DeepSpeed turned on by the script's own flag: a run without it (one
             # process) gets the model itself, which has no ``module``
             "import torch\nfrom accelerate import Accelerator, DeepSpeedPlugin\n"
@@ -1341,6 +1351,9 @@ def _every_run_deepspeed(script: ScriptModel) -> bool:
             return True
         if name != "Accelerator":
             continue
+        cpu = keyword_value(call, "cpu")
+        if cpu is not None and not (isinstance(cpu, cst.Name) and cpu.value == "False"):
+            continue  # ``cpu=args.cpu``: a CPU run leaves DeepSpeed out
         plugin = keyword_value(call, "deepspeed_plugin")
         if _a_deepspeed_plugin(plugin) or (
             isinstance(plugin, cst.Name)
