@@ -107,6 +107,34 @@ def _sibling_calls(
             yield node, name, function, file, other
 
 
+def imported_evaluators(path: str | Path, model: ScriptModel) -> set[str]:
+    """Names this file calls (``test``, ``engine.evaluate``) that are top-level functions of a
+    module of its own folder which run no backward, neither in their body nor in the functions
+    of that module they call (`_backward_reached`), and step nothing (no ``.step()`` call in
+    their body): whatever they are handed, an optimizer among it, they only evaluate."""
+    found = set()
+    for _, name, function, _, other in _sibling_calls(Path(path), model):
+        defined = next(
+            (
+                s
+                for s in other.module.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == function
+            ),
+            None,
+        )
+        if defined is None or _backward_reached(other, function) is not None:
+            continue
+        steps = any(
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "step"
+            for node in walk(defined)
+        )
+        if not steps:
+            found.add(name)
+    return found
+
+
 def imported_returns(path: str | Path, model: ScriptModel) -> dict[int, Returned]:
     """The calls of ``model`` (the file ``path``) that return DataLoaders made in a module of its
     own folder, by the call's id, with what each returns by position (the analysis the linter
