@@ -331,13 +331,13 @@ class ObjectFlow:
         passed = self._handed_in(function, base)
         found: list[tuple[cst.BaseExpression, cst.Call]] = []
         for value, call in passed or []:
-            held = self._dict_display(value, call)
+            held = self.dict_display(value, call)
             if held is None or key not in held:
                 return []
             found.append((held[key], call))
         return found
 
-    def _dict_display(
+    def dict_display(
         self, value: cst.BaseExpression, call: cst.Call
     ) -> dict[str, cst.BaseExpression] | None:
         """What ``value`` (a name handed at ``call``) holds by key, when its one binding in the

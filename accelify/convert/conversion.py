@@ -74,6 +74,7 @@ def convert_source(
         options or Options(),
         project.imported_writers(path, model),
         project.imported_evaluators(path, model),
+        project.imported_model_methods(path, model),
     )
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give
