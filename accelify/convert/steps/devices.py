@@ -21,6 +21,7 @@ from accelify.analysis.device_moves import (
     strip_moves,
 )
 from accelify.analysis.field_defaults import OverriddenField, overridden_field
+from accelify.analysis.flow import string_key_of
 from accelify.analysis.loss_sources import made_for
 from accelify.analysis.script_model import Binding, Kind, Loop, number_read
 from accelify.analysis.side_effects import calls_for_effect
@@ -172,9 +173,17 @@ def never_prepared(ctx: Context, name: str, scope: cst.CSTNode | None) -> bool:
     values = [b.value for b in made_here] or _local_values(ctx, scope, name)
     if not values:
         return False
+    if any(_entry_of_a_parameter(v, parameters) for v in values):
+        return False  # ``model = kwargs["model"]``: what the caller hands in, maybe prepared
     if _prepares_in(ctx, scope) or any(_made_by_preparing_call(ctx, v) for v in values):
         return False
     return not _leaves_its_function(ctx, scope, name)
+
+
+def _entry_of_a_parameter(value: cst.BaseExpression | None, parameters: set[str]) -> bool:
+    """``kwargs["model"]`` of a parameter ``kwargs``: an entry of a dict the caller hands in."""
+    entry = string_key_of(value) if value is not None else None
+    return entry is not None and entry[0] in parameters
 
 
 def _local_values(ctx: Context, scope: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
