@@ -361,6 +361,9 @@ def _load_alone(file: Path) -> ScriptModel | None:
 
 
 def _loaded(file: Path, imports: bool) -> ScriptModel | None:
+    from accelify.libcst_import import load
+
+    load()  # before the analysis's modules import it (see accelify.libcst_import)
     from accelify.analysis.outside_callers import ProjectView
     from accelify.analysis.project_modules import imported_files, read
     from accelify.analysis.script_model import analyze
