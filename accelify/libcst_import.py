@@ -23,33 +23,47 @@ import contextlib
 import marshal
 import os
 import sys
+from collections.abc import Iterator
 from types import CodeType, ModuleType
 from typing import Any
 
-#: Where the compiled methods are kept: accelify's own byte-code folder
-STORE = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)),
-    "__pycache__",
-    f"libcst_dataclasses.{sys.implementation.cache_tag}.bin",
-)
+
+def store_named(name: str) -> str:
+    """A store in accelify's own byte-code folder, named for the interpreter as ``.pyc`` are."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
+    return os.path.join(folder, f"{name}_dataclasses.{sys.implementation.cache_tag}.bin")
+
+
+#: Where libcst's methods are kept when libcst is imported alone (`load`)
+STORE = store_named("libcst")
 
 
 def load(store: str | None = STORE) -> ModuleType:
     """``import libcst``, its dataclasses' methods compiled from ``store`` where kept there.
 
     Only the first import is changed (later calls return the imported module). ``store=None``:
-    a plain import. The hook is in place only while libcst imports, in this thread's import
-    (another thread's dataclass made meanwhile gets the same code it would have compiled)."""
-    if "libcst" in sys.modules or store is None:
-        import libcst
+    a plain import."""
+    if "libcst" not in sys.modules:
+        with kept_compiles(store):
+            import libcst
+    import libcst
 
-        return libcst
+    return libcst
+
+
+@contextlib.contextmanager
+def kept_compiles(store: str | None) -> Iterator[None]:
+    """While inside, the dataclasses defined (by the modules imported here) run their
+    methods' code from ``store`` where it is kept there; ``store`` is rewritten after with the
+    code used inside when some of it had to be compiled (a store is for one set of imports:
+    another set's would evict it). ``store=None``, or another hook already in place: nothing
+    changed. Another thread's dataclass made meanwhile gets the same code it would have
+    compiled itself."""
     import dataclasses
 
-    if "exec" in vars(dataclasses):  # another hook is there already: leave it alone
-        import libcst
-
-        return libcst
+    if store is None or "exec" in vars(dataclasses):
+        yield
+        return
     kept = _read(store)
     used: dict[str, CodeType] = {}
     missed = False
@@ -70,12 +84,11 @@ def load(store: str | None = STORE) -> ModuleType:
 
     dataclasses.exec = kept_exec  # type: ignore[attr-defined]  # found before the builtin
     try:
-        import libcst
+        yield
     finally:
         del dataclasses.exec  # type: ignore[attr-defined]
     if missed and not sys.dont_write_bytecode:
         _write(store, used)
-    return libcst
 
 
 def _compiled(source: str) -> CodeType:

@@ -19,19 +19,31 @@ import pytest
 SIGNATURES = """
 import dataclasses, json, sys
 compiles = []
-if sys.argv[1] != "plain":
+if not sys.argv[1].startswith("plain"):
     from accelify import libcst_import
     real_compiled = libcst_import._compiled
     def counting(source):
         compiles.append(1)
         return real_compiled(source)
     libcst_import._compiled = counting
-    libcst = libcst_import.load(sys.argv[2])
+    if sys.argv[1] == "libcst":
+        libcst = libcst_import.load(sys.argv[2])
+    else:
+        with libcst_import.kept_compiles(sys.argv[2]):
+            import libcst
+            from accelify.analysis.script_model import analyze
+            from accelify.lint.registry import all_rules
+            all_rules()
+elif sys.argv[1] == "plain libcst":
+    import libcst
 else:
     import libcst
+    from accelify.analysis.script_model import analyze
+    from accelify.lint.registry import all_rules
+    all_rules()
 seen = {}
 for name, module in sorted(sys.modules.items()):
-    if not name.startswith("libcst"):
+    if not name.startswith(("libcst", "accelify")):
         continue
     for cls in vars(module).values():
         if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
@@ -61,16 +73,20 @@ def _signatures(mode: str, store: Path) -> dict:
     return json.loads(done.stdout)
 
 
-def test_kept_methods_are_the_compiled_ones(tmp_path: Path) -> None:
+@pytest.mark.parametrize("imported", ["libcst", "lint"])
+def test_kept_methods_are_the_compiled_ones(tmp_path: Path, imported: str) -> None:
+    """``libcst``: `load`; ``lint``: libcst, the analysis and the rules under `kept_compiles`,
+    as `accelify.lint.engine.load_analysis` imports them."""
     store = tmp_path / "pycache" / "libcst_dataclasses.bin"
-    plain = _signatures("plain", store)
-    cold = _signatures("kept", store)
+    plain = _signatures(f"plain {imported}", store)
+    cold = _signatures(imported, store)
     assert store.is_file()
-    warm = _signatures("kept", store)
-    assert len(plain["seen"]) > 500  # libcst's node classes' methods, all of them
+    warm = _signatures(imported, store)
+    assert len(plain["seen"]) > (500 if imported == "libcst" else 700)  # all of them
+    assert any(name.startswith("accelify.") for name in plain["seen"]) == (imported == "lint")
     assert cold["seen"] == plain["seen"]
     assert warm["seen"] == plain["seen"]
-    assert cold["compiles"] > 500
+    assert cold["compiles"] > (500 if imported == "libcst" else 700)
     assert warm["compiles"] == 0
 
 
@@ -78,7 +94,7 @@ def test_kept_methods_are_the_compiled_ones(tmp_path: Path) -> None:
 def test_a_store_not_to_trust_is_compiled_over(tmp_path: Path, content: bytes) -> None:
     store = tmp_path / "libcst_dataclasses.bin"
     store.write_bytes(content)
-    plain = _signatures("plain", store)
-    kept = _signatures("kept", store)
+    plain = _signatures("plain lint", store)
+    kept = _signatures("lint", store)
     assert kept["seen"] == plain["seen"]
-    assert kept["compiles"] > 500
+    assert kept["compiles"] > 700

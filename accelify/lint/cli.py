@@ -326,13 +326,9 @@ def _load_analysis_for_workers(files: list[Path]) -> None:
         return  # a spawned or forkserver worker imports what it needs itself
     if not any(MAY_USE_ACCELERATOR.search(read(path)) for path in files):
         return
-    from accelify.libcst_import import load
+    from accelify.lint.engine import load_analysis
 
-    load()  # its node classes' methods from byte code (see accelify.libcst_import)
-    from accelify.analysis.script_model import analyze  # noqa: F401
-    from accelify.lint.registry import all_rules
-
-    all_rules()
+    load_analysis()
 
 
 def lint_order(files: list[Path]) -> dict[Path, tuple[tuple[Path, ...], tuple[Path, ...]]]:

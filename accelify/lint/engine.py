@@ -202,6 +202,7 @@ def lint_source(
         elif importers is None or not _factory_imported(path, data):
             check_syntax(data, path)  # no rule reports on it: its syntax only
             return result
+        load_analysis()
         module = parse(data, path)
     except UserError as error:
         if plainly_named and not code_may_use_accelerator(data, path):
@@ -236,6 +237,23 @@ def lint_source(
     if portable:
         result.findings = _portable(result.findings, script)
     return result
+
+
+@functools.cache
+def load_analysis() -> None:
+    """libcst, the analysis and every rule, imported together before the first file that needs
+    them, their dataclasses' generated methods run from code kept compiled
+    (`accelify.libcst_import`: ~1,250 texts a start otherwise compiles). One store for the
+    set, as lint imports the same set every time."""
+    from accelify.libcst_import import kept_compiles, store_named
+
+    with kept_compiles(store_named("lint")):
+        import libcst  # noqa: F401
+
+        from accelify.analysis.script_model import analyze  # noqa: F401
+        from accelify.lint.registry import all_rules
+
+        all_rules()
 
 
 def _called_by(importers: tuple[Path, ...], data: bytes) -> bool:
@@ -361,9 +379,7 @@ def _load_alone(file: Path) -> ScriptModel | None:
 
 
 def _loaded(file: Path, imports: bool) -> ScriptModel | None:
-    from accelify.libcst_import import load
-
-    load()  # before the analysis's modules import it (see accelify.libcst_import)
+    load_analysis()
     from accelify.analysis.outside_callers import ProjectView
     from accelify.analysis.project_modules import imported_files, read
     from accelify.analysis.script_model import analyze
