@@ -86,7 +86,8 @@ def kept_compiles(store: str | None) -> Iterator[None]:
     try:
         yield
     finally:
-        del dataclasses.exec  # type: ignore[attr-defined]
+        if vars(dataclasses).get("exec") is kept_exec:  # (another thread's may have replaced it)
+            del dataclasses.exec  # type: ignore[attr-defined]
     if missed and not sys.dont_write_bytecode:
         _write(store, used)
 
