@@ -63,6 +63,8 @@ def _after_training(model: ScriptModel, call: cst.Call, training: list[cst.For])
     scope = model.index.enclosing_function(call)
     if any(model.index.enclosing_function(loop) is not scope for loop in training):
         return False
+    if scope is not None and not _run_once(model, scope):
+        return False  # ``train_one_epoch()`` run per epoch: its last draw precedes the next
     ancestors = list(model.ancestors(call))
     if any(
         isinstance(a, cst.For | cst.While) and any(model.inside(loop, a) for loop in training)
@@ -74,6 +76,18 @@ def _after_training(model: ScriptModel, call: cst.Call, training: list[cst.For])
         (model.position(loop).end.line, model.position(loop).end.column)
         <= (start.line, start.column)
         for loop in training
+    )
+
+
+def _run_once(model: ScriptModel, function: cst.FunctionDef) -> bool:
+    """Every call of ``function`` in the file stands outside any loop, no call the analysis
+    cannot follow may run it, and nothing hands it on to be called elsewhere."""
+    graph = model.call_graph
+    if graph.uncertain_callers(function) or graph.references(function):
+        return False
+    return all(
+        not any(isinstance(a, cst.For | cst.While) for a in model.ancestors(caller))
+        for caller in graph.callers(function)
     )
 
 
