@@ -1867,9 +1867,51 @@ def _batches_of_one(loop: Loop, model: ScriptModel) -> bool:
         if binding.name != loop.iterable or not isinstance(binding.value, cst.Call):
             continue
         size = argument_value(binding.value, "batch_size", 1)
+        if isinstance(size, cst.Name):  # ``batch_size=BATCH``, ``BATCH = 64`` at the top
+            size = module_constant(model.module, size.value) or size
         if not isinstance(size, cst.Integer) or size.value == "1":
             return True
     return False
+
+
+def module_constant(module: cst.Module, name: str) -> cst.BaseExpression | None:
+    """The value ``name`` is bound to by the module's own top-level ``NAME = <literal>``, when
+    that is its only binding anywhere in the file (no other assignment, loop or ``with``
+    target, walrus, ``global`` or ``del`` of it): a setting every read sees."""
+    value: cst.BaseExpression | None = None
+    for line in module.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+                and small.targets[0].target.value == name
+                and isinstance(small.value, cst.Integer | cst.Float | cst.SimpleString)
+            ):
+                value = small.value
+    if value is None:
+        return None
+    bindings = 0
+    for node in walk(module):
+        if isinstance(node, cst.Global | cst.Nonlocal) and any(
+            n.name.value == name for n in node.names
+        ):
+            return None
+        targets: list[cst.CSTNode] = []
+        if isinstance(
+            node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign | cst.For | cst.NamedExpr
+        ):
+            targets = [node.target]
+        elif isinstance(node, cst.AsName | cst.Del):
+            targets = [node.name if isinstance(node, cst.AsName) else node.target]
+        bindings += sum(
+            isinstance(part, cst.Name) and part.value == name
+            for target in targets
+            for part in walk(target)
+        )
+    return value if bindings == 1 else None
 
 
 def _gathered_read(

@@ -31,7 +31,7 @@ from accelify.analysis.objects import (
     received_name,
     returned_local,
 )
-from accelify.analysis.optimizer_models import parameter_owners
+from accelify.analysis.optimizer_models import entry_owners, parameter_owners
 from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, ScriptModel, owning_model
 from accelify.analysis.sharded_loaders import sharding_sampler
@@ -205,6 +205,7 @@ def run(ctx: Context, scope: Scope) -> None:
                 f"{name} is stepped once per epoch and another scheduler once per step: "
                 f"{name} is left unprepared so its schedule keeps its pace",
             )
+    _leave_sets_with_container_models(ctx, scope, chosen, created)
     if _nothing_trained(ctx, chosen):
         for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER]:
             chosen.pop(name)
@@ -603,6 +604,38 @@ def _wrapped_loaders(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dic
         if any(dotted(argument.value) == name for argument in value.args):
             found.setdefault(name, assign)  # type: ignore[index]
     return found
+
+
+def _leave_sets_with_container_models(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], created: dict[str, int]
+) -> None:
+    """An optimizer over a model kept in a container entry (``models = {"net": Net()}``,
+    ``Adam(models["net"].parameters())``): the model has no name to prepare it under, and an
+    optimizer and loaders prepared without it would train each rank's unsynchronised copy on
+    its own shard. Nothing that trains is prepared then (`_nothing_trained` leaves the loaders
+    whole), and a review line says why."""
+    entries = [
+        (binding, entry)
+        for binding in ctx.model.of_kind(Kind.OPTIMIZER)
+        if chosen.get(binding.name) is Kind.OPTIMIZER and binding.scope is scope
+        for entry in entry_owners(binding)
+    ]
+    if not entries:
+        return
+    for name in [n for n, kind in chosen.items() if kind is not Kind.DATALOADER]:
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.frozen.add(name)
+    binding, entry = entries[0]
+    code = ctx.code(entry)
+    ctx.plan.review(
+        binding.line,
+        f"{binding.name} trains {code}, a model kept in a container entry the conversion does "
+        "not prepare: nothing that trains is prepared (preparing the optimizer and the data "
+        "without the model would train unsynchronised copies), so every rank trains on all the "
+        "data (correct, not data-parallel); bind the model to a name, prepare it with its "
+        "optimizer and loaders, and store it back in the entry",
+    )
 
 
 def _nothing_trained(ctx: Context, chosen: dict[str, Kind]) -> bool:
