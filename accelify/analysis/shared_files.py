@@ -576,6 +576,17 @@ class SharedFiles:
             if any(self.placement.class_of(assign) is c for c in keepers)
         ]
 
+    def _attribute_owner(self, node: cst.Attribute) -> str | None:
+        """The class of this file whose instance holds the attribute: the class around
+        ``self.x``, the class that made ``trainer`` for ``trainer.x`` (one name, no deeper)."""
+        receiver = dotted(node.value)
+        if receiver == "self":
+            owner = self.placement.class_of(node)
+            return owner.name.value if owner is not None else None
+        if receiver is None or "." in receiver:
+            return None
+        return self.model.call_graph.instance_class(receiver, node)
+
     def _passed_for(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
         """What the callers in this file pass for the parameter ``name`` of the function around
         ``at``: ``Trainer(model, ckpt=os.path.join(workdir, "best.pt"))`` for ``ckpt``."""
@@ -999,12 +1010,17 @@ class SharedFiles:
                 spellings.add(template)
             return spellings
         if isinstance(path, cst.Attribute):
-            # ``self.path`` set once in its class (``self.path = path``): the value's spellings
-            # too, so a callback's ``torch.save(..., self.path)`` meets ``torch.load(ckpt)``
-            # in the function that built it with ``path=ckpt``
-            values = self._attribute_values(path)
-            if len(values) == 1:
-                spellings |= self._spellings(values[0], depth + 1)
+            # ``self.path`` set in its class (``self.path = path``): the value's spellings too,
+            # so a callback's ``torch.save(..., self.path)`` meets ``torch.load(ckpt)`` in the
+            # function that built it with ``path=ckpt``; ``trainer.best_path`` outside the class
+            # is the ``self.best_path`` its methods (and the objects they build) write. Set to
+            # several values, it may be any of them (a barrier too many costs a wait; one too
+            # few, a read before the write).
+            owner = self._attribute_owner(path)
+            if owner is not None:
+                spellings.add(f"attribute:{owner}.{path.attr.value}")
+            for value in _distinct(self.model, self._attribute_values(path)):
+                spellings |= self._spellings(value, depth + 1)
             return spellings
         if not isinstance(path, cst.Name):
             return spellings
@@ -1047,6 +1063,8 @@ class SharedFiles:
             if any(not isinstance(p, cst.FormattedStringText) for p in node.parts):
                 return None
             return "".join(p.value for p in node.parts)  # type: ignore[union-attr]
+        if isinstance(node, cst.Subscript):
+            return self._constant_text_of_entry(node)
         if isinstance(node, cst.Call) and _JOIN in self.model.call_names(node):
             if not node.args or any(a.keyword is not None or a.star for a in node.args):
                 return None
@@ -1054,6 +1072,33 @@ class SharedFiles:
             if any(part is None for part in parts):
                 return None
             return os.path.join(*parts)  # type: ignore[arg-type]
+        return None
+
+    def _constant_text_of_entry(self, node: cst.Subscript) -> str | None:
+        """``CFG["ckpt_dir"]`` where ``CFG`` is bound once, at the module's level, to a dict
+        written out (``CFG = {"ckpt_dir": "checkpoints", ...}``): the constant string it holds
+        under that key. A script that changes the entry later is not followed: a path taken
+        for the same file as another costs a barrier, never a read before the write."""
+        if not isinstance(node.value, cst.Name) or len(node.slice) != 1:
+            return None
+        index = node.slice[0].slice
+        if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
+            return None
+        key = index.value.evaluated_value
+        bound = [
+            value
+            for statement, value in self.model.index.values_bound_to(node.value.value)
+            if self.model.scope_of(statement) is self.model.module
+        ]
+        if len(bound) != 1 or not isinstance(bound[0], cst.Dict):
+            return None
+        for element in bound[0].elements:
+            if (
+                isinstance(element, cst.DictElement)
+                and isinstance(element.key, cst.SimpleString)
+                and element.key.evaluated_value == key
+            ):
+                return self._constant_text(element.value)
         return None
 
     def _substituted(self, path: cst.BaseExpression, depth: int) -> cst.BaseExpression:
@@ -1245,6 +1290,15 @@ class _Replaced(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         return self.replaced.get(id(original_node), updated_node)
+
+
+def _distinct(model: ScriptModel, values: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """``values`` with one of each code: an attribute set twice to the same path (an
+    ``__init__`` that repeats ``self.best_path = os.path.join(...)``) holds one value."""
+    seen: dict[str, cst.BaseExpression] = {}
+    for value in values:
+        seen.setdefault(model.module.code_for_node(value).strip(), value)
+    return list(seen.values())
 
 
 def _unselfed(spellings: set[str]) -> set[str]:
