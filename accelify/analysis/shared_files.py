@@ -195,6 +195,9 @@ class SharedFile:
     #: for a write and a read in two functions: the calls that run them, in the first
     #: function that runs both (``self.save(p)`` then ``self.load(p)`` in ``train``)
     through: tuple[cst.CSTNode, cst.CSTNode] | None = None
+    #: the write's path comes from outside what the file shows (`SharedFiles.unknown_path`):
+    #: the read may be of that file, or of another
+    unsure: bool = False
 
 
 class SharedFiles:
@@ -222,6 +225,10 @@ class SharedFiles:
                 if self._same_file(path, read_path) and self._may_follow(read, write):
                     found.append(SharedFile(write, read, path, self.per_process(path)))
                     break
+            else:
+                unsure = self._maybe_read_back(read, writes)
+                if unsure is not None:
+                    found.append(unsure)
         for listing, listed in self._listings():
             if self.model.under_rank_guard(listing):
                 continue
@@ -235,6 +242,65 @@ class SharedFiles:
                     found.append(SharedFile(write, listing, path, self.per_process(path)))
                     break
         return found
+
+    def _maybe_read_back(
+        self, read: cst.Call, writes: list[tuple[cst.Call, cst.BaseExpression]]
+    ) -> SharedFile | None:
+        """A checkpoint saved (``torch.save``) to a path the file does not show
+        (`unknown_path`), and a ``torch.load`` or ``open`` below it, after the loop that saves,
+        on every rank: the read may be of the file just saved (a helper object handed its path
+        by code outside the file, then the best weights reloaded). A barrier before the read
+        costs a wait; none, a read before the write. The last such write above the read."""
+        if not self.model.call_names(read) & {"torch.load", "builtins.open"}:
+            return None
+        found = None
+        for write, path in writes:
+            if not self.model.call_names(write) & names.TORCH_SAVE:
+                continue
+            if self._after_its_loop(read, write) and self.unknown_path(path):
+                found = SharedFile(write, read, path, None, unsure=True)
+        return found
+
+    def _after_its_loop(self, read: cst.Call, write: cst.Call) -> bool:
+        """In the first function that runs both, ``read`` runs below ``write`` and outside
+        every loop around it: once the loop that saves is done (`_call_chain`)."""
+        writes = self._call_chain(write)
+        for function, read_anchors in self._call_chain(read).items():
+            write_anchors = writes.get(function)
+            if write_anchors is None:
+                continue
+            return any(
+                self.model.order(r) > self.model.order(w)
+                and not any(
+                    isinstance(loop, (cst.For, cst.While)) and self.placement.inside(w, loop)
+                    for loop in self.model.ancestors(r)
+                )
+                for r in read_anchors
+                for w in write_anchors
+            )
+        return False
+
+    def unknown_path(self, path: cst.BaseExpression, depth: int = 0) -> bool:
+        """``path`` is a value the file does not show: a parameter that no call of the file
+        passes (the function, or the class whose constructor takes it, is used from outside),
+        or ``self.path`` that nothing in its class sets, or set only from such values. A path
+        the file spells (a constant, a join of names, a setting) is not."""
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(path, cst.Name):
+            values = self._values_of(path.value, path)
+            function = self._parameter_owner(path.value, path)
+            if not values and function is not None:
+                values = self._passed_or_default(function, path.value)
+                if not values or self._passed_unseen(function, path.value):
+                    return True
+        elif isinstance(path, cst.Attribute) and dotted(path.value) == "self":
+            values = self._attribute_values(path)
+            if not values:
+                return True
+        else:
+            return False
+        return bool(values) and all(self.unknown_path(v, depth + 1) for v in values)
 
     def _listings(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
         """Each folder listing (``glob.glob(os.path.join(out, "*.pt"))``, ``os.listdir(out)``)
@@ -1165,9 +1231,18 @@ class SharedFiles:
             passed = [a.value for n, a in bound_arguments(function, call, implicit) if n == name]  # type: ignore[arg-type]
             if passed:
                 values += passed
-            elif default is not None:
+            elif default is not None and not _unpacks(call):
                 values.append(default)
         return values
+
+    def _passed_unseen(self, function: cst.FunctionDef | cst.Lambda, name: str) -> bool:
+        """Some call of ``function`` may pass ``name`` in what it unpacks
+        (``EarlyStopping(**cfg["early_stopping"])``), not by name nor position."""
+        return any(
+            _unpacks(call)
+            and not any(n == name for n, _ in bound_arguments(function, call, implicit))  # type: ignore[arg-type]
+            for call, implicit in self._runs_of(function)
+        )
 
     def _values_of(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
         """What ``name`` is bound to in the scope of ``at`` (or the module's): assignments and
@@ -1290,6 +1365,12 @@ class _Replaced(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         return self.replaced.get(id(original_node), updated_node)
+
+
+def _unpacks(call: cst.Call) -> bool:
+    """``call`` hands over arguments the file does not spell one by one (``*args``,
+    ``**kwargs``): any parameter may be among them."""
+    return any(argument.star for argument in call.args)
 
 
 def _distinct(model: ScriptModel, values: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
