@@ -4,7 +4,7 @@ launch` of the conversion's ranks), each set up as if it had been started on its
 process group, working directory, output files and environment. Each process then runs as a
 fresh one does from there on and exits the interpreter's usual way (the script's ``atexit``
 handlers, its threads joined, its exit code). What is shared is what every run would import
-first anyway: torch (2 CPU-seconds a process) and the probe, which installs nothing until a run
+first anyway: torch (2 CPU-seconds a process), torch._dynamo and the probe, which installs nothing until a run
 calls it.
 
 The supervisor reports on its stdout, one line each, ``started LABEL PID`` as it forks a run and
@@ -33,6 +33,7 @@ def main() -> None:
     except BaseException:  # ours, not a script's: the probe's own exit code
         traceback.print_exc()
         sys.exit(PROBE_FAILED)
+    _share_what_every_run_loads()
     run = _fork_each(runs)
     _become(run, start)
     if run["launch"]:  # `python -m accelify launch ...`
@@ -43,6 +44,20 @@ def main() -> None:
     else:  # `python -m accelify.verify.probe SCRIPT ARGS...`
         sys.argv = [probe.__file__, *run["arguments"]]
         probe.main()
+
+
+def _share_what_every_run_loads() -> None:
+    """torch._dynamo too (every run imports it at its first optimizer: torch wraps the
+    optimizer's constructor in ``torch._disable_dynamo``, 1.25 CPU-seconds, as much as torch),
+    and what is loaded by then frozen (`gc.freeze`): no run's collections, nor its last one at
+    exit, walk those objects, so no run copies their pages. A torch without dynamo just skips it."""
+    import contextlib
+    import gc
+
+    with contextlib.suppress(ImportError):
+        import torch._dynamo  # noqa: F401
+    gc.collect()
+    gc.freeze()
 
 
 def _fork_each(runs: list[dict]) -> dict:
