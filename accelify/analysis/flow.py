@@ -289,10 +289,15 @@ class ObjectFlow:
             return []
         base, field = name.split(".")
         found: list[tuple[cst.BaseExpression, cst.Call]] = []
-        for construction in self._record_constructions(base, at) or []:
+        constructions = self._record_constructions(base, at) or []
+        if any(_is_namespace(self.model, c) for c in constructions) and _set_anywhere(
+            self.model, field
+        ):
+            return []  # ``s.val_loader = other`` somewhere: the field is no longer what was built
+        for construction in constructions:
             fields = record_fields(self.model, dotted(construction.func))
             for index, argument in enumerate(construction.args):
-                if argument.star:
+                if argument.star or (argument.keyword is None and not fields):
                     return []
                 keyword = argument.keyword.value if argument.keyword is not None else None
                 if (keyword or (fields[index] if index < len(fields) else None)) == field:
@@ -314,7 +319,10 @@ class ObjectFlow:
             if not values:
                 return None
             for value, where in values:
-                if isinstance(value, cst.Call) and record_fields(self.model, dotted(value.func)):
+                if isinstance(value, cst.Call) and (
+                    record_fields(self.model, dotted(value.func))
+                    or _is_namespace(self.model, value)
+                ):
                     found.append(value)
                 elif isinstance(value, cst.Name):
                     pending.append((value.value, where))
@@ -756,6 +764,9 @@ class ObjectFlow:
         name = dotted(call.func)
         if self.is_model_name(name, call):
             return True
+        entry = returned_entry(self.model, call.func, call) if name is None else None
+        if entry is not None and self.is_model_name(*entry):
+            return True  # ``state["model"](x)``: the model the dict was built with
         if name in ("self", "self.forward") and self._in_self_training_model(call):
             return True  # ``self(x)`` in a method of a model that trains itself
         prepared = self.model.prepared_names
@@ -1197,6 +1208,24 @@ def _compared(test: cst.BaseExpression) -> set[str]:
                 if name := dotted(side):
                     found.add(name)
     return found
+
+
+def _is_namespace(model: ScriptModel, call: cst.Call) -> bool:
+    """``SimpleNamespace(model=model, val_loader=val_loader)``: a record whose fields are the
+    keywords it is built with, each the very object handed in (as a namedtuple's are)."""
+    return model.imports.resolve(dotted(call.func) or "") == "types.SimpleNamespace"
+
+
+def _set_anywhere(model: ScriptModel, field: str) -> bool:
+    """Some ``x.field = ...`` of the file (not on ``self``): a namespace's field may be
+    rebound after it was built, so what it was built with no longer tells what it holds."""
+    return any(
+        isinstance(target, cst.Attribute)
+        and target.attr.value == field
+        and dotted(target.value) != "self"
+        for assignment in model.assignments
+        for target in assigned_targets(assignment)
+    )
 
 
 def record_fields(model: ScriptModel, class_name: str | None) -> list[str]:
