@@ -51,7 +51,11 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
         result.rows.append([str(first), header, verdict])
     if not loops:
         result.passed = True
-        result.verdict = "pass: no evaluation loop over a DataLoader in the conversion"
+        result.verdict = (
+            "pass: no evaluation loop over a DataLoader found in the conversion (a loader kept "
+            "where the analysis does not follow it, such as one made inside a dict, is not "
+            "read: `--to-end` runs every evaluation)"
+        )
     elif one_shard:
         result.verdict = (
             f"FAIL: converted line {one_shard[0]} accumulates a metric from this rank's shard "
