@@ -515,15 +515,18 @@ class ObjectFlow:
         helper's parameter that a call site fills with one (``evaluate(model, test_loader)``
         after prepare)."""
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
+        entry = self.returned_entry_read(loop)
+        if entry is not None:  # ``state["val_loader"]``: the loader, not the dict it is in
+            return entry[0] in prepared
         if self._made_here_unprepared(loop) or self._handed_unprepared(loop):
             return False
         if loop.iterable in prepared:
             return not self._prepared_by_another_class(loop)
-        entry = self.returned_entry_read(loop)
-        if entry is not None:
-            return entry[0] in prepared
         if self.outer_name(loop.iterable, loop.node) in prepared:
             return True
+        fields = self.record_arguments(loop.iterable, loop.node)
+        if fields and all(self.prepared_argument(call, value) for value, call in fields):
+            return True  # ``s.val_loader`` of ``SimpleNamespace(val_loader=val_loader)``
         # handed on through helpers: ``train(dev_dl)`` -> ``train_epoch(dev_dataloader)`` ->
         # ``evaluate(dev_dataloader)`` (a tri-modal retrieval trainer's evaluation)
         function = self.placement.enclosing_function(loop.node)
