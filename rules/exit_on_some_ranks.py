@@ -31,6 +31,20 @@ _STOPPER = (
     + "    if stopper.early_stop:\n"
     + "        break\n"
 )
+#: The early stop of a trainer's epoch loop, decided and taken in the main process's block;
+#: the ranks that stay meet it next at the epoch's closing barrier (line 11).
+EXIT_BEFORE_THE_BARRIER = (
+    HEADER
+    + "import sys\n"
+    + "for epoch in range(10):\n"
+    + "    for batch in loader:\n"
+    + "        accelerator.backward(model(batch).loss)\n"
+    + "    if accelerator.is_main_process:\n"
+    + "        if evaluate(accelerator.unwrap_model(model)) < best:\n"
+    + "            sys.exit()\n"
+    + "        save(accelerator.unwrap_model(model))\n"
+    + "    accelerator.wait_for_everyone()\n"
+)
 _LOOP = (
     "for step, batch in enumerate(loader):\n"
     "    accelerator.backward(model(batch).loss)\n"
@@ -144,6 +158,9 @@ class ExitOnSomeRanks(Rule):
             9,
             9,
         ),
+        # vilmedic's Accelerate trainor: the early stop decided in the main process's
+        # evaluation block exits it; the others wait at the epoch's closing barrier
+        Example(EXIT_BEFORE_THE_BARRIER, 9, 13),
         Example(
             HEADER
             + "def train():\n"
@@ -260,7 +277,7 @@ class ExitOnSomeRanks(Rule):
                         ),
                     )
                 continue
-            waiting = facts.collective_reach.where_the_others_wait(loop)
+            waiting = _where_the_others_wait(script, loop, call)
             if waiting is None:
                 continue
             yield self.finding(
@@ -280,12 +297,11 @@ class ExitOnSomeRanks(Rule):
         process alone (``if no_improve >= patience: break`` under ``if
         accelerator.is_main_process:``), ends the main process's epochs while the others start
         the next epoch's ``backward`` and wait there for it."""
-        facts = facts_of(script)
         for node, loop in _loop_exits(script):
             test = _rank_test_between(script, node, loop)
             if test is None:
                 continue
-            waiting = facts.collective_reach.where_the_others_wait(loop)
+            waiting = _where_the_others_wait(script, loop, node)
             if waiting is None:
                 continue
             leaves = "break" if isinstance(node, cst.Break) else "return"
@@ -309,7 +325,6 @@ class ExitOnSomeRanks(Rule):
         rank, ``if patience_counter >= patience: break``). The other ranks keep the value they
         had, never pass the test, and go on to the loop's next collective, where they wait for
         the main process that left (hang)."""
-        facts = facts_of(script)
         for node, loop in _loop_exits(script):
             if _rank_test_between(script, node, loop) is not None:
                 continue
@@ -317,7 +332,7 @@ class ExitOnSomeRanks(Rule):
             if changed is None:
                 continue
             name, guard = changed
-            waiting = facts.collective_reach.where_the_others_wait(loop)
+            waiting = _where_the_others_wait(script, loop, node)
             if waiting is None:
                 continue
             leaves = "break" if isinstance(node, cst.Break) else "return"
@@ -476,6 +491,16 @@ def _reads_the_rank(script: ScriptModel, test: cst.BaseExpression) -> bool:
     `ScriptModel.reads_rank`); a value merely named like one (``reciprocal_rank =
     (1.0 / ranks).mean().item()``, a metric the gather made the same on every rank) is not."""
     return facts_of(script).ranks.is_rank_test(test)
+
+
+def _where_the_others_wait(
+    script: ScriptModel, loop: cst.For | cst.While, left: cst.CSTNode
+) -> cst.SimpleStatementLine | None:
+    """The first collective the ranks that stay reach once some left at ``left``: the rest of
+    the iteration first (a ``wait_for_everyone()`` at the end of the epoch, after the main
+    process's evaluation block that exits), else the loop's top in its next iteration."""
+    reach = facts_of(script).collective_reach
+    return reach.where_the_others_wait(loop, after=left) or reach.where_the_others_wait(loop)
 
 
 def _outermost_loop(

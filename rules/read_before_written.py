@@ -44,6 +44,34 @@ _WRITTEN_IN_TRAIN = (
     "    model.load_state_dict(torch.load('best.pt'))\n"
 )
 
+#: A helper object (a pytorchtools-style early stopping) saves the best weights on the main
+#: process to the path its constructor was handed (``path=self.best_path``, set twice to one
+#: value from the settings the trainer is handed); the script reads ``trainer.best_path`` (or
+#: the path the settings spell, ``{read}``) back on every rank once training is done.
+_SAVED_BY_A_HELPER_OBJECT = (
+    HEADER + "import os\nimport torch\n\nCFG = {{'ckpt_dir': 'checkpoints'}}\n\n\n"
+    "class EarlyStopping:\n"
+    "    def __init__(self, patience=3, path='checkpoint.pt'):\n"
+    "        self.patience = patience\n"
+    "        self.path = path\n\n"
+    "    def __call__(self, model):\n"
+    "        if accelerator.is_main_process:\n"
+    "            torch.save(model.state_dict(), self.path)\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, cfg):\n"
+    "        self.model = accelerator.prepare(model)\n"
+    "        self.best_path = os.path.join(cfg['ckpt_dir'], 'best.pt')\n"
+    "        self.early_stopping = EarlyStopping(patience=2, path=self.best_path)\n"
+    "        os.makedirs(cfg['ckpt_dir'], exist_ok=True)\n"
+    "        self.best_path = os.path.join(cfg['ckpt_dir'], 'best.pt')\n\n"
+    "    def fit(self):\n"
+    "        self.early_stopping(accelerator.unwrap_model(self.model))\n\n\n"
+    "trainer = Trainer(model, CFG)\n"
+    "trainer.fit()\n"
+    "{barrier}"
+    "model.load_state_dict(torch.load({read}))\n"
+)
+
 
 class ReadBeforeWritten(Rule):
     """A file written on the main process only (under ``if accelerator.is_main_process:`` or
@@ -123,6 +151,10 @@ class ReadBeforeWritten(Rule):
         # the write in a helper of train(), the read in main() itself after it: the prepare
         # above the call is no barrier after the write
         Example(_WRITTEN_IN_TRAIN.format(barrier=""), 17, 27),
+        # saved by a helper object to the path its constructor was handed, read back through
+        # the attribute that path came from
+        Example(_SAVED_BY_A_HELPER_OBJECT.format(barrier="", read="trainer.best_path"), 33, 23),
+        Example(_SAVED_BY_A_HELPER_OBJECT.format(barrier="", read="'checkpoints/best.pt'"), 33, 23),
         Example(  # helpers: the save called under the guard, the load by every rank
             HEADER
             + "import torch\n\n\ndef save(model, path):\n    torch.save(model.state_dict(), path)\n"
@@ -293,6 +325,9 @@ class ReadBeforeWritten(Rule):
         + "fire.Fire(main)\n",
         # the same with a barrier between train() and the read
         _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
+        _SAVED_BY_A_HELPER_OBJECT.format(
+            barrier="accelerator.wait_for_everyone()\n", read="trainer.best_path"
+        ),
         # the trainer's methods, ordered by a barrier: before the read, between the calls, or
         # at the end of the save every rank calls
         _TRAINER.format(

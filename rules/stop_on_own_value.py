@@ -10,7 +10,7 @@ from accelify.analysis.collectives import (
 )
 from accelify.analysis.dataflow import variables_in
 from accelify.analysis.facts import Facts, facts_of
-from accelify.analysis.loss_sources import Backward, backwards, last_binding
+from accelify.analysis.loss_sources import Backward, backwards, last_binding, runs_before
 from accelify.analysis.own_stops import Decided, agrees, decided_on_own_shard
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, statement_lines, target_names, walk
@@ -281,6 +281,12 @@ class StopOnOwnValue(Rule):
     holds enter it, and they wait there for the others (hang); reported at the ``if``, with the
     value reduced before the test (or decided on the main process and broadcast) as the fix.
 
+    A value reduced on some passes only (``if step % 10 == 0: loss = accelerator.reduce(loss)``
+    in an ``if`` without ``else`` that does not hold the test) is this rank's own on the others,
+    and is reported. Logging such a value on every pass is no bug (the log shows the main
+    process's own loss between reductions, as most scripts' logs do), nor is a value reduced on
+    every pass and logged on some.
+
     A test of a counter, a setting, or of a value gathered or reduced over the ranks before the
     test (every rank holds it alike), a test under a rank guard (ACC210's), a ``continue`` with
     no collective after it in the loop, and a loop over a DataLoader the file never prepares
@@ -393,6 +399,22 @@ class StopOnOwnValue(Rule):
             + "        optimizer.step()\n",
             13,
             13,
+        ),
+        # the loss reduced only every tenth step: on the other steps the test reads this
+        # rank's own loss
+        Example(
+            HEADER
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "for step, (x, y) in enumerate(loader):\n"
+            + "    loss = (model(x) - y).pow(2).mean()\n"
+            + "    accelerator.backward(loss)\n"
+            + "    optimizer.step()\n"
+            + "    if step % 10 == 0:\n"
+            + "        loss = accelerator.reduce(loss.detach(), 'mean')\n"
+            + "    if loss.item() < 1e-3:\n"
+            + "        break\n",
+            11,
+            9,
         ),
         # a non-finite loss skipped on this rank alone, before its backward
         Example(
@@ -611,6 +633,24 @@ class StopOnOwnValue(Rule):
         + "        continue\n"
         + "    accelerator.backward(loss)\n"
         + "    optimizer.step()\n",
+        # reduced on every step, on either branch of the test; or reduced and tested on the
+        # same passes only
+        HEADER
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for step, (x, y) in enumerate(loader):\n"
+        + "    loss = (model(x) - y).pow(2).mean()\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n"
+        + "    if step % 10 == 0:\n"
+        + "        loss = accelerator.reduce(loss.detach(), 'mean')\n"
+        + "    else:\n"
+        + "        loss = accelerator.reduce(loss.detach(), 'sum')\n"
+        + "    if loss.item() < 1e-3:\n"
+        + "        break\n"
+        + "    if step % 5 == 0:\n"
+        + "        avg = accelerator.reduce(loss.detach(), 'mean')\n"
+        + "        if avg.item() < 1e-3:\n"
+        + "            break\n",
         # a value reduced over the ranks before the test: every rank decides alike
         HEADER
         + _LOOP
@@ -703,13 +743,24 @@ class StopOnOwnValue(Rule):
                     )
                 continue
             value, origin = own
+            computed = f"this rank computed from its own batch (line {script.line(origin)})"
+            agreed = last_binding(script, value, test)
+            if (
+                agreed is not None
+                and agreed is not origin
+                and getattr(agreed, "value", None) is not None
+                and agrees(script, agreed.value)
+            ):
+                computed += (
+                    f" and reduces only on the passes that take line {script.line(agreed)} (the "
+                    "others test this rank's own value)"
+                )
             yield self.finding(
                 script,
                 node,
                 message=(
                     f"Stop on every rank together: the test at line {script.line(test)} reads "
-                    f"{value}, which this rank computed from its own batch (line "
-                    f"{script.line(origin)}), so "
+                    f"{value}, which {computed}, so "
                     f"this rank alone takes this {leaves} while the others go on to the "
                     f"collective at line {script.line(waiting)} and wait there for it (hang, or "
                     f"gradients of different steps averaged); call {accelerator}.set_trigger() "
@@ -1072,12 +1123,35 @@ def _trace(
         if value is None:
             continue
         if agrees(script, value) or _agreed_in_place(script, name, loop):
-            return None
+            if not agrees(script, value) or not _agreed_on_some_passes(script, binding, where):
+                return None
+            # ``if step % k == 0: loss = accelerator.reduce(loss)``: on the other passes the
+            # test reads the binding before it, this rank's own value
+            pending.append((name, binding))
+            continue
         found[name] = binding
         pending.extend((read, binding) for read in variables_in(script, value))
         if isinstance(binding, cst.AugAssign):
             pending.append((name, binding))
     return found
+
+
+def _agreed_on_some_passes(script: ScriptModel, binding: cst.CSTNode, at: cst.CSTNode) -> bool:
+    """``binding`` (an agreed value) sits in a branch of one ``if`` without ``else`` that does
+    not hold ``at``: the passes that skip the branch reach ``at`` with the binding before it."""
+    if runs_before(script, binding, at):
+        return False
+    around = {id(ancestor) for ancestor in script.ancestors(at)}
+    for ancestor in script.ancestors(binding):
+        if id(ancestor) in around:
+            return False  # reached the block that holds both: one plain ``if`` in between
+        if isinstance(ancestor, cst.If):
+            return ancestor.orelse is None and not any(
+                isinstance(a, cst.If) and a.orelse is ancestor for a in script.ancestors(ancestor)
+            )
+        if not isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementLine, cst.Assign)):
+            return False
+    return False
 
 
 def _reaches(

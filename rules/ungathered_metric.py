@@ -134,6 +134,24 @@ class UngatheredMetric(Rule):
         # the field (the entry) reads this rank's shard, and nothing gathers it
         Example(_HELD_EVAL.format(gather="", **_IN_A_NAMESPACE), 14, 9),
         Example(_HELD_EVAL.format(gather="", **_IN_A_DICT), 14, 9),
+        # nanoT5's predict: a summarisation helper handed the prepared model and test loader
+        # decodes what generate() returns and feeds the rouge metric this rank's shard only
+        Example(
+            HEADER
+            + "import evaluate\n\n\n"
+            + "def predict(model, dataloader, tokenizer):\n"
+            + "    metric = evaluate.load('rouge')\n"
+            + "    for batch in dataloader:\n"
+            + "        tokens = model.generate(input_ids=batch['input_ids'])\n"
+            + "        predictions = tokenizer.batch_decode(tokens)\n"
+            + "        references = tokenizer.batch_decode(batch['labels'])\n"
+            + "        metric.add_batch(predictions=predictions, references=references)\n"
+            + "    return metric.compute()\n\n\n"
+            + "model, test_loader = accelerator.prepare(model, test_loader)\n"
+            + "accelerator.print(predict(model, test_loader, tokenizer))\n",
+            12,
+            9,
+        ),
         # predictions gathered over a loader every rank reads whole, compared with the
         # batch's own labels: N copies of the predictions against one of the labels
         Example(

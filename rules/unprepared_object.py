@@ -46,6 +46,23 @@ _LOOP = (
     "    optimizer.step()\n"
 )
 
+#: An evaluation whose loader is never prepared, ``no_grad`` opened inside the loop (HF's
+#: examples): every rank iterates the whole set and the gather joins N copies of it.
+_GATHERED_EVALUATION = (
+    HEADER
+    + _OBJECTS
+    + "eval_loader = torch.utils.data.DataLoader({data}, batch_size=8)\n"
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + _LOOP
+    + "model.eval()\n"
+    + "preds = []\n"
+    + "for x, y in eval_loader:\n"
+    + "    with torch.no_grad():\n"
+    + "        out = model(x.to(accelerator.device))\n"
+    + "    preds.append(accelerator.gather_for_metrics(out))\n"
+    + "assert len(torch.cat(preds)) == len(eval_set)\n"
+)
+
 #: nanoGPT's fixed count of iterations, accumulated with accumulate(): the scheduler, made
 #: before prepare and left out of it, stepped once per optimizer step (what the conversion of
 #: a manual accumulation makes of its ``if (it + 1) % accum == 0:``)
@@ -249,6 +266,14 @@ class UnpreparedObject(Rule):
     name) is reported at the prepare: on those branches the training after the chain uses
     everything unprepared.
 
+    An evaluation loop over an unprepared DataLoader that gathers what it computes from its
+    batches (``accelerator.gather_for_metrics(out)`` in the loop; ``no_grad`` around the loop or
+    opened inside it) is reported at the loader: every rank iterates the whole set, so the
+    gather hands back num_processes copies of each sample (counts and sums N times too large,
+    ``len(preds) == len(dataset)`` fails). Not where the data set is cut by the rank itself
+    (``dataset.shard(num_processes, process_index)``): each rank gathers its own part. One that
+    gathers nothing computes the whole set's numbers on every rank, which is right.
+
     A scheduler stepped both per batch and per epoch (chosen by a flag) is rightly left out of
     ``prepare`` (its per-epoch steps would count N times); its per-batch step is reported where
     it is sized in the whole loader's batches (``len(loader)`` before prepare) and stepped once
@@ -259,6 +284,8 @@ class UnpreparedObject(Rule):
     message = "Pass this to accelerator.prepare and use what it returns"
     why = "Unprepared loaders are not sharded and unprepared models are not synchronised."
     bad = (
+        # the gather of an evaluation over an unprepared loader: N copies of every sample
+        Example(_GATHERED_EVALUATION.format(data="eval_set"), 15, 13),
         # a trainer whose constructor sizes the scheduler (in a method written below it) from
         # the loader before preparing the loader: the whole dataset's steps, stepped per rank;
         # a plateau scheduler of another configuration steps once per epoch
@@ -523,6 +550,35 @@ class UnpreparedObject(Rule):
         ),
     )
     good = (
+        # a base trainer's constructor reads its loader whole before the subclass prepares it
+        # (label statistics, a batch count): the raw loader is the whole set on every rank, so
+        # every rank computes the same numbers, and prepare builds its own loader from it
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "class BaseTrainer:\n"
+        "    def __init__(self, model, optimizer, loader):\n"
+        "        self.model, self.optimizer, self.loader = model, optimizer, loader\n"
+        "        total, count = 0.0, 0\n"
+        "        for x, y in self.loader:\n"
+        "            total += y.float().sum().item()\n"
+        "            count += len(y)\n"
+        "        self.label_mean = total / count\n\n\n"
+        "class Trainer(BaseTrainer):\n"
+        "    def __init__(self, model, optimizer, loader):\n"
+        "        super().__init__(model, optimizer, loader)\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n"
+        "            self.model, self.optimizer, self.loader\n"
+        "        )\n\n"
+        "    def fit(self, epochs):\n"
+        "        for _ in range(epochs):\n"
+        "            for x, y in self.loader:\n"
+        "                loss = (self.model(x).squeeze(-1) - (y - self.label_mean)).pow(2).mean()\n"
+        "                self.accelerator.backward(loss)\n"
+        "                self.optimizer.step()\n",
+        # the evaluation set cut by the rank itself: each rank gathers its own part
+        _GATHERED_EVALUATION.format(
+            data="eval_set.shard(accelerator.num_processes, accelerator.process_index)"
+        ),
         # nothing prepared, nothing the backward changes: each rank trains its own copy on all
         # the data (correct, not data-parallel: convert leaves such a file so, with a review)
         _NOTHING_PREPARED.format(settings=""),
@@ -1099,7 +1155,10 @@ class UnpreparedObject(Rule):
         dataloaders = script.names_of(Kind.DATALOADER)
         training = [loop for loop in script.loops if loop.trains]
         for loop in script.loops:
-            if not (loop.trains or loop.evaluates) or script.under_rank_guard(loop.node):
+            gather = None if loop.trains else _gather_of_its_batches(script, loop)
+            if not (loop.trains or loop.evaluates or gather is not None):
+                continue
+            if script.under_rank_guard(loop.node):
                 continue
             if not loop.trains and not _combines_ranks(script, loop):
                 continue  # every rank evaluates the whole set: right, if N times the work
@@ -1115,8 +1174,18 @@ class UnpreparedObject(Rule):
                 and not _prepared_inline(loop)
                 and not over_step_data(facts_of(script), loop)
                 and not sharded_by_its_sampler(script, source)
+                and not _split_by_rank(script, source)
             ):
                 message = _message("DataLoader", source, "sharded")
+                if gather is not None:
+                    name = script.module.code_for_node(gather.func)
+                    message = (
+                        f"Pass DataLoader `{source}` to accelerator.prepare and use what it "
+                        f"returns: unprepared, every rank iterates all of it, so {name} at line "
+                        f"{script.line(gather)} hands back num_processes copies of every sample "
+                        "(counts and sums num_processes times too large, len() of the results "
+                        "no longer the data set's)"
+                    )
                 epoch = epoch_set_through(script, source) if source else None
                 if epoch is not None:  # a project's own sampler (bucketing), set through it
                     message += (
@@ -1368,6 +1437,56 @@ def _combines_ranks(script: ScriptModel, loop: Loop) -> bool:
         isinstance(call.func, cst.Attribute) and call.func.attr.value in _COMBINING
         for call in calls_in(script, scope)
     )
+
+
+#: The collectives that join every rank's values into one longer result.
+_GATHERS = frozenset({"gather", "gather_for_metrics"})
+
+
+def _gather_of_its_batches(script: ScriptModel, loop: Loop) -> cst.Call | None:
+    """``accelerator.gather_for_metrics((preds, labels))`` in the body of a loop that does not
+    train, reading a name the loop binds (its batch, or what the body computes from it): an
+    evaluation loop, ``no_grad`` around it or not (HF's examples open ``no_grad`` inside)."""
+    accelerators = script.names_of(Kind.ACCELERATOR)
+    bound = set(loop.batch_names)
+    for node in walk(loop.node.body):
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = node.targets if isinstance(node, cst.Assign) else (node,)
+            for target in targets:
+                for name in walk(target.target):
+                    if isinstance(name, cst.Name):
+                        bound.add(name.value)
+    for call in calls_in(script, loop.node):
+        func = call.func
+        if not (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in _GATHERS
+            and dotted(func.value) in accelerators
+        ):
+            continue
+        read = {n.value for a in call.args for n in walk(a.value) if isinstance(n, cst.Name)}
+        if read & bound:
+            return call
+    return None
+
+
+def _split_by_rank(script: ScriptModel, loader: str | None) -> bool:
+    """The loader's data set is cut by the rank itself (``dataset.shard(num_processes,
+    process_index)``, ``split_dataset_by_node(ds, rank=...)``): each rank already reads its own
+    part, so gathering it is right."""
+    for binding in script.of_kind(Kind.DATALOADER):
+        if binding.name != loader or binding.value is None:
+            continue
+        if script.reads_rank(binding.value):
+            return True
+        for argument in walk(binding.value):
+            if isinstance(argument, cst.Name) and any(
+                script.reads_rank(assignment.value)
+                for assignment in script.index.assignments_to(argument.value)
+                if assignment.value is not None
+            ):
+                return True
+    return False
 
 
 def _trained_phases_prepared(script: ScriptModel, loop: Loop, prepared: set[str]) -> bool:

@@ -3,7 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
-from accelify.analysis.collectives import DDP
+from accelify.analysis.collectives import DDP, DEEPSPEED, FSDP, backends_in_view
 from accelify.analysis.construction import (
     constructed_accelerator,
     holds_constructed_wrapper,
@@ -13,7 +13,13 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.name_scopes import means_module_binding
 from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import assigned_targets, dotted, has_parameter, walk
+from accelify.analysis.syntax import (
+    assigned_targets,
+    dotted,
+    has_parameter,
+    keyword_value,
+    walk,
+)
 from accelify.analysis.wrapper_tests import WRAPPER_TESTS, contains, in_unwrapped_branch
 from accelify.lint.rule import (
     HEADER,
@@ -201,8 +207,11 @@ class WrapperAttribute(Rule):
 
     The reverse too: ``model.module`` on what ``prepare`` returned exists only on the wrapper,
     and a one-process run gets the model itself back (AttributeError at the first checkpoint),
-    whatever engine a multi-process run wraps it in (FSDP's and DeepSpeed's have ``module``
-    too), unless a test chooses (``hasattr(model, "module")``, ``num_processes > 1``), or a ``try``
+    whatever engine a multi-process run wraps it in (FSDP's first version and DeepSpeed's have
+    ``module`` too; FSDP2's ``fully_shard`` shards in place and has none), unless every run is a
+    DeepSpeed run (a ``DeepSpeedPlugin`` built unconditionally, or ``DummyOptim``): Accelerate
+    then wraps the model in DeepSpeed's engine on one process as well, or unless a test chooses
+    (``hasattr(model, "module")``, ``num_processes > 1``), or a ``try``
     falls back from one to the other (``try: model.config except AttributeError:
     model.module.config``, a diffusion trainer's read of its UNet's channels): the handler runs
     exactly where the first read fails."""
@@ -434,6 +443,28 @@ class WrapperAttribute(Rule):
             + "    torch.save({'model': model.module.state_dict()}, 'ckpt.pt')\n",
             7,
             26,
+        ),
+        Example(  # the plugin built on every run, but a --cpu run leaves DeepSpeed out
+            "import torch\nfrom accelerate import Accelerator, DeepSpeedPlugin\n"
+            + "plugin = DeepSpeedPlugin(zero_stage=2)\n"
+            + "accelerator = Accelerator(deepspeed_plugin=plugin, cpu=args.cpu)\n"
+            + "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+            + "accelerator.backward(model(batch).loss)\n"
+            + "print(model.module.config)\n",
+            7,
+            7,
+        ),
+        Example(  # DeepSpeed turned on by the script's own flag: a run without it (one
+            # process) gets the model itself, which has no ``module``
+            "import torch\nfrom accelerate import Accelerator, DeepSpeedPlugin\n"
+            + "plugin = DeepSpeedPlugin(zero_stage=2) if args.deepspeed else None\n"
+            + "accelerator = Accelerator(deepspeed_plugin=plugin)\n"
+            + "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+            + "accelerator.backward(model(batch).loss)\n"
+            + "if accelerator.is_main_process:\n"
+            + "    torch.save(model.module.state_dict(), 'ckpt.pt')\n",
+            8,
+            16,
         ),
         Example(  # PixArt-alpha's train(): the module's prepared model read through the
             # wrapper's module in a function the main block calls after ``prepare``; the file
@@ -771,6 +802,22 @@ class WrapperAttribute(Rule):
         + "accelerator = Accelerator()\noptim = DummyOptim(model.parameters(), lr=1e-5)\n"
         + "model, optim = accelerator.prepare(model, optim)\n"
         + "model.gradient_checkpointing_enable()\n",
+        # DeepSpeed on every run (its plugin built unconditionally, or its config-file
+        # optimizer): Accelerate wraps the model in DeepSpeed's engine on one process too, and
+        # the engine's ``module`` is the model
+        "import torch\nfrom accelerate import Accelerator, DeepSpeedPlugin\n"
+        + "plugin = DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=1)\n"
+        + "accelerator = Accelerator(deepspeed_plugin=plugin)\n"
+        + "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+        + "accelerator.backward(model(batch).loss)\n"
+        + "if accelerator.is_main_process:\n"
+        + "    torch.save(model.module.state_dict(), 'ckpt.pt')\n",
+        "import torch\nfrom accelerate import Accelerator\n"
+        + "from accelerate.utils import DummyOptim\n"
+        + "accelerator = Accelerator()\noptim = DummyOptim(model.parameters(), lr=1e-5)\n"
+        + "model, optim = accelerator.prepare(model, optim)\n"
+        + "accelerator.backward(model(batch).loss)\n"
+        + "print(model.module.config)\n",
         # a test chooses the wrapper's module or the model itself
         HEADER
         + "model = accelerator.prepare(model)\n"
@@ -1016,14 +1063,33 @@ class WrapperAttribute(Rule):
             return
         if _wrapper_tested_at_every_call(script, attribute):
             return  # ``if accelerator.num_processes > 1: log()``: the test chooses at the call
+        if _every_run_deepspeed(script):
+            return  # DeepSpeed's engine wraps the model on every run, one process included
         accelerator = accelerator_name(script, attribute)
+        backends = backends_in_view(script)
+        if DEEPSPEED in backends:
+            wrapped = (
+                f"prepare wraps {owner} in DeepSpeed's engine on a DeepSpeed run and in "
+                "DistributedDataParallel on several processes, but a one-process run without "
+                "DeepSpeed gets the model itself back"
+            )
+        elif FSDP in backends:
+            wrapped = (
+                f"prepare wraps {owner} in FSDP (version 1) on a launched FSDP run and in "
+                "DistributedDataParallel on several processes, but FSDP2 (fully_shard) shards "
+                "the model in place and a plain one-process run gets the model itself back"
+            )
+        else:
+            wrapped = (
+                f"prepare wraps {owner} in DistributedDataParallel only when several processes "
+                "run, and a one-process run gets the model itself back"
+            )
         yield self.finding(
             script,
             attribute,
             None,
-            f"Use {accelerator}.unwrap_model({owner}) instead of {owner}.module: prepare wraps "
-            f"{owner} in DistributedDataParallel only when several processes run, and a "
-            "one-process run gets the model itself back, which has no 'module' (AttributeError)",
+            f"Use {accelerator}.unwrap_model({owner}) instead of {owner}.module: {wrapped}, "
+            "which has no 'module' (AttributeError)",
         )
 
 
@@ -1266,6 +1332,53 @@ def _written_for_an_engine(script: ScriptModel) -> bool:
             return True
     for node in script.index.of_type(cst.Attribute):
         if isinstance(node, cst.Attribute) and any(w in node.attr.value for w in _ENGINE_WORDS):
+            return True
+    return False
+
+
+def _every_run_deepspeed(script: ScriptModel) -> bool:
+    """Every run of the file prepares for DeepSpeed: its Accelerator is built with a
+    ``DeepSpeedPlugin`` (``deepspeed_plugin=DeepSpeedPlugin(...)``, or a name bound to one
+    only), or it makes DeepSpeed's config-file optimizer (``DummyOptim``) outside any branch.
+    Accelerate then wraps the model in DeepSpeed's engine whatever the process count (the plugin
+    sets ``ACCELERATE_USE_DEEPSPEED``, which selects DeepSpeed on one process too), and the
+    engine's ``module`` is the model: ``model.module`` is right on each of its runs."""
+    if "DeepSpeedPlugin" not in script.source and "DummyOptim" not in script.source:
+        return False
+    for call in script.calls:
+        name = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        if name == "DummyOptim" and not _under_a_branch(script, call):
+            return True
+        if name != "Accelerator":
+            continue
+        cpu = keyword_value(call, "cpu")
+        if cpu is not None and not (isinstance(cpu, cst.Name) and cpu.value == "False"):
+            continue  # ``cpu=args.cpu``: a CPU run leaves DeepSpeed out
+        plugin = keyword_value(call, "deepspeed_plugin")
+        if _a_deepspeed_plugin(plugin) or (
+            isinstance(plugin, cst.Name)
+            and (bound := script.index.assignments_to(plugin.value))
+            and all(_a_deepspeed_plugin(getattr(b, "value", None)) for b in bound)
+            and not any(_under_a_branch(script, b) for b in bound)
+        ):
+            return True
+    return False
+
+
+def _a_deepspeed_plugin(value: cst.BaseExpression | None) -> bool:
+    return (
+        isinstance(value, cst.Call)
+        and (dotted(value.func) or "").rsplit(".", 1)[-1] == "DeepSpeedPlugin"
+    )
+
+
+def _under_a_branch(script: ScriptModel, node: cst.CSTNode) -> bool:
+    """``node`` runs only on some runs: under an ``if``, a conditional expression or a ``try``
+    of its function."""
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            return False
+        if isinstance(ancestor, (cst.If, cst.IfExp, cst.Try, cst.Match, cst.BooleanOperation)):
             return True
     return False
 

@@ -10,6 +10,7 @@ import libcst as cst
 from accelify.analysis.agreed_values import AgreedValues
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import analyze
+from accelify.analysis.syntax import walk
 
 TRAINED = """
 import torch
@@ -246,3 +247,54 @@ def test_an_agreed_element_of_a_returned_tuple_is_agreed_beside_one_that_is_not(
     agreed = _agreed_at_module(source)
     assert {"acc", "n"} <= agreed
     assert "kept" not in agreed
+
+
+TRAINER = """
+import torch
+from torch import nn
+
+
+class Trainer:
+    def __init__(self, model, optimizer, loader):
+        self.model = model
+        self.optimizer = optimizer
+        self.loader = loader
+        self.patience = 3
+        self.best = 0.0
+        self.train_loss = 0.0
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            total = 0.0
+            for x, y in self.loader:
+                loss = nn.functional.mse_loss(self.model(x), y)
+                loss.backward()
+                self.optimizer.step()
+                total += loss.item()
+            self.train_loss = total / len(self.loader)
+            self.best = 1.0
+            gap = 0.5 - self.train_loss
+            slack = self.best - self.patience
+"""
+
+
+def _test_in_fit(expression: str) -> bool:
+    model = analyze(cst.parse_module(TRAINER))
+    values = AgreedValues(facts_of(model), lambda evaluation: True)
+    fit = next(
+        node
+        for node in walk(model.module)
+        if isinstance(node, cst.FunctionDef) and node.name.value == "fit"
+    )
+    last = fit.body.body[-1]
+    return values.test_agreed(cst.parse_expression(expression), last)
+
+
+def test_an_attribute_folded_from_training_batches_is_not_agreed():
+    assert not _test_in_fit("self.train_loss < 0.3")
+    assert not _test_in_fit("gap > 0.1")  # a local set from it
+
+
+def test_settings_and_attributes_set_from_constants_stay_agreed():
+    assert _test_in_fit("self.patience > 2")
+    assert _test_in_fit("slack > 0")

@@ -612,3 +612,26 @@ def test_a_driver_at_the_top_level_leaves_both_files(tmp_path: Path):
         "for epoch in range(2):\n    loss = train_one_epoch(" in (project / "train.py").read_text()
     )
     assert results["train.py"].reviews and results["engine.py"].reviews
+
+
+DICT_HANDED = FIXTURES / "projects" / "evaluation_module_handed_the_loaders_in_a_dict"
+
+
+def test_loaders_handed_in_a_dict_to_an_evaluation_module_are_left_whole(tmp_path: Path):
+    # main.py hands one dict (model, loaders, optimizer) to train() of train.py, converted with
+    # it, and to test() of test.py, which runs no backward: the test loader stays whole (test()
+    # would sum one rank's shard), and test()'s model.loss() on the DDP wrapper is said
+    project = tmp_path / "project"
+    shutil.copytree(DICT_HANDED, project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    main, train = results["main.py"], results["train.py"]
+    assert main.prepared == ["model", "optimizer", "train_batcher"]
+    assert not results["test.py"].changed
+    (whole,) = [n for n in main.reviews if n.text.startswith("test_batcher is read only")]
+    assert whole.line == 54
+    assert "by test(), a function of another module that runs no backward" in whole.text
+    (method,) = [n for n in main.reviews if "calls model.loss() at test.py:16" in n.text]
+    assert method.line == 54 and "accelerator.unwrap_model(model).loss()" in method.text
+    code = train.converted.decode()
+    assert "accelerator.unwrap_model(model).loss(x, x_hat, z_mean, z_logvar)" in code
+    assert "x = x.to(device)" not in code  # the dict's loader is the prepared one

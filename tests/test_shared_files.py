@@ -88,6 +88,95 @@ def test_a_load_is_paired_with_the_save_of_its_file(body: str, expected: list[tu
     assert read_back(body) == expected
 
 
+_STOPPER = """
+class EarlyStopping:
+    def __init__(self, patience=3, path="checkpoint.pt"):
+        self.path = path
+
+    def __call__(self, model):
+        torch.save(model.state_dict(), self.path)
+
+
+class Trainer:
+    def __init__(self, cfg):
+        self.best_path = os.path.join(cfg["ckpt_dir"], "best.pt")
+        self.stopper = {stopper}
+        self.best_path = os.path.join(cfg["ckpt_dir"], "best.pt")
+
+    def fit(self, model):
+        for epoch in range(3):
+            self.stopper(model)
+{inside}
+
+CFG = {{"ckpt_dir": "checkpoints"}}
+
+
+def main(model):
+    trainer = Trainer(CFG)
+    trainer.fit(model)
+    model.load_state_dict(torch.load({read}))
+"""
+
+
+def _stopper(stopper: str, read: str, inside: str = "") -> list[tuple[str, str, bool]]:
+    model = script(_STOPPER.format(stopper=stopper, read=read, inside=inside))
+    return [
+        (code(model, shared.write), code(model, shared.read), shared.unsure)
+        for shared in facts_of(model).shared_files.read_back
+    ]
+
+
+_SAVE = "torch.save(model.state_dict(), self.path)"
+
+
+@pytest.mark.parametrize(
+    ("stopper", "read", "expected"),
+    [
+        pytest.param(  # the instance's attribute is the one its class set (twice, alike)
+            "EarlyStopping(path=self.best_path)",
+            "trainer.best_path",
+            [(_SAVE, "torch.load(trainer.best_path)", False)],
+            id="through-the-instance",
+        ),
+        pytest.param(  # a module dict's constant entry spells the literal the script reads
+            "EarlyStopping(path=self.best_path)",
+            "'checkpoints/best.pt'",
+            [(_SAVE, "torch.load('checkpoints/best.pt')", False)],
+            id="dict-entry-is-the-literal",
+        ),
+        pytest.param(  # the default the constructor falls back on
+            "EarlyStopping(patience=2)",
+            "'checkpoint.pt'",
+            [(_SAVE, "torch.load('checkpoint.pt')", False)],
+            id="constructor-default",
+        ),
+        pytest.param(  # another file the file spells: no pair
+            "EarlyStopping(patience=2)",
+            "'pretrained.pt'",
+            [],
+            id="another-spelled-file",
+        ),
+        pytest.param(  # handed its path unpacked: the read after the loop may be of it
+            "EarlyStopping(**cfg['stopping'])",
+            "'pretrained.pt'",
+            [(_SAVE, "torch.load('pretrained.pt')", True)],
+            id="unpacked-path-unsure",
+        ),
+    ],
+)
+def test_a_path_is_followed_through_a_helper_objects_constructor(stopper, read, expected):
+    assert _stopper(stopper, read) == expected
+
+
+def test_a_read_inside_the_loop_that_saves_to_an_unknown_path_is_not_paired():
+    """Only a read once the saving loop is done may be of the file just saved: one in the
+    same loop (before or after the save) is left as the script has it."""
+    inside = "            model.load_state_dict(torch.load('teacher.pt'))"
+    assert _stopper("EarlyStopping(**cfg['stopping'])", "'x.pt'", inside=inside) == [
+        (_SAVE, "torch.load('x.pt')", True)
+    ]
+
+
 @pytest.mark.parametrize(
     ("body", "source", "clock"),
     [

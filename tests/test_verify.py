@@ -157,6 +157,26 @@ def test_an_evaluation_computed_from_one_shard_fails_check_2(tmp_path: Path):
     assert "gathers nothing" in check_2["verdict"]
 
 
+def test_an_evaluation_over_an_unprepared_loader_that_gathers_fails_check_2(tmp_path: Path):
+    """The converter's output with its evaluation loader left out of prepare: every rank
+    evaluates the whole set, and the gather joins one copy per rank (what ACC401 says at the
+    loop)."""
+    result = run_accelify(
+        "verify",
+        EVALUATION / "original.py",
+        EVALUATION / "unprepared_gathered.py",
+        "--to-end",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    check_1, check_2 = json.loads(result.stdout)["checks"]
+    assert check_1["passed"] is True  # on one process the gather joins one copy
+    assert check_2["passed"] is False
+    assert "the evaluation loop at line 29 runs over all 5 batches" in check_2["verdict"]
+    assert "joins 2 copies of every sample" in check_2["verdict"]
+
+
 def test_a_short_run_reads_the_evaluation_from_the_code():
     """Check 3 of a run cut short: the gathered conversion passes, the same code with its gather
     removed fails at the line that accumulates one rank's shard."""

@@ -71,6 +71,7 @@ class AgreedValues:
         self._returns: dict[tuple[int, bool], bool] = {}
         self._state_names: frozenset[str] | None = None
         self._attribute_writes: dict[str, list[cst.CSTNode]] | None = None
+        self._attributes: dict[str, bool] = {}
 
     def test_agreed(self, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """Every rank decides ``test`` (read at ``at``) alike: it reads only constants,
@@ -291,9 +292,63 @@ class AgreedValues:
         agreed: set[str] | frozenset[str],
         depth: int,
     ) -> bool:
+        if any(not self._attribute_agreed(attribute) for attribute in _own_state_read(value)):
+            return False
         return self.facts.ranks.uniform(
             value, agreed, lambda call: self._agreed_call(call, function, agreed, depth)
         )
+
+    def _attribute_agreed(self, attribute: str) -> bool:
+        """``self.<attribute>`` is not this rank's own: no write of it folds what a training
+        loop computes from this rank's batches. A training loss a step keeps on the instance
+        (``self.train_loss = total / len(self.loader)``, ``self.loss += loss.item()``) is this
+        rank's own: a test or a metric that reads it is not every rank's. Settings, and state
+        set from other values (``self.best_acc = acc`` of a gathered ``acc``), are judged as
+        before, by the value read where the attribute is."""
+        if attribute not in self._attributes:
+            self._attributes[attribute] = not any(
+                self._from_training(write) for write in self.attribute_writes().get(attribute, [])
+            )
+        return self._attributes[attribute]
+
+    def _from_training(self, write: cst.CSTNode) -> bool:
+        """``write`` stores what a training loop computed: it stands in one (``self.loss =
+        loss.item()``), or it reads a name of its function that one binds (``total`` of
+        ``self.train_loss = total / n``, followed through the names that name is made of)."""
+        if not isinstance(write, cst.Assign | cst.AugAssign | cst.AnnAssign) or write.value is None:
+            return False
+        training = [loop.node for loop in self.model.loops if loop.trains]
+        if any(self.model.inside(write, loop) for loop in training):
+            return not self.facts.ranks.uniform(write.value)
+        function = self.facts.placement.enclosing_function(write)
+        if function is None:
+            return False
+        bindings: dict[str, list[cst.CSTNode]] = {}
+        for node in self.model.index.own_nodes(function):
+            if isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign):
+                targets = (
+                    [t.target for t in node.targets]
+                    if isinstance(node, cst.Assign)
+                    else [node.target]
+                )
+                for target in targets:
+                    for name in walk(target):
+                        if isinstance(name, cst.Name):
+                            bindings.setdefault(name.value, []).append(node)
+        pending = [n.value for n in walk(write.value) if isinstance(n, cst.Name)]
+        seen: set[str] = set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for binding in bindings.get(name, []):
+                if any(self.model.inside(binding, loop) for loop in training):
+                    return True
+                value = binding.value  # type: ignore[attr-defined]
+                if value is not None:
+                    pending += [n.value for n in walk(value) if isinstance(n, cst.Name)]
+        return False
 
     def _agreed_call(
         self,
@@ -440,6 +495,20 @@ class AgreedValues:
                 )
             )
         return self._state_names
+
+
+def _own_state_read(value: cst.BaseExpression) -> set[str]:
+    """The attributes of the instance ``value`` reads (``train_loss`` of ``val_loss -
+    self.train_loss``), not the methods it calls on it."""
+    called = {id(node.func) for node in walk(value) if isinstance(node, cst.Call)}
+    return {
+        node.attr.value
+        for node in walk(value)
+        if isinstance(node, cst.Attribute)
+        and isinstance(node.value, cst.Name)
+        and node.value.value in ("self", "cls")
+        and id(node) not in called
+    }
 
 
 #: Blocks whose body may not run (or runs again): an ``eval()`` in one is not surely before.

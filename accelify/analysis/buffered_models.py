@@ -10,9 +10,10 @@ alone of a DDP model with a BatchNorm hangs, in eval or train mode, with or with
 runs. So ``if accelerator.is_main_process: evaluate(model, ...)`` hangs exactly when the
 model holds buffers.
 
-A model holds buffers here when it is made by a class of the file whose code builds a
-BatchNorm (``SyncBatchNorm`` too) or calls ``register_buffer`` (also through the file's other
-classes it builds), by ``nn.Sequential`` of such layers, or by a torchvision constructor of a
+A model holds buffers here when it is made by a class of the file (or one it imports from
+another module of the project) whose code builds a BatchNorm (``SyncBatchNorm`` too) or calls
+``register_buffer`` (also through the other classes it builds), by ``nn.Sequential`` of such
+layers, or by a torchvision constructor of a
 family built on BatchNorm (``resnet50()``), or a transformers model of a family whose
 embeddings register buffers (``CLIPModel.from_pretrained(...)``: ``position_ids``; Llama's
 rotary ``inv_freq``). Other models of other libraries are not judged (``AutoModel`` may be
@@ -110,9 +111,16 @@ def _holds_buffers(script: ScriptModel, value: cst.BaseExpression, depth: int) -
 
 
 def _class_holds_buffers(script: ScriptModel, name: str, depth: int) -> bool:
+    """A class of the file, or one it imports from another module of the project (a reward
+    model's ``from models.clip import CLIPForBinaryClassification``), read in its own module."""
     classes = [
         s for s in script.module.body if isinstance(s, cst.ClassDef) and s.name.value == name
     ]
+    if not classes and script.project is not None and "." not in name:
+        imported = script.project.imported_class(script, name)
+        if imported is not None:
+            script, found = imported
+            classes = [found]
     for cls in classes:
         for node in walk(cls):
             if (

@@ -236,6 +236,8 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     if found.unsure is None:
         found.unsure = _sums_batch_means(found, body, facts)
     if found.unsure is None:
+        found.unsure = _sums_batch_means_on_the_instance(found, body, facts)
+    if found.unsure is None:
         found.unsure = _lists_batch_means(found, body, facts)
     if found.unsure is None:
         found.unsure = _scalar_of_a_gathered_value(found, body, facts)
@@ -1211,17 +1213,78 @@ def _stores_at(sink: cst.CSTNode, counted: set[str]) -> set[str]:
     return read & counted
 
 
-def _sums_added(found: Evaluation) -> Iterator[tuple[cst.CSTNode, cst.AugAssign]]:
+def _sums_added(
+    found: Evaluation, attributes: bool = False
+) -> Iterator[tuple[cst.CSTNode, cst.AugAssign]]:
     """The evaluation's sinks that add to a plain name (``val_loss += ...``), with their
-    statements."""
+    statements; with ``attributes``, to an attribute of the instance instead
+    (``self.validation_loss += ...``)."""
     for sink in found.sinks:
         statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
-        if (
-            isinstance(statement, cst.AugAssign)
-            and isinstance(statement.operator, cst.AddAssign)
-            and isinstance(statement.target, cst.Name)
+        if not (
+            isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign)
         ):
+            continue
+        target = statement.target
+        on_the_instance = (
+            isinstance(target, cst.Attribute)
+            and isinstance(target.value, cst.Name)
+            and target.value.value == "self"
+        )
+        if on_the_instance if attributes else isinstance(target, cst.Name):
             yield sink, statement
+
+
+def _sums_batch_means_on_the_instance(
+    found: Evaluation, body: list[cst.CSTNode], facts: Facts
+) -> str | None:
+    """``self.validation_loss += loss.item()`` of a batch's mean, where nothing in the file
+    divides ``validation_loss`` (a trainer's ``_validation_step`` whose callback prints the
+    attribute as it is): as for a local total (`_sums_batch_means`), the gathered sum covers
+    N times fewer batches and reads about 1/N of one process's value."""
+    model = facts.model
+    means = _batch_means(body, model)
+    for sink, statement in _sums_added(found, attributes=True):
+        read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
+        mean = sorted(read & means) or [
+            model.module.code_for_node(call)
+            for call in _added_batch_means(statement.value, model)
+            if dotted(call.func) not in model.functions
+        ]
+        if not mean or _divided_as_added(statement.value):
+            continue
+        attribute = statement.target.attr.value  # type: ignore[attr-defined]
+        if _attribute_divided(model.module, attribute):
+            continue
+        total = f"self.{attribute}"
+        found.unsure_at = sink
+        found.advice = (
+            f"divide {total} by the number of batches (len of the loader) or sum each "
+            "batch's loss times its size and divide by the samples counted"
+        )
+        return (
+            f"the metric at line {model.line(sink)} sums {mean[0]}, one batch's mean, and "
+            f"{total} is never divided by a count: gathered, each step holds every rank's "
+            "batch, so the sum would cover N times fewer batches"
+        )
+    return None
+
+
+def _attribute_divided(module: cst.Module, attribute: str) -> bool:
+    """An attribute of that name (of any object: ``trainer.validation_loss`` in a callback) is
+    divided somewhere in the file, or handed to a mean."""
+    for node in walk(module):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+            read = node.left
+        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+            read = node.target
+        elif isinstance(node, cst.Call) and (dotted(node.func) or "").endswith("mean"):
+            read = node
+        else:
+            continue
+        if any(isinstance(n, cst.Attribute) and n.attr.value == attribute for n in walk(read)):
+            return True
+    return False
 
 
 def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) -> str | None:
@@ -1804,9 +1867,51 @@ def _batches_of_one(loop: Loop, model: ScriptModel) -> bool:
         if binding.name != loop.iterable or not isinstance(binding.value, cst.Call):
             continue
         size = argument_value(binding.value, "batch_size", 1)
+        if isinstance(size, cst.Name):  # ``batch_size=BATCH``, ``BATCH = 64`` at the top
+            size = module_constant(model.module, size.value) or size
         if not isinstance(size, cst.Integer) or size.value == "1":
             return True
     return False
+
+
+def module_constant(module: cst.Module, name: str) -> cst.BaseExpression | None:
+    """The value ``name`` is bound to by the module's own top-level ``NAME = <literal>``, when
+    that is its only binding anywhere in the file (no other assignment, loop or ``with``
+    target, walrus, ``global`` or ``del`` of it): a setting every read sees."""
+    value: cst.BaseExpression | None = None
+    for line in module.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+                and small.targets[0].target.value == name
+                and isinstance(small.value, cst.Integer | cst.Float | cst.SimpleString)
+            ):
+                value = small.value
+    if value is None:
+        return None
+    bindings = 0
+    for node in walk(module):
+        if isinstance(node, cst.Global | cst.Nonlocal) and any(
+            n.name.value == name for n in node.names
+        ):
+            return None
+        targets: list[cst.CSTNode] = []
+        if isinstance(
+            node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign | cst.For | cst.NamedExpr
+        ):
+            targets = [node.target]
+        elif isinstance(node, cst.AsName | cst.Del):
+            targets = [node.name if isinstance(node, cst.AsName) else node.target]
+        bindings += sum(
+            isinstance(part, cst.Name) and part.value == name
+            for target in targets
+            for part in walk(target)
+        )
+    return value if bindings == 1 else None
 
 
 def _gathered_read(
@@ -2489,9 +2594,12 @@ def predicting_method(call: cst.Call, facts: Facts) -> bool:
     if not isinstance(func, cst.Attribute):
         return False
     owner = unwrapped_argument(func.value) or func.value  # a node is always true
+    method = func.attr.value
+    if method.startswith(_PREDICTING) and facts.flow.names_a_model(dotted(owner), call):
+        # ``model.generate(...)`` in a helper handed the prepared model (nanoT5's predict)
+        return True
     if not facts.flow.is_model_name(dotted(owner), call):
         return False
-    method = func.attr.value
     if method.startswith(_PREDICTING):
         return True
     index = facts.model.index

@@ -229,6 +229,13 @@ class ObjectFlow:
                 if kind is not None:
                     found.add(kind)
             self._following.discard((name, id(at)))
+        if not found and (name, id(at)) not in self._following:
+            self._following.add((name, id(at)))  # ``model = kwargs["model"]`` of ``train(kwargs)``
+            for value, call in self.dict_entry_arguments(name, at):
+                kind = self.kind_of(dotted(value), call)
+                if kind is not None:
+                    found.add(kind)
+            self._following.discard((name, id(at)))
         if not found and self._iterated_loaders(name, at):
             found.add(Kind.DATALOADER)
         if not found and (name, id(at)) not in self._following:
@@ -303,6 +310,64 @@ class ObjectFlow:
                 if (keyword or (fields[index] if index < len(fields) else None)) == field:
                     found.append((argument.value, construction))
         return found
+
+    def dict_entry_arguments(
+        self, name: str | None, at: cst.CSTNode
+    ) -> list[tuple[cst.BaseExpression, cst.Call]]:
+        """``model = kwargs["model"]``, the one binding of ``model`` in a function whose
+        parameter ``kwargs`` every call of the file hands a name bound once, in the caller's
+        scope, to a dict display with that key (``kwargs = {"model": model, ...}``; a project's
+        ``train(kwargs)``): what each such dict holds under the key, with the call. Empty when
+        any call hands anything else."""
+        function = self.placement.enclosing_function(at)
+        if name is None or "." in name or function is None:
+            return []
+        bound = [
+            a
+            for a in self.model.index.assignments_to(name)
+            if self.placement.enclosing_function(a) is function
+        ]
+        if len(bound) != 1 or not isinstance(bound[0], cst.Assign):
+            return []
+        entry = string_key_of(bound[0].value)
+        if entry is None:
+            return []
+        base, key = entry
+        passed = self._handed_in(function, base)
+        found: list[tuple[cst.BaseExpression, cst.Call]] = []
+        for value, call in passed or []:
+            held = self.dict_display(value, call)
+            if held is None or key not in held:
+                return []
+            found.append((held[key], call))
+        return found
+
+    def dict_display(
+        self, value: cst.BaseExpression, call: cst.Call
+    ) -> dict[str, cst.BaseExpression] | None:
+        """What ``value`` (a name handed at ``call``) holds by key, when its one binding in the
+        caller's function is a dict display of string keys; None for anything else."""
+        if not isinstance(value, cst.Name):
+            return None
+        caller = self.placement.enclosing_function(call)
+        bound = [
+            a
+            for a in self.model.index.assignments_to(value.value)
+            if self.placement.enclosing_function(a) is caller
+        ]
+        if len(bound) != 1 or not isinstance(bound[0], cst.Assign):
+            return None
+        display = bound[0].value
+        if not isinstance(display, cst.Dict):
+            return None
+        held: dict[str, cst.BaseExpression] = {}
+        for element in display.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(
+                element.key, cst.SimpleString
+            ):
+                return None
+            held[element.key.evaluated_value] = element.value  # type: ignore[index]
+        return held
 
     def _record_constructions(self, name: str, at: cst.CSTNode) -> list[cst.Call] | None:
         """The record calls ``name`` holds at ``at``: followed back through the parameters of
@@ -499,7 +564,20 @@ class ObjectFlow:
         if entry is not None and self.kind_of(*entry) is Kind.DATALOADER:
             return True
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
-        return loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared
+        if loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared:
+            return True
+        return self._handed_prepared(loop.iterable, loop.node)
+
+    def _handed_prepared(self, name: str | None, at: cst.CSTNode) -> bool:
+        """``name`` is a parameter of the function around ``at`` that its callers hand a
+        prepared object, also on through helpers (nanoT5: ``main`` prepares, ``train(model,
+        ..., test_dataloader)`` -> ``maybe_eval_predict(model, dataloader)`` -> ``predict``)."""
+        function = self.placement.enclosing_function(at)
+        return (
+            function is not None
+            and name is not None
+            and self.parameter_prepared(function, name) is True
+        )
 
     def returned_entry_read(self, loop: Loop) -> tuple[str, cst.CSTNode] | None:
         """``for x, y in objs["val_loader"]:`` (also through ``enumerate``/``tqdm``) where
@@ -765,15 +843,23 @@ class ObjectFlow:
         """A call of a model; in an Accelerator script also of anything that came out of
         ``prepare`` (only models are called)."""
         name = dotted(call.func)
-        if self.is_model_name(name, call):
-            return True
         entry = returned_entry(self.model, call.func, call) if name is None else None
         if entry is not None and self.is_model_name(*entry):
             return True  # ``state["model"](x)``: the model the dict was built with
         if name in ("self", "self.forward") and self._in_self_training_model(call):
             return True  # ``self(x)`` in a method of a model that trains itself
+        return self.names_a_model(name, call)
+
+    def names_a_model(self, name: str | None, at: cst.CSTNode) -> bool:
+        """``name`` is a model where ``at`` calls it (or a method of it): by its kind, or in an
+        Accelerator script anything that came out of ``prepare``, here or as what a helper's
+        callers pass for its parameter (only models are called, or ``generate`` run)."""
+        if self.is_model_name(name, at):
+            return True
         prepared = self.model.prepared_names
-        return name in prepared or self.outer_name(name, call) in prepared
+        if name in prepared or self.outer_name(name, at) in prepared:
+            return True
+        return self._handed_prepared(name, at)
 
     def _in_self_training_model(self, node: cst.CSTNode) -> bool:
         """Inside a model class of the file whose own methods run a backward."""
@@ -1308,3 +1394,17 @@ class SchedulerStep:
     call: cst.Call
     scheduler: str | None
     per_batch: bool
+
+
+def string_key_of(value: cst.BaseExpression) -> tuple[str, str] | None:
+    """``("kwargs", "model")`` for ``kwargs["model"]``; None for any other expression."""
+    if (
+        isinstance(value, cst.Subscript)
+        and isinstance(value.value, cst.Name)
+        and len(value.slice) == 1
+        and isinstance(value.slice[0].slice, cst.Index)
+        and isinstance(value.slice[0].slice.value, cst.SimpleString)
+    ):
+        key = value.slice[0].slice.value.evaluated_value
+        return (value.value.value, key) if isinstance(key, str) else None
+    return None

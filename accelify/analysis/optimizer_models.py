@@ -21,6 +21,7 @@ from accelify.analysis.syntax import (
     Visitor,
     assigned_targets,
     dotted,
+    root_name,
     strip_self_methods,
     visit_code,
     walk,
@@ -119,6 +120,32 @@ def parameter_owners(optimizer: Binding) -> set[str]:
         script.__dict__.setdefault("_parameter_owners", {})[id(optimizer)] = (optimizer, owners)
         return set(owners)
     return owners
+
+
+def entry_owners(optimizer: Binding) -> list[cst.BaseExpression]:
+    """The container entries whose parameters build ``optimizer`` (``models["net"]`` of
+    ``Adam(models["net"].parameters())``, ``state["model"].fc``): models the analysis holds no
+    name for, so it cannot prepare them; preparing the optimizer and the loaders without them
+    would train each rank's unsynchronised copy on its own shard."""
+    core = strip_self_methods(optimizer.value)
+    if not isinstance(core, cst.Call):
+        return []
+    entries: list[cst.BaseExpression] = []
+    for argument in core.args:
+        for node in walk(argument.value):
+            if not (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in ("parameters", "named_parameters")
+            ):
+                continue
+            receiver = node.func.value
+            root = receiver
+            while isinstance(root, cst.Attribute):
+                root = root.value
+            if isinstance(root, cst.Subscript) and root_name(root) is not None:
+                entries.append(receiver)
+    return entries
 
 
 def _parameter_owners(optimizer: Binding) -> set[str]:

@@ -570,6 +570,8 @@ def binds(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
     call = small.value if isinstance(small, cst.Expr) else None
     if isinstance(call, cst.Call) and _written_in_place(script, call) == name:
         return True
+    if isinstance(call, cst.Call) and _set_by_setattr(call) == name:
+        return True
     return (
         isinstance(call, cst.Call)
         and isinstance(call.func, cst.Attribute)
@@ -585,8 +587,37 @@ def _dotted_targets(target: cst.BaseExpression) -> set[str]:
         return {name for element in target.elements for name in _dotted_targets(element.value)}
     if isinstance(target, cst.StarredElement):
         return _dotted_targets(target.value)
-    name = dotted(target)
+    name = dotted(target) or _dict_entry_attribute(target)
     return {name} if name else set()
+
+
+def _set_by_setattr(call: cst.Call) -> str | None:
+    """``self.bad`` for ``setattr(self, "bad", value)``: the same write as ``self.bad = value``,
+    spelt so that an assignment's targets do not show it."""
+    if dotted(call.func) != "setattr" or len(call.args) != 3:
+        return None
+    owner, key = dotted(call.args[0].value), call.args[1].value
+    if owner is None or not isinstance(key, cst.SimpleString):
+        return None
+    attribute = key.evaluated_value
+    return f"{owner}.{attribute}" if isinstance(attribute, str) else None
+
+
+def _dict_entry_attribute(target: cst.BaseExpression) -> str | None:
+    """``self.bad`` for ``self.__dict__["bad"]``: an attribute written through the instance's
+    dict."""
+    if not (
+        isinstance(target, cst.Subscript)
+        and isinstance(target.value, cst.Attribute)
+        and target.value.attr.value == "__dict__"
+        and len(target.slice) == 1
+        and isinstance(target.slice[0].slice, cst.Index)
+        and isinstance(target.slice[0].slice.value, cst.SimpleString)
+    ):
+        return None
+    owner = dotted(target.value.value)
+    attribute = target.slice[0].slice.value.evaluated_value
+    return f"{owner}.{attribute}" if owner and isinstance(attribute, str) else None
 
 
 def _written_in_place(script: ScriptModel, call: cst.Call) -> str | None:

@@ -40,13 +40,55 @@ def randomness_of(model: ScriptModel) -> Randomness:
         if not _draws(model, call) or _in_per_sample_code(model, call):
             continue
         in_training = any(any(a is loop for a in model.ancestors(call)) for loop in training)
-        (step if in_training else setup).append(call)
+        if in_training:
+            step.append(call)
+        elif not _after_training(model, call, training):
+            setup.append(call)
     torch_only = all(model.call_names(call) & names.RANDOM_DRAWS_TORCH for call in setup)
     if setup:  # ``torch.manual_seed(0)`` does not seed ``np.random.shuffle(indices)``
         seeded = all(_family(model, call) in seeded_families for call in setup)
     else:
         seeded = bool(seeded_families)
     return Randomness(seeded, setup, step, torch_only)
+
+
+def _after_training(model: ScriptModel, call: cst.Call, training: list[cst.For]) -> bool:
+    """``call`` runs once every training loop of the file is done: it stands after all of them
+    in the function (or module code) that holds them all, outside any loop around one of them
+    (which would run it before that loop's next round). A sample picked for a final demo
+    (``i = random.randrange(len(x))`` after the epochs) feeds no rank's training: it is not a
+    setup draw, and needs no seed to be alike on every rank."""
+    if not training:
+        return False
+    scope = model.index.enclosing_function(call)
+    if any(model.index.enclosing_function(loop) is not scope for loop in training):
+        return False
+    if scope is not None and not _run_once(model, scope):
+        return False  # ``train_one_epoch()`` run per epoch: its last draw precedes the next
+    ancestors = list(model.ancestors(call))
+    if any(
+        isinstance(a, cst.For | cst.While) and any(model.inside(loop, a) for loop in training)
+        for a in ancestors
+    ):
+        return False
+    start = model.position(call).start
+    return all(
+        (model.position(loop).end.line, model.position(loop).end.column)
+        <= (start.line, start.column)
+        for loop in training
+    )
+
+
+def _run_once(model: ScriptModel, function: cst.FunctionDef) -> bool:
+    """Every call of ``function`` in the file stands outside any loop, no call the analysis
+    cannot follow may run it, and nothing hands it on to be called elsewhere."""
+    graph = model.call_graph
+    if graph.uncertain_callers(function) or graph.references(function):
+        return False
+    return all(
+        not any(isinstance(a, cst.For | cst.While) for a in model.ancestors(caller))
+        for caller in graph.callers(function)
+    )
 
 
 def _seeded_families(model: ScriptModel, seeds: list[cst.Call] | None = None) -> set[str]:

@@ -195,6 +195,9 @@ class SharedFile:
     #: for a write and a read in two functions: the calls that run them, in the first
     #: function that runs both (``self.save(p)`` then ``self.load(p)`` in ``train``)
     through: tuple[cst.CSTNode, cst.CSTNode] | None = None
+    #: the write's path comes from outside what the file shows (`SharedFiles.unknown_path`):
+    #: the read may be of that file, or of another
+    unsure: bool = False
 
 
 class SharedFiles:
@@ -222,6 +225,10 @@ class SharedFiles:
                 if self._same_file(path, read_path) and self._may_follow(read, write):
                     found.append(SharedFile(write, read, path, self.per_process(path)))
                     break
+            else:
+                unsure = self._maybe_read_back(read, writes)
+                if unsure is not None:
+                    found.append(unsure)
         for listing, listed in self._listings():
             if self.model.under_rank_guard(listing):
                 continue
@@ -235,6 +242,65 @@ class SharedFiles:
                     found.append(SharedFile(write, listing, path, self.per_process(path)))
                     break
         return found
+
+    def _maybe_read_back(
+        self, read: cst.Call, writes: list[tuple[cst.Call, cst.BaseExpression]]
+    ) -> SharedFile | None:
+        """A checkpoint saved (``torch.save``) to a path the file does not show
+        (`unknown_path`), and a ``torch.load`` or ``open`` below it, after the loop that saves,
+        on every rank: the read may be of the file just saved (a helper object handed its path
+        by code outside the file, then the best weights reloaded). A barrier before the read
+        costs a wait; none, a read before the write. The last such write above the read."""
+        if not self.model.call_names(read) & {"torch.load", "builtins.open"}:
+            return None
+        found = None
+        for write, path in writes:
+            if not self.model.call_names(write) & names.TORCH_SAVE:
+                continue
+            if self._after_its_loop(read, write) and self.unknown_path(path):
+                found = SharedFile(write, read, path, None, unsure=True)
+        return found
+
+    def _after_its_loop(self, read: cst.Call, write: cst.Call) -> bool:
+        """In the first function that runs both, ``read`` runs below ``write`` and outside
+        every loop around it: once the loop that saves is done (`_call_chain`)."""
+        writes = self._call_chain(write)
+        for function, read_anchors in self._call_chain(read).items():
+            write_anchors = writes.get(function)
+            if write_anchors is None:
+                continue
+            return any(
+                self.model.order(r) > self.model.order(w)
+                and not any(
+                    isinstance(loop, (cst.For, cst.While)) and self.placement.inside(w, loop)
+                    for loop in self.model.ancestors(r)
+                )
+                for r in read_anchors
+                for w in write_anchors
+            )
+        return False
+
+    def unknown_path(self, path: cst.BaseExpression, depth: int = 0) -> bool:
+        """``path`` is a value the file does not show: a parameter that no call of the file
+        passes (the function, or the class whose constructor takes it, is used from outside),
+        or ``self.path`` that nothing in its class sets, or set only from such values. A path
+        the file spells (a constant, a join of names, a setting) is not."""
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(path, cst.Name):
+            values = self._values_of(path.value, path)
+            function = self._parameter_owner(path.value, path)
+            if not values and function is not None:
+                values = self._passed_or_default(function, path.value)
+                if not values or self._passed_unseen(function, path.value):
+                    return True
+        elif isinstance(path, cst.Attribute) and dotted(path.value) == "self":
+            values = self._attribute_values(path)
+            if not values:
+                return True
+        else:
+            return False
+        return bool(values) and all(self.unknown_path(v, depth + 1) for v in values)
 
     def _listings(self) -> list[tuple[cst.Call, cst.BaseExpression]]:
         """Each folder listing (``glob.glob(os.path.join(out, "*.pt"))``, ``os.listdir(out)``)
@@ -575,6 +641,17 @@ class SharedFiles:
             for assign in self.model.index.assignments_to(spelling)
             if any(self.placement.class_of(assign) is c for c in keepers)
         ]
+
+    def _attribute_owner(self, node: cst.Attribute) -> str | None:
+        """The class of this file whose instance holds the attribute: the class around
+        ``self.x``, the class that made ``trainer`` for ``trainer.x`` (one name, no deeper)."""
+        receiver = dotted(node.value)
+        if receiver == "self":
+            owner = self.placement.class_of(node)
+            return owner.name.value if owner is not None else None
+        if receiver is None or "." in receiver:
+            return None
+        return self.model.call_graph.instance_class(receiver, node)
 
     def _passed_for(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
         """What the callers in this file pass for the parameter ``name`` of the function around
@@ -999,12 +1076,17 @@ class SharedFiles:
                 spellings.add(template)
             return spellings
         if isinstance(path, cst.Attribute):
-            # ``self.path`` set once in its class (``self.path = path``): the value's spellings
-            # too, so a callback's ``torch.save(..., self.path)`` meets ``torch.load(ckpt)``
-            # in the function that built it with ``path=ckpt``
-            values = self._attribute_values(path)
-            if len(values) == 1:
-                spellings |= self._spellings(values[0], depth + 1)
+            # ``self.path`` set in its class (``self.path = path``): the value's spellings too,
+            # so a callback's ``torch.save(..., self.path)`` meets ``torch.load(ckpt)`` in the
+            # function that built it with ``path=ckpt``; ``trainer.best_path`` outside the class
+            # is the ``self.best_path`` its methods (and the objects they build) write. Set to
+            # several values, it may be any of them (a barrier too many costs a wait; one too
+            # few, a read before the write).
+            owner = self._attribute_owner(path)
+            if owner is not None:
+                spellings.add(f"attribute:{owner}.{path.attr.value}")
+            for value in _distinct(self.model, self._attribute_values(path)):
+                spellings |= self._spellings(value, depth + 1)
             return spellings
         if not isinstance(path, cst.Name):
             return spellings
@@ -1047,6 +1129,8 @@ class SharedFiles:
             if any(not isinstance(p, cst.FormattedStringText) for p in node.parts):
                 return None
             return "".join(p.value for p in node.parts)  # type: ignore[union-attr]
+        if isinstance(node, cst.Subscript):
+            return self._constant_text_of_entry(node)
         if isinstance(node, cst.Call) and _JOIN in self.model.call_names(node):
             if not node.args or any(a.keyword is not None or a.star for a in node.args):
                 return None
@@ -1054,6 +1138,33 @@ class SharedFiles:
             if any(part is None for part in parts):
                 return None
             return os.path.join(*parts)  # type: ignore[arg-type]
+        return None
+
+    def _constant_text_of_entry(self, node: cst.Subscript) -> str | None:
+        """``CFG["ckpt_dir"]`` where ``CFG`` is bound once, at the module's level, to a dict
+        written out (``CFG = {"ckpt_dir": "checkpoints", ...}``): the constant string it holds
+        under that key. A script that changes the entry later is not followed: a path taken
+        for the same file as another costs a barrier, never a read before the write."""
+        if not isinstance(node.value, cst.Name) or len(node.slice) != 1:
+            return None
+        index = node.slice[0].slice
+        if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
+            return None
+        key = index.value.evaluated_value
+        bound = [
+            value
+            for statement, value in self.model.index.values_bound_to(node.value.value)
+            if self.model.scope_of(statement) is self.model.module
+        ]
+        if len(bound) != 1 or not isinstance(bound[0], cst.Dict):
+            return None
+        for element in bound[0].elements:
+            if (
+                isinstance(element, cst.DictElement)
+                and isinstance(element.key, cst.SimpleString)
+                and element.key.evaluated_value == key
+            ):
+                return self._constant_text(element.value)
         return None
 
     def _substituted(self, path: cst.BaseExpression, depth: int) -> cst.BaseExpression:
@@ -1120,9 +1231,18 @@ class SharedFiles:
             passed = [a.value for n, a in bound_arguments(function, call, implicit) if n == name]  # type: ignore[arg-type]
             if passed:
                 values += passed
-            elif default is not None:
+            elif default is not None and not _unpacks(call):
                 values.append(default)
         return values
+
+    def _passed_unseen(self, function: cst.FunctionDef | cst.Lambda, name: str) -> bool:
+        """Some call of ``function`` may pass ``name`` in what it unpacks
+        (``EarlyStopping(**cfg["early_stopping"])``), not by name nor position."""
+        return any(
+            _unpacks(call)
+            and not any(n == name for n, _ in bound_arguments(function, call, implicit))  # type: ignore[arg-type]
+            for call, implicit in self._runs_of(function)
+        )
 
     def _values_of(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
         """What ``name`` is bound to in the scope of ``at`` (or the module's): assignments and
@@ -1245,6 +1365,21 @@ class _Replaced(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         return self.replaced.get(id(original_node), updated_node)
+
+
+def _unpacks(call: cst.Call) -> bool:
+    """``call`` hands over arguments the file does not spell one by one (``*args``,
+    ``**kwargs``): any parameter may be among them."""
+    return any(argument.star for argument in call.args)
+
+
+def _distinct(model: ScriptModel, values: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """``values`` with one of each code: an attribute set twice to the same path (an
+    ``__init__`` that repeats ``self.best_path = os.path.join(...)``) holds one value."""
+    seen: dict[str, cst.BaseExpression] = {}
+    for value in values:
+        seen.setdefault(model.module.code_for_node(value).strip(), value)
+    return list(seen.values())
 
 
 def _unselfed(spellings: set[str]) -> set[str]:

@@ -69,7 +69,13 @@ def convert_source(
     returns = project.imported_returns(path, model)
     if returns:  # DataLoaders made by the project's other modules: analysed as made here
         model = analyze(module, imported_returns=returns)
-    plan = plan_conversion(model, options or Options(), project.imported_writers(path, model))
+    plan = plan_conversion(
+        model,
+        options or Options(),
+        project.imported_writers(path, model),
+        project.imported_evaluators(path, model),
+        project.imported_model_methods(path, model),
+    )
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give
         why = "left as it is (the review line says why)" if plan.reviews else "nothing to convert"

@@ -88,12 +88,21 @@ STEPS: tuple[Callable[[Context], None], ...] = (
 
 
 def plan_conversion(
-    model: ScriptModel, options: Options, imported_writers: dict[str, str] | None = None
+    model: ScriptModel,
+    options: Options,
+    imported_writers: dict[str, str] | None = None,
+    imported_evaluators: set[str] | None = None,
+    imported_model_methods: dict[str, str] | None = None,
 ) -> Plan:
     """``imported_writers``: names the script calls of functions of its project's other modules
-    that only write files, with where they are (`project.imported_writers`)."""
+    that only write files, with where they are (`project.imported_writers`);
+    ``imported_evaluators``: those that train nothing (`project.imported_evaluators`);
+    ``imported_model_methods``: those of them that call a model's own method
+    (`project.imported_model_methods`)."""
     ctx = Context(model, options)
     ctx.imported_writers = imported_writers or {}
+    ctx.imported_evaluators = imported_evaluators or set()
+    ctx.imported_model_methods = imported_model_methods or {}
     if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()

@@ -16,6 +16,7 @@ import libcst as cst
 from accelify.analysis.facts import facts_of
 from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
+from accelify.analysis.names import MODULE_API
 from accelify.analysis.project_modules import IMPORTED, module_file, read
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, is_main_guard, walk
@@ -105,6 +106,76 @@ def _sibling_calls(
         other = modules[file]
         if other is not None:
             yield node, name, function, file, other
+
+
+def imported_evaluators(path: str | Path, model: ScriptModel) -> set[str]:
+    """Names this file calls (``test``, ``engine.evaluate``) that are top-level functions of a
+    module of its own folder which run no backward, neither in their body nor in the functions
+    of that module they call (`_backward_reached`), and step nothing (no ``.step()`` call in
+    their body): whatever they are handed, an optimizer among it, they only evaluate."""
+    found = set()
+    for _, name, function, _, other in _sibling_calls(Path(path), model):
+        defined = next(
+            (
+                s
+                for s in other.module.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == function
+            ),
+            None,
+        )
+        if defined is None or _backward_reached(other, function) is not None:
+            continue
+        steps = any(
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "step"
+            for node in walk(defined)
+        )
+        if not steps:
+            found.add(name)
+    return found
+
+
+def imported_model_methods(path: str | Path, model: ScriptModel) -> dict[str, str]:
+    """Names this file calls of functions of a module of its own folder that run no backward
+    (`imported_evaluators`) and call a method of the model they are handed besides its forward
+    and ``nn.Module``'s own (``model.loss(...)`` beside ``model(x)``), with the first such call
+    and where it is (``model.loss() at test.py:16``): a prepared model reaches them as the DDP
+    wrapper, which has no such attribute."""
+    script = Path(path)
+    evaluators = imported_evaluators(path, model)
+    found: dict[str, str] = {}
+    for _, name, function, file, other in _sibling_calls(script, model):
+        if name not in evaluators or name in found:
+            continue
+        defined = next(
+            (
+                s
+                for s in other.module.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == function
+            ),
+            None,
+        )
+        if defined is None:
+            continue
+        forwarded = {
+            node.func.value
+            for node in walk(defined)
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
+        }
+        for node in walk(defined):
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and isinstance(node.func.value, cst.Name)
+                and node.func.value.value in forwarded
+                and node.func.attr.value not in MODULE_API
+                and not node.func.attr.value.startswith("_")
+            ):
+                method = f"{node.func.value.value}.{node.func.attr.value}()"
+                found[name] = f"{method} at {_relative(file, script)}:{other.line(node)}"
+                break
+    return found
 
 
 def imported_returns(path: str | Path, model: ScriptModel) -> dict[int, Returned]:

@@ -55,13 +55,17 @@ def collective_stop(
     acc: str,
     check_after: cst.BaseStatement | None = None,
     told: Iterable[cst.BaseStatement] = (),
+    agreed_flag: str | None = None,
 ) -> list[Edit]:
     """``if <this rank's test>: ...; break`` -> ``if ...: acc.set_trigger()`` and, after it
     (or after ``check_after``, a branch around it the ranks may take differently: every rank
     must reach the check), ``if acc.check_trigger(): ...; break``: every rank stops when any
     rank would, and does what the ``if`` did before breaking. ``told``: statements (the
     "early stopping" print where a flag was set) moved, as the pass rewrote them, to the head
-    of the check's body: said once when any rank decided, not only when the main one did."""
+    of the check's body: said once when any rank decided, not only when the main one did.
+    ``agreed_flag``: the flag the ``if`` tests (``if stop: break``), set to True at the head of
+    the check's body, so that what reads it after the loop (``if stop: print(...)``) reads
+    every rank's decision, not this rank's."""
     bodies: list[cst.BaseSuite] = []
     moved = [KeptForAMove() for _ in told]
 
@@ -73,6 +77,8 @@ def collective_stop(
     def check() -> cst.BaseStatement:
         body = bodies[-1]
         taken = [take.taken[-1] for take in moved]
+        if agreed_flag is not None:
+            taken.insert(0, statement(f"{agreed_flag} = True"))
         if taken:
             assert isinstance(body, cst.IndentedBlock)
             body = body.with_changes(body=[*taken, *body.body])

@@ -326,10 +326,10 @@ def _load_analysis_for_workers(files: list[Path]) -> None:
         return  # a spawned or forkserver worker imports what it needs itself
     if not any(MAY_USE_ACCELERATOR.search(read(path)) for path in files):
         return
-    from accelify.analysis.script_model import analyze  # noqa: F401 (imports libcst)
-    from accelify.lint.registry import all_rules
+    from accelify.lint.engine import load_analysis, load_rules
 
-    all_rules()
+    load_analysis()
+    load_rules()
 
 
 def lint_order(files: list[Path]) -> dict[Path, tuple[tuple[Path, ...], tuple[Path, ...]]]:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from accelify.analysis.outside_callers import HandedCall, ProjectView
     from accelify.analysis.script_model import ScriptModel
+    from accelify.lint.rule import Rule
 
 #: A file that may hold an accelerator names it somewhere: an import of accelerate or accelify,
 #: an ``Accelerator`` annotation, an ``accelerator`` parameter or ``self.accelerator``, or uses
@@ -202,6 +203,7 @@ def lint_source(
         elif importers is None or not _factory_imported(path, data):
             check_syntax(data, path)  # no rule reports on it: its syntax only
             return result
+        load_analysis()
         module = parse(data, path)
     except UserError as error:
         if plainly_named and not code_may_use_accelerator(data, path):
@@ -236,6 +238,32 @@ def lint_source(
     if portable:
         result.findings = _portable(result.findings, script)
     return result
+
+
+@functools.cache
+def load_analysis() -> None:
+    """libcst and the analysis, imported together before the first file parsed, their
+    dataclasses' generated methods run from code kept compiled (`accelify.libcst_import`:
+    ~1,000 texts a start otherwise compiles). One store for the set: lint imports the same set
+    every time."""
+    from accelify.libcst_import import kept_compiles, store_named
+
+    with kept_compiles(store_named("lint")):
+        import libcst  # noqa: F401
+
+        from accelify.analysis.script_model import analyze  # noqa: F401
+
+
+@functools.cache
+def load_rules() -> tuple[Rule, ...]:
+    """Every rule (and the analysis modules only they import), imported when the first file
+    with an accelerator is checked, as `load_analysis` imports the analysis: a parsed file
+    with none imports no rule."""
+    from accelify.libcst_import import kept_compiles, store_named
+    from accelify.lint.registry import all_rules
+
+    with kept_compiles(store_named("rules")):
+        return all_rules()
 
 
 def _called_by(importers: tuple[Path, ...], data: bytes) -> bool:
@@ -361,6 +389,7 @@ def _load_alone(file: Path) -> ScriptModel | None:
 
 
 def _loaded(file: Path, imports: bool) -> ScriptModel | None:
+    load_analysis()
     from accelify.analysis.outside_callers import ProjectView
     from accelify.analysis.project_modules import imported_files, read
     from accelify.analysis.script_model import analyze
@@ -451,13 +480,11 @@ def _portable(findings: list[Finding], script: ScriptModel) -> list[Finding]:
 
 
 def _check(script: ScriptModel, data: bytes, path: str, selection: Selection) -> list[Finding]:
-    from accelify.lint.registry import all_rules
-
     if not script.uses_accelerator:
         return []
     reported = [
         (rule, finding)
-        for rule in all_rules()
+        for rule in load_rules()
         if selection.enabled(rule.code, path)
         for finding in rule.check(script)
     ]

@@ -261,7 +261,10 @@ def _ungathered_evaluations(
 ) -> list[str]:
     """Passes with no backward over a loader that is sharded here (fewer batches per rank than
     the same pass on one process) that gather and reduce nothing: their metrics cover a shard.
-    A pass at one of ``caches`` fills a per-rank cache for training: no metric."""
+    And passes with no backward over a loader that is not sharded (every batch on every rank,
+    where a prepared loader would give each fewer) that gather: the gather joins one copy of
+    every sample per rank. A pass at one of ``caches`` fills a per-rank cache for training: no
+    metric."""
     if not run.passes or not single.passes:
         return []
     problems = []
@@ -281,6 +284,16 @@ def _ungathered_evaluations(
                 f"of {whole.batches} batches on each rank and gathers nothing: what it computes "
                 "covers one rank's shard (gather predictions and labels with "
                 "accelerator.gather_for_metrics)"
+            )
+            break
+        # 2 batches or more: a prepared loader on 2 ranks or more gives each rank fewer
+        whole_everywhere = run.processes > 1 and loader_pass.batches == whole.batches >= 2
+        if whole_everywhere and loader_pass.backward == 0 and loader_pass.gathers > 0:
+            problems.append(
+                f"the evaluation loop at line {loader_pass.line} runs over all "
+                f"{loader_pass.batches} batches on every rank and gathers what it computes: "
+                f"the gather joins {run.processes} copies of every sample (counts and sums "
+                f"{run.processes} times too large); pass its DataLoader to accelerator.prepare"
             )
             break
     return problems

@@ -15,6 +15,7 @@ from accelify.verify.evaluation_code import check_evaluation_code, training_cach
 from accelify.verify.records import PROBE_FAILED
 from accelify.verify.report import nearest_changes, render_json, render_text
 from accelify.verify.runs import Run, RunSettings, start_runs, stop_all
+from accelify.verify.shared_files_code import check_shared_files_code
 
 MIXED_PRECISION = re.compile(r"mixed_precision\s*=\s*['\"](bf16|fp16)['\"]")
 MIXED_PRECISION_ATOL = 1e-2
@@ -97,6 +98,9 @@ def run_verify(
         evaluation = check_evaluation_code(converted_code, str(converted or original), steps)
         checks.append(evaluation)
         evaluation_read = bool(evaluation.rows)
+    shared = check_shared_files_code(converted_code, str(converted or original))
+    if shared is not None:
+        checks.append(shared)
     passed = all(check.passed for check in checks)
     verdict = _verdict(passed, checks, processes, evaluation_read)
     if as_json:

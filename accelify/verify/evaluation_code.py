@@ -3,8 +3,9 @@
 A few optimizer steps end before most scripts evaluate, so the runs cannot show that an
 evaluation covers the whole set. What they could not show is checked the way ``accelify lint``
 checks it (ACC403, the same analysis): an evaluation loop over a prepared DataLoader that
-accumulates a metric and gathers nothing computes it from one rank's shard. A ``# noqa`` does
-not silence it here: the verdict says what the conversion computes.
+accumulates a metric and gathers nothing computes it from one rank's shard; and (ACC401) one
+over a DataLoader never prepared that gathers joins one copy of the whole set per rank. A
+``# noqa`` does not silence it here: the verdict says what the conversion computes.
 """
 
 from __future__ import annotations
@@ -30,9 +31,15 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
     rule = rule_by_code("ACC403")
     assert rule is not None, "ACC403 is the rule this check runs"
     findings = list(rule.check(script)) if script.uses_accelerator else []
+    # ACC401 at an evaluation loop's own line: its loader is never prepared and what it
+    # computes is combined over the ranks (each rank brings the whole set)
+    unprepared = rule_by_code("ACC401")
+    assert unprepared is not None, "ACC401 is the rule this check runs"
+    combined = {f.line for f in unprepared.check(script)} if script.uses_accelerator else set()
     facts = facts_of(script)
     loops = [evaluation.loop.node for evaluation in facts.evaluations]
     one_shard: list[int] = []
+    every_rank: list[int] = []
     whole: list[str] = []
     for evaluation in facts.evaluations:
         loop = evaluation.loop.node
@@ -43,6 +50,9 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
         header = script.module.code_for_node(loop).splitlines()[0].strip()
         if found:
             verdict = f"ONE SHARD at line {found[0]}"
+        elif first in combined:
+            every_rank.append(first)
+            verdict = "WHOLE SET ON EVERY RANK"
         elif evaluation.already_gathered or facts.flow.over_prepared_loader(evaluation.loop):
             verdict = "gathered"
         else:  # nothing to gather: the loop reads a loader no prepare call shards
@@ -55,6 +65,13 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
             "pass: no evaluation loop over a DataLoader found in the conversion (a loader kept "
             "where the analysis does not follow it, such as one made inside a dict, is not "
             "read: `--to-end` runs every evaluation)"
+        )
+    elif every_rank and not one_shard:
+        result.verdict = (
+            f"FAIL: the evaluation loop at converted line {every_rank[0]} reads a DataLoader "
+            "that is never prepared and combines what it computes over the ranks: every rank "
+            "brings the whole set, so the gather joins one copy of every sample per rank (pass "
+            "the loader to accelerator.prepare; `--to-end` runs the evaluation)"
         )
     elif one_shard:
         result.verdict = (

@@ -30,6 +30,10 @@ COLLECTIVES = (
     "reduce",
     "reduce_scatter_tensor",
 )
+#: The collectives that join every rank's values into one longer result.
+GATHERS = frozenset(
+    {"all_gather", "all_gather_into_tensor", "all_gather_object", "gather", "gather_object"}
+)
 
 
 class _CountingIterator:
@@ -61,6 +65,7 @@ class LoaderPasses:
         self.optimizers = optimizers
         self.backward = 0
         self.collectives = 0
+        self.gathers = 0
         self.passes: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
 
@@ -77,13 +82,14 @@ class LoaderPasses:
         for name in COLLECTIVES:
             entry = getattr(dist, name, None)
             if entry is not None:
-                setattr(dist, name, self._counted(entry))
+                setattr(dist, name, self._counted(entry, name in GATHERS))
 
-    def _counted(self, entry: Callable[..., Any]) -> Callable[..., Any]:
+    def _counted(self, entry: Callable[..., Any], gathers: bool) -> Callable[..., Any]:
         def collective(*args: Any, **kwargs: Any) -> Any:
             line = self.script_line()
             if line is not None and not self._is_for_line(line):
                 self.collectives += 1
+                self.gathers += gathers
             return entry(*args, **kwargs)
 
         return collective
@@ -97,6 +103,7 @@ class LoaderPasses:
             "batches": 0,
             "backward": self.backward,
             "collectives": self.collectives,
+            "gathers": self.gathers,
             "optimizers": self.optimizers(),
         }
         self.passes.append(self._open)
@@ -107,6 +114,7 @@ class LoaderPasses:
         if self._open is not None:
             self._open["backward"] = self.backward - self._open["backward"]
             self._open["collectives"] = self.collectives - self._open["collectives"]
+            self._open["gathers"] = self.gathers - self._open["gathers"]
             self._open = None
 
     def write(self, path: Path) -> None:

@@ -50,6 +50,7 @@ class LoaderPass:
     backward: int
     collectives: int
     optimizers: tuple[OptimizerAtPass, ...] = ()
+    gathers: int = 0  # of the collectives, those that join every rank's values (all_gather)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ def read_passes(folder: Path, rank: int) -> list[LoaderPass]:
                 OptimizerAtPass(o["made"], o["line"], o["steps"], tuple(o["lrs"]))
                 for o in item.get("optimizers", ())
             ),
+            item.get("gathers", 0),
         )
         for item in raw
     ]

@@ -32,8 +32,9 @@ def run(ctx: Context, prepare_scope: Scope) -> None:
             return
     threaded = _thread(ctx, home)
     anchor = _first_need(ctx, home, threaded)
-    if anchor is None and home is not prepare_scope and ctx.acc.startswith("self."):
-        # The constructor needs nothing of it itself; every other method may: made last there.
+    if anchor is None and ctx.acc.startswith("self."):
+        # The constructor needs nothing of it itself (it prepares nothing: a model it keeps in
+        # a dict entry leaves the whole set unprepared); every other method may: made last there.
         last = ctx.facts.placement.body_of(home)[-1]
         created = [statement(create), *map(statement, ctx.after_creation)]
         if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return):

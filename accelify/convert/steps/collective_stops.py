@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Literal
 
 import libcst as cst
+from libcst.metadata import CodePosition
 
 from accelify.analysis.own_stops import decided_on_own_shard
 from accelify.analysis.syntax import dotted, is_print_alone, walk
@@ -143,13 +144,20 @@ def _make_collective(
         )
         return
     told = _told_where_the_flag_is_set(ctx, if_node, stop) if check_after is None else []
+    flag = _flag_read_after_the_loop(ctx, if_node, stop) if check_after is None else None
     ctx.plan.add(
-        *collective_stop(if_node, ctx.acc, check_after, told),
+        *collective_stop(if_node, ctx.acc, check_after, told, flag),
         line=ctx.line(if_node),
         text=f"{_DONE[type(stop)]}: set_trigger() / check_trigger()"
         + "".join(
             f"; the print of line {ctx.line(line)} moved under the check (said when any rank stops)"
             for line in told
+        )
+        + (
+            f"; {flag} set under the check, so what reads it after the loop reads every "
+            "rank's decision"
+            if flag
+            else ""
         ),
     )
     ctx.need(if_node)
@@ -202,6 +210,55 @@ def _told_where_the_flag_is_set(
     if read & bound:
         return []
     return told
+
+
+def _flag_read_after_the_loop(ctx: Context, if_node: cst.If, stop: cst.CSTNode) -> str | None:
+    """``if stop: break`` on a flag this rank's own test sets (``stop = True``, only ever True
+    in the loop, and only before the ``if``), read again after the loop (``if stop:
+    print("stopped early")``): left as it is, a rank that leaves because another decided keeps
+    its own False and reports a run to the end. Setting it under the collective check makes it
+    every rank's decision; on one process the check holds exactly when the flag does."""
+    test = if_node.test
+    loop = ctx.model.index.enclosing_loop(if_node)
+    if not isinstance(stop, cst.Break) or not isinstance(test, cst.Name) or loop is None:
+        return None
+    flag = test.value
+    sets = [
+        node
+        for node in walk(loop)
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For))
+        and flag in _bound_names(node) | _other_bound_names(node)
+    ]
+    start = _at(ctx.model.position(if_node).start)
+    if not sets or any(
+        not (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == "True"
+        )
+        or _at(ctx.model.position(node).end) >= start
+        for node in sets
+    ):
+        return None
+    scope = ctx.model.index.enclosing_function(loop) or ctx.model.module
+    end = _at(ctx.model.position(loop).end)
+    read_after = any(
+        isinstance(node, cst.Name)
+        and node.value == flag
+        and _at(ctx.model.position(node).start) >= end
+        for node in walk(scope)
+    )
+    return flag if read_after else None
+
+
+def _at(position: CodePosition) -> tuple[int, int]:
+    return position.line, position.column
+
+
+def _other_bound_names(node: cst.CSTNode) -> set[str]:
+    """The plain names a walrus or a loop's target binds."""
+    target = node.target if isinstance(node, (cst.NamedExpr, cst.For)) else None
+    return {n.value for n in walk(target) if isinstance(n, cst.Name)} if target else set()
 
 
 def _bound_names(node: cst.CSTNode) -> set[str]:

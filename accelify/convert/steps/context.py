@@ -120,6 +120,12 @@ class Context:
     prepared_arguments: set[str] = field(default_factory=set)
     #: Functions of the project's other modules that only write files, by the name calls use
     imported_writers: dict[str, str] = field(default_factory=dict)
+    #: Functions of the project's other modules that run no backward and step no optimizer (an
+    #: evaluation, whatever it is handed), by the name calls use
+    imported_evaluators: set[str] = field(default_factory=set)
+    #: Those of them that call a method of the model they are handed besides its forward,
+    #: with that call and where it is (`project.imported_model_methods`)
+    imported_model_methods: dict[str, str] = field(default_factory=dict)
     #: Imports of the standard library an edit needs (``from functools import cached_property``)
     extra_imports: list[str] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.

@@ -132,6 +132,18 @@ def run(ctx: Context) -> None:
                 f"it is received ({loop.iterable} = {ctx.a('prepare')}({loop.iterable})) to "
                 "shard it"
             )
+        elif per_round := _loader_of_an_outer_loop(ctx):
+            loop, outer, made = per_round
+            text = (
+                f"the training loop at line {ctx.line(loop.node)} reads {loop.iterable}, a "
+                f"target of the loop at line {ctx.line(outer)} over {ctx.code(outer.iter)} "
+                f"(this file makes DataLoaders at line {ctx.line(made)}, which the conversion "
+                "does not follow into that loop): it is not prepared, so every rank trains on "
+                "all of it (correct, not data-parallel); to shard it, prepare each round's "
+                f"loaders in that loop's body ({loop.iterable} = "
+                f"{ctx.a('prepare')}({loop.iterable})) and gather what their evaluation "
+                "computes"
+            )
         elif kept := _loaders_kept_unnamed(ctx):
             text = (
                 f"the DataLoader made at line {ctx.line(kept[0])} is kept in a container the "
@@ -868,6 +880,31 @@ def _loaders_kept_unnamed(ctx: Context) -> list[cst.Call]:
         if ctx.model.call_names(call) & names.DATALOADERS
         and isinstance(ctx.model.parent(call), cst.DictElement | cst.Element)
     ]
+
+
+def _loader_of_an_outer_loop(ctx: Context) -> tuple[Loop, cst.For, cst.Call] | None:
+    """``for fold, (train_loader, val_loader) in enumerate(make_folds(x, y)):`` around a
+    training loop over ``train_loader``, in a file that makes DataLoaders (``make_folds``
+    builds a pair per fold): the batches may well come from a DataLoader, one the analysis
+    holds no binding for, since each round of the outer loop hands it a new one. The training
+    loop, the outer loop, and the first DataLoader construction of the file."""
+    made = next(
+        (
+            node
+            for node in walk(ctx.model.module)
+            if isinstance(node, cst.Call) and ctx.model.call_names(node) & names.DATALOADERS
+        ),
+        None,
+    )
+    if made is None:
+        return None
+    for loop in ctx.model.loops:
+        if not loop.trains or loop.iterable is None:
+            continue
+        for ancestor in ctx.model.ancestors(loop.node):
+            if isinstance(ancestor, cst.For) and loop.iterable in target_names(ancestor.target):
+                return loop, ancestor, made
+    return None
 
 
 def _loader_returned_by_a_method(

@@ -21,10 +21,17 @@ from accelify.analysis.device_moves import (
     strip_moves,
 )
 from accelify.analysis.field_defaults import OverriddenField, overridden_field
+from accelify.analysis.flow import string_key_of
 from accelify.analysis.loss_sources import made_for
 from accelify.analysis.script_model import Binding, Kind, Loop, number_read
 from accelify.analysis.side_effects import calls_for_effect
-from accelify.analysis.syntax import dotted, root_name, target_names, walk
+from accelify.analysis.syntax import (
+    attributes_in_targets,
+    dotted,
+    root_name,
+    target_names,
+    walk,
+)
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
 from accelify.edits.kinds import InsertAfter
@@ -172,9 +179,17 @@ def never_prepared(ctx: Context, name: str, scope: cst.CSTNode | None) -> bool:
     values = [b.value for b in made_here] or _local_values(ctx, scope, name)
     if not values:
         return False
+    if any(_entry_of_a_parameter(v, parameters) for v in values):
+        return False  # ``model = kwargs["model"]``: what the caller hands in, maybe prepared
     if _prepares_in(ctx, scope) or any(_made_by_preparing_call(ctx, v) for v in values):
         return False
     return not _leaves_its_function(ctx, scope, name)
+
+
+def _entry_of_a_parameter(value: cst.BaseExpression | None, parameters: set[str]) -> bool:
+    """``kwargs["model"]`` of a parameter ``kwargs``: an entry of a dict the caller hands in."""
+    entry = string_key_of(value) if value is not None else None
+    return entry is not None and entry[0] in parameters
 
 
 def _local_values(ctx: Context, scope: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:
@@ -376,44 +391,76 @@ def _unmoved_untrained_models(ctx: Context) -> None:
     the CPU) and that meets the batches of a prepared loader: converted, those batches arrive
     on this rank's device while the model stays on the CPU (on a GPU its forward fails on
     mixed devices). It is moved to this rank's device where it is made, as prepare moves the
-    models it takes."""
+    models it takes. A model made in a function that prepares nothing (``main()`` reloading the
+    best weights a ``Trainer`` saved, then testing on ``trainer.test_loader``) is such a model
+    too: no prepare call ever sees it."""
     loaders = {b.name for b in ctx.model.of_kind(Kind.DATALOADER) if b.name in ctx.plan.prepared}
     for binding in ctx.model.of_kind(Kind.MODEL):
         name = binding.name
-        if name not in ctx.frozen or name in ctx.plan.prepared or not loaders:
+        if name in ctx.plan.prepared or not loaders:
+            continue
+        if name not in ctx.frozen and not never_prepared(ctx, name, binding.scope):
             continue
         if strip_moves(binding.value) is not binding.value or _moved_anywhere(ctx, name):
             continue
         fed = _fed_prepared_batches(ctx, name, binding.scope, loaders)
-        if fed is None or not ctx.plan.reaches(binding.statement):
+        if fed is None:
             continue
-        ctx.plan.insert_after(binding.statement, statement(f"{name}.to({ctx.a('device')})"))
-        ctx.need(binding.statement)
-        ctx.plan.change(
-            binding.line,
-            f"{name} moved to {ctx.a('device')} where it is made (prepare does not place a "
+        # outside the class that owns ``self.accelerator``: through the instance the scope
+        # made (``trainer.accelerator.device``) or the process state
+        acc = ctx.accelerator_at(binding.statement)
+        ctx.plan.add(
+            InsertAfter(binding.statement, statement(f"{name}.to({acc}.device)")),
+            line=binding.line,
+            text=f"{name} moved to {acc}.device where it is made (prepare does not place a "
             f"model it does not take): line {ctx.line(fed)} hands it the batches of a prepared "
             "loader, which arrive on that device",
+            anywhere=acc != ctx.acc,
         )
+        if acc == ctx.acc:
+            ctx.need(binding.statement)
 
 
 def _fed_prepared_batches(
     ctx: Context, name: str, scope: cst.CSTNode, loaders: set[str]
 ) -> cst.Call | None:
     """The first call of ``scope`` that hands ``name`` on beside a prepared loader
-    (``evaluate(best, test_loader)``) or calls it in a loop over one."""
+    (``evaluate(best, test_loader)``) or calls it in a loop over one (``trainer.test_loader``
+    too: the ``self.test_loader`` its class prepared)."""
     for call in ctx.model.calls:
         if ctx.model.scope_of(call) is not scope:
             continue
-        handed = {dotted(argument.value) for argument in call.args}
-        if name in handed and handed & loaders:
+        handed = [argument.value for argument in call.args]
+        if name in {dotted(value) for value in handed} and any(
+            _prepared_loader(ctx, value, loaders) for value in handed
+        ):
             return call
         if dotted(call.func) == name and any(
-            isinstance(loop, cst.For) and dotted(loop.iter) in loaders
+            isinstance(loop, cst.For) and _prepared_loader(ctx, loop.iter, loaders)
             for loop in ctx.model.ancestors(call)
         ):
             return call
     return None
+
+
+def _prepared_loader(ctx: Context, value: cst.BaseExpression, loaders: set[str]) -> bool:
+    """``value`` is a prepared loader: by its name, or ``trainer.test_loader`` of an instance
+    of a class of the file whose own ``self.test_loader`` is prepared."""
+    spelled = dotted(value)
+    if spelled in loaders:
+        return True
+    if not isinstance(value, cst.Attribute) or not isinstance(value.value, cst.Name):
+        return False
+    attribute = f"self.{value.attr.value}"
+    made = ctx.model.call_graph.instance_class(value.value.value, value)
+    if made is None or attribute not in loaders:
+        return False
+    index = ctx.model.index
+    return any(
+        index.enclosing_class_name(write) == made
+        and any(dotted(target) == attribute for target in attributes_in_targets(write))
+        for write in ctx.agreed.attribute_writes().get(value.attr.value, [])
+    )
 
 
 def _moved_anywhere(ctx: Context, name: str) -> bool:

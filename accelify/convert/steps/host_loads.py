@@ -29,7 +29,8 @@ def run(ctx: Context) -> None:
     for shared in ctx.facts.shared_files.read_back:
         write, read = shared.write, shared.read
         if (
-            "torch.save" not in ctx.model.call_names(write)
+            shared.unsure  # may be another file: no claim about what it holds
+            or "torch.save" not in ctx.model.call_names(write)
             or "torch.load" not in ctx.model.call_names(read)
             or _says_where(read)
             or (write.args and strip_moves(write.args[0].value) is not write.args[0].value)

@@ -31,7 +31,7 @@ from accelify.analysis.objects import (
     received_name,
     returned_local,
 )
-from accelify.analysis.optimizer_models import parameter_owners
+from accelify.analysis.optimizer_models import entry_owners, parameter_owners
 from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, ScriptModel, owning_model
 from accelify.analysis.sharded_loaders import sharding_sampler
@@ -205,6 +205,7 @@ def run(ctx: Context, scope: Scope) -> None:
                 f"{name} is stepped once per epoch and another scheduler once per step: "
                 f"{name} is left unprepared so its schedule keeps its pace",
             )
+    _leave_sets_with_container_models(ctx, scope, chosen, created)
     if _nothing_trained(ctx, chosen):
         for name in [n for n, kind in chosen.items() if kind is Kind.DATALOADER]:
             chosen.pop(name)
@@ -340,10 +341,15 @@ def _keep_evaluated_loaders_whole(
         chosen.pop(name)
         created.pop(name, None)
         function = ctx.code(call.func)
+        what = (
+            "a function of another module that runs no backward (an evaluation)"
+            if function in ctx.imported_evaluators
+            else "a function of another module the conversion cannot see, handed no optimizer "
+            "(an evaluation)"
+        )
         ctx.plan.review(
             ctx.line(call),
-            f"{name} is read only by {function}(), a function of another module the "
-            "conversion cannot see, handed no optimizer (an evaluation): prepared, it would "
+            f"{name} is read only by {function}(), {what}: prepared, it would "
             f"evaluate one rank's shard and return that shard's numbers; {name} is left "
             "unprepared, so every rank evaluates all of it (correct, not sharded); to shard it, "
             f"prepare it and gather the predictions and labels inside {function}() with "
@@ -598,6 +604,38 @@ def _wrapped_loaders(ctx: Context, scope: Scope, chosen: dict[str, Kind]) -> dic
         if any(dotted(argument.value) == name for argument in value.args):
             found.setdefault(name, assign)  # type: ignore[index]
     return found
+
+
+def _leave_sets_with_container_models(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], created: dict[str, int]
+) -> None:
+    """An optimizer over a model kept in a container entry (``models = {"net": Net()}``,
+    ``Adam(models["net"].parameters())``): the model has no name to prepare it under, and an
+    optimizer and loaders prepared without it would train each rank's unsynchronised copy on
+    its own shard. Nothing that trains is prepared then (`_nothing_trained` leaves the loaders
+    whole), and a review line says why."""
+    entries = [
+        (binding, entry)
+        for binding in ctx.model.of_kind(Kind.OPTIMIZER)
+        if chosen.get(binding.name) is Kind.OPTIMIZER and binding.scope is scope
+        for entry in entry_owners(binding)
+    ]
+    if not entries:
+        return
+    for name in [n for n, kind in chosen.items() if kind is not Kind.DATALOADER]:
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.frozen.add(name)
+    binding, entry = entries[0]
+    code = ctx.code(entry)
+    ctx.plan.review(
+        binding.line,
+        f"{binding.name} trains {code}, a model kept in a container entry the conversion does "
+        "not prepare: nothing that trains is prepared (preparing the optimizer and the data "
+        "without the model would train unsynchronised copies), so every rank trains on all the "
+        "data (correct, not data-parallel); bind the model to a name, prepare it with its "
+        "optimizer and loaders, and store it back in the entry",
+    )
 
 
 def _nothing_trained(ctx: Context, chosen: dict[str, Kind]) -> bool:
@@ -2388,7 +2426,10 @@ def _evaluated_in_another_module(ctx: Context, chosen: dict[str, Kind]) -> dict[
     beside them (``val_loss, val_acc = evaluate(model, val_loader, criterion, device)`` from
     the project's ``src.evaluate``), with that call: the function evaluates whatever it is
     handed, and a prepared loader would be one rank's shard, its metric that shard's. A loader
-    handed on with an optimizer is trained there: its shard is what the rank trains on."""
+    handed on with an optimizer is trained there: its shard is what the rank trains on, unless
+    the function is one of the project's the conversion has read and it runs no backward
+    (`project.imported_evaluators`). A dict made here and handed whole (``test(kwargs)`` of
+    ``kwargs = {"model": model, "test_batcher": test_batcher, ...}``) hands on its values."""
     flow, model = ctx.facts.flow, ctx.model
     read = {name for loop in model.loops for name in _loader_origins(ctx, loop)}
     read |= set(_iterated_by_hand(ctx)) | set(_comprehension_evaluations(ctx))
@@ -2397,8 +2438,10 @@ def _evaluated_in_another_module(ctx: Context, chosen: dict[str, Kind]) -> dict[
         if ctx.facts.calls.targets(call) or not _imported_from_elsewhere(ctx, call):
             continue
         names = [dotted(a.value) for a in call.args]
+        names += [n for a in call.args for n in _dict_values_handed(ctx, a.value, call)]
         kinds = {flow.kind_of(n, call) for n in names if n is not None}
-        if Kind.OPTIMIZER in kinds or Kind.DATALOADER not in kinds:
+        evaluates = (dotted(call.func) or "") in ctx.imported_evaluators
+        if (Kind.OPTIMIZER in kinds and not evaluates) or Kind.DATALOADER not in kinds:
             continue
         for name in names:
             if name is None or flow.kind_of(name, call) is not Kind.DATALOADER:
@@ -2411,6 +2454,34 @@ def _evaluated_in_another_module(ctx: Context, chosen: dict[str, Kind]) -> dict[
                 ):
                     found.setdefault(origin, call)
     return found
+
+
+def _dict_values_handed(
+    ctx: Context, argument: cst.BaseExpression, call: cst.Call
+) -> list[str | None]:
+    """The names a dict handed whole holds: ``kwargs`` bound once, in the call's own scope, to
+    a dict display of string keys (``{"model": model, "test_batcher": test_batcher}``) or to
+    ``dict(model=model, ...)``; none for anything else."""
+    name = argument.value if isinstance(argument, cst.Name) else None
+    if name is None:
+        return []
+    scope = ctx.model.scope_of(call)
+    bound = [a for a in ctx.model.index.assignments_to(name) if ctx.model.scope_of(a) is scope]
+    if len(bound) != 1 or not isinstance(bound[0], cst.Assign):
+        return []
+    value = bound[0].value
+    if isinstance(value, cst.Dict):
+        if not all(
+            isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+            for e in value.elements
+        ):
+            return []
+        return [dotted(e.value) for e in value.elements]
+    if isinstance(value, cst.Call) and ctx.model.qualified(value.func) == {"builtins.dict"}:
+        if not all(a.keyword is not None for a in value.args):
+            return []
+        return [dotted(a.value) for a in value.args]
+    return []
 
 
 def _imported_from_elsewhere(ctx: Context, call: cst.Call) -> bool:

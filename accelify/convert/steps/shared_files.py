@@ -189,6 +189,13 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
         for b in ctx.written_everywhere
     )
     saved = "written by every rank" if everywhere else "saved on the main process"
+    if shared.unsure:
+        ctx.plan.change(
+            ctx.line(read),
+            f"{code} before the read: it may read the file saved on the main process at line "
+            f"{ctx.line(write)}, whose path ({path}) the file does not spell out",
+        )
+        return
     ctx.plan.change(
         ctx.line(read),
         f"{code} before the read: {path} is {saved} at line {ctx.line(write)} and read by "

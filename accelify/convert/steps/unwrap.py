@@ -29,6 +29,7 @@ def run(ctx: Context) -> None:
     _layers_by_index(ctx)
     _traced(ctx)
     _handed_out_of_reach(ctx)
+    _handed_to_another_module(ctx)
     _handed_to_be_copied(ctx)
     _copied(ctx)
     _type_checked(ctx)
@@ -125,6 +126,41 @@ def _handed_out_of_reach(ctx: Context) -> None:
                 parameter,
                 "which reads its state_dict() where the accelerator is not reachable",
             )
+
+
+def _handed_to_another_module(ctx: Context) -> None:
+    """``test(kwargs)`` of the project's test.py, handed the prepared model (or a dict that
+    holds it), which calls ``model.loss(...)`` there: on more than one process the model is the
+    DDP wrapper, which has no such attribute. That module is not converted with this file, so
+    the call is said, with what to write there."""
+    flow = ctx.facts.flow
+    for call in ctx.model.calls:
+        function = dotted(call.func)
+        where = ctx.imported_model_methods.get(function or "")
+        if where is None:
+            continue
+        handed = []
+        for argument in call.args:
+            handed.append(dotted(argument.value))
+            held = flow.dict_display(argument.value, call) or {}
+            handed += [dotted(value) for value in held.values()]
+        models = [
+            n
+            for n in handed
+            if n is not None and n in ctx.plan.prepared and flow.is_model_name(n, call)
+        ]
+        if not models:
+            continue
+        method = where.split(" at ")[0]
+        ctx.plan.review(
+            ctx.line(call),
+            f"{function}() is handed the prepared {models[0]} and calls {where}, a method of "
+            f"the model besides its forward: on more than one process {models[0]} is the DDP "
+            f"wrapper, which has no such attribute (AttributeError); that module is not "
+            f"converted with this file: call it there through the unwrapped model "
+            f"({ctx.a('unwrap_model')}({method.split('.')[0]}).{method.split('.', 1)[1]}, "
+            f"handing {function}() the accelerator)",
+        )
 
 
 def _handed_to_be_copied(ctx: Context) -> None:
