@@ -66,6 +66,38 @@ _WHOLE_EVAL = (
 )
 
 
+_HELD_EVAL = (
+    HEADER
+    + "from types import SimpleNamespace\n"
+    + "import torch\n"
+    + "model = torch.nn.Linear(4, 2)\n"
+    + "val_loader = torch.utils.data.DataLoader(range(8))\n"
+    + "model, val_loader = accelerator.prepare(model, val_loader)\n"
+    + "\n\n"
+    + "def evaluate(s):\n"
+    + "    correct = 0\n"
+    + "    for x, y in {read}:\n"
+    + "        preds = {model}(x).argmax(-1)\n"
+    + "{gather}"
+    + "        correct += (preds == y).sum().item()\n"
+    + "    return correct\n"
+    + "\n\n"
+    + "state = {held}\n"
+    + "accelerator.print(evaluate(state))\n"
+)
+#: The prepared loader and model held in a namespace, or in a dict, that a helper is handed:
+#: the field (the entry) is the object it was built with.
+_IN_A_NAMESPACE = {
+    "read": "s.val_loader",
+    "model": "s.model",
+    "held": "SimpleNamespace(model=model, val_loader=val_loader)",
+}
+_IN_A_DICT = {
+    "read": 's["val_loader"]',
+    "model": 's["model"]',
+    "held": '{"model": model, "val_loader": val_loader}',
+}
+_GATHERED = "        preds, y = accelerator.gather_for_metrics((preds, y))\n"
 _WHOLE_LISTS = (
     HEADER
     + "import torch\n"
@@ -98,6 +130,10 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
+        # a helper handed a namespace (a dict) of the prepared loader and model: its loop over
+        # the field (the entry) reads this rank's shard, and nothing gathers it
+        Example(_HELD_EVAL.format(gather="", **_IN_A_NAMESPACE), 14, 9),
+        Example(_HELD_EVAL.format(gather="", **_IN_A_DICT), 14, 9),
         # nanoT5's predict: a summarisation helper handed the prepared model and test loader
         # decodes what generate() returns and feeds the rouge metric this rank's shard only
         Example(
@@ -499,6 +535,9 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # ... gathered in the helper
+        _HELD_EVAL.format(gather=_GATHERED, **_IN_A_NAMESPACE),
+        _HELD_EVAL.format(gather=_GATHERED, **_IN_A_DICT),
         # gathered on the main process only: a hang, ACC202's finding at the gather, not this one
         HEADER
         + "import torch\n"

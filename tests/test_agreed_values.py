@@ -228,6 +228,27 @@ def test_a_parameter_one_call_hands_a_rank_s_own_value_is_not_agreed():
     assert "limit" in agreed
 
 
+def test_an_agreed_element_of_a_returned_tuple_is_agreed_beside_one_that_is_not():
+    """``loss, acc, n = evaluate(...)``: the accuracy of gathered counts is agreed, though the
+    running loss of this rank (the tuple's first element) is not."""
+    source = """
+    def evaluate(model, loader, accelerator, running):
+        correct, total = 0, 0
+        for (x,) in loader:
+            out = model(x)
+            out, x = accelerator.gather_for_metrics((out, x))
+            correct += (out.argmax(-1) == x).sum().item()
+            total += x.numel()
+        return running, correct / total, total
+
+    running = loss.item()
+    kept, acc, n = evaluate(model, loader, accelerator, running)
+    """
+    agreed = _agreed_at_module(source)
+    assert {"acc", "n"} <= agreed
+    assert "kept" not in agreed
+
+
 TRAINER = """
 import torch
 from torch import nn

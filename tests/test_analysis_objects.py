@@ -859,3 +859,54 @@ def test_a_function_of_a_class_called_only_through_the_class_has_no_instance():
     assert graph.without_instance(methods["evaluate"])
     assert not graph.without_instance(methods["fit"])  # its first parameter is self
     assert not graph.without_instance(methods["summary"])  # never called
+
+
+HELD = """
+from types import SimpleNamespace
+
+def evaluate(s, model):
+    for x, y in {read}:
+        model(x)
+
+def main():
+    model = nn.Linear(2, 2)
+    val_loader = DataLoader(range(8))
+    s = {held}
+    {later}
+    evaluate(s, model)
+"""
+
+
+def _loop_read(read: str, held: str, later: str = "pass") -> tuple[bool, set[str | None]]:
+    """Whether the flow sees ``evaluate``'s loop read a DataLoader, and where it came from."""
+    model = script(HELD.format(read=read, held=held, later=later))
+    facts = facts_of(model)
+    loop = model.loops[0]
+    entry = facts.flow.returned_entry_read(loop)
+    name, place = entry or (loop.iterable, loop.node)
+    return facts.flow.reads_loader(loop), facts.flow.origins(name, place)
+
+
+def test_a_namespace_field_is_the_object_it_was_built_with():
+    reads, origins = _loop_read("s.val_loader", "SimpleNamespace(val_loader=val_loader)")
+    assert reads and origins == {"val_loader"}
+
+
+def test_a_namespace_field_set_again_is_not_followed():
+    reads, origins = _loop_read(
+        "s.val_loader", "SimpleNamespace(val_loader=val_loader)", "s.val_loader = range(3)"
+    )
+    assert not reads and "val_loader" not in origins
+
+
+def test_a_dict_entry_is_the_object_it_was_built_with():
+    for held in ('{"val_loader": val_loader}', "dict(val_loader=val_loader)"):
+        reads, origins = _loop_read('s["val_loader"]', held)
+        assert reads and origins == {"val_loader"}, held
+
+
+def test_a_dict_entry_stored_again_is_not_followed():
+    reads, origins = _loop_read(
+        's["val_loader"]', '{"val_loader": val_loader}', 's["val_loader"] = range(3)'
+    )
+    assert not reads and "val_loader" not in origins

@@ -191,6 +191,19 @@ def test_a_short_run_reads_the_evaluation_from_the_code():
     assert check.rows == [["30", "for x, y in eval_loader:", "ONE SHARD at line 32"]]
 
 
+def test_check_3_says_an_unprepared_evaluation_reads_the_whole_set():
+    """The converter leaves this evaluation as it is and its loader unprepared: nothing gathers
+    it, and check 3 says why it still covers the set (every rank reads all of it) rather than
+    calling it gathered."""
+    script = EVALUATION / "left_for_review.py"
+    conversion = convert_source(script.read_bytes(), script)
+    check = check_evaluation_code(conversion.converted.decode(), "left_for_review.py", steps=5)
+    assert check.passed, check.verdict
+    assert [row[2] for row in check.rows] == ["whole set: its loader is not prepared"]
+    assert "no prepare call shards: every rank evaluates the whole set" in check.verdict
+    assert "gathers" not in check.verdict
+
+
 @pytest.mark.distributed
 def test_the_default_run_fails_a_conversion_that_evaluates_one_shard(tmp_path: Path):
     """The converter leaves this evaluation as it is (a review line) and its loader whole. A

@@ -94,7 +94,7 @@ class AgreedValues:
             return self._names[key]
         self._names[key] = frozenset()  # a function that reaches itself agrees on nothing
         seeds, folded = self._metrics(function)
-        bindings = self._bindings(function, folded, handed)
+        bindings = self._bindings(function, folded, handed, depth)
         agreed = set(seeds) | set(bindings)
         changed = True
         while changed:
@@ -134,7 +134,7 @@ class AgreedValues:
         return seeds, folded
 
     def _bindings(
-        self, function: Scope, folded: set[int], handed: bool = False
+        self, function: Scope, folded: set[int], handed: bool = False, depth: int = 0
     ) -> dict[str, list[cst.BaseExpression | None]]:
         """What each plain name of ``function`` is bound to, outside the gathered evaluations'
         folding statements (None: a value not followed: a parameter, a loop target, ``with
@@ -166,7 +166,10 @@ class AgreedValues:
             bound = [(_written_root(target), value) for target, value in bound]
             guards = self._guards(node, function) if bound else []
             for target, value in bound:
+                elements = self._returned_elements(target, value, depth)
                 for name, written in unpacked_names(target, value):
+                    if written is None and name in elements:
+                        written = elements[name]
                     # bound under a test or in a loop the ranks may take differently
                     # (``else: bad += 1`` after ``if epoch_loss < best``): not agreed
                     found.setdefault(name, []).extend(guards)
@@ -181,6 +184,45 @@ class AgreedValues:
                     handed or self._handed_alike(function, name)
                 )
                 found.setdefault(name, []).append(cst.Name("True") if agreed else None)
+        return found
+
+    def _returned_elements(
+        self, target: cst.BaseExpression, value: cst.BaseExpression | None, depth: int
+    ) -> dict[str, cst.BaseExpression]:
+        """``val_loss, val_acc, n = evaluate(...)`` where every ``return`` of ``evaluate`` (a
+        function of the file) is a tuple written out as long as the targets: each name whose
+        element is agreed in every return is bound to an agreed value (``True``), though
+        another element (``meter.avg``, a meter's state) is not: the metric a gathered count
+        gives is decided alike whatever the tuple holds beside it."""
+        if not (
+            isinstance(target, (cst.Tuple, cst.List))
+            and isinstance(value, cst.Call)
+            and depth < _MAX_DEPTH
+            and all(
+                isinstance(e, cst.Element) and isinstance(e.value, cst.Name)
+                for e in target.elements
+            )
+        ):
+            return {}
+        targets = self.facts.calls.targets(value)
+        if len(targets) != 1:
+            return {}
+        returns = [r.value for r in self.model.index.own_returns(targets[0])]
+        if not returns or not all(
+            isinstance(r, cst.Tuple) and len(r.elements) == len(target.elements) for r in returns
+        ):
+            return {}
+        agreed = self.names(targets[0], depth + 1)
+        found: dict[str, cst.BaseExpression] = {}
+        for index, element in enumerate(target.elements):
+            values = [r.elements[index].value for r in returns]  # type: ignore[union-attr]
+            if all(
+                not isinstance(r.elements[index], cst.StarredElement)  # type: ignore[union-attr]
+                and self._agreed(v, targets[0], agreed, depth + 1)
+                and not self._reads_own_state(v)
+                for r, v in zip(returns, values, strict=True)
+            ):
+                found[element.value.value] = cst.Name("True")  # type: ignore[attr-defined]
         return found
 
     def _handed_alike(self, function: cst.FunctionDef, parameter: str) -> bool:

@@ -296,10 +296,15 @@ class ObjectFlow:
             return []
         base, field = name.split(".")
         found: list[tuple[cst.BaseExpression, cst.Call]] = []
-        for construction in self._record_constructions(base, at) or []:
+        constructions = self._record_constructions(base, at) or []
+        if any(_is_namespace(self.model, c) for c in constructions) and _set_anywhere(
+            self.model, field
+        ):
+            return []  # ``s.val_loader = other`` somewhere: the field is no longer what was built
+        for construction in constructions:
             fields = record_fields(self.model, dotted(construction.func))
             for index, argument in enumerate(construction.args):
-                if argument.star:
+                if argument.star or (argument.keyword is None and not fields):
                     return []
                 keyword = argument.keyword.value if argument.keyword is not None else None
                 if (keyword or (fields[index] if index < len(fields) else None)) == field:
@@ -379,7 +384,10 @@ class ObjectFlow:
             if not values:
                 return None
             for value, where in values:
-                if isinstance(value, cst.Call) and record_fields(self.model, dotted(value.func)):
+                if isinstance(value, cst.Call) and (
+                    record_fields(self.model, dotted(value.func))
+                    or _is_namespace(self.model, value)
+                ):
                     found.append(value)
                 elif isinstance(value, cst.Name):
                     pending.append((value.value, where))
@@ -585,15 +593,18 @@ class ObjectFlow:
         helper's parameter that a call site fills with one (``evaluate(model, test_loader)``
         after prepare)."""
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
+        entry = self.returned_entry_read(loop)
+        if entry is not None:  # ``state["val_loader"]``: the loader, not the dict it is in
+            return entry[0] in prepared
         if self._made_here_unprepared(loop) or self._handed_unprepared(loop):
             return False
         if loop.iterable in prepared:
             return not self._prepared_by_another_class(loop)
-        entry = self.returned_entry_read(loop)
-        if entry is not None:
-            return entry[0] in prepared
         if self.outer_name(loop.iterable, loop.node) in prepared:
             return True
+        fields = self.record_arguments(loop.iterable, loop.node)
+        if fields and all(self.prepared_argument(call, value) for value, call in fields):
+            return True  # ``s.val_loader`` of ``SimpleNamespace(val_loader=val_loader)``
         # handed on through helpers: ``train(dev_dl)`` -> ``train_epoch(dev_dataloader)`` ->
         # ``evaluate(dev_dataloader)`` (a tri-modal retrieval trainer's evaluation)
         function = self.placement.enclosing_function(loop.node)
@@ -832,6 +843,9 @@ class ObjectFlow:
         """A call of a model; in an Accelerator script also of anything that came out of
         ``prepare`` (only models are called)."""
         name = dotted(call.func)
+        entry = returned_entry(self.model, call.func, call) if name is None else None
+        if entry is not None and self.is_model_name(*entry):
+            return True  # ``state["model"](x)``: the model the dict was built with
         if name in ("self", "self.forward") and self._in_self_training_model(call):
             return True  # ``self(x)`` in a method of a model that trains itself
         return self.names_a_model(name, call)
@@ -1283,6 +1297,24 @@ def _compared(test: cst.BaseExpression) -> set[str]:
                 if name := dotted(side):
                     found.add(name)
     return found
+
+
+def _is_namespace(model: ScriptModel, call: cst.Call) -> bool:
+    """``SimpleNamespace(model=model, val_loader=val_loader)``: a record whose fields are the
+    keywords it is built with, each the very object handed in (as a namedtuple's are)."""
+    return model.imports.resolve(dotted(call.func) or "") == "types.SimpleNamespace"
+
+
+def _set_anywhere(model: ScriptModel, field: str) -> bool:
+    """Some ``x.field = ...`` of the file (not on ``self``): a namespace's field may be
+    rebound after it was built, so what it was built with no longer tells what it holds."""
+    return any(
+        isinstance(target, cst.Attribute)
+        and target.attr.value == field
+        and dotted(target.value) != "self"
+        for assignment in model.assignments
+        for target in assigned_targets(assignment)
+    )
 
 
 def record_fields(model: ScriptModel, class_name: str | None) -> list[str]:

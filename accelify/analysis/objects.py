@@ -328,6 +328,8 @@ def returned_entry(
     key = _entry_key(value)
     container = dotted(value.value) if key is not None else None  # type: ignore[attr-defined]
     made = _made_by_a_factory(model, container, at) if container is not None else None
+    if made is None and container is not None:
+        return held_entry(model, container, key, at)  # type: ignore[arg-type]
     if made is None or isinstance(assigned_targets(made[0])[0], (cst.Tuple, cst.List)):
         return None
     if any(b.assign is made[0] and is_loader_dict(model, b) for b in model.bindings):
@@ -339,6 +341,68 @@ def returned_entry(
     if len(names) != 1 or None in names:
         return None
     return names.pop(), returns[0]  # type: ignore[return-value]
+
+
+def held_entry(
+    model: ScriptModel, container: str, key: str, at: cst.CSTNode, depth: int = 0
+) -> tuple[str, cst.CSTNode] | None:
+    """``state["val_loader"]`` where ``state`` is a plain name bound once in the scope of ``at``
+    to a dict written out (``{"val_loader": val_loader, ...}`` or ``dict(val_loader=...)``), or
+    a parameter of the function there that every call of the file hands such a name: the
+    name the entry was built from, and a place to read it at (the dict holds that very object,
+    prepared or not as it was there). None when the entry is stored into anywhere in the file
+    (``state["val_loader"] = ...``: no longer what the dict was built with) or anything else
+    is handed."""
+    if "." in container or depth > 3 or _entry_stored(model, key):
+        return None
+    scope = model.scope_of(at)
+    bound = [a for a, _ in model.index.values_bound_to(container) if model.scope_of(a) is scope]
+    if len(bound) == 1 and is_assignment(bound[0]) and len(assigned_targets(bound[0])) == 1:
+        entry = _written_entry(model, bound[0].value, key)  # type: ignore[union-attr]
+        return (entry, bound[0]) if entry is not None else None
+    if bound or not isinstance(scope, cst.FunctionDef):
+        return None
+    if container not in {p.name.value for p in (*scope.params.params, *scope.params.kwonly_params)}:
+        return None
+    graph = model.call_graph
+    calls = graph.calls_of(scope)
+    if not calls or graph.uncertain_callers(scope) or graph.references(scope):
+        return None
+    found: set[str] = set()
+    place: cst.CSTNode | None = None
+    for call, implicit in calls:
+        passed = [a for n, a in bound_arguments(scope, call, implicit) if n == container]
+        name = dotted(passed[0].value) if len(passed) == 1 else None
+        held = held_entry(model, name, key, call, depth + 1) if name is not None else None
+        if held is None:
+            return None
+        found.add(held[0])
+        place = held[1]
+    if len(found) != 1 or place is None:
+        return None
+    return found.pop(), place
+
+
+def _written_entry(model: ScriptModel, value: cst.BaseExpression, key: str) -> str | None:
+    """The name at ``key`` of a dict written out: ``{"k": name}`` or ``dict(k=name)``."""
+    if isinstance(value, cst.Dict):
+        return _entry_of(value, key)
+    if isinstance(value, cst.Call) and model.qualified(value.func) & {"builtins.dict", "dict"}:
+        if any(a.star or a.keyword is None for a in value.args):
+            return None
+        for argument in value.args:
+            if argument.keyword is not None and argument.keyword.value == key:
+                return dotted(argument.value)
+    return None
+
+
+def _entry_stored(model: ScriptModel, key: str) -> bool:
+    """Some ``x["key"] = ...`` (or ``x["key"] += ...``) of the file."""
+    for node in model.assignments:
+        for target in assigned_targets(node):
+            if isinstance(target, cst.Subscript) and _entry_key(target) == key:
+                return True
+    return False
 
 
 def returned_local(
@@ -408,9 +472,12 @@ def _dict_entry(
 ) -> str | None:
     """The name at ``key`` of the dict ``result`` (or of the one dict a name there is assigned)."""
     result = _held(model, function, result)
-    if not isinstance(result, cst.Dict):
-        return None
-    for element in result.elements:
+    return _entry_of(result, key) if isinstance(result, cst.Dict) else None
+
+
+def _entry_of(written: cst.Dict, key: str) -> str | None:
+    """The name a dict display holds at the string ``key``."""
+    for element in written.elements:
         if (
             isinstance(element, cst.DictElement)
             and isinstance(element.key, cst.SimpleString)

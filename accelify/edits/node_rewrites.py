@@ -192,6 +192,9 @@ class OnDeviceAndBack:
 
     device: str
     inputs: tuple[int, ...]
+    #: False for a model whose output feeds another prepared model (``encoder`` of
+    #: ``head(encoder(x))``): it stays on the device, and only the chain's end comes back
+    back: bool = True
 
     def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(updated, cst.Call)
@@ -201,7 +204,8 @@ class OnDeviceAndBack:
             else arg
             for index, arg in enumerate(updated.args)
         ]
-        return _sent(updated.with_changes(args=args), cst.SimpleString('"cpu"'))
+        moved = updated.with_changes(args=args)
+        return _sent(moved, cst.SimpleString('"cpu"')) if self.back else moved
 
 
 def _sent(value: cst.BaseExpression, device: cst.BaseExpression) -> cst.Call:

@@ -170,10 +170,13 @@ def numpy_from_host(call: cst.Call) -> Replace:
     return Replace(call, OnHostFirst())
 
 
-def on_model_device(call: cst.Call, device: str, inputs: Iterable[int]) -> Replace:
+def on_model_device(
+    call: cst.Call, device: str, inputs: Iterable[int], *, back: bool = True
+) -> Replace:
     """A CPU-only script's ``model(x)`` on a tensor no prepared loader moved: ``x`` goes to
-    the device prepare put the model on, the output comes back to the CPU."""
-    return Replace(call, OnDeviceAndBack(device, tuple(inputs)))
+    the device prepare put the model on, the output comes back to the CPU (not with ``back``
+    False: another prepared model takes it there)."""
+    return Replace(call, OnDeviceAndBack(device, tuple(inputs), back))
 
 
 def made_on_device(call: cst.Call, device: str) -> Replace:

@@ -35,24 +35,37 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
     # computes is combined over the ranks (each rank brings the whole set)
     unprepared = rule_by_code("ACC401")
     assert unprepared is not None, "ACC401 is the rule this check runs"
-    whole = {f.line for f in unprepared.check(script)} if script.uses_accelerator else set()
-    loops = [evaluation.loop.node for evaluation in facts_of(script).evaluations]
+    combined = {f.line for f in unprepared.check(script)} if script.uses_accelerator else set()
+    facts = facts_of(script)
+    loops = [evaluation.loop.node for evaluation in facts.evaluations]
     one_shard: list[int] = []
     every_rank: list[int] = []
-    for loop in loops:
+    whole: list[str] = []
+    for evaluation in facts.evaluations:
+        loop = evaluation.loop.node
         span = script.position(loop)
         first, last = span.start.line, span.end.line
         found = [f.line for f in findings if first <= f.line <= last]
         one_shard += found
         header = script.module.code_for_node(loop).splitlines()[0].strip()
-        verdict = f"ONE SHARD at line {found[0]}" if found else "gathered"
-        if not found and first in whole:
+        if found:
+            verdict = f"ONE SHARD at line {found[0]}"
+        elif first in combined:
             every_rank.append(first)
             verdict = "WHOLE SET ON EVERY RANK"
+        elif evaluation.already_gathered or facts.flow.over_prepared_loader(evaluation.loop):
+            verdict = "gathered"
+        else:  # nothing to gather: the loop reads a loader no prepare call shards
+            verdict = "whole set: its loader is not prepared"
+            whole.append(str(first))
         result.rows.append([str(first), header, verdict])
     if not loops:
         result.passed = True
-        result.verdict = "pass: no evaluation loop over a DataLoader in the conversion"
+        result.verdict = (
+            "pass: no evaluation loop over a DataLoader found in the conversion (a loader kept "
+            "where the analysis does not follow it, such as one made inside a dict, is not "
+            "read: `--to-end` runs every evaluation)"
+        )
     elif every_rank and not one_shard:
         result.verdict = (
             f"FAIL: the evaluation loop at converted line {every_rank[0]} reads a DataLoader "
@@ -68,16 +81,37 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
             "`--to-end` runs the evaluation)"
         )
     else:
-        lines = ", ".join(row[0] for row in result.rows)
-        several = len(loops) > 1
-        which = f"loops at converted lines {lines}" if several else f"loop at line {lines}"
-        gathers = "gather what they accumulate" if several else "gathers what it accumulates"
         result.passed = True
         result.verdict = (
-            f"pass: the evaluation {which} {gathers} "
-            "(read from the code, not run: `--to-end` runs it)"
+            f"pass: {_covered(result.rows, whole)} (read from the code, not run: `--to-end` "
+            "runs it)"
         )
     return result
+
+
+def _covered(rows: list[list[str]], whole: list[str]) -> str:
+    """Why each evaluation covers the whole set: it gathers, or every rank reads all of its
+    loader (left unprepared)."""
+    gathered = [row[0] for row in rows if row[0] not in whole]
+    parts = []
+    if gathered:
+        gathers = "gathers what it accumulates"
+        if len(gathered) > 1:
+            gathers = "gather what they accumulate"
+        parts.append(f"the evaluation {_loops(gathered)} {gathers}")
+    if whole:
+        reads = "read loaders" if len(whole) > 1 else "reads a loader"
+        parts.append(
+            f"the evaluation {_loops(whole)} {reads} no prepare call shards: every rank "
+            "evaluates the whole set"
+        )
+    return "; ".join(parts)
+
+
+def _loops(lines: list[str]) -> str:
+    if len(lines) > 1:
+        return f"loops at converted lines {', '.join(lines)}"
+    return f"loop at line {lines[0]}"
 
 
 def training_cache_lines(code: str, label: str) -> set[int]:

@@ -144,6 +144,13 @@ def run(ctx: Context) -> None:
                 f"{ctx.a('prepare')}({loop.iterable})) and gather what their evaluation "
                 "computes"
             )
+        elif kept := _loaders_kept_unnamed(ctx):
+            text = (
+                f"the DataLoader made at line {ctx.line(kept[0])} is kept in a container the "
+                "conversion does not follow (a dict or a list), bound to no name: it is not "
+                "prepared, so every rank trains on all of it (correct, not data-parallel); bind "
+                "it to a name and prepare it before it is put in the container to shard it"
+            )
         else:
             text = (
                 "batches do not come from a DataLoader: every rank trains on the same data; "
@@ -860,6 +867,18 @@ def _optimizers_kept_unnamed(ctx: Context) -> list[cst.Call]:
         for call in ctx.model.calls
         if any(names.is_optimizer_class(q) for q in ctx.model.call_names(call))
         and not isinstance(ctx.model.parent(call), cst.Arg)
+    ]
+
+
+def _loaders_kept_unnamed(ctx: Context) -> list[cst.Call]:
+    """``state = {"train_loader": DataLoader(...), ...}``: DataLoaders made as an entry or an
+    element of a container written out, where no name the analysis follows holds them (the
+    loop reads ``state["train_loader"]``)."""
+    return [
+        call
+        for call in ctx.model.calls
+        if ctx.model.call_names(call) & names.DATALOADERS
+        and isinstance(ctx.model.parent(call), cst.DictElement | cst.Element)
     ]
 
 

@@ -41,6 +41,7 @@ def run(ctx: Context) -> None:
         return
     handed = _handed_to_constructors(ctx) if only_cpu else {}
     all_on_host = only_cpu and _no_batch_on_the_device(ctx)
+    models: dict[int, str] = {}
     for call in ctx.model.calls:
         name = (
             prepared_model_called(ctx, call)
@@ -49,24 +50,30 @@ def run(ctx: Context) -> None:
         )
         if name is None or in_a_prepared_loop(ctx, call):
             continue
-        if not only_cpu and name not in kept:
+        if only_cpu or name in kept:
+            models[id(call)] = name
+    moved: dict[int, bool] = {}  # by call: whether its inputs go to the device
+    for call in reversed(ctx.model.calls):  # the inner call of ``head(encoder(x))`` first
+        name = models.get(id(call))
+        if name is None:
             continue
         values = [argument.value for argument in call.args]
-        inputs = [i for i, value in enumerate(values) if not _stays(value)]
-        if not inputs:
+        # ``encoder(x)`` handed to ``head``: already on the device, where head takes it
+        chained = [i for i, value in enumerate(values) if moved.get(id(value))]
+        inputs = [i for i, value in enumerate(values) if not _stays(value) and i not in chained]
+        if not inputs and not chained:
             continue
         unknown = [values[i] for i in inputs if not _made_on_host(ctx, values[i], call)]
         if unknown and not all_on_host:
             _review_returned_inputs(ctx, call, name, unknown)
             continue
+        moved[id(call)] = True
+        back = not _feeds_a_model(ctx, call, models)
         acc = ctx.accelerator_at(call)
         ctx.plan.add(
-            rewrites.on_model_device(call, f"{acc}.device", inputs),
+            rewrites.on_model_device(call, f"{acc}.device", inputs, back=back),
             line=ctx.line(call),
-            text=(
-                f"{ctx.code(call)}: inputs sent to {acc}.device and the output back to the CPU "
-                f"(prepare places {name} on the device; these tensors stay where they are made)"
-            ),
+            text=_moved_text(ctx, call, name, acc, inputs, back),
             anywhere=acc != ctx.acc,
         )
         ctx.host_calls.add(id(call))
@@ -74,6 +81,40 @@ def run(ctx: Context) -> None:
             ctx.need(call)
         if "send_to_device" not in ctx.uses:
             ctx.uses.append("send_to_device")
+
+
+def _feeds_a_model(ctx: Context, call: cst.Call, models: dict[int, str]) -> bool:
+    """``encoder(x)`` of ``head(encoder(x))``, both prepared: an argument of another model's
+    call the conversion sends to the device, so its output stays there for that model."""
+    argument = ctx.model.parent(call)
+    outer = ctx.model.parent(argument) if isinstance(argument, cst.Arg) else None
+    return (
+        isinstance(outer, cst.Call)
+        and id(outer) in models
+        and argument.keyword is None  # type: ignore[union-attr]
+        and not argument.star  # type: ignore[union-attr]
+    )
+
+
+def _moved_text(
+    ctx: Context, call: cst.Call, name: str, acc: str, inputs: list[int], back: bool
+) -> str:
+    """The summary line of one model call sent to the device."""
+    where = f"prepare places {name} on the device"
+    if not back:
+        return (
+            f"{ctx.code(call)}: inputs sent to {acc}.device ({where}); its output stays there "
+            "for the model it is handed to"
+        )
+    if not inputs:
+        return (
+            f"{ctx.code(call)}: the output back to the CPU ({where}; its input comes from "
+            "a model already there)"
+        )
+    return (
+        f"{ctx.code(call)}: inputs sent to {acc}.device and the output back to the CPU "
+        f"({where}; these tensors stay where they are made)"
+    )
 
 
 def models_kept_on_host(ctx: Context) -> set[str]:

@@ -2575,7 +2575,10 @@ def _loader_origins(ctx: Context, loop: Loop) -> set[str]:
     parameters (`origins`) and the attributes a constructor received (their callers' names)."""
     if loop.iterable is None:
         return set()
-    pending = [o for o in ctx.facts.flow.origins(loop.iterable, loop.node) if o is not None]
+    flow = ctx.facts.flow
+    # ``for x, y in state["val_loader"]``: the loader the dict was built with, not the dict
+    name, place = flow.returned_entry_read(loop) or (loop.iterable, loop.node)
+    pending = [o for o in flow.origins(name, place) if o is not None]
     found: set[str] = set()
     while pending:
         name = pending.pop()
