@@ -4,8 +4,8 @@ launch` of the conversion's ranks), each set up as if it had been started on its
 process group, working directory, output files and environment. Each process then runs as a
 fresh one does from there on and exits the interpreter's usual way (the script's ``atexit``
 handlers, its threads joined, its exit code). What is shared is what every run would import
-first anyway: torch (2 CPU-seconds a process), torch._dynamo and the probe, which installs nothing until a run
-calls it.
+first anyway: torch (2 CPU-seconds a process), torch._dynamo and the probe, which installs
+nothing until a run calls it.
 
 The supervisor reports on its stdout, one line each, ``started LABEL PID`` as it forks a run and
 ``ended LABEL CODE`` as the run ends (CODE as `subprocess.Popen.returncode`: -N for signal N),
