@@ -1543,6 +1543,11 @@ def _given(
         return None
     passed = facts_of(script).flow.call_site_arguments(name, at)
     if not passed:
+        # called from the project's other modules only (nanoT5's ``train(model, ...)`` of
+        # ``main.py``): every call there hands the model ``prepare`` returned
+        given = script.given_parameters.get(function, {}).get(name)
+        if given is not None and given.prepared and given.kind is Kind.MODEL:
+            return "wrapped"
         return None
     wrapped = False
     for argument in passed:
