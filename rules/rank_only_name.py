@@ -76,7 +76,13 @@ class RankOnlyName(Rule):
     (ZeroDivisionError), ``statistics.mean``, ``max``, ``vals[-1]``, ``torch.stack``; reported
     at that read, with advice to fill it on every rank where the values are every rank's, else
     to read it under the same test or gather it first. Not where the collection is tested for
-    emptiness first, bound from a gather, or handed to a helper."""
+    emptiness first, bound from a gather, or handed to a helper.
+
+    Also a dict entry written only under a rank test (``best["epoch"] = epoch``, or by a helper
+    of the file the guarded block hands the dict: equitrain's ``update_best_results``) and
+    handed by every rank to a method of a prepared object (``lr_scheduler.step(best["epoch"])``):
+    no rank fails, but the others step with the entry's first value, and their learning rates
+    and weights drift away from the main process's (`rank_only_entries`)."""
 
     code = "ACC209"
     name = "rank-only-name"

@@ -55,14 +55,49 @@ def rank_only_entries(facts: Facts) -> list[RankOnlyEntry]:
         script.prepared_names
     )
     found: list[RankOnlyEntry] = []
-    for assign in script.index.of_type(cst.Assign):
-        if len(assign.targets) != 1 or not isinstance(assign.value, cst.Dict):
-            continue
+    dicts = [
+        assign
+        for assign in script.index.of_type(cst.Assign)
+        if len(assign.targets) == 1
+        and isinstance(assign.value, cst.Dict)
+        and isinstance(assign.targets[0].target, cst.Name)
+    ]
+    if not dicts:
+        return found
+    guarded = _guarded_uses(script, {a.targets[0].target.value for a in dicts})  # type: ignore[attr-defined]
+    for assign in dicts:
         target = assign.targets[0].target
-        if not isinstance(target, cst.Name) or script.under_rank_guard(assign):
+        assert isinstance(target, cst.Name)
+        if target.value not in guarded or script.under_rank_guard(assign):
             continue
         scope = script.index.enclosing_function(assign) or script.module
         found += _entries(script, scope, assign, target.value, driven)
+    return found
+
+
+def _guarded_uses(script: ScriptModel, names: set[str]) -> set[str]:
+    """Those of ``names`` some rank test writes an entry of (``best["epoch"] = ...``) or hands
+    to a call: the only dicts worth a walk of their function."""
+    found: set[str] = set()
+    for assign in script.index.of_type(cst.Assign):
+        for target in assign.targets:
+            owner = target.target
+            if (
+                isinstance(owner, cst.Subscript)
+                and isinstance(owner.value, cst.Name)
+                and owner.value.value in names
+                and owner.value.value not in found
+                and script.under_rank_guard(assign)
+            ):
+                found.add(owner.value.value)
+    for call in script.index.of_type(cst.Call):
+        handed = {
+            a.value.value
+            for a in call.args
+            if isinstance(a.value, cst.Name) and a.value.value in names
+        }
+        if handed - found and script.under_rank_guard(call):
+            found |= handed
     return found
 
 
