@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
+from accelify.analysis.rank_only_entries import rank_only_entries
 from accelify.analysis.rank_only_fills import rank_only_fills
 from accelify.analysis.rank_only_names import rank_only_attributes, rank_only_reads
 from accelify.analysis.script_model import ScriptModel
@@ -22,6 +23,46 @@ _VALIDATION = (
 )
 
 
+#: The best epoch kept in a dict made on every rank, written on the main process only
+#: (``{write}``), then handed to the prepared scheduler by every rank (``{read}``).
+_BEST_ENTRY = (
+    HEADER
+    + "model, optimizer, loader, scheduler = accelerator.prepare(\n"
+    + "    model, optimizer, loader, scheduler\n)\n"
+    + "best = {{'epoch': 0, 'loss': float('inf')}}\n"
+    + "for epoch in range(10):\n"
+    + "    for batch in loader:\n"
+    + "        accelerator.backward(model(batch).loss)\n"
+    + "        optimizer.step()\n"
+    + "{write}"
+    + "{read}"
+)
+_MAIN_WRITES = "    if accelerator.is_main_process:\n        best['epoch'] = epoch\n"
+_STEPS_ON_IT = "    scheduler.step(best['epoch'])\n"
+
+#: equitrain: the main process hands the dict to a helper that writes the entry.
+_HELPER_ENTRY = (
+    HEADER
+    + "def update_best(best, loss, epoch):\n"
+    + "    if loss < best['loss']:\n"
+    + "        best['loss'] = loss\n"
+    + "        best['epoch'] = epoch\n"
+    + "        return True\n"
+    + "    return False\n\n\n"
+    + "def main():\n"
+    + "    model, optimizer, loader, scheduler = accelerator.prepare(\n"
+    + "        model, optimizer, loader, scheduler\n    )\n"
+    + "    best = {'epoch': 0, 'loss': float('inf')}\n"
+    + "    for epoch in range(10):\n"
+    + "        scheduler.step(best['epoch'], epoch)\n"
+    + "        for batch in loader:\n"
+    + "            accelerator.backward(model(batch).loss)\n"
+    + "            optimizer.step()\n"
+    + "        if accelerator.process_index == 0:\n"
+    + "            update_best(best, evaluate(model), epoch)\n"
+)
+
+
 class RankOnlyName(Rule):
     """A local bound only under ``if accelerator.is_main_process:`` (or another rank test) and
     read outside it: ``result = {...}`` in the guarded block, ``accelerator.log(result)`` after
@@ -35,7 +76,13 @@ class RankOnlyName(Rule):
     (ZeroDivisionError), ``statistics.mean``, ``max``, ``vals[-1]``, ``torch.stack``; reported
     at that read, with advice to fill it on every rank where the values are every rank's, else
     to read it under the same test or gather it first. Not where the collection is tested for
-    emptiness first, bound from a gather, or handed to a helper."""
+    emptiness first, bound from a gather, or handed to a helper.
+
+    Also a dict entry written only under a rank test (``best["epoch"] = epoch``, or by a helper
+    of the file the guarded block hands the dict: equitrain's ``update_best_results``) and
+    handed by every rank to a method of a prepared object (``lr_scheduler.step(best["epoch"])``):
+    no rank fails, but the others step with the entry's first value, and their learning rates
+    and weights drift away from the main process's (`rank_only_entries`)."""
 
     code = "ACC209"
     name = "rank-only-name"
@@ -92,6 +139,11 @@ class RankOnlyName(Rule):
             15,
             9,
         ),
+        # a dict entry written on the main process only, handed to the prepared scheduler by
+        # every rank: the other ranks step with the entry's first value
+        Example(_BEST_ENTRY.format(write=_MAIN_WRITES, read=_STEPS_ON_IT), 13, 20),
+        # ... written by a helper the main process hands the dict to; read by the next epoch
+        Example(_HELPER_ENTRY, 17, 24),
         # a list filled on the main process only, averaged on every rank: ZeroDivisionError
         Example(_VALIDATION.format(read="avg = sum(vals) / len(vals)\n"), 11, 7),
         # a trainer's list, filled under the test in one method, read in another that every
@@ -121,6 +173,24 @@ class RankOnlyName(Rule):
         ),
     )
     good = (
+        # the entry written on every rank, or broadcast from the main process before the read,
+        # or read under the rank test that wrote it
+        _BEST_ENTRY.format(write="    best['epoch'] = epoch\n", read=_STEPS_ON_IT),
+        _BEST_ENTRY.format(
+            write=_MAIN_WRITES + "    best = accelerate.utils.broadcast_object_list([best])[0]\n",
+            read=_STEPS_ON_IT,
+        ),
+        _BEST_ENTRY.format(
+            write=_MAIN_WRITES,
+            read="    if accelerator.is_main_process:\n        print(best['epoch'])\n",
+        ),
+        # ... or read for a log line every rank prints: nothing every rank does depends on it
+        _BEST_ENTRY.format(write=_MAIN_WRITES, read="    print(best['epoch'])\n"),
+        # the helper called on every rank
+        _HELPER_ENTRY.replace(
+            "        if accelerator.process_index == 0:\n            update_best",
+            "        if True:\n            update_best",
+        ),
         # filled on every rank
         _VALIDATION.format(read="avg = sum(vals) / len(vals)\n").replace(
             "        if accelerator.is_main_process:\n            vals.append",
@@ -281,3 +351,19 @@ class RankOnlyName(Rule):
                 f"reads it and they stop with {fill.error}; {advice}"
             )
             yield self.finding(script, fill.read, message=message)
+        for entry in rank_only_entries(facts_of(script)):
+            read = script.module.code_for_node(entry.read)
+            receiver = script.module.code_for_node(entry.call.func)
+            where = f"line {script.line(entry.written)}"
+            if entry.written is not entry.write:
+                where += f", in the helper called at line {script.line(entry.write)}"
+            message = (
+                f"`{read}` is written only under the rank test at line "
+                f"{script.line(entry.guard)} ({where}), so the other ranks still hold the value "
+                f"it started with when every rank hands it to `{receiver}` here: the ranks "
+                "step with different values and drift apart silently; give every rank the "
+                f"main process's dict before this line (`{entry.name} = "
+                f"accelerate.utils.broadcast_object_list([{entry.name}])[0]` on every rank), "
+                "or write the entry on every rank where its value is the same on all of them"
+            )
+            yield self.finding(script, entry.read, message=message)

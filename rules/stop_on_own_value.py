@@ -13,6 +13,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.loss_sources import Backward, backwards, last_binding, runs_before
 from accelify.analysis.own_stops import Decided, agrees, decided_on_own_shard
 from accelify.analysis.script_model import Kind, ScriptModel
+from accelify.analysis.structure_tests import model_outputs, structure_only_names
 from accelify.analysis.syntax import dotted, statement_lines, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
@@ -251,6 +252,22 @@ _DRAWN_STOP = (
 )
 
 
+#: A model that trains itself on some configurations returns no ``loss`` key; ``{test}`` tests
+#: the output before the backward.
+_STRUCTURE = (
+    HEADER
+    + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+    + "for batch in loader:\n"
+    + "    with accelerator.accumulate(model):\n"
+    + "        out = model(**batch)\n"
+    + "        if {test}:\n"
+    + "            continue\n"
+    + "        accelerator.backward(out['loss'])\n"
+    + "        optimizer.step()\n"
+    + "        optimizer.zero_grad()\n"
+)
+
+
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
     from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
@@ -428,6 +445,8 @@ class StopOnOwnValue(Rule):
             8,
             9,
         ),
+        # the key's presence is the same on every rank, the loss inside it is not
+        Example(_STRUCTURE.format(test="'loss' not in out or out['loss'].isnan()"), 8, 13),
         # through the trainer's attributes and its own step
         Example(
             HEADER
@@ -706,6 +725,12 @@ class StopOnOwnValue(Rule):
         + "    accelerator.backward(loss)\n"
         + "    if accelerator.is_main_process and loss.item() < 0.01:\n"
         + "        break\n",
+        # vilmedic: a test of the output's structure (a key the model returns, its type, an
+        # optional head, how many outputs it has) decides alike on every rank
+        _STRUCTURE.format(test="'loss' not in out"),
+        _STRUCTURE.format(test="not isinstance(out, dict)"),
+        _STRUCTURE.format(test="out.get('aux') is None and not hasattr(out, 'keys')"),
+        _STRUCTURE.format(test="len(out) < 2"),
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -1059,6 +1084,7 @@ def _own_value(
     loss itself, or what it is computed from (``ratio`` of a PPO step). None when the test's
     values pass a gather or reduce (every rank holds them alike), or reach no loss."""
     read_as_is = read_outside_agreement(script, test.test)  # not ``loss`` of ``reduce(loss)``
+    read_as_is -= structure_only_names(test.test, model_outputs(script, read_as_is, test))
     tested = _trace(script, read_as_is, test, loop)
     if not tested:
         return None

@@ -1526,7 +1526,9 @@ def _runs_the_model_only(
 def _model_helper_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.Call | None:
     """``forward_with_model(model, inputs, labels).loss``: a function of the file, handed the
     prepared model, that calls it (a Florence-2 trainer's evaluation, the same helper its
-    training loop uses). The loop's forward runs there."""
+    training loop uses), also where the loop's own function got the model from its callers
+    (nanoT5's ``forward(model, batch)`` in ``eval()``, handed down from ``main.py``). The
+    loop's forward runs there."""
     prepared = script.prepared_names
     for call, helper, implicit in _helper_calls(script, loop):
         if not _runs_the_model_only(helper):
@@ -1537,7 +1539,13 @@ def _model_helper_forward(script: ScriptModel, facts: Facts, loop: Loop) -> cst.
             if (
                 parameter in called
                 and name is not None
-                and (name in prepared or facts.flow.outer_name(name, call) in prepared)
+                and (
+                    name in prepared
+                    or facts.flow.outer_name(name, call) in prepared
+                    # nanoT5's ``eval(model, ...)``: a parameter every caller hands the
+                    # prepared model, up to the project's entry script
+                    or facts.flow.prepared_argument(call, argument.value)
+                )
             ):
                 return call
     return None

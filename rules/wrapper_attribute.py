@@ -1543,6 +1543,13 @@ def _given(
         return None
     passed = facts_of(script).flow.call_site_arguments(name, at)
     if not passed:
+        # called from the project's other modules only (nanoT5's ``train(model, ...)`` of
+        # ``main.py``): every call there hands the model ``prepare`` returned
+        given = script.given_parameters.get(function, {}).get(name)
+        if given is not None and given.prepared and given.kind is Kind.MODEL:
+            # the callers cannot say whether it trains (prepare leaves a frozen reference
+            # model unwrapped): the function here must train it
+            return "wrapped" if _trains(function, name) else None
         return None
     wrapped = False
     for argument in passed:
@@ -1562,6 +1569,15 @@ def _given(
             return None
         wrapped = wrapped or further == "wrapped"
     return "wrapped" if wrapped else "frozen"
+
+
+def _trains(function: cst.FunctionDef, name: str) -> bool:
+    """``function`` trains its ``name``: it calls ``name.train()`` and runs a ``backward``
+    (nanoT5's ``train(model, ...)``), so prepare wrapped it (a frozen model stays unwrapped)."""
+    calls = [node for node in walk(function.body) if isinstance(node, cst.Call)]
+    return any(dotted(c.func) == f"{name}.train" for c in calls) and any(
+        isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward" for c in calls
+    )
 
 
 def _frozen_prepared(script: ScriptModel, name: str, at: cst.CSTNode) -> bool:

@@ -24,6 +24,7 @@ from accelify.analysis.loss_sources import last_binding, runs_before
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.own_values import OwnValues, ShardView, binds, names_read
 from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.structure_tests import model_outputs, structure_only_names
 from accelify.analysis.syntax import dotted, walk
 
 #: How many bindings one trace follows before it gives up (and reports nothing).
@@ -59,6 +60,8 @@ def decided_on_own_shard(
     script = facts.model
     values = OwnValues(facts, view)
     read_as_is = read_outside_agreement(script, test.test)  # not ``val_loss`` of ``reduce(...)``
+    # ``'loss' not in out``: the output's structure, the same on every rank
+    read_as_is -= structure_only_names(test.test, model_outputs(script, read_as_is, test))
     pending = [
         n
         for n in names_read(script, test.test)
