@@ -4,17 +4,20 @@ libcst defines its ~200 node classes as dataclasses. For each, Python's ``datacl
 the source of ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``... and
 compiles it with ``exec`` of the text at import: ~1,000 compiles, about 0.05 CPU-s of libcst's
 ~0.13 (Python 3.11), paid by every ``accelify lint one_file.py`` that needs an analysis and by
-every ``--jobs`` worker that is not forked.
+every ``--jobs`` worker that is not forked (`accelify.lint.engine` imports through here).
 
 The code ``exec`` compiles is a function of the text alone (``dataclasses`` has no
 ``from __future__`` import, so no compiler flag is inherited: `_compiled` compiles with none),
-so it is kept, keyed by the text, in one file beside accelify's byte code (``__pycache__``, as
-Python keeps ``.pyc`` files; named by the interpreter's cache tag and headed by its magic
-number), and ``exec`` runs the kept code instead of compiling the text again. A text not kept
-is compiled as before, so nothing kept can be wrong for another libcst: a changed method has
-another text. Written only where Python writes byte code (not under ``PYTHONDONTWRITEBYTECODE``),
-atomically, with the entries this import used (so the file never outgrows one libcst); a file
-that cannot be read, written or trusted is ignored.
+so it is kept, keyed by the text, in one file in the user's cache folder (`cache_folder`; not
+beside accelify's byte code: ``pip uninstall`` would leave it behind, and a read-only install
+could not keep it), named by accelify's version and the interpreter's cache tag, headed by the
+interpreter's magic number and a digest of the rest; ``exec`` runs the kept code instead of
+compiling the text again. A text not kept is compiled as before, so nothing kept can be wrong
+for another libcst: a changed method has another text. Written only where Python writes byte
+code (not under ``PYTHONDONTWRITEBYTECODE``), atomically, with the entries this import used
+(so the file never outgrows one libcst); a file that cannot be read, written or trusted (of
+another interpreter, or damaged on disk: its digest differs) is ignored, and rewritten by the
+import that compiled over it.
 """
 
 from __future__ import annotations
@@ -24,31 +27,43 @@ import marshal
 import os
 import sys
 from collections.abc import Iterator
-from types import CodeType, ModuleType
+from pathlib import Path
+from types import CodeType
 from typing import Any
 
+from accelify import __version__
+from accelify.lint.cache import blake2b
 
-def store_named(name: str) -> str:
-    """A store in accelify's own byte-code folder, named for the interpreter as ``.pyc`` are."""
-    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
-    return os.path.join(folder, f"{name}_dataclasses.{sys.implementation.cache_tag}.bin")
-
-
-#: Where libcst's methods are kept when libcst is imported alone (`load`)
-STORE = store_named("libcst")
+#: Bytes of the payload's digest in a store's header, after the magic number
+DIGEST_SIZE = 16
 
 
-def load(store: str | None = STORE) -> ModuleType:
-    """``import libcst``, its dataclasses' methods compiled from ``store`` where kept there.
+def store_named(name: str) -> str | None:
+    """The store of one set of imports, in `cache_folder`, named for this accelify and this
+    interpreter (as a ``.pyc`` is named for it); None where the interpreter keeps no byte code
+    (no cache tag): nothing kept."""
+    tag = sys.implementation.cache_tag
+    if tag is None:
+        return None
+    try:
+        folder = cache_folder()
+    except RuntimeError:  # no home folder to be found (``Path.home``)
+        return None
+    return os.path.join(folder, f"{name}_dataclasses.{__version__}.{tag}.bin")
 
-    Only the first import is changed (later calls return the imported module). ``store=None``:
-    a plain import."""
-    if "libcst" not in sys.modules:
-        with kept_compiles(store):
-            import libcst
-    import libcst
 
-    return libcst
+def cache_folder() -> str:
+    """accelify's folder in the user's cache: ``$XDG_CACHE_HOME/accelify``, else the
+    platform's (``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows, ``~/.cache``)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # unset, or relative: the XDG spec says to ignore it
+        if sys.platform == "win32":
+            base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        elif sys.platform == "darwin":
+            base = str(Path.home() / "Library" / "Caches")
+        else:
+            base = str(Path.home() / ".cache")
+    return os.path.join(base, "accelify")
 
 
 @contextlib.contextmanager
@@ -106,17 +121,24 @@ def _magic() -> bytes:
 
 
 def _read(store: str) -> dict[str, CodeType]:
+    """The code kept in ``store``; nothing where it is missing, of another interpreter, or
+    damaged: the digest is checked first (``marshal.loads`` of damaged bytes may raise any
+    error or crash the interpreter, and code damaged but loaded would fail when it runs)."""
     try:
         with open(store, "rb") as file:
             data = file.read()
     except OSError:
         return {}
     magic = _magic()
-    if not data.startswith(magic):
+    header = len(magic) + DIGEST_SIZE
+    if len(data) < header or not data.startswith(magic):
+        return {}
+    payload = data[header:]
+    if _digest(payload) != data[len(magic) : header]:
         return {}
     try:
-        kept = marshal.loads(data[len(magic) :])
-    except (EOFError, ValueError, TypeError):
+        kept = marshal.loads(payload)
+    except Exception:  # (its digest matched: written so by another accelify; never expected)
         return {}
     if not isinstance(kept, dict):
         return {}
@@ -128,13 +150,22 @@ def _read(store: str) -> dict[str, CodeType]:
 
 
 def _write(store: str, used: dict[str, CodeType]) -> None:
-    """Replaced whole, never half-written: another process reads the old file or the new."""
+    """Replaced whole, never half-written: another process reads the old file or the new. No
+    partial file is left, even when interrupted (Ctrl-C); a folder that cannot be written: nothing
+    kept, silently (the next start compiles, as without a store)."""
     partial = f"{store}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(store), exist_ok=True)
+        payload = marshal.dumps(used)
         with open(partial, "wb") as file:
-            file.write(_magic() + marshal.dumps(used))
+            file.write(_magic() + _digest(payload) + payload)
         os.replace(partial, store)
     except OSError:
+        pass
+    finally:
         with contextlib.suppress(OSError):
-            os.remove(partial)
+            os.unlink(partial)
+
+
+def _digest(payload: bytes) -> bytes:
+    return blake2b(payload, digest_size=DIGEST_SIZE).digest()

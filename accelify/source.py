@@ -79,9 +79,9 @@ def room_for_deep_trees(function: Callable[P, R]) -> Callable[P, R]:
 
 
 def parse(data: bytes, label: str) -> cst.Module:
-    from accelify.libcst_import import load
-
-    cst = load()  # ~0.13-0.25 s: paid only when a file is parsed
+    # ~0.13-0.25 s: paid only when a file is parsed (lint has imported it already, its
+    # dataclasses' methods kept compiled: `accelify.lint.engine.load_analysis`)
+    import libcst as cst
 
     try:
         with _nodes_unchecked(cst.CSTNode):

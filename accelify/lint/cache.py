@@ -17,13 +17,15 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelify import __version__
 from accelify.lint.finding import Finding
 from accelify.lint.selection import Selection
 
 if TYPE_CHECKING:
+    from hashlib import blake2b as _Blake2b
+
     from accelify.analysis.outside_callers import HandedCall
 
 DEFAULT_FOLDER = ".accelify_cache"
@@ -112,7 +114,7 @@ class LintCache:
             Path(temporary).unlink(missing_ok=True)
 
     def _name(self, path: str, data: bytes, read: bytes = b"") -> str:
-        digest = _blake2b(digest_size=20)
+        digest = blake2b(digest_size=20)
         for part in (self.settings.encode(), path.encode("utf-8", "surrogateescape"), data, read):
             digest.update(len(part).to_bytes(8, "little"))
             digest.update(part)
@@ -169,7 +171,7 @@ def _settings_digest(selection: Selection) -> str:
         selection.ignore,
         sorted(selection.per_file_ignores.items()),
     ]
-    return _blake2b(json.dumps(settings).encode(), digest_size=16).hexdigest()
+    return blake2b(json.dumps(settings).encode(), digest_size=16).hexdigest()
 
 
 def _code_fingerprint() -> str:
@@ -186,7 +188,7 @@ def _code_fingerprint() -> str:
         spec = importlib.util.find_spec(name)
         for location in (spec and spec.submodule_search_locations) or ():
             files += Path(location).glob("*.py")
-    digest = _blake2b(sys.version.encode(), digest_size=8)
+    digest = blake2b(sys.version.encode(), digest_size=8)
     for file in sorted(files):
         try:
             stat = file.stat()
@@ -200,18 +202,19 @@ def _digest(file: Path) -> str:
     """The digest of a module's text (of nothing, where it cannot be read)."""
     from accelify.analysis.project_modules import read
 
-    return _blake2b(read(file), digest_size=16).hexdigest()
+    return blake2b(read(file), digest_size=16).hexdigest()
 
 
-def _blake2b(data: bytes = b"", *, digest_size: int) -> Any:
+def blake2b(data: bytes = b"", *, digest_size: int) -> _Blake2b:
     """``hashlib.blake2b``, without importing hashlib where the interpreter has it built in:
     hashlib's import loads OpenSSL (~3 of a warm run's ~65 ms in process) for digests it takes
-    from ``_blake2`` itself (CPython's ``hashlib.blake2b`` is ``_blake2.blake2b``)."""
+    from ``_blake2`` itself (CPython's ``hashlib.blake2b`` is ``_blake2.blake2b``). Shared with
+    `accelify.libcst_import`'s store check."""
     try:
-        from _blake2 import blake2b
+        from _blake2 import blake2b as made
     except ImportError:  # another interpreter: hashlib's
-        from hashlib import blake2b
-    return blake2b(data, digest_size=digest_size)
+        from hashlib import blake2b as made
+    return made(data, digest_size=digest_size)
 
 
 def _as_dict(finding: Finding) -> dict[str, object]:

@@ -244,8 +244,8 @@ def lint_source(
 def load_analysis() -> None:
     """libcst and the analysis, imported together before the first file parsed, their
     dataclasses' generated methods run from code kept compiled (`accelify.libcst_import`:
-    ~1,000 texts a start otherwise compiles). One store for the set: lint imports the same set
-    every time."""
+    ~1,000 texts a start otherwise compiles; kept in the user's cache folder). One store for
+    the set: lint imports the same set every time."""
     from accelify.libcst_import import kept_compiles, store_named
 
     with kept_compiles(store_named("lint")):
