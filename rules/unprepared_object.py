@@ -725,6 +725,23 @@ class UnpreparedObject(Rule):
         + "        model(x)\n"
         + "    elapsed = torch.tensor([time.time() - start])\n"
         + "    times.append(accelerator.gather(elapsed))\n",
+        # ... or a member of the evaluator that the loop's batch name also spells (``self.x``)
+        HEADER
+        + "import torch\n"
+        + "class Evaluator:\n"
+        + "    def __init__(self, accelerator, model, data):\n"
+        + "        self.accelerator, self.model, self.x = accelerator, model, torch.zeros(1)\n"
+        + "        self.probe_loader = torch.utils.data.DataLoader(data, batch_size=64)\n"
+        + "    def run(self):\n"
+        + "        for x, y in self.probe_loader:\n"
+        + "            with torch.no_grad():\n"
+        + "                self.model(x)\n"
+        + "            self.x = self.accelerator.gather(self.x)\n"
+        + "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n"
+        + "for x, y in train_loader:\n"
+        + "    accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+        + "    optimizer.step()\n"
+        + "Evaluator(accelerator, model, data).run()\n",
         # a project helper's loader whose sampler takes the epoch: a DistributedSampler made
         # where the loader is (a plain sampler has no set_epoch), so each rank reads its part
         "from accelerate import Accelerator\n"
