@@ -6,7 +6,7 @@ from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted
+from accelify.analysis.syntax import dotted, has_parameter
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 _PREPARED = (
@@ -15,6 +15,9 @@ _PREPARED = (
     "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
 )
+
+#: A training loop: the script is written for several processes.
+_TRAINS = "for x in loader:\n    accelerator.backward(model(x).sum())\n    optimizer.step()\n"
 
 #: The fix: the main process asks, and every rank takes its answer from the broadcast.
 _ASKED_ONCE = (
@@ -79,6 +82,26 @@ class PromptOnEveryRank(Rule):
             9,
             12,
         ),
+        # an ``input`` bound in another function does not shadow the builtin here
+        Example(
+            HEADER
+            + _PREPARED
+            + "def read_cfg():\n    input = 'cfg.yaml'\n    return input\n\n\n"
+            + "reply = input('start? ')\n"
+            + _TRAINS,
+            12,
+            9,
+        ),
+        # a prompt in a lambda that every rank calls
+        Example(
+            HEADER
+            + _PREPARED
+            + "confirm = lambda question: input(question) == 'y'\n"
+            + "if not confirm('Overwrite?'):\n    raise SystemExit\n"
+            + _TRAINS,
+            7,
+            28,
+        ),
     )
     good = (
         # asked on the main process, the answer broadcast to every rank
@@ -93,12 +116,15 @@ class PromptOnEveryRank(Rule):
         + "ok = accelerator.is_main_process and input('Push? ') == 'y'\n",
         # no Accelerator on this path: one plain process
         "import torch\nfrom accelerate import Accelerator\n\n\n"
-        "def main(distributed):\n"
+        "def main(distributed, model, optimizer, loader):\n"
         "    accelerator = Accelerator() if distributed else None\n"
         "    if accelerator is None:\n"
         "        name = input('run name: ')\n"
         "    else:\n"
         "        name = 'run'\n"
+        "        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "        for x in loader:\n"
+        "            accelerator.backward(model(x).sum())\n"
         "    return name\n",
         # a chat demo that makes an Accelerator for its device alone: run as one process
         "import torch\nfrom accelerate import Accelerator\n"
@@ -110,8 +136,25 @@ class PromptOnEveryRank(Rule):
         "    prompt = input('> ')\n"
         "    ids = tokenizer(prompt, return_tensors='pt').input_ids.to(accelerator.device)\n"
         "    print(tokenizer.decode(model.generate(ids)[0]))\n",
-        # a local function that shadows the builtin
-        HEADER + "def input(prompt):\n    return 'y'\n\n\nanswer = input('Overwrite? ')\n",
+        # a local function that shadows the builtin, and a class of that name
+        HEADER
+        + _PREPARED
+        + _TRAINS
+        + "def input(prompt):\n    return 'y'\n\n\nanswer = input('Overwrite? ')\n",
+        HEADER
+        + _PREPARED
+        + _TRAINS
+        + "class input:\n    def __init__(self, text=''):\n        self.text = text\n\n\n"
+        + "record = input('hello')\n",
+        # a prompt in a lambda that only the main process calls, and one nothing calls
+        HEADER
+        + _PREPARED
+        + _TRAINS
+        + "from accelerate.utils import broadcast_object_list\n"
+        + "confirm = lambda question: input(f'{question} [y/N] ').strip().lower() == 'y'\n"
+        + "ask = lambda p: input(p)\n"
+        + "answer = [confirm('Push?') if accelerator.is_main_process else None]\n"
+        + "broadcast_object_list(answer)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -121,6 +164,8 @@ class PromptOnEveryRank(Rule):
         placement, guards = facts.placement, facts.ranks.backend_guards
         for call in script.calls:
             if not _builtin_input(script, call) or _rank_tested_expression(script, facts, call):
+                continue
+            if _lambda_never_called_by_every_rank(script, facts, call):
                 continue
             function = placement.enclosing_function(call)
             if not guards.entered_by_all(call, within=function):
@@ -158,17 +203,56 @@ def _runs_on_several_processes(script: ScriptModel) -> bool:
 
 
 def _builtin_input(script: ScriptModel, call: cst.Call) -> bool:
-    """``input(...)``, the builtin: not a name the file binds (``def input``, an import)."""
+    """``input(...)``, the builtin: not a name bound where the call looks it up, in a function
+    around it or in the module (``def input``, ``class input``, ``input = ...``, a parameter,
+    an import); an ``input = ...`` in another function does not shadow it here."""
     func = call.func
     if not (isinstance(func, cst.Name) and func.value == "input"):
         return False
-    return (
-        "input" not in script.imports.bound
-        and not script.index.assignments_to("input")
-        and not any(
-            isinstance(node, cst.FunctionDef) and node.name.value == "input"
-            for node in script.index.of_type(cst.FunctionDef)
-        )
+    if "input" in script.imports.bound:
+        return False
+    around = [a for a in script.ancestors(call) if isinstance(a, cst.FunctionDef)]
+    if any(has_parameter(function, "input") for function in around):
+        return False
+    seen = {id(scope) for scope in (*around, script.module)}
+    bindings: list[cst.CSTNode] = list(script.index.assignments_to("input"))
+    bindings += [
+        node
+        for node in script.index.of_type((cst.FunctionDef, cst.ClassDef))
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.name.value == "input"
+    ]
+    return not any(id(_defining_scope(script, node)) in seen for node in bindings)
+
+
+def _defining_scope(script: ScriptModel, node: cst.CSTNode) -> cst.CSTNode:
+    """The function, class body or module whose namespace a binding at ``node`` writes to (a
+    method named ``input`` is the class's, not the module's)."""
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            return ancestor
+    return script.module
+
+
+def _lambda_never_called_by_every_rank(script: ScriptModel, facts: Facts, call: cst.Call) -> bool:
+    """``call`` is in a lambda bound to a name (``confirm = lambda q: input(q) == "y"``) that
+    no rank calls, or that only a rank test calls (``[confirm(q) if accelerator.is_main_process
+    else None]``): defining the lambda asks nothing."""
+    function = next((a for a in script.ancestors(call) if isinstance(a, cst.Lambda)), None)
+    if function is None:
+        return False
+    statement = script.parent(function)
+    if not (
+        isinstance(statement, cst.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+    ):
+        return False  # handed on or called in place: where it runs is not followed
+    name = statement.targets[0].target.value
+    placement, guards = facts.placement, facts.ranks.backend_guards
+    return all(
+        _rank_tested_expression(script, facts, use)
+        or not guards.entered_by_all(use, within=placement.enclosing_function(use))
+        for use in script.index.calls_named(name)
     )
 
 

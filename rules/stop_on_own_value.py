@@ -433,6 +433,23 @@ class StopOnOwnValue(Rule):
             11,
             9,
         ),
+        # the same test, but what it reads is bound again between the reduce and the test:
+        # the passes differ
+        Example(
+            HEADER
+            + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+            + "for step, (x, y) in enumerate(loader):\n"
+            + "    loss = (model(x) - y).pow(2).mean()\n"
+            + "    accelerator.backward(loss)\n"
+            + "    optimizer.step()\n"
+            + "    if step % 10 == 0:\n"
+            + "        loss = accelerator.reduce(loss.detach(), 'mean')\n"
+            + "    step += 1\n"
+            + "    if step % 10 == 0 and loss.item() < 1e-3:\n"
+            + "        break\n",
+            12,
+            9,
+        ),
         # a non-finite loss skipped on this rank alone, before its backward
         Example(
             HEADER
@@ -669,6 +686,29 @@ class StopOnOwnValue(Rule):
         + "    if step % 5 == 0:\n"
         + "        avg = accelerator.reduce(loss.detach(), 'mean')\n"
         + "        if avg.item() < 1e-3:\n"
+        + "            break\n",
+        # reduced on some passes and tested under the same condition (after it, or right of
+        # it in an ``and``): every pass that reaches the test ran the reduce
+        HEADER
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for step, (x, y) in enumerate(loader):\n"
+        + "    loss = (model(x) - y).pow(2).mean()\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n"
+        + "    if step % log_every == 0:\n"
+        + "        loss = accelerator.reduce(loss.detach(), 'mean')\n"
+        + "    if step % log_every == 0 and loss.item() < 1e-3:\n"
+        + "        break\n",
+        HEADER
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "for step, (x, y) in enumerate(loader):\n"
+        + "    loss = (model(x) - y).pow(2).mean()\n"
+        + "    accelerator.backward(loss)\n"
+        + "    optimizer.step()\n"
+        + "    if step % log_every == 0:\n"
+        + "        loss = accelerator.reduce(loss.detach(), 'mean')\n"
+        + "    if step % log_every == 0:\n"
+        + "        if loss.item() < 1e-3:\n"
         + "            break\n",
         # a value reduced over the ranks before the test: every rank decides alike
         HEADER
@@ -1172,12 +1212,60 @@ def _agreed_on_some_passes(script: ScriptModel, binding: cst.CSTNode, at: cst.CS
         if id(ancestor) in around:
             return False  # reached the block that holds both: one plain ``if`` in between
         if isinstance(ancestor, cst.If):
-            return ancestor.orelse is None and not any(
-                isinstance(a, cst.If) and a.orelse is ancestor for a in script.ancestors(ancestor)
+            return (
+                ancestor.orelse is None
+                and not any(
+                    isinstance(a, cst.If) and a.orelse is ancestor
+                    for a in script.ancestors(ancestor)
+                )
+                and not _under_the_same_test(script, ancestor, at)
             )
         if not isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementLine, cst.Assign)):
             return False
     return False
+
+
+def _under_the_same_test(script: ScriptModel, branch: cst.If, at: cst.CSTNode) -> bool:
+    """``at`` runs only where ``branch``'s test held, on the pass that ran ``branch``: under an
+    ``if`` of the same test (``if step % k == 0: if loss.item() < eps: break``), or right of it
+    in an ``and`` (``if step % k == 0 and loss.item() < eps``), with nothing the test reads bound
+    again in between. Every pass that reaches ``at`` then ran the branch and its reduce."""
+    test = _spelled(script, branch.test)
+    child: cst.CSTNode | None = None
+    if isinstance(at, cst.If):  # what its test reads: the whole test is where it is read
+        at = at.test
+    for node in (at, *script.ancestors(at)):
+        if node is branch:
+            return False
+        if isinstance(node, cst.If) and child is node.body and _spelled(script, node.test) == test:
+            return _test_unchanged(script, branch, at)
+        if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+            guarded = _conjuncts(node.left) if child is node.right else ()
+            if child is None:  # ``at`` is the whole ``and``: its first part guards the rest
+                guarded = _conjuncts(node)[:1]
+            if any(_spelled(script, part) == test for part in guarded):
+                return _test_unchanged(script, branch, at)
+        child = node
+    return False
+
+
+def _conjuncts(node: cst.BaseExpression) -> tuple[cst.BaseExpression, ...]:
+    """The operands of a chain of ``and`` (libcst nests ``a and b and c`` to the left)."""
+    if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+        return (*_conjuncts(node.left), *_conjuncts(node.right))
+    return (node,)
+
+
+def _spelled(script: ScriptModel, node: cst.CSTNode) -> str:
+    return "".join(script.module.code_for_node(node).split())
+
+
+def _test_unchanged(script: ScriptModel, branch: cst.If, at: cst.CSTNode) -> bool:
+    """No name ``branch``'s test reads is bound between the test and ``at``."""
+    return all(
+        last_binding(script, name, branch) is last_binding(script, name, at)
+        for name in variables_in(script, branch.test)
+    )
 
 
 def _reaches(

@@ -4,10 +4,11 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.collectives import DEEPSPEED, backends_in_view
-from accelify.analysis.dataflow import local_alias
+from accelify.analysis.dataflow import bound_by, local_alias, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.flow import SchedulerStep, accumulate_context, once_per_optimizer_step
 from accelify.analysis.loops import entry_read
+from accelify.analysis.loss_sources import last_binding
 from accelify.analysis.objects import is_loader_dict
 from accelify.analysis.scheduler_preparation import PROCESS_COUNT, stepped_per_fixed_iteration
 from accelify.analysis.script_model import Binding, Kind, Loop, PrepareCall, ScriptModel
@@ -44,6 +45,24 @@ _LOOP = (
     "    loss = (model(x) - y).pow(2).mean()\n"
     "    accelerator.backward(loss)\n"
     "    optimizer.step()\n"
+)
+
+#: An evaluation loader over a Subset of ``full`` picked by ``indices``, gathered per batch.
+_SHARD_EVAL = (
+    HEADER
+    + "import torch\n"
+    + "indices = {indices}\n"
+    + "part = torch.utils.data.Subset(full, indices)\n"
+    + "eval_loader = torch.utils.data.DataLoader(part, batch_size=8)\n"
+    + "train_loader = torch.utils.data.DataLoader(full, batch_size=8)\n"
+    + "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n"
+    + "for x, y in train_loader:\n"
+    + "    accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+    + "    optimizer.step()\n"
+    + "correct = []\n"
+    + "for x, y in eval_loader:\n"
+    + "    with torch.no_grad():\n"
+    + "        correct.append(accelerator.gather(model(x).argmax(-1) == y))\n"
 )
 
 #: An evaluation whose loader is never prepared, ``no_grad`` opened inside the loop (HF's
@@ -365,6 +384,13 @@ class UnpreparedObject(Rule):
             9,
             17,
         ),
+        # the same evaluation over a Subset that keeps every index: the rank is read
+        # elsewhere, not in what picks the samples
+        Example(
+            _SHARD_EVAL.format(indices="list(range(len(full)))\nseed = accelerator.process_index"),
+            14,
+            13,
+        ),
         Example(  # a loader made once, in a helper, over the whole data: not sharded
             HEADER
             + "from torch.utils.data import DataLoader, TensorDataset\n"
@@ -666,6 +692,56 @@ class UnpreparedObject(Rule):
         + "        optimizer.step()\n"
         + "    for x, y in eval_loader:\n"
         + "        print(model(x).sum())\n",
+        # an evaluation set cut by the rank through two names (indices, then a Subset): each
+        # rank gathers its own part
+        _SHARD_EVAL.format(
+            indices="list(range(accelerator.process_index, len(full), accelerator.num_processes))"
+        ),
+        # a loader over what split_between_processes hands this rank
+        HEADER
+        + "import torch\n"
+        + "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n"
+        + "for x in train_loader:\n"
+        + "    accelerator.backward(model(x).sum())\n"
+        + "    optimizer.step()\n"
+        + "outputs = []\n"
+        + "with accelerator.split_between_processes(eval_rows) as rows:\n"
+        + "    eval_loader = torch.utils.data.DataLoader(rows, batch_size=8)\n"
+        + "    for batch in eval_loader:\n"
+        + "        with torch.no_grad():\n"
+        + "            outputs.append(accelerator.gather(model(batch).argmax(-1)))\n",
+        # every rank times the whole probe set and gathers its timings, not the batches
+        HEADER
+        + "import time\nimport torch\n"
+        + "probe_loader = torch.utils.data.DataLoader(data, batch_size=64)\n"
+        + "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n"
+        + "for x, y in train_loader:\n"
+        + "    accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+        + "    optimizer.step()\n"
+        + "times = []\n"
+        + "for x, y in probe_loader:\n"
+        + "    start = time.time()\n"
+        + "    with torch.no_grad():\n"
+        + "        model(x)\n"
+        + "    elapsed = torch.tensor([time.time() - start])\n"
+        + "    times.append(accelerator.gather(elapsed))\n",
+        # ... or a member of the evaluator that the loop's batch name also spells (``self.x``)
+        HEADER
+        + "import torch\n"
+        + "class Evaluator:\n"
+        + "    def __init__(self, accelerator, model, data):\n"
+        + "        self.accelerator, self.model, self.x = accelerator, model, torch.zeros(1)\n"
+        + "        self.probe_loader = torch.utils.data.DataLoader(data, batch_size=64)\n"
+        + "    def run(self):\n"
+        + "        for x, y in self.probe_loader:\n"
+        + "            with torch.no_grad():\n"
+        + "                self.model(x)\n"
+        + "            self.x = self.accelerator.gather(self.x)\n"
+        + "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n"
+        + "for x, y in train_loader:\n"
+        + "    accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+        + "    optimizer.step()\n"
+        + "Evaluator(accelerator, model, data).run()\n",
         # a project helper's loader whose sampler takes the epoch: a DistributedSampler made
         # where the loader is (a plain sampler has no set_epoch), so each rank reads its part
         "from accelerate import Accelerator\n"
@@ -1448,14 +1524,7 @@ def _gather_of_its_batches(script: ScriptModel, loop: Loop) -> cst.Call | None:
     train, reading a name the loop binds (its batch, or what the body computes from it): an
     evaluation loop, ``no_grad`` around it or not (HF's examples open ``no_grad`` inside)."""
     accelerators = script.names_of(Kind.ACCELERATOR)
-    bound = set(loop.batch_names)
-    for node in walk(loop.node.body):
-        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-            targets = node.targets if isinstance(node, cst.Assign) else (node,)
-            for target in targets:
-                for name in walk(target.target):
-                    if isinstance(name, cst.Name):
-                        bound.add(name.value)
+    bound = _computed_from_the_batch(script, loop)
     for call in calls_in(script, loop.node):
         func = call.func
         if not (
@@ -1464,10 +1533,31 @@ def _gather_of_its_batches(script: ScriptModel, loop: Loop) -> cst.Call | None:
             and dotted(func.value) in accelerators
         ):
             continue
-        read = {n.value for a in call.args for n in walk(a.value) if isinstance(n, cst.Name)}
+        read = {n for a in call.args for n in variables_in(script, a.value)}
         if read & bound:
             return call
     return None
+
+
+def _computed_from_the_batch(script: ScriptModel, loop: Loop) -> set[str]:
+    """The loop's batch names and the names its body sets from them, followed to a fixed
+    point (``logits = model(x)``, ``preds = logits.argmax(-1)``); not a timing or a counter
+    the body also sets (``elapsed = time.time() - start``), nor a member (``self.x``)."""
+    found = set(loop.batch_names)
+    assignments = [
+        node
+        for node in walk(loop.node.body)
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and node.value is not None
+    ]
+    changed = True
+    while changed:
+        changed = False
+        for node in assignments:
+            targets = bound_by(node) - found
+            if targets and variables_in(script, node.value) & found:  # type: ignore[arg-type]
+                found |= targets
+                changed = True
+    return found
 
 
 def _split_by_rank(script: ScriptModel, loader: str | None) -> bool:
@@ -1477,15 +1567,67 @@ def _split_by_rank(script: ScriptModel, loader: str | None) -> bool:
     for binding in script.of_kind(Kind.DATALOADER):
         if binding.name != loader or binding.value is None:
             continue
-        if script.reads_rank(binding.value):
+        if _cut_by_rank(script, binding.value, binding.assign):
             return True
-        for argument in walk(binding.value):
-            if isinstance(argument, cst.Name) and any(
-                script.reads_rank(assignment.value)
-                for assignment in script.index.assignments_to(argument.value)
-                if assignment.value is not None
+    return False
+
+
+def _cut_by_rank(script: ScriptModel, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """``value`` (a loader's) reads the rank, directly or through the names it is built from,
+    followed binding by binding to what each was last set to above its read (``part =
+    Subset(full, indices)`` after ``indices = range(process_index, n, num_processes)``), or
+    what ``split_between_processes`` hands the ``with`` around it."""
+    if _read_from_a_split(script, value):
+        return True
+    pending = [(value, at)]
+    seen: set[int] = set()
+    while pending and len(seen) < _MAX_FOLLOWED:
+        node, where = pending.pop()
+        if script.reads_rank(node):
+            return True
+        for name in variables_in(script, node):
+            bound = last_binding(script, name, where)
+            if bound is None or id(bound) in seen:
+                continue
+            seen.add(id(bound))
+            bound_value = getattr(bound, "value", None)
+            if bound_value is not None:
+                pending.append((bound_value, bound))
+    return False
+
+
+#: How many bindings `_cut_by_rank` follows back from a loader (a data set is built in a few)
+_MAX_FOLLOWED = 16
+
+
+def _read_from_a_split(script: ScriptModel, value: cst.BaseExpression) -> bool:
+    """``value`` reads, directly or through names set from it, what ``with
+    accelerator.split_between_processes(rows) as part:`` around it binds: this rank's part."""
+    withs = [a for a in script.ancestors(value) if isinstance(a, cst.With)]
+    split: set[str] = set()
+    for statement in withs:
+        for item in statement.items:
+            call = item.item
+            if (
+                isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "split_between_processes"
+                and item.asname is not None
             ):
-                return True
+                split |= {n.value for n in walk(item.asname.name) if isinstance(n, cst.Name)}
+    if not split:
+        return False
+    pending, seen = list(variables_in(script, value)), set()
+    while pending and len(seen) < 32:
+        name = pending.pop()
+        if name in split:
+            return True
+        if name in seen:
+            continue
+        seen.add(name)
+        for assignment in script.index.assignments_to(name):
+            if assignment.value is not None and any(script.inside(assignment, w) for w in withs):
+                pending.extend(variables_in(script, assignment.value))
     return False
 
 

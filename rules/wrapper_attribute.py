@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.accumulation import BRANCHES, conditional
 from accelify.analysis.collectives import DDP, DEEPSPEED, FSDP, backends_in_view
 from accelify.analysis.construction import (
     constructed_accelerator,
@@ -466,6 +467,45 @@ class WrapperAttribute(Rule):
             8,
             16,
         ),
+        Example(  # the DeepSpeed Accelerator in one arm of the flag's test, a plain one in the
+            # other: a run without the flag (one process) gets the model itself
+            "import torch\nfrom accelerate import Accelerator, DeepSpeedPlugin\n"
+            + "if args.zero:\n"
+            + "    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))\n"
+            + "else:\n    accelerator = Accelerator()\n"
+            + "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+            + "accelerator.backward(model(batch).loss)\n"
+            + "print(model.module.config)\n",
+            9,
+            7,
+        ),
+        Example(  # the same test in the script's own factory of its Accelerator
+            "import torch\nfrom accelerate import Accelerator, DeepSpeedPlugin\n"
+            + "def get_accelerator(args):\n"
+            + "    if args.deepspeed:\n"
+            + "        return Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))\n"
+            + "    return Accelerator()\n"
+            + "accelerator = get_accelerator(args)\n"
+            + "model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+            + "accelerator.backward(model(batch).loss)\n"
+            + "print(model.module.config)\n",
+            10,
+            7,
+        ),
+        Example(  # two trainers: the DeepSpeed one's Accelerator does not wrap the plain one's
+            "import torch\nfrom accelerate import Accelerator, DeepSpeedPlugin\n"
+            + "def train_with_deepspeed(model, opt, loader):\n"
+            + "    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))\n"
+            + "    model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+            + "    accelerator.backward(model(batch).loss)\n"
+            + "def train_plain(model, opt, loader):\n"
+            + "    accelerator = Accelerator()\n"
+            + "    model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+            + "    accelerator.backward(model(batch).loss)\n"
+            + "    print(model.module.config)\n",
+            11,
+            11,
+        ),
         Example(  # PixArt-alpha's train(): the module's prepared model read through the
             # wrapper's module in a function the main block calls after ``prepare``; the file
             # also names FSDP, whose wrapper has ``module`` too, but one process gets neither
@@ -812,6 +852,12 @@ class WrapperAttribute(Rule):
         + "accelerator.backward(model(batch).loss)\n"
         + "if accelerator.is_main_process:\n"
         + "    torch.save(model.module.state_dict(), 'ckpt.pt')\n",
+        # the same, the names imported under other names
+        "import torch\nfrom accelerate import Accelerator as A, DeepSpeedPlugin as P\n"
+        + "acc = A(deepspeed_plugin=P(zero_stage=3))\n"
+        + "model, opt, loader = acc.prepare(model, opt, loader)\n"
+        + "acc.backward(model(batch).loss)\n"
+        + "print(model.module.config)\n",
         "import torch\nfrom accelerate import Accelerator\n"
         + "from accelerate.utils import DummyOptim\n"
         + "accelerator = Accelerator()\noptim = DummyOptim(model.parameters(), lr=1e-5)\n"
@@ -1079,6 +1125,14 @@ class WrapperAttribute(Rule):
                 "DistributedDataParallel on several processes, but FSDP2 (fully_shard) shards "
                 "the model in place and a plain one-process run gets the model itself back"
             )
+        elif not _builds_an_accelerator(script):
+            # the Accelerator comes from elsewhere (a factory of another module), which may
+            # set up DeepSpeed or FSDP: not "DDP only"
+            wrapped = (
+                f"prepare wraps {owner} in DistributedDataParallel on several processes (in "
+                "DeepSpeed's engine or FSDP where the Accelerator, built elsewhere, sets them "
+                "up), but a plain one-process run gets the model itself back"
+            )
         else:
             wrapped = (
                 f"prepare wraps {owner} in DistributedDataParallel only when several processes "
@@ -1337,50 +1391,64 @@ def _written_for_an_engine(script: ScriptModel) -> bool:
 
 
 def _every_run_deepspeed(script: ScriptModel) -> bool:
-    """Every run of the file prepares for DeepSpeed: its Accelerator is built with a
-    ``DeepSpeedPlugin`` (``deepspeed_plugin=DeepSpeedPlugin(...)``, or a name bound to one
-    only), or it makes DeepSpeed's config-file optimizer (``DummyOptim``) outside any branch.
-    Accelerate then wraps the model in DeepSpeed's engine whatever the process count (the plugin
-    sets ``ACCELERATE_USE_DEEPSPEED``, which selects DeepSpeed on one process too), and the
-    engine's ``module`` is the model: ``model.module`` is right on each of its runs."""
+    """Every run of the file prepares for DeepSpeed: each Accelerator it builds (there is at
+    least one) is built on every run of its function with a ``DeepSpeedPlugin``
+    (``deepspeed_plugin=DeepSpeedPlugin(...)``, or a name bound to one only, on every run), or
+    it makes DeepSpeed's config-file optimizer (``DummyOptim``) outside any branch. Accelerate
+    then wraps the model in DeepSpeed's engine whatever the process count (the plugin sets
+    ``ACCELERATE_USE_DEEPSPEED``, which selects DeepSpeed on one process too), and the engine's
+    ``module`` is the model: ``model.module`` is right on each of its runs. One Accelerator
+    built without the plugin (the other arm of ``if args.deepspeed``, a second trainer's) may
+    be the one whose ``prepare`` gave the model: then nothing is known. Names are resolved
+    through the imports (``from accelerate import Accelerator as A``)."""
     if "DeepSpeedPlugin" not in script.source and "DummyOptim" not in script.source:
         return False
+    accelerators = []
     for call in script.calls:
-        name = (dotted(call.func) or "").rsplit(".", 1)[-1]
-        if name == "DummyOptim" and not _under_a_branch(script, call):
+        name = _imported_as(script, call.func)
+        if name == "DummyOptim" and not conditional(script, call, branches=BRANCHES):
             return True
-        if name != "Accelerator":
-            continue
-        cpu = keyword_value(call, "cpu")
-        if cpu is not None and not (isinstance(cpu, cst.Name) and cpu.value == "False"):
-            continue  # ``cpu=args.cpu``: a CPU run leaves DeepSpeed out
-        plugin = keyword_value(call, "deepspeed_plugin")
-        if _a_deepspeed_plugin(plugin) or (
-            isinstance(plugin, cst.Name)
-            and (bound := script.index.assignments_to(plugin.value))
-            and all(_a_deepspeed_plugin(getattr(b, "value", None)) for b in bound)
-            and not any(_under_a_branch(script, b) for b in bound)
-        ):
-            return True
-    return False
+        if name == "Accelerator":
+            accelerators.append(call)
+    return bool(accelerators) and all(_deepspeed_on_every_run(script, c) for c in accelerators)
 
 
-def _a_deepspeed_plugin(value: cst.BaseExpression | None) -> bool:
-    return (
-        isinstance(value, cst.Call)
-        and (dotted(value.func) or "").rsplit(".", 1)[-1] == "DeepSpeedPlugin"
+def _builds_an_accelerator(script: ScriptModel) -> bool:
+    """The file builds an Accelerator itself (else one it got from a factory elsewhere)."""
+    return any(_imported_as(script, call.func) == "Accelerator" for call in script.calls)
+
+
+def _imported_as(script: ScriptModel, node: cst.BaseExpression) -> str:
+    """The last part of the qualified name ``node`` refers to through the file's imports
+    (``A`` -> ``Accelerator`` after ``from accelerate import Accelerator as A``)."""
+    qualified = script.qualified(node)
+    spelled = next(iter(qualified)) if len(qualified) == 1 else (dotted(node) or "")
+    return spelled.rsplit(".", 1)[-1]
+
+
+def _deepspeed_on_every_run(script: ScriptModel, call: cst.Call) -> bool:
+    """``Accelerator(deepspeed_plugin=...)`` built on every run of its function, with a plugin
+    built on every run, and no ``cpu=`` that a run may set (a CPU run leaves DeepSpeed out)."""
+    if conditional(script, call, branches=BRANCHES):
+        return False  # ``if args.deepspeed: return Accelerator(deepspeed_plugin=...)``
+    cpu = keyword_value(call, "cpu")
+    if cpu is not None and not (isinstance(cpu, cst.Name) and cpu.value == "False"):
+        return False  # ``cpu=args.cpu``: a CPU run leaves DeepSpeed out
+    plugin = keyword_value(call, "deepspeed_plugin")
+    if _a_deepspeed_plugin(script, plugin):
+        return True
+    if not isinstance(plugin, cst.Name):
+        return False
+    bound = script.index.assignments_to(plugin.value)
+    return bool(bound) and all(
+        _a_deepspeed_plugin(script, getattr(b, "value", None))
+        and not conditional(script, b, branches=BRANCHES)
+        for b in bound
     )
 
 
-def _under_a_branch(script: ScriptModel, node: cst.CSTNode) -> bool:
-    """``node`` runs only on some runs: under an ``if``, a conditional expression or a ``try``
-    of its function."""
-    for ancestor in script.ancestors(node):
-        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Module)):
-            return False
-        if isinstance(ancestor, (cst.If, cst.IfExp, cst.Try, cst.Match, cst.BooleanOperation)):
-            return True
-    return False
+def _a_deepspeed_plugin(script: ScriptModel, value: cst.BaseExpression | None) -> bool:
+    return isinstance(value, cst.Call) and _imported_as(script, value.func) == "DeepSpeedPlugin"
 
 
 def _held_name(script: ScriptModel, owner: cst.BaseExpression, at: cst.CSTNode) -> str | None:

@@ -279,3 +279,26 @@ def test_every_project_together_on_two_processes_reports_what_one_reports():
     assert [(r.path, [(f.line, f.code, f.message) for f in r.findings]) for r in one] == [
         (r.path, [(f.line, f.code, f.message) for f in r.findings]) for r in two
     ]
+
+
+def test_an_accelerator_built_elsewhere_is_not_called_ddp_only():
+    """ACC104 on a model prepared by an Accelerator another module's factory builds (with a
+    DeepSpeedPlugin there): the message names DeepSpeed's engine, not DistributedDataParallel
+    only."""
+    folder = PROJECTS / "accelerator_factory_of_another_module_deepspeed"
+    message = reported(folder)[("train.py", 19, "ACC104")]
+    assert "only when several processes" not in message
+    assert "DeepSpeed" in message
+
+
+def test_an_accelerator_from_an_unread_factory_is_not_called_ddp_only(tmp_path: Path):
+    """The same script alone, its factory's module out of reach: nothing says which backend
+    the Accelerator sets up, so the message does not say DistributedDataParallel only."""
+    source = PROJECTS / "accelerator_factory_of_another_module_deepspeed" / "train.py"
+    path = tmp_path / "train.py"
+    shutil.copy(source, path)
+    found = lint_source(path.read_bytes(), str(path), EVERY_RULE, importers=()).findings
+    messages = [f.message for f in found if f.code == "ACC104"]
+    assert len(messages) == 1
+    assert "only when several processes" not in messages[0]
+    assert "built elsewhere" in messages[0]

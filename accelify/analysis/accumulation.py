@@ -464,10 +464,35 @@ def _undivided_backward(found: ManualAccumulation, facts: Facts) -> str | None:
 
 def _conditional(model: ScriptModel, node: cst.CSTNode, owner: cst.CSTNode) -> bool:
     """``node`` runs under an ``if`` inside ``owner`` (``if i % accum == 0: opt.zero_grad()``)."""
+    return conditional(model, node, owner)
+
+
+#: what runs its parts on some runs only: an ``if``, a conditional expression, a ``try``, a
+#: ``match``, the right operand of ``and``/``or``
+BRANCHES: tuple[type[cst.CSTNode], ...] = (
+    cst.If,
+    cst.IfExp,
+    cst.Try,
+    cst.TryStar,
+    cst.Match,
+    cst.BooleanOperation,
+)
+
+
+def conditional(
+    model: ScriptModel,
+    node: cst.CSTNode,
+    owner: cst.CSTNode | None = None,
+    branches: tuple[type[cst.CSTNode], ...] = (cst.If,),
+) -> bool:
+    """``node`` runs under one of ``branches`` inside ``owner``; without an owner, inside its
+    own function (or class body, or module): a call there does not run on every run of it."""
     for ancestor in model.ancestors(node):
         if ancestor is owner:
             return False
-        if isinstance(ancestor, cst.If):
+        if owner is None and isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            return False
+        if isinstance(ancestor, branches):
             return True
     return False
 
