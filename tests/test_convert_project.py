@@ -686,3 +686,19 @@ def test_a_trainer_saving_through_a_sibling_helper_resumes_on_two_ranks(tmp_path
     assert_ok(result)
     epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch")]
     assert epochs == [f"epoch {n} trained" for n in range(1, 5)], result.stdout
+
+
+def test_a_sibling_helper_that_saves_after_a_collective_keeps_its_review_line(tmp_path: Path):
+    # run on the main process alone, its all_reduce would wait for ranks that never come
+    project = tmp_path / "project"
+    shutil.copytree(SAVES_THROUGH, project)
+    utils = (project / "utils.py").read_text()
+    utils = utils.replace(
+        "    os.makedirs(", "    torch.distributed.barrier()\n    os.makedirs(", 1
+    )
+    (project / "utils.py").write_text(utils)
+    (result, _) = convert_all(list(collect([project])), Options(), 1)
+    converted = result.converted.decode()
+    assert "is_main_process:\n                    utils.save_checkpoint(" not in converted
+    (review,) = [note for note in result.reviews if "utils.save_checkpoint()" in note.text]
+    assert "module.` prefix" in review.text

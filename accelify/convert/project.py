@@ -13,6 +13,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from accelify.analysis import collectives
 from accelify.analysis.facts import facts_of
 from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
@@ -225,7 +226,10 @@ def imported_state_savers(path: str | Path, model: ScriptModel) -> dict[str, Sta
                 ):
                     saved.add(inner.func.value.value)
                     save_line = save_line or other.line(node)
-        if saved:
+        if saved and not any(
+            isinstance(node, cst.Call) and other.call_names(node) & collectives.FUNCTIONS
+            for node in walk(defined)
+        ):  # a collective inside: run on the main process alone, it would wait forever
             found[name] = StateSaver(
                 parameters, frozenset(saved), f"{_relative(file, script)}:{save_line}"
             )
