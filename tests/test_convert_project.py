@@ -635,3 +635,70 @@ def test_loaders_handed_in_a_dict_to_an_evaluation_module_are_left_whole(tmp_pat
     code = train.converted.decode()
     assert "accelerator.unwrap_model(model).loss(x, x_hat, z_mean, z_logvar)" in code
     assert "x = x.to(device)" not in code  # the dict's loader is the prepared one
+
+
+SAVES_THROUGH = FIXTURES / "projects" / "trainer_saves_through_a_sibling_helper"
+
+
+def test_a_sibling_helper_that_saves_a_state_dict_is_handed_the_unwrapped_model(tmp_path: Path):
+    """``utils.save_checkpoint(path, self.model, ...)`` of a module whose function saves
+    ``model.state_dict()``: handed the DDP wrapper it saves ``module.``-prefixed keys, which the
+    resume's unwrapped model does not load; every rank calling it writes one file N times."""
+    project = tmp_path / "project"
+    shutil.copytree(SAVES_THROUGH, project)
+    (result, _) = convert_all(list(collect([project])), Options(), 1)
+    converted = result.converted.decode()
+    assert (
+        "                self.accelerator.wait_for_everyone()\n"
+        "                if self.accelerator.is_main_process:\n"
+        "                    utils.save_checkpoint(\n"
+        '                        f"out/epoch{epoch}.pt",\n'
+        "                        self.accelerator.unwrap_model(self.model),\n"
+        "                        self.optimizer,\n"
+        "                        epoch,\n"
+        "                    )\n"
+        "                self.accelerator.wait_for_everyone()\n"
+    ) in converted
+    assert not result.reviews
+    texts = {note.text for note in result.changes}
+    assert any("it saves model.state_dict() (utils.py:8)" in text for text in texts), texts
+
+
+def test_a_sibling_helper_imported_by_name_is_handed_the_unwrapped_model(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(SAVES_THROUGH, project)
+    train = (project / "train.py").read_text()
+    train = train.replace("import utils\n", "import utils\nfrom utils import save_checkpoint\n")
+    train = train.replace("utils.save_checkpoint(", "save_checkpoint(")
+    (project / "train.py").write_text(train)
+    (result, _) = convert_all(list(collect([project])), Options(), 1)
+    assert "self.accelerator.unwrap_model(self.model),\n" in result.converted.decode()
+
+
+def test_a_trainer_saving_through_a_sibling_helper_resumes_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(SAVES_THROUGH, project)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    shutil.rmtree(project / "out")
+    assert_ok(run_accelify("convert", project, "--write"))
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch")]
+    assert epochs == [f"epoch {n} trained" for n in range(1, 5)], result.stdout
+
+
+def test_a_sibling_helper_that_saves_after_a_collective_keeps_its_review_line(tmp_path: Path):
+    # run on the main process alone, its all_reduce would wait for ranks that never come
+    project = tmp_path / "project"
+    shutil.copytree(SAVES_THROUGH, project)
+    utils = (project / "utils.py").read_text()
+    utils = utils.replace(
+        "    os.makedirs(", "    torch.distributed.barrier()\n    os.makedirs(", 1
+    )
+    (project / "utils.py").write_text(utils)
+    (result, _) = convert_all(list(collect([project])), Options(), 1)
+    converted = result.converted.decode()
+    assert "is_main_process:\n                    utils.save_checkpoint(" not in converted
+    (review,) = [note for note in result.reviews if "utils.save_checkpoint()" in note.text]
+    assert "module.` prefix" in review.text

@@ -82,6 +82,32 @@ def read_back(body: str) -> list[tuple[str, str]]:
             [("open('log.json', 'w')", "open('log.json')")],
             id="opened-for-writing",
         ),
+        pytest.param(
+            "def make():\n    for path, n in (('a.txt', 3), ('b.txt', 2)):\n"
+            "        with open(path, 'w') as f:\n            f.write('x' * n)\n"
+            "def read(p):\n    return open(p).read()\n"
+            "make()\nb = read('b.txt')\n",
+            [("open(path, 'w')", "open(p)")],
+            id="written-in-a-loop-over-listed-tuples",
+        ),
+        pytest.param(
+            "FILES = {'train': 'a.txt', 'val': 'b.txt'}\n"
+            "for name, path in FILES.items():\n    torch.save(name, path)\n"
+            "val = torch.load('b.txt')\n",
+            [("torch.save(name, path)", "torch.load('b.txt')")],
+            id="written-in-a-loop-over-a-dicts-items",
+        ),
+        pytest.param(
+            "for path in ['a.txt', 'b.txt']:\n    torch.save(1, path)\nc = torch.load('c.txt')\n",
+            [],
+            id="written-in-a-loop-over-other-files",
+        ),
+        pytest.param(
+            "def make(paths):\n    for path in paths:\n        torch.save(1, path)\n"
+            "make(['a.txt'])\nc = torch.load('a.txt')\n",
+            [("torch.save(1, path)", "torch.load('a.txt')")],
+            id="written-in-a-loop-over-what-the-caller-hands",
+        ),
     ],
 )
 def test_a_load_is_paired_with_the_save_of_its_file(body: str, expected: list[tuple[str, str]]):

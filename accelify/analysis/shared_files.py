@@ -32,7 +32,7 @@ from accelify.analysis.objects import bound_arguments
 from accelify.analysis.placement import Placement
 from accelify.analysis.rank_dependence import RankDependence
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import all_params, argument_value, dotted, walk
+from accelify.analysis.syntax import all_params, argument_value, dotted, target_names, walk
 
 #: Where a path comes from when it is another file on every process: always (a temporary
 #: directory, a pid) or by the clock (two ranks may get the same value, or not).
@@ -1092,15 +1092,19 @@ class SharedFiles:
             return spellings
         values = self._values_of(path.value, path)
         function = self._parameter_owner(path.value, path)
+        listed = False
         if not values and function is not None:
             # a parameter is its function's own name for what the callers pass: ``path`` of
             # one helper is not ``path`` of another
             owner = function.name.value if isinstance(function, cst.FunctionDef) else "lambda"
             spellings = {f"{owner}({path.value})"}
             values = self._passed_or_default(function, path.value)
+        elif not values:
+            values = self._loop_values(path.value, path) or []
+            listed = bool(values)
         if len({self.model.module.code_for_node(v).strip() for v in values}) == 1:
             spellings |= self._spellings(values[0], depth + 1)
-        elif function is not None and values:
+        elif (function is not None or listed) and values:
             # ``load(self, path)`` called with ``args.resume`` and with ``args.ckpt``: it may
             # read either file, so it reads each of them (a barrier too many costs a wait; one
             # too few, a read before the write)
@@ -1244,6 +1248,93 @@ class SharedFiles:
             for call, implicit in self._runs_of(function)
         )
 
+    def _loop_values(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression] | None:
+        """What ``name`` takes, item by item, in the loop around ``at`` that binds it, where the
+        loop goes over values the file lists: ``for path, n in (("train.txt", 96), ("val.txt",
+        16)):`` gives ``path`` the two file names; ``for name, path in FILES.items()`` the
+        values of a dict written out (here or in a name bound to it once). A file written
+        at each ``path`` is each of those files, read back by every rank where the file
+        opens them by name (``read_data("train.txt")``). None where no such loop binds it, or
+        what it goes over is not written out (a path the file does not show: `unknown_path`)."""
+        loop = next(
+            (
+                a
+                for a in self.model.ancestors(at)
+                if isinstance(a, cst.For) and name in target_names(a.target)
+            ),
+            None,
+        )
+        if loop is None or self.placement.enclosing_function(loop) is not (
+            self.placement.enclosing_function(at)
+        ):
+            return None
+        if any(
+            self.model.scope_of(statement) is self.model.scope_of(loop)
+            for statement, _ in self.model.index.values_bound_to(name)
+        ):
+            return None  # bound again beside the loop: which value is written is not known
+        items = self._listed_items(loop.iter, loop)
+        if items is None:
+            return None
+        found = []
+        for item in items:
+            value = _unpacked(loop.target, item, name)
+            if value is None:
+                return None
+            found.append(value)
+        return found
+
+    def _listed_items(
+        self, iterable: cst.BaseExpression, at: cst.CSTNode, depth: int = 0
+    ) -> list[cst.BaseExpression] | None:
+        """The items a loop over ``iterable`` takes, where the file writes them out: a list,
+        tuple or set literal, a dict literal's keys, ``.items()``/``.values()``/``.keys()`` of
+        a dict literal, or a name bound once (in scope) to one of those, or a parameter every
+        call of the file hands one of those."""
+        if depth > _MAX_DEPTH:
+            return None
+        if isinstance(iterable, cst.Name):
+            values = self._values_of(iterable.value, at)
+            function = self._parameter_owner(iterable.value, at)
+            if not values and function is not None:
+                # ``make(["a.txt", "b.txt"])``: what the one call of the file hands it
+                values = self._passed_or_default(function, iterable.value)
+                if self._passed_unseen(function, iterable.value):
+                    return None
+            if len(values) != 1:
+                return None
+            return self._listed_items(values[0], at, depth + 1)
+        if isinstance(iterable, (cst.List, cst.Tuple, cst.Set)):
+            if any(isinstance(e, cst.StarredElement) for e in iterable.elements):
+                return None
+            return [e.value for e in iterable.elements]
+        if isinstance(iterable, cst.Dict):
+            return self._dict_items(iterable, "keys")
+        if (
+            isinstance(iterable, cst.Call)
+            and not iterable.args
+            and isinstance(iterable.func, cst.Attribute)
+            and iterable.func.attr.value in ("items", "values", "keys")
+        ):
+            held = iterable.func.value
+            if isinstance(held, cst.Name):
+                values = self._values_of(held.value, at)
+                held = values[0] if len(values) == 1 else held
+            if isinstance(held, cst.Dict):
+                return self._dict_items(held, iterable.func.attr.value)
+        return None
+
+    @staticmethod
+    def _dict_items(held: cst.Dict, view: str) -> list[cst.BaseExpression] | None:
+        if any(not isinstance(e, cst.DictElement) for e in held.elements):
+            return None  # ``**other``: entries the file does not write out
+        entries = [e for e in held.elements if isinstance(e, cst.DictElement)]
+        if view == "keys":
+            return [e.key for e in entries]
+        if view == "values":
+            return [e.value for e in entries]
+        return [cst.Tuple([cst.Element(e.key), cst.Element(e.value)]) for e in entries]
+
     def _values_of(self, name: str, at: cst.CSTNode) -> list[cst.BaseExpression]:
         """What ``name`` is bound to in the scope of ``at`` (or the module's): assignments and
         ``with X as name``. A parameter of the function around ``at`` hides the module's name:
@@ -1371,6 +1462,26 @@ def _unpacks(call: cst.Call) -> bool:
     """``call`` hands over arguments the file does not spell one by one (``*args``,
     ``**kwargs``): any parameter may be among them."""
     return any(argument.star for argument in call.args)
+
+
+def _unpacked(
+    target: cst.BaseExpression, item: cst.BaseExpression, name: str
+) -> cst.BaseExpression | None:
+    """The part of ``item`` a loop target gives ``name``: the item itself for ``for name in``,
+    its element in the same place for ``for name, n in`` over written-out tuples; None where
+    the item is no such tuple (a name, a call: its parts are not shown)."""
+    if isinstance(target, cst.Name):
+        return item if target.value == name else None
+    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(item, (cst.Tuple, cst.List)):
+        return None
+    if len(target.elements) != len(item.elements) or any(
+        isinstance(e, cst.StarredElement) for e in (*target.elements, *item.elements)
+    ):
+        return None
+    for part, value in zip(target.elements, item.elements, strict=True):
+        if name in target_names(part.value):
+            return _unpacked(part.value, value.value, name)
+    return None
 
 
 def _distinct(model: ScriptModel, values: list[cst.BaseExpression]) -> list[cst.BaseExpression]:

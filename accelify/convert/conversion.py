@@ -75,6 +75,7 @@ def convert_source(
         project.imported_writers(path, model),
         project.imported_evaluators(path, model),
         project.imported_model_methods(path, model),
+        project.imported_state_savers(path, model),
     )
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give

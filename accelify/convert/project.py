@@ -13,10 +13,11 @@ from pathlib import Path
 
 import libcst as cst
 
+from accelify.analysis import collectives
 from accelify.analysis.facts import facts_of
 from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
-from accelify.analysis.names import MODULE_API
+from accelify.analysis.names import MODULE_API, TORCH_SAVE
 from accelify.analysis.project_modules import IMPORTED, module_file, read
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, is_main_guard, walk
@@ -175,6 +176,63 @@ def imported_model_methods(path: str | Path, model: ScriptModel) -> dict[str, st
                 method = f"{node.func.value.value}.{node.func.attr.value}()"
                 found[name] = f"{method} at {_relative(file, script)}:{other.line(node)}"
                 break
+    return found
+
+
+@dataclass(frozen=True)
+class StateSaver:
+    """A function of a sibling module that saves the state dict of a model it is handed
+    (``def save_checkpoint(path, model, opt): torch.save({"model": model.state_dict()}, path)``):
+    handed a prepared model, it saves the DDP wrapper's keys, each prefixed ``module.``, which
+    no plain model loads back."""
+
+    parameters: tuple[str, ...]  # positional, in order
+    saved: frozenset[str]  # the parameters whose ``.state_dict()`` it saves
+    where: str  # ``utils.py:4``: the save
+
+
+def imported_state_savers(path: str | Path, model: ScriptModel) -> dict[str, StateSaver]:
+    """Names this file calls (``utils.save_checkpoint``, ``save_checkpoint``) of top-level
+    functions of a module of its own folder that ``torch.save`` what holds the
+    ``.state_dict()`` of one of their parameters, read from that module's own source."""
+    script = Path(path)
+    found: dict[str, StateSaver] = {}
+    for _, name, function, file, other in _sibling_calls(script, model):
+        if name in found:
+            continue
+        defined = next(
+            (
+                s
+                for s in other.module.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == function
+            ),
+            None,
+        )
+        if defined is None:
+            continue
+        parameters = tuple(p.name.value for p in defined.params.params)
+        saved: set[str] = set()
+        save_line = None
+        for node in walk(defined):
+            if not isinstance(node, cst.Call) or not other.call_names(node) & TORCH_SAVE:
+                continue
+            for inner in walk(node):
+                if (
+                    isinstance(inner, cst.Call)
+                    and isinstance(inner.func, cst.Attribute)
+                    and inner.func.attr.value == "state_dict"
+                    and isinstance(inner.func.value, cst.Name)
+                    and inner.func.value.value in parameters
+                ):
+                    saved.add(inner.func.value.value)
+                    save_line = save_line or other.line(node)
+        if saved and not any(
+            isinstance(node, cst.Call) and other.call_names(node) & collectives.FUNCTIONS
+            for node in walk(defined)
+        ):  # a collective inside: run on the main process alone, it would wait forever
+            found[name] = StateSaver(
+                parameters, frozenset(saved), f"{_relative(file, script)}:{save_line}"
+            )
     return found
 
 

@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -23,6 +24,9 @@ from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.syntax import all_params, assigned_targets, dotted, self_parameter, walk
 from accelify.edits import rewrites
 from accelify.edits.plan import Plan
+
+if TYPE_CHECKING:
+    from accelify.convert.project import StateSaver
 
 #: ``accelerator.`` as review advice writes it, not part of a longer name (``self.accelerator.``).
 _PLAIN_ACCELERATOR = re.compile(r"(?<![\w.])accelerator\.(?=\w)")
@@ -126,6 +130,9 @@ class Context:
     #: Those of them that call a method of the model they are handed besides its forward,
     #: with that call and where it is (`project.imported_model_methods`)
     imported_model_methods: dict[str, str] = field(default_factory=dict)
+    #: Functions of the project's other modules that save the state dict of a model they are
+    #: handed, by the name calls use (`project.imported_state_savers`)
+    imported_state_savers: dict[str, StateSaver] = field(default_factory=dict)
     #: Imports of the standard library an edit needs (``from functools import cached_property``)
     extra_imports: list[str] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.

@@ -4,6 +4,7 @@ barrier every rank reaches, files opened for writing on the main process only.""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -17,6 +18,9 @@ from accelify.convert.steps.context import Context, star_imported_from_the_proje
 from accelify.convert.steps.host_inputs import returned_by
 from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
+
+if TYPE_CHECKING:
+    from accelify.convert.project import StateSaver
 
 
 def run(ctx: Context) -> None:
@@ -64,10 +68,12 @@ def _project_writers(ctx: Context) -> None:
     flow = ctx.facts.flow
     for call in ctx.model.calls:
         name = dotted(call.func)
-        if name is None or not _named_as_a_write(name.rsplit(".", 1)[-1]):
+        saver = ctx.imported_state_savers.get(name or "")
+        if name is None or not (_named_as_a_write(name.rsplit(".", 1)[-1]) or saver):
             continue
         if ctx.facts.calls.targets(call) or not _imported_from_the_project(ctx, name):
             continue
+        unwrapped_here = _unwrap_models_a_saver_is_handed(ctx, call, name, saver)
         if ctx.facts.ranks.under_rank_guard(call):
             continue
         handed = {
@@ -78,18 +84,104 @@ def _project_writers(ctx: Context) -> None:
         }
         if not handed:
             continue
-        models = [held for held, kind in handed.items() if kind is Kind.MODEL]
+        if saver is not None and _saved_once(ctx, call, name, saver):
+            continue
+        models = [
+            held
+            for held, kind in handed.items()
+            if kind is Kind.MODEL and held not in unwrapped_here
+        ]
         unwrap_model = ctx.a("unwrap_model")
         unwrapped = ", ".join(f"{unwrap_model}({m})" for m in models)
         unwrap = f", handing it {unwrapped}" if models else ""
         prefix = ", and a prepared model's state has DDP's `module.` prefix" if models else ""
+        seen = (
+            f"{name}() is a function of another module that saves what it is handed "
+            f"({saver.where}), handed"
+            if saver is not None
+            else f"{name}() is a function of another module the conversion cannot see, handed"
+        )
         ctx.plan.review(
             ctx.line(call),
-            f"{name}() is a function of another module the conversion cannot see, handed "
-            f"{', '.join(handed)}: every rank calls it, so if it writes a file every rank writes "
-            f"it (N writes racing on one path){prefix}; call it under "
+            f"{seen} {', '.join(handed)}: every rank calls it, so if it writes a file every rank "
+            f"writes it (N writes racing on one path){prefix}; call it under "
             f"`if {ctx.a('is_main_process')}:` after {ctx.a('wait_for_everyone')}(){unwrap}",
         )
+
+
+def _saved_once(ctx: Context, call: cst.Call, name: str, saver: StateSaver) -> bool:
+    """A call of a sibling module's function that saves a model's state (`StateSaver`), a
+    statement of its own that every rank reaches: it runs on the main process only, between
+    two barriers (the first: every rank done with the step it saves; the second: no rank reads
+    the file back before it is whole). Every rank running it writes one path N times at once.
+    The barriers go around the outermost branch around it that the ranks may disagree on.
+    False where that cannot be done (the call's value is used, a rank may have left the loop
+    or function before it): the review line then says what to do."""
+    statement = ctx.statement_of(call)
+    line = statement if isinstance(statement, cst.SimpleStatementLine) else None
+    if (
+        line is None
+        or len(line.body) != 1
+        or not isinstance(line.body[0], cst.Expr)
+        or line.body[0].value is not call
+    ):
+        return False
+    if ctx.facts.shared_files.parting_before(call, decided_alike=ctx.agreed.branch_agreed):
+        return False  # a rank that left early would never reach the barriers
+    acc = ctx.accelerator_at(line)
+    # around the outermost branch the ranks may disagree on, where there is one (`barrier_places`)
+    places = ctx.facts.ranks.barrier_places(line)
+    ctx.plan.add(
+        *(rewrites.barrier(place, acc) for place in places),
+        rewrites.main_process_only(line, acc),
+        *(rewrites.barrier_after(place, acc) for place in places),
+        line=ctx.line(call),
+        text=f"{name}() saves a model's state ({saver.where}): on the main process only, "
+        f"after {acc}.wait_for_everyone(), and every rank waits for the file after it",
+        anywhere=acc != ctx.acc,
+    )
+    if acc == ctx.acc:
+        ctx.need(line)
+        for place in places:
+            ctx.need(place)
+    return True
+
+
+def _unwrap_models_a_saver_is_handed(
+    ctx: Context, call: cst.Call, name: str, saver: StateSaver | None
+) -> set[str]:
+    """``utils.save_checkpoint(path, model, optimizer)`` where the sibling module's function
+    saves ``model.state_dict()`` (`project.imported_state_savers`): handed the prepared model,
+    it would save the DDP wrapper's keys (``module.``-prefixed), which the resume's plain model
+    does not load. It is handed ``accelerator.unwrap_model(model)`` instead (the model itself
+    where nothing wraps it). The names so unwrapped."""
+    if saver is None or any(argument.star for argument in call.args):
+        return set()
+    done = set()
+    for index, argument in enumerate(call.args):
+        if argument.keyword is not None:
+            parameter = argument.keyword.value
+        elif index < len(saver.parameters):
+            parameter = saver.parameters[index]
+        else:
+            continue
+        held = dotted(argument.value)
+        if (
+            parameter not in saver.saved
+            or held is None
+            or not ctx.facts.flow.is_model_name(held, call)
+        ):
+            continue
+        unwrap(
+            ctx,
+            argument.value,
+            call,
+            f"{name}() is handed {ctx.a('unwrap_model')}({held}): it saves "
+            f"{parameter}.state_dict() ({saver.where}), which the DDP wrapper would prefix "
+            "with `module.`",
+        )
+        done.add(held)
+    return done
 
 
 #: Words naming a function that writes what it is handed: save_checkpoint, write_state,
