@@ -140,6 +140,15 @@ def _saved_once(ctx: Context, call: cst.Call, name: str, saver: StateSaver) -> b
         f"after {acc}.wait_for_everyone(), and every rank waits for the file after it",
         anywhere=acc != ctx.acc,
     )
+    # the helper's own ``model.state_dict()`` is out of the conversion's reach: DDP's is whole,
+    # FSDP's and ZeRO-3's is this rank's shard and gathering it needs every rank
+    ctx.plan.review(
+        ctx.line(call),
+        f"{name}() takes the model's state itself ({saver.where}), now on the main process "
+        "alone: right under DDP, but under FSDP or ZeRO-3 that state is sharded and gathering "
+        f"it needs every rank; for those, have it take {ctx.a('get_state_dict')}(model), "
+        "called on every rank, instead",
+    )
     if acc == ctx.acc:
         ctx.need(line)
         for place in places:
