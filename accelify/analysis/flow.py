@@ -1449,6 +1449,10 @@ def dict_entries(
         for element in value.elements:
             if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
                 held[element.key.evaluated_value] = element.value  # type: ignore[index]
+            elif isinstance(element, cst.DictElement) and isinstance(
+                element.key, (cst.Integer, cst.Float, cst.Imaginary)
+            ):
+                continue  # a number replaces no string key
             else:
                 held.clear()  # a splat or a computed key may replace any key written before it
         return held
