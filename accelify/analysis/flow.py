@@ -346,7 +346,12 @@ class ObjectFlow:
         self, value: cst.BaseExpression, call: cst.Call
     ) -> dict[str, cst.BaseExpression] | None:
         """What ``value`` (a name handed at ``call``) holds by key, when its one binding in the
-        caller's function is a dict display of string keys; None for anything else."""
+        caller's function is a dict: a display (``{"model": model, ...}``) or ``dict(model=model,
+        ...)``. The one reading of a handed dict that convert's steps and the analysis share.
+        Only keys nothing later can override are read: a display's string keys after its last
+        ``**`` splat (before it, the splat may replace them), every keyword of ``dict(...)``; a
+        key missing here is not known (`dict_entry_arguments` then follows nothing). None for
+        anything else."""
         if not isinstance(value, cst.Name):
             return None
         caller = self.placement.enclosing_function(call)
@@ -357,17 +362,40 @@ class ObjectFlow:
         ]
         if len(bound) != 1 or not isinstance(bound[0], cst.Assign):
             return None
-        display = bound[0].value
-        if not isinstance(display, cst.Dict):
-            return None
-        held: dict[str, cst.BaseExpression] = {}
-        for element in display.elements:
-            if not isinstance(element, cst.DictElement) or not isinstance(
-                element.key, cst.SimpleString
-            ):
-                return None
-            held[element.key.evaluated_value] = element.value  # type: ignore[index]
+        made = bound[0].value
+        held = dict_entries(self.model, made)
+        if held is None and isinstance(made, cst.Call):
+            held = self._factory_dict(made)
         return held
+
+    def _factory_dict(self, call: cst.Call) -> dict[str, cst.BaseExpression] | None:
+        """``kwargs = make_kwargs(model, train_loader, ...)`` where ``make_kwargs`` is a
+        function of the file whose one ``return`` is a dict of its own parameters: the entries
+        are what this call hands those parameters (an entry holding anything else, or a
+        parameter the factory binds again, is left out: not known here)."""
+        found = callee(self.model, call)
+        if found is None:
+            return None
+        function, implicit = found
+        returns = [r for r in walk(function) if isinstance(r, cst.Return)]
+        if len(returns) != 1 or returns[0].value is None:
+            return None
+        held = dict_entries(self.model, returns[0].value)
+        if held is None:
+            return None
+        handed = {
+            p: a.value
+            for p, a in bound_arguments(function, call, implicit)
+            if not any(  # a parameter bound again in the factory holds something else
+                self.placement.enclosing_function(b) is function
+                for b in self.model.index.assignments_to(p)
+            )
+        }
+        return {
+            key: handed[value.value]
+            for key, value in held.items()
+            if isinstance(value, cst.Name) and value.value in handed
+        }
 
     def _record_constructions(self, name: str, at: cst.CSTNode) -> list[cst.Call] | None:
         """The record calls ``name`` holds at ``at``: followed back through the parameters of
@@ -1407,4 +1435,27 @@ def string_key_of(value: cst.BaseExpression) -> tuple[str, str] | None:
     ):
         key = value.slice[0].slice.value.evaluated_value
         return (value.value.value, key) if isinstance(key, str) else None
+    return None
+
+
+def dict_entries(
+    model: ScriptModel, value: cst.BaseExpression
+) -> dict[str, cst.BaseExpression] | None:
+    """The entries a dict expression surely holds, by key: a display's string keys after its
+    last ``**`` splat or computed key, the keywords of ``dict(...)`` (which no positional
+    mapping or splat beside them can override); None when ``value`` is no dict built here."""
+    held: dict[str, cst.BaseExpression] = {}
+    if isinstance(value, cst.Dict):
+        for element in value.elements:
+            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
+                held[element.key.evaluated_value] = element.value  # type: ignore[index]
+            elif isinstance(element, cst.DictElement) and isinstance(
+                element.key, (cst.Integer, cst.Float, cst.Imaginary)
+            ):
+                continue  # a number replaces no string key
+            else:
+                held.clear()  # a splat or a computed key may replace any key written before it
+        return held
+    if isinstance(value, cst.Call) and model.qualified(value.func) == {"builtins.dict"}:
+        return {a.keyword.value: a.value for a in value.args if a.keyword is not None}
     return None

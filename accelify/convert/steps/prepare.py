@@ -2459,29 +2459,10 @@ def _evaluated_in_another_module(ctx: Context, chosen: dict[str, Kind]) -> dict[
 def _dict_values_handed(
     ctx: Context, argument: cst.BaseExpression, call: cst.Call
 ) -> list[str | None]:
-    """The names a dict handed whole holds: ``kwargs`` bound once, in the call's own scope, to
-    a dict display of string keys (``{"model": model, "test_batcher": test_batcher}``) or to
-    ``dict(model=model, ...)``; none for anything else."""
-    name = argument.value if isinstance(argument, cst.Name) else None
-    if name is None:
-        return []
-    scope = ctx.model.scope_of(call)
-    bound = [a for a in ctx.model.index.assignments_to(name) if ctx.model.scope_of(a) is scope]
-    if len(bound) != 1 or not isinstance(bound[0], cst.Assign):
-        return []
-    value = bound[0].value
-    if isinstance(value, cst.Dict):
-        if not all(
-            isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
-            for e in value.elements
-        ):
-            return []
-        return [dotted(e.value) for e in value.elements]
-    if isinstance(value, cst.Call) and ctx.model.qualified(value.func) == {"builtins.dict"}:
-        if not all(a.keyword is not None for a in value.args):
-            return []
-        return [dotted(a.value) for a in value.args]
-    return []
+    """The names a dict handed whole holds (`flow.dict_display`, the one reading of a handed
+    dict); none for anything else."""
+    held = ctx.facts.flow.dict_display(argument, call) or {}
+    return [dotted(value) for value in held.values()]
 
 
 def _imported_from_elsewhere(ctx: Context, call: cst.Call) -> bool:
