@@ -33,6 +33,8 @@ def run(ctx: Context) -> None:
         _stop_made_collective(ctx, if_node, stop)
     for loop in ctx.model.index.of_type(cst.While):
         _told_of_a_per_process_condition(ctx, loop)
+    for case in ctx.model.index.of_type(cst.MatchCase):
+        _told_of_a_per_process_case(ctx, case)
     view = ctx.shard_view()
     for if_node, stop in ctx.facts.ranks.stops():
         if not isinstance(stop, cst.Break) or not ctx.facts.ranks.uniform(if_node.test):
@@ -67,6 +69,38 @@ def _told_of_a_per_process_condition(ctx: Context, loop: cst.While) -> None:
         "it is: decide the stop on every rank alike (accelerator.set_trigger() where the flag "
         "is set, then `if accelerator.check_trigger(): break` in the loop), or reduce the value "
         "first (accelerator.reduce(..., 'mean'))",
+    )
+
+
+def _told_of_a_per_process_case(ctx: Context, case: cst.MatchCase) -> None:
+    """``match (n := self.bad_epochs): case _ if n >= self.patience: break`` on a counter this
+    rank keeps: the same per-process stop as an ``if``, which the pass rewrites only in an
+    ``if``; here a review line says so (a check_trigger inside one case would be reached by
+    some ranks only: a hang)."""
+    body = case.body.body if isinstance(case.body, cst.IndentedBlock) else []
+    last = body[-1] if body else None
+    if not (
+        isinstance(last, cst.SimpleStatementLine)
+        and any(isinstance(s, cst.Break) for s in last.body)
+    ):
+        return
+    match = ctx.model.parent(case)
+    loop = ctx.model.index.enclosing_loop(case)
+    if not isinstance(match, cst.Match) or loop is None:
+        return
+    ranks = ctx.facts.ranks
+    tests = [match.subject, *([case.guard] if case.guard is not None else [])]
+    if all(ranks.uniform(t) for t in tests):
+        return
+    if ctx.facts.collective_reach.where_the_ranks_meet(loop) is None:
+        return
+    ctx.review_at(
+        case,
+        "this break is decided on a value each rank computed for itself (a match case): a rank "
+        "that leaves the loop sooner leaves the others waiting in its collectives (a hang); "
+        "left as it is: write it as `if ...: accelerator.set_trigger()` and then `if "
+        "accelerator.check_trigger(): break`, or reduce the value first "
+        "(accelerator.reduce(..., 'mean'))",
     )
 
 
