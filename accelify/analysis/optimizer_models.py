@@ -374,3 +374,54 @@ def _assignments(model: ScriptModel) -> Iterator[tuple[str, cst.Assign, cst.Base
             name = dotted(target)
             if name:
                 yield name, node, node.value
+
+
+def used_entry_aliases(
+    script: ScriptModel, model: Binding, before_line: int
+) -> list[cst.BaseExpression]:
+    """The containers that also hold the module bound to ``model`` (``models = {"net": net}``,
+    ``models["net"] = net``, ``[net]``), in its scope, filled above ``before_line`` (where the
+    prepare call goes: a container filled below it holds the prepared model), and read by
+    entry somewhere (``models["net"](xb)``): preparing ``net`` leaves the entry the bare
+    module, so a forward through the entry skips the DDP wrapper and its gradients are never
+    synchronised. Each such container's read, the first one."""
+    containers: set[str] = set()
+    for node in walk(model.scope):
+        if not isinstance(node, cst.Assign) or script.scope_of(node) is not model.scope:
+            continue
+        if script.line(node) >= before_line:
+            continue
+        if isinstance(node.value, (cst.Dict, cst.List, cst.Tuple, cst.Set)) and any(
+            isinstance(n, cst.Name) and n.value == model.name for n in _elements(node.value)
+        ):
+            containers |= {t.target.value for t in node.targets if isinstance(t.target, cst.Name)}
+        if isinstance(node.value, cst.Name) and node.value.value == model.name:
+            containers |= {
+                name
+                for t in node.targets
+                if isinstance(t.target, cst.Subscript) and (name := root_name(t.target)) is not None
+            }
+    if not containers:
+        return []
+    targets = {
+        id(t.target) for n in walk(script.module) if isinstance(n, cst.Assign) for t in n.targets
+    }
+    found: dict[str, cst.BaseExpression] = {}
+    for node in walk(script.module):
+        if (
+            isinstance(node, cst.Subscript)
+            and id(node) not in targets
+            and isinstance(node.value, cst.Name)
+            and node.value.value in containers
+        ):
+            found.setdefault(node.value.value, node)
+    return list(found.values())
+
+
+def _elements(container: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values a literal container holds: a dict's values, a list's items."""
+    if isinstance(container, cst.Dict):
+        return [e.value for e in container.elements if isinstance(e, cst.DictElement)]
+    if isinstance(container, (cst.List, cst.Tuple, cst.Set)):
+        return [e.value for e in container.elements if isinstance(e, cst.Element)]
+    return []

@@ -572,6 +572,8 @@ def binds(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
         return True
     if isinstance(call, cst.Call) and _set_by_setattr(call) == name:
         return True
+    if isinstance(call, cst.Call) and name in _set_by_dict_update(call):
+        return True
     return (
         isinstance(call, cst.Call)
         and isinstance(call.func, cst.Attribute)
@@ -604,20 +606,39 @@ def _set_by_setattr(call: cst.Call) -> str | None:
 
 
 def _dict_entry_attribute(target: cst.BaseExpression) -> str | None:
-    """``self.bad`` for ``self.__dict__["bad"]``: an attribute written through the instance's
-    dict."""
+    """``self.bad`` for ``self.__dict__["bad"]`` or ``vars(self)["bad"]``: an attribute written
+    through the instance's dict."""
     if not (
         isinstance(target, cst.Subscript)
-        and isinstance(target.value, cst.Attribute)
-        and target.value.attr.value == "__dict__"
         and len(target.slice) == 1
         and isinstance(target.slice[0].slice, cst.Index)
         and isinstance(target.slice[0].slice.value, cst.SimpleString)
     ):
         return None
-    owner = dotted(target.value.value)
+    owner = _instance_dict_owner(target.value)
     attribute = target.slice[0].slice.value.evaluated_value
     return f"{owner}.{attribute}" if owner and isinstance(attribute, str) else None
+
+
+def _instance_dict_owner(node: cst.BaseExpression) -> str | None:
+    """``self`` for ``self.__dict__`` and ``vars(self)``: the instance whose attributes that
+    dict holds."""
+    if isinstance(node, cst.Attribute) and node.attr.value == "__dict__":
+        return dotted(node.value)
+    if isinstance(node, cst.Call) and dotted(node.func) == "vars" and len(node.args) == 1:
+        return dotted(node.args[0].value)
+    return None
+
+
+def _set_by_dict_update(call: cst.Call) -> set[str]:
+    """``self.bad`` for ``vars(self).update(bad=...)`` or ``self.__dict__.update(bad=...)``:
+    attributes set through the instance's dict, by keyword."""
+    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "update"):
+        return set()
+    owner = _instance_dict_owner(call.func.value)
+    if owner is None:
+        return set()
+    return {f"{owner}.{a.keyword.value}" for a in call.args if a.keyword is not None}
 
 
 def _written_in_place(script: ScriptModel, call: cst.Call) -> str | None:

@@ -80,6 +80,8 @@ LISTERS = {
     "os.scandir": (0, "path"),
 }
 _JOIN = "os.path.join"
+#: modules whose calls build a path from the parts handed them (`unresolved_read`)
+_PATH_MODULES = frozenset({"os", "pathlib", "builtins", "str", "posixpath", "ntpath"})
 #: Calls that write a file, and where their path is.
 WRITERS = {
     "torch.save": (1, "f"),
@@ -226,7 +228,7 @@ class SharedFiles:
                     found.append(SharedFile(write, read, path, self.per_process(path)))
                     break
             else:
-                unsure = self._maybe_read_back(read, writes)
+                unsure = self._maybe_read_back(read, read_path, writes)
                 if unsure is not None:
                     found.append(unsure)
         for listing, listed in self._listings():
@@ -244,22 +246,56 @@ class SharedFiles:
         return found
 
     def _maybe_read_back(
-        self, read: cst.Call, writes: list[tuple[cst.Call, cst.BaseExpression]]
+        self,
+        read: cst.Call,
+        read_path: cst.BaseExpression,
+        writes: list[tuple[cst.Call, cst.BaseExpression]],
     ) -> SharedFile | None:
-        """A checkpoint saved (``torch.save``) to a path the file does not show
-        (`unknown_path`), and a ``torch.load`` or ``open`` below it, after the loop that saves,
-        on every rank: the read may be of the file just saved (a helper object handed its path
-        by code outside the file, then the best weights reloaded). A barrier before the read
-        costs a wait; none, a read before the write. The last such write above the read."""
+        """A checkpoint saved (``torch.save``) and a ``torch.load`` or ``open`` below it, after
+        the loop that saves, on every rank, where either path is one the file does not show:
+        the save's (`unknown_path`: a helper object handed its path by code outside the file)
+        or the read's (`unresolved_read`: ``torch.load(trainer.early_stopping.path)``, or the
+        path ``trainer.fit()`` returns). The read may be of the file just saved (the best
+        weights reloaded). A barrier before the read costs a wait; none, a read before the
+        write. The last such write above the read."""
         if not self.model.call_names(read) & {"torch.load", "builtins.open"}:
             return None
         found = None
+        read_unresolved = self.unresolved_read(read_path)
         for write, path in writes:
             if not self.model.call_names(write) & names.TORCH_SAVE:
                 continue
-            if self._after_its_loop(read, write) and self.unknown_path(path):
+            if self._after_its_loop(read, write) and (read_unresolved or self.unknown_path(path)):
                 found = SharedFile(write, read, path, None, unsure=True)
         return found
+
+    def unresolved_read(self, path: cst.BaseExpression, depth: int = 0) -> bool:
+        """A read's path the file does not let `_same_file` follow to a spelling: an attribute
+        of an attribute (``trainer.early_stopping.path``), of an object no class of the file
+        is seen making (a factory's stopper), what a call of the file's own code returns
+        (``best_file = trainer.fit()``), or `unknown_path`. A constant, a join or an
+        f-string is not. A setting (``args.ckpt``) counts as unresolved too: its value is not
+        in the file, and a barrier too many costs a wait."""
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(path, cst.Name):
+            values = self._values_of(path.value, path)
+            if not values:
+                return self.unknown_path(path)
+            return all(self.unresolved_read(v, depth + 1) for v in values)
+        if isinstance(path, cst.Attribute):
+            if dotted(path.value) == "self":
+                return self.unknown_path(path)
+            values = self._attribute_values(path)
+            if not values:
+                return True
+            return all(self.unresolved_read(v, depth + 1) for v in values)
+        if isinstance(path, cst.Call):
+            if self._constant_path(path) is not None or _template(path) is not None:
+                return False
+            called = self.model.call_names(path)
+            return not any(n.split(".")[0] in _PATH_MODULES for n in called)
+        return False
 
     def _after_its_loop(self, read: cst.Call, write: cst.Call) -> bool:
         """In the first function that runs both, ``read`` runs below ``write`` and outside

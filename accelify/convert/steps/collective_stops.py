@@ -31,6 +31,10 @@ def run(ctx: Context) -> None:
             # in eval mode): each leaves at the same iteration on its own
             continue
         _stop_made_collective(ctx, if_node, stop)
+    for loop in ctx.model.index.of_type(cst.While):
+        _told_of_a_per_process_condition(ctx, loop)
+    for case in ctx.model.index.of_type(cst.MatchCase):
+        _told_of_a_per_process_case(ctx, case)
     view = ctx.shard_view()
     for if_node, stop in ctx.facts.ranks.stops():
         if not isinstance(stop, cst.Break) or not ctx.facts.ranks.uniform(if_node.test):
@@ -43,6 +47,61 @@ def run(ctx: Context) -> None:
         decided = decided_on_own_shard(ctx.facts, if_node, loop, view)
         if decided is not None and _in_training(ctx, decided.origin):
             _make_collective(ctx, if_node, stop)
+
+
+def _told_of_a_per_process_condition(ctx: Context, loop: cst.While) -> None:
+    """``while not stop and epoch < 29:`` on a flag this rank set from its own loss: a rank
+    that leaves sooner leaves the others waiting in the loop's collectives (a hang). The
+    condition is not rewritten (a check_trigger in a loop's test would itself be a collective
+    some ranks skip); a review line says how to make the decision every rank's."""
+    test = loop.test
+    ranks = ctx.facts.ranks
+    if ranks.uniform(test) or ranks.is_rank_test(test):
+        return
+    if _names_only(ctx, test) and ctx.agreed.test_agreed(test, loop):
+        return
+    if ctx.facts.collective_reach.where_the_ranks_meet(loop) is None:
+        return
+    ctx.review_at(
+        loop,
+        "this loop's condition reads a value each rank computed for itself: a rank that "
+        "leaves sooner leaves the others waiting in the loop's collectives (a hang); left as "
+        "it is: decide the stop on every rank alike (accelerator.set_trigger() where the flag "
+        "is set, then `if accelerator.check_trigger(): break` in the loop), or reduce the value "
+        "first (accelerator.reduce(..., 'mean'))",
+    )
+
+
+def _told_of_a_per_process_case(ctx: Context, case: cst.MatchCase) -> None:
+    """``match (n := self.bad_epochs): case _ if n >= self.patience: break`` on a counter this
+    rank keeps: the same per-process stop as an ``if``, which the pass rewrites only in an
+    ``if``; here a review line says so (a check_trigger inside one case would be reached by
+    some ranks only: a hang)."""
+    body = case.body.body if isinstance(case.body, cst.IndentedBlock) else []
+    last = body[-1] if body else None
+    if not (
+        isinstance(last, cst.SimpleStatementLine)
+        and any(isinstance(s, cst.Break) for s in last.body)
+    ):
+        return
+    match = ctx.model.parent(case)
+    loop = ctx.model.index.enclosing_loop(case)
+    if not isinstance(match, cst.Match) or loop is None:
+        return
+    ranks = ctx.facts.ranks
+    tests = [match.subject, *([case.guard] if case.guard is not None else [])]
+    if all(ranks.uniform(t) for t in tests):
+        return
+    if ctx.facts.collective_reach.where_the_ranks_meet(loop) is None:
+        return
+    ctx.review_at(
+        case,
+        "this break is decided on a value each rank computed for itself (a match case): a rank "
+        "that leaves the loop sooner leaves the others waiting in its collectives (a hang); "
+        "left as it is: write it as `if ...: accelerator.set_trigger()` and then `if "
+        "accelerator.check_trigger(): break`, or reduce the value first "
+        "(accelerator.reduce(..., 'mean'))",
+    )
 
 
 def _names_only(ctx: Context, test: cst.BaseExpression) -> bool:
@@ -220,7 +279,11 @@ def _flag_read_after_the_loop(ctx: Context, if_node: cst.If, stop: cst.CSTNode) 
     every rank's decision; on one process the check holds exactly when the flag does."""
     test = if_node.test
     loop = ctx.model.index.enclosing_loop(if_node)
-    if not isinstance(stop, cst.Break) or not isinstance(test, cst.Name) or loop is None:
+    if not isinstance(stop, cst.Break) or loop is None:
+        return None
+    if isinstance(test, cst.Subscript):
+        return _entry_flag_read_after_the_loop(ctx, if_node, loop, test)
+    if not isinstance(test, cst.Name):
         return None
     flag = test.value
     sets = [
@@ -245,6 +308,74 @@ def _flag_read_after_the_loop(ctx: Context, if_node: cst.If, stop: cst.CSTNode) 
     read_after = any(
         isinstance(node, cst.Name)
         and node.value == flag
+        and _at(ctx.model.position(node).start) >= end
+        for node in walk(scope)
+    )
+    return flag if read_after else None
+
+
+def _entry_flag_read_after_the_loop(
+    ctx: Context, if_node: cst.If, loop: cst.For | cst.While, test: cst.Subscript
+) -> str | None:
+    """``if state["stop"]: break`` on a flag kept in a dict entry under a constant key, read
+    again after the loop: as `_flag_read_after_the_loop` for a name. In the loop the entry is
+    only set to True before the ``if``, and the container itself is neither rebound nor
+    changed through a method (``state.update(...)``), which could set the entry unseen."""
+    container = test.value
+    if not isinstance(container, cst.Name) or len(test.slice) != 1:
+        return None
+    index = test.slice[0].slice
+    if not (isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)):
+        return None
+    flag = ctx.code(test)
+    start = _at(ctx.model.position(if_node).start)
+    sets = 0
+    for node in walk(loop):
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For)):
+            targets = (
+                [t.target for t in node.targets]
+                if isinstance(node, cst.Assign)
+                else [getattr(node, "target", None)]
+            )
+            rebinds = container.value in _other_bound_names(node) or any(
+                isinstance(n, cst.Name) and n.value == container.value
+                for t in targets
+                if isinstance(t, (cst.Name, cst.Tuple, cst.List))
+                for n in walk(t)
+            )
+            if rebinds:
+                return None
+            touched = [
+                t
+                for t in targets
+                if isinstance(t, cst.Subscript)
+                and isinstance(t.value, cst.Name)
+                and t.value.value == container.value
+            ]
+            if not touched:
+                continue
+            if not (
+                isinstance(node, cst.Assign)
+                and all(ctx.code(t) == flag for t in touched)
+                and isinstance(node.value, cst.Name)
+                and node.value.value == "True"
+                and _at(ctx.model.position(node).end) < start
+            ):
+                return None
+            sets += 1
+        elif (
+            isinstance(node, cst.Attribute)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == container.value
+        ):
+            return None
+    if not sets:
+        return None
+    scope = ctx.model.index.enclosing_function(loop) or ctx.model.module
+    end = _at(ctx.model.position(loop).end)
+    read_after = any(
+        isinstance(node, cst.Subscript)
+        and ctx.code(node) == flag
         and _at(ctx.model.position(node).start) >= end
         for node in walk(scope)
     )

@@ -31,7 +31,7 @@ from accelify.analysis.objects import (
     received_name,
     returned_local,
 )
-from accelify.analysis.optimizer_models import entry_owners, parameter_owners
+from accelify.analysis.optimizer_models import entry_owners, parameter_owners, used_entry_aliases
 from accelify.analysis.scheduler_preparation import per_fixed_iteration_steps
 from accelify.analysis.script_model import Binding, Kind, Loop, Scope, ScriptModel, owning_model
 from accelify.analysis.sharded_loaders import sharding_sampler
@@ -621,6 +621,7 @@ def _leave_sets_with_container_models(
         for entry in entry_owners(binding)
     ]
     if not entries:
+        _leave_sets_with_entry_aliases(ctx, scope, chosen, created)
         return
     for name in [n for n, kind in chosen.items() if kind is not Kind.DATALOADER]:
         chosen.pop(name)
@@ -635,6 +636,41 @@ def _leave_sets_with_container_models(
         "without the model would train unsynchronised copies), so every rank trains on all the "
         "data (correct, not data-parallel); bind the model to a name, prepare it with its "
         "optimizer and loaders, and store it back in the entry",
+    )
+
+
+def _leave_sets_with_entry_aliases(
+    ctx: Context, scope: Scope, chosen: dict[str, Kind], created: dict[str, int]
+) -> None:
+    """A model prepared under its name but also kept in a container entry that is read
+    (``net = Net(); models = {"net": net}``, then ``models["net"](xb)``): the entry still holds
+    the bare module, so a forward through it skips DDP and its gradients are never
+    synchronised, while the prepared loaders shard the data. Nothing that trains is prepared
+    then (as for an entry-only model), and a review line says why."""
+    # the prepare call goes below the last object it prepares
+    lines = [b.line for b in ctx.model.bindings if b.name in chosen and b.scope is scope]
+    if not lines:
+        return
+    aliased = [
+        (binding, read)
+        for binding in ctx.model.of_kind(Kind.MODEL)
+        if chosen.get(binding.name) is Kind.MODEL and binding.scope is scope
+        for read in used_entry_aliases(ctx.model, binding, max(lines))
+    ]
+    if not aliased:
+        return
+    for name in [n for n, kind in chosen.items() if kind is not Kind.DATALOADER]:
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.frozen.add(name)
+    binding, read = aliased[0]
+    ctx.plan.review(
+        binding.line,
+        f"{binding.name} is also kept in a container entry that is used ({ctx.code(read)}): "
+        f"preparing {binding.name} would leave the entry the bare module, so a forward through "
+        "it would train unsynchronised copies; nothing that trains is prepared, so every rank "
+        "trains on all the data (correct, not data-parallel); prepare the model, then store "
+        "the prepared one back in the entry",
     )
 
 

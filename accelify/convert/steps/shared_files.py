@@ -193,7 +193,7 @@ def _barrier_before_read(ctx: Context, shared: SharedFile) -> None:
         ctx.plan.change(
             ctx.line(read),
             f"{code} before the read: it may read the file saved on the main process at line "
-            f"{ctx.line(write)}, whose path ({path}) the file does not spell out",
+            f"{ctx.line(write)} ({path}): the file does not show the two paths apart",
         )
         return
     ctx.plan.change(
