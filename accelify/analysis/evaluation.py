@@ -1217,8 +1217,9 @@ def _sums_added(
     found: Evaluation, attributes: bool = False
 ) -> Iterator[tuple[cst.CSTNode, cst.AugAssign]]:
     """The evaluation's sinks that add to a plain name (``val_loss += ...``), with their
-    statements; with ``attributes``, to an attribute of the instance instead
-    (``self.validation_loss += ...``)."""
+    statements; with ``attributes``, to something the instance holds instead
+    (``self.validation_loss += ...``, ``self.stats.validation_loss``,
+    ``self.history["validation_loss"]``)."""
     for sink in found.sinks:
         statement = sink.body[0] if isinstance(sink, cst.SimpleStatementLine) else sink
         if not (
@@ -1227,9 +1228,7 @@ def _sums_added(
             continue
         target = statement.target
         on_the_instance = (
-            isinstance(target, cst.Attribute)
-            and isinstance(target.value, cst.Name)
-            and target.value.value == "self"
+            isinstance(target, (cst.Attribute, cst.Subscript)) and root_name(target) == "self"
         )
         if on_the_instance if attributes else isinstance(target, cst.Name):
             yield sink, statement
@@ -1253,26 +1252,37 @@ def _sums_batch_means_on_the_instance(
         ]
         if not mean or _divided_as_added(statement.value):
             continue
-        attribute = statement.target.attr.value  # type: ignore[attr-defined]
-        if _attribute_divided(model.module, attribute):
-            continue
-        total = f"self.{attribute}"
+        target = statement.target
+        total = model.module.code_for_node(target)
+        if averaged_over_batches(model, facts.placement, found.loop, total) is not None:
+            continue  # ``self.loss /= len(loader)`` after the loop: the batches it read
         found.unsure_at = sink
         found.advice = (
             f"divide {total} by the number of batches (len of the loader) or sum each "
             "batch's loss times its size and divide by the samples counted"
         )
+        # Divided elsewhere (a callback's ``/ len(val_loader)`` of main's loader as it is,
+        # ``/ 4``, ``/= len(loader.dataset)``): not by the batches this rank's loop read, so
+        # the quotient of the gathered sum would still read about 1/N of the value.
+        direct = isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+        if not direct:  # ``self.stats.loss``, ``self.history["loss"]``: not followed further
+            how = "is not divided by the batches this loop reads"
+        elif _attribute_divided(model.module, target.attr.value):
+            how = "is divided only by a count other than the batches this loop reads"
+        else:
+            how = "is never divided by a count"
         return (
             f"the metric at line {model.line(sink)} sums {mean[0]}, one batch's mean, and "
-            f"{total} is never divided by a count: gathered, each step holds every rank's "
-            "batch, so the sum would cover N times fewer batches"
+            f"{total} {how}: gathered, each step holds every rank's batch, so the sum would "
+            "cover N times fewer batches"
         )
     return None
 
 
 def _attribute_divided(module: cst.Module, attribute: str) -> bool:
     """An attribute of that name (of any object: ``trainer.validation_loss`` in a callback) is
-    divided somewhere in the file, or handed to a mean."""
+    divided somewhere in the file, or handed to a mean: only to word the review line, since the
+    divisor is not judged here."""
     for node in walk(module):
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
             read = node.left

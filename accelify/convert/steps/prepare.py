@@ -337,6 +337,16 @@ def _keep_evaluated_loaders_whole(
             "and every rank evaluates all of it (correct, not sharded); bind that loader to a "
             "name before the call so that it is prepared, and gather in that loop, to shard both",
         )
+    for name, store in _stored_into_a_dict_entry(ctx, chosen).items():
+        _leave_whole(ctx, chosen, created, name, store)
+        ctx.plan.review(
+            ctx.line(store),
+            f"{name} is stored into an entry of a dict here, which the conversion does not "
+            "follow to the loop that reads it: no gather could be written there, so "
+            f"{name} is left unprepared and every rank evaluates all of it (correct, not "
+            "sharded); put it in the dict where the dict is made (or hand it to the function "
+            "itself) to shard it and gather its evaluation",
+        )
     for name, call in _evaluated_in_another_module(ctx, chosen).items():
         chosen.pop(name)
         created.pop(name, None)
@@ -2489,6 +2499,27 @@ def _evaluated_in_another_module(ctx: Context, chosen: dict[str, Kind]) -> dict[
                     and chosen.get(origin) is Kind.DATALOADER
                 ):
                     found.setdefault(origin, call)
+    return found
+
+
+def _stored_into_a_dict_entry(ctx: Context, chosen: dict[str, Kind]) -> dict[str, cst.Assign]:
+    """Loaders of ``chosen`` no training loop reads that are stored into a dict entry after the
+    dict was made (``kwargs["test_batcher"] = test_batcher`` before ``test(kwargs)``), by name,
+    with the statement: the flow analysis reads only the entries a dict is made with
+    (`flow.dict_entries`), so the loop that takes the entry out is not known to read a prepared
+    loader and would sum one rank's shard with no gather, silently."""
+    trained = _trained_loaders(ctx)
+    found: dict[str, cst.Assign] = {}
+    for node in ctx.facts.placement.all_nodes():
+        if not isinstance(node, cst.Assign):
+            continue
+        if not any(isinstance(t.target, cst.Subscript) for t in node.targets):
+            continue
+        name = dotted(node.value)
+        if name is None or name in trained or chosen.get(name) is not Kind.DATALOADER:
+            continue
+        if ctx.facts.flow.kind_of(name, node) is Kind.DATALOADER:
+            found.setdefault(name, node)
     return found
 
 
