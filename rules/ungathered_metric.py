@@ -130,6 +130,25 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
+        # ... the same helper's tuple with the references left ungathered: this rank's labels
+        Example(
+            HEADER
+            + "import evaluate\n\n\n"
+            + "def predict(model, dataloader, tokenizer):\n"
+            + "    predictions, references = [], []\n"
+            + "    for batch in dataloader:\n"
+            + "        tokens = model.generate(input_ids=batch['input_ids'])\n"
+            + "        predictions += tokenizer.batch_decode(tokens)\n"
+            + "        references += tokenizer.batch_decode(batch['labels'])\n"
+            + "    return predictions, references\n\n\n"
+            + "model, test_loader = accelerator.prepare(model, test_loader)\n"
+            + "predictions, references = predict(model, test_loader, tokenizer)\n"
+            + "predictions = accelerator.gather_for_metrics(predictions, use_gather_object=True)\n"
+            + "accelerator.print(evaluate.load('rouge').compute(predictions=predictions, "
+            + "references=references))\n",
+            11,
+            9,
+        ),
         # a helper handed a namespace (a dict) of the prepared loader and model: its loop over
         # the field (the entry) reads this rank's shard, and nothing gathers it
         Example(_HELD_EVAL.format(gather="", **_IN_A_NAMESPACE), 14, 9),
@@ -535,6 +554,23 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # a helper's decoded lists handed back in a tuple, each gathered by the caller before
+        # the metric reads them (the object gather of Accelerate's summarisation examples)
+        HEADER
+        + "import evaluate\n\n\n"
+        + "def predict(model, dataloader, tokenizer):\n"
+        + "    predictions, references = [], []\n"
+        + "    for batch in dataloader:\n"
+        + "        tokens = model.generate(input_ids=batch['input_ids'])\n"
+        + "        predictions += tokenizer.batch_decode(tokens)\n"
+        + "        references += tokenizer.batch_decode(batch['labels'])\n"
+        + "    return predictions, references\n\n\n"
+        + "model, test_loader = accelerator.prepare(model, test_loader)\n"
+        + "predictions, references = predict(model, test_loader, tokenizer)\n"
+        + "predictions = accelerator.gather_for_metrics(predictions, use_gather_object=True)\n"
+        + "references = accelerator.gather_for_metrics(references, use_gather_object=True)\n"
+        + "accelerator.print(evaluate.load('rouge').compute(predictions=predictions, "
+        + "references=references))\n",
         # ... gathered in the helper
         _HELD_EVAL.format(gather=_GATHERED, **_IN_A_NAMESPACE),
         _HELD_EVAL.format(gather=_GATHERED, **_IN_A_DICT),
