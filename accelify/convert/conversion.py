@@ -69,13 +69,15 @@ def convert_source(
     returns = project.imported_returns(path, model)
     if returns:  # DataLoaders made by the project's other modules: analysed as made here
         model = analyze(module, imported_returns=returns)
+    siblings = project.sibling_calls(path, model)  # each sibling module analysed once
+    evaluators = project.imported_evaluators(siblings)
     plan = plan_conversion(
         model,
         options or Options(),
-        project.imported_writers(path, model),
-        project.imported_evaluators(path, model),
-        project.imported_model_methods(path, model),
-        project.imported_state_savers(path, model),
+        project.imported_writers(path, model, siblings),
+        evaluators,
+        project.imported_model_methods(path, siblings, evaluators),
+        project.imported_state_savers(path, siblings),
     )
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give

@@ -26,6 +26,11 @@ from accelify.edits.plan import Note
 from accelify.errors import UserError
 from accelify.source import parse
 
+#: A call of a function imported from a module of the file's own folder: the call, its name
+#: there (``utils.write_log``), the function's name in the module, the module's file and its
+#: analysis (`sibling_calls`)
+SiblingCall = tuple[cst.Call, str, str, Path, ScriptModel]
+
 
 @dataclass(frozen=True)
 class TrainedElsewhere:
@@ -62,13 +67,17 @@ def trained_elsewhere(path: str | Path, model: ScriptModel) -> list[TrainedElsew
     return found
 
 
-def imported_writers(path: str | Path, model: ScriptModel) -> dict[str, str]:
+def imported_writers(
+    path: str | Path, model: ScriptModel, siblings: list[SiblingCall] | None = None
+) -> dict[str, str]:
     """Names this file calls (``dump_results``, ``utils.write_log``) that are functions of a
     module of its own folder which write files and do nothing else another rank needs
-    (`writing_helpers.writes_only`), with where they are (``utils.py:12``)."""
+    (`writing_helpers.writes_only`), with where they are (``utils.py:12``). ``siblings``: the
+    file's `sibling_calls`, where the caller has them already."""
     script = Path(path)
     found: dict[str, str] = {}
-    for _, name, function, file, other in _sibling_calls(script, model):
+    calls = siblings if siblings is not None else _sibling_calls(script, model)
+    for _, name, function, file, other in calls:
         if name in found:
             continue
         facts = facts_of(other)
@@ -78,9 +87,21 @@ def imported_writers(path: str | Path, model: ScriptModel) -> dict[str, str]:
     return found
 
 
-def _sibling_calls(
-    script: Path, model: ScriptModel
-) -> Iterator[tuple[cst.Call, str, str, Path, ScriptModel]]:
+def sibling_calls(path: str | Path, model: ScriptModel) -> list[SiblingCall]:
+    """`_sibling_calls`, kept: the conversion asks about the same calls four times (writers,
+    evaluators, their model methods, state savers), each sibling module analysed once for all."""
+    return list(_sibling_calls(Path(path), model))
+
+
+def _top_level_function(module: ScriptModel, name: str) -> cst.FunctionDef | None:
+    """The function a module defines at its top level under ``name``."""
+    return next(
+        (s for s in module.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+        None,
+    )
+
+
+def _sibling_calls(script: Path, model: ScriptModel) -> Iterator[SiblingCall]:
     """The calls of ``model`` (the file ``script``) of functions imported from a module of its
     own folder that parses: each call, its name there (``utils.write_log``), the function's
     name in the module, the module's file and its analysis. Each module is looked up on disk
@@ -109,21 +130,14 @@ def _sibling_calls(
             yield node, name, function, file, other
 
 
-def imported_evaluators(path: str | Path, model: ScriptModel) -> set[str]:
+def imported_evaluators(siblings: list[SiblingCall]) -> set[str]:
     """Names this file calls (``test``, ``engine.evaluate``) that are top-level functions of a
     module of its own folder which run no backward, neither in their body nor in the functions
     of that module they call (`_backward_reached`), and step nothing (no ``.step()`` call in
     their body): whatever they are handed, an optimizer among it, they only evaluate."""
     found = set()
-    for _, name, function, _, other in _sibling_calls(Path(path), model):
-        defined = next(
-            (
-                s
-                for s in other.module.body
-                if isinstance(s, cst.FunctionDef) and s.name.value == function
-            ),
-            None,
-        )
+    for _, name, function, _, other in siblings:
+        defined = _top_level_function(other, function)
         if defined is None or _backward_reached(other, function) is not None:
             continue
         steps = any(
@@ -137,26 +151,20 @@ def imported_evaluators(path: str | Path, model: ScriptModel) -> set[str]:
     return found
 
 
-def imported_model_methods(path: str | Path, model: ScriptModel) -> dict[str, str]:
+def imported_model_methods(
+    path: str | Path, siblings: list[SiblingCall], evaluators: set[str]
+) -> dict[str, str]:
     """Names this file calls of functions of a module of its own folder that run no backward
-    (`imported_evaluators`) and call a method of the model they are handed besides its forward
-    and ``nn.Module``'s own (``model.loss(...)`` beside ``model(x)``), with the first such call
-    and where it is (``model.loss() at test.py:16``): a prepared model reaches them as the DDP
-    wrapper, which has no such attribute."""
+    (``evaluators``: `imported_evaluators`) and call a method of the model they are handed
+    besides its forward and ``nn.Module``'s own (``model.loss(...)`` beside ``model(x)``), with
+    the first such call and where it is (``model.loss() at test.py:16``): a prepared model
+    reaches them as the DDP wrapper, which has no such attribute."""
     script = Path(path)
-    evaluators = imported_evaluators(path, model)
     found: dict[str, str] = {}
-    for _, name, function, file, other in _sibling_calls(script, model):
+    for _, name, function, file, other in siblings:
         if name not in evaluators or name in found:
             continue
-        defined = next(
-            (
-                s
-                for s in other.module.body
-                if isinstance(s, cst.FunctionDef) and s.name.value == function
-            ),
-            None,
-        )
+        defined = _top_level_function(other, function)
         if defined is None:
             continue
         forwarded = {
@@ -191,23 +199,16 @@ class StateSaver:
     where: str  # ``utils.py:4``: the save
 
 
-def imported_state_savers(path: str | Path, model: ScriptModel) -> dict[str, StateSaver]:
+def imported_state_savers(path: str | Path, siblings: list[SiblingCall]) -> dict[str, StateSaver]:
     """Names this file calls (``utils.save_checkpoint``, ``save_checkpoint``) of top-level
     functions of a module of its own folder that ``torch.save`` what holds the
     ``.state_dict()`` of one of their parameters, read from that module's own source."""
     script = Path(path)
     found: dict[str, StateSaver] = {}
-    for _, name, function, file, other in _sibling_calls(script, model):
+    for _, name, function, file, other in siblings:
         if name in found:
             continue
-        defined = next(
-            (
-                s
-                for s in other.module.body
-                if isinstance(s, cst.FunctionDef) and s.name.value == function
-            ),
-            None,
-        )
+        defined = _top_level_function(other, function)
         if defined is None:
             continue
         parameters = tuple(p.name.value for p in defined.params.params)
