@@ -1234,6 +1234,18 @@ def _sums_added(
             yield sink, statement
 
 
+def _means_added(statement: cst.AugAssign, means: set[str], model: ScriptModel) -> list[str]:
+    """The batch means ``statement`` adds: names bound to one (`_batch_means`), else the loss
+    added as it is computed (``val_loss += criterion(output, target).item()``), spelled as in
+    the code; not a call of a function of the file (it may sum)."""
+    read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
+    return sorted(read & means) or [
+        model.module.code_for_node(call)
+        for call in _added_batch_means(statement.value, model)
+        if dotted(call.func) not in model.functions
+    ]
+
+
 def _sums_batch_means_on_the_instance(
     found: Evaluation, body: list[cst.CSTNode], facts: Facts
 ) -> str | None:
@@ -1244,12 +1256,7 @@ def _sums_batch_means_on_the_instance(
     model = facts.model
     means = _batch_means(body, model)
     for sink, statement in _sums_added(found, attributes=True):
-        read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
-        mean = sorted(read & means) or [
-            model.module.code_for_node(call)
-            for call in _added_batch_means(statement.value, model)
-            if dotted(call.func) not in model.functions
-        ]
+        mean = _means_added(statement, means, model)
         if not mean or _divided_as_added(statement.value):
             continue
         target = statement.target
@@ -1309,13 +1316,7 @@ def _sums_batch_means(found: Evaluation, body: list[cst.CSTNode], facts: Facts) 
     means = _batch_means(body, model)
     scope = model.scope_of(found.loop.node)
     for sink, statement in _sums_added(found):
-        read = {n.value for n in walk(statement.value) if isinstance(n, cst.Name)}
-        # ``val_loss += criterion(output, target).item()``: the loss added as it is computed
-        mean = sorted(read & means) or [
-            model.module.code_for_node(call)
-            for call in _added_batch_means(statement.value, model)
-            if dotted(call.func) not in model.functions  # the file's own: it may sum
-        ]
+        mean = _means_added(statement, means, model)
         total = statement.target.value
         summed = _summed_over_the_batch(statement.value)
         averaged = (
