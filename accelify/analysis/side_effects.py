@@ -52,14 +52,23 @@ def writes(model: ScriptModel, placement: Placement, with_torch_save: bool = Fal
     for line, call in placement.expression_statements():
         if (
             model.call_names(call) & writers
-            or (
-                isinstance(call.func, cst.Attribute)
-                and call.func.attr.value in names.FILE_WRITING_METHODS
-            )
+            or writes_by_method(model, call)
             or uploads(model, call)
         ):
             found.append(Write(line, call))
     return found
+
+
+def writes_by_method(model: ScriptModel, call: cst.Call) -> bool:
+    """``model.save_pretrained(d)``, ``df.to_csv(p)``: a method that writes files. Not
+    ``self.save_pretrained(d)`` in a class that defines ``save_pretrained`` itself (trlx's
+    trainer: its method saves the model with ``is_main_process=`` and the tokenizer under a
+    guard): its writes are judged in its body, and a guard at the call would put the method's
+    barrier and state-dict gather on one rank (a hang)."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value not in names.FILE_WRITING_METHODS:
+        return False
+    return not (dotted(func.value) == "self" and _own_method(model, call, func.attr.value))
 
 
 #: Methods that write through an open file (``f.write(line)``), and through a csv writer made
@@ -151,10 +160,7 @@ def once_per_run(model: ScriptModel, call: cst.Call) -> bool:
     qualified = model.call_names(call)
     return (
         bool(qualified & (names.FILE_WRITERS | names.TORCH_SAVE | {"builtins.input"}))
-        or (
-            isinstance(call.func, cst.Attribute)
-            and call.func.attr.value in names.FILE_WRITING_METHODS
-        )
+        or writes_by_method(model, call)
         or uploads(model, call)
     )
 
