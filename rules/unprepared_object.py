@@ -1061,6 +1061,37 @@ class UnpreparedObject(Rule):
         + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
         + _LOOP
         + "    scheduler.step()\n",
+        # the same in a QA trainer's method: the optimizer prepared under a new name (the
+        # analysis knows self.optimizer only), the schedule sized from the prepared loader's
+        # length, stepped beside that optimizer once per hand-written accumulation cycle
+        "import math\nimport torch\nfrom accelerate import Accelerator\n"
+        "from transformers import get_scheduler\n\n\n"
+        "class QATrainer:\n"
+        "    def __init__(self, args, model, dataset):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.args = args\n"
+        "        self.dataset = dataset\n"
+        "        self.model = self.accelerator.prepare(model)\n"
+        "        self.optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)\n\n"
+        "    def train(self):\n"
+        "        args = self.args\n"
+        "        loader = torch.utils.data.DataLoader(self.dataset, batch_size=8)\n"
+        "        optimizer, loader = self.accelerator.prepare(self.optimizer, loader)\n"
+        "        per_epoch = math.ceil(len(loader) / args.gradient_accumulation_steps)\n"
+        "        if args.max_train_steps is None:\n"
+        "            args.max_train_steps = args.num_train_epochs * per_epoch\n"
+        "        lr_scheduler = get_scheduler(\n"
+        "            name='linear', optimizer=optimizer, num_warmup_steps=0,\n"
+        "            num_training_steps=args.max_train_steps,\n"
+        "        )\n"
+        "        for epoch in range(args.num_train_epochs):\n"
+        "            for step, batch in enumerate(loader):\n"
+        "                loss = self.model(**batch).loss / args.gradient_accumulation_steps\n"
+        "                self.accelerator.backward(loss)\n"
+        "                if step % args.gradient_accumulation_steps == 0:\n"
+        "                    optimizer.step()\n"
+        "                    lr_scheduler.step()\n"
+        "                    optimizer.zero_grad()\n",
         # a global batch split by hand over the processes, the schedule sized in global
         # optimizer steps from the dataset's length and stepped once per accumulation cycle: an
         # RLHF reward-model trainer's, per-process steps by construction

@@ -24,6 +24,7 @@ from accelify.analysis.syntax import (
     all_params,
     assigned_targets,
     dotted,
+    keyword_value,
     root_name,
     self_parameter,
     target_names,
@@ -1197,7 +1198,11 @@ class ObjectFlow:
         block = self.model.parent(line) if line is not None else None
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
             return False
-        optimizers = self.names_of(Kind.OPTIMIZER)
+        # the optimizer the scheduler was built on is one, whatever the analysis knows of its
+        # name (``optimizer, loader = accelerator.prepare(self.optimizer, loader)``)
+        optimizers = self.names_of(Kind.OPTIMIZER) | _scheduled_optimizer(
+            self.model, bindings[0].value
+        )
         if not any(
             isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute)
@@ -1274,6 +1279,25 @@ class ObjectFlow:
                 if name == parameter:
                     return dotted(argument.value)
         return parameter
+
+
+def _scheduled_optimizer(model: ScriptModel, schedule: cst.BaseExpression | None) -> set[str]:
+    """The name of the optimizer a scheduler is built on: ``optimizer=`` of
+    ``get_scheduler(name, optimizer=opt, ...)``, else the first argument of
+    ``OneCycleLR(opt, ...)``; empty when it is no call or names none."""
+    if not isinstance(schedule, cst.Call):
+        return set()
+    named = keyword_value(schedule, "optimizer")
+    if named is None:
+        positional = [a for a in schedule.args if a.keyword is None and a.star == ""]
+        # get_scheduler's first argument is the schedule's name, the optimizer its second
+        named_first = any(
+            q.rsplit(".", 1)[-1] == "get_scheduler" for q in model.call_names(schedule)
+        )
+        first = 1 if named_first else 0
+        named = positional[first].value if len(positional) > first else None
+    name = dotted(named) if named is not None else None
+    return {name} if name is not None else set()
 
 
 def _targets(node: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[cst.BaseExpression]:
