@@ -339,6 +339,25 @@ class OwnValues:
             return None
         if folded is None and self._in_sharded_loop(binding, passed):
             folded = binding
+        unpacked = _unpacked_slot(binding, name)
+        spread = (
+            self._returned_tuples(unpacked[0].value) if unpacked is not None and depth > 0 else None
+        )
+        if (
+            spread is not None
+            and unpacked is not None
+            and len(spread[1][0].elements) == unpacked[2]
+        ):
+            slot = unpacked[1]
+            # ``em, hits, _, _ = self.evaluate(...)``: ``em`` is the first of what it returns
+            # (decoded from gathered outputs), not ``hits`` (its own shard's retrievals)
+            bound, returns = spread
+            for returned in returns:
+                picked = returned.elements[slot].value
+                found = self.origin(picked, picked, bound, depth - 1, folded)
+                if found is not None:
+                    return found
+            return None
         return self.origin(binding, binding, passed, depth, folded)
 
     def _parameter(
@@ -455,6 +474,24 @@ class OwnValues:
             self.facts.placement.inside(statement, loop.node) and self._sharded(loop.node, passed)
             for loop in self.script.loops
         )
+
+
+def _unpacked_slot(binding: cst.CSTNode, name: str) -> tuple[cst.Assign, int, int] | None:
+    """For ``a, b, _ = call(...)``: the assignment, where ``name`` stands in its one tuple
+    target and how many targets it has (the caller checks the call's returned tuples are as
+    long); None for any other binding, or a starred target."""
+    if not (
+        isinstance(binding, cst.Assign)
+        and len(binding.targets) == 1
+        and isinstance(binding.targets[0].target, cst.Tuple | cst.List)
+        and isinstance(binding.value, cst.Call)
+    ):
+        return None
+    elements = binding.targets[0].target.elements
+    if any(isinstance(e, cst.StarredElement) for e in elements):
+        return None
+    slots = [i for i, e in enumerate(elements) if dotted(e.value) == name]
+    return (binding, slots[0], len(elements)) if len(slots) == 1 else None
 
 
 def _enumerated_index(loop: cst.For, name: str) -> bool:
