@@ -341,7 +341,13 @@ class SaveOutsideMainProcess(Rule):
         "        for step in range(steps):\n"
         "            self.accelerator.backward(self.model(step))\n"
         "            if step % 100 == 0:\n"
-        "                self.save_pretrained(os.path.join('ckpt', str(step), 'hf_model'))\n",
+        "                self.save_pretrained(os.path.join('ckpt', str(step), 'hf_model'))\n\n\n"
+        # ... and called from a subclass of the file (trlx's PPO and SFT trainers)
+        "class PPOTrainer(RLTrainer):\n"
+        "    def fit(self, epochs):\n"
+        "        for epoch in range(epochs):\n"
+        "            self.accelerator.backward(self.model(epoch))\n"
+        "            self.save_pretrained(os.path.join('ckpt', f'epoch-{epoch}'))\n",
         # a trainer's own name for the rank test (a property, an attribute set from one)
         "import torch\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
         "    def __init__(self, model):\n        self.accelerator = Accelerator()\n"
