@@ -802,3 +802,27 @@ def test_a_driver_of_a_subclass_whose_base_class_trains_prints_once_on_two_ranks
     result = launch(project / "train.py", cwd=project, timeout=300)
     assert_ok(result)
     assert result.stdout.splitlines().count("saved small.pt") == 1, result.stdout
+
+
+LOGGER = FIXTURES / "projects" / "logger_from_a_project_module"
+
+
+def test_a_logger_a_project_module_returns_logs_on_the_main_process_only(tmp_path: Path):
+    shutil.copytree(LOGGER, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    converted = result.converted.decode()
+    assert "import logging\n" in converted  # the file did not import it
+    assert "if not self.accelerator.is_local_main_process:\n" in converted
+    assert "logging.disable(logging.WARNING)" in converted
+    assert not any("logging" in note.text for note in result.reviews)
+
+
+def test_a_logger_a_project_module_returns_logs_each_record_once_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(LOGGER, project)
+    assert_ok(run_accelify("convert", project, "--write"))
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    lines = result.stdout.splitlines()
+    assert lines.count("Regressor: Starting training") == 1, result.stdout
+    assert lines.count("Regressor: Epoch 1 done") == 1, result.stdout

@@ -242,6 +242,24 @@ def imported_model_methods(
     return found
 
 
+def imported_loggers(siblings: list[SiblingCall]) -> set[str]:
+    """Names this file calls (``get_logger``, ``tools.logger.get_logger``) that are top-level
+    functions of a module of the project which return a logger of the ``logging`` module (their
+    body calls ``logging.getLogger``): what a name bound to their result logs goes through
+    ``logging`` as surely as ``logging.getLogger(...)`` made here (a model-stealing project's
+    ``self.logger = get_logger("Model " + self.name)`` of its ``tools/logger.py``)."""
+    found: set[str] = set()
+    for _, name, function, _, other in siblings:
+        defined = _top_level_function(other, function)
+        if defined is None or name in found:
+            continue
+        calls = [node for node in walk(defined) if isinstance(node, cst.Call)]
+        returns = any(isinstance(node, cst.Return) for node in walk(defined))
+        if returns and any("logging.getLogger" in other.qualified(call.func) for call in calls):
+            found.add(name)
+    return found
+
+
 @dataclass(frozen=True)
 class StateSaver:
     """A function of a sibling module that saves the state dict of a model it is handed
