@@ -705,3 +705,124 @@ def test_a_sibling_helper_that_saves_after_a_collective_keeps_its_review_line(tm
     assert "is_main_process:\n                    utils.save_checkpoint(" not in converted
     (review,) = [note for note in result.reviews if "utils.save_checkpoint()" in note.text]
     assert "module.` prefix" in review.text
+
+
+ANNOTATED = FIXTURES / "projects" / "loader_from_a_method_of_an_annotated_parameter"
+
+
+def test_a_loader_from_a_method_of_an_annotated_parameter_is_prepared(tmp_path: Path):
+    shutil.copytree(ANNOTATED, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    # ``trainset: Samples`` of samples.py, whose get_dataloader() makes a DataLoader
+    assert result.prepared == ["self.model", "optimizer", "train_loader"]
+    converted = result.converted.decode()
+    assert "self.model, optimizer, train_loader = self.accelerator.prepare(" in converted
+    assert not any("DataLoader" in note.text for note in result.reviews)
+
+
+def test_an_annotation_of_a_name_the_file_binds_itself_is_not_followed(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(ANNOTATED, project)
+    source = (project / "train.py").read_text()
+    # the parameter is rebound to something else before the call: its annotation says nothing
+    (project / "train.py").write_text(
+        source.replace(
+            "        train_loader = trainset.get_dataloader(",
+            "        trainset = Other()\n        train_loader = trainset.get_dataloader(",
+        )
+    )
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    assert "train_loader" not in result.prepared
+
+
+@pytest.mark.distributed
+def test_a_loader_from_a_method_of_an_annotated_parameter_trains_sharded_on_two_ranks(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(ANNOTATED, project)
+    assert_ok(run_accelify("convert", project / "train.py", "-o", project / "converted.py"))
+    result = run_accelify(
+        "verify",
+        project / "train.py",
+        project / "converted.py",
+        "--to-end",
+        cwd=tmp_path,
+        timeout=400,
+    )
+    assert_ok(result)
+    assert "verdict: PASS" in result.stdout
+    assert re.search(r"all [1-9]\d* printed lines identical", result.stdout), result.stdout
+
+
+REEXPORTED = FIXTURES / "projects" / "engine_module_re_exported_by_a_package"
+
+
+def test_a_driver_of_an_engine_a_package_re_exports_is_reviewed_at_its_calls(tmp_path: Path):
+    shutil.copytree(REEXPORTED, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    # ``from engine import run_epoch`` of engine/__init__.py, defined in engine/loop.py
+    assert not result.changed
+    assert "trains through run_epoch() of another module" in result.skipped
+    assert [note.line for note in result.reviews] == [22, 23]
+    assert all(
+        "run_epoch() trains in engine/loop.py (its .backward() at line 16)" in note.text
+        for note in result.reviews
+    )
+
+
+SUBCLASS = FIXTURES / "projects" / "trainer_subclass_of_a_base_in_another_module"
+
+
+def test_a_driver_of_a_subclass_whose_base_class_trains_prints_through_its_accelerator(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    train = results["train.py"]
+    assert results["base.py"].prepared == ["self.model", "optimizer", "loader"]
+    # Small of small.py trains through its base class Model of base.py
+    said = next(note for note in train.changes if note.line == 12)
+    assert "Small() trains in base.py (its .backward() at line 26)" in said.text
+    assert 'small.accelerator.print("saved small.pt")' in train.converted.decode()
+    (review,) = train.reviews
+    assert review.line == 15  # torch.save(small.model.state_dict(), "small.pt")
+    assert "save small.accelerator.unwrap_model(small.model).state_dict()" in review.text
+
+
+def test_a_driver_of_a_subclass_whose_base_class_trains_prints_once_on_two_ranks(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    assert_ok(run_accelify("convert", project, "--write"))
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    assert result.stdout.splitlines().count("saved small.pt") == 1, result.stdout
+
+
+LOGGER = FIXTURES / "projects" / "logger_from_a_project_module"
+
+
+def test_a_logger_a_project_module_returns_logs_on_the_main_process_only(tmp_path: Path):
+    shutil.copytree(LOGGER, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    converted = result.converted.decode()
+    assert "import logging\n" in converted  # the file did not import it
+    assert "if not self.accelerator.is_local_main_process:\n" in converted
+    assert "logging.disable(logging.WARNING)" in converted
+    assert not any("logging" in note.text for note in result.reviews)
+
+
+def test_a_logger_a_project_module_returns_logs_each_record_once_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(LOGGER, project)
+    assert_ok(run_accelify("convert", project, "--write"))
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    lines = result.stdout.splitlines()
+    assert lines.count("Regressor: Starting training") == 1, result.stdout
+    assert lines.count("Regressor: Epoch 1 done") == 1, result.stdout

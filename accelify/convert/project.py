@@ -18,7 +18,13 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
 from accelify.analysis.names import MODULE_API, TORCH_SAVE
-from accelify.analysis.project_modules import IMPORTED, module_file, read
+from accelify.analysis.project_modules import (
+    defining_module,
+    imported_files,
+    module_file,
+    read,
+    resolved,
+)
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, is_main_guard, walk
 from accelify.analysis.writing_helpers import writes_only
@@ -45,13 +51,24 @@ class TrainedElsewhere:
 
 
 def may_train_elsewhere(path: Path, data: bytes) -> bool:
-    """A cheap test for a file without ``.backward(``: it imports a module of its own folder
-    whose source has one."""
-    for match in IMPORTED.finditer(data):
-        name = (match.group(1) or match.group(2)).decode()
-        found = module_file(path, name)
-        if found is not None and b".backward(" in read(found):
-            return True
+    """A cheap test for a file without ``.backward(``: it imports a module of the project
+    whose source has one, itself or through a package that re-exports its functions
+    (``from wann.utils import run_epoch`` of ``wann/utils/trainer.py``), or through the
+    modules those import (a subclass in ``small.py`` of a base class of ``base.py`` that
+    trains), three imports deep."""
+    seen: set[Path] = set()
+    todo = [(path, data, 0)]
+    while todo:
+        file, text, depth = todo.pop()
+        for found in imported_files(file, text).values():
+            if found in seen:
+                continue
+            seen.add(found)
+            source = read(found)
+            if b".backward(" in source:
+                return True
+            if depth < 2:
+                todo.append((found, source, depth + 1))
     return False
 
 
@@ -61,10 +78,46 @@ def trained_elsewhere(path: str | Path, model: ScriptModel) -> list[TrainedElsew
     that module they call."""
     found = []
     for call, name, function, file, other in _sibling_calls(Path(path), model):
-        backward = _backward_reached(other, function)
-        if backward is not None:
-            found.append(TrainedElsewhere(model.line(call), name, file, backward, call, function))
+        reached = _backward_of_class_or_bases(file, other, function)
+        if reached is not None:
+            there, defined, backward = reached
+            found.append(TrainedElsewhere(model.line(call), name, there, backward, call, defined))
     return found
+
+
+def _backward_of_class_or_bases(
+    file: Path, other: ScriptModel, function: str, depth: int = 0
+) -> tuple[Path, str, int] | None:
+    """Where the backward ``function`` of ``other`` (the module ``file``) runs is, as the file,
+    the function's or class's name there and the backward's line: in ``other`` itself, or, for
+    a class, in a base class it imports from another module of the project (``class
+    SmallStealer(Model)`` whose ``Model.train()`` of ``model.py`` trains: the driver that builds
+    a ``SmallStealer`` trains there), three bases deep at most."""
+    backward = _backward_reached(other, function)
+    if backward is not None:
+        return file, function, backward
+    if depth == 3:
+        return None
+    defined = next(
+        (s for s in other.module.body if isinstance(s, cst.ClassDef) and s.name.value == function),
+        None,
+    )
+    for base in defined.bases if defined is not None else ():
+        name = dotted(base.value)
+        imported = other.imports.resolve(name) if name else None
+        if imported is None or "." not in imported.lstrip("."):
+            continue
+        module_name, _, member = imported.rpartition(".")
+        found = module_file(file, module_name)
+        if found is None:
+            continue
+        found, member = defining_module(found, member)
+        analysed = _analyzed(found)
+        if analysed is not None:
+            reached = _backward_of_class_or_bases(found, analysed, member, depth + 1)
+            if reached is not None:
+                return reached
+    return None
 
 
 def imported_writers(
@@ -123,6 +176,8 @@ def _sibling_calls(script: Path, model: ScriptModel) -> Iterator[SiblingCall]:
         file = files[module_name]
         if file is None:
             continue
+        # a package's ``__init__.py`` that only re-exports it: the module that defines it
+        file, function = defining_module(file, function)
         if file not in modules:
             modules[file] = _analyzed(file)
         other = modules[file]
@@ -184,6 +239,24 @@ def imported_model_methods(
                 method = f"{node.func.value.value}.{node.func.attr.value}()"
                 found[name] = f"{method} at {_relative(file, script)}:{other.line(node)}"
                 break
+    return found
+
+
+def imported_loggers(siblings: list[SiblingCall]) -> set[str]:
+    """Names this file calls (``get_logger``, ``tools.logger.get_logger``) that are top-level
+    functions of a module of the project which return a logger of the ``logging`` module (their
+    body calls ``logging.getLogger``): what a name bound to their result logs goes through
+    ``logging`` as surely as ``logging.getLogger(...)`` made here (a model-stealing project's
+    ``self.logger = get_logger("Model " + self.name)`` of its ``tools/logger.py``)."""
+    found: set[str] = set()
+    for _, name, function, _, other in siblings:
+        defined = _top_level_function(other, function)
+        if defined is None or name in found:
+            continue
+        calls = [node for node in walk(defined) if isinstance(node, cst.Call)]
+        returns = any(isinstance(node, cst.Return) for node in walk(defined))
+        if returns and any("logging.getLogger" in other.qualified(call.func) for call in calls):
+            found.add(name)
     return found
 
 
@@ -452,7 +525,9 @@ def _analyzed(file: Path) -> ScriptModel | None:
 
 
 def _relative(module: Path, script: Path) -> str:
-    try:
-        return str(module.relative_to(script.parent))
-    except ValueError:
-        return str(module)
+    for there, here in ((module, script.parent), (resolved(module), resolved(script).parent)):
+        try:  # a module found through a base class may be named by its absolute path
+            return str(there.relative_to(here))
+        except ValueError:
+            continue
+    return str(module)

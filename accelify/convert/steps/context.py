@@ -133,6 +133,9 @@ class Context:
     #: Functions of the project's other modules that save the state dict of a model they are
     #: handed, by the name calls use (`project.imported_state_savers`)
     imported_state_savers: dict[str, StateSaver] = field(default_factory=dict)
+    #: Functions of the project's other modules that return a ``logging`` logger, by the name
+    #: calls use (`project.imported_loggers`)
+    imported_loggers: set[str] = field(default_factory=set)
     #: Imports of the standard library an edit needs (``from functools import cached_property``)
     extra_imports: list[str] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.

@@ -151,6 +151,16 @@ def run(ctx: Context) -> None:
                 "prepared, so every rank trains on all of it (correct, not data-parallel); bind "
                 "it to a name and prepare it before it is put in the container to shard it"
             )
+        elif inherited := _batches_from_an_attribute_set_elsewhere(ctx):
+            loop_node, attribute = inherited
+            text = (
+                f"the training loop at line {ctx.line(loop_node)} reads its batches from "
+                f"{attribute}, which no code of this file sets (a base class of another module "
+                "or a caller does): if a DataLoader is behind it, that loader is not prepared, "
+                "so every rank trains on all of it (correct, not data-parallel); prepare the "
+                "loader where it is made, before anything iterates it, and hand the prepared "
+                "one in"
+            )
         else:
             text = (
                 "batches do not come from a DataLoader: every rank trains on the same data; "
@@ -1026,6 +1036,52 @@ def _handed_in_from_outside(ctx: Context) -> tuple[str, str, cst.For] | None:
             ):
                 return loop.iterable, method.name.value, loop.node
     return None
+
+
+def _batches_from_an_attribute_set_elsewhere(ctx: Context) -> tuple[cst.For, str] | None:
+    """A training loop whose batches are read from ``self.<name>`` (what it iterates, or what
+    ``next(...)`` draws from in its body) that no assignment of this file sets: a base class of
+    another module made it (an audio GAN's ``self.train_loader_iter = cycle(iter(
+    self.train_loader))`` in its ``trainers/base_trainer.py``). Whether a DataLoader is behind
+    it is not known here, so the review line must not say the batches come from none."""
+    assigned = {
+        target.attr.value
+        for node in walk(ctx.model.module)
+        if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign))
+        for target in _assigned_targets(node)
+        if isinstance(target, cst.Attribute)
+    }
+    loops = [loop.node for loop in ctx.model.loops if loop.trains]
+    loops += [loop.node for loop, _ in ctx.facts.step_driven_loops]
+    for loop in loops:
+        read = [loop.iter]
+        read += [
+            node.args[0].value
+            for node in walk(loop.body)
+            if isinstance(node, cst.Call) and dotted(node.func) == "next" and node.args
+        ]
+        for value in read:
+            if (
+                isinstance(value, cst.Attribute)
+                and isinstance(value.value, cst.Name)
+                and value.value.value == "self"
+                and value.attr.value not in assigned
+            ):
+                return loop, f"self.{value.attr.value}"
+    return None
+
+
+def _assigned_targets(node: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[cst.BaseExpression]:
+    """The targets an assignment binds, unpacked (``self.a, self.b = ...``)."""
+    tops = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+    found: list[cst.BaseExpression] = []
+    while tops:
+        top = tops.pop()
+        if isinstance(top, (cst.Tuple, cst.List)):
+            tops.extend(element.value for element in top.elements)
+        else:
+            found.append(top)
+    return found
 
 
 def _no_loader_prepared(ctx: Context) -> bool:
