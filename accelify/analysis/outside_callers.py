@@ -340,10 +340,21 @@ class ProjectView:
         """The class a name this file imports from a project module stands for (a base class:
         ``from .base_trainer import BaseAcceleratedTrainer``), with that module's analysis;
         None for a name of no project module."""
+        found = self.class_imported_by(model, name, self.path)
+        return found[:2] if found is not None else None
+
+    def class_imported_by(
+        self, model: ScriptModel, name: str, file: Path
+    ) -> tuple[ScriptModel, cst.ClassDef, Path] | None:
+        """`imported_class` of ``model``, the analysis of the project module ``file`` (this
+        file, or one a class of it was read from: a reward model's backbone imported by the
+        module that defines the reward model), with the defining module's file, so that what
+        that class imports in turn is looked up from its own module. A dotted name reads
+        through an imported module (``from models import net``, then ``net.Net``)."""
         if self.load is None:
             return None
         qualified = model.imports.resolve(name)
-        split = split_member(qualified, self.path) if qualified else None
+        split = split_member(qualified, file) if qualified else None
         if split is None or b"class " + split[1].encode() not in read(split[0]):
             return None
         other = (self.load_alone or self.load)(split[0])
@@ -358,7 +369,7 @@ class ProjectView:
             ),
             None,
         )
-        return (other, found) if found is not None else None
+        return (other, found, split[0]) if found is not None else None
 
 
 #: A line of a module's text at its top level: code at column 0 (not a comment, nor the
