@@ -1593,3 +1593,19 @@ def test_a_forward_in_the_header_of_a_loop_over_the_batch_is_linted_not_crashed_
     )
     findings = lint_source(code.encode(), "example.py", Selection()).findings
     assert ("ACC403", 9) in [(f.code, f.line) for f in findings]
+
+
+def test_one_wrapper_attribute_read_twice_in_one_statement_is_one_finding():
+    """``model.weight.shape, model.weight.dtype`` on the DDP wrapper is one bug (one
+    unwrap_model to add), reported once; another attribute of the same call is its own."""
+    code = (
+        "import torch\n" + HEADER + "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model, opt = accelerator.prepare(model, opt)\n"
+    )
+    same = code + "print(model.weight.shape, model.weight.dtype)\n"
+    assert the_finding(same, "ACC104").line == 7
+    module = code + "print(model.module.weight.shape, model.module.bias.shape)\n"
+    assert the_finding(module, "ACC104").line == 7
+    both = code + "print(model.weight.shape, model.bias.shape)\n"
+    assert [f.column for f in lint(both, "ACC104").findings if f.code == "ACC104"] == [7, 27]
