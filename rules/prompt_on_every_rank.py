@@ -1,9 +1,11 @@
+import os
 from collections.abc import Iterator
 
 import libcst as cst
 
 from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.project_modules import read, split_member
 from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, has_parameter
@@ -158,12 +160,17 @@ class PromptOnEveryRank(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        if "input" not in script.source or not _runs_on_several_processes(script):
+        if not _runs_on_several_processes(script):
             return
+        if "input" not in script.source and script.project is None:
+            return  # no input() here, and no helper module of the project that may ask it
         facts = facts_of(script)
         placement, guards = facts.placement, facts.ranks.backend_guards
+        helpers = _prompting_helpers(script)
         for call in script.calls:
-            if not _builtin_input(script, call) or _rank_tested_expression(script, facts, call):
+            if call not in helpers and not _builtin_input(script, call):
+                continue
+            if _rank_tested_expression(script, facts, call):
                 continue
             if _lambda_never_called_by_every_rank(script, facts, call):
                 continue
@@ -176,7 +183,7 @@ class PromptOnEveryRank(Rule):
                 script, placement, guards, facts.synchronising_call, function
             ):
                 continue
-            yield self.finding(script, call, message=_message(script, call))
+            yield self.finding(script, call, message=_message(script, call, helpers.get(call)))
 
 
 #: Accelerator methods of a script written for several processes (training, combining).
@@ -286,11 +293,67 @@ def _operands(node: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
         yield from _operands(node.right)
 
 
-def _message(script: ScriptModel, call: cst.Call) -> str:
+def _prompting_helpers(script: ScriptModel) -> dict[cst.Call, str]:
+    """The file's calls of a function of another module of the project that asks ``input()``
+    itself, on whichever ranks call it (``confirm_overwrite(args.output_dir)`` of a helper
+    module that names no accelerator, so is never linted on its own), each with the place of
+    its ``input()`` (``prompts.py:2``): the call site is where the fix goes. The helper's own
+    ``input()`` counts where nothing in it tests the rank (`_rank_tested_expression`, a rank
+    guard around it); a helper that only hands on to another is not followed, nor one of a
+    module that names an accelerator (linted itself, where its ``input()`` is reported)."""
+    project = script.project
+    load = (project.load_alone or project.load) if project is not None else None
+    if project is None or load is None:
+        return {}
+    found: dict[cst.Call, str] = {}
+    for call in script.calls:
+        name = dotted(call.func)
+        qualified = script.imports.resolve(name) if name is not None else None
+        split = split_member(qualified, project.path) if qualified else None
+        if split is None or b"input(" not in (text := read(split[0])):
+            continue
+        if b"ccelerator" in text:
+            continue  # a module that uses an accelerator is linted itself, its input() there
+        project.read.add(split[0])  # an edit of the helper changes the answer
+        other = load(split[0])
+        asked = _asked_in(other, split[1]) if other is not None else None
+        if asked is not None:
+            where = os.path.relpath(split[0].resolve(), project.path.resolve().parent)
+            found[call] = f"{where}:{other.line(asked)}"  # type: ignore[union-attr]
+    return found
+
+
+def _asked_in(script: ScriptModel, name: str) -> cst.Call | None:
+    """The builtin ``input()`` the module-level function ``name`` of ``script`` runs on every
+    call of it (none under a rank test of its own)."""
+    function = next(
+        (s for s in script.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+        None,
+    )
+    if function is None:
+        return None
+    facts = facts_of(script)
+    guards = facts.ranks.backend_guards
+    for call in script.calls:
+        if (
+            script.inside(call, function)
+            and facts.placement.enclosing_function(call) is function
+            and _builtin_input(script, call)
+            and not _rank_tested_expression(script, facts, call)
+            and guards.entered_by_all(call, within=function)
+        ):
+            return call
+    return None
+
+
+def _message(script: ScriptModel, call: cst.Call, helper: str | None = None) -> str:
     accelerator = accelerator_at(script, call) or "accelerator"
     prompt = script.module.code_for_node(call)
+    runs = "this input()"
+    if helper is not None:
+        runs = f"{dotted(call.func)}(), which asks input() ({helper})"
     return (
-        "Ask on the main process only and broadcast the answer: every rank runs this input(), "
+        f"Ask on the main process only and broadcast the answer: every rank runs {runs}, "
         "and the launcher gives the N processes one terminal, so the line typed reaches one of "
         "them and the others wait for another (hang; EOFError where stdin is closed); write "
         f"`answer = [{prompt} if {accelerator}.is_main_process else None]`, then "

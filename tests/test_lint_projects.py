@@ -302,3 +302,13 @@ def test_an_accelerator_from_an_unread_factory_is_not_called_ddp_only(tmp_path: 
     assert len(messages) == 1
     assert "only when several processes" not in messages[0]
     assert "built elsewhere" in messages[0]
+
+
+def test_a_prompt_in_a_helper_module_is_reported_at_the_call_naming_the_input():
+    """prompts.py names no accelerator and is never linted alone: its input() is reported at
+    the training script's call of the helper, the place of the fix, naming the helper's line."""
+    message = reported(PROJECTS / "prompt_in_a_helper_module")[("train.py", 15, "ACC216")]
+    assert "confirm_overwrite(), which asks input() (prompts.py:2)" in message
+    assert (
+        "[confirm_overwrite(args.output_dir) if accelerator.is_main_process else None]" in message
+    )
