@@ -114,6 +114,30 @@ _WHOLE_LISTS = (
 )
 
 
+#: An evaluator object that keeps the loader its constructor is handed and counts over it in
+#: ``__call__``; built with the prepared evaluation loader (``{gather}``: the gather, if any).
+_EVALUATOR_OBJECT = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Evaluator:\n"
+    "    def __init__(self, accelerator, loader):\n"
+    "        self.accelerator = accelerator\n"
+    "        self.loader = loader\n\n"
+    "    def __call__(self, model):\n"
+    "        correct, total = 0, 0\n"
+    "        for batch, labels in self.loader:\n"
+    "            with torch.no_grad():\n"
+    "                predictions = model(batch).argmax(-1)\n"
+    "{gather}"
+    "            correct += (predictions == labels).sum().item()\n"
+    "            total += len(labels)\n"
+    "        return correct / total\n\n\n"
+    "accelerator = Accelerator()\n"
+    "model, optimizer, eval_loader = accelerator.prepare(model, optimizer, eval_loader)\n"
+    "evaluator = Evaluator(accelerator, eval_loader)\n"
+    "print(evaluator(model))\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -130,6 +154,8 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
+        # an evaluator object: the loader its constructor keeps is the prepared one
+        Example(_EVALUATOR_OBJECT.format(gather=""), 15, 13),
         # ... the same helper's tuple with the references left ungathered: this rank's labels
         Example(
             HEADER
@@ -554,6 +580,11 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        _EVALUATOR_OBJECT.format(
+            gather="            predictions, labels = self.accelerator.gather_for_metrics(\n"
+            "                (predictions, labels)\n"
+            "            )\n"
+        ),
         # a helper's decoded lists handed back in a tuple, each gathered by the caller before
         # the metric reads them (the object gather of Accelerate's summarisation examples)
         HEADER
@@ -885,6 +916,22 @@ class UngatheredMetric(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        holds_none = not (
+            script.of_kind(Kind.ACCELERATOR)
+            or script.accelerator_params
+            or script.inherited_accelerators
+        )
+        for finding in self._check(script):
+            if holds_none:
+                # a module handed only prepared objects (``accuracy(model, eval_loader)``):
+                # the advice's accelerator is the caller's
+                finding.message += (
+                    "; this module holds no accelerator: add an `accelerator` parameter and "
+                    "have the caller hand it the one that prepared these objects"
+                )
+            yield finding
+
+    def _check(self, script: ScriptModel) -> Iterator[Finding]:
         facts = facts_of(script)
         accelerators = script.names_of(Kind.ACCELERATOR)
         all_calls = calls(script)

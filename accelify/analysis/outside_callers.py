@@ -503,7 +503,8 @@ def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, 
     """The calls of ``caller`` that run a function, class or method of another project module,
     with that module's file and the member's name (``Trainer.fit``): a name the imports resolve
     (``validate``, ``utils.validate``), or a method of an instance the file made of an imported
-    class (``trainer = Trainer(...)`` then ``trainer.fit()``; ``Trainer(...).fit()``)."""
+    class (``trainer = Trainer(...)`` then ``trainer.fit()``; ``Trainer(...).fit()``; the
+    instance called, ``evaluator(model)``: ``Evaluator.__call__``)."""
     for call in caller.calls:
         name = dotted(call.func)
         qualified = caller.imports.resolve(name) if name else None
@@ -512,6 +513,10 @@ def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, 
             yield call, split[0], split[1]
             continue
         if not isinstance(call.func, cst.Attribute):
+            # an instance called (``evaluator(model)``): its class's ``__call__``
+            made = _instance_of(caller, call.func, path) if name is not None else None
+            if made is not None:
+                yield call, made[0], f"{made[1]}.__call__"
             continue
         made = _instance_of(caller, call.func.value, path)
         if made is not None:

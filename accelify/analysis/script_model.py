@@ -702,9 +702,15 @@ class ScriptModel:
 
     @property
     def uses_accelerator(self) -> bool:
-        """Created here, returned by a factory, held by a class or received as a parameter."""
+        """Created here, returned by a factory, held by a class or received as a parameter;
+        or the project's other modules hand the file's functions what an accelerator prepared
+        (``accuracy(model, eval_loader)`` of a metrics module that names no accelerator: its
+        loop reads one rank's shard all the same)."""
         return bool(
-            self.of_kind(Kind.ACCELERATOR) or self.accelerator_params or self.inherited_accelerators
+            self.of_kind(Kind.ACCELERATOR)
+            or self.accelerator_params
+            or self.inherited_accelerators
+            or any(g.prepared for given in self.given_parameters.values() for g in given.values())
         )
 
     @property
