@@ -312,3 +312,11 @@ def test_a_prompt_in_a_helper_module_is_reported_at_the_call_naming_the_input():
     assert (
         "[confirm_overwrite(args.output_dir) if accelerator.is_main_process else None]" in message
     )
+
+
+def test_a_dict_of_batch_stats_is_advised_a_reduce_of_each_value():
+    """nanoT5's ``averager.update(stats)``: the advice reduces the dict's values over the ranks
+    (the fix `averaged_eval_reduced_good` applies), not a gather of predictions and labels."""
+    message = reported(PROJECTS / "averaged_eval_handed_on")[("loops.py", 21, "ACC403")]
+    assert message.startswith("Reduce `stats` over the ranks before folding it in")
+    assert 'accelerator.reduce(torch.tensor(v, device=accelerator.device), "mean")' in message
