@@ -1,5 +1,9 @@
+from __future__ import annotations
+
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -10,6 +14,9 @@ from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, has_parameter
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+
+if TYPE_CHECKING:
+    from accelify.analysis.outside_callers import Load, ProjectView
 
 _PREPARED = (
     "import torch\n"
@@ -306,21 +313,34 @@ def _prompting_helpers(script: ScriptModel) -> dict[cst.Call, str]:
     if project is None or load is None:
         return {}
     found: dict[cst.Call, str] = {}
+    places: dict[tuple[Path, str], str | None] = {}  # each helper read and analysed once
     for call in script.calls:
         name = dotted(call.func)
         qualified = script.imports.resolve(name) if name is not None else None
         split = split_member(qualified, project.path) if qualified else None
-        if split is None or b"input(" not in (text := read(split[0])):
+        if split is None:
             continue
-        if b"ccelerator" in text:
-            continue  # a module that uses an accelerator is linted itself, its input() there
-        project.read.add(split[0])  # an edit of the helper changes the answer
-        other = load(split[0])
-        asked = _asked_in(other, split[1]) if other is not None else None
-        if asked is not None:
-            where = os.path.relpath(split[0].resolve(), project.path.resolve().parent)
-            found[call] = f"{where}:{other.line(asked)}"  # type: ignore[union-attr]
+        if split not in places:
+            places[split] = _place_asked(project, load, split[0], split[1])
+        if places[split] is not None:
+            found[call] = places[split]  # type: ignore[assignment]
     return found
+
+
+def _place_asked(project: ProjectView, load: Load, file: Path, name: str) -> str | None:
+    """``prompts.py:2``: where function ``name`` of the project module ``file`` asks
+    `_asked_in`; None where it does not, or where the module names an accelerator (linted
+    itself, its ``input()`` reported there)."""
+    text = read(file)
+    if b"input(" not in text or b"ccelerator" in text:
+        return None
+    project.read.add(file)  # an edit of the helper changes the answer
+    other = load(file)
+    asked = _asked_in(other, name) if other is not None else None
+    if other is None or asked is None:
+        return None
+    where = os.path.relpath(file.resolve(), project.path.resolve().parent)
+    return f"{where}:{other.line(asked)}"
 
 
 def _asked_in(script: ScriptModel, name: str) -> cst.Call | None:

@@ -933,12 +933,14 @@ class WrapperAttribute(Rule):
         reported: set[tuple[int, str, str]] = set()
         for attribute in facts.placement.attributes():
             found = list(self._attribute(script, facts, engine, attribute))
+            if not found:
+                continue
             key = (
                 id(_statement_of(script, attribute)),
                 script.module.code_for_node(attribute.value),
                 attribute.attr.value,
             )
-            if found and key not in reported:
+            if key not in reported:
                 reported.add(key)
                 yield from found
 
