@@ -600,12 +600,17 @@ class ObjectFlow:
     def _handed_prepared(self, name: str | None, at: cst.CSTNode) -> bool:
         """``name`` is a parameter of the function around ``at`` that its callers hand a
         prepared object, also on through helpers (nanoT5: ``main`` prepares, ``train(model,
-        ..., test_dataloader)`` -> ``maybe_eval_predict(model, dataloader)`` -> ``predict``)."""
+        ..., test_dataloader)`` -> ``maybe_eval_predict(model, dataloader)`` -> ``predict``),
+        or the attribute its class's constructor keeps such a parameter in (``self.loader``:
+        `_kept_from_a_prepared_parameter`)."""
         function = self.placement.enclosing_function(at)
         return (
             function is not None
             and name is not None
-            and self.parameter_prepared(function, name) is True
+            and (
+                self.parameter_prepared(function, name) is True
+                or self._kept_from_a_prepared_parameter(function, name)
+            )
         )
 
     def returned_entry_read(self, loop: Loop) -> tuple[str, cst.CSTNode] | None:
@@ -637,11 +642,38 @@ class ObjectFlow:
         # handed on through helpers: ``train(dev_dl)`` -> ``train_epoch(dev_dataloader)`` ->
         # ``evaluate(dev_dataloader)`` (a tri-modal retrieval trainer's evaluation)
         function = self.placement.enclosing_function(loop.node)
-        return (
-            function is not None
-            and loop.iterable is not None
-            and self.parameter_prepared(function, loop.iterable) is True
-        )
+        if function is not None and loop.iterable is not None:
+            if self.parameter_prepared(function, loop.iterable) is True:
+                return True
+            return self._kept_from_a_prepared_parameter(function, loop.iterable)
+        return False
+
+    def _kept_from_a_prepared_parameter(self, function: cst.FunctionDef, name: str) -> bool:
+        """``self.loader`` of an evaluator whose constructor keeps the loader it is handed
+        (``self.loader = loader``), and every construction hands it a prepared one
+        (``Evaluator(eval_loader)`` after prepare, here or in another module of the project):
+        its ``__call__`` (or other method) iterates that rank's shard. Only where the
+        constructor's assignment is the attribute's one binding in the class."""
+        if not name.startswith("self.") or name.count(".") != 1:
+            return False
+        graph = self.model.call_graph
+        owner = graph.owner(function)
+        if owner is None:
+            return False
+        assignments = self.model.index.assignments_in_class(name, function)
+        if len(assignments) != 1 or not isinstance(assignments[0], cst.Assign):
+            return False
+        assign = assignments[0]
+        init = self.placement.enclosing_function(assign)
+        if (
+            init is None
+            or init.name.value != "__init__"
+            or graph.owner(init) is not owner
+            or len(assign.targets) != 1
+            or not isinstance(assign.value, cst.Name)
+        ):
+            return False
+        return self.parameter_prepared(init, assign.value.value) is True
 
     def _prepared_by_another_class(self, loop: Loop) -> bool:
         """``self.data_loader`` read in ``Test.run_epoch`` while only ``Train.__init__`` prepares
