@@ -1634,16 +1634,17 @@ def _calls_reading_a_global(script: ScriptModel, name: str, at: cst.CSTNode) -> 
         for ancestor in script.ancestors(function)
     ):
         return []
+    calls = [call for call, _ in script.call_graph.calls_of(function)]
+    if not calls or any(script.scope_of(call) is not script.module for call in calls):
+        return []  # (asked first: the scopes below cost more)
     # a local of its own (a parameter, a loop's or a ``with``'s name, a lambda's parameter, a
     # walrus, ``except ... as``, a ``case`` capture, a local import): not the module's
     if not means_module_binding(script, name, at):
         return []
-    for node in walk(function.body):  # ``global model``: it may bind the module's name itself
-        if isinstance(node, cst.Global) and any(n.name.value == name for n in node.names):
+    for node in script.index.of_type(cst.Global):  # ``global model`` in it: it may bind the
+        # module's name itself
+        if any(n.name.value == name for n in node.names) and script.inside(node, function.body):
             return []
-    calls = [call for call, _ in script.call_graph.calls_of(function)]
-    if not calls or any(script.scope_of(call) is not script.module for call in calls):
-        return []
     return calls
 
 

@@ -224,6 +224,12 @@ class ScriptModel:
         (`name_scopes`): a pass over the whole module costs several times its parse."""
         return {}
 
+    @cached_property
+    def name_bindings(self) -> dict[tuple[str, int], tuple]:
+        """Per name and top-level statement (by id), where the statement may bind the name
+        (`name_scopes._bindings_in`): asked again for each read of the name."""
+        return {}
+
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions cost a code-generation pass over the file: resolved on first use only.
         if self._positions is None:
