@@ -705,3 +705,97 @@ def test_a_sibling_helper_that_saves_after_a_collective_keeps_its_review_line(tm
     assert "is_main_process:\n                    utils.save_checkpoint(" not in converted
     (review,) = [note for note in result.reviews if "utils.save_checkpoint()" in note.text]
     assert "module.` prefix" in review.text
+
+
+STOPPER = FIXTURES / "projects" / "early_stopping_object_in_a_sibling_module"
+
+
+def _stopper(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    shutil.copytree(STOPPER, project)
+    return project
+
+
+def test_an_object_of_a_sibling_module_that_saves_is_handed_the_unwrapped_model(tmp_path: Path):
+    """``self.early_stopping(val_loss, self.model)`` of stopping.py's ``EarlyStopping``, whose
+    ``save_checkpoint`` saves ``model.state_dict()``: converted with the folder, the object is
+    handed the unwrapped model, every rank waits after the call, and stopping.py's save runs on
+    the main process only."""
+    project = _stopper(tmp_path)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    train, stopping = results["train.py"], results["stopping.py"]
+    assert (
+        "            self.early_stopping(val_loss, self.accelerator.unwrap_model(self.model))\n"
+        "            self.accelerator.wait_for_everyone()\n"
+        "            if self.early_stopping.early_stop:\n"
+    ) in train.converted.decode()
+    assert (
+        "    def save_checkpoint(self, model):\n"
+        "        if PartialState().is_main_process:\n"
+        "            torch.save(model.state_dict(), self.path)\n"
+    ) in stopping.converted.decode()
+    assert "from accelify import PartialState\n" in stopping.converted.decode()
+    (change,) = stopping.changes
+    assert change.line == 25 and "made by train.py, converted with this file" in change.text
+    waits = [n for n in train.changes if "every rank waits for the file" in n.text]
+    assert [n.line for n in waits] == [66]
+    assert "on the main process only (stopping.py is converted with this file)" in waits[0].text
+    # what is left to the user: the state taken on one rank under a sharding backend
+    assert [n.line for n in stopping.reviews] == [25]
+    assert all("FSDP or ZeRO-3" in n.text for n in (*stopping.reviews, *train.reviews))
+
+
+def test_an_object_saver_whose_module_is_not_converted_gets_a_review_line(tmp_path: Path):
+    project = _stopper(tmp_path)
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    code = result.converted.decode()
+    assert "self.early_stopping(val_loss, self.accelerator.unwrap_model(self.model))" in code
+    assert "self.accelerator.wait_for_everyone()\n            if self.early_stopping" in code
+    (review,) = result.reviews
+    assert review.line == 66 and "on every rank: N writes racing on one path" in review.text
+    assert "convert stopping.py with this file" in review.text
+    assert (project / "stopping.py").read_text() == (STOPPER / "stopping.py").read_text()
+
+
+def test_an_object_saver_with_a_collective_is_not_treated_as_one(tmp_path: Path):
+    # run on the main process alone, its all_reduce would wait for ranks that never come
+    project = _stopper(tmp_path)
+    stopping = (project / "stopping.py").read_text()
+    stopping = stopping.replace(
+        "        torch.save(", "        torch.distributed.barrier()\n        torch.save(", 1
+    )
+    (project / "stopping.py").write_text(stopping)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    assert not results["stopping.py"].changed
+    assert "unwrap_model(self.model)" not in results["train.py"].converted.decode()
+
+
+def test_a_method_that_hands_its_model_to_a_saving_method_is_a_saver(tmp_path: Path):
+    from accelify.analysis.script_model import analyze
+    from accelify.convert.project import class_state_savers, saver_class
+    from accelify.source import parse
+
+    module = analyze(parse((STOPPER / "stopping.py").read_bytes(), "stopping.py"))
+    savers = class_state_savers(module, saver_class(module, "EarlyStopping"))  # type: ignore[arg-type]
+    assert set(savers) == {"__call__", "save_checkpoint"}
+    assert savers["__call__"].parameters == ("val_loss", "model")
+    assert savers["__call__"].saved == {"model"}
+
+
+def test_an_early_stopping_object_of_a_sibling_module_reloads_its_best_on_two_ranks(
+    tmp_path: Path,
+):
+    project = _stopper(tmp_path)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    shutil.rmtree(project / "checkpoints")
+    assert_ok(run_accelify("convert", project, "--write"))
+    alone = run_python(project / "train.py", cwd=project)
+    assert_ok(alone)
+    assert alone.stdout == original.stdout
+    shutil.rmtree(project / "checkpoints")
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    assert [line for line in result.stdout.splitlines() if line.startswith("test accuracy")] == [
+        "test accuracy 19/32"
+    ], result.stdout

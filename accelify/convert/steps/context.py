@@ -26,7 +26,7 @@ from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 
 if TYPE_CHECKING:
-    from accelify.convert.project import StateSaver
+    from accelify.convert.project import ObjectSaver, StateSaver
 
 #: ``accelerator.`` as review advice writes it, not part of a longer name (``self.accelerator.``).
 _PLAIN_ACCELERATOR = re.compile(r"(?<![\w.])accelerator\.(?=\w)")
@@ -133,6 +133,9 @@ class Context:
     #: Functions of the project's other modules that save the state dict of a model they are
     #: handed, by the name calls use (`project.imported_state_savers`)
     imported_state_savers: dict[str, StateSaver] = field(default_factory=dict)
+    #: Classes of the project's other modules whose methods save the state dict of a model
+    #: they are handed, by the name calls use (`project.imported_object_savers`)
+    imported_object_savers: dict[str, ObjectSaver] = field(default_factory=dict)
     #: Imports of the standard library an edit needs (``from functools import cached_property``)
     extra_imports: list[str] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.
