@@ -799,3 +799,56 @@ def test_an_early_stopping_object_of_a_sibling_module_reloads_its_best_on_two_ra
     assert [line for line in result.stdout.splitlines() if line.startswith("test accuracy")] == [
         "test accuracy 19/32"
     ], result.stdout
+
+
+_HELPER_SCRIPT = """import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, loader):
+    total = 0.0
+    with torch.no_grad():
+        for xb, yb in loader:
+            total += nn.functional.cross_entropy(model(xb), yb, reduction="sum").item()
+    return total
+
+
+if __name__ == "__main__":
+    x = torch.randn(64, 4)
+    loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for xb, yb in loader:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+    print(evaluate(model, loader))
+"""
+
+
+@pytest.mark.parametrize(
+    "importer",
+    [
+        "from train import evaluate\n\nevaluate(None, [])\n",
+        "import train\n\ntrain.evaluate(None, [])\n",
+    ],
+)
+def test_a_helper_reading_the_guarded_global_accelerator_imported_elsewhere_is_said(
+    tmp_path: Path, importer: str
+):
+    """``evaluate`` gathers through the global ``accelerator`` the conversion creates under the
+    main guard; report.py imports it, where that global never exists (NameError)."""
+    (tmp_path / "train.py").write_text(_HELPER_SCRIPT)
+    (tmp_path / "report.py").write_text(importer)
+    (result,) = convert_all(list(collect([tmp_path / "train.py"])), Options(), 1)
+    assert "accelerator.gather_for_metrics" in result.converted.decode()
+    (review,) = [n for n in result.reviews if "reads the global accelerator" in n.text]
+    assert review.line == 6 and "report.py imports evaluate from here" in review.text
+
+
+def test_a_helper_reading_the_global_accelerator_imported_by_no_file_is_not_said(tmp_path: Path):
+    (tmp_path / "train.py").write_text(_HELPER_SCRIPT)
+    (tmp_path / "report.py").write_text("import torch\n")
+    (result,) = convert_all(list(collect([tmp_path / "train.py"])), Options(), 1)
+    assert not [n for n in result.reviews if "reads the global accelerator" in n.text]

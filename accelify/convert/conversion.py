@@ -18,7 +18,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.side_effects import writes
 from accelify.analysis.syntax import dotted, is_docstring, walk
-from accelify.convert import across, project, saver_modules
+from accelify.convert import across, imported_helpers, project, saver_modules
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.unread_devices import drop_unread_devices
 from accelify.convert.wrap_lines import wrap_long_lines
@@ -99,12 +99,14 @@ def convert_source(
     converted = wrap_long_lines(converted, data)
     rendered = render(converted, data)
     _check_parses(rendered, label, data)
+    # helpers that read the global accelerator, imported by another file of the folder
+    imported = imported_helpers.imported_readers(Path(path), module, converted, plan.accelerator)
     return Conversion(
         label,
         data,
         rendered,
         changes=sorted(changes, key=lambda n: n.line),
-        reviews=sorted(plan.reviews, key=lambda n: n.line),
+        reviews=sorted([*plan.reviews, *imported], key=lambda n: n.line),
         prepared=plan.prepared,
     )
 
