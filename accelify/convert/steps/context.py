@@ -291,9 +291,18 @@ class Context:
         the helpers' parameters to where they are made (None: made inline, in a call's
         arguments). Empty when the loop reads no known DataLoader."""
         flow = self.facts.flow
+        prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
+        keyed = flow.keyed_loaders(loop)
+        if keyed:  # ``loaders[split]``: a dict made before the prepare holds the loaders as made
+            return sorted(
+                {
+                    name
+                    for name, made in keyed
+                    if name not in prepared or not self.after_prepare(made, name)
+                }
+            )
         if flow.kind_of(loop.iterable, loop.node) is not Kind.DATALOADER:
             return []
-        prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
         origins = flow.origin_sites(loop.iterable, loop.node, stop=prepared)
         return sorted(
             {
