@@ -595,7 +595,51 @@ class ObjectFlow:
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         if loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared:
             return True
+        if self.keyed_loaders(loop):
+            return True
         return self._handed_prepared(loop.iterable, loop.node)
+
+    def keyed_loaders(self, loop: Loop) -> list[tuple[str, cst.CSTNode]]:
+        """``for x, y in loaders[split]:`` with a key the analysis cannot read (a variable,
+        maybe a parameter whose callers pass a phase), where ``loaders`` is, here or at every
+        call site handing it in, a dict display whose every entry is a DataLoader by name
+        (``{"train": train_loader, "val": val_loader}``): those loaders, each with the
+        assignment that makes its dict (where the dict takes the loader as it is then); the
+        loop reads one of them. Empty for anything else."""
+        if not isinstance(loop.node, cst.For):
+            return []  # a comprehension
+        node = loop.node.iter
+        while isinstance(node, cst.Call) and node.args:
+            node = node.args[0].value
+        if not (
+            isinstance(node, cst.Subscript)
+            and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and not isinstance(node.slice[0].slice.value, (cst.SimpleString, cst.Integer))
+            and dotted(node.value) == loop.iterable
+        ):
+            return []
+        found: list[tuple[str, cst.CSTNode]] = []
+        for origin, place in self.origin_sites(loop.iterable, loop.node):
+            held = (
+                self.dict_display(cst.Name(origin), place)  # type: ignore[arg-type]
+                if origin is not None and "." not in origin
+                else None
+            )
+            if not held:
+                return []
+            caller = self.placement.enclosing_function(place)
+            (made,) = [
+                a
+                for a in self.model.index.assignments_to(origin)  # type: ignore[arg-type]
+                if self.placement.enclosing_function(a) is caller
+            ]  # one, as `dict_display` found it
+            for value in held.values():
+                name = dotted(value)
+                if name is None or self.kind_of(name, place) is not Kind.DATALOADER:
+                    return []
+                found.append((name, made))
+        return found
 
     def _handed_prepared(self, name: str | None, at: cst.CSTNode) -> bool:
         """``name`` is a parameter of the function around ``at`` that its callers hand a

@@ -607,7 +607,7 @@ def binds(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
     call = small.value if isinstance(small, cst.Expr) else None
     if isinstance(call, cst.Call) and _written_in_place(script, call) == name:
         return True
-    if isinstance(call, cst.Call) and _set_by_setattr(call) == name:
+    if isinstance(call, cst.Call) and _set_by_setattr(script, call, name):
         return True
     if isinstance(call, cst.Call) and name in _set_by_dict_update(call):
         return True
@@ -630,16 +630,50 @@ def _dotted_targets(target: cst.BaseExpression) -> set[str]:
     return {name} if name else set()
 
 
-def _set_by_setattr(call: cst.Call) -> str | None:
-    """``self.bad`` for ``setattr(self, "bad", value)``: the same write as ``self.bad = value``,
-    spelt so that an assignment's targets do not show it."""
+def _set_by_setattr(script: ScriptModel, call: cst.Call, name: str) -> bool:
+    """``setattr(self, "bad", value)`` writes ``self.bad``: the same write as ``self.bad =
+    value``, spelt so that an assignment's targets do not show it. A key the module binds once
+    to a string (``KEY = "bad"``), or an entry of a dict of strings it binds once
+    (``NAMES["counter"]`` of ``NAMES = {"counter": "bad"}``), is read as that string."""
     if dotted(call.func) != "setattr" or len(call.args) != 3:
+        return False
+    owner = dotted(call.args[0].value)
+    if owner is None or not name.startswith(f"{owner}."):
+        return False
+    return _module_string(script, call.args[1].value) == name[len(owner) + 1 :]
+
+
+def _module_string(script: ScriptModel, key: cst.BaseExpression) -> str | None:
+    """The string ``key`` surely is: a literal, a name the module binds once (at its top level)
+    to a literal, or such a name's dict display's entry under a literal key."""
+    if isinstance(key, cst.SimpleString):
+        value = key.evaluated_value
+        return value if isinstance(value, str) else None
+    entry = None
+    if (
+        isinstance(key, cst.Subscript)
+        and len(key.slice) == 1
+        and isinstance(key.slice[0].slice, cst.Index)
+    ):
+        entry = _module_string(script, key.slice[0].slice.value)
+        key = key.value
+        if entry is None:
+            return None
+    if not isinstance(key, cst.Name):
         return None
-    owner, key = dotted(call.args[0].value), call.args[1].value
-    if owner is None or not isinstance(key, cst.SimpleString):
+    bound = script.index.assignments_to(key.value)
+    if len(bound) != 1 or script.scope_of(bound[0]) is not script.module or bound[0].value is None:
         return None
-    attribute = key.evaluated_value
-    return f"{owner}.{attribute}" if isinstance(attribute, str) else None
+    value = bound[0].value
+    if entry is None:
+        return _module_string(script, value) if isinstance(value, cst.SimpleString) else None
+    if not isinstance(value, cst.Dict):
+        return None
+    for element in value.elements:
+        if isinstance(element, cst.DictElement) and _module_string(script, element.key) == entry:
+            found = element.value
+            return _module_string(script, found) if isinstance(found, cst.SimpleString) else None
+    return None
 
 
 def _dict_entry_attribute(target: cst.BaseExpression) -> str | None:

@@ -18,7 +18,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.side_effects import writes
 from accelify.analysis.syntax import dotted, is_docstring, walk
-from accelify.convert import across, project
+from accelify.convert import across, imported_helpers, project, saver_modules
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.unread_devices import drop_unread_devices
 from accelify.convert.wrap_lines import wrap_long_lines
@@ -65,6 +65,14 @@ def convert_source(
         elsewhere = project.trained_elsewhere(path, model)
         if elsewhere:
             return _drives_another_file(data, label, module, model, elsewhere, options)
+        guarded = saver_modules.guard_saves(Path(path), model, options or Options())
+        if guarded is not None:
+            converted, changes, reviews, imports = guarded
+            for code in imports:
+                converted = _add_import(converted, code, Path(label))
+            rendered = render(converted, data)
+            _check_parses(rendered, label, data)
+            return Conversion(label, data, rendered, changes=changes, reviews=reviews)
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
     returns = project.imported_returns(path, model)
     if returns:  # DataLoaders made by the project's other modules: analysed as made here
@@ -79,6 +87,7 @@ def convert_source(
         project.imported_model_methods(path, siblings, evaluators),
         project.imported_state_savers(path, siblings),
         project.imported_loggers(siblings),
+        project.imported_object_savers(path, siblings),
     )
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give
@@ -91,12 +100,14 @@ def convert_source(
     converted = wrap_long_lines(converted, data)
     rendered = render(converted, data)
     _check_parses(rendered, label, data)
+    # helpers that read the global accelerator, imported by another file of the folder
+    imported = imported_helpers.imported_readers(Path(path), module, converted, plan.accelerator)
     return Conversion(
         label,
         data,
         rendered,
         changes=sorted(changes, key=lambda n: n.line),
-        reviews=sorted(plan.reviews, key=lambda n: n.line),
+        reviews=sorted([*plan.reviews, *imported], key=lambda n: n.line),
         prepared=plan.prepared,
     )
 

@@ -52,7 +52,7 @@ from accelify.convert.steps.context import Context, Options, import_lines
 from accelify.edits.plan import Plan
 
 if TYPE_CHECKING:
-    from accelify.convert.project import StateSaver
+    from accelify.convert.project import ObjectSaver, StateSaver
 
 __all__ = ["STEPS", "Options", "plan_conversion"]
 
@@ -99,6 +99,7 @@ def plan_conversion(
     imported_model_methods: dict[str, str] | None = None,
     imported_state_savers: dict[str, StateSaver] | None = None,
     imported_loggers: set[str] | None = None,
+    imported_object_savers: dict[str, ObjectSaver] | None = None,
 ) -> Plan:
     """``imported_writers``: names the script calls of functions of its project's other modules
     that only write files, with where they are (`project.imported_writers`);
@@ -106,13 +107,16 @@ def plan_conversion(
     ``imported_model_methods``: those of them that call a model's own method
     (`project.imported_model_methods`); ``imported_state_savers``: those that save the state
     dict of a model they are handed (`project.imported_state_savers`); ``imported_loggers``:
-    those that return a ``logging`` logger (`project.imported_loggers`)."""
+    those that return a ``logging`` logger (`project.imported_loggers`);
+    ``imported_object_savers``: classes whose methods save a handed model's state dict
+    (`project.imported_object_savers`)."""
     ctx = Context(model, options)
     ctx.imported_writers = imported_writers or {}
     ctx.imported_evaluators = imported_evaluators or set()
     ctx.imported_model_methods = imported_model_methods or {}
     ctx.imported_state_savers = imported_state_savers or {}
     ctx.imported_loggers = imported_loggers or set()
+    ctx.imported_object_savers = imported_object_savers or {}
     if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()

@@ -310,6 +310,173 @@ def imported_state_savers(path: str | Path, siblings: list[SiblingCall]) -> dict
     return found
 
 
+@dataclass(frozen=True)
+class ObjectSaver:
+    """A class of a sibling module whose methods save the state dict of a model they are
+    handed (pytorchtools' ``EarlyStopping``: ``__call__(self, val_loss, model)`` calls
+    ``self.save_checkpoint(model)``, which does ``torch.save(model.state_dict(), self.path)``).
+    Handed a prepared model its file holds the DDP wrapper's ``module.``-prefixed keys, every
+    rank writes it at once, and a rank reading it back after the call may find it half
+    written. The call does more than save (a patience counter, a stop flag every rank needs),
+    so it cannot run on the main process alone the way a saving function's call can."""
+
+    methods: Mapping[str, StateSaver]  # by method name: its parameters past ``self``, saved ones
+    module: Path
+    class_name: str  # in ``module``
+    where: str  # ``stopping.py:25``: the first save
+    #: its saves are lines of their own, which the module's conversion guards (`guarded_saves`)
+    guardable: bool
+
+
+def imported_object_savers(path: str | Path, siblings: list[SiblingCall]) -> dict[str, ObjectSaver]:
+    """Classes this file makes (``EarlyStopping(...)``, ``stopping.EarlyStopping(...)``) of a
+    module of its own folder whose methods ``torch.save`` what holds the ``.state_dict()`` of
+    one of their parameters, directly or through another method of the class they hand it to
+    (`class_state_savers`), by the name the file's calls use."""
+    script = Path(path)
+    found: dict[str, ObjectSaver] = {}
+    for _, name, defined, file, other in siblings:
+        if name in found:
+            continue
+        cls = saver_class(other, defined)
+        if cls is None:
+            continue
+        methods = class_state_savers(other, cls)
+        if methods:
+            first = min(int(saver.where) for saver in methods.values())
+            found[name] = ObjectSaver(
+                {
+                    method: StateSaver(
+                        saver.parameters, saver.saved, f"{_relative(file, script)}:{saver.where}"
+                    )
+                    for method, saver in methods.items()
+                },
+                file,
+                defined,
+                f"{_relative(file, script)}:{first}",
+                guarded_saves(other, cls) is not None,
+            )
+    return found
+
+
+def class_state_savers(module: ScriptModel, cls: cst.ClassDef) -> dict[str, StateSaver]:
+    """The methods of ``cls`` (plain methods, ``self`` first) that save the state dict of a
+    parameter they are handed, each as a `StateSaver` (parameters past ``self``, the saved
+    ones, the line of the save as its ``where``): a ``torch.save`` of ``p.state_dict()`` in
+    the method's own body, or ``self.other(p)`` of a method that saves that parameter. None
+    where any method of the class runs a collective (saved on the main process alone, the
+    collective would wait forever)."""
+    methods = {
+        s.name.value: s
+        for s in cls.body.body
+        if isinstance(s, cst.FunctionDef) and not s.decorators and s.params.params
+    }
+    if any(
+        isinstance(node, cst.Call) and module.call_names(node) & collectives.FUNCTIONS
+        for node in walk(cls)
+    ):
+        return {}
+    parameters = {
+        name: tuple(p.name.value for p in f.params.params[1:]) for name, f in methods.items()
+    }
+    saved: dict[str, set[str]] = {name: set() for name in methods}
+    lines: dict[str, int] = {}
+    for name, function in methods.items():
+        for node in walk(function):
+            if not isinstance(node, cst.Call) or not module.call_names(node) & TORCH_SAVE:
+                continue
+            for inner in walk(node):
+                if (
+                    isinstance(inner, cst.Call)
+                    and isinstance(inner.func, cst.Attribute)
+                    and inner.func.attr.value == "state_dict"
+                    and isinstance(inner.func.value, cst.Name)
+                    and inner.func.value.value in parameters[name]
+                ):
+                    saved[name].add(inner.func.value.value)
+                    lines.setdefault(name, module.line(node))
+    changed = True
+    while changed:  # ``self.save_checkpoint(model)``: the caller saves what it hands on
+        changed = False
+        for name, function in methods.items():
+            for node in walk(function):
+                callee = _self_method(node, methods)
+                if callee is None or not saved[callee]:
+                    continue
+                for index, argument in enumerate(node.args):  # type: ignore[attr-defined]
+                    if argument.star or not isinstance(argument.value, cst.Name):
+                        continue
+                    if argument.keyword is not None:
+                        target = argument.keyword.value
+                    elif index < len(parameters[callee]):
+                        target = parameters[callee][index]
+                    else:
+                        continue
+                    handed = argument.value.value
+                    if (
+                        target in saved[callee]
+                        and handed in parameters[name]
+                        and handed not in saved[name]
+                    ):
+                        saved[name].add(handed)
+                        lines.setdefault(name, lines[callee])
+                        changed = True
+    return {
+        name: StateSaver(parameters[name], frozenset(saved[name]), str(lines[name]))
+        for name in methods
+        if saved[name]
+    }
+
+
+def guarded_saves(module: ScriptModel, cls: cst.ClassDef) -> list[cst.SimpleStatementLine] | None:
+    """The statements of ``cls``'s methods that save a parameter's state dict
+    (`class_state_savers`), each a line of its own holding only the ``torch.save(...)`` call:
+    what the module's conversion puts under ``if PartialState().is_main_process:`` when a
+    file that makes the class is converted with it. None where one is not such a line (it
+    could not be guarded alone: the module is then left as it is)."""
+    savers = class_state_savers(module, cls)
+    if not savers:
+        return None
+    found: list[cst.SimpleStatementLine] = []
+    for node in walk(cls):
+        if not isinstance(node, cst.Call) or not module.call_names(node) & TORCH_SAVE:
+            continue
+        if not any(
+            isinstance(inner, cst.Call)
+            and isinstance(inner.func, cst.Attribute)
+            and inner.func.attr.value == "state_dict"
+            for inner in walk(node)
+        ):
+            continue
+        expression = module.parent(node)
+        line = module.parent(expression) if isinstance(expression, cst.Expr) else None
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        found.append(line)
+    return found or None
+
+
+def saver_class(module: ScriptModel, name: str) -> cst.ClassDef | None:
+    """The class ``name`` of the module's own body."""
+    return next(
+        (s for s in module.module.body if isinstance(s, cst.ClassDef) and s.name.value == name),
+        None,
+    )
+
+
+def _self_method(node: cst.CSTNode, methods: Mapping[str, cst.FunctionDef]) -> str | None:
+    """``save_checkpoint`` for ``self.save_checkpoint(...)``, a method of the class."""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and isinstance(node.func.value, cst.Name)
+        and node.func.value.value == "self"
+        and node.func.attr.value in methods
+    ):
+        return node.func.attr.value
+    return None
+
+
 def imported_returns(path: str | Path, model: ScriptModel) -> dict[int, Returned]:
     """The calls of ``model`` (the file ``path``) that return DataLoaders made in a module of its
     own folder, by the call's id, with what each returns by position (the analysis the linter

@@ -26,7 +26,7 @@ from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 
 if TYPE_CHECKING:
-    from accelify.convert.project import StateSaver
+    from accelify.convert.project import ObjectSaver, StateSaver
 
 #: ``accelerator.`` as review advice writes it, not part of a longer name (``self.accelerator.``).
 _PLAIN_ACCELERATOR = re.compile(r"(?<![\w.])accelerator\.(?=\w)")
@@ -136,6 +136,9 @@ class Context:
     #: Functions of the project's other modules that return a ``logging`` logger, by the name
     #: calls use (`project.imported_loggers`)
     imported_loggers: set[str] = field(default_factory=set)
+    #: Classes of the project's other modules whose methods save the state dict of a model
+    #: they are handed, by the name calls use (`project.imported_object_savers`)
+    imported_object_savers: dict[str, ObjectSaver] = field(default_factory=dict)
     #: Imports of the standard library an edit needs (``from functools import cached_property``)
     extra_imports: list[str] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.
@@ -291,9 +294,18 @@ class Context:
         the helpers' parameters to where they are made (None: made inline, in a call's
         arguments). Empty when the loop reads no known DataLoader."""
         flow = self.facts.flow
+        prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
+        keyed = flow.keyed_loaders(loop)
+        if keyed:  # ``loaders[split]``: a dict made before the prepare holds the loaders as made
+            return sorted(
+                {
+                    name
+                    for name, made in keyed
+                    if name not in prepared or not self.after_prepare(made, name)
+                }
+            )
         if flow.kind_of(loop.iterable, loop.node) is not Kind.DATALOADER:
             return []
-        prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
         origins = flow.origin_sites(loop.iterable, loop.node, stop=prepared)
         return sorted(
             {

@@ -33,6 +33,7 @@ def run(ctx: Context) -> None:
     _statistics_over_a_shard(ctx)
     _printed_training_folds(ctx, summed)
     _passes_counted(ctx)
+    _loader_dicts_made_before_the_prepare(ctx)
     noted = False
     for loop in ctx.model.loops:
         unprepared = _trained_unprepared(ctx, loop) if loop.trains else []
@@ -1149,6 +1150,32 @@ def draws_alike_on_every_rank(ctx: Context, synchronized: frozenset[str] = froze
             f"batch{effect} set_seed(seed, device_specific=True) before the training loop (on "
             "one process its draws then differ from the original's)",
         )
+
+
+def _loader_dicts_made_before_the_prepare(ctx: Context) -> None:
+    """``loaders = {"train": tl, "val": vl}`` made before the prepare call, read as
+    ``loaders[split]`` (`flow.keyed_loaders`): it keeps ``tl`` and ``vl`` as they were made,
+    so the loops that read it get the unprepared loaders (every rank reads all of each, its
+    batches where the loader makes them) while the names are prepared. Said once per dict,
+    with what to do: the review lines of the loops say what follows from it."""
+    prepared = set(ctx.plan.prepared)
+    said: set[int] = set()
+    for loop in ctx.model.loops:
+        stale: dict[int, tuple[cst.CSTNode, list[str]]] = {}
+        for name, made in ctx.facts.flow.keyed_loaders(loop):
+            if name in prepared and not ctx.after_prepare(made, name):
+                stale.setdefault(id(made), (made, []))[1].append(name)
+        for key, (made, held) in stale.items():
+            if key in said:
+                continue
+            said.add(key)
+            ctx.plan.review(
+                ctx.line(made),
+                f"this dict is made before the prepare call and keeps {', '.join(held)} as "
+                f"they were made, not prepared: the loop at line {ctx.line(loop.node)} reads "
+                "them whole on every rank (on a GPU their batches stay on the host); make the "
+                "dict after the prepare call",
+            )
 
 
 def _trained_unprepared(ctx: Context, loop: Loop) -> list[str]:
