@@ -246,20 +246,33 @@ def test_the_accelerators_backward_record_is_the_general_paths(tmp_path, monkeyp
         (IN_COLLECTIVE, "backward", 2, 2),
     ]
     assert {r.where for r in seen} == {f"{__file__}:{line}"}
+    # the end writes the time and the state alone (no odd generation): a whole record, its
+    # place and numbers kept, its time the end's
+    before = time.time()
+    begun = recorder.backward_begins(True, sys._getframe())
+    recorder.backward_ends(begun)
+    ended = collective_record.read(tmp_path, 0)
+    assert ended is not None and ended.since >= before
+    assert (ended.state, ended.operation, ended.sequence, ended.passes) == (
+        RUNNING,
+        "backward",
+        3,
+        3,
+    )
     recorder.backward_ends(recorder.backward_begins(False, sys._getframe()))
     after = collective_record.read(tmp_path, 0)
-    assert (after.state, after.sequence, after.passes) == (RUNNING, 2, 2)  # written at the next
+    assert (after.state, after.sequence, after.passes) == (RUNNING, 3, 3)  # written at the next
     with collective_record.during("gather"):  # a backward inside a collective: no new number
         begun = recorder.backward_begins(True, sys._getframe())
         inside = collective_record.read(tmp_path, 0)
         recorder.backward_ends(begun)
         assert collective_record.read(tmp_path, 0).state == IN_COLLECTIVE
-    assert (inside.operation, inside.sequence, inside.passes) == ("gather", 3, 3)
+    assert (inside.operation, inside.sequence, inside.passes) == ("gather", 4, 4)
     with collective_record.backward_pass(lambda: True):  # a pass inside a pass: the same pass
         begun = recorder.backward_begins(True, sys._getframe())
         recorder.backward_ends(begun)
         inside = collective_record.read(tmp_path, 0)
-    assert (inside.state, inside.sequence, inside.passes) == (IN_COLLECTIVE, 4, 5)
+    assert (inside.state, inside.sequence, inside.passes) == (IN_COLLECTIVE, 5, 6)
     assert collective_record.read(tmp_path, 0).state == RUNNING
 
 
