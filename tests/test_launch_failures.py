@@ -1036,6 +1036,27 @@ def test_a_rank_leaving_with_os_exit_is_named_at_its_line_and_its_code_is_the_ru
 
 
 @pytest.mark.distributed
+def test_a_rank_raising_in_a_method_of_a_class_in_another_module_is_named_at_that_line():
+    """The user's line is the imported module's, inside the method, not the script's call of
+    it; the traceback is printed once; the peer whose all-reduce broke is a victim."""
+    result = launched("trainer_module_raises.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 failed first at trainer_module.py:18 "
+        '(`raise ValueError(f"bad batch at step {step}")`): ValueError: bad batch at step 3'
+    ) in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert result.stderr.count("ValueError: bad batch at step 3") == 2  # traceback, report
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert "rank 0 failed first" not in result.stderr
+    # the traceback is Python's own (its paths are the fixtures', under fixtures/runtime/):
+    # the launcher's lines name only the user's files
+    for line in result.stderr.splitlines():
+        if "accelify launch:" in line:
+            assert "accelify/" not in line and "site-packages" not in line, line
+
+
+@pytest.mark.distributed
 def test_a_rank_that_left_its_loop_early_is_not_blamed_on_the_scripts_closing_sys_exit():
     """``sys.exit(main())`` ends every rank's script: rank 1 got there early because it left
     its loop after 3 steps. The report names its last collective and advises every rank to run
