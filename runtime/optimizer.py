@@ -79,19 +79,13 @@ class PreparedOptimizer(torch.optim.Optimizer):
             # torch's zero_grad is wrapped (``torch._disable_dynamo``) by a function of
             # ``*args, **kwargs``: a keyword builds and unpacks a dict there on every step, about
             # 2.5 k instructions at 32 wide (bench/step_instructions.py); torch's own default is
-            # the same True, so it is left to it. Asked per call, of the class's method and the
-            # object's own attributes: a zero_grad replaced on the object (before or after
-            # prepare) gets the keyword. Torch's is called unbound, with no bound method made
-            # and no getattr call (about 0.4 k instructions a step, bench/step_instructions.py)
-            optimizer = self.optimizer
-            if (
-                set_to_none is True
-                and type(optimizer).zero_grad is _TORCH_ZERO_GRAD
-                and "zero_grad" not in optimizer.__dict__
-            ):
-                _TORCH_ZERO_GRAD(optimizer)
+            # the same True, so it is left to it. Asked per call, of the bound method itself: a
+            # zero_grad replaced on the object (before or after prepare) gets the keyword
+            zero = self.optimizer.zero_grad
+            if set_to_none is True and getattr(zero, "__func__", None) is _TORCH_ZERO_GRAD:
+                zero()
             else:
-                optimizer.zero_grad(set_to_none=set_to_none)
+                zero(set_to_none=set_to_none)
 
     #: Whether ``step`` tracks the collectives it launches (`pending_work.tracks`): an engine's
     #: step communicates (DeepSpeed gathers the new partitions). A block tracked costs each op
