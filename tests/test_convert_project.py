@@ -233,6 +233,23 @@ def test_a_trainer_class_this_file_builds_or_is_handed_a_model_is_converted(tmp_
     assert result.prepared == ["self.model", "self.optimizer"]
 
 
+STEPS = FIXTURES / "projects" / "model_steps_defined_in_a_sibling_module"
+
+
+def test_a_model_step_of_a_sibling_class_that_runs_its_forward_is_left_with_why(tmp_path: Path):
+    # fit.py calls model.training_step(), which litmodel.py defines and which runs self(x):
+    # through unwrap_model DDP's forward never runs and the gradients are never averaged
+    project = tmp_path / "project"
+    shutil.copytree(STEPS, project)
+    (result,) = convert_all(list(collect([project / "fit.py"])), Options(), 1)
+    assert not result.changed
+    (review,) = result.reviews
+    assert review.line == 16  # loss = model.training_step(batch, i)
+    assert "model.training_step() (defined at litmodel.py:16)" in review.text
+    assert "runs the model's layers outside its forward during training" in review.text
+    # validation_step runs under no_grad: nothing of it reaches a backward, no review there
+
+
 def test_an_optimizer_a_sibling_factory_makes_with_the_loaders_is_prepared_with_them(
     tmp_path: Path,
 ):

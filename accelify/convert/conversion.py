@@ -78,6 +78,7 @@ def convert_source(
         evaluators,
         project.imported_model_methods(path, siblings, evaluators),
         project.imported_state_savers(path, siblings),
+        imported_layer_members=project.imported_layer_members(path, siblings),
     )
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give

@@ -98,18 +98,22 @@ def plan_conversion(
     imported_evaluators: set[str] | None = None,
     imported_model_methods: dict[str, str] | None = None,
     imported_state_savers: dict[str, StateSaver] | None = None,
+    imported_layer_members: dict[str, str] | None = None,
 ) -> Plan:
     """``imported_writers``: names the script calls of functions of its project's other modules
     that only write files, with where they are (`project.imported_writers`);
     ``imported_evaluators``: those that train nothing (`project.imported_evaluators`);
     ``imported_model_methods``: those of them that call a model's own method
     (`project.imported_model_methods`); ``imported_state_savers``: those that save the state
-    dict of a model they are handed (`project.imported_state_savers`)."""
+    dict of a model they are handed (`project.imported_state_savers`);
+    ``imported_layer_members``: members that run layers of the model classes the script builds
+    from those modules (`project.imported_layer_members`)."""
     ctx = Context(model, options)
     ctx.imported_writers = imported_writers or {}
     ctx.imported_evaluators = imported_evaluators or set()
     ctx.imported_model_methods = imported_model_methods or {}
     ctx.imported_state_savers = imported_state_savers or {}
+    ctx.imported_layer_members = imported_layer_members or {}
     if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()

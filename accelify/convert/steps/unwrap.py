@@ -511,7 +511,11 @@ def forwards_outside_the_wrapper(ctx: Context) -> list[tuple[int, str]]:
     ``prepare`` chose what it wraps: a frozen model is not wrapped, and may run its layers
     anywhere."""
     found = layers_outside_forward(
-        ctx.model, ctx.facts.placement, ctx.facts.flow, unprepared=ctx.frozen
+        ctx.model,
+        ctx.facts.placement,
+        ctx.facts.flow,
+        unprepared=ctx.frozen,
+        imported=ctx.imported_layer_members,
     )
     reviews = []
     for entry in found:
