@@ -22,6 +22,7 @@ from accelify.convert.steps import (
     accumulation,
     amp,
     backward,
+    buffer_banks,
     clipping,
     collective_stops,
     data_notes,
@@ -86,6 +87,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     accumulation.run,
     collective_stops.run,
     data_notes.run,
+    buffer_banks.run,
     seeding.run,
     dead_branches.run,
 )
