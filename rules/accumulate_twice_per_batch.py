@@ -41,6 +41,34 @@ _IN_TRAIN = (
     + "{call}\n"
 )
 
+
+#: A GAN trainer that is handed the accelerator (a texturizer's): main() makes it with the
+#: configured steps, the trainer's step method updates D then G in two contexts.
+_HANDED = (
+    "import torch\n"
+    "from accelerate import Accelerator\n\n\n"
+    "class GANTrainer:\n"
+    "    def __init__(self, gen, discr, opt_G, opt_D, loader, accelerator):\n"
+    "        self.gen, self.discr, self.opt_G, self.opt_D = gen, discr, opt_G, opt_D\n"
+    "        self.loader = loader\n"
+    "        self.accelerator = accelerator\n\n"
+    "    def train_step(self, real):\n"
+    "        with self.accelerator.accumulate(self.discr):\n"
+    "            fake = self.gen(torch.randn(8, 16)).detach()\n"
+    "            self.accelerator.backward(self.discr(fake).mean() - self.discr(real).mean())\n"
+    "            self.opt_D.step()\n"
+    "        with self.accelerator.accumulate(self.gen):\n"
+    "            self.accelerator.backward(-self.discr(self.gen(torch.randn(8, 16))).mean())\n"
+    "            self.opt_G.step()\n\n"
+    "    def train(self):\n"
+    "        for real in self.loader:\n"
+    "            self.train_step(real)\n\n\n"
+    "def main(config):\n"
+    "    accelerator = Accelerator(gradient_accumulation_steps={steps})\n"
+    "    gen, discr, opt_G, opt_D, loader = accelerator.prepare(gen, discr, opt_G, opt_D, loader)\n"
+    "    GANTrainer(gen, discr, opt_G, opt_D, loader, accelerator).train()\n"
+)
+
 #: Statements between a context and the loop (or function) around it that may not run on every
 #: iteration (a branch, a loop of its own, a handler) or that start another scope.
 _CONDITIONAL = (
@@ -131,6 +159,8 @@ class AccumulateTwicePerBatch(Rule):
         Example(_GAN.format(steps="args.gradient_accumulation_steps"), 11, 10),
         # ... also handed to the function that makes the Accelerator
         Example(_IN_TRAIN.format(call="train(args.gradient_accumulation_steps)"), 12, 14),
+        # a trainer handed the accelerator main() makes with the configured steps
+        Example(_HANDED.format(steps="config.gradient_accumulation_steps"), 22, 13),
     )
     good = (
         # one context per batch for both models
@@ -174,6 +204,8 @@ class AccumulateTwicePerBatch(Rule):
         + "        opt_G.step()\n",
         # the steps a parameter some call sets to an odd number, another to its own value
         _IN_TRAIN.format(call="train(3)\ntrain(steps=5)"),
+        # the handed accelerator made with odd steps: each context syncs every 3 batches
+        _HANDED.format(steps=3),
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

@@ -25,6 +25,23 @@ _BUFFERED = (
     "        return self.head(self.body(x))\n\n\n"
     "accelerator = Accelerator()\n"
 )
+#: `_BUFFERED`'s model with its buffer registered by a base class (``{register}`` in its
+#: ``__init__``): the subclass holds it all the same.
+_BASE_BUFFERED = (
+    "import torch\n"
+    "from accelerate import Accelerator\n\n\n"
+    "class Normalised(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        {register}\n\n\n"
+    "class Net(Normalised):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.head = torch.nn.Linear(4, 1)\n\n"
+    "    def forward(self, x):\n"
+    "        return self.head(x - self.mean)\n\n\n"
+    "accelerator = Accelerator()\n"
+)
 _EVALUATE = (
     "def evaluate(model, loader):\n"
     "    model.eval()\n"
@@ -122,6 +139,15 @@ class CollectiveOnSomeRanks(Rule):
             + _EVALUATE
             + _MAIN_ONLY.format(model="model"),
             27,
+            11,
+        ),
+        # the buffer registered by the model's base class: the subclass's DDP forward
+        # broadcasts it all the same
+        Example(
+            _BASE_BUFFERED.format(register="self.register_buffer('mean', torch.zeros(4))")
+            + _EVALUATE
+            + _MAIN_ONLY.format(model="model"),
+            32,
             11,
         ),
         # a transformers CLIP (position_ids buffers) validated on the main process alone,
@@ -380,6 +406,12 @@ class CollectiveOnSomeRanks(Rule):
         + _MAIN_ONLY.format(model="model").replace(
             "if accelerator", "model = accelerator.unwrap_model(model).to('cpu')\nif accelerator"
         ),
+        # a base class holding a frozen parameter, no buffer: the forward broadcasts nothing
+        _BASE_BUFFERED.format(
+            register="self.mean = torch.nn.Parameter(torch.zeros(4), requires_grad=False)"
+        )
+        + _EVALUATE
+        + _MAIN_ONLY.format(model="model"),
         # the unwrapped model's forward is this rank's own
         _BUFFERED + _EVALUATE + _MAIN_ONLY.format(model="accelerator.unwrap_model(model)"),
         _CLIP_MAIN_ONLY.format(model="accelerator.unwrap_model(model)"),

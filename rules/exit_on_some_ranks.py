@@ -498,9 +498,30 @@ def _where_the_others_wait(
 ) -> cst.SimpleStatementLine | None:
     """The first collective the ranks that stay reach once some left at ``left``: the rest of
     the iteration first (a ``wait_for_everyone()`` at the end of the epoch, after the main
-    process's evaluation block that exits), else the loop's top in its next iteration."""
+    process's evaluation block that exits), else the loop's top in its next iteration. One
+    that runs on every pass comes before one in a branch (``if epoch % 5 == 0:
+    accelerator.wait_for_everyone()``): on the passes that skip it, the ranks that stay wait
+    at the next one, the next epoch's ``backward``."""
     reach = facts_of(script).collective_reach
-    return reach.where_the_others_wait(loop, after=left) or reach.where_the_others_wait(loop)
+    meeting = [
+        statement
+        for statement in statement_lines(loop.body)
+        if not script.under_rank_guard(statement) and reach.synchronising_in(statement) is not None
+    ]
+    start = script.order(left)
+    ordered = [s for s in meeting if script.order(s) > start] + meeting
+    every_pass = [s for s in ordered if not _in_a_branch_of(script, s, loop)]
+    return (every_pass or ordered or [None])[0]
+
+
+def _in_a_branch_of(script: ScriptModel, statement: cst.CSTNode, loop: cst.CSTNode) -> bool:
+    """``statement`` sits in an ``if`` of ``loop``'s body: some passes skip it."""
+    for ancestor in script.ancestors(statement):
+        if ancestor is loop:
+            return False
+        if isinstance(ancestor, cst.If):
+            return True
+    return False
 
 
 def _outermost_loop(

@@ -1,13 +1,22 @@
+from __future__ import annotations
+
+import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from accelify.analysis.accelerator_objects import without_accelerator
 from accelify.analysis.facts import Facts, facts_of
+from accelify.analysis.project_modules import read, split_member
 from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, has_parameter
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
+
+if TYPE_CHECKING:
+    from accelify.analysis.outside_callers import Load, ProjectView
 
 _PREPARED = (
     "import torch\n"
@@ -158,12 +167,17 @@ class PromptOnEveryRank(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
-        if "input" not in script.source or not _runs_on_several_processes(script):
+        if not _runs_on_several_processes(script):
             return
+        if "input" not in script.source and script.project is None:
+            return  # no input() here, and no helper module of the project that may ask it
         facts = facts_of(script)
         placement, guards = facts.placement, facts.ranks.backend_guards
+        helpers = _prompting_helpers(script)
         for call in script.calls:
-            if not _builtin_input(script, call) or _rank_tested_expression(script, facts, call):
+            if call not in helpers and not _builtin_input(script, call):
+                continue
+            if _rank_tested_expression(script, facts, call):
                 continue
             if _lambda_never_called_by_every_rank(script, facts, call):
                 continue
@@ -176,7 +190,7 @@ class PromptOnEveryRank(Rule):
                 script, placement, guards, facts.synchronising_call, function
             ):
                 continue
-            yield self.finding(script, call, message=_message(script, call))
+            yield self.finding(script, call, message=_message(script, call, helpers.get(call)))
 
 
 #: Accelerator methods of a script written for several processes (training, combining).
@@ -286,11 +300,80 @@ def _operands(node: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
         yield from _operands(node.right)
 
 
-def _message(script: ScriptModel, call: cst.Call) -> str:
+def _prompting_helpers(script: ScriptModel) -> dict[cst.Call, str]:
+    """The file's calls of a function of another module of the project that asks ``input()``
+    itself, on whichever ranks call it (``confirm_overwrite(args.output_dir)`` of a helper
+    module that names no accelerator, so is never linted on its own), each with the place of
+    its ``input()`` (``prompts.py:2``): the call site is where the fix goes. The helper's own
+    ``input()`` counts where nothing in it tests the rank (`_rank_tested_expression`, a rank
+    guard around it); a helper that only hands on to another is not followed, nor one of a
+    module that names an accelerator (linted itself, where its ``input()`` is reported)."""
+    project = script.project
+    load = (project.load_alone or project.load) if project is not None else None
+    if project is None or load is None:
+        return {}
+    found: dict[cst.Call, str] = {}
+    places: dict[tuple[Path, str], str | None] = {}  # each helper read and analysed once
+    for call in script.calls:
+        name = dotted(call.func)
+        qualified = script.imports.resolve(name) if name is not None else None
+        split = split_member(qualified, project.path) if qualified else None
+        if split is None:
+            continue
+        if split not in places:
+            places[split] = _place_asked(project, load, split[0], split[1])
+        if places[split] is not None:
+            found[call] = places[split]  # type: ignore[assignment]
+    return found
+
+
+def _place_asked(project: ProjectView, load: Load, file: Path, name: str) -> str | None:
+    """``prompts.py:2``: where function ``name`` of the project module ``file`` asks
+    `_asked_in`; None where it does not, or where the module names an accelerator (linted
+    itself, its ``input()`` reported there)."""
+    text = read(file)
+    if b"input(" not in text or b"ccelerator" in text:
+        return None
+    project.read.add(file)  # an edit of the helper changes the answer
+    other = load(file)
+    asked = _asked_in(other, name) if other is not None else None
+    if other is None or asked is None:
+        return None
+    where = os.path.relpath(file.resolve(), project.path.resolve().parent)
+    return f"{where}:{other.line(asked)}"
+
+
+def _asked_in(script: ScriptModel, name: str) -> cst.Call | None:
+    """The builtin ``input()`` the module-level function ``name`` of ``script`` runs on every
+    call of it (none under a rank test of its own)."""
+    function = next(
+        (s for s in script.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+        None,
+    )
+    if function is None:
+        return None
+    facts = facts_of(script)
+    guards = facts.ranks.backend_guards
+    for call in script.calls:
+        if (
+            script.inside(call, function)
+            and facts.placement.enclosing_function(call) is function
+            and _builtin_input(script, call)
+            and not _rank_tested_expression(script, facts, call)
+            and guards.entered_by_all(call, within=function)
+        ):
+            return call
+    return None
+
+
+def _message(script: ScriptModel, call: cst.Call, helper: str | None = None) -> str:
     accelerator = accelerator_at(script, call) or "accelerator"
     prompt = script.module.code_for_node(call)
+    runs = "this input()"
+    if helper is not None:
+        runs = f"{dotted(call.func)}(), which asks input() ({helper})"
     return (
-        "Ask on the main process only and broadcast the answer: every rank runs this input(), "
+        f"Ask on the main process only and broadcast the answer: every rank runs {runs}, "
         "and the launcher gives the N processes one terminal, so the line typed reaches one of "
         "them and the others wait for another (hang; EOFError where stdin is closed); write "
         f"`answer = [{prompt} if {accelerator}.is_main_process else None]`, then "

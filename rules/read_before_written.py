@@ -73,6 +73,19 @@ _SAVED_BY_A_HELPER_OBJECT = (
 )
 
 
+#: A checkpoint saved each epoch on the main process and loaded back by every rank, with a
+#: barrier between them (``{barrier}``, indented into the epoch loop's body).
+_EVERY_EPOCH = (
+    HEADER
+    + "import torch\n"
+    + "for epoch in range(epochs):\n"
+    + "    if accelerator.is_main_process:\n"
+    + "        torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
+    + "{barrier}"
+    + "    state = torch.load('ckpt.pt')\n"
+)
+
+
 class ReadBeforeWritten(Rule):
     """A file written on the main process only (under ``if accelerator.is_main_process:`` or
     ``is_local_main_process``, by ``accelerator.save``, which writes there whoever calls it, or
@@ -135,6 +148,14 @@ class ReadBeforeWritten(Rule):
             + "train_set = datasets.CIFAR10(root='data/', train=True, download=download)\n"
             + "accelerator.wait_for_everyone()\n",
             5,
+            13,
+        ),
+        # the barrier runs every fifth epoch only: on the others the read races the write
+        Example(
+            _EVERY_EPOCH.format(
+                barrier="    if epoch % 5 == 0:\n        accelerator.wait_for_everyone()\n"
+            ),
+            9,
             13,
         ),
         Example(  # accelerator.save writes on the main process only, called by every rank
@@ -323,6 +344,17 @@ class ReadBeforeWritten(Rule):
         + "    elif args.mode == 'eval':\n"
         + "        model.load_state_dict(torch.load('model.pt'))\n\n\n"
         + "fire.Fire(main)\n",
+        # the barrier on every epoch; or the write, the barrier and the read all under one
+        # test every rank takes alike (every fifth epoch)
+        _EVERY_EPOCH.format(barrier="    accelerator.wait_for_everyone()\n"),
+        HEADER
+        + "import torch\n"
+        + "for epoch in range(epochs):\n"
+        + "    if epoch % 5 == 0:\n"
+        + "        if accelerator.is_main_process:\n"
+        + "            torch.save(accelerator.unwrap_model(model).state_dict(), 'ckpt.pt')\n"
+        + "        accelerator.wait_for_everyone()\n"
+        + "        state = torch.load('ckpt.pt')\n",
         # the same with a barrier between train() and the read
         _WRITTEN_IN_TRAIN.format(barrier="    accelerator.wait_for_everyone()\n"),
         _SAVED_BY_A_HELPER_OBJECT.format(
@@ -452,6 +484,15 @@ class ReadBeforeWritten(Rule):
                     "and the other ranks read it here without waiting for the write (nothing "
                     "there yet on a first run, or half of it)"
                 )
+                skipped = _barriers_between(script, shared.write, shared.read)[1]
+                if skipped:
+                    call, branch = skipped[0]
+                    test = script.module.code_for_node(branch.test)
+                    message += (
+                        f"; the barrier at line {script.line(call)} runs only when `{test}` "
+                        f"(line {script.line(branch)}), so the runs that skip it read without "
+                        "waiting: call it on every pass, outside that `if`"
+                    )
             yield self.finding(script, shared.read, message=message)
 
     def _across_calls(self, script: ScriptModel, shared: SharedFile) -> Finding:
@@ -795,20 +836,56 @@ def _ordered_by_a_collective(
     only one in it before the read counts (the reading ranks' own arm of the rank test that
     parts them from the writer: a barrier after the write in the writer's arm is one the
     readers never reach)."""
+    return bool(_barriers_between(script, write, read, within)[0])
+
+
+def _barriers_between(
+    script: ScriptModel, write: cst.Call, read: cst.Call, within: cst.CSTNode | None = None
+) -> tuple[list[cst.Call], list[tuple[cst.Call, cst.If]]]:
+    """The collectives between ``write`` and ``read`` (`_ordered_by_a_collective`) that run
+    whenever both do, and those in a branch that neither the write nor the read is in (``if
+    epoch % 5 == 0: accelerator.wait_for_everyone()``, then a read every epoch), each with that
+    branch: on the runs that skip it the read races the write all the same."""
     reach = facts_of(script).collective_reach
     function = script.index.enclosing_function(read)
     start, end = script.order(write if within is None else within), script.order(read)
+    always: list[cst.Call] = []
+    sometimes: list[tuple[cst.Call, cst.If]] = []
     for call in script.calls:
         if not start < script.order(call) < end or call is read:
             continue
         if script.index.enclosing_function(call) is not function:
             continue
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _BARRIERS:
-            return True  # ``PartialState().wait_for_everyone()``, ``dist.barrier()``
+        named = isinstance(call.func, cst.Attribute) and call.func.attr.value in _BARRIERS
         parent = script.parent(call)
-        if parent is not None and reach.synchronising_in(parent) is not None:
-            return True
-    return False
+        if not named and (parent is None or reach.synchronising_in(parent) is None):
+            continue  # ``PartialState().wait_for_everyone()``, ``dist.barrier()`` are named
+        branch = _skipped_branch(script, call, write, read)
+        if branch is None:
+            always.append(call)
+        else:
+            sometimes.append((call, branch))
+    return always, sometimes
+
+
+def _skipped_branch(
+    script: ScriptModel, call: cst.Call, write: cst.CSTNode, read: cst.CSTNode
+) -> cst.If | None:
+    """The innermost ``if`` whose body (or ``else``) holds ``call`` and neither ``write`` nor
+    ``read``: a run may take the write and the read and skip ``call``."""
+    child: cst.CSTNode = call
+    for ancestor in script.ancestors(call):
+        if isinstance(ancestor, cst.FunctionDef):
+            return None
+        if (
+            isinstance(ancestor, cst.If)
+            and child is not ancestor.test
+            and not script.inside(write, ancestor)
+            and not script.inside(read, ancestor)
+        ):
+            return ancestor
+        child = ancestor
+    return None
 
 
 #: Barriers by their own name, whatever object answers them.

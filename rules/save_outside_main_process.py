@@ -324,6 +324,30 @@ class SaveOutsideMainProcess(Rule):
         HEADER
         + "with accelerator.main_process_first():\n"
         + "    tokenizer.save_pretrained(args.output_dir)\n",
+        # trlx's RL trainer: its own save_pretrained passes is_main_process= (after a barrier
+        # and the state dict's gather, which every rank runs), so its calls need no guard
+        "import os\nfrom accelerate import Accelerator\n\n\nclass RLTrainer:\n"
+        "    def __init__(self, model):\n        self.accelerator = Accelerator()\n"
+        "        self.model = self.accelerator.prepare(model)\n\n"
+        "    def save_pretrained(self, directory):\n"
+        "        self.accelerator.wait_for_everyone()\n"
+        "        self.accelerator.unwrap_model(self.model).save_pretrained(\n"
+        "            directory,\n"
+        "            save_function=self.accelerator.save,\n"
+        "            is_main_process=self.accelerator.is_main_process,\n"
+        "            state_dict=self.accelerator.get_state_dict(self.model),\n"
+        "        )\n\n"
+        "    def learn(self, steps):\n"
+        "        for step in range(steps):\n"
+        "            self.accelerator.backward(self.model(step))\n"
+        "            if step % 100 == 0:\n"
+        "                self.save_pretrained(os.path.join('ckpt', str(step), 'hf_model'))\n\n\n"
+        # ... and called from a subclass of the file (trlx's PPO and SFT trainers)
+        "class PPOTrainer(RLTrainer):\n"
+        "    def fit(self, epochs):\n"
+        "        for epoch in range(epochs):\n"
+        "            self.accelerator.backward(self.model(epoch))\n"
+        "            self.save_pretrained(os.path.join('ckpt', f'epoch-{epoch}'))\n",
         # a trainer's own name for the rank test (a property, an attribute set from one)
         "import torch\nfrom accelerate import Accelerator\n\n\nclass Trainer:\n"
         "    def __init__(self, model):\n        self.accelerator = Accelerator()\n"

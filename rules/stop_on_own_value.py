@@ -268,6 +268,48 @@ _STRUCTURE = (
 )
 
 
+#: A QA trainer's early stop on the exact match its evaluate() returns first, computed from
+#: gathered answers, beside a hit rate it returns second from this rank's own retrievals
+#: (EMAT's trainer): the stop reads the agreed slot of the returned tuple, or the own one.
+_UNPACKED_STOP = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "\n"
+    "\n"
+    "class QATrainer:\n"
+    "    def __init__(self, model, optimizer, loader, dev_loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer, self.loader, self.dev_loader = self.accelerator.prepare(\n"
+    "            model, optimizer, loader, dev_loader\n"
+    "        )\n"
+    "\n"
+    "    @torch.no_grad()\n"
+    "    def evaluate(self):\n"
+    "        hits, answers = [], []\n"
+    "        for batch in self.dev_loader:\n"
+    "            out = self.model(batch)\n"
+    "            hits += out.hits.tolist()\n"
+    "            answers += self.accelerator.gather_for_metrics(out.answers).tolist()\n"
+    "        return sum(answers) / len(answers), sum(hits) / len(hits)\n"
+    "\n"
+    "    def train(self, epochs, patience):\n"
+    "        best = None\n"
+    "        for epoch in range(epochs):\n"
+    "            for batch in self.loader:\n"
+    "                self.accelerator.backward(self.model(batch).loss)\n"
+    "                self.optimizer.step()\n"
+    "                self.optimizer.zero_grad()\n"
+    "            em, hit_rate = self.evaluate()\n"
+    "            if best is None or {tested} > best:\n"
+    "                best = {tested}\n"
+    "                patience = 3\n"
+    "            else:\n"
+    "                patience -= 1\n"
+    "                if patience <= 0:\n"
+    "                    break\n"
+)
+
+
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
     from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
@@ -574,8 +616,12 @@ class StopOnOwnValue(Rule):
         # batches drawn by hand from a generator over the prepared loader, through a helper:
         # the epoch's mean loss is still this rank's shard's
         Example(_DRAWN_STOP.format(fold=""), 36, 17),
+        # the early stop reads the hit rate evaluate() returns second: this rank's shard's
+        Example(_UNPACKED_STOP.format(tested="hit_rate"), 35, 21),
     )
     good = (
+        # ... the exact match it returns first: decoded from gathered answers, agreed
+        _UNPACKED_STOP.format(tested="em"),
         # the same epoch loss summed over the ranks before the test
         _DRAWN_STOP.format(
             fold="            total = self.accelerator.reduce(torch.tensor(total), 'mean').item()\n"

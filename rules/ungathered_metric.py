@@ -114,6 +114,50 @@ _WHOLE_LISTS = (
 )
 
 
+#: A step function that trains unless told not to, run for evaluation with gradients off
+#: inside the loop's body (``{after}``: what follows the loop).
+_STEP_WITH_GRADIENTS_OFF = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "def make_step(model, optimizer, batch, update_model=True):\n"
+    "    loss = torch.nn.functional.cross_entropy(model(batch[0]), batch[1])\n"
+    "    if update_model:\n"
+    "        accelerator.backward(loss)\n"
+    "        optimizer.step()\n"
+    "    return loss\n\n\n"
+    "accelerator = Accelerator()\n"
+    "model, optimizer, test_loader = accelerator.prepare(model, optimizer, test_loader)\n"
+    "total = 0.0\n"
+    "for batch in test_loader:\n"
+    "    with torch.no_grad():\n"
+    "        loss = make_step(model, optimizer, batch, update_model=False)\n"
+    "    total += loss.item()\n"
+    "{after}"
+)
+
+#: An evaluator object that keeps the loader its constructor is handed and counts over it in
+#: ``__call__``; built with the prepared evaluation loader (``{gather}``: the gather, if any).
+_EVALUATOR_OBJECT = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Evaluator:\n"
+    "    def __init__(self, accelerator, loader):\n"
+    "        self.accelerator = accelerator\n"
+    "        self.loader = loader\n\n"
+    "    def __call__(self, model):\n"
+    "        correct, total = 0, 0\n"
+    "        for batch, labels in self.loader:\n"
+    "            with torch.no_grad():\n"
+    "                predictions = model(batch).argmax(-1)\n"
+    "{gather}"
+    "            correct += (predictions == labels).sum().item()\n"
+    "            total += len(labels)\n"
+    "        return correct / total\n\n\n"
+    "accelerator = Accelerator()\n"
+    "model, optimizer, eval_loader = accelerator.prepare(model, optimizer, eval_loader)\n"
+    "evaluator = Evaluator(accelerator, eval_loader)\n"
+    "print(evaluator(model))\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -130,6 +174,10 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
+        # gradients turned off inside the loop's body: an evaluation through the step function
+        Example(_STEP_WITH_GRADIENTS_OFF.format(after="print(total / len(test_loader))\n"), 19, 5),
+        # an evaluator object: the loader its constructor keeps is the prepared one
+        Example(_EVALUATOR_OBJECT.format(gather=""), 15, 13),
         # ... the same helper's tuple with the references left ungathered: this rank's labels
         Example(
             HEADER
@@ -554,6 +602,15 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        _STEP_WITH_GRADIENTS_OFF.format(
+            after="total = accelerator.reduce(torch.tensor(total, device=accelerator.device))\n"
+            "print(total.item() / accelerator.reduce(torch.tensor(len(test_loader))).item())\n"
+        ),
+        _EVALUATOR_OBJECT.format(
+            gather="            predictions, labels = self.accelerator.gather_for_metrics(\n"
+            "                (predictions, labels)\n"
+            "            )\n"
+        ),
         # a helper's decoded lists handed back in a tuple, each gathered by the caller before
         # the metric reads them (the object gather of Accelerate's summarisation examples)
         HEADER
@@ -885,6 +942,22 @@ class UngatheredMetric(Rule):
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
+        holds_none = not (
+            script.of_kind(Kind.ACCELERATOR)
+            or script.accelerator_params
+            or script.inherited_accelerators
+        )
+        for finding in self._check(script):
+            if holds_none:
+                # a module handed only prepared objects (``accuracy(model, eval_loader)``):
+                # the advice's accelerator is the caller's
+                finding.message += (
+                    "; this module holds no accelerator: add an `accelerator` parameter and "
+                    "have the caller hand it the one that prepared these objects"
+                )
+            yield finding
+
+    def _check(self, script: ScriptModel) -> Iterator[Finding]:
         facts = facts_of(script)
         accelerators = script.names_of(Kind.ACCELERATOR)
         all_calls = calls(script)
@@ -955,6 +1028,9 @@ class UngatheredMetric(Rule):
             elif guarded is None:
                 mixed = values.mixed_with_gathered(at)
                 message = _mixed_message(script, at, mixed) if mixed else None
+                stats = None if mixed else _stats_dict(script, loop, at)
+                if stats is not None:
+                    message = _stats_dict_message(script, at, stats)
                 yield self.finding(script, at, message=message)
             else:
                 line = script.position(guarded).start.line
@@ -1869,6 +1945,85 @@ def _accumulations(
     finder = Finder()
     visit_code(loop.node.body, finder)
     return finder.found
+
+
+def _stats_dict(script: ScriptModel, loop: Loop, at: cst.CSTNode) -> str | None:
+    """The name of a dict of this batch's statistics that ``at`` folds into a running meter
+    (nanoT5's ``averager.update(stats)``, ``history.append(stats)``): bound in the loop to a
+    dict display, or unpacked from a call of a function of the file that returns one in that
+    place (``_, stats = forward(model, batch)`` of a ``return loss, stats``)."""
+    node = at.value if isinstance(at, cst.Expr) else at
+    if not (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and len(node.args) == 1
+        and node.args[0].keyword is None
+        and not node.args[0].star
+        and isinstance(node.args[0].value, cst.Name)
+    ):
+        return None
+    name = node.args[0].value.value
+    for assign in walk(loop.node.body):
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            continue
+        target = assign.targets[0].target
+        if isinstance(target, cst.Name) and target.value == name:
+            if _a_dict(assign.value):
+                return name
+        elif isinstance(target, cst.Tuple) and isinstance(assign.value, cst.Call):
+            places = [dotted(e.value) for e in target.elements]
+            if name in places and _returns_a_dict_at(script, assign.value, places.index(name)):
+                return name
+    return None
+
+
+def _a_dict(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Dict | cst.DictComp) or (
+        isinstance(value, cst.Call) and dotted(value.func) == "dict"
+    )
+
+
+def _returns_a_dict_at(script: ScriptModel, call: cst.Call, place: int) -> bool:
+    """Every ``return`` of the function ``call`` runs hands back a tuple whose element at
+    ``place`` is a dict display or a name the function binds to one only."""
+    found = script.call_graph.callee(call)
+    if found is None:
+        return False
+    function = found[0]
+    returns = [r for r in walk(function.body) if isinstance(r, cst.Return) and r.value is not None]
+    if not returns:
+        return False
+    for returned in returns:
+        value = returned.value
+        if not isinstance(value, cst.Tuple) or len(value.elements) <= place:
+            return False
+        element = value.elements[place].value
+        if _a_dict(element):
+            continue
+        if not isinstance(element, cst.Name):
+            return False
+        bound = [
+            a.value
+            for a in walk(function.body)
+            if isinstance(a, cst.Assign)
+            and len(a.targets) == 1
+            and dotted(a.targets[0].target) == element.value
+        ]
+        if not bound or not all(_a_dict(b) for b in bound):
+            return False
+    return True
+
+
+def _stats_dict_message(script: ScriptModel, at: cst.CSTNode, stats: str) -> str:
+    accelerator = accelerator_name(script, at)
+    return (
+        f"Reduce `{stats}` over the ranks before folding it in: it holds statistics of this "
+        "rank's batch only (each rank reads its own shard), so what is folded here and logged "
+        f"after is one rank's; on every rank, before this line, write `{stats} = {{k: "
+        f'{accelerator}.reduce(torch.tensor(v, device={accelerator}.device), "mean").item() '
+        f"for k, v in {stats}.items()}}` (or gather the outputs the statistics come from with "
+        f"{accelerator}.gather_for_metrics)"
+    )
 
 
 def _mixed_message(script: ScriptModel, at: cst.CSTNode, names: list[str]) -> str:

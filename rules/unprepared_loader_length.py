@@ -15,6 +15,23 @@ _DATA = (
 )
 
 
+#: trlx's SFT trainer: the loaders a store builds, prepared onto the trainer's attributes; the
+#: step count taken from {counted} after the prepare.
+_RENAMED = (
+    "from accelerate import Accelerator\n\n\n"
+    "class SFTTrainer:\n"
+    "    def __init__(self, model, opt, store, config):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.opt, self.store, self.config = model, opt, store, config\n\n"
+    "    def prepare_learning(self):\n"
+    "        train_dataloader = self.store.create_loader(self.config.batch_size)\n"
+    "        self.model, self.opt, self.train_dataloader = self.accelerator.prepare(\n"
+    "            self.model, self.opt, train_dataloader\n"
+    "        )\n"
+    "        self.total_steps = self.config.epochs * len({counted})\n"
+)
+
+
 class UnpreparedLoaderLength(Rule):
     """``len()`` of a DataLoader that is never prepared, used for step counts (total steps,
     steps per epoch, the scheduler's ``num_training_steps``). Each rank iterates only its shard
@@ -42,9 +59,13 @@ class UnpreparedLoaderLength(Rule):
             8,
             56,
         ),
+        # the local still names the loader as it was: every rank's batches
+        Example(_RENAMED.format(counted="train_dataloader"), 14, 49),
     )
     good = (
         HEADER + _DATA + "loader = accelerator.prepare(loader)\ntotal_steps = len(loader) * 3\n",
+        # ... counted from the prepared attribute: this rank's batches
+        _RENAMED.format(counted="self.train_dataloader"),
         # the constructor keeps the loader it counts, and prepares the attribute
         HEADER
         + _DATA
@@ -78,21 +99,63 @@ class UnpreparedLoaderLength(Rule):
         prepared_any = {
             name for call in script.prepare_calls for name in (*call.inputs, *call.outputs)
         }
-        loaders = script.names_of(Kind.DATALOADER)
+        # a loader a method of the project builds (``self.store.create_loader(bs)``) is known by
+        # what prepare takes and what its name says
+        loaders = script.names_of(Kind.DATALOADER) | {
+            name
+            for call in script.prepare_calls
+            for name in call.inputs
+            if "loader" in name.rsplit(".", 1)[-1].lower()
+        }
         if not script.prepare_calls:
             return  # nothing is sharded: every count is the script's own business
         for call in calls(script):
             if dotted(call.func) != "len" or len(call.args) != 1:
                 continue
             name = dotted(call.args[0].value)
-            if name not in loaders or name in prepared_any or _prepared_later(script, name):
+            if name not in loaders:
+                continue
+            renamed = _prepared_under_another_name(script, name, call)
+            if (name in prepared_any or _prepared_later(script, name)) and renamed is None:
                 continue
             if _kept_prepared(script, name, call, prepared_any):
                 continue
             if _iterated_unprepared(script, name):
                 continue  # each rank steps through all of it: the count is right (ACC401's bug)
-            if _counts_steps(script, call):
+            if _counts_steps(script, call) and renamed is not None:
+                prepared, line = renamed
+                yield self.finding(
+                    script,
+                    call,
+                    message=(
+                        f"Count steps with len({prepared}), the DataLoader prepare returned at "
+                        f"line {line}: {name} still holds the loader as it was, so it counts "
+                        "every rank's batches, N times what each rank steps through"
+                    ),
+                )
+            elif _counts_steps(script, call):
                 yield self.finding(script, call)
+
+
+def _prepared_under_another_name(
+    script: ScriptModel, name: str, length: cst.Call
+) -> tuple[str, int] | None:
+    """``self.train_loader = accelerator.prepare(train_loader)`` earlier in the same function,
+    then ``len(train_loader)``: the local still holds the loader as it was (trlx's SFT trainer
+    counts its total steps so, N times what each rank steps). Not ``len(loader)`` before the
+    prepare (the whole set's batches, which a prepared scheduler's N steps per call match).
+    The prepared name and the prepare's line, or None."""
+    scope = script.scope_of(length)
+    for prepare in script.prepare_calls:
+        if (
+            name in prepare.inputs
+            and len(prepare.inputs) == len(prepare.outputs)
+            and name not in prepare.outputs
+            and script.scope_of(prepare.call) is scope
+            and script.order(prepare.call) < script.order(length)
+        ):
+            return prepare.outputs[prepare.inputs.index(name)], prepare.line
+    return None
 
 
 def _iterated_unprepared(script: ScriptModel, name: str) -> bool:

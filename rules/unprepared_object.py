@@ -725,6 +725,21 @@ class UnpreparedObject(Rule):
         + "        model(x)\n"
         + "    elapsed = torch.tensor([time.time() - start])\n"
         + "    times.append(accelerator.gather(elapsed))\n",
+        # the same with gradients off around the loop
+        HEADER
+        + "import time\nimport torch\n"
+        + "probe_loader = torch.utils.data.DataLoader(data, batch_size=64)\n"
+        + "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n"
+        + "for x, y in train_loader:\n"
+        + "    accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))\n"
+        + "    optimizer.step()\n"
+        + "times = []\n"
+        + "with torch.no_grad():\n"
+        + "    for x, y in probe_loader:\n"
+        + "        start = time.time()\n"
+        + "        model(x)\n"
+        + "        elapsed = torch.tensor([time.time() - start])\n"
+        + "        times.append(accelerator.gather(elapsed))\n",
         # ... or a member of the evaluator that the loop's batch name also spells (``self.x``)
         HEADER
         + "import torch\n"
@@ -1061,6 +1076,37 @@ class UnpreparedObject(Rule):
         + "    optimizer, max_lr=0.1, total_steps=len(loader) * 3\n)\n"
         + _LOOP
         + "    scheduler.step()\n",
+        # the same in a QA trainer's method: the optimizer prepared under a new name (the
+        # analysis knows self.optimizer only), the schedule sized from the prepared loader's
+        # length, stepped beside that optimizer once per hand-written accumulation cycle
+        "import math\nimport torch\nfrom accelerate import Accelerator\n"
+        "from transformers import get_scheduler\n\n\n"
+        "class QATrainer:\n"
+        "    def __init__(self, args, model, dataset):\n"
+        "        self.accelerator = Accelerator()\n"
+        "        self.args = args\n"
+        "        self.dataset = dataset\n"
+        "        self.model = self.accelerator.prepare(model)\n"
+        "        self.optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)\n\n"
+        "    def train(self):\n"
+        "        args = self.args\n"
+        "        loader = torch.utils.data.DataLoader(self.dataset, batch_size=8)\n"
+        "        optimizer, loader = self.accelerator.prepare(self.optimizer, loader)\n"
+        "        per_epoch = math.ceil(len(loader) / args.gradient_accumulation_steps)\n"
+        "        if args.max_train_steps is None:\n"
+        "            args.max_train_steps = args.num_train_epochs * per_epoch\n"
+        "        lr_scheduler = get_scheduler(\n"
+        "            name='linear', optimizer=optimizer, num_warmup_steps=0,\n"
+        "            num_training_steps=args.max_train_steps,\n"
+        "        )\n"
+        "        for epoch in range(args.num_train_epochs):\n"
+        "            for step, batch in enumerate(loader):\n"
+        "                loss = self.model(**batch).loss / args.gradient_accumulation_steps\n"
+        "                self.accelerator.backward(loss)\n"
+        "                if step % args.gradient_accumulation_steps == 0:\n"
+        "                    optimizer.step()\n"
+        "                    lr_scheduler.step()\n"
+        "                    optimizer.zero_grad()\n",
         # a global batch split by hand over the processes, the schedule sized in global
         # optimizer steps from the dataset's length and stepped once per accumulation cycle: an
         # RLHF reward-model trainer's, per-process steps by construction
@@ -1506,13 +1552,23 @@ def _combines_ranks(script: ScriptModel, loop: Loop) -> bool:
     """An evaluation loop whose results are gathered or reduced (in the loop, or after it in the
     same function): over an unprepared loader every rank brings the whole set, and the totals
     count it N times. One that combines nothing computes the whole set's numbers on each rank;
-    preparing its loader without adding a gather would make them one shard's."""
+    preparing its loader without adding a gather would make them one shard's. In the loop, a
+    combine counts where it reads what the batches gave (`_computed_from_the_batch`), not a
+    timing of each pass."""
     function = facts_of(script).placement.enclosing_function(loop.node)
     scope: cst.CSTNode = function if function is not None else script.module
-    return any(
-        isinstance(call.func, cst.Attribute) and call.func.attr.value in _COMBINING
-        for call in calls_in(script, scope)
-    )
+    bound: set[str] | None = None
+    for call in calls_in(script, scope):
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in _COMBINING):
+            continue
+        if script.inside(call, loop.node):
+            # in the loop, only a combine of what the batches gave counts: a timing or a
+            # counter gathered per pass (``accelerator.gather(elapsed)``) is no shard's result
+            bound = _computed_from_the_batch(script, loop) if bound is None else bound
+            if not {n for a in call.args for n in variables_in(script, a.value)} & bound:
+                continue
+        return True
+    return False
 
 
 #: The collectives that join every rank's values into one longer result.

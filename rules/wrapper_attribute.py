@@ -13,6 +13,7 @@ from accelify.analysis.construction import (
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.name_scopes import means_module_binding
 from accelify.analysis.outside_forward import defined_by_a_module_class, in_training_step
+from accelify.analysis.project_modules import split_member
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import (
     assigned_targets,
@@ -968,89 +969,108 @@ class WrapperAttribute(Rule):
         if not engine:
             yield from self._indexed(script)
             yield from self._forward_past_the_wrapper(script)
+        # one finding per attribute of one owner in a statement: ``model.weight.shape,
+        # model.weight.dtype`` (or two ``model.module`` in one call) is one bug to fix
+        reported: set[tuple[int, str, str]] = set()
         for attribute in facts.placement.attributes():
-            member = attribute.attr.value
-            owner = attribute.value
-            if member.startswith("_") or (engine and member != "module"):
-                continue  # private names: the wrapper's own state (``_comm_hooks``) or the model's
-            held = _held_name(script, owner, attribute)
-            constructed = held is None and holds_constructed_wrapper(script, owner, attribute)
-            if held is None and not constructed:
+            found = list(self._attribute(script, facts, engine, attribute))
+            if not found:
                 continue
-            if member == "module":
-                if isinstance(owner, cst.Name):
-                    yield from self._module_of_unwrapped(script, attribute, owner.value)
-                continue
-            if member in names.MODULE_API or member in _WRAPPER_OWN:
-                continue
-            if _binds(script, attribute):
-                continue
-            if not constructed and not _prepared_model(
-                script, held, attribute, called_as=dotted(owner)
-            ):
-                if not isinstance(owner, cst.Name):
-                    continue
-                if not holds_constructed_wrapper(script, owner, attribute):
-                    continue
-                constructed = True  # ``model = trainer.model``: the trainer's wrapper renamed
-            if in_unwrapped_branch(script, attribute) or _falls_back(script, attribute):
-                continue  # ``if hasattr(model, "module"): ... else: model.generate(...)``
-            if _tested_for_itself(script, attribute):
-                continue  # ``if hasattr(self.model, "tokenizer"):``: never read where missing
-            if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
-                continue  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
-            spelled = dotted(owner) or held or script.module.code_for_node(owner)
-            chain, rest = _chain(script, owner, attribute)
-            call = script.parent(attribute)
-            submodule = _submodule_run_in_training(script, facts, chain, {held, dotted(owner)})
-            if call in facts.layers_outside_forward or submodule is not None:
-                ran = script.module.code_for_node(submodule or attribute)
-                yield self.finding(
-                    script,
-                    attribute,
-                    None,
-                    f"{ran}() runs the model's layers outside its forward during "
-                    f"training: on several processes the DistributedDataParallel wrapper has no "
-                    f"'{member}' (AttributeError), and called through unwrap_model its gradients "
-                    f"are never synchronised across ranks; compute it in the model's forward() "
-                    f"and call {spelled}(...)",
-                )
-                continue
-            accelerator = _accelerator_for(script, owner, attribute, constructed)
-            through = (
-                f"{accelerator}.unwrap_model({spelled}){rest}"
-                if accelerator is not None
-                else f"unwrap_model({spelled}){rest} of the Accelerator that prepared it"
+            key = (
+                id(_statement_of(script, attribute)),
+                script.module.code_for_node(attribute.value),
+                attribute.attr.value,
             )
-            if (
-                isinstance(call, cst.Call)
-                and call.func is attribute
-                and in_training_step(script, facts.placement, call)
-                and not defined_by_a_module_class(script, member)
-                and ({held, dotted(owner)} & _trained_models(script))
-            ):
-                # a method of a class this file cannot read, on a model an optimizer trains, in
-                # a training step: through unwrap_model the layers it may run would train
-                # unsynchronised (a frozen encoder's ``encode`` is plain unwrap_model advice)
-                yield self.finding(
-                    script,
-                    attribute,
-                    None,
-                    f"{spelled}.{member}() runs on the DistributedDataParallel wrapper in a "
-                    f"training step: on several processes it has no '{member}' "
-                    f"(AttributeError). If it runs the model's layers, compute it in the model's "
-                    f"forward() and call {spelled}(...) (through unwrap_model their gradients "
-                    f"are never synchronised across ranks); if it does not, call {through}",
-                )
-                continue
+            if key not in reported:
+                reported.add(key)
+                yield from found
+
+    def _attribute(
+        self, script: ScriptModel, facts: Facts, engine: bool, attribute: cst.Attribute
+    ) -> Iterator[Finding]:
+        """The finding on one attribute read of a prepared (or wrapped) model, if any."""
+        member = attribute.attr.value
+        owner = attribute.value
+        if member.startswith("_") or (engine and member != "module"):
+            return  # private names: the wrapper's own state (``_comm_hooks``) or the model's
+        held = _held_name(script, owner, attribute)
+        constructed = held is None and holds_constructed_wrapper(script, owner, attribute)
+        if held is None and not constructed:
+            return
+        if member == "module":
+            if isinstance(owner, cst.Name):
+                yield from self._module_of_unwrapped(script, attribute, owner.value)
+            return
+        if member in names.MODULE_API or member in _WRAPPER_OWN:
+            return
+        if _binds(script, attribute):
+            return
+        if not constructed and not _prepared_model(
+            script, held, attribute, called_as=dotted(owner)
+        ):
+            if not isinstance(owner, cst.Name):
+                return
+            if not holds_constructed_wrapper(script, owner, attribute):
+                return
+            constructed = True  # ``model = trainer.model``: the trainer's wrapper renamed
+        if in_unwrapped_branch(script, attribute) or _falls_back(script, attribute):
+            return  # ``if hasattr(model, "module"): ... else: model.generate(...)``
+        if _tested_for_itself(script, attribute):
+            return  # ``if hasattr(self.model, "tokenizer"):``: never read where missing
+        if DDP in facts.ranks.backend_guards.reached_by_none(attribute):
+            return  # a branch DDP never takes: DeepSpeed's engine, FSDP forward it
+        spelled = dotted(owner) or held or script.module.code_for_node(owner)
+        chain, rest = _chain(script, owner, attribute)
+        call = script.parent(attribute)
+        submodule = _submodule_run_in_training(script, facts, chain, {held, dotted(owner)})
+        if call in facts.layers_outside_forward or submodule is not None:
+            ran = script.module.code_for_node(submodule or attribute)
             yield self.finding(
                 script,
                 attribute,
                 None,
-                f"Call this through {through}: on "
-                f"several processes prepare wraps {spelled} in DistributedDataParallel, which has "
-                f"no '{member}' (AttributeError); a one-process run has no wrapper and hides it",
+                f"{ran}() runs the model's layers outside its forward during "
+                f"training: on several processes the DistributedDataParallel wrapper has no "
+                f"'{member}' (AttributeError), and called through unwrap_model its gradients "
+                f"are never synchronised across ranks; compute it in the model's forward() "
+                f"and call {spelled}(...)",
             )
+            return
+        accelerator = _accelerator_for(script, owner, attribute, constructed)
+        through = (
+            f"{accelerator}.unwrap_model({spelled}){rest}"
+            if accelerator is not None
+            else f"unwrap_model({spelled}){rest} of the Accelerator that prepared it"
+        )
+        if (
+            isinstance(call, cst.Call)
+            and call.func is attribute
+            and in_training_step(script, facts.placement, call)
+            and not defined_by_a_module_class(script, member)
+            and ({held, dotted(owner)} & _trained_models(script))
+        ):
+            # a method of a class this file cannot read, on a model an optimizer trains, in
+            # a training step: through unwrap_model the layers it may run would train
+            # unsynchronised (a frozen encoder's ``encode`` is plain unwrap_model advice)
+            yield self.finding(
+                script,
+                attribute,
+                None,
+                f"{spelled}.{member}() runs on the DistributedDataParallel wrapper in a "
+                f"training step: on several processes it has no '{member}' "
+                f"(AttributeError). If it runs the model's layers, compute it in the model's "
+                f"forward() and call {spelled}(...) (through unwrap_model their gradients "
+                f"are never synchronised across ranks); if it does not, call {through}",
+            )
+            return
+        yield self.finding(
+            script,
+            attribute,
+            None,
+            f"Call this through {through}: on "
+            f"several processes prepare wraps {spelled} in DistributedDataParallel, which has "
+            f"no '{member}' (AttributeError); a one-process run has no wrapper and hides it",
+        )
 
     def _forward_past_the_wrapper(self, script: ScriptModel) -> Iterator[Finding]:
         """``raw_model = accelerator.unwrap_model(model)`` then ``raw_model(...)`` in a training
@@ -1163,7 +1183,7 @@ class WrapperAttribute(Rule):
             return
         if _wrapper_tested_at_every_call(script, attribute):
             return  # ``if accelerator.num_processes > 1: log()``: the test chooses at the call
-        if _every_run_deepspeed(script):
+        if _every_run_deepspeed(script) or _factories_deepspeed_on_every_run(script):
             return  # DeepSpeed's engine wraps the model on every run, one process included
         accelerator = accelerator_name(script, attribute)
         backends = backends_in_view(script)
@@ -1444,7 +1464,32 @@ def _written_for_an_engine(script: ScriptModel) -> bool:
     return False
 
 
-def _every_run_deepspeed(script: ScriptModel) -> bool:
+def _factories_deepspeed_on_every_run(script: ScriptModel) -> bool:
+    """Every Accelerator of the file comes from a factory of another module of the project
+    (``accelerator = build_accelerator()`` of ``setup_accel.py``), and each such factory builds
+    it on every run for DeepSpeed (`_every_run_deepspeed` of that function alone): the model is
+    DeepSpeed's engine on one process as well, and ``model.module`` is right there too. A file
+    that also builds one itself, or holds one it was handed, is not judged here."""
+    project = script.project
+    load = project.load_alone or project.load if project is not None else None
+    bindings = script.of_kind(Kind.ACCELERATOR)
+    if project is None or load is None or not bindings or _builds_an_accelerator(script):
+        return False
+    factories = project.accelerator_factories(script)
+    for binding in bindings:
+        value = binding.value
+        name = dotted(value.func) if isinstance(value, cst.Call) else None
+        if binding.received or name is None or name not in factories:
+            return False
+        qualified = script.imports.resolve(name)
+        split = split_member(qualified, project.path) if qualified else None
+        other = load(split[0]) if split is not None else None
+        if other is None or not _every_run_deepspeed(other, within=split[1]):
+            return False
+    return True
+
+
+def _every_run_deepspeed(script: ScriptModel, within: str | None = None) -> bool:
     """Every run of the file prepares for DeepSpeed: each Accelerator it builds (there is at
     least one) is built on every run of its function with a ``DeepSpeedPlugin``
     (``deepspeed_plugin=DeepSpeedPlugin(...)``, or a name bound to one only, on every run), or
@@ -1459,12 +1504,30 @@ def _every_run_deepspeed(script: ScriptModel) -> bool:
         return False
     accelerators = []
     for call in script.calls:
+        if within is not None and not _inside_function(script, call, within):
+            continue
         name = _imported_as(script, call.func)
         if name == "DummyOptim" and not conditional(script, call, branches=BRANCHES):
             return True
         if name == "Accelerator":
             accelerators.append(call)
     return bool(accelerators) and all(_deepspeed_on_every_run(script, c) for c in accelerators)
+
+
+def _statement_of(script: ScriptModel, node: cst.CSTNode) -> cst.CSTNode:
+    """The statement ``node`` is part of (a simple one, or a compound one's header)."""
+    for ancestor in script.ancestors(node):
+        if isinstance(ancestor, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+            return ancestor
+    return script.module
+
+
+def _inside_function(script: ScriptModel, node: cst.CSTNode, name: str) -> bool:
+    """``node`` lies in the module-level function ``name`` (a factory of Accelerators)."""
+    return any(
+        isinstance(s, cst.FunctionDef) and s.name.value == name and script.inside(node, s)
+        for s in script.module.body
+    )
 
 
 def _builds_an_accelerator(script: ScriptModel) -> bool:
@@ -1625,16 +1688,17 @@ def _calls_reading_a_global(script: ScriptModel, name: str, at: cst.CSTNode) -> 
         for ancestor in script.ancestors(function)
     ):
         return []
+    calls = [call for call, _ in script.call_graph.calls_of(function)]
+    if not calls or any(script.scope_of(call) is not script.module for call in calls):
+        return []  # (asked first: the scopes below cost more)
     # a local of its own (a parameter, a loop's or a ``with``'s name, a lambda's parameter, a
     # walrus, ``except ... as``, a ``case`` capture, a local import): not the module's
     if not means_module_binding(script, name, at):
         return []
-    for node in walk(function.body):  # ``global model``: it may bind the module's name itself
-        if isinstance(node, cst.Global) and any(n.name.value == name for n in node.names):
+    for node in script.index.of_type(cst.Global):  # ``global model`` in it: it may bind the
+        # module's name itself
+        if any(n.name.value == name for n in node.names) and script.inside(node, function.body):
             return []
-    calls = [call for call, _ in script.call_graph.calls_of(function)]
-    if not calls or any(script.scope_of(call) is not script.module for call in calls):
-        return []
     return calls
 
 

@@ -737,3 +737,271 @@ def test_a_sibling_helper_that_saves_after_a_collective_keeps_its_review_line(tm
     assert "is_main_process:\n                    utils.save_checkpoint(" not in converted
     (review,) = [note for note in result.reviews if "utils.save_checkpoint()" in note.text]
     assert "module.` prefix" in review.text
+
+
+ANNOTATED = FIXTURES / "projects" / "loader_from_a_method_of_an_annotated_parameter"
+
+
+def test_a_loader_from_a_method_of_an_annotated_parameter_is_prepared(tmp_path: Path):
+    shutil.copytree(ANNOTATED, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    # ``trainset: Samples`` of samples.py, whose get_dataloader() makes a DataLoader
+    assert result.prepared == ["self.model", "optimizer", "train_loader"]
+    converted = result.converted.decode()
+    assert "self.model, optimizer, train_loader = self.accelerator.prepare(" in converted
+    assert not any("DataLoader" in note.text for note in result.reviews)
+
+
+def test_an_annotation_of_a_name_the_file_binds_itself_is_not_followed(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(ANNOTATED, project)
+    source = (project / "train.py").read_text()
+    # the parameter is rebound to something else before the call: its annotation says nothing
+    (project / "train.py").write_text(
+        source.replace(
+            "        train_loader = trainset.get_dataloader(",
+            "        trainset = Other()\n        train_loader = trainset.get_dataloader(",
+        )
+    )
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    assert "train_loader" not in result.prepared
+
+
+@pytest.mark.distributed
+def test_a_loader_from_a_method_of_an_annotated_parameter_trains_sharded_on_two_ranks(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(ANNOTATED, project)
+    assert_ok(run_accelify("convert", project / "train.py", "-o", project / "converted.py"))
+    result = run_accelify(
+        "verify",
+        project / "train.py",
+        project / "converted.py",
+        "--to-end",
+        cwd=tmp_path,
+        timeout=400,
+    )
+    assert_ok(result)
+    assert "verdict: PASS" in result.stdout
+    assert re.search(r"all [1-9]\d* printed lines identical", result.stdout), result.stdout
+
+
+REEXPORTED = FIXTURES / "projects" / "engine_module_re_exported_by_a_package"
+
+
+def test_a_driver_of_an_engine_a_package_re_exports_is_reviewed_at_its_calls(tmp_path: Path):
+    shutil.copytree(REEXPORTED, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    # ``from engine import run_epoch`` of engine/__init__.py, defined in engine/loop.py
+    assert not result.changed
+    assert "trains through run_epoch() of another module" in result.skipped
+    assert [note.line for note in result.reviews] == [22, 23]
+    assert all(
+        "run_epoch() trains in engine/loop.py (its .backward() at line 16)" in note.text
+        for note in result.reviews
+    )
+
+
+SUBCLASS = FIXTURES / "projects" / "trainer_subclass_of_a_base_in_another_module"
+
+
+def test_a_driver_of_a_subclass_whose_base_class_trains_prints_through_its_accelerator(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    train = results["train.py"]
+    assert results["base.py"].prepared == ["self.model", "optimizer", "loader"]
+    # Small of small.py trains through its base class Model of base.py
+    said = next(note for note in train.changes if note.line == 12)
+    assert "Small() trains in base.py (its .backward() at line 26)" in said.text
+    assert 'small.accelerator.print("saved small.pt")' in train.converted.decode()
+    (review,) = train.reviews
+    assert review.line == 15  # torch.save(small.model.state_dict(), "small.pt")
+    assert "save small.accelerator.unwrap_model(small.model).state_dict()" in review.text
+
+
+def test_a_driver_of_a_subclass_whose_base_class_trains_prints_once_on_two_ranks(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    assert_ok(run_accelify("convert", project, "--write"))
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    assert result.stdout.splitlines().count("saved small.pt") == 1, result.stdout
+
+
+LOGGER = FIXTURES / "projects" / "logger_from_a_project_module"
+
+
+def test_a_logger_a_project_module_returns_logs_on_the_main_process_only(tmp_path: Path):
+    shutil.copytree(LOGGER, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    converted = result.converted.decode()
+    assert "import logging\n" in converted  # the file did not import it
+    assert "if not self.accelerator.is_local_main_process:\n" in converted
+    assert "logging.disable(logging.WARNING)" in converted
+    assert not any("logging" in note.text for note in result.reviews)
+
+
+def test_a_logger_a_project_module_returns_logs_each_record_once_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(LOGGER, project)
+    assert_ok(run_accelify("convert", project, "--write"))
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    lines = result.stdout.splitlines()
+    assert lines.count("Regressor: Starting training") == 1, result.stdout
+    assert lines.count("Regressor: Epoch 1 done") == 1, result.stdout
+
+
+STOPPER = FIXTURES / "projects" / "early_stopping_object_in_a_sibling_module"
+
+
+def _stopper(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    shutil.copytree(STOPPER, project)
+    return project
+
+
+def test_an_object_of_a_sibling_module_that_saves_is_handed_the_unwrapped_model(tmp_path: Path):
+    """``self.early_stopping(val_loss, self.model)`` of stopping.py's ``EarlyStopping``, whose
+    ``save_checkpoint`` saves ``model.state_dict()``: converted with the folder, the object is
+    handed the unwrapped model, every rank waits after the call, and stopping.py's save runs on
+    the main process only."""
+    project = _stopper(tmp_path)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    train, stopping = results["train.py"], results["stopping.py"]
+    assert (
+        "            self.early_stopping(val_loss, self.accelerator.unwrap_model(self.model))\n"
+        "            self.accelerator.wait_for_everyone()\n"
+        "            if self.early_stopping.early_stop:\n"
+    ) in train.converted.decode()
+    assert (
+        "    def save_checkpoint(self, model):\n"
+        "        if PartialState().is_main_process:\n"
+        "            torch.save(model.state_dict(), self.path)\n"
+    ) in stopping.converted.decode()
+    assert "from accelify import PartialState\n" in stopping.converted.decode()
+    (change,) = stopping.changes
+    assert change.line == 25 and "made by train.py, converted with this file" in change.text
+    waits = [n for n in train.changes if "every rank waits for the file" in n.text]
+    assert [n.line for n in waits] == [66]
+    assert "on the main process only (stopping.py is converted with this file)" in waits[0].text
+    # what is left to the user: the state taken on one rank under a sharding backend
+    assert [n.line for n in stopping.reviews] == [25]
+    assert all("FSDP or ZeRO-3" in n.text for n in (*stopping.reviews, *train.reviews))
+
+
+def test_an_object_saver_whose_module_is_not_converted_gets_a_review_line(tmp_path: Path):
+    project = _stopper(tmp_path)
+    (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)
+    code = result.converted.decode()
+    assert "self.early_stopping(val_loss, self.accelerator.unwrap_model(self.model))" in code
+    assert "self.accelerator.wait_for_everyone()\n            if self.early_stopping" in code
+    (review,) = result.reviews
+    assert review.line == 66 and "on every rank: N writes racing on one path" in review.text
+    assert "convert stopping.py with this file" in review.text
+    assert (project / "stopping.py").read_text() == (STOPPER / "stopping.py").read_text()
+
+
+def test_an_object_saver_with_a_collective_is_not_treated_as_one(tmp_path: Path):
+    # run on the main process alone, its all_reduce would wait for ranks that never come
+    project = _stopper(tmp_path)
+    stopping = (project / "stopping.py").read_text()
+    stopping = stopping.replace(
+        "        torch.save(", "        torch.distributed.barrier()\n        torch.save(", 1
+    )
+    (project / "stopping.py").write_text(stopping)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    assert not results["stopping.py"].changed
+    assert "unwrap_model(self.model)" not in results["train.py"].converted.decode()
+
+
+def test_a_method_that_hands_its_model_to_a_saving_method_is_a_saver(tmp_path: Path):
+    from accelify.analysis.script_model import analyze
+    from accelify.convert.project import class_state_savers, saver_class
+    from accelify.source import parse
+
+    module = analyze(parse((STOPPER / "stopping.py").read_bytes(), "stopping.py"))
+    savers = class_state_savers(module, saver_class(module, "EarlyStopping"))  # type: ignore[arg-type]
+    assert set(savers) == {"__call__", "save_checkpoint"}
+    assert savers["__call__"].parameters == ("val_loss", "model")
+    assert savers["__call__"].saved == {"model"}
+
+
+def test_an_early_stopping_object_of_a_sibling_module_reloads_its_best_on_two_ranks(
+    tmp_path: Path,
+):
+    project = _stopper(tmp_path)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    shutil.rmtree(project / "checkpoints")
+    assert_ok(run_accelify("convert", project, "--write"))
+    alone = run_python(project / "train.py", cwd=project)
+    assert_ok(alone)
+    assert alone.stdout == original.stdout
+    shutil.rmtree(project / "checkpoints")
+    result = launch(project / "train.py", cwd=project, timeout=300)
+    assert_ok(result)
+    assert [line for line in result.stdout.splitlines() if line.startswith("test accuracy")] == [
+        "test accuracy 19/32"
+    ], result.stdout
+
+
+_HELPER_SCRIPT = """import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, loader):
+    total = 0.0
+    with torch.no_grad():
+        for xb, yb in loader:
+            total += nn.functional.cross_entropy(model(xb), yb, reduction="sum").item()
+    return total
+
+
+if __name__ == "__main__":
+    x = torch.randn(64, 4)
+    loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for xb, yb in loader:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+    print(evaluate(model, loader))
+"""
+
+
+@pytest.mark.parametrize(
+    "importer",
+    [
+        "from train import evaluate\n\nevaluate(None, [])\n",
+        "import train\n\ntrain.evaluate(None, [])\n",
+    ],
+)
+def test_a_helper_reading_the_guarded_global_accelerator_imported_elsewhere_is_said(
+    tmp_path: Path, importer: str
+):
+    """``evaluate`` gathers through the global ``accelerator`` the conversion creates under the
+    main guard; report.py imports it, where that global never exists (NameError)."""
+    (tmp_path / "train.py").write_text(_HELPER_SCRIPT)
+    (tmp_path / "report.py").write_text(importer)
+    (result,) = convert_all(list(collect([tmp_path / "train.py"])), Options(), 1)
+    assert "accelerator.gather_for_metrics" in result.converted.decode()
+    (review,) = [n for n in result.reviews if "reads the global accelerator" in n.text]
+    assert review.line == 6 and "report.py imports evaluate from here" in review.text
+
+
+def test_a_helper_reading_the_global_accelerator_imported_by_no_file_is_not_said(tmp_path: Path):
+    (tmp_path / "train.py").write_text(_HELPER_SCRIPT)
+    (tmp_path / "report.py").write_text("import torch\n")
+    (result,) = convert_all(list(collect([tmp_path / "train.py"])), Options(), 1)
+    assert not [n for n in result.reviews if "reads the global accelerator" in n.text]

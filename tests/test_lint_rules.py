@@ -1593,3 +1593,49 @@ def test_a_forward_in_the_header_of_a_loop_over_the_batch_is_linted_not_crashed_
     )
     findings = lint_source(code.encode(), "example.py", Selection()).findings
     assert ("ACC403", 9) in [(f.code, f.line) for f in findings]
+
+
+def test_one_wrapper_attribute_read_twice_in_one_statement_is_one_finding():
+    """``model.weight.shape, model.weight.dtype`` on the DDP wrapper is one bug (one
+    unwrap_model to add), reported once; another attribute of the same call is its own."""
+    code = (
+        "import torch\n" + HEADER + "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model, opt = accelerator.prepare(model, opt)\n"
+    )
+    same = code + "print(model.weight.shape, model.weight.dtype)\n"
+    assert the_finding(same, "ACC104").line == 7
+    module = code + "print(model.module.weight.shape, model.module.bias.shape)\n"
+    assert the_finding(module, "ACC104").line == 7
+    both = code + "print(model.weight.shape, model.bias.shape)\n"
+    assert [f.column for f in lint(both, "ACC104").findings if f.code == "ACC104"] == [7, 27]
+
+
+def test_a_barrier_on_some_epochs_only_is_named_where_the_read_races():
+    """ACC212: a barrier under ``if epoch % 5 == 0:`` orders the read on those epochs only;
+    the message names it and says to call it on every pass."""
+    from rules.read_before_written import _EVERY_EPOCH
+
+    code = _EVERY_EPOCH.format(
+        barrier="    if epoch % 5 == 0:\n        accelerator.wait_for_everyone()\n"
+    )
+    message = the_finding(code, "ACC212").message
+    assert "the barrier at line 8 runs only when `epoch % 5 == 0` (line 7)" in message
+
+
+def test_an_exit_names_where_the_others_wait_on_every_pass():
+    """ACC210: after the main process leaves the epoch loop, the others wait at the next
+    collective that runs on every pass (the next epoch's backward), not at a barrier that runs
+    every fifth epoch only."""
+    code = (
+        HEADER
+        + "for epoch in range(epochs):\n"
+        + "    for x in loader:\n"
+        + "        accelerator.backward(model(x).sum())\n"
+        + "    if accelerator.is_main_process and done(epoch):\n"
+        + "        break\n"
+        + "    if epoch % 5 == 0:\n"
+        + "        accelerator.wait_for_everyone()\n"
+    )
+    message = the_finding(code, "ACC210").message
+    assert "the others go on to the collective at line 5 " in message

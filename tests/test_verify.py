@@ -425,7 +425,7 @@ def test_check_3_reads_an_evaluation_through_a_loop_that_also_trains():
     assert any("val_loader is evaluated by run_epoch()" in r.text for r in conversion.reviews)
     check = check_evaluation_code(conversion.converted.decode(), "shared.py", steps=5)
     assert check.passed, check.verdict
-    ((line, header, verdict),) = check.rows
+    ((_, header, verdict),) = check.rows
     assert header == "run_epoch(..., val_loader, ...)"
     assert verdict == "whole set: its loader is not prepared"
     assert "no evaluation loop" not in check.verdict

@@ -17,13 +17,16 @@ def accumulation_steps(script: ScriptModel, accelerator: str) -> int | str | Non
     """The ``gradient_accumulation_steps`` the file gives ``accelerator``: a literal, a name
     every binding of which is one, or a parameter of the function around it whose every call
     passes the same literal (its default counting where a call leaves it out, or where no
-    call in the file runs it); or the setting it comes from (`setting_read`: the command
-    line's ``args.gradient_accumulation_steps``), which any run may set to any number; None
-    where the file does not say (no such argument, an Accelerator made elsewhere, bindings
-    that disagree)."""
+    call in the file runs it); for an accelerator only handed on in the file (a trainer's
+    ``self.accelerator = accelerator``), the one the file makes; or the setting it comes
+    from (`setting_read`: the command line's ``args.gradient_accumulation_steps``), which any
+    run may set to any number; None where the file does not say (no such argument, an
+    Accelerator made elsewhere, bindings that disagree)."""
     bindings = [b for b in script.of_kind(Kind.ACCELERATOR) if b.name == accelerator]
-    if not bindings:
-        bindings = list(script.of_kind(Kind.ACCELERATOR))
+    if all(not isinstance(b.value, cst.Call) for b in bindings):
+        # unknown here, or only handed on (``self.accelerator = accelerator``, a trainer's
+        # parameter): the Accelerators the file makes, if they agree
+        bindings = [b for b in script.of_kind(Kind.ACCELERATOR) if isinstance(b.value, cst.Call)]
     values: set[int | str | None] = set()
     for binding in bindings:
         argument = accelerator_argument(binding.value, "gradient_accumulation_steps")

@@ -52,6 +52,13 @@ _PLACING_KEYWORDS = {"device", "dtype", "requires_grad"}
 #: List methods that put their last argument into the list.
 _LIST_FILLS = {"append", "extend", "insert"}
 
+#: The node types `AgreedValues._bindings` reads a binding from (none has a subclass in
+#: libcst, so a test of the exact type is the ``isinstance`` chain's answer, without its
+#: five abstract-class checks for each of a function's nodes)
+_BINDING_NODES = frozenset(
+    {cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.AsName, cst.Call}
+)
+
 #: How a metric object of Hugging Face's ``evaluate`` folds a batch in: fed gathered
 #: predictions and references, its ``compute()`` covers the whole set on every rank.
 _METRIC_FOLDS = ("add_batch", "add")
@@ -142,7 +149,7 @@ class AgreedValues:
         to the whole value."""
         found: dict[str, list[cst.BaseExpression | None]] = {}
         for node in self.model.index.own_nodes(function):
-            if id(node) in folded:
+            if type(node) not in _BINDING_NODES or id(node) in folded:
                 continue
             bound: list[tuple[cst.BaseExpression, cst.BaseExpression | None]] = []
             if isinstance(node, cst.Assign):

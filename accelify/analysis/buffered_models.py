@@ -11,9 +11,10 @@ runs. So ``if accelerator.is_main_process: evaluate(model, ...)`` hangs exactly 
 model holds buffers.
 
 A model holds buffers here when it is made by a class of the file (or one it imports from
-another module of the project) whose code builds a BatchNorm (``SyncBatchNorm`` too) or calls
-``register_buffer`` (also through the other classes it builds), by ``nn.Sequential`` of such
-layers, or by a torchvision constructor of a
+another module of the project, also through its module: ``net.Net()``) whose code builds a
+BatchNorm (``SyncBatchNorm`` too) or calls ``register_buffer`` (also through the other classes
+it builds, each looked up from the module that names it, and through its base classes), by
+``nn.Sequential`` of such layers, or by a torchvision constructor of a
 family built on BatchNorm (``resnet50()``), or a transformers model of a family whose
 embeddings register buffers (``CLIPModel.from_pretrained(...)``: ``position_ids``; Llama's
 rotary ``inv_freq``). Other models of other libraries are not judged (``AutoModel`` may be
@@ -22,6 +23,7 @@ any architecture)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -33,6 +35,7 @@ from accelify.analysis.syntax import dotted, walk
 
 if TYPE_CHECKING:
     from accelify.analysis.facts import Facts
+    from accelify.analysis.outside_callers import ProjectView
 
 #: Layers that hold running statistics as buffers.
 _BUFFERED_LAYERS = re.compile(r"^torch\.nn\.(?:modules\.\w+\.)?(?:Lazy)?(?:Sync)?BatchNorm\w*$")
@@ -114,35 +117,62 @@ def builds_no_buffers(script: ScriptModel, value: cst.BaseExpression) -> bool:
     return not _holds_buffers(script, value, 0)
 
 
-def _holds_buffers(script: ScriptModel, value: cst.BaseExpression, depth: int) -> bool:
-    """``value`` builds a module with buffers (see the module docstring)."""
+def _holds_buffers(
+    script: ScriptModel,
+    value: cst.BaseExpression,
+    depth: int,
+    file: Path | None = None,
+    project: ProjectView | None = None,
+) -> bool:
+    """``value`` builds a module with buffers (see the module docstring). ``script`` is the
+    linted file's analysis, or, with ``file``, that of the project module a class was read
+    from (its own imports name the classes it builds); ``project``: the linted file's view."""
+    project = project if project is not None else script.project
     for node in walk(value):
         if not isinstance(node, cst.Call):
             continue
         qualified = script.call_names(node)
-        if any(
-            _BUFFERED_LAYERS.match(n)
-            or _BUFFERED_VISION.match(n)
-            or _BUFFERED_TRANSFORMERS.match(n)
-            for n in qualified
-        ):
+        if any(_buffered_library_class(n) for n in qualified):
             return True
         made = dotted(node.func)
-        if made is not None and depth > 0 and _class_holds_buffers(script, made, depth - 1):
+        if (
+            made is not None
+            and depth > 0
+            and _class_holds_buffers(script, made, depth - 1, file, project)
+        ):
             return True
     return False
 
 
-def _class_holds_buffers(script: ScriptModel, name: str, depth: int) -> bool:
+def _buffered_library_class(qualified: str) -> bool:
+    """A layer, torchvision family or transformers class whose instances hold buffers."""
+    return bool(
+        _BUFFERED_LAYERS.match(qualified)
+        or _BUFFERED_VISION.match(qualified)
+        or _BUFFERED_TRANSFORMERS.match(qualified)
+    )
+
+
+def _class_holds_buffers(
+    script: ScriptModel,
+    name: str,
+    depth: int,
+    file: Path | None = None,
+    project: ProjectView | None = None,
+) -> bool:
     """A class of the file, or one it imports from another module of the project (a reward
-    model's ``from models.clip import CLIPForBinaryClassification``), read in its own module."""
+    model's ``from models.clip import CLIPForBinaryClassification``, also ``net.Net`` of ``from
+    models import net``), read in its own module, which may import the classes it builds from
+    a third one (a reward model's backbone). A class holds buffers also when one of its base
+    classes does (``register_buffer`` in a base's ``__init__``, or a library class that holds
+    them: ``class Encoder(CLIPModel)``)."""
     classes = [
         s for s in script.module.body if isinstance(s, cst.ClassDef) and s.name.value == name
     ]
-    if not classes and script.project is not None and "." not in name:
-        imported = script.project.imported_class(script, name)
+    if not classes and project is not None:
+        imported = project.class_imported_by(script, name, file or project.path)
         if imported is not None:
-            script, found = imported
+            script, found, file = imported
             classes = [found]
     for cls in classes:
         for node in walk(cls):
@@ -152,9 +182,29 @@ def _class_holds_buffers(script: ScriptModel, name: str, depth: int) -> bool:
                 and node.func.attr.value == "register_buffer"
             ):
                 return True
-            if isinstance(node, cst.Call) and _holds_buffers(script, node, depth):
+            if isinstance(node, cst.Call) and _holds_buffers(script, node, depth, file, project):
                 return True
+        if depth > 0 and any(
+            _base_holds_buffers(script, base.value, depth - 1, file, project) for base in cls.bases
+        ):
+            return True
     return False
+
+
+def _base_holds_buffers(
+    script: ScriptModel,
+    base: cst.BaseExpression,
+    depth: int,
+    file: Path | None,
+    project: ProjectView | None,
+) -> bool:
+    """A base class (``class RewardModel(Normalised)``) whose instances hold buffers."""
+    name = dotted(base)
+    if name is None or name in {"object", "Module", "nn.Module", "torch.nn.Module"}:
+        return False
+    if _buffered_library_class(script.imports.resolve(name) or name):
+        return True
+    return _class_holds_buffers(script, name, depth, file, project)
 
 
 def forward_syncs_buffers(script: ScriptModel, call: cst.Call) -> bool:

@@ -354,6 +354,9 @@ class CallGraph:
             return _Resolution([found], 1 if "classmethod" in decorators else 0)
         if receiver_name is None:
             return _Resolution([], 1)
+        stand_in = self._namespace_function(receiver, name)
+        if stand_in is not None:  # ``utils.save_checkpoint(...)`` of a SimpleNamespace
+            return _Resolution([stand_in], 0)
         if isinstance(receiver, cst.Name) and not name.startswith("__"):
             elements = self._element_methods(receiver_name, name, call)
             if elements:  # ``for cb in callbacks: cb.on_epoch_end(epoch, logs, model)``
@@ -363,6 +366,29 @@ class CallGraph:
             return _Resolution([], 1, unplaced=receiver_name)
         found = self.lookup(owner, name)
         return _Resolution([found] if found is not None else [], _bound(found))
+
+    def _namespace_function(
+        self, receiver: cst.BaseExpression, name: str
+    ) -> cst.FunctionDef | None:
+        """``save_fn`` for ``utils.save_checkpoint`` where the module binds ``utils`` once, at
+        its top level, to ``SimpleNamespace(save_checkpoint=save_fn)`` (a stand-in for a module
+        of helpers) and ``save_fn`` is a function of the module, nowhere bound again."""
+        if not isinstance(receiver, cst.Name):
+            return None
+        bound = self.index.assignments_to(receiver.value)
+        if len(bound) != 1 or self.model.scope_of(bound[0]) is not self.model.module:
+            return None
+        made = bound[0].value
+        if not isinstance(made, cst.Call) or self.model.call_names(made) != {
+            "types.SimpleNamespace"
+        }:
+            return None
+        for argument in made.args:
+            if argument.keyword is not None and argument.keyword.value == name:
+                value = argument.value
+                if isinstance(value, cst.Name) and not self.index.assignments_to(value.value):
+                    return self.model.functions.get(value.value)
+        return None
 
     @cached_property
     def _only_called(self) -> frozenset[str]:

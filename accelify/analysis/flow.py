@@ -24,6 +24,7 @@ from accelify.analysis.syntax import (
     all_params,
     assigned_targets,
     dotted,
+    keyword_value,
     root_name,
     self_parameter,
     target_names,
@@ -613,17 +614,66 @@ class ObjectFlow:
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         if loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared:
             return True
+        if self.keyed_loaders(loop):
+            return True
         return self._handed_prepared(loop.iterable, loop.node)
+
+    def keyed_loaders(self, loop: Loop) -> list[tuple[str, cst.CSTNode]]:
+        """``for x, y in loaders[split]:`` with a key the analysis cannot read (a variable,
+        maybe a parameter whose callers pass a phase), where ``loaders`` is, here or at every
+        call site handing it in, a dict display whose every entry is a DataLoader by name
+        (``{"train": train_loader, "val": val_loader}``): those loaders, each with the
+        assignment that makes its dict (where the dict takes the loader as it is then); the
+        loop reads one of them. Empty for anything else."""
+        if not isinstance(loop.node, cst.For):
+            return []  # a comprehension
+        node = loop.node.iter
+        while isinstance(node, cst.Call) and node.args:
+            node = node.args[0].value
+        if not (
+            isinstance(node, cst.Subscript)
+            and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and not isinstance(node.slice[0].slice.value, (cst.SimpleString, cst.Integer))
+            and dotted(node.value) == loop.iterable
+        ):
+            return []
+        found: list[tuple[str, cst.CSTNode]] = []
+        for origin, place in self.origin_sites(loop.iterable, loop.node):
+            held = (
+                self.dict_display(cst.Name(origin), place)  # type: ignore[arg-type]
+                if origin is not None and "." not in origin
+                else None
+            )
+            if not held:
+                return []
+            caller = self.placement.enclosing_function(place)
+            (made,) = [
+                a
+                for a in self.model.index.assignments_to(origin)  # type: ignore[arg-type]
+                if self.placement.enclosing_function(a) is caller
+            ]  # one, as `dict_display` found it
+            for value in held.values():
+                name = dotted(value)
+                if name is None or self.kind_of(name, place) is not Kind.DATALOADER:
+                    return []
+                found.append((name, made))
+        return found
 
     def _handed_prepared(self, name: str | None, at: cst.CSTNode) -> bool:
         """``name`` is a parameter of the function around ``at`` that its callers hand a
         prepared object, also on through helpers (nanoT5: ``main`` prepares, ``train(model,
-        ..., test_dataloader)`` -> ``maybe_eval_predict(model, dataloader)`` -> ``predict``)."""
+        ..., test_dataloader)`` -> ``maybe_eval_predict(model, dataloader)`` -> ``predict``),
+        or the attribute its class's constructor keeps such a parameter in (``self.loader``:
+        `_kept_from_a_prepared_parameter`)."""
         function = self.placement.enclosing_function(at)
         return (
             function is not None
             and name is not None
-            and self.parameter_prepared(function, name) is True
+            and (
+                self.parameter_prepared(function, name) is True
+                or self._kept_from_a_prepared_parameter(function, name)
+            )
         )
 
     def returned_entry_read(self, loop: Loop) -> tuple[str, cst.CSTNode] | None:
@@ -655,11 +705,38 @@ class ObjectFlow:
         # handed on through helpers: ``train(dev_dl)`` -> ``train_epoch(dev_dataloader)`` ->
         # ``evaluate(dev_dataloader)`` (a tri-modal retrieval trainer's evaluation)
         function = self.placement.enclosing_function(loop.node)
-        return (
-            function is not None
-            and loop.iterable is not None
-            and self.parameter_prepared(function, loop.iterable) is True
-        )
+        if function is not None and loop.iterable is not None:
+            if self.parameter_prepared(function, loop.iterable) is True:
+                return True
+            return self._kept_from_a_prepared_parameter(function, loop.iterable)
+        return False
+
+    def _kept_from_a_prepared_parameter(self, function: cst.FunctionDef, name: str) -> bool:
+        """``self.loader`` of an evaluator whose constructor keeps the loader it is handed
+        (``self.loader = loader``), and every construction hands it a prepared one
+        (``Evaluator(eval_loader)`` after prepare, here or in another module of the project):
+        its ``__call__`` (or other method) iterates that rank's shard. Only where the
+        constructor's assignment is the attribute's one binding in the class."""
+        if not name.startswith("self.") or name.count(".") != 1:
+            return False
+        graph = self.model.call_graph
+        owner = graph.owner(function)
+        if owner is None:
+            return False
+        assignments = self.model.index.assignments_in_class(name, function)
+        if len(assignments) != 1 or not isinstance(assignments[0], cst.Assign):
+            return False
+        assign = assignments[0]
+        init = self.placement.enclosing_function(assign)
+        if (
+            init is None
+            or init.name.value != "__init__"
+            or graph.owner(init) is not owner
+            or len(assign.targets) != 1
+            or not isinstance(assign.value, cst.Name)
+        ):
+            return False
+        return self.parameter_prepared(init, assign.value.value) is True
 
     def _prepared_by_another_class(self, loop: Loop) -> bool:
         """``self.data_loader`` read in ``Test.run_epoch`` while only ``Train.__init__`` prepares
@@ -1216,7 +1293,11 @@ class ObjectFlow:
         block = self.model.parent(line) if line is not None else None
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
             return False
-        optimizers = self.names_of(Kind.OPTIMIZER)
+        # the optimizer the scheduler was built on is one, whatever the analysis knows of its
+        # name (``optimizer, loader = accelerator.prepare(self.optimizer, loader)``)
+        optimizers = self.names_of(Kind.OPTIMIZER) | _scheduled_optimizer(
+            self.model, bindings[0].value
+        )
         if not any(
             isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute)
@@ -1293,6 +1374,25 @@ class ObjectFlow:
                 if name == parameter:
                     return dotted(argument.value)
         return parameter
+
+
+def _scheduled_optimizer(model: ScriptModel, schedule: cst.BaseExpression | None) -> set[str]:
+    """The name of the optimizer a scheduler is built on: ``optimizer=`` of
+    ``get_scheduler(name, optimizer=opt, ...)``, else the first argument of
+    ``OneCycleLR(opt, ...)``; empty when it is no call or names none."""
+    if not isinstance(schedule, cst.Call):
+        return set()
+    named = keyword_value(schedule, "optimizer")
+    if named is None:
+        positional = [a for a in schedule.args if a.keyword is None and a.star == ""]
+        # get_scheduler's first argument is the schedule's name, the optimizer its second
+        named_first = any(
+            q.rsplit(".", 1)[-1] == "get_scheduler" for q in model.call_names(schedule)
+        )
+        first = 1 if named_first else 0
+        named = positional[first].value if len(positional) > first else None
+    name = dotted(named) if named is not None else None
+    return {name} if name is not None else set()
 
 
 def _targets(node: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[cst.BaseExpression]:

@@ -76,6 +76,8 @@ def _defined_beside(
         bound = model.index.values_bound_to(owner.value) if isinstance(owner, cst.Name) else []
         made = bound[0][1] if len(bound) == 1 else None
         maker = dotted(made.func) if isinstance(made, cst.Call) else None
+        if maker is None and not bound and isinstance(owner, cst.Name):
+            maker = _annotated_class(model, call, owner.value)
         imported = model.imports.resolve(maker) if maker else None
         member = call.func.attr.value
     if imported is None or "." not in imported.lstrip("."):
@@ -96,3 +98,18 @@ def _defined_beside(
     elif member is not None:
         return None  # a method of something that is not a class there
     return (definition, other, file) if isinstance(definition, cst.FunctionDef) else None
+
+
+def _annotated_class(model: ScriptModel, call: cst.Call, name: str) -> str | None:
+    """The class a parameter ``name`` of the function around ``call`` is annotated with
+    (``def train(self, trainset: OurDataset, ...)``, then ``trainset.get_dataloader(...)``),
+    as its dotted name: the instance a method of a class of another module is called on when
+    the file never binds that name itself (a binding of its own: not the parameter's class)."""
+    function = model.index.enclosing_function(call)
+    if function is None:
+        return None
+    parameters = function.params
+    for parameter in (*parameters.posonly_params, *parameters.params, *parameters.kwonly_params):
+        if parameter.name.value == name and parameter.annotation is not None:
+            return dotted(parameter.annotation.annotation)
+    return None

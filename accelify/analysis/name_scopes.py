@@ -122,10 +122,43 @@ _BINDING_PARENTS = (
 def _maybe_bound(model: ScriptModel, name: str, top: cst.CSTNode) -> bool:
     """Some ``name`` in ``top`` stands where it may be bound: only then are its scopes worth
     resolving (libcst's pass costs several times the parse of what it covers)."""
-    return any(
-        isinstance(model.parent(spelled), _BINDING_PARENTS) and model.inside(spelled, top)
-        for spelled in model.index.names_spelled(name)
-    )
+    return bool(_bindings_in(model, name, top)[0])
+
+
+def _bindings_in(
+    model: ScriptModel, name: str, top: cst.CSTNode
+) -> tuple[list[tuple[cst.Name, cst.CSTNode]], frozenset[int] | None]:
+    """Where the top-level statement ``top`` may bind ``name``, found once per model (each
+    read of a name asks again: a rule asks of every ``model`` in a file): every ``Name`` of
+    ``top`` that spells it under one of `_BINDING_PARENTS`, with that parent; and the scopes
+    (by id: the innermost function, lambda, class or comprehension) that those which bind it
+    bind it in, or None where one of them only the scopes tell (`_binds`)."""
+    key = (name, id(top))
+    found = model.name_bindings.get(key)
+    if found is None:
+        spellings = [
+            (spelled, parent)
+            for spelled in model.index.names_spelled(name)
+            if isinstance(parent := model.parent(spelled), _BINDING_PARENTS)
+            and model.inside(spelled, top)
+        ]
+        scopes: set[int] | None = set()
+        for spelled, parent in spellings:
+            binds = _binds(model, spelled, parent)
+            if binds is None:
+                scopes = None
+                break
+            if binds:
+                # a nested ``def model():`` binds its name in the code around it
+                binder = parent if isinstance(parent, cst.FunctionDef | cst.ClassDef) else spelled
+                scope = _innermost_scope(model, binder)
+                if scope is not None:
+                    scopes.add(id(scope))
+        found = model.name_bindings[key] = (
+            spellings,
+            frozenset(scopes) if scopes is not None else None,
+        )
+    return found
 
 
 _SCOPE_NODES = (
@@ -156,21 +189,10 @@ def _plain_answer(model: ScriptModel, name: str, at: cst.CSTNode, top: cst.CSTNo
         return None
     if any(isinstance(a, cst.FunctionDef | cst.Lambda) for a in model.ancestors(function)):
         return None
-    local = False
-    for spelled in model.index.names_spelled(name):
-        parent = model.parent(spelled)
-        if not isinstance(parent, _BINDING_PARENTS) or not model.inside(spelled, top):
-            continue
-        binds = _binds(model, spelled, parent)
-        if binds is None:
-            return None
-        if not binds:
-            continue
-        # a nested ``def model():`` binds its name in the code around it
-        binder = parent if isinstance(parent, cst.FunctionDef | cst.ClassDef) else spelled
-        if _innermost_scope(model, binder) is function:
-            local = True
-    return function if local else model.module
+    scopes = _bindings_in(model, name, top)[1]
+    if scopes is None:
+        return None
+    return function if id(function) in scopes else model.module
 
 
 def _binds(model: ScriptModel, spelled: cst.Name, parent: cst.CSTNode) -> bool | None:

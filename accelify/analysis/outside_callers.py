@@ -340,10 +340,21 @@ class ProjectView:
         """The class a name this file imports from a project module stands for (a base class:
         ``from .base_trainer import BaseAcceleratedTrainer``), with that module's analysis;
         None for a name of no project module."""
+        found = self.class_imported_by(model, name, self.path)
+        return found[:2] if found is not None else None
+
+    def class_imported_by(
+        self, model: ScriptModel, name: str, file: Path
+    ) -> tuple[ScriptModel, cst.ClassDef, Path] | None:
+        """`imported_class` of ``model``, the analysis of the project module ``file`` (this
+        file, or one a class of it was read from: a reward model's backbone imported by the
+        module that defines the reward model), with the defining module's file, so that what
+        that class imports in turn is looked up from its own module. A dotted name reads
+        through an imported module (``from models import net``, then ``net.Net``)."""
         if self.load is None:
             return None
         qualified = model.imports.resolve(name)
-        split = split_member(qualified, self.path) if qualified else None
+        split = split_member(qualified, file) if qualified else None
         if split is None or b"class " + split[1].encode() not in read(split[0]):
             return None
         other = (self.load_alone or self.load)(split[0])
@@ -358,7 +369,7 @@ class ProjectView:
             ),
             None,
         )
-        return (other, found) if found is not None else None
+        return (other, found, split[0]) if found is not None else None
 
 
 #: A line of a module's text at its top level: code at column 0 (not a comment, nor the
@@ -492,7 +503,8 @@ def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, 
     """The calls of ``caller`` that run a function, class or method of another project module,
     with that module's file and the member's name (``Trainer.fit``): a name the imports resolve
     (``validate``, ``utils.validate``), or a method of an instance the file made of an imported
-    class (``trainer = Trainer(...)`` then ``trainer.fit()``; ``Trainer(...).fit()``)."""
+    class (``trainer = Trainer(...)`` then ``trainer.fit()``; ``Trainer(...).fit()``; the
+    instance called, ``evaluator(model)``: ``Evaluator.__call__``)."""
     for call in caller.calls:
         name = dotted(call.func)
         qualified = caller.imports.resolve(name) if name else None
@@ -501,6 +513,10 @@ def _project_calls(caller: ScriptModel, path: Path) -> Iterable[tuple[cst.Call, 
             yield call, split[0], split[1]
             continue
         if not isinstance(call.func, cst.Attribute):
+            # an instance called (``evaluator(model)``): its class's ``__call__``
+            made = _instance_of(caller, call.func, path) if name is not None else None
+            if made is not None:
+                yield call, made[0], f"{made[1]}.__call__"
             continue
         made = _instance_of(caller, call.func.value, path)
         if made is not None:

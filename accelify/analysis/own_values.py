@@ -339,6 +339,25 @@ class OwnValues:
             return None
         if folded is None and self._in_sharded_loop(binding, passed):
             folded = binding
+        unpacked = _unpacked_slot(binding, name)
+        spread = (
+            self._returned_tuples(unpacked[0].value) if unpacked is not None and depth > 0 else None
+        )
+        if (
+            spread is not None
+            and unpacked is not None
+            and len(spread[1][0].elements) == unpacked[2]
+        ):
+            slot = unpacked[1]
+            # ``em, hits, _, _ = self.evaluate(...)``: ``em`` is the first of what it returns
+            # (decoded from gathered outputs), not ``hits`` (its own shard's retrievals)
+            bound, returns = spread
+            for returned in returns:
+                picked = returned.elements[slot].value
+                found = self.origin(picked, picked, bound, depth - 1, folded)
+                if found is not None:
+                    return found
+            return None
         return self.origin(binding, binding, passed, depth, folded)
 
     def _parameter(
@@ -457,6 +476,24 @@ class OwnValues:
         )
 
 
+def _unpacked_slot(binding: cst.CSTNode, name: str) -> tuple[cst.Assign, int, int] | None:
+    """For ``a, b, _ = call(...)``: the assignment, where ``name`` stands in its one tuple
+    target and how many targets it has (the caller checks the call's returned tuples are as
+    long); None for any other binding, or a starred target."""
+    if not (
+        isinstance(binding, cst.Assign)
+        and len(binding.targets) == 1
+        and isinstance(binding.targets[0].target, cst.Tuple | cst.List)
+        and isinstance(binding.value, cst.Call)
+    ):
+        return None
+    elements = binding.targets[0].target.elements
+    if any(isinstance(e, cst.StarredElement) for e in elements):
+        return None
+    slots = [i for i, e in enumerate(elements) if dotted(e.value) == name]
+    return (binding, slots[0], len(elements)) if len(slots) == 1 else None
+
+
 def _enumerated_index(loop: cst.For, name: str) -> bool:
     """``name`` is the count of ``for name, batch in enumerate(...)``: the same on every rank."""
     target = loop.target
@@ -570,7 +607,7 @@ def binds(script: ScriptModel, small: cst.CSTNode, name: str) -> bool:
     call = small.value if isinstance(small, cst.Expr) else None
     if isinstance(call, cst.Call) and _written_in_place(script, call) == name:
         return True
-    if isinstance(call, cst.Call) and _set_by_setattr(call) == name:
+    if isinstance(call, cst.Call) and _set_by_setattr(script, call, name):
         return True
     if isinstance(call, cst.Call) and name in _set_by_dict_update(call):
         return True
@@ -593,16 +630,50 @@ def _dotted_targets(target: cst.BaseExpression) -> set[str]:
     return {name} if name else set()
 
 
-def _set_by_setattr(call: cst.Call) -> str | None:
-    """``self.bad`` for ``setattr(self, "bad", value)``: the same write as ``self.bad = value``,
-    spelt so that an assignment's targets do not show it."""
+def _set_by_setattr(script: ScriptModel, call: cst.Call, name: str) -> bool:
+    """``setattr(self, "bad", value)`` writes ``self.bad``: the same write as ``self.bad =
+    value``, spelt so that an assignment's targets do not show it. A key the module binds once
+    to a string (``KEY = "bad"``), or an entry of a dict of strings it binds once
+    (``NAMES["counter"]`` of ``NAMES = {"counter": "bad"}``), is read as that string."""
     if dotted(call.func) != "setattr" or len(call.args) != 3:
+        return False
+    owner = dotted(call.args[0].value)
+    if owner is None or not name.startswith(f"{owner}."):
+        return False
+    return _module_string(script, call.args[1].value) == name[len(owner) + 1 :]
+
+
+def _module_string(script: ScriptModel, key: cst.BaseExpression) -> str | None:
+    """The string ``key`` surely is: a literal, a name the module binds once (at its top level)
+    to a literal, or such a name's dict display's entry under a literal key."""
+    if isinstance(key, cst.SimpleString):
+        value = key.evaluated_value
+        return value if isinstance(value, str) else None
+    entry = None
+    if (
+        isinstance(key, cst.Subscript)
+        and len(key.slice) == 1
+        and isinstance(key.slice[0].slice, cst.Index)
+    ):
+        entry = _module_string(script, key.slice[0].slice.value)
+        key = key.value
+        if entry is None:
+            return None
+    if not isinstance(key, cst.Name):
         return None
-    owner, key = dotted(call.args[0].value), call.args[1].value
-    if owner is None or not isinstance(key, cst.SimpleString):
+    bound = script.index.assignments_to(key.value)
+    if len(bound) != 1 or script.scope_of(bound[0]) is not script.module or bound[0].value is None:
         return None
-    attribute = key.evaluated_value
-    return f"{owner}.{attribute}" if isinstance(attribute, str) else None
+    value = bound[0].value
+    if entry is None:
+        return _module_string(script, value) if isinstance(value, cst.SimpleString) else None
+    if not isinstance(value, cst.Dict):
+        return None
+    for element in value.elements:
+        if isinstance(element, cst.DictElement) and _module_string(script, element.key) == entry:
+            found = element.value
+            return _module_string(script, found) if isinstance(found, cst.SimpleString) else None
+    return None
 
 
 def _dict_entry_attribute(target: cst.BaseExpression) -> str | None:

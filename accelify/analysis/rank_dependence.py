@@ -23,6 +23,10 @@ from accelify.analysis.syntax import dotted, operands, root_name, target_names, 
 SETTINGS_ROOTS = ("args", "config", "cfg", "opt", "opts", "hparams", "FLAGS")
 
 
+#: The node types `RankDependence._find_counters` reads a counter's binding from
+_COUNTER_NODES = frozenset({cst.AugAssign, cst.Assign, cst.NamedExpr, cst.For})
+
+
 class RankDependence:
     def __init__(self, model: ScriptModel, placement: Placement) -> None:
         self.model = model
@@ -159,6 +163,8 @@ class RankDependence:
         assigned: dict[str, bool] = {}
         steps: list[tuple[str, cst.CSTNode]] = []
         for node in self.placement.all_nodes():
+            if type(node) not in _COUNTER_NODES:
+                continue  # (the four below have no subclass: one test of the exact type)
             if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
                 uniform = isinstance(node.value, cst.Integer)
                 assigned[node.target.value] = assigned.get(node.target.value, True) and uniform

@@ -224,6 +224,12 @@ class ScriptModel:
         (`name_scopes`): a pass over the whole module costs several times its parse."""
         return {}
 
+    @cached_property
+    def name_bindings(self) -> dict[tuple[str, int], tuple]:
+        """Per name and top-level statement (by id), where the statement may bind the name
+        (`name_scopes._bindings_in`): asked again for each read of the name."""
+        return {}
+
     def position(self, node: cst.CSTNode) -> CodeRange:
         # Positions cost a code-generation pass over the file: resolved on first use only.
         if self._positions is None:
@@ -703,9 +709,15 @@ class ScriptModel:
 
     @property
     def uses_accelerator(self) -> bool:
-        """Created here, returned by a factory, held by a class or received as a parameter."""
+        """Created here, returned by a factory, held by a class or received as a parameter;
+        or the project's other modules hand the file's functions what an accelerator prepared
+        (``accuracy(model, eval_loader)`` of a metrics module that names no accelerator: its
+        loop reads one rank's shard all the same)."""
         return bool(
-            self.of_kind(Kind.ACCELERATOR) or self.accelerator_params or self.inherited_accelerators
+            self.of_kind(Kind.ACCELERATOR)
+            or self.accelerator_params
+            or self.inherited_accelerators
+            or any(g.prepared for given in self.given_parameters.values() for g in given.values())
         )
 
     @property
@@ -1095,7 +1107,28 @@ def _loops_trained(model: ScriptModel) -> None:
     for loop in model.loops:
         trains = any(True for _ in find_backward(loop.node.body, skip_loops=True))
         loop.trains = trains
-        loop.evaluates = loop.evaluates and not trains
+        loop.evaluates = not trains and (loop.evaluates or _grad_off_in_body(model, loop))
+
+
+#: Loops over counts (epochs, steps), whose batches come from elsewhere.
+_COUNTING = frozenset({"range", "tqdm.trange", "trange"})
+
+
+def _grad_off_in_body(model: ScriptModel, loop: Loop) -> bool:
+    """The loop turns gradients off inside its body for each batch (``for batch in loader:
+    with torch.no_grad(): outputs = model(**batch)``): it evaluates as much as a loop under
+    ``no_grad`` does. Not a loop over ``range`` (epochs, steps), whose body may evaluate once
+    beside what it trains through a function."""
+    source = loop.node.iter
+    if isinstance(source, cst.Call) and dotted(source.func) == "enumerate" and source.args:
+        source = source.args[0].value
+    if isinstance(source, cst.Call) and dotted(source.func) in _COUNTING:
+        return False
+    body = loop.node.body
+    return isinstance(body, cst.IndentedBlock) and any(
+        isinstance(statement, cst.With) and model.disables_grad(statement)
+        for statement in body.body
+    )
 
 
 class _Collector(Visitor):

@@ -52,14 +52,28 @@ def writes(model: ScriptModel, placement: Placement, with_torch_save: bool = Fal
     for line, call in placement.expression_statements():
         if (
             model.call_names(call) & writers
-            or (
-                isinstance(call.func, cst.Attribute)
-                and call.func.attr.value in names.FILE_WRITING_METHODS
-            )
+            or writes_by_method(model, call)
             or uploads(model, call)
         ):
             found.append(Write(line, call))
     return found
+
+
+def writes_by_method(model: ScriptModel, call: cst.Call) -> bool:
+    """``model.save_pretrained(d)``, ``df.to_csv(p)``: a method that writes files. Not
+    ``self.save_pretrained(d)`` in a class that defines ``save_pretrained``, itself or in a
+    base class of the file (trlx's trainer: its method saves the model with
+    ``is_main_process=`` and the tokenizer under a guard): its writes are judged in its body,
+    and a guard at the call would put the method's barrier and state-dict gather on one rank
+    (a hang)."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value not in names.FILE_WRITING_METHODS:
+        return False
+    if dotted(func.value) != "self":
+        return True
+    owner = model.index.enclosing_class(call)
+    # the class's own method, or one a base class of the file defines
+    return owner is None or model.call_graph.lookup(owner, func.attr.value) is None
 
 
 #: Methods that write through an open file (``f.write(line)``), and through a csv writer made
@@ -151,10 +165,7 @@ def once_per_run(model: ScriptModel, call: cst.Call) -> bool:
     qualified = model.call_names(call)
     return (
         bool(qualified & (names.FILE_WRITERS | names.TORCH_SAVE | {"builtins.input"}))
-        or (
-            isinstance(call.func, cst.Attribute)
-            and call.func.attr.value in names.FILE_WRITING_METHODS
-        )
+        or writes_by_method(model, call)
         or uploads(model, call)
     )
 

@@ -59,7 +59,7 @@ def pair_of_driver(path: Path, modules: set[Path]) -> Path | None:
     if not modules or len(modules) != 1:
         return None
     (engine,) = modules
-    return engine if _importers(engine) == [path.resolve()] else None
+    return engine if importers_of(engine) == [path.resolve()] else None
 
 
 def driver_of_engine(path: Path, module: cst.Module, converted_with: frozenset[str]) -> Path | None:
@@ -69,14 +69,14 @@ def driver_of_engine(path: Path, module: cst.Module, converted_with: frozenset[s
         isinstance(s, cst.FunctionDef) or is_docstring(s) or _is_import(s) for s in module.body
     ):
         return None
-    importers = _importers(path)
+    importers = importers_of(path)
     if len(importers) != 1 or str(path.resolve()) not in converted_with:
         return None
     (driver,) = importers
     return driver if str(driver) in converted_with else None
 
 
-def _importers(engine: Path) -> list[Path]:
+def importers_of(engine: Path) -> list[Path]:
     """The files of the engine's folder (not below it: a module of the folder is imported by
     name from there) whose imports name it; the folder's files are few."""
     name = engine.stem.encode()

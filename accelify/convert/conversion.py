@@ -18,7 +18,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.side_effects import writes
 from accelify.analysis.syntax import dotted, is_docstring, walk
-from accelify.convert import across, project
+from accelify.convert import across, imported_helpers, project, saver_modules
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.unread_devices import drop_unread_devices
 from accelify.convert.wrap_lines import wrap_long_lines
@@ -65,6 +65,14 @@ def convert_source(
         elsewhere = project.trained_elsewhere(path, model)
         if elsewhere:
             return _drives_another_file(data, label, module, model, elsewhere, options)
+        guarded = saver_modules.guard_saves(Path(path), model, options or Options())
+        if guarded is not None:
+            converted, changes, reviews, imports = guarded
+            for code in imports:
+                converted = _add_import(converted, code, Path(label))
+            rendered = render(converted, data)
+            _check_parses(rendered, label, data)
+            return Conversion(label, data, rendered, changes=changes, reviews=reviews)
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
     returns = project.imported_returns(path, model)
     if returns:  # DataLoaders made by the project's other modules: analysed as made here
@@ -78,6 +86,8 @@ def convert_source(
         evaluators,
         project.imported_model_methods(path, siblings, evaluators),
         project.imported_state_savers(path, siblings),
+        project.imported_loggers(siblings),
+        project.imported_object_savers(path, siblings),
         imported_layer_members=project.imported_layer_members(path, siblings),
     )
     if plan.empty:
@@ -91,12 +101,14 @@ def convert_source(
     converted = wrap_long_lines(converted, data)
     rendered = render(converted, data)
     _check_parses(rendered, label, data)
+    # helpers that read the global accelerator, imported by another file of the folder
+    imported = imported_helpers.imported_readers(Path(path), module, converted, plan.accelerator)
     return Conversion(
         label,
         data,
         rendered,
         changes=sorted(changes, key=lambda n: n.line),
-        reviews=sorted(plan.reviews, key=lambda n: n.line),
+        reviews=sorted([*plan.reviews, *imported], key=lambda n: n.line),
         prepared=plan.prepared,
     )
 
@@ -203,7 +215,8 @@ def _drives_another_file(
             )
         elif not told:
             reviews.append(Note(model.line(call), _PRINT_ON_EVERY_RANK))
-    reviews += _writes_on_every_rank(model, reach)
+    wrapped = {name for e in driven for name in there[e.module].prepared}
+    reviews += _writes_on_every_rank(model, reach, wrapped)
     barrier = None
     if reach is not None:
         writers = [there[e.module] for e in driven if there[e.module].when != "converted alone"]
@@ -242,11 +255,18 @@ def _drives_another_file(
     return Conversion(label, data, rendered, changes=changes, reviews=reviews)
 
 
-def _writes_on_every_rank(model: ScriptModel, reach: tuple[str, cst.CSTNode] | None) -> list[Note]:
+def _writes_on_every_rank(
+    model: ScriptModel,
+    reach: tuple[str, cst.CSTNode] | None,
+    wrapped: set[str] = frozenset(),  # type: ignore[assignment]
+) -> list[Note]:
     """A line per statement of this file that writes a file (``torch.save(model.state_dict(),
     path)``): once the file it trains through is converted, every rank runs it and writes the
     same path. Said, not rewritten: this file is not converted itself. ``reach``: the
-    accelerator the other file's instance holds, and the statement after which it exists."""
+    accelerator the other file's instance holds, and the statement after which it exists.
+    ``wrapped``: what the other file prepares (``self.model``); a write of the state dict of
+    the instance's one (``stealer.model.state_dict()``) saves the DDP wrapper's keys, each
+    prefixed ``module.``, which a plain model does not load: the line says to unwrap it."""
     notes = []
     for write in writes(model, facts_of(model).placement, with_torch_save=True):
         if model.under_rank_guard(write.call):
@@ -256,14 +276,41 @@ def _writes_on_every_rank(model: ScriptModel, reach: tuple[str, cst.CSTNode] | N
             guard = f"after {acc}.wait_for_everyone(), under if {acc}.is_main_process:"
         else:
             guard = "on the process where int(os.environ.get('RANK', 0)) == 0, once all are done"
-        notes.append(
-            Note(
-                model.line(write.call),
-                "this write runs on every rank once the file it trains through runs them all "
-                f"(each process writes the same file, racing): write it once, {guard}",
-            )
+        text = (
+            "this write runs on every rank once the file it trains through runs them all "
+            f"(each process writes the same file, racing): write it once, {guard}"
         )
+        held = _wrapped_state_saved(write.call, reach, wrapped)
+        if held is not None:
+            text += (
+                f"; and {held} is the model that file prepares (wrapped for DDP there): save "
+                f"{reach[0]}.unwrap_model({held}).state_dict(), else every key is saved "  # type: ignore[index]
+                "with a module. prefix that the plain model does not load"
+            )
+        notes.append(Note(model.line(write.call), text))
     return notes
+
+
+def _wrapped_state_saved(
+    call: cst.Call, reach: tuple[str, cst.CSTNode] | None, wrapped: set[str]
+) -> str | None:
+    """``stealer.model`` of ``stealer.model.state_dict()`` inside ``call`` (a write), where
+    ``stealer.accelerator`` is ``reach``'s accelerator and the other file prepares
+    ``self.model``."""
+    if reach is None:
+        return None
+    instance = reach[0].rpartition(".")[0]
+    for node in walk(call):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "state_dict"
+        ):
+            held = dotted(node.func.value)
+            attribute = held[len(instance) + 1 :] if held else ""
+            if held and held.startswith(instance + ".") and f"self.{attribute}" in wrapped:
+                return held
+    return None
 
 
 _PRINT_ON_EVERY_RANK = (

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from accelify.convert.conversion import Conversion, Options, convert_source
 from accelify.convert.project import may_train_elsewhere
+from accelify.convert.saver_modules import may_save_for_another_file
 from accelify.errors import UserError
 from accelify.source import python_files, write_atomically
 
@@ -28,7 +29,12 @@ def convert_file(path: Path, options: Options, named: bool) -> Conversion | User
         data = path.read_bytes()
     except OSError as error:
         return UserError(f"cannot read: {error.strerror}", str(path))
-    if not named and b".backward(" not in data and not may_train_elsewhere(path, data):
+    if (
+        not named
+        and b".backward(" not in data
+        and not may_train_elsewhere(path, data)
+        and not may_save_for_another_file(data, options)
+    ):
         return Conversion(
             str(path), data, data, skipped="no .backward() call: not a training script"
         )

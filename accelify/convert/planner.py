@@ -53,7 +53,7 @@ from accelify.convert.steps.context import Context, Options, import_lines
 from accelify.edits.plan import Plan
 
 if TYPE_CHECKING:
-    from accelify.convert.project import StateSaver
+    from accelify.convert.project import ObjectSaver, StateSaver
 
 __all__ = ["STEPS", "Options", "plan_conversion"]
 
@@ -100,6 +100,8 @@ def plan_conversion(
     imported_evaluators: set[str] | None = None,
     imported_model_methods: dict[str, str] | None = None,
     imported_state_savers: dict[str, StateSaver] | None = None,
+    imported_loggers: set[str] | None = None,
+    imported_object_savers: dict[str, ObjectSaver] | None = None,
     imported_layer_members: dict[str, str] | None = None,
 ) -> Plan:
     """``imported_writers``: names the script calls of functions of its project's other modules
@@ -107,7 +109,10 @@ def plan_conversion(
     ``imported_evaluators``: those that train nothing (`project.imported_evaluators`);
     ``imported_model_methods``: those of them that call a model's own method
     (`project.imported_model_methods`); ``imported_state_savers``: those that save the state
-    dict of a model they are handed (`project.imported_state_savers`);
+    dict of a model they are handed (`project.imported_state_savers`); ``imported_loggers``:
+    those that return a ``logging`` logger (`project.imported_loggers`);
+    ``imported_object_savers``: classes whose methods save a handed model's state dict
+    (`project.imported_object_savers`);
     ``imported_layer_members``: members that run layers of the model classes the script builds
     from those modules (`project.imported_layer_members`)."""
     ctx = Context(model, options)
@@ -115,6 +120,8 @@ def plan_conversion(
     ctx.imported_evaluators = imported_evaluators or set()
     ctx.imported_model_methods = imported_model_methods or {}
     ctx.imported_state_savers = imported_state_savers or {}
+    ctx.imported_loggers = imported_loggers or set()
+    ctx.imported_object_savers = imported_object_savers or {}
     ctx.imported_layer_members = imported_layer_members or {}
     if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan

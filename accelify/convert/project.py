@@ -19,7 +19,13 @@ from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
 from accelify.analysis.names import MODULE_API, TORCH_SAVE
 from accelify.analysis.outside_forward import layer_members
-from accelify.analysis.project_modules import IMPORTED, module_file, read
+from accelify.analysis.project_modules import (
+    defining_module,
+    imported_files,
+    module_file,
+    read,
+    resolved,
+)
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.syntax import dotted, is_main_guard, walk
 from accelify.analysis.writing_helpers import writes_only
@@ -46,13 +52,24 @@ class TrainedElsewhere:
 
 
 def may_train_elsewhere(path: Path, data: bytes) -> bool:
-    """A cheap test for a file without ``.backward(``: it imports a module of its own folder
-    whose source has one."""
-    for match in IMPORTED.finditer(data):
-        name = (match.group(1) or match.group(2)).decode()
-        found = module_file(path, name)
-        if found is not None and b".backward(" in read(found):
-            return True
+    """A cheap test for a file without ``.backward(``: it imports a module of the project
+    whose source has one, itself or through a package that re-exports its functions
+    (``from wann.utils import run_epoch`` of ``wann/utils/trainer.py``), or through the
+    modules those import (a subclass in ``small.py`` of a base class of ``base.py`` that
+    trains), three imports deep."""
+    seen: set[Path] = set()
+    todo = [(path, data, 0)]
+    while todo:
+        file, text, depth = todo.pop()
+        for found in imported_files(file, text).values():
+            if found in seen:
+                continue
+            seen.add(found)
+            source = read(found)
+            if b".backward(" in source:
+                return True
+            if depth < 2:
+                todo.append((found, source, depth + 1))
     return False
 
 
@@ -62,10 +79,46 @@ def trained_elsewhere(path: str | Path, model: ScriptModel) -> list[TrainedElsew
     that module they call."""
     found = []
     for call, name, function, file, other in _sibling_calls(Path(path), model):
-        backward = _backward_reached(other, function)
-        if backward is not None:
-            found.append(TrainedElsewhere(model.line(call), name, file, backward, call, function))
+        reached = _backward_of_class_or_bases(file, other, function)
+        if reached is not None:
+            there, defined, backward = reached
+            found.append(TrainedElsewhere(model.line(call), name, there, backward, call, defined))
     return found
+
+
+def _backward_of_class_or_bases(
+    file: Path, other: ScriptModel, function: str, depth: int = 0
+) -> tuple[Path, str, int] | None:
+    """Where the backward ``function`` of ``other`` (the module ``file``) runs is, as the file,
+    the function's or class's name there and the backward's line: in ``other`` itself, or, for
+    a class, in a base class it imports from another module of the project (``class
+    SmallStealer(Model)`` whose ``Model.train()`` of ``model.py`` trains: the driver that builds
+    a ``SmallStealer`` trains there), three bases deep at most."""
+    backward = _backward_reached(other, function)
+    if backward is not None:
+        return file, function, backward
+    if depth == 3:
+        return None
+    defined = next(
+        (s for s in other.module.body if isinstance(s, cst.ClassDef) and s.name.value == function),
+        None,
+    )
+    for base in defined.bases if defined is not None else ():
+        name = dotted(base.value)
+        imported = other.imports.resolve(name) if name else None
+        if imported is None or "." not in imported.lstrip("."):
+            continue
+        module_name, _, member = imported.rpartition(".")
+        found = module_file(file, module_name)
+        if found is None:
+            continue
+        found, member = defining_module(found, member)
+        analysed = _analyzed(found)
+        if analysed is not None:
+            reached = _backward_of_class_or_bases(found, analysed, member, depth + 1)
+            if reached is not None:
+                return reached
+    return None
 
 
 def imported_writers(
@@ -124,6 +177,8 @@ def _sibling_calls(script: Path, model: ScriptModel) -> Iterator[SiblingCall]:
         file = files[module_name]
         if file is None:
             continue
+        # a package's ``__init__.py`` that only re-exports it: the module that defines it
+        file, function = defining_module(file, function)
         if file not in modules:
             modules[file] = _analyzed(file)
         other = modules[file]
@@ -206,6 +261,24 @@ def imported_layer_members(path: str | Path, siblings: list[SiblingCall]) -> dic
     return found
 
 
+def imported_loggers(siblings: list[SiblingCall]) -> set[str]:
+    """Names this file calls (``get_logger``, ``tools.logger.get_logger``) that are top-level
+    functions of a module of the project which return a logger of the ``logging`` module (their
+    body calls ``logging.getLogger``): what a name bound to their result logs goes through
+    ``logging`` as surely as ``logging.getLogger(...)`` made here (a model-stealing project's
+    ``self.logger = get_logger("Model " + self.name)`` of its ``tools/logger.py``)."""
+    found: set[str] = set()
+    for _, name, function, _, other in siblings:
+        defined = _top_level_function(other, function)
+        if defined is None or name in found:
+            continue
+        calls = [node for node in walk(defined) if isinstance(node, cst.Call)]
+        returns = any(isinstance(node, cst.Return) for node in walk(defined))
+        if returns and any("logging.getLogger" in other.qualified(call.func) for call in calls):
+            found.add(name)
+    return found
+
+
 @dataclass(frozen=True)
 class StateSaver:
     """A function of a sibling module that saves the state dict of a model it is handed
@@ -254,6 +327,173 @@ def imported_state_savers(path: str | Path, siblings: list[SiblingCall]) -> dict
                 parameters, frozenset(saved), f"{_relative(file, script)}:{save_line}"
             )
     return found
+
+
+@dataclass(frozen=True)
+class ObjectSaver:
+    """A class of a sibling module whose methods save the state dict of a model they are
+    handed (pytorchtools' ``EarlyStopping``: ``__call__(self, val_loss, model)`` calls
+    ``self.save_checkpoint(model)``, which does ``torch.save(model.state_dict(), self.path)``).
+    Handed a prepared model its file holds the DDP wrapper's ``module.``-prefixed keys, every
+    rank writes it at once, and a rank reading it back after the call may find it half
+    written. The call does more than save (a patience counter, a stop flag every rank needs),
+    so it cannot run on the main process alone the way a saving function's call can."""
+
+    methods: Mapping[str, StateSaver]  # by method name: its parameters past ``self``, saved ones
+    module: Path
+    class_name: str  # in ``module``
+    where: str  # ``stopping.py:25``: the first save
+    #: its saves are lines of their own, which the module's conversion guards (`guarded_saves`)
+    guardable: bool
+
+
+def imported_object_savers(path: str | Path, siblings: list[SiblingCall]) -> dict[str, ObjectSaver]:
+    """Classes this file makes (``EarlyStopping(...)``, ``stopping.EarlyStopping(...)``) of a
+    module of its own folder whose methods ``torch.save`` what holds the ``.state_dict()`` of
+    one of their parameters, directly or through another method of the class they hand it to
+    (`class_state_savers`), by the name the file's calls use."""
+    script = Path(path)
+    found: dict[str, ObjectSaver] = {}
+    for _, name, defined, file, other in siblings:
+        if name in found:
+            continue
+        cls = saver_class(other, defined)
+        if cls is None:
+            continue
+        methods = class_state_savers(other, cls)
+        if methods:
+            first = min(int(saver.where) for saver in methods.values())
+            found[name] = ObjectSaver(
+                {
+                    method: StateSaver(
+                        saver.parameters, saver.saved, f"{_relative(file, script)}:{saver.where}"
+                    )
+                    for method, saver in methods.items()
+                },
+                file,
+                defined,
+                f"{_relative(file, script)}:{first}",
+                guarded_saves(other, cls) is not None,
+            )
+    return found
+
+
+def class_state_savers(module: ScriptModel, cls: cst.ClassDef) -> dict[str, StateSaver]:
+    """The methods of ``cls`` (plain methods, ``self`` first) that save the state dict of a
+    parameter they are handed, each as a `StateSaver` (parameters past ``self``, the saved
+    ones, the line of the save as its ``where``): a ``torch.save`` of ``p.state_dict()`` in
+    the method's own body, or ``self.other(p)`` of a method that saves that parameter. None
+    where any method of the class runs a collective (saved on the main process alone, the
+    collective would wait forever)."""
+    methods = {
+        s.name.value: s
+        for s in cls.body.body
+        if isinstance(s, cst.FunctionDef) and not s.decorators and s.params.params
+    }
+    if any(
+        isinstance(node, cst.Call) and module.call_names(node) & collectives.FUNCTIONS
+        for node in walk(cls)
+    ):
+        return {}
+    parameters = {
+        name: tuple(p.name.value for p in f.params.params[1:]) for name, f in methods.items()
+    }
+    saved: dict[str, set[str]] = {name: set() for name in methods}
+    lines: dict[str, int] = {}
+    for name, function in methods.items():
+        for node in walk(function):
+            if not isinstance(node, cst.Call) or not module.call_names(node) & TORCH_SAVE:
+                continue
+            for inner in walk(node):
+                if (
+                    isinstance(inner, cst.Call)
+                    and isinstance(inner.func, cst.Attribute)
+                    and inner.func.attr.value == "state_dict"
+                    and isinstance(inner.func.value, cst.Name)
+                    and inner.func.value.value in parameters[name]
+                ):
+                    saved[name].add(inner.func.value.value)
+                    lines.setdefault(name, module.line(node))
+    changed = True
+    while changed:  # ``self.save_checkpoint(model)``: the caller saves what it hands on
+        changed = False
+        for name, function in methods.items():
+            for node in walk(function):
+                callee = _self_method(node, methods)
+                if callee is None or not saved[callee]:
+                    continue
+                for index, argument in enumerate(node.args):  # type: ignore[attr-defined]
+                    if argument.star or not isinstance(argument.value, cst.Name):
+                        continue
+                    if argument.keyword is not None:
+                        target = argument.keyword.value
+                    elif index < len(parameters[callee]):
+                        target = parameters[callee][index]
+                    else:
+                        continue
+                    handed = argument.value.value
+                    if (
+                        target in saved[callee]
+                        and handed in parameters[name]
+                        and handed not in saved[name]
+                    ):
+                        saved[name].add(handed)
+                        lines.setdefault(name, lines[callee])
+                        changed = True
+    return {
+        name: StateSaver(parameters[name], frozenset(saved[name]), str(lines[name]))
+        for name in methods
+        if saved[name]
+    }
+
+
+def guarded_saves(module: ScriptModel, cls: cst.ClassDef) -> list[cst.SimpleStatementLine] | None:
+    """The statements of ``cls``'s methods that save a parameter's state dict
+    (`class_state_savers`), each a line of its own holding only the ``torch.save(...)`` call:
+    what the module's conversion puts under ``if PartialState().is_main_process:`` when a
+    file that makes the class is converted with it. None where one is not such a line (it
+    could not be guarded alone: the module is then left as it is)."""
+    savers = class_state_savers(module, cls)
+    if not savers:
+        return None
+    found: list[cst.SimpleStatementLine] = []
+    for node in walk(cls):
+        if not isinstance(node, cst.Call) or not module.call_names(node) & TORCH_SAVE:
+            continue
+        if not any(
+            isinstance(inner, cst.Call)
+            and isinstance(inner.func, cst.Attribute)
+            and inner.func.attr.value == "state_dict"
+            for inner in walk(node)
+        ):
+            continue
+        expression = module.parent(node)
+        line = module.parent(expression) if isinstance(expression, cst.Expr) else None
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        found.append(line)
+    return found or None
+
+
+def saver_class(module: ScriptModel, name: str) -> cst.ClassDef | None:
+    """The class ``name`` of the module's own body."""
+    return next(
+        (s for s in module.module.body if isinstance(s, cst.ClassDef) and s.name.value == name),
+        None,
+    )
+
+
+def _self_method(node: cst.CSTNode, methods: Mapping[str, cst.FunctionDef]) -> str | None:
+    """``save_checkpoint`` for ``self.save_checkpoint(...)``, a method of the class."""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and isinstance(node.func.value, cst.Name)
+        and node.func.value.value == "self"
+        and node.func.attr.value in methods
+    ):
+        return node.func.attr.value
+    return None
 
 
 def imported_returns(path: str | Path, model: ScriptModel) -> dict[int, Returned]:
@@ -471,7 +711,9 @@ def _analyzed(file: Path) -> ScriptModel | None:
 
 
 def _relative(module: Path, script: Path) -> str:
-    try:
-        return str(module.relative_to(script.parent))
-    except ValueError:
-        return str(module)
+    for there, here in ((module, script.parent), (resolved(module), resolved(script).parent)):
+        try:  # a module found through a base class may be named by its absolute path
+            return str(there.relative_to(here))
+        except ValueError:
+            continue
+    return str(module)

@@ -536,6 +536,8 @@ def _single_device_classes(script: ScriptModel) -> list[tuple[int, int]]:
             named = _statements_naming(module)
         if named.get(statement.name.value, set()) - {id(statement)}:
             continue  # named outside its own body (before its code is generated: that costs)
+        if _handed_prepared(script, statement):
+            continue  # another module makes it with prepared objects (an evaluator's loader)
         code = module.code_for_node(statement)
         if ACCELERATOR_WORDS.search(code.encode()) is not None:
             continue
@@ -548,6 +550,17 @@ def _single_device_classes(script: ScriptModel) -> list[tuple[int, int]]:
         position = script.position(statement)
         ranges.append((position.start.line, position.end.line))
     return ranges
+
+
+def _handed_prepared(script: ScriptModel, cls: cst.ClassDef) -> bool:
+    """Every call of the project's other modules hands a method of ``cls`` (its constructor,
+    its ``__call__``) a prepared object (`ScriptModel.given_parameters`)."""
+    return any(
+        given.prepared
+        for function, parameters in script.given_parameters.items()
+        if script.inside(function, cls)
+        for given in parameters.values()
+    )
 
 
 def _holding_accelerators(script: ScriptModel) -> set[cst.ClassDef]:

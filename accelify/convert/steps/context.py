@@ -26,7 +26,7 @@ from accelify.edits import rewrites
 from accelify.edits.plan import Plan
 
 if TYPE_CHECKING:
-    from accelify.convert.project import StateSaver
+    from accelify.convert.project import ObjectSaver, StateSaver
 
 #: ``accelerator.`` as review advice writes it, not part of a longer name (``self.accelerator.``).
 _PLAIN_ACCELERATOR = re.compile(r"(?<![\w.])accelerator\.(?=\w)")
@@ -133,6 +133,12 @@ class Context:
     #: Functions of the project's other modules that save the state dict of a model they are
     #: handed, by the name calls use (`project.imported_state_savers`)
     imported_state_savers: dict[str, StateSaver] = field(default_factory=dict)
+    #: Functions of the project's other modules that return a ``logging`` logger, by the name
+    #: calls use (`project.imported_loggers`)
+    imported_loggers: set[str] = field(default_factory=set)
+    #: Classes of the project's other modules whose methods save the state dict of a model
+    #: they are handed, by the name calls use (`project.imported_object_savers`)
+    imported_object_savers: dict[str, ObjectSaver] = field(default_factory=dict)
     #: Members that run a model's layers of the module classes the script builds from the
     #: project's other modules, with where each is defined (`project.imported_layer_members`)
     imported_layer_members: dict[str, str] = field(default_factory=dict)
@@ -291,9 +297,18 @@ class Context:
         the helpers' parameters to where they are made (None: made inline, in a call's
         arguments). Empty when the loop reads no known DataLoader."""
         flow = self.facts.flow
+        prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
+        keyed = flow.keyed_loaders(loop)
+        if keyed:  # ``loaders[split]``: a dict made before the prepare holds the loaders as made
+            return sorted(
+                {
+                    name
+                    for name, made in keyed
+                    if name not in prepared or not self.after_prepare(made, name)
+                }
+            )
         if flow.kind_of(loop.iterable, loop.node) is not Kind.DATALOADER:
             return []
-        prepared = set(self.plan.prepared) | self.model.prepared_names | self.prepared_arguments
         origins = flow.origin_sites(loop.iterable, loop.node, stop=prepared)
         return sorted(
             {

@@ -33,6 +33,7 @@ def run(ctx: Context) -> None:
     _statistics_over_a_shard(ctx)
     _printed_training_folds(ctx, summed)
     _passes_counted(ctx)
+    _loader_dicts_made_before_the_prepare(ctx)
     noted = False
     for loop in ctx.model.loops:
         unprepared = _trained_unprepared(ctx, loop) if loop.trains else []
@@ -150,6 +151,16 @@ def run(ctx: Context) -> None:
                 "conversion does not follow (a dict or a list), bound to no name: it is not "
                 "prepared, so every rank trains on all of it (correct, not data-parallel); bind "
                 "it to a name and prepare it before it is put in the container to shard it"
+            )
+        elif inherited := _batches_from_an_attribute_set_elsewhere(ctx):
+            loop_node, attribute = inherited
+            text = (
+                f"the training loop at line {ctx.line(loop_node)} reads its batches from "
+                f"{attribute}, which no code of this file sets (a base class of another module "
+                "or a caller does): if a DataLoader is behind it, that loader is not prepared, "
+                "so every rank trains on all of it (correct, not data-parallel); prepare the "
+                "loader where it is made, before anything iterates it, and hand the prepared "
+                "one in"
             )
         else:
             text = (
@@ -1028,6 +1039,52 @@ def _handed_in_from_outside(ctx: Context) -> tuple[str, str, cst.For] | None:
     return None
 
 
+def _batches_from_an_attribute_set_elsewhere(ctx: Context) -> tuple[cst.For, str] | None:
+    """A training loop whose batches are read from ``self.<name>`` (what it iterates, or what
+    ``next(...)`` draws from in its body) that no assignment of this file sets: a base class of
+    another module made it (an audio GAN's ``self.train_loader_iter = cycle(iter(
+    self.train_loader))`` in its ``trainers/base_trainer.py``). Whether a DataLoader is behind
+    it is not known here, so the review line must not say the batches come from none."""
+    assigned = {
+        target.attr.value
+        for node in walk(ctx.model.module)
+        if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign))
+        for target in _assigned_targets(node)
+        if isinstance(target, cst.Attribute)
+    }
+    loops = [loop.node for loop in ctx.model.loops if loop.trains]
+    loops += [loop.node for loop, _ in ctx.facts.step_driven_loops]
+    for loop in loops:
+        read = [loop.iter]
+        read += [
+            node.args[0].value
+            for node in walk(loop.body)
+            if isinstance(node, cst.Call) and dotted(node.func) == "next" and node.args
+        ]
+        for value in read:
+            if (
+                isinstance(value, cst.Attribute)
+                and isinstance(value.value, cst.Name)
+                and value.value.value == "self"
+                and value.attr.value not in assigned
+            ):
+                return loop, f"self.{value.attr.value}"
+    return None
+
+
+def _assigned_targets(node: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[cst.BaseExpression]:
+    """The targets an assignment binds, unpacked (``self.a, self.b = ...``)."""
+    tops = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+    found: list[cst.BaseExpression] = []
+    while tops:
+        top = tops.pop()
+        if isinstance(top, (cst.Tuple, cst.List)):
+            tops.extend(element.value for element in top.elements)
+        else:
+            found.append(top)
+    return found
+
+
 def _no_loader_prepared(ctx: Context) -> bool:
     """The file makes DataLoaders, trains in a loop, and prepares none of them: the loop's data
     came to it some way the analysis did not follow (a dict built in a call's arguments)."""
@@ -1093,6 +1150,32 @@ def draws_alike_on_every_rank(ctx: Context, synchronized: frozenset[str] = froze
             f"batch{effect} set_seed(seed, device_specific=True) before the training loop (on "
             "one process its draws then differ from the original's)",
         )
+
+
+def _loader_dicts_made_before_the_prepare(ctx: Context) -> None:
+    """``loaders = {"train": tl, "val": vl}`` made before the prepare call, read as
+    ``loaders[split]`` (`flow.keyed_loaders`): it keeps ``tl`` and ``vl`` as they were made,
+    so the loops that read it get the unprepared loaders (every rank reads all of each, its
+    batches where the loader makes them) while the names are prepared. Said once per dict,
+    with what to do: the review lines of the loops say what follows from it."""
+    prepared = set(ctx.plan.prepared)
+    said: set[int] = set()
+    for loop in ctx.model.loops:
+        stale: dict[int, tuple[cst.CSTNode, list[str]]] = {}
+        for name, made in ctx.facts.flow.keyed_loaders(loop):
+            if name in prepared and not ctx.after_prepare(made, name):
+                stale.setdefault(id(made), (made, []))[1].append(name)
+        for key, (made, held) in stale.items():
+            if key in said:
+                continue
+            said.add(key)
+            ctx.plan.review(
+                ctx.line(made),
+                f"this dict is made before the prepare call and keeps {', '.join(held)} as "
+                f"they were made, not prepared: the loop at line {ctx.line(loop.node)} reads "
+                "them whole on every rank (on a GPU their batches stay on the host); make the "
+                "dict after the prepare call",
+            )
 
 
 def _trained_unprepared(ctx: Context, loop: Loop) -> list[str]:

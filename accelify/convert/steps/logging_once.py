@@ -27,6 +27,10 @@ def run(ctx: Context) -> None:
     module = next(
         (name for name, what in ctx.model.imports.bound.items() if what == "logging"), None
     )
+    if module is None and _made_by_a_project_factory(ctx, loggers, calls):
+        # the records go through ``logging`` all the same: this file imports it to say so
+        module = "logging"
+        ctx.extra_imports.append("import logging")
     if module is None:
         ctx.plan.review(
             ctx.line(calls[0]),
@@ -52,7 +56,10 @@ def _loggers(ctx: Context) -> set[str]:
     found = set()
     for assign in ctx.model.assignments:
         value = assign.value
-        if isinstance(value, cst.Call) and "logging.getLogger" in ctx.model.qualified(value.func):
+        if isinstance(value, cst.Call) and (
+            "logging.getLogger" in ctx.model.qualified(value.func)
+            or dotted(value.func) in ctx.imported_loggers
+        ):
             found |= {dotted(target) for target in assigned_targets(assign)} - {None}
     for _ in range(3):  # a logger handed from main to a trainer, then to a helper
         received = _received_loggers(ctx, found)
@@ -114,3 +121,22 @@ def _may_log(ctx: Context, call: cst.Call) -> bool:
         return False
     receiver = dotted(func.value)
     return receiver is not None and receiver.split(".")[0] not in ctx.model.imports.bound
+
+
+def _made_by_a_project_factory(ctx: Context, loggers: set[str], calls: list[cst.Call]) -> bool:
+    """Every record ``calls`` log goes through a logger a function of the project's other
+    modules returned (`project.imported_loggers`), and this file binds no name ``logging``:
+    ``import logging`` can be added to switch them off on the other ranks."""
+    if not ctx.imported_loggers or "logging" in ctx.model.imports.bound:
+        return False
+    made = {
+        name
+        for assign in ctx.model.assignments
+        if isinstance(assign.value, cst.Call) and dotted(assign.value.func) in ctx.imported_loggers
+        for name in (dotted(target) for target in assigned_targets(assign))
+        if name is not None
+    }
+    return bool(made) and all(
+        isinstance(call.func, cst.Attribute) and dotted(call.func.value) in loggers
+        for call in calls
+    )

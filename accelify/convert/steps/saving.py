@@ -20,12 +20,13 @@ from accelify.edits import rewrites
 from accelify.edits.node_rewrites import Swap
 
 if TYPE_CHECKING:
-    from accelify.convert.project import StateSaver
+    from accelify.convert.project import ObjectSaver, StateSaver
 
 
 def run(ctx: Context) -> None:
     guarded_writes = _plan_file_writes(ctx)
     _project_writers(ctx)
+    _project_object_savers(ctx)
     saved_states.gather_or_review_optimizer_states(ctx)
     saved_states.review_optimizer_loads_under_hf(ctx)
     for line_statement, call in ctx.facts.placement.expression_statements():
@@ -106,6 +107,124 @@ def _project_writers(ctx: Context) -> None:
             f"{seen} {', '.join(handed)}: every rank calls it, so if it writes a file every rank "
             f"writes it (N writes racing on one path){prefix}; call it under "
             f"`if {ctx.a('is_main_process')}:` after {ctx.a('wait_for_everyone')}(){unwrap}",
+        )
+
+
+def _project_object_savers(ctx: Context) -> None:
+    """``self.early_stopping(val_loss, self.model)`` of an object whose class, in a module of
+    the project, saves the state dict of the model it is handed (`project.ObjectSaver`):
+    handed the unwrapped model, so its file holds the model's own keys; and every rank waits
+    after the call (where every rank gets), so a rank that reads the file back later finds it
+    whole. The save itself runs on the main process only where that module is converted in
+    the same run (`project.guarded_saves`); else a review line says every rank writes it."""
+    for name, saver in ctx.imported_object_savers.items():
+        instances = _instances_made_by(ctx, name)
+        for call in ctx.model.calls:
+            found = _saver_method(call, instances)
+            if found is None or found[1] not in saver.methods:
+                continue
+            instance, method = found
+            shown = instance if method == "__call__" else f"{instance}.{method}"
+            _unwrap_models_a_saver_is_handed(ctx, call, shown, saver.methods[method])
+            _wait_after_an_object_save(ctx, call, shown, saver)
+
+
+def _instances_made_by(ctx: Context, name: str) -> set[str]:
+    """``self.early_stopping`` or ``stopper`` bound to ``name(...)`` (the saver class) and to
+    nothing else anywhere in the file."""
+    found = set()
+    for node in walk(ctx.model.module):
+        if not (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.value, cst.Call)
+            and dotted(node.value.func) == name
+        ):
+            continue
+        target = dotted(node.targets[0].target)
+        if target is None:
+            continue
+        bound = ctx.model.index.assignments_to(target)
+        if all(
+            isinstance(a, cst.Assign)
+            and isinstance(a.value, cst.Call)
+            and dotted(a.value.func) == name
+            for a in bound
+        ):
+            found.add(target)
+    return found
+
+
+def _saver_method(call: cst.Call, instances: set[str]) -> tuple[str, str] | None:
+    """(instance, method) for ``instance(...)`` (``__call__``) or ``instance.method(...)``."""
+    called = dotted(call.func)
+    if called in instances:
+        return called, "__call__"  # type: ignore[return-value]
+    if isinstance(call.func, cst.Attribute) and dotted(call.func.value) in instances:
+        return dotted(call.func.value), call.func.attr.value  # type: ignore[return-value]
+    return None
+
+
+def _wait_after_an_object_save(
+    ctx: Context, call: cst.Call, shown: str, saver: ObjectSaver
+) -> None:
+    """Every rank waits after the call, where every rank gets (`barrier_places`): the file the
+    object may have saved is whole before any rank reads it back. Left for review where the
+    call is not a statement of its own, or a rank may have left before it."""
+    module = saver.module.name
+    statement = ctx.statement_of(call)
+    line = statement if isinstance(statement, cst.SimpleStatementLine) else None
+    converted_with = saver.guardable and str(saver.module.resolve()) in ctx.options.converted_with
+    own_line = (
+        line is not None
+        and len(line.body) == 1
+        and isinstance(line.body[0], cst.Expr)
+        and line.body[0].value is call
+    )
+    if not own_line or ctx.facts.shared_files.parting_before(
+        call, decided_alike=ctx.agreed.branch_agreed
+    ):
+        ctx.plan.review(
+            ctx.line(call),
+            f"{shown}() may save the model's state ({saver.where}) on every rank: left without "
+            "a barrier after it (it is not a statement of its own, or a rank may have left "
+            f"before it): no rank may read that file back before {ctx.a('wait_for_everyone')}() "
+            f"after the save, and the save is to run on the main process alone (`if "
+            f"PartialState().is_main_process:` in {module})",
+        )
+        return
+    assert line is not None
+    acc = ctx.accelerator_at(line)
+    places = ctx.facts.ranks.barrier_places(line)
+    where = (
+        f"on the main process only ({module} is converted with this file)"
+        if converted_with
+        else "on every rank"
+    )
+    ctx.plan.add(
+        *(rewrites.barrier_after(place, acc) for place in places),
+        line=ctx.line(call),
+        text=f"{shown}() may save the model's state ({saver.where}, {where}): every rank waits "
+        f"for the file after it ({acc}.wait_for_everyone())",
+        anywhere=acc != ctx.acc,
+    )
+    if acc == ctx.acc:
+        for place in places:
+            ctx.need(place)
+    if not converted_with:
+        ctx.plan.review(
+            ctx.line(call),
+            f"{shown}() saves the model's state in {saver.module.name}'s {saver.class_name} "
+            f"({saver.where}) on every rank: N writes racing on one path; convert {module} "
+            "with this file (accelify convert on the folder: its save then runs on the main "
+            "process only), or put that torch.save under `if PartialState().is_main_process:`",
+        )
+    else:
+        ctx.plan.review(
+            ctx.line(call),
+            f"{shown}() takes the model's state itself ({saver.where}), on the main process "
+            "alone once converted: right under DDP, but under FSDP or ZeRO-3 that state is "
+            "sharded and gathering it needs every rank",
         )
 
 
