@@ -341,8 +341,9 @@ class ScriptModel:
 
     def _rank_exit(self, function: cst.FunctionDef) -> tuple[int, cst.If] | None:
         """Where ``function``'s body leaves early on some ranks: the place of the first
-        statement of its own body shaped ``if <rank test>: return`` (or ``raise``), no else,
-        and that statement."""
+        statement of its own body shaped ``if <rank test>: return``, no else, and that
+        statement. ``if process_index == 1: raise ...`` is not one: the rank that raises ends
+        the whole run (the launcher stops the others), so no rank goes on without it."""
         cache = self._rank_exits
         if id(function) not in cache:
             cache[id(function)] = None
@@ -351,7 +352,7 @@ class ScriptModel:
                 if (
                     isinstance(statement, cst.If)
                     and statement.orelse is None
-                    and _leaves(statement.body)
+                    and _returns(statement.body)
                     and self.reads_rank(statement.test)
                 ):
                     cache[id(function)] = (self.order(statement.body), statement)
@@ -1557,6 +1558,18 @@ def _leaves(block: cst.BaseSuite) -> bool:
         else None
     )
     return isinstance(small, (cst.Return, cst.Raise))
+
+
+def _returns(block: cst.BaseSuite) -> bool:
+    """The block's last statement is a ``return``: the function goes on on the other ranks."""
+    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    last = statements[-1] if statements else None
+    small = (
+        last.body[-1]
+        if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+        else None
+    )
+    return isinstance(small, cst.Return)
 
 
 def _optimizer_class(qualified_name: str) -> bool:
