@@ -309,6 +309,7 @@ class ExitOnSomeRanks(Rule):
             yield self.finding(
                 script,
                 node,
+                covers=_collectives_left_behind(script, node, loop),
                 message=(
                     f"Leave the loop on every rank: only the ranks that pass the rank test at "
                     f"line {script.line(test)} {leaves} here, and the others go on to the "
@@ -340,6 +341,7 @@ class ExitOnSomeRanks(Rule):
             yield self.finding(
                 script,
                 node,
+                covers=_collectives_left_behind(script, node, loop),
                 message=(
                     f"Leave the loop on every rank: {name} changes only under the rank test at "
                     f"line {script.line(guard)}, so the ranks disagree on the test that leads "
@@ -350,6 +352,34 @@ class ExitOnSomeRanks(Rule):
                     f"test and `if {accelerator}.check_trigger(): {leaves}` on every rank"
                 ),
             )
+
+
+def _collectives_left_behind(
+    script: ScriptModel, node: cst.Break | cst.Return, loop: cst.For | cst.While
+) -> list[tuple[int, int, str]]:
+    """ACC202's findings (line, column, code) at the collectives after ``node`` in ``loop``
+    that the ranks leaving there skip, and that every rank would reach without that leaving
+    ``if`` (``if accelerator.is_main_process and done: break`` then
+    ``accelerator.wait_for_everyone()``): the same hang, whose fix (every rank leaves
+    together) is this rule's advice; "call it on every rank" at the barrier would not fix it."""
+    leaving = tuple(
+        ancestor
+        for ancestor in script.ancestors(node)
+        if isinstance(ancestor, cst.If) and script.inside(ancestor, loop)
+    )
+    facts = facts_of(script)
+    start = script.order(node)
+    covered = []
+    for use in facts.collective_uses:
+        if (
+            use.skipped_on
+            and script.order(use.call) > start
+            and script.inside(use.call, loop)
+            and not facts.collective_reach.skipped_but_for(use, leaving)
+        ):
+            position = script.position(use.call).start
+            covered.append((position.line, position.column + 1, "ACC202"))
+    return covered
 
 
 def _changed_under_a_rank_test_only(

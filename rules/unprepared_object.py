@@ -65,6 +65,22 @@ _SHARD_EVAL = (
     + "        correct.append(accelerator.gather(model(x).argmax(-1) == y))\n"
 )
 
+#: An evaluation over ``eval_loader`` whose running total (``total += loss.item()``) is reduced
+#: inside the loop, each pass; ``{prepared}`` are the objects prepared.
+_RUNNING_TOTAL = (
+    HEADER
+    + _OBJECTS
+    + "eval_loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+    + "{prepared} = accelerator.prepare({prepared})\n"
+    + _LOOP
+    + "total = 0.0\n"
+    + "with torch.no_grad():\n"
+    + "    for x, y in eval_loader:\n"
+    + "        total += (model(x) - y).pow(2).mean().item()\n"
+    + "        seen = accelerator.reduce(torch.tensor(total), reduction='sum')\n"
+    + "print(seen.item())\n"
+)
+
 #: An evaluation whose loader is never prepared, ``no_grad`` opened inside the loop (HF's
 #: examples): every rank iterates the whole set and the gather joins N copies of it.
 _GATHERED_EVALUATION = (
@@ -574,8 +590,14 @@ class UnpreparedObject(Rule):
             15,
             13,
         ),
+        # a running total kept with ``+=`` and reduced inside the loop (the mean so far, each
+        # pass): the total follows the batches, so over the unprepared loader every rank brings
+        # the whole set and the sum counts it N times
+        Example(_RUNNING_TOTAL.format(prepared="model, optimizer, loader"), 15, 17),
     )
     good = (
+        # the running total reduced in the loop over a prepared loader: each rank's shard once
+        _RUNNING_TOTAL.format(prepared="model, optimizer, loader, eval_loader"),
         # a base trainer's constructor reads its loader whole before the subclass prepares it
         # (label statistics, a batch count): the raw loader is the whole set on every rank, so
         # every rank computes the same numbers, and prepare builds its own loader from it

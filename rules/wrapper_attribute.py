@@ -168,6 +168,29 @@ _BASE_PREPARE = (
 )
 
 
+#: A model prepared at module level (in both branches of an ``if``), read by a function that
+#: the module defines under another ``if`` and calls there (cgftp's ``add_edge_feature``):
+#: a function of the module's scope all the same. ``{rebind}`` runs before that call.
+_MODEL_READ_IN_A_FUNCTION_UNDER_AN_IF = (
+    "import torch\n"
+    "from accelerate import Accelerator\n"
+    "accelerator = Accelerator()\n"
+    "model = torch.nn.Linear(2, 2)\n"
+    "if args.train:\n"
+    "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    model, optimizer = accelerator.prepare(model, optimizer)\n"
+    "    accelerator.backward(model(torch.ones(2)).sum())\n"
+    "    optimizer.step()\n"
+    "else:\n"
+    "    model = accelerator.prepare(model)\n"
+    "if args.export:\n"
+    "{rebind}"
+    "    def features(xs):\n"
+    "        return [model.map(x) for x in xs]\n\n"
+    "    print(features([1, 2]))\n"
+)
+
+
 def _plain_global_model(rebind: str) -> str:
     """`_GLOBAL_MODEL` on DDP alone, reading the model's own ``config``."""
     return (
@@ -548,6 +571,8 @@ class WrapperAttribute(Rule):
         ),
         # without FSDP, the model's own attribute read through the wrapper there
         Example(_plain_global_model(""), 10, 23),
+        # ... in a function the module defines under an ``if`` and calls there
+        Example(_MODEL_READ_IN_A_FUNCTION_UNDER_AN_IF.format(rebind=""), 14, 17),
         # a base trainer's prepare() hands everything to its accelerator's
         Example(_BASE_PREPARE.format(body="self.accelerator.prepare(*args)"), 20, 16),
         Example(  # qiuqiangkong/audio_understanding: an encoder from an imported helper, never
@@ -731,6 +756,10 @@ class WrapperAttribute(Rule):
         # without FSDP, the model's own attribute read where the main block unwrapped the
         # model again before the call
         _plain_global_model("    model = accelerator.unwrap_model(model)\n"),
+        # ... and in the function under an ``if``, the model unwrapped before the call
+        _MODEL_READ_IN_A_FUNCTION_UNDER_AN_IF.format(
+            rebind="    model = accelerator.unwrap_model(model)\n"
+        ),
         # a reference model frozen in the function that prepares it: prepare leaves it as is
         HEADER
         + "import torchvision\n\n\n"

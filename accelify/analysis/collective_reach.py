@@ -65,6 +65,22 @@ class CollectiveReach:
                 found.append(CollectiveUse(call, collective, backends, skipped))
         return found
 
+    def skipped_but_for(
+        self, use: CollectiveUse, leaving: tuple[cst.CSTNode, ...]
+    ) -> frozenset[str]:
+        """The backends some ranks would still skip ``use.call`` on if the block-leaving ``if``
+        statements of ``leaving`` above it (``if is_main and done: break``) were not there:
+        empty where such a ``break`` alone keeps ranks from it, one bug that ACC210 reports at
+        the ``break``, not a second one here."""
+        call = use.call
+        guards = self.guards
+        skipped = (
+            use.backends
+            - guards.agreed_on(call, ignoring=leaving)
+            - guards.reached_by_none(call, ignoring=leaving)
+        )
+        return frozenset() if skipped and self._mirrored(call) else skipped
+
     def _mirrored(self, call: cst.Call) -> bool:
         """``if is_main: ...; wait_for_everyone()`` with ``else: wait_for_everyone()``: the
         ranks the branch skips make the same call in the other branch. Also the main-first

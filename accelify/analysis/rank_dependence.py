@@ -279,21 +279,30 @@ class BackendGuards:
         self._assigned: dict[str, list[cst.BaseExpression]] | None = None
         self._truths: dict[tuple[cst.BaseExpression, int], _Truth] = {}
 
-    def agreed_on(self, node: cst.CSTNode, within: cst.CSTNode | None = None) -> frozenset[str]:
+    def agreed_on(
+        self,
+        node: cst.CSTNode,
+        within: cst.CSTNode | None = None,
+        ignoring: tuple[cst.CSTNode, ...] = (),
+    ) -> frozenset[str]:
         """The backends on which every rank reaches ``node`` or none does (as far as the
-        ``if`` statements around it, inside ``within``, go)."""
+        ``if`` statements around it, inside ``within``, go; a block-leaving ``if`` of
+        ``ignoring`` above it left out, see `_tests_around`)."""
         agreed = EVERY_BACKEND
-        for truth, _ in self._branches_around(node, within):
+        for truth, _ in self._branches_around(node, within, ignoring):
             agreed &= truth.agree
         return agreed
 
     def reached_by_none(
-        self, node: cst.CSTNode, within: cst.CSTNode | None = None
+        self,
+        node: cst.CSTNode,
+        within: cst.CSTNode | None = None,
+        ignoring: tuple[cst.CSTNode, ...] = (),
     ) -> frozenset[str]:
         """The backends on which no rank reaches ``node``: ``elif accelerator.is_main_process:``
         after ``if is_fsdp:`` is never entered under FSDP, so a collective there cannot leave
         FSDP's ranks waiting."""
-        conditions = list(self._tests_around(node, within))
+        conditions = list(self._tests_around(node, within, ignoring))
         unreached: frozenset[str] = frozenset()
         for test, in_body in conditions:
             truth = self.truth(test)
@@ -370,18 +379,20 @@ class BackendGuards:
         return entered
 
     def _branches_around(
-        self, node: cst.CSTNode, within: cst.CSTNode | None
+        self, node: cst.CSTNode, within: cst.CSTNode | None, ignoring: tuple[cst.CSTNode, ...] = ()
     ) -> Iterator[tuple[_Truth, bool]]:
         """The truth of each test around ``node`` (see `_tests_around`)."""
-        for test, in_body in self._tests_around(node, within):
+        for test, in_body in self._tests_around(node, within, ignoring):
             yield self.truth(test), in_body
 
     def _tests_around(
-        self, node: cst.CSTNode, within: cst.CSTNode | None
+        self, node: cst.CSTNode, within: cst.CSTNode | None, ignoring: tuple[cst.CSTNode, ...] = ()
     ) -> Iterator[tuple[cst.BaseExpression, bool]]:
         """The test of each ``if`` around ``node`` (inside ``within``), and whether ``node`` is
         in its body (else in its ``else``/``elif``); a rank decorator of a function around it
-        counts as an ``if`` around its body."""
+        counts as an ``if`` around its body. A block-leaving ``if`` above ``node`` (``if
+        is_main and done: break``) counts as an ``if`` around it unless it is one of
+        ``ignoring``: ACC210 asks whether that ``break`` alone keeps ranks from ``node``."""
         child: cst.CSTNode = node
         for ancestor in self.model.ancestors(node):
             # by exact type: asked for every ancestor of every node a rule looks at, and an
@@ -403,7 +414,7 @@ class BackendGuards:
                 for statement in ancestor.body:
                     if statement is child:
                         break
-                    if _leaves_block(statement):
+                    if _leaves_block(statement) and not any(statement is i for i in ignoring):
                         yield statement.test, False  # type: ignore[attr-defined]
             child = ancestor
 

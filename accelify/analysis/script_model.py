@@ -1161,12 +1161,12 @@ class _Collector(Visitor):
 
     def __init__(self, model: ScriptModel) -> None:
         self.model = model
+        #: the functions the walk has entered, innermost last (`_function_around`)
+        self._functions: list[cst.FunctionDef] = []
         #: names bound to a dict of optimizer makers (``{"sgd": lambda p: optim.SGD(p, ...)}``)
         self._optimizer_tables: set[str] = set()
         #: tables (``{}`` or of optimizer makers) whose entries assigned one by one all make one
         self._filling_tables: set[str] = set()
-        #: the functions the walk is inside, innermost last
-        self._functions: list[cst.FunctionDef] = []
 
     def visit_Import(self, node: cst.Import) -> None:
         self.model.imports.add(node)
@@ -1190,10 +1190,36 @@ class _Collector(Visitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if isinstance(self.model.parent(node), cst.Module):
             self.model.functions[node.name.value] = node
+        elif self._in_module_scope(node):
+            # ``if TRAIL_NUM == 1: def add_edge_feature(...)``: a function of the module's
+            # scope all the same, called by the module's code under the same test; one of the
+            # same name at top level is the one a call finds
+            top = self.model.functions.get(node.name.value)
+            if top is None or not isinstance(self.model.parent(top), cst.Module):
+                self.model.functions[node.name.value] = node
+        self._function_around()  # drops the functions whose walk ended before this one
         self._functions.append(node)
 
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._functions.pop()
+    def _in_module_scope(self, node: cst.CSTNode) -> bool:
+        """No class (nor function, nor lambda) around ``node``: only module-level blocks
+        (``if``, ``try``, ``with``, ``for``)."""
+        parent = self.model.parent(node)
+        while parent is not None and not isinstance(parent, cst.Module):
+            if isinstance(parent, cst.ClassDef | cst.FunctionDef | cst.Lambda):
+                return False
+            parent = self.model.parent(parent)
+        return True
+
+    def _function_around(self) -> cst.FunctionDef | None:
+        """The innermost function the walk is inside: `_collect` calls no ``leave_`` method, so
+        the functions whose walk has ended (their end is recorded) are dropped here; a
+        module-level statement after a function is in none, and after a nested ``def`` its
+        outer function is the one around (the value being classified is not walked yet, so
+        its parents are not known)."""
+        functions, walked, orders = self._functions, self.model.walked, self.model.orders
+        while functions and walked.ends[orders[functions[-1]]]:
+            functions.pop()
+        return functions[-1] if functions else None
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.model.assignments.append(node)
@@ -1432,9 +1458,7 @@ class _Collector(Visitor):
                 return Kind.MODEL
         if local in self.model.module_classes:
             return Kind.MODEL
-        if _optimizer_factory_call(
-            call, self._functions[-1] if self._functions else self.model.module
-        ):
+        if _optimizer_factory_call(call, self._function_around() or self.model.module):
             return Kind.OPTIMIZER
         if _scheduler_factory_call(call):
             return Kind.SCHEDULER
@@ -1460,9 +1484,9 @@ class _Collector(Visitor):
             and first.func.attr.value == "parameters"
         ):
             return False
-        if not self._functions:
+        function = self._function_around()
+        if function is None:
             return False
-        function = self._functions[-1]
         for parameter in (*function.params.params, *function.params.kwonly_params):
             if parameter.name.value == func.value and parameter.default is not None:
                 return any(
