@@ -26,6 +26,7 @@ from functools import cached_property
 import libcst as cst
 
 from accelify.analysis import names
+from accelify.analysis.loops import find_backward
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import (
@@ -238,6 +239,30 @@ class CallGraph:
             return resolution.targets[0], resolution.implicit
         method = self._model_method(call, resolution)
         return (method, 1) if method is not None else None
+
+    def trains_through_calls(self, loop: cst.CSTNode, depth: int = 3) -> bool:
+        """A backward runs in a function or method of this file that ``loop``'s body calls
+        (not in a nested loop's), through up to ``depth`` calls: a GAN trainer's epoch loop
+        whose ``d_tot += self.update_d(real)`` runs the discriminator's step. Its per-batch
+        values are one rank's shard as much as an in-body backward's are."""
+        body = loop.body if isinstance(loop, (cst.For, cst.While)) else loop
+        return self._calls_a_backward(body, depth, set())
+
+    def _calls_a_backward(self, node: cst.CSTNode, depth: int, seen: set[int]) -> bool:
+        if depth == 0:
+            return False
+        for call in walk(node):
+            if not isinstance(call, cst.Call):
+                continue
+            for function, _ in self.callees(call):
+                if id(function) in seen:
+                    continue
+                seen.add(id(function))
+                if next(find_backward(function.body, skip_loops=True), None) is not None:
+                    return True
+                if self._calls_a_backward(function.body, depth - 1, seen):
+                    return True
+        return False
 
     def callees(self, call: cst.Call) -> list[tuple[cst.FunctionDef, int]]:
         """Every function of this file ``call`` may run (`callee` gives the first), each with

@@ -715,7 +715,11 @@ def _printed_training_folds(ctx: Context, summed: set[tuple[int, str]]) -> None:
     made the whole run's before its print (``summed``, `_printed_as_the_whole_runs_mean`)."""
     reviewed = {note.line for note in ctx.plan.reviews}
     counted = {(id(f.loop.node), f.total) for f in ctx.facts.sample_counts if f.total}
-    trains = {id(loop.node) for loop in ctx.model.loops if loop.trains}
+    trains = {
+        id(loop.node)
+        for loop in ctx.model.loops
+        if loop.trains or ctx.facts.calls.trains_through_calls(loop.node)
+    }
     view = ctx.shard_view()
     for call in ctx.model.calls:
         qualified = ctx.model.call_names(call)

@@ -656,7 +656,7 @@ def _made_on_host(
             return not device_given(value)
         if _sent_to_the_host(ctx, value, at):
             return True  # ``feats = encoder(x).cpu()``: whatever it was made from
-        if (dotted(func) or "") in _JOINED and value.args:  # a stack of host tensors
+        if (dotted(func) or "") in JOINED and value.args:  # a stack of host tensors
             return _made_on_host(ctx, value.args[0].value, at, depth + 1)
         if any(q.endswith("TensorDataset") for q in ctx.model.qualified(func)):
             return True  # its items, ``dataset[i][0]``: the tensors it was made of, never moved
@@ -725,7 +725,7 @@ def _appended(
             found.append((call.args[0].value, call))
         elif (
             any(dotted(argument.value) == name for argument in call.args)
-            and (dotted(func) or "") not in _JOINED
+            and (dotted(func) or "") not in JOINED
         ):
             return []
     return found
@@ -744,7 +744,7 @@ def _sent_to_the_host(ctx: Context, call: cst.Call, at: cst.CSTNode) -> bool:
 
 
 #: torch functions that join tensors into one on their device: ``torch.stack(samples)``
-_JOINED = frozenset(
+JOINED = frozenset(
     {"torch.stack", "torch.cat", "torch.concat", "torch.vstack", "torch.hstack", "torch.dstack"}
 )
 

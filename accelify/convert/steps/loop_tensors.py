@@ -22,10 +22,18 @@ import libcst as cst
 
 from accelify.analysis.dataflow import is_attribute_name, is_binding, variables_in
 from accelify.analysis.objects import bound_arguments
-from accelify.analysis.script_model import Loop
-from accelify.analysis.syntax import all_params, dotted, has_parameter, target_names, walk
+from accelify.analysis.script_model import Kind, Loop
+from accelify.analysis.syntax import (
+    all_params,
+    children_of,
+    dotted,
+    has_parameter,
+    target_names,
+    walk,
+)
 from accelify.convert.steps.context import Context
 from accelify.convert.steps.host_inputs import (
+    JOINED,
     SAME_DEVICE_METHODS,
     assigned_values,
     cpu_only,
@@ -46,7 +54,17 @@ def run(ctx: Context) -> None:
         for node in walk(loop.node.body):
             if not _is_factory(node) or id(node) in done:
                 continue
-            if _meets_the_device(ctx, node, loop, on_device):
+            if _like_on_the_device(ctx, node, on_device):
+                continue
+            join = _joined_in(ctx, node)
+            if join is not None and not _reads_the_device(ctx, join, on_device):
+                done |= {id(n) for n in walk(join)}
+                if _meets_the_device(ctx, join, loop, on_device, models=False):
+                    _move_joined(ctx, join, "the batches and the model it meets are there")
+                continue
+            # joined with a tensor on the device (``torch.cat([real, torch.zeros(n, 1)])``)
+            # or meeting one: made there
+            if join is not None or _meets_the_device(ctx, node, loop, on_device):
                 done.add(id(node))
                 _place(ctx, node, "the batches and the model it meets are there", drawn=False)
     if loops:
@@ -73,27 +91,46 @@ def _made_before_the_loops(ctx: Context, loops: list[Loop], done: set[int]) -> N
             continue
         if any(ctx.facts.placement.inside(factory, loop.node) for loop in loops):
             continue
-        uses = _uses_of_the_value(ctx, factory)
+        on_device = _device_names_at(ctx, factory, loops) or set()
+        if _like_on_the_device(ctx, factory, on_device):
+            continue
+        value: cst.BaseExpression = factory
+        join = _joined_in(ctx, factory)
+        models = True
+        if join is not None and not _reads_the_device(ctx, join, on_device):
+            # a join of host tensors moves as one, where the original made it
+            done |= {id(n) for n in walk(join)}
+            value, models = join, False
+        uses = _uses_of_the_value(ctx, value)
         if uses is None:
             continue
-        met = [(use, where) for use in uses if (where := _meets_at(ctx, use, loops)) is not None]
+        met = [
+            (use, where)
+            for use in uses
+            if (where := _meets_at(ctx, use, loops, models=models)) is not None
+        ]
+        if not met and join is not None and value is factory:
+            met = [(factory, join)]  # joined with a tensor on the device
         if not met:
             continue
         done.add(id(factory))
         use, where = met[0]
         name = dotted(use) or ctx.code(use)
-        called = _called(ctx, factory, name)
-        off = next((u for u in uses if _meets_at(ctx, u, loops) is None), None)
+        called = _called(ctx, value, name)
+        off = next((u for u in uses if _meets_at(ctx, u, loops, models=models) is None), None)
         if off is not None:
             ctx.plan.review(
-                ctx.line(factory),
-                f"{ctx.code(factory)}: {_meeting(ctx, called, where)}, on {ctx.a('device')}, "
+                ctx.line(value),
+                f"{ctx.code(value)}: {_meeting(ctx, called, where)}, on {ctx.a('device')}, "
                 f"and is also read at line {ctx.line(off)}, where the original had it on the "
                 f"CPU; left as it is: send it to the device where {_taker(ctx, where)} "
                 f"(send_to_device({name}, {ctx.a('device')}))",
             )
             continue
-        _place(ctx, factory, _meeting(ctx, called, where), drawn=True)
+        if value is factory:
+            _place(ctx, factory, _meeting(ctx, called, where), drawn=True)
+        else:
+            _move_joined(ctx, value, _meeting(ctx, called, where))
 
 
 def _called(ctx: Context, factory: cst.Call, used_as: str) -> str:
@@ -265,7 +302,9 @@ def _binds_itself(function: cst.FunctionDef, name: str) -> bool:
     )
 
 
-def _meets_at(ctx: Context, read: cst.CSTNode, loops: list[Loop]) -> cst.CSTNode | None:
+def _meets_at(
+    ctx: Context, read: cst.CSTNode, loops: list[Loop], *, models: bool = True
+) -> cst.CSTNode | None:
     """Where ``read`` meets the device: the prepared model it is handed to, the call, the
     arithmetic or the index that takes it beside a batch or the model's output (``model(x) *
     mask``, ``(crit(out, y) * weights[y]).mean()``) in a training loop or in a helper those
@@ -278,7 +317,9 @@ def _meets_at(ctx: Context, read: cst.CSTNode, loops: list[Loop]) -> cst.CSTNode
             call = ctx.model.parent(parent)
             if not isinstance(call, cst.Call):
                 return None
-            if on_device is not None and _call_meets_the_device(ctx, call, parent, on_device):
+            if on_device is not None and _call_meets_the_device(
+                ctx, call, parent, on_device, models=models
+            ):
                 return call
             return _module_called_on_the_device(ctx, call, loops)
         if isinstance(parent, (cst.BinaryOperation, cst.Comparison)):
@@ -393,9 +434,45 @@ def _on_device_names(ctx: Context, loop: Loop) -> set[str]:
 
 
 def _reads_the_device(ctx: Context, node: cst.CSTNode, on_device: set[str]) -> bool:
-    if variables_in(ctx.model, node) & on_device:
+    if _tensor_variables(ctx, node) & on_device:
         return True
     return any(isinstance(n, cst.Call) and _model_on_the_device(ctx, n) for n in walk(node))
+
+
+def _tensor_variables(ctx: Context, node: cst.CSTNode) -> set[str]:
+    """`variables_in` less the names read only for the size or range a factory makes its
+    tensor with: ``n`` of ``torch.ones(n, 1)`` is read from a batch (``n = real.size(0)``),
+    the tensor is on the CPU all the same."""
+    if not any(_sized(n) for n in walk(node)):
+        return variables_in(ctx.model, node)
+    found: set[str] = set()
+    pending: list[cst.CSTNode] = [node]
+    while pending:
+        current = pending.pop()
+        if _sized(current):
+            continue
+        if isinstance(current, cst.Name):
+            found |= variables_in(ctx.model, current)
+        elif isinstance(current, (cst.Attribute, cst.Arg)):  # not a member, not ``dim=``
+            pending.append(current.value)
+        else:
+            pending += children_of(current)
+    return found
+
+
+def _sized(node: cst.CSTNode) -> bool:
+    """A factory made from sizes, ranges or a fill value alone, with no ``device=``: its
+    tensor is on the CPU whatever its arguments were computed from (not ``torch.tensor(t)``,
+    which keeps a tensor ``t`` where it is)."""
+    return isinstance(node, cst.Call) and torch_factory(node) in _SIZED and not device_given(node)
+
+
+#: Factories whose arguments are sizes, ranges and fill values, never a tensor whose device
+#: the result keeps.
+_SIZED = frozenset(
+    {"randn", "rand", "randint", "randperm", "zeros", "ones", "full", "empty", "eye", "arange",
+     "linspace"}
+)  # fmt: skip
 
 
 def _model_on_the_device(ctx: Context, call: cst.Call) -> bool:
@@ -407,10 +484,74 @@ def _model_on_the_device(ctx: Context, call: cst.Call) -> bool:
 
 
 def _is_factory(node: cst.CSTNode) -> bool:
-    if not isinstance(node, cst.Call):
+    """A torch factory with no ``device=`` (``torch.ones(n, 1)``), or a ``*_like`` of one
+    (``torch.zeros_like(t)``: made where ``t`` is, on the CPU when `_like_on_the_device`
+    finds ``t`` is not on the device)."""
+    if not isinstance(node, cst.Call) or device_given(node):
         return False
     made = torch_factory(node)
-    return made is not None and made not in _FROM_DATA and not device_given(node)
+    if made is None:
+        return (dotted(node.func) or "") in _LIKE and bool(node.args)
+    return made not in _FROM_DATA
+
+
+#: Factories that make a tensor where their first argument is: on the CPU in a CPU-only
+#: script, unless that argument is on the device (``torch.ones_like(real)`` of a batch).
+_LIKE = frozenset(
+    f"torch.{kind}_like" for kind in ("zeros", "ones", "full", "empty", "rand", "randn", "randint")
+)
+
+
+def _like_on_the_device(ctx: Context, call: cst.Call, on_device: set[str]) -> bool:
+    """``call`` is a ``*_like`` of a tensor on the device already: a batch, a model's output
+    or what is computed from them, a prepared model's parameter (``torch.randn_like(p)`` of
+    ``p`` in ``model.parameters()`` reads a model name)."""
+    if (dotted(call.func) or "") not in _LIKE:
+        return False
+    source = call.args[0].value
+    if _reads_the_device(ctx, source, on_device):
+        return True
+    return any(
+        ctx.facts.flow.kind_of(dotted(n), call) is Kind.MODEL
+        for n in walk(source)
+        if isinstance(n, (cst.Name, cst.Attribute))
+    )
+
+
+#: How far `_joined_in` follows a join nested in another (``torch.cat([torch.stack(...)])``).
+_JOIN_DEPTH = 4
+
+
+def _joined_in(ctx: Context, factory: cst.CSTNode, depth: int = 0) -> cst.Call | None:
+    """The outermost ``torch.cat``/``torch.stack`` of a list or tuple that holds ``factory``'s
+    tensor (through same-device methods and arithmetic with constants: ``torch.cat([torch.ones
+    (n, 1) * 0.9, torch.zeros(n, 1)])``): the joined tensor is on the device its parts are."""
+    if depth > _JOIN_DEPTH:
+        return None
+    element = ctx.model.parent(_carried(ctx, factory))
+    if not isinstance(element, cst.Element):
+        return None
+    sequence = ctx.model.parent(element)
+    argument = ctx.model.parent(sequence) if isinstance(sequence, (cst.List, cst.Tuple)) else None
+    call = ctx.model.parent(argument) if isinstance(argument, cst.Arg) else None
+    if not isinstance(call, cst.Call) or (dotted(call.func) or "") not in JOINED:
+        return None
+    if not call.args or call.args[0] is not argument or argument.keyword is not None:
+        return None
+    return _joined_in(ctx, call, depth + 1) or call
+
+
+def _move_joined(ctx: Context, join: cst.Call, reason: str) -> None:
+    """A join of tensors the original made on the CPU that meets the device: made as written
+    and moved as one (``torch.cat([torch.ones(n, 1), torch.zeros(n, 1)]).to(device)``), as a
+    script that runs on a GPU moves its labels."""
+    device = ctx.a("device")
+    ctx.plan.add(
+        rewrites.made_then_moved(join, device),
+        line=ctx.line(join),
+        text=f"{ctx.code(join)}: made as before and moved to {device} ({reason})",
+    )
+    ctx.need(join)
 
 
 #: Factories that copy data the script already has (a NumPy array, a list): where that data
@@ -418,11 +559,19 @@ def _is_factory(node: cst.CSTNode) -> bool:
 _FROM_DATA = frozenset({"from_numpy", "as_tensor"})
 
 
-def _meets_the_device(ctx: Context, factory: cst.Call, loop: Loop, on_device: set[str]) -> bool:
+def _meets_the_device(
+    ctx: Context,
+    factory: cst.BaseExpression,
+    loop: Loop,
+    on_device: set[str],
+    *,
+    models: bool = True,
+) -> bool:
     """``factory``'s tensor is an argument of a call that also takes something on the device,
-    or of a prepared model, either directly or through the one name it is assigned to."""
+    or of a prepared model (unless not ``models``), either directly or through the one name it
+    is assigned to."""
     user, carried = _first_call_taking(ctx, factory)
-    if user is not None and _call_meets_the_device(ctx, user, carried, on_device):
+    if user is not None and _call_meets_the_device(ctx, user, carried, on_device, models=models):
         return True
     name = _assigned_to(ctx, factory)
     if name is None:
@@ -434,7 +583,7 @@ def _meets_the_device(ctx: Context, factory: cst.Call, loop: Loop, on_device: se
             continue
         for argument in node.args:
             if name in variables_in(ctx.model, argument.value) and _call_meets_the_device(
-                ctx, node, argument, on_device
+                ctx, node, argument, on_device, models=models
             ):
                 return True
     return False
@@ -480,10 +629,22 @@ def _first_call_taking(ctx: Context, node: cst.CSTNode) -> tuple[cst.Call | None
 
 
 def _call_meets_the_device(
-    ctx: Context, call: cst.Call, carried: cst.Arg | None, on_device: set[str]
+    ctx: Context,
+    call: cst.Call,
+    carried: cst.Arg | None,
+    on_device: set[str],
+    *,
+    models: bool = True,
 ) -> bool:
-    if _model_on_the_device(ctx, call):
-        return True
+    """``call`` takes ``carried`` beside something on the device, or is a prepared model on
+    it. Not ``models``: a prepared model's input is another step's (a join of host tensors
+    handed to the model is moved where the model takes it, by `loop_host_inputs` in a
+    training loop and `host_inputs` elsewhere)."""
+    if prepared_model_called(ctx, call) is not None:
+        if not models:
+            return False
+        if _model_on_the_device(ctx, call):
+            return True
     return any(
         argument is not carried and _reads_the_device(ctx, argument.value, on_device)
         for argument in call.args

@@ -1,0 +1,60 @@
+"""Converted CPU-only scripts keep every tensor that meets the model on the model's device.
+
+On the CPU a tensor the conversion forgot to move (a target built each step from torch
+factories, a ``zeros_like`` of a host tensor) meets the prepared model's output without a
+complaint: the runnable cases pass, and the user's first run on a GPU fails at its first step.
+Here the converted script runs with ``accelerator.device`` set to the ``meta`` device: a tensor
+left on the CPU that meets one on the device raises as it would on a GPU ("Tensor on device
+cpu is not on the expected device meta!"). Meta tensors hold no data, so the run stops at the
+first read of a value (``.item()``); by then a training step has run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+#: Runs ``sys.argv[1]`` as ``__main__`` with the runtime's device picked as ``meta``.
+_ON_META = """
+import runpy, sys, torch
+import accelify.runtime.state as state
+state._pick_device = lambda cpu, local_rank: torch.device("meta")
+try:
+    runpy.run_path(sys.argv[1], run_name="__main__")
+except Exception as error:
+    print("STOPPED", type(error).__name__, error)
+"""
+
+#: Wording of torch's errors for tensors on two devices in one operation.
+_MIXED = ("is not on the expected device", "Expected all tensors to be on the same device")
+
+CASES = [
+    "loop_targets_joined_from_factories_moved_to_the_device",
+    "trainer_step_targets_from_factories_moved_to_the_device",
+    "gan_trainer_step_run_per_batch_cpu_only",
+    "gan_trainer_makes_tensors_in_the_loop",
+    "cpu_only_tensors_made_before_the_loop_meet_the_batch",
+    "noise_named_then_added_to_the_batch",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_tensor_is_left_on_the_cpu_beside_the_device(case: str, tmp_path: Path):
+    script = tmp_path / "after.py"
+    shutil.copy(FIXTURES / "convert" / case / "after.py", script)
+    run = subprocess.run(
+        [sys.executable, "-c", _ON_META, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = run.stdout + run.stderr
+    assert not any(text in output for text in _MIXED), output
+    assert "STOPPED" in output and "meta" in output, output  # it reached a read of a value
