@@ -105,6 +105,18 @@ class StepOnSomeRanks(Rule):
         + "import torch\nscheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)\n"
         + _TRAIN
         + "    if accelerator.sync_gradients:\n        scheduler.step()\n",
+        # a rank that raises ends the whole run (the launcher stops the others): the step below
+        # the test is not taken by some ranks while the others go on
+        HEADER
+        + "import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        + "def update(x, y):\n"
+        + "    if accelerator.process_index == 1 and not torch.isfinite(x).all():\n"
+        + "        raise RuntimeError('non-finite batch on rank 1')\n"
+        + "    accelerator.backward((model(x) - y).pow(2).mean())\n"
+        + "    optimizer.step()\n"
+        + "for x, y in loader:\n"
+        + "    update(x, y)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:

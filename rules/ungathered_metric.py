@@ -602,6 +602,24 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # a training loop: the step trains (through a helper) and the ``no_grad`` block beside
+        # it updates an EMA copy; the running loss is a training log, not an evaluation
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "def train_step(accelerator, model, optimizer, batch):\n"
+        "    loss = torch.nn.functional.cross_entropy(model(batch[0]), batch[1])\n"
+        "    accelerator.backward(loss)\n"
+        "    optimizer.step()\n"
+        "    return loss\n\n\n"
+        "accelerator = Accelerator()\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "running, correct = 0.0, 0\n"
+        "for x, y in loader:\n"
+        "    loss = train_step(accelerator, model, optimizer, (x, y))\n"
+        "    with torch.no_grad():\n"
+        "        ema.update(model)\n"
+        "        correct += (model(x).argmax(-1) == y).sum().item()\n"
+        "    running += loss.item()\n"
+        "accelerator.print(running / len(loader), correct)\n",
         _STEP_WITH_GRADIENTS_OFF.format(
             after="total = accelerator.reduce(torch.tensor(total, device=accelerator.device))\n"
             "print(total.item() / accelerator.reduce(torch.tensor(len(test_loader))).item())\n"

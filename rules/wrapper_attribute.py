@@ -179,6 +179,26 @@ def _plain_global_model(rebind: str) -> str:
     )
 
 
+#: A model class with Lightning-like steps that run its forward (``self(x)``)
+_STEP_MODEL = (
+    "import torch\n"
+    "class Regressor(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.fc = torch.nn.Linear(4, 1)\n"
+    "    def forward(self, x):\n"
+    "        return self.fc(x)\n"
+    "    def training_step(self, batch, i):\n"
+    "        x, y = batch\n"
+    "        return torch.nn.functional.mse_loss(self(x), y)\n"
+    "    def validation_step(self, batch, i):\n"
+    "        return self.training_step(batch, i).item()\n"
+    "model = Regressor()\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+)
+
+
 class WrapperAttribute(Rule):
     """A method or attribute of the model's own class read from the object ``prepare`` returned
     (``model.generate(...)``, ``model.config``, ``model.save_pretrained(...)``): on several
@@ -304,6 +324,18 @@ class WrapperAttribute(Rule):
             + "    optimizer.step()\n",
             9,
             13,
+        ),
+        # a Lightning-like model's own training_step, whose body runs self(x), called through
+        # unwrap_model: DDP's forward never runs, the gradients are never averaged
+        Example(
+            HEADER
+            + _STEP_MODEL
+            + "for i, (x, y) in enumerate(loader):\n"
+            + "    loss = accelerator.unwrap_model(model).training_step((x, y), i)\n"
+            + "    accelerator.backward(loss)\n"
+            + "    optimizer.step()\n",
+            19,
+            12,
         ),
         # a robot-policy trainer: its optimizer built from lr groups of the policy's (or its
         # inner model's) parameters, the policy unwrapped once to count them and again per
@@ -801,6 +833,15 @@ class WrapperAttribute(Rule):
         + "    loss = (model(x) - target.detach()).pow(2).mean()\n"
         + "    accelerator.backward(loss)\n"
         + "    optimizer.step()\n",
+        # the model's own validation_step through unwrap_model under no_grad: nothing of it
+        # reaches a backward
+        HEADER
+        + _STEP_MODEL
+        + "for i, (x, y) in enumerate(loader):\n"
+        + "    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))\n"
+        + "    optimizer.step()\n"
+        + "    with torch.no_grad():\n"
+        + "        accelerator.unwrap_model(model).validation_step((x, y), i)\n",
         # the unwrapped model sampled under no_grad inside the training loop
         HEADER
         + "import torch\n"
@@ -1040,6 +1081,19 @@ class WrapperAttribute(Rule):
         for call, model in facts_of(script).unwrapped_forwards.items():
             if model not in trained:
                 continue  # a frozen teacher: nothing of its gradients is ever used
+            if isinstance(call.func, cst.Attribute):
+                member = call.func.attr.value
+                yield self.finding(
+                    script,
+                    call,
+                    None,
+                    f"{member}() of the model unwrap_model returns runs {model}'s layers past "
+                    "the DistributedDataParallel wrapper in this training step: on several "
+                    "processes their gradients are never averaged across ranks and the replicas "
+                    f"drift apart; compute it in the model's forward() and call the prepared "
+                    f"{model}(...)",
+                )
+                continue
             yield self.finding(
                 script,
                 call,

@@ -27,7 +27,7 @@ from torch.utils.data import (
 from accelify.runtime import pending_work
 from accelify.runtime.dispatch import dispatched
 from accelify.runtime.gradient_state import GradientState
-from accelify.runtime.operations import broadcast_object_list, first_dim, send_to_device
+from accelify.runtime.operations import broadcast_object_list, first_dim, placer
 from accelify.runtime.plugins import DataLoaderConfiguration
 from accelify.runtime.samplers import SeedableRandomSampler, seedable
 from accelify.runtime.sharding import (
@@ -398,14 +398,14 @@ class PreparedDataLoader:
         self.at_last_batch = False
         self._pass_finished = False
         self.gradient_state.active_loaders.append(self)
-        # read once a pass, not at every batch: the device is the process's, set once
-        device, non_blocking = self.state.device, self.non_blocking
+        # made once a pass, not at every batch: the device is the process's, set once
+        place = placer(self.state.device, self.non_blocking)
         try:
             # the count kept by enumerate, in C, stored straight into the attribute
             for self.batches_yielded, (batch, is_last) in enumerate(stream, skip + 1):
                 self.at_last_batch = self._pass_finished = is_last
                 if self.device_placement:
-                    batch = send_to_device(batch, device, non_blocking)
+                    batch = place(batch)
                 yield batch
             self._pass_finished = True
         finally:

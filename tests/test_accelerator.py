@@ -748,19 +748,26 @@ def test_a_zero_grad_replaced_on_the_optimizer_object_still_gets_set_to_none():
     assert model.weight.grad is None
 
 
-def test_a_cpu_batch_already_in_place_is_handed_back_as_it_is():
-    from accelify.runtime.operations import send_to_device
+@pytest.mark.parametrize("way", ["send_to_device", "placer"])
+def test_a_cpu_batch_already_in_place_is_handed_back_as_it_is(way):
+    """`send_to_device`, and the placer a prepared loader makes once a pass, alike."""
+    from accelify.runtime.operations import placer, send_to_device
 
     cpu = torch.device("cpu")
+    place = placer(cpu) if way == "placer" else lambda data: send_to_device(data, cpu)
     batch = [torch.ones(2), torch.zeros(2)]
-    assert send_to_device(batch, cpu) is batch
+    assert place(batch) is batch
     mapping = {"x": torch.ones(2)}
-    assert send_to_device(mapping, cpu) is mapping
+    assert place(mapping) is mapping
     tensor = torch.ones(2)
-    assert send_to_device(tensor, cpu) is tensor
+    assert place(tensor) is tensor
     mixed = (torch.ones(2), 3)
-    moved = send_to_device(mixed, cpu)
+    moved = place(mixed)
     assert moved is not mixed and moved[0] is mixed[0] and moved[1] == 3
+    nested = {"x": [torch.ones(2)]}
+    assert place(nested) == nested and place(nested)["x"][0] is nested["x"][0]
     meta = [torch.empty(2, device="meta")]  # not on the CPU: moved (torch refuses meta data)
     with pytest.raises(NotImplementedError):
-        send_to_device(meta, cpu)
+        place(meta)
+    with pytest.raises(NotImplementedError):
+        place(torch.empty(2, device="meta"))

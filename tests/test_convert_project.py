@@ -233,6 +233,38 @@ def test_a_trainer_class_this_file_builds_or_is_handed_a_model_is_converted(tmp_
     assert result.prepared == ["self.model", "self.optimizer"]
 
 
+STEPS = FIXTURES / "projects" / "model_steps_defined_in_a_sibling_module"
+
+
+def test_a_model_step_of_a_sibling_class_that_runs_its_forward_is_left_with_why(tmp_path: Path):
+    # fit.py calls model.training_step(), which litmodel.py defines and which runs self(x):
+    # through unwrap_model DDP's forward never runs and the gradients are never averaged
+    project = tmp_path / "project"
+    shutil.copytree(STEPS, project)
+    (result,) = convert_all(list(collect([project / "fit.py"])), Options(), 1)
+    assert not result.changed
+    (review,) = result.reviews
+    assert review.line == 16  # loss = model.training_step(batch, i)
+    assert "model.training_step() (defined at litmodel.py:16)" in review.text
+    assert "runs the model's layers outside its forward during training" in review.text
+    # validation_step runs under no_grad: nothing of it reaches a backward, no review there
+
+
+def test_a_model_step_of_a_class_the_conversion_cannot_read_gets_a_review_line(tmp_path: Path):
+    # without litmodel.py the method cannot be read: kept through unwrap_model, and the loop
+    # never calls the prepared model itself, so the review line says what that would cost
+    project = tmp_path / "project"
+    shutil.copytree(STEPS, project)
+    (project / "litmodel.py").unlink()
+    (result,) = convert_all(list(collect([project / "fit.py"])), Options(), 1)
+    assert result.changed
+    (review,) = [r for r in result.reviews if r.line == 16]
+    assert "model.training_step() is a method of a model class this conversion cannot read" in (
+        review.text
+    )
+    assert "the gradients are never averaged across ranks" in review.text
+
+
 def test_an_optimizer_a_sibling_factory_makes_with_the_loaders_is_prepared_with_them(
     tmp_path: Path,
 ):

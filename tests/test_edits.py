@@ -419,3 +419,27 @@ def test_a_keyword_added_to_a_call_one_argument_a_line_goes_on_a_line_of_its_own
     and a trailing space on the closing parenthesis's line."""
     updated = WithKeyword("acc", "acc")(cst.parse_expression(call))
     assert cst.Module([]).code_for_node(updated) == expected
+
+
+@pytest.mark.parametrize(
+    ("loss", "given"),
+    [
+        ("(loss / accum)", "loss / accum"),  # its parentheses go: an argument needs none
+        ("(loss)", "loss"),
+        ("(loss, aux)[0]", "(loss, aux)[0]"),
+    ],
+)
+def test_a_parenthesised_loss_is_handed_to_backward_without_its_parentheses(loss, given):
+    module = cst.parse_module(f"{loss}.backward()\n")
+    call = module.body[0].body[0].value  # type: ignore[attr-defined]
+    plan = Plan()
+    plan.add(rewrites.backward(call, "accelerator"), line=1, text="backward")
+    assert applied(module, plan) == f"accelerator.backward({given})\n"
+
+
+def test_a_parenthesised_tuple_or_generator_keeps_its_parentheses_as_an_argument():
+    from accelify.edits.node_rewrites import bare_argument
+
+    for code in ("(a, b)", "(x for x in y)"):
+        node = cst.parse_expression(code)
+        assert cst.Module([]).code_for_node(bare_argument(node)) == code

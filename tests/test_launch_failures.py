@@ -246,20 +246,33 @@ def test_the_accelerators_backward_record_is_the_general_paths(tmp_path, monkeyp
         (IN_COLLECTIVE, "backward", 2, 2),
     ]
     assert {r.where for r in seen} == {f"{__file__}:{line}"}
+    # the end writes the time and the state alone (no odd generation): a whole record, its
+    # place and numbers kept, its time the end's
+    before = time.time()
+    begun = recorder.backward_begins(True, sys._getframe())
+    recorder.backward_ends(begun)
+    ended = collective_record.read(tmp_path, 0)
+    assert ended is not None and ended.since >= before
+    assert (ended.state, ended.operation, ended.sequence, ended.passes) == (
+        RUNNING,
+        "backward",
+        3,
+        3,
+    )
     recorder.backward_ends(recorder.backward_begins(False, sys._getframe()))
     after = collective_record.read(tmp_path, 0)
-    assert (after.state, after.sequence, after.passes) == (RUNNING, 2, 2)  # written at the next
+    assert (after.state, after.sequence, after.passes) == (RUNNING, 3, 3)  # written at the next
     with collective_record.during("gather"):  # a backward inside a collective: no new number
         begun = recorder.backward_begins(True, sys._getframe())
         inside = collective_record.read(tmp_path, 0)
         recorder.backward_ends(begun)
         assert collective_record.read(tmp_path, 0).state == IN_COLLECTIVE
-    assert (inside.operation, inside.sequence, inside.passes) == ("gather", 3, 3)
+    assert (inside.operation, inside.sequence, inside.passes) == ("gather", 4, 4)
     with collective_record.backward_pass(lambda: True):  # a pass inside a pass: the same pass
         begun = recorder.backward_begins(True, sys._getframe())
         recorder.backward_ends(begun)
         inside = collective_record.read(tmp_path, 0)
-    assert (inside.state, inside.sequence, inside.passes) == (IN_COLLECTIVE, 4, 5)
+    assert (inside.state, inside.sequence, inside.passes) == (IN_COLLECTIVE, 5, 6)
     assert collective_record.read(tmp_path, 0).state == RUNNING
 
 
@@ -1020,6 +1033,27 @@ def test_a_rank_leaving_with_os_exit_is_named_at_its_line_and_its_code_is_the_ru
     assert "called sys.exit" not in result.stderr and "(sys.exit at" not in result.stderr
     assert result.stderr.count("Traceback") == 0
     assert_user_lines_only(result)
+
+
+@pytest.mark.distributed
+def test_a_rank_raising_in_a_method_of_a_class_in_another_module_is_named_at_that_line():
+    """The user's line is the imported module's, inside the method, not the script's call of
+    it; the traceback is printed once; the peer whose all-reduce broke is a victim."""
+    result = launched("trainer_module_raises.py")
+    assert result.returncode == 1, result.stderr
+    assert (
+        "rank 1 failed first at trainer_module.py:18 "
+        '(`raise ValueError(f"bad batch at step {step}")`): ValueError: bad batch at step 3'
+    ) in result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert result.stderr.count("ValueError: bad batch at step 3") == 2  # traceback, report
+    assert "rank 0 failed because its peer had gone" in result.stderr
+    assert "rank 0 failed first" not in result.stderr
+    # the traceback is Python's own (its paths are the fixtures', under fixtures/runtime/):
+    # the launcher's lines name only the user's files
+    for line in result.stderr.splitlines():
+        if "accelify launch:" in line:
+            assert "accelify/" not in line and "site-packages" not in line, line
 
 
 @pytest.mark.distributed

@@ -382,3 +382,50 @@ def test_an_optimizer_whose_losses_repeat_on_every_rank_is_named_not_called_shar
         "pass: 4 steps, parameters identical on every rank, losses differ per shard"
     )
     assert "except" not in result.verdict
+
+
+SHARED_LOOP = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def run_epoch(model, loader, optimizer, train):
+    model.train(train)
+    total = 0.0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        if train:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        total += loss.item()
+    return total / len(loader)
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train_loader = DataLoader(data, batch_size=8, shuffle=True)
+    val_loader = DataLoader(data, batch_size=8)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        run_epoch(model, train_loader, optimizer, train=True)
+        print(epoch, run_epoch(model, val_loader, optimizer, train=False))
+
+
+main()
+"""
+
+
+def test_check_3_reads_an_evaluation_through_a_loop_that_also_trains():
+    """``run_epoch(model, val_loader, ..., train=False)``: the conversion finds this evaluation
+    (and leaves its loader unprepared); check 3 reads the same analysis, not "no evaluation
+    loop found"."""
+    conversion = convert_source(SHARED_LOOP.encode(), "shared.py")
+    assert any("val_loader is evaluated by run_epoch()" in r.text for r in conversion.reviews)
+    check = check_evaluation_code(conversion.converted.decode(), "shared.py", steps=5)
+    assert check.passed, check.verdict
+    ((_, header, verdict),) = check.rows
+    assert header == "run_epoch(..., val_loader, ...)"
+    assert verdict == "whole set: its loader is not prepared"
+    assert "no evaluation loop" not in check.verdict

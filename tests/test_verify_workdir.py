@@ -54,3 +54,22 @@ def test_nothing_is_copied_from_the_temporary_folder(tmp_path: Path, monkeypatch
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(temporary))
     copy_beside(temporary, workdir)
     assert list(workdir.iterdir()) == []
+
+
+def test_a_run_that_steps_nothing_is_told_which_copied_checkpoints_it_may_have_resumed_from(
+    tmp_path: Path,
+):
+    # a GAN that resumes from gan_ckpt/ beside it finds its epochs done and steps nothing
+    from accelify.verify.cli import _copied_note
+
+    folder, workdir = tmp_path / "project", tmp_path / "work"
+    folder.mkdir()
+    workdir.mkdir()
+    (folder / "gan_ckpt").mkdir()
+    (folder / "gan_ckpt" / "ckpt_003.pt").write_bytes(b"0")
+    (folder / "notes.txt").write_text("x")
+    copy_beside(folder, workdir)
+    (workdir / "written_by_the_run.pt").write_bytes(b"0")  # not beside the script
+    note = _copied_note(folder, workdir)
+    assert "gan_ckpt/" in note and "notes.txt" not in note and "written_by_the_run" not in note
+    assert _copied_note(folder, tmp_path / "empty") == ""

@@ -52,6 +52,8 @@ _BUFFERED_TRANSFORMERS = re.compile(
     r"^transformers\.(?:models\.[\w.]+\.)?(?:CLIP|Bert|Roberta|XLMRoberta|Llama|Mistral|Qwen2)"
     r"(?:Model|For\w+|TextModel\w*|VisionModel\w*)(?:\.from_pretrained)?$"
 )
+#: Methods of a module that move it or switch its mode, returning it: they add no buffers.
+_MOVES = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
 #: How many of the file's classes deep a class's layers are followed.
 _DEPTH = 3
 
@@ -92,6 +94,27 @@ def _buffer_broadcast_off(script: ScriptModel) -> bool:
         for node in script.index.of_type(cst.Call)  # the analysis's walk, by type
         for arg in node.args  # type: ignore[attr-defined]
     )
+
+
+def builds_no_buffers(script: ScriptModel, value: cst.BaseExpression) -> bool:
+    """``value`` builds a module the file shows holds no buffers: made of ``torch.nn`` layers
+    only, none of them a BatchNorm (``nn.Sequential(nn.Linear(2, 32), nn.ReLU(), ...)``).
+    Anything else (a class, a library's model, a factory, a name) may hold some: False. A
+    move or mode switch after it (``.to(device)``, ``.train()``) adds none."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in _MOVES
+    ):
+        value = value.func.value
+    if not isinstance(value, cst.Call):
+        return False
+    for node in walk(value):
+        if isinstance(node, cst.Call) and not any(
+            n.startswith("torch.nn.") for n in script.call_names(node)
+        ):
+            return False
+    return not _holds_buffers(script, value, 0)
 
 
 def _holds_buffers(

@@ -185,7 +185,13 @@ def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
     if found.already_gathered:
         return found
     if forward is None:
-        found.unsure = "no forward pass of a known model found"
+        through = _through_a_member(loop, facts)
+        found.unsure = (
+            "no forward pass of a known model found"
+            if through is None
+            else f"it runs {through}, a part or method of the model, not the model's own "
+            "forward: what it returns per sample is not known here"
+        )
         return found
     part = reads_part(loop, model)
     if part is not None:
@@ -687,7 +693,8 @@ def _returns_a_list(collate: cst.FunctionDef) -> str | None:
 
 def _pads(collate: cst.FunctionDef) -> bool:
     """``collate`` calls a padding function (``pad_sequence``), or sizes what it builds by the
-    batch's own longest item: ``L = max(len(s) for s in seqs)`` then ``torch.zeros(n, L)``."""
+    batch's own longest item: ``L = max(len(s) for s in seqs)`` then ``torch.zeros(n, L)``, or
+    ``lengths = torch.tensor([len(x) for x, _ in batch])`` then ``T = int(lengths.max())``."""
     for node in walk(collate):
         if not isinstance(node, cst.Call):
             continue
@@ -696,7 +703,31 @@ def _pads(collate: cst.FunctionDef) -> bool:
             return True
         if name == "max" and any(_measures_length(n) for a in node.args for n in walk(a.value)):
             return True
+        if (
+            isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "max"
+            and _holds_lengths(collate, node.func.value)
+        ):
+            return True
     return False
+
+
+def _holds_lengths(collate: cst.FunctionDef, value: cst.BaseExpression) -> bool:
+    """``value`` is made of the items' lengths: it measures them itself, or is a name
+    ``collate`` binds to something that does (``lengths = torch.tensor([len(x) for x in
+    batch])``)."""
+    if any(_measures_length(n) for n in walk(value)):
+        return True
+    if not isinstance(value, cst.Name):
+        return False
+    return any(
+        isinstance(node, cst.Assign)
+        and any(
+            isinstance(t.target, cst.Name) and t.target.value == value.value for t in node.targets
+        )
+        and any(_measures_length(n) for n in walk(node.value))
+        for node in walk(collate)
+    )
 
 
 def _measures_length(node: cst.CSTNode) -> bool:
@@ -2592,6 +2623,22 @@ def first_forward(loop: Loop, facts: Facts) -> cst.Call | None:
     for node in calls:
         if predicting_method(node, facts):
             return node
+    return None
+
+
+def _through_a_member(loop: Loop, facts: Facts) -> str | None:
+    """The loop's first call of a known model's member (``student.backbone(x)``,
+    ``module.validation_step(batch, i)``), as code: the loop does run the model, through a
+    part of it whose output the conversion does not follow."""
+    for node in walk(loop.node.body):
+        if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+            continue
+        owner = unwrapped_argument(node.func.value) or node.func.value
+        member = node.func.attr.value
+        if member in names.MODULE_API or member.startswith("_"):
+            continue
+        if facts.flow.is_model_name(dotted(owner), node):
+            return f"{dotted(owner)}.{member}()"
     return None
 
 

@@ -467,18 +467,37 @@ class ObjectFlow:
             return None
         return self._passed_to(function, name)  # type: ignore[arg-type]
 
+    def kept_argument_values(self, name: str | None, at: cst.CSTNode) -> list[cst.BaseExpression]:
+        """`kept_arguments` as the arguments themselves, where the calls spell them (their
+        scope is the caller's: ``ckpt_dir`` in ``Fit.__init__(self, ckpt_dir="ckpt")`` that
+        builds ``ModelCheckpoint(ckpt_dir)``)."""
+        init, kept = self._kept_parameter(name, at)
+        if init is None or kept is None:
+            return []
+        return [value for value, _ in self._passed_to(init, kept)]
+
     def kept_arguments(self, name: str | None, at: cst.CSTNode) -> list[str | None]:
         """The caller's names for ``self.scheduler`` in a method of a class whose ``__init__``
         keeps a parameter under that attribute (``self.scheduler = scheduler``), and sets it
         nowhere else: what every construction of the class in the file (``Model(model, ...,
         scheduler)``) hands that parameter (None for an argument that is not a name). Empty
         when the attribute is set anywhere else in the class or the class is never built."""
-        if name is None or not name.startswith("self.") or name.count(".") != 1:
+        init, kept = self._kept_parameter(name, at)
+        if init is None or kept is None:
             return []
+        return [dotted(value) for value, _ in self._passed_to(init, kept)]
+
+    def _kept_parameter(
+        self, name: str | None, at: cst.CSTNode
+    ) -> tuple[cst.FunctionDef | None, str | None]:
+        """The ``__init__`` and its parameter that ``self.<attr>`` (``name``, read at ``at``)
+        keeps, where it keeps one and nothing else in the class sets it."""
+        if name is None or not name.startswith("self.") or name.count(".") != 1:
+            return None, None
         owner = self.placement.class_of(at)
         init = owner and self.model.call_graph.lookup(owner, "__init__")
         if owner is None or init is None:
-            return []
+            return None, None
         sets = [
             node
             for node in walk(owner)
@@ -486,12 +505,12 @@ class ObjectFlow:
             and any(dotted(target) == name for target in _targets(node))
         ]
         if len(sets) != 1 or isinstance(sets[0], cst.AugAssign) or sets[0].value is None:
-            return []
+            return None, None
         kept = dotted(sets[0].value)
         parameters = {p.name.value for p in (*init.params.params, *init.params.kwonly_params)}
         if kept not in parameters or self.placement.enclosing_function(sets[0]) is not init:
-            return []
-        return [dotted(value) for value, _ in self._passed_to(init, kept)]
+            return None, None
+        return init, kept
 
     def _passed_to(
         self, function: cst.FunctionDef, parameter: str

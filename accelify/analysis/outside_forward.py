@@ -12,7 +12,7 @@ says why at each call.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -49,11 +49,18 @@ class OutsideForward:
 
 
 def layers_outside_forward(
-    model: ScriptModel, placement: Placement, flow: ObjectFlow, unprepared: set[str]
+    model: ScriptModel,
+    placement: Placement,
+    flow: ObjectFlow,
+    unprepared: set[str],
+    imported: Mapping[str, str] | None = None,
 ) -> list[OutsideForward]:
     """Each such call; models in ``unprepared`` (frozen: no optimizer trains them, so they are
-    not wrapped) are not asked about."""
-    finder = _Finder(model, placement, flow, unprepared)
+    not wrapped) are not asked about. ``imported``: members that run layers of the model
+    classes the file imports from its project's other modules (`layer_members` of each), with
+    where each is defined (``litbase.py:33``): ``module.training_step((x, y), i)`` on a
+    ``Classifier`` made in ``litbase.py`` runs ``self(x)`` there."""
+    finder = _Finder(model, placement, flow, unprepared, imported or {})
     found = []
     for call in model.calls:
         if not finder.in_training(call):
@@ -71,7 +78,7 @@ def layers_outside_forward(
 def in_training_step(model: ScriptModel, placement: Placement, call: cst.Call) -> bool:
     """``call`` runs where gradients are computed for a backward: in a loop that trains, or
     above a backward of its function, not under ``no_grad``."""
-    return _Finder(model, placement, None, set()).in_training(call)  # type: ignore[arg-type]
+    return _Finder(model, placement, None, set(), {}).in_training(call)  # type: ignore[arg-type]
 
 
 def defined_by_a_module_class(model: ScriptModel, member: str) -> bool:
@@ -83,14 +90,36 @@ def defined_by_a_module_class(model: ScriptModel, member: str) -> bool:
     )
 
 
+def layer_members(model: ScriptModel, class_name: str) -> dict[str, cst.CSTNode]:
+    """The members of module class ``class_name`` of ``model`` that run its layers outside its
+    forward: methods that do (`runs_layers`: ``training_step`` calling ``self(x)``) and members
+    ``__init__`` sets to something holding parameters (``self.head``), each with the node that
+    defines it. Asked of a module of the project a script imports its model class from, where
+    the script's own analysis cannot read the class."""
+    found: dict[str, cst.CSTNode] = {}
+    assigned = _assigned_members(model, class_name)
+    for member in _layers(model, assigned):
+        found[member] = assigned[member][0]
+    for name, method in class_methods(model, class_name).items():
+        if name not in found and runs_layers(model, class_name, method):
+            found[name] = method
+    return found
+
+
 class _Finder:
     def __init__(
-        self, model: ScriptModel, placement: Placement, flow: ObjectFlow, unprepared: set[str]
+        self,
+        model: ScriptModel,
+        placement: Placement,
+        flow: ObjectFlow,
+        unprepared: set[str],
+        imported: Mapping[str, str],
     ) -> None:
         self.model = model
         self.placement = placement
         self.flow = flow
         self.unprepared = unprepared
+        self.imported = imported
 
     def is_prepared_model(self, name: str | None, at: cst.CSTNode) -> bool:
         return name not in self.unprepared and self.flow.is_model_name(name, at)
@@ -137,7 +166,8 @@ class _Finder:
             return None
         if not is_model(owner, func) or not self._runs_layers(member):
             return None
-        return f"{owner}.{member}()"
+        where = self.imported.get(member) if member not in self._layer_members else None
+        return f"{owner}.{member}()" + (f" (defined at {where})" if where else "")
 
     def handed_on(self, call: cst.Call, depth: int) -> tuple[str, str] | None:
         """``helper(model, x)`` whose body runs ``model.decoder(...)``, directly or through
@@ -213,7 +243,7 @@ class _Finder:
         return self._module_class(name, at, depth) if name is not None else None
 
     def _runs_layers(self, member: str) -> bool:
-        return member in self._layer_members
+        return member in self._layer_members or member in self.imported
 
     @cached_property
     def _layer_members(self) -> set[str]:
@@ -312,14 +342,25 @@ def unwrapped_forwards(
 ) -> dict[cst.Call, str]:
     """Forwards of a prepared model through ``unwrap_model`` in a training step, with the model's
     name: ``raw_model = accelerator.unwrap_model(model)`` then ``raw_model(input_ids=...)`` (an
-    asymmetric bi-encoder's training loop), or ``accelerator.unwrap_model(model)(x)``. The
-    DistributedDataParallel wrapper's own forward is what arms its gradient hooks; the model's
-    forward called past it leaves the backward's gradients on each rank unreduced, and the
-    replicas drift apart with nothing said."""
-    finder = _Finder(model, placement, flow, set())
+    asymmetric bi-encoder's training loop), ``accelerator.unwrap_model(model)(x)``, or a method
+    of it that runs the model's layers (``unwrap_model(model).training_step(batch, i)`` whose
+    body calls ``self(x)``). The DistributedDataParallel wrapper's own forward is what arms
+    its gradient hooks; the model's forward called past it leaves the backward's gradients on
+    each rank unreduced, and the replicas drift apart with nothing said."""
+    finder = _Finder(model, placement, flow, set(), {})
     found: dict[cst.Call, str] = {}
     for call in model.calls:
         unwrapped = _unwrapped_model(model, call.func, call, accelerators)
+        func = call.func
+        if (
+            unwrapped is None
+            and isinstance(func, cst.Attribute)
+            and func.attr.value not in names.MODULE_API
+            and finder._runs_layers(func.attr.value)
+        ):
+            # ``accelerator.unwrap_model(model).training_step(batch, i)``, whose body runs
+            # ``self(x)``: the same forward past the wrapper, one method down
+            unwrapped = _unwrapped_model(model, func.value, call, accelerators)
         if unwrapped is None or not finder.in_training(call):
             continue
         if finder.is_prepared_model(unwrapped, call):

@@ -341,8 +341,9 @@ class ScriptModel:
 
     def _rank_exit(self, function: cst.FunctionDef) -> tuple[int, cst.If] | None:
         """Where ``function``'s body leaves early on some ranks: the place of the first
-        statement of its own body shaped ``if <rank test>: return`` (or ``raise``), no else,
-        and that statement."""
+        statement of its own body shaped ``if <rank test>: return``, no else, and that
+        statement. ``if process_index == 1: raise ...`` is not one: the rank that raises ends
+        the whole run (the launcher stops the others), so no rank goes on without it."""
         cache = self._rank_exits
         if id(function) not in cache:
             cache[id(function)] = None
@@ -351,7 +352,7 @@ class ScriptModel:
                 if (
                     isinstance(statement, cst.If)
                     and statement.orelse is None
-                    and _leaves(statement.body)
+                    and _returns(statement.body)
                     and self.reads_rank(statement.test)
                 ):
                     cache[id(function)] = (self.order(statement.body), statement)
@@ -1124,9 +1125,33 @@ def _grad_off_in_body(model: ScriptModel, loop: Loop) -> bool:
     if isinstance(source, cst.Call) and dotted(source.func) in _COUNTING:
         return False
     body = loop.node.body
-    return isinstance(body, cst.IndentedBlock) and any(
-        isinstance(statement, cst.With) and model.disables_grad(statement)
+    if not isinstance(body, cst.IndentedBlock):
+        return False
+    grad_off = [s for s in body.body if isinstance(s, cst.With) and model.disables_grad(s)]
+    return bool(grad_off) and not any(
+        _reaches_backward(model, node, set())
         for statement in body.body
+        if statement not in grad_off
+        for node in walk(statement)
+        if isinstance(node, cst.Call)
+    )
+
+
+def _reaches_backward(model: ScriptModel, call: cst.Call, seen: set[cst.FunctionDef]) -> bool:
+    """``loss = self.train_step(batch)`` beside ``with torch.no_grad(): ema.update(model)``:
+    the loop trains through a function of this file (at any depth), so its ``no_grad`` block is
+    a part of a training step (an EMA update, a teacher's forward), not an evaluation."""
+    found = model.call_graph.callee(call)
+    if found is None or found[0] in seen:
+        return False
+    function = found[0]
+    seen.add(function)
+    if next(find_backward(function), None) is not None:
+        return True
+    return any(
+        _reaches_backward(model, node, seen)
+        for node in walk(function.body)
+        if isinstance(node, cst.Call)
     )
 
 
@@ -1557,6 +1582,18 @@ def _leaves(block: cst.BaseSuite) -> bool:
         else None
     )
     return isinstance(small, (cst.Return, cst.Raise))
+
+
+def _returns(block: cst.BaseSuite) -> bool:
+    """The block's last statement is a ``return``: the function goes on on the other ranks."""
+    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    last = statements[-1] if statements else None
+    small = (
+        last.body[-1]
+        if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+        else None
+    )
+    return isinstance(small, cst.Return)
 
 
 def _optimizer_class(qualified_name: str) -> bool:

@@ -1102,8 +1102,14 @@ class SharedFiles:
             return spellings
         if not isinstance(path, (cst.Name, cst.Attribute)):
             substituted = self._substituted(path, depth)
+            # and with what a kept argument's own name holds where the caller passes it:
+            # ``os.path.join(self.dirpath, "best.pt")`` of a callback built as
+            # ``ModelCheckpoint(ckpt_dir)`` in ``Fit.__init__(self, ckpt_dir="ckpt")`` is
+            # ``os.path.join("ckpt", "best.pt")``, the ``"ckpt/best.pt"`` main() loads
+            deeper = self._substituted(path, depth, follow_kept=True)
             spellings.add(self.model.module.code_for_node(substituted).strip())
-            for spelled in (path, substituted):
+            spellings.add(self.model.module.code_for_node(deeper).strip())
+            for spelled in (path, substituted, deeper):
                 constant = self._constant_path(spelled)
                 if constant is not None:
                     spellings.add(constant)
@@ -1207,7 +1213,9 @@ class SharedFiles:
                 return self._constant_text(element.value)
         return None
 
-    def _substituted(self, path: cst.BaseExpression, depth: int) -> cst.BaseExpression:
+    def _substituted(
+        self, path: cst.BaseExpression, depth: int, follow_kept: bool = False
+    ) -> cst.BaseExpression:
         """``path`` with each plain name in it (not an attribute's object, not a called
         function) replaced by the one value it holds: ``os.path.join(self.cfg.out, name)`` in
         ``save_checkpoint(self, name)``, which every call hands ``"best.pt"``, is
@@ -1223,7 +1231,8 @@ class SharedFiles:
         for node in walk(path):
             kept = self._kept_argument(node)
             if kept is not None:
-                replaced[id(node)] = kept
+                deeper = self._kept_value(node, depth) if follow_kept else None
+                replaced[id(node)] = deeper if deeper is not None else kept
                 continue
             if not isinstance(node, cst.Name) or id(node) in skipped:
                 continue
@@ -1256,6 +1265,26 @@ class SharedFiles:
             return None
         (name,) = passed
         return cst.parse_expression(name) if name is not None else None
+
+    def _kept_value(self, node: cst.Attribute, depth: int) -> cst.BaseExpression | None:
+        """The one value the name every construction hands ``self.<attr>`` (`_kept_argument`)
+        holds where the construction is: ``"ckpt"``, the default of ``Fit.__init__``'s
+        ``ckpt_dir`` that ``ModelCheckpoint(ckpt_dir)`` passes on, no caller giving another.
+        None where that is not one value."""
+        passed = self.flow.kept_argument_values(dotted(node), node)
+        if len(passed) != 1 or not isinstance(passed[0], cst.Name) or depth >= _MAX_DEPTH:
+            return None
+        name = passed[0]
+        values = self._values_of(name.value, name)
+        function = self._parameter_owner(name.value, name)
+        if not values and function is not None:
+            values = self._passed_or_default(function, name.value)
+        if len({self.model.module.code_for_node(v).strip() for v in values}) != 1:
+            return None
+        value = values[0]
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            return None
+        return self._substituted(value, depth + 1)
 
     def _passed_or_default(
         self, function: cst.FunctionDef | cst.Lambda, name: str

@@ -22,6 +22,7 @@ from accelify.convert.steps import (
     accumulation,
     amp,
     backward,
+    buffer_banks,
     clipping,
     collective_stops,
     data_notes,
@@ -86,6 +87,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     accumulation.run,
     collective_stops.run,
     data_notes.run,
+    buffer_banks.run,
     seeding.run,
     dead_branches.run,
 )
@@ -100,6 +102,7 @@ def plan_conversion(
     imported_state_savers: dict[str, StateSaver] | None = None,
     imported_loggers: set[str] | None = None,
     imported_object_savers: dict[str, ObjectSaver] | None = None,
+    imported_layer_members: dict[str, str] | None = None,
 ) -> Plan:
     """``imported_writers``: names the script calls of functions of its project's other modules
     that only write files, with where they are (`project.imported_writers`);
@@ -109,7 +112,9 @@ def plan_conversion(
     dict of a model they are handed (`project.imported_state_savers`); ``imported_loggers``:
     those that return a ``logging`` logger (`project.imported_loggers`);
     ``imported_object_savers``: classes whose methods save a handed model's state dict
-    (`project.imported_object_savers`)."""
+    (`project.imported_object_savers`);
+    ``imported_layer_members``: members that run layers of the model classes the script builds
+    from those modules (`project.imported_layer_members`)."""
     ctx = Context(model, options)
     ctx.imported_writers = imported_writers or {}
     ctx.imported_evaluators = imported_evaluators or set()
@@ -117,6 +122,7 @@ def plan_conversion(
     ctx.imported_state_savers = imported_state_savers or {}
     ctx.imported_loggers = imported_loggers or set()
     ctx.imported_object_savers = imported_object_savers or {}
+    ctx.imported_layer_members = imported_layer_members or {}
     if _trains_itself(ctx) or handwritten_ddp.replaces_the_inner_model(ctx):
         return ctx.plan
     prepare_scope = facts_of(model).placement.prepare_scope()

@@ -18,6 +18,7 @@ from accelify.analysis.facts import facts_of
 from accelify.analysis.imported_returns import Returned, returned_by_project
 from accelify.analysis.loss_sources import backwards
 from accelify.analysis.names import MODULE_API, TORCH_SAVE
+from accelify.analysis.outside_forward import layer_members
 from accelify.analysis.project_modules import (
     defining_module,
     imported_files,
@@ -239,6 +240,24 @@ def imported_model_methods(
                 method = f"{node.func.value.value}.{node.func.attr.value}()"
                 found[name] = f"{method} at {_relative(file, script)}:{other.line(node)}"
                 break
+    return found
+
+
+def imported_layer_members(path: str | Path, siblings: list[SiblingCall]) -> dict[str, str]:
+    """Members that run a model's layers (`outside_forward.layer_members`) of the module classes
+    this file builds from a module of its own folder (``model = Classifier()`` with
+    ``from litbase import Classifier``), with where each is defined (``litbase.py:33``): a
+    ``module.training_step(batch, i)`` whose body runs ``self(x)`` there bypasses the prepared
+    model's forward wherever this file calls it."""
+    script = Path(path)
+    found: dict[str, str] = {}
+    seen: set[tuple[Path, str]] = set()
+    for _, _, defined, file, other in siblings:
+        if (file, defined) in seen or defined not in other.module_classes:
+            continue
+        seen.add((file, defined))
+        for member, node in layer_members(other, defined).items():
+            found.setdefault(member, f"{_relative(file, script)}:{other.line(node)}")
     return found
 
 

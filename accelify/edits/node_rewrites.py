@@ -40,8 +40,19 @@ class CallInstead:
             receiver = updated.func.value  # type: ignore[attr-defined]
             if self.unscale:
                 receiver = receiver.args[0].value
-            args = [cst.Arg(receiver), *args]
+            args = [cst.Arg(bare_argument(receiver)), *args]
         return updated.with_changes(func=expression(self.function), args=args)
+
+
+def bare_argument(argument: cst.BaseExpression) -> cst.BaseExpression:
+    """``(loss / accum)`` without its parentheses, now that it is a call's argument
+    (``accelerator.backward(loss / accum)``, not ``backward((loss / accum))``); a tuple, a
+    generator or a yield keeps them (bare, each would mean something else there)."""
+    if not getattr(argument, "lpar", None) or isinstance(
+        argument, (cst.Tuple, cst.GeneratorExp, cst.Yield)
+    ):
+        return argument
+    return argument.with_changes(lpar=[], rpar=[])
 
 
 @dataclass(frozen=True)

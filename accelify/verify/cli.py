@@ -73,7 +73,8 @@ def run_verify(
                 return _original_fails(first, timeout)
             if not first.ranks[0]:
                 raise UserError(
-                    "the original script makes no optimizer step: nothing to compare",
+                    "the original script makes no optimizer step: nothing to compare"
+                    + _copied_note(original.resolve().parent, scratch / "original-work"),
                     str(original),
                 )
             second = runs[1].finish()
@@ -128,6 +129,32 @@ def _convert(original: Path) -> str:
     if conversion.skipped:
         raise UserError(f"nothing to verify: {conversion.skipped}", str(original))
     return conversion.converted.decode("utf-8")
+
+
+#: What a checkpoint the script may resume from is saved as.
+_CHECKPOINT_SUFFIXES = frozenset({".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".pkl"})
+
+
+def _copied_note(folder: Path, workdir: Path) -> str:
+    """What of the script's folder its run found copied beside it (`runs.copy_beside`): a
+    script that resumes from its own checkpoints (``gan_ckpt/``) may find its training done
+    there and step nothing. Empty when nothing was copied."""
+    try:
+        copied = sorted(
+            p.name + ("/" if p.is_dir() else "")
+            for p in workdir.iterdir()
+            if (folder / p.name).exists() and (p.is_dir() or p.suffix in _CHECKPOINT_SUFFIXES)
+        )
+    except OSError:
+        return ""
+    if not copied:
+        return ""
+    shown = ", ".join(copied[:5]) + (f" and {len(copied) - 5} more" if len(copied) > 5 else "")
+    return (
+        f" (it ran beside copies of the folders and checkpoints beside it: {shown}; one "
+        "of them that the script resumes from may leave it nothing to train: move it "
+        "aside, or verify from a folder without it)"
+    )
 
 
 def _place(path: Path, code: str) -> Path:

@@ -10,8 +10,16 @@ over a DataLoader never prepared that gathers joins one copy of the whole set pe
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from accelify.errors import UserError
 from accelify.verify.checks import CheckResult
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from accelify.analysis.facts import Facts
+    from accelify.analysis.shared_loops import SharedLoopEvaluation
 
 TITLE = "check 3: evaluation, read from the converted code (the runs stopped after {steps} steps)"
 
@@ -59,6 +67,19 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
             verdict = "whole set: its loader is not prepared"
             whole.append(str(first))
         result.rows.append([str(first), header, verdict])
+    for shared in _shared_loop_evaluations(facts, loops):
+        # ``run_epoch(model, val_loader, ..., train=False)``: the loop that trains evaluates
+        # this loader, as the conversion found it (one analysis, one answer)
+        first = script.position(shared.call).start.line
+        header = f"{script.module.code_for_node(shared.call.func)}(..., {shared.loader}, ...)"
+        loops.append(shared.loop.node)
+        if shared.loader in script.prepared_names:
+            one_shard.append(first)
+            verdict = f"ONE SHARD at line {first}"
+        else:
+            verdict = "whole set: its loader is not prepared"
+            whole.append(str(first))
+        result.rows.append([str(first), header, verdict])
     if not loops:
         result.passed = True
         result.verdict = (
@@ -87,6 +108,20 @@ def check_evaluation_code(code: str, label: str, steps: int) -> CheckResult:
             "runs it)"
         )
     return result
+
+
+def _shared_loop_evaluations(facts: Facts, loops: list[cst.CSTNode]) -> list[SharedLoopEvaluation]:
+    """The loaders evaluated through a loop that also trains (`facts.shared_loop_evaluations`:
+    ``run_epoch(model, val_loader, ..., train=False)``), one per call, that no evaluation loop
+    of ``loops`` stands for."""
+    seen: set[int] = set()
+    found = []
+    for shared in facts.shared_loop_evaluations.values():
+        if id(shared.call) in seen or any(shared.loop.node is loop for loop in loops):
+            continue
+        seen.add(id(shared.call))
+        found.append(shared)
+    return found
 
 
 def _covered(rows: list[list[str]], whole: list[str]) -> str:

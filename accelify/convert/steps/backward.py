@@ -7,6 +7,7 @@ from __future__ import annotations
 from accelify.analysis.script_model import Kind
 from accelify.convert.steps.context import Context
 from accelify.edits import rewrites
+from accelify.edits.node_rewrites import bare_argument
 
 
 def run(ctx: Context) -> None:
@@ -18,14 +19,15 @@ def run(ctx: Context) -> None:
     for call in ctx.model.backward_calls:
         if ctx.facts.trains_itself(call):
             continue  # its optimizer is its own, not prepared: see `self_training`
-        code = ctx.code(rewrites.backward_loss(call, **how))
+        loss = rewrites.backward_loss(call, **how)
+        code, given = ctx.code(loss), ctx.code(bare_argument(loss))
         # ``main()`` training ``obj.model`` of a class that prepares it: ``obj.accelerator``
         outside = None if ctx.plan.reaches(call) else ctx.instance_outside_class(call)
         acc = f"{outside}.accelerator" if outside is not None else ctx.acc
         ctx.plan.add(
             rewrites.backward(call, acc, **how),
             line=ctx.line(call),
-            text=f"{code}.backward() -> {acc}.backward({code})",
+            text=f"{code}.backward() -> {acc}.backward({given})",
             anywhere=outside is not None,
         )
         if outside is None:

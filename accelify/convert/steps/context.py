@@ -139,6 +139,9 @@ class Context:
     #: Classes of the project's other modules whose methods save the state dict of a model
     #: they are handed, by the name calls use (`project.imported_object_savers`)
     imported_object_savers: dict[str, ObjectSaver] = field(default_factory=dict)
+    #: Members that run a model's layers of the module classes the script builds from the
+    #: project's other modules, with where each is defined (`project.imported_layer_members`)
+    imported_layer_members: dict[str, str] = field(default_factory=dict)
     #: Imports of the standard library an edit needs (``from functools import cached_property``)
     extra_imports: list[str] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.

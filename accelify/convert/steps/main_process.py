@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.analysis.buffered_models import builds_no_buffers
 from accelify.analysis.dataflow import fresh, names_in_scope
 from accelify.analysis.objects import callee
 from accelify.analysis.syntax import dotted, target_names, walk
@@ -78,12 +79,30 @@ def _runs_the_ranks(ctx: Context, function: cst.FunctionDef, seen: set[int]) -> 
     if any(loop.scope is function and flow.reads_loader(loop) for loop in ctx.model.loops):
         return True
     for call in ctx.model.index.calls_directly_in(function):
-        if flow.is_forward(call):
+        if flow.is_forward(call) and not _forward_syncs_nothing(ctx, call):
             return True
         target = callee(ctx.model, call)
         if target is not None and _runs_the_ranks(ctx, target[0], seen):
             return True
     return False
+
+
+def _forward_syncs_nothing(ctx: Context, call: cst.Call) -> bool:
+    """``self.G(z)`` in a ``@torch.no_grad()`` sampler, ``self.G`` built of ``torch.nn``
+    layers without buffers wherever the file sets it (`buffered_models.builds_no_buffers`):
+    DDP's forward then broadcasts no buffers and prepares no reduction, so the main process
+    may run it alone (a GAN's ``samples = self.sample(64)`` before its ``np.save``). A model
+    with buffers, or one whose making the file does not show, syncs in its forward."""
+    if not any(ctx.model.disables_grad(a) for a in ctx.model.ancestors(call)):
+        return False
+    name = dotted(call.func)
+    if name is None:
+        return False
+    index = ctx.model.index
+    made = index.assignments_in_class(name, call) if name.startswith("self.") else []
+    if not name.startswith("self."):
+        made = index.assignments_to(name)
+    return bool(made) and all(builds_no_buffers(ctx.model, a.value) for a in made)
 
 
 def _hoistable(ctx: Context, call: cst.Call, block: cst.CSTNode) -> bool:

@@ -9,7 +9,11 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.objects import bound_arguments, callee, methods_of
-from accelify.analysis.outside_forward import layers_outside_forward
+from accelify.analysis.outside_forward import (
+    defined_by_a_module_class,
+    in_training_step,
+    layers_outside_forward,
+)
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import dotted, walk
 from accelify.convert.steps.context import Context, unwrap
@@ -416,6 +420,48 @@ def _attributes(ctx: Context) -> None:
             f"{dotted(owner)}.{member} -> {ctx.a('unwrap_model')}({dotted(owner)}).{member}",
             gives_way_to=[owner],  # ``model.module`` already unwrapped
         )
+        _unread_method_in_training(ctx, owner, attribute)
+
+
+def _unread_method_in_training(
+    ctx: Context, owner: cst.BaseExpression, attribute: cst.Attribute
+) -> None:
+    """``module.training_step(batch, i)`` through ``unwrap_model`` in a training loop that never
+    calls the prepared model itself, where no class the conversion reads defines the method
+    (the model's class is in a file it cannot find, or a library's): if the method runs the
+    model's forward, DDP's forward never runs and the gradients are never averaged. Kept, with
+    a review line that says so."""
+    call = ctx.model.parent(attribute)
+    member = attribute.attr.value
+    if not isinstance(call, cst.Call) or call.func is not attribute:
+        return
+    if defined_by_a_module_class(ctx.model, member) or member in ctx.imported_layer_members:
+        return
+    loop = next(
+        (
+            loop
+            for loop in ctx.model.loops
+            if loop.trains and ctx.facts.placement.inside(call, loop.node)
+        ),
+        None,
+    )
+    if loop is None or not in_training_step(ctx.model, ctx.facts.placement, call):
+        return
+    if any(
+        isinstance(node, cst.Call) and ctx.facts.flow.is_forward(node)
+        for node in walk(loop.node.body)
+    ):
+        return  # the prepared model's own forward runs in this step
+    name = dotted(owner)
+    ctx.plan.review(
+        ctx.line(call),
+        f"{name}.{member}() is a method of a model class this conversion cannot read, and this "
+        f"training loop never calls the prepared {name}(...) itself: if {member}() runs the "
+        f"model's forward (self(x)), through {ctx.a('unwrap_model')} DDP's forward never runs "
+        "and the gradients are never averaged across ranks; compute the loss from "
+        f"{name}(...) in the loop, or convert with the file that defines the class beside "
+        "this one",
+    )
 
 
 def _unwrap_through_instance(ctx: Context, owner: cst.BaseExpression, at: cst.CSTNode) -> bool:
@@ -511,7 +557,11 @@ def forwards_outside_the_wrapper(ctx: Context) -> list[tuple[int, str]]:
     ``prepare`` chose what it wraps: a frozen model is not wrapped, and may run its layers
     anywhere."""
     found = layers_outside_forward(
-        ctx.model, ctx.facts.placement, ctx.facts.flow, unprepared=ctx.frozen
+        ctx.model,
+        ctx.facts.placement,
+        ctx.facts.flow,
+        unprepared=ctx.frozen,
+        imported=ctx.imported_layer_members,
     )
     reviews = []
     for entry in found:
