@@ -310,6 +310,38 @@ _UNPACKED_STOP = (
 )
 
 
+#: A trainer whose patience counter is kept on an object it holds (``self.state.wait``, a class
+#: attribute of ``State``), stepped under a test of this rank's validation loss.
+_HELD_COUNTER = (
+    HEADER
+    + "import torch\n\n\nclass State:\n    wait = 0\n\n\nclass Trainer:\n"
+    + "    def __init__(self, model, optimizer, loader, val_loader):\n"
+    + "        self.model, self.optimizer, self.loader, self.val_loader = (\n"
+    + "            accelerator.prepare(model, optimizer, loader, val_loader)\n"
+    + "        )\n"
+    + "        self.best, self.state, self.patience = float('inf'), State(), 3\n\n"
+    + "    def evaluate(self):\n"
+    + "        total = 0.0\n"
+    + "        with torch.no_grad():\n"
+    + "            for x, y in self.val_loader:\n"
+    + "                total += loss_fn(self.model(x), y).item()\n"
+    + "{fold}"
+    + "        return total / len(self.val_loader)\n\n"
+    + "    def fit(self, epochs):\n"
+    + "        for epoch in range(epochs):\n"
+    + "            for x, y in self.loader:\n"
+    + "                accelerator.backward(loss_fn(self.model(x), y))\n"
+    + "                self.optimizer.step()\n"
+    + "            val_loss = self.evaluate()\n"
+    + "            if val_loss < self.best:\n"
+    + "                self.best, self.state.wait = val_loss, 0\n"
+    + "            else:\n"
+    + "                self.state.wait += 1\n"
+    + "            if self.state.wait >= self.patience:\n"
+    + "                break\n"
+)
+
+
 class StopOnOwnValue(Rule):
     """``break`` or ``continue`` in a training loop under a test of a value this rank computed
     from its own batch, before the loop's next ``backward`` or collective: a PPO trainer's early
@@ -559,6 +591,8 @@ class StopOnOwnValue(Rule):
             31,
             17,
         ),
+        # ... or on an object the trainer holds (``self.state.wait``)
+        Example(_HELD_COUNTER.format(fold=""), 35, 17),
         # an early-stopping object handed this rank's validation loss: its flag stops the loop
         Example(_OBJECT_STOP, 35, 9),
         # ... its __call__ handing the decision to another method of its class
@@ -620,6 +654,10 @@ class StopOnOwnValue(Rule):
         Example(_UNPACKED_STOP.format(tested="hit_rate"), 35, 21),
     )
     good = (
+        # the counter held on ``self.state`` stepped on the validation loss reduced over ranks
+        _HELD_COUNTER.format(
+            fold="        total = accelerator.reduce(torch.tensor(total), 'mean').item()\n"
+        ),
         # ... the exact match it returns first: decoded from gathered answers, agreed
         _UNPACKED_STOP.format(tested="em"),
         # the same epoch loss summed over the ranks before the test

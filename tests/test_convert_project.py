@@ -598,6 +598,27 @@ def test_converting_only_the_driver_keeps_the_review(tmp_path: Path):
     assert not result.changed
     (review,) = result.reviews
     assert "train_one_epoch() trains in engine.py" in review.text
+    assert "(engine.py is not converted in this run (the two are converted together" in (
+        review.text
+    )
+
+
+def _why_unpaired(review: str) -> str:
+    """The one reason the review line of a driver gives for leaving it and its engine."""
+    return review.split("neither file is converted for it (", 1)[1].split("); by hand", 1)[0]
+
+
+def test_an_engine_module_with_a_class_is_said_to_be_why(tmp_path: Path):
+    """The review line of the driver names the one pairing condition that fails (here: the
+    engine holds a class), not every condition as if all applied."""
+    project = tmp_path / "project"
+    shutil.copytree(ENGINE, project)
+    engine = (project / "engine.py").read_text()
+    (project / "engine.py").write_text(engine + "\n\nclass Meter:\n    total = 0\n")
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    assert not results["main.py"].changed
+    reasons = {_why_unpaired(n.text) for n in results["main.py"].reviews}
+    assert reasons == {"engine.py holds more than imports and functions (class Meter)"}
 
 
 def test_an_engine_another_script_calls_is_left_in_both(tmp_path: Path):
@@ -608,6 +629,10 @@ def test_an_engine_another_script_calls_is_left_in_both(tmp_path: Path):
     results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
     assert not any(r.changed for r in results.values())
     assert results["main.py"].reviews and results["engine.py"].reviews
+    assert {_why_unpaired(n.text) for n in results["main.py"].reviews} == {
+        "engine.py is imported by other files of the folder too (eval.py), whose calls an "
+        "added parameter would break"
+    }
 
 
 @pytest.mark.distributed
@@ -644,6 +669,10 @@ def test_a_driver_at_the_top_level_leaves_both_files(tmp_path: Path):
         "for epoch in range(2):\n    loss = train_one_epoch(" in (project / "train.py").read_text()
     )
     assert results["train.py"].reviews and results["engine.py"].reviews
+    assert {_why_unpaired(n.text) for n in results["train.py"].reviews} == {
+        "this file calls it at its top level, where the combined script's functions would "
+        "read a global accelerator engine.py does not have"
+    }
 
 
 DICT_HANDED = FIXTURES / "projects" / "evaluation_module_handed_the_loaders_in_a_dict"
@@ -908,6 +937,48 @@ def test_an_object_saver_whose_module_is_not_converted_gets_a_review_line(tmp_pa
     assert review.line == 66 and "on every rank: N writes racing on one path" in review.text
     assert "convert stopping.py with this file" in review.text
     assert (project / "stopping.py").read_text() == (STOPPER / "stopping.py").read_text()
+
+
+def test_a_converted_saver_module_says_what_it_did(tmp_path: Path):
+    from accelify.convert.report import summary
+
+    project = _stopper(tmp_path)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    head = summary(results["stopping.py"]).splitlines()[0]
+    assert head.endswith(": nothing to prepare here; 1 torch.save put on the main process only")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        # not a statement of its own: no barrier can follow it
+        "            _ = self.early_stopping(val_loss, self.model)\n",
+        # a rank may have left the loop before it, on its own loss
+        "            if val_loss > 10.0:\n                continue\n"
+        "            self.early_stopping(val_loss, self.model)\n",
+    ],
+)
+def test_a_saver_call_that_cannot_wait_leaves_the_modules_save_on_every_rank(
+    tmp_path: Path, call: str
+):
+    """A call in train.py that gets only a review line (no barrier after it): stopping.py's
+    save stays on every rank, since on the main process alone another rank could read the
+    file back before it is written; the review line says both are left."""
+    project = _stopper(tmp_path)
+    train = (project / "train.py").read_text()
+    train = train.replace("            self.early_stopping(val_loss, self.model)\n", call, 1)
+    (project / "train.py").write_text(train)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    assert not results["stopping.py"].changed
+    (review,) = [n for n in results["train.py"].reviews if "early_stopping()" in n.text]
+    if call.startswith("            _ ="):
+        assert "wait_for_everyone" not in results["train.py"].converted.decode()
+        assert "(stopping.py's save is left on every rank too)" in review.text
+    else:  # the barrier follows the call, but the save is not moved
+        assert "stopping.py, converted with this file, keeps that save on every rank" in (
+            review.text
+        )
+    assert not any("(stopping.py is converted" in n.text for n in results["train.py"].changes)
 
 
 def test_an_object_saver_with_a_collective_is_not_treated_as_one(tmp_path: Path):

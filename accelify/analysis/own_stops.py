@@ -64,7 +64,7 @@ def decided_on_own_shard(
     read_as_is -= structure_only_names(test.test, model_outputs(script, read_as_is, test))
     pending = [
         n
-        for n in names_read(script, test.test)
+        for n in [*names_read(script, test.test), *_held_members(test.test)]
         if n.split(".", 1)[0] in read_as_is and not _agreed_at(script, n, test)
     ]
     decided = _decided_by_object(facts, test.test, loop, view)  # ``if stopper.early_stop:``
@@ -101,12 +101,35 @@ def decided_on_own_shard(
     return None
 
 
-def _agreed_at(script: ScriptModel, name: str, test: cst.If) -> bool:
+def _held_members(test: cst.BaseExpression) -> list[str]:
+    """The counters the test reads on an object other than the instance itself:
+    ``self.state.bad`` of ``if self.state.bad >= self.patience:``, ``state.bad`` of ``if
+    state.bad >= patience:`` (`names_read` gives ``self.state`` and ``state``, which the loop
+    never binds, while ``self.state.bad += 1`` or ``setattr(self.state, "bad", ...)`` steps the
+    counter). Followed like any name the test reads: only the loop's bindings of it count."""
+    found: list[str] = []
+    for node in walk(test):
+        name = dotted(node) if isinstance(node, cst.Attribute) else None
+        if name is None or name in found:
+            continue
+        if name.count(".") >= (2 if name.startswith("self.") else 1):
+            found.append(name)
+    return found
+
+
+def _agreed_at(script: ScriptModel, name: str, test: cst.CSTNode) -> bool:
     """``name``'s last binding above the test holds what a collective made the same on every
     rank and runs whenever the test does (``total = accelerator.reduce(...)`` just before ``if
     total / n < limit:``): the bindings before it no longer decide the test."""
     binding = last_binding(script, name, test)
     return binding is not None and agrees(script, binding) and runs_before(script, binding, test)
+
+
+def _unagreed(script: ScriptModel, names: list[str], at: cst.CSTNode) -> list[str]:
+    """``names`` less those whose last binding above ``at`` is a collective's, run whenever
+    ``at`` runs: ``return total / n`` after ``total = accelerator.reduce(...)`` returns what
+    every rank agrees on, whatever ``total += loss.item()`` folded before."""
+    return [n for n in names if not _agreed_at(script, n, at)]
 
 
 def decided_by_object(facts: Facts, test: cst.BaseExpression, loop: cst.While) -> Decided | None:
@@ -336,8 +359,9 @@ def _decided_with(
             origin = values.origin(condition.test, condition, passed)
             if origin is not None:
                 return origin, source, condition, function
-            pending.extend(names_read(script, condition.test))
-        pending.extend(names_read(script, getattr(source, "value", None) or source))
+            pending.extend(_unagreed(script, names_read(script, condition.test), condition))
+        read = getattr(source, "value", None) or source
+        pending.extend(_unagreed(script, names_read(script, read), source))
     if depth == 0:
         return None
     return _decided_by_own_method(facts, values, function, passed, returns, members, depth)

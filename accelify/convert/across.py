@@ -76,6 +76,55 @@ def driver_of_engine(path: Path, module: cst.Module, converted_with: frozenset[s
     return driver if str(driver) in converted_with else None
 
 
+def unpaired_because(
+    driver: Path,
+    engine: Path,
+    module: cst.Module,
+    at_top_level: bool,
+    converted_with: frozenset[str],
+) -> str:
+    """Why ``driver`` and its ``engine`` module (parsed: ``module``) are not converted as one
+    script: the first of the conditions (`driver_of_engine`, `pair_of_driver`, `_shape`) that
+    does not hold, as one clause of a review line. ``at_top_level``: the driver calls into the
+    engine from its module's top level."""
+    if str(engine.resolve()) not in converted_with:
+        return (
+            f"{engine.name} is not converted in this run (the two are converted together only "
+            "when both are)"
+        )
+    if str(driver.resolve()) not in converted_with:
+        return (
+            "this file is not converted in this run (the two are converted together only "
+            "when both are)"
+        )
+    others = [f.name for f in importers_of(engine) if f != driver.resolve()]
+    if others:
+        return (
+            f"{engine.name} is imported by other files of the folder too ({', '.join(others)}), "
+            "whose calls an added parameter would break"
+        )
+    extra = next(
+        (
+            s
+            for s in module.body
+            if not (isinstance(s, cst.FunctionDef) or is_docstring(s) or _is_import(s))
+        ),
+        None,
+    )
+    if extra is not None:
+        what = f"class {extra.name.value}" if isinstance(extra, cst.ClassDef) else "statements"
+        return f"{engine.name} holds more than imports and functions ({what})"
+    if at_top_level:
+        return (
+            "this file calls it at its top level, where the combined script's functions would "
+            f"read a global accelerator {engine.name} does not have"
+        )
+    return (
+        "the two do not combine into one script (an import of the module other than a "
+        "one-line import of its functions, or a name the two files bind differently)"
+    )
+
+
 def importers_of(engine: Path) -> list[Path]:
     """The files of the engine's folder (not below it: a module of the folder is imported by
     name from there) whose imports name it; the folder's files are few."""

@@ -39,6 +39,8 @@ class Conversion:
     reviews: list[Note] = field(default_factory=list)
     prepared: list[str] = field(default_factory=list)
     skipped: str | None = None
+    #: what the conversion did where it prepared nothing (a module whose saves it guards)
+    done: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -72,7 +74,9 @@ def convert_source(
                 converted = _add_import(converted, code, Path(label))
             rendered = render(converted, data)
             _check_parses(rendered, label, data)
-            return Conversion(label, data, rendered, changes=changes, reviews=reviews)
+            saves = "1 torch.save" if len(changes) == 1 else f"{len(changes)} torch.save calls"
+            done = f"nothing to prepare here; {saves} put on the main process only"
+            return Conversion(label, data, rendered, changes=changes, reviews=reviews, done=done)
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
     returns = project.imported_returns(path, model)
     if returns:  # DataLoaders made by the project's other modules: analysed as made here
@@ -154,6 +158,32 @@ def _converted_together(
     return Conversion(label, data, converted, [told, *changes], reviews)
 
 
+def _unpaired(
+    label: str,
+    model: ScriptModel,
+    elsewhere: list[project.TrainedElsewhere],
+    prepared: dict[Path, list[str]],
+    options: Options,
+) -> dict[int, str]:
+    """Why this driver and each module it trains through that prepares nothing itself are not
+    converted as one script (`across.unpaired_because`), by the line of the call."""
+    placement = facts_of(model).placement
+    found: dict[int, str] = {}
+    for entry in elsewhere:
+        if prepared.get(entry.module):
+            continue
+        try:
+            engine = parse(project_modules.read(entry.module), str(entry.module))
+        except UserError:
+            found[entry.line] = f"{entry.module.name} does not parse"
+            continue
+        top = placement.enclosing_function(entry.call) is None
+        found[entry.line] = across.unpaired_because(
+            Path(label), entry.module, engine, top, options.converted_with
+        )
+    return found
+
+
 def _relative_to(other: Path, file: Path) -> str:
     try:
         return str(other.relative_to(file.parent))
@@ -187,7 +217,9 @@ def _drives_another_file(
         f"module (line {first.line})"
     )
     prepared = {file: state.prepared for file, state in there.items()}
-    reviews = project.review_notes(label, elsewhere, prepared)
+    reviews = project.review_notes(
+        label, elsewhere, prepared, _unpaired(label, model, elsewhere, prepared, options)
+    )
     driven = [e for e in elsewhere if prepared[e.module]]
     if not driven:
         return Conversion(label, data, data, reviews=reviews, skipped=skipped)

@@ -378,6 +378,70 @@ def imported_object_savers(path: str | Path, siblings: list[SiblingCall]) -> dic
     return found
 
 
+def saver_instances(model: ScriptModel, name: str) -> set[str]:
+    """``self.early_stopping`` or ``stopper`` bound to ``name(...)`` (the saver class) and to
+    nothing else anywhere in the file."""
+    found = set()
+    for node in walk(model.module):
+        if not (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.value, cst.Call)
+            and dotted(node.value.func) == name
+        ):
+            continue
+        target = dotted(node.targets[0].target)
+        if target is None:
+            continue
+        bound = model.index.assignments_to(target)
+        if all(
+            isinstance(a, cst.Assign)
+            and isinstance(a.value, cst.Call)
+            and dotted(a.value.func) == name
+            for a in bound
+        ):
+            found.add(target)
+    return found
+
+
+def saver_method(call: cst.Call, instances: set[str]) -> tuple[str, str] | None:
+    """(instance, method) for ``instance(...)`` (``__call__``) or ``instance.method(...)``."""
+    called = dotted(call.func)
+    if called in instances:
+        return called, "__call__"  # type: ignore[return-value]
+    if isinstance(call.func, cst.Attribute) and dotted(call.func.value) in instances:
+        return dotted(call.func.value), call.func.attr.value  # type: ignore[return-value]
+    return None
+
+
+def own_line(model: ScriptModel, call: cst.Call) -> cst.SimpleStatementLine | None:
+    """The line that holds ``call`` alone, as a statement of its own (``stopper(loss,
+    model)``), where it is one: a barrier can follow it."""
+    expression = model.parent(call)
+    line = model.parent(expression) if isinstance(expression, cst.Expr) else None
+    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+        return line
+    return None
+
+
+def object_saves_waited(model: ScriptModel, name: str, saver: ObjectSaver) -> bool:
+    """Every call in ``model`` of a saving method of an instance of ``name`` (`ObjectSaver`) is
+    a statement of its own that every rank reaches, none having left before it (any test of a
+    per-process stop above it counts, agreed or not): the driver's conversion can have every
+    rank wait after each, so the save may run on the main process alone. Where one cannot
+    wait, a rank could read the file back before it is written: the save stays on every
+    rank (`saver_modules.saves_guarded`)."""
+    instances = saver_instances(model, name)
+    shared = facts_of(model).shared_files
+    for call in model.calls:
+        found = saver_method(call, instances)
+        if found is None or found[1] not in saver.methods:
+            continue
+        if own_line(model, call) is None or shared.parting_before(call) is not None:
+            return False
+    return True
+
+
 def class_state_savers(module: ScriptModel, cls: cst.ClassDef) -> dict[str, StateSaver]:
     """The methods of ``cls`` (plain methods, ``self`` first) that save the state dict of a
     parameter they are handed, each as a `StateSaver` (parameters past ``self``, the saved
@@ -521,24 +585,28 @@ def imported_returns(path: str | Path, model: ScriptModel) -> dict[int, Returned
 
 
 def review_notes(
-    script: str | Path, found: list[TrainedElsewhere], prepared: Mapping[Path, list[str]]
+    script: str | Path,
+    found: list[TrainedElsewhere],
+    prepared: Mapping[Path, list[str]],
+    unpaired: Mapping[int, str],
 ) -> list[Note]:
     """A line per call that trains in another module. ``prepared``: what the conversion of
     each such module prepares there by itself (a trainer class that makes its model, optimizer
-    and loaders and gets ``self.accelerator``); for those, nothing is to be done here."""
+    and loaders and gets ``self.accelerator``); for those, nothing is to be done here.
+    ``unpaired``: by the line of the call, why the two files are not converted as one
+    (`across.unpaired_because`)."""
     notes = []
     for entry in found:
         if prepared.get(entry.module):
             continue
         where = _relative(entry.module, Path(script))
+        why = unpaired.get(entry.line, "")
         notes.append(
             Note(
                 entry.line,
                 f"{entry.function}() trains in {where} (its .backward() at line "
-                f"{entry.backward_line}): neither file is converted for it (the two are "
-                "converted together only when both are converted in one run, this is the one "
-                "file of the folder that imports that module, which holds only imports and "
-                "functions, and this file trains inside a function); by hand: create the "
+                f"{entry.backward_line}): neither file is converted for it ({why}); by hand: "
+                "create the "
                 "Accelerator here, prepare the model, optimizer and loaders "
                 f"here, and hand the accelerator to {entry.function}() (there: "
                 "accelerator.backward(loss), the evaluation's predictions and labels gathered "

@@ -12,8 +12,10 @@ def summary(conversion: Conversion) -> str:
     elif not conversion.changed:
         lines = [f"{path}: unchanged"]
     else:
-        prepared = ", ".join(conversion.prepared) or "nothing"
-        lines = [f"{path}: prepared {prepared}"]
+        if conversion.prepared or conversion.done is None:
+            lines = [f"{path}: prepared {', '.join(conversion.prepared) or 'nothing'}"]
+        else:
+            lines = [f"{path}: {conversion.done}"]
         for note in conversion.changes:
             where = f"{path}:{note.line}" if note.line else path
             lines.append(f"  {where}: {note.text}")

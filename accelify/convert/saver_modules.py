@@ -14,12 +14,14 @@ from pathlib import Path
 import libcst as cst
 
 from accelify.analysis.project_modules import read
-from accelify.analysis.script_model import ScriptModel
+from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.convert import across, project
 from accelify.convert.steps.context import Options, import_lines
 from accelify.edits import rewrites
 from accelify.edits.apply import ApplyPlan
 from accelify.edits.plan import Note, Plan
+from accelify.errors import UserError
+from accelify.source import parse
 
 #: The process state, reachable without an Accelerator: the object has none
 STATE = "PartialState()"
@@ -31,25 +33,64 @@ def may_save_for_another_file(data: bytes, options: Options) -> bool:
     return bool(options.converted_with) and b"class " in data and b".state_dict()" in data
 
 
+def _drivers(path: Path, converted_with: frozenset[str]) -> list[tuple[Path, bytes]]:
+    """The training files of ``path``'s folder converted in this run that import it; a file
+    that already uses an Accelerator is left as it is (it would not wait after a call)."""
+    drivers = [
+        (file, read(file))
+        for file in across.importers_of(path.resolve())
+        if str(file) in converted_with
+    ]
+    return [
+        (file, data)
+        for file, data in drivers
+        if b".backward(" in data and b"Accelerator" not in data
+    ]
+
+
+def saves_guarded(module: Path, class_name: str, converted_with: frozenset[str]) -> bool:
+    """Whether the conversion of ``module`` runs the saves of its class ``class_name`` on the
+    main process only: some training file converted in the same run makes the class, and in
+    every such file every call of a saving method of an instance of it is a statement of its
+    own that no rank may have left before (`project.object_saves_waited`), so that file's
+    conversion has every rank wait after each. Otherwise a rank could read the file back
+    before the main process wrote it (worse than every rank writing it): the save is left on
+    every rank. The module's conversion and each driver's ask this same question, so the
+    driver's summary says what the module's conversion did."""
+    if not module.is_file() or str(module.resolve()) not in converted_with:
+        return False
+    made_by = 0
+    for file, data in _drivers(module, converted_with):
+        if class_name.encode() not in data:
+            continue
+        try:
+            driver = analyze(parse(data, str(file)))
+        except UserError:
+            return False
+        savers = {
+            name: saver
+            for name, saver in project.imported_object_savers(
+                file, project.sibling_calls(file, driver)
+            ).items()
+            if saver.module.resolve() == module.resolve() and saver.class_name == class_name
+        }
+        for name, saver in savers.items():
+            if not project.object_saves_waited(driver, name, saver):
+                return False
+        made_by += bool(savers)
+    return made_by > 0
+
+
 def guard_saves(
     path: Path, model: ScriptModel, options: Options
 ) -> tuple[cst.Module, list[Note], list[Note], list[str]] | None:
     """The module with the saves of its saver classes under ``if
     PartialState().is_main_process:``, the changes and review lines, and the import lines to
-    add; None where no training file of the folder converted in this run makes such a class."""
+    add; None where no training file of the folder converted in this run makes such a class,
+    or one of them calls its saving methods where it cannot wait after each (`saves_guarded`)."""
     if not options.converted_with or not path.is_file():
         return None
-    drivers = [
-        (file, read(file))
-        for file in across.importers_of(path.resolve())
-        if str(file) in options.converted_with
-    ]
-    # a file that already uses an Accelerator is left as it is: it would not wait after a call
-    drivers = [
-        (file, data)
-        for file, data in drivers
-        if b".backward(" in data and b"Accelerator" not in data
-    ]
+    drivers = _drivers(path, options.converted_with)
     if not drivers:
         return None
     plan = Plan()
@@ -60,7 +101,8 @@ def guard_saves(
             continue
         name = statement.name.value
         made_by = [file for file, data in drivers if name.encode() in data]
-        saves = project.guarded_saves(model, statement) if made_by else None
+        guarded = made_by and saves_guarded(path, name, options.converted_with)
+        saves = project.guarded_saves(model, statement) if guarded else None
         for line in saves or []:
             plan.add(rewrites.main_process_only(line, STATE))
             at = model.line(line)

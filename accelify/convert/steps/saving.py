@@ -13,6 +13,8 @@ from accelify.analysis.loss_sources import last_binding, runs_before
 from accelify.analysis.saved_values import saved_whole_objects
 from accelify.analysis.script_model import Kind
 from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
+from accelify.convert import project
+from accelify.convert.saver_modules import saves_guarded
 from accelify.convert.steps import main_process, saved_states
 from accelify.convert.steps.context import Context, star_imported_from_the_project, unwrap
 from accelify.convert.steps.host_inputs import returned_by
@@ -118,51 +120,15 @@ def _project_object_savers(ctx: Context) -> None:
     whole. The save itself runs on the main process only where that module is converted in
     the same run (`project.guarded_saves`); else a review line says every rank writes it."""
     for name, saver in ctx.imported_object_savers.items():
-        instances = _instances_made_by(ctx, name)
+        instances = project.saver_instances(ctx.model, name)
         for call in ctx.model.calls:
-            found = _saver_method(call, instances)
+            found = project.saver_method(call, instances)
             if found is None or found[1] not in saver.methods:
                 continue
             instance, method = found
             shown = instance if method == "__call__" else f"{instance}.{method}"
             _unwrap_models_a_saver_is_handed(ctx, call, shown, saver.methods[method])
             _wait_after_an_object_save(ctx, call, shown, saver)
-
-
-def _instances_made_by(ctx: Context, name: str) -> set[str]:
-    """``self.early_stopping`` or ``stopper`` bound to ``name(...)`` (the saver class) and to
-    nothing else anywhere in the file."""
-    found = set()
-    for node in walk(ctx.model.module):
-        if not (
-            isinstance(node, cst.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.value, cst.Call)
-            and dotted(node.value.func) == name
-        ):
-            continue
-        target = dotted(node.targets[0].target)
-        if target is None:
-            continue
-        bound = ctx.model.index.assignments_to(target)
-        if all(
-            isinstance(a, cst.Assign)
-            and isinstance(a.value, cst.Call)
-            and dotted(a.value.func) == name
-            for a in bound
-        ):
-            found.add(target)
-    return found
-
-
-def _saver_method(call: cst.Call, instances: set[str]) -> tuple[str, str] | None:
-    """(instance, method) for ``instance(...)`` (``__call__``) or ``instance.method(...)``."""
-    called = dotted(call.func)
-    if called in instances:
-        return called, "__call__"  # type: ignore[return-value]
-    if isinstance(call.func, cst.Attribute) and dotted(call.func.value) in instances:
-        return dotted(call.func.value), call.func.attr.value  # type: ignore[return-value]
-    return None
 
 
 def _wait_after_an_object_save(
@@ -174,7 +140,14 @@ def _wait_after_an_object_save(
     module = saver.module.name
     statement = ctx.statement_of(call)
     line = statement if isinstance(statement, cst.SimpleStatementLine) else None
-    converted_with = saver.guardable and str(saver.module.resolve()) in ctx.options.converted_with
+    converted = str(saver.module.resolve()) in ctx.options.converted_with
+    # the module's save runs on the main process alone only where every call of every file
+    # converted with it waits after it (the module's conversion asks the same question)
+    converted_with = (
+        saver.guardable
+        and converted
+        and saves_guarded(saver.module, saver.class_name, ctx.options.converted_with)
+    )
     own_line = (
         line is not None
         and len(line.body) == 1
@@ -184,13 +157,15 @@ def _wait_after_an_object_save(
     if not own_line or ctx.facts.shared_files.parting_before(
         call, decided_alike=ctx.agreed.branch_agreed
     ):
+        kept = f" ({module}'s save is left on every rank too)" if converted else ""
         ctx.plan.review(
             ctx.line(call),
-            f"{shown}() may save the model's state ({saver.where}) on every rank: left without "
-            "a barrier after it (it is not a statement of its own, or a rank may have left "
-            f"before it): no rank may read that file back before {ctx.a('wait_for_everyone')}() "
-            f"after the save, and the save is to run on the main process alone (`if "
-            f"PartialState().is_main_process:` in {module})",
+            f"{shown}() may save the model's state ({saver.where}) on every rank{kept}: left "
+            "without a barrier after it (it is not a statement of its own, or a rank may have "
+            "left before it): make it a statement every rank reaches, then put "
+            f"{ctx.a('wait_for_everyone')}() after it and that torch.save under `if "
+            f"PartialState().is_main_process:` in {module}, so that no rank reads the file "
+            "back before it is whole",
         )
         return
     assert line is not None
@@ -211,7 +186,19 @@ def _wait_after_an_object_save(
     if acc == ctx.acc:
         for place in places:
             ctx.need(place)
-    if not converted_with:
+    if not converted_with and converted and saver.guardable:
+        ctx.plan.review(
+            ctx.line(call),
+            f"{shown}() saves the model's state in {saver.module.name}'s {saver.class_name} "
+            f"({saver.where}) on every rank: N writes racing on one path; {module}, converted "
+            "with this file, keeps that save on every rank: the conversion could not tell that "
+            "every rank reaches each call of the class's saving methods as a statement of its "
+            "own (here or in another file converted with it), and a rank that read the file "
+            "before the main process wrote it would fail; once every call is followed by "
+            f"{ctx.a('wait_for_everyone')}(), put that torch.save under `if "
+            "PartialState().is_main_process:`",
+        )
+    elif not converted_with:
         ctx.plan.review(
             ctx.line(call),
             f"{shown}() saves the model's state in {saver.module.name}'s {saver.class_name} "
