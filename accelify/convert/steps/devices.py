@@ -33,6 +33,7 @@ from accelify.analysis.syntax import (
     walk,
 )
 from accelify.convert.steps.context import Context
+from accelify.convert.steps.untrained_inputs import fed_prepared_batches_in_a_loop
 from accelify.edits import rewrites
 from accelify.edits.kinds import InsertAfter
 from accelify.edits.node_rewrites import Swap
@@ -397,13 +398,15 @@ def _unmoved_untrained_models(ctx: Context) -> None:
     loaders = {b.name for b in ctx.model.of_kind(Kind.DATALOADER) if b.name in ctx.plan.prepared}
     for binding in ctx.model.of_kind(Kind.MODEL):
         name = binding.name
-        if name in ctx.plan.prepared or not loaders:
+        if name in ctx.plan.prepared or not ctx.plan.prepared:
             continue
         if name not in ctx.frozen and not never_prepared(ctx, name, binding.scope):
             continue
         if strip_moves(binding.value) is not binding.value or _moved_anywhere(ctx, name):
             continue
-        fed = _fed_prepared_batches(ctx, name, binding.scope, loaders)
+        fed = (
+            _fed_prepared_batches(ctx, name, binding.scope, loaders) if loaders else None
+        ) or fed_prepared_batches_in_a_loop(ctx, binding)
         if fed is None:
             continue
         # outside the class that owns ``self.accelerator``: through the instance the scope
