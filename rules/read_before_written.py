@@ -2,12 +2,13 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.alike_tests import alike_by_its_callers
 from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
 from accelify.analysis.process_count import several_processes
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.shared_files import SharedFile
-from accelify.analysis.syntax import all_params, assigned_targets, dotted, target_names, walk
+from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 _TRAINER = (
@@ -622,7 +623,7 @@ def _divergent_branch(script: ScriptModel, read: cst.Call, write: cst.Call) -> c
         found = next(
             (b for b in map(facts.shared_files.divergent_around, places) if b is not None), None
         )
-    if not (isinstance(found, cst.If) and _alike_by_its_callers(script, found.test)):
+    if not (isinstance(found, cst.If) and alike_by_its_callers(script, found.test)):
         return found
     # ``def run(stage): if stage == "fit":`` run as ``run("fit")``: every rank takes it alike;
     # the read's other branches may still be the ranks' own
@@ -635,71 +636,10 @@ def _divergent_branch(script: ScriptModel, read: cst.Call, write: cst.Call) -> c
             if isinstance(branch, cst.If)
             and facts.placement.enclosing_function(branch) is function
             and not ranks.uniform(branch.test)
-            and not _alike_by_its_callers(script, branch.test)
+            and not alike_by_its_callers(script, branch.test)
         ),
         None,
     )
-
-
-def _alike_by_its_callers(script: ScriptModel, test: cst.BaseExpression) -> bool:
-    """Every name ``test`` reads that the rank analysis cannot vouch for is a parameter of the
-    function around it, not rebound there, that each of its calls in the file fills with a
-    value every rank holds alike: a constant (``run("fit")``), a setting, or the variable of a
-    loop over such values (``for mode in ["train", "eval"]: run(mode)``)."""
-    facts = facts_of(script)
-    ranks = facts.ranks
-    function = facts.placement.enclosing_function(test)
-    if function is None:
-        return False
-    graph = script.call_graph
-    sites = facts.flow.calls_of(function)
-    if not sites or graph.uncertain_callers(function) or graph.references(function):
-        return False
-    rebound = {
-        name for a in script.index.own_assignments(function) for t in assigned_targets(a)
-        for name in target_names(t)
-    }  # fmt: skip
-    parameters = {p.name.value: p for p in all_params(function.params)}
-    names = [
-        n.value
-        for n in walk(test)
-        if isinstance(n, cst.Name) and not is_attribute_name(script, n) and not ranks.uniform(n)
-    ]
-    if not names:
-        return False
-    for name in dict.fromkeys(names):
-        if name not in parameters or name in rebound:
-            return False
-        passed = facts.flow.call_site_arguments(name, test)
-        if len(passed) < len(sites):
-            default = parameters[name].default
-            if default is None or not ranks.uniform(default):
-                return False
-        if not all(_alike_value(script, argument.value) for argument in passed):
-            return False
-    return True
-
-
-def _alike_value(script: ScriptModel, value: cst.BaseExpression) -> bool:
-    """``value`` is the same on every rank: a constant or setting, or the variable of a loop
-    over such values around it."""
-    ranks = facts_of(script).ranks
-    if ranks.uniform(value):
-        return True
-    if not isinstance(value, cst.Name):
-        return False
-    for loop in script.ancestors(value):
-        if isinstance(loop, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            return False
-        if (
-            isinstance(loop, cst.For)
-            and isinstance(loop.target, cst.Name)
-            and loop.target.value == value.value
-            and isinstance(loop.iter, (cst.List, cst.Tuple))
-            and all(ranks.uniform(element.value) for element in loop.iter.elements)
-        ):
-            return True
-    return False
 
 
 def _per_rank_values(script: ScriptModel, branch: cst.CSTNode) -> str:
@@ -979,7 +919,7 @@ def _exclusive(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bo
     ranks = facts_of(script).ranks
 
     def alike(test: cst.BaseExpression) -> bool:  # not a rank's own test
-        return ranks.uniform(test) or _alike_by_its_callers(script, test)
+        return ranks.uniform(test) or alike_by_its_callers(script, test)
 
     for branch in script.ancestors(write):
         if isinstance(branch, cst.If):
