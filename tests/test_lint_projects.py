@@ -332,3 +332,14 @@ def test_a_dict_of_changing_keys_or_of_strings_is_advised_the_gather(folder: str
     message = reported(PROJECTS / folder)[("evaluate.py", line, "ACC403")]
     assert message.startswith("Gather before accumulating the metric")
     assert ".reduce(" not in message
+
+
+def test_a_prompting_helper_that_runs_collectives_is_advised_to_ask_inside():
+    """Wrapping evaluate_and_confirm() in ``if accelerator.is_main_process`` would leave its
+    all_reduce and the model's forward to the main process alone (a hang): the advice goes to
+    the input() inside the helper (review8a)."""
+    folder = PROJECTS / "prompt_in_a_helper_running_collectives"
+    message = reported(folder)[("train.py", 17, "ACC216")]
+    assert "inside the helper" in message
+    assert "at utils.py:15" in message
+    assert "evaluate_and_confirm(model, eval_loader) if" not in message
