@@ -175,6 +175,22 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
+        # one call of the helper is read unchanged: its predictions are this rank's alone
+        Example(
+            "import torch\nfrom accelerate import Accelerator\n\n\n"
+            "def evaluate(model, loader):\n"
+            "    preds = []\n"
+            "    with torch.no_grad():\n"
+            "        for x, y in loader:\n"
+            "            preds.append(model(x).argmax(-1))\n"
+            "    return torch.cat(preds)\n\n\n"
+            "accelerator = Accelerator()\n"
+            "model, loader = accelerator.prepare(model, loader)\n"
+            "preds = accelerator.gather_for_metrics(evaluate(model, loader))\n"
+            "print(len(evaluate(model, loader)))\n",
+            9,
+            13,
+        ),
         # gradients turned off inside the loop's body: an evaluation through the step function
         Example(_STEP_WITH_GRADIENTS_OFF.format(after="print(total / len(test_loader))\n"), 19, 5),
         # an evaluator object: the loader its constructor keeps is the prepared one
@@ -603,6 +619,17 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # the helper's predictions, joined and returned, gathered where it is called (review8a)
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "def evaluate(model, loader):\n"
+        "    preds = []\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in loader:\n"
+        "            preds.append(model(x).argmax(-1))\n"
+        "    return torch.cat(preds)\n\n\n"
+        "accelerator = Accelerator()\n"
+        "model, loader = accelerator.prepare(model, loader)\n"
+        "preds = accelerator.gather_for_metrics(evaluate(model, loader))\n",
         # a training loop: the step trains (through a helper) and the ``no_grad`` block beside
         # it updates an EMA copy; the running loss is a training log, not an evaluation
         "import torch\nfrom accelerate import Accelerator\n\n\n"
@@ -2230,9 +2257,54 @@ def _reduced_by_callers(
     function = facts.placement.enclosing_function(loop.node)
     if function is None or "." in target:
         return False
+    if _gathered_at_every_call(script, facts, function, target, accelerators):
+        return True
     held = held_by_callers(facts, function, {target})
     return bool(held) and all(
         _reduced_later(script, statement, name, all_calls, accelerators) for statement, name in held
+    )
+
+
+#: Calls that join a list of tensors and keep every value: what they return is the total.
+_JOINS = frozenset({"torch.cat", "torch.stack", "torch.concat", "torch.tensor"})
+
+
+def _gathered_at_every_call(
+    script: ScriptModel,
+    facts: Facts,
+    function: cst.FunctionDef,
+    target: str,
+    accelerators: set[str],
+) -> bool:
+    """Every ``return`` of ``function`` hands back the total, whole or joined (``return
+    torch.cat(preds)``), and every call of it in the file is handed straight to a gather
+    (``accelerator.gather_for_metrics(evaluate(model, loader))``): combined there."""
+    returns = script.index.own_returns(function)
+    if not returns or not all(_returns_total(script, r.value, target) for r in returns):
+        return False
+    sites = facts.flow.calls_of(function)
+    if not sites:
+        return False
+    for call, _ in sites:
+        argument = script.parent(call)
+        gather = script.parent(argument) if isinstance(argument, cst.Arg) else None
+        if not (
+            isinstance(gather, cst.Call)
+            and (_is_collective(gather, accelerators) or combines_ranks(script, gather))
+        ):
+            return False
+    return True
+
+
+def _returns_total(script: ScriptModel, value: cst.BaseExpression | None, target: str) -> bool:
+    if isinstance(value, cst.Name):
+        return value.value == target
+    return (
+        isinstance(value, cst.Call)
+        and bool(script.call_names(value) & _JOINS)
+        and len(value.args) == 1
+        and isinstance(value.args[0].value, cst.Name)
+        and value.args[0].value.value == target
     )
 
 
