@@ -12,7 +12,7 @@ from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.project_modules import read, split_member
 from accelify.analysis.repeated_effects import run_by_every_rank
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, has_parameter
+from accelify.analysis.syntax import all_params, dotted, has_parameter, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_at
 
 if TYPE_CHECKING:
@@ -300,11 +300,13 @@ def _operands(node: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
         yield from _operands(node.right)
 
 
-def _prompting_helpers(script: ScriptModel) -> dict[cst.Call, str]:
+def _prompting_helpers(script: ScriptModel) -> dict[cst.Call, tuple[str, bool]]:
     """The file's calls of a function of another module of the project that asks ``input()``
     itself, on whichever ranks call it (``confirm_overwrite(args.output_dir)`` of a helper
     module that names no accelerator, so is never linted on its own), each with the place of
-    its ``input()`` (``prompts.py:2``): the call site is where the fix goes. The helper's own
+    its ``input()`` (``prompts.py:2``) and whether the helper also does work every rank must
+    share (`_shared_work`): the call site is where the fix goes, else the ``input()`` itself.
+    The helper's own
     ``input()`` counts where nothing in it tests the rank (`_rank_tested_expression`, a rank
     guard around it); a helper that only hands on to another is not followed, nor one of a
     module that names an accelerator (linted itself, where its ``input()`` is reported)."""
@@ -312,8 +314,8 @@ def _prompting_helpers(script: ScriptModel) -> dict[cst.Call, str]:
     load = (project.load_alone or project.load) if project is not None else None
     if project is None or load is None:
         return {}
-    found: dict[cst.Call, str] = {}
-    places: dict[tuple[Path, str], str | None] = {}  # each helper read and analysed once
+    found: dict[cst.Call, tuple[str, bool]] = {}
+    places: dict[tuple[Path, str], tuple[str, bool] | None] = {}  # each helper read once
     for call in script.calls:
         name = dotted(call.func)
         qualified = script.imports.resolve(name) if name is not None else None
@@ -327,10 +329,13 @@ def _prompting_helpers(script: ScriptModel) -> dict[cst.Call, str]:
     return found
 
 
-def _place_asked(project: ProjectView, load: Load, file: Path, name: str) -> str | None:
+def _place_asked(
+    project: ProjectView, load: Load, file: Path, name: str
+) -> tuple[str, bool] | None:
     """``prompts.py:2``: where function ``name`` of the project module ``file`` asks
-    `_asked_in`; None where it does not, or where the module names an accelerator (linted
-    itself, its ``input()`` reported there)."""
+    `_asked_in`, and whether it does work every rank must share (`_shared_work`); None where
+    it does not ask, or where the module names an accelerator (linted itself, its ``input()``
+    reported there)."""
     text = read(file)
     if b"input(" not in text or b"ccelerator" in text:
         return None
@@ -340,7 +345,45 @@ def _place_asked(project: ProjectView, load: Load, file: Path, name: str) -> str
     if other is None or asked is None:
         return None
     where = os.path.relpath(file.resolve(), project.path.resolve().parent)
-    return f"{where}:{other.line(asked)}"
+    function = other.index.enclosing_function(asked)
+    shared = function is not None and _shared_work(other, function)
+    return f"{where}:{other.line(asked)}", shared
+
+
+#: Collectives by their own name: a helper that runs one needs every rank in it.
+_COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "all_gather",
+        "all_gather_object",
+        "broadcast",
+        "broadcast_object_list",
+        "reduce",
+        "reduce_scatter",
+        "gather",
+        "gather_object",
+        "barrier",
+        "gather_for_metrics",
+        "wait_for_everyone",
+    }
+)
+
+
+def _shared_work(script: ScriptModel, function: cst.FunctionDef) -> bool:
+    """``function`` runs a collective (``torch.distributed.all_reduce(...)``) or calls one of
+    its parameters (``model(x)``: a prepared model's forward, under DDP a collective where
+    the model holds buffers): run on the main process alone, it waits for ranks that never
+    come, so the helper cannot be wrapped in a rank test; its ``input()`` must be."""
+    parameters = {p.name.value for p in all_params(function.params)}
+    for call in walk(function):
+        if not isinstance(call, cst.Call):
+            continue
+        name = dotted(call.func) or ""
+        if isinstance(call.func, cst.Name) and name in parameters:
+            return True
+        if name.rsplit(".", 1)[-1] in _COLLECTIVES and "." in name:
+            return True
+    return False
 
 
 def _asked_in(script: ScriptModel, name: str) -> cst.Call | None:
@@ -366,12 +409,25 @@ def _asked_in(script: ScriptModel, name: str) -> cst.Call | None:
     return None
 
 
-def _message(script: ScriptModel, call: cst.Call, helper: str | None = None) -> str:
+def _message(script: ScriptModel, call: cst.Call, helper: tuple[str, bool] | None = None) -> str:
     accelerator = accelerator_at(script, call) or "accelerator"
     prompt = script.module.code_for_node(call)
     runs = "this input()"
     if helper is not None:
-        runs = f"{dotted(call.func)}(), which asks input() ({helper})"
+        place, shared = helper
+        runs = f"{dotted(call.func)}(), which asks input() ({place})"
+        if shared:
+            return (
+                f"Ask on the main process only and broadcast the answer, inside the helper: "
+                f"every rank runs {runs}, and the launcher gives the N processes one "
+                "terminal, so the line typed reaches one of them and the others wait for "
+                "another (hang; EOFError where stdin is closed); the helper also runs a "
+                "collective or the model's forward, which every rank must reach, so it "
+                f"cannot run on the main process alone: at {place}, write `answer = "
+                "[input(...) if PartialState().is_main_process else None]`, then "
+                "`broadcast_object_list(answer)` on every rank (PartialState from accelerate, "
+                "broadcast_object_list from accelerate.utils), and use answer[0]"
+            )
     return (
         f"Ask on the main process only and broadcast the answer: every rank runs {runs}, "
         "and the launcher gives the N processes one terminal, so the line typed reaches one of "

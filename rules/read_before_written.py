@@ -2,11 +2,13 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from accelify.analysis.alike_tests import alike_by_its_callers
 from accelify.analysis.dataflow import is_attribute_name, variables_in
 from accelify.analysis.facts import facts_of
+from accelify.analysis.process_count import several_processes
 from accelify.analysis.script_model import ScriptModel
 from accelify.analysis.shared_files import SharedFile
-from accelify.analysis.syntax import all_params, assigned_targets, dotted, target_names, walk
+from accelify.analysis.syntax import assigned_targets, dotted, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, accelerator_name
 
 _TRAINER = (
@@ -154,6 +156,23 @@ class ReadBeforeWritten(Rule):
         Example(
             _EVERY_EPOCH.format(
                 barrier="    if epoch % 5 == 0:\n        accelerator.wait_for_everyone()\n"
+            ),
+            9,
+            13,
+        ),
+        # a barrier in one case of a match: the other epochs read without waiting
+        Example(
+            _EVERY_EPOCH.format(
+                barrier="    match epoch % 5:\n        case 0:\n"
+                + "            accelerator.wait_for_everyone()\n"
+            ),
+            10,
+            13,
+        ),
+        # torchrun passes no --local_rank: the flag keeps its -1 and every rank skips the barrier
+        Example(
+            _EVERY_EPOCH.format(
+                barrier="    if args.local_rank != -1:\n        accelerator.wait_for_everyone()\n"
             ),
             9,
             13,
@@ -419,6 +438,37 @@ class ReadBeforeWritten(Rule):
         + "if accelerator.is_main_process:\n"
         + "    torch.save(state, 'best.pt')\n"
         + "    state = torch.load('best.pt')\n",
+        # a barrier skipped only by a run of one process, where nobody else reads (review8a)
+        _EVERY_EPOCH.format(
+            barrier="    if accelerator.num_processes > 1:\n"
+            + "        accelerator.wait_for_everyone()\n"
+        ),
+        _EVERY_EPOCH.format(
+            barrier="    if accelerator.state.num_processes >= 2:\n"
+            + "        accelerator.wait_for_everyone()\n"
+        ),
+        HEADER
+        + "import torch\n"
+        + "from accelerate import DistributedType\n"
+        + "world_size = accelerator.num_processes\n"
+        + "if accelerator.is_main_process:\n"
+        + "    torch.save(state, 'best.pt')\n"
+        + "if world_size > 1:\n"
+        + "    accelerator.wait_for_everyone()\n"
+        + "if accelerator.distributed_type != DistributedType.NO:\n"
+        + "    accelerator.wait_for_everyone()\n"
+        + "state = torch.load('best.pt')\n",
+        # main process first by hand: the others wait above the write, the main process below
+        # it; every rank reaches one barrier (moving one out of its test hangs)
+        HEADER
+        + "import torch\n"
+        + "if not accelerator.is_main_process:\n"
+        + "    accelerator.wait_for_everyone()\n"
+        + "if accelerator.is_main_process:\n"
+        + "    torch.save(state, 'cache.pt')\n"
+        + "if accelerator.is_main_process:\n"
+        + "    accelerator.wait_for_everyone()\n"
+        + "state = torch.load('cache.pt')\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -487,11 +537,11 @@ class ReadBeforeWritten(Rule):
                 skipped = _barriers_between(script, shared.write, shared.read)[1]
                 if skipped:
                     call, branch = skipped[0]
-                    test = script.module.code_for_node(branch.test)
+                    kind = "`if`" if isinstance(branch, cst.If) else "`case`"
                     message += (
-                        f"; the barrier at line {script.line(call)} runs only when `{test}` "
-                        f"(line {script.line(branch)}), so the runs that skip it read without "
-                        "waiting: call it on every pass, outside that `if`"
+                        f"; the barrier at line {script.line(call)} runs only when "
+                        f"{_condition(script, branch)}, so the runs that skip it read without "
+                        f"waiting: call it on every pass, outside that {kind}"
                     )
             yield self.finding(script, shared.read, message=message)
 
@@ -573,7 +623,7 @@ def _divergent_branch(script: ScriptModel, read: cst.Call, write: cst.Call) -> c
         found = next(
             (b for b in map(facts.shared_files.divergent_around, places) if b is not None), None
         )
-    if not (isinstance(found, cst.If) and _alike_by_its_callers(script, found.test)):
+    if not (isinstance(found, cst.If) and alike_by_its_callers(script, found.test)):
         return found
     # ``def run(stage): if stage == "fit":`` run as ``run("fit")``: every rank takes it alike;
     # the read's other branches may still be the ranks' own
@@ -586,71 +636,10 @@ def _divergent_branch(script: ScriptModel, read: cst.Call, write: cst.Call) -> c
             if isinstance(branch, cst.If)
             and facts.placement.enclosing_function(branch) is function
             and not ranks.uniform(branch.test)
-            and not _alike_by_its_callers(script, branch.test)
+            and not alike_by_its_callers(script, branch.test)
         ),
         None,
     )
-
-
-def _alike_by_its_callers(script: ScriptModel, test: cst.BaseExpression) -> bool:
-    """Every name ``test`` reads that the rank analysis cannot vouch for is a parameter of the
-    function around it, not rebound there, that each of its calls in the file fills with a
-    value every rank holds alike: a constant (``run("fit")``), a setting, or the variable of a
-    loop over such values (``for mode in ["train", "eval"]: run(mode)``)."""
-    facts = facts_of(script)
-    ranks = facts.ranks
-    function = facts.placement.enclosing_function(test)
-    if function is None:
-        return False
-    graph = script.call_graph
-    sites = facts.flow.calls_of(function)
-    if not sites or graph.uncertain_callers(function) or graph.references(function):
-        return False
-    rebound = {
-        name for a in script.index.own_assignments(function) for t in assigned_targets(a)
-        for name in target_names(t)
-    }  # fmt: skip
-    parameters = {p.name.value: p for p in all_params(function.params)}
-    names = [
-        n.value
-        for n in walk(test)
-        if isinstance(n, cst.Name) and not is_attribute_name(script, n) and not ranks.uniform(n)
-    ]
-    if not names:
-        return False
-    for name in dict.fromkeys(names):
-        if name not in parameters or name in rebound:
-            return False
-        passed = facts.flow.call_site_arguments(name, test)
-        if len(passed) < len(sites):
-            default = parameters[name].default
-            if default is None or not ranks.uniform(default):
-                return False
-        if not all(_alike_value(script, argument.value) for argument in passed):
-            return False
-    return True
-
-
-def _alike_value(script: ScriptModel, value: cst.BaseExpression) -> bool:
-    """``value`` is the same on every rank: a constant or setting, or the variable of a loop
-    over such values around it."""
-    ranks = facts_of(script).ranks
-    if ranks.uniform(value):
-        return True
-    if not isinstance(value, cst.Name):
-        return False
-    for loop in script.ancestors(value):
-        if isinstance(loop, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            return False
-        if (
-            isinstance(loop, cst.For)
-            and isinstance(loop.target, cst.Name)
-            and loop.target.value == value.value
-            and isinstance(loop.iter, (cst.List, cst.Tuple))
-            and all(ranks.uniform(element.value) for element in loop.iter.elements)
-        ):
-            return True
-    return False
 
 
 def _per_rank_values(script: ScriptModel, branch: cst.CSTNode) -> str:
@@ -841,7 +830,7 @@ def _ordered_by_a_collective(
 
 def _barriers_between(
     script: ScriptModel, write: cst.Call, read: cst.Call, within: cst.CSTNode | None = None
-) -> tuple[list[cst.Call], list[tuple[cst.Call, cst.If]]]:
+) -> tuple[list[cst.Call], list[tuple[cst.Call, cst.If | cst.MatchCase]]]:
     """The collectives between ``write`` and ``read`` (`_ordered_by_a_collective`) that run
     whenever both do, and those in a branch that neither the write nor the read is in (``if
     epoch % 5 == 0: accelerator.wait_for_everyone()``, then a read every epoch), each with that
@@ -850,7 +839,7 @@ def _barriers_between(
     function = script.index.enclosing_function(read)
     start, end = script.order(write if within is None else within), script.order(read)
     always: list[cst.Call] = []
-    sometimes: list[tuple[cst.Call, cst.If]] = []
+    sometimes: list[tuple[cst.Call, cst.If | cst.MatchCase]] = []
     for call in script.calls:
         if not start < script.order(call) < end or call is read:
             continue
@@ -870,22 +859,48 @@ def _barriers_between(
 
 def _skipped_branch(
     script: ScriptModel, call: cst.Call, write: cst.CSTNode, read: cst.CSTNode
-) -> cst.If | None:
-    """The innermost ``if`` whose body (or ``else``) holds ``call`` and neither ``write`` nor
-    ``read``: a run may take the write and the read and skip ``call``."""
+) -> cst.If | cst.MatchCase | None:
+    """The innermost ``if`` (or ``case``) whose body (or ``else``) holds ``call`` and neither
+    ``write`` nor ``read``: a run may take the write and the read and skip ``call``. Not one
+    whose test holds whenever several processes run (``if accelerator.num_processes > 1:``: a
+    run of one has nobody to wait for), nor a rank test (``if not accelerator.is_main_process:
+    accelerator.wait_for_everyone()`` above the write and ``if accelerator.is_main_process:
+    accelerator.wait_for_everyone()`` below it, main-process-first by hand: every rank reaches
+    one of them, and moving one out of its test hangs). ``if args.local_rank != -1:`` is still
+    one: under ``torchrun`` the flag keeps its default and the barrier is skipped."""
     child: cst.CSTNode = call
     for ancestor in script.ancestors(call):
         if isinstance(ancestor, cst.FunctionDef):
             return None
-        if (
-            isinstance(ancestor, cst.If)
-            and child is not ancestor.test
-            and not script.inside(write, ancestor)
-            and not script.inside(read, ancestor)
-        ):
+        holds = not script.inside(write, ancestor) and not script.inside(read, ancestor)
+        if isinstance(ancestor, cst.MatchCase) and holds:
             return ancestor
+        if isinstance(ancestor, cst.If) and child is not ancestor.test and holds:
+            test = ancestor.test
+            several = several_processes(script, test, ancestor)
+            by_rank = script.reads_rank(test) and not _launch_test(script, test)
+            if not (several or by_rank):
+                return ancestor
         child = ancestor
     return None
+
+
+def _launch_test(script: ScriptModel, test: cst.BaseExpression) -> bool:
+    """``args.local_rank != -1`` (or ``== -1``, ``>= 0``, ``> -1``): whether a launcher passed a
+    rank flag, not which rank this is; ``torchrun`` passes none, so every rank skips it."""
+    code = "".join(ch for ch in script.module.code_for_node(test) if not ch.isspace())
+    return any(code.endswith(tail) for tail in ("!=-1", "==-1", ">-1", ">=0", "<0"))
+
+
+def _condition(script: ScriptModel, branch: cst.If | cst.MatchCase) -> str:
+    """How the message names what a skipped barrier waits on: `epoch % 5 == 0` (line 9),
+    `case 0` of `match epoch % 5` (line 10)."""
+    code = script.module.code_for_node
+    if isinstance(branch, cst.If):
+        return f"`{code(branch.test)}` (line {script.line(branch)})"
+    match = script.parent(branch)
+    subject = f" of `match {code(match.subject)}`" if isinstance(match, cst.Match) else ""
+    return f"`case {code(branch.pattern)}`{subject} (line {script.line(branch)})"
 
 
 #: Barriers by their own name, whatever object answers them.
@@ -904,7 +919,7 @@ def _exclusive(script: ScriptModel, write: cst.CSTNode, read: cst.CSTNode) -> bo
     ranks = facts_of(script).ranks
 
     def alike(test: cst.BaseExpression) -> bool:  # not a rank's own test
-        return ranks.uniform(test) or _alike_by_its_callers(script, test)
+        return ranks.uniform(test) or alike_by_its_callers(script, test)
 
     for branch in script.ancestors(write):
         if isinstance(branch, cst.If):

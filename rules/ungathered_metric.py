@@ -2,6 +2,7 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
+from accelify.analysis.alike_tests import alike_by_its_callers
 from accelify.analysis.collectives import combines_ranks
 from accelify.analysis.evaluation import first_forward as _first_forward
 from accelify.analysis.evaluation import self_syncing_metrics
@@ -174,6 +175,22 @@ class UngatheredMetric(Rule):
     )
     why = "Each rank evaluates only its shard of a prepared DataLoader."
     bad = (
+        # one call of the helper is read unchanged: its predictions are this rank's alone
+        Example(
+            "import torch\nfrom accelerate import Accelerator\n\n\n"
+            "def evaluate(model, loader):\n"
+            "    preds = []\n"
+            "    with torch.no_grad():\n"
+            "        for x, y in loader:\n"
+            "            preds.append(model(x).argmax(-1))\n"
+            "    return torch.cat(preds)\n\n\n"
+            "accelerator = Accelerator()\n"
+            "model, loader = accelerator.prepare(model, loader)\n"
+            "preds = accelerator.gather_for_metrics(evaluate(model, loader))\n"
+            "print(len(evaluate(model, loader)))\n",
+            9,
+            13,
+        ),
         # gradients turned off inside the loop's body: an evaluation through the step function
         Example(_STEP_WITH_GRADIENTS_OFF.format(after="print(total / len(test_loader))\n"), 19, 5),
         # an evaluator object: the loader its constructor keeps is the prepared one
@@ -602,6 +619,17 @@ class UngatheredMetric(Rule):
         ),
     )
     good = (
+        # the helper's predictions, joined and returned, gathered where it is called (review8a)
+        "import torch\nfrom accelerate import Accelerator\n\n\n"
+        "def evaluate(model, loader):\n"
+        "    preds = []\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in loader:\n"
+        "            preds.append(model(x).argmax(-1))\n"
+        "    return torch.cat(preds)\n\n\n"
+        "accelerator = Accelerator()\n"
+        "model, loader = accelerator.prepare(model, loader)\n"
+        "preds = accelerator.gather_for_metrics(evaluate(model, loader))\n",
         # a training loop: the step trains (through a helper) and the ``no_grad`` block beside
         # it updates an EMA copy; the running loss is a training log, not an evaluation
         "import torch\nfrom accelerate import Accelerator\n\n\n"
@@ -1969,7 +1997,10 @@ def _stats_dict(script: ScriptModel, loop: Loop, at: cst.CSTNode) -> str | None:
     """The name of a dict of this batch's statistics that ``at`` folds into a running meter
     (nanoT5's ``averager.update(stats)``, ``history.append(stats)``): bound in the loop to a
     dict display, or unpacked from a call of a function of the file that returns one in that
-    place (``_, stats = forward(model, batch)`` of a ``return loss, stats``)."""
+    place (``_, stats = forward(model, batch)`` of a ``return loss, stats``). Only a dict of
+    fixed keys and scalar values (`_fixed_scalar_dict`): the advised reduce runs once per key on
+    every rank, so keys one rank adds alone (``if loss > 10: stats["spike"] = 1.0``) hang it,
+    and a string or a list has no ``torch.tensor`` to reduce; for those the gather advice."""
     node = at.value if isinstance(at, cst.Expr) else at
     if not (
         isinstance(node, cst.Call)
@@ -1986,24 +2017,112 @@ def _stats_dict(script: ScriptModel, loop: Loop, at: cst.CSTNode) -> str | None:
             continue
         target = assign.targets[0].target
         if isinstance(target, cst.Name) and target.value == name:
-            if _a_dict(assign.value):
+            if _fixed_scalar_dict(script, assign.value, name, loop.node.body):
                 return name
         elif isinstance(target, cst.Tuple) and isinstance(assign.value, cst.Call):
             places = [dotted(e.value) for e in target.elements]
-            if name in places and _returns_a_dict_at(script, assign.value, places.index(name)):
+            if (
+                name in places
+                and not _keys_changed(script, name, loop.node.body)
+                and _returns_a_dict_at(script, assign.value, places.index(name))
+            ):
                 return name
     return None
 
 
-def _a_dict(value: cst.BaseExpression) -> bool:
-    return isinstance(value, cst.Dict | cst.DictComp) or (
-        isinstance(value, cst.Call) and dotted(value.func) == "dict"
+def _fixed_scalar_dict(
+    script: ScriptModel, value: cst.BaseExpression, name: str, scope: cst.CSTNode
+) -> bool:
+    """``value`` is a dict display with string keys and scalar values (``{"loss":
+    loss.item(), "acc": float(acc)}``) bound to ``name``, whose keys nothing in ``scope``
+    changes: what every rank can reduce key by key, in the same order."""
+    return (
+        isinstance(value, cst.Dict)
+        and bool(value.elements)
+        and all(
+            isinstance(e, cst.DictElement)
+            and isinstance(e.key, cst.SimpleString)
+            and _scalar(e.value)
+            for e in value.elements
+        )
+        and not _keys_changed(script, name, scope)
     )
+
+
+def _scalar(value: cst.BaseExpression) -> bool:
+    """Not plainly something other than a number: no string, list, tuple, set or dict (a
+    display or a comprehension), nor ``.tolist()``, ``.numpy()``, ``str(...)``, ``list(...)``
+    of one; arithmetic of such values. ``loss.item()``, ``correct / labels.numel()``, a name:
+    a number as statistics of a batch spell it."""
+    if isinstance(value, cst.UnaryOperation):
+        return _scalar(value.expression)
+    if isinstance(value, cst.BinaryOperation):
+        return _scalar(value.left) and _scalar(value.right)
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Attribute):
+            return func.attr.value not in _NOT_SCALAR_METHODS
+        return dotted(func) not in _NOT_SCALAR_BUILDERS
+    return not isinstance(value, _NOT_SCALAR_DISPLAYS)
+
+
+#: What holds no number a reduce takes (a string, a list of predictions, an array).
+_NOT_SCALAR_DISPLAYS = (
+    cst.SimpleString,
+    cst.FormattedString,
+    cst.ConcatenatedString,
+    cst.List,
+    cst.Tuple,
+    cst.Set,
+    cst.Dict,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
+)
+_NOT_SCALAR_METHODS = frozenset({"tolist", "numpy", "decode", "batch_decode", "split", "join"})
+_NOT_SCALAR_BUILDERS = frozenset({"str", "list", "tuple", "dict", "set", "sorted", "repr"})
+
+
+def _keys_changed(script: ScriptModel, name: str, scope: cst.CSTNode) -> bool:
+    """``scope`` adds keys to ``name`` that some ranks may lack, or drops or replaces them:
+    ``name[k] = v`` under a test the ranks may disagree on (``if loss > 10:``) or of a value
+    that is no scalar, ``del name[k]``, ``name.update(...)``, ``name.pop(k)``. A key added
+    under a setting every rank shares (nanoT5's ``if calc_acc:``) is there on every rank."""
+    ranks = facts_of(script).ranks
+    for node in walk(scope):
+        if isinstance(node, cst.Assign):
+            if not any(
+                isinstance(t.target, cst.Subscript) and dotted(t.target.value) == name
+                for t in node.targets
+            ):
+                continue
+            if not _scalar(node.value):
+                return True
+            for ancestor in script.ancestors(node):
+                if ancestor is scope:
+                    break
+                if isinstance(ancestor, cst.If) and not (
+                    ranks.uniform(ancestor.test) or alike_by_its_callers(script, ancestor.test)
+                ):
+                    return True
+        elif isinstance(node, cst.AugAssign | cst.AnnAssign | cst.Del):
+            if isinstance(node.target, cst.Subscript) and dotted(node.target.value) == name:
+                return True
+        elif (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and dotted(node.func.value) == name
+            and node.func.attr.value in ("update", "pop", "popitem", "setdefault", "clear")
+        ):
+            return True
+    return False
 
 
 def _returns_a_dict_at(script: ScriptModel, call: cst.Call, place: int) -> bool:
     """Every ``return`` of the function ``call`` runs hands back a tuple whose element at
-    ``place`` is a dict display or a name the function binds to one only."""
+    ``place`` is a dict of fixed keys and scalar values (`_fixed_scalar_dict`), or a name the
+    function binds to one only."""
     found = script.call_graph.callee(call)
     if found is None:
         return False
@@ -2016,7 +2135,7 @@ def _returns_a_dict_at(script: ScriptModel, call: cst.Call, place: int) -> bool:
         if not isinstance(value, cst.Tuple) or len(value.elements) <= place:
             return False
         element = value.elements[place].value
-        if _a_dict(element):
+        if _fixed_scalar_dict(script, element, "", function.body):
             continue
         if not isinstance(element, cst.Name):
             return False
@@ -2027,7 +2146,9 @@ def _returns_a_dict_at(script: ScriptModel, call: cst.Call, place: int) -> bool:
             and len(a.targets) == 1
             and dotted(a.targets[0].target) == element.value
         ]
-        if not bound or not all(_a_dict(b) for b in bound):
+        if not bound or not all(
+            _fixed_scalar_dict(script, b, element.value, function.body) for b in bound
+        ):
             return False
     return True
 
@@ -2136,9 +2257,54 @@ def _reduced_by_callers(
     function = facts.placement.enclosing_function(loop.node)
     if function is None or "." in target:
         return False
+    if _gathered_at_every_call(script, facts, function, target, accelerators):
+        return True
     held = held_by_callers(facts, function, {target})
     return bool(held) and all(
         _reduced_later(script, statement, name, all_calls, accelerators) for statement, name in held
+    )
+
+
+#: Calls that join a list of tensors and keep every value: what they return is the total.
+_JOINS = frozenset({"torch.cat", "torch.stack", "torch.concat", "torch.tensor"})
+
+
+def _gathered_at_every_call(
+    script: ScriptModel,
+    facts: Facts,
+    function: cst.FunctionDef,
+    target: str,
+    accelerators: set[str],
+) -> bool:
+    """Every ``return`` of ``function`` hands back the total, whole or joined (``return
+    torch.cat(preds)``), and every call of it in the file is handed straight to a gather
+    (``accelerator.gather_for_metrics(evaluate(model, loader))``): combined there."""
+    returns = script.index.own_returns(function)
+    if not returns or not all(_returns_total(script, r.value, target) for r in returns):
+        return False
+    sites = facts.flow.calls_of(function)
+    if not sites:
+        return False
+    for call, _ in sites:
+        argument = script.parent(call)
+        gather = script.parent(argument) if isinstance(argument, cst.Arg) else None
+        if not (
+            isinstance(gather, cst.Call)
+            and (_is_collective(gather, accelerators) or combines_ranks(script, gather))
+        ):
+            return False
+    return True
+
+
+def _returns_total(script: ScriptModel, value: cst.BaseExpression | None, target: str) -> bool:
+    if isinstance(value, cst.Name):
+        return value.value == target
+    return (
+        isinstance(value, cst.Call)
+        and bool(script.call_names(value) & _JOINS)
+        and len(value.args) == 1
+        and isinstance(value.args[0].value, cst.Name)
+        and value.args[0].value.value == target
     )
 
 

@@ -3,8 +3,10 @@ from collections.abc import Iterator
 import libcst as cst
 
 from accelify.analysis.facts import facts_of
+from accelify.analysis.loss_sources import last_binding
+from accelify.analysis.scheduler_preparation import prepared_schedulers
 from accelify.analysis.script_model import Kind, ScriptModel
-from accelify.analysis.syntax import dotted, strip_self_methods, target_names
+from accelify.analysis.syntax import dotted, strip_self_methods, target_names, walk
 from accelify.lint.rule import HEADER, Example, Finding, Rule, calls
 
 _DATA = (
@@ -93,6 +95,21 @@ class UnpreparedLoaderLength(Rule):
         + "for (x,) in counting:\n"
         + "    accelerator.backward(model(x).sum())\n"
         + "    optimizer.step()\n",
+        # the local rebound to the prepared attribute before it is counted (review8a)
+        _RENAMED.replace(
+            "        self.total_steps",
+            "        train_dataloader = self.train_dataloader\n        self.total_steps",
+        ).format(counted="train_dataloader"),
+        # the whole set's batches size a scheduler prepare wraps: it steps N times per call
+        HEADER
+        + _DATA
+        + "from transformers import get_linear_schedule_with_warmup\n"
+        + "model = torch.nn.Linear(2, 1)\n"
+        + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "model, optimizer, train_dl = accelerator.prepare(model, optimizer, loader)\n"
+        + "total_steps = len(loader) * 3\n"
+        + "scheduler = get_linear_schedule_with_warmup(optimizer, 0, total_steps)\n"
+        + "scheduler = accelerator.prepare(scheduler)\n",
     )
 
     def check(self, script: ScriptModel) -> Iterator[Finding]:
@@ -146,6 +163,8 @@ def _prepared_under_another_name(
     prepare (the whole set's batches, which a prepared scheduler's N steps per call match).
     The prepared name and the prepare's line, or None."""
     scope = script.scope_of(length)
+    if _sizes_a_prepared_scheduler(script, length):
+        return None
     for prepare in script.prepare_calls:
         if (
             name in prepare.inputs
@@ -153,9 +172,37 @@ def _prepared_under_another_name(
             and name not in prepare.outputs
             and script.scope_of(prepare.call) is scope
             and script.order(prepare.call) < script.order(length)
+            and not _rebound_between(script, name, prepare.call, length)
         ):
             return prepare.outputs[prepare.inputs.index(name)], prepare.line
     return None
+
+
+def _rebound_between(script: ScriptModel, name: str, start: cst.CSTNode, end: cst.CSTNode) -> bool:
+    """``name`` is bound again between ``start`` and ``end`` (``train_dataloader =
+    self.train_dataloader`` after the prepare): the local holds what it was rebound to."""
+    binding = last_binding(script, name, end)
+    return binding is not None and script.order(binding) > script.order(start)
+
+
+def _sizes_a_prepared_scheduler(script: ScriptModel, length: cst.Call) -> bool:
+    """``length`` sizes a scheduler ``prepare`` wraps, in its constructor or through the name
+    it is bound to (``total_steps = len(loader) * epochs``, then
+    ``get_linear_schedule_with_warmup(optimizer, 0, total_steps)``): the wrapped scheduler
+    steps N times per call, so the whole set's batches are what it should count."""
+    statement = next((a for a in script.ancestors(length) if isinstance(a, cst.Assign)), None)
+    sized = {
+        n for t in statement.targets for n in target_names(t.target)
+    } if statement is not None else set()  # fmt: skip
+    for argument in prepared_schedulers(script).values():
+        given = dotted(argument.value)
+        binding = last_binding(script, given, argument) if given else None
+        if not isinstance(binding, cst.Assign):
+            continue
+        for node in walk(binding.value):
+            if node is length or (isinstance(node, cst.Name) and node.value in sized):
+                return True
+    return False
 
 
 def _iterated_unprepared(script: ScriptModel, name: str) -> bool:

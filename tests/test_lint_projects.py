@@ -320,3 +320,26 @@ def test_a_dict_of_batch_stats_is_advised_a_reduce_of_each_value():
     message = reported(PROJECTS / "averaged_eval_handed_on")[("loops.py", 21, "ACC403")]
     assert message.startswith("Reduce `stats` over the ranks before folding it in")
     assert 'accelerator.reduce(torch.tensor(v, device=accelerator.device), "mean")' in message
+
+
+@pytest.mark.parametrize(
+    "folder, line", [("stats_dict_cond_keys", 17), ("stats_dict_nonscalar", 29)]
+)
+def test_a_dict_of_changing_keys_or_of_strings_is_advised_the_gather(folder: str, line: int):
+    """A reduce per key hangs where one rank adds a key (``if loss > 10: stats["spike"] =
+    1.0``), and raises on a string or a list: only a dict of fixed keys and scalar values is
+    advised the reduce (review8a)."""
+    message = reported(PROJECTS / folder)[("evaluate.py", line, "ACC403")]
+    assert message.startswith("Gather before accumulating the metric")
+    assert ".reduce(" not in message
+
+
+def test_a_prompting_helper_that_runs_collectives_is_advised_to_ask_inside():
+    """Wrapping evaluate_and_confirm() in ``if accelerator.is_main_process`` would leave its
+    all_reduce and the model's forward to the main process alone (a hang): the advice goes to
+    the input() inside the helper (review8a)."""
+    folder = PROJECTS / "prompt_in_a_helper_running_collectives"
+    message = reported(folder)[("train.py", 17, "ACC216")]
+    assert "inside the helper" in message
+    assert "at utils.py:15" in message
+    assert "evaluate_and_confirm(model, eval_loader) if" not in message

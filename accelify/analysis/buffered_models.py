@@ -30,6 +30,7 @@ import libcst as cst
 
 from accelify.analysis import names
 from accelify.analysis.objects import bound_arguments
+from accelify.analysis.project_modules import read
 from accelify.analysis.script_model import Kind, ScriptModel
 from accelify.analysis.syntax import dotted, walk
 
@@ -180,6 +181,7 @@ def _class_holds_buffers(
                 isinstance(node, cst.Call)
                 and isinstance(node.func, cst.Attribute)
                 and node.func.attr.value == "register_buffer"
+                and _registered_when_built(script, cls, node, project)
             ):
                 return True
             if isinstance(node, cst.Call) and _holds_buffers(script, node, depth, file, project):
@@ -189,6 +191,32 @@ def _class_holds_buffers(
         ):
             return True
     return False
+
+
+def _registered_when_built(
+    script: ScriptModel, cls: cst.ClassDef, register: cst.Call, project: ProjectView | None
+) -> bool:
+    """``register`` runs for an instance: in the class's ``__init__`` (or outside its methods),
+    or in a method some code calls (``.cache(`` in the class's module, the linted file or a
+    module read for it, a subclass's). A buffer a method nobody calls would register is never
+    there (review8a)."""
+    method = next(
+        (
+            a
+            for a in script.ancestors(register)
+            if isinstance(a, cst.FunctionDef) and script.parent(script.parent(a)) is cls
+        ),
+        None,
+    )
+    if method is None or method.name.value == "__init__":
+        return True
+    called = f".{method.name.value}(".encode()
+    if called in script.module.code.encode():
+        return True
+    # the linted file and the modules read for it so far (a subclass's module among them)
+    return project is not None and any(
+        called in read(file) for file in (project.path, *project.read)
+    )
 
 
 def _base_holds_buffers(

@@ -124,3 +124,35 @@ def _bound_to(
         and len(binding.targets) == 1
         and test(script, binding.value, binding)
     )
+
+
+def several_processes(script: ScriptModel, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """``test`` holds whenever more than one process runs: ``accelerator.num_processes > 1``,
+    ``world_size != 1``, ``(n := state.num_processes) >= 2``, ``accelerator.distributed_type !=
+    DistributedType.NO``, ``accelerator.use_distributed``, or an ``or`` with one of these. A
+    barrier under it is skipped only by a run of one process, where it has nobody to wait for
+    (ACC212). ``args.local_rank != -1`` is not one: under ``torchrun`` the flag stays -1."""
+    if isinstance(test, cst.BooleanOperation):
+        if isinstance(test.operator, cst.Or):
+            return several_processes(script, test.left, at) or several_processes(
+                script, test.right, at
+            )
+        return False
+    if isinstance(test, cst.Attribute):
+        return test.attr.value == "use_distributed"
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    left, comparison = test.left, test.comparisons[0]
+    right, operator = comparison.comparator, comparison.operator
+    if isinstance(left, cst.NamedExpr):
+        left = left.value
+    if (dotted(left) or "").endswith("distributed_type"):
+        return isinstance(operator, (cst.NotEqual, cst.IsNot)) and (dotted(right) or "").endswith(
+            "DistributedType.NO"
+        )
+    if not (isinstance(right, cst.Integer) and process_count(script, left, at)):
+        return False
+    bound = right.evaluated_value
+    return (isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and bound == 1) or (
+        isinstance(operator, cst.GreaterThanEqual) and bound == 2
+    )

@@ -62,18 +62,33 @@ def writes(model: ScriptModel, placement: Placement, with_torch_save: bool = Fal
 def writes_by_method(model: ScriptModel, call: cst.Call) -> bool:
     """``model.save_pretrained(d)``, ``df.to_csv(p)``: a method that writes files. Not
     ``self.save_pretrained(d)`` in a class that defines ``save_pretrained``, itself or in a
-    base class of the file (trlx's trainer: its method saves the model with
-    ``is_main_process=`` and the tokenizer under a guard): its writes are judged in its body,
-    and a guard at the call would put the method's barrier and state-dict gather on one rank
-    (a hang)."""
+    base class of the file or of another module of the project (trlx's trainer: its method
+    saves the model with ``is_main_process=`` and the tokenizer under a guard): its writes are
+    judged in its body, and a guard at the call would put the method's barrier and state-dict
+    gather on one rank (a hang)."""
     func = call.func
     if not isinstance(func, cst.Attribute) or func.attr.value not in names.FILE_WRITING_METHODS:
         return False
     if dotted(func.value) != "self":
         return True
     owner = model.index.enclosing_class(call)
-    # the class's own method, or one a base class of the file defines
-    return owner is None or model.call_graph.lookup(owner, func.attr.value) is None
+    return owner is None or not defines_method(model, owner, func.attr.value)
+
+
+def defines_method(model: ScriptModel, owner: cst.ClassDef, name: str, depth: int = 0) -> bool:
+    """``owner`` (a class of ``model``'s file) or one of its base classes defines ``name``:
+    a base of the file, or one imported from another module of the project (``from
+    base_trainer import RLTrainer``), looked up in its own module and, in turn, its bases."""
+    if model.call_graph.lookup(owner, name) is not None:
+        return True
+    if model.project is None or depth > 8:
+        return False
+    for base in owner.bases:
+        based = dotted(base.value)
+        imported = model.project.imported_class(model, based) if based else None
+        if imported is not None and defines_method(*imported, name, depth + 1):
+            return True
+    return False
 
 
 #: Methods that write through an open file (``f.write(line)``), and through a csv writer made
