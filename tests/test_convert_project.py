@@ -927,6 +927,32 @@ def test_an_object_of_a_sibling_module_that_saves_is_handed_the_unwrapped_model(
     assert all("FSDP or ZeRO-3" in n.text for n in (*stopping.reviews, *train.reviews))
 
 
+def test_an_object_saver_made_by_a_factory_leaves_the_modules_save_on_every_rank(tmp_path: Path):
+    """``self.early_stopping = make_stopper(cfg, path)``: the conversion cannot follow the
+    object to its calls, so it cannot wait after them nor unwrap what they are handed; were
+    stopping.py's save put on the main process alone, rank 1 would read a file not yet
+    written (review8b). The save stays on every rank, and the construction is reviewed."""
+    project = _stopper(tmp_path)
+    train_py = project / "train.py"
+    text = train_py.read_text()
+    made = 'EarlyStopping(patience=cfg["patience"], path=self.best_path)'
+    assert made in text
+    text = text.replace(made, "make_stopper(cfg, self.best_path)").replace(
+        "\n\nclass ",
+        '\n\ndef make_stopper(cfg, path):\n    return EarlyStopping(patience=cfg["patience"], '
+        "path=path)\n\n\nclass ",
+        1,
+    )
+    train_py.write_text(text)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    assert b"is_main_process" not in results["stopping.py"].converted
+    train = results["train.py"]
+    (review,) = [n for n in train.reviews if "cannot follow this object" in n.text]
+    assert "make_stopper" not in review.text and "unwrap_model(model)" in review.text
+    assert text.splitlines()[review.line - 1].strip().startswith("return EarlyStopping(")
+    assert not [n for n in train.changes if "every rank waits for the file" in n.text]
+
+
 def test_an_object_saver_whose_module_is_not_converted_gets_a_review_line(tmp_path: Path):
     project = _stopper(tmp_path)
     (result,) = convert_all(list(collect([project / "train.py"])), Options(), 1)

@@ -432,14 +432,38 @@ def object_saves_waited(model: ScriptModel, name: str, saver: ObjectSaver) -> bo
     wait, a rank could read the file back before it is written: the save stays on every
     rank (`saver_modules.saves_guarded`)."""
     instances = saver_instances(model, name)
+    if not instances or unfollowed_instances(model, name, instances):
+        return False
     shared = facts_of(model).shared_files
+    calls = 0
     for call in model.calls:
         found = saver_method(call, instances)
         if found is None or found[1] not in saver.methods:
             continue
         if own_line(model, call) is None or shared.parting_before(call) is not None:
             return False
-    return True
+        calls += 1
+    return calls > 0
+
+
+def unfollowed_instances(model: ScriptModel, name: str, instances: set[str]) -> list[cst.Call]:
+    """The saver class's constructions in the driver that `saver_instances` cannot follow to
+    their calls (returned by a factory, handed straight to a call, kept in a list): the
+    driver cannot wait after those calls nor unwrap what they are handed, so the save must
+    stay on every rank (review8b: ``self.stopper = make_stopper(cfg)``,
+    ``trainer.fit(EarlyStopping())``)."""
+    found = []
+    for node in walk(model.module):
+        if not isinstance(node, cst.Call) or dotted(node.func) != name:
+            continue
+        parent = model.parent(node)
+        if not (
+            isinstance(parent, cst.Assign)
+            and len(parent.targets) == 1
+            and dotted(parent.targets[0].target) in instances
+        ):
+            found.append(node)
+    return found
 
 
 def class_state_savers(module: ScriptModel, cls: cst.ClassDef) -> dict[str, StateSaver]:

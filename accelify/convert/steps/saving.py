@@ -121,6 +121,16 @@ def _project_object_savers(ctx: Context) -> None:
     the same run (`project.guarded_saves`); else a review line says every rank writes it."""
     for name, saver in ctx.imported_object_savers.items():
         instances = project.saver_instances(ctx.model, name)
+        for made in project.unfollowed_instances(ctx.model, name, instances):
+            ctx.plan.review(
+                ctx.line(made),
+                f"{ctx.code(made)}: {saver.class_name} ({saver.module.name}) saves the state "
+                f"dict of the model it is handed ({saver.where}) on every rank, and the "
+                "conversion cannot follow this object to its calls: hand it the accelerator's "
+                "unwrap_model(model) (a prepared model's keys start with `module.`), have every "
+                "rank call wait_for_everyone() after each call before any rank reads the file "
+                "back, and put that torch.save under `if PartialState().is_main_process:`",
+            )
         for call in ctx.model.calls:
             found = project.saver_method(call, instances)
             if found is None or found[1] not in saver.methods:
