@@ -1007,6 +1007,17 @@ def test_a_helper_reading_the_guarded_global_accelerator_imported_elsewhere_is_s
     assert review.line == 6 and f"{where} imports evaluate from here" in review.text
 
 
+def test_a_helper_imported_below_beside_a_namesake_module_is_not_said(tmp_path: Path):
+    """``tools/report.py`` beside its own ``tools/train.py``: ``from train import evaluate``
+    there reads the namesake, not this file."""
+    (tmp_path / "train.py").write_text(_HELPER_SCRIPT)
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "train.py").write_text("def evaluate(model, loader):\n    return 0\n")
+    (tmp_path / "tools" / "report.py").write_text("from train import evaluate\n")
+    (result,) = convert_all(list(collect([tmp_path / "train.py"])), Options(), 1)
+    assert not [n for n in result.reviews if "reads the global accelerator" in n.text]
+
+
 def test_a_helper_reading_the_global_accelerator_imported_by_no_file_is_not_said(tmp_path: Path):
     (tmp_path / "train.py").write_text(_HELPER_SCRIPT)
     (tmp_path / "report.py").write_text("import torch\n")

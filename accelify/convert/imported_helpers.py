@@ -147,8 +147,8 @@ def _importers(path: Path) -> list[Path]:
         folders[:] = sorted(
             f for f in folders if f not in _SKIPPED and not f.startswith(".") and depth < _DEPTH
         )
-        if depth == 0:
-            continue  # the folder's own files: `across.importers_of`
+        if depth == 0 or (here / path.name).exists():
+            continue  # the folder's own files (`across.importers_of`), or a namesake's folder
         for name in sorted(f for f in files if f.endswith(".py")):
             seen += 1
             if seen > _FILES:
