@@ -373,11 +373,13 @@ class CallGraph:
         """``save_fn`` for ``utils.save_checkpoint`` where the module binds ``utils`` once, at
         its top level or in the function that makes the call, to
         ``SimpleNamespace(save_checkpoint=save_fn)`` (a stand-in for a module of helpers; also
-        ``SimpleNamespace(**{"save_checkpoint": save_fn})``) and ``save_fn`` is a function of
-        the module, nowhere bound again."""
+        ``SimpleNamespace(**{"save_checkpoint": save_fn})``, or a lambda forwarding to it) and
+        ``save_fn`` is a function of the module, nowhere bound again, nor the attribute."""
         if not isinstance(receiver, cst.Name):
             return None
         bound = self.index.assignments_to(receiver.value)
+        if self.index.assignments_to(f"{receiver.value}.{name}"):
+            return None  # ``utils.save_checkpoint = ...``: the attribute is set again
         if len(bound) != 1 or self.model.scope_of(bound[0]) not in (
             self.model.module,
             self.model.scope_of(call),
@@ -389,6 +391,7 @@ class CallGraph:
         }:
             return None
         for key, value in _namespace_entries(made):
+            value = _forwarded(value)
             if (
                 key == name
                 and isinstance(value, cst.Name)
@@ -1197,3 +1200,26 @@ def _namespace_entries(made: cst.Call) -> list[tuple[str, cst.BaseExpression]]:
                     if isinstance(key, str):
                         found.append((key, element.value))
     return found
+
+
+def _forwarded(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``save_fn`` for ``lambda m, p: save_fn(m, p)``: a lambda that hands its own parameters,
+    in order and nothing else, to one function is that function; anything else as it is."""
+    if not isinstance(value, cst.Lambda) or not isinstance(value.body, cst.Call):
+        return value
+    params = value.params
+    if (
+        params.star_arg is not cst.MaybeSentinel.DEFAULT
+        or params.kwonly_params
+        or (params.star_kwarg is not None or params.posonly_params)
+    ):
+        return value
+    names = [p.name.value for p in params.params if p.default is None]
+    handed = [a.value for a in value.body.args]
+    if len(names) != len(params.params) or any(
+        a.keyword is not None or a.star for a in value.body.args
+    ):
+        return value
+    if [h.value if isinstance(h, cst.Name) else None for h in handed] != names:
+        return value
+    return value.body.func
