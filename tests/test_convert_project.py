@@ -1078,23 +1078,41 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize(
-    "importer",
+    ("where", "importer"),
     [
-        "from train import evaluate\n\nevaluate(None, [])\n",
-        "import train\n\ntrain.evaluate(None, [])\n",
+        ("report.py", "from train import evaluate\n\nevaluate(None, [])\n"),
+        ("report.py", "import train\n\ntrain.evaluate(None, [])\n"),
+        ("report.py", "import train as t\n\nt.evaluate(None, [])\n"),
+        (
+            "tools/report.py",
+            "import sys\nsys.path.insert(0, '..')\nfrom train import evaluate\n",
+        ),
     ],
 )
 def test_a_helper_reading_the_guarded_global_accelerator_imported_elsewhere_is_said(
-    tmp_path: Path, importer: str
+    tmp_path: Path, where: str, importer: str
 ):
     """``evaluate`` gathers through the global ``accelerator`` the conversion creates under the
-    main guard; report.py imports it, where that global never exists (NameError)."""
+    main guard; report.py imports it (also under another name, or from a folder below), where
+    that global never exists (NameError)."""
     (tmp_path / "train.py").write_text(_HELPER_SCRIPT)
-    (tmp_path / "report.py").write_text(importer)
+    (tmp_path / where).parent.mkdir(exist_ok=True)
+    (tmp_path / where).write_text(importer)
     (result,) = convert_all(list(collect([tmp_path / "train.py"])), Options(), 1)
     assert "accelerator.gather_for_metrics" in result.converted.decode()
     (review,) = [n for n in result.reviews if "reads the global accelerator" in n.text]
-    assert review.line == 6 and "report.py imports evaluate from here" in review.text
+    assert review.line == 6 and f"{where} imports evaluate from here" in review.text
+
+
+def test_a_helper_imported_below_beside_a_namesake_module_is_not_said(tmp_path: Path):
+    """``tools/report.py`` beside its own ``tools/train.py``: ``from train import evaluate``
+    there reads the namesake, not this file."""
+    (tmp_path / "train.py").write_text(_HELPER_SCRIPT)
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "train.py").write_text("def evaluate(model, loader):\n    return 0\n")
+    (tmp_path / "tools" / "report.py").write_text("from train import evaluate\n")
+    (result,) = convert_all(list(collect([tmp_path / "train.py"])), Options(), 1)
+    assert not [n for n in result.reviews if "reads the global accelerator" in n.text]
 
 
 def test_a_helper_reading_the_global_accelerator_imported_by_no_file_is_not_said(tmp_path: Path):
@@ -1102,3 +1120,16 @@ def test_a_helper_reading_the_global_accelerator_imported_by_no_file_is_not_said
     (tmp_path / "report.py").write_text("import torch\n")
     (result,) = convert_all(list(collect([tmp_path / "train.py"])), Options(), 1)
     assert not [n for n in result.reviews if "reads the global accelerator" in n.text]
+
+
+OWN_LOGGER = FIXTURES / "projects" / "logger_factory_returning_an_object_of_its_own"
+
+
+def test_a_factory_returning_no_logging_logger_is_not_taken_for_one(tmp_path: Path):
+    """The factory calls ``logging.getLogger`` but returns a printer: turning ``logging`` off
+    on the other ranks would not touch its lines, so no such guard is written for it."""
+    shutil.copytree(OWN_LOGGER, tmp_path / "project")
+    (result,) = convert_all(list(collect([tmp_path / "project" / "train.py"])), Options(), 1)
+    converted = result.converted.decode()
+    assert "logging.disable" not in converted
+    assert "import logging\n" not in converted

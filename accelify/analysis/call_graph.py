@@ -379,7 +379,7 @@ class CallGraph:
             return _Resolution([found], 1 if "classmethod" in decorators else 0)
         if receiver_name is None:
             return _Resolution([], 1)
-        stand_in = self._namespace_function(receiver, name)
+        stand_in = self._namespace_function(receiver, name, call)
         if stand_in is not None:  # ``utils.save_checkpoint(...)`` of a SimpleNamespace
             return _Resolution([stand_in], 0)
         if isinstance(receiver, cst.Name) and not name.startswith("__"):
@@ -393,26 +393,36 @@ class CallGraph:
         return _Resolution([found] if found is not None else [], _bound(found))
 
     def _namespace_function(
-        self, receiver: cst.BaseExpression, name: str
+        self, receiver: cst.BaseExpression, name: str, call: cst.Call
     ) -> cst.FunctionDef | None:
         """``save_fn`` for ``utils.save_checkpoint`` where the module binds ``utils`` once, at
-        its top level, to ``SimpleNamespace(save_checkpoint=save_fn)`` (a stand-in for a module
-        of helpers) and ``save_fn`` is a function of the module, nowhere bound again."""
+        its top level or in the function that makes the call, to
+        ``SimpleNamespace(save_checkpoint=save_fn)`` (a stand-in for a module of helpers; also
+        ``SimpleNamespace(**{"save_checkpoint": save_fn})``, or a lambda forwarding to it) and
+        ``save_fn`` is a function of the module, nowhere bound again, nor the attribute."""
         if not isinstance(receiver, cst.Name):
             return None
         bound = self.index.assignments_to(receiver.value)
-        if len(bound) != 1 or self.model.scope_of(bound[0]) is not self.model.module:
+        if self.index.assignments_to(f"{receiver.value}.{name}"):
+            return None  # ``utils.save_checkpoint = ...``: the attribute is set again
+        if len(bound) != 1 or self.model.scope_of(bound[0]) not in (
+            self.model.module,
+            self.model.scope_of(call),
+        ):
             return None
         made = bound[0].value
         if not isinstance(made, cst.Call) or self.model.call_names(made) != {
             "types.SimpleNamespace"
         }:
             return None
-        for argument in made.args:
-            if argument.keyword is not None and argument.keyword.value == name:
-                value = argument.value
-                if isinstance(value, cst.Name) and not self.index.assignments_to(value.value):
-                    return self.model.functions.get(value.value)
+        for key, value in _namespace_entries(made):
+            value = _forwarded(value)
+            if (
+                key == name
+                and isinstance(value, cst.Name)
+                and not self.index.assignments_to(value.value)
+            ):
+                return self.model.functions.get(value.value)
         return None
 
     @cached_property
@@ -1197,3 +1207,44 @@ def _isinstance_of(test: cst.BaseExpression, name: str) -> str | None:
     if len(test.args) != 2 or dotted(test.args[0].value) != name:
         return None
     return dotted(test.args[1].value)
+
+
+def _namespace_entries(made: cst.Call) -> list[tuple[str, cst.BaseExpression]]:
+    """The attributes ``SimpleNamespace(...)`` gives its object with their values: its keywords
+    and the string keys of a ``**{...}`` display it unpacks."""
+    found: list[tuple[str, cst.BaseExpression]] = []
+    for argument in made.args:
+        if argument.keyword is not None:
+            found.append((argument.keyword.value, argument.value))
+        elif argument.star == "**" and isinstance(argument.value, cst.Dict):
+            for element in argument.value.elements:
+                if isinstance(element, cst.DictElement) and isinstance(
+                    element.key, cst.SimpleString
+                ):
+                    key = element.key.evaluated_value
+                    if isinstance(key, str):
+                        found.append((key, element.value))
+    return found
+
+
+def _forwarded(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``save_fn`` for ``lambda m, p: save_fn(m, p)``: a lambda that hands its own parameters,
+    in order and nothing else, to one function is that function; anything else as it is."""
+    if not isinstance(value, cst.Lambda) or not isinstance(value.body, cst.Call):
+        return value
+    params = value.params
+    if (
+        params.star_arg is not cst.MaybeSentinel.DEFAULT
+        or params.kwonly_params
+        or (params.star_kwarg is not None or params.posonly_params)
+    ):
+        return value
+    names = [p.name.value for p in params.params if p.default is None]
+    handed = [a.value for a in value.body.args]
+    if len(names) != len(params.params) or any(
+        a.keyword is not None or a.star for a in value.body.args
+    ):
+        return value
+    if [h.value if isinstance(h, cst.Name) else None for h in handed] != names:
+        return value
+    return value.body.func

@@ -139,7 +139,31 @@ class Evaluation:
 
 
 def evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
-    """The `Evaluation` of ``loop``, or None when it is not an evaluation over a DataLoader."""
+    """The `Evaluation` of ``loop``, or None when it is not an evaluation over a DataLoader.
+    One over ``loaders[split]`` whose every loader the key may pick is not known
+    (`flow.keyed_loaders_unknown`) is left as it is: a gather could count an unprepared
+    loader's samples N times, and none would report one rank's shard."""
+    found = _evaluation_of(loop, facts)
+    if (
+        found is not None
+        and found.sinks
+        and found.unsure is None
+        and not found.already_gathered
+        and not loop.trains
+        and facts.flow.keyed_loaders_unknown(loop)
+    ):
+        found.unsure_at = loop.node
+        found.unsure = (
+            f"it reads {loop.iterable}[...] with a key the conversion cannot read, and not "
+            f"every loader {loop.iterable} may hold there is known prepared (an entry added "
+            "later, a dict bound again or elsewhere, another caller's container; one dict "
+            "made once after the prepare call from prepared loaders is followed)"
+        )
+    return found
+
+
+def _evaluation_of(loop: Loop, facts: Facts) -> Evaluation | None:
+    """`evaluation_of` before the check of a keyed read."""
     model = facts.model
     if not facts.flow.reads_loader(loop):
         return None

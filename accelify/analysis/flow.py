@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.analysis.iterated import iterated_sources
+from accelify.analysis.keyed_dicts import keyed_subscript, may_hold_a_loader, mutated_keys
 from accelify.analysis.names import DATALOADERS
 from accelify.analysis.objects import bound_arguments, callee, returned_entry, returned_local
 from accelify.analysis.optimizer_models import parameter_owners
@@ -361,13 +362,22 @@ class ObjectFlow:
             for a in self.model.index.assignments_to(value.value)
             if self.placement.enclosing_function(a) is caller
         ]
-        if len(bound) != 1 or not isinstance(bound[0], cst.Assign):
+        if (
+            len(bound) != 1
+            or not isinstance(bound[0], (cst.Assign, cst.AnnAssign))
+            or bound[0].value is None
+        ):
             return None
+        changed = mutated_keys(value.value, caller or self.model.module)
+        if changed is None:
+            return None  # changed in place in ways not known: the display is not what is read
         made = bound[0].value
         held = dict_entries(self.model, made)
         if held is None and isinstance(made, cst.Call):
             held = self._factory_dict(made)
-        return held
+        if held is None:
+            return None
+        return {key: entry for key, entry in held.items() if key not in changed}
 
     def _factory_dict(self, call: cst.Call) -> dict[str, cst.BaseExpression] | None:
         """``kwargs = make_kwargs(model, train_loader, ...)`` where ``make_kwargs`` is a
@@ -614,7 +624,7 @@ class ObjectFlow:
         prepared = self.model.prepared_names | self.model.given_prepared(loop.node)
         if loop.iterable in prepared or self.outer_name(loop.iterable, loop.node) in prepared:
             return True
-        if self.keyed_loaders(loop):
+        if self.keyed_loaders(loop) or self.keyed_loaders_unknown(loop):
             return True
         return self._handed_prepared(loop.iterable, loop.node)
 
@@ -627,16 +637,8 @@ class ObjectFlow:
         loop reads one of them. Empty for anything else."""
         if not isinstance(loop.node, cst.For):
             return []  # a comprehension
-        node = loop.node.iter
-        while isinstance(node, cst.Call) and node.args:
-            node = node.args[0].value
-        if not (
-            isinstance(node, cst.Subscript)
-            and len(node.slice) == 1
-            and isinstance(node.slice[0].slice, cst.Index)
-            and not isinstance(node.slice[0].slice.value, (cst.SimpleString, cst.Integer))
-            and dotted(node.value) == loop.iterable
-        ):
+        node = keyed_subscript(loop.node.iter)
+        if node is None or dotted(node.value) != loop.iterable:
             return []
         found: list[tuple[str, cst.CSTNode]] = []
         for origin, place in self.origin_sites(loop.iterable, loop.node):
@@ -648,6 +650,8 @@ class ObjectFlow:
             if not held:
                 return []
             caller = self.placement.enclosing_function(place)
+            if mutated_keys(origin, caller or self.model.module):  # type: ignore[arg-type]
+                return []  # an entry stored later: the key may pick a loader not shown here
             (made,) = [
                 a
                 for a in self.model.index.assignments_to(origin)  # type: ignore[arg-type]
@@ -659,6 +663,27 @@ class ObjectFlow:
                     return []
                 found.append((name, made))
         return found
+
+    def keyed_loaders_unknown(self, loop: Loop) -> bool:
+        """``for x, y in loaders[split]:`` with a key the analysis cannot read, where
+        `keyed_loaders` cannot name every loader the key may pick, yet the container (here or
+        where a caller makes what it hands in) may hold a DataLoader: a dict bound twice, by a
+        walrus, in an enclosing function, given an entry later, or a list at another call. A
+        gather there could run over an unprepared loader, and none would report one rank's
+        shard: the evaluation is left as it is with a review line (`keyed_dicts`)."""
+        if not isinstance(loop.node, cst.For) or loop.iterable is None:
+            return False
+        node = keyed_subscript(loop.node.iter)
+        if node is None or dotted(node.value) != loop.iterable or self.keyed_loaders(loop):
+            return False
+        names = {loop.iterable} | {
+            origin for origin, _ in self.origin_sites(loop.iterable, loop.node) if origin
+        }
+        return may_hold_a_loader(
+            names,
+            self.model.module,
+            lambda name, at: self.kind_of(name, at) is Kind.DATALOADER,
+        )
 
     def _handed_prepared(self, name: str | None, at: cst.CSTNode) -> bool:
         """``name`` is a parameter of the function around ``at`` that its callers hand a

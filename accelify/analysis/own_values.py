@@ -640,40 +640,76 @@ def _set_by_setattr(script: ScriptModel, call: cst.Call, name: str) -> bool:
     owner = dotted(call.args[0].value)
     if owner is None or not name.startswith(f"{owner}."):
         return False
-    return _module_string(script, call.args[1].value) == name[len(owner) + 1 :]
+    return _module_string(script, call.args[1].value, call) == name[len(owner) + 1 :]
 
 
-def _module_string(script: ScriptModel, key: cst.BaseExpression) -> str | None:
-    """The string ``key`` surely is: a literal, a name the module binds once (at its top level)
-    to a literal, or such a name's dict display's entry under a literal key."""
-    if isinstance(key, cst.SimpleString):
+def _module_string(
+    script: ScriptModel, key: cst.BaseExpression, at: cst.CSTNode | None = None
+) -> str | None:
+    """The string ``key`` surely is: a literal (implicit concatenation too), a name bound once
+    to a literal at the module's top level or in the function around ``at`` (``key =
+    "bad_epochs"`` before ``setattr(self, key, 0)``), such a name's dict display's entry under
+    a literal key, or ``self.KEY`` of a class constant (``KEY = "bad_epochs"`` in the class
+    body around ``at``, no instance attribute of that name)."""
+    if isinstance(key, (cst.SimpleString, cst.ConcatenatedString)):
         value = key.evaluated_value
         return value if isinstance(value, str) else None
+    if at is not None and isinstance(key, cst.Attribute) and dotted(key.value) == "self":
+        return _class_constant(script, key.attr.value, at)
     entry = None
     if (
         isinstance(key, cst.Subscript)
         and len(key.slice) == 1
         and isinstance(key.slice[0].slice, cst.Index)
     ):
-        entry = _module_string(script, key.slice[0].slice.value)
+        entry = _module_string(script, key.slice[0].slice.value, at)
         key = key.value
         if entry is None:
             return None
     if not isinstance(key, cst.Name):
         return None
     bound = script.index.assignments_to(key.value)
-    if len(bound) != 1 or script.scope_of(bound[0]) is not script.module or bound[0].value is None:
+    scopes = {id(script.module)} | ({id(script.scope_of(at))} if at is not None else set())
+    if len(bound) != 1 or id(script.scope_of(bound[0])) not in scopes or bound[0].value is None:
         return None
     value = bound[0].value
     if entry is None:
-        return _module_string(script, value) if isinstance(value, cst.SimpleString) else None
+        return _module_string(script, value) if _is_string(value) else None
     if not isinstance(value, cst.Dict):
         return None
     for element in value.elements:
         if isinstance(element, cst.DictElement) and _module_string(script, element.key) == entry:
             found = element.value
-            return _module_string(script, found) if isinstance(found, cst.SimpleString) else None
+            return _module_string(script, found) if _is_string(found) else None
     return None
+
+
+def _is_string(value: cst.BaseExpression) -> bool:
+    return isinstance(value, (cst.SimpleString, cst.ConcatenatedString))
+
+
+def _class_constant(script: ScriptModel, name: str, at: cst.CSTNode) -> str | None:
+    """The literal string ``name`` is bound to once in the body of the class around ``at``,
+    where no ``self.<name> = ...`` rebinds it on an instance."""
+    owner = script.index.enclosing_class(at)
+    if owner is None or script.index.assignments_to(f"self.{name}"):
+        return None
+    values = [
+        statement.value
+        for line in owner.body.body
+        if isinstance(line, cst.SimpleStatementLine)
+        for statement in line.body
+        if isinstance(statement, (cst.Assign, cst.AnnAssign))
+        for target in (
+            [t.target for t in statement.targets]
+            if isinstance(statement, cst.Assign)
+            else [statement.target]
+        )
+        if isinstance(target, cst.Name) and target.value == name
+    ]
+    if len(values) != 1 or values[0] is None or not _is_string(values[0]):
+        return None
+    return _module_string(script, values[0])
 
 
 def _dict_entry_attribute(target: cst.BaseExpression) -> str | None:

@@ -8,6 +8,8 @@ such helper another file of the folder imports gets a review line naming that fi
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import libcst as cst
@@ -37,10 +39,10 @@ def imported_readers(
         s.name.value: s for s in original.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))
     }
     found: dict[str, str] = {}
-    for importer in across.importers_of(path.resolve()):
+    for importer in _importers(path.resolve()):
         names = _names_imported(importer, path.stem)
         for name in readers if "*" in names else names & readers:
-            found.setdefault(name, importer.name)
+            found.setdefault(name, importer.relative_to(path.resolve().parent).as_posix())
     if not found:
         return []
     positions = cst.metadata.MetadataWrapper(original, unsafe_skip_copy=True).resolve(
@@ -97,7 +99,7 @@ def _names_imported(importer: Path, stem: str) -> set[str]:
     except cst.ParserSyntaxError:
         return set()
     found: set[str] = set()
-    whole = False
+    aliases: set[str] = set()  # ``import stem`` binds ``stem``; ``import stem as t``, ``t``
     for node in walk(module):
         if isinstance(node, cst.ImportFrom) and node.module is not None:
             if dotted(node.module) == stem and not node.relative:
@@ -105,13 +107,53 @@ def _names_imported(importer: Path, stem: str) -> set[str]:
                     return {"*"}
                 found |= {dotted(a.name) or "" for a in node.names}
         elif isinstance(node, cst.Import):
-            whole |= any(dotted(a.name) == stem and a.asname is None for a in node.names)
-    if whole:
+            aliases |= {
+                stem if a.asname is None else dotted(a.asname.name) or stem
+                for a in node.names
+                if dotted(a.name) == stem
+            }
+    if aliases:
         found |= {
             node.attr.value
             for node in walk(module)
             if isinstance(node, cst.Attribute)
             and isinstance(node.value, cst.Name)
-            and node.value.value == stem
+            and node.value.value in aliases
         }
+    return found
+
+
+#: Folders below the script's that are never the project's own importers.
+_SKIPPED = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", "site-packages"})
+#: How many folders deep, and how many files in all, the search for importers below goes.
+_DEPTH = 3
+_FILES = 500
+
+
+def _importers(path: Path) -> list[Path]:
+    """The files that import ``path``'s module: those of its folder (`across.importers_of`),
+    and those of the folders below it that import it by its plain name (``from train import
+    evaluate`` in ``tools/report.py``, run from the folder or with ``sys.path`` set to it)."""
+    found = list(across.importers_of(path))
+    stem = path.stem.encode()
+    pattern = re.compile(
+        rb"^\s*(?:from\s+" + re.escape(stem) + rb"\s+import|import\s+" + re.escape(stem) + rb"\b)",
+        re.MULTILINE,
+    )
+    seen = 0
+    for root, folders, files in os.walk(path.parent):
+        here = Path(root)
+        depth = len(here.relative_to(path.parent).parts)
+        folders[:] = sorted(
+            f for f in folders if f not in _SKIPPED and not f.startswith(".") and depth < _DEPTH
+        )
+        if depth == 0 or (here / path.name).exists():
+            continue  # the folder's own files (`across.importers_of`), or a namesake's folder
+        for name in sorted(f for f in files if f.endswith(".py")):
+            seen += 1
+            if seen > _FILES:
+                return found
+            other = here / name
+            if other.is_file() and pattern.search(read(other)):
+                found.append(other)
     return found

@@ -27,7 +27,7 @@ from accelify.analysis.project_modules import (
     resolved,
 )
 from accelify.analysis.script_model import ScriptModel, analyze
-from accelify.analysis.syntax import dotted, is_main_guard, walk
+from accelify.analysis.syntax import dotted, is_main_guard, target_names, walk
 from accelify.analysis.writing_helpers import writes_only
 from accelify.edits.plan import Note
 from accelify.errors import UserError
@@ -272,11 +272,52 @@ def imported_loggers(siblings: list[SiblingCall]) -> set[str]:
         defined = _top_level_function(other, function)
         if defined is None or name in found:
             continue
-        calls = [node for node in walk(defined) if isinstance(node, cst.Call)]
-        returns = any(isinstance(node, cst.Return) for node in walk(defined))
-        if returns and any("logging.getLogger" in other.qualified(call.func) for call in calls):
+        if _returns_a_logger(other, defined):
             found.add(name)
     return found
+
+
+def _returns_a_logger(other: ScriptModel, defined: cst.FunctionDef) -> bool:
+    """Every ``return`` of ``defined`` hands back what ``logging.getLogger(...)`` made: the call
+    itself, or a name bound to it once and to nothing else. A factory that only configures a
+    ``logging`` logger and returns an object of its own (a printer) logs nothing through
+    ``logging``: guarding ``logging`` would leave its lines on every rank."""
+
+    def made_by_get_logger(value: cst.BaseExpression | None) -> bool:
+        return isinstance(value, cst.Call) and "logging.getLogger" in other.qualified(value.func)
+
+    bound: dict[str, list[cst.BaseExpression | None]] = {}
+    for node in walk(defined):
+        if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.With)):
+            value = getattr(node, "value", None)
+            for target in _bound_names(node):
+                bound.setdefault(target, []).append(value)
+    returns = [node for node in walk(defined) if isinstance(node, cst.Return)]
+    if not returns:
+        return False
+    for node in returns:
+        value = node.value
+        if made_by_get_logger(value):
+            continue
+        if not isinstance(value, cst.Name):
+            return False
+        values = bound.get(value.value, [])
+        if len(values) != 1 or not made_by_get_logger(values[0]):
+            return False
+    return True
+
+
+def _bound_names(node: cst.CSTNode) -> list[str]:
+    """The plain names an assignment, ``for`` or ``with`` binds (unpacked)."""
+    if isinstance(node, cst.Assign):
+        tops = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For)):
+        tops = [node.target]
+    elif isinstance(node, cst.With):
+        tops = [item.asname.name for item in node.items if item.asname is not None]
+    else:
+        tops = []
+    return [name for top in tops for name in target_names(top)]
 
 
 @dataclass(frozen=True)
@@ -304,21 +345,7 @@ def imported_state_savers(path: str | Path, siblings: list[SiblingCall]) -> dict
         if defined is None:
             continue
         parameters = tuple(p.name.value for p in defined.params.params)
-        saved: set[str] = set()
-        save_line = None
-        for node in walk(defined):
-            if not isinstance(node, cst.Call) or not other.call_names(node) & TORCH_SAVE:
-                continue
-            for inner in walk(node):
-                if (
-                    isinstance(inner, cst.Call)
-                    and isinstance(inner.func, cst.Attribute)
-                    and inner.func.attr.value == "state_dict"
-                    and isinstance(inner.func.value, cst.Name)
-                    and inner.func.value.value in parameters
-                ):
-                    saved.add(inner.func.value.value)
-                    save_line = save_line or other.line(node)
+        saved, save_line = _parameter_states_saved(other, defined, parameters)
         if saved and not any(
             isinstance(node, cst.Call) and other.call_names(node) & collectives.FUNCTIONS
             for node in walk(defined)
@@ -327,6 +354,31 @@ def imported_state_savers(path: str | Path, siblings: list[SiblingCall]) -> dict
                 parameters, frozenset(saved), f"{_relative(file, script)}:{save_line}"
             )
     return found
+
+
+def _parameter_states_saved(
+    module: ScriptModel, function: cst.FunctionDef, parameters: tuple[str, ...]
+) -> tuple[set[str], int | None]:
+    """The ``parameters`` of ``function`` whose ``.state_dict()`` a ``torch.save`` call of its
+    body saves (``torch.save({"model": model.state_dict()}, path)``), with the line of the
+    first such save (None where there is none): the one reading that a saving function and a
+    saving method share."""
+    saved: set[str] = set()
+    line = None
+    for node in walk(function):
+        if not isinstance(node, cst.Call) or not module.call_names(node) & TORCH_SAVE:
+            continue
+        for inner in walk(node):
+            if (
+                isinstance(inner, cst.Call)
+                and isinstance(inner.func, cst.Attribute)
+                and inner.func.attr.value == "state_dict"
+                and isinstance(inner.func.value, cst.Name)
+                and inner.func.value.value in parameters
+            ):
+                saved.add(inner.func.value.value)
+                line = line or module.line(node)
+    return saved, line
 
 
 @dataclass(frozen=True)
@@ -486,22 +538,12 @@ def class_state_savers(module: ScriptModel, cls: cst.ClassDef) -> dict[str, Stat
     parameters = {
         name: tuple(p.name.value for p in f.params.params[1:]) for name, f in methods.items()
     }
-    saved: dict[str, set[str]] = {name: set() for name in methods}
+    saved: dict[str, set[str]] = {}
     lines: dict[str, int] = {}
     for name, function in methods.items():
-        for node in walk(function):
-            if not isinstance(node, cst.Call) or not module.call_names(node) & TORCH_SAVE:
-                continue
-            for inner in walk(node):
-                if (
-                    isinstance(inner, cst.Call)
-                    and isinstance(inner.func, cst.Attribute)
-                    and inner.func.attr.value == "state_dict"
-                    and isinstance(inner.func.value, cst.Name)
-                    and inner.func.value.value in parameters[name]
-                ):
-                    saved[name].add(inner.func.value.value)
-                    lines.setdefault(name, module.line(node))
+        saved[name], line = _parameter_states_saved(module, function, parameters[name])
+        if line is not None:
+            lines[name] = line
     changed = True
     while changed:  # ``self.save_checkpoint(model)``: the caller saves what it hands on
         changed = False

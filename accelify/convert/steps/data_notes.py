@@ -1043,12 +1043,15 @@ def _handed_in_from_outside(ctx: Context) -> tuple[str, str, cst.For] | None:
     return None
 
 
-def _batches_from_an_attribute_set_elsewhere(ctx: Context) -> tuple[cst.For, str] | None:
+def _batches_from_an_attribute_set_elsewhere(ctx: Context) -> tuple[cst.CSTNode, str] | None:
     """A training loop whose batches are read from ``self.<name>`` (what it iterates, or what
     ``next(...)`` draws from in its body) that no assignment of this file sets: a base class of
     another module made it (an audio GAN's ``self.train_loader_iter = cycle(iter(
     self.train_loader))`` in its ``trainers/base_trainer.py``). Whether a DataLoader is behind
-    it is not known here, so the review line must not say the batches come from none."""
+    it is not known here, so the review line must not say the batches come from none. The loops
+    are the ``for`` loops that train, the loops and comprehensions that train through a step
+    (a comprehension's source is its ``for_in.iter``), and any loop around a backward (a
+    ``while`` drawing ``next(self.train_iter)``)."""
     assigned = {
         target.attr.value
         for node in walk(ctx.model.module)
@@ -1056,13 +1059,16 @@ def _batches_from_an_attribute_set_elsewhere(ctx: Context) -> tuple[cst.For, str
         for target in _assigned_targets(node)
         if isinstance(target, cst.Attribute)
     }
-    loops = [loop.node for loop in ctx.model.loops if loop.trains]
+    loops: list[cst.CSTNode] = [loop.node for loop in ctx.model.loops if loop.trains]
     loops += [loop.node for loop, _ in ctx.facts.step_driven_loops]
+    loops += [
+        loop for call in ctx.model.backward_calls if (loop := _loop_around(ctx, call)) is not None
+    ]
     for loop in loops:
-        read = [loop.iter]
+        read, body = _source_and_body(loop)
         read += [
             node.args[0].value
-            for node in walk(loop.body)
+            for node in walk(body)
             if isinstance(node, cst.Call) and dotted(node.func) == "next" and node.args
         ]
         for value in read:
@@ -1073,6 +1079,31 @@ def _batches_from_an_attribute_set_elsewhere(ctx: Context) -> tuple[cst.For, str
                 and value.attr.value not in assigned
             ):
                 return loop, f"self.{value.attr.value}"
+    return None
+
+
+def _source_and_body(loop: cst.CSTNode) -> tuple[list[cst.BaseExpression], cst.CSTNode]:
+    """What a loop iterates (none for a ``while``) and the body its steps run."""
+    if isinstance(loop, cst.For):
+        return [loop.iter], loop.body
+    if isinstance(loop, cst.While):
+        return [], loop.body
+    if isinstance(loop, cst.DictComp):
+        return [loop.for_in.iter], loop.value
+    if isinstance(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+        return [loop.for_in.iter], loop.elt
+    return [], loop
+
+
+def _loop_around(ctx: Context, node: cst.CSTNode) -> cst.While | None:
+    """The innermost ``while`` loop around ``node`` in its own function (a ``for`` around it is
+    one of the model's loops already)."""
+    function = ctx.model.index.enclosing_function(node)
+    parent = ctx.model.parent(node)
+    while parent is not None and parent is not function:
+        if isinstance(parent, cst.While):
+            return parent
+        parent = ctx.model.parent(parent)
     return None
 
 
