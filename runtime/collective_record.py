@@ -319,15 +319,17 @@ class _Recorder:
             self._write_running()
 
     def _write_running(self) -> None:
-        """Out of a collective: only the time and the state change, so they are written alone,
-        each in one aligned store that no reader sees half done, the time first; without the
-        odd generation, which guards writes of several fields that must agree (a reader between
-        the two sees the collective it was in, entered just now: a wait of no length). A step's
-        backward ends here (inline in `backward_ends`): a pack and two stores fewer."""
+        """Out of a collective: the passes (backward passes run inside it), the time and the
+        state, each in one aligned store that no reader sees half done, the state last; without
+        the odd generation, which guards writes of fields that must agree (a reader between
+        them sees the collective it was in, entered just now: a wait of no length; the passes
+        only grow). A step's backward ends here too (inline in `backward_ends`, where the
+        passes did not change): a pack and two stores fewer."""
         if not _VIEWS:
             self._write(RUNNING)
             return
         self.state = RUNNING
+        self._quads[_PASSES_ITEM] = self.passes
         self._doubles[_SINCE_ITEM] = time.time()
         self._ints[_STATE_ITEM] = RUNNING
 

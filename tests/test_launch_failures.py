@@ -248,11 +248,11 @@ def test_the_accelerators_backward_record_is_the_general_paths(tmp_path, monkeyp
     assert {r.where for r in seen} == {f"{__file__}:{line}"}
     # the end writes the time and the state alone (no odd generation): a whole record, its
     # place and numbers kept, its time the end's
-    before = time.time()
     begun = recorder.backward_begins(True, sys._getframe())
+    between = time.time()  # after the begin's time: only the end's own time is as late
     recorder.backward_ends(begun)
     ended = collective_record.read(tmp_path, 0)
-    assert ended is not None and ended.since >= before
+    assert ended is not None and ended.since >= between
     assert (ended.state, ended.operation, ended.sequence, ended.passes) == (
         RUNNING,
         "backward",
@@ -268,6 +268,8 @@ def test_the_accelerators_backward_record_is_the_general_paths(tmp_path, monkeyp
         recorder.backward_ends(begun)
         assert collective_record.read(tmp_path, 0).state == IN_COLLECTIVE
     assert (inside.operation, inside.sequence, inside.passes) == ("gather", 4, 4)
+    left = collective_record.read(tmp_path, 0)  # the collective's end writes its passes too
+    assert (left.state, left.passes) == (RUNNING, recorder.passes)
     with collective_record.backward_pass(lambda: True):  # a pass inside a pass: the same pass
         begun = recorder.backward_begins(True, sys._getframe())
         recorder.backward_ends(begun)

@@ -1128,30 +1128,13 @@ def _grad_off_in_body(model: ScriptModel, loop: Loop) -> bool:
     if not isinstance(body, cst.IndentedBlock):
         return False
     grad_off = [s for s in body.body if isinstance(s, cst.With) and model.disables_grad(s)]
+    # ``loss = self.train_step(batch)`` beside ``with torch.no_grad(): ema.update(model)``: the
+    # loop trains through a function of the file, and its no_grad block is a part of that
+    # training step (an EMA update, a teacher's forward), not an evaluation
     return bool(grad_off) and not any(
-        _reaches_backward(model, node, set())
+        model.call_graph.trains_through_calls(statement)
         for statement in body.body
         if statement not in grad_off
-        for node in walk(statement)
-        if isinstance(node, cst.Call)
-    )
-
-
-def _reaches_backward(model: ScriptModel, call: cst.Call, seen: set[cst.FunctionDef]) -> bool:
-    """``loss = self.train_step(batch)`` beside ``with torch.no_grad(): ema.update(model)``:
-    the loop trains through a function of this file (at any depth), so its ``no_grad`` block is
-    a part of a training step (an EMA update, a teacher's forward), not an evaluation."""
-    found = model.call_graph.callee(call)
-    if found is None or found[0] in seen:
-        return False
-    function = found[0]
-    seen.add(function)
-    if next(find_backward(function), None) is not None:
-        return True
-    return any(
-        _reaches_backward(model, node, seen)
-        for node in walk(function.body)
-        if isinstance(node, cst.Call)
     )
 
 
