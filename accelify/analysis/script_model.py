@@ -1581,26 +1581,20 @@ def _ends_in_exit(block: cst.BaseSuite) -> bool:
 
 def _leaves(block: cst.BaseSuite) -> bool:
     """The block is a bare exit: its last statement returns or raises (``if not main: return``)."""
-    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
-    last = statements[-1] if statements else None
-    small = (
-        last.body[-1]
-        if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
-        else None
-    )
-    return isinstance(small, (cst.Return, cst.Raise))
+    return isinstance(_last_small_statement(block), (cst.Return, cst.Raise))
 
 
 def _returns(block: cst.BaseSuite) -> bool:
     """The block's last statement is a ``return``: the function goes on on the other ranks."""
+    return isinstance(_last_small_statement(block), cst.Return)
+
+
+def _last_small_statement(block: cst.BaseSuite) -> cst.BaseSmallStatement | None:
     statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
     last = statements[-1] if statements else None
-    small = (
-        last.body[-1]
-        if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
-        else None
-    )
-    return isinstance(small, cst.Return)
+    if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and last.body:
+        return last.body[-1]
+    return None
 
 
 def _optimizer_class(qualified_name: str) -> bool:
