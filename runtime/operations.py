@@ -52,18 +52,12 @@ def send_to_device(data: Any, device: torch.device, non_blocking: bool = False) 
     or dict of tensors: what a DataLoader on the CPU hands a CPU run, every step) is handed back
     as it is, as the DataLoader made it, without rebuilding it (a prepared loader's
     rebuilding cost a 32-wide step 0.5 % of its instructions). On the CPU that is asked by
-    ``is_cpu``, not by comparing ``tensor.device``, which builds a device object per tensor."""
-    kind = type(data)
+    ``is_cpu`` (`_to_the_cpu`), not by comparing ``tensor.device``, which builds a device
+    object per tensor."""
     if device == _CPU:
-        if kind is list or kind is tuple or kind is dict:
-            for item in data.values() if kind is dict else data:
-                if type(item) is not _TENSOR or not item.is_cpu:
-                    break
-            else:
-                return data
-        elif kind is _TENSOR and data.is_cpu:
-            return data
-    elif kind is list or kind is tuple or kind is dict:
+        return _to_the_cpu(data, non_blocking)
+    kind = type(data)
+    if kind is list or kind is tuple or kind is dict:
         for item in data.values() if kind is dict else data:
             if type(item) is not _TENSOR or item.device != device:
                 break
@@ -71,7 +65,10 @@ def send_to_device(data: Any, device: torch.device, non_blocking: bool = False) 
             return data
     elif kind is _TENSOR and data.device == device:
         return data
+    return apply_to_tensors(_mover(device, non_blocking), data)
 
+
+def _mover(device: torch.device, non_blocking: bool) -> Callable[[torch.Tensor], torch.Tensor]:
     def move(tensor: torch.Tensor) -> torch.Tensor:
         # `to` returns the tensor itself when it is already there; asking first is cheaper
         # (this runs on every batch of a prepared DataLoader)
@@ -79,7 +76,7 @@ def send_to_device(data: Any, device: torch.device, non_blocking: bool = False) 
             return tensor
         return tensor.to(device, non_blocking=non_blocking)
 
-    return apply_to_tensors(move, data)
+    return move
 
 
 def placer(device: torch.device, non_blocking: bool = False) -> Callable[[Any], Any]:
@@ -91,8 +88,9 @@ def placer(device: torch.device, non_blocking: bool = False) -> Callable[[Any], 
     return functools.partial(send_to_device, device=device, non_blocking=non_blocking)
 
 
-def _to_the_cpu(data: Any) -> Any:
-    """`send_to_device(data, cpu)`: its check of a batch already there, then the move."""
+def _to_the_cpu(data: Any, non_blocking: bool = False) -> Any:
+    """`send_to_device(data, cpu)`: a batch already on the CPU handed back as it is, else its
+    tensors moved (the one check of both `send_to_device` and a CPU run's `placer`)."""
     kind = type(data)
     if kind is list or kind is tuple or kind is dict:
         for item in data.values() if kind is dict else data:
@@ -102,7 +100,7 @@ def _to_the_cpu(data: Any) -> Any:
             return data
     elif kind is _TENSOR and data.is_cpu:
         return data
-    return send_to_device(data, _CPU)
+    return apply_to_tensors(_mover(_CPU, non_blocking), data)
 
 
 def _world() -> int:
