@@ -148,8 +148,7 @@ def _wait_after_an_object_save(
     object may have saved is whole before any rank reads it back. Left for review where the
     call is not a statement of its own, or a rank may have left before it."""
     module = saver.module.name
-    statement = ctx.statement_of(call)
-    line = statement if isinstance(statement, cst.SimpleStatementLine) else None
+    line = project.own_line(ctx.model, call)
     converted = str(saver.module.resolve()) in ctx.options.converted_with
     # the module's save runs on the main process alone only where every call of every file
     # converted with it waits after it (the module's conversion asks the same question)
@@ -158,13 +157,7 @@ def _wait_after_an_object_save(
         and converted
         and saves_guarded(saver.module, saver.class_name, ctx.options.converted_with)
     )
-    own_line = (
-        line is not None
-        and len(line.body) == 1
-        and isinstance(line.body[0], cst.Expr)
-        and line.body[0].value is call
-    )
-    if not own_line or ctx.facts.shared_files.parting_before(
+    if line is None or ctx.facts.shared_files.parting_before(
         call, decided_alike=ctx.agreed.branch_agreed
     ):
         kept = f" ({module}'s save is left on every rank too)" if converted else ""
@@ -178,7 +171,6 @@ def _wait_after_an_object_save(
             "back before it is whole",
         )
         return
-    assert line is not None
     acc = ctx.accelerator_at(line)
     places = ctx.facts.ranks.barrier_places(line)
     where = (
@@ -233,14 +225,8 @@ def _saved_once(ctx: Context, call: cst.Call, name: str, saver: StateSaver) -> b
     The barriers go around the outermost branch around it that the ranks may disagree on.
     False where that cannot be done (the call's value is used, a rank may have left the loop
     or function before it): the review line then says what to do."""
-    statement = ctx.statement_of(call)
-    line = statement if isinstance(statement, cst.SimpleStatementLine) else None
-    if (
-        line is None
-        or len(line.body) != 1
-        or not isinstance(line.body[0], cst.Expr)
-        or line.body[0].value is not call
-    ):
+    line = project.own_line(ctx.model, call)
+    if line is None:
         return False
     if ctx.facts.shared_files.parting_before(call, decided_alike=ctx.agreed.branch_agreed):
         return False  # a rank that left early would never reach the barriers
