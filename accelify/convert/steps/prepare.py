@@ -633,10 +633,7 @@ def _leave_sets_with_container_models(
     if not entries:
         _leave_sets_with_entry_aliases(ctx, scope, chosen, created)
         return
-    for name in [n for n, kind in chosen.items() if kind is not Kind.DATALOADER]:
-        chosen.pop(name)
-        created.pop(name, None)
-        ctx.frozen.add(name)
+    _keep_only_the_loaders(ctx, chosen, created)
     binding, entry = entries[0]
     code = ctx.code(entry)
     ctx.plan.review(
@@ -669,10 +666,7 @@ def _leave_sets_with_entry_aliases(
     ]
     if not aliased:
         return
-    for name in [n for n, kind in chosen.items() if kind is not Kind.DATALOADER]:
-        chosen.pop(name)
-        created.pop(name, None)
-        ctx.frozen.add(name)
+    _keep_only_the_loaders(ctx, chosen, created)
     binding, read = aliased[0]
     ctx.plan.review(
         binding.line,
@@ -682,6 +676,16 @@ def _leave_sets_with_entry_aliases(
         "trains on all the data (correct, not data-parallel); prepare the model, then store "
         "the prepared one back in the entry",
     )
+
+
+def _keep_only_the_loaders(ctx: Context, chosen: dict[str, Kind], created: dict[str, int]) -> None:
+    """Nothing that trains is prepared (its model lives in a container entry): the models and
+    optimizers leave the prepare call, kept as they are; `_nothing_trained` then leaves the
+    loaders whole too."""
+    for name in [n for n, kind in chosen.items() if kind is not Kind.DATALOADER]:
+        chosen.pop(name)
+        created.pop(name, None)
+        ctx.frozen.add(name)
 
 
 def _nothing_trained(ctx: Context, chosen: dict[str, Kind]) -> bool:
