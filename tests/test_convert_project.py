@@ -927,6 +927,30 @@ def test_an_object_of_a_sibling_module_that_saves_is_handed_the_unwrapped_model(
     assert all("FSDP or ZeRO-3" in n.text for n in (*stopping.reviews, *train.reviews))
 
 
+def test_a_saver_modules_prints_run_on_the_main_process_with_its_save(tmp_path: Path):
+    """``print("saved best model")`` beside the save of an EarlyStopping every rank calls
+    (trial11): once its save is the main process's, so is the print (it shares the save's
+    ``if``); before, the line showed once per rank."""
+    project = _stopper(tmp_path)
+    stopping_py = project / "stopping.py"
+    text = stopping_py.read_text()
+    save = "        torch.save(model.state_dict(), self.path)\n"
+    assert text.count(save) == 1
+    stopping_py.write_text(text.replace(save, save + '        print("saved best model")\n'))
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    stopping = results["stopping.py"]
+    assert (
+        "        if PartialState().is_main_process:\n"
+        "            torch.save(model.state_dict(), self.path)\n"
+        '            print("saved best model")\n'
+    ) in stopping.converted.decode()
+    assert [n.line for n in stopping.changes if n.text.startswith("print ")] == [26]
+    assert (
+        stopping.done
+        == "nothing to prepare here; 1 torch.save and 1 print put on the main process only"
+    )
+
+
 def test_an_object_saver_made_by_a_factory_leaves_the_modules_save_on_every_rank(tmp_path: Path):
     """``self.early_stopping = make_stopper(cfg, path)``: the conversion cannot follow the
     object to its calls, so it cannot wait after them nor unwrap what they are handed; were

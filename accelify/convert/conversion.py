@@ -74,8 +74,8 @@ def convert_source(
                 converted = _add_import(converted, code, Path(label))
             rendered = render(converted, data)
             _check_parses(rendered, label, data)
-            saves = "1 torch.save" if len(changes) == 1 else f"{len(changes)} torch.save calls"
-            done = f"nothing to prepare here; {saves} put on the main process only"
+            guarded_lines = _saves_and_prints(changes)
+            done = f"nothing to prepare here; {guarded_lines} put on the main process only"
             return Conversion(label, data, rendered, changes=changes, reviews=reviews, done=done)
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
     returns = project.imported_returns(path, model)
@@ -586,3 +586,14 @@ def _check_parses(rendered: bytes, label: str, original: bytes) -> None:
             label,
             error.lineno,
         ) from None
+
+
+def _saves_and_prints(changes: list[Note]) -> str:
+    """``1 torch.save and 1 print``: what a saver module's conversion put under the main
+    process (`saver_modules.guard_saves`: one change line each)."""
+    prints = sum(note.text.startswith("print ") for note in changes)
+    saves = len(changes) - prints
+    said = ["1 torch.save" if saves == 1 else f"{saves} torch.save calls"]
+    if prints:
+        said.append("1 print" if prints == 1 else f"{prints} prints")
+    return " and ".join(said)

@@ -15,6 +15,7 @@ import libcst as cst
 
 from accelify.analysis.project_modules import read
 from accelify.analysis.script_model import ScriptModel, analyze
+from accelify.analysis.syntax import walk
 from accelify.convert import across, project
 from accelify.convert.steps.context import Options, import_lines
 from accelify.edits import rewrites
@@ -122,7 +123,32 @@ def guard_saves(
                     "every rank",
                 )
             )
+        for printed in _prints_in(statement) if saves else []:
+            # the class runs on every rank (each call waited after): its prints would
+            # show once per rank; beside a guarded save they share its ``if``
+            plan.add(rewrites.main_process_only(printed, STATE))
+            changes.append(
+                Note(
+                    model.line(printed),
+                    f"print on the main process only (if {STATE}.is_main_process:): "
+                    f"every rank calls {name}'s methods",
+                )
+            )
     if not changes:
         return None
     converted = model.module.visit(ApplyPlan(plan))
     return converted, changes, reviews, import_lines(options.target, ["PartialState"])
+
+
+def _prints_in(cls: cst.ClassDef) -> list[cst.SimpleStatementLine]:
+    """The lines of ``cls``'s methods that are a bare ``print(...)`` of their own."""
+    return [
+        node
+        for node in walk(cls)
+        if isinstance(node, cst.SimpleStatementLine)
+        and len(node.body) == 1
+        and isinstance(node.body[0], cst.Expr)
+        and isinstance(node.body[0].value, cst.Call)
+        and isinstance(node.body[0].value.func, cst.Name)
+        and node.body[0].value.func.value == "print"
+    ]
