@@ -608,17 +608,62 @@ def _why_unpaired(review: str) -> str:
     return review.split("neither file is converted for it (", 1)[1].split("); by hand", 1)[0]
 
 
-def test_an_engine_module_with_a_class_is_said_to_be_why(tmp_path: Path):
+def test_an_engine_module_with_statements_of_its_own_is_said_to_be_why(tmp_path: Path):
     """The review line of the driver names the one pairing condition that fails (here: the
-    engine holds a class), not every condition as if all applied."""
+    engine runs a statement as it is imported), not every condition as if all applied."""
     project = tmp_path / "project"
     shutil.copytree(ENGINE, project)
     engine = (project / "engine.py").read_text()
-    (project / "engine.py").write_text(engine + "\n\nclass Meter:\n    total = 0\n")
+    (project / "engine.py").write_text(engine + "\n\nSEEN = []\n")
     results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
     assert not results["main.py"].changed
     reasons = {_why_unpaired(n.text) for n in results["main.py"].reviews}
-    assert reasons == {"engine.py holds more than imports and functions (class Meter)"}
+    assert reasons == {"engine.py holds more than imports, functions and classes (statements)"}
+
+
+ENGINE_CLASS = FIXTURES / "projects" / "engine_class_handed_the_model_in_a_sibling_module"
+
+
+def test_an_engine_class_handed_the_model_is_converted_with_its_driver(tmp_path: Path):
+    """trial12: ``Engine(model, optimizer, scheduler, cfg)`` of engine.py (a ``Meter`` class
+    beside it) trains what train.py builds: the two are converted as one script, the
+    Accelerator where the engine receives what it trains, train.py printing through it."""
+    project = tmp_path / "project"
+    shutil.copytree(ENGINE_CLASS, project)
+    results = {Path(r.path).name: r for r in convert_all(list(collect([project])), Options(), 1)}
+    engine, train = results["engine.py"], results["train.py"]
+    assert engine.changed and train.changed
+    converted = engine.converted.decode()
+    assert "self.accelerator = Accelerator()" in converted
+    assert "self.accelerator.backward(loss)" in converted
+    assert "class Meter:\n    def __init__(self):\n        self.total = 0.0" in converted
+    assert engine.prepared == ["self.model", "self.optimizer", "self.scheduler"]
+    assert not train.prepared
+    told = engine.changes[0].text
+    assert told.startswith("converted with train.py, which builds what this file trains")
+    assert "engine.accelerator.print(" in train.converted.decode()
+    # the loaders come from data.py's dict: not prepared, and the engine's lines say so
+    reviews = " ".join(r.text for r in engine.reviews)
+    assert "every rank trains on all of it" in reviews
+
+
+@pytest.mark.distributed
+def test_an_engine_class_and_its_driver_run_on_two_ranks_over_the_whole_set(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(ENGINE_CLASS, project)
+    original = run_python(project / "train.py", cwd=project)
+    assert_ok(original)
+    assert_ok(run_accelify("convert", project, "--write"))
+    assert_ok(run_accelify("convert", project, "--check"))  # converting again changes nothing
+    alone = launch(project / "train.py", cwd=project, timeout=300, processes=1)
+    assert alone.stdout == original.stdout
+    result = launch(project / "train.py", "--resume", "--epochs", "3", cwd=project, timeout=300)
+    assert_ok(result)
+    lines = result.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("resumed from step 10 epoch 1")]) == 1
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split()[1] for line in epochs] == ["2"], result.stdout  # once, not per rank
+    assert epochs[0].split(" n ")[1].startswith("100 ")  # the whole validation set
 
 
 def test_an_engine_another_script_calls_is_left_in_both(tmp_path: Path):

@@ -137,25 +137,50 @@ def _converted_together(
         if engine is None or str(engine) not in options.converted_with:
             return None
         pair = across.Pair(file, engine, data, project_modules.read(engine))
+    if _converts_on_its_own(pair.engine, pair.engine_data, options):
+        return None
     split = across.combine_and_split(
         pair, lambda source, where: convert_source(source, where, options, together=False)
     )
     if split is None:
         return None
     label = str(path)
+    prepared = split.driver[3]
     if file == pair.driver:
-        converted, changes, reviews, prepared = split.driver
+        converted, changes, reviews, _ = split.driver
         _check_parses(converted, label, data)
-        return Conversion(label, data, converted, changes, reviews, prepared)
+        return Conversion(
+            label, data, converted, changes, reviews, [] if split.engine_creates else prepared
+        )
     converted, changes, reviews = split.engine
     _check_parses(converted, label, data)
     driver = _relative_to(pair.driver, file)
+    if split.engine_creates:
+        told = Note(
+            0,
+            f"converted with {driver}, which builds what this file trains and hands it in: the "
+            "Accelerator is created and what trains prepared here, where it is received",
+        )
+        return Conversion(label, data, converted, [told, *changes], reviews, prepared)
     told = Note(
         0,
         f"converted with {driver}, which creates the Accelerator, prepares what trains and "
         "hands the accelerator to these functions at each of its calls",
     )
     return Conversion(label, data, converted, [told, *changes], reviews)
+
+
+def _converts_on_its_own(engine: Path, data: bytes, options: Options) -> bool:
+    """An engine module with a class whose own conversion prepares what it trains (a trainer
+    class that builds its model, optimizer and loaders): converted on its own, its driver
+    reaching ``trainer.accelerator``, as a module of functions never is."""
+    try:
+        module = parse(data, str(engine))
+    except UserError:
+        return False
+    if not any(isinstance(s, cst.ClassDef) for s in module.body):
+        return False
+    return bool(convert_source(data, engine, options, together=False).prepared)
 
 
 def _unpaired(
