@@ -647,6 +647,30 @@ def test_an_engine_class_handed_the_model_is_converted_with_its_driver(tmp_path:
     assert "every rank trains on all of it" in reviews
 
 
+def test_an_engine_class_in_a_package_is_converted_with_the_driver_beside_the_package(
+    tmp_path: Path,
+):
+    """trial12's layout: ``train.py`` beside ``src/`` (a package), ``from src.engine import
+    Engine``: the driver is found in the folder above the package."""
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "__init__.py").write_text("")
+    for name in ("config.py", "data.py", "engine.py"):
+        shutil.copy(ENGINE_CLASS / name, project / "src" / name)
+    train = (ENGINE_CLASS / "train.py").read_text()
+    for name in ("config", "data", "engine"):
+        train = train.replace(f"from {name} import", f"from src.{name} import")
+    (project / "train.py").write_text(train)
+    results = {
+        Path(r.path).relative_to(project).as_posix(): r
+        for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    engine = results["src/engine.py"]
+    assert engine.prepared == ["self.model", "self.optimizer", "self.scheduler"]
+    assert engine.changes[0].text.startswith("converted with ../train.py, which builds")
+    assert "engine.accelerator.print(" in results["train.py"].converted.decode()
+
+
 @pytest.mark.distributed
 def test_an_engine_class_and_its_driver_run_on_two_ranks_over_the_whole_set(tmp_path: Path):
     project = tmp_path / "project"

@@ -25,7 +25,7 @@ from typing import Any
 
 import libcst as cst
 
-from accelify.analysis.project_modules import IMPORTED, module_file, read
+from accelify.analysis.project_modules import IMPORTED, module_file, read, resolved
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.edits.plan import Note
 from accelify.errors import UserError
@@ -136,10 +136,12 @@ def unpaired_because(
 
 def importers_of(engine: Path) -> list[Path]:
     """The files of the engine's folder (not below it: a module of the folder is imported by
-    name from there) whose imports name it; the folder's files are few."""
+    name from there), and of the folders above it while it is in a package (``train.py``
+    beside ``src/``, ``from src.engine import Engine``), whose imports name it; the folders'
+    files are few."""
     name = engine.stem.encode()
     found = []
-    for other in sorted(engine.parent.glob("*.py")):
+    for other in sorted(p for folder in _folders_importing(engine) for p in folder.glob("*.py")):
         other = other.resolve()
         if other == engine.resolve() or not other.is_file():
             continue
@@ -154,6 +156,13 @@ def importers_of(engine: Path) -> list[Path]:
                 found.append(other)
                 break
     return found
+
+
+def _folders_importing(engine: Path) -> list[Path]:
+    folders = [engine.parent]
+    while (folders[-1] / "__init__.py").is_file() and folders[-1].parent != folders[-1]:
+        folders.append(folders[-1].parent)
+    return folders
 
 
 def _names_module(data: bytes, match, stem: str) -> bool:  # type: ignore[no-untyped-def]
@@ -182,7 +191,14 @@ def combine_and_split(pair: Pair, convert: Convert) -> Split | None:
         engine = parse(pair.engine_data, str(pair.engine))
     except UserError:
         return None
-    shape = _shape(driver, engine, pair.engine.stem)
+    engine_file = pair.engine.resolve()
+    shape = _shape(
+        driver,
+        engine,
+        lambda name: (
+            (found := module_file(pair.driver, name)) is not None and resolved(found) == engine_file
+        ),
+    )
     if shape is None:
         return None
     flat = _flatten(driver, shape) if shape.module_name else driver
@@ -283,9 +299,12 @@ class _Lines:
         return f"line {number - self.offset}" if in_engine else f"{other} line {number}"
 
 
-def _shape(driver: cst.Module, engine: cst.Module, stem: str) -> _Shape | None:
-    """The driver imports the engine once, in a one-line statement of its own body (``from
-    engine import a, b`` of the engine's functions, or ``import engine``), and uses the
+def _shape(
+    driver: cst.Module, engine: cst.Module, names_engine: Callable[[str], bool]
+) -> _Shape | None:
+    """The driver imports the engine (the module name ``names_engine`` says is its file) once,
+    in a one-line statement of its own body (``from engine import a, b`` of the engine's
+    functions, ``from src.engine import Engine``, or ``import engine``), and uses the
     imported names only as the functions of calls (a class: built); the engine holds only a
     docstring, one-line imports (no ``__future__``), functions and classes; no name means two
     things across the two."""
@@ -304,7 +323,7 @@ def _shape(driver: cst.Module, engine: cst.Module, stem: str) -> _Shape | None:
     index, module_name, imported = None, None, set()
     for i, s in enumerate(driver.body):
         for small in getattr(s, "body", []) if _is_import(s) else []:
-            hit = _of_engine(small, stem)
+            hit = _of_engine(small, names_engine)
             if hit is None:
                 continue
             if index is not None or len(s.body) != 1 or not _one_line(driver, s):  # type: ignore[attr-defined]
@@ -324,22 +343,26 @@ def _shape(driver: cst.Module, engine: cst.Module, stem: str) -> _Shape | None:
     return _Shape(index, module_name, functions)
 
 
-def _of_engine(small: cst.BaseSmallStatement, stem: str) -> tuple[str | None, set[str]] | None:
+def _of_engine(
+    small: cst.BaseSmallStatement, names_engine: Callable[[str], bool]
+) -> tuple[str | None, set[str]] | None:
     """``from engine import a, b`` -> (None, {a, b}); ``import engine`` -> ("engine", set());
-    None for other imports. An alias or a star is not handled (None with a marker set)."""
+    None for other imports. An alias, a star or a dotted ``import src.engine`` is not handled
+    (None with a marker set)."""
     if isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
-        if dotted(small.module) != stem:
+        if not names_engine(dotted(small.module) or ""):
             return None
         if isinstance(small.names, cst.ImportStar) or any(a.asname for a in small.names):
             return ("*", {"*"})
         return None, {dotted(a.name) or "" for a in small.names}
     if isinstance(small, cst.Import):
-        names = [dotted(a.name) for a in small.names]
-        if stem not in names:
+        names = [dotted(a.name) or "" for a in small.names]
+        hits = [name for name in names if names_engine(name)]
+        if not hits:
             return None
-        if len(names) != 1 or small.names[0].asname:
+        if len(names) != 1 or small.names[0].asname or "." in hits[0]:
             return ("*", {"*"})
-        return stem, set()
+        return hits[0], set()
     return None
 
 

@@ -6,6 +6,7 @@ Nothing here writes files; `accelify.convert.files` does that for the CLI.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,10 +211,8 @@ def _unpaired(
 
 
 def _relative_to(other: Path, file: Path) -> str:
-    try:
-        return str(other.relative_to(file.parent))
-    except ValueError:
-        return str(other)
+    """``other`` as seen from ``file``'s folder (``../train.py`` for a module of a package)."""
+    return os.path.relpath(other, file.parent)
 
 
 def _drives_another_file(
