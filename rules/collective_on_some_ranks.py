@@ -473,6 +473,16 @@ class CollectiveOnSomeRanks(Rule):
         # alone may run the forward; and under FSDP with every rank validating
         _TRAINER_VALIDATES.format(plugin="", guard="if self.is_main:\n            "),
         _TRAINER_VALIDATES.format(plugin=_FSDP_PLUGIN, guard=""),
+        # ... and where a method binds self.model anew (unwrapped): which model a later method
+        # runs depends on the order of the calls, not reported
+        _TRAINER_VALIDATES.format(
+            plugin=_FSDP_PLUGIN, guard="if self.is_main:\n            "
+        ).replace(
+            "    def train(self):",
+            "    def finish(self):\n"
+            "        self.model = self.accelerator.unwrap_model(self.model)\n\n"
+            "    def train(self):",
+        ),
         # no buffers: DDP's forward broadcasts nothing
         _BUFFERED.replace("torch.nn.BatchNorm1d(8)", "torch.nn.Dropout(0.1)")
         + _EVALUATE

@@ -1054,13 +1054,20 @@ class ObjectFlow:
         """``self.model(**batch)`` in a method of a trainer class whose ``__init__`` prepared
         ``self.model`` (a DiLoCo/FSDP trainer's ``_validate``): every method runs after the
         constructor, so the attribute is the prepared model there (not in ``__init__`` itself,
-        where order decides, above)."""
+        where order decides, above). Not where another method binds the attribute anew
+        (``self.model = self.accelerator.unwrap_model(self.model)`` after training)."""
         if not name.startswith("self."):
             return False
         function = self.placement.enclosing_function(call)
         owner = self.placement.class_of(call)
         if function is None or owner is None or function.name.value == "__init__":
             return False
+        for node in walk(owner):
+            targets = assigned_targets(node) if isinstance(node, cst.Assign) else []
+            if any(dotted(t) == name for t in targets):
+                where = self.placement.enclosing_function(node)
+                if where is None or where.name.value != "__init__":
+                    return False
         for prepare in self.model.prepare_calls:
             if name not in prepare.outputs:
                 continue
