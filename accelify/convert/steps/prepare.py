@@ -2260,15 +2260,21 @@ def _only_read_by(
 def _read_before(
     ctx: Context, node: cst.CSTNode, function: cst.FunctionDef, top: cst.CSTNode
 ) -> bool:
-    """``node`` runs before ``top`` each time ``function`` runs: earlier in its own body, not
-    in a nested function, lambda or class (whose code may run later)."""
+    """``node`` is what a ``for`` loop of ``function`` iterates (``for x, y in train_loader:``,
+    ``enumerate(train_loader)``) and runs before ``top`` each time ``function`` runs: earlier in
+    its own body, not in a nested function, lambda or class (whose code may run later). Another
+    read (``n = len(train_loader)``) may keep a value the loop after ``top`` uses with the
+    shard (a sum over it divided by the whole length): it does not count."""
     if ctx.model.order(node) >= ctx.model.order(top) or ctx.facts.placement.inside(node, top):
         return False
+    iterated = False
     for ancestor in ctx.model.ancestors(node):
         if ancestor is function:
-            return True
+            return iterated
         if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef, *_COMPREHENSIONS)):
             return False
+        if isinstance(ancestor, cst.For) and ctx.facts.placement.inside(node, ancestor.iter):
+            iterated = True
     return False
 
 
