@@ -30,6 +30,9 @@ from accelify.source import parse, render, room_for_deep_trees
 
 ALREADY_ACCELERATED = "already uses an Accelerator"
 LEFT_AS_IS = "left as it is (the review line says why)"
+#: left as it is for a subclass in another module that would lack the accelerator
+#: (`subclass_inits`): a driver of this module says that reason
+SUBCLASS_SKIPS_INIT = "left as it is: a subclass elsewhere skips its __init__ (the review says why)"
 
 
 @dataclass
@@ -103,7 +106,7 @@ def convert_source(
     converted = module.visit(ApplyPlan(plan))
     skipped_init = _subclass_skipping_init(Path(path), model, converted)
     if skipped_init is not None:  # the file is left as it is, with this line
-        return Conversion(label, data, data, reviews=[skipped_init], skipped=LEFT_AS_IS)
+        return Conversion(label, data, data, reviews=[skipped_init], skipped=SUBCLASS_SKIPS_INIT)
     for code in plan.imports:
         converted = _add_import(converted, code, Path(label))
     converted, changes = drop_unread_devices(converted, data, plan.changes)
@@ -394,7 +397,7 @@ def _there(file: Path, options: Options) -> _There:
         conversion = convert_source(data, file, options)
     except (OSError, UserError):
         return _There([], b"", "")
-    if conversion.skipped == LEFT_AS_IS and conversion.reviews:
+    if conversion.skipped == SUBCLASS_SKIPS_INIT and conversion.reviews:
         return _There([], b"", "", left=conversion.reviews[0].text)
     if conversion.skipped == ALREADY_ACCELERATED:  # converted by hand, or by an earlier run
         return _There(project.prepared_by_hand(data, str(file)), data, "already converted")
