@@ -934,6 +934,71 @@ def test_a_driver_of_a_subclass_whose_base_class_trains_prints_once_on_two_ranks
     assert result.stdout.splitlines().count("saved small.pt") == 1, result.stdout
 
 
+_SKIPS_THE_BASE_INIT = """import torch.nn as nn
+
+from base import Model
+
+
+class Small(Model):
+    def __init__(self):
+        self.model = None
+
+    def initialize_model(self):
+        self.model = nn.Linear(4, 1)
+"""
+
+
+def test_a_base_class_a_subclass_elsewhere_does_not_construct_is_left_with_why(tmp_path: Path):
+    """``Small.__init__`` of small.py runs no ``Model.__init__``: the ``self.accelerator``
+    base.py's conversion would create there would not exist on a ``Small``, and ``train()``
+    would fail with AttributeError at its first step. base.py is left as it is, and so is the
+    driver, each saying why."""
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    (project / "small.py").write_text(_SKIPS_THE_BASE_INIT, encoding="utf-8")
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    base = results["base.py"]
+    assert not base.changed
+    (review,) = base.reviews
+    assert review.line == 10  # def __init__(self): of Model
+    assert "Small.__init__ (small.py, line 7) does not run Model.__init__" in review.text
+    assert "AttributeError" in review.text
+    train = results["train.py"]
+    assert not train.changed
+    assert any("Small.__init__ (small.py, line 7)" in note.text for note in train.reviews)
+
+
+def test_a_subclass_two_modules_down_that_does_not_construct_its_base_is_found(tmp_path: Path):
+    """``class Mid(Model)`` of mid.py runs ``Model.__init__`` (it has no ``__init__``); ``class
+    Small(Mid)`` of small.py does not run it: followed down from base.py."""
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    (project / "mid.py").write_text("from base import Model\n\n\nclass Mid(Model):\n    pass\n")
+    small = _SKIPS_THE_BASE_INIT.replace("from base import Model", "from mid import Mid")
+    (project / "small.py").write_text(small.replace("Small(Model)", "Small(Mid)"))
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    (review,) = results["base.py"].reviews
+    assert "Small.__init__ (small.py, line 7) does not run Model.__init__" in review.text
+    assert not results["base.py"].changed
+
+
+def test_a_subclass_elsewhere_that_calls_the_base_init_keeps_the_conversion(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(SUBCLASS, project)
+    calls = _SKIPS_THE_BASE_INIT.replace(
+        "        self.model = None", "        super().__init__()\n        self.model = None"
+    )
+    (project / "small.py").write_text(calls, encoding="utf-8")
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    assert results["base.py"].prepared == ["self.model", "optimizer", "loader"]
+
+
 LOGGER = FIXTURES / "projects" / "logger_from_a_project_module"
 
 

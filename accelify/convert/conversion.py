@@ -15,11 +15,12 @@ from typing import Any
 import libcst as cst
 
 from accelify.analysis import project_modules
+from accelify.analysis.base_inits import own_init
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.side_effects import writes
 from accelify.analysis.syntax import dotted, is_docstring, walk
-from accelify.convert import across, imported_helpers, project, saver_modules
+from accelify.convert import across, imported_helpers, project, saver_modules, subclass_inits
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.unread_devices import drop_unread_devices
 from accelify.convert.wrap_lines import wrap_long_lines
@@ -29,6 +30,10 @@ from accelify.errors import UserError
 from accelify.source import parse, render, room_for_deep_trees
 
 ALREADY_ACCELERATED = "already uses an Accelerator"
+LEFT_AS_IS = "left as it is (the review line says why)"
+#: left as it is for a subclass in another module that would lack the accelerator
+#: (`subclass_inits`): a driver of this module says that reason
+SUBCLASS_SKIPS_INIT = "left as it is: a subclass elsewhere skips its __init__ (the review says why)"
 
 
 @dataclass
@@ -97,9 +102,12 @@ def convert_source(
     )
     if plan.empty:
         # a plan of review lines only: the script was left as it is for the reason they give
-        why = "left as it is (the review line says why)" if plan.reviews else "nothing to convert"
+        why = LEFT_AS_IS if plan.reviews else "nothing to convert"
         return Conversion(label, data, data, reviews=plan.reviews, skipped=why)
     converted = module.visit(ApplyPlan(plan))
+    skipped_init = _subclass_skipping_init(Path(path), model, converted)
+    if skipped_init is not None:  # the file is left as it is, with this line
+        return Conversion(label, data, data, reviews=[skipped_init], skipped=SUBCLASS_SKIPS_INIT)
     for code in plan.imports:
         converted = _add_import(converted, code, Path(label))
     converted, changes = drop_unread_devices(converted, data, plan.changes)
@@ -116,6 +124,19 @@ def convert_source(
         reviews=sorted([*plan.reviews, *imported], key=lambda n: n.line),
         prepared=plan.prepared,
     )
+
+
+def _subclass_skipping_init(path: Path, model: ScriptModel, converted: cst.Module) -> Note | None:
+    """A subclass in another module of the folder that does not run the ``__init__`` of a
+    class this conversion creates ``self.accelerator`` in (`subclass_inits`)."""
+    if not path.is_file():
+        return None
+    lines = {
+        cls.name.value: model.line(init)
+        for cls in model.module.body
+        if isinstance(cls, cst.ClassDef) and (init := own_init(cls)) is not None
+    }
+    return subclass_inits.skipped_in_other_modules(path, model.module, converted, lines)
 
 
 def _converted_together(
@@ -241,9 +262,12 @@ def _drives_another_file(
         f"module (line {first.line})"
     )
     prepared = {file: state.prepared for file, state in there.items()}
-    reviews = project.review_notes(
-        label, elsewhere, prepared, _unpaired(label, model, elsewhere, prepared, options)
-    )
+    unpaired = _unpaired(label, model, elsewhere, prepared, options)
+    for entry in elsewhere:
+        left = there[entry.module].left
+        if left is not None:  # its own conversion says why it is left as it is
+            unpaired[entry.line] = f"{entry.module.name}: {left}"
+    reviews = project.review_notes(label, elsewhere, prepared, unpaired)
     driven = [e for e in elsewhere if prepared[e.module]]
     if not driven:
         return Conversion(label, data, data, reviews=reviews, skipped=skipped)
@@ -387,6 +411,8 @@ class _There:
     prepared: list[str]
     source: bytes
     when: str
+    #: why its own conversion leaves it as it is (its review line), when it does
+    left: str | None = None
 
 
 def _there(file: Path, options: Options) -> _There:
@@ -395,6 +421,8 @@ def _there(file: Path, options: Options) -> _There:
         conversion = convert_source(data, file, options)
     except (OSError, UserError):
         return _There([], b"", "")
+    if conversion.skipped == SUBCLASS_SKIPS_INIT and conversion.reviews:
+        return _There([], b"", "", left=conversion.reviews[0].text)
     if conversion.skipped == ALREADY_ACCELERATED:  # converted by hand, or by an earlier run
         return _There(project.prepared_by_hand(data, str(file)), data, "already converted")
     if conversion.skipped or not conversion.prepared:
