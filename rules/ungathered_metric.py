@@ -2260,9 +2260,55 @@ def _reduced_by_callers(
     if _gathered_at_every_call(script, facts, function, target, accelerators):
         return True
     held = held_by_callers(facts, function, {target})
-    return bool(held) and all(
-        _reduced_later(script, statement, name, all_calls, accelerators) for statement, name in held
-    )
+    if held:
+        return all(
+            _reduced_later(script, statement, name, all_calls, accelerators)
+            for statement, name in held
+        )
+    return _combined_by_other_modules(script, facts, function, target)
+
+
+def _combined_by_other_modules(
+    script: ScriptModel, facts: Facts, function: cst.FunctionDef, target: str
+) -> bool:
+    """A helper module's evaluation (``def evaluate(model, loader): ... return
+    torch.cat(preds)``) that this file never calls, and that every call of the project's other
+    modules combines across the ranks, read in the caller's own analysis: handed straight to
+    a gather (``accelerator.gather_for_metrics(utils.evaluate(model, loader))``), or bound to
+    a name a collective reads after it (``preds = utils.evaluate(...)``, then
+    ``accelerator.gather_for_metrics(preds)``). What the helper returns is this rank's; its
+    callers make it the whole set's."""
+    project = script.project
+    if project is None or facts.flow.calls_of(function):
+        return False
+    returns = script.index.own_returns(function)
+    if not returns or not all(_returns_total(script, r.value, target) for r in returns):
+        return False
+    owner = facts.placement.class_of(function)
+    sites = project.callers_of(function, owner.name.value if owner is not None else None)
+    return bool(sites) and all(_combined_at(caller, call) for caller, call, _ in sites)
+
+
+def _combined_at(caller: ScriptModel, call: cst.Call) -> bool:
+    """``call``, in the caller's file, is an argument of a collective, or its whole result is
+    bound to one name that a collective reaches after it, before any other read."""
+    accelerators = caller.names_of(Kind.ACCELERATOR)
+    argument = caller.parent(call)
+    gather = caller.parent(argument) if isinstance(argument, cst.Arg) else None
+    if isinstance(gather, cst.Call) and (
+        _is_collective(gather, accelerators) or combines_ranks(caller, gather)
+    ):
+        return True
+    statement = caller.parent(call)
+    if not (
+        isinstance(statement, cst.Assign)
+        and statement.value is call
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+    ):
+        return False
+    name = statement.targets[0].target.value
+    return _reduced_later(caller, statement, name, calls(caller), accelerators)
 
 
 #: Calls that join a list of tensors and keep every value: what they return is the total.
