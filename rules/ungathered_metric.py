@@ -159,6 +159,40 @@ _EVALUATOR_OBJECT = (
 )
 
 
+#: A trainer whose training loop runs its backward two calls down (``self.update(loss)`` ->
+#: ``self._backward(loss)`` -> ``accelerator.backward``): a training loop, not an evaluation,
+#: beside an evaluation loop of its own (``{gather}``: the gather, if any).
+_UPDATE_TWO_CALLS_DOWN = (
+    "import torch\nfrom accelerate import Accelerator\n\n\n"
+    "class Trainer:\n"
+    "    def __init__(self, model, optimizer, loader, val_loader):\n"
+    "        self.accelerator = Accelerator()\n"
+    "        self.model, self.optimizer, self.loader, self.val_loader = (\n"
+    "            self.accelerator.prepare(model, optimizer, loader, val_loader))\n\n"
+    "    def _backward(self, loss):\n"
+    "        self.accelerator.backward(loss)\n\n"
+    "    def update(self, loss):\n"
+    "        self._backward(loss)\n"
+    "        self.optimizer.step()\n"
+    "        self.optimizer.zero_grad()\n\n"
+    "    def fit(self):\n"
+    "        epoch_loss = 0.0\n"
+    "        for batch in self.loader:\n"
+    "            loss = self.model(batch).mean()\n"
+    "            self.update(loss)\n"
+    "            epoch_loss += loss.item()\n"
+    "        return epoch_loss\n\n"
+    "    @torch.no_grad()\n"
+    "    def evaluate(self):\n"
+    "        correct = 0\n"
+    "        for x, y in self.val_loader:\n"
+    "            preds = self.model(x).argmax(-1)\n"
+    "{gather}"
+    "            correct += (preds == y).sum().item()\n"
+    "        return correct\n"
+)
+
+
 class UngatheredMetric(Rule):
     """An evaluation loop over a prepared DataLoader sees only this rank's shard. A metric
     accumulated there (``correct += ...``, ``preds.append(...)``, ``metric.add_batch(...)``,
@@ -193,6 +227,9 @@ class UngatheredMetric(Rule):
         ),
         # gradients turned off inside the loop's body: an evaluation through the step function
         Example(_STEP_WITH_GRADIENTS_OFF.format(after="print(total / len(test_loader))\n"), 19, 5),
+        # the trainer's evaluation loop: reported, and its training loop (the backward two
+        # calls down) is not
+        Example(_UPDATE_TWO_CALLS_DOWN.format(gather=""), 32, 13),
         # an evaluator object: the loader its constructor keeps is the prepared one
         Example(_EVALUATOR_OBJECT.format(gather=""), 15, 13),
         # ... the same helper's tuple with the references left ungathered: this rank's labels
@@ -794,6 +831,11 @@ class UngatheredMetric(Rule):
         + "        correct += (preds == y).sum().item()\n"
         + "correct_tensor = torch.tensor([correct], device=accelerator.device)\n"
         + "all_correct = accelerator.gather(correct_tensor).sum().item()\n",
+        # the same trainer gathering in its evaluation: its training loop, whose backward
+        # runs two calls down, is no evaluation either
+        _UPDATE_TWO_CALLS_DOWN.format(
+            gather="            preds, y = self.accelerator.gather_for_metrics((preds, y))\n"
+        ),
         # a trainer's loop whose backward runs in a method of its base class
         # (``self.backward_pass(loss)`` -> ``self.accelerator.backward``): training totals
         "from accelerate import Accelerator\n"
