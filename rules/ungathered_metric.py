@@ -9,7 +9,7 @@ from accelify.analysis.evaluation import self_syncing_metrics
 from accelify.analysis.facts import Facts, facts_of
 from accelify.analysis.objects import bound_arguments
 from accelify.analysis.repeated_effects import callers_of
-from accelify.analysis.returned_values import held_by_callers
+from accelify.analysis.returned_values import held_by_callers, returned_tuples, unpacked_slot
 from accelify.analysis.sample_counts import first_dimension_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
 from accelify.analysis.shard_totals import ShardTotal, divided_by_set_size
@@ -2061,12 +2061,10 @@ def _stats_dict(script: ScriptModel, loop: Loop, at: cst.CSTNode) -> str | None:
         if isinstance(target, cst.Name) and target.value == name:
             if _fixed_scalar_dict(script, assign.value, name, loop.node.body):
                 return name
-        elif isinstance(target, cst.Tuple) and isinstance(assign.value, cst.Call):
-            places = [dotted(e.value) for e in target.elements]
-            if (
-                name in places
-                and not _keys_changed(script, name, loop.node.body)
-                and _returns_a_dict_at(script, assign.value, places.index(name))
+        elif (unpacked := unpacked_slot(assign, name)) is not None:
+            _, slot, width = unpacked
+            if not _keys_changed(script, name, loop.node.body) and _returns_a_dict_at(
+                script, assign.value, slot, width
             ):
                 return name
     return None
@@ -2161,21 +2159,19 @@ def _keys_changed(script: ScriptModel, name: str, scope: cst.CSTNode) -> bool:
     return False
 
 
-def _returns_a_dict_at(script: ScriptModel, call: cst.Call, place: int) -> bool:
-    """Every ``return`` of the function ``call`` runs hands back a tuple whose element at
-    ``place`` is a dict of fixed keys and scalar values (`_fixed_scalar_dict`), or a name the
-    function binds to one only."""
+def _returns_a_dict_at(script: ScriptModel, call: cst.Call, place: int, width: int) -> bool:
+    """Every ``return`` of the function ``call`` runs hands back a tuple of ``width`` elements
+    (`returned_tuples`) whose element at ``place`` is a dict of fixed keys and scalar values
+    (`_fixed_scalar_dict`), or a name the function binds to one only."""
     found = script.call_graph.callee(call)
     if found is None:
         return False
     function = found[0]
     returns = [r for r in walk(function.body) if isinstance(r, cst.Return) and r.value is not None]
-    if not returns:
+    tuples = returned_tuples([r.value for r in returns])
+    if tuples is None or len(tuples[0].elements) != width:
         return False
-    for returned in returns:
-        value = returned.value
-        if not isinstance(value, cst.Tuple) or len(value.elements) <= place:
-            return False
+    for value in tuples:
         element = value.elements[place].value
         if _fixed_scalar_dict(script, element, "", function.body):
             continue

@@ -20,6 +20,7 @@ from accelify.analysis.syntax import (
     dotted,
     has_parameter,
     keyword_value,
+    top_level_functions,
     value_assigned_to,
     walk,
 )
@@ -1618,10 +1619,7 @@ def _statement_of(script: ScriptModel, node: cst.CSTNode) -> cst.CSTNode:
 
 def _inside_function(script: ScriptModel, node: cst.CSTNode, name: str) -> bool:
     """``node`` lies in the module-level function ``name`` (a factory of Accelerators)."""
-    return any(
-        isinstance(s, cst.FunctionDef) and s.name.value == name and script.inside(node, s)
-        for s in script.module.body
-    )
+    return any(script.inside(node, f) for f in top_level_functions(script.module, name))
 
 
 def _builds_an_accelerator(script: ScriptModel) -> bool:
