@@ -37,7 +37,7 @@ from accelify.analysis.dataflow import (
     variables_in,
     within,
 )
-from accelify.analysis.loops import enumerates, find_backward, first_enumerate_name, phase_name
+from accelify.analysis.loops import enumerates, first_enumerate_name, phase_name
 from accelify.analysis.loss_reduction import is_ctc_loss, made_as_a_loss, sums_its_batch
 from accelify.analysis.objects import callee, methods_of
 from accelify.analysis.script_model import Kind, Loop, ScriptModel
@@ -766,15 +766,10 @@ def _calls_a_training_step(loop: Loop, facts: Facts) -> bool:
     """``for batch in train_loader: metrics = train_step(model, optimizer, batch)``: the
     backward is in a function of this file the loop calls; a training loop, not an evaluation.
     The backward may be the accelerator's (``self.accelerator.backward(loss)`` in a trainer's
-    ``backward_pass``), which the model's tensor backwards leave out."""
-    model = facts.model
-    for node in walk(loop.node.body):
-        if not isinstance(node, cst.Call):
-            continue
-        target = callee(model, node)
-        if target is not None and next(find_backward(target[0]), None) is not None:
-            return True
-    return False
+    ``backward_pass``), which the model's tensor backwards leave out, and a few calls down
+    (``self.update(loss)`` that calls ``self._backward(loss)``): the call graph's one answer
+    (`CallGraph.trains_through_calls`, the conversion's too)."""
+    return facts.model.call_graph.trains_through_calls(loop.node)
 
 
 def _step_evaluation(loop: Loop) -> Evaluation:

@@ -20,6 +20,7 @@ from accelify.analysis.dataflow import bound_by, statements, variables_in
 from accelify.analysis.facts import Facts
 from accelify.analysis.loops import enumerates
 from accelify.analysis.objects import bound_arguments, callee
+from accelify.analysis.returned_values import returned_tuples, unpacked_slot
 from accelify.analysis.script_model import Loop, ScriptModel
 from accelify.analysis.syntax import dotted, is_generator_function, target_names, walk
 
@@ -276,15 +277,8 @@ class OwnValues:
         if target is None:
             return None
         function, implicit = target
-        returns = [r.value for r in self.script.index.own_returns(function)]
-        if not returns or not all(
-            isinstance(r, cst.Tuple)
-            and not any(isinstance(e, cst.StarredElement) for e in r.elements)
-            for r in returns
-        ):
-            return None
-        tuples = [r for r in returns if isinstance(r, cst.Tuple)]
-        if len({len(t.elements) for t in tuples}) != 1:
+        tuples = returned_tuples([r.value for r in self.script.index.own_returns(function)])
+        if tuples is None:
             return None
         bound = {
             name: argument.value
@@ -339,7 +333,7 @@ class OwnValues:
             return None
         if folded is None and self._in_sharded_loop(binding, passed):
             folded = binding
-        unpacked = _unpacked_slot(binding, name)
+        unpacked = unpacked_slot(binding, name)
         spread = (
             self._returned_tuples(unpacked[0].value) if unpacked is not None and depth > 0 else None
         )
@@ -474,24 +468,6 @@ class OwnValues:
             self.facts.placement.inside(statement, loop.node) and self._sharded(loop.node, passed)
             for loop in self.script.loops
         )
-
-
-def _unpacked_slot(binding: cst.CSTNode, name: str) -> tuple[cst.Assign, int, int] | None:
-    """For ``a, b, _ = call(...)``: the assignment, where ``name`` stands in its one tuple
-    target and how many targets it has (the caller checks the call's returned tuples are as
-    long); None for any other binding, or a starred target."""
-    if not (
-        isinstance(binding, cst.Assign)
-        and len(binding.targets) == 1
-        and isinstance(binding.targets[0].target, cst.Tuple | cst.List)
-        and isinstance(binding.value, cst.Call)
-    ):
-        return None
-    elements = binding.targets[0].target.elements
-    if any(isinstance(e, cst.StarredElement) for e in elements):
-        return None
-    slots = [i for i, e in enumerate(elements) if dotted(e.value) == name]
-    return (binding, slots[0], len(elements)) if len(slots) == 1 else None
 
 
 def _enumerated_index(loop: cst.For, name: str) -> bool:
