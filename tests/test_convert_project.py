@@ -1187,7 +1187,7 @@ def test_loaders_a_driver_hands_a_trainers_constructor_are_prepared_there(tmp_pa
     assert "self.accelerator.gather_for_metrics((outputs, batch))" in converted
     assert not trainer.reviews
     (note,) = [n for n in trainer.changes if "prepares the loaders it receives" in n.text]
-    assert "handed by main.py:20" in note.text
+    assert "handed by main.py:19" in note.text  # AutoEncoderTrainer(...)
 
 
 def test_loaders_handed_by_a_driver_that_constructs_in_a_loop_keep_the_review(tmp_path: Path):
