@@ -1291,3 +1291,84 @@ def test_a_factory_returning_no_logging_logger_is_not_taken_for_one(tmp_path: Pa
     converted = result.converted.decode()
     assert "logging.disable" not in converted
     assert "import logging\n" not in converted
+
+
+HANDED = FIXTURES / "projects" / "loaders_handed_to_a_trainer_constructor_by_the_driver"
+
+
+def _convert_handed(tmp_path: Path, trainer: str | None = None, driver: str | None = None):
+    project = tmp_path / "project"
+    shutil.copytree(HANDED, project)
+    if trainer is not None:
+        (project / "trainer.py").write_text(trainer)
+    if driver is not None:
+        (project / "main.py").write_text(driver)
+    results = {
+        r.path.rsplit("/", 1)[-1]: r for r in convert_all(list(collect([project])), Options(), 1)
+    }
+    return project, results["trainer.py"]
+
+
+def test_loaders_a_driver_hands_a_trainers_constructor_are_prepared_there(tmp_path: Path):
+    # main.py makes the loaders and hands them to AutoEncoderTrainer(...); the class builds
+    # its model and optimizer in train(): the loaders are prepared as the constructor starts
+    _, trainer = _convert_handed(tmp_path)
+    assert trainer.prepared == ["model", "optimizer", "train_loader", "val_loader"]
+    converted = trainer.converted.decode()
+    assert (
+        "train_loader, val_loader = self.accelerator.prepare(train_loader, val_loader)" in converted
+    )
+    assert "self.accelerator.gather_for_metrics((outputs, batch))" in converted
+    assert not trainer.reviews
+    (note,) = [n for n in trainer.changes if "prepares the loaders it receives" in n.text]
+    assert "handed by main.py:19" in note.text  # AutoEncoderTrainer(...)
+
+
+def test_loaders_handed_by_a_driver_that_constructs_in_a_loop_keep_the_review(tmp_path: Path):
+    # one construction per round: each would prepare what it is handed, as a call of the file
+    # in a loop would; the class is left as the file alone reads it
+    driver = (HANDED / "main.py").read_text()
+    looped = driver.replace(
+        "    trainer = AutoEncoderTrainer(",
+        "    for _ in range(1):\n        trainer = AutoEncoderTrainer(",
+    ).replace("    trainer.train(num_epochs=3)", "        trainer.train(num_epochs=3)")
+    _, trainer = _convert_handed(tmp_path, driver=looped)
+    assert trainer.prepared == ["model", "optimizer"]
+    assert any("not prepared" in n.text for n in trainer.reviews)
+
+
+def test_loaders_a_constructor_hands_on_to_another_call_keep_the_review(tmp_path: Path):
+    # what the constructor hands on (a helper of another module may evaluate it) is not followed
+    source = (HANDED / "trainer.py").read_text()
+    handed_on = source.replace(
+        "        self.val_loader = val_loader\n",
+        "        self.val_loader = val_loader\n        print(len(val_loader))\n",
+    )
+    _, trainer = _convert_handed(tmp_path, trainer=handed_on)
+    assert trainer.prepared == ["model", "optimizer", "train_loader"]
+
+
+def test_loaders_of_a_driver_that_trains_itself_are_not_prepared_by_the_class(tmp_path: Path):
+    # a driver with its own backward is converted on its own and may prepare what it hands
+    driver = (
+        HANDED / "main.py"
+    ).read_text() + "    torch.zeros(1, requires_grad=True).sum().backward()\n"
+    _, trainer = _convert_handed(tmp_path, driver=driver)
+    assert trainer.prepared == ["model", "optimizer"]
+
+
+@pytest.mark.distributed
+def test_loaders_a_driver_hands_a_trainers_constructor_shard_on_two_ranks(tmp_path: Path):
+    project = tmp_path / "project"
+    shutil.copytree(HANDED, project)
+    original = run_python(project / "main.py", cwd=project)
+    assert_ok(original)
+    assert_ok(run_accelify("convert", project, "--write"))
+    one = launch(project / "main.py", processes=1, cwd=project)
+    assert_ok(one)
+    assert one.stdout == original.stdout
+    two = launch(project / "main.py", cwd=project)
+    assert_ok(two)
+    # each line once; the evaluation covers the whole set (16 samples of 8 values) each epoch
+    assert two.stdout.count("### End Training Procedure ###") == 1
+    assert two.stdout.count("over 128 values") == 3, two.stdout

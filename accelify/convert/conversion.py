@@ -21,6 +21,7 @@ from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.side_effects import writes
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.convert import across, imported_helpers, project, saver_modules, subclass_inits
+from accelify.convert.handed_loaders import handed_loaders
 from accelify.convert.planner import Options, plan_conversion
 from accelify.convert.unread_devices import drop_unread_devices
 from accelify.convert.wrap_lines import wrap_long_lines
@@ -85,8 +86,10 @@ def convert_source(
             return Conversion(label, data, rendered, changes=changes, reviews=reviews, done=done)
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
     returns = project.imported_returns(path, model)
-    if returns:  # DataLoaders made by the project's other modules: analysed as made here
-        model = analyze(module, imported_returns=returns)
+    # DataLoaders a driver of the folder hands a class of this file (`handed_loaders`)
+    handed = handed_loaders(Path(path), module) if model.classes else {}
+    if returns or handed:  # DataLoaders made by the project's other modules: as made here
+        model = analyze(module, imported_returns=returns, given=handed)
     siblings = project.sibling_calls(path, model)  # each sibling module analysed once
     evaluators = project.imported_evaluators(siblings)
     plan = plan_conversion(

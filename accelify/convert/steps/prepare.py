@@ -1672,7 +1672,14 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         calls = [call for call, _ in flow.calls_of(method)]
         prepared = (set(ctx.plan.prepared) - received_here) | ctx.model.prepared_names | chosen
         outside = [c for c in calls if not ctx.facts.placement.inside(c, owner)]
-        if not loaders or not outside:
+        if not calls:
+            # constructed by another file of the folder only, once, outside any loop, handed
+            # a DataLoader it made there and never prepares (`convert.handed_loaders`)
+            handed = ctx.model.given_parameters.get(method, {})
+            loaders = [p for p in loaders if p in handed and not handed[p].prepared]
+        elif not outside:
+            continue
+        if not loaders:
             continue
         if len(outside) < len(calls):
             if all(_once_outside(ctx, call, owner) for call in outside):
@@ -1731,9 +1738,12 @@ def _prepare_received_loaders(ctx: Context, scope: Scope, chosen: set[str]) -> N
         # gathered, their training loop needs no review line).
         kept = attributes_kept(ctx.model, method)
         ctx.prepared_arguments.update(kept[n] for n in unprepared if n in kept)
+        handed = ctx.model.given_parameters.get(method, {}) if not calls else {}
+        sites = sorted({handed[n].where for n in unprepared if n in handed})
         ctx.plan.change(
             ctx.line(method),
-            f"{method.name.value}() prepares the loaders it receives: {targets}",
+            f"{method.name.value}() prepares the loaders it receives: {targets}"
+            + (f" (handed by {', '.join(sites)})" if sites else ""),
         )
 
 
