@@ -17,6 +17,7 @@ from accelify.analysis import project_modules
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.side_effects import writes
+from accelify.analysis.star_imports import star_imported_names
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.convert import across, imported_helpers, project, saver_modules
 from accelify.convert.planner import Options, plan_conversion
@@ -56,7 +57,8 @@ def convert_source(
     one (`across`); False for that combined script itself."""
     label = str(path)
     module = parse(data, label)
-    model = analyze(module)
+    star_imported = star_imported_names(Path(path), module)
+    model = analyze(module, star_imported=star_imported)
     if model.uses_accelerator:
         return Conversion(label, data, data, skipped=ALREADY_ACCELERATED)
     if together:
@@ -80,7 +82,7 @@ def convert_source(
         return Conversion(label, data, data, skipped="no .backward() call: not a training script")
     returns = project.imported_returns(path, model)
     if returns:  # DataLoaders made by the project's other modules: analysed as made here
-        model = analyze(module, imported_returns=returns)
+        model = analyze(module, imported_returns=returns, star_imported=star_imported)
     siblings = project.sibling_calls(path, model)  # each sibling module analysed once
     evaluators = project.imported_evaluators(siblings)
     plan = plan_conversion(
