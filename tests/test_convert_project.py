@@ -1372,3 +1372,37 @@ def test_loaders_a_driver_hands_a_trainers_constructor_shard_on_two_ranks(tmp_pa
     # each line once; the evaluation covers the whole set (16 samples of 8 values) each epoch
     assert two.stdout.count("### End Training Procedure ###") == 1
     assert two.stdout.count("over 128 values") == 3, two.stdout
+
+
+def test_a_trainer_that_star_imports_torch_from_a_sibling_module_is_converted(tmp_path: Path):
+    """murumura/DCGAN-pytorch: train.py gets ``torch``, ``nn`` and ``optim`` through ``from
+    dcgan import *`` (dcgan.py imports them and star imports utils.py in turn). Its
+    ``optim.Adam(netD.parameters())`` makes an optimizer: the trainer's own models and
+    optimizers are prepared, not left as if handed in from elsewhere."""
+    (tmp_path / "utils.py").write_text("import torch.optim as optim\n")
+    (tmp_path / "dcgan.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom utils import *\n\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x)\n"
+    )
+    train = tmp_path / "train.py"
+    train.write_text(
+        "from dcgan import *\n\n\n"
+        "class Trainer:\n"
+        "    def train(self, loader):\n"
+        "        net = Net()\n"
+        "        optimizer = optim.Adam(net.parameters(), lr=0.01)\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            loss = nn.functional.mse_loss(net(x), y)\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+    )
+    (result,) = convert_all(list(collect([train])), Options(), 1)
+    assert result.changed, result.skipped
+    assert set(result.prepared) >= {"net", "optimizer"}
+    assert "self.accelerator.backward(loss)" in result.converted.decode()

@@ -19,6 +19,7 @@ from accelify.analysis.base_inits import own_init
 from accelify.analysis.facts import facts_of
 from accelify.analysis.script_model import ScriptModel, analyze
 from accelify.analysis.side_effects import writes
+from accelify.analysis.star_imports import star_imported_names
 from accelify.analysis.syntax import dotted, is_docstring, walk
 from accelify.convert import across, imported_helpers, project, saver_modules, subclass_inits
 from accelify.convert.handed_loaders import handed_loaders
@@ -63,7 +64,8 @@ def convert_source(
     one (`across`); False for that combined script itself."""
     label = str(path)
     module = parse(data, label)
-    model = analyze(module)
+    star_imported = star_imported_names(Path(path), module)
+    model = analyze(module, star_imported=star_imported)
     if model.uses_accelerator:
         return Conversion(label, data, data, skipped=ALREADY_ACCELERATED)
     if together:
@@ -89,7 +91,7 @@ def convert_source(
     # DataLoaders a driver of the folder hands a class of this file (`handed_loaders`)
     handed = handed_loaders(Path(path), module) if model.classes else {}
     if returns or handed:  # DataLoaders made by the project's other modules: as made here
-        model = analyze(module, imported_returns=returns, given=handed)
+        model = analyze(module, imported_returns=returns, given=handed, star_imported=star_imported)
     siblings = project.sibling_calls(path, model)  # each sibling module analysed once
     evaluators = project.imported_evaluators(siblings)
     plan = plan_conversion(

@@ -21,6 +21,7 @@ from accelify.analysis.evaluation import Evaluation
 from accelify.analysis.flow import record_fields
 from accelify.analysis.loader_readers import loops_reading
 from accelify.analysis.loops import loop_source
+from accelify.analysis.model_setup import last_building_statement
 from accelify.analysis.objects import (
     attributes_kept,
     bound_arguments,
@@ -1423,14 +1424,16 @@ def _prepare_where_created(ctx: Context, binding: Binding) -> None:
         _keep_evaluated_loaders_whole(ctx, alone, {})
         if name not in alone:
             return
-    ctx.plan.insert_after(binding.statement, statement(f"{name} = {ctx.a('prepare')}({name})"))
-    ctx.need(binding.statement)
+    anchor = binding.statement
+    if binding.kind is Kind.MODEL:  # after its new head and frozen backbone, not before them
+        anchor = last_building_statement(ctx.model, binding.statement, name)
+    ctx.plan.insert_after(anchor, statement(f"{name} = {ctx.a('prepare')}({name})"))
+    ctx.need(anchor)
     ctx.plan.prepared.append(name)
-    ctx.prepared_after[name] = binding.statement
-    ctx.prepared_anchors.setdefault(name, []).append(binding.statement)
-    ctx.plan.change(
-        binding.line, f"{name} is created under a condition: prepared where it is created"
-    )
+    ctx.prepared_after[name] = anchor
+    ctx.prepared_anchors.setdefault(name, []).append(anchor)
+    where = "where it is created" if anchor is binding.statement else "once it is built"
+    ctx.plan.change(binding.line, f"{name} is created under a condition: prepared {where}")
     if binding.kind in (Kind.MODEL, Kind.OPTIMIZER):
         ctx.plan.review(
             binding.line,

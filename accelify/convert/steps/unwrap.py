@@ -408,7 +408,9 @@ def _attributes(ctx: Context) -> None:
             dotted(owner), attribute
         ):
             continue
-        if not ctx.after_prepare(attribute, dotted(owner)) or _is_binding_target(ctx, attribute):
+        if not ctx.after_prepare(attribute, dotted(owner)):
+            continue
+        if _is_binding_target(ctx, attribute) and not _set_on_the_wrapper(owner):
             continue
         state = saved_state(ctx, attribute) if member == "state_dict" else None
         if state is not None and gather_or_review(ctx, owner, state):
@@ -582,6 +584,15 @@ def forwards_outside_the_wrapper(ctx: Context) -> list[tuple[int, str]]:
             )
         )
     return reviews
+
+
+def _set_on_the_wrapper(owner: cst.BaseExpression) -> bool:
+    """``model.batch_size = len(y)`` / ``model.hidden = ...`` / ``self.model.fc = nn.Linear(...)``
+    after prepare: set on the DDP wrapper, the attribute never reaches the model its forward
+    runs (an LSTM's hidden state kept from the last batch, a head that is never used), so the
+    write goes through ``unwrap_model`` as a read does. Not ``self.x = ...`` in the model's own
+    class (``self`` there is the model, never the wrapper)."""
+    return dotted(owner) != "self"
 
 
 def _is_binding_target(ctx: Context, attribute: cst.Attribute) -> bool:
