@@ -151,7 +151,7 @@ def unwrap(model: cst.CSTNode, acc: str) -> Replace:
 #: (FSDP2), the method is called as it was. Plain PyTorch: it runs on accelify's runtime and on
 #: Hugging Face Accelerate alike.
 THROUGH_FORWARD = '''\
-def {name}(accelerator, model, method, *args, **kwargs):
+def {name}(accelerator, model, method, /, *args, **kwargs):
     """model.<method>(...) run as the forward of the prepared model: DDP averages the
     gradients of the forward it runs itself, and of no other method (accelify convert)."""
     inner = accelerator.unwrap_model(model)
