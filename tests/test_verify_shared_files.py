@@ -1,5 +1,5 @@
-"""verify's shared-files check: a file the main process writes and every rank reads back, read from the
-converted code (a run shows the race only when rank 1 happens to get there first)."""
+"""verify's shared-files check: a file the main process writes and every rank reads back, read
+from the converted code (a run shows the race only when rank 1 happens to get there first)."""
 
 from __future__ import annotations
 
