@@ -45,6 +45,7 @@ from accelify.convert.steps import (
     self_training,
     shared_files,
     side_effects,
+    through_forward,
     tracker_runs,
     unused_outputs,
     unwrap,
@@ -73,6 +74,7 @@ STEPS: tuple[Callable[[Context], None], ...] = (
     devices.run_devices,
     amp.run,
     clipping.run,
+    through_forward.run,
     unwrap.run,
     unused_outputs.run,
     saving.run,
@@ -167,6 +169,7 @@ def plan_conversion(
     _prepare_other_training_functions(ctx, prepare_scope)
     _review_training_outside_the_class(ctx, prepare_scope)
     prepare.prepare_loaders_made_where_trained(ctx, prepare_scope)
+    ctx.through_forward = through_forward.routed_calls(ctx)
     outside = unwrap.forwards_outside_the_wrapper(ctx)
     if outside:  # the script is left as it is: a plan of these review lines only
         return _left_as_is(model, options, outside)

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from accelify.errors import UserError
-from accelify.verify.checks import CheckResult, check_equivalence, check_ranks
+from accelify.verify.checks import CheckResult, check_equivalence, check_ranks, numbered
 from accelify.verify.evaluation_code import check_evaluation_code, training_cache_lines
 from accelify.verify.records import PROBE_FAILED
 from accelify.verify.report import nearest_changes, render_json, render_text
@@ -102,6 +102,7 @@ def run_verify(
     shared = check_shared_files_code(converted_code, str(converted or original))
     if shared is not None:
         checks.append(shared)
+    numbered(checks)
     passed = all(check.passed for check in checks)
     verdict = _verdict(passed, checks, processes, evaluation_read)
     if as_json:

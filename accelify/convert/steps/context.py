@@ -150,6 +150,13 @@ class Context:
     #: Members that run a model's layers of the module classes the script builds from the
     #: project's other modules, with where each is defined (`project.imported_layer_members`)
     imported_layer_members: dict[str, str] = field(default_factory=dict)
+    #: models left out of prepare that the conversion moves to the device where they are made
+    #: (`devices._unmoved_untrained_models`): a tensor made on the CPU and handed to one would
+    #: meet its weights on another device
+    moved_models: set[str] = field(default_factory=set)
+    #: training-step calls of a prepared model's method that runs its forward
+    #: (``model.training_step(batch)``), each run as the wrapper's forward (`through_forward`)
+    through_forward: list[cst.Call] = field(default_factory=list)
     #: Imports of the standard library an edit needs (``from functools import cached_property``)
     extra_imports: list[str] = field(default_factory=list)
     #: runtime names the converted code uses besides ``Accelerator``.

@@ -459,6 +459,7 @@ def _unmoved_untrained_models(ctx: Context) -> None:
             "loader, which arrive on that device",
             anywhere=acc != ctx.acc,
         )
+        ctx.moved_models.add(name)
         if acc == ctx.acc:
             ctx.need(binding.statement)
 

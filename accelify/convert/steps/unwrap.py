@@ -398,6 +398,8 @@ def _attributes(ctx: Context) -> None:
         owner = attribute.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             continue
+        if any(call.func is attribute for call in ctx.through_forward):
+            continue  # the method runs as the wrapper's forward (`through_forward`)
         if member in ("state_dict", "load_state_dict") and _unwrap_through_instance(
             ctx, owner, attribute
         ):
@@ -567,6 +569,8 @@ def forwards_outside_the_wrapper(ctx: Context) -> list[tuple[int, str]]:
     )
     reviews = []
     for entry in found:
+        if entry.call in ctx.through_forward:
+            continue  # run as the wrapper's forward (`through_forward`)
         if entry.through is None:
             ran = f"{entry.what} runs the model's layers outside its forward during training"
         else:
